@@ -1,0 +1,138 @@
+# Makefile -- builds libdlock (static + shared), the dlock CLI, the tests
+# and the benchmarks. Plain GNU make, no configure step: each backend is
+# built when pkg-config (or its header) finds its client library, and
+# `make check` refuses to run when a backend was left out, so CI can never
+# skip one quietly.
+#
+#   make                 library + CLI into build/
+#   make check           every test (tests/run-tests.sh prints the summary)
+#   make check SAN=1     the same under ASan + UBSan (into build-san/)
+#   make check VALGRIND=1  the same under valgrind
+#   make bench           the benchmarks in bench/
+#   make install PREFIX=/usr/local DESTDIR=
+
+VERSION_PART = $(shell sed -n 's/^\#define DLOCK_VERSION_$(1) \([0-9]*\).*/\1/p' include/dlock.h)
+MAJOR := $(call VERSION_PART,MAJOR)
+VERSION := $(MAJOR).$(call VERSION_PART,MINOR).$(call VERSION_PART,PATCH)
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+
+CC ?= cc
+CFLAGS ?= -O2 -g
+WARNINGS = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+           -Wmissing-prototypes -Wformat=2 -Wvla -Wpointer-arith
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -Isrc
+ALL_CFLAGS = -std=c11 $(WARNINGS) $(CFLAGS) -fPIC -fvisibility=hidden -pthread
+
+BUILD = build
+ifeq ($(SAN),1)
+BUILD = build-san
+ALL_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+
+# ------------------------------------------------------------ backends
+# A backend is src/backends/NAME.c (plus src/backends/NAME_*.c helpers).
+have = $(shell pkg-config --exists $(1) 2>/dev/null && echo y)
+BACKEND_SOURCES := $(wildcard src/backends/*.c)
+ALL_BACKENDS := $(notdir $(basename $(foreach s,$(BACKEND_SOURCES),$(if $(findstring _,$(notdir $(s))),,$(s)))))
+
+BUILT_BACKENDS = file
+ifeq ($(call have,hiredis),y)
+BUILT_BACKENDS += redis
+DEP_CFLAGS += $(shell pkg-config --cflags hiredis)
+DEP_LIBS += $(shell pkg-config --libs hiredis)
+endif
+ifeq ($(call have,libcurl)$(call have,jansson),yy)
+BUILT_BACKENDS += etcd
+DEP_CFLAGS += $(shell pkg-config --cflags libcurl jansson)
+DEP_LIBS += $(shell pkg-config --libs libcurl jansson)
+endif
+ifneq ($(wildcard /usr/include/zookeeper/zookeeper.h),)
+BUILT_BACKENDS += zk
+DEP_CFLAGS += -I/usr/include/zookeeper
+DEP_LIBS += -lzookeeper_mt
+endif
+BUILT_BACKENDS := $(filter $(ALL_BACKENDS),$(BUILT_BACKENDS))
+MISSING_BACKENDS := $(filter-out $(BUILT_BACKENDS),$(ALL_BACKENDS))
+BACKEND_DEFS = $(foreach b,$(BUILT_BACKENDS),-DDLOCK_HAVE_$(shell echo $(b) | tr a-z A-Z))
+
+# ------------------------------------------------------------- sources
+CORE_SRC := $(wildcard src/*.c)
+LIB_SRC := $(CORE_SRC) $(foreach b,$(BUILT_BACKENDS),$(wildcard src/backends/$(b).c src/backends/$(b)_*.c))
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+CLI_SRC := $(wildcard cli/*.c)
+CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
+TESTLIB_SRC := $(wildcard tests/lib/*.c)
+TESTLIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TESTLIB_SRC))
+# A test binary per tests/check_*.c; backend tests only when built.
+TEST_SRC := $(foreach t,$(wildcard tests/check_*.c),$(if $(filter $(MISSING_BACKENDS),$(patsubst tests/check_%.c,%,$(t))),,$(t)))
+TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+STATIC = $(BUILD)/libdlock.a
+SONAME = libdlock.so.$(MAJOR)
+SHARED = $(BUILD)/$(SONAME)
+CLI = $(BUILD)/dlock
+LIBS = $(DEP_LIBS) -pthread
+
+.PHONY: all check bench install clean demo backends
+all: $(STATIC) $(SHARED) $(CLI)
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*.h cli/*.h tests/lib/*.h) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+
+$(STATIC): $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $^ $(LIBS)
+	ln -sf $(SONAME) $(BUILD)/libdlock.so
+
+$(CLI): $(CLI_OBJ) $(STATIC)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(STATIC) $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -Itests/lib $(ALL_CFLAGS) $(shell pkg-config --cflags check) \
+	  $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(STATIC) $(shell pkg-config --libs check) $(LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(DEP_CFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+
+backends:
+	@echo "backends with sources: $(ALL_BACKENDS)"
+	@echo "backends built:        $(BUILT_BACKENDS)"
+
+check: all $(TEST_BIN)
+	@if [ -n "$(MISSING_BACKENDS)" ]; then \
+	  echo "make check: backend(s) left out of this build: $(MISSING_BACKENDS) (install their client libraries)" >&2; exit 1; fi
+	DLOCK_BIN=$(CURDIR)/$(CLI) DLOCK_VALGRIND=$(VALGRIND) tests/run-tests.sh $(TEST_BIN)
+
+bench: all $(BENCH_BIN)
+	DLOCK_BIN=$(CURDIR)/$(CLI) BUILD=$(BUILD) bench/run-bench.sh
+
+demo: all
+	DLOCK_BIN=$(CURDIR)/$(CLI) examples/demo.sh
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
+	install -m 644 include/dlock.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdlock.so
+	install -m 755 $(CLI) $(DESTDIR)$(BINDIR)/
+	install -m 644 docs/dlock.1 $(DESTDIR)$(MANDIR)/man1/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS@|$(LIBS)|' dlock.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc
+
+clean:
+	rm -rf build build-san

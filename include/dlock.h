@@ -1,0 +1,275 @@
+/* dlock.h -- the whole public API of libdlock, distributed locks for C.
+ *
+ * This header is the specification: what is not written here is not API.
+ * One client talks to one backend, chosen by URL (file://, redis://,
+ * redis+sentinel://, redlock://, etcd://, zk://). Every backend keeps the
+ * same contract: exclusion, leases renewed by a background keeper thread,
+ * a callback when a hold is lost, a fencing token per acquisition,
+ * per-thread reentrancy, waits that sleep until the backend reports a
+ * release, and errors that say what failed in the backend's own words.
+ *
+ * Conventions used at every function below:
+ *  - Functions returning int return DLOCK_OK (0) or a negative DLOCK_E*
+ *    code. After a failure, dlock_errmsg() on the same thread returns a
+ *    sentence naming the thing that failed (URL, path, key, name).
+ *  - Handles are opaque. Free functions accept NULL as a harmless no-op.
+ *  - A client and its lock handles may be used from many threads at once.
+ *    A child process after fork() must not use its parent's client: every
+ *    call there returns DLOCK_EMISUSE.
+ *  - Strings passed in are copied; strings returned stay owned by the
+ *    library and live as long as the object they came from.
+ *  - Flag bits not defined here are reserved and must be 0.
+ *  - No header of any dependency is included, so building against dlock
+ *    needs nothing but this file and the library.
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(DLOCK_STATIC)
+#define DLOCK_EXTERN __attribute__((visibility("default")))
+#else
+#define DLOCK_EXTERN
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+/* The one place the version lives; the Makefile reads the soname from it. */
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION_NUMBER \
+    ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) | DLOCK_VERSION_PATCH)
+
+/* The library's version as "MAJOR.MINOR.PATCH" and as a number built like
+ * DLOCK_VERSION_NUMBER: compare them to the macros to detect a header and
+ * library mismatch. Thread-safe. */
+DLOCK_EXTERN const char *dlock_version(void);
+DLOCK_EXTERN unsigned dlock_version_number(void);
+
+/* ----------------------------------------------------------------- errors */
+
+/* One table generates the error enum, dlock_strerror() and dlock_err_name().
+ * Codes are only ever appended; none is ever removed or renumbered.
+ * Contention (BUSY, TIMEDOUT, CANCELED) is kept apart from failure. */
+#define DLOCK_ERRNO_MAP(XX)                                                   \
+    XX(EBUSY, -1, "lock is held by another owner")                            \
+    XX(ETIMEDOUT, -2, "timed out waiting for the lock")                       \
+    XX(ECANCELED, -3, "wait was canceled")                                    \
+    XX(EINVAL, -4, "invalid argument")                                        \
+    XX(EBADURL, -5, "malformed or unsupported URL")                           \
+    XX(ENOMEM, -6, "out of memory")                                           \
+    XX(ENOTSUP, -7, "not supported by this backend")                          \
+    XX(ENOTBUILT, -8, "backend not built into this library")                  \
+    XX(ECONN, -9, "cannot reach the backend")                                 \
+    XX(EAUTH, -10, "authentication failed or access denied by the backend")   \
+    XX(EACCES, -11, "permission denied")                                      \
+    XX(EIO, -12, "I/O error")                                                 \
+    XX(EPROTO, -13, "unexpected reply from the backend")                      \
+    XX(EWRONGTYPE, -14, "the name holds something that is not a dlock lock")  \
+    XX(ELOST, -15, "the lock was lost")                                       \
+    XX(ENOTOWNER, -16, "the lock is not held by the caller")                  \
+    XX(EMISUSE, -17, "API misuse")                                            \
+    XX(EBACKEND, -18, "the backend refused the request")                      \
+    XX(EUNAVAIL, -19, "the backend has no leader or quorum")
+
+typedef enum dlock_err {
+    DLOCK_OK = 0,
+#define DLOCK__ERR_ENUM(name, code, text) DLOCK_##name = (code),
+    DLOCK_ERRNO_MAP(DLOCK__ERR_ENUM)
+#undef DLOCK__ERR_ENUM
+} dlock_err;
+
+/* A fixed sentence for a code ("lock is held by another owner"), and the
+ * code's name ("DLOCK_EBUSY"). Unknown codes give "unknown error" and
+ * "DLOCK_E?". Never NULL, thread-safe. */
+DLOCK_EXTERN const char *dlock_strerror(int err);
+DLOCK_EXTERN const char *dlock_err_name(int err);
+
+/* The message of the last failure on the calling thread: what failed and
+ * why, with the OS's or server's own words, e.g. "redis 127.0.0.1:6379:
+ * WRONGTYPE key 'jobs' holds a string, not a dlock lock". Valid until the
+ * next dlock call on this thread. "" when nothing failed yet. */
+DLOCK_EXTERN const char *dlock_errmsg(void);
+
+/* ---------------------------------------------------------------- clients */
+
+typedef struct dlock_client dlock_client;
+
+/* Options, set one at a time before dlock_client_connect(). Most also have
+ * a URL query form (?lease=10s&timeout=2s). Durations are milliseconds. */
+typedef enum dlock_option {
+    DLOCK_OPT_LEASE_MS = 1,       /* int: lease of each hold, default 30000 */
+    DLOCK_OPT_CONNECT_TIMEOUT_MS, /* int: connect timeout, default 5000 */
+    DLOCK_OPT_OP_TIMEOUT_MS,      /* int: one request's timeout, default 5000 */
+    DLOCK_OPT_KEY_PREFIX,         /* str: prepended to every lock name */
+    DLOCK_OPT_USER,               /* str: user name (ACL, etcd, digest) */
+    DLOCK_OPT_PASSWORD,           /* str: password */
+    DLOCK_OPT_LAYOUT,             /* str: wire layout, e.g. "redisson", "simple" */
+    DLOCK_OPT_TLS_CA,             /* str: CA bundle path */
+    DLOCK_OPT_TLS_CERT,           /* str: client certificate path */
+    DLOCK_OPT_TLS_KEY,            /* str: client key path */
+    DLOCK_OPT_DRIFT_MS            /* int: clock drift margin taken off each
+                                     validity, default 2 + lease/100 */
+} dlock_option;
+
+/* Parse URL (NULL or "" = the file backend in the default directory:
+ * $XDG_RUNTIME_DIR/dlock, else /tmp/dlock-<uid>) and make a client that is
+ * not yet connected. On success *out owns a client to give to
+ * dlock_client_close(). On failure *out is NULL and dlock_errmsg() says
+ * what is wrong with the URL. */
+DLOCK_EXTERN int dlock_client_new(const char *url, dlock_client **out);
+
+/* Set an option of a client not yet connected. The _str form copies
+ * value; NULL resets the option. DLOCK_EINVAL names a wrong option or
+ * value, DLOCK_EMISUSE a connected client. Not thread-safe against other
+ * calls on the same client. */
+DLOCK_EXTERN int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value);
+DLOCK_EXTERN int dlock_client_setopt_str(dlock_client *c, dlock_option opt, const char *value);
+
+/* Connect the client to its backend (create the lock directory, dial the
+ * server, authenticate). DLOCK_ECONN, DLOCK_EAUTH, DLOCK_EACCES... with a
+ * message naming what was tried. */
+DLOCK_EXTERN int dlock_client_connect(dlock_client *c);
+
+/* dlock_client_new() + dlock_client_connect(): on failure *out is NULL. */
+DLOCK_EXTERN int dlock_open(const char *url, dlock_client **out);
+
+/* The client's URL with any password removed; owned by the client. */
+DLOCK_EXTERN const char *dlock_client_url(const dlock_client *c);
+
+/* The backend's name: "file", "redis", "etcd", "zk"... */
+DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *c);
+
+/* Release every hold of the client (best effort), stop its keeper thread
+ * and free it. Free its lock handles first; handles left over are invalid
+ * afterwards. NULL is a no-op. No other thread may use c meanwhile. */
+DLOCK_EXTERN void dlock_client_close(dlock_client *c);
+
+/* ------------------------------------------------------------------ locks */
+
+typedef struct dlock_lock dlock_lock;
+
+typedef enum dlock_mode {
+    DLOCK_EXCLUSIVE = 0, /* one holder */
+    DLOCK_SHARED = 1     /* any number of shared holders, no exclusive one */
+} dlock_mode;
+
+/* Wait arguments of dlock_acquire(). */
+#define DLOCK_TRY 0           /* try once: DLOCK_EBUSY when held */
+#define DLOCK_FOREVER (-1)    /* wait until acquired or canceled */
+
+/* dlock_lock_set_lease() flag: a fixed lease that the keeper never
+ * renews; the hold simply ends when it expires. */
+#define DLOCK_LEASE_FIXED 1u
+
+/* dlock_validity_ms() of a hold that has no lease (the file backend). */
+#define DLOCK_VALID_FOREVER INT64_MAX
+
+/* Make a handle for lock NAME in MODE. Nothing is acquired. The name is
+ * any non-empty byte string up to DLOCK_NAME_MAX bytes (each backend maps
+ * it safely: it can never escape its directory, key space or base path).
+ * The handle may be used from many threads; each thread holds on its own.
+ * Free it with dlock_lock_free(). */
+#define DLOCK_NAME_MAX 1024
+DLOCK_EXTERN int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode,
+                                dlock_lock **out);
+
+/* Free a handle. Holds still taken through it by any thread are released
+ * first (best effort). NULL is a no-op. No other thread may use l then. */
+DLOCK_EXTERN void dlock_lock_free(dlock_lock *l);
+
+/* Lease of holds taken through this handle from now on: LEASE_MS > 0
+ * overrides the client's DLOCK_OPT_LEASE_MS; flags DLOCK_LEASE_FIXED =
+ * never renewed. Ignored by backends without leases (file). */
+DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags);
+
+/* Acquire for the calling thread. WAIT_MS: DLOCK_TRY (0) tries once and
+ * returns DLOCK_EBUSY; > 0 waits up to that many milliseconds and returns
+ * DLOCK_ETIMEDOUT; DLOCK_FOREVER waits until acquired. A wait sleeps until
+ * the backend reports a release; dlock_lock_cancel() from another thread
+ * ends it with DLOCK_ECANCELED. If the calling thread already holds the
+ * lock in the same mode, the hold count goes up (reentrancy) and nothing
+ * is sent; in the other mode, DLOCK_EMISUSE. */
+DLOCK_EXTERN int dlock_acquire(dlock_lock *l, int64_t wait_ms);
+
+/* Release one level of the calling thread's hold; the lock is freed when
+ * the count reaches 0. DLOCK_ENOTOWNER if this thread holds nothing here,
+ * DLOCK_ELOST if the hold had been lost (the hold is dropped all the same). */
+DLOCK_EXTERN int dlock_release(dlock_lock *l);
+
+/* The calling thread's hold count on this lock (0 = not held). */
+DLOCK_EXTERN unsigned dlock_hold_count(dlock_lock *l);
+
+/* The fencing token of the calling thread's hold: strictly greater than
+ * every token issued before for this name on this backend. Re-entries keep
+ * the token of the first acquisition. DLOCK_ENOTOWNER when not held. */
+DLOCK_EXTERN int dlock_token(dlock_lock *l, uint64_t *token);
+
+/* Milliseconds the calling thread's hold is still guaranteed (monotonic
+ * clock; send time of the last confirmed acquire/renewal + lease - drift):
+ * DLOCK_VALID_FOREVER without a lease, 0 once lost or expired, a negative
+ * DLOCK_E* code when not held. */
+DLOCK_EXTERN int64_t dlock_validity_ms(dlock_lock *l);
+
+/* Called once, from the keeper thread, when a hold taken through this
+ * handle is lost (renewal found another owner or none, the session or
+ * lease expired, the validity deadline passed unconfirmed). WHY is a
+ * message for humans. The callback must not free the handle or close the
+ * client; it may call dlock_release() from another thread later. */
+typedef void (*dlock_lost_fn)(dlock_lock *l, const char *why, void *arg);
+DLOCK_EXTERN int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg);
+
+/* Cancel every wait in progress on this handle, from any thread: those
+ * dlock_acquire() calls return DLOCK_ECANCELED and hold nothing. Waits
+ * that start after this call are not affected. Async-signal-unsafe. */
+DLOCK_EXTERN int dlock_lock_cancel(dlock_lock *l);
+
+/* The handle's name and mode. */
+DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *l);
+DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
+
+/* ------------------------------------------------------ inspecting names */
+
+typedef struct dlock_info dlock_info;
+
+/* Look at NAME without taking it. On success *out owns a snapshot to give
+ * to dlock_info_free(). Read it with the getters below. */
+DLOCK_EXTERN int dlock_inspect(dlock_client *c, const char *name, dlock_info **out);
+DLOCK_EXTERN void dlock_info_free(dlock_info *i);
+
+DLOCK_EXTERN int dlock_info_held(const dlock_info *i);          /* 1 held, 0 free */
+DLOCK_EXTERN dlock_mode dlock_info_mode(const dlock_info *i);
+DLOCK_EXTERN uint64_t dlock_info_token(const dlock_info *i);    /* last token, 0 none */
+/* Remaining lease in ms: DLOCK_VALID_FOREVER without lease, -1 unknown. */
+DLOCK_EXTERN int64_t dlock_info_ttl_ms(const dlock_info *i);
+/* Where the lock lives in the backend: file path, key, node path. */
+DLOCK_EXTERN const char *dlock_info_key(const dlock_info *i);
+/* Holders: identity ("pid@host", "<uuid>:<thread>", a node name) and hold
+ * count (0 when the backend does not know it). */
+DLOCK_EXTERN size_t dlock_info_holder_count(const dlock_info *i);
+DLOCK_EXTERN const char *dlock_info_holder(const dlock_info *i, size_t k, unsigned *count);
+/* Waiters in order, where the backend knows them; -1 = unknown. */
+DLOCK_EXTERN long dlock_info_waiter_count(const dlock_info *i);
+DLOCK_EXTERN const char *dlock_info_waiter(const dlock_info *i, size_t k);
+
+/* Operator's tool: free NAME whoever holds it. The old holder is not told
+ * until its next renewal or release. DLOCK_ENOTSUP where the backend
+ * cannot take a lock from a live holder (file: the kernel owns it). */
+DLOCK_EXTERN int dlock_force_release(dlock_client *c, const char *name);
+
+/* Call FN for each lock name known to the backend that matches PATTERN
+ * (glob; NULL = all). FN returning non-zero stops the walk. */
+typedef int (*dlock_list_fn)(const char *name, void *arg);
+DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLOCK_H */

@@ -1,0 +1,271 @@
+/* core.h -- what the core shares with the backends, and nothing public.
+ *
+ * The core (src/*.c) owns everything every backend would otherwise write
+ * again: URL parsing, options, the per-name registry with per-thread
+ * reentrancy, local queueing for backends whose holds belong to the whole
+ * client, deadline arithmetic, cancellation, the keeper thread that renews
+ * leases in batches and declares holds lost, and error messages.
+ *
+ * A backend is one file under src/backends/ defining one
+ * `const struct dlock__backend`, a versioned table of functions: fields
+ * are only appended, and the core checks `version` before calling a field
+ * that came later. Backends do I/O; the core does bookkeeping.
+ */
+#ifndef DLOCK_CORE_H
+#define DLOCK_CORE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dlock.h"
+
+#define DLOCK__HIDDEN __attribute__((visibility("hidden")))
+
+/* ------------------------------------------------------------------ time */
+
+/* Monotonic milliseconds. */
+int64_t dlock__now_ms(void);
+/* Wall-clock milliseconds since the epoch. */
+int64_t dlock__wall_ms(void);
+/* Deadline for a wait of WAIT_MS from now: 0 stays 0 (try once), < 0 is
+ * DLOCK__NEVER. */
+#define DLOCK__NEVER INT64_MAX
+int64_t dlock__deadline(int64_t wait_ms);
+/* Parse "250", "250ms", "1.5s", "2m" into ms; -1 when malformed. */
+int64_t dlock__parse_duration(const char *s);
+
+/* ---------------------------------------------------------------- errors */
+
+/* Set the calling thread's message and return ERR. printf-style. */
+int dlock__err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same, with ": strerror(errnum)" appended. */
+int dlock__errno(int err, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Map an errno from open/mkdir/... to a DLOCK_E* code. */
+int dlock__errno_code(int errnum);
+
+/* ------------------------------------------------------------------- URL */
+
+#define DLOCK__MAX_HOSTS 16
+#define DLOCK__MAX_PARAMS 16
+
+struct dlock__host {
+    char *host; /* without brackets for IPv6 */
+    int port;   /* 0 = the backend's default */
+};
+
+struct dlock__param {
+    char *key, *value;
+    bool used; /* consumed by the core or the backend */
+};
+
+struct dlock__url {
+    char *scheme;   /* "redis", "file", ... */
+    char *user;     /* percent-decoded, NULL if absent */
+    char *password; /* percent-decoded, NULL if absent */
+    struct dlock__host hosts[DLOCK__MAX_HOSTS];
+    size_t nhosts;
+    char *path; /* percent-decoded, starts with '/', NULL if absent */
+    struct dlock__param params[DLOCK__MAX_PARAMS];
+    size_t nparams;
+    char *redacted; /* the URL with any password replaced by nothing */
+};
+
+int dlock__url_parse(const char *text, struct dlock__url *u);
+void dlock__url_free(struct dlock__url *u);
+/* Value of query parameter KEY, marking it used; NULL when absent. */
+const char *dlock__url_param(struct dlock__url *u, const char *key);
+
+/* ---------------------------------------------------------------- options */
+
+struct dlock__opts {
+    int64_t lease_ms, connect_timeout_ms, op_timeout_ms, drift_ms;
+    char *key_prefix, *user, *password, *layout, *tls_ca, *tls_cert, *tls_key;
+};
+
+/* --------------------------------------------------------------- waiting */
+
+/* One acquire's wait. The backend sleeps in dlock__wait_sleep() or
+ * dlock__wait_poll(); whoever learns of a release (a notification thread,
+ * a watch callback) calls dlock__wait_wake(). dlock_lock_cancel() cancels.
+ * Take seq = dlock__wait_seq(w) BEFORE trying, then sleep(seq): a wake
+ * between the try and the sleep is never missed. */
+struct dlock__wait {
+    int64_t deadline; /* monotonic ms; 0 = try once; DLOCK__NEVER */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned seq;  /* bumped by every wake */
+    bool canceled; /* set by dlock_lock_cancel() */
+    int cancel_fd; /* eventfd readable once canceled, for poll()ers */
+    struct dlock__wait *next; /* the handle's list of waits */
+};
+
+unsigned dlock__wait_seq(struct dlock__wait *w);
+void dlock__wait_wake(struct dlock__wait *w);
+/* Sleep until woken since SEQ, canceled, the wait's deadline, or UNTIL
+ * (monotonic ms, a safety net such as the lock's TTL; DLOCK__NEVER for
+ * none). Returns DLOCK_OK (woken, or UNTIL passed: try again),
+ * DLOCK_ETIMEDOUT (deadline passed; for a try-once wait at once) or
+ * DLOCK_ECANCELED. */
+int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until);
+/* Same, but sleeping in poll() on FD for EVENTS as well as the cancel
+ * eventfd: DLOCK_OK when FD is ready or UNTIL passed. */
+int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until);
+
+/* ----------------------------------------------------------------- holds */
+
+enum dlock__hold_state { DLOCK__HELD, DLOCK__LOST };
+
+/* One thread's hold on one name (or, for backends with
+ * DLOCK__CAP_CLIENT_OWNER, the client's hold lent to one thread). */
+struct dlock__hold {
+    struct dlock__entry *entry;
+    const char *name;  /* the lock name (without key prefix) */
+    dlock_mode mode;
+    long tid;          /* the holding thread */
+    unsigned count;    /* reentrancy */
+    uint64_t token;    /* fencing token, set by the backend's acquire */
+    int64_t lease_ms;  /* 0 = no lease */
+    bool fixed_lease;  /* never renewed */
+    int64_t valid_until; /* monotonic ms; DLOCK__NEVER without lease */
+    int64_t renew_at;    /* monotonic ms of the next renewal */
+    enum dlock__hold_state state;
+    bool lost_reported;  /* the callback ran (or is running) */
+    char *lost_why;
+    void *bdata;         /* backend's own per-hold data */
+    char owner[96];      /* backend's owner identity for this hold */
+    struct dlock__hold *next; /* entry's list */
+};
+
+/* Set by the backend's acquire or renew: the request confirming the hold
+ * was sent at SENT_MS (monotonic); validity runs from there. */
+void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms);
+
+/* A backend thread learned that H (or, with h == NULL, every hold of the
+ * client) is gone: mark lost and let the keeper fire callbacks. Any thread;
+ * takes the client's lock, so never call it while the core calls you. */
+void dlock__hold_lost(struct dlock_client *c, struct dlock__hold *h, const char *why);
+
+/* ------------------------------------------------------------ inspecting */
+
+struct dlock__who {
+    char *id;
+    unsigned count;
+};
+
+struct dlock_info {
+    int held;
+    dlock_mode mode;
+    uint64_t token;
+    int64_t ttl_ms;
+    char *key;
+    struct dlock__who *holders;
+    size_t nholders;
+    char **waiters;
+    long nwaiters; /* -1 unknown */
+};
+
+int dlock__info_set_key(struct dlock_info *i, const char *key);
+int dlock__info_add_holder(struct dlock_info *i, const char *id, unsigned count);
+int dlock__info_add_waiter(struct dlock_info *i, const char *id);
+
+/* --------------------------------------------------------------- backends */
+
+#define DLOCK__BACKEND_VERSION 1
+
+enum {
+    DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
+    DLOCK__CAP_SHARED = 1u << 1,       /* shared mode */
+    DLOCK__CAP_FAIR = 1u << 2,         /* first come, first served */
+    DLOCK__CAP_LIST = 1u << 3,         /* list() */
+    DLOCK__CAP_LEASES = 1u << 4,       /* holds expire unless renewed */
+    DLOCK__CAP_FORCE = 1u << 5,        /* force_release() */
+    DLOCK__CAP_CLIENT_OWNER = 1u << 6, /* the server sees one owner per
+        client and name (etcd lease, zk session): the core queues threads
+        of the client locally so only one of them goes to the backend */
+};
+
+struct dlock__backend {
+    unsigned version; /* DLOCK__BACKEND_VERSION when written */
+    const char *name; /* "file", "redis", ... */
+    const char *const *schemes; /* NULL-terminated URL schemes */
+    unsigned caps;
+    int default_port; /* used when a host has none; 0 = no hosts */
+
+    /* Validate c->url and c->opts, consume own URL params, connect. On
+     * success set *state. Errors name the URL (dlock_client_url(c)). */
+    int (*open)(struct dlock_client *c, void **state);
+    /* Disconnect and free. Holds are already released. */
+    void (*close)(void *state);
+
+    /* Take H->name in H->mode for the calling thread, waiting as W says
+     * (w->deadline 0 = try once). On DLOCK_OK set h->token and h->owner,
+     * h->bdata if needed, and call dlock__hold_confirmed() (leases).
+     * Otherwise nothing may stay held on the server: EBUSY, ETIMEDOUT,
+     * ECANCELED or a failure with a message. */
+    int (*acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
+
+    /* Give H up on the server. DLOCK_ELOST when it was no longer ours.
+     * Free h->bdata. */
+    int (*release)(void *state, struct dlock__hold *h);
+
+    /* Renew N leases in as few round trips as possible. Set RESULT[k] to
+     * DLOCK_OK (and call dlock__hold_confirmed), DLOCK_ELOST (the hold is
+     * gone; set h->lost_why via the message) or another error (transient:
+     * the core keeps trying until the validity deadline). Called from the
+     * keeper thread only, with no core lock held. NULL without leases. */
+    int (*renew)(void *state, struct dlock__hold **holds, size_t n, int *result);
+
+    /* Fill INFO for NAME (already prefixed? no: the plain lock name). */
+    int (*inspect)(void *state, const char *name, struct dlock_info *info);
+    int (*force_release)(void *state, const char *name);
+    int (*list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+};
+
+/* ---------------------------------------------------------------- clients */
+
+struct dlock__entry; /* the registry's per-name record (registry.c) */
+
+struct dlock_client {
+    const struct dlock__backend *be;
+    void *bstate;
+    struct dlock__url url;
+    struct dlock__opts opts;
+    pid_t pid; /* the creating process: fork detection */
+    bool connected;
+
+    pthread_mutex_t mu; /* registry, holds, keeper state */
+    struct dlock__entry *entries;
+
+    /* keeper */
+    pthread_t keeper;
+    bool keeper_running, keeper_stop;
+    pthread_cond_t keeper_cv; /* CLOCK_MONOTONIC */
+};
+
+/* The calling thread's id (Linux tid). */
+long dlock__tid(void);
+
+/* Find the backend for SCHEME: NULL with DLOCK_EBADURL/ENOTBUILT set. */
+const struct dlock__backend *dlock__backend_find(const char *scheme, int *err);
+
+/* Check the caller is the process that made C (fork). */
+int dlock__check_client(const struct dlock_client *c);
+
+/* Start the keeper thread if not running (client mutex held). */
+int dlock__keeper_start(struct dlock_client *c);
+void dlock__keeper_stop(struct dlock_client *c);
+/* Wake the keeper: a renewal time or a lost hold changed (mutex held). */
+void dlock__keeper_kick(struct dlock_client *c);
+
+/* Small helpers used by several backends. */
+char *dlock__strdup(const char *s);
+char *dlock__sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Fill BUF (37 bytes) with a random version-4 UUID string. */
+void dlock__uuid(char buf[37]);
+/* fnmatch()-style glob test; NULL pattern matches everything. */
+bool dlock__glob(const char *pattern, const char *name);
+
+#endif /* DLOCK_CORE_H */

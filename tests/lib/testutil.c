@@ -1,0 +1,221 @@
+/* testutil.c -- see testutil.h. Plain POSIX; no dlock internals. */
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+char *tu_fmt(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0)
+        abort();
+    va_end(ap);
+    return s;
+}
+
+void tu_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+char *tu_tmpdir(const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    char *t = tu_fmt("%s/dlock-test-%s-XXXXXX", base && *base ? base : "/tmp", tag);
+    if (!mkdtemp(t))
+        abort();
+    return t;
+}
+
+void tu_rmrf(const char *path)
+{
+    if (!path || !*path || strcmp(path, "/") == 0)
+        return;
+    const char *argv[] = {"rm", "-rf", "--", path, NULL};
+    tu_run(argv, NULL, NULL, NULL);
+}
+
+int tu_free_port(void)
+{
+    for (int tries = 0; tries < 50; tries++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+            getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+            abort();
+        close(fd);
+        int port = ntohs(a.sin_port);
+        /* Servers often need port+1 free too (etcd peer, zk quorum):
+         * keep to the lower part of the ephemeral range. */
+        if (port < 65000)
+            return port;
+    }
+    abort();
+}
+
+bool tu_wait_port(int port, int timeout_ms)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok)
+            return true;
+        tu_sleep_ms(50);
+    }
+    return false;
+}
+
+static void child_redirect(const char *log)
+{
+    int fd = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+}
+
+pid_t tu_spawn(const char *const argv[], const char *log)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        int null = open("/dev/null", O_RDONLY);
+        dup2(null, 0);
+        child_redirect(log);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    return pid;
+}
+
+int tu_stop(pid_t pid, int grace_ms)
+{
+    int status = 0;
+    if (pid <= 0)
+        return 0;
+    kill(-pid, SIGTERM);
+    kill(pid, SIGTERM);
+    for (int waited = 0; waited < grace_ms; waited += 20) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return status;
+        tu_sleep_ms(20);
+    }
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+static char *slurp_fd(int fd)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 1 >= cap)
+            buf = realloc(buf, cap *= 2);
+        ssize_t n = read(fd, buf + len, cap - len - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = 0;
+    return buf;
+}
+
+int tu_run(const char *const argv[], const char *const env[], char **out, char **err)
+{
+    char outpath[] = "/tmp/dlock-tu-out-XXXXXX", errpath[] = "/tmp/dlock-tu-err-XXXXXX";
+    int ofd = mkstemp(outpath), efd = mkstemp(errpath);
+    unlink(outpath);
+    unlink(errpath);
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int null = open("/dev/null", O_RDONLY);
+        dup2(null, 0);
+        dup2(ofd, 1);
+        dup2(efd, 2);
+        for (size_t i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (out) {
+        lseek(ofd, 0, SEEK_SET);
+        *out = slurp_fd(ofd);
+    }
+    if (err) {
+        lseek(efd, 0, SEEK_SET);
+        *err = slurp_fd(efd);
+    }
+    close(ofd);
+    close(efd);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+const char *tu_dlock_bin(void)
+{
+    const char *b = getenv("DLOCK_BIN");
+    return b && *b ? b : "build/dlock";
+}
+
+char *tu_read_file(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return NULL;
+    char *s = slurp_fd(fd);
+    close(fd);
+    return s;
+}
+
+bool tu_wait_file(const char *path, int timeout_ms)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 10) {
+        if (access(path, F_OK) == 0)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}

@@ -1,0 +1,51 @@
+/* testutil.h -- what every test binary needs around Check: temporary
+ * directories, free loopback ports, starting real server processes and
+ * stopping them, running the dlock CLI and reading its exit status.
+ *
+ * Servers are started as children with PR_SET_PDEATHSIG, in their own
+ * process group, so a crashed or timed-out test never leaves one behind.
+ */
+#ifndef DLOCK_TESTUTIL_H
+#define DLOCK_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* A fresh directory under $TMPDIR or /tmp (caller frees the string).
+ * tu_rmrf() removes a tree. */
+char *tu_tmpdir(const char *tag);
+void tu_rmrf(const char *path);
+
+/* A TCP port on 127.0.0.1 that nothing listens on right now. */
+int tu_free_port(void);
+/* Wait until something accepts on 127.0.0.1:PORT; false after TIMEOUT_MS. */
+bool tu_wait_port(int port, int timeout_ms);
+
+/* Start ARGV (argv[0] looked up in PATH) in the background, stdout and
+ * stderr appended to LOG (NULL = /dev/null), killed if we die. */
+pid_t tu_spawn(const char *const argv[], const char *log);
+/* SIGTERM, then SIGKILL after GRACE_MS; reaps. Returns the wait status. */
+int tu_stop(pid_t pid, int grace_ms);
+
+/* Run ARGV to completion with extra environment ENV ("K=V" strings,
+ * NULL-terminated, may be NULL) and optional STDIN_TEXT. Captures stdout
+ * and stderr into *OUT / *ERR when not NULL (caller frees). Returns the
+ * exit status, or 128+N when killed by signal N. */
+int tu_run(const char *const argv[], const char *const env[], char **out, char **err);
+
+/* Path of the dlock CLI under test ($DLOCK_BIN, else build/dlock). */
+const char *tu_dlock_bin(void);
+
+/* Read a whole file (caller frees); NULL if missing. */
+char *tu_read_file(const char *path);
+/* printf into a fresh string. */
+char *tu_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Sleep MS milliseconds (for letting a child reach a state; never for
+ * asserting on time). */
+void tu_sleep_ms(int ms);
+/* Wait until PATH exists (a child's "I hold it now" marker); false after
+ * TIMEOUT_MS. */
+bool tu_wait_file(const char *path, int timeout_ms);
+
+#endif

@@ -86,7 +86,7 @@ all: $(STATIC) $(SHARED) $(CLI)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*.h cli/*.h tests/lib/*.h) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
 $(STATIC): $(LIB_OBJ)
 	rm -f $@
@@ -101,12 +101,12 @@ $(CLI): $(CLI_OBJ) $(STATIC)
 
 $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -Itests/lib $(ALL_CFLAGS) $(shell pkg-config --cflags check) \
+	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -Itests/lib $(ALL_CFLAGS) $(shell pkg-config --cflags check) \
 	  $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(STATIC) $(shell pkg-config --libs check) $(LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(STATIC)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(DEP_CFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+	@echo CC $<; $(CC) $(CPPFLAGS) $(DEP_CFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
 
 backends:
 	@echo "backends with sources: $(ALL_BACKENDS)"

@@ -77,7 +77,8 @@ DLOCK_EXTERN unsigned dlock_version_number(void);
     XX(ENOTOWNER, -16, "the lock is not held by the caller")                  \
     XX(EMISUSE, -17, "API misuse")                                            \
     XX(EBACKEND, -18, "the backend refused the request")                      \
-    XX(EUNAVAIL, -19, "the backend has no leader or quorum")
+    XX(EUNAVAIL, -19, "the backend has no leader or quorum")                  \
+    XX(ENOENT, -20, "no such directory, path or node")
 
 typedef enum dlock_err {
     DLOCK_OK = 0,

@@ -1,6 +1,6 @@
 /* core.h -- what the core shares with the backends, and nothing public.
  *
- * The core (src/*.c) owns everything every backend would otherwise write
+ * The core (the files in src/) owns everything every backend would otherwise write
  * again: URL parsing, options, the per-name registry with per-thread
  * reentrancy, local queueing for backends whose holds belong to the whole
  * client, deadline arithmetic, cancellation, the keeper thread that renews
@@ -134,6 +134,8 @@ struct dlock__hold {
     enum dlock__hold_state state;
     bool lost_reported;  /* the callback ran (or is running) */
     char *lost_why;
+    bool renewing;       /* handed to the backend's renew() right now */
+    struct dlock_lock *via; /* the handle it was taken through */
     void *bdata;         /* backend's own per-hold data */
     char owner[96];      /* backend's owner identity for this hold */
     struct dlock__hold *next; /* entry's list */
@@ -218,7 +220,8 @@ struct dlock__backend {
      * keeper thread only, with no core lock held. NULL without leases. */
     int (*renew)(void *state, struct dlock__hold **holds, size_t n, int *result);
 
-    /* Fill INFO for NAME (already prefixed? no: the plain lock name). */
+    /* Fill INFO for NAME (the plain lock name; the backend applies
+     * c->opts.key_prefix as it does in acquire). */
     int (*inspect)(void *state, const char *name, struct dlock_info *info);
     int (*force_release)(void *state, const char *name);
     int (*list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
@@ -237,7 +240,9 @@ struct dlock_client {
     bool connected;
 
     pthread_mutex_t mu; /* registry, holds, keeper state */
-    struct dlock__entry *entries;
+    struct dlock__entry **buckets; /* name -> entry */
+    size_t nholds;                 /* holds with a lease, for the keeper */
+    pthread_cond_t renew_cv;       /* a renew() finished (CLOCK_MONOTONIC) */
 
     /* keeper */
     pthread_t keeper;

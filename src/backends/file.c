@@ -1,0 +1,502 @@
+/* file.c -- the embedded default backend: locks between processes of one
+ * machine, made real by the kernel.
+ *
+ * Each name is a file in the lock directory. The lock itself is an
+ * open-file-description (OFD) record lock on byte 0 of that file:
+ * exclusive = write lock, shared = read lock. The kernel drops it the
+ * moment the holder's descriptor closes, which includes kill -9, so a lock
+ * is never stale. OFD locks belong to an open file, not to a process, so
+ * two threads of one process (each with its own descriptor) exclude each
+ * other too.
+ *
+ * Waiters sleep in the kernel: before each try they watch the file with
+ * inotify for IN_CLOSE_WRITE, which the kernel raises whenever a
+ * descriptor opened for writing is closed -- by a release or by the death
+ * of its process. A cancel wakes poll() through the wait's eventfd.
+ *
+ * The file also keeps the fencing counter and the last holder's identity
+ * in a small header, written under a second OFD lock (byte 1) so shared
+ * holders never race on it. Lock files are never deleted: deleting one
+ * would restart its token counter.
+ *
+ * Names map to file names without escaping the directory or colliding:
+ * [A-Za-z0-9_-] and inner '.' stay, every other byte becomes %XX, and
+ * ".lock" is appended. A name whose encoding is too long for one file name
+ * becomes "#<prefix>~<128-bit hash>.lock"; the full name is stored in the
+ * header and checked on every open, so a hash collision is an error, never
+ * a shared lock.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core.h"
+
+#define MAGIC "DLOCKv1\n"
+#define HOST_MAX 64
+#define MAX_ENCODED 200
+
+/* The header at offset 0 of every lock file (host byte order: the file
+ * never leaves this machine). */
+struct header {
+    char magic[8];
+    uint64_t token;     /* last fencing token handed out */
+    uint32_t mode;      /* mode of the last acquisition */
+    uint32_t pid;       /* last acquirer */
+    int64_t since_ms;   /* wall clock of the last acquisition */
+    char host[HOST_MAX];
+    uint32_t name_len;  /* full name (prefix included) follows */
+    uint32_t reserved;
+};
+
+struct file_state {
+    dlock_client *c;
+    char *dir;
+    int dirfd;
+    char host[HOST_MAX];
+    const char *prefix;
+};
+
+struct file_hold {
+    int fd;
+};
+
+enum { LOCK_BYTE = 0, META_BYTE = 1 };
+
+/* ------------------------------------------------------------ names */
+
+static void fnv128(const char *s, size_t n, uint64_t out[2])
+{
+    uint64_t a = 14695981039346656037ULL, b = 0x6c62272e07bb0142ULL;
+    for (size_t i = 0; i < n; i++) {
+        a = (a ^ (unsigned char)s[i]) * 1099511628211ULL;
+        b = (b ^ (unsigned char)s[i]) * 0x100000001b3ULL + (b >> 29);
+    }
+    out[0] = a;
+    out[1] = b;
+}
+
+/* The file name for FULL (prefix + name) into OUT (NAME_MAX + 1). */
+static void file_name(const char *full, char out[NAME_MAX + 1])
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char enc[MAX_ENCODED + 4];
+    size_t n = 0, len = strlen(full);
+    bool fits = true;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)full[i];
+        bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                     (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || (ch == '.' && i > 0);
+        if (n + 3 > MAX_ENCODED) {
+            fits = false;
+            break;
+        }
+        if (plain) {
+            enc[n++] = (char)ch;
+        } else {
+            enc[n++] = '%';
+            enc[n++] = hex[ch >> 4];
+            enc[n++] = hex[ch & 15];
+        }
+    }
+    enc[n] = 0;
+    if (fits) {
+        snprintf(out, NAME_MAX + 1, "%s.lock", enc);
+        return;
+    }
+    uint64_t h[2];
+    fnv128(full, len, h);
+    enc[100] = 0;
+    if (enc[99] == '%' || enc[98] == '%') /* never cut an escape in half */
+        enc[enc[99] == '%' ? 99 : 98] = 0;
+    snprintf(out, NAME_MAX + 1, "#%s~%016llx%016llx.lock", enc, (unsigned long long)h[0],
+             (unsigned long long)h[1]);
+}
+
+static char *full_name(struct file_state *s, const char *name)
+{
+    return dlock__sprintf("%s%s", s->prefix ? s->prefix : "", name);
+}
+
+/* ------------------------------------------------------ byte locks */
+
+static int range_lock(int fd, int cmd, short type, off_t start)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = 1};
+    int r;
+    while ((r = fcntl(fd, cmd, &fl)) < 0 && errno == EINTR && cmd == F_OFD_SETLKW)
+        ;
+    return r;
+}
+
+/* Read the header (meta lock held); 0 fields for a new empty file.
+ * Returns DLOCK_EWRONGTYPE for a file that is not ours, and checks the
+ * stored name against FULL when FULL is not NULL. */
+static int read_header(struct file_state *s, int fd, const char *path, const char *full,
+                       struct header *h)
+{
+    memset(h, 0, sizeof *h);
+    ssize_t n = pread(fd, h, sizeof *h, 0);
+    if (n < 0)
+        return dlock__errno(DLOCK_EIO, errno, "file lock %s: read", path);
+    if (n == 0)
+        return DLOCK_OK;
+    if ((size_t)n < sizeof *h || memcmp(h->magic, MAGIC, 8) != 0)
+        return dlock__err(DLOCK_EWRONGTYPE, "file %s in %s is not a dlock lock file (left intact)",
+                          path, s->dir);
+    if (full) {
+        size_t len = strlen(full);
+        char *stored = malloc(h->name_len + 1);
+        if (!stored)
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        n = h->name_len ? pread(fd, stored, h->name_len, sizeof *h) : 0;
+        bool same = n == (ssize_t)len && h->name_len == len && memcmp(stored, full, len) == 0;
+        free(stored);
+        if (h->name_len && !same)
+            return dlock__err(DLOCK_EWRONGTYPE,
+                              "file lock %s/%s belongs to another name (hash collision); "
+                              "rename the lock",
+                              s->dir, path);
+    }
+    return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------ open */
+
+static int check_dir(struct file_state *s, bool create)
+{
+    struct stat st;
+    if (stat(s->dir, &st) < 0) {
+        if (errno != ENOENT || !create)
+            return dlock__errno(dlock__errno_code(errno), errno, "lock directory %s", s->dir);
+        if (mkdir(s->dir, 0700) < 0 && errno != EEXIST)
+            return dlock__errno(dlock__errno_code(errno), errno, "cannot create lock directory %s",
+                                s->dir);
+        if (stat(s->dir, &st) < 0)
+            return dlock__errno(dlock__errno_code(errno), errno, "lock directory %s", s->dir);
+        if (create && st.st_uid != getuid())
+            return dlock__err(DLOCK_EACCES,
+                              "lock directory %s belongs to uid %u, not to you (uid %u); "
+                              "refusing to use it",
+                              s->dir, (unsigned)st.st_uid, (unsigned)getuid());
+    }
+    if (!S_ISDIR(st.st_mode))
+        return dlock__err(DLOCK_ENOENT, "lock directory %s is not a directory", s->dir);
+    if (create && st.st_uid != getuid())
+        return dlock__err(DLOCK_EACCES,
+                          "default lock directory %s belongs to uid %u, not to you (uid %u); "
+                          "refusing to use it",
+                          s->dir, (unsigned)st.st_uid, (unsigned)getuid());
+    s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (s->dirfd < 0)
+        return dlock__errno(dlock__errno_code(errno), errno, "lock directory %s", s->dir);
+    if (faccessat(s->dirfd, ".", W_OK | X_OK, AT_EACCESS) < 0)
+        return dlock__errno(DLOCK_EACCES, errno, "lock directory %s is not writable", s->dir);
+    return DLOCK_OK;
+}
+
+static void file_close(void *state)
+{
+    struct file_state *s = state;
+    if (!s)
+        return;
+    if (s->dirfd >= 0)
+        close(s->dirfd);
+    free(s->dir);
+    free(s);
+}
+
+static int file_open(dlock_client *c, void **state)
+{
+    struct dlock__url *u = &c->url;
+    for (size_t i = 0; i < u->nhosts; i++)
+        if (strcmp(u->hosts[i].host, "localhost") != 0 || u->hosts[i].port)
+            return dlock__err(DLOCK_EBADURL,
+                              "bad URL '%s': a file URL names a local directory, "
+                              "file:///dir (host '%s' given)",
+                              u->redacted, u->hosts[i].host);
+    if (!u->path || strcmp(u->path, "/") == 0)
+        return dlock__err(DLOCK_EBADURL,
+                          "bad URL '%s': a file URL needs a directory, e.g. file:///run/lock/myapp",
+                          u->redacted);
+    const char *create = dlock__url_param(u, "create_dir");
+    struct file_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    s->c = c;
+    s->dirfd = -1;
+    s->prefix = c->opts.key_prefix;
+    size_t len = strlen(u->path);
+    s->dir = strndup(u->path, len > 1 && u->path[len - 1] == '/' ? len - 1 : len);
+    if (gethostname(s->host, sizeof s->host) < 0)
+        strcpy(s->host, "localhost");
+    s->host[HOST_MAX - 1] = 0;
+    int rc = s->dir ? check_dir(s, create && strcmp(create, "1") == 0)
+                    : dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (rc) {
+        file_close(s);
+        return rc;
+    }
+    *state = s;
+    return DLOCK_OK;
+}
+
+/* Open the lock file for FULL, creating it. */
+static int open_lock_file(struct file_state *s, const char *full, int flags, char *fname, int *fd)
+{
+    file_name(full, fname);
+    *fd = openat(s->dirfd, fname, flags | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+    if (*fd < 0) {
+        if (errno == ENOENT && !(flags & O_CREAT))
+            return DLOCK_ENOENT; /* never locked: no message needed */
+        if (errno == ELOOP)
+            return dlock__err(DLOCK_EWRONGTYPE, "lock file %s/%s is a symlink (left intact)",
+                              s->dir, fname);
+        return dlock__errno(dlock__errno_code(errno), errno, "lock file %s/%s", s->dir, fname);
+    }
+    struct stat st;
+    if (fstat(*fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+        close(*fd);
+        return dlock__err(DLOCK_EWRONGTYPE, "%s/%s is not a regular file (left intact)", s->dir,
+                          fname);
+    }
+    return DLOCK_OK;
+}
+
+/* ------------------------------------------------------- acquiring */
+
+/* Issue the next token and record the holder (meta lock taken here). */
+static int stamp(struct file_state *s, int fd, const char *fname, const char *full,
+                 dlock_mode mode, uint64_t *token)
+{
+    if (range_lock(fd, F_OFD_SETLKW, F_WRLCK, META_BYTE) < 0)
+        return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: meta lock", s->dir, fname);
+    struct header h;
+    int rc = read_header(s, fd, fname, full, &h);
+    if (!rc) {
+        size_t len = strlen(full);
+        bool fresh = h.magic[0] == 0;
+        memcpy(h.magic, MAGIC, 8);
+        h.token++;
+        h.mode = mode;
+        h.pid = (uint32_t)getpid();
+        h.since_ms = dlock__wall_ms();
+        memcpy(h.host, s->host, HOST_MAX);
+        h.name_len = (uint32_t)len;
+        if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+            (fresh && pwrite(fd, full, len, sizeof h) != (ssize_t)len))
+            rc = dlock__errno(dlock__errno_code(errno), errno, "lock file %s/%s: write", s->dir,
+                              fname);
+        *token = h.token;
+    }
+    range_lock(fd, F_OFD_SETLK, F_UNLCK, META_BYTE);
+    return rc;
+}
+
+static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
+{
+    struct file_state *s = state;
+    char fname[NAME_MAX + 1];
+    char *full = full_name(s, hold->name);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    int fd = -1, ifd = -1;
+    int rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
+    short type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK;
+    while (!rc) {
+        if (range_lock(fd, F_OFD_SETLK, type, LOCK_BYTE) == 0)
+            break;
+        if (errno != EAGAIN && errno != EACCES) {
+            rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
+            break;
+        }
+        if (w->deadline == 0) {
+            rc = DLOCK_EBUSY;
+            break;
+        }
+        if (ifd < 0) {
+            /* Watch first, then try again: a release in between is seen. */
+            ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+            if (ifd < 0) {
+                rc = dlock__errno(DLOCK_EIO, errno,
+                                  "lock file %s/%s: inotify (see fs.inotify.max_user_instances)",
+                                  s->dir, fname);
+                break;
+            }
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+            if (inotify_add_watch(ifd, path, IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
+                rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: inotify watch", s->dir,
+                                  fname);
+                break;
+            }
+            continue;
+        }
+        rc = dlock__wait_poll(w, ifd, POLLIN, DLOCK__NEVER);
+        char buf[4096];
+        while (read(ifd, buf, sizeof buf) > 0)
+            ;
+    }
+    if (ifd >= 0)
+        close(ifd);
+    if (!rc)
+        rc = stamp(s, fd, fname, full, hold->mode, &hold->token);
+    free(full);
+    struct file_hold *fh = NULL;
+    if (!rc && !(fh = malloc(sizeof *fh)))
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (rc) {
+        if (fd >= 0)
+            close(fd); /* drops the lock if we got it */
+        return rc;
+    }
+    fh->fd = fd;
+    hold->bdata = fh;
+    snprintf(hold->owner, sizeof hold->owner, "%d@%s", (int)getpid(), s->host);
+    return DLOCK_OK;
+}
+
+static int file_release(void *state, struct dlock__hold *hold)
+{
+    (void)state;
+    struct file_hold *fh = hold->bdata;
+    if (!fh)
+        return DLOCK_OK;
+    /* Closing a descriptor opened for writing drops the OFD lock and
+     * raises IN_CLOSE_WRITE for the waiters. */
+    range_lock(fh->fd, F_OFD_SETLK, F_UNLCK, LOCK_BYTE);
+    close(fh->fd);
+    free(fh);
+    hold->bdata = NULL;
+    return DLOCK_OK;
+}
+
+/* ------------------------------------------------------ inspecting */
+
+static int file_inspect(void *state, const char *name, struct dlock_info *info)
+{
+    struct file_state *s = state;
+    char fname[NAME_MAX + 1];
+    char *full = full_name(s, name);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    int fd;
+    int rc = open_lock_file(s, full, O_RDWR, fname, &fd);
+    char *path = dlock__sprintf("%s/%s", s->dir, fname);
+    info->ttl_ms = DLOCK_VALID_FOREVER;
+    if (path)
+        dlock__info_set_key(info, path);
+    free(path);
+    if (rc == DLOCK_ENOENT) {
+        free(full);
+        return DLOCK_OK; /* never locked */
+    }
+    if (rc) {
+        free(full);
+        return rc;
+    }
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LOCK_BYTE, .l_len = 1};
+    if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
+        rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
+    struct header h;
+    if (!rc && range_lock(fd, F_OFD_SETLKW, F_RDLCK, META_BYTE) < 0)
+        rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: meta lock", s->dir, fname);
+    if (!rc) {
+        rc = read_header(s, fd, fname, full, &h);
+        range_lock(fd, F_OFD_SETLK, F_UNLCK, META_BYTE);
+    }
+    if (!rc) {
+        info->token = h.token;
+        info->held = fl.l_type != F_UNLCK;
+        info->mode = fl.l_type == F_RDLCK ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
+        if (info->held && h.pid) {
+            char who[HOST_MAX + 32];
+            snprintf(who, sizeof who, "%u@%.*s", (unsigned)h.pid, HOST_MAX, h.host);
+            /* Shared: the last of possibly several holders. */
+            rc = dlock__info_add_holder(info, who, 0);
+        }
+    }
+    close(fd);
+    free(full);
+    return rc;
+}
+
+static int file_force_release(void *state, const char *name)
+{
+    struct dlock_info info = {.nwaiters = -1};
+    int rc = file_inspect(state, name, &info);
+    if (!rc && info.held)
+        rc = dlock__err(DLOCK_ENOTSUP,
+                        "lock '%s' is held by %s; the file backend cannot take a lock from a "
+                        "live process (the kernel holds it): stop that process to free it",
+                        name, info.nholders ? info.holders[0].id : "a live process");
+    free(info.key);
+    for (size_t k = 0; k < info.nholders; k++)
+        free(info.holders[k].id);
+    free(info.holders);
+    return rc;
+}
+
+static int file_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    struct file_state *s = state;
+    int dfd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0)
+            close(dfd);
+        return dlock__errno(dlock__errno_code(errno), errno, "lock directory %s", s->dir);
+    }
+    size_t plen = s->prefix ? strlen(s->prefix) : 0;
+    int rc = DLOCK_OK;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 6 || strcmp(de->d_name + len - 5, ".lock") != 0)
+            continue;
+        int fd = openat(s->dirfd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        struct header h;
+        char *full = NULL;
+        if (pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, MAGIC, 8) == 0 &&
+            h.name_len <= DLOCK_NAME_MAX + 4096 && (full = calloc(1, h.name_len + 1)) &&
+            pread(fd, full, h.name_len, sizeof h) == (ssize_t)h.name_len &&
+            strlen(full) == h.name_len && (!plen || strncmp(full, s->prefix, plen) == 0) &&
+            dlock__glob(pattern, full + plen) && fn(full + plen, arg)) {
+            free(full);
+            close(fd);
+            break;
+        }
+        free(full);
+        close(fd);
+    }
+    closedir(d);
+    return rc;
+}
+
+static const char *const file_schemes[] = {"file", NULL};
+
+const struct dlock__backend dlock__backend_file = {
+    .version = DLOCK__BACKEND_VERSION,
+    .name = "file",
+    .schemes = file_schemes,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LIST | DLOCK__CAP_FORCE,
+    .default_port = 0,
+    .open = file_open,
+    .close = file_close,
+    .acquire = file_acquire,
+    .release = file_release,
+    .renew = NULL,
+    .inspect = file_inspect,
+    .force_release = file_force_release,
+    .list = file_list,
+};

@@ -1,0 +1,286 @@
+/* client.c -- a client: one URL, one backend connection, one registry of
+ * names, one keeper thread. Options are set one at a time before
+ * connecting, from the URL's query first and setopt calls after, so a
+ * program can override what an operator wrote in DLOCK_URL.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "internal.h"
+
+#define DEFAULT_LEASE_MS 30000
+#define DEFAULT_TIMEOUT_MS 5000
+
+int dlock__check_client(const struct dlock_client *c)
+{
+    if (!c)
+        return dlock__err(DLOCK_EINVAL, "client is NULL");
+    if (c->pid != getpid())
+        return dlock__err(DLOCK_EMISUSE,
+                          "client for %s was made by process %d; a child after fork() must "
+                          "open its own client",
+                          c->url.redacted, (int)c->pid);
+    return DLOCK_OK;
+}
+
+/* The file backend's default directory: $XDG_RUNTIME_DIR/dlock, else
+ * /tmp/dlock-<uid>. */
+static char *default_url(void)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (xdg && *xdg == '/')
+        return dlock__sprintf("file://%s/dlock?create_dir=1", xdg);
+    return dlock__sprintf("file:///tmp/dlock-%u?create_dir=1", (unsigned)getuid());
+}
+
+static int set_str(char **slot, const char *value)
+{
+    char *copy = NULL;
+    if (value && !(copy = strdup(value)))
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    free(*slot);
+    *slot = copy;
+    return DLOCK_OK;
+}
+
+static char **str_slot(dlock_client *c, dlock_option opt)
+{
+    switch (opt) {
+    case DLOCK_OPT_KEY_PREFIX:
+        return &c->opts.key_prefix;
+    case DLOCK_OPT_USER:
+        return &c->opts.user;
+    case DLOCK_OPT_PASSWORD:
+        return &c->opts.password;
+    case DLOCK_OPT_LAYOUT:
+        return &c->opts.layout;
+    case DLOCK_OPT_TLS_CA:
+        return &c->opts.tls_ca;
+    case DLOCK_OPT_TLS_CERT:
+        return &c->opts.tls_cert;
+    case DLOCK_OPT_TLS_KEY:
+        return &c->opts.tls_key;
+    default:
+        return NULL;
+    }
+}
+
+static int64_t *int_slot(dlock_client *c, dlock_option opt)
+{
+    switch (opt) {
+    case DLOCK_OPT_LEASE_MS:
+        return &c->opts.lease_ms;
+    case DLOCK_OPT_CONNECT_TIMEOUT_MS:
+        return &c->opts.connect_timeout_ms;
+    case DLOCK_OPT_OP_TIMEOUT_MS:
+        return &c->opts.op_timeout_ms;
+    case DLOCK_OPT_DRIFT_MS:
+        return &c->opts.drift_ms;
+    default:
+        return NULL;
+    }
+}
+
+int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value)
+{
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (c->connected)
+        return dlock__err(DLOCK_EMISUSE, "%s: options must be set before connecting",
+                          c->url.redacted);
+    int64_t *slot = int_slot(c, opt);
+    if (!slot)
+        return dlock__err(DLOCK_EINVAL, "option %d is not an integer option", (int)opt);
+    if (value < 0 || (value == 0 && opt != DLOCK_OPT_DRIFT_MS) || value > 365LL * 86400000)
+        return dlock__err(DLOCK_EINVAL, "option %d: %lld ms is out of range", (int)opt,
+                          (long long)value);
+    *slot = value;
+    return DLOCK_OK;
+}
+
+int dlock_client_setopt_str(dlock_client *c, dlock_option opt, const char *value)
+{
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (c->connected)
+        return dlock__err(DLOCK_EMISUSE, "%s: options must be set before connecting",
+                          c->url.redacted);
+    char **slot = str_slot(c, opt);
+    if (!slot)
+        return dlock__err(DLOCK_EINVAL, "option %d is not a string option", (int)opt);
+    return set_str(slot, value);
+}
+
+/* The generic URL options, consumed here; backends consume their own. */
+static int apply_url_options(dlock_client *c)
+{
+    static const struct {
+        const char *key;
+        dlock_option opt;
+    } durations[] = {{"lease", DLOCK_OPT_LEASE_MS},
+                     {"connect_timeout", DLOCK_OPT_CONNECT_TIMEOUT_MS},
+                     {"timeout", DLOCK_OPT_OP_TIMEOUT_MS},
+                     {"drift", DLOCK_OPT_DRIFT_MS}},
+      strings[] = {{"prefix", DLOCK_OPT_KEY_PREFIX},   {"layout", DLOCK_OPT_LAYOUT},
+                   {"user", DLOCK_OPT_USER},           {"password", DLOCK_OPT_PASSWORD},
+                   {"tls_ca", DLOCK_OPT_TLS_CA},       {"tls_cert", DLOCK_OPT_TLS_CERT},
+                   {"tls_key", DLOCK_OPT_TLS_KEY}};
+    if (c->url.user && set_str(&c->opts.user, c->url.user))
+        return DLOCK_ENOMEM;
+    if (c->url.password && set_str(&c->opts.password, c->url.password))
+        return DLOCK_ENOMEM;
+    for (size_t i = 0; i < sizeof durations / sizeof *durations; i++) {
+        const char *v = dlock__url_param(&c->url, durations[i].key);
+        if (!v)
+            continue;
+        int64_t ms = dlock__parse_duration(v);
+        if (ms < 0 || (ms == 0 && durations[i].opt != DLOCK_OPT_DRIFT_MS))
+            return dlock__err(DLOCK_EBADURL,
+                              "bad URL '%s': %s=%s is not a duration (e.g. 500ms, 10s, 1m)",
+                              c->url.redacted, durations[i].key, v);
+        *int_slot(c, durations[i].opt) = ms;
+    }
+    for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) {
+        const char *v = dlock__url_param(&c->url, strings[i].key);
+        if (v && set_str(str_slot(c, strings[i].opt), v))
+            return DLOCK_ENOMEM;
+    }
+    return DLOCK_OK;
+}
+
+int dlock_client_new(const char *url, dlock_client **out)
+{
+    if (!out)
+        return dlock__err(DLOCK_EINVAL, "dlock_client_new: out is NULL");
+    *out = NULL;
+    char *def = NULL;
+    if (!url || !*url) {
+        if (!(def = default_url()))
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        url = def;
+    }
+    dlock_client *c = calloc(1, sizeof *c);
+    if (!c) {
+        free(def);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    c->pid = getpid();
+    c->opts.lease_ms = DEFAULT_LEASE_MS;
+    c->opts.connect_timeout_ms = DEFAULT_TIMEOUT_MS;
+    c->opts.op_timeout_ms = DEFAULT_TIMEOUT_MS;
+    c->opts.drift_ms = -1; /* derived from the lease unless set */
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->keeper_cv, &ca);
+    pthread_cond_init(&c->renew_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    c->buckets = calloc(DLOCK__BUCKETS, sizeof *c->buckets);
+    int rc = c->buckets ? dlock__url_parse(url, &c->url) : dlock__err(DLOCK_ENOMEM, "out of memory");
+    free(def);
+    if (!rc)
+        c->be = dlock__backend_find(c->url.scheme, &rc);
+    if (!rc)
+        rc = apply_url_options(c);
+    if (rc) {
+        dlock_client_close(c);
+        return rc;
+    }
+    *out = c;
+    return DLOCK_OK;
+}
+
+int dlock_client_connect(dlock_client *c)
+{
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (c->connected)
+        return dlock__err(DLOCK_EMISUSE, "%s: already connected", c->url.redacted);
+    if (c->opts.drift_ms < 0)
+        c->opts.drift_ms = 2 + c->opts.lease_ms / 100;
+    if (c->opts.drift_ms >= c->opts.lease_ms)
+        return dlock__err(DLOCK_EINVAL, "%s: drift margin %lld ms is not shorter than the lease",
+                          c->url.redacted, (long long)c->opts.drift_ms);
+    for (size_t i = 0; i < c->url.nhosts; i++)
+        if (!c->url.hosts[i].port)
+            c->url.hosts[i].port = c->be->default_port;
+    rc = c->be->open(c, &c->bstate);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < c->url.nparams; i++)
+        if (!c->url.params[i].used) {
+            c->be->close(c->bstate);
+            c->bstate = NULL;
+            return dlock__err(DLOCK_EBADURL, "bad URL '%s': unknown option '%s' for the %s backend",
+                              c->url.redacted, c->url.params[i].key, c->be->name);
+        }
+    c->connected = true;
+    return DLOCK_OK;
+}
+
+int dlock_open(const char *url, dlock_client **out)
+{
+    int rc = dlock_client_new(url, out);
+    if (rc)
+        return rc;
+    rc = dlock_client_connect(*out);
+    if (rc) {
+        char msg[1024];
+        strncpy(msg, dlock_errmsg(), sizeof msg - 1);
+        msg[sizeof msg - 1] = 0;
+        dlock_client_close(*out);
+        *out = NULL;
+        dlock__err(rc, "%s", msg);
+    }
+    return rc;
+}
+
+const char *dlock_client_url(const dlock_client *c)
+{
+    return c ? c->url.redacted : NULL;
+}
+
+const char *dlock_client_backend(const dlock_client *c)
+{
+    return c && c->be ? c->be->name : NULL;
+}
+
+void dlock_client_close(dlock_client *c)
+{
+    if (!c)
+        return;
+    if (c->pid == getpid()) {
+        if (c->connected)
+            dlock__release_all(c);
+        dlock__keeper_stop(c);
+        if (c->bstate)
+            c->be->close(c->bstate);
+    }
+    if (c->buckets) {
+        for (size_t i = 0; i < DLOCK__BUCKETS; i++)
+            while (c->buckets[i]) {
+                struct dlock__entry *e = c->buckets[i];
+                c->buckets[i] = e->next;
+                free(e->name);
+                free(e);
+            }
+        free(c->buckets);
+    }
+    dlock__url_free(&c->url);
+    char **strs[] = {&c->opts.key_prefix, &c->opts.user,    &c->opts.password, &c->opts.layout,
+                     &c->opts.tls_ca,     &c->opts.tls_cert, &c->opts.tls_key};
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
+        free(*strs[i]);
+    pthread_cond_destroy(&c->keeper_cv);
+    pthread_cond_destroy(&c->renew_cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}

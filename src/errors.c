@@ -1,0 +1,99 @@
+/* errors.c -- the error table's functions and the per-thread message.
+ *
+ * The enum, dlock_strerror() and dlock_err_name() all come from
+ * DLOCK_ERRNO_MAP in dlock.h, so they cannot drift apart. The message of
+ * the last failure lives in thread-local storage: a client is shared by
+ * threads, so a per-client message would be overwritten by another
+ * thread's failure before the first one read it.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+
+static _Thread_local char last_msg[1024];
+
+const char *dlock_strerror(int err)
+{
+    switch (err) {
+    case DLOCK_OK:
+        return "success";
+#define DLOCK__ERR_TEXT(name, code, text) \
+    case DLOCK_##name:                    \
+        return text;
+        DLOCK_ERRNO_MAP(DLOCK__ERR_TEXT)
+#undef DLOCK__ERR_TEXT
+    }
+    return "unknown error";
+}
+
+const char *dlock_err_name(int err)
+{
+    switch (err) {
+    case DLOCK_OK:
+        return "DLOCK_OK";
+#define DLOCK__ERR_NAME(name, code, text) \
+    case DLOCK_##name:                    \
+        return "DLOCK_" #name;
+        DLOCK_ERRNO_MAP(DLOCK__ERR_NAME)
+#undef DLOCK__ERR_NAME
+    }
+    return "DLOCK_E?";
+}
+
+const char *dlock_errmsg(void)
+{
+    return last_msg;
+}
+
+static void vset(const char *fmt, va_list ap)
+{
+    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+}
+
+int dlock__err(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vset(fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+int dlock__errno(int err, int errnum, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vset(fmt, ap);
+    va_end(ap);
+    size_t len = strlen(last_msg);
+    snprintf(last_msg + len, sizeof last_msg - len, ": %s", strerror(errnum));
+    return err;
+}
+
+int dlock__errno_code(int errnum)
+{
+    switch (errnum) {
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        return DLOCK_EACCES;
+    case ENOENT:
+    case ENOTDIR:
+        return DLOCK_ENOENT;
+    case ENOMEM:
+        return DLOCK_ENOMEM;
+    case ENAMETOOLONG:
+    case EINVAL:
+        return DLOCK_EINVAL;
+    case ECONNREFUSED:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ETIMEDOUT:
+        return DLOCK_ECONN;
+    default:
+        return DLOCK_EIO;
+    }
+}

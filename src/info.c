@@ -1,0 +1,166 @@
+/* info.c -- looking at names without taking them: inspect, list, and the
+ * operator's force-release. The snapshot is opaque with getters so that
+ * adding a field never breaks a program built against an older header. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "internal.h"
+
+static int check_args(dlock_client *c, const char *name)
+{
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (!c->connected)
+        return dlock__err(DLOCK_EMISUSE, "%s: connect the client first", c->url.redacted);
+    if (name && !*name)
+        return dlock__err(DLOCK_EINVAL, "lock name is empty");
+    if (name && strnlen(name, DLOCK_NAME_MAX + 1) > DLOCK_NAME_MAX)
+        return dlock__err(DLOCK_EINVAL, "lock name '%.40s...' is longer than %d bytes", name,
+                          DLOCK_NAME_MAX);
+    return DLOCK_OK;
+}
+
+int dlock_inspect(dlock_client *c, const char *name, dlock_info **out)
+{
+    if (!out || !name)
+        return dlock__err(DLOCK_EINVAL, "dlock_inspect: NULL argument");
+    *out = NULL;
+    int rc = check_args(c, name);
+    if (rc)
+        return rc;
+    dlock_info *i = calloc(1, sizeof *i);
+    if (!i)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    i->ttl_ms = -1;
+    i->nwaiters = -1;
+    rc = c->be->inspect(c->bstate, name, i);
+    if (rc) {
+        dlock_info_free(i);
+        return rc;
+    }
+    *out = i;
+    return DLOCK_OK;
+}
+
+void dlock_info_free(dlock_info *i)
+{
+    if (!i)
+        return;
+    free(i->key);
+    for (size_t k = 0; k < i->nholders; k++)
+        free(i->holders[k].id);
+    free(i->holders);
+    for (long k = 0; k < i->nwaiters; k++)
+        free(i->waiters[k]);
+    free(i->waiters);
+    free(i);
+}
+
+int dlock__info_set_key(struct dlock_info *i, const char *key)
+{
+    free(i->key);
+    i->key = strdup(key);
+    return i->key ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
+}
+
+int dlock__info_add_holder(struct dlock_info *i, const char *id, unsigned count)
+{
+    struct dlock__who *n = realloc(i->holders, (i->nholders + 1) * sizeof *n);
+    if (!n)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    i->holders = n;
+    if (!(n[i->nholders].id = strdup(id)))
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    n[i->nholders++].count = count;
+    return DLOCK_OK;
+}
+
+int dlock__info_add_waiter(struct dlock_info *i, const char *id)
+{
+    long have = i->nwaiters < 0 ? 0 : i->nwaiters;
+    char **n = realloc(i->waiters, (size_t)(have + 1) * sizeof *n);
+    if (!n)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    i->waiters = n;
+    if (!(n[have] = strdup(id)))
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    i->nwaiters = have + 1;
+    return DLOCK_OK;
+}
+
+int dlock_info_held(const dlock_info *i)
+{
+    return i ? i->held : 0;
+}
+
+dlock_mode dlock_info_mode(const dlock_info *i)
+{
+    return i ? i->mode : DLOCK_EXCLUSIVE;
+}
+
+uint64_t dlock_info_token(const dlock_info *i)
+{
+    return i ? i->token : 0;
+}
+
+int64_t dlock_info_ttl_ms(const dlock_info *i)
+{
+    return i ? i->ttl_ms : -1;
+}
+
+const char *dlock_info_key(const dlock_info *i)
+{
+    return i && i->key ? i->key : "";
+}
+
+size_t dlock_info_holder_count(const dlock_info *i)
+{
+    return i ? i->nholders : 0;
+}
+
+const char *dlock_info_holder(const dlock_info *i, size_t k, unsigned *count)
+{
+    if (!i || k >= i->nholders)
+        return NULL;
+    if (count)
+        *count = i->holders[k].count;
+    return i->holders[k].id;
+}
+
+long dlock_info_waiter_count(const dlock_info *i)
+{
+    return i ? i->nwaiters : -1;
+}
+
+const char *dlock_info_waiter(const dlock_info *i, size_t k)
+{
+    if (!i || i->nwaiters < 0 || k >= (size_t)i->nwaiters)
+        return NULL;
+    return i->waiters[k];
+}
+
+int dlock_force_release(dlock_client *c, const char *name)
+{
+    if (!name)
+        return dlock__err(DLOCK_EINVAL, "dlock_force_release: name is NULL");
+    int rc = check_args(c, name);
+    if (rc)
+        return rc;
+    if (!c->be->force_release || !(c->be->caps & DLOCK__CAP_FORCE))
+        return dlock__err(DLOCK_ENOTSUP, "the %s backend cannot force-release locks", c->be->name);
+    return c->be->force_release(c->bstate, name);
+}
+
+int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    if (!fn)
+        return dlock__err(DLOCK_EINVAL, "dlock_list: callback is NULL");
+    int rc = check_args(c, NULL);
+    if (rc)
+        return rc;
+    if (!c->be->list || !(c->be->caps & DLOCK__CAP_LIST))
+        return dlock__err(DLOCK_ENOTSUP, "the %s backend cannot list locks", c->be->name);
+    return c->be->list(c->bstate, pattern, fn, arg);
+}

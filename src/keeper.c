@@ -1,0 +1,207 @@
+/* keeper.c -- the one thread per client that acts without a caller.
+ *
+ * It renews every leased hold of the client at lease/3, handing the
+ * backend all holds that are due in one renew() call so it can pipeline
+ * them; declares a hold lost when the backend says it is gone or when its
+ * validity deadline (send time of the last confirmed acquire or renewal +
+ * lease - drift, on the monotonic clock) passes unconfirmed; and runs each
+ * lost callback exactly once. It sleeps on a condition variable until the
+ * next renewal or deadline is due, so an idle client costs nothing.
+ * Started with the first leased hold; stopped when the client closes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+#include "internal.h"
+
+void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms)
+{
+    if (!h->lease_ms)
+        return;
+    pthread_mutex_lock(&c->mu);
+    h->valid_until = sent_ms + h->lease_ms - c->opts.drift_ms;
+    h->renew_at = h->fixed_lease ? DLOCK__NEVER : sent_ms + h->lease_ms / 3;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void mark_lost(dlock_client *c, struct dlock__hold *h, const char *why)
+{
+    (void)c;
+    if (h->state == DLOCK__LOST)
+        return;
+    h->state = DLOCK__LOST;
+    free(h->lost_why);
+    h->lost_why = strdup(why && *why ? why : "no reason given");
+}
+
+void dlock__hold_lost(struct dlock_client *c, struct dlock__hold *h, const char *why)
+{
+    pthread_mutex_lock(&c->mu);
+    if (h) {
+        mark_lost(c, h, why);
+    } else {
+        for (size_t b = 0; b < DLOCK__BUCKETS; b++)
+            for (struct dlock__entry *e = c->buckets[b]; e; e = e->next)
+                for (struct dlock__hold *x = e->holds; x; x = x->next)
+                    mark_lost(c, x, why);
+    }
+    if (c->keeper_running)
+        pthread_cond_signal(&c->keeper_cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void dlock__keeper_kick(struct dlock_client *c)
+{
+    pthread_cond_signal(&c->keeper_cv);
+}
+
+struct lost_call {
+    dlock_lost_fn fn;
+    dlock_lock *l;
+    void *arg;
+    char *why;
+};
+
+/* One pass over the holds (mutex held): expire, collect due renewals and
+ * lost callbacks, and return when the next pass is due. */
+static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, size_t *cap,
+                    struct lost_call **calls, size_t *ncalls, size_t *ccap)
+{
+    int64_t now = dlock__now_ms(), next = DLOCK__NEVER;
+    for (size_t b = 0; b < DLOCK__BUCKETS; b++)
+        for (struct dlock__entry *e = c->buckets[b]; e; e = e->next)
+            for (struct dlock__hold *h = e->holds; h; h = h->next) {
+                if (h->state == DLOCK__HELD && h->lease_ms && now >= h->valid_until) {
+                    char why[200];
+                    if (h->fixed_lease)
+                        snprintf(why, sizeof why, "its fixed lease of %lld ms ended",
+                                 (long long)h->lease_ms);
+                    else
+                        snprintf(why, sizeof why,
+                                 "no renewal was confirmed by its validity deadline "
+                                 "(lease %lld ms)",
+                                 (long long)h->lease_ms);
+                    mark_lost(c, h, why);
+                }
+                if (h->state == DLOCK__LOST) {
+                    if (!h->lost_reported) {
+                        h->lost_reported = true;
+                        if (h->via && h->via->lost_fn) {
+                            if (*ncalls == *ccap) {
+                                *ccap = *ccap ? *ccap * 2 : 8;
+                                *calls = realloc(*calls, *ccap * sizeof **calls);
+                            }
+                            (*calls)[(*ncalls)++] = (struct lost_call){
+                                h->via->lost_fn, h->via, h->via->lost_arg, strdup(h->lost_why)};
+                        }
+                    }
+                    continue;
+                }
+                if (!h->lease_ms || h->renewing)
+                    continue;
+                if (h->valid_until < next)
+                    next = h->valid_until;
+                if (h->renew_at <= now) {
+                    if (*ndue == *cap) {
+                        *cap = *cap ? *cap * 2 : 64;
+                        *due = realloc(*due, *cap * sizeof **due);
+                    }
+                    (*due)[(*ndue)++] = h;
+                    h->renewing = true;
+                } else if (h->renew_at < next) {
+                    next = h->renew_at;
+                }
+            }
+    return next;
+}
+
+static void *keeper_main(void *arg)
+{
+    dlock_client *c = arg;
+    struct dlock__hold **due = NULL;
+    int *results = NULL;
+    struct lost_call *calls = NULL;
+    size_t cap = 0, rcap = 0, ccap = 0;
+    pthread_mutex_lock(&c->mu);
+    while (!c->keeper_stop) {
+        size_t ndue = 0, ncalls = 0;
+        int64_t next = scan(c, &due, &ndue, &cap, &calls, &ncalls, &ccap);
+        if (ncalls) {
+            pthread_mutex_unlock(&c->mu);
+            for (size_t i = 0; i < ncalls; i++) {
+                calls[i].fn(calls[i].l, calls[i].why, calls[i].arg);
+                free(calls[i].why);
+            }
+            pthread_mutex_lock(&c->mu);
+        }
+        if (ndue) {
+            if (rcap < ndue) {
+                rcap = cap;
+                results = realloc(results, rcap * sizeof *results);
+            }
+            for (size_t i = 0; i < ndue; i++)
+                results[i] = DLOCK_EIO;
+            pthread_mutex_unlock(&c->mu);
+            if (c->be->renew)
+                c->be->renew(c->bstate, due, ndue, results);
+            const char *msg = dlock_errmsg();
+            pthread_mutex_lock(&c->mu);
+            int64_t now = dlock__now_ms();
+            for (size_t i = 0; i < ndue; i++) {
+                struct dlock__hold *h = due[i];
+                h->renewing = false;
+                if (results[i] == DLOCK_ELOST)
+                    mark_lost(c, h, msg);
+                else if (results[i] != DLOCK_OK) {
+                    /* Transient: try again soon, until the deadline. */
+                    int64_t retry = h->lease_ms / 10 < 1000 ? h->lease_ms / 10 : 1000;
+                    h->renew_at = now + (retry > 10 ? retry : 10);
+                }
+            }
+            pthread_cond_broadcast(&c->renew_cv);
+            continue;
+        }
+        if (ncalls)
+            continue;
+        if (next == DLOCK__NEVER) {
+            pthread_cond_wait(&c->keeper_cv, &c->mu);
+        } else {
+            struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000L};
+            pthread_cond_timedwait(&c->keeper_cv, &c->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(due);
+    free(results);
+    free(calls);
+    return NULL;
+}
+
+int dlock__keeper_start(struct dlock_client *c)
+{
+    if (c->keeper_running)
+        return DLOCK_OK;
+    c->keeper_stop = false;
+    int err = pthread_create(&c->keeper, NULL, keeper_main, c);
+    if (err)
+        return dlock__errno(DLOCK_ENOMEM, err, "%s: cannot start the keeper thread",
+                            c->url.redacted);
+    c->keeper_running = true;
+    return DLOCK_OK;
+}
+
+void dlock__keeper_stop(struct dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool running = c->keeper_running;
+    c->keeper_stop = true;
+    pthread_cond_signal(&c->keeper_cv);
+    pthread_mutex_unlock(&c->mu);
+    if (running)
+        pthread_join(c->keeper, NULL);
+    c->keeper_running = false;
+}

@@ -1,0 +1,463 @@
+/* lock.c -- lock handles, the per-name registry, reentrancy and the local
+ * queue.
+ *
+ * Holds are kept per (client, name, thread) in the client's registry, not
+ * per handle: two handles on one name used by one thread re-enter rather
+ * than deadlock against each other, and the keeper finds every hold in one
+ * place. A handle is a view on a registry entry plus its own options (lease,
+ * lost callback) and the list of acquires in progress through it, which is
+ * what dlock_lock_cancel() reaches.
+ *
+ * For backends whose server sees one owner per client and name (an etcd
+ * lease, a ZooKeeper session: DLOCK__CAP_CLIENT_OWNER), threads of the
+ * client first queue here, so a second thread never believes it holds the
+ * key the first one holds.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "internal.h"
+
+unsigned dlock__hash(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* Find or make the entry for NAME (client mutex held). */
+static struct dlock__entry *entry_get(dlock_client *c, const char *name)
+{
+    struct dlock__entry **b = &c->buckets[dlock__hash(name) % DLOCK__BUCKETS];
+    for (struct dlock__entry *e = *b; e; e = e->next)
+        if (strcmp(e->name, name) == 0)
+            return e;
+    struct dlock__entry *e = calloc(1, sizeof *e);
+    if (!e || !(e->name = strdup(name))) {
+        free(e);
+        return NULL;
+    }
+    e->next = *b;
+    *b = e;
+    return e;
+}
+
+/* Drop a reference; free the entry once nothing uses it (mutex held). */
+static void entry_put(dlock_client *c, struct dlock__entry *e)
+{
+    if (--e->refs || e->holds || e->busy)
+        return;
+    struct dlock__entry **p = &c->buckets[dlock__hash(e->name) % DLOCK__BUCKETS];
+    while (*p != e)
+        p = &(*p)->next;
+    *p = e->next;
+    free(e->name);
+    free(e);
+}
+
+static struct dlock__hold *hold_of(struct dlock__entry *e, long tid)
+{
+    for (struct dlock__hold *h = e->holds; h; h = h->next)
+        if (h->tid == tid)
+            return h;
+    return NULL;
+}
+
+static void hold_free(struct dlock__hold *h)
+{
+    if (h) {
+        free(h->lost_why);
+        free(h);
+    }
+}
+
+static int check_name(const char *name)
+{
+    if (!name || !*name)
+        return dlock__err(DLOCK_EINVAL, "lock name is empty");
+    size_t len = strnlen(name, DLOCK_NAME_MAX + 1);
+    if (len > DLOCK_NAME_MAX)
+        return dlock__err(DLOCK_EINVAL, "lock name '%.40s...' is longer than %d bytes", name,
+                          DLOCK_NAME_MAX);
+    return DLOCK_OK;
+}
+
+int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, dlock_lock **out)
+{
+    if (!out)
+        return dlock__err(DLOCK_EINVAL, "dlock_lock_new: out is NULL");
+    *out = NULL;
+    int rc = dlock__check_client(c);
+    if (rc || (rc = check_name(name)))
+        return rc;
+    if (!c->connected)
+        return dlock__err(DLOCK_EMISUSE, "%s: connect the client before making locks",
+                          c->url.redacted);
+    if (mode != DLOCK_EXCLUSIVE && mode != DLOCK_SHARED)
+        return dlock__err(DLOCK_EINVAL, "lock '%s': unknown mode %d", name, (int)mode);
+    if (mode == DLOCK_SHARED && !(c->be->caps & DLOCK__CAP_SHARED))
+        return dlock__err(DLOCK_ENOTSUP, "lock '%s': the %s backend has no shared mode yet", name,
+                          c->be->name);
+    dlock_lock *l = calloc(1, sizeof *l);
+    if (!l)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_lock(&c->mu);
+    struct dlock__entry *e = entry_get(c, name);
+    if (e)
+        e->refs++;
+    pthread_mutex_unlock(&c->mu);
+    if (!e) {
+        free(l);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    l->c = c;
+    l->e = e;
+    l->mode = mode;
+    *out = l;
+    return DLOCK_OK;
+}
+
+int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags)
+{
+    if (!l)
+        return dlock__err(DLOCK_EINVAL, "lock is NULL");
+    if (lease_ms < 0 || (flags & ~DLOCK_LEASE_FIXED))
+        return dlock__err(DLOCK_EINVAL, "lock '%s': bad lease %lld ms or flags %#x", l->e->name,
+                          (long long)lease_ms, flags);
+    pthread_mutex_lock(&l->c->mu);
+    l->lease_ms = lease_ms;
+    l->fixed_lease = flags & DLOCK_LEASE_FIXED;
+    pthread_mutex_unlock(&l->c->mu);
+    return DLOCK_OK;
+}
+
+int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg)
+{
+    if (!l)
+        return dlock__err(DLOCK_EINVAL, "lock is NULL");
+    pthread_mutex_lock(&l->c->mu);
+    l->lost_fn = fn;
+    l->lost_arg = arg;
+    pthread_mutex_unlock(&l->c->mu);
+    return DLOCK_OK;
+}
+
+const char *dlock_lock_name(const dlock_lock *l)
+{
+    return l ? l->e->name : NULL;
+}
+
+dlock_mode dlock_lock_mode(const dlock_lock *l)
+{
+    return l ? l->mode : DLOCK_EXCLUSIVE;
+}
+
+static void waitref_remove(struct dlock__waitref **list, struct dlock__waitref *r)
+{
+    while (*list && *list != r)
+        list = &(*list)->next;
+    if (*list)
+        *list = r->next;
+}
+
+int dlock_lock_cancel(dlock_lock *l)
+{
+    if (!l)
+        return dlock__err(DLOCK_EINVAL, "lock is NULL");
+    pthread_mutex_lock(&l->c->mu);
+    for (struct dlock__waitref *r = l->waits; r; r = r->next)
+        dlock__wait_cancel(r->w);
+    pthread_mutex_unlock(&l->c->mu);
+    return DLOCK_OK;
+}
+
+/* CLIENT_OWNER backends: wait until no other thread of this client holds
+ * or is acquiring the name, then claim it (mutex held on entry and exit). */
+static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wait *w)
+{
+    struct dlock__waitref me = {w, NULL};
+    int rc = DLOCK_OK;
+    while (e->busy) {
+        unsigned seq = dlock__wait_seq(w);
+        me.next = e->local_waiters;
+        e->local_waiters = &me;
+        pthread_mutex_unlock(&c->mu);
+        rc = dlock__wait_sleep(w, seq, DLOCK__NEVER);
+        pthread_mutex_lock(&c->mu);
+        waitref_remove(&e->local_waiters, &me);
+        if (rc)
+            return rc;
+    }
+    e->busy = true;
+    return DLOCK_OK;
+}
+
+static void local_dequeue(struct dlock__entry *e)
+{
+    e->busy = false;
+    for (struct dlock__waitref *r = e->local_waiters; r; r = r->next)
+        dlock__wait_wake(r->w);
+}
+
+int dlock_acquire(dlock_lock *l, int64_t wait_ms)
+{
+    if (!l)
+        return dlock__err(DLOCK_EINVAL, "lock is NULL");
+    dlock_client *c = l->c;
+    struct dlock__entry *e = l->e;
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    long tid = dlock__tid();
+    bool client_owner = c->be->caps & DLOCK__CAP_CLIENT_OWNER;
+    struct dlock__wait w;
+    dlock__wait_init(&w, dlock__deadline(wait_ms));
+    struct dlock__waitref ref = {&w, NULL};
+
+    pthread_mutex_lock(&c->mu);
+    struct dlock__hold *h = hold_of(e, tid);
+    if (h) {
+        if (h->state == DLOCK__LOST)
+            rc = dlock__err(DLOCK_ELOST, "lock '%s': this thread's hold was lost (%s); release it "
+                                         "before acquiring again",
+                            e->name, h->lost_why ? h->lost_why : "no reason given");
+        else if (h->mode != l->mode)
+            rc = dlock__err(DLOCK_EMISUSE, "lock '%s': this thread holds it %s; re-entry must "
+                                           "use the same mode",
+                            e->name, h->mode == DLOCK_SHARED ? "shared" : "exclusive");
+        else if (h->count == UINT32_MAX)
+            rc = dlock__err(DLOCK_EINVAL, "lock '%s': hold count overflow", e->name);
+        else
+            h->count++;
+        pthread_mutex_unlock(&c->mu);
+        dlock__wait_destroy(&w);
+        return rc;
+    }
+    e->refs++;
+    ref.next = l->waits;
+    l->waits = &ref;
+    bool claimed = false;
+    if (client_owner)
+        claimed = (rc = local_queue(c, e, &w)) == DLOCK_OK;
+    int64_t lease = l->lease_ms ? l->lease_ms : c->opts.lease_ms;
+    bool fixed = l->fixed_lease;
+    pthread_mutex_unlock(&c->mu);
+
+    if (!rc) {
+        h = calloc(1, sizeof *h);
+        if (!h)
+            rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    if (!rc) {
+        h->entry = e;
+        h->name = e->name;
+        h->mode = l->mode;
+        h->tid = tid;
+        h->count = 1;
+        h->via = l;
+        bool leases = c->be->caps & DLOCK__CAP_LEASES;
+        h->lease_ms = leases ? lease : 0;
+        h->fixed_lease = fixed;
+        h->valid_until = DLOCK__NEVER;
+        h->renew_at = DLOCK__NEVER;
+        h->state = DLOCK__HELD;
+        rc = c->be->acquire(c->bstate, h, &w);
+    }
+
+    pthread_mutex_lock(&c->mu);
+    waitref_remove(&l->waits, &ref);
+    if (rc == DLOCK_OK) {
+        h->next = e->holds;
+        e->holds = h;
+        if (h->lease_ms) {
+            c->nholds++;
+            rc = dlock__keeper_start(c);
+            dlock__keeper_kick(c);
+            if (rc) {
+                /* No keeper, no renewals: say so rather than hold blindly. */
+                char msg[512];
+                snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+                e->holds = h->next;
+                c->nholds--;
+                pthread_mutex_unlock(&c->mu);
+                c->be->release(c->bstate, h);
+                pthread_mutex_lock(&c->mu);
+                hold_free(h);
+                h = NULL;
+                rc = dlock__err(rc, "%s", msg);
+            }
+        }
+    } else {
+        hold_free(h);
+        h = NULL;
+    }
+    if (rc && claimed)
+        local_dequeue(e);
+    entry_put(c, e);
+    pthread_mutex_unlock(&c->mu);
+    dlock__wait_destroy(&w);
+    if (rc == DLOCK_ETIMEDOUT && wait_ms == 0)
+        rc = dlock__err(DLOCK_EBUSY, "lock '%s' is held by another owner", e->name);
+    else if (rc == DLOCK_ETIMEDOUT)
+        rc = dlock__err(DLOCK_ETIMEDOUT, "lock '%s': still held by another owner after %lld ms",
+                        e->name, (long long)wait_ms);
+    else if (rc == DLOCK_ECANCELED)
+        rc = dlock__err(DLOCK_ECANCELED, "lock '%s': wait canceled", e->name);
+    else if (rc == DLOCK_EBUSY)
+        rc = dlock__err(DLOCK_EBUSY, "lock '%s' is held by another owner", e->name);
+    return rc;
+}
+
+/* Take H out of its entry: wait for a renew() in flight to finish first,
+ * so the keeper never uses a freed hold (mutex held). */
+static void hold_unlink(dlock_client *c, struct dlock__hold *h)
+{
+    while (h->renewing)
+        pthread_cond_wait(&c->renew_cv, &c->mu);
+    struct dlock__hold **p = &h->entry->holds;
+    while (*p != h)
+        p = &(*p)->next;
+    *p = h->next;
+    if (h->lease_ms)
+        c->nholds--;
+}
+
+/* Give H up at the backend and free it (mutex held; dropped meanwhile). */
+static int hold_end(dlock_client *c, struct dlock__hold *h)
+{
+    struct dlock__entry *e = h->entry;
+    hold_unlink(c, h);
+    e->refs++;
+    bool lost = h->state == DLOCK__LOST;
+    char *why = h->lost_why;
+    h->lost_why = NULL;
+    pthread_mutex_unlock(&c->mu);
+    int rc = c->be->release(c->bstate, h);
+    if (lost)
+        rc = dlock__err(DLOCK_ELOST, "lock '%s' was lost before this release: %s", e->name,
+                        why ? why : "no reason given");
+    free(why);
+    pthread_mutex_lock(&c->mu);
+    if (c->be->caps & DLOCK__CAP_CLIENT_OWNER)
+        local_dequeue(e);
+    hold_free(h);
+    entry_put(c, e);
+    return rc;
+}
+
+int dlock_release(dlock_lock *l)
+{
+    if (!l)
+        return dlock__err(DLOCK_EINVAL, "lock is NULL");
+    dlock_client *c = l->c;
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    struct dlock__hold *h = hold_of(l->e, dlock__tid());
+    if (!h)
+        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this thread", l->e->name);
+    else if (h->count > 1 && h->state == DLOCK__HELD)
+        h->count--;
+    else
+        rc = hold_end(c, h);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void dlock__release_all(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    for (size_t b = 0; b < DLOCK__BUCKETS; b++) {
+        struct dlock__entry *e = c->buckets[b];
+        while (e) {
+            if (e->holds) {
+                hold_end(c, e->holds);
+                e = c->buckets[b]; /* the chain may have changed */
+                continue;
+            }
+            e = e->next;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void dlock_lock_free(dlock_lock *l)
+{
+    if (!l)
+        return;
+    dlock_client *c = l->c;
+    if (c->pid == getpid()) {
+        pthread_mutex_lock(&c->mu);
+        struct dlock__hold *h;
+        for (;;) {
+            for (h = l->e->holds; h && h->via != l; h = h->next)
+                ;
+            if (!h)
+                break;
+            hold_end(c, h);
+        }
+        /* Holds taken through this handle by re-entry via another one
+         * keep going; make sure none points here. */
+        for (h = l->e->holds; h; h = h->next)
+            if (h->via == l)
+                h->via = NULL;
+        entry_put(c, l->e);
+        pthread_mutex_unlock(&c->mu);
+    }
+    free(l);
+}
+
+unsigned dlock_hold_count(dlock_lock *l)
+{
+    if (!l)
+        return 0;
+    pthread_mutex_lock(&l->c->mu);
+    struct dlock__hold *h = hold_of(l->e, dlock__tid());
+    unsigned n = h ? h->count : 0;
+    pthread_mutex_unlock(&l->c->mu);
+    return n;
+}
+
+int dlock_token(dlock_lock *l, uint64_t *token)
+{
+    if (!l || !token)
+        return dlock__err(DLOCK_EINVAL, "dlock_token: NULL argument");
+    int rc = DLOCK_OK;
+    pthread_mutex_lock(&l->c->mu);
+    struct dlock__hold *h = hold_of(l->e, dlock__tid());
+    if (h)
+        *token = h->token;
+    else
+        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this thread", l->e->name);
+    pthread_mutex_unlock(&l->c->mu);
+    return rc;
+}
+
+int64_t dlock_validity_ms(dlock_lock *l)
+{
+    if (!l)
+        return dlock__err(DLOCK_EINVAL, "lock is NULL");
+    int64_t v;
+    pthread_mutex_lock(&l->c->mu);
+    struct dlock__hold *h = hold_of(l->e, dlock__tid());
+    if (!h)
+        v = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this thread", l->e->name);
+    else if (h->state == DLOCK__LOST)
+        v = 0;
+    else if (h->valid_until == DLOCK__NEVER)
+        v = DLOCK_VALID_FOREVER;
+    else {
+        v = h->valid_until - dlock__now_ms();
+        if (v < 0)
+            v = 0;
+    }
+    pthread_mutex_unlock(&l->c->mu);
+    return v;
+}

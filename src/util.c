@@ -1,0 +1,119 @@
+/* util.c -- small things several parts of the library need: clocks,
+ * durations, thread ids, strings, UUIDs and glob matching. */
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+
+int64_t dlock__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dlock__wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dlock__deadline(int64_t wait_ms)
+{
+    if (wait_ms == 0)
+        return 0;
+    if (wait_ms < 0)
+        return DLOCK__NEVER;
+    int64_t now = dlock__now_ms();
+    return wait_ms > DLOCK__NEVER - now ? DLOCK__NEVER : now + wait_ms;
+}
+
+int64_t dlock__parse_duration(const char *s)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0 || v > 1e12)
+        return -1;
+    double scale;
+    if (*end == 0 || strcmp(end, "ms") == 0)
+        scale = 1;
+    else if (strcmp(end, "s") == 0)
+        scale = 1000;
+    else if (strcmp(end, "m") == 0)
+        scale = 60000;
+    else if (strcmp(end, "h") == 0)
+        scale = 3600000;
+    else
+        return -1;
+    return (int64_t)(v * scale + 0.5);
+}
+
+long dlock__tid(void)
+{
+    static _Thread_local long tid;
+    if (!tid)
+        tid = (long)syscall(SYS_gettid);
+    return tid;
+}
+
+char *dlock__strdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+char *dlock__sprintf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s;
+    va_start(ap, fmt);
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    return n < 0 ? NULL : s;
+}
+
+void dlock__uuid(char buf[37])
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+        /* No entropy source: mix time, pid and an address. */
+        uint64_t x = (uint64_t)dlock__wall_ms() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)buf;
+        for (int i = 0; i < 16; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            b[i] = (unsigned char)x;
+        }
+    }
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(buf, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}
+
+bool dlock__glob(const char *pattern, const char *name)
+{
+    return !pattern || fnmatch(pattern, name, 0) == 0;
+}
+
+const char *dlock_version(void)
+{
+#define DLOCK__STR2(x) #x
+#define DLOCK__STR(x) DLOCK__STR2(x)
+    return DLOCK__STR(DLOCK_VERSION_MAJOR) "." DLOCK__STR(DLOCK_VERSION_MINOR) "." DLOCK__STR(
+        DLOCK_VERSION_PATCH);
+}
+
+unsigned dlock_version_number(void)
+{
+    return DLOCK_VERSION_NUMBER;
+}

@@ -1,0 +1,138 @@
+/* wait.c -- how an acquire sleeps: until a backend's notification, a
+ * cancel from another thread, the caller's deadline, or a safety-net time
+ * (the lock's remaining TTL) -- never on a polling timer.
+ *
+ * Backends with a notification thread (Redis pub/sub, etcd watch,
+ * ZooKeeper watch) sleep on the condition variable and are woken through
+ * dlock__wait_wake(); backends whose event is a file descriptor (the file
+ * backend's inotify) sleep in poll() beside an eventfd that a cancel makes
+ * readable.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "internal.h"
+
+void dlock__wait_init(struct dlock__wait *w, int64_t deadline)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&w->mu, NULL);
+    w->deadline = deadline;
+    w->seq = 0;
+    w->canceled = false;
+    w->cancel_fd = -1;
+    w->next = NULL;
+}
+
+void dlock__wait_destroy(struct dlock__wait *w)
+{
+    if (w->cancel_fd >= 0)
+        close(w->cancel_fd);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}
+
+void dlock__wait_cancel(struct dlock__wait *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->canceled = true;
+    if (w->cancel_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t n = write(w->cancel_fd, &one, sizeof one);
+        (void)n;
+    }
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+unsigned dlock__wait_seq(struct dlock__wait *w)
+{
+    pthread_mutex_lock(&w->mu);
+    unsigned s = w->seq;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+void dlock__wait_wake(struct dlock__wait *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->seq++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static struct timespec abs_time(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    return ts;
+}
+
+int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until)
+{
+    int rc = DLOCK_OK;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        if (w->canceled) {
+            rc = DLOCK_ECANCELED;
+            break;
+        }
+        if (w->seq != seq)
+            break;
+        int64_t now = dlock__now_ms();
+        if (now >= w->deadline) {
+            rc = DLOCK_ETIMEDOUT;
+            break;
+        }
+        if (now >= until)
+            break;
+        int64_t t = w->deadline < until ? w->deadline : until;
+        if (t == DLOCK__NEVER) {
+            pthread_cond_wait(&w->cv, &w->mu);
+        } else {
+            struct timespec ts = abs_time(t);
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->cancel_fd < 0)
+        w->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    bool canceled = w->canceled;
+    int cfd = w->cancel_fd;
+    pthread_mutex_unlock(&w->mu);
+    if (canceled)
+        return DLOCK_ECANCELED;
+    if (cfd < 0)
+        return dlock__errno(DLOCK_EIO, errno, "eventfd");
+    for (;;) {
+        int64_t now = dlock__now_ms();
+        if (now >= w->deadline)
+            return DLOCK_ETIMEDOUT;
+        if (now >= until)
+            return DLOCK_OK;
+        int64_t t = w->deadline < until ? w->deadline : until;
+        int timeout = t == DLOCK__NEVER ? -1 : (int)((t - now) > 1000000 ? 1000000 : t - now);
+        struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = cfd, .events = POLLIN}};
+        int n = poll(p, 2, timeout);
+        if (n < 0 && errno != EINTR)
+            return dlock__errno(DLOCK_EIO, errno, "poll");
+        if (n > 0 && p[1].revents)
+            return DLOCK_ECANCELED;
+        if (n > 0 && p[0].revents)
+            return DLOCK_OK;
+    }
+}

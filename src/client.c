@@ -27,14 +27,20 @@ int dlock__check_client(const struct dlock_client *c)
     return DLOCK_OK;
 }
 
-/* The file backend's default directory: $XDG_RUNTIME_DIR/dlock, else
- * /tmp/dlock-<uid>. */
-static char *default_url(void)
+char *dlock__default_dir(void)
 {
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     if (xdg && *xdg == '/')
-        return dlock__sprintf("file://%s/dlock?create_dir=1", xdg);
-    return dlock__sprintf("file:///tmp/dlock-%u?create_dir=1", (unsigned)getuid());
+        return dlock__sprintf("%s/dlock", xdg);
+    return dlock__sprintf("/tmp/dlock-%u", (unsigned)getuid());
+}
+
+static char *default_url(void)
+{
+    char *dir = dlock__default_dir();
+    char *url = dir ? dlock__sprintf("file://%s", dir) : NULL;
+    free(dir);
+    return url;
 }
 
 static int set_str(char **slot, const char *value)

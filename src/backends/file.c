@@ -227,7 +227,6 @@ static int file_open(dlock_client *c, void **state)
         return dlock__err(DLOCK_EBADURL,
                           "bad URL '%s': a file URL needs a directory, e.g. file:///run/lock/myapp",
                           u->redacted);
-    const char *create = dlock__url_param(u, "create_dir");
     struct file_state *s = calloc(1, sizeof *s);
     if (!s)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
@@ -239,8 +238,12 @@ static int file_open(dlock_client *c, void **state)
     if (gethostname(s->host, sizeof s->host) < 0)
         strcpy(s->host, "localhost");
     s->host[HOST_MAX - 1] = 0;
-    int rc = s->dir ? check_dir(s, create && strcmp(create, "1") == 0)
-                    : dlock__err(DLOCK_ENOMEM, "out of memory");
+    /* Only the default directory is made when missing: a directory named
+     * in a URL that does not exist is more likely a typo than a wish. */
+    char *def = dlock__default_dir();
+    bool is_default = def && s->dir && strcmp(def, s->dir) == 0;
+    free(def);
+    int rc = s->dir ? check_dir(s, is_default) : dlock__err(DLOCK_ENOMEM, "out of memory");
     if (rc) {
         file_close(s);
         return rc;

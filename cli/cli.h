@@ -1,0 +1,42 @@
+/* cli.h -- what the parts of the dlock command share. The command uses
+ * only the public API in dlock.h. */
+#ifndef DLOCK_CLI_H
+#define DLOCK_CLI_H
+
+#include "dlock.h"
+
+/* Exit codes (sysexits.h where one fits; see dlock(1)). */
+enum {
+    EXIT_USAGE = 64,       /* EX_USAGE: bad command line */
+    EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error */
+    EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: backend unreachable or lacking */
+    EXIT_LOST = 75,        /* EX_TEMPFAIL: the lock was lost while COMMAND ran */
+    EXIT_NOPERM = 77,      /* EX_NOPERM: authentication or permission */
+    EXIT_CONFIG = 78,      /* EX_CONFIG: bad URL or configuration */
+    EXIT_NOEXEC = 126,     /* COMMAND found but not executable */
+    EXIT_NOTFOUND = 127,   /* COMMAND not found */
+};
+
+/* The exit code for a library error. */
+int cli_exit_code(int err);
+/* Print "dlock: WHAT: <dlock_errmsg()>" and return cli_exit_code(err). */
+int cli_fail(int err, const char *what);
+/* Open the client for URL (NULL: $DLOCK_URL, then the default), with an
+ * optional lease in ms (0 = default). Prints the failure. */
+int cli_open(const char *url, int64_t lease_ms, dlock_client **out);
+/* Parse SECONDS ("1.5") into ms; -1 when malformed. */
+int64_t cli_seconds(const char *s);
+
+int cmd_run(const char *url, int argc, char **argv);
+int cmd_status(const char *url, int argc, char **argv);
+int cmd_release(const char *url, int argc, char **argv);
+int cmd_list(const char *url, int argc, char **argv);
+
+/* Help: the whole text, or one command's. Returns 0, or EXIT_USAGE for an
+ * unknown command. */
+int cli_help(const char *command, int to_stderr);
+/* The option and command words the help text mentions (for the test that
+ * holds dlock(1) and --help together). */
+void cli_print_usage_line(const char *command);
+
+#endif

@@ -1,0 +1,94 @@
+/* help.c -- the text of `dlock --help` and `dlock help COMMAND`.
+ *
+ * docs/dlock.1 says the same in man form; tests/check_cli.c checks that
+ * every option named here is documented there and the other way round,
+ * so the two cannot drift apart.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name, *usage, *text;
+} commands[] = {
+    {"run",
+     "dlock [-u URL] run [-n | -w SECONDS] [-E CODE] [-s] [--lease SECONDS]\n"
+     "                  [--on-lost term|kill|ignore] [--kill-after SECONDS] [-v]\n"
+     "                  NAME [--] COMMAND [ARG...]\n"
+     "dlock [-u URL] run [options] NAME -c 'SHELL COMMAND'",
+     "Hold lock NAME while COMMAND runs, then release it.\n"
+     "  -n, --nonblock        fail at once if NAME is held (exit CODE)\n"
+     "  -w, --wait SECONDS    give up after SECONDS (fractions allowed; 0 = -n)\n"
+     "  -E, --conflict-exit-code CODE  exit code when busy or timed out (default 1)\n"
+     "  -s, --shared          shared mode: many holders, no exclusive one\n"
+     "  --lease SECONDS       lease on backends with leases, renewed while COMMAND runs\n"
+     "  --on-lost ACTION      when the lock is lost: term (SIGTERM, then SIGKILL\n"
+     "                        after --kill-after; the default), kill, or ignore\n"
+     "  --kill-after SECONDS  grace between SIGTERM and SIGKILL (default 10)\n"
+     "  -c, --command CMD     run CMD with /bin/sh -c\n"
+     "  -v, --verbose         report acquire, token, wait and release on stderr\n"
+     "COMMAND sees DLOCK_NAME, DLOCK_TOKEN (the fencing token) and DLOCK_URL.\n"
+     "Exit status: COMMAND's; 128+N if it died of signal N; CODE when busy or\n"
+     "timed out; 75 if the lock was lost while it ran; 130/143 if interrupted\n"
+     "while waiting."},
+    {"status", "dlock [-u URL] status NAME [--json]",
+     "Show whether NAME is held, in which mode, by whom, with which token,\n"
+     "the remaining lease and the waiters where the backend knows them.\n"
+     "  --json                one JSON object on stdout"},
+    {"release", "dlock [-u URL] release --force NAME",
+     "Operator's tool: free NAME whoever holds it (backends with leases).\n"
+     "  --force               required: says you mean it"},
+    {"list", "dlock [-u URL] list [PATTERN] [--json]",
+     "List lock names matching the glob PATTERN (all by default).\n"
+     "  --json                a JSON array on stdout"},
+    {"bench", "dlock [-u URL] bench [MODE] [OPTIONS]",
+     "Benchmark the backend beside a raw-protocol baseline (see dlock help bench\n"
+     "when built with a network backend, and docs/benchmarks.md)."},
+};
+
+static const char *general =
+    "dlock -- run commands under a distributed lock.\n"
+    "\n"
+    "Global options (before the command):\n"
+    "  -u, --url URL         backend URL; default $DLOCK_URL, else the file backend\n"
+    "                        in $XDG_RUNTIME_DIR/dlock or /tmp/dlock-UID\n"
+    "  -h, --help            this text\n"
+    "  -V, --version         print the version\n"
+    "\n"
+    "URLs: file:///DIR  redis://[USER[:PASS]@]HOST[:PORT][/DB]  redis+unix:///SOCKET\n"
+    "      etcd://HOST:PORT[,HOST:PORT...][/PREFIX]  zk://HOST:PORT[,...][/CHROOT]\n"
+    "\n"
+    "Exit codes: 64 usage, 69 backend unavailable, 70 internal error, 75 lock lost,\n"
+    "            77 permission or authentication, 78 bad URL or configuration,\n"
+    "            126/127 COMMAND not executable / not found.\n";
+
+int cli_help(const char *command, int to_stderr)
+{
+    FILE *out = to_stderr ? stderr : stdout;
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (command && strcmp(command, commands[i].name) == 0) {
+            fprintf(out, "Usage: %s\n\n%s\n", commands[i].usage, commands[i].text);
+            return 0;
+        }
+    if (command) {
+        fprintf(stderr, "dlock: no command '%s' (commands: run, status, release, list, bench)\n",
+                command);
+        return EXIT_USAGE;
+    }
+    fputs("Usage:\n", out);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(out, "  %s\n", commands[i].usage);
+    fputs("  dlock --version | --help | help COMMAND\n\n", out);
+    fputs(general, out);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(out, "\n%s: %s\n", commands[i].name, commands[i].text);
+    return 0;
+}
+
+void cli_print_usage_line(const char *command)
+{
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(command, commands[i].name) == 0)
+            fprintf(stderr, "Usage: %s\n", commands[i].usage);
+}

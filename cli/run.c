@@ -1,0 +1,431 @@
+/* run.c -- `dlock run`: hold a lock while a command runs, like flock(1)
+ * but across machines.
+ *
+ * Threads: the main thread acquires, starts COMMAND and waits for it on a
+ * pidfd; a signal thread (every other thread has SIGINT, SIGTERM, SIGHUP
+ * and SIGQUIT blocked) cancels the wait while waiting and passes signals
+ * on to COMMAND while it runs; the library's keeper thread renews the
+ * lease and calls on_lost(), which wakes the main thread through an
+ * eventfd so that it can apply --on-lost.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+extern char **environ;
+
+enum phase { WAITING, RUNNING, DONE };
+enum on_lost { LOST_TERM, LOST_KILL, LOST_IGNORE };
+
+struct run {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    enum phase phase;
+    dlock_lock *lock;
+    pid_t child;
+    int signal;  /* received while waiting */
+    int lost_fd; /* eventfd: the lock was lost */
+    bool lost;
+    char lost_why[512];
+};
+
+static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+                       .lost_fd = -1};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void signal_set(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+    sigaddset(set, SIGQUIT);
+}
+
+static void *signal_thread(void *arg)
+{
+    (void)arg;
+    sigset_t set;
+    signal_set(&set);
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(&set, &si);
+        if (sig < 0)
+            continue;
+        pthread_mutex_lock(&R.mu);
+        if (R.phase == WAITING) {
+            R.signal = sig;
+            /* A cancel reaches waits in progress only: repeat until the
+             * main thread has seen it, in case the wait had not begun. */
+            while (R.phase == WAITING) {
+                dlock_lock_cancel(R.lock);
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 20000000;
+                if (ts.tv_nsec >= 1000000000)
+                    ts.tv_sec++, ts.tv_nsec -= 1000000000;
+                pthread_cond_timedwait(&R.cv, &R.mu, &ts);
+            }
+        } else if (R.phase == RUNNING && R.child > 0) {
+            /* A signal from the terminal already reached COMMAND, which
+             * shares our process group; pass on only those sent to us. */
+            if (si.si_code <= 0)
+                kill(R.child, sig);
+        }
+        pthread_mutex_unlock(&R.mu);
+    }
+    return NULL;
+}
+
+static void set_phase(enum phase p)
+{
+    pthread_mutex_lock(&R.mu);
+    R.phase = p;
+    pthread_cond_broadcast(&R.cv);
+    pthread_mutex_unlock(&R.mu);
+}
+
+static void on_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l;
+    (void)arg;
+    pthread_mutex_lock(&R.mu);
+    R.lost = true;
+    snprintf(R.lost_why, sizeof R.lost_why, "%s", why);
+    pthread_mutex_unlock(&R.mu);
+    uint64_t one = 1;
+    ssize_t n = write(R.lost_fd, &one, sizeof one);
+    (void)n;
+}
+
+/* COMMAND's environment: ours plus DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL. */
+static char **child_env(const char *name, uint64_t token, const char *url)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 4, sizeof *env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "DLOCK_NAME=", 11) && strncmp(environ[i], "DLOCK_TOKEN=", 12) &&
+            strncmp(environ[i], "DLOCK_URL=", 10))
+            env[k++] = environ[i];
+    if (asprintf(&env[k++], "DLOCK_NAME=%s", name) < 0 ||
+        asprintf(&env[k++], "DLOCK_TOKEN=%" PRIu64, token) < 0 ||
+        asprintf(&env[k++], "DLOCK_URL=%s", url) < 0)
+        return NULL;
+    return env;
+}
+
+/* Start COMMAND; report an exec failure through a close-on-exec pipe.
+ * Returns the pid, or -(exit code) after printing why. */
+static pid_t start_child(char **cmd, char **env, const sigset_t *oldmask)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        fprintf(stderr, "dlock run: pipe: %s\n", strerror(errno));
+        return -EXIT_SOFTWARE;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dlock run: fork: %s\n", strerror(errno));
+        return -EXIT_SOFTWARE;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        signal(SIGPIPE, SIG_DFL);
+        pthread_sigmask(SIG_SETMASK, oldmask, NULL);
+        execvpe(cmd[0], cmd, env);
+        int e = errno;
+        ssize_t n = write(p[1], &e, sizeof e);
+        (void)n;
+        _exit(EXIT_NOTFOUND);
+    }
+    close(p[1]);
+    int e = 0;
+    ssize_t n;
+    while ((n = read(p[0], &e, sizeof e)) < 0 && errno == EINTR)
+        ;
+    close(p[0]);
+    if (n == (ssize_t)sizeof e) {
+        waitpid(pid, NULL, 0);
+        fprintf(stderr, "dlock run: cannot run '%s': %s\n", cmd[0], strerror(e));
+        return e == ENOENT ? -EXIT_NOTFOUND : -EXIT_NOEXEC;
+    }
+    return pid;
+}
+
+/* Wait for the child, applying --on-lost. Returns its wait status. */
+static int supervise(pid_t child, enum on_lost policy, int64_t kill_after_ms)
+{
+    int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+    int64_t kill_at = -1;
+    bool acted = false;
+    int status = 0;
+    for (;;) {
+        if (waitpid(child, &status, WNOHANG) == child)
+            return status;
+        struct pollfd fds[2] = {{.fd = pidfd, .events = POLLIN}, {.fd = R.lost_fd, .events = POLLIN}};
+        int timeout = -1;
+        if (kill_at >= 0) {
+            int64_t left = kill_at - now_ms();
+            timeout = left > 0 ? (int)left : 0;
+        }
+        if (pidfd < 0) {
+            /* No pidfd (old kernel): block in waitpid; lost handling then
+             * happens only through SIGTERM from the user. */
+            while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+                ;
+            return status;
+        }
+        int n = poll(fds, 2, timeout);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (fds[1].revents && !acted) {
+            uint64_t v;
+            ssize_t r = read(R.lost_fd, &v, sizeof v);
+            (void)r;
+            acted = true;
+            pthread_mutex_lock(&R.mu);
+            fprintf(stderr, "dlock run: lock '%s' lost while the command ran: %s\n",
+                    dlock_lock_name(R.lock), R.lost_why);
+            pthread_mutex_unlock(&R.mu);
+            if (policy == LOST_TERM) {
+                kill(child, SIGTERM);
+                kill_at = now_ms() + kill_after_ms;
+            } else if (policy == LOST_KILL) {
+                kill(child, SIGKILL);
+            }
+            fds[1].fd = -1;
+        }
+        if (kill_at >= 0 && now_ms() >= kill_at) {
+            kill(child, SIGKILL);
+            kill_at = -1;
+        }
+    }
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+        ;
+    return status;
+}
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dlock run: ");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    cli_print_usage_line("run");
+    return EXIT_USAGE;
+}
+
+int cmd_run(const char *url, int argc, char **argv)
+{
+    static const struct option longs[] = {
+        {"nonblock", no_argument, NULL, 'n'},
+        {"nb", no_argument, NULL, 'n'},
+        {"wait", required_argument, NULL, 'w'},
+        {"timeout", required_argument, NULL, 'w'},
+        {"conflict-exit-code", required_argument, NULL, 'E'},
+        {"shared", no_argument, NULL, 's'},
+        {"lease", required_argument, NULL, 'L'},
+        {"on-lost", required_argument, NULL, 'O'},
+        {"kill-after", required_argument, NULL, 'K'},
+        {"command", required_argument, NULL, 'c'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"url", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {0, 0, 0, 0}};
+    int64_t wait_ms = DLOCK_FOREVER, lease_ms = 0, kill_after_ms = 10000;
+    int conflict = 1, verbose = 0, ch;
+    dlock_mode mode = DLOCK_EXCLUSIVE;
+    enum on_lost policy = LOST_TERM;
+    const char *shell_cmd = NULL;
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "+nw:E:sc:vu:h", longs, NULL)) != -1) {
+        switch (ch) {
+        case 'n':
+            wait_ms = DLOCK_TRY;
+            break;
+        case 'w':
+            if ((wait_ms = cli_seconds(optarg)) < 0)
+                return usage_error("-w needs SECONDS (e.g. 2.5), not '%s'", optarg);
+            break;
+        case 'E': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 0 || v > 255)
+                return usage_error("-E needs an exit code 0-255, not '%s'", optarg);
+            conflict = (int)v;
+            break;
+        }
+        case 's':
+            mode = DLOCK_SHARED;
+            break;
+        case 'L':
+            if ((lease_ms = cli_seconds(optarg)) <= 0)
+                return usage_error("--lease needs SECONDS > 0, not '%s'", optarg);
+            break;
+        case 'O':
+            if (strcmp(optarg, "term") == 0)
+                policy = LOST_TERM;
+            else if (strcmp(optarg, "kill") == 0)
+                policy = LOST_KILL;
+            else if (strcmp(optarg, "ignore") == 0)
+                policy = LOST_IGNORE;
+            else
+                return usage_error("--on-lost takes term, kill or ignore, not '%s'", optarg);
+            break;
+        case 'K':
+            if ((kill_after_ms = cli_seconds(optarg)) < 0)
+                return usage_error("--kill-after needs SECONDS, not '%s'", optarg);
+            break;
+        case 'c':
+            shell_cmd = optarg;
+            break;
+        case 'v':
+            verbose = 1;
+            break;
+        case 'u':
+            url = optarg;
+            break;
+        case 'h':
+            return cli_help("run", 0);
+        default:
+            if (optopt && strchr("wEcu", optopt))
+                return usage_error("option '%s' needs a value", argv[optind - 1]);
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return usage_error("%s", "missing NAME");
+    const char *name = argv[optind++];
+    /* -c may also come after NAME, as in flock(1). */
+    if (!shell_cmd && optind + 1 < argc &&
+        (strcmp(argv[optind], "-c") == 0 || strcmp(argv[optind], "--command") == 0)) {
+        shell_cmd = argv[optind + 1];
+        optind += 2;
+        if (optind < argc)
+            return usage_error("unexpected '%s' after -c COMMAND", argv[optind]);
+    }
+    if (optind < argc && strcmp(argv[optind], "--") == 0)
+        optind++;
+    char *sh_argv[] = {"/bin/sh", "-c", (char *)shell_cmd, NULL};
+    char **cmd = shell_cmd ? sh_argv : argv + optind;
+    if (shell_cmd && optind < argc)
+        return usage_error("give either -c 'SHELL COMMAND' or COMMAND [ARG...], not both (%s)",
+                           argv[optind]);
+    if (!shell_cmd && optind >= argc)
+        return usage_error("%s", "missing COMMAND");
+
+    /* Block the signals before any thread starts, so only the signal
+     * thread receives them. */
+    sigset_t set, oldmask;
+    signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, &oldmask);
+    signal(SIGPIPE, SIG_IGN);
+
+    dlock_client *c;
+    int code = cli_open(url, lease_ms, &c);
+    if (code)
+        return code;
+    dlock_lock *l;
+    int rc = dlock_lock_new(c, name, mode, &l);
+    if (rc) {
+        code = cli_fail(rc, "run");
+        dlock_client_close(c);
+        return code;
+    }
+    R.lock = l;
+    R.lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    pthread_t st;
+    pthread_create(&st, NULL, signal_thread, NULL);
+    pthread_detach(st);
+
+    int64_t t0 = now_ms();
+    rc = dlock_acquire(l, wait_ms);
+    int64_t waited = now_ms() - t0;
+    pthread_mutex_lock(&R.mu);
+    int sig = R.signal;
+    R.phase = rc ? DONE : RUNNING;
+    pthread_cond_broadcast(&R.cv);
+    pthread_mutex_unlock(&R.mu);
+    if (rc == DLOCK_OK && sig) {
+        /* The signal came as the lock arrived: honour the signal. */
+        dlock_release(l);
+        rc = DLOCK_ECANCELED;
+    }
+    if (rc) {
+        if (sig)
+            fprintf(stderr, "dlock run: interrupted by signal %d while waiting for '%s'\n", sig,
+                    name);
+        else if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT)
+            fprintf(stderr, "dlock run: %s\n", dlock_errmsg());
+        code = sig ? 128 + sig
+                   : (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) ? conflict : cli_fail(rc, "run");
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        return code;
+    }
+    uint64_t token = 0;
+    dlock_token(l, &token);
+    if (verbose)
+        fprintf(stderr, "dlock run: holding '%s' (%s, token %" PRIu64 ", waited %" PRId64 " ms)\n",
+                name, mode == DLOCK_SHARED ? "shared" : "exclusive", token, waited);
+    char **env = child_env(name, token, dlock_client_url(c));
+    pid_t child = env ? start_child(cmd, env, &oldmask) : -EXIT_SOFTWARE;
+    int status = 0;
+    if (child > 0) {
+        pthread_mutex_lock(&R.mu);
+        R.child = child;
+        pthread_mutex_unlock(&R.mu);
+        status = supervise(child, policy, kill_after_ms);
+        code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    } else {
+        code = -child;
+    }
+    set_phase(DONE);
+    rc = dlock_release(l);
+    pthread_mutex_lock(&R.mu);
+    bool lost = R.lost;
+    pthread_mutex_unlock(&R.mu);
+    if (rc == DLOCK_ELOST || lost) {
+        if (!lost)
+            fprintf(stderr, "dlock run: %s\n", dlock_errmsg());
+        code = EXIT_LOST;
+    } else if (rc) {
+        fprintf(stderr, "dlock run: release of '%s' failed: %s\n", name, dlock_errmsg());
+        if (!code)
+            code = cli_exit_code(rc);
+    } else if (verbose) {
+        fprintf(stderr, "dlock run: released '%s'\n", name);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return code;
+}

@@ -72,6 +72,7 @@ TESTLIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TESTLIB_SRC))
 # A test binary per tests/check_*.c; backend tests only when built.
 TEST_SRC := $(foreach t,$(wildcard tests/check_*.c),$(if $(filter $(MISSING_BACKENDS),$(patsubst tests/check_%.c,%,$(t))),,$(t)))
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
@@ -82,7 +83,8 @@ CLI = $(BUILD)/dlock
 LIBS = $(DEP_LIBS) -pthread
 
 .PHONY: all check bench install clean demo backends
-all: $(STATIC) $(SHARED) $(CLI)
+.SECONDARY:
+all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLE_BIN)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*.h cli/*.h tests/lib/*.h) Makefile
 	@mkdir -p $(dir $@)
@@ -104,6 +106,10 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(STATIC)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -Itests/lib $(ALL_CFLAGS) $(shell pkg-config --cflags check) \
 	  $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(STATIC) $(shell pkg-config --libs check) $(LIBS)
 
+$(BUILD)/examples/%: examples/%.c $(SHARED)
+	@mkdir -p $(dir $@)
+	$(CC) -Iinclude $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD) -ldlock -Wl,-rpath,'$$ORIGIN/..' -lpthread
+
 $(BUILD)/bench/%: bench/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(DEP_CFLAGS) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
@@ -121,7 +127,7 @@ bench: all $(BENCH_BIN)
 	DLOCK_BIN=$(CURDIR)/$(CLI) BUILD=$(BUILD) bench/run-bench.sh
 
 demo: all
-	DLOCK_BIN=$(CURDIR)/$(CLI) examples/demo.sh
+	$(BUILD)/examples/demo
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1

@@ -1,0 +1,686 @@
+/* check_file.c -- the core API on the embedded file backend: exclusion
+ * between processes and threads, shared mode, reentrancy, tokens, waits,
+ * cancel, kill -9 of a holder, hostile names, bad URLs and directories,
+ * fork misuse, inspect, list and force-release. Each test runs in its own
+ * process (Check's fork mode) with a time limit.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "testutil.h"
+
+static char *dir, *url;
+
+static void setup(void)
+{
+    dir = tu_tmpdir("file");
+    url = tu_fmt("file://%s", dir);
+}
+
+static void teardown(void)
+{
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+
+static dlock_client *open_client(void)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_OK, "open %s: %s", url, dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *new_lock(dlock_client *c, const char *name, dlock_mode mode)
+{
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, mode, &l);
+    ck_assert_msg(rc == DLOCK_OK, "lock_new %s: %s", name, dlock_errmsg());
+    return l;
+}
+
+/* ------------------------------------------------------------- errors */
+
+START_TEST(test_error_table)
+{
+    int codes[] = {
+#define CODE(name, code, text) DLOCK_##name,
+        DLOCK_ERRNO_MAP(CODE)
+#undef CODE
+    };
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+        ck_assert_int_lt(codes[i], 0);
+        ck_assert_str_ne(dlock_strerror(codes[i]), "unknown error");
+        ck_assert_str_ne(dlock_err_name(codes[i]), "DLOCK_E?");
+        for (size_t j = 0; j < i; j++)
+            ck_assert_int_ne(codes[i], codes[j]);
+    }
+    ck_assert_str_eq(dlock_err_name(DLOCK_EBUSY), "DLOCK_EBUSY");
+    ck_assert_str_eq(dlock_strerror(12345), "unknown error");
+    ck_assert_uint_eq(dlock_version_number(), DLOCK_VERSION_NUMBER);
+    ck_assert_ptr_nonnull(strchr(dlock_version(), '.'));
+}
+END_TEST
+
+/* ---------------------------------------------------------------- URLs */
+
+static void expect_bad_url(const char *u, int code, const char *needle)
+{
+    dlock_client *c = (dlock_client *)1;
+    int rc = dlock_open(u, &c);
+    ck_assert_msg(rc == code, "%s: got %s (%s), want %s", u, dlock_err_name(rc), dlock_errmsg(),
+                  dlock_err_name(code));
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(dlock_errmsg(), needle), "%s: message '%s' lacks '%s'", u,
+                  dlock_errmsg(), needle);
+}
+
+START_TEST(test_bad_urls)
+{
+    expect_bad_url("nosuch://x", DLOCK_EBADURL, "nosuch");
+    expect_bad_url("just-a-word", DLOCK_EBADURL, "scheme");
+    expect_bad_url("redis://host:0", DLOCK_EBADURL, "port");
+    expect_bad_url("redis://host:99999", DLOCK_EBADURL, "99999");
+    expect_bad_url("redis://host:12ab", DLOCK_EBADURL, "12ab");
+    expect_bad_url("redis://[::1", DLOCK_EBADURL, "]");
+    expect_bad_url("redis://a,,b", DLOCK_EBADURL, "empty host");
+    expect_bad_url("file://", DLOCK_EBADURL, "directory");
+    expect_bad_url("file:///", DLOCK_EBADURL, "directory");
+    expect_bad_url("file://otherhost/tmp", DLOCK_EBADURL, "otherhost");
+    expect_bad_url("file:///tmp?lease=soon", DLOCK_EBADURL, "lease=soon");
+    expect_bad_url("file:///tmp?color=blue", DLOCK_EBADURL, "color");
+    expect_bad_url("file:///tmp?novalue", DLOCK_EBADURL, "novalue");
+    expect_bad_url("file:///tm%zzp", DLOCK_EBADURL, "escape");
+    expect_bad_url("file:///definitely/not/here", DLOCK_ENOENT, "/definitely/not/here");
+}
+END_TEST
+
+START_TEST(test_url_redaction_and_options)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_client_new("file:///tmp?lease=10s&timeout=250ms", &c), DLOCK_OK);
+    ck_assert_str_eq(dlock_client_backend(c), "file");
+    ck_assert_int_eq(dlock_client_setopt_int(c, DLOCK_OPT_LEASE_MS, -5), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_client_setopt_str(c, DLOCK_OPT_LEASE_MS, "x"), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_client_setopt_str(c, DLOCK_OPT_KEY_PREFIX, "app/"), DLOCK_OK);
+    dlock_client_close(c);
+#ifdef DLOCK_HAVE_REDIS
+    ck_assert_int_eq(dlock_client_new("redis://bob:s3cret@h1:7000/2?password=also", &c), DLOCK_OK);
+    ck_assert_ptr_null(strstr(dlock_client_url(c), "s3cret"));
+    ck_assert_ptr_null(strstr(dlock_client_url(c), "also"));
+    ck_assert_ptr_nonnull(strstr(dlock_client_url(c), "bob@h1:7000/2"));
+    dlock_client_close(c);
+#endif
+    dlock_client_close(NULL); /* harmless */
+}
+END_TEST
+
+START_TEST(test_default_directory)
+{
+    char *xdg = tu_fmt("%s/xdg", dir);
+    mkdir(xdg, 0700);
+    setenv("XDG_RUNTIME_DIR", xdg, 1);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(NULL, &c), DLOCK_OK);
+    char *expect = tu_fmt("file://%s/dlock", xdg);
+    ck_assert_str_eq(dlock_client_url(c), expect);
+    struct stat st;
+    char *made = tu_fmt("%s/dlock", xdg);
+    ck_assert_int_eq(stat(made, &st), 0);
+    ck_assert(S_ISDIR(st.st_mode));
+    ck_assert_int_eq(st.st_mode & 0777, 0700);
+    dlock_lock *l = new_lock(c, "x", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(made);
+    free(expect);
+    free(xdg);
+}
+END_TEST
+
+START_TEST(test_unwritable_directory)
+{
+    /* Root writes anywhere, so drop to nobody in this (forked) test. */
+    chmod(dir, 0755);
+    char *ro = tu_fmt("%s/ro", dir);
+    mkdir(ro, 0555);
+    if (getuid() == 0)
+        ck_assert_int_eq(setuid(65534), 0);
+    char *u = tu_fmt("file://%s", ro);
+    dlock_client *c;
+    int rc = dlock_open(u, &c);
+    ck_assert_msg(rc == DLOCK_EACCES, "got %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), ro));
+    free(u);
+    free(ro);
+}
+END_TEST
+
+/* ----------------------------------------------------- basic contract */
+
+START_TEST(test_acquire_release_token)
+{
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "job", DLOCK_EXCLUSIVE);
+    uint64_t t1, t2;
+    ck_assert_int_eq(dlock_token(l, &t1), DLOCK_ENOTOWNER);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ENOTOWNER);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "job"));
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_token(l, &t1), DLOCK_OK);
+    ck_assert_int_eq(dlock_validity_ms(l), DLOCK_VALID_FOREVER);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_lt(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(dlock_acquire(l, 1000), DLOCK_OK);
+    ck_assert_int_eq(dlock_token(l, &t2), DLOCK_OK);
+    ck_assert_uint_gt(t2, t1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+START_TEST(test_reentrancy)
+{
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "re", DLOCK_EXCLUSIVE);
+    dlock_lock *again = new_lock(c, "re", DLOCK_EXCLUSIVE);
+    dlock_lock *shared = new_lock(c, "re", DLOCK_SHARED);
+    uint64_t t1, t2;
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_token(l, &t1), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(again, DLOCK_TRY), DLOCK_OK); /* same thread, other handle */
+    ck_assert_uint_eq(dlock_hold_count(l), 3);
+    ck_assert_int_eq(dlock_token(again, &t2), DLOCK_OK);
+    ck_assert_uint_eq(t1, t2); /* a re-entry keeps the token */
+    ck_assert_int_eq(dlock_acquire(shared, DLOCK_TRY), DLOCK_EMISUSE);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(l), 1);
+    /* Still held: another client (another owner) cannot take it. */
+    dlock_client *c2 = open_client();
+    dlock_lock *other = new_lock(c2, "re", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(again), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    ck_assert_int_eq(dlock_acquire(other, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ENOTOWNER);
+    dlock_lock_free(other);
+    dlock_client_close(c2);
+    dlock_lock_free(shared);
+    dlock_lock_free(again);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+struct thread_try {
+    dlock_lock *l;
+    int64_t wait;
+    int rc;
+};
+
+static void *try_in_thread(void *arg)
+{
+    struct thread_try *t = arg;
+    t->rc = dlock_acquire(t->l, t->wait);
+    if (t->rc == DLOCK_OK)
+        dlock_release(t->l);
+    return NULL;
+}
+
+START_TEST(test_threads_exclude)
+{
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "threads", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    struct thread_try t = {l, DLOCK_TRY, 99};
+    pthread_t th;
+    pthread_create(&th, NULL, try_in_thread, &t);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.rc, DLOCK_EBUSY);
+    t.wait = 100;
+    pthread_create(&th, NULL, try_in_thread, &t);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.rc, DLOCK_ETIMEDOUT);
+    /* A waiter woken by the release. */
+    t.wait = DLOCK_FOREVER;
+    pthread_create(&th, NULL, try_in_thread, &t);
+    tu_sleep_ms(50);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.rc, DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+START_TEST(test_cancel)
+{
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "cancel", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    struct thread_try t = {l, DLOCK_FOREVER, 99};
+    pthread_t th;
+    pthread_create(&th, NULL, try_in_thread, &t);
+    /* Keep cancelling until the waiter has noticed: a cancel only
+     * reaches waits in progress. */
+    for (int i = 0; i < 500; i++) {
+        dlock_lock_cancel(l);
+        if (pthread_tryjoin_np(th, NULL) == 0)
+            break;
+        tu_sleep_ms(10);
+    }
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.rc, DLOCK_ECANCELED);
+    ck_assert_uint_eq(dlock_hold_count(l), 1); /* ours is untouched */
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+START_TEST(test_bounded_wait_across_processes)
+{
+    char *marker = tu_fmt("%s/holding", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dlock_client *c = open_client();
+        dlock_lock *l = new_lock(c, "bounded", DLOCK_EXCLUSIVE);
+        if (dlock_acquire(l, DLOCK_TRY))
+            _exit(2);
+        close(open(marker, O_CREAT | O_WRONLY, 0644));
+        pause();
+        _exit(0);
+    }
+    ck_assert(tu_wait_file(marker, 10000));
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "bounded", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, 200), DLOCK_ETIMEDOUT);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "bounded"));
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    /* kill -9 frees it for a waiter at once (the wait is unbounded: if
+     * the kernel did not free it, the test's time limit fails it). */
+    kill(pid, SIGKILL);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
+    waitpid(pid, NULL, 0);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(marker);
+}
+END_TEST
+
+/* 8 processes x 200 increments of a counter file under the lock. */
+START_TEST(test_mutual_exclusion_processes)
+{
+    char *counter = tu_fmt("%s/counter", dir);
+    FILE *f = fopen(counter, "w");
+    fputs("0\n", f);
+    fclose(f);
+    pid_t kids[8];
+    for (int k = 0; k < 8; k++) {
+        if ((kids[k] = fork()) == 0) {
+            dlock_client *c = open_client();
+            dlock_lock *l = new_lock(c, "counter", DLOCK_EXCLUSIVE);
+            uint64_t last = 0;
+            for (int i = 0; i < 200; i++) {
+                if (dlock_acquire(l, DLOCK_FOREVER))
+                    _exit(3);
+                uint64_t tok;
+                dlock_token(l, &tok);
+                if (tok <= last)
+                    _exit(4); /* tokens must grow */
+                last = tok;
+                FILE *g = fopen(counter, "r+");
+                long n = 0;
+                if (fscanf(g, "%ld", &n) != 1)
+                    _exit(5);
+                rewind(g);
+                fprintf(g, "%ld\n", n + 1);
+                fclose(g);
+                dlock_release(l);
+            }
+            dlock_lock_free(l);
+            dlock_client_close(c);
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < 8; k++) {
+        int st;
+        waitpid(kids[k], &st, 0);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d failed: %d", k, st);
+    }
+    char *text = tu_read_file(counter);
+    ck_assert_str_eq(text, "1600\n");
+    /* Every acquisition issued one token: the next is 1601. */
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "counter", DLOCK_EXCLUSIVE);
+    uint64_t tok;
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    dlock_token(l, &tok);
+    ck_assert_uint_eq(tok, 1601);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(text);
+    free(counter);
+}
+END_TEST
+
+START_TEST(test_shared_mode)
+{
+    dlock_client *c = open_client();
+    dlock_lock *r1 = new_lock(c, "rw", DLOCK_SHARED);
+    ck_assert_int_eq(dlock_acquire(r1, DLOCK_TRY), DLOCK_OK);
+    /* Another thread: another shared holder at the same time. */
+    struct thread_try t = {r1, DLOCK_TRY, 99};
+    pthread_t th;
+    dlock_client *c2 = open_client();
+    dlock_lock *r2 = new_lock(c2, "rw", DLOCK_SHARED);
+    ck_assert_int_eq(dlock_acquire(r2, DLOCK_TRY), DLOCK_OK);
+    pthread_create(&th, NULL, try_in_thread, &t);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.rc, DLOCK_OK);
+    /* No writer while readers hold it. */
+    dlock_lock *w = new_lock(c2, "rw", DLOCK_EXCLUSIVE);
+    struct thread_try tw = {w, 100, 99};
+    pthread_create(&th, NULL, try_in_thread, &tw);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(tw.rc, DLOCK_ETIMEDOUT);
+    dlock_info *info;
+    ck_assert_int_eq(dlock_inspect(c, "rw", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_int_eq(dlock_info_mode(info), DLOCK_SHARED);
+    dlock_info_free(info);
+    ck_assert_int_eq(dlock_release(r1), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(r2), DLOCK_OK);
+    /* Readers gone: the writer gets it, and then no reader does. */
+    tw.wait = DLOCK_FOREVER;
+    ck_assert_int_eq(dlock_acquire(w, DLOCK_TRY), DLOCK_OK);
+    t.wait = DLOCK_TRY;
+    pthread_create(&th, NULL, try_in_thread, &t);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.rc, DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(w), DLOCK_OK);
+    dlock_lock_free(w);
+    dlock_lock_free(r2);
+    dlock_lock_free(r1);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+END_TEST
+
+START_TEST(test_tokens_across_processes)
+{
+    uint64_t prev = 0;
+    for (int round = 0; round < 5; round++) {
+        int p[2];
+        ck_assert_int_eq(pipe(p), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            dlock_client *c = open_client();
+            dlock_lock *l = new_lock(c, "tok", DLOCK_EXCLUSIVE);
+            uint64_t t = 0;
+            if (dlock_acquire(l, DLOCK_FOREVER) == 0)
+                dlock_token(l, &t);
+            ssize_t n = write(p[1], &t, sizeof t);
+            (void)n;
+            _exit(0);
+        }
+        uint64_t t = 0;
+        ck_assert_int_eq(read(p[0], &t, sizeof t), (ssize_t)sizeof t);
+        waitpid(pid, NULL, 0);
+        close(p[0]);
+        close(p[1]);
+        ck_assert_uint_gt(t, prev);
+        prev = t;
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------ names */
+
+static size_t count_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            n++;
+    closedir(d);
+    return n;
+}
+
+START_TEST(test_hostile_names)
+{
+    char *lockdir = tu_fmt("%s/locks", dir);
+    mkdir(lockdir, 0700);
+    char *u = tu_fmt("file://%s", lockdir);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(u, &c), DLOCK_OK);
+    char longa[DLOCK_NAME_MAX + 1], longb[DLOCK_NAME_MAX + 1], toolong[DLOCK_NAME_MAX + 2];
+    memset(longa, 'a', DLOCK_NAME_MAX);
+    longa[DLOCK_NAME_MAX] = 0;
+    memcpy(longb, longa, sizeof longa);
+    longb[DLOCK_NAME_MAX - 1] = 'b'; /* differs only at the very end */
+    memset(toolong, 'x', sizeof toolong - 1);
+    toolong[sizeof toolong - 1] = 0;
+    const char *names[] = {"../escape", "/", "..", ".", "a/b", "a%2Fb", "%", "\xff\xfe\x01",
+                           "sp ace", ".hidden", "x.lock", "x", longa, longb, "\n", "~"};
+    size_t n = sizeof names / sizeof *names;
+    dlock_lock *locks[sizeof names / sizeof *names];
+    for (size_t i = 0; i < n; i++) {
+        locks[i] = new_lock(c, names[i], DLOCK_EXCLUSIVE);
+        /* All held at once by one thread: distinct names never collide. */
+        int rc = dlock_acquire(locks[i], DLOCK_TRY);
+        ck_assert_msg(rc == DLOCK_OK, "name %zu: %s", i, dlock_errmsg());
+    }
+    /* Exactly one regular file per name, all inside the directory. */
+    ck_assert_uint_eq(count_entries(lockdir), n);
+    ck_assert_uint_eq(count_entries(dir), 1); /* only locks/: nothing escaped */
+    DIR *d = opendir(lockdir);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.' || de->d_name[1] == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        else
+            ck_abort_msg("hidden file %s", de->d_name);
+    closedir(d);
+    /* A second client sees each as busy, and list() gives names back. */
+    dlock_client *c2;
+    ck_assert_int_eq(dlock_open(u, &c2), DLOCK_OK);
+    for (size_t i = 0; i < n; i++) {
+        dlock_lock *o = new_lock(c2, names[i], DLOCK_EXCLUSIVE);
+        ck_assert_int_eq(dlock_acquire(o, DLOCK_TRY), DLOCK_EBUSY);
+        dlock_lock_free(o);
+    }
+    dlock_lock *bad;
+    ck_assert_int_eq(dlock_lock_new(c, "", DLOCK_EXCLUSIVE, &bad), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_lock_new(c, toolong, DLOCK_EXCLUSIVE, &bad), DLOCK_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "longer than"));
+    ck_assert_int_eq(dlock_lock_new(c, NULL, DLOCK_EXCLUSIVE, &bad), DLOCK_EINVAL);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(dlock_release(locks[i]), DLOCK_OK);
+        dlock_lock_free(locks[i]);
+    }
+    dlock_client_close(c2);
+    dlock_client_close(c);
+    free(u);
+    free(lockdir);
+}
+END_TEST
+
+static int collect(const char *name, void *arg)
+{
+    char *buf = arg;
+    strcat(buf, name);
+    strcat(buf, "|");
+    return 0;
+}
+
+START_TEST(test_inspect_list_force)
+{
+    dlock_client *c = open_client();
+    dlock_info *info;
+    ck_assert_int_eq(dlock_inspect(c, "never", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 0);
+    ck_assert_uint_eq(dlock_info_token(info), 0);
+    dlock_info_free(info);
+    dlock_lock *l = new_lock(c, "job/a", DLOCK_EXCLUSIVE);
+    dlock_lock *m = new_lock(c, "other", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(m, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(m), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(c, "job/a", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_int_eq(dlock_info_mode(info), DLOCK_EXCLUSIVE);
+    ck_assert_uint_eq(dlock_info_token(info), 1);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 1);
+    char me[64];
+    snprintf(me, sizeof me, "%d@", (int)getpid());
+    ck_assert_ptr_nonnull(strstr(dlock_info_holder(info, 0, NULL), me));
+    ck_assert_int_eq(dlock_info_ttl_ms(info), DLOCK_VALID_FOREVER);
+    ck_assert_int_eq(dlock_info_waiter_count(info), -1);
+    ck_assert_ptr_nonnull(strstr(dlock_info_key(info), dir));
+    dlock_info_free(info);
+    char buf[256] = "";
+    ck_assert_int_eq(dlock_list(c, "job/*", collect, buf), DLOCK_OK);
+    ck_assert_str_eq(buf, "job/a|");
+    buf[0] = 0;
+    ck_assert_int_eq(dlock_list(c, NULL, collect, buf), DLOCK_OK);
+    ck_assert(strstr(buf, "job/a|") && strstr(buf, "other|"));
+    /* The kernel owns a live holder's lock: refused, with the holder. */
+    ck_assert_int_eq(dlock_force_release(c, "job/a"), DLOCK_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), me));
+    ck_assert_int_eq(dlock_force_release(c, "other"), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(m);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+START_TEST(test_foreign_file_left_intact)
+{
+    char *path = tu_fmt("%s/config.lock", dir);
+    FILE *f = fopen(path, "w");
+    fputs("this is somebody's data, not a lock\n", f);
+    fclose(f);
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "config", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EWRONGTYPE);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "config.lock"));
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    char *text = tu_read_file(path);
+    ck_assert_str_eq(text, "this is somebody's data, not a lock\n");
+    /* And it was not left locked either. */
+    dlock_client *c2 = open_client();
+    dlock_lock *l2 = new_lock(c2, "config", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_EWRONGTYPE);
+    dlock_lock_free(l2);
+    dlock_client_close(c2);
+    free(text);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(path);
+}
+END_TEST
+
+START_TEST(test_fork_misuse)
+{
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "forked", DLOCK_EXCLUSIVE);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int rc = dlock_acquire(l, DLOCK_TRY);
+        _exit(rc == DLOCK_EMISUSE && strstr(dlock_errmsg(), "fork") ? 0 : 1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+START_TEST(test_free_releases)
+{
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "freed", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(l); /* releases the hold */
+    dlock_client *c2 = open_client();
+    dlock_lock *l2 = new_lock(c2, "freed", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(l2);
+    dlock_client_close(c2);
+    l = new_lock(c, "freed", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+static Suite *file_suite(void)
+{
+    Suite *s = suite_create("file");
+    struct {
+        const char *name;
+        const TTest *test;
+    } tests[] = {
+        {"errors", test_error_table},
+        {"urls", test_bad_urls},
+        {"url_options", test_url_redaction_and_options},
+        {"default_dir", test_default_directory},
+        {"unwritable_dir", test_unwritable_directory},
+        {"basic", test_acquire_release_token},
+        {"reentrancy", test_reentrancy},
+        {"threads", test_threads_exclude},
+        {"cancel", test_cancel},
+        {"bounded_kill9", test_bounded_wait_across_processes},
+        {"exclusion_8x200", test_mutual_exclusion_processes},
+        {"shared", test_shared_mode},
+        {"tokens", test_tokens_across_processes},
+        {"hostile_names", test_hostile_names},
+        {"inspect_list_force", test_inspect_list_force},
+        {"foreign_file", test_foreign_file_left_intact},
+        {"fork", test_fork_misuse},
+        {"free_releases", test_free_releases},
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
+        TCase *tc = tcase_create(tests[i].name);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, tests[i].test);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(file_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

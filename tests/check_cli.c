@@ -1,0 +1,401 @@
+/* check_cli.c -- the dlock command as a user meets it, on the file
+ * backend: every exit code, the environment COMMAND sees, tokens across
+ * runs, 8 processes x 200 increments through `dlock run`, kill -9 of a
+ * holder, signals while waiting and while running, status/list/release,
+ * and --help agreeing with the man page.
+ */
+#include <check.h>
+#include <ctype.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static char *dir, *url, *env_url;
+
+static void setup(void)
+{
+    dir = tu_tmpdir("cli");
+    url = tu_fmt("file://%s", dir);
+    env_url = tu_fmt("DLOCK_URL=%s", url);
+}
+
+static void teardown(void)
+{
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+    free(env_url);
+}
+
+/* Run dlock with ARGS (NULL-terminated) against the test's directory. */
+#define DLOCK(out, err, ...) run_dlock(out, err, (const char *[]){__VA_ARGS__, NULL})
+
+static int run_dlock(char **out, char **err, const char **args)
+{
+    const char *argv[32] = {tu_dlock_bin()};
+    size_t n = 1;
+    for (; args[n - 1]; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    const char *env[] = {env_url, NULL};
+    return tu_run(argv, env, out, err);
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Start `dlock run NAME` holding the lock until killed; returns once it
+ * holds (its command made the marker). */
+static pid_t start_holder(const char *name, const char *mode_flag)
+{
+    char *marker = tu_fmt("%s/held-%s", dir, name);
+    char *cmd = tu_fmt("touch %s; exec sleep 120", marker);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", mode_flag, name, "-c", cmd, NULL};
+    if (!*mode_flag) {
+        argv[4] = name;
+        argv[5] = "-c";
+        argv[6] = cmd;
+        argv[7] = NULL;
+    }
+    pid_t pid = tu_spawn(argv, NULL);
+    ck_assert_msg(tu_wait_file(marker, 20000), "holder of %s never started", name);
+    unlink(marker);
+    free(cmd);
+    free(marker);
+    return pid;
+}
+
+static void stop_holder(pid_t pid)
+{
+    tu_stop(pid, 2000);
+}
+
+START_TEST(test_conflict_codes)
+{
+    pid_t h = start_holder("busy", "");
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-n", "busy", "true"), 1);
+    ck_assert_ptr_nonnull(strstr(err, "busy"));
+    ck_assert_int_eq(count_lines(err), 1);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "-E", "7", "busy", "true"), 7);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "0", "busy", "true"), 1);
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-w", "0.2", "-E", "9", "busy", "true"), 9);
+    ck_assert_ptr_nonnull(strstr(err, "200 ms"));
+    free(err);
+    /* A different name is free. */
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "other", "true"), 0);
+    stop_holder(h);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "busy", "true"), 0);
+}
+END_TEST
+
+START_TEST(test_command_status)
+{
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", "sh", "-c", "exit 3"), 3);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", "--", "sh", "-c", "exit 0"), 0);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", "-c", "exit 4"), 4);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-c", "exit 5", "x"), 5);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", "sh", "-c", "kill -TERM $$"), 143);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", "sh", "-c", "kill -KILL $$"), 137);
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "x", "/no/such/command"), 127);
+    ck_assert_ptr_nonnull(strstr(err, "/no/such/command"));
+    free(err);
+    char *notexec = tu_fmt("%s/notexec", dir);
+    FILE *f = fopen(notexec, "w");
+    fputs("#!/bin/sh\n", f);
+    fclose(f);
+    chmod(notexec, 0644);
+    if (getuid() != 0 || 1) /* root cannot exec a file without x bits either */
+        ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", notexec), 126);
+    free(notexec);
+    /* The lock was released after each run. */
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "x", "true"), 0);
+}
+END_TEST
+
+START_TEST(test_usage_and_config_codes)
+{
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "name"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "soon", "n", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-E", "300", "n", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--on-lost", "panic", "n", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--bogus", "n", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "n", "-c", "true", "extra"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "frobnicate"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "release", "n"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "status"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "--bogus"), 64);
+    const char *bad[][2] = {{"nosuch://h", "nosuch"},
+                            {"redis://h:0", "port"},
+                            {"file://", "directory"},
+                            {"file:///no/such/dir", "/no/such/dir"},
+                            {"not a url", "scheme"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_int_eq(DLOCK(NULL, &err, "-u", bad[i][0], "run", "n", "true"), 78);
+        ck_assert_msg(strstr(err, bad[i][1]) && count_lines(err) == 1, "%s: '%s'", bad[i][0], err);
+        free(err);
+    }
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "", "true"), 78);
+}
+END_TEST
+
+START_TEST(test_environment_and_tokens)
+{
+    char *out;
+    unsigned long prev = 0;
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(DLOCK(&out, NULL, "run", "env", "sh", "-c",
+                               "echo \"$DLOCK_NAME|$DLOCK_TOKEN|$DLOCK_URL\""),
+                         0);
+        char name[64], u[512];
+        unsigned long tok;
+        ck_assert_int_eq(sscanf(out, "%63[^|]|%lu|%511[^\n]", name, &tok, u), 3);
+        ck_assert_str_eq(name, "env");
+        ck_assert_str_eq(u, url);
+        ck_assert_uint_gt(tok, prev);
+        prev = tok;
+        free(out);
+    }
+}
+END_TEST
+
+START_TEST(test_counter_8x200)
+{
+    char *counter = tu_fmt("%s/counter", dir);
+    FILE *f = fopen(counter, "w");
+    fputs("0\n", f);
+    fclose(f);
+    char *script = tu_fmt("for w in 1 2 3 4 5 6 7 8; do "
+                          "  (i=0; while [ $i -lt 200 ]; do "
+                          "     '%s' run counter -c 'n=$(cat %s); echo $((n+1)) > %s' || exit 1; "
+                          "     i=$((i+1)); done) & "
+                          "done; fail=0; for j in 1 2 3 4 5 6 7 8; do wait -n || fail=1; done; "
+                          "exit $fail",
+                          tu_dlock_bin(), counter, counter);
+    const char *argv[] = {"bash", "-c", script, NULL};
+    const char *env[] = {env_url, NULL};
+    ck_assert_int_eq(tu_run(argv, env, NULL, NULL), 0);
+    char *text = tu_read_file(counter);
+    ck_assert_str_eq(text, "1600\n");
+    free(text);
+    free(script);
+    free(counter);
+}
+END_TEST
+
+START_TEST(test_kill9_holder_frees)
+{
+    pid_t h = start_holder("k9", "");
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "k9", "true"), 1);
+    kill(h, SIGKILL); /* the dlock process, not its command */
+    /* Unbounded wait: only the kernel freeing the lock lets this return. */
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "k9", "true"), 0);
+    stop_holder(h); /* reap, and end the orphaned sleep's group */
+}
+END_TEST
+
+static void signal_while_waiting(int sig, int expect)
+{
+    pid_t h = start_holder("sigwait", "");
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "sigwait", "true", NULL};
+    pid_t w = tu_spawn(argv, NULL);
+    tu_sleep_ms(300); /* let it reach its wait */
+    kill(w, sig);
+    int st;
+    waitpid(w, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == expect, "status %#x", st);
+    stop_holder(h);
+    /* The interrupted waiter left nothing held. */
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "sigwait", "true"), 0);
+}
+
+START_TEST(test_sigterm_while_waiting)
+{
+    signal_while_waiting(SIGTERM, 143);
+}
+END_TEST
+
+START_TEST(test_sigint_while_waiting)
+{
+    signal_while_waiting(SIGINT, 130);
+}
+END_TEST
+
+START_TEST(test_signal_while_running)
+{
+    char *marker = tu_fmt("%s/running", dir);
+    char *cmd = tu_fmt("trap 'exit 5' TERM; touch %s; while :; do sleep 0.05; done", marker);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "sigrun", "-c", cmd, NULL};
+    pid_t d = tu_spawn(argv, NULL);
+    ck_assert(tu_wait_file(marker, 20000));
+    kill(d, SIGTERM); /* passed on to the command, which exits 5 */
+    int st;
+    waitpid(d, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 5, "status %#x", st);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "sigrun", "true"), 0);
+    free(cmd);
+    free(marker);
+}
+END_TEST
+
+START_TEST(test_shared_run)
+{
+    pid_t h = start_holder("rw", "-s");
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-s", "-n", "rw", "true"), 0);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "rw", "true"), 1);
+    stop_holder(h);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "rw", "true"), 0);
+}
+END_TEST
+
+START_TEST(test_status_list_release)
+{
+    char *out, *err;
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "st", "--json"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"held\":false"));
+    free(out);
+    pid_t h = start_holder("st", "");
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "--json", "st"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"held\":true"));
+    ck_assert_ptr_nonnull(strstr(out, "\"mode\":\"exclusive\""));
+    char pid[32];
+    snprintf(pid, sizeof pid, "\"id\":\"%d@", (int)h);
+    ck_assert_msg(strstr(out, pid), "%s lacks %s", out, pid);
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "st"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "held (exclusive)"));
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "list", "s*"), 0);
+    ck_assert_str_eq(out, "st\n");
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "list", "--json"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"st\""));
+    free(out);
+    ck_assert_int_eq(DLOCK(NULL, &err, "release", "--force", "st"), 69);
+    ck_assert_int_eq(count_lines(err), 1);
+    ck_assert_ptr_nonnull(strstr(err, pid + 6));
+    free(err);
+    stop_holder(h);
+}
+END_TEST
+
+/* The options a text names: --long words and -x letters. */
+static void collect_options(const char *text, char *set, size_t size)
+{
+    set[0] = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p != '-' || (p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '-')))
+            continue;
+        const char *q = p + 1;
+        if (*q == '-')
+            q++;
+        const char *start = q;
+        while (isalnum((unsigned char)*q) || (*q == '-' && isalnum((unsigned char)q[1])))
+            q++;
+        size_t len = (size_t)(q - p);
+        if (q == start || (start == p + 1 && q - start != 1))
+            continue; /* "-" alone, or -word that is not an option */
+        char opt[64];
+        snprintf(opt, sizeof opt, " %.*s ", (int)len, p);
+        if (!strstr(set, opt) && strlen(set) + strlen(opt) < size)
+            strcat(set, opt + (set[0] ? 1 : 0));
+        p = q - 1;
+    }
+}
+
+START_TEST(test_help_matches_man)
+{
+    char *help;
+    ck_assert_int_eq(DLOCK(&help, NULL, "--help"), 0);
+    const char *man_path = getenv("DLOCK_MAN") ? getenv("DLOCK_MAN") : "docs/dlock.1";
+    char *man = tu_read_file(man_path);
+    ck_assert_msg(man, "cannot read %s", man_path);
+    /* roff writes '-' as '\-' */
+    char *m = man, *w = man;
+    for (; *m; m++)
+        if (!(m[0] == '\\' && m[1] == '-'))
+            *w++ = *m;
+    *w = 0;
+    static char hs[4096], ms[4096];
+    collect_options(help, hs, sizeof hs);
+    collect_options(man, ms, sizeof ms);
+    /* Every option in --help is in the man page and the other way round. */
+    char *save, *tok;
+    char *copy = strdup(hs);
+    for (tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char needle[80];
+        snprintf(needle, sizeof needle, " %s ", tok);
+        char padded[4200];
+        snprintf(padded, sizeof padded, " %s ", ms);
+        ck_assert_msg(strstr(padded, needle), "--help names %s, dlock(1) does not", tok);
+    }
+    free(copy);
+    copy = strdup(ms);
+    for (tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char needle[80];
+        snprintf(needle, sizeof needle, " %s ", tok);
+        char padded[4200];
+        snprintf(padded, sizeof padded, " %s ", hs);
+        ck_assert_msg(strstr(padded, needle), "dlock(1) names %s, --help does not", tok);
+    }
+    free(copy);
+    free(man);
+    free(help);
+    char *out;
+    ck_assert_int_eq(DLOCK(&out, NULL, "help", "run"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--on-lost"));
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "--version"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "dlock 0."));
+    free(out);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cli");
+    struct {
+        const char *name;
+        const TTest *test;
+    } tests[] = {
+        {"conflict_codes", test_conflict_codes},
+        {"command_status", test_command_status},
+        {"usage_config", test_usage_and_config_codes},
+        {"env_tokens", test_environment_and_tokens},
+        {"counter_8x200", test_counter_8x200},
+        {"kill9", test_kill9_holder_frees},
+        {"sigterm_waiting", test_sigterm_while_waiting},
+        {"sigint_waiting", test_sigint_while_waiting},
+        {"signal_running", test_signal_while_running},
+        {"shared", test_shared_run},
+        {"status_list_release", test_status_list_release},
+        {"help_man", test_help_matches_man},
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
+        TCase *tc = tcase_create(tests[i].name);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, tests[i].test);
+        suite_add_tcase(s, tc);
+    }
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,1268 @@
+/* check_zk.c -- the ZooKeeper backend against real ZooKeeper servers.
+ *
+ * Each test case starts its own servers from an unchecked fixture (a JVM
+ * takes seconds to start, so the tests of a case share them; each test
+ * uses its own lock names): a standalone server for the recipe, errors and
+ * faults of a holder; another standalone one that tests stop and restart;
+ * a three-server ensemble whose leader is killed under a held lock.
+ * Holders that are killed or paused are forked children with their own
+ * client. A test that plays Curator's part creates "_c_<guid>-lock-" nodes
+ * with the raw C client, as InterProcessMutex does, and checks that dlock
+ * and it exclude each other and keep one queue in sequence order.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define THREADED /* the synchronous calls of libzookeeper_mt */
+#include <zookeeper.h>
+
+#include "dlock.h"
+#include "fixture_zk.h"
+#include "testutil.h"
+
+static struct zkf F;
+static bool F_ok;
+
+static void start_servers(int n)
+{
+    F_ok = zkf_start(&F, n);
+    if (!F_ok)
+        fprintf(stderr, "fixture: %s\n", F.error);
+}
+
+static void setup_standalone(void)
+{
+    start_servers(1);
+}
+
+static void setup_ensemble(void)
+{
+    start_servers(3);
+}
+
+static void teardown_servers(void)
+{
+    zkf_stop(&F);
+}
+
+/* Every test starts here: a test whose server could not start fails. */
+#define REQUIRE_SERVERS() ck_assert_msg(F_ok, "ZooKeeper did not start: %s", F.error)
+
+static char *url_with(const char *path, const char *query)
+{
+    return zkf_url(&F, path, query);
+}
+
+static dlock_client *open_ok(const char *url)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_open(%s): %s: %s", url, dlock_err_name(rc),
+                  dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *lock_ok(dlock_client *c, const char *name)
+{
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_lock_new(%s): %s", name, dlock_errmsg());
+    return l;
+}
+
+static uint64_t token_of(dlock_lock *l)
+{
+    uint64_t t = 0;
+    ck_assert_int_eq(dlock_token(l, &t), DLOCK_OK);
+    return t;
+}
+
+/* ------------------------------------------------------- raw ZooKeeper */
+
+/* A raw C-client session: plays other clients (Curator) and checks what
+ * dlock wrote. */
+static void raw_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)type, (void)state, (void)path, (void)ctx;
+}
+
+static void raw_quiet(const char *msg)
+{
+    (void)msg;
+}
+
+static zhandle_t *raw_open(const char *auth)
+{
+    zhandle_t *zh = zookeeper_init2(F.hosts, raw_watcher, 10000, NULL, NULL, 0, raw_quiet);
+    ck_assert_ptr_nonnull(zh);
+    for (int i = 0; i < 200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++)
+        tu_sleep_ms(50);
+    ck_assert_msg(zoo_state(zh) == ZOO_CONNECTED_STATE, "raw client cannot connect to %s",
+                  F.hosts);
+    if (auth) {
+        int rc = zoo_add_auth(zh, "digest", auth, (int)strlen(auth), NULL, NULL);
+        ck_assert_int_eq(rc, ZOK);
+    }
+    return zh;
+}
+
+static void raw_mkdirs(zhandle_t *zh, const char *path, int last_mode, const struct ACL_vector *acl)
+{
+    char *p = strdup(path);
+    for (char *s = strchr(p + 1, '/');; s = strchr(s + 1, '/')) {
+        if (s)
+            *s = 0;
+        int rc = zoo_create(zh, p, NULL, -1, acl, s ? ZOO_PERSISTENT : last_mode, NULL, 0);
+        ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create %s: %s", p, zerror(rc));
+        if (!s)
+            break;
+        *s = '/';
+    }
+    free(p);
+}
+
+/* Sorted lock children of PATH, as Curator sorts them (by the digits after
+ * the last "lock-"); *n set. Caller frees with free_strings. */
+static int cmp_seq(const void *a, const void *b)
+{
+    const char *x = strrchr(*(char *const *)a, '-'), *y = strrchr(*(char *const *)b, '-');
+    return strcmp(x ? x : *(char *const *)a, y ? y : *(char *const *)b);
+}
+
+static char **raw_children(zhandle_t *zh, const char *path, int *n)
+{
+    struct String_vector v = {0, NULL};
+    int rc = zoo_get_children(zh, path, 0, &v);
+    if (rc == ZNONODE) {
+        *n = 0;
+        return NULL;
+    }
+    ck_assert_msg(rc == ZOK, "children of %s: %s", path, zerror(rc));
+    char **out = calloc((size_t)v.count + 1, sizeof *out);
+    for (int i = 0; i < v.count; i++)
+        out[i] = strdup(v.data[i]);
+    qsort(out, (size_t)v.count, sizeof *out, cmp_seq);
+    *n = v.count;
+    deallocate_String_vector(&v);
+    return out;
+}
+
+static void free_strings(char **s, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(s[i]);
+    free(s);
+}
+
+/* Create a Curator InterProcessMutex contender node under LOCKPATH the way
+ * Curator does (protected mode, EPHEMERAL_SEQUENTIAL): returns its name. */
+static char *curator_contend(zhandle_t *zh, const char *lockpath)
+{
+    raw_mkdirs(zh, lockpath, ZOO_CONTAINER, &ZOO_OPEN_ACL_UNSAFE);
+    char guid[64];
+    snprintf(guid, sizeof guid, "%08x-%04x-4%03x-8%03x-%012x", (unsigned)rand(),
+             (unsigned)rand() & 0xffff, (unsigned)rand() & 0xfff, (unsigned)rand() & 0xfff,
+             (unsigned)rand());
+    char *prefix = tu_fmt("%s/_c_%s-lock-", lockpath, guid);
+    char created[1024];
+    int rc = zoo_create(zh, prefix, "127.0.0.1", 9, &ZOO_OPEN_ACL_UNSAFE,
+                        ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created);
+    ck_assert_msg(rc == ZOK, "create %s: %s", prefix, zerror(rc));
+    free(prefix);
+    return strdup(strrchr(created, '/') + 1);
+}
+
+/* ------------------------------------------------------------- children */
+
+/* A child process that takes NAME and reports through files in DIR:
+ * "<dir>/held" (token) once it holds. Exits when told by MODE. */
+enum holder_mode { HOLD_FOREVER, HOLD_UNTIL_LOST };
+
+static atomic_int lost_flag;
+
+static void on_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l, (void)arg;
+    FILE *f = fopen("/dev/null", "w");
+    if (f) {
+        fprintf(f, "%s", why);
+        fclose(f);
+    }
+    atomic_store(&lost_flag, 1);
+}
+
+static void write_marker(const char *path, const char *text)
+{
+    char *tmp = tu_fmt("%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+        rename(tmp, path);
+    }
+    free(tmp);
+}
+
+static pid_t fork_holder(const char *url, const char *name, const char *dir, enum holder_mode mode)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    dlock_client *c = NULL;
+    if (dlock_open(url, &c) != DLOCK_OK)
+        _exit(10);
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l) != DLOCK_OK)
+        _exit(11);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    if (dlock_acquire(l, 30000) != DLOCK_OK)
+        _exit(12);
+    uint64_t tok = 0;
+    dlock_token(l, &tok);
+    char *held = tu_fmt("%s/held", dir);
+    char *text = tu_fmt("%" PRIu64, tok);
+    write_marker(held, text);
+    if (mode == HOLD_FOREVER)
+        for (;;)
+            pause();
+    /* HOLD_UNTIL_LOST: after being paused past the session timeout, the
+     * hold must be reported lost, read as lost, and a new session must
+     * serve a new acquisition. */
+    for (int i = 0; i < 600 && !atomic_load(&lost_flag); i++)
+        tu_sleep_ms(50);
+    if (!atomic_load(&lost_flag))
+        _exit(20);
+    if (dlock_validity_ms(l) != 0)
+        _exit(21);
+    char *lost = tu_fmt("%s/lost", dir);
+    write_marker(lost, "1");
+    if (dlock_release(l) != DLOCK_ELOST)
+        _exit(22);
+    if (dlock_acquire(l, 30000) != DLOCK_OK)
+        _exit(23);
+    uint64_t tok2 = 0;
+    dlock_token(l, &tok2);
+    if (tok2 <= tok)
+        _exit(24);
+    if (dlock_release(l) != DLOCK_OK)
+        _exit(25);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    _exit(0);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int wait_exit(pid_t pid)
+{
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ============================================================ the recipe */
+
+START_TEST(test_acquire_release_token)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *c = open_ok(url);
+    ck_assert_str_eq(dlock_client_backend(c), "zk");
+    dlock_lock *l = lock_ok(c, "basic");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    uint64_t t1 = token_of(l);
+    ck_assert_uint_gt(t1, 0);
+    ck_assert_int_gt(dlock_validity_ms(l), 0);
+
+    /* reentrant: same token, one node */
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(l), 2);
+    ck_assert_uint_eq(token_of(l), t1);
+
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "basic", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_str_eq(dlock_info_key(info), "/dlock/basic");
+    ck_assert_uint_eq(dlock_info_token(info), t1);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 1);
+    const char *holder = dlock_info_holder(info, 0, NULL);
+    ck_assert_msg(strncmp(holder, "_c_", 3) == 0 && strstr(holder, "-lock-0000000000"),
+                  "holder node %s", holder);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 0);
+    dlock_info_free(info);
+
+    /* the node on the server is Curator's shape */
+    zhandle_t *zh = raw_open(NULL);
+    int n;
+    char **kids = raw_children(zh, "/dlock/basic", &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_msg(strlen(kids[0]) == 3 + 36 + 6 + 10, "node name %s", kids[0]);
+    char *path = tu_fmt("/dlock/basic/%s", kids[0]);
+    struct Stat st;
+    ck_assert_int_eq(zoo_exists(zh, path, 0, &st), ZOK);
+    ck_assert_uint_eq((uint64_t)st.czxid, t1);
+    ck_assert_int_ne(st.ephemeralOwner, 0);
+    free(path);
+    free_strings(kids, n);
+
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ENOTOWNER);
+    kids = raw_children(zh, "/dlock/basic", &n);
+    ck_assert_int_eq(n, 0);
+    free_strings(kids, n);
+
+    ck_assert_int_eq(dlock_inspect(c, "basic", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 0);
+    dlock_info_free(info);
+
+    /* a new acquisition: a strictly greater token */
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_uint_gt(token_of(l), t1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    zookeeper_close(zh);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_exclusion_between_clients)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "excl"), *lb = lock_ok(b, "excl");
+    ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_acquire(lb, 300), DLOCK_ETIMEDOUT);
+
+    /* neither try left a node behind */
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(b, "excl", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 0);
+    dlock_info_free(info);
+
+    uint64_t ta = token_of(la);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_OK);
+    ck_assert_uint_gt(token_of(lb), ta);
+    ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* Waiters in their own clients (threads here), each recording the order in
+ * which it acquired. */
+struct waiter_arg {
+    const char *url, *name;
+    int id;
+    int result;
+    uint64_t token;
+};
+
+static pthread_mutex_t order_mu = PTHREAD_MUTEX_INITIALIZER;
+static int order[8], norder;
+
+static void *waiter_thread(void *p)
+{
+    struct waiter_arg *a = p;
+    dlock_client *c = NULL;
+    a->result = dlock_open(a->url, &c);
+    if (a->result)
+        return NULL;
+    dlock_lock *l = NULL;
+    dlock_lock_new(c, a->name, DLOCK_EXCLUSIVE, &l);
+    a->result = dlock_acquire(l, 30000);
+    if (a->result == DLOCK_OK) {
+        dlock_token(l, &a->token);
+        pthread_mutex_lock(&order_mu);
+        order[norder++] = a->id;
+        pthread_mutex_unlock(&order_mu);
+        tu_sleep_ms(100);
+        a->result = dlock_release(l);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return NULL;
+}
+
+static long waiters_of(dlock_client *c, const char *name)
+{
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, name, &info), DLOCK_OK);
+    long n = dlock_info_waiter_count(info);
+    dlock_info_free(info);
+    return n;
+}
+
+START_TEST(test_waiters_fifo_and_inspect)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "fifo");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    uint64_t t0 = token_of(l);
+
+    struct waiter_arg args[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        args[i] = (struct waiter_arg){.url = url, .name = "fifo", .id = i};
+        pthread_create(&th[i], NULL, waiter_thread, &args[i]);
+        /* each queues before the next starts */
+        for (int k = 0; k < 200 && waiters_of(c, "fifo") < i + 1; k++)
+            tu_sleep_ms(20);
+        ck_assert_int_eq(waiters_of(c, "fifo"), i + 1);
+    }
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "fifo", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 3);
+    for (int i = 0; i < 3; i++) /* in queue order, dlock's own data shown */
+        ck_assert_msg(strstr(dlock_info_waiter(info, (size_t)i), "-lock-000000000") &&
+                          strstr(dlock_info_waiter(info, (size_t)i), "(dlock "),
+                      "waiter %d: %s", i, dlock_info_waiter(info, (size_t)i));
+    dlock_info_free(info);
+
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(args[i].result == DLOCK_OK, "waiter %d: %s", i, dlock_err_name(args[i].result));
+        ck_assert_int_eq(order[i], i); /* first come, first served */
+        ck_assert_uint_gt(args[i].token, i ? args[i - 1].token : t0);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* A canceled wait returns ECANCELED and leaves no node in the queue. */
+struct cancel_arg {
+    dlock_lock *l;
+    int rc;
+};
+
+static void *cancel_waiter(void *p)
+{
+    struct cancel_arg *a = p;
+    a->rc = dlock_acquire(a->l, DLOCK_FOREVER);
+    return NULL;
+}
+
+START_TEST(test_cancel_wait)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "cancel"), *lb = lock_ok(b, "cancel");
+    ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    struct cancel_arg arg = {.l = lb, .rc = 1};
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_waiter, &arg);
+    for (int k = 0; k < 200 && waiters_of(a, "cancel") < 1; k++)
+        tu_sleep_ms(20);
+    ck_assert_int_eq(waiters_of(a, "cancel"), 1);
+    ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(arg.rc, DLOCK_ECANCELED);
+    ck_assert_int_eq(waiters_of(a, "cancel"), 0);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* Threads of one client share one session: the core queues them, each
+ * gets its own acquisition with a new token. */
+struct thread_arg {
+    dlock_lock *l;
+    int rc;
+    int inside_max;
+};
+
+static atomic_int inside;
+
+static void *same_client_thread(void *p)
+{
+    struct thread_arg *a = p;
+    for (int i = 0; i < 5; i++) {
+        a->rc = dlock_acquire(a->l, 20000);
+        if (a->rc)
+            return NULL;
+        int now = atomic_fetch_add(&inside, 1) + 1;
+        if (now > a->inside_max)
+            a->inside_max = now;
+        tu_sleep_ms(5);
+        atomic_fetch_sub(&inside, 1);
+        a->rc = dlock_release(a->l);
+        if (a->rc)
+            return NULL;
+    }
+    return NULL;
+}
+
+START_TEST(test_threads_of_one_client)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "threads");
+    struct thread_arg args[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (struct thread_arg){.l = l};
+        pthread_create(&th[i], NULL, same_client_thread, &args[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(args[i].rc == DLOCK_OK, "thread %d: %s", i, dlock_err_name(args[i].rc));
+        ck_assert_int_eq(args[i].inside_max, 1);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_shared_mode_unsupported)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, "shared", DLOCK_SHARED, &l);
+    if (rc == DLOCK_OK)
+        rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_int_eq(rc, DLOCK_ENOTSUP);
+    ck_assert_msg(strstr(dlock_errmsg(), "shared"), "message: %s", dlock_errmsg());
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* ======================================================= Curator's part */
+
+/* Curator's side while dlock waits: once dlock queued, a second Curator
+ * contender queues behind it, and the first Curator holder lets go. */
+struct curator_arg {
+    zhandle_t *zh;
+    dlock_client *c;
+    const char *lockpath, *first;
+    char *second;
+};
+
+static void *curator_thread(void *p)
+{
+    struct curator_arg *a = p;
+    for (int k = 0; k < 200 && waiters_of(a->c, "shared-with-java") < 1; k++)
+        tu_sleep_ms(20);
+    a->second = curator_contend(a->zh, a->lockpath);
+    char *path = tu_fmt("%s/%s", a->lockpath, a->first);
+    zoo_delete(a->zh, path, -1);
+    free(path);
+    return NULL;
+}
+
+START_TEST(test_curator_interop)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *c = open_ok(url);
+    zhandle_t *zh = raw_open(NULL);
+    const char *lockpath = "/dlock/shared-with-java";
+
+    /* 1. Curator holds: dlock is busy and sees the Curator node as holder. */
+    char *cur1 = curator_contend(zh, lockpath);
+    dlock_lock *l = lock_ok(c, "shared-with-java");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "shared-with-java", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_msg(strncmp(dlock_info_holder(info, 0, NULL), cur1, strlen(cur1)) == 0,
+                  "holder %s, curator node %s", dlock_info_holder(info, 0, NULL), cur1);
+    dlock_info_free(info);
+
+    /* 2. dlock queues behind it; a second Curator contender queues
+     * behind dlock; then the first Curator holder releases. */
+    struct curator_arg arg = {.zh = zh, .c = c, .lockpath = lockpath, .first = cur1};
+    pthread_t th;
+    pthread_create(&th, NULL, curator_thread, &arg);
+    /* 3. dlock (next in sequence) owns, not cur2. */
+    ck_assert_msg(dlock_acquire(l, 30000) == DLOCK_OK, "%s", dlock_errmsg());
+    pthread_join(th, NULL);
+    char *cur2 = arg.second;
+    char *p1 = tu_fmt("%s/%s", lockpath, cur1);
+    int n;
+    char **kids = raw_children(zh, lockpath, &n);
+    ck_assert_int_eq(n, 2);
+    /* as Curator sorts them: dlock's node first, cur2 after it */
+    ck_assert_msg(strncmp(kids[0], "_c_", 3) == 0 && strcmp(kids[1], cur2) == 0,
+                  "queue: %s, %s", kids[0], kids[1]);
+    char owner_data[256];
+    int len = sizeof owner_data - 1;
+    char *p0 = tu_fmt("%s/%s", lockpath, kids[0]);
+    ck_assert_int_eq(zoo_get(zh, p0, 0, owner_data, &len, NULL), ZOK);
+    owner_data[len > 0 ? len : 0] = 0;
+    ck_assert_msg(strncmp(owner_data, "dlock ", 6) == 0, "owner data %s", owner_data);
+    free_strings(kids, n);
+
+    /* 4. dlock releases: cur2 is first, i.e. Curator's owner. */
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    kids = raw_children(zh, lockpath, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(kids[0], cur2);
+    free_strings(kids, n);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    char *p2 = tu_fmt("%s/%s", lockpath, cur2);
+    ck_assert_int_eq(zoo_delete(zh, p2, -1), ZOK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+
+    free(p0);
+    free(p1);
+    free(p2);
+    free(cur1);
+    free(cur2);
+    zookeeper_close(zh);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* A node whose create reply was lost is found again by its guid: a
+ * Curator-protected node left by the same client in the queue is
+ * recognised. Here: a foreign node without "lock-" is ignored in the
+ * ordering, and a lock node created by Curator as a container is reused. */
+START_TEST(test_foreign_children_ignored)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *c = open_ok(url);
+    zhandle_t *zh = raw_open(NULL);
+    raw_mkdirs(zh, "/dlock/odd/not-a-lock-node", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
+    dlock_lock *l = lock_ok(c, "odd");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    zookeeper_close(zh);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* ================================================================ names */
+
+static int collect_name(const char *name, void *arg)
+{
+    char ***v = arg;
+    size_t n = 0;
+    while ((*v)[n])
+        n++;
+    *v = realloc(*v, (n + 2) * sizeof **v);
+    (*v)[n] = strdup(name);
+    (*v)[n + 1] = NULL;
+    return 0;
+}
+
+START_TEST(test_hostile_names)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "base=/hostile");
+    dlock_client *c = open_ok(url);
+    zhandle_t *zh = raw_open(NULL);
+    const char *names[] = {"..", ".", "../../zookeeper", "a/b/../../c", "/", "with space",
+                           "%2F", "\x01\x7f\xff\xfe", "zookeeper", "lock-0000000001",
+                           "_c_x-lock-", "ünïcødé"};
+    size_t nn = sizeof names / sizeof *names;
+    for (size_t i = 0; i < nn; i++) {
+        dlock_lock *l = lock_ok(c, names[i]);
+        ck_assert_msg(dlock_acquire(l, DLOCK_TRY) == DLOCK_OK, "acquire '%s': %s", names[i],
+                      dlock_errmsg());
+        dlock_info *info = NULL;
+        ck_assert_int_eq(dlock_inspect(c, names[i], &info), DLOCK_OK);
+        const char *key = dlock_info_key(info);
+        ck_assert_msg(strncmp(key, "/hostile/", 9) == 0 && !strchr(key + 9, '/') &&
+                          strcmp(key + 9, ".") && strcmp(key + 9, ".."),
+                      "name '%s' mapped to %s", names[i], key);
+        ck_assert_int_eq(dlock_info_held(info), 1);
+        dlock_info_free(info);
+        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+    }
+    /* nothing was created outside the base path */
+    int n;
+    char **kids = raw_children(zh, "/", &n);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(strcmp(kids[i], "zookeeper") == 0 || strcmp(kids[i], "hostile") == 0 ||
+                          strcmp(kids[i], "dlock") == 0,
+                      "stray node /%s", kids[i]);
+    free_strings(kids, n);
+    kids = raw_children(zh, "/zookeeper", &n);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(strcmp(kids[i], "quota") == 0 || strcmp(kids[i], "config") == 0,
+                      "stray node /zookeeper/%s", kids[i]);
+    free_strings(kids, n);
+
+    /* list gives every name back byte for byte */
+    char **listed = calloc(1, sizeof *listed);
+    ck_assert_int_eq(dlock_list(c, NULL, collect_name, &listed), DLOCK_OK);
+    for (size_t i = 0; i < nn; i++) {
+        bool found = false;
+        for (size_t k = 0; listed[k]; k++)
+            found |= strcmp(listed[k], names[i]) == 0;
+        ck_assert_msg(found, "list lost name '%s'", names[i]);
+    }
+    for (size_t k = 0; listed[k]; k++)
+        free(listed[k]);
+    free(listed);
+    zookeeper_close(zh);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_list_and_prefix)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "base=/listing&prefix=app1.");
+    char *url2 = url_with(NULL, "base=/listing");
+    dlock_client *c = open_ok(url), *raw = open_ok(url2);
+    dlock_lock *a = lock_ok(c, "jobs-a"), *b = lock_ok(c, "jobs-b"), *x = lock_ok(c, "other");
+    ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(b, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
+    char **listed = calloc(1, sizeof *listed);
+    ck_assert_int_eq(dlock_list(c, "jobs-*", collect_name, &listed), DLOCK_OK);
+    size_t n = 0;
+    while (listed[n])
+        n++;
+    ck_assert_uint_eq(n, 2);
+    ck_assert_msg((strcmp(listed[0], "jobs-a") == 0 && strcmp(listed[1], "jobs-b") == 0) ||
+                      (strcmp(listed[1], "jobs-a") == 0 && strcmp(listed[0], "jobs-b") == 0),
+                  "listed %s %s", listed[0], listed[1]);
+    for (size_t k = 0; listed[k]; k++)
+        free(listed[k]);
+    free(listed);
+    /* without the prefix the prefixed names are seen whole */
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(raw, "app1.other", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    dlock_info_free(info);
+    dlock_release(a);
+    dlock_release(b);
+    dlock_release(x);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_lock_free(x);
+    dlock_client_close(c);
+    dlock_client_close(raw);
+    free(url);
+    free(url2);
+}
+END_TEST
+
+/* ================================================== force and lost holds */
+
+START_TEST(test_force_release_reports_lost)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=1500");
+    dlock_client *a = open_ok(url), *op = open_ok(url);
+    dlock_lock *l = lock_ok(a, "forced");
+    atomic_store(&lost_flag, 0);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_force_release(op, "forced"), DLOCK_OK);
+    /* the next renewal (lease/3) finds the node gone */
+    for (int i = 0; i < 200 && !atomic_load(&lost_flag); i++)
+        tu_sleep_ms(25);
+    ck_assert_int_eq(atomic_load(&lost_flag), 1);
+    ck_assert_int_eq(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    /* free, and force on a free lock is fine */
+    dlock_lock *o = lock_ok(op, "forced");
+    ck_assert_int_eq(dlock_acquire(o, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(o), DLOCK_OK);
+    ck_assert_int_eq(dlock_force_release(op, "forced"), DLOCK_OK);
+    ck_assert_int_eq(dlock_force_release(op, "never-existed"), DLOCK_OK);
+    dlock_lock_free(o);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    dlock_client_close(op);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_kill9_holder_frees_at_session_expiry)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=1500");
+    char *dir = tu_tmpdir("zk-kill");
+    pid_t child = fork_holder(url, "killed", dir, HOLD_FOREVER);
+    char *held = tu_fmt("%s/held", dir);
+    ck_assert_msg(tu_wait_file(held, 30000), "holder never acquired");
+    char *text = tu_read_file(held);
+    uint64_t child_token = strtoull(text, NULL, 10);
+    free(text);
+
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "killed");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    kill(child, SIGKILL);
+    wait_exit(child);
+    /* the waiter sleeps on its watch until the server expires the dead
+     * session and deletes its node */
+    ck_assert_msg(dlock_acquire(l, 30000) == DLOCK_OK, "%s", dlock_errmsg());
+    ck_assert_uint_gt(token_of(l), child_token);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(dir);
+    free(held);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_paused_holder_loses_and_recovers)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=1500");
+    char *dir = tu_tmpdir("zk-stop");
+    pid_t child = fork_holder(url, "paused", dir, HOLD_UNTIL_LOST);
+    char *held = tu_fmt("%s/held", dir), *lost = tu_fmt("%s/lost", dir);
+    ck_assert_msg(tu_wait_file(held, 30000), "holder never acquired");
+
+    kill(child, SIGSTOP);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "paused");
+    ck_assert_msg(dlock_acquire(l, 30000) == DLOCK_OK, "%s", dlock_errmsg());
+    kill(child, SIGCONT);
+    /* the paused holder learns it lost the lock; we still hold it */
+    ck_assert_msg(tu_wait_file(lost, 30000), "paused holder never reported the loss");
+    ck_assert_int_gt(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    /* and a fresh session serves it a new acquisition */
+    int code = wait_exit(child);
+    ck_assert_msg(code == 0, "paused holder exited %d", code);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(dir);
+    free(held);
+    free(lost);
+    free(url);
+}
+END_TEST
+
+/* =============================================================== errors */
+
+START_TEST(test_unreachable)
+{
+    REQUIRE_SERVERS();
+    int port = tu_free_port();
+    char *url = tu_fmt("zk://127.0.0.1:%d?connect_timeout=700", port);
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_int_eq(rc, DLOCK_ECONN);
+    ck_assert_ptr_null(c);
+    char *where = tu_fmt("127.0.0.1:%d", port);
+    ck_assert_msg(strstr(dlock_errmsg(), where), "message: %s", dlock_errmsg());
+    free(where);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_missing_chroot)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with("/no/such/app", NULL);
+    dlock_client *c = NULL;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_EBADURL);
+    ck_assert_msg(strstr(dlock_errmsg(), "'/no/such/app'") && strstr(dlock_errmsg(), "does not exist"),
+                  "message: %s", dlock_errmsg());
+    /* an existing chroot holds everything beneath it */
+    zhandle_t *zh = raw_open(NULL);
+    raw_mkdirs(zh, "/tenant", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
+    free(url);
+    url = url_with("/tenant", NULL);
+    c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "in-chroot");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    int n;
+    char **kids = raw_children(zh, "/tenant/dlock/in-chroot", &n);
+    ck_assert_int_eq(n, 1);
+    free_strings(kids, n);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    zookeeper_close(zh);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_bad_urls)
+{
+    REQUIRE_SERVERS();
+    const char *queries[] = {"base=relative", "base=/a//b", "base=/a/../b", "base=/trailing/",
+                             "acl=everyone", "layout=redisson", "acl=creator", "nonsense=1"};
+    for (size_t i = 0; i < sizeof queries / sizeof *queries; i++) {
+        char *url = url_with(NULL, queries[i]);
+        dlock_client *c = NULL;
+        int rc = dlock_open(url, &c);
+        ck_assert_msg(rc == DLOCK_EBADURL, "%s: %s %s", url, dlock_err_name(rc), dlock_errmsg());
+        ck_assert_msg(strlen(dlock_errmsg()) > 10, "%s: empty message", url);
+        free(url);
+    }
+}
+END_TEST
+
+START_TEST(test_auth_and_acl)
+{
+    REQUIRE_SERVERS();
+    /* alice owns /secure: only she may create under it */
+    zhandle_t *zh = raw_open("alice:s3cret");
+    raw_mkdirs(zh, "/secure", ZOO_PERSISTENT, &ZOO_CREATOR_ALL_ACL);
+
+    const char *cases[][2] = {{"", "no credentials"}, {"alice:wrong@", "wrong password"},
+                              {"bob:pw@", "other user"}};
+    for (size_t i = 0; i < 3; i++) {
+        char *url = tu_fmt("zk://%s%s?base=/secure/locks", cases[i][0], F.hosts);
+        dlock_client *c = open_ok(url);
+        dlock_lock *l = lock_ok(c, "guarded");
+        int rc = dlock_acquire(l, DLOCK_TRY);
+        ck_assert_msg(rc == DLOCK_EAUTH, "%s: %s %s", cases[i][1], dlock_err_name(rc),
+                      dlock_errmsg());
+        ck_assert_msg(strstr(dlock_errmsg(), "/secure"), "%s: message %s", cases[i][1],
+                      dlock_errmsg());
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        free(url);
+    }
+    char *url = tu_fmt("zk://alice:s3cret@%s?base=/secure/locks&acl=creator", F.hosts);
+    dlock_client *c = open_ok(url);
+    ck_assert_msg(strstr(dlock_client_url(c), "s3cret") == NULL, "password shown: %s",
+                  dlock_client_url(c));
+    dlock_lock *l = lock_ok(c, "guarded");
+    ck_assert_msg(dlock_acquire(l, DLOCK_TRY) == DLOCK_OK, "%s", dlock_errmsg());
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    /* the creator ACL keeps bob out of alice's lock node too */
+    char *bob = tu_fmt("zk://bob:pw@%s?base=/secure/locks", F.hosts);
+    dlock_client *cb = open_ok(bob);
+    dlock_lock *lb = lock_ok(cb, "guarded");
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EAUTH);
+    ck_assert_msg(strstr(dlock_errmsg(), "/secure/locks"), "message %s", dlock_errmsg());
+    dlock_lock_free(lb);
+    dlock_client_close(cb);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    zookeeper_close(zh);
+    free(bob);
+    free(url);
+}
+END_TEST
+
+/* ===================================================== server faults */
+
+START_TEST(test_server_restart_keeps_hold)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=15000");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "restart");
+    atomic_store(&lost_flag, 0);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    uint64_t t = token_of(l);
+    zkf_server_stop(&F, 0, SIGKILL);
+    ck_assert_msg(zkf_server_start(&F, 0, 60000), "server did not come back");
+    /* a renewal after the restart confirms the hold again: validity
+     * grows back above what is left of it without one */
+    int64_t t0 = mono_ms(), v0 = dlock_validity_ms(l);
+    ck_assert_int_gt(v0, 0);
+    bool renewed = false;
+    for (int i = 0; i < 400 && !renewed && !atomic_load(&lost_flag); i++) {
+        tu_sleep_ms(50);
+        renewed = dlock_validity_ms(l) > v0 - (mono_ms() - t0) + 1000;
+    }
+    ck_assert_int_eq(atomic_load(&lost_flag), 0);
+    ck_assert_msg(renewed, "hold not confirmed after restart");
+    ck_assert_uint_eq(token_of(l), t);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_server_down_hold_lost)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=1500&timeout=500&connect_timeout=1000");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "outage");
+    atomic_store(&lost_flag, 0);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    uint64_t t = token_of(l);
+    zkf_server_stop(&F, 0, SIGKILL);
+    /* jeopardy: no contact, so the validity deadline passes */
+    for (int i = 0; i < 400 && !atomic_load(&lost_flag); i++)
+        tu_sleep_ms(25);
+    ck_assert_int_eq(atomic_load(&lost_flag), 1);
+    ck_assert_int_eq(dlock_validity_ms(l), 0);
+    /* while down: a clear connection error naming the server */
+    dlock_lock *l2 = lock_ok(c, "outage-2");
+    int rc = dlock_acquire(l2, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_ECONN, "%s %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "127.0.0.1:"), "message %s", dlock_errmsg());
+    ck_assert_msg(zkf_server_start(&F, 0, 60000), "server did not come back");
+    /* the lost hold releases as lost; the lock serves again */
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    rc = dlock_acquire(l, 20000);
+    ck_assert_msg(rc == DLOCK_OK, "%s %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_uint_gt(token_of(l), t);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l2);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* ============================================================= ensemble */
+
+START_TEST(test_ensemble_basic)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=4000");
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "ens"), *lb = lock_ok(b, "ens");
+    ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* A storage service that honours fencing tokens: a write with a token
+ * older than the newest one seen is refused and counted. */
+static void fenced_write(const char *path, uint64_t token, bool *refused)
+{
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    flock(fd, LOCK_EX);
+    char buf[128] = {0};
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    uint64_t max = 0, count = 0, stale = 0;
+    if (n > 0)
+        sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &max, &count, &stale);
+    if (token < max) {
+        stale++;
+        *refused = true;
+    } else {
+        max = token;
+        count++;
+    }
+    int len = snprintf(buf, sizeof buf, "%" PRIu64 " %" PRIu64 " %" PRIu64 "\n", max, count, stale);
+    ftruncate(fd, 0);
+    pwrite(fd, buf, (size_t)len, 0);
+    flock(fd, LOCK_UN);
+    close(fd);
+}
+
+/* A worker: take the lock, write through the fence while the hold is
+ * valid, release; until STOP appears. Exit 0 unless an unexpected error;
+ * accepted writes go to <dir>/count.<pid>. */
+static pid_t fork_worker(const char *url, const char *dir)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    char *store = tu_fmt("%s/store", dir), *stop = tu_fmt("%s/stop", dir);
+    char *mine = tu_fmt("%s/count.%d", dir, (int)getpid());
+    dlock_client *c = NULL;
+    while (dlock_open(url, &c) != DLOCK_OK) {
+        if (access(stop, F_OK) == 0)
+            _exit(30);
+        tu_sleep_ms(100);
+    }
+    dlock_lock *l = NULL;
+    dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, &l);
+    uint64_t accepted = 0;
+    int failures = 0;
+    while (access(stop, F_OK) != 0) {
+        int rc = dlock_acquire(l, 2000);
+        if (rc == DLOCK_ETIMEDOUT)
+            continue;
+        if (rc != DLOCK_OK) { /* ECONN while the leader is gone */
+            if (rc != DLOCK_ECONN && rc != DLOCK_ELOST && rc != DLOCK_EUNAVAIL)
+                _exit(31);
+            failures++;
+            tu_sleep_ms(100);
+            continue;
+        }
+        uint64_t tok = 0;
+        dlock_token(l, &tok);
+        for (int i = 0; i < 30 && dlock_validity_ms(l) > 50; i++) {
+            bool refused = false;
+            fenced_write(store, tok, &refused);
+            if (refused)
+                _exit(32); /* a stale holder wrote: two holders */
+            accepted++;
+            tu_sleep_ms(20);
+        }
+        rc = dlock_release(l);
+        if (rc != DLOCK_OK && rc != DLOCK_ELOST && rc != DLOCK_ECONN)
+            _exit(33);
+        tu_sleep_ms(5);
+    }
+    char *text = tu_fmt("%" PRIu64, accepted);
+    write_marker(mine, text);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    _exit(0);
+}
+
+START_TEST(test_leader_killed_never_two_holders)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=3000&timeout=1500&connect_timeout=3000");
+    char *dir = tu_tmpdir("zk-fence");
+    pid_t w[3];
+    for (int i = 0; i < 3; i++)
+        w[i] = fork_worker(url, dir);
+    tu_sleep_ms(2000); /* let them take turns */
+    int leader = zkf_leader(&F);
+    ck_assert_int_ge(leader, 0);
+    zkf_server_stop(&F, leader, SIGKILL);
+    ck_assert_msg(zkf_wait_serving(&F, 60000), "no new leader");
+    tu_sleep_ms(4000); /* turns under the new leader */
+    char *stop = tu_fmt("%s/stop", dir);
+    write_marker(stop, "1");
+    uint64_t total = 0;
+    for (int i = 0; i < 3; i++) {
+        int code = wait_exit(w[i]);
+        ck_assert_msg(code == 0, "worker %d exited %d", i, code);
+        char *path = tu_fmt("%s/count.%d", dir, (int)w[i]);
+        char *text = tu_read_file(path);
+        ck_assert_ptr_nonnull(text);
+        total += strtoull(text, NULL, 10);
+        free(text);
+        free(path);
+    }
+    char *store = tu_fmt("%s/store", dir);
+    char *text = tu_read_file(store);
+    uint64_t max = 0, count = 0, stale = 0;
+    sscanf(text, "%" SCNu64 " %" SCNu64 " %" SCNu64, &max, &count, &stale);
+    ck_assert_uint_eq(stale, 0);
+    ck_assert_uint_eq(count, total);
+    ck_assert_uint_gt(count, 0);
+    /* the old leader rejoins */
+    ck_assert(zkf_server_start(&F, leader, 60000));
+    free(text);
+    free(store);
+    free(stop);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+/* ============================================================== suite */
+
+static Suite *zk_suite(void)
+{
+    Suite *s = suite_create("zk");
+
+    TCase *tc = tcase_create("standalone");
+    tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_acquire_release_token);
+    tcase_add_test(tc, test_exclusion_between_clients);
+    tcase_add_test(tc, test_waiters_fifo_and_inspect);
+    tcase_add_test(tc, test_cancel_wait);
+    tcase_add_test(tc, test_threads_of_one_client);
+    tcase_add_test(tc, test_shared_mode_unsupported);
+    tcase_add_test(tc, test_curator_interop);
+    tcase_add_test(tc, test_foreign_children_ignored);
+    tcase_add_test(tc, test_hostile_names);
+    tcase_add_test(tc, test_list_and_prefix);
+    tcase_add_test(tc, test_force_release_reports_lost);
+    tcase_add_test(tc, test_kill9_holder_frees_at_session_expiry);
+    tcase_add_test(tc, test_paused_holder_loses_and_recovers);
+    tcase_add_test(tc, test_unreachable);
+    tcase_add_test(tc, test_missing_chroot);
+    tcase_add_test(tc, test_bad_urls);
+    tcase_add_test(tc, test_auth_and_acl);
+    suite_add_tcase(s, tc);
+
+    /* A server a test stops and starts again is that test's alone: the
+     * restarted JVM is the forked test's child and ends with it. */
+    tc = tcase_create("restart");
+    tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_server_restart_keeps_hold);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("outage");
+    tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_server_down_hold_lost);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("ensemble");
+    tcase_add_unchecked_fixture(tc, setup_ensemble, teardown_servers);
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc, test_ensemble_basic);
+    tcase_add_test(tc, test_leader_killed_never_two_holders);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    srand((unsigned)getpid());
+    SRunner *sr = srunner_create(zk_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +58,16 @@ struct header {
     uint32_t reserved;
 };
 
+#define INOTIFY_POOL 16
+
 struct file_state {
     dlock_client *c;
+    /* Idle inotify instances: closing one waits for an RCU grace period
+     * (milliseconds), so waiters borrow and return them instead. */
+    pthread_mutex_t pool_mu;
+    int pool[INOTIFY_POOL];
+    int pool_wd[INOTIFY_POOL]; /* its last watch, removed when borrowed */
+    int npool;
     char *dir;
     int dirfd;
     char host[HOST_MAX];
@@ -137,35 +146,31 @@ static int range_lock(int fd, int cmd, short type, off_t start)
     return r;
 }
 
-/* Read the header (meta lock held); 0 fields for a new empty file.
- * Returns DLOCK_EWRONGTYPE for a file that is not ours, and checks the
- * stored name against FULL when FULL is not NULL. */
+/* Read the header (and, when FULL is given, check the stored name) in
+ * one pread; all zero for a new empty file. DLOCK_EWRONGTYPE for a file
+ * that is not ours or belongs to another name (hash collision). */
 static int read_header(struct file_state *s, int fd, const char *path, const char *full,
                        struct header *h)
 {
+    size_t len = full ? strlen(full) : 0;
+    char buf[sizeof *h + DLOCK_NAME_MAX + 512];
+    size_t want = sizeof *h + (len < sizeof buf - sizeof *h ? len : sizeof buf - sizeof *h);
     memset(h, 0, sizeof *h);
-    ssize_t n = pread(fd, h, sizeof *h, 0);
+    ssize_t n = pread(fd, buf, want, 0);
     if (n < 0)
-        return dlock__errno(DLOCK_EIO, errno, "file lock %s: read", path);
+        return dlock__errno(DLOCK_EIO, errno, "file lock %s/%s: read", s->dir, path);
     if (n == 0)
         return DLOCK_OK;
-    if ((size_t)n < sizeof *h || memcmp(h->magic, MAGIC, 8) != 0)
+    if ((size_t)n < sizeof *h || memcmp(buf, MAGIC, 8) != 0)
         return dlock__err(DLOCK_EWRONGTYPE, "file %s in %s is not a dlock lock file (left intact)",
                           path, s->dir);
-    if (full) {
-        size_t len = strlen(full);
-        char *stored = malloc(h->name_len + 1);
-        if (!stored)
-            return dlock__err(DLOCK_ENOMEM, "out of memory");
-        n = h->name_len ? pread(fd, stored, h->name_len, sizeof *h) : 0;
-        bool same = n == (ssize_t)len && h->name_len == len && memcmp(stored, full, len) == 0;
-        free(stored);
-        if (h->name_len && !same)
-            return dlock__err(DLOCK_EWRONGTYPE,
-                              "file lock %s/%s belongs to another name (hash collision); "
-                              "rename the lock",
-                              s->dir, path);
-    }
+    memcpy(h, buf, sizeof *h);
+    if (full && h->name_len &&
+        (h->name_len != len || (size_t)n != sizeof *h + len || memcmp(buf + sizeof *h, full, len)))
+        return dlock__err(DLOCK_EWRONGTYPE,
+                          "file lock %s/%s belongs to another name (hash collision); "
+                          "rename the lock",
+                          s->dir, path);
     return DLOCK_OK;
 }
 
@@ -203,11 +208,49 @@ static int check_dir(struct file_state *s, bool create)
     return DLOCK_OK;
 }
 
+/* An inotify instance with no watch and no pending event. */
+static int inotify_borrow(struct file_state *s)
+{
+    int fd = -1, wd = -1;
+    pthread_mutex_lock(&s->pool_mu);
+    if (s->npool) {
+        fd = s->pool[--s->npool];
+        wd = s->pool_wd[s->npool];
+    }
+    pthread_mutex_unlock(&s->pool_mu);
+    if (fd < 0)
+        return inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (wd >= 0)
+        inotify_rm_watch(fd, wd);
+    char buf[4096];
+    while (read(fd, buf, sizeof buf) > 0)
+        ; /* IN_IGNORED from the last watch's removal, stale events */
+    return fd;
+}
+
+/* Give an instance back. Its watch is removed by the next borrower, off
+ * the hand-off path (removing a watch costs microseconds). */
+static void inotify_return(struct file_state *s, int fd, int wd)
+{
+    pthread_mutex_lock(&s->pool_mu);
+    if (s->npool < INOTIFY_POOL) {
+        s->pool_wd[s->npool] = wd;
+        s->pool[s->npool++] = fd;
+        fd = -1;
+    }
+    pthread_mutex_unlock(&s->pool_mu);
+    if (fd >= 0)
+        close(fd);
+}
+
 static void file_close(void *state)
 {
     struct file_state *s = state;
     if (!s)
         return;
+    while (s->npool)
+        close(s->pool[--s->npool]);
+    pthread_mutex_destroy(&s->pool_mu);
     if (s->dirfd >= 0)
         close(s->dirfd);
     free(s->dir);
@@ -232,6 +275,7 @@ static int file_open(dlock_client *c, void **state)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     s->c = c;
     s->dirfd = -1;
+    pthread_mutex_init(&s->pool_mu, NULL);
     s->prefix = c->opts.key_prefix;
     size_t len = strlen(u->path);
     s->dir = strndup(u->path, len > 1 && u->path[len - 1] == '/' ? len - 1 : len);
@@ -276,11 +320,14 @@ static int open_lock_file(struct file_state *s, const char *full, int flags, cha
 
 /* ------------------------------------------------------- acquiring */
 
-/* Issue the next token and record the holder (meta lock taken here). */
+/* Issue the next token and record the holder. Shared holders may do this
+ * at the same time, so they take the meta lock; an exclusive holder is
+ * alone by definition and skips it (two syscalls off the hand-off path). */
 static int stamp(struct file_state *s, int fd, const char *fname, const char *full,
                  dlock_mode mode, uint64_t *token)
 {
-    if (range_lock(fd, F_OFD_SETLKW, F_WRLCK, META_BYTE) < 0)
+    bool meta = mode == DLOCK_SHARED;
+    if (meta && range_lock(fd, F_OFD_SETLKW, F_WRLCK, META_BYTE) < 0)
         return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: meta lock", s->dir, fname);
     struct header h;
     int rc = read_header(s, fd, fname, full, &h);
@@ -300,7 +347,8 @@ static int stamp(struct file_state *s, int fd, const char *fname, const char *fu
                               fname);
         *token = h.token;
     }
-    range_lock(fd, F_OFD_SETLK, F_UNLCK, META_BYTE);
+    if (meta)
+        range_lock(fd, F_OFD_SETLK, F_UNLCK, META_BYTE);
     return rc;
 }
 
@@ -311,7 +359,7 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     char *full = full_name(s, hold->name);
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
-    int fd = -1, ifd = -1;
+    int fd = -1, ifd = -1, wd = -1;
     int rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
     short type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK;
     while (!rc) {
@@ -327,7 +375,7 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
         }
         if (ifd < 0) {
             /* Watch first, then try again: a release in between is seen. */
-            ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+            ifd = inotify_borrow(s);
             if (ifd < 0) {
                 rc = dlock__errno(DLOCK_EIO, errno,
                                   "lock file %s/%s: inotify (see fs.inotify.max_user_instances)",
@@ -336,7 +384,8 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
             }
             char path[PATH_MAX];
             snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-            if (inotify_add_watch(ifd, path, IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
+            wd = inotify_add_watch(ifd, path, IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF);
+            if (wd < 0) {
                 rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: inotify watch", s->dir,
                                   fname);
                 break;
@@ -345,11 +394,11 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
         }
         rc = dlock__wait_poll(w, ifd, POLLIN, DLOCK__NEVER);
         char buf[4096];
-        while (read(ifd, buf, sizeof buf) > 0)
-            ;
+        ssize_t drained = read(ifd, buf, sizeof buf); /* one read takes all queued */
+        (void)drained;
     }
     if (ifd >= 0)
-        close(ifd);
+        inotify_return(s, ifd, wd);
     if (!rc)
         rc = stamp(s, fd, fname, full, hold->mode, &hold->token);
     free(full);

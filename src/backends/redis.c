@@ -1106,12 +1106,12 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         }
         int64_t now = dlock__now_ms();
         int64_t until;
-        if (ttl == -2)
-            until = now; /* vanished between the two calls: try at once */
-        else if (ttl <= 0)
+        if (ttl == -1)
             until = now + lease; /* a foreign lock without expiry */
+        else if (ttl < 0)
+            until = now; /* vanished between the two calls: try at once */
         else
-            until = now + ttl;
+            until = now + ttl + 1; /* PTTL rounds down; 0 = expiring now */
         rc = dlock__wait_sleep(w, seq, until);
         if (rc == DLOCK_ETIMEDOUT) {
             rc = dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s'", s->where, k.lock);

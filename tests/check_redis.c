@@ -1,0 +1,1165 @@
+/* check_redis.c -- the Redis backend against a real redis-server.
+ *
+ * Every test starts its own server (tests/lib/fixture_redis.c) on a free
+ * loopback port and runs in its own process with a time limit. Other
+ * clients are played on the wire with raw hiredis commands: a Redisson
+ * RLock/RFencedLock (hash field, PEXPIRE, the "0" message on
+ * redisson_lock__channel:{name}) and a redis-py style simple lock
+ * (SET NX PX, compare-and-delete). Faults are real: holders killed with
+ * SIGKILL or paused with SIGSTOP, the server killed and restarted, scripts
+ * flushed, memory exhausted, wrong passwords, nothing listening. No test
+ * asserts on time; waits are bounded only so a hang fails the test.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "fixture_redis.h"
+#include "testutil.h"
+
+static struct fx_redis srv;
+
+/* ---------------------------------------------------------------- helpers */
+
+static void start_server(const char *const *extra)
+{
+    ck_assert_msg(fx_redis_start(&srv, extra), "redis-server could not be started");
+}
+
+static void stop_server(void)
+{
+    fx_redis_stop(&srv);
+}
+
+static dlock_client *open_ok(const char *url)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_open(%s): %s: %s", url, dlock_err_name(rc), dlock_errmsg());
+    return c;
+}
+
+static char *url_with(const char *query)
+{
+    return tu_fmt("%s%s%s", srv.url, query && *query ? "?" : "", query ? query : "");
+}
+
+static redisContext *raw(void)
+{
+    redisContext *ctx = fx_redis_raw(&srv, NULL);
+    ck_assert_msg(ctx != NULL, "raw connection to port %d failed", srv.port);
+    return ctx;
+}
+
+static redisReply *cmd(redisContext *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "raw command '%s' failed: %s", fmt, ctx->errstr);
+    return r;
+}
+
+static long long cmd_int(redisContext *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "raw command '%s' failed", fmt);
+    long long v = -999;
+    if (r->type == REDIS_REPLY_INTEGER)
+        v = r->integer;
+    else if (r->type == REDIS_REPLY_STRING)
+        v = strtoll(r->str, NULL, 10);
+    else if (r->type == REDIS_REPLY_NIL)
+        v = -1000;
+    freeReplyObject(r);
+    return v;
+}
+
+/* The string value of a raw command, or NULL for nil (caller frees). */
+static char *cmd_str(redisContext *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "raw command '%s' failed", fmt);
+    char *s = NULL;
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR)
+        s = strdup(r->str);
+    freeReplyObject(r);
+    return s;
+}
+
+static dlock_lock *lock_ok(dlock_client *c, const char *name)
+{
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l);
+    ck_assert_msg(rc == DLOCK_OK, "lock_new(%s): %s", name, dlock_errmsg());
+    return l;
+}
+
+static void acquire_ok(dlock_lock *l, int64_t wait_ms)
+{
+    int rc = dlock_acquire(l, wait_ms);
+    ck_assert_msg(rc == DLOCK_OK, "acquire %s: %s: %s", dlock_lock_name(l), dlock_err_name(rc),
+                  dlock_errmsg());
+}
+
+static uint64_t token_of(dlock_lock *l)
+{
+    uint64_t t = 0;
+    ck_assert_int_eq(dlock_token(l, &t), DLOCK_OK);
+    return t;
+}
+
+/* Sum of "calls=" for the script commands in INFO commandstats. */
+static long long script_calls(redisContext *ctx)
+{
+    redisReply *r = cmd(ctx, "INFO commandstats");
+    long long total = 0;
+    const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
+    for (size_t i = 0; i < 2; i++) {
+        const char *p = strstr(r->str, names[i]);
+        if (p)
+            total += strtoll(p + strlen(names[i]), NULL, 10);
+    }
+    freeReplyObject(r);
+    return total;
+}
+
+struct lost_flag {
+    atomic_int fired;
+    char why[512];
+};
+
+static void on_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l;
+    struct lost_flag *f = arg;
+    snprintf(f->why, sizeof f->why, "%s", why);
+    atomic_fetch_add(&f->fired, 1);
+}
+
+static bool wait_flag(atomic_int *v, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 20) {
+        if (atomic_load(v))
+            return true;
+        tu_sleep_ms(20);
+    }
+    return atomic_load(v) != 0;
+}
+
+/* ------------------------------------------------------------- the basics */
+
+START_TEST(acquire_release_token_inspect)
+{
+    start_server(NULL);
+    dlock_client *c = open_ok(srv.url);
+    ck_assert_str_eq(dlock_client_backend(c), "redis");
+    dlock_lock *l = lock_ok(c, "jobs");
+    acquire_ok(l, DLOCK_TRY);
+    uint64_t t1 = token_of(l);
+    ck_assert_uint_ge(t1, 1);
+    ck_assert_int_gt(dlock_validity_ms(l), 0);
+
+    redisContext *ctx = raw();
+    ck_assert_int_eq(cmd_int(ctx, "HLEN jobs"), 1);
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{jobs}"), (long long)t1);
+    ck_assert_int_gt(cmd_int(ctx, "PTTL jobs"), 0);
+
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "jobs", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_uint_eq(dlock_info_token(info), t1);
+    ck_assert_int_gt(dlock_info_ttl_ms(info), 0);
+    ck_assert_str_eq(dlock_info_key(info), "jobs");
+    ck_assert_uint_eq(dlock_info_holder_count(info), 1);
+    unsigned count = 0;
+    const char *who = dlock_info_holder(info, 0, &count);
+    ck_assert_uint_eq(count, 1);
+    ck_assert_int_eq(strlen(who) > 37 && who[36] == ':', 1);
+    dlock_info_free(info);
+
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS jobs"), 0);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ENOTOWNER);
+
+    acquire_ok(l, DLOCK_TRY);
+    ck_assert_uint_gt(token_of(l), t1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+
+    ck_assert_int_eq(dlock_inspect(c, "jobs", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 0);
+    ck_assert_uint_eq(dlock_info_token(info), t1 + 1);
+    dlock_info_free(info);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+START_TEST(reentrancy_and_threads)
+{
+    start_server(NULL);
+    dlock_client *c = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "re");
+    acquire_ok(l, DLOCK_TRY);
+    uint64_t t = token_of(l);
+    acquire_ok(l, DLOCK_TRY);
+    ck_assert_uint_eq(dlock_hold_count(l), 2);
+    ck_assert_uint_eq(token_of(l), t);
+
+    /* Another client is another owner. */
+    dlock_client *c2 = open_ok(srv.url);
+    dlock_lock *l2 = lock_ok(c2, "re");
+    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
+
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    acquire_ok(l2, DLOCK_TRY);
+    ck_assert_uint_gt(token_of(l2), t);
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    dlock_lock_free(l2);
+    dlock_client_close(c2);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+struct waiter_arg {
+    dlock_lock *l;
+    int64_t wait_ms;
+    int rc;
+    uint64_t token;
+    bool release;         /* release at once after acquiring */
+    atomic_int *go;       /* or: release once *go is set (holds are per thread) */
+    atomic_int acquired;
+    int release_rc;
+};
+
+static void *waiter_main(void *p)
+{
+    struct waiter_arg *a = p;
+    a->rc = dlock_acquire(a->l, a->wait_ms);
+    if (a->rc == DLOCK_OK) {
+        dlock_token(a->l, &a->token);
+        atomic_store(&a->acquired, 1);
+        if (a->go)
+            while (!atomic_load(a->go))
+                tu_sleep_ms(5);
+        if (a->release || a->go)
+            a->release_rc = dlock_release(a->l);
+    }
+    return NULL;
+}
+
+/* Threads of one process are distinct owners ("<uuid>:<tid>"), and a
+ * release wakes a waiting thread through the subscriber connection. */
+START_TEST(thread_waits_for_thread)
+{
+    start_server(NULL);
+    dlock_client *c = open_ok(url_with("lease=60s"));
+    dlock_lock *l = lock_ok(c, "t");
+    acquire_ok(l, DLOCK_TRY);
+    struct waiter_arg a = {.l = l, .wait_ms = 20000, .rc = -99, .release = true};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &a);
+    redisContext *ctx = raw();
+    /* Wait until the waiter subscribed, then release: with a 60 s lease
+     * only the release message can wake it within its 20 s wait. */
+    for (int i = 0; i < 500 && cmd_int(ctx, "PUBSUB NUMSUB %s", "redisson_lock__channel:{t}") != 1; i++)
+        tu_sleep_ms(10);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_msg(a.rc == DLOCK_OK, "waiter: %s", dlock_err_name(a.rc));
+    ck_assert_uint_gt(a.token, 0);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+static long long numsub(redisContext *ctx, const char *chan)
+{
+    redisReply *r = cmd(ctx, "PUBSUB NUMSUB %s", chan);
+    long long n = -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_INTEGER)
+        n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+static void wait_numsub(redisContext *ctx, const char *chan, long long want)
+{
+    for (int i = 0; i < 1000 && numsub(ctx, chan) != want; i++)
+        tu_sleep_ms(10);
+    ck_assert_int_eq(numsub(ctx, chan), want);
+}
+
+START_TEST(cancel_a_wait)
+{
+    start_server(NULL);
+    dlock_client *c = open_ok(url_with("lease=60s"));
+    dlock_client *c2 = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "cx"), *l2 = lock_ok(c2, "cx");
+    acquire_ok(l, DLOCK_TRY);
+    struct waiter_arg a = {.l = l2, .wait_ms = DLOCK_FOREVER, .rc = -99};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &a);
+    redisContext *ctx = raw();
+    wait_numsub(ctx, "redisson_lock__channel:{cx}", 1);
+    ck_assert_int_eq(dlock_lock_cancel(l2), DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(a.rc, DLOCK_ECANCELED);
+    ck_assert_uint_eq(dlock_hold_count(l2), 0);
+    /* the subscription goes away with the last waiter */
+    wait_numsub(ctx, "redisson_lock__channel:{cx}", 0);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+    stop_server();
+}
+END_TEST
+
+/* ----------------------------------------------------- interoperability */
+
+/* Play a Redisson client on the wire: its hash field, PEXPIRE, and the "0"
+ * message on full release; and see that it observes dlock the same way. */
+START_TEST(redisson_on_the_wire)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    const char *redisson = "6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:1";
+    /* Redisson RFencedLock takes "orders" (lease 60 s, renewed by its
+     * watchdog; we simply never let it expire within the test). */
+    freeReplyObject(cmd(ctx, "INCR %s", "redisson_lock_token:{orders}"));
+    freeReplyObject(cmd(ctx, "HINCRBY orders %s 1", redisson));
+    freeReplyObject(cmd(ctx, "PEXPIRE orders 60000"));
+
+    dlock_client *c = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "orders");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "orders", &info), DLOCK_OK);
+    unsigned count = 0;
+    ck_assert_str_eq(dlock_info_holder(info, 0, &count), redisson);
+    ck_assert_uint_eq(count, 1);
+    ck_assert_uint_eq(dlock_info_token(info), 1);
+    dlock_info_free(info);
+
+    atomic_int go = 0;
+    struct waiter_arg a = {.l = l, .wait_ms = 20000, .rc = -99, .go = &go};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &a);
+    wait_numsub(ctx, "redisson_lock__channel:{orders}", 1);
+    /* Redisson's unlock: count to 0, DEL, PUBLISH 0. */
+    freeReplyObject(cmd(ctx, "DEL orders"));
+    freeReplyObject(cmd(ctx, "PUBLISH %s 0", "redisson_lock__channel:{orders}"));
+    ck_assert_msg(wait_flag(&a.acquired, 20000), "not woken by Redisson's message");
+    ck_assert_msg(a.rc == DLOCK_OK, "woken by Redisson's message: %s", dlock_err_name(a.rc));
+    ck_assert_uint_eq(a.token, 2);
+
+    /* Now Redisson tries: its acquire script sees another owner and gets
+     * the remaining TTL instead of nil. */
+    const char *try_script =
+        "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then "
+        "redis.call('incr', KEYS[2]); redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+        "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; "
+        "return redis.call('pttl', KEYS[1]);";
+    redisReply *r = cmd(ctx, "EVAL %s 2 orders %s 30000 %s", try_script, "redisson_lock_token:{orders}",
+                        redisson);
+    ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+    ck_assert_int_gt(r->integer, 0);
+    freeReplyObject(r);
+
+    /* Redisson's waiter subscribes; dlock's release must send it "0". */
+    redisContext *sub = raw();
+    freeReplyObject(cmd(sub, "SUBSCRIBE %s", "redisson_lock__channel:{orders}"));
+    atomic_store(&go, 1);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(a.release_rc, DLOCK_OK);
+    void *msg = NULL;
+    ck_assert_int_eq(redisGetReply(sub, &msg), REDIS_OK);
+    r = msg;
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_str_eq(r->element[0]->str, "message");
+    ck_assert_str_eq(r->element[2]->str, "0");
+    freeReplyObject(r);
+    r = cmd(ctx, "EVAL %s 2 orders %s 30000 %s", try_script, "redisson_lock_token:{orders}", redisson);
+    ck_assert_int_eq(r->type, REDIS_REPLY_NIL); /* Redisson acquired */
+    freeReplyObject(r);
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{orders}"), 3);
+    redisFree(sub);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+/* Play a redis-py / redsync client (SET NX PX, compare-and-delete). */
+START_TEST(simple_layout_on_the_wire)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    char *url = url_with("layout=simple&lease=60s");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "report");
+
+    /* redis-py holds it with a short lease and dies: dlock gets it when
+     * the lease ends (no message: redis-py does not publish). */
+    redisReply *r = cmd(ctx, "SET report py-7b1c NX PX 1500");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    acquire_ok(l, 20000);
+    uint64_t t = token_of(l);
+    char *v = cmd_str(ctx, "GET report");
+    char *want_suffix = tu_fmt(":%llu", (unsigned long long)t);
+    ck_assert_msg(v && strlen(v) > strlen(want_suffix) &&
+                      strcmp(v + strlen(v) - strlen(want_suffix), want_suffix) == 0,
+                  "value %s", v ? v : "(nil)");
+
+    /* While dlock holds it: redis-py's SET NX fails, its compare-and-
+     * delete with its own value deletes nothing. */
+    r = cmd(ctx, "SET report py-9 NX PX 1500");
+    ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    const char *cad = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+                      "else return 0 end";
+    ck_assert_int_eq(cmd_int(ctx, "EVAL %s 1 report py-9", cad), 0);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS report"), 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    r = cmd(ctx, "SET report py-10 NX PX 60000");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    /* list and inspect see the foreign lock */
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "report", &info), DLOCK_OK);
+    unsigned count;
+    ck_assert_str_eq(dlock_info_holder(info, 0, &count), "py-10");
+    dlock_info_free(info);
+    ck_assert_int_eq(cmd_int(ctx, "EVAL %s 1 report py-10", cad), 1);
+    acquire_ok(l, DLOCK_TRY);
+    ck_assert_uint_gt(token_of(l), t);
+    dlock_release(l);
+    free(v);
+    free(want_suffix);
+    free(url);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+/* --------------------------------------------------------------- faults */
+
+/* A child process holding NAME with LEASE_MS: writes its token to MARKER,
+ * then waits for SIGCONT-less eternity (pause) or, with RELEASE_FILE,
+ * releases when that file appears and writes the release code there+".rc". */
+static pid_t spawn_holder(const char *url, const char *name, const char *marker,
+                          const char *release_file)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    dlock_client *c = NULL;
+    if (dlock_open(url, &c))
+        _exit(10);
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l) || dlock_acquire(l, 10000))
+        _exit(11);
+    uint64_t t = 0;
+    dlock_token(l, &t);
+    char *tmp = tu_fmt("%s.tmp", marker);
+    FILE *f = fopen(tmp, "w");
+    fprintf(f, "%llu\n", (unsigned long long)t);
+    fclose(f);
+    rename(tmp, marker);
+    if (!release_file) {
+        for (;;)
+            pause();
+    }
+    while (!tu_wait_file(release_file, 1000))
+        ;
+    int rc = dlock_release(l);
+    char *rcfile = tu_fmt("%s.rc", release_file);
+    f = fopen(rcfile, "w");
+    fprintf(f, "%d\n", rc);
+    fclose(f);
+    _exit(0);
+}
+
+static uint64_t read_u64(const char *path)
+{
+    char *s = tu_read_file(path);
+    ck_assert_msg(s != NULL, "missing %s", path);
+    uint64_t v = strtoull(s, NULL, 10);
+    free(s);
+    return v;
+}
+
+START_TEST(holder_killed_9)
+{
+    start_server(NULL);
+    char *dir = tu_tmpdir("redis-kill");
+    char *marker = tu_fmt("%s/held", dir);
+    char *url = url_with("lease=1500ms");
+    pid_t holder = spawn_holder(url, "k9", marker, NULL);
+    ck_assert_msg(tu_wait_file(marker, 10000), "holder did not acquire");
+    uint64_t t1 = read_u64(marker);
+
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "k9");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    /* The holder's keeper keeps it alive past its lease... */
+    tu_sleep_ms(2000);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    /* ...until it dies without a word. */
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    acquire_ok(l, 20000);
+    ck_assert_uint_gt(token_of(l), t1);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(dir);
+    free(marker);
+    free(url);
+    stop_server();
+}
+END_TEST
+
+START_TEST(holder_paused_past_lease)
+{
+    start_server(NULL);
+    char *dir = tu_tmpdir("redis-stop");
+    char *marker = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *gorc = tu_fmt("%s/go.rc", dir);
+    char *url = url_with("lease=1500ms");
+    pid_t holder = spawn_holder(url, "stopped", marker, go);
+    ck_assert_msg(tu_wait_file(marker, 10000), "holder did not acquire");
+    uint64_t t1 = read_u64(marker);
+    kill(holder, SIGSTOP);
+
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "stopped");
+    acquire_ok(l, 20000); /* after the paused holder's lease ran out */
+    uint64_t t2 = token_of(l);
+    ck_assert_uint_gt(t2, t1);
+
+    /* The stale holder wakes up and releases: it must hear of the loss,
+     * and must not free our hold. */
+    FILE *f = fopen(go, "w");
+    fclose(f);
+    kill(holder, SIGCONT);
+    ck_assert_msg(tu_wait_file(gorc, 20000), "holder did not report its release");
+    ck_assert_int_eq((int)(int64_t)strtoll(tu_read_file(gorc), NULL, 10), DLOCK_ELOST);
+    waitpid(holder, NULL, 0);
+    redisContext *ctx = raw();
+    ck_assert_int_eq(cmd_int(ctx, "HLEN stopped"), 1);
+    ck_assert_int_gt(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(dir);
+    free(marker);
+    free(go);
+    free(gorc);
+    free(url);
+    stop_server();
+}
+END_TEST
+
+START_TEST(wrongtype_left_intact)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    freeReplyObject(cmd(ctx, "SET jobs %s", "not-a-lock"));
+    dlock_client *c = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "jobs");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EWRONGTYPE);
+    ck_assert_msg(strstr(dlock_errmsg(), "'jobs'") && strstr(dlock_errmsg(), "WRONGTYPE"), "%s",
+                  dlock_errmsg());
+    ck_assert_int_eq(dlock_acquire(l, 500), DLOCK_EWRONGTYPE);
+    char *v = cmd_str(ctx, "GET jobs");
+    ck_assert_str_eq(v, "not-a-lock");
+    free(v);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "redisson_lock_token:{jobs}"), 0);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "jobs", &info), DLOCK_EWRONGTYPE);
+    ck_assert_int_eq(dlock_force_release(c, "jobs"), DLOCK_EWRONGTYPE);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS jobs"), 1);
+    /* a token key that is not a counter is refused too */
+    freeReplyObject(cmd(ctx, "SET %s abc", "redisson_lock_token:{tok}"));
+    dlock_lock *l2 = lock_ok(c, "tok");
+    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_EWRONGTYPE);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS tok"), 0);
+    dlock_lock_free(l2);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+
+    /* the simple layout refuses a hash */
+    char *url = url_with("layout=simple");
+    c = open_ok(url);
+    freeReplyObject(cmd(ctx, "HSET h f v"));
+    l = lock_ok(c, "h");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EWRONGTYPE);
+    ck_assert_int_eq(cmd_int(ctx, "HLEN h"), 1);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    redisFree(ctx);
+    stop_server();
+}
+END_TEST
+
+START_TEST(auth_password_and_acl_user)
+{
+    const char *extra[] = {"--requirepass", "s3cret", NULL};
+    start_server(extra);
+    dlock_client *c = NULL;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_EAUTH);
+    ck_assert_ptr_null(c);
+    char *bad = tu_fmt("redis://:wrong@127.0.0.1:%d", srv.port);
+    ck_assert_int_eq(dlock_open(bad, &c), DLOCK_EAUTH);
+    ck_assert_msg(strstr(dlock_errmsg(), "127.0.0.1") != NULL, "%s", dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "wrong") == NULL, "password leaked: %s", dlock_errmsg());
+    char *good = tu_fmt("redis://:s3cret@127.0.0.1:%d", srv.port);
+    c = open_ok(good);
+    dlock_lock *l = lock_ok(c, "a");
+    acquire_ok(l, DLOCK_TRY);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+
+    /* the password from the environment */
+    setenv("DLOCK_REDIS_PASSWORD", "s3cret", 1);
+    c = open_ok(srv.url);
+    dlock_client_close(c);
+    unsetenv("DLOCK_REDIS_PASSWORD");
+
+    /* an ACL user */
+    redisContext *ctx = fx_redis_raw(&srv, "s3cret");
+    ck_assert_ptr_nonnull(ctx);
+    freeReplyObject(cmd(ctx, "ACL SETUSER alice on >pw1 ~* &* +@all"));
+    char *alice = tu_fmt("redis://alice:pw1@127.0.0.1:%d", srv.port);
+    c = open_ok(alice);
+    dlock_client_close(c);
+    char *alice_bad = tu_fmt("redis://alice:nope@127.0.0.1:%d", srv.port);
+    ck_assert_int_eq(dlock_open(alice_bad, &c), DLOCK_EAUTH);
+    /* a user denied the commands dlock needs */
+    freeReplyObject(cmd(ctx, "ACL SETUSER bob on >pw2 ~* +@all -evalsha -eval -script"));
+    char *bob = tu_fmt("redis://bob:pw2@127.0.0.1:%d", srv.port);
+    ck_assert_int_eq(dlock_open(bob, &c), DLOCK_EAUTH);
+    ck_assert_msg(strstr(dlock_errmsg(), "NOPERM") != NULL, "%s", dlock_errmsg());
+    redisFree(ctx);
+    free(bad);
+    free(good);
+    free(alice);
+    free(alice_bad);
+    free(bob);
+    stop_server();
+}
+END_TEST
+
+START_TEST(unreachable_and_silent_servers)
+{
+    int port = tu_free_port();
+    char *url = tu_fmt("redis://127.0.0.1:%d?connect_timeout=500ms", port);
+    dlock_client *c = NULL;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_ECONN);
+    char *where = tu_fmt("127.0.0.1:%d", port);
+    ck_assert_msg(strstr(dlock_errmsg(), where) != NULL, "%s", dlock_errmsg());
+
+    /* A server that accepts and never answers: the operation timeout. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    char *silent = tu_fmt("redis://127.0.0.1:%d?connect_timeout=500ms&timeout=500ms", ntohs(a.sin_port));
+    ck_assert_int_eq(dlock_open(silent, &c), DLOCK_ECONN);
+    ck_assert_msg(strstr(dlock_errmsg(), "no reply") != NULL, "%s", dlock_errmsg());
+    close(fd);
+    free(url);
+    free(where);
+    free(silent);
+}
+END_TEST
+
+START_TEST(server_killed_while_held)
+{
+    start_server(NULL);
+    char *url = url_with("lease=1500ms");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "srv");
+    struct lost_flag lost = {0};
+    dlock_lock_on_lost(l, on_lost, &lost);
+    acquire_ok(l, DLOCK_TRY);
+    uint64_t t = token_of(l);
+    (void)t;
+    fx_redis_kill(&srv);
+    ck_assert_msg(wait_flag(&lost.fired, 10000), "lost callback never fired");
+    ck_assert_int_eq(atomic_load(&lost.fired), 1);
+    ck_assert_int_eq(dlock_validity_ms(l), 0);
+    ck_assert_msg(fx_redis_restart(&srv), "restart failed");
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    /* After the server is back: new acquisitions work (scripts reloaded,
+     * dead connections replaced), and renewals resume. */
+    acquire_ok(l, DLOCK_TRY);
+    dlock_lock *l2 = lock_ok(c, "srv2");
+    acquire_ok(l2, DLOCK_TRY);
+    tu_sleep_ms(2500);
+    ck_assert_int_gt(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(atomic_load(&lost.fired), 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
+}
+END_TEST
+
+START_TEST(script_flush_is_invisible)
+{
+    start_server(NULL);
+    char *url = url_with("lease=1500ms");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "fl");
+    redisContext *ctx = raw();
+    freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
+    acquire_ok(l, DLOCK_TRY);
+    freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
+    tu_sleep_ms(2500); /* renewals after a flush */
+    ck_assert_int_gt(dlock_validity_ms(l), 0);
+    freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
+}
+END_TEST
+
+START_TEST(out_of_memory_is_reported)
+{
+    start_server(NULL);
+    dlock_client *c = open_ok(srv.url);
+    redisContext *ctx = raw();
+    freeReplyObject(cmd(ctx, "CONFIG SET maxmemory-policy noeviction"));
+    freeReplyObject(cmd(ctx, "CONFIG SET maxmemory 1"));
+    dlock_lock *l = lock_ok(c, "m");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBACKEND);
+    ck_assert_msg(strstr(dlock_errmsg(), "OOM") != NULL, "%s", dlock_errmsg());
+    freeReplyObject(cmd(ctx, "CONFIG SET maxmemory 0"));
+    acquire_ok(l, DLOCK_TRY);
+    dlock_release(l);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+/* A renewal that finds the hold gone fires the callback once and the
+ * release reports the loss; force_release wakes waiters. */
+START_TEST(force_release_and_lost)
+{
+    start_server(NULL);
+    char *url = url_with("lease=1500ms");
+    dlock_client *c = open_ok(url), *op = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "f");
+    struct lost_flag lost = {0};
+    dlock_lock_on_lost(l, on_lost, &lost);
+    acquire_ok(l, DLOCK_TRY);
+    ck_assert_int_eq(dlock_force_release(op, "f"), DLOCK_OK);
+    ck_assert_msg(wait_flag(&lost.fired, 10000), "lost callback never fired");
+    ck_assert_msg(strstr(lost.why, "127.0.0.1") != NULL, "%s", lost.why);
+    tu_sleep_ms(1000);
+    ck_assert_int_eq(atomic_load(&lost.fired), 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    ck_assert_int_eq(dlock_force_release(op, "f"), DLOCK_OK); /* nothing there: fine */
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    dlock_client_close(op);
+    free(url);
+    stop_server();
+}
+END_TEST
+
+/* The reply of an acquire or release lost to a timeout: the retry must
+ * neither double-count nor misreport. CLIENT PAUSE holds the scripts on
+ * the server longer than the client's operation timeout. */
+START_TEST(lost_replies_are_retried_safely)
+{
+    start_server(NULL);
+    char *url = url_with("timeout=300ms&lease=10s");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "amb");
+    redisContext *ctx = raw();
+    freeReplyObject(cmd(ctx, "CLIENT PAUSE 450 WRITE"));
+    acquire_ok(l, DLOCK_TRY);
+    uint64_t t = token_of(l);
+    tu_sleep_ms(300); /* let any duplicate run */
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t);
+    ck_assert_int_eq(cmd_int(ctx, "HLEN amb"), 1);
+    redisReply *r = cmd(ctx, "HGETALL amb");
+    ck_assert_str_eq(r->element[1]->str, "1");
+    freeReplyObject(r);
+
+    freeReplyObject(cmd(ctx, "CLIENT PAUSE 450 WRITE"));
+    int rc = dlock_release(l);
+    ck_assert_msg(rc == DLOCK_OK, "release: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    tu_sleep_ms(300);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS amb"), 0);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
+}
+END_TEST
+
+/* ------------------------------------------------------------ at scale */
+
+#define MANY 1000
+
+struct many_arg {
+    dlock_client *c;
+    int i;
+    int rc;
+};
+
+static void *many_main(void *p)
+{
+    struct many_arg *a = p;
+    char name[32];
+    snprintf(name, sizeof name, "many-%d", a->i);
+    dlock_lock *l = NULL;
+    a->rc = dlock_lock_new(a->c, name, DLOCK_EXCLUSIVE, &l);
+    if (!a->rc)
+        a->rc = dlock_acquire(l, 60000);
+    if (!a->rc)
+        a->rc = dlock_release(l);
+    dlock_lock_free(l);
+    return NULL;
+}
+
+/* One client waits on 1,000 names at once over one subscriber connection,
+ * and every waiter is woken by its release message (the foreign holder's
+ * lease of 10 minutes would outlast the test). */
+START_TEST(thousand_names_waited_at_once)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    for (int i = 0; i < MANY; i++) {
+        redisAppendCommand(ctx, "HSET many-%d 6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:7 1", i);
+        redisAppendCommand(ctx, "PEXPIRE many-%d 600000", i);
+    }
+    for (int i = 0; i < 2 * MANY; i++) {
+        void *r;
+        ck_assert_int_eq(redisGetReply(ctx, &r), REDIS_OK);
+        freeReplyObject(r);
+    }
+    dlock_client *c = open_ok(srv.url);
+    pthread_t th[MANY];
+    struct many_arg args[MANY];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    for (int i = 0; i < MANY; i++) {
+        args[i] = (struct many_arg){c, i, -99};
+        ck_assert_int_eq(pthread_create(&th[i], &attr, many_main, &args[i]), 0);
+    }
+    /* all 1,000 channels on one pub/sub connection */
+    for (int i = 0; i < 3000; i++) {
+        redisReply *r = cmd(ctx, "PUBSUB NUMPAT");
+        freeReplyObject(r);
+        r = cmd(ctx, "PUBSUB CHANNELS %s", "redisson_lock__channel:*");
+        size_t n = r->elements;
+        freeReplyObject(r);
+        if (n == MANY)
+            break;
+        tu_sleep_ms(10);
+    }
+    redisReply *r = cmd(ctx, "PUBSUB CHANNELS %s", "redisson_lock__channel:*");
+    ck_assert_uint_eq(r->elements, MANY);
+    freeReplyObject(r);
+    char *clients = cmd_str(ctx, "CLIENT LIST TYPE pubsub");
+    int npubsub = 0;
+    for (char *p = clients; p && (p = strstr(p, "id=")); p++)
+        npubsub++;
+    ck_assert_int_eq(npubsub, 1);
+    free(clients);
+    for (int i = 0; i < MANY; i++) {
+        redisAppendCommand(ctx, "DEL many-%d", i);
+        redisAppendCommand(ctx, "PUBLISH redisson_lock__channel:{many-%d} 0", i);
+    }
+    for (int i = 0; i < 2 * MANY; i++) {
+        void *rr;
+        ck_assert_int_eq(redisGetReply(ctx, &rr), REDIS_OK);
+        freeReplyObject(rr);
+    }
+    for (int i = 0; i < MANY; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(args[i].rc == DLOCK_OK, "waiter %d: %s", i, dlock_err_name(args[i].rc));
+    }
+    redisFree(ctx);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+/* Renewing many holds costs a handful of script calls per period, not one
+ * per hold: counted on the server (INFO commandstats). */
+START_TEST(renewal_is_batched)
+{
+    enum { N = 2000 };
+    start_server(NULL);
+    char *url = url_with("lease=3s");
+    dlock_client *c = open_ok(url);
+    dlock_lock **l = calloc(N, sizeof *l);
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "r-%d", i);
+        l[i] = lock_ok(c, name);
+        acquire_ok(l[i], DLOCK_TRY);
+    }
+    redisContext *ctx = raw();
+    freeReplyObject(cmd(ctx, "CONFIG RESETSTAT"));
+    tu_sleep_ms(4500); /* > one lease: every hold renewed at least twice */
+    long long calls = script_calls(ctx);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_gt(dlock_validity_ms(l[i]), 0);
+    ck_assert_int_gt(cmd_int(ctx, "PTTL r-0"), 0);
+    ck_assert_int_gt(cmd_int(ctx, "PTTL r-1999"), 0);
+    /* two or three periods; one call per 1000 holds per period, and the
+     * core may split a period into a few batches */
+    fprintf(stderr, "renewal_is_batched: %lld script calls for %d holds over 4.5 s\n", calls, N);
+    ck_assert_msg(calls >= 2 && calls <= 60, "%lld script calls", calls);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(dlock_release(l[i]), DLOCK_OK);
+        dlock_lock_free(l[i]);
+    }
+    free(l);
+    redisFree(ctx);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
+}
+END_TEST
+
+/* -------------------------------------------- URLs, list, db, unix socket */
+
+static int collect(const char *name, void *arg)
+{
+    char *buf = arg;
+    strcat(buf, name);
+    strcat(buf, ",");
+    return 0;
+}
+
+START_TEST(urls_db_prefix_unix_and_list)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    dlock_client *c = NULL;
+    char *u;
+
+    /* the db from the path and from ?db= */
+    u = tu_fmt("%s/3?prefix=app:", srv.url);
+    c = open_ok(u);
+    dlock_lock *l = lock_ok(c, "x");
+    acquire_ok(l, DLOCK_TRY);
+    freeReplyObject(cmd(ctx, "SELECT 3"));
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS app:x"), 1);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "redisson_lock_token:{app:x}"), 1);
+    /* list: only lock keys, prefix stripped, glob applied */
+    freeReplyObject(cmd(ctx, "SET app:plain v"));
+    freeReplyObject(cmd(ctx, "HSET app:userhash name bob"));
+    dlock_lock *l2 = lock_ok(c, "y1");
+    acquire_ok(l2, DLOCK_TRY);
+    char names[256] = "";
+    ck_assert_int_eq(dlock_list(c, NULL, collect, names), DLOCK_OK);
+    ck_assert_msg(strstr(names, "x,") && strstr(names, "y1,") && !strstr(names, "plain") &&
+                      !strstr(names, "userhash") && !strstr(names, "token"),
+                  "list: %s", names);
+    names[0] = 0;
+    ck_assert_int_eq(dlock_list(c, "y*", collect, names), DLOCK_OK);
+    ck_assert_str_eq(names, "y1,");
+    dlock_release(l2);
+    dlock_lock_free(l2);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(u);
+
+    u = tu_fmt("redis+unix://%s?db=2", srv.sock);
+    c = open_ok(u);
+    l = lock_ok(c, "viaunix");
+    acquire_ok(l, DLOCK_TRY);
+    freeReplyObject(cmd(ctx, "SELECT 2"));
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS viaunix"), 1);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(u);
+
+    const char *bad[] = {"/notadb", "/1?db=2", "?layout=fancy", "?bogus=1", ",127.0.0.1:2"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        u = tu_fmt("%s%s", srv.url, bad[i]);
+        int rc = dlock_open(u, &c);
+        ck_assert_msg(rc == DLOCK_EBADURL, "%s: %s (%s)", u, dlock_err_name(rc), dlock_errmsg());
+        free(u);
+    }
+    u = tu_fmt("%s?tls_ca=/etc/ssl/ca.pem", srv.url);
+    ck_assert_int_eq(dlock_open(u, &c), DLOCK_ENOTSUP);
+    free(u);
+    c = open_ok(srv.url);
+    ck_assert_int_eq(dlock_lock_new(c, "s", DLOCK_SHARED, &l), DLOCK_ENOTSUP);
+    dlock_client_close(c);
+    redisFree(ctx);
+    stop_server();
+}
+END_TEST
+
+/* ------------------------------------------------------------------ CLI */
+
+START_TEST(cli_on_redis_urls)
+{
+    start_server(NULL);
+    const char *dl = tu_dlock_bin();
+    {
+        const char *argv[] = {dl, "-u", srv.url, "run", "-n", "clijob", "true", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+    }
+    {
+        const char *argv[] = {dl, "-u", srv.url, "run", "-n", "clijob", "sh", "-c", "exit 7", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 7);
+    }
+    {
+        char *out = NULL;
+        const char *argv[] = {dl, "-u", srv.url, "run", "clijob", "--", "sh", "-c", "echo $DLOCK_TOKEN", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+        ck_assert_int_eq(atoi(out), 3);
+        free(out);
+    }
+    dlock_client *c = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "clijob");
+    acquire_ok(l, DLOCK_TRY);
+    {
+        const char *argv[] = {dl, "-u", srv.url, "run", "-n", "clijob", "true", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 1);
+    }
+    {
+        char *out = NULL;
+        const char *argv[] = {dl, "-u", srv.url, "status", "clijob", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+        ck_assert_msg(out && strstr(out, "4"), "status: %s", out ? out : "");
+        free(out);
+    }
+    {
+        char *out = NULL;
+        const char *argv[] = {dl, "-u", srv.url, "list", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+        ck_assert_msg(out && strstr(out, "clijob"), "list: %s", out ? out : "");
+        free(out);
+    }
+    {
+        const char *argv[] = {dl, "-u", srv.url, "release", "--force", "clijob", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+    }
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    {
+        char *bad = tu_fmt("redis://127.0.0.1:%d", tu_free_port());
+        char *err = NULL;
+        const char *argv[] = {dl, "-u", bad, "run", "-n", "x", "true", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, &err), 69);
+        ck_assert_msg(err && strstr(err, "127.0.0.1:"), "%s", err ? err : "");
+        free(err);
+        free(bad);
+    }
+    {
+        const char *extra_env[] = {NULL};
+        char *u = tu_fmt("%s?layout=nope", srv.url);
+        const char *argv[] = {dl, "-u", u, "run", "-n", "x", "true", NULL};
+        ck_assert_int_eq(tu_run(argv, extra_env, NULL, NULL), 78);
+        free(u);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+static Suite *redis_suite(void)
+{
+    Suite *s = suite_create("redis");
+    TCase *t = tcase_create("redis");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, acquire_release_token_inspect);
+    tcase_add_test(t, reentrancy_and_threads);
+    tcase_add_test(t, thread_waits_for_thread);
+    tcase_add_test(t, cancel_a_wait);
+    tcase_add_test(t, redisson_on_the_wire);
+    tcase_add_test(t, simple_layout_on_the_wire);
+    tcase_add_test(t, holder_killed_9);
+    tcase_add_test(t, holder_paused_past_lease);
+    tcase_add_test(t, wrongtype_left_intact);
+    tcase_add_test(t, auth_password_and_acl_user);
+    tcase_add_test(t, unreachable_and_silent_servers);
+    tcase_add_test(t, server_killed_while_held);
+    tcase_add_test(t, script_flush_is_invisible);
+    tcase_add_test(t, out_of_memory_is_reported);
+    tcase_add_test(t, force_release_and_lost);
+    tcase_add_test(t, lost_replies_are_retried_safely);
+    tcase_add_test(t, thousand_names_waited_at_once);
+    tcase_add_test(t, renewal_is_batched);
+    tcase_add_test(t, urls_db_prefix_unix_and_list);
+    tcase_add_test(t, cli_on_redis_urls);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *r = srunner_create(redis_suite());
+    srunner_set_fork_status(r, CK_FORK);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}

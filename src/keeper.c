@@ -72,6 +72,7 @@ static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, si
                     struct lost_call **calls, size_t *ncalls, size_t *ccap)
 {
     int64_t now = dlock__now_ms(), next = DLOCK__NEVER;
+    bool really_due = false;
     for (size_t b = 0; b < DLOCK__BUCKETS; b++)
         for (struct dlock__entry *e = c->buckets[b]; e; e = e->next)
             for (struct dlock__hold *h = e->holds; h; h = h->next) {
@@ -105,17 +106,29 @@ static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, si
                     continue;
                 if (h->valid_until < next)
                     next = h->valid_until;
-                if (h->renew_at <= now) {
+                /* Holds due within a sixth of their lease join the batch
+                 * early (many holds, one round trip), but only when some
+                 * hold is really due: see the end of this function. */
+                if (h->renew_at <= now + h->lease_ms / 6) {
                     if (*ndue == *cap) {
                         *cap = *cap ? *cap * 2 : 64;
                         *due = realloc(*due, *cap * sizeof **due);
                     }
                     (*due)[(*ndue)++] = h;
                     h->renewing = true;
+                    really_due |= h->renew_at <= now;
                 } else if (h->renew_at < next) {
                     next = h->renew_at;
                 }
             }
+    if (*ndue && !really_due) {
+        for (size_t i = 0; i < *ndue; i++) {
+            (*due)[i]->renewing = false;
+            if ((*due)[i]->renew_at < next)
+                next = (*due)[i]->renew_at;
+        }
+        *ndue = 0;
+    }
     return next;
 }
 

@@ -139,6 +139,18 @@ static char **child_env(const char *name, uint64_t token, const char *url)
     return env;
 }
 
+static void free_env(char **env)
+{
+    if (!env)
+        return;
+    size_t n = 0;
+    while (env[n])
+        n++;
+    for (size_t i = n >= 3 ? n - 3 : 0; i < n; i++) /* the three we made */
+        free(env[i]);
+    free(env);
+}
+
 /* Start COMMAND; report an exec failure through a close-on-exec pipe.
  * Returns the pid, or -(exit code) after printing why. */
 static pid_t start_child(char **cmd, char **env, const sigset_t *oldmask)
@@ -399,6 +411,7 @@ int cmd_run(const char *url, int argc, char **argv)
                 name, mode == DLOCK_SHARED ? "shared" : "exclusive", token, waited);
     char **env = child_env(name, token, dlock_client_url(c));
     pid_t child = env ? start_child(cmd, env, &oldmask) : -EXIT_SOFTWARE;
+    free_env(env);
     int status = 0;
     if (child > 0) {
         pthread_mutex_lock(&R.mu);

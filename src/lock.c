@@ -267,7 +267,12 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms)
         h->valid_until = DLOCK__NEVER;
         h->renew_at = DLOCK__NEVER;
         h->state = DLOCK__HELD;
+        int64_t sent = dlock__now_ms();
         rc = c->be->acquire(c->bstate, h, &w);
+        /* A backend that did not confirm: count validity from before the
+         * request, which is never later than the truth. */
+        if (!rc && h->lease_ms && h->valid_until == DLOCK__NEVER)
+            dlock__hold_confirmed(c, h, sent);
     }
 
     pthread_mutex_lock(&c->mu);

@@ -1,0 +1,538 @@
+/* bench.c -- `dlock bench`: how fast dlock is, beside the raw protocol.
+ *
+ * Absolute figures on a shared machine drift, so every figure is printed
+ * beside a baseline measured in the same run with the same client library
+ * (cli/bench.h: SET NX PX + compare-and-delete for a lock, PING for one
+ * round trip), as a ratio. Baseline and dlock runs alternate so both see
+ * the same load.
+ *
+ * Usage (also `dlock bench --help`):
+ *   dlock [-u URL] bench [MODE...] [OPTIONS]
+ *   MODE: uncontended, contended, renewal, all (the default)
+ *   -t, --threads T     uncontended: threads, each over its own names (1)
+ *   -m, --names M       uncontended: lock names in all (1024)
+ *   -d, --duration S    seconds per measured run (3; two runs each side)
+ *   -W, --waiters W     contended: threads, one client each, on one name (8)
+ *   -k, --locks K       renewal: locks held at once (10000)
+ *   -p, --periods P     renewal: renewal periods measured (5)
+ *   -l, --lease MS      renewal: lease in ms (3000: a period of 1 s)
+ *
+ * uncontended: T threads loop acquire(TRY)+release over M names split
+ *   between them; acquisitions/s and latency of one acquire+release pair,
+ *   p50/p99; the baseline does the same with SET NX PX + EVALSHA.
+ * contended: W threads, each with its own client (as W processes would),
+ *   fight for one name; hand-off latency = from the holder's release call
+ *   to another thread's acquire returning, p50/p99, and acquisitions/s;
+ *   the baseline is one PING round trip.
+ * renewal: one client holds K locks; over P periods (lease/3), the lock
+ *   scripts the server ran per period (each a pipelined batch) and the
+ *   client's CPU time per period.
+ */
+#include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "cli.h"
+#include "dlock.h"
+
+static const struct dlock_bench_baseline *const baselines[] = {
+#ifdef DLOCK_HAVE_REDIS
+    &dlock_bench_redis_baseline,
+    &dlock_bench_redis_unix_baseline,
+#endif
+    NULL,
+};
+
+static const char usage_text[] =
+    "Usage: dlock [-u URL] bench [uncontended|contended|renewal|all ...] [OPTIONS]\n"
+    "\n"
+    "Measure dlock beside the raw protocol with the same client library, in\n"
+    "the same run, and print each figure with its ratio to the baseline.\n"
+    "  -t, --threads T     uncontended: threads, each over its own names (1)\n"
+    "  -m, --names M       uncontended: lock names in all (1024)\n"
+    "  -d, --duration S    seconds per measured run (3; two runs each side)\n"
+    "  -W, --waiters W     contended: threads, one client each, on one name (8)\n"
+    "  -k, --locks K       renewal: locks held at once (10000)\n"
+    "  -p, --periods P     renewal: renewal periods measured (5)\n"
+    "  -l, --lease MS      renewal: lease in ms (3000: one period a second)\n"
+    "Lock names start with 'dlock-bench:'. See docs/benchmarks.md.\n";
+
+const char *dlock_cli_bench_usage(void)
+{
+    return usage_text;
+}
+
+struct bench_opts {
+    const char *url;
+    const struct dlock_bench_baseline *base;
+    int threads, names, waiters, locks, periods;
+    double duration;
+    int64_t lease_ms;
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ samples */
+
+struct samples {
+    int64_t *v;
+    size_t n, cap;
+};
+
+static void sample_add(struct samples *s, int64_t x)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 4096;
+        s->v = realloc(s->v, s->cap * sizeof *s->v);
+        if (!s->v) {
+            perror("dlock bench");
+            exit(EXIT_SOFTWARE);
+        }
+    }
+    s->v[s->n++] = x;
+}
+
+static void sample_merge(struct samples *into, const struct samples *from)
+{
+    for (size_t i = 0; i < from->n; i++)
+        sample_add(into, from->v[i]);
+}
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Percentile P (0..100) in microseconds; sorts S. */
+static double pct_us(struct samples *s, double p)
+{
+    if (!s->n)
+        return 0;
+    qsort(s->v, s->n, sizeof *s->v, cmp64);
+    size_t i = (size_t)(p / 100.0 * (double)(s->n - 1) + 0.5);
+    return (double)s->v[i] / 1000.0;
+}
+
+/* --------------------------------------------------------- uncontended */
+
+struct unc_shared {
+    const struct bench_opts *o;
+    dlock_client *c; /* NULL = baseline */
+    atomic_int stop;
+    atomic_int failed;
+};
+
+struct unc_thread {
+    struct unc_shared *sh;
+    int index;
+    long ops;
+    struct samples lat;
+    char err[256];
+};
+
+static void *unc_main(void *arg)
+{
+    struct unc_thread *t = arg;
+    const struct bench_opts *o = t->sh->o;
+    int mine = 0;
+    for (int j = t->index; j < o->names; j += o->threads)
+        mine++;
+    if (!mine)
+        return NULL;
+    char **names = calloc((size_t)mine, sizeof *names);
+    dlock_lock **locks = calloc((size_t)mine, sizeof *locks);
+    void *raw = NULL;
+    int k = 0;
+    for (int j = t->index; j < o->names; j += o->threads, k++) {
+        names[k] = malloc(48);
+        snprintf(names[k], 48, "dlock-bench:%s:%d", t->sh->c ? "u" : "raw", j);
+        if (t->sh->c && dlock_lock_new(t->sh->c, names[k], DLOCK_EXCLUSIVE, &locks[k])) {
+            snprintf(t->err, sizeof t->err, "%s", dlock_errmsg());
+            atomic_store(&t->sh->failed, 1);
+            goto out;
+        }
+    }
+    if (!t->sh->c && !(raw = o->base->connect(o->url, t->err, sizeof t->err))) {
+        atomic_store(&t->sh->failed, 1);
+        goto out;
+    }
+    for (int i = 0; !atomic_load_explicit(&t->sh->stop, memory_order_relaxed); i = (i + 1) % mine) {
+        int64_t t0 = now_ns();
+        int rc;
+        if (t->sh->c) {
+            rc = dlock_acquire(locks[i], DLOCK_TRY);
+            if (!rc)
+                rc = dlock_release(locks[i]);
+        } else {
+            rc = o->base->lock_unlock(raw, names[i]);
+        }
+        if (rc) {
+            snprintf(t->err, sizeof t->err, "%s: %s", names[i],
+                     t->sh->c ? dlock_errmsg() : "raw lock/unlock failed");
+            atomic_store(&t->sh->failed, 1);
+            break;
+        }
+        sample_add(&t->lat, now_ns() - t0);
+        t->ops++;
+    }
+out:
+    for (int j = 0; j < mine; j++) {
+        dlock_lock_free(locks[j]);
+        free(names[j]);
+    }
+    free(locks);
+    free(names);
+    if (raw)
+        o->base->disconnect(raw);
+    return NULL;
+}
+
+/* One timed run; adds ops and latencies; returns 0 or an exit code. */
+static int unc_run(const struct bench_opts *o, dlock_client *c, long *ops, struct samples *lat)
+{
+    struct unc_shared sh = {.o = o, .c = c};
+    struct unc_thread *t = calloc((size_t)o->threads, sizeof *t);
+    pthread_t *th = calloc((size_t)o->threads, sizeof *th);
+    for (int i = 0; i < o->threads; i++) {
+        t[i].sh = &sh;
+        t[i].index = i;
+        pthread_create(&th[i], NULL, unc_main, &t[i]);
+    }
+    struct timespec ts = {(time_t)o->duration, (long)((o->duration - (double)(time_t)o->duration) * 1e9)};
+    nanosleep(&ts, NULL);
+    atomic_store(&sh.stop, 1);
+    int rc = 0;
+    for (int i = 0; i < o->threads; i++) {
+        pthread_join(th[i], NULL);
+        *ops += t[i].ops;
+        sample_merge(lat, &t[i].lat);
+        free(t[i].lat.v);
+        if (t[i].err[0] && !rc) {
+            fprintf(stderr, "dlock bench: %s\n", t[i].err);
+            rc = EXIT_UNAVAILABLE;
+        }
+    }
+    free(t);
+    free(th);
+    return rc;
+}
+
+static void print_ratio_row(const char *what, double ours, double base, const char *unit, bool higher_better)
+{
+    if (base > 0)
+        printf("  %-22s dlock %10.1f %-6s raw %10.1f %-6s ratio %.2fx%s\n", what, ours, unit, base, unit,
+               ours / base, higher_better ? "" : " (lower is better)");
+    else
+        printf("  %-22s dlock %10.1f %-6s (no baseline)\n", what, ours, unit);
+}
+
+static int bench_uncontended(const struct bench_opts *o, dlock_client *c)
+{
+    printf("uncontended: %d thread(s) over %d names, acquire(TRY)+release, 2 x %.1f s each side\n",
+           o->threads, o->names, o->duration);
+    long ops[2] = {0, 0};
+    struct samples lat[2] = {{0}, {0}};
+    for (int round = 0; round < 2; round++) {
+        if (o->base) {
+            int rc = unc_run(o, NULL, &ops[1], &lat[1]);
+            if (rc)
+                return rc;
+        }
+        int rc = unc_run(o, c, &ops[0], &lat[0]);
+        if (rc)
+            return rc;
+    }
+    double secs = 2 * o->duration;
+    print_ratio_row("acquire+release/s", (double)ops[0] / secs, (double)ops[1] / secs, "/s", true);
+    double p50[2] = {pct_us(&lat[0], 50), pct_us(&lat[1], 50)};
+    double p99[2] = {pct_us(&lat[0], 99), pct_us(&lat[1], 99)};
+    print_ratio_row("pair latency p50", p50[0], p50[1], "us", false);
+    print_ratio_row("pair latency p99", p99[0], p99[1], "us", false);
+    free(lat[0].v);
+    free(lat[1].v);
+    return 0;
+}
+
+/* ----------------------------------------------------------- contended */
+
+struct con_shared {
+    const struct bench_opts *o;
+    atomic_int stop;
+    atomic_llong released_at; /* ns, stamped just before a release */
+    atomic_int last_holder;
+    pthread_mutex_t mu;
+    struct samples handoff;
+    long acquisitions;
+    char err[256];
+};
+
+struct con_thread {
+    struct con_shared *sh;
+    int index;
+    dlock_client *c;
+};
+
+static void *con_main(void *arg)
+{
+    struct con_thread *t = arg;
+    struct con_shared *sh = t->sh;
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(t->c, "dlock-bench:contended", DLOCK_EXCLUSIVE, &l)) {
+        pthread_mutex_lock(&sh->mu);
+        snprintf(sh->err, sizeof sh->err, "%s", dlock_errmsg());
+        pthread_mutex_unlock(&sh->mu);
+        return NULL;
+    }
+    while (!atomic_load(&sh->stop)) {
+        int rc = dlock_acquire(l, 1000);
+        if (rc == DLOCK_ETIMEDOUT)
+            continue;
+        if (rc) {
+            pthread_mutex_lock(&sh->mu);
+            snprintf(sh->err, sizeof sh->err, "%s", dlock_errmsg());
+            pthread_mutex_unlock(&sh->mu);
+            atomic_store(&sh->stop, 1);
+            break;
+        }
+        int64_t got = now_ns();
+        int prev = atomic_exchange(&sh->last_holder, t->index);
+        long long rel = atomic_load(&sh->released_at);
+        pthread_mutex_lock(&sh->mu);
+        sh->acquisitions++;
+        if (prev != t->index && prev >= 0 && rel > 0)
+            sample_add(&sh->handoff, got - rel);
+        pthread_mutex_unlock(&sh->mu);
+        atomic_store(&sh->released_at, now_ns());
+        dlock_release(l);
+    }
+    dlock_lock_free(l);
+    return NULL;
+}
+
+static int bench_contended(const struct bench_opts *o)
+{
+    printf("contended: %d threads (one client each) on one name, 2 x %.1f s\n", o->waiters, o->duration);
+    struct con_shared sh = {.o = o};
+    pthread_mutex_init(&sh.mu, NULL);
+    atomic_store(&sh.last_holder, -1);
+    struct con_thread *t = calloc((size_t)o->waiters, sizeof *t);
+    pthread_t *th = calloc((size_t)o->waiters, sizeof *th);
+    for (int i = 0; i < o->waiters; i++) {
+        t[i].sh = &sh;
+        t[i].index = i;
+        if (dlock_open(o->url, &t[i].c))
+            return cli_fail(DLOCK_ECONN, "bench");
+    }
+    struct samples rtt = {0};
+    void *raw = o->base ? o->base->connect(o->url, sh.err, sizeof sh.err) : NULL;
+    if (o->base && !raw) {
+        fprintf(stderr, "dlock bench: baseline: %s\n", sh.err);
+        return EXIT_UNAVAILABLE;
+    }
+    for (int i = 0; i < o->waiters; i++)
+        pthread_create(&th[i], NULL, con_main, &t[i]);
+    /* PING round trips, measured meanwhile on a raw connection at a
+     * gentle pace so they see the same load. */
+    int64_t end = now_ns() + (int64_t)(2 * o->duration * 1e9);
+    while (now_ns() < end) {
+        if (raw) {
+            int64_t t0 = now_ns();
+            if (o->base->round_trip(raw) == 0)
+                sample_add(&rtt, now_ns() - t0);
+        }
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&sh.stop, 1);
+    for (int i = 0; i < o->waiters; i++) {
+        pthread_join(th[i], NULL);
+        dlock_client_close(t[i].c);
+    }
+    if (raw)
+        o->base->disconnect(raw);
+    if (sh.err[0]) {
+        fprintf(stderr, "dlock bench: %s\n", sh.err);
+        return EXIT_UNAVAILABLE;
+    }
+    double p50 = pct_us(&sh.handoff, 50), p99 = pct_us(&sh.handoff, 99);
+    double r50 = pct_us(&rtt, 50), r99 = pct_us(&rtt, 99);
+    printf("  acquisitions/s         %10.1f (%zu hand-offs between threads)\n",
+           (double)sh.acquisitions / (2 * o->duration), sh.handoff.n);
+    if (r50 > 0) {
+        printf("  hand-off p50           %10.1f us = %.2f round trips (PING p50 %.1f us)\n", p50, p50 / r50,
+               r50);
+        printf("  hand-off p99           %10.1f us = %.2f round trips (PING p99 %.1f us)\n", p99, p99 / r99,
+               r99);
+    } else {
+        printf("  hand-off p50 %.1f us, p99 %.1f us (no baseline)\n", p50, p99);
+    }
+    free(sh.handoff.v);
+    free(rtt.v);
+    free(t);
+    free(th);
+    return 0;
+}
+
+/* ------------------------------------------------------------- renewal */
+
+static double cpu_ms(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000.0 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
+}
+
+static int bench_renewal(const struct bench_opts *o)
+{
+    printf("renewal: %d locks held by one client, lease %lld ms (period %lld ms), %d periods\n", o->locks,
+           (long long)o->lease_ms, (long long)o->lease_ms / 3, o->periods);
+    dlock_client *c = NULL;
+    int rc = dlock_client_new(o->url, &c);
+    if (!rc)
+        rc = dlock_client_setopt_int(c, DLOCK_OPT_LEASE_MS, o->lease_ms);
+    if (!rc)
+        rc = dlock_client_connect(c);
+    if (rc)
+        return cli_fail(rc, "bench");
+    dlock_lock **l = calloc((size_t)o->locks, sizeof *l);
+    for (int i = 0; i < o->locks; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "dlock-bench:r:%d", i);
+        if ((rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l[i])) || (rc = dlock_acquire(l[i], 10000))) {
+            rc = cli_fail(rc, "bench");
+            goto out;
+        }
+    }
+    char err[256] = "";
+    void *raw = o->base ? o->base->connect(o->url, err, sizeof err) : NULL;
+    /* settle: the first renewals merge holds acquired at different times */
+    struct timespec settle = {(time_t)(o->lease_ms / 1000), (long)(o->lease_ms % 1000) * 1000000L};
+    nanosleep(&settle, NULL);
+    long long calls0 = raw ? o->base->server_calls(raw) : -1;
+    double cpu0 = cpu_ms();
+    int64_t span_ms = o->lease_ms / 3 * o->periods;
+    struct timespec ts = {(time_t)(span_ms / 1000), (long)(span_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    double cpu1 = cpu_ms();
+    long long calls1 = raw ? o->base->server_calls(raw) : -1;
+    /* the raw connection's own INFO is not a script call */
+    int lost = 0;
+    for (int i = 0; i < o->locks; i++)
+        lost += dlock_validity_ms(l[i]) <= 0;
+    if (calls0 >= 0 && calls1 >= 0)
+        printf("  lock scripts per period %8.1f (each one pipelined batch of up to 1000 renewals;\n"
+               "                          one script per lock per period would be %d)\n",
+               (double)(calls1 - calls0) / o->periods, o->locks);
+    else
+        printf("  lock scripts per period: unknown (no baseline connection%s%s)\n", err[0] ? ": " : "", err);
+    printf("  client CPU per period   %8.2f ms (%.2f us per lock)\n", (cpu1 - cpu0) / o->periods,
+           (cpu1 - cpu0) * 1000.0 / o->periods / o->locks);
+    printf("  holds lost meanwhile    %8d\n", lost);
+    if (raw)
+        o->base->disconnect(raw);
+out:
+    for (int i = 0; i < o->locks; i++) {
+        if (l[i] && dlock_hold_count(l[i]))
+            dlock_release(l[i]);
+        dlock_lock_free(l[i]);
+    }
+    free(l);
+    dlock_client_close(c);
+    return rc;
+}
+
+/* --------------------------------------------------------------- main */
+
+int dlock_cli_bench(const char *url, int argc, char **argv)
+{
+    struct bench_opts o = {.url = url, .threads = 1, .names = 1024, .waiters = 8, .locks = 10000,
+                           .periods = 5, .duration = 3, .lease_ms = 3000};
+    static const struct option longopts[] = {
+        {"threads", required_argument, NULL, 't'}, {"names", required_argument, NULL, 'm'},
+        {"duration", required_argument, NULL, 'd'}, {"waiters", required_argument, NULL, 'W'},
+        {"locks", required_argument, NULL, 'k'},    {"periods", required_argument, NULL, 'p'},
+        {"lease", required_argument, NULL, 'l'},    {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    optind = 0; /* GNU: start afresh after the global options' getopt */
+    int ch;
+    while ((ch = getopt_long(argc, argv, "t:m:d:W:k:p:l:h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 't': o.threads = atoi(optarg); break;
+        case 'm': o.names = atoi(optarg); break;
+        case 'd': o.duration = atof(optarg); break;
+        case 'W': o.waiters = atoi(optarg); break;
+        case 'k': o.locks = atoi(optarg); break;
+        case 'p': o.periods = atoi(optarg); break;
+        case 'l': o.lease_ms = atoll(optarg); break;
+        case 'h': fputs(usage_text, stdout); return 0;
+        default: fputs(usage_text, stderr); return EXIT_USAGE;
+        }
+    }
+    if (o.threads < 1 || o.names < o.threads || o.duration <= 0 || o.waiters < 2 || o.locks < 1 ||
+        o.periods < 1 || o.lease_ms < 30) {
+        fprintf(stderr, "dlock bench: need threads >= 1, names >= threads, duration > 0, waiters >= 2, "
+                        "locks >= 1, periods >= 1, lease >= 30 ms\n");
+        return EXIT_USAGE;
+    }
+    bool want[3] = {false, false, false};
+    bool any = false;
+    for (int i = optind; i < argc; i++) {
+        const char *m = argv[i];
+        if (strcmp(m, "all") == 0)
+            want[0] = want[1] = want[2] = true;
+        else if (strcmp(m, "uncontended") == 0)
+            want[0] = true;
+        else if (strcmp(m, "contended") == 0)
+            want[1] = true;
+        else if (strcmp(m, "renewal") == 0)
+            want[2] = true;
+        else {
+            fprintf(stderr, "dlock bench: unknown mode '%s' (uncontended, contended, renewal, all)\n", m);
+            return EXIT_USAGE;
+        }
+        any = true;
+    }
+    if (!any)
+        want[0] = want[1] = want[2] = true;
+
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    if (rc)
+        return cli_fail(rc, "bench");
+    o.url = dlock_client_url(c); /* the default URL too; password kept out */
+    /* the baseline dials with the URL as given (it may carry a password) */
+    const char *scheme_end = url ? strstr(url, "://") : NULL;
+    for (size_t i = 0; scheme_end && baselines[i]; i++)
+        if (strlen(baselines[i]->scheme) == (size_t)(scheme_end - url) &&
+            strncmp(url, baselines[i]->scheme, (size_t)(scheme_end - url)) == 0)
+            o.base = baselines[i];
+    if (url)
+        o.url = url;
+    printf("dlock bench on %s (%s backend), %ld cores\n", dlock_client_url(c), dlock_client_backend(c),
+           sysconf(_SC_NPROCESSORS_ONLN));
+    printf("baseline: %s\n", o.base ? o.base->what : "none for this backend");
+    if (want[0])
+        rc = bench_uncontended(&o, c);
+    if (!rc && want[1])
+        rc = bench_contended(&o);
+    if (!rc && want[2])
+        rc = bench_renewal(&o);
+    dlock_client_close(c);
+    return rc;
+}

@@ -1,0 +1,46 @@
+/* bench.h -- `dlock bench`: the built-in benchmark, and the table of raw
+ * protocol baselines it measures beside dlock in the same run.
+ *
+ * A baseline is the cheapest correct thing the same client library can do
+ * on the backend's own protocol (for Redis: SET NX PX + a compare-and-
+ * delete script; PING for one round trip). Each backend with a network
+ * protocol adds one `struct dlock_bench_baseline` (cli/bench_redis.c today;
+ * cli/bench_etcd.c and cli/bench_zk.c can follow) and a row in
+ * dlock_bench_baselines[] in cli/bench.c.
+ */
+#ifndef DLOCK_CLI_BENCH_H
+#define DLOCK_CLI_BENCH_H
+
+#include <stddef.h>
+
+/* Run `dlock [-u URL] bench ARGV...` (argv[0] is "bench"). Returns the
+ * process exit code. */
+int dlock_cli_bench(const char *url, int argc, char **argv);
+
+/* The usage text of `dlock bench` (for `dlock help bench`). */
+const char *dlock_cli_bench_usage(void);
+
+/* One backend's raw-protocol baseline. Every function works on a
+ * connection made by connect() and used by one thread only. */
+struct dlock_bench_baseline {
+    const char *scheme; /* URL scheme served, e.g. "redis" */
+    const char *what;   /* one line saying what the baseline does */
+    /* Dial the server named by URL; NULL with ERR filled on failure. */
+    void *(*connect)(const char *url, char *err, size_t errlen);
+    void (*disconnect)(void *conn);
+    /* Take and give back NAME the cheapest correct way: 0 on success,
+     * 1 when it was busy, -1 on a failure. */
+    int (*lock_unlock)(void *conn, const char *name);
+    /* One round trip to the server: 0 or -1. */
+    int (*round_trip)(void *conn);
+    /* Lock commands the server has run so far (for counting renewal
+     * calls); -1 when unknown. */
+    long long (*server_calls)(void *conn);
+};
+
+#ifdef DLOCK_HAVE_REDIS
+extern const struct dlock_bench_baseline dlock_bench_redis_baseline;
+extern const struct dlock_bench_baseline dlock_bench_redis_unix_baseline;
+#endif
+
+#endif

@@ -55,6 +55,15 @@ static char *url_with(const char *query)
     return tu_fmt("%s%s%s", srv.url, query && *query ? "?" : "", query ? query : "");
 }
 
+/* open_ok(url_with(QUERY)), freeing the URL. */
+static dlock_client *open_with(const char *query)
+{
+    char *url = url_with(query);
+    dlock_client *c = open_ok(url);
+    free(url);
+    return c;
+}
+
 static redisContext *raw(void)
 {
     redisContext *ctx = fx_redis_raw(&srv, NULL);
@@ -277,7 +286,7 @@ static void *waiter_main(void *p)
 START_TEST(thread_waits_for_thread)
 {
     start_server(NULL);
-    dlock_client *c = open_ok(url_with("lease=60s"));
+    dlock_client *c = open_with("lease=60s");
     dlock_lock *l = lock_ok(c, "t");
     acquire_ok(l, DLOCK_TRY);
     struct waiter_arg a = {.l = l, .wait_ms = 20000, .rc = -99, .release = true};
@@ -319,7 +328,7 @@ static void wait_numsub(redisContext *ctx, const char *chan, long long want)
 START_TEST(cancel_a_wait)
 {
     start_server(NULL);
-    dlock_client *c = open_ok(url_with("lease=60s"));
+    dlock_client *c = open_with("lease=60s");
     dlock_client *c2 = open_ok(srv.url);
     dlock_lock *l = lock_ok(c, "cx"), *l2 = lock_ok(c2, "cx");
     acquire_ok(l, DLOCK_TRY);
@@ -580,7 +589,9 @@ START_TEST(holder_paused_past_lease)
     fclose(f);
     kill(holder, SIGCONT);
     ck_assert_msg(tu_wait_file(gorc, 20000), "holder did not report its release");
-    ck_assert_int_eq((int)(int64_t)strtoll(tu_read_file(gorc), NULL, 10), DLOCK_ELOST);
+    char *rc_text = tu_read_file(gorc);
+    ck_assert_int_eq((int)strtol(rc_text, NULL, 10), DLOCK_ELOST);
+    free(rc_text);
     waitpid(holder, NULL, 0);
     redisContext *ctx = raw();
     ck_assert_int_eq(cmd_int(ctx, "HLEN stopped"), 1);

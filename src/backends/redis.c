@@ -1032,6 +1032,30 @@ static void owner_of(struct redis_state *s, struct dlock__hold *h)
     snprintf(h->owner, sizeof h->owner, "%s:%ld", s->uuid, h->tid);
 }
 
+/* An acquire whose replies were lost (timeout, connection reset) may have
+ * run on the server: take our field away again if it is there, so the
+ * name is not left held by nobody until the lease ends. Best effort: if
+ * the server cannot be reached now, the lease ends it. Keeps the caller's
+ * error message. */
+static void undo_lost_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k)
+{
+    char msg[512], value[160];
+    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    /* simple layout: our value carries a token we never learned, so
+     * compare-and-delete cannot match it; the lease frees it */
+    if (!s->simple) {
+        int vl = snprintf(value, sizeof value, "%s", h->owner);
+        const char *args[] = {k->lock, k->chan, k->token, value, "0"};
+        size_t lens[] = {k->lock_len, k->chan_len, k->token_len, (size_t)vl, 1};
+        redisReply *r = NULL;
+        if (eval_script(s, false, S_RELEASE, 3, 5, args, lens, false, "undo acquire", &r, NULL, NULL) ==
+                DLOCK_OK &&
+            r)
+            freeReplyObject(r);
+    }
+    dlock__err(DLOCK_ECONN, "%s", msg);
+}
+
 /* One acquire attempt: DLOCK_OK (h->token set), DLOCK_EBUSY with *TTL_MS
  * the holder's remaining lease, or a failure. */
 static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
@@ -1046,6 +1070,8 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     redisReply *r;
     int64_t sent;
     int rc = eval_script(s, false, S_ACQUIRE, 2, 4, args, lens, true, "acquire", &r, &sent, NULL);
+    if (rc == DLOCK_ECONN)
+        undo_lost_acquire(s, h, k);
     if (rc) {
         if (rc == DLOCK_EWRONGTYPE) {
             char why[512];

@@ -191,15 +191,12 @@ static char *curator_contend(zhandle_t *zh, const char *lockpath)
 enum holder_mode { HOLD_FOREVER, HOLD_UNTIL_LOST };
 
 static atomic_int lost_flag;
+static char lost_why[512];
 
 static void on_lost(dlock_lock *l, const char *why, void *arg)
 {
     (void)l, (void)arg;
-    FILE *f = fopen("/dev/null", "w");
-    if (f) {
-        fprintf(f, "%s", why);
-        fclose(f);
-    }
+    snprintf(lost_why, sizeof lost_why, "%s", why);
     atomic_store(&lost_flag, 1);
 }
 
@@ -808,6 +805,8 @@ START_TEST(test_force_release_reports_lost)
     for (int i = 0; i < 200 && !atomic_load(&lost_flag); i++)
         tu_sleep_ms(25);
     ck_assert_int_eq(atomic_load(&lost_flag), 1);
+    ck_assert_msg(strstr(lost_why, "forced") && strstr(lost_why, "force-released"), "why: %s",
+                  lost_why);
     ck_assert_int_eq(dlock_validity_ms(l), 0);
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
     /* free, and force on a free lock is fine */
@@ -1126,7 +1125,7 @@ static pid_t fork_worker(const char *url, const char *dir)
     }
     dlock_lock *l = NULL;
     dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, &l);
-    uint64_t accepted = 0;
+    uint64_t accepted = 0, turns = 0, lost = 0;
     int failures = 0;
     while (access(stop, F_OK) != 0) {
         int rc = dlock_acquire(l, 2000);
@@ -1149,12 +1148,14 @@ static pid_t fork_worker(const char *url, const char *dir)
             accepted++;
             tu_sleep_ms(20);
         }
+        turns++;
         rc = dlock_release(l);
         if (rc != DLOCK_OK && rc != DLOCK_ELOST && rc != DLOCK_ECONN)
             _exit(33);
+        lost += rc == DLOCK_ELOST;
         tu_sleep_ms(5);
     }
-    char *text = tu_fmt("%" PRIu64, accepted);
+    char *text = tu_fmt("%" PRIu64 " %" PRIu64 " %" PRIu64 " %d", accepted, turns, lost, failures);
     write_marker(mine, text);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -1185,6 +1186,8 @@ START_TEST(test_leader_killed_never_two_holders)
         char *text = tu_read_file(path);
         ck_assert_ptr_nonnull(text);
         total += strtoull(text, NULL, 10);
+        fprintf(stderr, "leader test: worker %d: writes, turns, lost, failed acquires: %s\n", i,
+                text);
         free(text);
         free(path);
     }
@@ -1202,6 +1205,149 @@ START_TEST(test_leader_killed_never_two_holders)
     free(stop);
     tu_rmrf(dir);
     free(dir);
+    free(url);
+}
+END_TEST
+
+/* ================================================================== CLI */
+
+static int run_cli(char **out, char **err, const char **args)
+{
+    const char *argv[32] = {tu_dlock_bin()};
+    size_t n = 1;
+    for (; args[n - 1]; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    return tu_run(argv, NULL, out, err);
+}
+
+#define CLI(out, err, ...) run_cli(out, err, (const char *[]){__VA_ARGS__, NULL})
+
+static int lines_of(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Token printed by `run -v` ("token N"). */
+static uint64_t cli_token(const char *err)
+{
+    const char *t = strstr(err, "token ");
+    ck_assert_msg(t, "no token in: %s", err);
+    return strtoull(t + 6, NULL, 10);
+}
+
+START_TEST(test_cli_run_status_list_release)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=1500");
+    char *dir = tu_tmpdir("zk-cli");
+    char *out = NULL, *err = NULL;
+
+    /* tokens strictly increase across runs */
+    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "run", "-v", "cli-job", "true"), 0);
+    uint64_t t1 = cli_token(err);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "run", "-v", "cli-job", "true"), 0);
+    ck_assert_uint_gt(cli_token(err), t1);
+    free(err);
+
+    /* a holder; a second run is busy (exit 1, one line) */
+    char *m1 = tu_fmt("%s/m1", dir), *m2 = tu_fmt("%s/m2", dir);
+    char *cmd1 = tu_fmt("touch %s; sleep 60", m1), *cmd2 = tu_fmt("touch %s", m2);
+    char *log1 = tu_fmt("%s/holder.log", dir);
+    const char *holder_argv[] = {tu_dlock_bin(), "-u", url, "run", "cli-job", "-c", cmd1, NULL};
+    pid_t holder = tu_spawn(holder_argv, log1);
+    ck_assert_msg(tu_wait_file(m1, 30000), "CLI holder never ran its command");
+    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "run", "-n", "cli-job", "true"), 1);
+    ck_assert_int_eq(lines_of(err), 1);
+    free(err);
+
+    /* a waiter queues behind it */
+    const char *waiter_argv[] = {tu_dlock_bin(), "-u", url, "run", "-w", "60", "cli-job", "-c", cmd2, NULL};
+    pid_t waiter = tu_spawn(waiter_argv, NULL);
+    bool queued = false;
+    for (int i = 0; i < 200 && !queued; i++) {
+        ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "cli-job"), 0);
+        queued = strstr(out, "waiters:  1") != NULL;
+        if (!queued)
+            free(out);
+        tu_sleep_ms(50);
+    }
+    ck_assert_msg(queued, "waiter never queued");
+    /* status: holder node, token, waiters in order */
+    ck_assert_msg(strstr(out, "/dlock/cli-job") && strstr(out, "_c_") &&
+                      strstr(out, "-lock-") && strstr(out, "held"),
+                  "status: %s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "cli-job", "--json"), 0);
+    ck_assert_msg(strstr(out, "\"waiters\":[\"_c_"), "status --json: %s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "list"), 0);
+    ck_assert_msg(strstr(out, "cli-job\n"), "list: %s", out);
+    free(out);
+
+    /* the operator frees it: the waiter runs, the old holder learns it
+     * lost the lock (its command is terminated, exit 75) */
+    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "release", "--force", "cli-job"), 0);
+    free(err);
+    ck_assert_msg(tu_wait_file(m2, 30000), "waiter never ran after the forced release");
+    int st = tu_stop(waiter, 30000);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "waiter status %d", st);
+    int hst = 0;
+    for (int i = 0; i < 400; i++) {
+        if (waitpid(holder, &hst, WNOHANG) == holder)
+            break;
+        tu_sleep_ms(50);
+    }
+    ck_assert_msg(WIFEXITED(hst) && WEXITSTATUS(hst) == 75, "old holder status %d (log %s)", hst,
+                  log1);
+    free(m1);
+    free(m2);
+    free(cmd1);
+    free(cmd2);
+    free(log1);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_cli_curator_holder_and_errors)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    char *err = NULL, *out = NULL;
+    zhandle_t *zh = raw_open(NULL);
+    char *node = curator_contend(zh, "/dlock/java-job");
+    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "run", "-n", "java-job", "true"), 1);
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "java-job"), 0);
+    ck_assert_msg(strstr(out, node), "status does not show Curator's node %s: %s", node, out);
+    free(out);
+    char *path = tu_fmt("/dlock/java-job/%s", node);
+    ck_assert_int_eq(zoo_delete(zh, path, -1), ZOK);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-n", "java-job", "true"), 0);
+
+    /* errors: one clear line each */
+    int port = tu_free_port();
+    char *dead = tu_fmt("zk://127.0.0.1:%d?connect_timeout=500", port);
+    ck_assert_int_eq(CLI(NULL, &err, "-u", dead, "status", "x"), 69);
+    char *where = tu_fmt("127.0.0.1:%d", port);
+    ck_assert_msg(strstr(err, where) && lines_of(err) == 1, "stderr: %s", err);
+    free(err);
+    char *chroot = url_with("/missing", NULL);
+    ck_assert_int_eq(CLI(NULL, &err, "-u", chroot, "list"), 78);
+    ck_assert_msg(strstr(err, "/missing") && lines_of(err) == 1, "stderr: %s", err);
+    free(err);
+    free(chroot);
+    free(where);
+    free(dead);
+    free(path);
+    free(node);
+    zookeeper_close(zh);
     free(url);
 }
 END_TEST
@@ -1232,6 +1378,8 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, test_missing_chroot);
     tcase_add_test(tc, test_bad_urls);
     tcase_add_test(tc, test_auth_and_acl);
+    tcase_add_test(tc, test_cli_run_status_list_release);
+    tcase_add_test(tc, test_cli_curator_holder_and_errors);
     suite_add_tcase(s, tc);
 
     /* A server a test stops and starts again is that test's alone: the

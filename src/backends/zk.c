@@ -258,6 +258,12 @@ static void on_strings(int rc, const struct String_vector *strings, const void *
     call_unref(k);
 }
 
+static void on_synced(int rc, const char *value, const void *data)
+{
+    (void)value;
+    on_void(rc, data);
+}
+
 static void on_created(int rc, const char *value, const struct Stat *stat, const void *data)
 {
     struct zk_call *k = (struct zk_call *)data;
@@ -1371,8 +1377,13 @@ static int zk_release(void *state, struct dlock__hold *h)
 
 /* ----------------------------------------------------------------- renew */
 
-/* Confirm each hold's node still exists in the same session: N requests
- * pipelined on the session, one round trip in all. */
+/* Confirm each hold's node still exists in the same session: a sync,
+ * then one exists per hold, pipelined on the session (one round trip plus
+ * the hop from our server to the leader). The sync matters in an
+ * ensemble: a follower cut off from the leader still answers reads for a
+ * while (up to syncLimit ticks) after the leader expired our session;
+ * reads ordered after a sync come from a follower the leader still talks
+ * to, and so do the session touches that keep the session alive. */
 static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *result)
 {
     struct zk_backend *zb = state;
@@ -1393,6 +1404,16 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     }
     int64_t sent = dlock__now_ms();
+    struct zk_call *barrier = NULL;
+    int barrier_rc = ZOK;
+    if (connected && n > 0) {
+        barrier = call_new(s->zh);
+        barrier_rc = barrier ? zoo_async(s->zh, "/", on_synced, barrier) : ZSYSTEMERROR;
+        if (barrier && barrier_rc != ZOK) {
+            call_dead(barrier, barrier_rc);
+            barrier = NULL;
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         struct dlock__hold *h = holds[i];
         struct zk_hold *zh = h->bdata;
@@ -1418,6 +1439,8 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
         result[i] = k ? DLOCK_OK : zk_fail(zb, rc, "check", zh->path);
     }
     int64_t deadline = op_deadline(zb);
+    if (barrier)
+        barrier_rc = call_wait(barrier, deadline, NULL, NULL, NULL);
     for (size_t i = 0; i < n; i++) {
         if (!calls[i])
             continue;
@@ -1425,7 +1448,10 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
         struct zk_hold *zh = h->bdata;
         struct Stat st;
         int rc = call_wait(calls[i], deadline, &st, NULL, NULL);
-        if (rc == ZOK && st.czxid == zh->czxid && st.ephemeralOwner == s->session_id) {
+        if (rc == ZOK && barrier_rc != ZOK) {
+            /* read, but not known to be current: no confirmation */
+            result[i] = zk_fail(zb, barrier_rc, "sync before checking", zh->path);
+        } else if (rc == ZOK && st.czxid == zh->czxid && st.ephemeralOwner == s->session_id) {
             dlock__hold_confirmed(zb->c, h, sent);
             result[i] = DLOCK_OK;
         } else if (rc == ZOK || rc == ZNONODE) {
@@ -1440,6 +1466,19 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
         }
     }
     free(calls);
+    /* The keeper gives every lost hold of this call the message left last:
+     * make that the reason of a lost one. */
+    for (size_t i = n; i-- > 0;) {
+        if (result[i] == DLOCK_ELOST) {
+            struct zk_hold *zh = holds[i]->bdata;
+            bool expired = !zh || !s || s->gen != zh->gen || !usable;
+            dlock__err(DLOCK_ELOST,
+                       expired ? "%s: lock '%s': the ZooKeeper session holding it expired"
+                               : "%s: lock '%s': its node is gone (deleted or force-released)",
+                       zb->servers, holds[i]->name);
+            break;
+        }
+    }
     if (s) {
         if (connected)
             orphans_sweep(zb, s);
@@ -1508,7 +1547,7 @@ static int zk_inspect(void *state, const char *name, struct dlock_info *info)
             if (!info->held) {
                 info->held = 1;
                 info->token = (uint64_t)st.czxid;
-                err = dlock__info_add_holder(info, text, 1);
+                err = dlock__info_add_holder(info, text, 0); /* count unknown */
             } else {
                 err = dlock__info_add_waiter(info, text);
             }

@@ -77,14 +77,15 @@ static const char ACQUIRE_REDISSON[] =
     "return {0, redis.call('pttl', KEYS[1])}\n";
 
 /* KEYS: lock, channel, token. ARGV: owner field, our token. Full release
- * publishes Redisson's unlock message "0". Status 2: the lock is free and
+ * publishes Redisson's unlock message "0" (an exclusive lock has one
+ * field, so removing ours is a full release). Status 2: the lock is free and
  * the token key still holds our token, so nobody took it after us (a
  * retried release whose first reply was lost, or an expired lease). */
 static const char RELEASE_REDISSON[] =
     "local n = redis.pcall('hdel', KEYS[1], ARGV[1])\n"
     "if type(n) == 'table' then return {-2, redis.call('type', KEYS[1]).ok} end\n"
     "if n == 1 then\n"
-    "  if redis.call('exists', KEYS[1]) == 0 then redis.call('publish', KEYS[2], '0') end\n"
+    "  redis.call('publish', KEYS[2], '0')\n"
     "  return {1, 0}\n"
     "end\n"
     "if redis.call('exists', KEYS[1]) == 0 and redis.call('get', KEYS[3]) == ARGV[2] then\n"

@@ -248,6 +248,7 @@ struct dlock_client {
     pthread_t keeper;
     bool keeper_running, keeper_stop;
     pthread_cond_t keeper_cv; /* CLOCK_MONOTONIC */
+    int64_t keeper_asleep_until; /* while the keeper waits: its next pass; 0 = awake */
 };
 
 /* The calling thread's id (Linux tid). */
@@ -268,6 +269,9 @@ int dlock__keeper_start(struct dlock_client *c);
 void dlock__keeper_stop(struct dlock_client *c);
 /* Wake the keeper: a renewal time or a lost hold changed (mutex held). */
 void dlock__keeper_kick(struct dlock_client *c);
+/* Wake the keeper only if new hold H is due before its next pass (mutex
+ * held): a new hold then costs no keeper wake-up in the common case. */
+void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h);
 
 /* Small helpers used by several backends. */
 char *dlock__strdup(const char *s);

@@ -59,6 +59,14 @@ void dlock__keeper_kick(struct dlock_client *c)
     pthread_cond_signal(&c->keeper_cv);
 }
 
+void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h)
+{
+    int64_t due = h->renew_at < h->valid_until ? h->renew_at : h->valid_until;
+    /* An awake keeper scans again before it sleeps. */
+    if (c->keeper_asleep_until && due < c->keeper_asleep_until)
+        pthread_cond_signal(&c->keeper_cv);
+}
+
 struct lost_call {
     dlock_lost_fn fn;
     dlock_lock *l;
@@ -181,11 +189,14 @@ static void *keeper_main(void *arg)
         if (ncalls)
             continue;
         if (next == DLOCK__NEVER) {
+            c->keeper_asleep_until = DLOCK__NEVER;
             pthread_cond_wait(&c->keeper_cv, &c->mu);
         } else {
             struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000L};
+            c->keeper_asleep_until = next;
             pthread_cond_timedwait(&c->keeper_cv, &c->mu, &ts);
         }
+        c->keeper_asleep_until = 0;
     }
     pthread_mutex_unlock(&c->mu);
     free(due);

@@ -283,7 +283,7 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms)
         if (h->lease_ms) {
             c->nholds++;
             rc = dlock__keeper_start(c);
-            dlock__keeper_kick(c);
+            dlock__keeper_kick_for(c, h);
             if (rc) {
                 /* No keeper, no renewals: say so rather than hold blindly. */
                 char msg[512];

@@ -1,0 +1,1367 @@
+/* check_etcd.c -- the etcd backend against real etcd servers.
+ *
+ * Each test case starts its own members from an unchecked fixture (the
+ * tests of a case share them and use their own lock names): a single
+ * member for the recipe, interop with `etcdctl lock`, errors and faults of
+ * a holder; another single member with authentication enabled; another
+ * that tests stop and restart; a three-member cluster whose leader is
+ * killed while a lock is held and others wait, and that then loses its
+ * quorum. Holders that are killed or paused are forked children with
+ * their own client, or the dlock CLI. `etcdctl lock` plays the part of Go's
+ * concurrency.Mutex, the layout dlock follows.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "fixture_etcd.h"
+#include "testutil.h"
+
+static struct etcdf F;
+static bool F_ok;
+
+static void start_members(int n)
+{
+    F_ok = etcdf_start(&F, n);
+    if (!F_ok)
+        fprintf(stderr, "fixture: %s\n", F.error);
+}
+
+static void setup_single(void)
+{
+    start_members(1);
+}
+
+static void setup_cluster(void)
+{
+    start_members(3);
+}
+
+/* A single member with authentication on: root/rootpw, and a user
+ * "locker"/"lockpw" allowed only under "locks/". */
+static void setup_auth(void)
+{
+    start_members(1);
+    if (!F_ok)
+        return;
+    char *err = NULL;
+    int rc = etcdf_ctl(&F, NULL, &err, "user", "add", "root:rootpw", NULL);
+    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "user", "grant-role", "root", "root", NULL);
+    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "role", "add", "lockers", NULL);
+    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "role", "grant-permission", "lockers", "--prefix=true",
+                             "readwrite", "locks/", NULL);
+    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "user", "add", "locker:lockpw", NULL);
+    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "user", "grant-role", "locker", "lockers", NULL);
+    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "auth", "enable", NULL);
+    if (rc) {
+        F_ok = false;
+        snprintf(F.error, sizeof F.error, "enabling auth failed: %s", err ? err : "");
+    }
+    free(err);
+}
+
+static void teardown_members(void)
+{
+    etcdf_stop(&F);
+}
+
+/* Every test starts here: a test whose server could not start fails. */
+#define REQUIRE_SERVERS() ck_assert_msg(F_ok, "etcd did not start: %s", F.error)
+
+/* Tests run in forked processes: a member that an earlier test of the case
+ * stopped (or restarted as its own child, gone with it) is started again
+ * here, and the cluster waits until every member is healthy. */
+static void revive_all(void)
+{
+    tu_sleep_ms(300); /* a member the last test restarted dies with it */
+    for (int i = 0; i < F.n; i++)
+        if (!tu_wait_port(F.m[i].client_port, 0)) {
+            F.m[i].pid = 0;
+            ck_assert_msg(etcdf_member_start(&F, i, 30000), "etcd %s did not come back",
+                          F.m[i].name);
+        }
+    ck_assert_msg(etcdf_wait_healthy(&F, 30000), "etcd members not healthy");
+}
+
+static dlock_client *open_ok(const char *url)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_open(%s): %s: %s", url, dlock_err_name(rc),
+                  dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *lock_ok(dlock_client *c, const char *name)
+{
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_lock_new(%s): %s", name, dlock_errmsg());
+    return l;
+}
+
+static uint64_t token_of(dlock_lock *l)
+{
+    uint64_t t = 0;
+    ck_assert_int_eq(dlock_token(l, &t), DLOCK_OK);
+    return t;
+}
+
+#define ACQUIRE_OK(l, wait)                                                                   \
+    do {                                                                                      \
+        int rc_ = dlock_acquire((l), (wait));                                                 \
+        ck_assert_msg(rc_ == DLOCK_OK, "acquire: %s: %s", dlock_err_name(rc_), dlock_errmsg()); \
+    } while (0)
+
+/* Keys under PREFIX as etcdctl sees them: "key\n" per key (caller frees). */
+static char *ctl_keys(const char *prefix)
+{
+    char *out = NULL;
+    int rc = etcdf_ctl(&F, &out, NULL, "get", "--prefix", "--keys-only", prefix, NULL);
+    ck_assert_int_eq(rc, 0);
+    /* drop the blank lines etcdctl puts between keys */
+    char *w = out;
+    for (char *r = out; *r; r++)
+        if (!(*r == '\n' && (w == out || w[-1] == '\n')))
+            *w++ = *r;
+    *w = 0;
+    return out;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; s && *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Create revision of KEY as etcd reports it (0 when absent). */
+static uint64_t ctl_create_rev(const char *key)
+{
+    char *out = NULL;
+    etcdf_ctl(&F, &out, NULL, "get", key, "-w", "json", NULL);
+    const char *at = out ? strstr(out, "\"create_revision\":") : NULL;
+    uint64_t rev = at ? strtoull(at + strlen("\"create_revision\":"), NULL, 10) : 0;
+    free(out);
+    return rev;
+}
+
+static void write_marker(const char *path, const char *text)
+{
+    char *tmp = tu_fmt("%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+        rename(tmp, path);
+    }
+    free(tmp);
+}
+
+static int wait_exit(pid_t pid)
+{
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Start `etcdctl lock NAME COMMAND...` in the background (COMMAND runs
+ * while it holds). */
+static pid_t etcdctl_lock(const char *name, const char *shell, const char *log)
+{
+    const char *argv[] = {"etcdctl", "--endpoints", F.endpoints, "lock", name, "--",
+                          "sh",      "-c",          shell,       NULL};
+    return tu_spawn(argv, log);
+}
+
+/* ------------------------------------------------------------- children */
+
+static atomic_int lost_flag;
+
+static void on_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l, (void)why, (void)arg;
+    atomic_store(&lost_flag, 1);
+}
+
+enum holder_mode { HOLD_FOREVER, HOLD_UNTIL_LOST };
+
+/* A child that takes NAME with its own client and writes its token to
+ * "<dir>/held". HOLD_FOREVER: then sleeps until killed. HOLD_UNTIL_LOST:
+ * waits for the lost callback, checks the hold reads as lost, writes
+ * "<dir>/lost", and takes the lock again with a greater token. */
+static pid_t fork_holder(const char *url, const char *name, const char *dir, enum holder_mode mode)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    dlock_client *c = NULL;
+    if (dlock_open(url, &c) != DLOCK_OK)
+        _exit(10);
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l) != DLOCK_OK)
+        _exit(11);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    if (dlock_acquire(l, 30000) != DLOCK_OK)
+        _exit(12);
+    uint64_t tok = 0;
+    dlock_token(l, &tok);
+    char *held = tu_fmt("%s/held", dir);
+    char *text = tu_fmt("%" PRIu64, tok);
+    write_marker(held, text);
+    if (mode == HOLD_FOREVER)
+        for (;;)
+            pause();
+    for (int i = 0; i < 600 && !atomic_load(&lost_flag); i++)
+        tu_sleep_ms(50);
+    if (!atomic_load(&lost_flag))
+        _exit(20);
+    if (dlock_validity_ms(l) != 0)
+        _exit(21);
+    char *lost = tu_fmt("%s/lost", dir);
+    write_marker(lost, "1");
+    if (dlock_release(l) != DLOCK_ELOST)
+        _exit(22);
+    if (dlock_acquire(l, 30000) != DLOCK_OK)
+        _exit(23);
+    uint64_t tok2 = 0;
+    dlock_token(l, &tok2);
+    if (tok2 <= tok)
+        _exit(24);
+    if (dlock_release(l) != DLOCK_OK)
+        _exit(25);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    _exit(0);
+}
+
+/* ============================================================ the recipe */
+
+START_TEST(test_acquire_release_token)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *c = open_ok(url);
+    ck_assert_str_eq(dlock_client_backend(c), "etcd");
+    dlock_lock *l = lock_ok(c, "basic");
+    ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t1 = token_of(l);
+    ck_assert_uint_gt(t1, 0);
+    ck_assert_int_gt(dlock_validity_ms(l), 0);
+    ck_assert_int_le(dlock_validity_ms(l), 30000);
+
+    /* One key "basic/<lease hex>", whose create revision is the token. */
+    char *keys = ctl_keys("basic/");
+    ck_assert_int_eq(count_lines(keys), 1);
+    ck_assert_msg(strncmp(keys, "basic/", 6) == 0, "key layout: %s", keys);
+    keys[strcspn(keys, "\n")] = 0;
+    ck_assert_uint_eq(ctl_create_rev(keys), t1);
+    free(keys);
+
+    /* reentrant: same token, one key */
+    ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_uint_eq(dlock_hold_count(l), 2);
+    ck_assert_uint_eq(token_of(l), t1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(l), 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ENOTOWNER);
+    keys = ctl_keys("basic/");
+    ck_assert_int_eq(count_lines(keys), 0);
+    free(keys);
+
+    /* tokens strictly increase, across clients too */
+    uint64_t last = t1;
+    for (int i = 0; i < 5; i++) {
+        dlock_client *c2 = open_ok(url);
+        dlock_lock *l2 = lock_ok(c2, "basic");
+        ACQUIRE_OK(l2, DLOCK_TRY);
+        uint64_t t = token_of(l2);
+        ck_assert_uint_gt(t, last);
+        last = t;
+        ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+        dlock_lock_free(l2);
+        dlock_client_close(c2);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* Two clients: try-once answers EBUSY, a bounded wait ETIMEDOUT, and
+ * neither leaves its key behind. */
+START_TEST(test_busy_and_timeout_leave_no_key)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "busy"), *lb = lock_ok(b, "busy");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_msg(strstr(dlock_errmsg(), "busy"), "message: %s", dlock_errmsg());
+    char *keys = ctl_keys("busy/");
+    ck_assert_int_eq(count_lines(keys), 1);
+    free(keys);
+    ck_assert_int_eq(dlock_acquire(lb, 300), DLOCK_ETIMEDOUT);
+    keys = ctl_keys("busy/");
+    ck_assert_int_eq(count_lines(keys), 1);
+    free(keys);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ACQUIRE_OK(lb, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+struct waiter_arg {
+    dlock_lock *l;
+    int64_t wait;
+    int rc;
+    uint64_t token;
+    atomic_int done;
+};
+
+static void *waiter_main(void *p)
+{
+    struct waiter_arg *a = p;
+    a->rc = dlock_acquire(a->l, a->wait);
+    if (a->rc == DLOCK_OK) {
+        dlock_token(a->l, &a->token);
+        dlock_release(a->l);
+    }
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* Waiters queue first come first served; inspect shows holder, token,
+ * TTL and waiters in order; a release wakes the next one at once. */
+START_TEST(test_fifo_and_inspect)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url), *c = open_ok(url);
+    dlock_lock *la = lock_ok(a, "fifo"), *lb = lock_ok(b, "fifo"), *lc = lock_ok(c, "fifo");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t ta = token_of(la);
+    struct waiter_arg wb = {lb, 20000, -99, 0, 0}, wc = {lc, 20000, -99, 0, 0};
+    pthread_t tb, tc;
+    pthread_create(&tb, NULL, waiter_main, &wb);
+    /* b's key must exist before c's, so c queues behind b */
+    for (int i = 0; i < 200; i++) {
+        char *keys = ctl_keys("fifo/");
+        int n = count_lines(keys);
+        free(keys);
+        if (n == 2)
+            break;
+        tu_sleep_ms(20);
+    }
+    pthread_create(&tc, NULL, waiter_main, &wc);
+    dlock_info *info = NULL;
+    for (int i = 0; i < 200; i++) {
+        dlock_info_free(info);
+        ck_assert_int_eq(dlock_inspect(a, "fifo", &info), DLOCK_OK);
+        if (dlock_info_waiter_count(info) == 2)
+            break;
+        tu_sleep_ms(20);
+    }
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_uint_eq(dlock_info_token(info), ta);
+    ck_assert_int_gt(dlock_info_ttl_ms(info), 0);
+    ck_assert_int_le(dlock_info_ttl_ms(info), 30000);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 1);
+    ck_assert_ptr_nonnull(strstr(dlock_info_holder(info, 0, NULL), "fifo/"));
+    ck_assert_ptr_nonnull(strstr(dlock_info_key(info), "fifo/"));
+    ck_assert_int_eq(dlock_info_waiter_count(info), 2);
+    dlock_info_free(info);
+    ck_assert(!atomic_load(&wb.done) && !atomic_load(&wc.done));
+
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    pthread_join(tb, NULL);
+    pthread_join(tc, NULL);
+    ck_assert_int_eq(wb.rc, DLOCK_OK);
+    ck_assert_int_eq(wc.rc, DLOCK_OK);
+    ck_assert_uint_gt(wb.token, ta);
+    ck_assert_uint_gt(wc.token, wb.token); /* c queued after b */
+
+    ck_assert_int_eq(dlock_inspect(a, "fifo", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 0);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 0);
+    dlock_info_free(info);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(lc);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_cancel_wait)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "cancel"), *lb = lock_ok(b, "cancel");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    struct waiter_arg wb = {lb, DLOCK_FOREVER, -99, 0, 0};
+    pthread_t tb;
+    pthread_create(&tb, NULL, waiter_main, &wb);
+    for (int i = 0; i < 200; i++) {
+        char *keys = ctl_keys("cancel/");
+        int n = count_lines(keys);
+        free(keys);
+        if (n == 2)
+            break;
+        tu_sleep_ms(20);
+    }
+    ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
+    pthread_join(tb, NULL);
+    ck_assert_int_eq(wb.rc, DLOCK_ECANCELED);
+    char *keys = ctl_keys("cancel/");
+    ck_assert_int_eq(count_lines(keys), 1); /* the waiter's key is gone */
+    free(keys);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+struct thread_arg {
+    dlock_lock *l;
+    atomic_int *inside;
+    int *counter;
+    int bad;
+};
+
+static void *counter_main(void *p)
+{
+    struct thread_arg *a = p;
+    for (int i = 0; i < 30; i++) {
+        if (dlock_acquire(a->l, 30000) != DLOCK_OK) {
+            a->bad++;
+            continue;
+        }
+        if (atomic_fetch_add(a->inside, 1) != 0)
+            a->bad++;
+        int v = *a->counter;
+        sched_yield();
+        *a->counter = v + 1;
+        atomic_fetch_sub(a->inside, 1);
+        if (dlock_release(a->l) != DLOCK_OK)
+            a->bad++;
+    }
+    return NULL;
+}
+
+/* Threads of one client share the client's lease, so one key per name:
+ * they must still exclude each other. */
+START_TEST(test_threads_of_one_client)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "threads");
+    atomic_int inside = 0;
+    int counter = 0;
+    struct thread_arg args[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (struct thread_arg){l, &inside, &counter, 0};
+        pthread_create(&t[i], NULL, counter_main, &args[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_int_eq(args[i].bad, 0);
+    }
+    ck_assert_int_eq(counter, 120);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* Processes: a counter in a file, guarded by the lock, and a check that
+ * each new holder's token is greater than every one before. */
+START_TEST(test_processes_counter_and_tokens)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, "lease=5s");
+    char *dir = tu_tmpdir("etcd-counter");
+    char *path = tu_fmt("%s/counter", dir);
+    write_marker(path, "0 0\n");
+    pid_t kids[4];
+    for (int k = 0; k < 4; k++) {
+        kids[k] = fork();
+        ck_assert_int_ge(kids[k], 0);
+        if (kids[k] == 0) {
+            dlock_client *c = NULL;
+            if (dlock_open(url, &c) != DLOCK_OK)
+                _exit(10);
+            dlock_lock *l = NULL;
+            dlock_lock_new(c, "counter", DLOCK_EXCLUSIVE, &l);
+            for (int i = 0; i < 25; i++) {
+                if (dlock_acquire(l, 60000) != DLOCK_OK)
+                    _exit(11);
+                uint64_t tok = 0;
+                dlock_token(l, &tok);
+                char *text = tu_read_file(path);
+                unsigned long long n = 0, last = 0;
+                if (!text || sscanf(text, "%llu %llu", &n, &last) != 2)
+                    _exit(12);
+                free(text);
+                if (tok <= last)
+                    _exit(13); /* a token not above the previous holder's */
+                char *next = tu_fmt("%llu %" PRIu64 "\n", n + 1, tok);
+                write_marker(path, next);
+                free(next);
+                if (dlock_release(l) != DLOCK_OK)
+                    _exit(14);
+            }
+            dlock_lock_free(l);
+            dlock_client_close(c);
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        ck_assert_int_eq(wait_exit(kids[k]), 0);
+    char *text = tu_read_file(path);
+    unsigned long long n = 0, last = 0;
+    ck_assert_int_eq(sscanf(text, "%llu %llu", &n, &last), 2);
+    ck_assert_uint_eq(n, 100);
+    free(text);
+    free(path);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_shared_mode_unsupported)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = NULL;
+    ck_assert_int_eq(dlock_lock_new(c, "shared", DLOCK_SHARED, &l), DLOCK_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "etcd"));
+    ck_assert_ptr_null(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* ============================================================== interop */
+
+/* etcdctl holds; dlock is refused, then waits and gets it after etcdctl
+ * lets go, with a token above etcdctl's key's create revision. */
+START_TEST(test_etcdctl_holds_dlock_waits)
+{
+    REQUIRE_SERVERS();
+    char *dir = tu_tmpdir("etcd-interop1");
+    char *go = tu_fmt("%s/go", dir), *held = tu_fmt("%s/held", dir);
+    char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
+    pid_t ctl = etcdctl_lock("interop1", shell, NULL);
+    ck_assert_msg(tu_wait_file(held, 20000), "etcdctl lock never held interop1");
+    char *keys = ctl_keys("interop1/");
+    ck_assert_int_eq(count_lines(keys), 1);
+    keys[strcspn(keys, "\n")] = 0;
+    uint64_t ctl_rev = ctl_create_rev(keys);
+    free(keys);
+
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "interop1");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    struct waiter_arg w = {l, 30000, -99, 0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    tu_sleep_ms(300);
+    ck_assert(!atomic_load(&w.done));
+    write_marker(go, "1");
+    pthread_join(t, NULL);
+    ck_assert_int_eq(w.rc, DLOCK_OK);
+    ck_assert_uint_gt(w.token, ctl_rev);
+    ck_assert_int_eq(wait_exit(ctl), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    free(shell);
+    free(go);
+    free(held);
+    tu_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+/* dlock holds; `etcdctl lock` waits until dlock releases, and the next
+ * dlock waiter (who came after etcdctl) waits for etcdctl in turn. */
+START_TEST(test_dlock_holds_etcdctl_waits_in_order)
+{
+    REQUIRE_SERVERS();
+    char *dir = tu_tmpdir("etcd-interop2");
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "interop2"), *lb = lock_ok(b, "interop2");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t ta = token_of(la);
+
+    char *held = tu_fmt("%s/etcdctl-held", dir), *go = tu_fmt("%s/go", dir);
+    char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
+    pid_t ctl = etcdctl_lock("interop2", shell, NULL);
+    for (int i = 0; i < 400; i++) { /* etcdctl's key is queued */
+        char *keys = ctl_keys("interop2/");
+        int n = count_lines(keys);
+        free(keys);
+        if (n == 2)
+            break;
+        tu_sleep_ms(25);
+    }
+    struct waiter_arg wb = {lb, 30000, -99, 0, 0};
+    pthread_t tb;
+    pthread_create(&tb, NULL, waiter_main, &wb);
+    tu_sleep_ms(500);
+    ck_assert_msg(access(held, F_OK) != 0, "etcdctl got the lock dlock holds");
+
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_msg(tu_wait_file(held, 20000), "etcdctl never got the lock after the release");
+    tu_sleep_ms(300);
+    ck_assert_msg(!atomic_load(&wb.done), "dlock waiter got the lock etcdctl holds");
+    write_marker(go, "1");
+    ck_assert_int_eq(wait_exit(ctl), 0);
+    pthread_join(tb, NULL);
+    ck_assert_int_eq(wb.rc, DLOCK_OK);
+    ck_assert_uint_gt(wb.token, ta);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+    free(shell);
+    free(held);
+    free(go);
+    tu_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+/* ======================================================== names, list */
+
+START_TEST(test_prefix_list_and_names)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, "/app", NULL);
+    dlock_client *c = open_ok(url);
+    const char *names[] = {"jobs", "jobs.nightly", "a b/c", "caf\xc3\xa9"};
+    dlock_lock *l[4];
+    for (int i = 0; i < 4; i++) {
+        l[i] = lock_ok(c, names[i]);
+        ACQUIRE_OK(l[i], DLOCK_TRY);
+    }
+    char *keys = ctl_keys("app/jobs/");
+    ck_assert_int_eq(count_lines(keys), 1);
+    free(keys);
+    /* list: names back, glob applied */
+    char *out = NULL;
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "list", NULL};
+    ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(strstr(out, names[i]), "list lacks %s: %s", names[i], out);
+    ck_assert_msg(strstr(out, "caf"), "list lacks caf\\xc3\\xa9: %s", out);
+    ck_assert_int_eq(count_lines(out), 4);
+    free(out);
+    const char *argv2[] = {tu_dlock_bin(), "-u", url, "list", "jobs*", NULL};
+    ck_assert_int_eq(tu_run(argv2, NULL, &out, NULL), 0);
+    ck_assert_int_eq(count_lines(out), 2);
+    free(out);
+    /* a prefix keeps names apart: the same name without it is free */
+    char *bare = etcdf_url(&F, NULL, NULL);
+    dlock_client *c2 = open_ok(bare);
+    dlock_lock *other = lock_ok(c2, "jobs");
+    ACQUIRE_OK(other, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(other), DLOCK_OK);
+    dlock_lock_free(other);
+    dlock_client_close(c2);
+    free(bare);
+    /* ?prefix= works the same way */
+    char *url3 = etcdf_url(&F, NULL, "prefix=app/");
+    dlock_client *c3 = open_ok(url3);
+    dlock_lock *same = lock_ok(c3, "jobs");
+    ck_assert_int_eq(dlock_acquire(same, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_lock_free(same);
+    dlock_client_close(c3);
+    free(url3);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(dlock_release(l[i]), DLOCK_OK);
+        dlock_lock_free(l[i]);
+    }
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* ================================================================ faults */
+
+/* A holder killed with SIGKILL: its lock frees when its lease expires. */
+START_TEST(test_kill9_holder_frees_after_lease)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, "lease=2s");
+    char *dir = tu_tmpdir("etcd-kill9");
+    pid_t h = fork_holder(url, "kill9", dir, HOLD_FOREVER);
+    char *held = tu_fmt("%s/held", dir);
+    ck_assert_msg(tu_wait_file(held, 20000), "holder never held");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "kill9");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    kill(h, SIGKILL);
+    wait_exit(h);
+    ACQUIRE_OK(l, 20000); /* woken by the key's deletion at lease expiry */
+    char *text = tu_read_file(held);
+    ck_assert_uint_gt(token_of(l), strtoull(text, NULL, 10));
+    free(text);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(held);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+/* A holder paused (SIGSTOP) past its lease: another takes the lock; the
+ * resumed holder is told its hold was lost, reads it as lost, and can take
+ * the lock again afterwards with a new lease and a greater token. */
+START_TEST(test_paused_holder_loses_and_recovers)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, "lease=2s");
+    char *dir = tu_tmpdir("etcd-pause");
+    pid_t h = fork_holder(url, "pause", dir, HOLD_UNTIL_LOST);
+    char *held = tu_fmt("%s/held", dir), *lost = tu_fmt("%s/lost", dir);
+    ck_assert_msg(tu_wait_file(held, 20000), "holder never held");
+    kill(h, SIGSTOP);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "pause");
+    ACQUIRE_OK(l, 20000);
+    kill(h, SIGCONT);
+    ck_assert_msg(tu_wait_file(lost, 20000), "the paused holder was never told");
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(wait_exit(h), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(held);
+    free(lost);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+static atomic_int lost_here;
+static char lost_why[512];
+
+static void on_lost_here(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l, (void)arg;
+    snprintf(lost_why, sizeof lost_why, "%s", why);
+    atomic_store(&lost_here, 1);
+}
+
+/* force_release (API and CLI) deletes the owner key: the holder's next
+ * renewal reports the hold lost, and its release says DLOCK_ELOST. */
+START_TEST(test_force_release_reports_lost)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, "lease=1500ms");
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "force");
+    dlock_lock_on_lost(la, on_lost_here, NULL);
+    ACQUIRE_OK(la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_force_release(b, "force"), DLOCK_OK);
+    for (int i = 0; i < 200 && !atomic_load(&lost_here); i++)
+        tu_sleep_ms(25);
+    ck_assert_msg(atomic_load(&lost_here), "the holder was never told");
+    ck_assert_msg(strstr(lost_why, "force"), "why: %s", lost_why);
+    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
+    /* free again; the CLI's release --force on a held name */
+    dlock_lock *lb = lock_ok(b, "force");
+    ACQUIRE_OK(lb, DLOCK_TRY);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "release", "--force", "force", NULL};
+    char *err = NULL;
+    int rc = tu_run(argv, NULL, NULL, &err);
+    ck_assert_msg(rc == 0, "release --force: %d %s", rc, err);
+    free(err);
+    char *keys = ctl_keys("force/");
+    ck_assert_int_eq(count_lines(keys), 0);
+    free(keys);
+    dlock_release(lb);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* A fixed lease is never renewed: the hold (and its key) ends with it. */
+START_TEST(test_fixed_lease_ends)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "fixed"), *lb = lock_ok(b, "fixed");
+    ck_assert_int_eq(dlock_lock_set_lease(la, 1500, DLOCK_LEASE_FIXED), DLOCK_OK);
+    ACQUIRE_OK(la, DLOCK_TRY);
+    ck_assert_int_le(dlock_validity_ms(la), 1500);
+    ACQUIRE_OK(lb, 20000); /* the key went with the fixed lease */
+    ck_assert_int_eq(dlock_validity_ms(la), 0);
+    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
+    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* The session lease is renewed by the keeper: a hold lives well past it. */
+START_TEST(test_lease_renewed_while_held)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, "lease=1s");
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "renewed"), *lb = lock_ok(b, "renewed");
+    dlock_lock_on_lost(la, on_lost_here, NULL);
+    ACQUIRE_OK(la, DLOCK_TRY);
+    tu_sleep_ms(3500);
+    ck_assert_msg(!atomic_load(&lost_here), "lost: %s", lost_why);
+    ck_assert_int_gt(dlock_validity_ms(la), 0);
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* ================================================================ errors */
+
+START_TEST(test_unreachable)
+{
+    REQUIRE_SERVERS();
+    int dead = tu_free_port();
+    char *url = tu_fmt("etcd://127.0.0.1:%d?connect_timeout=1s", dead);
+    dlock_client *c = NULL;
+    int64_t t0 = mono_ms();
+    int rc = dlock_open(url, &c);
+    ck_assert_int_eq(rc, DLOCK_ECONN);
+    ck_assert_ptr_null(c);
+    char port[16];
+    snprintf(port, sizeof port, "%d", dead);
+    ck_assert_msg(strstr(dlock_errmsg(), port), "message: %s", dlock_errmsg());
+    ck_assert_msg(mono_ms() - t0 < 10000, "took %lld ms", (long long)(mono_ms() - t0));
+    free(url);
+
+    /* a dead endpoint first, a live one after: go on with the next */
+    url = tu_fmt("etcd://127.0.0.1:%d,%s", dead, F.endpoints);
+    c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "failover");
+    ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+
+    /* the CLI: one line, exit 69 */
+    char *bad = tu_fmt("etcd://127.0.0.1:%d", dead);
+    const char *argv[] = {tu_dlock_bin(), "-u", bad, "run", "x", "true", NULL};
+    char *err = NULL;
+    ck_assert_int_eq(tu_run(argv, NULL, NULL, &err), 69);
+    ck_assert_int_eq(count_lines(err), 1);
+    ck_assert_msg(strstr(err, port), "stderr: %s", err);
+    free(err);
+    free(bad);
+}
+END_TEST
+
+START_TEST(test_bad_urls)
+{
+    REQUIRE_SERVERS();
+    char *base = etcdf_url(&F, NULL, NULL);
+    const char *queries[] = {"bogus=1", "tls_ca=/etc/ssl/certs/ca-certificates.crt",
+                             "layout=redisson", "lease=abc"};
+    for (size_t i = 0; i < sizeof queries / sizeof *queries; i++) {
+        char *url = tu_fmt("%s?%s", base, queries[i]);
+        dlock_client *c = NULL;
+        int rc = dlock_open(url, &c);
+        ck_assert_msg(rc == DLOCK_EBADURL, "%s: %s %s", url, dlock_err_name(rc), dlock_errmsg());
+        ck_assert_ptr_null(c);
+        free(url);
+    }
+    dlock_client *c = NULL;
+    ck_assert_int_eq(dlock_open("etcd://", &c), DLOCK_EBADURL);
+    free(base);
+}
+END_TEST
+
+/* ==================================================================== CLI */
+
+START_TEST(test_cli_run_status_and_lost)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    char *out = NULL, *err = NULL;
+    const char *run[] = {tu_dlock_bin(), "-u", url, "run", "clirun", "sh", "-c",
+                         "echo $DLOCK_TOKEN", NULL};
+    ck_assert_int_eq(tu_run(run, NULL, &out, &err), 0);
+    ck_assert_uint_gt(strtoull(out, NULL, 10), 0);
+    free(out);
+    free(err);
+
+    /* status of a held name: key, token, ttl */
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "clirun");
+    ACQUIRE_OK(l, DLOCK_TRY);
+    const char *status[] = {tu_dlock_bin(), "-u", url, "status", "clirun", NULL};
+    ck_assert_int_eq(tu_run(status, NULL, &out, &err), 0);
+    ck_assert_msg(strstr(out, "clirun/") && strstr(out, "held"), "status: %s", out);
+    free(out);
+    free(err);
+    /* -n while held: exit 1 */
+    const char *busy[] = {tu_dlock_bin(), "-u", url, "run", "-n", "clirun", "true", NULL};
+    ck_assert_int_eq(tu_run(busy, NULL, NULL, NULL), 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+
+    /* lost while the command runs: force-released, exit 75 */
+    char *lurl = etcdf_url(&F, NULL, "lease=1500ms");
+    const char *lost[] = {tu_dlock_bin(), "-u", lurl, "run", "clilost", "sleep", "30", NULL};
+    char *log = tu_fmt("/tmp/dlock-etcd-clilost-%d.log", (int)getpid());
+    pid_t p = tu_spawn(lost, log);
+    for (int i = 0; i < 400; i++) {
+        char *keys = ctl_keys("clilost/");
+        int n = count_lines(keys);
+        free(keys);
+        if (n == 1)
+            break;
+        tu_sleep_ms(25);
+    }
+    ck_assert_int_eq(dlock_force_release(c, "clilost"), DLOCK_OK);
+    ck_assert_int_eq(wait_exit(p), 75);
+    unlink(log);
+    free(log);
+    free(lurl);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* ================================================================== auth */
+
+START_TEST(test_auth)
+{
+    REQUIRE_SERVERS();
+    /* no credentials, wrong password: DLOCK_EAUTH */
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *c = NULL;
+    dlock_client_new(url, &c);
+    int rc = dlock_client_connect(c);
+    if (rc == DLOCK_OK) { /* connect may pass; the first request must not */
+        dlock_lock *l = lock_ok(c, "locks/x");
+        rc = dlock_acquire(l, DLOCK_TRY);
+        dlock_lock_free(l);
+    }
+    ck_assert_msg(rc == DLOCK_EAUTH, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    dlock_client_close(c);
+    free(url);
+    char *wrong = tu_fmt("etcd://locker:nope@%s", F.endpoints);
+    c = NULL;
+    ck_assert_int_eq(dlock_open(wrong, &c), DLOCK_EAUTH);
+    ck_assert_msg(strstr(dlock_errmsg(), "authentication failed"), "%s", dlock_errmsg());
+    free(wrong);
+
+    /* right password; a waiter's watch works with the token too */
+    char *good = tu_fmt("etcd://locker:lockpw@%s/locks", F.endpoints);
+    dlock_client *a = open_ok(good), *b = open_ok(good);
+    ck_assert_ptr_null(strstr(dlock_client_url(a), "lockpw"));
+    dlock_lock *la = lock_ok(a, "authed"), *lb = lock_ok(b, "authed");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    struct waiter_arg w = {lb, 20000, -99, 0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    tu_sleep_ms(300);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(w.rc, DLOCK_OK);
+
+    /* outside the user's permitted prefix: refused as an auth error */
+    char *outside = tu_fmt("etcd://locker:lockpw@%s/elsewhere", F.endpoints);
+    dlock_client *d = NULL;
+    rc = dlock_open(outside, &d);
+    if (rc == DLOCK_OK) {
+        dlock_lock *l = lock_ok(d, "x");
+        rc = dlock_acquire(l, DLOCK_TRY);
+        dlock_lock_free(l);
+        dlock_client_close(d);
+    }
+    ck_assert_msg(rc == DLOCK_EAUTH, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    free(outside);
+
+    /* the password from $DLOCK_ETCD_PASSWORD, through the CLI */
+    char *envurl = tu_fmt("etcd://locker@%s/locks", F.endpoints);
+    const char *argv[] = {tu_dlock_bin(), "-u", envurl, "run", "viaenv", "true", NULL};
+    const char *env[] = {"DLOCK_ETCD_PASSWORD=lockpw", NULL};
+    char *err = NULL;
+    rc = tu_run(argv, env, NULL, &err);
+    ck_assert_msg(rc == 0, "dlock run with DLOCK_ETCD_PASSWORD: %d %s", rc, err);
+    free(err);
+    const char *noenv[] = {"DLOCK_ETCD_PASSWORD=wrong", NULL};
+    ck_assert_int_eq(tu_run(argv, noenv, NULL, NULL), 77);
+    free(envurl);
+
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(good);
+}
+END_TEST
+
+/* ======================================================= server restart */
+
+/* The member restarts while a lock is held: etcd keeps the lease, the
+ * keeper renews it once the member is back, the hold is never lost. */
+START_TEST(test_server_restart_keeps_hold)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, "lease=10s&timeout=1s&connect_timeout=1s");
+    dlock_client *a = open_ok(url);
+    dlock_lock *la = lock_ok(a, "restart");
+    dlock_lock_on_lost(la, on_lost_here, NULL);
+    ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t t1 = token_of(la);
+    etcdf_member_stop(&F, 0, SIGTERM);
+    tu_sleep_ms(500);
+    ck_assert(etcdf_member_start(&F, 0, 20000));
+    tu_sleep_ms(11000); /* longer than the lease: renewed by the restarted member */
+    ck_assert_msg(!atomic_load(&lost_here), "lost: %s", lost_why);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    dlock_client *b = open_ok(url);
+    dlock_lock *lb = lock_ok(b, "restart");
+    ACQUIRE_OK(lb, DLOCK_TRY);
+    ck_assert_uint_gt(token_of(lb), t1);
+    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* The only member is gone for longer than the lease: the hold is
+ * reported lost (never silently kept), and an acquire fails quickly with
+ * a connection error instead of a false "acquired". */
+START_TEST(test_server_down_hold_lost)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, "lease=2s&timeout=500ms&connect_timeout=500ms");
+    dlock_client *a = open_ok(url);
+    dlock_lock *la = lock_ok(a, "down");
+    dlock_lock_on_lost(la, on_lost_here, NULL);
+    ACQUIRE_OK(la, DLOCK_TRY);
+    etcdf_member_stop(&F, 0, SIGKILL);
+    for (int i = 0; i < 400 && !atomic_load(&lost_here); i++)
+        tu_sleep_ms(25);
+    ck_assert_msg(atomic_load(&lost_here), "hold not reported lost with the server down");
+    ck_assert_int_eq(dlock_validity_ms(la), 0);
+    dlock_lock *other = lock_ok(a, "down2");
+    int rc = dlock_acquire(other, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
+    ck_assert(etcdf_member_start(&F, 0, 20000));
+    ACQUIRE_OK(other, 10000);
+    ck_assert_int_eq(dlock_release(other), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(other);
+    dlock_client_close(a);
+    free(url);
+}
+END_TEST
+
+/* ============================================================== cluster */
+
+/* A storage service that honours fencing tokens: a write with a token
+ * older than the newest one seen is refused and counted. */
+static bool fenced_write(const char *path, uint64_t token)
+{
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0)
+        return false;
+    flock(fd, LOCK_EX);
+    char buf[128] = {0};
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    unsigned long long max = 0, count = 0, stale = 0;
+    if (n > 0)
+        sscanf(buf, "%llu %llu %llu", &max, &count, &stale);
+    bool ok = token >= max;
+    if (ok) {
+        max = token;
+        count++;
+    } else {
+        stale++;
+    }
+    int len = snprintf(buf, sizeof buf, "%llu %llu %llu\n", max, count, stale);
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)len, 0) == len)
+        fsync(fd);
+    flock(fd, LOCK_UN);
+    close(fd);
+    return ok;
+}
+
+/* A worker: take "fenced", write through the fence while the hold is
+ * valid, release; until "<dir>/stop" appears. Exit 0 unless a stale write
+ * or an unexpected error; accepted writes go to "<dir>/count.<pid>". */
+static pid_t fork_worker(const char *url, const char *dir)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    char *store = tu_fmt("%s/store", dir), *stop = tu_fmt("%s/stop", dir);
+    char *mine = tu_fmt("%s/count.%d", dir, (int)getpid());
+    dlock_client *c = NULL;
+    while (dlock_open(url, &c) != DLOCK_OK) {
+        if (access(stop, F_OK) == 0)
+            _exit(30);
+        tu_sleep_ms(100);
+    }
+    dlock_lock *l = NULL;
+    dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, &l);
+    unsigned long long accepted = 0;
+    while (access(stop, F_OK) != 0) {
+        int rc = dlock_acquire(l, 2000);
+        if (rc == DLOCK_ETIMEDOUT)
+            continue;
+        if (rc != DLOCK_OK) { /* while the leader is gone */
+            if (rc != DLOCK_ECONN && rc != DLOCK_EUNAVAIL && rc != DLOCK_ELOST)
+                _exit(31);
+            tu_sleep_ms(100);
+            continue;
+        }
+        uint64_t tok = 0;
+        dlock_token(l, &tok);
+        for (int i = 0; i < 20 && dlock_validity_ms(l) > 100; i++) {
+            if (!fenced_write(store, tok))
+                _exit(32); /* a stale holder wrote: two holders */
+            accepted++;
+            tu_sleep_ms(10);
+        }
+        rc = dlock_release(l);
+        if (rc != DLOCK_OK && rc != DLOCK_ELOST && rc != DLOCK_ECONN && rc != DLOCK_EUNAVAIL)
+            _exit(33);
+    }
+    char *text = tu_fmt("%llu", accepted);
+    write_marker(mine, text);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    _exit(0);
+}
+
+START_TEST(test_cluster_basic_and_member_down)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "cluster"), *lb = lock_ok(b, "cluster");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    /* the first endpoint of the URL dies: the others serve */
+    etcdf_member_stop(&F, 0, SIGKILL);
+    ck_assert(etcdf_wait_healthy(&F, 30000));
+    struct waiter_arg w = {lb, 20000, -99, 0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    tu_sleep_ms(300);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(w.rc, DLOCK_OK);
+    ck_assert(etcdf_member_start(&F, 0, 30000));
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* Workers take turns on one lock with a fenced store; the leader is
+ * killed meanwhile. Holds survive through another member or are reported
+ * lost -- never two holders (no stale write). */
+START_TEST(test_leader_killed_never_two_holders)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, "lease=3s&timeout=1500ms&connect_timeout=1s");
+    char *dir = tu_tmpdir("etcd-fence");
+    pid_t w[3];
+    for (int i = 0; i < 3; i++)
+        w[i] = fork_worker(url, dir);
+    tu_sleep_ms(2000); /* let them take turns */
+    int leader = etcdf_leader(&F);
+    ck_assert_int_ge(leader, 0);
+    etcdf_member_stop(&F, leader, SIGKILL);
+    ck_assert_msg(etcdf_wait_healthy(&F, 30000), "no new leader");
+    tu_sleep_ms(4000); /* turns under the new leader */
+    char *stop = tu_fmt("%s/stop", dir);
+    write_marker(stop, "1");
+    unsigned long long total = 0;
+    for (int i = 0; i < 3; i++) {
+        int code = wait_exit(w[i]);
+        ck_assert_msg(code == 0, "worker %d exited %d", i, code);
+        char *path = tu_fmt("%s/count.%d", dir, (int)w[i]);
+        char *text = tu_read_file(path);
+        ck_assert_ptr_nonnull(text);
+        total += strtoull(text, NULL, 10);
+        free(text);
+        free(path);
+    }
+    char *store = tu_fmt("%s/store", dir);
+    char *text = tu_read_file(store);
+    unsigned long long max = 0, count = 0, stale = 0;
+    ck_assert_ptr_nonnull(text);
+    sscanf(text, "%llu %llu %llu", &max, &count, &stale);
+    ck_assert_uint_eq(stale, 0);
+    ck_assert_uint_eq(count, total);
+    ck_assert_uint_gt(count, 0);
+    ck_assert(etcdf_member_start(&F, leader, 30000)); /* it rejoins */
+    free(text);
+    free(store);
+    free(stop);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+/* Two of three members gone: no quorum. An acquire says so
+ * (DLOCK_EUNAVAIL) within its time limits -- never a false "acquired". */
+START_TEST(test_no_quorum_unavailable)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, "timeout=1s&connect_timeout=500ms");
+    dlock_client *c = open_ok(url);
+    etcdf_member_stop(&F, 1, SIGKILL);
+    etcdf_member_stop(&F, 2, SIGKILL);
+    dlock_lock *l = lock_ok(c, "quorum");
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    ck_assert(etcdf_member_start(&F, 1, 30000));
+    ck_assert(etcdf_member_start(&F, 2, 30000));
+    ck_assert(etcdf_wait_healthy(&F, 30000));
+    ACQUIRE_OK(l, 10000);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+static Suite *etcd_suite(void)
+{
+    Suite *s = suite_create("etcd");
+    TCase *tc = tcase_create("single");
+    tcase_add_unchecked_fixture(tc, setup_single, teardown_members);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_acquire_release_token);
+    tcase_add_test(tc, test_busy_and_timeout_leave_no_key);
+    tcase_add_test(tc, test_fifo_and_inspect);
+    tcase_add_test(tc, test_cancel_wait);
+    tcase_add_test(tc, test_threads_of_one_client);
+    tcase_add_test(tc, test_processes_counter_and_tokens);
+    tcase_add_test(tc, test_shared_mode_unsupported);
+    tcase_add_test(tc, test_etcdctl_holds_dlock_waits);
+    tcase_add_test(tc, test_dlock_holds_etcdctl_waits_in_order);
+    tcase_add_test(tc, test_prefix_list_and_names);
+    tcase_add_test(tc, test_kill9_holder_frees_after_lease);
+    tcase_add_test(tc, test_paused_holder_loses_and_recovers);
+    tcase_add_test(tc, test_force_release_reports_lost);
+    tcase_add_test(tc, test_fixed_lease_ends);
+    tcase_add_test(tc, test_lease_renewed_while_held);
+    tcase_add_test(tc, test_unreachable);
+    tcase_add_test(tc, test_bad_urls);
+    tcase_add_test(tc, test_cli_run_status_and_lost);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("auth");
+    tcase_add_unchecked_fixture(tc, setup_auth, teardown_members);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_auth);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("restart");
+    tcase_add_unchecked_fixture(tc, setup_single, teardown_members);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_server_restart_keeps_hold);
+    tcase_add_test(tc, test_server_down_hold_lost);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("cluster");
+    tcase_add_unchecked_fixture(tc, setup_cluster, teardown_members);
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc, test_cluster_basic_and_member_down);
+    tcase_add_test(tc, test_leader_killed_never_two_holders);
+    tcase_add_test(tc, test_no_quorum_unavailable);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    srand((unsigned)getpid());
+    SRunner *sr = srunner_create(etcd_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

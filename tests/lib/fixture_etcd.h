@@ -1,0 +1,64 @@
+/* fixture_etcd.h -- real etcd servers for the tests: a single member or a
+ * cluster of several on loopback ports, from Debian's etcd-server package,
+ * each in its own data directory under one temp directory. Heartbeat and
+ * election timeouts are short (50 ms / 500 ms) so leases of one or two
+ * seconds are allowed and a killed leader is replaced quickly. Members are
+ * children of the calling process (tu_spawn: killed with it), so start
+ * them from an unchecked fixture and every forked test shares them.
+ *
+ * No etcd client library: readiness and leadership are asked of the
+ * servers through `etcdctl` (also from Debian), which the tests use anyway
+ * to play the other client's part.
+ */
+#ifndef DLOCK_FIXTURE_ETCD_H
+#define DLOCK_FIXTURE_ETCD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define ETCDF_MAX 5
+
+struct etcdf_member {
+    pid_t pid;        /* 0 when stopped */
+    char name[8];     /* "n0", "n1", ... */
+    int client_port;  /* on 127.0.0.1 */
+    int peer_port;
+    char *dir;        /* its data directory */
+    char *log;        /* its output */
+};
+
+struct etcdf {
+    int n;
+    struct etcdf_member m[ETCDF_MAX];
+    char *dir;        /* the temp directory of the whole fixture */
+    char *endpoints;  /* "127.0.0.1:p1,127.0.0.1:p2,..." */
+    char error[512];  /* why a start failed */
+};
+
+/* Start N members (1 = single member) and wait until the cluster has a
+ * leader and every member answers. False with f->error set on failure. */
+bool etcdf_start(struct etcdf *f, int n);
+/* Stop every member and remove the directory. */
+void etcdf_stop(struct etcdf *f);
+
+/* Stop member I with SIG (SIGKILL = crash, SIGTERM = clean) and reap it. */
+void etcdf_member_stop(struct etcdf *f, int i, int sig);
+/* Start member I again on its ports and data; wait until it is healthy
+ * (up to TIMEOUT_MS). */
+bool etcdf_member_start(struct etcdf *f, int i, int timeout_ms);
+
+/* Index of the leader as the members see it (-1 when none answers). */
+int etcdf_leader(struct etcdf *f);
+/* Wait until every running member is healthy (has a leader). */
+bool etcdf_wait_healthy(struct etcdf *f, int timeout_ms);
+
+/* Run etcdctl against every member's endpoint with the arguments given
+ * (NULL-terminated), capturing stdout/stderr (may be NULL; caller frees).
+ * Returns the exit status. */
+int etcdf_ctl(const struct etcdf *f, char **out, char **err, ...);
+
+/* "etcd://127.0.0.1:p1,...[PATH][?QUERY]" (caller frees). */
+char *etcdf_url(const struct etcdf *f, const char *path, const char *query);
+
+#endif

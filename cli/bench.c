@@ -49,6 +49,9 @@ static const struct dlock_bench_baseline *const baselines[] = {
     &dlock_bench_redis_baseline,
     &dlock_bench_redis_unix_baseline,
 #endif
+#ifdef DLOCK_HAVE_ZK
+    &dlock_bench_zk_baseline,
+#endif
     NULL,
 };
 

@@ -42,5 +42,8 @@ struct dlock_bench_baseline {
 extern const struct dlock_bench_baseline dlock_bench_redis_baseline;
 extern const struct dlock_bench_baseline dlock_bench_redis_unix_baseline;
 #endif
+#ifdef DLOCK_HAVE_ZK
+extern const struct dlock_bench_baseline dlock_bench_zk_baseline;
+#endif
 
 #endif

@@ -53,9 +53,13 @@ static void setup_cluster(void)
  * "locker"/"lockpw" allowed only under "locks/". */
 static void setup_auth(void)
 {
-    start_members(1);
-    if (!F_ok)
+    /* Tokens live one second, so the tests see one expire. */
+    const char *extra[] = {"--auth-token-ttl", "1", NULL};
+    F_ok = etcdf_start_args(&F, 1, extra);
+    if (!F_ok) {
+        fprintf(stderr, "fixture: %s\n", F.error);
         return;
+    }
     char *err = NULL;
     int rc = etcdf_ctl(&F, NULL, &err, "user", "add", "root:rootpw", NULL);
     rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "user", "grant-role", "root", "root", NULL);
@@ -1029,6 +1033,11 @@ START_TEST(test_auth)
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK);
 
+    /* the token expires (--auth-token-ttl 1): renewed, and work goes on */
+    tu_sleep_ms(2500);
+    ACQUIRE_OK(la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+
     /* outside the user's permitted prefix: refused as an auth error */
     char *outside = tu_fmt("etcd://locker:lockpw@%s/elsewhere", F.endpoints);
     dlock_client *d = NULL;
@@ -1059,6 +1068,62 @@ START_TEST(test_auth)
     dlock_client_close(a);
     dlock_client_close(b);
     free(good);
+}
+END_TEST
+
+/* =================================================================== TLS */
+
+static void setup_tls(void)
+{
+    F_ok = etcdf_start_tls(&F);
+    if (!F_ok)
+        fprintf(stderr, "fixture: %s\n", F.error);
+}
+
+/* etcd+https:// with a CA and a client certificate; without the CA the
+ * server's certificate is refused, without a client certificate the
+ * server refuses us: both say so. */
+START_TEST(test_tls)
+{
+    REQUIRE_SERVERS();
+    char *q = tu_fmt("tls_ca=%s/ca.pem&tls_cert=%s/client.pem&tls_key=%s/client-key.pem",
+                     F.cert_dir, F.cert_dir, F.cert_dir);
+    char *url = etcdf_url(&F, NULL, q);
+    ck_assert_ptr_nonnull(strstr(url, "etcd+https://"));
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "tls"), *lb = lock_ok(b, "tls");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    struct waiter_arg w = {lb, 20000, -99, 0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    tu_sleep_ms(300);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(w.rc, DLOCK_OK); /* the watch ran over TLS too */
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+    free(q);
+
+    /* no CA: the self-signed chain is not trusted */
+    q = tu_fmt("tls_cert=%s/client.pem&tls_key=%s/client-key.pem", F.cert_dir, F.cert_dir);
+    url = etcdf_url(&F, NULL, q);
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "certificate"), "%s", dlock_errmsg());
+    free(url);
+    free(q);
+    /* no client certificate: the server hangs up on us */
+    q = tu_fmt("tls_ca=%s/ca.pem", F.cert_dir);
+    url = etcdf_url(&F, NULL, q);
+    rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    free(url);
+    free(q);
 }
 END_TEST
 
@@ -1337,6 +1402,12 @@ static Suite *etcd_suite(void)
     tcase_add_unchecked_fixture(tc, setup_auth, teardown_members);
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_auth);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("tls");
+    tcase_add_unchecked_fixture(tc, setup_tls, teardown_members);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_tls);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("restart");

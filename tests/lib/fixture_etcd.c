@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +15,15 @@
 #include "testutil.h"
 
 #define CTL_MAX_ARGS 32
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        fputs(text, fp);
+        fclose(fp);
+    }
+}
 
 static char *peer_list(const struct etcdf *f)
 {
@@ -30,11 +40,11 @@ static char *peer_list(const struct etcdf *f)
 static pid_t spawn_member(struct etcdf *f, int i)
 {
     struct etcdf_member *m = &f->m[i];
-    char *client = tu_fmt("http://127.0.0.1:%d", m->client_port);
+    char *client = tu_fmt("%s://127.0.0.1:%d", f->cert_dir ? "https" : "http", m->client_port);
     char *peer = tu_fmt("http://127.0.0.1:%d", m->peer_port);
     char *cluster = peer_list(f);
     char *token = tu_fmt("dlock-test-%d", (int)getpid());
-    const char *argv[] = {"etcd",
+    const char *argv[40] = {"etcd",
                           "--name", m->name,
                           "--data-dir", m->dir,
                           "--listen-client-urls", client,
@@ -47,21 +57,62 @@ static pid_t spawn_member(struct etcdf *f, int i)
                           "--heartbeat-interval", "50",
                           "--election-timeout", "500",
                           NULL};
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    char *tls[3] = {NULL, NULL, NULL};
+    if (f->cert_dir) {
+        tls[0] = tu_fmt("--cert-file=%s/server.pem", f->cert_dir);
+        tls[1] = tu_fmt("--key-file=%s/server-key.pem", f->cert_dir);
+        tls[2] = tu_fmt("--trusted-ca-file=%s/ca.pem", f->cert_dir);
+        for (int t = 0; t < 3; t++)
+            argv[n++] = tls[t];
+        argv[n++] = "--client-cert-auth";
+    }
+    for (int x = 0; x < 8 && f->extra[x] && n < 39; x++)
+        argv[n++] = f->extra[x];
+    argv[n] = NULL;
     pid_t pid = tu_spawn(argv, m->log);
     free(client);
     free(peer);
     free(cluster);
     free(token);
+    for (int t = 0; t < 3; t++)
+        free(tls[t]);
     return pid;
 }
 
-static bool member_healthy(const struct etcdf_member *m)
+/* etcdctl's TLS flags for F (all NULL without TLS); free with tls_free. */
+static void tls_flags(const struct etcdf *f, char *flags[3])
+{
+    flags[0] = flags[1] = flags[2] = NULL;
+    if (!f->cert_dir)
+        return;
+    flags[0] = tu_fmt("--cacert=%s/ca.pem", f->cert_dir);
+    flags[1] = tu_fmt("--cert=%s/client.pem", f->cert_dir);
+    flags[2] = tu_fmt("--key=%s/client-key.pem", f->cert_dir);
+}
+
+static void tls_free(char *flags[3])
+{
+    for (int i = 0; i < 3; i++)
+        free(flags[i]);
+}
+
+static bool member_healthy(const struct etcdf *f, const struct etcdf_member *m)
 {
     char *ep = tu_fmt("127.0.0.1:%d", m->client_port);
-    const char *argv[] = {"etcdctl", "--endpoints", ep, "--dial-timeout", "1s",
-                          "--command-timeout", "2s", "endpoint", "health", NULL};
+    char *tls[3];
+    tls_flags(f, tls);
+    const char *argv[16] = {"etcdctl", "--endpoints", ep, "--dial-timeout", "1s",
+                            "--command-timeout", "2s", "endpoint", "health"};
+    size_t n = 9;
+    for (int i = 0; i < 3 && tls[i]; i++)
+        argv[n++] = tls[i];
+    argv[n] = NULL;
     int rc = tu_run(argv, NULL, NULL, NULL);
     free(ep);
+    tls_free(tls);
     return rc == 0;
 }
 
@@ -78,7 +129,7 @@ bool etcdf_wait_healthy(struct etcdf *f, int timeout_ms)
         bool all = true;
         for (int i = 0; i < f->n && all; i++)
             if (f->m[i].pid)
-                all = member_healthy(&f->m[i]);
+                all = member_healthy(f, &f->m[i]);
         if (all)
             return true;
         tu_sleep_ms(100);
@@ -88,13 +139,78 @@ bool etcdf_wait_healthy(struct etcdf *f, int timeout_ms)
 
 bool etcdf_start(struct etcdf *f, int n)
 {
+    return etcdf_start_args(f, n, NULL);
+}
+
+static bool start_members(struct etcdf *f, int n);
+
+bool etcdf_start_args(struct etcdf *f, int n, const char *const *extra)
+{
     memset(f, 0, sizeof *f);
+    for (int i = 0; extra && extra[i] && i < 7; i++)
+        f->extra[i] = extra[i];
+    f->dir = tu_tmpdir("etcd");
+    return start_members(f, n);
+}
+
+/* openssl with ARGV (after "openssl"), its stderr into f->error. */
+static bool openssl(struct etcdf *f, const char *const *args)
+{
+    const char *argv[40] = {"openssl"};
+    size_t n = 1;
+    for (size_t i = 0; args[i] && n < 39; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char *err = NULL;
+    int rc = tu_run(argv, NULL, NULL, &err);
+    if (rc)
+        snprintf(f->error, sizeof f->error, "openssl %s: %s", args[0], err ? err : "");
+    free(err);
+    return rc == 0;
+}
+
+bool etcdf_start_tls(struct etcdf *f)
+{
+    memset(f, 0, sizeof *f);
+    f->dir = tu_tmpdir("etcd-tls");
+    f->cert_dir = tu_fmt("%s/certs", f->dir);
+    mkdir(f->cert_dir, 0700);
+    char *ca = tu_fmt("%s/ca.pem", f->cert_dir), *cakey = tu_fmt("%s/ca-key.pem", f->cert_dir);
+    char *ext = tu_fmt("%s/san.cnf", f->cert_dir);
+    write_text(ext, "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n");
+    const char *mkca[] = {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", cakey,
+                          "-out", ca, "-days", "2", "-subj", "/CN=dlock test CA", NULL};
+    bool ok = openssl(f, mkca);
+    const char *who[] = {"server", "client"};
+    for (int i = 0; ok && i < 2; i++) {
+        char *key = tu_fmt("%s/%s-key.pem", f->cert_dir, who[i]);
+        char *csr = tu_fmt("%s/%s.csr", f->cert_dir, who[i]);
+        char *crt = tu_fmt("%s/%s.pem", f->cert_dir, who[i]);
+        char *subj = tu_fmt("/CN=%s", i == 0 ? "127.0.0.1" : "root");
+        const char *req[] = {"req", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                             "-out", csr, "-subj", subj, NULL};
+        const char *sign[] = {"x509", "-req", "-in", csr, "-CA", ca, "-CAkey", cakey,
+                              "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext,
+                              NULL};
+        ok = openssl(f, req) && openssl(f, sign);
+        free(key);
+        free(csr);
+        free(crt);
+        free(subj);
+    }
+    free(ca);
+    free(cakey);
+    free(ext);
+    return ok && start_members(f, 1);
+}
+
+static bool start_members(struct etcdf *f, int n)
+{
     if (n < 1 || n > ETCDF_MAX) {
         snprintf(f->error, sizeof f->error, "cannot start %d members", n);
         return false;
     }
     f->n = n;
-    f->dir = tu_tmpdir("etcd");
     f->endpoints = strdup("");
     for (int i = 0; i < n; i++) {
         struct etcdf_member *m = &f->m[i];
@@ -162,7 +278,7 @@ bool etcdf_member_start(struct etcdf *f, int i, int timeout_ms)
     if (!tu_wait_port(m->client_port, timeout_ms))
         return false;
     for (long long end = now_ms() + timeout_ms; now_ms() <= end;) {
-        if (member_healthy(m))
+        if (member_healthy(f, m))
             return true;
         tu_sleep_ms(100);
     }
@@ -180,6 +296,7 @@ void etcdf_stop(struct etcdf *f)
         tu_rmrf(f->dir);
     free(f->dir);
     free(f->endpoints);
+    free(f->cert_dir);
     memset(f, 0, sizeof *f);
 }
 
@@ -236,11 +353,15 @@ int etcdf_leader(struct etcdf *f)
 
 int etcdf_ctl(const struct etcdf *f, char **out, char **err, ...)
 {
-    const char *argv[CTL_MAX_ARGS + 4];
+    const char *argv[CTL_MAX_ARGS + 8];
     size_t n = 0;
     argv[n++] = "etcdctl";
     argv[n++] = "--endpoints";
     argv[n++] = f->endpoints;
+    char *tls[3];
+    tls_flags(f, tls);
+    for (int i = 0; i < 3 && tls[i]; i++)
+        argv[n++] = tls[i];
     va_list ap;
     va_start(ap, err);
     const char *a;
@@ -248,11 +369,13 @@ int etcdf_ctl(const struct etcdf *f, char **out, char **err, ...)
         argv[n++] = a;
     va_end(ap);
     argv[n] = NULL;
-    return tu_run(argv, NULL, out, err);
+    int rc = tu_run(argv, NULL, out, err);
+    tls_free(tls);
+    return rc;
 }
 
 char *etcdf_url(const struct etcdf *f, const char *path, const char *query)
 {
-    return tu_fmt("etcd://%s%s%s%s", f->endpoints, path ? path : "", query ? "?" : "",
+    return tu_fmt("%s://%s%s%s%s", f->cert_dir ? "etcd+https" : "etcd", f->endpoints, path ? path : "", query ? "?" : "",
                   query ? query : "");
 }

@@ -34,11 +34,20 @@ struct etcdf {
     char *dir;        /* the temp directory of the whole fixture */
     char *endpoints;  /* "127.0.0.1:p1,127.0.0.1:p2,..." */
     char error[512];  /* why a start failed */
+    const char *extra[8]; /* more etcd flags for every member (NULL-ended) */
+    char *cert_dir;   /* etcdf_start_tls(): ca.pem, server*.pem, client*.pem */
 };
 
 /* Start N members (1 = single member) and wait until the cluster has a
  * leader and every member answers. False with f->error set on failure. */
 bool etcdf_start(struct etcdf *f, int n);
+/* The same, with EXTRA (NULL-terminated, may be NULL) added to every
+ * member's command line, e.g. {"--auth-token-ttl", "1", NULL}. */
+bool etcdf_start_args(struct etcdf *f, int n, const char *const *extra);
+/* One member serving TLS only, with client certificates required: makes a
+ * CA, a server certificate for 127.0.0.1 and a client certificate with
+ * openssl into f->cert_dir. */
+bool etcdf_start_tls(struct etcdf *f);
 /* Stop every member and remove the directory. */
 void etcdf_stop(struct etcdf *f);
 

@@ -10,10 +10,13 @@
  * with the raw C client, as InterProcessMutex does, and checks that dlock
  * and it exclude each other and keep one queue in sequence order.
  */
+#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1209,6 +1213,171 @@ START_TEST(test_leader_killed_never_two_holders)
 }
 END_TEST
 
+/* ============================================== a fault-injecting proxy */
+
+/* A TCP proxy on a loopback port in front of the standalone server, run by
+ * a thread of the test. In DISCARD mode it keeps passing the client's
+ * bytes to the server but throws the server's replies away: requests are
+ * executed, their replies are lost. Leaving DISCARD closes the proxied
+ * connections (their streams are cut mid-reply) so the client reconnects
+ * through the proxy, to the same session. */
+enum proxy_mode { PROXY_FORWARD, PROXY_DISCARD };
+
+struct proxy {
+    int listen_fd, port, target;
+    atomic_int mode;
+    atomic_int cut;  /* close all connections now */
+    atomic_int stop;
+    pthread_t thread;
+};
+
+#define PROXY_MAX 16
+
+static void *proxy_main(void *arg)
+{
+    struct proxy *px = arg;
+    int cli[PROXY_MAX], srv[PROXY_MAX];
+    int n = 0;
+    while (!atomic_load(&px->stop)) {
+        if (atomic_exchange(&px->cut, 0)) {
+            for (int i = 0; i < n; i++) {
+                close(cli[i]);
+                close(srv[i]);
+            }
+            n = 0;
+        }
+        struct pollfd pf[1 + 2 * PROXY_MAX];
+        pf[0] = (struct pollfd){.fd = px->listen_fd, .events = POLLIN};
+        for (int i = 0; i < n; i++) {
+            pf[1 + 2 * i] = (struct pollfd){.fd = cli[i], .events = POLLIN};
+            pf[2 + 2 * i] = (struct pollfd){.fd = srv[i], .events = POLLIN};
+        }
+        if (poll(pf, (nfds_t)(1 + 2 * n), 20) <= 0)
+            continue;
+        if ((pf[0].revents & POLLIN) && n < PROXY_MAX) {
+            int c = accept(px->listen_fd, NULL, NULL);
+            int t = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)px->target),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            if (c >= 0 && t >= 0 && connect(t, (struct sockaddr *)&a, sizeof a) == 0) {
+                cli[n] = c;
+                srv[n] = t;
+                n++;
+            } else {
+                if (c >= 0)
+                    close(c);
+                if (t >= 0)
+                    close(t);
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            char buf[65536];
+            bool dead = false;
+            if (pf[1 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) {
+                ssize_t r = read(cli[i], buf, sizeof buf);
+                dead = r <= 0 || write(srv[i], buf, (size_t)r) != r;
+            }
+            if (!dead && (pf[2 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))) {
+                ssize_t r = read(srv[i], buf, sizeof buf);
+                dead = r <= 0;
+                if (!dead && atomic_load(&px->mode) == PROXY_FORWARD)
+                    dead = write(cli[i], buf, (size_t)r) != r;
+            }
+            if (dead) {
+                close(cli[i]);
+                close(srv[i]);
+                cli[i] = cli[n - 1];
+                srv[i] = srv[n - 1];
+                n--;
+                break; /* pf indexes changed: poll again */
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        close(cli[i]);
+        close(srv[i]);
+    }
+    return NULL;
+}
+
+static void proxy_start(struct proxy *px, int target)
+{
+    memset(px, 0, sizeof *px);
+    px->target = target;
+    px->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert(bind(px->listen_fd, (struct sockaddr *)&a, sizeof a) == 0);
+    ck_assert(getsockname(px->listen_fd, (struct sockaddr *)&a, &len) == 0);
+    ck_assert(listen(px->listen_fd, 16) == 0);
+    px->port = ntohs(a.sin_port);
+    pthread_create(&px->thread, NULL, proxy_main, px);
+}
+
+static void proxy_set(struct proxy *px, enum proxy_mode mode)
+{
+    atomic_store(&px->mode, mode);
+    if (mode == PROXY_FORWARD)
+        atomic_store(&px->cut, 1);
+}
+
+static void proxy_stop(struct proxy *px)
+{
+    atomic_store(&px->stop, 1);
+    pthread_join(px->thread, NULL);
+    close(px->listen_fd);
+}
+
+/* A create whose reply is lost: the node exists on the server but the
+ * client never learned its name. dlock must not leave it in the queue
+ * (it would block the lock until the session ends): once the connection
+ * is back it finds the node by its guid and deletes it. */
+START_TEST(test_lost_create_reply_leaves_no_node)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=400", px.port);
+    dlock_client *c = open_ok(url);
+    dlock_lock *warm = lock_ok(c, "lost-reply");
+    ck_assert_int_eq(dlock_acquire(warm, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
+    ck_assert_int_eq(dlock_release(warm), DLOCK_OK);
+
+    zhandle_t *zh = raw_open(NULL);
+    proxy_set(&px, PROXY_DISCARD);
+    int rc = dlock_acquire(warm, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_ECONN, "acquire without replies: %s %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    /* the server did create it */
+    int n = 0;
+    char **kids = raw_children(zh, "/dlock/lost-reply", &n);
+    ck_assert_msg(n >= 1, "the create never reached the server");
+    free_strings(kids, n);
+    proxy_set(&px, PROXY_FORWARD);
+    /* reconnected: the stray node goes, without any further call */
+    for (int i = 0; i < 400 && n > 0; i++) {
+        tu_sleep_ms(25);
+        kids = raw_children(zh, "/dlock/lost-reply", &n);
+        free_strings(kids, n);
+    }
+    ck_assert_msg(n == 0, "a node of the lost create stays in the queue");
+    /* and the lock is free for others */
+    char *direct = url_with(NULL, NULL);
+    dlock_client *other = open_ok(direct);
+    dlock_lock *lo = lock_ok(other, "lost-reply");
+    ck_assert_int_eq(dlock_acquire(lo, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(lo), DLOCK_OK);
+    dlock_lock_free(lo);
+    dlock_client_close(other);
+    free(direct);
+    zookeeper_close(zh);
+    dlock_lock_free(warm);
+    dlock_client_close(c);
+    proxy_stop(&px);
+    free(url);
+}
+END_TEST
+
 /* ================================================================== CLI */
 
 static int run_cli(char **out, char **err, const char **args)
@@ -1378,6 +1547,7 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, test_missing_chroot);
     tcase_add_test(tc, test_bad_urls);
     tcase_add_test(tc, test_auth_and_acl);
+    tcase_add_test(tc, test_lost_create_reply_leaves_no_node);
     tcase_add_test(tc, test_cli_run_status_list_release);
     tcase_add_test(tc, test_cli_curator_holder_and_errors);
     suite_add_tcase(s, tc);

@@ -68,6 +68,20 @@ struct zk_orphan {
     struct zk_orphan *next;
 };
 
+/* A create whose reply never came: a node "_c_<guid>-..." of this session
+ * may exist under LOCKPATH (or appear, if the request is still in flight)
+ * and would stay in the queue until the session ends. Swept: any child
+ * with the guid other than KEEP is deleted; the record goes once a
+ * listing made well after the create (an op timeout) found none. */
+struct zk_suspect {
+    char *lockpath;
+    char guid[37];
+    char *keep;      /* node name we hold or wait with, or NULL */
+    unsigned gen;
+    int64_t added;   /* monotonic ms */
+    struct zk_suspect *next;
+};
+
 struct zk_backend {
     struct dlock_client *c;
     char *connect;     /* "h1:p1,h2:p2[/chroot]" for zookeeper_init */
@@ -85,6 +99,7 @@ struct zk_backend {
     unsigned last_gen;
     struct zk_waiter *waiters;
     struct zk_orphan *orphans;
+    struct zk_suspect *suspects;
 };
 
 /* Per-hold data (h->bdata). */
@@ -196,6 +211,13 @@ static void call_finish_locked(struct zk_call *k, int rc)
     pthread_cond_broadcast(&k->cv);
 }
 
+/* For fire-and-forget requests: the client library wants a completion. */
+static void on_ignored(int rc, const void *data)
+{
+    (void)rc;
+    (void)data;
+}
+
 static void on_void(int rc, const void *data)
 {
     struct zk_call *k = (struct zk_call *)data;
@@ -272,7 +294,7 @@ static void on_created(int rc, const char *value, const struct Stat *stat, const
         if (k->abandoned && value) {
             /* The caller timed out and moved on: this node would sit in
              * the queue until the session ends. Take it back. */
-            zoo_adelete(k->zh, value, -1, NULL, NULL);
+            zoo_adelete(k->zh, value, -1, on_ignored, NULL);
         } else {
             if (stat)
                 k->stat = *stat;
@@ -447,6 +469,96 @@ static bool rc_session_gone(int rc)
     return rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING;
 }
 
+/* -------------------------------------------------------------- suspects */
+
+static bool node_has_guid(const char *node, const char *guid);
+
+struct zk_sweep {
+    struct zk_backend *zb;
+    zhandle_t *zh;
+    struct zk_suspect *sus; /* identity only: looked up again under mu */
+    char *lockpath;
+    char guid[37];
+    char *keep;
+    int64_t issued;
+};
+
+static void suspect_free(struct zk_suspect *q)
+{
+    free(q->lockpath);
+    free(q->keep);
+    free(q);
+}
+
+static void on_sweep_children(int rc, const struct String_vector *kids, const void *data)
+{
+    struct zk_sweep *w = (struct zk_sweep *)data;
+    bool found = false;
+    if (rc == ZOK && kids) {
+        for (int32_t i = 0; i < kids->count; i++) {
+            const char *kid = kids->data[i];
+            if (!node_has_guid(kid, w->guid) || (w->keep && strcmp(kid, w->keep) == 0))
+                continue;
+            found = true;
+            char *path = dlock__sprintf("%s/%s", w->lockpath, kid);
+            if (path)
+                zoo_adelete(w->zh, path, -1, on_ignored, NULL);
+            free(path);
+        }
+    }
+    struct zk_backend *zb = w->zb;
+    pthread_mutex_lock(&zb->mu);
+    for (struct zk_suspect **pp = &zb->suspects; *pp; pp = &(*pp)->next) {
+        struct zk_suspect *q = *pp;
+        if (q != w->sus)
+            continue;
+        bool settled = (rc == ZOK || rc == ZNONODE) && !found &&
+                       w->issued - q->added >= zb->c->opts.op_timeout_ms;
+        if (settled) {
+            *pp = q->next;
+            suspect_free(q);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&zb->mu);
+    free(w->lockpath);
+    free(w->keep);
+    free(w);
+}
+
+/* Start a sweep of every suspect of session S (zb->mu held). Suspects of
+ * other sessions are dropped: an ended session's nodes are gone. Async
+ * only, so it may run from the watcher. */
+static void suspects_sweep_locked(struct zk_backend *zb, unsigned gen, zhandle_t *zh)
+{
+    int64_t now = dlock__now_ms();
+    for (struct zk_suspect **pp = &zb->suspects; *pp;) {
+        struct zk_suspect *q = *pp;
+        if (q->gen != gen) {
+            *pp = q->next;
+            suspect_free(q);
+            continue;
+        }
+        pp = &q->next;
+        struct zk_sweep *w = calloc(1, sizeof *w);
+        if (!w)
+            continue;
+        w->zb = zb;
+        w->zh = zh;
+        w->sus = q;
+        w->issued = now;
+        memcpy(w->guid, q->guid, sizeof w->guid);
+        w->lockpath = dlock__strdup(q->lockpath);
+        w->keep = q->keep ? dlock__strdup(q->keep) : NULL;
+        if (!w->lockpath || (q->keep && !w->keep) ||
+            zoo_aget_children(zh, q->lockpath, 0, on_sweep_children, w) != ZOK) {
+            free(w->lockpath);
+            free(w->keep);
+            free(w);
+        }
+    }
+}
+
 /* -------------------------------------------------------------- sessions */
 
 static void wake_waiters_locked(struct zk_backend *zb, const char *path)
@@ -471,6 +583,8 @@ static void zk_watcher(zhandle_t *zh, int type, int state, const char *path, voi
             const clientid_t *id = zoo_client_id(s->zh);
             s->session_id = id ? id->client_id : 0;
             s->timeout_ms = zoo_recv_timeout(s->zh);
+            if (zb->cur == s)
+                suspects_sweep_locked(zb, s->gen, s->zh);
         } else if (state == ZOO_EXPIRED_SESSION_STATE) {
             s->expired = true;
         } else if (state == ZOO_AUTH_FAILED_STATE) {
@@ -615,6 +729,12 @@ static int session_get(struct zk_backend *zb, struct zk_session **out)
 }
 
 /* --------------------------------------------------------------- naming */
+
+static const char *basename_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
 
 /* Bytes kept as they are in a node name; everything else is %XX. */
 static bool name_byte_plain(unsigned char ch)
@@ -788,6 +908,27 @@ static void orphan_add(struct zk_backend *zb, const char *path, unsigned gen)
     pthread_mutex_unlock(&zb->mu);
 }
 
+/* Remember that a create of GUID under LOCKPATH may have left a node
+ * other than KEEP, and sweep for it at once. */
+static void suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                        const char *guid, const char *keep)
+{
+    struct zk_suspect *q = calloc(1, sizeof *q);
+    if (!q || !(q->lockpath = dlock__strdup(lockpath)) || (keep && !(q->keep = dlock__strdup(keep)))) {
+        if (q)
+            suspect_free(q);
+        return;
+    }
+    snprintf(q->guid, sizeof q->guid, "%s", guid);
+    q->gen = s->gen;
+    q->added = dlock__now_ms();
+    pthread_mutex_lock(&zb->mu);
+    q->next = zb->suspects;
+    zb->suspects = q;
+    suspects_sweep_locked(zb, s->gen, s->zh);
+    pthread_mutex_unlock(&zb->mu);
+}
+
 /* Retry deleting nodes we failed to delete before (this session's only:
  * an expired session's nodes are gone already). */
 static void orphans_sweep(struct zk_backend *zb, struct zk_session *s)
@@ -795,6 +936,8 @@ static void orphans_sweep(struct zk_backend *zb, struct zk_session *s)
     pthread_mutex_lock(&zb->mu);
     struct zk_orphan *list = zb->orphans;
     zb->orphans = NULL;
+    if (zb->suspects)
+        suspects_sweep_locked(zb, s->gen, s->zh);
     pthread_mutex_unlock(&zb->mu);
     while (list) {
         struct zk_orphan *o = list;
@@ -841,6 +984,11 @@ static void backend_free(struct zk_backend *zb)
         zb->orphans = o->next;
         free(o->path);
         free(o);
+    }
+    while (zb->suspects) {
+        struct zk_suspect *q = zb->suspects;
+        zb->suspects = q->next;
+        suspect_free(q);
     }
     free(zb->connect);
     free(zb->servers);
@@ -1064,6 +1212,7 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     int64_t deadline = op_deadline(zb);
     int err = DLOCK_OK;
+    bool ambiguous = false; /* a create of ours may have happened unseen */
     for (int attempt = 0;; attempt++) {
         struct Stat st;
         char *created = NULL;
@@ -1084,6 +1233,8 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
             free(failed);
             break;
         }
+        if (rc_transient(rc))
+            ambiguous = true;
         if (rc_transient(rc) && dlock__now_ms() < deadline) {
             /* The reply was lost: the node may exist. Look for our guid. */
             char *found = NULL;
@@ -1105,6 +1256,8 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
         err = zk_fail(zb, rc, "create lock node under", lockpath);
         break;
     }
+    if (ambiguous)
+        suspect_add(zb, s, lockpath, guid, err == DLOCK_OK ? basename_of(*mine) : NULL);
     free(prefix);
     return err;
 }
@@ -1130,11 +1283,6 @@ static void waiter_remove(struct zk_backend *zb, struct zk_waiter *q)
     pthread_mutex_unlock(&zb->mu);
 }
 
-static const char *basename_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
 
 /* One pass of the recipe: list the contenders and see where MINE stands.
  * Returns ZOK with *pos = 0 (owner) or the index, and the predecessor's

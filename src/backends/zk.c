@@ -472,6 +472,7 @@ static bool rc_session_gone(int rc)
 /* -------------------------------------------------------------- suspects */
 
 static bool node_has_guid(const char *node, const char *guid);
+static void sweep_locked(struct zk_backend *zb, struct zk_session *s);
 
 struct zk_sweep {
     struct zk_backend *zb;
@@ -584,7 +585,7 @@ static void zk_watcher(zhandle_t *zh, int type, int state, const char *path, voi
             s->session_id = id ? id->client_id : 0;
             s->timeout_ms = zoo_recv_timeout(s->zh);
             if (zb->cur == s)
-                suspects_sweep_locked(zb, s->gen, s->zh);
+                sweep_locked(zb, s);
         } else if (state == ZOO_EXPIRED_SESSION_STATE) {
             s->expired = true;
         } else if (state == ZOO_AUTH_FAILED_STATE) {
@@ -615,26 +616,28 @@ static const char *state_name(int state)
     return "not connected";
 }
 
-/* Drop a reference (zb->mu held). Returns the handle to close, after
- * unlocking, when it was the last one. */
-static zhandle_t *session_unref_locked(struct zk_session *s)
+/* Drop a reference (zb->mu held). Returns S when it was the last one:
+ * the caller gives it to session_destroy() after unlocking (closing
+ * waits for the client library's threads, which may want zb->mu). */
+static struct zk_session *session_unref_locked(struct zk_session *s)
 {
-    if (--s->refs > 0)
-        return NULL;
-    zhandle_t *zh = s->zh;
-    s->zh = NULL;
-    return zh;
+    return --s->refs > 0 ? NULL : s;
+}
+
+static void session_destroy(struct zk_session *s)
+{
+    if (!s)
+        return;
+    zookeeper_close(s->zh); /* ends the session: its ephemeral nodes go */
+    free(s);
 }
 
 static void session_put(struct zk_backend *zb, struct zk_session *s)
 {
     pthread_mutex_lock(&zb->mu);
-    zhandle_t *zh = session_unref_locked(s);
+    struct zk_session *last = session_unref_locked(s);
     pthread_mutex_unlock(&zb->mu);
-    if (zh) {
-        zookeeper_close(zh);
-        free(s);
-    }
+    session_destroy(last);
 }
 
 static bool session_usable(const struct zk_session *s)
@@ -649,7 +652,7 @@ static void auth_done(int rc, const void *data)
 }
 
 /* Make zb->cur a fresh session (zb->mu held). Returns 0 or a DLOCK_E*. */
-static int session_start_locked(struct zk_backend *zb, zhandle_t **to_close)
+static int session_start_locked(struct zk_backend *zb, struct zk_session **to_close)
 {
     struct zk_session *s = calloc(1, sizeof *s);
     if (!s)
@@ -683,7 +686,7 @@ static int session_start_locked(struct zk_backend *zb, zhandle_t **to_close)
  * for a connection. */
 static int session_get(struct zk_backend *zb, struct zk_session **out)
 {
-    zhandle_t *to_close = NULL;
+    struct zk_session *to_close = NULL;
     int err = DLOCK_OK;
     *out = NULL;
     pthread_mutex_lock(&zb->mu);
@@ -712,16 +715,12 @@ static int session_get(struct zk_backend *zb, struct zk_session **out)
                 err = dlock__err(DLOCK_ECONN, "%s: no connection within %lld ms (%s)%s%s",
                                  zb->servers, (long long)zb->c->opts.connect_timeout_ms,
                                  state_name(s->state), last[0] ? ": " : "", last);
-            zhandle_t *zh = session_unref_locked(s);
-            if (zh) { /* cannot be: the backend still has its reference */
-                to_close = zh;
-            }
+            session_unref_locked(s); /* never the last: zb->cur has one */
             s = NULL;
         }
     }
     pthread_mutex_unlock(&zb->mu);
-    if (to_close)
-        zookeeper_close(to_close);
+    session_destroy(to_close);
     if (err != DLOCK_OK)
         return err;
     *out = s;
@@ -894,17 +893,94 @@ static bool node_has_guid(const char *node, const char *guid)
 
 /* ---------------------------------------------------------------- orphans */
 
-static void orphan_add(struct zk_backend *zb, const char *path, unsigned gen)
+/* A delete of an orphan in flight. */
+struct zk_unlink {
+    struct zk_backend *zb;
+    struct zk_orphan *o; /* identity only: looked up again under mu */
+    char *path;
+};
+
+static void on_orphan_deleted(int rc, const void *data)
+{
+    struct zk_unlink *u = (struct zk_unlink *)data;
+    struct zk_backend *zb = u->zb;
+    /* Done unless the reply was lost: deleted, gone, or never possible. */
+    if (!rc_transient(rc) && rc != ZCLOSING) {
+        pthread_mutex_lock(&zb->mu);
+        for (struct zk_orphan **pp = &zb->orphans; *pp; pp = &(*pp)->next) {
+            struct zk_orphan *o = *pp;
+            if (o == u->o && strcmp(o->path, u->path) == 0) {
+                *pp = o->next;
+                free(o->path);
+                free(o);
+                break;
+            }
+        }
+        pthread_mutex_unlock(&zb->mu);
+    }
+    free(u->path);
+    free(u);
+}
+
+/* Send a delete for every orphan of session GEN (zb->mu held); drop the
+ * others (an ended session's nodes are gone). Async only. */
+static void orphans_retry_locked(struct zk_backend *zb, unsigned gen, zhandle_t *zh)
+{
+    for (struct zk_orphan **pp = &zb->orphans; *pp;) {
+        struct zk_orphan *o = *pp;
+        if (o->gen != gen) {
+            *pp = o->next;
+            free(o->path);
+            free(o);
+            continue;
+        }
+        pp = &o->next;
+        struct zk_unlink *u = calloc(1, sizeof *u);
+        if (u) {
+            u->zb = zb;
+            u->o = o;
+            u->path = dlock__strdup(o->path);
+        }
+        if (!u || !u->path || zoo_adelete(zh, o->path, -1, on_orphan_deleted, u) != ZOK) {
+            if (u)
+                free(u->path);
+            free(u);
+        }
+    }
+}
+
+/* Retry what an earlier call could not finish: orphans and suspects of
+ * session S (zb->mu held). Also run from the watcher on reconnection, so
+ * a node we could not delete never outlives the next reconnection. */
+static void sweep_locked(struct zk_backend *zb, struct zk_session *s)
+{
+    if (zb->orphans)
+        orphans_retry_locked(zb, s->gen, s->zh);
+    if (zb->suspects)
+        suspects_sweep_locked(zb, s->gen, s->zh);
+}
+
+static void sweep(struct zk_backend *zb, struct zk_session *s)
+{
+    pthread_mutex_lock(&zb->mu);
+    sweep_locked(zb, s);
+    pthread_mutex_unlock(&zb->mu);
+}
+
+/* Our node PATH could not be deleted (no reply): keep trying. */
+static void orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path)
 {
     struct zk_orphan *o = calloc(1, sizeof *o);
-    if (!o || !(o->path = strdup(path))) {
+    if (!o || !(o->path = dlock__strdup(path))) {
         free(o);
         return;
     }
-    o->gen = gen;
+    o->gen = s->gen;
     pthread_mutex_lock(&zb->mu);
     o->next = zb->orphans;
     zb->orphans = o;
+    if (s->state == ZOO_CONNECTED_STATE)
+        sweep_locked(zb, s);
     pthread_mutex_unlock(&zb->mu);
 }
 
@@ -914,7 +990,8 @@ static void suspect_add(struct zk_backend *zb, struct zk_session *s, const char 
                         const char *guid, const char *keep)
 {
     struct zk_suspect *q = calloc(1, sizeof *q);
-    if (!q || !(q->lockpath = dlock__strdup(lockpath)) || (keep && !(q->keep = dlock__strdup(keep)))) {
+    if (!q || !(q->lockpath = dlock__strdup(lockpath)) ||
+        (keep && !(q->keep = dlock__strdup(keep)))) {
         if (q)
             suspect_free(q);
         return;
@@ -925,34 +1002,8 @@ static void suspect_add(struct zk_backend *zb, struct zk_session *s, const char 
     pthread_mutex_lock(&zb->mu);
     q->next = zb->suspects;
     zb->suspects = q;
-    suspects_sweep_locked(zb, s->gen, s->zh);
+    sweep_locked(zb, s);
     pthread_mutex_unlock(&zb->mu);
-}
-
-/* Retry deleting nodes we failed to delete before (this session's only:
- * an expired session's nodes are gone already). */
-static void orphans_sweep(struct zk_backend *zb, struct zk_session *s)
-{
-    pthread_mutex_lock(&zb->mu);
-    struct zk_orphan *list = zb->orphans;
-    zb->orphans = NULL;
-    if (zb->suspects)
-        suspects_sweep_locked(zb, s->gen, s->zh);
-    pthread_mutex_unlock(&zb->mu);
-    while (list) {
-        struct zk_orphan *o = list;
-        list = o->next;
-        int rc = o->gen == s->gen ? rq_delete(zb, s->zh, o->path) : ZNONODE;
-        if (rc == ZOK || rc == ZNONODE || !rc_transient(rc)) {
-            free(o->path);
-            free(o);
-        } else {
-            pthread_mutex_lock(&zb->mu);
-            o->next = zb->orphans;
-            zb->orphans = o;
-            pthread_mutex_unlock(&zb->mu);
-        }
-    }
 }
 
 /* Delete our node PATH, retrying on disconnects up to the op timeout;
@@ -970,7 +1021,7 @@ static void delete_own_node(struct zk_backend *zb, struct zk_session *s, const c
         struct timespec pause = {0, 50 * 1000000L};
         nanosleep(&pause, NULL);
     } while (dlock__now_ms() < deadline);
-    orphan_add(zb, path, s->gen);
+    orphan_add(zb, s, path);
 }
 
 /* ------------------------------------------------------------ open/close */
@@ -1008,17 +1059,13 @@ static void zk_close(void *state)
     struct zk_backend *zb = state;
     if (!zb)
         return;
-    zhandle_t *zh = NULL;
-    struct zk_session *s = zb->cur;
+    struct zk_session *last = NULL;
     pthread_mutex_lock(&zb->mu);
-    if (s)
-        zh = session_unref_locked(s);
+    if (zb->cur)
+        last = session_unref_locked(zb->cur);
     zb->cur = NULL;
     pthread_mutex_unlock(&zb->mu);
-    if (zh) {
-        zookeeper_close(zh); /* deletes our ephemeral nodes at once */
-        free(s);
-    }
+    session_destroy(last);
     backend_free(zb);
 }
 
@@ -1351,7 +1398,7 @@ restart:
     err = session_get(zb, &s);
     if (err != DLOCK_OK)
         goto out;
-    orphans_sweep(zb, s);
+    sweep(zb, s);
     err = create_contender(zb, s, lockpath, &mine, &czxid);
     if (err != DLOCK_OK)
         goto out;
@@ -1514,7 +1561,7 @@ static int zk_release(void *state, struct dlock__hold *h)
                              zb->servers, h->name);
         else if (rc != ZOK) {
             err = zk_fail(zb, rc, "delete", zh->path);
-            orphan_add(zb, zh->path, zh->gen);
+            orphan_add(zb, s, zh->path);
         }
         session_put(zb, s);
     }
@@ -1629,7 +1676,7 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
     }
     if (s) {
         if (connected)
-            orphans_sweep(zb, s);
+            sweep(zb, s);
         session_put(zb, s);
     }
     return DLOCK_OK;

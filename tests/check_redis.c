@@ -511,6 +511,7 @@ static pid_t spawn_holder(const char *url, const char *name, const char *marker,
     fprintf(f, "%llu\n", (unsigned long long)t);
     fclose(f);
     rename(tmp, marker);
+    free(tmp);
     if (!release_file) {
         for (;;)
             pause();
@@ -522,6 +523,9 @@ static pid_t spawn_holder(const char *url, const char *name, const char *marker,
     f = fopen(rcfile, "w");
     fprintf(f, "%d\n", rc);
     fclose(f);
+    free(rcfile);
+    dlock_lock_free(l);
+    dlock_client_close(c);
     _exit(0);
 }
 
@@ -894,13 +898,16 @@ static void *many_main(void *p)
  * lease of 10 minutes would outlast the test). */
 START_TEST(thousand_names_waited_at_once)
 {
+    /* valgrind runs at most 500 threads: 400 waiters there, 1,000 else */
+    const char *vg = getenv("DLOCK_VALGRIND");
+    int many = vg && strcmp(vg, "1") == 0 ? 400 : MANY;
     start_server(NULL);
     redisContext *ctx = raw();
-    for (int i = 0; i < MANY; i++) {
+    for (int i = 0; i < many; i++) {
         redisAppendCommand(ctx, "HSET many-%d 6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:7 1", i);
         redisAppendCommand(ctx, "PEXPIRE many-%d 600000", i);
     }
-    for (int i = 0; i < 2 * MANY; i++) {
+    for (int i = 0; i < 2 * many; i++) {
         void *r;
         ck_assert_int_eq(redisGetReply(ctx, &r), REDIS_OK);
         freeReplyObject(r);
@@ -911,23 +918,21 @@ START_TEST(thousand_names_waited_at_once)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
-    for (int i = 0; i < MANY; i++) {
+    for (int i = 0; i < many; i++) {
         args[i] = (struct many_arg){c, i, -99};
         ck_assert_int_eq(pthread_create(&th[i], &attr, many_main, &args[i]), 0);
     }
     /* all 1,000 channels on one pub/sub connection */
     for (int i = 0; i < 3000; i++) {
-        redisReply *r = cmd(ctx, "PUBSUB NUMPAT");
-        freeReplyObject(r);
-        r = cmd(ctx, "PUBSUB CHANNELS %s", "redisson_lock__channel:*");
+        redisReply *r = cmd(ctx, "PUBSUB CHANNELS %s", "redisson_lock__channel:*");
         size_t n = r->elements;
         freeReplyObject(r);
-        if (n == MANY)
+        if (n == (size_t)many)
             break;
         tu_sleep_ms(10);
     }
     redisReply *r = cmd(ctx, "PUBSUB CHANNELS %s", "redisson_lock__channel:*");
-    ck_assert_uint_eq(r->elements, MANY);
+    ck_assert_uint_eq(r->elements, (size_t)many);
     freeReplyObject(r);
     char *clients = cmd_str(ctx, "CLIENT LIST TYPE pubsub");
     int npubsub = 0;
@@ -935,16 +940,16 @@ START_TEST(thousand_names_waited_at_once)
         npubsub++;
     ck_assert_int_eq(npubsub, 1);
     free(clients);
-    for (int i = 0; i < MANY; i++) {
+    for (int i = 0; i < many; i++) {
         redisAppendCommand(ctx, "DEL many-%d", i);
         redisAppendCommand(ctx, "PUBLISH redisson_lock__channel:{many-%d} 0", i);
     }
-    for (int i = 0; i < 2 * MANY; i++) {
+    for (int i = 0; i < 2 * many; i++) {
         void *rr;
         ck_assert_int_eq(redisGetReply(ctx, &rr), REDIS_OK);
         freeReplyObject(rr);
     }
-    for (int i = 0; i < MANY; i++) {
+    for (int i = 0; i < many; i++) {
         pthread_join(th[i], NULL);
         ck_assert_msg(args[i].rc == DLOCK_OK, "waiter %d: %s", i, dlock_err_name(args[i].rc));
     }

@@ -60,20 +60,28 @@ static void setup_auth(void)
         fprintf(stderr, "fixture: %s\n", F.error);
         return;
     }
-    char *err = NULL;
-    int rc = etcdf_ctl(&F, NULL, &err, "user", "add", "root:rootpw", NULL);
-    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "user", "grant-role", "root", "root", NULL);
-    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "role", "add", "lockers", NULL);
-    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "role", "grant-permission", "lockers", "--prefix=true",
-                             "readwrite", "locks/", NULL);
-    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "user", "add", "locker:lockpw", NULL);
-    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "user", "grant-role", "locker", "lockers", NULL);
-    rc = rc ? rc : etcdf_ctl(&F, NULL, &err, "auth", "enable", NULL);
-    if (rc) {
-        F_ok = false;
-        snprintf(F.error, sizeof F.error, "enabling auth failed: %s", err ? err : "");
+    const char *steps[][8] = {
+        {"user", "add", "root:rootpw"},
+        {"user", "grant-role", "root", "root"},
+        {"role", "add", "lockers"},
+        {"role", "grant-permission", "lockers", "--prefix=true", "readwrite", "locks/"},
+        {"user", "add", "locker:lockpw"},
+        {"user", "grant-role", "locker", "lockers"},
+        {"auth", "enable"},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        char *err = NULL;
+        const char *const *a = steps[i];
+        int rc = etcdf_ctl(&F, NULL, &err, a[0], a[1], a[2], a[3], a[4], a[5], NULL);
+        if (rc) {
+            F_ok = false;
+            snprintf(F.error, sizeof F.error, "etcdctl %s %s failed: %s", a[0], a[1],
+                     err ? err : "");
+            free(err);
+            return;
+        }
+        free(err);
     }
-    free(err);
 }
 
 static void teardown_members(void)

@@ -437,6 +437,82 @@ static void withdraw(struct etcd_backend *s, const char *key, const struct lease
     delete_key(s, key);
 }
 
+#define RESTART 1 /* wait_turn(): our key or lease vanished; start again */
+
+/* Sleep until our key (create revision MY_REV) is the oldest under PFX.
+ * Go's waitDeletes, with a watch created "from now" on the key just before
+ * ours: once etcd confirms the watch we look again (a deletion between our
+ * look and the watch's creation is seen then), and sleep until the watch
+ * fires. (A watch from a past revision would be served by etcd's 100 ms
+ * catch-up loop instead of at once.) Our lease is kept alive meanwhile;
+ * the keepalive also bounds every sleep, as a safety net. Returns DLOCK_OK
+ * (ours), RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. */
+static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wait *w,
+                     const char *key, const char *pfx, int64_t my_rev, struct lease_ref *lr,
+                     char *msg, size_t msgsize)
+{
+    struct etcd_watch *wt = NULL;
+    char *watched = NULL;
+    int rc;
+    for (;;) {
+        unsigned seq = dlock__wait_seq(w);
+        bool mine = false;
+        char *pred = NULL;
+        int64_t at = 0;
+        rc = look(s, name, key, pfx, my_rev, &mine, &pred, &at);
+        if (rc == DLOCK_OK && !mine) {
+            /* Our key is gone while we waited: our lease expired (paused
+             * process, long outage) or someone deleted it. Start again at
+             * the end of the queue with a live lease. */
+            int64_t sent;
+            if (lease_keepalive(s, lr->id, &sent) == DLOCK_ELOST && !lr->own)
+                session_lease_dead(s, lr->id);
+            free(pred);
+            rc = RESTART;
+            break;
+        }
+        if (rc == DLOCK_OK && !pred)
+            break; /* nobody before us: ours */
+        int64_t now = dlock__now_ms();
+        int64_t until = lr->confirmed + lr->ttl_ms / 3; /* keepalive due */
+        if (until < now + 200)
+            until = now + 500; /* the last keepalive failed: not in a hot loop */
+        if (rc == DLOCK_OK) {
+            bool same = wt && strcmp(watched, pred) == 0 && !etcd_watch_fired(wt);
+            if (!same) {
+                etcd_watch_stop(wt);
+                wt = NULL;
+                free(watched);
+                watched = pred;
+                pred = NULL;
+                rc = etcd_watch_start(s->k, watched, 0, w, &wt);
+            }
+        } else if (transient(rc) && w->deadline != 0) {
+            /* Outage or election: try again shortly, within our wait. */
+            saved_err(rc, msg, msgsize);
+            rc = DLOCK_OK;
+            if (until > now + 500)
+                until = now + 500;
+        }
+        free(pred);
+        if (rc)
+            break;
+        rc = dlock__wait_sleep(w, seq, until);
+        if (rc) /* ETIMEDOUT or ECANCELED */
+            break;
+        if (dlock__now_ms() >= lr->confirmed + lr->ttl_ms / 3 &&
+            lease_refresh(s, lr) == DLOCK_ELOST) {
+            if (!lr->own)
+                session_lease_dead(s, lr->id);
+            rc = RESTART;
+            break;
+        }
+    }
+    etcd_watch_stop(wt);
+    free(watched);
+    return rc;
+}
+
 static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct etcd_backend *s = state;
@@ -499,70 +575,23 @@ restart:
         return DLOCK_EBUSY;
     }
 
-    /* Wait our turn: watch the key just before ours until none is left. */
-    while (owner_rev != my_rev) {
-        unsigned seq = dlock__wait_seq(w);
-        bool mine = false;
-        char *pred = NULL;
-        int64_t at = 0;
-        rc = look(s, h->name, key, pfx, my_rev, &mine, &pred, &at);
-        struct etcd_watch *wt = NULL;
-        if (rc == DLOCK_OK && !mine) {
-            /* Our key is gone while we waited: our lease expired (paused
-             * process, long outage) or someone deleted it. Start again at
-             * the end of the queue with a live lease. */
-            int64_t sent;
-            if (lease_keepalive(s, lr.id, &sent) == DLOCK_ELOST) {
-                if (!own)
-                    session_lease_dead(s, lr.id);
-            }
+    if (owner_rev != my_rev) {
+        /* Wait our turn. */
+        rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, msg, sizeof msg);
+        if (rc == RESTART) {
             if (restarts++ < 5)
                 goto restart;
             rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing while "
                                             "we wait",
                             s->label, h->name, key);
         }
-        if (rc == DLOCK_OK && !pred) {
-            owner_rev = my_rev; /* nobody before us: ours */
-            break;
-        }
-        int64_t now = dlock__now_ms();
-        int64_t until = lr.confirmed + lr.ttl_ms / 3; /* keepalive due */
-        if (until < now + 200)
-            until = now + 500; /* the last keepalive failed: not in a hot loop */
-        if (rc == DLOCK_OK) {
-            rc = etcd_watch_start(s->k, pred, at + 1, w, &wt);
-        } else if (transient(rc) && w->deadline != 0) {
-            /* Outage or election: try again shortly, within our wait. */
-            saved_err(rc, msg, sizeof msg);
-            rc = DLOCK_OK;
-            if (until > now + 500)
-                until = now + 500;
-        }
-        free(pred);
         if (rc) {
-            saved_err(rc, msg, sizeof msg);
+            if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
+                saved_err(rc, msg, sizeof msg);
             withdraw(s, key, &lr);
             free(pfx);
             free(key);
-            return dlock__err(rc, "%s", msg);
-        }
-        rc = dlock__wait_sleep(w, seq, until);
-        etcd_watch_stop(wt);
-        if (rc) { /* ETIMEDOUT or ECANCELED */
-            withdraw(s, key, &lr);
-            free(pfx);
-            free(key);
-            return rc;
-        }
-        if (dlock__now_ms() >= lr.confirmed + lr.ttl_ms / 3) {
-            int lrc = lease_refresh(s, &lr);
-            if (lrc == DLOCK_ELOST) {
-                if (!own)
-                    session_lease_dead(s, lr.id);
-                if (restarts++ < 5)
-                    goto restart;
-            }
+            return rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED ? rc : dlock__err(rc, "%s", msg);
         }
     }
 
@@ -963,11 +992,12 @@ static int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *a
     free(end);
     qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n; i++) {
-        bool dup = i && strcmp(names[i], names[i - 1]) == 0;
+        bool dup = i + 1 < n && strcmp(names[i], names[i + 1]) == 0; /* report the last */
         if (!rc && !dup && fn(names[i], arg))
             rc = 1;
-        free(names[i]);
     }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
     free(names);
     return rc == 1 ? DLOCK_OK : rc;
 }

@@ -70,7 +70,7 @@ struct etcd_watch {
     char *line; /* bytes of the stream not yet parsed */
     size_t len, cap;
     struct dlock__wait *w;
-    bool added, done, fired, stopped;
+    bool added, done, created, fired, stopped;
     struct etcd_watch *next;
 };
 
@@ -566,6 +566,13 @@ static void watch_message(struct etcd_watch *wt, const char *text, size_t len)
     json_t *j = json_loadb(text, len, 0, &jerr);
     json_t *result = json_object_get(j, "result");
     bool fire = !result; /* an "error" object, or garbage */
+    if (json_is_true(json_object_get(result, "created"))) {
+        pthread_mutex_lock(&wt->k->wmu);
+        wt->created = true;
+        if (!wt->stopped)
+            dlock__wait_wake(wt->w);
+        pthread_mutex_unlock(&wt->k->wmu);
+    }
     if (result) {
         if (json_is_true(json_object_get(result, "canceled")) ||
             etcd_int(result, "compact_revision") > 0)
@@ -687,11 +694,11 @@ int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
     *out = NULL;
     struct etcd_watch *wt = calloc(1, sizeof *wt);
     char *kb = etcd_b64(key, strlen(key));
-    json_t *req = kb ? json_pack("{s:{s:s, s:s, s:[s]}}", "create_request", "key", kb,
-                                 "start_revision", "0", "filters", "NOPUT")
+    json_t *req = kb ? json_pack("{s:{s:s, s:[s]}}", "create_request", "key", kb, "filters",
+                                 "NOPUT")
                      : NULL;
     free(kb);
-    if (req) {
+    if (req && start_rev > 0) {
         char rev[32];
         snprintf(rev, sizeof rev, "%lld", (long long)start_rev);
         json_object_set_new(json_object_get(req, "create_request"), "start_revision",

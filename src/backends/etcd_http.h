@@ -49,11 +49,12 @@ int etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply
 
 struct etcd_watch;
 
-/* Watch KEY for its deletion from revision START_REV on, over its own
- * streaming request driven by the transport's watch thread. When the key
- * is deleted, or the stream ends or fails (then the caller should look
- * again), the watch fires: etcd_watch_fired() turns true and W is woken
- * with dlock__wait_wake(). */
+/* Watch KEY for its deletion from revision START_REV on (0 = from the
+ * moment etcd creates the watch), over its own streaming request driven
+ * by the transport's watch thread. W is woken (dlock__wait_wake) when etcd
+ * confirms the watch, and when the key is deleted or the stream ends or
+ * fails -- then the watch has fired (etcd_watch_fired() turns true) and
+ * the caller should look again. */
 int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
                      struct dlock__wait *w, struct etcd_watch **out);
 bool etcd_watch_fired(struct etcd_watch *wt);

@@ -52,6 +52,9 @@ static const struct dlock_bench_baseline *const baselines[] = {
 #ifdef DLOCK_HAVE_ZK
     &dlock_bench_zk_baseline,
 #endif
+#ifdef DLOCK_HAVE_ETCD
+    &dlock_bench_etcd_baseline,
+#endif
     NULL,
 };
 

@@ -45,5 +45,8 @@ extern const struct dlock_bench_baseline dlock_bench_redis_unix_baseline;
 #ifdef DLOCK_HAVE_ZK
 extern const struct dlock_bench_baseline dlock_bench_zk_baseline;
 #endif
+#ifdef DLOCK_HAVE_ETCD
+extern const struct dlock_bench_baseline dlock_bench_etcd_baseline;
+#endif
 
 #endif

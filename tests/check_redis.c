@@ -868,6 +868,51 @@ START_TEST(lost_replies_are_retried_safely)
 }
 END_TEST
 
+/* Redisson's prefixName(): a name that has a hash tag keeps it. */
+START_TEST(hash_tag_names)
+{
+    start_server(NULL);
+    dlock_client *c = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "{user1}:cart");
+    acquire_ok(l, DLOCK_TRY);
+    redisContext *ctx = raw();
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "{user1}:cart"), 1);
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{user1}:cart"), (long long)token_of(l));
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+/* The server restarts while a thread waits: the subscriber connection is
+ * redialed, the waiter is woken to try again, and gets the lock (the
+ * restarted server lost the foreign holder's key). */
+START_TEST(server_restart_while_waiting)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    freeReplyObject(cmd(ctx, "HSET w 6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:1 1"));
+    freeReplyObject(cmd(ctx, "PEXPIRE w 600000"));
+    dlock_client *c = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "w");
+    struct waiter_arg a = {.l = l, .wait_ms = 30000, .rc = -99, .release = true};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &a);
+    wait_numsub(ctx, "redisson_lock__channel:{w}", 1);
+    redisFree(ctx);
+    ck_assert_msg(fx_redis_restart(&srv), "restart failed");
+    pthread_join(th, NULL);
+    ck_assert_msg(a.rc == DLOCK_OK, "waiter after restart: %s", dlock_err_name(a.rc));
+    ck_assert_int_eq(a.release_rc, DLOCK_OK);
+    ck_assert_uint_eq(a.token, 1); /* the counter restarted with the server */
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
 /* ------------------------------------------------------------ at scale */
 
 #define MANY 1000
@@ -1162,6 +1207,8 @@ static Suite *redis_suite(void)
     tcase_add_test(t, out_of_memory_is_reported);
     tcase_add_test(t, force_release_and_lost);
     tcase_add_test(t, lost_replies_are_retried_safely);
+    tcase_add_test(t, hash_tag_names);
+    tcase_add_test(t, server_restart_while_waiting);
     tcase_add_test(t, thousand_names_waited_at_once);
     tcase_add_test(t, renewal_is_batched);
     tcase_add_test(t, urls_db_prefix_unix_and_list);

@@ -26,7 +26,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,50 +235,52 @@ struct lock_keys {
 
 /* ================================================================ helpers */
 
-static char *mem_printf(size_t *len, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *mem_printf(size_t *len, const char *fmt, ...)
+/* Append Redisson's prefixName(PREFIX, KEY) at P: "<prefix>:{<key>}", or
+ * "<prefix>:<key>" when the key already carries a hash tag. Returns the
+ * length written (P has room: see keys_make). */
+static size_t put_prefixed(char *p, const char *prefix, const char *key, size_t key_len)
 {
-    va_list ap;
-    char *s = NULL;
-    va_start(ap, fmt);
-    int n = vasprintf(&s, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return NULL;
-    if (len)
-        *len = (size_t)n;
-    return s;
-}
-
-/* Redisson's prefixName(): "<prefix>:{<name>}", or "<prefix>:<name>" when the
- * name already carries a hash tag. */
-static char *prefix_name(const char *prefix, const char *name, size_t *len)
-{
-    if (strchr(name, '{'))
-        return mem_printf(len, "%s:%s", prefix, name);
-    return mem_printf(len, "%s:{%s}", prefix, name);
+    bool tagged = memchr(key, '{', key_len) != NULL;
+    size_t pl = strlen(prefix), n = 0;
+    memcpy(p, prefix, pl);
+    n += pl;
+    p[n++] = ':';
+    if (!tagged)
+        p[n++] = '{';
+    memcpy(p + n, key, key_len);
+    n += key_len;
+    if (!tagged)
+        p[n++] = '}';
+    p[n] = 0;
+    return n;
 }
 
 static void keys_free(struct lock_keys *k)
 {
-    free(k->lock);
-    free(k->token);
-    free(k->chan);
+    free(k->lock); /* one block holds all three */
     memset(k, 0, sizeof *k);
 }
 
+/* The lock's key (prefix + name), token key and channel, in one block:
+ * this runs for every acquire and release. */
 static int keys_make(struct redis_state *s, const char *name, struct lock_keys *k)
 {
+    static const char TOKEN[] = "redisson_lock_token", CHAN[] = "redisson_lock__channel";
+    size_t pl = s->prefix ? strlen(s->prefix) : 0, nl = strlen(name), kl = pl + nl;
     memset(k, 0, sizeof *k);
-    k->lock = mem_printf(&k->lock_len, "%s%s", s->prefix ? s->prefix : "", name);
-    if (k->lock) {
-        k->token = prefix_name("redisson_lock_token", k->lock, &k->token_len);
-        k->chan = prefix_name("redisson_lock__channel", k->lock, &k->chan_len);
-    }
-    if (!k->lock || !k->token || !k->chan) {
-        keys_free(k);
+    /* each part: key + NUL; each prefixed one adds ":{" "}" */
+    char *block = malloc(3 * (kl + 1) + sizeof TOKEN + sizeof CHAN + 8);
+    if (!block)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
+    k->lock = block;
+    if (pl)
+        memcpy(k->lock, s->prefix, pl);
+    memcpy(k->lock + pl, name, nl + 1);
+    k->lock_len = kl;
+    k->token = k->lock + kl + 1;
+    k->token_len = put_prefixed(k->token, TOKEN, k->lock, kl);
+    k->chan = k->token + k->token_len + 1;
+    k->chan_len = put_prefixed(k->chan, CHAN, k->lock, kl);
     return DLOCK_OK;
 }
 
@@ -1129,24 +1130,45 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
     rc = hub_join(s, k.chan, k.chan_len, w);
     if (rc)
         goto out;
+    /* A connection lost while waiting (server restart, network blip) is
+     * retried with backoff until the wait's deadline: the waiter already
+     * reached the server once, so the outage is transient until proven
+     * otherwise. The message of the last failure is kept for the end. */
+    int64_t outage_backoff = 0;
+    char outage[512] = "";
     for (bool first = true;; first = false) {
         unsigned seq = dlock__wait_seq(w);
         /* Before the subscription is confirmed a release could be missed,
          * so the first sleep lasts until the confirmation wakes us. */
         if (!first || hub_subscribed(s, k.chan, k.chan_len)) {
             rc = try_acquire(s, h, &k, lease, &ttl);
-            if (rc != DLOCK_EBUSY)
+            if (rc == DLOCK_ECONN) {
+                snprintf(outage, sizeof outage, "%s", dlock_errmsg());
+                outage_backoff = outage_backoff ? outage_backoff * 2 : BACKOFF_MIN_MS;
+                if (outage_backoff > BACKOFF_MAX_MS)
+                    outage_backoff = BACKOFF_MAX_MS;
+            } else if (rc != DLOCK_EBUSY) {
                 break;
+            } else {
+                outage_backoff = 0;
+            }
         }
         int64_t now = dlock__now_ms();
         int64_t until;
-        if (ttl == -1)
+        if (outage_backoff)
+            until = now + outage_backoff;
+        else if (ttl == -1)
             until = now + lease; /* a foreign lock without expiry */
         else if (ttl < 0)
             until = now; /* vanished between the two calls: try at once */
         else
             until = now + ttl + 1; /* PTTL rounds down; 0 = expiring now */
         rc = dlock__wait_sleep(w, seq, until);
+        if (rc == DLOCK_ETIMEDOUT && outage_backoff) {
+            rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for '%s' ended)", outage,
+                            k.lock);
+            break;
+        }
         if (rc == DLOCK_ETIMEDOUT) {
             rc = dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s'", s->where, k.lock);
             break;

@@ -667,6 +667,9 @@ static int session_start_locked(struct zk_backend *zb, struct zk_session **to_cl
     if (!s->zh) {
         int e = errno;
         free(s);
+        if (e == ENOENT) /* the client library's word for a failed lookup */
+            return dlock__err(DLOCK_ECONN, "%s: no address found for a host in '%s'",
+                              zb->servers, zb->connect);
         return dlock__errno(e == EINVAL ? DLOCK_EBADURL : DLOCK_ECONN, e,
                             "%s: cannot start a ZooKeeper client for '%s'", zb->servers,
                             zb->connect);

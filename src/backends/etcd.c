@@ -656,8 +656,11 @@ static int etcd_release(void *state, struct dlock__hold *h)
     } else {
         char what[1200];
         snprintf(what, sizeof what, "release '%s' (key %s)", h->name, eh->key);
-        rc = etcd_call(s->k, "/v3/kv/txn", req, &reply, what, NULL);
-        if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")))
+        bool resent = false;
+        rc = etcd_call_resent(s->k, "/v3/kv/txn", req, &reply, what, NULL, &resent);
+        /* A release sent again after a lost reply finds the key gone:
+         * most likely our first attempt deleted it. Not a loss. */
+        if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")) && !resent)
             rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) was gone before "
                                          "the release (lease expired or force-released)",
                             s->label, h->name, eh->key, (long long)eh->rev);

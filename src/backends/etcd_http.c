@@ -364,9 +364,10 @@ static void refusal(const struct buf *b, long status, char *text, size_t size, i
 
 static int call_endpoints(struct etcd_conn *k, const char *path, const char *body,
                           bool with_token, json_t **reply, const char *what, int *grpc_code,
-                          bool *token_expired)
+                          bool *token_expired, bool *resent)
 {
     struct attempt a = {.len = 0};
+    bool maybe_applied = false; /* a request went out and its reply was lost */
     char at[1200];
     pthread_mutex_lock(&k->mu);
     size_t start = k->cur;
@@ -380,6 +381,7 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
         bool connected = false;
         CURLcode rc = post_once(k, ep, path, body, with_token, &status, &b, errbuf, &connected);
         if (rc) {
+            maybe_applied |= connected;
             if (rc == CURLE_OPERATION_TIMEDOUT && connected) {
                 a.unavailable = true;
                 attempt_add(&a, k->eps[ep].name, "no reply within %ld ms", k->op_timeout_ms);
@@ -389,6 +391,8 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
             free(b.data);
             continue;
         }
+        if (resent && maybe_applied)
+            *resent = true;
         if (status == 200) {
             json_error_t jerr;
             json_t *j = json_loadb(b.data ? b.data : "", b.len, 0, &jerr);
@@ -442,20 +446,28 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
 int etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
               const char *what, int *grpc_code)
 {
+    return etcd_call_resent(k, path, req, reply, what, grpc_code, NULL);
+}
+
+int etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+                     const char *what, int *grpc_code, bool *resent)
+{
     *reply = NULL;
+    if (resent)
+        *resent = false;
     if (grpc_code)
         *grpc_code = 0;
     char *body = json_dumps(req, JSON_COMPACT);
     if (!body)
         return dlock__err(DLOCK_ENOMEM, "%s: %s: out of memory", k->label, what);
     bool expired = false;
-    int rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired);
+    int rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired, resent);
     if (rc && expired) {
         /* The auth token timed out (etcd forgets simple tokens after
          * --auth-token-ttl): get a fresh one and try again once. */
         rc = authenticate(k);
         if (!rc)
-            rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired);
+            rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired, resent);
     }
     free(body);
     return rc;
@@ -476,7 +488,8 @@ static int authenticate(struct etcd_conn *k)
     bool expired;
     char what[300];
     snprintf(what, sizeof what, "authenticate as '%s'", k->user);
-    int rc = call_endpoints(k, "/v3/auth/authenticate", body, false, &reply, what, NULL, &expired);
+    int rc = call_endpoints(k, "/v3/auth/authenticate", body, false, &reply, what, NULL, &expired,
+                            NULL);
     free(body);
     if (rc == DLOCK_EBACKEND && strstr(dlock_errmsg(), "authentication is not enabled"))
         return DLOCK_OK; /* a user on a server without auth: nothing to do */

@@ -44,6 +44,11 @@ const char *etcd_conn_label(const struct etcd_conn *k);
  * when not NULL, gets etcd's gRPC status code of a refusal (else 0). */
 int etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
               const char *what, int *grpc_code);
+/* The same; *RESENT turns true when the request went out to an endpoint
+ * whose reply was lost and was then sent again to another: the answer
+ * may describe a state our first attempt already changed. */
+int etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+                     const char *what, int *grpc_code, bool *resent);
 
 /* ------------------------------------------------------------- watches */
 

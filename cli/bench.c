@@ -23,7 +23,8 @@
  * contended: W threads, each with its own client (as W processes would),
  *   fight for one name; hand-off latency = from the holder's release call
  *   to another thread's acquire returning, p50/p99, and acquisitions/s;
- *   the baseline is one PING round trip.
+ *   the baseline is one PING round trip measured meanwhile (same load),
+ *   and, for reference, on the idle server before.
  * renewal: one client holds K locks; over P periods (lease/3), the lock
  *   scripts the server ran per period (each a pipelined batch) and the
  *   client's CPU time per period.
@@ -350,6 +351,13 @@ static int bench_contended(const struct bench_opts *o)
         fprintf(stderr, "dlock bench: baseline: %s\n", sh.err);
         return EXIT_UNAVAILABLE;
     }
+    /* PING on an idle server first: the round trip without the load */
+    struct samples idle = {0};
+    for (int i = 0; raw && i < 500; i++) {
+        int64_t t0 = now_ns();
+        if (o->base->round_trip(raw) == 0)
+            sample_add(&idle, now_ns() - t0);
+    }
     for (int i = 0; i < o->waiters; i++)
         pthread_create(&th[i], NULL, con_main, &t[i]);
     /* PING round trips, measured meanwhile on a raw connection at a
@@ -376,7 +384,7 @@ static int bench_contended(const struct bench_opts *o)
         return EXIT_UNAVAILABLE;
     }
     double p50 = pct_us(&sh.handoff, 50), p99 = pct_us(&sh.handoff, 99);
-    double r50 = pct_us(&rtt, 50), r99 = pct_us(&rtt, 99);
+    double r50 = pct_us(&rtt, 50), r99 = pct_us(&rtt, 99), i50 = pct_us(&idle, 50);
     printf("  acquisitions/s         %10.1f (%zu hand-offs between threads)\n",
            (double)sh.acquisitions / (2 * o->duration), sh.handoff.n);
     if (r50 > 0) {
@@ -384,11 +392,14 @@ static int bench_contended(const struct bench_opts *o)
                r50);
         printf("  hand-off p99           %10.1f us = %.2f round trips (PING p99 %.1f us)\n", p99, p99 / r99,
                r99);
+        printf("  (PING p50 on the idle server before: %.1f us; hand-off p50 = %.1f of those)\n", i50,
+               i50 > 0 ? p50 / i50 : 0);
     } else {
         printf("  hand-off p50 %.1f us, p99 %.1f us (no baseline)\n", p50, p99);
     }
     free(sh.handoff.v);
     free(rtt.v);
+    free(idle.v);
     free(t);
     free(th);
     return 0;

@@ -160,6 +160,20 @@ static int count_lines(const char *s)
     return n;
 }
 
+/* Wait until etcd holds exactly N keys under PREFIX (20 s at most). */
+static bool wait_key_count(const char *prefix, int n)
+{
+    for (int i = 0; i < 800; i++) {
+        char *keys = ctl_keys(prefix);
+        int have = count_lines(keys);
+        free(keys);
+        if (have == n)
+            return true;
+        tu_sleep_ms(25);
+    }
+    return false;
+}
+
 /* Create revision of KEY as etcd reports it (0 when absent). */
 static uint64_t ctl_create_rev(const char *key)
 {
@@ -386,14 +400,7 @@ START_TEST(test_fifo_and_inspect)
     pthread_t tb, tc;
     pthread_create(&tb, NULL, waiter_main, &wb);
     /* b's key must exist before c's, so c queues behind b */
-    for (int i = 0; i < 200; i++) {
-        char *keys = ctl_keys("fifo/");
-        int n = count_lines(keys);
-        free(keys);
-        if (n == 2)
-            break;
-        tu_sleep_ms(20);
-    }
+    ck_assert_msg(wait_key_count("fifo/", 2), "never 2 key(s) under fifo/");
     pthread_create(&tc, NULL, waiter_main, &wc);
     dlock_info *info = NULL;
     for (int i = 0; i < 200; i++) {
@@ -446,14 +453,7 @@ START_TEST(test_cancel_wait)
     struct waiter_arg wb = {lb, DLOCK_FOREVER, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, waiter_main, &wb);
-    for (int i = 0; i < 200; i++) {
-        char *keys = ctl_keys("cancel/");
-        int n = count_lines(keys);
-        free(keys);
-        if (n == 2)
-            break;
-        tu_sleep_ms(20);
-    }
+    ck_assert_msg(wait_key_count("cancel/", 2), "never 2 key(s) under cancel/");
     ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
     pthread_join(tb, NULL);
     ck_assert_int_eq(wb.rc, DLOCK_ECANCELED);
@@ -651,14 +651,7 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
     char *held = tu_fmt("%s/etcdctl-held", dir), *go = tu_fmt("%s/go", dir);
     char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
     pid_t ctl = etcdctl_lock("interop2", shell, NULL);
-    for (int i = 0; i < 400; i++) { /* etcdctl's key is queued */
-        char *keys = ctl_keys("interop2/");
-        int n = count_lines(keys);
-        free(keys);
-        if (n == 2)
-            break;
-        tu_sleep_ms(25);
-    }
+    ck_assert_msg(wait_key_count("interop2/", 2), "never 2 key(s) under interop2/");
     struct waiter_arg wb = {lb, 30000, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, waiter_main, &wb);
@@ -891,6 +884,108 @@ START_TEST(test_lease_renewed_while_held)
 }
 END_TEST
 
+/* A waiter keeps its own lease alive: waiting three times longer than
+ * its lease, it keeps its place in the queue ahead of a later waiter. */
+START_TEST(test_waiter_keeps_its_place)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
+    dlock_client *a = open_ok(url), *b = open_ok(short_url), *c = open_ok(url);
+    dlock_lock *la = lock_ok(a, "place"), *lb = lock_ok(b, "place"), *lc = lock_ok(c, "place");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    struct waiter_arg wb = {lb, 30000, -99, 0, 0}, wc = {lc, 30000, -99, 0, 0};
+    pthread_t tb, tc;
+    pthread_create(&tb, NULL, waiter_main, &wb);
+    tu_sleep_ms(1000);
+    pthread_create(&tc, NULL, waiter_main, &wc);
+    tu_sleep_ms(2500); /* b's lease (1 s) would have expired thrice */
+    char *keys = ctl_keys("place/");
+    ck_assert_int_eq(count_lines(keys), 3);
+    free(keys);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    pthread_join(tb, NULL);
+    pthread_join(tc, NULL);
+    ck_assert_int_eq(wb.rc, DLOCK_OK);
+    ck_assert_int_eq(wc.rc, DLOCK_OK);
+    ck_assert_uint_lt(wb.token, wc.token); /* b, who came first, went first */
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(lc);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
+    free(url);
+    free(short_url);
+}
+END_TEST
+
+/* A waiter paused past its lease loses its key (etcd #11456: Go's client
+ * of etcd 3.4 would then take the lock without a key). Resumed, it must
+ * notice, queue again behind whoever came meanwhile, and never hold at
+ * the same time as them. */
+START_TEST(test_paused_waiter_requeues)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
+    char *dir = tu_tmpdir("etcd-requeue");
+    char *bheld = tu_fmt("%s/b-held", dir), *cdone = tu_fmt("%s/c-done", dir);
+    dlock_client *a = open_ok(url);
+    dlock_lock *la = lock_ok(a, "requeue");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    pid_t b = fork();
+    ck_assert_int_ge(b, 0);
+    if (b == 0) {
+        dlock_client *cb = NULL;
+        if (dlock_open(short_url, &cb) != DLOCK_OK)
+            _exit(10);
+        dlock_lock *lb = NULL;
+        dlock_lock_new(cb, "requeue", DLOCK_EXCLUSIVE, &lb);
+        if (dlock_acquire(lb, 60000) != DLOCK_OK)
+            _exit(11);
+        if (access(cdone, F_OK) != 0)
+            _exit(12); /* we hold while c has not finished: two holders */
+        uint64_t tok = 0;
+        dlock_token(lb, &tok);
+        char *text = tu_fmt("%" PRIu64, tok);
+        write_marker(bheld, text);
+        dlock_release(lb);
+        _exit(0);
+    }
+    ck_assert_msg(wait_key_count("requeue/", 2), "never 2 key(s) under requeue/");
+    kill(b, SIGSTOP);
+    ck_assert_msg(wait_key_count("requeue/", 1), "never 1 key(s) under requeue/");
+    dlock_client *c = open_ok(url);
+    dlock_lock *lc = lock_ok(c, "requeue");
+    struct waiter_arg wc = {lc, 30000, -99, 0, 0};
+    pthread_t tc;
+    /* c queues behind a: b has no key any more */
+    pthread_create(&tc, NULL, waiter_main, &wc);
+    ck_assert_msg(wait_key_count("requeue/", 2), "never 2 key(s) under requeue/");
+    kill(b, SIGCONT);
+    tu_sleep_ms(1500); /* b notices, queues again behind c */
+    ck_assert_msg(access(bheld, F_OK) != 0, "b holds while a does");
+    write_marker(cdone, "1"); /* from now on b may hold (after c) */
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    pthread_join(tc, NULL);
+    ck_assert_int_eq(wc.rc, DLOCK_OK);
+    ck_assert_int_eq(wait_exit(b), 0);
+    char *text = tu_read_file(bheld);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_uint_gt(strtoull(text, NULL, 10), wc.token);
+    free(text);
+    dlock_lock_free(la);
+    dlock_lock_free(lc);
+    dlock_client_close(a);
+    dlock_client_close(c);
+    free(bheld);
+    free(cdone);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+    free(short_url);
+}
+END_TEST
+
 /* ================================================================ errors */
 
 START_TEST(test_unreachable)
@@ -984,14 +1079,7 @@ START_TEST(test_cli_run_status_and_lost)
     const char *lost[] = {tu_dlock_bin(), "-u", lurl, "run", "clilost", "sleep", "30", NULL};
     char *log = tu_fmt("/tmp/dlock-etcd-clilost-%d.log", (int)getpid());
     pid_t p = tu_spawn(lost, log);
-    for (int i = 0; i < 400; i++) {
-        char *keys = ctl_keys("clilost/");
-        int n = count_lines(keys);
-        free(keys);
-        if (n == 1)
-            break;
-        tu_sleep_ms(25);
-    }
+    ck_assert_msg(wait_key_count("clilost/", 1), "never 1 key(s) under clilost/");
     ck_assert_int_eq(dlock_force_release(c, "clilost"), DLOCK_OK);
     ck_assert_int_eq(wait_exit(p), 75);
     unlink(log);
@@ -1401,6 +1489,8 @@ static Suite *etcd_suite(void)
     tcase_add_test(tc, test_force_release_reports_lost);
     tcase_add_test(tc, test_fixed_lease_ends);
     tcase_add_test(tc, test_lease_renewed_while_held);
+    tcase_add_test(tc, test_waiter_keeps_its_place);
+    tcase_add_test(tc, test_paused_waiter_requeues);
     tcase_add_test(tc, test_unreachable);
     tcase_add_test(tc, test_bad_urls);
     tcase_add_test(tc, test_cli_run_status_and_lost);

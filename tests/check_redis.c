@@ -1186,6 +1186,35 @@ START_TEST(cli_on_redis_urls)
 }
 END_TEST
 
+/* `dlock run` on a redis URL: the lease is renewed while the command runs
+ * and ends soon after the CLI is killed with SIGKILL. */
+START_TEST(cli_holder_renewed_then_killed)
+{
+    start_server(NULL);
+    const char *argv[] = {tu_dlock_bin(), "-u", srv.url, "run", "--lease", "1.5", "clik9", "--", "sleep", "60", NULL};
+    pid_t pid = tu_spawn(argv, NULL);
+    redisContext *ctx = raw();
+    for (int i = 0; i < 500 && cmd_int(ctx, "EXISTS clik9") != 1; i++)
+        tu_sleep_ms(10);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS clik9"), 1);
+    tu_sleep_ms(3000); /* two leases: only renewals keep it */
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS clik9"), 1);
+    long long ttl = cmd_int(ctx, "PTTL clik9");
+    ck_assert_msg(ttl > 0 && ttl <= 1500, "pttl %lld", ttl);
+    kill(-pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    dlock_client *c = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "clik9");
+    acquire_ok(l, 20000);
+    ck_assert_uint_eq(token_of(l), 2);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    redisFree(ctx);
+    stop_server();
+}
+END_TEST
+
 static Suite *redis_suite(void)
 {
     Suite *s = suite_create("redis");
@@ -1213,6 +1242,7 @@ static Suite *redis_suite(void)
     tcase_add_test(t, renewal_is_batched);
     tcase_add_test(t, urls_db_prefix_unix_and_list);
     tcase_add_test(t, cli_on_redis_urls);
+    tcase_add_test(t, cli_holder_renewed_then_killed);
     suite_add_tcase(s, t);
     return s;
 }

@@ -309,8 +309,9 @@ static char *lock_prefix(struct etcd_backend *s, const char *name)
     return dlock__sprintf("%s%s/", s->prefix, name);
 }
 
-/* Delete KEY; on failure remember it and try again later. */
-static void delete_key(struct etcd_backend *s, const char *key)
+/* Delete KEY; on failure remember it and try again later. True when the
+ * key is gone (or can never be deleted by us: no permission). */
+static bool delete_key(struct etcd_backend *s, const char *key)
 {
     json_t *req = range_of(key, false), *reply = NULL;
     int rc = req ? etcd_call(s->k, "/v3/kv/deleterange", req, &reply, "delete own key", NULL)
@@ -318,7 +319,7 @@ static void delete_key(struct etcd_backend *s, const char *key)
     json_decref(req);
     json_decref(reply);
     if (rc == DLOCK_OK || rc == DLOCK_EAUTH)
-        return;
+        return true;
     struct etcd_orphan *o = calloc(1, sizeof *o);
     if (o && (o->key = strdup(key))) {
         pthread_mutex_lock(&s->mu);
@@ -328,6 +329,7 @@ static void delete_key(struct etcd_backend *s, const char *key)
     } else {
         free(o);
     }
+    return false;
 }
 
 /* Retry the deletes that failed before (keeper or acquire, best effort). */
@@ -337,12 +339,20 @@ static void orphans_sweep(struct etcd_backend *s)
     struct etcd_orphan *list = s->orphans;
     s->orphans = NULL;
     pthread_mutex_unlock(&s->mu);
+    bool reachable = true;
     while (list) {
         struct etcd_orphan *o = list;
         list = o->next;
-        delete_key(s, o->key); /* re-queues itself on failure */
-        free(o->key);
-        free(o);
+        if (reachable) {
+            reachable = delete_key(s, o->key); /* re-queues itself on failure */
+            free(o->key);
+            free(o);
+        } else { /* the cluster is not answering: keep the rest for later */
+            pthread_mutex_lock(&s->mu);
+            o->next = s->orphans;
+            s->orphans = o;
+            pthread_mutex_unlock(&s->mu);
+        }
     }
 }
 

@@ -694,7 +694,13 @@ static void *watch_thread(void *arg)
                 }
         }
         pthread_mutex_unlock(&k->wmu);
-        curl_multi_poll(k->multi, NULL, 0, 1000, NULL);
+        /* Sleep until a stream has data, a timer of curl's is due, or
+         * curl_multi_wakeup() (a watch added or stopped, closing). */
+        long timeout = -1;
+        curl_multi_timeout(k->multi, &timeout);
+        if (timeout < 0 || timeout > 60000)
+            timeout = 60000;
+        curl_multi_poll(k->multi, NULL, 0, (int)timeout, NULL);
         pthread_mutex_lock(&k->wmu);
     }
     pthread_mutex_unlock(&k->wmu);

@@ -1091,6 +1091,51 @@ START_TEST(test_cli_run_status_and_lost)
 }
 END_TEST
 
+/* The issue's "done when", as a new user would try it: `dlock run` and
+ * `etcdctl lock` on the same name exclude each other, both ways. */
+START_TEST(test_cli_run_against_etcdctl_lock)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    char *dir = tu_tmpdir("etcd-cli-interop");
+    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *got = tu_fmt("%s/got", dir);
+    char *hold = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
+
+    /* etcdctl holds: dlock run -n is refused, dlock run -w 0.5 times out */
+    pid_t ctl = etcdctl_lock("cliinterop", hold, NULL);
+    ck_assert_msg(tu_wait_file(held, 20000), "etcdctl lock never held");
+    const char *nb[] = {tu_dlock_bin(), "-u", url, "run", "-n", "cliinterop", "true", NULL};
+    ck_assert_int_eq(tu_run(nb, NULL, NULL, NULL), 1);
+    const char *tw[] = {tu_dlock_bin(), "-u", url, "run", "-w", "0.5", "cliinterop", "true", NULL};
+    ck_assert_int_eq(tu_run(tw, NULL, NULL, NULL), 1);
+    write_marker(go, "1");
+    ck_assert_int_eq(wait_exit(ctl), 0);
+    unlink(held);
+    unlink(go);
+
+    /* dlock run holds: etcdctl lock waits until it is done */
+    const char *run[] = {tu_dlock_bin(), "-u", url, "run", "cliinterop", "sh", "-c", hold, NULL};
+    pid_t d = tu_spawn(run, NULL);
+    ck_assert_msg(tu_wait_file(held, 20000), "dlock run never held");
+    char *touch = tu_fmt("touch %s", got);
+    pid_t ctl2 = etcdctl_lock("cliinterop", touch, NULL);
+    tu_sleep_ms(700);
+    ck_assert_msg(access(got, F_OK) != 0, "etcdctl lock ran while dlock run held the lock");
+    write_marker(go, "1");
+    ck_assert_int_eq(wait_exit(d), 0);
+    ck_assert_int_eq(wait_exit(ctl2), 0);
+    ck_assert_msg(access(got, F_OK) == 0, "etcdctl lock never ran");
+    free(touch);
+    free(hold);
+    free(held);
+    free(go);
+    free(got);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
 /* ================================================================== auth */
 
 START_TEST(test_auth)
@@ -1494,6 +1539,7 @@ static Suite *etcd_suite(void)
     tcase_add_test(tc, test_unreachable);
     tcase_add_test(tc, test_bad_urls);
     tcase_add_test(tc, test_cli_run_status_and_lost);
+    tcase_add_test(tc, test_cli_run_against_etcdctl_lock);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("auth");

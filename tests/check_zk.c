@@ -201,7 +201,7 @@ static void on_lost(dlock_lock *l, const char *why, void *arg)
 {
     (void)l, (void)arg;
     snprintf(lost_why, sizeof lost_why, "%s", why);
-    atomic_store(&lost_flag, 1);
+    atomic_fetch_add(&lost_flag, 1); /* counts the holds lost */
 }
 
 static void write_marker(const char *path, const char *text)
@@ -231,6 +231,17 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, enu
     dlock_lock_on_lost(l, on_lost, NULL);
     if (dlock_acquire(l, 30000) != DLOCK_OK)
         _exit(12);
+    /* HOLD_UNTIL_LOST holds a second lock of the same session too */
+    dlock_lock *l2 = NULL;
+    if (mode == HOLD_UNTIL_LOST) {
+        char *name2 = tu_fmt("%s-2", name);
+        if (dlock_lock_new(c, name2, DLOCK_EXCLUSIVE, &l2) != DLOCK_OK)
+            _exit(13);
+        free(name2);
+        dlock_lock_on_lost(l2, on_lost, NULL);
+        if (dlock_acquire(l2, 30000) != DLOCK_OK)
+            _exit(14);
+    }
     uint64_t tok = 0;
     dlock_token(l, &tok);
     char *held = tu_fmt("%s/held", dir);
@@ -241,20 +252,21 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, enu
     if (mode == HOLD_FOREVER)
         for (;;)
             pause();
-    /* HOLD_UNTIL_LOST: after being paused past the session timeout, the
-     * hold must be reported lost, read as lost, and a new session must
-     * serve a new acquisition. */
-    for (int i = 0; i < 600 && !atomic_load(&lost_flag); i++)
+    /* HOLD_UNTIL_LOST: after being paused past the session timeout, both
+     * holds of the session must be reported lost (a callback each), read
+     * as lost, and a new session must serve a new acquisition. */
+    for (int i = 0; i < 600 && atomic_load(&lost_flag) < 2; i++)
         tu_sleep_ms(50);
-    if (!atomic_load(&lost_flag))
+    if (atomic_load(&lost_flag) != 2)
         _exit(20);
-    if (dlock_validity_ms(l) != 0)
+    if (dlock_validity_ms(l) != 0 || dlock_validity_ms(l2) != 0)
         _exit(21);
     char *lost = tu_fmt("%s/lost", dir);
     write_marker(lost, "1");
     free(lost);
-    if (dlock_release(l) != DLOCK_ELOST)
+    if (dlock_release(l) != DLOCK_ELOST || dlock_release(l2) != DLOCK_ELOST)
         _exit(22);
+    dlock_lock_free(l2);
     if (dlock_acquire(l, 30000) != DLOCK_OK)
         _exit(23);
     uint64_t tok2 = 0;
@@ -908,6 +920,63 @@ START_TEST(test_paused_holder_loses_and_recovers)
     free(held);
     free(lost);
     free(url);
+}
+END_TEST
+
+/* A waiter paused past its session timeout loses its place (the server
+ * deletes its node) and, resumed, queues again with a new session and
+ * gets the lock when it is released. */
+START_TEST(test_paused_waiter_requeues)
+{
+    REQUIRE_SERVERS();
+    char *url = kept(url_with(NULL, "lease=1500"));
+    char *dir = kept(tu_tmpdir("zk-waiter"));
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "paused-waiter");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    uint64_t mine = token_of(l);
+    char *done = kept(tu_fmt("%s/acquired", dir));
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        dlock_client *wc = NULL;
+        dlock_lock *wl = NULL;
+        if (dlock_open(url, &wc) || dlock_lock_new(wc, "paused-waiter", DLOCK_EXCLUSIVE, &wl))
+            _exit(10);
+        if (dlock_acquire(wl, 60000) != DLOCK_OK)
+            _exit(11);
+        uint64_t t = 0;
+        dlock_token(wl, &t);
+        char *text = tu_fmt("%" PRIu64, t);
+        write_marker(done, text);
+        free(text);
+        dlock_release(wl);
+        dlock_lock_free(wl);
+        dlock_client_close(wc);
+        _exit(0);
+    }
+    for (int k = 0; k < 400 && waiters_of(c, "paused-waiter") < 1; k++)
+        tu_sleep_ms(25);
+    ck_assert_int_eq(waiters_of(c, "paused-waiter"), 1);
+    kill(child, SIGSTOP);
+    /* the server expires the stopped waiter's session: its node goes */
+    for (int k = 0; k < 800 && waiters_of(c, "paused-waiter") > 0; k++)
+        tu_sleep_ms(25);
+    ck_assert_int_eq(waiters_of(c, "paused-waiter"), 0);
+    kill(child, SIGCONT);
+    /* resumed, it queues again */
+    for (int k = 0; k < 800 && waiters_of(c, "paused-waiter") < 1; k++)
+        tu_sleep_ms(25);
+    ck_assert_int_eq(waiters_of(c, "paused-waiter"), 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(wait_exit(child), 0);
+    char *text = tu_read_file(done);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_uint_gt(strtoull(text, NULL, 10), mine);
+    free(text);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_rmrf(dir);
 }
 END_TEST
 
@@ -1619,6 +1688,7 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, test_force_release_reports_lost);
     tcase_add_test(tc, test_kill9_holder_frees_at_session_expiry);
     tcase_add_test(tc, test_paused_holder_loses_and_recovers);
+    tcase_add_test(tc, test_paused_waiter_requeues);
     tcase_add_test(tc, test_unreachable);
     tcase_add_test(tc, test_missing_chroot);
     tcase_add_test(tc, test_bad_urls);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -40,6 +41,7 @@ struct run {
     dlock_lock *lock;
     pid_t child;
     int signal;  /* received while waiting */
+    int pending; /* received after acquiring, before COMMAND started */
     int lost_fd; /* eventfd: the lock was lost */
     bool lost;
     char lost_why[512];
@@ -88,11 +90,13 @@ static void *signal_thread(void *arg)
                     ts.tv_sec++, ts.tv_nsec -= 1000000000;
                 pthread_cond_timedwait(&R.cv, &R.mu, &ts);
             }
-        } else if (R.phase == RUNNING && R.child > 0) {
+        } else if (R.phase == RUNNING && si.si_code <= 0) {
             /* A signal from the terminal already reached COMMAND, which
              * shares our process group; pass on only those sent to us. */
-            if (si.si_code <= 0)
+            if (R.child > 0)
                 kill(R.child, sig);
+            else
+                R.pending = sig; /* COMMAND not started yet */
         }
         pthread_mutex_unlock(&R.mu);
     }
@@ -160,6 +164,7 @@ static pid_t start_child(char **cmd, char **env, const sigset_t *oldmask)
         fprintf(stderr, "dlock run: pipe: %s\n", strerror(errno));
         return -EXIT_SOFTWARE;
     }
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "dlock run: fork: %s\n", strerror(errno));
@@ -167,6 +172,10 @@ static pid_t start_child(char **cmd, char **env, const sigset_t *oldmask)
     }
     if (pid == 0) {
         close(p[0]);
+        /* The lock dies with dlock: COMMAND must not go on without it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(EXIT_LOST);
         signal(SIGPIPE, SIG_DFL);
         pthread_sigmask(SIG_SETMASK, oldmask, NULL);
         execvpe(cmd[0], cmd, env);
@@ -176,17 +185,45 @@ static pid_t start_child(char **cmd, char **env, const sigset_t *oldmask)
         _exit(EXIT_NOTFOUND);
     }
     close(p[1]);
+    pthread_mutex_lock(&R.mu);
+    R.child = pid;
+    if (R.pending)
+        kill(pid, R.pending);
+    pthread_mutex_unlock(&R.mu);
     int e = 0;
     ssize_t n;
     while ((n = read(p[0], &e, sizeof e)) < 0 && errno == EINTR)
         ;
     close(p[0]);
     if (n == (ssize_t)sizeof e) {
+        pthread_mutex_lock(&R.mu);
+        R.child = 0;
+        pthread_mutex_unlock(&R.mu);
         waitpid(pid, NULL, 0);
         fprintf(stderr, "dlock run: cannot run '%s': %s\n", cmd[0], strerror(e));
         return e == ENOENT ? -EXIT_NOTFOUND : -EXIT_NOEXEC;
     }
     return pid;
+}
+
+/* Reap CHILD if it has exited (or, with BLOCK, once it does). R.child is
+ * cleared before the pid is freed, so the signal thread can never signal
+ * a recycled pid. */
+static bool reap(pid_t child, int *status, bool block)
+{
+    siginfo_t si = {0};
+    int flags = WEXITED | WNOWAIT | (block ? 0 : WNOHANG);
+    while (waitid(P_PID, (id_t)child, &si, flags) < 0)
+        if (errno != EINTR)
+            return false;
+    if (si.si_pid != child)
+        return false;
+    pthread_mutex_lock(&R.mu);
+    R.child = 0;
+    pthread_mutex_unlock(&R.mu);
+    while (waitpid(child, status, 0) < 0 && errno == EINTR)
+        ;
+    return true;
 }
 
 /* Wait for the child, applying --on-lost. Returns its wait status. */
@@ -197,8 +234,8 @@ static int supervise(pid_t child, enum on_lost policy, int64_t kill_after_ms)
     bool acted = false;
     int status = 0;
     for (;;) {
-        if (waitpid(child, &status, WNOHANG) == child)
-            return status;
+        if (reap(child, &status, false))
+            break;
         struct pollfd fds[2] = {{.fd = pidfd, .events = POLLIN}, {.fd = R.lost_fd, .events = POLLIN}};
         int timeout = -1;
         if (kill_at >= 0) {
@@ -206,15 +243,17 @@ static int supervise(pid_t child, enum on_lost policy, int64_t kill_after_ms)
             timeout = left > 0 ? (int)left : 0;
         }
         if (pidfd < 0) {
-            /* No pidfd (old kernel): block in waitpid; lost handling then
-             * happens only through SIGTERM from the user. */
-            while (waitpid(child, &status, 0) < 0 && errno == EINTR)
-                ;
-            return status;
+            /* No pidfd (old kernel): block; --on-lost cannot act then. */
+            fprintf(stderr, "dlock run: pidfd_open: %s; --on-lost is not applied\n",
+                    strerror(errno));
+            reap(child, &status, true);
+            break;
         }
         int n = poll(fds, 2, timeout);
-        if (n < 0 && errno != EINTR)
+        if (n < 0 && errno != EINTR) {
+            reap(child, &status, true);
             break;
+        }
         if (fds[1].revents && !acted) {
             uint64_t v;
             ssize_t r = read(R.lost_fd, &v, sizeof v);
@@ -237,8 +276,8 @@ static int supervise(pid_t child, enum on_lost policy, int64_t kill_after_ms)
             kill_at = -1;
         }
     }
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR)
-        ;
+    if (pidfd >= 0)
+        close(pidfd);
     return status;
 }
 
@@ -328,7 +367,7 @@ int cmd_run(const char *url, int argc, char **argv)
         case 'h':
             return cli_help("run", 0);
         default:
-            if (optopt && strchr("wEcu", optopt))
+            if (optopt && strchr("wEcuLOK", optopt))
                 return usage_error("option '%s' needs a value", argv[optind - 1]);
             return usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -414,9 +453,6 @@ int cmd_run(const char *url, int argc, char **argv)
     free_env(env);
     int status = 0;
     if (child > 0) {
-        pthread_mutex_lock(&R.mu);
-        R.child = child;
-        pthread_mutex_unlock(&R.mu);
         status = supervise(child, policy, kill_after_ms);
         code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
     } else {

@@ -31,6 +31,7 @@ struct dlock_lock {
     dlock_lost_fn lost_fn;
     void *lost_arg;
     struct dlock__waitref *waits; /* acquires in progress, for cancel */
+    unsigned cb_running;          /* lost callbacks in flight (keeper) */
 };
 
 /* Extra per-hold bookkeeping the core keeps next to the backend's view. */

@@ -97,17 +97,25 @@ static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, si
                     mark_lost(c, h, why);
                 }
                 if (h->state == DLOCK__LOST) {
-                    if (!h->lost_reported) {
-                        h->lost_reported = true;
-                        if (h->via && h->via->lost_fn) {
-                            if (*ncalls == *ccap) {
-                                *ccap = *ccap ? *ccap * 2 : 8;
-                                *calls = realloc(*calls, *ccap * sizeof **calls);
-                            }
-                            (*calls)[(*ncalls)++] = (struct lost_call){
-                                h->via->lost_fn, h->via, h->via->lost_arg, strdup(h->lost_why)};
+                    if (h->lost_reported)
+                        continue;
+                    if (h->via && h->via->lost_fn) {
+                        if (*ncalls == *ccap) {
+                            size_t ncap = *ccap ? *ccap * 2 : 8;
+                            struct lost_call *n = realloc(*calls, ncap * sizeof *n);
+                            if (!n)
+                                continue; /* next pass */
+                            *calls = n;
+                            *ccap = ncap;
                         }
+                        /* The handle stays alive until the call is over:
+                         * dlock_lock_free() waits for cb_running. */
+                        h->via->cb_running++;
+                        (*calls)[(*ncalls)++] = (struct lost_call){
+                            h->via->lost_fn, h->via, h->via->lost_arg,
+                            strdup(h->lost_why ? h->lost_why : "no reason given")};
                     }
+                    h->lost_reported = true;
                     continue;
                 }
                 if (!h->lease_ms || h->renewing)
@@ -119,8 +127,12 @@ static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, si
                  * hold is really due: see the end of this function. */
                 if (h->renew_at <= now + h->lease_ms / 6) {
                     if (*ndue == *cap) {
-                        *cap = *cap ? *cap * 2 : 64;
-                        *due = realloc(*due, *cap * sizeof **due);
+                        size_t ncap = *cap ? *cap * 2 : 64;
+                        struct dlock__hold **n = realloc(*due, ncap * sizeof *n);
+                        if (!n)
+                            continue; /* next pass */
+                        *due = n;
+                        *cap = ncap;
                     }
                     (*due)[(*ndue)++] = h;
                     h->renewing = true;
@@ -151,23 +163,24 @@ static void *keeper_main(void *arg)
     while (!c->keeper_stop) {
         size_t ndue = 0, ncalls = 0;
         int64_t next = scan(c, &due, &ndue, &cap, &calls, &ncalls, &ccap);
-        if (ncalls) {
-            pthread_mutex_unlock(&c->mu);
-            for (size_t i = 0; i < ncalls; i++) {
-                calls[i].fn(calls[i].l, calls[i].why, calls[i].arg);
-                free(calls[i].why);
-            }
-            pthread_mutex_lock(&c->mu);
-        }
+        /* Renewals first: a slow lost callback must not hold up renewals,
+         * nor keep a release waiting on a hold marked renewing. */
         if (ndue) {
             if (rcap < ndue) {
-                rcap = cap;
-                results = realloc(results, rcap * sizeof *results);
+                int *n = realloc(results, cap * sizeof *n);
+                if (!n) {
+                    for (size_t i = 0; i < ndue; i++)
+                        due[i]->renewing = false;
+                    ndue = 0;
+                } else {
+                    results = n;
+                    rcap = cap;
+                }
             }
             for (size_t i = 0; i < ndue; i++)
                 results[i] = DLOCK_EIO;
             pthread_mutex_unlock(&c->mu);
-            if (c->be->renew)
+            if (ndue && c->be->renew)
                 c->be->renew(c->bstate, due, ndue, results);
             const char *msg = dlock_errmsg();
             pthread_mutex_lock(&c->mu);
@@ -184,9 +197,19 @@ static void *keeper_main(void *arg)
                 }
             }
             pthread_cond_broadcast(&c->renew_cv);
-            continue;
         }
-        if (ncalls)
+        if (ncalls) {
+            pthread_mutex_unlock(&c->mu);
+            for (size_t i = 0; i < ncalls; i++) {
+                calls[i].fn(calls[i].l, calls[i].why, calls[i].arg);
+                free(calls[i].why);
+            }
+            pthread_mutex_lock(&c->mu);
+            for (size_t i = 0; i < ncalls; i++)
+                calls[i].l->cb_running--;
+            pthread_cond_broadcast(&c->renew_cv);
+        }
+        if (ndue || ncalls)
             continue;
         if (next == DLOCK__NEVER) {
             c->keeper_asleep_until = DLOCK__NEVER;

@@ -127,9 +127,14 @@ int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags)
 {
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
-    if (lease_ms < 0 || (flags & ~DLOCK_LEASE_FIXED))
-        return dlock__err(DLOCK_EINVAL, "lock '%s': bad lease %lld ms or flags %#x", l->e->name,
-                          (long long)lease_ms, flags);
+    if (flags & ~DLOCK_LEASE_FIXED)
+        return dlock__err(DLOCK_EINVAL, "lock '%s': unknown lease flags %#x", l->e->name, flags);
+    if (lease_ms < 0 || lease_ms > 365LL * 86400000 ||
+        (lease_ms > 0 && lease_ms <= l->c->opts.drift_ms))
+        return dlock__err(DLOCK_EINVAL,
+                          "lock '%s': lease %lld ms must be 0 (the client's) or longer than the "
+                          "drift margin (%lld ms) and at most a year",
+                          l->e->name, (long long)lease_ms, (long long)l->c->opts.drift_ms);
     pthread_mutex_lock(&l->c->mu);
     l->lease_ms = lease_ms;
     l->fixed_lease = flags & DLOCK_LEASE_FIXED;
@@ -400,16 +405,22 @@ void dlock_lock_free(dlock_lock *l)
     dlock_client *c = l->c;
     if (c->pid == getpid()) {
         pthread_mutex_lock(&c->mu);
+        /* A lost callback on this handle may be running: let it finish. */
+        while (l->cb_running)
+            pthread_cond_wait(&c->renew_cv, &c->mu);
+        /* The last handle on the name ends the holds still taken on it.
+         * While other handles remain, holds stay reachable through them
+         * (a thread that re-entered through another handle keeps its
+         * count); only the callback link to this handle goes. */
+        bool last = l->e->refs == 1;
         struct dlock__hold *h;
         for (;;) {
-            for (h = l->e->holds; h && h->via != l; h = h->next)
+            for (h = l->e->holds; h && !(last && (h->via == l || !h->via)); h = h->next)
                 ;
             if (!h)
                 break;
             hold_end(c, h);
         }
-        /* Holds taken through this handle by re-entry via another one
-         * keep going; make sure none points here. */
         for (h = l->e->holds; h; h = h->next)
             if (h->via == l)
                 h->via = NULL;

@@ -134,48 +134,74 @@ static int parse_query(const char *text, const char *q, struct dlock__url *u)
     return DLOCK_OK;
 }
 
-/* The URL with the password (userinfo or ?password=) left out. */
+/* The URL with the password left out: the ":password" of the userinfo
+ * (up to the last '@' before the path, as the parser reads it) and every
+ * query option whose decoded key is "password". Error messages quote
+ * this, never the text as given. */
 static char *redact(const char *text)
 {
-    char *r = strdup(text);
+    size_t len = strlen(text);
+    char *r = malloc(len + 1), *o = r;
     if (!r)
         return NULL;
-    char *auth = strstr(r, "://");
-    if (auth) {
-        auth += 3;
-        char *at = strchr(auth, '@'), *slash = strchr(auth, '/');
-        if (at && (!slash || at < slash)) {
-            char *colon = memchr(auth, ':', (size_t)(at - auth));
-            if (colon)
-                memmove(colon, at, strlen(at) + 1);
+    const char *p = text, *sep = strstr(text, "://");
+    if (sep) {
+        const char *auth = sep + 3;
+        size_t alen = strcspn(auth, "/?");
+        const char *at = NULL;
+        for (size_t i = 0; i < alen; i++)
+            if (auth[i] == '@')
+                at = auth + i;
+        const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+        size_t keep = colon ? (size_t)(colon - text) : (size_t)(auth + alen - text);
+        memcpy(o, text, keep);
+        o += keep;
+        p = colon ? at : text + keep;
+    }
+    const char *q = strchr(p, '?');
+    size_t before = q ? (size_t)(q - p) : strlen(p);
+    memcpy(o, p, before);
+    o += before;
+    if (q) {
+        char lead = '?';
+        for (q++; *q;) {
+            size_t seg = strcspn(q, "&");
+            size_t klen = strcspn(q, "=&");
+            char *key = decode(q, klen);
+            bool secret = !key || strcmp(key, "password") == 0;
+            free(key);
+            if (seg && !secret) {
+                *o++ = lead;
+                memcpy(o, q, seg);
+                o += seg;
+                lead = '&';
+            }
+            q += seg + (q[seg] == '&');
         }
     }
-    char *pw = strstr(r, "password=");
-    if (pw && (pw[-1] == '?' || pw[-1] == '&')) {
-        char *end = pw + strcspn(pw, "&");
-        if (*end == '&')
-            end++;
-        else if (pw[-1] == '&' || pw[-1] == '?')
-            pw--; /* drop the separator before a last option */
-        memmove(pw, end, strlen(end) + 1);
-    }
+    *o = 0;
     return r;
 }
 
 int dlock__url_parse(const char *text, struct dlock__url *u)
 {
     memset(u, 0, sizeof *u);
+    /* Messages quote the redacted form: a password never reaches a log. */
+    u->redacted = redact(text);
+    if (!u->redacted)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    const char *shown = u->redacted; /* for messages; TEXT is parsed */
     const char *sep = strstr(text, "://");
     if (!sep) {
         if (strchr(text, ':'))
-            return bad(text, "expected scheme://... (e.g. file:///run/locks)");
-        return bad(text, "no scheme (e.g. file:///dir, redis://host:6379)");
+            return bad(shown, "expected scheme://... (e.g. file:///run/locks)");
+        return bad(shown, "no scheme (e.g. file:///dir, redis://host:6379)");
     }
     if (sep == text)
-        return bad(text, "empty scheme");
+        return bad(shown, "empty scheme");
     for (const char *p = text; p < sep; p++)
         if (!isalnum((unsigned char)*p) && !strchr("+-.", *p))
-            return bad(text, "bad character in scheme");
+            return bad(shown, "bad character in scheme");
     u->scheme = strndup(text, (size_t)(sep - text));
     for (char *p = u->scheme; *p; p++)
         *p = (char)tolower((unsigned char)*p);
@@ -198,7 +224,7 @@ int dlock__url_parse(const char *text, struct dlock__url *u)
         if (colon)
             u->password = decode(colon + 1, (size_t)(at - colon - 1));
         if (!u->user || (colon && !u->password))
-            return bad(text, "bad %-escape in user or password");
+            return bad(shown, "bad %-escape in user or password");
         if (!*u->user) {
             free(u->user);
             u->user = NULL;
@@ -212,15 +238,15 @@ int dlock__url_parse(const char *text, struct dlock__url *u)
         const char *comma = memchr(hosts, ',', (size_t)(hend - hosts));
         size_t len = comma ? (size_t)(comma - hosts) : (size_t)(hend - hosts);
         if (u->nhosts == DLOCK__MAX_HOSTS)
-            return bad(text, "too many hosts");
+            return bad(shown, "too many hosts");
         if (len == 0)
-            return bad(text, "empty host in host list");
-        int rc = parse_host(text, hosts, len, &u->hosts[u->nhosts++]);
+            return bad(shown, "empty host in host list");
+        int rc = parse_host(shown, hosts, len, &u->hosts[u->nhosts++]);
         if (rc)
             return rc;
         hosts += len + (comma ? 1 : 0);
         if (comma && hosts == hend)
-            return bad(text, "empty host in host list");
+            return bad(shown, "empty host in host list");
     }
 
     /* path */
@@ -228,16 +254,13 @@ int dlock__url_parse(const char *text, struct dlock__url *u)
         size_t plen = before_query - (size_t)(slash - rest);
         u->path = decode(slash, plen);
         if (!u->path)
-            return bad(text, "bad %-escape in path");
+            return bad(shown, "bad %-escape in path");
     }
     if (query) {
-        int rc = parse_query(text, query + 1, u);
+        int rc = parse_query(shown, query + 1, u);
         if (rc)
             return rc;
     }
-    u->redacted = redact(text);
-    if (!u->redacted)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
     return DLOCK_OK;
 }
 

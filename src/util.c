@@ -2,6 +2,7 @@
  * durations, thread ids, strings, UUIDs and glob matching. */
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,12 +60,27 @@ int64_t dlock__parse_duration(const char *s)
     return (int64_t)(v * scale + 0.5);
 }
 
+static _Thread_local long cached_tid;
+static pthread_once_t tid_once = PTHREAD_ONCE_INIT;
+
+/* The forking thread's copy in the child still holds the parent's id. */
+static void forget_tid(void)
+{
+    cached_tid = 0;
+}
+
+static void register_forget_tid(void)
+{
+    pthread_atfork(NULL, NULL, forget_tid);
+}
+
 long dlock__tid(void)
 {
-    static _Thread_local long tid;
-    if (!tid)
-        tid = (long)syscall(SYS_gettid);
-    return tid;
+    if (!cached_tid) {
+        pthread_once(&tid_once, register_forget_tid);
+        cached_tid = (long)syscall(SYS_gettid);
+    }
+    return cached_tid;
 }
 
 char *dlock__strdup(const char *s)

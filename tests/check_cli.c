@@ -7,6 +7,7 @@
 #include <check.h>
 #include <ctype.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,6 +201,28 @@ END_TEST
 
 START_TEST(test_kill9_holder_frees)
 {
+    /* The command dies with a killed dlock: it must not go on unlocked. */
+    char *pidfile = tu_fmt("%s/cmd.pid", dir), *cmd = tu_fmt("echo $$ > %s; exec sleep 120", pidfile);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "orphan", "-c", cmd, NULL};
+    pid_t d = tu_spawn(argv, NULL);
+    ck_assert(tu_wait_file(pidfile, 20000));
+    tu_sleep_ms(50);
+    char *text = tu_read_file(pidfile);
+    pid_t cmd_pid = (pid_t)atoi(text);
+    ck_assert_int_gt(cmd_pid, 0);
+    kill(d, SIGKILL);
+    waitpid(d, NULL, 0);
+    bool gone = false;
+    for (int i = 0; i < 1000 && !gone; i++) {
+        gone = kill(cmd_pid, 0) < 0;
+        if (!gone)
+            tu_sleep_ms(10);
+    }
+    ck_assert_msg(gone, "command %d outlived its killed dlock", (int)cmd_pid);
+    free(text);
+    free(cmd);
+    free(pidfile);
+
     pid_t h = start_holder("k9", "");
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "k9", "true"), 1);
     kill(h, SIGKILL); /* the dlock process, not its command */

@@ -640,6 +640,92 @@ START_TEST(test_free_releases)
 }
 END_TEST
 
+START_TEST(test_fifo_and_replaced_files)
+{
+    /* A FIFO where a lock file would be: refused, never hangs, and never
+     * disturbs another lock's descriptor. */
+    char *fifo = tu_fmt("%s/pipe.lock", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    dlock_client *c = open_client();
+    dlock_lock *a = new_lock(c, "a", DLOCK_EXCLUSIVE);
+    dlock_lock *p = new_lock(c, "pipe", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
+    for (int i = 0; i < 50; i++)
+        ck_assert_int_eq(dlock_acquire(p, DLOCK_TRY), DLOCK_EWRONGTYPE);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "pipe.lock"));
+    char buf[256] = "";
+    ck_assert_int_eq(dlock_list(c, NULL, collect, buf), DLOCK_OK);
+    ck_assert_str_eq(buf, "a|");
+    dlock_client *c2 = open_client();
+    dlock_lock *a2 = new_lock(c2, "a", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(a2, DLOCK_TRY), DLOCK_EBUSY); /* still ours */
+    ck_assert_int_eq(dlock_release(a), DLOCK_OK);
+    /* A lock file moved away while held: the name maps to a fresh file,
+     * which a new owner can take (why docs say never to move or delete
+     * lock files in use); the old holder still releases cleanly. */
+    char *path = tu_fmt("%s/a.lock", dir), *moved = tu_fmt("%s/old-a", dir);
+    ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(rename(path, moved), 0);
+    ck_assert_int_eq(dlock_acquire(a2, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(a2), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(a), DLOCK_OK);
+    dlock_lock_free(a2);
+    dlock_client_close(c2);
+    dlock_lock_free(p);
+    dlock_lock_free(a);
+    dlock_client_close(c);
+    free(moved);
+    free(path);
+    free(fifo);
+}
+END_TEST
+
+START_TEST(test_handle_lease_and_two_handles)
+{
+    dlock_client *c = open_client();
+    dlock_lock *l1 = new_lock(c, "two", DLOCK_EXCLUSIVE);
+    dlock_lock *l2 = new_lock(c, "two", DLOCK_EXCLUSIVE);
+    /* At or under the drift margin, or over a year: refused. */
+    ck_assert_int_eq(dlock_lock_set_lease(l1, 250, 0), DLOCK_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "drift"));
+    ck_assert_int_eq(dlock_lock_set_lease(l1, INT64_MAX, 0), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_lock_set_lease(l1, 5000, 8), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_lock_set_lease(l1, 5000, DLOCK_LEASE_FIXED), DLOCK_OK);
+    /* Freeing one of two handles keeps a hold re-entered through the other. */
+    ck_assert_int_eq(dlock_acquire(l1, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(l1);
+    ck_assert_uint_eq(dlock_hold_count(l2), 2);
+    dlock_client *c2 = open_client();
+    dlock_lock *o = new_lock(c2, "two", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(o, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(o, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(o);
+    dlock_client_close(c2);
+    dlock_lock_free(l2);
+    dlock_client_close(c);
+}
+END_TEST
+
+START_TEST(test_no_password_in_messages)
+{
+    dlock_client *c;
+    const char *urls[] = {"redis://admin:s3cret@host:99999", "file://u:s3cret@x@localhost/tmp",
+                          "file:///nowhere?pass%77ord=s3cret", "file:///tmp?password=s3cret&k=v"};
+    for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+        int rc = dlock_open(urls[i], &c);
+        if (rc == DLOCK_OK) {
+            ck_assert_ptr_null(strstr(dlock_client_url(c), "s3cret"));
+            dlock_client_close(c);
+        } else {
+            ck_assert_msg(!strstr(dlock_errmsg(), "s3cret"), "%s", dlock_errmsg());
+        }
+    }
+}
+END_TEST
+
 static Suite *file_suite(void)
 {
     Suite *s = suite_create("file");
@@ -665,6 +751,9 @@ static Suite *file_suite(void)
         {"foreign_file", test_foreign_file_left_intact},
         {"fork", test_fork_misuse},
         {"free_releases", test_free_releases},
+        {"fifo_replaced", test_fifo_and_replaced_files},
+        {"lease_two_handles", test_handle_lease_and_two_handles},
+        {"no_password", test_no_password_in_messages},
     };
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
         TCase *tc = tcase_create(tests[i].name);

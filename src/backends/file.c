@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -176,33 +177,34 @@ static int read_header(struct file_state *s, int fd, const char *path, const cha
 
 /* ------------------------------------------------------------ open */
 
-static int check_dir(struct file_state *s, bool create)
+static int check_dir(struct file_state *s, bool is_default)
 {
-    struct stat st;
-    if (stat(s->dir, &st) < 0) {
-        if (errno != ENOENT || !create)
-            return dlock__errno(dlock__errno_code(errno), errno, "lock directory %s", s->dir);
-        if (mkdir(s->dir, 0700) < 0 && errno != EEXIST)
-            return dlock__errno(dlock__errno_code(errno), errno, "cannot create lock directory %s",
-                                s->dir);
-        if (stat(s->dir, &st) < 0)
-            return dlock__errno(dlock__errno_code(errno), errno, "lock directory %s", s->dir);
-        if (create && st.st_uid != getuid())
-            return dlock__err(DLOCK_EACCES,
-                              "lock directory %s belongs to uid %u, not to you (uid %u); "
-                              "refusing to use it",
-                              s->dir, (unsigned)st.st_uid, (unsigned)getuid());
+    if (is_default && mkdir(s->dir, 0700) < 0 && errno != EEXIST)
+        return dlock__errno(dlock__errno_code(errno), errno, "cannot create lock directory %s",
+                            s->dir);
+    /* Open first, then look at what was opened: no window to swap it. The
+     * default directory may not be a symlink (someone could plant one in
+     * /tmp); a directory named in a URL may. */
+    s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (is_default ? O_NOFOLLOW : 0));
+    if (s->dirfd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR)
+            return dlock__err(DLOCK_EACCES, "lock directory %s is not a directory%s", s->dir,
+                              is_default ? " (a symlink is refused for the default one)" : "");
+        return dlock__errno(dlock__errno_code(errno), errno, "lock directory %s", s->dir);
     }
-    if (!S_ISDIR(st.st_mode))
-        return dlock__err(DLOCK_ENOENT, "lock directory %s is not a directory", s->dir);
-    if (create && st.st_uid != getuid())
+    struct stat st;
+    if (fstat(s->dirfd, &st) < 0)
+        return dlock__errno(DLOCK_EIO, errno, "lock directory %s", s->dir);
+    if (is_default && st.st_uid != getuid())
         return dlock__err(DLOCK_EACCES,
                           "default lock directory %s belongs to uid %u, not to you (uid %u); "
                           "refusing to use it",
                           s->dir, (unsigned)st.st_uid, (unsigned)getuid());
-    s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (s->dirfd < 0)
-        return dlock__errno(dlock__errno_code(errno), errno, "lock directory %s", s->dir);
+    if (is_default && (st.st_mode & 022))
+        return dlock__err(DLOCK_EACCES,
+                          "default lock directory %s is writable by others (mode %03o); "
+                          "refusing to use it (chmod 700 it)",
+                          s->dir, (unsigned)(st.st_mode & 0777));
     if (faccessat(s->dirfd, ".", W_OK | X_OK, AT_EACCESS) < 0)
         return dlock__errno(DLOCK_EACCES, errno, "lock directory %s is not writable", s->dir);
     return DLOCK_OK;
@@ -300,7 +302,7 @@ static int file_open(dlock_client *c, void **state)
 static int open_lock_file(struct file_state *s, const char *full, int flags, char *fname, int *fd)
 {
     file_name(full, fname);
-    *fd = openat(s->dirfd, fname, flags | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+    *fd = openat(s->dirfd, fname, flags | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0644);
     if (*fd < 0) {
         if (errno == ENOENT && !(flags & O_CREAT))
             return DLOCK_ENOENT; /* never locked: no message needed */
@@ -312,6 +314,7 @@ static int open_lock_file(struct file_state *s, const char *full, int flags, cha
     struct stat st;
     if (fstat(*fd, &st) == 0 && !S_ISREG(st.st_mode)) {
         close(*fd);
+        *fd = -1;
         return dlock__err(DLOCK_EWRONGTYPE, "%s/%s is not a regular file (left intact)", s->dir,
                           fname);
     }
@@ -319,6 +322,14 @@ static int open_lock_file(struct file_state *s, const char *full, int flags, cha
 }
 
 /* ------------------------------------------------------- acquiring */
+
+/* Whether FNAME in the directory still is the file FD has open. */
+static bool still_linked(struct file_state *s, int fd, const char *fname)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && fstatat(s->dirfd, fname, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
 
 /* Issue the next token and record the holder. Shared holders may do this
  * at the same time, so they take the meta lock; an exclusive holder is
@@ -341,8 +352,10 @@ static int stamp(struct file_state *s, int fd, const char *fname, const char *fu
         h.since_ms = dlock__wall_ms();
         memcpy(h.host, s->host, HOST_MAX);
         h.name_len = (uint32_t)len;
-        if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
-            (fresh && pwrite(fd, full, len, sizeof h) != (ssize_t)len))
+        /* One write: a crash or a reader never sees a header without its
+         * name. */
+        struct iovec iov[2] = {{&h, sizeof h}, {(void *)full, fresh ? len : 0}};
+        if (pwritev(fd, iov, 2, 0) != (ssize_t)(sizeof h + (fresh ? len : 0)))
             rc = dlock__errno(dlock__errno_code(errno), errno, "lock file %s/%s: write", s->dir,
                               fname);
         *token = h.token;
@@ -363,12 +376,23 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     int rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
     short type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK;
     while (!rc) {
-        if (range_lock(fd, F_OFD_SETLK, type, LOCK_BYTE) == 0)
-            break;
-        if (errno != EAGAIN && errno != EACCES) {
+        bool locked = range_lock(fd, F_OFD_SETLK, type, LOCK_BYTE) == 0;
+        if (!locked && errno != EAGAIN && errno != EACCES) {
             rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
             break;
         }
+        if (!still_linked(s, fd, fname)) {
+            /* Someone deleted or replaced the file: a lock on the old inode
+             * excludes nobody. Start over on what the name points to now. */
+            close(fd);
+            if (ifd >= 0)
+                inotify_return(s, ifd, wd);
+            ifd = wd = -1;
+            rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
+            continue;
+        }
+        if (locked)
+            break;
         if (w->deadline == 0) {
             rc = DLOCK_EBUSY;
             break;
@@ -384,7 +408,8 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
             }
             char path[PATH_MAX];
             snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-            wd = inotify_add_watch(ifd, path, IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF);
+            wd = inotify_add_watch(ifd, path,
+                                   IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
             if (wd < 0) {
                 rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: inotify watch", s->dir,
                                   fname);
@@ -441,7 +466,8 @@ static int file_inspect(void *state, const char *name, struct dlock_info *info)
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd;
-    int rc = open_lock_file(s, full, O_RDWR, fname, &fd);
+    /* Read-only: closing it raises no IN_CLOSE_WRITE for the waiters. */
+    int rc = open_lock_file(s, full, O_RDONLY, fname, &fd);
     char *path = dlock__sprintf("%s/%s", s->dir, fname);
     info->ttl_ms = DLOCK_VALID_FOREVER;
     if (path)
@@ -514,9 +540,14 @@ static int file_list(void *state, const char *pattern, dlock_list_fn fn, void *a
         size_t len = strlen(de->d_name);
         if (len < 6 || strcmp(de->d_name + len - 5, ".lock") != 0)
             continue;
-        int fd = openat(s->dirfd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        int fd = openat(s->dirfd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0)
             continue;
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            continue;
+        }
         struct header h;
         char *full = NULL;
         if (pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, MAGIC, 8) == 0 &&

@@ -1195,37 +1195,90 @@ static int zk_open(struct dlock_client *c, void **state)
 
 /* --------------------------------------------------------------- acquire */
 
-/* Create the persistent parents of the lock node and the lock node
- * itself as a container (persistent when the server has no containers).
- * Returns a ZooKeeper code; on failure *failed (owned) names the path. */
+/* Create the lock node LOCKPATH as a container (persistent when the
+ * server has no containers). ZNODEEXISTS counts as done. */
+static int create_lock_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath)
+{
+    int mode = zb->no_containers ? ZOO_PERSISTENT : ZOO_CONTAINER;
+    int rc = rq_create(zb, s->zh, lockpath, NULL, mode, NULL, NULL);
+    if ((rc == ZUNIMPLEMENTED || rc == ZBADARGUMENTS) && mode == ZOO_CONTAINER) {
+        zb->no_containers = true;
+        rc = rq_create(zb, s->zh, lockpath, NULL, ZOO_PERSISTENT, NULL, NULL);
+    }
+    return rc == ZNODEEXISTS ? ZOK : rc;
+}
+
+/* Create the lock node, and first its persistent parents (the base path)
+ * if they are missing: the common case, a new name under an existing
+ * base, costs one request. Returns a ZooKeeper code; on failure *failed
+ * (owned) names the path. */
 static int make_parents(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                         char **failed)
 {
-    char *p = dlock__strdup(lockpath);
     *failed = NULL;
+    int rc = create_lock_node(zb, s, lockpath);
+    if (rc != ZNONODE) {
+        if (rc != ZOK)
+            *failed = dlock__strdup(lockpath);
+        return rc;
+    }
+    char *p = dlock__strdup(lockpath);
     if (!p)
         return ZSYSTEMERROR;
-    int rc = ZOK;
-    for (char *slash = strchr(p + 1, '/');; slash = strchr(slash + 1, '/')) {
-        bool last = slash == NULL;
-        if (!last)
-            *slash = 0;
-        int mode = last && !zb->no_containers ? ZOO_CONTAINER : ZOO_PERSISTENT;
-        rc = rq_create(zb, s->zh, p, NULL, mode, NULL, NULL);
-        if (last && (rc == ZUNIMPLEMENTED || rc == ZBADARGUMENTS) && mode == ZOO_CONTAINER) {
-            zb->no_containers = true;
-            rc = rq_create(zb, s->zh, p, NULL, ZOO_PERSISTENT, NULL, NULL);
+    for (char *slash = strchr(p + 1, '/'); slash && rc != ZSYSTEMERROR;
+         slash = strchr(slash + 1, '/')) {
+        *slash = 0;
+        rc = rq_create(zb, s->zh, p, NULL, ZOO_PERSISTENT, NULL, NULL);
+        if (rc != ZOK && rc != ZNODEEXISTS) {
+            *failed = p;
+            return rc;
         }
-        if (rc == ZNODEEXISTS)
-            rc = ZOK;
-        if (rc != ZOK || last)
-            break;
         *slash = '/';
     }
+    rc = create_lock_node(zb, s, lockpath);
     if (rc != ZOK)
         *failed = p;
     else
         free(p);
+    return rc;
+}
+
+/* Create PATH (EPHEMERAL_SEQUENTIAL) and, in the same round trip, list
+ * LOCKPATH's children: the server handles a session's requests in order,
+ * so the listing already shows the new node. Returns the create's code;
+ * *listed tells whether KIDS was filled (caller frees). */
+static int rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                              const char *lockpath, char **created, struct Stat *stat,
+                              struct String_vector *kids, bool *listed)
+{
+    *listed = false;
+    kids->count = 0;
+    kids->data = NULL;
+    struct zk_call *kc = call_new(zh), *kl = call_new(zh);
+    if (!kc || !kl) {
+        if (kc)
+            call_dead(kc, ZSYSTEMERROR);
+        if (kl)
+            call_dead(kl, ZSYSTEMERROR);
+        return ZSYSTEMERROR;
+    }
+    int rc = zoo_acreate2(zh, path, zb->ident, (int)strlen(zb->ident), node_acl(zb),
+                          ZOO_EPHEMERAL_SEQUENTIAL, on_created, kc);
+    if (rc != ZOK) {
+        call_dead(kl, rc);
+        return call_dead(kc, rc);
+    }
+    int lrc = zoo_aget_children(zh, lockpath, 0, on_strings, kl);
+    if (lrc != ZOK)
+        call_dead(kl, lrc);
+    int64_t deadline = op_deadline(zb);
+    rc = call_wait(kc, deadline, stat, created, NULL);
+    if (lrc == ZOK) {
+        lrc = call_wait(kl, deadline, NULL, NULL, kids);
+        *listed = rc == ZOK && lrc == ZOK;
+        if (!*listed)
+            deallocate_String_vector(kids);
+    }
     return rc;
 }
 
@@ -1251,9 +1304,11 @@ static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const cha
 }
 
 /* Create our contender node under LOCKPATH: *mine = its full path,
- * *czxid its creation zxid. */
+ * *czxid its creation zxid; *listed says whether KIDS holds a listing of
+ * the children made right after (caller frees it). */
 static int create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                            char **mine, int64_t *czxid)
+                            char **mine, int64_t *czxid, struct String_vector *kids,
+                            bool *listed)
 {
     char guid[37];
     dlock__uuid(guid);
@@ -1266,7 +1321,7 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
     for (int attempt = 0;; attempt++) {
         struct Stat st;
         char *created = NULL;
-        int rc = rq_create(zb, s->zh, prefix, zb->ident, ZOO_EPHEMERAL_SEQUENTIAL, &created, &st);
+        int rc = rq_create_and_list(zb, s->zh, prefix, lockpath, &created, &st, kids, listed);
         if (rc == ZOK) {
             *mine = created;
             *czxid = st.czxid;
@@ -1339,16 +1394,27 @@ static void waiter_remove(struct zk_backend *zb, struct zk_waiter *q)
  * full path in *pred (owned) when not first; ZNONODE when our node is
  * gone; or an error code. *holder names the owner node (owned). */
 static int queue_position(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                          const char *mine, int *pos, char **pred, char **holder)
+                          const char *mine, struct String_vector *given, int *pos, char **pred,
+                          char **holder)
 {
     struct String_vector kids;
     *pred = NULL;
     *holder = NULL;
-    int rc = rq_children(zb, s->zh, lockpath, &kids);
+    const char *me = basename_of(mine);
+    bool in_given = false;
+    for (int32_t i = 0; given && i < given->count && !in_given; i++)
+        in_given = strcmp(given->data[i], me) == 0;
+    int rc = ZOK;
+    if (in_given) { /* the listing made with our create: use it */
+        kids = *given;
+        given->count = 0;
+        given->data = NULL;
+    } else {
+        rc = rq_children(zb, s->zh, lockpath, &kids);
+    }
     if (rc != ZOK)
         return rc;
     sort_lock_nodes(&kids);
-    const char *me = basename_of(mine);
     rc = ZNONODE;
     for (int32_t i = 0; i < kids.count; i++) {
         if (strcmp(kids.data[i], me) == 0) {
@@ -1386,7 +1452,9 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 
     struct zk_session *s = NULL;
     char *mine = NULL, *pred = NULL, *holder = NULL;
-    int64_t czxid = 0;
+    int64_t czxid = 0, created_at = 0;
+    struct String_vector first = {0, NULL}; /* listed along with our create */
+    bool have_first = false;
     int err;
     struct zk_waiter waiter = {.w = w};
     waiter_add(zb, &waiter);
@@ -1402,20 +1470,25 @@ restart:
     if (err != DLOCK_OK)
         goto out;
     sweep(zb, s);
-    err = create_contender(zb, s, lockpath, &mine, &czxid);
+    deallocate_String_vector(&first);
+    first = (struct String_vector){0, NULL};
+    created_at = dlock__now_ms();
+    err = create_contender(zb, s, lockpath, &mine, &czxid, &first, &have_first);
     if (err != DLOCK_OK)
         goto out;
 
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
-        int64_t sent = dlock__now_ms();
+        int64_t sent = have_first ? created_at : dlock__now_ms();
         int pos = 0;
         pthread_mutex_lock(&zb->mu);
         waiter.watch_path = NULL; /* pred is about to be freed */
         pthread_mutex_unlock(&zb->mu);
         free(pred);
         free(holder);
-        int rc = queue_position(zb, s, lockpath, mine, &pos, &pred, &holder);
+        int rc = queue_position(zb, s, lockpath, mine, have_first ? &first : NULL, &pos, &pred,
+                                &holder);
+        have_first = false;
         if (rc == ZNONODE || rc_session_gone(rc)) {
             /* Our node vanished (session expired, or someone deleted it
              * while we waited): start over if time allows. */
@@ -1517,6 +1590,7 @@ out_delete:
     }
 out:
     waiter_remove(zb, &waiter);
+    deallocate_String_vector(&first);
     if (s)
         session_put(zb, s);
     free(mine);

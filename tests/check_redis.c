@@ -353,6 +353,67 @@ START_TEST(cancel_a_wait)
 }
 END_TEST
 
+/* Threads of one client and of two clients fight over one name: never
+ * two inside, nobody stuck. Exercises the subscriber's subscribe /
+ * unsubscribe churn (waiters join and leave all the time). */
+struct fight {
+    dlock_lock *l;
+    atomic_int *inside, *total;
+    int rounds, rc;
+};
+
+static void *fight_main(void *p)
+{
+    struct fight *f = p;
+    for (int i = 0; i < f->rounds; i++) {
+        int rc = dlock_acquire(f->l, 30000);
+        if (rc) {
+            f->rc = rc;
+            return NULL;
+        }
+        if (atomic_fetch_add(f->inside, 1) != 0)
+            f->rc = -1000; /* two holders at once */
+        tu_sleep_ms(i % 3 == 0 ? 1 : 0);
+        atomic_fetch_sub(f->inside, 1);
+        atomic_fetch_add(f->total, 1);
+        if ((rc = dlock_release(f->l))) {
+            f->rc = rc;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(threads_fight_over_one_name)
+{
+    enum { T = 8, ROUNDS = 150 };
+    start_server(NULL);
+    dlock_client *c1 = open_ok(srv.url), *c2 = open_ok(srv.url);
+    dlock_lock *l1 = lock_ok(c1, "fight"), *l2 = lock_ok(c2, "fight");
+    atomic_int inside = 0, total = 0;
+    struct fight f[T];
+    pthread_t th[T];
+    for (int i = 0; i < T; i++) {
+        f[i] = (struct fight){i % 2 ? l1 : l2, &inside, &total, ROUNDS, 0};
+        pthread_create(&th[i], NULL, fight_main, &f[i]);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(f[i].rc == 0, "thread %d: %d %s", i, f[i].rc, dlock_err_name(f[i].rc));
+    }
+    ck_assert_int_eq(atomic_load(&total), T * ROUNDS);
+    redisContext *ctx = raw();
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{fight}"), T * ROUNDS);
+    wait_numsub(ctx, "redisson_lock__channel:{fight}", 0);
+    redisFree(ctx);
+    dlock_lock_free(l1);
+    dlock_lock_free(l2);
+    dlock_client_close(c1);
+    dlock_client_close(c2);
+    stop_server();
+}
+END_TEST
+
 /* ----------------------------------------------------- interoperability */
 
 /* Play a Redisson client on the wire: its hash field, PEXPIRE, and the "0"
@@ -1224,6 +1285,7 @@ static Suite *redis_suite(void)
     tcase_add_test(t, reentrancy_and_threads);
     tcase_add_test(t, thread_waits_for_thread);
     tcase_add_test(t, cancel_a_wait);
+    tcase_add_test(t, threads_fight_over_one_name);
     tcase_add_test(t, redisson_on_the_wire);
     tcase_add_test(t, simple_layout_on_the_wire);
     tcase_add_test(t, holder_killed_9);

@@ -1043,6 +1043,12 @@ START_TEST(test_bad_urls)
     dlock_client *c = NULL;
     ck_assert_int_eq(dlock_open("etcd://", &c), DLOCK_EBADURL);
     free(base);
+    /* an HTTP server that is not etcd's client port (its peer port) */
+    char *peer = tu_fmt("etcd://127.0.0.1:%d", F.m[0].peer_port);
+    int rc = dlock_open(peer, &c);
+    ck_assert_msg(rc == DLOCK_EPROTO, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "gateway"), "%s", dlock_errmsg());
+    free(peer);
 }
 END_TEST
 

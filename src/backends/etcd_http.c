@@ -346,8 +346,9 @@ static const char *where(struct etcd_conn *k, size_t ep, char *buf, size_t size)
     return buf;
 }
 
-/* etcd's refusal in B: its "error"/"message" text and gRPC code. */
-static void refusal(const struct buf *b, long status, char *text, size_t size, int *code)
+/* etcd's refusal in B: its "error"/"message" text and gRPC code. False
+ * when the reply is not etcd's (another server on that port). */
+static bool refusal(const struct buf *b, long status, char *text, size_t size, int *code)
 {
     json_error_t jerr;
     json_t *j = b->data ? json_loadb(b->data, b->len, 0, &jerr) : NULL;
@@ -355,11 +356,25 @@ static void refusal(const struct buf *b, long status, char *text, size_t size, i
     if (!msg && j)
         msg = json_string_value(json_object_get(j, "error"));
     *code = j ? (int)json_integer_value(json_object_get(j, "code")) : 0;
+    bool from_etcd = msg != NULL;
     if (msg)
         snprintf(text, size, "%s", msg);
+    else if (status == 404)
+        snprintf(text, size, "HTTP 404: no etcd v3 JSON gateway here (is it etcd >= 3.4 with "
+                             "--enable-grpc-gateway, its default?)");
     else
-        snprintf(text, size, "HTTP %ld: %.200s", status, b->data ? b->data : "(empty reply)");
+        snprintf(text, size, "HTTP %ld, not an etcd v3 gateway reply: %.120s", status,
+                 b->data ? b->data : "(empty)");
+    /* One line: servers other than etcd answer with HTML. */
+    char *w = text;
+    for (char *r = text; *r; r++) {
+        char ch = (*r == '\n' || *r == '\r' || *r == '\t') ? ' ' : *r;
+        if (!(ch == ' ' && w > text && w[-1] == ' '))
+            *w++ = ch;
+    }
+    *w = 0;
     json_decref(j);
+    return from_etcd;
 }
 
 static int call_endpoints(struct etcd_conn *k, const char *path, const char *body,
@@ -410,8 +425,10 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
         }
         char text[512];
         int code = 0;
-        refusal(&b, status, text, sizeof text, &code);
+        bool from_etcd = refusal(&b, status, text, sizeof text, &code);
         free(b.data);
+        if (!from_etcd)
+            return dlock__err(DLOCK_EPROTO, "%s: %s: %s", where(k, ep, at, sizeof at), what, text);
         if (grpc_code)
             *grpc_code = code;
         if (code == GRPC_UNAUTHENTICATED && with_token && k->user) {

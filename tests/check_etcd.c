@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -840,6 +841,62 @@ START_TEST(test_force_release_reports_lost)
 }
 END_TEST
 
+static atomic_int lost_count[3];
+
+static void on_lost_count(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l, (void)why;
+    atomic_fetch_add(&lost_count[(intptr_t)arg], 1);
+}
+
+/* Revoking the client's lease (etcdctl lease revoke) loses every hold of
+ * the client, each callback fires once, and the next acquire runs on a
+ * fresh lease. */
+START_TEST(test_lease_revoked_loses_every_hold)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, "lease=2s");
+    dlock_client *c = open_ok(url);
+    const char *names[] = {"revoke1", "revoke2", "revoke3"};
+    dlock_lock *l[3];
+    for (int i = 0; i < 3; i++) {
+        l[i] = lock_ok(c, names[i]);
+        dlock_lock_on_lost(l[i], on_lost_count, (void *)(intptr_t)i);
+        ACQUIRE_OK(l[i], DLOCK_TRY);
+    }
+    char *keys = ctl_keys("revoke1/");
+    keys[strcspn(keys, "\n")] = 0;
+    char *lease = strdup(strchr(keys, '/') + 1); /* the key ends in the lease id */
+    char *other = ctl_keys("revoke3/");
+    ck_assert_ptr_nonnull(strstr(other, lease)); /* one lease for all holds */
+    free(other);
+    char *err = NULL;
+    int rc = etcdf_ctl(&F, NULL, &err, "lease", "revoke", lease, NULL);
+    ck_assert_msg(rc == 0, "etcdctl lease revoke %s: %s", lease, err);
+    free(err);
+    for (int i = 0; i < 3; i++)
+        for (int t = 0; t < 400 && !atomic_load(&lost_count[i]); t++)
+            tu_sleep_ms(25);
+    tu_sleep_ms(1500); /* more renewals: no second callback */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(atomic_load(&lost_count[i]), 1);
+        ck_assert_int_eq(dlock_validity_ms(l[i]), 0);
+        ck_assert_int_eq(dlock_release(l[i]), DLOCK_ELOST);
+    }
+    ACQUIRE_OK(l[0], DLOCK_TRY);
+    char *again = ctl_keys("revoke1/");
+    ck_assert_ptr_null(strstr(again, lease)); /* a fresh lease */
+    free(again);
+    ck_assert_int_eq(dlock_release(l[0]), DLOCK_OK);
+    for (int i = 0; i < 3; i++)
+        dlock_lock_free(l[i]);
+    dlock_client_close(c);
+    free(lease);
+    free(keys);
+    free(url);
+}
+END_TEST
+
 /* A fixed lease is never renewed: the hold (and its key) ends with it. */
 START_TEST(test_fixed_lease_ends)
 {
@@ -1538,6 +1595,7 @@ static Suite *etcd_suite(void)
     tcase_add_test(tc, test_kill9_holder_frees_after_lease);
     tcase_add_test(tc, test_paused_holder_loses_and_recovers);
     tcase_add_test(tc, test_force_release_reports_lost);
+    tcase_add_test(tc, test_lease_revoked_loses_every_hold);
     tcase_add_test(tc, test_fixed_lease_ends);
     tcase_add_test(tc, test_lease_renewed_while_held);
     tcase_add_test(tc, test_waiter_keeps_its_place);

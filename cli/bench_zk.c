@@ -3,10 +3,10 @@
  * The floor of a ZooKeeper lock with the same C client (libzookeeper_mt):
  * create an EPHEMERAL node at a fixed path (created = ours, "node exists"
  * = busy), then delete it. Two round trips per acquire+release, each a
- * write through the leader. dlock's recipe does three (create the
- * sequential node, list the children, delete), because it queues
- * contenders fairly and interoperates with Curator; the ratio shows that
- * cost. One round trip is an `exists` on the root. It parses just enough
+ * write through the leader. dlock's fair, Curator-compatible recipe
+ * needs a listing of the children too, sent in the same round trip as
+ * its create; the ratio shows what that costs. One round trip is an
+ * `exists` on the root. It parses just enough
  * of the URL (hosts, chroot, user:password, base) to reach the same
  * servers and base path as dlock.
  */
@@ -152,7 +152,7 @@ static long long zk_raw_server_calls(void *conn)
 const struct dlock_bench_baseline dlock_bench_zk_baseline = {
     .scheme = "zk",
     .what = "libzookeeper_mt: create EPHEMERAL <base>/<name>.raw + delete "
-            "(2 round trips; dlock's fair recipe needs 3); exists / for one round trip",
+            "(2 round trips, as dlock's create+list, delete); exists / for one round trip",
     .connect = zk_raw_connect,
     .disconnect = zk_raw_disconnect,
     .lock_unlock = zk_raw_lock_unlock,

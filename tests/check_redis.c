@@ -947,6 +947,44 @@ START_TEST(hash_tag_names)
 }
 END_TEST
 
+/* Connections dropped by the server (CLIENT KILL) while holding and
+ * waiting: renewals resume on new connections, no hold is lost, and the
+ * waiter is still woken by the release. */
+START_TEST(connections_killed_renewals_resume)
+{
+    start_server(NULL);
+    char *url = url_with("lease=1500ms");
+    dlock_client *c = open_ok(url), *c2 = open_ok(url);
+    dlock_lock *l = lock_ok(c, "ck"), *l2 = lock_ok(c2, "ck");
+    struct lost_flag lost = {0};
+    dlock_lock_on_lost(l, on_lost, &lost);
+    acquire_ok(l, DLOCK_TRY);
+    struct waiter_arg a = {.l = l2, .wait_ms = 30000, .rc = -99, .release = true};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &a);
+    redisContext *ctx = raw();
+    wait_numsub(ctx, "redisson_lock__channel:{ck}", 1);
+    for (int i = 0; i < 3; i++) {
+        freeReplyObject(cmd(ctx, "CLIENT KILL TYPE normal SKIPME yes"));
+        freeReplyObject(cmd(ctx, "CLIENT KILL TYPE pubsub"));
+        tu_sleep_ms(1000);
+    }
+    ck_assert_int_eq(atomic_load(&lost.fired), 0);
+    ck_assert_int_gt(dlock_validity_ms(l), 0);
+    wait_numsub(ctx, "redisson_lock__channel:{ck}", 1); /* resubscribed */
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_msg(a.rc == DLOCK_OK, "waiter: %s", dlock_err_name(a.rc));
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+    free(url);
+    stop_server();
+}
+END_TEST
+
 /* The server restarts while a thread waits: the subscriber connection is
  * redialed, the waiter is woken to try again, and gets the lock (the
  * restarted server lost the foreign holder's key). */
@@ -1300,6 +1338,7 @@ static Suite *redis_suite(void)
     tcase_add_test(t, lost_replies_are_retried_safely);
     tcase_add_test(t, hash_tag_names);
     tcase_add_test(t, server_restart_while_waiting);
+    tcase_add_test(t, connections_killed_renewals_resume);
     tcase_add_test(t, thousand_names_waited_at_once);
     tcase_add_test(t, renewal_is_batched);
     tcase_add_test(t, urls_db_prefix_unix_and_list);

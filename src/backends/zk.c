@@ -14,9 +14,13 @@
  * core queues threads of the client per name, so acquire() sees at most one
  * thread per name. Calls go through the asynchronous API and wait with our
  * own timeout, because the client library's synchronous calls can block for
- * a whole session timeout. When the session expires every hold of it is
- * lost (renew() reports so), and the next call opens a new session.
- * docs/protocol-zookeeper.md describes the layout and the guarantees.
+ * a whole session timeout; that also lets us pipeline (the create and the
+ * first listing of the children share one round trip). A node we may have
+ * left behind — a create whose reply was lost, a delete without a reply —
+ * is remembered and deleted on the next reconnection, so it never blocks
+ * the queue until the session ends. When the session expires every hold
+ * of it is lost (renew() reports so), and the next call opens a new
+ * session. docs/protocol-zookeeper.md describes the layout and guarantees.
  */
 #include "core.h"
 

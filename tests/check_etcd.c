@@ -1517,6 +1517,12 @@ START_TEST(test_leader_killed_never_two_holders)
     tu_sleep_ms(2000); /* let them take turns */
     int leader = etcdf_leader(&F);
     ck_assert_int_ge(leader, 0);
+    char *store = tu_fmt("%s/store", dir);
+    char *before_text = tu_read_file(store);
+    unsigned long long max0 = 0, before = 0, stale0 = 0;
+    if (before_text)
+        sscanf(before_text, "%llu %llu %llu", &max0, &before, &stale0);
+    free(before_text);
     etcdf_member_stop(&F, leader, SIGKILL);
     ck_assert_msg(etcdf_wait_healthy(&F, 30000), "no new leader");
     tu_sleep_ms(4000); /* turns under the new leader */
@@ -1533,14 +1539,14 @@ START_TEST(test_leader_killed_never_two_holders)
         free(text);
         free(path);
     }
-    char *store = tu_fmt("%s/store", dir);
     char *text = tu_read_file(store);
     unsigned long long max = 0, count = 0, stale = 0;
     ck_assert_ptr_nonnull(text);
     sscanf(text, "%llu %llu %llu", &max, &count, &stale);
     ck_assert_uint_eq(stale, 0);
     ck_assert_uint_eq(count, total);
-    ck_assert_uint_gt(count, 0);
+    ck_assert_uint_gt(before, 0);     /* turns before the leader died */
+    ck_assert_uint_gt(count, before); /* and after, under the new one */
     ck_assert(etcdf_member_start(&F, leader, 30000)); /* it rejoins */
     free(text);
     free(store);

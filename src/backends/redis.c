@@ -200,7 +200,6 @@ struct hub {
     int efd; /* eventfd: wakes the hub thread */
     struct hub_chan *buckets[HUB_BUCKETS];
     struct hub_chan *todo;
-    bool connected;
 };
 
 struct redis_state {
@@ -633,7 +632,6 @@ static void hub_on_reply(struct hub *hb, const redisReply *r)
  * wake every waiter so it tries again (messages may have been lost). */
 static void hub_on_disconnect(struct hub *hb)
 {
-    hb->connected = false;
     hb->todo = NULL;
     for (size_t b = 0; b < HUB_BUCKETS; b++) {
         for (struct hub_chan *ch = hb->buckets[b], *next; ch; ch = next) {
@@ -704,7 +702,6 @@ static void *hub_main(void *arg)
                 } else {
                     backoff = 0;
                     redisSetTimeout(ctx, ms_tv(s->op_timeout_ms));
-                    hb->connected = true;
                     /* everything wanted is marked dirty by hub_on_disconnect */
                     for (size_t b = 0; b < HUB_BUCKETS; b++)
                         for (struct hub_chan *ch = hb->buckets[b]; ch; ch = ch->next)

@@ -543,6 +543,8 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
 restart:
     free(key);
     key = NULL;
+    if (own && lr.id)
+        lease_revoke(s, lr.id); /* starting over: the old lease of our own goes */
     if (own) {
         rc = lease_grant(s, h->lease_ms, &lr);
         lr.own = true;

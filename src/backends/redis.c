@@ -120,12 +120,14 @@ static const char ACQUIRE_SIMPLE[] =
     "end\n"
     "return {0, redis.call('pttl', KEYS[1])}\n";
 
-/* KEYS: lock, channel, token. ARGV: our value, our token. The classic
- * compare-and-delete, plus the wake-up message for dlock waiters. */
+/* KEYS: lock, channel, token. ARGV: our value, our token, and only when
+ * undoing an acquire whose reply was lost, our value's prefix (the token
+ * in the value is unknown then). The classic compare-and-delete, plus the
+ * wake-up message for dlock waiters. */
 static const char RELEASE_SIMPLE[] =
     "local v = redis.pcall('get', KEYS[1])\n"
     "if type(v) == 'table' then return {-2, redis.call('type', KEYS[1]).ok} end\n"
-    "if v == ARGV[1] then\n"
+    "if v == ARGV[1] or (ARGV[3] and v and string.sub(v, 1, #ARGV[3]) == ARGV[3]) then\n"
     "  redis.call('del', KEYS[1])\n"
     "  redis.call('publish', KEYS[2], '0')\n"
     "  return {1, 0}\n"
@@ -1040,18 +1042,16 @@ static void undo_lost_acquire(struct redis_state *s, struct dlock__hold *h, cons
 {
     char msg[512], value[160];
     snprintf(msg, sizeof msg, "%s", dlock_errmsg());
-    /* simple layout: our value carries a token we never learned, so
-     * compare-and-delete cannot match it; the lease frees it */
-    if (!s->simple) {
-        int vl = snprintf(value, sizeof value, "%s", h->owner);
-        const char *args[] = {k->lock, k->chan, k->token, value, "0"};
-        size_t lens[] = {k->lock_len, k->chan_len, k->token_len, (size_t)vl, 1};
-        redisReply *r = NULL;
-        if (eval_script(s, false, S_RELEASE, 3, 5, args, lens, false, "undo acquire", &r, NULL, NULL) ==
-                DLOCK_OK &&
-            r)
-            freeReplyObject(r);
-    }
+    /* Redisson layout: our field. Simple layout: our value's prefix
+     * "<uuid>:<tid>:" (the token after it was never learned). */
+    int vl = snprintf(value, sizeof value, s->simple ? "%s:" : "%s", h->owner);
+    const char *args[] = {k->lock, k->chan, k->token, s->simple ? "" : value, "0", value};
+    size_t lens[] = {k->lock_len, k->chan_len, k->token_len, s->simple ? 0 : (size_t)vl, 1, (size_t)vl};
+    redisReply *r = NULL;
+    if (eval_script(s, false, S_RELEASE, 3, s->simple ? 6 : 5, args, lens, false, "undo acquire", &r, NULL,
+                    NULL) == DLOCK_OK &&
+        r)
+        freeReplyObject(r);
     dlock__err(DLOCK_ECONN, "%s", msg);
 }
 

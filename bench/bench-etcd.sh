@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# bench-etcd.sh -- the etcd part of `make bench`: starts a throwaway etcd
+# member on free loopback ports (temp data dir), runs `dlock bench` in
+# each mode beside its raw baseline (a txn over the same JSON gateway and
+# libcurl), times `etcdctl lock NAME true` beside `dlock run NAME true`
+# per process with hyperfine when it is installed, and stops the member.
+# The figures go to docs/benchmarks.md ("## etcd").
+# Knobs: ETCD_BENCH_SECONDS (per measured run, default 3),
+#        ETCD_BENCH_RUNS (hyperfine runs per command, default 100).
+set -euo pipefail
+: "${BUILD:=build}" "${DLOCK_BIN:=$BUILD/dlock}"
+secs=${ETCD_BENCH_SECONDS:-3}
+runs=${ETCD_BENCH_RUNS:-100}
+command -v etcd >/dev/null || { echo "bench-etcd: etcd not installed" >&2; exit 1; }
+dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-etcd-XXXXXX")
+free_port() {
+  local p
+  for _ in $(seq 1 50); do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && [ "$p" != "${1:-}" ]; then
+      echo "$p"; return 0
+    fi
+  done
+  return 1
+}
+port=$(free_port) && peer=$(free_port "$port") || { echo "bench-etcd: no free port" >&2; exit 1; }
+etcd --name b0 --data-dir "$dir/data" \
+  --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+  --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+  --initial-cluster "b0=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 1 200); do
+  etcdctl --endpoints "127.0.0.1:$port" --dial-timeout 1s endpoint health >/dev/null 2>&1 && break
+  sleep 0.05
+done
+url="etcd://127.0.0.1:$port"
+echo "== etcd $(etcd --version | sed -n 's/^etcd Version: //p') on $url"
+"$DLOCK_BIN" -u "$url" bench uncontended -t 1 -m 1024 -d "$secs"
+"$DLOCK_BIN" -u "$url" bench contended -W 8 -d "$secs"
+"$DLOCK_BIN" -u "$url" bench renewal -k 10000 -p 5 -l 3000
+if command -v hyperfine >/dev/null; then
+  hyperfine -N --warmup 5 --runs "$runs" \
+    "etcdctl --endpoints 127.0.0.1:$port lock bench-run true" \
+    "$DLOCK_BIN -u $url run bench-run true"
+else
+  echo "bench-etcd: hyperfine not installed: per-process timing skipped"
+fi

@@ -931,16 +931,15 @@ START_TEST(test_paused_waiter_requeues)
     REQUIRE_SERVERS();
     char *url = kept(url_with(NULL, "lease=1500"));
     char *dir = kept(tu_tmpdir("zk-waiter"));
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "paused-waiter");
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t mine = token_of(l);
-    char *done = kept(tu_fmt("%s/acquired", dir));
+    char *go = kept(tu_fmt("%s/go", dir)), *done = kept(tu_fmt("%s/acquired", dir));
+    /* the child is forked before this process opens a client */
     pid_t child = fork();
     ck_assert_int_ge(child, 0);
     if (child == 0) {
         dlock_client *wc = NULL;
         dlock_lock *wl = NULL;
+        if (!tu_wait_file(go, 30000))
+            _exit(9);
         if (dlock_open(url, &wc) || dlock_lock_new(wc, "paused-waiter", DLOCK_EXCLUSIVE, &wl))
             _exit(10);
         if (dlock_acquire(wl, 60000) != DLOCK_OK)
@@ -955,6 +954,11 @@ START_TEST(test_paused_waiter_requeues)
         dlock_client_close(wc);
         _exit(0);
     }
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "paused-waiter");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    uint64_t mine = token_of(l);
+    write_marker(go, "1");
     for (int k = 0; k < 400 && waiters_of(c, "paused-waiter") < 1; k++)
         tu_sleep_ms(25);
     ck_assert_int_eq(waiters_of(c, "paused-waiter"), 1);

@@ -12,6 +12,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -896,6 +897,180 @@ START_TEST(force_release_and_lost)
 }
 END_TEST
 
+/* A fault-injecting TCP proxy in front of the real server: it relays
+ * bytes both ways, and when told to, forwards a lock script call to the
+ * server, waits for the server's reply (so the script did run), throws
+ * the reply away and closes the client's connection. The client sees a
+ * reset after its request ran: the ambiguous case, made deterministic. */
+struct proxy {
+    int listen_fd, port, target_port;
+    atomic_int drop_acquire, drop_release;
+    const char *name; /* the lock whose calls are dropped */
+};
+
+struct proxy_conn {
+    struct proxy *px;
+    int client;
+};
+
+static bool chunk_has(const char *buf, size_t n, const char *needle)
+{
+    return memmem(buf, n, needle, strlen(needle)) != NULL;
+}
+
+static bool take_one(atomic_int *counter)
+{
+    int v = atomic_load(counter);
+    while (v > 0)
+        if (atomic_compare_exchange_weak(counter, &v, v - 1))
+            return true;
+    return false;
+}
+
+static void *proxy_conn_main(void *arg)
+{
+    struct proxy_conn *pc = arg;
+    struct proxy *px = pc->px;
+    int c = pc->client;
+    free(pc);
+    int sv = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)px->target_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(sv, (struct sockaddr *)&a, sizeof a) < 0) {
+        close(c);
+        close(sv);
+        return NULL;
+    }
+    char tok[160], chan[160];
+    snprintf(tok, sizeof tok, "redisson_lock_token:{%s}", px->name);
+    snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", px->name);
+    char buf[65536];
+    for (;;) {
+        struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = sv, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (p[0].revents) {
+            ssize_t n = read(c, buf, sizeof buf);
+            if (n <= 0)
+                break;
+            bool is_script = chunk_has(buf, (size_t)n, "EVAL");
+            bool is_release = is_script && chunk_has(buf, (size_t)n, chan);
+            bool is_acquire = is_script && !is_release && chunk_has(buf, (size_t)n, tok);
+            if ((is_acquire && take_one(&px->drop_acquire)) || (is_release && take_one(&px->drop_release))) {
+                if (write(sv, buf, (size_t)n) != n)
+                    break;
+                char reply[4096];
+                if (read(sv, reply, sizeof reply) <= 0) { /* it ran; the reply is lost */
+                }
+                break;
+            }
+            if (write(sv, buf, (size_t)n) != n)
+                break;
+        }
+        if (p[1].revents) {
+            ssize_t n = read(sv, buf, sizeof buf);
+            if (n <= 0 || write(c, buf, (size_t)n) != n)
+                break;
+        }
+    }
+    close(c);
+    close(sv);
+    return NULL;
+}
+
+static void *proxy_main(void *arg)
+{
+    struct proxy *px = arg;
+    for (;;) {
+        int c = accept(px->listen_fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        struct proxy_conn *pc = malloc(sizeof *pc);
+        pc->px = px;
+        pc->client = c;
+        pthread_t th;
+        pthread_create(&th, NULL, proxy_conn_main, pc);
+        pthread_detach(th);
+    }
+}
+
+static void proxy_start(struct proxy *px, int target_port, const char *name)
+{
+    memset(px, 0, sizeof *px);
+    px->target_port = target_port;
+    px->name = name;
+    px->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(px->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(px->listen_fd, 64), 0);
+    getsockname(px->listen_fd, (struct sockaddr *)&a, &len);
+    px->port = ntohs(a.sin_port);
+    pthread_t th;
+    pthread_create(&th, NULL, proxy_main, px);
+    pthread_detach(th);
+}
+
+/* Replies lost after the script ran, through the proxy: one lost acquire
+ * reply → the retry returns the same hold (token counted once); one lost
+ * release reply → the retry reports success; every reply of an acquire
+ * lost → DLOCK_ECONN and the hold that did happen is undone. */
+static void lost_replies_through_proxy(const char *layout)
+{
+    start_server(NULL);
+    struct proxy px;
+    proxy_start(&px, srv.port, "amb");
+    char *url = tu_fmt("redis://127.0.0.1:%d?layout=%s&lease=60s", px.port, layout);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "amb");
+    redisContext *ctx = raw();
+    bool simple = strcmp(layout, "simple") == 0;
+
+    atomic_store(&px.drop_acquire, 1);
+    acquire_ok(l, DLOCK_TRY);
+    ck_assert_int_eq(atomic_load(&px.drop_acquire), 0); /* the fault did happen */
+    ck_assert_uint_eq(token_of(l), 1);
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), 1);
+    if (!simple) {
+        redisReply *r = cmd(ctx, "HGETALL amb");
+        ck_assert_uint_eq(r->elements, 2);
+        ck_assert_str_eq(r->element[1]->str, "1");
+        freeReplyObject(r);
+    }
+
+    atomic_store(&px.drop_release, 1);
+    int rc = dlock_release(l);
+    ck_assert_msg(rc == DLOCK_OK, "release after a lost reply: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(atomic_load(&px.drop_release), 0);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS amb"), 0);
+
+    atomic_store(&px.drop_acquire, 2);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_ECONN);
+    ck_assert_int_eq(atomic_load(&px.drop_acquire), 0);
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), 2); /* it did run */
+    ck_assert_msg(cmd_int(ctx, "EXISTS amb") == 0, "the lost acquire was not undone");
+    acquire_ok(l, DLOCK_TRY);
+    ck_assert_uint_eq(token_of(l), 3);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
+}
+
+START_TEST(lost_replies_redisson_layout)
+{
+    lost_replies_through_proxy("redisson");
+}
+END_TEST
+
+START_TEST(lost_replies_simple_layout)
+{
+    lost_replies_through_proxy("simple");
+}
+END_TEST
+
 /* The reply of an acquire or release lost to a timeout: the retry must
  * neither double-count nor misreport. CLIENT PAUSE holds the scripts on
  * the server longer than the client's operation timeout. */
@@ -1336,6 +1511,8 @@ static Suite *redis_suite(void)
     tcase_add_test(t, out_of_memory_is_reported);
     tcase_add_test(t, force_release_and_lost);
     tcase_add_test(t, lost_replies_are_retried_safely);
+    tcase_add_test(t, lost_replies_redisson_layout);
+    tcase_add_test(t, lost_replies_simple_layout);
     tcase_add_test(t, hash_tag_names);
     tcase_add_test(t, server_restart_while_waiting);
     tcase_add_test(t, connections_killed_renewals_resume);

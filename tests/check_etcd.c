@@ -736,6 +736,54 @@ START_TEST(test_prefix_list_and_names)
 }
 END_TEST
 
+/* Names are bytes: dots, slashes, newlines, 0xff bytes (the edge of a
+ * prefix range) and 1024 bytes all map to keys under the prefix and work;
+ * nothing lands outside it. */
+START_TEST(test_hostile_names)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, "/hostile", NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    char longname[DLOCK_NAME_MAX + 1];
+    memset(longname, 'n', DLOCK_NAME_MAX);
+    longname[DLOCK_NAME_MAX] = 0;
+    const char *names[] = {"../../etc", "a\nb", "\xff\xff", "\xff", "x y%00", "/", longname};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        dlock_lock *la = lock_ok(a, names[i]), *lb = lock_ok(b, names[i]);
+        ACQUIRE_OK(la, DLOCK_TRY);
+        ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+        dlock_info *info = NULL;
+        ck_assert_int_eq(dlock_inspect(b, names[i], &info), DLOCK_OK);
+        ck_assert_int_eq(dlock_info_held(info), 1);
+        ck_assert_uint_eq(dlock_info_token(info), token_of(la));
+        dlock_info_free(info);
+        ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+        ACQUIRE_OK(lb, DLOCK_TRY);
+        ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+        dlock_lock_free(la);
+        dlock_lock_free(lb);
+    }
+    /* "\xff" and "\xff\xff" are different locks */
+    dlock_lock *l1 = lock_ok(a, "\xff"), *l2 = lock_ok(b, "\xff\xff");
+    ACQUIRE_OK(l1, DLOCK_TRY);
+    ACQUIRE_OK(l2, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(l1), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    dlock_lock_free(l1);
+    dlock_lock_free(l2);
+    /* every key that was ever written is gone, and none was outside */
+    char *all = NULL;
+    ck_assert_int_eq(etcdf_ctl(&F, &all, NULL, "get", "--prefix", "--keys-only", "hostile/",
+                               NULL),
+                     0);
+    ck_assert_msg(count_lines(all) == 0, "left behind: %s", all);
+    free(all);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
 /* ================================================================ faults */
 
 /* A holder killed with SIGKILL: its lock frees when its lease expires. */
@@ -1598,6 +1646,7 @@ static Suite *etcd_suite(void)
     tcase_add_test(tc, test_etcdctl_holds_dlock_waits);
     tcase_add_test(tc, test_dlock_holds_etcdctl_waits_in_order);
     tcase_add_test(tc, test_prefix_list_and_names);
+    tcase_add_test(tc, test_hostile_names);
     tcase_add_test(tc, test_kill9_holder_frees_after_lease);
     tcase_add_test(tc, test_paused_holder_loses_and_recovers);
     tcase_add_test(tc, test_force_release_reports_lost);

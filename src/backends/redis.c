@@ -915,20 +915,28 @@ static int load_scripts(struct redis_state *s)
     int rc = pool_get(s, false, &k);
     if (rc)
         return rc;
-    for (int i = 0; i < S_COUNT && !rc; i++) {
-        redisReply *r = redisCommand(k->ctx, "SCRIPT LOAD %s", s->src[i]);
-        if (!r)
-            rc = io_error(s, k->ctx, "SCRIPT LOAD");
-        else if (r->type == REDIS_REPLY_ERROR)
+    /* pipelined: one round trip for all of them */
+    for (int i = 0; i < S_COUNT; i++)
+        redisAppendCommand(k->ctx, "SCRIPT LOAD %s", s->src[i]);
+    bool broken = false;
+    for (int i = 0; i < S_COUNT; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || !r) {
+            if (!rc)
+                rc = io_error(s, k->ctx, "SCRIPT LOAD");
+            broken = true;
+            break;
+        }
+        /* keep the first failure, but read every reply */
+        if (!rc && r->type == REDIS_REPLY_ERROR)
             rc = server_error(s, r->str, "SCRIPT LOAD");
-        else if (r->type != REDIS_REPLY_STRING || r->len != 40)
+        else if (!rc && (r->type != REDIS_REPLY_STRING || r->len != 40))
             rc = dlock__err(DLOCK_EPROTO, "%s: SCRIPT LOAD: unexpected reply", s->where);
-        else
+        else if (!rc)
             memcpy(s->sha[i], r->str, 41);
-        if (r)
-            freeReplyObject(r);
+        freeReplyObject(r);
     }
-    pool_put(s, k, rc == DLOCK_ECONN);
+    pool_put(s, k, broken);
     return rc;
 }
 

@@ -1034,12 +1034,13 @@ START_TEST(test_paused_waiter_requeues)
     char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
     char *dir = tu_tmpdir("etcd-requeue");
     char *bheld = tu_fmt("%s/b-held", dir), *cdone = tu_fmt("%s/c-done", dir);
-    dlock_client *a = open_ok(url);
-    dlock_lock *la = lock_ok(a, "requeue");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    char *aheld = tu_fmt("%s/a-held", dir);
+    /* b is forked before this process has a client (no threads to fork) */
     pid_t b = fork();
     ck_assert_int_ge(b, 0);
     if (b == 0) {
+        if (!tu_wait_file(aheld, 20000))
+            _exit(9);
         dlock_client *cb = NULL;
         if (dlock_open(short_url, &cb) != DLOCK_OK)
             _exit(10);
@@ -1056,6 +1057,10 @@ START_TEST(test_paused_waiter_requeues)
         dlock_release(lb);
         _exit(0);
     }
+    dlock_client *a = open_ok(url);
+    dlock_lock *la = lock_ok(a, "requeue");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    write_marker(aheld, "1");
     ck_assert_msg(wait_key_count("requeue/", 2), "never 2 key(s) under requeue/");
     kill(b, SIGSTOP);
     ck_assert_msg(wait_key_count("requeue/", 1), "never 1 key(s) under requeue/");
@@ -1084,6 +1089,7 @@ START_TEST(test_paused_waiter_requeues)
     dlock_client_close(c);
     free(bheld);
     free(cdone);
+    free(aheld);
     tu_rmrf(dir);
     free(dir);
     free(url);

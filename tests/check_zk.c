@@ -601,6 +601,31 @@ START_TEST(test_shared_mode_unsupported)
 }
 END_TEST
 
+/* The server clamps the session timeout (the fixture allows 0.5 to 60 s):
+ * a hold is valid for what the server granted, not what was asked. A
+ * fixed lease cannot be honoured (a node lives as long as its session). */
+START_TEST(test_validity_is_the_negotiated_session)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=100000");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "clamped");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    int64_t v = dlock_validity_ms(l);
+    ck_assert_msg(v > 0 && v <= 60000, "validity %lld ms beyond the server's 60 s maximum",
+                  (long long)v);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock *f = lock_ok(c, "fixed");
+    ck_assert_int_eq(dlock_lock_set_lease(f, 5000, DLOCK_LEASE_FIXED), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(f, DLOCK_TRY), DLOCK_ENOTSUP);
+    ck_assert_msg(strstr(dlock_errmsg(), "fixed"), "message: %s", dlock_errmsg());
+    dlock_lock_free(f);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
 /* ======================================================= Curator's part */
 
 /* Curator's side while dlock waits: once dlock queued, a second Curator
@@ -1685,6 +1710,7 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, test_cancel_wait);
     tcase_add_test(tc, test_threads_of_one_client);
     tcase_add_test(tc, test_shared_mode_unsupported);
+    tcase_add_test(tc, test_validity_is_the_negotiated_session);
     tcase_add_test(tc, test_curator_interop);
     tcase_add_test(tc, test_foreign_children_ignored);
     tcase_add_test(tc, test_hostile_names);

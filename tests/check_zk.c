@@ -1230,6 +1230,23 @@ static void fenced_write(const char *path, uint64_t token, bool *refused)
     close(fd);
 }
 
+/* Accepted writes in the fenced store so far. */
+static uint64_t fenced_count(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 0;
+    flock(fd, LOCK_SH);
+    char buf[128] = {0};
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    flock(fd, LOCK_UN);
+    close(fd);
+    uint64_t max = 0, count = 0;
+    if (n > 0)
+        sscanf(buf, "%" SCNu64 " %" SCNu64, &max, &count);
+    return count;
+}
+
 /* A worker: take the lock, write through the fence while the hold is
  * valid, release; until STOP appears. Exit 0 unless an unexpected error;
  * accepted writes go to <dir>/count.<pid>. */
@@ -1298,12 +1315,23 @@ START_TEST(test_leader_killed_never_two_holders)
     pid_t w[3];
     for (int i = 0; i < 3; i++)
         w[i] = fork_worker(url, dir);
-    tu_sleep_ms(2000); /* let them take turns */
+    char *store = tu_fmt("%s/store", dir);
+    /* fenced turns before the kill... */
+    for (int i = 0; i < 600 && fenced_count(store) < 50; i++)
+        tu_sleep_ms(50);
+    uint64_t before = fenced_count(store);
+    ck_assert_msg(before >= 50, "only %" PRIu64 " fenced writes before the kill", before);
     int leader = zkf_leader(&F);
     ck_assert_int_ge(leader, 0);
     zkf_server_stop(&F, leader, SIGKILL);
     ck_assert_msg(zkf_wait_serving(&F, 60000), "no new leader");
-    tu_sleep_ms(4000); /* turns under the new leader */
+    /* ...and under the new leader */
+    uint64_t at_election = fenced_count(store);
+    for (int i = 0; i < 600 && fenced_count(store) < at_election + 50; i++)
+        tu_sleep_ms(50);
+    ck_assert_msg(fenced_count(store) >= at_election + 50,
+                  "no fenced turns under the new leader (%" PRIu64 " -> %" PRIu64 ")",
+                  at_election, fenced_count(store));
     char *stop = tu_fmt("%s/stop", dir);
     write_marker(stop, "1");
     uint64_t total = 0;
@@ -1319,7 +1347,6 @@ START_TEST(test_leader_killed_never_two_holders)
         free(text);
         free(path);
     }
-    char *store = tu_fmt("%s/store", dir);
     char *text = tu_read_file(store);
     uint64_t max = 0, count = 0, stale = 0;
     sscanf(text, "%" SCNu64 " %" SCNu64 " %" SCNu64, &max, &count, &stale);

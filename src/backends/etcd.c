@@ -488,7 +488,11 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
         if (until < now + 200)
             until = now + 500; /* the last keepalive failed: not in a hot loop */
         if (rc == DLOCK_OK) {
-            bool same = wt && strcmp(watched, pred) == 0 && !etcd_watch_fired(wt);
+            /* Keep a watch on the same key that etcd confirmed and that
+             * has not fired. One started last turn and still unconfirmed
+             * is replaced: etcd never answers a watch whose auth token
+             * expired on the way, it just leaves it hanging. */
+            bool same = wt && strcmp(watched, pred) == 0 && etcd_watch_live(wt);
             if (!same) {
                 etcd_watch_stop(wt);
                 wt = NULL;

@@ -786,6 +786,14 @@ int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
     return DLOCK_OK;
 }
 
+bool etcd_watch_live(struct etcd_watch *wt)
+{
+    pthread_mutex_lock(&wt->k->wmu);
+    bool live = wt->created && !wt->fired;
+    pthread_mutex_unlock(&wt->k->wmu);
+    return live;
+}
+
 bool etcd_watch_fired(struct etcd_watch *wt)
 {
     pthread_mutex_lock(&wt->k->wmu);

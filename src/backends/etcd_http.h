@@ -63,6 +63,8 @@ struct etcd_watch;
 int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
                      struct dlock__wait *w, struct etcd_watch **out);
 bool etcd_watch_fired(struct etcd_watch *wt);
+/* Confirmed by etcd and not fired. */
+bool etcd_watch_live(struct etcd_watch *wt);
 /* Stop and forget the watch: after this returns W is never touched again. */
 void etcd_watch_stop(struct etcd_watch *wt);
 

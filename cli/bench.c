@@ -11,7 +11,8 @@
  *   MODE: uncontended, contended, renewal, all (the default)
  *   -t, --threads T     uncontended: threads, each over its own names (1)
  *   -m, --names M       uncontended: lock names in all (1024)
- *   -d, --duration S    seconds per measured run (3; two runs each side)
+ *   -d, --duration S    seconds per side and mode, halved: 3 = 6 s per side
+ *                       (uncontended: 10 alternating rounds)
  *   -W, --waiters W     contended: threads, one client each, on one name (8)
  *   -k, --locks K       renewal: locks held at once (10000)
  *   -p, --periods P     renewal: renewal periods measured (5)
@@ -66,7 +67,8 @@ static const char usage_text[] =
     "the same run, and print each figure with its ratio to the baseline.\n"
     "  -t, --threads T     uncontended: threads, each over its own names (1)\n"
     "  -m, --names M       uncontended: lock names in all (1024)\n"
-    "  -d, --duration S    seconds per measured run (3; two runs each side)\n"
+    "  -d, --duration S    measure 2 x S seconds per side (3); uncontended runs\n"
+    "                      take turns with the baseline in 10 short rounds\n"
     "  -W, --waiters W     contended: threads, one client each, on one name (8)\n"
     "  -k, --locks K       renewal: locks held at once (10000)\n"
     "  -p, --periods P     renewal: renewal periods measured (5)\n"
@@ -209,8 +211,9 @@ out:
     return NULL;
 }
 
-/* One timed run; adds ops and latencies; returns 0 or an exit code. */
-static int unc_run(const struct bench_opts *o, dlock_client *c, long *ops, struct samples *lat)
+/* One timed run of SECS seconds; adds ops and latencies; returns 0 or an
+ * exit code. */
+static int unc_run(const struct bench_opts *o, dlock_client *c, double secs, long *ops, struct samples *lat)
 {
     struct unc_shared sh = {.o = o, .c = c};
     struct unc_thread *t = calloc((size_t)o->threads, sizeof *t);
@@ -220,7 +223,7 @@ static int unc_run(const struct bench_opts *o, dlock_client *c, long *ops, struc
         t[i].index = i;
         pthread_create(&th[i], NULL, unc_main, &t[i]);
     }
-    struct timespec ts = {(time_t)o->duration, (long)((o->duration - (double)(time_t)o->duration) * 1e9)};
+    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
     nanosleep(&ts, NULL);
     atomic_store(&sh.stop, 1);
     int rc = 0;
@@ -248,24 +251,46 @@ static void print_ratio_row(const char *what, double ours, double base, const ch
         printf("  %-22s dlock %10.1f %-6s (no baseline)\n", what, ours, unit);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Baseline and dlock take turns in UNC_ROUNDS short rounds, so a burst of
+ * load from elsewhere on the machine hits both sides alike; the rate ratio
+ * is the median of the rounds' ratios. */
+#define UNC_ROUNDS 10
+
 static int bench_uncontended(const struct bench_opts *o, dlock_client *c)
 {
-    printf("uncontended: %d thread(s) over %d names, acquire(TRY)+release, 2 x %.1f s each side\n",
-           o->threads, o->names, o->duration);
+    double secs = 2 * o->duration / UNC_ROUNDS;
+    printf("uncontended: %d thread(s) over %d names, acquire(TRY)+release, %d x %.2f s each side, "
+           "taking turns\n",
+           o->threads, o->names, UNC_ROUNDS, secs);
     long ops[2] = {0, 0};
     struct samples lat[2] = {{0}, {0}};
-    for (int round = 0; round < 2; round++) {
+    double ratios[UNC_ROUNDS];
+    for (int round = 0; round < UNC_ROUNDS; round++) {
+        long before[2] = {ops[0], ops[1]};
         if (o->base) {
-            int rc = unc_run(o, NULL, &ops[1], &lat[1]);
+            int rc = unc_run(o, NULL, secs, &ops[1], &lat[1]);
             if (rc)
                 return rc;
         }
-        int rc = unc_run(o, c, &ops[0], &lat[0]);
+        int rc = unc_run(o, c, secs, &ops[0], &lat[0]);
         if (rc)
             return rc;
+        long mine = ops[0] - before[0], theirs = ops[1] - before[1];
+        ratios[round] = theirs > 0 ? (double)mine / (double)theirs : 0;
     }
-    double secs = 2 * o->duration;
-    print_ratio_row("acquire+release/s", (double)ops[0] / secs, (double)ops[1] / secs, "/s", true);
+    double total = UNC_ROUNDS * secs;
+    print_ratio_row("acquire+release/s", (double)ops[0] / total, (double)ops[1] / total, "/s", true);
+    if (o->base) {
+        qsort(ratios, UNC_ROUNDS, sizeof *ratios, cmp_double);
+        printf("  %-22s %.2fx (min %.2fx, max %.2fx)\n", "rate ratio, median round",
+               (ratios[UNC_ROUNDS / 2 - 1] + ratios[UNC_ROUNDS / 2]) / 2, ratios[0], ratios[UNC_ROUNDS - 1]);
+    }
     double p50[2] = {pct_us(&lat[0], 50), pct_us(&lat[1], 50)};
     double p99[2] = {pct_us(&lat[0], 99), pct_us(&lat[1], 99)};
     print_ratio_row("pair latency p50", p50[0], p50[1], "us", false);

@@ -1106,6 +1106,25 @@ START_TEST(test_auth_and_acl)
     dlock_lock *lb = lock_ok(cb, "guarded");
     ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EAUTH);
     ck_assert_msg(strstr(dlock_errmsg(), "/secure/locks"), "message %s", dlock_errmsg());
+    /* alice's node under an open lock node: others still see the holder
+     * (its name and token; its data is hers alone) */
+    raw_mkdirs(zh, "/secure/locks/mixed", ZOO_CONTAINER, &ZOO_OPEN_ACL_UNSAFE);
+    dlock_lock *lm = lock_ok(c, "mixed");
+    ck_assert_int_eq(dlock_acquire(lm, DLOCK_TRY), DLOCK_OK);
+    dlock_info *info = NULL;
+    ck_assert_msg(dlock_inspect(cb, "mixed", &info) == DLOCK_OK, "%s", dlock_errmsg());
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_uint_eq(dlock_info_token(info), token_of(lm));
+    ck_assert_msg(strstr(dlock_info_holder(info, 0, NULL), "(dlock ") == NULL, "holder %s",
+                  dlock_info_holder(info, 0, NULL));
+    dlock_info_free(info);
+    dlock_lock *lbm = lock_ok(cb, "mixed");
+    int brc = dlock_acquire(lbm, DLOCK_TRY);
+    ck_assert_msg(brc == DLOCK_EBUSY, "bob on the open lock node: %s %s", dlock_err_name(brc),
+                  dlock_errmsg());
+    dlock_lock_free(lbm);
+    ck_assert_int_eq(dlock_release(lm), DLOCK_OK);
+    dlock_lock_free(lm);
     dlock_lock_free(lb);
     dlock_client_close(cb);
     dlock_lock_free(l);

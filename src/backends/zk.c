@@ -1807,6 +1807,8 @@ static int zk_inspect(void *state, const char *name, struct dlock_info *info)
             char *data = NULL;
             struct Stat st;
             rc = path ? rq_get(zb, s->zh, path, &data, &st) : ZSYSTEMERROR;
+            if (rc == ZNOAUTH) /* data unreadable (creator ACL): the stat is not */
+                rc = rq_exists(zb, s->zh, path, NULL, NULL, &st);
             free(path);
             if (rc == ZNONODE)
                 continue; /* left meanwhile */

@@ -1479,6 +1479,23 @@ static bool fenced_write(const char *path, uint64_t token)
     return ok;
 }
 
+/* Wait until the fenced store has accepted more than ABOVE writes (up to
+ * TIMEOUT_MS); returns the count seen. */
+static unsigned long long store_count(const char *store, unsigned long long above, int timeout_ms)
+{
+    unsigned long long max = 0, count = 0, stale = 0;
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        char *text = tu_read_file(store);
+        if (text)
+            sscanf(text, "%llu %llu %llu", &max, &count, &stale);
+        free(text);
+        if (count > above)
+            break;
+        tu_sleep_ms(50);
+    }
+    return count;
+}
+
 /* A worker: take "fenced", write through the fence while the hold is
  * valid, release; until "<dir>/stop" appears. Exit 0 unless a stale write
  * or an unexpected error; accepted writes go to "<dir>/count.<pid>". */
@@ -1568,18 +1585,13 @@ START_TEST(test_leader_killed_never_two_holders)
     pid_t w[3];
     for (int i = 0; i < 3; i++)
         w[i] = fork_worker(url, dir);
-    tu_sleep_ms(2000); /* let them take turns */
+    char *store = tu_fmt("%s/store", dir);
+    unsigned long long before = store_count(store, 0, 60000); /* they take turns */
     int leader = etcdf_leader(&F);
     ck_assert_int_ge(leader, 0);
-    char *store = tu_fmt("%s/store", dir);
-    char *before_text = tu_read_file(store);
-    unsigned long long max0 = 0, before = 0, stale0 = 0;
-    if (before_text)
-        sscanf(before_text, "%llu %llu %llu", &max0, &before, &stale0);
-    free(before_text);
     etcdf_member_stop(&F, leader, SIGKILL);
     ck_assert_msg(etcdf_wait_healthy(&F, 30000), "no new leader");
-    tu_sleep_ms(4000); /* turns under the new leader */
+    store_count(store, before + 20, 60000); /* turns under the new leader */
     char *stop = tu_fmt("%s/stop", dir);
     write_marker(stop, "1");
     unsigned long long total = 0;
@@ -1688,7 +1700,7 @@ static Suite *etcd_suite(void)
 
     tc = tcase_create("cluster");
     tcase_add_unchecked_fixture(tc, setup_cluster, teardown_members);
-    tcase_set_timeout(tc, 180);
+    tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_cluster_basic_and_member_down);
     tcase_add_test(tc, test_leader_killed_never_two_holders);
     tcase_add_test(tc, test_no_quorum_unavailable);

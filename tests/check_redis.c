@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dlock.h"
@@ -829,6 +830,41 @@ START_TEST(server_killed_while_held)
 }
 END_TEST
 
+/* A server that stops answering without refusing connections (SIGSTOP):
+ * renewals get no reply, the hold is declared lost (the renewal's I/O is
+ * cut to the hold's validity deadline), and after the server resumes the
+ * release reports the loss and new acquisitions work. */
+START_TEST(server_paused_holds_lost)
+{
+    start_server(NULL);
+    char *url = url_with("lease=1500ms");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "sp");
+    struct lost_flag lost = {0};
+    dlock_lock_on_lost(l, on_lost, &lost);
+    acquire_ok(l, DLOCK_TRY);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kill(srv.pid, SIGSTOP);
+    bool fired = wait_flag(&lost.fired, 15000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    kill(srv.pid, SIGCONT);
+    /* informational (no timing assertion): with a 1.5 s lease and the
+     * default 5 s timeouts this stays near the lease */
+    fprintf(stderr, "server_paused_holds_lost: lost %ld ms after the pause\n",
+            (long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
+    ck_assert_msg(fired, "lost callback never fired");
+    ck_assert_int_eq(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    acquire_ok(l, 10000);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
+}
+END_TEST
+
 START_TEST(script_flush_is_invisible)
 {
     start_server(NULL);
@@ -1507,6 +1543,7 @@ static Suite *redis_suite(void)
     tcase_add_test(t, auth_password_and_acl_user);
     tcase_add_test(t, unreachable_and_silent_servers);
     tcase_add_test(t, server_killed_while_held);
+    tcase_add_test(t, server_paused_holds_lost);
     tcase_add_test(t, script_flush_is_invisible);
     tcase_add_test(t, out_of_memory_is_reported);
     tcase_add_test(t, force_release_and_lost);

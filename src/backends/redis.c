@@ -176,6 +176,7 @@ enum script_id { S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_COUNT };
 struct rconn {
     redisContext *ctx;
     unsigned gen; /* pool generation when dialed */
+    bool limited; /* I/O timeout cut short by pool_get_within() */
     struct rconn *next;
 };
 
@@ -325,13 +326,15 @@ static struct timeval ms_tv(int64_t ms)
 
 /* ============================================================ connections */
 
-/* Dial, authenticate, select the db. On failure *out is NULL and the
- * message names host:port and the server's words. */
-static int dial(struct redis_state *s, bool select_db, redisContext **out)
+/* Dial, authenticate, select the db, within LIMIT_MS when > 0 (else the
+ * connect timeout). On failure *out is NULL and the message names
+ * host:port and the server's words. */
+static int dial(struct redis_state *s, bool select_db, int64_t limit_ms, redisContext **out)
 {
     *out = NULL;
-    redisContext *ctx = s->sock ? redisConnectUnixWithTimeout(s->sock, ms_tv(s->connect_timeout_ms))
-                                : redisConnectWithTimeout(s->host, s->port, ms_tv(s->connect_timeout_ms));
+    int64_t cto = limit_ms > 0 && limit_ms < s->connect_timeout_ms ? limit_ms : s->connect_timeout_ms;
+    redisContext *ctx = s->sock ? redisConnectUnixWithTimeout(s->sock, ms_tv(cto))
+                                : redisConnectWithTimeout(s->host, s->port, ms_tv(cto));
     if (!ctx)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", s->where);
     if (ctx->err) {
@@ -339,7 +342,7 @@ static int dial(struct redis_state *s, bool select_db, redisContext **out)
         redisFree(ctx);
         return rc;
     }
-    redisSetTimeout(ctx, ms_tv(s->op_timeout_ms));
+    redisSetTimeout(ctx, ms_tv(limit_ms > 0 && limit_ms < s->op_timeout_ms ? limit_ms : s->op_timeout_ms));
     if (s->password) {
         redisReply *r;
         if (s->user)
@@ -378,8 +381,10 @@ static int dial(struct redis_state *s, bool select_db, redisContext **out)
 }
 
 /* Take an idle connection or dial a new one. BACKGROUND callers (keeper)
- * respect the reconnect backoff; callers' own requests always dial. */
-static int pool_get(struct redis_state *s, bool background, struct rconn **out)
+ * respect the reconnect backoff; callers' own requests always dial. With
+ * LIMIT_MS > 0, dialing and the connection's I/O timeout are cut to it
+ * (the caller restores the timeout with pool_put). */
+static int pool_get_within(struct redis_state *s, bool background, int64_t limit_ms, struct rconn **out)
 {
     *out = NULL;
     pthread_mutex_lock(&s->pool_mu);
@@ -388,6 +393,10 @@ static int pool_get(struct redis_state *s, bool background, struct rconn **out)
         s->idle = k->next;
         if (k->gen == s->gen) {
             pthread_mutex_unlock(&s->pool_mu);
+            if (limit_ms > 0 && limit_ms < s->op_timeout_ms) {
+                redisSetTimeout(k->ctx, ms_tv(limit_ms));
+                k->limited = true;
+            }
             *out = k;
             return DLOCK_OK;
         }
@@ -407,7 +416,8 @@ static int pool_get(struct redis_state *s, bool background, struct rconn **out)
     struct rconn *k = calloc(1, sizeof *k);
     if (!k)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
-    int rc = dial(s, true, &k->ctx);
+    int rc = dial(s, true, limit_ms, &k->ctx);
+    k->limited = limit_ms > 0;
     pthread_mutex_lock(&s->pool_mu);
     if (rc) {
         s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
@@ -428,12 +438,21 @@ static int pool_get(struct redis_state *s, bool background, struct rconn **out)
     return DLOCK_OK;
 }
 
+static int pool_get(struct redis_state *s, bool background, struct rconn **out)
+{
+    return pool_get_within(s, background, 0, out);
+}
+
 /* Give K back; BROKEN (an I/O error) closes it and retires every idle
  * connection dialed before, since the server may have restarted. */
 static void pool_put(struct redis_state *s, struct rconn *k, bool broken)
 {
     if (!k)
         return;
+    if (k->limited && !broken && !k->ctx->err) {
+        redisSetTimeout(k->ctx, ms_tv(s->op_timeout_ms));
+        k->limited = false;
+    }
     pthread_mutex_lock(&s->pool_mu);
     if (broken || k->ctx->err) {
         if (k->gen == s->gen)
@@ -695,7 +714,7 @@ static void *hub_main(void *arg)
             int64_t now = dlock__now_ms();
             if (now >= next_dial) {
                 pthread_mutex_unlock(&hb->mu);
-                int rc = dial(s, false, &ctx);
+                int rc = dial(s, false, 0, &ctx);
                 pthread_mutex_lock(&hb->mu);
                 if (rc) {
                     backoff = backoff ? backoff * 2 : BACKOFF_MIN_MS;
@@ -1233,8 +1252,20 @@ static int redis_renew(void *state, struct dlock__hold **holds, size_t n, int *r
     struct redis_state *s = state;
     if (n == 0)
         return DLOCK_OK;
+    /* A renewal must not outlive the earliest validity deadline of the
+     * batch: the keeper declares holds lost at their deadline, not at the
+     * end of a connect or read timeout against a server that went silent. */
+    int64_t now = dlock__now_ms(), earliest = DLOCK__NEVER;
+    pthread_mutex_lock(&s->c->mu); /* valid_until is the core's */
+    for (size_t i = 0; i < n; i++)
+        if (holds[i]->valid_until < earliest)
+            earliest = holds[i]->valid_until;
+    pthread_mutex_unlock(&s->c->mu);
+    int64_t limit = earliest == DLOCK__NEVER ? 0 : earliest - now;
+    if (earliest != DLOCK__NEVER && limit < 10)
+        limit = 10;
     struct rconn *k;
-    int rc = pool_get(s, true, &k);
+    int rc = pool_get_within(s, true, limit, &k);
     if (rc) {
         for (size_t i = 0; i < n; i++)
             result[i] = rc;

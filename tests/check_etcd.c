@@ -971,12 +971,12 @@ END_TEST
 START_TEST(test_lease_renewed_while_held)
 {
     REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=1s");
+    char *url = etcdf_url(&F, NULL, "lease=2s");
     dlock_client *a = open_ok(url), *b = open_ok(url);
     dlock_lock *la = lock_ok(a, "renewed"), *lb = lock_ok(b, "renewed");
     dlock_lock_on_lost(la, on_lost_here, NULL);
     ACQUIRE_OK(la, DLOCK_TRY);
-    tu_sleep_ms(3500);
+    tu_sleep_ms(6500); /* three leases and more */
     ck_assert_msg(!atomic_load(&lost_here), "lost: %s", lost_why);
     ck_assert_int_gt(dlock_validity_ms(la), 0);
     ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
@@ -994,16 +994,16 @@ END_TEST
 START_TEST(test_waiter_keeps_its_place)
 {
     REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
+    char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=2s");
     dlock_client *a = open_ok(url), *b = open_ok(short_url), *c = open_ok(url);
     dlock_lock *la = lock_ok(a, "place"), *lb = lock_ok(b, "place"), *lc = lock_ok(c, "place");
     ACQUIRE_OK(la, DLOCK_TRY);
     struct waiter_arg wb = {lb, 30000, -99, 0, 0}, wc = {lc, 30000, -99, 0, 0};
     pthread_t tb, tc;
     pthread_create(&tb, NULL, waiter_main, &wb);
-    tu_sleep_ms(1000);
+    ck_assert_msg(wait_key_count("place/", 2), "b never queued");
     pthread_create(&tc, NULL, waiter_main, &wc);
-    tu_sleep_ms(2500); /* b's lease (1 s) would have expired thrice */
+    tu_sleep_ms(6000); /* b's lease (2 s) would have expired thrice */
     char *keys = ctl_keys("place/");
     ck_assert_int_eq(count_lines(keys), 3);
     free(keys);
@@ -1393,7 +1393,7 @@ START_TEST(test_server_restart_keeps_hold)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *url = etcdf_url(&F, NULL, "lease=10s&timeout=1s&connect_timeout=1s");
+    char *url = etcdf_url(&F, NULL, "lease=15s&timeout=1s&connect_timeout=1s");
     dlock_client *a = open_ok(url);
     dlock_lock *la = lock_ok(a, "restart");
     dlock_lock_on_lost(la, on_lost_here, NULL);
@@ -1402,7 +1402,7 @@ START_TEST(test_server_restart_keeps_hold)
     etcdf_member_stop(&F, 0, SIGTERM);
     tu_sleep_ms(500);
     ck_assert(etcdf_member_start(&F, 0, 20000));
-    tu_sleep_ms(11000); /* longer than the lease: renewed by the restarted member */
+    tu_sleep_ms(16000); /* longer than the lease: renewed by the restarted member */
     ck_assert_msg(!atomic_load(&lost_here), "lost: %s", lost_why);
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     dlock_client *b = open_ok(url);

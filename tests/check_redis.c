@@ -1113,11 +1113,11 @@ END_TEST
 START_TEST(lost_replies_are_retried_safely)
 {
     start_server(NULL);
-    char *url = url_with("timeout=300ms&lease=10s");
+    char *url = url_with("timeout=500ms&lease=10s");
     dlock_client *c = open_ok(url);
     dlock_lock *l = lock_ok(c, "amb");
     redisContext *ctx = raw();
-    freeReplyObject(cmd(ctx, "CLIENT PAUSE 450 WRITE"));
+    freeReplyObject(cmd(ctx, "CLIENT PAUSE 650 WRITE"));
     acquire_ok(l, DLOCK_TRY);
     uint64_t t = token_of(l);
     tu_sleep_ms(300); /* let any duplicate run */
@@ -1127,7 +1127,7 @@ START_TEST(lost_replies_are_retried_safely)
     ck_assert_str_eq(r->element[1]->str, "1");
     freeReplyObject(r);
 
-    freeReplyObject(cmd(ctx, "CLIENT PAUSE 450 WRITE"));
+    freeReplyObject(cmd(ctx, "CLIENT PAUSE 650 WRITE"));
     int rc = dlock_release(l);
     ck_assert_msg(rc == DLOCK_OK, "release: %s: %s", dlock_err_name(rc), dlock_errmsg());
     tu_sleep_ms(300);

@@ -1,10 +1,12 @@
 /* run.c -- `dlock run`: hold a lock while a command runs, like flock(1)
  * but across machines.
  *
- * Threads: the main thread acquires, starts COMMAND and waits for it on a
- * pidfd; a signal thread (every other thread has SIGINT, SIGTERM, SIGHUP
- * and SIGQUIT blocked) cancels the wait while waiting and passes signals
- * on to COMMAND while it runs; the library's keeper thread renews the
+ * Threads: the main thread acquires, starts COMMAND and waits for it; a
+ * signal thread (every other thread has SIGINT, SIGTERM, SIGHUP, SIGQUIT
+ * and SIGCHLD blocked) cancels the wait while waiting, passes signals on
+ * to COMMAND while it runs, and turns SIGCHLD into an eventfd the main
+ * thread polls beside the lost-lock one (no pidfd needed, so it works
+ * under valgrind and on old kernels too); the library's keeper thread renews the
  * lease and calls on_lost(), which wakes the main thread through an
  * eventfd so that it can apply --on-lost.
  */
@@ -22,7 +24,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,12 +44,13 @@ struct run {
     int signal;  /* received while waiting */
     int pending; /* received after acquiring, before COMMAND started */
     int lost_fd; /* eventfd: the lock was lost */
+    int exit_fd; /* eventfd: SIGCHLD arrived */
     bool lost;
     char lost_why[512];
 };
 
 static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
-                       .lost_fd = -1};
+                       .lost_fd = -1, .exit_fd = -1};
 
 static int64_t now_ms(void)
 {
@@ -64,6 +66,7 @@ static void signal_set(sigset_t *set)
     sigaddset(set, SIGTERM);
     sigaddset(set, SIGHUP);
     sigaddset(set, SIGQUIT);
+    sigaddset(set, SIGCHLD);
 }
 
 static void *signal_thread(void *arg)
@@ -76,6 +79,12 @@ static void *signal_thread(void *arg)
         int sig = sigwaitinfo(&set, &si);
         if (sig < 0)
             continue;
+        if (sig == SIGCHLD) {
+            uint64_t one = 1;
+            ssize_t n = write(R.exit_fd, &one, sizeof one);
+            (void)n;
+            continue;
+        }
         pthread_mutex_lock(&R.mu);
         if (R.phase == WAITING) {
             R.signal = sig;
@@ -229,33 +238,27 @@ static bool reap(pid_t child, int *status, bool block)
 /* Wait for the child, applying --on-lost. Returns its wait status. */
 static int supervise(pid_t child, enum on_lost policy, int64_t kill_after_ms)
 {
-    int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
     int64_t kill_at = -1;
     bool acted = false;
     int status = 0;
-    for (;;) {
-        if (reap(child, &status, false))
-            break;
-        struct pollfd fds[2] = {{.fd = pidfd, .events = POLLIN}, {.fd = R.lost_fd, .events = POLLIN}};
+    while (!reap(child, &status, false)) {
+        struct pollfd fds[2] = {{.fd = R.exit_fd, .events = POLLIN},
+                                {.fd = acted ? -1 : R.lost_fd, .events = POLLIN}};
         int timeout = -1;
         if (kill_at >= 0) {
             int64_t left = kill_at - now_ms();
             timeout = left > 0 ? (int)left : 0;
         }
-        if (pidfd < 0) {
-            /* No pidfd (old kernel): block; --on-lost cannot act then. */
-            fprintf(stderr, "dlock run: pidfd_open: %s; --on-lost is not applied\n",
-                    strerror(errno));
+        if (poll(fds, 2, timeout) < 0 && errno != EINTR) {
             reap(child, &status, true);
             break;
         }
-        int n = poll(fds, 2, timeout);
-        if (n < 0 && errno != EINTR) {
-            reap(child, &status, true);
-            break;
+        uint64_t v;
+        if (fds[0].revents) {
+            ssize_t r = read(R.exit_fd, &v, sizeof v);
+            (void)r;
         }
-        if (fds[1].revents && !acted) {
-            uint64_t v;
+        if (fds[1].revents) {
             ssize_t r = read(R.lost_fd, &v, sizeof v);
             (void)r;
             acted = true;
@@ -269,15 +272,12 @@ static int supervise(pid_t child, enum on_lost policy, int64_t kill_after_ms)
             } else if (policy == LOST_KILL) {
                 kill(child, SIGKILL);
             }
-            fds[1].fd = -1;
         }
         if (kill_at >= 0 && now_ms() >= kill_at) {
             kill(child, SIGKILL);
             kill_at = -1;
         }
     }
-    if (pidfd >= 0)
-        close(pidfd);
     return status;
 }
 
@@ -413,6 +413,13 @@ int cmd_run(const char *url, int argc, char **argv)
     }
     R.lock = l;
     R.lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    R.exit_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (R.lost_fd < 0 || R.exit_fd < 0) {
+        fprintf(stderr, "dlock run: eventfd: %s\n", strerror(errno));
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        return EXIT_SOFTWARE;
+    }
     dlock_lock_on_lost(l, on_lost, NULL);
     pthread_t st;
     pthread_create(&st, NULL, signal_thread, NULL);

@@ -90,6 +90,15 @@ $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*.h cli/*.h tests/
 	@mkdir -p $(dir $@)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
+# The backend table (src/backends.c) changes with the set of built
+# backends: a stamp that changes only with that set rebuilds it.
+BACKENDS_STAMP = $(BUILD)/backends.stamp
+$(BACKENDS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(BUILT_BACKENDS)' | cmp -s - $@ || echo '$(BUILT_BACKENDS)' > $@
+$(BUILD)/src/backends.o: $(BACKENDS_STAMP)
+.PHONY: FORCE
+
 $(STATIC): $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^

@@ -190,7 +190,10 @@ START_TEST(test_counter_8x200)
                           tu_dlock_bin(), counter, counter);
     const char *argv[] = {"bash", "-c", script, NULL};
     const char *env[] = {env_url, NULL};
-    ck_assert_int_eq(tu_run(argv, env, NULL, NULL), 0);
+    char *err;
+    int rc = tu_run(argv, env, NULL, &err);
+    ck_assert_msg(rc == 0, "a worker failed (exit %d): %s", rc, err);
+    free(err);
     char *text = tu_read_file(counter);
     ck_assert_str_eq(text, "1600\n");
     free(text);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -726,6 +727,43 @@ START_TEST(test_no_password_in_messages)
 }
 END_TEST
 
+START_TEST(test_waits_without_inotify)
+{
+    /* A user out of inotify instances still waits and wakes (backoff
+     * retries) instead of failing. The limit is per user: become one
+     * that nothing else on the machine runs as. */
+    chmod(dir, 0777);
+    if (getuid() == 0)
+        ck_assert_int_eq(setuid(65534), 0);
+    char *marker = tu_fmt("%s/held", dir);
+    pid_t holder = fork();
+    if (holder == 0) {
+        dlock_client *c = open_client();
+        dlock_lock *l = new_lock(c, "noinotify", DLOCK_EXCLUSIVE);
+        if (dlock_acquire(l, DLOCK_TRY))
+            _exit(2);
+        close(open(marker, O_CREAT | O_WRONLY, 0644));
+        pause();
+        _exit(0);
+    }
+    ck_assert(tu_wait_file(marker, 10000));
+    int n = 0;
+    while (n < 100000 && inotify_init1(IN_CLOEXEC) >= 0)
+        n++;
+    ck_assert_msg(errno == EMFILE || errno == ENFILE, "inotify_init1: %s", strerror(errno));
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "noinotify", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, 150), DLOCK_ETIMEDOUT);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(marker);
+}
+END_TEST
+
 static Suite *file_suite(void)
 {
     Suite *s = suite_create("file");
@@ -754,6 +792,7 @@ static Suite *file_suite(void)
         {"fifo_replaced", test_fifo_and_replaced_files},
         {"lease_two_handles", test_handle_lease_and_two_handles},
         {"no_password", test_no_password_in_messages},
+        {"no_inotify", test_waits_without_inotify},
     };
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
         TCase *tc = tcase_create(tests[i].name);

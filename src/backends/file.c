@@ -373,6 +373,8 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd = -1, ifd = -1, wd = -1;
+    bool degraded = false; /* no inotify to be had: backoff retries */
+    int64_t backoff = 1;
     int rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
     short type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK;
     while (!rc) {
@@ -397,24 +399,33 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
             rc = DLOCK_EBUSY;
             break;
         }
-        if (ifd < 0) {
+        if (ifd == -1 && !degraded) {
             /* Watch first, then try again: a release in between is seen. */
             ifd = inotify_borrow(s);
-            if (ifd < 0) {
-                rc = dlock__errno(DLOCK_EIO, errno,
-                                  "lock file %s/%s: inotify (see fs.inotify.max_user_instances)",
-                                  s->dir, fname);
-                break;
+            if (ifd >= 0) {
+                char path[PATH_MAX];
+                snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+                wd = inotify_add_watch(ifd, path,
+                                       IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
             }
-            char path[PATH_MAX];
-            snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-            wd = inotify_add_watch(ifd, path,
-                                   IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
-            if (wd < 0) {
-                rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: inotify watch", s->dir,
-                                  fname);
-                break;
+            if (ifd < 0 || wd < 0) {
+                /* Out of inotify instances or watches (per-user limits,
+                 * fs.inotify.max_user_instances / max_user_watches): rather
+                 * than fail, retry on a backoff of 1 to 100 ms. */
+                if (errno != EMFILE && errno != ENFILE && errno != ENOSPC && errno != ENOMEM) {
+                    rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: inotify", s->dir, fname);
+                    break;
+                }
+                if (ifd >= 0)
+                    inotify_return(s, ifd, wd);
+                ifd = wd = -1;
+                degraded = true;
             }
+            continue;
+        }
+        if (degraded) {
+            rc = dlock__wait_sleep(w, dlock__wait_seq(w), dlock__now_ms() + backoff);
+            backoff = backoff * 2 > 100 ? 100 : backoff * 2;
             continue;
         }
         rc = dlock__wait_poll(w, ifd, POLLIN, DLOCK__NEVER);

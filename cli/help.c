@@ -59,6 +59,9 @@ static const char *general =
     "URLs: file:///DIR  redis://[USER[:PASS]@]HOST[:PORT][/DB]  redis+unix:///SOCKET\n"
     "      etcd://HOST:PORT[,HOST:PORT...][/PREFIX]  zk://HOST:PORT[,...][/CHROOT]\n"
     "\n"
+    "Environment: DLOCK_URL; DLOCK_REDIS_PASSWORD, DLOCK_ETCD_PASSWORD (keep passwords\n"
+    "             off the command line); DLOCK_ZK_LOG (ZooKeeper client log file).\n"
+    "\n"
     "Exit codes: 64 usage, 69 backend unavailable, 70 internal error, 75 lock lost,\n"
     "            77 permission or authentication, 78 bad URL or configuration,\n"
     "            126/127 COMMAND not executable / not found.\n";

@@ -66,6 +66,16 @@ static const char *general =
     "            77 permission or authentication, 78 bad URL or configuration,\n"
     "            126/127 COMMAND not executable / not found.\n";
 
+/* TEXT with every line indented by two spaces. */
+static void print_indented(FILE *out, const char *text)
+{
+    for (const char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        fprintf(out, "  %.*s\n", (int)len, line);
+        line += len + (line[len] == '\n');
+    }
+}
+
 int cli_help(const char *command, int to_stderr)
 {
     FILE *out = to_stderr ? stderr : stdout;
@@ -81,7 +91,7 @@ int cli_help(const char *command, int to_stderr)
     }
     fputs("Usage:\n", out);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        fprintf(out, "  %s\n", commands[i].usage);
+        print_indented(out, commands[i].usage);
     fputs("  dlock --version | --help | help COMMAND\n\n", out);
     fputs(general, out);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)

@@ -582,11 +582,14 @@ static pid_t spawn_holder(const char *url, const char *name, const char *marker,
     while (!tu_wait_file(release_file, 1000))
         ;
     int rc = dlock_release(l);
-    char *rcfile = tu_fmt("%s.rc", release_file);
-    f = fopen(rcfile, "w");
+    /* written aside and renamed: the parent must never read it half done */
+    char *rcfile = tu_fmt("%s.rc", release_file), *rctmp = tu_fmt("%s.rc.tmp", release_file);
+    f = fopen(rctmp, "w");
     fprintf(f, "%d\n", rc);
     fclose(f);
+    rename(rctmp, rcfile);
     free(rcfile);
+    free(rctmp);
     dlock_lock_free(l);
     dlock_client_close(c);
     _exit(0);

@@ -416,6 +416,33 @@ START_TEST(threads_fight_over_one_name)
 }
 END_TEST
 
+/* A fixed lease is never renewed: the key expires on the server, the
+ * hold is lost at its deadline, another client takes the name. */
+START_TEST(fixed_lease_expires)
+{
+    start_server(NULL);
+    dlock_client *c = open_ok(srv.url), *c2 = open_ok(srv.url);
+    dlock_lock *l = lock_ok(c, "fixed"), *l2 = lock_ok(c2, "fixed");
+    ck_assert_int_eq(dlock_lock_set_lease(l, 800, DLOCK_LEASE_FIXED), DLOCK_OK);
+    struct lost_flag lost = {0};
+    dlock_lock_on_lost(l, on_lost, &lost);
+    acquire_ok(l, DLOCK_TRY);
+    redisContext *ctx = raw();
+    long long ttl = cmd_int(ctx, "PTTL fixed");
+    ck_assert_msg(ttl > 0 && ttl <= 800, "pttl %lld", ttl);
+    acquire_ok(l2, 10000); /* only the expiry frees it */
+    ck_assert_msg(wait_flag(&lost.fired, 10000), "lost callback never fired");
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+    stop_server();
+}
+END_TEST
+
 /* ----------------------------------------------------- interoperability */
 
 /* Play a Redisson client on the wire: its hash field, PEXPIRE, and the "0"
@@ -1538,6 +1565,7 @@ static Suite *redis_suite(void)
     tcase_add_test(t, thread_waits_for_thread);
     tcase_add_test(t, cancel_a_wait);
     tcase_add_test(t, threads_fight_over_one_name);
+    tcase_add_test(t, fixed_lease_expires);
     tcase_add_test(t, redisson_on_the_wire);
     tcase_add_test(t, simple_layout_on_the_wire);
     tcase_add_test(t, holder_killed_9);

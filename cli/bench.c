@@ -2,17 +2,18 @@
  *
  * Absolute figures on a shared machine drift, so every figure is printed
  * beside a baseline measured in the same run with the same client library
- * (cli/bench.h: SET NX PX + compare-and-delete for a lock, PING for one
- * round trip), as a ratio. Baseline and dlock runs alternate so both see
- * the same load.
+ * (cli/bench.h; for Redis: SET NX PX + compare-and-delete for a lock,
+ * PING for one round trip; cli/bench_etcd.c and cli/bench_zk.c for the
+ * others), as a ratio. Baseline and dlock runs alternate so both see the
+ * same load.
  *
  * Usage (also `dlock bench --help`):
  *   dlock [-u URL] bench [MODE...] [OPTIONS]
  *   MODE: uncontended, contended, renewal, all (the default)
  *   -t, --threads T     uncontended: threads, each over its own names (1)
  *   -m, --names M       uncontended: lock names in all (1024)
- *   -d, --duration S    seconds per side and mode, halved: 3 = 6 s per side
- *                       (uncontended: 10 alternating rounds)
+ *   -d, --duration S    each side is measured 2 x S seconds (3); in the
+ *                       uncontended mode as 10 rounds taking turns
  *   -W, --waiters W     contended: threads, one client each, on one name (8)
  *   -k, --locks K       renewal: locks held at once (10000)
  *   -p, --periods P     renewal: renewal periods measured (5)

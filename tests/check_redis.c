@@ -416,6 +416,46 @@ START_TEST(threads_fight_over_one_name)
 }
 END_TEST
 
+/* Many threads of one client wait on one name: each release wakes one of
+ * them, not the herd. Counted on the server: script calls per hand-off. */
+START_TEST(one_waiter_woken_per_release)
+{
+    enum { T = 8 };
+    start_server(NULL);
+    char *url = url_with("lease=60s");
+    dlock_client *holder = open_ok(url), *c = open_ok(url);
+    dlock_lock *hl = lock_ok(holder, "herd"), *l = lock_ok(c, "herd");
+    acquire_ok(hl, DLOCK_TRY);
+    redisContext *ctx = raw();
+    struct waiter_arg a[T];
+    pthread_t th[T];
+    for (int i = 0; i < T; i++) {
+        a[i] = (struct waiter_arg){.l = l, .wait_ms = 30000, .rc = -99, .release = true};
+        pthread_create(&th[i], NULL, waiter_main, &a[i]);
+    }
+    wait_numsub(ctx, "redisson_lock__channel:{herd}", 1);
+    tu_sleep_ms(500); /* every waiter past its first tries, asleep */
+    freeReplyObject(cmd(ctx, "CONFIG RESETSTAT"));
+    ck_assert_int_eq(dlock_release(hl), DLOCK_OK);
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(a[i].rc == DLOCK_OK, "waiter %d: %s", i, dlock_err_name(a[i].rc));
+    }
+    /* T hand-offs: T acquires + T releases, plus the odd retry; a herd
+     * would cost about T * T / 2 acquire tries */
+    long long calls = script_calls(ctx);
+    fprintf(stderr, "one_waiter_woken_per_release: %lld script calls for %d hand-offs\n", calls, T);
+    ck_assert_msg(calls < 3 * T, "%lld script calls for %d hand-offs", calls, T);
+    redisFree(ctx);
+    dlock_lock_free(hl);
+    dlock_lock_free(l);
+    dlock_client_close(holder);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
+}
+END_TEST
+
 /* A fixed lease is never renewed: the key expires on the server, the
  * hold is lost at its deadline, another client takes the name. */
 START_TEST(fixed_lease_expires)
@@ -1566,6 +1606,7 @@ static Suite *redis_suite(void)
     tcase_add_test(t, cancel_a_wait);
     tcase_add_test(t, threads_fight_over_one_name);
     tcase_add_test(t, fixed_lease_expires);
+    tcase_add_test(t, one_waiter_woken_per_release);
     tcase_add_test(t, redisson_on_the_wire);
     tcase_add_test(t, simple_layout_on_the_wire);
     tcase_add_test(t, holder_killed_9);

@@ -182,6 +182,7 @@ struct rconn {
 
 struct hub_waiter {
     struct dlock__wait *w;
+    bool woken; /* woken and has not tried since (see hub_wake_one) */
     struct hub_waiter *next;
 };
 
@@ -605,10 +606,28 @@ static void hub_mark(struct hub *hb, struct hub_chan *ch)
     hub_kick(hb);
 }
 
+/* Wake every waiter of CH: the subscription just started or restarted, so
+ * any of them may have missed a release. */
 static void hub_wake_chan(struct hub_chan *ch)
 {
-    for (struct hub_waiter *x = ch->waiters; x; x = x->next)
+    for (struct hub_waiter *x = ch->waiters; x; x = x->next) {
+        x->woken = true;
         dlock__wait_wake(x->w);
+    }
+}
+
+/* A release message: wake the longest-waiting waiter that is not already
+ * woken, so one release costs one try per client, not a herd (Redisson's
+ * semaphore does the same). A woken waiter that leaves without the lock
+ * passes the wake on (hub_leave), so none is lost. */
+static void hub_wake_one(struct hub_chan *ch)
+{
+    for (struct hub_waiter *x = ch->waiters; x; x = x->next)
+        if (!x->woken) {
+            x->woken = true;
+            dlock__wait_wake(x->w);
+            return;
+        }
 }
 
 static void hub_free_chan(struct hub *hb, struct hub_chan *ch)
@@ -633,7 +652,7 @@ static void hub_on_reply(struct hub *hb, const redisReply *r)
     if (!ch)
         return;
     if (strcmp(kind, "message") == 0) {
-        hub_wake_chan(ch);
+        hub_wake_one(ch);
     } else if (strcmp(kind, "subscribe") == 0) {
         ch->subscribed = true;
         ch->sub_sent = false;
@@ -830,8 +849,10 @@ static int hub_join(struct redis_state *s, const char *chan, size_t len, struct 
         ch->next = hb->buckets[b];
         hb->buckets[b] = ch;
     }
-    x->next = ch->waiters;
-    ch->waiters = x;
+    struct hub_waiter **tail = &ch->waiters; /* oldest first */
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = x;
     if (ch->nwaiters++ == 0 || !ch->subscribed || ch->unsub_sent)
         hub_mark(hb, ch);
     pthread_mutex_unlock(&hb->mu);
@@ -848,7 +869,22 @@ static bool hub_subscribed(struct redis_state *s, const char *chan, size_t len)
     return yes;
 }
 
-static void hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
+/* W is about to try: a wake it received is being used now. */
+static void hub_ack(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
+{
+    struct hub *hb = &s->hub;
+    pthread_mutex_lock(&hb->mu);
+    struct hub_chan *ch = hub_find(hb, chan, len);
+    for (struct hub_waiter *x = ch ? ch->waiters : NULL; x; x = x->next)
+        if (x->w == w)
+            x->woken = false;
+    pthread_mutex_unlock(&hb->mu);
+}
+
+/* W stops waiting on CHAN. If it was woken and leaves without the lock
+ * (timed out, canceled, failed), the wake goes to the next waiter. */
+static void hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
+                      bool acquired)
 {
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);
@@ -858,6 +894,8 @@ static void hub_leave(struct redis_state *s, const char *chan, size_t len, struc
             if ((*pp)->w == w) {
                 struct hub_waiter *x = *pp;
                 *pp = x->next;
+                if (x->woken && !acquired)
+                    hub_wake_one(ch);
                 free(x);
                 ch->nwaiters--;
                 break;
@@ -1163,6 +1201,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         /* Before the subscription is confirmed a release could be missed,
          * so the first sleep lasts until the confirmation wakes us. */
         if (!first || hub_subscribed(s, k.chan, k.chan_len)) {
+            hub_ack(s, k.chan, k.chan_len, w);
             rc = try_acquire(s, h, &k, lease, &ttl);
             if (rc == DLOCK_ECONN) {
                 snprintf(outage, sizeof outage, "%s", dlock_errmsg());
@@ -1198,7 +1237,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         if (rc != DLOCK_OK)
             break;
     }
-    hub_leave(s, k.chan, k.chan_len, w);
+    hub_leave(s, k.chan, k.chan_len, w, rc == DLOCK_OK);
 out:
     keys_free(&k);
     return rc;

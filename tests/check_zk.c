@@ -1588,6 +1588,115 @@ START_TEST(test_lost_release_leaves_no_node)
 }
 END_TEST
 
+/* Waits (from a helper thread) until LOCKPATH has exactly WANT children on
+ * the server, then lets replies through again (the proxy cuts the
+ * connections: the client reconnects to the same session). */
+struct heal_arg {
+    struct proxy *px;
+    const char *lockpath;
+    int want;
+    bool seen;
+};
+
+static void *heal_when(void *p)
+{
+    struct heal_arg *a = p;
+    zhandle_t *zh = raw_open(NULL);
+    for (int i = 0; i < 800 && !a->seen; i++) {
+        struct String_vector v = {0, NULL};
+        int rc = zoo_get_children(zh, a->lockpath, 0, &v);
+        int n = rc == ZOK ? v.count : rc == ZNONODE ? 0 : -1;
+        deallocate_String_vector(&v);
+        if (n == a->want)
+            a->seen = true;
+        else
+            tu_sleep_ms(10);
+    }
+    proxy_set(a->px, PROXY_FORWARD);
+    zookeeper_close(zh);
+    return NULL;
+}
+
+/* A release whose delete is executed but whose reply is lost, with the
+ * connection back within the op timeout: the retried delete finds no
+ * node. That is our own delete, not a lock lost before the release: the
+ * release succeeded and must say DLOCK_OK, not DLOCK_ELOST. */
+START_TEST(test_release_reply_lost_then_reconnect)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=4000", px.port);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "release-reply");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    struct heal_arg ha = {.px = &px, .lockpath = "/dlock/release-reply", .want = 0};
+    proxy_set(&px, PROXY_DISCARD);
+    pthread_t th;
+    pthread_create(&th, NULL, heal_when, &ha);
+    int rc = dlock_release(l);
+    pthread_join(th, NULL);
+    ck_assert_msg(ha.seen, "the delete never reached the server");
+    ck_assert_msg(rc == DLOCK_OK, "release whose reply was lost: %s %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    /* and the lock is free */
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    proxy_stop(&px);
+    free(url);
+}
+END_TEST
+
+/* A create executed on the server whose reply is lost to a cut
+ * connection, the connection back within the op timeout: the node is
+ * ours (found again by its guid), the acquisition succeeds on the free
+ * lock, even as a try-once, with that one node and its czxid as token,
+ * and no second node of ours stays in the queue. */
+START_TEST(test_create_reply_lost_node_found_by_guid)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=4000", px.port);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "create-reply");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    zhandle_t *zh = raw_open(NULL);
+    for (int round = 0; round < 3; round++) {
+        struct heal_arg ha = {.px = &px, .lockpath = "/dlock/create-reply", .want = 1};
+        proxy_set(&px, PROXY_DISCARD);
+        pthread_t th;
+        pthread_create(&th, NULL, heal_when, &ha);
+        int rc = dlock_acquire(l, DLOCK_TRY);
+        pthread_join(th, NULL);
+        ck_assert_msg(ha.seen, "the create never reached the server");
+        ck_assert_msg(rc == DLOCK_OK, "round %d: try-once on a free lock whose create reply "
+                      "was lost: %s %s", round, dlock_err_name(rc), dlock_errmsg());
+        int n = 0;
+        char **kids = raw_children(zh, "/dlock/create-reply", &n);
+        ck_assert_int_eq(n, 1);
+        char *path = tu_fmt("/dlock/create-reply/%s", kids[0]);
+        struct Stat st;
+        ck_assert_int_eq(zoo_exists(zh, path, 0, &st), ZOK);
+        ck_assert_uint_eq((uint64_t)st.czxid, token_of(l));
+        free(path);
+        free_strings(kids, n);
+        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+        kids = raw_children(zh, "/dlock/create-reply", &n);
+        free_strings(kids, n);
+        ck_assert_int_eq(n, 0);
+    }
+    zookeeper_close(zh);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    proxy_stop(&px);
+    free(url);
+}
+END_TEST
+
 /* ================================================================== CLI */
 
 static int run_cli(char **out, char **err, const char **args)
@@ -1776,6 +1885,8 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, test_auth_and_acl);
     tcase_add_test(tc, test_lost_create_reply_leaves_no_node);
     tcase_add_test(tc, test_lost_release_leaves_no_node);
+    tcase_add_test(tc, test_release_reply_lost_then_reconnect);
+    tcase_add_test(tc, test_create_reply_lost_node_found_by_guid);
     tcase_add_test(tc, test_cli_run_status_list_release);
     tcase_add_test(tc, test_cli_curator_holder_and_errors);
     suite_add_tcase(s, tc);

@@ -1626,13 +1626,20 @@ static int zk_release(void *state, struct dlock__hold *h)
     } else {
         int64_t deadline = op_deadline(zb);
         int rc;
+        bool unheard = false; /* a delete of ours may have been executed */
         for (;;) {
             rc = rq_delete(zb, s->zh, zh->path);
             if (!rc_transient(rc) || dlock__now_ms() >= deadline)
                 break;
+            unheard = true;
             struct timespec pause = {0, 50 * 1000000L};
             nanosleep(&pause, NULL);
         }
+        /* "No node" after a delete whose reply was lost: most likely that
+         * delete did it (the node was there when we sent it, else the
+         * keeper would have said so); the release succeeded. */
+        if (rc == ZNONODE && unheard)
+            rc = ZOK;
         if (rc == ZNONODE)
             err = dlock__err(DLOCK_ELOST,
                              "%s: lock '%s': node %s was already gone (force-released?)",

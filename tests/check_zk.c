@@ -1522,11 +1522,16 @@ START_TEST(test_lost_create_reply_leaves_no_node)
     int rc = dlock_acquire(warm, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "acquire without replies: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
-    /* the server did create it */
+    /* the server did create it (a write may take it a while: fsync) */
     int n = 0;
-    char **kids = raw_children(zh, "/dlock/lost-reply", &n);
-    ck_assert_msg(n >= 1, "the create never reached the server");
-    free_strings(kids, n);
+    char **kids;
+    for (int i = 0; i < 200 && n == 0; i++) {
+        if (i)
+            tu_sleep_ms(25);
+        kids = raw_children(zh, "/dlock/lost-reply", &n);
+        free_strings(kids, n);
+    }
+    ck_assert_msg(n >= 1, "the create never reached the server (acquire: %s)", dlock_errmsg());
     proxy_set(&px, PROXY_FORWARD);
     /* reconnected: the stray node goes, without any further call */
     for (int i = 0; i < 400 && n > 0; i++) {
@@ -1697,6 +1702,99 @@ START_TEST(test_create_reply_lost_node_found_by_guid)
 }
 END_TEST
 
+/* A holder cut off from the server (a proxy that drops both directions)
+ * past its session timeout, while another client waits for the lock:
+ * the holder's loss is reported (once) before the other client gets the
+ * lock, never after. Once the connection is back the old session is
+ * found expired: the release says DLOCK_ELOST, the lost callback does not
+ * run again, and the very next acquisition opens a new session and
+ * queues (busy while the other client holds, then taken). */
+struct partition_arg {
+    const char *url;
+    int rc;
+    int lost_when_acquired;
+    atomic_int acquired; /* rc and lost_when_acquired are set */
+    atomic_int release_now;
+};
+
+static void *partition_other(void *p)
+{
+    struct partition_arg *a = p;
+    dlock_client *c = NULL;
+    a->rc = dlock_open(a->url, &c);
+    if (a->rc)
+        return NULL;
+    dlock_lock *l = NULL;
+    dlock_lock_new(c, "partitioned", DLOCK_EXCLUSIVE, &l);
+    a->rc = dlock_acquire(l, 30000);
+    a->lost_when_acquired = atomic_load(&lost_flag);
+    atomic_store(&a->acquired, 1);
+    if (a->rc == DLOCK_OK) {
+        for (int i = 0; i < 2000 && !atomic_load(&a->release_now); i++)
+            tu_sleep_ms(10);
+        dlock_release(l);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return NULL;
+}
+
+START_TEST(test_partitioned_holder_lost_before_other_holds)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *url = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=1000&connect_timeout=3000",
+                       px.port);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "partitioned");
+    atomic_store(&lost_flag, 0);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    uint64_t t = token_of(l);
+
+    char *direct = url_with(NULL, "lease=2000");
+    struct partition_arg a = {.url = direct, .rc = -1};
+    pthread_t th;
+    proxy_set(&px, PROXY_BLACKHOLE);
+    pthread_create(&th, NULL, partition_other, &a);
+    /* the other client gets the lock once our session expired */
+    for (int i = 0; i < 3000 && !atomic_load(&a.acquired); i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(atomic_load(&a.acquired), "the other client is still waiting");
+    ck_assert_msg(a.rc == DLOCK_OK, "the other client: %s", dlock_err_name(a.rc));
+    ck_assert_msg(a.lost_when_acquired == 1,
+                  "the other client held the lock before our loss was reported");
+    proxy_set(&px, PROXY_FORWARD);
+    /* the next call opens a new session, even one made while the client
+     * is still learning that the old one expired */
+    dlock_lock *l2 = lock_ok(c, "partitioned-2");
+    int rc = dlock_acquire(l2, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_OK, "first acquire after the partition: %s %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    dlock_lock_free(l2);
+    /* the expired session: lost, once */
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EBUSY, "acquire while the other client holds: %s %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    atomic_store(&a.release_now, 1);
+    rc = dlock_acquire(l, 20000);
+    ck_assert_msg(rc == DLOCK_OK, "acquire after the other released: %s %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_uint_gt(token_of(l), t);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(atomic_load(&lost_flag), 1);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    proxy_stop(&px);
+    free(direct);
+    free(url);
+}
+END_TEST
+
 /* ================================================================== CLI */
 
 static int run_cli(char **out, char **err, const char **args)
@@ -1857,6 +1955,14 @@ END_TEST
 
 /* ============================================================== suite */
 
+/* $ZK_TEST=<test name> runs only that test (and its case's fixture). */
+#define ADD_TEST(tc, fn)                                                   \
+    do {                                                                    \
+        const char *only_ = getenv("ZK_TEST");                              \
+        if (!only_ || !*only_ || strcmp(only_, #fn) == 0)                   \
+            tcase_add_test(tc, fn);                                         \
+    } while (0)
+
 static Suite *zk_suite(void)
 {
     Suite *s = suite_create("zk");
@@ -1864,31 +1970,32 @@ static Suite *zk_suite(void)
     TCase *tc = tcase_create("standalone");
     tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
     tcase_set_timeout(tc, 90);
-    tcase_add_test(tc, test_acquire_release_token);
-    tcase_add_test(tc, test_exclusion_between_clients);
-    tcase_add_test(tc, test_waiters_fifo_and_inspect);
-    tcase_add_test(tc, test_cancel_wait);
-    tcase_add_test(tc, test_threads_of_one_client);
-    tcase_add_test(tc, test_shared_mode_unsupported);
-    tcase_add_test(tc, test_validity_is_the_negotiated_session);
-    tcase_add_test(tc, test_curator_interop);
-    tcase_add_test(tc, test_foreign_children_ignored);
-    tcase_add_test(tc, test_hostile_names);
-    tcase_add_test(tc, test_list_and_prefix);
-    tcase_add_test(tc, test_force_release_reports_lost);
-    tcase_add_test(tc, test_kill9_holder_frees_at_session_expiry);
-    tcase_add_test(tc, test_paused_holder_loses_and_recovers);
-    tcase_add_test(tc, test_paused_waiter_requeues);
-    tcase_add_test(tc, test_unreachable);
-    tcase_add_test(tc, test_missing_chroot);
-    tcase_add_test(tc, test_bad_urls);
-    tcase_add_test(tc, test_auth_and_acl);
-    tcase_add_test(tc, test_lost_create_reply_leaves_no_node);
-    tcase_add_test(tc, test_lost_release_leaves_no_node);
-    tcase_add_test(tc, test_release_reply_lost_then_reconnect);
-    tcase_add_test(tc, test_create_reply_lost_node_found_by_guid);
-    tcase_add_test(tc, test_cli_run_status_list_release);
-    tcase_add_test(tc, test_cli_curator_holder_and_errors);
+    ADD_TEST(tc, test_acquire_release_token);
+    ADD_TEST(tc, test_exclusion_between_clients);
+    ADD_TEST(tc, test_waiters_fifo_and_inspect);
+    ADD_TEST(tc, test_cancel_wait);
+    ADD_TEST(tc, test_threads_of_one_client);
+    ADD_TEST(tc, test_shared_mode_unsupported);
+    ADD_TEST(tc, test_validity_is_the_negotiated_session);
+    ADD_TEST(tc, test_curator_interop);
+    ADD_TEST(tc, test_foreign_children_ignored);
+    ADD_TEST(tc, test_hostile_names);
+    ADD_TEST(tc, test_list_and_prefix);
+    ADD_TEST(tc, test_force_release_reports_lost);
+    ADD_TEST(tc, test_kill9_holder_frees_at_session_expiry);
+    ADD_TEST(tc, test_paused_holder_loses_and_recovers);
+    ADD_TEST(tc, test_paused_waiter_requeues);
+    ADD_TEST(tc, test_unreachable);
+    ADD_TEST(tc, test_missing_chroot);
+    ADD_TEST(tc, test_bad_urls);
+    ADD_TEST(tc, test_auth_and_acl);
+    ADD_TEST(tc, test_lost_create_reply_leaves_no_node);
+    ADD_TEST(tc, test_lost_release_leaves_no_node);
+    ADD_TEST(tc, test_release_reply_lost_then_reconnect);
+    ADD_TEST(tc, test_create_reply_lost_node_found_by_guid);
+    ADD_TEST(tc, test_partitioned_holder_lost_before_other_holds);
+    ADD_TEST(tc, test_cli_run_status_list_release);
+    ADD_TEST(tc, test_cli_curator_holder_and_errors);
     suite_add_tcase(s, tc);
 
     /* A server a test stops and starts again is that test's alone: the
@@ -1896,20 +2003,20 @@ static Suite *zk_suite(void)
     tc = tcase_create("restart");
     tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_server_restart_keeps_hold);
+    ADD_TEST(tc, test_server_restart_keeps_hold);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("outage");
     tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_server_down_hold_lost);
+    ADD_TEST(tc, test_server_down_hold_lost);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("ensemble");
     tcase_add_unchecked_fixture(tc, setup_ensemble, teardown_servers);
     tcase_set_timeout(tc, 180);
-    tcase_add_test(tc, test_ensemble_basic);
-    tcase_add_test(tc, test_leader_killed_never_two_holders);
+    ADD_TEST(tc, test_ensemble_basic);
+    ADD_TEST(tc, test_leader_killed_never_two_holders);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -689,19 +689,28 @@ static int session_start_locked(struct zk_backend *zb, struct zk_session **to_cl
 }
 
 /* The current session, connected, with a reference for the caller:
- * starts a new one when the last expired. Waits up to the connect timeout
- * for a connection. */
+ * starts a new one when the last expired, also when the expiry is only
+ * learned while waiting for the reconnection (the client library tells
+ * it on reconnecting). Waits up to the connect timeout for a connection
+ * of each session it starts. */
 static int session_get(struct zk_backend *zb, struct zk_session **out)
 {
-    struct zk_session *to_close = NULL;
+    struct zk_session *to_close[8] = {NULL};
+    size_t nclose = 0;
     int err = DLOCK_OK;
+    struct zk_session *s = NULL;
     *out = NULL;
     pthread_mutex_lock(&zb->mu);
-    if (!session_usable(zb->cur)) {
-        err = session_start_locked(zb, &to_close);
-    }
-    struct zk_session *s = zb->cur;
-    if (err == DLOCK_OK) {
+    for (int starts = 0;; ) {
+        if (!session_usable(zb->cur)) {
+            err = session_start_locked(zb, &to_close[nclose]);
+            if (err != DLOCK_OK)
+                break;
+            if (to_close[nclose])
+                nclose++;
+            starts++;
+        }
+        s = zb->cur;
         s->refs++;
         int64_t deadline = dlock__now_ms() + zb->c->opts.connect_timeout_ms;
         while (s->state != ZOO_CONNECTED_STATE && session_usable(s) &&
@@ -709,7 +718,10 @@ static int session_get(struct zk_backend *zb, struct zk_session **out)
             struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
             pthread_cond_timedwait(&zb->cv, &zb->mu, &ts);
         }
-        if (s->state != ZOO_CONNECTED_STATE) {
+        if (s->state == ZOO_CONNECTED_STATE && session_usable(s))
+            break;
+        bool retry = s->expired && !s->auth_failed && starts < 2;
+        if (!retry) {
             char last[256];
             zk_log_take(last, sizeof last);
             if (s->auth_failed)
@@ -722,12 +734,21 @@ static int session_get(struct zk_backend *zb, struct zk_session **out)
                 err = dlock__err(DLOCK_ECONN, "%s: no connection within %lld ms (%s)%s%s",
                                  zb->servers, (long long)zb->c->opts.connect_timeout_ms,
                                  state_name(s->state), last[0] ? ": " : "", last);
-            session_unref_locked(s); /* never the last: zb->cur has one */
-            s = NULL;
         }
+        /* Our reference may be the last one: another thread may have
+         * replaced an expired session meanwhile. */
+        struct zk_session *last_ref = session_unref_locked(s);
+        if (last_ref)
+            to_close[nclose++] = last_ref;
+        s = NULL;
+        if (!retry)
+            break;
+        /* The session expired while we waited for it to reconnect: the
+         * next pass starts a new one (unless another thread did). */
     }
     pthread_mutex_unlock(&zb->mu);
-    session_destroy(to_close);
+    for (size_t i = 0; i < nclose; i++)
+        session_destroy(to_close[i]);
     if (err != DLOCK_OK)
         return err;
     *out = s;

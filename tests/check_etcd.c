@@ -99,13 +99,10 @@ static void teardown_members(void)
 static void revive_all(void)
 {
     tu_sleep_ms(300); /* a member the last test restarted dies with it */
-    for (int i = 0; i < F.n; i++)
-        if (!tu_wait_port(F.m[i].client_port, 0)) {
-            F.m[i].pid = 0;
-            ck_assert_msg(etcdf_member_start(&F, i, 30000), "etcd %s did not come back",
-                          F.m[i].name);
-        }
-    ck_assert_msg(etcdf_wait_healthy(&F, 30000), "etcd members not healthy");
+    for (int i = 0; i < F.n; i++) /* one a failed test left stopped */
+        if (F.m[i].pid > 0)
+            kill(F.m[i].pid, SIGCONT);
+    ck_assert_msg(etcdf_revive(&F, 30000), "etcd members did not come back healthy");
 }
 
 static dlock_client *open_ok(const char *url)
@@ -1648,6 +1645,172 @@ START_TEST(test_no_quorum_unavailable)
 }
 END_TEST
 
+/* No quorum while the client's session lease is cached: the keepalive
+ * that freshens it before a new hold gets etcd's streaming error format
+ * ({"error": {"message": "etcdserver: no leader", ...}}). That is
+ * DLOCK_EUNAVAIL after trying every member, as for any other request,
+ * not "not an etcd gateway" (DLOCK_EPROTO) from the first one. */
+START_TEST(test_no_quorum_keepalive_unavailable)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    /* A timeout long enough for the member's own answer. */
+    char *url = etcdf_url(&F, NULL, "lease=5s&timeout=20s&connect_timeout=500ms");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "quorum-ka");
+    ACQUIRE_OK(l, DLOCK_TRY); /* grants the session lease */
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    etcdf_member_stop(&F, 1, SIGKILL);
+    etcdf_member_stop(&F, 2, SIGKILL);
+    tu_sleep_ms(2500); /* the leader steps down; the lease wants a keepalive */
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "no leader"), "message: %s", dlock_errmsg());
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    ck_assert(etcdf_member_start(&F, 1, 30000));
+    ck_assert(etcdf_member_start(&F, 2, 30000));
+    ck_assert(etcdf_wait_healthy(&F, 30000));
+    ACQUIRE_OK(l, 10000);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* ====================================================== stalled member */
+
+/* The member stops answering but keeps its connections (SIGSTOP: a hung
+ * process, a black-holed network). Requests time out only after
+ * `timeout`, here much longer than the lease. */
+static void member_pause(int i)
+{
+    ck_assert_int_gt(F.m[i].pid, 0);
+    ck_assert_int_eq(kill(F.m[i].pid, SIGSTOP), 0);
+}
+
+static void member_resume(int i)
+{
+    kill(F.m[i].pid, SIGCONT);
+}
+
+/* Wait for FLAG for up to 20 s (never for the 60 s request timeout). */
+static bool wait_flag(atomic_int *flag)
+{
+    for (int i = 0; i < 800 && !atomic_load(flag); i++)
+        tu_sleep_ms(25);
+    return atomic_load(flag);
+}
+
+/* A renewal stuck on a stalled member must not keep the keeper from
+ * declaring the hold lost at its validity deadline: the renewal's
+ * requests end by that deadline, not after `timeout`. */
+START_TEST(test_stalled_member_hold_lost_in_time)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, "lease=2s&timeout=60s&connect_timeout=1s");
+    dlock_client *a = open_ok(url);
+    dlock_lock *la = lock_ok(a, "stall-held");
+    dlock_lock_on_lost(la, on_lost_here, NULL);
+    ACQUIRE_OK(la, DLOCK_TRY);
+    member_pause(0);
+    bool lost = wait_flag(&lost_here);
+    int64_t valid = dlock_validity_ms(la);
+    member_resume(0);
+    ck_assert_msg(lost, "hold not reported lost while the member stalled");
+    ck_assert_int_eq(valid, 0);
+    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    free(url);
+}
+END_TEST
+
+struct stall_waiter {
+    dlock_lock *l;
+    int64_t wait;
+    int rc;
+    atomic_int done;
+};
+
+static void *stall_waiter_main(void *p)
+{
+    struct stall_waiter *a = p;
+    a->rc = dlock_acquire(a->l, a->wait);
+    if (a->rc == DLOCK_OK)
+        dlock_release(a->l);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* A bounded wait ends at its deadline (plus a short grace to withdraw its
+ * key) even when the member stalls; its key, which could not be deleted
+ * then, is deleted later, by close at the latest. */
+START_TEST(test_stalled_member_wait_times_out)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, NULL);
+    char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
+    dlock_client *a = open_ok(url), *b = open_ok(slow);
+    dlock_lock *la = lock_ok(a, "stall-wait"), *lb = lock_ok(b, "stall-wait");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    struct stall_waiter wb = {lb, 3000, -99, 0};
+    pthread_t tb;
+    pthread_create(&tb, NULL, stall_waiter_main, &wb);
+    ck_assert_msg(wait_key_count("stall-wait/", 2), "never 2 key(s) under stall-wait/");
+    member_pause(0);
+    bool done = wait_flag(&wb.done);
+    member_resume(0);
+    ck_assert_msg(done, "a 3 s wait still running while the member stalled");
+    pthread_join(tb, NULL);
+    ck_assert_msg(wb.rc == DLOCK_ETIMEDOUT, "%s", dlock_err_name(wb.rc));
+    dlock_lock_free(lb);
+    dlock_client_close(b); /* deletes the key it could not delete before */
+    ck_assert_msg(wait_key_count("stall-wait/", 1), "the waiter's key stayed behind");
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    free(url);
+    free(slow);
+}
+END_TEST
+
+/* dlock_lock_cancel() ends a wait whose keepalive is stuck on a stalled
+ * member, at once rather than after `timeout`. */
+START_TEST(test_stalled_member_cancel)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, NULL);
+    char *slow = etcdf_url(&F, NULL, "lease=3s&timeout=60s&connect_timeout=1s");
+    dlock_client *a = open_ok(url), *b = open_ok(slow);
+    dlock_lock *la = lock_ok(a, "stall-cancel"), *lb = lock_ok(b, "stall-cancel");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0};
+    pthread_t tb;
+    pthread_create(&tb, NULL, stall_waiter_main, &wb);
+    ck_assert_msg(wait_key_count("stall-cancel/", 2), "never 2 key(s) under stall-cancel/");
+    member_pause(0);
+    tu_sleep_ms(2500); /* the waiter's keepalive (every second) is now stuck */
+    ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
+    bool done = wait_flag(&wb.done);
+    member_resume(0);
+    ck_assert_msg(done, "a canceled wait still running while the member stalled");
+    pthread_join(tb, NULL);
+    ck_assert_msg(wb.rc == DLOCK_ECANCELED, "%s", dlock_err_name(wb.rc));
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    ck_assert_msg(wait_key_count("stall-cancel/", 1), "the waiter's key stayed behind");
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    free(url);
+    free(slow);
+}
+END_TEST
+
 static Suite *etcd_suite(void)
 {
     Suite *s = suite_create("etcd");
@@ -1698,12 +1861,21 @@ static Suite *etcd_suite(void)
     tcase_add_test(tc, test_server_down_hold_lost);
     suite_add_tcase(s, tc);
 
+    tc = tcase_create("stall");
+    tcase_add_unchecked_fixture(tc, setup_single, teardown_members);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_stalled_member_hold_lost_in_time);
+    tcase_add_test(tc, test_stalled_member_wait_times_out);
+    tcase_add_test(tc, test_stalled_member_cancel);
+    suite_add_tcase(s, tc);
+
     tc = tcase_create("cluster");
     tcase_add_unchecked_fixture(tc, setup_cluster, teardown_members);
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_cluster_basic_and_member_down);
     tcase_add_test(tc, test_leader_killed_never_two_holders);
     tcase_add_test(tc, test_no_quorum_unavailable);
+    tcase_add_test(tc, test_no_quorum_keepalive_unavailable);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -37,6 +37,7 @@
 #define GRPC_FAILED_PRECONDITION 9
 #define TXN_MAX_OPS 100 /* etcd's default --max-txn-ops is 128 */
 #define LIST_PAGE 1000
+#define WITHDRAW_GRACE_MS 1000 /* a give-up's delete, past the caller's deadline */
 
 /* ------------------------------------------------------------ structures */
 
@@ -55,6 +56,7 @@ struct etcd_backend {
     char ident[128];    /* value of our keys: "dlock <pid>@<host>" */
 
     pthread_mutex_t grant_mu; /* one thread at a time grants the session lease */
+    pthread_mutex_t sweep_mu; /* held while orphans are being deleted */
     pthread_mutex_t mu;       /* the fields below */
     int64_t lease;            /* session lease, 0 = none (yet, or lost) */
     int64_t lease_confirmed;  /* send time of its last grant / keepalive */
@@ -212,7 +214,8 @@ static int lease_grant(struct etcd_backend *s, int64_t ttl_ms, struct lease_ref 
 
 /* One keepalive of lease ID: DLOCK_OK with *SENT set, DLOCK_ELOST when
  * etcd no longer knows it, or a transport error. */
-static int lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent)
+static int lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
+                           const struct etcd_limits *lim)
 {
     char *ids = i64s(id);
     json_t *req = ids ? json_pack("{s:s}", "ID", ids) : NULL;
@@ -221,7 +224,9 @@ static int lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent)
         return nomem(s);
     json_t *reply = NULL;
     *sent = dlock__now_ms();
-    int rc = etcd_call(s->k, "/v3/lease/keepalive", req, &reply, "keep the lease alive", NULL);
+    char what[80];
+    snprintf(what, sizeof what, "keep lease %llx alive", (unsigned long long)id);
+    int rc = etcd_call_lim(s->k, "/v3/lease/keepalive", req, &reply, what, NULL, NULL, lim);
     json_decref(req);
     if (rc)
         return rc;
@@ -233,14 +238,14 @@ static int lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent)
     return DLOCK_OK;
 }
 
-static void lease_revoke(struct etcd_backend *s, int64_t id)
+static void lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim)
 {
     char *ids = i64s(id);
     json_t *req = ids ? json_pack("{s:s}", "ID", ids) : NULL;
     free(ids);
     json_t *reply = NULL;
     if (req)
-        etcd_call(s->k, "/v3/lease/revoke", req, &reply, "revoke the lease", NULL);
+        etcd_call_lim(s->k, "/v3/lease/revoke", req, &reply, "revoke the lease", NULL, NULL, lim);
     json_decref(req);
     json_decref(reply);
 }
@@ -267,7 +272,7 @@ static int session_lease(struct etcd_backend *s, struct lease_ref *lr)
     int rc = DLOCK_OK;
     if (lr->id && dlock__now_ms() - lr->confirmed > ttl_ms / 3) {
         int64_t sent;
-        rc = lease_keepalive(s, lr->id, &sent);
+        rc = lease_keepalive(s, lr->id, &sent, NULL);
         if (rc == DLOCK_OK)
             lr->confirmed = sent;
         else if (rc == DLOCK_ELOST)
@@ -286,10 +291,11 @@ static int session_lease(struct etcd_backend *s, struct lease_ref *lr)
 }
 
 /* Keep LR alive while a wait goes on; note the confirmation time. */
-static int lease_refresh(struct etcd_backend *s, struct lease_ref *lr)
+static int lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
+                         const struct etcd_limits *lim)
 {
     int64_t sent;
-    int rc = lease_keepalive(s, lr->id, &sent);
+    int rc = lease_keepalive(s, lr->id, &sent, lim);
     if (rc)
         return rc;
     lr->confirmed = sent;
@@ -311,10 +317,13 @@ static char *lock_prefix(struct etcd_backend *s, const char *name)
 
 /* Delete KEY; on failure remember it and try again later. True when the
  * key is gone (or can never be deleted by us: no permission). */
-static bool delete_key(struct etcd_backend *s, const char *key)
+static bool delete_key(struct etcd_backend *s, const char *key, int64_t until)
 {
     json_t *req = range_of(key, false), *reply = NULL;
-    int rc = req ? etcd_call(s->k, "/v3/kv/deleterange", req, &reply, "delete own key", NULL)
+    struct etcd_limits lim = {until, NULL};
+    char what[1200];
+    snprintf(what, sizeof what, "delete own key %s", key);
+    int rc = req ? etcd_call_lim(s->k, "/v3/kv/deleterange", req, &reply, what, NULL, NULL, &lim)
                  : DLOCK_ENOMEM;
     json_decref(req);
     json_decref(reply);
@@ -332,9 +341,17 @@ static bool delete_key(struct etcd_backend *s, const char *key)
     return false;
 }
 
-/* Retry the deletes that failed before (keeper or acquire, best effort). */
-static void orphans_sweep(struct etcd_backend *s)
+/* Retry the deletes that failed before (keeper or acquire, best effort),
+ * none running past UNTIL (0 = no limit). With TRY, give way to a sweep
+ * already under way instead of waiting for it (the keeper). */
+static void orphans_sweep(struct etcd_backend *s, int64_t until, bool try)
 {
+    if (try) {
+        if (pthread_mutex_trylock(&s->sweep_mu))
+            return;
+    } else {
+        pthread_mutex_lock(&s->sweep_mu);
+    }
     pthread_mutex_lock(&s->mu);
     struct etcd_orphan *list = s->orphans;
     s->orphans = NULL;
@@ -344,7 +361,7 @@ static void orphans_sweep(struct etcd_backend *s)
         struct etcd_orphan *o = list;
         list = o->next;
         if (reachable) {
-            reachable = delete_key(s, o->key); /* re-queues itself on failure */
+            reachable = delete_key(s, o->key, until); /* re-queues itself on failure */
             free(o->key);
             free(o);
         } else { /* the cluster is not answering: keep the rest for later */
@@ -354,6 +371,28 @@ static void orphans_sweep(struct etcd_backend *s)
             pthread_mutex_unlock(&s->mu);
         }
     }
+    pthread_mutex_unlock(&s->sweep_mu);
+}
+
+/* KEY is about to be ours again (put by an acquire): it is no orphan any
+ * more. Waits for a sweep in flight, so none of its deletes can land
+ * after our put and take the new hold's key away. */
+static void orphan_forget(struct etcd_backend *s, const char *key)
+{
+    pthread_mutex_lock(&s->sweep_mu);
+    pthread_mutex_lock(&s->mu);
+    for (struct etcd_orphan **p = &s->orphans; *p;) {
+        struct etcd_orphan *o = *p;
+        if (strcmp(o->key, key) == 0) {
+            *p = o->next;
+            free(o->key);
+            free(o);
+        } else {
+            p = &o->next;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->sweep_mu);
 }
 
 static int saved_err(int rc, char *msg, size_t size)
@@ -409,7 +448,8 @@ static int put_and_read_owner(struct etcd_backend *s, const char *name, const ch
  * just before ours (*PRED, caller frees; NULL = we own the lock)? *AT is
  * the revision the answer is from. */
 static int look(struct etcd_backend *s, const char *name, const char *key, const char *pfx,
-                int64_t my_rev, bool *mine_exists, char **pred, int64_t *at)
+                int64_t my_rev, bool *mine_exists, char **pred, int64_t *at,
+                const struct etcd_limits *lim)
 {
     *pred = NULL;
     json_t *req = json_pack("{s:[{s:o}, {s:o}]}", "success", "request_range",
@@ -420,7 +460,7 @@ static int look(struct etcd_backend *s, const char *name, const char *key, const
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "wait for '%s' (key %s)", name, key);
-    int rc = etcd_call(s->k, "/v3/kv/txn", req, &reply, what, NULL);
+    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim);
     json_decref(req);
     if (rc)
         return rc;
@@ -439,12 +479,17 @@ static bool transient(int rc)
     return rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL || rc == DLOCK_EIO;
 }
 
-/* Give up a contention: remove our key (and our own lease). */
+/* Give up a contention: remove our key (and our own lease). The caller's
+ * time is up (or it canceled), so this takes a short grace at most; a
+ * delete that fails is remembered and retried later. */
 static void withdraw(struct etcd_backend *s, const char *key, const struct lease_ref *lr)
 {
+    int64_t grace = s->c->opts.op_timeout_ms < WITHDRAW_GRACE_MS ? s->c->opts.op_timeout_ms
+                                                                  : WITHDRAW_GRACE_MS;
+    struct etcd_limits lim = {dlock__now_ms() + grace, NULL};
     if (lr->own)
-        lease_revoke(s, lr->id); /* takes the key with it */
-    delete_key(s, key);
+        lease_revoke(s, lr->id, &lim); /* takes the key with it */
+    delete_key(s, key, lim.until);
 }
 
 #define RESTART 1 /* wait_turn(): our key or lease vanished; start again */
@@ -464,18 +509,21 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
     struct etcd_watch *wt = NULL;
     char *watched = NULL;
     int rc;
+    /* No request outlives the wait's deadline, and a cancel aborts one in
+     * flight: a stalled member must not hold the caller past either. */
+    struct etcd_limits lim = {w->deadline == DLOCK__NEVER ? 0 : w->deadline, w};
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
         bool mine = false;
         char *pred = NULL;
         int64_t at = 0;
-        rc = look(s, name, key, pfx, my_rev, &mine, &pred, &at);
+        rc = look(s, name, key, pfx, my_rev, &mine, &pred, &at, &lim);
         if (rc == DLOCK_OK && !mine) {
             /* Our key is gone while we waited: our lease expired (paused
              * process, long outage) or someone deleted it. Start again at
              * the end of the queue with a live lease. */
             int64_t sent;
-            if (lease_keepalive(s, lr->id, &sent) == DLOCK_ELOST && !lr->own)
+            if (lease_keepalive(s, lr->id, &sent, &lim) == DLOCK_ELOST && !lr->own)
                 session_lease_dead(s, lr->id);
             free(pred);
             rc = RESTART;
@@ -515,12 +563,15 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
         if (rc) /* ETIMEDOUT or ECANCELED */
             break;
         if (dlock__now_ms() >= lr->confirmed + lr->ttl_ms / 3 &&
-            lease_refresh(s, lr) == DLOCK_ELOST) {
+            (rc = lease_refresh(s, lr, &lim)) == DLOCK_ELOST) {
             if (!lr->own)
                 session_lease_dead(s, lr->id);
             rc = RESTART;
             break;
         }
+        if (rc == DLOCK_ECANCELED)
+            break;
+        rc = DLOCK_OK; /* a failed keepalive: the next look tells */
     }
     etcd_watch_stop(wt);
     free(watched);
@@ -534,7 +585,7 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
         return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': shared mode is not supported by the "
                                          "etcd backend (Go's concurrency.Mutex is exclusive)",
                           s->label, h->name);
-    orphans_sweep(s);
+    orphans_sweep(s, 0, false);
     bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
     char *pfx = lock_prefix(s, h->name);
     char *key = NULL;
@@ -548,7 +599,7 @@ restart:
     free(key);
     key = NULL;
     if (own && lr.id)
-        lease_revoke(s, lr.id); /* starting over: the old lease of our own goes */
+        lease_revoke(s, lr.id, NULL); /* starting over: the old lease of our own goes */
     if (own) {
         rc = lease_grant(s, h->lease_ms, &lr);
         lr.own = true;
@@ -564,6 +615,7 @@ restart:
         free(pfx);
         return nomem(s);
     }
+    orphan_forget(s, key);
     int64_t my_rev = 0, owner_rev = 0;
     int code = 0;
     rc = put_and_read_owner(s, h->name, key, pfx, lr.id, &my_rev, &owner_rev, &code);
@@ -579,7 +631,7 @@ restart:
         if (transient(rc))
             withdraw(s, key, &lr);
         else if (own)
-            lease_revoke(s, lr.id);
+            lease_revoke(s, lr.id, NULL);
         free(pfx);
         free(key);
         return dlock__err(rc, "%s", msg);
@@ -614,7 +666,7 @@ restart:
     /* Ours. Make sure the validity we report starts from a fresh lease
      * confirmation. */
     if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3) {
-        rc = lease_refresh(s, &lr);
+        rc = lease_refresh(s, &lr, NULL);
         if (rc == DLOCK_ELOST && restarts++ < 5) {
             if (!own)
                 session_lease_dead(s, lr.id);
@@ -683,7 +735,7 @@ static int etcd_release(void *state, struct dlock__hold *h)
         else if (rc && transient(rc)) {
             char msg[1024];
             saved_err(rc, msg, sizeof msg);
-            delete_key(s, eh->key); /* remembered for a later retry */
+            delete_key(s, eh->key, 0); /* remembered for a later retry */
             dlock__err(rc, "%s", msg);
         }
     }
@@ -692,7 +744,7 @@ static int etcd_release(void *state, struct dlock__hold *h)
     if (eh->own_lease) {
         char msg[1024];
         saved_err(rc, msg, sizeof msg);
-        lease_revoke(s, eh->lease);
+        lease_revoke(s, eh->lease, NULL);
         if (rc)
             dlock__err(rc, "%s", msg);
     }
@@ -706,7 +758,7 @@ static int etcd_release(void *state, struct dlock__hold *h)
 /* Check that each key of HOLDS[from..to) still exists with its create
  * revision: one read-only transaction. */
 static int check_keys(struct etcd_backend *s, struct dlock__hold **holds, size_t from, size_t to,
-                      int *result)
+                      int *result, const struct etcd_limits *lim)
 {
     json_t *ops = json_array();
     for (size_t i = from; ops && i < to; i++) {
@@ -726,7 +778,11 @@ static int check_keys(struct etcd_backend *s, struct dlock__hold **holds, size_t
         return DLOCK_OK;
     }
     json_t *req = json_pack("{s:o}", "success", ops), *reply = NULL;
-    int rc = req ? etcd_call(s->k, "/v3/kv/txn", req, &reply, "check held keys", NULL) : nomem(s);
+    char what[1200];
+    snprintf(what, sizeof what, "check held keys (%s%s)", ((struct etcd_hold *)holds[from]->bdata)->key,
+             to - from > 1 ? ", ..." : "");
+    int rc = req ? etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim)
+                 : nomem(s);
     json_decref(req);
     if (rc) {
         for (size_t i = from; i < to; i++)
@@ -759,7 +815,14 @@ static int etcd_renew(void *state, struct dlock__hold **holds, size_t n, int *re
     int64_t *sent_at = calloc(n ? n : 1, sizeof *sent_at);
     if (!sent_at)
         return nomem(s);
-    orphans_sweep(s);
+    /* Nothing we send may outlive the earliest validity deadline of the
+     * batch: past it the keeper must be free to declare the hold lost,
+     * not stuck waiting on a member that stopped answering. */
+    struct etcd_limits lim = {0, NULL};
+    for (size_t i = 0; i < n; i++)
+        if (holds[i]->valid_until != DLOCK__NEVER &&
+            (!lim.until || holds[i]->valid_until < lim.until))
+            lim.until = holds[i]->valid_until;
     /* One keepalive per distinct lease (usually just the session's). */
     for (size_t i = 0; i < n; i++)
         result[i] = 1; /* not done yet */
@@ -768,7 +831,7 @@ static int etcd_renew(void *state, struct dlock__hold **holds, size_t n, int *re
             continue;
         struct etcd_hold *eh = holds[i]->bdata;
         int64_t sent = 0;
-        int rc = eh ? lease_keepalive(s, eh->lease, &sent)
+        int rc = eh ? lease_keepalive(s, eh->lease, &sent, &lim)
                     : dlock__err(DLOCK_ELOST, "%s: lock '%s' has no key", s->label, holds[i]->name);
         if (rc == DLOCK_ELOST) {
             snprintf(lost_msg, sizeof lost_msg, "%s", dlock_errmsg());
@@ -793,7 +856,7 @@ static int etcd_renew(void *state, struct dlock__hold **holds, size_t n, int *re
     /* Then one read that our keys are still ours. */
     for (size_t from = 0; from < n; from += TXN_MAX_OPS) {
         size_t to = from + TXN_MAX_OPS < n ? from + TXN_MAX_OPS : n;
-        int rc = check_keys(s, holds, from, to, result);
+        int rc = check_keys(s, holds, from, to, result, &lim);
         if (rc == DLOCK_ELOST)
             snprintf(lost_msg, sizeof lost_msg, "%s", dlock_errmsg());
         else if (rc)
@@ -803,6 +866,12 @@ static int etcd_renew(void *state, struct dlock__hold **holds, size_t n, int *re
         if (result[i] == DLOCK_OK)
             dlock__hold_confirmed(s->c, holds[i], sent_at[i]);
     free(sent_at);
+    /* Deletes that failed before, last and within the same limit (and
+     * not at all while an acquire sweeps). */
+    char saved[1024];
+    saved_err(DLOCK_OK, saved, sizeof saved);
+    orphans_sweep(s, lim.until, true);
+    dlock__err(DLOCK_OK, "%s", saved);
     if (*lost_msg)
         dlock__err(DLOCK_ELOST, "%s", lost_msg);
     else if (*other_msg)
@@ -1036,6 +1105,7 @@ static void backend_free(struct etcd_backend *s)
     }
     free(s->prefix);
     pthread_mutex_destroy(&s->grant_mu);
+    pthread_mutex_destroy(&s->sweep_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -1045,13 +1115,13 @@ static void etcd_close(void *state)
     struct etcd_backend *s = state;
     if (!s)
         return;
-    orphans_sweep(s);
+    orphans_sweep(s, 0, false);
     pthread_mutex_lock(&s->mu);
     int64_t lease = s->lease;
     s->lease = 0;
     pthread_mutex_unlock(&s->mu);
     if (lease)
-        lease_revoke(s, lease); /* waiters behind us need not wait for the TTL */
+        lease_revoke(s, lease, NULL); /* waiters behind us need not wait for the TTL */
     backend_free(s);
 }
 
@@ -1089,6 +1159,7 @@ static int etcd_open(struct dlock_client *c, void **state)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     s->c = c;
     pthread_mutex_init(&s->grant_mu, NULL);
+    pthread_mutex_init(&s->sweep_mu, NULL);
     pthread_mutex_init(&s->mu, NULL);
     s->prefix = make_prefix(c);
     char label[1024];

@@ -293,9 +293,20 @@ static void attempt_add(struct attempt *a, const char *name, const char *fmt, ..
 
 /* One POST to one endpoint. Returns 0 and sets *STATUS and B on an HTTP
  * answer, or the CURLcode of a transport failure (ERRBUF says why). */
+/* Progress callback of a call tied to a wait: a cancel aborts it. */
+static int cancel_check(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt, (void)dn, (void)ut, (void)un;
+    struct dlock__wait *w = arg;
+    pthread_mutex_lock(&w->mu);
+    bool canceled = w->canceled;
+    pthread_mutex_unlock(&w->mu);
+    return canceled ? 1 : 0;
+}
+
 static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, const char *body,
                           bool with_token, long *status, struct buf *b, char *errbuf,
-                          bool *connected)
+                          bool *connected, const struct etcd_limits *lim)
 {
     CURL *e = easy_take(k);
     if (!e) {
@@ -310,7 +321,22 @@ static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, cons
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, k->op_timeout_ms);
+    long timeout = k->op_timeout_ms;
+    if (lim && lim->until) {
+        int64_t left = lim->until - dlock__now_ms();
+        if (left < 1)
+            left = 1;
+        if (left < timeout)
+            timeout = (long)left;
+        if (left < k->connect_timeout_ms)
+            curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)left);
+    }
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout);
+    if (lim && lim->w) {
+        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, cancel_check);
+        curl_easy_setopt(e, CURLOPT_XFERINFODATA, lim->w);
+    }
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, buf_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, b);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
@@ -356,6 +382,14 @@ static bool refusal(const struct buf *b, long status, char *text, size_t size, i
     if (!msg && j)
         msg = json_string_value(json_object_get(j, "error"));
     *code = j ? (int)json_integer_value(json_object_get(j, "code")) : 0;
+    /* Streaming RPCs (/v3/lease/keepalive, /v3/watch) wrap their error:
+     * {"error": {"grpc_code": 14, "http_code": 503, "message": "etcdserver:
+     * no leader", ...}}. */
+    json_t *nested = j ? json_object_get(j, "error") : NULL;
+    if (!msg && json_is_object(nested)) {
+        msg = json_string_value(json_object_get(nested, "message"));
+        *code = (int)json_integer_value(json_object_get(nested, "grpc_code"));
+    }
     bool from_etcd = msg != NULL;
     if (msg)
         snprintf(text, size, "%s", msg);
@@ -379,7 +413,7 @@ static bool refusal(const struct buf *b, long status, char *text, size_t size, i
 
 static int call_endpoints(struct etcd_conn *k, const char *path, const char *body,
                           bool with_token, json_t **reply, const char *what, int *grpc_code,
-                          bool *token_expired, bool *resent)
+                          bool *token_expired, bool *resent, const struct etcd_limits *lim)
 {
     struct attempt a = {.len = 0};
     bool maybe_applied = false; /* a request went out and its reply was lost */
@@ -390,11 +424,22 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
     *token_expired = false;
     for (size_t i = 0; i < k->neps; i++) {
         size_t ep = (start + i) % k->neps;
+        if (i && lim && lim->until && dlock__now_ms() >= lim->until) {
+            a.unavailable |= maybe_applied;
+            attempt_add(&a, k->eps[ep].name, "not tried: out of time");
+            break;
+        }
         struct buf b = {.limit = 64u << 20};
         char errbuf[CURL_ERROR_SIZE];
         long status = 0;
         bool connected = false;
-        CURLcode rc = post_once(k, ep, path, body, with_token, &status, &b, errbuf, &connected);
+        CURLcode rc =
+            post_once(k, ep, path, body, with_token, &status, &b, errbuf, &connected, lim);
+        if (rc == CURLE_ABORTED_BY_CALLBACK) {
+            free(b.data);
+            return dlock__err(DLOCK_ECANCELED, "%s: %s: canceled", where(k, ep, at, sizeof at),
+                              what);
+        }
         if (rc) {
             maybe_applied |= connected;
             if (rc == CURLE_OPERATION_TIMEDOUT && connected) {
@@ -469,6 +514,12 @@ int etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply
 int etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
                      const char *what, int *grpc_code, bool *resent)
 {
+    return etcd_call_lim(k, path, req, reply, what, grpc_code, resent, NULL);
+}
+
+int etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+                  const char *what, int *grpc_code, bool *resent, const struct etcd_limits *lim)
+{
     *reply = NULL;
     if (resent)
         *resent = false;
@@ -478,13 +529,14 @@ int etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t 
     if (!body)
         return dlock__err(DLOCK_ENOMEM, "%s: %s: out of memory", k->label, what);
     bool expired = false;
-    int rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired, resent);
+    int rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired, resent, lim);
     if (rc && expired) {
         /* The auth token timed out (etcd forgets simple tokens after
          * --auth-token-ttl): get a fresh one and try again once. */
         rc = authenticate(k);
         if (!rc)
-            rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired, resent);
+            rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired, resent,
+                                lim);
     }
     free(body);
     return rc;
@@ -506,7 +558,7 @@ static int authenticate(struct etcd_conn *k)
     char what[300];
     snprintf(what, sizeof what, "authenticate as '%s'", k->user);
     int rc = call_endpoints(k, "/v3/auth/authenticate", body, false, &reply, what, NULL, &expired,
-                            NULL);
+                            NULL, NULL);
     free(body);
     if (rc == DLOCK_EBACKEND && strstr(dlock_errmsg(), "authentication is not enabled"))
         return DLOCK_OK; /* a user on a server without auth: nothing to do */

@@ -50,6 +50,21 @@ int etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply
 int etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
                      const char *what, int *grpc_code, bool *resent);
 
+/* Limits of one call beyond the connection's own timeouts. */
+struct etcd_limits {
+    int64_t until;         /* monotonic ms: no request runs past it, and no
+                              further endpoint is tried after it; 0 = none */
+    struct dlock__wait *w; /* a wait whose cancel aborts the call
+                              (DLOCK_ECANCELED); NULL = none */
+};
+
+/* etcd_call() within LIM (NULL = none). A call cut short by LIM->until
+ * fails like a timeout (DLOCK_EUNAVAIL or DLOCK_ECONN); one aborted by a
+ * cancel returns DLOCK_ECANCELED. Either way the request may have been
+ * applied. */
+int etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+                  const char *what, int *grpc_code, bool *resent, const struct etcd_limits *lim);
+
 /* ------------------------------------------------------------- watches */
 
 struct etcd_watch;

@@ -285,6 +285,18 @@ bool etcdf_member_start(struct etcdf *f, int i, int timeout_ms)
     return false;
 }
 
+bool etcdf_revive(struct etcdf *f, int timeout_ms)
+{
+    /* All of them first: one member alone never has a leader. */
+    for (int i = 0; i < f->n; i++)
+        if (!tu_wait_port(f->m[i].client_port, 0))
+            f->m[i].pid = spawn_member(f, i);
+    for (int i = 0; i < f->n; i++)
+        if (!tu_wait_port(f->m[i].client_port, timeout_ms))
+            return false;
+    return etcdf_wait_healthy(f, timeout_ms);
+}
+
 void etcdf_stop(struct etcdf *f)
 {
     for (int i = 0; i < f->n; i++) {

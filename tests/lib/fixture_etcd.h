@@ -57,6 +57,11 @@ void etcdf_member_stop(struct etcdf *f, int i, int sig);
  * (up to TIMEOUT_MS). */
 bool etcdf_member_start(struct etcdf *f, int i, int timeout_ms);
 
+/* Start every member whose client port does not answer (stopped, or a
+ * child of a test process that ended), all before waiting: a member of a
+ * cluster alone never becomes healthy. Then wait until all are. */
+bool etcdf_revive(struct etcdf *f, int timeout_ms);
+
 /* Index of the leader as the members see it (-1 when none answers). */
 int etcdf_leader(struct etcdf *f);
 /* Wait until every running member is healthy (has a leader). */

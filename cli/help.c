@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench.h"
 #include "cli.h"
 
 static const struct {
@@ -42,9 +43,7 @@ static const struct {
     {"list", "dlock [-u URL] list [PATTERN] [--json]",
      "List lock names matching the glob PATTERN (all by default).\n"
      "  --json                a JSON array on stdout"},
-    {"bench", "dlock [-u URL] bench [MODE] [OPTIONS]",
-     "Benchmark the backend beside a raw-protocol baseline (see dlock help bench\n"
-     "when built with a network backend, and docs/benchmarks.md)."},
+    {"bench", "dlock [-u URL] bench [MODE] [OPTIONS]", NULL /* from cli/bench.c */},
 };
 
 static const char *general =
@@ -81,7 +80,10 @@ int cli_help(const char *command, int to_stderr)
     FILE *out = to_stderr ? stderr : stdout;
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (command && strcmp(command, commands[i].name) == 0) {
-            fprintf(out, "Usage: %s\n\n%s\n", commands[i].usage, commands[i].text);
+            if (commands[i].text)
+                fprintf(out, "Usage: %s\n\n%s\n", commands[i].usage, commands[i].text);
+            else
+                fputs(dlock_cli_bench_usage(), out);
             return 0;
         }
     if (command) {
@@ -95,7 +97,9 @@ int cli_help(const char *command, int to_stderr)
     fputs("  dlock --version | --help | help COMMAND\n\n", out);
     fputs(general, out);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        fprintf(out, "\n%s: %s\n", commands[i].name, commands[i].text);
+        if (commands[i].text)
+            fprintf(out, "\n%s: %s\n", commands[i].name, commands[i].text);
+    fprintf(out, "\nbench: %s", dlock_cli_bench_usage());
     return 0;
 }
 

@@ -12,10 +12,7 @@
 
 #include "cli.h"
 
-#if __has_include("bench.h")
 #include "bench.h"
-#define HAVE_BENCH 1
-#endif
 
 int cli_exit_code(int err)
 {
@@ -365,16 +362,8 @@ int main(int argc, char **argv)
         return cmd_release(url, sub_argc, sub_argv);
     if (strcmp(cmd, "list") == 0)
         return cmd_list(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "bench") == 0) {
-#ifdef HAVE_BENCH
-        if (!url)
-            url = getenv("DLOCK_URL");
-        return dlock_cli_bench(url, sub_argc, sub_argv);
-#else
-        fprintf(stderr, "dlock bench: not built into this dlock\n");
-        return EXIT_UNAVAILABLE;
-#endif
-    }
+    if (strcmp(cmd, "bench") == 0)
+        return dlock_cli_bench(url ? url : getenv("DLOCK_URL"), sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0)
         return cli_help(sub_argc > 1 ? sub_argv[1] : NULL, 0);
     fprintf(stderr, "dlock: unknown command '%s' (commands: run, status, release, list, bench)\n",

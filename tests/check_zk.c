@@ -170,6 +170,29 @@ static void free_strings(char **s, int n)
     free(s);
 }
 
+/* Contender nodes ("_c_...") under PATH. */
+static int raw_contenders(zhandle_t *zh, const char *path)
+{
+    int n = 0, k = 0;
+    char **kids = raw_children(zh, path, &n);
+    for (int i = 0; i < n; i++)
+        k += strncmp(kids[i], "_c_", 3) == 0;
+    free_strings(kids, n);
+    return k;
+}
+
+/* An empty lock node is a container the server reaps within a second
+ * here: a foreign child of the raw session keeps LOCKPATH (dlock ignores
+ * it), so that a create sent while the replies are dropped finds it. */
+static void raw_keep_lock_node(zhandle_t *zh, const char *lockpath)
+{
+    raw_mkdirs(zh, lockpath, ZOO_CONTAINER, &ZOO_OPEN_ACL_UNSAFE);
+    char *keep = tu_fmt("%s/keep", lockpath);
+    int rc = zoo_create(zh, keep, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0);
+    ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create %s: %s", keep, zerror(rc));
+    free(keep);
+}
+
 /* Create a Curator InterProcessMutex contender node under LOCKPATH the way
  * Curator does (protected mode, EPHEMERAL_SEQUENTIAL): returns its name. */
 static char *curator_contend(zhandle_t *zh, const char *lockpath)
@@ -1518,26 +1541,24 @@ START_TEST(test_lost_create_reply_leaves_no_node)
     ck_assert_int_eq(dlock_release(warm), DLOCK_OK);
 
     zhandle_t *zh = raw_open(NULL);
+    raw_keep_lock_node(zh, "/dlock/lost-reply");
     proxy_set(&px, PROXY_DISCARD);
     int rc = dlock_acquire(warm, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "acquire without replies: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
-    /* the server did create it (a write may take it a while: fsync) */
+    /* the server did create it */
     int n = 0;
-    char **kids;
     for (int i = 0; i < 200 && n == 0; i++) {
         if (i)
             tu_sleep_ms(25);
-        kids = raw_children(zh, "/dlock/lost-reply", &n);
-        free_strings(kids, n);
+        n = raw_contenders(zh, "/dlock/lost-reply");
     }
     ck_assert_msg(n >= 1, "the create never reached the server (acquire: %s)", dlock_errmsg());
     proxy_set(&px, PROXY_FORWARD);
     /* reconnected: the stray node goes, without any further call */
     for (int i = 0; i < 400 && n > 0; i++) {
         tu_sleep_ms(25);
-        kids = raw_children(zh, "/dlock/lost-reply", &n);
-        free_strings(kids, n);
+        n = raw_contenders(zh, "/dlock/lost-reply");
     }
     ck_assert_msg(n == 0, "a node of the lost create stays in the queue");
     /* and the lock is free for others */
@@ -1610,7 +1631,9 @@ static void *heal_when(void *p)
     for (int i = 0; i < 800 && !a->seen; i++) {
         struct String_vector v = {0, NULL};
         int rc = zoo_get_children(zh, a->lockpath, 0, &v);
-        int n = rc == ZOK ? v.count : rc == ZNONODE ? 0 : -1;
+        int n = rc == ZOK ? 0 : rc == ZNONODE ? 0 : -1;
+        for (int32_t k = 0; rc == ZOK && k < v.count; k++)
+            n += strncmp(v.data[k], "_c_", 3) == 0;
         deallocate_String_vector(&v);
         if (n == a->want)
             a->seen = true;
@@ -1670,6 +1693,7 @@ START_TEST(test_create_reply_lost_node_found_by_guid)
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     zhandle_t *zh = raw_open(NULL);
+    raw_keep_lock_node(zh, "/dlock/create-reply");
     for (int round = 0; round < 3; round++) {
         struct heal_arg ha = {.px = &px, .lockpath = "/dlock/create-reply", .want = 1};
         proxy_set(&px, PROXY_DISCARD);
@@ -1682,17 +1706,18 @@ START_TEST(test_create_reply_lost_node_found_by_guid)
                       "was lost: %s %s", round, dlock_err_name(rc), dlock_errmsg());
         int n = 0;
         char **kids = raw_children(zh, "/dlock/create-reply", &n);
-        ck_assert_int_eq(n, 1);
-        char *path = tu_fmt("/dlock/create-reply/%s", kids[0]);
+        ck_assert_int_eq(raw_contenders(zh, "/dlock/create-reply"), 1);
+        char *path = NULL;
+        for (int i = 0; i < n; i++)
+            if (strncmp(kids[i], "_c_", 3) == 0)
+                path = tu_fmt("/dlock/create-reply/%s", kids[i]);
         struct Stat st;
         ck_assert_int_eq(zoo_exists(zh, path, 0, &st), ZOK);
         ck_assert_uint_eq((uint64_t)st.czxid, token_of(l));
         free(path);
         free_strings(kids, n);
         ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-        kids = raw_children(zh, "/dlock/create-reply", &n);
-        free_strings(kids, n);
-        ck_assert_int_eq(n, 0);
+        ck_assert_int_eq(raw_contenders(zh, "/dlock/create-reply"), 0);
     }
     zookeeper_close(zh);
     dlock_lock_free(l);
@@ -1792,6 +1817,90 @@ START_TEST(test_partitioned_holder_lost_before_other_holds)
     proxy_stop(&px);
     free(direct);
     free(url);
+}
+END_TEST
+
+/* A waiter cut off from the server past its session timeout while the
+ * lock changes hands: its node went with its session, so once the
+ * connection is back it must queue again with a new session (never
+ * believe it holds while another client does) and get the lock when that
+ * client releases, within its one acquire call. */
+struct pwaiter_arg {
+    const char *url;
+    int rc;
+    atomic_int done;
+    atomic_int other_holds; /* set by the test while another client holds */
+    int overlap;            /* acquired while other_holds was set */
+    uint64_t token;
+};
+
+static void *partitioned_waiter(void *p)
+{
+    struct pwaiter_arg *a = p;
+    dlock_client *c = NULL;
+    a->rc = dlock_open(a->url, &c);
+    if (a->rc) {
+        atomic_store(&a->done, 1);
+        return NULL;
+    }
+    dlock_lock *l = NULL;
+    dlock_lock_new(c, "pwait", DLOCK_EXCLUSIVE, &l);
+    a->rc = dlock_acquire(l, 60000);
+    a->overlap = atomic_load(&a->other_holds);
+    if (a->rc == DLOCK_OK) {
+        dlock_token(l, &a->token);
+        dlock_release(l);
+    }
+    atomic_store(&a->done, 1);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return NULL;
+}
+
+START_TEST(test_partitioned_waiter_requeues)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *purl = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=1000&connect_timeout=3000",
+                        px.port);
+    char *direct = url_with(NULL, "lease=2000");
+    dlock_client *h = open_ok(direct), *o = open_ok(direct);
+    dlock_lock *lh = lock_ok(h, "pwait"), *lo = lock_ok(o, "pwait");
+    ck_assert_int_eq(dlock_acquire(lh, DLOCK_TRY), DLOCK_OK);
+    struct pwaiter_arg a = {.url = purl, .rc = -1};
+    pthread_t th;
+    pthread_create(&th, NULL, partitioned_waiter, &a);
+    for (int k = 0; k < 200 && waiters_of(h, "pwait") < 1; k++)
+        tu_sleep_ms(20);
+    ck_assert_int_eq(waiters_of(h, "pwait"), 1);
+    /* cut the waiter off; the lock goes to another client meanwhile */
+    proxy_set(&px, PROXY_BLACKHOLE);
+    atomic_store(&a.other_holds, 1);
+    ck_assert_int_eq(dlock_release(lh), DLOCK_OK);
+    int rc = dlock_acquire(lo, 20000); /* once the waiter's session expired */
+    ck_assert_msg(rc == DLOCK_OK, "%s %s", dlock_err_name(rc), dlock_errmsg());
+    uint64_t to = token_of(lo);
+    proxy_set(&px, PROXY_FORWARD);
+    /* the waiter comes back, finds its session expired, queues again */
+    for (int k = 0; k < 300 && waiters_of(o, "pwait") < 1 && !atomic_load(&a.done); k++)
+        tu_sleep_ms(20);
+    ck_assert_msg(!atomic_load(&a.done), "the waiter returned %s while another client held",
+                  dlock_err_name(a.rc));
+    ck_assert_int_eq(waiters_of(o, "pwait"), 1);
+    atomic_store(&a.other_holds, 0);
+    ck_assert_int_eq(dlock_release(lo), DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_msg(a.rc == DLOCK_OK, "the waiter: %s", dlock_err_name(a.rc));
+    ck_assert_int_eq(a.overlap, 0);
+    ck_assert_uint_gt(a.token, to);
+    dlock_lock_free(lh);
+    dlock_lock_free(lo);
+    dlock_client_close(h);
+    dlock_client_close(o);
+    proxy_stop(&px);
+    free(direct);
+    free(purl);
 }
 END_TEST
 
@@ -1994,6 +2103,7 @@ static Suite *zk_suite(void)
     ADD_TEST(tc, test_release_reply_lost_then_reconnect);
     ADD_TEST(tc, test_create_reply_lost_node_found_by_guid);
     ADD_TEST(tc, test_partitioned_holder_lost_before_other_holds);
+    ADD_TEST(tc, test_partitioned_waiter_requeues);
     ADD_TEST(tc, test_cli_run_status_list_release);
     ADD_TEST(tc, test_cli_curator_holder_and_errors);
     suite_add_tcase(s, tc);

@@ -1224,10 +1224,14 @@ static int zk_open(struct dlock_client *c, void **state)
  * server has no containers). ZNODEEXISTS counts as done. */
 static int create_lock_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath)
 {
+    pthread_mutex_lock(&zb->mu); /* threads acquiring other names too */
     int mode = zb->no_containers ? ZOO_PERSISTENT : ZOO_CONTAINER;
+    pthread_mutex_unlock(&zb->mu);
     int rc = rq_create(zb, s->zh, lockpath, NULL, mode, NULL, NULL);
     if ((rc == ZUNIMPLEMENTED || rc == ZBADARGUMENTS) && mode == ZOO_CONTAINER) {
+        pthread_mutex_lock(&zb->mu);
         zb->no_containers = true;
+        pthread_mutex_unlock(&zb->mu);
         rc = rq_create(zb, s->zh, lockpath, NULL, ZOO_PERSISTENT, NULL, NULL);
     }
     return rc == ZNODEEXISTS ? ZOK : rc;
@@ -1414,6 +1418,46 @@ static void waiter_remove(struct zk_backend *zb, struct zk_waiter *q)
 }
 
 
+/* A listing of PATH's children made current: a sync pipelined before the
+ * getChildren (no extra round trip). A follower cut off from the leader
+ * keeps answering reads for up to syncLimit ticks while the leader may
+ * already have expired our session and given the lock to the next
+ * contender: a listing it serves could show us first although we are
+ * not, with a validity counted from now. The sync goes through the
+ * leader, and reads after it are at least as new. */
+static int rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                              struct String_vector *kids)
+{
+    kids->count = 0;
+    kids->data = NULL;
+    struct zk_call *ks = call_new(zh), *kl = call_new(zh);
+    if (!ks || !kl) {
+        if (ks)
+            call_dead(ks, ZSYSTEMERROR);
+        if (kl)
+            call_dead(kl, ZSYSTEMERROR);
+        return ZSYSTEMERROR;
+    }
+    int rc = zoo_async(zh, "/", on_synced, ks);
+    if (rc != ZOK) {
+        call_dead(kl, rc);
+        return call_dead(ks, rc);
+    }
+    int64_t deadline = op_deadline(zb);
+    int lrc = zoo_aget_children(zh, path, 0, on_strings, kl);
+    if (lrc != ZOK)
+        call_dead(kl, lrc);
+    rc = call_wait(ks, deadline, NULL, NULL, NULL);
+    if (lrc == ZOK)
+        lrc = call_wait(kl, deadline, NULL, NULL, kids);
+    if (rc != ZOK || lrc != ZOK) {
+        deallocate_String_vector(kids);
+        kids->count = 0;
+        kids->data = NULL;
+    }
+    return rc != ZOK ? rc : lrc;
+}
+
 /* One pass of the recipe: list the contenders and see where MINE stands.
  * Returns ZOK with *pos = 0 (owner) or the index, and the predecessor's
  * full path in *pred (owned) when not first; ZNONODE when our node is
@@ -1435,7 +1479,7 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, const cha
         given->count = 0;
         given->data = NULL;
     } else {
-        rc = rq_children(zb, s->zh, lockpath, &kids);
+        rc = rq_children_synced(zb, s->zh, lockpath, &kids);
     }
     if (rc != ZOK)
         return rc;
@@ -1581,7 +1625,9 @@ restart:
         }
         /* Sleep until the predecessor goes, the session changes, or a
          * session timeout passes (safety net for a lost notification). */
+        pthread_mutex_lock(&zb->mu); /* the watcher writes it on each connect */
         int64_t timeout = s->timeout_ms > 0 ? s->timeout_ms : zb->c->opts.lease_ms;
+        pthread_mutex_unlock(&zb->mu);
         int64_t until = dlock__now_ms() + (rc == ZOK ? timeout : 200);
         int r = dlock__wait_sleep(w, seq, until);
         if (r == DLOCK_ETIMEDOUT) {
@@ -1695,6 +1741,7 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
     struct zk_session *s = zb->cur;
     bool usable = session_usable(s);
     bool connected = usable && s->state == ZOO_CONNECTED_STATE;
+    int64_t session_id = s ? s->session_id : 0; /* the watcher writes it */
     if (s)
         s->refs++;
     pthread_mutex_unlock(&zb->mu);
@@ -1755,7 +1802,7 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
         if (rc == ZOK && barrier_rc != ZOK) {
             /* read, but not known to be current: no confirmation */
             result[i] = zk_fail(zb, barrier_rc, "sync before checking", zh->path);
-        } else if (rc == ZOK && st.czxid == zh->czxid && st.ephemeralOwner == s->session_id) {
+        } else if (rc == ZOK && st.czxid == zh->czxid && st.ephemeralOwner == session_id) {
             dlock__hold_confirmed(zb->c, h, sent);
             result[i] = DLOCK_OK;
         } else if (rc == ZOK || rc == ZNONODE) {

@@ -766,7 +766,10 @@ static const char *basename_of(const char *path)
 /* Bytes kept as they are in a node name; everything else is %XX. */
 static bool name_byte_plain(unsigned char ch)
 {
-    return isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~' || ch == ':' ||
+    /* ASCII only: isalnum() would follow the caller's locale, and a
+     * Latin-1 byte sent raw is not UTF-8 to the server. */
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+           ch == '-' || ch == '_' || ch == '.' || ch == '~' || ch == ':' ||
            ch == '@' || ch == '+' || ch == '=' || ch == ',';
 }
 
@@ -1789,7 +1792,15 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
         calls[i] = k;
         result[i] = k ? DLOCK_OK : zk_fail(zb, rc, "check", zh->path);
     }
+    /* Wait no longer than the first validity deadline of the batch: the
+     * keeper is blocked meanwhile and must be free to declare a hold lost
+     * on time (a reply stuck behind a sync could otherwise hold it for a
+     * whole op timeout past it). valid_until is written by this thread
+     * only while the hold is being renewed. */
     int64_t deadline = op_deadline(zb);
+    for (size_t i = 0; i < n; i++)
+        if (calls[i] && holds[i]->lease_ms && holds[i]->valid_until < deadline)
+            deadline = holds[i]->valid_until;
     if (barrier)
         barrier_rc = call_wait(barrier, deadline, NULL, NULL, NULL);
     for (size_t i = 0; i < n; i++) {

@@ -1633,6 +1633,7 @@ START_TEST(test_no_quorum_unavailable)
     dlock_lock *l = lock_ok(c, "quorum");
     int rc = dlock_acquire(l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "'quorum'"), "message: %s", dlock_errmsg());
     ck_assert_uint_eq(dlock_hold_count(l), 0);
     ck_assert(etcdf_member_start(&F, 1, 30000));
     ck_assert(etcdf_member_start(&F, 2, 30000));
@@ -1666,6 +1667,7 @@ START_TEST(test_no_quorum_keepalive_unavailable)
     int rc = dlock_acquire(l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "no leader"), "message: %s", dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "'quorum-ka'"), "message: %s", dlock_errmsg());
     ck_assert_uint_eq(dlock_hold_count(l), 0);
     ck_assert(etcdf_member_start(&F, 1, 30000));
     ck_assert(etcdf_member_start(&F, 2, 30000));
@@ -1811,6 +1813,34 @@ START_TEST(test_stalled_member_cancel)
 }
 END_TEST
 
+/* A cancel also ends an acquire whose very first requests (lease grant,
+ * put) are stuck on a stalled member, and leaves nothing held. */
+START_TEST(test_stalled_member_cancel_first_request)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
+    dlock_client *b = open_ok(slow); /* no lease yet: the acquire grants one */
+    dlock_lock *lb = lock_ok(b, "stall-first");
+    member_pause(0);
+    struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0};
+    pthread_t tb;
+    pthread_create(&tb, NULL, stall_waiter_main, &wb);
+    tu_sleep_ms(1500); /* the grant is on its way */
+    ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
+    bool done = wait_flag(&wb.done);
+    member_resume(0);
+    ck_assert_msg(done, "a canceled acquire still running while the member stalled");
+    pthread_join(tb, NULL);
+    ck_assert_msg(wb.rc == DLOCK_ECANCELED, "%s", dlock_err_name(wb.rc));
+    ck_assert_uint_eq(dlock_hold_count(lb), 0);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    ck_assert_msg(wait_key_count("stall-first/", 0), "a key stayed behind");
+    free(slow);
+}
+END_TEST
+
 static Suite *etcd_suite(void)
 {
     Suite *s = suite_create("etcd");
@@ -1867,6 +1897,7 @@ static Suite *etcd_suite(void)
     tcase_add_test(tc, test_stalled_member_hold_lost_in_time);
     tcase_add_test(tc, test_stalled_member_wait_times_out);
     tcase_add_test(tc, test_stalled_member_cancel);
+    tcase_add_test(tc, test_stalled_member_cancel_first_request);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("cluster");

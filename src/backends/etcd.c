@@ -86,6 +86,12 @@ static int nomem(struct etcd_backend *s)
     return dlock__err(DLOCK_ENOMEM, "%s: out of memory", s->label);
 }
 
+static int saved_err(int rc, char *msg, size_t size)
+{
+    snprintf(msg, size, "%s", dlock_errmsg());
+    return rc;
+}
+
 static char *i64s(int64_t v)
 {
     return dlock__sprintf("%lld", (long long)v);
@@ -181,29 +187,43 @@ static void random_bytes(void *buf, size_t n)
 /* Grant a lease of TTL_MS (rounded up to whole seconds). We choose its ID
  * ourselves, so a grant retried after a lost reply is recognised ("lease
  * already exists") instead of leaving a second lease behind. */
-static int lease_grant(struct etcd_backend *s, int64_t ttl_ms, struct lease_ref *out)
+static int lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
+                       struct lease_ref *out, const struct etcd_limits *lim)
 {
     uint64_t id = 0;
-    while (!id) {
-        random_bytes(&id, sizeof id);
-        id &= 0x7fffffffffffffffull;
+    int64_t ttl_s = (ttl_ms + 999) / 1000, sent = 0;
+    int rc = DLOCK_EBACKEND;
+    char what[1200];
+    snprintf(what, sizeof what, "grant a lease for lock '%s'", name);
+    for (int attempt = 0; rc && attempt < 3; attempt++) {
+        id = 0;
+        while (!id) {
+            random_bytes(&id, sizeof id);
+            id &= 0x7fffffffffffffffull;
+        }
+        char *ids = i64s((int64_t)id), *ttls = i64s(ttl_s);
+        json_t *req = ids && ttls ? json_pack("{s:s, s:s}", "TTL", ttls, "ID", ids) : NULL;
+        free(ids);
+        free(ttls);
+        if (!req)
+            return nomem(s);
+        json_t *reply = NULL;
+        int code = 0;
+        bool resent = false;
+        sent = dlock__now_ms();
+        rc = etcd_call_lim(s->k, "/v3/lease/grant", req, &reply, what, &code, &resent, lim);
+        json_decref(req);
+        json_decref(reply);
+        if (rc == DLOCK_EBACKEND && code == GRPC_FAILED_PRECONDITION &&
+            strstr(dlock_errmsg(), "lease already exists")) {
+            if (resent)
+                rc = DLOCK_OK; /* our own earlier attempt went through */
+            /* else the ID is someone else's lease: never share it, draw
+             * another one */
+        } else if (rc) {
+            return rc;
+        }
     }
-    int64_t ttl_s = (ttl_ms + 999) / 1000;
-    char *ids = i64s((int64_t)id), *ttls = i64s(ttl_s);
-    json_t *req = ids && ttls ? json_pack("{s:s, s:s}", "TTL", ttls, "ID", ids) : NULL;
-    free(ids);
-    free(ttls);
-    if (!req)
-        return nomem(s);
-    json_t *reply = NULL;
-    int code = 0;
-    int64_t sent = dlock__now_ms();
-    int rc = etcd_call(s->k, "/v3/lease/grant", req, &reply, "grant a lease", &code);
-    json_decref(req);
-    if (rc == DLOCK_EBACKEND && code == GRPC_FAILED_PRECONDITION &&
-        strstr(dlock_errmsg(), "lease already exists"))
-        rc = DLOCK_OK; /* our own earlier attempt went through */
-    json_decref(reply);
     if (rc)
         return rc;
     out->id = (int64_t)id;
@@ -262,7 +282,8 @@ static void session_lease_dead(struct etcd_backend *s, int64_t id)
 /* The session lease, granted if there is none and freshened with a
  * keepalive when its last confirmation is older than a third of its TTL
  * (so a new hold starts with nearly its whole validity). */
-static int session_lease(struct etcd_backend *s, struct lease_ref *lr)
+static int session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
+                         const struct etcd_limits *lim)
 {
     int64_t ttl_ms = (s->c->opts.lease_ms + 999) / 1000 * 1000;
     pthread_mutex_lock(&s->grant_mu);
@@ -272,14 +293,19 @@ static int session_lease(struct etcd_backend *s, struct lease_ref *lr)
     int rc = DLOCK_OK;
     if (lr->id && dlock__now_ms() - lr->confirmed > ttl_ms / 3) {
         int64_t sent;
-        rc = lease_keepalive(s, lr->id, &sent, NULL);
+        rc = lease_keepalive(s, lr->id, &sent, lim);
+        if (rc && rc != DLOCK_ELOST) {
+            char msg[1024];
+            saved_err(rc, msg, sizeof msg);
+            dlock__err(rc, "%s (for lock '%s')", msg, name);
+        }
         if (rc == DLOCK_OK)
             lr->confirmed = sent;
         else if (rc == DLOCK_ELOST)
             lr->id = 0, rc = DLOCK_OK;
     }
     if (!rc && !lr->id)
-        rc = lease_grant(s, ttl_ms, lr);
+        rc = lease_grant(s, name, ttl_ms, lr, lim);
     if (!rc) {
         pthread_mutex_lock(&s->mu);
         s->lease = lr->id;
@@ -395,19 +421,13 @@ static void orphan_forget(struct etcd_backend *s, const char *key)
     pthread_mutex_unlock(&s->sweep_mu);
 }
 
-static int saved_err(int rc, char *msg, size_t size)
-{
-    snprintf(msg, size, "%s", dlock_errmsg());
-    return rc;
-}
-
 /* ---------------------------------------------------------------- acquire */
 
 /* Put our key KEY (under PFX, attached to LEASE) unless it exists, and
  * read the owner, in one transaction (Go's tryAcquire). */
 static int put_and_read_owner(struct etcd_backend *s, const char *name, const char *key,
                               const char *pfx, int64_t lease, int64_t *my_rev,
-                              int64_t *owner_rev, int *code)
+                              int64_t *owner_rev, int *code, const struct etcd_limits *lim)
 {
     char *kb = etcd_b64(key, strlen(key));
     char *vb = etcd_b64(s->ident, strlen(s->ident));
@@ -430,7 +450,7 @@ static int put_and_read_owner(struct etcd_backend *s, const char *name, const ch
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "acquire '%s' (key %s)", name, key);
-    int rc = etcd_call(s->k, "/v3/kv/txn", req, &reply, what, code);
+    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
     json_decref(req);
     if (rc)
         return rc;
@@ -594,6 +614,11 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
     struct lease_ref lr = {0};
     int rc = DLOCK_OK, restarts = 0;
     char msg[1024];
+    /* A cancel aborts the first round trips (lease, put) in flight; like
+     * a try-once they are bounded by the request timeout, not by the
+     * wait's deadline (which wait_turn() honours), so a short wait still
+     * gets a free lock from a slow cluster. */
+    struct etcd_limits lim = {0, w};
 
 restart:
     free(key);
@@ -601,10 +626,10 @@ restart:
     if (own && lr.id)
         lease_revoke(s, lr.id, NULL); /* starting over: the old lease of our own goes */
     if (own) {
-        rc = lease_grant(s, h->lease_ms, &lr);
+        rc = lease_grant(s, h->name, h->lease_ms, &lr, &lim);
         lr.own = true;
     } else {
-        rc = session_lease(s, &lr);
+        rc = session_lease(s, h->name, &lr, &lim);
     }
     if (rc) {
         free(pfx);
@@ -618,7 +643,7 @@ restart:
     orphan_forget(s, key);
     int64_t my_rev = 0, owner_rev = 0;
     int code = 0;
-    rc = put_and_read_owner(s, h->name, key, pfx, lr.id, &my_rev, &owner_rev, &code);
+    rc = put_and_read_owner(s, h->name, key, pfx, lr.id, &my_rev, &owner_rev, &code, &lim);
     if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND && restarts++ < 3) {
         /* "requested lease not found": it expired under us. */
         if (!own)
@@ -627,8 +652,9 @@ restart:
     }
     if (rc) {
         saved_err(rc, msg, sizeof msg);
-        /* The put may have happened before the reply was lost. */
-        if (transient(rc))
+        /* The put may have happened before the reply was lost (or the
+         * cancel, or the deadline). */
+        if (transient(rc) || rc == DLOCK_ECANCELED)
             withdraw(s, key, &lr);
         else if (own)
             lease_revoke(s, lr.id, NULL);
@@ -778,9 +804,13 @@ static int check_keys(struct etcd_backend *s, struct dlock__hold **holds, size_t
         return DLOCK_OK;
     }
     json_t *req = json_pack("{s:o}", "success", ops), *reply = NULL;
-    char what[1200];
-    snprintf(what, sizeof what, "check held keys (%s%s)", ((struct etcd_hold *)holds[from]->bdata)->key,
-             to - from > 1 ? ", ..." : "");
+    char what[1200] = "check held keys";
+    for (size_t i = from; i < to; i++)
+        if (result[i] == DLOCK_OK) {
+            snprintf(what, sizeof what, "check held keys (%s%s)",
+                     ((struct etcd_hold *)holds[i]->bdata)->key, to - from > 1 ? ", ..." : "");
+            break;
+        }
     int rc = req ? etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim)
                  : nomem(s);
     json_decref(req);

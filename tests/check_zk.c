@@ -1904,6 +1904,43 @@ START_TEST(test_partitioned_waiter_requeues)
 }
 END_TEST
 
+/* An acquire that waits while the client cannot reach the server (its
+ * session reconnecting) honours its cancel and its deadline: ECANCELED /
+ * ETIMEDOUT when they come, not a connection error a whole connect
+ * timeout later. */
+START_TEST(test_wait_while_disconnected_honours_cancel_and_deadline)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *url = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=1000&connect_timeout=30000",
+                       px.port);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "offline");
+    proxy_set(&px, PROXY_BLACKHOLE);
+    tu_sleep_ms(2500); /* the client library notices (2/3 of the session) */
+    struct cancel_arg arg = {.l = l, .rc = 1};
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_waiter, &arg);
+    tu_sleep_ms(300);
+    ck_assert_int_eq(dlock_lock_cancel(l), DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_msg(arg.rc == DLOCK_ECANCELED, "canceled wait while disconnected: %s",
+                  dlock_err_name(arg.rc));
+    int rc = dlock_acquire(l, 500);
+    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "bounded wait while disconnected: %s %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    proxy_set(&px, PROXY_FORWARD);
+    rc = dlock_acquire(l, 20000);
+    ck_assert_msg(rc == DLOCK_OK, "after reconnecting: %s %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    proxy_stop(&px);
+    free(url);
+}
+END_TEST
+
 /* ================================================================== CLI */
 
 static int run_cli(char **out, char **err, const char **args)
@@ -2104,6 +2141,7 @@ static Suite *zk_suite(void)
     ADD_TEST(tc, test_create_reply_lost_node_found_by_guid);
     ADD_TEST(tc, test_partitioned_holder_lost_before_other_holds);
     ADD_TEST(tc, test_partitioned_waiter_requeues);
+    ADD_TEST(tc, test_wait_while_disconnected_honours_cancel_and_deadline);
     ADD_TEST(tc, test_cli_run_status_list_release);
     ADD_TEST(tc, test_cli_curator_holder_and_errors);
     suite_add_tcase(s, tc);

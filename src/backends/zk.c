@@ -692,8 +692,10 @@ static int session_start_locked(struct zk_backend *zb, struct zk_session **to_cl
  * starts a new one when the last expired, also when the expiry is only
  * learned while waiting for the reconnection (the client library tells
  * it on reconnecting). Waits up to the connect timeout for a connection
- * of each session it starts. */
-static int session_get(struct zk_backend *zb, struct zk_session **out)
+ * of each session it starts; with W (an acquire that waits, registered
+ * as a waiter, so session events wake it) also until W's deadline or
+ * its cancel: DLOCK_ETIMEDOUT / DLOCK_ECANCELED. */
+static int session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w)
 {
     struct zk_session *to_close[8] = {NULL};
     size_t nclose = 0;
@@ -713,15 +715,33 @@ static int session_get(struct zk_backend *zb, struct zk_session **out)
         s = zb->cur;
         s->refs++;
         int64_t deadline = dlock__now_ms() + zb->c->opts.connect_timeout_ms;
+        int werr = DLOCK_OK;
         while (s->state != ZOO_CONNECTED_STATE && session_usable(s) &&
                dlock__now_ms() < deadline) {
+            if (w) {
+                /* seq taken under zb->mu: a state change after this is a
+                 * wake (zk_watcher wakes every waiter under zb->mu) */
+                unsigned seq = dlock__wait_seq(w);
+                pthread_mutex_unlock(&zb->mu);
+                werr = dlock__wait_sleep(w, seq, deadline);
+                pthread_mutex_lock(&zb->mu);
+                if (werr != DLOCK_OK)
+                    break;
+                continue;
+            }
             struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
             pthread_cond_timedwait(&zb->cv, &zb->mu, &ts);
         }
-        if (s->state == ZOO_CONNECTED_STATE && session_usable(s))
+        if (werr == DLOCK_OK && s->state == ZOO_CONNECTED_STATE && session_usable(s))
             break;
-        bool retry = s->expired && !s->auth_failed && starts < 2;
-        if (!retry) {
+        bool retry = werr == DLOCK_OK && s->expired && !s->auth_failed && starts < 2;
+        if (werr == DLOCK_ECANCELED) {
+            err = dlock__err(DLOCK_ECANCELED, "%s: wait canceled while connecting (%s)",
+                             zb->servers, state_name(s->state));
+        } else if (werr != DLOCK_OK) {
+            err = dlock__err(werr, "%s: timed out waiting for a connection (%s)", zb->servers,
+                             state_name(s->state));
+        } else if (!retry) {
             char last[256];
             zk_log_take(last, sizeof last);
             if (s->auth_failed)
@@ -753,6 +773,11 @@ static int session_get(struct zk_backend *zb, struct zk_session **out)
         return err;
     *out = s;
     return DLOCK_OK;
+}
+
+static int session_get(struct zk_backend *zb, struct zk_session **out)
+{
+    return session_get_w(zb, out, NULL);
 }
 
 /* --------------------------------------------------------------- naming */
@@ -1538,7 +1563,8 @@ restart:
     }
     free(mine);
     mine = NULL;
-    err = session_get(zb, &s);
+    /* a try-once still waits for a connection, up to the connect timeout */
+    err = session_get_w(zb, &s, w->deadline != 0 ? w : NULL);
     if (err != DLOCK_OK)
         goto out;
     sweep(zb, s);
@@ -1895,13 +1921,16 @@ static int zk_inspect(void *state, const char *name, struct dlock_info *info)
             rc = path ? rq_get(zb, s->zh, path, &data, &st) : ZSYSTEMERROR;
             if (rc == ZNOAUTH) /* data unreadable (creator ACL): the stat is not */
                 rc = rq_exists(zb, s->zh, path, NULL, NULL, &st);
-            free(path);
-            if (rc == ZNONODE)
+            if (rc == ZNONODE) {
+                free(path);
                 continue; /* left meanwhile */
+            }
             if (rc != ZOK) {
-                err = zk_fail(zb, rc, "read", kids.data[i]);
+                err = zk_fail(zb, rc, "read", path ? path : lockpath);
+                free(path);
                 break;
             }
+            free(path);
             char *text = holder_text(kids.data[i], data);
             free(data);
             if (!text) {

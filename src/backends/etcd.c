@@ -898,9 +898,13 @@ static int etcd_renew(void *state, struct dlock__hold **holds, size_t n, int *re
     free(sent_at);
     /* Deletes that failed before, last and within the same limit (and
      * not at all while an acquire sweeps). */
+    int64_t sweep_until = lim.until, now = dlock__now_ms();
+    for (size_t i = 0; i < n; i++) /* nor past the next renewal */
+        if (holds[i]->lease_ms && (!sweep_until || now + holds[i]->lease_ms / 6 < sweep_until))
+            sweep_until = now + holds[i]->lease_ms / 6;
     char saved[1024];
     saved_err(DLOCK_OK, saved, sizeof saved);
-    orphans_sweep(s, lim.until, true);
+    orphans_sweep(s, sweep_until, true);
     dlock__err(DLOCK_OK, "%s", saved);
     if (*lost_msg)
         dlock__err(DLOCK_ELOST, "%s", lost_msg);

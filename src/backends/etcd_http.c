@@ -306,7 +306,7 @@ static int cancel_check(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, 
 
 static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, const char *body,
                           bool with_token, long *status, struct buf *b, char *errbuf,
-                          bool *connected, const struct etcd_limits *lim)
+                          bool *connected, const struct etcd_limits *lim, long *timeout_used)
 {
     CURL *e = easy_take(k);
     if (!e) {
@@ -332,6 +332,7 @@ static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, cons
             curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)left);
     }
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout);
+    *timeout_used = timeout;
     if (lim && lim->w) {
         curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, cancel_check);
@@ -433,8 +434,9 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
         char errbuf[CURL_ERROR_SIZE];
         long status = 0;
         bool connected = false;
+        long used = k->op_timeout_ms;
         CURLcode rc =
-            post_once(k, ep, path, body, with_token, &status, &b, errbuf, &connected, lim);
+            post_once(k, ep, path, body, with_token, &status, &b, errbuf, &connected, lim, &used);
         if (rc == CURLE_ABORTED_BY_CALLBACK) {
             free(b.data);
             return dlock__err(DLOCK_ECANCELED, "%s: %s: canceled", where(k, ep, at, sizeof at),
@@ -444,7 +446,8 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
             maybe_applied |= connected;
             if (rc == CURLE_OPERATION_TIMEDOUT && connected) {
                 a.unavailable = true;
-                attempt_add(&a, k->eps[ep].name, "no reply within %ld ms", k->op_timeout_ms);
+                attempt_add(&a, k->eps[ep].name, "no reply within %ld ms%s", used,
+                            used < k->op_timeout_ms ? " (the time left)" : "");
             } else {
                 attempt_add(&a, k->eps[ep].name, "%s", errbuf);
             }

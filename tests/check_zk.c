@@ -1941,6 +1941,57 @@ START_TEST(test_wait_while_disconnected_honours_cancel_and_deadline)
 }
 END_TEST
 
+/* A waiting acquire whose create meets a disconnect (no reply within the
+ * op timeout) keeps waiting, as a queued waiter does: once the
+ * connection is back it takes the free lock, and no stray node of the
+ * unanswered create stays behind. */
+START_TEST(test_wait_survives_disconnect_during_create)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *url = tu_fmt("zk://127.0.0.1:%d?lease=4000&timeout=500", px.port);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "blip");
+    zhandle_t *zh = raw_open(NULL);
+    raw_keep_lock_node(zh, "/dlock/blip");
+    proxy_set(&px, PROXY_BLACKHOLE);
+    struct cancel_arg arg = {.l = l, .rc = 1};
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_waiter, &arg); /* waits forever */
+    tu_sleep_ms(1200); /* past the op timeout of its create */
+    proxy_set(&px, PROXY_FORWARD);
+    for (int i = 0; i < 400 && raw_contenders(zh, "/dlock/blip") < 1; i++)
+        tu_sleep_ms(25);
+    /* it holds (or is about to): cancel in case it never gets there */
+    for (int i = 0; i < 400; i++) {
+        dlock_info *info = NULL;
+        int held = 0;
+        if (dlock_inspect(c, "blip", &info) == DLOCK_OK)
+            held = dlock_info_held(info);
+        dlock_info_free(info);
+        if (held)
+            break;
+        tu_sleep_ms(25);
+    }
+    tu_sleep_ms(200);
+    dlock_lock_cancel(l);
+    pthread_join(th, NULL);
+    ck_assert_msg(arg.rc == DLOCK_OK, "waiting acquire across a disconnect: %s",
+                  dlock_err_name(arg.rc));
+    ck_assert_int_eq(raw_contenders(zh, "/dlock/blip"), 1);
+    /* the last handle's free releases the hold: its node goes */
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    for (int i = 0; i < 400 && raw_contenders(zh, "/dlock/blip") > 0; i++)
+        tu_sleep_ms(25);
+    ck_assert_int_eq(raw_contenders(zh, "/dlock/blip"), 0);
+    zookeeper_close(zh);
+    proxy_stop(&px);
+    free(url);
+}
+END_TEST
+
 /* ================================================================== CLI */
 
 static int run_cli(char **out, char **err, const char **args)
@@ -2142,6 +2193,7 @@ static Suite *zk_suite(void)
     ADD_TEST(tc, test_partitioned_holder_lost_before_other_holds);
     ADD_TEST(tc, test_partitioned_waiter_requeues);
     ADD_TEST(tc, test_wait_while_disconnected_honours_cancel_and_deadline);
+    ADD_TEST(tc, test_wait_survives_disconnect_during_create);
     ADD_TEST(tc, test_cli_run_status_list_release);
     ADD_TEST(tc, test_cli_curator_holder_and_errors);
     suite_add_tcase(s, tc);

@@ -1571,7 +1571,24 @@ restart:
     deallocate_String_vector(&first);
     first = (struct String_vector){0, NULL};
     created_at = dlock__now_ms();
+    unsigned create_seq = dlock__wait_seq(w);
     err = create_contender(zb, s, lockpath, &mine, &czxid, &first, &have_first);
+    if (err == DLOCK_ECONN && w->deadline != 0) {
+        /* The create met a disconnect (any node it may have left is a
+         * suspect, swept): a waiting acquire goes on waiting, as a queued
+         * waiter does, and tries again on a reconnection (the watcher
+         * wakes us), a second later at the latest, or on a new session. */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+        int r = dlock__wait_sleep(w, create_seq, dlock__now_ms() + 1000);
+        if (r == DLOCK_OK)
+            goto restart;
+        err = r == DLOCK_ECANCELED
+                  ? dlock__err(r, "%s: lock '%s': wait canceled", zb->servers, h->name)
+                  : dlock__err(r, "%s: lock '%s': timed out waiting (%s)", zb->servers, h->name,
+                               msg);
+        goto out;
+    }
     if (err != DLOCK_OK)
         goto out;
 

@@ -273,6 +273,7 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms)
         h->renew_at = DLOCK__NEVER;
         h->state = DLOCK__HELD;
         int64_t sent = dlock__now_ms();
+        dlock__err(DLOCK_OK, "%s", ""); /* so a backend's own words show */
         rc = c->be->acquire(c->bstate, h, &w);
         /* A backend that did not confirm: count validity from before the
          * request, which is never later than the truth. */
@@ -314,7 +315,13 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms)
     dlock__wait_destroy(&w);
     if (rc == DLOCK_ETIMEDOUT && wait_ms == 0)
         rc = dlock__err(DLOCK_EBUSY, "lock '%s' is held by another owner", e->name);
-    else if (rc == DLOCK_ETIMEDOUT)
+    else if (rc == DLOCK_ETIMEDOUT && *dlock_errmsg()) {
+        /* The backend said why (disconnected, say): keep its words. */
+        char why[700];
+        snprintf(why, sizeof why, "%s", dlock_errmsg());
+        rc = dlock__err(DLOCK_ETIMEDOUT, "lock '%s': not acquired within %lld ms: %s", e->name,
+                        (long long)wait_ms, why);
+    } else if (rc == DLOCK_ETIMEDOUT)
         rc = dlock__err(DLOCK_ETIMEDOUT, "lock '%s': still held by another owner after %lld ms",
                         e->name, (long long)wait_ms);
     else if (rc == DLOCK_ECANCELED)

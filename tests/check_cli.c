@@ -344,6 +344,21 @@ static void collect_options(const char *text, char *set, size_t size)
     }
 }
 
+/* Every word of the space-separated set SUB is in SET. */
+static void assert_subset(const char *sub, const char *set, const char *sub_name,
+                          const char *set_name)
+{
+    char *copy = strdup(sub), *save, *tok;
+    char *padded = tu_fmt(" %s ", set);
+    for (tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *needle = tu_fmt(" %s ", tok);
+        ck_assert_msg(strstr(padded, needle), "%s names %s, %s does not", sub_name, tok, set_name);
+        free(needle);
+    }
+    free(padded);
+    free(copy);
+}
+
 START_TEST(test_help_matches_man)
 {
     char *help;
@@ -361,25 +376,8 @@ START_TEST(test_help_matches_man)
     collect_options(help, hs, sizeof hs);
     collect_options(man, ms, sizeof ms);
     /* Every option in --help is in the man page and the other way round. */
-    char *save, *tok;
-    char *copy = strdup(hs);
-    for (tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-        char needle[80];
-        snprintf(needle, sizeof needle, " %s ", tok);
-        char padded[4200];
-        snprintf(padded, sizeof padded, " %s ", ms);
-        ck_assert_msg(strstr(padded, needle), "--help names %s, dlock(1) does not", tok);
-    }
-    free(copy);
-    copy = strdup(ms);
-    for (tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-        char needle[80];
-        snprintf(needle, sizeof needle, " %s ", tok);
-        char padded[4200];
-        snprintf(padded, sizeof padded, " %s ", hs);
-        ck_assert_msg(strstr(padded, needle), "dlock(1) names %s, --help does not", tok);
-    }
-    free(copy);
+    assert_subset(hs, ms, "--help", "dlock(1)");
+    assert_subset(ms, hs, "dlock(1)", "--help");
     free(man);
     free(help);
     char *out;

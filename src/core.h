@@ -267,8 +267,6 @@ int dlock__check_client(const struct dlock_client *c);
 /* Start the keeper thread if not running (client mutex held). */
 int dlock__keeper_start(struct dlock_client *c);
 void dlock__keeper_stop(struct dlock_client *c);
-/* Wake the keeper: a renewal time or a lost hold changed (mutex held). */
-void dlock__keeper_kick(struct dlock_client *c);
 /* Wake the keeper only if new hold H is due before its next pass (mutex
  * held): a new hold then costs no keeper wake-up in the common case. */
 void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h);

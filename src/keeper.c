@@ -28,9 +28,8 @@ void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_
     pthread_mutex_unlock(&c->mu);
 }
 
-static void mark_lost(dlock_client *c, struct dlock__hold *h, const char *why)
+static void mark_lost(struct dlock__hold *h, const char *why)
 {
-    (void)c;
     if (h->state == DLOCK__LOST)
         return;
     h->state = DLOCK__LOST;
@@ -42,21 +41,16 @@ void dlock__hold_lost(struct dlock_client *c, struct dlock__hold *h, const char 
 {
     pthread_mutex_lock(&c->mu);
     if (h) {
-        mark_lost(c, h, why);
+        mark_lost(h, why);
     } else {
         for (size_t b = 0; b < DLOCK__BUCKETS; b++)
             for (struct dlock__entry *e = c->buckets[b]; e; e = e->next)
                 for (struct dlock__hold *x = e->holds; x; x = x->next)
-                    mark_lost(c, x, why);
+                    mark_lost(x, why);
     }
     if (c->keeper_running)
         pthread_cond_signal(&c->keeper_cv);
     pthread_mutex_unlock(&c->mu);
-}
-
-void dlock__keeper_kick(struct dlock_client *c)
-{
-    pthread_cond_signal(&c->keeper_cv);
 }
 
 void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h)
@@ -94,7 +88,7 @@ static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, si
                                  "no renewal was confirmed by its validity deadline "
                                  "(lease %lld ms)",
                                  (long long)h->lease_ms);
-                    mark_lost(c, h, why);
+                    mark_lost(h, why);
                 }
                 if (h->state == DLOCK__LOST) {
                     if (h->lost_reported)
@@ -189,7 +183,7 @@ static void *keeper_main(void *arg)
                 struct dlock__hold *h = due[i];
                 h->renewing = false;
                 if (results[i] == DLOCK_ELOST)
-                    mark_lost(c, h, msg);
+                    mark_lost(h, msg);
                 else if (results[i] != DLOCK_OK) {
                     /* Transient: try again soon, until the deadline. */
                     int64_t retry = h->lease_ms / 10 < 1000 ? h->lease_ms / 10 : 1000;

@@ -1841,6 +1841,44 @@ START_TEST(test_stalled_member_cancel_first_request)
 }
 END_TEST
 
+/* Two threads of one client acquire two names while the session lease's
+ * first grant is stuck on a stalled member: the second waits for the
+ * first one's grant, and a cancel ends that wait too. */
+START_TEST(test_stalled_member_cancel_waiting_for_grant)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
+    dlock_client *b = open_ok(slow);
+    dlock_lock *l1 = lock_ok(b, "stall-g1"), *l2 = lock_ok(b, "stall-g2");
+    member_pause(0);
+    struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0}, w2 = {l2, DLOCK_FOREVER, -99, 0};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, stall_waiter_main, &w1);
+    tu_sleep_ms(700); /* t1 grants the session lease (stuck) */
+    pthread_create(&t2, NULL, stall_waiter_main, &w2);
+    tu_sleep_ms(700); /* t2 waits for t1's grant */
+    ck_assert_int_eq(dlock_lock_cancel(l2), DLOCK_OK);
+    bool done2 = wait_flag(&w2.done);
+    ck_assert_int_eq(dlock_lock_cancel(l1), DLOCK_OK);
+    bool done1 = wait_flag(&w1.done);
+    member_resume(0);
+    ck_assert_msg(done2, "a canceled acquire waiting for another thread's grant still ran");
+    ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    ck_assert_msg(w2.rc == DLOCK_ECANCELED, "%s", dlock_err_name(w2.rc));
+    ck_assert_msg(w1.rc == DLOCK_ECANCELED, "%s", dlock_err_name(w1.rc));
+    /* and the client works once the member answers */
+    ACQUIRE_OK(l2, 10000);
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    dlock_lock_free(l1);
+    dlock_lock_free(l2);
+    dlock_client_close(b);
+    free(slow);
+}
+END_TEST
+
 static Suite *etcd_suite(void)
 {
     Suite *s = suite_create("etcd");
@@ -1898,6 +1936,7 @@ static Suite *etcd_suite(void)
     tcase_add_test(tc, test_stalled_member_wait_times_out);
     tcase_add_test(tc, test_stalled_member_cancel);
     tcase_add_test(tc, test_stalled_member_cancel_first_request);
+    tcase_add_test(tc, test_stalled_member_cancel_waiting_for_grant);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("cluster");

@@ -48,6 +48,12 @@ struct etcd_orphan {
     struct etcd_orphan *next;
 };
 
+/* An acquire waiting for another thread's session lease grant. */
+struct grant_waiter {
+    struct dlock__wait *w;
+    struct grant_waiter *next;
+};
+
 struct etcd_backend {
     struct dlock_client *c;
     struct etcd_conn *k;
@@ -55,7 +61,9 @@ struct etcd_backend {
     const char *label;  /* "etcd 127.0.0.1:2379" (owned by k) */
     char ident[128];    /* value of our keys: "dlock <pid>@<host>" */
 
-    pthread_mutex_t grant_mu; /* one thread at a time grants the session lease */
+    bool granting;            /* (mu) a thread is granting / freshening the
+                                 session lease; the others wait, cancelably */
+    struct grant_waiter *grant_waiters; /* (mu) */
     pthread_mutex_t sweep_mu; /* held while orphans are being deleted */
     pthread_mutex_t mu;       /* the fields below */
     int64_t lease;            /* session lease, 0 = none (yet, or lost) */
@@ -279,6 +287,48 @@ static void session_lease_dead(struct etcd_backend *s, int64_t id)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Become the one thread that grants or freshens the session lease. While
+ * another one does (its request may hang on a stalled member for the
+ * whole request timeout), sleep on our wait W, so that
+ * dlock_lock_cancel() ends it: DLOCK_ECANCELED. */
+static int grant_enter(struct etcd_backend *s, struct dlock__wait *w)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->granting) {
+        struct grant_waiter me = {w, s->grant_waiters};
+        s->grant_waiters = &me;
+        unsigned seq = dlock__wait_seq(w);
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_lock(&w->mu);
+        while (!w->canceled && w->seq == seq)
+            pthread_cond_wait(&w->cv, &w->mu);
+        bool canceled = w->canceled;
+        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_lock(&s->mu);
+        for (struct grant_waiter **p = &s->grant_waiters; *p; p = &(*p)->next)
+            if (*p == &me) {
+                *p = me.next;
+                break;
+            }
+        if (canceled) {
+            pthread_mutex_unlock(&s->mu);
+            return DLOCK_ECANCELED;
+        }
+    }
+    s->granting = true;
+    pthread_mutex_unlock(&s->mu);
+    return DLOCK_OK;
+}
+
+static void grant_leave(struct etcd_backend *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->granting = false;
+    for (struct grant_waiter *g = s->grant_waiters; g; g = g->next)
+        dlock__wait_wake(g->w);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* The session lease, granted if there is none and freshened with a
  * keepalive when its last confirmation is older than a third of its TTL
  * (so a new hold starts with nearly its whole validity). */
@@ -286,11 +336,12 @@ static int session_lease(struct etcd_backend *s, const char *name, struct lease_
                          const struct etcd_limits *lim)
 {
     int64_t ttl_ms = (s->c->opts.lease_ms + 999) / 1000 * 1000;
-    pthread_mutex_lock(&s->grant_mu);
+    int rc = grant_enter(s, lim->w);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&s->mu);
     *lr = (struct lease_ref){s->lease, ttl_ms, s->lease_confirmed, false};
     pthread_mutex_unlock(&s->mu);
-    int rc = DLOCK_OK;
     if (lr->id && dlock__now_ms() - lr->confirmed > ttl_ms / 3) {
         int64_t sent;
         rc = lease_keepalive(s, lr->id, &sent, lim);
@@ -312,7 +363,7 @@ static int session_lease(struct etcd_backend *s, const char *name, struct lease_
         s->lease_confirmed = lr->confirmed;
         pthread_mutex_unlock(&s->mu);
     }
-    pthread_mutex_unlock(&s->grant_mu);
+    grant_leave(s);
     return rc;
 }
 
@@ -1138,7 +1189,6 @@ static void backend_free(struct etcd_backend *s)
         free(o);
     }
     free(s->prefix);
-    pthread_mutex_destroy(&s->grant_mu);
     pthread_mutex_destroy(&s->sweep_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -1192,7 +1242,6 @@ static int etcd_open(struct dlock_client *c, void **state)
     if (!s)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     s->c = c;
-    pthread_mutex_init(&s->grant_mu, NULL);
     pthread_mutex_init(&s->sweep_mu, NULL);
     pthread_mutex_init(&s->mu, NULL);
     s->prefix = make_prefix(c);

@@ -1768,9 +1768,26 @@ START_TEST(test_stalled_member_wait_times_out)
     ck_assert_msg(done, "a 3 s wait still running while the member stalled");
     pthread_join(tb, NULL);
     ck_assert_msg(wb.rc == DLOCK_ETIMEDOUT, "%s", dlock_err_name(wb.rc));
+
+    /* Stalled again, the next acquire first retries that delete: a
+     * cancel ends it there too. */
+    dlock_lock *lb2 = lock_ok(b, "stall-wait-2");
+    member_pause(0);
+    struct stall_waiter wb2 = {lb2, DLOCK_FOREVER, -99, 0};
+    pthread_create(&tb, NULL, stall_waiter_main, &wb2);
+    tu_sleep_ms(700); /* stuck in the retried delete */
+    ck_assert_int_eq(dlock_lock_cancel(lb2), DLOCK_OK);
+    done = wait_flag(&wb2.done);
+    member_resume(0);
+    ck_assert_msg(done, "a canceled acquire still retrying an old delete");
+    pthread_join(tb, NULL);
+    ck_assert_msg(wb2.rc == DLOCK_ECANCELED, "%s", dlock_err_name(wb2.rc));
+    dlock_lock_free(lb2);
+
     dlock_lock_free(lb);
     dlock_client_close(b); /* deletes the key it could not delete before */
     ck_assert_msg(wait_key_count("stall-wait/", 1), "the waiter's key stayed behind");
+    ck_assert_msg(wait_key_count("stall-wait-2/", 0), "the canceled acquire's key stayed behind");
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     dlock_lock_free(la);
     dlock_client_close(a);

@@ -394,10 +394,11 @@ static char *lock_prefix(struct etcd_backend *s, const char *name)
 
 /* Delete KEY; on failure remember it and try again later. True when the
  * key is gone (or can never be deleted by us: no permission). */
-static bool delete_key(struct etcd_backend *s, const char *key, int64_t until)
+static bool delete_key(struct etcd_backend *s, const char *key, int64_t until,
+                       struct dlock__wait *w)
 {
     json_t *req = range_of(key, false), *reply = NULL;
-    struct etcd_limits lim = {until, NULL};
+    struct etcd_limits lim = {until, w};
     char what[1200];
     snprintf(what, sizeof what, "delete own key %s", key);
     int rc = req ? etcd_call_lim(s->k, "/v3/kv/deleterange", req, &reply, what, NULL, NULL, &lim)
@@ -421,7 +422,8 @@ static bool delete_key(struct etcd_backend *s, const char *key, int64_t until)
 /* Retry the deletes that failed before (keeper or acquire, best effort),
  * none running past UNTIL (0 = no limit). With TRY, give way to a sweep
  * already under way instead of waiting for it (the keeper). */
-static void orphans_sweep(struct etcd_backend *s, int64_t until, bool try)
+static void orphans_sweep(struct etcd_backend *s, int64_t until, bool try,
+                          struct dlock__wait *w)
 {
     if (try) {
         if (pthread_mutex_trylock(&s->sweep_mu))
@@ -438,7 +440,7 @@ static void orphans_sweep(struct etcd_backend *s, int64_t until, bool try)
         struct etcd_orphan *o = list;
         list = o->next;
         if (reachable) {
-            reachable = delete_key(s, o->key, until); /* re-queues itself on failure */
+            reachable = delete_key(s, o->key, until, w); /* re-queues itself on failure */
             free(o->key);
             free(o);
         } else { /* the cluster is not answering: keep the rest for later */
@@ -560,7 +562,7 @@ static void withdraw(struct etcd_backend *s, const char *key, const struct lease
     struct etcd_limits lim = {dlock__now_ms() + grace, NULL};
     if (lr->own)
         lease_revoke(s, lr->id, &lim); /* takes the key with it */
-    delete_key(s, key, lim.until);
+    delete_key(s, key, lim.until, NULL);
 }
 
 #define RESTART 1 /* wait_turn(): our key or lease vanished; start again */
@@ -656,7 +658,7 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
         return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': shared mode is not supported by the "
                                          "etcd backend (Go's concurrency.Mutex is exclusive)",
                           s->label, h->name);
-    orphans_sweep(s, 0, false);
+    orphans_sweep(s, 0, false, w); /* a cancel stops it (the rest stays for later) */
     bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
     char *pfx = lock_prefix(s, h->name);
     char *key = NULL;
@@ -812,7 +814,7 @@ static int etcd_release(void *state, struct dlock__hold *h)
         else if (rc && transient(rc)) {
             char msg[1024];
             saved_err(rc, msg, sizeof msg);
-            delete_key(s, eh->key, 0); /* remembered for a later retry */
+            delete_key(s, eh->key, 0, NULL); /* remembered for a later retry */
             dlock__err(rc, "%s", msg);
         }
     }
@@ -955,7 +957,7 @@ static int etcd_renew(void *state, struct dlock__hold **holds, size_t n, int *re
             sweep_until = now + holds[i]->lease_ms / 6;
     char saved[1024];
     saved_err(DLOCK_OK, saved, sizeof saved);
-    orphans_sweep(s, sweep_until, true);
+    orphans_sweep(s, sweep_until, true, NULL);
     dlock__err(DLOCK_OK, "%s", saved);
     if (*lost_msg)
         dlock__err(DLOCK_ELOST, "%s", lost_msg);
@@ -1199,7 +1201,7 @@ static void etcd_close(void *state)
     struct etcd_backend *s = state;
     if (!s)
         return;
-    orphans_sweep(s, 0, false);
+    orphans_sweep(s, 0, false, NULL);
     pthread_mutex_lock(&s->mu);
     int64_t lease = s->lease;
     s->lease = 0;

@@ -13,7 +13,6 @@
  */
 #ifdef DLOCK_HAVE_ETCD
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,6 +20,8 @@
 #include <string.h>
 
 #include "bench.h"
+#include "backends/etcd_curl.h"
+#include "dlock.h"
 
 struct etcd_raw {
     CURL *curl;
@@ -128,6 +129,10 @@ static void *etcd_raw_connect(const char *url, char *err, size_t errlen)
     bool tls = strncmp(url, "etcd+https://", 13) == 0;
     if (!tls && strncmp(url, "etcd://", 7) != 0) {
         snprintf(err, errlen, "not an etcd:// URL: %s", url);
+        return NULL;
+    }
+    if (dlock__curl_load()) {
+        snprintf(err, errlen, "%s", dlock_errmsg());
         return NULL;
     }
     char *rest = strdup(url + (tls ? 13 : 7));

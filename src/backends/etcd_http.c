@@ -19,9 +19,9 @@
  * wakes the waiter (dlock__wait_wake) when the watched key is deleted or
  * the stream ends, and the waiter looks again.
  */
+#include "etcd_curl.h"
 #include "etcd_http.h"
 
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -171,13 +171,6 @@ const char *etcd_conn_label(const struct etcd_conn *k)
 }
 
 /* --------------------------------------------------------- easy handles */
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-
-static void curl_global(void)
-{
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 struct buf {
     char *data;
@@ -591,7 +584,9 @@ static char *dup_or_null(const char *s)
 int etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out)
 {
     *out = NULL;
-    pthread_once(&curl_once, curl_global);
+    int loaded = dlock__curl_load();
+    if (loaded)
+        return loaded;
     struct etcd_conn *k = calloc(1, sizeof *k);
     if (!k)
         return dlock__err(DLOCK_ENOMEM, "out of memory");

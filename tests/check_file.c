@@ -806,9 +806,5 @@ static Suite *file_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(file_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run_suite(file_suite());
 }

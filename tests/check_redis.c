@@ -1636,10 +1636,5 @@ static Suite *redis_suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(redis_suite());
-    srunner_set_fork_status(r, CK_FORK);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? 1 : 0;
+    return tu_run_suite(redis_suite());
 }

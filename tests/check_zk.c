@@ -2224,9 +2224,5 @@ static Suite *zk_suite(void)
 int main(void)
 {
     srand((unsigned)getpid());
-    SRunner *sr = srunner_create(zk_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run_suite(zk_suite());
 }

@@ -1,6 +1,8 @@
 /* testutil.c -- see testutil.h. Plain POSIX; no dlock internals. */
 #include "testutil.h"
 
+#include <check.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -218,4 +220,14 @@ bool tu_wait_file(const char *path, int timeout_ms)
         tu_sleep_ms(10);
     }
     return false;
+}
+
+int tu_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
 }

@@ -48,4 +48,9 @@ void tu_sleep_ms(int ms);
  * TIMEOUT_MS. */
 bool tu_wait_file(const char *path, int timeout_ms);
 
+/* Run every test of suite S, each in its own process (Check's fork
+ * mode), and return the exit status for main(): 0 when all passed. */
+struct Suite;
+int tu_run_suite(struct Suite *s);
+
 #endif

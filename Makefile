@@ -36,10 +36,12 @@ LDFLAGS += -fsanitize=address,undefined
 endif
 
 # ------------------------------------------------------------ backends
-# A backend is src/backends/NAME.c (plus src/backends/NAME_*.c helpers).
+# A backend is src/backends/NAME.c (plus src/backends/NAME_*.c helpers),
+# or a folder src/backends/NAME/ with one file per concern.
 have = $(shell pkg-config --exists $(1) 2>/dev/null && echo y)
 BACKEND_SOURCES := $(wildcard src/backends/*.c)
-ALL_BACKENDS := $(notdir $(basename $(foreach s,$(BACKEND_SOURCES),$(if $(findstring _,$(notdir $(s))),,$(s)))))
+BACKEND_DIRS := $(patsubst src/backends/%/,%,$(dir $(wildcard src/backends/*/*.c)))
+ALL_BACKENDS := $(sort $(notdir $(basename $(foreach s,$(BACKEND_SOURCES),$(if $(findstring _,$(notdir $(s))),,$(s))))) $(BACKEND_DIRS))
 
 BUILT_BACKENDS = file
 ifeq ($(call have,hiredis),y)
@@ -65,7 +67,7 @@ BACKEND_DEFS = $(foreach b,$(BUILT_BACKENDS),-DDLOCK_HAVE_$(shell echo $(b) | tr
 
 # ------------------------------------------------------------- sources
 CORE_SRC := $(wildcard src/*.c)
-LIB_SRC := $(CORE_SRC) $(foreach b,$(BUILT_BACKENDS),$(wildcard src/backends/$(b).c src/backends/$(b)_*.c))
+LIB_SRC := $(CORE_SRC) $(foreach b,$(BUILT_BACKENDS),$(wildcard src/backends/$(b).c src/backends/$(b)_*.c src/backends/$(b)/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 CLI_SRC := $(wildcard cli/*.c)
 CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
@@ -88,7 +90,7 @@ LIBS = $(DEP_LIBS) -pthread
 .SECONDARY:
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLE_BIN)
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*.h cli/*.h tests/lib/*.h) Makefile
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*.h src/backends/*/*.h cli/*.h tests/lib/*.h) Makefile
 	@mkdir -p $(dir $@)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 

@@ -101,7 +101,7 @@ static void measure(const char *label, int rounds, const char *dir, int use_dloc
                 snprintf(url, sizeof url, "file://%s", dir);
                 dlock_client *c;
                 dlock_lock *l;
-                if (dlock_open(url, &c) || dlock_lock_new(c, "handoff", DLOCK_EXCLUSIVE, &l)) {
+                if (dlock_open(url, &c) || dlock_lock_new(c, "handoff", DLOCK_EXCLUSIVE, 0, &l)) {
                     fprintf(stderr, "%s\n", dlock_errmsg());
                     _exit(1);
                 }

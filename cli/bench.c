@@ -171,7 +171,7 @@ static void *unc_main(void *arg)
     for (int j = t->index; j < o->names; j += o->threads, k++) {
         names[k] = malloc(48);
         snprintf(names[k], 48, "dlock-bench:%s:%d", t->sh->c ? "u" : "raw", j);
-        if (t->sh->c && dlock_lock_new(t->sh->c, names[k], DLOCK_EXCLUSIVE, &locks[k])) {
+        if (t->sh->c && dlock_lock_new(t->sh->c, names[k], DLOCK_EXCLUSIVE, 0, &locks[k])) {
             snprintf(t->err, sizeof t->err, "%s", dlock_errmsg());
             atomic_store(&t->sh->failed, 1);
             goto out;
@@ -325,7 +325,7 @@ static void *con_main(void *arg)
     struct con_thread *t = arg;
     struct con_shared *sh = t->sh;
     dlock_lock *l = NULL;
-    if (dlock_lock_new(t->c, "dlock-bench:contended", DLOCK_EXCLUSIVE, &l)) {
+    if (dlock_lock_new(t->c, "dlock-bench:contended", DLOCK_EXCLUSIVE, 0, &l)) {
         pthread_mutex_lock(&sh->mu);
         snprintf(sh->err, sizeof sh->err, "%s", dlock_errmsg());
         pthread_mutex_unlock(&sh->mu);
@@ -457,7 +457,7 @@ static int bench_renewal(const struct bench_opts *o)
     for (int i = 0; i < o->locks; i++) {
         char name[48];
         snprintf(name, sizeof name, "dlock-bench:r:%d", i);
-        if ((rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l[i])) || (rc = dlock_acquire(l[i], 10000))) {
+        if ((rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l[i])) || (rc = dlock_acquire(l[i], 10000))) {
             rc = cli_fail(rc, "bench");
             goto out;
         }

@@ -405,7 +405,7 @@ int cmd_run(const char *url, int argc, char **argv)
     if (code)
         return code;
     dlock_lock *l;
-    int rc = dlock_lock_new(c, name, mode, &l);
+    int rc = dlock_lock_new(c, name, mode, 0, &l);
     if (rc) {
         code = cli_fail(rc, "run");
         dlock_client_close(c);

@@ -33,7 +33,7 @@ static int worker(const char *url, int id, int rounds, const char *counter)
 {
     dlock_client *c;
     dlock_lock *l;
-    if (dlock_open(url, &c) || dlock_lock_new(c, "demo", DLOCK_EXCLUSIVE, &l)) {
+    if (dlock_open(url, &c) || dlock_lock_new(c, "demo", DLOCK_EXCLUSIVE, 0, &l)) {
         fprintf(stderr, "worker %d: %s\n", id, dlock_errmsg());
         return 1;
     }

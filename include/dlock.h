@@ -176,11 +176,14 @@ typedef enum dlock_mode {
 /* Make a handle for lock NAME in MODE. Nothing is acquired. The name is
  * any non-empty byte string up to DLOCK_NAME_MAX bytes (each backend maps
  * it safely: it can never escape its directory, key space or base path).
+ * FLAGS: 0, or DLOCK_LOCK_* bits defined below; every other bit is
+ * reserved and must be 0 (DLOCK_EINVAL), so later behaviours (fairness,
+ * per-lock layouts) need no second constructor.
  * The handle may be used from many threads; each thread holds on its own.
  * Free it with dlock_lock_free(). */
 #define DLOCK_NAME_MAX 1024
 DLOCK_EXTERN int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode,
-                                dlock_lock **out);
+                                unsigned flags, dlock_lock **out);
 
 /* Free a handle. Holds still taken through it by any thread are released
  * first (best effort). NULL is a no-op. No other thread may use l then. */

@@ -45,6 +45,11 @@ int dlock__errno(int err, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Map an errno from open/mkdir/... to a DLOCK_E* code. */
 int dlock__errno_code(int errnum);
+/* Keep the calling thread's message aside across a call that may
+ * overwrite it, and put it back (returning ERR). */
+#define DLOCK__MSG_MAX 1024
+void dlock__errmsg_save(char buf[DLOCK__MSG_MAX]);
+int dlock__errmsg_restore(int err, const char buf[DLOCK__MSG_MAX]);
 
 /* ------------------------------------------------------------------- URL */
 
@@ -114,6 +119,41 @@ int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until);
  * eventfd: DLOCK_OK when FD is ready or UNTIL passed. */
 int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until);
 
+/* True for a try-once wait (DLOCK_TRY): every backend asks this, never
+ * w->deadline itself. */
+bool dlock__wait_try_once(const struct dlock__wait *w);
+
+/* The one place a request's timeout comes from (in the spirit of curl's
+ * Curl_timeleft()): CAP_MS (the op or connect timeout), cut to what is
+ * left until DEADLINE (monotonic ms; 0 = try once and DLOCK__NEVER leave
+ * CAP_MS whole). 0 means the deadline has passed: send nothing. */
+int64_t dlock__time_left(int64_t deadline, int64_t cap_ms);
+
+/* Exponential backoff between MIN_MS and MAX_MS for retries and
+ * reconnects: next() returns the delay to sleep now and doubles it;
+ * reset() after a success. Zero-initialise with the bounds set. */
+struct dlock__backoff {
+    int64_t min_ms, max_ms, cur_ms;
+};
+int64_t dlock__backoff_next(struct dlock__backoff *b);
+void dlock__backoff_reset(struct dlock__backoff *b);
+
+/* ----------------------------------------------------------------- names */
+
+/* Encode NAME (any bytes) as one path segment: ASCII letters, digits, '-'
+ * and '_' kept, and the bytes in KEEP; every other byte %XX, and so are
+ * the dots of "." and "..". DLOCK__ENC_NO_LEADING_DOT also encodes a
+ * leading '.' (no hidden files). Caller frees; NULL when out of memory. */
+#define DLOCK__ENC_NO_LEADING_DOT 1u
+char *dlock__name_encode(const char *name, const char *keep, unsigned flags);
+/* Decode %XX escapes (bytes that are not a valid escape are kept). */
+char *dlock__name_decode(const char *enc);
+/* The value of one hex digit, -1 for any other character. */
+int dlock__hexval(int ch);
+/* "pid@host" of the calling process, the holder identity every backend
+ * writes beside its locks. */
+void dlock__identity(char *buf, size_t size);
+
 /* ----------------------------------------------------------------- holds */
 
 enum dlock__hold_state { DLOCK__HELD, DLOCK__LOST };
@@ -140,6 +180,21 @@ struct dlock__hold {
     char owner[96];      /* backend's owner identity for this hold */
     struct dlock__hold *next; /* entry's list */
 };
+
+/* One keeper pass's renewals, handed to the backend's renew(). Fields
+ * are only appended. */
+#define DLOCK__WHY_MAX 256
+struct dlock__renew_batch {
+    struct dlock__hold **holds;
+    size_t n;
+    int64_t deadline;            /* answer by then (monotonic ms) */
+    int *result;                 /* per hold, preset to DLOCK_EIO */
+    char (*why)[DLOCK__WHY_MAX]; /* per hold: the reason of a failure */
+};
+
+/* Record RC as hold K's result, and the calling thread's message as its
+ * reason when RC is a failure. Returns RC. */
+int dlock__renew_result(struct dlock__renew_batch *b, size_t k, int rc);
 
 /* Set by the backend's acquire or renew: the request confirming the hold
  * was sent at SENT_MS (monotonic); validity runs from there. */
@@ -213,12 +268,17 @@ struct dlock__backend {
      * Free h->bdata. */
     int (*release)(void *state, struct dlock__hold *h);
 
-    /* Renew N leases in as few round trips as possible. Set RESULT[k] to
-     * DLOCK_OK (and call dlock__hold_confirmed), DLOCK_ELOST (the hold is
-     * gone; set h->lost_why via the message) or another error (transient:
-     * the core keeps trying until the validity deadline). Called from the
-     * keeper thread only, with no core lock held. NULL without leases. */
-    int (*renew)(void *state, struct dlock__hold **holds, size_t n, int *result);
+    /* Renew B->n leases in as few round trips as possible, answering by
+     * B->deadline (monotonic ms, the earliest validity deadline of the
+     * batch, computed by the core; DLOCK__NEVER when none): no request may
+     * outlive it. Set B->result[k] with dlock__renew_result(): DLOCK_OK
+     * (after dlock__hold_confirmed), DLOCK_ELOST (the hold is gone; the
+     * message at that moment becomes the hold's reason) or another error
+     * (transient: the core keeps trying until the validity deadline).
+     * Called from the keeper thread only, with no core lock held; the
+     * backend never reads the core's fields of the holds (valid_until,
+     * renew_at...). NULL without leases. */
+    int (*renew)(void *state, struct dlock__renew_batch *b);
 
     /* Fill INFO for NAME (the plain lock name; the backend applies
      * c->opts.key_prefix as it does in acquire). */

@@ -97,3 +97,14 @@ int dlock__errno_code(int errnum)
         return DLOCK_EIO;
     }
 }
+
+void dlock__errmsg_save(char buf[DLOCK__MSG_MAX])
+{
+    snprintf(buf, DLOCK__MSG_MAX, "%s", last_msg);
+}
+
+int dlock__errmsg_restore(int err, const char buf[DLOCK__MSG_MAX])
+{
+    snprintf(last_msg, sizeof last_msg, "%s", buf);
+    return err;
+}

@@ -151,6 +151,7 @@ static void *keeper_main(void *arg)
     dlock_client *c = arg;
     struct dlock__hold **due = NULL;
     int *results = NULL;
+    char(*whys)[DLOCK__WHY_MAX] = NULL;
     struct lost_call *calls = NULL;
     size_t cap = 0, rcap = 0, ccap = 0;
     pthread_mutex_lock(&c->mu);
@@ -162,28 +163,37 @@ static void *keeper_main(void *arg)
         if (ndue) {
             if (rcap < ndue) {
                 int *n = realloc(results, cap * sizeof *n);
-                if (!n) {
+                char(*w)[DLOCK__WHY_MAX] = n ? realloc(whys, cap * sizeof *w) : NULL;
+                if (n)
+                    results = n;
+                if (w)
+                    whys = w;
+                if (!n || !w) {
                     for (size_t i = 0; i < ndue; i++)
                         due[i]->renewing = false;
                     ndue = 0;
                 } else {
-                    results = n;
                     rcap = cap;
                 }
             }
-            for (size_t i = 0; i < ndue; i++)
+            int64_t deadline = DLOCK__NEVER;
+            for (size_t i = 0; i < ndue; i++) {
                 results[i] = DLOCK_EIO;
+                whys[i][0] = '\0';
+                if (due[i]->valid_until < deadline)
+                    deadline = due[i]->valid_until;
+            }
+            struct dlock__renew_batch b = {due, ndue, deadline, results, whys};
             pthread_mutex_unlock(&c->mu);
             if (ndue && c->be->renew)
-                c->be->renew(c->bstate, due, ndue, results);
-            const char *msg = dlock_errmsg();
+                c->be->renew(c->bstate, &b);
             pthread_mutex_lock(&c->mu);
             int64_t now = dlock__now_ms();
             for (size_t i = 0; i < ndue; i++) {
                 struct dlock__hold *h = due[i];
                 h->renewing = false;
                 if (results[i] == DLOCK_ELOST)
-                    mark_lost(h, msg);
+                    mark_lost(h, whys[i][0] ? whys[i] : "the backend reports the lock gone");
                 else if (results[i] != DLOCK_OK) {
                     /* Transient: try again soon, until the deadline. */
                     int64_t retry = h->lease_ms / 10 < 1000 ? h->lease_ms / 10 : 1000;
@@ -218,8 +228,17 @@ static void *keeper_main(void *arg)
     pthread_mutex_unlock(&c->mu);
     free(due);
     free(results);
+    free(whys);
     free(calls);
     return NULL;
+}
+
+int dlock__renew_result(struct dlock__renew_batch *b, size_t k, int rc)
+{
+    b->result[k] = rc;
+    if (rc != DLOCK_OK)
+        snprintf(b->why[k], sizeof b->why[k], "%s", dlock_errmsg());
+    return rc;
 }
 
 int dlock__keeper_start(struct dlock_client *c)

@@ -88,7 +88,8 @@ static int check_name(const char *name)
     return DLOCK_OK;
 }
 
-int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, dlock_lock **out)
+int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, unsigned flags,
+                   dlock_lock **out)
 {
     if (!out)
         return dlock__err(DLOCK_EINVAL, "dlock_lock_new: out is NULL");
@@ -101,6 +102,9 @@ int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, dlock_loc
                           c->url.redacted);
     if (mode != DLOCK_EXCLUSIVE && mode != DLOCK_SHARED)
         return dlock__err(DLOCK_EINVAL, "lock '%s': unknown mode %d", name, (int)mode);
+    if (flags)
+        return dlock__err(DLOCK_EINVAL, "lock '%s': unknown flags 0x%x (reserved, must be 0)",
+                          name, flags);
     if (mode == DLOCK_SHARED && !(c->be->caps & DLOCK__CAP_SHARED))
         return dlock__err(DLOCK_ENOTSUP, "lock '%s': the %s backend has no shared mode yet", name,
                           c->be->name);

@@ -136,3 +136,34 @@ int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
             return DLOCK_OK;
     }
 }
+
+/* ------------------------------------------------------ time left, backoff */
+
+bool dlock__wait_try_once(const struct dlock__wait *w)
+{
+    return w && w->deadline == 0;
+}
+
+int64_t dlock__time_left(int64_t deadline, int64_t cap_ms)
+{
+    if (deadline == 0 || deadline == DLOCK__NEVER)
+        return cap_ms;
+    int64_t left = deadline - dlock__now_ms();
+    if (left <= 0)
+        return 0;
+    return cap_ms > 0 && cap_ms < left ? cap_ms : left;
+}
+
+int64_t dlock__backoff_next(struct dlock__backoff *b)
+{
+    int64_t lo = b->min_ms > 0 ? b->min_ms : 1, hi = b->max_ms > lo ? b->max_ms : lo;
+    b->cur_ms = b->cur_ms ? b->cur_ms * 2 : lo;
+    if (b->cur_ms > hi)
+        b->cur_ms = hi;
+    return b->cur_ms;
+}
+
+void dlock__backoff_reset(struct dlock__backoff *b)
+{
+    b->cur_ms = 0;
+}

@@ -117,7 +117,7 @@ static dlock_client *open_ok(const char *url)
 static dlock_lock *lock_ok(dlock_client *c, const char *name)
 {
     dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l);
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l);
     ck_assert_msg(rc == DLOCK_OK, "dlock_lock_new(%s): %s", name, dlock_errmsg());
     return l;
 }
@@ -245,7 +245,7 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, enu
     if (dlock_open(url, &c) != DLOCK_OK)
         _exit(10);
     dlock_lock *l = NULL;
-    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l) != DLOCK_OK)
+    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) != DLOCK_OK)
         _exit(11);
     dlock_lock_on_lost(l, on_lost, NULL);
     if (dlock_acquire(l, 30000) != DLOCK_OK)
@@ -539,7 +539,7 @@ START_TEST(test_processes_counter_and_tokens)
             if (dlock_open(url, &c) != DLOCK_OK)
                 _exit(10);
             dlock_lock *l = NULL;
-            dlock_lock_new(c, "counter", DLOCK_EXCLUSIVE, &l);
+            dlock_lock_new(c, "counter", DLOCK_EXCLUSIVE, 0, &l);
             for (int i = 0; i < 25; i++) {
                 if (dlock_acquire(l, 60000) != DLOCK_OK)
                     _exit(11);
@@ -583,7 +583,7 @@ START_TEST(test_shared_mode_unsupported)
     char *url = etcdf_url(&F, NULL, NULL);
     dlock_client *c = open_ok(url);
     dlock_lock *l = NULL;
-    ck_assert_int_eq(dlock_lock_new(c, "shared", DLOCK_SHARED, &l), DLOCK_ENOTSUP);
+    ck_assert_int_eq(dlock_lock_new(c, "shared", DLOCK_SHARED, 0, &l), DLOCK_ENOTSUP);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "etcd"));
     ck_assert_ptr_null(l);
     dlock_client_close(c);
@@ -1042,7 +1042,7 @@ START_TEST(test_paused_waiter_requeues)
         if (dlock_open(short_url, &cb) != DLOCK_OK)
             _exit(10);
         dlock_lock *lb = NULL;
-        dlock_lock_new(cb, "requeue", DLOCK_EXCLUSIVE, &lb);
+        dlock_lock_new(cb, "requeue", DLOCK_EXCLUSIVE, 0, &lb);
         if (dlock_acquire(lb, 60000) != DLOCK_OK)
             _exit(11);
         if (access(cdone, F_OK) != 0)
@@ -1511,7 +1511,7 @@ static pid_t fork_worker(const char *url, const char *dir)
         tu_sleep_ms(100);
     }
     dlock_lock *l = NULL;
-    dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, &l);
+    dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, 0, &l);
     unsigned long long accepted = 0;
     while (access(stop, F_OK) != 0) {
         int rc = dlock_acquire(l, 2000);

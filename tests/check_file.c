@@ -47,7 +47,7 @@ static dlock_client *open_client(void)
 static dlock_lock *new_lock(dlock_client *c, const char *name, dlock_mode mode)
 {
     dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, mode, &l);
+    int rc = dlock_lock_new(c, name, mode, 0, &l);
     ck_assert_msg(rc == DLOCK_OK, "lock_new %s: %s", name, dlock_errmsg());
     return l;
 }
@@ -513,10 +513,10 @@ START_TEST(test_hostile_names)
         dlock_lock_free(o);
     }
     dlock_lock *bad;
-    ck_assert_int_eq(dlock_lock_new(c, "", DLOCK_EXCLUSIVE, &bad), DLOCK_EINVAL);
-    ck_assert_int_eq(dlock_lock_new(c, toolong, DLOCK_EXCLUSIVE, &bad), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_lock_new(c, "", DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_lock_new(c, toolong, DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "longer than"));
-    ck_assert_int_eq(dlock_lock_new(c, NULL, DLOCK_EXCLUSIVE, &bad), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_lock_new(c, NULL, DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
     for (size_t i = 0; i < n; i++) {
         ck_assert_int_eq(dlock_release(locks[i]), DLOCK_OK);
         dlock_lock_free(locks[i]);

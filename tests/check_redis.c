@@ -119,7 +119,7 @@ static char *cmd_str(redisContext *ctx, const char *fmt, ...)
 static dlock_lock *lock_ok(dlock_client *c, const char *name)
 {
     dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l);
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l);
     ck_assert_msg(rc == DLOCK_OK, "lock_new(%s): %s", name, dlock_errmsg());
     return l;
 }
@@ -632,7 +632,7 @@ static pid_t spawn_holder(const char *url, const char *name, const char *marker,
     if (dlock_open(url, &c))
         _exit(10);
     dlock_lock *l = NULL;
-    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l) || dlock_acquire(l, 10000))
+    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) || dlock_acquire(l, 10000))
         _exit(11);
     uint64_t t = 0;
     dlock_token(l, &t);
@@ -1309,7 +1309,7 @@ static void *many_main(void *p)
     char name[32];
     snprintf(name, sizeof name, "many-%d", a->i);
     dlock_lock *l = NULL;
-    a->rc = dlock_lock_new(a->c, name, DLOCK_EXCLUSIVE, &l);
+    a->rc = dlock_lock_new(a->c, name, DLOCK_EXCLUSIVE, 0, &l);
     if (!a->rc)
         a->rc = dlock_acquire(l, 60000);
     if (!a->rc)
@@ -1490,7 +1490,7 @@ START_TEST(urls_db_prefix_unix_and_list)
     ck_assert_int_eq(dlock_open(u, &c), DLOCK_ENOTSUP);
     free(u);
     c = open_ok(srv.url);
-    ck_assert_int_eq(dlock_lock_new(c, "s", DLOCK_SHARED, &l), DLOCK_ENOTSUP);
+    ck_assert_int_eq(dlock_lock_new(c, "s", DLOCK_SHARED, 0, &l), DLOCK_ENOTSUP);
     dlock_client_close(c);
     redisFree(ctx);
     stop_server();

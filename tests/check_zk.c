@@ -81,7 +81,7 @@ static dlock_client *open_ok(const char *url)
 static dlock_lock *lock_ok(dlock_client *c, const char *name)
 {
     dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l);
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l);
     ck_assert_msg(rc == DLOCK_OK, "dlock_lock_new(%s): %s", name, dlock_errmsg());
     return l;
 }
@@ -249,7 +249,7 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, enu
     if (dlock_open(url, &c) != DLOCK_OK)
         _exit(10);
     dlock_lock *l = NULL;
-    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, &l) != DLOCK_OK)
+    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) != DLOCK_OK)
         _exit(11);
     dlock_lock_on_lost(l, on_lost, NULL);
     if (dlock_acquire(l, 30000) != DLOCK_OK)
@@ -258,7 +258,7 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, enu
     dlock_lock *l2 = NULL;
     if (mode == HOLD_UNTIL_LOST) {
         char *name2 = tu_fmt("%s-2", name);
-        if (dlock_lock_new(c, name2, DLOCK_EXCLUSIVE, &l2) != DLOCK_OK)
+        if (dlock_lock_new(c, name2, DLOCK_EXCLUSIVE, 0, &l2) != DLOCK_OK)
             _exit(13);
         free(name2);
         dlock_lock_on_lost(l2, on_lost, NULL);
@@ -450,7 +450,7 @@ static void *waiter_thread(void *p)
     if (a->result)
         return NULL;
     dlock_lock *l = NULL;
-    dlock_lock_new(c, a->name, DLOCK_EXCLUSIVE, &l);
+    dlock_lock_new(c, a->name, DLOCK_EXCLUSIVE, 0, &l);
     a->result = dlock_acquire(l, 30000);
     if (a->result == DLOCK_OK) {
         dlock_token(l, &a->token);
@@ -613,7 +613,7 @@ START_TEST(test_shared_mode_unsupported)
     char *url = url_with(NULL, NULL);
     dlock_client *c = open_ok(url);
     dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, "shared", DLOCK_SHARED, &l);
+    int rc = dlock_lock_new(c, "shared", DLOCK_SHARED, 0, &l);
     if (rc == DLOCK_OK)
         rc = dlock_acquire(l, DLOCK_TRY);
     ck_assert_int_eq(rc, DLOCK_ENOTSUP);
@@ -988,7 +988,7 @@ START_TEST(test_paused_waiter_requeues)
         dlock_lock *wl = NULL;
         if (!tu_wait_file(go, 30000))
             _exit(9);
-        if (dlock_open(url, &wc) || dlock_lock_new(wc, "paused-waiter", DLOCK_EXCLUSIVE, &wl))
+        if (dlock_open(url, &wc) || dlock_lock_new(wc, "paused-waiter", DLOCK_EXCLUSIVE, 0, &wl))
             _exit(10);
         if (dlock_acquire(wl, 60000) != DLOCK_OK)
             _exit(11);
@@ -1307,7 +1307,7 @@ static pid_t fork_worker(const char *url, const char *dir)
         tu_sleep_ms(100);
     }
     dlock_lock *l = NULL;
-    dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, &l);
+    dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, 0, &l);
     uint64_t accepted = 0, turns = 0, lost = 0;
     int failures = 0;
     while (access(stop, F_OK) != 0) {
@@ -1750,7 +1750,7 @@ static void *partition_other(void *p)
     if (a->rc)
         return NULL;
     dlock_lock *l = NULL;
-    dlock_lock_new(c, "partitioned", DLOCK_EXCLUSIVE, &l);
+    dlock_lock_new(c, "partitioned", DLOCK_EXCLUSIVE, 0, &l);
     a->rc = dlock_acquire(l, 30000);
     a->lost_when_acquired = atomic_load(&lost_flag);
     atomic_store(&a->acquired, 1);
@@ -1844,7 +1844,7 @@ static void *partitioned_waiter(void *p)
         return NULL;
     }
     dlock_lock *l = NULL;
-    dlock_lock_new(c, "pwait", DLOCK_EXCLUSIVE, &l);
+    dlock_lock_new(c, "pwait", DLOCK_EXCLUSIVE, 0, &l);
     a->rc = dlock_acquire(l, 60000);
     a->overlap = atomic_load(&a->other_holds);
     if (a->rc == DLOCK_OK) {

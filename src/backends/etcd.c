@@ -891,9 +891,12 @@ static int check_keys(struct etcd_backend *s, struct dlock__hold **holds, size_t
     return out;
 }
 
-static int etcd_renew(void *state, struct dlock__hold **holds, size_t n, int *result)
+static int etcd_renew(void *state, struct dlock__renew_batch *b)
 {
     struct etcd_backend *s = state;
+    struct dlock__hold **holds = b->holds;
+    size_t n = b->n;
+    int *result = b->result;
     char lost_msg[1024] = "", other_msg[1024] = "";
     int64_t *sent_at = calloc(n ? n : 1, sizeof *sent_at);
     if (!sent_at)
@@ -901,11 +904,7 @@ static int etcd_renew(void *state, struct dlock__hold **holds, size_t n, int *re
     /* Nothing we send may outlive the earliest validity deadline of the
      * batch: past it the keeper must be free to declare the hold lost,
      * not stuck waiting on a member that stopped answering. */
-    struct etcd_limits lim = {0, NULL};
-    for (size_t i = 0; i < n; i++)
-        if (holds[i]->valid_until != DLOCK__NEVER &&
-            (!lim.until || holds[i]->valid_until < lim.until))
-            lim.until = holds[i]->valid_until;
+    struct etcd_limits lim = {b->deadline == DLOCK__NEVER ? 0 : b->deadline, NULL};
     /* One keepalive per distinct lease (usually just the session's). */
     for (size_t i = 0; i < n; i++)
         result[i] = 1; /* not done yet */
@@ -945,9 +944,12 @@ static int etcd_renew(void *state, struct dlock__hold **holds, size_t n, int *re
         else if (rc)
             snprintf(other_msg, sizeof other_msg, "%s", dlock_errmsg());
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (result[i] == DLOCK_OK)
             dlock__hold_confirmed(s->c, holds[i], sent_at[i]);
+        else if (result[i] == DLOCK_ELOST)
+            snprintf(b->why[i], sizeof b->why[i], "%s", lost_msg);
+    }
     free(sent_at);
     /* Deletes that failed before, last and within the same limit (and
      * not at all while an acquire sweeps). */

@@ -1286,22 +1286,20 @@ static int redis_release(void *state, struct dlock__hold *h)
 /* The keeper's batch: RENEW_BATCH holds per script call, every call of
  * the batch pipelined on one connection, so N holds cost one round trip
  * and ceil(N / RENEW_BATCH) commands. */
-static int redis_renew(void *state, struct dlock__hold **holds, size_t n, int *result)
+static int redis_renew(void *state, struct dlock__renew_batch *b)
 {
     struct redis_state *s = state;
+    struct dlock__hold **holds = b->holds;
+    size_t n = b->n;
+    int *result = b->result;
     if (n == 0)
         return DLOCK_OK;
     /* A renewal must not outlive the earliest validity deadline of the
      * batch: the keeper declares holds lost at their deadline, not at the
      * end of a connect or read timeout against a server that went silent. */
-    int64_t now = dlock__now_ms(), earliest = DLOCK__NEVER;
-    pthread_mutex_lock(&s->c->mu); /* valid_until is the core's */
-    for (size_t i = 0; i < n; i++)
-        if (holds[i]->valid_until < earliest)
-            earliest = holds[i]->valid_until;
-    pthread_mutex_unlock(&s->c->mu);
-    int64_t limit = earliest == DLOCK__NEVER ? 0 : earliest - now;
-    if (earliest != DLOCK__NEVER && limit < 10)
+    int64_t now = dlock__now_ms();
+    int64_t limit = b->deadline == DLOCK__NEVER ? 0 : b->deadline - now;
+    if (b->deadline != DLOCK__NEVER && limit < 10)
         limit = 10;
     struct rconn *k;
     int rc = pool_get_within(s, true, limit, &k);
@@ -1395,11 +1393,11 @@ static int redis_renew(void *state, struct dlock__hold **holds, size_t n, int *r
                     } else {
                         /* One message serves every hold lost in this
                          * batch, so it names the server, not the key. */
-                        result[c0 + i] = dlock__err(DLOCK_ELOST,
-                                                    "%s: renewal found the lock held by another "
-                                                    "owner or gone (lease expired, force-released "
-                                                    "or the server lost its data)",
-                                                    s->where);
+                        dlock__err(DLOCK_ELOST,
+                                   "%s: renewal found lock '%s' held by another owner or gone "
+                                   "(lease expired, force-released or the server lost its data)",
+                                   s->where, h->name);
+                        dlock__renew_result(b, c0 + i, DLOCK_ELOST);
                     }
                 }
             }

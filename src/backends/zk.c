@@ -1780,9 +1780,12 @@ static int zk_release(void *state, struct dlock__hold *h)
  * while (up to syncLimit ticks) after the leader expired our session;
  * reads ordered after a sync come from a follower the leader still talks
  * to, and so do the session touches that keep the session alive. */
-static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *result)
+static int zk_renew(void *state, struct dlock__renew_batch *b)
 {
     struct zk_backend *zb = state;
+    struct dlock__hold **holds = b->holds;
+    size_t n = b->n;
+    int *result = b->result;
     pthread_mutex_lock(&zb->mu);
     struct zk_session *s = zb->cur;
     bool usable = session_usable(s);
@@ -1838,12 +1841,10 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
     /* Wait no longer than the first validity deadline of the batch: the
      * keeper is blocked meanwhile and must be free to declare a hold lost
      * on time (a reply stuck behind a sync could otherwise hold it for a
-     * whole op timeout past it). valid_until is written by this thread
-     * only while the hold is being renewed. */
+     * whole op timeout past it). */
     int64_t deadline = op_deadline(zb);
-    for (size_t i = 0; i < n; i++)
-        if (calls[i] && holds[i]->lease_ms && holds[i]->valid_until < deadline)
-            deadline = holds[i]->valid_until;
+    if (b->deadline < deadline)
+        deadline = b->deadline;
     if (barrier)
         barrier_rc = call_wait(barrier, deadline, NULL, NULL, NULL);
     for (size_t i = 0; i < n; i++) {
@@ -1871,9 +1872,8 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
         }
     }
     free(calls);
-    /* The keeper gives every lost hold of this call the message left last:
-     * make that the reason of a lost one. */
-    for (size_t i = n; i-- > 0;) {
+    /* Each lost hold's own reason. */
+    for (size_t i = 0; i < n; i++) {
         if (result[i] == DLOCK_ELOST) {
             struct zk_hold *zh = holds[i]->bdata;
             bool expired = !zh || !s || s->gen != zh->gen || !usable;
@@ -1881,7 +1881,7 @@ static int zk_renew(void *state, struct dlock__hold **holds, size_t n, int *resu
                        expired ? "%s: lock '%s': the ZooKeeper session holding it expired"
                                : "%s: lock '%s': its node is gone (deleted or force-released)",
                        zb->servers, holds[i]->name);
-            break;
+            dlock__renew_result(b, i, DLOCK_ELOST);
         }
     }
     if (s) {

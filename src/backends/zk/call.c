@@ -1,0 +1,393 @@
+/* call.c -- the ZooKeeper backend's requests: each one goes through the
+ * client library's asynchronous API and is waited for with our own
+ * deadline, because the library's synchronous calls can block for a whole
+ * session timeout. That also lets requests be pipelined (a create and the
+ * listing of its siblings, a sync and the read after it, share one round
+ * trip). A reply that comes after its caller gave up finds the record
+ * still alive (reference counted) and undoes a late create.
+ */
+#include "zk.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct zk_call *zk_call_new(zhandle_t *zh)
+{
+    struct zk_call *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&k->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&k->mu, NULL);
+    k->refs = 2;
+    k->zh = zh;
+    return k;
+}
+
+static void zk_call_unref(struct zk_call *k)
+{
+    pthread_mutex_lock(&k->mu);
+    bool last = --k->refs == 0;
+    pthread_mutex_unlock(&k->mu);
+    if (!last)
+        return;
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+    free(k->value);
+    deallocate_String_vector(&k->kids);
+    free(k);
+}
+
+/* Mark K done with RC; the caller of the completion holds k->mu. */
+static void call_finish_locked(struct zk_call *k, int rc)
+{
+    k->rc = rc;
+    k->done = true;
+    pthread_cond_broadcast(&k->cv);
+}
+
+/* For fire-and-forget requests: the client library wants a completion. */
+void zk_on_ignored(int rc, const void *data)
+{
+    (void)rc;
+    (void)data;
+}
+
+static void zk_on_void(int rc, const void *data)
+{
+    struct zk_call *k = (struct zk_call *)data;
+    pthread_mutex_lock(&k->mu);
+    call_finish_locked(k, rc);
+    pthread_mutex_unlock(&k->mu);
+    zk_call_unref(k);
+}
+
+void zk_on_stat(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_call *k = (struct zk_call *)data;
+    pthread_mutex_lock(&k->mu);
+    if (rc == ZOK && stat)
+        k->stat = *stat;
+    call_finish_locked(k, rc);
+    pthread_mutex_unlock(&k->mu);
+    zk_call_unref(k);
+}
+
+static void zk_on_data(int rc, const char *value, int len, const struct Stat *stat, const void *data)
+{
+    struct zk_call *k = (struct zk_call *)data;
+    pthread_mutex_lock(&k->mu);
+    if (rc == ZOK) {
+        if (stat)
+            k->stat = *stat;
+        if (value && len > 0 && (k->value = malloc((size_t)len + 1))) {
+            memcpy(k->value, value, (size_t)len);
+            k->value[len] = 0;
+            k->value_len = len;
+        }
+    }
+    call_finish_locked(k, rc);
+    pthread_mutex_unlock(&k->mu);
+    zk_call_unref(k);
+}
+
+static void zk_on_strings(int rc, const struct String_vector *strings, const void *data)
+{
+    struct zk_call *k = (struct zk_call *)data;
+    pthread_mutex_lock(&k->mu);
+    if (rc == ZOK && strings && strings->count > 0) {
+        k->kids.data = calloc((size_t)strings->count, sizeof(char *));
+        if (!k->kids.data) {
+            rc = ZSYSTEMERROR;
+        } else {
+            for (int32_t i = 0; i < strings->count; i++) {
+                k->kids.data[i] = strdup(strings->data[i]);
+                if (!k->kids.data[i]) {
+                    rc = ZSYSTEMERROR;
+                    break;
+                }
+                k->kids.count = i + 1;
+            }
+        }
+    }
+    call_finish_locked(k, rc);
+    pthread_mutex_unlock(&k->mu);
+    zk_call_unref(k);
+}
+
+void zk_on_synced(int rc, const char *value, const void *data)
+{
+    (void)value;
+    zk_on_void(rc, data);
+}
+
+static void zk_on_created(int rc, const char *value, const struct Stat *stat, const void *data)
+{
+    struct zk_call *k = (struct zk_call *)data;
+    pthread_mutex_lock(&k->mu);
+    if (rc == ZOK) {
+        if (k->abandoned && value) {
+            /* The caller timed out and moved on: this node would sit in
+             * the queue until the session ends. Take it back. */
+            zoo_adelete(k->zh, value, -1, zk_on_ignored, NULL);
+        } else {
+            if (stat)
+                k->stat = *stat;
+            if (value && !(k->value = strdup(value)))
+                rc = ZSYSTEMERROR;
+        }
+    }
+    call_finish_locked(k, rc);
+    pthread_mutex_unlock(&k->mu);
+    zk_call_unref(k);
+}
+
+/* Wait for K until DEADLINE (monotonic ms) and drop the caller's
+ * reference. Returns the request's code, or ZOPERATIONTIMEOUT. Copies
+ * the results out first through the OUT pointers that are not NULL. */
+int zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value,
+                     struct String_vector *kids)
+{
+    pthread_mutex_lock(&k->mu);
+    while (!k->done) {
+        int64_t ms = deadline;
+        struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+        if (dlock__now_ms() >= deadline ||
+            pthread_cond_timedwait(&k->cv, &k->mu, &ts) == ETIMEDOUT) {
+            if (k->done)
+                break;
+            k->abandoned = true;
+            pthread_mutex_unlock(&k->mu);
+            zk_call_unref(k);
+            return ZOPERATIONTIMEOUT;
+        }
+    }
+    int rc = k->rc;
+    if (rc == ZOK) {
+        if (stat)
+            *stat = k->stat;
+        if (value) {
+            *value = k->value;
+            k->value = NULL;
+        }
+        if (kids) {
+            *kids = k->kids;
+            k->kids.count = 0;
+            k->kids.data = NULL;
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+    zk_call_unref(k);
+    return rc;
+}
+
+/* Start failed synchronously: the completion will never run. */
+int zk_call_dead(struct zk_call *k, int rc)
+{
+    zk_call_unref(k);
+    zk_call_unref(k);
+    return rc;
+}
+
+int64_t zk_op_deadline(struct zk_backend *zb)
+{
+    return dlock__now_ms() + zb->c->opts.op_timeout_ms;
+}
+
+/* ------------------------------------------------------------- requests */
+
+static const struct ACL_vector *zk_node_acl(struct zk_backend *zb)
+{
+    return zb->creator_acl ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE;
+}
+
+int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
+                     int mode, char **created, struct Stat *stat)
+{
+    struct zk_call *k = zk_call_new(zh);
+    if (!k)
+        return ZSYSTEMERROR;
+    int rc = zoo_acreate2(zh, path, data, data ? (int)strlen(data) : -1, zk_node_acl(zb), mode,
+                          zk_on_created, k);
+    if (rc != ZOK)
+        return zk_call_dead(k, rc);
+    return zk_call_wait(k, zk_op_deadline(zb), stat, created, NULL);
+}
+
+int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
+                     void *watch_ctx, struct Stat *stat)
+{
+    struct zk_call *k = zk_call_new(zh);
+    if (!k)
+        return ZSYSTEMERROR;
+    int rc = watcher ? zoo_awexists(zh, path, watcher, watch_ctx, zk_on_stat, k)
+                     : zoo_aexists(zh, path, 0, zk_on_stat, k);
+    if (rc != ZOK)
+        return zk_call_dead(k, rc);
+    return zk_call_wait(k, zk_op_deadline(zb), stat, NULL, NULL);
+}
+
+int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
+                  struct Stat *stat)
+{
+    struct zk_call *k = zk_call_new(zh);
+    if (!k)
+        return ZSYSTEMERROR;
+    int rc = zoo_aget(zh, path, 0, zk_on_data, k);
+    if (rc != ZOK)
+        return zk_call_dead(k, rc);
+    return zk_call_wait(k, zk_op_deadline(zb), stat, data, NULL);
+}
+
+int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                       struct String_vector *kids)
+{
+    struct zk_call *k = zk_call_new(zh);
+    kids->count = 0;
+    kids->data = NULL;
+    if (!k)
+        return ZSYSTEMERROR;
+    int rc = zoo_aget_children(zh, path, 0, zk_on_strings, k);
+    if (rc != ZOK)
+        return zk_call_dead(k, rc);
+    return zk_call_wait(k, zk_op_deadline(zb), NULL, NULL, kids);
+}
+
+int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path)
+{
+    struct zk_call *k = zk_call_new(zh);
+    if (!k)
+        return ZSYSTEMERROR;
+    int rc = zoo_adelete(zh, path, -1, zk_on_void, k);
+    if (rc != ZOK)
+        return zk_call_dead(k, rc);
+    return zk_call_wait(k, zk_op_deadline(zb), NULL, NULL, NULL);
+}
+
+/* A failure of a request on PATH as a DLOCK_E* code with a message in
+ * the server's (the client library's) words. */
+int zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path)
+{
+    const char *words = zerror(rc);
+    switch (rc) {
+    case ZNOAUTH:
+        return dlock__err(DLOCK_EAUTH, "%s: %s %s: %s (the node's ACL denies this client%s)",
+                          zb->servers, what, path, words,
+                          zb->auth ? "" : "; no user:password given in the URL");
+    case ZAUTHFAILED:
+        return dlock__err(DLOCK_EAUTH, "%s: %s %s: %s", zb->servers, what, path, words);
+    case ZCONNECTIONLOSS:
+    case ZOPERATIONTIMEOUT:
+    case ZCLOSING:
+    case ZINVALIDSTATE:
+        return dlock__err(DLOCK_ECONN, "%s: %s %s: %s%s", zb->servers, what, path, words,
+                          rc == ZOPERATIONTIMEOUT ? " (no reply within the op timeout)" : "");
+    case ZSESSIONEXPIRED:
+        return dlock__err(DLOCK_ELOST, "%s: %s %s: %s", zb->servers, what, path, words);
+    case ZSYSTEMERROR:
+        return dlock__err(DLOCK_ENOMEM, "%s: %s %s: out of memory", zb->servers, what, path);
+    case ZBADARGUMENTS:
+        return dlock__err(DLOCK_EINVAL, "%s: %s %s: %s", zb->servers, what, path, words);
+    default:
+        return dlock__err(DLOCK_EBACKEND, "%s: %s %s: %s (%d)", zb->servers, what, path,
+                          words, rc);
+    }
+}
+
+bool zk_rc_transient(int rc)
+{
+    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
+}
+
+bool zk_rc_session_gone(int rc)
+{
+    return rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING;
+}
+
+/* Create PATH (EPHEMERAL_SEQUENTIAL) and, in the same round trip, list
+ * LOCKPATH's children: the server handles a session's requests in order,
+ * so the listing already shows the new node. Returns the create's code;
+ * *listed tells whether KIDS was filled (caller frees). */
+int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                              const char *lockpath, char **created, struct Stat *stat,
+                              struct String_vector *kids, bool *listed)
+{
+    *listed = false;
+    kids->count = 0;
+    kids->data = NULL;
+    struct zk_call *kc = zk_call_new(zh), *kl = zk_call_new(zh);
+    if (!kc || !kl) {
+        if (kc)
+            zk_call_dead(kc, ZSYSTEMERROR);
+        if (kl)
+            zk_call_dead(kl, ZSYSTEMERROR);
+        return ZSYSTEMERROR;
+    }
+    int rc = zoo_acreate2(zh, path, zb->ident, (int)strlen(zb->ident), zk_node_acl(zb),
+                          ZOO_EPHEMERAL_SEQUENTIAL, zk_on_created, kc);
+    if (rc != ZOK) {
+        zk_call_dead(kl, rc);
+        return zk_call_dead(kc, rc);
+    }
+    int lrc = zoo_aget_children(zh, lockpath, 0, zk_on_strings, kl);
+    if (lrc != ZOK)
+        zk_call_dead(kl, lrc);
+    int64_t deadline = zk_op_deadline(zb);
+    rc = zk_call_wait(kc, deadline, stat, created, NULL);
+    if (lrc == ZOK) {
+        lrc = zk_call_wait(kl, deadline, NULL, NULL, kids);
+        *listed = rc == ZOK && lrc == ZOK;
+        if (!*listed)
+            deallocate_String_vector(kids);
+    }
+    return rc;
+}
+
+/* A listing of PATH's children made current: a sync pipelined before the
+ * getChildren (no extra round trip). A follower cut off from the leader
+ * keeps answering reads for up to syncLimit ticks while the leader may
+ * already have expired our session and given the lock to the next
+ * contender: a listing it serves could show us first although we are
+ * not, with a validity counted from now. The sync goes through the
+ * leader, and reads after it are at least as new. */
+int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                              struct String_vector *kids)
+{
+    kids->count = 0;
+    kids->data = NULL;
+    struct zk_call *ks = zk_call_new(zh), *kl = zk_call_new(zh);
+    if (!ks || !kl) {
+        if (ks)
+            zk_call_dead(ks, ZSYSTEMERROR);
+        if (kl)
+            zk_call_dead(kl, ZSYSTEMERROR);
+        return ZSYSTEMERROR;
+    }
+    int rc = zoo_async(zh, "/", zk_on_synced, ks);
+    if (rc != ZOK) {
+        zk_call_dead(kl, rc);
+        return zk_call_dead(ks, rc);
+    }
+    int64_t deadline = zk_op_deadline(zb);
+    int lrc = zoo_aget_children(zh, path, 0, zk_on_strings, kl);
+    if (lrc != ZOK)
+        zk_call_dead(kl, lrc);
+    rc = zk_call_wait(ks, deadline, NULL, NULL, NULL);
+    if (lrc == ZOK)
+        lrc = zk_call_wait(kl, deadline, NULL, NULL, kids);
+    if (rc != ZOK || lrc != ZOK) {
+        deallocate_String_vector(kids);
+        kids->count = 0;
+        kids->data = NULL;
+    }
+    return rc != ZOK ? rc : lrc;
+}

@@ -1,0 +1,750 @@
+/* mutex.c -- Curator's InterProcessMutex recipe on ZooKeeper: node names,
+ * acquire (create a sequential child, own it when lowest, else watch the
+ * predecessor), release, inspect, force-release, list, and the backend
+ * table.
+ */
+#include "zk.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* --------------------------------------------------------------- naming */
+
+static const char *zk_basename_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* Bytes kept as they are in a node name; everything else is %XX. */
+static bool name_byte_plain(unsigned char ch)
+{
+    /* ASCII only: isalnum() would follow the caller's locale, and a
+     * Latin-1 byte sent raw is not UTF-8 to the server. */
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+           ch == '-' || ch == '_' || ch == '.' || ch == '~' || ch == ':' ||
+           ch == '@' || ch == '+' || ch == '=' || ch == ',';
+}
+
+/* Encode NAME (any bytes) as one node name that never leaves the base
+ * path: '/', '%', control and non-ASCII bytes become %XX, and so do the
+ * names "." and ".." and the reserved "zookeeper" right under "/". */
+static char *encode_name(const char *name, bool at_root)
+{
+    size_t n = strlen(name);
+    char *out = malloc(n * 3 + 1), *p = out;
+    if (!out)
+        return NULL;
+    bool dots = strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (name_byte_plain(ch) && !(dots && ch == '.') &&
+            !(at_root && i == 0 && strcmp(name, "zookeeper") == 0))
+            *p++ = (char)ch;
+        else
+            p += sprintf(p, "%%%02X", ch);
+    }
+    *p = 0;
+    return out;
+}
+
+static int hexval(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    return -1;
+}
+
+/* Decode a node name written by encode_name (or by someone else: bytes
+ * that are not %XX are kept). */
+static char *decode_name(const char *enc)
+{
+    size_t n = strlen(enc);
+    char *out = malloc(n + 1), *p = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        if (enc[i] == '%' && i + 2 < n && (hi = hexval(enc[i + 1])) >= 0 &&
+            (lo = hexval(enc[i + 2])) >= 0) {
+            *p++ = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            *p++ = enc[i];
+        }
+    }
+    *p = 0;
+    return out;
+}
+
+/* Path of the lock node for NAME: <base>/<encoded key_prefix + name>. */
+static char *zk_lock_path(struct zk_backend *zb, const char *name)
+{
+    const char *prefix = zb->c->opts.key_prefix ? zb->c->opts.key_prefix : "";
+    char *full = dlock__sprintf("%s%s", prefix, name);
+    if (!full)
+        return NULL;
+    bool root = strcmp(zb->base, "/") == 0;
+    char *enc = encode_name(full, root);
+    free(full);
+    if (!enc)
+        return NULL;
+    char *path = dlock__sprintf("%s/%s", root ? "" : zb->base, enc);
+    free(enc);
+    return path;
+}
+
+/* The sequence part of a Curator lock child ("..lock-0000000042"), or
+ * NULL when NODE is not one. */
+static const char *zk_node_sequence(const char *node)
+{
+    const char *mark = NULL;
+    for (const char *p = strstr(node, ZK_LOCK_MARK); p; p = strstr(p + 1, ZK_LOCK_MARK))
+        mark = p;
+    if (!mark)
+        return NULL;
+    const char *seq = mark + strlen(ZK_LOCK_MARK);
+    if (!*seq)
+        return NULL;
+    for (const char *p = seq; *p; p++)
+        if (!isdigit((unsigned char)*p))
+            return NULL;
+    return seq;
+}
+
+static int cmp_nodes(const void *a, const void *b)
+{
+    const char *x = zk_node_sequence(*(char *const *)a), *y = zk_node_sequence(*(char *const *)b);
+    size_t lx = strlen(x), ly = strlen(y);
+    if (lx != ly) /* sequences overflow into longer numbers */
+        return lx < ly ? -1 : 1;
+    return strcmp(x, y);
+}
+
+/* Keep only lock children in KIDS and sort them by sequence (the owner
+ * first). Other children are freed. */
+static void zk_sort_lock_nodes(struct String_vector *kids)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < kids->count; i++) {
+        if (zk_node_sequence(kids->data[i]))
+            kids->data[n++] = kids->data[i];
+        else
+            free(kids->data[i]);
+    }
+    kids->count = n;
+    if (n > 1)
+        qsort(kids->data, (size_t)n, sizeof(char *), cmp_nodes);
+}
+
+/* Does NODE carry protected-mode GUID ("_c_<guid>-...")? */
+bool zk_node_has_guid(const char *node, const char *guid)
+{
+    size_t pl = strlen(ZK_PROTECTED), gl = strlen(guid);
+    return strncmp(node, ZK_PROTECTED, pl) == 0 && strncmp(node + pl, guid, gl) == 0 &&
+           node[pl + gl] == '-';
+}
+
+
+/* --------------------------------------------------------------- acquire */
+
+/* Create the lock node LOCKPATH as a container (persistent when the
+ * server has no containers). ZNODEEXISTS counts as done. */
+static int create_lock_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath)
+{
+    pthread_mutex_lock(&zb->mu); /* threads acquiring other names too */
+    int mode = zb->no_containers ? ZOO_PERSISTENT : ZOO_CONTAINER;
+    pthread_mutex_unlock(&zb->mu);
+    int rc = zk_rq_create(zb, s->zh, lockpath, NULL, mode, NULL, NULL);
+    if ((rc == ZUNIMPLEMENTED || rc == ZBADARGUMENTS) && mode == ZOO_CONTAINER) {
+        pthread_mutex_lock(&zb->mu);
+        zb->no_containers = true;
+        pthread_mutex_unlock(&zb->mu);
+        rc = zk_rq_create(zb, s->zh, lockpath, NULL, ZOO_PERSISTENT, NULL, NULL);
+    }
+    return rc == ZNODEEXISTS ? ZOK : rc;
+}
+
+/* Create the lock node, and first its persistent parents (the base path)
+ * if they are missing: the common case, a new name under an existing
+ * base, costs one request. Returns a ZooKeeper code; on failure *failed
+ * (owned) names the path. */
+static int make_parents(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                        char **failed)
+{
+    *failed = NULL;
+    int rc = create_lock_node(zb, s, lockpath);
+    if (rc != ZNONODE) {
+        if (rc != ZOK)
+            *failed = dlock__strdup(lockpath);
+        return rc;
+    }
+    char *p = dlock__strdup(lockpath);
+    if (!p)
+        return ZSYSTEMERROR;
+    for (char *slash = strchr(p + 1, '/'); slash && rc != ZSYSTEMERROR;
+         slash = strchr(slash + 1, '/')) {
+        *slash = 0;
+        rc = zk_rq_create(zb, s->zh, p, NULL, ZOO_PERSISTENT, NULL, NULL);
+        if (rc != ZOK && rc != ZNODEEXISTS) {
+            *failed = p;
+            return rc;
+        }
+        *slash = '/';
+    }
+    rc = create_lock_node(zb, s, lockpath);
+    if (rc != ZOK)
+        *failed = p;
+    else
+        free(p);
+    return rc;
+}
+
+/* Find the child of LOCKPATH carrying GUID after an ambiguous create.
+ * Returns ZOK and sets *node (owned), ZNONODE when none, or an error. */
+static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                          const char *guid, char **node)
+{
+    struct String_vector kids;
+    int rc = zk_rq_children(zb, s->zh, lockpath, &kids);
+    if (rc != ZOK)
+        return rc;
+    rc = ZNONODE;
+    for (int32_t i = 0; i < kids.count; i++) {
+        if (zk_node_has_guid(kids.data[i], guid)) {
+            *node = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
+            rc = *node ? ZOK : ZSYSTEMERROR;
+            break;
+        }
+    }
+    deallocate_String_vector(&kids);
+    return rc;
+}
+
+/* Create our contender node under LOCKPATH: *mine = its full path,
+ * *czxid its creation zxid; *listed says whether KIDS holds a listing of
+ * the children made right after (caller frees it). */
+static int create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                            char **mine, int64_t *czxid, struct String_vector *kids,
+                            bool *listed)
+{
+    char guid[37];
+    dlock__uuid(guid);
+    char *prefix = dlock__sprintf("%s/" ZK_PROTECTED "%s-" ZK_LOCK_MARK, lockpath, guid);
+    if (!prefix)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    int64_t deadline = zk_op_deadline(zb);
+    int err = DLOCK_OK;
+    bool ambiguous = false; /* a create of ours may have happened unseen */
+    for (int attempt = 0;; attempt++) {
+        struct Stat st;
+        char *created = NULL;
+        int rc = zk_rq_create_and_list(zb, s->zh, prefix, lockpath, &created, &st, kids, listed);
+        if (rc == ZOK) {
+            *mine = created;
+            *czxid = st.czxid;
+            break;
+        }
+        if (rc == ZNONODE && attempt < 5) {
+            char *failed = NULL;
+            rc = make_parents(zb, s, lockpath, &failed);
+            if (rc == ZOK || rc == ZNONODE || (zk_rc_transient(rc) && dlock__now_ms() < deadline)) {
+                free(failed);
+                continue; /* a container may vanish again: try anew */
+            }
+            err = zk_fail(zb, rc, "create", failed ? failed : lockpath);
+            free(failed);
+            break;
+        }
+        if (zk_rc_transient(rc))
+            ambiguous = true;
+        if (zk_rc_transient(rc) && dlock__now_ms() < deadline) {
+            /* The reply was lost: the node may exist. Look for our guid. */
+            char *found = NULL;
+            int frc = find_guid_node(zb, s, lockpath, guid, &found);
+            if (frc == ZOK) {
+                struct Stat fst;
+                frc = zk_rq_exists(zb, s->zh, found, NULL, NULL, &fst);
+                if (frc == ZOK) {
+                    *mine = found;
+                    *czxid = fst.czxid;
+                    break;
+                }
+                free(found);
+            }
+            struct timespec pause = {0, 100 * 1000000L};
+            nanosleep(&pause, NULL);
+            continue;
+        }
+        err = zk_fail(zb, rc, "create lock node under", lockpath);
+        break;
+    }
+    if (ambiguous)
+        zk_suspect_add(zb, s, lockpath, guid, err == DLOCK_OK ? zk_basename_of(*mine) : NULL);
+    free(prefix);
+    return err;
+}
+
+/* One pass of the recipe: list the contenders and see where MINE stands.
+ * Returns ZOK with *pos = 0 (owner) or the index, and the predecessor's
+ * full path in *pred (owned) when not first; ZNONODE when our node is
+ * gone; or an error code. *holder names the owner node (owned). */
+static int queue_position(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                          const char *mine, struct String_vector *given, int *pos, char **pred,
+                          char **holder)
+{
+    struct String_vector kids;
+    *pred = NULL;
+    *holder = NULL;
+    const char *me = zk_basename_of(mine);
+    bool in_given = false;
+    for (int32_t i = 0; given && i < given->count && !in_given; i++)
+        in_given = strcmp(given->data[i], me) == 0;
+    int rc = ZOK;
+    if (in_given) { /* the listing made with our create: use it */
+        kids = *given;
+        given->count = 0;
+        given->data = NULL;
+    } else {
+        rc = zk_rq_children_synced(zb, s->zh, lockpath, &kids);
+    }
+    if (rc != ZOK)
+        return rc;
+    zk_sort_lock_nodes(&kids);
+    rc = ZNONODE;
+    for (int32_t i = 0; i < kids.count; i++) {
+        if (strcmp(kids.data[i], me) == 0) {
+            *pos = i;
+            rc = ZOK;
+            if (i > 0)
+                *pred = dlock__sprintf("%s/%s", lockpath, kids.data[i - 1]);
+            break;
+        }
+    }
+    if (kids.count > 0)
+        *holder = dlock__strdup(kids.data[0]);
+    deallocate_String_vector(&kids);
+    if (rc == ZOK && *pos > 0 && !*pred)
+        rc = ZSYSTEMERROR;
+    return rc;
+}
+
+static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct zk_backend *zb = state;
+    if (h->mode != DLOCK_EXCLUSIVE)
+        return dlock__err(DLOCK_ENOTSUP,
+                          "%s: lock '%s': shared mode is not supported by the ZooKeeper "
+                          "backend (Curator's InterProcessMutex layout is exclusive)",
+                          zb->servers, h->name);
+    if (h->fixed_lease)
+        return dlock__err(DLOCK_ENOTSUP,
+                          "%s: lock '%s': fixed leases are not supported by the ZooKeeper "
+                          "backend (a hold lasts as long as the client's session)",
+                          zb->servers, h->name);
+    char *lockpath = zk_lock_path(zb, h->name);
+    if (!lockpath)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+
+    struct zk_session *s = NULL;
+    char *mine = NULL, *pred = NULL, *holder = NULL;
+    int64_t czxid = 0, created_at = 0;
+    struct String_vector first = {0, NULL}; /* listed along with our create */
+    bool have_first = false;
+    int err;
+    struct zk_waiter waiter = {.w = w};
+    zk_waiter_add(zb, &waiter);
+
+restart:
+    if (s) {
+        zk_session_put(zb, s);
+        s = NULL;
+    }
+    free(mine);
+    mine = NULL;
+    /* a try-once still waits for a connection, up to the connect timeout */
+    err = zk_session_get_w(zb, &s, w->deadline != 0 ? w : NULL);
+    if (err != DLOCK_OK)
+        goto out;
+    zk_sweep(zb, s);
+    deallocate_String_vector(&first);
+    first = (struct String_vector){0, NULL};
+    created_at = dlock__now_ms();
+    unsigned create_seq = dlock__wait_seq(w);
+    err = create_contender(zb, s, lockpath, &mine, &czxid, &first, &have_first);
+    if (err == DLOCK_ECONN && w->deadline != 0) {
+        /* The create met a disconnect (any node it may have left is a
+         * suspect, swept): a waiting acquire goes on waiting, as a queued
+         * waiter does, and tries again on a reconnection (the watcher
+         * wakes us), a second later at the latest, or on a new session. */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+        int r = dlock__wait_sleep(w, create_seq, dlock__now_ms() + 1000);
+        if (r == DLOCK_OK)
+            goto restart;
+        err = r == DLOCK_ECANCELED
+                  ? dlock__err(r, "%s: lock '%s': wait canceled", zb->servers, h->name)
+                  : dlock__err(r, "%s: lock '%s': timed out waiting (%s)", zb->servers, h->name,
+                               msg);
+        goto out;
+    }
+    if (err != DLOCK_OK)
+        goto out;
+
+    for (;;) {
+        unsigned seq = dlock__wait_seq(w);
+        int64_t sent = have_first ? created_at : dlock__now_ms();
+        int pos = 0;
+        pthread_mutex_lock(&zb->mu);
+        waiter.watch_path = NULL; /* pred is about to be freed */
+        pthread_mutex_unlock(&zb->mu);
+        free(pred);
+        free(holder);
+        int rc = queue_position(zb, s, lockpath, mine, have_first ? &first : NULL, &pos, &pred,
+                                &holder);
+        have_first = false;
+        if (rc == ZNONODE || zk_rc_session_gone(rc)) {
+            /* Our node vanished (session expired, or someone deleted it
+             * while we waited): start over if time allows. */
+            if (w->deadline != 0 && dlock__now_ms() < w->deadline)
+                goto restart;
+            err = dlock__err(DLOCK_ECONN, "%s: lock '%s': our node %s vanished while waiting",
+                             zb->servers, h->name, mine);
+            goto out_delete;
+        }
+        if (zk_rc_transient(rc) && w->deadline != 0) {
+            /* Disconnected: the session (and our place) may survive.
+             * Wait for a reconnect (the watcher wakes us) and look again. */
+            int r = dlock__wait_sleep(w, seq, dlock__now_ms() + 1000);
+            if (r == DLOCK_OK)
+                continue;
+            err = r == DLOCK_ECANCELED
+                      ? dlock__err(r, "%s: lock '%s': wait canceled", zb->servers, h->name)
+                      : dlock__err(r, "%s: lock '%s': timed out waiting (disconnected: %s)",
+                                   zb->servers, h->name, zerror(rc));
+            goto out_delete;
+        }
+        if (rc != ZOK) {
+            err = zk_fail(zb, rc, "list", lockpath);
+            goto out_delete;
+        }
+        if (pos == 0) {
+            struct zk_hold *zh = calloc(1, sizeof *zh);
+            if (!zh) {
+                err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+                goto out_delete;
+            }
+            zh->path = mine;
+            mine = NULL;
+            zh->gen = s->gen;
+            zh->czxid = czxid;
+            h->bdata = zh;
+            h->token = (uint64_t)czxid;
+            snprintf(h->owner, sizeof h->owner, "%s", zk_basename_of(zh->path));
+            /* The hold lasts as long as the session: its validity is the
+             * negotiated session timeout, whatever lease was asked. */
+            pthread_mutex_lock(&zb->mu);
+            if (s->timeout_ms > 0)
+                h->lease_ms = s->timeout_ms;
+            pthread_mutex_unlock(&zb->mu);
+            dlock__hold_confirmed(zb->c, h, sent);
+            err = DLOCK_OK;
+            goto out;
+        }
+        if (w->deadline == 0) {
+            err = dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by node %s/%s", zb->servers,
+                             h->name, lockpath, holder ? holder : "?");
+            goto out_delete;
+        }
+        /* Watch only our predecessor; if it is already gone, look again. */
+        pthread_mutex_lock(&zb->mu);
+        waiter.watch_path = pred;
+        pthread_mutex_unlock(&zb->mu);
+        struct Stat st;
+        rc = zk_rq_exists(zb, s->zh, pred, zk_watcher, s, &st);
+        if (rc == ZNONODE)
+            continue;
+        if (rc != ZOK && !zk_rc_transient(rc) && !zk_rc_session_gone(rc)) {
+            err = zk_fail(zb, rc, "watch", pred);
+            goto out_delete;
+        }
+        /* Sleep until the predecessor goes, the session changes, or a
+         * session timeout passes (safety net for a lost notification). */
+        pthread_mutex_lock(&zb->mu); /* the watcher writes it on each connect */
+        int64_t timeout = s->timeout_ms > 0 ? s->timeout_ms : zb->c->opts.lease_ms;
+        pthread_mutex_unlock(&zb->mu);
+        int64_t until = dlock__now_ms() + (rc == ZOK ? timeout : 200);
+        int r = dlock__wait_sleep(w, seq, until);
+        if (r == DLOCK_ETIMEDOUT) {
+            err = dlock__err(DLOCK_ETIMEDOUT, "%s: lock '%s': timed out waiting behind node %s",
+                             zb->servers, h->name, pred);
+            goto out_delete;
+        }
+        if (r == DLOCK_ECANCELED) {
+            err = dlock__err(DLOCK_ECANCELED, "%s: lock '%s': wait canceled", zb->servers,
+                             h->name);
+            goto out_delete;
+        }
+        if (r != DLOCK_OK) {
+            err = r;
+            goto out_delete;
+        }
+        pthread_mutex_lock(&zb->mu);
+        bool usable = zk_session_usable(s);
+        pthread_mutex_unlock(&zb->mu);
+        if (!usable)
+            goto restart;
+    }
+
+out_delete:
+    if (mine) {
+        int saved = err;
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+        zk_delete_own_node(zb, s, mine);
+        err = dlock__err(saved, "%s", msg);
+    }
+out:
+    zk_waiter_remove(zb, &waiter);
+    deallocate_String_vector(&first);
+    if (s)
+        zk_session_put(zb, s);
+    free(mine);
+    free(pred);
+    free(holder);
+    free(lockpath);
+    return err;
+}
+
+/* --------------------------------------------------------------- release */
+
+static int zk_release(void *state, struct dlock__hold *h)
+{
+    struct zk_backend *zb = state;
+    struct zk_hold *zh = h->bdata;
+    h->bdata = NULL;
+    if (!zh)
+        return dlock__err(DLOCK_ELOST, "%s: lock '%s' has no node", zb->servers, h->name);
+    int err = DLOCK_OK;
+    pthread_mutex_lock(&zb->mu);
+    struct zk_session *s = zb->cur;
+    bool same = s && s->gen == zh->gen && zk_session_usable(s);
+    if (same)
+        s->refs++;
+    pthread_mutex_unlock(&zb->mu);
+    if (!same) {
+        err = dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
+                         zb->servers, h->name, zh->path);
+    } else {
+        int64_t deadline = zk_op_deadline(zb);
+        int rc;
+        bool unheard = false; /* a delete of ours may have been executed */
+        for (;;) {
+            rc = zk_rq_delete(zb, s->zh, zh->path);
+            if (!zk_rc_transient(rc) || dlock__now_ms() >= deadline)
+                break;
+            unheard = true;
+            struct timespec pause = {0, 50 * 1000000L};
+            nanosleep(&pause, NULL);
+        }
+        /* "No node" after a delete whose reply was lost: most likely that
+         * delete did it (the node was there when we sent it, else the
+         * keeper would have said so); the release succeeded. */
+        if (rc == ZNONODE && unheard)
+            rc = ZOK;
+        if (rc == ZNONODE)
+            err = dlock__err(DLOCK_ELOST,
+                             "%s: lock '%s': node %s was already gone (force-released?)",
+                             zb->servers, h->name, zh->path);
+        else if (zk_rc_session_gone(rc))
+            err = dlock__err(DLOCK_ELOST, "%s: lock '%s': session expired before release",
+                             zb->servers, h->name);
+        else if (rc != ZOK) {
+            err = zk_fail(zb, rc, "delete", zh->path);
+            zk_orphan_add(zb, s, zh->path);
+        }
+        zk_session_put(zb, s);
+    }
+    free(zh->path);
+    free(zh);
+    return err;
+}
+
+
+/* ------------------------------------------------------------ inspecting */
+
+/* Holder text: the node name and, when it is printable, its data
+ * (dlock writes "dlock <pid>@<host>", Curator the client's address). */
+static char *holder_text(const char *node, const char *data)
+{
+    bool printable = data && *data;
+    for (const char *p = data; printable && *p; p++)
+        if (!isprint((unsigned char)*p))
+            printable = false;
+    return printable ? dlock__sprintf("%s (%s)", node, data) : dlock__strdup(node);
+}
+
+static int zk_inspect(void *state, const char *name, struct dlock_info *info)
+{
+    struct zk_backend *zb = state;
+    char *lockpath = zk_lock_path(zb, name);
+    if (!lockpath)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    struct zk_session *s;
+    int err = zk_session_get(zb, &s);
+    if (err != DLOCK_OK) {
+        free(lockpath);
+        return err;
+    }
+    info->mode = DLOCK_EXCLUSIVE;
+    info->ttl_ms = -1;
+    info->nwaiters = 0;
+    err = dlock__info_set_key(info, lockpath);
+    struct String_vector kids = {0, NULL};
+    int rc = err == DLOCK_OK ? zk_rq_children(zb, s->zh, lockpath, &kids) : ZOK;
+    if (err != DLOCK_OK) {
+        /* message set */
+    } else if (rc == ZNONODE) {
+        info->held = 0;
+    } else if (rc != ZOK) {
+        err = zk_fail(zb, rc, "list", lockpath);
+    } else {
+        zk_sort_lock_nodes(&kids);
+        for (int32_t i = 0; i < kids.count && err == DLOCK_OK; i++) {
+            char *path = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
+            char *data = NULL;
+            struct Stat st;
+            rc = path ? zk_rq_get(zb, s->zh, path, &data, &st) : ZSYSTEMERROR;
+            if (rc == ZNOAUTH) /* data unreadable (creator ACL): the stat is not */
+                rc = zk_rq_exists(zb, s->zh, path, NULL, NULL, &st);
+            if (rc == ZNONODE) {
+                free(path);
+                continue; /* left meanwhile */
+            }
+            if (rc != ZOK) {
+                err = zk_fail(zb, rc, "read", path ? path : lockpath);
+                free(path);
+                break;
+            }
+            free(path);
+            char *text = holder_text(kids.data[i], data);
+            free(data);
+            if (!text) {
+                err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+                break;
+            }
+            if (!info->held) {
+                info->held = 1;
+                info->token = (uint64_t)st.czxid;
+                err = dlock__info_add_holder(info, text, 0); /* count unknown */
+            } else {
+                err = dlock__info_add_waiter(info, text);
+            }
+            free(text);
+        }
+        if (err == DLOCK_OK && !info->held)
+            info->nwaiters = 0;
+    }
+    deallocate_String_vector(&kids);
+    zk_session_put(zb, s);
+    free(lockpath);
+    return err;
+}
+
+static int zk_force_release(void *state, const char *name)
+{
+    struct zk_backend *zb = state;
+    char *lockpath = zk_lock_path(zb, name);
+    if (!lockpath)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    struct zk_session *s;
+    int err = zk_session_get(zb, &s);
+    if (err != DLOCK_OK) {
+        free(lockpath);
+        return err;
+    }
+    struct String_vector kids = {0, NULL};
+    int rc = zk_rq_children(zb, s->zh, lockpath, &kids);
+    if (rc == ZOK) {
+        zk_sort_lock_nodes(&kids);
+        if (kids.count > 0) {
+            char *owner = dlock__sprintf("%s/%s", lockpath, kids.data[0]);
+            rc = owner ? zk_rq_delete(zb, s->zh, owner) : ZSYSTEMERROR;
+            if (rc != ZOK && rc != ZNONODE)
+                err = zk_fail(zb, rc, "delete", owner ? owner : lockpath);
+            free(owner);
+        }
+    } else if (rc != ZNONODE) {
+        err = zk_fail(zb, rc, "list", lockpath);
+    }
+    deallocate_String_vector(&kids);
+    zk_session_put(zb, s);
+    free(lockpath);
+    return err;
+}
+
+static int zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    struct zk_backend *zb = state;
+    struct zk_session *s;
+    int err = zk_session_get(zb, &s);
+    if (err != DLOCK_OK)
+        return err;
+    struct String_vector kids = {0, NULL};
+    int rc = zk_rq_children(zb, s->zh, zb->base, &kids);
+    zk_session_put(zb, s);
+    if (rc == ZNONODE)
+        return DLOCK_OK;
+    if (rc != ZOK)
+        return zk_fail(zb, rc, "list", zb->base);
+    const char *prefix = zb->c->opts.key_prefix ? zb->c->opts.key_prefix : "";
+    size_t plen = strlen(prefix);
+    for (int32_t i = 0; i < kids.count; i++) {
+        if (strcmp(zb->base, "/") == 0 && strcmp(kids.data[i], "zookeeper") == 0)
+            continue;
+        char *name = decode_name(kids.data[i]);
+        if (!name) {
+            err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+            break;
+        }
+        bool stop = false;
+        if (strncmp(name, prefix, plen) == 0 && name[plen] && dlock__glob(pattern, name + plen))
+            stop = fn(name + plen, arg) != 0;
+        free(name);
+        if (stop)
+            break;
+    }
+    deallocate_String_vector(&kids);
+    return err;
+}
+
+/* ----------------------------------------------------------------- table */
+
+static const char *const zk_schemes[] = {"zk", NULL};
+
+const struct dlock__backend dlock__backend_zk = {
+    .version = DLOCK__BACKEND_VERSION,
+    .name = "zk",
+    .schemes = zk_schemes,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE |
+            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER,
+    .default_port = ZK_DEFAULT_PORT,
+    .open = zk_open,
+    .close = zk_close,
+    .acquire = zk_acquire,
+    .release = zk_release,
+    .renew = zk_renew,
+    .inspect = zk_inspect,
+    .force_release = zk_force_release,
+    .list = zk_list,
+};

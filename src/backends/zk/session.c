@@ -1,0 +1,611 @@
+/* session.c -- the ZooKeeper backend's session: one zhandle per client,
+ * its watcher (connection states, expiry, wake-ups of waiters whose
+ * predecessor went), the reconnection that starts a new session when the
+ * last one expired, opening and closing the backend, and renewal (which
+ * confirms that each hold's node still lives in the current session).
+ */
+#include "zk.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------- client library log */
+
+/* The C client logs connection errors ("Connection refused") through a
+ * callback without context. We keep the last error line process-wide to
+ * quote it in connect failures, and write everything to $DLOCK_ZK_LOG
+ * when that is set; nothing goes to stderr. */
+static pthread_mutex_t zk_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char zk_log_last[256];
+
+static void zk_log(const char *message)
+{
+    const char *file = getenv("DLOCK_ZK_LOG");
+    if (file && *file) {
+        FILE *f = fopen(file, "a");
+        if (f) {
+            fprintf(f, "%s\n", message);
+            fclose(f);
+        }
+    }
+    if (!strstr(message, "ZOO_ERROR"))
+        return;
+    /* Keep what follows the "func@line: " header. */
+    const char *text = message;
+    const char *at = strstr(message, "ZOO_ERROR@");
+    if (at) {
+        const char *colon = strstr(at, ": ");
+        if (colon)
+            text = colon + 2;
+    }
+    pthread_mutex_lock(&zk_log_mu);
+    snprintf(zk_log_last, sizeof zk_log_last, "%s", text);
+    size_t n = strlen(zk_log_last);
+    while (n && (zk_log_last[n - 1] == '\n' || zk_log_last[n - 1] == ' '))
+        zk_log_last[--n] = 0;
+    pthread_mutex_unlock(&zk_log_mu);
+}
+
+static void zk_log_take(char *buf, size_t size)
+{
+    pthread_mutex_lock(&zk_log_mu);
+    snprintf(buf, size, "%s", zk_log_last);
+    zk_log_last[0] = 0;
+    pthread_mutex_unlock(&zk_log_mu);
+}
+
+/* -------------------------------------------------------------- sessions */
+
+static void zk_wake_waiters_locked(struct zk_backend *zb, const char *path)
+{
+    for (struct zk_waiter *q = zb->waiters; q; q = q->next)
+        if (!path || (q->watch_path && strcmp(q->watch_path, path) == 0))
+            dlock__wait_wake(q->w);
+}
+
+/* Watcher of the session and of predecessor nodes: CTX is the session. */
+void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    struct zk_session *s = ctx;
+    (void)zh;
+    if (!s)
+        return;
+    struct zk_backend *zb = s->zb;
+    pthread_mutex_lock(&zb->mu);
+    if (type == ZOO_SESSION_EVENT) {
+        s->state = state;
+        if (state == ZOO_CONNECTED_STATE) {
+            const clientid_t *id = zoo_client_id(s->zh);
+            s->session_id = id ? id->client_id : 0;
+            s->timeout_ms = zoo_recv_timeout(s->zh);
+            if (zb->cur == s)
+                zk_sweep_locked(zb, s);
+        } else if (state == ZOO_EXPIRED_SESSION_STATE) {
+            s->expired = true;
+        } else if (state == ZOO_AUTH_FAILED_STATE) {
+            s->auth_failed = true;
+        }
+        pthread_cond_broadcast(&zb->cv);
+        zk_wake_waiters_locked(zb, NULL); /* let them look at the new state */
+    } else if (path) {
+        zk_wake_waiters_locked(zb, path);
+    }
+    pthread_mutex_unlock(&zb->mu);
+}
+
+static const char *zk_state_name(int state)
+{
+    if (state == ZOO_CONNECTED_STATE)
+        return "connected";
+    if (state == ZOO_CONNECTING_STATE)
+        return "connecting";
+    if (state == ZOO_ASSOCIATING_STATE)
+        return "associating";
+    if (state == ZOO_EXPIRED_SESSION_STATE)
+        return "session expired";
+    if (state == ZOO_AUTH_FAILED_STATE)
+        return "authentication failed";
+    if (state == ZOO_READONLY_STATE)
+        return "read-only";
+    return "not connected";
+}
+
+/* Drop a reference (zb->mu held). Returns S when it was the last one:
+ * the caller gives it to zk_session_destroy() after unlocking (closing
+ * waits for the client library's threads, which may want zb->mu). */
+static struct zk_session *zk_session_unref_locked(struct zk_session *s)
+{
+    return --s->refs > 0 ? NULL : s;
+}
+
+static void zk_session_destroy(struct zk_session *s)
+{
+    if (!s)
+        return;
+    zookeeper_close(s->zh); /* ends the session: its ephemeral nodes go */
+    free(s);
+}
+
+void zk_session_put(struct zk_backend *zb, struct zk_session *s)
+{
+    pthread_mutex_lock(&zb->mu);
+    struct zk_session *last = zk_session_unref_locked(s);
+    pthread_mutex_unlock(&zb->mu);
+    zk_session_destroy(last);
+}
+
+bool zk_session_usable(const struct zk_session *s)
+{
+    return s && !s->expired && !s->auth_failed;
+}
+
+static void auth_done(int rc, const void *data)
+{
+    (void)rc;
+    (void)data;
+}
+
+/* Make zb->cur a fresh session (zb->mu held). Returns 0 or a DLOCK_E*. */
+static int session_start_locked(struct zk_backend *zb, struct zk_session **to_close)
+{
+    struct zk_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    s->zb = zb;
+    s->refs = 1;
+    s->state = ZOO_CONNECTING_STATE;
+    s->gen = ++zb->last_gen;
+    int timeout = (int)(zb->c->opts.lease_ms > INT32_MAX ? INT32_MAX : zb->c->opts.lease_ms);
+    errno = 0;
+    s->zh = zookeeper_init2(zb->connect, zk_watcher, timeout, NULL, s, 0, zk_log);
+    if (!s->zh) {
+        int e = errno;
+        free(s);
+        if (e == ENOENT) /* the client library's word for a failed lookup */
+            return dlock__err(DLOCK_ECONN, "%s: no address found for a host in '%s'",
+                              zb->servers, zb->connect);
+        return dlock__errno(e == EINVAL ? DLOCK_EBADURL : DLOCK_ECONN, e,
+                            "%s: cannot start a ZooKeeper client for '%s'", zb->servers,
+                            zb->connect);
+    }
+    /* Queued now, sent first on every (re)connect of this handle. A
+     * rejection shows as ZOO_AUTH_FAILED_STATE in the watcher. */
+    if (zb->auth)
+        zoo_add_auth(s->zh, "digest", zb->auth, (int)strlen(zb->auth), auth_done, NULL);
+    if (zb->cur)
+        *to_close = zk_session_unref_locked(zb->cur);
+    zb->cur = s;
+    return DLOCK_OK;
+}
+
+/* The current session, connected, with a reference for the caller:
+ * starts a new one when the last expired, also when the expiry is only
+ * learned while waiting for the reconnection (the client library tells
+ * it on reconnecting). Waits up to the connect timeout for a connection
+ * of each session it starts; with W (an acquire that waits, registered
+ * as a waiter, so session events wake it) also until W's deadline or
+ * its cancel: DLOCK_ETIMEDOUT / DLOCK_ECANCELED. */
+int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w)
+{
+    struct zk_session *to_close[8] = {NULL};
+    size_t nclose = 0;
+    int err = DLOCK_OK;
+    struct zk_session *s = NULL;
+    *out = NULL;
+    pthread_mutex_lock(&zb->mu);
+    for (int starts = 0;; ) {
+        if (!zk_session_usable(zb->cur)) {
+            err = session_start_locked(zb, &to_close[nclose]);
+            if (err != DLOCK_OK)
+                break;
+            if (to_close[nclose])
+                nclose++;
+            starts++;
+        }
+        s = zb->cur;
+        s->refs++;
+        int64_t deadline = dlock__now_ms() + zb->c->opts.connect_timeout_ms;
+        int werr = DLOCK_OK;
+        while (s->state != ZOO_CONNECTED_STATE && zk_session_usable(s) &&
+               dlock__now_ms() < deadline) {
+            if (w) {
+                /* seq taken under zb->mu: a state change after this is a
+                 * wake (zk_watcher wakes every waiter under zb->mu) */
+                unsigned seq = dlock__wait_seq(w);
+                pthread_mutex_unlock(&zb->mu);
+                werr = dlock__wait_sleep(w, seq, deadline);
+                pthread_mutex_lock(&zb->mu);
+                if (werr != DLOCK_OK)
+                    break;
+                continue;
+            }
+            struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
+            pthread_cond_timedwait(&zb->cv, &zb->mu, &ts);
+        }
+        if (werr == DLOCK_OK && s->state == ZOO_CONNECTED_STATE && zk_session_usable(s))
+            break;
+        bool retry = werr == DLOCK_OK && s->expired && !s->auth_failed && starts < 2;
+        if (werr == DLOCK_ECANCELED) {
+            err = dlock__err(DLOCK_ECANCELED, "%s: wait canceled while connecting (%s)",
+                             zb->servers, zk_state_name(s->state));
+        } else if (werr != DLOCK_OK) {
+            err = dlock__err(werr, "%s: timed out waiting for a connection (%s)", zb->servers,
+                             zk_state_name(s->state));
+        } else if (!retry) {
+            char last[256];
+            zk_log_take(last, sizeof last);
+            if (s->auth_failed)
+                err = dlock__err(DLOCK_EAUTH, "%s: digest authentication as '%s' failed",
+                                 zb->servers, zb->c->opts.user ? zb->c->opts.user : "?");
+            else if (s->expired)
+                err = dlock__err(DLOCK_ECONN, "%s: session expired while connecting",
+                                 zb->servers);
+            else
+                err = dlock__err(DLOCK_ECONN, "%s: no connection within %lld ms (%s)%s%s",
+                                 zb->servers, (long long)zb->c->opts.connect_timeout_ms,
+                                 zk_state_name(s->state), last[0] ? ": " : "", last);
+        }
+        /* Our reference may be the last one: another thread may have
+         * replaced an expired session meanwhile. */
+        struct zk_session *last_ref = zk_session_unref_locked(s);
+        if (last_ref)
+            to_close[nclose++] = last_ref;
+        s = NULL;
+        if (!retry)
+            break;
+        /* The session expired while we waited for it to reconnect: the
+         * next pass starts a new one (unless another thread did). */
+    }
+    pthread_mutex_unlock(&zb->mu);
+    for (size_t i = 0; i < nclose; i++)
+        zk_session_destroy(to_close[i]);
+    if (err != DLOCK_OK)
+        return err;
+    *out = s;
+    return DLOCK_OK;
+}
+
+int zk_session_get(struct zk_backend *zb, struct zk_session **out)
+{
+    return zk_session_get_w(zb, out, NULL);
+}
+
+/* Register/unregister a waiter on PATH's deletion. */
+void zk_waiter_add(struct zk_backend *zb, struct zk_waiter *q)
+{
+    pthread_mutex_lock(&zb->mu);
+    q->next = zb->waiters;
+    zb->waiters = q;
+    pthread_mutex_unlock(&zb->mu);
+}
+
+void zk_waiter_remove(struct zk_backend *zb, struct zk_waiter *q)
+{
+    pthread_mutex_lock(&zb->mu);
+    for (struct zk_waiter **pp = &zb->waiters; *pp; pp = &(*pp)->next) {
+        if (*pp == q) {
+            *pp = q->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&zb->mu);
+}
+
+/* Check P is an absolute ZooKeeper path we accept as chroot or base. */
+static bool path_valid(const char *p)
+{
+    if (!p || p[0] != '/')
+        return false;
+    if (strcmp(p, "/") == 0)
+        return true;
+    size_t n = strlen(p);
+    if (p[n - 1] == '/')
+        return false;
+    for (const char *seg = p + 1; *seg;) {
+        const char *end = strchr(seg, '/');
+        size_t len = end ? (size_t)(end - seg) : strlen(seg);
+        if (len == 0 || (len == 1 && seg[0] == '.') ||
+            (len == 2 && seg[0] == '.' && seg[1] == '.'))
+            return false;
+        for (size_t i = 0; i < len; i++)
+            if ((unsigned char)seg[i] < 0x20 || seg[i] == 0x7f)
+                return false;
+        seg += len;
+        if (*seg == '/')
+            seg++;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------ open/close */
+
+static void zk_backend_free(struct zk_backend *zb)
+{
+    if (!zb)
+        return;
+    while (zb->orphans) {
+        struct zk_orphan *o = zb->orphans;
+        zb->orphans = o->next;
+        free(o->path);
+        free(o);
+    }
+    while (zb->suspects) {
+        struct zk_suspect *q = zb->suspects;
+        zb->suspects = q->next;
+        zk_suspect_free(q);
+    }
+    free(zb->connect);
+    free(zb->servers);
+    free(zb->chroot);
+    free(zb->base);
+    if (zb->auth) {
+        memset(zb->auth, 0, strlen(zb->auth));
+        free(zb->auth);
+    }
+    pthread_mutex_destroy(&zb->mu);
+    pthread_cond_destroy(&zb->cv);
+    free(zb);
+}
+
+void zk_close(void *state)
+{
+    struct zk_backend *zb = state;
+    if (!zb)
+        return;
+    struct zk_session *last = NULL;
+    pthread_mutex_lock(&zb->mu);
+    if (zb->cur)
+        last = zk_session_unref_locked(zb->cur);
+    zb->cur = NULL;
+    pthread_mutex_unlock(&zb->mu);
+    zk_session_destroy(last);
+    zk_backend_free(zb);
+}
+
+/* Build "h1:p1,h2:p2" (IPv6 in brackets). */
+static char *host_list(const struct dlock__url *u)
+{
+    size_t cap = 1;
+    for (size_t i = 0; i < u->nhosts; i++)
+        cap += strlen(u->hosts[i].host) + 10;
+    char *out = malloc(cap), *p = out;
+    if (!out)
+        return NULL;
+    *p = 0;
+    for (size_t i = 0; i < u->nhosts; i++) {
+        const char *h = u->hosts[i].host;
+        int port = u->hosts[i].port ? u->hosts[i].port : ZK_DEFAULT_PORT;
+        p += sprintf(p, strchr(h, ':') ? "%s[%s]:%d" : "%s%s:%d", i ? "," : "", h, port);
+    }
+    return out;
+}
+
+int zk_open(struct dlock_client *c, void **state)
+{
+    const char *url = dlock_client_url(c);
+    *state = NULL;
+    if (c->url.nhosts == 0)
+        return dlock__err(DLOCK_EBADURL, "%s: no ZooKeeper server given (zk://host:port)", url);
+    for (size_t i = 0; i < c->url.nhosts; i++)
+        if (!c->url.hosts[i].host || !*c->url.hosts[i].host)
+            return dlock__err(DLOCK_EBADURL, "%s: empty host name", url);
+
+    const char *base = dlock__url_param(&c->url, "base");
+    const char *acl = dlock__url_param(&c->url, "acl");
+    if (!base || !*base)
+        base = ZK_DEFAULT_BASE;
+    if (!path_valid(base))
+        return dlock__err(DLOCK_EBADURL,
+                          "%s: base '%s' is not a ZooKeeper path (absolute, no empty, '.' or "
+                          "'..' components, no trailing '/')",
+                          url, base);
+    if (acl && strcmp(acl, "open") != 0 && strcmp(acl, "creator") != 0)
+        return dlock__err(DLOCK_EBADURL, "%s: acl '%s' is neither 'open' nor 'creator'", url, acl);
+    if (c->opts.password && !c->opts.user)
+        return dlock__err(DLOCK_EBADURL, "%s: a password without a user name", url);
+    if (c->opts.user && !c->opts.password)
+        return dlock__err(DLOCK_EBADURL,
+                          "%s: user '%s' has no password (digest authentication needs "
+                          "user:password)",
+                          url, c->opts.user);
+    if (c->opts.user && strchr(c->opts.user, ':'))
+        return dlock__err(DLOCK_EBADURL, "%s: user name '%s' contains ':'", url, c->opts.user);
+    if (acl && strcmp(acl, "creator") == 0 && !c->opts.user)
+        return dlock__err(DLOCK_EBADURL, "%s: acl=creator needs a user:password to own nodes", url);
+    if (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key)
+        return dlock__err(DLOCK_ENOTSUP,
+                          "%s: TLS is not supported by the ZooKeeper backend (the Debian "
+                          "libzookeeper_mt is built without it)",
+                          url);
+    if (c->opts.layout && strcmp(c->opts.layout, "curator") != 0)
+        return dlock__err(DLOCK_EBADURL,
+                          "%s: layout '%s' is unknown to the ZooKeeper backend (only 'curator')",
+                          url, c->opts.layout);
+    const char *chroot = c->url.path && strcmp(c->url.path, "/") != 0 ? c->url.path : NULL;
+    if (chroot && !path_valid(chroot))
+        return dlock__err(DLOCK_EBADURL, "%s: chroot '%s' is not a ZooKeeper path", url, chroot);
+    if (c->opts.lease_ms <= 0 || c->opts.lease_ms > INT32_MAX)
+        return dlock__err(DLOCK_EBADURL, "%s: lease %lld ms cannot be a session timeout", url,
+                          (long long)c->opts.lease_ms);
+
+    struct zk_backend *zb = calloc(1, sizeof *zb);
+    if (!zb)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", url);
+    zb->c = c;
+    pthread_mutex_init(&zb->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&zb->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    zb->creator_acl = acl && strcmp(acl, "creator") == 0;
+    char *hosts = host_list(&c->url);
+    zb->base = dlock__strdup(base);
+    zb->chroot = chroot ? dlock__strdup(chroot) : NULL;
+    zb->connect = hosts ? dlock__sprintf("%s%s", hosts, chroot ? chroot : "") : NULL;
+    zb->servers = hosts ? dlock__sprintf("zk %s", hosts) : NULL;
+    zb->auth = c->opts.user ? dlock__sprintf("%s:%s", c->opts.user, c->opts.password) : NULL;
+    free(hosts);
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(zb->ident, sizeof zb->ident, "dlock %ld@%s", (long)getpid(), host);
+    if (!zb->base || !zb->connect || !zb->servers || (chroot && !zb->chroot) ||
+        (c->opts.user && !zb->auth)) {
+        zk_backend_free(zb);
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", url);
+    }
+
+    struct zk_session *s;
+    int err = zk_session_get(zb, &s);
+    if (err != DLOCK_OK) {
+        zk_close(zb);
+        return err;
+    }
+    /* A chroot the server does not have would fail every request with
+     * "no node": say so now. */
+    if (chroot) {
+        struct Stat st;
+        int rc = zk_rq_exists(zb, s->zh, "/", NULL, NULL, &st);
+        if (rc != ZOK) {
+            err = rc == ZNONODE
+                      ? dlock__err(DLOCK_EBADURL,
+                                   "%s: chroot '%s' does not exist on the server (create it "
+                                   "first, e.g. zkCli.sh create %s)",
+                                   zb->servers, chroot, chroot)
+                      : zk_fail(zb, rc, "check chroot", chroot);
+            zk_session_put(zb, s);
+            zk_close(zb);
+            return err;
+        }
+    }
+    zk_session_put(zb, s);
+    *state = zb;
+    return DLOCK_OK;
+}
+
+/* ----------------------------------------------------------------- renew */
+
+/* Confirm each hold's node still exists in the same session: a sync,
+ * then one exists per hold, pipelined on the session (one round trip plus
+ * the hop from our server to the leader). The sync matters in an
+ * ensemble: a follower cut off from the leader still answers reads for a
+ * while (up to syncLimit ticks) after the leader expired our session;
+ * reads ordered after a sync come from a follower the leader still talks
+ * to, and so do the session touches that keep the session alive. */
+int zk_renew(void *state, struct dlock__renew_batch *b)
+{
+    struct zk_backend *zb = state;
+    struct dlock__hold **holds = b->holds;
+    size_t n = b->n;
+    int *result = b->result;
+    pthread_mutex_lock(&zb->mu);
+    struct zk_session *s = zb->cur;
+    bool usable = zk_session_usable(s);
+    bool connected = usable && s->state == ZOO_CONNECTED_STATE;
+    int64_t session_id = s ? s->session_id : 0; /* the watcher writes it */
+    if (s)
+        s->refs++;
+    pthread_mutex_unlock(&zb->mu);
+
+    struct zk_call **calls = calloc(n ? n : 1, sizeof *calls);
+    if (!calls) {
+        for (size_t i = 0; i < n; i++)
+            result[i] = DLOCK_ENOMEM;
+        if (s)
+            zk_session_put(zb, s);
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    }
+    int64_t sent = dlock__now_ms();
+    struct zk_call *barrier = NULL;
+    int barrier_rc = ZOK;
+    if (connected && n > 0) {
+        barrier = zk_call_new(s->zh);
+        barrier_rc = barrier ? zoo_async(s->zh, "/", zk_on_synced, barrier) : ZSYSTEMERROR;
+        if (barrier && barrier_rc != ZOK) {
+            zk_call_dead(barrier, barrier_rc);
+            barrier = NULL;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct dlock__hold *h = holds[i];
+        struct zk_hold *zh = h->bdata;
+        if (!zh || !s || s->gen != zh->gen || !usable) {
+            result[i] = dlock__err(DLOCK_ELOST, "%s: lock '%s': ZooKeeper session expired",
+                                   zb->servers, h->name);
+            continue;
+        }
+        if (!connected) {
+            result[i] = dlock__err(DLOCK_ECONN,
+                                   "%s: lock '%s': disconnected, hold in jeopardy until the "
+                                   "session timeout",
+                                   zb->servers, h->name);
+            continue;
+        }
+        struct zk_call *k = zk_call_new(s->zh);
+        int rc = k ? zoo_aexists(s->zh, zh->path, 0, zk_on_stat, k) : ZSYSTEMERROR;
+        if (k && rc != ZOK) {
+            zk_call_dead(k, rc);
+            k = NULL;
+        }
+        calls[i] = k;
+        result[i] = k ? DLOCK_OK : zk_fail(zb, rc, "check", zh->path);
+    }
+    /* Wait no longer than the first validity deadline of the batch: the
+     * keeper is blocked meanwhile and must be free to declare a hold lost
+     * on time (a reply stuck behind a sync could otherwise hold it for a
+     * whole op timeout past it). */
+    int64_t deadline = zk_op_deadline(zb);
+    if (b->deadline < deadline)
+        deadline = b->deadline;
+    if (barrier)
+        barrier_rc = zk_call_wait(barrier, deadline, NULL, NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        if (!calls[i])
+            continue;
+        struct dlock__hold *h = holds[i];
+        struct zk_hold *zh = h->bdata;
+        struct Stat st;
+        int rc = zk_call_wait(calls[i], deadline, &st, NULL, NULL);
+        if (rc == ZOK && barrier_rc != ZOK) {
+            /* read, but not known to be current: no confirmation */
+            result[i] = zk_fail(zb, barrier_rc, "sync before checking", zh->path);
+        } else if (rc == ZOK && st.czxid == zh->czxid && st.ephemeralOwner == session_id) {
+            dlock__hold_confirmed(zb->c, h, sent);
+            result[i] = DLOCK_OK;
+        } else if (rc == ZOK || rc == ZNONODE) {
+            result[i] = dlock__err(DLOCK_ELOST,
+                                   "%s: lock '%s': node %s is gone (deleted or force-released)",
+                                   zb->servers, h->name, zh->path);
+        } else if (zk_rc_session_gone(rc)) {
+            result[i] = dlock__err(DLOCK_ELOST, "%s: lock '%s': ZooKeeper session expired",
+                                   zb->servers, h->name);
+        } else {
+            result[i] = zk_fail(zb, rc, "check", zh->path);
+        }
+    }
+    free(calls);
+    /* Each lost hold's own reason. */
+    for (size_t i = 0; i < n; i++) {
+        if (result[i] == DLOCK_ELOST) {
+            struct zk_hold *zh = holds[i]->bdata;
+            bool expired = !zh || !s || s->gen != zh->gen || !usable;
+            dlock__err(DLOCK_ELOST,
+                       expired ? "%s: lock '%s': the ZooKeeper session holding it expired"
+                               : "%s: lock '%s': its node is gone (deleted or force-released)",
+                       zb->servers, holds[i]->name);
+            dlock__renew_result(b, i, DLOCK_ELOST);
+        }
+    }
+    if (s) {
+        if (connected)
+            zk_sweep(zb, s);
+        zk_session_put(zb, s);
+    }
+    return DLOCK_OK;
+}

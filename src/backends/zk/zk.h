@@ -1,0 +1,186 @@
+/* zk.h -- the ZooKeeper backend: exclusive locks on Curator's
+ * InterProcessMutex layout, with holds tied to the client's session.
+ *
+ * A lock NAME lives at <base>/<encoded name>, a container node. Each
+ * contender creates an EPHEMERAL_SEQUENTIAL child "_c_<guid>-lock-<seq>"
+ * (Curator's protected mode: the guid lets us find our node again when a
+ * create's reply is lost to a disconnect). The lowest sequence owns the
+ * lock; every other contender watches only the node just before its own, so
+ * a release wakes exactly one waiter. Releasing deletes our node; a dead
+ * client's nodes vanish when the server expires its session. The fencing
+ * token is our node's czxid, which the ensemble only ever increases.
+ *
+ * One client = one ZooKeeper session (zhandle), shared by all threads; the
+ * core queues threads of the client per name, so acquire() sees at most one
+ * thread per name. Calls go through the asynchronous API and wait with our
+ * own timeout, because the client library's synchronous calls can block for
+ * a whole session timeout; that also lets us pipeline (the create and the
+ * first listing of the children share one round trip). A node we may have
+ * left behind — a create whose reply was lost, a delete without a reply —
+ * is remembered and deleted on the next reconnection, so it never blocks
+ * the queue until the session ends. When the session expires every hold
+ * of it is lost (renew() reports so), and the next call opens a new
+ * session. docs/protocol-zookeeper.md describes the layout and guarantees.
+ *
+ * The backend is one folder, one file per concern, and this header is
+ * what they share: call.c (asynchronous requests that wait with our own
+ * timeout), session.c (the session, its watcher, reconnection and expiry,
+ * open/close and renewal), cleanup.c (nodes a lost reply may have left:
+ * orphans and suspects), mutex.c (the InterProcessMutex recipe, inspect,
+ * force-release, list and the backend table). Every function shared
+ * between them starts with zk_.
+ */
+#ifndef DLOCK_BACKEND_ZK_H
+#define DLOCK_BACKEND_ZK_H
+
+#include "core.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <zookeeper.h>
+
+#define ZK_DEFAULT_PORT 2181
+#define ZK_DEFAULT_BASE "/dlock"
+#define ZK_PROTECTED "_c_"    /* Curator's protected-mode prefix */
+#define ZK_LOCK_MARK "lock-"  /* Curator's lock name, sorted on what follows */
+
+/* ------------------------------------------------------------ structures */
+
+struct zk_backend;
+
+/* One ZooKeeper session (one zhandle). Retired sessions are closed when
+ * the last thread using them lets go. Fields are guarded by zb->mu. */
+struct zk_session {
+    struct zk_backend *zb;
+    zhandle_t *zh;
+    unsigned gen;      /* which session of this client, from 1 */
+    int refs;          /* the backend's own reference + callers' */
+    int state;         /* last session state from the watcher */
+    bool expired;      /* ZOO_EXPIRED_SESSION_STATE seen */
+    bool auth_failed;  /* ZOO_AUTH_FAILED_STATE seen */
+    int64_t session_id;
+    int timeout_ms;    /* negotiated session timeout */
+};
+
+/* A thread sleeping until its predecessor node goes away. */
+struct zk_waiter {
+    struct dlock__wait *w;
+    const char *watch_path;
+    struct zk_waiter *next;
+};
+
+/* A node we failed to delete (timeout, disconnect): retried later. */
+struct zk_orphan {
+    char *path;
+    unsigned gen;
+    struct zk_orphan *next;
+};
+
+/* A create whose reply never came: a node "_c_<guid>-..." of this session
+ * may exist under LOCKPATH (or appear, if the request is still in flight)
+ * and would stay in the queue until the session ends. Swept: any child
+ * with the guid other than KEEP is deleted; the record goes once a
+ * listing made well after the create (an op timeout) found none. */
+struct zk_suspect {
+    char *lockpath;
+    char guid[37];
+    char *keep;      /* node name we hold or wait with, or NULL */
+    unsigned gen;
+    int64_t added;   /* monotonic ms */
+    struct zk_suspect *next;
+};
+
+struct zk_backend {
+    struct dlock_client *c;
+    char *connect;     /* "h1:p1,h2:p2[/chroot]" for zookeeper_init */
+    char *servers;     /* "zk h1:p1,h2:p2" for messages */
+    char *chroot;      /* NULL or "/app" */
+    char *base;        /* "/dlock" (chroot-relative) */
+    char *auth;        /* "user:password" or NULL */
+    bool creator_acl;  /* ?acl=creator */
+    bool no_containers; /* the server refused ZOO_CONTAINER */
+    char ident[128];   /* data of our nodes: "dlock <pid>@<host>" */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* session state changed (CLOCK_MONOTONIC) */
+    struct zk_session *cur;
+    unsigned last_gen;
+    struct zk_waiter *waiters;
+    struct zk_orphan *orphans;
+    struct zk_suspect *suspects;
+};
+
+/* Per-hold data (h->bdata). */
+struct zk_hold {
+    char *path;    /* full node path, chroot-relative */
+    unsigned gen;  /* the session that created it */
+    int64_t czxid;
+};
+
+/* ------------------------------------------------------ waiting on calls */
+
+/* One asynchronous request. The completion may come after the caller gave
+ * up (our timeout), so the record is reference counted: one reference for
+ * the caller, one for the completion. */
+struct zk_call {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    bool done;
+    bool abandoned; /* the caller gave up: undo a late create */
+    int rc;
+    struct Stat stat;
+    char *value;    /* created path, or node data */
+    int value_len;
+    struct String_vector kids;
+    zhandle_t *zh;
+};
+
+
+/* ------------------------------------------------------------- shared */
+
+/* call.c: asynchronous requests waited for until a deadline */
+struct zk_call *zk_call_new(zhandle_t *zh);
+void zk_on_ignored(int rc, const void *data);
+void zk_on_stat(int rc, const struct Stat *stat, const void *data);
+void zk_on_synced(int rc, const char *value, const void *data);
+int zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value, struct String_vector *kids);
+int zk_call_dead(struct zk_call *k, int rc);
+int64_t zk_op_deadline(struct zk_backend *zb);
+int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data, int mode, char **created, struct Stat *stat);
+int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher, void *watch_ctx, struct Stat *stat);
+int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data, struct Stat *stat);
+int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path, struct String_vector *kids);
+int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path);
+int zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path);
+bool zk_rc_transient(int rc);
+bool zk_rc_session_gone(int rc);
+int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *lockpath, char **created, struct Stat *stat, struct String_vector *kids, bool *listed);
+int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path, struct String_vector *kids);
+
+/* cleanup.c: orphans (deletes without a reply) and suspects (creates
+ * without a reply), swept on each (re)connection */
+void zk_suspect_free(struct zk_suspect *q);
+void zk_sweep_locked(struct zk_backend *zb, struct zk_session *s);
+void zk_sweep(struct zk_backend *zb, struct zk_session *s);
+void zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path);
+void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath, const char *guid, const char *keep);
+void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path);
+
+/* session.c: sessions, the watcher, waiters, open/close, renewal */
+void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+void zk_session_put(struct zk_backend *zb, struct zk_session *s);
+bool zk_session_usable(const struct zk_session *s);
+int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w);
+int zk_session_get(struct zk_backend *zb, struct zk_session **out);
+void zk_waiter_add(struct zk_backend *zb, struct zk_waiter *q);
+void zk_waiter_remove(struct zk_backend *zb, struct zk_waiter *q);
+void zk_close(void *state);
+int zk_open(struct dlock_client *c, void **state);
+int zk_renew(void *state, struct dlock__renew_batch *b);
+
+/* mutex.c: the lock recipe and its node names */
+bool zk_node_has_guid(const char *node, const char *guid);
+
+#endif /* DLOCK_BACKEND_ZK_H */

@@ -94,6 +94,9 @@ $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*.h src/backends/*
 	@mkdir -p $(dir $@)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
+# The Redis backend embeds its Lua scripts (.incbin in scripts.c).
+$(BUILD)/src/backends/redis/scripts.o: $(wildcard src/backends/redis/scripts/*.lua)
+
 # The backend table (src/backends.c) changes with the set of built
 # backends: a stamp that changes only with that set rebuilds it.
 BACKENDS_STAMP = $(BUILD)/backends.stamp

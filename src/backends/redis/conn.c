@@ -1,0 +1,320 @@
+/* conn.c -- the Redis backend's connections: the URL, dialing with AUTH
+ * and SELECT, and the pool.
+ *
+ * hiredis contexts are not thread-safe, so the backend keeps a small pool
+ * of connections, one per concurrently busy thread (callers and the
+ * keeper). A connection that fails retires every idle one dialed before it
+ * (the server may have restarted); callers' requests always dial at once,
+ * the keeper's back off between failed dials.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "redis.h"
+
+/* ================================================================ errors */
+
+/* Map a server error reply to a code, with the server's words. */
+int redis_server_error(struct redis_state *s, const char *text, const char *what)
+{
+    int code = DLOCK_EBACKEND;
+    if (strstr(text, "NOAUTH") || strstr(text, "WRONGPASS") || strstr(text, "NOPERM") ||
+        strstr(text, "invalid password") || strstr(text, "invalid username-password"))
+        code = DLOCK_EAUTH;
+    else if (strstr(text, "WRONGTYPE"))
+        code = DLOCK_EWRONGTYPE;
+    else if (strstr(text, "MASTERDOWN") || strstr(text, "LOADING") || strstr(text, "CLUSTERDOWN"))
+        code = DLOCK_EUNAVAIL;
+    else if (strstr(text, "not an integer"))
+        code = DLOCK_EWRONGTYPE;
+    return dlock__err(code, "%s: %s: %s", s->where, what, text);
+}
+
+/* Map a failed hiredis call (NULL reply) to DLOCK_ECONN. */
+int redis_io_error(struct redis_state *s, const redisContext *ctx, const char *what)
+{
+    const char *why = ctx ? ctx->errstr : "no connection";
+    if (ctx && ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK ||
+                                            strstr(why, "temporarily unavailable")))
+        return dlock__err(DLOCK_ECONN, "%s: %s: no reply within %lld ms", s->where, what,
+                          (long long)s->op_timeout_ms);
+    if (ctx && ctx->err == REDIS_ERR_EOF)
+        return dlock__err(DLOCK_ECONN, "%s: %s: the server closed the connection", s->where,
+                          what);
+    return dlock__err(DLOCK_ECONN, "%s: %s: %s", s->where, what, why && *why ? why : "I/O error");
+}
+
+/* ============================================================ connections */
+
+/* Dial, authenticate, select the db, within LIMIT_MS when > 0 (else the
+ * connect timeout). On failure *out is NULL and the message names
+ * host:port and the server's words. */
+int redis_dial(struct redis_state *s, bool select_db, int64_t limit_ms, redisContext **out)
+{
+    *out = NULL;
+    int64_t cto = limit_ms > 0 && limit_ms < s->connect_timeout_ms ? limit_ms : s->connect_timeout_ms;
+    redisContext *ctx = s->sock ? redisConnectUnixWithTimeout(s->sock, redis_ms_tv(cto))
+                                : redisConnectWithTimeout(s->host, s->port, redis_ms_tv(cto));
+    if (!ctx)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", s->where);
+    if (ctx->err) {
+        int rc = dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", s->where, ctx->errstr);
+        redisFree(ctx);
+        return rc;
+    }
+    redisSetTimeout(ctx, redis_ms_tv(limit_ms > 0 && limit_ms < s->op_timeout_ms ? limit_ms : s->op_timeout_ms));
+    if (s->password) {
+        redisReply *r;
+        if (s->user)
+            r = redisCommand(ctx, "AUTH %s %s", s->user, s->password);
+        else
+            r = redisCommand(ctx, "AUTH %s", s->password);
+        int rc = DLOCK_OK;
+        if (!r)
+            rc = redis_io_error(s, ctx, "AUTH");
+        else if (r->type == REDIS_REPLY_ERROR)
+            rc = dlock__err(DLOCK_EAUTH, "%s: AUTH%s%s refused: %s", s->where, s->user ? " as " : "",
+                            s->user ? s->user : "", r->str);
+        if (r)
+            freeReplyObject(r);
+        if (rc) {
+            redisFree(ctx);
+            return rc;
+        }
+    }
+    if (select_db && s->db != 0) {
+        redisReply *r = redisCommand(ctx, "SELECT %d", s->db);
+        int rc = DLOCK_OK;
+        if (!r)
+            rc = redis_io_error(s, ctx, "SELECT");
+        else if (r->type == REDIS_REPLY_ERROR)
+            rc = redis_server_error(s, r->str, "SELECT");
+        if (r)
+            freeReplyObject(r);
+        if (rc) {
+            redisFree(ctx);
+            return rc;
+        }
+    }
+    *out = ctx;
+    return DLOCK_OK;
+}
+
+/* Take an idle connection or dial a new one. BACKGROUND callers (keeper)
+ * respect the reconnect backoff; callers' own requests always dial. With
+ * LIMIT_MS > 0, dialing and the connection's I/O timeout are cut to it
+ * (the caller restores the timeout with pool_put). */
+int redis_pool_get_within(struct redis_state *s, bool background, int64_t limit_ms, struct rconn **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&s->pool_mu);
+    while (s->idle) {
+        struct rconn *k = s->idle;
+        s->idle = k->next;
+        if (k->gen == s->gen) {
+            pthread_mutex_unlock(&s->pool_mu);
+            if (limit_ms > 0 && limit_ms < s->op_timeout_ms) {
+                redisSetTimeout(k->ctx, redis_ms_tv(limit_ms));
+                k->limited = true;
+            }
+            *out = k;
+            return DLOCK_OK;
+        }
+        redisFree(k->ctx); /* dialed before a failure: suspect */
+        free(k);
+    }
+    int64_t now = dlock__now_ms();
+    if (background && now < s->next_dial_ms) {
+        int64_t left = s->next_dial_ms - now;
+        pthread_mutex_unlock(&s->pool_mu);
+        return dlock__err(DLOCK_ECONN, "%s: reconnecting (next attempt in %lld ms)", s->where,
+                          (long long)left);
+    }
+    unsigned gen = s->gen;
+    pthread_mutex_unlock(&s->pool_mu);
+
+    struct rconn *k = calloc(1, sizeof *k);
+    if (!k)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    int rc = redis_dial(s, true, limit_ms, &k->ctx);
+    k->limited = limit_ms > 0;
+    pthread_mutex_lock(&s->pool_mu);
+    if (rc) {
+        s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : REDIS_BACKOFF_MIN_MS;
+        if (s->backoff_ms > REDIS_BACKOFF_MAX_MS)
+            s->backoff_ms = REDIS_BACKOFF_MAX_MS;
+        s->next_dial_ms = dlock__now_ms() + s->backoff_ms;
+    } else {
+        s->backoff_ms = 0;
+        s->next_dial_ms = 0;
+    }
+    pthread_mutex_unlock(&s->pool_mu);
+    if (rc) {
+        free(k);
+        return rc;
+    }
+    k->gen = gen;
+    *out = k;
+    return DLOCK_OK;
+}
+
+int redis_pool_get(struct redis_state *s, bool background, struct rconn **out)
+{
+    return redis_pool_get_within(s, background, 0, out);
+}
+
+/* Give K back; BROKEN (an I/O error) closes it and retires every idle
+ * connection dialed before, since the server may have restarted. */
+void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
+{
+    if (!k)
+        return;
+    if (k->limited && !broken && !k->ctx->err) {
+        redisSetTimeout(k->ctx, redis_ms_tv(s->op_timeout_ms));
+        k->limited = false;
+    }
+    pthread_mutex_lock(&s->pool_mu);
+    if (broken || k->ctx->err) {
+        if (k->gen == s->gen)
+            s->gen++;
+        pthread_mutex_unlock(&s->pool_mu);
+        redisFree(k->ctx);
+        free(k);
+        return;
+    }
+    k->next = s->idle;
+    s->idle = k;
+    pthread_mutex_unlock(&s->pool_mu);
+}
+
+/* ============================================================ open/close */
+
+void redis_close(void *state)
+{
+    struct redis_state *s = state;
+    if (!s)
+        return;
+    if (s->hub.efd >= 0) {
+        redis_hub_stop(s);
+        close(s->hub.efd);
+    }
+    while (s->idle) {
+        struct rconn *k = s->idle;
+        s->idle = k->next;
+        redisFree(k->ctx);
+        free(k);
+    }
+    pthread_mutex_destroy(&s->pool_mu);
+    pthread_mutex_destroy(&s->hub.mu);
+    free(s->host);
+    free(s->sock);
+    free(s);
+}
+
+static int parse_db(struct redis_state *s, const char *text, const char *from)
+{
+    char *end;
+    errno = 0;
+    long db = strtol(text, &end, 10);
+    if (!*text || *end || errno || db < 0 || db > 1000000)
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': %s '%s' is not a database number",
+                          dlock_client_url(s->c), from, text);
+    s->db = (int)db;
+    return DLOCK_OK;
+}
+
+int redis_open(struct dlock_client *c, void **state)
+{
+    struct redis_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    s->c = c;
+    s->hub.efd = -1;
+    pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_mutex_init(&s->hub.mu, NULL);
+    const char *url = dlock_client_url(c);
+    int rc = DLOCK_OK;
+
+    const char *db_param = dlock__url_param(&c->url, "db");
+    if (strcmp(c->url.scheme, "redis+unix") == 0) {
+        if (c->url.nhosts > 0 && c->url.hosts[0].host && *c->url.hosts[0].host)
+            rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': redis+unix:///path/to/socket takes no host",
+                            url);
+        else if (!c->url.path || strlen(c->url.path) < 2)
+            rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': redis+unix:// needs a socket path, e.g. "
+                                           "redis+unix:///run/redis/redis.sock",
+                            url);
+        else if (!(s->sock = dlock__strdup(c->url.path)))
+            rc = DLOCK_ENOMEM;
+        if (!rc)
+            snprintf(s->where, sizeof s->where, "redis unix:%s", s->sock);
+        if (!rc && db_param)
+            rc = parse_db(s, db_param, "db");
+    } else {
+        if (c->url.nhosts != 1)
+            rc = dlock__err(DLOCK_EBADURL,
+                            "bad URL '%s': redis:// takes exactly one host (for several, use "
+                            "redlock:// or redis+sentinel://)",
+                            url);
+        else if (!(s->host = dlock__strdup(c->url.hosts[0].host)))
+            rc = DLOCK_ENOMEM;
+        s->port = c->url.nhosts ? c->url.hosts[0].port : 0;
+        if (s->port == 0)
+            s->port = REDIS_DEFAULT_PORT;
+        if (!rc)
+            snprintf(s->where, sizeof s->where, strchr(s->host, ':') ? "redis [%s]:%d" : "redis %s:%d",
+                     s->host, s->port);
+        const char *path = c->url.path;
+        if (!rc && path && strcmp(path, "/") != 0 && *path) {
+            if (db_param)
+                rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': the db is given twice (path and ?db=)",
+                                url);
+            else
+                rc = parse_db(s, path + 1, "path");
+        } else if (!rc && db_param) {
+            rc = parse_db(s, db_param, "db");
+        }
+    }
+    if (!rc && c->opts.layout && strcmp(c->opts.layout, "redisson") != 0 &&
+        strcmp(c->opts.layout, "simple") != 0)
+        rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': layout '%s' is unknown (redisson or simple)",
+                        url, c->opts.layout);
+    if (!rc && (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key))
+        rc = dlock__err(DLOCK_ENOTSUP, "%s: TLS is not supported: this build uses hiredis 0.14, "
+                                       "which has no TLS (hiredis >= 1.0 does)",
+                        url);
+    if (rc) {
+        redis_close(s);
+        return rc;
+    }
+    s->simple = c->opts.layout && strcmp(c->opts.layout, "simple") == 0;
+    s->user = c->opts.user;
+    s->password = c->opts.password;
+    if (!s->password && getenv("DLOCK_REDIS_PASSWORD") && *getenv("DLOCK_REDIS_PASSWORD"))
+        s->password = getenv("DLOCK_REDIS_PASSWORD");
+    s->connect_timeout_ms = c->opts.connect_timeout_ms > 0 ? c->opts.connect_timeout_ms : 5000;
+    s->op_timeout_ms = c->opts.op_timeout_ms > 0 ? c->opts.op_timeout_ms : 5000;
+    s->prefix = c->opts.key_prefix;
+    dlock__uuid(s->uuid);
+    for (int i = 0; i < S_COUNT; i++)
+        s->src[i] = redis_script_source((enum script_id)i, s->simple);
+
+    s->hub.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->hub.efd < 0) {
+        rc = dlock__errno(DLOCK_EIO, errno, "%s: eventfd", s->where);
+        redis_close(s);
+        return rc;
+    }
+    rc = redis_load_scripts(s);
+    if (rc) {
+        redis_close(s);
+        return rc;
+    }
+    *state = s;
+    return DLOCK_OK;
+}
+

@@ -1,0 +1,398 @@
+/* hub.c -- the Redis backend's subscriber hub: one connection and one
+ * thread per client that turn release messages into wake-ups.
+ *
+ * A waiting thread does not poll: it joins the hub for the lock's channel
+ * (redisson_lock__channel:{name}), and the hub thread, which owns the
+ * subscriber connection shared by every waiting thread and every name,
+ * subscribes while a channel has waiters and wakes one waiter per release
+ * message (dlock__wait_wake()). A new subscription, a reconnection or a
+ * wake that its waiter leaves unused wakes the others, so no release is
+ * missed; the lock's TTL bounds each sleep as a safety net.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "redis.h"
+
+struct hub_waiter {
+    struct dlock__wait *w;
+    bool woken; /* woken and has not tried since (see hub_wake_one) */
+    struct hub_waiter *next;
+};
+
+/* One channel of the subscriber connection. */
+struct hub_chan {
+    char *name;
+    size_t len;
+    unsigned nwaiters;
+    bool subscribed; /* as the server last confirmed */
+    bool sub_sent, unsub_sent;
+    bool dirty; /* on the hub's to-do list */
+    struct hub_waiter *waiters;
+    struct hub_chan *next;  /* bucket chain */
+    struct hub_chan *dnext; /* to-do list */
+};
+
+static unsigned hub_hash(const char *p, size_t len)
+{
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)p[i]) * 16777619u;
+    return h % REDIS_HUB_BUCKETS;
+}
+
+static struct hub_chan *hub_find(struct hub *hb, const char *name, size_t len)
+{
+    for (struct hub_chan *ch = hb->buckets[hub_hash(name, len)]; ch; ch = ch->next)
+        if (ch->len == len && memcmp(ch->name, name, len) == 0)
+            return ch;
+    return NULL;
+}
+
+static void hub_kick(struct hub *hb)
+{
+    uint64_t one = 1;
+    if (write(hb->efd, &one, sizeof one) < 0) {
+        /* the counter is saturated: the thread is awake anyway */
+    }
+}
+
+/* Put CH on the to-do list (hub mutex held). */
+static void hub_mark(struct hub *hb, struct hub_chan *ch)
+{
+    if (ch->dirty)
+        return;
+    ch->dirty = true;
+    ch->dnext = hb->todo;
+    hb->todo = ch;
+    hub_kick(hb);
+}
+
+/* Wake every waiter of CH: the subscription just started or restarted, so
+ * any of them may have missed a release. */
+static void hub_wake_chan(struct hub_chan *ch)
+{
+    for (struct hub_waiter *x = ch->waiters; x; x = x->next) {
+        x->woken = true;
+        dlock__wait_wake(x->w);
+    }
+}
+
+/* A release message: wake the longest-waiting waiter that is not already
+ * woken, so one release costs one try per client, not a herd (Redisson's
+ * semaphore does the same). A woken waiter that leaves without the lock
+ * passes the wake on (hub_leave), so none is lost. */
+static void hub_wake_one(struct hub_chan *ch)
+{
+    for (struct hub_waiter *x = ch->waiters; x; x = x->next)
+        if (!x->woken) {
+            x->woken = true;
+            dlock__wait_wake(x->w);
+            return;
+        }
+}
+
+static void hub_free_chan(struct hub *hb, struct hub_chan *ch)
+{
+    struct hub_chan **pp = &hb->buckets[hub_hash(ch->name, ch->len)];
+    while (*pp && *pp != ch)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = ch->next;
+    free(ch->name);
+    free(ch);
+}
+
+/* Handle one reply on the subscriber connection (hub mutex held). */
+static void hub_on_reply(struct hub *hb, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    const char *kind = r->element[0]->str;
+    struct hub_chan *ch = hub_find(hb, r->element[1]->str, r->element[1]->len);
+    if (!ch)
+        return;
+    if (strcmp(kind, "message") == 0) {
+        hub_wake_one(ch);
+    } else if (strcmp(kind, "subscribe") == 0) {
+        ch->subscribed = true;
+        ch->sub_sent = false;
+        hub_wake_chan(ch); /* waiters that tried before this may have missed a release */
+        if (ch->nwaiters == 0)
+            hub_mark(hb, ch);
+    } else if (strcmp(kind, "unsubscribe") == 0) {
+        ch->subscribed = false;
+        ch->unsub_sent = false;
+        if (ch->nwaiters > 0)
+            hub_mark(hb, ch);
+        else if (!ch->dirty && !ch->sub_sent)
+            hub_free_chan(hb, ch);
+    }
+}
+
+/* Connection lost: forget server state, resubscribe what is wanted, and
+ * wake every waiter so it tries again (messages may have been lost). */
+static void hub_on_disconnect(struct hub *hb)
+{
+    hb->todo = NULL;
+    for (size_t b = 0; b < REDIS_HUB_BUCKETS; b++) {
+        for (struct hub_chan *ch = hb->buckets[b], *next; ch; ch = next) {
+            next = ch->next;
+            ch->subscribed = ch->sub_sent = ch->unsub_sent = ch->dirty = false;
+            if (ch->nwaiters == 0) {
+                hub_free_chan(hb, ch);
+                continue;
+            }
+            hub_wake_chan(ch);
+            hub_mark(hb, ch);
+        }
+    }
+}
+
+/* Append SUBSCRIBE/UNSUBSCRIBE for the to-do list (hub mutex held). */
+static void hub_flush_todo(struct hub *hb, redisContext *ctx)
+{
+    struct hub_chan *ch = hb->todo;
+    hb->todo = NULL;
+    while (ch) {
+        struct hub_chan *next = ch->dnext;
+        ch->dirty = false;
+        const char *argv[2];
+        size_t argl[2] = {0, ch->len};
+        argv[1] = ch->name;
+        if (ch->nwaiters > 0 && (!ch->subscribed || ch->unsub_sent) && !ch->sub_sent) {
+            if (ch->unsub_sent) {
+                /* re-subscribe once the unsubscribe is confirmed */
+            } else {
+                argv[0] = "SUBSCRIBE";
+                argl[0] = 9;
+                redisAppendCommandArgv(ctx, 2, argv, argl);
+                ch->sub_sent = true;
+            }
+        } else if (ch->nwaiters == 0 && ch->subscribed && !ch->unsub_sent && !ch->sub_sent) {
+            argv[0] = "UNSUBSCRIBE";
+            argl[0] = 11;
+            redisAppendCommandArgv(ctx, 2, argv, argl);
+            ch->unsub_sent = true;
+        } else if (ch->nwaiters == 0 && !ch->subscribed && !ch->sub_sent && !ch->unsub_sent) {
+            hub_free_chan(hb, ch);
+        }
+        ch = next;
+    }
+}
+
+static void *hub_main(void *arg)
+{
+    struct redis_state *s = arg;
+    struct hub *hb = &s->hub;
+    redisContext *ctx = NULL;
+    int64_t backoff = 0, next_dial = 0;
+
+    pthread_mutex_lock(&hb->mu);
+    while (!hb->stop) {
+        if (!ctx) {
+            int64_t now = dlock__now_ms();
+            if (now >= next_dial) {
+                pthread_mutex_unlock(&hb->mu);
+                int rc = redis_dial(s, false, 0, &ctx);
+                pthread_mutex_lock(&hb->mu);
+                if (rc) {
+                    backoff = backoff ? backoff * 2 : REDIS_BACKOFF_MIN_MS;
+                    if (backoff > REDIS_BACKOFF_MAX_MS)
+                        backoff = REDIS_BACKOFF_MAX_MS;
+                    next_dial = dlock__now_ms() + backoff;
+                } else {
+                    backoff = 0;
+                    redisSetTimeout(ctx, redis_ms_tv(s->op_timeout_ms));
+                    /* everything wanted is marked dirty by hub_on_disconnect */
+                    for (size_t b = 0; b < REDIS_HUB_BUCKETS; b++)
+                        for (struct hub_chan *ch = hb->buckets[b]; ch; ch = ch->next)
+                            if (ch->nwaiters > 0)
+                                hub_mark(hb, ch);
+                }
+            }
+        }
+        if (ctx)
+            hub_flush_todo(hb, ctx);
+        pthread_mutex_unlock(&hb->mu);
+
+        bool broken = false;
+        if (ctx) {
+            int done = 0;
+            while (!done && !broken)
+                if (redisBufferWrite(ctx, &done) == REDIS_ERR)
+                    broken = true;
+        }
+        struct pollfd p[2] = {{.fd = s->hub.efd, .events = POLLIN}, {.fd = -1, .events = POLLIN}};
+        if (ctx && !broken)
+            p[1].fd = ctx->fd;
+        int timeout = 1000;
+        if (!ctx) {
+            int64_t left = next_dial - dlock__now_ms();
+            timeout = left < 0 ? 0 : (int)left;
+        }
+        if (!broken && poll(p, 2, timeout) > 0) {
+            if (p[0].revents & POLLIN) {
+                uint64_t v;
+                if (read(s->hub.efd, &v, sizeof v) < 0) {
+                    /* nothing to drain */
+                }
+            }
+            if (p[1].fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+                if (redisBufferRead(ctx) == REDIS_ERR)
+                    broken = true;
+            }
+        }
+        pthread_mutex_lock(&hb->mu);
+        if (ctx) {
+            void *reply;
+            while (!broken) {
+                if (redisGetReplyFromReader(ctx, &reply) == REDIS_ERR) {
+                    broken = true;
+                    break;
+                }
+                if (!reply)
+                    break;
+                hub_on_reply(hb, reply);
+                freeReplyObject(reply);
+            }
+        }
+        if (broken) {
+            redisFree(ctx);
+            ctx = NULL;
+            hub_on_disconnect(hb);
+            backoff = backoff ? backoff * 2 : REDIS_BACKOFF_MIN_MS;
+            if (backoff > REDIS_BACKOFF_MAX_MS)
+                backoff = REDIS_BACKOFF_MAX_MS;
+            next_dial = dlock__now_ms() + backoff;
+        }
+    }
+    pthread_mutex_unlock(&hb->mu);
+    if (ctx)
+        redisFree(ctx);
+    return NULL;
+}
+
+/* Register W as a waiter on CHAN, subscribing when it is the first. */
+int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
+{
+    struct hub *hb = &s->hub;
+    struct hub_waiter *x = calloc(1, sizeof *x);
+    if (!x)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    x->w = w;
+    pthread_mutex_lock(&hb->mu);
+    if (!hb->started) {
+        int err = pthread_create(&hb->thread, NULL, hub_main, s);
+        if (err) {
+            pthread_mutex_unlock(&hb->mu);
+            free(x);
+            return dlock__errno(DLOCK_EIO, err, "%s: cannot start the subscriber thread", s->where);
+        }
+        hb->started = true;
+    }
+    struct hub_chan *ch = hub_find(hb, chan, len);
+    if (!ch) {
+        ch = calloc(1, sizeof *ch);
+        if (ch)
+            ch->name = malloc(len + 1);
+        if (!ch || !ch->name) {
+            pthread_mutex_unlock(&hb->mu);
+            if (ch)
+                free(ch);
+            free(x);
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        }
+        memcpy(ch->name, chan, len);
+        ch->name[len] = 0;
+        ch->len = len;
+        unsigned b = hub_hash(chan, len);
+        ch->next = hb->buckets[b];
+        hb->buckets[b] = ch;
+    }
+    struct hub_waiter **tail = &ch->waiters; /* oldest first */
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = x;
+    if (ch->nwaiters++ == 0 || !ch->subscribed || ch->unsub_sent)
+        hub_mark(hb, ch);
+    pthread_mutex_unlock(&hb->mu);
+    return DLOCK_OK;
+}
+
+/* Whether messages on CHAN reach us now. */
+bool redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len)
+{
+    pthread_mutex_lock(&s->hub.mu);
+    struct hub_chan *ch = hub_find(&s->hub, chan, len);
+    bool yes = ch && ch->subscribed && !ch->unsub_sent;
+    pthread_mutex_unlock(&s->hub.mu);
+    return yes;
+}
+
+/* W is about to try: a wake it received is being used now. */
+void redis_hub_ack(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
+{
+    struct hub *hb = &s->hub;
+    pthread_mutex_lock(&hb->mu);
+    struct hub_chan *ch = hub_find(hb, chan, len);
+    for (struct hub_waiter *x = ch ? ch->waiters : NULL; x; x = x->next)
+        if (x->w == w)
+            x->woken = false;
+    pthread_mutex_unlock(&hb->mu);
+}
+
+/* W stops waiting on CHAN. If it was woken and leaves without the lock
+ * (timed out, canceled, failed), the wake goes to the next waiter. */
+void redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
+                      bool acquired)
+{
+    struct hub *hb = &s->hub;
+    pthread_mutex_lock(&hb->mu);
+    struct hub_chan *ch = hub_find(hb, chan, len);
+    if (ch) {
+        for (struct hub_waiter **pp = &ch->waiters; *pp; pp = &(*pp)->next) {
+            if ((*pp)->w == w) {
+                struct hub_waiter *x = *pp;
+                *pp = x->next;
+                if (x->woken && !acquired)
+                    hub_wake_one(ch);
+                free(x);
+                ch->nwaiters--;
+                break;
+            }
+        }
+        if (ch->nwaiters == 0)
+            hub_mark(hb, ch);
+    }
+    pthread_mutex_unlock(&hb->mu);
+}
+
+void redis_hub_stop(struct redis_state *s)
+{
+    struct hub *hb = &s->hub;
+    pthread_mutex_lock(&hb->mu);
+    bool started = hb->started;
+    hb->stop = true;
+    hub_kick(hb);
+    pthread_mutex_unlock(&hb->mu);
+    if (started)
+        pthread_join(hb->thread, NULL);
+    for (size_t b = 0; b < REDIS_HUB_BUCKETS; b++) {
+        while (hb->buckets[b]) {
+            struct hub_chan *ch = hb->buckets[b];
+            while (ch->waiters) {
+                struct hub_waiter *x = ch->waiters;
+                ch->waiters = x->next;
+                free(x);
+            }
+            hub_free_chan(hb, ch);
+        }
+    }
+}
+

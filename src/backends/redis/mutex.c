@@ -1,0 +1,591 @@
+/* mutex.c -- the Redis backend's lock recipe: a Redisson-compatible
+ * reentrant, fenced mutex, and the backend table.
+ *
+ * Why it is shaped so. Most users already run Redis and trust Redisson's
+ * RLock/RFencedLock, so the default layout is Redisson's own wire format
+ * (docs/protocol-redis.md): a HASH named after the lock whose field
+ * "<client-uuid>:<thread-id>" holds the hold count, a STRING
+ * "redisson_lock_token:{name}" INCRed on every new acquisition (the fencing
+ * token), and a release message "0" on "redisson_lock__channel:{name}".
+ * A Redisson client and dlock on the same name therefore exclude each other
+ * and wake each other's waiters. `?layout=simple` speaks the classic
+ * "SET name value NX PX" recipe instead (redis-py, node-redlock, redsync).
+ *
+ * Every operation is one script (scripts.c), written so that sending one
+ * twice does no harm: a retried acquire finds its own field and returns the
+ * same token; a retried release recognises "already released by us" from
+ * the token key. That is how a reply lost to a timeout or a reconnect never
+ * double-counts, leaks or misreports a hold. A contended acquire sleeps on
+ * the subscriber hub (hub.c) until a release message or the holder's lease.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis.h"
+
+/* Keys per renewal script call: 10,000 holds = 10 calls, one pipeline. */
+#define RENEW_BATCH 1000
+
+/* ================================================================= locks */
+
+static void owner_of(struct redis_state *s, struct dlock__hold *h)
+{
+    snprintf(h->owner, sizeof h->owner, "%s:%ld", s->uuid, h->tid);
+}
+
+/* An acquire whose replies were lost (timeout, connection reset) may have
+ * run on the server: take our field away again if it is there, so the
+ * name is not left held by nobody until the lease ends. Best effort: if
+ * the server cannot be reached now, the lease ends it. Keeps the caller's
+ * error message. */
+static void undo_lost_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k)
+{
+    char msg[512], value[160];
+    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    /* Redisson layout: our field. Simple layout: our value's prefix
+     * "<uuid>:<tid>:" (the token after it was never learned). */
+    int vl = snprintf(value, sizeof value, s->simple ? "%s:" : "%s", h->owner);
+    const char *args[] = {k->lock, k->chan, k->token, s->simple ? "" : value, "0", value};
+    size_t lens[] = {k->lock_len, k->chan_len, k->token_len, s->simple ? 0 : (size_t)vl, 1, (size_t)vl};
+    redisReply *r = NULL;
+    if (redis_eval(s, false, S_RELEASE, 3, s->simple ? 6 : 5, args, lens, false, "undo acquire", &r, NULL,
+                    NULL) == DLOCK_OK &&
+        r)
+        freeReplyObject(r);
+    dlock__err(DLOCK_ECONN, "%s", msg);
+}
+
+/* One acquire attempt: DLOCK_OK (h->token set), DLOCK_EBUSY with *TTL_MS
+ * the holder's remaining lease, or a failure. */
+static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
+                       int64_t lease_ms, int64_t *ttl_ms)
+{
+    char lease[24], prefix[128];
+    int pl = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
+    int ol = s->simple ? snprintf(prefix, sizeof prefix, "%s:", h->owner)
+                       : snprintf(prefix, sizeof prefix, "%s", h->owner);
+    const char *args[] = {k->lock, k->token, lease, prefix};
+    size_t lens[] = {k->lock_len, k->token_len, (size_t)pl, (size_t)ol};
+    redisReply *r;
+    int64_t sent;
+    int rc = redis_eval(s, false, S_ACQUIRE, 2, 4, args, lens, true, "acquire", &r, &sent, NULL);
+    if (rc == DLOCK_ECONN)
+        undo_lost_acquire(s, h, k);
+    if (rc) {
+        if (rc == DLOCK_EWRONGTYPE) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", dlock_errmsg());
+            return dlock__err(rc, "%s: WRONGTYPE: key '%s' or its token key '%s' holds a value "
+                                  "that is not a dlock lock; left untouched (%s)",
+                              s->where, k->lock, k->token, why);
+        }
+        return rc;
+    }
+    long long value;
+    const char *type_name;
+    rc = redis_script_reply(s, r, &value, &type_name);
+    if (!rc) {
+        if (type_name) {
+            rc = redis_wrongtype(s, k, type_name);
+        } else if (value >= 0) {
+            h->token = (uint64_t)value;
+            dlock__hold_confirmed(s->c, h, sent);
+        } else {
+            *ttl_ms = -3 - value;
+            rc = dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by another owner (%lld ms of lease left)",
+                            s->where, k->lock, (long long)*ttl_ms);
+        }
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct redis_state *s = state;
+    if (h->mode != DLOCK_EXCLUSIVE)
+        return dlock__err(DLOCK_ENOTSUP, "%s: shared (read) locks are not supported by the redis "
+                                         "backend yet; lock '%s' can only be taken exclusively",
+                          s->where, h->name);
+    struct lock_keys k;
+    int rc = redis_keys_make(s, h->name, &k);
+    if (rc)
+        return rc;
+    owner_of(s, h);
+    int64_t lease = h->lease_ms > 0 ? h->lease_ms : s->c->opts.lease_ms;
+    int64_t ttl = 0;
+
+    rc = try_acquire(s, h, &k, lease, &ttl);
+    if (rc != DLOCK_EBUSY || w->deadline == 0)
+        goto out;
+
+    /* Contended: subscribe (shared connection), then try, sleep until a
+     * release message or the holder's remaining lease, try again. */
+    rc = redis_hub_join(s, k.chan, k.chan_len, w);
+    if (rc)
+        goto out;
+    /* A connection lost while waiting (server restart, network blip) is
+     * retried with backoff until the wait's deadline: the waiter already
+     * reached the server once, so the outage is transient until proven
+     * otherwise. The message of the last failure is kept for the end. */
+    int64_t outage_backoff = 0;
+    char outage[512] = "";
+    for (bool first = true;; first = false) {
+        unsigned seq = dlock__wait_seq(w);
+        /* Before the subscription is confirmed a release could be missed,
+         * so the first sleep lasts until the confirmation wakes us. */
+        if (!first || redis_hub_subscribed(s, k.chan, k.chan_len)) {
+            redis_hub_ack(s, k.chan, k.chan_len, w);
+            rc = try_acquire(s, h, &k, lease, &ttl);
+            if (rc == DLOCK_ECONN) {
+                snprintf(outage, sizeof outage, "%s", dlock_errmsg());
+                outage_backoff = outage_backoff ? outage_backoff * 2 : REDIS_BACKOFF_MIN_MS;
+                if (outage_backoff > REDIS_BACKOFF_MAX_MS)
+                    outage_backoff = REDIS_BACKOFF_MAX_MS;
+            } else if (rc != DLOCK_EBUSY) {
+                break;
+            } else {
+                outage_backoff = 0;
+            }
+        }
+        int64_t now = dlock__now_ms();
+        int64_t until;
+        if (outage_backoff)
+            until = now + outage_backoff;
+        else if (ttl == -1)
+            until = now + lease; /* a foreign lock without expiry */
+        else if (ttl < 0)
+            until = now; /* vanished between the two calls: try at once */
+        else
+            until = now + ttl + 1; /* PTTL rounds down; 0 = expiring now */
+        rc = dlock__wait_sleep(w, seq, until);
+        if (rc == DLOCK_ETIMEDOUT && outage_backoff) {
+            rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for '%s' ended)", outage,
+                            k.lock);
+            break;
+        }
+        if (rc == DLOCK_ETIMEDOUT) {
+            rc = dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s'", s->where, k.lock);
+            break;
+        }
+        if (rc != DLOCK_OK)
+            break;
+    }
+    redis_hub_leave(s, k.chan, k.chan_len, w, rc == DLOCK_OK);
+out:
+    redis_keys_free(&k);
+    return rc;
+}
+
+static int redis_release(void *state, struct dlock__hold *h)
+{
+    struct redis_state *s = state;
+    struct lock_keys k;
+    int rc = redis_keys_make(s, h->name, &k);
+    if (rc)
+        return rc;
+    char token[24], value[160];
+    int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
+    int vl = s->simple ? snprintf(value, sizeof value, "%s:%llu", h->owner, (unsigned long long)h->token)
+                       : snprintf(value, sizeof value, "%s", h->owner);
+    const char *args[] = {k.lock, k.chan, k.token, value, token};
+    size_t lens[] = {k.lock_len, k.chan_len, k.token_len, (size_t)vl, (size_t)tl};
+    redisReply *r;
+    bool retried;
+    rc = redis_eval(s, false, S_RELEASE, 3, 5, args, lens, true, "release", &r, NULL, &retried);
+    if (!rc) {
+        long long status;
+        const char *type_name;
+        rc = redis_script_reply(s, r, &status, &type_name);
+        if (!rc) {
+            if (type_name)
+                rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' now holds a %s",
+                                s->where, h->name, k.lock, type_name);
+            else if (status == 1 || (status == 2 && retried))
+                rc = DLOCK_OK;
+            else
+                rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' is %s (our token was %llu)",
+                                s->where, h->name, k.lock,
+                                status == 2 ? "free, its lease had expired" : "held by another owner or expired",
+                                (unsigned long long)h->token);
+        }
+        freeReplyObject(r);
+    }
+    free(h->bdata);
+    h->bdata = NULL;
+    redis_keys_free(&k);
+    return rc;
+}
+
+/* The keeper's batch: RENEW_BATCH holds per script call, every call of
+ * the batch pipelined on one connection, so N holds cost one round trip
+ * and ceil(N / RENEW_BATCH) commands. */
+static int redis_renew(void *state, struct dlock__renew_batch *b)
+{
+    struct redis_state *s = state;
+    struct dlock__hold **holds = b->holds;
+    size_t n = b->n;
+    int *result = b->result;
+    if (n == 0)
+        return DLOCK_OK;
+    /* A renewal must not outlive the earliest validity deadline of the
+     * batch: the keeper declares holds lost at their deadline, not at the
+     * end of a connect or read timeout against a server that went silent. */
+    int64_t now = dlock__now_ms();
+    int64_t limit = b->deadline == DLOCK__NEVER ? 0 : b->deadline - now;
+    if (b->deadline != DLOCK__NEVER && limit < 10)
+        limit = 10;
+    struct rconn *k;
+    int rc = redis_pool_get_within(s, true, limit, &k);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            result[i] = rc;
+        return rc;
+    }
+    size_t nchunks = (n + RENEW_BATCH - 1) / RENEW_BATCH;
+    size_t maxargs = 3 + 3 * RENEW_BATCH;
+    const char **argv = calloc(maxargs, sizeof *argv);
+    size_t *argl = calloc(maxargs, sizeof *argl);
+    char (*vals)[160] = calloc(RENEW_BATCH, sizeof *vals);
+    char (*leases)[24] = calloc(RENEW_BATCH, sizeof *leases);
+    struct lock_keys *keys = calloc(RENEW_BATCH, sizeof *keys);
+    if (!argv || !argl || !vals || !leases || !keys) {
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+        goto fail_all;
+    }
+    int64_t sent = dlock__now_ms();
+    bool noscript = false;
+    /* Append every chunk, then read every reply: one round trip. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t c0 = 0; c0 < n; c0 += RENEW_BATCH) {
+            size_t m = n - c0 < RENEW_BATCH ? n - c0 : RENEW_BATCH;
+            char nk[16];
+            snprintf(nk, sizeof nk, "%zu", m);
+            size_t a = 0;
+            argv[a] = pass ? "EVAL" : "EVALSHA";
+            argl[a++] = pass ? 4 : 7;
+            argv[a] = pass ? s->src[S_RENEW] : s->sha[S_RENEW];
+            argl[a++] = strlen(argv[1]);
+            argv[a] = nk;
+            argl[a++] = strlen(nk);
+            for (size_t i = 0; i < m; i++) {
+                if ((rc = redis_keys_make(s, holds[c0 + i]->name, &keys[i])))
+                    goto fail_all;
+                argv[a] = keys[i].lock;
+                argl[a++] = keys[i].lock_len;
+            }
+            for (size_t i = 0; i < m; i++) {
+                struct dlock__hold *h = holds[c0 + i];
+                int vl = s->simple ? snprintf(vals[i], sizeof vals[i], "%s:%llu", h->owner,
+                                              (unsigned long long)h->token)
+                                   : snprintf(vals[i], sizeof vals[i], "%s", h->owner);
+                int ll = snprintf(leases[i], sizeof leases[i], "%lld",
+                                  (long long)(h->lease_ms > 0 ? h->lease_ms : s->c->opts.lease_ms));
+                argv[a] = vals[i];
+                argl[a++] = (size_t)vl;
+                argv[a] = leases[i];
+                argl[a++] = (size_t)ll;
+            }
+            int ok = redisAppendCommandArgv(k->ctx, (int)a, argv, argl);
+            for (size_t i = 0; i < m; i++)
+                redis_keys_free(&keys[i]);
+            if (ok != REDIS_OK) {
+                rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+                goto fail_all;
+            }
+        }
+        /* Read every reply (all must be read to keep the connection in step). */
+        noscript = false;
+        for (size_t ci = 0; ci < nchunks; ci++) {
+            redisReply *r = NULL;
+            if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || !r) {
+                rc = redis_io_error(s, k->ctx, "renew");
+                redis_pool_put(s, k, true);
+                k = NULL;
+                for (size_t i = ci * RENEW_BATCH; i < n; i++)
+                    result[i] = rc;
+                goto out;
+            }
+            size_t c0 = ci * RENEW_BATCH;
+            size_t m = n - c0 < RENEW_BATCH ? n - c0 : RENEW_BATCH;
+            if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+                noscript = true;
+            } else if (r->type == REDIS_REPLY_ERROR) {
+                int e = redis_server_error(s, r->str, "renew");
+                for (size_t i = 0; i < m; i++)
+                    result[c0 + i] = e;
+            } else if (r->type != REDIS_REPLY_ARRAY || r->elements != m) {
+                int e = dlock__err(DLOCK_EPROTO, "%s: renew: unexpected reply", s->where);
+                for (size_t i = 0; i < m; i++)
+                    result[c0 + i] = e;
+            } else {
+                for (size_t i = 0; i < m; i++) {
+                    struct dlock__hold *h = holds[c0 + i];
+                    if (r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1) {
+                        result[c0 + i] = DLOCK_OK;
+                        dlock__hold_confirmed(s->c, h, sent);
+                    } else {
+                        /* One message serves every hold lost in this
+                         * batch, so it names the server, not the key. */
+                        dlock__err(DLOCK_ELOST,
+                                   "%s: renewal found lock '%s' held by another owner or gone "
+                                   "(lease expired, force-released or the server lost its data)",
+                                   s->where, h->name);
+                        dlock__renew_result(b, c0 + i, DLOCK_ELOST);
+                    }
+                }
+            }
+            freeReplyObject(r);
+        }
+        if (!noscript)
+            break;
+        /* The server forgot the script (restart, SCRIPT FLUSH): resend as
+         * EVAL, which also reloads it. */
+        sent = dlock__now_ms();
+    }
+    rc = DLOCK_OK;
+    goto out;
+fail_all:
+    for (size_t i = 0; i < n; i++)
+        result[i] = rc;
+    redis_pool_put(s, k, true); /* commands may be half-appended */
+    k = NULL;
+out:
+    if (k)
+        redis_pool_put(s, k, false);
+    for (size_t i = 0; keys && i < RENEW_BATCH; i++)
+        redis_keys_free(&keys[i]);
+    free(argv);
+    free(argl);
+    free(vals);
+    free(leases);
+    free(keys);
+    return rc;
+}
+
+/* ============================================================ inspecting */
+
+/* "<uuid>:<digits>": the shape of a Redisson / dlock hash field. */
+static bool owner_field_like(const char *f, size_t len)
+{
+    if (len < 38)
+        return false;
+    for (size_t i = 0; i < 36; i++) {
+        char ch = f[i];
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (ch != '-')
+                return false;
+        } else if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'))) {
+            return false;
+        }
+    }
+    if (f[36] != ':')
+        return false;
+    for (size_t i = 37; i < len; i++)
+        if (f[i] < '0' || f[i] > '9')
+            return false;
+    return true;
+}
+
+static int redis_inspect(void *state, const char *name, struct dlock_info *info)
+{
+    struct redis_state *s = state;
+    struct lock_keys k;
+    int rc = redis_keys_make(s, name, &k);
+    if (rc)
+        return rc;
+    const char *args[] = {k.lock, k.token};
+    size_t lens[] = {k.lock_len, k.token_len};
+    redisReply *r;
+    rc = redis_eval(s, false, S_INSPECT, 2, 2, args, lens, true, "inspect", &r, NULL, NULL);
+    if (rc)
+        goto out;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_INTEGER) {
+        rc = dlock__err(DLOCK_EPROTO, "%s: inspect '%s': unexpected reply", s->where, k.lock);
+        goto done;
+    }
+    const char *type = r->element[0]->str;
+    long long pttl = r->element[1]->integer;
+    if ((rc = dlock__info_set_key(info, k.lock)))
+        goto done;
+    info->mode = DLOCK_EXCLUSIVE;
+    info->nwaiters = -1;
+    if (r->element[2]->type == REDIS_REPLY_STRING)
+        info->token = strtoull(r->element[2]->str, NULL, 10);
+    const char *want = s->simple ? "string" : "hash";
+    if (strcmp(type, "none") == 0) {
+        info->held = 0;
+        info->ttl_ms = -1;
+    } else if (strcmp(type, want) != 0) {
+        rc = redis_wrongtype(s, &k, type);
+    } else {
+        info->held = 1;
+        info->ttl_ms = pttl >= 0 ? pttl : (pttl == -1 ? DLOCK_VALID_FOREVER : -1);
+        if (s->simple) {
+            if (r->elements >= 4 && r->element[3]->type == REDIS_REPLY_STRING)
+                rc = dlock__info_add_holder(info, r->element[3]->str, 1);
+        } else {
+            for (size_t i = 3; i + 1 < r->elements && !rc; i += 2) {
+                const redisReply *f = r->element[i], *v = r->element[i + 1];
+                unsigned count = v->type == REDIS_REPLY_STRING ? (unsigned)strtoul(v->str, NULL, 10) : 0;
+                rc = dlock__info_add_holder(info, f->str, count);
+            }
+        }
+    }
+done:
+    freeReplyObject(r);
+out:
+    redis_keys_free(&k);
+    return rc;
+}
+
+static int redis_force_release(void *state, const char *name)
+{
+    struct redis_state *s = state;
+    struct lock_keys k;
+    int rc = redis_keys_make(s, name, &k);
+    if (rc)
+        return rc;
+    const char *type = s->simple ? "string" : "hash";
+    const char *args[] = {k.lock, k.chan, type};
+    size_t lens[] = {k.lock_len, k.chan_len, strlen(type)};
+    redisReply *r;
+    rc = redis_eval(s, false, S_FORCE, 2, 3, args, lens, true, "force release", &r, NULL, NULL);
+    if (!rc) {
+        long long status;
+        const char *type_name;
+        rc = redis_script_reply(s, r, &status, &type_name);
+        if (!rc && type_name)
+            rc = redis_wrongtype(s, &k, type_name);
+        freeReplyObject(r);
+    }
+    redis_keys_free(&k);
+    return rc;
+}
+
+/* Escape glob specials of the key prefix so SCAN MATCH takes it literally. */
+static char *match_pattern(const char *prefix, const char *pattern)
+{
+    size_t pl = prefix ? strlen(prefix) : 0;
+    size_t gl = pattern ? strlen(pattern) : 1;
+    char *m = malloc(2 * pl + gl + 2), *p = m;
+    if (!m)
+        return NULL;
+    for (size_t i = 0; i < pl; i++) {
+        if (strchr("*?[]\\", prefix[i]))
+            *p++ = '\\';
+        *p++ = prefix[i];
+    }
+    strcpy(p, pattern ? pattern : "*");
+    return m;
+}
+
+/* Whether KEY (a hash/string of the right type) looks like a lock. */
+static bool key_is_lock(struct redis_state *s, redisContext *ctx, const char *key, size_t len, int *err)
+{
+    const char *argv[2] = {s->simple ? "GET" : "HKEYS", key};
+    size_t argl[2] = {strlen(argv[0]), len};
+    if (s->simple) {
+        /* A string with a lease that is not one of our token keys. */
+        if (len > 20 && memcmp(key, "redisson_lock_token:", 20) == 0)
+            return false;
+        argv[0] = "PTTL";
+        argl[0] = 4;
+        redisReply *r = redisCommandArgv(ctx, 2, argv, argl);
+        if (!r) {
+            *err = redis_io_error(s, ctx, "list");
+            return false;
+        }
+        bool yes = r->type == REDIS_REPLY_INTEGER && r->integer >= 0;
+        freeReplyObject(r);
+        return yes;
+    }
+    redisReply *r = redisCommandArgv(ctx, 2, argv, argl);
+    if (!r) {
+        *err = redis_io_error(s, ctx, "list");
+        return false;
+    }
+    bool yes = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+    for (size_t i = 0; yes && i < r->elements; i++)
+        yes = r->element[i]->type == REDIS_REPLY_STRING &&
+              owner_field_like(r->element[i]->str, r->element[i]->len);
+    freeReplyObject(r);
+    return yes;
+}
+
+static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    struct redis_state *s = state;
+    struct rconn *k;
+    int rc = redis_pool_get(s, false, &k);
+    if (rc)
+        return rc;
+    char *match = match_pattern(s->prefix, pattern);
+    if (!match) {
+        redis_pool_put(s, k, false);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    size_t plen = s->prefix ? strlen(s->prefix) : 0;
+    char cursor[32] = "0";
+    bool stop = false, broken = false;
+    do {
+        redisReply *r = redisCommand(k->ctx, "SCAN %s MATCH %s COUNT 1000 TYPE %s", cursor, match,
+                                     s->simple ? "string" : "hash");
+        if (!r) {
+            rc = redis_io_error(s, k->ctx, "SCAN");
+            broken = true;
+            break;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            rc = redis_server_error(s, r->str, "SCAN");
+            freeReplyObject(r);
+            break;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY) {
+            rc = dlock__err(DLOCK_EPROTO, "%s: SCAN: unexpected reply", s->where);
+            freeReplyObject(r);
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        const redisReply *keys = r->element[1];
+        for (size_t i = 0; i < keys->elements && !stop && !rc; i++) {
+            const redisReply *key = keys->element[i];
+            if (key->type != REDIS_REPLY_STRING || key->len < plen || memchr(key->str, 0, key->len))
+                continue;
+            if (!key_is_lock(s, k->ctx, key->str, key->len, &rc)) {
+                if (rc)
+                    broken = true;
+                continue;
+            }
+            stop = fn(key->str + plen, arg) != 0;
+        }
+        freeReplyObject(r);
+    } while (!stop && !rc && strcmp(cursor, "0") != 0);
+    free(match);
+    redis_pool_put(s, k, broken);
+    return rc;
+}
+
+/* ================================================================ table */
+
+static const char *const redis_schemes[] = {"redis", "redis+unix", NULL};
+
+const struct dlock__backend dlock__backend_redis = {
+    .version = DLOCK__BACKEND_VERSION,
+    .name = "redis",
+    .schemes = redis_schemes,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE,
+    .default_port = REDIS_DEFAULT_PORT,
+    .open = redis_open,
+    .close = redis_close,
+    .acquire = redis_acquire,
+    .release = redis_release,
+    .renew = redis_renew,
+    .inspect = redis_inspect,
+    .force_release = redis_force_release,
+    .list = redis_list,
+};
+

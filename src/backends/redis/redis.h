@@ -1,0 +1,151 @@
+/* redis.h -- what the files of the Redis backend share, and nothing else.
+ *
+ * The backend is split by concern: conn.c (the URL, dialing, AUTH/SELECT,
+ * the connection pool and its reconnect backoff), scripts.c (the lock's
+ * keys and the Lua scripts of scripts/NAME.lua, embedded at build time, run by
+ * EVALSHA), hub.c (the subscriber thread that turns release messages into
+ * wake-ups of waiting threads) and mutex.c (the lock recipe: acquire,
+ * release, renew, inspect, force, list, and the backend table). Everything
+ * here is private to those files; the core sees only the table.
+ */
+#ifndef DLOCK_REDIS_H
+#define DLOCK_REDIS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "core.h"
+
+#define REDIS_DEFAULT_PORT 6379
+/* Reconnect backoff of the background users (keeper, hub) and of a
+ * waiter during an outage. */
+#define REDIS_BACKOFF_MIN_MS 50
+#define REDIS_BACKOFF_MAX_MS 1000
+#define REDIS_HUB_BUCKETS 1024
+
+/* The scripts, one per lock operation (scripts/NAME.lua). */
+enum script_id { S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_COUNT };
+
+/* One pooled connection. */
+struct rconn {
+    redisContext *ctx;
+    unsigned gen; /* pool generation when dialed */
+    bool limited; /* I/O timeout cut short by redis_pool_get_within() */
+    struct rconn *next;
+};
+
+struct hub_chan; /* hub.c */
+
+/* The subscriber hub: one connection and thread per client (hub.c). */
+struct hub {
+    pthread_mutex_t mu;
+    pthread_t thread;
+    bool started, stop;
+    int efd; /* eventfd: wakes the hub thread */
+    struct hub_chan *buckets[REDIS_HUB_BUCKETS];
+    struct hub_chan *todo;
+};
+
+struct redis_state {
+    struct dlock_client *c;
+    char *host; /* NULL for a unix socket */
+    int port;
+    char *sock;
+    int db;
+    const char *user, *password;
+    int64_t connect_timeout_ms, op_timeout_ms;
+    const char *prefix;
+    bool simple;
+    char uuid[37];
+    char where[300]; /* "redis 127.0.0.1:6379", for messages */
+
+    const char *src[S_COUNT];
+    char sha[S_COUNT][41];
+
+    pthread_mutex_t pool_mu;
+    struct rconn *idle;
+    unsigned gen;
+    int64_t next_dial_ms, backoff_ms; /* background reconnect backoff */
+
+    struct hub hub;
+};
+
+/* The three keys of one lock. */
+struct lock_keys {
+    char *lock, *token, *chan;
+    size_t lock_len, token_len, chan_len;
+};
+
+static inline struct timeval redis_ms_tv(int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+/* ------------------------------------------------------------- conn.c */
+
+int redis_open(struct dlock_client *c, void **state);
+void redis_close(void *state);
+/* Map a server error reply to a code, with the server's words. */
+int redis_server_error(struct redis_state *s, const char *text, const char *what);
+/* Map a failed hiredis call (NULL reply) to DLOCK_ECONN. */
+int redis_io_error(struct redis_state *s, const redisContext *ctx, const char *what);
+/* Dial, authenticate, select the db (SELECT_DB), within LIMIT_MS when > 0
+ * (else the connect timeout). On failure *OUT is NULL and the message
+ * names host:port and the server's words. */
+int redis_dial(struct redis_state *s, bool select_db, int64_t limit_ms, redisContext **out);
+/* Take an idle connection or dial a new one. BACKGROUND callers (keeper)
+ * respect the reconnect backoff; callers' own requests always dial. With
+ * LIMIT_MS > 0, dialing and the connection's I/O timeout are cut to it
+ * (redis_pool_put restores the timeout). */
+int redis_pool_get_within(struct redis_state *s, bool background, int64_t limit_ms,
+                          struct rconn **out);
+int redis_pool_get(struct redis_state *s, bool background, struct rconn **out);
+/* Give K back; BROKEN (an I/O error) closes it and retires every idle
+ * connection dialed before, since the server may have restarted. */
+void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken);
+
+/* ---------------------------------------------------------- scripts.c */
+
+/* The source of script ID for the layout (SIMPLE or Redisson's). */
+const char *redis_script_source(enum script_id id, bool simple);
+/* Load the scripts once so EVALSHA has their digests. */
+int redis_load_scripts(struct redis_state *s);
+/* The lock's key (prefix + NAME), token key and channel, in one block. */
+int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k);
+void redis_keys_free(struct lock_keys *k);
+/* Run script ID once, or, when RETRY and the reply was lost to an I/O
+ * error or timeout, once more on a fresh connection (the scripts are
+ * written so a repeat is harmless). *SENT_MS (may be NULL) = send time of
+ * the attempt that answered; *RETRIED tells whether a second attempt
+ * answered. */
+int redis_eval(struct redis_state *s, bool background, enum script_id id, int nkeys, int nargs,
+               const char **args, const size_t *lens, bool retry, const char *what,
+               redisReply **out, int64_t *sent_ms, bool *retried);
+/* Decode a lock script's reply: *VALUE, or *TYPE_NAME for a key of the
+ * wrong type. */
+int redis_script_reply(struct redis_state *s, const redisReply *r, long long *value,
+                       const char **type_name);
+/* DLOCK_EWRONGTYPE naming the lock key K and the TYPE_NAME it holds. */
+int redis_wrongtype(struct redis_state *s, const struct lock_keys *k, const char *type_name);
+
+/* -------------------------------------------------------------- hub.c */
+
+/* Register W as a waiter on CHAN, subscribing when it is the first. */
+int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w);
+/* Whether messages on CHAN reach us now. */
+bool redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len);
+/* W is about to try: a wake it received is being used now. */
+void redis_hub_ack(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w);
+/* W stops waiting on CHAN; a wake it leaves unused (not ACQUIRED) goes to
+ * the next waiter. */
+void redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
+                     bool acquired);
+/* Stop the hub thread and free every channel. */
+void redis_hub_stop(struct redis_state *s);
+
+#endif /* DLOCK_REDIS_H */

@@ -121,7 +121,8 @@ typedef enum dlock_option {
 } dlock_option;
 
 /* Parse URL (NULL or "" = the file backend in the default directory:
- * $XDG_RUNTIME_DIR/dlock, else /tmp/dlock-<uid>) and make a client that is
+ * $XDG_RUNTIME_DIR/dlock, else /run/user/<uid>/dlock, /run/lock/dlock-<uid>
+ * or /var/tmp/dlock-<uid>, the first that can be) and make a client that is
  * not yet connected. On success *out owns a client to give to
  * dlock_client_close(). On failure *out is NULL and dlock_errmsg() says
  * what is wrong with the URL. */

@@ -4,6 +4,7 @@
  * program can override what an operator wrote in DLOCK_URL.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -27,12 +28,27 @@ int dlock__check_client(const struct dlock_client *c)
     return DLOCK_OK;
 }
 
+/* The file backend's default directory, in a place tmp cleaners leave
+ * alone (a lock file aged out of /tmp is a second holder and a token
+ * counter back at 1): $XDG_RUNTIME_DIR/dlock; else /run/user/<uid>/dlock
+ * when that runtime directory is ours; else /run/lock/dlock-<uid> when
+ * /run/lock is a sticky world-writable directory (the FHS place for lock
+ * files, a tmpfs emptied at boot only); else /var/tmp/dlock-<uid>. */
 char *dlock__default_dir(void)
 {
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     if (xdg && *xdg == '/')
         return dlock__sprintf("%s/dlock", xdg);
-    return dlock__sprintf("/tmp/dlock-%u", (unsigned)getuid());
+    unsigned uid = (unsigned)getuid();
+    char run_user[64];
+    snprintf(run_user, sizeof run_user, "/run/user/%u", uid);
+    struct stat st;
+    if (lstat(run_user, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid)
+        return dlock__sprintf("%s/dlock", run_user);
+    if (lstat("/run/lock", &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) &&
+        (st.st_mode & S_IWOTH))
+        return dlock__sprintf("/run/lock/dlock-%u", uid);
+    return dlock__sprintf("/var/tmp/dlock-%u", uid);
 }
 
 static char *default_url(void)

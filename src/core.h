@@ -314,8 +314,8 @@ struct dlock_client {
 /* The calling thread's id (Linux tid). */
 long dlock__tid(void);
 
-/* The file backend's default directory: $XDG_RUNTIME_DIR/dlock, else
- * /tmp/dlock-<uid> (caller frees). */
+/* The file backend's default directory (client.c says which; caller
+ * frees). */
 char *dlock__default_dir(void);
 
 /* Find the backend for SCHEME: NULL with DLOCK_EBADURL/ENOTBUILT set. */

@@ -9,11 +9,13 @@
 #include <fcntl.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,6 +152,107 @@ START_TEST(test_default_directory)
     free(made);
     free(expect);
     free(xdg);
+}
+END_TEST
+
+static char *default_url(void)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_client_new(NULL, &c), DLOCK_OK);
+    char *u = strdup(dlock_client_url(c));
+    dlock_client_close(c);
+    return u;
+}
+
+static void write_proc(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY);
+    ck_assert_msg(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "%s: %s",
+                  path, strerror(errno));
+    close(fd);
+}
+
+/* Without XDG_RUNTIME_DIR the default directory is where tmp cleaners do
+ * not age files out: /run/user/<uid>/dlock when that is ours, else
+ * /run/lock/dlock-<uid> when /run/lock is sticky and world-writable, else
+ * /var/tmp/dlock-<uid>. Each case is made in a private mount namespace
+ * with an empty tmpfs on /run. */
+START_TEST(test_default_directory_choice)
+{
+    unsigned uid = (unsigned)getuid();
+    gid_t gid = getgid();
+    if (uid == 0) {
+        ck_assert_msg(unshare(CLONE_NEWNS) == 0, "unshare: %s", strerror(errno));
+    } else {
+        ck_assert_msg(unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0, "unshare: %s", strerror(errno));
+        char map[64];
+        snprintf(map, sizeof map, "%u %u 1", uid, uid);
+        write_proc("/proc/self/uid_map", map);
+        write_proc("/proc/self/setgroups", "deny");
+        snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)gid);
+        write_proc("/proc/self/gid_map", map);
+    }
+    ck_assert_int_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+    ck_assert_msg(mount("tmpfs", "/run", "tmpfs", 0, "mode=0755") == 0, "mount: %s",
+                  strerror(errno));
+    unsetenv("XDG_RUNTIME_DIR");
+    char *var_tmp = tu_fmt("file:///var/tmp/dlock-%u", uid);
+    char *run_lock = tu_fmt("file:///run/lock/dlock-%u", uid);
+    char *run_user = tu_fmt("file:///run/user/%u/dlock", uid);
+    char *u = default_url();
+    ck_assert_str_eq(u, var_tmp); /* no /run/lock */
+    free(u);
+    ck_assert_int_eq(mkdir("/run/lock", 0777), 0);
+    chmod("/run/lock", 0777);
+    u = default_url();
+    ck_assert_str_eq(u, var_tmp); /* not sticky: anyone could swap our directory */
+    free(u);
+    chmod("/run/lock", 01777);
+    u = default_url();
+    ck_assert_str_eq(u, run_lock);
+    free(u);
+    /* It is made on first use, private to us, with private lock files. */
+    dlock_client *c;
+    ck_assert_msg(dlock_open(NULL, &c) == DLOCK_OK, "%s", dlock_errmsg());
+    dlock_lock *l = new_lock(c, "x", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    struct stat st;
+    char *made = tu_fmt("/run/lock/dlock-%u/x.lock", uid);
+    ck_assert_int_eq(stat(made, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0600);
+    free(made);
+    made = tu_fmt("/run/lock/dlock-%u", uid);
+    ck_assert_int_eq(stat(made, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0700);
+    free(made);
+    char *rundir = tu_fmt("/run/user/%u", uid);
+    ck_assert_int_eq(mkdir("/run/user", 0755), 0);
+    ck_assert_int_eq(mkdir(rundir, 0700), 0);
+    if (uid == 0) {
+        /* Someone else's runtime directory is not ours to use. */
+        ck_assert_int_eq(chown(rundir, 65534, 65534), 0);
+        u = default_url();
+        ck_assert_str_eq(u, run_lock);
+        free(u);
+        ck_assert_int_eq(chown(rundir, 0, 0), 0);
+    }
+    u = default_url();
+    ck_assert_str_eq(u, run_user);
+    free(u);
+    char *xdg = tu_fmt("%s/xdg", dir);
+    setenv("XDG_RUNTIME_DIR", xdg, 1);
+    u = default_url();
+    char *want = tu_fmt("file://%s/dlock", xdg);
+    ck_assert_str_eq(u, want);
+    free(want);
+    free(u);
+    free(xdg);
+    free(rundir);
+    free(run_user);
+    free(run_lock);
+    free(var_tmp);
 }
 END_TEST
 
@@ -528,6 +631,97 @@ START_TEST(test_hostile_names)
 }
 END_TEST
 
+/* The file names of existing lock files must never change (a renamed
+ * file is a new lock with a new token counter): a few encodings pinned,
+ * including the hashed form and where it cuts an escape. */
+START_TEST(test_pinned_file_names)
+{
+    char a198[199], a199[200], a99s[230], a98s[230];
+    memset(a198, 'a', 198);
+    a198[198] = 0;
+    memset(a199, 'a', 199);
+    a199[199] = 0;
+    memset(a99s, 'a', 99);
+    a99s[99] = '/';
+    memset(a99s + 100, 'b', 120);
+    a99s[220] = 0;
+    memcpy(a98s, a99s + 1, sizeof a98s - 1); /* 98 a's, '/', 120 b's */
+    char *a198f = tu_fmt("%s.lock", a198);
+    char *hashed99 = tu_fmt("#%.99s~", a99s);
+    char *hashed100 = tu_fmt("#%.100s~", a199);
+    char *hashed98 = tu_fmt("#%.98s~", a98s);
+    struct {
+        const char *name, *file; /* file: the whole name, or a prefix of a hashed one */
+    } pins[] = {
+        {"../escape", "%2E.%2Fescape.lock"},
+        {"..", "%2E..lock"},
+        {".", "%2E.lock"},
+        {".hidden", "%2Ehidden.lock"},
+        {"a.b..c", "a.b..c.lock"},
+        {"/", "%2F.lock"},
+        {"sp ace~#", "sp%20ace%7E%23.lock"},
+        {"\xff\n", "%FF%0A.lock"},
+        {"Az09_-", "Az09_-.lock"},
+        {a198, a198f},
+        {a199, hashed100},
+        {a99s, hashed99},  /* "%2F" would straddle byte 100: cut before it */
+        {a98s, hashed98},
+    };
+    char *lockdir = tu_fmt("%s/pins", dir);
+    mkdir(lockdir, 0700);
+    char *u = tu_fmt("file://%s", lockdir);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(u, &c), DLOCK_OK);
+    for (size_t i = 0; i < sizeof pins / sizeof *pins; i++) {
+        dlock_lock *l = new_lock(c, pins[i].name, DLOCK_EXCLUSIVE);
+        ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+        bool hashed = pins[i].file[0] == '#';
+        size_t found = 0;
+        DIR *d = opendir(lockdir);
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (de->d_name[0] == '.' &&
+                (de->d_name[1] == 0 || strcmp(de->d_name, "..") == 0))
+                continue;
+            found++;
+            if (hashed)
+                ck_assert_msg(strncmp(de->d_name, pins[i].file, strlen(pins[i].file)) == 0 &&
+                                  strlen(de->d_name) ==
+                                      strlen(pins[i].file) + 32 + strlen(".lock"),
+                              "pin %zu: %s is not %s<hash>.lock", i, de->d_name, pins[i].file);
+            else
+                ck_assert_msg(strcmp(de->d_name, pins[i].file) == 0, "pin %zu: %s, want %s", i,
+                              de->d_name, pins[i].file);
+            unlinkat(dirfd(d), de->d_name, 0);
+        }
+        closedir(d);
+        ck_assert_uint_eq(found, 1);
+    }
+    /* With a key prefix, the prefix is part of the encoded name. */
+    dlock_client *cp;
+    ck_assert_int_eq(dlock_client_new(u, &cp), DLOCK_OK);
+    ck_assert_int_eq(dlock_client_setopt_str(cp, DLOCK_OPT_KEY_PREFIX, "app/"), DLOCK_OK);
+    ck_assert_int_eq(dlock_client_connect(cp), DLOCK_OK);
+    dlock_lock *l = new_lock(cp, ".x", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(l);
+    char *want = tu_fmt("%s/app%%2F.x.lock", lockdir);
+    struct stat st;
+    ck_assert_msg(stat(want, &st) == 0, "%s missing", want);
+    dlock_client_close(cp);
+    dlock_client_close(c);
+    free(want);
+    free(u);
+    free(lockdir);
+    free(hashed100);
+    free(hashed99);
+    free(hashed98);
+    free(a198f);
+}
+END_TEST
+
 static int collect(const char *name, void *arg)
 {
     char *buf = arg;
@@ -764,6 +958,164 @@ START_TEST(test_waits_without_inotify)
 }
 END_TEST
 
+/* ------------------------------------------------------ permissions */
+
+static mode_t file_mode_of(const char *path)
+{
+    struct stat st;
+    ck_assert_msg(stat(path, &st) == 0, "%s: %s", path, strerror(errno));
+    return st.st_mode & 07777;
+}
+
+static void lock_once(const char *u, const char *name)
+{
+    dlock_client *c;
+    ck_assert_msg(dlock_open(u, &c) == DLOCK_OK, "%s", dlock_errmsg());
+    dlock_lock *l = new_lock(c, name, DLOCK_EXCLUSIVE);
+    ck_assert_msg(dlock_acquire(l, DLOCK_TRY) == DLOCK_OK, "%s", dlock_errmsg());
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* Whoever can open a lock file can lock it: lock files are 0600 whatever
+ * the umask, 0660 with the directory's group in a group-shared directory,
+ * and an old 0644 file of ours is narrowed. */
+START_TEST(test_lock_file_modes)
+{
+    umask(0);
+    lock_once(url, "private");
+    char *path = tu_fmt("%s/private.lock", dir);
+    ck_assert_uint_eq(file_mode_of(path), 0600);
+    chmod(path, 0644); /* as dlock made them before */
+    lock_once(url, "private");
+    ck_assert_uint_eq(file_mode_of(path), 0600);
+
+    char *shared = tu_fmt("%s/team", dir);
+    ck_assert_int_eq(mkdir(shared, 0770), 0);
+    gid_t team = getgid() == 65534 ? 100 : 65534;
+    if (getuid() == 0)
+        ck_assert_int_eq(chown(shared, (uid_t)-1, team), 0);
+    else
+        team = getgid(); /* a user can only give its own groups */
+    chmod(shared, 0770);
+    char *su = tu_fmt("file://%s", shared);
+    lock_once(su, "job");
+    char *spath = tu_fmt("%s/job.lock", shared);
+    struct stat st;
+    ck_assert_int_eq(stat(spath, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0660);
+    ck_assert_uint_eq(st.st_gid, team);
+    free(spath);
+    free(su);
+    free(shared);
+    free(path);
+}
+END_TEST
+
+/* As nobody: open DIR/NAME.lock read-only, take a read lock on BYTE,
+ * create MARKER, and sleep until killed. */
+static pid_t foreign_reader(const char *name, off_t byte, const char *marker)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (getuid() == 0 && setuid(65534) < 0)
+            _exit(2);
+        char *path = tu_fmt("%s/%s.lock", dir, name);
+        int fd = open(path, O_RDONLY);
+        struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1};
+        if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl) < 0)
+            _exit(3);
+        close(open(marker, O_CREAT | O_WRONLY, 0666));
+        pause();
+        _exit(0);
+    }
+    return pid;
+}
+
+/* Another local user holding a read lock on the metadata byte of a file
+ * it could read (made readable the way lock files were before): a shared
+ * acquire is not hung by it -- a bounded one times out, a try-once one is
+ * busy, an unbounded one is cancellable -- and inspect answers. */
+START_TEST(test_meta_byte_held_by_another_user)
+{
+    chmod(dir, 0755);
+    lock_once(url, "meta");
+    char *path = tu_fmt("%s/meta.lock", dir), *marker = tu_fmt("%s/reading", dir);
+    chmod(path, 0644);
+    chmod(dir, 0777); /* for nobody's marker */
+    pid_t reader = foreign_reader("meta", 1, marker);
+    ck_assert_msg(tu_wait_file(marker, 10000), "the reader could not lock byte 1");
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "meta", DLOCK_SHARED);
+    ck_assert_int_eq(dlock_acquire(l, 300), DLOCK_ETIMEDOUT);
+    ck_assert_msg(strstr(dlock_errmsg(), "metadata"), "%s", dlock_errmsg());
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    struct thread_try t = {l, DLOCK_FOREVER, 99};
+    pthread_t th;
+    pthread_create(&th, NULL, try_in_thread, &t);
+    for (int i = 0; i < 1000; i++) {
+        dlock_lock_cancel(l);
+        if (pthread_tryjoin_np(th, NULL) == 0)
+            break;
+        tu_sleep_ms(10);
+    }
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.rc, DLOCK_ECANCELED);
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    /* Nothing was left held: an exclusive acquire (which needs no
+     * metadata lock) gets it. */
+    dlock_lock *x = new_lock(c, "meta", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(x), DLOCK_OK);
+    dlock_lock_free(x);
+    kill(reader, SIGKILL);
+    waitpid(reader, NULL, 0);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(marker);
+    free(path);
+}
+END_TEST
+
+/* In a directory others may write to (like /run/lock, 1777), a lock file
+ * planted by another user is refused, not adopted; ours work. */
+START_TEST(test_planted_lock_file_refused)
+{
+    /* Only root can become another user to plant the file. */
+    ck_assert_msg(getuid() == 0, "this test needs root (to plant a file as nobody)");
+    chmod(dir, 01777);
+    char *path = tu_fmt("%s/planted.lock", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setuid(65534) < 0)
+            _exit(2);
+        int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0666);
+        _exit(fd < 0 ? 3 : 0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody could not plant the file");
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "planted", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EACCES);
+    ck_assert_msg(strstr(dlock_errmsg(), "planted.lock") && strstr(dlock_errmsg(), "uid 65534"),
+                  "%s", dlock_errmsg());
+    ck_assert_int_eq(dlock_acquire(l, 200), DLOCK_EACCES);
+    dlock_info *info;
+    ck_assert_int_eq(dlock_inspect(c, "planted", &info), DLOCK_EACCES);
+    dlock_lock *mine = new_lock(c, "mine", DLOCK_EXCLUSIVE);
+    ck_assert_int_eq(dlock_acquire(mine, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(mine), DLOCK_OK);
+    dlock_lock_free(mine);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(path);
+}
+END_TEST
+
 static Suite *file_suite(void)
 {
     Suite *s = suite_create("file");
@@ -775,6 +1127,7 @@ static Suite *file_suite(void)
         {"urls", test_bad_urls},
         {"url_options", test_url_redaction_and_options},
         {"default_dir", test_default_directory},
+        {"default_dir_choice", test_default_directory_choice},
         {"unwritable_dir", test_unwritable_directory},
         {"basic", test_acquire_release_token},
         {"reentrancy", test_reentrancy},
@@ -785,6 +1138,7 @@ static Suite *file_suite(void)
         {"shared", test_shared_mode},
         {"tokens", test_tokens_across_processes},
         {"hostile_names", test_hostile_names},
+        {"pinned_names", test_pinned_file_names},
         {"inspect_list_force", test_inspect_list_force},
         {"foreign_file", test_foreign_file_left_intact},
         {"fork", test_fork_misuse},
@@ -793,6 +1147,9 @@ static Suite *file_suite(void)
         {"lease_two_handles", test_handle_lease_and_two_handles},
         {"no_password", test_no_password_in_messages},
         {"no_inotify", test_waits_without_inotify},
+        {"file_modes", test_lock_file_modes},
+        {"meta_byte_foreign", test_meta_byte_held_by_another_user},
+        {"planted_file", test_planted_lock_file_refused},
     };
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
         TCase *tc = tcase_create(tests[i].name);

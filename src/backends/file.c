@@ -16,8 +16,16 @@
  *
  * The file also keeps the fencing counter and the last holder's identity
  * in a small header, written under a second OFD lock (byte 1) so shared
- * holders never race on it. Lock files are never deleted: deleting one
- * would restart its token counter.
+ * holders never race on it. That lock is only ever tried, never waited
+ * for in the kernel: whoever can open the file can hold byte 1, and a
+ * blocking wait would ignore the caller's deadline and cancel. Lock files
+ * are never deleted: deleting one would restart its token counter.
+ *
+ * Whoever can open a lock file can lock it, so lock files are 0600 (0660
+ * with the directory's group in a directory shared by a group), and in a
+ * directory others may write to (/run/lock is 1777) a file owned by
+ * neither us nor the directory's owner is refused: it may have been
+ * planted to reset the token counter or to lock everyone out.
  *
  * Names map to file names without escaping the directory or colliding:
  * [A-Za-z0-9_-] and inner '.' stay, every other byte becomes %XX, and
@@ -38,6 +46,7 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -45,6 +54,9 @@
 #define MAGIC "DLOCKv1\n"
 #define HOST_MAX 64
 #define MAX_ENCODED 200
+/* How long a try-once acquire retries the metadata byte, which another
+ * acquirer holds for a pread and a pwrite. */
+#define META_TRY_MS 100
 
 /* The header at offset 0 of every lock file (host byte order: the file
  * never leaves this machine). */
@@ -71,6 +83,13 @@ struct file_state {
     int npool;
     char *dir;
     int dirfd;
+    /* From the directory at open: who owns it, whether others may write
+     * in it, and the mode (and group) new lock files get. */
+    uid_t dir_uid;
+    gid_t dir_gid;
+    bool dir_public;   /* writable by others: adopt only trusted files */
+    bool group_shared; /* group-writable only: files 0660, its group */
+    mode_t file_mode;
     char host[HOST_MAX];
     const char *prefix;
 };
@@ -94,41 +113,35 @@ static void fnv128(const char *s, size_t n, uint64_t out[2])
     out[1] = b;
 }
 
-/* The file name for FULL (prefix + name) into OUT (NAME_MAX + 1). */
-static void file_name(const char *full, char out[NAME_MAX + 1])
+/* The file name for FULL (prefix + name) into OUT (NAME_MAX + 1). The
+ * names of existing lock files may never change (a renamed file is a new
+ * lock with a new token counter), so this keeps the encoding the backend
+ * has always used (check_file's pinned_names holds it): the shared codec
+ * keeping inner dots, except that ".." stays "%2E." rather than the
+ * codec's "%2E%2E"; and a name is hashed once an encoded byte would start
+ * past MAX_ENCODED - 3, as the old encoder stopped there. */
+static int file_name(const char *full, char out[NAME_MAX + 1])
 {
-    static const char hex[] = "0123456789ABCDEF";
-    char enc[MAX_ENCODED + 4];
-    size_t n = 0, len = strlen(full);
-    bool fits = true;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)full[i];
-        bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                     (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || (ch == '.' && i > 0);
-        if (n + 3 > MAX_ENCODED) {
-            fits = false;
-            break;
-        }
-        if (plain) {
-            enc[n++] = (char)ch;
-        } else {
-            enc[n++] = '%';
-            enc[n++] = hex[ch >> 4];
-            enc[n++] = hex[ch & 15];
-        }
-    }
-    enc[n] = 0;
-    if (fits) {
+    char *enc = strcmp(full, "..") == 0 ? strdup("%2E.")
+                                        : dlock__name_encode(full, ".", DLOCK__ENC_NO_LEADING_DOT);
+    if (!enc)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    size_t n = strlen(enc);
+    size_t last = n >= 3 && enc[n - 3] == '%' ? n - 3 : n ? n - 1 : 0; /* the last byte's escape */
+    if (last + 3 <= MAX_ENCODED) {
         snprintf(out, NAME_MAX + 1, "%s.lock", enc);
-        return;
+        free(enc);
+        return DLOCK_OK;
     }
     uint64_t h[2];
-    fnv128(full, len, h);
+    fnv128(full, strlen(full), h);
     enc[100] = 0;
     if (enc[99] == '%' || enc[98] == '%') /* never cut an escape in half */
         enc[enc[99] == '%' ? 99 : 98] = 0;
     snprintf(out, NAME_MAX + 1, "#%s~%016llx%016llx.lock", enc, (unsigned long long)h[0],
              (unsigned long long)h[1]);
+    free(enc);
+    return DLOCK_OK;
 }
 
 static char *full_name(struct file_state *s, const char *name)
@@ -138,13 +151,57 @@ static char *full_name(struct file_state *s, const char *name)
 
 /* ------------------------------------------------------ byte locks */
 
-static int range_lock(int fd, int cmd, short type, off_t start)
+/* Try (never wait for) an OFD lock of TYPE on byte START. */
+static int range_lock(int fd, short type, off_t start)
 {
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = 1};
-    int r;
-    while ((r = fcntl(fd, cmd, &fl)) < 0 && errno == EINTR && cmd == F_OFD_SETLKW)
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
-    return r;
+}
+
+/* Take the metadata byte in TYPE. Its legitimate holders keep it for a
+ * pread and a pwrite, but anyone who can open the file can hold it
+ * forever, so it is tried on a backoff of 1 to 50 ms: within W's deadline
+ * and cancellable for an acquire that waits, for META_TRY_MS for a
+ * try-once acquire (then DLOCK_EBUSY), and for the op timeout when W is
+ * NULL (inspect; then DLOCK_ETIMEDOUT). */
+static int meta_lock(struct file_state *s, int fd, const char *fname, short type,
+                     struct dlock__wait *w)
+{
+    struct dlock__backoff b = {.min_ms = 1, .max_ms = 50};
+    bool own_clock = !w || dlock__wait_try_once(w);
+    int64_t op_ms = s->c->opts.op_timeout_ms > 0 ? s->c->opts.op_timeout_ms : 5000;
+    int64_t until = dlock__now_ms() + (w ? META_TRY_MS : op_ms);
+    for (;;) {
+        if (range_lock(fd, type, META_BYTE) == 0)
+            return DLOCK_OK;
+        if (errno != EAGAIN && errno != EACCES && errno != EINTR)
+            return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: meta lock", s->dir, fname);
+        int64_t delay = dlock__backoff_next(&b);
+        int rc = DLOCK_OK;
+        if (own_clock) {
+            int64_t left = until - dlock__now_ms();
+            if (left > 0)
+                sleep_ms(delay < left ? delay : left);
+            else
+                rc = w ? DLOCK_EBUSY : DLOCK_ETIMEDOUT;
+        } else {
+            rc = dlock__wait_sleep(w, dlock__wait_seq(w), dlock__now_ms() + delay);
+        }
+        if (rc == DLOCK_ECANCELED)
+            return dlock__err(rc, "lock file %s/%s: canceled while its metadata byte was locked "
+                                  "by another process", s->dir, fname);
+        if (rc)
+            return dlock__err(rc, "lock file %s/%s: its metadata byte (byte 1) stays locked by "
+                                  "another process (a lock file readable by others can be held "
+                                  "this way: it should be mode 0600 or 0660)", s->dir, fname);
+    }
 }
 
 /* Read the header (and, when FULL is given, check the stored name) in
@@ -207,6 +264,11 @@ static int check_dir(struct file_state *s, bool is_default)
                           s->dir, (unsigned)(st.st_mode & 0777));
     if (faccessat(s->dirfd, ".", W_OK | X_OK, AT_EACCESS) < 0)
         return dlock__errno(DLOCK_EACCES, errno, "lock directory %s is not writable", s->dir);
+    s->dir_uid = st.st_uid;
+    s->dir_gid = st.st_gid;
+    s->dir_public = (st.st_mode & S_IWOTH) != 0;
+    s->group_shared = !s->dir_public && (st.st_mode & S_IWGRP);
+    s->file_mode = s->group_shared ? 0660 : 0600;
     return DLOCK_OK;
 }
 
@@ -298,26 +360,94 @@ static int file_open(dlock_client *c, void **state)
     return DLOCK_OK;
 }
 
-/* Open the lock file for FULL, creating it. */
+/* Whether a lock file owned by UID may be used. In a directory others
+ * may write to, only files of ours or of the directory's owner: anyone
+ * else's may have been planted to reset the token counter or to hold the
+ * lock from outside. Elsewhere whoever could create the file is trusted
+ * by the directory's owner. */
+static bool trusted_owner(const struct file_state *s, uid_t uid)
+{
+    return !s->dir_public || uid == geteuid() || uid == s->dir_uid;
+}
+
+/* A lock file just made by us, or an old one of ours with wider
+ * permissions (files were 0644 before): give it the mode new files get,
+ * and in a group-shared directory the directory's group (0600 if that
+ * group cannot be given). Only ever narrows an old file's mode. */
+static void set_file_mode(struct file_state *s, int fd, const struct stat *st, bool created)
+{
+    mode_t want = s->file_mode;
+    if (created && s->group_shared && st->st_gid != s->dir_gid &&
+        fchown(fd, (uid_t)-1, s->dir_gid) < 0)
+        want = 0600;
+    if (!created)
+        want &= st->st_mode & 0777;
+    if ((st->st_mode & 0777) != want && (created || st->st_uid == geteuid()))
+        (void)fchmod(fd, want); /* a failure leaves the mode the umask gave */
+}
+
+/* Open the lock file for FULL (creating it when FLAGS has O_CREAT), with
+ * its name in FNAME. Refuses what is not a regular file and, in a
+ * directory others may write to, a file of an untrusted owner. */
 static int open_lock_file(struct file_state *s, const char *full, int flags, char *fname, int *fd)
 {
-    file_name(full, fname);
-    *fd = openat(s->dirfd, fname, flags | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0644);
+    int rc = file_name(full, fname);
+    if (rc)
+        return rc;
+    int base = (flags & ~O_CREAT) | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK;
+    bool created = false;
+    /* Open what exists, else create it exclusively: then we know whether
+     * the file is ours to set up. Bounded against a directory where files
+     * keep appearing and vanishing. */
+    for (int tries = 0;; tries++) {
+        *fd = openat(s->dirfd, fname, base);
+        if (*fd >= 0 || errno != ENOENT || !(flags & O_CREAT) || tries == 100)
+            break;
+        *fd = openat(s->dirfd, fname, base | O_CREAT | O_EXCL, s->file_mode);
+        if (*fd >= 0) {
+            created = true;
+            break;
+        }
+        if (errno != EEXIST)
+            break;
+    }
     if (*fd < 0) {
-        if (errno == ENOENT && !(flags & O_CREAT))
+        int e = errno;
+        struct stat st;
+        if (e == ENOENT && !(flags & O_CREAT))
             return DLOCK_ENOENT; /* never locked: no message needed */
-        if (errno == ELOOP)
+        if (e == ELOOP)
             return dlock__err(DLOCK_EWRONGTYPE, "lock file %s/%s is a symlink (left intact)",
                               s->dir, fname);
-        return dlock__errno(dlock__errno_code(errno), errno, "lock file %s/%s", s->dir, fname);
+        if (e == EACCES && fstatat(s->dirfd, fname, &st, AT_SYMLINK_NOFOLLOW) == 0)
+            return dlock__err(DLOCK_EACCES,
+                              "lock file %s/%s belongs to uid %u with mode %04o: not open to "
+                              "you (uid %u); lock files are shared through a directory of a "
+                              "group (chmod 2770 DIR; chgrp GROUP DIR)",
+                              s->dir, fname, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+                              (unsigned)geteuid());
+        return dlock__errno(dlock__errno_code(e), e, "lock file %s/%s", s->dir, fname);
     }
     struct stat st;
-    if (fstat(*fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (fstat(*fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(*fd);
         *fd = -1;
         return dlock__err(DLOCK_EWRONGTYPE, "%s/%s is not a regular file (left intact)", s->dir,
                           fname);
     }
+    if (!trusted_owner(s, st.st_uid)) {
+        close(*fd);
+        *fd = -1;
+        return dlock__err(DLOCK_EACCES,
+                          "lock file %s/%s belongs to uid %u, neither you (uid %u) nor the owner "
+                          "of the directory (uid %u), which others may write to: it may have been "
+                          "planted to reset the token counter or to hold the lock; refusing it "
+                          "(remove it, or use a directory only you or your group can write to)",
+                          s->dir, fname, (unsigned)st.st_uid, (unsigned)geteuid(),
+                          (unsigned)s->dir_uid);
+    }
+    if (created || (st.st_mode & 0777 & ~s->file_mode))
+        set_file_mode(s, *fd, &st, created);
     return DLOCK_OK;
 }
 
@@ -335,13 +465,14 @@ static bool still_linked(struct file_state *s, int fd, const char *fname)
  * at the same time, so they take the meta lock; an exclusive holder is
  * alone by definition and skips it (two syscalls off the hand-off path). */
 static int stamp(struct file_state *s, int fd, const char *fname, const char *full,
-                 dlock_mode mode, uint64_t *token)
+                 dlock_mode mode, struct dlock__wait *w, uint64_t *token)
 {
     bool meta = mode == DLOCK_SHARED;
-    if (meta && range_lock(fd, F_OFD_SETLKW, F_WRLCK, META_BYTE) < 0)
-        return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: meta lock", s->dir, fname);
+    int rc = meta ? meta_lock(s, fd, fname, F_WRLCK, w) : DLOCK_OK;
+    if (rc)
+        return rc;
     struct header h;
-    int rc = read_header(s, fd, fname, full, &h);
+    rc = read_header(s, fd, fname, full, &h);
     if (!rc) {
         size_t len = strlen(full);
         bool fresh = h.magic[0] == 0;
@@ -361,7 +492,7 @@ static int stamp(struct file_state *s, int fd, const char *fname, const char *fu
         *token = h.token;
     }
     if (meta)
-        range_lock(fd, F_OFD_SETLK, F_UNLCK, META_BYTE);
+        range_lock(fd, F_UNLCK, META_BYTE);
     return rc;
 }
 
@@ -374,11 +505,11 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd = -1, ifd = -1, wd = -1;
     bool degraded = false; /* no inotify to be had: backoff retries */
-    int64_t backoff = 1;
+    struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 100};
     int rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
     short type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK;
     while (!rc) {
-        bool locked = range_lock(fd, F_OFD_SETLK, type, LOCK_BYTE) == 0;
+        bool locked = range_lock(fd, type, LOCK_BYTE) == 0;
         if (!locked && errno != EAGAIN && errno != EACCES) {
             rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
             break;
@@ -395,7 +526,7 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
         }
         if (locked)
             break;
-        if (w->deadline == 0) {
+        if (dlock__wait_try_once(w)) {
             rc = DLOCK_EBUSY;
             break;
         }
@@ -424,8 +555,8 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
             continue;
         }
         if (degraded) {
-            rc = dlock__wait_sleep(w, dlock__wait_seq(w), dlock__now_ms() + backoff);
-            backoff = backoff * 2 > 100 ? 100 : backoff * 2;
+            rc = dlock__wait_sleep(w, dlock__wait_seq(w),
+                                   dlock__now_ms() + dlock__backoff_next(&backoff));
             continue;
         }
         rc = dlock__wait_poll(w, ifd, POLLIN, DLOCK__NEVER);
@@ -436,7 +567,7 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     if (ifd >= 0)
         inotify_return(s, ifd, wd);
     if (!rc)
-        rc = stamp(s, fd, fname, full, hold->mode, &hold->token);
+        rc = stamp(s, fd, fname, full, hold->mode, w, &hold->token);
     free(full);
     struct file_hold *fh = NULL;
     if (!rc && !(fh = malloc(sizeof *fh)))
@@ -448,7 +579,7 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     }
     fh->fd = fd;
     hold->bdata = fh;
-    snprintf(hold->owner, sizeof hold->owner, "%d@%s", (int)getpid(), s->host);
+    dlock__identity(hold->owner, sizeof hold->owner);
     return DLOCK_OK;
 }
 
@@ -460,7 +591,7 @@ static int file_release(void *state, struct dlock__hold *hold)
         return DLOCK_OK;
     /* Closing a descriptor opened for writing drops the OFD lock and
      * raises IN_CLOSE_WRITE for the waiters. */
-    range_lock(fh->fd, F_OFD_SETLK, F_UNLCK, LOCK_BYTE);
+    range_lock(fh->fd, F_UNLCK, LOCK_BYTE);
     close(fh->fd);
     free(fh);
     hold->bdata = NULL;
@@ -496,11 +627,11 @@ static int file_inspect(void *state, const char *name, struct dlock_info *info)
     if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
         rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
     struct header h;
-    if (!rc && range_lock(fd, F_OFD_SETLKW, F_RDLCK, META_BYTE) < 0)
-        rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: meta lock", s->dir, fname);
+    if (!rc)
+        rc = meta_lock(s, fd, fname, F_RDLCK, NULL);
     if (!rc) {
         rc = read_header(s, fd, fname, full, &h);
-        range_lock(fd, F_OFD_SETLK, F_UNLCK, META_BYTE);
+        range_lock(fd, F_UNLCK, META_BYTE);
     }
     if (!rc) {
         info->token = h.token;
@@ -555,7 +686,7 @@ static int file_list(void *state, const char *pattern, dlock_list_fn fn, void *a
         if (fd < 0)
             continue;
         struct stat st;
-        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || !trusted_owner(s, st.st_uid)) {
             close(fd);
             continue;
         }

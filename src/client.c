@@ -283,16 +283,17 @@ void dlock_client_close(dlock_client *c)
         if (c->connected)
             dlock__release_all(c);
         dlock__keeper_stop(c);
+        dlock__cleanup_close(c, true);
         if (c->bstate)
             c->be->close(c->bstate);
     }
+    dlock__cleanup_close(c, false); /* a child after fork: free only */
     if (c->buckets) {
         for (size_t i = 0; i < DLOCK__BUCKETS; i++)
             while (c->buckets[i]) {
                 struct dlock__entry *e = c->buckets[i];
                 c->buckets[i] = e->next;
-                free(e->name);
-                free(e);
+                dlock__entry_free(e);
             }
         free(c->buckets);
     }

@@ -138,6 +138,84 @@ struct dlock__backoff {
 int64_t dlock__backoff_next(struct dlock__backoff *b);
 void dlock__backoff_reset(struct dlock__backoff *b);
 
+/* ---------------------------------------------------------------- waitsets */
+
+/* A first-come, first-served set of waits: the one registry of waiters
+ * keyed by whatever the owner keys it by (the core's local queue of one
+ * client's threads per name; a backend's waiters per name or per watch).
+ *
+ * Thread safety: the set has its own mutex, a leaf lock -- every function
+ * may be called from any thread, with or without the caller's own locks
+ * held; inside, it takes only the waits' own mutexes (dlock__wait_wake).
+ *
+ * A wake_one() marks the wait it wakes; that wake is the waiter's to use
+ * or to pass on. A waiter that wakes calls consume() to learn whether it
+ * was chosen (and clears the mark, so a later wake_one() may choose it
+ * again); a waiter that leaves without using a wake it was given
+ * (timeout, cancel) sees remove() return true and passes it on with
+ * wake_one(), so a wake is never lost on a waiter that left. */
+struct dlock__waitset_slot {
+    struct dlock__wait *w;
+    bool woken; /* chosen by a wake, not yet consumed */
+};
+struct dlock__waitset {
+    pthread_mutex_t mu;
+    struct dlock__waitset_slot *v; /* in arrival order */
+    size_t n, cap;
+    uint64_t wakes; /* waits woken so far (wake_one and wake_all) */
+};
+
+void dlock__waitset_init(struct dlock__waitset *ws);
+/* Frees the slots; the set must be empty of waiters that still sleep. */
+void dlock__waitset_destroy(struct dlock__waitset *ws);
+/* Append W (arrival order); DLOCK_ENOMEM with a message. W must not be
+ * in the set already. */
+int dlock__waitset_add(struct dlock__waitset *ws, struct dlock__wait *w);
+/* Take W out (no-op when absent). True when W held a wake it had not
+ * consumed: the caller that leaves without acting on it passes it on
+ * with dlock__waitset_wake_one(). */
+bool dlock__waitset_remove(struct dlock__waitset *ws, struct dlock__wait *w);
+/* Wake the longest-waiting wait still in the set that holds no wake yet,
+ * mark it, and return it (it stays in the set until it removes itself);
+ * NULL when there is none. */
+struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws);
+/* Wake and mark every wait in the set; returns how many. */
+size_t dlock__waitset_wake_all(struct dlock__waitset *ws);
+/* True when W holds a wake (clears the mark). */
+bool dlock__waitset_consume(struct dlock__waitset *ws, struct dlock__wait *w);
+/* Waits in the set. */
+size_t dlock__waitset_count(struct dlock__waitset *ws);
+
+/* ---------------------------------------------------------- cleanup queue */
+
+/* Work a backend owes after an ambiguous reply: a create whose reply was
+ * lost may have left a key or node behind that must be deleted, a release
+ * that timed out may have to be sent again. The backend hands it to the
+ * core and moves on; the keeper does it without a caller.
+ *
+ * dlock__cleanup_add(c, what, fn, arg, free_arg) queues one piece of work
+ * (WHAT, copied, names it in messages: "delete /locks/x/_c_..-lock-7").
+ * FN(bstate, arg, deadline) does it once: it must return by DEADLINE
+ * (monotonic ms: take every request's timeout from dlock__time_left
+ * (deadline, cap)), DLOCK_OK when the work is done or nothing is left to
+ * do (the key is already gone), any other code to be retried later.
+ * FN runs on the keeper thread (or in dlock_client_close), never with a
+ * core lock held, never twice at once for one client. FREE_ARG(arg) (may
+ * be NULL) runs once when the work is done or given up.
+ *
+ * The keeper drains the queue on each pass in a bounded slice -- at most
+ * the op timeout and never past the next renewal due -- and retries a
+ * failure after dlock__backoff (from 10 ms up to the op timeout).
+ * dlock_client_close() stops the keeper, then runs every piece still
+ * queued once more within one op timeout in all, then frees them: work
+ * not done by then is given up (the lease reclaims what it left).
+ * Any thread; takes the client's mutex (never call it while the core
+ * calls you with it held: no core callback does). DLOCK_ENOMEM (arg is
+ * then freed with FREE_ARG) or DLOCK_OK. */
+typedef int (*dlock__cleanup_fn)(void *bstate, void *arg, int64_t deadline);
+int dlock__cleanup_add(struct dlock_client *c, const char *what, dlock__cleanup_fn fn, void *arg,
+                       void (*free_arg)(void *));
+
 /* ----------------------------------------------------------------- names */
 
 /* Encode NAME (any bytes) as one path segment: ASCII letters, digits, '-'
@@ -309,6 +387,9 @@ struct dlock_client {
     bool keeper_running, keeper_stop;
     pthread_cond_t keeper_cv; /* CLOCK_MONOTONIC */
     int64_t keeper_asleep_until; /* while the keeper waits: its next pass; 0 = awake */
+
+    /* cleanup queue (cleanup.c), under mu */
+    struct dlock__cleanup *cleanup_head, *cleanup_tail;
 };
 
 /* The calling thread's id (Linux tid). */

@@ -13,7 +13,7 @@ struct dlock__entry {
     unsigned refs;            /* handles + acquires in flight */
     struct dlock__hold *holds;
     bool busy;                /* CLIENT_OWNER: a thread holds or is acquiring */
-    struct dlock__waitref *local_waiters;
+    struct dlock__waitset local; /* CLIENT_OWNER: threads waiting for busy */
     struct dlock__entry *next; /* hash chain */
 };
 
@@ -42,7 +42,22 @@ void dlock__wait_destroy(struct dlock__wait *w);
 void dlock__wait_cancel(struct dlock__wait *w);
 
 unsigned dlock__hash(const char *s);
+/* Free an entry taken out of the registry (client closing). */
+void dlock__entry_free(struct dlock__entry *e);
+/* Test hook: threads of L's client queued locally on its name, and
+ * (WAKES, may be NULL) how many wakes the local queue has handed out. */
+size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);
 /* Release every hold of C (closing). */
 void dlock__release_all(dlock_client *c);
+
+/* The cleanup queue (cleanup.c). Run the pieces due, each at most once,
+ * until DEADLINE (client mutex held; dropped while each runs); true when
+ * any ran. */
+bool dlock__cleanup_run(dlock_client *c, int64_t deadline);
+/* When the next queued piece is due (mutex held); DLOCK__NEVER if none. */
+int64_t dlock__cleanup_next(const dlock_client *c);
+/* Closing, keeper stopped: run each piece once more (when RUN: not in a
+ * child after fork) within one op timeout in all, then free them all. */
+void dlock__cleanup_close(dlock_client *c, bool run);
 
 #endif

@@ -5,9 +5,11 @@
  * them; declares a hold lost when the backend says it is gone or when its
  * validity deadline (send time of the last confirmed acquire or renewal +
  * lease - drift, on the monotonic clock) passes unconfirmed; and runs each
- * lost callback exactly once. It sleeps on a condition variable until the
+ * lost callback exactly once; and does the cleanups backends owe after
+ * ambiguous replies (cleanup.c) between renewals. It sleeps on a condition variable until the
  * next renewal or deadline is due, so an idle client costs nothing.
- * Started with the first leased hold; stopped when the client closes.
+ * Started with the first leased hold or queued cleanup; stopped when the
+ * client closes.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -215,6 +217,19 @@ static void *keeper_main(void *arg)
         }
         if (ndue || ncalls)
             continue;
+        /* Owed cleanups in a bounded slice: at most an op timeout, never
+         * past the next renewal or validity deadline. */
+        if (c->cleanup_head) {
+            int64_t now = dlock__now_ms();
+            int64_t slice = now + c->opts.op_timeout_ms;
+            if (next < slice)
+                slice = next;
+            if (slice > now && dlock__cleanup_run(c, slice))
+                continue;
+            int64_t due_at = dlock__cleanup_next(c);
+            if (due_at < next)
+                next = due_at;
+        }
         if (next == DLOCK__NEVER) {
             c->keeper_asleep_until = DLOCK__NEVER;
             pthread_cond_wait(&c->keeper_cv, &c->mu);

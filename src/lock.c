@@ -43,6 +43,7 @@ static struct dlock__entry *entry_get(dlock_client *c, const char *name)
         free(e);
         return NULL;
     }
+    dlock__waitset_init(&e->local);
     e->next = *b;
     *b = e;
     return e;
@@ -57,8 +58,27 @@ static void entry_put(dlock_client *c, struct dlock__entry *e)
     while (*p != e)
         p = &(*p)->next;
     *p = e->next;
+    dlock__entry_free(e);
+}
+
+void dlock__entry_free(struct dlock__entry *e)
+{
+    dlock__waitset_destroy(&e->local);
     free(e->name);
     free(e);
+}
+
+size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes)
+{
+    pthread_mutex_lock(&l->c->mu);
+    size_t n = dlock__waitset_count(&l->e->local);
+    if (wakes) {
+        pthread_mutex_lock(&l->e->local.mu);
+        *wakes = l->e->local.wakes;
+        pthread_mutex_unlock(&l->e->local.mu);
+    }
+    pthread_mutex_unlock(&l->c->mu);
+    return n;
 }
 
 static struct dlock__hold *hold_of(struct dlock__entry *e, long tid)
@@ -186,32 +206,40 @@ int dlock_lock_cancel(dlock_lock *l)
     return DLOCK_OK;
 }
 
-/* CLIENT_OWNER backends: wait until no other thread of this client holds
- * or is acquiring the name, then claim it (mutex held on entry and exit). */
+/* The name's local holder is done with it: hand it to the longest waiting
+ * thread, or mark it free when none waits (mutex held). */
+static void local_dequeue(struct dlock__entry *e)
+{
+    if (!dlock__waitset_wake_one(&e->local))
+        e->busy = false;
+}
+
+/* CLIENT_OWNER backends: wait in arrival order until no other thread of
+ * this client holds or is acquiring the name, then claim it (mutex held
+ * on entry and exit). A release hands the name to the longest waiting
+ * thread (local_dequeue): e->busy stays set and that thread alone is
+ * woken; one that leaves instead (timeout, cancel) passes the hand-over
+ * on. Newcomers queue behind waiters, so nobody overtakes them. */
 static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wait *w)
 {
-    struct dlock__waitref me = {w, NULL};
-    int rc = DLOCK_OK;
-    while (e->busy) {
+    if (!e->busy && !dlock__waitset_count(&e->local)) {
+        e->busy = true;
+        return DLOCK_OK;
+    }
+    int rc = dlock__waitset_add(&e->local, w);
+    while (!rc) {
         unsigned seq = dlock__wait_seq(w);
-        me.next = e->local_waiters;
-        e->local_waiters = &me;
+        if (dlock__waitset_consume(&e->local, w)) {
+            dlock__waitset_remove(&e->local, w);
+            return DLOCK_OK; /* handed over: e->busy is ours */
+        }
         pthread_mutex_unlock(&c->mu);
         rc = dlock__wait_sleep(w, seq, DLOCK__NEVER);
         pthread_mutex_lock(&c->mu);
-        waitref_remove(&e->local_waiters, &me);
-        if (rc)
-            return rc;
+        if (rc && dlock__waitset_remove(&e->local, w))
+            local_dequeue(e); /* we were handed it as we left: pass it on */
     }
-    e->busy = true;
-    return DLOCK_OK;
-}
-
-static void local_dequeue(struct dlock__entry *e)
-{
-    e->busy = false;
-    for (struct dlock__waitref *r = e->local_waiters; r; r = r->next)
-        dlock__wait_wake(r->w);
+    return rc;
 }
 
 int dlock_acquire(dlock_lock *l, int64_t wait_ms)

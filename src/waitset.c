@@ -1,0 +1,112 @@
+/* waitset.c -- the one registry of waiters: waits in arrival order, woken
+ * one at a time (the longest waiting first) or all at once.
+ *
+ * Every place that keeps waiters (the core's local queue of one client's
+ * threads per name, a backend's waiters per name or per watch) keeps them
+ * here, so first come is first served everywhere and a wake handed to a
+ * waiter that is leaving is passed on instead of lost (see core.h). The
+ * set is a small array: a name rarely has more than a few local waiters,
+ * and removing from the middle is a shift.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+void dlock__waitset_init(struct dlock__waitset *ws)
+{
+    memset(ws, 0, sizeof *ws);
+    pthread_mutex_init(&ws->mu, NULL);
+}
+
+void dlock__waitset_destroy(struct dlock__waitset *ws)
+{
+    free(ws->v);
+    ws->v = NULL;
+    ws->n = ws->cap = 0;
+    pthread_mutex_destroy(&ws->mu);
+}
+
+int dlock__waitset_add(struct dlock__waitset *ws, struct dlock__wait *w)
+{
+    pthread_mutex_lock(&ws->mu);
+    if (ws->n == ws->cap) {
+        size_t cap = ws->cap ? ws->cap * 2 : 4;
+        struct dlock__waitset_slot *v = realloc(ws->v, cap * sizeof *v);
+        if (!v) {
+            pthread_mutex_unlock(&ws->mu);
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        }
+        ws->v = v;
+        ws->cap = cap;
+    }
+    ws->v[ws->n++] = (struct dlock__waitset_slot){w, false};
+    pthread_mutex_unlock(&ws->mu);
+    return DLOCK_OK;
+}
+
+bool dlock__waitset_remove(struct dlock__waitset *ws, struct dlock__wait *w)
+{
+    bool woken = false;
+    pthread_mutex_lock(&ws->mu);
+    for (size_t i = 0; i < ws->n; i++)
+        if (ws->v[i].w == w) {
+            woken = ws->v[i].woken;
+            memmove(&ws->v[i], &ws->v[i + 1], (ws->n - i - 1) * sizeof *ws->v);
+            ws->n--;
+            break;
+        }
+    pthread_mutex_unlock(&ws->mu);
+    return woken;
+}
+
+struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws)
+{
+    struct dlock__wait *w = NULL;
+    pthread_mutex_lock(&ws->mu);
+    for (size_t i = 0; i < ws->n; i++)
+        if (!ws->v[i].woken) {
+            ws->v[i].woken = true;
+            ws->wakes++;
+            w = ws->v[i].w;
+            dlock__wait_wake(w);
+            break;
+        }
+    pthread_mutex_unlock(&ws->mu);
+    return w;
+}
+
+size_t dlock__waitset_wake_all(struct dlock__waitset *ws)
+{
+    pthread_mutex_lock(&ws->mu);
+    size_t n = ws->n;
+    for (size_t i = 0; i < n; i++) {
+        ws->v[i].woken = true;
+        dlock__wait_wake(ws->v[i].w);
+    }
+    ws->wakes += n;
+    pthread_mutex_unlock(&ws->mu);
+    return n;
+}
+
+bool dlock__waitset_consume(struct dlock__waitset *ws, struct dlock__wait *w)
+{
+    bool woken = false;
+    pthread_mutex_lock(&ws->mu);
+    for (size_t i = 0; i < ws->n; i++)
+        if (ws->v[i].w == w) {
+            woken = ws->v[i].woken;
+            ws->v[i].woken = false;
+            break;
+        }
+    pthread_mutex_unlock(&ws->mu);
+    return woken;
+}
+
+size_t dlock__waitset_count(struct dlock__waitset *ws)
+{
+    pthread_mutex_lock(&ws->mu);
+    size_t n = ws->n;
+    pthread_mutex_unlock(&ws->mu);
+    return n;
+}

@@ -35,28 +35,57 @@ int redis_server_error(struct redis_state *s, const char *text, const char *what
 }
 
 /* Map a failed hiredis call (NULL reply) to DLOCK_ECONN. */
-int redis_io_error(struct redis_state *s, const redisContext *ctx, const char *what)
+int redis_io_error(struct redis_state *s, const redisContext *ctx, int64_t timeout_ms,
+                   const char *what)
 {
     const char *why = ctx ? ctx->errstr : "no connection";
     if (ctx && ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK ||
                                             strstr(why, "temporarily unavailable")))
         return dlock__err(DLOCK_ECONN, "%s: %s: no reply within %lld ms", s->where, what,
-                          (long long)s->op_timeout_ms);
+                          (long long)timeout_ms);
     if (ctx && ctx->err == REDIS_ERR_EOF)
         return dlock__err(DLOCK_ECONN, "%s: %s: the server closed the connection", s->where,
                           what);
     return dlock__err(DLOCK_ECONN, "%s: %s: %s", s->where, what, why && *why ? why : "I/O error");
 }
 
+static int deadline_passed(struct redis_state *s, const char *what)
+{
+    return dlock__err(DLOCK_ETIMEDOUT, "%s: %s: the deadline passed before it could be sent",
+                      s->where, what);
+}
+
 /* ============================================================ connections */
 
-/* Dial, authenticate, select the db, within LIMIT_MS when > 0 (else the
- * connect timeout). On failure *out is NULL and the message names
- * host:port and the server's words. */
-int redis_dial(struct redis_state *s, bool select_db, int64_t limit_ms, redisContext **out)
+/* One setup command (AUTH, SELECT) on a fresh connection: DLOCK_OK or the
+ * failure, with AUTH refusals as DLOCK_EAUTH. */
+static int setup_command(struct redis_state *s, redisContext *ctx, int64_t deadline, int argc,
+                         const char **argv, const char *what)
+{
+    int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
+    if (left == 0)
+        return deadline_passed(s, what);
+    redisSetTimeout(ctx, redis_ms_tv(left));
+    redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
+    int rc = DLOCK_OK;
+    if (!r)
+        rc = redis_io_error(s, ctx, left, what);
+    else if (r->type == REDIS_REPLY_ERROR && strcmp(what, "AUTH") == 0)
+        rc = dlock__err(DLOCK_EAUTH, "%s: AUTH%s%s refused: %s", s->where, s->user ? " as " : "",
+                        s->user ? s->user : "", r->str);
+    else if (r->type == REDIS_REPLY_ERROR)
+        rc = redis_server_error(s, r->str, what);
+    if (r)
+        freeReplyObject(r);
+    return rc;
+}
+
+int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, redisContext **out)
 {
     *out = NULL;
-    int64_t cto = limit_ms > 0 && limit_ms < s->connect_timeout_ms ? limit_ms : s->connect_timeout_ms;
+    int64_t cto = dlock__time_left(deadline, s->connect_timeout_ms);
+    if (cto == 0)
+        return deadline_passed(s, "connect");
     redisContext *ctx = s->sock ? redisConnectUnixWithTimeout(s->sock, redis_ms_tv(cto))
                                 : redisConnectWithTimeout(s->host, s->port, redis_ms_tv(cto));
     if (!ctx)
@@ -66,61 +95,48 @@ int redis_dial(struct redis_state *s, bool select_db, int64_t limit_ms, redisCon
         redisFree(ctx);
         return rc;
     }
-    redisSetTimeout(ctx, redis_ms_tv(limit_ms > 0 && limit_ms < s->op_timeout_ms ? limit_ms : s->op_timeout_ms));
+    int rc = DLOCK_OK;
     if (s->password) {
-        redisReply *r;
-        if (s->user)
-            r = redisCommand(ctx, "AUTH %s %s", s->user, s->password);
-        else
-            r = redisCommand(ctx, "AUTH %s", s->password);
-        int rc = DLOCK_OK;
-        if (!r)
-            rc = redis_io_error(s, ctx, "AUTH");
-        else if (r->type == REDIS_REPLY_ERROR)
-            rc = dlock__err(DLOCK_EAUTH, "%s: AUTH%s%s refused: %s", s->where, s->user ? " as " : "",
-                            s->user ? s->user : "", r->str);
-        if (r)
-            freeReplyObject(r);
-        if (rc) {
-            redisFree(ctx);
-            return rc;
-        }
+        const char *auth[] = {"AUTH", s->user ? s->user : s->password, s->password};
+        rc = setup_command(s, ctx, deadline, s->user ? 3 : 2, auth, "AUTH");
     }
-    if (select_db && s->db != 0) {
-        redisReply *r = redisCommand(ctx, "SELECT %d", s->db);
-        int rc = DLOCK_OK;
-        if (!r)
-            rc = redis_io_error(s, ctx, "SELECT");
-        else if (r->type == REDIS_REPLY_ERROR)
-            rc = redis_server_error(s, r->str, "SELECT");
-        if (r)
-            freeReplyObject(r);
-        if (rc) {
-            redisFree(ctx);
-            return rc;
-        }
+    if (!rc && select_db && s->db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", s->db);
+        const char *sel[] = {"SELECT", db};
+        rc = setup_command(s, ctx, deadline, 2, sel, "SELECT");
     }
+    if (rc) {
+        redisFree(ctx);
+        return rc;
+    }
+    redisSetTimeout(ctx, redis_ms_tv(s->op_timeout_ms));
     *out = ctx;
     return DLOCK_OK;
 }
 
-/* Take an idle connection or dial a new one. BACKGROUND callers (keeper)
- * respect the reconnect backoff; callers' own requests always dial. With
- * LIMIT_MS > 0, dialing and the connection's I/O timeout are cut to it
- * (the caller restores the timeout with pool_put). */
-int redis_pool_get_within(struct redis_state *s, bool background, int64_t limit_ms, struct rconn **out)
+/* Set K's I/O timeout to TIMEOUT_MS unless it is that already. */
+static void set_timeout(struct rconn *k, int64_t timeout_ms)
+{
+    if (k->timeout_ms != timeout_ms) {
+        redisSetTimeout(k->ctx, redis_ms_tv(timeout_ms));
+        k->timeout_ms = timeout_ms;
+    }
+}
+
+int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out)
 {
     *out = NULL;
+    int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
+    if (left == 0)
+        return deadline_passed(s, "request");
     pthread_mutex_lock(&s->pool_mu);
     while (s->idle) {
         struct rconn *k = s->idle;
         s->idle = k->next;
         if (k->gen == s->gen) {
             pthread_mutex_unlock(&s->pool_mu);
-            if (limit_ms > 0 && limit_ms < s->op_timeout_ms) {
-                redisSetTimeout(k->ctx, redis_ms_tv(limit_ms));
-                k->limited = true;
-            }
+            set_timeout(k, left);
             *out = k;
             return DLOCK_OK;
         }
@@ -129,10 +145,10 @@ int redis_pool_get_within(struct redis_state *s, bool background, int64_t limit_
     }
     int64_t now = dlock__now_ms();
     if (background && now < s->next_dial_ms) {
-        int64_t left = s->next_dial_ms - now;
+        int64_t wait = s->next_dial_ms - now;
         pthread_mutex_unlock(&s->pool_mu);
         return dlock__err(DLOCK_ECONN, "%s: reconnecting (next attempt in %lld ms)", s->where,
-                          (long long)left);
+                          (long long)wait);
     }
     unsigned gen = s->gen;
     pthread_mutex_unlock(&s->pool_mu);
@@ -140,16 +156,12 @@ int redis_pool_get_within(struct redis_state *s, bool background, int64_t limit_
     struct rconn *k = calloc(1, sizeof *k);
     if (!k)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
-    int rc = redis_dial(s, true, limit_ms, &k->ctx);
-    k->limited = limit_ms > 0;
+    int rc = redis_dial(s, true, deadline, &k->ctx);
     pthread_mutex_lock(&s->pool_mu);
     if (rc) {
-        s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : REDIS_BACKOFF_MIN_MS;
-        if (s->backoff_ms > REDIS_BACKOFF_MAX_MS)
-            s->backoff_ms = REDIS_BACKOFF_MAX_MS;
-        s->next_dial_ms = dlock__now_ms() + s->backoff_ms;
+        s->next_dial_ms = dlock__now_ms() + dlock__backoff_next(&s->backoff);
     } else {
-        s->backoff_ms = 0;
+        dlock__backoff_reset(&s->backoff);
         s->next_dial_ms = 0;
     }
     pthread_mutex_unlock(&s->pool_mu);
@@ -158,13 +170,15 @@ int redis_pool_get_within(struct redis_state *s, bool background, int64_t limit_
         return rc;
     }
     k->gen = gen;
+    k->timeout_ms = s->op_timeout_ms;
+    left = dlock__time_left(deadline, s->op_timeout_ms);
+    if (left == 0) {
+        redis_pool_put(s, k, false);
+        return deadline_passed(s, "request");
+    }
+    set_timeout(k, left);
     *out = k;
     return DLOCK_OK;
-}
-
-int redis_pool_get(struct redis_state *s, bool background, struct rconn **out)
-{
-    return redis_pool_get_within(s, background, 0, out);
 }
 
 /* Give K back; BROKEN (an I/O error) closes it and retires every idle
@@ -173,10 +187,6 @@ void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
 {
     if (!k)
         return;
-    if (k->limited && !broken && !k->ctx->err) {
-        redisSetTimeout(k->ctx, redis_ms_tv(s->op_timeout_ms));
-        k->limited = false;
-    }
     pthread_mutex_lock(&s->pool_mu);
     if (broken || k->ctx->err) {
         if (k->gen == s->gen)
@@ -235,6 +245,8 @@ int redis_open(struct dlock_client *c, void **state)
     s->c = c;
     s->hub.efd = -1;
     pthread_mutex_init(&s->pool_mu, NULL);
+    s->backoff.min_ms = REDIS_BACKOFF_MIN_MS;
+    s->backoff.max_ms = REDIS_BACKOFF_MAX_MS;
     pthread_mutex_init(&s->hub.mu, NULL);
     const char *url = dlock_client_url(c);
     int rc = DLOCK_OK;

@@ -191,7 +191,8 @@ static void *hub_main(void *arg)
     struct redis_state *s = arg;
     struct hub *hb = &s->hub;
     redisContext *ctx = NULL;
-    int64_t backoff = 0, next_dial = 0;
+    struct dlock__backoff backoff = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS};
+    int64_t next_dial = 0;
 
     pthread_mutex_lock(&hb->mu);
     while (!hb->stop) {
@@ -199,16 +200,12 @@ static void *hub_main(void *arg)
             int64_t now = dlock__now_ms();
             if (now >= next_dial) {
                 pthread_mutex_unlock(&hb->mu);
-                int rc = redis_dial(s, false, 0, &ctx);
+                int rc = redis_dial(s, false, DLOCK__NEVER, &ctx);
                 pthread_mutex_lock(&hb->mu);
                 if (rc) {
-                    backoff = backoff ? backoff * 2 : REDIS_BACKOFF_MIN_MS;
-                    if (backoff > REDIS_BACKOFF_MAX_MS)
-                        backoff = REDIS_BACKOFF_MAX_MS;
-                    next_dial = dlock__now_ms() + backoff;
+                    next_dial = dlock__now_ms() + dlock__backoff_next(&backoff);
                 } else {
-                    backoff = 0;
-                    redisSetTimeout(ctx, redis_ms_tv(s->op_timeout_ms));
+                    dlock__backoff_reset(&backoff);
                     /* everything wanted is marked dirty by hub_on_disconnect */
                     for (size_t b = 0; b < REDIS_HUB_BUCKETS; b++)
                         for (struct hub_chan *ch = hb->buckets[b]; ch; ch = ch->next)
@@ -266,10 +263,7 @@ static void *hub_main(void *arg)
             redisFree(ctx);
             ctx = NULL;
             hub_on_disconnect(hb);
-            backoff = backoff ? backoff * 2 : REDIS_BACKOFF_MIN_MS;
-            if (backoff > REDIS_BACKOFF_MAX_MS)
-                backoff = REDIS_BACKOFF_MAX_MS;
-            next_dial = dlock__now_ms() + backoff;
+            next_dial = dlock__now_ms() + dlock__backoff_next(&backoff);
         }
     }
     pthread_mutex_unlock(&hb->mu);

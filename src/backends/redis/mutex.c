@@ -41,25 +41,25 @@ static void owner_of(struct redis_state *s, struct dlock__hold *h)
  * error message. */
 static void undo_lost_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k)
 {
-    char msg[512], value[160];
-    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    char msg[DLOCK__MSG_MAX], value[160];
+    dlock__errmsg_save(msg);
     /* Redisson layout: our field. Simple layout: our value's prefix
      * "<uuid>:<tid>:" (the token after it was never learned). */
     int vl = snprintf(value, sizeof value, s->simple ? "%s:" : "%s", h->owner);
     const char *args[] = {k->lock, k->chan, k->token, s->simple ? "" : value, "0", value};
     size_t lens[] = {k->lock_len, k->chan_len, k->token_len, s->simple ? 0 : (size_t)vl, 1, (size_t)vl};
     redisReply *r = NULL;
-    if (redis_eval(s, false, S_RELEASE, 3, s->simple ? 6 : 5, args, lens, false, "undo acquire", &r, NULL,
-                    NULL) == DLOCK_OK &&
-        r)
+    if (redis_eval(s, DLOCK__NEVER, S_RELEASE, 3, s->simple ? 6 : 5, args, lens, false,
+                   "undo acquire", &r, NULL, NULL) == DLOCK_OK)
         freeReplyObject(r);
-    dlock__err(DLOCK_ECONN, "%s", msg);
+    dlock__errmsg_restore(DLOCK_ECONN, msg);
 }
 
-/* One acquire attempt: DLOCK_OK (h->token set), DLOCK_EBUSY with *TTL_MS
- * the holder's remaining lease, or a failure. */
+/* One acquire attempt within DEADLINE (the wait's): DLOCK_OK (h->token
+ * set), DLOCK_EBUSY with *TTL_MS the holder's remaining lease, or a
+ * failure. */
 static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
-                       int64_t lease_ms, int64_t *ttl_ms)
+                       int64_t lease_ms, int64_t deadline, int64_t *ttl_ms)
 {
     char lease[24], prefix[128];
     int pl = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
@@ -69,13 +69,13 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     size_t lens[] = {k->lock_len, k->token_len, (size_t)pl, (size_t)ol};
     redisReply *r;
     int64_t sent;
-    int rc = redis_eval(s, false, S_ACQUIRE, 2, 4, args, lens, true, "acquire", &r, &sent, NULL);
+    int rc = redis_eval(s, deadline, S_ACQUIRE, 2, 4, args, lens, true, "acquire", &r, &sent, NULL);
     if (rc == DLOCK_ECONN)
         undo_lost_acquire(s, h, k);
     if (rc) {
         if (rc == DLOCK_EWRONGTYPE) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", dlock_errmsg());
+            char why[DLOCK__MSG_MAX];
+            dlock__errmsg_save(why);
             return dlock__err(rc, "%s: WRONGTYPE: key '%s' or its token key '%s' holds a value "
                                   "that is not a dlock lock; left untouched (%s)",
                               s->where, k->lock, k->token, why);
@@ -116,8 +116,8 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
     int64_t lease = h->lease_ms > 0 ? h->lease_ms : s->c->opts.lease_ms;
     int64_t ttl = 0;
 
-    rc = try_acquire(s, h, &k, lease, &ttl);
-    if (rc != DLOCK_EBUSY || w->deadline == 0)
+    rc = try_acquire(s, h, &k, lease, w->deadline, &ttl);
+    if (rc != DLOCK_EBUSY || dlock__wait_try_once(w))
         goto out;
 
     /* Contended: subscribe (shared connection), then try, sleep until a
@@ -129,30 +129,30 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
      * retried with backoff until the wait's deadline: the waiter already
      * reached the server once, so the outage is transient until proven
      * otherwise. The message of the last failure is kept for the end. */
-    int64_t outage_backoff = 0;
-    char outage[512] = "";
+    struct dlock__backoff outage = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS};
+    int64_t outage_ms = 0; /* > 0 while the server cannot be reached */
+    char outage_msg[DLOCK__MSG_MAX] = "";
     for (bool first = true;; first = false) {
         unsigned seq = dlock__wait_seq(w);
         /* Before the subscription is confirmed a release could be missed,
          * so the first sleep lasts until the confirmation wakes us. */
         if (!first || redis_hub_subscribed(s, k.chan, k.chan_len)) {
             redis_hub_ack(s, k.chan, k.chan_len, w);
-            rc = try_acquire(s, h, &k, lease, &ttl);
+            rc = try_acquire(s, h, &k, lease, w->deadline, &ttl);
             if (rc == DLOCK_ECONN) {
-                snprintf(outage, sizeof outage, "%s", dlock_errmsg());
-                outage_backoff = outage_backoff ? outage_backoff * 2 : REDIS_BACKOFF_MIN_MS;
-                if (outage_backoff > REDIS_BACKOFF_MAX_MS)
-                    outage_backoff = REDIS_BACKOFF_MAX_MS;
+                dlock__errmsg_save(outage_msg);
+                outage_ms = dlock__backoff_next(&outage);
             } else if (rc != DLOCK_EBUSY) {
                 break;
             } else {
-                outage_backoff = 0;
+                dlock__backoff_reset(&outage);
+                outage_ms = 0;
             }
         }
         int64_t now = dlock__now_ms();
         int64_t until;
-        if (outage_backoff)
-            until = now + outage_backoff;
+        if (outage_ms)
+            until = now + outage_ms;
         else if (ttl == -1)
             until = now + lease; /* a foreign lock without expiry */
         else if (ttl < 0)
@@ -160,9 +160,9 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         else
             until = now + ttl + 1; /* PTTL rounds down; 0 = expiring now */
         rc = dlock__wait_sleep(w, seq, until);
-        if (rc == DLOCK_ETIMEDOUT && outage_backoff) {
-            rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for '%s' ended)", outage,
-                            k.lock);
+        if (rc == DLOCK_ETIMEDOUT && outage_ms) {
+            rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for '%s' ended)",
+                            outage_msg, k.lock);
             break;
         }
         if (rc == DLOCK_ETIMEDOUT) {
@@ -193,7 +193,7 @@ static int redis_release(void *state, struct dlock__hold *h)
     size_t lens[] = {k.lock_len, k.chan_len, k.token_len, (size_t)vl, (size_t)tl};
     redisReply *r;
     bool retried;
-    rc = redis_eval(s, false, S_RELEASE, 3, 5, args, lens, true, "release", &r, NULL, &retried);
+    rc = redis_eval(s, DLOCK__NEVER, S_RELEASE, 3, 5, args, lens, true, "release", &r, NULL, &retried);
     if (!rc) {
         long long status;
         const char *type_name;
@@ -226,21 +226,16 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
     struct redis_state *s = state;
     struct dlock__hold **holds = b->holds;
     size_t n = b->n;
-    int *result = b->result;
     if (n == 0)
         return DLOCK_OK;
     /* A renewal must not outlive the earliest validity deadline of the
      * batch: the keeper declares holds lost at their deadline, not at the
      * end of a connect or read timeout against a server that went silent. */
-    int64_t now = dlock__now_ms();
-    int64_t limit = b->deadline == DLOCK__NEVER ? 0 : b->deadline - now;
-    if (b->deadline != DLOCK__NEVER && limit < 10)
-        limit = 10;
     struct rconn *k;
-    int rc = redis_pool_get_within(s, true, limit, &k);
+    int rc = redis_pool_get(s, true, b->deadline, &k);
     if (rc) {
         for (size_t i = 0; i < n; i++)
-            result[i] = rc;
+            dlock__renew_result(b, i, rc);
         return rc;
     }
     size_t nchunks = (n + RENEW_BATCH - 1) / RENEW_BATCH;
@@ -300,11 +295,11 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
         for (size_t ci = 0; ci < nchunks; ci++) {
             redisReply *r = NULL;
             if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || !r) {
-                rc = redis_io_error(s, k->ctx, "renew");
+                rc = redis_io_error(s, k->ctx, k->timeout_ms, "renew");
                 redis_pool_put(s, k, true);
                 k = NULL;
                 for (size_t i = ci * RENEW_BATCH; i < n; i++)
-                    result[i] = rc;
+                    dlock__renew_result(b, i, rc);
                 goto out;
             }
             size_t c0 = ci * RENEW_BATCH;
@@ -314,20 +309,19 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             } else if (r->type == REDIS_REPLY_ERROR) {
                 int e = redis_server_error(s, r->str, "renew");
                 for (size_t i = 0; i < m; i++)
-                    result[c0 + i] = e;
+                    dlock__renew_result(b, c0 + i, e);
             } else if (r->type != REDIS_REPLY_ARRAY || r->elements != m) {
                 int e = dlock__err(DLOCK_EPROTO, "%s: renew: unexpected reply", s->where);
                 for (size_t i = 0; i < m; i++)
-                    result[c0 + i] = e;
+                    dlock__renew_result(b, c0 + i, e);
             } else {
                 for (size_t i = 0; i < m; i++) {
                     struct dlock__hold *h = holds[c0 + i];
                     if (r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1) {
-                        result[c0 + i] = DLOCK_OK;
+                        dlock__renew_result(b, c0 + i, DLOCK_OK);
                         dlock__hold_confirmed(s->c, h, sent);
                     } else {
-                        /* One message serves every hold lost in this
-                         * batch, so it names the server, not the key. */
+                        /* each hold keeps its own reason */
                         dlock__err(DLOCK_ELOST,
                                    "%s: renewal found lock '%s' held by another owner or gone "
                                    "(lease expired, force-released or the server lost its data)",
@@ -348,7 +342,7 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
     goto out;
 fail_all:
     for (size_t i = 0; i < n; i++)
-        result[i] = rc;
+        dlock__renew_result(b, i, rc);
     redis_pool_put(s, k, true); /* commands may be half-appended */
     k = NULL;
 out:
@@ -398,7 +392,7 @@ static int redis_inspect(void *state, const char *name, struct dlock_info *info)
     const char *args[] = {k.lock, k.token};
     size_t lens[] = {k.lock_len, k.token_len};
     redisReply *r;
-    rc = redis_eval(s, false, S_INSPECT, 2, 2, args, lens, true, "inspect", &r, NULL, NULL);
+    rc = redis_eval(s, DLOCK__NEVER, S_INSPECT, 2, 2, args, lens, true, "inspect", &r, NULL, NULL);
     if (rc)
         goto out;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING ||
@@ -452,7 +446,7 @@ static int redis_force_release(void *state, const char *name)
     const char *args[] = {k.lock, k.chan, type};
     size_t lens[] = {k.lock_len, k.chan_len, strlen(type)};
     redisReply *r;
-    rc = redis_eval(s, false, S_FORCE, 2, 3, args, lens, true, "force release", &r, NULL, NULL);
+    rc = redis_eval(s, DLOCK__NEVER, S_FORCE, 2, 3, args, lens, true, "force release", &r, NULL, NULL);
     if (!rc) {
         long long status;
         const char *type_name;
@@ -495,7 +489,7 @@ static bool key_is_lock(struct redis_state *s, redisContext *ctx, const char *ke
         argl[0] = 4;
         redisReply *r = redisCommandArgv(ctx, 2, argv, argl);
         if (!r) {
-            *err = redis_io_error(s, ctx, "list");
+            *err = redis_io_error(s, ctx, s->op_timeout_ms, "list");
             return false;
         }
         bool yes = r->type == REDIS_REPLY_INTEGER && r->integer >= 0;
@@ -504,7 +498,7 @@ static bool key_is_lock(struct redis_state *s, redisContext *ctx, const char *ke
     }
     redisReply *r = redisCommandArgv(ctx, 2, argv, argl);
     if (!r) {
-        *err = redis_io_error(s, ctx, "list");
+        *err = redis_io_error(s, ctx, s->op_timeout_ms, "list");
         return false;
     }
     bool yes = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
@@ -519,7 +513,7 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
 {
     struct redis_state *s = state;
     struct rconn *k;
-    int rc = redis_pool_get(s, false, &k);
+    int rc = redis_pool_get(s, false, DLOCK__NEVER, &k);
     if (rc)
         return rc;
     char *match = match_pattern(s->prefix, pattern);
@@ -534,7 +528,7 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
         redisReply *r = redisCommand(k->ctx, "SCAN %s MATCH %s COUNT 1000 TYPE %s", cursor, match,
                                      s->simple ? "string" : "hash");
         if (!r) {
-            rc = redis_io_error(s, k->ctx, "SCAN");
+            rc = redis_io_error(s, k->ctx, k->timeout_ms, "SCAN");
             broken = true;
             break;
         }

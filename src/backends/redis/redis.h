@@ -34,7 +34,7 @@ enum script_id { S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_COUNT };
 struct rconn {
     redisContext *ctx;
     unsigned gen; /* pool generation when dialed */
-    bool limited; /* I/O timeout cut short by redis_pool_get_within() */
+    int64_t timeout_ms; /* the I/O timeout set on ctx now */
     struct rconn *next;
 };
 
@@ -69,7 +69,8 @@ struct redis_state {
     pthread_mutex_t pool_mu;
     struct rconn *idle;
     unsigned gen;
-    int64_t next_dial_ms, backoff_ms; /* background reconnect backoff */
+    struct dlock__backoff backoff; /* background reconnects */
+    int64_t next_dial_ms;
 
     struct hub hub;
 };
@@ -92,19 +93,21 @@ int redis_open(struct dlock_client *c, void **state);
 void redis_close(void *state);
 /* Map a server error reply to a code, with the server's words. */
 int redis_server_error(struct redis_state *s, const char *text, const char *what);
-/* Map a failed hiredis call (NULL reply) to DLOCK_ECONN. */
-int redis_io_error(struct redis_state *s, const redisContext *ctx, const char *what);
-/* Dial, authenticate, select the db (SELECT_DB), within LIMIT_MS when > 0
- * (else the connect timeout). On failure *OUT is NULL and the message
- * names host:port and the server's words. */
-int redis_dial(struct redis_state *s, bool select_db, int64_t limit_ms, redisContext **out);
-/* Take an idle connection or dial a new one. BACKGROUND callers (keeper)
- * respect the reconnect backoff; callers' own requests always dial. With
- * LIMIT_MS > 0, dialing and the connection's I/O timeout are cut to it
- * (redis_pool_put restores the timeout). */
-int redis_pool_get_within(struct redis_state *s, bool background, int64_t limit_ms,
-                          struct rconn **out);
-int redis_pool_get(struct redis_state *s, bool background, struct rconn **out);
+/* Map a failed hiredis call (NULL reply) on CTX, whose I/O timeout was
+ * TIMEOUT_MS, to DLOCK_ECONN. */
+int redis_io_error(struct redis_state *s, const redisContext *ctx, int64_t timeout_ms,
+                   const char *what);
+/* Dial, authenticate, select the db (SELECT_DB), every step within what
+ * is left until DEADLINE (monotonic ms; 0 or DLOCK__NEVER: the connect
+ * and op timeouts whole). On failure *OUT is NULL and the message names
+ * host:port and the server's words; DLOCK_ETIMEDOUT when DEADLINE passed
+ * before anything was sent. */
+int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, redisContext **out);
+/* Take an idle connection or dial a new one, its I/O timeout set to
+ * dlock__time_left(DEADLINE, op timeout). BACKGROUND callers (keeper)
+ * respect the reconnect backoff; callers' own requests always dial.
+ * DLOCK_ETIMEDOUT when DEADLINE has passed: nothing is sent. */
+int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out);
 /* Give K back; BROKEN (an I/O error) closes it and retires every idle
  * connection dialed before, since the server may have restarted. */
 void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken);
@@ -120,10 +123,11 @@ int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k
 void redis_keys_free(struct lock_keys *k);
 /* Run script ID once, or, when RETRY and the reply was lost to an I/O
  * error or timeout, once more on a fresh connection (the scripts are
- * written so a repeat is harmless). *SENT_MS (may be NULL) = send time of
- * the attempt that answered; *RETRIED tells whether a second attempt
- * answered. */
-int redis_eval(struct redis_state *s, bool background, enum script_id id, int nkeys, int nargs,
+ * written so a repeat is harmless), every attempt within DEADLINE (see
+ * redis_pool_get). *SENT_MS (may be NULL) = send time of the attempt that
+ * answered; *RETRIED tells whether a second attempt answered.
+ * DLOCK_ETIMEDOUT when DEADLINE cut a request short. */
+int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
                const char **args, const size_t *lens, bool retry, const char *what,
                redisReply **out, int64_t *sent_ms, bool *retried);
 /* Decode a lock script's reply: *VALUE, or *TYPE_NAME for a key of the

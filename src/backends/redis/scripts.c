@@ -73,7 +73,7 @@ const char *redis_script_source(enum script_id id, bool simple)
 int redis_load_scripts(struct redis_state *s)
 {
     struct rconn *k;
-    int rc = redis_pool_get(s, false, &k);
+    int rc = redis_pool_get(s, false, DLOCK__NEVER, &k);
     if (rc)
         return rc;
     /* pipelined: one round trip for all of them */
@@ -84,7 +84,7 @@ int redis_load_scripts(struct redis_state *s)
         redisReply *r = NULL;
         if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || !r) {
             if (!rc)
-                rc = redis_io_error(s, k->ctx, "SCRIPT LOAD");
+                rc = redis_io_error(s, k->ctx, k->timeout_ms, "SCRIPT LOAD");
             broken = true;
             break;
         }
@@ -188,31 +188,31 @@ static redisReply *eval_on(struct redis_state *s, struct rconn *k, enum script_i
     return r;
 }
 
-/* Run script ID once, or, when RETRY and the reply was lost to an I/O error
- * or timeout, once more on a fresh connection (the scripts are written so
- * a repeat is harmless). *SENT_MS (may be NULL) = send time of the attempt
- * that answered; *RETRIED tells whether a second attempt answered. */
-int redis_eval(struct redis_state *s, bool background, enum script_id id, int nkeys,
-                       int nargs, const char **args, const size_t *lens, bool retry,
-                       const char *what, redisReply **out, int64_t *sent_ms, bool *retried)
+int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
+               const char **args, const size_t *lens, bool retry, const char *what,
+               redisReply **out, int64_t *sent_ms, bool *retried)
 {
     *out = NULL;
     if (retried)
         *retried = false;
+    char lost[DLOCK__MSG_MAX];
     for (int attempt = 0;; attempt++) {
         struct rconn *k;
-        int rc = redis_pool_get(s, background, &k);
+        int rc = redis_pool_get(s, false, deadline, &k);
+        if (rc && attempt > 0) /* the first attempt's lost reply is the story */
+            return dlock__errmsg_restore(DLOCK_ECONN, lost);
         if (rc)
             return rc;
         if (sent_ms)
             *sent_ms = dlock__now_ms();
         redisReply *r = eval_on(s, k, id, nkeys, nargs, args, lens);
         if (!r) {
-            rc = redis_io_error(s, k->ctx, what);
+            rc = redis_io_error(s, k->ctx, k->timeout_ms, what);
             redis_pool_put(s, k, true);
             if (retry && attempt == 0) {
                 if (retried)
                     *retried = true;
+                dlock__errmsg_save(lost);
                 continue;
             }
             return rc;

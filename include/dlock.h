@@ -123,9 +123,21 @@ typedef enum dlock_option {
 /* Parse URL (NULL or "" = the file backend in the default directory:
  * $XDG_RUNTIME_DIR/dlock, else /run/user/<uid>/dlock, /run/lock/dlock-<uid>
  * or /var/tmp/dlock-<uid>, the first that can be) and make a client that is
- * not yet connected. On success *out owns a client to give to
- * dlock_client_close(). On failure *out is NULL and dlock_errmsg() says
- * what is wrong with the URL. */
+ * not yet connected. Nothing is dialed, opened or created. On success
+ * *out owns a client to give to dlock_client_close(). On failure *out is
+ * NULL and dlock_errmsg() says what is wrong with the URL.
+ *
+ * URL: scheme://[user[:password]@]host[:port][,host[:port]...][/path]
+ * [?key=value&...]. Every query option must be one the core reads (lease,
+ * connect_timeout, timeout, drift, prefix, layout, user, password, tls_ca,
+ * tls_cert, tls_key) or one the scheme's backend reads (redis: db; zk:
+ * base, acl; docs/backends.md): any other is refused here, before a
+ * backend dials. Durations are DIGITS[.DIGITS][ms|s|m|h] (a plain number
+ * is ms), from 1 ms (drift: 0) to a year, as with setopt.
+ * Returns DLOCK_OK; DLOCK_EBADURL (malformed URL, unknown scheme or
+ * option, bad duration); DLOCK_ENOTBUILT (the scheme's backend is not in
+ * this build); DLOCK_ENOTSUP (a scheme not served yet: redis+sentinel,
+ * redlock); DLOCK_ENOMEM; DLOCK_EINVAL (OUT is NULL). Any thread. */
 DLOCK_EXTERN int dlock_client_new(const char *url, dlock_client **out);
 
 /* Set an option of a client not yet connected. The _str form copies

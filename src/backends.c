@@ -19,36 +19,56 @@ extern const struct dlock__backend dlock__backend_etcd;
 extern const struct dlock__backend dlock__backend_zk;
 #endif
 
+/* The query options each backend reads itself with dlock__url_param(),
+ * beyond the core's (client.c). The core refuses any other option in
+ * dlock_client_new(), before a backend dials: a typo never costs a
+ * connect timeout, and the list a user reads in docs/backends.md is this
+ * one. (Kept here rather than in each backend's table so that the list of
+ * every scheme's options is in one place; dlock_client_connect() still
+ * refuses an option a backend did not consume, as a second line.) */
+static const char *const no_params[] = {NULL};
+static const char *const redis_params[] = {"db", NULL};
+static const char *const zk_params[] = {"base", "acl", NULL};
+
 static const struct {
     const char *scheme;
     const struct dlock__backend *be; /* NULL = not built */
     const char *needs;
+    const char *const *params;
 } table[] = {
-    {"file", &dlock__backend_file, NULL},
+    {"file", &dlock__backend_file, NULL, no_params},
 #ifdef DLOCK_HAVE_REDIS
-    {"redis", &dlock__backend_redis, NULL},
-    {"redis+unix", &dlock__backend_redis, NULL},
-    {"redis+sentinel", &dlock__backend_redis, NULL},
-    {"redlock", &dlock__backend_redis, NULL},
+    {"redis", &dlock__backend_redis, NULL, redis_params},
+    {"redis+unix", &dlock__backend_redis, NULL, redis_params},
+    {"redis+sentinel", &dlock__backend_redis, NULL, redis_params},
+    {"redlock", &dlock__backend_redis, NULL, redis_params},
 #else
-    {"redis", NULL, "hiredis (libhiredis-dev)"},
-    {"redis+unix", NULL, "hiredis (libhiredis-dev)"},
-    {"redis+sentinel", NULL, "hiredis (libhiredis-dev)"},
-    {"redlock", NULL, "hiredis (libhiredis-dev)"},
+    {"redis", NULL, "hiredis (libhiredis-dev)", redis_params},
+    {"redis+unix", NULL, "hiredis (libhiredis-dev)", redis_params},
+    {"redis+sentinel", NULL, "hiredis (libhiredis-dev)", redis_params},
+    {"redlock", NULL, "hiredis (libhiredis-dev)", redis_params},
 #endif
 #ifdef DLOCK_HAVE_ETCD
-    {"etcd", &dlock__backend_etcd, NULL},
-    {"etcd+https", &dlock__backend_etcd, NULL},
+    {"etcd", &dlock__backend_etcd, NULL, no_params},
+    {"etcd+https", &dlock__backend_etcd, NULL, no_params},
 #else
-    {"etcd", NULL, "libcurl and jansson (libcurl4-openssl-dev libjansson-dev)"},
-    {"etcd+https", NULL, "libcurl and jansson (libcurl4-openssl-dev libjansson-dev)"},
+    {"etcd", NULL, "libcurl and jansson (libcurl4-openssl-dev libjansson-dev)", no_params},
+    {"etcd+https", NULL, "libcurl and jansson (libcurl4-openssl-dev libjansson-dev)", no_params},
 #endif
 #ifdef DLOCK_HAVE_ZK
-    {"zk", &dlock__backend_zk, NULL},
+    {"zk", &dlock__backend_zk, NULL, zk_params},
 #else
-    {"zk", NULL, "the ZooKeeper C client (libzookeeper-mt-dev)"},
+    {"zk", NULL, "the ZooKeeper C client (libzookeeper-mt-dev)", zk_params},
 #endif
 };
+
+const char *const *dlock__backend_params(const char *scheme)
+{
+    for (size_t i = 0; scheme && i < sizeof table / sizeof *table; i++)
+        if (strcmp(table[i].scheme, scheme) == 0)
+            return table[i].params;
+    return no_params;
+}
 
 const struct dlock__backend *dlock__backend_find(const char *scheme, int *err)
 {

@@ -4,6 +4,7 @@
  * program can override what an operator wrote in DLOCK_URL.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,13 @@ static int64_t *int_slot(dlock_client *c, dlock_option opt)
     }
 }
 
+/* The range of an integer option, the same from setopt and from the URL:
+ * 1 ms to a year (the drift margin may be 0). */
+static bool int_opt_in_range(dlock_option opt, int64_t ms)
+{
+    return ms >= (opt == DLOCK_OPT_DRIFT_MS ? 0 : 1) && ms <= DLOCK__MAX_DURATION_MS;
+}
+
 int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value)
 {
     int rc = dlock__check_client(c);
@@ -118,7 +126,7 @@ int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value)
     int64_t *slot = int_slot(c, opt);
     if (!slot)
         return dlock__err(DLOCK_EINVAL, "option %d is not an integer option", (int)opt);
-    if (value < 0 || (value == 0 && opt != DLOCK_OPT_DRIFT_MS) || value > 365LL * 86400000)
+    if (!int_opt_in_range(opt, value))
         return dlock__err(DLOCK_EINVAL, "option %d: %lld ms is out of range", (int)opt,
                           (long long)value);
     *slot = value;
@@ -139,40 +147,67 @@ int dlock_client_setopt_str(dlock_client *c, dlock_option opt, const char *value
     return set_str(slot, value);
 }
 
-/* The generic URL options, consumed here; backends consume their own. */
-static int apply_url_options(dlock_client *c)
-{
-    static const struct {
-        const char *key;
-        dlock_option opt;
-    } durations[] = {{"lease", DLOCK_OPT_LEASE_MS},
+/* The generic URL options, consumed here; backends consume their own
+ * (listed per scheme in backends.c). */
+static const struct {
+    const char *key;
+    dlock_option opt;
+} url_durations[] = {{"lease", DLOCK_OPT_LEASE_MS},
                      {"connect_timeout", DLOCK_OPT_CONNECT_TIMEOUT_MS},
                      {"timeout", DLOCK_OPT_OP_TIMEOUT_MS},
                      {"drift", DLOCK_OPT_DRIFT_MS}},
-      strings[] = {{"prefix", DLOCK_OPT_KEY_PREFIX},   {"layout", DLOCK_OPT_LAYOUT},
-                   {"user", DLOCK_OPT_USER},           {"password", DLOCK_OPT_PASSWORD},
-                   {"tls_ca", DLOCK_OPT_TLS_CA},       {"tls_cert", DLOCK_OPT_TLS_CERT},
+  url_strings[] = {{"prefix", DLOCK_OPT_KEY_PREFIX}, {"layout", DLOCK_OPT_LAYOUT},
+                   {"user", DLOCK_OPT_USER},         {"password", DLOCK_OPT_PASSWORD},
+                   {"tls_ca", DLOCK_OPT_TLS_CA},     {"tls_cert", DLOCK_OPT_TLS_CERT},
                    {"tls_key", DLOCK_OPT_TLS_KEY}};
+
+bool dlock__option_known(const char *scheme, const char *key)
+{
+    for (size_t i = 0; i < sizeof url_durations / sizeof *url_durations; i++)
+        if (strcmp(url_durations[i].key, key) == 0)
+            return true;
+    for (size_t i = 0; i < sizeof url_strings / sizeof *url_strings; i++)
+        if (strcmp(url_strings[i].key, key) == 0)
+            return true;
+    for (const char *const *p = dlock__backend_params(scheme); *p; p++)
+        if (strcmp(*p, key) == 0)
+            return true;
+    return false;
+}
+
+static int apply_url_options(dlock_client *c)
+{
     if (c->url.user && set_str(&c->opts.user, c->url.user))
         return DLOCK_ENOMEM;
     if (c->url.password && set_str(&c->opts.password, c->url.password))
         return DLOCK_ENOMEM;
-    for (size_t i = 0; i < sizeof durations / sizeof *durations; i++) {
-        const char *v = dlock__url_param(&c->url, durations[i].key);
+    for (size_t i = 0; i < sizeof url_durations / sizeof *url_durations; i++) {
+        const char *v = dlock__url_param(&c->url, url_durations[i].key);
         if (!v)
             continue;
         int64_t ms = dlock__parse_duration(v);
-        if (ms < 0 || (ms == 0 && durations[i].opt != DLOCK_OPT_DRIFT_MS))
+        if (ms < 0)
             return dlock__err(DLOCK_EBADURL,
                               "bad URL '%s': %s=%s is not a duration (e.g. 500ms, 10s, 1m)",
-                              c->url.redacted, durations[i].key, v);
-        *int_slot(c, durations[i].opt) = ms;
+                              c->url.redacted, url_durations[i].key, v);
+        if (!int_opt_in_range(url_durations[i].opt, ms))
+            return dlock__err(DLOCK_EBADURL,
+                              "bad URL '%s': %s=%s is out of range (%s to a year)",
+                              c->url.redacted, url_durations[i].key, v,
+                              url_durations[i].opt == DLOCK_OPT_DRIFT_MS ? "0" : "1ms");
+        *int_slot(c, url_durations[i].opt) = ms;
     }
-    for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) {
-        const char *v = dlock__url_param(&c->url, strings[i].key);
-        if (v && set_str(str_slot(c, strings[i].opt), v))
+    for (size_t i = 0; i < sizeof url_strings / sizeof *url_strings; i++) {
+        const char *v = dlock__url_param(&c->url, url_strings[i].key);
+        if (v && set_str(str_slot(c, url_strings[i].opt), v))
             return DLOCK_ENOMEM;
     }
+    /* Before any network I/O: an option neither the core nor this
+     * backend reads is a typo or a URL meant for another backend. */
+    for (size_t i = 0; i < c->url.nparams; i++)
+        if (!dlock__option_known(c->url.scheme, c->url.params[i].key))
+            return dlock__err(DLOCK_EBADURL, "bad URL '%s': unknown option '%s' for the %s backend",
+                              c->url.redacted, c->url.params[i].key, c->be->name);
     return DLOCK_OK;
 }
 

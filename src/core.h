@@ -420,4 +420,17 @@ void dlock__uuid(char buf[37]);
 /* fnmatch()-style glob test; NULL pattern matches everything. */
 bool dlock__glob(const char *pattern, const char *name);
 
+/* ---------------------------------------------------------- URL options */
+
+/* The URL query options SCHEME's backend reads itself (NULL-terminated;
+ * never NULL), kept in src/backends.c beside the scheme so the core can
+ * refuse an unknown option before the backend dials anything. A backend
+ * that reads a new option with dlock__url_param() adds it there. */
+const char *const *dlock__backend_params(const char *scheme);
+/* Whether KEY is a URL option for SCHEME: one the core reads (lease,
+ * timeout, prefix, user, password, tls_*...) or one of the backend's. */
+bool dlock__option_known(const char *scheme, const char *key);
+/* The longest duration any option or lease may have: a year, in ms. */
+#define DLOCK__MAX_DURATION_MS (365LL * 86400000)
+
 #endif /* DLOCK_CORE_H */

@@ -203,6 +203,8 @@ int dlock__url_parse(const char *text, struct dlock__url *u)
         if (!isalnum((unsigned char)*p) && !strchr("+-.", *p))
             return bad(shown, "bad character in scheme");
     u->scheme = strndup(text, (size_t)(sep - text));
+    if (!u->scheme)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
     for (char *p = u->scheme; *p; p++)
         *p = (char)tolower((unsigned char)*p);
 

@@ -1,5 +1,6 @@
 /* util.c -- small things several parts of the library need: clocks,
  * durations, thread ids, strings, UUIDs and glob matching. */
+#include <ctype.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <pthread.h>
@@ -38,26 +39,43 @@ int64_t dlock__deadline(int64_t wait_ms)
     return wait_ms > DLOCK__NEVER - now ? DLOCK__NEVER : now + wait_ms;
 }
 
+/* DIGITS[.DIGITS][ms|s|m|h], read with integers: no sign, no spaces, no
+ * exponent, no hex, no "nan" or "inf" (strtod accepted all of these, and
+ * a NaN cast to int64_t is undefined). Fractions finer than a nanosecond
+ * of the unit are dropped; the result is rounded to the nearest ms. */
 int64_t dlock__parse_duration(const char *s)
 {
-    if (!s || !*s)
+    if (!s || !isdigit((unsigned char)*s))
         return -1;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0 || v > 1e12)
-        return -1;
-    double scale;
-    if (*end == 0 || strcmp(end, "ms") == 0)
+    uint64_t whole = 0, frac = 0, frac_scale = 1;
+    for (; isdigit((unsigned char)*s); s++) {
+        whole = whole * 10 + (uint64_t)(*s - '0');
+        if (whole > 1000000000000ULL) /* 1e12: beyond any sane duration */
+            return -1;
+    }
+    if (*s == '.') {
+        s++;
+        if (!isdigit((unsigned char)*s))
+            return -1;
+        for (; isdigit((unsigned char)*s); s++)
+            if (frac_scale < 1000000000ULL) {
+                frac = frac * 10 + (uint64_t)(*s - '0');
+                frac_scale *= 10;
+            }
+    }
+    uint64_t scale;
+    if (*s == 0 || strcmp(s, "ms") == 0)
         scale = 1;
-    else if (strcmp(end, "s") == 0)
+    else if (strcmp(s, "s") == 0)
         scale = 1000;
-    else if (strcmp(end, "m") == 0)
+    else if (strcmp(s, "m") == 0)
         scale = 60000;
-    else if (strcmp(end, "h") == 0)
+    else if (strcmp(s, "h") == 0)
         scale = 3600000;
     else
         return -1;
-    return (int64_t)(v * scale + 0.5);
+    /* whole <= 1e12 and scale <= 3.6e6: at most 3.6e18 < INT64_MAX */
+    return (int64_t)(whole * scale + (frac * scale + frac_scale / 2) / frac_scale);
 }
 
 static _Thread_local long cached_tid;

@@ -134,6 +134,12 @@ typedef enum dlock_option {
  * base, acl; docs/backends.md): any other is refused here, before a
  * backend dials. Durations are DIGITS[.DIGITS][ms|s|m|h] (a plain number
  * is ms), from 1 ms (drift: 0) to a year, as with setopt.
+ * Passwords: percent-encode '/', '?' and '@' (%2F, %3F, %40) to be sure;
+ * raw ones are read as the password when the URL allows no other reading
+ * (redis://admin:hun/ter2@host, etcd://root:pa?ss@host), and a URL that
+ * reads two ways (an '@' in the path after a host list:
+ * redis://admin:12/ter2@host) is refused. No message and no
+ * dlock_client_url() ever shows a password.
  * Returns DLOCK_OK; DLOCK_EBADURL (malformed URL, unknown scheme or
  * option, bad duration); DLOCK_ENOTBUILT (the scheme's backend is not in
  * this build); DLOCK_ENOTSUP (a scheme not served yet: redis+sentinel,

@@ -7,7 +7,28 @@
  * query options. User, password, path and option values are
  * percent-decoded. What a backend makes of the parts is its own business;
  * this file only rejects what no backend could mean, with a message that
- * quotes the offending part.
+ * quotes the offending part -- never the password.
+ *
+ * Where the userinfo ends. RFC 3986 ends the authority at the first '/'
+ * or '?', so a password holding either (common in base64) must be
+ * percent-encoded there. Operators write them raw all the same
+ * (redis://admin:hun/ter2@host, etcd://root:pa?ss@host), and reading those
+ * the RFC way puts the password into the host, path or query -- and from
+ * there into error messages. So find_userinfo() reads it this way:
+ *  1. an '@' before the first '/' or '?': the RFC reading, the userinfo
+ *     ends at the last such '@';
+ *  2. otherwise, when the text before the first '/' or '?' has the shape
+ *     user:password (a ':' there) and an '@' follows that is not part of a
+ *     known query option's value (?user=me@corp stays an option), the
+ *     last such '@' ends the userinfo if the RFC reading cannot be right:
+ *     its authority is not a host list ("admin:hun": no port), or the '@'
+ *     sits in its query (an option that no backend knows);
+ *  3. when the RFC authority is a valid host list and the '@' sits in its
+ *     path (redis://admin:12/ter2@host, or zk://h:2181/chroot@x) both
+ *     readings are possible: the URL is refused as ambiguous (write a '/'
+ *     in a password as %2F, an '@' in a path as %40).
+ * The redacted form (messages, dlock_client_url()) is made from the same
+ * reading, so no message ever quotes what lies between "//" and that '@'.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -117,13 +138,13 @@ static int parse_query(const char *text, const char *q, struct dlock__url *u)
             const char *eq = memchr(q, '=', len);
             if (!eq || eq == q)
                 return dlock__err(DLOCK_EBADURL, "bad URL '%s': option '%.*s' is not key=value",
-                                  text, (int)len, q);
+                                  text, (int)strcspn(q, "=&"), q);
             struct dlock__param *p = &u->params[u->nparams++];
             p->key = decode(q, (size_t)(eq - q));
             p->value = decode(eq + 1, len - (size_t)(eq + 1 - q));
             if (!p->key || !p->value)
                 return dlock__err(DLOCK_EBADURL, "bad URL '%s': bad %%-escape in option '%.*s'",
-                                  text, (int)len, q);
+                                  text, (int)(eq - q), q);
             for (size_t i = 0; i + 1 < u->nparams; i++)
                 if (strcmp(u->params[i].key, p->key) == 0)
                     return dlock__err(DLOCK_EBADURL, "bad URL '%s': option '%s' given twice",
@@ -134,31 +155,138 @@ static int parse_query(const char *text, const char *q, struct dlock__url *u)
     return DLOCK_OK;
 }
 
+/* A host list as parse_host() accepts it: name[:port] or [v6][:port],
+ * comma-separated, ports of 1 to 5 digits. */
+static bool host_list_valid(const char *s, size_t n)
+{
+    if (!n)
+        return false;
+    while (n) {
+        size_t len = 0;
+        while (len < n && s[len] != ',')
+            len++;
+        size_t i = 0;
+        if (len && s[0] == '[') {
+            while (i < len && s[i] != ']')
+                i++;
+            if (i == len || i == 1)
+                return false;
+            i++;
+        } else {
+            while (i < len && (isalnum((unsigned char)s[i]) || strchr(".-_", s[i])))
+                i++;
+            if (i == 0)
+                return false;
+        }
+        if (i < len) {
+            size_t digits = len - i - 1;
+            if (s[i] != ':' || digits < 1 || digits > 5)
+                return false;
+            for (i++; i < len; i++)
+                if (!isdigit((unsigned char)s[i]))
+                    return false;
+        }
+        if (len == n)
+            break;
+        s += len + 1;
+        n -= len + 1;
+        if (!n)
+            return false;
+    }
+    return true;
+}
+
+/* Whether the '@' at REST[AT] is inside a query option "key=value" whose
+ * key the core or SCHEME's backend knows (?user=me@corp.com), reading the
+ * query as starting at REST[Q]. */
+static bool in_known_option(const char *scheme, const char *rest, size_t q, size_t at)
+{
+    size_t seg = at;
+    while (seg > q + 1 && rest[seg - 1] != '&')
+        seg--;
+    const char *eq = memchr(rest + seg, '=', at - seg);
+    if (!eq || eq == rest + seg)
+        return false;
+    char *key = decode(rest + seg, (size_t)(eq - (rest + seg)));
+    bool known = key && dlock__option_known(scheme, key);
+    free(key);
+    return known;
+}
+
+struct userinfo {
+    bool found;
+    size_t len;     /* bytes of REST before the '@' ending it */
+    size_t colon;   /* index of the ':' before the password; len = none */
+    bool ambiguous; /* rule 3 of the file comment: refuse */
+};
+
+/* Where the userinfo of REST (the text after "://") ends: the rules at the
+ * top of this file. SCHEME (lower case) tells which options are known. */
+static struct userinfo find_userinfo(const char *scheme, const char *rest)
+{
+    struct userinfo ui = {false, 0, 0, false};
+    size_t std_end = strcspn(rest, "/?"), at = SIZE_MAX;
+    for (size_t i = 0; i < std_end; i++)
+        if (rest[i] == '@')
+            at = i;
+    if (at == SIZE_MAX) {
+        const char *colon = memchr(rest, ':', std_end);
+        if (!colon)
+            return ui;
+        size_t q = std_end + strcspn(rest + std_end, "?");
+        for (size_t i = strlen(rest); i-- > std_end;)
+            if (rest[i] == '@' && !(i > q && in_known_option(scheme, rest, q, i))) {
+                at = i;
+                break;
+            }
+        if (at == SIZE_MAX)
+            return ui;
+        if (host_list_valid(rest, std_end) && at < q)
+            ui.ambiguous = true;
+    }
+    ui.found = true;
+    ui.len = at;
+    const char *colon = memchr(rest, ':', at);
+    ui.colon = colon ? (size_t)(colon - rest) : at;
+    return ui;
+}
+
 /* The URL with the password left out: the ":password" of the userinfo
- * (up to the last '@' before the path, as the parser reads it) and every
- * query option whose decoded key is "password". Error messages quote
- * this, never the text as given. */
+ * (found as the parser finds it) and every query option whose decoded key
+ * is "password". Error messages quote this, never the text as given. A
+ * text without "://" that holds an '@' shows only what precedes its first
+ * ':' (it cannot be parsed, so where a password ends is unknown). */
 static char *redact(const char *text)
 {
     size_t len = strlen(text);
-    char *r = malloc(len + 1), *o = r;
+    char *r = malloc(len + 4), *o = r;
     if (!r)
         return NULL;
     const char *p = text, *sep = strstr(text, "://");
+    if (!sep && strchr(text, '@')) {
+        size_t keep = strcspn(text, ":");
+        memcpy(o, text, keep);
+        strcpy(o + keep, ":...");
+        return r;
+    }
     if (sep) {
-        const char *auth = sep + 3;
-        size_t alen = strcspn(auth, "/?");
-        const char *at = NULL;
-        for (size_t i = 0; i < alen; i++)
-            if (auth[i] == '@')
-                at = auth + i;
-        const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-        size_t keep = colon ? (size_t)(colon - text) : (size_t)(auth + alen - text);
+        const char *rest = sep + 3;
+        char *scheme = strndup(text, (size_t)(sep - text));
+        if (!scheme) {
+            free(r);
+            return NULL;
+        }
+        for (char *c = scheme; *c; c++)
+            *c = (char)tolower((unsigned char)*c);
+        struct userinfo ui = find_userinfo(scheme, rest);
+        free(scheme);
+        size_t keep = (size_t)(rest - text) + (ui.found ? ui.colon : 0);
         memcpy(o, text, keep);
         o += keep;
-        p = colon ? at : text + keep;
+        p = ui.found ? rest + ui.len : text + keep;
     }
-    const char *q = strchr(p, '?');
+    size_t host_part = strcspn(p, "/?");
+    const char *q = strchr(p + host_part, '?');
     size_t before = q ? (size_t)(q - p) : strlen(p);
     memcpy(o, p, before);
     o += before;
@@ -208,34 +336,32 @@ int dlock__url_parse(const char *text, struct dlock__url *u)
     for (char *p = u->scheme; *p; p++)
         *p = (char)tolower((unsigned char)*p);
 
+    /* userinfo: see the top of this file for where it ends */
     const char *rest = sep + 3;
-    const char *query = strchr(rest, '?');
-    size_t before_query = query ? (size_t)(query - rest) : strlen(rest);
-    const char *slash = memchr(rest, '/', before_query);
-    size_t auth_len = slash ? (size_t)(slash - rest) : before_query;
-
-    /* userinfo */
-    const char *at = NULL;
-    for (size_t i = 0; i < auth_len; i++)
-        if (rest[i] == '@')
-            at = rest + i;
+    struct userinfo ui = find_userinfo(u->scheme, rest);
+    if (ui.ambiguous)
+        return bad(shown, "an '@' after a '/' makes the URL ambiguous (a password with '/', or a "
+                          "path with '@'?): write a '/' in a password as %2F, an '@' in a path "
+                          "as %40");
     const char *hosts = rest;
-    if (at) {
-        const char *colon = memchr(rest, ':', (size_t)(at - rest));
-        u->user = decode(rest, colon ? (size_t)(colon - rest) : (size_t)(at - rest));
-        if (colon)
-            u->password = decode(colon + 1, (size_t)(at - colon - 1));
-        if (!u->user || (colon && !u->password))
+    if (ui.found) {
+        u->user = decode(rest, ui.colon);
+        if (ui.colon < ui.len)
+            u->password = decode(rest + ui.colon + 1, ui.len - ui.colon - 1);
+        if (!u->user || (ui.colon < ui.len && !u->password))
             return bad(shown, "bad %-escape in user or password");
         if (!*u->user) {
             free(u->user);
             u->user = NULL;
         }
-        hosts = at + 1;
+        hosts = rest + ui.len + 1;
     }
+    size_t auth_len = strcspn(hosts, "/?");
+    const char *query = strchr(hosts + auth_len, '?');
+    const char *slash = hosts[auth_len] == '/' ? hosts + auth_len : NULL;
 
     /* hosts */
-    const char *hend = rest + auth_len;
+    const char *hend = hosts + auth_len;
     while (hosts < hend) {
         const char *comma = memchr(hosts, ',', (size_t)(hend - hosts));
         size_t len = comma ? (size_t)(comma - hosts) : (size_t)(hend - hosts);
@@ -253,7 +379,7 @@ int dlock__url_parse(const char *text, struct dlock__url *u)
 
     /* path */
     if (slash) {
-        size_t plen = before_query - (size_t)(slash - rest);
+        size_t plen = query ? (size_t)(query - slash) : strlen(slash);
         u->path = decode(slash, plen);
         if (!u->path)
             return bad(shown, "bad %-escape in path");

@@ -241,11 +241,19 @@ DLOCK_EXTERN int dlock_token(dlock_lock *l, uint64_t *token);
  * DLOCK_E* code when not held. */
 DLOCK_EXTERN int64_t dlock_validity_ms(dlock_lock *l);
 
-/* Called once, from the keeper thread, when a hold taken through this
- * handle is lost (renewal found another owner or none, the session or
- * lease expired, the validity deadline passed unconfirmed). WHY is a
- * message for humans. The callback must not free the handle or close the
- * client; it may call dlock_release() from another thread later. */
+/* Called once when a hold taken through this handle is lost (renewal
+ * found another owner or none, the session or lease expired, the validity
+ * deadline passed unconfirmed). WHY is a message for humans, valid during
+ * the call. Callbacks run on the client's callback thread (one per client,
+ * started with the first callback), never on the keeper: a callback that
+ * blocks delays the client's later callbacks, never a renewal. They run
+ * one at a time, in the order the losses were found.
+ * A callback may free any handle of the client, its own included; a
+ * callback still queued for a handle that is freed is dropped, and
+ * dlock_lock_free() from any other thread waits for a running callback of
+ * that handle to return. The callback must not close the client. Holds
+ * belong to threads: release the lost hold later from the thread that
+ * took it (dlock_release() returns DLOCK_ELOST). */
 typedef void (*dlock_lost_fn)(dlock_lock *l, const char *why, void *arg);
 DLOCK_EXTERN int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg);
 

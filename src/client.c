@@ -238,6 +238,7 @@ int dlock_client_new(const char *url, dlock_client **out)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->keeper_cv, &ca);
     pthread_cond_init(&c->renew_cv, &ca);
+    pthread_cond_init(&c->cb.cv, NULL);
     pthread_condattr_destroy(&ca);
     c->buckets = calloc(DLOCK__BUCKETS, sizeof *c->buckets);
     int rc = c->buckets ? dlock__url_parse(url, &c->url) : dlock__err(DLOCK_ENOMEM, "out of memory");
@@ -318,6 +319,7 @@ void dlock_client_close(dlock_client *c)
         if (c->connected)
             dlock__release_all(c);
         dlock__keeper_stop(c);
+        dlock__callbacks_stop(c);
         dlock__cleanup_close(c, true);
         if (c->bstate)
             c->be->close(c->bstate);
@@ -339,6 +341,7 @@ void dlock_client_close(dlock_client *c)
         free(*strs[i]);
     pthread_cond_destroy(&c->keeper_cv);
     pthread_cond_destroy(&c->renew_cv);
+    pthread_cond_destroy(&c->cb.cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -390,6 +390,15 @@ struct dlock_client {
 
     /* cleanup queue (cleanup.c), under mu */
     struct dlock__cleanup *cleanup_head, *cleanup_tail;
+
+    /* lost callbacks' thread (callbacks.c), under mu */
+    struct dlock__callbacks {
+        pthread_t thread;
+        bool running, stop;
+        pthread_cond_t cv; /* a call queued, a call ended, stop */
+        struct dlock__lost_call *head, *tail;
+        struct dlock_lock *current; /* whose callback runs now */
+    } cb;
 };
 
 /* The calling thread's id (Linux tid). */

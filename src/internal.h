@@ -31,7 +31,6 @@ struct dlock_lock {
     dlock_lost_fn lost_fn;
     void *lost_arg;
     struct dlock__waitref *waits; /* acquires in progress, for cancel */
-    unsigned cb_running;          /* lost callbacks in flight (keeper) */
 };
 
 /* Extra per-hold bookkeeping the core keeps next to the backend's view. */
@@ -49,6 +48,18 @@ void dlock__entry_free(struct dlock__entry *e);
 size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);
 /* Release every hold of C (closing). */
 void dlock__release_all(dlock_client *c);
+
+/* Lost callbacks (callbacks.c), all under the client's mutex. Queue L's
+ * lost callback with WHY and start the thread if needed; DLOCK_ENOMEM
+ * when neither memory nor a thread could be had (try again later). */
+int dlock__callback_queue(dlock_client *c, dlock_lock *l, const char *why);
+/* True on the client's callback thread. */
+bool dlock__callback_thread(const dlock_client *c);
+/* L is being freed: drop its queued callbacks, and wait for its running
+ * one unless called from the callback thread (mutex held; may wait). */
+void dlock__callback_forget(dlock_client *c, dlock_lock *l);
+/* Closing: run what is queued, then stop the thread (takes the mutex). */
+void dlock__callbacks_stop(dlock_client *c);
 
 /* The cleanup queue (cleanup.c). Run the pieces due, each at most once,
  * until DEADLINE (client mutex held; dropped while each runs); true when

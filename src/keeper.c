@@ -5,7 +5,8 @@
  * them; declares a hold lost when the backend says it is gone or when its
  * validity deadline (send time of the last confirmed acquire or renewal +
  * lease - drift, on the monotonic clock) passes unconfirmed; and runs each
- * lost callback exactly once; and does the cleanups backends owe after
+ * lost callback exactly once, on the callback thread (callbacks.c) so
+ * that no callback can hold up a renewal; and does the cleanups backends owe after
  * ambiguous replies (cleanup.c) between renewals. It sleeps on a condition variable until the
  * next renewal or deadline is due, so an idle client costs nothing.
  * Started with the first leased hold or queued cleanup; stopped when the
@@ -63,17 +64,10 @@ void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h)
         pthread_cond_signal(&c->keeper_cv);
 }
 
-struct lost_call {
-    dlock_lost_fn fn;
-    dlock_lock *l;
-    void *arg;
-    char *why;
-};
-
-/* One pass over the holds (mutex held): expire, collect due renewals and
- * lost callbacks, and return when the next pass is due. */
-static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, size_t *cap,
-                    struct lost_call **calls, size_t *ncalls, size_t *ccap)
+/* One pass over the holds (mutex held): expire, collect due renewals,
+ * queue lost callbacks for the callback thread, and return when the next
+ * pass is due. */
+static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, size_t *cap)
 {
     int64_t now = dlock__now_ms(), next = DLOCK__NEVER;
     bool really_due = false;
@@ -95,21 +89,11 @@ static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, si
                 if (h->state == DLOCK__LOST) {
                     if (h->lost_reported)
                         continue;
-                    if (h->via && h->via->lost_fn) {
-                        if (*ncalls == *ccap) {
-                            size_t ncap = *ccap ? *ccap * 2 : 8;
-                            struct lost_call *n = realloc(*calls, ncap * sizeof *n);
-                            if (!n)
-                                continue; /* next pass */
-                            *calls = n;
-                            *ccap = ncap;
-                        }
-                        /* The handle stays alive until the call is over:
-                         * dlock_lock_free() waits for cb_running. */
-                        h->via->cb_running++;
-                        (*calls)[(*ncalls)++] = (struct lost_call){
-                            h->via->lost_fn, h->via, h->via->lost_arg,
-                            strdup(h->lost_why ? h->lost_why : "no reason given")};
+                    if (h->via && h->via->lost_fn &&
+                        dlock__callback_queue(c, h->via, h->lost_why)) {
+                        if (now + 100 < next)
+                            next = now + 100; /* no memory or thread: retry */
+                        continue;
                     }
                     h->lost_reported = true;
                     continue;
@@ -154,14 +138,11 @@ static void *keeper_main(void *arg)
     struct dlock__hold **due = NULL;
     int *results = NULL;
     char(*whys)[DLOCK__WHY_MAX] = NULL;
-    struct lost_call *calls = NULL;
-    size_t cap = 0, rcap = 0, ccap = 0;
+    size_t cap = 0, rcap = 0;
     pthread_mutex_lock(&c->mu);
     while (!c->keeper_stop) {
-        size_t ndue = 0, ncalls = 0;
-        int64_t next = scan(c, &due, &ndue, &cap, &calls, &ncalls, &ccap);
-        /* Renewals first: a slow lost callback must not hold up renewals,
-         * nor keep a release waiting on a hold marked renewing. */
+        size_t ndue = 0;
+        int64_t next = scan(c, &due, &ndue, &cap);
         if (ndue) {
             if (rcap < ndue) {
                 int *n = realloc(results, cap * sizeof *n);
@@ -204,18 +185,7 @@ static void *keeper_main(void *arg)
             }
             pthread_cond_broadcast(&c->renew_cv);
         }
-        if (ncalls) {
-            pthread_mutex_unlock(&c->mu);
-            for (size_t i = 0; i < ncalls; i++) {
-                calls[i].fn(calls[i].l, calls[i].why, calls[i].arg);
-                free(calls[i].why);
-            }
-            pthread_mutex_lock(&c->mu);
-            for (size_t i = 0; i < ncalls; i++)
-                calls[i].l->cb_running--;
-            pthread_cond_broadcast(&c->renew_cv);
-        }
-        if (ndue || ncalls)
+        if (ndue)
             continue;
         /* Owed cleanups in a bounded slice: at most an op timeout, never
          * past the next renewal or validity deadline. */
@@ -244,7 +214,6 @@ static void *keeper_main(void *arg)
     free(due);
     free(results);
     free(whys);
-    free(calls);
     return NULL;
 }
 

@@ -444,9 +444,9 @@ void dlock_lock_free(dlock_lock *l)
     dlock_client *c = l->c;
     if (c->pid == getpid()) {
         pthread_mutex_lock(&c->mu);
-        /* A lost callback on this handle may be running: let it finish. */
-        while (l->cb_running)
-            pthread_cond_wait(&c->renew_cv, &c->mu);
+        /* Its queued lost callbacks go; a running one ends first (unless
+         * this is the callback thread: it may be that very callback). */
+        dlock__callback_forget(c, l);
         /* The last handle on the name ends the holds still taken on it.
          * While other handles remain, holds stay reachable through them
          * (a thread that re-entered through another handle keeps its

@@ -22,6 +22,9 @@
 #ifdef DLOCK_HAVE_ETCD
 #include "fixture_etcd.h"
 #endif
+#ifdef DLOCK_HAVE_REDIS
+#include "fixture_redis.h"
+#endif
 
 static char *dir, *url;
 
@@ -303,6 +306,121 @@ START_TEST(test_local_queue_leaver_passes_on)
 END_TEST
 #endif
 
+/* ---------------------------------------------- lost callbacks (redis) */
+
+#ifdef DLOCK_HAVE_REDIS
+static struct fx_redis srv;
+
+/* A client of a fresh redis-server with LEASE; *OP gets a second client
+ * (the operator that force-releases). */
+static dlock_client *open_redis(const char *lease, dlock_client **op)
+{
+    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
+    char *u = tu_fmt("%s?lease=%s", srv.url, lease);
+    dlock_client *c = open_url(u);
+    free(u);
+    *op = open_url(srv.url);
+    return c;
+}
+
+struct batch {
+    dlock_lock *l[2];
+    atomic_int fired[2], done, freed;
+};
+
+/* The first callback to run frees the other handle of its batch. */
+static void free_the_other(dlock_lock *l, const char *why, void *arg)
+{
+    (void)why;
+    struct batch *b = arg;
+    int me = l == b->l[0] ? 0 : 1, none = -1;
+    atomic_fetch_add(&b->fired[me], 1);
+    if (atomic_compare_exchange_strong(&b->freed, &none, 1 - me))
+        dlock_lock_free(b->l[1 - me]);
+    atomic_fetch_add(&b->done, 1);
+}
+
+START_TEST(test_lost_callback_frees_other_handle_of_batch)
+{
+    dlock_client *op, *c = open_redis("1500ms", &op);
+    struct batch b = {.freed = -1};
+    const char *names[2] = {"batch-a", "batch-b"};
+    for (int i = 0; i < 2; i++) {
+        b.l[i] = new_lock(c, names[i]);
+        ck_assert_int_eq(dlock_lock_on_lost(b.l[i], free_the_other, &b), DLOCK_OK);
+    }
+    /* Taken together, renewed in one batch, lost in one pass. */
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(dlock_acquire(b.l[i], DLOCK_TRY), DLOCK_OK);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(dlock_force_release(op, names[i]), DLOCK_OK);
+    /* The keeper used to run the callback itself, and dlock_lock_free()
+     * waited for the other callback the keeper had yet to run. */
+    ck_assert_msg(WAIT_UNTIL(atomic_load(&b.done) == 1, 30000), "the callback never returned");
+    int freed = atomic_load(&b.freed), kept = 1 - freed;
+    /* The freed handle's callback was dropped, not run on a freed handle. */
+    ck_assert_int_eq(atomic_load(&b.fired[freed]), 0);
+    ck_assert_int_eq(atomic_load(&b.fired[kept]), 1);
+    ck_assert_int_eq(dlock_release(b.l[kept]), DLOCK_ELOST);
+    ck_assert_int_eq(atomic_load(&b.done), 1);
+    dlock_lock_free(b.l[kept]);
+    dlock_client_close(c);
+    dlock_client_close(op);
+    fx_redis_stop(&srv);
+}
+END_TEST
+
+struct blocker {
+    atomic_int entered, go;
+};
+
+static void block_until_told(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l, (void)why;
+    struct blocker *b = arg;
+    atomic_store(&b->entered, 1);
+    while (!atomic_load(&b->go))
+        tu_sleep_ms(2);
+}
+
+/* The monotonic time until which L's hold is guaranteed: it moves on
+ * with each confirmed renewal. */
+static int64_t valid_until(dlock_lock *l)
+{
+    int64_t v = dlock_validity_ms(l);
+    ck_assert_msg(v > 0, "hold no longer valid (%lld): %s", (long long)v, dlock_errmsg());
+    return dlock__now_ms() + v;
+}
+
+START_TEST(test_blocked_lost_callback_does_not_stop_renewals)
+{
+    dlock_client *op, *c = open_redis("1500ms", &op);
+    dlock_lock *lost = new_lock(c, "blocked"), *kept = new_lock(c, "renewed");
+    struct blocker b = {0};
+    ck_assert_int_eq(dlock_lock_on_lost(lost, block_until_told, &b), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(lost, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(kept, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_force_release(op, "blocked"), DLOCK_OK);
+    ck_assert_msg(WAIT_UNTIL(atomic_load(&b.entered), 30000), "the lost callback never ran");
+    /* While the callback blocks, the other hold's validity moves on:
+     * renewals are confirmed (twice, so not one already in flight). */
+    for (int i = 0; i < 2; i++) {
+        int64_t before = valid_until(kept);
+        ck_assert_msg(WAIT_UNTIL(valid_until(kept) > before + 50, 30000),
+                      "no renewal confirmed while a lost callback blocks");
+    }
+    atomic_store(&b.go, 1);
+    ck_assert_int_eq(dlock_release(lost), DLOCK_ELOST);
+    ck_assert_int_eq(dlock_release(kept), DLOCK_OK);
+    dlock_lock_free(kept);
+    dlock_lock_free(lost);
+    dlock_client_close(c);
+    dlock_client_close(op);
+    fx_redis_stop(&srv);
+}
+END_TEST
+#endif
+
 static Suite *core_suite(void)
 {
     Suite *s = suite_create("core");
@@ -314,6 +432,10 @@ static Suite *core_suite(void)
         {"waitset", test_waitset_order_and_passing_on, 0},
         {"cleanup_keeper", test_cleanup_keeper_retries_until_done, 0},
         {"cleanup_close", test_cleanup_close_tries_once_more_then_frees, 0},
+#ifdef DLOCK_HAVE_REDIS
+        {"lost_frees_other", test_lost_callback_frees_other_handle_of_batch, 0},
+        {"lost_blocks", test_blocked_lost_callback_does_not_stop_renewals, 0},
+#endif
 #ifdef DLOCK_HAVE_ETCD
         {"local_fifo", test_local_queue_fifo_one_wake_per_release, 1},
         {"local_leaver", test_local_queue_leaver_passes_on, 1},

@@ -24,8 +24,14 @@ int cli_fail(int err, const char *what);
 /* Open the client for URL (NULL: $DLOCK_URL, then the default), with an
  * optional lease in ms (0 = default). Prints the failure. */
 int cli_open(const char *url, int64_t lease_ms, dlock_client **out);
-/* Parse SECONDS ("1.5") into ms; -1 when malformed. */
+/* Parse SECONDS ("1.5", "2", ".5": digits and an optional fraction,
+ * nothing else) into ms; -1 when malformed. */
 int64_t cli_seconds(const char *s);
+/* 0 when NAME can be a lock name (1 to DLOCK_NAME_MAX bytes); else print
+ * a usage error for command CMD and return EXIT_USAGE. */
+int cli_check_name(const char *cmd, const char *name);
+#define DLOCK__CLI_STR2(x) #x
+#define DLOCK__CLI_STR(x) DLOCK__CLI_STR2(x)
 
 int cmd_run(const char *url, int argc, char **argv);
 int cmd_status(const char *url, int argc, char **argv);

@@ -20,10 +20,11 @@ static const struct {
      "dlock [-u URL] run [options] NAME -c 'SHELL COMMAND'",
      "Hold lock NAME while COMMAND runs, then release it.\n"
      "  -n, --nonblock        fail at once if NAME is held (exit CODE)\n"
-     "  -w, --wait SECONDS    give up after SECONDS (fractions allowed; 0 = -n)\n"
+     "  -w, --wait SECONDS    give up after SECONDS (2, 2.5, .5; 0 = -n)\n"
      "  -E, --conflict-exit-code CODE  exit code when busy or timed out (default 1)\n"
      "  -s, --shared          shared mode: many holders, no exclusive one\n"
      "  --lease SECONDS       lease on backends with leases, renewed while COMMAND runs\n"
+     "                        (at least 1)\n"
      "  --on-lost ACTION      when the lock is lost: term (SIGTERM, then SIGKILL\n"
      "                        after --kill-after; the default), kill, or ignore\n"
      "  --kill-after SECONDS  grace between SIGTERM and SIGKILL (default 10)\n"
@@ -62,7 +63,8 @@ static const char *general =
     "Environment: DLOCK_URL; DLOCK_REDIS_PASSWORD, DLOCK_ETCD_PASSWORD (keep passwords\n"
     "             off the command line); DLOCK_ZK_LOG (ZooKeeper client log file).\n"
     "\n"
-    "Exit codes: 64 usage, 69 backend unavailable, 70 internal error, 75 lock lost,\n"
+    "Exit codes: 64 usage (also an empty or over-long NAME), 69 backend unavailable,\n"
+    "            70 internal error, 75 lock lost,\n"
     "            77 permission or authentication, 78 bad URL or configuration,\n"
     "            126/127 COMMAND not executable / not found.\n";
 

@@ -50,11 +50,27 @@ int cli_fail(int err, const char *what)
 
 int64_t cli_seconds(const char *s)
 {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || v < 0 || v > 1e9)
+    /* Digits with an optional fraction, nothing else: strtod alone would
+     * take " 1", "0x10", "1e3", "inf" and "nan". */
+    size_t digits = strspn(s, "0123456789"), frac = 0;
+    if (s[digits] == '.')
+        frac = strspn(s + digits + 1, "0123456789");
+    size_t len = digits + (s[digits] == '.' ? 1 + frac : 0);
+    if (s[len] || digits + frac == 0 || digits > 9)
         return -1;
-    return (int64_t)(v * 1000 + 0.5);
+    return (int64_t)(strtod(s, NULL) * 1000 + 0.5);
+}
+
+int cli_check_name(const char *cmd, const char *name)
+{
+    size_t len = strlen(name);
+    if (len && len <= DLOCK_NAME_MAX)
+        return 0;
+    fprintf(stderr, "dlock %s: %s\n", cmd,
+            len ? "NAME is longer than " DLOCK__CLI_STR(DLOCK_NAME_MAX) " bytes"
+                : "NAME is empty");
+    cli_print_usage_line(cmd);
+    return EXIT_USAGE;
 }
 
 int cli_open(const char *url, int64_t lease_ms, dlock_client **out)
@@ -165,8 +181,11 @@ int cmd_status(const char *url, int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *name = argv[i];
+    int code = cli_check_name("status", name);
+    if (code)
+        return code;
     dlock_client *c;
-    int code = cli_open(o.url, 0, &c);
+    code = cli_open(o.url, 0, &c);
     if (code)
         return code;
     dlock_info *info;
@@ -263,8 +282,11 @@ int cmd_release(const char *url, int argc, char **argv)
         cli_print_usage_line("release");
         return EXIT_USAGE;
     }
+    int code = cli_check_name("release", argv[i]);
+    if (code)
+        return code;
     dlock_client *c;
-    int code = cli_open(o.url, 0, &c);
+    code = cli_open(o.url, 0, &c);
     if (code)
         return code;
     int rc = dlock_force_release(c, argv[i]);

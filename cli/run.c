@@ -9,7 +9,14 @@
  * under valgrind and on old kernels too); the library's keeper thread renews the
  * lease and calls on_lost(), which wakes the main thread through an
  * eventfd so that it can apply --on-lost.
+ *
+ * COMMAND inherits what dlock inherited (stdin, stdout, stderr, and any
+ * descriptor its caller passed on: a jobserver, `3>file`) and nothing
+ * that dlock or the library opened: every other descriptor is closed in
+ * the child before exec, a second line of defence behind close-on-exec
+ * against handing COMMAND an authenticated backend connection.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -24,6 +31,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +42,9 @@
 extern char **environ;
 
 enum phase { WAITING, RUNNING, DONE };
+/* The shortest --lease: a renewal goes out at a third of the lease and
+ * must be answered, or retried and answered, before it ends. */
+#define MIN_LEASE_MS 1000
 enum on_lost { LOST_TERM, LOST_KILL, LOST_IGNORE };
 
 struct run {
@@ -133,6 +145,67 @@ static void on_lost(dlock_lock *l, const char *why, void *arg)
     (void)n;
 }
 
+/* ------------------------------------------------- inherited descriptors */
+
+/* The descriptors above 2 that dlock was started with, ascending: COMMAND
+ * inherits these and no other. Taken before anything is opened. */
+#define MAX_INHERITED 256
+static int inherited[MAX_INHERITED];
+static size_t ninherited;
+
+static int cmp_int(const void *a, const void *b)
+{
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static void note_inherited_fds(void)
+{
+    ninherited = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d)) && ninherited < MAX_INHERITED) {
+            int fd = atoi(de->d_name);
+            if (fd > 2 && fd != dirfd(d))
+                inherited[ninherited++] = fd;
+        }
+        closedir(d);
+    } else {
+        for (int fd = 3; fd < 1024 && ninherited < MAX_INHERITED; fd++)
+            if (fcntl(fd, F_GETFD) >= 0)
+                inherited[ninherited++] = fd;
+    }
+    qsort(inherited, ninherited, sizeof *inherited, cmp_int);
+}
+
+/* Close descriptors LO..HI (in the child after fork: syscalls only).
+ * Without close_range (Linux < 5.9), one close per number below LIMIT. */
+static void close_span(unsigned lo, unsigned hi, unsigned limit)
+{
+    if (lo > hi)
+        return;
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, lo, hi, 0) == 0)
+        return;
+#endif
+    for (unsigned fd = lo; fd <= hi && fd < limit; fd++)
+        close((int)fd);
+}
+
+/* Close every descriptor above 2 but those in KEEP (N, ascending). */
+static void close_all_but(const int *keep, size_t n, unsigned limit)
+{
+    unsigned lo = 3;
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i] < 0 || (unsigned)keep[i] < lo)
+            continue;
+        if ((unsigned)keep[i] > lo)
+            close_span(lo, (unsigned)keep[i] - 1, limit);
+        lo = (unsigned)keep[i] + 1;
+    }
+    close_span(lo, ~0U, limit);
+}
+
 /* COMMAND's environment: ours plus DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL. */
 static char **child_env(const char *name, uint64_t token, const char *url)
 {
@@ -173,6 +246,17 @@ static pid_t start_child(char **cmd, char **env, const sigset_t *oldmask)
         fprintf(stderr, "dlock run: pipe: %s\n", strerror(errno));
         return -EXIT_SOFTWARE;
     }
+    /* What the child keeps: the inherited descriptors and the exec-failure
+     * pipe (close-on-exec), worked out before fork. */
+    int keep[MAX_INHERITED + 1];
+    memcpy(keep, inherited, ninherited * sizeof *keep);
+    keep[ninherited] = p[1];
+    size_t nkeep = ninherited + 1;
+    qsort(keep, nkeep, sizeof *keep, cmp_int);
+    struct rlimit rl;
+    unsigned limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
+                         ? (unsigned)rl.rlim_cur
+                         : 1u << 20;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -187,6 +271,7 @@ static pid_t start_child(char **cmd, char **env, const sigset_t *oldmask)
             _exit(EXIT_LOST);
         signal(SIGPIPE, SIG_DFL);
         pthread_sigmask(SIG_SETMASK, oldmask, NULL);
+        close_all_but(keep, nkeep, limit);
         execvpe(cmd[0], cmd, env);
         int e = errno;
         ssize_t n = write(p[1], &e, sizeof e);
@@ -311,10 +396,11 @@ int cmd_run(const char *url, int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
     int64_t wait_ms = DLOCK_FOREVER, lease_ms = 0, kill_after_ms = 10000;
-    int conflict = 1, verbose = 0, ch;
+    int conflict = 1, verbose = 0, ch, code;
     dlock_mode mode = DLOCK_EXCLUSIVE;
     enum on_lost policy = LOST_TERM;
     const char *shell_cmd = NULL;
+    note_inherited_fds();
     optind = 1;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "+nw:E:sc:vu:h", longs, NULL)) != -1) {
@@ -338,8 +424,13 @@ int cmd_run(const char *url, int argc, char **argv)
             mode = DLOCK_SHARED;
             break;
         case 'L':
-            if ((lease_ms = cli_seconds(optarg)) <= 0)
-                return usage_error("--lease needs SECONDS > 0, not '%s'", optarg);
+            if ((lease_ms = cli_seconds(optarg)) < 0)
+                return usage_error("--lease needs SECONDS, not '%s'", optarg);
+            if (lease_ms < MIN_LEASE_MS)
+                return usage_error("--lease %s is too short: at least %d s, so that a renewal "
+                                   "(at a third of the lease) has time for its round trip and "
+                                   "a retry",
+                                   optarg, MIN_LEASE_MS / 1000);
             break;
         case 'O':
             if (strcmp(optarg, "term") == 0)
@@ -375,9 +466,13 @@ int cmd_run(const char *url, int argc, char **argv)
     if (optind >= argc)
         return usage_error("%s", "missing NAME");
     const char *name = argv[optind++];
+    if ((code = cli_check_name("run", name)))
+        return code;
     /* -c may also come after NAME, as in flock(1). */
-    if (!shell_cmd && optind + 1 < argc &&
+    if (!shell_cmd && optind < argc &&
         (strcmp(argv[optind], "-c") == 0 || strcmp(argv[optind], "--command") == 0)) {
+        if (optind + 1 >= argc)
+            return usage_error("option '%s' needs a value", argv[optind]);
         shell_cmd = argv[optind + 1];
         optind += 2;
         if (optind < argc)
@@ -401,7 +496,7 @@ int cmd_run(const char *url, int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     dlock_client *c;
-    int code = cli_open(url, lease_ms, &c);
+    code = cli_open(url, lease_ms, &c);
     if (code)
         return code;
     dlock_lock *l;

@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dlock.h"
+#include "fixture_redis.h"
 #include "testutil.h"
 
 static char *dir, *url, *env_url;
@@ -151,7 +153,43 @@ START_TEST(test_usage_and_config_codes)
         ck_assert_msg(strstr(err, bad[i][1]) && count_lines(err) == 1, "%s: '%s'", bad[i][0], err);
         free(err);
     }
-    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "", "true"), 78);
+    /* A name the library refuses is a usage error, not a configuration one. */
+    char toolong[DLOCK_NAME_MAX + 2];
+    memset(toolong, 'n', sizeof toolong - 1);
+    toolong[sizeof toolong - 1] = 0;
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", toolong, "true"), 64);
+    ck_assert_msg(strstr(err, "longer than 1024") && count_lines(err) >= 1, "%s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "status", ""), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "release", "--force", ""), 64);
+    /* -c after NAME with nothing after it: not a command named "-c". */
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", "-c"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", "--command"), 64);
+    /* SECONDS are digits and a fraction: no hex, blanks, exponents, inf. */
+    const char *secs[] = {"0x10", " 1", "1 ", "1e3", "inf", "nan", "-1", "+1", ".", "", "1.5s"};
+    for (size_t i = 0; i < sizeof secs / sizeof *secs; i++) {
+        ck_assert_msg(DLOCK(NULL, NULL, "run", "-w", secs[i], "n", "true") == 64, "-w '%s'",
+                      secs[i]);
+        ck_assert_msg(DLOCK(NULL, NULL, "run", "--kill-after", secs[i], "n", "true") == 64,
+                      "--kill-after '%s'", secs[i]);
+    }
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", ".5", "n", "true"), 0);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "2.", "n", "true"), 0);
+    /* A lease too short for a renewal's round trip: refused, with the floor. */
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "--lease", "0.2", "n", "true"), 64);
+    ck_assert_msg(strstr(err, "at least 1 s"), "%s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--lease", "1", "n", "true"), 0);
+    /* A file where the lock directory should be: configuration, not permission. */
+    char *file = tu_fmt("%s/plain", dir), *furl = tu_fmt("file://%s", file);
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    ck_assert_int_eq(DLOCK(NULL, &err, "-u", furl, "run", "n", "true"), 78);
+    ck_assert_msg(strstr(err, "not a directory"), "%s", err);
+    free(err);
+    free(furl);
+    free(file);
 }
 END_TEST
 
@@ -320,6 +358,59 @@ START_TEST(test_status_list_release)
 }
 END_TEST
 
+/* COMMAND inherits what dlock inherited and nothing dlock opened: a
+ * wrapper shell lists its descriptors (fd 7 opened for the occasion),
+ * execs dlock, and COMMAND lists its own. */
+static void check_command_fds(const char *u)
+{
+    char *before = tu_fmt("%s/fds-before", dir), *after = tu_fmt("%s/fds-after", dir);
+    const char *list = "l() { for f in /proc/$$/fd/*; do [ -e \"$f\" ] && "
+                       "printf \" %s \" \"${f##*/}\"; done; true; }";
+    char *script = tu_fmt("%s; exec 7</dev/null; l > %s; exec '%s' -u '%s' run fds -- "
+                          "sh -c '%s; l > %s'",
+                          list, before, tu_dlock_bin(), u, list, after);
+    const char *argv[] = {"sh", "-c", script, NULL};
+    char *err;
+    int rc = tu_run(argv, NULL, NULL, &err);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+    free(err);
+    char *b = tu_read_file(before), *a = tu_read_file(after);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_msg(strstr(a, " 7 "), "%s: fd 7 passed to dlock did not reach COMMAND (%s)", u, a);
+    /* Every descriptor COMMAND has, the wrapper had (the same numbers). */
+    char *copy = strdup(a), *save, *tok;
+    for (tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *needle = tu_fmt(" %s ", tok);
+        ck_assert_msg(strstr(b, needle), "%s: COMMAND inherited fd %s that dlock opened "
+                      "(COMMAND: %s; dlock was given: %s)", u, tok, a, b);
+        free(needle);
+    }
+    free(copy);
+    free(a);
+    free(b);
+    free(script);
+    free(after);
+    free(before);
+}
+
+START_TEST(test_command_fds_file)
+{
+    check_command_fds(url);
+}
+END_TEST
+
+#ifdef DLOCK_HAVE_REDIS
+START_TEST(test_command_fds_redis)
+{
+    struct fx_redis r = {0};
+    ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
+    check_command_fds(r.url);
+    fx_redis_stop(&r);
+}
+END_TEST
+#endif
+
 /* The options a text names: --long words and -x letters. */
 static void collect_options(const char *text, char *set, size_t size)
 {
@@ -409,6 +500,10 @@ int main(void)
         {"shared", test_shared_run},
         {"status_list_release", test_status_list_release},
         {"help_man", test_help_matches_man},
+        {"command_fds_file", test_command_fds_file},
+#ifdef DLOCK_HAVE_REDIS
+        {"command_fds_redis", test_command_fds_redis},
+#endif
     };
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
         TCase *tc = tcase_create(tests[i].name);

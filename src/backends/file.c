@@ -244,10 +244,17 @@ static int check_dir(struct file_state *s, bool is_default)
      * /tmp); a directory named in a URL may. */
     s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (is_default ? O_NOFOLLOW : 0));
     if (s->dirfd < 0) {
-        if (errno == ELOOP || errno == ENOTDIR)
-            return dlock__err(DLOCK_EACCES, "lock directory %s is not a directory%s", s->dir,
-                              is_default ? " (a symlink is refused for the default one)" : "");
-        return dlock__errno(dlock__errno_code(errno), errno, "lock directory %s", s->dir);
+        int e = errno;
+        struct stat lst;
+        if (is_default && (e == ELOOP || e == ENOTDIR) && lstat(s->dir, &lst) == 0 &&
+            S_ISLNK(lst.st_mode))
+            return dlock__err(DLOCK_EACCES,
+                              "default lock directory %s is a symlink: refused (someone else "
+                              "may have planted it)",
+                              s->dir);
+        if (e == ENOTDIR) /* a configuration error: DLOCK_ENOENT, "no such directory" */
+            return dlock__err(DLOCK_ENOENT, "lock directory %s is not a directory", s->dir);
+        return dlock__errno(dlock__errno_code(e), e, "lock directory %s", s->dir);
     }
     struct stat st;
     if (fstat(s->dirfd, &st) < 0)

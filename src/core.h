@@ -277,6 +277,11 @@ int dlock__renew_result(struct dlock__renew_batch *b, size_t k, int rc);
 /* Set by the backend's acquire or renew: the request confirming the hold
  * was sent at SENT_MS (monotonic); validity runs from there. */
 void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms);
+/* The same for a backend whose holds last what the server granted rather
+ * than the lease asked for (zk: the negotiated session timeout): H's
+ * lease becomes LEASE_MS (> 0) from now on. */
+void dlock__hold_confirmed_lease(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms,
+                                 int64_t lease_ms);
 
 /* A backend thread learned that H (or, with h == NULL, every hold of the
  * client) is gone: mark lost and let the keeper fire callbacks. Any thread;

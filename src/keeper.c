@@ -31,6 +31,16 @@ void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_
     pthread_mutex_unlock(&c->mu);
 }
 
+void dlock__hold_confirmed_lease(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms,
+                                 int64_t lease_ms)
+{
+    pthread_mutex_lock(&c->mu);
+    if (h->lease_ms && lease_ms > 0)
+        h->lease_ms = lease_ms;
+    pthread_mutex_unlock(&c->mu);
+    dlock__hold_confirmed(c, h, sent_ms);
+}
+
 static void mark_lost(struct dlock__hold *h, const char *why)
 {
     if (h->state == DLOCK__LOST)

@@ -1791,10 +1791,11 @@ START_TEST(test_partitioned_holder_lost_before_other_holds)
     ck_assert_msg(a.lost_when_acquired == 1,
                   "the other client held the lock before our loss was reported");
     proxy_set(&px, PROXY_FORWARD);
-    /* the next call opens a new session, even one made while the client
-     * is still learning that the old one expired */
+    /* the next acquire opens a new session, even one made while the
+     * client is still learning that the old one expired (a waiting one:
+     * a try-once does not wait for a connection) */
     dlock_lock *l2 = lock_ok(c, "partitioned-2");
-    int rc = dlock_acquire(l2, DLOCK_TRY);
+    int rc = dlock_acquire(l2, 20000);
     ck_assert_msg(rc == DLOCK_OK, "first acquire after the partition: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);

@@ -155,7 +155,7 @@ static void zk_on_created(int rc, const char *value, const struct Stat *stat, co
  * reference. Returns the request's code, or ZOPERATIONTIMEOUT. Copies
  * the results out first through the OUT pointers that are not NULL. */
 int zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value,
-                     struct String_vector *kids)
+                 struct String_vector *kids)
 {
     pthread_mutex_lock(&k->mu);
     while (!k->done) {
@@ -198,9 +198,14 @@ int zk_call_dead(struct zk_call *k, int rc)
     return rc;
 }
 
-int64_t zk_op_deadline(struct zk_backend *zb)
+/* The deadline of one request of a caller that must be done by UNTIL
+ * (monotonic ms; 0 or DLOCK__NEVER: only the op timeout bounds it): now
+ * plus dlock__time_left(UNTIL, op timeout), or 0 when UNTIL has passed
+ * and nothing may be sent. */
+int64_t zk_call_deadline(struct zk_backend *zb, int64_t until)
 {
-    return dlock__now_ms() + zb->c->opts.op_timeout_ms;
+    int64_t left = dlock__time_left(until, zb->c->opts.op_timeout_ms);
+    return left > 0 ? dlock__now_ms() + left : 0;
 }
 
 /* ------------------------------------------------------------- requests */
@@ -211,8 +216,11 @@ static const struct ACL_vector *zk_node_acl(struct zk_backend *zb)
 }
 
 int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
-                     int mode, char **created, struct Stat *stat)
+                 int mode, char **created, struct Stat *stat, int64_t until)
 {
+    int64_t deadline = zk_call_deadline(zb, until);
+    if (!deadline)
+        return ZOPERATIONTIMEOUT;
     struct zk_call *k = zk_call_new(zh);
     if (!k)
         return ZSYSTEMERROR;
@@ -220,12 +228,15 @@ int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const c
                           zk_on_created, k);
     if (rc != ZOK)
         return zk_call_dead(k, rc);
-    return zk_call_wait(k, zk_op_deadline(zb), stat, created, NULL);
+    return zk_call_wait(k, deadline, stat, created, NULL);
 }
 
 int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
-                     void *watch_ctx, struct Stat *stat)
+                 void *watch_ctx, struct Stat *stat, int64_t until)
 {
+    int64_t deadline = zk_call_deadline(zb, until);
+    if (!deadline)
+        return ZOPERATIONTIMEOUT;
     struct zk_call *k = zk_call_new(zh);
     if (!k)
         return ZSYSTEMERROR;
@@ -233,44 +244,53 @@ int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher
                      : zoo_aexists(zh, path, 0, zk_on_stat, k);
     if (rc != ZOK)
         return zk_call_dead(k, rc);
-    return zk_call_wait(k, zk_op_deadline(zb), stat, NULL, NULL);
+    return zk_call_wait(k, deadline, stat, NULL, NULL);
 }
 
 int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
-                  struct Stat *stat)
+              struct Stat *stat, int64_t until)
 {
+    int64_t deadline = zk_call_deadline(zb, until);
+    if (!deadline)
+        return ZOPERATIONTIMEOUT;
     struct zk_call *k = zk_call_new(zh);
     if (!k)
         return ZSYSTEMERROR;
     int rc = zoo_aget(zh, path, 0, zk_on_data, k);
     if (rc != ZOK)
         return zk_call_dead(k, rc);
-    return zk_call_wait(k, zk_op_deadline(zb), stat, data, NULL);
+    return zk_call_wait(k, deadline, stat, data, NULL);
 }
 
 int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                       struct String_vector *kids)
+                   struct String_vector *kids, int64_t until)
 {
-    struct zk_call *k = zk_call_new(zh);
     kids->count = 0;
     kids->data = NULL;
+    int64_t deadline = zk_call_deadline(zb, until);
+    if (!deadline)
+        return ZOPERATIONTIMEOUT;
+    struct zk_call *k = zk_call_new(zh);
     if (!k)
         return ZSYSTEMERROR;
     int rc = zoo_aget_children(zh, path, 0, zk_on_strings, k);
     if (rc != ZOK)
         return zk_call_dead(k, rc);
-    return zk_call_wait(k, zk_op_deadline(zb), NULL, NULL, kids);
+    return zk_call_wait(k, deadline, NULL, NULL, kids);
 }
 
-int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path)
+int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until)
 {
+    int64_t deadline = zk_call_deadline(zb, until);
+    if (!deadline)
+        return ZOPERATIONTIMEOUT;
     struct zk_call *k = zk_call_new(zh);
     if (!k)
         return ZSYSTEMERROR;
     int rc = zoo_adelete(zh, path, -1, zk_on_void, k);
     if (rc != ZOK)
         return zk_call_dead(k, rc);
-    return zk_call_wait(k, zk_op_deadline(zb), NULL, NULL, NULL);
+    return zk_call_wait(k, deadline, NULL, NULL, NULL);
 }
 
 /* A failure of a request on PATH as a DLOCK_E* code with a message in
@@ -318,12 +338,15 @@ bool zk_rc_session_gone(int rc)
  * so the listing already shows the new node. Returns the create's code;
  * *listed tells whether KIDS was filled (caller frees). */
 int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                              const char *lockpath, char **created, struct Stat *stat,
-                              struct String_vector *kids, bool *listed)
+                          const char *lockpath, char **created, struct Stat *stat,
+                          struct String_vector *kids, bool *listed, int64_t until)
 {
     *listed = false;
     kids->count = 0;
     kids->data = NULL;
+    int64_t deadline = zk_call_deadline(zb, until);
+    if (!deadline)
+        return ZOPERATIONTIMEOUT;
     struct zk_call *kc = zk_call_new(zh), *kl = zk_call_new(zh);
     if (!kc || !kl) {
         if (kc)
@@ -341,7 +364,6 @@ int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path
     int lrc = zoo_aget_children(zh, lockpath, 0, zk_on_strings, kl);
     if (lrc != ZOK)
         zk_call_dead(kl, lrc);
-    int64_t deadline = zk_op_deadline(zb);
     rc = zk_call_wait(kc, deadline, stat, created, NULL);
     if (lrc == ZOK) {
         lrc = zk_call_wait(kl, deadline, NULL, NULL, kids);
@@ -360,10 +382,13 @@ int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path
  * not, with a validity counted from now. The sync goes through the
  * leader, and reads after it are at least as new. */
 int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                              struct String_vector *kids)
+                          struct String_vector *kids, int64_t until)
 {
     kids->count = 0;
     kids->data = NULL;
+    int64_t deadline = zk_call_deadline(zb, until);
+    if (!deadline)
+        return ZOPERATIONTIMEOUT;
     struct zk_call *ks = zk_call_new(zh), *kl = zk_call_new(zh);
     if (!ks || !kl) {
         if (ks)
@@ -377,7 +402,6 @@ int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path
         zk_call_dead(kl, rc);
         return zk_call_dead(ks, rc);
     }
-    int64_t deadline = zk_op_deadline(zb);
     int lrc = zoo_aget_children(zh, path, 0, zk_on_strings, kl);
     if (lrc != ZOK)
         zk_call_dead(kl, lrc);

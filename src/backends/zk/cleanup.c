@@ -221,20 +221,23 @@ void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *loc
     pthread_mutex_unlock(&zb->mu);
 }
 
-/* Delete our node PATH, retrying on disconnects up to the op timeout;
- * on failure remember it for a later sweep. */
-void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path)
+/* Delete our node PATH, retrying on disconnects up to the op timeout and
+ * no later than UNTIL (see zk_rq_*); when that fails or no time is left,
+ * remember it: the sweep deletes it asynchronously (at once when
+ * connected), so a caller out of time never waits for it. */
+void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
+                        int64_t until)
 {
-    int64_t deadline = zk_op_deadline(zb);
-    int rc;
-    do {
-        rc = zk_rq_delete(zb, s->zh, path);
+    int64_t deadline = zk_call_deadline(zb, until);
+    while (deadline) {
+        int rc = zk_rq_delete(zb, s->zh, path, deadline);
         if (rc == ZOK || rc == ZNONODE || zk_rc_session_gone(rc))
             return;
-        if (!zk_rc_transient(rc))
+        int64_t left = dlock__time_left(deadline, 50);
+        if (!zk_rc_transient(rc) || left == 0)
             break;
-        struct timespec pause = {0, 50 * 1000000L};
+        struct timespec pause = {0, (long)left * 1000000L};
         nanosleep(&pause, NULL);
-    } while (dlock__now_ms() < deadline);
+    }
     zk_orphan_add(zb, s, path);
 }

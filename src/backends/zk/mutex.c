@@ -22,69 +22,18 @@ static const char *zk_basename_of(const char *path)
     return slash ? slash + 1 : path;
 }
 
-/* Bytes kept as they are in a node name; everything else is %XX. */
-static bool name_byte_plain(unsigned char ch)
-{
-    /* ASCII only: isalnum() would follow the caller's locale, and a
-     * Latin-1 byte sent raw is not UTF-8 to the server. */
-    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-           ch == '-' || ch == '_' || ch == '.' || ch == '~' || ch == ':' ||
-           ch == '@' || ch == '+' || ch == '=' || ch == ',';
-}
+/* Punctuation kept as it is in a node name (ZooKeeper paths are UTF-8
+ * with '/' as the separator): every other byte but ASCII letters, digits,
+ * '-' and '_' becomes %XX (dlock__name_encode). */
+#define ZK_NAME_KEEP ".~:@+=,"
 
-/* Encode NAME (any bytes) as one node name that never leaves the base
- * path: '/', '%', control and non-ASCII bytes become %XX, and so do the
- * names "." and ".." and the reserved "zookeeper" right under "/". */
+/* Encode NAME as one node name that never leaves the base path; under
+ * "/" the name "zookeeper" (the server's reserved node) is %7Aookeeper. */
 static char *encode_name(const char *name, bool at_root)
 {
-    size_t n = strlen(name);
-    char *out = malloc(n * 3 + 1), *p = out;
-    if (!out)
-        return NULL;
-    bool dots = strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)name[i];
-        if (name_byte_plain(ch) && !(dots && ch == '.') &&
-            !(at_root && i == 0 && strcmp(name, "zookeeper") == 0))
-            *p++ = (char)ch;
-        else
-            p += sprintf(p, "%%%02X", ch);
-    }
-    *p = 0;
-    return out;
-}
-
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    return -1;
-}
-
-/* Decode a node name written by encode_name (or by someone else: bytes
- * that are not %XX are kept). */
-static char *decode_name(const char *enc)
-{
-    size_t n = strlen(enc);
-    char *out = malloc(n + 1), *p = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        int hi, lo;
-        if (enc[i] == '%' && i + 2 < n && (hi = hexval(enc[i + 1])) >= 0 &&
-            (lo = hexval(enc[i + 2])) >= 0) {
-            *p++ = (char)(hi * 16 + lo);
-            i += 2;
-        } else {
-            *p++ = enc[i];
-        }
-    }
-    *p = 0;
-    return out;
+    if (at_root && strcmp(name, "zookeeper") == 0)
+        return dlock__strdup("%7Aookeeper");
+    return dlock__name_encode(name, ZK_NAME_KEEP, 0);
 }
 
 /* Path of the lock node for NAME: <base>/<encoded key_prefix + name>. */
@@ -160,17 +109,18 @@ bool zk_node_has_guid(const char *node, const char *guid)
 
 /* Create the lock node LOCKPATH as a container (persistent when the
  * server has no containers). ZNODEEXISTS counts as done. */
-static int create_lock_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath)
+static int create_lock_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                            int64_t until)
 {
     pthread_mutex_lock(&zb->mu); /* threads acquiring other names too */
     int mode = zb->no_containers ? ZOO_PERSISTENT : ZOO_CONTAINER;
     pthread_mutex_unlock(&zb->mu);
-    int rc = zk_rq_create(zb, s->zh, lockpath, NULL, mode, NULL, NULL);
+    int rc = zk_rq_create(zb, s->zh, lockpath, NULL, mode, NULL, NULL, until);
     if ((rc == ZUNIMPLEMENTED || rc == ZBADARGUMENTS) && mode == ZOO_CONTAINER) {
         pthread_mutex_lock(&zb->mu);
         zb->no_containers = true;
         pthread_mutex_unlock(&zb->mu);
-        rc = zk_rq_create(zb, s->zh, lockpath, NULL, ZOO_PERSISTENT, NULL, NULL);
+        rc = zk_rq_create(zb, s->zh, lockpath, NULL, ZOO_PERSISTENT, NULL, NULL, until);
     }
     return rc == ZNODEEXISTS ? ZOK : rc;
 }
@@ -180,10 +130,10 @@ static int create_lock_node(struct zk_backend *zb, struct zk_session *s, const c
  * base, costs one request. Returns a ZooKeeper code; on failure *failed
  * (owned) names the path. */
 static int make_parents(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                        char **failed)
+                        char **failed, int64_t until)
 {
     *failed = NULL;
-    int rc = create_lock_node(zb, s, lockpath);
+    int rc = create_lock_node(zb, s, lockpath, until);
     if (rc != ZNONODE) {
         if (rc != ZOK)
             *failed = dlock__strdup(lockpath);
@@ -195,14 +145,14 @@ static int make_parents(struct zk_backend *zb, struct zk_session *s, const char 
     for (char *slash = strchr(p + 1, '/'); slash && rc != ZSYSTEMERROR;
          slash = strchr(slash + 1, '/')) {
         *slash = 0;
-        rc = zk_rq_create(zb, s->zh, p, NULL, ZOO_PERSISTENT, NULL, NULL);
+        rc = zk_rq_create(zb, s->zh, p, NULL, ZOO_PERSISTENT, NULL, NULL, until);
         if (rc != ZOK && rc != ZNODEEXISTS) {
             *failed = p;
             return rc;
         }
         *slash = '/';
     }
-    rc = create_lock_node(zb, s, lockpath);
+    rc = create_lock_node(zb, s, lockpath, until);
     if (rc != ZOK)
         *failed = p;
     else
@@ -213,10 +163,10 @@ static int make_parents(struct zk_backend *zb, struct zk_session *s, const char 
 /* Find the child of LOCKPATH carrying GUID after an ambiguous create.
  * Returns ZOK and sets *node (owned), ZNONODE when none, or an error. */
 static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                          const char *guid, char **node)
+                          const char *guid, char **node, int64_t until)
 {
     struct String_vector kids;
-    int rc = zk_rq_children(zb, s->zh, lockpath, &kids);
+    int rc = zk_rq_children(zb, s->zh, lockpath, &kids, until);
     if (rc != ZOK)
         return rc;
     rc = ZNONODE;
@@ -233,23 +183,31 @@ static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const cha
 
 /* Create our contender node under LOCKPATH: *mine = its full path,
  * *czxid its creation zxid; *listed says whether KIDS holds a listing of
- * the children made right after (caller frees it). */
+ * the children made right after (caller frees it). Retries a lost reply
+ * for up to the op timeout, and never past UNTIL (the acquire's deadline,
+ * as zk_rq_* take it). */
 static int create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                             char **mine, int64_t *czxid, struct String_vector *kids,
-                            bool *listed)
+                            bool *listed, int64_t until)
 {
     char guid[37];
     dlock__uuid(guid);
     char *prefix = dlock__sprintf("%s/" ZK_PROTECTED "%s-" ZK_LOCK_MARK, lockpath, guid);
     if (!prefix)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    int64_t deadline = zk_op_deadline(zb);
+    int64_t deadline = zk_call_deadline(zb, until);
+    if (!deadline) {
+        free(prefix);
+        return dlock__err(DLOCK_ETIMEDOUT, "%s: no time left to create a node under %s",
+                          zb->servers, lockpath);
+    }
     int err = DLOCK_OK;
     bool ambiguous = false; /* a create of ours may have happened unseen */
     for (int attempt = 0;; attempt++) {
         struct Stat st;
         char *created = NULL;
-        int rc = zk_rq_create_and_list(zb, s->zh, prefix, lockpath, &created, &st, kids, listed);
+        int rc = zk_rq_create_and_list(zb, s->zh, prefix, lockpath, &created, &st, kids, listed,
+                                       deadline);
         if (rc == ZOK) {
             *mine = created;
             *czxid = st.czxid;
@@ -257,7 +215,7 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
         }
         if (rc == ZNONODE && attempt < 5) {
             char *failed = NULL;
-            rc = make_parents(zb, s, lockpath, &failed);
+            rc = make_parents(zb, s, lockpath, &failed, deadline);
             if (rc == ZOK || rc == ZNONODE || (zk_rc_transient(rc) && dlock__now_ms() < deadline)) {
                 free(failed);
                 continue; /* a container may vanish again: try anew */
@@ -271,10 +229,10 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
         if (zk_rc_transient(rc) && dlock__now_ms() < deadline) {
             /* The reply was lost: the node may exist. Look for our guid. */
             char *found = NULL;
-            int frc = find_guid_node(zb, s, lockpath, guid, &found);
+            int frc = find_guid_node(zb, s, lockpath, guid, &found, deadline);
             if (frc == ZOK) {
                 struct Stat fst;
-                frc = zk_rq_exists(zb, s->zh, found, NULL, NULL, &fst);
+                frc = zk_rq_exists(zb, s->zh, found, NULL, NULL, &fst, deadline);
                 if (frc == ZOK) {
                     *mine = found;
                     *czxid = fst.czxid;
@@ -282,7 +240,7 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
                 }
                 free(found);
             }
-            struct timespec pause = {0, 100 * 1000000L};
+            struct timespec pause = {0, (long)dlock__time_left(deadline, 100) * 1000000L};
             nanosleep(&pause, NULL);
             continue;
         }
@@ -301,7 +259,7 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
  * gone; or an error code. *holder names the owner node (owned). */
 static int queue_position(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                           const char *mine, struct String_vector *given, int *pos, char **pred,
-                          char **holder)
+                          char **holder, int64_t until)
 {
     struct String_vector kids;
     *pred = NULL;
@@ -316,7 +274,7 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, const cha
         given->count = 0;
         given->data = NULL;
     } else {
-        rc = zk_rq_children_synced(zb, s->zh, lockpath, &kids);
+        rc = zk_rq_children_synced(zb, s->zh, lockpath, &kids, until);
     }
     if (rc != ZOK)
         return rc;
@@ -362,6 +320,9 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     struct String_vector first = {0, NULL}; /* listed along with our create */
     bool have_first = false;
     int err;
+    bool try_once = dlock__wait_try_once(w);
+    int64_t until = w->deadline; /* every request's timeout is cut to it */
+    char msg[DLOCK__MSG_MAX];
     struct zk_waiter waiter = {.w = w};
     zk_waiter_add(zb, &waiter);
 
@@ -372,8 +333,8 @@ restart:
     }
     free(mine);
     mine = NULL;
-    /* a try-once still waits for a connection, up to the connect timeout */
-    err = zk_session_get_w(zb, &s, w->deadline != 0 ? w : NULL);
+    /* a try-once does not wait for a (re)connection: DLOCK_ECONN at once */
+    err = zk_session_get_w(zb, &s, w);
     if (err != DLOCK_OK)
         goto out;
     zk_sweep(zb, s);
@@ -381,14 +342,13 @@ restart:
     first = (struct String_vector){0, NULL};
     created_at = dlock__now_ms();
     unsigned create_seq = dlock__wait_seq(w);
-    err = create_contender(zb, s, lockpath, &mine, &czxid, &first, &have_first);
-    if (err == DLOCK_ECONN && w->deadline != 0) {
+    err = create_contender(zb, s, lockpath, &mine, &czxid, &first, &have_first, until);
+    if ((err == DLOCK_ECONN || err == DLOCK_ETIMEDOUT) && !try_once) {
         /* The create met a disconnect (any node it may have left is a
          * suspect, swept): a waiting acquire goes on waiting, as a queued
          * waiter does, and tries again on a reconnection (the watcher
          * wakes us), a second later at the latest, or on a new session. */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+        dlock__errmsg_save(msg);
         int r = dlock__wait_sleep(w, create_seq, dlock__now_ms() + 1000);
         if (r == DLOCK_OK)
             goto restart;
@@ -411,18 +371,18 @@ restart:
         free(pred);
         free(holder);
         int rc = queue_position(zb, s, lockpath, mine, have_first ? &first : NULL, &pos, &pred,
-                                &holder);
+                                &holder, until);
         have_first = false;
         if (rc == ZNONODE || zk_rc_session_gone(rc)) {
             /* Our node vanished (session expired, or someone deleted it
              * while we waited): start over if time allows. */
-            if (w->deadline != 0 && dlock__now_ms() < w->deadline)
+            if (!try_once && dlock__time_left(until, 1) > 0)
                 goto restart;
             err = dlock__err(DLOCK_ECONN, "%s: lock '%s': our node %s vanished while waiting",
                              zb->servers, h->name, mine);
             goto out_delete;
         }
-        if (zk_rc_transient(rc) && w->deadline != 0) {
+        if (zk_rc_transient(rc) && !try_once) {
             /* Disconnected: the session (and our place) may survive.
              * Wait for a reconnect (the watcher wakes us) and look again. */
             int r = dlock__wait_sleep(w, seq, dlock__now_ms() + 1000);
@@ -454,14 +414,13 @@ restart:
             /* The hold lasts as long as the session: its validity is the
              * negotiated session timeout, whatever lease was asked. */
             pthread_mutex_lock(&zb->mu);
-            if (s->timeout_ms > 0)
-                h->lease_ms = s->timeout_ms;
+            int64_t session_ms = s->timeout_ms;
             pthread_mutex_unlock(&zb->mu);
-            dlock__hold_confirmed(zb->c, h, sent);
+            dlock__hold_confirmed_lease(zb->c, h, sent, session_ms);
             err = DLOCK_OK;
             goto out;
         }
-        if (w->deadline == 0) {
+        if (try_once) {
             err = dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by node %s/%s", zb->servers,
                              h->name, lockpath, holder ? holder : "?");
             goto out_delete;
@@ -471,7 +430,7 @@ restart:
         waiter.watch_path = pred;
         pthread_mutex_unlock(&zb->mu);
         struct Stat st;
-        rc = zk_rq_exists(zb, s->zh, pred, zk_watcher, s, &st);
+        rc = zk_rq_exists(zb, s->zh, pred, zk_watcher, s, &st, until);
         if (rc == ZNONODE)
             continue;
         if (rc != ZOK && !zk_rc_transient(rc) && !zk_rc_session_gone(rc)) {
@@ -483,8 +442,7 @@ restart:
         pthread_mutex_lock(&zb->mu); /* the watcher writes it on each connect */
         int64_t timeout = s->timeout_ms > 0 ? s->timeout_ms : zb->c->opts.lease_ms;
         pthread_mutex_unlock(&zb->mu);
-        int64_t until = dlock__now_ms() + (rc == ZOK ? timeout : 200);
-        int r = dlock__wait_sleep(w, seq, until);
+        int r = dlock__wait_sleep(w, seq, dlock__now_ms() + (rc == ZOK ? timeout : 200));
         if (r == DLOCK_ETIMEDOUT) {
             err = dlock__err(DLOCK_ETIMEDOUT, "%s: lock '%s': timed out waiting behind node %s",
                              zb->servers, h->name, pred);
@@ -508,11 +466,9 @@ restart:
 
 out_delete:
     if (mine) {
-        int saved = err;
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", dlock_errmsg());
-        zk_delete_own_node(zb, s, mine);
-        err = dlock__err(saved, "%s", msg);
+        dlock__errmsg_save(msg);
+        zk_delete_own_node(zb, s, mine, until);
+        err = dlock__errmsg_restore(err, msg);
     }
 out:
     zk_waiter_remove(zb, &waiter);
@@ -546,15 +502,16 @@ static int zk_release(void *state, struct dlock__hold *h)
         err = dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
                          zb->servers, h->name, zh->path);
     } else {
-        int64_t deadline = zk_op_deadline(zb);
+        int64_t deadline = zk_call_deadline(zb, DLOCK__NEVER);
         int rc;
         bool unheard = false; /* a delete of ours may have been executed */
         for (;;) {
-            rc = zk_rq_delete(zb, s->zh, zh->path);
-            if (!zk_rc_transient(rc) || dlock__now_ms() >= deadline)
+            rc = zk_rq_delete(zb, s->zh, zh->path, deadline);
+            int64_t pause_ms = dlock__time_left(deadline, 50);
+            if (!zk_rc_transient(rc) || pause_ms == 0)
                 break;
             unheard = true;
-            struct timespec pause = {0, 50 * 1000000L};
+            struct timespec pause = {0, (long)pause_ms * 1000000L};
             nanosleep(&pause, NULL);
         }
         /* "No node" after a delete whose reply was lost: most likely that
@@ -611,7 +568,7 @@ static int zk_inspect(void *state, const char *name, struct dlock_info *info)
     info->nwaiters = 0;
     err = dlock__info_set_key(info, lockpath);
     struct String_vector kids = {0, NULL};
-    int rc = err == DLOCK_OK ? zk_rq_children(zb, s->zh, lockpath, &kids) : ZOK;
+    int rc = err == DLOCK_OK ? zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER) : ZOK;
     if (err != DLOCK_OK) {
         /* message set */
     } else if (rc == ZNONODE) {
@@ -624,9 +581,9 @@ static int zk_inspect(void *state, const char *name, struct dlock_info *info)
             char *path = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
             char *data = NULL;
             struct Stat st;
-            rc = path ? zk_rq_get(zb, s->zh, path, &data, &st) : ZSYSTEMERROR;
+            rc = path ? zk_rq_get(zb, s->zh, path, &data, &st, DLOCK__NEVER) : ZSYSTEMERROR;
             if (rc == ZNOAUTH) /* data unreadable (creator ACL): the stat is not */
-                rc = zk_rq_exists(zb, s->zh, path, NULL, NULL, &st);
+                rc = zk_rq_exists(zb, s->zh, path, NULL, NULL, &st, DLOCK__NEVER);
             if (rc == ZNONODE) {
                 free(path);
                 continue; /* left meanwhile */
@@ -674,12 +631,12 @@ static int zk_force_release(void *state, const char *name)
         return err;
     }
     struct String_vector kids = {0, NULL};
-    int rc = zk_rq_children(zb, s->zh, lockpath, &kids);
+    int rc = zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER);
     if (rc == ZOK) {
         zk_sort_lock_nodes(&kids);
         if (kids.count > 0) {
             char *owner = dlock__sprintf("%s/%s", lockpath, kids.data[0]);
-            rc = owner ? zk_rq_delete(zb, s->zh, owner) : ZSYSTEMERROR;
+            rc = owner ? zk_rq_delete(zb, s->zh, owner, DLOCK__NEVER) : ZSYSTEMERROR;
             if (rc != ZOK && rc != ZNONODE)
                 err = zk_fail(zb, rc, "delete", owner ? owner : lockpath);
             free(owner);
@@ -701,7 +658,7 @@ static int zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg
     if (err != DLOCK_OK)
         return err;
     struct String_vector kids = {0, NULL};
-    int rc = zk_rq_children(zb, s->zh, zb->base, &kids);
+    int rc = zk_rq_children(zb, s->zh, zb->base, &kids, DLOCK__NEVER);
     zk_session_put(zb, s);
     if (rc == ZNONODE)
         return DLOCK_OK;
@@ -712,7 +669,7 @@ static int zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg
     for (int32_t i = 0; i < kids.count; i++) {
         if (strcmp(zb->base, "/") == 0 && strcmp(kids.data[i], "zookeeper") == 0)
             continue;
-        char *name = decode_name(kids.data[i]);
+        char *name = dlock__name_decode(kids.data[i]);
         if (!name) {
             err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
             break;

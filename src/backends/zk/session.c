@@ -190,7 +190,10 @@ static int session_start_locked(struct zk_backend *zb, struct zk_session **to_cl
  * it on reconnecting). Waits up to the connect timeout for a connection
  * of each session it starts; with W (an acquire that waits, registered
  * as a waiter, so session events wake it) also until W's deadline or
- * its cancel: DLOCK_ETIMEDOUT / DLOCK_ECANCELED. */
+ * its cancel: DLOCK_ETIMEDOUT / DLOCK_ECANCELED. A try-once W does not
+ * wait at all: DLOCK_ECONN at once when the session is not connected
+ * (reconnecting, or a new one just started), since a wait for the
+ * connection could last the connect timeout. */
 int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w)
 {
     struct zk_session *to_close[8] = {NULL};
@@ -212,7 +215,10 @@ int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dloc
         s->refs++;
         int64_t deadline = dlock__now_ms() + zb->c->opts.connect_timeout_ms;
         int werr = DLOCK_OK;
-        while (s->state != ZOO_CONNECTED_STATE && zk_session_usable(s) &&
+        if (w && dlock__wait_try_once(w) && s->state != ZOO_CONNECTED_STATE &&
+            zk_session_usable(s))
+            werr = DLOCK_ECONN;
+        while (werr == DLOCK_OK && s->state != ZOO_CONNECTED_STATE && zk_session_usable(s) &&
                dlock__now_ms() < deadline) {
             if (w) {
                 /* seq taken under zb->mu: a state change after this is a
@@ -231,7 +237,12 @@ int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dloc
         if (werr == DLOCK_OK && s->state == ZOO_CONNECTED_STATE && zk_session_usable(s))
             break;
         bool retry = werr == DLOCK_OK && s->expired && !s->auth_failed && starts < 2;
-        if (werr == DLOCK_ECANCELED) {
+        if (werr == DLOCK_ECONN) {
+            err = dlock__err(DLOCK_ECONN,
+                             "%s: not connected (%s); a try-once acquire does not wait for the "
+                             "session to connect",
+                             zb->servers, zk_state_name(s->state));
+        } else if (werr == DLOCK_ECANCELED) {
             err = dlock__err(DLOCK_ECANCELED, "%s: wait canceled while connecting (%s)",
                              zb->servers, zk_state_name(s->state));
         } else if (werr != DLOCK_OK) {
@@ -452,9 +463,9 @@ int zk_open(struct dlock_client *c, void **state)
     zb->servers = hosts ? dlock__sprintf("zk %s", hosts) : NULL;
     zb->auth = c->opts.user ? dlock__sprintf("%s:%s", c->opts.user, c->opts.password) : NULL;
     free(hosts);
-    char host[64] = "?";
-    gethostname(host, sizeof host - 1);
-    snprintf(zb->ident, sizeof zb->ident, "dlock %ld@%s", (long)getpid(), host);
+    char who[96];
+    dlock__identity(who, sizeof who);
+    snprintf(zb->ident, sizeof zb->ident, "dlock %s", who);
     if (!zb->base || !zb->connect || !zb->servers || (chroot && !zb->chroot) ||
         (c->opts.user && !zb->auth)) {
         zk_backend_free(zb);
@@ -471,7 +482,7 @@ int zk_open(struct dlock_client *c, void **state)
      * "no node": say so now. */
     if (chroot) {
         struct Stat st;
-        int rc = zk_rq_exists(zb, s->zh, "/", NULL, NULL, &st);
+        int rc = zk_rq_exists(zb, s->zh, "/", NULL, NULL, &st, DLOCK__NEVER);
         if (rc != ZOK) {
             err = rc == ZNONODE
                       ? dlock__err(DLOCK_EBADURL,
@@ -503,7 +514,6 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
     struct zk_backend *zb = state;
     struct dlock__hold **holds = b->holds;
     size_t n = b->n;
-    int *result = b->result;
     pthread_mutex_lock(&zb->mu);
     struct zk_session *s = zb->cur;
     bool usable = zk_session_usable(s);
@@ -515,16 +525,22 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
 
     struct zk_call **calls = calloc(n ? n : 1, sizeof *calls);
     if (!calls) {
+        dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
         for (size_t i = 0; i < n; i++)
-            result[i] = DLOCK_ENOMEM;
+            dlock__renew_result(b, i, DLOCK_ENOMEM);
         if (s)
             zk_session_put(zb, s);
-        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+        return DLOCK_ENOMEM;
     }
+    /* Wait no longer than the first validity deadline of the batch: the
+     * keeper is blocked meanwhile and must be free to declare a hold lost
+     * on time (a reply stuck behind a sync could otherwise hold it for a
+     * whole op timeout past it). */
     int64_t sent = dlock__now_ms();
+    int64_t deadline = zk_call_deadline(zb, b->deadline);
     struct zk_call *barrier = NULL;
     int barrier_rc = ZOK;
-    if (connected && n > 0) {
+    if (connected && deadline && n > 0) {
         barrier = zk_call_new(s->zh);
         barrier_rc = barrier ? zoo_async(s->zh, "/", zk_on_synced, barrier) : ZSYSTEMERROR;
         if (barrier && barrier_rc != ZOK) {
@@ -536,15 +552,24 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
         struct dlock__hold *h = holds[i];
         struct zk_hold *zh = h->bdata;
         if (!zh || !s || s->gen != zh->gen || !usable) {
-            result[i] = dlock__err(DLOCK_ELOST, "%s: lock '%s': ZooKeeper session expired",
-                                   zb->servers, h->name);
+            dlock__renew_result(b, i, dlock__err(DLOCK_ELOST,
+                                                 "%s: lock '%s': the ZooKeeper session holding "
+                                                 "it expired",
+                                                 zb->servers, h->name));
             continue;
         }
         if (!connected) {
-            result[i] = dlock__err(DLOCK_ECONN,
-                                   "%s: lock '%s': disconnected, hold in jeopardy until the "
-                                   "session timeout",
-                                   zb->servers, h->name);
+            dlock__renew_result(b, i, dlock__err(DLOCK_ECONN,
+                                                 "%s: lock '%s': disconnected, hold in "
+                                                 "jeopardy until the session timeout",
+                                                 zb->servers, h->name));
+            continue;
+        }
+        if (!deadline) {
+            dlock__renew_result(b, i, dlock__err(DLOCK_ETIMEDOUT,
+                                                 "%s: lock '%s': no time left to check it "
+                                                 "before its validity deadline",
+                                                 zb->servers, h->name));
             continue;
         }
         struct zk_call *k = zk_call_new(s->zh);
@@ -554,15 +579,9 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
             k = NULL;
         }
         calls[i] = k;
-        result[i] = k ? DLOCK_OK : zk_fail(zb, rc, "check", zh->path);
+        if (!k)
+            dlock__renew_result(b, i, zk_fail(zb, rc, "check", zh->path));
     }
-    /* Wait no longer than the first validity deadline of the batch: the
-     * keeper is blocked meanwhile and must be free to declare a hold lost
-     * on time (a reply stuck behind a sync could otherwise hold it for a
-     * whole op timeout past it). */
-    int64_t deadline = zk_op_deadline(zb);
-    if (b->deadline < deadline)
-        deadline = b->deadline;
     if (barrier)
         barrier_rc = zk_call_wait(barrier, deadline, NULL, NULL, NULL);
     for (size_t i = 0; i < n; i++) {
@@ -574,34 +593,25 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
         int rc = zk_call_wait(calls[i], deadline, &st, NULL, NULL);
         if (rc == ZOK && barrier_rc != ZOK) {
             /* read, but not known to be current: no confirmation */
-            result[i] = zk_fail(zb, barrier_rc, "sync before checking", zh->path);
+            dlock__renew_result(b, i, zk_fail(zb, barrier_rc, "sync before checking", zh->path));
         } else if (rc == ZOK && st.czxid == zh->czxid && st.ephemeralOwner == session_id) {
             dlock__hold_confirmed(zb->c, h, sent);
-            result[i] = DLOCK_OK;
+            dlock__renew_result(b, i, DLOCK_OK);
         } else if (rc == ZOK || rc == ZNONODE) {
-            result[i] = dlock__err(DLOCK_ELOST,
-                                   "%s: lock '%s': node %s is gone (deleted or force-released)",
-                                   zb->servers, h->name, zh->path);
+            dlock__renew_result(b, i, dlock__err(DLOCK_ELOST,
+                                                 "%s: lock '%s': its node %s is gone (deleted "
+                                                 "or force-released)",
+                                                 zb->servers, h->name, zh->path));
         } else if (zk_rc_session_gone(rc)) {
-            result[i] = dlock__err(DLOCK_ELOST, "%s: lock '%s': ZooKeeper session expired",
-                                   zb->servers, h->name);
+            dlock__renew_result(b, i, dlock__err(DLOCK_ELOST,
+                                                 "%s: lock '%s': the ZooKeeper session holding "
+                                                 "it expired",
+                                                 zb->servers, h->name));
         } else {
-            result[i] = zk_fail(zb, rc, "check", zh->path);
+            dlock__renew_result(b, i, zk_fail(zb, rc, "check", zh->path));
         }
     }
     free(calls);
-    /* Each lost hold's own reason. */
-    for (size_t i = 0; i < n; i++) {
-        if (result[i] == DLOCK_ELOST) {
-            struct zk_hold *zh = holds[i]->bdata;
-            bool expired = !zh || !s || s->gen != zh->gen || !usable;
-            dlock__err(DLOCK_ELOST,
-                       expired ? "%s: lock '%s': the ZooKeeper session holding it expired"
-                               : "%s: lock '%s': its node is gone (deleted or force-released)",
-                       zb->servers, holds[i]->name);
-            dlock__renew_result(b, i, DLOCK_ELOST);
-        }
-    }
     if (s) {
         if (connected)
             zk_sweep(zb, s);

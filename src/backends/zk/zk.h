@@ -138,49 +138,74 @@ struct zk_call {
 };
 
 
-/* ------------------------------------------------------------- shared */
+/* ---------------------------------------------------------------- call.c */
 
-/* call.c: asynchronous requests waited for until a deadline */
+/* Requests through the asynchronous API, each waited for until its own
+ * deadline. Every zk_rq_* takes UNTIL, the deadline of the caller's whole
+ * operation (an acquire's wait deadline, a renewal batch's deadline; 0 or
+ * DLOCK__NEVER when only the op timeout bounds it): a request waits at
+ * most dlock__time_left(UNTIL, op timeout), and when UNTIL has passed it
+ * is not sent and returns ZOPERATIONTIMEOUT. They return ZooKeeper codes. */
 struct zk_call *zk_call_new(zhandle_t *zh);
+int zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value,
+                 struct String_vector *kids);
+int zk_call_dead(struct zk_call *k, int rc);
+int64_t zk_call_deadline(struct zk_backend *zb, int64_t until);
 void zk_on_ignored(int rc, const void *data);
 void zk_on_stat(int rc, const struct Stat *stat, const void *data);
 void zk_on_synced(int rc, const char *value, const void *data);
-int zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value, struct String_vector *kids);
-int zk_call_dead(struct zk_call *k, int rc);
-int64_t zk_op_deadline(struct zk_backend *zb);
-int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data, int mode, char **created, struct Stat *stat);
-int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher, void *watch_ctx, struct Stat *stat);
-int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data, struct Stat *stat);
-int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path, struct String_vector *kids);
-int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path);
+
+int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
+                 int mode, char **created, struct Stat *stat, int64_t until);
+int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
+                 void *watch_ctx, struct Stat *stat, int64_t until);
+int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
+              struct Stat *stat, int64_t until);
+int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                   struct String_vector *kids, int64_t until);
+int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until);
+int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                          const char *lockpath, char **created, struct Stat *stat,
+                          struct String_vector *kids, bool *listed, int64_t until);
+int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                          struct String_vector *kids, int64_t until);
+
+/* A failed request as a DLOCK_E* code with a message; the kinds of codes. */
 int zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path);
 bool zk_rc_transient(int rc);
 bool zk_rc_session_gone(int rc);
-int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *lockpath, char **created, struct Stat *stat, struct String_vector *kids, bool *listed);
-int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path, struct String_vector *kids);
 
-/* cleanup.c: orphans (deletes without a reply) and suspects (creates
- * without a reply), swept on each (re)connection */
+/* ------------------------------------------------------------- cleanup.c */
+
+/* Orphans (deletes without a reply) and suspects (creates without a
+ * reply), swept at once when connected and on every reconnection. The
+ * *_locked functions want zb->mu held and send only asynchronous
+ * requests, so the watcher may call them. */
 void zk_suspect_free(struct zk_suspect *q);
 void zk_sweep_locked(struct zk_backend *zb, struct zk_session *s);
 void zk_sweep(struct zk_backend *zb, struct zk_session *s);
 void zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path);
-void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath, const char *guid, const char *keep);
-void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path);
+void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                    const char *guid, const char *keep);
+void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
+                        int64_t until);
 
-/* session.c: sessions, the watcher, waiters, open/close, renewal */
+/* ------------------------------------------------------------- session.c */
+
 void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
-void zk_session_put(struct zk_backend *zb, struct zk_session *s);
 bool zk_session_usable(const struct zk_session *s);
-int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w);
 int zk_session_get(struct zk_backend *zb, struct zk_session **out);
+int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w);
+void zk_session_put(struct zk_backend *zb, struct zk_session *s);
 void zk_waiter_add(struct zk_backend *zb, struct zk_waiter *q);
 void zk_waiter_remove(struct zk_backend *zb, struct zk_waiter *q);
-void zk_close(void *state);
 int zk_open(struct dlock_client *c, void **state);
+void zk_close(void *state);
 int zk_renew(void *state, struct dlock__renew_batch *b);
 
-/* mutex.c: the lock recipe and its node names */
+/* --------------------------------------------------------------- mutex.c */
+
+/* Does NODE carry protected-mode GUID ("_c_<guid>-...")? */
 bool zk_node_has_guid(const char *node, const char *guid);
 
 #endif /* DLOCK_BACKEND_ZK_H */

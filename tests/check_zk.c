@@ -1226,6 +1226,49 @@ START_TEST(test_server_down_hold_lost)
 }
 END_TEST
 
+/* A server that stops answering (SIGSTOP: its sockets stay open, so the
+ * client library believes it is connected until 2/3 of the session
+ * passes, then reconnects to it forever) must not stretch a short wait
+ * or a try-once: a 100 ms acquire ends at its deadline, not after the op
+ * timeout; once the client is reconnecting, a try-once says DLOCK_ECONN
+ * at once instead of waiting the connect timeout. Both timeouts are a
+ * minute, past this case's time limit, so the old behaviour fails the
+ * test by its timeout rather than by a clock. */
+START_TEST(test_stopped_server_bounds_short_waits)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "lease=3000&timeout=60000&connect_timeout=60000");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "stopped");
+    ck_assert_int_eq(kill(F.s[0].pid, SIGSTOP), 0);
+    int rc = dlock_acquire(l, 100);
+    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "100 ms acquire, server stopped: %s %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    /* short waits until the client library gives the connection up */
+    bool reconnecting = false;
+    for (int i = 0; i < 2000 && !reconnecting; i++) {
+        rc = dlock_acquire(l, 100);
+        ck_assert_msg(rc == DLOCK_ETIMEDOUT, "100 ms acquire, server stopped: %s %s",
+                      dlock_err_name(rc), dlock_errmsg());
+        reconnecting = strstr(dlock_errmsg(), "(connecting)") ||
+                       strstr(dlock_errmsg(), "(associating)");
+    }
+    ck_assert_msg(reconnecting, "the client never noticed the stopped server: %s",
+                  dlock_errmsg());
+    rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_ECONN, "try-once while reconnecting: %s %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "not connected"), "message %s", dlock_errmsg());
+    ck_assert_int_eq(kill(F.s[0].pid, SIGCONT), 0);
+    rc = dlock_acquire(l, 30000);
+    ck_assert_msg(rc == DLOCK_OK, "after SIGCONT: %s %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
 /* ============================================================= ensemble */
 
 START_TEST(test_ensemble_basic)
@@ -2211,6 +2254,13 @@ static Suite *zk_suite(void)
     tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
     tcase_set_timeout(tc, 120);
     ADD_TEST(tc, test_server_down_hold_lost);
+    suite_add_tcase(s, tc);
+
+    /* Its server is stopped (SIGSTOP) and continued by the test. */
+    tc = tcase_create("stopped");
+    tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
+    tcase_set_timeout(tc, 50);
+    ADD_TEST(tc, test_stopped_server_bounds_short_waits);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("ensemble");

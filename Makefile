@@ -51,7 +51,7 @@ DEP_LIBS += $(shell pkg-config --libs hiredis)
 endif
 ifeq ($(call have,libcurl)$(call have,jansson),yy)
 BUILT_BACKENDS += etcd
-# libcurl is dlopen()ed by the etcd backend on first use (etcd_curl.h):
+# libcurl is dlopen()ed by the etcd backend on first use (src/backends/etcd/etcd.h):
 # its headers are needed here, its thirty libraries at start-up are not.
 DEP_CFLAGS += $(shell pkg-config --cflags libcurl jansson)
 DEP_LIBS += $(shell pkg-config --libs jansson)

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "backends/etcd_curl.h"
+#include "backends/etcd/etcd.h"
 #include "dlock.h"
 
 struct etcd_raw {

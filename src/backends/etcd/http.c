@@ -1,4 +1,4 @@
-/* etcd_http.c -- the etcd backend's transport: JSON over HTTP to etcd v3's
+/* http.c -- the etcd backend's transport: JSON over HTTP to etcd v3's
  * gRPC gateway (/v3/kv/txn, /v3/lease/..., /v3/watch), with libcurl and
  * jansson.
  *
@@ -14,13 +14,10 @@
  * a member without leader or a reply that never came moves on to the
  * next, and the error message lists what each one said.
  *
- * Watches are long-lived streaming requests, one per waiting acquire, all
- * driven by one thread per client around a curl multi handle; the thread
- * wakes the waiter (dlock__wait_wake) when the watched key is deleted or
- * the stream ends, and the waiter looks again.
+ * Watches (watch.c) are long-lived streaming requests on the same
+ * connection settings.
  */
-#include "etcd_curl.h"
-#include "etcd_http.h"
+#include "etcd.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -28,51 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define POOL_MAX 8
-#define GRPC_NOT_FOUND 5
 #define GRPC_PERMISSION_DENIED 7
 #define GRPC_UNAVAILABLE 14
 #define GRPC_UNAUTHENTICATED 16
-
-struct etcd_endpoint {
-    char *base; /* "http://127.0.0.1:2379" */
-    char *name; /* "127.0.0.1:2379" */
-};
-
-struct etcd_conn {
-    struct etcd_endpoint *eps;
-    size_t neps;
-    char *label;
-    bool tls;
-    char *tls_ca, *tls_cert, *tls_key;
-    char *user, *password;
-    long connect_timeout_ms, op_timeout_ms;
-
-    pthread_mutex_t mu; /* cur, token, pool */
-    size_t cur;         /* the endpoint that answered last */
-    char *token;        /* auth token, NULL before authenticating */
-    CURL *pool[POOL_MAX];
-    size_t npool;
-
-    /* watches: guarded by wmu; the multi handle is the watch thread's */
-    pthread_mutex_t wmu;
-    CURLM *multi;
-    pthread_t thread;
-    bool thread_running, quit;
-    struct etcd_watch *watches;
-};
-
-struct etcd_watch {
-    struct etcd_conn *k;
-    CURL *easy;
-    struct curl_slist *headers;
-    char *body;
-    char *line; /* bytes of the stream not yet parsed */
-    size_t len, cap;
-    struct dlock__wait *w;
-    bool added, done, created, fired, stopped;
-    struct etcd_watch *next;
-};
 
 /* ------------------------------------------------------------ helpers */
 
@@ -220,8 +175,7 @@ static void easy_give(struct etcd_conn *k, CURL *e)
         curl_easy_cleanup(e);
 }
 
-/* Options every request of this transport shares. */
-static void easy_common(struct etcd_conn *k, CURL *e)
+void etcd_easy_common(struct etcd_conn *k, CURL *e)
 {
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
@@ -238,7 +192,7 @@ static void easy_common(struct etcd_conn *k, CURL *e)
     }
 }
 
-static struct curl_slist *headers_for(struct etcd_conn *k, bool with_token)
+struct curl_slist *etcd_headers_for(struct etcd_conn *k, bool with_token)
 {
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     pthread_mutex_lock(&k->mu);
@@ -307,9 +261,9 @@ static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, cons
         return CURLE_OUT_OF_MEMORY;
     }
     curl_easy_reset(e);
-    easy_common(k, e);
+    etcd_easy_common(k, e);
     char *url = dlock__sprintf("%s%s", k->eps[ep].base, path);
-    struct curl_slist *hdrs = headers_for(k, with_token);
+    struct curl_slist *hdrs = etcd_headers_for(k, with_token);
     errbuf[0] = 0;
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
@@ -626,263 +580,11 @@ int etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out)
     return DLOCK_OK;
 }
 
-/* ------------------------------------------------------------- watches */
-
-/* Mark WT fired and wake its waiter (wmu held). */
-static void watch_fire(struct etcd_watch *wt)
-{
-    if (wt->fired)
-        return;
-    wt->fired = true;
-    if (!wt->stopped)
-        dlock__wait_wake(wt->w);
-}
-
-/* One message of the watch stream. The first says "created"; later ones
- * carry events; "canceled" (compaction, permission) ends the watch. */
-static void watch_message(struct etcd_watch *wt, const char *text, size_t len)
-{
-    json_error_t jerr;
-    json_t *j = json_loadb(text, len, 0, &jerr);
-    json_t *result = json_object_get(j, "result");
-    bool fire = !result; /* an "error" object, or garbage */
-    if (json_is_true(json_object_get(result, "created"))) {
-        pthread_mutex_lock(&wt->k->wmu);
-        wt->created = true;
-        if (!wt->stopped)
-            dlock__wait_wake(wt->w);
-        pthread_mutex_unlock(&wt->k->wmu);
-    }
-    if (result) {
-        if (json_is_true(json_object_get(result, "canceled")) ||
-            etcd_int(result, "compact_revision") > 0)
-            fire = true;
-        json_t *events = json_object_get(result, "events");
-        size_t i;
-        json_t *ev;
-        json_array_foreach(events, i, ev)
-        {
-            if (json_is_string(json_object_get(ev, "type")) &&
-                strcmp(json_string_value(json_object_get(ev, "type")), "DELETE") == 0)
-                fire = true;
-        }
-    }
-    json_decref(j);
-    if (fire) {
-        pthread_mutex_lock(&wt->k->wmu);
-        watch_fire(wt);
-        pthread_mutex_unlock(&wt->k->wmu);
-    }
-}
-
-static size_t watch_write(char *ptr, size_t size, size_t nmemb, void *arg)
-{
-    struct etcd_watch *wt = arg;
-    size_t n = size * nmemb;
-    if (wt->len + n + 1 > wt->cap) {
-        size_t cap = wt->cap ? wt->cap : 1024;
-        while (cap < wt->len + n + 1)
-            cap *= 2;
-        if (cap > (16u << 20))
-            return 0;
-        char *d = realloc(wt->line, cap);
-        if (!d)
-            return 0;
-        wt->line = d;
-        wt->cap = cap;
-    }
-    memcpy(wt->line + wt->len, ptr, n);
-    wt->len += n;
-    char *nl;
-    while ((nl = memchr(wt->line, '\n', wt->len))) {
-        size_t one = (size_t)(nl - wt->line);
-        if (one)
-            watch_message(wt, wt->line, one);
-        memmove(wt->line, nl + 1, wt->len - one - 1);
-        wt->len -= one + 1;
-    }
-    return n;
-}
-
-static void watch_free(struct etcd_watch *wt)
-{
-    if (!wt)
-        return;
-    if (wt->easy)
-        curl_easy_cleanup(wt->easy);
-    curl_slist_free_all(wt->headers);
-    free(wt->body);
-    free(wt->line);
-    free(wt);
-}
-
-static void *watch_thread(void *arg)
-{
-    struct etcd_conn *k = arg;
-    pthread_mutex_lock(&k->wmu);
-    while (!k->quit) {
-        for (struct etcd_watch **p = &k->watches; *p;) {
-            struct etcd_watch *wt = *p;
-            if (wt->stopped) {
-                *p = wt->next;
-                if (wt->added)
-                    curl_multi_remove_handle(k->multi, wt->easy);
-                watch_free(wt);
-                continue;
-            }
-            if (!wt->added && !wt->done) {
-                if (curl_multi_add_handle(k->multi, wt->easy) == CURLM_OK)
-                    wt->added = true;
-                else {
-                    wt->done = true;
-                    watch_fire(wt);
-                }
-            }
-            p = &wt->next;
-        }
-        pthread_mutex_unlock(&k->wmu);
-        int running = 0;
-        curl_multi_perform(k->multi, &running);
-        CURLMsg *m;
-        int left;
-        pthread_mutex_lock(&k->wmu);
-        while ((m = curl_multi_info_read(k->multi, &left))) {
-            if (m->msg != CURLMSG_DONE)
-                continue;
-            for (struct etcd_watch *wt = k->watches; wt; wt = wt->next)
-                if (wt->easy == m->easy_handle) {
-                    /* The stream ended (server gone, connection refused,
-                     * token refused): the waiter must look again. */
-                    curl_multi_remove_handle(k->multi, wt->easy);
-                    wt->added = false;
-                    wt->done = true;
-                    watch_fire(wt);
-                    break;
-                }
-        }
-        pthread_mutex_unlock(&k->wmu);
-        /* Sleep until a stream has data, a timer of curl's is due, or
-         * curl_multi_wakeup() (a watch added or stopped, closing). */
-        long timeout = -1;
-        curl_multi_timeout(k->multi, &timeout);
-        if (timeout < 0 || timeout > 60000)
-            timeout = 60000;
-        curl_multi_poll(k->multi, NULL, 0, (int)timeout, NULL);
-        pthread_mutex_lock(&k->wmu);
-    }
-    pthread_mutex_unlock(&k->wmu);
-    return NULL;
-}
-
-int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
-                     struct dlock__wait *w, struct etcd_watch **out)
-{
-    *out = NULL;
-    struct etcd_watch *wt = calloc(1, sizeof *wt);
-    char *kb = etcd_b64(key, strlen(key));
-    json_t *req = kb ? json_pack("{s:{s:s, s:[s]}}", "create_request", "key", kb, "filters",
-                                 "NOPUT")
-                     : NULL;
-    free(kb);
-    if (req && start_rev > 0) {
-        char rev[32];
-        snprintf(rev, sizeof rev, "%lld", (long long)start_rev);
-        json_object_set_new(json_object_get(req, "create_request"), "start_revision",
-                            json_string(rev));
-    }
-    if (!wt || !req || !(wt->body = json_dumps(req, JSON_COMPACT)) ||
-        !(wt->easy = curl_easy_init())) {
-        json_decref(req);
-        watch_free(wt);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
-    json_decref(req);
-    wt->k = k;
-    wt->w = w;
-    pthread_mutex_lock(&k->mu);
-    size_t ep = k->cur;
-    pthread_mutex_unlock(&k->mu);
-    char *url = dlock__sprintf("%s/v3/watch", k->eps[ep].base);
-    wt->headers = headers_for(k, true);
-    easy_common(k, wt->easy);
-    curl_easy_setopt(wt->easy, CURLOPT_URL, url);
-    curl_easy_setopt(wt->easy, CURLOPT_HTTPHEADER, wt->headers);
-    curl_easy_setopt(wt->easy, CURLOPT_POSTFIELDS, wt->body);
-    curl_easy_setopt(wt->easy, CURLOPT_WRITEFUNCTION, watch_write);
-    curl_easy_setopt(wt->easy, CURLOPT_WRITEDATA, wt);
-    free(url);
-
-    pthread_mutex_lock(&k->wmu);
-    int rc = DLOCK_OK;
-    if (!k->multi && !(k->multi = curl_multi_init()))
-        rc = dlock__err(DLOCK_ENOMEM, "%s: cannot make a curl multi handle", k->label);
-    if (!rc && !k->thread_running) {
-        int err = pthread_create(&k->thread, NULL, watch_thread, k);
-        if (err)
-            rc = dlock__errno(DLOCK_ENOMEM, err, "%s: cannot start the watch thread", k->label);
-        else
-            k->thread_running = true;
-    }
-    if (rc) {
-        pthread_mutex_unlock(&k->wmu);
-        watch_free(wt);
-        return rc;
-    }
-    wt->next = k->watches;
-    k->watches = wt;
-    pthread_mutex_unlock(&k->wmu);
-    curl_multi_wakeup(k->multi);
-    *out = wt;
-    return DLOCK_OK;
-}
-
-bool etcd_watch_live(struct etcd_watch *wt)
-{
-    pthread_mutex_lock(&wt->k->wmu);
-    bool live = wt->created && !wt->fired;
-    pthread_mutex_unlock(&wt->k->wmu);
-    return live;
-}
-
-bool etcd_watch_fired(struct etcd_watch *wt)
-{
-    pthread_mutex_lock(&wt->k->wmu);
-    bool fired = wt->fired;
-    pthread_mutex_unlock(&wt->k->wmu);
-    return fired;
-}
-
-void etcd_watch_stop(struct etcd_watch *wt)
-{
-    if (!wt)
-        return;
-    struct etcd_conn *k = wt->k;
-    pthread_mutex_lock(&k->wmu);
-    wt->stopped = true; /* the thread frees it on its next turn */
-    pthread_mutex_unlock(&k->wmu);
-    curl_multi_wakeup(k->multi);
-}
-
 void etcd_conn_free(struct etcd_conn *k)
 {
     if (!k)
         return;
-    if (k->thread_running) {
-        pthread_mutex_lock(&k->wmu);
-        k->quit = true;
-        pthread_mutex_unlock(&k->wmu);
-        curl_multi_wakeup(k->multi);
-        pthread_join(k->thread, NULL);
-    }
-    while (k->watches) {
-        struct etcd_watch *wt = k->watches;
-        k->watches = wt->next;
-        if (wt->added)
-            curl_multi_remove_handle(k->multi, wt->easy);
-        watch_free(wt);
-    }
-    if (k->multi)
-        curl_multi_cleanup(k->multi);
+    etcd_watches_end(k);
     for (size_t i = 0; i < k->npool; i++)
         curl_easy_cleanup(k->pool[i]);
     for (size_t i = 0; i < k->neps; i++) {

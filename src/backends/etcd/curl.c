@@ -1,10 +1,9 @@
-/* etcd_curl.c -- loads libcurl on first use; see etcd_curl.h for why. */
+/* curl.c -- loads libcurl on first use; etcd.h says why. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 
-#include "core.h"
-#include "etcd_curl.h"
+#include "etcd.h"
 
 struct dlock__curl_api dlock__curl;
 

@@ -1,0 +1,335 @@
+/* etcd.h -- what the files of the etcd backend share, and nothing public.
+ *
+ *   curl.c   libcurl, loaded with dlopen() on first use (why: below)
+ *   http.c   the transport: etcd v3's JSON gateway over libcurl
+ *   watch.c  watch streams, driven by one thread per client
+ *   lease.c  open/close, the session lease and its keepalive (renew()),
+ *            the deletes a lost reply left owing, JSON request builders
+ *   mutex.c  the lock recipe (Go's concurrency.Mutex), inspect, force,
+ *            list, and the backend table
+ *
+ * docs/protocol-etcd.md tells the whole story.
+ */
+#ifndef DLOCK_ETCD_H
+#define DLOCK_ETCD_H
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core.h"
+
+#define ETCD_DEFAULT_PORT 2379
+#define GRPC_NOT_FOUND 5
+#define GRPC_FAILED_PRECONDITION 9
+
+/* ============================================================== curl.c
+ *
+ * Linking libcurl pulls some thirty libraries (TLS, Kerberos, LDAP, SSH,
+ * HTTP/2...) into every process that links libdlock, and loading them
+ * costs ~3.5 ms per process start on the reference machine -- more than
+ * `dlock run` on the file backend costs in all. So the etcd backend
+ * reaches libcurl through this table, filled by dlopen("libcurl.so.4")
+ * when the first etcd client opens; the names below map the ordinary
+ * curl_* calls onto it, so the backend's code reads as plain libcurl.
+ */
+struct dlock__curl_api {
+    CURLcode (*global_init)(long flags);
+    CURL *(*easy_init)(void);
+    void (*easy_cleanup)(CURL *h);
+    void (*easy_reset)(CURL *h);
+    CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
+    CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
+    CURLcode (*easy_perform)(CURL *h);
+    const char *(*easy_strerror)(CURLcode code);
+    CURLM *(*multi_init)(void);
+    CURLMcode (*multi_cleanup)(CURLM *m);
+    CURLMcode (*multi_add_handle)(CURLM *m, CURL *h);
+    CURLMcode (*multi_remove_handle)(CURLM *m, CURL *h);
+    CURLMcode (*multi_perform)(CURLM *m, int *running);
+    CURLMcode (*multi_poll)(CURLM *m, struct curl_waitfd *extra, unsigned n, int timeout_ms,
+                            int *numfds);
+    CURLMcode (*multi_timeout)(CURLM *m, long *timeout_ms);
+    CURLMcode (*multi_wakeup)(CURLM *m);
+    CURLMsg *(*multi_info_read)(CURLM *m, int *msgs_in_queue);
+    struct curl_slist *(*slist_append)(struct curl_slist *list, const char *s);
+    void (*slist_free_all)(struct curl_slist *list);
+};
+
+extern struct dlock__curl_api dlock__curl;
+
+/* Load libcurl once (thread-safe) and call curl_global_init. DLOCK_OK, or
+ * DLOCK_ENOTBUILT with a message naming the library and the package. */
+int dlock__curl_load(void);
+
+#undef curl_easy_setopt
+#undef curl_easy_getinfo
+#define curl_global_init dlock__curl.global_init
+#define curl_easy_init dlock__curl.easy_init
+#define curl_easy_cleanup dlock__curl.easy_cleanup
+#define curl_easy_reset dlock__curl.easy_reset
+#define curl_easy_setopt dlock__curl.easy_setopt
+#define curl_easy_getinfo dlock__curl.easy_getinfo
+#define curl_easy_perform dlock__curl.easy_perform
+#define curl_easy_strerror dlock__curl.easy_strerror
+#define curl_multi_init dlock__curl.multi_init
+#define curl_multi_cleanup dlock__curl.multi_cleanup
+#define curl_multi_add_handle dlock__curl.multi_add_handle
+#define curl_multi_remove_handle dlock__curl.multi_remove_handle
+#define curl_multi_perform dlock__curl.multi_perform
+#define curl_multi_poll dlock__curl.multi_poll
+#define curl_multi_timeout dlock__curl.multi_timeout
+#define curl_multi_wakeup dlock__curl.multi_wakeup
+#define curl_multi_info_read dlock__curl.multi_info_read
+#define curl_slist_append dlock__curl.slist_append
+#define curl_slist_free_all dlock__curl.slist_free_all
+
+/* ============================================================== http.c
+ *
+ * The transport knows endpoints, connections, authentication tokens and
+ * watch streams; it knows nothing about locks. Every call returns
+ * DLOCK_OK or a DLOCK_E* code with a message (dlock__err) that names the
+ * endpoint(s) tried and quotes etcd's own words.
+ */
+struct etcd_conn;
+
+struct etcd_conn_config {
+    const struct dlock__host *hosts; /* ports already defaulted */
+    size_t nhosts;
+    bool tls;                        /* https:// */
+    const char *tls_ca, *tls_cert, *tls_key;
+    const char *user, *password;     /* NULL user = no authentication */
+    int64_t connect_timeout_ms, op_timeout_ms;
+    const char *label;               /* "etcd 127.0.0.1:2379,..." for messages */
+};
+
+/* Make a transport (copies what it needs from CFG) and, with a user,
+ * authenticate once so a wrong password fails here. */
+int etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out);
+void etcd_conn_free(struct etcd_conn *k);
+/* "etcd 127.0.0.1:2379,127.0.0.1:2380" */
+const char *etcd_conn_label(const struct etcd_conn *k);
+
+/* POST REQ (borrowed) to PATH ("/v3/kv/txn") on the first endpoint that
+ * answers, starting with the last one that did. On DLOCK_OK *REPLY owns
+ * the decoded answer. WHAT names the operation in messages ("acquire
+ * 'jobs'"). An expired auth token is renewed and the call retried once.
+ * Errors: DLOCK_ECONN (no endpoint reachable: the message lists each
+ * with curl's reason), DLOCK_EAUTH, DLOCK_EUNAVAIL (no leader, timeouts),
+ * DLOCK_EBACKEND (etcd refused: its message), DLOCK_EPROTO. *GRPC_CODE,
+ * when not NULL, gets etcd's gRPC status code of a refusal (else 0). */
+int etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+              const char *what, int *grpc_code);
+/* The same; *RESENT turns true when the request went out to an endpoint
+ * whose reply was lost and was then sent again to another: the answer
+ * may describe a state our first attempt already changed. */
+int etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+                     const char *what, int *grpc_code, bool *resent);
+
+/* Limits of one call beyond the connection's own timeouts. */
+struct etcd_limits {
+    int64_t until;         /* monotonic ms: no request runs past it, and no
+                              further endpoint is tried after it; 0 = none */
+    struct dlock__wait *w; /* a wait whose cancel aborts the call
+                              (DLOCK_ECANCELED); NULL = none */
+};
+
+/* etcd_call() within LIM (NULL = none). A call cut short by LIM->until
+ * fails like a timeout (DLOCK_EUNAVAIL or DLOCK_ECONN); one aborted by a
+ * cancel returns DLOCK_ECANCELED. Either way the request may have been
+ * applied. */
+int etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+                  const char *what, int *grpc_code, bool *resent, const struct etcd_limits *lim);
+
+/* ------------------------------------------- shared by http.c and watch.c */
+
+#define POOL_MAX 8 /* idle easy handles kept for unary calls */
+
+struct etcd_endpoint {
+    char *base; /* "http://127.0.0.1:2379" */
+    char *name; /* "127.0.0.1:2379" */
+};
+
+struct etcd_conn {
+    struct etcd_endpoint *eps;
+    size_t neps;
+    char *label;
+    bool tls;
+    char *tls_ca, *tls_cert, *tls_key;
+    char *user, *password;
+    long connect_timeout_ms, op_timeout_ms;
+
+    pthread_mutex_t mu; /* cur, token, pool */
+    size_t cur;         /* the endpoint that answered last */
+    char *token;        /* auth token, NULL before authenticating */
+    CURL *pool[POOL_MAX];
+    size_t npool;
+
+    /* watches: guarded by wmu; the multi handle is the watch thread's */
+    pthread_mutex_t wmu;
+    CURLM *multi;
+    pthread_t thread;
+    bool thread_running, quit;
+    struct etcd_watch *watches;
+};
+
+struct etcd_watch {
+    struct etcd_conn *k;
+    CURL *easy;
+    struct curl_slist *headers;
+    char *body;
+    char *line; /* bytes of the stream not yet parsed */
+    size_t len, cap;
+    struct dlock__wait *w;
+    bool added, done, created, fired, stopped;
+    struct etcd_watch *next;
+};
+
+/* Options every request of this transport shares. */
+void etcd_easy_common(struct etcd_conn *k, CURL *e);
+/* The request headers: JSON, and the auth token when WITH_TOKEN. */
+struct curl_slist *etcd_headers_for(struct etcd_conn *k, bool with_token);
+/* Stop the watch thread and free every watch (etcd_conn_free). */
+void etcd_watches_end(struct etcd_conn *k);
+
+/* ------------------------------------------------------------- watches */
+
+struct etcd_watch;
+
+/* Watch KEY for its deletion from revision START_REV on (0 = from the
+ * moment etcd creates the watch), over its own streaming request driven
+ * by the transport's watch thread. W is woken (dlock__wait_wake) when etcd
+ * confirms the watch, and when the key is deleted or the stream ends or
+ * fails -- then the watch has fired (etcd_watch_fired() turns true) and
+ * the caller should look again. */
+int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
+                     struct dlock__wait *w, struct etcd_watch **out);
+bool etcd_watch_fired(struct etcd_watch *wt);
+/* Confirmed by etcd and not fired. */
+bool etcd_watch_live(struct etcd_watch *wt);
+/* Stop and forget the watch: after this returns W is never touched again. */
+void etcd_watch_stop(struct etcd_watch *wt);
+
+/* ------------------------------------------------------------- helpers */
+
+/* Base64 of LEN bytes (caller frees); NULL when out of memory. */
+char *etcd_b64(const void *data, size_t len);
+/* Decode base64 TEXT into a fresh NUL-terminated buffer (*LEN = bytes). */
+char *etcd_unb64(const char *text, size_t *len);
+/* The smallest key greater than every key starting with PREFIX (etcd's
+ * range_end for a prefix), base64-encoded; "AA==" (the \0 key, "every
+ * key") for an empty prefix. Caller frees. */
+char *etcd_prefix_end_b64(const char *prefix);
+/* An int64 field of a gateway reply (encoded as a JSON string, or absent
+ * when zero). */
+int64_t etcd_int(const json_t *obj, const char *field);
+
+/* ============================================================= lease.c */
+
+/* A key we could not delete (server unreachable): retried later so a dead
+ * waiter's key never blocks the queue while our lease lives on. */
+struct etcd_orphan {
+    char *key;
+    struct etcd_orphan *next;
+};
+
+/* An acquire waiting for another thread's session lease grant. */
+struct grant_waiter {
+    struct dlock__wait *w;
+    struct grant_waiter *next;
+};
+
+struct etcd_backend {
+    struct dlock_client *c;
+    struct etcd_conn *k;
+    char *prefix;       /* put before every lock name ("" by default) */
+    const char *label;  /* "etcd 127.0.0.1:2379" (owned by k) */
+    char ident[128];    /* value of our keys: "dlock <pid>@<host>" */
+
+    bool granting;            /* (mu) a thread is granting / freshening the
+                                 session lease; the others wait, cancelably */
+    struct grant_waiter *grant_waiters; /* (mu) */
+    pthread_mutex_t sweep_mu; /* held while orphans are being deleted */
+    pthread_mutex_t mu;       /* the fields below */
+    int64_t lease;            /* session lease, 0 = none (yet, or lost) */
+    int64_t lease_confirmed;  /* send time of its last grant / keepalive */
+    struct etcd_orphan *orphans;
+};
+
+/* A lease as an acquire uses it. */
+struct lease_ref {
+    int64_t id;
+    int64_t ttl_ms;    /* what we asked for, in ms (whole seconds) */
+    int64_t confirmed; /* send time of the last grant or keepalive */
+    bool own;          /* a lease of this hold only (fixed / other TTL) */
+};
+
+/* h->bdata */
+struct etcd_hold {
+    char *key;
+    int64_t rev;   /* create revision = token */
+    int64_t lease;
+    bool own_lease;
+};
+
+/* Keep the message of RC aside in MSG (to be restored after a call that
+ * may overwrite it). Returns RC. */
+static inline int etcd_saved_err(int rc, char *msg, size_t size)
+{
+    snprintf(msg, size, "%s", dlock_errmsg());
+    return rc;
+}
+
+int etcd_nomem(struct etcd_backend *s);
+char *etcd_i64s(int64_t v);
+/* {"key": b64(key)} plus, when PREFIX_END, the range end of KEY as a
+ * prefix. */
+json_t *etcd_range(const char *key, bool prefix_end);
+/* The range op "oldest key under PFX" (Go's WithFirstCreate). */
+json_t *etcd_first_created(const char *pfx);
+/* The range op "newest key under PFX created before revision REV" (Go's
+ * waitDeletes: WithLastCreate + WithMaxCreateRev). */
+json_t *etcd_last_created_before(const char *pfx, int64_t rev);
+/* The first kv of response K of a txn reply (NULL if none). */
+json_t *etcd_txn_kv(json_t *reply, size_t k);
+int64_t etcd_header_rev(json_t *reply);
+/* Decoded key of a kv (caller frees). */
+char *etcd_kv_key(json_t *kv);
+/* A failure worth retrying (outage, election). */
+bool etcd_transient(int rc);
+
+/* Grant a lease of TTL_MS (rounded up to whole seconds) for lock NAME. */
+int etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
+                     struct lease_ref *out, const struct etcd_limits *lim);
+/* One keepalive of lease ID: DLOCK_OK with *SENT set, DLOCK_ELOST when
+ * etcd no longer knows it, or a transport error. */
+int etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
+                         const struct etcd_limits *lim);
+void etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim);
+/* Forget the session lease ID (it was lost): the next acquire grants one. */
+void etcd_session_lease_dead(struct etcd_backend *s, int64_t id);
+/* The session lease, granted or freshened as needed, into *LR. */
+int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
+                       const struct etcd_limits *lim);
+/* Keep LR alive while a wait goes on; note the confirmation time. */
+int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
+                       const struct etcd_limits *lim);
+
+/* Delete KEY; on failure remember it and try again later. True when the
+ * key is gone (or can never be deleted by us: no permission). */
+bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t until,
+                     struct dlock__wait *w);
+/* Retry the deletes that failed before, none running past UNTIL (0 = no
+ * limit). With TRY, give way to a sweep already under way. */
+void etcd_orphans_sweep(struct etcd_backend *s, int64_t until, bool try, struct dlock__wait *w);
+/* KEY is about to be ours again: it is no orphan any more. */
+void etcd_orphan_forget(struct etcd_backend *s, const char *key);
+
+int etcd_open(struct dlock_client *c, void **state);
+void etcd_close(void *state);
+int etcd_renew(void *state, struct dlock__renew_batch *b);
+
+#endif

@@ -1,0 +1,659 @@
+/* lease.c -- the etcd backend's session: open and close, the one lease
+ * per client that carries every hold (granted on first use, kept alive by
+ * the keeper through renew(), which also checks each held key is still
+ * ours), and the deletes a lost reply left owing (orphans), retried by
+ * later acquires and by the keeper.
+ *
+ * Also the small JSON request builders every file of the backend shares.
+ */
+#include "etcd.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TXN_MAX_OPS 100 /* etcd's default --max-txn-ops is 128 */
+
+/* ------------------------------------------------------------- requests */
+
+int etcd_nomem(struct etcd_backend *s)
+{
+    return dlock__err(DLOCK_ENOMEM, "%s: out of memory", s->label);
+}
+
+char *etcd_i64s(int64_t v)
+{
+    return dlock__sprintf("%lld", (long long)v);
+}
+
+/* {"key": b64(key)} plus, when PREFIX_END, the range end of KEY as a
+ * prefix. */
+json_t *etcd_range(const char *key, bool prefix_end)
+{
+    /* An empty prefix means every key: etcd wants the key "\0" then. */
+    char *kb = *key || !prefix_end ? etcd_b64(key, strlen(key)) : etcd_b64("", 1);
+    json_t *r = kb ? json_pack("{s:s}", "key", kb) : NULL;
+    free(kb);
+    if (r && prefix_end) {
+        char *eb = etcd_prefix_end_b64(key);
+        if (!eb) {
+            json_decref(r);
+            return NULL;
+        }
+        json_object_set_new(r, "range_end", json_string(eb));
+        free(eb);
+    }
+    return r;
+}
+
+/* The range op "oldest key under PFX" (Go's WithFirstCreate). */
+json_t *etcd_first_created(const char *pfx)
+{
+    json_t *r = etcd_range(pfx, true);
+    if (r) {
+        json_object_set_new(r, "sort_order", json_string("ASCEND"));
+        json_object_set_new(r, "sort_target", json_string("CREATE"));
+        json_object_set_new(r, "limit", json_string("1"));
+    }
+    return r;
+}
+
+/* The range op "newest key under PFX created before revision REV" (Go's
+ * waitDeletes: WithLastCreate + WithMaxCreateRev). */
+json_t *etcd_last_created_before(const char *pfx, int64_t rev)
+{
+    json_t *r = etcd_range(pfx, true);
+    char *max = etcd_i64s(rev - 1);
+    if (!r || !max) {
+        json_decref(r);
+        free(max);
+        return NULL;
+    }
+    json_object_set_new(r, "sort_order", json_string("DESCEND"));
+    json_object_set_new(r, "sort_target", json_string("CREATE"));
+    json_object_set_new(r, "limit", json_string("1"));
+    json_object_set_new(r, "max_create_revision", json_string(max));
+    json_object_set_new(r, "keys_only", json_true());
+    free(max);
+    return r;
+}
+
+/* The first kv of response K of a txn reply (NULL if none). */
+json_t *etcd_txn_kv(json_t *reply, size_t k)
+{
+    json_t *resp = json_array_get(json_object_get(reply, "responses"), k);
+    json_t *range = json_object_get(resp, "response_range");
+    return json_array_get(json_object_get(range, "kvs"), 0);
+}
+
+int64_t etcd_header_rev(json_t *reply)
+{
+    return etcd_int(json_object_get(reply, "header"), "revision");
+}
+
+/* Decoded key of a kv (caller frees). */
+char *etcd_kv_key(json_t *kv)
+{
+    const char *kb = json_string_value(json_object_get(kv, "key"));
+    return kb ? etcd_unb64(kb, NULL) : NULL;
+}
+
+bool etcd_transient(int rc)
+{
+    return rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL || rc == DLOCK_EIO;
+}
+
+
+/* ----------------------------------------------------------------- leases */
+
+static void random_bytes(void *buf, size_t n)
+{
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, buf, n) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (got != (ssize_t)n) {
+        unsigned char *p = buf;
+        for (size_t i = 0; i < n; i++)
+            p[i] = (unsigned char)(rand() ^ (int)(dlock__now_ms() >> (i % 8)));
+    }
+}
+
+/* Grant a lease of TTL_MS (rounded up to whole seconds). We choose its ID
+ * ourselves, so a grant retried after a lost reply is recognised ("lease
+ * already exists") instead of leaving a second lease behind. */
+int etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
+                       struct lease_ref *out, const struct etcd_limits *lim)
+{
+    uint64_t id = 0;
+    int64_t ttl_s = (ttl_ms + 999) / 1000, sent = 0;
+    int rc = DLOCK_EBACKEND;
+    char what[1200];
+    snprintf(what, sizeof what, "grant a lease for lock '%s'", name);
+    for (int attempt = 0; rc && attempt < 3; attempt++) {
+        id = 0;
+        while (!id) {
+            random_bytes(&id, sizeof id);
+            id &= 0x7fffffffffffffffull;
+        }
+        char *ids = etcd_i64s((int64_t)id), *ttls = etcd_i64s(ttl_s);
+        json_t *req = ids && ttls ? json_pack("{s:s, s:s}", "TTL", ttls, "ID", ids) : NULL;
+        free(ids);
+        free(ttls);
+        if (!req)
+            return etcd_nomem(s);
+        json_t *reply = NULL;
+        int code = 0;
+        bool resent = false;
+        sent = dlock__now_ms();
+        rc = etcd_call_lim(s->k, "/v3/lease/grant", req, &reply, what, &code, &resent, lim);
+        json_decref(req);
+        json_decref(reply);
+        if (rc == DLOCK_EBACKEND && code == GRPC_FAILED_PRECONDITION &&
+            strstr(dlock_errmsg(), "lease already exists")) {
+            if (resent)
+                rc = DLOCK_OK; /* our own earlier attempt went through */
+            /* else the ID is someone else's lease: never share it, draw
+             * another one */
+        } else if (rc) {
+            return rc;
+        }
+    }
+    if (rc)
+        return rc;
+    out->id = (int64_t)id;
+    out->ttl_ms = ttl_s * 1000;
+    out->confirmed = sent;
+    return DLOCK_OK;
+}
+
+/* One keepalive of lease ID: DLOCK_OK with *SENT set, DLOCK_ELOST when
+ * etcd no longer knows it, or a transport error. */
+int etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
+                           const struct etcd_limits *lim)
+{
+    char *ids = etcd_i64s(id);
+    json_t *req = ids ? json_pack("{s:s}", "ID", ids) : NULL;
+    free(ids);
+    if (!req)
+        return etcd_nomem(s);
+    json_t *reply = NULL;
+    *sent = dlock__now_ms();
+    char what[80];
+    snprintf(what, sizeof what, "keep lease %llx alive", (unsigned long long)id);
+    int rc = etcd_call_lim(s->k, "/v3/lease/keepalive", req, &reply, what, NULL, NULL, lim);
+    json_decref(req);
+    if (rc)
+        return rc;
+    int64_t ttl = etcd_int(json_object_get(reply, "result"), "TTL");
+    json_decref(reply);
+    if (ttl <= 0)
+        return dlock__err(DLOCK_ELOST, "%s: lease %llx expired or was revoked", s->label,
+                          (unsigned long long)id);
+    return DLOCK_OK;
+}
+
+void etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim)
+{
+    char *ids = etcd_i64s(id);
+    json_t *req = ids ? json_pack("{s:s}", "ID", ids) : NULL;
+    free(ids);
+    json_t *reply = NULL;
+    if (req)
+        etcd_call_lim(s->k, "/v3/lease/revoke", req, &reply, "revoke the lease", NULL, NULL, lim);
+    json_decref(req);
+    json_decref(reply);
+}
+
+/* Forget the session lease ID (it was lost): the next acquire grants one. */
+void etcd_session_lease_dead(struct etcd_backend *s, int64_t id)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->lease == id)
+        s->lease = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Become the one thread that grants or freshens the session lease. While
+ * another one does (its request may hang on a stalled member for the
+ * whole request timeout), sleep on our wait W, so that
+ * dlock_lock_cancel() ends it: DLOCK_ECANCELED. */
+static int grant_enter(struct etcd_backend *s, struct dlock__wait *w)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->granting) {
+        struct grant_waiter me = {w, s->grant_waiters};
+        s->grant_waiters = &me;
+        unsigned seq = dlock__wait_seq(w);
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_lock(&w->mu);
+        while (!w->canceled && w->seq == seq)
+            pthread_cond_wait(&w->cv, &w->mu);
+        bool canceled = w->canceled;
+        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_lock(&s->mu);
+        for (struct grant_waiter **p = &s->grant_waiters; *p; p = &(*p)->next)
+            if (*p == &me) {
+                *p = me.next;
+                break;
+            }
+        if (canceled) {
+            pthread_mutex_unlock(&s->mu);
+            return DLOCK_ECANCELED;
+        }
+    }
+    s->granting = true;
+    pthread_mutex_unlock(&s->mu);
+    return DLOCK_OK;
+}
+
+static void grant_leave(struct etcd_backend *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->granting = false;
+    for (struct grant_waiter *g = s->grant_waiters; g; g = g->next)
+        dlock__wait_wake(g->w);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The session lease, granted if there is none and freshened with a
+ * keepalive when its last confirmation is older than a third of its TTL
+ * (so a new hold starts with nearly its whole validity). */
+int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
+                         const struct etcd_limits *lim)
+{
+    int64_t ttl_ms = (s->c->opts.lease_ms + 999) / 1000 * 1000;
+    int rc = grant_enter(s, lim->w);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->mu);
+    *lr = (struct lease_ref){s->lease, ttl_ms, s->lease_confirmed, false};
+    pthread_mutex_unlock(&s->mu);
+    if (lr->id && dlock__now_ms() - lr->confirmed > ttl_ms / 3) {
+        int64_t sent;
+        rc = etcd_lease_keepalive(s, lr->id, &sent, lim);
+        if (rc && rc != DLOCK_ELOST) {
+            char msg[1024];
+            etcd_saved_err(rc, msg, sizeof msg);
+            dlock__err(rc, "%s (for lock '%s')", msg, name);
+        }
+        if (rc == DLOCK_OK)
+            lr->confirmed = sent;
+        else if (rc == DLOCK_ELOST)
+            lr->id = 0, rc = DLOCK_OK;
+    }
+    if (!rc && !lr->id)
+        rc = etcd_lease_grant(s, name, ttl_ms, lr, lim);
+    if (!rc) {
+        pthread_mutex_lock(&s->mu);
+        s->lease = lr->id;
+        s->lease_confirmed = lr->confirmed;
+        pthread_mutex_unlock(&s->mu);
+    }
+    grant_leave(s);
+    return rc;
+}
+
+/* Keep LR alive while a wait goes on; note the confirmation time. */
+int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
+                         const struct etcd_limits *lim)
+{
+    int64_t sent;
+    int rc = etcd_lease_keepalive(s, lr->id, &sent, lim);
+    if (rc)
+        return rc;
+    lr->confirmed = sent;
+    if (!lr->own) {
+        pthread_mutex_lock(&s->mu);
+        if (s->lease == lr->id && sent > s->lease_confirmed)
+            s->lease_confirmed = sent;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return DLOCK_OK;
+}
+
+/* --------------------------------------------------------------- orphans */
+
+/* Delete KEY; on failure remember it and try again later. True when the
+ * key is gone (or can never be deleted by us: no permission). */
+bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t until,
+                       struct dlock__wait *w)
+{
+    json_t *req = etcd_range(key, false), *reply = NULL;
+    struct etcd_limits lim = {until, w};
+    char what[1200];
+    snprintf(what, sizeof what, "delete own key %s", key);
+    int rc = req ? etcd_call_lim(s->k, "/v3/kv/deleterange", req, &reply, what, NULL, NULL, &lim)
+                 : DLOCK_ENOMEM;
+    json_decref(req);
+    json_decref(reply);
+    if (rc == DLOCK_OK || rc == DLOCK_EAUTH)
+        return true;
+    struct etcd_orphan *o = calloc(1, sizeof *o);
+    if (o && (o->key = strdup(key))) {
+        pthread_mutex_lock(&s->mu);
+        o->next = s->orphans;
+        s->orphans = o;
+        pthread_mutex_unlock(&s->mu);
+    } else {
+        free(o);
+    }
+    return false;
+}
+
+/* Retry the deletes that failed before (keeper or acquire, best effort),
+ * none running past UNTIL (0 = no limit). With TRY, give way to a sweep
+ * already under way instead of waiting for it (the keeper). */
+void etcd_orphans_sweep(struct etcd_backend *s, int64_t until, bool try,
+                          struct dlock__wait *w)
+{
+    if (try) {
+        if (pthread_mutex_trylock(&s->sweep_mu))
+            return;
+    } else {
+        pthread_mutex_lock(&s->sweep_mu);
+    }
+    pthread_mutex_lock(&s->mu);
+    struct etcd_orphan *list = s->orphans;
+    s->orphans = NULL;
+    pthread_mutex_unlock(&s->mu);
+    bool reachable = true;
+    while (list) {
+        struct etcd_orphan *o = list;
+        list = o->next;
+        if (reachable) {
+            reachable = etcd_delete_key(s, o->key, until, w); /* re-queues itself on failure */
+            free(o->key);
+            free(o);
+        } else { /* the cluster is not answering: keep the rest for later */
+            pthread_mutex_lock(&s->mu);
+            o->next = s->orphans;
+            s->orphans = o;
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    pthread_mutex_unlock(&s->sweep_mu);
+}
+
+/* KEY is about to be ours again (put by an acquire): it is no orphan any
+ * more. Waits for a sweep in flight, so none of its deletes can land
+ * after our put and take the new hold's key away. */
+void etcd_orphan_forget(struct etcd_backend *s, const char *key)
+{
+    pthread_mutex_lock(&s->sweep_mu);
+    pthread_mutex_lock(&s->mu);
+    for (struct etcd_orphan **p = &s->orphans; *p;) {
+        struct etcd_orphan *o = *p;
+        if (strcmp(o->key, key) == 0) {
+            *p = o->next;
+            free(o->key);
+            free(o);
+        } else {
+            p = &o->next;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->sweep_mu);
+}
+
+/* ------------------------------------------------------------------ renew */
+
+/* Check that each key of HOLDS[from..to) still exists with its create
+ * revision: one read-only transaction. */
+static int check_keys(struct etcd_backend *s, struct dlock__hold **holds, size_t from, size_t to,
+                      int *result, const struct etcd_limits *lim)
+{
+    json_t *ops = json_array();
+    for (size_t i = from; ops && i < to; i++) {
+        if (result[i] != DLOCK_OK)
+            continue;
+        struct etcd_hold *eh = holds[i]->bdata;
+        json_t *r = etcd_range(eh->key, false);
+        if (!r || json_array_append_new(ops, json_pack("{s:o}", "request_range", r))) {
+            json_decref(ops);
+            return etcd_nomem(s);
+        }
+    }
+    if (!ops)
+        return etcd_nomem(s);
+    if (!json_array_size(ops)) {
+        json_decref(ops);
+        return DLOCK_OK;
+    }
+    json_t *req = json_pack("{s:o}", "success", ops), *reply = NULL;
+    char what[1200] = "check held keys";
+    for (size_t i = from; i < to; i++)
+        if (result[i] == DLOCK_OK) {
+            snprintf(what, sizeof what, "check held keys (%s%s)",
+                     ((struct etcd_hold *)holds[i]->bdata)->key, to - from > 1 ? ", ..." : "");
+            break;
+        }
+    int rc = req ? etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim)
+                 : etcd_nomem(s);
+    json_decref(req);
+    if (rc) {
+        for (size_t i = from; i < to; i++)
+            if (result[i] == DLOCK_OK)
+                result[i] = rc;
+        return rc;
+    }
+    size_t k = 0;
+    int out = DLOCK_OK;
+    for (size_t i = from; i < to; i++) {
+        if (result[i] != DLOCK_OK)
+            continue;
+        struct etcd_hold *eh = holds[i]->bdata;
+        json_t *kv = etcd_txn_kv(reply, k++);
+        if (!kv || etcd_int(kv, "create_revision") != eh->rev) {
+            result[i] = DLOCK_ELOST;
+            out = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) is gone or "
+                                          "replaced (force-released or deleted)",
+                             s->label, holds[i]->name, eh->key, (long long)eh->rev);
+        }
+    }
+    json_decref(reply);
+    return out;
+}
+
+int etcd_renew(void *state, struct dlock__renew_batch *b)
+{
+    struct etcd_backend *s = state;
+    struct dlock__hold **holds = b->holds;
+    size_t n = b->n;
+    int *result = b->result;
+    char lost_msg[1024] = "", other_msg[1024] = "";
+    int64_t *sent_at = calloc(n ? n : 1, sizeof *sent_at);
+    if (!sent_at)
+        return etcd_nomem(s);
+    /* Nothing we send may outlive the earliest validity deadline of the
+     * batch: past it the keeper must be free to declare the hold lost,
+     * not stuck waiting on a member that stopped answering. */
+    struct etcd_limits lim = {b->deadline == DLOCK__NEVER ? 0 : b->deadline, NULL};
+    /* One keepalive per distinct lease (usually just the session's). */
+    for (size_t i = 0; i < n; i++)
+        result[i] = 1; /* not done yet */
+    for (size_t i = 0; i < n; i++) {
+        if (result[i] != 1)
+            continue;
+        struct etcd_hold *eh = holds[i]->bdata;
+        int64_t sent = 0;
+        int rc = eh ? etcd_lease_keepalive(s, eh->lease, &sent, &lim)
+                    : dlock__err(DLOCK_ELOST, "%s: lock '%s' has no key", s->label, holds[i]->name);
+        if (rc == DLOCK_ELOST) {
+            snprintf(lost_msg, sizeof lost_msg, "%s", dlock_errmsg());
+            if (eh && !eh->own_lease)
+                etcd_session_lease_dead(s, eh->lease);
+        } else if (rc) {
+            snprintf(other_msg, sizeof other_msg, "%s", dlock_errmsg());
+        } else if (!eh->own_lease) {
+            pthread_mutex_lock(&s->mu);
+            if (s->lease == eh->lease && sent > s->lease_confirmed)
+                s->lease_confirmed = sent;
+            pthread_mutex_unlock(&s->mu);
+        }
+        for (size_t j = i; j < n; j++) {
+            struct etcd_hold *ej = holds[j]->bdata;
+            if (result[j] == 1 && (j == i || (ej && eh && ej->lease == eh->lease))) {
+                result[j] = rc;
+                sent_at[j] = sent;
+            }
+        }
+    }
+    /* Then one read that our keys are still ours. */
+    for (size_t from = 0; from < n; from += TXN_MAX_OPS) {
+        size_t to = from + TXN_MAX_OPS < n ? from + TXN_MAX_OPS : n;
+        int rc = check_keys(s, holds, from, to, result, &lim);
+        if (rc == DLOCK_ELOST)
+            snprintf(lost_msg, sizeof lost_msg, "%s", dlock_errmsg());
+        else if (rc)
+            snprintf(other_msg, sizeof other_msg, "%s", dlock_errmsg());
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (result[i] == DLOCK_OK)
+            dlock__hold_confirmed(s->c, holds[i], sent_at[i]);
+        else if (result[i] == DLOCK_ELOST)
+            snprintf(b->why[i], sizeof b->why[i], "%s", lost_msg);
+    }
+    free(sent_at);
+    /* Deletes that failed before, last and within the same limit (and
+     * not at all while an acquire sweeps). */
+    int64_t sweep_until = lim.until, now = dlock__now_ms();
+    for (size_t i = 0; i < n; i++) /* nor past the next renewal */
+        if (holds[i]->lease_ms && (!sweep_until || now + holds[i]->lease_ms / 6 < sweep_until))
+            sweep_until = now + holds[i]->lease_ms / 6;
+    char saved[1024];
+    etcd_saved_err(DLOCK_OK, saved, sizeof saved);
+    etcd_orphans_sweep(s, sweep_until, true, NULL);
+    dlock__err(DLOCK_OK, "%s", saved);
+    if (*lost_msg)
+        dlock__err(DLOCK_ELOST, "%s", lost_msg);
+    else if (*other_msg)
+        dlock__err(DLOCK_EIO, "%s", other_msg);
+    return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------ open/close */
+
+static void backend_free(struct etcd_backend *s)
+{
+    if (!s)
+        return;
+    etcd_conn_free(s->k);
+    while (s->orphans) {
+        struct etcd_orphan *o = s->orphans;
+        s->orphans = o->next;
+        free(o->key);
+        free(o);
+    }
+    free(s->prefix);
+    pthread_mutex_destroy(&s->sweep_mu);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+void etcd_close(void *state)
+{
+    struct etcd_backend *s = state;
+    if (!s)
+        return;
+    etcd_orphans_sweep(s, 0, false, NULL);
+    pthread_mutex_lock(&s->mu);
+    int64_t lease = s->lease;
+    s->lease = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (lease)
+        etcd_lease_revoke(s, lease, NULL); /* waiters behind us need not wait for the TTL */
+    backend_free(s);
+}
+
+/* The key prefix: the URL's path (without its leading '/', with a '/'
+ * added at the end) followed by the prefix option, as given. */
+static char *make_prefix(struct dlock_client *c)
+{
+    const char *path = c->url.path && strcmp(c->url.path, "/") != 0 ? c->url.path + 1 : "";
+    size_t plen = strlen(path);
+    const char *opt = c->opts.key_prefix ? c->opts.key_prefix : "";
+    return dlock__sprintf("%s%s%s", path, plen && path[plen - 1] != '/' ? "/" : "", opt);
+}
+
+int etcd_open(struct dlock_client *c, void **state)
+{
+    *state = NULL;
+    const char *url = c->url.redacted;
+    bool tls = strcmp(c->url.scheme, "etcd+https") == 0;
+    if (c->url.nhosts == 0)
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': no etcd endpoint (etcd://HOST:PORT)",
+                          url);
+    if (!tls && (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key))
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': TLS options need the etcd+https:// "
+                                         "scheme",
+                          url);
+    if (c->opts.layout && strcmp(c->opts.layout, "concurrency") != 0 &&
+        strcmp(c->opts.layout, "etcdctl") != 0)
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': unknown layout '%s' for etcd (the only "
+                                         "one is 'concurrency', Go's concurrency.Mutex)",
+                          url, c->opts.layout);
+    if (c->opts.password && !c->opts.user)
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': a password without a user", url);
+    struct etcd_backend *s = calloc(1, sizeof *s);
+    if (!s)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    s->c = c;
+    pthread_mutex_init(&s->sweep_mu, NULL);
+    pthread_mutex_init(&s->mu, NULL);
+    s->prefix = make_prefix(c);
+    char label[1024];
+    size_t len = (size_t)snprintf(label, sizeof label, "etcd");
+    for (size_t i = 0; i < c->url.nhosts && len < sizeof label; i++) {
+        const struct dlock__host *h = &c->url.hosts[i];
+        len += (size_t)snprintf(label + len, sizeof label - len,
+                                strchr(h->host, ':') ? "%s[%s]:%d" : "%s%s:%d", i ? "," : " ",
+                                h->host, h->port);
+    }
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(s->ident, sizeof s->ident, "dlock %d@%s", (int)getpid(), host);
+    const char *password = c->opts.password;
+    if (c->opts.user && !password)
+        password = getenv("DLOCK_ETCD_PASSWORD");
+    struct etcd_conn_config cfg = {
+        .hosts = c->url.hosts,
+        .nhosts = c->url.nhosts,
+        .tls = tls,
+        .tls_ca = c->opts.tls_ca,
+        .tls_cert = c->opts.tls_cert,
+        .tls_key = c->opts.tls_key,
+        .user = c->opts.user,
+        .password = password,
+        .connect_timeout_ms = c->opts.connect_timeout_ms,
+        .op_timeout_ms = c->opts.op_timeout_ms,
+        .label = label,
+    };
+    int rc = s->prefix ? etcd_conn_new(&cfg, &s->k) : dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (rc) {
+        backend_free(s);
+        return rc;
+    }
+    s->label = etcd_conn_label(s->k);
+    /* Say now whether the cluster answers: a serializable read needs no
+     * quorum, so a cluster without leader still connects (acquires then
+     * report DLOCK_EUNAVAIL). */
+    json_t *req = etcd_range(s->prefix, true), *reply = NULL;
+    if (req) {
+        json_object_set_new(req, "count_only", json_true());
+        json_object_set_new(req, "serializable", json_true());
+        rc = etcd_call(s->k, "/v3/kv/range", req, &reply, "connect", NULL);
+    } else {
+        rc = etcd_nomem(s);
+    }
+    json_decref(req);
+    json_decref(reply);
+    if (rc) {
+        backend_free(s);
+        return rc;
+    }
+    *state = s;
+    return DLOCK_OK;
+}

@@ -1,0 +1,623 @@
+/* mutex.c -- the etcd backend: exclusive locks on the key layout of Go's
+ * concurrency.Mutex, so `etcdctl lock NAME` and dlock exclude each other
+ * and share one first-come-first-served queue.
+ *
+ * A contender for NAME puts the key "<prefix>NAME/<lease id in hex>",
+ * attached to its lease, in a transaction that creates it only if absent
+ * and reads the oldest key under "<prefix>NAME/" in the same round trip.
+ * The key with the smallest create revision owns the lock; every other
+ * contender watches only the key created just before its own and, when
+ * that one is deleted, looks again -- and checks that its own key still
+ * exists (etcd 3.4's own client forgets that: etcd #11456). The fencing
+ * token is the own key's create revision, which etcd only ever increases.
+ *
+ * One lease per client (TTL = the lease option, in whole seconds rounded
+ * up) carries every hold; the keeper renews it through renew(), one
+ * keepalive for all holds, plus one read that checks each key is still
+ * ours (force-released keys are reported lost). A lease that expired or was
+ * revoked makes every hold lost and the next acquire grants a fresh one. A
+ * hold with a fixed or a different lease gets a lease of its own.
+ *
+ * The core queues the threads of one client per name (CAP_CLIENT_OWNER),
+ * so acquire() sees at most one thread per name: one key per lease and
+ * name, as in Go. The transport (JSON gateway over libcurl, watch thread)
+ * lives in http.c, the session lease in lease.c. docs/protocol-etcd.md
+ * tells the whole story.
+ */
+#include "etcd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WITHDRAW_GRACE_MS 1000 /* a give-up's delete, past the caller's deadline */
+
+/* ------------------------------------------------------------------ keys */
+
+static char *lock_prefix(struct etcd_backend *s, const char *name)
+{
+    return dlock__sprintf("%s%s/", s->prefix, name);
+}
+
+/* ---------------------------------------------------------------- acquire */
+
+/* Put our key KEY (under PFX, attached to LEASE) unless it exists, and
+ * read the owner, in one transaction (Go's tryAcquire). */
+static int put_and_read_owner(struct etcd_backend *s, const char *name, const char *key,
+                              const char *pfx, int64_t lease, int64_t *my_rev,
+                              int64_t *owner_rev, int *code, const struct etcd_limits *lim)
+{
+    char *kb = etcd_b64(key, strlen(key));
+    char *vb = etcd_b64(s->ident, strlen(s->ident));
+    char *ls = etcd_i64s(lease);
+    json_t *req = NULL;
+    if (kb && vb && ls)
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, {s:o}],"
+                        " s:[{s:o}, {s:o}]}",
+                        "compare", "result", "EQUAL", "target", "CREATE", "key", kb,
+                        "create_revision", "0",
+                        "success", "request_put", "key", kb, "value", vb, "lease", ls,
+                        "request_range", etcd_first_created(pfx),
+                        "failure", "request_range", etcd_range(key, false),
+                        "request_range", etcd_first_created(pfx));
+    free(kb);
+    free(vb);
+    free(ls);
+    if (!req)
+        return etcd_nomem(s);
+    json_t *reply = NULL;
+    char what[1200];
+    snprintf(what, sizeof what, "acquire '%s' (key %s)", name, key);
+    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
+    json_decref(req);
+    if (rc)
+        return rc;
+    bool created = json_is_true(json_object_get(reply, "succeeded"));
+    *my_rev = created ? etcd_header_rev(reply) : etcd_int(etcd_txn_kv(reply, 0), "create_revision");
+    json_t *owner = etcd_txn_kv(reply, 1);
+    *owner_rev = owner ? etcd_int(owner, "create_revision") : *my_rev;
+    json_decref(reply);
+    if (*my_rev <= 0)
+        return dlock__err(DLOCK_EPROTO, "%s: %s: the reply has no create revision", s->label, what);
+    return DLOCK_OK;
+}
+
+/* Look at the queue: does our KEY still exist, and which key was created
+ * just before ours (*PRED, caller frees; NULL = we own the lock)? *AT is
+ * the revision the answer is from. */
+static int look(struct etcd_backend *s, const char *name, const char *key, const char *pfx,
+                int64_t my_rev, bool *mine_exists, char **pred, int64_t *at,
+                const struct etcd_limits *lim)
+{
+    *pred = NULL;
+    json_t *req = json_pack("{s:[{s:o}, {s:o}]}", "success", "request_range",
+                            etcd_range(key, false), "request_range",
+                            etcd_last_created_before(pfx, my_rev));
+    if (!req)
+        return etcd_nomem(s);
+    json_t *reply = NULL;
+    char what[1200];
+    snprintf(what, sizeof what, "wait for '%s' (key %s)", name, key);
+    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim);
+    json_decref(req);
+    if (rc)
+        return rc;
+    json_t *mine = etcd_txn_kv(reply, 0);
+    *mine_exists = mine && etcd_int(mine, "create_revision") == my_rev;
+    json_t *before = etcd_txn_kv(reply, 1);
+    *at = etcd_header_rev(reply);
+    if (before && !(*pred = etcd_kv_key(before)))
+        rc = etcd_nomem(s);
+    json_decref(reply);
+    return rc;
+}
+
+/* Give up a contention: remove our key (and our own lease). The caller's
+ * time is up (or it canceled), so this takes a short grace at most; a
+ * delete that fails is remembered and retried later. */
+static void withdraw(struct etcd_backend *s, const char *key, const struct lease_ref *lr)
+{
+    int64_t grace = s->c->opts.op_timeout_ms < WITHDRAW_GRACE_MS ? s->c->opts.op_timeout_ms
+                                                                  : WITHDRAW_GRACE_MS;
+    struct etcd_limits lim = {dlock__now_ms() + grace, NULL};
+    if (lr->own)
+        etcd_lease_revoke(s, lr->id, &lim); /* takes the key with it */
+    etcd_delete_key(s, key, lim.until, NULL);
+}
+
+#define RESTART 1 /* wait_turn(): our key or lease vanished; start again */
+
+/* Sleep until our key (create revision MY_REV) is the oldest under PFX.
+ * Go's waitDeletes, with a watch created "from now" on the key just before
+ * ours: once etcd confirms the watch we look again (a deletion between our
+ * look and the watch's creation is seen then), and sleep until the watch
+ * fires. (A watch from a past revision would be served by etcd's 100 ms
+ * catch-up loop instead of at once.) Our lease is kept alive meanwhile;
+ * the keepalive also bounds every sleep, as a safety net. Returns DLOCK_OK
+ * (ours), RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. */
+static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wait *w,
+                     const char *key, const char *pfx, int64_t my_rev, struct lease_ref *lr,
+                     char *msg, size_t msgsize)
+{
+    struct etcd_watch *wt = NULL;
+    char *watched = NULL;
+    int rc;
+    /* No request outlives the wait's deadline, and a cancel aborts one in
+     * flight: a stalled member must not hold the caller past either. */
+    struct etcd_limits lim = {w->deadline == DLOCK__NEVER ? 0 : w->deadline, w};
+    for (;;) {
+        unsigned seq = dlock__wait_seq(w);
+        bool mine = false;
+        char *pred = NULL;
+        int64_t at = 0;
+        rc = look(s, name, key, pfx, my_rev, &mine, &pred, &at, &lim);
+        if (rc == DLOCK_OK && !mine) {
+            /* Our key is gone while we waited: our lease expired (paused
+             * process, long outage) or someone deleted it. Start again at
+             * the end of the queue with a live lease. */
+            int64_t sent;
+            if (etcd_lease_keepalive(s, lr->id, &sent, &lim) == DLOCK_ELOST && !lr->own)
+                etcd_session_lease_dead(s, lr->id);
+            free(pred);
+            rc = RESTART;
+            break;
+        }
+        if (rc == DLOCK_OK && !pred)
+            break; /* nobody before us: ours */
+        int64_t now = dlock__now_ms();
+        int64_t until = lr->confirmed + lr->ttl_ms / 3; /* keepalive due */
+        if (until < now + 200)
+            until = now + 500; /* the last keepalive failed: not in a hot loop */
+        if (rc == DLOCK_OK) {
+            /* Keep a watch on the same key that etcd confirmed and that
+             * has not fired. One started last turn and still unconfirmed
+             * is replaced: etcd never answers a watch whose auth token
+             * expired on the way, it just leaves it hanging. */
+            bool same = wt && strcmp(watched, pred) == 0 && etcd_watch_live(wt);
+            if (!same) {
+                etcd_watch_stop(wt);
+                wt = NULL;
+                free(watched);
+                watched = pred;
+                pred = NULL;
+                rc = etcd_watch_start(s->k, watched, 0, w, &wt);
+            }
+        } else if (etcd_transient(rc) && w->deadline != 0) {
+            /* Outage or election: try again shortly, within our wait. */
+            etcd_saved_err(rc, msg, msgsize);
+            rc = DLOCK_OK;
+            if (until > now + 500)
+                until = now + 500;
+        }
+        free(pred);
+        if (rc)
+            break;
+        rc = dlock__wait_sleep(w, seq, until);
+        if (rc) /* ETIMEDOUT or ECANCELED */
+            break;
+        if (dlock__now_ms() >= lr->confirmed + lr->ttl_ms / 3 &&
+            (rc = etcd_lease_refresh(s, lr, &lim)) == DLOCK_ELOST) {
+            if (!lr->own)
+                etcd_session_lease_dead(s, lr->id);
+            rc = RESTART;
+            break;
+        }
+        if (rc == DLOCK_ECANCELED)
+            break;
+        rc = DLOCK_OK; /* a failed keepalive: the next look tells */
+    }
+    etcd_watch_stop(wt);
+    free(watched);
+    return rc;
+}
+
+static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct etcd_backend *s = state;
+    if (h->mode != DLOCK_EXCLUSIVE)
+        return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': shared mode is not supported by the "
+                                         "etcd backend (Go's concurrency.Mutex is exclusive)",
+                          s->label, h->name);
+    etcd_orphans_sweep(s, 0, false, w); /* a cancel stops it (the rest stays for later) */
+    bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
+    char *pfx = lock_prefix(s, h->name);
+    char *key = NULL;
+    if (!pfx)
+        return etcd_nomem(s);
+    struct lease_ref lr = {0};
+    int rc = DLOCK_OK, restarts = 0;
+    char msg[1024];
+    /* A cancel aborts the first round trips (lease, put) in flight; like
+     * a try-once they are bounded by the request timeout, not by the
+     * wait's deadline (which wait_turn() honours), so a short wait still
+     * gets a free lock from a slow cluster. */
+    struct etcd_limits lim = {0, w};
+
+restart:
+    free(key);
+    key = NULL;
+    if (own && lr.id)
+        etcd_lease_revoke(s, lr.id, NULL); /* starting over: the old lease of our own goes */
+    if (own) {
+        rc = etcd_lease_grant(s, h->name, h->lease_ms, &lr, &lim);
+        lr.own = true;
+    } else {
+        rc = etcd_session_lease(s, h->name, &lr, &lim);
+    }
+    if (rc) {
+        free(pfx);
+        return rc;
+    }
+    key = dlock__sprintf("%s%llx", pfx, (unsigned long long)lr.id);
+    if (!key) {
+        free(pfx);
+        return etcd_nomem(s);
+    }
+    etcd_orphan_forget(s, key);
+    int64_t my_rev = 0, owner_rev = 0;
+    int code = 0;
+    rc = put_and_read_owner(s, h->name, key, pfx, lr.id, &my_rev, &owner_rev, &code, &lim);
+    if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND && restarts++ < 3) {
+        /* "requested lease not found": it expired under us. */
+        if (!own)
+            etcd_session_lease_dead(s, lr.id);
+        goto restart;
+    }
+    if (rc) {
+        etcd_saved_err(rc, msg, sizeof msg);
+        /* The put may have happened before the reply was lost (or the
+         * cancel, or the deadline). */
+        if (etcd_transient(rc) || rc == DLOCK_ECANCELED)
+            withdraw(s, key, &lr);
+        else if (own)
+            etcd_lease_revoke(s, lr.id, NULL);
+        free(pfx);
+        free(key);
+        return dlock__err(rc, "%s", msg);
+    }
+    if (owner_rev != my_rev && w->deadline == 0) {
+        withdraw(s, key, &lr);
+        free(pfx);
+        free(key);
+        return DLOCK_EBUSY;
+    }
+
+    if (owner_rev != my_rev) {
+        /* Wait our turn. */
+        rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, msg, sizeof msg);
+        if (rc == RESTART) {
+            if (restarts++ < 5)
+                goto restart;
+            rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing while "
+                                            "we wait",
+                            s->label, h->name, key);
+        }
+        if (rc) {
+            if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
+                etcd_saved_err(rc, msg, sizeof msg);
+            withdraw(s, key, &lr);
+            free(pfx);
+            free(key);
+            return rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED ? rc : dlock__err(rc, "%s", msg);
+        }
+    }
+
+    /* Ours. Make sure the validity we report starts from a fresh lease
+     * confirmation. */
+    if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3) {
+        rc = etcd_lease_refresh(s, &lr, NULL);
+        if (rc == DLOCK_ELOST && restarts++ < 5) {
+            if (!own)
+                etcd_session_lease_dead(s, lr.id);
+            goto restart;
+        }
+        if (rc) {
+            etcd_saved_err(rc, msg, sizeof msg);
+            withdraw(s, key, &lr);
+            free(pfx);
+            free(key);
+            return dlock__err(rc, "%s", msg);
+        }
+    }
+    free(pfx);
+    struct etcd_hold *eh = calloc(1, sizeof *eh);
+    if (!eh) {
+        withdraw(s, key, &lr);
+        free(key);
+        return etcd_nomem(s);
+    }
+    eh->key = key;
+    eh->rev = my_rev;
+    eh->lease = lr.id;
+    eh->own_lease = own;
+    h->bdata = eh;
+    h->token = (uint64_t)my_rev;
+    snprintf(h->owner, sizeof h->owner, "%s", key);
+    dlock__hold_confirmed(s->c, h, lr.confirmed);
+    return DLOCK_OK;
+}
+
+/* ---------------------------------------------------------------- release */
+
+static int etcd_release(void *state, struct dlock__hold *h)
+{
+    struct etcd_backend *s = state;
+    struct etcd_hold *eh = h->bdata;
+    if (!eh)
+        return DLOCK_OK;
+    h->bdata = NULL;
+    /* Delete the key only if it is still the one we created. */
+    char *kb = etcd_b64(eh->key, strlen(eh->key));
+    char *rev = etcd_i64s(eh->rev);
+    json_t *req = NULL;
+    if (kb && rev)
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "result", "EQUAL",
+                        "target", "CREATE", "key", kb, "create_revision", rev, "success",
+                        "request_delete_range", etcd_range(eh->key, false));
+    free(kb);
+    free(rev);
+    int rc;
+    json_t *reply = NULL;
+    if (!req) {
+        rc = etcd_nomem(s);
+    } else {
+        char what[1200];
+        snprintf(what, sizeof what, "release '%s' (key %s)", h->name, eh->key);
+        bool resent = false;
+        rc = etcd_call_resent(s->k, "/v3/kv/txn", req, &reply, what, NULL, &resent);
+        /* A release sent again after a lost reply finds the key gone:
+         * most likely our first attempt deleted it. Not a loss. */
+        if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")) && !resent)
+            rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) was gone before "
+                                         "the release (lease expired or force-released)",
+                            s->label, h->name, eh->key, (long long)eh->rev);
+        else if (rc && etcd_transient(rc)) {
+            char msg[1024];
+            etcd_saved_err(rc, msg, sizeof msg);
+            etcd_delete_key(s, eh->key, 0, NULL); /* remembered for a later retry */
+            dlock__err(rc, "%s", msg);
+        }
+    }
+    json_decref(req);
+    json_decref(reply);
+    if (eh->own_lease) {
+        char msg[1024];
+        etcd_saved_err(rc, msg, sizeof msg);
+        etcd_lease_revoke(s, eh->lease, NULL);
+        if (rc)
+            dlock__err(rc, "%s", msg);
+    }
+    free(eh->key);
+    free(eh);
+    return rc;
+}
+
+/* ------------------------------------------------------- inspect and co. */
+
+static int etcd_inspect(void *state, const char *name, struct dlock_info *info)
+{
+    struct etcd_backend *s = state;
+    char *pfx = lock_prefix(s, name);
+    json_t *req = pfx ? etcd_range(pfx, true) : NULL;
+    if (!req) {
+        free(pfx);
+        return etcd_nomem(s);
+    }
+    json_object_set_new(req, "sort_order", json_string("ASCEND"));
+    json_object_set_new(req, "sort_target", json_string("CREATE"));
+    json_object_set_new(req, "limit", json_string("10000"));
+    json_t *reply = NULL;
+    char what[1200];
+    snprintf(what, sizeof what, "inspect '%s' (keys %s*)", name, pfx);
+    int rc = etcd_call(s->k, "/v3/kv/range", req, &reply, what, NULL);
+    json_decref(req);
+    info->mode = DLOCK_EXCLUSIVE;
+    info->ttl_ms = -1;
+    info->nwaiters = 0;
+    info->held = 0;
+    json_t *kvs = rc ? NULL : json_object_get(reply, "kvs");
+    size_t i;
+    json_t *kv;
+    int64_t holder_lease = 0;
+    json_array_foreach(kvs, i, kv)
+    {
+        if (rc)
+            break;
+        char *key = etcd_kv_key(kv);
+        const char *vb = json_string_value(json_object_get(kv, "value"));
+        char *value = vb ? etcd_unb64(vb, NULL) : NULL;
+        char *text = key ? dlock__sprintf("%s%s%s%s", key, value && *value ? " (" : "",
+                                          value && *value ? value : "",
+                                          value && *value ? ")" : "")
+                         : NULL;
+        if (!text) {
+            rc = etcd_nomem(s);
+        } else if (i == 0) {
+            info->held = 1;
+            info->token = (uint64_t)etcd_int(kv, "create_revision");
+            holder_lease = etcd_int(kv, "lease");
+            rc = dlock__info_set_key(info, key);
+            if (!rc)
+                rc = dlock__info_add_holder(info, text, 1);
+        } else {
+            rc = dlock__info_add_waiter(info, text);
+        }
+        free(text);
+        free(key);
+        free(value);
+    }
+    json_decref(reply);
+    if (!rc && !info->held)
+        rc = dlock__info_set_key(info, pfx);
+    if (!rc && info->held && !holder_lease)
+        info->ttl_ms = DLOCK_VALID_FOREVER; /* a key without lease */
+    if (!rc && holder_lease) {
+        char *ids = etcd_i64s(holder_lease);
+        json_t *treq = ids ? json_pack("{s:s}", "ID", ids) : NULL, *treply = NULL;
+        free(ids);
+        if (treq && etcd_call(s->k, "/v3/lease/timetolive", treq, &treply, what, NULL) == 0) {
+            int64_t ttl = etcd_int(treply, "TTL");
+            info->ttl_ms = ttl >= 0 ? ttl * 1000 : -1;
+        }
+        json_decref(treq);
+        json_decref(treply);
+    }
+    free(pfx);
+    return rc;
+}
+
+static int etcd_force_release(void *state, const char *name)
+{
+    struct etcd_backend *s = state;
+    char *pfx = lock_prefix(s, name);
+    json_t *req = pfx ? etcd_first_created(pfx) : NULL, *reply = NULL;
+    if (!req) {
+        free(pfx);
+        return etcd_nomem(s);
+    }
+    char what[1200];
+    snprintf(what, sizeof what, "force-release '%s' (keys %s*)", name, pfx);
+    free(pfx);
+    int rc = etcd_call(s->k, "/v3/kv/range", req, &reply, what, NULL);
+    json_decref(req);
+    json_t *owner = rc ? NULL : json_array_get(json_object_get(reply, "kvs"), 0);
+    if (owner) {
+        /* Delete that very key (not a newer owner that came meanwhile). */
+        const char *kb = json_string_value(json_object_get(owner, "key"));
+        char *rev = etcd_i64s(etcd_int(owner, "create_revision"));
+        char *key = etcd_kv_key(owner);
+        json_t *del = kb && rev && key
+                          ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare",
+                                      "result", "EQUAL", "target", "CREATE", "key", kb,
+                                      "create_revision", rev, "success",
+                                      "request_delete_range", etcd_range(key, false))
+                          : NULL;
+        json_t *dreply = NULL;
+        rc = del ? etcd_call(s->k, "/v3/kv/txn", del, &dreply, what, NULL) : etcd_nomem(s);
+        json_decref(del);
+        json_decref(dreply);
+        free(rev);
+        free(key);
+    }
+    json_decref(reply);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The lock name of KEY under our prefix: "<prefix>NAME/<hex lease>"; NULL
+ * for keys of another shape. */
+static char *name_of_key(struct etcd_backend *s, const char *key)
+{
+    size_t plen = strlen(s->prefix);
+    if (strncmp(key, s->prefix, plen) != 0)
+        return NULL;
+    const char *rest = key + plen, *slash = strrchr(rest, '/');
+    if (!slash || slash == rest)
+        return NULL;
+    size_t hex = strlen(slash + 1);
+    if (hex == 0 || hex > 16 || strspn(slash + 1, "0123456789abcdef") != hex)
+        return NULL;
+    return strndup(rest, (size_t)(slash - rest));
+}
+
+static int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    struct etcd_backend *s = state;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = DLOCK_OK;
+    char *from = strdup(s->prefix);
+    char *end = etcd_prefix_end_b64(s->prefix);
+    while (!rc && from && end) {
+        char *fb = *from ? etcd_b64(from, strlen(from)) : etcd_b64("", 1);
+        json_t *req = fb ? json_pack("{s:s, s:s, s:s, s:b}", "key", fb, "range_end", end,
+                                     "limit", "1000", "keys_only", 1)
+                         : NULL;
+        free(fb);
+        json_t *reply = NULL;
+        rc = req ? etcd_call(s->k, "/v3/kv/range", req, &reply, "list locks", NULL) : etcd_nomem(s);
+        json_decref(req);
+        if (rc)
+            break;
+        json_t *kvs = json_object_get(reply, "kvs");
+        size_t i;
+        json_t *kv;
+        char *last = NULL;
+        json_array_foreach(kvs, i, kv)
+        {
+            free(last);
+            last = etcd_kv_key(kv);
+            char *name = last ? name_of_key(s, last) : NULL;
+            if (!name)
+                continue;
+            if (!dlock__glob(pattern, name) || (n && strcmp(names[n - 1], name) == 0)) {
+                free(name);
+                continue;
+            }
+            if (n == cap) {
+                cap = cap ? cap * 2 : 64;
+                char **grown = realloc(names, cap * sizeof *names);
+                if (!grown) {
+                    free(name);
+                    rc = etcd_nomem(s);
+                    break;
+                }
+                names = grown;
+            }
+            names[n++] = name;
+        }
+        bool more = json_is_true(json_object_get(reply, "more"));
+        json_decref(reply);
+        free(from);
+        from = NULL;
+        if (!rc && more && last) { /* next page: from the key right after LAST */
+            size_t len = strlen(last);
+            from = malloc(len + 2);
+            if (from) {
+                memcpy(from, last, len);
+                from[len] = '\x01'; /* keys hold no NUL here: the next key is > last */
+                from[len + 1] = 0;
+            }
+        }
+        free(last);
+        if (!more)
+            break;
+    }
+    if (!rc && (!end))
+        rc = etcd_nomem(s);
+    free(from);
+    free(end);
+    qsort(names, n, sizeof *names, cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        bool dup = i + 1 < n && strcmp(names[i], names[i + 1]) == 0; /* report the last */
+        if (!rc && !dup && fn(names[i], arg))
+            rc = 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc == 1 ? DLOCK_OK : rc;
+}
+
+static const char *const etcd_schemes[] = {"etcd", "etcd+https", NULL};
+
+const struct dlock__backend dlock__backend_etcd = {
+    .version = DLOCK__BACKEND_VERSION,
+    .name = "etcd",
+    .schemes = etcd_schemes,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE |
+            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER,
+    .default_port = ETCD_DEFAULT_PORT,
+    .open = etcd_open,
+    .close = etcd_close,
+    .acquire = etcd_acquire,
+    .release = etcd_release,
+    .renew = etcd_renew,
+    .inspect = etcd_inspect,
+    .force_release = etcd_force_release,
+    .list = etcd_list,
+};

@@ -131,16 +131,18 @@ int etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t 
 
 /* Limits of one call beyond the connection's own timeouts. */
 struct etcd_limits {
-    int64_t until;         /* monotonic ms: no request runs past it, and no
-                              further endpoint is tried after it; 0 = none */
+    int64_t deadline;      /* monotonic ms: every request's timeout is
+                              dlock__time_left(deadline, cap), and nothing
+                              is sent once it has passed; 0 (try once) and
+                              DLOCK__NEVER leave the caps whole */
     struct dlock__wait *w; /* a wait whose cancel aborts the call
                               (DLOCK_ECANCELED); NULL = none */
 };
 
-/* etcd_call() within LIM (NULL = none). A call cut short by LIM->until
- * fails like a timeout (DLOCK_EUNAVAIL or DLOCK_ECONN); one aborted by a
- * cancel returns DLOCK_ECANCELED. Either way the request may have been
- * applied. */
+/* etcd_call() within LIM (NULL = none). A call cut short by LIM's
+ * deadline fails like a timeout (DLOCK_EUNAVAIL or DLOCK_ECONN); one
+ * aborted by a cancel returns DLOCK_ECANCELED. Either way the request may
+ * have been applied. */
 int etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
                   const char *what, int *grpc_code, bool *resent, const struct etcd_limits *lim);
 
@@ -194,6 +196,9 @@ void etcd_easy_common(struct etcd_conn *k, CURL *e);
 struct curl_slist *etcd_headers_for(struct etcd_conn *k, bool with_token);
 /* Stop the watch thread and free every watch (etcd_conn_free). */
 void etcd_watches_end(struct etcd_conn *k);
+
+/* True when W (may be NULL) was canceled (dlock_lock_cancel()). */
+bool etcd_wait_canceled(struct dlock__wait *w);
 
 /* ------------------------------------------------------------- watches */
 
@@ -272,16 +277,9 @@ struct etcd_hold {
     char *key;
     int64_t rev;   /* create revision = token */
     int64_t lease;
+    int64_t ttl_ms; /* the lease's TTL */
     bool own_lease;
 };
-
-/* Keep the message of RC aside in MSG (to be restored after a call that
- * may overwrite it). Returns RC. */
-static inline int etcd_saved_err(int rc, char *msg, size_t size)
-{
-    snprintf(msg, size, "%s", dlock_errmsg());
-    return rc;
-}
 
 int etcd_nomem(struct etcd_backend *s);
 char *etcd_i64s(int64_t v);

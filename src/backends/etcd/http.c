@@ -238,19 +238,22 @@ static void attempt_add(struct attempt *a, const char *name, const char *fmt, ..
         a->len = sizeof a->text - 1;
 }
 
-/* One POST to one endpoint. Returns 0 and sets *STATUS and B on an HTTP
- * answer, or the CURLcode of a transport failure (ERRBUF says why). */
 /* Progress callback of a call tied to a wait: a cancel aborts it. */
 static int cancel_check(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
     (void)dt, (void)dn, (void)ut, (void)un;
-    struct dlock__wait *w = arg;
-    pthread_mutex_lock(&w->mu);
-    bool canceled = w->canceled;
-    pthread_mutex_unlock(&w->mu);
-    return canceled ? 1 : 0;
+    return etcd_wait_canceled(arg) ? 1 : 0;
 }
 
+bool etcd_wait_canceled(struct dlock__wait *w)
+{
+    /* A sleep from a sequence number that is not the current one returns
+     * at once: DLOCK_ECANCELED when canceled, DLOCK_OK otherwise. */
+    return w && dlock__wait_sleep(w, dlock__wait_seq(w) + 1, 0) == DLOCK_ECANCELED;
+}
+
+/* One POST to one endpoint. Returns 0 and sets *STATUS and B on an HTTP
+ * answer, or the CURLcode of a transport failure (ERRBUF says why). */
 static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, const char *body,
                           bool with_token, long *status, struct buf *b, char *errbuf,
                           bool *connected, const struct etcd_limits *lim, long *timeout_used)
@@ -268,17 +271,13 @@ static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, cons
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-    long timeout = k->op_timeout_ms;
-    if (lim && lim->until) {
-        int64_t left = lim->until - dlock__now_ms();
-        if (left < 1)
-            left = 1;
-        if (left < timeout)
-            timeout = (long)left;
-        if (left < k->connect_timeout_ms)
-            curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)left);
-    }
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout);
+    /* Both timeouts come from the one time-left function: the caps, cut
+     * to what is left of LIM's deadline (the caller made sure some is). */
+    int64_t deadline = lim ? lim->deadline : 0;
+    long timeout = (long)dlock__time_left(deadline, k->op_timeout_ms);
+    long connect_timeout = (long)dlock__time_left(deadline, k->connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout > 0 ? connect_timeout : 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout > 0 ? timeout : 1L);
     *timeout_used = timeout;
     if (lim && lim->w) {
         curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
@@ -372,7 +371,10 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
     *token_expired = false;
     for (size_t i = 0; i < k->neps; i++) {
         size_t ep = (start + i) % k->neps;
-        if (i && lim && lim->until && dlock__now_ms() >= lim->until) {
+        if (dlock__time_left(lim ? lim->deadline : 0, k->op_timeout_ms) == 0) {
+            if (i == 0)
+                return dlock__err(DLOCK_ETIMEDOUT, "%s: %s: no time left to send it", k->label,
+                                  what);
             a.unavailable |= maybe_applied;
             attempt_add(&a, k->eps[ep].name, "not tried: out of time");
             break;

@@ -275,8 +275,8 @@ int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_re
         int64_t sent;
         rc = etcd_lease_keepalive(s, lr->id, &sent, lim);
         if (rc && rc != DLOCK_ELOST) {
-            char msg[1024];
-            etcd_saved_err(rc, msg, sizeof msg);
+            char msg[DLOCK__MSG_MAX];
+            dlock__errmsg_save(msg);
             dlock__err(rc, "%s (for lock '%s')", msg, name);
         }
         if (rc == DLOCK_OK)
@@ -400,137 +400,121 @@ void etcd_orphan_forget(struct etcd_backend *s, const char *key)
 
 /* ------------------------------------------------------------------ renew */
 
-/* Check that each key of HOLDS[from..to) still exists with its create
- * revision: one read-only transaction. */
-static int check_keys(struct etcd_backend *s, struct dlock__hold **holds, size_t from, size_t to,
-                      int *result, const struct etcd_limits *lim)
+/* Check that the key of each hold of B[from..to) whose lease was kept
+ * alive (result DLOCK_OK so far) still exists with its create revision:
+ * one read-only transaction. Sets each checked hold's result. */
+static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b, size_t from,
+                       size_t to, const int64_t *sent_at, const struct etcd_limits *lim)
 {
     json_t *ops = json_array();
+    const char *first = NULL;
     for (size_t i = from; ops && i < to; i++) {
-        if (result[i] != DLOCK_OK)
+        if (b->result[i] != DLOCK_OK)
             continue;
-        struct etcd_hold *eh = holds[i]->bdata;
+        struct etcd_hold *eh = b->holds[i]->bdata;
         json_t *r = etcd_range(eh->key, false);
         if (!r || json_array_append_new(ops, json_pack("{s:o}", "request_range", r))) {
             json_decref(ops);
-            return etcd_nomem(s);
+            ops = NULL;
         }
+        if (!first)
+            first = eh->key;
     }
-    if (!ops)
-        return etcd_nomem(s);
-    if (!json_array_size(ops)) {
-        json_decref(ops);
-        return DLOCK_OK;
-    }
-    json_t *req = json_pack("{s:o}", "success", ops), *reply = NULL;
-    char what[1200] = "check held keys";
-    for (size_t i = from; i < to; i++)
-        if (result[i] == DLOCK_OK) {
-            snprintf(what, sizeof what, "check held keys (%s%s)",
-                     ((struct etcd_hold *)holds[i]->bdata)->key, to - from > 1 ? ", ..." : "");
-            break;
-        }
-    int rc = req ? etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim)
+    int rc = DLOCK_OK;
+    json_t *reply = NULL;
+    if (!ops) {
+        rc = etcd_nomem(s);
+    } else if (json_array_size(ops)) {
+        json_t *req = json_pack("{s:o}", "success", ops);
+        ops = NULL;
+        char what[1200];
+        snprintf(what, sizeof what, "check held keys (%s%s)", first, to - from > 1 ? ", ..." : "");
+        rc = req ? etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim)
                  : etcd_nomem(s);
-    json_decref(req);
-    if (rc) {
-        for (size_t i = from; i < to; i++)
-            if (result[i] == DLOCK_OK)
-                result[i] = rc;
-        return rc;
+        json_decref(req);
     }
+    json_decref(ops);
     size_t k = 0;
-    int out = DLOCK_OK;
     for (size_t i = from; i < to; i++) {
-        if (result[i] != DLOCK_OK)
+        if (b->result[i] != DLOCK_OK)
             continue;
-        struct etcd_hold *eh = holds[i]->bdata;
+        if (rc) {
+            dlock__renew_result(b, i, rc);
+            continue;
+        }
+        struct etcd_hold *eh = b->holds[i]->bdata;
         json_t *kv = etcd_txn_kv(reply, k++);
         if (!kv || etcd_int(kv, "create_revision") != eh->rev) {
-            result[i] = DLOCK_ELOST;
-            out = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) is gone or "
-                                          "replaced (force-released or deleted)",
-                             s->label, holds[i]->name, eh->key, (long long)eh->rev);
+            dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) is gone or replaced "
+                                    "(force-released or deleted)",
+                       s->label, b->holds[i]->name, eh->key, (long long)eh->rev);
+            dlock__renew_result(b, i, DLOCK_ELOST);
+        } else {
+            dlock__hold_confirmed(s->c, b->holds[i], sent_at[i]);
         }
     }
     json_decref(reply);
-    return out;
 }
 
 int etcd_renew(void *state, struct dlock__renew_batch *b)
 {
     struct etcd_backend *s = state;
-    struct dlock__hold **holds = b->holds;
     size_t n = b->n;
-    int *result = b->result;
-    char lost_msg[1024] = "", other_msg[1024] = "";
     int64_t *sent_at = calloc(n ? n : 1, sizeof *sent_at);
-    if (!sent_at)
+    bool *done = calloc(n ? n : 1, sizeof *done);
+    if (!sent_at || !done) {
+        free(sent_at);
+        free(done);
         return etcd_nomem(s);
+    }
     /* Nothing we send may outlive the earliest validity deadline of the
      * batch: past it the keeper must be free to declare the hold lost,
      * not stuck waiting on a member that stopped answering. */
-    struct etcd_limits lim = {b->deadline == DLOCK__NEVER ? 0 : b->deadline, NULL};
-    /* One keepalive per distinct lease (usually just the session's). */
-    for (size_t i = 0; i < n; i++)
-        result[i] = 1; /* not done yet */
+    struct etcd_limits lim = {b->deadline, NULL};
+    /* One keepalive per distinct lease (usually just the session's); its
+     * outcome, and its message, is every hold's on that lease. */
+    int64_t sweep_ms = s->c->opts.lease_ms / 6;
     for (size_t i = 0; i < n; i++) {
-        if (result[i] != 1)
+        if (done[i])
             continue;
-        struct etcd_hold *eh = holds[i]->bdata;
+        struct etcd_hold *eh = b->holds[i]->bdata;
         int64_t sent = 0;
         int rc = eh ? etcd_lease_keepalive(s, eh->lease, &sent, &lim)
-                    : dlock__err(DLOCK_ELOST, "%s: lock '%s' has no key", s->label, holds[i]->name);
-        if (rc == DLOCK_ELOST) {
-            snprintf(lost_msg, sizeof lost_msg, "%s", dlock_errmsg());
-            if (eh && !eh->own_lease)
-                etcd_session_lease_dead(s, eh->lease);
-        } else if (rc) {
-            snprintf(other_msg, sizeof other_msg, "%s", dlock_errmsg());
-        } else if (!eh->own_lease) {
+                    : dlock__err(DLOCK_ELOST, "%s: lock '%s' has no key", s->label,
+                                 b->holds[i]->name);
+        if (rc == DLOCK_ELOST && eh && !eh->own_lease) {
+            etcd_session_lease_dead(s, eh->lease);
+        } else if (rc == DLOCK_OK && !eh->own_lease) {
             pthread_mutex_lock(&s->mu);
             if (s->lease == eh->lease && sent > s->lease_confirmed)
                 s->lease_confirmed = sent;
             pthread_mutex_unlock(&s->mu);
         }
+        if (eh && eh->ttl_ms / 6 < sweep_ms)
+            sweep_ms = eh->ttl_ms / 6;
         for (size_t j = i; j < n; j++) {
-            struct etcd_hold *ej = holds[j]->bdata;
-            if (result[j] == 1 && (j == i || (ej && eh && ej->lease == eh->lease))) {
-                result[j] = rc;
+            struct etcd_hold *ej = b->holds[j]->bdata;
+            if (!done[j] && (j == i || (ej && eh && ej->lease == eh->lease))) {
+                done[j] = true;
                 sent_at[j] = sent;
+                dlock__renew_result(b, j, rc);
             }
         }
     }
+    free(done);
     /* Then one read that our keys are still ours. */
-    for (size_t from = 0; from < n; from += TXN_MAX_OPS) {
-        size_t to = from + TXN_MAX_OPS < n ? from + TXN_MAX_OPS : n;
-        int rc = check_keys(s, holds, from, to, result, &lim);
-        if (rc == DLOCK_ELOST)
-            snprintf(lost_msg, sizeof lost_msg, "%s", dlock_errmsg());
-        else if (rc)
-            snprintf(other_msg, sizeof other_msg, "%s", dlock_errmsg());
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (result[i] == DLOCK_OK)
-            dlock__hold_confirmed(s->c, holds[i], sent_at[i]);
-        else if (result[i] == DLOCK_ELOST)
-            snprintf(b->why[i], sizeof b->why[i], "%s", lost_msg);
-    }
+    for (size_t from = 0; from < n; from += TXN_MAX_OPS)
+        check_keys(s, b, from, from + TXN_MAX_OPS < n ? from + TXN_MAX_OPS : n, sent_at, &lim);
     free(sent_at);
-    /* Deletes that failed before, last and within the same limit (and
-     * not at all while an acquire sweeps). */
-    int64_t sweep_until = lim.until, now = dlock__now_ms();
-    for (size_t i = 0; i < n; i++) /* nor past the next renewal */
-        if (holds[i]->lease_ms && (!sweep_until || now + holds[i]->lease_ms / 6 < sweep_until))
-            sweep_until = now + holds[i]->lease_ms / 6;
-    char saved[1024];
-    etcd_saved_err(DLOCK_OK, saved, sizeof saved);
+    /* Deletes that failed before, last and within the same limit, nor
+     * past the next renewal (and not at all while an acquire sweeps). */
+    char saved[DLOCK__MSG_MAX];
+    dlock__errmsg_save(saved);
+    int64_t sweep_until = dlock__now_ms() + sweep_ms;
+    if (b->deadline != DLOCK__NEVER && b->deadline < sweep_until)
+        sweep_until = b->deadline;
     etcd_orphans_sweep(s, sweep_until, true, NULL);
-    dlock__err(DLOCK_OK, "%s", saved);
-    if (*lost_msg)
-        dlock__err(DLOCK_ELOST, "%s", lost_msg);
-    else if (*other_msg)
-        dlock__err(DLOCK_EIO, "%s", other_msg);
+    dlock__errmsg_restore(DLOCK_OK, saved);
     return DLOCK_OK;
 }
 
@@ -612,9 +596,9 @@ int etcd_open(struct dlock_client *c, void **state)
                                 strchr(h->host, ':') ? "%s[%s]:%d" : "%s%s:%d", i ? "," : " ",
                                 h->host, h->port);
     }
-    char host[64] = "?";
-    gethostname(host, sizeof host - 1);
-    snprintf(s->ident, sizeof s->ident, "dlock %d@%s", (int)getpid(), host);
+    char who[100];
+    dlock__identity(who, sizeof who);
+    snprintf(s->ident, sizeof s->ident, "dlock %s", who);
     const char *password = c->opts.password;
     if (c->opts.user && !password)
         password = getenv("DLOCK_ETCD_PASSWORD");

@@ -117,12 +117,10 @@ static int look(struct etcd_backend *s, const char *name, const char *key, const
  * delete that fails is remembered and retried later. */
 static void withdraw(struct etcd_backend *s, const char *key, const struct lease_ref *lr)
 {
-    int64_t grace = s->c->opts.op_timeout_ms < WITHDRAW_GRACE_MS ? s->c->opts.op_timeout_ms
-                                                                  : WITHDRAW_GRACE_MS;
-    struct etcd_limits lim = {dlock__now_ms() + grace, NULL};
+    struct etcd_limits lim = {dlock__now_ms() + WITHDRAW_GRACE_MS, NULL};
     if (lr->own)
         etcd_lease_revoke(s, lr->id, &lim); /* takes the key with it */
-    etcd_delete_key(s, key, lim.until, NULL);
+    etcd_delete_key(s, key, lim.deadline, NULL);
 }
 
 #define RESTART 1 /* wait_turn(): our key or lease vanished; start again */
@@ -137,14 +135,14 @@ static void withdraw(struct etcd_backend *s, const char *key, const struct lease
  * (ours), RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. */
 static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wait *w,
                      const char *key, const char *pfx, int64_t my_rev, struct lease_ref *lr,
-                     char *msg, size_t msgsize)
+                     char msg[DLOCK__MSG_MAX])
 {
     struct etcd_watch *wt = NULL;
     char *watched = NULL;
     int rc;
     /* No request outlives the wait's deadline, and a cancel aborts one in
      * flight: a stalled member must not hold the caller past either. */
-    struct etcd_limits lim = {w->deadline == DLOCK__NEVER ? 0 : w->deadline, w};
+    struct etcd_limits lim = {w->deadline, w};
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
         bool mine = false;
@@ -182,9 +180,9 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
                 pred = NULL;
                 rc = etcd_watch_start(s->k, watched, 0, w, &wt);
             }
-        } else if (etcd_transient(rc) && w->deadline != 0) {
+        } else if (etcd_transient(rc) && !dlock__wait_try_once(w)) {
             /* Outage or election: try again shortly, within our wait. */
-            etcd_saved_err(rc, msg, msgsize);
+            dlock__errmsg_save(msg);
             rc = DLOCK_OK;
             if (until > now + 500)
                 until = now + 500;
@@ -226,7 +224,7 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
         return etcd_nomem(s);
     struct lease_ref lr = {0};
     int rc = DLOCK_OK, restarts = 0;
-    char msg[1024];
+    char msg[DLOCK__MSG_MAX];
     /* A cancel aborts the first round trips (lease, put) in flight; like
      * a try-once they are bounded by the request timeout, not by the
      * wait's deadline (which wait_turn() honours), so a short wait still
@@ -264,7 +262,7 @@ restart:
         goto restart;
     }
     if (rc) {
-        etcd_saved_err(rc, msg, sizeof msg);
+        dlock__errmsg_save(msg);
         /* The put may have happened before the reply was lost (or the
          * cancel, or the deadline). */
         if (etcd_transient(rc) || rc == DLOCK_ECANCELED)
@@ -273,9 +271,9 @@ restart:
             etcd_lease_revoke(s, lr.id, NULL);
         free(pfx);
         free(key);
-        return dlock__err(rc, "%s", msg);
+        return dlock__errmsg_restore(rc, msg);
     }
-    if (owner_rev != my_rev && w->deadline == 0) {
+    if (owner_rev != my_rev && dlock__wait_try_once(w)) {
         withdraw(s, key, &lr);
         free(pfx);
         free(key);
@@ -284,7 +282,8 @@ restart:
 
     if (owner_rev != my_rev) {
         /* Wait our turn. */
-        rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, msg, sizeof msg);
+        msg[0] = 0;
+        rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, msg);
         if (rc == RESTART) {
             if (restarts++ < 5)
                 goto restart;
@@ -293,12 +292,14 @@ restart:
                             s->label, h->name, key);
         }
         if (rc) {
+            /* (a timeout keeps the reason of the last failed look, if
+             * any: an outage; none says the other owner kept it) */
             if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
-                etcd_saved_err(rc, msg, sizeof msg);
+                dlock__errmsg_save(msg);
             withdraw(s, key, &lr);
             free(pfx);
             free(key);
-            return rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED ? rc : dlock__err(rc, "%s", msg);
+            return dlock__errmsg_restore(rc, msg);
         }
     }
 
@@ -312,11 +313,11 @@ restart:
             goto restart;
         }
         if (rc) {
-            etcd_saved_err(rc, msg, sizeof msg);
+            dlock__errmsg_save(msg);
             withdraw(s, key, &lr);
             free(pfx);
             free(key);
-            return dlock__err(rc, "%s", msg);
+            return dlock__errmsg_restore(rc, msg);
         }
     }
     free(pfx);
@@ -329,6 +330,7 @@ restart:
     eh->key = key;
     eh->rev = my_rev;
     eh->lease = lr.id;
+    eh->ttl_ms = lr.ttl_ms;
     eh->own_lease = own;
     h->bdata = eh;
     h->token = (uint64_t)my_rev;
@@ -372,20 +374,19 @@ static int etcd_release(void *state, struct dlock__hold *h)
                                          "the release (lease expired or force-released)",
                             s->label, h->name, eh->key, (long long)eh->rev);
         else if (rc && etcd_transient(rc)) {
-            char msg[1024];
-            etcd_saved_err(rc, msg, sizeof msg);
+            char msg[DLOCK__MSG_MAX];
+            dlock__errmsg_save(msg);
             etcd_delete_key(s, eh->key, 0, NULL); /* remembered for a later retry */
-            dlock__err(rc, "%s", msg);
+            dlock__errmsg_restore(rc, msg);
         }
     }
     json_decref(req);
     json_decref(reply);
     if (eh->own_lease) {
-        char msg[1024];
-        etcd_saved_err(rc, msg, sizeof msg);
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
         etcd_lease_revoke(s, eh->lease, NULL);
-        if (rc)
-            dlock__err(rc, "%s", msg);
+        dlock__errmsg_restore(rc, msg);
     }
     free(eh->key);
     free(eh);

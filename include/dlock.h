@@ -167,9 +167,14 @@ DLOCK_EXTERN const char *dlock_client_url(const dlock_client *c);
 /* The backend's name: "file", "redis", "etcd", "zk"... */
 DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *c);
 
-/* Release every hold of the client (best effort), stop its keeper thread
- * and free it. Free its lock handles first; handles left over are invalid
- * afterwards. NULL is a no-op. No other thread may use c meanwhile. */
+/* Release every hold of the client (best effort), stop its threads
+ * (keeper, callbacks: a lost callback still queued runs first), close the
+ * connection and free the client. Handles left over stay valid for
+ * dlock_lock_free() alone (every other call on them returns
+ * DLOCK_EMISUSE); the client's memory goes with the last of them, as
+ * sqlite3_close_v2() does with statements. A lost callback may close its
+ * client. NULL is a no-op. No other thread may use c or its handles
+ * meanwhile; calling it twice is an error. */
 DLOCK_EXTERN void dlock_client_close(dlock_client *c);
 
 /* ------------------------------------------------------------------ locks */
@@ -205,7 +210,10 @@ DLOCK_EXTERN int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mo
                                 unsigned flags, dlock_lock **out);
 
 /* Free a handle. Holds still taken through it by any thread are released
- * first (best effort). NULL is a no-op. No other thread may use l then. */
+ * first (best effort). NULL is a no-op. No other thread may use l then.
+ * Also after dlock_client_close() (the holds are gone already): it frees
+ * the handle, and the client's memory with the last handle. See
+ * dlock_lock_on_lost() for handles whose lost callback runs. */
 DLOCK_EXTERN void dlock_lock_free(dlock_lock *l);
 
 /* Lease of holds taken through this handle from now on: LEASE_MS > 0
@@ -251,7 +259,7 @@ DLOCK_EXTERN int64_t dlock_validity_ms(dlock_lock *l);
  * A callback may free any handle of the client, its own included; a
  * callback still queued for a handle that is freed is dropped, and
  * dlock_lock_free() from any other thread waits for a running callback of
- * that handle to return. The callback must not close the client. Holds
+ * that handle to return. The callback may close the client. Holds
  * belong to threads: release the lost hold later from the thread that
  * took it (dlock_release() returns DLOCK_ELOST). */
 typedef void (*dlock_lost_fn)(dlock_lock *l, const char *why, void *arg);

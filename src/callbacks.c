@@ -51,7 +51,9 @@ static void *callbacks_main(void *arg)
         cb->current = NULL;
         pthread_cond_broadcast(&cb->cv);
     }
+    cb->running = false; /* our id may be reused once we are gone */
     pthread_mutex_unlock(&c->mu);
+    dlock__client_unref(c); /* may be the last: a callback closed the client */
     return NULL;
 }
 
@@ -65,7 +67,9 @@ int dlock__callback_queue(dlock_client *c, dlock_lock *l, const char *why)
     }
     if (!cb->running) {
         cb->stop = false;
+        dlock__client_ref(c); /* the thread's, dropped as it ends */
         if (pthread_create(&cb->thread, NULL, callbacks_main, c)) {
+            __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* never the last */
             free(call->why);
             free(call);
             return DLOCK_ENOMEM;
@@ -114,10 +118,14 @@ void dlock__callbacks_stop(dlock_client *c)
 {
     struct dlock__callbacks *cb = &c->cb;
     pthread_mutex_lock(&c->mu);
-    bool running = cb->running;
+    bool running = cb->running, self = dlock__callback_thread(c);
     cb->stop = true;
     pthread_cond_broadcast(&cb->cv);
     pthread_mutex_unlock(&c->mu);
+    if (running && self) {
+        pthread_detach(cb->thread);
+        return;
+    }
     if (running)
         pthread_join(cb->thread, NULL);
     cb->running = false;

@@ -26,6 +26,10 @@ int dlock__check_client(const struct dlock_client *c)
                           "client for %s was made by process %d; a child after fork() must "
                           "open its own client",
                           c->url.redacted, (int)c->pid);
+    if (c->closed)
+        return dlock__err(DLOCK_EMISUSE, "client for %s was closed: only dlock_lock_free() "
+                                         "may still be called on its handles",
+                          c->url.redacted);
     return DLOCK_OK;
 }
 
@@ -228,6 +232,7 @@ int dlock_client_new(const char *url, dlock_client **out)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     c->pid = getpid();
+    c->refs = 1; /* dlock_client_close's */
     c->opts.lease_ms = DEFAULT_LEASE_MS;
     c->opts.connect_timeout_ms = DEFAULT_TIMEOUT_MS;
     c->opts.op_timeout_ms = DEFAULT_TIMEOUT_MS;
@@ -311,19 +316,11 @@ const char *dlock_client_backend(const dlock_client *c)
     return c && c->be ? c->be->name : NULL;
 }
 
-void dlock_client_close(dlock_client *c)
+/* Free C's memory: the last reference is gone (client_close and every
+ * handle, and the callback thread when it outlived a close made from a
+ * callback). */
+static void client_free(dlock_client *c)
 {
-    if (!c)
-        return;
-    if (c->pid == getpid()) {
-        if (c->connected)
-            dlock__release_all(c);
-        dlock__keeper_stop(c);
-        dlock__callbacks_stop(c);
-        dlock__cleanup_close(c, true);
-        if (c->bstate)
-            c->be->close(c->bstate);
-    }
     dlock__cleanup_close(c, false); /* a child after fork: free only */
     if (c->buckets) {
         for (size_t i = 0; i < DLOCK__BUCKETS; i++)
@@ -344,4 +341,40 @@ void dlock_client_close(dlock_client *c)
     pthread_cond_destroy(&c->cb.cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
+}
+
+void dlock__client_ref(dlock_client *c)
+{
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+}
+
+void dlock__client_unref(dlock_client *c)
+{
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        client_free(c);
+}
+
+/* Closing ends what the client does -- holds, threads, connection -- but
+ * its memory stays while handles remain (they may be freed later, as
+ * sqlite3_close_v2 allows statements to be), so a dlock_lock_free() after
+ * close is harmless: the last reference frees it. */
+void dlock_client_close(dlock_client *c)
+{
+    if (!c)
+        return;
+    if (c->pid == getpid()) {
+        pthread_mutex_lock(&c->mu);
+        c->closed = true;
+        pthread_mutex_unlock(&c->mu);
+        if (c->connected)
+            dlock__release_all(c);
+        dlock__keeper_stop(c);
+        dlock__callbacks_stop(c);
+        dlock__cleanup_close(c, true);
+        if (c->bstate)
+            c->be->close(c->bstate);
+    }
+    c->closed = true;
+    c->bstate = NULL;
+    dlock__client_unref(c);
 }

@@ -404,6 +404,12 @@ struct dlock_client {
         struct dlock__lost_call *head, *tail;
         struct dlock_lock *current; /* whose callback runs now */
     } cb;
+
+    /* lifetime: the client's own reference (dropped by close), one per
+     * handle, and the callback thread's; the last one frees (atomic) */
+    unsigned refs;
+    bool closed; /* dlock_client_close() began: every call but freeing
+                    handles is DLOCK_EMISUSE */
 };
 
 /* The calling thread's id (Linux tid). */

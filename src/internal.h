@@ -49,6 +49,11 @@ size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);
 /* Release every hold of C (closing). */
 void dlock__release_all(dlock_client *c);
 
+/* Take / drop a reference on C's memory (client.c); the last drop frees
+ * it. Any thread, no lock needed. */
+void dlock__client_ref(dlock_client *c);
+void dlock__client_unref(dlock_client *c);
+
 /* Lost callbacks (callbacks.c), all under the client's mutex. Queue L's
  * lost callback with WHY and start the thread if needed; DLOCK_ENOMEM
  * when neither memory nor a thread could be had (try again later). */
@@ -58,7 +63,10 @@ bool dlock__callback_thread(const dlock_client *c);
 /* L is being freed: drop its queued callbacks, and wait for its running
  * one unless called from the callback thread (mutex held; may wait). */
 void dlock__callback_forget(dlock_client *c, dlock_lock *l);
-/* Closing: run what is queued, then stop the thread (takes the mutex). */
+/* Closing: run what is queued, then stop the thread (takes the mutex).
+ * From the callback thread itself (a callback closing the client) the
+ * thread is detached instead and ends after that callback, dropping its
+ * reference on the client. */
 void dlock__callbacks_stop(dlock_client *c);
 
 /* The cleanup queue (cleanup.c). Run the pieces due, each at most once,

@@ -143,6 +143,7 @@ int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, unsigned 
     l->c = c;
     l->e = e;
     l->mode = mode;
+    dlock__client_ref(c); /* the client's memory outlives its handles */
     *out = l;
     return DLOCK_OK;
 }
@@ -453,7 +454,7 @@ void dlock_lock_free(dlock_lock *l)
          * count); only the callback link to this handle goes. */
         bool last = l->e->refs == 1;
         struct dlock__hold *h;
-        for (;;) {
+        while (!c->closed) { /* closing ended every hold already */
             for (h = l->e->holds; h && !(last && (h->via == l || !h->via)); h = h->next)
                 ;
             if (!h)
@@ -467,6 +468,7 @@ void dlock_lock_free(dlock_lock *l)
         pthread_mutex_unlock(&c->mu);
     }
     free(l);
+    dlock__client_unref(c); /* after close, the last handle frees the client */
 }
 
 unsigned dlock_hold_count(dlock_lock *l)

@@ -180,6 +180,32 @@ START_TEST(test_cleanup_close_tries_once_more_then_frees)
 }
 END_TEST
 
+/* ------------------------------------------------------ client lifetime */
+
+START_TEST(test_handles_outlive_their_closed_client)
+{
+    dlock_client *c = open_url(url);
+    dlock_lock *a = new_lock(c, "outlive-a"), *b = new_lock(c, "outlive-b");
+    ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
+    dlock_client_close(c);
+    /* The handles still answer (with EMISUSE) and free harmlessly; the
+     * client's memory goes with the last one (the SAN build checks). */
+    ck_assert_int_eq(dlock_acquire(b, DLOCK_TRY), DLOCK_EMISUSE);
+    ck_assert_msg(strstr(dlock_errmsg(), "closed"), "%s", dlock_errmsg());
+    ck_assert_int_eq(dlock_release(a), DLOCK_EMISUSE);
+    ck_assert_uint_eq(dlock_hold_count(a), 0);
+    ck_assert_str_eq(dlock_lock_name(a), "outlive-a");
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    /* Close released the hold. */
+    dlock_client *c2 = open_url(url);
+    dlock_lock *a2 = new_lock(c2, "outlive-a");
+    ck_assert_int_eq(dlock_acquire(a2, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(a2);
+    dlock_client_close(c2);
+}
+END_TEST
+
 /* ------------------------------------------------ local queue (etcd) */
 
 #ifdef DLOCK_HAVE_ETCD
@@ -419,6 +445,41 @@ START_TEST(test_blocked_lost_callback_does_not_stop_renewals)
     fx_redis_stop(&srv);
 }
 END_TEST
+
+struct closer {
+    dlock_client *c;
+    atomic_int done;
+};
+
+static void close_my_client(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l, (void)why;
+    struct closer *x = arg;
+    dlock_client_close(x->c);
+    atomic_store(&x->done, 1);
+}
+
+START_TEST(test_lost_callback_closes_its_client)
+{
+    dlock_client *op, *c = open_redis("1500ms", &op);
+    dlock_lock *l = new_lock(c, "closer"), *other = new_lock(c, "closer-other");
+    struct closer x = {c, 0};
+    ck_assert_int_eq(dlock_lock_on_lost(l, close_my_client, &x), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(other, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_force_release(op, "closer"), DLOCK_OK);
+    ck_assert_msg(WAIT_UNTIL(atomic_load(&x.done), 30000), "the callback never returned");
+    /* The close released our other hold and left the handles to free. */
+    ck_assert_int_eq(dlock_release(other), DLOCK_EMISUSE);
+    dlock_lock_free(l);
+    dlock_lock_free(other);
+    dlock_lock *probe = new_lock(op, "closer-other");
+    ck_assert_int_eq(dlock_acquire(probe, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(probe);
+    dlock_client_close(op);
+    fx_redis_stop(&srv);
+}
+END_TEST
 #endif
 
 static Suite *core_suite(void)
@@ -432,9 +493,11 @@ static Suite *core_suite(void)
         {"waitset", test_waitset_order_and_passing_on, 0},
         {"cleanup_keeper", test_cleanup_keeper_retries_until_done, 0},
         {"cleanup_close", test_cleanup_close_tries_once_more_then_frees, 0},
+        {"free_after_close", test_handles_outlive_their_closed_client, 0},
 #ifdef DLOCK_HAVE_REDIS
         {"lost_frees_other", test_lost_callback_frees_other_handle_of_batch, 0},
         {"lost_blocks", test_blocked_lost_callback_does_not_stop_renewals, 0},
+        {"lost_closes", test_lost_callback_closes_its_client, 0},
 #endif
 #ifdef DLOCK_HAVE_ETCD
         {"local_fifo", test_local_queue_fifo_one_wake_per_release, 1},

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -222,8 +223,47 @@ bool tu_wait_file(const char *path, int timeout_ms)
     return false;
 }
 
+static size_t tests_added;
+
+static bool name_selected(const char *tcase, const char *name)
+{
+    const char *want = getenv("DLOCK_TEST");
+    if (!want || !*want)
+        return true;
+    char *full = tu_fmt("%s/%s", tcase, name);
+    bool glob = strpbrk(want, "*?[") != NULL;
+    bool ok = glob ? fnmatch(want, full, 0) == 0 : strstr(full, want) != NULL;
+    free(full);
+    return ok;
+}
+
+TCase *tu_add_tests(Suite *s, const char *tcase, const struct tu_test *tests, size_t n)
+{
+    TCase *tc = NULL;
+    int timeout = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!name_selected(tcase, tests[i].name))
+            continue;
+        if (!tc)
+            tc = tcase_create(tcase);
+        tcase_add_test(tc, tests[i].fn);
+        int t = tests[i].timeout > 0 ? tests[i].timeout : 60;
+        if (t > timeout)
+            timeout = t;
+        tests_added++;
+    }
+    if (tc) {
+        tcase_set_timeout(tc, timeout);
+        suite_add_tcase(s, tc);
+    }
+    return tc;
+}
+
 int tu_run_suite(Suite *s)
 {
+    const char *want = getenv("DLOCK_TEST");
+    if (want && *want && tests_added == 0)
+        fprintf(stderr, "DLOCK_TEST=%s matches no test of this binary\n", want);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
     srunner_run_all(sr, CK_NORMAL);

@@ -48,9 +48,35 @@ void tu_sleep_ms(int ms);
  * TIMEOUT_MS. */
 bool tu_wait_file(const char *path, int timeout_ms);
 
-/* Run every test of suite S, each in its own process (Check's fork
- * mode), and return the exit status for main(): 0 when all passed. */
+/* One test of a table: its name (what DLOCK_TEST matches), its Check
+ * function and its time limit in seconds (0 = 60). */
+struct TTest;
+struct tu_test {
+    const char *name;
+    const struct TTest *fn; /* the name START_TEST(fn) defined */
+    int timeout;
+};
+
+/* Add to S a test case named TCASE holding the tests of TESTS[0..N) that
+ * the name filter lets through, with a time limit of the largest timeout
+ * among them (Check limits a whole test case). Returns the test case, to
+ * attach fixtures to, or NULL when the filter let no test through (then
+ * nothing is added, so a case's servers are not started for nothing).
+ *
+ * The filter: $DLOCK_TEST unset or empty runs everything; otherwise a
+ * test runs when "TCASE/NAME" contains it (a substring), or, when it holds
+ * a glob character (* ? [), when it matches the whole of "TCASE/NAME".
+ * DLOCK_TEST=cancel runs every cancel test, DLOCK_TEST=zk/ every test of
+ * the zk case. Check's own CK_RUN_CASE / CK_RUN_SUITE still apply. */
 struct Suite;
+struct TCase;
+struct TCase *tu_add_tests(struct Suite *s, const char *tcase, const struct tu_test *tests,
+                           size_t n);
+#define TU_COUNT(a) (sizeof(a) / sizeof *(a))
+
+/* Run every test of suite S, each in its own process (Check's fork
+ * mode), and return the exit status for main(): 0 when all passed. Says
+ * so on stderr when DLOCK_TEST let no test through. */
 int tu_run_suite(struct Suite *s);
 
 #endif

@@ -1,0 +1,1137 @@
+/* check_contract.c -- the lock contract of DESIGN.md §2, written once and
+ * run against every backend and URL form: file, redis (Redisson layout),
+ * redis ?layout=simple, etcd and ZooKeeper.
+ *
+ * Each backend is one test case whose unchecked fixture starts its server
+ * once, in the runner, before the tests fork (tests/lib/contract.h); every
+ * test then runs in its own process with its own key prefix
+ * (?prefix=t<pid>-), so tests never see each other's locks. Where a
+ * backend documents a difference (no lease on file, no shared mode or
+ * fixed lease on some network backends), the case asserts that
+ * difference. Tests wait on conditions -- a waiter the backend can see, a
+ * marker file a child writes, a callback -- never on a fixed sleep, and
+ * never assert on time. The per-backend files keep what only that backend
+ * has: wire interop with other clients and protocol faults.
+ *
+ * DLOCK_TEST=<substring or glob of "backend/test"> runs a subset, e.g.
+ * DLOCK_TEST=cancel (every backend), DLOCK_TEST=zk/ (every zk test).
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "contract.h"
+#include "dlock.h"
+#include "testutil.h"
+
+/* The backend of the running test case (set in the runner, inherited by
+ * every forked test) and the running test's key prefix. */
+static struct ct_fixture *CT;
+static char prefix[64];
+
+static bool has(unsigned cap)
+{
+    return (CT->caps & cap) != 0;
+}
+
+/* ------------------------------------------------------------- fixtures */
+
+static void fixture_begin(size_t i)
+{
+    CT = ct_fixtures[i];
+    CT->started = CT->start(CT);
+    if (!CT->started)
+        fprintf(stderr, "contract: %s fixture did not start: %s\n", CT->name, CT->error);
+}
+
+static void fixture_end(size_t i)
+{
+    if (ct_fixtures[i]->started)
+        ct_fixtures[i]->stop(ct_fixtures[i]);
+    ct_fixtures[i]->started = false;
+}
+
+#define FIXTURE_HOOKS(i)                                                                     \
+    static void begin_##i(void)                                                              \
+    {                                                                                        \
+        fixture_begin(i);                                                                    \
+    }                                                                                        \
+    static void end_##i(void)                                                                \
+    {                                                                                        \
+        fixture_end(i);                                                                      \
+    }
+FIXTURE_HOOKS(0)
+FIXTURE_HOOKS(1)
+FIXTURE_HOOKS(2)
+FIXTURE_HOOKS(3)
+FIXTURE_HOOKS(4)
+FIXTURE_HOOKS(5)
+static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4, begin_5};
+static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5};
+
+/* Checked setup, in the test's own process. */
+static void test_begin(void)
+{
+    ck_assert_msg(CT && CT->started, "the %s backend did not start: %s", CT ? CT->name : "?",
+                  CT ? CT->error : "");
+    static int serial;
+    snprintf(prefix, sizeof prefix, "t%d-%d-", (int)getpid(), serial++);
+}
+
+/* ------------------------------------------------------------- helpers */
+
+/* The backend's URL with this test's prefix and EXTRA options (may be
+ * NULL). Caller frees. */
+static char *test_url(const char *extra)
+{
+    char *q = tu_fmt("prefix=%s%s%s", prefix, extra ? "&" : "", extra ? extra : "");
+    char *url = CT->url(CT, q);
+    free(q);
+    return url;
+}
+
+static dlock_client *open_url(const char *url)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_open(%s): %s: %s", url, dlock_err_name(rc),
+                  dlock_errmsg());
+    return c;
+}
+
+/* A client of this test (its prefix) with EXTRA options. */
+static dlock_client *open_test(const char *extra)
+{
+    char *url = test_url(extra);
+    dlock_client *c = open_url(url);
+    free(url);
+    return c;
+}
+
+static dlock_lock *lock_mode(dlock_client *c, const char *name, dlock_mode mode)
+{
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, mode, 0, &l);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_lock_new(%s): %s: %s", name, dlock_err_name(rc),
+                  dlock_errmsg());
+    return l;
+}
+
+static dlock_lock *lock_ok(dlock_client *c, const char *name)
+{
+    return lock_mode(c, name, DLOCK_EXCLUSIVE);
+}
+
+#define ACQUIRE_OK(l, wait)                                                                  \
+    do {                                                                                     \
+        int rc_ = dlock_acquire((l), (wait));                                                \
+        ck_assert_msg(rc_ == DLOCK_OK, "acquire '%s': %s: %s", dlock_lock_name(l),           \
+                      dlock_err_name(rc_), dlock_errmsg());                                  \
+    } while (0)
+
+#define EXPECT_RC(call, want)                                                                \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        ck_assert_msg(rc_ == (want), "%s: %s (%s), expected %s", #call, dlock_err_name(rc_), \
+                      dlock_errmsg(), dlock_err_name(want));                                 \
+    } while (0)
+
+static uint64_t token_of(dlock_lock *l)
+{
+    uint64_t t = 0;
+    EXPECT_RC(dlock_token(l, &t), DLOCK_OK);
+    return t;
+}
+
+/* Wait until the backend sees a waiter on NAME (asked through C): true,
+ * or false when the backend cannot tell. Fails the test when a waiter
+ * never shows up. */
+static bool wait_for_waiter(dlock_client *c, const char *name)
+{
+    for (int i = 0; i < 2000; i++) {
+        long n = CT->waiters(CT, c, prefix, name);
+        if (n < 0)
+            return false;
+        if (n > 0)
+            return true;
+        tu_sleep_ms(10);
+    }
+    ck_abort_msg("no waiter on '%s' ever showed up", name);
+    return false;
+}
+
+/* A thread that acquires L with WAIT and, when it got it, reads its token
+ * and releases. */
+struct waiter {
+    dlock_lock *l;
+    int64_t wait;
+    int rc;
+    uint64_t token;
+    pthread_t th;
+};
+
+static void *waiter_main(void *p)
+{
+    struct waiter *w = p;
+    w->rc = dlock_acquire(w->l, w->wait);
+    if (w->rc == DLOCK_OK) {
+        dlock_token(w->l, &w->token);
+        dlock_release(w->l);
+    }
+    return NULL;
+}
+
+static void waiter_start(struct waiter *w, dlock_lock *l, int64_t wait)
+{
+    *w = (struct waiter){.l = l, .wait = wait, .rc = 1};
+    ck_assert_int_eq(pthread_create(&w->th, NULL, waiter_main, w), 0);
+}
+
+struct lost {
+    atomic_int fired;
+    char why[512];
+};
+
+static void on_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l;
+    struct lost *f = arg;
+    snprintf(f->why, sizeof f->why, "%s", why ? why : "");
+    atomic_fetch_add(&f->fired, 1);
+}
+
+/* Wait (up to 30 s) for a lost callback. */
+static bool wait_lost(struct lost *f)
+{
+    for (int i = 0; i < 3000 && !atomic_load(&f->fired); i++)
+        tu_sleep_ms(10);
+    return atomic_load(&f->fired) != 0;
+}
+
+static void write_marker(const char *path, const char *text)
+{
+    char *tmp = tu_fmt("%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+        rename(tmp, path);
+    }
+    free(tmp);
+}
+
+static uint64_t read_u64(const char *path)
+{
+    char *s = tu_read_file(path);
+    ck_assert_msg(s != NULL, "missing %s", path);
+    uint64_t v = strtoull(s, NULL, 10);
+    free(s);
+    return v;
+}
+
+static int wait_exit(pid_t pid)
+{
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ============================================== acquire, release, token */
+
+START_TEST(acquire_release_token)
+{
+    dlock_client *c = open_test("lease=5s");
+    dlock_lock *l = lock_ok(c, "basic");
+    uint64_t t;
+    EXPECT_RC(dlock_token(l, &t), DLOCK_ENOTOWNER);
+    EXPECT_RC(dlock_release(l), DLOCK_ENOTOWNER);
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    ck_assert_int_lt(dlock_validity_ms(l), 0);
+
+    ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_uint_eq(dlock_hold_count(l), 1);
+    uint64_t t1 = token_of(l);
+    ck_assert_uint_gt(t1, 0);
+    int64_t v = dlock_validity_ms(l);
+    if (has(CT_LEASES))
+        ck_assert_msg(v > 0 && v <= 5000, "validity %" PRId64 " ms of a 5 s lease", v);
+    else
+        ck_assert_msg(v == DLOCK_VALID_FOREVER, "validity %" PRId64 " without a lease", v);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    ck_assert_int_lt(dlock_validity_ms(l), 0);
+    EXPECT_RC(dlock_release(l), DLOCK_ENOTOWNER);
+
+    /* Every new acquisition, by this client or others, a greater token. */
+    ACQUIRE_OK(l, 1000);
+    uint64_t last = token_of(l);
+    ck_assert_uint_gt(last, t1);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    for (int i = 0; i < 3; i++) {
+        dlock_client *c2 = open_test(NULL);
+        dlock_lock *l2 = lock_ok(c2, "basic");
+        ACQUIRE_OK(l2, DLOCK_TRY);
+        uint64_t t2 = token_of(l2);
+        ck_assert_uint_gt(t2, last);
+        last = t2;
+        EXPECT_RC(dlock_release(l2), DLOCK_OK);
+        dlock_lock_free(l2);
+        dlock_client_close(c2);
+    }
+    dlock_info *info = NULL;
+    EXPECT_RC(dlock_inspect(c, "basic", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 0);
+    dlock_info_free(info);
+    ck_assert_str_eq(dlock_lock_name(l), "basic");
+    ck_assert_int_eq(dlock_lock_mode(l), DLOCK_EXCLUSIVE);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+START_TEST(reentrancy)
+{
+    dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
+    dlock_lock *l = lock_ok(c, "re"), *again = lock_ok(c, "re"), *other = lock_ok(c2, "re");
+    ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t1 = token_of(l);
+    ACQUIRE_OK(l, DLOCK_TRY);
+    ACQUIRE_OK(again, DLOCK_TRY); /* same thread, another handle */
+    ck_assert_uint_eq(dlock_hold_count(l), 3);
+    ck_assert_uint_eq(token_of(again), t1); /* a re-entry keeps the token */
+    EXPECT_RC(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    EXPECT_RC(dlock_release(again), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(l), 1);
+    EXPECT_RC(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY); /* as many releases */
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    EXPECT_RC(dlock_release(l), DLOCK_ENOTOWNER);
+    ACQUIRE_OK(other, DLOCK_TRY);
+    ck_assert_uint_gt(token_of(other), t1);
+    EXPECT_RC(dlock_release(other), DLOCK_OK);
+    dlock_lock_free(other);
+    dlock_lock_free(again);
+    dlock_lock_free(l);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* Shared mode where supported; DLOCK_ENOTSUP, with a message, elsewhere. */
+START_TEST(shared_mode)
+{
+    dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
+    if (!has(CT_SHARED)) {
+        dlock_lock *s = NULL;
+        int rc = dlock_lock_new(c, "shared", DLOCK_SHARED, 0, &s);
+        if (rc == DLOCK_OK)
+            rc = dlock_acquire(s, DLOCK_TRY);
+        ck_assert_msg(rc == DLOCK_ENOTSUP, "shared mode on %s: %s", CT->name, dlock_err_name(rc));
+        ck_assert_msg(strstr(dlock_errmsg(), "shared"), "message: %s", dlock_errmsg());
+        dlock_lock_free(s);
+        dlock_client_close(c2);
+        dlock_client_close(c);
+        return;
+    }
+    dlock_lock *r1 = lock_mode(c, "rw", DLOCK_SHARED), *r2 = lock_mode(c2, "rw", DLOCK_SHARED);
+    dlock_lock *w = lock_ok(c2, "rw"), *w_same_thread = lock_ok(c, "rw");
+    ACQUIRE_OK(r1, DLOCK_TRY);
+    ACQUIRE_OK(r2, DLOCK_TRY);
+    ck_assert_int_eq(dlock_lock_mode(r1), DLOCK_SHARED);
+    EXPECT_RC(dlock_acquire(w_same_thread, DLOCK_TRY), DLOCK_EMISUSE); /* other mode */
+    struct waiter wr;
+    waiter_start(&wr, w, 100);
+    pthread_join(wr.th, NULL);
+    ck_assert_int_eq(wr.rc, DLOCK_ETIMEDOUT); /* no writer among readers */
+    dlock_info *info = NULL;
+    EXPECT_RC(dlock_inspect(c, "rw", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_int_eq(dlock_info_mode(info), DLOCK_SHARED);
+    dlock_info_free(info);
+    EXPECT_RC(dlock_release(r1), DLOCK_OK);
+    EXPECT_RC(dlock_release(r2), DLOCK_OK);
+    ACQUIRE_OK(w, DLOCK_TRY);
+    EXPECT_RC(dlock_acquire(r1, DLOCK_TRY), DLOCK_EBUSY); /* no reader under a writer */
+    EXPECT_RC(dlock_release(w), DLOCK_OK);
+    dlock_lock_free(w_same_thread);
+    dlock_lock_free(w);
+    dlock_lock_free(r2);
+    dlock_lock_free(r1);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* ============================================= threads of one client */
+
+struct counter_arg {
+    dlock_lock *l;
+    atomic_int *inside;
+    int *counter;
+    int bad, rc;
+};
+
+static void *counter_main(void *p)
+{
+    struct counter_arg *a = p;
+    for (int i = 0; i < 25; i++) {
+        int rc = dlock_acquire(a->l, DLOCK_FOREVER);
+        if (rc) {
+            a->rc = rc;
+            return NULL;
+        }
+        if (atomic_fetch_add(a->inside, 1) != 0)
+            a->bad++; /* two holders at once */
+        int v = *a->counter;
+        sched_yield();
+        *a->counter = v + 1;
+        atomic_fetch_sub(a->inside, 1);
+        if ((rc = dlock_release(a->l))) {
+            a->rc = rc;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(threads_exclude)
+{
+    enum { T = 4 };
+    dlock_client *c = open_test(NULL);
+    dlock_lock *l = lock_ok(c, "threads");
+    atomic_int inside = 0;
+    int counter = 0;
+    struct counter_arg args[T];
+    pthread_t th[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (struct counter_arg){l, &inside, &counter, 0, 0};
+        pthread_create(&th[i], NULL, counter_main, &args[i]);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(args[i].rc == DLOCK_OK, "thread %d: %s", i, dlock_err_name(args[i].rc));
+        ck_assert_msg(args[i].bad == 0, "thread %d saw another holder inside", i);
+    }
+    ck_assert_int_eq(counter, T * 25);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* ================================================================ waits */
+
+/* Try once (EBUSY), bounded (ETIMEDOUT, the code and never the time), and
+ * forever, woken by the release once the backend sees the waiter. */
+START_TEST(waits)
+{
+    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_lock *la = lock_ok(a, "waits"), *lb = lock_ok(b, "waits");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t ta = token_of(la);
+    EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_msg(strstr(dlock_errmsg(), "waits"), "EBUSY message: %s", dlock_errmsg());
+    EXPECT_RC(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT);
+    ck_assert_msg(strstr(dlock_errmsg(), "waits"), "ETIMEDOUT message: %s", dlock_errmsg());
+    ck_assert_uint_eq(dlock_hold_count(lb), 0);
+    struct waiter w;
+    waiter_start(&w, lb, DLOCK_FOREVER);
+    wait_for_waiter(a, "waits");
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    pthread_join(w.th, NULL);
+    ck_assert_msg(w.rc == DLOCK_OK, "waiter: %s", dlock_err_name(w.rc));
+    ck_assert_uint_gt(w.token, ta);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* A 100 ms acquire against a held lock returns DLOCK_ETIMEDOUT, for a
+ * waiter of another client and for another thread of the holder's. */
+START_TEST(time_bound)
+{
+    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_lock *la = lock_ok(a, "bound"), *lb = lock_ok(b, "bound");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    for (int i = 0; i < 3; i++)
+        EXPECT_RC(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT);
+    struct waiter w;
+    waiter_start(&w, la, 100);
+    pthread_join(w.th, NULL);
+    ck_assert_msg(w.rc == DLOCK_ETIMEDOUT, "other thread: %s", dlock_err_name(w.rc));
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    ACQUIRE_OK(lb, 100);
+    EXPECT_RC(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* A cancel from another thread ends a wait the backend sees (or, where it
+ * cannot tell, a cancel repeated until the acquire returns, which only a
+ * cancel that reached the wait can make it do). */
+START_TEST(cancel)
+{
+    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_lock *la = lock_ok(a, "cancel"), *lb = lock_ok(b, "cancel");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    struct waiter w;
+    waiter_start(&w, lb, DLOCK_FOREVER);
+    if (wait_for_waiter(a, "cancel")) {
+        EXPECT_RC(dlock_lock_cancel(lb), DLOCK_OK);
+        pthread_join(w.th, NULL);
+    } else {
+        for (;;) {
+            EXPECT_RC(dlock_lock_cancel(lb), DLOCK_OK);
+            if (pthread_tryjoin_np(w.th, NULL) == 0)
+                break;
+            tu_sleep_ms(10);
+        }
+    }
+    ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
+    ck_assert_uint_eq(dlock_hold_count(lb), 0);
+    ck_assert_uint_eq(dlock_hold_count(la), 1); /* the holder's is untouched */
+    EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    ACQUIRE_OK(lb, DLOCK_TRY); /* a later wait is not canceled */
+    EXPECT_RC(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* ========================================================== lost holds */
+
+/* Another client force-releases a held lock: the callback fires once with
+ * a reason, validity drops to 0, release says DLOCK_ELOST. File: a live
+ * holder's lock cannot be taken (DLOCK_ENOTSUP, naming the holder). */
+START_TEST(lost_callback)
+{
+    dlock_client *a = open_test("lease=1500ms"), *op = open_test(NULL);
+    dlock_lock *l = lock_ok(a, "lost"), *other = lock_ok(op, "lost");
+    struct lost lost = {0};
+    EXPECT_RC(dlock_lock_on_lost(l, on_lost, &lost), DLOCK_OK);
+    ACQUIRE_OK(l, DLOCK_TRY);
+    if (!has(CT_FORCE_LIVE)) {
+        EXPECT_RC(dlock_force_release(op, "lost"), DLOCK_ENOTSUP);
+        char me[32];
+        snprintf(me, sizeof me, "%d@", (int)getpid());
+        ck_assert_msg(strstr(dlock_errmsg(), me), "message lacks the holder %s: %s", me,
+                      dlock_errmsg());
+        EXPECT_RC(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
+        EXPECT_RC(dlock_release(l), DLOCK_OK);
+    } else {
+        EXPECT_RC(dlock_force_release(op, "lost"), DLOCK_OK);
+        ck_assert_msg(wait_lost(&lost), "the lost callback never fired");
+        ck_assert_msg(lost.why[0], "the callback gave no reason");
+        ck_assert_int_eq(dlock_validity_ms(l), 0);
+        ACQUIRE_OK(other, DLOCK_TRY);
+        EXPECT_RC(dlock_release(l), DLOCK_ELOST);
+        ck_assert_uint_eq(dlock_hold_count(l), 0);
+        EXPECT_RC(dlock_release(other), DLOCK_OK);
+        ACQUIRE_OK(l, DLOCK_TRY); /* the handle works again */
+        EXPECT_RC(dlock_release(l), DLOCK_OK);
+        ck_assert_int_eq(atomic_load(&lost.fired), 1);
+    }
+    dlock_lock_free(other);
+    dlock_lock_free(l);
+    dlock_client_close(op);
+    dlock_client_close(a);
+}
+END_TEST
+
+/* A fixed lease is never renewed: it expires on the server, the hold is
+ * reported lost, another client gets the lock. File: leases are ignored
+ * (the hold lasts until released); zk: DLOCK_ENOTSUP (a node lives as
+ * long as its session). */
+START_TEST(fixed_lease)
+{
+    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_lock *la = lock_ok(a, "fixed"), *lb = lock_ok(b, "fixed");
+    struct lost lost = {0};
+    EXPECT_RC(dlock_lock_on_lost(la, on_lost, &lost), DLOCK_OK);
+    EXPECT_RC(dlock_lock_set_lease(la, 1500, DLOCK_LEASE_FIXED), DLOCK_OK);
+    int rc = dlock_acquire(la, DLOCK_TRY);
+    if (!has(CT_LEASES)) {
+        ck_assert_int_eq(rc, DLOCK_OK);
+        ck_assert_int_eq(dlock_validity_ms(la), DLOCK_VALID_FOREVER);
+        EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+        EXPECT_RC(dlock_release(la), DLOCK_OK);
+    } else if (!has(CT_FIXED_LEASE)) {
+        ck_assert_msg(rc == DLOCK_ENOTSUP, "fixed lease on %s: %s", CT->name, dlock_err_name(rc));
+        ck_assert_msg(strstr(dlock_errmsg(), "fixed"), "message: %s", dlock_errmsg());
+        ck_assert_uint_eq(dlock_hold_count(la), 0);
+    } else {
+        ck_assert_msg(rc == DLOCK_OK, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
+        int64_t v = dlock_validity_ms(la);
+        ck_assert_msg(v > 0 && v <= 1500, "validity %" PRId64 " of a 1.5 s fixed lease", v);
+        ACQUIRE_OK(lb, DLOCK_FOREVER); /* only the expiry frees it */
+        ck_assert_msg(wait_lost(&lost), "the lost callback never fired");
+        ck_assert_int_eq(dlock_validity_ms(la), 0);
+        EXPECT_RC(dlock_release(la), DLOCK_ELOST);
+        EXPECT_RC(dlock_release(lb), DLOCK_OK);
+        ck_assert_int_eq(atomic_load(&lost.fired), 1);
+    }
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* ================================================================ names */
+
+static int collect(const char *name, void *arg)
+{
+    char ***v = arg;
+    size_t n = 0;
+    while ((*v)[n])
+        n++;
+    *v = realloc(*v, (n + 2) * sizeof **v);
+    (*v)[n] = strdup(name);
+    (*v)[n + 1] = NULL;
+    return 0;
+}
+
+static char **list_names(dlock_client *c, const char *pattern)
+{
+    char **v = calloc(1, sizeof *v);
+    EXPECT_RC(dlock_list(c, pattern, collect, &v), DLOCK_OK);
+    return v;
+}
+
+static size_t count_names(char **v)
+{
+    size_t n = 0;
+    while (v[n])
+        n++;
+    return n;
+}
+
+static bool listed(char **v, const char *name)
+{
+    for (size_t k = 0; v[k]; k++)
+        if (strcmp(v[k], name) == 0)
+            return true;
+    return false;
+}
+
+static void free_names(char **v)
+{
+    for (size_t k = 0; v[k]; k++)
+        free(v[k]);
+    free(v);
+}
+
+/* Names are bytes: each of these is a lock of its own, usable, distinct
+ * from every other, and listed back byte for byte. */
+START_TEST(hostile_names)
+{
+    static char longa[DLOCK_NAME_MAX + 1], longb[DLOCK_NAME_MAX + 1], toolong[DLOCK_NAME_MAX + 2];
+    memset(longa, 'a', DLOCK_NAME_MAX);
+    memcpy(longb, longa, sizeof longa);
+    longb[DLOCK_NAME_MAX - 1] = 'b'; /* differs only in its last byte */
+    memset(toolong, 'x', DLOCK_NAME_MAX + 1);
+    const char *names[] = {"../escape", "/",   "..", ".",   "a/b",        "a%2Fb",
+                           "%",         "\xff\xfe\x01",    "a b\n", longa, longb};
+    enum { N = sizeof names / sizeof *names };
+    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_lock *la[N], *lb[N];
+    for (size_t i = 0; i < N; i++) {
+        la[i] = lock_ok(a, names[i]);
+        lb[i] = lock_ok(b, names[i]);
+    }
+    /* All held at once by one thread; another client finds each busy. */
+    for (size_t i = 0; i < N; i++)
+        ck_assert_msg(dlock_acquire(la[i], DLOCK_TRY) == DLOCK_OK, "name %zu: %s", i,
+                      dlock_errmsg());
+    for (size_t i = 0; i < N; i++)
+        ck_assert_msg(dlock_acquire(lb[i], DLOCK_TRY) == DLOCK_EBUSY, "name %zu not busy: %s", i,
+                      dlock_errmsg());
+    char **v = list_names(a, NULL);
+    for (size_t i = 0; i < N; i++)
+        ck_assert_msg(listed(v, names[i]), "list lost name %zu", i);
+    ck_assert_uint_eq(count_names(v), N);
+    free_names(v);
+    for (size_t i = 0; i < N; i++)
+        EXPECT_RC(dlock_release(la[i]), DLOCK_OK);
+    /* Distinct: holding one name leaves every other free. */
+    for (size_t i = 0; i < N; i++) {
+        ACQUIRE_OK(la[i], DLOCK_TRY);
+        for (size_t j = 0; j < N; j++) {
+            int rc = dlock_acquire(lb[j], DLOCK_TRY);
+            ck_assert_msg(rc == (i == j ? DLOCK_EBUSY : DLOCK_OK), "name %zu held, name %zu: %s",
+                          i, j, dlock_err_name(rc));
+            if (rc == DLOCK_OK)
+                EXPECT_RC(dlock_release(lb[j]), DLOCK_OK);
+        }
+        EXPECT_RC(dlock_release(la[i]), DLOCK_OK);
+    }
+    dlock_lock *bad = (dlock_lock *)1;
+    EXPECT_RC(dlock_lock_new(a, "", DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
+    ck_assert_ptr_null(bad);
+    EXPECT_RC(dlock_lock_new(a, toolong, DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
+    EXPECT_RC(dlock_lock_new(a, NULL, DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
+    for (size_t i = 0; i < N; i++) {
+        dlock_lock_free(la[i]);
+        dlock_lock_free(lb[i]);
+    }
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* dlock_lock_new with a reserved flag bit: DLOCK_EINVAL, no handle. */
+START_TEST(reserved_flags)
+{
+    dlock_client *c = open_test(NULL);
+    const unsigned reserved[] = {1u << 31, 1u << 16, 0x80u};
+    for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
+        dlock_lock *l = (dlock_lock *)1;
+        int rc = dlock_lock_new(c, "flags", DLOCK_EXCLUSIVE, reserved[i], &l);
+        ck_assert_msg(rc == DLOCK_EINVAL, "flags %#x: %s", reserved[i], dlock_err_name(rc));
+        ck_assert_ptr_null(l);
+        ck_assert_msg(dlock_errmsg()[0], "flags %#x: no message", reserved[i]);
+    }
+    dlock_client_close(c);
+}
+END_TEST
+
+/* ============================================================== crashes */
+
+/* A child process that holds NAME through URL and writes its token to
+ * DIR/held. KILL_ONLY: then sleeps until killed. Otherwise it waits for
+ * DIR/go, then (on a backend with leases) for its lost callback, releases
+ * and writes "<release code> <callbacks fired>" to DIR/done. Forked before
+ * the test opens a client, so no library thread is forked. */
+static pid_t fork_holder(const char *url, const char *name, const char *dir, bool kill_only)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    static struct lost lost;
+    if (dlock_open(url, &c) || dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l))
+        _exit(10);
+    dlock_lock_on_lost(l, on_lost, &lost);
+    if (dlock_acquire(l, 30000))
+        _exit(11);
+    uint64_t t = 0;
+    dlock_token(l, &t);
+    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    char *text = tu_fmt("%" PRIu64 "\n", t);
+    write_marker(held, text);
+    if (kill_only)
+        for (;;)
+            pause();
+    while (!tu_wait_file(go, 1000))
+        ;
+    if (has(CT_LEASES))
+        wait_lost(&lost);
+    int rc = dlock_release(l);
+    char *result = tu_fmt("%d %d\n", rc, atomic_load(&lost.fired));
+    write_marker(done, result);
+    _exit(0);
+}
+
+/* kill -9 of a holder: the lock is free once the kernel (file), the lease
+ * or the session lets go; a waiter with DLOCK_FOREVER gets it. */
+START_TEST(kill9_holder)
+{
+    char *url = test_url("lease=1500ms");
+    char *dir = tu_tmpdir("contract-kill9"), *held = tu_fmt("%s/held", dir);
+    pid_t h = fork_holder(url, "kill9", dir, true);
+    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
+    uint64_t t1 = read_u64(held);
+    dlock_client *c = open_url(url);
+    dlock_lock *l = lock_ok(c, "kill9");
+    EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    kill(h, SIGKILL);
+    wait_exit(h);
+    ACQUIRE_OK(l, DLOCK_FOREVER); /* the test's time limit fails a hang */
+    ck_assert_uint_gt(token_of(l), t1);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(held);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+/* A holder stopped (SIGSTOP) past its lease: another client gets the lock
+ * with a greater token; the holder, resumed, is told (callback) and its
+ * release says DLOCK_ELOST. File: no lease, so the stopped holder keeps
+ * the lock and releases it normally. */
+START_TEST(paused_holder)
+{
+    char *url = test_url("lease=1500ms");
+    char *dir = tu_tmpdir("contract-pause");
+    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    pid_t h = fork_holder(url, "paused", dir, false);
+    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
+    uint64_t t1 = read_u64(held);
+    kill(h, SIGSTOP);
+    dlock_client *c = open_url(url);
+    dlock_lock *l = lock_ok(c, "paused");
+    if (has(CT_LEASES)) {
+        ACQUIRE_OK(l, DLOCK_FOREVER);
+        ck_assert_uint_gt(token_of(l), t1);
+    } else {
+        EXPECT_RC(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
+    }
+    write_marker(go, "1");
+    kill(h, SIGCONT);
+    ck_assert_msg(tu_wait_file(done, 30000), "the resumed holder never released");
+    ck_assert_int_eq(wait_exit(h), 0);
+    char *text = tu_read_file(done);
+    int rc = 1, fired = -1;
+    ck_assert_int_eq(sscanf(text, "%d %d", &rc, &fired), 2);
+    free(text);
+    if (has(CT_LEASES)) {
+        ck_assert_msg(rc == DLOCK_ELOST, "stale holder's release: %s", dlock_err_name(rc));
+        ck_assert_int_eq(fired, 1);
+        ck_assert_int_gt(dlock_validity_ms(l), 0); /* ours is untouched */
+        EXPECT_RC(dlock_release(l), DLOCK_OK);
+    } else {
+        ck_assert_msg(rc == DLOCK_OK, "holder's release: %s", dlock_err_name(rc));
+        ck_assert_int_eq(fired, 0);
+        ACQUIRE_OK(l, DLOCK_FOREVER);
+        ck_assert_uint_gt(token_of(l), t1);
+        EXPECT_RC(dlock_release(l), DLOCK_OK);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(held);
+    free(go);
+    free(done);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+/* ============================================ inspect, list, force */
+
+START_TEST(inspect_list_force)
+{
+    dlock_client *c = open_test("lease=5s"), *c2 = open_test(NULL);
+    dlock_info *info = NULL;
+    EXPECT_RC(dlock_inspect(c, "never", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 0);
+    ck_assert_uint_eq(dlock_info_token(info), 0);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 0);
+    dlock_info_free(info);
+
+    const char *names[] = {"job-a", "job-b", "other"};
+    dlock_lock *l[3];
+    for (int i = 0; i < 3; i++) {
+        l[i] = lock_ok(c, names[i]);
+        ACQUIRE_OK(l[i], DLOCK_TRY);
+    }
+    EXPECT_RC(dlock_inspect(c2, "job-a", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_int_eq(dlock_info_mode(info), DLOCK_EXCLUSIVE);
+    ck_assert_uint_eq(dlock_info_token(info), token_of(l[0]));
+    ck_assert_uint_eq(dlock_info_holder_count(info), 1);
+    ck_assert_ptr_nonnull(dlock_info_holder(info, 0, NULL));
+    ck_assert_msg(dlock_info_key(info) && dlock_info_key(info)[0], "no key");
+    int64_t ttl = dlock_info_ttl_ms(info);
+    if (has(CT_LEASES))
+        ck_assert_msg(ttl == -1 || (ttl > 0 && ttl <= 5000), "ttl %" PRId64 " of a 5 s lease",
+                      ttl);
+    else
+        ck_assert_msg(ttl == DLOCK_VALID_FOREVER, "ttl %" PRId64 " without a lease", ttl);
+    dlock_info_free(info);
+
+    char **v = list_names(c2, "job-*");
+    ck_assert_uint_eq(count_names(v), 2);
+    ck_assert(listed(v, "job-a") && listed(v, "job-b"));
+    free_names(v);
+    v = list_names(c2, NULL);
+    ck_assert_uint_eq(count_names(v), 3);
+    ck_assert(listed(v, "other"));
+    free_names(v);
+
+    EXPECT_RC(dlock_force_release(c2, "never"), DLOCK_OK); /* nothing there: fine */
+    dlock_lock *o = lock_ok(c2, "job-a");
+    if (has(CT_FORCE_LIVE)) {
+        EXPECT_RC(dlock_force_release(c2, "job-a"), DLOCK_OK);
+        EXPECT_RC(dlock_inspect(c2, "job-a", &info), DLOCK_OK);
+        ck_assert_int_eq(dlock_info_held(info), 0);
+        dlock_info_free(info);
+        ACQUIRE_OK(o, DLOCK_TRY);
+        EXPECT_RC(dlock_release(l[0]), DLOCK_ELOST);
+        EXPECT_RC(dlock_release(o), DLOCK_OK);
+    } else {
+        EXPECT_RC(dlock_force_release(c2, "job-a"), DLOCK_ENOTSUP);
+        EXPECT_RC(dlock_acquire(o, DLOCK_TRY), DLOCK_EBUSY);
+        EXPECT_RC(dlock_release(l[0]), DLOCK_OK);
+    }
+    for (int i = 1; i < 3; i++)
+        EXPECT_RC(dlock_release(l[i]), DLOCK_OK);
+    for (int i = 0; i < 3; i++)
+        dlock_lock_free(l[i]);
+    dlock_lock_free(o);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* ====================================================== errors, URLs */
+
+/* A server nobody answers: DLOCK_ECONN naming host:port, and no client.
+ * File: no server; a directory that is not there is DLOCK_ENOENT. */
+START_TEST(unreachable)
+{
+    int port = tu_free_port();
+    char *url = CT->unreachable_url(CT, port);
+    dlock_client *c = (dlock_client *)1;
+    int rc = dlock_open(url, &c);
+    ck_assert_ptr_null(c);
+    char *where = has(CT_SERVER) ? tu_fmt("127.0.0.1:%d", port) : tu_fmt("missing-%d", port);
+    int want = has(CT_SERVER) ? DLOCK_ECONN : DLOCK_ENOENT;
+    ck_assert_msg(rc == want, "%s: %s (%s)", url, dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), where), "message lacks %s: %s", where, dlock_errmsg());
+    free(where);
+    free(url);
+}
+END_TEST
+
+static void expect_bad_url(const char *url)
+{
+    dlock_client *c = (dlock_client *)1;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_EBADURL, "%s: %s (%s)", url, dlock_err_name(rc), dlock_errmsg());
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strlen(dlock_errmsg()) > 10, "%s: no message", url);
+}
+
+START_TEST(bad_urls)
+{
+    const char *queries[] = {"bogus=1", "lease=abc", "lease=-5s", "timeout=soon"};
+    for (size_t i = 0; i < sizeof queries / sizeof *queries; i++) {
+        char *url = CT->url(CT, queries[i]);
+        expect_bad_url(url);
+        free(url);
+    }
+    char *plain = CT->url(CT, NULL);
+    if (has(CT_SERVER) && !strstr(plain, "layout=")) {
+        char *url = CT->url(CT, "layout=nonsense");
+        expect_bad_url(url);
+        free(url);
+    }
+    free(plain);
+    if (has(CT_SERVER)) {
+        const char *hosts[] = {"127.0.0.1:0", "127.0.0.1:99999", "127.0.0.1:12ab", "[::1"};
+        for (size_t i = 0; i < sizeof hosts / sizeof *hosts; i++) {
+            char *url = tu_fmt("%s://%s", CT->scheme, hosts[i]);
+            expect_bad_url(url);
+            free(url);
+        }
+    } else {
+        expect_bad_url("file://");
+        expect_bad_url("file://otherhost/tmp");
+    }
+}
+END_TEST
+
+/* ================================================================= CLI */
+
+static int cli(char **out, char **err, const char **args)
+{
+    const char *argv[32] = {tu_dlock_bin()};
+    size_t n = 1;
+    for (; args[n - 1]; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    return tu_run(argv, NULL, out, err);
+}
+
+#define CLI(out, err, ...) cli(out, err, (const char *[]){__VA_ARGS__, NULL})
+
+START_TEST(cli_run_status_list_release)
+{
+    char *url = test_url("lease=5s");
+    char *out = NULL, *err = NULL;
+    uint64_t prev = 0;
+    for (int i = 0; i < 2; i++) {
+        int rc = CLI(&out, &err, "-u", url, "run", "cli-job", "sh", "-c", "echo $DLOCK_TOKEN");
+        ck_assert_msg(rc == 0, "run: exit %d: %s", rc, err);
+        uint64_t t = strtoull(out, NULL, 10);
+        ck_assert_uint_gt(t, prev);
+        prev = t;
+        free(out);
+        free(err);
+    }
+    dlock_client *c = open_url(url);
+    dlock_lock *l = lock_ok(c, "cli-job");
+    ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_uint_gt(token_of(l), prev);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-n", "cli-job", "true"), 1);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "cli-job"), 0);
+    ck_assert_msg(strstr(out, "held"), "status: %s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "--json", "cli-job"), 0);
+    ck_assert_msg(strstr(out, "\"held\":true"), "status --json: %s", out);
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "list"), 0);
+    ck_assert_msg(strstr(out, "cli-job\n"), "list: %s", out);
+    free(out);
+    int rc = CLI(NULL, &err, "-u", url, "release", "--force", "cli-job");
+    if (has(CT_FORCE_LIVE)) {
+        ck_assert_msg(rc == 0, "release --force: exit %d: %s", rc, err);
+        ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-n", "cli-job", "true"), 0);
+        EXPECT_RC(dlock_release(l), DLOCK_ELOST);
+    } else {
+        ck_assert_msg(rc == 69, "release --force of a live holder: exit %d: %s", rc, err);
+        ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-n", "cli-job", "true"), 1);
+        EXPECT_RC(dlock_release(l), DLOCK_OK);
+    }
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "--json", "cli-job"), 0);
+    ck_assert_msg(strstr(out, "\"held\":false"), "status --json: %s", out);
+    free(out);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* ===================================================== descriptors */
+
+/* Set by the test below in the child it executes: list the descriptors
+ * this process was born with and exit (see main). */
+#define LIST_FDS_ENV "DLOCK_CONTRACT_LIST_FDS"
+
+static int list_fds_and_exit(void)
+{
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 2;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        long fd = strtol(de->d_name, NULL, 10);
+        /* Not our directory's; valgrind keeps its own above the limit. */
+        if (fd != dirfd(d) && (rl.rlim_cur == RLIM_INFINITY || (rlim_t)fd < rl.rlim_cur))
+            printf("%ld\n", fd);
+    }
+    closedir(d);
+    return 0;
+}
+
+/* What an exec'd child of a process that holds and waits for locks
+ * inherits: 0, 1 and 2, none of the library's descriptors. */
+START_TEST(exec_inherits_no_descriptor)
+{
+    /* Descriptors the process already has (Check's) stay out of the way. */
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.' && atoi(de->d_name) > 2 && atoi(de->d_name) != dirfd(d))
+            fcntl(atoi(de->d_name), F_SETFD, FD_CLOEXEC);
+    closedir(d);
+    dlock_client *a = open_test("lease=5s"), *b = open_test("lease=5s");
+    dlock_lock *la = lock_ok(a, "fds"), *lb = lock_ok(b, "fds");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    EXPECT_RC(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT); /* the waiting machinery is up */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert_int_gt(n, 0);
+    self[n] = 0;
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        char *const argv[] = {self, NULL};
+        char *const envp[] = {LIST_FDS_ENV "=1", NULL};
+        execve(self, argv, envp);
+        _exit(127);
+    }
+    close(p[1]);
+    char buf[4096];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && ((r = read(p[0], buf + len, sizeof buf - 1 - len)) > 0 ||
+                                    (r < 0 && errno == EINTR)))
+        if (r > 0)
+            len += (size_t)r;
+    buf[len] = 0;
+    close(p[0]);
+    ck_assert_int_eq(wait_exit(pid), 0);
+    ck_assert_msg(strcmp(buf, "0\n1\n2\n") == 0,
+                  "the exec'd child of a %s client inherited descriptors:\n%s", CT->name, buf);
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* ================================================================ suite */
+
+int main(void)
+{
+    if (getenv(LIST_FDS_ENV))
+        return list_fds_and_exit();
+    const struct tu_test tests[] = {
+        {"acquire_release_token", acquire_release_token, 60},
+        {"reentrancy", reentrancy, 30},
+        {"shared_mode", shared_mode, 30},
+        {"threads_exclude", threads_exclude, 60},
+        {"waits", waits, 30},
+        {"time_bound", time_bound, 30},
+        {"cancel", cancel, 30},
+        {"lost_callback", lost_callback, 60},
+        {"fixed_lease", fixed_lease, 60},
+        {"hostile_names", hostile_names, 60},
+        {"reserved_flags", reserved_flags, 30},
+        {"kill9_holder", kill9_holder, 60},
+        {"paused_holder", paused_holder, 90},
+        {"inspect_list_force", inspect_list_force, 30},
+        {"unreachable", unreachable, 30},
+        {"bad_urls", bad_urls, 30},
+        {"cli_run_status_list_release", cli_run_status_list_release, 60},
+        {"exec_inherits_no_descriptor", exec_inherits_no_descriptor, 30},
+    };
+    Suite *s = suite_create("contract");
+    for (size_t i = 0; ct_fixtures[i]; i++) {
+        if (i >= TU_COUNT(begins)) {
+            fprintf(stderr, "check_contract: more fixtures than FIXTURE_HOOKS\n");
+            return 2;
+        }
+        TCase *tc = tu_add_tests(s, ct_fixtures[i]->name, tests, TU_COUNT(tests));
+        if (!tc)
+            continue;
+        tcase_add_unchecked_fixture(tc, begins[i], ends[i]);
+        tcase_add_checked_fixture(tc, test_begin, NULL);
+    }
+    return tu_run_suite(s);
+}

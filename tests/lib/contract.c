@@ -1,0 +1,336 @@
+/* contract.c -- the fixtures of contract.h: each backend's server started
+ * once with the helpers of fixture_*.c, its URLs, and how to see a waiter.
+ * Linked into every test binary, so the Redis parts (which talk to the
+ * server with hiredis) are built only with the Redis backend.
+ */
+#include "contract.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fixture_etcd.h"
+#include "fixture_redis.h"
+#include "fixture_zk.h"
+#include "testutil.h"
+
+/* BASE + "?" + QUERY, or "&" when BASE already has a query. */
+static char *with_query(const char *base, const char *query)
+{
+    if (!query || !*query)
+        return tu_fmt("%s", base);
+    return tu_fmt("%s%c%s", base, strchr(base, '?') ? '&' : '?', query);
+}
+
+/* Waiters as the backend reports them to dlock_inspect() (-1 unknown). */
+static long inspect_waiters(dlock_client *c, const char *name)
+{
+    dlock_info *info = NULL;
+    if (dlock_inspect(c, name, &info) != DLOCK_OK)
+        return -1;
+    long n = dlock_info_waiter_count(info);
+    dlock_info_free(info);
+    return n;
+}
+
+/* ------------------------------------------------------------------ file */
+
+struct file_priv {
+    char *dir;
+};
+
+static bool file_start(struct ct_fixture *f)
+{
+    struct file_priv *p = calloc(1, sizeof *p);
+    p->dir = tu_tmpdir("contract-file");
+    f->priv = p;
+    return true;
+}
+
+static void file_stop(struct ct_fixture *f)
+{
+    struct file_priv *p = f->priv;
+    if (!p)
+        return;
+    tu_rmrf(p->dir);
+    free(p->dir);
+    free(p);
+    f->priv = NULL;
+}
+
+static char *file_url(const struct ct_fixture *f, const char *query)
+{
+    const struct file_priv *p = f->priv;
+    char *base = tu_fmt("file://%s", p->dir);
+    char *url = with_query(base, query);
+    free(base);
+    return url;
+}
+
+static char *file_unreachable(const struct ct_fixture *f, int port)
+{
+    const struct file_priv *p = f->priv;
+    return tu_fmt("file://%s/missing-%d", p->dir, port);
+}
+
+/* Watches on the lock file's inode in this process's inotify instances
+ * (/proc/self/fdinfo lines "inotify wd:.. ino:<hex> ..."). */
+static long file_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
+                         const char *name)
+{
+    (void)f, (void)prefix;
+    dlock_info *info = NULL;
+    if (dlock_inspect(c, name, &info) != DLOCK_OK)
+        return -1;
+    struct stat st;
+    int have = stat(dlock_info_key(info), &st);
+    dlock_info_free(info);
+    if (have < 0)
+        return 0; /* never created: nobody can watch it */
+    DIR *d = opendir("/proc/self/fdinfo");
+    if (!d)
+        return -1;
+    long n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char *path = tu_fmt("/proc/self/fdinfo/%s", de->d_name);
+        char *text = tu_read_file(path);
+        free(path);
+        for (const char *line = text; line && (line = strstr(line, "inotify wd:")); line++) {
+            const char *ino = strstr(line, " ino:");
+            const char *eol = strchr(line, '\n');
+            if (ino && (!eol || ino < eol) &&
+                strtoull(ino + 5, NULL, 16) == (unsigned long long)st.st_ino)
+                n++;
+        }
+        free(text);
+    }
+    closedir(d);
+    return n;
+}
+
+static struct ct_fixture fx_file = {
+    .name = "file",
+    .scheme = "file",
+    .caps = CT_SHARED,
+    .start = file_start,
+    .stop = file_stop,
+    .url = file_url,
+    .unreachable_url = file_unreachable,
+    .waiters = file_waiters,
+};
+
+/* ----------------------------------------------------------------- redis */
+
+#ifdef DLOCK_HAVE_REDIS
+struct redis_priv {
+    struct fx_redis srv;
+    const char *query; /* the layout's own option */
+};
+
+static bool redis_start(struct ct_fixture *f)
+{
+    struct redis_priv *p = f->priv;
+    if (!fx_redis_start(&p->srv, NULL)) {
+        snprintf(f->error, sizeof f->error, "redis-server did not start (log on stderr)");
+        return false;
+    }
+    return true;
+}
+
+static void redis_stop(struct ct_fixture *f)
+{
+    struct redis_priv *p = f->priv;
+    fx_redis_stop(&p->srv);
+}
+
+static char *redis_url(const struct ct_fixture *f, const char *query)
+{
+    const struct redis_priv *p = f->priv;
+    char *base = with_query(p->srv.url, p->query);
+    char *url = with_query(base, query);
+    free(base);
+    return url;
+}
+
+static char *redis_unreachable(const struct ct_fixture *f, int port)
+{
+    (void)f;
+    return tu_fmt("redis://127.0.0.1:%d?connect_timeout=500ms", port);
+}
+
+/* Subscribers of the lock's channel: both layouts publish releases on
+ * Redisson's "redisson_lock__channel:{<key>}", and a waiter subscribes
+ * before it sleeps. */
+static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
+                          const char *name)
+{
+    (void)c;
+    char *fullname = tu_fmt("%s%s", prefix ? prefix : "", name);
+    const struct redis_priv *p = f->priv;
+    redisContext *ctx = fx_redis_raw(&p->srv, NULL);
+    if (!ctx) {
+        free(fullname);
+        return -1;
+    }
+    char *chan = strchr(fullname, '{') ? tu_fmt("redisson_lock__channel:%s", fullname)
+                                       : tu_fmt("redisson_lock__channel:{%s}", fullname);
+    redisReply *r = redisCommand(ctx, "PUBSUB NUMSUB %s", chan);
+    long n = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        n = (long)r->element[1]->integer;
+    if (r)
+        freeReplyObject(r);
+    free(chan);
+    free(fullname);
+    redisFree(ctx);
+    return n;
+}
+
+static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"};
+
+static struct ct_fixture fx_redis = {
+    .name = "redis",
+    .scheme = "redis",
+    .caps = CT_SERVER | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .priv = &redisson_priv,
+    .start = redis_start,
+    .stop = redis_stop,
+    .url = redis_url,
+    .unreachable_url = redis_unreachable,
+    .waiters = redis_waiters,
+};
+
+static struct ct_fixture fx_redis_simple = {
+    .name = "redis-simple",
+    .scheme = "redis",
+    .caps = CT_SERVER | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .priv = &simple_priv,
+    .start = redis_start,
+    .stop = redis_stop,
+    .url = redis_url,
+    .unreachable_url = redis_unreachable,
+    .waiters = redis_waiters,
+};
+#endif
+
+/* ------------------------------------------------------------------ etcd */
+
+#ifdef DLOCK_HAVE_ETCD
+static struct etcdf etcd_servers;
+
+static bool etcd_start(struct ct_fixture *f)
+{
+    if (etcdf_start(&etcd_servers, 1))
+        return true;
+    snprintf(f->error, sizeof f->error, "%s", etcd_servers.error);
+    return false;
+}
+
+static void etcd_stop(struct ct_fixture *f)
+{
+    (void)f;
+    etcdf_stop(&etcd_servers);
+}
+
+static char *etcd_url(const struct ct_fixture *f, const char *query)
+{
+    (void)f;
+    return etcdf_url(&etcd_servers, NULL, query && *query ? query : NULL);
+}
+
+static char *etcd_unreachable(const struct ct_fixture *f, int port)
+{
+    (void)f;
+    return tu_fmt("etcd://127.0.0.1:%d?connect_timeout=1s", port);
+}
+
+static long etcd_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
+                         const char *name)
+{
+    (void)f, (void)prefix;
+    return inspect_waiters(c, name);
+}
+
+static struct ct_fixture fx_etcd = {
+    .name = "etcd",
+    .scheme = "etcd",
+    .caps = CT_SERVER | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .start = etcd_start,
+    .stop = etcd_stop,
+    .url = etcd_url,
+    .unreachable_url = etcd_unreachable,
+    .waiters = etcd_waiters,
+};
+#endif
+
+/* -------------------------------------------------------------------- zk */
+
+#ifdef DLOCK_HAVE_ZK
+static struct zkf zk_servers;
+
+static bool zk_start(struct ct_fixture *f)
+{
+    if (zkf_start(&zk_servers, 1))
+        return true;
+    snprintf(f->error, sizeof f->error, "%s", zk_servers.error);
+    return false;
+}
+
+static void zk_stop(struct ct_fixture *f)
+{
+    (void)f;
+    zkf_stop(&zk_servers);
+}
+
+static char *zk_url(const struct ct_fixture *f, const char *query)
+{
+    (void)f;
+    return zkf_url(&zk_servers, NULL, query && *query ? query : NULL);
+}
+
+static char *zk_unreachable(const struct ct_fixture *f, int port)
+{
+    (void)f;
+    return tu_fmt("zk://127.0.0.1:%d?connect_timeout=700ms", port);
+}
+
+static long zk_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
+                         const char *name)
+{
+    (void)f, (void)prefix;
+    return inspect_waiters(c, name);
+}
+
+/* A node lives as long as its session: no fixed lease (DLOCK_ENOTSUP). */
+static struct ct_fixture fx_zk = {
+    .name = "zk",
+    .scheme = "zk",
+    .caps = CT_SERVER | CT_LEASES | CT_FORCE_LIVE,
+    .start = zk_start,
+    .stop = zk_stop,
+    .url = zk_url,
+    .unreachable_url = zk_unreachable,
+    .waiters = zk_waiters,
+};
+#endif
+
+struct ct_fixture *const ct_fixtures[] = {
+    &fx_file,
+#ifdef DLOCK_HAVE_REDIS
+    &fx_redis,
+    &fx_redis_simple,
+#endif
+#ifdef DLOCK_HAVE_ETCD
+    &fx_etcd,
+#endif
+#ifdef DLOCK_HAVE_ZK
+    &fx_zk,
+#endif
+    NULL,
+};

@@ -1,0 +1,62 @@
+/* contract.h -- one backend behind one interface, so the lock contract is
+ * written once (tests/check_contract.c) and run against every backend and
+ * URL form: the file backend in a temp directory, a redis-server in both
+ * wire layouts, an etcd member, a ZooKeeper server.
+ *
+ * A fixture starts its server once, in the process that runs the suite
+ * (Check's unchecked fixture, before the tests fork), hands out URLs with
+ * any query appended, and says what the backend documents differently
+ * (capability bits) so a contract case asserts the documented difference
+ * instead of skipping. It also answers "does the backend see a waiter on
+ * this name", the condition a test waits for before it releases or
+ * cancels, so no test has to guess with a fixed sleep.
+ */
+#ifndef DLOCK_CONTRACT_H
+#define DLOCK_CONTRACT_H
+
+#include <stdbool.h>
+
+#include "dlock.h"
+
+/* What a backend does that others do not (docs/backends.md). */
+enum ct_caps {
+    CT_LEASES = 1u << 0,      /* holds have leases: finite validity, a dead or
+                                 paused holder loses its hold */
+    CT_SHARED = 1u << 1,      /* DLOCK_SHARED works (else DLOCK_ENOTSUP) */
+    CT_FORCE_LIVE = 1u << 2,  /* force-release takes a lock from a live holder
+                                 (file: DLOCK_ENOTSUP, the kernel holds it) */
+    CT_FIXED_LEASE = 1u << 3, /* DLOCK_LEASE_FIXED honoured; with CT_LEASES and
+                                 without this bit the acquire is DLOCK_ENOTSUP */
+    CT_SERVER = 1u << 4,      /* a server on host:port (file: a local directory) */
+};
+
+struct ct_fixture {
+    const char *name;   /* the test case's name: "file", "redis", "redis-simple"... */
+    const char *scheme; /* URL scheme, for malformed URLs of this backend */
+    unsigned caps;      /* enum ct_caps */
+    bool started;
+    char error[512];    /* why start() failed */
+    void *priv;
+
+    bool (*start)(struct ct_fixture *f);
+    void (*stop)(struct ct_fixture *f);
+    /* The backend's URL with QUERY ("k=v&k2=v2", may be NULL) appended
+     * to the fixture's own options. Caller frees. */
+    char *(*url)(const struct ct_fixture *f, const char *query);
+    /* A URL of this backend that nobody answers: PORT on 127.0.0.1, which
+     * nothing listens on (file: a directory that does not exist, the one
+     * case where "unreachable" has no port). Caller frees. */
+    char *(*unreachable_url)(const struct ct_fixture *f, int port);
+    /* How many waiters the backend sees on NAME, asked through client C
+     * (opened with ?prefix=PREFIX, which NAME does not include); -1 when
+     * it cannot tell. File: inotify watches of this process on the lock
+     * file, which outlive a wait in the client's pool, so only a rise
+     * from 0 means "a waiter is asleep". */
+    long (*waiters)(const struct ct_fixture *f, dlock_client *c, const char *prefix,
+                    const char *name);
+};
+
+/* Every fixture, in the order the suite runs them; NULL-terminated. */
+extern struct ct_fixture *const ct_fixtures[];
+
+#endif

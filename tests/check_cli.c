@@ -483,34 +483,27 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("cli");
-    struct {
-        const char *name;
-        const TTest *test;
-    } tests[] = {
-        {"conflict_codes", test_conflict_codes},
-        {"command_status", test_command_status},
-        {"usage_config", test_usage_and_config_codes},
-        {"env_tokens", test_environment_and_tokens},
-        {"counter_8x200", test_counter_8x200},
-        {"kill9", test_kill9_holder_frees},
-        {"sigterm_waiting", test_sigterm_while_waiting},
-        {"sigint_waiting", test_sigint_while_waiting},
-        {"signal_running", test_signal_while_running},
-        {"shared", test_shared_run},
-        {"status_list_release", test_status_list_release},
-        {"help_man", test_help_matches_man},
-        {"command_fds_file", test_command_fds_file},
+    const struct tu_test tests[] = {
+        {"conflict_codes", test_conflict_codes, 120},
+        {"command_status", test_command_status, 120},
+        {"usage_config", test_usage_and_config_codes, 120},
+        {"env_tokens", test_environment_and_tokens, 120},
+        {"counter_8x200", test_counter_8x200, 120},
+        {"kill9", test_kill9_holder_frees, 120},
+        {"sigterm_waiting", test_sigterm_while_waiting, 120},
+        {"sigint_waiting", test_sigint_while_waiting, 120},
+        {"signal_running", test_signal_while_running, 120},
+        {"shared", test_shared_run, 120},
+        {"status_list_release", test_status_list_release, 120},
+        {"help_man", test_help_matches_man, 120},
+        {"command_fds_file", test_command_fds_file, 120},
 #ifdef DLOCK_HAVE_REDIS
-        {"command_fds_redis", test_command_fds_redis},
+        {"command_fds_redis", test_command_fds_redis, 120},
 #endif
     };
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
-        TCase *tc = tcase_create(tests[i].name);
+    Suite *s = suite_create("cli");
+    TCase *tc = tu_add_tests(s, "cli", tests, TU_COUNT(tests));
+    if (tc)
         tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, tests[i].test);
-        suite_add_tcase(s, tc);
-    }
     return tu_run_suite(s);
 }

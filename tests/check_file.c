@@ -1116,52 +1116,40 @@ START_TEST(test_planted_lock_file_refused)
 }
 END_TEST
 
-static Suite *file_suite(void)
-{
-    Suite *s = suite_create("file");
-    struct {
-        const char *name;
-        const TTest *test;
-    } tests[] = {
-        {"errors", test_error_table},
-        {"urls", test_bad_urls},
-        {"url_options", test_url_redaction_and_options},
-        {"default_dir", test_default_directory},
-        {"default_dir_choice", test_default_directory_choice},
-        {"unwritable_dir", test_unwritable_directory},
-        {"basic", test_acquire_release_token},
-        {"reentrancy", test_reentrancy},
-        {"threads", test_threads_exclude},
-        {"cancel", test_cancel},
-        {"bounded_kill9", test_bounded_wait_across_processes},
-        {"exclusion_8x200", test_mutual_exclusion_processes},
-        {"shared", test_shared_mode},
-        {"tokens", test_tokens_across_processes},
-        {"hostile_names", test_hostile_names},
-        {"pinned_names", test_pinned_file_names},
-        {"inspect_list_force", test_inspect_list_force},
-        {"foreign_file", test_foreign_file_left_intact},
-        {"fork", test_fork_misuse},
-        {"free_releases", test_free_releases},
-        {"fifo_replaced", test_fifo_and_replaced_files},
-        {"lease_two_handles", test_handle_lease_and_two_handles},
-        {"no_password", test_no_password_in_messages},
-        {"no_inotify", test_waits_without_inotify},
-        {"file_modes", test_lock_file_modes},
-        {"meta_byte_foreign", test_meta_byte_held_by_another_user},
-        {"planted_file", test_planted_lock_file_refused},
-    };
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
-        TCase *tc = tcase_create(tests[i].name);
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 60);
-        tcase_add_test(tc, tests[i].test);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
 int main(void)
 {
-    return tu_run_suite(file_suite());
+    const struct tu_test tests[] = {
+        {"errors", test_error_table, 60},
+        {"urls", test_bad_urls, 60},
+        {"url_options", test_url_redaction_and_options, 60},
+        {"default_dir", test_default_directory, 60},
+        {"default_dir_choice", test_default_directory_choice, 60},
+        {"unwritable_dir", test_unwritable_directory, 60},
+        {"basic", test_acquire_release_token, 60},
+        {"reentrancy", test_reentrancy, 60},
+        {"threads", test_threads_exclude, 60},
+        {"cancel", test_cancel, 60},
+        {"bounded_kill9", test_bounded_wait_across_processes, 60},
+        {"exclusion_8x200", test_mutual_exclusion_processes, 60},
+        {"shared", test_shared_mode, 60},
+        {"tokens", test_tokens_across_processes, 60},
+        {"hostile_names", test_hostile_names, 60},
+        {"pinned_names", test_pinned_file_names, 60},
+        {"inspect_list_force", test_inspect_list_force, 60},
+        {"foreign_file", test_foreign_file_left_intact, 60},
+        {"fork", test_fork_misuse, 60},
+        {"free_releases", test_free_releases, 60},
+        {"fifo_replaced", test_fifo_and_replaced_files, 60},
+        {"lease_two_handles", test_handle_lease_and_two_handles, 60},
+        {"no_password", test_no_password_in_messages, 60},
+        {"no_inotify", test_waits_without_inotify, 60},
+        {"file_modes", test_lock_file_modes, 60},
+        {"meta_byte_foreign", test_meta_byte_held_by_another_user, 60},
+        {"planted_file", test_planted_lock_file_refused, 60},
+    };
+    Suite *s = suite_create("file");
+    TCase *tc = tu_add_tests(s, "file", tests, TU_COUNT(tests));
+    if (tc)
+        tcase_add_checked_fixture(tc, setup, teardown);
+    return tu_run_suite(s);
 }

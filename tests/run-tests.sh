@@ -5,12 +5,15 @@
 # DLOCK_VALGRIND=1 runs every binary under valgrind (children too): memory
 # errors fail the run; leaks are reported but left to the LeakSanitizer run
 # (make check SAN=1), since test children that _exit() leak by design.
+# DLOCK_TEST=<substring or glob of "case/test"> runs only the matching
+# tests of every binary (tests/lib/testutil.h), e.g. DLOCK_TEST=cancel.
 set -u
 passed=0 failed=0 broken=()
 for bin in "$@"; do
   name=$(basename "$bin")
   echo "== $name"
   log=$(mktemp)
+  start=$SECONDS
   if [ "${DLOCK_VALGRIND:-}" = 1 ]; then
     CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-10} valgrind -q --trace-children=yes \
       --trace-children-skip='*redis-server*,*etcd*,*java*,*zkServer*,/bin/*,/usr/bin/*' \
@@ -21,6 +24,7 @@ for bin in "$@"; do
   fi
   rc=$?
   cat "$log"
+  echo "-- $name: $((SECONDS - start)) s"
   # Check prints: "NN%: Checks: T, Failures: F, Errors: E"
   line=$(grep -E '^[0-9]+%: Checks: [0-9]+' "$log" | tail -1)
   rm -f "$log"

@@ -15,7 +15,8 @@ static const struct {
 } commands[] = {
     {"run",
      "dlock [-u URL] run [-n | -w SECONDS] [-E CODE] [-s] [--lease SECONDS]\n"
-     "                  [--on-lost term|kill|ignore] [--kill-after SECONDS] [-v]\n"
+     "                  [--on-lost term|kill|ignore] [--kill-after SECONDS]\n"
+     "                  [--lost-grace SECONDS] [-v]\n"
      "                  NAME [--] COMMAND [ARG...]\n"
      "dlock [-u URL] run [options] NAME -c 'SHELL COMMAND'",
      "Hold lock NAME while COMMAND runs, then release it.\n"
@@ -27,12 +28,16 @@ static const struct {
      "                        (at least 1)\n"
      "  --on-lost ACTION      when the lock is lost: term (SIGTERM, then SIGKILL\n"
      "                        after --kill-after; the default), kill, or ignore\n"
-     "  --kill-after SECONDS  grace between SIGTERM and SIGKILL (default 10)\n"
+     "  --kill-after SECONDS  grace between SIGTERM and SIGKILL (default 10), cut to\n"
+     "                        what is left of the lease when renewals fail\n"
+     "  --lost-grace SECONDS  when renewals fail, act on --on-lost once only SECONDS\n"
+     "                        of the lease are left (default a sixth of the lease),\n"
+     "                        so COMMAND is stopped before the lease can pass on\n"
      "  -c, --command CMD     run CMD with /bin/sh -c\n"
      "  -v, --verbose         report acquire, token, wait and release on stderr\n"
      "COMMAND sees DLOCK_NAME, DLOCK_TOKEN (the fencing token) and DLOCK_URL.\n"
      "Exit status: COMMAND's; 128+N if it died of signal N; CODE when busy or\n"
-     "timed out; 75 if the lock was lost while it ran; 130/143 if interrupted\n"
+     "timed out; 75 if the lock was lost (or at risk) while it ran; 130/143 if interrupted\n"
      "while waiting."},
     {"status", "dlock [-u URL] status NAME [--json]",
      "Show whether NAME is held, in which mode, by whom, with which token,\n"

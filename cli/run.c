@@ -320,20 +320,88 @@ static bool reap(pid_t child, int *status, bool block)
     return true;
 }
 
-/* Wait for the child, applying --on-lost. Returns its wait status. */
-static int supervise(pid_t child, enum on_lost policy, int64_t kill_after_ms)
+/* What supervise() does when the lock is lost or at risk. */
+struct policy {
+    enum on_lost on_lost;
+    int64_t kill_after_ms;
+    int64_t grace_ms; /* act when validity falls to this; -1 = lease/6 */
+    bool grace_given; /* --lost-grace was on the command line */
+};
+
+/* The hold's validity (monotonic ms deadline), CLI_NEVER without a
+ * lease. Asked from the thread that acquired: holds are per thread. */
+#define CLI_NEVER INT64_MAX
+static int64_t valid_until(dlock_lock *l)
 {
-    int64_t kill_at = -1;
+    int64_t v = dlock_validity_ms(l);
+    if (v == DLOCK_VALID_FOREVER || v < 0)
+        return CLI_NEVER;
+    return now_ms() + v;
+}
+
+/* Signal CHILD as P says; KILL_BY is the latest time it may live
+ * (CLI_NEVER: --kill-after alone decides). Returns when to SIGKILL, -1 for
+ * never. */
+static int64_t stop_child(pid_t child, const struct policy *p, int64_t kill_by)
+{
+    if (p->on_lost == LOST_KILL) {
+        kill(child, SIGKILL);
+        return -1;
+    }
+    if (p->on_lost != LOST_TERM)
+        return -1;
+    kill(child, SIGTERM);
+    int64_t at = now_ms() + p->kill_after_ms;
+    return kill_by < at ? kill_by : at;
+}
+
+/* Wait for the child, applying --on-lost: when the keeper reports the
+ * lock lost, and before that when renewals fail, once the hold's validity
+ * falls to the grace (COMMAND is then told, and killed by the end of the
+ * validity: before the lease can end on the server and be granted to
+ * someone else). Sets *AT_RISK when it acted on failing renewals. Returns
+ * the child's wait status. */
+static int supervise(pid_t child, const struct policy *p, bool *at_risk)
+{
+    int64_t kill_at = -1, grace = p->grace_ms;
     bool acted = false;
     int status = 0;
-    while (!reap(child, &status, false)) {
-        struct pollfd fds[2] = {{.fd = R.exit_fd, .events = POLLIN},
-                                {.fd = acted ? -1 : R.lost_fd, .events = POLLIN}};
-        int timeout = -1;
-        if (kill_at >= 0) {
-            int64_t left = kill_at - now_ms();
-            timeout = left > 0 ? (int)left : 0;
+    int64_t until = valid_until(R.lock);
+    if (until != CLI_NEVER) {
+        int64_t lease = until - now_ms(); /* about the lease, just after acquiring */
+        if (grace < 0)
+            grace = lease / 6;
+        if (grace > lease / 2) {
+            if (p->grace_given)
+                fprintf(stderr,
+                        "dlock run: --lost-grace is more than half the lease (%" PRId64
+                        " ms): using %" PRId64 " ms\n",
+                        lease, lease / 2);
+            grace = lease / 2;
         }
+    }
+    while (!reap(child, &status, false)) {
+        until = acted || p->on_lost == LOST_IGNORE ? CLI_NEVER : valid_until(R.lock);
+        int64_t now = now_ms();
+        if (until != CLI_NEVER && until - grace <= now) {
+            /* Not renewed, and the lease could end on the server soon. */
+            acted = *at_risk = true;
+            fprintf(stderr,
+                    "dlock run: lock '%s' at risk: not renewed, %" PRId64
+                    " ms of its lease left; %s the command\n",
+                    dlock_lock_name(R.lock), until > now ? until - now : 0,
+                    p->on_lost == LOST_KILL ? "killing" : "stopping");
+            kill_at = stop_child(child, p, until);
+            continue;
+        }
+        int64_t wake = kill_at >= 0 ? kill_at : CLI_NEVER;
+        if (until != CLI_NEVER && until - grace < wake)
+            wake = until - grace;
+        int timeout = wake == CLI_NEVER ? -1
+                      : wake <= now  ? 0
+                                     : (int)(wake - now > 1000000 ? 1000000 : wake - now);
+        struct pollfd fds[2] = {{.fd = R.exit_fd, .events = POLLIN},
+                                {.fd = R.lost_fd, .events = POLLIN}};
         if (poll(fds, 2, timeout) < 0 && errno != EINTR) {
             reap(child, &status, true);
             break;
@@ -346,17 +414,13 @@ static int supervise(pid_t child, enum on_lost policy, int64_t kill_after_ms)
         if (fds[1].revents) {
             ssize_t r = read(R.lost_fd, &v, sizeof v);
             (void)r;
-            acted = true;
             pthread_mutex_lock(&R.mu);
             fprintf(stderr, "dlock run: lock '%s' lost while the command ran: %s\n",
                     dlock_lock_name(R.lock), R.lost_why);
             pthread_mutex_unlock(&R.mu);
-            if (policy == LOST_TERM) {
-                kill(child, SIGTERM);
-                kill_at = now_ms() + kill_after_ms;
-            } else if (policy == LOST_KILL) {
-                kill(child, SIGKILL);
-            }
+            if (!acted)
+                kill_at = stop_child(child, p, CLI_NEVER);
+            acted = true;
         }
         if (kill_at >= 0 && now_ms() >= kill_at) {
             kill(child, SIGKILL);
@@ -390,15 +454,16 @@ int cmd_run(const char *url, int argc, char **argv)
         {"lease", required_argument, NULL, 'L'},
         {"on-lost", required_argument, NULL, 'O'},
         {"kill-after", required_argument, NULL, 'K'},
+        {"lost-grace", required_argument, NULL, 'G'},
         {"command", required_argument, NULL, 'c'},
         {"verbose", no_argument, NULL, 'v'},
         {"url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
-    int64_t wait_ms = DLOCK_FOREVER, lease_ms = 0, kill_after_ms = 10000;
+    int64_t wait_ms = DLOCK_FOREVER, lease_ms = 0;
+    struct policy policy = {LOST_TERM, 10000, -1, false};
     int conflict = 1, verbose = 0, ch, code;
     dlock_mode mode = DLOCK_EXCLUSIVE;
-    enum on_lost policy = LOST_TERM;
     const char *shell_cmd = NULL;
     note_inherited_fds();
     optind = 1;
@@ -434,17 +499,22 @@ int cmd_run(const char *url, int argc, char **argv)
             break;
         case 'O':
             if (strcmp(optarg, "term") == 0)
-                policy = LOST_TERM;
+                policy.on_lost = LOST_TERM;
             else if (strcmp(optarg, "kill") == 0)
-                policy = LOST_KILL;
+                policy.on_lost = LOST_KILL;
             else if (strcmp(optarg, "ignore") == 0)
-                policy = LOST_IGNORE;
+                policy.on_lost = LOST_IGNORE;
             else
                 return usage_error("--on-lost takes term, kill or ignore, not '%s'", optarg);
             break;
         case 'K':
-            if ((kill_after_ms = cli_seconds(optarg)) < 0)
+            if ((policy.kill_after_ms = cli_seconds(optarg)) < 0)
                 return usage_error("--kill-after needs SECONDS, not '%s'", optarg);
+            break;
+        case 'G':
+            if ((policy.grace_ms = cli_seconds(optarg)) < 0)
+                return usage_error("--lost-grace needs SECONDS, not '%s'", optarg);
+            policy.grace_given = true;
             break;
         case 'c':
             shell_cmd = optarg;
@@ -458,7 +528,7 @@ int cmd_run(const char *url, int argc, char **argv)
         case 'h':
             return cli_help("run", 0);
         default:
-            if (optopt && strchr("wEcuLOK", optopt))
+            if (optopt && strchr("wEcuLOKG", optopt))
                 return usage_error("option '%s' needs a value", argv[optind - 1]);
             return usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -554,8 +624,9 @@ int cmd_run(const char *url, int argc, char **argv)
     pid_t child = env ? start_child(cmd, env, &oldmask) : -EXIT_SOFTWARE;
     free_env(env);
     int status = 0;
+    bool at_risk = false;
     if (child > 0) {
-        status = supervise(child, policy, kill_after_ms);
+        status = supervise(child, &policy, &at_risk);
         code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
     } else {
         code = -child;
@@ -576,6 +647,8 @@ int cmd_run(const char *url, int argc, char **argv)
     } else if (verbose) {
         fprintf(stderr, "dlock run: released '%s'\n", name);
     }
+    if (at_risk) /* stopped because the lease could not be kept */
+        code = EXIT_LOST;
     dlock_lock_free(l);
     dlock_client_close(c);
     return code;

@@ -173,6 +173,8 @@ START_TEST(test_usage_and_config_codes)
                       secs[i]);
         ck_assert_msg(DLOCK(NULL, NULL, "run", "--kill-after", secs[i], "n", "true") == 64,
                       "--kill-after '%s'", secs[i]);
+        ck_assert_msg(DLOCK(NULL, NULL, "run", "--lost-grace", secs[i], "n", "true") == 64,
+                      "--lost-grace '%s'", secs[i]);
     }
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", ".5", "n", "true"), 0);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "2.", "n", "true"), 0);
@@ -411,6 +413,62 @@ START_TEST(test_command_fds_redis)
 END_TEST
 #endif
 
+#ifdef DLOCK_HAVE_REDIS
+/* Renewals fail (the server is stopped): COMMAND, which shrugs off
+ * SIGTERM, is told and killed before the lease ends on the server --
+ * proved by order of events, not by clocks: COMMAND is dead while the
+ * server is still stopped, and dlock's release, sent after that and
+ * answered once the server resumes, still finds the lock its own. With
+ * the old behaviour COMMAND got SIGTERM only once the lease had ended. */
+START_TEST(test_lost_grace_redis)
+{
+    struct fx_redis r = {0};
+    ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
+    char *started = tu_fmt("%s/started", dir), *termed = tu_fmt("%s/termed", dir);
+    char *pidfile = tu_fmt("%s/cmd.pid", dir), *log = tu_fmt("%s/dlock.log", dir);
+    char *cmd = tu_fmt("echo $$ > %s; trap 'touch %s' TERM; touch %s; "
+                       "while :; do sleep 0.05; done",
+                       pidfile, termed, started);
+    /* A 9 s lease: the default grace is 1.5 s, and --kill-after 0.3
+     * leaves 1.2 s of lease after the kill for the test to resume the
+     * server in. */
+    const char *argv[] = {tu_dlock_bin(), "-u", r.url, "run", "-v", "--lease", "9",
+                          "--kill-after", "0.3", "atrisk", "-c", cmd, NULL};
+    pid_t d = tu_spawn(argv, log);
+    ck_assert_msg(tu_wait_file(started, 20000), "COMMAND never started");
+    char *text = tu_read_file(pidfile);
+    pid_t cmd_pid = text ? (pid_t)atoi(text) : 0;
+    free(text);
+    ck_assert_int_gt(cmd_pid, 0);
+    kill(r.pid, SIGSTOP); /* every renewal from now on fails */
+    bool gone = false;
+    for (int i = 0; i < 6000 && !gone; i++) { /* at most 60 s; the test's limit is 120 */
+        gone = kill(cmd_pid, 0) < 0;
+        if (!gone)
+            tu_sleep_ms(10);
+    }
+    kill(r.pid, SIGCONT);
+    ck_assert_msg(gone, "COMMAND still runs");
+    ck_assert_msg(access(termed, F_OK) == 0, "COMMAND was killed without a SIGTERM first");
+    int st;
+    waitpid(d, &st, 0);
+    char *out = tu_read_file(log);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75, "status %#x: %s", st, out);
+    ck_assert_msg(strstr(out, "at risk"), "%s", out);
+    ck_assert_msg(strstr(out, "released 'atrisk'"),
+                  "the release did not find the lock its own: COMMAND outlived the lease\n%s",
+                  out);
+    free(out);
+    free(cmd);
+    free(log);
+    free(pidfile);
+    free(termed);
+    free(started);
+    fx_redis_stop(&r);
+}
+END_TEST
+#endif
+
 /* The options a text names: --long words and -x letters. */
 static void collect_options(const char *text, char *set, size_t size)
 {
@@ -499,6 +557,7 @@ int main(void)
         {"command_fds_file", test_command_fds_file, 120},
 #ifdef DLOCK_HAVE_REDIS
         {"command_fds_redis", test_command_fds_redis, 120},
+        {"lost_grace_redis", test_lost_grace_redis, 120},
 #endif
     };
     Suite *s = suite_create("cli");

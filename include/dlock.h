@@ -96,7 +96,10 @@ DLOCK_EXTERN const char *dlock_err_name(int err);
 /* The message of the last failure on the calling thread: what failed and
  * why, with the OS's or server's own words, e.g. "redis 127.0.0.1:6379:
  * WRONGTYPE key 'jobs' holds a string, not a dlock lock". Valid until the
- * next dlock call on this thread. "" when nothing failed yet. */
+ * next dlock call on this thread. Every call that returns a code clears
+ * it first, so it never describes an earlier call; the free and close
+ * functions leave it alone (read it after cleaning up). "" when the last
+ * such call did not fail. */
 DLOCK_EXTERN const char *dlock_errmsg(void);
 
 /* ---------------------------------------------------------------- clients */

@@ -121,6 +121,7 @@ static bool int_opt_in_range(dlock_option opt, int64_t ms)
 
 int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value)
 {
+    dlock__msg_clear();
     int rc = dlock__check_client(c);
     if (rc)
         return rc;
@@ -139,6 +140,7 @@ int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value)
 
 int dlock_client_setopt_str(dlock_client *c, dlock_option opt, const char *value)
 {
+    dlock__msg_clear();
     int rc = dlock__check_client(c);
     if (rc)
         return rc;
@@ -217,6 +219,7 @@ static int apply_url_options(dlock_client *c)
 
 int dlock_client_new(const char *url, dlock_client **out)
 {
+    dlock__msg_clear();
     if (!out)
         return dlock__err(DLOCK_EINVAL, "dlock_client_new: out is NULL");
     *out = NULL;
@@ -262,6 +265,7 @@ int dlock_client_new(const char *url, dlock_client **out)
 
 int dlock_client_connect(dlock_client *c)
 {
+    dlock__msg_clear();
     int rc = dlock__check_client(c);
     if (rc)
         return rc;
@@ -291,6 +295,7 @@ int dlock_client_connect(dlock_client *c)
 
 int dlock_open(const char *url, dlock_client **out)
 {
+    dlock__msg_clear();
     int rc = dlock_client_new(url, out);
     if (rc)
         return rc;

@@ -24,6 +24,7 @@ static int check_args(dlock_client *c, const char *name)
 
 int dlock_inspect(dlock_client *c, const char *name, dlock_info **out)
 {
+    dlock__msg_clear();
     if (!out || !name)
         return dlock__err(DLOCK_EINVAL, "dlock_inspect: NULL argument");
     *out = NULL;
@@ -143,6 +144,7 @@ const char *dlock_info_waiter(const dlock_info *i, size_t k)
 
 int dlock_force_release(dlock_client *c, const char *name)
 {
+    dlock__msg_clear();
     if (!name)
         return dlock__err(DLOCK_EINVAL, "dlock_force_release: name is NULL");
     int rc = check_args(c, name);
@@ -155,6 +157,7 @@ int dlock_force_release(dlock_client *c, const char *name)
 
 int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg)
 {
+    dlock__msg_clear();
     if (!fn)
         return dlock__err(DLOCK_EINVAL, "dlock_list: callback is NULL");
     int rc = check_args(c, NULL);

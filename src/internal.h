@@ -33,6 +33,15 @@ struct dlock_lock {
     struct dlock__waitref *waits; /* acquires in progress, for cancel */
 };
 
+/* The first thing every public call that returns a code does: the
+ * thread's message then never describes an earlier call (a timeout in
+ * the local queue used to append an unrelated earlier error). Freeing
+ * and closing leave it alone, so it can be read after cleaning up. */
+static inline void dlock__msg_clear(void)
+{
+    (void)dlock__err(DLOCK_OK, "%s", "");
+}
+
 /* Extra per-hold bookkeeping the core keeps next to the backend's view. */
 #define DLOCK__BUCKETS 1024
 

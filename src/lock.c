@@ -111,6 +111,7 @@ static int check_name(const char *name)
 int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, unsigned flags,
                    dlock_lock **out)
 {
+    dlock__msg_clear();
     if (!out)
         return dlock__err(DLOCK_EINVAL, "dlock_lock_new: out is NULL");
     *out = NULL;
@@ -150,6 +151,7 @@ int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, unsigned 
 
 int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags)
 {
+    dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     if (flags & ~DLOCK_LEASE_FIXED)
@@ -169,6 +171,7 @@ int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags)
 
 int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg)
 {
+    dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     pthread_mutex_lock(&l->c->mu);
@@ -198,6 +201,7 @@ static void waitref_remove(struct dlock__waitref **list, struct dlock__waitref *
 
 int dlock_lock_cancel(dlock_lock *l)
 {
+    dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     pthread_mutex_lock(&l->c->mu);
@@ -245,6 +249,7 @@ static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wa
 
 int dlock_acquire(dlock_lock *l, int64_t wait_ms)
 {
+    dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     dlock_client *c = l->c;
@@ -403,6 +408,7 @@ static int hold_end(dlock_client *c, struct dlock__hold *h)
 
 int dlock_release(dlock_lock *l)
 {
+    dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     dlock_client *c = l->c;
@@ -484,6 +490,7 @@ unsigned dlock_hold_count(dlock_lock *l)
 
 int dlock_token(dlock_lock *l, uint64_t *token)
 {
+    dlock__msg_clear();
     if (!l || !token)
         return dlock__err(DLOCK_EINVAL, "dlock_token: NULL argument");
     int rc = DLOCK_OK;
@@ -499,6 +506,7 @@ int dlock_token(dlock_lock *l, uint64_t *token)
 
 int64_t dlock_validity_ms(dlock_lock *l)
 {
+    dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     int64_t v;

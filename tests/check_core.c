@@ -330,6 +330,46 @@ START_TEST(test_local_queue_leaver_passes_on)
     dlock_client_close(c);
 }
 END_TEST
+
+struct timed_waiter {
+    dlock_lock *l;
+    int rc;
+    char msg[1024];
+};
+
+/* A thread that failed a call earlier, then times out in the local
+ * queue behind another thread of its client. */
+static void *timed_waiter_main(void *arg)
+{
+    struct timed_waiter *x = arg;
+    dlock_lock *bad = NULL;
+    if (dlock_lock_new(x->l->c, "", DLOCK_EXCLUSIVE, 0, &bad) != DLOCK_EINVAL)
+        return NULL;
+    x->rc = dlock_acquire(x->l, 200);
+    snprintf(x->msg, sizeof x->msg, "%s", dlock_errmsg());
+    return NULL;
+}
+
+START_TEST(test_timeout_message_is_not_an_earlier_error)
+{
+    ck_assert_msg(F_ok, "etcd did not start: %s", F.error);
+    char *u = etcdf_url(&F, NULL, NULL);
+    dlock_client *c = open_url(u);
+    free(u);
+    dlock_lock *l = new_lock(c, "core/message");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
+    struct timed_waiter x = {l, -100, ""};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, timed_waiter_main, &x), 0);
+    pthread_join(t, NULL);
+    ck_assert_msg(x.rc == DLOCK_ETIMEDOUT, "%s: %s", dlock_err_name(x.rc), x.msg);
+    ck_assert_msg(strstr(x.msg, "core/message"), "%s", x.msg);
+    ck_assert_msg(!strstr(x.msg, "empty"), "the earlier error leaked in: %s", x.msg);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
 #endif
 
 /* ---------------------------------------------- lost callbacks (redis) */
@@ -502,6 +542,7 @@ static Suite *core_suite(void)
 #ifdef DLOCK_HAVE_ETCD
         {"local_fifo", test_local_queue_fifo_one_wake_per_release, 1},
         {"local_leaver", test_local_queue_leaver_passes_on, 1},
+        {"timeout_message", test_timeout_message_is_not_an_earlier_error, 1},
 #endif
     };
     TCase *etcd_case = NULL;

@@ -1012,6 +1012,15 @@ struct proxy {
     int listen_fd, port, target_port;
     atomic_int drop_acquire, drop_release;
     const char *name; /* the lock whose calls are dropped */
+    /* hold_acquire: keep that many acquire calls back (the client sees
+     * its connection closed) until release_held is set, then send them to
+     * the server: a late original. held_done counts those that ran. */
+    atomic_int hold_acquire, release_held, held_done;
+    atomic_int reject;  /* close every new connection at once */
+    atomic_int accepts; /* connections accepted */
+    atomic_int open_conns;
+    pthread_mutex_t mu;
+    int clients[64]; /* client sockets of live connections, -1 = free */
 };
 
 struct proxy_conn {
@@ -1033,6 +1042,40 @@ static bool take_one(atomic_int *counter)
     return false;
 }
 
+static void proxy_track(struct proxy *px, int fd, bool add)
+{
+    pthread_mutex_lock(&px->mu);
+    for (size_t i = 0; i < sizeof px->clients / sizeof px->clients[0]; i++) {
+        if (add && px->clients[i] < 0) {
+            px->clients[i] = fd;
+            break;
+        }
+        if (!add && px->clients[i] == fd) {
+            px->clients[i] = -1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&px->mu);
+}
+
+/* An acquire call held back: the client's connection is closed now, the
+ * call goes to the server once the test sets release_held. */
+static void proxy_hold(struct proxy *px, int c, int sv, const char *buf, size_t n)
+{
+    proxy_track(px, c, false);
+    close(c);
+    atomic_fetch_sub(&px->open_conns, 1);
+    while (!atomic_load(&px->release_held))
+        tu_sleep_ms(5);
+    if (write(sv, buf, n) == (ssize_t)n) {
+        char reply[4096];
+        if (read(sv, reply, sizeof reply) <= 0) { /* ran or not, the test looks at the keys */
+        }
+    }
+    close(sv);
+    atomic_fetch_add(&px->held_done, 1);
+}
+
 static void *proxy_conn_main(void *arg)
 {
     struct proxy_conn *pc = arg;
@@ -1043,25 +1086,32 @@ static void *proxy_conn_main(void *arg)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)px->target_port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (connect(sv, (struct sockaddr *)&a, sizeof a) < 0) {
+        proxy_track(px, c, false);
         close(c);
         close(sv);
+        atomic_fetch_sub(&px->open_conns, 1);
         return NULL;
     }
     char tok[160], chan[160];
     snprintf(tok, sizeof tok, "redisson_lock_token:{%s}", px->name);
     snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", px->name);
-    char buf[65536];
+    char *buf = malloc(65536);
     for (;;) {
         struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = sv, .events = POLLIN}};
         if (poll(p, 2, -1) < 0 && errno != EINTR)
             break;
         if (p[0].revents) {
-            ssize_t n = read(c, buf, sizeof buf);
+            ssize_t n = read(c, buf, 65536);
             if (n <= 0)
                 break;
             bool is_script = chunk_has(buf, (size_t)n, "EVAL");
             bool is_release = is_script && chunk_has(buf, (size_t)n, chan);
             bool is_acquire = is_script && !is_release && chunk_has(buf, (size_t)n, tok);
+            if (is_acquire && take_one(&px->hold_acquire)) {
+                proxy_hold(px, c, sv, buf, (size_t)n);
+                free(buf);
+                return NULL;
+            }
             if ((is_acquire && take_one(&px->drop_acquire)) || (is_release && take_one(&px->drop_release))) {
                 if (write(sv, buf, (size_t)n) != n)
                     break;
@@ -1074,13 +1124,16 @@ static void *proxy_conn_main(void *arg)
                 break;
         }
         if (p[1].revents) {
-            ssize_t n = read(sv, buf, sizeof buf);
+            ssize_t n = read(sv, buf, 65536);
             if (n <= 0 || write(c, buf, (size_t)n) != n)
                 break;
         }
     }
+    free(buf);
+    proxy_track(px, c, false);
     close(c);
     close(sv);
+    atomic_fetch_sub(&px->open_conns, 1);
     return NULL;
 }
 
@@ -1091,6 +1144,13 @@ static void *proxy_main(void *arg)
         int c = accept(px->listen_fd, NULL, NULL);
         if (c < 0)
             return NULL;
+        atomic_fetch_add(&px->accepts, 1);
+        if (atomic_load(&px->reject)) {
+            close(c);
+            continue;
+        }
+        atomic_fetch_add(&px->open_conns, 1);
+        proxy_track(px, c, true);
         struct proxy_conn *pc = malloc(sizeof *pc);
         pc->px = px;
         pc->client = c;
@@ -1103,6 +1163,9 @@ static void *proxy_main(void *arg)
 static void proxy_start(struct proxy *px, int target_port, const char *name)
 {
     memset(px, 0, sizeof *px);
+    pthread_mutex_init(&px->mu, NULL);
+    for (size_t i = 0; i < sizeof px->clients / sizeof px->clients[0]; i++)
+        px->clients[i] = -1;
     px->target_port = target_port;
     px->name = name;
     px->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -1115,6 +1178,31 @@ static void proxy_start(struct proxy *px, int target_port, const char *name)
     pthread_t th;
     pthread_create(&th, NULL, proxy_main, px);
     pthread_detach(th);
+}
+
+/* Close every live client connection and wait until they are gone. With
+ * RESET, the proxy's side sends a FIN and then a reset: the client's
+ * next write on such a socket fails with EPIPE (and raises SIGPIPE unless
+ * the writer prevents it), as against a server killed mid-conversation. */
+static bool proxy_close_all(struct proxy *px, bool reset)
+{
+    pthread_mutex_lock(&px->mu);
+    for (size_t i = 0; i < sizeof px->clients / sizeof px->clients[0]; i++) {
+        if (px->clients[i] < 0)
+            continue;
+        if (reset) {
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            setsockopt(px->clients[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        }
+        shutdown(px->clients[i], SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&px->mu);
+    for (int waited = 0; atomic_load(&px->open_conns) > 0; waited += 5) {
+        if (waited > 10000)
+            return false;
+        tu_sleep_ms(5);
+    }
+    return true;
 }
 
 /* Replies lost after the script ran, through the proxy: one lost acquire
@@ -1174,6 +1262,131 @@ END_TEST
 START_TEST(lost_replies_simple_layout)
 {
     lost_replies_through_proxy("simple");
+}
+END_TEST
+
+/* Every attempt of an acquire is held back by the proxy and the client's
+ * connection closed: the acquire fails (DLOCK_ECONN) and undoes what it
+ * may have left. Then the held attempts reach the server, after the
+ * undo: they must do nothing (no hold for a lease, no token spent). */
+static void late_acquire_through_proxy(const char *layout)
+{
+    start_server(NULL);
+    struct proxy px;
+    proxy_start(&px, srv.port, "late");
+    char *url = tu_fmt("redis://127.0.0.1:%d?layout=%s&lease=60s", px.port, layout);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "late");
+    redisContext *ctx = raw();
+
+    atomic_store(&px.hold_acquire, 2); /* the first attempt and its retry */
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_ECONN, "acquire with every reply lost: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_int_eq(atomic_load(&px.hold_acquire), 0);
+    atomic_store(&px.release_held, 1);
+    for (int waited = 0; atomic_load(&px.held_done) < 2 && waited < 10000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(atomic_load(&px.held_done), 2);
+    ck_assert_msg(cmd_int(ctx, "EXISTS late") == 0, "a late acquire took the lock after its undo");
+    ck_assert_msg(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}") == -1000,
+                  "a late acquire spent a token");
+    acquire_ok(l, DLOCK_TRY);
+    ck_assert_uint_eq(token_of(l), 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
+}
+
+START_TEST(late_acquire_redisson_layout)
+{
+    late_acquire_through_proxy("redisson");
+}
+END_TEST
+
+START_TEST(late_acquire_simple_layout)
+{
+    late_acquire_through_proxy("simple");
+}
+END_TEST
+
+/* An acquire that never got its request onto a connection (the dial
+ * failed: here AUTH meets a closed connection) has nothing to undo: it
+ * must not dial again to undo it. */
+START_TEST(no_undo_when_nothing_was_sent)
+{
+    const char *extra[] = {"--requirepass", "pw", NULL};
+    start_server(extra);
+    struct proxy px;
+    proxy_start(&px, srv.port, "unsent");
+    char *url = tu_fmt("redis://:pw@127.0.0.1:%d", px.port);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "unsent");
+    atomic_store(&px.reject, 1);
+    ck_assert(proxy_close_all(&px, false));
+    /* the pooled connection is dead: this one sends on it and retires it */
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_ECONN);
+    atomic_store(&px.accepts, 0);
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(atomic_load(&px.accepts) == 1,
+                  "%d connections for one acquire whose dial failed (an undo dialed again)",
+                  atomic_load(&px.accepts));
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
+}
+END_TEST
+
+/* A program that keeps SIGPIPE's default action survives a server that
+ * closes a pooled connection (FIN, then a reset): the next request's
+ * write fails with EPIPE, and the library must neither die of SIGPIPE nor
+ * fail the request (it goes again on a fresh connection). In a forked
+ * child, so the default action is really the one in force. */
+START_TEST(sigpipe_default_action_survives)
+{
+    start_server(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL);
+        sigset_t pipe_set;
+        sigemptyset(&pipe_set);
+        sigaddset(&pipe_set, SIGPIPE);
+        pthread_sigmask(SIG_UNBLOCK, &pipe_set, NULL);
+        struct proxy px;
+        proxy_start(&px, srv.port, "pipe");
+        char *url = tu_fmt("redis://127.0.0.1:%d", px.port);
+        dlock_client *c = NULL;
+        if (dlock_open(url, &c) != DLOCK_OK)
+            _exit(2);
+        dlock_lock *l = NULL;
+        if (dlock_lock_new(c, "pipe", DLOCK_EXCLUSIVE, 0, &l) != DLOCK_OK)
+            _exit(2);
+        if (dlock_acquire(l, DLOCK_TRY) != DLOCK_OK || dlock_release(l) != DLOCK_OK)
+            _exit(3);
+        if (!proxy_close_all(&px, true))
+            _exit(4);
+        int rc = dlock_acquire(l, DLOCK_TRY);
+        if (rc != DLOCK_OK) {
+            fprintf(stderr, "acquire after the reset: %s: %s\n", dlock_err_name(rc), dlock_errmsg());
+            _exit(5);
+        }
+        dlock_release(l);
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        _exit(0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(!WIFSIGNALED(status), "the client died of signal %d (%s)", WTERMSIG(status),
+                  strsignal(WTERMSIG(status)));
+    ck_assert_msg(WEXITSTATUS(status) == 0, "the client exited %d", WEXITSTATUS(status));
+    stop_server();
 }
 END_TEST
 
@@ -1595,41 +1808,53 @@ START_TEST(cli_holder_renewed_then_killed)
 }
 END_TEST
 
+/* $REDIS_TEST=<test name> runs only that test. */
+#define ADD_TEST(tc, fn)                                                       \
+    do {                                                                       \
+        const char *only_ = getenv("REDIS_TEST");                              \
+        if (!only_ || !*only_ || strcmp(only_, #fn) == 0)                      \
+            tcase_add_test(tc, fn);                                            \
+    } while (0)
+
 static Suite *redis_suite(void)
 {
     Suite *s = suite_create("redis");
     TCase *t = tcase_create("redis");
     tcase_set_timeout(t, 60);
-    tcase_add_test(t, acquire_release_token_inspect);
-    tcase_add_test(t, reentrancy_and_threads);
-    tcase_add_test(t, thread_waits_for_thread);
-    tcase_add_test(t, cancel_a_wait);
-    tcase_add_test(t, threads_fight_over_one_name);
-    tcase_add_test(t, fixed_lease_expires);
-    tcase_add_test(t, one_waiter_woken_per_release);
-    tcase_add_test(t, redisson_on_the_wire);
-    tcase_add_test(t, simple_layout_on_the_wire);
-    tcase_add_test(t, holder_killed_9);
-    tcase_add_test(t, holder_paused_past_lease);
-    tcase_add_test(t, wrongtype_left_intact);
-    tcase_add_test(t, auth_password_and_acl_user);
-    tcase_add_test(t, unreachable_and_silent_servers);
-    tcase_add_test(t, server_killed_while_held);
-    tcase_add_test(t, server_paused_holds_lost);
-    tcase_add_test(t, script_flush_is_invisible);
-    tcase_add_test(t, out_of_memory_is_reported);
-    tcase_add_test(t, force_release_and_lost);
-    tcase_add_test(t, lost_replies_are_retried_safely);
-    tcase_add_test(t, lost_replies_redisson_layout);
-    tcase_add_test(t, lost_replies_simple_layout);
-    tcase_add_test(t, hash_tag_names);
-    tcase_add_test(t, server_restart_while_waiting);
-    tcase_add_test(t, connections_killed_renewals_resume);
-    tcase_add_test(t, thousand_names_waited_at_once);
-    tcase_add_test(t, renewal_is_batched);
-    tcase_add_test(t, urls_db_prefix_unix_and_list);
-    tcase_add_test(t, cli_on_redis_urls);
-    tcase_add_test(t, cli_holder_renewed_then_killed);
+    ADD_TEST(t, acquire_release_token_inspect);
+    ADD_TEST(t, reentrancy_and_threads);
+    ADD_TEST(t, thread_waits_for_thread);
+    ADD_TEST(t, cancel_a_wait);
+    ADD_TEST(t, threads_fight_over_one_name);
+    ADD_TEST(t, fixed_lease_expires);
+    ADD_TEST(t, one_waiter_woken_per_release);
+    ADD_TEST(t, redisson_on_the_wire);
+    ADD_TEST(t, simple_layout_on_the_wire);
+    ADD_TEST(t, holder_killed_9);
+    ADD_TEST(t, holder_paused_past_lease);
+    ADD_TEST(t, wrongtype_left_intact);
+    ADD_TEST(t, auth_password_and_acl_user);
+    ADD_TEST(t, unreachable_and_silent_servers);
+    ADD_TEST(t, server_killed_while_held);
+    ADD_TEST(t, server_paused_holds_lost);
+    ADD_TEST(t, script_flush_is_invisible);
+    ADD_TEST(t, out_of_memory_is_reported);
+    ADD_TEST(t, force_release_and_lost);
+    ADD_TEST(t, lost_replies_are_retried_safely);
+    ADD_TEST(t, lost_replies_redisson_layout);
+    ADD_TEST(t, lost_replies_simple_layout);
+    ADD_TEST(t, late_acquire_redisson_layout);
+    ADD_TEST(t, late_acquire_simple_layout);
+    ADD_TEST(t, no_undo_when_nothing_was_sent);
+    ADD_TEST(t, sigpipe_default_action_survives);
+    ADD_TEST(t, hash_tag_names);
+    ADD_TEST(t, server_restart_while_waiting);
+    ADD_TEST(t, connections_killed_renewals_resume);
+    ADD_TEST(t, thousand_names_waited_at_once);
+    ADD_TEST(t, renewal_is_batched);
+    ADD_TEST(t, urls_db_prefix_unix_and_list);
+    ADD_TEST(t, cli_on_redis_urls);
+    ADD_TEST(t, cli_holder_renewed_then_killed);
     suite_add_tcase(s, t);
     return s;
 }

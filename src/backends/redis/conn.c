@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <hiredis/sds.h>
 
 #include "redis.h"
 
@@ -57,6 +60,44 @@ static int deadline_passed(struct redis_state *s, const char *what)
 
 /* ============================================================ connections */
 
+/* hiredis 0.14 writes with write(2): on a connection the server has closed
+ * (FIN, then a reset) that raises SIGPIPE, whose default action kills the
+ * program that embeds us. So every write goes through here instead, with
+ * send(MSG_NOSIGNAL), and hiredis finds its output buffer empty. */
+int redis_flush(redisContext *ctx)
+{
+    if (ctx->err)
+        return REDIS_ERR;
+    size_t len = sdslen(ctx->obuf), done = 0;
+    while (done < len) {
+        ssize_t n = send(ctx->fd, ctx->obuf + done, len - done, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            ctx->err = REDIS_ERR_IO;
+            snprintf(ctx->errstr, sizeof ctx->errstr, "%s", n < 0 ? strerror(errno) : "short write");
+            return REDIS_ERR;
+        }
+        done += (size_t)n;
+    }
+    sdsrange(ctx->obuf, (int)len, -1); /* now empty */
+    return REDIS_OK;
+}
+
+redisReply *redis_command(redisContext *ctx, int argc, const char **argv, const size_t *argl,
+                          bool *written)
+{
+    if (redisAppendCommandArgv(ctx, argc, argv, argl) != REDIS_OK || redis_flush(ctx) != REDIS_OK)
+        return NULL;
+    if (written)
+        *written = true;
+    void *reply = NULL;
+    if (redisGetReply(ctx, &reply) != REDIS_OK)
+        return NULL;
+    return reply;
+}
+
+
 /* One setup command (AUTH, SELECT) on a fresh connection: DLOCK_OK or the
  * failure, with AUTH refusals as DLOCK_EAUTH. */
 static int setup_command(struct redis_state *s, redisContext *ctx, int64_t deadline, int argc,
@@ -66,7 +107,7 @@ static int setup_command(struct redis_state *s, redisContext *ctx, int64_t deadl
     if (left == 0)
         return deadline_passed(s, what);
     redisSetTimeout(ctx, redis_ms_tv(left));
-    redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
+    redisReply *r = redis_command(ctx, argc, argv, NULL, NULL);
     int rc = DLOCK_OK;
     if (!r)
         rc = redis_io_error(s, ctx, left, what);

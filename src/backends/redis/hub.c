@@ -219,12 +219,8 @@ static void *hub_main(void *arg)
         pthread_mutex_unlock(&hb->mu);
 
         bool broken = false;
-        if (ctx) {
-            int done = 0;
-            while (!done && !broken)
-                if (redisBufferWrite(ctx, &done) == REDIS_ERR)
-                    broken = true;
-        }
+        if (ctx && redis_flush(ctx) != REDIS_OK)
+            broken = true;
         struct pollfd p[2] = {{.fd = s->hub.efd, .events = POLLIN}, {.fd = -1, .events = POLLIN}};
         if (ctx && !broken)
             p[1].fd = ctx->fd;

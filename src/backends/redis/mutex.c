@@ -34,44 +34,71 @@ static void owner_of(struct redis_state *s, struct dlock__hold *h)
     snprintf(h->owner, sizeof h->owner, "%s:%ld", s->uuid, h->tid);
 }
 
-/* An acquire whose replies were lost (timeout, connection reset) may have
- * run on the server: take our field away again if it is there, so the
- * name is not left held by nobody until the lease ends. Best effort: if
- * the server cannot be reached now, the lease ends it. Keeps the caller's
- * error message. */
-static void undo_lost_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k)
+/* How long the record of a canceled acquire lives: an attempt that
+ * reaches the server later than this after its cancellation can still
+ * take the name for one lease (docs/protocol-redis.md). */
+static int64_t cancel_life_ms(int64_t lease_ms)
 {
-    char msg[DLOCK__MSG_MAX], value[160];
+    int64_t life = 600000;
+    return lease_ms > life / 2 ? 2 * lease_ms : life;
+}
+
+/* An acquire whose replies were lost (timeout, connection reset) may have
+ * run on the server, or may still run there later (a request on its way
+ * through the network or a proxy). Record on the server that every
+ * request of ours up to number LAST is canceled, so that one arriving
+ * later does nothing, and take our field away if one did run, so the name
+ * is not left held by nobody until the lease ends. Best effort: if the
+ * server cannot be reached now, the lease ends it. Keeps the caller's
+ * error message. */
+static void cancel_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
+                           uint64_t last, int64_t lease_ms)
+{
+    char msg[DLOCK__MSG_MAX], owner[160], num[24], life[24];
     dlock__errmsg_save(msg);
     /* Redisson layout: our field. Simple layout: our value's prefix
      * "<uuid>:<tid>:" (the token after it was never learned). */
-    int vl = snprintf(value, sizeof value, s->simple ? "%s:" : "%s", h->owner);
-    const char *args[] = {k->lock, k->chan, k->token, s->simple ? "" : value, "0", value};
-    size_t lens[] = {k->lock_len, k->chan_len, k->token_len, s->simple ? 0 : (size_t)vl, 1, (size_t)vl};
+    int ol = snprintf(owner, sizeof owner, s->simple ? "%s:" : "%s", h->owner);
+    int nl = snprintf(num, sizeof num, "%llu", (unsigned long long)last);
+    int ll = snprintf(life, sizeof life, "%lld", (long long)cancel_life_ms(lease_ms));
+    const char *args[] = {k->lock, k->chan, k->canceled, owner, num, life};
+    size_t lens[] = {k->lock_len, k->chan_len, k->canceled_len, (size_t)ol, (size_t)nl, (size_t)ll};
     redisReply *r = NULL;
-    if (redis_eval(s, DLOCK__NEVER, S_RELEASE, 3, s->simple ? 6 : 5, args, lens, false,
-                   "undo acquire", &r, NULL, NULL) == DLOCK_OK)
+    if (redis_eval(s, DLOCK__NEVER, S_CANCEL, 3, 6, args, lens, true, NULL, NULL,
+                   "cancel a lost acquire", &r, NULL, NULL, NULL) == DLOCK_OK)
         freeReplyObject(r);
     dlock__errmsg_restore(DLOCK_ECONN, msg);
 }
 
 /* One acquire attempt within DEADLINE (the wait's): DLOCK_OK (h->token
  * set), DLOCK_EBUSY with *TTL_MS the holder's remaining lease, or a
- * failure. */
+ * failure. A request whose reply is lost is sent once more with the next
+ * request number, which cancels the first one on the server; when the
+ * second is lost too, cancel_acquire() cancels both. */
 static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
                        int64_t lease_ms, int64_t deadline, int64_t *ttl_ms)
 {
-    char lease[24], prefix[128];
+    char lease[24], prefix[128], first[24], second[24], life[24];
     int pl = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
     int ol = s->simple ? snprintf(prefix, sizeof prefix, "%s:", h->owner)
                        : snprintf(prefix, sizeof prefix, "%s", h->owner);
-    const char *args[] = {k->lock, k->token, lease, prefix};
-    size_t lens[] = {k->lock_len, k->token_len, (size_t)pl, (size_t)ol};
+    uint64_t n = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* n and n + 1 */
+    int fl = snprintf(first, sizeof first, "%llu", (unsigned long long)n);
+    int sl = snprintf(second, sizeof second, "%llu", (unsigned long long)n + 1);
+    int ll = snprintf(life, sizeof life, "%lld", (long long)cancel_life_ms(lease_ms));
+    const char *args[] = {k->lock, k->token, k->canceled, lease, prefix, first, "0", life};
+    size_t lens[] = {k->lock_len, k->token_len, k->canceled_len, (size_t)pl, (size_t)ol, (size_t)fl, 1,
+                     (size_t)ll};
+    const char *retry_args[] = {k->lock, k->token, k->canceled, lease, prefix, second, first, life};
+    size_t retry_lens[] = {k->lock_len, k->token_len, k->canceled_len, (size_t)pl, (size_t)ol,
+                           (size_t)sl, (size_t)fl, (size_t)ll};
     redisReply *r;
     int64_t sent;
-    int rc = redis_eval(s, deadline, S_ACQUIRE, 2, 4, args, lens, true, "acquire", &r, &sent, NULL);
-    if (rc == DLOCK_ECONN)
-        undo_lost_acquire(s, h, k);
+    bool reached = false;
+    int rc = redis_eval(s, deadline, S_ACQUIRE, 3, 8, args, lens, true, retry_args, retry_lens,
+                        "acquire", &r, &sent, NULL, &reached);
+    if (rc == DLOCK_ECONN && reached)
+        cancel_acquire(s, h, k, n + 1, lease_ms);
     if (rc) {
         if (rc == DLOCK_EWRONGTYPE) {
             char why[DLOCK__MSG_MAX];
@@ -91,6 +118,10 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
         } else if (value >= 0) {
             h->token = (uint64_t)value;
             dlock__hold_confirmed(s->c, h, sent);
+        } else if (value == -1) { /* only a request canceled before it ran gets this */
+            rc = dlock__err(DLOCK_EPROTO, "%s: acquire '%s': the server found the request "
+                                          "canceled",
+                            s->where, k->lock);
         } else {
             *ttl_ms = -3 - value;
             rc = dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by another owner (%lld ms of lease left)",
@@ -193,7 +224,8 @@ static int redis_release(void *state, struct dlock__hold *h)
     size_t lens[] = {k.lock_len, k.chan_len, k.token_len, (size_t)vl, (size_t)tl};
     redisReply *r;
     bool retried;
-    rc = redis_eval(s, DLOCK__NEVER, S_RELEASE, 3, 5, args, lens, true, "release", &r, NULL, &retried);
+    rc = redis_eval(s, DLOCK__NEVER, S_RELEASE, 3, 5, args, lens, true, NULL, NULL, "release", &r, NULL,
+                    &retried, NULL);
     if (!rc) {
         long long status;
         const char *type_name;
@@ -290,7 +322,9 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
                 goto fail_all;
             }
         }
-        /* Read every reply (all must be read to keep the connection in step). */
+        /* Read every reply (all must be read to keep the connection in
+         * step); a failed send shows as the first read's error. */
+        redis_flush(k->ctx);
         noscript = false;
         for (size_t ci = 0; ci < nchunks; ci++) {
             redisReply *r = NULL;
@@ -392,7 +426,8 @@ static int redis_inspect(void *state, const char *name, struct dlock_info *info)
     const char *args[] = {k.lock, k.token};
     size_t lens[] = {k.lock_len, k.token_len};
     redisReply *r;
-    rc = redis_eval(s, DLOCK__NEVER, S_INSPECT, 2, 2, args, lens, true, "inspect", &r, NULL, NULL);
+    rc = redis_eval(s, DLOCK__NEVER, S_INSPECT, 2, 2, args, lens, true, NULL, NULL, "inspect", &r, NULL,
+                    NULL, NULL);
     if (rc)
         goto out;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING ||
@@ -446,7 +481,8 @@ static int redis_force_release(void *state, const char *name)
     const char *args[] = {k.lock, k.chan, type};
     size_t lens[] = {k.lock_len, k.chan_len, strlen(type)};
     redisReply *r;
-    rc = redis_eval(s, DLOCK__NEVER, S_FORCE, 2, 3, args, lens, true, "force release", &r, NULL, NULL);
+    rc = redis_eval(s, DLOCK__NEVER, S_FORCE, 2, 3, args, lens, true, NULL, NULL, "force release", &r,
+                    NULL, NULL, NULL);
     if (!rc) {
         long long status;
         const char *type_name;
@@ -481,13 +517,13 @@ static bool key_is_lock(struct redis_state *s, redisContext *ctx, const char *ke
 {
     const char *argv[2] = {s->simple ? "GET" : "HKEYS", key};
     size_t argl[2] = {strlen(argv[0]), len};
+    if (redis_own_key_space(key, len))
+        return false; /* a token counter or a record of canceled acquires */
     if (s->simple) {
-        /* A string with a lease that is not one of our token keys. */
-        if (len > 20 && memcmp(key, "redisson_lock_token:", 20) == 0)
-            return false;
+        /* A string with a lease. */
         argv[0] = "PTTL";
         argl[0] = 4;
-        redisReply *r = redisCommandArgv(ctx, 2, argv, argl);
+        redisReply *r = redis_command(ctx, 2, argv, argl, NULL);
         if (!r) {
             *err = redis_io_error(s, ctx, s->op_timeout_ms, "list");
             return false;
@@ -496,7 +532,7 @@ static bool key_is_lock(struct redis_state *s, redisContext *ctx, const char *ke
         freeReplyObject(r);
         return yes;
     }
-    redisReply *r = redisCommandArgv(ctx, 2, argv, argl);
+    redisReply *r = redis_command(ctx, 2, argv, argl, NULL);
     if (!r) {
         *err = redis_io_error(s, ctx, s->op_timeout_ms, "list");
         return false;
@@ -525,8 +561,9 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
     char cursor[32] = "0";
     bool stop = false, broken = false;
     do {
-        redisReply *r = redisCommand(k->ctx, "SCAN %s MATCH %s COUNT 1000 TYPE %s", cursor, match,
-                                     s->simple ? "string" : "hash");
+        const char *scan[] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000", "TYPE",
+                              s->simple ? "string" : "hash"};
+        redisReply *r = redis_command(k->ctx, 8, scan, NULL, NULL);
         if (!r) {
             rc = redis_io_error(s, k->ctx, k->timeout_ms, "SCAN");
             broken = true;

@@ -28,7 +28,7 @@
 #define REDIS_HUB_BUCKETS 1024
 
 /* The scripts, one per lock operation (scripts/NAME.lua). */
-enum script_id { S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_COUNT };
+enum script_id { S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_CANCEL, S_COUNT };
 
 /* One pooled connection. */
 struct rconn {
@@ -65,6 +65,7 @@ struct redis_state {
 
     const char *src[S_COUNT];
     char sha[S_COUNT][41];
+    uint64_t requests; /* acquire request numbers handed out (atomic) */
 
     pthread_mutex_t pool_mu;
     struct rconn *idle;
@@ -75,10 +76,11 @@ struct redis_state {
     struct hub hub;
 };
 
-/* The three keys of one lock. */
+/* The keys of one lock: the lock, its token counter, its channel and the
+ * record of canceled acquires (docs/protocol-redis.md). */
 struct lock_keys {
-    char *lock, *token, *chan;
-    size_t lock_len, token_len, chan_len;
+    char *lock, *token, *chan, *canceled;
+    size_t lock_len, token_len, chan_len, canceled_len;
 };
 
 static inline struct timeval redis_ms_tv(int64_t ms)
@@ -97,6 +99,15 @@ int redis_server_error(struct redis_state *s, const char *text, const char *what
  * TIMEOUT_MS, to DLOCK_ECONN. */
 int redis_io_error(struct redis_state *s, const redisContext *ctx, int64_t timeout_ms,
                    const char *what);
+/* Send what hiredis has buffered on CTX with send(MSG_NOSIGNAL), never
+ * write(2) (SIGPIPE): REDIS_OK, or REDIS_ERR with ctx->err set. Call it
+ * after appending and before redisGetReply(), which then writes nothing. */
+int redis_flush(redisContext *ctx);
+/* One command on CTX (ARGL may be NULL: strlen): the reply, or NULL on an
+ * I/O error. *WRITTEN (may be NULL) is set true once the whole command was
+ * written, so the server may have run it; left alone otherwise. */
+redisReply *redis_command(redisContext *ctx, int argc, const char **argv, const size_t *argl,
+                          bool *written);
 /* Dial, authenticate, select the db (SELECT_DB), every step within what
  * is left until DEADLINE (monotonic ms; 0 or DLOCK__NEVER: the connect
  * and op timeouts whole). On failure *OUT is NULL and the message names
@@ -121,15 +132,22 @@ int redis_load_scripts(struct redis_state *s);
 /* The lock's key (prefix + NAME), token key and channel, in one block. */
 int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k);
 void redis_keys_free(struct lock_keys *k);
+/* The prefix of the key space KEY falls in when it is one of the keys
+ * dlock makes beside a lock (token counter, channel, canceled acquires):
+ * "redisson_lock_token:"...; NULL for any other key. */
+const char *redis_own_key_space(const char *key, size_t len);
 /* Run script ID once, or, when RETRY and the reply was lost to an I/O
  * error or timeout, once more on a fresh connection (the scripts are
- * written so a repeat is harmless), every attempt within DEADLINE (see
+ * written so a repeat is harmless) with RETRY_ARGS (NULL: ARGS again; an
+ * acquire's retry carries another request number), every attempt within DEADLINE (see
  * redis_pool_get). *SENT_MS (may be NULL) = send time of the attempt that
- * answered; *RETRIED tells whether a second attempt answered.
- * DLOCK_ETIMEDOUT when DEADLINE cut a request short. */
+ * answered; *RETRIED tells whether a second attempt answered; *REACHED
+ * (may be NULL) whether a request was written whole, so that the server
+ * may have run it even when the call failed. */
 int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
-               const char **args, const size_t *lens, bool retry, const char *what,
-               redisReply **out, int64_t *sent_ms, bool *retried);
+               const char **args, const size_t *lens, bool retry, const char **retry_args,
+               const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,
+               bool *retried, bool *reached);
 /* Decode a lock script's reply: *VALUE, or *TYPE_NAME for a key of the
  * wrong type. */
 int redis_script_reply(struct redis_state *s, const redisReply *r, long long *value,

@@ -49,6 +49,8 @@ EMBED_SCRIPT(redis_lua_release_simple, "release_simple.lua");
 EMBED_SCRIPT(redis_lua_renew_simple, "renew_simple.lua");
 EMBED_SCRIPT(redis_lua_inspect, "inspect.lua");
 EMBED_SCRIPT(redis_lua_force, "force.lua");
+EMBED_SCRIPT(redis_lua_cancel_redisson, "cancel_redisson.lua");
+EMBED_SCRIPT(redis_lua_cancel_simple, "cancel_simple.lua");
 
 const char *redis_script_source(enum script_id id, bool simple)
 {
@@ -63,6 +65,8 @@ const char *redis_script_source(enum script_id id, bool simple)
         return redis_lua_inspect;
     case S_FORCE:
         return redis_lua_force;
+    case S_CANCEL:
+        return simple ? redis_lua_cancel_simple : redis_lua_cancel_redisson;
     case S_COUNT:
         break;
     }
@@ -79,6 +83,7 @@ int redis_load_scripts(struct redis_state *s)
     /* pipelined: one round trip for all of them */
     for (int i = 0; i < S_COUNT; i++)
         redisAppendCommand(k->ctx, "SCRIPT LOAD %s", s->src[i]);
+    redis_flush(k->ctx); /* a failure shows as the first read's */
     bool broken = false;
     for (int i = 0; i < S_COUNT; i++) {
         redisReply *r = NULL;
@@ -123,21 +128,34 @@ static size_t put_prefixed(char *p, const char *prefix, const char *key, size_t 
     return n;
 }
 
+const char *redis_own_key_space(const char *key, size_t len)
+{
+    static const char *const spaces[] = {"redisson_lock_token:", "redisson_lock__channel:",
+                                         "dlock_canceled:"};
+    for (size_t i = 0; i < sizeof spaces / sizeof spaces[0]; i++) {
+        size_t sl = strlen(spaces[i]);
+        if (len >= sl && memcmp(key, spaces[i], sl) == 0)
+            return spaces[i];
+    }
+    return NULL;
+}
+
 void redis_keys_free(struct lock_keys *k)
 {
-    free(k->lock); /* one block holds all three */
+    free(k->lock); /* one block holds them all */
     memset(k, 0, sizeof *k);
 }
 
-/* The lock's key (prefix + name), token key and channel, in one block:
- * this runs for every acquire and release. */
+/* The lock's key (prefix + name), token key, channel and canceled key, in
+ * one block: this runs for every acquire and release. */
 int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k)
 {
-    static const char TOKEN[] = "redisson_lock_token", CHAN[] = "redisson_lock__channel";
+    static const char TOKEN[] = "redisson_lock_token", CHAN[] = "redisson_lock__channel",
+                      CANCELED[] = "dlock_canceled";
     size_t pl = s->prefix ? strlen(s->prefix) : 0, nl = strlen(name), kl = pl + nl;
     memset(k, 0, sizeof *k);
     /* each part: key + NUL; each prefixed one adds ":{" "}" */
-    char *block = malloc(3 * (kl + 1) + sizeof TOKEN + sizeof CHAN + 8);
+    char *block = malloc(4 * (kl + 1) + sizeof TOKEN + sizeof CHAN + sizeof CANCELED + 12);
     if (!block)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     k->lock = block;
@@ -149,18 +167,20 @@ int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k
     k->token_len = put_prefixed(k->token, TOKEN, k->lock, kl);
     k->chan = k->token + k->token_len + 1;
     k->chan_len = put_prefixed(k->chan, CHAN, k->lock, kl);
+    k->canceled = k->chan + k->chan_len + 1;
+    k->canceled_len = put_prefixed(k->canceled, CANCELED, k->lock, kl);
     return DLOCK_OK;
 }
 
 /* ======================================================== running scripts */
 
-#define MAX_SCRIPT_ARGS 8
+#define MAX_SCRIPT_ARGS 10
 
 /* Send script ID with NKEYS keys then the other args, on K: EVALSHA, and EVAL
  * when the server has forgotten the script. NULL return = I/O error (K is
- * then broken). */
+ * then broken); *WRITTEN as redis_command() says. */
 static redisReply *eval_on(struct redis_state *s, struct rconn *k, enum script_id id, int nkeys,
-                           int nargs, const char **args, const size_t *lens)
+                           int nargs, const char **args, const size_t *lens, bool *written)
 {
     const char *argv[MAX_SCRIPT_ARGS + 3];
     size_t argl[MAX_SCRIPT_ARGS + 3];
@@ -176,25 +196,27 @@ static redisReply *eval_on(struct redis_state *s, struct rconn *k, enum script_i
         argv[3 + i] = args[i];
         argl[3 + i] = lens[i];
     }
-    redisReply *r = redisCommandArgv(k->ctx, 3 + nargs, argv, argl);
+    redisReply *r = redis_command(k->ctx, 3 + nargs, argv, argl, written);
     if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
         freeReplyObject(r);
         argv[0] = "EVAL";
         argl[0] = 4;
         argv[1] = s->src[id];
         argl[1] = strlen(s->src[id]);
-        r = redisCommandArgv(k->ctx, 3 + nargs, argv, argl);
+        r = redis_command(k->ctx, 3 + nargs, argv, argl, written);
     }
     return r;
 }
 
 int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
-               const char **args, const size_t *lens, bool retry, const char *what,
-               redisReply **out, int64_t *sent_ms, bool *retried)
+               const char **args, const size_t *lens, bool retry, const char **retry_args,
+               const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,
+               bool *retried, bool *reached)
 {
     *out = NULL;
     if (retried)
         *retried = false;
+    bool written = false;
     char lost[DLOCK__MSG_MAX];
     for (int attempt = 0;; attempt++) {
         struct rconn *k;
@@ -205,7 +227,9 @@ int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int n
             return rc;
         if (sent_ms)
             *sent_ms = dlock__now_ms();
-        redisReply *r = eval_on(s, k, id, nkeys, nargs, args, lens);
+        redisReply *r = eval_on(s, k, id, nkeys, nargs, args, lens, &written);
+        if (reached)
+            *reached = written;
         if (!r) {
             rc = redis_io_error(s, k->ctx, k->timeout_ms, what);
             redis_pool_put(s, k, true);
@@ -213,6 +237,10 @@ int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int n
                 if (retried)
                     *retried = true;
                 dlock__errmsg_save(lost);
+                if (retry_args) {
+                    args = retry_args;
+                    lens = retry_lens;
+                }
                 continue;
             }
             return rc;

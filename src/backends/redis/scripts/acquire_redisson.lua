@@ -1,10 +1,26 @@
--- acquire, Redisson layout. KEYS: lock, token key. ARGV: lease ms, owner field.
--- Returns the token (>= 0) when taken; -3 - PTTL (< 0) when another owner
--- holds it; a type name when the lock key is not a hash (nothing written).
+-- acquire, Redisson layout. KEYS: lock, token key, canceled key. ARGV: lease
+-- ms, owner field, request number, the number of the attempt this one
+-- retries (0 for a first attempt), life ms of a cancellation record.
+-- Returns the token (>= 0) when taken; -3 - PTTL (< -1) when another owner
+-- holds it; -1 when this request was canceled (nothing written); a type
+-- name when the lock key is not a hash (nothing written).
 -- A field that already exists is our own earlier attempt whose reply was
 -- lost: the core only calls acquire for a thread that holds nothing here.
--- Run by hand: redis-cli --eval acquire_redisson.lua N redisson_lock_token:{N} , 30000 <uuid>:1
+-- The canceled key (a hash: owner field = highest canceled request number)
+-- makes an attempt that reaches the server after its acquire gave up do
+-- nothing: see "Ambiguous replies" in docs/protocol-redis.md.
+-- Run by hand: redis-cli --eval acquire_redisson.lua N redisson_lock_token:{N} dlock_canceled:{N} , 30000 <uuid>:1 1 0 600000
+if ARGV[4] ~= '0' then
+  local canceled = tonumber(redis.call('hget', KEYS[3], ARGV[2]) or '0')
+  if canceled >= tonumber(ARGV[3]) then return -1 end
+  if canceled < tonumber(ARGV[4]) then
+    redis.call('hset', KEYS[3], ARGV[2], ARGV[4])
+    redis.call('pexpire', KEYS[3], ARGV[5])
+  end
+end
 if redis.call('exists', KEYS[1]) == 0 then
+  local canceled = redis.call('hget', KEYS[3], ARGV[2])
+  if canceled and tonumber(canceled) >= tonumber(ARGV[3]) then return -1 end
   local token = redis.call('incr', KEYS[2])
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])

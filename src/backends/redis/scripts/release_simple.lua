@@ -1,11 +1,9 @@
 -- release, simple layout: the classic compare-and-delete, plus the wake-up
 -- message for dlock waiters. KEYS: lock, channel, token key. ARGV: our value,
--- our token, and only when undoing an acquire whose reply was lost, our
--- value's prefix (the token in the value is unknown then). Returns as
--- release_redisson.lua does.
+-- our token. Returns as release_redisson.lua does.
 local v = redis.pcall('get', KEYS[1])
 if type(v) == 'table' then return redis.call('type', KEYS[1]).ok end
-if v == ARGV[1] or (ARGV[3] and v and string.sub(v, 1, #ARGV[3]) == ARGV[3]) then
+if v == ARGV[1] then
   redis.call('del', KEYS[1])
   redis.call('publish', KEYS[2], '0')
   return 1

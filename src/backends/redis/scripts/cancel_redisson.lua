@@ -1,0 +1,19 @@
+-- cancel, Redisson layout: undo an acquire whose replies were lost. KEYS:
+-- lock, channel, canceled key. ARGV: owner field, the acquire's last
+-- request number, life ms of the cancellation record.
+-- Records that every request of this owner up to that number is canceled
+-- (an attempt still on its way then does nothing when it arrives), and
+-- takes our field away if an attempt did run. Returns 1 when a field was
+-- removed (and the release message published), 0 when there was none, or
+-- a type name (WRONGTYPE; the record is written, nothing else).
+local canceled = tonumber(redis.call('hget', KEYS[3], ARGV[1]) or '0')
+if canceled < tonumber(ARGV[2]) then
+  redis.call('hset', KEYS[3], ARGV[1], ARGV[2])
+end
+redis.call('pexpire', KEYS[3], ARGV[3])
+local n = redis.pcall('hdel', KEYS[1], ARGV[1])
+if type(n) == 'table' then return redis.call('type', KEYS[1]).ok end
+if n == 1 and redis.call('exists', KEYS[1]) == 0 then
+  redis.call('publish', KEYS[2], '0')
+end
+return n

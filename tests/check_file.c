@@ -1063,6 +1063,15 @@ START_TEST(test_meta_byte_held_by_another_user)
     pthread_join(th, NULL);
     ck_assert_int_eq(t.rc, DLOCK_ECANCELED);
     ck_assert_uint_eq(dlock_hold_count(l), 0);
+    /* inspect shares the byte with a reader; behind a writer it waits no
+     * longer than the op timeout (an OFD lock of another open file
+     * description of this process stands in for the writer). */
+    char *short_url = tu_fmt("%s?timeout=200ms", url);
+    dlock_client *ci;
+    ck_assert_int_eq(dlock_open(short_url, &ci), DLOCK_OK);
+    dlock_info *info;
+    ck_assert_int_eq(dlock_inspect(ci, "meta", &info), DLOCK_OK);
+    dlock_info_free(info);
     /* Nothing was left held: an exclusive acquire (which needs no
      * metadata lock) gets it. */
     dlock_lock *x = new_lock(c, "meta", DLOCK_EXCLUSIVE);
@@ -1071,6 +1080,14 @@ START_TEST(test_meta_byte_held_by_another_user)
     dlock_lock_free(x);
     kill(reader, SIGKILL);
     waitpid(reader, NULL, 0);
+    int wfd = open(path, O_RDWR);
+    struct flock wl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 1, .l_len = 1};
+    ck_assert_int_eq(fcntl(wfd, F_OFD_SETLK, &wl), 0);
+    ck_assert_int_eq(dlock_inspect(ci, "meta", &info), DLOCK_ETIMEDOUT);
+    ck_assert_msg(strstr(dlock_errmsg(), "metadata"), "%s", dlock_errmsg());
+    close(wfd);
+    dlock_client_close(ci);
+    free(short_url);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);

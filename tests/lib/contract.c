@@ -197,7 +197,7 @@ static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"}
 static struct ct_fixture fx_redis = {
     .name = "redis",
     .scheme = "redis",
-    .caps = CT_SERVER | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
     .priv = &redisson_priv,
     .start = redis_start,
     .stop = redis_stop,
@@ -209,7 +209,7 @@ static struct ct_fixture fx_redis = {
 static struct ct_fixture fx_redis_simple = {
     .name = "redis-simple",
     .scheme = "redis",
-    .caps = CT_SERVER | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
     .priv = &simple_priv,
     .start = redis_start,
     .stop = redis_stop,
@@ -260,7 +260,7 @@ static long etcd_waiters(const struct ct_fixture *f, dlock_client *c, const char
 static struct ct_fixture fx_etcd = {
     .name = "etcd",
     .scheme = "etcd",
-    .caps = CT_SERVER | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
     .start = etcd_start,
     .stop = etcd_stop,
     .url = etcd_url,
@@ -311,7 +311,7 @@ static long zk_waiters(const struct ct_fixture *f, dlock_client *c, const char *
 static struct ct_fixture fx_zk = {
     .name = "zk",
     .scheme = "zk",
-    .caps = CT_SERVER | CT_LEASES | CT_FORCE_LIVE,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE,
     .start = zk_start,
     .stop = zk_stop,
     .url = zk_url,

@@ -28,6 +28,8 @@ enum ct_caps {
     CT_FIXED_LEASE = 1u << 3, /* DLOCK_LEASE_FIXED honoured; with CT_LEASES and
                                  without this bit the acquire is DLOCK_ENOTSUP */
     CT_SERVER = 1u << 4,      /* a server on host:port (file: a local directory) */
+    CT_WAITERS_EXACT = 1u << 5, /* waiters() falls back to 0 once a waiter leaves
+                                   (file: a watch lingers in the client's pool) */
 };
 
 struct ct_fixture {

@@ -283,9 +283,18 @@ void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_
 void dlock__hold_confirmed_lease(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms,
                                  int64_t lease_ms);
 
-/* A backend thread learned that H (or, with h == NULL, every hold of the
- * client) is gone: mark lost and let the keeper fire callbacks. Any thread;
- * takes the client's lock, so never call it while the core calls you. */
+/* A backend learned that H (or, with h == NULL, every hold of the client:
+ * a ZooKeeper session expired) is gone: report it at once instead of at
+ * the next renewal. Marks the hold lost with WHY (copied), so validity is
+ * 0 and its release returns DLOCK_ELOST, and has the keeper queue its lost
+ * callback (the keeper is started if need be). Any thread, including the
+ * backend's own (watcher, subscriber) and the core's calls into the
+ * backend (acquire, release, renew: the core holds no lock then); takes
+ * the client's mutex, and leaves the calling thread's message alone.
+ * H is matched against the holds registered now and never read
+ * otherwise: a hold still being acquired is not registered yet (fail that
+ * acquire instead) and a released one no longer, so a report that races
+ * with a release is ignored. Holds already lost are left as they are. */
 void dlock__hold_lost(struct dlock_client *c, struct dlock__hold *h, const char *why);
 
 /* ------------------------------------------------------------ inspecting */

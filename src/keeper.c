@@ -50,20 +50,29 @@ static void mark_lost(struct dlock__hold *h, const char *why)
     h->lost_why = strdup(why && *why ? why : "no reason given");
 }
 
+/* Called by a backend's own thread (a ZooKeeper watcher learning that the
+ * session expired, say), so it must not trust H: it marks H only when H
+ * is still in the registry -- a hold being acquired is not there yet (the
+ * acquire itself must fail), a released one no longer -- and never reads
+ * it otherwise. The keeper (started here if it is not running: the file
+ * backend's holds have no lease to start it) queues the callbacks. */
 void dlock__hold_lost(struct dlock_client *c, struct dlock__hold *h, const char *why)
 {
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
     pthread_mutex_lock(&c->mu);
-    if (h) {
-        mark_lost(h, why);
-    } else {
-        for (size_t b = 0; b < DLOCK__BUCKETS; b++)
-            for (struct dlock__entry *e = c->buckets[b]; e; e = e->next)
-                for (struct dlock__hold *x = e->holds; x; x = x->next)
+    bool marked = false;
+    for (size_t b = 0; b < DLOCK__BUCKETS; b++)
+        for (struct dlock__entry *e = c->buckets[b]; e; e = e->next)
+            for (struct dlock__hold *x = e->holds; x; x = x->next)
+                if ((!h || x == h) && x->state == DLOCK__HELD) {
                     mark_lost(x, why);
-    }
-    if (c->keeper_running)
+                    marked = true;
+                }
+    if (marked && dlock__keeper_start(c) == DLOCK_OK)
         pthread_cond_signal(&c->keeper_cv);
     pthread_mutex_unlock(&c->mu);
+    dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
 void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h)
@@ -239,6 +248,8 @@ int dlock__keeper_start(struct dlock_client *c)
 {
     if (c->keeper_running)
         return DLOCK_OK;
+    if (c->closed) /* closing stopped it for good */
+        return dlock__err(DLOCK_EMISUSE, "%s: the client is closing", c->url.redacted);
     c->keeper_stop = false;
     int err = pthread_create(&c->keeper, NULL, keeper_main, c);
     if (err)

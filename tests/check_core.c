@@ -206,6 +206,78 @@ START_TEST(test_handles_outlive_their_closed_client)
 }
 END_TEST
 
+/* ------------------------------------------------ losses a backend reports */
+
+struct lost_note {
+    atomic_int fired;
+    char why[256];
+};
+
+static void note_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l;
+    struct lost_note *n = arg;
+    snprintf(n->why, sizeof n->why, "%s", why);
+    atomic_fetch_add(&n->fired, 1);
+}
+
+struct reporter {
+    dlock_client *c;
+    struct dlock__hold *h;
+    const char *why;
+};
+
+/* Plays a backend's own thread (a ZooKeeper watcher). */
+static void *report_lost(void *arg)
+{
+    struct reporter *r = arg;
+    dlock__hold_lost(r->c, r->h, r->why);
+    return NULL;
+}
+
+static void report_from_thread(dlock_client *c, struct dlock__hold *h, const char *why)
+{
+    struct reporter r = {c, h, why};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, report_lost, &r), 0);
+    pthread_join(t, NULL);
+}
+
+START_TEST(test_backend_thread_reports_hold_lost)
+{
+    dlock_client *c = open_url(url);
+    dlock_lock *l = new_lock(c, "reported"), *other = new_lock(c, "bystander");
+    struct lost_note n = {0}, m = {0};
+    ck_assert_int_eq(dlock_lock_on_lost(l, note_lost, &n), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_on_lost(other, note_lost, &m), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(other, DLOCK_TRY), DLOCK_OK);
+    /* One hold: reported at once, the callback fires (the file backend
+     * has no lease, so no keeper ran before), the others are untouched. */
+    struct dlock__hold *h = l->e->holds;
+    report_from_thread(c, h, "session 0x2a expired");
+    ck_assert_msg(WAIT_UNTIL(atomic_load(&n.fired) == 1, 30000), "lost callback never fired");
+    ck_assert_msg(strstr(n.why, "session 0x2a expired"), "%s", n.why);
+    ck_assert_int_eq(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(dlock_validity_ms(other), DLOCK_VALID_FOREVER);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    ck_assert_msg(strstr(dlock_errmsg(), "session 0x2a expired"), "%s", dlock_errmsg());
+    /* A report racing with the release (H is freed now) is ignored. */
+    report_from_thread(c, h, "late");
+    ck_assert_int_eq(dlock_validity_ms(other), DLOCK_VALID_FOREVER);
+    /* Every hold of the client. */
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    report_from_thread(c, NULL, "session 0x2b expired");
+    ck_assert(WAIT_UNTIL(atomic_load(&n.fired) == 2 && atomic_load(&m.fired) == 1, 30000));
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    ck_assert_int_eq(dlock_release(other), DLOCK_ELOST);
+    ck_assert_msg(strstr(m.why, "session 0x2b expired"), "%s", m.why);
+    dlock_lock_free(other);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
 /* ------------------------------------------------ local queue (etcd) */
 
 #ifdef DLOCK_HAVE_ETCD
@@ -534,6 +606,7 @@ static Suite *core_suite(void)
         {"cleanup_keeper", test_cleanup_keeper_retries_until_done, 0},
         {"cleanup_close", test_cleanup_close_tries_once_more_then_frees, 0},
         {"free_after_close", test_handles_outlive_their_closed_client, 0},
+        {"hold_lost", test_backend_thread_reports_hold_lost, 0},
 #ifdef DLOCK_HAVE_REDIS
         {"lost_frees_other", test_lost_callback_frees_other_handle_of_batch, 0},
         {"lost_blocks", test_blocked_lost_callback_does_not_stop_renewals, 0},

@@ -1,11 +1,15 @@
 /* check_core.c -- the core's own machinery, apart from any one backend:
  * the waitset (FIFO, one wake per release, a wake passed on by a waiter
- * that leaves), the local queue of one client's threads on a name, and
- * the cleanup queue the keeper drains. Most tests use the embedded file
- * backend; the local queue exists only for backends whose server sees one
- * owner per client (etcd, ZooKeeper), so its tests start a real etcd
- * member from an unchecked fixture. Tests include the core's headers to
- * reach its test hooks; they wait on conditions, never on fixed sleeps.
+ * that leaves), the local queue of one client's threads on a name, the
+ * cleanup queue the keeper drains, lost callbacks on their own thread,
+ * the client's lifetime past dlock_client_close(), losses a backend
+ * reports from its own thread, and the thread's message. Most tests use
+ * the embedded file backend; lost callbacks need leases (redis: each test
+ * starts its own server) and the local queue a backend whose server sees
+ * one owner per client (etcd: one member for the case, from an unchecked
+ * fixture). Tests include the core's headers to reach its test hooks;
+ * they wait on conditions, never on fixed sleeps. DLOCK_TEST=core/,
+ * redis/ or etcd/ runs one case.
  */
 #include <check.h>
 #include <pthread.h>
@@ -594,55 +598,38 @@ START_TEST(test_lost_callback_closes_its_client)
 END_TEST
 #endif
 
-static Suite *core_suite(void)
-{
-    Suite *s = suite_create("core");
-    struct {
-        const char *name;
-        const TTest *test;
-        int backend; /* 0 file, 1 etcd */
-    } tests[] = {
-        {"waitset", test_waitset_order_and_passing_on, 0},
-        {"cleanup_keeper", test_cleanup_keeper_retries_until_done, 0},
-        {"cleanup_close", test_cleanup_close_tries_once_more_then_frees, 0},
-        {"free_after_close", test_handles_outlive_their_closed_client, 0},
-        {"hold_lost", test_backend_thread_reports_hold_lost, 0},
-#ifdef DLOCK_HAVE_REDIS
-        {"lost_frees_other", test_lost_callback_frees_other_handle_of_batch, 0},
-        {"lost_blocks", test_blocked_lost_callback_does_not_stop_renewals, 0},
-        {"lost_closes", test_lost_callback_closes_its_client, 0},
-#endif
-#ifdef DLOCK_HAVE_ETCD
-        {"local_fifo", test_local_queue_fifo_one_wake_per_release, 1},
-        {"local_leaver", test_local_queue_leaver_passes_on, 1},
-        {"timeout_message", test_timeout_message_is_not_an_earlier_error, 1},
-#endif
-    };
-    TCase *etcd_case = NULL;
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
-        if (tests[i].backend == 1) {
-            /* One etcd member for every test that needs one. */
-            if (!etcd_case) {
-#ifdef DLOCK_HAVE_ETCD
-                etcd_case = tcase_create("etcd");
-                tcase_add_unchecked_fixture(etcd_case, setup_etcd, teardown_etcd);
-                tcase_set_timeout(etcd_case, 60);
-                suite_add_tcase(s, etcd_case);
-#endif
-            }
-            tcase_add_test(etcd_case, tests[i].test);
-            continue;
-        }
-        TCase *tc = tcase_create(tests[i].name);
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 60);
-        tcase_add_test(tc, tests[i].test);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
 int main(void)
 {
-    return tu_run_suite(core_suite());
+    const struct tu_test core[] = {
+        {"waitset", test_waitset_order_and_passing_on, 60},
+        {"cleanup_keeper", test_cleanup_keeper_retries_until_done, 60},
+        {"cleanup_close", test_cleanup_close_tries_once_more_then_frees, 60},
+        {"free_after_close", test_handles_outlive_their_closed_client, 60},
+        {"hold_lost", test_backend_thread_reports_hold_lost, 60},
+    };
+    Suite *s = suite_create("core");
+    TCase *tc = tu_add_tests(s, "core", core, TU_COUNT(core));
+    if (tc)
+        tcase_add_checked_fixture(tc, setup, teardown);
+#ifdef DLOCK_HAVE_REDIS
+    /* Each starts its own redis-server. */
+    const struct tu_test redis[] = {
+        {"lost_frees_other", test_lost_callback_frees_other_handle_of_batch, 60},
+        {"lost_blocks", test_blocked_lost_callback_does_not_stop_renewals, 60},
+        {"lost_closes", test_lost_callback_closes_its_client, 60},
+    };
+    tu_add_tests(s, "redis", redis, TU_COUNT(redis));
+#endif
+#ifdef DLOCK_HAVE_ETCD
+    /* One etcd member for the case. */
+    const struct tu_test etcd[] = {
+        {"local_fifo", test_local_queue_fifo_one_wake_per_release, 60},
+        {"local_leaver", test_local_queue_leaver_passes_on, 60},
+        {"timeout_message", test_timeout_message_is_not_an_earlier_error, 60},
+    };
+    tc = tu_add_tests(s, "etcd", etcd, TU_COUNT(etcd));
+    if (tc)
+        tcase_add_unchecked_fixture(tc, setup_etcd, teardown_etcd);
+#endif
+    return tu_run_suite(s);
 }

@@ -12,6 +12,7 @@
  */
 #include <arpa/inet.h>
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -209,6 +210,39 @@ static char *curator_contend(zhandle_t *zh, const char *lockpath)
     ck_assert_msg(rc == ZOK, "create %s: %s", prefix, zerror(rc));
     free(prefix);
     return strdup(strrchr(created, '/') + 1);
+}
+
+/* dlock's own client handles, caught by interposing zookeeper_init2 (the
+ * test binary's definition comes first; it calls the library's): a test
+ * can then read the session id and password dlock's client holds, and
+ * play another process that takes the session over and closes it. */
+static zhandle_t *dlock_handles[64];
+static atomic_int ndlock_handles;
+
+zhandle_t *zookeeper_init2(const char *host, watcher_fn fn, int recv_timeout,
+                           const clientid_t *clientid, void *context, int flags,
+                           log_callback_fn log_callback)
+{
+    typedef zhandle_t *(*init2_fn)(const char *, watcher_fn, int, const clientid_t *, void *,
+                                   int, log_callback_fn);
+    static init2_fn real;
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "zookeeper_init2");
+    zhandle_t *zh = real(host, fn, recv_timeout, clientid, context, flags, log_callback);
+    if (zh && fn != raw_watcher) {
+        int i = atomic_fetch_add(&ndlock_handles, 1);
+        if (i < 64)
+            dlock_handles[i] = zh;
+    }
+    return zh;
+}
+
+/* The handle of the last session dlock started. */
+static zhandle_t *dlock_last_handle(void)
+{
+    int n = atomic_load(&ndlock_handles);
+    ck_assert_msg(n > 0 && n <= 64, "no zookeeper_init2 call of dlock seen (%d)", n);
+    return dlock_handles[n - 1];
 }
 
 /* ------------------------------------------------------------- children */
@@ -624,22 +658,22 @@ START_TEST(test_shared_mode_unsupported)
 }
 END_TEST
 
-/* The server clamps the session timeout (the fixture allows 0.5 to 60 s):
+/* The server clamps the session timeout (the fixture allows 0.5 to 600 s):
  * a hold is valid for what the server granted, not what was asked. A
  * fixed lease cannot be honoured (a node lives as long as its session). */
 START_TEST(test_validity_is_the_negotiated_session)
 {
     REQUIRE_SERVERS();
-    char *url = url_with(NULL, "lease=100000");
+    char *url = url_with(NULL, "lease=1000000");
     dlock_client *c = open_ok(url);
     dlock_lock *l = lock_ok(c, "clamped");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     int64_t v = dlock_validity_ms(l);
-    ck_assert_msg(v > 0 && v <= 60000, "validity %lld ms beyond the server's 60 s maximum",
+    ck_assert_msg(v > 0 && v <= 600000, "validity %lld ms beyond the server's 600 s maximum",
                   (long long)v);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock *f = lock_ok(c, "fixed");
-    ck_assert_int_eq(dlock_lock_set_lease(f, 5000, DLOCK_LEASE_FIXED), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_set_lease(f, 20000, DLOCK_LEASE_FIXED), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(f, DLOCK_TRY), DLOCK_ENOTSUP);
     ck_assert_msg(strstr(dlock_errmsg(), "fixed"), "message: %s", dlock_errmsg());
     dlock_lock_free(f);
@@ -2036,6 +2070,62 @@ START_TEST(test_wait_survives_disconnect_during_create)
 }
 END_TEST
 
+/* A session closed by someone else (another process that took it over
+ * with its id and password, as Curator's KillSession does): the client
+ * library learns it on reconnecting (ZOO_EXPIRED_SESSION_STATE) and the
+ * hold must be reported lost then, not at the next renewal. The session
+ * is ten minutes long, so the keeper renews every 200 s and sleeps in
+ * between, far past this case's time limit: only the watcher can report
+ * it in time. dlock connects through the proxy, held in BLACKHOLE while
+ * the session is taken over, so that it cannot take it back first. */
+START_TEST(test_session_closed_elsewhere_reported_lost_at_once)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *url = tu_fmt("zk://127.0.0.1:%d?lease=600000&timeout=2000&connect_timeout=5000",
+                       px.port);
+    dlock_client *c = open_ok(url);
+    clientid_t id = *zoo_client_id(dlock_last_handle());
+    ck_assert(id.client_id != 0);
+    dlock_lock *l = lock_ok(c, "killed-session");
+    atomic_store(&lost_flag, 0);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    uint64_t t = token_of(l);
+    ck_assert_int_gt(dlock_validity_ms(l), 60000);
+
+    proxy_set(&px, PROXY_BLACKHOLE);
+    zhandle_t *thief = zookeeper_init2(F.hosts, raw_watcher, 600000, &id, NULL, 0, raw_quiet);
+    ck_assert_ptr_nonnull(thief);
+    for (int i = 0; i < 400 && zoo_state(thief) != ZOO_CONNECTED_STATE; i++)
+        tu_sleep_ms(25);
+    ck_assert_msg(zoo_state(thief) == ZOO_CONNECTED_STATE, "could not take the session over");
+    ck_assert(zoo_client_id(thief)->client_id == id.client_id);
+    zookeeper_close(thief); /* ends the session: its nodes go */
+    ck_assert_int_eq(atomic_load(&lost_flag), 0);
+    proxy_set(&px, PROXY_FORWARD);
+
+    for (int i = 0; i < 3000 && !atomic_load(&lost_flag); i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(atomic_load(&lost_flag) == 1,
+                  "the expired session's hold was not reported lost before the next renewal");
+    ck_assert_msg(strstr(lost_why, "expired"), "reason: %s", lost_why);
+    ck_assert_int_eq(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    int rc = dlock_acquire(l, 20000);
+    ck_assert_msg(rc == DLOCK_OK, "acquire on a new session: %s %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_uint_gt(token_of(l), t);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(atomic_load(&lost_flag), 1);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    proxy_stop(&px);
+    free(url);
+}
+END_TEST
+
 /* ================================================================== CLI */
 
 static int run_cli(char **out, char **err, const char **args)
@@ -2238,6 +2328,7 @@ static Suite *zk_suite(void)
     ADD_TEST(tc, test_partitioned_waiter_requeues);
     ADD_TEST(tc, test_wait_while_disconnected_honours_cancel_and_deadline);
     ADD_TEST(tc, test_wait_survives_disconnect_during_create);
+    ADD_TEST(tc, test_session_closed_elsewhere_reported_lost_at_once);
     ADD_TEST(tc, test_cli_run_status_list_release);
     ADD_TEST(tc, test_cli_curator_holder_and_errors);
     suite_add_tcase(s, tc);

@@ -103,7 +103,7 @@ static bool write_config(struct zkf *f, int i)
                         "clientPort=%d\n"
                         "clientPortAddress=127.0.0.1\n"
                         "minSessionTimeout=500\n"
-                        "maxSessionTimeout=60000\n"
+                        "maxSessionTimeout=600000\n"
                         "admin.enableServer=false\n"
                         "4lw.commands.whitelist=*\n"
                         "standaloneEnabled=true\n"

@@ -2,7 +2,8 @@
  * server or an ensemble of several on loopback ports, from Debian's
  * zookeeper package (a JVM running QuorumPeerMain with a zoo.cfg we write
  * into a temp directory). tickTime is short (250 ms) so sessions of a
- * second or two are allowed and expire quickly. Servers are children of
+ * second or two are allowed and expire quickly; sessions may last up to
+ * ten minutes (a test that needs the keeper asleep for long asks so). Servers are children of
  * the calling process (tu_spawn: killed with it), so start them from an
  * unchecked fixture and every forked test shares them.
  *

@@ -69,6 +69,29 @@ static void zk_wake_waiters_locked(struct zk_backend *zb, const char *path)
             dlock__wait_wake(q->w);
 }
 
+/* Session S, the current one, has ended (STATE: expired, or its
+ * authentication failed): every hold of it is gone, so tell the core now
+ * instead of at the next renewal, up to lease/3 later (zb->mu held).
+ * Every hold of the client belongs to S or to an earlier session, whose
+ * holds are lost already: a new session starts only when the current one
+ * is unusable, under zb->mu. dlock__hold_lost() takes the client's mutex
+ * and lets the core run the callbacks elsewhere: safe from the client
+ * library's event thread, as the core never calls the backend, nor waits
+ * for this thread, with that mutex held (lock order: zb->mu, then the
+ * client's). */
+static void session_lost_locked(struct zk_backend *zb, struct zk_session *s, int state)
+{
+    char why[DLOCK__WHY_MAX];
+    if (state == ZOO_EXPIRED_SESSION_STATE)
+        snprintf(why, sizeof why, "%s: the ZooKeeper session 0x%llx holding it expired",
+                 zb->servers, (unsigned long long)s->session_id);
+    else
+        snprintf(why, sizeof why,
+                 "%s: the ZooKeeper session 0x%llx holding it failed to authenticate",
+                 zb->servers, (unsigned long long)s->session_id);
+    dlock__hold_lost(zb->c, NULL, why);
+}
+
 /* Watcher of the session and of predecessor nodes: CTX is the session. */
 void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
@@ -86,10 +109,12 @@ void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
             s->timeout_ms = zoo_recv_timeout(s->zh);
             if (zb->cur == s)
                 zk_sweep_locked(zb, s);
-        } else if (state == ZOO_EXPIRED_SESSION_STATE) {
-            s->expired = true;
-        } else if (state == ZOO_AUTH_FAILED_STATE) {
-            s->auth_failed = true;
+        } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+            bool was_usable = zk_session_usable(s);
+            s->expired |= state == ZOO_EXPIRED_SESSION_STATE;
+            s->auth_failed |= state == ZOO_AUTH_FAILED_STATE;
+            if (was_usable && zb->cur == s)
+                session_lost_locked(zb, s, state);
         }
         pthread_cond_broadcast(&zb->cv);
         zk_wake_waiters_locked(zb, NULL); /* let them look at the new state */

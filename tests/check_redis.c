@@ -1808,58 +1808,45 @@ START_TEST(cli_holder_renewed_then_killed)
 }
 END_TEST
 
-/* $REDIS_TEST=<test name> runs only that test. */
-#define ADD_TEST(tc, fn)                                                       \
-    do {                                                                       \
-        const char *only_ = getenv("REDIS_TEST");                              \
-        if (!only_ || !*only_ || strcmp(only_, #fn) == 0)                      \
-            tcase_add_test(tc, fn);                                            \
-    } while (0)
-
-static Suite *redis_suite(void)
-{
-    Suite *s = suite_create("redis");
-    TCase *t = tcase_create("redis");
-    tcase_set_timeout(t, 60);
-    ADD_TEST(t, acquire_release_token_inspect);
-    ADD_TEST(t, reentrancy_and_threads);
-    ADD_TEST(t, thread_waits_for_thread);
-    ADD_TEST(t, cancel_a_wait);
-    ADD_TEST(t, threads_fight_over_one_name);
-    ADD_TEST(t, fixed_lease_expires);
-    ADD_TEST(t, one_waiter_woken_per_release);
-    ADD_TEST(t, redisson_on_the_wire);
-    ADD_TEST(t, simple_layout_on_the_wire);
-    ADD_TEST(t, holder_killed_9);
-    ADD_TEST(t, holder_paused_past_lease);
-    ADD_TEST(t, wrongtype_left_intact);
-    ADD_TEST(t, auth_password_and_acl_user);
-    ADD_TEST(t, unreachable_and_silent_servers);
-    ADD_TEST(t, server_killed_while_held);
-    ADD_TEST(t, server_paused_holds_lost);
-    ADD_TEST(t, script_flush_is_invisible);
-    ADD_TEST(t, out_of_memory_is_reported);
-    ADD_TEST(t, force_release_and_lost);
-    ADD_TEST(t, lost_replies_are_retried_safely);
-    ADD_TEST(t, lost_replies_redisson_layout);
-    ADD_TEST(t, lost_replies_simple_layout);
-    ADD_TEST(t, late_acquire_redisson_layout);
-    ADD_TEST(t, late_acquire_simple_layout);
-    ADD_TEST(t, no_undo_when_nothing_was_sent);
-    ADD_TEST(t, sigpipe_default_action_survives);
-    ADD_TEST(t, hash_tag_names);
-    ADD_TEST(t, server_restart_while_waiting);
-    ADD_TEST(t, connections_killed_renewals_resume);
-    ADD_TEST(t, thousand_names_waited_at_once);
-    ADD_TEST(t, renewal_is_batched);
-    ADD_TEST(t, urls_db_prefix_unix_and_list);
-    ADD_TEST(t, cli_on_redis_urls);
-    ADD_TEST(t, cli_holder_renewed_then_killed);
-    suite_add_tcase(s, t);
-    return s;
-}
-
 int main(void)
 {
-    return tu_run_suite(redis_suite());
+    const struct tu_test tests[] = {
+        {"acquire_release_token_inspect", acquire_release_token_inspect, 60},
+        {"reentrancy_and_threads", reentrancy_and_threads, 60},
+        {"thread_waits_for_thread", thread_waits_for_thread, 60},
+        {"cancel_a_wait", cancel_a_wait, 60},
+        {"threads_fight_over_one_name", threads_fight_over_one_name, 60},
+        {"fixed_lease_expires", fixed_lease_expires, 60},
+        {"one_waiter_woken_per_release", one_waiter_woken_per_release, 60},
+        {"redisson_on_the_wire", redisson_on_the_wire, 60},
+        {"simple_layout_on_the_wire", simple_layout_on_the_wire, 60},
+        {"holder_killed_9", holder_killed_9, 60},
+        {"holder_paused_past_lease", holder_paused_past_lease, 60},
+        {"wrongtype_left_intact", wrongtype_left_intact, 60},
+        {"auth_password_and_acl_user", auth_password_and_acl_user, 60},
+        {"unreachable_and_silent_servers", unreachable_and_silent_servers, 60},
+        {"server_killed_while_held", server_killed_while_held, 60},
+        {"server_paused_holds_lost", server_paused_holds_lost, 60},
+        {"script_flush_is_invisible", script_flush_is_invisible, 60},
+        {"out_of_memory_is_reported", out_of_memory_is_reported, 60},
+        {"force_release_and_lost", force_release_and_lost, 60},
+        {"lost_replies_are_retried_safely", lost_replies_are_retried_safely, 60},
+        {"lost_replies_redisson_layout", lost_replies_redisson_layout, 60},
+        {"lost_replies_simple_layout", lost_replies_simple_layout, 60},
+        {"late_acquire_redisson_layout", late_acquire_redisson_layout, 60},
+        {"late_acquire_simple_layout", late_acquire_simple_layout, 60},
+        {"no_undo_when_nothing_was_sent", no_undo_when_nothing_was_sent, 60},
+        {"sigpipe_default_action_survives", sigpipe_default_action_survives, 60},
+        {"hash_tag_names", hash_tag_names, 60},
+        {"server_restart_while_waiting", server_restart_while_waiting, 60},
+        {"connections_killed_renewals_resume", connections_killed_renewals_resume, 60},
+        {"thousand_names_waited_at_once", thousand_names_waited_at_once, 60},
+        {"renewal_is_batched", renewal_is_batched, 60},
+        {"urls_db_prefix_unix_and_list", urls_db_prefix_unix_and_list, 60},
+        {"cli_on_redis_urls", cli_on_redis_urls, 60},
+        {"cli_holder_renewed_then_killed", cli_holder_renewed_then_killed, 60},
+    };
+    Suite *s = suite_create("redis");
+    tu_add_tests(s, "redis", tests, TU_COUNT(tests));
+    return tu_run_suite(s);
 }

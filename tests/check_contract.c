@@ -1231,8 +1231,6 @@ static const struct {
     {"etcd", "hostile_names",
      "names are raw key prefixes: '..' ranges over '../escape/<lease>' and is busy while "
      "'../escape' is held (likewise 'a' and 'a/b')"},
-    {"redis", "exec_inherits_no_descriptor", "connections are not close-on-exec yet"},
-    {"redis-simple", "exec_inherits_no_descriptor", "connections are not close-on-exec yet"},
     {"etcd", "exec_inherits_no_descriptor", "descriptors are not close-on-exec yet"},
     {"zk", "exec_inherits_no_descriptor", "descriptors are not close-on-exec yet"},
 };

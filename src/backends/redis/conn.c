@@ -8,6 +8,7 @@
  * the keeper's back off between failed dials.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,16 @@ int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, redisCon
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", s->where);
     if (ctx->err) {
         int rc = dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", s->where, ctx->errstr);
+        redisFree(ctx);
+        return rc;
+    }
+    /* Not inherited by programs the application execs: an inherited
+     * connection is authenticated (CONFIG GET requirepass) and its writes
+     * would interleave with ours. hiredis 0.14 cannot open the socket with
+     * SOCK_CLOEXEC, so a fork+exec by another thread during the connect
+     * itself still inherits it. */
+    if (fcntl(ctx->fd, F_SETFD, FD_CLOEXEC) < 0) {
+        int rc = dlock__errno(DLOCK_EIO, errno, "%s: fcntl(FD_CLOEXEC)", s->where);
         redisFree(ctx);
         return rc;
     }

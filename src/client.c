@@ -26,7 +26,7 @@ int dlock__check_client(const struct dlock_client *c)
                           "client for %s was made by process %d; a child after fork() must "
                           "open its own client",
                           c->url.redacted, (int)c->pid);
-    if (c->closed)
+    if (__atomic_load_n(&c->closed, __ATOMIC_ACQUIRE)) /* a callback may ask as it closes */
         return dlock__err(DLOCK_EMISUSE, "client for %s was closed: only dlock_lock_free() "
                                          "may still be called on its handles",
                           c->url.redacted);
@@ -369,7 +369,7 @@ void dlock_client_close(dlock_client *c)
         return;
     if (c->pid == getpid()) {
         pthread_mutex_lock(&c->mu);
-        c->closed = true;
+        __atomic_store_n(&c->closed, true, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&c->mu);
         if (c->connected)
             dlock__release_all(c);
@@ -379,7 +379,7 @@ void dlock_client_close(dlock_client *c)
         if (c->bstate)
             c->be->close(c->bstate);
     }
-    c->closed = true;
+    __atomic_store_n(&c->closed, true, __ATOMIC_RELEASE);
     c->bstate = NULL;
     dlock__client_unref(c);
 }

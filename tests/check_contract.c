@@ -621,12 +621,12 @@ END_TEST
 START_TEST(lost_callback)
 {
     dlock_client *a = open_test("lease=1500ms"), *op = open_test(NULL);
-    dlock_lock *l = lock_ok(a, "lost"), *other = lock_ok(op, "lost");
+    dlock_lock *l = lock_ok(a, "taken"), *other = lock_ok(op, "taken");
     struct lost lost = {0};
     EXPECT_RC(dlock_lock_on_lost(l, on_lost, &lost), DLOCK_OK);
     ACQUIRE_OK(l, DLOCK_TRY);
     if (!has(CT_FORCE_LIVE)) {
-        EXPECT_RC(dlock_force_release(op, "lost"), DLOCK_ENOTSUP);
+        EXPECT_RC(dlock_force_release(op, "taken"), DLOCK_ENOTSUP);
         char me[32];
         snprintf(me, sizeof me, "%d@", (int)getpid());
         ck_assert_msg(strstr(dlock_errmsg(), me), "message lacks the holder %s: %s", me,
@@ -634,9 +634,11 @@ START_TEST(lost_callback)
         EXPECT_RC(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
         EXPECT_RC(dlock_release(l), DLOCK_OK);
     } else {
-        EXPECT_RC(dlock_force_release(op, "lost"), DLOCK_OK);
+        EXPECT_RC(dlock_force_release(op, "taken"), DLOCK_OK);
         ck_assert_msg(wait_lost(&lost), "the lost callback never fired");
-        ck_assert_msg(lost.why[0], "the callback gave no reason");
+        ck_assert_msg(strstr(lost.why, "'taken'") && strstr(lost.why, "force-released") &&
+                          strstr(lost.why, "127.0.0.1:"),
+                      "the reason names neither the lock, the cause nor the server: %s", lost.why);
         ck_assert_int_eq(dlock_validity_ms(l), 0);
         ACQUIRE_OK(other, DLOCK_TRY);
         EXPECT_RC(dlock_release(l), DLOCK_ELOST);

@@ -12,6 +12,7 @@
  */
 #include <arpa/inet.h>
 #include <check.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1527,8 +1528,8 @@ static void *proxy_main(void *arg)
             continue;
         int polled = n;
         if ((pf[0].revents & POLLIN) && n < PROXY_MAX) {
-            int c = accept(px->listen_fd, NULL, NULL);
-            int t = socket(AF_INET, SOCK_STREAM, 0);
+            int c = accept4(px->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
             struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)px->target),
                                     .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
             if (c >= 0 && t >= 0 && connect(t, (struct sockaddr *)&a, sizeof a) == 0) {
@@ -1578,7 +1579,7 @@ static void proxy_start(struct proxy *px, int target)
 {
     memset(px, 0, sizeof *px);
     px->target = target;
-    px->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    px->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof a;
     ck_assert(bind(px->listen_fd, (struct sockaddr *)&a, sizeof a) == 0);
@@ -2126,6 +2127,107 @@ START_TEST(test_session_closed_elsewhere_reported_lost_at_once)
 }
 END_TEST
 
+/* "<fd> <link>" lines for the descriptors open in this process. */
+static char *own_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    char *out = strdup("");
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || atoi(de->d_name) == dirfd(d))
+            continue;
+        char link[256], *path = tu_fmt("/proc/self/fd/%s", de->d_name);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        free(path);
+        if (n <= 0)
+            continue;
+        link[n] = 0;
+        char *more = tu_fmt("%s%s %s\n", out, de->d_name, link);
+        free(out);
+        out = more;
+    }
+    closedir(d);
+    return out;
+}
+
+/* What a program exec'd now finds open: `ls -l /proc/self/fd` run with
+ * fork() and execv(), as an application embedding dlock would run one. */
+static char *exec_child_fds(void)
+{
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        execl("/bin/ls", "ls", "-l", "/proc/self/fd", (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t len = 0;
+    char *out = malloc(65536);
+    ssize_t r;
+    while (len < 65535 && (r = read(p[0], out + len, 65535 - len)) > 0)
+        len += (size_t)r;
+    out[len] = 0;
+    close(p[0]);
+    ck_assert_int_eq(wait_exit(pid), 0);
+    return out;
+}
+
+/* Every descriptor dlock's client opened (sockets, the client library's
+ * self-pipe) that a child exec'd now would inherit: NULL when none. */
+static char *inherited_of_ours(const char *before)
+{
+    char *after = own_fds(), *child = exec_child_fds(), *found = NULL;
+    for (char *line = strtok(after, "\n"); line && !found; line = strtok(NULL, "\n")) {
+        const char *target = strchr(line, ' ');
+        char *probe = tu_fmt("%s\n", line);
+        bool ours = target && !strstr(before, probe) &&
+                    (strncmp(target + 1, "socket:", 7) == 0 || strncmp(target + 1, "pipe:", 5) == 0 ||
+                     strncmp(target + 1, "anon_inode:", 11) == 0);
+        free(probe);
+        if (ours && strstr(child, target + 1))
+            found = tu_fmt("fd %s (the child's: %s)", line, child);
+    }
+    free(after);
+    free(child);
+    return found;
+}
+
+/* Issue 15: the client library's socket and self-pipe are not
+ * close-on-exec, so a program that embeds dlock and execs a command hands
+ * it an authenticated connection to the ensemble. After an acquire, and
+ * again after a reconnection (a new socket), an exec'd child finds none
+ * of them. Through the proxy so that the connection can be cut. */
+START_TEST(test_descriptors_not_inherited_by_exec)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *before = own_fds();
+    char *url = tu_fmt("zk://127.0.0.1:%d?timeout=2000&connect_timeout=10000", px.port);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "cloexec");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    char *leak = inherited_of_ours(before);
+    ck_assert_msg(!leak, "inherited across exec after an acquire: %s", leak ? leak : "");
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+
+    proxy_set(&px, PROXY_FORWARD); /* cuts the connection: the client reconnects */
+    ck_assert_int_eq(dlock_acquire(l, 20000), DLOCK_OK);
+    leak = inherited_of_ours(before);
+    ck_assert_msg(!leak, "inherited across exec after a reconnection: %s", leak ? leak : "");
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    proxy_stop(&px);
+    free(before);
+    free(url);
+}
+END_TEST
+
 /* ================================================================== CLI */
 
 static int run_cli(char **out, char **err, const char **args)
@@ -2329,6 +2431,7 @@ static Suite *zk_suite(void)
     ADD_TEST(tc, test_wait_while_disconnected_honours_cancel_and_deadline);
     ADD_TEST(tc, test_wait_survives_disconnect_during_create);
     ADD_TEST(tc, test_session_closed_elsewhere_reported_lost_at_once);
+    ADD_TEST(tc, test_descriptors_not_inherited_by_exec);
     ADD_TEST(tc, test_cli_run_status_list_release);
     ADD_TEST(tc, test_cli_curator_holder_and_errors);
     suite_add_tcase(s, tc);

@@ -104,6 +104,7 @@ void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
     if (type == ZOO_SESSION_EVENT) {
         s->state = state;
         if (state == ZOO_CONNECTED_STATE) {
+            zk_fds_cloexec_sockets(zb->ports, zb->nports);
             const clientid_t *id = zoo_client_id(s->zh);
             s->session_id = id ? id->client_id : 0;
             s->timeout_ms = zoo_recv_timeout(s->zh);
@@ -187,10 +188,15 @@ static int session_start_locked(struct zk_backend *zb, struct zk_session **to_cl
     s->state = ZOO_CONNECTING_STATE;
     s->gen = ++zb->last_gen;
     int timeout = (int)(zb->c->opts.lease_ms > INT32_MAX ? INT32_MAX : zb->c->opts.lease_ms);
+    struct zk_fds before;
+    zk_fds_snapshot(&before);
     errno = 0;
     s->zh = zookeeper_init2(zb->connect, zk_watcher, timeout, NULL, s, 0, zk_log);
+    int e = errno;
+    if (s->zh)
+        zk_fds_cloexec_new_pipes(&before); /* its self-pipe */
+    zk_fds_free(&before);
     if (!s->zh) {
-        int e = errno;
         free(s);
         if (e == ENOENT) /* the client library's word for a failed lookup */
             return dlock__err(DLOCK_ECONN, "%s: no address found for a host in '%s'",
@@ -481,6 +487,8 @@ int zk_open(struct dlock_client *c, void **state)
     pthread_cond_init(&zb->cv, &ca);
     pthread_condattr_destroy(&ca);
     zb->creator_acl = acl && strcmp(acl, "creator") == 0;
+    for (size_t i = 0; i < c->url.nhosts && i < DLOCK__MAX_HOSTS; i++)
+        zb->ports[zb->nports++] = c->url.hosts[i].port ? c->url.hosts[i].port : ZK_DEFAULT_PORT;
     char *hosts = host_list(&c->url);
     zb->base = dlock__strdup(base);
     zb->chroot = chroot ? dlock__strdup(chroot) : NULL;

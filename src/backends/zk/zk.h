@@ -101,6 +101,8 @@ struct zk_backend {
     bool creator_acl;  /* ?acl=creator */
     bool no_containers; /* the server refused ZOO_CONTAINER */
     char ident[128];   /* data of our nodes: "dlock <pid>@<host>" */
+    int ports[DLOCK__MAX_HOSTS]; /* the servers' ports (close-on-exec) */
+    size_t nports;
 
     pthread_mutex_t mu;
     pthread_cond_t cv; /* session state changed (CLOCK_MONOTONIC) */
@@ -202,6 +204,25 @@ void zk_waiter_remove(struct zk_backend *zb, struct zk_waiter *q);
 int zk_open(struct dlock_client *c, void **state);
 void zk_close(void *state);
 int zk_renew(void *state, struct dlock__renew_batch *b);
+
+/* ----------------------------------------------------------------- fds.c */
+
+/* Close-on-exec for the client library's descriptors: snapshot the pipes
+ * before zookeeper_init(), mark the pipe it made after; mark its socket
+ * (a TCP socket to one of PORTS) on every connection. */
+struct zk_fd {
+    int fd;
+    char target[32]; /* "pipe:[1234]" */
+};
+struct zk_fds {
+    struct zk_fd *v;
+    size_t n, cap;
+    bool failed; /* out of memory: the snapshot is incomplete */
+};
+void zk_fds_snapshot(struct zk_fds *s);
+void zk_fds_free(struct zk_fds *s);
+void zk_fds_cloexec_new_pipes(const struct zk_fds *before);
+void zk_fds_cloexec_sockets(const int *ports, size_t nports);
 
 /* --------------------------------------------------------------- mutex.c */
 

@@ -613,6 +613,35 @@ START_TEST(lease_renewed)
 }
 END_TEST
 
+/* A cancel reaches a thread waiting behind another thread of the same
+ * client (the core's local queue on some backends, the backend's own wait
+ * on others). Nothing shows where that wait sleeps, so the cancel is
+ * repeated until the acquire returns: only a cancel that reached the wait
+ * can end an unbounded one while the lock stays held. */
+START_TEST(cancel_same_client)
+{
+    dlock_client *c = open_test(NULL);
+    dlock_lock *l = lock_ok(c, "cancel-local");
+    ACQUIRE_OK(l, DLOCK_TRY);
+    struct waiter w;
+    waiter_start(&w, l, DLOCK_FOREVER);
+    for (;;) {
+        EXPECT_RC(dlock_lock_cancel(l), DLOCK_OK);
+        if (pthread_tryjoin_np(w.th, NULL) == 0)
+            break;
+        tu_sleep_ms(10);
+    }
+    ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
+    ck_assert_uint_eq(dlock_hold_count(l), 1); /* ours is untouched */
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    waiter_start(&w, l, DLOCK_TRY); /* and the next one gets it */
+    pthread_join(w.th, NULL);
+    ck_assert_msg(w.rc == DLOCK_OK, "next thread: %s", dlock_err_name(w.rc));
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
 /* ========================================================== lost holds */
 
 /* Another client force-releases a held lock: the callback fires once with
@@ -1257,6 +1286,7 @@ int main(void)
         {"waits", waits, 30},
         {"time_bound", time_bound, 30},
         {"cancel", cancel, 30},
+        {"cancel_same_client", cancel_same_client, 30},
         {"fork_misuse", fork_misuse, 30},
         {"free_releases", free_releases, 30},
         {"lease_renewed", lease_renewed, 60},

@@ -200,14 +200,41 @@ typedef enum dlock_mode {
 /* dlock_validity_ms() of a hold that has no lease (the file backend). */
 #define DLOCK_VALID_FOREVER INT64_MAX
 
+/* dlock_lock_new() flags.
+ *
+ * DLOCK_LOCK_HANDLE_OWNED: holds taken through the handle belong to the
+ * handle, not to the calling thread, so a hold taken in one thread can be
+ * released in another (event loops, thread pools, Curator's
+ * InterProcessSemaphoreMutex, Redisson's lock(threadId)). The handle is one
+ * owner: dlock_acquire() through it from any thread while the handle holds
+ * the lock re-enters (the count goes up: one rule for every owner, a
+ * thread or a handle, as Redisson counts per owner id), and
+ * dlock_release(), dlock_hold_count(), dlock_token() and
+ * dlock_validity_ms() answer for the handle from any thread. For
+ * Curator's non-reentrant semantics give each task its own handle: two
+ * handles, handle-owned or not, are two owners and exclude each other,
+ * even in one thread. An acquire through the handle while another thread
+ * is acquiring through it waits for that outcome (then re-enters or
+ * tries itself) within its own wait and cancel. The backend sees one
+ * owner per handle (Redis: the field <uuid>:<id>, an id above every
+ * thread id); on etcd and ZooKeeper, whose servers see one owner per
+ * client, the handle queues locally with the client's threads as they do.
+ * Freeing the handle releases its holds. Every backend.
+ *
+ * DLOCK_LOCK_FAIR: waiters are served first come, first served. Refused
+ * with DLOCK_ENOTSUP where the backend cannot keep that order (file,
+ * redis today; etcd and zk queue in arrival order). */
+#define DLOCK_LOCK_HANDLE_OWNED 1u
+#define DLOCK_LOCK_FAIR 2u
+
 /* Make a handle for lock NAME in MODE. Nothing is acquired. The name is
  * any non-empty byte string up to DLOCK_NAME_MAX bytes (each backend maps
  * it safely: it can never escape its directory, key space or base path).
- * FLAGS: 0, or DLOCK_LOCK_* bits defined below; every other bit is
- * reserved and must be 0 (DLOCK_EINVAL), so later behaviours (fairness,
- * per-lock layouts) need no second constructor.
- * The handle may be used from many threads; each thread holds on its own.
- * Free it with dlock_lock_free(). */
+ * FLAGS: 0 or DLOCK_LOCK_* bits above; every other bit is reserved and
+ * must be 0 (DLOCK_EINVAL), so later behaviours (per-lock layouts) need no
+ * second constructor.
+ * Without DLOCK_LOCK_HANDLE_OWNED the handle may be used from many threads
+ * and each thread holds on its own. Free it with dlock_lock_free(). */
 #define DLOCK_NAME_MAX 1024
 DLOCK_EXTERN int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode,
                                 unsigned flags, dlock_lock **out);
@@ -224,14 +251,63 @@ DLOCK_EXTERN void dlock_lock_free(dlock_lock *l);
  * never renewed. Ignored by backends without leases (file). */
 DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags);
 
-/* Acquire for the calling thread. WAIT_MS: DLOCK_TRY (0) tries once and
- * returns DLOCK_EBUSY; > 0 waits up to that many milliseconds and returns
+/* Acquire for the calling thread (for the handle when it is
+ * handle-owned). WAIT_MS: DLOCK_TRY (0) tries once and returns
+ * DLOCK_EBUSY; > 0 waits up to that many milliseconds and returns
  * DLOCK_ETIMEDOUT; DLOCK_FOREVER waits until acquired. A wait sleeps until
  * the backend reports a release; dlock_lock_cancel() from another thread
- * ends it with DLOCK_ECANCELED. If the calling thread already holds the
- * lock in the same mode, the hold count goes up (reentrancy) and nothing
- * is sent; in the other mode, DLOCK_EMISUSE. */
+ * ends it with DLOCK_ECANCELED (see also dlock_acquire_ex()). If the owner
+ * already holds the lock, the hold count goes up (reentrancy) and nothing
+ * is sent -- see "Modes and owners" below for a different mode. */
 DLOCK_EXTERN int dlock_acquire(dlock_lock *l, int64_t wait_ms);
+
+/* Modes and owners. Holding EXCLUSIVE, an owner that acquires SHARED on
+ * the same name (through any handle) re-enters its exclusive hold: the
+ * count goes up and the hold stays exclusive until every level is
+ * released -- a write lock includes reading, as Redisson's and Curator's
+ * read-write locks let a writer take the read lock. Holding SHARED, an
+ * acquire of EXCLUSIVE is an upgrade and is refused with DLOCK_EMISUSE
+ * (two readers upgrading would wait for each other forever; Curator and
+ * Redisson refuse or deadlock). Read-write locks, when they come, keep
+ * these rules and add the downgrade: write, then read, then release the
+ * write level leaves a read hold, with no moment unlocked. */
+
+/* ------------------------------------------------------------ cancelling */
+
+/* A cancel object: fired once, it stays fired. Every acquire given it
+ * returns DLOCK_ECANCELED -- at once when it starts after the fire (before
+ * anything is sent or queued, re-entries included), or as soon as it
+ * waits when the fire comes during the acquire -- and holds nothing. An
+ * acquire that had already succeeded when the fire came keeps its hold
+ * (DLOCK_OK). There is no race to lose: fire it whenever the caller gives
+ * up (a signal, a shutdown), whether or not the acquire has begun.
+ * dlock_lock_cancel() stays for reaching the waits of one handle. */
+typedef struct dlock_cancel dlock_cancel;
+
+/* Make a cancel object, not fired. *OUT owns it; free it with
+ * dlock_cancel_free() once no acquire uses it. The first object of the
+ * process starts a small canceler thread (all signals blocked) that
+ * delivers fires to waits; the last one freed stops it. DLOCK_ENOMEM,
+ * DLOCK_EIO (no eventfd or thread), DLOCK_EINVAL (OUT NULL). Any thread. */
+DLOCK_EXTERN int dlock_cancel_new(dlock_cancel **out);
+
+/* Fire K: sticky, idempotent. Async-signal-safe (it stores a flag and
+ * writes to an eventfd; errno is preserved), so it may be called from a
+ * signal handler, a lost callback or any thread. Waits already sleeping
+ * are woken by the canceler thread a moment later. DLOCK_OK, or
+ * DLOCK_EINVAL for NULL (no message is set: not signal-safe). */
+DLOCK_EXTERN int dlock_cancel_fire(dlock_cancel *k);
+
+/* 1 once K was fired, else 0 (also for NULL). Any thread. */
+DLOCK_EXTERN int dlock_cancel_fired(const dlock_cancel *k);
+
+/* Free K. No acquire may be using it. NULL is a no-op. */
+DLOCK_EXTERN void dlock_cancel_free(dlock_cancel *k);
+
+/* dlock_acquire() with a cancel object (NULL: none, = dlock_acquire()).
+ * Adds DLOCK_ECANCELED when CANCEL is or becomes fired, and DLOCK_EMISUSE
+ * for a cancel object made before fork() in the parent. */
+DLOCK_EXTERN int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel);
 
 /* Release one level of the calling thread's hold; the lock is freed when
  * the count reaches 0. DLOCK_ENOTOWNER if this thread holds nothing here,
@@ -264,7 +340,8 @@ DLOCK_EXTERN int64_t dlock_validity_ms(dlock_lock *l);
  * dlock_lock_free() from any other thread waits for a running callback of
  * that handle to return. The callback may close the client. Holds
  * belong to threads: release the lost hold later from the thread that
- * took it (dlock_release() returns DLOCK_ELOST). */
+ * took it, or from any thread for a handle-owned hold (dlock_release()
+ * returns DLOCK_ELOST). */
 typedef void (*dlock_lost_fn)(dlock_lock *l, const char *why, void *arg);
 DLOCK_EXTERN int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg);
 

@@ -334,6 +334,10 @@ enum {
     DLOCK__CAP_CLIENT_OWNER = 1u << 6, /* the server sees one owner per
         client and name (etcd lease, zk session): the core queues threads
         of the client locally so only one of them goes to the backend */
+    DLOCK__CAP_FIXED_LEASE = 1u << 7, /* a hold can have a lease nothing
+        renews (DLOCK_LEASE_FIXED); without it the core refuses one (zk:
+        a hold lasts as long as the session). Backends without leases set
+        it: a fixed lease is then simply unused, as every lease is. */
 };
 
 struct dlock__backend {

@@ -31,6 +31,10 @@ struct dlock_lock {
     dlock_lost_fn lost_fn;
     void *lost_arg;
     struct dlock__waitref *waits; /* acquires in progress, for cancel */
+    long owner;        /* DLOCK_LOCK_HANDLE_OWNED: the handle's owner id
+                          (above every thread id); 0 = holds per thread */
+    bool acquiring;    /* handle-owned: an acquire through it is running */
+    struct dlock__waitset turn; /* handle-owned: acquires waiting for it */
 };
 
 /* The first thing every public call that returns a code does: the
@@ -48,6 +52,13 @@ static inline void dlock__msg_clear(void)
 void dlock__wait_init(struct dlock__wait *w, int64_t deadline);
 void dlock__wait_destroy(struct dlock__wait *w);
 void dlock__wait_cancel(struct dlock__wait *w);
+
+/* The cancel object's side of an acquire (cancel.c): attach the wait of
+ * R so a fire cancels it (DLOCK_ECANCELED at once when already fired,
+ * DLOCK_EMISUSE for a parent's object after fork), and detach it before
+ * the wait is destroyed. */
+int dlock__cancel_attach(dlock_cancel *k, struct dlock__waitref *r);
+void dlock__cancel_detach(dlock_cancel *k, struct dlock__waitref *r);
 
 unsigned dlock__hash(const char *s);
 /* Free an entry taken out of the registry (client closing). */

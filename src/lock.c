@@ -12,8 +12,14 @@
  * lease, a ZooKeeper session: DLOCK__CAP_CLIENT_OWNER), threads of the
  * client first queue here, so a second thread never believes it holds the
  * key the first one holds.
+ *
+ * The owner of a hold is a thread (its tid) or, for a handle made with
+ * DLOCK_LOCK_HANDLE_OWNED, the handle: an owner id above every thread id,
+ * given once per handle. The registry, reentrancy and the backends see
+ * only the id (h->tid), so handle-owned holds need nothing of a backend.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +95,23 @@ static struct dlock__hold *hold_of(struct dlock__entry *e, long tid)
     return NULL;
 }
 
+/* Owner ids of handle-owned handles: above any Linux thread id (at most
+ * 2^22), positive so a backend writes them as digits (Redis fields
+ * <uuid>:<digits>), unique in the process. */
+static atomic_long next_handle_owner = (long)1 << (sizeof(long) > 4 ? 40 : 30);
+
+/* Who holds through L when the calling thread acts: the handle or the
+ * thread. */
+static long owner_of(const dlock_lock *l)
+{
+    return l->owner ? l->owner : dlock__tid();
+}
+
+static const char *owner_word(const dlock_lock *l)
+{
+    return l->owner ? "handle" : "thread";
+}
+
 static void hold_free(struct dlock__hold *h)
 {
     if (h) {
@@ -123,12 +146,18 @@ int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, unsigned 
                           c->url.redacted);
     if (mode != DLOCK_EXCLUSIVE && mode != DLOCK_SHARED)
         return dlock__err(DLOCK_EINVAL, "lock '%s': unknown mode %d", name, (int)mode);
-    if (flags)
+    if (flags & ~(DLOCK_LOCK_HANDLE_OWNED | DLOCK_LOCK_FAIR))
         return dlock__err(DLOCK_EINVAL, "lock '%s': unknown flags 0x%x (reserved, must be 0)",
-                          name, flags);
+                          name, flags & ~(DLOCK_LOCK_HANDLE_OWNED | DLOCK_LOCK_FAIR));
+    /* What the backend cannot do is refused here, before it is called. */
     if (mode == DLOCK_SHARED && !(c->be->caps & DLOCK__CAP_SHARED))
         return dlock__err(DLOCK_ENOTSUP, "lock '%s': the %s backend has no shared mode yet", name,
                           c->be->name);
+    if ((flags & DLOCK_LOCK_FAIR) && !(c->be->caps & DLOCK__CAP_FAIR))
+        return dlock__err(DLOCK_ENOTSUP,
+                          "lock '%s': the %s backend cannot serve waiters in arrival order "
+                          "(DLOCK_LOCK_FAIR)",
+                          name, c->be->name);
     dlock_lock *l = calloc(1, sizeof *l);
     if (!l)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
@@ -145,6 +174,10 @@ int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, unsigned 
     l->e = e;
     l->mode = mode;
     dlock__client_ref(c); /* the client's memory outlives its handles */
+    if (flags & DLOCK_LOCK_HANDLE_OWNED) {
+        l->owner = atomic_fetch_add(&next_handle_owner, 1);
+        dlock__waitset_init(&l->turn);
+    }
     *out = l;
     return DLOCK_OK;
 }
@@ -156,6 +189,11 @@ int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     if (flags & ~DLOCK_LEASE_FIXED)
         return dlock__err(DLOCK_EINVAL, "lock '%s': unknown lease flags %#x", l->e->name, flags);
+    if ((flags & DLOCK_LEASE_FIXED) && !(l->c->be->caps & DLOCK__CAP_FIXED_LEASE))
+        return dlock__err(DLOCK_ENOTSUP,
+                          "lock '%s': the %s backend has no fixed leases (a hold there lasts as "
+                          "long as the client's session)",
+                          l->e->name, l->c->be->name);
     if (lease_ms < 0 || lease_ms > 365LL * 86400000 ||
         (lease_ms > 0 && lease_ms <= l->c->opts.drift_ms))
         return dlock__err(DLOCK_EINVAL,
@@ -247,7 +285,73 @@ static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wa
     return rc;
 }
 
+/* Handle-owned: while another thread acquires through L, wait for its
+ * outcome, then re-enter or try (mutex held on entry and exit; W is on
+ * L's list, so dlock_lock_cancel() reaches it, as does a cancel object). */
+static int handle_turn(dlock_client *c, dlock_lock *l, struct dlock__wait *w)
+{
+    int rc = DLOCK_OK;
+    while (!rc && l->acquiring && !hold_of(l->e, l->owner)) {
+        unsigned seq = dlock__wait_seq(w);
+        if ((rc = dlock__waitset_add(&l->turn, w)))
+            break;
+        pthread_mutex_unlock(&c->mu);
+        rc = dlock__wait_sleep(w, seq, DLOCK__NEVER);
+        pthread_mutex_lock(&c->mu);
+        dlock__waitset_remove(&l->turn, w);
+    }
+    return rc;
+}
+
+/* The owner acquiring through L already holds H: re-enter (mutex held).
+ * Exclusive then shared re-enters the exclusive hold (a writer may read);
+ * shared then exclusive is an upgrade: refused (dlock.h). */
+static int reenter(const dlock_lock *l, struct dlock__hold *h)
+{
+    const char *name = l->e->name;
+    if (h->state == DLOCK__LOST)
+        return dlock__err(DLOCK_ELOST, "lock '%s': this %s's hold was lost (%s); release it "
+                                       "before acquiring again",
+                          name, owner_word(l), h->lost_why ? h->lost_why : "no reason given");
+    if (h->mode == DLOCK_SHARED && l->mode == DLOCK_EXCLUSIVE)
+        return dlock__err(DLOCK_EMISUSE, "lock '%s': this %s holds it shared; an upgrade to "
+                                         "exclusive is refused (release the shared hold, then "
+                                         "acquire exclusive)",
+                          name, owner_word(l));
+    if (h->count == UINT32_MAX)
+        return dlock__err(DLOCK_EINVAL, "lock '%s': hold count overflow", name);
+    h->count++;
+    return DLOCK_OK;
+}
+
+/* The message of a contention outcome RC of an acquire of E's name that
+ * waited WAIT_MS; other codes pass through with their message. */
+static int acquire_outcome(struct dlock__entry *e, int rc, int64_t wait_ms)
+{
+    if (rc == DLOCK_ETIMEDOUT && wait_ms == 0)
+        rc = dlock__err(DLOCK_EBUSY, "lock '%s' is held by another owner", e->name);
+    else if (rc == DLOCK_ETIMEDOUT && *dlock_errmsg()) {
+        /* The backend said why (disconnected, say): keep its words. */
+        char why[700];
+        snprintf(why, sizeof why, "%s", dlock_errmsg());
+        rc = dlock__err(DLOCK_ETIMEDOUT, "lock '%s': not acquired within %lld ms: %s", e->name,
+                        (long long)wait_ms, why);
+    } else if (rc == DLOCK_ETIMEDOUT)
+        rc = dlock__err(DLOCK_ETIMEDOUT, "lock '%s': still held by another owner after %lld ms",
+                        e->name, (long long)wait_ms);
+    else if (rc == DLOCK_ECANCELED)
+        rc = dlock__err(DLOCK_ECANCELED, "lock '%s': wait canceled", e->name);
+    else if (rc == DLOCK_EBUSY)
+        rc = dlock__err(DLOCK_EBUSY, "lock '%s' is held by another owner", e->name);
+    return rc;
+}
+
 int dlock_acquire(dlock_lock *l, int64_t wait_ms)
+{
+    return dlock_acquire_ex(l, wait_ms, NULL);
+}
+
+int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
 {
     dlock__msg_clear();
     if (!l)
@@ -257,34 +361,40 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms)
     int rc = dlock__check_client(c);
     if (rc)
         return rc;
-    long tid = dlock__tid();
+    if (dlock_cancel_fired(cancel))
+        return dlock__err(DLOCK_ECANCELED, "lock '%s': canceled before the acquire began", e->name);
+    long owner = owner_of(l);
     bool client_owner = c->be->caps & DLOCK__CAP_CLIENT_OWNER;
     struct dlock__wait w;
     dlock__wait_init(&w, dlock__deadline(wait_ms));
-    struct dlock__waitref ref = {&w, NULL};
+    struct dlock__waitref ref = {&w, NULL}, cref = {&w, NULL};
+    if (cancel && (rc = dlock__cancel_attach(cancel, &cref))) {
+        dlock__wait_destroy(&w);
+        return rc == DLOCK_ECANCELED ? dlock__err(DLOCK_ECANCELED, "lock '%s': canceled before "
+                                                                   "the acquire began",
+                                                  e->name)
+                                     : rc;
+    }
 
     pthread_mutex_lock(&c->mu);
-    struct dlock__hold *h = hold_of(e, tid);
-    if (h) {
-        if (h->state == DLOCK__LOST)
-            rc = dlock__err(DLOCK_ELOST, "lock '%s': this thread's hold was lost (%s); release it "
-                                         "before acquiring again",
-                            e->name, h->lost_why ? h->lost_why : "no reason given");
-        else if (h->mode != l->mode)
-            rc = dlock__err(DLOCK_EMISUSE, "lock '%s': this thread holds it %s; re-entry must "
-                                           "use the same mode",
-                            e->name, h->mode == DLOCK_SHARED ? "shared" : "exclusive");
-        else if (h->count == UINT32_MAX)
-            rc = dlock__err(DLOCK_EINVAL, "lock '%s': hold count overflow", e->name);
-        else
-            h->count++;
-        pthread_mutex_unlock(&c->mu);
-        dlock__wait_destroy(&w);
-        return rc;
-    }
-    e->refs++;
     ref.next = l->waits;
     l->waits = &ref;
+    if (l->owner)
+        rc = handle_turn(c, l, &w);
+    struct dlock__hold *h = rc ? NULL : hold_of(e, owner);
+    if (rc || h) {
+        if (h)
+            rc = reenter(l, h);
+        waitref_remove(&l->waits, &ref);
+        pthread_mutex_unlock(&c->mu);
+        if (cancel)
+            dlock__cancel_detach(cancel, &cref);
+        dlock__wait_destroy(&w);
+        return acquire_outcome(e, rc, wait_ms);
+    }
+    e->refs++;
+    if (l->owner)
+        l->acquiring = true;
     bool claimed = false;
     if (client_owner)
         claimed = (rc = local_queue(c, e, &w)) == DLOCK_OK;
@@ -301,7 +411,7 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms)
         h->entry = e;
         h->name = e->name;
         h->mode = l->mode;
-        h->tid = tid;
+        h->tid = owner;
         h->count = 1;
         h->via = l;
         bool leases = c->be->caps & DLOCK__CAP_LEASES;
@@ -348,25 +458,16 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms)
     }
     if (rc && claimed)
         local_dequeue(e);
+    if (l->owner) {
+        l->acquiring = false;
+        dlock__waitset_wake_all(&l->turn);
+    }
     entry_put(c, e);
     pthread_mutex_unlock(&c->mu);
+    if (cancel)
+        dlock__cancel_detach(cancel, &cref);
     dlock__wait_destroy(&w);
-    if (rc == DLOCK_ETIMEDOUT && wait_ms == 0)
-        rc = dlock__err(DLOCK_EBUSY, "lock '%s' is held by another owner", e->name);
-    else if (rc == DLOCK_ETIMEDOUT && *dlock_errmsg()) {
-        /* The backend said why (disconnected, say): keep its words. */
-        char why[700];
-        snprintf(why, sizeof why, "%s", dlock_errmsg());
-        rc = dlock__err(DLOCK_ETIMEDOUT, "lock '%s': not acquired within %lld ms: %s", e->name,
-                        (long long)wait_ms, why);
-    } else if (rc == DLOCK_ETIMEDOUT)
-        rc = dlock__err(DLOCK_ETIMEDOUT, "lock '%s': still held by another owner after %lld ms",
-                        e->name, (long long)wait_ms);
-    else if (rc == DLOCK_ECANCELED)
-        rc = dlock__err(DLOCK_ECANCELED, "lock '%s': wait canceled", e->name);
-    else if (rc == DLOCK_EBUSY)
-        rc = dlock__err(DLOCK_EBUSY, "lock '%s' is held by another owner", e->name);
-    return rc;
+    return acquire_outcome(e, rc, wait_ms);
 }
 
 /* Take H out of its entry: wait for a renew() in flight to finish first,
@@ -416,9 +517,10 @@ int dlock_release(dlock_lock *l)
     if (rc)
         return rc;
     pthread_mutex_lock(&c->mu);
-    struct dlock__hold *h = hold_of(l->e, dlock__tid());
+    struct dlock__hold *h = hold_of(l->e, owner_of(l));
     if (!h)
-        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this thread", l->e->name);
+        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
+                        owner_word(l));
     else if (h->count > 1 && h->state == DLOCK__HELD)
         h->count--;
     else
@@ -461,7 +563,10 @@ void dlock_lock_free(dlock_lock *l)
         bool last = l->e->refs == 1;
         struct dlock__hold *h;
         while (!c->closed) { /* closing ended every hold already */
-            for (h = l->e->holds; h && !(last && (h->via == l || !h->via)); h = h->next)
+            /* ... and a handle's own holds (handle-owned) end with it. */
+            for (h = l->e->holds;
+                 h && !(last && (h->via == l || !h->via)) && !(l->owner && h->tid == l->owner);
+                 h = h->next)
                 ;
             if (!h)
                 break;
@@ -473,6 +578,8 @@ void dlock_lock_free(dlock_lock *l)
         entry_put(c, l->e);
         pthread_mutex_unlock(&c->mu);
     }
+    if (l->owner)
+        dlock__waitset_destroy(&l->turn);
     free(l);
     dlock__client_unref(c); /* after close, the last handle frees the client */
 }
@@ -482,7 +589,7 @@ unsigned dlock_hold_count(dlock_lock *l)
     if (!l)
         return 0;
     pthread_mutex_lock(&l->c->mu);
-    struct dlock__hold *h = hold_of(l->e, dlock__tid());
+    struct dlock__hold *h = hold_of(l->e, owner_of(l));
     unsigned n = h ? h->count : 0;
     pthread_mutex_unlock(&l->c->mu);
     return n;
@@ -495,11 +602,12 @@ int dlock_token(dlock_lock *l, uint64_t *token)
         return dlock__err(DLOCK_EINVAL, "dlock_token: NULL argument");
     int rc = DLOCK_OK;
     pthread_mutex_lock(&l->c->mu);
-    struct dlock__hold *h = hold_of(l->e, dlock__tid());
+    struct dlock__hold *h = hold_of(l->e, owner_of(l));
     if (h)
         *token = h->token;
     else
-        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this thread", l->e->name);
+        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
+                        owner_word(l));
     pthread_mutex_unlock(&l->c->mu);
     return rc;
 }
@@ -511,9 +619,10 @@ int64_t dlock_validity_ms(dlock_lock *l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     int64_t v;
     pthread_mutex_lock(&l->c->mu);
-    struct dlock__hold *h = hold_of(l->e, dlock__tid());
+    struct dlock__hold *h = hold_of(l->e, owner_of(l));
     if (!h)
-        v = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this thread", l->e->name);
+        v = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
+                       owner_word(l));
     else if (h->state == DLOCK__LOST)
         v = 0;
     else if (h->valid_until == DLOCK__NEVER)

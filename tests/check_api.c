@@ -11,7 +11,9 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,8 @@
 
 #include "core.h"
 #include "dlock.h"
+#include "fixture_etcd.h"
+#include "fixture_redis.h"
 #include "testutil.h"
 
 static char *dir, *url;
@@ -35,6 +39,78 @@ static void teardown(void)
     tu_rmrf(dir);
     free(dir);
     free(url);
+}
+
+static dlock_client *open_client(void)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_OK, "open %s: %s", url, dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *new_lock(dlock_client *c, const char *name, dlock_mode mode, unsigned flags)
+{
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, mode, flags, &l);
+    ck_assert_msg(rc == DLOCK_OK, "lock_new %s: %s", name, dlock_errmsg());
+    return l;
+}
+
+/* One call made in a thread of its own, and what it saw. */
+struct in_thread {
+    dlock_lock *l;
+    int64_t wait_ms;
+    dlock_cancel *cancel;
+    enum { DO_ACQUIRE, DO_RELEASE, DO_TOKEN } what;
+    int rc;
+    uint64_t token;
+    unsigned count; /* dlock_hold_count() after the call */
+    volatile long tid; /* the thread's id, set before the call */
+};
+
+static void *run_in_thread(void *arg)
+{
+    struct in_thread *t = arg;
+    t->tid = (long)syscall(SYS_gettid);
+    if (t->what == DO_ACQUIRE)
+        t->rc = dlock_acquire_ex(t->l, t->wait_ms, t->cancel);
+    else if (t->what == DO_RELEASE)
+        t->rc = dlock_release(t->l);
+    else
+        t->rc = dlock_token(t->l, &t->token);
+    t->count = dlock_hold_count(t->l);
+    return NULL;
+}
+
+/* Run T in a new thread and wait for it. */
+static void in_thread(struct in_thread *t)
+{
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, run_in_thread, t), 0);
+    pthread_join(th, NULL);
+}
+
+/* Wait until thread TID sleeps in poll() or ppoll() (the file backend's
+ * wait for a release): a condition read from /proc, not a fixed sleep. */
+static void wait_until_polling(volatile long *tid)
+{
+    for (;;) {
+        if (*tid) {
+            char *path = tu_fmt("/proc/self/task/%ld/syscall", *tid);
+            char *text = tu_read_file(path);
+            long nr = text ? strtol(text, NULL, 10) : -1;
+            free(text);
+            free(path);
+#ifdef SYS_poll
+            if (nr == SYS_poll)
+                return;
+#endif
+            if (nr == SYS_ppoll)
+                return;
+        }
+        tu_sleep_ms(2);
+    }
 }
 
 /* ---------------------------------------------------- out of memory */
@@ -359,34 +435,427 @@ START_TEST(test_ambiguous_at_refused)
 }
 END_TEST
 
-/* ------------------------------------------------------------- suite */
 
-static Suite *api_suite(void)
+/* ------------------------------------------------- handle-owned holds */
+
+/* Taken in thread A, asked about and released in thread B. */
+START_TEST(test_handle_owned_across_threads)
 {
-    Suite *s = suite_create("api");
-    struct {
-        const char *name;
-        const TTest *test;
-    } tests[] = {
-        {"duration_parse", test_duration_parse},
-        {"url_duration_range", test_url_duration_range},
-        {"url_out_of_memory", test_url_out_of_memory},
-        {"unknown_option_before_dial", test_unknown_option_before_dial},
-        {"password_slash_question", test_password_with_slash_or_question_mark},
-        {"no_password_in_any_error", test_no_password_in_any_error},
-        {"ambiguous_at", test_ambiguous_at_refused},
-    };
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
-        TCase *tc = tcase_create(tests[i].name);
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 60);
-        tcase_add_test(tc, tests[i].test);
-        suite_add_tcase(s, tc);
-    }
-    return s;
+    dlock_client *c = open_client();
+    dlock_lock *h = new_lock(c, "job", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *other = new_lock(c, "job", DLOCK_EXCLUSIVE, 0);
+    struct in_thread a = {.l = h, .wait_ms = DLOCK_TRY, .what = DO_ACQUIRE};
+    in_thread(&a);
+    ck_assert_int_eq(a.rc, DLOCK_OK);
+    ck_assert_uint_eq(a.count, 1);
+    /* held by the handle: this thread sees it through the handle, and
+     * contends through a thread-owned handle */
+    ck_assert_uint_eq(dlock_hold_count(h), 1);
+    ck_assert_int_eq(dlock_validity_ms(h), DLOCK_VALID_FOREVER);
+    ck_assert_int_eq(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_uint_eq(dlock_hold_count(other), 0);
+    struct in_thread b = {.l = h, .what = DO_TOKEN};
+    in_thread(&b);
+    ck_assert_int_eq(b.rc, DLOCK_OK);
+    uint64_t t;
+    ck_assert_int_eq(dlock_token(h, &t), DLOCK_OK);
+    ck_assert_uint_eq(b.token, t);
+    ck_assert_uint_gt(t, 0);
+    /* re-entry from a third thread counts on the handle */
+    struct in_thread again = {.l = h, .wait_ms = DLOCK_TRY, .what = DO_ACQUIRE};
+    in_thread(&again);
+    ck_assert_int_eq(again.rc, DLOCK_OK);
+    ck_assert_uint_eq(again.count, 2);
+    struct in_thread r1 = {.l = h, .what = DO_RELEASE}, r2 = r1, r3 = r1;
+    in_thread(&r1);
+    ck_assert_int_eq(r1.rc, DLOCK_OK);
+    ck_assert_uint_eq(r1.count, 1);
+    in_thread(&r2);
+    ck_assert_int_eq(r2.rc, DLOCK_OK);
+    ck_assert_uint_eq(r2.count, 0);
+    in_thread(&r3);
+    ck_assert_int_eq(r3.rc, DLOCK_ENOTOWNER);
+    ck_assert_int_eq(dlock_release(h), DLOCK_ENOTOWNER);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "handle"));
+    ck_assert_int_eq(dlock_acquire(other, DLOCK_TRY), DLOCK_OK);
+    uint64_t t2;
+    ck_assert_int_eq(dlock_token(other, &t2), DLOCK_OK);
+    ck_assert_uint_gt(t2, t);
+    ck_assert_int_eq(dlock_release(other), DLOCK_OK);
+    dlock_lock_free(other);
+    dlock_lock_free(h);
+    dlock_client_close(c);
 }
+END_TEST
+
+/* Two handle-owned handles on one name are two owners, even in one
+ * thread; freeing a handle releases its hold. */
+START_TEST(test_handle_owned_handles_exclude)
+{
+    dlock_client *c = open_client();
+    dlock_lock *h1 = new_lock(c, "pair", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *h2 = new_lock(c, "pair", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    ck_assert_int_eq(dlock_acquire(h1, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(h2, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_uint_eq(dlock_hold_count(h2), 0);
+    /* h2 waits in another thread until h1 lets go (released elsewhere) */
+    struct in_thread w = {.l = h2, .wait_ms = DLOCK_FOREVER, .what = DO_ACQUIRE};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, run_in_thread, &w), 0);
+    wait_until_polling(&w.tid);
+    struct in_thread r = {.l = h1, .what = DO_RELEASE};
+    in_thread(&r);
+    ck_assert_int_eq(r.rc, DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(w.rc, DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(h1, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_lock_free(h2); /* releases h2's hold */
+    ck_assert_int_eq(dlock_acquire(h1, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(h1);
+    dlock_lock *plain = new_lock(c, "pair", DLOCK_EXCLUSIVE, 0);
+    ck_assert_int_eq(dlock_acquire(plain, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(plain);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* Two threads acquiring through one handle-owned handle at once: one
+ * acquires, the other waits for that outcome and re-enters. */
+START_TEST(test_handle_owned_concurrent_acquires)
+{
+    dlock_client *c = open_client();
+    dlock_lock *x = new_lock(c, "busy", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *h = new_lock(c, "busy", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
+    struct in_thread a = {.l = h, .wait_ms = DLOCK_FOREVER, .what = DO_ACQUIRE}, b = a;
+    pthread_t ta, tb;
+    ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);
+    ck_assert_int_eq(pthread_create(&tb, NULL, run_in_thread, &b), 0);
+    ck_assert_int_eq(dlock_release(x), DLOCK_OK);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    ck_assert_int_eq(a.rc, DLOCK_OK);
+    ck_assert_int_eq(b.rc, DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(h), 2);
+    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(h), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(h), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
+    dlock_lock_free(h);
+    dlock_lock_free(x);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* The same promises on a network backend, one whose server sees an
+ * owner per thread (Redis: <uuid>:<id> fields) and one whose server sees
+ * one owner per client, with the core's local queue (etcd). */
+static void handle_owned_contract(const char *u)
+{
+    dlock_client *c = NULL, *c2 = NULL;
+    ck_assert_msg(dlock_open(u, &c) == DLOCK_OK, "%s: %s", u, dlock_errmsg());
+    ck_assert_msg(dlock_open(u, &c2) == DLOCK_OK, "%s: %s", u, dlock_errmsg());
+    dlock_lock *h = new_lock(c, "ho", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *h2 = new_lock(c, "ho", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *plain = new_lock(c, "ho", DLOCK_EXCLUSIVE, 0);
+    dlock_lock *far = new_lock(c2, "ho", DLOCK_EXCLUSIVE, 0);
+    struct in_thread a = {.l = h, .wait_ms = DLOCK_TRY, .what = DO_ACQUIRE};
+    in_thread(&a);
+    ck_assert_msg(a.rc == DLOCK_OK, "%s: %s", u, dlock_err_name(a.rc));
+    ck_assert_uint_eq(dlock_hold_count(h), 1);
+    ck_assert_int_gt(dlock_validity_ms(h), 0);
+    ck_assert_int_eq(dlock_acquire(h2, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_acquire(plain, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_acquire(far, DLOCK_TRY), DLOCK_EBUSY);
+    struct in_thread b = {.l = h, .what = DO_TOKEN};
+    in_thread(&b);
+    uint64_t t;
+    ck_assert_int_eq(dlock_token(h, &t), DLOCK_OK);
+    ck_assert_uint_eq(b.token, t);
+    /* two threads through the handle at once: both end up holding */
+    struct in_thread r1 = {.l = h, .what = DO_RELEASE};
+    struct in_thread x = {.l = h, .wait_ms = DLOCK_FOREVER, .what = DO_ACQUIRE}, y = x;
+    pthread_t tx, ty;
+    ck_assert_int_eq(pthread_create(&tx, NULL, run_in_thread, &x), 0);
+    ck_assert_int_eq(pthread_create(&ty, NULL, run_in_thread, &y), 0);
+    pthread_join(tx, NULL);
+    pthread_join(ty, NULL);
+    ck_assert_int_eq(x.rc, DLOCK_OK);
+    ck_assert_int_eq(y.rc, DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(h), 3);
+    for (unsigned left = 2; left != UINT32_MAX; left--) {
+        in_thread(&r1);
+        ck_assert_int_eq(r1.rc, DLOCK_OK);
+        ck_assert_uint_eq(r1.count, left);
+    }
+    ck_assert_int_eq(dlock_acquire(h2, 10000), DLOCK_OK);
+    uint64_t t2;
+    ck_assert_int_eq(dlock_token(h2, &t2), DLOCK_OK);
+    ck_assert_uint_gt(t2, t);
+    dlock_lock_free(h2); /* releases */
+    ck_assert_int_eq(dlock_acquire(far, 10000), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(far), DLOCK_OK);
+    dlock_lock_free(far);
+    dlock_lock_free(plain);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+
+#ifdef DLOCK_HAVE_REDIS
+START_TEST(test_handle_owned_redis)
+{
+    struct fx_redis r = {0};
+    ck_assert(fx_redis_start(&r, NULL));
+    handle_owned_contract(r.url);
+    fx_redis_stop(&r);
+}
+END_TEST
+#endif
+
+#ifdef DLOCK_HAVE_ETCD
+START_TEST(test_handle_owned_etcd)
+{
+    struct etcdf f = {0};
+    ck_assert_msg(etcdf_start(&f, 1), "%s", f.error);
+    char *u = etcdf_url(&f, NULL, NULL);
+    handle_owned_contract(u);
+    free(u);
+    etcdf_stop(&f);
+}
+END_TEST
+#endif
+
+/* ------------------------------------------------------ cancel object */
+
+/* Fired before the acquire starts: DLOCK_ECANCELED, nothing taken, for
+ * every acquire that uses it, re-entries included. */
+START_TEST(test_cancel_fired_before_start)
+{
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "c1", DLOCK_EXCLUSIVE, 0);
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    ck_assert_int_eq(dlock_cancel_fired(k), 0);
+    ck_assert_int_eq(dlock_acquire_ex(l, DLOCK_TRY, k), DLOCK_OK); /* not fired: a plain acquire */
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK); /* idempotent */
+    ck_assert_int_eq(dlock_cancel_fired(k), 1);
+    ck_assert_int_eq(dlock_acquire_ex(l, DLOCK_TRY, k), DLOCK_ECANCELED);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "c1"));
+    ck_assert_int_eq(dlock_acquire_ex(l, DLOCK_FOREVER, k), DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_acquire_ex(l, 60000, k), DLOCK_ECANCELED);
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    /* nothing was taken: another client takes it at once */
+    dlock_client *c2 = open_client();
+    dlock_lock *l2 = new_lock(c2, "c1", DLOCK_EXCLUSIVE, 0);
+    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    /* a re-entry too is canceled, and the hold is left as it was */
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_ex(l, DLOCK_TRY, k), DLOCK_ECANCELED);
+    ck_assert_uint_eq(dlock_hold_count(l), 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_cancel_fire(NULL), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_cancel_fired(NULL), 0);
+    dlock_cancel_free(k);
+    dlock_cancel_free(NULL);
+    dlock_lock_free(l2);
+    dlock_client_close(c2);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* Fired while acquires wait (two threads, one object): both end with
+ * DLOCK_ECANCELED and hold nothing; the holder keeps its hold. */
+START_TEST(test_cancel_fired_during_wait)
+{
+    dlock_client *c = open_client();
+    dlock_lock *holder = new_lock(c, "c2", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *l = new_lock(c, "c2", DLOCK_EXCLUSIVE, 0);
+    ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct in_thread a = {.l = l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
+    struct in_thread b = a;
+    pthread_t ta, tb;
+    ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);
+    ck_assert_int_eq(pthread_create(&tb, NULL, run_in_thread, &b), 0);
+    wait_until_polling(&a.tid);
+    wait_until_polling(&b.tid);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    ck_assert_int_eq(a.rc, DLOCK_ECANCELED);
+    ck_assert_int_eq(b.rc, DLOCK_ECANCELED);
+    ck_assert_uint_eq(a.count, 0);
+    ck_assert_uint_eq(b.count, 0);
+    ck_assert_uint_eq(dlock_hold_count(holder), 1);
+    ck_assert_int_eq(dlock_release(holder), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK); /* it was never taken */
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_cancel_free(k);
+    dlock_lock_free(l);
+    dlock_lock_free(holder);
+    dlock_client_close(c);
+}
+END_TEST
+
+static dlock_cancel *signal_cancel;
+
+static void fire_on_signal(int sig)
+{
+    (void)sig;
+    dlock_cancel_fire(signal_cancel);
+}
+
+/* Fired from a signal handler (async-signal-safe) while a wait sleeps. */
+START_TEST(test_cancel_fired_from_signal_handler)
+{
+    dlock_client *c = open_client();
+    dlock_lock *holder = new_lock(c, "c3", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *l = new_lock(c, "c3", DLOCK_EXCLUSIVE, 0);
+    ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_cancel_new(&signal_cancel), DLOCK_OK);
+    struct sigaction sa = {.sa_handler = fire_on_signal};
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+    struct in_thread a = {.l = l, .wait_ms = DLOCK_FOREVER, .cancel = signal_cancel,
+                          .what = DO_ACQUIRE};
+    pthread_t ta;
+    ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);
+    wait_until_polling(&a.tid);
+    ck_assert_int_eq(kill(getpid(), SIGUSR1), 0);
+    pthread_join(ta, NULL);
+    ck_assert_int_eq(a.rc, DLOCK_ECANCELED);
+    ck_assert_uint_eq(dlock_hold_count(holder), 1);
+    dlock_cancel_free(signal_cancel);
+    dlock_lock_free(l);
+    dlock_lock_free(holder);
+    dlock_client_close(c);
+}
+END_TEST
+
+static size_t thread_count(void)
+{
+    size_t n = 0;
+    DIR *d = opendir("/proc/self/task");
+    for (struct dirent *de; d && (de = readdir(d));)
+        n += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The canceler thread lives while a cancel object does. */
+START_TEST(test_cancel_thread_lifetime)
+{
+    size_t before = thread_count();
+    dlock_cancel *k1 = NULL, *k2 = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k1), DLOCK_OK);
+    ck_assert_int_eq(dlock_cancel_new(&k2), DLOCK_OK);
+    ck_assert_uint_eq(thread_count(), before + 1);
+    dlock_cancel_fire(k1);
+    dlock_cancel_free(k1);
+    ck_assert_uint_eq(thread_count(), before + 1);
+    dlock_cancel_free(k2);
+    ck_assert_uint_eq(thread_count(), before);
+    ck_assert_int_eq(dlock_cancel_new(&k1), DLOCK_OK); /* and starts again */
+    ck_assert_uint_eq(thread_count(), before + 1);
+    dlock_cancel_free(k1);
+    ck_assert_uint_eq(thread_count(), before);
+    ck_assert_int_eq(dlock_cancel_new(NULL), DLOCK_EINVAL);
+}
+END_TEST
+
+/* -------------------------------------------------- modes, capabilities */
+
+/* Holding exclusive, a shared acquire re-enters (the hold stays
+ * exclusive); holding shared, an exclusive acquire is refused. */
+START_TEST(test_downgrade_and_upgrade_rules)
+{
+    dlock_client *c = open_client();
+    dlock_lock *x = new_lock(c, "rw", DLOCK_EXCLUSIVE, 0);
+    dlock_lock *s = new_lock(c, "rw", DLOCK_SHARED, 0);
+    dlock_lock *reader = new_lock(c, "rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED);
+    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(s, DLOCK_TRY), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(s), 2);
+    ck_assert_int_eq(dlock_acquire(reader, DLOCK_TRY), DLOCK_EBUSY); /* still exclusive */
+    ck_assert_int_eq(dlock_release(x), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(reader, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(s), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(reader, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(reader), DLOCK_OK);
+    /* upgrade */
+    ck_assert_int_eq(dlock_acquire(s, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_EMISUSE);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "upgrade"));
+    ck_assert_uint_eq(dlock_hold_count(s), 1);
+    ck_assert_int_eq(dlock_acquire(reader, DLOCK_TRY), DLOCK_OK); /* still shared */
+    ck_assert_int_eq(dlock_release(reader), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(s), DLOCK_OK);
+    dlock_lock_free(reader);
+    dlock_lock_free(s);
+    dlock_lock_free(x);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* What a backend cannot do is refused by the core before it is called. */
+START_TEST(test_capabilities_checked_first)
+{
+    dlock_client *c = open_client();
+    dlock_lock *l = NULL;
+    ck_assert_int_eq(dlock_lock_new(c, "f", DLOCK_EXCLUSIVE, DLOCK_LOCK_FAIR, &l), DLOCK_ENOTSUP);
+    ck_assert_ptr_null(l);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "arrival order"));
+    ck_assert_int_eq(dlock_lock_new(c, "f", DLOCK_EXCLUSIVE, 4u, &l), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_lock_new(c, "f", DLOCK_EXCLUSIVE, 1u << 31, &l), DLOCK_EINVAL);
+    l = new_lock(c, "f", DLOCK_EXCLUSIVE, 0);
+    /* the file backend has no leases: a fixed one is accepted and unused */
+    ck_assert_int_eq(dlock_lock_set_lease(l, 5000, DLOCK_LEASE_FIXED), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_validity_ms(l), DLOCK_VALID_FOREVER);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* ------------------------------------------------------------- suite */
 
 int main(void)
 {
-    return tu_run_suite(api_suite());
+    const struct tu_test tests[] = {
+        {"duration_parse", test_duration_parse, 60},
+        {"url_duration_range", test_url_duration_range, 60},
+        {"url_out_of_memory", test_url_out_of_memory, 60},
+        {"unknown_option_before_dial", test_unknown_option_before_dial, 60},
+        {"password_slash_question", test_password_with_slash_or_question_mark, 60},
+        {"no_password_in_any_error", test_no_password_in_any_error, 60},
+        {"ambiguous_at", test_ambiguous_at_refused, 60},
+        {"handle_owned_threads", test_handle_owned_across_threads, 60},
+        {"handle_owned_exclude", test_handle_owned_handles_exclude, 60},
+        {"handle_owned_concurrent", test_handle_owned_concurrent_acquires, 60},
+#ifdef DLOCK_HAVE_REDIS
+        {"handle_owned_redis", test_handle_owned_redis, 60},
+#endif
+#ifdef DLOCK_HAVE_ETCD
+        {"handle_owned_etcd", test_handle_owned_etcd, 90},
+#endif
+        {"cancel_before_start", test_cancel_fired_before_start, 60},
+        {"cancel_during_wait", test_cancel_fired_during_wait, 60},
+        {"cancel_from_signal", test_cancel_fired_from_signal_handler, 60},
+        {"cancel_thread_lifetime", test_cancel_thread_lifetime, 60},
+        {"downgrade_upgrade", test_downgrade_and_upgrade_rules, 60},
+        {"capabilities", test_capabilities_checked_first, 60},
+    };
+    Suite *s = suite_create("api");
+    TCase *tc = tu_add_tests(s, "api", tests, TU_COUNT(tests));
+    if (tc)
+        tcase_add_checked_fixture(tc, setup, teardown);
+    return tu_run_suite(s);
 }

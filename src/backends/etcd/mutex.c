@@ -611,7 +611,7 @@ const struct dlock__backend dlock__backend_etcd = {
     .name = "etcd",
     .schemes = etcd_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE |
-            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER,
+            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_FIXED_LEASE,
     .default_port = ETCD_DEFAULT_PORT,
     .open = etcd_open,
     .close = etcd_close,

@@ -1264,7 +1264,6 @@ static const struct {
      "names are raw key prefixes: '..' ranges over '../escape/<lease>' and is busy while "
      "'../escape' is held (likewise 'a' and 'a/b')"},
     {"etcd", "exec_inherits_no_descriptor", "descriptors are not close-on-exec yet"},
-    {"zk", "exec_inherits_no_descriptor", "descriptors are not close-on-exec yet"},
 };
 
 static const char *failing_today(const char *backend, const char *test)

@@ -3,7 +3,8 @@
  *
  * Threads: the main thread acquires, starts COMMAND and waits for it; a
  * signal thread (every other thread has SIGINT, SIGTERM, SIGHUP, SIGQUIT
- * and SIGCHLD blocked) cancels the wait while waiting, passes signals on
+ * and SIGCHLD blocked) fires the wait's cancel object (dlock_cancel: no
+ * race with the wait's start, nothing to repeat) while waiting, passes signals on
  * to COMMAND while it runs, and turns SIGCHLD into an eventfd the main
  * thread polls beside the lost-lock one (no pidfd needed, so it works
  * under valgrind and on old kernels too); the library's keeper thread renews the
@@ -49,9 +50,9 @@ enum on_lost { LOST_TERM, LOST_KILL, LOST_IGNORE };
 
 struct run {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     enum phase phase;
     dlock_lock *lock;
+    dlock_cancel *cancel; /* the acquire's, while WAITING */
     pid_t child;
     int signal;  /* received while waiting */
     int pending; /* received after acquiring, before COMMAND started */
@@ -61,7 +62,7 @@ struct run {
     char lost_why[512];
 };
 
-static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER,
                        .lost_fd = -1, .exit_fd = -1};
 
 static int64_t now_ms(void)
@@ -99,18 +100,10 @@ static void *signal_thread(void *arg)
         }
         pthread_mutex_lock(&R.mu);
         if (R.phase == WAITING) {
+            /* Fired before the acquire starts or while it waits, the
+             * cancel object ends it all the same. */
             R.signal = sig;
-            /* A cancel reaches waits in progress only: repeat until the
-             * main thread has seen it, in case the wait had not begun. */
-            while (R.phase == WAITING) {
-                dlock_lock_cancel(R.lock);
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 20000000;
-                if (ts.tv_nsec >= 1000000000)
-                    ts.tv_sec++, ts.tv_nsec -= 1000000000;
-                pthread_cond_timedwait(&R.cv, &R.mu, &ts);
-            }
+            dlock_cancel_fire(R.cancel);
         } else if (R.phase == RUNNING && si.si_code <= 0) {
             /* A signal from the terminal already reached COMMAND, which
              * shares our process group; pass on only those sent to us. */
@@ -128,7 +121,6 @@ static void set_phase(enum phase p)
 {
     pthread_mutex_lock(&R.mu);
     R.phase = p;
-    pthread_cond_broadcast(&R.cv);
     pthread_mutex_unlock(&R.mu);
 }
 
@@ -586,18 +578,25 @@ int cmd_run(const char *url, int argc, char **argv)
         return EXIT_SOFTWARE;
     }
     dlock_lock_on_lost(l, on_lost, NULL);
+    if ((rc = dlock_cancel_new(&R.cancel))) {
+        code = cli_fail(rc, "run");
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        return code;
+    }
     pthread_t st;
     pthread_create(&st, NULL, signal_thread, NULL);
     pthread_detach(st);
 
     int64_t t0 = now_ms();
-    rc = dlock_acquire(l, wait_ms);
+    rc = dlock_acquire_ex(l, wait_ms, R.cancel);
     int64_t waited = now_ms() - t0;
     pthread_mutex_lock(&R.mu);
     int sig = R.signal;
     R.phase = rc ? DONE : RUNNING;
-    pthread_cond_broadcast(&R.cv);
     pthread_mutex_unlock(&R.mu);
+    dlock_cancel_free(R.cancel); /* the signal thread fires it only while WAITING */
+    R.cancel = NULL;
     if (rc == DLOCK_OK && sig) {
         /* The signal came as the lock arrived: honour the signal. */
         dlock_release(l);

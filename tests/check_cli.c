@@ -275,12 +275,33 @@ START_TEST(test_kill9_holder_frees)
 }
 END_TEST
 
+/* Wait until process PID blocks SIG (dlock run blocks its signals before
+ * it opens anything): from then on a signal cannot kill it outright. */
+static bool wait_blocked(pid_t pid, int sig, int timeout_ms)
+{
+    char *path = tu_fmt("/proc/%d/status", (int)pid);
+    bool blocked = false;
+    for (int waited = 0; !blocked && waited <= timeout_ms; waited += 5) {
+        char *text = tu_read_file(path), *line = text ? strstr(text, "\nSigBlk:") : NULL;
+        unsigned long long mask = 0;
+        if (line && sscanf(line, "\nSigBlk: %llx", &mask) == 1)
+            blocked = (mask >> (sig - 1)) & 1;
+        free(text);
+        if (!blocked)
+            tu_sleep_ms(5);
+    }
+    free(path);
+    return blocked;
+}
+
 static void signal_while_waiting(int sig, int expect)
 {
     pid_t h = start_holder("sigwait", "");
     const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "sigwait", "true", NULL};
     pid_t w = tu_spawn(argv, NULL);
-    tu_sleep_ms(300); /* let it reach its wait */
+    /* As soon as it can take the signal: whether or not its wait has
+     * begun, the signal ends it (the cancel object has no race). */
+    ck_assert(wait_blocked(w, sig, 20000));
     kill(w, sig);
     int st;
     waitpid(w, &st, 0);

@@ -562,6 +562,101 @@ START_TEST(test_blocked_lost_callback_does_not_stop_renewals)
 }
 END_TEST
 
+/* A callback may free its own handle (dlock_lock_free() does not wait for
+ * the very callback it is called from). */
+static void free_myself(dlock_lock *l, const char *why, void *arg)
+{
+    (void)why;
+    dlock_lock_free(l);
+    atomic_store((atomic_int *)arg, 1);
+}
+
+START_TEST(test_lost_callback_frees_its_own_handle)
+{
+    dlock_client *op, *c = open_redis("1500ms", &op);
+    dlock_lock *l = new_lock(c, "self-free");
+    atomic_int done = 0;
+    ck_assert_int_eq(dlock_lock_on_lost(l, free_myself, &done), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_force_release(op, "self-free"), DLOCK_OK);
+    ck_assert_msg(WAIT_UNTIL(atomic_load(&done), 30000), "the callback never returned");
+    dlock_client_close(c);
+    dlock_client_close(op);
+    fx_redis_stop(&srv);
+}
+END_TEST
+
+struct slow_cb {
+    atomic_int entered, go, freer_tid, freed, freed_when_done;
+    char name[64];
+};
+
+static void slow_then_touch(dlock_lock *l, const char *why, void *arg)
+{
+    (void)why;
+    struct slow_cb *x = arg;
+    atomic_store(&x->entered, 1);
+    while (!atomic_load(&x->go))
+        tu_sleep_ms(2);
+    /* Still ours: dlock_lock_free() in another thread waits for us. */
+    snprintf(x->name, sizeof x->name, "%s", dlock_lock_name(l));
+    atomic_store(&x->freed_when_done, atomic_load(&x->freed));
+}
+
+struct freer {
+    dlock_lock *l;
+    struct slow_cb *x;
+};
+
+static void *free_from_thread(void *arg)
+{
+    struct freer *f = arg;
+    atomic_store(&f->x->freer_tid, (int)dlock__tid());
+    dlock_lock_free(f->l);
+    atomic_store(&f->x->freed, 1);
+    return NULL;
+}
+
+/* True once thread TID sleeps (blocked in the kernel, e.g. on a futex). */
+static bool thread_sleeps(int tid)
+{
+    char *path = tu_fmt("/proc/self/task/%d/stat", tid);
+    char *st = tu_read_file(path);
+    free(path);
+    const char *p = st ? strrchr(st, ')') : NULL;
+    bool sleeping = p && p[1] == ' ' && p[2] == 'S';
+    free(st);
+    return sleeping;
+}
+
+START_TEST(test_free_waits_for_running_callback)
+{
+    dlock_client *op, *c = open_redis("1500ms", &op);
+    dlock_lock *l = new_lock(c, "slow-cb");
+    struct slow_cb x = {0};
+    ck_assert_int_eq(dlock_lock_on_lost(l, slow_then_touch, &x), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_force_release(op, "slow-cb"), DLOCK_OK);
+    ck_assert_msg(WAIT_UNTIL(atomic_load(&x.entered), 30000), "the callback never ran");
+    struct freer f = {l, &x};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, free_from_thread, &f), 0);
+    /* The freeing thread blocks (or, wrongly, finishes) before we let the
+     * callback go on. */
+    ck_assert(WAIT_UNTIL(atomic_load(&x.freer_tid) != 0, 30000));
+    ck_assert(WAIT_UNTIL(atomic_load(&x.freed) || thread_sleeps(atomic_load(&x.freer_tid)),
+                         30000));
+    ck_assert_int_eq(atomic_load(&x.freed), 0);
+    atomic_store(&x.go, 1);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&x.freed_when_done), 0);
+    ck_assert_str_eq(x.name, "slow-cb");
+    dlock_client_close(c);
+    dlock_client_close(op);
+    fx_redis_stop(&srv);
+}
+END_TEST
+
 struct closer {
     dlock_client *c;
     atomic_int done;
@@ -617,6 +712,8 @@ int main(void)
         {"lost_frees_other", test_lost_callback_frees_other_handle_of_batch, 60},
         {"lost_blocks", test_blocked_lost_callback_does_not_stop_renewals, 60},
         {"lost_closes", test_lost_callback_closes_its_client, 60},
+        {"lost_frees_self", test_lost_callback_frees_its_own_handle, 60},
+        {"free_waits_callback", test_free_waits_for_running_callback, 60},
     };
     tu_add_tests(s, "redis", redis, TU_COUNT(redis));
 #endif

@@ -1125,6 +1125,35 @@ START_TEST(test_bad_urls)
         ck_assert_msg(strlen(dlock_errmsg()) > 10, "%s: empty message", url);
         free(url);
     }
+    /* ZooKeeper's own namespace (/zookeeper: config, quotas) is refused as
+     * a base or a chroot, and the message names it (issue 15) */
+    const char *reserved[][2] = {{NULL, "base=/zookeeper"},
+                                 {NULL, "base=/zookeeper/quota/locks"},
+                                 {"/zookeeper", NULL},
+                                 {"/zookeeper/config", NULL}};
+    for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
+        char *url = url_with(reserved[i][0], reserved[i][1]);
+        dlock_client *c = NULL;
+        int rc = dlock_open(url, &c);
+        ck_assert_msg(rc == DLOCK_EBADURL, "%s: %s %s", url, dlock_err_name(rc), dlock_errmsg());
+        const char *named = reserved[i][0] ? reserved[i][0] : strchr(reserved[i][1], '/');
+        ck_assert_msg(strstr(dlock_errmsg(), named) && strstr(dlock_errmsg(), "reserved"),
+                      "%s: message %s", url, dlock_errmsg());
+        dlock_client_close(c);
+        free(url);
+    }
+    /* under a chroot, /zookeeper is the application's own path */
+    zhandle_t *zh = raw_open(NULL);
+    raw_mkdirs(zh, "/zkapp", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
+    zookeeper_close(zh);
+    char *url = url_with("/zkapp", "base=/zookeeper");
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "in-chroot");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
 }
 END_TEST
 

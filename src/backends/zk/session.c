@@ -339,6 +339,13 @@ void zk_waiter_remove(struct zk_backend *zb, struct zk_waiter *q)
     pthread_mutex_unlock(&zb->mu);
 }
 
+/* Is P /zookeeper or below it: the server's own namespace (its config,
+ * quotas), where nobody's nodes belong? */
+static bool path_reserved(const char *p)
+{
+    return strcmp(p, "/zookeeper") == 0 || strncmp(p, "/zookeeper/", 11) == 0;
+}
+
 /* Check P is an absolute ZooKeeper path we accept as chroot or base. */
 static bool path_valid(const char *p)
 {
@@ -447,6 +454,19 @@ int zk_open(struct dlock_client *c, void **state)
                           "%s: base '%s' is not a ZooKeeper path (absolute, no empty, '.' or "
                           "'..' components, no trailing '/')",
                           url, base);
+    const char *chroot = c->url.path && strcmp(c->url.path, "/") != 0 ? c->url.path : NULL;
+    if (chroot && !path_valid(chroot))
+        return dlock__err(DLOCK_EBADURL, "%s: chroot '%s' is not a ZooKeeper path", url, chroot);
+    if (chroot && path_reserved(chroot))
+        return dlock__err(DLOCK_EBADURL,
+                          "%s: chroot '%s' is inside /zookeeper, reserved for the server's own "
+                          "nodes",
+                          url, chroot);
+    if (!chroot && path_reserved(base))
+        return dlock__err(DLOCK_EBADURL,
+                          "%s: base '%s' is inside /zookeeper, reserved for the server's own "
+                          "nodes",
+                          url, base);
     if (acl && strcmp(acl, "open") != 0 && strcmp(acl, "creator") != 0)
         return dlock__err(DLOCK_EBADURL, "%s: acl '%s' is neither 'open' nor 'creator'", url, acl);
     if (c->opts.password && !c->opts.user)
@@ -469,9 +489,6 @@ int zk_open(struct dlock_client *c, void **state)
         return dlock__err(DLOCK_EBADURL,
                           "%s: layout '%s' is unknown to the ZooKeeper backend (only 'curator')",
                           url, c->opts.layout);
-    const char *chroot = c->url.path && strcmp(c->url.path, "/") != 0 ? c->url.path : NULL;
-    if (chroot && !path_valid(chroot))
-        return dlock__err(DLOCK_EBADURL, "%s: chroot '%s' is not a ZooKeeper path", url, chroot);
     if (c->opts.lease_ms <= 0 || c->opts.lease_ms > INT32_MAX)
         return dlock__err(DLOCK_EBADURL, "%s: lease %lld ms cannot be a session timeout", url,
                           (long long)c->opts.lease_ms);

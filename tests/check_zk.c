@@ -777,6 +777,12 @@ END_TEST
  * Curator-protected node left by the same client in the queue is
  * recognised. Here: a foreign node without "lock-" is ignored in the
  * ordering, and a lock node created by Curator as a container is reused. */
+/* Children that no lock client creates -- not a sequential node (the
+ * server appends exactly 10 digits), not Curator's "lock-<seq>" nor its
+ * protected "_c_<uuid>-lock-<seq>" -- are ignored alike by acquire and
+ * status (issue 15: "y-lock-18446744073709551617" made status say held
+ * while an acquire took the lock). An unprotected Curator contender
+ * ("lock-<seq>") counts for both. */
 START_TEST(test_foreign_children_ignored)
 {
     REQUIRE_SERVERS();
@@ -784,7 +790,41 @@ START_TEST(test_foreign_children_ignored)
     dlock_client *c = open_ok(url);
     zhandle_t *zh = raw_open(NULL);
     raw_mkdirs(zh, "/dlock/odd/not-a-lock-node", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
+    const char *junk[] = {"y-lock-18446744073709551617", "y-lock-0000000001",
+                          "_c_not-a-uuid-lock-0000000002", "lock-12", "lock-000000000x"};
+    for (size_t i = 0; i < sizeof junk / sizeof *junk; i++) {
+        char *path = tu_fmt("/dlock/odd/%s", junk[i]);
+        int rc = zoo_create(zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+        ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create %s: %s", path, zerror(rc));
+        free(path);
+    }
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "odd", &info), DLOCK_OK);
+    ck_assert_msg(dlock_info_held(info) == 0, "status says held by %s",
+                  dlock_info_holder(info, 0, NULL));
+    ck_assert_int_eq(dlock_info_waiter_count(info), 0);
+    dlock_info_free(info);
     dlock_lock *l = lock_ok(c, "odd");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(c, "odd", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_uint_eq(dlock_info_token(info), token_of(l));
+    ck_assert_int_eq(dlock_info_waiter_count(info), 0);
+    dlock_info_free(info);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+
+    /* Curator without protection: "lock-<seq>", held by the raw client */
+    char created[256];
+    int rc = zoo_create(zh, "/dlock/odd/lock-", "127.0.0.1", 9, &ZOO_OPEN_ACL_UNSAFE,
+                        ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created);
+    ck_assert_msg(rc == ZOK, "create lock-: %s", zerror(rc));
+    ck_assert_int_eq(dlock_inspect(c, "odd", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_msg(strstr(dlock_info_holder(info, 0, NULL), strrchr(created, '/') + 1),
+                  "holder %s", dlock_info_holder(info, 0, NULL));
+    dlock_info_free(info);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(zoo_delete(zh, created, -1), ZOK);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     zookeeper_close(zh);

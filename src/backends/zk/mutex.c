@@ -53,31 +53,46 @@ static char *zk_lock_path(struct zk_backend *zb, const char *name)
     return path;
 }
 
-/* The sequence part of a Curator lock child ("..lock-0000000042"), or
- * NULL when NODE is not one. */
+/* Is P a UUID's text, 8-4-4-4-12 hex digits? */
+static bool is_uuid(const char *p)
+{
+    for (int i = 0; i < 36; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? p[i] != '-' : !isxdigit((unsigned char)p[i]))
+            return false;
+    }
+    return true;
+}
+
+/* The sequence part of a lock child in one of Curator's shapes,
+ * "lock-<seq>" or, protected, "_c_<uuid>-lock-<seq>", where <seq> is the
+ * 10 digits the server appends to a sequential node; NULL for any other
+ * child. Acquire, status and force-release all go by this, so a child no
+ * lock client creates ("y-lock-18446744073709551617", "lock-12") is
+ * ignored alike by all of them: it cannot be a contender, and counting it
+ * would make status report a holder while acquires succeed (or block the
+ * lock for good if it sorted first). */
 static const char *zk_node_sequence(const char *node)
 {
-    const char *mark = NULL;
-    for (const char *p = strstr(node, ZK_LOCK_MARK); p; p = strstr(p + 1, ZK_LOCK_MARK))
-        mark = p;
-    if (!mark)
-        return NULL;
-    const char *seq = mark + strlen(ZK_LOCK_MARK);
-    if (!*seq)
-        return NULL;
-    for (const char *p = seq; *p; p++)
-        if (!isdigit((unsigned char)*p))
+    size_t pl = strlen(ZK_PROTECTED), ml = strlen(ZK_LOCK_MARK);
+    const char *mark = node;
+    if (strncmp(node, ZK_PROTECTED, pl) == 0) {
+        if (strlen(node) < pl + 37 || !is_uuid(node + pl) || node[pl + 36] != '-')
             return NULL;
-    return seq;
+        mark = node + pl + 37;
+    }
+    if (strncmp(mark, ZK_LOCK_MARK, ml) != 0)
+        return NULL;
+    const char *seq = mark + ml;
+    for (int i = 0; i < 10; i++)
+        if (!isdigit((unsigned char)seq[i]))
+            return NULL;
+    return seq[10] ? NULL : seq;
 }
 
 static int cmp_nodes(const void *a, const void *b)
 {
-    const char *x = zk_node_sequence(*(char *const *)a), *y = zk_node_sequence(*(char *const *)b);
-    size_t lx = strlen(x), ly = strlen(y);
-    if (lx != ly) /* sequences overflow into longer numbers */
-        return lx < ly ? -1 : 1;
-    return strcmp(x, y);
+    return strcmp(zk_node_sequence(*(char *const *)a), zk_node_sequence(*(char *const *)b));
 }
 
 /* Keep only lock children in KIDS and sort them by sequence (the owner

@@ -191,6 +191,7 @@ struct waiter {
     int rc;
     uint64_t token;
     pthread_t th;
+    void *token_ptr; /* acquire_ex_main: the cancel object */
 };
 
 static void *waiter_main(void *p)
@@ -639,6 +640,141 @@ START_TEST(cancel_same_client)
     ck_assert_msg(w.rc == DLOCK_OK, "next thread: %s", dlock_err_name(w.rc));
     dlock_lock_free(l);
     dlock_client_close(c);
+}
+END_TEST
+
+/* A cancel object fired while an acquire waits ends it; fired before an
+ * acquire starts, the acquire returns DLOCK_ECANCELED at once, even for a
+ * free lock, and holds nothing. */
+static void *acquire_ex_main(void *p)
+{
+    struct waiter *w = p;
+    w->rc = dlock_acquire_ex(w->l, w->wait, (dlock_cancel *)w->token_ptr);
+    return NULL;
+}
+
+START_TEST(cancel_object)
+{
+    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_lock *la = lock_ok(a, "cancel-obj"), *lb = lock_ok(b, "cancel-obj");
+    dlock_cancel *k = NULL;
+    EXPECT_RC(dlock_cancel_new(&k), DLOCK_OK);
+    ck_assert_int_eq(dlock_cancel_fired(k), 0);
+    ACQUIRE_OK(la, DLOCK_TRY);
+    struct waiter w = {.l = lb, .wait = DLOCK_FOREVER, .rc = 1, .token_ptr = k};
+    ck_assert_int_eq(pthread_create(&w.th, NULL, acquire_ex_main, &w), 0);
+    wait_for_waiter(a, "cancel-obj"); /* where it shows; a fire before the wait ends it too */
+    EXPECT_RC(dlock_cancel_fire(k), DLOCK_OK);
+    pthread_join(w.th, NULL);
+    ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
+    ck_assert_int_eq(dlock_cancel_fired(k), 1);
+    ck_assert_uint_eq(dlock_hold_count(lb), 0);
+    wait_no_waiter(a, "cancel-obj");
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    EXPECT_RC(dlock_acquire_ex(lb, DLOCK_TRY, k), DLOCK_ECANCELED); /* stays fired */
+    ck_assert_uint_eq(dlock_hold_count(lb), 0);
+    EXPECT_RC(dlock_acquire_ex(lb, DLOCK_TRY, NULL), DLOCK_OK);
+    EXPECT_RC(dlock_release(lb), DLOCK_OK);
+    dlock_cancel_free(k);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* A handle-owned hold belongs to the handle: taken in one thread, it is
+ * counted, read and released from another; another handle is another
+ * owner, even in the same thread. */
+static void *acquire_only_main(void *p)
+{
+    struct waiter *w = p;
+    w->rc = dlock_acquire(w->l, w->wait);
+    if (w->rc == DLOCK_OK)
+        dlock_token(w->l, &w->token);
+    return NULL;
+}
+
+START_TEST(handle_owned)
+{
+    dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
+    dlock_lock *h = NULL, *h2 = NULL;
+    EXPECT_RC(dlock_lock_new(c, "owned", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &h), DLOCK_OK);
+    EXPECT_RC(dlock_lock_new(c, "owned", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &h2), DLOCK_OK);
+    dlock_lock *other = lock_ok(c2, "owned");
+    struct waiter w = {.l = h, .wait = DLOCK_TRY, .rc = 1};
+    ck_assert_int_eq(pthread_create(&w.th, NULL, acquire_only_main, &w), 0);
+    pthread_join(w.th, NULL); /* the thread is gone, its hold is not */
+    ck_assert_msg(w.rc == DLOCK_OK, "acquire in a thread: %s", dlock_err_name(w.rc));
+    ck_assert_uint_eq(dlock_hold_count(h), 1);
+    ck_assert_uint_eq(token_of(h), w.token);
+    ck_assert_int_gt(dlock_validity_ms(h), 0);
+    EXPECT_RC(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_acquire(h2, DLOCK_TRY), DLOCK_EBUSY); /* another handle, another owner */
+    ACQUIRE_OK(h, DLOCK_TRY); /* the owner re-enters, from any thread */
+    ck_assert_uint_eq(dlock_hold_count(h), 2);
+    ck_assert_uint_eq(token_of(h), w.token);
+    EXPECT_RC(dlock_release(h), DLOCK_OK);
+    EXPECT_RC(dlock_release(h), DLOCK_OK);
+    EXPECT_RC(dlock_release(h), DLOCK_ENOTOWNER);
+    ACQUIRE_OK(other, DLOCK_TRY);
+    ck_assert_uint_gt(token_of(other), w.token);
+    EXPECT_RC(dlock_release(other), DLOCK_OK);
+    ACQUIRE_OK(h2, DLOCK_TRY);
+    dlock_lock_free(h2); /* freeing the handle releases its hold */
+    ACQUIRE_OK(other, DLOCK_FOREVER);
+    EXPECT_RC(dlock_release(other), DLOCK_OK);
+    dlock_lock_free(other);
+    dlock_lock_free(h);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* DLOCK_LOCK_FAIR: waiters get the lock in the order they came, each seen
+ * queued by the backend before the next one starts. DLOCK_ENOTSUP where
+ * the backend cannot keep that order. */
+START_TEST(fair_order)
+{
+    enum { W = 3 };
+    dlock_client *a = open_test(NULL);
+    dlock_lock *la = NULL;
+    int rc = dlock_lock_new(a, "fair", DLOCK_EXCLUSIVE, DLOCK_LOCK_FAIR, &la);
+    if (!has(CT_FAIR)) {
+        ck_assert_msg(rc == DLOCK_ENOTSUP, "DLOCK_LOCK_FAIR on %s: %s", CT->name,
+                      dlock_err_name(rc));
+        ck_assert_ptr_null(la);
+        ck_assert_msg(strstr(dlock_errmsg(), "FAIR"), "message: %s", dlock_errmsg());
+        dlock_client_close(a);
+        return;
+    }
+    ck_assert_msg(rc == DLOCK_OK, "DLOCK_LOCK_FAIR: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t t0 = token_of(la);
+    dlock_client *c[W];
+    dlock_lock *l[W];
+    struct waiter w[W];
+    for (int i = 0; i < W; i++) {
+        c[i] = open_test(NULL);
+        EXPECT_RC(dlock_lock_new(c[i], "fair", DLOCK_EXCLUSIVE, DLOCK_LOCK_FAIR, &l[i]), DLOCK_OK);
+        waiter_start(&w[i], l[i], DLOCK_FOREVER);
+        long n = -1;
+        for (int k = 0; k < 2000 && (n = CT->waiters(CT, a, prefix, "fair")) < i + 1; k++)
+            tu_sleep_ms(10);
+        ck_assert_msg(n == i + 1, "waiter %d never queued (%ld waiting)", i, n);
+    }
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    for (int i = 0; i < W; i++) {
+        pthread_join(w[i].th, NULL);
+        ck_assert_msg(w[i].rc == DLOCK_OK, "waiter %d: %s", i, dlock_err_name(w[i].rc));
+        ck_assert_msg(w[i].token > (i ? w[i - 1].token : t0), "waiter %d served out of order", i);
+    }
+    for (int i = 0; i < W; i++) {
+        dlock_lock_free(l[i]);
+        dlock_client_close(c[i]);
+    }
+    dlock_lock_free(la);
+    dlock_client_close(a);
 }
 END_TEST
 
@@ -1287,6 +1423,9 @@ int main(void)
         {"time_bound", time_bound, 30},
         {"cancel", cancel, 30},
         {"cancel_same_client", cancel_same_client, 30},
+        {"cancel_object", cancel_object, 30},
+        {"handle_owned", handle_owned, 30},
+        {"fair_order", fair_order, 30},
         {"fork_misuse", fork_misuse, 30},
         {"free_releases", free_releases, 30},
         {"lease_renewed", lease_renewed, 60},

@@ -30,6 +30,8 @@ enum ct_caps {
     CT_SERVER = 1u << 4,      /* a server on host:port (file: a local directory) */
     CT_WAITERS_EXACT = 1u << 5, /* waiters() falls back to 0 once a waiter leaves
                                    (file: a watch lingers in the client's pool) */
+    CT_FAIR = 1u << 6,        /* DLOCK_LOCK_FAIR: first come, first served
+                                 (else DLOCK_ENOTSUP from dlock_lock_new) */
 };
 
 struct ct_fixture {

@@ -188,8 +188,8 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
             until = now + lease; /* a foreign lock without expiry */
         else if (ttl < 0)
             until = now; /* vanished between the two calls: try at once */
-        else
-            until = now + ttl + 1; /* PTTL rounds down; 0 = expiring now */
+        else /* PTTL rounds down; 0 = expiring now; an absurd TTL is clamped */
+            until = now + (ttl < DLOCK__MAX_DURATION_MS ? ttl : DLOCK__MAX_DURATION_MS) + 1;
         rc = dlock__wait_sleep(w, seq, until);
         if (rc == DLOCK_ETIMEDOUT && outage_ms) {
             rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for '%s' ended)",
@@ -416,6 +416,23 @@ static bool owner_field_like(const char *f, size_t len)
     return true;
 }
 
+/* "<uuid>:<digits>:<digits>": the shape of dlock's simple-layout value. */
+static bool lock_value_like(const char *v, size_t len)
+{
+    const char *colon = len ? memrchr(v, ':', len) : NULL;
+    if (!colon || colon == v + len - 1)
+        return false;
+    for (const char *p = colon + 1; p < v + len; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return owner_field_like(v, (size_t)(colon - v));
+}
+
+/* The holder inspect shows for a simple-layout value that is not dlock's:
+ * a foreign client's lock (redis-py) or an application's string, whose
+ * value is not ours to print. */
+#define FOREIGN_VALUE "(a value that is not dlock's)"
+
 static int redis_inspect(void *state, const char *name, struct dlock_info *info)
 {
     struct redis_state *s = state;
@@ -453,9 +470,20 @@ static int redis_inspect(void *state, const char *name, struct dlock_info *info)
         info->held = 1;
         info->ttl_ms = pttl >= 0 ? pttl : (pttl == -1 ? DLOCK_VALID_FOREVER : -1);
         if (s->simple) {
-            if (r->elements >= 4 && r->element[3]->type == REDIS_REPLY_STRING)
-                rc = dlock__info_add_holder(info, r->element[3]->str, 1);
+            /* A foreign lock (redis-py) is held as far as acquire goes:
+             * shown as held, its value not shown. */
+            const redisReply *v = r->elements >= 4 ? r->element[3] : NULL;
+            if (v && v->type == REDIS_REPLY_STRING)
+                rc = dlock__info_add_holder(info, lock_value_like(v->str, v->len) ? v->str : FOREIGN_VALUE,
+                                            1);
         } else {
+            /* every field an owner, or it is an application's hash */
+            for (size_t i = 3; i + 1 < r->elements; i += 2)
+                if (r->element[i]->type != REDIS_REPLY_STRING ||
+                    !owner_field_like(r->element[i]->str, r->element[i]->len)) {
+                    rc = redis_wrongtype(s, &k, "hash whose fields are not lock owners (<uuid>:<thread>)");
+                    goto done;
+                }
             for (size_t i = 3; i + 1 < r->elements && !rc; i += 2) {
                 const redisReply *f = r->element[i], *v = r->element[i + 1];
                 unsigned count = v->type == REDIS_REPLY_STRING ? (unsigned)strtoul(v->str, NULL, 10) : 0;
@@ -520,15 +548,13 @@ static bool key_is_lock(struct redis_state *s, redisContext *ctx, const char *ke
     if (redis_own_key_space(key, len))
         return false; /* a token counter or a record of canceled acquires */
     if (s->simple) {
-        /* A string with a lease. */
-        argv[0] = "PTTL";
-        argl[0] = 4;
+        /* a string of dlock's shape: "<uuid>:<thread>:<token>" */
         redisReply *r = redis_command(ctx, 2, argv, argl, NULL);
         if (!r) {
             *err = redis_io_error(s, ctx, s->op_timeout_ms, "list");
             return false;
         }
-        bool yes = r->type == REDIS_REPLY_INTEGER && r->integer >= 0;
+        bool yes = r->type == REDIS_REPLY_STRING && lock_value_like(r->str, r->len);
         freeReplyObject(r);
         return yes;
     }

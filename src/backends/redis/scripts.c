@@ -169,6 +169,16 @@ int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k
     k->chan_len = put_prefixed(k->chan, CHAN, k->lock, kl);
     k->canceled = k->chan + k->chan_len + 1;
     k->canceled_len = put_prefixed(k->canceled, CANCELED, k->lock, kl);
+    const char *space = redis_own_key_space(k->lock, kl);
+    if (space) {
+        int rc = dlock__err(DLOCK_EINVAL,
+                            "%s: lock name '%s' (key '%s') falls in dlock's own key space '%s...' "
+                            "(the token counters, channels and canceled-acquire records of "
+                            "other locks); refused",
+                            s->where, name, k->lock, space);
+        redis_keys_free(k);
+        return rc;
+    }
     return DLOCK_OK;
 }
 

@@ -22,6 +22,22 @@ if redis.call('exists', KEYS[1]) == 0 then
   local canceled = redis.call('hget', KEYS[3], ARGV[2])
   if canceled and tonumber(canceled) >= tonumber(ARGV[3]) then return -1 end
   local token = redis.call('incr', KEYS[2])
+  if token < 1e15 then
+    -- The counter was absent (a new name, or the data was lost in a
+    -- restart) or below 10^15, which no clock seed gives (restarted at 1
+    -- by a Redisson client, older than this rule, or negative): go on
+    -- from the server's clock in microseconds, so tokens keep increasing
+    -- across data loss.
+    local t = redis.call('time')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if now > token then
+      token = now
+      redis.call('set', KEYS[2], string.format('%d', token))
+    end
+  elseif token >= 9007199254740992 then
+    return redis.error_reply('DLOCK token counter ' .. KEYS[2] .. ' is at ' .. redis.call('get', KEYS[2]) ..
+      ', past 2^53 (9007199254740992) where script numbers stop being exact: tokens would repeat; no hold written')
+  end
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   return token

@@ -18,13 +18,9 @@
 
 #include "redis.h"
 
-struct hub_waiter {
-    struct dlock__wait *w;
-    bool woken; /* woken and has not tried since (see hub_wake_one) */
-    struct hub_waiter *next;
-};
-
-/* One channel of the subscriber connection. */
+/* One channel of the subscriber connection. Its waiters are a core
+ * waitset (FIFO, a wake passed on by a waiter that leaves without using
+ * it); nwaiters, under the hub mutex, drives the subscription. */
 struct hub_chan {
     char *name;
     size_t len;
@@ -32,7 +28,7 @@ struct hub_chan {
     bool subscribed; /* as the server last confirmed */
     bool sub_sent, unsub_sent;
     bool dirty; /* on the hub's to-do list */
-    struct hub_waiter *waiters;
+    struct dlock__waitset waiters;
     struct hub_chan *next;  /* bucket chain */
     struct hub_chan *dnext; /* to-do list */
 };
@@ -76,10 +72,7 @@ static void hub_mark(struct hub *hb, struct hub_chan *ch)
  * any of them may have missed a release. */
 static void hub_wake_chan(struct hub_chan *ch)
 {
-    for (struct hub_waiter *x = ch->waiters; x; x = x->next) {
-        x->woken = true;
-        dlock__wait_wake(x->w);
-    }
+    dlock__waitset_wake_all(&ch->waiters);
 }
 
 /* A release message: wake the longest-waiting waiter that is not already
@@ -88,12 +81,7 @@ static void hub_wake_chan(struct hub_chan *ch)
  * passes the wake on (hub_leave), so none is lost. */
 static void hub_wake_one(struct hub_chan *ch)
 {
-    for (struct hub_waiter *x = ch->waiters; x; x = x->next)
-        if (!x->woken) {
-            x->woken = true;
-            dlock__wait_wake(x->w);
-            return;
-        }
+    dlock__waitset_wake_one(&ch->waiters);
 }
 
 static void hub_free_chan(struct hub *hb, struct hub_chan *ch)
@@ -103,6 +91,7 @@ static void hub_free_chan(struct hub *hb, struct hub_chan *ch)
         pp = &(*pp)->next;
     if (*pp)
         *pp = ch->next;
+    dlock__waitset_destroy(&ch->waiters);
     free(ch->name);
     free(ch);
 }
@@ -272,16 +261,11 @@ static void *hub_main(void *arg)
 int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
 {
     struct hub *hb = &s->hub;
-    struct hub_waiter *x = calloc(1, sizeof *x);
-    if (!x)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    x->w = w;
     pthread_mutex_lock(&hb->mu);
     if (!hb->started) {
         int err = pthread_create(&hb->thread, NULL, hub_main, s);
         if (err) {
             pthread_mutex_unlock(&hb->mu);
-            free(x);
             return dlock__errno(DLOCK_EIO, err, "%s: cannot start the subscriber thread", s->where);
         }
         hb->started = true;
@@ -295,9 +279,9 @@ int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct d
             pthread_mutex_unlock(&hb->mu);
             if (ch)
                 free(ch);
-            free(x);
             return dlock__err(DLOCK_ENOMEM, "out of memory");
         }
+        dlock__waitset_init(&ch->waiters);
         memcpy(ch->name, chan, len);
         ch->name[len] = 0;
         ch->len = len;
@@ -305,10 +289,13 @@ int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct d
         ch->next = hb->buckets[b];
         hb->buckets[b] = ch;
     }
-    struct hub_waiter **tail = &ch->waiters; /* oldest first */
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = x;
+    int rc = dlock__waitset_add(&ch->waiters, w);
+    if (rc) {
+        if (ch->nwaiters == 0)
+            hub_mark(hb, ch); /* freed by the hub thread once unwanted */
+        pthread_mutex_unlock(&hb->mu);
+        return rc;
+    }
     if (ch->nwaiters++ == 0 || !ch->subscribed || ch->unsub_sent)
         hub_mark(hb, ch);
     pthread_mutex_unlock(&hb->mu);
@@ -331,9 +318,8 @@ void redis_hub_ack(struct redis_state *s, const char *chan, size_t len, struct d
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);
     struct hub_chan *ch = hub_find(hb, chan, len);
-    for (struct hub_waiter *x = ch ? ch->waiters : NULL; x; x = x->next)
-        if (x->w == w)
-            x->woken = false;
+    if (ch)
+        dlock__waitset_consume(&ch->waiters, w);
     pthread_mutex_unlock(&hb->mu);
 }
 
@@ -346,17 +332,9 @@ void redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct
     pthread_mutex_lock(&hb->mu);
     struct hub_chan *ch = hub_find(hb, chan, len);
     if (ch) {
-        for (struct hub_waiter **pp = &ch->waiters; *pp; pp = &(*pp)->next) {
-            if ((*pp)->w == w) {
-                struct hub_waiter *x = *pp;
-                *pp = x->next;
-                if (x->woken && !acquired)
-                    hub_wake_one(ch);
-                free(x);
-                ch->nwaiters--;
-                break;
-            }
-        }
+        if (dlock__waitset_remove(&ch->waiters, w) && !acquired)
+            hub_wake_one(ch);
+        ch->nwaiters--;
         if (ch->nwaiters == 0)
             hub_mark(hb, ch);
     }
@@ -375,13 +353,7 @@ void redis_hub_stop(struct redis_state *s)
         pthread_join(hb->thread, NULL);
     for (size_t b = 0; b < REDIS_HUB_BUCKETS; b++) {
         while (hb->buckets[b]) {
-            struct hub_chan *ch = hb->buckets[b];
-            while (ch->waiters) {
-                struct hub_waiter *x = ch->waiters;
-                ch->waiters = x->next;
-                free(x);
-            }
-            hub_free_chan(hb, ch);
+            hub_free_chan(hb, hb->buckets[b]);
         }
     }
 }

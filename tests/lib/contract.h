@@ -32,6 +32,9 @@ enum ct_caps {
                                    (file: a watch lingers in the client's pool) */
     CT_FAIR = 1u << 6,        /* DLOCK_LOCK_FAIR: first come, first served
                                  (else DLOCK_ENOTSUP from dlock_lock_new) */
+    CT_NAMES_NEST = 1u << 7,  /* a lock sees the holder of a name nested under
+                                 it ("a" under "a/b") as a contender: etcd, as
+                                 Go's concurrency.Mutex (docs/protocol-etcd.md) */
 };
 
 struct ct_fixture {

@@ -1896,73 +1896,160 @@ START_TEST(test_stalled_member_cancel_waiting_for_grant)
 }
 END_TEST
 
+/* Bytes sent to member I that it has not read: the request a stalled
+ * member sits on (its established sockets' receive queues, from
+ * /proc/net/tcp and tcp6). */
+static long unread_at_member(int i)
+{
+    long total = 0;
+    const char *files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (size_t f = 0; f < 2; f++) {
+        FILE *fp = fopen(files[f], "r");
+        char line[512];
+        while (fp && fgets(line, sizeof line, fp)) {
+            char local[64];
+            unsigned st;
+            unsigned long txq, rxq;
+            if (sscanf(line, " %*d: %63s %*s %x %lx:%lx", local, &st, &txq, &rxq) != 4)
+                continue;
+            const char *colon = strrchr(local, ':');
+            if (st == 1 && colon && strtol(colon + 1, NULL, 16) == F.m[i].client_port)
+                total += (long)rxq;
+        }
+        if (fp)
+            fclose(fp);
+    }
+    return total;
+}
+
+/* Wait until a request sits unread at stalled member I (20 s at most). */
+static bool wait_request_at(int i)
+{
+    for (int k = 0; k < 800; k++) {
+        if (unread_at_member(i) > 0)
+            return true;
+        tu_sleep_ms(25);
+    }
+    return false;
+}
+
+/* wait_ms bounds the time of an acquire whatever another thread of the
+ * client is doing: a 100 ms acquire while the first thread's session
+ * lease grant is stuck on a stalled member times out on its own deadline
+ * -- before the grant it would have waited for ends. */
+START_TEST(test_stalled_member_bounded_wait_behind_grant)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
+    dlock_client *b = open_ok(slow);
+    dlock_lock *l1 = lock_ok(b, "stall-b1"), *l2 = lock_ok(b, "stall-b2");
+    ck_assert_int_eq(unread_at_member(0), 0);
+    member_pause(0);
+    struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0}, w2 = {l2, 100, -99, 0};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, stall_waiter_main, &w1);
+    bool sent = wait_request_at(0); /* t1's grant sits at the member */
+    pthread_create(&t2, NULL, stall_waiter_main, &w2);
+    bool done2 = wait_flag(&w2.done);
+    bool first_still_stuck = !atomic_load(&w1.done);
+    ck_assert_int_eq(dlock_lock_cancel(l1), DLOCK_OK);
+    bool done1 = wait_flag(&w1.done);
+    member_resume(0);
+    ck_assert_msg(sent, "the first acquire's grant never reached the member");
+    ck_assert_msg(done2, "a 100 ms acquire still waiting for another thread's grant");
+    ck_assert_msg(first_still_stuck, "the first thread's grant ended before the 100 ms acquire");
+    ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    ck_assert_msg(w2.rc == DLOCK_ETIMEDOUT, "%s", dlock_err_name(w2.rc));
+    ck_assert_msg(w1.rc == DLOCK_ECANCELED, "%s", dlock_err_name(w1.rc));
+    ACQUIRE_OK(l2, 10000);
+    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    dlock_lock_free(l1);
+    dlock_lock_free(l2);
+    dlock_client_close(b);
+    free(slow);
+}
+END_TEST
+
+/* $ETCD_TEST=<test name> runs only that test (with CK_RUN_CASE=<its case>,
+ * only that case's fixture starts). */
+#define ADD_TEST(tc, fn)                                                   \
+    do {                                                                    \
+        const char *only_ = getenv("ETCD_TEST");                            \
+        if (!only_ || !*only_ || strcmp(only_, #fn) == 0)                   \
+            tcase_add_test(tc, fn);                                         \
+    } while (0)
+
 static Suite *etcd_suite(void)
 {
     Suite *s = suite_create("etcd");
     TCase *tc = tcase_create("single");
     tcase_add_unchecked_fixture(tc, setup_single, teardown_members);
     tcase_set_timeout(tc, 90);
-    tcase_add_test(tc, test_acquire_release_token);
-    tcase_add_test(tc, test_busy_and_timeout_leave_no_key);
-    tcase_add_test(tc, test_fifo_and_inspect);
-    tcase_add_test(tc, test_cancel_wait);
-    tcase_add_test(tc, test_threads_of_one_client);
-    tcase_add_test(tc, test_processes_counter_and_tokens);
-    tcase_add_test(tc, test_shared_mode_unsupported);
-    tcase_add_test(tc, test_etcdctl_holds_dlock_waits);
-    tcase_add_test(tc, test_dlock_holds_etcdctl_waits_in_order);
-    tcase_add_test(tc, test_prefix_list_and_names);
-    tcase_add_test(tc, test_hostile_names);
-    tcase_add_test(tc, test_kill9_holder_frees_after_lease);
-    tcase_add_test(tc, test_paused_holder_loses_and_recovers);
-    tcase_add_test(tc, test_force_release_reports_lost);
-    tcase_add_test(tc, test_lease_revoked_loses_every_hold);
-    tcase_add_test(tc, test_fixed_lease_ends);
-    tcase_add_test(tc, test_lease_renewed_while_held);
-    tcase_add_test(tc, test_waiter_keeps_its_place);
-    tcase_add_test(tc, test_paused_waiter_requeues);
-    tcase_add_test(tc, test_unreachable);
-    tcase_add_test(tc, test_bad_urls);
-    tcase_add_test(tc, test_cli_run_status_and_lost);
-    tcase_add_test(tc, test_cli_run_against_etcdctl_lock);
+    ADD_TEST(tc, test_acquire_release_token);
+    ADD_TEST(tc, test_busy_and_timeout_leave_no_key);
+    ADD_TEST(tc, test_fifo_and_inspect);
+    ADD_TEST(tc, test_cancel_wait);
+    ADD_TEST(tc, test_threads_of_one_client);
+    ADD_TEST(tc, test_processes_counter_and_tokens);
+    ADD_TEST(tc, test_shared_mode_unsupported);
+    ADD_TEST(tc, test_etcdctl_holds_dlock_waits);
+    ADD_TEST(tc, test_dlock_holds_etcdctl_waits_in_order);
+    ADD_TEST(tc, test_prefix_list_and_names);
+    ADD_TEST(tc, test_hostile_names);
+    ADD_TEST(tc, test_kill9_holder_frees_after_lease);
+    ADD_TEST(tc, test_paused_holder_loses_and_recovers);
+    ADD_TEST(tc, test_force_release_reports_lost);
+    ADD_TEST(tc, test_lease_revoked_loses_every_hold);
+    ADD_TEST(tc, test_fixed_lease_ends);
+    ADD_TEST(tc, test_lease_renewed_while_held);
+    ADD_TEST(tc, test_waiter_keeps_its_place);
+    ADD_TEST(tc, test_paused_waiter_requeues);
+    ADD_TEST(tc, test_unreachable);
+    ADD_TEST(tc, test_bad_urls);
+    ADD_TEST(tc, test_cli_run_status_and_lost);
+    ADD_TEST(tc, test_cli_run_against_etcdctl_lock);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("auth");
     tcase_add_unchecked_fixture(tc, setup_auth, teardown_members);
     tcase_set_timeout(tc, 90);
-    tcase_add_test(tc, test_auth);
+    ADD_TEST(tc, test_auth);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("tls");
     tcase_add_unchecked_fixture(tc, setup_tls, teardown_members);
     tcase_set_timeout(tc, 90);
-    tcase_add_test(tc, test_tls);
+    ADD_TEST(tc, test_tls);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("restart");
     tcase_add_unchecked_fixture(tc, setup_single, teardown_members);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_server_restart_keeps_hold);
-    tcase_add_test(tc, test_server_down_hold_lost);
+    ADD_TEST(tc, test_server_restart_keeps_hold);
+    ADD_TEST(tc, test_server_down_hold_lost);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("stall");
     tcase_add_unchecked_fixture(tc, setup_single, teardown_members);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_stalled_member_hold_lost_in_time);
-    tcase_add_test(tc, test_stalled_member_wait_times_out);
-    tcase_add_test(tc, test_stalled_member_cancel);
-    tcase_add_test(tc, test_stalled_member_cancel_first_request);
-    tcase_add_test(tc, test_stalled_member_cancel_waiting_for_grant);
+    ADD_TEST(tc, test_stalled_member_hold_lost_in_time);
+    ADD_TEST(tc, test_stalled_member_wait_times_out);
+    ADD_TEST(tc, test_stalled_member_cancel);
+    ADD_TEST(tc, test_stalled_member_cancel_first_request);
+    ADD_TEST(tc, test_stalled_member_cancel_waiting_for_grant);
+    ADD_TEST(tc, test_stalled_member_bounded_wait_behind_grant);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("cluster");
     tcase_add_unchecked_fixture(tc, setup_cluster, teardown_members);
     tcase_set_timeout(tc, 240);
-    tcase_add_test(tc, test_cluster_basic_and_member_down);
-    tcase_add_test(tc, test_leader_killed_never_two_holders);
-    tcase_add_test(tc, test_no_quorum_unavailable);
-    tcase_add_test(tc, test_no_quorum_keepalive_unavailable);
+    ADD_TEST(tc, test_cluster_basic_and_member_down);
+    ADD_TEST(tc, test_leader_killed_never_two_holders);
+    ADD_TEST(tc, test_no_quorum_unavailable);
+    ADD_TEST(tc, test_no_quorum_keepalive_unavailable);
     suite_add_tcase(s, tc);
     return s;
 }

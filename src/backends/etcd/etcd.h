@@ -241,7 +241,8 @@ struct etcd_orphan {
     struct etcd_orphan *next;
 };
 
-/* An acquire waiting for another thread's session lease grant. */
+/* An acquire waiting for another thread's request: a session lease
+ * grant, or the delete of a key it is about to put again. */
 struct grant_waiter {
     struct dlock__wait *w;
     struct grant_waiter *next;
@@ -257,8 +258,11 @@ struct etcd_backend {
     bool granting;            /* (mu) a thread is granting / freshening the
                                  session lease; the others wait, cancelably */
     struct grant_waiter *grant_waiters; /* (mu) */
-    pthread_mutex_t sweep_mu; /* held while orphans are being deleted */
-    pthread_mutex_t mu;       /* the fields below */
+    bool sweeping;            /* (mu) a thread is deleting orphans */
+    const char *deleting;     /* (mu) the orphan whose delete is in flight */
+    struct grant_waiter *forget_waiters; /* (mu) acquires waiting for it */
+    pthread_mutex_t mu;       /* these fields and the ones below; never
+                                 held across a request */
     int64_t lease;            /* session lease, 0 = none (yet, or lost) */
     int64_t lease_confirmed;  /* send time of its last grant / keepalive */
     struct etcd_orphan *orphans;
@@ -316,15 +320,20 @@ int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_re
 int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
                        const struct etcd_limits *lim);
 
-/* Delete KEY; on failure remember it and try again later. True when the
- * key is gone (or can never be deleted by us: no permission). */
-bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t until,
+/* Delete KEY within (DEADLINE, W); on failure remember it as an orphan to
+ * try again later. True when the key is gone (or can never be deleted by
+ * us: no permission). */
+bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
                      struct dlock__wait *w);
-/* Retry the deletes that failed before, none running past UNTIL (0 = no
- * limit). With TRY, give way to a sweep already under way. */
-void etcd_orphans_sweep(struct etcd_backend *s, int64_t until, bool try, struct dlock__wait *w);
-/* KEY is about to be ours again: it is no orphan any more. */
-void etcd_orphan_forget(struct etcd_backend *s, const char *key);
+/* Retry the deletes that failed before, none running past DEADLINE (a
+ * cancel of W, may be NULL, stops them). Gives way to a sweep under way. */
+void etcd_orphans_sweep(struct etcd_backend *s, int64_t deadline, struct dlock__wait *w);
+/* KEY is about to be ours again (put by an acquire): it is no orphan any
+ * more. When a sweep's delete of it is in flight, wait until it is done
+ * (it must not land after our put) within W's deadline and cancel:
+ * DLOCK_OK, DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or DLOCK_EBUSY at once for a
+ * try-once W (the caller then uses another key). */
+int etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wait *w);
 
 int etcd_open(struct dlock_client *c, void **state);
 void etcd_close(void *state);

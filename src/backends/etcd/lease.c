@@ -216,56 +216,75 @@ void etcd_session_lease_dead(struct etcd_backend *s, int64_t id)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Take W out of the list at *HEAD (mu held). */
+static void waiter_remove(struct grant_waiter **head, struct dlock__wait *w)
+{
+    for (struct grant_waiter **p = head; *p; p = &(*p)->next)
+        if ((*p)->w == w) {
+            *p = (*p)->next;
+            return;
+        }
+}
+
+/* Wake every waiter of the list (mu held). */
+static void waiters_wake(struct grant_waiter *g)
+{
+    for (; g; g = g->next)
+        dlock__wait_wake(g->w);
+}
+
 /* Become the one thread that grants or freshens the session lease. While
  * another one does (its request may hang on a stalled member for the
- * whole request timeout), sleep on our wait W, so that
- * dlock_lock_cancel() ends it: DLOCK_ECANCELED. */
-static int grant_enter(struct etcd_backend *s, struct dlock__wait *w)
+ * whole request timeout), sleep on our wait W: its deadline ends the
+ * sleep (DLOCK_ETIMEDOUT), and so does dlock_lock_cancel()
+ * (DLOCK_ECANCELED). A try-once wait does not sleep: DLOCK_EBUSY, and the
+ * caller takes a lease of its own. */
+static int grant_enter(struct etcd_backend *s, const char *name, struct dlock__wait *w)
 {
+    int rc = DLOCK_OK;
     pthread_mutex_lock(&s->mu);
     while (s->granting) {
+        if (!w || dlock__wait_try_once(w)) {
+            rc = DLOCK_EBUSY;
+            break;
+        }
         struct grant_waiter me = {w, s->grant_waiters};
         s->grant_waiters = &me;
-        unsigned seq = dlock__wait_seq(w);
+        unsigned seq = dlock__wait_seq(w); /* grant_leave() wakes under mu */
         pthread_mutex_unlock(&s->mu);
-        pthread_mutex_lock(&w->mu);
-        while (!w->canceled && w->seq == seq)
-            pthread_cond_wait(&w->cv, &w->mu);
-        bool canceled = w->canceled;
-        pthread_mutex_unlock(&w->mu);
+        rc = dlock__wait_sleep(w, seq, DLOCK__NEVER);
         pthread_mutex_lock(&s->mu);
-        for (struct grant_waiter **p = &s->grant_waiters; *p; p = &(*p)->next)
-            if (*p == &me) {
-                *p = me.next;
-                break;
-            }
-        if (canceled) {
-            pthread_mutex_unlock(&s->mu);
-            return DLOCK_ECANCELED;
-        }
+        waiter_remove(&s->grant_waiters, w);
+        if (rc)
+            break;
     }
-    s->granting = true;
+    if (!rc)
+        s->granting = true;
     pthread_mutex_unlock(&s->mu);
-    return DLOCK_OK;
+    if (rc == DLOCK_ETIMEDOUT)
+        dlock__err(rc, "%s: lock '%s': the session lease another thread is granting did not "
+                       "come in time",
+                   s->label, name);
+    return rc;
 }
 
 static void grant_leave(struct etcd_backend *s)
 {
     pthread_mutex_lock(&s->mu);
     s->granting = false;
-    for (struct grant_waiter *g = s->grant_waiters; g; g = g->next)
-        dlock__wait_wake(g->w);
+    waiters_wake(s->grant_waiters);
     pthread_mutex_unlock(&s->mu);
 }
 
 /* The session lease, granted if there is none and freshened with a
  * keepalive when its last confirmation is older than a third of its TTL
- * (so a new hold starts with nearly its whole validity). */
+ * (so a new hold starts with nearly its whole validity). While another
+ * thread does that, wait for it within LIM->w (see grant_enter()). */
 int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
                          const struct etcd_limits *lim)
 {
     int64_t ttl_ms = (s->c->opts.lease_ms + 999) / 1000 * 1000;
-    int rc = grant_enter(s, lim->w);
+    int rc = grant_enter(s, name, lim->w);
     if (rc)
         return rc;
     pthread_mutex_lock(&s->mu);
@@ -316,74 +335,92 @@ int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
 
 /* --------------------------------------------------------------- orphans */
 
-/* Delete KEY; on failure remember it and try again later. True when the
- * key is gone (or can never be deleted by us: no permission). */
-bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t until,
-                       struct dlock__wait *w)
+/* Remember KEY as an orphan, to be deleted later (mu held). */
+static void orphan_add(struct etcd_backend *s, char *key)
+{
+    struct etcd_orphan *o = calloc(1, sizeof *o);
+    if (!o) {
+        free(key);
+        return;
+    }
+    o->key = key;
+    o->next = s->orphans;
+    s->orphans = o;
+}
+
+/* One delete of KEY within (DEADLINE, W): true when the key is gone (or
+ * can never be deleted by us: no permission). */
+static bool delete_once(struct etcd_backend *s, const char *key, int64_t deadline,
+                        struct dlock__wait *w)
 {
     json_t *req = etcd_range(key, false), *reply = NULL;
-    struct etcd_limits lim = {until, w};
+    struct etcd_limits lim = {deadline, w};
     char what[1200];
     snprintf(what, sizeof what, "delete own key %s", key);
     int rc = req ? etcd_call_lim(s->k, "/v3/kv/deleterange", req, &reply, what, NULL, NULL, &lim)
                  : DLOCK_ENOMEM;
     json_decref(req);
     json_decref(reply);
-    if (rc == DLOCK_OK || rc == DLOCK_EAUTH)
+    return rc == DLOCK_OK || rc == DLOCK_EAUTH;
+}
+
+bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
+                     struct dlock__wait *w)
+{
+    if (delete_once(s, key, deadline, w))
         return true;
-    struct etcd_orphan *o = calloc(1, sizeof *o);
-    if (o && (o->key = strdup(key))) {
+    char *copy = strdup(key);
+    if (copy) {
         pthread_mutex_lock(&s->mu);
-        o->next = s->orphans;
-        s->orphans = o;
+        orphan_add(s, copy);
         pthread_mutex_unlock(&s->mu);
-    } else {
-        free(o);
     }
     return false;
 }
 
 /* Retry the deletes that failed before (keeper or acquire, best effort),
- * none running past UNTIL (0 = no limit). With TRY, give way to a sweep
- * already under way instead of waiting for it (the keeper). */
-void etcd_orphans_sweep(struct etcd_backend *s, int64_t until, bool try,
-                          struct dlock__wait *w)
+ * none running past DEADLINE, a cancel of W (may be NULL) stopping them.
+ * One sweep at a time: a second one gives way at once. No lock is held
+ * while a delete is on the wire; the key in flight is s->deleting, which
+ * etcd_orphan_forget() waits for. */
+void etcd_orphans_sweep(struct etcd_backend *s, int64_t deadline, struct dlock__wait *w)
 {
-    if (try) {
-        if (pthread_mutex_trylock(&s->sweep_mu))
-            return;
-    } else {
-        pthread_mutex_lock(&s->sweep_mu);
-    }
     pthread_mutex_lock(&s->mu);
+    if (s->sweeping) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    s->sweeping = true;
     struct etcd_orphan *list = s->orphans;
     s->orphans = NULL;
-    pthread_mutex_unlock(&s->mu);
     bool reachable = true;
     while (list) {
         struct etcd_orphan *o = list;
         list = o->next;
-        if (reachable) {
-            reachable = etcd_delete_key(s, o->key, until, w); /* re-queues itself on failure */
-            free(o->key);
+        if (!reachable) { /* the cluster is not answering: keep the rest for later */
+            orphan_add(s, o->key);
             free(o);
-        } else { /* the cluster is not answering: keep the rest for later */
-            pthread_mutex_lock(&s->mu);
-            o->next = s->orphans;
-            s->orphans = o;
-            pthread_mutex_unlock(&s->mu);
+            continue;
         }
+        s->deleting = o->key;
+        pthread_mutex_unlock(&s->mu);
+        reachable = delete_once(s, o->key, deadline, w);
+        pthread_mutex_lock(&s->mu);
+        s->deleting = NULL;
+        if (reachable)
+            free(o->key);
+        else
+            orphan_add(s, o->key);
+        free(o);
+        waiters_wake(s->forget_waiters);
     }
-    pthread_mutex_unlock(&s->sweep_mu);
+    s->sweeping = false;
+    pthread_mutex_unlock(&s->mu);
 }
 
-/* KEY is about to be ours again (put by an acquire): it is no orphan any
- * more. Waits for a sweep in flight, so none of its deletes can land
- * after our put and take the new hold's key away. */
-void etcd_orphan_forget(struct etcd_backend *s, const char *key)
+/* Take KEY off the orphan list (mu held). */
+static void orphan_drop(struct etcd_backend *s, const char *key)
 {
-    pthread_mutex_lock(&s->sweep_mu);
-    pthread_mutex_lock(&s->mu);
     for (struct etcd_orphan **p = &s->orphans; *p;) {
         struct etcd_orphan *o = *p;
         if (strcmp(o->key, key) == 0) {
@@ -394,8 +431,33 @@ void etcd_orphan_forget(struct etcd_backend *s, const char *key)
             p = &o->next;
         }
     }
+}
+
+int etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wait *w)
+{
+    int rc = DLOCK_OK;
+    pthread_mutex_lock(&s->mu);
+    orphan_drop(s, key);
+    while (s->deleting && strcmp(s->deleting, key) == 0) {
+        if (!w || dlock__wait_try_once(w)) {
+            rc = DLOCK_EBUSY;
+            break;
+        }
+        struct grant_waiter me = {w, s->forget_waiters};
+        s->forget_waiters = &me;
+        unsigned seq = dlock__wait_seq(w);
+        pthread_mutex_unlock(&s->mu);
+        rc = dlock__wait_sleep(w, seq, DLOCK__NEVER);
+        pthread_mutex_lock(&s->mu);
+        waiter_remove(&s->forget_waiters, w);
+        orphan_drop(s, key); /* a failed delete put it back */
+        if (rc)
+            break;
+    }
     pthread_mutex_unlock(&s->mu);
-    pthread_mutex_unlock(&s->sweep_mu);
+    if (rc == DLOCK_ETIMEDOUT)
+        dlock__err(rc, "%s: key %s: an earlier delete of it is still on its way", s->label, key);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ renew */
@@ -513,7 +575,7 @@ int etcd_renew(void *state, struct dlock__renew_batch *b)
     int64_t sweep_until = dlock__now_ms() + sweep_ms;
     if (b->deadline != DLOCK__NEVER && b->deadline < sweep_until)
         sweep_until = b->deadline;
-    etcd_orphans_sweep(s, sweep_until, true, NULL);
+    etcd_orphans_sweep(s, sweep_until, NULL);
     dlock__errmsg_restore(DLOCK_OK, saved);
     return DLOCK_OK;
 }
@@ -532,7 +594,6 @@ static void backend_free(struct etcd_backend *s)
         free(o);
     }
     free(s->prefix);
-    pthread_mutex_destroy(&s->sweep_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -542,7 +603,7 @@ void etcd_close(void *state)
     struct etcd_backend *s = state;
     if (!s)
         return;
-    etcd_orphans_sweep(s, 0, false, NULL);
+    etcd_orphans_sweep(s, DLOCK__NEVER, NULL);
     pthread_mutex_lock(&s->mu);
     int64_t lease = s->lease;
     s->lease = 0;
@@ -585,7 +646,6 @@ int etcd_open(struct dlock_client *c, void **state)
     if (!s)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     s->c = c;
-    pthread_mutex_init(&s->sweep_mu, NULL);
     pthread_mutex_init(&s->mu, NULL);
     s->prefix = make_prefix(c);
     char label[1024];

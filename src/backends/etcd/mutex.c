@@ -31,6 +31,7 @@
 #include <string.h>
 
 #define WITHDRAW_GRACE_MS 1000 /* a give-up's delete, past the caller's deadline */
+#define WITHDRAW_SLICE_MS 50   /* the same when the member stopped answering */
 
 /* ------------------------------------------------------------------ keys */
 
@@ -113,14 +114,28 @@ static int look(struct etcd_backend *s, const char *name, const char *key, const
 }
 
 /* Give up a contention: remove our key (and our own lease). The caller's
- * time is up (or it canceled), so this takes a short grace at most; a
+ * time is up (or it canceled), so this takes GRACE_MS at most: a whole
+ * WITHDRAW_GRACE_MS while the member answers, a WITHDRAW_SLICE_MS after
+ * it did not answer our last request (it will not answer now either). A
  * delete that fails is remembered and retried later. */
-static void withdraw(struct etcd_backend *s, const char *key, const struct lease_ref *lr)
+static void withdraw(struct etcd_backend *s, const char *key, const struct lease_ref *lr,
+                     int64_t grace_ms)
 {
-    struct etcd_limits lim = {dlock__now_ms() + WITHDRAW_GRACE_MS, NULL};
+    struct etcd_limits lim = {dlock__now_ms() + grace_ms, NULL};
     if (lr->own)
         etcd_lease_revoke(s, lr->id, &lim); /* takes the key with it */
     etcd_delete_key(s, key, lim.deadline, NULL);
+}
+
+/* A failure RC of a request cut short by the wait W's deadline is that
+ * wait's timeout (the message, kept, says what was cut). */
+static int timed_out(struct dlock__wait *w, int rc)
+{
+    /* (time_left is 0 only once a deadline has passed: never for a
+     * try-once nor a wait without one) */
+    if ((etcd_transient(rc) || rc == DLOCK_ETIMEDOUT) && dlock__time_left(w->deadline, 1) == 0)
+        return DLOCK_ETIMEDOUT;
+    return rc;
 }
 
 #define RESTART 1 /* wait_turn(): our key or lease vanished; start again */
@@ -132,7 +147,8 @@ static void withdraw(struct etcd_backend *s, const char *key, const struct lease
  * fires. (A watch from a past revision would be served by etcd's 100 ms
  * catch-up loop instead of at once.) Our lease is kept alive meanwhile;
  * the keepalive also bounds every sleep, as a safety net. Returns DLOCK_OK
- * (ours), RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. */
+ * (ours), RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. MSG
+ * keeps the failure of our last request, "" when it was answered. */
 static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wait *w,
                      const char *key, const char *pfx, int64_t my_rev, struct lease_ref *lr,
                      char msg[DLOCK__MSG_MAX])
@@ -149,6 +165,8 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
         char *pred = NULL;
         int64_t at = 0;
         rc = look(s, name, key, pfx, my_rev, &mine, &pred, &at, &lim);
+        if (rc == DLOCK_OK)
+            msg[0] = 0;
         if (rc == DLOCK_OK && !mine) {
             /* Our key is gone while we waited: our lease expired (paused
              * process, long outage) or someone deleted it. Start again at
@@ -202,6 +220,8 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
         }
         if (rc == DLOCK_ECANCELED)
             break;
+        if (rc)
+            dlock__errmsg_save(msg);
         rc = DLOCK_OK; /* a failed keepalive: the next look tells */
     }
     etcd_watch_stop(wt);
@@ -216,7 +236,11 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
         return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': shared mode is not supported by the "
                                          "etcd backend (Go's concurrency.Mutex is exclusive)",
                           s->label, h->name);
-    etcd_orphans_sweep(s, 0, false, w); /* a cancel stops it (the rest stays for later) */
+    /* Every request below, and every wait for another thread's request,
+     * ends by the wait's deadline (the request timeout for a try-once) or
+     * at a cancel: wait_ms bounds the whole acquire. */
+    struct etcd_limits lim = {w->deadline, w};
+    etcd_orphans_sweep(s, w->deadline, w); /* the rest stays for later */
     bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
     char *pfx = lock_prefix(s, h->name);
     char *key = NULL;
@@ -225,33 +249,42 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
     struct lease_ref lr = {0};
     int rc = DLOCK_OK, restarts = 0;
     char msg[DLOCK__MSG_MAX];
-    /* A cancel aborts the first round trips (lease, put) in flight; like
-     * a try-once they are bounded by the request timeout, not by the
-     * wait's deadline (which wait_turn() honours), so a short wait still
-     * gets a free lock from a slow cluster. */
-    struct etcd_limits lim = {0, w};
 
 restart:
     free(key);
     key = NULL;
     if (own && lr.id)
-        etcd_lease_revoke(s, lr.id, NULL); /* starting over: the old lease of our own goes */
+        etcd_lease_revoke(s, lr.id, &lim); /* starting over: the old lease of our own goes */
+    if (!own) {
+        rc = etcd_session_lease(s, h->name, &lr, &lim);
+        /* (EBUSY: a try-once found another thread granting it) */
+        own = rc == DLOCK_EBUSY;
+    }
     if (own) {
         rc = etcd_lease_grant(s, h->name, h->lease_ms, &lr, &lim);
         lr.own = true;
-    } else {
-        rc = etcd_session_lease(s, h->name, &lr, &lim);
     }
     if (rc) {
         free(pfx);
-        return rc;
+        return timed_out(w, rc);
     }
     key = dlock__sprintf("%s%llx", pfx, (unsigned long long)lr.id);
     if (!key) {
         free(pfx);
         return etcd_nomem(s);
     }
-    etcd_orphan_forget(s, key);
+    rc = etcd_orphan_forget(s, key, w);
+    if (rc == DLOCK_EBUSY && !own && restarts++ < 5) {
+        own = true; /* a try-once: another key, on a lease of its own */
+        goto restart;
+    }
+    if (rc) {
+        if (own)
+            etcd_lease_revoke(s, lr.id, &lim);
+        free(pfx);
+        free(key);
+        return timed_out(w, rc);
+    }
     int64_t my_rev = 0, owner_rev = 0;
     int code = 0;
     rc = put_and_read_owner(s, h->name, key, pfx, lr.id, &my_rev, &owner_rev, &code, &lim);
@@ -262,11 +295,13 @@ restart:
         goto restart;
     }
     if (rc) {
+        rc = timed_out(w, rc);
         dlock__errmsg_save(msg);
         /* The put may have happened before the reply was lost (or the
-         * cancel, or the deadline). */
-        if (etcd_transient(rc) || rc == DLOCK_ECANCELED)
-            withdraw(s, key, &lr);
+         * cancel, or the deadline): the member did not answer, so it gets
+         * no more than a slice for the delete. */
+        if (etcd_transient(rc) || rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT)
+            withdraw(s, key, &lr, WITHDRAW_SLICE_MS);
         else if (own)
             etcd_lease_revoke(s, lr.id, NULL);
         free(pfx);
@@ -274,7 +309,7 @@ restart:
         return dlock__errmsg_restore(rc, msg);
     }
     if (owner_rev != my_rev && dlock__wait_try_once(w)) {
-        withdraw(s, key, &lr);
+        withdraw(s, key, &lr, WITHDRAW_GRACE_MS);
         free(pfx);
         free(key);
         return DLOCK_EBUSY;
@@ -294,9 +329,10 @@ restart:
         if (rc) {
             /* (a timeout keeps the reason of the last failed look, if
              * any: an outage; none says the other owner kept it) */
+            bool answering = !msg[0];
             if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
                 dlock__errmsg_save(msg);
-            withdraw(s, key, &lr);
+            withdraw(s, key, &lr, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
             free(pfx);
             free(key);
             return dlock__errmsg_restore(rc, msg);
@@ -306,15 +342,16 @@ restart:
     /* Ours. Make sure the validity we report starts from a fresh lease
      * confirmation. */
     if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3) {
-        rc = etcd_lease_refresh(s, &lr, NULL);
+        rc = etcd_lease_refresh(s, &lr, &lim);
         if (rc == DLOCK_ELOST && restarts++ < 5) {
             if (!own)
                 etcd_session_lease_dead(s, lr.id);
             goto restart;
         }
         if (rc) {
+            rc = timed_out(w, rc);
             dlock__errmsg_save(msg);
-            withdraw(s, key, &lr);
+            withdraw(s, key, &lr, WITHDRAW_SLICE_MS);
             free(pfx);
             free(key);
             return dlock__errmsg_restore(rc, msg);
@@ -323,7 +360,7 @@ restart:
     free(pfx);
     struct etcd_hold *eh = calloc(1, sizeof *eh);
     if (!eh) {
-        withdraw(s, key, &lr);
+        withdraw(s, key, &lr, WITHDRAW_GRACE_MS);
         free(key);
         return etcd_nomem(s);
     }

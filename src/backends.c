@@ -29,6 +29,7 @@ extern const struct dlock__backend dlock__backend_zk;
 static const char *const no_params[] = {NULL};
 static const char *const redis_params[] = {"db", NULL};
 static const char *const zk_params[] = {"base", "acl", NULL};
+static const char *const etcd_params[] = {"max_reply", NULL};
 
 static const struct {
     const char *scheme;
@@ -49,11 +50,11 @@ static const struct {
     {"redlock", NULL, "hiredis (libhiredis-dev)", redis_params},
 #endif
 #ifdef DLOCK_HAVE_ETCD
-    {"etcd", &dlock__backend_etcd, NULL, no_params},
-    {"etcd+https", &dlock__backend_etcd, NULL, no_params},
+    {"etcd", &dlock__backend_etcd, NULL, etcd_params},
+    {"etcd+https", &dlock__backend_etcd, NULL, etcd_params},
 #else
-    {"etcd", NULL, "libcurl and jansson (libcurl4-openssl-dev libjansson-dev)", no_params},
-    {"etcd+https", NULL, "libcurl and jansson (libcurl4-openssl-dev libjansson-dev)", no_params},
+    {"etcd", NULL, "libcurl and jansson (libcurl4-openssl-dev libjansson-dev)", etcd_params},
+    {"etcd+https", NULL, "libcurl and jansson (libcurl4-openssl-dev libjansson-dev)", etcd_params},
 #endif
 #ifdef DLOCK_HAVE_ZK
     {"zk", &dlock__backend_zk, NULL, zk_params},

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -882,6 +883,319 @@ START_TEST(test_force_release_reports_lost)
     dlock_lock_free(lb);
     dlock_client_close(a);
     dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* Lock names do not alias each other: the contenders of NAME are only the
+ * keys NAME/<hex> with a lease, so lock 'job' is free while 'job/sub' is
+ * held, and status, force-release and list of 'job' leave 'job/sub' alone. */
+START_TEST(test_nested_names_do_not_alias)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *sub = lock_ok(a, "job/sub"), *job = lock_ok(b, "job");
+    dlock_lock_on_lost(sub, on_lost_here, NULL);
+    ACQUIRE_OK(sub, DLOCK_TRY);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(b, "job", &info), DLOCK_OK);
+    ck_assert_msg(!dlock_info_held(info), "status job shows job/sub's holder");
+    dlock_info_free(info);
+    ACQUIRE_OK(job, DLOCK_TRY); /* not blocked by job/sub */
+    ck_assert_int_eq(dlock_release(job), DLOCK_OK);
+    ck_assert_int_eq(dlock_force_release(b, "job"), DLOCK_OK); /* nothing to break */
+    char *keys = ctl_keys("job/sub/");
+    ck_assert_int_eq(count_lines(keys), 1);
+    free(keys);
+    char *out = NULL;
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "list", "job*", NULL};
+    ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+    ck_assert_msg(strcmp(out, "job/sub\n") == 0, "list: %s", out);
+    free(out);
+    ck_assert_int_eq(atomic_load(&lost_here), 0);
+    ck_assert_int_eq(dlock_release(sub), DLOCK_OK);
+    dlock_lock_free(sub);
+    dlock_lock_free(job);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* An application key beside a lock name is not a contender: 'app1/db' (no
+ * lease) and 'app1/beef' (hex-shaped, no lease) are neither shown by
+ * `status app1` nor deleted by `release --force app1`, and app1 is free. */
+START_TEST(test_application_keys_are_not_contenders)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", "app1/db", "secret-dsn", NULL), 0);
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", "app1/beef", "stew", NULL), 0);
+    char *out = NULL, *err = NULL;
+    const char *status[] = {tu_dlock_bin(), "-u", url, "status", "app1", NULL};
+    ck_assert_int_eq(tu_run(status, NULL, &out, &err), 0);
+    ck_assert_msg(!strstr(out, "app1/db") && !strstr(out, "secret") && !strstr(out, "beef") &&
+                      strstr(out, "free"),
+                  "status app1: %s", out);
+    free(out);
+    free(err);
+    const char *force[] = {tu_dlock_bin(), "-u", url, "release", "--force", "app1", NULL};
+    int rc = tu_run(force, NULL, NULL, &err);
+    ck_assert_msg(rc == 0, "release --force: %d %s", rc, err);
+    free(err);
+    char *keys = ctl_keys("app1/");
+    ck_assert_msg(strcmp(keys, "app1/beef\napp1/db\n") == 0, "keys: %s", keys);
+    free(keys);
+    const char *list[] = {tu_dlock_bin(), "-u", url, "list", "app1*", NULL};
+    ck_assert_int_eq(tu_run(list, NULL, &out, NULL), 0);
+    ck_assert_msg(!*out, "list: %s", out);
+    free(out);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "app1");
+    ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "app1", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 0);
+    dlock_info_free(info);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "--prefix", "app1/", NULL), 0);
+    free(url);
+}
+END_TEST
+
+/* More non-contender keys than one page of the queue (16) before the
+ * contenders: acquire, the wait, status and force-release page past them. */
+START_TEST(test_queue_pages_past_other_keys)
+{
+    REQUIRE_SERVERS();
+    for (int i = 0; i < 40; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "pg/junk%02d", i);
+        ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", key, "x", NULL), 0);
+    }
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "pg"), *lb = lock_ok(b, "pg");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(b, "pg", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_uint_eq(dlock_info_token(info), token_of(la));
+    dlock_info_free(info);
+    struct waiter_arg wb = {lb, 20000, -99, 0, 0};
+    pthread_t tb;
+    pthread_create(&tb, NULL, waiter_main, &wb);
+    ck_assert_msg(wait_key_count("pg/", 42), "the waiter's key never came");
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    pthread_join(tb, NULL);
+    ck_assert_msg(wb.rc == DLOCK_OK, "%s", dlock_err_name(wb.rc));
+    ACQUIRE_OK(la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_force_release(b, "pg"), DLOCK_OK);
+    ck_assert_msg(wait_key_count("pg/", 40), "force-release left the holder's key");
+    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "--prefix", "pg/", NULL), 0);
+    free(url);
+}
+END_TEST
+
+/* Waiters killed with -9 do not stall the queue for their hold lease:
+ * their keys wait on the client's short waiters' lease, so the next
+ * acquire after the holder's release gets the lock while the killed
+ * waiters' session leases (60 s) still live. */
+START_TEST(test_killed_waiters_do_not_stall_the_queue)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, "lease=60s");
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "kw"), *lb = lock_ok(b, "kw");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    enum { NW = 20 };
+    pid_t kids[NW];
+    for (int i = 0; i < NW; i++) {
+        kids[i] = fork();
+        ck_assert_int_ge(kids[i], 0);
+        if (kids[i] == 0) {
+            dlock_client *c = NULL;
+            dlock_lock *l = NULL;
+            if (dlock_open(url, &c) || dlock_lock_new(c, "kw", DLOCK_EXCLUSIVE, 0, &l))
+                _exit(10);
+            dlock_acquire(l, DLOCK_FOREVER);
+            _exit(11); /* never reached: killed while waiting */
+        }
+    }
+    ck_assert_msg(wait_key_count("kw/", NW + 1), "the waiters never queued");
+    char *keys = ctl_keys("kw/");
+    for (int i = 0; i < NW; i++)
+        kill(kids[i], SIGKILL);
+    for (int i = 0; i < NW; i++)
+        ck_assert_int_eq(wait_exit(kids[i]), 128 + SIGKILL);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    int64_t t0 = mono_ms();
+    ACQUIRE_OK(lb, 40000);
+    fprintf(stderr, "killed waiters: next acquire after %lld ms\n", (long long)(mono_ms() - t0));
+    /* ...while the session leases the killed waiters' keys are named after
+     * still live: it did not wait for them to end. */
+    int alive = 0;
+    for (char *line = keys, *nl; line && (nl = strchr(line, '\n')); line = nl + 1) {
+        *nl = 0;
+        const char *hex = strrchr(line, '/') + 1;
+        char *out = NULL;
+        if (etcdf_ctl(&F, &out, NULL, "lease", "timetolive", hex, NULL) == 0 && out &&
+            strstr(out, "remaining"))
+            alive++;
+        free(out);
+    }
+    ck_assert_msg(alive == NW + 1, "only %d of the %d session leases live", alive, NW + 1);
+    free(keys);
+    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* True when socket inode INODE is a TCP socket (/proc/net/tcp, tcp6). */
+static bool is_tcp_inode(unsigned long inode)
+{
+    const char *files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    bool found = false;
+    for (size_t f = 0; f < 2 && !found; f++) {
+        FILE *fp = fopen(files[f], "r");
+        char line[512];
+        while (fp && !found && fgets(line, sizeof line, fp)) {
+            unsigned long ino = 0;
+            if (sscanf(line, " %*d: %*s %*s %*x %*x:%*x %*x:%*x %*x %*u %*d %lu", &ino) == 1)
+                found = ino == inode;
+        }
+        if (fp)
+            fclose(fp);
+    }
+    return found;
+}
+
+/* TCP connections a child exec'd now would inherit (from what `ls -l
+ * /proc/self/fd` shows it has); *OTHER gets its pipes and event
+ * descriptors. */
+static int inherited_tcp(int *other)
+{
+    const char *argv[] = {"ls", "-l", "/proc/self/fd", NULL};
+    char *out = NULL;
+    ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+    int n = 0;
+    *other = 0;
+    for (const char *p = out; (p = strstr(p, " -> ")); p += 4) {
+        unsigned long inode = 0;
+        if (sscanf(p + 4, "socket:[%lu]", &inode) == 1)
+            n += is_tcp_inode(inode);
+        else
+            *other += strncmp(p + 4, "pipe:", 5) == 0 || strncmp(p + 4, "anon_inode:", 11) == 0;
+    }
+    free(out);
+    return n;
+}
+
+/* No connection of the library leaks into an exec'd child: every curl
+ * socket (unary calls, watch streams, pooled connections) is opened
+ * close-on-exec, so a COMMAND cannot talk to etcd over the client's
+ * authenticated connections. (libcurl's own wakeup socketpairs, local to
+ * the process, are out of our reach: docs/protocol-etcd.md.) */
+START_TEST(test_no_descriptor_leaks_into_children)
+{
+    REQUIRE_SERVERS();
+    int other_before = 0, other_waiting = 0, other_holding = 0;
+    int before = inherited_tcp(&other_before);
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_lock *la = lock_ok(a, "cloexec"), *lb = lock_ok(b, "cloexec");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    struct waiter_arg wb = {lb, 20000, -99, 0, 0};
+    pthread_t tb;
+    pthread_create(&tb, NULL, waiter_main, &wb);
+    ck_assert_msg(wait_key_count("cloexec/", 2), "the waiter never queued");
+    int waiting = inherited_tcp(&other_waiting); /* a watch stream is open */
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    pthread_join(tb, NULL);
+    ck_assert_int_eq(wb.rc, DLOCK_OK);
+    ACQUIRE_OK(la, DLOCK_TRY);
+    int holding = inherited_tcp(&other_holding);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_msg(before == 0 && waiting == 0 && holding == 0,
+                  "inherited TCP connections: %d before, %d while waiting, %d while holding",
+                  before, waiting, holding);
+    ck_assert_msg(other_waiting == other_before && other_holding == other_before,
+                  "inherited pipes and event fds: %d before, %d while waiting, %d while holding",
+                  other_before, other_waiting, other_holding);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
+/* A process out of descriptors is told so: DLOCK_EIO, "too many open
+ * files" -- not "cannot reach any endpoint". */
+START_TEST(test_out_of_descriptors_says_so)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = open_ok(url); /* libcurl is loaded, one connection */
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = 256;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    while (dup(0) >= 0)
+        ;
+    ck_assert_int_eq(errno, EMFILE);
+    dlock_client *b = NULL;
+    int rc = dlock_open(url, &b);
+    ck_assert_msg(rc == DLOCK_EIO && strstr(dlock_errmsg(), "too many open files"), "%s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    dlock_client_close(a);
+    free(url);
+}
+END_TEST
+
+/* A reply larger than max_reply is refused as what it is: DLOCK_EPROTO,
+ * "reply larger than N bytes" (not a connection failure). */
+START_TEST(test_oversized_reply_says_so)
+{
+    REQUIRE_SERVERS();
+    char big[8001];
+    memset(big, 'v', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", "big/data", big, NULL), 0);
+    char *url = etcdf_url(&F, NULL, "max_reply=4096");
+    dlock_client *c = open_ok(url);
+    dlock_info *info = NULL;
+    int rc = dlock_inspect(c, "big", &info);
+    ck_assert_msg(rc == DLOCK_EPROTO && strstr(dlock_errmsg(), "reply larger than 4096 bytes"),
+                  "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    dlock_lock *l = lock_ok(c, "big"); /* the lock's own requests are small */
+    ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    const char *bad[] = {"max_reply=12", "max_reply=1k", "max_reply=", "max_reply=-5000"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *u = etcdf_url(&F, NULL, bad[i]);
+        dlock_client *x = NULL;
+        rc = dlock_open(u, &x);
+        ck_assert_msg(rc == DLOCK_EBADURL && strstr(dlock_errmsg(), "max_reply"), "%s: %s: %s",
+                      bad[i], dlock_err_name(rc), dlock_errmsg());
+        free(u);
+    }
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "big/data", NULL), 0);
     free(url);
 }
 END_TEST
@@ -1956,7 +2270,8 @@ START_TEST(test_stalled_member_bounded_wait_behind_grant)
     ck_assert_int_eq(dlock_lock_cancel(l1), DLOCK_OK);
     bool done1 = wait_flag(&w1.done);
     member_resume(0);
-    ck_assert_msg(sent, "the first acquire's grant never reached the member");
+    ck_assert_msg(sent, "the first acquire's grant never reached the member (done %d: %s)",
+                  atomic_load(&w1.done), dlock_err_name(w1.rc));
     ck_assert_msg(done2, "a 100 ms acquire still waiting for another thread's grant");
     ck_assert_msg(first_still_stuck, "the first thread's grant ended before the 100 ms acquire");
     ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
@@ -1998,6 +2313,13 @@ static Suite *etcd_suite(void)
     ADD_TEST(tc, test_etcdctl_holds_dlock_waits);
     ADD_TEST(tc, test_dlock_holds_etcdctl_waits_in_order);
     ADD_TEST(tc, test_prefix_list_and_names);
+    ADD_TEST(tc, test_nested_names_do_not_alias);
+    ADD_TEST(tc, test_application_keys_are_not_contenders);
+    ADD_TEST(tc, test_queue_pages_past_other_keys);
+    ADD_TEST(tc, test_killed_waiters_do_not_stall_the_queue);
+    ADD_TEST(tc, test_no_descriptor_leaks_into_children);
+    ADD_TEST(tc, test_out_of_descriptors_says_so);
+    ADD_TEST(tc, test_oversized_reply_says_so);
     ADD_TEST(tc, test_hostile_names);
     ADD_TEST(tc, test_kill9_holder_frees_after_lease);
     ADD_TEST(tc, test_paused_holder_loses_and_recovers);

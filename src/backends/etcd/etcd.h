@@ -4,7 +4,9 @@
  *   http.c   the transport: etcd v3's JSON gateway over libcurl
  *   watch.c  watch streams, driven by one thread per client
  *   lease.c  open/close, the session lease and its keepalive (renew()),
- *            the deletes a lost reply left owing, JSON request builders
+ *            the waiters' lease, the deletes a lost reply left owing
+ *   queue.c  which keys are a lock's contenders, finding in the queue,
+ *            JSON request builders
  *   mutex.c  the lock recipe (Go's concurrency.Mutex), inspect, force,
  *            list, and the backend table
  *
@@ -23,6 +25,7 @@
 #include "core.h"
 
 #define ETCD_DEFAULT_PORT 2379
+#define ETCD_MAX_REPLY (64u << 20) /* a reply larger than this is refused (EPROTO) */
 #define GRPC_NOT_FOUND 5
 #define GRPC_FAILED_PRECONDITION 9
 
@@ -103,6 +106,7 @@ struct etcd_conn_config {
     const char *tls_ca, *tls_cert, *tls_key;
     const char *user, *password;     /* NULL user = no authentication */
     int64_t connect_timeout_ms, op_timeout_ms;
+    size_t max_reply;                /* largest reply taken; 0 = ETCD_MAX_REPLY */
     const char *label;               /* "etcd 127.0.0.1:2379,..." for messages */
 };
 
@@ -163,6 +167,7 @@ struct etcd_conn {
     char *tls_ca, *tls_cert, *tls_key;
     char *user, *password;
     long connect_timeout_ms, op_timeout_ms;
+    size_t max_reply;
 
     pthread_mutex_t mu; /* cur, token, pool */
     size_t cur;         /* the endpoint that answered last */
@@ -190,8 +195,15 @@ struct etcd_watch {
     struct etcd_watch *next;
 };
 
-/* Options every request of this transport shares. */
-void etcd_easy_common(struct etcd_conn *k, CURL *e);
+/* What the socket callback of one request learned: the errno of a
+ * socket() that failed (EMFILE), else 0. */
+struct etcd_sock {
+    int err;
+};
+
+/* Options every request of this transport shares: among them, every
+ * socket is opened close-on-exec. SK (may be NULL) gets socket errors. */
+void etcd_easy_common(struct etcd_conn *k, CURL *e, struct etcd_sock *sk);
 /* The request headers: JSON, and the auth token when WITH_TOKEN. */
 struct curl_slist *etcd_headers_for(struct etcd_conn *k, bool with_token);
 /* Stop the watch thread and free every watch (etcd_conn_free). */
@@ -265,6 +277,9 @@ struct etcd_backend {
                                  held across a request */
     int64_t lease;            /* session lease, 0 = none (yet, or lost) */
     int64_t lease_confirmed;  /* send time of its last grant / keepalive */
+    int64_t wlease;           /* waiters' lease, 0 = none (yet, or lost) */
+    int64_t wlease_ttl_ms;
+    int64_t wlease_confirmed;
     struct etcd_orphan *orphans;
 };
 
@@ -274,6 +289,7 @@ struct lease_ref {
     int64_t ttl_ms;    /* what we asked for, in ms (whole seconds) */
     int64_t confirmed; /* send time of the last grant or keepalive */
     bool own;          /* a lease of this hold only (fixed / other TTL) */
+    bool waiter;       /* the client's waiters' lease */
 };
 
 /* h->bdata */
@@ -290,11 +306,6 @@ char *etcd_i64s(int64_t v);
 /* {"key": b64(key)} plus, when PREFIX_END, the range end of KEY as a
  * prefix. */
 json_t *etcd_range(const char *key, bool prefix_end);
-/* The range op "oldest key under PFX" (Go's WithFirstCreate). */
-json_t *etcd_first_created(const char *pfx);
-/* The range op "newest key under PFX created before revision REV" (Go's
- * waitDeletes: WithLastCreate + WithMaxCreateRev). */
-json_t *etcd_last_created_before(const char *pfx, int64_t rev);
 /* The first kv of response K of a txn reply (NULL if none). */
 json_t *etcd_txn_kv(json_t *reply, size_t k);
 int64_t etcd_header_rev(json_t *reply);
@@ -316,9 +327,39 @@ void etcd_session_lease_dead(struct etcd_backend *s, int64_t id);
 /* The session lease, granted or freshened as needed, into *LR. */
 int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
                        const struct etcd_limits *lim);
+/* The lease waiting keys hang on (see mutex.c): short (WAITER_LEASE_MS,
+ * at most MAX_TTL_MS), one per client, granted or freshened as needed. */
+int etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_ms,
+                      struct lease_ref *lr, const struct etcd_limits *lim);
+/* Forget the waiters' lease ID (it was lost). */
+void etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id);
 /* Keep LR alive while a wait goes on; note the confirmation time. */
 int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
                        const struct etcd_limits *lim);
+
+/* ============================================================= queue.c */
+
+/* KV (a range reply's kv) is a contender of the lock whose keys start with
+ * PFX ("<prefix>NAME/"): the key PFX<hex>, with a lease. */
+bool etcd_is_contender(const char *pfx, const json_t *kv);
+/* The range op "a page of keys under PFX in create order" (keys only),
+ * ascending from after BOUND_REV or descending from before it (0: from
+ * the start / the end). */
+json_t *etcd_queue_range(const char *pfx, bool ascending, int64_t bound_rev);
+/* The range response K of a txn reply. */
+json_t *etcd_txn_range(json_t *reply, size_t k);
+/* The first contender in the order of RESP (a page made by
+ * etcd_queue_range with the same ASCENDING and BOUND_REV; NULL to start
+ * with a request), paging on as needed. *OUT is a new reference, NULL
+ * when there is none. */
+int etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
+                    int64_t bound_rev, json_t **out, const char *what,
+                    const struct etcd_limits *lim);
+/* The lock name of contender KV under the client's prefix (caller frees);
+ * NULL for any other key. */
+char *etcd_contender_name(struct etcd_backend *s, const json_t *kv);
+
+/* ============================================================= lease.c */
 
 /* Delete KEY within (DEADLINE, W); on failure remember it as an orphan to
  * try again later. True when the key is gone (or can never be deleted by

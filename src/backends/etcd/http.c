@@ -19,11 +19,13 @@
  */
 #include "etcd.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define GRPC_PERMISSION_DENIED 7
 #define GRPC_UNAVAILABLE 14
@@ -131,14 +133,17 @@ struct buf {
     char *data;
     size_t len, cap;
     size_t limit; /* refuse replies larger than this */
+    bool too_big; /* ...and one was */
 };
 
 static size_t buf_write(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct buf *b = arg;
     size_t n = size * nmemb;
-    if (b->len + n + 1 > b->limit)
-        return 0;
+    if (b->len + n + 1 > b->limit) {
+        b->too_big = true;
+        return 0; /* curl ends the transfer (CURLE_WRITE_ERROR) */
+    }
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n + 1)
@@ -175,8 +180,24 @@ static void easy_give(struct etcd_conn *k, CURL *e)
         curl_easy_cleanup(e);
 }
 
-void etcd_easy_common(struct etcd_conn *k, CURL *e)
+/* Every socket curl opens for us: close-on-exec from the start (so a
+ * program that runs a command while it holds a lock -- `dlock run` --
+ * never hands the command a connection to etcd), and the errno of a
+ * socket() that failed kept for the message (EMFILE). */
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 {
+    (void)purpose;
+    struct etcd_sock *sk = arg;
+    int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    if (fd < 0 && sk)
+        sk->err = errno;
+    return fd < 0 ? CURL_SOCKET_BAD : fd;
+}
+
+void etcd_easy_common(struct etcd_conn *k, CURL *e, struct etcd_sock *sk)
+{
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, sk);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -256,7 +277,8 @@ bool etcd_wait_canceled(struct dlock__wait *w)
  * answer, or the CURLcode of a transport failure (ERRBUF says why). */
 static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, const char *body,
                           bool with_token, long *status, struct buf *b, char *errbuf,
-                          bool *connected, const struct etcd_limits *lim, long *timeout_used)
+                          bool *connected, const struct etcd_limits *lim, long *timeout_used,
+                          struct etcd_sock *sk)
 {
     CURL *e = easy_take(k);
     if (!e) {
@@ -264,7 +286,7 @@ static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, cons
         return CURLE_OUT_OF_MEMORY;
     }
     curl_easy_reset(e);
-    etcd_easy_common(k, e);
+    etcd_easy_common(k, e, sk);
     char *url = dlock__sprintf("%s%s", k->eps[ep].base, path);
     struct curl_slist *hdrs = etcd_headers_for(k, with_token);
     errbuf[0] = 0;
@@ -298,6 +320,7 @@ static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, cons
         snprintf(errbuf, CURL_ERROR_SIZE, "%s", curl_easy_strerror(rc));
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, NULL); /* SK is the caller's */
     curl_slist_free_all(hdrs);
     free(url);
     if (rc)
@@ -379,17 +402,32 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
             attempt_add(&a, k->eps[ep].name, "not tried: out of time");
             break;
         }
-        struct buf b = {.limit = 64u << 20};
+        struct buf b = {.limit = k->max_reply};
         char errbuf[CURL_ERROR_SIZE];
         long status = 0;
         bool connected = false;
         long used = k->op_timeout_ms;
-        CURLcode rc =
-            post_once(k, ep, path, body, with_token, &status, &b, errbuf, &connected, lim, &used);
+        struct etcd_sock sk = {0};
+        CURLcode rc = post_once(k, ep, path, body, with_token, &status, &b, errbuf, &connected,
+                                lim, &used, &sk);
+        if (b.too_big) { /* another member would say as much */
+            free(b.data);
+            return dlock__err(DLOCK_EPROTO, "%s: %s: reply larger than %zu bytes (max_reply)",
+                              where(k, ep, at, sizeof at), what, k->max_reply);
+        }
         if (rc == CURLE_ABORTED_BY_CALLBACK) {
             free(b.data);
             return dlock__err(DLOCK_ECANCELED, "%s: %s: canceled", where(k, ep, at, sizeof at),
                               what);
+        }
+        if (rc && (sk.err == EMFILE || sk.err == ENFILE)) {
+            free(b.data);
+            return dlock__err(DLOCK_EIO, "%s: %s: cannot open a connection: too many open files "
+                                         "(%s: %s)",
+                              where(k, ep, at, sizeof at), what,
+                              sk.err == EMFILE ? "the process's limit, ulimit -n"
+                                               : "the system's limit",
+                              strerror(sk.err));
         }
         if (rc) {
             maybe_applied |= connected;
@@ -558,6 +596,7 @@ int etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out)
     k->password = dup_or_null(cfg->password);
     k->connect_timeout_ms = (long)cfg->connect_timeout_ms;
     k->op_timeout_ms = (long)cfg->op_timeout_ms;
+    k->max_reply = cfg->max_reply ? cfg->max_reply : ETCD_MAX_REPLY;
     if (!k->eps || !k->label) {
         etcd_conn_free(k);
         return dlock__err(DLOCK_ENOMEM, "out of memory");

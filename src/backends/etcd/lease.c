@@ -1,13 +1,13 @@
 /* lease.c -- the etcd backend's session: open and close, the one lease
  * per client that carries every hold (granted on first use, kept alive by
  * the keeper through renew(), which also checks each held key is still
- * ours), and the deletes a lost reply left owing (orphans), retried by
+ * ours), the short lease waiting keys hang on (kept alive by the waiting
+ * threads), and the deletes a lost reply left owing (orphans), retried by
  * later acquires and by the keeper.
- *
- * Also the small JSON request builders every file of the backend shares.
  */
 #include "etcd.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,96 +15,7 @@
 #include <unistd.h>
 
 #define TXN_MAX_OPS 100 /* etcd's default --max-txn-ops is 128 */
-
-/* ------------------------------------------------------------- requests */
-
-int etcd_nomem(struct etcd_backend *s)
-{
-    return dlock__err(DLOCK_ENOMEM, "%s: out of memory", s->label);
-}
-
-char *etcd_i64s(int64_t v)
-{
-    return dlock__sprintf("%lld", (long long)v);
-}
-
-/* {"key": b64(key)} plus, when PREFIX_END, the range end of KEY as a
- * prefix. */
-json_t *etcd_range(const char *key, bool prefix_end)
-{
-    /* An empty prefix means every key: etcd wants the key "\0" then. */
-    char *kb = *key || !prefix_end ? etcd_b64(key, strlen(key)) : etcd_b64("", 1);
-    json_t *r = kb ? json_pack("{s:s}", "key", kb) : NULL;
-    free(kb);
-    if (r && prefix_end) {
-        char *eb = etcd_prefix_end_b64(key);
-        if (!eb) {
-            json_decref(r);
-            return NULL;
-        }
-        json_object_set_new(r, "range_end", json_string(eb));
-        free(eb);
-    }
-    return r;
-}
-
-/* The range op "oldest key under PFX" (Go's WithFirstCreate). */
-json_t *etcd_first_created(const char *pfx)
-{
-    json_t *r = etcd_range(pfx, true);
-    if (r) {
-        json_object_set_new(r, "sort_order", json_string("ASCEND"));
-        json_object_set_new(r, "sort_target", json_string("CREATE"));
-        json_object_set_new(r, "limit", json_string("1"));
-    }
-    return r;
-}
-
-/* The range op "newest key under PFX created before revision REV" (Go's
- * waitDeletes: WithLastCreate + WithMaxCreateRev). */
-json_t *etcd_last_created_before(const char *pfx, int64_t rev)
-{
-    json_t *r = etcd_range(pfx, true);
-    char *max = etcd_i64s(rev - 1);
-    if (!r || !max) {
-        json_decref(r);
-        free(max);
-        return NULL;
-    }
-    json_object_set_new(r, "sort_order", json_string("DESCEND"));
-    json_object_set_new(r, "sort_target", json_string("CREATE"));
-    json_object_set_new(r, "limit", json_string("1"));
-    json_object_set_new(r, "max_create_revision", json_string(max));
-    json_object_set_new(r, "keys_only", json_true());
-    free(max);
-    return r;
-}
-
-/* The first kv of response K of a txn reply (NULL if none). */
-json_t *etcd_txn_kv(json_t *reply, size_t k)
-{
-    json_t *resp = json_array_get(json_object_get(reply, "responses"), k);
-    json_t *range = json_object_get(resp, "response_range");
-    return json_array_get(json_object_get(range, "kvs"), 0);
-}
-
-int64_t etcd_header_rev(json_t *reply)
-{
-    return etcd_int(json_object_get(reply, "header"), "revision");
-}
-
-/* Decoded key of a kv (caller frees). */
-char *etcd_kv_key(json_t *kv)
-{
-    const char *kb = json_string_value(json_object_get(kv, "key"));
-    return kb ? etcd_unb64(kb, NULL) : NULL;
-}
-
-bool etcd_transient(int rc)
-{
-    return rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL || rc == DLOCK_EIO;
-}
-
+#define WAITER_LEASE_MS 2000 /* how long a killed waiter's key holds up the queue */
 
 /* ----------------------------------------------------------------- leases */
 
@@ -288,7 +199,7 @@ int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_re
     if (rc)
         return rc;
     pthread_mutex_lock(&s->mu);
-    *lr = (struct lease_ref){s->lease, ttl_ms, s->lease_confirmed, false};
+    *lr = (struct lease_ref){s->lease, ttl_ms, s->lease_confirmed, false, false};
     pthread_mutex_unlock(&s->mu);
     if (lr->id && dlock__now_ms() - lr->confirmed > ttl_ms / 3) {
         int64_t sent;
@@ -315,6 +226,48 @@ int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_re
     return rc;
 }
 
+void etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->wlease == id)
+        s->wlease = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_ms,
+                      struct lease_ref *lr, const struct etcd_limits *lim)
+{
+    int64_t ttl_ms = max_ttl_ms < WAITER_LEASE_MS ? max_ttl_ms : WAITER_LEASE_MS;
+    ttl_ms = ttl_ms < 1000 ? 1000 : (ttl_ms + 999) / 1000 * 1000;
+    int rc = grant_enter(s, name, lim->w);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->mu);
+    *lr = (struct lease_ref){s->wlease, s->wlease_ttl_ms, s->wlease_confirmed, false, true};
+    pthread_mutex_unlock(&s->mu);
+    if (lr->id && dlock__now_ms() - lr->confirmed > lr->ttl_ms / 3) {
+        int64_t sent;
+        rc = etcd_lease_keepalive(s, lr->id, &sent, lim);
+        if (rc == DLOCK_OK)
+            lr->confirmed = sent;
+        else if (rc == DLOCK_ELOST)
+            lr->id = 0, rc = DLOCK_OK;
+    }
+    if (!rc && !lr->id) {
+        rc = etcd_lease_grant(s, name, ttl_ms, lr, lim);
+        lr->waiter = true;
+    }
+    if (!rc) {
+        pthread_mutex_lock(&s->mu);
+        s->wlease = lr->id;
+        s->wlease_ttl_ms = lr->ttl_ms;
+        s->wlease_confirmed = lr->confirmed;
+        pthread_mutex_unlock(&s->mu);
+    }
+    grant_leave(s);
+    return rc;
+}
+
 /* Keep LR alive while a wait goes on; note the confirmation time. */
 int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
                          const struct etcd_limits *lim)
@@ -324,12 +277,12 @@ int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
     if (rc)
         return rc;
     lr->confirmed = sent;
-    if (!lr->own) {
-        pthread_mutex_lock(&s->mu);
-        if (s->lease == lr->id && sent > s->lease_confirmed)
-            s->lease_confirmed = sent;
-        pthread_mutex_unlock(&s->mu);
-    }
+    pthread_mutex_lock(&s->mu);
+    if (lr->waiter && s->wlease == lr->id && sent > s->wlease_confirmed)
+        s->wlease_confirmed = sent;
+    else if (!lr->own && !lr->waiter && s->lease == lr->id && sent > s->lease_confirmed)
+        s->lease_confirmed = sent;
+    pthread_mutex_unlock(&s->mu);
     return DLOCK_OK;
 }
 
@@ -605,11 +558,13 @@ void etcd_close(void *state)
         return;
     etcd_orphans_sweep(s, DLOCK__NEVER, NULL);
     pthread_mutex_lock(&s->mu);
-    int64_t lease = s->lease;
-    s->lease = 0;
+    int64_t lease = s->lease, wlease = s->wlease;
+    s->lease = s->wlease = 0;
     pthread_mutex_unlock(&s->mu);
     if (lease)
         etcd_lease_revoke(s, lease, NULL); /* waiters behind us need not wait for the TTL */
+    if (wlease)
+        etcd_lease_revoke(s, wlease, NULL);
     backend_free(s);
 }
 
@@ -642,6 +597,17 @@ int etcd_open(struct dlock_client *c, void **state)
                           url, c->opts.layout);
     if (c->opts.password && !c->opts.user)
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': a password without a user", url);
+    const char *max_reply_text = dlock__url_param(&c->url, "max_reply");
+    unsigned long long max_reply = 0;
+    if (max_reply_text) {
+        char *end = NULL;
+        max_reply = strtoull(max_reply_text, &end, 10);
+        if (!isdigit((unsigned char)*max_reply_text) || *end || max_reply < 1024 ||
+            max_reply > (1ull << 32))
+            return dlock__err(DLOCK_EBADURL, "bad URL '%s': max_reply=%s: give the largest reply "
+                                             "to accept in bytes, 1024 to 4294967296",
+                              url, max_reply_text);
+    }
     struct etcd_backend *s = calloc(1, sizeof *s);
     if (!s)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
@@ -673,6 +639,7 @@ int etcd_open(struct dlock_client *c, void **state)
         .password = password,
         .connect_timeout_ms = c->opts.connect_timeout_ms,
         .op_timeout_ms = c->opts.op_timeout_ms,
+        .max_reply = (size_t)max_reply,
         .label = label,
     };
     int rc = s->prefix ? etcd_conn_new(&cfg, &s->k) : dlock__err(DLOCK_ENOMEM, "out of memory");

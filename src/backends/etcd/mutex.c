@@ -58,9 +58,9 @@ static int put_and_read_owner(struct etcd_backend *s, const char *name, const ch
                         "compare", "result", "EQUAL", "target", "CREATE", "key", kb,
                         "create_revision", "0",
                         "success", "request_put", "key", kb, "value", vb, "lease", ls,
-                        "request_range", etcd_first_created(pfx),
+                        "request_range", etcd_queue_range(pfx, true, 0),
                         "failure", "request_range", etcd_range(key, false),
-                        "request_range", etcd_first_created(pfx));
+                        "request_range", etcd_queue_range(pfx, true, 0));
     free(kb);
     free(vb);
     free(ls);
@@ -75,12 +75,14 @@ static int put_and_read_owner(struct etcd_backend *s, const char *name, const ch
         return rc;
     bool created = json_is_true(json_object_get(reply, "succeeded"));
     *my_rev = created ? etcd_header_rev(reply) : etcd_int(etcd_txn_kv(reply, 0), "create_revision");
-    json_t *owner = etcd_txn_kv(reply, 1);
+    json_t *owner = NULL;
+    rc = etcd_queue_find(s, pfx, etcd_txn_range(reply, 1), true, 0, &owner, what, lim);
     *owner_rev = owner ? etcd_int(owner, "create_revision") : *my_rev;
+    json_decref(owner);
     json_decref(reply);
-    if (*my_rev <= 0)
+    if (!rc && *my_rev <= 0)
         return dlock__err(DLOCK_EPROTO, "%s: %s: the reply has no create revision", s->label, what);
-    return DLOCK_OK;
+    return rc;
 }
 
 /* Look at the queue: does our KEY still exist, and which key was created
@@ -93,7 +95,7 @@ static int look(struct etcd_backend *s, const char *name, const char *key, const
     *pred = NULL;
     json_t *req = json_pack("{s:[{s:o}, {s:o}]}", "success", "request_range",
                             etcd_range(key, false), "request_range",
-                            etcd_last_created_before(pfx, my_rev));
+                            etcd_queue_range(pfx, false, my_rev));
     if (!req)
         return etcd_nomem(s);
     json_t *reply = NULL;
@@ -105,10 +107,12 @@ static int look(struct etcd_backend *s, const char *name, const char *key, const
         return rc;
     json_t *mine = etcd_txn_kv(reply, 0);
     *mine_exists = mine && etcd_int(mine, "create_revision") == my_rev;
-    json_t *before = etcd_txn_kv(reply, 1);
+    json_t *before = NULL;
     *at = etcd_header_rev(reply);
+    rc = etcd_queue_find(s, pfx, etcd_txn_range(reply, 1), false, my_rev, &before, what, lim);
     if (before && !(*pred = etcd_kv_key(before)))
         rc = etcd_nomem(s);
+    json_decref(before);
     json_decref(reply);
     return rc;
 }
@@ -138,20 +142,69 @@ static int timed_out(struct dlock__wait *w, int rc)
     return rc;
 }
 
-#define RESTART 1 /* wait_turn(): our key or lease vanished; start again */
+#define RESTART 1 /* our key or lease vanished; start again */
+
+/* When LR's next keepalive is due. */
+static int64_t keepalive_due(const struct lease_ref *lr)
+{
+    return lr->confirmed + lr->ttl_ms / 3;
+}
+
+/* LR was found expired or revoked: a shared one is granted anew. */
+static void lease_dead(struct etcd_backend *s, const struct lease_ref *lr)
+{
+    if (lr->waiter)
+        etcd_waiter_lease_dead(s, lr->id);
+    else if (!lr->own)
+        etcd_session_lease_dead(s, lr->id);
+}
+
+/* Hang our KEY (create revision REV) on LEASE: a put keeps the key's
+ * create revision, so the key keeps its place in the queue and its token.
+ * RESTART when the key is gone; *CODE as etcd_call's (a lease that etcd
+ * no longer knows is GRPC_NOT_FOUND). */
+static int move_key(struct etcd_backend *s, const char *name, const char *key, int64_t rev,
+                    int64_t lease, int *code, const struct etcd_limits *lim)
+{
+    char *kb = etcd_b64(key, strlen(key));
+    char *vb = etcd_b64(s->ident, strlen(s->ident));
+    char *ls = etcd_i64s(lease), *rs = etcd_i64s(rev);
+    json_t *req = NULL;
+    if (kb && vb && ls && rs)
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}]}", "compare",
+                        "result", "EQUAL", "target", "CREATE", "key", kb, "create_revision", rs,
+                        "success", "request_put", "key", kb, "value", vb, "lease", ls);
+    free(kb);
+    free(vb);
+    free(ls);
+    free(rs);
+    if (!req)
+        return etcd_nomem(s);
+    json_t *reply = NULL;
+    char what[1200];
+    snprintf(what, sizeof what, "move '%s' (key %s) to lease %llx", name, key,
+             (unsigned long long)lease);
+    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
+    json_decref(req);
+    if (!rc && !json_is_true(json_object_get(reply, "succeeded")))
+        rc = RESTART;
+    json_decref(reply);
+    return rc;
+}
 
 /* Sleep until our key (create revision MY_REV) is the oldest under PFX.
  * Go's waitDeletes, with a watch created "from now" on the key just before
  * ours: once etcd confirms the watch we look again (a deletion between our
  * look and the watch's creation is seen then), and sleep until the watch
  * fires. (A watch from a past revision would be served by etcd's 100 ms
- * catch-up loop instead of at once.) Our lease is kept alive meanwhile;
- * the keepalive also bounds every sleep, as a safety net. Returns DLOCK_OK
+ * catch-up loop instead of at once.) Our key's lease WL (the waiters'
+ * lease) and the lease LR the hold will hang on are kept alive meanwhile;
+ * the keepalives also bound every sleep, as a safety net. Returns DLOCK_OK
  * (ours), RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. MSG
  * keeps the failure of our last request, "" when it was answered. */
 static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wait *w,
                      const char *key, const char *pfx, int64_t my_rev, struct lease_ref *lr,
-                     char msg[DLOCK__MSG_MAX])
+                     struct lease_ref *wl, char msg[DLOCK__MSG_MAX])
 {
     struct etcd_watch *wt = NULL;
     char *watched = NULL;
@@ -172,8 +225,8 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
              * process, long outage) or someone deleted it. Start again at
              * the end of the queue with a live lease. */
             int64_t sent;
-            if (etcd_lease_keepalive(s, lr->id, &sent, &lim) == DLOCK_ELOST && !lr->own)
-                etcd_session_lease_dead(s, lr->id);
+            if (etcd_lease_keepalive(s, wl->id, &sent, &lim) == DLOCK_ELOST)
+                lease_dead(s, wl);
             free(pred);
             rc = RESTART;
             break;
@@ -181,7 +234,8 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
         if (rc == DLOCK_OK && !pred)
             break; /* nobody before us: ours */
         int64_t now = dlock__now_ms();
-        int64_t until = lr->confirmed + lr->ttl_ms / 3; /* keepalive due */
+        int64_t until = keepalive_due(lr) < keepalive_due(wl) ? keepalive_due(lr)
+                                                               : keepalive_due(wl);
         if (until < now + 200)
             until = now + 500; /* the last keepalive failed: not in a hot loop */
         if (rc == DLOCK_OK) {
@@ -211,10 +265,13 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
         rc = dlock__wait_sleep(w, seq, until);
         if (rc) /* ETIMEDOUT or ECANCELED */
             break;
-        if (dlock__now_ms() >= lr->confirmed + lr->ttl_ms / 3 &&
-            (rc = etcd_lease_refresh(s, lr, &lim)) == DLOCK_ELOST) {
-            if (!lr->own)
-                etcd_session_lease_dead(s, lr->id);
+        struct lease_ref *both[2] = {wl, lr}, *dead = NULL;
+        for (int i = 0; i < 2 && !rc; i++)
+            if (dlock__now_ms() >= keepalive_due(both[i]) &&
+                (rc = etcd_lease_refresh(s, both[i], &lim)) == DLOCK_ELOST)
+                dead = both[i];
+        if (dead) {
+            lease_dead(s, dead);
             rc = RESTART;
             break;
         }
@@ -315,10 +372,24 @@ restart:
         return DLOCK_EBUSY;
     }
 
+    bool moved = false;
     if (owner_rev != my_rev) {
-        /* Wait our turn. */
+        /* Wait our turn, our key on the waiters' short lease: a waiter
+         * killed meanwhile holds the queue up for that lease, not for
+         * the hold's. */
+        struct lease_ref wl = {0};
         msg[0] = 0;
-        rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, msg);
+        rc = etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
+        if (!rc) {
+            rc = move_key(s, h->name, key, my_rev, wl.id, &code, &lim);
+            moved = rc == DLOCK_OK;
+            if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
+                etcd_waiter_lease_dead(s, wl.id); /* expired just now */
+                rc = RESTART;
+            }
+        }
+        if (!rc)
+            rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, &wl, msg);
         if (rc == RESTART) {
             if (restarts++ < 5)
                 goto restart;
@@ -329,7 +400,8 @@ restart:
         if (rc) {
             /* (a timeout keeps the reason of the last failed look, if
              * any: an outage; none says the other owner kept it) */
-            bool answering = !msg[0];
+            bool answering = !msg[0] && !etcd_transient(rc);
+            rc = timed_out(w, rc);
             if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
                 dlock__errmsg_save(msg);
             withdraw(s, key, &lr, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
@@ -340,22 +412,33 @@ restart:
     }
 
     /* Ours. Make sure the validity we report starts from a fresh lease
-     * confirmation. */
-    if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3) {
+     * confirmation, and hang a key that waited back on the hold's lease
+     * (same create revision: same token). */
+    if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
         rc = etcd_lease_refresh(s, &lr, &lim);
-        if (rc == DLOCK_ELOST && restarts++ < 5) {
-            if (!own)
-                etcd_session_lease_dead(s, lr.id);
-            goto restart;
+    if (!rc && moved) {
+        rc = move_key(s, h->name, key, my_rev, lr.id, &code, &lim);
+        if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
+            rc = DLOCK_ELOST;
+    }
+    if ((rc == DLOCK_ELOST || rc == RESTART) && restarts++ < 5) {
+        if (rc == DLOCK_ELOST) { /* the hold's lease is gone; our key, maybe not */
+            lease_dead(s, &lr);
+            if (moved)
+                etcd_delete_key(s, key, w->deadline, w);
         }
-        if (rc) {
-            rc = timed_out(w, rc);
-            dlock__errmsg_save(msg);
-            withdraw(s, key, &lr, WITHDRAW_SLICE_MS);
-            free(pfx);
-            free(key);
-            return dlock__errmsg_restore(rc, msg);
-        }
+        goto restart;
+    }
+    if (rc) {
+        if (rc == RESTART)
+            rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing",
+                            s->label, h->name, key);
+        rc = timed_out(w, rc);
+        dlock__errmsg_save(msg);
+        withdraw(s, key, &lr, WITHDRAW_SLICE_MS);
+        free(pfx);
+        free(key);
+        return dlock__errmsg_restore(rc, msg);
     }
     free(pfx);
     struct etcd_hold *eh = calloc(1, sizeof *eh);
@@ -461,6 +544,8 @@ static int etcd_inspect(void *state, const char *name, struct dlock_info *info)
     {
         if (rc)
             break;
+        if (!etcd_is_contender(pfx, kv))
+            continue; /* a key of a lock below, an application's key */
         char *key = etcd_kv_key(kv);
         const char *vb = json_string_value(json_object_get(kv, "value"));
         char *value = vb ? etcd_unb64(vb, NULL) : NULL;
@@ -470,7 +555,7 @@ static int etcd_inspect(void *state, const char *name, struct dlock_info *info)
                          : NULL;
         if (!text) {
             rc = etcd_nomem(s);
-        } else if (i == 0) {
+        } else if (!info->held) {
             info->held = 1;
             info->token = (uint64_t)etcd_int(kv, "create_revision");
             holder_lease = etcd_int(kv, "lease");
@@ -487,8 +572,6 @@ static int etcd_inspect(void *state, const char *name, struct dlock_info *info)
     json_decref(reply);
     if (!rc && !info->held)
         rc = dlock__info_set_key(info, pfx);
-    if (!rc && info->held && !holder_lease)
-        info->ttl_ms = DLOCK_VALID_FOREVER; /* a key without lease */
     if (!rc && holder_lease) {
         char *ids = etcd_i64s(holder_lease);
         json_t *treq = ids ? json_pack("{s:s}", "ID", ids) : NULL, *treply = NULL;
@@ -508,17 +591,13 @@ static int etcd_force_release(void *state, const char *name)
 {
     struct etcd_backend *s = state;
     char *pfx = lock_prefix(s, name);
-    json_t *req = pfx ? etcd_first_created(pfx) : NULL, *reply = NULL;
-    if (!req) {
-        free(pfx);
+    if (!pfx)
         return etcd_nomem(s);
-    }
     char what[1200];
     snprintf(what, sizeof what, "force-release '%s' (keys %s*)", name, pfx);
+    json_t *owner = NULL;
+    int rc = etcd_queue_find(s, pfx, NULL, true, 0, &owner, what, NULL);
     free(pfx);
-    int rc = etcd_call(s->k, "/v3/kv/range", req, &reply, what, NULL);
-    json_decref(req);
-    json_t *owner = rc ? NULL : json_array_get(json_object_get(reply, "kvs"), 0);
     if (owner) {
         /* Delete that very key (not a newer owner that came meanwhile). */
         const char *kb = json_string_value(json_object_get(owner, "key"));
@@ -537,29 +616,13 @@ static int etcd_force_release(void *state, const char *name)
         free(rev);
         free(key);
     }
-    json_decref(reply);
+    json_decref(owner);
     return rc;
 }
 
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The lock name of KEY under our prefix: "<prefix>NAME/<hex lease>"; NULL
- * for keys of another shape. */
-static char *name_of_key(struct etcd_backend *s, const char *key)
-{
-    size_t plen = strlen(s->prefix);
-    if (strncmp(key, s->prefix, plen) != 0)
-        return NULL;
-    const char *rest = key + plen, *slash = strrchr(rest, '/');
-    if (!slash || slash == rest)
-        return NULL;
-    size_t hex = strlen(slash + 1);
-    if (hex == 0 || hex > 16 || strspn(slash + 1, "0123456789abcdef") != hex)
-        return NULL;
-    return strndup(rest, (size_t)(slash - rest));
 }
 
 static int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
@@ -589,7 +652,7 @@ static int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *a
         {
             free(last);
             last = etcd_kv_key(kv);
-            char *name = last ? name_of_key(s, last) : NULL;
+            char *name = last ? etcd_contender_name(s, kv) : NULL;
             if (!name)
                 continue;
             if (!dlock__glob(pattern, name) || (n && strcmp(names[n - 1], name) == 0)) {

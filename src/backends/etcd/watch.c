@@ -186,7 +186,7 @@ int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
     pthread_mutex_unlock(&k->mu);
     char *url = dlock__sprintf("%s/v3/watch", k->eps[ep].base);
     wt->headers = etcd_headers_for(k, true);
-    etcd_easy_common(k, wt->easy);
+    etcd_easy_common(k, wt->easy, NULL);
     curl_easy_setopt(wt->easy, CURLOPT_URL, url);
     curl_easy_setopt(wt->easy, CURLOPT_HTTPHEADER, wt->headers);
     curl_easy_setopt(wt->easy, CURLOPT_POSTFIELDS, wt->body);

@@ -1,0 +1,196 @@
+/* queue.c -- which keys make up the queue of a lock, and finding in it;
+ * and the small JSON request builders every file of the backend shares.
+ *
+ * The contenders of lock NAME are the keys "<prefix>NAME/<lease id in
+ * hex>" attached to a lease: the shape Go's concurrency.Mutex and
+ * `etcdctl lock` create, and ours. Everything else under "<prefix>NAME/"
+ * is not a contender and is ignored by acquire, status, list and
+ * force-release: the keys of a lock one level down ("NAME/sub/<hex>",
+ * lock "NAME/sub"), an application's own keys ("app1/db", or a
+ * hex-looking "app1/beef" without a lease). Otherwise lock 'job' would
+ * wait for the holder of 'job/sub', and `release --force app1` would
+ * delete a user's data.
+ *
+ * etcd cannot filter by shape, so a look at the queue asks for a page of
+ * keys in create order (keys only) and picks the first contender in it;
+ * when the page holds none and etcd has more, the next page follows (from
+ * the last create revision seen), until a contender or the end.
+ */
+#include "etcd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define QUEUE_PAGE 16
+
+/* ------------------------------------------------------------- requests */
+
+int etcd_nomem(struct etcd_backend *s)
+{
+    return dlock__err(DLOCK_ENOMEM, "%s: out of memory", s->label);
+}
+
+char *etcd_i64s(int64_t v)
+{
+    return dlock__sprintf("%lld", (long long)v);
+}
+
+/* {"key": b64(key)} plus, when PREFIX_END, the range end of KEY as a
+ * prefix. */
+json_t *etcd_range(const char *key, bool prefix_end)
+{
+    /* An empty prefix means every key: etcd wants the key "\0" then. */
+    char *kb = *key || !prefix_end ? etcd_b64(key, strlen(key)) : etcd_b64("", 1);
+    json_t *r = kb ? json_pack("{s:s}", "key", kb) : NULL;
+    free(kb);
+    if (r && prefix_end) {
+        char *eb = etcd_prefix_end_b64(key);
+        if (!eb) {
+            json_decref(r);
+            return NULL;
+        }
+        json_object_set_new(r, "range_end", json_string(eb));
+        free(eb);
+    }
+    return r;
+}
+
+/* The first kv of response K of a txn reply (NULL if none). */
+json_t *etcd_txn_kv(json_t *reply, size_t k)
+{
+    json_t *resp = json_array_get(json_object_get(reply, "responses"), k);
+    json_t *range = json_object_get(resp, "response_range");
+    return json_array_get(json_object_get(range, "kvs"), 0);
+}
+
+int64_t etcd_header_rev(json_t *reply)
+{
+    return etcd_int(json_object_get(reply, "header"), "revision");
+}
+
+/* Decoded key of a kv (caller frees). */
+char *etcd_kv_key(json_t *kv)
+{
+    const char *kb = json_string_value(json_object_get(kv, "key"));
+    return kb ? etcd_unb64(kb, NULL) : NULL;
+}
+
+bool etcd_transient(int rc)
+{
+    return rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL || rc == DLOCK_EIO;
+}
+
+
+/* ----------------------------------------------------------------- queue */
+
+bool etcd_is_contender(const char *pfx, const json_t *kv)
+{
+    if (etcd_int(kv, "lease") == 0)
+        return false;
+    char *key = etcd_kv_key((json_t *)kv);
+    size_t plen = strlen(pfx);
+    bool ok = false;
+    if (key && strncmp(key, pfx, plen) == 0) {
+        const char *hex = key + plen;
+        size_t n = strlen(hex);
+        ok = n >= 1 && n <= 16 && strspn(hex, "0123456789abcdef") == n;
+    }
+    free(key);
+    return ok;
+}
+
+json_t *etcd_queue_range(const char *pfx, bool ascending, int64_t bound_rev)
+{
+    json_t *r = etcd_range(pfx, true);
+    if (!r)
+        return NULL;
+    json_object_set_new(r, "sort_order", json_string(ascending ? "ASCEND" : "DESCEND"));
+    json_object_set_new(r, "sort_target", json_string("CREATE"));
+    json_object_set_new(r, "limit", json_integer(QUEUE_PAGE));
+    json_object_set_new(r, "keys_only", json_true());
+    if (bound_rev > 0) {
+        char *b = etcd_i64s(ascending ? bound_rev + 1 : bound_rev - 1);
+        if (!b) {
+            json_decref(r);
+            return NULL;
+        }
+        json_object_set_new(r, ascending ? "min_create_revision" : "max_create_revision",
+                            json_string(b));
+        free(b);
+    }
+    return r;
+}
+
+json_t *etcd_txn_range(json_t *reply, size_t k)
+{
+    json_t *resp = json_array_get(json_object_get(reply, "responses"), k);
+    return json_object_get(resp, "response_range");
+}
+
+/* The first contender of the range response RESP, in its order (a
+ * borrowed reference, NULL when none); *LAST_REV gets the create revision
+ * of its last kv, *MORE whether etcd has more. */
+static json_t *pick(const char *pfx, json_t *resp, int64_t *last_rev, bool *more)
+{
+    json_t *kvs = json_object_get(resp, "kvs");
+    size_t i;
+    json_t *kv;
+    *more = json_is_true(json_object_get(resp, "more"));
+    *last_rev = 0;
+    json_array_foreach(kvs, i, kv)
+    {
+        *last_rev = etcd_int(kv, "create_revision");
+        if (etcd_is_contender(pfx, kv))
+            return kv;
+    }
+    return NULL;
+}
+
+int etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
+                    int64_t bound_rev, json_t **out, const char *what,
+                    const struct etcd_limits *lim)
+{
+    *out = NULL;
+    json_t *reply = NULL;
+    int rc = DLOCK_OK;
+    for (;;) {
+        int64_t last = 0;
+        bool more = false;
+        json_t *kv = resp ? pick(pfx, resp, &last, &more) : NULL;
+        if (kv) {
+            *out = json_incref(kv);
+            break;
+        }
+        if (resp && !more)
+            break;
+        if (resp)
+            bound_rev = last;
+        json_t *req = etcd_queue_range(pfx, ascending, bound_rev);
+        json_decref(reply);
+        reply = NULL;
+        rc = req ? etcd_call_lim(s->k, "/v3/kv/range", req, &reply, what, NULL, NULL, lim)
+                 : etcd_nomem(s);
+        json_decref(req);
+        if (rc)
+            break;
+        resp = reply;
+    }
+    json_decref(reply);
+    return rc;
+}
+
+char *etcd_contender_name(struct etcd_backend *s, const json_t *kv)
+{
+    char *key = etcd_kv_key((json_t *)kv);
+    size_t plen = strlen(s->prefix);
+    char *name = NULL;
+    if (key && etcd_int(kv, "lease") != 0 && strncmp(key, s->prefix, plen) == 0) {
+        const char *rest = key + plen, *slash = strrchr(rest, '/');
+        size_t hex = slash ? strlen(slash + 1) : 0;
+        if (slash && slash != rest && hex >= 1 && hex <= 16 &&
+            strspn(slash + 1, "0123456789abcdef") == hex)
+            name = strndup(rest, (size_t)(slash - rest));
+    }
+    free(key);
+    return name;
+}

@@ -1420,12 +1420,12 @@ END_TEST
 static const struct {
     const char *backend, *test, *why;
 } failing[] = {
-    {"etcd", "exec_inherits_no_descriptor", "descriptors are not close-on-exec yet"},
+    {NULL, NULL, NULL}, /* ends the list (which may be empty) */
 };
 
 static const char *failing_today(const char *backend, const char *test)
 {
-    for (size_t i = 0; i < TU_COUNT(failing); i++)
+    for (size_t i = 0; i < TU_COUNT(failing) && failing[i].backend; i++)
         if (strcmp(failing[i].backend, backend) == 0 && strcmp(failing[i].test, test) == 0)
             return failing[i].why;
     return NULL;

@@ -33,8 +33,9 @@ enum ct_caps {
     CT_FAIR = 1u << 6,        /* DLOCK_LOCK_FAIR: first come, first served
                                  (else DLOCK_ENOTSUP from dlock_lock_new) */
     CT_NAMES_NEST = 1u << 7,  /* a lock sees the holder of a name nested under
-                                 it ("a" under "a/b") as a contender: etcd, as
-                                 Go's concurrency.Mutex (docs/protocol-etcd.md) */
+                                 it ("a" under "a/b") as a contender, as Go's
+                                 concurrency.Mutex does (no backend today: etcd
+                                 takes only keys NAME/<hex> as contenders) */
 };
 
 struct ct_fixture {

@@ -1,7 +1,23 @@
-/* curl.c -- loads libcurl on first use; etcd.h says why. */
+/* curl.c -- loads libcurl on first use (etcd.h says why), and makes the
+ * descriptors libcurl opens for itself close-on-exec.
+ *
+ * Our connections are opened close-on-exec by the socket callback
+ * (http.c). libcurl 7.88 also opens a socketpair per multi handle -- and
+ * per easy handle, whose curl_easy_perform() runs a multi handle inside --
+ * to wake itself up, with plain socketpair(): no option reaches it, and an
+ * exec'd child would inherit it. So handles are made here: the sockets
+ * that appear while one is made are marked close-on-exec. (Another
+ * thread's socket opened in that instant would be marked too; nothing
+ * else in a handle's making opens a socket.)
+ */
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "etcd.h"
 
@@ -59,4 +75,80 @@ int dlock__curl_load(void)
                           "the etcd backend needs libcurl at run time: %s (install libcurl4)",
                           load_error);
     return DLOCK_OK;
+}
+
+/* ------------------------------------------------- close-on-exec, all of it */
+
+/* The descriptors open now, sorted (caller frees); *N gets how many. */
+static int *open_fds(size_t *n)
+{
+    *n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    int *v = NULL;
+    size_t cap = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9' || atoi(de->d_name) == dirfd(d))
+            continue; /* (the directory's own descriptor is free again after) */
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            int *grown = realloc(v, cap * sizeof *v);
+            if (!grown)
+                break;
+            v = grown;
+        }
+        v[(*n)++] = atoi(de->d_name);
+    }
+    if (d)
+        closedir(d);
+    return v;
+}
+
+static bool has_fd(const int *v, size_t n, int fd)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == fd)
+            return true;
+    return false;
+}
+
+/* Make every socket opened since BEFORE (what open_fds() said) and not
+ * close-on-exec close-on-exec. */
+static void cloexec_since(const int *before, size_t nbefore)
+{
+    size_t n = 0;
+    int *now = open_fds(&n);
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        int fl;
+        if (has_fd(before, nbefore, now[i]) || fstat(now[i], &st) || !S_ISSOCK(st.st_mode) ||
+            (fl = fcntl(now[i], F_GETFD)) < 0 || (fl & FD_CLOEXEC))
+            continue;
+        fcntl(now[i], F_SETFD, fl | FD_CLOEXEC);
+    }
+    free(now);
+}
+
+CURL *dlock__curl_easy_new(void)
+{
+    size_t n = 0;
+    int *before = open_fds(&n);
+    CURL *e = dlock__curl.easy_init();
+    /* A perform without a URL fails at once, after making the handle's
+     * own multi handle -- and its wakeup socketpair. */
+    if (e)
+        dlock__curl.easy_perform(e);
+    cloexec_since(before, n);
+    free(before);
+    return e;
+}
+
+CURLM *dlock__curl_multi_new(void)
+{
+    size_t n = 0;
+    int *before = open_fds(&n);
+    CURLM *m = dlock__curl.multi_init();
+    cloexec_since(before, n);
+    free(before);
+    return m;
 }

@@ -67,6 +67,11 @@ extern struct dlock__curl_api dlock__curl;
 /* Load libcurl once (thread-safe) and call curl_global_init. DLOCK_OK, or
  * DLOCK_ENOTBUILT with a message naming the library and the package. */
 int dlock__curl_load(void);
+/* curl_easy_init() / curl_multi_init() whose internal wakeup socketpairs
+ * are close-on-exec (see curl.c): every multi handle, and every easy
+ * handle run by curl_easy_perform(). */
+CURL *dlock__curl_easy_new(void);
+CURLM *dlock__curl_multi_new(void);
 
 #undef curl_easy_setopt
 #undef curl_easy_getinfo

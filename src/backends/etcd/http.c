@@ -165,7 +165,7 @@ static CURL *easy_take(struct etcd_conn *k)
     pthread_mutex_lock(&k->mu);
     CURL *e = k->npool ? k->pool[--k->npool] : NULL;
     pthread_mutex_unlock(&k->mu);
-    return e ? e : curl_easy_init();
+    return e ? e : dlock__curl_easy_new();
 }
 
 static void easy_give(struct etcd_conn *k, CURL *e)

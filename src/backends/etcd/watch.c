@@ -196,7 +196,7 @@ int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
 
     pthread_mutex_lock(&k->wmu);
     int rc = DLOCK_OK;
-    if (!k->multi && !(k->multi = curl_multi_init()))
+    if (!k->multi && !(k->multi = dlock__curl_multi_new()))
         rc = dlock__err(DLOCK_ENOMEM, "%s: cannot make a curl multi handle", k->label);
     if (!rc && !k->thread_running) {
         int err = pthread_create(&k->thread, NULL, watch_thread, k);

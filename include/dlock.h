@@ -21,6 +21,18 @@
  *  - Flag bits not defined here are reserved and must be 0.
  *  - No header of any dependency is included, so building against dlock
  *    needs nothing but this file and the library.
+ *
+ * Each function below says which codes it returns, the state left after
+ * each failure, the threads it may be called from and where backends
+ * differ. "Backend failures" stands for the codes a server or the kernel
+ * can cause: DLOCK_ECONN (unreachable, connection lost), DLOCK_EAUTH,
+ * DLOCK_EACCES, DLOCK_EIO, DLOCK_EPROTO (a reply that is not the
+ * backend's), DLOCK_EWRONGTYPE (the name holds something else),
+ * DLOCK_EBACKEND (the server refused, in its words), DLOCK_EUNAVAIL (no
+ * leader or quorum: etcd, zk) and DLOCK_ENOENT (a missing directory or
+ * chroot). Every call on a client after fork() in the child, or after
+ * dlock_client_close(), returns DLOCK_EMISUSE and changes nothing.
+ * docs/backends.md has the capability table this header summarises.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
@@ -149,25 +161,46 @@ typedef enum dlock_option {
  * redlock); DLOCK_ENOMEM; DLOCK_EINVAL (OUT is NULL). Any thread. */
 DLOCK_EXTERN int dlock_client_new(const char *url, dlock_client **out);
 
-/* Set an option of a client not yet connected. The _str form copies
- * value; NULL resets the option. DLOCK_EINVAL names a wrong option or
- * value, DLOCK_EMISUSE a connected client. Not thread-safe against other
- * calls on the same client. */
+/* Set an option of a client not yet connected; it overrides the URL's.
+ * The _str form copies VALUE; NULL resets the option. Integer options are
+ * milliseconds from 1 to a year (DLOCK_OPT_DRIFT_MS: from 0).
+ * Returns DLOCK_OK; DLOCK_EINVAL (C NULL, an option of the other type, a
+ * value out of range); DLOCK_EMISUSE (connected, or after fork);
+ * DLOCK_ENOMEM. After a failure the option keeps its value.
+ * Threads: not against other calls on the same client.
+ * Backends: each reads the options it needs when connecting and ignores
+ * the others (file: only KEY_PREFIX; TLS: etcd+https only -- redis and zk
+ * answer DLOCK_ENOTSUP at connect; LAYOUT: redis "redisson" or "simple",
+ * etcd "concurrency" or "etcdctl", zk "curator"; LEASE_MS: zk asks it as
+ * the session timeout, etcd rounds it up to whole seconds). */
 DLOCK_EXTERN int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value);
 DLOCK_EXTERN int dlock_client_setopt_str(dlock_client *c, dlock_option opt, const char *value);
 
-/* Connect the client to its backend (create the lock directory, dial the
- * server, authenticate). DLOCK_ECONN, DLOCK_EAUTH, DLOCK_EACCES... with a
- * message naming what was tried. */
+/* Connect the client to its backend: check (file) or create (the default
+ * directory only) the lock directory; dial, authenticate and ask the
+ * server once (redis, etcd, zk), within DLOCK_OPT_CONNECT_TIMEOUT_MS.
+ * Returns DLOCK_OK; DLOCK_EBADURL (what the backend finds wrong in the URL
+ * or its options: a file URL with a host, redis with two hosts or a bad
+ * db, an unknown layout, a zk base or chroot that is not a path);
+ * DLOCK_ENOTSUP (TLS on redis or zk); DLOCK_EINVAL (a drift margin not
+ * shorter than the lease); DLOCK_EMISUSE (already connected, after fork);
+ * DLOCK_ENOMEM; backend failures (DLOCK_ENOENT: the file directory is
+ * missing; a missing zk chroot is DLOCK_EBADURL). The message names what was tried (path, host:port).
+ * After a failure the client is still unconnected and keeps its options:
+ * fix them and connect again, or close it.
+ * Threads: not against other calls on the same client. */
 DLOCK_EXTERN int dlock_client_connect(dlock_client *c);
 
-/* dlock_client_new() + dlock_client_connect(): on failure *out is NULL. */
+/* dlock_client_new() + dlock_client_connect(), returning the codes of
+ * both. On failure *OUT is NULL and the client is freed. Any thread. */
 DLOCK_EXTERN int dlock_open(const char *url, dlock_client **out);
 
-/* The client's URL with any password removed; owned by the client. */
+/* The client's URL with any password removed (the ":password" part and
+ * any password= option); owned by the client. NULL for NULL. Any thread. */
 DLOCK_EXTERN const char *dlock_client_url(const dlock_client *c);
 
-/* The backend's name: "file", "redis", "etcd", "zk"... */
+/* The backend's name: "file", "redis", "etcd", "zk". NULL for NULL. Any
+ * thread. */
 DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *c);
 
 /* Release every hold of the client (best effort), stop its threads
@@ -227,28 +260,47 @@ typedef enum dlock_mode {
 #define DLOCK_LOCK_HANDLE_OWNED 1u
 #define DLOCK_LOCK_FAIR 2u
 
-/* Make a handle for lock NAME in MODE. Nothing is acquired. The name is
- * any non-empty byte string up to DLOCK_NAME_MAX bytes (each backend maps
- * it safely: it can never escape its directory, key space or base path).
- * FLAGS: 0 or DLOCK_LOCK_* bits above; every other bit is reserved and
- * must be 0 (DLOCK_EINVAL), so later behaviours (per-lock layouts) need no
- * second constructor.
- * Without DLOCK_LOCK_HANDLE_OWNED the handle may be used from many threads
- * and each thread holds on its own. Free it with dlock_lock_free(). */
+/* Make a handle for lock NAME in MODE. Nothing is acquired and nothing is
+ * sent. The name is any non-empty byte string up to DLOCK_NAME_MAX bytes
+ * (each backend maps it safely: it can never escape its directory, key
+ * space or base path). FLAGS: 0 or DLOCK_LOCK_* bits above; every other
+ * bit is reserved and must be 0, so later behaviours (per-lock layouts)
+ * need no second constructor.
+ * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, an empty or too long name, an
+ * unknown mode, a reserved flag); DLOCK_ENOTSUP (DLOCK_SHARED: only the
+ * file backend has it today; DLOCK_LOCK_FAIR on file or redis);
+ * DLOCK_EMISUSE (the client is not connected, closed, or the parent's);
+ * DLOCK_ENOMEM. On failure *OUT is NULL.
+ * Threads: any. Without DLOCK_LOCK_HANDLE_OWNED the handle may be used
+ * from many threads and each thread holds on its own. Free it with
+ * dlock_lock_free(). */
 #define DLOCK_NAME_MAX 1024
 DLOCK_EXTERN int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode,
                                 unsigned flags, dlock_lock **out);
 
 /* Free a handle. Holds still taken through it by any thread are released
- * first (best effort). NULL is a no-op. No other thread may use l then.
+ * first (best effort: a failed release is not reported; a server-side key
+ * then ends with its lease) when it is the last handle on the name, and
+ * always for a handle-owned handle's holds. NULL is a no-op. No other
+ * thread may use L then.
  * Also after dlock_client_close() (the holds are gone already): it frees
  * the handle, and the client's memory with the last handle. See
  * dlock_lock_on_lost() for handles whose lost callback runs. */
 DLOCK_EXTERN void dlock_lock_free(dlock_lock *l);
 
 /* Lease of holds taken through this handle from now on: LEASE_MS > 0
- * overrides the client's DLOCK_OPT_LEASE_MS; flags DLOCK_LEASE_FIXED =
- * never renewed. Ignored by backends without leases (file). */
+ * overrides the client's DLOCK_OPT_LEASE_MS, 0 goes back to it; flags
+ * DLOCK_LEASE_FIXED = never renewed (the hold ends when the lease does and
+ * is reported lost). Holds already taken keep theirs.
+ * Returns DLOCK_OK; DLOCK_EINVAL (L NULL, an unknown flag, a lease not
+ * longer than the drift margin or over a year); DLOCK_ENOTSUP
+ * (DLOCK_LEASE_FIXED where the backend cannot: zk, whose holds last as
+ * long as the session). After a failure the handle keeps its lease.
+ * Threads: any. Backends: file has no leases (accepted, unused: validity
+ * is DLOCK_VALID_FOREVER); redis: PEXPIRE, in ms; etcd: a handle whose
+ * lease differs from the client's, or is fixed, gets an etcd lease of its
+ * own, rounded up to whole seconds; zk: a lease other than the client's
+ * is not used (the session timeout, DLOCK_OPT_LEASE_MS, is every hold's). */
 DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags);
 
 /* Acquire for the calling thread (for the handle when it is
@@ -258,7 +310,24 @@ DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned 
  * the backend reports a release; dlock_lock_cancel() from another thread
  * ends it with DLOCK_ECANCELED (see also dlock_acquire_ex()). If the owner
  * already holds the lock, the hold count goes up (reentrancy) and nothing
- * is sent -- see "Modes and owners" below for a different mode. */
+ * is sent -- see "Modes and owners" below for a different mode.
+ * Returns DLOCK_OK (held; dlock_token() has its token); contention:
+ * DLOCK_EBUSY, DLOCK_ETIMEDOUT (the message keeps the backend's reason
+ * when it had one, e.g. disconnected), DLOCK_ECANCELED; DLOCK_ELOST (the
+ * owner's hold was lost and not yet released: release it first);
+ * DLOCK_EMISUSE (an upgrade from shared, after fork or close); DLOCK_EINVAL
+ * (L NULL, hold count overflow); DLOCK_ENOMEM; backend failures.
+ * After any failure nothing is held that was not held before: a re-entry
+ * that fails leaves the count as it was, and a first acquire leaves
+ * nothing on the server (a request whose reply was lost is cleaned up).
+ * Threads: any; a thread-owned hold belongs to the calling thread.
+ * Backends: on etcd and zk the server sees one owner per client, so the
+ * client's threads (and handle-owned handles) on one name queue locally,
+ * first come first served, and one at a time goes to the server; redis
+ * waiters wake on Redisson's channel (one per client per release), file
+ * waiters on inotify, in no fixed order; etcd and zk serve waiters across
+ * clients in arrival order (the key's create revision, the node's
+ * sequence number). */
 DLOCK_EXTERN int dlock_acquire(dlock_lock *l, int64_t wait_ms);
 
 /* Modes and owners. Holding EXCLUSIVE, an owner that acquires SHARED on
@@ -309,23 +378,37 @@ DLOCK_EXTERN void dlock_cancel_free(dlock_cancel *k);
  * for a cancel object made before fork() in the parent. */
 DLOCK_EXTERN int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel);
 
-/* Release one level of the calling thread's hold; the lock is freed when
- * the count reaches 0. DLOCK_ENOTOWNER if this thread holds nothing here,
- * DLOCK_ELOST if the hold had been lost (the hold is dropped all the same). */
+/* Release one level of the owner's hold (the calling thread's, or the
+ * handle's when handle-owned); the lock is freed when the count reaches 0.
+ * Returns DLOCK_OK; DLOCK_ENOTOWNER (the owner holds nothing here);
+ * DLOCK_ELOST (the hold had been lost: it is dropped all the same, at any
+ * count); DLOCK_EMISUSE (after fork or close); DLOCK_EINVAL (L NULL);
+ * backend failures on the last level (the hold is dropped locally all the
+ * same; what the server keeps ends with its lease, or at once on file).
+ * Threads: the holding thread; any thread for a handle-owned hold. */
 DLOCK_EXTERN int dlock_release(dlock_lock *l);
 
-/* The calling thread's hold count on this lock (0 = not held). */
+/* The owner's hold count on this lock (0 = not held, or L NULL). Any
+ * thread (it answers for the calling thread, or for the handle when it is
+ * handle-owned). */
 DLOCK_EXTERN unsigned dlock_hold_count(dlock_lock *l);
 
-/* The fencing token of the calling thread's hold: strictly greater than
- * every token issued before for this name on this backend. Re-entries keep
- * the token of the first acquisition. DLOCK_ENOTOWNER when not held. */
+/* The fencing token of the owner's hold: strictly greater than every token
+ * issued before for this name on this backend. Re-entries keep the token
+ * of the first acquisition. Returns DLOCK_OK; DLOCK_ENOTOWNER (not held;
+ * *TOKEN untouched); DLOCK_EINVAL (a NULL argument). Any thread, answering
+ * as dlock_hold_count() does. Backends: file, a counter in the lock file;
+ * redis, INCR of redisson_lock_token:{name} (shared with Redisson's
+ * RFencedLock); etcd, the key's create revision; zk, the node's czxid. */
 DLOCK_EXTERN int dlock_token(dlock_lock *l, uint64_t *token);
 
-/* Milliseconds the calling thread's hold is still guaranteed (monotonic
- * clock; send time of the last confirmed acquire/renewal + lease - drift):
- * DLOCK_VALID_FOREVER without a lease, 0 once lost or expired, a negative
- * DLOCK_E* code when not held. */
+/* Milliseconds the owner's hold is still guaranteed (monotonic clock;
+ * send time of the last confirmed acquire/renewal + lease - drift):
+ * DLOCK_VALID_FOREVER without a lease (file), 0 once lost or expired,
+ * DLOCK_ENOTOWNER (negative) when not held, DLOCK_EINVAL for NULL. Any
+ * thread, answering as dlock_hold_count() does. Backends: zk's lease is
+ * the session timeout the server granted (it may clamp the one asked);
+ * etcd's is a whole number of seconds. */
 DLOCK_EXTERN int64_t dlock_validity_ms(dlock_lock *l);
 
 /* Called once when a hold taken through this handle is lost (renewal
@@ -342,15 +425,22 @@ DLOCK_EXTERN int64_t dlock_validity_ms(dlock_lock *l);
  * belong to threads: release the lost hold later from the thread that
  * took it, or from any thread for a handle-owned hold (dlock_release()
  * returns DLOCK_ELOST). */
+/* dlock_lock_on_lost() sets FN (NULL: none) and ARG for holds lost from
+ * now on. Returns DLOCK_OK or DLOCK_EINVAL (L NULL). Any thread. The file
+ * backend never loses a hold (the kernel keeps it while the process
+ * lives). */
 typedef void (*dlock_lost_fn)(dlock_lock *l, const char *why, void *arg);
 DLOCK_EXTERN int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg);
 
 /* Cancel every wait in progress on this handle, from any thread: those
  * dlock_acquire() calls return DLOCK_ECANCELED and hold nothing. Waits
- * that start after this call are not affected. Async-signal-unsafe. */
+ * that start after this call are not affected: to cancel an acquire that
+ * may not have begun, use a cancel object (dlock_acquire_ex()). Returns
+ * DLOCK_OK or DLOCK_EINVAL (L NULL). Any thread; not async-signal-safe. */
 DLOCK_EXTERN int dlock_lock_cancel(dlock_lock *l);
 
-/* The handle's name and mode. */
+/* The handle's name and mode (NULL and DLOCK_EXCLUSIVE for NULL). Any
+ * thread. */
 DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *l);
 DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
 
@@ -358,8 +448,16 @@ DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
 
 typedef struct dlock_info dlock_info;
 
-/* Look at NAME without taking it. On success *out owns a snapshot to give
- * to dlock_info_free(). Read it with the getters below. */
+/* Look at NAME without taking it. On success *OUT owns a snapshot to give
+ * to dlock_info_free(); read it with the getters below (any thread; a
+ * NULL snapshot reads as free, 0, NULL). Returns DLOCK_OK; DLOCK_EINVAL (a NULL
+ * argument, a bad name); DLOCK_EMISUSE (not connected, after fork or
+ * close); DLOCK_ENOMEM; backend failures. On failure *OUT is NULL.
+ * Threads: any. Backends: TTL is DLOCK_VALID_FOREVER on file, the key's
+ * PTTL on redis, the lease's on etcd, unknown (-1) on zk; waiters are
+ * known in order on etcd and zk, unknown (-1) on file and redis; holder
+ * identities: "pid@host" (file), "<uuid>:<id>" fields (redis), the
+ * holder's key or node name (etcd, zk). */
 DLOCK_EXTERN int dlock_inspect(dlock_client *c, const char *name, dlock_info **out);
 DLOCK_EXTERN void dlock_info_free(dlock_info *i);
 
@@ -379,12 +477,21 @@ DLOCK_EXTERN long dlock_info_waiter_count(const dlock_info *i);
 DLOCK_EXTERN const char *dlock_info_waiter(const dlock_info *i, size_t k);
 
 /* Operator's tool: free NAME whoever holds it. The old holder is not told
- * until its next renewal or release. DLOCK_ENOTSUP where the backend
- * cannot take a lock from a live holder (file: the kernel owns it). */
+ * until its next renewal or release (then DLOCK_ELOST and its lost
+ * callback). Returns DLOCK_OK (also when nothing held it); DLOCK_ENOTSUP
+ * where the backend cannot take a lock from a live holder (file: the
+ * kernel owns it; a file nobody holds is fine); DLOCK_EINVAL,
+ * DLOCK_EMISUSE as dlock_inspect(); backend failures (nothing was freed
+ * unless the message says so). Threads: any. */
 DLOCK_EXTERN int dlock_force_release(dlock_client *c, const char *name);
 
 /* Call FN for each lock name known to the backend that matches PATTERN
- * (glob; NULL = all). FN returning non-zero stops the walk. */
+ * (fnmatch glob; NULL = all), on the calling thread. FN returning
+ * non-zero stops the walk (DLOCK_OK). Returns DLOCK_OK; DLOCK_EINVAL (FN
+ * NULL); DLOCK_EMISUSE as dlock_inspect(); DLOCK_ENOMEM; backend failures
+ * (names already given stay given). Threads: any. Backends: file lists
+ * the lock files of the directory, redis SCANs the key space,
+ * etcd reads the prefix, zk the children of the base node. */
 typedef int (*dlock_list_fn)(const char *name, void *arg);
 DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg);
 

@@ -29,7 +29,7 @@ static const struct {
      "  --on-lost ACTION      when the lock is lost: term (SIGTERM, then SIGKILL\n"
      "                        after --kill-after; the default), kill, or ignore\n"
      "  --kill-after SECONDS  grace between SIGTERM and SIGKILL (default 10), cut to\n"
-     "                        what is left of the lease when renewals fail\n"
+     "                        half the --lost-grace when renewals fail\n"
      "  --lost-grace SECONDS  when renewals fail, act on --on-lost once only SECONDS\n"
      "                        of the lease are left (default a sixth of the lease),\n"
      "                        so COMMAND is stopped before the lease can pass on\n"

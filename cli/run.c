@@ -349,9 +349,9 @@ static int64_t stop_child(pid_t child, const struct policy *p, int64_t kill_by)
 
 /* Wait for the child, applying --on-lost: when the keeper reports the
  * lock lost, and before that when renewals fail, once the hold's validity
- * falls to the grace (COMMAND is then told, and killed by the end of the
- * validity: before the lease can end on the server and be granted to
- * someone else). Sets *AT_RISK when it acted on failing renewals. Returns
+ * falls to the grace (COMMAND is then told, and killed half the grace
+ * before the end of the validity: before the lease can end on the server
+ * and be granted to someone else). Sets *AT_RISK when it acted on failing renewals. Returns
  * the child's wait status. */
 static int supervise(pid_t child, const struct policy *p, bool *at_risk)
 {
@@ -383,7 +383,10 @@ static int supervise(pid_t child, const struct policy *p, bool *at_risk)
                     " ms of its lease left; %s the command\n",
                     dlock_lock_name(R.lock), until > now ? until - now : 0,
                     p->on_lost == LOST_KILL ? "killing" : "stopping");
-            kill_at = stop_child(child, p, until);
+            /* Dead half the grace before the validity ends, so neither a
+             * late wake-up of ours nor the kill's own delivery can take
+             * COMMAND past it. */
+            kill_at = stop_child(child, p, until - grace / 2);
             continue;
         }
         int64_t wake = kill_at >= 0 ? kill_at : CLI_NEVER;

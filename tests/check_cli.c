@@ -221,11 +221,14 @@ START_TEST(test_counter_8x200)
     FILE *f = fopen(counter, "w");
     fputs("0\n", f);
     fclose(f);
-    char *script = tu_fmt("for w in 1 2 3 4 5 6 7 8; do "
+    /* Each worker waited for by pid (wait -n can miss a worker that ended
+     * early and fail with no word said), and a failure says which. */
+    char *script = tu_fmt("pids=; for w in 1 2 3 4 5 6 7 8; do "
                           "  (i=0; while [ $i -lt 200 ]; do "
-                          "     '%s' run counter -c 'n=$(cat %s); echo $((n+1)) > %s' || exit 1; "
-                          "     i=$((i+1)); done) & "
-                          "done; fail=0; for j in 1 2 3 4 5 6 7 8; do wait -n || fail=1; done; "
+                          "     '%s' run counter -c 'n=$(cat %s); echo $((n+1)) > %s' || "
+                          "     { echo \"worker $w, round $i: dlock exit $?\" >&2; exit 1; }; "
+                          "     i=$((i+1)); done) & pids=\"$pids $!\"; "
+                          "done; fail=0; for p in $pids; do wait $p || fail=1; done; "
                           "exit $fail",
                           tu_dlock_bin(), counter, counter);
     const char *argv[] = {"bash", "-c", script, NULL};

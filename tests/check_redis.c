@@ -1027,6 +1027,10 @@ struct proxy {
     /* forge_acquire: answer every acquire call (after the server ran it)
      * with forged_reply instead; forged counts them. */
     atomic_int forge_acquire, forged;
+    /* stall_release: keep that many release-like calls (they name the
+     * channel: release, cancel) back, the connection open, until
+     * release_stalled is set; stalled counts them. */
+    atomic_int stall_release, stalled, release_stalled;
     const char *forged_reply;
     atomic_int accepts; /* connections accepted */
     atomic_int open_conns;
@@ -1118,6 +1122,11 @@ static void *proxy_conn_main(void *arg)
             bool is_script = chunk_has(buf, (size_t)n, "EVAL");
             bool is_release = is_script && chunk_has(buf, (size_t)n, chan);
             bool is_acquire = is_script && !is_release && chunk_has(buf, (size_t)n, tok);
+            if (is_release && take_one(&px->stall_release)) {
+                atomic_fetch_add(&px->stalled, 1);
+                while (!atomic_load(&px->release_stalled))
+                    tu_sleep_ms(5);
+            }
             if (is_acquire && atomic_load(&px->forge_acquire)) {
                 char reply[4096];
                 if (write(sv, buf, (size_t)n) != n || read(sv, reply, sizeof reply) <= 0)
@@ -1263,7 +1272,9 @@ static void lost_replies_through_proxy(const char *layout)
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_ECONN);
     ck_assert_int_eq(atomic_load(&px.drop_acquire), 0);
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t1 + 1); /* it did run */
-    ck_assert_msg(cmd_int(ctx, "EXISTS amb") == 0, "the lost acquire was not undone");
+    /* The cancel it owes is queued for the keeper; this acquire of the
+     * same thread sends it first, so it does not take the lost attempt's
+     * hold as its own: a new hold, the next token. */
     acquire_ok(l, DLOCK_TRY);
     ck_assert_uint_eq(token_of(l), t1 + 2);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
@@ -1305,6 +1316,10 @@ static void late_acquire_through_proxy(const char *layout)
     ck_assert_msg(rc == DLOCK_ECONN, "acquire with every reply lost: %s: %s", dlock_err_name(rc),
                   dlock_errmsg());
     ck_assert_int_eq(atomic_load(&px.hold_acquire), 0);
+    /* the cancel is sent by the keeper: wait until it is recorded */
+    for (int waited = 0; cmd_int(ctx, "EXISTS %s", "dlock_canceled:{late}") == 0 && waited < 10000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "dlock_canceled:{late}"), 1);
     atomic_store(&px.release_held, 1);
     for (int waited = 0; atomic_load(&px.held_done) < 2 && waited < 10000; waited += 5)
         tu_sleep_ms(5);
@@ -1331,6 +1346,72 @@ END_TEST
 START_TEST(late_acquire_simple_layout)
 {
     late_acquire_through_proxy("simple");
+}
+END_TEST
+
+/* One thread (one owner): an acquire, then, once told, another. */
+struct acquire_thread {
+    dlock_lock *l;
+    int rc, rc2;
+    atomic_int done, go, done2;
+};
+
+static void *acquire_thread_main(void *p)
+{
+    struct acquire_thread *a = p;
+    a->rc = dlock_acquire(a->l, DLOCK_TRY);
+    atomic_store(&a->done, 1);
+    while (!atomic_load(&a->go))
+        tu_sleep_ms(5);
+    a->rc2 = dlock_acquire(a->l, 300);
+    atomic_store(&a->done2, 1);
+    return NULL;
+}
+
+/* The cancel that an acquire with lost replies owes goes on the client's
+ * cleanup queue: the caller gets its DLOCK_ECONN at once, even when the
+ * cancel itself is stalled (here held by the proxy), and the keeper sends
+ * it -- before the late attempts arrive, which then do nothing. */
+START_TEST(lost_acquire_cancel_does_not_hold_the_caller)
+{
+    start_server(NULL);
+    struct proxy px;
+    proxy_start(&px, srv.port, "stall");
+    char *url = tu_fmt("redis://127.0.0.1:%d?timeout=30s&lease=60s", px.port);
+    dlock_client *c = open_ok(url);
+    dlock_lock *l = lock_ok(c, "stall");
+    redisContext *ctx = raw();
+    atomic_store(&px.hold_acquire, 2);
+    atomic_store(&px.stall_release, 1);
+    struct acquire_thread a = {.l = l, .rc = -99};
+    pthread_t th;
+    pthread_create(&th, NULL, acquire_thread_main, &a);
+    ck_assert_msg(wait_flag(&a.done, 20000), "the caller waits for the cancel of its lost acquire");
+    ck_assert_msg(a.rc == DLOCK_ECONN, "%s", dlock_err_name(a.rc));
+    ck_assert_msg(wait_flag(&px.stalled, 20000), "the keeper never sent the cancel");
+    /* While the cancel is owed, the same thread's next acquire of the
+     * name must not take a field the lost attempts may have left as its
+     * own (the cancel would then delete its hold): it sends the cancel
+     * first, and here that cannot finish within its wait. */
+    atomic_store(&a.go, 1);
+    pthread_join(th, NULL);
+    ck_assert_msg(a.rc2 == DLOCK_ETIMEDOUT, "acquire while a cancel is owed: %s", dlock_err_name(a.rc2));
+    atomic_store(&px.release_stalled, 1);
+    for (int waited = 0; cmd_int(ctx, "EXISTS %s", "dlock_canceled:{stall}") == 0 && waited < 20000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "dlock_canceled:{stall}"), 1);
+    atomic_store(&px.release_held, 1);
+    for (int waited = 0; atomic_load(&px.held_done) < 2 && waited < 10000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(atomic_load(&px.held_done), 2);
+    ck_assert_msg(cmd_int(ctx, "EXISTS stall") == 0, "a late acquire took the lock");
+    acquire_ok(l, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    stop_server();
 }
 END_TEST
 
@@ -2079,6 +2160,7 @@ int main(void)
         {"late_acquire_redisson_layout", late_acquire_redisson_layout, 60},
         {"late_acquire_simple_layout", late_acquire_simple_layout, 60},
         {"no_undo_when_nothing_was_sent", no_undo_when_nothing_was_sent, 60},
+        {"lost_acquire_cancel_does_not_hold_the_caller", lost_acquire_cancel_does_not_hold_the_caller, 60},
         {"sigpipe_default_action_survives", sigpipe_default_action_survives, 60},
         {"absurd_busy_reply_is_clamped", absurd_busy_reply_is_clamped, 60},
         {"tokens_survive_a_data_losing_restart", tokens_survive_a_data_losing_restart, 60},

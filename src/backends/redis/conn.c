@@ -272,6 +272,7 @@ void redis_close(void *state)
     }
     pthread_mutex_destroy(&s->pool_mu);
     pthread_mutex_destroy(&s->hub.mu);
+    pthread_mutex_destroy(&s->cancel_mu); /* the cleanup queue freed every pending cancel */
     free(s->host);
     free(s->sock);
     free(s);
@@ -297,6 +298,7 @@ int redis_open(struct dlock_client *c, void **state)
     s->c = c;
     s->hub.efd = -1;
     pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_mutex_init(&s->cancel_mu, NULL);
     s->backoff.min_ms = REDIS_BACKOFF_MIN_MS;
     s->backoff.max_ms = REDIS_BACKOFF_MAX_MS;
     pthread_mutex_init(&s->hub.mu, NULL);

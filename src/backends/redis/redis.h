@@ -38,7 +38,8 @@ struct rconn {
     struct rconn *next;
 };
 
-struct hub_chan; /* hub.c */
+struct hub_chan;       /* hub.c */
+struct pending_cancel; /* mutex.c */
 
 /* The subscriber hub: one connection and thread per client (hub.c). */
 struct hub {
@@ -74,6 +75,10 @@ struct redis_state {
     int64_t next_dial_ms;
 
     struct hub hub;
+
+    /* cancels of lost acquires not yet sent (mutex.c) */
+    pthread_mutex_t cancel_mu;
+    struct pending_cancel *cancels;
 };
 
 /* The keys of one lock: the lock, its token counter, its channel and the

@@ -30,6 +30,10 @@
 #include "core.h"
 #include "internal.h"
 
+/* dlock_cancel_fire() stores the flag from signal handlers: only a
+ * lock-free atomic is async-signal-safe. */
+_Static_assert(ATOMIC_BOOL_LOCK_FREE == 2, "atomic_bool must be lock-free");
+
 struct dlock_cancel {
     atomic_bool fired;
     int efd;     /* readable once fired; never read, so it stays so */
@@ -49,6 +53,23 @@ static uint64_t g_next_id = 1;
 static int g_epfd = -1, g_stopfd = -1; /* the stop eventfd's key is 0 */
 static pthread_t g_thread;
 static pid_t g_pid;
+
+/* fork() while another thread holds g_mu would leave the child's copy
+ * locked for good: hold it across fork (the child then starts afresh in
+ * dlock_cancel_new(), seeing another pid). */
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void g_lock(void)
+{
+    pthread_mutex_lock(&g_mu);
+}
+static void g_unlock(void)
+{
+    pthread_mutex_unlock(&g_mu);
+}
+static void register_atfork(void)
+{
+    pthread_atfork(g_lock, g_unlock, g_unlock);
+}
 
 /* Cancel the waits of the object with ID if it was fired (g_mu held). */
 static void deliver(uint64_t id)
@@ -135,6 +156,7 @@ int dlock_cancel_new(dlock_cancel **out)
                             "cannot make a cancel object (eventfd)");
     }
     pthread_mutex_init(&k->mu, NULL);
+    pthread_once(&g_atfork_once, register_atfork);
     pthread_mutex_lock(&g_mu);
     if (g_pid != k->pid) {
         /* A child after fork(): the parent's thread and objects are not

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -770,6 +771,43 @@ START_TEST(test_cancel_thread_lifetime)
 }
 END_TEST
 
+/* A child after fork() cannot use its parent's cancel object (its
+ * canceler thread stayed in the parent) and makes its own, which works. */
+START_TEST(test_cancel_after_fork)
+{
+    dlock_cancel *parent_k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&parent_k), DLOCK_OK);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dlock_client *c = NULL;
+        if (dlock_open(url, &c) != DLOCK_OK)
+            _exit(10);
+        dlock_lock *holder = NULL, *l = NULL;
+        if (dlock_lock_new(c, "fk", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &holder) ||
+            dlock_lock_new(c, "fk", DLOCK_EXCLUSIVE, 0, &l) || dlock_acquire(holder, DLOCK_TRY))
+            _exit(11);
+        if (dlock_acquire_ex(l, DLOCK_TRY, parent_k) != DLOCK_EMISUSE)
+            _exit(12);
+        dlock_cancel *k = NULL;
+        if (dlock_cancel_new(&k) != DLOCK_OK)
+            _exit(13);
+        struct in_thread a = {.l = l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
+        pthread_t ta;
+        if (pthread_create(&ta, NULL, run_in_thread, &a))
+            _exit(14);
+        wait_until_polling(&a.tid);
+        dlock_cancel_fire(k);
+        pthread_join(ta, NULL);
+        _exit(a.rc == DLOCK_ECANCELED ? 0 : 15);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
+    dlock_cancel_free(parent_k);
+}
+END_TEST
+
 /* -------------------------------------------------- modes, capabilities */
 
 /* Holding exclusive, a shared acquire re-enters (the hold stays
@@ -850,6 +888,7 @@ int main(void)
         {"cancel_during_wait", test_cancel_fired_during_wait, 60},
         {"cancel_from_signal", test_cancel_fired_from_signal_handler, 60},
         {"cancel_thread_lifetime", test_cancel_thread_lifetime, 60},
+        {"cancel_after_fork", test_cancel_after_fork, 60},
         {"downgrade_upgrade", test_downgrade_and_upgrade_rules, 60},
         {"capabilities", test_capabilities_checked_first, 60},
     };

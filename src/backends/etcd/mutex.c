@@ -692,7 +692,8 @@ static int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *a
         rc = etcd_nomem(s);
     free(from);
     free(end);
-    qsort(names, n, sizeof *names, cmp_str);
+    if (n > 1)
+        qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n; i++) {
         bool dup = i + 1 < n && strcmp(names[i], names[i + 1]) == 0; /* report the last */
         if (!rc && !dup && fn(names[i], arg))

@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "redis.h"
 
@@ -33,187 +32,6 @@
 static void owner_of(struct redis_state *s, struct dlock__hold *h)
 {
     snprintf(h->owner, sizeof h->owner, "%s:%ld", s->uuid, h->tid);
-}
-
-/* How long the record of a canceled acquire lives: an attempt that
- * reaches the server later than this after its cancellation can still
- * take the name for one lease (docs/protocol-redis.md). */
-static int64_t cancel_life_ms(int64_t lease_ms)
-{
-    int64_t life = 600000;
-    return lease_ms > life / 2 ? 2 * lease_ms : life;
-}
-
-/* Send the cancel of OWNER's acquires of NAME up to request number LAST
- * (scripts/cancel_*.lua), within DEADLINE: record on the server that they
- * are canceled, so that one arriving later does nothing, and take the
- * owner's field away if one did run. */
-static int send_cancel(struct redis_state *s, const char *name, const char *owner_id, uint64_t last,
-                       int64_t lease_ms, int64_t deadline)
-{
-    struct lock_keys k;
-    int rc = redis_keys_make(s, name, &k);
-    if (rc)
-        return rc;
-    char owner[160], num[24], life[24];
-    /* Redisson layout: our field. Simple layout: our value's prefix
-     * "<uuid>:<tid>:" (the token after it was never learned). */
-    int ol = snprintf(owner, sizeof owner, s->simple ? "%s:" : "%s", owner_id);
-    int nl = snprintf(num, sizeof num, "%llu", (unsigned long long)last);
-    int ll = snprintf(life, sizeof life, "%lld", (long long)cancel_life_ms(lease_ms));
-    const char *args[] = {k.lock, k.chan, k.canceled, owner, num, life};
-    size_t lens[] = {k.lock_len, k.chan_len, k.canceled_len, (size_t)ol, (size_t)nl, (size_t)ll};
-    redisReply *r = NULL;
-    rc = redis_eval(s, deadline, S_CANCEL, 3, 6, args, lens, true, NULL, NULL,
-                    "cancel a lost acquire", &r, NULL, NULL, NULL);
-    if (!rc) {
-        long long n;
-        const char *type_name;
-        rc = redis_script_reply(s, r, &n, &type_name);
-        freeReplyObject(r); /* a key of another type: recorded, nothing else to undo */
-    }
-    redis_keys_free(&k);
-    return rc;
-}
-
-/* A cancel owed for one owner (thread) and name, after an acquire whose
- * replies were lost. The caller does not wait for it: it goes on the
- * core's cleanup queue, which the keeper drains (and close once more). The
- * owner's next acquire of that name sends it first itself: otherwise that
- * acquire could find the lost attempt's field, take it as its own hold,
- * and then lose it to the queued cancel. */
-struct pending_cancel {
-    struct redis_state *s;
-    struct pending_cancel *next; /* s->cancels, under s->cancel_mu */
-    pthread_mutex_t run;         /* held while it is being sent */
-    unsigned refs;               /* under s->cancel_mu: the queue's, and lookups */
-    bool done;                   /* under s->cancel_mu */
-    uint64_t last;               /* under s->cancel_mu: the highest number to cancel */
-    int64_t lease_ms;
-    char owner[96];
-    char name[];
-};
-
-/* Drop a reference to E (cancel_mu held); frees it at the last. */
-static void pending_unref_locked(struct pending_cancel *e)
-{
-    if (--e->refs > 0)
-        return;
-    pthread_mutex_destroy(&e->run);
-    free(e);
-}
-
-/* The cleanup queue is done with E (sent, or given up at close). */
-static void pending_release(void *arg)
-{
-    struct pending_cancel *e = arg;
-    struct redis_state *s = e->s;
-    pthread_mutex_lock(&s->cancel_mu);
-    for (struct pending_cancel **p = &s->cancels; *p; p = &(*p)->next)
-        if (*p == e) {
-            __atomic_store_n(p, e->next, __ATOMIC_RELEASE); /* read unlocked by pending_settle */
-            break;
-        }
-    pending_unref_locked(e);
-    pthread_mutex_unlock(&s->cancel_mu);
-}
-
-/* Send E unless it was sent already, within DEADLINE; DLOCK_OK once sent. */
-static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t deadline)
-{
-    int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
-    int64_t until = dlock__now_ms() + left;
-    struct timespec abs = {(time_t)(until / 1000), (long)(until % 1000) * 1000000};
-    if (left == 0 || pthread_mutex_clocklock(&e->run, CLOCK_MONOTONIC, &abs) != 0)
-        return dlock__err(DLOCK_ETIMEDOUT, "%s: the cancel of an earlier lost acquire of '%s' is "
-                                           "still being sent",
-                          s->where, e->name);
-    int rc = DLOCK_OK;
-    for (;;) {
-        pthread_mutex_lock(&s->cancel_mu);
-        bool done = e->done;
-        uint64_t last = e->last;
-        pthread_mutex_unlock(&s->cancel_mu);
-        if (done)
-            break;
-        rc = send_cancel(s, e->name, e->owner, last, e->lease_ms, deadline);
-        if (rc)
-            break;
-        pthread_mutex_lock(&s->cancel_mu);
-        e->done = e->last == last; /* else one more lost acquire since: again */
-        pthread_mutex_unlock(&s->cancel_mu);
-    }
-    pthread_mutex_unlock(&e->run);
-    return rc;
-}
-
-static int pending_cleanup(void *bstate, void *arg, int64_t deadline)
-{
-    return pending_run(bstate, arg, deadline);
-}
-
-/* Before H's owner acquires NAME: send a cancel it still owes there. */
-static int pending_settle(struct redis_state *s, const struct dlock__hold *h, int64_t deadline)
-{
-    if (!__atomic_load_n(&s->cancels, __ATOMIC_ACQUIRE))
-        return DLOCK_OK;
-    pthread_mutex_lock(&s->cancel_mu);
-    struct pending_cancel *e = s->cancels;
-    while (e && (e->done || strcmp(e->owner, h->owner) != 0 || strcmp(e->name, h->name) != 0))
-        e = e->next;
-    if (e)
-        e->refs++;
-    pthread_mutex_unlock(&s->cancel_mu);
-    if (!e)
-        return DLOCK_OK;
-    int rc = pending_run(s, e, deadline);
-    pthread_mutex_lock(&s->cancel_mu);
-    pending_unref_locked(e);
-    pthread_mutex_unlock(&s->cancel_mu);
-    return rc;
-}
-
-/* An acquire whose replies were lost (timeout, connection reset) may have
- * run on the server, or may still run there later (a request on its way
- * through the network or a proxy): owe a cancel of every request of H's
- * owner on K up to number LAST. Keeps the caller's error message. */
-static void cancel_acquire(struct redis_state *s, struct dlock__hold *h, uint64_t last,
-                           int64_t lease_ms)
-{
-    char msg[DLOCK__MSG_MAX];
-    dlock__errmsg_save(msg);
-    pthread_mutex_lock(&s->cancel_mu);
-    struct pending_cancel *e = s->cancels;
-    while (e && (e->done || strcmp(e->owner, h->owner) != 0 || strcmp(e->name, h->name) != 0))
-        e = e->next;
-    if (e) { /* not sent yet: one cancel covers both */
-        if (e->last < last)
-            e->last = last;
-        pthread_mutex_unlock(&s->cancel_mu);
-        dlock__errmsg_restore(DLOCK_OK, msg);
-        return;
-    }
-    size_t nl = strlen(h->name);
-    e = calloc(1, sizeof *e + nl + 1);
-    if (e) {
-        e->s = s;
-        pthread_mutex_init(&e->run, NULL);
-        e->refs = 1;
-        e->last = last;
-        e->lease_ms = lease_ms;
-        snprintf(e->owner, sizeof e->owner, "%s", h->owner);
-        memcpy(e->name, h->name, nl + 1);
-        e->next = s->cancels;
-        __atomic_store_n(&s->cancels, e, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&s->cancel_mu);
-    char what[160];
-    snprintf(what, sizeof what, "cancel lost acquires of '%.100s'", h->name);
-    if (!e || dlock__cleanup_add(s->c, what, pending_cleanup, e, pending_release) != DLOCK_OK) {
-        /* out of memory: send it now, as best we can */
-        send_cancel(s, h->name, h->owner, last, lease_ms, DLOCK__NEVER);
-    }
-    dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
 /* One acquire attempt within DEADLINE (the wait's): DLOCK_OK (h->token
@@ -228,13 +46,13 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     int pl = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
     int ol = s->simple ? snprintf(prefix, sizeof prefix, "%s:", h->owner)
                        : snprintf(prefix, sizeof prefix, "%s", h->owner);
-    int rc = pending_settle(s, h, deadline);
+    int rc = redis_cancel_owed(s, h, deadline);
     if (rc)
         return rc;
     uint64_t n = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* n and n + 1 */
     int fl = snprintf(first, sizeof first, "%llu", (unsigned long long)n);
     int sl = snprintf(second, sizeof second, "%llu", (unsigned long long)n + 1);
-    int ll = snprintf(life, sizeof life, "%lld", (long long)cancel_life_ms(lease_ms));
+    int ll = snprintf(life, sizeof life, "%lld", (long long)redis_cancel_life_ms(lease_ms));
     const char *args[] = {k->lock, k->token, k->canceled, lease, prefix, first, "0", life};
     size_t lens[] = {k->lock_len, k->token_len, k->canceled_len, (size_t)pl, (size_t)ol, (size_t)fl, 1,
                      (size_t)ll};
@@ -247,7 +65,7 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     rc = redis_eval(s, deadline, S_ACQUIRE, 3, 8, args, lens, true, retry_args, retry_lens, "acquire",
                     &r, &sent, NULL, &reached);
     if (rc == DLOCK_ECONN && reached)
-        cancel_acquire(s, h, n + 1, lease_ms);
+        redis_cancel_lost_acquire(s, h, n + 1, lease_ms);
     if (rc) {
         if (rc == DLOCK_EWRONGTYPE) {
             char why[DLOCK__MSG_MAX];

@@ -4,9 +4,10 @@
  * the connection pool and its reconnect backoff), scripts.c (the lock's
  * keys and the Lua scripts of scripts/NAME.lua, embedded at build time, run by
  * EVALSHA), hub.c (the subscriber thread that turns release messages into
- * wake-ups of waiting threads) and mutex.c (the lock recipe: acquire,
- * release, renew, inspect, force, list, and the backend table). Everything
- * here is private to those files; the core sees only the table.
+ * wake-ups of waiting threads), cancel.c (the cancel owed after an acquire
+ * whose replies were lost) and mutex.c (the lock recipe: acquire, release,
+ * renew, inspect, force, list, and the backend table). Everything here is
+ * private to those files; the core sees only the table.
  */
 #ifndef DLOCK_REDIS_H
 #define DLOCK_REDIS_H
@@ -159,6 +160,20 @@ int redis_script_reply(struct redis_state *s, const redisReply *r, long long *va
                        const char **type_name);
 /* DLOCK_EWRONGTYPE naming the lock key K and the TYPE_NAME it holds. */
 int redis_wrongtype(struct redis_state *s, const struct lock_keys *k, const char *type_name);
+
+/* ----------------------------------------------------------- cancel.c */
+
+/* How long the record of a canceled acquire lives on the server, for a
+ * lease of LEASE_MS. */
+int64_t redis_cancel_life_ms(int64_t lease_ms);
+/* An acquire by H's owner whose replies were lost: owe the server a
+ * cancel of that owner's requests on H->name up to number LAST (queued;
+ * the caller does not wait). Keeps the caller's message. */
+void redis_cancel_lost_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
+                               int64_t lease_ms);
+/* Before H's owner sends an acquire of H->name: send a cancel it still
+ * owes there, within DEADLINE. DLOCK_OK, or why it could not. */
+int redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
 
 /* -------------------------------------------------------------- hub.c */
 

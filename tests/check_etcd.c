@@ -2059,13 +2059,13 @@ START_TEST(test_stalled_member_wait_times_out)
     pthread_join(tb, NULL);
     ck_assert_msg(wb.rc == DLOCK_ETIMEDOUT, "%s", dlock_err_name(wb.rc));
 
-    /* Stalled again, the next acquire first retries that delete: a
-     * cancel ends it there too. */
+    /* Stalled again, with that delete owed (the keeper retries it): a
+     * cancel ends the next acquire too. */
     dlock_lock *lb2 = lock_ok(b, "stall-wait-2");
     member_pause(0);
     struct stall_waiter wb2 = {lb2, DLOCK_FOREVER, -99, 0};
     pthread_create(&tb, NULL, stall_waiter_main, &wb2);
-    tu_sleep_ms(700); /* stuck in the retried delete */
+    tu_sleep_ms(700); /* stuck in its first requests */
     ck_assert_int_eq(dlock_lock_cancel(lb2), DLOCK_OK);
     done = wait_flag(&wb2.done);
     member_resume(0);
@@ -2183,6 +2183,30 @@ START_TEST(test_stalled_member_cancel_waiting_for_grant)
     dlock_lock_free(l2);
     dlock_client_close(b);
     free(slow);
+}
+END_TEST
+
+/* A release whose delete cannot reach the member (stalled) owes that
+ * delete: the keeper does it once the member answers again, while the
+ * client stays open and holds nothing -- the key does not wait for the
+ * 60 s lease it hangs on. */
+START_TEST(test_stalled_release_delete_done_by_keeper)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, "lease=60s&timeout=1s&connect_timeout=1s");
+    dlock_client *a = open_ok(url);
+    dlock_lock *la = lock_ok(a, "stall-rel");
+    ACQUIRE_OK(la, DLOCK_TRY);
+    member_pause(0);
+    int rc = dlock_release(la);
+    member_resume(0);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL || rc == DLOCK_ECONN, "release: %s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(wait_key_count("stall-rel/", 0), "the owed delete was never done");
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    free(url);
 }
 END_TEST
 
@@ -2339,6 +2363,7 @@ static Suite *etcd_suite(void)
     ADD_TEST(tc, test_stalled_member_cancel_first_request);
     ADD_TEST(tc, test_stalled_member_cancel_waiting_for_grant);
     ADD_TEST(tc, test_stalled_member_bounded_wait_behind_grant);
+    ADD_TEST(tc, test_stalled_release_delete_done_by_keeper);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("cluster");

@@ -251,18 +251,12 @@ int64_t etcd_int(const json_t *obj, const char *field);
 
 /* ============================================================= lease.c */
 
-/* A key we could not delete (server unreachable): retried later so a dead
- * waiter's key never blocks the queue while our lease lives on. */
+/* A key we could not delete (server unreachable): retried by the keeper
+ * (the core's cleanup queue) so a dead waiter's key never blocks the queue
+ * while our lease lives on. */
 struct etcd_orphan {
     char *key;
     struct etcd_orphan *next;
-};
-
-/* An acquire waiting for another thread's request: a session lease
- * grant, or the delete of a key it is about to put again. */
-struct grant_waiter {
-    struct dlock__wait *w;
-    struct grant_waiter *next;
 };
 
 struct etcd_backend {
@@ -274,10 +268,11 @@ struct etcd_backend {
 
     bool granting;            /* (mu) a thread is granting / freshening the
                                  session lease; the others wait, cancelably */
-    struct grant_waiter *grant_waiters; /* (mu) */
+    struct dlock__waitset grant_ws; /* acquires waiting for that thread */
     bool sweeping;            /* (mu) a thread is deleting orphans */
+    bool sweep_queued;        /* (mu) on the core's cleanup queue */
     const char *deleting;     /* (mu) the orphan whose delete is in flight */
-    struct grant_waiter *forget_waiters; /* (mu) acquires waiting for it */
+    struct dlock__waitset forget_ws; /* acquires waiting for that delete */
     pthread_mutex_t mu;       /* these fields and the ones below; never
                                  held across a request */
     int64_t lease;            /* session lease, 0 = none (yet, or lost) */
@@ -302,7 +297,6 @@ struct etcd_hold {
     char *key;
     int64_t rev;   /* create revision = token */
     int64_t lease;
-    int64_t ttl_ms; /* the lease's TTL */
     bool own_lease;
 };
 
@@ -371,9 +365,6 @@ char *etcd_contender_name(struct etcd_backend *s, const json_t *kv);
  * us: no permission). */
 bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
                      struct dlock__wait *w);
-/* Retry the deletes that failed before, none running past DEADLINE (a
- * cancel of W, may be NULL, stops them). Gives way to a sweep under way. */
-void etcd_orphans_sweep(struct etcd_backend *s, int64_t deadline, struct dlock__wait *w);
 /* KEY is about to be ours again (put by an acquire): it is no orphan any
  * more. When a sweep's delete of it is in flight, wait until it is done
  * (it must not land after our put) within W's deadline and cancel:

@@ -127,23 +127,6 @@ void etcd_session_lease_dead(struct etcd_backend *s, int64_t id)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Take W out of the list at *HEAD (mu held). */
-static void waiter_remove(struct grant_waiter **head, struct dlock__wait *w)
-{
-    for (struct grant_waiter **p = head; *p; p = &(*p)->next)
-        if ((*p)->w == w) {
-            *p = (*p)->next;
-            return;
-        }
-}
-
-/* Wake every waiter of the list (mu held). */
-static void waiters_wake(struct grant_waiter *g)
-{
-    for (; g; g = g->next)
-        dlock__wait_wake(g->w);
-}
-
 /* Become the one thread that grants or freshens the session lease. While
  * another one does (its request may hang on a stalled member for the
  * whole request timeout), sleep on our wait W: its deadline ends the
@@ -159,13 +142,13 @@ static int grant_enter(struct etcd_backend *s, const char *name, struct dlock__w
             rc = DLOCK_EBUSY;
             break;
         }
-        struct grant_waiter me = {w, s->grant_waiters};
-        s->grant_waiters = &me;
+        if ((rc = dlock__waitset_add(&s->grant_ws, w)))
+            break;
         unsigned seq = dlock__wait_seq(w); /* grant_leave() wakes under mu */
         pthread_mutex_unlock(&s->mu);
         rc = dlock__wait_sleep(w, seq, DLOCK__NEVER);
         pthread_mutex_lock(&s->mu);
-        waiter_remove(&s->grant_waiters, w);
+        dlock__waitset_remove(&s->grant_ws, w);
         if (rc)
             break;
     }
@@ -183,7 +166,7 @@ static void grant_leave(struct etcd_backend *s)
 {
     pthread_mutex_lock(&s->mu);
     s->granting = false;
-    waiters_wake(s->grant_waiters);
+    dlock__waitset_wake_all(&s->grant_ws);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -288,7 +271,7 @@ int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
 
 /* --------------------------------------------------------------- orphans */
 
-/* Remember KEY as an orphan, to be deleted later (mu held). */
+/* Put KEY (ours now) on the orphan list (mu held). */
 static void orphan_add(struct etcd_backend *s, char *key)
 {
     struct etcd_orphan *o = calloc(1, sizeof *o);
@@ -317,26 +300,55 @@ static bool delete_once(struct etcd_backend *s, const char *key, int64_t deadlin
     return rc == DLOCK_OK || rc == DLOCK_EAUTH;
 }
 
+static void orphans_sweep(struct etcd_backend *s, int64_t deadline);
+
+/* The core's cleanup work (the keeper, or close, runs it): delete the
+ * orphans; DLOCK_OK once none is left, else to be retried after backoff. */
+static int orphans_cleanup(void *state, void *arg, int64_t deadline)
+{
+    (void)arg;
+    struct etcd_backend *s = state;
+    orphans_sweep(s, deadline);
+    pthread_mutex_lock(&s->mu);
+    bool left = s->orphans != NULL;
+    if (!left)
+        s->sweep_queued = false;
+    pthread_mutex_unlock(&s->mu);
+    return left ? DLOCK_EUNAVAIL : DLOCK_OK;
+}
+
 bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
                      struct dlock__wait *w)
 {
     if (delete_once(s, key, deadline, w))
         return true;
     char *copy = strdup(key);
-    if (copy) {
-        pthread_mutex_lock(&s->mu);
-        orphan_add(s, copy);
-        pthread_mutex_unlock(&s->mu);
+    if (!copy)
+        return false;
+    pthread_mutex_lock(&s->mu);
+    orphan_add(s, copy);
+    bool queue = !s->sweep_queued;
+    s->sweep_queued = true;
+    pthread_mutex_unlock(&s->mu);
+    if (queue) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        if (dlock__cleanup_add(s->c, "delete etcd keys left behind", orphans_cleanup, NULL,
+                               NULL)) {
+            pthread_mutex_lock(&s->mu);
+            s->sweep_queued = false; /* the next failed delete tries again */
+            pthread_mutex_unlock(&s->mu);
+        }
+        dlock__errmsg_restore(DLOCK_OK, msg);
     }
     return false;
 }
 
-/* Retry the deletes that failed before (keeper or acquire, best effort),
- * none running past DEADLINE, a cancel of W (may be NULL) stopping them.
- * One sweep at a time: a second one gives way at once. No lock is held
- * while a delete is on the wire; the key in flight is s->deleting, which
+/* Retry the deletes that failed before, none running past DEADLINE. One
+ * sweep at a time: a second one gives way at once. No lock is held while
+ * a delete is on the wire; the key in flight is s->deleting, which
  * etcd_orphan_forget() waits for. */
-void etcd_orphans_sweep(struct etcd_backend *s, int64_t deadline, struct dlock__wait *w)
+static void orphans_sweep(struct etcd_backend *s, int64_t deadline)
 {
     pthread_mutex_lock(&s->mu);
     if (s->sweeping) {
@@ -357,7 +369,7 @@ void etcd_orphans_sweep(struct etcd_backend *s, int64_t deadline, struct dlock__
         }
         s->deleting = o->key;
         pthread_mutex_unlock(&s->mu);
-        reachable = delete_once(s, o->key, deadline, w);
+        reachable = delete_once(s, o->key, deadline, NULL);
         pthread_mutex_lock(&s->mu);
         s->deleting = NULL;
         if (reachable)
@@ -365,7 +377,7 @@ void etcd_orphans_sweep(struct etcd_backend *s, int64_t deadline, struct dlock__
         else
             orphan_add(s, o->key);
         free(o);
-        waiters_wake(s->forget_waiters);
+        dlock__waitset_wake_all(&s->forget_ws);
     }
     s->sweeping = false;
     pthread_mutex_unlock(&s->mu);
@@ -396,13 +408,13 @@ int etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wa
             rc = DLOCK_EBUSY;
             break;
         }
-        struct grant_waiter me = {w, s->forget_waiters};
-        s->forget_waiters = &me;
+        if ((rc = dlock__waitset_add(&s->forget_ws, w)))
+            break;
         unsigned seq = dlock__wait_seq(w);
         pthread_mutex_unlock(&s->mu);
         rc = dlock__wait_sleep(w, seq, DLOCK__NEVER);
         pthread_mutex_lock(&s->mu);
-        waiter_remove(&s->forget_waiters, w);
+        dlock__waitset_remove(&s->forget_ws, w);
         orphan_drop(s, key); /* a failed delete put it back */
         if (rc)
             break;
@@ -488,7 +500,6 @@ int etcd_renew(void *state, struct dlock__renew_batch *b)
     struct etcd_limits lim = {b->deadline, NULL};
     /* One keepalive per distinct lease (usually just the session's); its
      * outcome, and its message, is every hold's on that lease. */
-    int64_t sweep_ms = s->c->opts.lease_ms / 6;
     for (size_t i = 0; i < n; i++) {
         if (done[i])
             continue;
@@ -505,8 +516,6 @@ int etcd_renew(void *state, struct dlock__renew_batch *b)
                 s->lease_confirmed = sent;
             pthread_mutex_unlock(&s->mu);
         }
-        if (eh && eh->ttl_ms / 6 < sweep_ms)
-            sweep_ms = eh->ttl_ms / 6;
         for (size_t j = i; j < n; j++) {
             struct etcd_hold *ej = b->holds[j]->bdata;
             if (!done[j] && (j == i || (ej && eh && ej->lease == eh->lease))) {
@@ -521,15 +530,6 @@ int etcd_renew(void *state, struct dlock__renew_batch *b)
     for (size_t from = 0; from < n; from += TXN_MAX_OPS)
         check_keys(s, b, from, from + TXN_MAX_OPS < n ? from + TXN_MAX_OPS : n, sent_at, &lim);
     free(sent_at);
-    /* Deletes that failed before, last and within the same limit, nor
-     * past the next renewal (and not at all while an acquire sweeps). */
-    char saved[DLOCK__MSG_MAX];
-    dlock__errmsg_save(saved);
-    int64_t sweep_until = dlock__now_ms() + sweep_ms;
-    if (b->deadline != DLOCK__NEVER && b->deadline < sweep_until)
-        sweep_until = b->deadline;
-    etcd_orphans_sweep(s, sweep_until, NULL);
-    dlock__errmsg_restore(DLOCK_OK, saved);
     return DLOCK_OK;
 }
 
@@ -547,6 +547,8 @@ static void backend_free(struct etcd_backend *s)
         free(o);
     }
     free(s->prefix);
+    dlock__waitset_destroy(&s->grant_ws);
+    dlock__waitset_destroy(&s->forget_ws);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -556,7 +558,8 @@ void etcd_close(void *state)
     struct etcd_backend *s = state;
     if (!s)
         return;
-    etcd_orphans_sweep(s, DLOCK__NEVER, NULL);
+    /* (the orphans' deletes were tried once more by the core's cleanup
+     * queue; what is left goes with our leases, revoked now) */
     pthread_mutex_lock(&s->mu);
     int64_t lease = s->lease, wlease = s->wlease;
     s->lease = s->wlease = 0;
@@ -613,6 +616,8 @@ int etcd_open(struct dlock_client *c, void **state)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     s->c = c;
     pthread_mutex_init(&s->mu, NULL);
+    dlock__waitset_init(&s->grant_ws);
+    dlock__waitset_init(&s->forget_ws);
     s->prefix = make_prefix(c);
     char label[1024];
     size_t len = (size_t)snprintf(label, sizeof label, "etcd");

@@ -297,7 +297,6 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
      * ends by the wait's deadline (the request timeout for a try-once) or
      * at a cancel: wait_ms bounds the whole acquire. */
     struct etcd_limits lim = {w->deadline, w};
-    etcd_orphans_sweep(s, w->deadline, w); /* the rest stays for later */
     bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
     char *pfx = lock_prefix(s, h->name);
     char *key = NULL;
@@ -450,7 +449,6 @@ restart:
     eh->key = key;
     eh->rev = my_rev;
     eh->lease = lr.id;
-    eh->ttl_ms = lr.ttl_ms;
     eh->own_lease = own;
     h->bdata = eh;
     h->token = (uint64_t)my_rev;

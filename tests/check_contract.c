@@ -382,6 +382,15 @@ START_TEST(shared_mode)
     ACQUIRE_OK(w, DLOCK_TRY);
     EXPECT_RC(dlock_acquire(r1, DLOCK_TRY), DLOCK_EBUSY); /* no reader under a writer */
     EXPECT_RC(dlock_release(w), DLOCK_OK);
+    /* Holding exclusive, a shared acquire re-enters the exclusive hold. */
+    ACQUIRE_OK(w_same_thread, DLOCK_TRY);
+    ACQUIRE_OK(r1, DLOCK_TRY);
+    ck_assert_uint_eq(dlock_hold_count(w_same_thread), 2);
+    EXPECT_RC(dlock_acquire(r2, DLOCK_TRY), DLOCK_EBUSY); /* still exclusive */
+    EXPECT_RC(dlock_release(r1), DLOCK_OK);
+    EXPECT_RC(dlock_release(w_same_thread), DLOCK_OK);
+    ACQUIRE_OK(r2, DLOCK_TRY);
+    EXPECT_RC(dlock_release(r2), DLOCK_OK);
     dlock_lock_free(w_same_thread);
     dlock_lock_free(w);
     dlock_lock_free(r2);

@@ -202,7 +202,7 @@ static bool host_list_valid(const char *s, size_t n)
 static bool in_known_option(const char *scheme, const char *rest, size_t q, size_t at)
 {
     size_t seg = at;
-    while (seg > q + 1 && rest[seg - 1] != '&')
+    while (seg > q + 1 && rest[seg - 1] != '&' && rest[seg - 1] != '?')
         seg--;
     const char *eq = memchr(rest + seg, '=', at - seg);
     if (!eq || eq == rest + seg)

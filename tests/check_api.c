@@ -272,6 +272,8 @@ START_TEST(test_password_with_slash_or_question_mark)
         {"etcd://root:pa?s/s=@h1:2379,h2/app", "root", "pa?s/s=", "h1", "/app",
          "etcd://root@h1:2379,h2/app", 2379},
         {"etcd://root:12?ss@host", "root", "12?ss", "host", NULL, "etcd://root@host", 0},
+        {"etcd://root:pa?ss@host?prefix=a@b", "root", "pa?ss", "host", NULL,
+         "etcd://root@host?prefix=a@b", 0},
         {"redis://u:p@ss@host/1", "u", "p@ss", "host", "/1", "redis://u@host/1", 0},
         /* '@' in a known option's value or in a path without userinfo:
          * not a userinfo */

@@ -752,6 +752,14 @@ static size_t thread_count(void)
     return n;
 }
 
+/* Wait until the process has N threads: a joined thread leaves
+ * /proc/self/task a moment after pthread_join() returns. */
+static void wait_thread_count(size_t n)
+{
+    while (thread_count() != n)
+        tu_sleep_ms(1);
+}
+
 /* The canceler thread lives while a cancel object does. */
 START_TEST(test_cancel_thread_lifetime)
 {
@@ -764,11 +772,11 @@ START_TEST(test_cancel_thread_lifetime)
     dlock_cancel_free(k1);
     ck_assert_uint_eq(thread_count(), before + 1);
     dlock_cancel_free(k2);
-    ck_assert_uint_eq(thread_count(), before);
+    wait_thread_count(before);
     ck_assert_int_eq(dlock_cancel_new(&k1), DLOCK_OK); /* and starts again */
     ck_assert_uint_eq(thread_count(), before + 1);
     dlock_cancel_free(k1);
-    ck_assert_uint_eq(thread_count(), before);
+    wait_thread_count(before);
     ck_assert_int_eq(dlock_cancel_new(NULL), DLOCK_EINVAL);
 }
 END_TEST

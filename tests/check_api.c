@@ -809,6 +809,7 @@ START_TEST(test_cancel_after_fork)
         wait_until_polling(&a.tid);
         dlock_cancel_fire(k);
         pthread_join(ta, NULL);
+        dlock_cancel_free(k); /* stops the child's canceler thread */
         _exit(a.rc == DLOCK_ECANCELED ? 0 : 15);
     }
     int status = 0;

@@ -5,10 +5,14 @@
  * clients are played on the wire with raw hiredis commands: a Redisson
  * RLock/RFencedLock (hash field, PEXPIRE, the "0" message on
  * redisson_lock__channel:{name}) and a redis-py style simple lock
- * (SET NX PX, compare-and-delete). Faults are real: holders killed with
- * SIGKILL or paused with SIGSTOP, the server killed and restarted, scripts
- * flushed, memory exhausted, wrong passwords, nothing listening. No test
- * asserts on time; waits are bounded only so a hang fails the test.
+ * (SET NX PX, compare-and-delete). Faults are real: the server killed,
+ * paused and restarted, scripts flushed, memory exhausted, wrong
+ * passwords, nothing listening, and a fault-injecting proxy that loses,
+ * holds back, forges or resets. The lock contract itself (reentrancy,
+ * waits, fixed leases, holders killed or paused...) is tested once for
+ * every backend in check_contract.c; this file keeps the Redis wire
+ * layouts and protocol faults. No test asserts on time; waits are bounded
+ * only so a hang fails the test.
  */
 #include <check.h>
 #include <errno.h>
@@ -226,36 +230,6 @@ START_TEST(acquire_release_token_inspect)
 }
 END_TEST
 
-START_TEST(reentrancy_and_threads)
-{
-    start_server(NULL);
-    dlock_client *c = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "re");
-    acquire_ok(l, DLOCK_TRY);
-    uint64_t t = token_of(l);
-    acquire_ok(l, DLOCK_TRY);
-    ck_assert_uint_eq(dlock_hold_count(l), 2);
-    ck_assert_uint_eq(token_of(l), t);
-
-    /* Another client is another owner. */
-    dlock_client *c2 = open_ok(srv.url);
-    dlock_lock *l2 = lock_ok(c2, "re");
-    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
-
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    acquire_ok(l2, DLOCK_TRY);
-    ck_assert_uint_gt(token_of(l2), t);
-    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
-    dlock_lock_free(l2);
-    dlock_client_close(c2);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    stop_server();
-}
-END_TEST
-
 struct waiter_arg {
     dlock_lock *l;
     int64_t wait_ms;
@@ -459,33 +433,6 @@ START_TEST(one_waiter_woken_per_release)
 }
 END_TEST
 
-/* A fixed lease is never renewed: the key expires on the server, the
- * hold is lost at its deadline, another client takes the name. */
-START_TEST(fixed_lease_expires)
-{
-    start_server(NULL);
-    dlock_client *c = open_ok(srv.url), *c2 = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "fixed"), *l2 = lock_ok(c2, "fixed");
-    ck_assert_int_eq(dlock_lock_set_lease(l, 800, DLOCK_LEASE_FIXED), DLOCK_OK);
-    struct lost_flag lost = {0};
-    dlock_lock_on_lost(l, on_lost, &lost);
-    acquire_ok(l, DLOCK_TRY);
-    redisContext *ctx = raw();
-    long long ttl = cmd_int(ctx, "PTTL fixed");
-    ck_assert_msg(ttl > 0 && ttl <= 800, "pttl %lld", ttl);
-    acquire_ok(l2, 10000); /* only the expiry frees it */
-    ck_assert_msg(wait_flag(&lost.fired, 10000), "lost callback never fired");
-    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
-    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
-    redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_lock_free(l2);
-    dlock_client_close(c);
-    dlock_client_close(c2);
-    stop_server();
-}
-END_TEST
-
 /* ----------------------------------------------------- interoperability */
 
 /* Play a Redisson client on the wire: its hash field, PEXPIRE, and the "0"
@@ -624,135 +571,6 @@ START_TEST(simple_layout_on_the_wire)
 END_TEST
 
 /* --------------------------------------------------------------- faults */
-
-/* A child process holding NAME with LEASE_MS: writes its token to MARKER,
- * then waits for SIGCONT-less eternity (pause) or, with RELEASE_FILE,
- * releases when that file appears and writes the release code there+".rc". */
-static pid_t spawn_holder(const char *url, const char *name, const char *marker,
-                          const char *release_file)
-{
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid > 0)
-        return pid;
-    dlock_client *c = NULL;
-    if (dlock_open(url, &c))
-        _exit(10);
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) || dlock_acquire(l, 10000))
-        _exit(11);
-    uint64_t t = 0;
-    dlock_token(l, &t);
-    char *tmp = tu_fmt("%s.tmp", marker);
-    FILE *f = fopen(tmp, "w");
-    fprintf(f, "%llu\n", (unsigned long long)t);
-    fclose(f);
-    rename(tmp, marker);
-    free(tmp);
-    if (!release_file) {
-        for (;;)
-            pause();
-    }
-    while (!tu_wait_file(release_file, 1000))
-        ;
-    int rc = dlock_release(l);
-    /* written aside and renamed: the parent must never read it half done */
-    char *rcfile = tu_fmt("%s.rc", release_file), *rctmp = tu_fmt("%s.rc.tmp", release_file);
-    f = fopen(rctmp, "w");
-    fprintf(f, "%d\n", rc);
-    fclose(f);
-    rename(rctmp, rcfile);
-    free(rcfile);
-    free(rctmp);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    _exit(0);
-}
-
-static uint64_t read_u64(const char *path)
-{
-    char *s = tu_read_file(path);
-    ck_assert_msg(s != NULL, "missing %s", path);
-    uint64_t v = strtoull(s, NULL, 10);
-    free(s);
-    return v;
-}
-
-START_TEST(holder_killed_9)
-{
-    start_server(NULL);
-    char *dir = tu_tmpdir("redis-kill");
-    char *marker = tu_fmt("%s/held", dir);
-    char *url = url_with("lease=1500ms");
-    pid_t holder = spawn_holder(url, "k9", marker, NULL);
-    ck_assert_msg(tu_wait_file(marker, 10000), "holder did not acquire");
-    uint64_t t1 = read_u64(marker);
-
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "k9");
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
-    /* The holder's keeper keeps it alive past its lease... */
-    tu_sleep_ms(2000);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
-    /* ...until it dies without a word. */
-    kill(holder, SIGKILL);
-    waitpid(holder, NULL, 0);
-    acquire_ok(l, 20000);
-    ck_assert_uint_gt(token_of(l), t1);
-    dlock_release(l);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    tu_rmrf(dir);
-    free(dir);
-    free(marker);
-    free(url);
-    stop_server();
-}
-END_TEST
-
-START_TEST(holder_paused_past_lease)
-{
-    start_server(NULL);
-    char *dir = tu_tmpdir("redis-stop");
-    char *marker = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *gorc = tu_fmt("%s/go.rc", dir);
-    char *url = url_with("lease=1500ms");
-    pid_t holder = spawn_holder(url, "stopped", marker, go);
-    ck_assert_msg(tu_wait_file(marker, 10000), "holder did not acquire");
-    uint64_t t1 = read_u64(marker);
-    kill(holder, SIGSTOP);
-
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "stopped");
-    acquire_ok(l, 20000); /* after the paused holder's lease ran out */
-    uint64_t t2 = token_of(l);
-    ck_assert_uint_gt(t2, t1);
-
-    /* The stale holder wakes up and releases: it must hear of the loss,
-     * and must not free our hold. */
-    FILE *f = fopen(go, "w");
-    fclose(f);
-    kill(holder, SIGCONT);
-    ck_assert_msg(tu_wait_file(gorc, 20000), "holder did not report its release");
-    char *rc_text = tu_read_file(gorc);
-    ck_assert_int_eq((int)strtol(rc_text, NULL, 10), DLOCK_ELOST);
-    free(rc_text);
-    waitpid(holder, NULL, 0);
-    redisContext *ctx = raw();
-    ck_assert_int_eq(cmd_int(ctx, "HLEN stopped"), 1);
-    ck_assert_int_gt(dlock_validity_ms(l), 0);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    tu_rmrf(dir);
-    free(dir);
-    free(marker);
-    free(go);
-    free(gorc);
-    free(url);
-    stop_server();
-}
-END_TEST
 
 START_TEST(wrongtype_left_intact)
 {
@@ -2138,16 +1956,12 @@ int main(void)
 {
     const struct tu_test tests[] = {
         {"acquire_release_token_inspect", acquire_release_token_inspect, 60},
-        {"reentrancy_and_threads", reentrancy_and_threads, 60},
         {"thread_waits_for_thread", thread_waits_for_thread, 60},
         {"cancel_a_wait", cancel_a_wait, 60},
         {"threads_fight_over_one_name", threads_fight_over_one_name, 60},
-        {"fixed_lease_expires", fixed_lease_expires, 60},
         {"one_waiter_woken_per_release", one_waiter_woken_per_release, 60},
         {"redisson_on_the_wire", redisson_on_the_wire, 60},
         {"simple_layout_on_the_wire", simple_layout_on_the_wire, 60},
-        {"holder_killed_9", holder_killed_9, 60},
-        {"holder_paused_past_lease", holder_paused_past_lease, 60},
         {"wrongtype_left_intact", wrongtype_left_intact, 60},
         {"auth_password_and_acl_user", auth_password_and_acl_user, 60},
         {"unreachable_and_silent_servers", unreachable_and_silent_servers, 60},

@@ -85,30 +85,57 @@ static int put_and_read_owner(struct etcd_backend *s, const char *name, const ch
     return rc;
 }
 
-/* Look at the queue: does our KEY still exist, and which key was created
- * just before ours (*PRED, caller frees; NULL = we own the lock)? *AT is
- * the revision the answer is from. */
+/* Look at the queue: does our KEY still exist, and which contender was
+ * created just before ours (*PRED, caller frees; NULL = we own the lock)?
+ * *AT is the revision the answer is from. In the same transaction, when
+ * no key under PFX is older than ours (the common case: no other key
+ * there), the lock is ours and our key moves to HOLD_LEASE (*MOVED): the
+ * hand-off costs no round trip more than the look. *CODE as etcd_call's. */
 static int look(struct etcd_backend *s, const char *name, const char *key, const char *pfx,
-                int64_t my_rev, bool *mine_exists, char **pred, int64_t *at,
-                const struct etcd_limits *lim)
+                int64_t my_rev, int64_t hold_lease, bool *mine_exists, char **pred, bool *moved,
+                int64_t *at, int *code, const struct etcd_limits *lim)
 {
     *pred = NULL;
-    json_t *req = json_pack("{s:[{s:o}, {s:o}]}", "success", "request_range",
-                            etcd_range(key, false), "request_range",
-                            etcd_queue_range(pfx, false, my_rev));
+    *moved = false;
+    char *pb = etcd_b64(pfx, strlen(pfx)), *pe = etcd_prefix_end_b64(pfx);
+    char *kb = etcd_b64(key, strlen(key)), *vb = etcd_b64(s->ident, strlen(s->ident));
+    char *older = etcd_i64s(my_rev - 1), *mine = etcd_i64s(my_rev), *ls = etcd_i64s(hold_lease);
+    json_t *req = NULL;
+    if (pb && pe && kb && vb && older && mine && ls)
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}],"
+                        " s:[{s:{s:s, s:s, s:s}}], s:[{s:o}, {s:o}]}",
+                        "compare", "result", "GREATER", "target", "CREATE", "key", pb,
+                        "range_end", pe, "create_revision", older,
+                        "result", "EQUAL", "target", "CREATE", "key", kb, "create_revision",
+                        mine,
+                        "success", "request_put", "key", kb, "value", vb, "lease", ls,
+                        "failure", "request_range", etcd_range(key, false), "request_range",
+                        etcd_queue_range(pfx, false, my_rev));
+    free(pb);
+    free(pe);
+    free(kb);
+    free(vb);
+    free(older);
+    free(mine);
+    free(ls);
     if (!req)
         return etcd_nomem(s);
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "wait for '%s' (key %s)", name, key);
-    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim);
+    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
     json_decref(req);
     if (rc)
         return rc;
-    json_t *mine = etcd_txn_kv(reply, 0);
-    *mine_exists = mine && etcd_int(mine, "create_revision") == my_rev;
-    json_t *before = NULL;
     *at = etcd_header_rev(reply);
+    if (json_is_true(json_object_get(reply, "succeeded"))) {
+        *mine_exists = *moved = true;
+        json_decref(reply);
+        return DLOCK_OK;
+    }
+    json_t *kv = etcd_txn_kv(reply, 0);
+    *mine_exists = kv && etcd_int(kv, "create_revision") == my_rev;
+    json_t *before = NULL;
     rc = etcd_queue_find(s, pfx, etcd_txn_range(reply, 1), false, my_rev, &before, what, lim);
     if (before && !(*pred = etcd_kv_key(before)))
         rc = etcd_nomem(s);
@@ -200,11 +227,12 @@ static int move_key(struct etcd_backend *s, const char *name, const char *key, i
  * catch-up loop instead of at once.) Our key's lease WL (the waiters'
  * lease) and the lease LR the hold will hang on are kept alive meanwhile;
  * the keepalives also bound every sleep, as a safety net. Returns DLOCK_OK
- * (ours), RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. MSG
+ * (ours; *MOVED when the look that said so moved our key to LR),
+ * RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. MSG
  * keeps the failure of our last request, "" when it was answered. */
 static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wait *w,
                      const char *key, const char *pfx, int64_t my_rev, struct lease_ref *lr,
-                     struct lease_ref *wl, char msg[DLOCK__MSG_MAX])
+                     struct lease_ref *wl, bool *moved, char msg[DLOCK__MSG_MAX])
 {
     struct etcd_watch *wt = NULL;
     char *watched = NULL;
@@ -217,7 +245,14 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
         bool mine = false;
         char *pred = NULL;
         int64_t at = 0;
-        rc = look(s, name, key, pfx, my_rev, &mine, &pred, &at, &lim);
+        int code = 0;
+        rc = look(s, name, key, pfx, my_rev, lr->id, &mine, &pred, moved, &at, &code, &lim);
+        if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
+            /* "requested lease not found": the hold's lease expired */
+            lease_dead(s, lr);
+            rc = RESTART;
+            break;
+        }
         if (rc == DLOCK_OK)
             msg[0] = 0;
         if (rc == DLOCK_OK && !mine) {
@@ -371,7 +406,7 @@ restart:
         return DLOCK_EBUSY;
     }
 
-    bool moved = false;
+    bool moved = false, moved_back = false;
     if (owner_rev != my_rev) {
         /* Wait our turn, our key on the waiters' short lease: a waiter
          * killed meanwhile holds the queue up for that lease, not for
@@ -388,8 +423,10 @@ restart:
             }
         }
         if (!rc)
-            rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, &wl, msg);
+            rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, &wl, &moved_back, msg);
         if (rc == RESTART) {
+            if (moved) /* (a key on the waiters' lease outlives a lost hold lease) */
+                etcd_delete_key(s, key, w->deadline, w);
             if (restarts++ < 5)
                 goto restart;
             rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing while "
@@ -412,10 +449,11 @@ restart:
 
     /* Ours. Make sure the validity we report starts from a fresh lease
      * confirmation, and hang a key that waited back on the hold's lease
-     * (same create revision: same token). */
+     * (same create revision: same token) unless the look that found it
+     * ours did. */
     if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
         rc = etcd_lease_refresh(s, &lr, &lim);
-    if (!rc && moved) {
+    if (!rc && moved && !moved_back) {
         rc = move_key(s, h->name, key, my_rev, lr.id, &code, &lim);
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
             rc = DLOCK_ELOST;

@@ -1014,10 +1014,13 @@ END_TEST
 /* ============================================================== crashes */
 
 /* A child process that holds NAME through URL and writes its token to
- * DIR/held. KILL_ONLY: then sleeps until killed. Otherwise it waits for
- * DIR/go, then (on a backend with leases) for its lost callback, releases
- * and writes "<release code> <callbacks fired>" to DIR/done. Forked before
- * the test opens a client, so no library thread is forked. */
+ * DIR/held. KILL_ONLY: then sleeps until killed. Otherwise it also holds
+ * NAME-2 (two holds of one client), waits for DIR/go, then (on a backend
+ * with leases) for a lost callback of each hold, releases both and writes
+ * "<release code> <release code> <callbacks fired>" to DIR/done, takes
+ * NAME again (waiting as long as it takes) and writes its new token to
+ * DIR/again. Forked before the test opens a client, so no library thread
+ * is forked. */
 static pid_t fork_holder(const char *url, const char *name, const char *dir, bool kill_only)
 {
     pid_t pid = fork();
@@ -1025,16 +1028,20 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, boo
     if (pid > 0)
         return pid;
     dlock_client *c = NULL;
-    dlock_lock *l = NULL;
+    dlock_lock *l = NULL, *l2 = NULL;
     static struct lost lost;
-    if (dlock_open(url, &c) || dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l))
+    char *name2 = tu_fmt("%s-2", name);
+    if (dlock_open(url, &c) || dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) ||
+        dlock_lock_new(c, name2, DLOCK_EXCLUSIVE, 0, &l2))
         _exit(10);
     dlock_lock_on_lost(l, on_lost, &lost);
-    if (dlock_acquire(l, 30000))
+    dlock_lock_on_lost(l2, on_lost, &lost);
+    if (dlock_acquire(l, 30000) || (!kill_only && dlock_acquire(l2, 30000)))
         _exit(11);
     uint64_t t = 0;
     dlock_token(l, &t);
     char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    char *again = tu_fmt("%s/again", dir);
     char *text = tu_fmt("%" PRIu64 "\n", t);
     write_marker(held, text);
     if (kill_only)
@@ -1042,11 +1049,17 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, boo
             pause();
     while (!tu_wait_file(go, 1000))
         ;
-    if (has(CT_LEASES))
-        wait_lost(&lost);
-    int rc = dlock_release(l);
-    char *result = tu_fmt("%d %d\n", rc, atomic_load(&lost.fired));
+    for (int i = 0; has(CT_LEASES) && i < 3000 && atomic_load(&lost.fired) < 2; i++)
+        tu_sleep_ms(10);
+    int rc = dlock_release(l), rc2 = dlock_release(l2);
+    char *result = tu_fmt("%d %d %d\n", rc, rc2, atomic_load(&lost.fired));
     write_marker(done, result);
+    if (dlock_acquire(l, DLOCK_FOREVER))
+        _exit(12);
+    dlock_token(l, &t);
+    char *t2 = tu_fmt("%" PRIu64 "\n", t);
+    write_marker(again, t2);
+    dlock_release(l);
     _exit(0);
 }
 
@@ -1076,53 +1089,67 @@ START_TEST(kill9_holder)
 }
 END_TEST
 
-/* A holder stopped (SIGSTOP) past its lease: another client gets the lock
- * with a greater token; the holder, resumed, is told (callback) and its
- * release says DLOCK_ELOST. File: no lease, so the stopped holder keeps
- * the lock and releases it normally. */
+/* A holder of two locks stopped (SIGSTOP) past its lease: another client
+ * gets both, with a greater token; the holder, resumed, is told of each
+ * loss (a callback each), its releases say DLOCK_ELOST, and its client
+ * then acquires again with a greater token. File: no lease, so the
+ * stopped holder keeps its locks and releases them normally. */
 START_TEST(paused_holder)
 {
     char *url = test_url("lease=1500ms");
     char *dir = tu_tmpdir("contract-pause");
     char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    char *again = tu_fmt("%s/again", dir);
     pid_t h = fork_holder(url, "paused", dir, false);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
     uint64_t t1 = read_u64(held);
     kill(h, SIGSTOP);
     dlock_client *c = open_url(url);
-    dlock_lock *l = lock_ok(c, "paused");
+    dlock_lock *l = lock_ok(c, "paused"), *l2 = lock_ok(c, "paused-2");
     if (has(CT_LEASES)) {
         ACQUIRE_OK(l, DLOCK_FOREVER);
         ck_assert_uint_gt(token_of(l), t1);
+        ACQUIRE_OK(l2, DLOCK_FOREVER);
     } else {
         EXPECT_RC(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
+        EXPECT_RC(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
     }
     write_marker(go, "1");
     kill(h, SIGCONT);
     ck_assert_msg(tu_wait_file(done, 30000), "the resumed holder never released");
-    ck_assert_int_eq(wait_exit(h), 0);
     char *text = tu_read_file(done);
-    int rc = 1, fired = -1;
-    ck_assert_int_eq(sscanf(text, "%d %d", &rc, &fired), 2);
+    int rc = 1, rc2 = 1, fired = -1;
+    ck_assert_int_eq(sscanf(text, "%d %d %d", &rc, &rc2, &fired), 3);
     free(text);
+    uint64_t mine = 0;
     if (has(CT_LEASES)) {
-        ck_assert_msg(rc == DLOCK_ELOST, "stale holder's release: %s", dlock_err_name(rc));
-        ck_assert_int_eq(fired, 1);
-        ck_assert_int_gt(dlock_validity_ms(l), 0); /* ours is untouched */
+        /* Both holds of the stopped client are lost, each told once. */
+        ck_assert_msg(rc == DLOCK_ELOST && rc2 == DLOCK_ELOST, "stale holder's releases: %s, %s",
+                      dlock_err_name(rc), dlock_err_name(rc2));
+        ck_assert_int_eq(fired, 2);
+        ck_assert_int_gt(dlock_validity_ms(l), 0); /* ours are untouched */
+        ck_assert_int_gt(dlock_validity_ms(l2), 0);
+        mine = token_of(l);
         EXPECT_RC(dlock_release(l), DLOCK_OK);
+        EXPECT_RC(dlock_release(l2), DLOCK_OK);
     } else {
-        ck_assert_msg(rc == DLOCK_OK, "holder's release: %s", dlock_err_name(rc));
+        ck_assert_msg(rc == DLOCK_OK && rc2 == DLOCK_OK, "holder's releases: %s, %s",
+                      dlock_err_name(rc), dlock_err_name(rc2));
         ck_assert_int_eq(fired, 0);
-        ACQUIRE_OK(l, DLOCK_FOREVER);
-        ck_assert_uint_gt(token_of(l), t1);
-        EXPECT_RC(dlock_release(l), DLOCK_OK);
+        mine = t1;
     }
+    /* The resumed holder's client serves it a new acquisition. */
+    ck_assert_msg(tu_wait_file(again, 30000), "the resumed holder never acquired again");
+    ck_assert_uint_gt(read_u64(again), mine);
+    ck_assert_int_eq(wait_exit(h), 0);
     dlock_lock_free(l);
+    dlock_lock_free(l2);
     dlock_client_close(c);
     tu_rmrf(dir);
     free(held);
     free(go);
     free(done);
+    free(again);
     free(dir);
     free(url);
 }

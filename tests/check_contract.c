@@ -1017,7 +1017,8 @@ END_TEST
  * DIR/held. KILL_ONLY: then sleeps until killed. Otherwise it also holds
  * NAME-2 (two holds of one client), waits for DIR/go, then (on a backend
  * with leases) for a lost callback of each hold, releases both and writes
- * "<release code> <release code> <callbacks fired>" to DIR/done, takes
+ * "<release code> <release code> <callbacks fired> <both validities 0>"
+ * to DIR/done, takes
  * NAME again (waiting as long as it takes) and writes its new token to
  * DIR/again. Forked before the test opens a client, so no library thread
  * is forked. */
@@ -1051,8 +1052,9 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, boo
         ;
     for (int i = 0; has(CT_LEASES) && i < 3000 && atomic_load(&lost.fired) < 2; i++)
         tu_sleep_ms(10);
+    int zero = dlock_validity_ms(l) == 0 && dlock_validity_ms(l2) == 0;
     int rc = dlock_release(l), rc2 = dlock_release(l2);
-    char *result = tu_fmt("%d %d %d\n", rc, rc2, atomic_load(&lost.fired));
+    char *result = tu_fmt("%d %d %d %d\n", rc, rc2, atomic_load(&lost.fired), zero);
     write_marker(done, result);
     if (dlock_acquire(l, DLOCK_FOREVER))
         _exit(12);
@@ -1118,8 +1120,8 @@ START_TEST(paused_holder)
     kill(h, SIGCONT);
     ck_assert_msg(tu_wait_file(done, 30000), "the resumed holder never released");
     char *text = tu_read_file(done);
-    int rc = 1, rc2 = 1, fired = -1;
-    ck_assert_int_eq(sscanf(text, "%d %d %d", &rc, &rc2, &fired), 3);
+    int rc = 1, rc2 = 1, fired = -1, zero = -1;
+    ck_assert_int_eq(sscanf(text, "%d %d %d %d", &rc, &rc2, &fired, &zero), 4);
     free(text);
     uint64_t mine = 0;
     if (has(CT_LEASES)) {
@@ -1127,6 +1129,7 @@ START_TEST(paused_holder)
         ck_assert_msg(rc == DLOCK_ELOST && rc2 == DLOCK_ELOST, "stale holder's releases: %s, %s",
                       dlock_err_name(rc), dlock_err_name(rc2));
         ck_assert_int_eq(fired, 2);
+        ck_assert_msg(zero == 1, "a lost hold's validity is not 0");
         ck_assert_int_gt(dlock_validity_ms(l), 0); /* ours are untouched */
         ck_assert_int_gt(dlock_validity_ms(l2), 0);
         mine = token_of(l);

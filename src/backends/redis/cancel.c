@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "redis.h"
 
@@ -92,6 +93,13 @@ static void pending_release(void *arg)
 {
     struct pending_cancel *e = arg;
     struct redis_state *s = e->s;
+    if (getpid() != s->c->pid) {
+        /* A child after fork() freeing its parent's client: no other
+         * thread runs here, and the mutexes may have been held by one of
+         * the parent's at the fork. */
+        free(e);
+        return;
+    }
     pthread_mutex_lock(&s->cancel_mu);
     for (struct pending_cancel **p = &s->cancels; *p; p = &(*p)->next)
         if (*p == e) {

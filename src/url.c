@@ -259,7 +259,7 @@ static struct userinfo find_userinfo(const char *scheme, const char *rest)
 static char *redact(const char *text)
 {
     size_t len = strlen(text);
-    char *r = malloc(len + 4), *o = r;
+    char *r = malloc(len + sizeof ":..."), *o = r;
     if (!r)
         return NULL;
     const char *p = text, *sep = strstr(text, "://");

@@ -341,6 +341,21 @@ static char *expand(const char *template, const char *pw, int port)
     return out;
 }
 
+/* A text without "://" holding an '@' but no ':' (DLOCK_URL=user@host):
+ * the redacted copy for the message fits its buffer (it overflowed by
+ * one ":..." under ASan). */
+START_TEST(test_bad_url_without_colon)
+{
+    const char *texts[] = {"user@host", "@", "a@b@c", "x@"};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        dlock_client *c = NULL;
+        ck_assert_int_eq(dlock_client_new(texts[i], &c), DLOCK_EBADURL);
+        ck_assert_ptr_null(c);
+        ck_assert_msg(*dlock_errmsg(), "%s: no message", texts[i]);
+    }
+}
+END_TEST
+
 /* Every error path of dlock_client_new() (and dlock_open()) with a
  * password holding '/' or '?': the message never shows it, nor does
  * dlock_client_url() of a client that was made. */
@@ -819,6 +834,42 @@ START_TEST(test_cancel_after_fork)
 }
 END_TEST
 
+/* A child that frees its parent's cancel object (it never made one of
+ * its own) must leave the parent's canceler thread and epoll set alone:
+ * a fire in the parent still ends a wait there. */
+START_TEST(test_cancel_freed_by_child_keeps_parent_working)
+{
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    size_t threads = thread_count();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dlock_cancel_free(k);
+        _exit(0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
+    ck_assert_uint_eq(thread_count(), threads); /* the canceler still runs */
+    dlock_client *c = open_client();
+    dlock_lock *holder = new_lock(c, "cf", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *l = new_lock(c, "cf", DLOCK_EXCLUSIVE, 0);
+    ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
+    struct in_thread a = {.l = l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
+    pthread_t ta;
+    ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);
+    wait_until_polling(&a.tid);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    pthread_join(ta, NULL);
+    ck_assert_int_eq(a.rc, DLOCK_ECANCELED);
+    dlock_cancel_free(k);
+    dlock_lock_free(l);
+    dlock_lock_free(holder);
+    dlock_client_close(c);
+}
+END_TEST
+
 /* -------------------------------------------------- modes, capabilities */
 
 /* Holding exclusive, a shared acquire re-enters (the hold stays
@@ -885,6 +936,7 @@ int main(void)
         {"unknown_option_before_dial", test_unknown_option_before_dial, 60},
         {"password_slash_question", test_password_with_slash_or_question_mark, 60},
         {"no_password_in_any_error", test_no_password_in_any_error, 60},
+        {"bad_url_without_colon", test_bad_url_without_colon, 30},
         {"ambiguous_at", test_ambiguous_at_refused, 60},
         {"handle_owned_threads", test_handle_owned_across_threads, 60},
         {"handle_owned_exclude", test_handle_owned_handles_exclude, 60},
@@ -900,6 +952,7 @@ int main(void)
         {"cancel_from_signal", test_cancel_fired_from_signal_handler, 60},
         {"cancel_thread_lifetime", test_cancel_thread_lifetime, 60},
         {"cancel_after_fork", test_cancel_after_fork, 60},
+        {"cancel_freed_by_child_keeps_parent_working", test_cancel_freed_by_child_keeps_parent_working, 60},
         {"downgrade_upgrade", test_downgrade_and_upgrade_rules, 60},
         {"capabilities", test_capabilities_checked_first, 60},
     };

@@ -160,7 +160,12 @@ int dlock_cancel_new(dlock_cancel **out)
     pthread_mutex_lock(&g_mu);
     if (g_pid != k->pid) {
         /* A child after fork(): the parent's thread and objects are not
-         * ours (their copies are left alone; the parent owns them). */
+         * ours. The epoll set and stop eventfd are shared with the parent:
+         * close our copies (closing never affects the parent's). */
+        if (g_epfd >= 0)
+            close(g_epfd);
+        if (g_stopfd >= 0)
+            close(g_stopfd);
         g_list = NULL;
         g_count = 0;
         g_epfd = g_stopfd = -1;
@@ -225,7 +230,11 @@ void dlock_cancel_free(dlock_cancel *k)
     int epfd = -1, stopfd = -1;
     pthread_t thread;
     pthread_mutex_lock(&g_mu);
-    if (k->pid == g_pid) {
+    /* In a child after fork() the process-wide state (g_pid still the
+     * parent's until the child makes an object) is the parent's: freeing
+     * an inherited object only closes our copy of its eventfd, never
+     * touches the shared epoll set nor stops the parent's thread. */
+    if (k->pid == g_pid && k->pid == getpid()) {
         struct dlock_cancel **p = &g_list;
         while (*p && *p != k)
             p = &(*p)->next;

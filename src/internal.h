@@ -34,6 +34,7 @@ struct dlock_lock {
     long owner;        /* DLOCK_LOCK_HANDLE_OWNED: the handle's owner id
                           (above every thread id); 0 = holds per thread */
     bool acquiring;    /* handle-owned: an acquire through it is running */
+    bool releasing;    /* handle-owned: its hold's release is at the server */
     struct dlock__waitset turn; /* handle-owned: acquires waiting for it */
 };
 

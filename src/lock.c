@@ -286,12 +286,15 @@ static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wa
 }
 
 /* Handle-owned: while another thread acquires through L, wait for its
- * outcome, then re-enter or try (mutex held on entry and exit; W is on
+ * outcome, then re-enter or try; while another thread releases through
+ * L, wait until the server has the release (an acquire sent meanwhile
+ * carries the same owner id, so Redis would take the dying hold for a
+ * re-entry: same token, then deleted by the release) (mutex held on entry and exit; W is on
  * L's list, so dlock_lock_cancel() reaches it, as does a cancel object). */
 static int handle_turn(dlock_client *c, dlock_lock *l, struct dlock__wait *w)
 {
     int rc = DLOCK_OK;
-    while (!rc && l->acquiring && !hold_of(l->e, l->owner)) {
+    while (!rc && ((l->acquiring && !hold_of(l->e, l->owner)) || l->releasing)) {
         unsigned seq = dlock__wait_seq(w);
         if ((rc = dlock__waitset_add(&l->turn, w)))
             break;
@@ -493,6 +496,9 @@ static int hold_end(dlock_client *c, struct dlock__hold *h)
     bool lost = h->state == DLOCK__LOST;
     char *why = h->lost_why;
     h->lost_why = NULL;
+    dlock_lock *owner = h->via && h->via->owner && h->tid == h->via->owner ? h->via : NULL;
+    if (owner)
+        owner->releasing = true;
     pthread_mutex_unlock(&c->mu);
     int rc = c->be->release(c->bstate, h);
     if (lost)
@@ -500,6 +506,10 @@ static int hold_end(dlock_client *c, struct dlock__hold *h)
                         why ? why : "no reason given");
     free(why);
     pthread_mutex_lock(&c->mu);
+    if (owner) {
+        owner->releasing = false;
+        dlock__waitset_wake_all(&owner->turn);
+    }
     if (c->be->caps & DLOCK__CAP_CLIENT_OWNER)
         local_dequeue(e);
     hold_free(h);

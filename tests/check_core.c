@@ -662,6 +662,59 @@ struct closer {
     atomic_int done;
 };
 
+/* Two threads take turns on one handle-owned handle, each acquiring and
+ * then releasing. A release is at the server while the other thread's
+ * acquire, with the same owner id, may be sent: it must wait for the
+ * release, or Redis takes the dying hold for a re-entry (the old token,
+ * then deleted by the release) and a later release finds it gone. */
+struct turns {
+    dlock_lock *l;
+    int bad_acquire, bad_release;
+};
+
+static void *take_turns(void *arg)
+{
+    struct turns *t = arg;
+    for (int i = 0; i < 300; i++) {
+        int rc = dlock_acquire(t->l, DLOCK_FOREVER);
+        if (rc) {
+            t->bad_acquire = rc;
+            break;
+        }
+        if ((rc = dlock_release(t->l))) {
+            t->bad_release = rc;
+            break;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(test_handle_owned_release_races_acquire)
+{
+    dlock_client *op = NULL;
+    /* the simple layout deletes the key on release: the worst case */
+    dlock_client *c = open_redis("30s&layout=simple", &op);
+    dlock_lock *l = NULL;
+    ck_assert_int_eq(dlock_lock_new(c, "turns", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &l),
+                     DLOCK_OK);
+    struct turns t[2] = {{l, 0, 0}, {l, 0, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, take_turns, &t[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(!t[i].bad_acquire && !t[i].bad_release,
+                      "thread %d: acquire %s, release %s", i, dlock_err_name(t[i].bad_acquire),
+                      dlock_err_name(t[i].bad_release));
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    dlock_client_close(op);
+    fx_redis_stop(&srv);
+}
+END_TEST
+
 static void close_my_client(dlock_lock *l, const char *why, void *arg)
 {
     (void)l, (void)why;
@@ -714,6 +767,7 @@ int main(void)
         {"lost_closes", test_lost_callback_closes_its_client, 60},
         {"lost_frees_self", test_lost_callback_frees_its_own_handle, 60},
         {"free_waits_callback", test_free_waits_for_running_callback, 60},
+        {"handle_owned_turns", test_handle_owned_release_races_acquire, 120},
     };
     tu_add_tests(s, "redis", redis, TU_COUNT(redis));
 #endif

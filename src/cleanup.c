@@ -118,8 +118,14 @@ int64_t dlock__cleanup_next(const dlock_client *c)
 
 void dlock__cleanup_close(dlock_client *c, bool run)
 {
+    /* dlock__cleanup_add appends under the mutex; a child after fork
+     * (RUN false) must not take it: another thread may have held it. */
+    if (run)
+        pthread_mutex_lock(&c->mu);
     struct dlock__cleanup *it = c->cleanup_head;
     c->cleanup_head = c->cleanup_tail = NULL;
+    if (run)
+        pthread_mutex_unlock(&c->mu);
     int64_t deadline = dlock__now_ms() + c->opts.op_timeout_ms;
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);

@@ -8,6 +8,7 @@
 /* Exit codes (sysexits.h where one fits; see dlock(1)). */
 enum {
     EXIT_USAGE = 64,       /* EX_USAGE: bad command line */
+    EXIT_DATAERR = 65,     /* EX_DATAERR: the name holds something that is not a lock */
     EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error */
     EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: backend unreachable or lacking */
     EXIT_LOST = 75,        /* EX_TEMPFAIL: the lock was lost while COMMAND ran */

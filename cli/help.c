@@ -68,8 +68,8 @@ static const char *general =
     "Environment: DLOCK_URL; DLOCK_REDIS_PASSWORD, DLOCK_ETCD_PASSWORD (keep passwords\n"
     "             off the command line); DLOCK_ZK_LOG (ZooKeeper client log file).\n"
     "\n"
-    "Exit codes: 64 usage (also an empty or over-long NAME), 69 backend unavailable,\n"
-    "            70 internal error, 75 lock lost,\n"
+    "Exit codes: 64 usage (also an empty or over-long NAME), 65 NAME holds something\n"
+    "            that is not a lock, 69 backend unavailable, 70 internal error, 75 lock lost,\n"
     "            77 permission or authentication, 78 bad URL or configuration,\n"
     "            126/127 COMMAND not executable / not found.\n";
 

@@ -35,6 +35,8 @@ int cli_exit_code(int err)
         return EXIT_UNAVAILABLE;
     case DLOCK_ELOST:
         return EXIT_LOST;
+    case DLOCK_EWRONGTYPE:
+        return EXIT_DATAERR;
     default:
         return EXIT_SOFTWARE;
     }

@@ -192,6 +192,15 @@ START_TEST(test_usage_and_config_codes)
     free(err);
     free(furl);
     free(file);
+    /* A name that holds something other than a lock (here a FIFO where
+     * the lock file would be): bad data, 65, not an internal error. */
+    char *fifo = tu_fmt("%s/pipe.lock", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "pipe", "true"), 65);
+    ck_assert_msg(strstr(err, "pipe.lock"), "%s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "status", "pipe"), 65);
+    free(fifo);
 }
 END_TEST
 

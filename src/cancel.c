@@ -11,9 +11,13 @@
  *
  * Firing must be async-signal-safe, and waking a condition variable is
  * not. So dlock_cancel_fire() only stores a flag and writes to the
- * object's eventfd; one canceler thread per process, started with the
- * first cancel object and stopped with the last, watches those eventfds
- * (epoll, one shot each) and cancels the waits attached to a fired object.
+ * object's eventfd; one canceler thread per process watches those
+ * eventfds (epoll, one shot each) and cancels the waits attached to a
+ * fired object. An object joins the canceler ("is armed") the first time
+ * a wait using it is about to sleep, and the thread starts with the first
+ * armed object and stops with the last: an acquire that never waits (the
+ * common `dlock run` case) costs no thread. A fire before the arming is
+ * not missed: the eventfd is already readable when it joins the epoll set.
  * An acquire attaches its wait under the object's mutex and reads the flag
  * there: either it sees the fire, or the canceler, which takes that mutex
  * after the flag was stored, sees the wait. Nothing can slip between.
@@ -40,6 +44,7 @@ struct dlock_cancel {
     uint64_t id; /* epoll's key: an id, not a pointer, so a late event for
                     a freed object finds nothing instead of freed memory */
     pid_t pid;   /* the process that made it (fork) */
+    atomic_bool armed; /* on the canceler's list (g_mu to change it) */
     pthread_mutex_t mu;           /* waits */
     struct dlock__waitref *waits; /* acquires using it right now */
     struct dlock_cancel *next;    /* the canceler's list */
@@ -147,6 +152,7 @@ int dlock_cancel_new(dlock_cancel **out)
     if (!k)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     atomic_init(&k->fired, false);
+    atomic_init(&k->armed, false);
     k->pid = getpid();
     k->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (k->efd < 0) {
@@ -157,8 +163,20 @@ int dlock_cancel_new(dlock_cancel **out)
     }
     pthread_mutex_init(&k->mu, NULL);
     pthread_once(&g_atfork_once, register_atfork);
+    *out = k;
+    return DLOCK_OK;
+}
+
+int dlock__cancel_arm(dlock_cancel *k)
+{
+    if (atomic_load(&k->armed))
+        return DLOCK_OK;
     pthread_mutex_lock(&g_mu);
-    if (g_pid != k->pid) {
+    if (atomic_load(&k->armed)) {
+        pthread_mutex_unlock(&g_mu);
+        return DLOCK_OK;
+    }
+    if (g_pid != getpid()) {
         /* A child after fork(): the parent's thread and objects are not
          * ours. The epoll set and stop eventfd are shared with the parent:
          * close our copies (closing never affects the parent's). */
@@ -169,7 +187,7 @@ int dlock_cancel_new(dlock_cancel **out)
         g_list = NULL;
         g_count = 0;
         g_epfd = g_stopfd = -1;
-        g_pid = k->pid;
+        g_pid = getpid();
     }
     int rc = g_count ? DLOCK_OK : canceler_start();
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT};
@@ -190,19 +208,14 @@ int dlock_cancel_new(dlock_cancel **out)
         close(g_stopfd);
         g_epfd = g_stopfd = -1;
     }
-    if (rc) {
-        pthread_mutex_unlock(&g_mu);
-        close(k->efd);
-        pthread_mutex_destroy(&k->mu);
-        free(k);
-        return rc;
+    if (!rc) {
+        k->next = g_list;
+        g_list = k;
+        g_count++;
+        atomic_store(&k->armed, true);
     }
-    k->next = g_list;
-    g_list = k;
-    g_count++;
     pthread_mutex_unlock(&g_mu);
-    *out = k;
-    return DLOCK_OK;
+    return rc;
 }
 
 int dlock_cancel_fire(dlock_cancel *k)
@@ -234,7 +247,7 @@ void dlock_cancel_free(dlock_cancel *k)
      * parent's until the child makes an object) is the parent's: freeing
      * an inherited object only closes our copy of its eventfd, never
      * touches the shared epoll set nor stops the parent's thread. */
-    if (k->pid == g_pid && k->pid == getpid()) {
+    if (atomic_load(&k->armed) && k->pid == g_pid && k->pid == getpid()) {
         struct dlock_cancel **p = &g_list;
         while (*p && *p != k)
             p = &(*p)->next;

@@ -104,6 +104,7 @@ struct dlock__wait {
     unsigned seq;  /* bumped by every wake */
     bool canceled; /* set by dlock_lock_cancel() */
     int cancel_fd; /* eventfd readable once canceled, for poll()ers */
+    struct dlock_cancel *cancel; /* the acquire's cancel object (core's) */
     struct dlock__wait *next; /* the handle's list of waits */
 };
 

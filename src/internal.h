@@ -60,6 +60,9 @@ void dlock__wait_cancel(struct dlock__wait *w);
  * the wait is destroyed. */
 int dlock__cancel_attach(dlock_cancel *k, struct dlock__waitref *r);
 void dlock__cancel_detach(dlock_cancel *k, struct dlock__waitref *r);
+/* Put K on the canceler thread's watch (starting the thread if none
+ * runs): called by a wait using K before it sleeps. Idempotent. */
+int dlock__cancel_arm(dlock_cancel *k);
 
 unsigned dlock__hash(const char *s);
 /* Free an entry taken out of the registry (client closing). */

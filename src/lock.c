@@ -378,6 +378,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
                                                   e->name)
                                      : rc;
     }
+    w.cancel = cancel; /* armed on the canceler when the wait first sleeps */
 
     pthread_mutex_lock(&c->mu);
     ref.next = l->waits;

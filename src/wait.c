@@ -30,6 +30,7 @@ void dlock__wait_init(struct dlock__wait *w, int64_t deadline)
     w->seq = 0;
     w->canceled = false;
     w->cancel_fd = -1;
+    w->cancel = NULL;
     w->next = NULL;
 }
 
@@ -78,7 +79,9 @@ static struct timespec abs_time(int64_t ms)
 
 int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until)
 {
-    int rc = DLOCK_OK;
+    int rc = w->cancel ? dlock__cancel_arm(w->cancel) : DLOCK_OK;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&w->mu);
     for (;;) {
         if (w->canceled) {
@@ -108,6 +111,11 @@ int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until)
 
 int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
 {
+    if (w->cancel) {
+        int rc = dlock__cancel_arm(w->cancel);
+        if (rc)
+            return rc;
+    }
     pthread_mutex_lock(&w->mu);
     if (w->cancel_fd < 0)
         w->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

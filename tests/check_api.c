@@ -775,13 +775,38 @@ static void wait_thread_count(size_t n)
         tu_sleep_ms(1);
 }
 
-/* The canceler thread lives while a cancel object does. */
+/* Make K armed: a timed acquire with it sleeps behind HOLDER (the file
+ * backend polls), and a wait about to sleep puts K on the canceler. */
+static void arm_by_waiting(dlock_cancel *k, const char *name)
+{
+    dlock_client *c = open_client();
+    dlock_lock *holder = new_lock(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *l = new_lock(c, name, DLOCK_EXCLUSIVE, 0);
+    ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_ex(l, 20, k), DLOCK_ETIMEDOUT);
+    dlock_lock_free(l);
+    dlock_lock_free(holder);
+    dlock_client_close(c);
+}
+
+/* The canceler thread runs while an armed cancel object lives: none for
+ * an object whose acquires never waited (dlock run's common case). */
 START_TEST(test_cancel_thread_lifetime)
 {
     size_t before = thread_count();
     dlock_cancel *k1 = NULL, *k2 = NULL;
     ck_assert_int_eq(dlock_cancel_new(&k1), DLOCK_OK);
     ck_assert_int_eq(dlock_cancel_new(&k2), DLOCK_OK);
+    ck_assert_uint_eq(thread_count(), before); /* nothing waited yet */
+    dlock_client *c = open_client();
+    dlock_lock *l = new_lock(c, "lt0", DLOCK_EXCLUSIVE, 0);
+    ck_assert_int_eq(dlock_acquire_ex(l, DLOCK_FOREVER, k1), DLOCK_OK); /* free: no wait */
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    ck_assert_uint_eq(thread_count(), before);
+    arm_by_waiting(k1, "lt1");
+    arm_by_waiting(k2, "lt2");
     ck_assert_uint_eq(thread_count(), before + 1);
     dlock_cancel_fire(k1);
     dlock_cancel_free(k1);
@@ -789,6 +814,7 @@ START_TEST(test_cancel_thread_lifetime)
     dlock_cancel_free(k2);
     wait_thread_count(before);
     ck_assert_int_eq(dlock_cancel_new(&k1), DLOCK_OK); /* and starts again */
+    arm_by_waiting(k1, "lt3");
     ck_assert_uint_eq(thread_count(), before + 1);
     dlock_cancel_free(k1);
     wait_thread_count(before);
@@ -841,6 +867,7 @@ START_TEST(test_cancel_freed_by_child_keeps_parent_working)
 {
     dlock_cancel *k = NULL;
     ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    arm_by_waiting(k, "cf0"); /* the canceler thread runs, watching k */
     size_t threads = thread_count();
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);

@@ -354,10 +354,13 @@ DLOCK_EXTERN int dlock_acquire(dlock_lock *l, int64_t wait_ms);
 typedef struct dlock_cancel dlock_cancel;
 
 /* Make a cancel object, not fired. *OUT owns it; free it with
- * dlock_cancel_free() once no acquire uses it. The first object of the
- * process starts a small canceler thread (all signals blocked) that
- * delivers fires to waits; the last one freed stops it. DLOCK_ENOMEM,
- * DLOCK_EIO (no eventfd or thread), DLOCK_EINVAL (OUT NULL). Any thread. */
+ * dlock_cancel_free() once no acquire uses it. When an acquire using an
+ * object first has to sleep, the process starts a small canceler thread
+ * (all signals blocked) that delivers fires to waits; it stops when the
+ * last such object is freed. An acquire that never waits costs no thread.
+ * DLOCK_ENOMEM, DLOCK_EIO (no eventfd), DLOCK_EINVAL (OUT NULL). Any
+ * thread. (A wait that cannot start the canceler thread fails with
+ * DLOCK_EIO and holds nothing.) */
 DLOCK_EXTERN int dlock_cancel_new(dlock_cancel **out);
 
 /* Fire K: sticky, idempotent. Async-signal-safe (it stores a flag and

@@ -111,7 +111,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
     if (rc)
         return rc;
     owner_of(s, h);
-    int64_t lease = h->lease_ms > 0 ? h->lease_ms : s->c->opts.lease_ms;
+    int64_t lease = h->lease_ms;
     int64_t ttl = 0;
 
     rc = try_acquire(s, h, &k, lease, w->deadline, &ttl);
@@ -275,7 +275,7 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
                                               (unsigned long long)h->token)
                                    : snprintf(vals[i], sizeof vals[i], "%s", h->owner);
                 int ll = snprintf(leases[i], sizeof leases[i], "%lld",
-                                  (long long)(h->lease_ms > 0 ? h->lease_ms : s->c->opts.lease_ms));
+                                  (long long)(h->lease_ms));
                 argv[a] = vals[i];
                 argl[a++] = (size_t)vl;
                 argv[a] = leases[i];

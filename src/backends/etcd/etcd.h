@@ -7,8 +7,9 @@
  *            the waiters' lease, the deletes a lost reply left owing
  *   queue.c  which keys are a lock's contenders, finding in the queue,
  *            JSON request builders
- *   mutex.c  the lock recipe (Go's concurrency.Mutex), inspect, force,
- *            list, and the backend table
+ *   mutex.c  the lock recipe (Go's concurrency.Mutex) and the backend
+ *            table
+ *   inspect.c  status, force-release and list
  *
  * docs/protocol-etcd.md tells the whole story.
  */
@@ -371,6 +372,19 @@ bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
  * DLOCK_OK, DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or DLOCK_EBUSY at once for a
  * try-once W (the caller then uses another key). */
 int etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wait *w);
+
+/* ============================================================ mutex.c */
+
+/* "<prefix>NAME/": where lock NAME's keys live (caller frees). */
+char *etcd_lock_prefix(struct etcd_backend *s, const char *name);
+
+/* ========================================================== inspect.c */
+
+int etcd_inspect(void *state, const char *name, struct dlock_info *info);
+int etcd_force_release(void *state, const char *name);
+int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+
+/* ============================================================= lease.c */
 
 int etcd_open(struct dlock_client *c, void **state);
 void etcd_close(void *state);

@@ -21,8 +21,9 @@
  * The core queues the threads of one client per name (CAP_CLIENT_OWNER),
  * so acquire() sees at most one thread per name: one key per lease and
  * name, as in Go. The transport (JSON gateway over libcurl, watch thread)
- * lives in http.c, the session lease in lease.c. docs/protocol-etcd.md
- * tells the whole story.
+ * lives in http.c, the session lease in lease.c, which keys are
+ * contenders in queue.c, status/force/list in inspect.c.
+ * docs/protocol-etcd.md tells the whole story.
  */
 #include "etcd.h"
 
@@ -35,7 +36,7 @@
 
 /* ------------------------------------------------------------------ keys */
 
-static char *lock_prefix(struct etcd_backend *s, const char *name)
+char *etcd_lock_prefix(struct etcd_backend *s, const char *name)
 {
     return dlock__sprintf("%s%s/", s->prefix, name);
 }
@@ -333,7 +334,7 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
      * at a cancel: wait_ms bounds the whole acquire. */
     struct etcd_limits lim = {w->deadline, w};
     bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
-    char *pfx = lock_prefix(s, h->name);
+    char *pfx = etcd_lock_prefix(s, h->name);
     char *key = NULL;
     if (!pfx)
         return etcd_nomem(s);
@@ -547,198 +548,6 @@ static int etcd_release(void *state, struct dlock__hold *h)
     free(eh->key);
     free(eh);
     return rc;
-}
-
-/* ------------------------------------------------------- inspect and co. */
-
-static int etcd_inspect(void *state, const char *name, struct dlock_info *info)
-{
-    struct etcd_backend *s = state;
-    char *pfx = lock_prefix(s, name);
-    json_t *req = pfx ? etcd_range(pfx, true) : NULL;
-    if (!req) {
-        free(pfx);
-        return etcd_nomem(s);
-    }
-    json_object_set_new(req, "sort_order", json_string("ASCEND"));
-    json_object_set_new(req, "sort_target", json_string("CREATE"));
-    json_object_set_new(req, "limit", json_string("10000"));
-    json_t *reply = NULL;
-    char what[1200];
-    snprintf(what, sizeof what, "inspect '%s' (keys %s*)", name, pfx);
-    int rc = etcd_call(s->k, "/v3/kv/range", req, &reply, what, NULL);
-    json_decref(req);
-    info->mode = DLOCK_EXCLUSIVE;
-    info->ttl_ms = -1;
-    info->nwaiters = 0;
-    info->held = 0;
-    json_t *kvs = rc ? NULL : json_object_get(reply, "kvs");
-    size_t i;
-    json_t *kv;
-    int64_t holder_lease = 0;
-    json_array_foreach(kvs, i, kv)
-    {
-        if (rc)
-            break;
-        if (!etcd_is_contender(pfx, kv))
-            continue; /* a key of a lock below, an application's key */
-        char *key = etcd_kv_key(kv);
-        const char *vb = json_string_value(json_object_get(kv, "value"));
-        char *value = vb ? etcd_unb64(vb, NULL) : NULL;
-        char *text = key ? dlock__sprintf("%s%s%s%s", key, value && *value ? " (" : "",
-                                          value && *value ? value : "",
-                                          value && *value ? ")" : "")
-                         : NULL;
-        if (!text) {
-            rc = etcd_nomem(s);
-        } else if (!info->held) {
-            info->held = 1;
-            info->token = (uint64_t)etcd_int(kv, "create_revision");
-            holder_lease = etcd_int(kv, "lease");
-            rc = dlock__info_set_key(info, key);
-            if (!rc)
-                rc = dlock__info_add_holder(info, text, 1);
-        } else {
-            rc = dlock__info_add_waiter(info, text);
-        }
-        free(text);
-        free(key);
-        free(value);
-    }
-    json_decref(reply);
-    if (!rc && !info->held)
-        rc = dlock__info_set_key(info, pfx);
-    if (!rc && holder_lease) {
-        char *ids = etcd_i64s(holder_lease);
-        json_t *treq = ids ? json_pack("{s:s}", "ID", ids) : NULL, *treply = NULL;
-        free(ids);
-        if (treq && etcd_call(s->k, "/v3/lease/timetolive", treq, &treply, what, NULL) == 0) {
-            int64_t ttl = etcd_int(treply, "TTL");
-            info->ttl_ms = ttl >= 0 ? ttl * 1000 : -1;
-        }
-        json_decref(treq);
-        json_decref(treply);
-    }
-    free(pfx);
-    return rc;
-}
-
-static int etcd_force_release(void *state, const char *name)
-{
-    struct etcd_backend *s = state;
-    char *pfx = lock_prefix(s, name);
-    if (!pfx)
-        return etcd_nomem(s);
-    char what[1200];
-    snprintf(what, sizeof what, "force-release '%s' (keys %s*)", name, pfx);
-    json_t *owner = NULL;
-    int rc = etcd_queue_find(s, pfx, NULL, true, 0, &owner, what, NULL);
-    free(pfx);
-    if (owner) {
-        /* Delete that very key (not a newer owner that came meanwhile). */
-        const char *kb = json_string_value(json_object_get(owner, "key"));
-        char *rev = etcd_i64s(etcd_int(owner, "create_revision"));
-        char *key = etcd_kv_key(owner);
-        json_t *del = kb && rev && key
-                          ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare",
-                                      "result", "EQUAL", "target", "CREATE", "key", kb,
-                                      "create_revision", rev, "success",
-                                      "request_delete_range", etcd_range(key, false))
-                          : NULL;
-        json_t *dreply = NULL;
-        rc = del ? etcd_call(s->k, "/v3/kv/txn", del, &dreply, what, NULL) : etcd_nomem(s);
-        json_decref(del);
-        json_decref(dreply);
-        free(rev);
-        free(key);
-    }
-    json_decref(owner);
-    return rc;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
-{
-    struct etcd_backend *s = state;
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    int rc = DLOCK_OK;
-    char *from = strdup(s->prefix);
-    char *end = etcd_prefix_end_b64(s->prefix);
-    while (!rc && from && end) {
-        char *fb = *from ? etcd_b64(from, strlen(from)) : etcd_b64("", 1);
-        json_t *req = fb ? json_pack("{s:s, s:s, s:s, s:b}", "key", fb, "range_end", end,
-                                     "limit", "1000", "keys_only", 1)
-                         : NULL;
-        free(fb);
-        json_t *reply = NULL;
-        rc = req ? etcd_call(s->k, "/v3/kv/range", req, &reply, "list locks", NULL) : etcd_nomem(s);
-        json_decref(req);
-        if (rc)
-            break;
-        json_t *kvs = json_object_get(reply, "kvs");
-        size_t i;
-        json_t *kv;
-        char *last = NULL;
-        json_array_foreach(kvs, i, kv)
-        {
-            free(last);
-            last = etcd_kv_key(kv);
-            char *name = last ? etcd_contender_name(s, kv) : NULL;
-            if (!name)
-                continue;
-            if (!dlock__glob(pattern, name) || (n && strcmp(names[n - 1], name) == 0)) {
-                free(name);
-                continue;
-            }
-            if (n == cap) {
-                cap = cap ? cap * 2 : 64;
-                char **grown = realloc(names, cap * sizeof *names);
-                if (!grown) {
-                    free(name);
-                    rc = etcd_nomem(s);
-                    break;
-                }
-                names = grown;
-            }
-            names[n++] = name;
-        }
-        bool more = json_is_true(json_object_get(reply, "more"));
-        json_decref(reply);
-        free(from);
-        from = NULL;
-        if (!rc && more && last) { /* next page: from the key right after LAST */
-            size_t len = strlen(last);
-            from = malloc(len + 2);
-            if (from) {
-                memcpy(from, last, len);
-                from[len] = '\x01'; /* keys hold no NUL here: the next key is > last */
-                from[len + 1] = 0;
-            }
-        }
-        free(last);
-        if (!more)
-            break;
-    }
-    if (!rc && (!end))
-        rc = etcd_nomem(s);
-    free(from);
-    free(end);
-    if (n > 1)
-        qsort(names, n, sizeof *names, cmp_str);
-    for (size_t i = 0; i < n; i++) {
-        bool dup = i + 1 < n && strcmp(names[i], names[i + 1]) == 0; /* report the last */
-        if (!rc && !dup && fn(names[i], arg))
-            rc = 1;
-    }
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-    return rc == 1 ? DLOCK_OK : rc;
 }
 
 static const char *const etcd_schemes[] = {"etcd", "etcd+https", NULL};

@@ -2291,92 +2291,83 @@ START_TEST(test_stalled_member_bounded_wait_behind_grant)
 }
 END_TEST
 
-/* $ETCD_TEST=<test name> runs only that test (with CK_RUN_CASE=<its case>,
- * only that case's fixture starts). */
-#define ADD_TEST(tc, fn)                                                   \
-    do {                                                                    \
-        const char *only_ = getenv("ETCD_TEST");                            \
-        if (!only_ || !*only_ || strcmp(only_, #fn) == 0)                   \
-            tcase_add_test(tc, fn);                                         \
-    } while (0)
+/* Each case's tests share its members (an unchecked fixture).
+ * DLOCK_TEST=<text> runs the tests whose "case/name" contains it; a case
+ * with none selected starts no member. */
+static void add_case(Suite *s, const char *name, void (*setup)(void), const struct tu_test *tests,
+                     size_t n)
+{
+    TCase *tc = tu_add_tests(s, name, tests, n);
+    if (tc)
+        tcase_add_unchecked_fixture(tc, setup, teardown_members);
+}
 
 static Suite *etcd_suite(void)
 {
     Suite *s = suite_create("etcd");
-    TCase *tc = tcase_create("single");
-    tcase_add_unchecked_fixture(tc, setup_single, teardown_members);
-    tcase_set_timeout(tc, 90);
-    ADD_TEST(tc, test_acquire_release_token);
-    ADD_TEST(tc, test_busy_and_timeout_leave_no_key);
-    ADD_TEST(tc, test_fifo_and_inspect);
-    ADD_TEST(tc, test_cancel_wait);
-    ADD_TEST(tc, test_threads_of_one_client);
-    ADD_TEST(tc, test_processes_counter_and_tokens);
-    ADD_TEST(tc, test_shared_mode_unsupported);
-    ADD_TEST(tc, test_etcdctl_holds_dlock_waits);
-    ADD_TEST(tc, test_dlock_holds_etcdctl_waits_in_order);
-    ADD_TEST(tc, test_prefix_list_and_names);
-    ADD_TEST(tc, test_nested_names_do_not_alias);
-    ADD_TEST(tc, test_application_keys_are_not_contenders);
-    ADD_TEST(tc, test_queue_pages_past_other_keys);
-    ADD_TEST(tc, test_killed_waiters_do_not_stall_the_queue);
-    ADD_TEST(tc, test_no_descriptor_leaks_into_children);
-    ADD_TEST(tc, test_out_of_descriptors_says_so);
-    ADD_TEST(tc, test_oversized_reply_says_so);
-    ADD_TEST(tc, test_hostile_names);
-    ADD_TEST(tc, test_kill9_holder_frees_after_lease);
-    ADD_TEST(tc, test_paused_holder_loses_and_recovers);
-    ADD_TEST(tc, test_force_release_reports_lost);
-    ADD_TEST(tc, test_lease_revoked_loses_every_hold);
-    ADD_TEST(tc, test_fixed_lease_ends);
-    ADD_TEST(tc, test_lease_renewed_while_held);
-    ADD_TEST(tc, test_waiter_keeps_its_place);
-    ADD_TEST(tc, test_paused_waiter_requeues);
-    ADD_TEST(tc, test_unreachable);
-    ADD_TEST(tc, test_bad_urls);
-    ADD_TEST(tc, test_cli_run_status_and_lost);
-    ADD_TEST(tc, test_cli_run_against_etcdctl_lock);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("auth");
-    tcase_add_unchecked_fixture(tc, setup_auth, teardown_members);
-    tcase_set_timeout(tc, 90);
-    ADD_TEST(tc, test_auth);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("tls");
-    tcase_add_unchecked_fixture(tc, setup_tls, teardown_members);
-    tcase_set_timeout(tc, 90);
-    ADD_TEST(tc, test_tls);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("restart");
-    tcase_add_unchecked_fixture(tc, setup_single, teardown_members);
-    tcase_set_timeout(tc, 120);
-    ADD_TEST(tc, test_server_restart_keeps_hold);
-    ADD_TEST(tc, test_server_down_hold_lost);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("stall");
-    tcase_add_unchecked_fixture(tc, setup_single, teardown_members);
-    tcase_set_timeout(tc, 120);
-    ADD_TEST(tc, test_stalled_member_hold_lost_in_time);
-    ADD_TEST(tc, test_stalled_member_wait_times_out);
-    ADD_TEST(tc, test_stalled_member_cancel);
-    ADD_TEST(tc, test_stalled_member_cancel_first_request);
-    ADD_TEST(tc, test_stalled_member_cancel_waiting_for_grant);
-    ADD_TEST(tc, test_stalled_member_bounded_wait_behind_grant);
-    ADD_TEST(tc, test_stalled_release_delete_done_by_keeper);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("cluster");
-    tcase_add_unchecked_fixture(tc, setup_cluster, teardown_members);
-    tcase_set_timeout(tc, 240);
-    ADD_TEST(tc, test_cluster_basic_and_member_down);
-    ADD_TEST(tc, test_leader_killed_never_two_holders);
-    ADD_TEST(tc, test_no_quorum_unavailable);
-    ADD_TEST(tc, test_no_quorum_keepalive_unavailable);
-    suite_add_tcase(s, tc);
+    const struct tu_test single_tests[] = {
+        {"acquire_release_token", test_acquire_release_token, 90},
+        {"busy_and_timeout_leave_no_key", test_busy_and_timeout_leave_no_key, 90},
+        {"fifo_and_inspect", test_fifo_and_inspect, 90},
+        {"cancel_wait", test_cancel_wait, 90},
+        {"threads_of_one_client", test_threads_of_one_client, 90},
+        {"processes_counter_and_tokens", test_processes_counter_and_tokens, 90},
+        {"shared_mode_unsupported", test_shared_mode_unsupported, 90},
+        {"etcdctl_holds_dlock_waits", test_etcdctl_holds_dlock_waits, 90},
+        {"dlock_holds_etcdctl_waits_in_order", test_dlock_holds_etcdctl_waits_in_order, 90},
+        {"prefix_list_and_names", test_prefix_list_and_names, 90},
+        {"nested_names_do_not_alias", test_nested_names_do_not_alias, 90},
+        {"application_keys_are_not_contenders", test_application_keys_are_not_contenders, 90},
+        {"queue_pages_past_other_keys", test_queue_pages_past_other_keys, 90},
+        {"killed_waiters_do_not_stall_the_queue", test_killed_waiters_do_not_stall_the_queue, 90},
+        {"no_descriptor_leaks_into_children", test_no_descriptor_leaks_into_children, 90},
+        {"out_of_descriptors_says_so", test_out_of_descriptors_says_so, 90},
+        {"oversized_reply_says_so", test_oversized_reply_says_so, 90},
+        {"hostile_names", test_hostile_names, 90},
+        {"kill9_holder_frees_after_lease", test_kill9_holder_frees_after_lease, 90},
+        {"paused_holder_loses_and_recovers", test_paused_holder_loses_and_recovers, 90},
+        {"force_release_reports_lost", test_force_release_reports_lost, 90},
+        {"lease_revoked_loses_every_hold", test_lease_revoked_loses_every_hold, 90},
+        {"fixed_lease_ends", test_fixed_lease_ends, 90},
+        {"lease_renewed_while_held", test_lease_renewed_while_held, 90},
+        {"waiter_keeps_its_place", test_waiter_keeps_its_place, 90},
+        {"paused_waiter_requeues", test_paused_waiter_requeues, 90},
+        {"unreachable", test_unreachable, 90},
+        {"bad_urls", test_bad_urls, 90},
+        {"cli_run_status_and_lost", test_cli_run_status_and_lost, 90},
+        {"cli_run_against_etcdctl_lock", test_cli_run_against_etcdctl_lock, 90},
+    };
+    add_case(s, "single", setup_single, single_tests, TU_COUNT(single_tests));
+    const struct tu_test auth_tests[] = {
+        {"auth", test_auth, 90},
+    };
+    add_case(s, "auth", setup_auth, auth_tests, TU_COUNT(auth_tests));
+    const struct tu_test tls_tests[] = {
+        {"tls", test_tls, 90},
+    };
+    add_case(s, "tls", setup_tls, tls_tests, TU_COUNT(tls_tests));
+    const struct tu_test restart_tests[] = {
+        {"server_restart_keeps_hold", test_server_restart_keeps_hold, 120},
+        {"server_down_hold_lost", test_server_down_hold_lost, 120},
+    };
+    add_case(s, "restart", setup_single, restart_tests, TU_COUNT(restart_tests));
+    const struct tu_test stall_tests[] = {
+        {"stalled_member_hold_lost_in_time", test_stalled_member_hold_lost_in_time, 120},
+        {"stalled_member_wait_times_out", test_stalled_member_wait_times_out, 120},
+        {"stalled_member_cancel", test_stalled_member_cancel, 120},
+        {"stalled_member_cancel_first_request", test_stalled_member_cancel_first_request, 120},
+        {"stalled_member_cancel_waiting_for_grant", test_stalled_member_cancel_waiting_for_grant, 120},
+        {"stalled_member_bounded_wait_behind_grant", test_stalled_member_bounded_wait_behind_grant, 120},
+        {"stalled_release_delete_done_by_keeper", test_stalled_release_delete_done_by_keeper, 120},
+    };
+    add_case(s, "stall", setup_single, stall_tests, TU_COUNT(stall_tests));
+    const struct tu_test cluster_tests[] = {
+        {"cluster_basic_and_member_down", test_cluster_basic_and_member_down, 240},
+        {"leader_killed_never_two_holders", test_leader_killed_never_two_holders, 240},
+        {"no_quorum_unavailable", test_no_quorum_unavailable, 240},
+        {"no_quorum_keepalive_unavailable", test_no_quorum_keepalive_unavailable, 240},
+    };
+    add_case(s, "cluster", setup_cluster, cluster_tests, TU_COUNT(cluster_tests));
     return s;
 }
 

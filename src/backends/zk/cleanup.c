@@ -3,227 +3,159 @@
  * An orphan is a node we failed to delete (the delete had no reply); a
  * suspect is a create whose reply never came, so a node "_c_<guid>-..."
  * may exist unseen. Either would sit in the lock's queue until the
- * session ends. Both are remembered and swept with asynchronous requests
- * on the next call and on every reconnection (from the watcher), so they
- * never outlive the next reconnection.
+ * session ends. Both go to the core's cleanup queue (dlock__cleanup_add),
+ * which the keeper drains between renewals, retrying with backoff while
+ * the session is disconnected: the work runs on the session that made the
+ * node, and is done (nothing left to do) once that session has ended,
+ * since its ephemeral nodes went with it.
  */
 #include "zk.h"
 
-#include <ctype.h>
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-/* -------------------------------------------------------------- suspects */
-
-struct zk_sweep_call {
-    struct zk_backend *zb;
-    zhandle_t *zh;
-    struct zk_suspect *sus; /* identity only: looked up again under mu */
-    char *lockpath;
-    char guid[37];
-    char *keep;
-    int64_t issued;
-};
-
-void zk_suspect_free(struct zk_suspect *q)
+/* The session GEN with a reference, when it is the current one and
+ * connected: ZOK. ZSESSIONEXPIRED when it has ended (its nodes are gone:
+ * nothing left to do), ZCONNECTIONLOSS while it is not connected. */
+static int session_of(struct zk_backend *zb, unsigned gen, struct zk_session **out)
 {
-    free(q->lockpath);
-    free(q->keep);
-    free(q);
-}
-
-static void on_sweep_children(int rc, const struct String_vector *kids, const void *data)
-{
-    struct zk_sweep_call *w = (struct zk_sweep_call *)data;
-    bool found = false;
-    if (rc == ZOK && kids) {
-        for (int32_t i = 0; i < kids->count; i++) {
-            const char *kid = kids->data[i];
-            if (!zk_node_has_guid(kid, w->guid) || (w->keep && strcmp(kid, w->keep) == 0))
-                continue;
-            found = true;
-            char *path = dlock__sprintf("%s/%s", w->lockpath, kid);
-            if (path)
-                zoo_adelete(w->zh, path, -1, zk_on_ignored, NULL);
-            free(path);
-        }
-    }
-    struct zk_backend *zb = w->zb;
+    *out = NULL;
     pthread_mutex_lock(&zb->mu);
-    for (struct zk_suspect **pp = &zb->suspects; *pp; pp = &(*pp)->next) {
-        struct zk_suspect *q = *pp;
-        if (q != w->sus)
-            continue;
-        bool settled = (rc == ZOK || rc == ZNONODE) && !found &&
-                       w->issued - q->added >= zb->c->opts.op_timeout_ms;
-        if (settled) {
-            *pp = q->next;
-            zk_suspect_free(q);
-        }
-        break;
+    struct zk_session *s = zb->cur;
+    int rc = !s || s->gen != gen || !zk_session_usable(s) ? ZSESSIONEXPIRED
+             : s->state != ZOO_CONNECTED_STATE            ? ZCONNECTIONLOSS
+                                                          : ZOK;
+    if (rc == ZOK) {
+        s->refs++;
+        *out = s;
     }
     pthread_mutex_unlock(&zb->mu);
-    free(w->lockpath);
-    free(w->keep);
-    free(w);
-}
-
-/* Start a sweep of every suspect of session S (zb->mu held). Suspects of
- * other sessions are dropped: an ended session's nodes are gone. Async
- * only, so it may run from the watcher. */
-static void zk_suspects_sweep_locked(struct zk_backend *zb, unsigned gen, zhandle_t *zh)
-{
-    int64_t now = dlock__now_ms();
-    for (struct zk_suspect **pp = &zb->suspects; *pp;) {
-        struct zk_suspect *q = *pp;
-        if (q->gen != gen) {
-            *pp = q->next;
-            zk_suspect_free(q);
-            continue;
-        }
-        pp = &q->next;
-        struct zk_sweep_call *w = calloc(1, sizeof *w);
-        if (!w)
-            continue;
-        w->zb = zb;
-        w->zh = zh;
-        w->sus = q;
-        w->issued = now;
-        memcpy(w->guid, q->guid, sizeof w->guid);
-        w->lockpath = dlock__strdup(q->lockpath);
-        w->keep = q->keep ? dlock__strdup(q->keep) : NULL;
-        if (!w->lockpath || (q->keep && !w->keep) ||
-            zoo_aget_children(zh, q->lockpath, 0, on_sweep_children, w) != ZOK) {
-            free(w->lockpath);
-            free(w->keep);
-            free(w);
-        }
-    }
+    return rc;
 }
 
 /* ---------------------------------------------------------------- orphans */
 
-/* A delete of an orphan in flight. */
-struct zk_unlink {
-    struct zk_backend *zb;
-    struct zk_orphan *o; /* identity only: looked up again under mu */
+struct zk_orphan {
     char *path;
+    unsigned gen; /* the session that created it */
 };
 
-static void on_orphan_deleted(int rc, const void *data)
+static void orphan_free(void *arg)
 {
-    struct zk_unlink *u = (struct zk_unlink *)data;
-    struct zk_backend *zb = u->zb;
-    /* Done unless the reply was lost: deleted, gone, or never possible. */
-    if (!zk_rc_transient(rc) && rc != ZCLOSING) {
-        pthread_mutex_lock(&zb->mu);
-        for (struct zk_orphan **pp = &zb->orphans; *pp; pp = &(*pp)->next) {
-            struct zk_orphan *o = *pp;
-            if (o == u->o && strcmp(o->path, u->path) == 0) {
-                *pp = o->next;
-                free(o->path);
-                free(o);
-                break;
-            }
-        }
-        pthread_mutex_unlock(&zb->mu);
+    struct zk_orphan *o = arg;
+    free(o->path);
+    free(o);
+}
+
+/* One try at deleting orphan ARG by DEADLINE (a dlock__cleanup_fn). */
+static int orphan_delete(void *bstate, void *arg, int64_t deadline)
+{
+    struct zk_backend *zb = bstate;
+    struct zk_orphan *o = arg;
+    struct zk_session *s;
+    int rc = session_of(zb, o->gen, &s);
+    if (rc == ZOK) {
+        rc = zk_rq_delete(zb, s->zh, o->path, deadline);
+        zk_session_put(zb, s);
     }
-    free(u->path);
-    free(u);
+    if (rc == ZOK || rc == ZNONODE || zk_rc_session_gone(rc))
+        return DLOCK_OK;
+    return zk_fail(zb, rc, "delete", o->path);
 }
 
-/* Send a delete for every orphan of session GEN (zb->mu held); drop the
- * others (an ended session's nodes are gone). Async only. */
-static void zk_orphans_retry_locked(struct zk_backend *zb, unsigned gen, zhandle_t *zh)
-{
-    for (struct zk_orphan **pp = &zb->orphans; *pp;) {
-        struct zk_orphan *o = *pp;
-        if (o->gen != gen) {
-            *pp = o->next;
-            free(o->path);
-            free(o);
-            continue;
-        }
-        pp = &o->next;
-        struct zk_unlink *u = calloc(1, sizeof *u);
-        if (u) {
-            u->zb = zb;
-            u->o = o;
-            u->path = dlock__strdup(o->path);
-        }
-        if (!u || !u->path || zoo_adelete(zh, o->path, -1, on_orphan_deleted, u) != ZOK) {
-            if (u)
-                free(u->path);
-            free(u);
-        }
-    }
-}
-
-/* Retry what an earlier call could not finish: orphans and suspects of
- * session S (zb->mu held). Also run from the watcher on reconnection, so
- * a node we could not delete never outlives the next reconnection. */
-void zk_sweep_locked(struct zk_backend *zb, struct zk_session *s)
-{
-    if (zb->orphans)
-        zk_orphans_retry_locked(zb, s->gen, s->zh);
-    if (zb->suspects)
-        zk_suspects_sweep_locked(zb, s->gen, s->zh);
-}
-
-void zk_sweep(struct zk_backend *zb, struct zk_session *s)
-{
-    pthread_mutex_lock(&zb->mu);
-    zk_sweep_locked(zb, s);
-    pthread_mutex_unlock(&zb->mu);
-}
-
-/* Our node PATH could not be deleted (no reply): keep trying. */
 void zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path)
 {
     struct zk_orphan *o = calloc(1, sizeof *o);
     if (!o || !(o->path = dlock__strdup(path))) {
         free(o);
-        return;
+        return; /* the node goes with the session */
     }
     o->gen = s->gen;
-    pthread_mutex_lock(&zb->mu);
-    o->next = zb->orphans;
-    zb->orphans = o;
-    if (s->state == ZOO_CONNECTED_STATE)
-        zk_sweep_locked(zb, s);
-    pthread_mutex_unlock(&zb->mu);
+    char *what = dlock__sprintf("delete %s", path);
+    dlock__cleanup_add(zb->c, what ? what : path, orphan_delete, o, orphan_free);
+    free(what);
 }
 
-/* Remember that a create of GUID under LOCKPATH may have left a node
- * other than KEEP, and sweep for it at once. */
+/* --------------------------------------------------------------- suspects */
+
+struct zk_suspect {
+    char *lockpath;
+    char guid[37];
+    char *keep;    /* node name we hold or wait with, or NULL */
+    unsigned gen;  /* the session that sent the create */
+    int64_t added; /* monotonic ms */
+};
+
+static void suspect_free(void *arg)
+{
+    struct zk_suspect *q = arg;
+    free(q->lockpath);
+    free(q->keep);
+    free(q);
+}
+
+/* One sweep of suspect ARG by DEADLINE (a dlock__cleanup_fn): delete
+ * every child with its guid but KEEP. Done once a listing sent an op
+ * timeout after the create (which may still have been in flight) finds
+ * none. */
+static int suspect_sweep(void *bstate, void *arg, int64_t deadline)
+{
+    struct zk_backend *zb = bstate;
+    struct zk_suspect *q = arg;
+    struct zk_session *s;
+    int rc = session_of(zb, q->gen, &s);
+    if (rc != ZOK)
+        return zk_rc_session_gone(rc) ? DLOCK_OK : zk_fail(zb, rc, "list", q->lockpath);
+    int64_t issued = dlock__now_ms();
+    struct String_vector kids = {0, NULL};
+    rc = zk_rq_children(zb, s->zh, q->lockpath, &kids, deadline);
+    bool found = false;
+    for (int32_t i = 0; rc == ZOK && i < kids.count; i++) {
+        const char *kid = kids.data[i];
+        if (!zk_node_has_guid(kid, q->guid) || (q->keep && strcmp(kid, q->keep) == 0))
+            continue;
+        found = true;
+        char *path = dlock__sprintf("%s/%s", q->lockpath, kid);
+        int drc = path ? zk_rq_delete(zb, s->zh, path, deadline) : ZSYSTEMERROR;
+        if (drc != ZOK && drc != ZNONODE)
+            rc = drc;
+        free(path);
+    }
+    deallocate_String_vector(&kids);
+    zk_session_put(zb, s);
+    if (zk_rc_session_gone(rc))
+        return DLOCK_OK;
+    if (rc != ZOK && rc != ZNONODE)
+        return zk_fail(zb, rc, "sweep", q->lockpath);
+    if (found || issued - q->added < zb->c->opts.op_timeout_ms)
+        return dlock__err(DLOCK_EBUSY, "%s: create of %s under %s may still be in flight",
+                          zb->servers, q->guid, q->lockpath);
+    return DLOCK_OK;
+}
+
 void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                        const char *guid, const char *keep)
+                    const char *guid, const char *keep)
 {
     struct zk_suspect *q = calloc(1, sizeof *q);
     if (!q || !(q->lockpath = dlock__strdup(lockpath)) ||
         (keep && !(q->keep = dlock__strdup(keep)))) {
         if (q)
-            zk_suspect_free(q);
+            suspect_free(q);
         return;
     }
     snprintf(q->guid, sizeof q->guid, "%s", guid);
     q->gen = s->gen;
     q->added = dlock__now_ms();
-    pthread_mutex_lock(&zb->mu);
-    q->next = zb->suspects;
-    zb->suspects = q;
-    zk_sweep_locked(zb, s);
-    pthread_mutex_unlock(&zb->mu);
+    char *what = dlock__sprintf("sweep %s for %s", lockpath, guid);
+    dlock__cleanup_add(zb->c, what ? what : lockpath, suspect_sweep, q, suspect_free);
+    free(what);
 }
 
 /* Delete our node PATH, retrying on disconnects up to the op timeout and
  * no later than UNTIL (see zk_rq_*); when that fails or no time is left,
- * remember it: the sweep deletes it asynchronously (at once when
+ * hand it to the cleanup queue (the keeper deletes it, at once when
  * connected), so a caller out of time never waits for it. */
 void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
                         int64_t until)

@@ -352,7 +352,6 @@ restart:
     err = zk_session_get_w(zb, &s, w);
     if (err != DLOCK_OK)
         goto out;
-    zk_sweep(zb, s);
     deallocate_String_vector(&first);
     first = (struct String_vector){0, NULL};
     created_at = dlock__now_ms();
@@ -360,7 +359,7 @@ restart:
     err = create_contender(zb, s, lockpath, &mine, &czxid, &first, &have_first, until);
     if ((err == DLOCK_ECONN || err == DLOCK_ETIMEDOUT) && !try_once) {
         /* The create met a disconnect (any node it may have left is a
-         * suspect, swept): a waiting acquire goes on waiting, as a queued
+         * suspect, queued for cleanup): a waiting acquire goes on waiting, as a queued
          * waiter does, and tries again on a reconnection (the watcher
          * wakes us), a second later at the latest, or on a new session. */
         dlock__errmsg_save(msg);

@@ -108,8 +108,6 @@ void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
             const clientid_t *id = zoo_client_id(s->zh);
             s->session_id = id ? id->client_id : 0;
             s->timeout_ms = zoo_recv_timeout(s->zh);
-            if (zb->cur == s)
-                zk_sweep_locked(zb, s);
         } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
             bool was_usable = zk_session_usable(s);
             s->expired |= state == ZOO_EXPIRED_SESSION_STATE;
@@ -378,17 +376,6 @@ static void zk_backend_free(struct zk_backend *zb)
 {
     if (!zb)
         return;
-    while (zb->orphans) {
-        struct zk_orphan *o = zb->orphans;
-        zb->orphans = o->next;
-        free(o->path);
-        free(o);
-    }
-    while (zb->suspects) {
-        struct zk_suspect *q = zb->suspects;
-        zb->suspects = q->next;
-        zk_suspect_free(q);
-    }
     free(zb->connect);
     free(zb->servers);
     free(zb->chroot);
@@ -662,10 +649,7 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
         }
     }
     free(calls);
-    if (s) {
-        if (connected)
-            zk_sweep(zb, s);
+    if (s)
         zk_session_put(zb, s);
-    }
     return DLOCK_OK;
 }

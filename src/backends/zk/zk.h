@@ -17,10 +17,10 @@
  * a whole session timeout; that also lets us pipeline (the create and the
  * first listing of the children share one round trip). A node we may have
  * left behind — a create whose reply was lost, a delete without a reply —
- * is remembered and deleted on the next reconnection, so it never blocks
- * the queue until the session ends. When the session expires every hold
- * of it is lost (renew() reports so), and the next call opens a new
- * session. docs/protocol-zookeeper.md describes the layout and guarantees.
+ * goes to the core's cleanup queue, which the keeper drains once the
+ * session is connected, so it never blocks the queue until the session
+ * ends. When the session expires every hold of it is lost (the watcher
+ * reports so at once), and the next call opens a new session. docs/protocol-zookeeper.md describes the layout and guarantees.
  *
  * The backend is one folder, one file per concern, and this header is
  * what they share: call.c (asynchronous requests that wait with our own
@@ -70,27 +70,6 @@ struct zk_waiter {
     struct zk_waiter *next;
 };
 
-/* A node we failed to delete (timeout, disconnect): retried later. */
-struct zk_orphan {
-    char *path;
-    unsigned gen;
-    struct zk_orphan *next;
-};
-
-/* A create whose reply never came: a node "_c_<guid>-..." of this session
- * may exist under LOCKPATH (or appear, if the request is still in flight)
- * and would stay in the queue until the session ends. Swept: any child
- * with the guid other than KEEP is deleted; the record goes once a
- * listing made well after the create (an op timeout) found none. */
-struct zk_suspect {
-    char *lockpath;
-    char guid[37];
-    char *keep;      /* node name we hold or wait with, or NULL */
-    unsigned gen;
-    int64_t added;   /* monotonic ms */
-    struct zk_suspect *next;
-};
-
 struct zk_backend {
     struct dlock_client *c;
     char *connect;     /* "h1:p1,h2:p2[/chroot]" for zookeeper_init */
@@ -109,8 +88,6 @@ struct zk_backend {
     struct zk_session *cur;
     unsigned last_gen;
     struct zk_waiter *waiters;
-    struct zk_orphan *orphans;
-    struct zk_suspect *suspects;
 };
 
 /* Per-hold data (h->bdata). */
@@ -180,12 +157,8 @@ bool zk_rc_session_gone(int rc);
 /* ------------------------------------------------------------- cleanup.c */
 
 /* Orphans (deletes without a reply) and suspects (creates without a
- * reply), swept at once when connected and on every reconnection. The
- * *_locked functions want zb->mu held and send only asynchronous
- * requests, so the watcher may call them. */
-void zk_suspect_free(struct zk_suspect *q);
-void zk_sweep_locked(struct zk_backend *zb, struct zk_session *s);
-void zk_sweep(struct zk_backend *zb, struct zk_session *s);
+ * reply) go to the core's cleanup queue, done by the keeper on their
+ * session while it lives. */
 void zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path);
 void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                     const char *guid, const char *keep);

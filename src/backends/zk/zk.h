@@ -26,8 +26,9 @@
  * what they share: call.c (asynchronous requests that wait with our own
  * timeout), session.c (the session, its watcher, reconnection and expiry,
  * open/close and renewal), cleanup.c (nodes a lost reply may have left:
- * orphans and suspects), mutex.c (the InterProcessMutex recipe, inspect,
- * force-release, list and the backend table). Every function shared
+ * orphans and suspects), fds.c (close-on-exec for the client library's
+ * descriptors), mutex.c (the InterProcessMutex recipe and the backend
+ * table), inspect.c (status, force-release, list). Every function shared
  * between them starts with zk_.
  */
 #ifndef DLOCK_BACKEND_ZK_H
@@ -201,5 +202,17 @@ void zk_fds_cloexec_sockets(const int *ports, size_t nports);
 
 /* Does NODE carry protected-mode GUID ("_c_<guid>-...")? */
 bool zk_node_has_guid(const char *node, const char *guid);
+/* Path of the lock node for NAME: <base>/<encoded key_prefix + name>
+ * (caller frees; NULL when out of memory). */
+char *zk_lock_path(struct zk_backend *zb, const char *name);
+/* Keep only the lock children of KIDS (Curator's two shapes), sorted by
+ * sequence: the owner first. The others are freed. */
+void zk_sort_lock_nodes(struct String_vector *kids);
+
+/* ------------------------------------------------------------- inspect.c */
+
+int zk_inspect(void *state, const char *name, struct dlock_info *info);
+int zk_force_release(void *state, const char *name);
+int zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
 #endif /* DLOCK_BACKEND_ZK_H */

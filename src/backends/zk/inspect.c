@@ -1,0 +1,159 @@
+/* inspect.c -- what the ZooKeeper backend tells about locks it does not
+ * hold: status (the lock children in queue order: the holder, then the
+ * waiters), force-release (delete the holder's node) and list (the lock
+ * nodes under the base). They read the same lock children as acquire
+ * (zk_sort_lock_nodes), so status and acquire always agree on who holds.
+ */
+#include "zk.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ inspecting */
+
+/* Holder text: the node name and, when it is printable, its data
+ * (dlock writes "dlock <pid>@<host>", Curator the client's address). */
+static char *holder_text(const char *node, const char *data)
+{
+    bool printable = data && *data;
+    for (const char *p = data; printable && *p; p++)
+        if (!isprint((unsigned char)*p))
+            printable = false;
+    return printable ? dlock__sprintf("%s (%s)", node, data) : dlock__strdup(node);
+}
+
+int zk_inspect(void *state, const char *name, struct dlock_info *info)
+{
+    struct zk_backend *zb = state;
+    char *lockpath = zk_lock_path(zb, name);
+    if (!lockpath)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    struct zk_session *s;
+    int err = zk_session_get(zb, &s);
+    if (err != DLOCK_OK) {
+        free(lockpath);
+        return err;
+    }
+    info->mode = DLOCK_EXCLUSIVE;
+    info->ttl_ms = -1;
+    info->nwaiters = 0;
+    err = dlock__info_set_key(info, lockpath);
+    struct String_vector kids = {0, NULL};
+    int rc = err == DLOCK_OK ? zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER) : ZOK;
+    if (err != DLOCK_OK) {
+        /* message set */
+    } else if (rc == ZNONODE) {
+        info->held = 0;
+    } else if (rc != ZOK) {
+        err = zk_fail(zb, rc, "list", lockpath);
+    } else {
+        zk_sort_lock_nodes(&kids);
+        for (int32_t i = 0; i < kids.count && err == DLOCK_OK; i++) {
+            char *path = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
+            char *data = NULL;
+            struct Stat st;
+            rc = path ? zk_rq_get(zb, s->zh, path, &data, &st, DLOCK__NEVER) : ZSYSTEMERROR;
+            if (rc == ZNOAUTH) /* data unreadable (creator ACL): the stat is not */
+                rc = zk_rq_exists(zb, s->zh, path, NULL, NULL, &st, DLOCK__NEVER);
+            if (rc == ZNONODE) {
+                free(path);
+                continue; /* left meanwhile */
+            }
+            if (rc != ZOK) {
+                err = zk_fail(zb, rc, "read", path ? path : lockpath);
+                free(path);
+                break;
+            }
+            free(path);
+            char *text = holder_text(kids.data[i], data);
+            free(data);
+            if (!text) {
+                err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+                break;
+            }
+            if (!info->held) {
+                info->held = 1;
+                info->token = (uint64_t)st.czxid;
+                err = dlock__info_add_holder(info, text, 0); /* count unknown */
+            } else {
+                err = dlock__info_add_waiter(info, text);
+            }
+            free(text);
+        }
+        if (err == DLOCK_OK && !info->held)
+            info->nwaiters = 0;
+    }
+    deallocate_String_vector(&kids);
+    zk_session_put(zb, s);
+    free(lockpath);
+    return err;
+}
+
+int zk_force_release(void *state, const char *name)
+{
+    struct zk_backend *zb = state;
+    char *lockpath = zk_lock_path(zb, name);
+    if (!lockpath)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    struct zk_session *s;
+    int err = zk_session_get(zb, &s);
+    if (err != DLOCK_OK) {
+        free(lockpath);
+        return err;
+    }
+    struct String_vector kids = {0, NULL};
+    int rc = zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER);
+    if (rc == ZOK) {
+        zk_sort_lock_nodes(&kids);
+        if (kids.count > 0) {
+            char *owner = dlock__sprintf("%s/%s", lockpath, kids.data[0]);
+            rc = owner ? zk_rq_delete(zb, s->zh, owner, DLOCK__NEVER) : ZSYSTEMERROR;
+            if (rc != ZOK && rc != ZNONODE)
+                err = zk_fail(zb, rc, "delete", owner ? owner : lockpath);
+            free(owner);
+        }
+    } else if (rc != ZNONODE) {
+        err = zk_fail(zb, rc, "list", lockpath);
+    }
+    deallocate_String_vector(&kids);
+    zk_session_put(zb, s);
+    free(lockpath);
+    return err;
+}
+
+int zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    struct zk_backend *zb = state;
+    struct zk_session *s;
+    int err = zk_session_get(zb, &s);
+    if (err != DLOCK_OK)
+        return err;
+    struct String_vector kids = {0, NULL};
+    int rc = zk_rq_children(zb, s->zh, zb->base, &kids, DLOCK__NEVER);
+    zk_session_put(zb, s);
+    if (rc == ZNONODE)
+        return DLOCK_OK;
+    if (rc != ZOK)
+        return zk_fail(zb, rc, "list", zb->base);
+    const char *prefix = zb->c->opts.key_prefix ? zb->c->opts.key_prefix : "";
+    size_t plen = strlen(prefix);
+    for (int32_t i = 0; i < kids.count; i++) {
+        if (strcmp(zb->base, "/") == 0 && strcmp(kids.data[i], "zookeeper") == 0)
+            continue;
+        char *name = dlock__name_decode(kids.data[i]);
+        if (!name) {
+            err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+            break;
+        }
+        bool stop = false;
+        if (strncmp(name, prefix, plen) == 0 && name[plen] && dlock__glob(pattern, name + plen))
+            stop = fn(name + plen, arg) != 0;
+        free(name);
+        if (stop)
+            break;
+    }
+    deallocate_String_vector(&kids);
+    return err;
+}

@@ -181,7 +181,8 @@ DLOCK_EXTERN int dlock_client_setopt_str(dlock_client *c, dlock_option opt, cons
  * server once (redis, etcd, zk), within DLOCK_OPT_CONNECT_TIMEOUT_MS.
  * Returns DLOCK_OK; DLOCK_EBADURL (what the backend finds wrong in the URL
  * or its options: a file URL with a host, redis with two hosts or a bad
- * db, an unknown layout, a zk base or chroot that is not a path);
+ * db, an unknown layout, a zk base or chroot that is not a path or lies
+ * in the server's reserved /zookeeper);
  * DLOCK_ENOTSUP (TLS on redis or zk); DLOCK_EINVAL (a drift margin not
  * shorter than the lease); DLOCK_EMISUSE (already connected, after fork);
  * DLOCK_ENOMEM; backend failures (DLOCK_ENOENT: the file directory is
@@ -327,7 +328,8 @@ DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned 
  * waiters wake on Redisson's channel (one per client per release), file
  * waiters on inotify, in no fixed order; etcd and zk serve waiters across
  * clients in arrival order (the key's create revision, the node's
- * sequence number). */
+ * sequence number). zk: a DLOCK_TRY while the session is not connected
+ * (reconnecting) returns DLOCK_ECONN at once instead of waiting for it. */
 DLOCK_EXTERN int dlock_acquire(dlock_lock *l, int64_t wait_ms);
 
 /* Modes and owners. Holding EXCLUSIVE, an owner that acquires SHARED on

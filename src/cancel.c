@@ -109,6 +109,17 @@ static void *canceler_main(void *arg)
     }
 }
 
+/* Stop THREAD through STOPFD, wait for it, close its descriptors. */
+static void canceler_stop(pthread_t thread, int epfd, int stopfd)
+{
+    uint64_t one = 1;
+    ssize_t n = write(stopfd, &one, sizeof one);
+    (void)n;
+    pthread_join(thread, NULL);
+    close(epfd);
+    close(stopfd);
+}
+
 /* Start the canceler thread (g_mu held). */
 static int canceler_start(void)
 {
@@ -200,12 +211,7 @@ int dlock__cancel_arm(dlock_cancel *k)
     if (rc && g_count == 0 && g_epfd >= 0) {
         /* The thread started for this object: stop it (no object, so it
          * never waits for g_mu). */
-        uint64_t one = 1;
-        ssize_t n = write(g_stopfd, &one, sizeof one);
-        (void)n;
-        pthread_join(g_thread, NULL);
-        close(g_epfd);
-        close(g_stopfd);
+        canceler_stop(g_thread, g_epfd, g_stopfd);
         g_epfd = g_stopfd = -1;
     }
     if (!rc) {
@@ -265,14 +271,8 @@ void dlock_cancel_free(dlock_cancel *k)
         }
     }
     pthread_mutex_unlock(&g_mu);
-    if (epfd >= 0) {
-        uint64_t one = 1;
-        ssize_t n = write(stopfd, &one, sizeof one);
-        (void)n;
-        pthread_join(thread, NULL);
-        close(epfd);
-        close(stopfd);
-    }
+    if (epfd >= 0)
+        canceler_stop(thread, epfd, stopfd);
     close(k->efd);
     pthread_mutex_destroy(&k->mu);
     free(k);

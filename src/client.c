@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -74,42 +75,42 @@ static int set_str(char **slot, const char *value)
     return DLOCK_OK;
 }
 
+/* Where each option lives in struct dlock__opts: one table for both
+ * kinds, so adding an option is one line. */
+static const struct {
+    dlock_option opt;
+    bool is_str;
+    size_t off;
+} slots[] = {
+    {DLOCK_OPT_KEY_PREFIX, true, offsetof(struct dlock__opts, key_prefix)},
+    {DLOCK_OPT_USER, true, offsetof(struct dlock__opts, user)},
+    {DLOCK_OPT_PASSWORD, true, offsetof(struct dlock__opts, password)},
+    {DLOCK_OPT_LAYOUT, true, offsetof(struct dlock__opts, layout)},
+    {DLOCK_OPT_TLS_CA, true, offsetof(struct dlock__opts, tls_ca)},
+    {DLOCK_OPT_TLS_CERT, true, offsetof(struct dlock__opts, tls_cert)},
+    {DLOCK_OPT_TLS_KEY, true, offsetof(struct dlock__opts, tls_key)},
+    {DLOCK_OPT_LEASE_MS, false, offsetof(struct dlock__opts, lease_ms)},
+    {DLOCK_OPT_CONNECT_TIMEOUT_MS, false, offsetof(struct dlock__opts, connect_timeout_ms)},
+    {DLOCK_OPT_OP_TIMEOUT_MS, false, offsetof(struct dlock__opts, op_timeout_ms)},
+    {DLOCK_OPT_DRIFT_MS, false, offsetof(struct dlock__opts, drift_ms)},
+};
+
+static void *slot_of(dlock_client *c, dlock_option opt, bool is_str)
+{
+    for (size_t i = 0; i < sizeof slots / sizeof *slots; i++)
+        if (slots[i].opt == opt && slots[i].is_str == is_str)
+            return (char *)&c->opts + slots[i].off;
+    return NULL;
+}
+
 static char **str_slot(dlock_client *c, dlock_option opt)
 {
-    switch (opt) {
-    case DLOCK_OPT_KEY_PREFIX:
-        return &c->opts.key_prefix;
-    case DLOCK_OPT_USER:
-        return &c->opts.user;
-    case DLOCK_OPT_PASSWORD:
-        return &c->opts.password;
-    case DLOCK_OPT_LAYOUT:
-        return &c->opts.layout;
-    case DLOCK_OPT_TLS_CA:
-        return &c->opts.tls_ca;
-    case DLOCK_OPT_TLS_CERT:
-        return &c->opts.tls_cert;
-    case DLOCK_OPT_TLS_KEY:
-        return &c->opts.tls_key;
-    default:
-        return NULL;
-    }
+    return slot_of(c, opt, true);
 }
 
 static int64_t *int_slot(dlock_client *c, dlock_option opt)
 {
-    switch (opt) {
-    case DLOCK_OPT_LEASE_MS:
-        return &c->opts.lease_ms;
-    case DLOCK_OPT_CONNECT_TIMEOUT_MS:
-        return &c->opts.connect_timeout_ms;
-    case DLOCK_OPT_OP_TIMEOUT_MS:
-        return &c->opts.op_timeout_ms;
-    case DLOCK_OPT_DRIFT_MS:
-        return &c->opts.drift_ms;
-    default:
-        return NULL;
-    }
+    return slot_of(c, opt, false);
 }
 
 /* The range of an integer option, the same from setopt and from the URL:
@@ -119,7 +120,8 @@ static bool int_opt_in_range(dlock_option opt, int64_t ms)
     return ms >= (opt == DLOCK_OPT_DRIFT_MS ? 0 : 1) && ms <= DLOCK__MAX_DURATION_MS;
 }
 
-int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value)
+/* What both setopt functions check first: a usable, unconnected client. */
+static int setopt_check(dlock_client *c)
 {
     dlock__msg_clear();
     int rc = dlock__check_client(c);
@@ -128,6 +130,14 @@ int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value)
     if (c->connected)
         return dlock__err(DLOCK_EMISUSE, "%s: options must be set before connecting",
                           c->url.redacted);
+    return DLOCK_OK;
+}
+
+int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value)
+{
+    int rc = setopt_check(c);
+    if (rc)
+        return rc;
     int64_t *slot = int_slot(c, opt);
     if (!slot)
         return dlock__err(DLOCK_EINVAL, "option %d is not an integer option", (int)opt);
@@ -140,13 +150,9 @@ int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value)
 
 int dlock_client_setopt_str(dlock_client *c, dlock_option opt, const char *value)
 {
-    dlock__msg_clear();
-    int rc = dlock__check_client(c);
+    int rc = setopt_check(c);
     if (rc)
         return rc;
-    if (c->connected)
-        return dlock__err(DLOCK_EMISUSE, "%s: options must be set before connecting",
-                          c->url.redacted);
     char **slot = str_slot(c, opt);
     if (!slot)
         return dlock__err(DLOCK_EINVAL, "option %d is not a string option", (int)opt);

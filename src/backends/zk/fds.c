@@ -14,7 +14,11 @@
  *     the connection is used), each TCP socket without FD_CLOEXEC whose
  *     peer port is one of the URL's ports.
  * A socket of the application's own to such a port gets FD_CLOEXEC too
- * (harmless: nothing should pass a ZooKeeper connection across exec). A
+ * (harmless: nothing should pass a ZooKeeper connection across exec), and
+ * so would a pipe another thread made in the same instant as
+ * zookeeper_init(). Not zookeeper_interest(), which returns the socket:
+ * it drives the connection (creates sockets, connects) and belongs to the
+ * library's I/O thread. A
  * fork()+exec() in another thread between the library's socket() and our
  * watcher can still inherit it; dlock(1) closes every descriptor it was
  * not given before it execs, as a second line. Without /proc nothing is
@@ -112,8 +116,8 @@ void zk_fds_cloexec_new_pipes(const struct zk_fds *before)
     for (size_t i = 0; i < now.n && !now.failed; i++) {
         if (in_snapshot(before, now.v[i].fd, now.v[i].target))
             continue;
-        /* both ends of one new pipe: the library's, not a stray pipe
-         * another thread opened meanwhile with one end only */
+        /* both ends of one new pipe, as the library's self-pipe is (a
+         * descriptor that merely reuses a number is not new) */
         for (size_t j = 0; j < now.n; j++)
             if (j != i && strcmp(now.v[i].target, now.v[j].target) == 0 &&
                 !in_snapshot(before, now.v[j].fd, now.v[j].target)) {

@@ -2139,6 +2139,62 @@ START_TEST(test_wait_survives_disconnect_during_create)
 }
 END_TEST
 
+/* A waiter canceled while its client is cut off (and knows it: the
+ * session is reconnecting) returns at once: the delete of its node cannot
+ * be sent now, so it goes to the cleanup queue, and the node is gone
+ * once the connection is back. The op timeout is two minutes, past this
+ * case's time limit: a cancel that retried the delete for it fails the
+ * test by its timeout. */
+START_TEST(test_cancel_while_disconnected_returns_at_once)
+{
+    REQUIRE_SERVERS();
+    struct proxy px;
+    proxy_start(&px, F.s[0].port);
+    char *url = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=120000&connect_timeout=120000",
+                       px.port);
+    char *direct = url_with(NULL, "lease=2000");
+    dlock_client *holder = open_ok(direct), *c = open_ok(url);
+    dlock_lock *lh = lock_ok(holder, "cut-cancel"), *l = lock_ok(c, "cut-cancel");
+    dlock_lock *probe = lock_ok(c, "cut-cancel-probe");
+    ck_assert_int_eq(dlock_acquire(lh, DLOCK_TRY), DLOCK_OK);
+    struct cancel_arg arg = {.l = l, .rc = 1};
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_waiter, &arg);
+    for (int k = 0; k < 500 && waiters_of(holder, "cut-cancel") < 1; k++)
+        tu_sleep_ms(20);
+    ck_assert_int_eq(waiters_of(holder, "cut-cancel"), 1);
+
+    proxy_set(&px, PROXY_BLACKHOLE);
+    /* short waits until the client library gives the connection up */
+    bool reconnecting = false;
+    for (int i = 0; i < 2000 && !reconnecting; i++) {
+        int rc = dlock_acquire(probe, 100);
+        ck_assert_msg(rc == DLOCK_ETIMEDOUT, "probe: %s %s", dlock_err_name(rc), dlock_errmsg());
+        reconnecting = strstr(dlock_errmsg(), "(connecting)") ||
+                       strstr(dlock_errmsg(), "(associating)");
+    }
+    ck_assert_msg(reconnecting, "the client never noticed the cut: %s", dlock_errmsg());
+    ck_assert_int_eq(dlock_lock_cancel(l), DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(arg.rc, DLOCK_ECANCELED);
+
+    proxy_set(&px, PROXY_FORWARD);
+    /* its node goes once reconnected (or with its session) */
+    for (int k = 0; k < 1500 && waiters_of(holder, "cut-cancel") > 0; k++)
+        tu_sleep_ms(20);
+    ck_assert_int_eq(waiters_of(holder, "cut-cancel"), 0);
+    ck_assert_int_eq(dlock_release(lh), DLOCK_OK);
+    dlock_lock_free(probe);
+    dlock_lock_free(l);
+    dlock_lock_free(lh);
+    dlock_client_close(c);
+    dlock_client_close(holder);
+    proxy_stop(&px);
+    free(direct);
+    free(url);
+}
+END_TEST
+
 /* A session closed by someone else (another process that took it over
  * with its id and password, as Curator's KillSession does): the client
  * library learns it on reconnecting (ZOO_EXPIRED_SESSION_STATE) and the
@@ -2498,6 +2554,7 @@ static Suite *zk_suite(void)
     ADD_TEST(tc, test_partitioned_waiter_requeues);
     ADD_TEST(tc, test_wait_while_disconnected_honours_cancel_and_deadline);
     ADD_TEST(tc, test_wait_survives_disconnect_during_create);
+    ADD_TEST(tc, test_cancel_while_disconnected_returns_at_once);
     ADD_TEST(tc, test_session_closed_elsewhere_reported_lost_at_once);
     ADD_TEST(tc, test_descriptors_not_inherited_by_exec);
     ADD_TEST(tc, test_cli_run_status_list_release);

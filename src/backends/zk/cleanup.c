@@ -154,13 +154,19 @@ void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *loc
 }
 
 /* Delete our node PATH, retrying on disconnects up to the op timeout and
- * no later than UNTIL (see zk_rq_*); when that fails or no time is left,
- * hand it to the cleanup queue (the keeper deletes it, at once when
- * connected), so a caller out of time never waits for it. */
+ * no later than UNTIL (see zk_rq_*); when that fails, no time is left or
+ * the session is not connected now (a request would only wait for the
+ * reconnection), hand it to the cleanup queue (the keeper deletes it, at
+ * once when connected), so a caller that gives up never waits for it. */
 void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
                         int64_t until)
 {
-    int64_t deadline = zk_call_deadline(zb, until);
+    pthread_mutex_lock(&zb->mu);
+    bool usable = zk_session_usable(s), connected = usable && s->state == ZOO_CONNECTED_STATE;
+    pthread_mutex_unlock(&zb->mu);
+    if (!usable)
+        return; /* the session ended: its nodes went with it */
+    int64_t deadline = connected ? zk_call_deadline(zb, until) : 0;
     while (deadline) {
         int rc = zk_rq_delete(zb, s->zh, path, deadline);
         if (rc == ZOK || rc == ZNONODE || zk_rc_session_gone(rc))

@@ -362,37 +362,6 @@ START_TEST(test_shared_run)
 }
 END_TEST
 
-START_TEST(test_status_list_release)
-{
-    char *out, *err;
-    ck_assert_int_eq(DLOCK(&out, NULL, "status", "st", "--json"), 0);
-    ck_assert_ptr_nonnull(strstr(out, "\"held\":false"));
-    free(out);
-    pid_t h = start_holder("st", "");
-    ck_assert_int_eq(DLOCK(&out, NULL, "status", "--json", "st"), 0);
-    ck_assert_ptr_nonnull(strstr(out, "\"held\":true"));
-    ck_assert_ptr_nonnull(strstr(out, "\"mode\":\"exclusive\""));
-    char pid[32];
-    snprintf(pid, sizeof pid, "\"id\":\"%d@", (int)h);
-    ck_assert_msg(strstr(out, pid), "%s lacks %s", out, pid);
-    free(out);
-    ck_assert_int_eq(DLOCK(&out, NULL, "status", "st"), 0);
-    ck_assert_ptr_nonnull(strstr(out, "held (exclusive)"));
-    free(out);
-    ck_assert_int_eq(DLOCK(&out, NULL, "list", "s*"), 0);
-    ck_assert_str_eq(out, "st\n");
-    free(out);
-    ck_assert_int_eq(DLOCK(&out, NULL, "list", "--json"), 0);
-    ck_assert_ptr_nonnull(strstr(out, "\"st\""));
-    free(out);
-    ck_assert_int_eq(DLOCK(NULL, &err, "release", "--force", "st"), 69);
-    ck_assert_int_eq(count_lines(err), 1);
-    ck_assert_ptr_nonnull(strstr(err, pid + 6));
-    free(err);
-    stop_holder(h);
-}
-END_TEST
-
 /* COMMAND inherits what dlock inherited and nothing dlock opened: a
  * wrapper shell lists its descriptors (fd 7 opened for the occasion),
  * execs dlock, and COMMAND lists its own. */
@@ -585,7 +554,6 @@ int main(void)
         {"sigint_waiting", test_sigint_while_waiting, 120},
         {"signal_running", test_signal_while_running, 120},
         {"shared", test_shared_run, 120},
-        {"status_list_release", test_status_list_release, 120},
         {"help_man", test_help_matches_man, 120},
         {"command_fds_file", test_command_fds_file, 120},
 #ifdef DLOCK_HAVE_REDIS

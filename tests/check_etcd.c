@@ -220,68 +220,6 @@ static pid_t etcdctl_lock(const char *name, const char *shell, const char *log)
     return tu_spawn(argv, log);
 }
 
-/* ------------------------------------------------------------- children */
-
-static atomic_int lost_flag;
-
-static void on_lost(dlock_lock *l, const char *why, void *arg)
-{
-    (void)l, (void)why, (void)arg;
-    atomic_store(&lost_flag, 1);
-}
-
-enum holder_mode { HOLD_FOREVER, HOLD_UNTIL_LOST };
-
-/* A child that takes NAME with its own client and writes its token to
- * "<dir>/held". HOLD_FOREVER: then sleeps until killed. HOLD_UNTIL_LOST:
- * waits for the lost callback, checks the hold reads as lost, writes
- * "<dir>/lost", and takes the lock again with a greater token. */
-static pid_t fork_holder(const char *url, const char *name, const char *dir, enum holder_mode mode)
-{
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid > 0)
-        return pid;
-    dlock_client *c = NULL;
-    if (dlock_open(url, &c) != DLOCK_OK)
-        _exit(10);
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) != DLOCK_OK)
-        _exit(11);
-    dlock_lock_on_lost(l, on_lost, NULL);
-    if (dlock_acquire(l, 30000) != DLOCK_OK)
-        _exit(12);
-    uint64_t tok = 0;
-    dlock_token(l, &tok);
-    char *held = tu_fmt("%s/held", dir);
-    char *text = tu_fmt("%" PRIu64, tok);
-    write_marker(held, text);
-    if (mode == HOLD_FOREVER)
-        for (;;)
-            pause();
-    for (int i = 0; i < 600 && !atomic_load(&lost_flag); i++)
-        tu_sleep_ms(50);
-    if (!atomic_load(&lost_flag))
-        _exit(20);
-    if (dlock_validity_ms(l) != 0)
-        _exit(21);
-    char *lost = tu_fmt("%s/lost", dir);
-    write_marker(lost, "1");
-    if (dlock_release(l) != DLOCK_ELOST)
-        _exit(22);
-    if (dlock_acquire(l, 30000) != DLOCK_OK)
-        _exit(23);
-    uint64_t tok2 = 0;
-    dlock_token(l, &tok2);
-    if (tok2 <= tok)
-        _exit(24);
-    if (dlock_release(l) != DLOCK_OK)
-        _exit(25);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    _exit(0);
-}
-
 /* ============================================================ the recipe */
 
 START_TEST(test_acquire_release_token)
@@ -332,35 +270,6 @@ START_TEST(test_acquire_release_token)
     }
     dlock_lock_free(l);
     dlock_client_close(c);
-    free(url);
-}
-END_TEST
-
-/* Two clients: try-once answers EBUSY, a bounded wait ETIMEDOUT, and
- * neither leaves its key behind. */
-START_TEST(test_busy_and_timeout_leave_no_key)
-{
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "busy"), *lb = lock_ok(b, "busy");
-    ACQUIRE_OK(la, DLOCK_TRY);
-    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
-    ck_assert_msg(strstr(dlock_errmsg(), "busy"), "message: %s", dlock_errmsg());
-    char *keys = ctl_keys("busy/");
-    ck_assert_int_eq(count_lines(keys), 1);
-    free(keys);
-    ck_assert_int_eq(dlock_acquire(lb, 300), DLOCK_ETIMEDOUT);
-    keys = ctl_keys("busy/");
-    ck_assert_int_eq(count_lines(keys), 1);
-    free(keys);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    ACQUIRE_OK(lb, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
     free(url);
 }
 END_TEST
@@ -442,86 +351,6 @@ START_TEST(test_fifo_and_inspect)
 }
 END_TEST
 
-START_TEST(test_cancel_wait)
-{
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "cancel"), *lb = lock_ok(b, "cancel");
-    ACQUIRE_OK(la, DLOCK_TRY);
-    struct waiter_arg wb = {lb, DLOCK_FOREVER, -99, 0, 0};
-    pthread_t tb;
-    pthread_create(&tb, NULL, waiter_main, &wb);
-    ck_assert_msg(wait_key_count("cancel/", 2), "never 2 key(s) under cancel/");
-    ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
-    pthread_join(tb, NULL);
-    ck_assert_int_eq(wb.rc, DLOCK_ECANCELED);
-    char *keys = ctl_keys("cancel/");
-    ck_assert_int_eq(count_lines(keys), 1); /* the waiter's key is gone */
-    free(keys);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    free(url);
-}
-END_TEST
-
-struct thread_arg {
-    dlock_lock *l;
-    atomic_int *inside;
-    int *counter;
-    int bad;
-};
-
-static void *counter_main(void *p)
-{
-    struct thread_arg *a = p;
-    for (int i = 0; i < 30; i++) {
-        if (dlock_acquire(a->l, 30000) != DLOCK_OK) {
-            a->bad++;
-            continue;
-        }
-        if (atomic_fetch_add(a->inside, 1) != 0)
-            a->bad++;
-        int v = *a->counter;
-        sched_yield();
-        *a->counter = v + 1;
-        atomic_fetch_sub(a->inside, 1);
-        if (dlock_release(a->l) != DLOCK_OK)
-            a->bad++;
-    }
-    return NULL;
-}
-
-/* Threads of one client share the client's lease, so one key per name:
- * they must still exclude each other. */
-START_TEST(test_threads_of_one_client)
-{
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "threads");
-    atomic_int inside = 0;
-    int counter = 0;
-    struct thread_arg args[4];
-    pthread_t t[4];
-    for (int i = 0; i < 4; i++) {
-        args[i] = (struct thread_arg){l, &inside, &counter, 0};
-        pthread_create(&t[i], NULL, counter_main, &args[i]);
-    }
-    for (int i = 0; i < 4; i++) {
-        pthread_join(t[i], NULL);
-        ck_assert_int_eq(args[i].bad, 0);
-    }
-    ck_assert_int_eq(counter, 120);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
-}
-END_TEST
-
 /* Processes: a counter in a file, guarded by the lock, and a check that
  * each new holder's token is greater than every one before. */
 START_TEST(test_processes_counter_and_tokens)
@@ -574,20 +403,6 @@ START_TEST(test_processes_counter_and_tokens)
     free(path);
     tu_rmrf(dir);
     free(dir);
-    free(url);
-}
-END_TEST
-
-START_TEST(test_shared_mode_unsupported)
-{
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = NULL;
-    ck_assert_int_eq(dlock_lock_new(c, "shared", DLOCK_SHARED, 0, &l), DLOCK_ENOTSUP);
-    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "etcd"));
-    ck_assert_ptr_null(l);
-    dlock_client_close(c);
     free(url);
 }
 END_TEST
@@ -784,63 +599,6 @@ END_TEST
 
 /* ================================================================ faults */
 
-/* A holder killed with SIGKILL: its lock frees when its lease expires. */
-START_TEST(test_kill9_holder_frees_after_lease)
-{
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=2s");
-    char *dir = tu_tmpdir("etcd-kill9");
-    pid_t h = fork_holder(url, "kill9", dir, HOLD_FOREVER);
-    char *held = tu_fmt("%s/held", dir);
-    ck_assert_msg(tu_wait_file(held, 20000), "holder never held");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "kill9");
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
-    kill(h, SIGKILL);
-    wait_exit(h);
-    ACQUIRE_OK(l, 20000); /* woken by the key's deletion at lease expiry */
-    char *text = tu_read_file(held);
-    ck_assert_uint_gt(token_of(l), strtoull(text, NULL, 10));
-    free(text);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(held);
-    tu_rmrf(dir);
-    free(dir);
-    free(url);
-}
-END_TEST
-
-/* A holder paused (SIGSTOP) past its lease: another takes the lock; the
- * resumed holder is told its hold was lost, reads it as lost, and can take
- * the lock again afterwards with a new lease and a greater token. */
-START_TEST(test_paused_holder_loses_and_recovers)
-{
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=2s");
-    char *dir = tu_tmpdir("etcd-pause");
-    pid_t h = fork_holder(url, "pause", dir, HOLD_UNTIL_LOST);
-    char *held = tu_fmt("%s/held", dir), *lost = tu_fmt("%s/lost", dir);
-    ck_assert_msg(tu_wait_file(held, 20000), "holder never held");
-    kill(h, SIGSTOP);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "pause");
-    ACQUIRE_OK(l, 20000);
-    kill(h, SIGCONT);
-    ck_assert_msg(tu_wait_file(lost, 20000), "the paused holder was never told");
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    ck_assert_int_eq(wait_exit(h), 0);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(held);
-    free(lost);
-    tu_rmrf(dir);
-    free(dir);
-    free(url);
-}
-END_TEST
-
 static atomic_int lost_here;
 static char lost_why[512];
 
@@ -850,42 +608,6 @@ static void on_lost_here(dlock_lock *l, const char *why, void *arg)
     snprintf(lost_why, sizeof lost_why, "%s", why);
     atomic_store(&lost_here, 1);
 }
-
-/* force_release (API and CLI) deletes the owner key: the holder's next
- * renewal reports the hold lost, and its release says DLOCK_ELOST. */
-START_TEST(test_force_release_reports_lost)
-{
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=1500ms");
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "force");
-    dlock_lock_on_lost(la, on_lost_here, NULL);
-    ACQUIRE_OK(la, DLOCK_TRY);
-    ck_assert_int_eq(dlock_force_release(b, "force"), DLOCK_OK);
-    for (int i = 0; i < 200 && !atomic_load(&lost_here); i++)
-        tu_sleep_ms(25);
-    ck_assert_msg(atomic_load(&lost_here), "the holder was never told");
-    ck_assert_msg(strstr(lost_why, "force"), "why: %s", lost_why);
-    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
-    /* free again; the CLI's release --force on a held name */
-    dlock_lock *lb = lock_ok(b, "force");
-    ACQUIRE_OK(lb, DLOCK_TRY);
-    const char *argv[] = {tu_dlock_bin(), "-u", url, "release", "--force", "force", NULL};
-    char *err = NULL;
-    int rc = tu_run(argv, NULL, NULL, &err);
-    ck_assert_msg(rc == 0, "release --force: %d %s", rc, err);
-    free(err);
-    char *keys = ctl_keys("force/");
-    ck_assert_int_eq(count_lines(keys), 0);
-    free(keys);
-    dlock_release(lb);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    free(url);
-}
-END_TEST
 
 /* Lock names do not alias each other: the contenders of NAME are only the
  * keys NAME/<hex> with a lease, so lock 'job' is free while 'job/sub' is
@@ -1228,50 +950,6 @@ START_TEST(test_lease_revoked_loses_every_hold)
     dlock_client_close(c);
     free(lease);
     free(keys);
-    free(url);
-}
-END_TEST
-
-/* A fixed lease is never renewed: the hold (and its key) ends with it. */
-START_TEST(test_fixed_lease_ends)
-{
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "fixed"), *lb = lock_ok(b, "fixed");
-    ck_assert_int_eq(dlock_lock_set_lease(la, 1500, DLOCK_LEASE_FIXED), DLOCK_OK);
-    ACQUIRE_OK(la, DLOCK_TRY);
-    ck_assert_int_le(dlock_validity_ms(la), 1500);
-    ACQUIRE_OK(lb, 20000); /* the key went with the fixed lease */
-    ck_assert_int_eq(dlock_validity_ms(la), 0);
-    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
-    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    free(url);
-}
-END_TEST
-
-/* The session lease is renewed by the keeper: a hold lives well past it. */
-START_TEST(test_lease_renewed_while_held)
-{
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=2s");
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "renewed"), *lb = lock_ok(b, "renewed");
-    dlock_lock_on_lost(la, on_lost_here, NULL);
-    ACQUIRE_OK(la, DLOCK_TRY);
-    tu_sleep_ms(6500); /* three leases and more */
-    ck_assert_msg(!atomic_load(&lost_here), "lost: %s", lost_why);
-    ck_assert_int_gt(dlock_validity_ms(la), 0);
-    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
     free(url);
 }
 END_TEST
@@ -2307,12 +1985,8 @@ static Suite *etcd_suite(void)
     Suite *s = suite_create("etcd");
     const struct tu_test single_tests[] = {
         {"acquire_release_token", test_acquire_release_token, 90},
-        {"busy_and_timeout_leave_no_key", test_busy_and_timeout_leave_no_key, 90},
         {"fifo_and_inspect", test_fifo_and_inspect, 90},
-        {"cancel_wait", test_cancel_wait, 90},
-        {"threads_of_one_client", test_threads_of_one_client, 90},
         {"processes_counter_and_tokens", test_processes_counter_and_tokens, 90},
-        {"shared_mode_unsupported", test_shared_mode_unsupported, 90},
         {"etcdctl_holds_dlock_waits", test_etcdctl_holds_dlock_waits, 90},
         {"dlock_holds_etcdctl_waits_in_order", test_dlock_holds_etcdctl_waits_in_order, 90},
         {"prefix_list_and_names", test_prefix_list_and_names, 90},
@@ -2324,12 +1998,7 @@ static Suite *etcd_suite(void)
         {"out_of_descriptors_says_so", test_out_of_descriptors_says_so, 90},
         {"oversized_reply_says_so", test_oversized_reply_says_so, 90},
         {"hostile_names", test_hostile_names, 90},
-        {"kill9_holder_frees_after_lease", test_kill9_holder_frees_after_lease, 90},
-        {"paused_holder_loses_and_recovers", test_paused_holder_loses_and_recovers, 90},
-        {"force_release_reports_lost", test_force_release_reports_lost, 90},
         {"lease_revoked_loses_every_hold", test_lease_revoked_loses_every_hold, 90},
-        {"fixed_lease_ends", test_fixed_lease_ends, 90},
-        {"lease_renewed_while_held", test_lease_renewed_while_held, 90},
         {"waiter_keeps_its_place", test_waiter_keeps_its_place, 90},
         {"paused_waiter_requeues", test_paused_waiter_requeues, 90},
         {"unreachable", test_unreachable, 90},

@@ -248,10 +248,6 @@ static zhandle_t *dlock_last_handle(void)
 
 /* ------------------------------------------------------------- children */
 
-/* A child process that takes NAME and reports through files in DIR:
- * "<dir>/held" (token) once it holds. Exits when told by MODE. */
-enum holder_mode { HOLD_FOREVER, HOLD_UNTIL_LOST };
-
 static atomic_int lost_flag;
 static char lost_why[512];
 
@@ -272,70 +268,6 @@ static void write_marker(const char *path, const char *text)
         rename(tmp, path);
     }
     free(tmp);
-}
-
-static pid_t fork_holder(const char *url, const char *name, const char *dir, enum holder_mode mode)
-{
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid > 0)
-        return pid;
-    dlock_client *c = NULL;
-    if (dlock_open(url, &c) != DLOCK_OK)
-        _exit(10);
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) != DLOCK_OK)
-        _exit(11);
-    dlock_lock_on_lost(l, on_lost, NULL);
-    if (dlock_acquire(l, 30000) != DLOCK_OK)
-        _exit(12);
-    /* HOLD_UNTIL_LOST holds a second lock of the same session too */
-    dlock_lock *l2 = NULL;
-    if (mode == HOLD_UNTIL_LOST) {
-        char *name2 = tu_fmt("%s-2", name);
-        if (dlock_lock_new(c, name2, DLOCK_EXCLUSIVE, 0, &l2) != DLOCK_OK)
-            _exit(13);
-        free(name2);
-        dlock_lock_on_lost(l2, on_lost, NULL);
-        if (dlock_acquire(l2, 30000) != DLOCK_OK)
-            _exit(14);
-    }
-    uint64_t tok = 0;
-    dlock_token(l, &tok);
-    char *held = tu_fmt("%s/held", dir);
-    char *text = tu_fmt("%" PRIu64, tok);
-    write_marker(held, text);
-    free(held);
-    free(text);
-    if (mode == HOLD_FOREVER)
-        for (;;)
-            pause();
-    /* HOLD_UNTIL_LOST: after being paused past the session timeout, both
-     * holds of the session must be reported lost (a callback each), read
-     * as lost, and a new session must serve a new acquisition. */
-    for (int i = 0; i < 600 && atomic_load(&lost_flag) < 2; i++)
-        tu_sleep_ms(50);
-    if (atomic_load(&lost_flag) != 2)
-        _exit(20);
-    if (dlock_validity_ms(l) != 0 || dlock_validity_ms(l2) != 0)
-        _exit(21);
-    char *lost = tu_fmt("%s/lost", dir);
-    write_marker(lost, "1");
-    free(lost);
-    if (dlock_release(l) != DLOCK_ELOST || dlock_release(l2) != DLOCK_ELOST)
-        _exit(22);
-    dlock_lock_free(l2);
-    if (dlock_acquire(l, 30000) != DLOCK_OK)
-        _exit(23);
-    uint64_t tok2 = 0;
-    dlock_token(l, &tok2);
-    if (tok2 <= tok)
-        _exit(24);
-    if (dlock_release(l) != DLOCK_OK)
-        _exit(25);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    _exit(0);
 }
 
 static int64_t mono_ms(void)
@@ -435,36 +367,6 @@ START_TEST(test_acquire_release_token)
 }
 END_TEST
 
-START_TEST(test_exclusion_between_clients)
-{
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "excl"), *lb = lock_ok(b, "excl");
-    ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
-    ck_assert_int_eq(dlock_acquire(lb, 300), DLOCK_ETIMEDOUT);
-
-    /* neither try left a node behind */
-    dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(b, "excl", &info), DLOCK_OK);
-    ck_assert_int_eq(dlock_info_waiter_count(info), 0);
-    dlock_info_free(info);
-
-    uint64_t ta = token_of(la);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_OK);
-    ck_assert_uint_gt(token_of(lb), ta);
-    ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_EBUSY);
-    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    free(url);
-}
-END_TEST
-
 /* Waiters in their own clients (threads here), each recording the order in
  * which it acquired. */
 struct waiter_arg {
@@ -551,7 +453,6 @@ START_TEST(test_waiters_fifo_and_inspect)
 }
 END_TEST
 
-/* A canceled wait returns ECANCELED and leaves no node in the queue. */
 struct cancel_arg {
     dlock_lock *l;
     int rc;
@@ -563,101 +464,6 @@ static void *cancel_waiter(void *p)
     a->rc = dlock_acquire(a->l, DLOCK_FOREVER);
     return NULL;
 }
-
-START_TEST(test_cancel_wait)
-{
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "cancel"), *lb = lock_ok(b, "cancel");
-    ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
-    struct cancel_arg arg = {.l = lb, .rc = 1};
-    pthread_t th;
-    pthread_create(&th, NULL, cancel_waiter, &arg);
-    for (int k = 0; k < 200 && waiters_of(a, "cancel") < 1; k++)
-        tu_sleep_ms(20);
-    ck_assert_int_eq(waiters_of(a, "cancel"), 1);
-    ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
-    pthread_join(th, NULL);
-    ck_assert_int_eq(arg.rc, DLOCK_ECANCELED);
-    ck_assert_int_eq(waiters_of(a, "cancel"), 0);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    free(url);
-}
-END_TEST
-
-/* Threads of one client share one session: the core queues them, each
- * gets its own acquisition with a new token. */
-struct thread_arg {
-    dlock_lock *l;
-    int rc;
-    int inside_max;
-};
-
-static atomic_int inside;
-
-static void *same_client_thread(void *p)
-{
-    struct thread_arg *a = p;
-    for (int i = 0; i < 5; i++) {
-        a->rc = dlock_acquire(a->l, 20000);
-        if (a->rc)
-            return NULL;
-        int now = atomic_fetch_add(&inside, 1) + 1;
-        if (now > a->inside_max)
-            a->inside_max = now;
-        tu_sleep_ms(5);
-        atomic_fetch_sub(&inside, 1);
-        a->rc = dlock_release(a->l);
-        if (a->rc)
-            return NULL;
-    }
-    return NULL;
-}
-
-START_TEST(test_threads_of_one_client)
-{
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "threads");
-    struct thread_arg args[4];
-    pthread_t th[4];
-    for (int i = 0; i < 4; i++) {
-        args[i] = (struct thread_arg){.l = l};
-        pthread_create(&th[i], NULL, same_client_thread, &args[i]);
-    }
-    for (int i = 0; i < 4; i++) {
-        pthread_join(th[i], NULL);
-        ck_assert_msg(args[i].rc == DLOCK_OK, "thread %d: %s", i, dlock_err_name(args[i].rc));
-        ck_assert_int_eq(args[i].inside_max, 1);
-    }
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
-}
-END_TEST
-
-START_TEST(test_shared_mode_unsupported)
-{
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, "shared", DLOCK_SHARED, 0, &l);
-    if (rc == DLOCK_OK)
-        rc = dlock_acquire(l, DLOCK_TRY);
-    ck_assert_int_eq(rc, DLOCK_ENOTSUP);
-    ck_assert_msg(strstr(dlock_errmsg(), "shared"), "message: %s", dlock_errmsg());
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
-}
-END_TEST
 
 /* The server clamps the session timeout (the fixture allows 0.5 to 600 s):
  * a hold is valid for what the server granted, not what was asked. A
@@ -949,102 +755,6 @@ START_TEST(test_list_and_prefix)
 }
 END_TEST
 
-/* ================================================== force and lost holds */
-
-START_TEST(test_force_release_reports_lost)
-{
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, "lease=1500");
-    dlock_client *a = open_ok(url), *op = open_ok(url);
-    dlock_lock *l = lock_ok(a, "forced");
-    atomic_store(&lost_flag, 0);
-    dlock_lock_on_lost(l, on_lost, NULL);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_force_release(op, "forced"), DLOCK_OK);
-    /* the next renewal (lease/3) finds the node gone */
-    for (int i = 0; i < 200 && !atomic_load(&lost_flag); i++)
-        tu_sleep_ms(25);
-    ck_assert_int_eq(atomic_load(&lost_flag), 1);
-    ck_assert_msg(strstr(lost_why, "forced") && strstr(lost_why, "force-released"), "why: %s",
-                  lost_why);
-    ck_assert_int_eq(dlock_validity_ms(l), 0);
-    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
-    /* free, and force on a free lock is fine */
-    dlock_lock *o = lock_ok(op, "forced");
-    ck_assert_int_eq(dlock_acquire(o, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(o), DLOCK_OK);
-    ck_assert_int_eq(dlock_force_release(op, "forced"), DLOCK_OK);
-    ck_assert_int_eq(dlock_force_release(op, "never-existed"), DLOCK_OK);
-    dlock_lock_free(o);
-    dlock_lock_free(l);
-    dlock_client_close(a);
-    dlock_client_close(op);
-    free(url);
-}
-END_TEST
-
-START_TEST(test_kill9_holder_frees_at_session_expiry)
-{
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, "lease=1500");
-    char *dir = tu_tmpdir("zk-kill");
-    pid_t child = fork_holder(url, "killed", dir, HOLD_FOREVER);
-    char *held = tu_fmt("%s/held", dir);
-    ck_assert_msg(tu_wait_file(held, 30000), "holder never acquired");
-    char *text = tu_read_file(held);
-    uint64_t child_token = strtoull(text, NULL, 10);
-    free(text);
-
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "killed");
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
-    kill(child, SIGKILL);
-    wait_exit(child);
-    /* the waiter sleeps on its watch until the server expires the dead
-     * session and deletes its node */
-    ck_assert_msg(dlock_acquire(l, 30000) == DLOCK_OK, "%s", dlock_errmsg());
-    ck_assert_uint_gt(token_of(l), child_token);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    tu_rmrf(dir);
-    free(dir);
-    free(held);
-    free(url);
-}
-END_TEST
-
-START_TEST(test_paused_holder_loses_and_recovers)
-{
-    REQUIRE_SERVERS();
-    char *url = kept(url_with(NULL, "lease=1500"));
-    char *dir = kept(tu_tmpdir("zk-stop"));
-    pid_t child = fork_holder(url, "paused", dir, HOLD_UNTIL_LOST);
-    char *held = tu_fmt("%s/held", dir), *lost = tu_fmt("%s/lost", dir);
-    ck_assert_msg(tu_wait_file(held, 30000), "holder never acquired");
-
-    kill(child, SIGSTOP);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "paused");
-    ck_assert_msg(dlock_acquire(l, 30000) == DLOCK_OK, "%s", dlock_errmsg());
-    kill(child, SIGCONT);
-    /* the paused holder learns it lost the lock; we still hold it */
-    ck_assert_msg(tu_wait_file(lost, 30000), "paused holder never reported the loss");
-    ck_assert_int_gt(dlock_validity_ms(l), 0);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    /* and a fresh session serves it a new acquisition */
-    int code = wait_exit(child);
-    ck_assert_msg(code == 0, "paused holder exited %d", code);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    tu_rmrf(dir);
-    free(dir);
-    free(held);
-    free(lost);
-    free(url);
-}
-END_TEST
-
 /* A waiter paused past its session timeout loses its place (the server
  * deletes its node) and, resumed, queues again with a new session and
  * gets the lock when it is released. */
@@ -1107,22 +817,6 @@ START_TEST(test_paused_waiter_requeues)
 END_TEST
 
 /* =============================================================== errors */
-
-START_TEST(test_unreachable)
-{
-    REQUIRE_SERVERS();
-    int port = tu_free_port();
-    char *url = tu_fmt("zk://127.0.0.1:%d?connect_timeout=700", port);
-    dlock_client *c = NULL;
-    int rc = dlock_open(url, &c);
-    ck_assert_int_eq(rc, DLOCK_ECONN);
-    ck_assert_ptr_null(c);
-    char *where = tu_fmt("127.0.0.1:%d", port);
-    ck_assert_msg(strstr(dlock_errmsg(), where), "message: %s", dlock_errmsg());
-    free(where);
-    free(url);
-}
-END_TEST
 
 START_TEST(test_missing_chroot)
 {
@@ -2512,82 +2206,72 @@ END_TEST
 
 /* ============================================================== suite */
 
-/* $ZK_TEST=<test name> runs only that test (and its case's fixture). */
-#define ADD_TEST(tc, fn)                                                   \
-    do {                                                                    \
-        const char *only_ = getenv("ZK_TEST");                              \
-        if (!only_ || !*only_ || strcmp(only_, #fn) == 0)                   \
-            tcase_add_test(tc, fn);                                         \
-    } while (0)
-
 static Suite *zk_suite(void)
 {
+    const struct tu_test standalone[] = {
+        {"acquire_release_token", test_acquire_release_token, 90},
+        {"waiters_fifo_and_inspect", test_waiters_fifo_and_inspect, 90},
+        {"validity_is_the_negotiated_session", test_validity_is_the_negotiated_session, 90},
+        {"curator_interop", test_curator_interop, 90},
+        {"foreign_children_ignored", test_foreign_children_ignored, 90},
+        {"hostile_names", test_hostile_names, 90},
+        {"list_and_prefix", test_list_and_prefix, 90},
+        {"paused_waiter_requeues", test_paused_waiter_requeues, 90},
+        {"missing_chroot", test_missing_chroot, 90},
+        {"bad_urls", test_bad_urls, 90},
+        {"auth_and_acl", test_auth_and_acl, 90},
+        {"lost_create_reply_leaves_no_node", test_lost_create_reply_leaves_no_node, 90},
+        {"lost_release_leaves_no_node", test_lost_release_leaves_no_node, 90},
+        {"release_reply_lost_then_reconnect", test_release_reply_lost_then_reconnect, 90},
+        {"create_reply_lost_node_found_by_guid", test_create_reply_lost_node_found_by_guid, 90},
+        {"partitioned_holder_lost_before_other_holds", test_partitioned_holder_lost_before_other_holds, 90},
+        {"partitioned_waiter_requeues", test_partitioned_waiter_requeues, 90},
+        {"wait_while_disconnected_honours_cancel_and_deadline", test_wait_while_disconnected_honours_cancel_and_deadline, 90},
+        {"wait_survives_disconnect_during_create", test_wait_survives_disconnect_during_create, 90},
+        {"cancel_while_disconnected_returns_at_once", test_cancel_while_disconnected_returns_at_once, 90},
+        {"session_closed_elsewhere_reported_lost_at_once", test_session_closed_elsewhere_reported_lost_at_once, 90},
+        {"descriptors_not_inherited_by_exec", test_descriptors_not_inherited_by_exec, 90},
+        {"cli_run_status_list_release", test_cli_run_status_list_release, 90},
+        {"cli_curator_holder_and_errors", test_cli_curator_holder_and_errors, 90},
+    };
+    const struct tu_test restart[] = {
+        {"server_restart_keeps_hold", test_server_restart_keeps_hold, 120},
+    };
+    const struct tu_test outage[] = {
+        {"server_down_hold_lost", test_server_down_hold_lost, 120},
+    };
+    const struct tu_test stopped[] = {
+        {"stopped_server_bounds_short_waits", test_stopped_server_bounds_short_waits, 50},
+    };
+    const struct tu_test ensemble[] = {
+        {"ensemble_basic", test_ensemble_basic, 180},
+        {"leader_killed_never_two_holders", test_leader_killed_never_two_holders, 180},
+    };
     Suite *s = suite_create("zk");
+    TCase *tc;
 
-    TCase *tc = tcase_create("standalone");
-    tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
-    tcase_set_timeout(tc, 90);
-    ADD_TEST(tc, test_acquire_release_token);
-    ADD_TEST(tc, test_exclusion_between_clients);
-    ADD_TEST(tc, test_waiters_fifo_and_inspect);
-    ADD_TEST(tc, test_cancel_wait);
-    ADD_TEST(tc, test_threads_of_one_client);
-    ADD_TEST(tc, test_shared_mode_unsupported);
-    ADD_TEST(tc, test_validity_is_the_negotiated_session);
-    ADD_TEST(tc, test_curator_interop);
-    ADD_TEST(tc, test_foreign_children_ignored);
-    ADD_TEST(tc, test_hostile_names);
-    ADD_TEST(tc, test_list_and_prefix);
-    ADD_TEST(tc, test_force_release_reports_lost);
-    ADD_TEST(tc, test_kill9_holder_frees_at_session_expiry);
-    ADD_TEST(tc, test_paused_holder_loses_and_recovers);
-    ADD_TEST(tc, test_paused_waiter_requeues);
-    ADD_TEST(tc, test_unreachable);
-    ADD_TEST(tc, test_missing_chroot);
-    ADD_TEST(tc, test_bad_urls);
-    ADD_TEST(tc, test_auth_and_acl);
-    ADD_TEST(tc, test_lost_create_reply_leaves_no_node);
-    ADD_TEST(tc, test_lost_release_leaves_no_node);
-    ADD_TEST(tc, test_release_reply_lost_then_reconnect);
-    ADD_TEST(tc, test_create_reply_lost_node_found_by_guid);
-    ADD_TEST(tc, test_partitioned_holder_lost_before_other_holds);
-    ADD_TEST(tc, test_partitioned_waiter_requeues);
-    ADD_TEST(tc, test_wait_while_disconnected_honours_cancel_and_deadline);
-    ADD_TEST(tc, test_wait_survives_disconnect_during_create);
-    ADD_TEST(tc, test_cancel_while_disconnected_returns_at_once);
-    ADD_TEST(tc, test_session_closed_elsewhere_reported_lost_at_once);
-    ADD_TEST(tc, test_descriptors_not_inherited_by_exec);
-    ADD_TEST(tc, test_cli_run_status_list_release);
-    ADD_TEST(tc, test_cli_curator_holder_and_errors);
-    suite_add_tcase(s, tc);
+    tc = tu_add_tests(s, "standalone", standalone, TU_COUNT(standalone));
+    if (tc)
+        tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
 
     /* A server a test stops and starts again is that test's alone: the
      * restarted JVM is the forked test's child and ends with it. */
-    tc = tcase_create("restart");
-    tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
-    tcase_set_timeout(tc, 120);
-    ADD_TEST(tc, test_server_restart_keeps_hold);
-    suite_add_tcase(s, tc);
+    tc = tu_add_tests(s, "restart", restart, TU_COUNT(restart));
+    if (tc)
+        tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
 
-    tc = tcase_create("outage");
-    tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
-    tcase_set_timeout(tc, 120);
-    ADD_TEST(tc, test_server_down_hold_lost);
-    suite_add_tcase(s, tc);
+    tc = tu_add_tests(s, "outage", outage, TU_COUNT(outage));
+    if (tc)
+        tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
 
     /* Its server is stopped (SIGSTOP) and continued by the test. */
-    tc = tcase_create("stopped");
-    tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
-    tcase_set_timeout(tc, 50);
-    ADD_TEST(tc, test_stopped_server_bounds_short_waits);
-    suite_add_tcase(s, tc);
+    tc = tu_add_tests(s, "stopped", stopped, TU_COUNT(stopped));
+    if (tc)
+        tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
 
-    tc = tcase_create("ensemble");
-    tcase_add_unchecked_fixture(tc, setup_ensemble, teardown_servers);
-    tcase_set_timeout(tc, 180);
-    ADD_TEST(tc, test_ensemble_basic);
-    ADD_TEST(tc, test_leader_killed_never_two_holders);
-    suite_add_tcase(s, tc);
+    tc = tu_add_tests(s, "ensemble", ensemble, TU_COUNT(ensemble));
+    if (tc)
+        tcase_add_unchecked_fixture(tc, setup_ensemble, teardown_servers);
     return s;
 }
 

@@ -37,18 +37,7 @@ static void teardown(void)
 }
 
 /* Run dlock with ARGS (NULL-terminated) against the test's directory. */
-#define DLOCK(out, err, ...) run_dlock(out, err, (const char *[]){__VA_ARGS__, NULL})
-
-static int run_dlock(char **out, char **err, const char **args)
-{
-    const char *argv[32] = {tu_dlock_bin()};
-    size_t n = 1;
-    for (; args[n - 1]; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    const char *env[] = {env_url, NULL};
-    return tu_run(argv, env, out, err);
-}
+#define DLOCK(out, err, ...) TU_DLOCK(out, err, ((const char *[]){env_url, NULL}), __VA_ARGS__)
 
 static int count_lines(const char *s)
 {

@@ -232,18 +232,6 @@ static bool wait_lost(struct lost *f)
     return atomic_load(&f->fired) != 0;
 }
 
-static void write_marker(const char *path, const char *text)
-{
-    char *tmp = tu_fmt("%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-        rename(tmp, path);
-    }
-    free(tmp);
-}
-
 static uint64_t read_u64(const char *path)
 {
     char *s = tu_read_file(path);
@@ -251,14 +239,6 @@ static uint64_t read_u64(const char *path)
     uint64_t v = strtoull(s, NULL, 10);
     free(s);
     return v;
-}
-
-static int wait_exit(pid_t pid)
-{
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* ============================================== acquire, release, token */
@@ -560,7 +540,7 @@ START_TEST(fork_misuse)
         int rc = dlock_acquire(l, DLOCK_TRY);
         _exit(rc == DLOCK_EMISUSE && strstr(dlock_errmsg(), "fork") ? 0 : 1);
     }
-    ck_assert_msg(wait_exit(pid) == 0, "the child could use its parent's client");
+    ck_assert_msg(tu_wait_exit(pid) == 0, "the child could use its parent's client");
     ACQUIRE_OK(l, DLOCK_TRY);
     EXPECT_RC(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
@@ -1044,7 +1024,7 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, boo
     char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
     char *again = tu_fmt("%s/again", dir);
     char *text = tu_fmt("%" PRIu64 "\n", t);
-    write_marker(held, text);
+    tu_write_marker(held, text);
     if (kill_only)
         for (;;)
             pause();
@@ -1055,12 +1035,12 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, boo
     int zero = dlock_validity_ms(l) == 0 && dlock_validity_ms(l2) == 0;
     int rc = dlock_release(l), rc2 = dlock_release(l2);
     char *result = tu_fmt("%d %d %d %d\n", rc, rc2, atomic_load(&lost.fired), zero);
-    write_marker(done, result);
+    tu_write_marker(done, result);
     if (dlock_acquire(l, DLOCK_FOREVER))
         _exit(12);
     dlock_token(l, &t);
     char *t2 = tu_fmt("%" PRIu64 "\n", t);
-    write_marker(again, t2);
+    tu_write_marker(again, t2);
     dlock_release(l);
     _exit(0);
 }
@@ -1078,7 +1058,7 @@ START_TEST(kill9_holder)
     dlock_lock *l = lock_ok(c, "kill9");
     EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     kill(h, SIGKILL);
-    wait_exit(h);
+    tu_wait_exit(h);
     ACQUIRE_OK(l, DLOCK_FOREVER); /* the test's time limit fails a hang */
     ck_assert_uint_gt(token_of(l), t1);
     EXPECT_RC(dlock_release(l), DLOCK_OK);
@@ -1116,7 +1096,7 @@ START_TEST(paused_holder)
         EXPECT_RC(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
         EXPECT_RC(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
     }
-    write_marker(go, "1");
+    tu_write_marker(go, "1");
     kill(h, SIGCONT);
     ck_assert_msg(tu_wait_file(done, 30000), "the resumed holder never released");
     char *text = tu_read_file(done);
@@ -1144,7 +1124,7 @@ START_TEST(paused_holder)
     /* The resumed holder's client serves it a new acquisition. */
     ck_assert_msg(tu_wait_file(again, 30000), "the resumed holder never acquired again");
     ck_assert_uint_gt(read_u64(again), mine);
-    ck_assert_int_eq(wait_exit(h), 0);
+    ck_assert_int_eq(tu_wait_exit(h), 0);
     dlock_lock_free(l);
     dlock_lock_free(l2);
     dlock_client_close(c);
@@ -1285,17 +1265,7 @@ END_TEST
 
 /* ================================================================= CLI */
 
-static int cli(char **out, char **err, const char **args)
-{
-    const char *argv[32] = {tu_dlock_bin()};
-    size_t n = 1;
-    for (; args[n - 1]; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    return tu_run(argv, NULL, out, err);
-}
-
-#define CLI(out, err, ...) cli(out, err, (const char *[]){__VA_ARGS__, NULL})
+#define CLI(out, err, ...) TU_DLOCK(out, err, NULL, __VA_ARGS__)
 
 START_TEST(cli_run_status_list_release)
 {
@@ -1439,7 +1409,7 @@ START_TEST(exec_inherits_no_descriptor)
             len += (size_t)r;
     buf[len] = 0;
     close(p[0]);
-    ck_assert_int_eq(wait_exit(pid), 0);
+    ck_assert_int_eq(tu_wait_exit(pid), 0);
     ck_assert_msg(strcmp(buf, "0\n1\n2\n") == 0,
                   "the exec'd child of a %s client inherited descriptors:\n%s", CT->name, buf);
     EXPECT_RC(dlock_release(la), DLOCK_OK);

@@ -203,6 +203,36 @@ const char *tu_dlock_bin(void)
     return b && *b ? b : "build/dlock";
 }
 
+int tu_dlock(char **out, char **err, const char *const env[], const char *const args[])
+{
+    const char *argv[32] = {tu_dlock_bin()};
+    size_t n = 1;
+    for (; n < 31 && args[n - 1]; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    return tu_run(argv, env, out, err);
+}
+
+void tu_write_marker(const char *path, const char *text)
+{
+    char *tmp = tu_fmt("%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+        rename(tmp, path);
+    }
+    free(tmp);
+}
+
+int tu_wait_exit(pid_t pid)
+{
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 char *tu_read_file(const char *path)
 {
     int fd = open(path, O_RDONLY);

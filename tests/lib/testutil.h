@@ -36,6 +36,11 @@ int tu_run(const char *const argv[], const char *const env[], char **out, char *
 
 /* Path of the dlock CLI under test ($DLOCK_BIN, else build/dlock). */
 const char *tu_dlock_bin(void);
+/* tu_run() of the dlock CLI with ARGS (NULL-terminated, at most 30) and
+ * extra environment ENV (may be NULL). TU_DLOCK(out, err, env, "run", ...)
+ * writes the argument list in place. */
+int tu_dlock(char **out, char **err, const char *const env[], const char *const args[]);
+#define TU_DLOCK(out, err, env, ...) tu_dlock(out, err, env, (const char *const[]){__VA_ARGS__, NULL})
 
 /* Read a whole file (caller frees); NULL if missing. */
 char *tu_read_file(const char *path);
@@ -47,6 +52,11 @@ void tu_sleep_ms(int ms);
 /* Wait until PATH exists (a child's "I hold it now" marker); false after
  * TIMEOUT_MS. */
 bool tu_wait_file(const char *path, int timeout_ms);
+/* Write TEXT to PATH through a temporary file and a rename, so that a
+ * process waiting for PATH never reads it half written. */
+void tu_write_marker(const char *path, const char *text);
+/* Reap PID: its exit status, or 128+N when killed by signal N. */
+int tu_wait_exit(pid_t pid);
 
 /* One test of a table: its name (what DLOCK_TEST matches), its Check
  * function and its time limit in seconds (0 = 60). */

@@ -31,31 +31,12 @@ static char *dir, *url;
 
 static void setup(void)
 {
-    dir = tu_tmpdir("api");
-    url = tu_fmt("file://%s", dir);
+    tu_file_fixture("api", &dir, &url);
 }
 
 static void teardown(void)
 {
-    tu_rmrf(dir);
-    free(dir);
-    free(url);
-}
-
-static dlock_client *open_client(void)
-{
-    dlock_client *c = NULL;
-    int rc = dlock_open(url, &c);
-    ck_assert_msg(rc == DLOCK_OK, "open %s: %s", url, dlock_errmsg());
-    return c;
-}
-
-static dlock_lock *new_lock(dlock_client *c, const char *name, dlock_mode mode, unsigned flags)
-{
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, mode, flags, &l);
-    ck_assert_msg(rc == DLOCK_OK, "lock_new %s: %s", name, dlock_errmsg());
-    return l;
+    tu_file_fixture_end(&dir, &url);
 }
 
 /* One call made in a thread of its own, and what it saw. */
@@ -459,9 +440,9 @@ END_TEST
 /* Taken in thread A, asked about and released in thread B. */
 START_TEST(test_handle_owned_across_threads)
 {
-    dlock_client *c = open_client();
-    dlock_lock *h = new_lock(c, "job", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *other = new_lock(c, "job", DLOCK_EXCLUSIVE, 0);
+    dlock_client *c = tu_open(url);
+    dlock_lock *h = tu_lock_mode(c, "job", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *other = tu_lock_mode(c, "job", DLOCK_EXCLUSIVE, 0);
     struct in_thread a = {.l = h, .wait_ms = DLOCK_TRY, .what = DO_ACQUIRE};
     in_thread(&a);
     ck_assert_int_eq(a.rc, DLOCK_OK);
@@ -510,9 +491,9 @@ END_TEST
  * thread; freeing a handle releases its hold. */
 START_TEST(test_handle_owned_handles_exclude)
 {
-    dlock_client *c = open_client();
-    dlock_lock *h1 = new_lock(c, "pair", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *h2 = new_lock(c, "pair", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_client *c = tu_open(url);
+    dlock_lock *h1 = tu_lock_mode(c, "pair", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *h2 = tu_lock_mode(c, "pair", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
     ck_assert_int_eq(dlock_acquire(h1, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(h2, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_uint_eq(dlock_hold_count(h2), 0);
@@ -530,7 +511,7 @@ START_TEST(test_handle_owned_handles_exclude)
     dlock_lock_free(h2); /* releases h2's hold */
     ck_assert_int_eq(dlock_acquire(h1, DLOCK_TRY), DLOCK_OK);
     dlock_lock_free(h1);
-    dlock_lock *plain = new_lock(c, "pair", DLOCK_EXCLUSIVE, 0);
+    dlock_lock *plain = tu_lock_mode(c, "pair", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(plain, DLOCK_TRY), DLOCK_OK);
     dlock_lock_free(plain);
     dlock_client_close(c);
@@ -541,9 +522,9 @@ END_TEST
  * acquires, the other waits for that outcome and re-enters. */
 START_TEST(test_handle_owned_concurrent_acquires)
 {
-    dlock_client *c = open_client();
-    dlock_lock *x = new_lock(c, "busy", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *h = new_lock(c, "busy", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_client *c = tu_open(url);
+    dlock_lock *x = tu_lock_mode(c, "busy", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *h = tu_lock_mode(c, "busy", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
     ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
     struct in_thread a = {.l = h, .wait_ms = DLOCK_FOREVER, .what = DO_ACQUIRE}, b = a;
     pthread_t ta, tb;
@@ -573,10 +554,10 @@ static void handle_owned_contract(const char *u)
     dlock_client *c = NULL, *c2 = NULL;
     ck_assert_msg(dlock_open(u, &c) == DLOCK_OK, "%s: %s", u, dlock_errmsg());
     ck_assert_msg(dlock_open(u, &c2) == DLOCK_OK, "%s: %s", u, dlock_errmsg());
-    dlock_lock *h = new_lock(c, "ho", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *h2 = new_lock(c, "ho", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *plain = new_lock(c, "ho", DLOCK_EXCLUSIVE, 0);
-    dlock_lock *far = new_lock(c2, "ho", DLOCK_EXCLUSIVE, 0);
+    dlock_lock *h = tu_lock_mode(c, "ho", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *h2 = tu_lock_mode(c, "ho", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *plain = tu_lock_mode(c, "ho", DLOCK_EXCLUSIVE, 0);
+    dlock_lock *far = tu_lock_mode(c2, "ho", DLOCK_EXCLUSIVE, 0);
     struct in_thread a = {.l = h, .wait_ms = DLOCK_TRY, .what = DO_ACQUIRE};
     in_thread(&a);
     ck_assert_msg(a.rc == DLOCK_OK, "%s: %s", u, dlock_err_name(a.rc));
@@ -650,8 +631,8 @@ END_TEST
  * every acquire that uses it, re-entries included. */
 START_TEST(test_cancel_fired_before_start)
 {
-    dlock_client *c = open_client();
-    dlock_lock *l = new_lock(c, "c1", DLOCK_EXCLUSIVE, 0);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock_mode(c, "c1", DLOCK_EXCLUSIVE, 0);
     dlock_cancel *k = NULL;
     ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
     ck_assert_int_eq(dlock_cancel_fired(k), 0);
@@ -666,8 +647,8 @@ START_TEST(test_cancel_fired_before_start)
     ck_assert_int_eq(dlock_acquire_ex(l, 60000, k), DLOCK_ECANCELED);
     ck_assert_uint_eq(dlock_hold_count(l), 0);
     /* nothing was taken: another client takes it at once */
-    dlock_client *c2 = open_client();
-    dlock_lock *l2 = new_lock(c2, "c1", DLOCK_EXCLUSIVE, 0);
+    dlock_client *c2 = tu_open(url);
+    dlock_lock *l2 = tu_lock_mode(c2, "c1", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
     /* a re-entry too is canceled, and the hold is left as it was */
@@ -690,9 +671,9 @@ END_TEST
  * DLOCK_ECANCELED and hold nothing; the holder keeps its hold. */
 START_TEST(test_cancel_fired_during_wait)
 {
-    dlock_client *c = open_client();
-    dlock_lock *holder = new_lock(c, "c2", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *l = new_lock(c, "c2", DLOCK_EXCLUSIVE, 0);
+    dlock_client *c = tu_open(url);
+    dlock_lock *holder = tu_lock_mode(c, "c2", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *l = tu_lock_mode(c, "c2", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
     dlock_cancel *k = NULL;
     ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
@@ -732,9 +713,9 @@ static void fire_on_signal(int sig)
 /* Fired from a signal handler (async-signal-safe) while a wait sleeps. */
 START_TEST(test_cancel_fired_from_signal_handler)
 {
-    dlock_client *c = open_client();
-    dlock_lock *holder = new_lock(c, "c3", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *l = new_lock(c, "c3", DLOCK_EXCLUSIVE, 0);
+    dlock_client *c = tu_open(url);
+    dlock_lock *holder = tu_lock_mode(c, "c3", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *l = tu_lock_mode(c, "c3", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_cancel_new(&signal_cancel), DLOCK_OK);
     struct sigaction sa = {.sa_handler = fire_on_signal};
@@ -779,9 +760,9 @@ static void wait_thread_count(size_t n)
  * backend polls), and a wait about to sleep puts K on the canceler. */
 static void arm_by_waiting(dlock_cancel *k, const char *name)
 {
-    dlock_client *c = open_client();
-    dlock_lock *holder = new_lock(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *l = new_lock(c, name, DLOCK_EXCLUSIVE, 0);
+    dlock_client *c = tu_open(url);
+    dlock_lock *holder = tu_lock_mode(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *l = tu_lock_mode(c, name, DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire_ex(l, 20, k), DLOCK_ETIMEDOUT);
     dlock_lock_free(l);
@@ -798,8 +779,8 @@ START_TEST(test_cancel_thread_lifetime)
     ck_assert_int_eq(dlock_cancel_new(&k1), DLOCK_OK);
     ck_assert_int_eq(dlock_cancel_new(&k2), DLOCK_OK);
     ck_assert_uint_eq(thread_count(), before); /* nothing waited yet */
-    dlock_client *c = open_client();
-    dlock_lock *l = new_lock(c, "lt0", DLOCK_EXCLUSIVE, 0);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock_mode(c, "lt0", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire_ex(l, DLOCK_FOREVER, k1), DLOCK_OK); /* free: no wait */
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
@@ -879,9 +860,9 @@ START_TEST(test_cancel_freed_by_child_keeps_parent_working)
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
     ck_assert_uint_eq(thread_count(), threads); /* the canceler still runs */
-    dlock_client *c = open_client();
-    dlock_lock *holder = new_lock(c, "cf", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *l = new_lock(c, "cf", DLOCK_EXCLUSIVE, 0);
+    dlock_client *c = tu_open(url);
+    dlock_lock *holder = tu_lock_mode(c, "cf", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *l = tu_lock_mode(c, "cf", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
     struct in_thread a = {.l = l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
     pthread_t ta;
@@ -903,10 +884,10 @@ END_TEST
  * exclusive); holding shared, an exclusive acquire is refused. */
 START_TEST(test_downgrade_and_upgrade_rules)
 {
-    dlock_client *c = open_client();
-    dlock_lock *x = new_lock(c, "rw", DLOCK_EXCLUSIVE, 0);
-    dlock_lock *s = new_lock(c, "rw", DLOCK_SHARED, 0);
-    dlock_lock *reader = new_lock(c, "rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_client *c = tu_open(url);
+    dlock_lock *x = tu_lock_mode(c, "rw", DLOCK_EXCLUSIVE, 0);
+    dlock_lock *s = tu_lock_mode(c, "rw", DLOCK_SHARED, 0);
+    dlock_lock *reader = tu_lock_mode(c, "rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED);
     ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(s, DLOCK_TRY), DLOCK_OK);
     ck_assert_uint_eq(dlock_hold_count(s), 2);
@@ -934,14 +915,14 @@ END_TEST
 /* What a backend cannot do is refused by the core before it is called. */
 START_TEST(test_capabilities_checked_first)
 {
-    dlock_client *c = open_client();
+    dlock_client *c = tu_open(url);
     dlock_lock *l = NULL;
     ck_assert_int_eq(dlock_lock_new(c, "f", DLOCK_EXCLUSIVE, DLOCK_LOCK_FAIR, &l), DLOCK_ENOTSUP);
     ck_assert_ptr_null(l);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "arrival order"));
     ck_assert_int_eq(dlock_lock_new(c, "f", DLOCK_EXCLUSIVE, 4u, &l), DLOCK_EINVAL);
     ck_assert_int_eq(dlock_lock_new(c, "f", DLOCK_EXCLUSIVE, 1u << 31, &l), DLOCK_EINVAL);
-    l = new_lock(c, "f", DLOCK_EXCLUSIVE, 0);
+    l = tu_lock_mode(c, "f", DLOCK_EXCLUSIVE, 0);
     /* the file backend has no leases: a fixed one is accepted and unused */
     ck_assert_int_eq(dlock_lock_set_lease(l, 5000, DLOCK_LEASE_FIXED), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);

@@ -101,44 +101,14 @@ static char *test_url(const char *extra)
     return url;
 }
 
-static dlock_client *open_url(const char *url)
-{
-    dlock_client *c = NULL;
-    int rc = dlock_open(url, &c);
-    ck_assert_msg(rc == DLOCK_OK, "dlock_open(%s): %s: %s", url, dlock_err_name(rc),
-                  dlock_errmsg());
-    return c;
-}
-
 /* A client of this test (its prefix) with EXTRA options. */
 static dlock_client *open_test(const char *extra)
 {
     char *url = test_url(extra);
-    dlock_client *c = open_url(url);
+    dlock_client *c = tu_open(url);
     free(url);
     return c;
 }
-
-static dlock_lock *lock_mode(dlock_client *c, const char *name, dlock_mode mode)
-{
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, mode, 0, &l);
-    ck_assert_msg(rc == DLOCK_OK, "dlock_lock_new(%s): %s: %s", name, dlock_err_name(rc),
-                  dlock_errmsg());
-    return l;
-}
-
-static dlock_lock *lock_ok(dlock_client *c, const char *name)
-{
-    return lock_mode(c, name, DLOCK_EXCLUSIVE);
-}
-
-#define ACQUIRE_OK(l, wait)                                                                  \
-    do {                                                                                     \
-        int rc_ = dlock_acquire((l), (wait));                                                \
-        ck_assert_msg(rc_ == DLOCK_OK, "acquire '%s': %s: %s", dlock_lock_name(l),           \
-                      dlock_err_name(rc_), dlock_errmsg());                                  \
-    } while (0)
 
 #define EXPECT_RC(call, want)                                                                \
     do {                                                                                     \
@@ -246,14 +216,14 @@ static uint64_t read_u64(const char *path)
 START_TEST(acquire_release_token)
 {
     dlock_client *c = open_test("lease=5s");
-    dlock_lock *l = lock_ok(c, "basic");
+    dlock_lock *l = tu_lock(c, "basic");
     uint64_t t;
     EXPECT_RC(dlock_token(l, &t), DLOCK_ENOTOWNER);
     EXPECT_RC(dlock_release(l), DLOCK_ENOTOWNER);
     ck_assert_uint_eq(dlock_hold_count(l), 0);
     ck_assert_int_lt(dlock_validity_ms(l), 0);
 
-    ACQUIRE_OK(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_uint_eq(dlock_hold_count(l), 1);
     uint64_t t1 = token_of(l);
     ck_assert_uint_gt(t1, 0);
@@ -267,14 +237,14 @@ START_TEST(acquire_release_token)
     EXPECT_RC(dlock_release(l), DLOCK_ENOTOWNER);
 
     /* Every new acquisition, by this client or others, a greater token. */
-    ACQUIRE_OK(l, 1000);
+    TU_ACQUIRE_OK(l, 1000);
     uint64_t last = token_of(l);
     ck_assert_uint_gt(last, t1);
     EXPECT_RC(dlock_release(l), DLOCK_OK);
     for (int i = 0; i < 3; i++) {
         dlock_client *c2 = open_test(NULL);
-        dlock_lock *l2 = lock_ok(c2, "basic");
-        ACQUIRE_OK(l2, DLOCK_TRY);
+        dlock_lock *l2 = tu_lock(c2, "basic");
+        TU_ACQUIRE_OK(l2, DLOCK_TRY);
         uint64_t t2 = token_of(l2);
         ck_assert_uint_gt(t2, last);
         last = t2;
@@ -296,11 +266,11 @@ END_TEST
 START_TEST(reentrancy)
 {
     dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
-    dlock_lock *l = lock_ok(c, "re"), *again = lock_ok(c, "re"), *other = lock_ok(c2, "re");
-    ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_lock *l = tu_lock(c, "re"), *again = tu_lock(c, "re"), *other = tu_lock(c2, "re");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     uint64_t t1 = token_of(l);
-    ACQUIRE_OK(l, DLOCK_TRY);
-    ACQUIRE_OK(again, DLOCK_TRY); /* same thread, another handle */
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(again, DLOCK_TRY); /* same thread, another handle */
     ck_assert_uint_eq(dlock_hold_count(l), 3);
     ck_assert_uint_eq(token_of(again), t1); /* a re-entry keeps the token */
     EXPECT_RC(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
@@ -311,7 +281,7 @@ START_TEST(reentrancy)
     EXPECT_RC(dlock_release(l), DLOCK_OK);
     ck_assert_uint_eq(dlock_hold_count(l), 0);
     EXPECT_RC(dlock_release(l), DLOCK_ENOTOWNER);
-    ACQUIRE_OK(other, DLOCK_TRY);
+    TU_ACQUIRE_OK(other, DLOCK_TRY);
     ck_assert_uint_gt(token_of(other), t1);
     EXPECT_RC(dlock_release(other), DLOCK_OK);
     dlock_lock_free(other);
@@ -338,10 +308,10 @@ START_TEST(shared_mode)
         dlock_client_close(c);
         return;
     }
-    dlock_lock *r1 = lock_mode(c, "rw", DLOCK_SHARED), *r2 = lock_mode(c2, "rw", DLOCK_SHARED);
-    dlock_lock *w = lock_ok(c2, "rw"), *w_same_thread = lock_ok(c, "rw");
-    ACQUIRE_OK(r1, DLOCK_TRY);
-    ACQUIRE_OK(r2, DLOCK_TRY);
+    dlock_lock *r1 = tu_lock_mode(c, "rw", DLOCK_SHARED, 0), *r2 = tu_lock_mode(c2, "rw", DLOCK_SHARED, 0);
+    dlock_lock *w = tu_lock(c2, "rw"), *w_same_thread = tu_lock(c, "rw");
+    TU_ACQUIRE_OK(r1, DLOCK_TRY);
+    TU_ACQUIRE_OK(r2, DLOCK_TRY);
     ck_assert_int_eq(dlock_lock_mode(r1), DLOCK_SHARED);
     EXPECT_RC(dlock_acquire(w_same_thread, DLOCK_TRY), DLOCK_EMISUSE); /* other mode */
     struct waiter rt;
@@ -359,17 +329,17 @@ START_TEST(shared_mode)
     dlock_info_free(info);
     EXPECT_RC(dlock_release(r1), DLOCK_OK);
     EXPECT_RC(dlock_release(r2), DLOCK_OK);
-    ACQUIRE_OK(w, DLOCK_TRY);
+    TU_ACQUIRE_OK(w, DLOCK_TRY);
     EXPECT_RC(dlock_acquire(r1, DLOCK_TRY), DLOCK_EBUSY); /* no reader under a writer */
     EXPECT_RC(dlock_release(w), DLOCK_OK);
     /* Holding exclusive, a shared acquire re-enters the exclusive hold. */
-    ACQUIRE_OK(w_same_thread, DLOCK_TRY);
-    ACQUIRE_OK(r1, DLOCK_TRY);
+    TU_ACQUIRE_OK(w_same_thread, DLOCK_TRY);
+    TU_ACQUIRE_OK(r1, DLOCK_TRY);
     ck_assert_uint_eq(dlock_hold_count(w_same_thread), 2);
     EXPECT_RC(dlock_acquire(r2, DLOCK_TRY), DLOCK_EBUSY); /* still exclusive */
     EXPECT_RC(dlock_release(r1), DLOCK_OK);
     EXPECT_RC(dlock_release(w_same_thread), DLOCK_OK);
-    ACQUIRE_OK(r2, DLOCK_TRY);
+    TU_ACQUIRE_OK(r2, DLOCK_TRY);
     EXPECT_RC(dlock_release(r2), DLOCK_OK);
     dlock_lock_free(w_same_thread);
     dlock_lock_free(w);
@@ -416,7 +386,7 @@ START_TEST(threads_exclude)
 {
     enum { T = 4 };
     dlock_client *c = open_test(NULL);
-    dlock_lock *l = lock_ok(c, "threads");
+    dlock_lock *l = tu_lock(c, "threads");
     atomic_int inside = 0;
     int counter = 0;
     struct counter_arg args[T];
@@ -443,8 +413,8 @@ END_TEST
 START_TEST(waits)
 {
     dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = lock_ok(a, "waits"), *lb = lock_ok(b, "waits");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_lock *la = tu_lock(a, "waits"), *lb = tu_lock(b, "waits");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     uint64_t ta = token_of(la);
     EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_msg(strstr(dlock_errmsg(), "waits"), "EBUSY message: %s", dlock_errmsg());
@@ -471,8 +441,8 @@ END_TEST
 START_TEST(time_bound)
 {
     dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = lock_ok(a, "bound"), *lb = lock_ok(b, "bound");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_lock *la = tu_lock(a, "bound"), *lb = tu_lock(b, "bound");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     for (int i = 0; i < 3; i++)
         EXPECT_RC(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT);
     struct waiter w;
@@ -483,7 +453,7 @@ START_TEST(time_bound)
     pthread_join(w.th, NULL);
     ck_assert_msg(w.rc == DLOCK_ETIMEDOUT, "other thread: %s", dlock_err_name(w.rc));
     EXPECT_RC(dlock_release(la), DLOCK_OK);
-    ACQUIRE_OK(lb, 100);
+    TU_ACQUIRE_OK(lb, 100);
     EXPECT_RC(dlock_release(lb), DLOCK_OK);
     dlock_lock_free(la);
     dlock_lock_free(lb);
@@ -498,8 +468,8 @@ END_TEST
 START_TEST(cancel)
 {
     dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = lock_ok(a, "cancel"), *lb = lock_ok(b, "cancel");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_lock *la = tu_lock(a, "cancel"), *lb = tu_lock(b, "cancel");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     struct waiter w;
     waiter_start(&w, lb, DLOCK_FOREVER);
     if (wait_for_waiter(a, "cancel")) {
@@ -519,7 +489,7 @@ START_TEST(cancel)
     ck_assert_uint_eq(dlock_hold_count(la), 1); /* the holder's is untouched */
     EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
     EXPECT_RC(dlock_release(la), DLOCK_OK);
-    ACQUIRE_OK(lb, DLOCK_TRY); /* a later wait is not canceled */
+    TU_ACQUIRE_OK(lb, DLOCK_TRY); /* a later wait is not canceled */
     EXPECT_RC(dlock_release(lb), DLOCK_OK);
     dlock_lock_free(la);
     dlock_lock_free(lb);
@@ -533,7 +503,7 @@ END_TEST
 START_TEST(fork_misuse)
 {
     dlock_client *c = open_test(NULL);
-    dlock_lock *l = lock_ok(c, "forked");
+    dlock_lock *l = tu_lock(c, "forked");
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -541,7 +511,7 @@ START_TEST(fork_misuse)
         _exit(rc == DLOCK_EMISUSE && strstr(dlock_errmsg(), "fork") ? 0 : 1);
     }
     ck_assert_msg(tu_wait_exit(pid) == 0, "the child could use its parent's client");
-    ACQUIRE_OK(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     EXPECT_RC(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -552,13 +522,13 @@ END_TEST
 START_TEST(free_releases)
 {
     dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
-    dlock_lock *l = lock_ok(c, "freed"), *o = lock_ok(c2, "freed");
-    ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_lock *l = tu_lock(c, "freed"), *o = tu_lock(c2, "freed");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     dlock_lock_free(l);
-    ACQUIRE_OK(o, DLOCK_FOREVER); /* the release may reach the backend after free returns */
+    TU_ACQUIRE_OK(o, DLOCK_FOREVER); /* the release may reach the backend after free returns */
     EXPECT_RC(dlock_release(o), DLOCK_OK);
-    l = lock_ok(c, "freed");
-    ACQUIRE_OK(l, DLOCK_TRY);
+    l = tu_lock(c, "freed");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     dlock_lock_free(l);
     dlock_lock_free(NULL); /* harmless */
     dlock_lock_free(o);
@@ -573,10 +543,10 @@ END_TEST
 START_TEST(lease_renewed)
 {
     dlock_client *a = open_test("lease=2s"), *b = open_test(NULL);
-    dlock_lock *la = lock_ok(a, "renewed"), *lb = lock_ok(b, "renewed");
+    dlock_lock *la = tu_lock(a, "renewed"), *lb = tu_lock(b, "renewed");
     struct lost lost = {0};
     EXPECT_RC(dlock_lock_on_lost(la, on_lost, &lost), DLOCK_OK);
-    ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     if (!has(CT_LEASES)) {
         ck_assert_int_eq(dlock_validity_ms(la), DLOCK_VALID_FOREVER);
     } else {
@@ -594,7 +564,7 @@ START_TEST(lease_renewed)
     }
     EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
     EXPECT_RC(dlock_release(la), DLOCK_OK);
-    ACQUIRE_OK(lb, DLOCK_TRY);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY);
     EXPECT_RC(dlock_release(lb), DLOCK_OK);
     dlock_lock_free(la);
     dlock_lock_free(lb);
@@ -611,8 +581,8 @@ END_TEST
 START_TEST(cancel_same_client)
 {
     dlock_client *c = open_test(NULL);
-    dlock_lock *l = lock_ok(c, "cancel-local");
-    ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_lock *l = tu_lock(c, "cancel-local");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     struct waiter w;
     waiter_start(&w, l, DLOCK_FOREVER);
     for (;;) {
@@ -645,11 +615,11 @@ static void *acquire_ex_main(void *p)
 START_TEST(cancel_object)
 {
     dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = lock_ok(a, "cancel-obj"), *lb = lock_ok(b, "cancel-obj");
+    dlock_lock *la = tu_lock(a, "cancel-obj"), *lb = tu_lock(b, "cancel-obj");
     dlock_cancel *k = NULL;
     EXPECT_RC(dlock_cancel_new(&k), DLOCK_OK);
     ck_assert_int_eq(dlock_cancel_fired(k), 0);
-    ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     struct waiter w = {.l = lb, .wait = DLOCK_FOREVER, .rc = 1, .token_ptr = k};
     ck_assert_int_eq(pthread_create(&w.th, NULL, acquire_ex_main, &w), 0);
     wait_for_waiter(a, "cancel-obj"); /* where it shows; a fire before the wait ends it too */
@@ -690,7 +660,7 @@ START_TEST(handle_owned)
     dlock_lock *h = NULL, *h2 = NULL;
     EXPECT_RC(dlock_lock_new(c, "owned", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &h), DLOCK_OK);
     EXPECT_RC(dlock_lock_new(c, "owned", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &h2), DLOCK_OK);
-    dlock_lock *other = lock_ok(c2, "owned");
+    dlock_lock *other = tu_lock(c2, "owned");
     struct waiter w = {.l = h, .wait = DLOCK_TRY, .rc = 1};
     ck_assert_int_eq(pthread_create(&w.th, NULL, acquire_only_main, &w), 0);
     pthread_join(w.th, NULL); /* the thread is gone, its hold is not */
@@ -700,18 +670,18 @@ START_TEST(handle_owned)
     ck_assert_int_gt(dlock_validity_ms(h), 0);
     EXPECT_RC(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
     EXPECT_RC(dlock_acquire(h2, DLOCK_TRY), DLOCK_EBUSY); /* another handle, another owner */
-    ACQUIRE_OK(h, DLOCK_TRY); /* the owner re-enters, from any thread */
+    TU_ACQUIRE_OK(h, DLOCK_TRY); /* the owner re-enters, from any thread */
     ck_assert_uint_eq(dlock_hold_count(h), 2);
     ck_assert_uint_eq(token_of(h), w.token);
     EXPECT_RC(dlock_release(h), DLOCK_OK);
     EXPECT_RC(dlock_release(h), DLOCK_OK);
     EXPECT_RC(dlock_release(h), DLOCK_ENOTOWNER);
-    ACQUIRE_OK(other, DLOCK_TRY);
+    TU_ACQUIRE_OK(other, DLOCK_TRY);
     ck_assert_uint_gt(token_of(other), w.token);
     EXPECT_RC(dlock_release(other), DLOCK_OK);
-    ACQUIRE_OK(h2, DLOCK_TRY);
+    TU_ACQUIRE_OK(h2, DLOCK_TRY);
     dlock_lock_free(h2); /* freeing the handle releases its hold */
-    ACQUIRE_OK(other, DLOCK_FOREVER);
+    TU_ACQUIRE_OK(other, DLOCK_FOREVER);
     EXPECT_RC(dlock_release(other), DLOCK_OK);
     dlock_lock_free(other);
     dlock_lock_free(h);
@@ -738,7 +708,7 @@ START_TEST(fair_order)
         return;
     }
     ck_assert_msg(rc == DLOCK_OK, "DLOCK_LOCK_FAIR: %s: %s", dlock_err_name(rc), dlock_errmsg());
-    ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     uint64_t t0 = token_of(la);
     dlock_client *c[W];
     dlock_lock *l[W];
@@ -775,10 +745,10 @@ END_TEST
 START_TEST(lost_callback)
 {
     dlock_client *a = open_test("lease=1500ms"), *op = open_test(NULL);
-    dlock_lock *l = lock_ok(a, "taken"), *other = lock_ok(op, "taken");
+    dlock_lock *l = tu_lock(a, "taken"), *other = tu_lock(op, "taken");
     struct lost lost = {0};
     EXPECT_RC(dlock_lock_on_lost(l, on_lost, &lost), DLOCK_OK);
-    ACQUIRE_OK(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     if (!has(CT_FORCE_LIVE)) {
         EXPECT_RC(dlock_force_release(op, "taken"), DLOCK_ENOTSUP);
         char me[32];
@@ -794,11 +764,11 @@ START_TEST(lost_callback)
                           strstr(lost.why, "127.0.0.1:"),
                       "the reason names neither the lock, the cause nor the server: %s", lost.why);
         ck_assert_int_eq(dlock_validity_ms(l), 0);
-        ACQUIRE_OK(other, DLOCK_TRY);
+        TU_ACQUIRE_OK(other, DLOCK_TRY);
         EXPECT_RC(dlock_release(l), DLOCK_ELOST);
         ck_assert_uint_eq(dlock_hold_count(l), 0);
         EXPECT_RC(dlock_release(other), DLOCK_OK);
-        ACQUIRE_OK(l, DLOCK_TRY); /* the handle works again */
+        TU_ACQUIRE_OK(l, DLOCK_TRY); /* the handle works again */
         EXPECT_RC(dlock_release(l), DLOCK_OK);
         ck_assert_int_eq(atomic_load(&lost.fired), 1);
     }
@@ -816,7 +786,7 @@ END_TEST
 START_TEST(fixed_lease)
 {
     dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = lock_ok(a, "fixed"), *lb = lock_ok(b, "fixed");
+    dlock_lock *la = tu_lock(a, "fixed"), *lb = tu_lock(b, "fixed");
     struct lost lost = {0};
     EXPECT_RC(dlock_lock_on_lost(la, on_lost, &lost), DLOCK_OK);
     int rc = dlock_lock_set_lease(la, 1500, DLOCK_LEASE_FIXED); /* zk: refused here */
@@ -835,7 +805,7 @@ START_TEST(fixed_lease)
         ck_assert_msg(rc == DLOCK_OK, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
         int64_t v = dlock_validity_ms(la);
         ck_assert_msg(v >= 0 && v <= 1500, "validity %" PRId64 " of a 1.5 s fixed lease", v);
-        ACQUIRE_OK(lb, DLOCK_FOREVER); /* only the expiry frees it */
+        TU_ACQUIRE_OK(lb, DLOCK_FOREVER); /* only the expiry frees it */
         ck_assert_msg(wait_lost(&lost), "the lost callback never fired");
         ck_assert_int_eq(dlock_validity_ms(la), 0);
         EXPECT_RC(dlock_release(la), DLOCK_ELOST);
@@ -924,8 +894,8 @@ START_TEST(hostile_names)
     dlock_client *a = open_test(NULL), *b = open_test(NULL);
     dlock_lock *la[N], *lb[N];
     for (size_t i = 0; i < N; i++) {
-        la[i] = lock_ok(a, names[i]);
-        lb[i] = lock_ok(b, names[i]);
+        la[i] = tu_lock(a, names[i]);
+        lb[i] = tu_lock(b, names[i]);
     }
     /* All held at once by one thread (shortest first: with nesting names,
      * "a" before "a/b"); another client finds each busy. */
@@ -950,7 +920,7 @@ START_TEST(hostile_names)
     /* Distinct: holding one name leaves every other free (but the names it
      * nests under, where names nest). */
     for (size_t i = 0; i < N; i++) {
-        ACQUIRE_OK(la[i], DLOCK_TRY);
+        TU_ACQUIRE_OK(la[i], DLOCK_TRY);
         for (size_t j = 0; j < N; j++) {
             int rc = dlock_acquire(lb[j], DLOCK_TRY);
             bool busy = i == j || (has(CT_NAMES_NEST) && nests_under(names[i], names[j]));
@@ -1054,12 +1024,12 @@ START_TEST(kill9_holder)
     pid_t h = fork_holder(url, "kill9", dir, true);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
     uint64_t t1 = read_u64(held);
-    dlock_client *c = open_url(url);
-    dlock_lock *l = lock_ok(c, "kill9");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "kill9");
     EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     kill(h, SIGKILL);
     tu_wait_exit(h);
-    ACQUIRE_OK(l, DLOCK_FOREVER); /* the test's time limit fails a hang */
+    TU_ACQUIRE_OK(l, DLOCK_FOREVER); /* the test's time limit fails a hang */
     ck_assert_uint_gt(token_of(l), t1);
     EXPECT_RC(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
@@ -1086,12 +1056,12 @@ START_TEST(paused_holder)
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
     uint64_t t1 = read_u64(held);
     kill(h, SIGSTOP);
-    dlock_client *c = open_url(url);
-    dlock_lock *l = lock_ok(c, "paused"), *l2 = lock_ok(c, "paused-2");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "paused"), *l2 = tu_lock(c, "paused-2");
     if (has(CT_LEASES)) {
-        ACQUIRE_OK(l, DLOCK_FOREVER);
+        TU_ACQUIRE_OK(l, DLOCK_FOREVER);
         ck_assert_uint_gt(token_of(l), t1);
-        ACQUIRE_OK(l2, DLOCK_FOREVER);
+        TU_ACQUIRE_OK(l2, DLOCK_FOREVER);
     } else {
         EXPECT_RC(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
         EXPECT_RC(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
@@ -1153,8 +1123,8 @@ START_TEST(inspect_list_force)
     const char *names[] = {"job-a", "job-b", "other"};
     dlock_lock *l[3];
     for (int i = 0; i < 3; i++) {
-        l[i] = lock_ok(c, names[i]);
-        ACQUIRE_OK(l[i], DLOCK_TRY);
+        l[i] = tu_lock(c, names[i]);
+        TU_ACQUIRE_OK(l[i], DLOCK_TRY);
     }
     EXPECT_RC(dlock_inspect(c2, "job-a", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
@@ -1181,13 +1151,13 @@ START_TEST(inspect_list_force)
     free_names(v);
 
     EXPECT_RC(dlock_force_release(c2, "never"), DLOCK_OK); /* nothing there: fine */
-    dlock_lock *o = lock_ok(c2, "job-a");
+    dlock_lock *o = tu_lock(c2, "job-a");
     if (has(CT_FORCE_LIVE)) {
         EXPECT_RC(dlock_force_release(c2, "job-a"), DLOCK_OK);
         EXPECT_RC(dlock_inspect(c2, "job-a", &info), DLOCK_OK);
         ck_assert_int_eq(dlock_info_held(info), 0);
         dlock_info_free(info);
-        ACQUIRE_OK(o, DLOCK_TRY);
+        TU_ACQUIRE_OK(o, DLOCK_TRY);
         EXPECT_RC(dlock_release(l[0]), DLOCK_ELOST);
         EXPECT_RC(dlock_release(o), DLOCK_OK);
     } else {
@@ -1281,9 +1251,9 @@ START_TEST(cli_run_status_list_release)
         free(out);
         free(err);
     }
-    dlock_client *c = open_url(url);
-    dlock_lock *l = lock_ok(c, "cli-job");
-    ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "cli-job");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_uint_gt(token_of(l), prev);
     ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-n", "cli-job", "true"), 1);
     ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "cli-job"), 0);
@@ -1381,8 +1351,8 @@ START_TEST(exec_inherits_no_descriptor)
             fcntl(atoi(de->d_name), F_SETFD, FD_CLOEXEC);
     closedir(d);
     dlock_client *a = open_test("lease=5s"), *b = open_test("lease=5s");
-    dlock_lock *la = lock_ok(a, "fds"), *lb = lock_ok(b, "fds");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_lock *la = tu_lock(a, "fds"), *lb = tu_lock(b, "fds");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     EXPECT_RC(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT); /* the waiting machinery is up */
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

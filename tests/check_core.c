@@ -34,31 +34,12 @@ static char *dir, *url;
 
 static void setup(void)
 {
-    dir = tu_tmpdir("core");
-    url = tu_fmt("file://%s", dir);
+    tu_file_fixture("core", &dir, &url);
 }
 
 static void teardown(void)
 {
-    tu_rmrf(dir);
-    free(dir);
-    free(url);
-}
-
-static dlock_client *open_url(const char *u)
-{
-    dlock_client *c = NULL;
-    int rc = dlock_open(u, &c);
-    ck_assert_msg(rc == DLOCK_OK, "open %s: %s: %s", u, dlock_err_name(rc), dlock_errmsg());
-    return c;
-}
-
-static dlock_lock *new_lock(dlock_client *c, const char *name)
-{
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l);
-    ck_assert_msg(rc == DLOCK_OK, "lock_new %s: %s", name, dlock_errmsg());
-    return l;
+    tu_file_fixture_end(&dir, &url);
 }
 
 /* Poll COND every millisecond until true; false after TIMEOUT_MS (a bound
@@ -140,7 +121,7 @@ static void piece_free(void *arg)
 
 START_TEST(test_cleanup_keeper_retries_until_done)
 {
-    dlock_client *c = open_url(url);
+    dlock_client *c = tu_open(url);
     struct piece p = {.fail_first = 2};
     /* The caller's message is not touched by queueing. */
     dlock__err(DLOCK_EIO, "the caller's own words");
@@ -164,7 +145,7 @@ END_TEST
 START_TEST(test_cleanup_close_tries_once_more_then_frees)
 {
     char *u = tu_fmt("%s?timeout=60s", url);
-    dlock_client *c = open_url(u);
+    dlock_client *c = tu_open(u);
     free(u);
     struct piece p = {.fail_first = -1}, q = {.fail_first = -1};
     ck_assert_int_eq(dlock__cleanup_add(c, "delete p", piece_fn, &p, piece_free), DLOCK_OK);
@@ -188,8 +169,8 @@ END_TEST
 
 START_TEST(test_handles_outlive_their_closed_client)
 {
-    dlock_client *c = open_url(url);
-    dlock_lock *a = new_lock(c, "outlive-a"), *b = new_lock(c, "outlive-b");
+    dlock_client *c = tu_open(url);
+    dlock_lock *a = tu_lock(c, "outlive-a"), *b = tu_lock(c, "outlive-b");
     ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
     dlock_client_close(c);
     /* The handles still answer (with EMISUSE) and free harmlessly; the
@@ -202,8 +183,8 @@ START_TEST(test_handles_outlive_their_closed_client)
     dlock_lock_free(a);
     dlock_lock_free(b);
     /* Close released the hold. */
-    dlock_client *c2 = open_url(url);
-    dlock_lock *a2 = new_lock(c2, "outlive-a");
+    dlock_client *c2 = tu_open(url);
+    dlock_lock *a2 = tu_lock(c2, "outlive-a");
     ck_assert_int_eq(dlock_acquire(a2, DLOCK_TRY), DLOCK_OK);
     dlock_lock_free(a2);
     dlock_client_close(c2);
@@ -249,8 +230,8 @@ static void report_from_thread(dlock_client *c, struct dlock__hold *h, const cha
 
 START_TEST(test_backend_thread_reports_hold_lost)
 {
-    dlock_client *c = open_url(url);
-    dlock_lock *l = new_lock(c, "reported"), *other = new_lock(c, "bystander");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "reported"), *other = tu_lock(c, "bystander");
     struct lost_note n = {0}, m = {0};
     ck_assert_int_eq(dlock_lock_on_lost(l, note_lost, &n), DLOCK_OK);
     ck_assert_int_eq(dlock_lock_on_lost(other, note_lost, &m), DLOCK_OK);
@@ -324,9 +305,9 @@ START_TEST(test_local_queue_fifo_one_wake_per_release)
 {
     ck_assert_msg(F_ok, "etcd did not start: %s", F.error);
     char *u = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = open_url(u);
+    dlock_client *c = tu_open(u);
     free(u);
-    dlock_lock *l = new_lock(c, "core/fifo");
+    dlock_lock *l = tu_lock(c, "core/fifo");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
     int order[NQ];
     atomic_int norder = 0;
@@ -380,11 +361,11 @@ START_TEST(test_local_queue_leaver_passes_on)
      * saw the hand-over or not, the second waiter gets the name. */
     ck_assert_msg(F_ok, "etcd did not start: %s", F.error);
     char *u = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = open_url(u);
+    dlock_client *c = tu_open(u);
     free(u);
-    dlock_lock *l = new_lock(c, "core/leaver");
-    dlock_lock *l1 = new_lock(c, "core/leaver");
-    dlock_lock *l2 = new_lock(c, "core/leaver");
+    dlock_lock *l = tu_lock(c, "core/leaver");
+    dlock_lock *l1 = tu_lock(c, "core/leaver");
+    dlock_lock *l2 = tu_lock(c, "core/leaver");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
     struct leaver a = {l1, -100}, b = {l2, -100};
     pthread_t ta, tb;
@@ -430,9 +411,9 @@ START_TEST(test_timeout_message_is_not_an_earlier_error)
 {
     ck_assert_msg(F_ok, "etcd did not start: %s", F.error);
     char *u = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = open_url(u);
+    dlock_client *c = tu_open(u);
     free(u);
-    dlock_lock *l = new_lock(c, "core/message");
+    dlock_lock *l = tu_lock(c, "core/message");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
     struct timed_waiter x = {l, -100, ""};
     pthread_t t;
@@ -459,9 +440,9 @@ static dlock_client *open_redis(const char *lease, dlock_client **op)
 {
     ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
     char *u = tu_fmt("%s?lease=%s", srv.url, lease);
-    dlock_client *c = open_url(u);
+    dlock_client *c = tu_open(u);
     free(u);
-    *op = open_url(srv.url);
+    *op = tu_open(srv.url);
     return c;
 }
 
@@ -488,7 +469,7 @@ START_TEST(test_lost_callback_frees_other_handle_of_batch)
     struct batch b = {.freed = -1};
     const char *names[2] = {"batch-a", "batch-b"};
     for (int i = 0; i < 2; i++) {
-        b.l[i] = new_lock(c, names[i]);
+        b.l[i] = tu_lock(c, names[i]);
         ck_assert_int_eq(dlock_lock_on_lost(b.l[i], free_the_other, &b), DLOCK_OK);
     }
     /* Taken together, renewed in one batch, lost in one pass. */
@@ -537,7 +518,7 @@ static int64_t valid_until(dlock_lock *l)
 START_TEST(test_blocked_lost_callback_does_not_stop_renewals)
 {
     dlock_client *op, *c = open_redis("1500ms", &op);
-    dlock_lock *lost = new_lock(c, "blocked"), *kept = new_lock(c, "renewed");
+    dlock_lock *lost = tu_lock(c, "blocked"), *kept = tu_lock(c, "renewed");
     struct blocker b = {0};
     ck_assert_int_eq(dlock_lock_on_lost(lost, block_until_told, &b), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(lost, DLOCK_TRY), DLOCK_OK);
@@ -574,7 +555,7 @@ static void free_myself(dlock_lock *l, const char *why, void *arg)
 START_TEST(test_lost_callback_frees_its_own_handle)
 {
     dlock_client *op, *c = open_redis("1500ms", &op);
-    dlock_lock *l = new_lock(c, "self-free");
+    dlock_lock *l = tu_lock(c, "self-free");
     atomic_int done = 0;
     ck_assert_int_eq(dlock_lock_on_lost(l, free_myself, &done), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
@@ -632,7 +613,7 @@ static bool thread_sleeps(int tid)
 START_TEST(test_free_waits_for_running_callback)
 {
     dlock_client *op, *c = open_redis("1500ms", &op);
-    dlock_lock *l = new_lock(c, "slow-cb");
+    dlock_lock *l = tu_lock(c, "slow-cb");
     struct slow_cb x = {0};
     ck_assert_int_eq(dlock_lock_on_lost(l, slow_then_touch, &x), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
@@ -726,7 +707,7 @@ static void close_my_client(dlock_lock *l, const char *why, void *arg)
 START_TEST(test_lost_callback_closes_its_client)
 {
     dlock_client *op, *c = open_redis("1500ms", &op);
-    dlock_lock *l = new_lock(c, "closer"), *other = new_lock(c, "closer-other");
+    dlock_lock *l = tu_lock(c, "closer"), *other = tu_lock(c, "closer-other");
     struct closer x = {c, 0};
     ck_assert_int_eq(dlock_lock_on_lost(l, close_my_client, &x), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
@@ -737,7 +718,7 @@ START_TEST(test_lost_callback_closes_its_client)
     ck_assert_int_eq(dlock_release(other), DLOCK_EMISUSE);
     dlock_lock_free(l);
     dlock_lock_free(other);
-    dlock_lock *probe = new_lock(op, "closer-other");
+    dlock_lock *probe = tu_lock(op, "closer-other");
     ck_assert_int_eq(dlock_acquire(probe, DLOCK_TRY), DLOCK_OK);
     dlock_lock_free(probe);
     dlock_client_close(op);

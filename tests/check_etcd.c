@@ -106,36 +106,6 @@ static void revive_all(void)
     ck_assert_msg(etcdf_revive(&F, 30000), "etcd members did not come back healthy");
 }
 
-static dlock_client *open_ok(const char *url)
-{
-    dlock_client *c = NULL;
-    int rc = dlock_open(url, &c);
-    ck_assert_msg(rc == DLOCK_OK, "dlock_open(%s): %s: %s", url, dlock_err_name(rc),
-                  dlock_errmsg());
-    return c;
-}
-
-static dlock_lock *lock_ok(dlock_client *c, const char *name)
-{
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l);
-    ck_assert_msg(rc == DLOCK_OK, "dlock_lock_new(%s): %s", name, dlock_errmsg());
-    return l;
-}
-
-static uint64_t token_of(dlock_lock *l)
-{
-    uint64_t t = 0;
-    ck_assert_int_eq(dlock_token(l, &t), DLOCK_OK);
-    return t;
-}
-
-#define ACQUIRE_OK(l, wait)                                                                   \
-    do {                                                                                      \
-        int rc_ = dlock_acquire((l), (wait));                                                 \
-        ck_assert_msg(rc_ == DLOCK_OK, "acquire: %s: %s", dlock_err_name(rc_), dlock_errmsg()); \
-    } while (0)
-
 /* Keys under PREFIX as etcdctl sees them: "key\n" per key (caller frees). */
 static char *ctl_keys(const char *prefix)
 {
@@ -184,33 +154,6 @@ static uint64_t ctl_create_rev(const char *key)
     return rev;
 }
 
-static void write_marker(const char *path, const char *text)
-{
-    char *tmp = tu_fmt("%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-        rename(tmp, path);
-    }
-    free(tmp);
-}
-
-static int wait_exit(pid_t pid)
-{
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Start `etcdctl lock NAME COMMAND...` in the background (COMMAND runs
  * while it holds). */
 static pid_t etcdctl_lock(const char *name, const char *shell, const char *log)
@@ -226,11 +169,11 @@ START_TEST(test_acquire_release_token)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     ck_assert_str_eq(dlock_client_backend(c), "etcd");
-    dlock_lock *l = lock_ok(c, "basic");
-    ACQUIRE_OK(l, DLOCK_TRY);
-    uint64_t t1 = token_of(l);
+    dlock_lock *l = tu_lock(c, "basic");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t1 = tu_token(l);
     ck_assert_uint_gt(t1, 0);
     ck_assert_int_gt(dlock_validity_ms(l), 0);
     ck_assert_int_le(dlock_validity_ms(l), 30000);
@@ -244,9 +187,9 @@ START_TEST(test_acquire_release_token)
     free(keys);
 
     /* reentrant: same token, one key */
-    ACQUIRE_OK(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_uint_eq(dlock_hold_count(l), 2);
-    ck_assert_uint_eq(token_of(l), t1);
+    ck_assert_uint_eq(tu_token(l), t1);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     ck_assert_uint_eq(dlock_hold_count(l), 1);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
@@ -258,10 +201,10 @@ START_TEST(test_acquire_release_token)
     /* tokens strictly increase, across clients too */
     uint64_t last = t1;
     for (int i = 0; i < 5; i++) {
-        dlock_client *c2 = open_ok(url);
-        dlock_lock *l2 = lock_ok(c2, "basic");
-        ACQUIRE_OK(l2, DLOCK_TRY);
-        uint64_t t = token_of(l2);
+        dlock_client *c2 = tu_open(url);
+        dlock_lock *l2 = tu_lock(c2, "basic");
+        TU_ACQUIRE_OK(l2, DLOCK_TRY);
+        uint64_t t = tu_token(l2);
         ck_assert_uint_gt(t, last);
         last = t;
         ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
@@ -300,10 +243,10 @@ START_TEST(test_fifo_and_inspect)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url), *c = open_ok(url);
-    dlock_lock *la = lock_ok(a, "fifo"), *lb = lock_ok(b, "fifo"), *lc = lock_ok(c, "fifo");
-    ACQUIRE_OK(la, DLOCK_TRY);
-    uint64_t ta = token_of(la);
+    dlock_client *a = tu_open(url), *b = tu_open(url), *c = tu_open(url);
+    dlock_lock *la = tu_lock(a, "fifo"), *lb = tu_lock(b, "fifo"), *lc = tu_lock(c, "fifo");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t ta = tu_token(la);
     struct waiter_arg wb = {lb, 20000, -99, 0, 0}, wc = {lc, 20000, -99, 0, 0};
     pthread_t tb, tc;
     pthread_create(&tb, NULL, waiter_main, &wb);
@@ -359,7 +302,7 @@ START_TEST(test_processes_counter_and_tokens)
     char *url = etcdf_url(&F, NULL, "lease=5s");
     char *dir = tu_tmpdir("etcd-counter");
     char *path = tu_fmt("%s/counter", dir);
-    write_marker(path, "0 0\n");
+    tu_write_marker(path, "0 0\n");
     pid_t kids[4];
     for (int k = 0; k < 4; k++) {
         kids[k] = fork();
@@ -383,7 +326,7 @@ START_TEST(test_processes_counter_and_tokens)
                 if (tok <= last)
                     _exit(13); /* a token not above the previous holder's */
                 char *next = tu_fmt("%llu %" PRIu64 "\n", n + 1, tok);
-                write_marker(path, next);
+                tu_write_marker(path, next);
                 free(next);
                 if (dlock_release(l) != DLOCK_OK)
                     _exit(14);
@@ -394,7 +337,7 @@ START_TEST(test_processes_counter_and_tokens)
         }
     }
     for (int k = 0; k < 4; k++)
-        ck_assert_int_eq(wait_exit(kids[k]), 0);
+        ck_assert_int_eq(tu_wait_exit(kids[k]), 0);
     char *text = tu_read_file(path);
     unsigned long long n = 0, last = 0;
     ck_assert_int_eq(sscanf(text, "%llu %llu", &n, &last), 2);
@@ -426,19 +369,19 @@ START_TEST(test_etcdctl_holds_dlock_waits)
     free(keys);
 
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "interop1");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "interop1");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     struct waiter_arg w = {l, 30000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
     tu_sleep_ms(300);
     ck_assert(!atomic_load(&w.done));
-    write_marker(go, "1");
+    tu_write_marker(go, "1");
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK);
     ck_assert_uint_gt(w.token, ctl_rev);
-    ck_assert_int_eq(wait_exit(ctl), 0);
+    ck_assert_int_eq(tu_wait_exit(ctl), 0);
     dlock_lock_free(l);
     dlock_client_close(c);
     free(url);
@@ -457,10 +400,10 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
     REQUIRE_SERVERS();
     char *dir = tu_tmpdir("etcd-interop2");
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "interop2"), *lb = lock_ok(b, "interop2");
-    ACQUIRE_OK(la, DLOCK_TRY);
-    uint64_t ta = token_of(la);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "interop2"), *lb = tu_lock(b, "interop2");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t ta = tu_token(la);
 
     char *held = tu_fmt("%s/etcdctl-held", dir), *go = tu_fmt("%s/go", dir);
     char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
@@ -476,8 +419,8 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
     ck_assert_msg(tu_wait_file(held, 20000), "etcdctl never got the lock after the release");
     tu_sleep_ms(300);
     ck_assert_msg(!atomic_load(&wb.done), "dlock waiter got the lock etcdctl holds");
-    write_marker(go, "1");
-    ck_assert_int_eq(wait_exit(ctl), 0);
+    tu_write_marker(go, "1");
+    ck_assert_int_eq(tu_wait_exit(ctl), 0);
     pthread_join(tb, NULL);
     ck_assert_int_eq(wb.rc, DLOCK_OK);
     ck_assert_uint_gt(wb.token, ta);
@@ -500,12 +443,12 @@ START_TEST(test_prefix_list_and_names)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, "/app", NULL);
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     const char *names[] = {"jobs", "jobs.nightly", "a b/c", "caf\xc3\xa9"};
     dlock_lock *l[4];
     for (int i = 0; i < 4; i++) {
-        l[i] = lock_ok(c, names[i]);
-        ACQUIRE_OK(l[i], DLOCK_TRY);
+        l[i] = tu_lock(c, names[i]);
+        TU_ACQUIRE_OK(l[i], DLOCK_TRY);
     }
     char *keys = ctl_keys("app/jobs/");
     ck_assert_int_eq(count_lines(keys), 1);
@@ -525,17 +468,17 @@ START_TEST(test_prefix_list_and_names)
     free(out);
     /* a prefix keeps names apart: the same name without it is free */
     char *bare = etcdf_url(&F, NULL, NULL);
-    dlock_client *c2 = open_ok(bare);
-    dlock_lock *other = lock_ok(c2, "jobs");
-    ACQUIRE_OK(other, DLOCK_TRY);
+    dlock_client *c2 = tu_open(bare);
+    dlock_lock *other = tu_lock(c2, "jobs");
+    TU_ACQUIRE_OK(other, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(other), DLOCK_OK);
     dlock_lock_free(other);
     dlock_client_close(c2);
     free(bare);
     /* ?prefix= works the same way */
     char *url3 = etcdf_url(&F, NULL, "prefix=app/");
-    dlock_client *c3 = open_ok(url3);
-    dlock_lock *same = lock_ok(c3, "jobs");
+    dlock_client *c3 = tu_open(url3);
+    dlock_lock *same = tu_lock(c3, "jobs");
     ck_assert_int_eq(dlock_acquire(same, DLOCK_TRY), DLOCK_EBUSY);
     dlock_lock_free(same);
     dlock_client_close(c3);
@@ -556,30 +499,30 @@ START_TEST(test_hostile_names)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, "/hostile", NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
     char longname[DLOCK_NAME_MAX + 1];
     memset(longname, 'n', DLOCK_NAME_MAX);
     longname[DLOCK_NAME_MAX] = 0;
     const char *names[] = {"../../etc", "a\nb", "\xff\xff", "\xff", "x y%00", "/", longname};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        dlock_lock *la = lock_ok(a, names[i]), *lb = lock_ok(b, names[i]);
-        ACQUIRE_OK(la, DLOCK_TRY);
+        dlock_lock *la = tu_lock(a, names[i]), *lb = tu_lock(b, names[i]);
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
         ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
         dlock_info *info = NULL;
         ck_assert_int_eq(dlock_inspect(b, names[i], &info), DLOCK_OK);
         ck_assert_int_eq(dlock_info_held(info), 1);
-        ck_assert_uint_eq(dlock_info_token(info), token_of(la));
+        ck_assert_uint_eq(dlock_info_token(info), tu_token(la));
         dlock_info_free(info);
         ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-        ACQUIRE_OK(lb, DLOCK_TRY);
+        TU_ACQUIRE_OK(lb, DLOCK_TRY);
         ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
         dlock_lock_free(la);
         dlock_lock_free(lb);
     }
     /* "\xff" and "\xff\xff" are different locks */
-    dlock_lock *l1 = lock_ok(a, "\xff"), *l2 = lock_ok(b, "\xff\xff");
-    ACQUIRE_OK(l1, DLOCK_TRY);
-    ACQUIRE_OK(l2, DLOCK_TRY);
+    dlock_lock *l1 = tu_lock(a, "\xff"), *l2 = tu_lock(b, "\xff\xff");
+    TU_ACQUIRE_OK(l1, DLOCK_TRY);
+    TU_ACQUIRE_OK(l2, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(l1), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
     dlock_lock_free(l1);
@@ -616,15 +559,15 @@ START_TEST(test_nested_names_do_not_alias)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *sub = lock_ok(a, "job/sub"), *job = lock_ok(b, "job");
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *sub = tu_lock(a, "job/sub"), *job = tu_lock(b, "job");
     dlock_lock_on_lost(sub, on_lost_here, NULL);
-    ACQUIRE_OK(sub, DLOCK_TRY);
+    TU_ACQUIRE_OK(sub, DLOCK_TRY);
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(b, "job", &info), DLOCK_OK);
     ck_assert_msg(!dlock_info_held(info), "status job shows job/sub's holder");
     dlock_info_free(info);
-    ACQUIRE_OK(job, DLOCK_TRY); /* not blocked by job/sub */
+    TU_ACQUIRE_OK(job, DLOCK_TRY); /* not blocked by job/sub */
     ck_assert_int_eq(dlock_release(job), DLOCK_OK);
     ck_assert_int_eq(dlock_force_release(b, "job"), DLOCK_OK); /* nothing to break */
     char *keys = ctl_keys("job/sub/");
@@ -673,9 +616,9 @@ START_TEST(test_application_keys_are_not_contenders)
     ck_assert_int_eq(tu_run(list, NULL, &out, NULL), 0);
     ck_assert_msg(!*out, "list: %s", out);
     free(out);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "app1");
-    ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "app1");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(c, "app1", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_waiter_count(info), 0);
@@ -699,14 +642,14 @@ START_TEST(test_queue_pages_past_other_keys)
         ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", key, "x", NULL), 0);
     }
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "pg"), *lb = lock_ok(b, "pg");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "pg"), *lb = tu_lock(b, "pg");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(b, "pg", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
-    ck_assert_uint_eq(dlock_info_token(info), token_of(la));
+    ck_assert_uint_eq(dlock_info_token(info), tu_token(la));
     dlock_info_free(info);
     struct waiter_arg wb = {lb, 20000, -99, 0, 0};
     pthread_t tb;
@@ -715,7 +658,7 @@ START_TEST(test_queue_pages_past_other_keys)
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     pthread_join(tb, NULL);
     ck_assert_msg(wb.rc == DLOCK_OK, "%s", dlock_err_name(wb.rc));
-    ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     ck_assert_int_eq(dlock_force_release(b, "pg"), DLOCK_OK);
     ck_assert_msg(wait_key_count("pg/", 40), "force-release left the holder's key");
     ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
@@ -736,9 +679,9 @@ START_TEST(test_killed_waiters_do_not_stall_the_queue)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, "lease=60s");
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "kw"), *lb = lock_ok(b, "kw");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "kw"), *lb = tu_lock(b, "kw");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     enum { NW = 20 };
     pid_t kids[NW];
     for (int i = 0; i < NW; i++) {
@@ -758,11 +701,11 @@ START_TEST(test_killed_waiters_do_not_stall_the_queue)
     for (int i = 0; i < NW; i++)
         kill(kids[i], SIGKILL);
     for (int i = 0; i < NW; i++)
-        ck_assert_int_eq(wait_exit(kids[i]), 128 + SIGKILL);
+        ck_assert_int_eq(tu_wait_exit(kids[i]), 128 + SIGKILL);
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    int64_t t0 = mono_ms();
-    ACQUIRE_OK(lb, 40000);
-    fprintf(stderr, "killed waiters: next acquire after %lld ms\n", (long long)(mono_ms() - t0));
+    int64_t t0 = tu_mono_ms();
+    TU_ACQUIRE_OK(lb, 40000);
+    fprintf(stderr, "killed waiters: next acquire after %lld ms\n", (long long)(tu_mono_ms() - t0));
     /* ...while the session leases the killed waiters' keys are named after
      * still live: it did not wait for them to end. */
     int alive = 0;
@@ -813,9 +756,9 @@ START_TEST(test_no_descriptor_leaks_into_children)
     int other_before = 0, other_waiting = 0, other_holding = 0;
     int before = inherited_sockets(&other_before);
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "cloexec"), *lb = lock_ok(b, "cloexec");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "cloexec"), *lb = tu_lock(b, "cloexec");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     struct waiter_arg wb = {lb, 20000, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, waiter_main, &wb);
@@ -824,7 +767,7 @@ START_TEST(test_no_descriptor_leaks_into_children)
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     pthread_join(tb, NULL);
     ck_assert_int_eq(wb.rc, DLOCK_OK);
-    ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     int holding = inherited_sockets(&other_holding);
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     ck_assert_msg(waiting == before && holding == before,
@@ -847,7 +790,7 @@ START_TEST(test_out_of_descriptors_says_so)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = open_ok(url); /* libcurl is loaded, one connection */
+    dlock_client *a = tu_open(url); /* libcurl is loaded, one connection */
     struct rlimit rl;
     ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
     rl.rlim_cur = 256;
@@ -874,13 +817,13 @@ START_TEST(test_oversized_reply_says_so)
     big[sizeof big - 1] = 0;
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", "big/data", big, NULL), 0);
     char *url = etcdf_url(&F, NULL, "max_reply=4096");
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     dlock_info *info = NULL;
     int rc = dlock_inspect(c, "big", &info);
     ck_assert_msg(rc == DLOCK_EPROTO && strstr(dlock_errmsg(), "reply larger than 4096 bytes"),
                   "%s: %s", dlock_err_name(rc), dlock_errmsg());
-    dlock_lock *l = lock_ok(c, "big"); /* the lock's own requests are small */
-    ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_lock *l = tu_lock(c, "big"); /* the lock's own requests are small */
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -913,13 +856,13 @@ START_TEST(test_lease_revoked_loses_every_hold)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, "lease=2s");
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     const char *names[] = {"revoke1", "revoke2", "revoke3"};
     dlock_lock *l[3];
     for (int i = 0; i < 3; i++) {
-        l[i] = lock_ok(c, names[i]);
+        l[i] = tu_lock(c, names[i]);
         dlock_lock_on_lost(l[i], on_lost_count, (void *)(intptr_t)i);
-        ACQUIRE_OK(l[i], DLOCK_TRY);
+        TU_ACQUIRE_OK(l[i], DLOCK_TRY);
     }
     char *keys = ctl_keys("revoke1/");
     keys[strcspn(keys, "\n")] = 0;
@@ -940,7 +883,7 @@ START_TEST(test_lease_revoked_loses_every_hold)
         ck_assert_int_eq(dlock_validity_ms(l[i]), 0);
         ck_assert_int_eq(dlock_release(l[i]), DLOCK_ELOST);
     }
-    ACQUIRE_OK(l[0], DLOCK_TRY);
+    TU_ACQUIRE_OK(l[0], DLOCK_TRY);
     char *again = ctl_keys("revoke1/");
     ck_assert_ptr_null(strstr(again, lease)); /* a fresh lease */
     free(again);
@@ -960,9 +903,9 @@ START_TEST(test_waiter_keeps_its_place)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=2s");
-    dlock_client *a = open_ok(url), *b = open_ok(short_url), *c = open_ok(url);
-    dlock_lock *la = lock_ok(a, "place"), *lb = lock_ok(b, "place"), *lc = lock_ok(c, "place");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_client *a = tu_open(url), *b = tu_open(short_url), *c = tu_open(url);
+    dlock_lock *la = tu_lock(a, "place"), *lb = tu_lock(b, "place"), *lc = tu_lock(c, "place");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     struct waiter_arg wb = {lb, 30000, -99, 0, 0}, wc = {lc, 30000, -99, 0, 0};
     pthread_t tb, tc;
     pthread_create(&tb, NULL, waiter_main, &wb);
@@ -1018,19 +961,19 @@ START_TEST(test_paused_waiter_requeues)
         uint64_t tok = 0;
         dlock_token(lb, &tok);
         char *text = tu_fmt("%" PRIu64, tok);
-        write_marker(bheld, text);
+        tu_write_marker(bheld, text);
         dlock_release(lb);
         _exit(0);
     }
-    dlock_client *a = open_ok(url);
-    dlock_lock *la = lock_ok(a, "requeue");
-    ACQUIRE_OK(la, DLOCK_TRY);
-    write_marker(aheld, "1");
+    dlock_client *a = tu_open(url);
+    dlock_lock *la = tu_lock(a, "requeue");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    tu_write_marker(aheld, "1");
     ck_assert_msg(wait_key_count("requeue/", 2), "never 2 key(s) under requeue/");
     kill(b, SIGSTOP);
     ck_assert_msg(wait_key_count("requeue/", 1), "never 1 key(s) under requeue/");
-    dlock_client *c = open_ok(url);
-    dlock_lock *lc = lock_ok(c, "requeue");
+    dlock_client *c = tu_open(url);
+    dlock_lock *lc = tu_lock(c, "requeue");
     struct waiter_arg wc = {lc, 30000, -99, 0, 0};
     pthread_t tc;
     /* c queues behind a: b has no key any more */
@@ -1039,11 +982,11 @@ START_TEST(test_paused_waiter_requeues)
     kill(b, SIGCONT);
     tu_sleep_ms(1500); /* b notices, queues again behind c */
     ck_assert_msg(access(bheld, F_OK) != 0, "b holds while a does");
-    write_marker(cdone, "1"); /* from now on b may hold (after c) */
+    tu_write_marker(cdone, "1"); /* from now on b may hold (after c) */
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     pthread_join(tc, NULL);
     ck_assert_int_eq(wc.rc, DLOCK_OK);
-    ck_assert_int_eq(wait_exit(b), 0);
+    ck_assert_int_eq(tu_wait_exit(b), 0);
     char *text = tu_read_file(bheld);
     ck_assert_ptr_nonnull(text);
     ck_assert_uint_gt(strtoull(text, NULL, 10), wc.token);
@@ -1070,21 +1013,21 @@ START_TEST(test_unreachable)
     int dead = tu_free_port();
     char *url = tu_fmt("etcd://127.0.0.1:%d?connect_timeout=1s", dead);
     dlock_client *c = NULL;
-    int64_t t0 = mono_ms();
+    int64_t t0 = tu_mono_ms();
     int rc = dlock_open(url, &c);
     ck_assert_int_eq(rc, DLOCK_ECONN);
     ck_assert_ptr_null(c);
     char port[16];
     snprintf(port, sizeof port, "%d", dead);
     ck_assert_msg(strstr(dlock_errmsg(), port), "message: %s", dlock_errmsg());
-    ck_assert_msg(mono_ms() - t0 < 10000, "took %lld ms", (long long)(mono_ms() - t0));
+    ck_assert_msg(tu_mono_ms() - t0 < 10000, "took %lld ms", (long long)(tu_mono_ms() - t0));
     free(url);
 
     /* a dead endpoint first, a live one after: go on with the next */
     url = tu_fmt("etcd://127.0.0.1:%d,%s", dead, F.endpoints);
-    c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "failover");
-    ACQUIRE_OK(l, DLOCK_TRY);
+    c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "failover");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -1143,9 +1086,9 @@ START_TEST(test_cli_run_status_and_lost)
     free(err);
 
     /* status of a held name: key, token, ttl */
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "clirun");
-    ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "clirun");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     const char *status[] = {tu_dlock_bin(), "-u", url, "status", "clirun", NULL};
     ck_assert_int_eq(tu_run(status, NULL, &out, &err), 0);
     ck_assert_msg(strstr(out, "clirun/") && strstr(out, "held"), "status: %s", out);
@@ -1163,7 +1106,7 @@ START_TEST(test_cli_run_status_and_lost)
     pid_t p = tu_spawn(lost, log);
     ck_assert_msg(wait_key_count("clilost/", 1), "never 1 key(s) under clilost/");
     ck_assert_int_eq(dlock_force_release(c, "clilost"), DLOCK_OK);
-    ck_assert_int_eq(wait_exit(p), 75);
+    ck_assert_int_eq(tu_wait_exit(p), 75);
     unlink(log);
     free(log);
     free(lurl);
@@ -1190,8 +1133,8 @@ START_TEST(test_cli_run_against_etcdctl_lock)
     ck_assert_int_eq(tu_run(nb, NULL, NULL, NULL), 1);
     const char *tw[] = {tu_dlock_bin(), "-u", url, "run", "-w", "0.5", "cliinterop", "true", NULL};
     ck_assert_int_eq(tu_run(tw, NULL, NULL, NULL), 1);
-    write_marker(go, "1");
-    ck_assert_int_eq(wait_exit(ctl), 0);
+    tu_write_marker(go, "1");
+    ck_assert_int_eq(tu_wait_exit(ctl), 0);
     unlink(held);
     unlink(go);
 
@@ -1203,9 +1146,9 @@ START_TEST(test_cli_run_against_etcdctl_lock)
     pid_t ctl2 = etcdctl_lock("cliinterop", touch, NULL);
     tu_sleep_ms(700);
     ck_assert_msg(access(got, F_OK) != 0, "etcdctl lock ran while dlock run held the lock");
-    write_marker(go, "1");
-    ck_assert_int_eq(wait_exit(d), 0);
-    ck_assert_int_eq(wait_exit(ctl2), 0);
+    tu_write_marker(go, "1");
+    ck_assert_int_eq(tu_wait_exit(d), 0);
+    ck_assert_int_eq(tu_wait_exit(ctl2), 0);
     ck_assert_msg(access(got, F_OK) == 0, "etcdctl lock never ran");
     free(touch);
     free(hold);
@@ -1229,7 +1172,7 @@ START_TEST(test_auth)
     dlock_client_new(url, &c);
     int rc = dlock_client_connect(c);
     if (rc == DLOCK_OK) { /* connect may pass; the first request must not */
-        dlock_lock *l = lock_ok(c, "locks/x");
+        dlock_lock *l = tu_lock(c, "locks/x");
         rc = dlock_acquire(l, DLOCK_TRY);
         dlock_lock_free(l);
     }
@@ -1244,10 +1187,10 @@ START_TEST(test_auth)
 
     /* right password; a waiter's watch works with the token too */
     char *good = tu_fmt("etcd://locker:lockpw@%s/locks", F.endpoints);
-    dlock_client *a = open_ok(good), *b = open_ok(good);
+    dlock_client *a = tu_open(good), *b = tu_open(good);
     ck_assert_ptr_null(strstr(dlock_client_url(a), "lockpw"));
-    dlock_lock *la = lock_ok(a, "authed"), *lb = lock_ok(b, "authed");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_lock *la = tu_lock(a, "authed"), *lb = tu_lock(b, "authed");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     struct waiter_arg w = {lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
@@ -1258,7 +1201,7 @@ START_TEST(test_auth)
 
     /* the token expires (--auth-token-ttl 1): renewed, and work goes on */
     tu_sleep_ms(2500);
-    ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
 
     /* outside the user's permitted prefix: refused as an auth error */
@@ -1266,7 +1209,7 @@ START_TEST(test_auth)
     dlock_client *d = NULL;
     rc = dlock_open(outside, &d);
     if (rc == DLOCK_OK) {
-        dlock_lock *l = lock_ok(d, "x");
+        dlock_lock *l = tu_lock(d, "x");
         rc = dlock_acquire(l, DLOCK_TRY);
         dlock_lock_free(l);
         dlock_client_close(d);
@@ -1313,9 +1256,9 @@ START_TEST(test_tls)
                      F.cert_dir, F.cert_dir, F.cert_dir);
     char *url = etcdf_url(&F, NULL, q);
     ck_assert_ptr_nonnull(strstr(url, "etcd+https://"));
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "tls"), *lb = lock_ok(b, "tls");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "tls"), *lb = tu_lock(b, "tls");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
     struct waiter_arg w = {lb, 20000, -99, 0, 0};
     pthread_t t;
@@ -1359,21 +1302,21 @@ START_TEST(test_server_restart_keeps_hold)
     REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "lease=15s&timeout=1s&connect_timeout=1s");
-    dlock_client *a = open_ok(url);
-    dlock_lock *la = lock_ok(a, "restart");
+    dlock_client *a = tu_open(url);
+    dlock_lock *la = tu_lock(a, "restart");
     dlock_lock_on_lost(la, on_lost_here, NULL);
-    ACQUIRE_OK(la, DLOCK_TRY);
-    uint64_t t1 = token_of(la);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t t1 = tu_token(la);
     etcdf_member_stop(&F, 0, SIGTERM);
     tu_sleep_ms(500);
     ck_assert(etcdf_member_start(&F, 0, 20000));
     tu_sleep_ms(16000); /* longer than the lease: renewed by the restarted member */
     ck_assert_msg(!atomic_load(&lost_here), "lost: %s", lost_why);
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    dlock_client *b = open_ok(url);
-    dlock_lock *lb = lock_ok(b, "restart");
-    ACQUIRE_OK(lb, DLOCK_TRY);
-    ck_assert_uint_gt(token_of(lb), t1);
+    dlock_client *b = tu_open(url);
+    dlock_lock *lb = tu_lock(b, "restart");
+    TU_ACQUIRE_OK(lb, DLOCK_TRY);
+    ck_assert_uint_gt(tu_token(lb), t1);
     ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
     dlock_lock_free(la);
     dlock_lock_free(lb);
@@ -1391,21 +1334,21 @@ START_TEST(test_server_down_hold_lost)
     REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "lease=2s&timeout=500ms&connect_timeout=500ms");
-    dlock_client *a = open_ok(url);
-    dlock_lock *la = lock_ok(a, "down");
+    dlock_client *a = tu_open(url);
+    dlock_lock *la = tu_lock(a, "down");
     dlock_lock_on_lost(la, on_lost_here, NULL);
-    ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     etcdf_member_stop(&F, 0, SIGKILL);
     for (int i = 0; i < 400 && !atomic_load(&lost_here); i++)
         tu_sleep_ms(25);
     ck_assert_msg(atomic_load(&lost_here), "hold not reported lost with the server down");
     ck_assert_int_eq(dlock_validity_ms(la), 0);
-    dlock_lock *other = lock_ok(a, "down2");
+    dlock_lock *other = tu_lock(a, "down2");
     int rc = dlock_acquire(other, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
     ck_assert(etcdf_member_start(&F, 0, 20000));
-    ACQUIRE_OK(other, 10000);
+    TU_ACQUIRE_OK(other, 10000);
     ck_assert_int_eq(dlock_release(other), DLOCK_OK);
     dlock_lock_free(la);
     dlock_lock_free(other);
@@ -1504,7 +1447,7 @@ static pid_t fork_worker(const char *url, const char *dir)
             _exit(33);
     }
     char *text = tu_fmt("%llu", accepted);
-    write_marker(mine, text);
+    tu_write_marker(mine, text);
     dlock_lock_free(l);
     dlock_client_close(c);
     _exit(0);
@@ -1515,9 +1458,9 @@ START_TEST(test_cluster_basic_and_member_down)
     REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "cluster"), *lb = lock_ok(b, "cluster");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "cluster"), *lb = tu_lock(b, "cluster");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
     /* the first endpoint of the URL dies: the others serve */
     etcdf_member_stop(&F, 0, SIGKILL);
@@ -1558,10 +1501,10 @@ START_TEST(test_leader_killed_never_two_holders)
     ck_assert_msg(etcdf_wait_healthy(&F, 30000), "no new leader");
     store_count(store, before + 20, 60000); /* turns under the new leader */
     char *stop = tu_fmt("%s/stop", dir);
-    write_marker(stop, "1");
+    tu_write_marker(stop, "1");
     unsigned long long total = 0;
     for (int i = 0; i < 3; i++) {
-        int code = wait_exit(w[i]);
+        int code = tu_wait_exit(w[i]);
         ck_assert_msg(code == 0, "worker %d exited %d", i, code);
         char *path = tu_fmt("%s/count.%d", dir, (int)w[i]);
         char *text = tu_read_file(path);
@@ -1595,10 +1538,10 @@ START_TEST(test_no_quorum_unavailable)
     REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "timeout=1s&connect_timeout=500ms");
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     etcdf_member_stop(&F, 1, SIGKILL);
     etcdf_member_stop(&F, 2, SIGKILL);
-    dlock_lock *l = lock_ok(c, "quorum");
+    dlock_lock *l = tu_lock(c, "quorum");
     int rc = dlock_acquire(l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "'quorum'"), "message: %s", dlock_errmsg());
@@ -1606,7 +1549,7 @@ START_TEST(test_no_quorum_unavailable)
     ck_assert(etcdf_member_start(&F, 1, 30000));
     ck_assert(etcdf_member_start(&F, 2, 30000));
     ck_assert(etcdf_wait_healthy(&F, 30000));
-    ACQUIRE_OK(l, 10000);
+    TU_ACQUIRE_OK(l, 10000);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -1625,9 +1568,9 @@ START_TEST(test_no_quorum_keepalive_unavailable)
     revive_all();
     /* A timeout long enough for the member's own answer. */
     char *url = etcdf_url(&F, NULL, "lease=5s&timeout=20s&connect_timeout=500ms");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "quorum-ka");
-    ACQUIRE_OK(l, DLOCK_TRY); /* grants the session lease */
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "quorum-ka");
+    TU_ACQUIRE_OK(l, DLOCK_TRY); /* grants the session lease */
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     etcdf_member_stop(&F, 1, SIGKILL);
     etcdf_member_stop(&F, 2, SIGKILL);
@@ -1640,7 +1583,7 @@ START_TEST(test_no_quorum_keepalive_unavailable)
     ck_assert(etcdf_member_start(&F, 1, 30000));
     ck_assert(etcdf_member_start(&F, 2, 30000));
     ck_assert(etcdf_wait_healthy(&F, 30000));
-    ACQUIRE_OK(l, 10000);
+    TU_ACQUIRE_OK(l, 10000);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -1720,10 +1663,10 @@ START_TEST(test_stalled_member_hold_lost_in_time)
     REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "lease=2s&timeout=60s&connect_timeout=1s");
-    dlock_client *a = open_ok(url);
-    dlock_lock *la = lock_ok(a, "stall-held");
+    dlock_client *a = tu_open(url);
+    dlock_lock *la = tu_lock(a, "stall-held");
     dlock_lock_on_lost(la, on_lost_here, NULL);
-    ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     member_pause(0);
     bool lost = wait_flag(&lost_here);
     int64_t valid = dlock_validity_ms(la);
@@ -1763,9 +1706,9 @@ START_TEST(test_stalled_member_wait_times_out)
     revive_all();
     char *url = etcdf_url(&F, NULL, NULL);
     char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
-    dlock_client *a = open_ok(url), *b = open_ok(slow);
-    dlock_lock *la = lock_ok(a, "stall-wait"), *lb = lock_ok(b, "stall-wait");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_client *a = tu_open(url), *b = tu_open(slow);
+    dlock_lock *la = tu_lock(a, "stall-wait"), *lb = tu_lock(b, "stall-wait");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     struct stall_waiter wb = {lb, 3000, -99, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, stall_waiter_main, &wb);
@@ -1779,7 +1722,7 @@ START_TEST(test_stalled_member_wait_times_out)
 
     /* Stalled again, with that delete owed (the keeper retries it): a
      * cancel ends the next acquire too. */
-    dlock_lock *lb2 = lock_ok(b, "stall-wait-2");
+    dlock_lock *lb2 = tu_lock(b, "stall-wait-2");
     member_pause(0);
     struct stall_waiter wb2 = {lb2, DLOCK_FOREVER, -99, 0};
     pthread_create(&tb, NULL, stall_waiter_main, &wb2);
@@ -1812,9 +1755,9 @@ START_TEST(test_stalled_member_cancel)
     revive_all();
     char *url = etcdf_url(&F, NULL, NULL);
     char *slow = etcdf_url(&F, NULL, "lease=3s&timeout=60s&connect_timeout=1s");
-    dlock_client *a = open_ok(url), *b = open_ok(slow);
-    dlock_lock *la = lock_ok(a, "stall-cancel"), *lb = lock_ok(b, "stall-cancel");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_client *a = tu_open(url), *b = tu_open(slow);
+    dlock_lock *la = tu_lock(a, "stall-cancel"), *lb = tu_lock(b, "stall-cancel");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, stall_waiter_main, &wb);
@@ -1845,8 +1788,8 @@ START_TEST(test_stalled_member_cancel_first_request)
     REQUIRE_SERVERS();
     revive_all();
     char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
-    dlock_client *b = open_ok(slow); /* no lease yet: the acquire grants one */
-    dlock_lock *lb = lock_ok(b, "stall-first");
+    dlock_client *b = tu_open(slow); /* no lease yet: the acquire grants one */
+    dlock_lock *lb = tu_lock(b, "stall-first");
     member_pause(0);
     struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0};
     pthread_t tb;
@@ -1874,8 +1817,8 @@ START_TEST(test_stalled_member_cancel_waiting_for_grant)
     REQUIRE_SERVERS();
     revive_all();
     char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
-    dlock_client *b = open_ok(slow);
-    dlock_lock *l1 = lock_ok(b, "stall-g1"), *l2 = lock_ok(b, "stall-g2");
+    dlock_client *b = tu_open(slow);
+    dlock_lock *l1 = tu_lock(b, "stall-g1"), *l2 = tu_lock(b, "stall-g2");
     member_pause(0);
     struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0}, w2 = {l2, DLOCK_FOREVER, -99, 0};
     pthread_t t1, t2;
@@ -1895,7 +1838,7 @@ START_TEST(test_stalled_member_cancel_waiting_for_grant)
     ck_assert_msg(w2.rc == DLOCK_ECANCELED, "%s", dlock_err_name(w2.rc));
     ck_assert_msg(w1.rc == DLOCK_ECANCELED, "%s", dlock_err_name(w1.rc));
     /* and the client works once the member answers */
-    ACQUIRE_OK(l2, 10000);
+    TU_ACQUIRE_OK(l2, 10000);
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
     dlock_lock_free(l1);
     dlock_lock_free(l2);
@@ -1913,9 +1856,9 @@ START_TEST(test_stalled_release_delete_done_by_keeper)
     REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "lease=60s&timeout=1s&connect_timeout=1s");
-    dlock_client *a = open_ok(url);
-    dlock_lock *la = lock_ok(a, "stall-rel");
-    ACQUIRE_OK(la, DLOCK_TRY);
+    dlock_client *a = tu_open(url);
+    dlock_lock *la = tu_lock(a, "stall-rel");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
     member_pause(0);
     int rc = dlock_release(la);
     member_resume(0);
@@ -1939,8 +1882,8 @@ START_TEST(test_stalled_member_bounded_wait_behind_grant)
     REQUIRE_SERVERS();
     revive_all();
     char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
-    dlock_client *b = open_ok(slow);
-    dlock_lock *l1 = lock_ok(b, "stall-b1"), *l2 = lock_ok(b, "stall-b2");
+    dlock_client *b = tu_open(slow);
+    dlock_lock *l1 = tu_lock(b, "stall-b1"), *l2 = tu_lock(b, "stall-b2");
     ck_assert_int_eq(unread_at_member(0), 0);
     member_pause(0);
     struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0}, w2 = {l2, 100, -99, 0};
@@ -1960,7 +1903,7 @@ START_TEST(test_stalled_member_bounded_wait_behind_grant)
     pthread_join(t2, NULL);
     ck_assert_msg(w2.rc == DLOCK_ETIMEDOUT, "%s", dlock_err_name(w2.rc));
     ck_assert_msg(w1.rc == DLOCK_ECANCELED, "%s", dlock_err_name(w1.rc));
-    ACQUIRE_OK(l2, 10000);
+    TU_ACQUIRE_OK(l2, 10000);
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
     dlock_lock_free(l1);
     dlock_lock_free(l2);

@@ -27,31 +27,12 @@ static char *dir, *url;
 
 static void setup(void)
 {
-    dir = tu_tmpdir("file");
-    url = tu_fmt("file://%s", dir);
+    tu_file_fixture("file", &dir, &url);
 }
 
 static void teardown(void)
 {
-    tu_rmrf(dir);
-    free(dir);
-    free(url);
-}
-
-static dlock_client *open_client(void)
-{
-    dlock_client *c = NULL;
-    int rc = dlock_open(url, &c);
-    ck_assert_msg(rc == DLOCK_OK, "open %s: %s", url, dlock_errmsg());
-    return c;
-}
-
-static dlock_lock *new_lock(dlock_client *c, const char *name, dlock_mode mode)
-{
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, mode, 0, &l);
-    ck_assert_msg(rc == DLOCK_OK, "lock_new %s: %s", name, dlock_errmsg());
-    return l;
+    tu_file_fixture_end(&dir, &url);
 }
 
 /* ------------------------------------------------------------- errors */
@@ -144,7 +125,7 @@ START_TEST(test_default_directory)
     ck_assert_int_eq(stat(made, &st), 0);
     ck_assert(S_ISDIR(st.st_mode));
     ck_assert_int_eq(st.st_mode & 0777, 0700);
-    dlock_lock *l = new_lock(c, "x", DLOCK_EXCLUSIVE);
+    dlock_lock *l = tu_lock_mode(c, "x", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
@@ -214,7 +195,7 @@ START_TEST(test_default_directory_choice)
     /* It is made on first use, private to us, with private lock files. */
     dlock_client *c;
     ck_assert_msg(dlock_open(NULL, &c) == DLOCK_OK, "%s", dlock_errmsg());
-    dlock_lock *l = new_lock(c, "x", DLOCK_EXCLUSIVE);
+    dlock_lock *l = tu_lock_mode(c, "x", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -301,8 +282,8 @@ START_TEST(test_mutual_exclusion_processes)
     pid_t kids[8];
     for (int k = 0; k < 8; k++) {
         if ((kids[k] = fork()) == 0) {
-            dlock_client *c = open_client();
-            dlock_lock *l = new_lock(c, "counter", DLOCK_EXCLUSIVE);
+            dlock_client *c = tu_open(url);
+            dlock_lock *l = tu_lock_mode(c, "counter", DLOCK_EXCLUSIVE, 0);
             uint64_t last = 0;
             for (int i = 0; i < 200; i++) {
                 if (dlock_acquire(l, DLOCK_FOREVER))
@@ -334,8 +315,8 @@ START_TEST(test_mutual_exclusion_processes)
     char *text = tu_read_file(counter);
     ck_assert_str_eq(text, "1600\n");
     /* Every acquisition issued one token: the next is 1601. */
-    dlock_client *c = open_client();
-    dlock_lock *l = new_lock(c, "counter", DLOCK_EXCLUSIVE);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock_mode(c, "counter", DLOCK_EXCLUSIVE, 0);
     uint64_t tok;
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     dlock_token(l, &tok);
@@ -381,7 +362,7 @@ START_TEST(test_hostile_names)
     size_t n = sizeof names / sizeof *names;
     dlock_lock *locks[sizeof names / sizeof *names];
     for (size_t i = 0; i < n; i++) {
-        locks[i] = new_lock(c, names[i], DLOCK_EXCLUSIVE);
+        locks[i] = tu_lock_mode(c, names[i], DLOCK_EXCLUSIVE, 0);
         /* All held at once by one thread: distinct names never collide. */
         int rc = dlock_acquire(locks[i], DLOCK_TRY);
         ck_assert_msg(rc == DLOCK_OK, "name %zu: %s", i, dlock_errmsg());
@@ -401,7 +382,7 @@ START_TEST(test_hostile_names)
     dlock_client *c2;
     ck_assert_int_eq(dlock_open(u, &c2), DLOCK_OK);
     for (size_t i = 0; i < n; i++) {
-        dlock_lock *o = new_lock(c2, names[i], DLOCK_EXCLUSIVE);
+        dlock_lock *o = tu_lock_mode(c2, names[i], DLOCK_EXCLUSIVE, 0);
         ck_assert_int_eq(dlock_acquire(o, DLOCK_TRY), DLOCK_EBUSY);
         dlock_lock_free(o);
     }
@@ -463,7 +444,7 @@ START_TEST(test_pinned_file_names)
     dlock_client *c;
     ck_assert_int_eq(dlock_open(u, &c), DLOCK_OK);
     for (size_t i = 0; i < sizeof pins / sizeof *pins; i++) {
-        dlock_lock *l = new_lock(c, pins[i].name, DLOCK_EXCLUSIVE);
+        dlock_lock *l = tu_lock_mode(c, pins[i].name, DLOCK_EXCLUSIVE, 0);
         ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
         ck_assert_int_eq(dlock_release(l), DLOCK_OK);
         dlock_lock_free(l);
@@ -494,7 +475,7 @@ START_TEST(test_pinned_file_names)
     ck_assert_int_eq(dlock_client_new(u, &cp), DLOCK_OK);
     ck_assert_int_eq(dlock_client_setopt_str(cp, DLOCK_OPT_KEY_PREFIX, "app/"), DLOCK_OK);
     ck_assert_int_eq(dlock_client_connect(cp), DLOCK_OK);
-    dlock_lock *l = new_lock(cp, ".x", DLOCK_EXCLUSIVE);
+    dlock_lock *l = tu_lock_mode(cp, ".x", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     dlock_lock_free(l);
     char *want = tu_fmt("%s/app%%2F.x.lock", lockdir);
@@ -526,16 +507,16 @@ START_TEST(test_foreign_file_left_intact)
     FILE *f = fopen(path, "w");
     fputs("this is somebody's data, not a lock\n", f);
     fclose(f);
-    dlock_client *c = open_client();
-    dlock_lock *l = new_lock(c, "config", DLOCK_EXCLUSIVE);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock_mode(c, "config", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EWRONGTYPE);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "config.lock"));
     ck_assert_uint_eq(dlock_hold_count(l), 0);
     char *text = tu_read_file(path);
     ck_assert_str_eq(text, "this is somebody's data, not a lock\n");
     /* And it was not left locked either. */
-    dlock_client *c2 = open_client();
-    dlock_lock *l2 = new_lock(c2, "config", DLOCK_EXCLUSIVE);
+    dlock_client *c2 = tu_open(url);
+    dlock_lock *l2 = tu_lock_mode(c2, "config", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_EWRONGTYPE);
     dlock_lock_free(l2);
     dlock_client_close(c2);
@@ -552,9 +533,9 @@ START_TEST(test_fifo_and_replaced_files)
      * disturbs another lock's descriptor. */
     char *fifo = tu_fmt("%s/pipe.lock", dir);
     ck_assert_int_eq(mkfifo(fifo, 0600), 0);
-    dlock_client *c = open_client();
-    dlock_lock *a = new_lock(c, "a", DLOCK_EXCLUSIVE);
-    dlock_lock *p = new_lock(c, "pipe", DLOCK_EXCLUSIVE);
+    dlock_client *c = tu_open(url);
+    dlock_lock *a = tu_lock_mode(c, "a", DLOCK_EXCLUSIVE, 0);
+    dlock_lock *p = tu_lock_mode(c, "pipe", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
     for (int i = 0; i < 50; i++)
         ck_assert_int_eq(dlock_acquire(p, DLOCK_TRY), DLOCK_EWRONGTYPE);
@@ -562,8 +543,8 @@ START_TEST(test_fifo_and_replaced_files)
     char buf[256] = "";
     ck_assert_int_eq(dlock_list(c, NULL, collect, buf), DLOCK_OK);
     ck_assert_str_eq(buf, "a|");
-    dlock_client *c2 = open_client();
-    dlock_lock *a2 = new_lock(c2, "a", DLOCK_EXCLUSIVE);
+    dlock_client *c2 = tu_open(url);
+    dlock_lock *a2 = tu_lock_mode(c2, "a", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(a2, DLOCK_TRY), DLOCK_EBUSY); /* still ours */
     ck_assert_int_eq(dlock_release(a), DLOCK_OK);
     /* A lock file moved away while held: the name maps to a fresh file,
@@ -588,9 +569,9 @@ END_TEST
 
 START_TEST(test_handle_lease_and_two_handles)
 {
-    dlock_client *c = open_client();
-    dlock_lock *l1 = new_lock(c, "two", DLOCK_EXCLUSIVE);
-    dlock_lock *l2 = new_lock(c, "two", DLOCK_EXCLUSIVE);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l1 = tu_lock_mode(c, "two", DLOCK_EXCLUSIVE, 0);
+    dlock_lock *l2 = tu_lock_mode(c, "two", DLOCK_EXCLUSIVE, 0);
     /* At or under the drift margin, or over a year: refused. */
     ck_assert_int_eq(dlock_lock_set_lease(l1, 250, 0), DLOCK_EINVAL);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "drift"));
@@ -602,8 +583,8 @@ START_TEST(test_handle_lease_and_two_handles)
     ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_OK);
     dlock_lock_free(l1);
     ck_assert_uint_eq(dlock_hold_count(l2), 2);
-    dlock_client *c2 = open_client();
-    dlock_lock *o = new_lock(c2, "two", DLOCK_EXCLUSIVE);
+    dlock_client *c2 = tu_open(url);
+    dlock_lock *o = tu_lock_mode(c2, "two", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(o, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
@@ -643,8 +624,8 @@ START_TEST(test_waits_without_inotify)
     char *marker = tu_fmt("%s/held", dir);
     pid_t holder = fork();
     if (holder == 0) {
-        dlock_client *c = open_client();
-        dlock_lock *l = new_lock(c, "noinotify", DLOCK_EXCLUSIVE);
+        dlock_client *c = tu_open(url);
+        dlock_lock *l = tu_lock_mode(c, "noinotify", DLOCK_EXCLUSIVE, 0);
         if (dlock_acquire(l, DLOCK_TRY))
             _exit(2);
         close(open(marker, O_CREAT | O_WRONLY, 0644));
@@ -656,8 +637,8 @@ START_TEST(test_waits_without_inotify)
     while (n < 100000 && inotify_init1(IN_CLOEXEC) >= 0)
         n++;
     ck_assert_msg(errno == EMFILE || errno == ENFILE, "inotify_init1: %s", strerror(errno));
-    dlock_client *c = open_client();
-    dlock_lock *l = new_lock(c, "noinotify", DLOCK_EXCLUSIVE);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock_mode(c, "noinotify", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(l, 150), DLOCK_ETIMEDOUT);
     kill(holder, SIGKILL);
     waitpid(holder, NULL, 0);
@@ -682,7 +663,7 @@ static void lock_once(const char *u, const char *name)
 {
     dlock_client *c;
     ck_assert_msg(dlock_open(u, &c) == DLOCK_OK, "%s", dlock_errmsg());
-    dlock_lock *l = new_lock(c, name, DLOCK_EXCLUSIVE);
+    dlock_lock *l = tu_lock_mode(c, name, DLOCK_EXCLUSIVE, 0);
     ck_assert_msg(dlock_acquire(l, DLOCK_TRY) == DLOCK_OK, "%s", dlock_errmsg());
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
@@ -757,8 +738,8 @@ START_TEST(test_meta_byte_held_by_another_user)
     chmod(dir, 0777); /* for nobody's marker */
     pid_t reader = foreign_reader("meta", 1, marker);
     ck_assert_msg(tu_wait_file(marker, 10000), "the reader could not lock byte 1");
-    dlock_client *c = open_client();
-    dlock_lock *l = new_lock(c, "meta", DLOCK_SHARED);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock_mode(c, "meta", DLOCK_SHARED, 0);
     ck_assert_int_eq(dlock_acquire(l, 300), DLOCK_ETIMEDOUT);
     ck_assert_msg(strstr(dlock_errmsg(), "metadata"), "%s", dlock_errmsg());
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
@@ -785,7 +766,7 @@ START_TEST(test_meta_byte_held_by_another_user)
     dlock_info_free(info);
     /* Nothing was left held: an exclusive acquire (which needs no
      * metadata lock) gets it. */
-    dlock_lock *x = new_lock(c, "meta", DLOCK_EXCLUSIVE);
+    dlock_lock *x = tu_lock_mode(c, "meta", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_release(x), DLOCK_OK);
     dlock_lock_free(x);
@@ -826,15 +807,15 @@ START_TEST(test_planted_lock_file_refused)
     int st;
     waitpid(pid, &st, 0);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody could not plant the file");
-    dlock_client *c = open_client();
-    dlock_lock *l = new_lock(c, "planted", DLOCK_EXCLUSIVE);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock_mode(c, "planted", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EACCES);
     ck_assert_msg(strstr(dlock_errmsg(), "planted.lock") && strstr(dlock_errmsg(), "uid 65534"),
                   "%s", dlock_errmsg());
     ck_assert_int_eq(dlock_acquire(l, 200), DLOCK_EACCES);
     dlock_info *info;
     ck_assert_int_eq(dlock_inspect(c, "planted", &info), DLOCK_EACCES);
-    dlock_lock *mine = new_lock(c, "mine", DLOCK_EXCLUSIVE);
+    dlock_lock *mine = tu_lock_mode(c, "mine", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(mine, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_release(mine), DLOCK_OK);
     dlock_lock_free(mine);

@@ -48,24 +48,16 @@ static void stop_server(void)
     fx_redis_stop(&srv);
 }
 
-static dlock_client *open_ok(const char *url)
-{
-    dlock_client *c = NULL;
-    int rc = dlock_open(url, &c);
-    ck_assert_msg(rc == DLOCK_OK, "dlock_open(%s): %s: %s", url, dlock_err_name(rc), dlock_errmsg());
-    return c;
-}
-
 static char *url_with(const char *query)
 {
     return tu_fmt("%s%s%s", srv.url, query && *query ? "?" : "", query ? query : "");
 }
 
-/* open_ok(url_with(QUERY)), freeing the URL. */
+/* tu_open(url_with(QUERY)), freeing the URL. */
 static dlock_client *open_with(const char *query)
 {
     char *url = url_with(query);
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     free(url);
     return c;
 }
@@ -120,28 +112,6 @@ static char *cmd_str(redisContext *ctx, const char *fmt, ...)
     return s;
 }
 
-static dlock_lock *lock_ok(dlock_client *c, const char *name)
-{
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l);
-    ck_assert_msg(rc == DLOCK_OK, "lock_new(%s): %s", name, dlock_errmsg());
-    return l;
-}
-
-static void acquire_ok(dlock_lock *l, int64_t wait_ms)
-{
-    int rc = dlock_acquire(l, wait_ms);
-    ck_assert_msg(rc == DLOCK_OK, "acquire %s: %s: %s", dlock_lock_name(l), dlock_err_name(rc),
-                  dlock_errmsg());
-}
-
-static uint64_t token_of(dlock_lock *l)
-{
-    uint64_t t = 0;
-    ck_assert_int_eq(dlock_token(l, &t), DLOCK_OK);
-    return t;
-}
-
 /* Sum of "calls=" for the script commands in INFO commandstats. */
 static long long script_calls(redisContext *ctx)
 {
@@ -185,11 +155,11 @@ static bool wait_flag(atomic_int *v, int timeout_ms)
 START_TEST(acquire_release_token_inspect)
 {
     start_server(NULL);
-    dlock_client *c = open_ok(srv.url);
+    dlock_client *c = tu_open(srv.url);
     ck_assert_str_eq(dlock_client_backend(c), "redis");
-    dlock_lock *l = lock_ok(c, "jobs");
-    acquire_ok(l, DLOCK_TRY);
-    uint64_t t1 = token_of(l);
+    dlock_lock *l = tu_lock(c, "jobs");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t1 = tu_token(l);
     ck_assert_uint_ge(t1, 1);
     ck_assert_int_gt(dlock_validity_ms(l), 0);
 
@@ -215,8 +185,8 @@ START_TEST(acquire_release_token_inspect)
     ck_assert_int_eq(cmd_int(ctx, "EXISTS jobs"), 0);
     ck_assert_int_eq(dlock_release(l), DLOCK_ENOTOWNER);
 
-    acquire_ok(l, DLOCK_TRY);
-    ck_assert_uint_gt(token_of(l), t1);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_uint_gt(tu_token(l), t1);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
 
     ck_assert_int_eq(dlock_inspect(c, "jobs", &info), DLOCK_OK);
@@ -263,8 +233,8 @@ START_TEST(thread_waits_for_thread)
 {
     start_server(NULL);
     dlock_client *c = open_with("lease=60s");
-    dlock_lock *l = lock_ok(c, "t");
-    acquire_ok(l, DLOCK_TRY);
+    dlock_lock *l = tu_lock(c, "t");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     struct waiter_arg a = {.l = l, .wait_ms = 20000, .rc = -99, .release = true};
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &a);
@@ -305,9 +275,9 @@ START_TEST(cancel_a_wait)
 {
     start_server(NULL);
     dlock_client *c = open_with("lease=60s");
-    dlock_client *c2 = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "cx"), *l2 = lock_ok(c2, "cx");
-    acquire_ok(l, DLOCK_TRY);
+    dlock_client *c2 = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "cx"), *l2 = tu_lock(c2, "cx");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     struct waiter_arg a = {.l = l2, .wait_ms = DLOCK_FOREVER, .rc = -99};
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &a);
@@ -364,10 +334,10 @@ START_TEST(threads_fight_over_one_name)
 {
     enum { T = 8, ROUNDS = 150 };
     start_server(NULL);
-    dlock_client *c1 = open_ok(srv.url), *c2 = open_ok(srv.url);
-    dlock_lock *l1 = lock_ok(c1, "fight"), *l2 = lock_ok(c2, "fight");
-    acquire_ok(l1, DLOCK_TRY); /* the counter starts from the server's clock */
-    uint64_t t0 = token_of(l1);
+    dlock_client *c1 = tu_open(srv.url), *c2 = tu_open(srv.url);
+    dlock_lock *l1 = tu_lock(c1, "fight"), *l2 = tu_lock(c2, "fight");
+    TU_ACQUIRE_OK(l1, DLOCK_TRY); /* the counter starts from the server's clock */
+    uint64_t t0 = tu_token(l1);
     ck_assert_int_eq(dlock_release(l1), DLOCK_OK);
     atomic_int inside = 0, total = 0;
     struct fight f[T];
@@ -400,9 +370,9 @@ START_TEST(one_waiter_woken_per_release)
     enum { T = 8 };
     start_server(NULL);
     char *url = url_with("lease=60s");
-    dlock_client *holder = open_ok(url), *c = open_ok(url);
-    dlock_lock *hl = lock_ok(holder, "herd"), *l = lock_ok(c, "herd");
-    acquire_ok(hl, DLOCK_TRY);
+    dlock_client *holder = tu_open(url), *c = tu_open(url);
+    dlock_lock *hl = tu_lock(holder, "herd"), *l = tu_lock(c, "herd");
+    TU_ACQUIRE_OK(hl, DLOCK_TRY);
     redisContext *ctx = raw();
     struct waiter_arg a[T];
     pthread_t th[T];
@@ -448,8 +418,8 @@ START_TEST(redisson_on_the_wire)
     freeReplyObject(cmd(ctx, "HINCRBY orders %s 1", redisson));
     freeReplyObject(cmd(ctx, "PEXPIRE orders 60000"));
 
-    dlock_client *c = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "orders");
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "orders");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(c, "orders", &info), DLOCK_OK);
@@ -518,8 +488,8 @@ START_TEST(simple_layout_on_the_wire)
     start_server(NULL);
     redisContext *ctx = raw();
     char *url = url_with("layout=simple&lease=60s");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "report");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "report");
 
     /* redis-py holds it with a short lease and dies: dlock gets it when
      * the lease ends (no message: redis-py does not publish). */
@@ -527,8 +497,8 @@ START_TEST(simple_layout_on_the_wire)
     ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
     freeReplyObject(r);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
-    acquire_ok(l, 20000);
-    uint64_t t = token_of(l);
+    TU_ACQUIRE_OK(l, 20000);
+    uint64_t t = tu_token(l);
     char *v = cmd_str(ctx, "GET report");
     char *want_suffix = tu_fmt(":%llu", (unsigned long long)t);
     ck_assert_msg(v && strlen(v) > strlen(want_suffix) &&
@@ -557,8 +527,8 @@ START_TEST(simple_layout_on_the_wire)
     ck_assert_str_eq(dlock_info_holder(info, 0, &count), "(a value that is not dlock's)");
     dlock_info_free(info);
     ck_assert_int_eq(cmd_int(ctx, "EVAL %s 1 report py-10", cad), 1);
-    acquire_ok(l, DLOCK_TRY);
-    ck_assert_uint_gt(token_of(l), t);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_uint_gt(tu_token(l), t);
     dlock_release(l);
     free(v);
     free(want_suffix);
@@ -577,8 +547,8 @@ START_TEST(wrongtype_left_intact)
     start_server(NULL);
     redisContext *ctx = raw();
     freeReplyObject(cmd(ctx, "SET jobs %s", "not-a-lock"));
-    dlock_client *c = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "jobs");
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "jobs");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EWRONGTYPE);
     ck_assert_msg(strstr(dlock_errmsg(), "'jobs'") && strstr(dlock_errmsg(), "WRONGTYPE"), "%s",
                   dlock_errmsg());
@@ -593,7 +563,7 @@ START_TEST(wrongtype_left_intact)
     ck_assert_int_eq(cmd_int(ctx, "EXISTS jobs"), 1);
     /* a token key that is not a counter is refused too */
     freeReplyObject(cmd(ctx, "SET %s abc", "redisson_lock_token:{tok}"));
-    dlock_lock *l2 = lock_ok(c, "tok");
+    dlock_lock *l2 = tu_lock(c, "tok");
     ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_EWRONGTYPE);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS tok"), 0);
     dlock_lock_free(l2);
@@ -602,9 +572,9 @@ START_TEST(wrongtype_left_intact)
 
     /* the simple layout refuses a hash */
     char *url = url_with("layout=simple");
-    c = open_ok(url);
+    c = tu_open(url);
     freeReplyObject(cmd(ctx, "HSET h f v"));
-    l = lock_ok(c, "h");
+    l = tu_lock(c, "h");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EWRONGTYPE);
     ck_assert_int_eq(cmd_int(ctx, "HLEN h"), 1);
     dlock_lock_free(l);
@@ -627,16 +597,16 @@ START_TEST(auth_password_and_acl_user)
     ck_assert_msg(strstr(dlock_errmsg(), "127.0.0.1") != NULL, "%s", dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "wrong") == NULL, "password leaked: %s", dlock_errmsg());
     char *good = tu_fmt("redis://:s3cret@127.0.0.1:%d", srv.port);
-    c = open_ok(good);
-    dlock_lock *l = lock_ok(c, "a");
-    acquire_ok(l, DLOCK_TRY);
+    c = tu_open(good);
+    dlock_lock *l = tu_lock(c, "a");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     dlock_release(l);
     dlock_lock_free(l);
     dlock_client_close(c);
 
     /* the password from the environment */
     setenv("DLOCK_REDIS_PASSWORD", "s3cret", 1);
-    c = open_ok(srv.url);
+    c = tu_open(srv.url);
     dlock_client_close(c);
     unsetenv("DLOCK_REDIS_PASSWORD");
 
@@ -645,7 +615,7 @@ START_TEST(auth_password_and_acl_user)
     ck_assert_ptr_nonnull(ctx);
     freeReplyObject(cmd(ctx, "ACL SETUSER alice on >pw1 ~* &* +@all"));
     char *alice = tu_fmt("redis://alice:pw1@127.0.0.1:%d", srv.port);
-    c = open_ok(alice);
+    c = tu_open(alice);
     dlock_client_close(c);
     char *alice_bad = tu_fmt("redis://alice:nope@127.0.0.1:%d", srv.port);
     ck_assert_int_eq(dlock_open(alice_bad, &c), DLOCK_EAUTH);
@@ -694,12 +664,12 @@ START_TEST(server_killed_while_held)
 {
     start_server(NULL);
     char *url = url_with("lease=1500ms");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "srv");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "srv");
     struct lost_flag lost = {0};
     dlock_lock_on_lost(l, on_lost, &lost);
-    acquire_ok(l, DLOCK_TRY);
-    uint64_t t = token_of(l);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = tu_token(l);
     (void)t;
     fx_redis_kill(&srv);
     ck_assert_msg(wait_flag(&lost.fired, 10000), "lost callback never fired");
@@ -709,9 +679,9 @@ START_TEST(server_killed_while_held)
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
     /* After the server is back: new acquisitions work (scripts reloaded,
      * dead connections replaced), and renewals resume. */
-    acquire_ok(l, DLOCK_TRY);
-    dlock_lock *l2 = lock_ok(c, "srv2");
-    acquire_ok(l2, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_lock *l2 = tu_lock(c, "srv2");
+    TU_ACQUIRE_OK(l2, DLOCK_TRY);
     tu_sleep_ms(2500);
     ck_assert_int_gt(dlock_validity_ms(l), 0);
     ck_assert_int_eq(atomic_load(&lost.fired), 1);
@@ -733,11 +703,11 @@ START_TEST(server_paused_holds_lost)
 {
     start_server(NULL);
     char *url = url_with("lease=1500ms");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "sp");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "sp");
     struct lost_flag lost = {0};
     dlock_lock_on_lost(l, on_lost, &lost);
-    acquire_ok(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     kill(srv.pid, SIGSTOP);
@@ -751,7 +721,7 @@ START_TEST(server_paused_holds_lost)
     ck_assert_msg(fired, "lost callback never fired");
     ck_assert_int_eq(dlock_validity_ms(l), 0);
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
-    acquire_ok(l, 10000);
+    TU_ACQUIRE_OK(l, 10000);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -764,11 +734,11 @@ START_TEST(script_flush_is_invisible)
 {
     start_server(NULL);
     char *url = url_with("lease=1500ms");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "fl");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "fl");
     redisContext *ctx = raw();
     freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
-    acquire_ok(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
     tu_sleep_ms(2500); /* renewals after a flush */
     ck_assert_int_gt(dlock_validity_ms(l), 0);
@@ -785,15 +755,15 @@ END_TEST
 START_TEST(out_of_memory_is_reported)
 {
     start_server(NULL);
-    dlock_client *c = open_ok(srv.url);
+    dlock_client *c = tu_open(srv.url);
     redisContext *ctx = raw();
     freeReplyObject(cmd(ctx, "CONFIG SET maxmemory-policy noeviction"));
     freeReplyObject(cmd(ctx, "CONFIG SET maxmemory 1"));
-    dlock_lock *l = lock_ok(c, "m");
+    dlock_lock *l = tu_lock(c, "m");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBACKEND);
     ck_assert_msg(strstr(dlock_errmsg(), "OOM") != NULL, "%s", dlock_errmsg());
     freeReplyObject(cmd(ctx, "CONFIG SET maxmemory 0"));
-    acquire_ok(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     dlock_release(l);
     redisFree(ctx);
     dlock_lock_free(l);
@@ -808,11 +778,11 @@ START_TEST(force_release_and_lost)
 {
     start_server(NULL);
     char *url = url_with("lease=1500ms");
-    dlock_client *c = open_ok(url), *op = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "f");
+    dlock_client *c = tu_open(url), *op = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "f");
     struct lost_flag lost = {0};
     dlock_lock_on_lost(l, on_lost, &lost);
-    acquire_ok(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_int_eq(dlock_force_release(op, "f"), DLOCK_OK);
     ck_assert_msg(wait_flag(&lost.fired, 10000), "lost callback never fired");
     ck_assert_msg(strstr(lost.why, "127.0.0.1") != NULL, "%s", lost.why);
@@ -1063,15 +1033,15 @@ static void lost_replies_through_proxy(const char *layout)
     struct proxy px;
     proxy_start(&px, srv.port, "amb");
     char *url = tu_fmt("redis://127.0.0.1:%d?layout=%s&lease=60s", px.port, layout);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "amb");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "amb");
     redisContext *ctx = raw();
     bool simple = strcmp(layout, "simple") == 0;
 
     atomic_store(&px.drop_acquire, 1);
-    acquire_ok(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_int_eq(atomic_load(&px.drop_acquire), 0); /* the fault did happen */
-    uint64_t t1 = token_of(l);
+    uint64_t t1 = tu_token(l);
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t1); /* once */
     if (!simple) {
         redisReply *r = cmd(ctx, "HGETALL amb");
@@ -1093,8 +1063,8 @@ static void lost_replies_through_proxy(const char *layout)
     /* The cancel it owes is queued for the keeper; this acquire of the
      * same thread sends it first, so it does not take the lost attempt's
      * hold as its own: a new hold, the next token. */
-    acquire_ok(l, DLOCK_TRY);
-    ck_assert_uint_eq(token_of(l), t1 + 2);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_uint_eq(tu_token(l), t1 + 2);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     redisFree(ctx);
     dlock_lock_free(l);
@@ -1125,8 +1095,8 @@ static void late_acquire_through_proxy(const char *layout)
     struct proxy px;
     proxy_start(&px, srv.port, "late");
     char *url = tu_fmt("redis://127.0.0.1:%d?layout=%s&lease=60s", px.port, layout);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "late");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "late");
     redisContext *ctx = raw();
 
     atomic_store(&px.hold_acquire, 2); /* the first attempt and its retry */
@@ -1145,8 +1115,8 @@ static void late_acquire_through_proxy(const char *layout)
     ck_assert_msg(cmd_int(ctx, "EXISTS late") == 0, "a late acquire took the lock after its undo");
     ck_assert_msg(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}") == -1000,
                   "a late acquire spent a token");
-    acquire_ok(l, DLOCK_TRY);
-    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}"), (long long)token_of(l));
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}"), (long long)tu_token(l));
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     redisFree(ctx);
     dlock_lock_free(l);
@@ -1196,8 +1166,8 @@ START_TEST(lost_acquire_cancel_does_not_hold_the_caller)
     struct proxy px;
     proxy_start(&px, srv.port, "stall");
     char *url = tu_fmt("redis://127.0.0.1:%d?timeout=30s&lease=60s", px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "stall");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "stall");
     redisContext *ctx = raw();
     atomic_store(&px.hold_acquire, 2);
     atomic_store(&px.stall_release, 1);
@@ -1223,7 +1193,7 @@ START_TEST(lost_acquire_cancel_does_not_hold_the_caller)
         tu_sleep_ms(5);
     ck_assert_int_eq(atomic_load(&px.held_done), 2);
     ck_assert_msg(cmd_int(ctx, "EXISTS stall") == 0, "a late acquire took the lock");
-    acquire_ok(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     redisFree(ctx);
     dlock_lock_free(l);
@@ -1243,8 +1213,8 @@ START_TEST(no_undo_when_nothing_was_sent)
     struct proxy px;
     proxy_start(&px, srv.port, "unsent");
     char *url = tu_fmt("redis://:pw@127.0.0.1:%d", px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "unsent");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "unsent");
     atomic_store(&px.reject, 1);
     ck_assert(proxy_close_all(&px, false));
     /* the pooled connection is dead: a status sends on it and retires it
@@ -1319,14 +1289,14 @@ START_TEST(absurd_busy_reply_is_clamped)
 {
     start_server(NULL);
     dlock_client *holder = open_with("lease=60s");
-    dlock_lock *hl = lock_ok(holder, "spin");
-    acquire_ok(hl, DLOCK_TRY);
+    dlock_lock *hl = tu_lock(holder, "spin");
+    TU_ACQUIRE_OK(hl, DLOCK_TRY);
     struct proxy px;
     proxy_start(&px, srv.port, "spin");
     px.forged_reply = ":-9223372036854775808\r\n";
     char *url = tu_fmt("redis://127.0.0.1:%d", px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "spin");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "spin");
     atomic_store(&px.forge_acquire, 1);
     int rc = dlock_acquire(l, 500);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "%s: %s", dlock_err_name(rc), dlock_errmsg());
@@ -1349,17 +1319,17 @@ END_TEST
 START_TEST(tokens_survive_a_data_losing_restart)
 {
     start_server(NULL);
-    dlock_client *c = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "fenced");
-    acquire_ok(l, DLOCK_TRY);
-    uint64_t t1 = token_of(l);
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "fenced");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t1 = tu_token(l);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    acquire_ok(l, DLOCK_TRY);
-    ck_assert_uint_eq(token_of(l), t1 + 1);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_uint_eq(tu_token(l), t1 + 1);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     ck_assert(fx_redis_restart(&srv));
-    acquire_ok(l, 10000);
-    uint64_t t2 = token_of(l);
+    TU_ACQUIRE_OK(l, 10000);
+    uint64_t t2 = tu_token(l);
     ck_assert_msg(t2 > t1 + 1, "token %llu after the restart, %llu before",
                   (unsigned long long)t2, (unsigned long long)t1 + 1);
     ck_assert_msg(t2 < (1ull << 53), "token %llu is past 2^53", (unsigned long long)t2);
@@ -1387,9 +1357,9 @@ static void token_edges(const char *layout)
     bool simple = strcmp(layout, "simple") == 0;
 
     freeReplyObject(cmd(ctx, "SET %s 99999999999999", "redisson_lock_token:{big}"));
-    dlock_lock *l = lock_ok(c, "big");
-    acquire_ok(l, DLOCK_TRY);
-    uint64_t t = token_of(l);
+    dlock_lock *l = tu_lock(c, "big");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = tu_token(l);
     ck_assert_uint_ge(t, 100000000000000ull);
     if (simple) {
         char *v = cmd_str(ctx, "GET big");
@@ -1403,7 +1373,7 @@ static void token_edges(const char *layout)
     dlock_lock_free(l);
 
     freeReplyObject(cmd(ctx, "SET %s 9007199254740993", "redisson_lock_token:{huge}"));
-    l = lock_ok(c, "huge");
+    l = tu_lock(c, "huge");
     int rc = dlock_acquire(l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_EBACKEND, "counter past 2^53: %s: %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "2^53") && strstr(dlock_errmsg(), "redisson_lock_token:{huge}"),
@@ -1412,10 +1382,10 @@ static void token_edges(const char *layout)
     dlock_lock_free(l);
 
     freeReplyObject(cmd(ctx, "SET %s -5", "redisson_lock_token:{neg}"));
-    l = lock_ok(c, "neg");
+    l = tu_lock(c, "neg");
     rc = dlock_acquire(l, DLOCK_TRY);
     if (rc == DLOCK_OK) {
-        ck_assert_uint_gt(token_of(l), 0);
+        ck_assert_uint_gt(tu_token(l), 0);
         ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     }
     ck_assert_msg(cmd_int(ctx, "EXISTS neg") == 0, "a hold was left written (acquire said %s)",
@@ -1481,8 +1451,8 @@ START_TEST(force_status_list_touch_only_locks)
         ck_assert_int_eq(dlock_list(c, NULL, collect_names, all), DLOCK_OK);
         ck_assert_msg(!strstr(all, "app:") && !strstr(all, "user:"), "list shows '%s'", all);
         /* a real lock is still forced, listed and shown */
-        dlock_lock *l = lock_ok(c, "real");
-        acquire_ok(l, DLOCK_TRY);
+        dlock_lock *l = tu_lock(c, "real");
+        TU_ACQUIRE_OK(l, DLOCK_TRY);
         all[0] = 0;
         ck_assert_int_eq(dlock_list(c, NULL, collect_names, all), DLOCK_OK);
         ck_assert_str_eq(all, "real,");
@@ -1501,10 +1471,10 @@ END_TEST
 START_TEST(own_key_space_names_refused)
 {
     start_server(NULL);
-    dlock_client *c = open_ok(srv.url);
-    dlock_lock *x = lock_ok(c, "x");
-    acquire_ok(x, DLOCK_TRY);
-    uint64_t t = token_of(x);
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *x = tu_lock(c, "x");
+    TU_ACQUIRE_OK(x, DLOCK_TRY);
+    uint64_t t = tu_token(x);
     redisContext *ctx = raw();
     const char *names[] = {"redisson_lock_token:{x}", "redisson_lock__channel:{x}", "dlock_canceled:{x}"};
     for (size_t i = 0; i < 3; i++) {
@@ -1513,7 +1483,7 @@ START_TEST(own_key_space_names_refused)
         ck_assert_msg(strstr(dlock_errmsg(), names[i]) != NULL, "%s", dlock_errmsg());
         dlock_info *info = NULL;
         ck_assert_int_eq(dlock_inspect(c, names[i], &info), DLOCK_EINVAL);
-        dlock_lock *l = lock_ok(c, names[i]);
+        dlock_lock *l = tu_lock(c, names[i]);
         ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EINVAL);
         dlock_lock_free(l);
     }
@@ -1538,12 +1508,12 @@ START_TEST(lost_replies_are_retried_safely)
 {
     start_server(NULL);
     char *url = url_with("timeout=500ms&lease=10s");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "amb");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "amb");
     redisContext *ctx = raw();
     freeReplyObject(cmd(ctx, "CLIENT PAUSE 650 WRITE"));
-    acquire_ok(l, DLOCK_TRY);
-    uint64_t t = token_of(l);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = tu_token(l);
     tu_sleep_ms(300); /* let any duplicate run */
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t);
     ck_assert_int_eq(cmd_int(ctx, "HLEN amb"), 1);
@@ -1568,12 +1538,12 @@ END_TEST
 START_TEST(hash_tag_names)
 {
     start_server(NULL);
-    dlock_client *c = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "{user1}:cart");
-    acquire_ok(l, DLOCK_TRY);
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "{user1}:cart");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     redisContext *ctx = raw();
     ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "{user1}:cart"), 1);
-    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{user1}:cart"), (long long)token_of(l));
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{user1}:cart"), (long long)tu_token(l));
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     redisFree(ctx);
     dlock_lock_free(l);
@@ -1589,11 +1559,11 @@ START_TEST(connections_killed_renewals_resume)
 {
     start_server(NULL);
     char *url = url_with("lease=1500ms");
-    dlock_client *c = open_ok(url), *c2 = open_ok(url);
-    dlock_lock *l = lock_ok(c, "ck"), *l2 = lock_ok(c2, "ck");
+    dlock_client *c = tu_open(url), *c2 = tu_open(url);
+    dlock_lock *l = tu_lock(c, "ck"), *l2 = tu_lock(c2, "ck");
     struct lost_flag lost = {0};
     dlock_lock_on_lost(l, on_lost, &lost);
-    acquire_ok(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     struct waiter_arg a = {.l = l2, .wait_ms = 30000, .rc = -99, .release = true};
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &a);
@@ -1629,8 +1599,8 @@ START_TEST(server_restart_while_waiting)
     redisContext *ctx = raw();
     freeReplyObject(cmd(ctx, "HSET w 6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:1 1"));
     freeReplyObject(cmd(ctx, "PEXPIRE w 600000"));
-    dlock_client *c = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "w");
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "w");
     struct waiter_arg a = {.l = l, .wait_ms = 30000, .rc = -99, .release = true};
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &a);
@@ -1691,7 +1661,7 @@ START_TEST(thousand_names_waited_at_once)
         ck_assert_int_eq(redisGetReply(ctx, &r), REDIS_OK);
         freeReplyObject(r);
     }
-    dlock_client *c = open_ok(srv.url);
+    dlock_client *c = tu_open(srv.url);
     pthread_t th[MANY];
     struct many_arg args[MANY];
     pthread_attr_t attr;
@@ -1745,13 +1715,13 @@ START_TEST(renewal_is_batched)
     enum { N = 2000 };
     start_server(NULL);
     char *url = url_with("lease=3s");
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     dlock_lock **l = calloc(N, sizeof *l);
     for (int i = 0; i < N; i++) {
         char name[32];
         snprintf(name, sizeof name, "r-%d", i);
-        l[i] = lock_ok(c, name);
-        acquire_ok(l[i], DLOCK_TRY);
+        l[i] = tu_lock(c, name);
+        TU_ACQUIRE_OK(l[i], DLOCK_TRY);
     }
     redisContext *ctx = raw();
     freeReplyObject(cmd(ctx, "CONFIG RESETSTAT"));
@@ -1796,17 +1766,17 @@ START_TEST(urls_db_prefix_unix_and_list)
 
     /* the db from the path and from ?db= */
     u = tu_fmt("%s/3?prefix=app:", srv.url);
-    c = open_ok(u);
-    dlock_lock *l = lock_ok(c, "x");
-    acquire_ok(l, DLOCK_TRY);
+    c = tu_open(u);
+    dlock_lock *l = tu_lock(c, "x");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     freeReplyObject(cmd(ctx, "SELECT 3"));
     ck_assert_int_eq(cmd_int(ctx, "EXISTS app:x"), 1);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "redisson_lock_token:{app:x}"), 1);
     /* list: only lock keys, prefix stripped, glob applied */
     freeReplyObject(cmd(ctx, "SET app:plain v"));
     freeReplyObject(cmd(ctx, "HSET app:userhash name bob"));
-    dlock_lock *l2 = lock_ok(c, "y1");
-    acquire_ok(l2, DLOCK_TRY);
+    dlock_lock *l2 = tu_lock(c, "y1");
+    TU_ACQUIRE_OK(l2, DLOCK_TRY);
     char names[256] = "";
     ck_assert_int_eq(dlock_list(c, NULL, collect, names), DLOCK_OK);
     ck_assert_msg(strstr(names, "x,") && strstr(names, "y1,") && !strstr(names, "plain") &&
@@ -1823,9 +1793,9 @@ START_TEST(urls_db_prefix_unix_and_list)
     free(u);
 
     u = tu_fmt("redis+unix://%s?db=2", srv.sock);
-    c = open_ok(u);
-    l = lock_ok(c, "viaunix");
-    acquire_ok(l, DLOCK_TRY);
+    c = tu_open(u);
+    l = tu_lock(c, "viaunix");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     freeReplyObject(cmd(ctx, "SELECT 2"));
     ck_assert_int_eq(cmd_int(ctx, "EXISTS viaunix"), 1);
     dlock_release(l);
@@ -1843,7 +1813,7 @@ START_TEST(urls_db_prefix_unix_and_list)
     u = tu_fmt("%s?tls_ca=/etc/ssl/ca.pem", srv.url);
     ck_assert_int_eq(dlock_open(u, &c), DLOCK_ENOTSUP);
     free(u);
-    c = open_ok(srv.url);
+    c = tu_open(srv.url);
     ck_assert_int_eq(dlock_lock_new(c, "s", DLOCK_SHARED, 0, &l), DLOCK_ENOTSUP);
     dlock_client_close(c);
     redisFree(ctx);
@@ -1874,9 +1844,9 @@ START_TEST(cli_on_redis_urls)
         redisFree(ctx);
         free(out);
     }
-    dlock_client *c = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "clijob");
-    acquire_ok(l, DLOCK_TRY);
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "clijob");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
     {
         const char *argv[] = {dl, "-u", srv.url, "run", "-n", "clijob", "true", NULL};
         ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 1);
@@ -1940,10 +1910,10 @@ START_TEST(cli_holder_renewed_then_killed)
     ck_assert_msg(ttl > 0 && ttl <= 1500, "pttl %lld", ttl);
     kill(-pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    dlock_client *c = open_ok(srv.url);
-    dlock_lock *l = lock_ok(c, "clik9");
-    acquire_ok(l, 20000);
-    ck_assert_uint_eq(token_of(l), (uint64_t)held_token + 1);
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "clik9");
+    TU_ACQUIRE_OK(l, 20000);
+    ck_assert_uint_eq(tu_token(l), (uint64_t)held_token + 1);
     dlock_release(l);
     dlock_lock_free(l);
     dlock_client_close(c);

@@ -71,30 +71,6 @@ static char *url_with(const char *path, const char *query)
     return zkf_url(&F, path, query);
 }
 
-static dlock_client *open_ok(const char *url)
-{
-    dlock_client *c = NULL;
-    int rc = dlock_open(url, &c);
-    ck_assert_msg(rc == DLOCK_OK, "dlock_open(%s): %s: %s", url, dlock_err_name(rc),
-                  dlock_errmsg());
-    return c;
-}
-
-static dlock_lock *lock_ok(dlock_client *c, const char *name)
-{
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l);
-    ck_assert_msg(rc == DLOCK_OK, "dlock_lock_new(%s): %s", name, dlock_errmsg());
-    return l;
-}
-
-static uint64_t token_of(dlock_lock *l)
-{
-    uint64_t t = 0;
-    ck_assert_int_eq(dlock_token(l, &t), DLOCK_OK);
-    return t;
-}
-
 /* ------------------------------------------------------- raw ZooKeeper */
 
 /* A raw C-client session: plays other clients (Curator) and checks what
@@ -258,25 +234,6 @@ static void on_lost(dlock_lock *l, const char *why, void *arg)
     atomic_fetch_add(&lost_flag, 1); /* counts the holds lost */
 }
 
-static void write_marker(const char *path, const char *text)
-{
-    char *tmp = tu_fmt("%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-        rename(tmp, path);
-    }
-    free(tmp);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Strings a test allocates before forking children: kept reachable from
  * here so that valgrind, which checks the children too, does not count
  * the children's copies as leaks when they exit. */
@@ -292,32 +249,24 @@ static char *kept(char *p)
     return p;
 }
 
-static int wait_exit(pid_t pid)
-{
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* ============================================================ the recipe */
 
 START_TEST(test_acquire_release_token)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     ck_assert_str_eq(dlock_client_backend(c), "zk");
-    dlock_lock *l = lock_ok(c, "basic");
+    dlock_lock *l = tu_lock(c, "basic");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t t1 = token_of(l);
+    uint64_t t1 = tu_token(l);
     ck_assert_uint_gt(t1, 0);
     ck_assert_int_gt(dlock_validity_ms(l), 0);
 
     /* reentrant: same token, one node */
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     ck_assert_uint_eq(dlock_hold_count(l), 2);
-    ck_assert_uint_eq(token_of(l), t1);
+    ck_assert_uint_eq(tu_token(l), t1);
 
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(c, "basic", &info), DLOCK_OK);
@@ -358,7 +307,7 @@ START_TEST(test_acquire_release_token)
 
     /* a new acquisition: a strictly greater token */
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_uint_gt(token_of(l), t1);
+    ck_assert_uint_gt(tu_token(l), t1);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     zookeeper_close(zh);
     dlock_lock_free(l);
@@ -415,10 +364,10 @@ START_TEST(test_waiters_fifo_and_inspect)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "fifo");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "fifo");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t t0 = token_of(l);
+    uint64_t t0 = tu_token(l);
 
     struct waiter_arg args[3];
     pthread_t th[3];
@@ -472,14 +421,14 @@ START_TEST(test_validity_is_the_negotiated_session)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "lease=1000000");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "clamped");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "clamped");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     int64_t v = dlock_validity_ms(l);
     ck_assert_msg(v > 0 && v <= 600000, "validity %lld ms beyond the server's 600 s maximum",
                   (long long)v);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock *f = lock_ok(c, "fixed");
+    dlock_lock *f = tu_lock(c, "fixed");
     ck_assert_int_eq(dlock_lock_set_lease(f, 20000, DLOCK_LEASE_FIXED), DLOCK_ENOTSUP);
     ck_assert_msg(strstr(dlock_errmsg(), "fixed"), "message: %s", dlock_errmsg());
     dlock_lock_free(f);
@@ -516,13 +465,13 @@ START_TEST(test_curator_interop)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     zhandle_t *zh = raw_open(NULL);
     const char *lockpath = "/dlock/shared-with-java";
 
     /* 1. Curator holds: dlock is busy and sees the Curator node as holder. */
     char *cur1 = curator_contend(zh, lockpath);
-    dlock_lock *l = lock_ok(c, "shared-with-java");
+    dlock_lock *l = tu_lock(c, "shared-with-java");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(c, "shared-with-java", &info), DLOCK_OK);
@@ -593,7 +542,7 @@ START_TEST(test_foreign_children_ignored)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     zhandle_t *zh = raw_open(NULL);
     raw_mkdirs(zh, "/dlock/odd/not-a-lock-node", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
     const char *junk[] = {"y-lock-18446744073709551617", "y-lock-0000000001",
@@ -610,11 +559,11 @@ START_TEST(test_foreign_children_ignored)
                   dlock_info_holder(info, 0, NULL));
     ck_assert_int_eq(dlock_info_waiter_count(info), 0);
     dlock_info_free(info);
-    dlock_lock *l = lock_ok(c, "odd");
+    dlock_lock *l = tu_lock(c, "odd");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_inspect(c, "odd", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
-    ck_assert_uint_eq(dlock_info_token(info), token_of(l));
+    ck_assert_uint_eq(dlock_info_token(info), tu_token(l));
     ck_assert_int_eq(dlock_info_waiter_count(info), 0);
     dlock_info_free(info);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
@@ -658,7 +607,7 @@ START_TEST(test_hostile_names)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "base=/hostile");
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     zhandle_t *zh = raw_open(NULL);
     const char *names[] = {"..", ".", "../../zookeeper", "a/b/../../c", "/", "with space",
                            "%2F", "\x01\x7f\xff\xfe", "zookeeper", "lock-0000000001",
@@ -666,7 +615,7 @@ START_TEST(test_hostile_names)
     size_t nn = sizeof names / sizeof *names;
     dlock_lock *locks[sizeof names / sizeof *names];
     for (size_t i = 0; i < nn; i++) {
-        dlock_lock *l = locks[i] = lock_ok(c, names[i]);
+        dlock_lock *l = locks[i] = tu_lock(c, names[i]);
         ck_assert_msg(dlock_acquire(l, DLOCK_TRY) == DLOCK_OK, "acquire '%s': %s", names[i],
                       dlock_errmsg());
         dlock_info *info = NULL;
@@ -720,8 +669,8 @@ START_TEST(test_list_and_prefix)
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "base=/listing&prefix=app1.");
     char *url2 = url_with(NULL, "base=/listing");
-    dlock_client *c = open_ok(url), *raw = open_ok(url2);
-    dlock_lock *a = lock_ok(c, "jobs-a"), *b = lock_ok(c, "jobs-b"), *x = lock_ok(c, "other");
+    dlock_client *c = tu_open(url), *raw = tu_open(url2);
+    dlock_lock *a = tu_lock(c, "jobs-a"), *b = tu_lock(c, "jobs-b"), *x = tu_lock(c, "other");
     ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(b, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
@@ -779,18 +728,18 @@ START_TEST(test_paused_waiter_requeues)
         uint64_t t = 0;
         dlock_token(wl, &t);
         char *text = tu_fmt("%" PRIu64, t);
-        write_marker(done, text);
+        tu_write_marker(done, text);
         free(text);
         dlock_release(wl);
         dlock_lock_free(wl);
         dlock_client_close(wc);
         _exit(0);
     }
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "paused-waiter");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "paused-waiter");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t mine = token_of(l);
-    write_marker(go, "1");
+    uint64_t mine = tu_token(l);
+    tu_write_marker(go, "1");
     for (int k = 0; k < 400 && waiters_of(c, "paused-waiter") < 1; k++)
         tu_sleep_ms(25);
     ck_assert_int_eq(waiters_of(c, "paused-waiter"), 1);
@@ -805,7 +754,7 @@ START_TEST(test_paused_waiter_requeues)
         tu_sleep_ms(25);
     ck_assert_int_eq(waiters_of(c, "paused-waiter"), 1);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    ck_assert_int_eq(wait_exit(child), 0);
+    ck_assert_int_eq(tu_wait_exit(child), 0);
     char *text = tu_read_file(done);
     ck_assert_ptr_nonnull(text);
     ck_assert_uint_gt(strtoull(text, NULL, 10), mine);
@@ -831,8 +780,8 @@ START_TEST(test_missing_chroot)
     raw_mkdirs(zh, "/tenant", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
     free(url);
     url = url_with("/tenant", NULL);
-    c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "in-chroot");
+    c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "in-chroot");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     int n;
     char **kids = raw_children(zh, "/tenant/dlock/in-chroot", &n);
@@ -881,8 +830,8 @@ START_TEST(test_bad_urls)
     raw_mkdirs(zh, "/zkapp", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
     zookeeper_close(zh);
     char *url = url_with("/zkapp", "base=/zookeeper");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "in-chroot");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "in-chroot");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
@@ -902,8 +851,8 @@ START_TEST(test_auth_and_acl)
                               {"bob:pw@", "other user"}};
     for (size_t i = 0; i < 3; i++) {
         char *url = tu_fmt("zk://%s%s?base=/secure/locks", cases[i][0], F.hosts);
-        dlock_client *c = open_ok(url);
-        dlock_lock *l = lock_ok(c, "guarded");
+        dlock_client *c = tu_open(url);
+        dlock_lock *l = tu_lock(c, "guarded");
         int rc = dlock_acquire(l, DLOCK_TRY);
         ck_assert_msg(rc == DLOCK_EAUTH, "%s: %s %s", cases[i][1], dlock_err_name(rc),
                       dlock_errmsg());
@@ -914,31 +863,31 @@ START_TEST(test_auth_and_acl)
         free(url);
     }
     char *url = tu_fmt("zk://alice:s3cret@%s?base=/secure/locks&acl=creator", F.hosts);
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     ck_assert_msg(strstr(dlock_client_url(c), "s3cret") == NULL, "password shown: %s",
                   dlock_client_url(c));
-    dlock_lock *l = lock_ok(c, "guarded");
+    dlock_lock *l = tu_lock(c, "guarded");
     ck_assert_msg(dlock_acquire(l, DLOCK_TRY) == DLOCK_OK, "%s", dlock_errmsg());
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     /* the creator ACL keeps bob out of alice's lock node too */
     char *bob = tu_fmt("zk://bob:pw@%s?base=/secure/locks", F.hosts);
-    dlock_client *cb = open_ok(bob);
-    dlock_lock *lb = lock_ok(cb, "guarded");
+    dlock_client *cb = tu_open(bob);
+    dlock_lock *lb = tu_lock(cb, "guarded");
     ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EAUTH);
     ck_assert_msg(strstr(dlock_errmsg(), "/secure/locks"), "message %s", dlock_errmsg());
     /* alice's node under an open lock node: others still see the holder
      * (its name and token; its data is hers alone) */
     raw_mkdirs(zh, "/secure/locks/mixed", ZOO_CONTAINER, &ZOO_OPEN_ACL_UNSAFE);
-    dlock_lock *lm = lock_ok(c, "mixed");
+    dlock_lock *lm = tu_lock(c, "mixed");
     ck_assert_int_eq(dlock_acquire(lm, DLOCK_TRY), DLOCK_OK);
     dlock_info *info = NULL;
     ck_assert_msg(dlock_inspect(cb, "mixed", &info) == DLOCK_OK, "%s", dlock_errmsg());
     ck_assert_int_eq(dlock_info_held(info), 1);
-    ck_assert_uint_eq(dlock_info_token(info), token_of(lm));
+    ck_assert_uint_eq(dlock_info_token(info), tu_token(lm));
     ck_assert_msg(strstr(dlock_info_holder(info, 0, NULL), "(dlock ") == NULL, "holder %s",
                   dlock_info_holder(info, 0, NULL));
     dlock_info_free(info);
-    dlock_lock *lbm = lock_ok(cb, "mixed");
+    dlock_lock *lbm = tu_lock(cb, "mixed");
     int brc = dlock_acquire(lbm, DLOCK_TRY);
     ck_assert_msg(brc == DLOCK_EBUSY, "bob on the open lock node: %s %s", dlock_err_name(brc),
                   dlock_errmsg());
@@ -961,26 +910,26 @@ START_TEST(test_server_restart_keeps_hold)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "lease=15000");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "restart");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "restart");
     atomic_store(&lost_flag, 0);
     dlock_lock_on_lost(l, on_lost, NULL);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t t = token_of(l);
+    uint64_t t = tu_token(l);
     zkf_server_stop(&F, 0, SIGKILL);
     ck_assert_msg(zkf_server_start(&F, 0, 60000), "server did not come back");
     /* a renewal after the restart confirms the hold again: validity
      * grows back above what is left of it without one */
-    int64_t t0 = mono_ms(), v0 = dlock_validity_ms(l);
+    int64_t t0 = tu_mono_ms(), v0 = dlock_validity_ms(l);
     ck_assert_int_gt(v0, 0);
     bool renewed = false;
     for (int i = 0; i < 400 && !renewed && !atomic_load(&lost_flag); i++) {
         tu_sleep_ms(50);
-        renewed = dlock_validity_ms(l) > v0 - (mono_ms() - t0) + 1000;
+        renewed = dlock_validity_ms(l) > v0 - (tu_mono_ms() - t0) + 1000;
     }
     ck_assert_int_eq(atomic_load(&lost_flag), 0);
     ck_assert_msg(renewed, "hold not confirmed after restart");
-    ck_assert_uint_eq(token_of(l), t);
+    ck_assert_uint_eq(tu_token(l), t);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -992,12 +941,12 @@ START_TEST(test_server_down_hold_lost)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "lease=1500&timeout=500&connect_timeout=1000");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "outage");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "outage");
     atomic_store(&lost_flag, 0);
     dlock_lock_on_lost(l, on_lost, NULL);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t t = token_of(l);
+    uint64_t t = tu_token(l);
     zkf_server_stop(&F, 0, SIGKILL);
     /* jeopardy: no contact, so the validity deadline passes */
     for (int i = 0; i < 400 && !atomic_load(&lost_flag); i++)
@@ -1005,7 +954,7 @@ START_TEST(test_server_down_hold_lost)
     ck_assert_int_eq(atomic_load(&lost_flag), 1);
     ck_assert_int_eq(dlock_validity_ms(l), 0);
     /* while down: a clear connection error naming the server */
-    dlock_lock *l2 = lock_ok(c, "outage-2");
+    dlock_lock *l2 = tu_lock(c, "outage-2");
     int rc = dlock_acquire(l2, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "%s %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "127.0.0.1:"), "message %s", dlock_errmsg());
@@ -1014,7 +963,7 @@ START_TEST(test_server_down_hold_lost)
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
     rc = dlock_acquire(l, 20000);
     ck_assert_msg(rc == DLOCK_OK, "%s %s", dlock_err_name(rc), dlock_errmsg());
-    ck_assert_uint_gt(token_of(l), t);
+    ck_assert_uint_gt(tu_token(l), t);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l2);
     dlock_lock_free(l);
@@ -1035,8 +984,8 @@ START_TEST(test_stopped_server_bounds_short_waits)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "lease=3000&timeout=60000&connect_timeout=60000");
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "stopped");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "stopped");
     ck_assert_int_eq(kill(F.s[0].pid, SIGSTOP), 0);
     int rc = dlock_acquire(l, 100);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "100 ms acquire, server stopped: %s %s",
@@ -1072,8 +1021,8 @@ START_TEST(test_ensemble_basic)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "lease=4000");
-    dlock_client *a = open_ok(url), *b = open_ok(url);
-    dlock_lock *la = lock_ok(a, "ens"), *lb = lock_ok(b, "ens");
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "ens"), *lb = tu_lock(b, "ens");
     ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
@@ -1179,7 +1128,7 @@ static pid_t fork_worker(const char *url, const char *dir)
         tu_sleep_ms(5);
     }
     char *text = tu_fmt("%" PRIu64 " %" PRIu64 " %" PRIu64 " %d", accepted, turns, lost, failures);
-    write_marker(mine, text);
+    tu_write_marker(mine, text);
     free(text);
     free(mine);
     free(store);
@@ -1215,10 +1164,10 @@ START_TEST(test_leader_killed_never_two_holders)
                   "no fenced turns under the new leader (%" PRIu64 " -> %" PRIu64 ")",
                   at_election, fenced_count(store));
     char *stop = tu_fmt("%s/stop", dir);
-    write_marker(stop, "1");
+    tu_write_marker(stop, "1");
     uint64_t total = 0;
     for (int i = 0; i < 3; i++) {
-        int code = wait_exit(w[i]);
+        int code = tu_wait_exit(w[i]);
         ck_assert_msg(code == 0, "worker %d exited %d", i, code);
         char *path = tu_fmt("%s/count.%d", dir, (int)w[i]);
         char *text = tu_read_file(path);
@@ -1375,8 +1324,8 @@ START_TEST(test_lost_create_reply_leaves_no_node)
     struct proxy px;
     proxy_start(&px, F.s[0].port);
     char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=400", px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *warm = lock_ok(c, "lost-reply");
+    dlock_client *c = tu_open(url);
+    dlock_lock *warm = tu_lock(c, "lost-reply");
     ck_assert_int_eq(dlock_acquire(warm, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
     ck_assert_int_eq(dlock_release(warm), DLOCK_OK);
 
@@ -1403,8 +1352,8 @@ START_TEST(test_lost_create_reply_leaves_no_node)
     ck_assert_msg(n == 0, "a node of the lost create stays in the queue");
     /* and the lock is free for others */
     char *direct = url_with(NULL, NULL);
-    dlock_client *other = open_ok(direct);
-    dlock_lock *lo = lock_ok(other, "lost-reply");
+    dlock_client *other = tu_open(direct);
+    dlock_lock *lo = tu_lock(other, "lost-reply");
     ck_assert_int_eq(dlock_acquire(lo, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_release(lo), DLOCK_OK);
     dlock_lock_free(lo);
@@ -1427,8 +1376,8 @@ START_TEST(test_lost_release_leaves_no_node)
     struct proxy px;
     proxy_start(&px, F.s[0].port);
     char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=400", px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "lost-release");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "lost-release");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     zhandle_t *zh = raw_open(NULL);
     proxy_set(&px, PROXY_BLACKHOLE);
@@ -1495,8 +1444,8 @@ START_TEST(test_release_reply_lost_then_reconnect)
     struct proxy px;
     proxy_start(&px, F.s[0].port);
     char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=4000", px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "release-reply");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "release-reply");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     struct heal_arg ha = {.px = &px, .lockpath = "/dlock/release-reply", .want = 0};
     proxy_set(&px, PROXY_DISCARD);
@@ -1528,8 +1477,8 @@ START_TEST(test_create_reply_lost_node_found_by_guid)
     struct proxy px;
     proxy_start(&px, F.s[0].port);
     char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=4000", px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "create-reply");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "create-reply");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     zhandle_t *zh = raw_open(NULL);
@@ -1553,7 +1502,7 @@ START_TEST(test_create_reply_lost_node_found_by_guid)
                 path = tu_fmt("/dlock/create-reply/%s", kids[i]);
         struct Stat st;
         ck_assert_int_eq(zoo_exists(zh, path, 0, &st), ZOK);
-        ck_assert_uint_eq((uint64_t)st.czxid, token_of(l));
+        ck_assert_uint_eq((uint64_t)st.czxid, tu_token(l));
         free(path);
         free_strings(kids, n);
         ck_assert_int_eq(dlock_release(l), DLOCK_OK);
@@ -1611,12 +1560,12 @@ START_TEST(test_partitioned_holder_lost_before_other_holds)
     proxy_start(&px, F.s[0].port);
     char *url = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=1000&connect_timeout=3000",
                        px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "partitioned");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "partitioned");
     atomic_store(&lost_flag, 0);
     dlock_lock_on_lost(l, on_lost, NULL);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t t = token_of(l);
+    uint64_t t = tu_token(l);
 
     char *direct = url_with(NULL, "lease=2000");
     struct partition_arg a = {.url = direct, .rc = -1};
@@ -1634,7 +1583,7 @@ START_TEST(test_partitioned_holder_lost_before_other_holds)
     /* the next acquire opens a new session, even one made while the
      * client is still learning that the old one expired (a waiting one:
      * a try-once does not wait for a connection) */
-    dlock_lock *l2 = lock_ok(c, "partitioned-2");
+    dlock_lock *l2 = tu_lock(c, "partitioned-2");
     int rc = dlock_acquire(l2, 20000);
     ck_assert_msg(rc == DLOCK_OK, "first acquire after the partition: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
@@ -1649,7 +1598,7 @@ START_TEST(test_partitioned_holder_lost_before_other_holds)
     rc = dlock_acquire(l, 20000);
     ck_assert_msg(rc == DLOCK_OK, "acquire after the other released: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
-    ck_assert_uint_gt(token_of(l), t);
+    ck_assert_uint_gt(tu_token(l), t);
     pthread_join(th, NULL);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     ck_assert_int_eq(atomic_load(&lost_flag), 1);
@@ -1706,8 +1655,8 @@ START_TEST(test_partitioned_waiter_requeues)
     char *purl = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=1000&connect_timeout=3000",
                         px.port);
     char *direct = url_with(NULL, "lease=2000");
-    dlock_client *h = open_ok(direct), *o = open_ok(direct);
-    dlock_lock *lh = lock_ok(h, "pwait"), *lo = lock_ok(o, "pwait");
+    dlock_client *h = tu_open(direct), *o = tu_open(direct);
+    dlock_lock *lh = tu_lock(h, "pwait"), *lo = tu_lock(o, "pwait");
     ck_assert_int_eq(dlock_acquire(lh, DLOCK_TRY), DLOCK_OK);
     struct pwaiter_arg a = {.url = purl, .rc = -1};
     pthread_t th;
@@ -1721,7 +1670,7 @@ START_TEST(test_partitioned_waiter_requeues)
     ck_assert_int_eq(dlock_release(lh), DLOCK_OK);
     int rc = dlock_acquire(lo, 20000); /* once the waiter's session expired */
     ck_assert_msg(rc == DLOCK_OK, "%s %s", dlock_err_name(rc), dlock_errmsg());
-    uint64_t to = token_of(lo);
+    uint64_t to = tu_token(lo);
     proxy_set(&px, PROXY_FORWARD);
     /* the waiter comes back, finds its session expired, queues again */
     for (int k = 0; k < 300 && waiters_of(o, "pwait") < 1 && !atomic_load(&a.done); k++)
@@ -1756,8 +1705,8 @@ START_TEST(test_wait_while_disconnected_honours_cancel_and_deadline)
     proxy_start(&px, F.s[0].port);
     char *url = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=1000&connect_timeout=30000",
                        px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "offline");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "offline");
     proxy_set(&px, PROXY_BLACKHOLE);
     tu_sleep_ms(2500); /* the client library notices (2/3 of the session) */
     struct cancel_arg arg = {.l = l, .rc = 1};
@@ -1792,8 +1741,8 @@ START_TEST(test_wait_survives_disconnect_during_create)
     struct proxy px;
     proxy_start(&px, F.s[0].port);
     char *url = tu_fmt("zk://127.0.0.1:%d?lease=4000&timeout=500", px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "blip");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "blip");
     zhandle_t *zh = raw_open(NULL);
     raw_keep_lock_node(zh, "/dlock/blip");
     proxy_set(&px, PROXY_BLACKHOLE);
@@ -1847,9 +1796,9 @@ START_TEST(test_cancel_while_disconnected_returns_at_once)
     char *url = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=120000&connect_timeout=120000",
                        px.port);
     char *direct = url_with(NULL, "lease=2000");
-    dlock_client *holder = open_ok(direct), *c = open_ok(url);
-    dlock_lock *lh = lock_ok(holder, "cut-cancel"), *l = lock_ok(c, "cut-cancel");
-    dlock_lock *probe = lock_ok(c, "cut-cancel-probe");
+    dlock_client *holder = tu_open(direct), *c = tu_open(url);
+    dlock_lock *lh = tu_lock(holder, "cut-cancel"), *l = tu_lock(c, "cut-cancel");
+    dlock_lock *probe = tu_lock(c, "cut-cancel-probe");
     ck_assert_int_eq(dlock_acquire(lh, DLOCK_TRY), DLOCK_OK);
     struct cancel_arg arg = {.l = l, .rc = 1};
     pthread_t th;
@@ -1904,14 +1853,14 @@ START_TEST(test_session_closed_elsewhere_reported_lost_at_once)
     proxy_start(&px, F.s[0].port);
     char *url = tu_fmt("zk://127.0.0.1:%d?lease=600000&timeout=2000&connect_timeout=5000",
                        px.port);
-    dlock_client *c = open_ok(url);
+    dlock_client *c = tu_open(url);
     clientid_t id = *zoo_client_id(dlock_last_handle());
     ck_assert(id.client_id != 0);
-    dlock_lock *l = lock_ok(c, "killed-session");
+    dlock_lock *l = tu_lock(c, "killed-session");
     atomic_store(&lost_flag, 0);
     dlock_lock_on_lost(l, on_lost, NULL);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t t = token_of(l);
+    uint64_t t = tu_token(l);
     ck_assert_int_gt(dlock_validity_ms(l), 60000);
 
     proxy_set(&px, PROXY_BLACKHOLE);
@@ -1935,7 +1884,7 @@ START_TEST(test_session_closed_elsewhere_reported_lost_at_once)
     int rc = dlock_acquire(l, 20000);
     ck_assert_msg(rc == DLOCK_OK, "acquire on a new session: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
-    ck_assert_uint_gt(token_of(l), t);
+    ck_assert_uint_gt(tu_token(l), t);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     ck_assert_int_eq(atomic_load(&lost_flag), 1);
     dlock_lock_free(l);
@@ -1990,7 +1939,7 @@ static char *exec_child_fds(void)
         len += (size_t)r;
     out[len] = 0;
     close(p[0]);
-    ck_assert_int_eq(wait_exit(pid), 0);
+    ck_assert_int_eq(tu_wait_exit(pid), 0);
     return out;
 }
 
@@ -2026,8 +1975,8 @@ START_TEST(test_descriptors_not_inherited_by_exec)
     proxy_start(&px, F.s[0].port);
     char *before = own_fds();
     char *url = tu_fmt("zk://127.0.0.1:%d?timeout=2000&connect_timeout=10000", px.port);
-    dlock_client *c = open_ok(url);
-    dlock_lock *l = lock_ok(c, "cloexec");
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "cloexec");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     char *leak = inherited_of_ours(before);
     ck_assert_msg(!leak, "inherited across exec after an acquire: %s", leak ? leak : "");
@@ -2047,18 +1996,6 @@ START_TEST(test_descriptors_not_inherited_by_exec)
 END_TEST
 
 /* ================================================================== CLI */
-
-static int run_cli(char **out, char **err, const char **args)
-{
-    const char *argv[32] = {tu_dlock_bin()};
-    size_t n = 1;
-    for (; args[n - 1]; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    return tu_run(argv, NULL, out, err);
-}
-
-#define CLI(out, err, ...) run_cli(out, err, (const char *[]){__VA_ARGS__, NULL})
 
 /* Lines of S, not counting valgrind's ("==PID== ...") under
  * `make check VALGRIND=1`, which traces the CLI too. */
@@ -2092,10 +2029,10 @@ START_TEST(test_cli_run_status_list_release)
     char *out = NULL, *err = NULL;
 
     /* tokens strictly increase across runs */
-    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "run", "-v", "cli-job", "true"), 0);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", url, "run", "-v", "cli-job", "true"), 0);
     uint64_t t1 = cli_token(err);
     free(err);
-    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "run", "-v", "cli-job", "true"), 0);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", url, "run", "-v", "cli-job", "true"), 0);
     ck_assert_uint_gt(cli_token(err), t1);
     free(err);
 
@@ -2108,7 +2045,7 @@ START_TEST(test_cli_run_status_list_release)
     const char *holder_argv[] = {tu_dlock_bin(), "-u", url, "run", "cli-job", "-c", cmd1, NULL};
     pid_t holder = tu_spawn(holder_argv, log1);
     ck_assert_msg(tu_wait_file(m1, 30000), "CLI holder never ran its command");
-    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "run", "-n", "cli-job", "true"), 1);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", url, "run", "-n", "cli-job", "true"), 1);
     ck_assert_int_eq(lines_of(err), 1);
     free(err);
 
@@ -2117,7 +2054,7 @@ START_TEST(test_cli_run_status_list_release)
     pid_t waiter = tu_spawn(waiter_argv, NULL);
     bool queued = false;
     for (int i = 0; i < 200 && !queued; i++) {
-        ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "cli-job"), 0);
+        ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "status", "cli-job"), 0);
         queued = strstr(out, "waiters:  1") != NULL;
         if (!queued)
             free(out);
@@ -2129,16 +2066,16 @@ START_TEST(test_cli_run_status_list_release)
                       strstr(out, "-lock-") && strstr(out, "held"),
                   "status: %s", out);
     free(out);
-    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "cli-job", "--json"), 0);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "status", "cli-job", "--json"), 0);
     ck_assert_msg(strstr(out, "\"waiters\":[\"_c_"), "status --json: %s", out);
     free(out);
-    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "list"), 0);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "list"), 0);
     ck_assert_msg(strstr(out, "cli-job\n"), "list: %s", out);
     free(out);
 
     /* the operator frees it: the waiter runs, the old holder learns it
      * lost the lock (its command is terminated, exit 75) */
-    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "release", "--force", "cli-job"), 0);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", url, "release", "--force", "cli-job"), 0);
     free(err);
     ck_assert_msg(tu_wait_file(m2, 30000), "waiter never ran after the forced release");
     int st = -1;
@@ -2174,24 +2111,24 @@ START_TEST(test_cli_curator_holder_and_errors)
     char *err = NULL, *out = NULL;
     zhandle_t *zh = raw_open(NULL);
     char *node = curator_contend(zh, "/dlock/java-job");
-    ck_assert_int_eq(CLI(NULL, &err, "-u", url, "run", "-n", "java-job", "true"), 1);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", url, "run", "-n", "java-job", "true"), 1);
     free(err);
-    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "java-job"), 0);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "status", "java-job"), 0);
     ck_assert_msg(strstr(out, node), "status does not show Curator's node %s: %s", node, out);
     free(out);
     char *path = tu_fmt("/dlock/java-job/%s", node);
     ck_assert_int_eq(zoo_delete(zh, path, -1), ZOK);
-    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-n", "java-job", "true"), 0);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "run", "-n", "java-job", "true"), 0);
 
     /* errors: one clear line each */
     int port = tu_free_port();
     char *dead = tu_fmt("zk://127.0.0.1:%d?connect_timeout=500", port);
-    ck_assert_int_eq(CLI(NULL, &err, "-u", dead, "status", "x"), 69);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", dead, "status", "x"), 69);
     char *where = tu_fmt("127.0.0.1:%d", port);
     ck_assert_msg(strstr(err, where) && lines_of(err) == 1, "stderr: %s", err);
     free(err);
     char *chroot = url_with("/missing", NULL);
-    ck_assert_int_eq(CLI(NULL, &err, "-u", chroot, "list"), 78);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", chroot, "list"), 78);
     ck_assert_msg(strstr(err, "/missing") && lines_of(err) == 1, "stderr: %s", err);
     free(err);
     free(chroot);

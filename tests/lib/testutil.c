@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dlock.h"
+
 char *tu_fmt(const char *fmt, ...)
 {
     va_list ap;
@@ -231,6 +233,58 @@ int tu_wait_exit(pid_t pid)
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int64_t tu_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+dlock_client *tu_open(const char *url)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_open(%s): %s: %s", url, dlock_err_name(rc),
+                  dlock_errmsg());
+    return c;
+}
+
+dlock_lock *tu_lock_mode(dlock_client *c, const char *name, int mode, unsigned flags)
+{
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, (dlock_mode)mode, flags, &l);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_lock_new(%s): %s: %s", name, dlock_err_name(rc),
+                  dlock_errmsg());
+    return l;
+}
+
+dlock_lock *tu_lock(dlock_client *c, const char *name)
+{
+    return tu_lock_mode(c, name, DLOCK_EXCLUSIVE, 0);
+}
+
+void tu_file_fixture(const char *tag, char **dir, char **url)
+{
+    *dir = tu_tmpdir(tag);
+    *url = tu_fmt("file://%s", *dir);
+}
+
+void tu_file_fixture_end(char **dir, char **url)
+{
+    tu_rmrf(*dir);
+    free(*dir);
+    free(*url);
+    *dir = *url = NULL;
+}
+
+uint64_t tu_token(dlock_lock *l)
+{
+    uint64_t t = 0;
+    int rc = dlock_token(l, &t);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_token(%s): %s", dlock_lock_name(l), dlock_err_name(rc));
+    return t;
 }
 
 char *tu_read_file(const char *path)

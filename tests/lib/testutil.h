@@ -10,12 +10,19 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* A fresh directory under $TMPDIR or /tmp (caller frees the string).
  * tu_rmrf() removes a tree. */
 char *tu_tmpdir(const char *tag);
 void tu_rmrf(const char *path);
+
+/* The per-test fixture of the suites on the file backend: a fresh
+ * temporary directory in *DIR and its "file://" URL in *URL;
+ * tu_file_fixture_end() removes the directory and frees both. */
+void tu_file_fixture(const char *tag, char **dir, char **url);
+void tu_file_fixture_end(char **dir, char **url);
 
 /* A TCP port on 127.0.0.1 that nothing listens on right now. */
 int tu_free_port(void);
@@ -57,6 +64,28 @@ bool tu_wait_file(const char *path, int timeout_ms);
 void tu_write_marker(const char *path, const char *text);
 /* Reap PID: its exit status, or 128+N when killed by signal N. */
 int tu_wait_exit(pid_t pid);
+
+/* Milliseconds on the monotonic clock (for reporting how long a step
+ * took; never for asserting on it). */
+int64_t tu_mono_ms(void);
+
+/* The library calls every backend test makes, asserting that they worked
+ * (the Check message names the call, the error and dlock_errmsg()):
+ * tu_open() a client for URL, tu_lock() an exclusive handle on NAME,
+ * tu_token() of a held lock, TU_ACQUIRE_OK() waiting at most WAIT ms. */
+struct dlock_client;
+struct dlock_lock;
+struct dlock_client *tu_open(const char *url);
+struct dlock_lock *tu_lock(struct dlock_client *c, const char *name);
+/* tu_lock() with a mode (a dlock_mode) and flags of its own. */
+struct dlock_lock *tu_lock_mode(struct dlock_client *c, const char *name, int mode, unsigned flags);
+uint64_t tu_token(struct dlock_lock *l);
+#define TU_ACQUIRE_OK(l, wait)                                                                \
+    do {                                                                                      \
+        int rc_ = dlock_acquire((l), (wait));                                                 \
+        ck_assert_msg(rc_ == DLOCK_OK, "acquire '%s': %s: %s", dlock_lock_name(l),            \
+                      dlock_err_name(rc_), dlock_errmsg());                                   \
+    } while (0)
 
 /* One test of a table: its name (what DLOCK_TEST matches), its Check
  * function and its time limit in seconds (0 = 60). */

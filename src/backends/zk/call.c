@@ -210,6 +210,36 @@ int64_t zk_call_deadline(struct zk_backend *zb, int64_t until)
 
 /* ------------------------------------------------------------- requests */
 
+/* The start of every request: its deadline (see zk_call_deadline) and N
+ * call records in K. ZOPERATIONTIMEOUT when UNTIL has passed, ZSYSTEMERROR
+ * when out of memory (then no record is left), else ZOK. */
+static int zk_calls_start(struct zk_backend *zb, zhandle_t *zh, int64_t until, int64_t *deadline,
+                          struct zk_call **k, int n)
+{
+    *deadline = zk_call_deadline(zb, until);
+    if (!*deadline)
+        return ZOPERATIONTIMEOUT;
+    for (int i = 0; i < n; i++) {
+        k[i] = zk_call_new(zh);
+        if (!k[i]) {
+            while (i-- > 0)
+                zk_call_dead(k[i], ZSYSTEMERROR);
+            return ZSYSTEMERROR;
+        }
+    }
+    return ZOK;
+}
+
+/* The end of a one-request call: SENT is what starting the request on K
+ * returned; wait for its reply, or drop K when it never went out. */
+static int zk_call_sent(struct zk_call *k, int sent, int64_t deadline, struct Stat *stat,
+                        char **value, struct String_vector *kids)
+{
+    if (sent != ZOK)
+        return zk_call_dead(k, sent);
+    return zk_call_wait(k, deadline, stat, value, kids);
+}
+
 static const struct ACL_vector *zk_node_acl(struct zk_backend *zb)
 {
     return zb->creator_acl ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE;
@@ -218,48 +248,39 @@ static const struct ACL_vector *zk_node_acl(struct zk_backend *zb)
 int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
                  int mode, char **created, struct Stat *stat, int64_t until)
 {
-    int64_t deadline = zk_call_deadline(zb, until);
-    if (!deadline)
-        return ZOPERATIONTIMEOUT;
-    struct zk_call *k = zk_call_new(zh);
-    if (!k)
-        return ZSYSTEMERROR;
-    int rc = zoo_acreate2(zh, path, data, data ? (int)strlen(data) : -1, zk_node_acl(zb), mode,
-                          zk_on_created, k);
+    int64_t deadline;
+    struct zk_call *k;
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
     if (rc != ZOK)
-        return zk_call_dead(k, rc);
-    return zk_call_wait(k, deadline, stat, created, NULL);
+        return rc;
+    rc = zoo_acreate2(zh, path, data, data ? (int)strlen(data) : -1, zk_node_acl(zb), mode,
+                          zk_on_created, k);
+    return zk_call_sent(k, rc, deadline, stat, created, NULL);
 }
 
 int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
                  void *watch_ctx, struct Stat *stat, int64_t until)
 {
-    int64_t deadline = zk_call_deadline(zb, until);
-    if (!deadline)
-        return ZOPERATIONTIMEOUT;
-    struct zk_call *k = zk_call_new(zh);
-    if (!k)
-        return ZSYSTEMERROR;
-    int rc = watcher ? zoo_awexists(zh, path, watcher, watch_ctx, zk_on_stat, k)
-                     : zoo_aexists(zh, path, 0, zk_on_stat, k);
+    int64_t deadline;
+    struct zk_call *k;
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
     if (rc != ZOK)
-        return zk_call_dead(k, rc);
-    return zk_call_wait(k, deadline, stat, NULL, NULL);
+        return rc;
+    rc = watcher ? zoo_awexists(zh, path, watcher, watch_ctx, zk_on_stat, k)
+                     : zoo_aexists(zh, path, 0, zk_on_stat, k);
+    return zk_call_sent(k, rc, deadline, stat, NULL, NULL);
 }
 
 int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
               struct Stat *stat, int64_t until)
 {
-    int64_t deadline = zk_call_deadline(zb, until);
-    if (!deadline)
-        return ZOPERATIONTIMEOUT;
-    struct zk_call *k = zk_call_new(zh);
-    if (!k)
-        return ZSYSTEMERROR;
-    int rc = zoo_aget(zh, path, 0, zk_on_data, k);
+    int64_t deadline;
+    struct zk_call *k;
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
     if (rc != ZOK)
-        return zk_call_dead(k, rc);
-    return zk_call_wait(k, deadline, stat, data, NULL);
+        return rc;
+    rc = zoo_aget(zh, path, 0, zk_on_data, k);
+    return zk_call_sent(k, rc, deadline, stat, data, NULL);
 }
 
 int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
@@ -267,30 +288,24 @@ int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
 {
     kids->count = 0;
     kids->data = NULL;
-    int64_t deadline = zk_call_deadline(zb, until);
-    if (!deadline)
-        return ZOPERATIONTIMEOUT;
-    struct zk_call *k = zk_call_new(zh);
-    if (!k)
-        return ZSYSTEMERROR;
-    int rc = zoo_aget_children(zh, path, 0, zk_on_strings, k);
+    int64_t deadline;
+    struct zk_call *k;
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
     if (rc != ZOK)
-        return zk_call_dead(k, rc);
-    return zk_call_wait(k, deadline, NULL, NULL, kids);
+        return rc;
+    rc = zoo_aget_children(zh, path, 0, zk_on_strings, k);
+    return zk_call_sent(k, rc, deadline, NULL, NULL, kids);
 }
 
 int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until)
 {
-    int64_t deadline = zk_call_deadline(zb, until);
-    if (!deadline)
-        return ZOPERATIONTIMEOUT;
-    struct zk_call *k = zk_call_new(zh);
-    if (!k)
-        return ZSYSTEMERROR;
-    int rc = zoo_adelete(zh, path, -1, zk_on_void, k);
+    int64_t deadline;
+    struct zk_call *k;
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
     if (rc != ZOK)
-        return zk_call_dead(k, rc);
-    return zk_call_wait(k, deadline, NULL, NULL, NULL);
+        return rc;
+    rc = zoo_adelete(zh, path, -1, zk_on_void, k);
+    return zk_call_sent(k, rc, deadline, NULL, NULL, NULL);
 }
 
 /* A failure of a request on PATH as a DLOCK_E* code with a message in
@@ -344,18 +359,13 @@ int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path
     *listed = false;
     kids->count = 0;
     kids->data = NULL;
-    int64_t deadline = zk_call_deadline(zb, until);
-    if (!deadline)
-        return ZOPERATIONTIMEOUT;
-    struct zk_call *kc = zk_call_new(zh), *kl = zk_call_new(zh);
-    if (!kc || !kl) {
-        if (kc)
-            zk_call_dead(kc, ZSYSTEMERROR);
-        if (kl)
-            zk_call_dead(kl, ZSYSTEMERROR);
-        return ZSYSTEMERROR;
-    }
-    int rc = zoo_acreate2(zh, path, zb->ident, (int)strlen(zb->ident), zk_node_acl(zb),
+    int64_t deadline;
+    struct zk_call *k[2];
+    int rc = zk_calls_start(zb, zh, until, &deadline, k, 2);
+    if (rc != ZOK)
+        return rc;
+    struct zk_call *kc = k[0], *kl = k[1];
+    rc = zoo_acreate2(zh, path, zb->ident, (int)strlen(zb->ident), zk_node_acl(zb),
                           ZOO_EPHEMERAL_SEQUENTIAL, zk_on_created, kc);
     if (rc != ZOK) {
         zk_call_dead(kl, rc);
@@ -386,18 +396,13 @@ int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path
 {
     kids->count = 0;
     kids->data = NULL;
-    int64_t deadline = zk_call_deadline(zb, until);
-    if (!deadline)
-        return ZOPERATIONTIMEOUT;
-    struct zk_call *ks = zk_call_new(zh), *kl = zk_call_new(zh);
-    if (!ks || !kl) {
-        if (ks)
-            zk_call_dead(ks, ZSYSTEMERROR);
-        if (kl)
-            zk_call_dead(kl, ZSYSTEMERROR);
-        return ZSYSTEMERROR;
-    }
-    int rc = zoo_async(zh, "/", zk_on_synced, ks);
+    int64_t deadline;
+    struct zk_call *k[2];
+    int rc = zk_calls_start(zb, zh, until, &deadline, k, 2);
+    if (rc != ZOK)
+        return rc;
+    struct zk_call *ks = k[0], *kl = k[1];
+    rc = zoo_async(zh, "/", zk_on_synced, ks);
     if (rc != ZOK) {
         zk_call_dead(kl, rc);
         return zk_call_dead(ks, rc);

@@ -211,11 +211,16 @@ int64_t zk_call_deadline(struct zk_backend *zb, int64_t until)
 /* ------------------------------------------------------------- requests */
 
 /* The start of every request: its deadline (see zk_call_deadline) and N
- * call records in K. ZOPERATIONTIMEOUT when UNTIL has passed, ZSYSTEMERROR
- * when out of memory (then no record is left), else ZOK. */
+ * call records in K; KIDS, when not NULL, emptied for a listing to fill.
+ * ZOPERATIONTIMEOUT when UNTIL has passed, ZSYSTEMERROR when out of memory
+ * (then no record is left), else ZOK. */
 static int zk_calls_start(struct zk_backend *zb, zhandle_t *zh, int64_t until, int64_t *deadline,
-                          struct zk_call **k, int n)
+                          struct zk_call **k, int n, struct String_vector *kids)
 {
+    if (kids) {
+        kids->count = 0;
+        kids->data = NULL;
+    }
     *deadline = zk_call_deadline(zb, until);
     if (!*deadline)
         return ZOPERATIONTIMEOUT;
@@ -250,11 +255,11 @@ int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const c
 {
     int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, NULL);
     if (rc != ZOK)
         return rc;
     rc = zoo_acreate2(zh, path, data, data ? (int)strlen(data) : -1, zk_node_acl(zb), mode,
-                          zk_on_created, k);
+                      zk_on_created, k);
     return zk_call_sent(k, rc, deadline, stat, created, NULL);
 }
 
@@ -263,11 +268,11 @@ int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher
 {
     int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, NULL);
     if (rc != ZOK)
         return rc;
     rc = watcher ? zoo_awexists(zh, path, watcher, watch_ctx, zk_on_stat, k)
-                     : zoo_aexists(zh, path, 0, zk_on_stat, k);
+                 : zoo_aexists(zh, path, 0, zk_on_stat, k);
     return zk_call_sent(k, rc, deadline, stat, NULL, NULL);
 }
 
@@ -276,21 +281,18 @@ int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **dat
 {
     int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, NULL);
     if (rc != ZOK)
         return rc;
-    rc = zoo_aget(zh, path, 0, zk_on_data, k);
-    return zk_call_sent(k, rc, deadline, stat, data, NULL);
+    return zk_call_sent(k, zoo_aget(zh, path, 0, zk_on_data, k), deadline, stat, data, NULL);
 }
 
 int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
                    struct String_vector *kids, int64_t until)
 {
-    kids->count = 0;
-    kids->data = NULL;
     int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, kids);
     if (rc != ZOK)
         return rc;
     rc = zoo_aget_children(zh, path, 0, zk_on_strings, k);
@@ -301,11 +303,10 @@ int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t
 {
     int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1);
+    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, NULL);
     if (rc != ZOK)
         return rc;
-    rc = zoo_adelete(zh, path, -1, zk_on_void, k);
-    return zk_call_sent(k, rc, deadline, NULL, NULL, NULL);
+    return zk_call_sent(k, zoo_adelete(zh, path, -1, zk_on_void, k), deadline, NULL, NULL, NULL);
 }
 
 /* A failure of a request on PATH as a DLOCK_E* code with a message in
@@ -348,6 +349,24 @@ bool zk_rc_session_gone(int rc)
     return rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING;
 }
 
+/* The second request of a pipelined pair, a listing of PATH's children
+ * on K[1] behind the first on K[0]: SENT is what starting the first
+ * returned. When that failed, both records are dropped and SENT is
+ * returned; else *LISTED_SENT says whether the listing went out (its
+ * record is dropped when not) and ZOK is returned. */
+static int zk_list_behind(zhandle_t *zh, struct zk_call **k, int sent, const char *path,
+                          int *listed_sent)
+{
+    if (sent != ZOK) {
+        zk_call_dead(k[1], sent);
+        return zk_call_dead(k[0], sent);
+    }
+    *listed_sent = zoo_aget_children(zh, path, 0, zk_on_strings, k[1]);
+    if (*listed_sent != ZOK)
+        zk_call_dead(k[1], *listed_sent);
+    return ZOK;
+}
+
 /* Create PATH (EPHEMERAL_SEQUENTIAL) and, in the same round trip, list
  * LOCKPATH's children: the server handles a session's requests in order,
  * so the listing already shows the new node. Returns the create's code;
@@ -357,26 +376,20 @@ int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path
                           struct String_vector *kids, bool *listed, int64_t until)
 {
     *listed = false;
-    kids->count = 0;
-    kids->data = NULL;
     int64_t deadline;
     struct zk_call *k[2];
-    int rc = zk_calls_start(zb, zh, until, &deadline, k, 2);
+    int rc = zk_calls_start(zb, zh, until, &deadline, k, 2, kids);
     if (rc != ZOK)
         return rc;
-    struct zk_call *kc = k[0], *kl = k[1];
     rc = zoo_acreate2(zh, path, zb->ident, (int)strlen(zb->ident), zk_node_acl(zb),
-                          ZOO_EPHEMERAL_SEQUENTIAL, zk_on_created, kc);
-    if (rc != ZOK) {
-        zk_call_dead(kl, rc);
-        return zk_call_dead(kc, rc);
-    }
-    int lrc = zoo_aget_children(zh, lockpath, 0, zk_on_strings, kl);
-    if (lrc != ZOK)
-        zk_call_dead(kl, lrc);
-    rc = zk_call_wait(kc, deadline, stat, created, NULL);
+                      ZOO_EPHEMERAL_SEQUENTIAL, zk_on_created, k[0]);
+    int lrc;
+    rc = zk_list_behind(zh, k, rc, lockpath, &lrc);
+    if (rc != ZOK)
+        return rc;
+    rc = zk_call_wait(k[0], deadline, stat, created, NULL);
     if (lrc == ZOK) {
-        lrc = zk_call_wait(kl, deadline, NULL, NULL, kids);
+        lrc = zk_call_wait(k[1], deadline, NULL, NULL, kids);
         *listed = rc == ZOK && lrc == ZOK;
         if (!*listed)
             deallocate_String_vector(kids);
@@ -394,25 +407,18 @@ int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path
 int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           struct String_vector *kids, int64_t until)
 {
-    kids->count = 0;
-    kids->data = NULL;
     int64_t deadline;
     struct zk_call *k[2];
-    int rc = zk_calls_start(zb, zh, until, &deadline, k, 2);
+    int rc = zk_calls_start(zb, zh, until, &deadline, k, 2, kids);
     if (rc != ZOK)
         return rc;
-    struct zk_call *ks = k[0], *kl = k[1];
-    rc = zoo_async(zh, "/", zk_on_synced, ks);
-    if (rc != ZOK) {
-        zk_call_dead(kl, rc);
-        return zk_call_dead(ks, rc);
-    }
-    int lrc = zoo_aget_children(zh, path, 0, zk_on_strings, kl);
-    if (lrc != ZOK)
-        zk_call_dead(kl, lrc);
-    rc = zk_call_wait(ks, deadline, NULL, NULL, NULL);
+    int lrc;
+    rc = zk_list_behind(zh, k, zoo_async(zh, "/", zk_on_synced, k[0]), path, &lrc);
+    if (rc != ZOK)
+        return rc;
+    rc = zk_call_wait(k[0], deadline, NULL, NULL, NULL);
     if (lrc == ZOK)
-        lrc = zk_call_wait(kl, deadline, NULL, NULL, kids);
+        lrc = zk_call_wait(k[1], deadline, NULL, NULL, kids);
     if (rc != ZOK || lrc != ZOK) {
         deallocate_String_vector(kids);
         kids->count = 0;

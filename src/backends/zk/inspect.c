@@ -24,22 +24,33 @@ static char *holder_text(const char *node, const char *data)
     return printable ? dlock__sprintf("%s (%s)", node, data) : dlock__strdup(node);
 }
 
-int zk_inspect(void *state, const char *name, struct dlock_info *info)
+/* Run FN on NAME's lock path with a session, then put the session back
+ * and free the path: what inspect and force-release share. */
+typedef int lock_path_fn(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                         void *arg);
+static int on_lock_path(struct zk_backend *zb, const char *name, lock_path_fn *fn, void *arg)
 {
-    struct zk_backend *zb = state;
     char *lockpath = zk_lock_path(zb, name);
     if (!lockpath)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     struct zk_session *s;
     int err = zk_session_get(zb, &s);
-    if (err != DLOCK_OK) {
-        free(lockpath);
-        return err;
+    if (err == DLOCK_OK) {
+        err = fn(zb, s, lockpath, arg);
+        zk_session_put(zb, s);
     }
+    free(lockpath);
+    return err;
+}
+
+static int inspect_nodes(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                         void *arg)
+{
+    struct dlock_info *info = arg;
     info->mode = DLOCK_EXCLUSIVE;
     info->ttl_ms = -1;
     info->nwaiters = 0;
-    err = dlock__info_set_key(info, lockpath);
+    int err = dlock__info_set_key(info, lockpath);
     struct String_vector kids = {0, NULL};
     int rc = err == DLOCK_OK ? zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER) : ZOK;
     if (err != DLOCK_OK) {
@@ -86,23 +97,19 @@ int zk_inspect(void *state, const char *name, struct dlock_info *info)
             info->nwaiters = 0;
     }
     deallocate_String_vector(&kids);
-    zk_session_put(zb, s);
-    free(lockpath);
     return err;
 }
 
-int zk_force_release(void *state, const char *name)
+int zk_inspect(void *state, const char *name, struct dlock_info *info)
 {
-    struct zk_backend *zb = state;
-    char *lockpath = zk_lock_path(zb, name);
-    if (!lockpath)
-        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    struct zk_session *s;
-    int err = zk_session_get(zb, &s);
-    if (err != DLOCK_OK) {
-        free(lockpath);
-        return err;
-    }
+    return on_lock_path(state, name, inspect_nodes, info);
+}
+
+static int delete_holder_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                              void *arg)
+{
+    (void)arg;
+    int err = DLOCK_OK;
     struct String_vector kids = {0, NULL};
     int rc = zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER);
     if (rc == ZOK) {
@@ -118,9 +125,12 @@ int zk_force_release(void *state, const char *name)
         err = zk_fail(zb, rc, "list", lockpath);
     }
     deallocate_String_vector(&kids);
-    zk_session_put(zb, s);
-    free(lockpath);
     return err;
+}
+
+int zk_force_release(void *state, const char *name)
+{
+    return on_lock_path(state, name, delete_holder_node, NULL);
 }
 
 int zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)

@@ -964,9 +964,5 @@ int main(void)
         {"downgrade_upgrade", test_downgrade_and_upgrade_rules, 60},
         {"capabilities", test_capabilities_checked_first, 60},
     };
-    Suite *s = suite_create("api");
-    TCase *tc = tu_add_tests(s, "api", tests, TU_COUNT(tests));
-    if (tc)
-        tcase_add_checked_fixture(tc, setup, teardown);
-    return tu_run_suite(s);
+    return tu_main("api", tests, TU_COUNT(tests), setup, teardown);
 }

@@ -550,9 +550,5 @@ int main(void)
         {"lost_grace_redis", test_lost_grace_redis, 120},
 #endif
     };
-    Suite *s = suite_create("cli");
-    TCase *tc = tu_add_tests(s, "cli", tests, TU_COUNT(tests));
-    if (tc)
-        tcase_add_checked_fixture(tc, setup, teardown);
-    return tu_run_suite(s);
+    return tu_main("cli", tests, TU_COUNT(tests), setup, teardown);
 }

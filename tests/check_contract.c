@@ -821,48 +821,6 @@ END_TEST
 
 /* ================================================================ names */
 
-static int collect(const char *name, void *arg)
-{
-    char ***v = arg;
-    size_t n = 0;
-    while ((*v)[n])
-        n++;
-    *v = realloc(*v, (n + 2) * sizeof **v);
-    (*v)[n] = strdup(name);
-    (*v)[n + 1] = NULL;
-    return 0;
-}
-
-static char **list_names(dlock_client *c, const char *pattern)
-{
-    char **v = calloc(1, sizeof *v);
-    EXPECT_RC(dlock_list(c, pattern, collect, &v), DLOCK_OK);
-    return v;
-}
-
-static size_t count_names(char **v)
-{
-    size_t n = 0;
-    while (v[n])
-        n++;
-    return n;
-}
-
-static bool listed(char **v, const char *name)
-{
-    for (size_t k = 0; v[k]; k++)
-        if (strcmp(v[k], name) == 0)
-            return true;
-    return false;
-}
-
-static void free_names(char **v)
-{
-    for (size_t k = 0; v[k]; k++)
-        free(v[k]);
-    free(v);
-}
-
 /* NAME nests under PARENT: it is PARENT + "/" + more. */
 static bool nests_under(const char *name, const char *parent)
 {
@@ -910,11 +868,11 @@ START_TEST(hostile_names)
     for (size_t i = 0; i < N; i++)
         ck_assert_msg(dlock_acquire(lb[i], DLOCK_TRY) == DLOCK_EBUSY, "name %zu not busy: %s", i,
                       dlock_errmsg());
-    char **v = list_names(a, NULL);
+    char **v = tu_list_names(a, NULL);
     for (size_t i = 0; i < N; i++)
-        ck_assert_msg(listed(v, names[i]), "list lost name %zu", i);
-    ck_assert_uint_eq(count_names(v), N);
-    free_names(v);
+        ck_assert_msg(tu_listed(v, names[i]), "list lost name %zu", i);
+    ck_assert_uint_eq(tu_count_names(v), N);
+    tu_free_names(v);
     for (size_t i = 0; i < N; i++)
         EXPECT_RC(dlock_release(la[i]), DLOCK_OK);
     /* Distinct: holding one name leaves every other free (but the names it
@@ -1141,14 +1099,14 @@ START_TEST(inspect_list_force)
         ck_assert_msg(ttl == DLOCK_VALID_FOREVER, "ttl %" PRId64 " without a lease", ttl);
     dlock_info_free(info);
 
-    char **v = list_names(c2, "job-*");
-    ck_assert_uint_eq(count_names(v), 2);
-    ck_assert(listed(v, "job-a") && listed(v, "job-b"));
-    free_names(v);
-    v = list_names(c2, NULL);
-    ck_assert_uint_eq(count_names(v), 3);
-    ck_assert(listed(v, "other"));
-    free_names(v);
+    char **v = tu_list_names(c2, "job-*");
+    ck_assert_uint_eq(tu_count_names(v), 2);
+    ck_assert(tu_listed(v, "job-a") && tu_listed(v, "job-b"));
+    tu_free_names(v);
+    v = tu_list_names(c2, NULL);
+    ck_assert_uint_eq(tu_count_names(v), 3);
+    ck_assert(tu_listed(v, "other"));
+    tu_free_names(v);
 
     EXPECT_RC(dlock_force_release(c2, "never"), DLOCK_OK); /* nothing there: fine */
     dlock_lock *o = tu_lock(c2, "job-a");
@@ -1358,30 +1316,12 @@ START_TEST(exec_inherits_no_descriptor)
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     ck_assert_int_gt(n, 0);
     self[n] = 0;
-    int p[2];
-    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(p[1], 1);
-        char *const argv[] = {self, NULL};
-        char *const envp[] = {LIST_FDS_ENV "=1", NULL};
-        execve(self, argv, envp);
-        _exit(127);
-    }
-    close(p[1]);
-    char buf[4096];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof buf - 1 && ((r = read(p[0], buf + len, sizeof buf - 1 - len)) > 0 ||
-                                    (r < 0 && errno == EINTR)))
-        if (r > 0)
-            len += (size_t)r;
-    buf[len] = 0;
-    close(p[0]);
-    ck_assert_int_eq(tu_wait_exit(pid), 0);
+    char *const argv[] = {self, NULL};
+    char *const envp[] = {LIST_FDS_ENV "=1", NULL};
+    char *buf = tu_exec_output(self, argv, envp);
     ck_assert_msg(strcmp(buf, "0\n1\n2\n") == 0,
                   "the exec'd child of a %s client inherited descriptors:\n%s", CT->name, buf);
+    free(buf);
     EXPECT_RC(dlock_release(la), DLOCK_OK);
     dlock_lock_free(la);
     dlock_lock_free(lb);

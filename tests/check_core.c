@@ -737,9 +737,7 @@ int main(void)
         {"hold_lost", test_backend_thread_reports_hold_lost, 60},
     };
     Suite *s = suite_create("core");
-    TCase *tc = tu_add_tests(s, "core", core, TU_COUNT(core));
-    if (tc)
-        tcase_add_checked_fixture(tc, setup, teardown);
+    tu_add_case(s, "core", core, TU_COUNT(core), setup, teardown, true);
 #ifdef DLOCK_HAVE_REDIS
     /* Each starts its own redis-server. */
     const struct tu_test redis[] = {
@@ -759,9 +757,7 @@ int main(void)
         {"local_leaver", test_local_queue_leaver_passes_on, 60},
         {"timeout_message", test_timeout_message_is_not_an_earlier_error, 60},
     };
-    tc = tu_add_tests(s, "etcd", etcd, TU_COUNT(etcd));
-    if (tc)
-        tcase_add_unchecked_fixture(tc, setup_etcd, teardown_etcd);
+    tu_add_case(s, "etcd", etcd, TU_COUNT(etcd), setup_etcd, teardown_etcd, false);
 #endif
     return tu_run_suite(s);
 }

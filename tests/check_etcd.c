@@ -1918,9 +1918,7 @@ END_TEST
 static void add_case(Suite *s, const char *name, void (*setup)(void), const struct tu_test *tests,
                      size_t n)
 {
-    TCase *tc = tu_add_tests(s, name, tests, n);
-    if (tc)
-        tcase_add_unchecked_fixture(tc, setup, teardown_members);
+    tu_add_case(s, name, tests, n, setup, teardown_members, false);
 }
 
 static Suite *etcd_suite(void)

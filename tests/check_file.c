@@ -493,14 +493,6 @@ START_TEST(test_pinned_file_names)
 }
 END_TEST
 
-static int collect(const char *name, void *arg)
-{
-    char *buf = arg;
-    strcat(buf, name);
-    strcat(buf, "|");
-    return 0;
-}
-
 START_TEST(test_foreign_file_left_intact)
 {
     char *path = tu_fmt("%s/config.lock", dir);
@@ -540,9 +532,9 @@ START_TEST(test_fifo_and_replaced_files)
     for (int i = 0; i < 50; i++)
         ck_assert_int_eq(dlock_acquire(p, DLOCK_TRY), DLOCK_EWRONGTYPE);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "pipe.lock"));
-    char buf[256] = "";
-    ck_assert_int_eq(dlock_list(c, NULL, collect, buf), DLOCK_OK);
-    ck_assert_str_eq(buf, "a|");
+    char *names = tu_list_text(c, NULL, "|");
+    ck_assert_str_eq(names, "a|");
+    free(names);
     dlock_client *c2 = tu_open(url);
     dlock_lock *a2 = tu_lock_mode(c2, "a", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(a2, DLOCK_TRY), DLOCK_EBUSY); /* still ours */
@@ -846,9 +838,5 @@ int main(void)
         {"meta_byte_foreign", test_meta_byte_held_by_another_user, 60},
         {"planted_file", test_planted_lock_file_refused, 60},
     };
-    Suite *s = suite_create("file");
-    TCase *tc = tu_add_tests(s, "file", tests, TU_COUNT(tests));
-    if (tc)
-        tcase_add_checked_fixture(tc, setup, teardown);
-    return tu_run_suite(s);
+    return tu_main("file", tests, TU_COUNT(tests), setup, teardown);
 }

@@ -1409,14 +1409,6 @@ START_TEST(token_edges_simple_layout)
 }
 END_TEST
 
-static int collect_names(const char *name, void *arg)
-{
-    char *all = arg;
-    strcat(all, name);
-    strcat(all, ",");
-    return 0;
-}
-
 /* force release, status and list act only on keys of a lock's shape:
  * every hash field "<uuid>:<digits>" (redisson), a value
  * "<uuid>:<tid>:<token>" (simple). An application's hash or string is
@@ -1447,15 +1439,15 @@ START_TEST(force_status_list_touch_only_locks)
         } else {
             ck_assert_int_eq(rc, DLOCK_EWRONGTYPE);
         }
-        char all[4096] = "";
-        ck_assert_int_eq(dlock_list(c, NULL, collect_names, all), DLOCK_OK);
+        char *all = tu_list_text(c, NULL, ",");
         ck_assert_msg(!strstr(all, "app:") && !strstr(all, "user:"), "list shows '%s'", all);
         /* a real lock is still forced, listed and shown */
         dlock_lock *l = tu_lock(c, "real");
         TU_ACQUIRE_OK(l, DLOCK_TRY);
-        all[0] = 0;
-        ck_assert_int_eq(dlock_list(c, NULL, collect_names, all), DLOCK_OK);
+        free(all);
+        all = tu_list_text(c, NULL, ",");
         ck_assert_str_eq(all, "real,");
+        free(all);
         ck_assert_int_eq(dlock_force_release(c, "real"), DLOCK_OK);
         ck_assert_int_eq(cmd_int(ctx, "EXISTS real"), 0);
         dlock_lock_free(l);
@@ -1749,14 +1741,6 @@ END_TEST
 
 /* -------------------------------------------- URLs, list, db, unix socket */
 
-static int collect(const char *name, void *arg)
-{
-    char *buf = arg;
-    strcat(buf, name);
-    strcat(buf, ",");
-    return 0;
-}
-
 START_TEST(urls_db_prefix_unix_and_list)
 {
     start_server(NULL);
@@ -1777,14 +1761,14 @@ START_TEST(urls_db_prefix_unix_and_list)
     freeReplyObject(cmd(ctx, "HSET app:userhash name bob"));
     dlock_lock *l2 = tu_lock(c, "y1");
     TU_ACQUIRE_OK(l2, DLOCK_TRY);
-    char names[256] = "";
-    ck_assert_int_eq(dlock_list(c, NULL, collect, names), DLOCK_OK);
+    char *names = tu_list_text(c, NULL, ",");
     ck_assert_msg(strstr(names, "x,") && strstr(names, "y1,") && !strstr(names, "plain") &&
                       !strstr(names, "userhash") && !strstr(names, "token"),
                   "list: %s", names);
-    names[0] = 0;
-    ck_assert_int_eq(dlock_list(c, "y*", collect, names), DLOCK_OK);
+    free(names);
+    names = tu_list_text(c, "y*", ",");
     ck_assert_str_eq(names, "y1,");
+    free(names);
     dlock_release(l2);
     dlock_lock_free(l2);
     dlock_release(l);
@@ -1963,7 +1947,5 @@ int main(void)
         {"cli_on_redis_urls", cli_on_redis_urls, 60},
         {"cli_holder_renewed_then_killed", cli_holder_renewed_then_killed, 60},
     };
-    Suite *s = suite_create("redis");
-    tu_add_tests(s, "redis", tests, TU_COUNT(tests));
-    return tu_run_suite(s);
+    return tu_main("redis", tests, TU_COUNT(tests), NULL, NULL);
 }

@@ -591,18 +591,6 @@ END_TEST
 
 /* ================================================================ names */
 
-static int collect_name(const char *name, void *arg)
-{
-    char ***v = arg;
-    size_t n = 0;
-    while ((*v)[n])
-        n++;
-    *v = realloc(*v, (n + 2) * sizeof **v);
-    (*v)[n] = strdup(name);
-    (*v)[n + 1] = NULL;
-    return 0;
-}
-
 START_TEST(test_hostile_names)
 {
     REQUIRE_SERVERS();
@@ -643,21 +631,14 @@ START_TEST(test_hostile_names)
 
     /* list gives every name back byte for byte (all still held: the
      * server reaps empty lock nodes, containers, within a second here) */
-    char **listed = calloc(1, sizeof *listed);
-    ck_assert_int_eq(dlock_list(c, NULL, collect_name, &listed), DLOCK_OK);
-    for (size_t i = 0; i < nn; i++) {
-        bool found = false;
-        for (size_t k = 0; listed[k]; k++)
-            found |= strcmp(listed[k], names[i]) == 0;
-        ck_assert_msg(found, "list lost name '%s'", names[i]);
-    }
+    char **listed = tu_list_names(c, NULL);
+    for (size_t i = 0; i < nn; i++)
+        ck_assert_msg(tu_listed(listed, names[i]), "list lost name '%s'", names[i]);
     for (size_t i = 0; i < nn; i++) {
         ck_assert_int_eq(dlock_release(locks[i]), DLOCK_OK);
         dlock_lock_free(locks[i]);
     }
-    for (size_t k = 0; listed[k]; k++)
-        free(listed[k]);
-    free(listed);
+    tu_free_names(listed);
     zookeeper_close(zh);
     dlock_client_close(c);
     free(url);
@@ -674,18 +655,11 @@ START_TEST(test_list_and_prefix)
     ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(b, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
-    char **listed = calloc(1, sizeof *listed);
-    ck_assert_int_eq(dlock_list(c, "jobs-*", collect_name, &listed), DLOCK_OK);
-    size_t n = 0;
-    while (listed[n])
-        n++;
-    ck_assert_uint_eq(n, 2);
-    ck_assert_msg((strcmp(listed[0], "jobs-a") == 0 && strcmp(listed[1], "jobs-b") == 0) ||
-                      (strcmp(listed[1], "jobs-a") == 0 && strcmp(listed[0], "jobs-b") == 0),
-                  "listed %s %s", listed[0], listed[1]);
-    for (size_t k = 0; listed[k]; k++)
-        free(listed[k]);
-    free(listed);
+    char **listed = tu_list_names(c, "jobs-*");
+    ck_assert_uint_eq(tu_count_names(listed), 2);
+    ck_assert_msg(tu_listed(listed, "jobs-a") && tu_listed(listed, "jobs-b"), "listed %s %s",
+                  listed[0], listed[1]);
+    tu_free_names(listed);
     /* without the prefix the prefixed names are seen whole */
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(raw, "app1.other", &info), DLOCK_OK);
@@ -1922,25 +1896,8 @@ static char *own_fds(void)
  * fork() and execv(), as an application embedding dlock would run one. */
 static char *exec_child_fds(void)
 {
-    int p[2];
-    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(p[1], 1);
-        execl("/bin/ls", "ls", "-l", "/proc/self/fd", (char *)NULL);
-        _exit(127);
-    }
-    close(p[1]);
-    size_t len = 0;
-    char *out = malloc(65536);
-    ssize_t r;
-    while (len < 65535 && (r = read(p[0], out + len, 65535 - len)) > 0)
-        len += (size_t)r;
-    out[len] = 0;
-    close(p[0]);
-    ck_assert_int_eq(tu_wait_exit(pid), 0);
-    return out;
+    char *const argv[] = {"ls", "-l", "/proc/self/fd", NULL};
+    return tu_exec_output("/bin/ls", argv, NULL);
 }
 
 /* Every descriptor dlock's client opened (sockets, the client library's
@@ -2185,30 +2142,18 @@ static Suite *zk_suite(void)
         {"leader_killed_never_two_holders", test_leader_killed_never_two_holders, 180},
     };
     Suite *s = suite_create("zk");
-    TCase *tc;
-
-    tc = tu_add_tests(s, "standalone", standalone, TU_COUNT(standalone));
-    if (tc)
-        tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
-
+    tu_add_case(s, "standalone", standalone, TU_COUNT(standalone), setup_standalone, teardown_servers,
+                false);
     /* A server a test stops and starts again is that test's alone: the
      * restarted JVM is the forked test's child and ends with it. */
-    tc = tu_add_tests(s, "restart", restart, TU_COUNT(restart));
-    if (tc)
-        tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
-
-    tc = tu_add_tests(s, "outage", outage, TU_COUNT(outage));
-    if (tc)
-        tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
-
+    tu_add_case(s, "restart", restart, TU_COUNT(restart), setup_standalone, teardown_servers,
+                false);
+    tu_add_case(s, "outage", outage, TU_COUNT(outage), setup_standalone, teardown_servers, false);
     /* Its server is stopped (SIGSTOP) and continued by the test. */
-    tc = tu_add_tests(s, "stopped", stopped, TU_COUNT(stopped));
-    if (tc)
-        tcase_add_unchecked_fixture(tc, setup_standalone, teardown_servers);
-
-    tc = tu_add_tests(s, "ensemble", ensemble, TU_COUNT(ensemble));
-    if (tc)
-        tcase_add_unchecked_fixture(tc, setup_ensemble, teardown_servers);
+    tu_add_case(s, "stopped", stopped, TU_COUNT(stopped), setup_standalone, teardown_servers,
+                false);
+    tu_add_case(s, "ensemble", ensemble, TU_COUNT(ensemble), setup_ensemble, teardown_servers,
+                false);
     return s;
 }
 

@@ -257,13 +257,7 @@ void etcdf_member_stop(struct etcdf *f, int i, int sig)
     struct etcdf_member *m = &f->m[i];
     if (!m->pid)
         return;
-    if (sig == SIGKILL) {
-        kill(-m->pid, SIGKILL);
-        kill(m->pid, SIGKILL);
-        waitpid(m->pid, NULL, 0);
-    } else {
-        tu_stop(m->pid, 5000);
-    }
+    tu_stop_with(m->pid, sig, 5000);
     m->pid = 0;
 }
 
@@ -324,22 +318,31 @@ static unsigned long long json_number(const char *text, const char *key)
     return strtoull(at, NULL, 10);
 }
 
+/* `etcdctl endpoint status` of member I: its id in *ME and the leader's
+ * it knows in *LEADER (0 when unknown). Returns etcdctl's exit status. */
+static int member_status(struct etcdf *f, int i, unsigned long long *me,
+                         unsigned long long *leader)
+{
+    char *ep = tu_fmt("127.0.0.1:%d", f->m[i].client_port);
+    const char *argv[] = {"etcdctl",          "--endpoints", ep, "--dial-timeout", "1s",
+                          "--command-timeout", "2s",        "endpoint", "status", "-w",
+                          "json",             NULL};
+    char *out = NULL;
+    int rc = tu_run(argv, NULL, &out, NULL);
+    free(ep);
+    *me = json_number(out, "\"member_id\"");
+    *leader = json_number(out, "\"leader\"");
+    free(out);
+    return rc;
+}
+
 int etcdf_leader(struct etcdf *f)
 {
     for (int i = 0; i < f->n; i++) {
         if (!f->m[i].pid)
             continue;
-        char *ep = tu_fmt("127.0.0.1:%d", f->m[i].client_port);
-        const char *argv[] = {"etcdctl",          "--endpoints", ep, "--dial-timeout", "1s",
-                              "--command-timeout", "2s",        "endpoint", "status", "-w",
-                              "json",             NULL};
-        char *out = NULL;
-        int rc = tu_run(argv, NULL, &out, NULL);
-        free(ep);
-        unsigned long long me = json_number(out, "\"member_id\""),
-                           leader = json_number(out, "\"leader\"");
-        free(out);
-        if (rc != 0 || !leader)
+        unsigned long long me, leader;
+        if (member_status(f, i, &me, &leader) != 0 || !leader)
             continue;
         if (me == leader)
             return i;
@@ -347,15 +350,8 @@ int etcdf_leader(struct etcdf *f)
         for (int j = 0; j < f->n; j++) {
             if (j == i || !f->m[j].pid)
                 continue;
-            char *ep2 = tu_fmt("127.0.0.1:%d", f->m[j].client_port);
-            const char *argv2[] = {"etcdctl",          "--endpoints", ep2, "--dial-timeout", "1s",
-                                   "--command-timeout", "2s",        "endpoint", "status", "-w",
-                                   "json",             NULL};
-            char *out2 = NULL;
-            tu_run(argv2, NULL, &out2, NULL);
-            free(ep2);
-            unsigned long long id = json_number(out2, "\"member_id\"");
-            free(out2);
+            unsigned long long id, unused;
+            member_status(f, j, &id, &unused);
             if (id == leader)
                 return j;
         }

@@ -37,21 +37,9 @@ char *zkf_4lw(int port, const char *word)
         close(fd);
         return NULL;
     }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 1 >= cap)
-            buf = realloc(buf, cap *= 2);
-        ssize_t r = read(fd, buf + len, cap - len - 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        len += (size_t)r;
-    }
+    char *buf = tu_read_fd(fd);
     close(fd);
-    buf[len] = 0;
-    if (len == 0) {
+    if (!*buf) {
         free(buf);
         return NULL;
     }
@@ -219,13 +207,7 @@ void zkf_server_stop(struct zkf *f, int i, int sig)
     struct zkf_server *s = &f->s[i];
     if (!s->pid)
         return;
-    if (sig == SIGKILL) {
-        kill(-s->pid, SIGKILL);
-        kill(s->pid, SIGKILL);
-        waitpid(s->pid, NULL, 0);
-    } else {
-        tu_stop(s->pid, 10000);
-    }
+    tu_stop_with(s->pid, sig, 10000);
     /* A test process is not the server's parent (the runner is), so
      * waitpid() above cannot wait for it: wait until the port is free. */
     for (int waited = 0; waited < 10000 && tu_wait_port(s->port, 0); waited += 50)

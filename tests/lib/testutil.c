@@ -124,6 +124,16 @@ pid_t tu_spawn(const char *const argv[], const char *log)
     return pid;
 }
 
+/* SIGKILL to PID's process group and to PID, then reap it. */
+static int kill_now(pid_t pid)
+{
+    int status = 0;
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return status;
+}
+
 int tu_stop(pid_t pid, int grace_ms)
 {
     int status = 0;
@@ -136,13 +146,18 @@ int tu_stop(pid_t pid, int grace_ms)
             return status;
         tu_sleep_ms(20);
     }
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    return status;
+    return kill_now(pid);
 }
 
-static char *slurp_fd(int fd)
+void tu_stop_with(pid_t pid, int sig, int grace_ms)
+{
+    if (sig == SIGKILL)
+        kill_now(pid);
+    else
+        tu_stop(pid, grace_ms);
+}
+
+char *tu_read_fd(int fd)
 {
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
@@ -158,6 +173,25 @@ static char *slurp_fd(int fd)
     }
     buf[len] = 0;
     return buf;
+}
+
+char *tu_exec_output(const char *path, char *const argv[], char *const envp[])
+{
+    extern char **environ;
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        execve(path, argv, envp ? envp : environ);
+        _exit(127);
+    }
+    close(p[1]);
+    char *out = tu_read_fd(p[0]);
+    close(p[0]);
+    ck_assert_int_eq(tu_wait_exit(pid), 0);
+    return out;
 }
 
 int tu_run(const char *const argv[], const char *const env[], char **out, char **err)
@@ -186,11 +220,11 @@ int tu_run(const char *const argv[], const char *const env[], char **out, char *
         ;
     if (out) {
         lseek(ofd, 0, SEEK_SET);
-        *out = slurp_fd(ofd);
+        *out = tu_read_fd(ofd);
     }
     if (err) {
         lseek(efd, 0, SEEK_SET);
-        *err = slurp_fd(efd);
+        *err = tu_read_fd(efd);
     }
     close(ofd);
     close(efd);
@@ -265,6 +299,65 @@ dlock_lock *tu_lock(dlock_client *c, const char *name)
     return tu_lock_mode(c, name, DLOCK_EXCLUSIVE, 0);
 }
 
+static int collect_name(const char *name, void *arg)
+{
+    char ***v = arg;
+    size_t n = tu_count_names(*v);
+    char **grown = realloc(*v, (n + 2) * sizeof **v);
+    ck_assert_ptr_nonnull(grown);
+    *v = grown;
+    (*v)[n] = strdup(name);
+    (*v)[n + 1] = NULL;
+    return 0;
+}
+
+char **tu_list_names(dlock_client *c, const char *pattern)
+{
+    char **v = calloc(1, sizeof *v);
+    int rc = dlock_list(c, pattern, collect_name, &v);
+    ck_assert_msg(rc == DLOCK_OK, "dlock_list(%s): %s: %s", pattern ? pattern : "NULL",
+                  dlock_err_name(rc), dlock_errmsg());
+    return v;
+}
+
+char *tu_list_text(dlock_client *c, const char *pattern, const char *sep)
+{
+    char **v = tu_list_names(c, pattern);
+    size_t len = 1;
+    for (size_t k = 0; v[k]; k++)
+        len += strlen(v[k]) + strlen(sep);
+    char *text = calloc(1, len);
+    for (size_t k = 0; v[k]; k++) {
+        strcat(text, v[k]);
+        strcat(text, sep);
+    }
+    tu_free_names(v);
+    return text;
+}
+
+void tu_free_names(char **v)
+{
+    for (size_t k = 0; v && v[k]; k++)
+        free(v[k]);
+    free(v);
+}
+
+size_t tu_count_names(char **v)
+{
+    size_t n = 0;
+    while (v[n])
+        n++;
+    return n;
+}
+
+bool tu_listed(char **v, const char *name)
+{
+    for (size_t k = 0; v[k]; k++)
+        if (strcmp(v[k], name) == 0)
+            return true;
+    return false;
+}
+
 void tu_file_fixture(const char *tag, char **dir, char **url)
 {
     *dir = tu_tmpdir(tag);
@@ -292,7 +385,7 @@ char *tu_read_file(const char *path)
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         return NULL;
-    char *s = slurp_fd(fd);
+    char *s = tu_read_fd(fd);
     close(fd);
     return s;
 }
@@ -354,4 +447,25 @@ int tu_run_suite(Suite *s)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? 1 : 0;
+}
+
+struct TCase *tu_add_case(struct Suite *s, const char *tcase, const struct tu_test *tests,
+                          size_t n, void (*setup)(void), void (*teardown)(void), bool checked)
+{
+    TCase *tc = tu_add_tests(s, tcase, tests, n);
+    if (tc && (setup || teardown)) {
+        if (checked)
+            tcase_add_checked_fixture(tc, setup, teardown);
+        else
+            tcase_add_unchecked_fixture(tc, setup, teardown);
+    }
+    return tc;
+}
+
+int tu_main(const char *name, const struct tu_test *tests, size_t n, void (*setup)(void),
+            void (*teardown)(void))
+{
+    Suite *s = suite_create(name);
+    tu_add_case(s, name, tests, n, setup, teardown, true);
+    return tu_run_suite(s);
 }

@@ -34,6 +34,16 @@ bool tu_wait_port(int port, int timeout_ms);
 pid_t tu_spawn(const char *const argv[], const char *log);
 /* SIGTERM, then SIGKILL after GRACE_MS; reaps. Returns the wait status. */
 int tu_stop(pid_t pid, int grace_ms);
+/* Stop a server tu_spawn() started with signal SIG: SIGKILL kills its
+ * process group at once (a crash), any other signal is tu_stop(). */
+void tu_stop_with(pid_t pid, int sig, int grace_ms);
+/* Run PATH with ARGV and environment ENVP (NULL: ours) as a plain
+ * fork() and execve() would, its stdout into a pipe and nothing else
+ * changed (for seeing what an exec'd child inherits); asserts that it
+ * exits 0 and returns what it wrote (caller frees). */
+char *tu_exec_output(const char *path, char *const argv[], char *const envp[]);
+/* Everything FD gives until end of file, as a string (caller frees). */
+char *tu_read_fd(int fd);
 
 /* Run ARGV to completion with extra environment ENV ("K=V" strings,
  * NULL-terminated, may be NULL) and optional STDIN_TEXT. Captures stdout
@@ -77,6 +87,14 @@ struct dlock_client;
 struct dlock_lock;
 struct dlock_client *tu_open(const char *url);
 struct dlock_lock *tu_lock(struct dlock_client *c, const char *name);
+/* The names dlock_list(C, PATTERN) gives, asserting that it worked: as a
+ * NULL-terminated array (free with tu_free_names), or as one string with
+ * SEP after each name (caller frees). */
+char **tu_list_names(struct dlock_client *c, const char *pattern);
+char *tu_list_text(struct dlock_client *c, const char *pattern, const char *sep);
+void tu_free_names(char **v);
+size_t tu_count_names(char **v);
+bool tu_listed(char **v, const char *name);
 /* tu_lock() with a mode (a dlock_mode) and flags of its own. */
 struct dlock_lock *tu_lock_mode(struct dlock_client *c, const char *name, int mode, unsigned flags);
 uint64_t tu_token(struct dlock_lock *l);
@@ -112,6 +130,17 @@ struct TCase;
 struct TCase *tu_add_tests(struct Suite *s, const char *tcase, const struct tu_test *tests,
                            size_t n);
 #define TU_COUNT(a) (sizeof(a) / sizeof *(a))
+
+/* tu_add_tests() with a fixture, when SETUP or TEARDOWN is not NULL:
+ * around each test when CHECKED (Check's checked fixture, run in the
+ * test's process), else once around the test case (unchecked). */
+struct TCase *tu_add_case(struct Suite *s, const char *tcase, const struct tu_test *tests,
+                          size_t n, void (*setup)(void), void (*teardown)(void), bool checked);
+
+/* main() of a test binary with one suite and one test case, both named
+ * NAME, and a checked fixture (SETUP and TEARDOWN may be NULL). */
+int tu_main(const char *name, const struct tu_test *tests, size_t n, void (*setup)(void),
+            void (*teardown)(void));
 
 /* Run every test of suite S, each in its own process (Check's fork
  * mode), and return the exit status for main(): 0 when all passed. Says

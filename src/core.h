@@ -123,6 +123,9 @@ int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
 /* True for a try-once wait (DLOCK_TRY): every backend asks this, never
  * w->deadline itself. */
 bool dlock__wait_try_once(const struct dlock__wait *w);
+/* The wait's deadline (monotonic ms; 0 = try once; DLOCK__NEVER), to give
+ * to dlock__time_left(): backends read no other field of a wait. */
+int64_t dlock__wait_deadline(const struct dlock__wait *w);
 
 /* The one place a request's timeout comes from (in the spirit of curl's
  * Curl_timeleft()): CAP_MS (the op or connect timeout), cut to what is

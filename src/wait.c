@@ -152,6 +152,11 @@ bool dlock__wait_try_once(const struct dlock__wait *w)
     return w && w->deadline == 0;
 }
 
+int64_t dlock__wait_deadline(const struct dlock__wait *w)
+{
+    return w ? w->deadline : 0;
+}
+
 int64_t dlock__time_left(int64_t deadline, int64_t cap_ms)
 {
     if (deadline == 0 || deadline == DLOCK__NEVER)

@@ -165,7 +165,7 @@ static int timed_out(struct dlock__wait *w, int rc)
 {
     /* (time_left is 0 only once a deadline has passed: never for a
      * try-once nor a wait without one) */
-    if ((etcd_transient(rc) || rc == DLOCK_ETIMEDOUT) && dlock__time_left(w->deadline, 1) == 0)
+    if ((etcd_transient(rc) || rc == DLOCK_ETIMEDOUT) && dlock__time_left(dlock__wait_deadline(w), 1) == 0)
         return DLOCK_ETIMEDOUT;
     return rc;
 }
@@ -240,7 +240,7 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
     int rc;
     /* No request outlives the wait's deadline, and a cancel aborts one in
      * flight: a stalled member must not hold the caller past either. */
-    struct etcd_limits lim = {w->deadline, w};
+    struct etcd_limits lim = {dlock__wait_deadline(w), w};
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
         bool mine = false;
@@ -325,14 +325,10 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
 static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct etcd_backend *s = state;
-    if (h->mode != DLOCK_EXCLUSIVE)
-        return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': shared mode is not supported by the "
-                                         "etcd backend (Go's concurrency.Mutex is exclusive)",
-                          s->label, h->name);
     /* Every request below, and every wait for another thread's request,
      * ends by the wait's deadline (the request timeout for a try-once) or
      * at a cancel: wait_ms bounds the whole acquire. */
-    struct etcd_limits lim = {w->deadline, w};
+    struct etcd_limits lim = {dlock__wait_deadline(w), w};
     bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
     char *pfx = etcd_lock_prefix(s, h->name);
     char *key = NULL;
@@ -427,7 +423,7 @@ restart:
             rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, &wl, &moved_back, msg);
         if (rc == RESTART) {
             if (moved) /* (a key on the waiters' lease outlives a lost hold lease) */
-                etcd_delete_key(s, key, w->deadline, w);
+                etcd_delete_key(s, key, dlock__wait_deadline(w), w);
             if (restarts++ < 5)
                 goto restart;
             rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing while "
@@ -463,7 +459,7 @@ restart:
         if (rc == DLOCK_ELOST) { /* the hold's lease is gone; our key, maybe not */
             lease_dead(s, &lr);
             if (moved)
-                etcd_delete_key(s, key, w->deadline, w);
+                etcd_delete_key(s, key, dlock__wait_deadline(w), w);
         }
         goto restart;
     }

@@ -102,10 +102,6 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
 static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct redis_state *s = state;
-    if (h->mode != DLOCK_EXCLUSIVE)
-        return dlock__err(DLOCK_ENOTSUP, "%s: shared (read) locks are not supported by the redis "
-                                         "backend yet; lock '%s' can only be taken exclusively",
-                          s->where, h->name);
     struct lock_keys k;
     int rc = redis_keys_make(s, h->name, &k);
     if (rc)
@@ -114,7 +110,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
     int64_t lease = h->lease_ms;
     int64_t ttl = 0;
 
-    rc = try_acquire(s, h, &k, lease, w->deadline, &ttl);
+    rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), &ttl);
     if (rc != DLOCK_EBUSY || dlock__wait_try_once(w))
         goto out;
 
@@ -136,7 +132,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
          * so the first sleep lasts until the confirmation wakes us. */
         if (!first || redis_hub_subscribed(s, k.chan, k.chan_len)) {
             redis_hub_ack(s, k.chan, k.chan_len, w);
-            rc = try_acquire(s, h, &k, lease, w->deadline, &ttl);
+            rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), &ttl);
             if (rc == DLOCK_ECONN) {
                 dlock__errmsg_save(outage_msg);
                 outage_ms = dlock__backoff_next(&outage);

@@ -315,16 +315,6 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, const cha
 static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct zk_backend *zb = state;
-    if (h->mode != DLOCK_EXCLUSIVE)
-        return dlock__err(DLOCK_ENOTSUP,
-                          "%s: lock '%s': shared mode is not supported by the ZooKeeper "
-                          "backend (Curator's InterProcessMutex layout is exclusive)",
-                          zb->servers, h->name);
-    if (h->fixed_lease)
-        return dlock__err(DLOCK_ENOTSUP,
-                          "%s: lock '%s': fixed leases are not supported by the ZooKeeper "
-                          "backend (a hold lasts as long as the client's session)",
-                          zb->servers, h->name);
     char *lockpath = zk_lock_path(zb, h->name);
     if (!lockpath)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
@@ -336,7 +326,7 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     bool have_first = false;
     int err;
     bool try_once = dlock__wait_try_once(w);
-    int64_t until = w->deadline; /* every request's timeout is cut to it */
+    int64_t until = dlock__wait_deadline(w); /* every request's timeout is cut to it */
     char msg[DLOCK__MSG_MAX];
     struct zk_waiter waiter = {.w = w};
     zk_waiter_add(zb, &waiter);

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -343,7 +344,6 @@ static void *waiter_thread(void *p)
         pthread_mutex_lock(&order_mu);
         order[norder++] = a->id;
         pthread_mutex_unlock(&order_mu);
-        tu_sleep_ms(100);
         a->result = dlock_release(l);
     }
     dlock_lock_free(l);
@@ -405,11 +405,13 @@ END_TEST
 struct cancel_arg {
     dlock_lock *l;
     int rc;
+    volatile long tid; /* the waiting thread's, for tu_wait_thread_asleep() */
 };
 
 static void *cancel_waiter(void *p)
 {
     struct cancel_arg *a = p;
+    a->tid = (long)syscall(SYS_gettid);
     a->rc = dlock_acquire(a->l, DLOCK_FOREVER);
     return NULL;
 }
@@ -1686,7 +1688,7 @@ START_TEST(test_wait_while_disconnected_honours_cancel_and_deadline)
     struct cancel_arg arg = {.l = l, .rc = 1};
     pthread_t th;
     pthread_create(&th, NULL, cancel_waiter, &arg);
-    tu_sleep_ms(300);
+    ck_assert_msg(tu_wait_thread_asleep(&arg.tid, 20000), "the acquire never went to sleep");
     ck_assert_int_eq(dlock_lock_cancel(l), DLOCK_OK);
     pthread_join(th, NULL);
     ck_assert_msg(arg.rc == DLOCK_ECANCELED, "canceled wait while disconnected: %s",

@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -267,6 +268,33 @@ int tu_wait_exit(pid_t pid)
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The syscall thread TID sleeps in, or -1 while it runs (or is gone). */
+static long thread_syscall(long tid)
+{
+    char *path = tu_fmt("/proc/self/task/%ld/syscall", tid);
+    char *text = tu_read_file(path);
+    long nr = text && text[0] >= '0' && text[0] <= '9' ? strtol(text, NULL, 10) : -1;
+    free(text);
+    free(path);
+    return nr;
+}
+
+bool tu_wait_thread_asleep(const volatile long *tid, int timeout_ms)
+{
+    int seen = 0; /* reads in a row that found it asleep */
+    for (int64_t end = tu_mono_ms() + timeout_ms; tu_mono_ms() < end; tu_sleep_ms(5)) {
+        long nr = *tid ? thread_syscall(*tid) : -1;
+        bool asleep = nr == SYS_futex || nr == SYS_ppoll;
+#ifdef SYS_poll
+        asleep = asleep || nr == SYS_poll;
+#endif
+        seen = asleep ? seen + 1 : 0;
+        if (seen == 3)
+            return true;
+    }
+    return false;
 }
 
 int64_t tu_mono_ms(void)

@@ -74,6 +74,12 @@ bool tu_wait_file(const char *path, int timeout_ms);
 void tu_write_marker(const char *path, const char *text);
 /* Reap PID: its exit status, or 128+N when killed by signal N. */
 int tu_wait_exit(pid_t pid);
+/* Wait until the thread whose gettid() is *TID (0 until the thread sets
+ * it) sleeps in the kernel -- futex (a condition variable or a mutex),
+ * poll or ppoll -- on three reads in a row 5 ms apart; false after
+ * TIMEOUT_MS. How a test knows a thread is inside a blocking call before
+ * it cancels or releases, instead of sleeping a fixed time. */
+bool tu_wait_thread_asleep(const volatile long *tid, int timeout_ms);
 
 /* Milliseconds on the monotonic clock (for reporting how long a step
  * took; never for asserting on it). */

@@ -374,6 +374,7 @@ START_TEST(one_waiter_woken_per_release)
     dlock_lock *hl = tu_lock(holder, "herd"), *l = tu_lock(c, "herd");
     TU_ACQUIRE_OK(hl, DLOCK_TRY);
     redisContext *ctx = raw();
+    long long before = script_calls(ctx);
     struct waiter_arg a[T];
     pthread_t th[T];
     for (int i = 0; i < T; i++) {
@@ -381,7 +382,10 @@ START_TEST(one_waiter_woken_per_release)
         pthread_create(&th[i], NULL, waiter_main, &a[i]);
     }
     wait_numsub(ctx, "redisson_lock__channel:{herd}", 1);
-    tu_sleep_ms(500); /* every waiter past its first tries, asleep */
+    /* every waiter past its two tries (before and after subscribing), asleep */
+    for (int i = 0; i < 2000 && script_calls(ctx) < before + 2 * T; i++)
+        tu_sleep_ms(10);
+    ck_assert_int_ge(script_calls(ctx), before + 2 * T);
     freeReplyObject(cmd(ctx, "CONFIG RESETSTAT"));
     ck_assert_int_eq(dlock_release(hl), DLOCK_OK);
     for (int i = 0; i < T; i++) {
@@ -682,7 +686,7 @@ START_TEST(server_killed_while_held)
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     dlock_lock *l2 = tu_lock(c, "srv2");
     TU_ACQUIRE_OK(l2, DLOCK_TRY);
-    tu_sleep_ms(2500);
+    tu_sleep_ms(2500); /* longer than the lease: only renewals keep it, no event to wait on */
     ck_assert_int_gt(dlock_validity_ms(l), 0);
     ck_assert_int_eq(atomic_load(&lost.fired), 1);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
@@ -740,7 +744,7 @@ START_TEST(script_flush_is_invisible)
     freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
-    tu_sleep_ms(2500); /* renewals after a flush */
+    tu_sleep_ms(2500); /* renewals after a flush: longer than the lease, no event to wait on */
     ck_assert_int_gt(dlock_validity_ms(l), 0);
     freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
@@ -786,7 +790,7 @@ START_TEST(force_release_and_lost)
     ck_assert_int_eq(dlock_force_release(op, "f"), DLOCK_OK);
     ck_assert_msg(wait_flag(&lost.fired, 10000), "lost callback never fired");
     ck_assert_msg(strstr(lost.why, "127.0.0.1") != NULL, "%s", lost.why);
-    tu_sleep_ms(1000);
+    tu_sleep_ms(1000); /* renewal periods pass: a second callback has no event to wait on */
     ck_assert_int_eq(atomic_load(&lost.fired), 1);
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
     ck_assert_int_eq(dlock_force_release(op, "f"), DLOCK_OK); /* nothing there: fine */

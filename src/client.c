@@ -247,13 +247,9 @@ int dlock_client_new(const char *url, dlock_client **out)
     c->opts.op_timeout_ms = DEFAULT_TIMEOUT_MS;
     c->opts.drift_ms = -1; /* derived from the lease unless set */
     pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->keeper_cv, &ca);
-    pthread_cond_init(&c->renew_cv, &ca);
+    dlock__cond_init_monotonic(&c->keeper_cv);
+    dlock__cond_init_monotonic(&c->renew_cv);
     pthread_cond_init(&c->cb.cv, NULL);
-    pthread_condattr_destroy(&ca);
     c->buckets = calloc(DLOCK__BUCKETS, sizeof *c->buckets);
     int rc = c->buckets ? dlock__url_parse(url, &c->url) : dlock__err(DLOCK_ENOMEM, "out of memory");
     free(def);

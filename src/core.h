@@ -27,6 +27,9 @@
 
 /* Monotonic milliseconds. */
 int64_t dlock__now_ms(void);
+/* pthread_cond_init() of a condition variable whose timed waits take
+ * CLOCK_MONOTONIC deadlines (the clock of dlock__now_ms). */
+void dlock__cond_init_monotonic(pthread_cond_t *cv);
 /* Wall-clock milliseconds since the epoch. */
 int64_t dlock__wall_ms(void);
 /* Deadline for a wait of WAIT_MS from now: 0 stays 0 (try once), < 0 is

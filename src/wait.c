@@ -20,11 +20,7 @@
 
 void dlock__wait_init(struct dlock__wait *w, int64_t deadline)
 {
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    dlock__cond_init_monotonic(&w->cv);
     pthread_mutex_init(&w->mu, NULL);
     w->deadline = deadline;
     w->seq = 0;

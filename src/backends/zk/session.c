@@ -485,11 +485,7 @@ int zk_open(struct dlock_client *c, void **state)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", url);
     zb->c = c;
     pthread_mutex_init(&zb->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&zb->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    dlock__cond_init_monotonic(&zb->cv);
     zb->creator_acl = acl && strcmp(acl, "creator") == 0;
     for (size_t i = 0; i < c->url.nhosts && i < DLOCK__MAX_HOSTS; i++)
         zb->ports[zb->nports++] = c->url.hosts[i].port ? c->url.hosts[i].port : ZK_DEFAULT_PORT;

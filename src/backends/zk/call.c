@@ -22,11 +22,7 @@ struct zk_call *zk_call_new(zhandle_t *zh)
     struct zk_call *k = calloc(1, sizeof *k);
     if (!k)
         return NULL;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&k->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    dlock__cond_init_monotonic(&k->cv);
     pthread_mutex_init(&k->mu, NULL);
     k->refs = 2;
     k->zh = zh;
@@ -210,19 +206,19 @@ int64_t zk_call_deadline(struct zk_backend *zb, int64_t until)
 
 /* ------------------------------------------------------------- requests */
 
-/* The start of every request: its deadline (see zk_call_deadline) and N
- * call records in K; KIDS, when not NULL, emptied for a listing to fill.
- * ZOPERATIONTIMEOUT when UNTIL has passed, ZSYSTEMERROR when out of memory
- * (then no record is left), else ZOK. */
-static int zk_calls_start(struct zk_backend *zb, zhandle_t *zh, int64_t until, int64_t *deadline,
+/* The start of every request: N call records in K, each with the
+ * request's deadline (see zk_call_deadline); KIDS, when not NULL, emptied
+ * for a listing to fill. ZOPERATIONTIMEOUT when UNTIL has passed,
+ * ZSYSTEMERROR when out of memory (then no record is left), else ZOK. */
+static int zk_calls_start(struct zk_backend *zb, zhandle_t *zh, int64_t until,
                           struct zk_call **k, int n, struct String_vector *kids)
 {
     if (kids) {
         kids->count = 0;
         kids->data = NULL;
     }
-    *deadline = zk_call_deadline(zb, until);
-    if (!*deadline)
+    int64_t deadline = zk_call_deadline(zb, until);
+    if (!deadline)
         return ZOPERATIONTIMEOUT;
     for (int i = 0; i < n; i++) {
         k[i] = zk_call_new(zh);
@@ -231,18 +227,20 @@ static int zk_calls_start(struct zk_backend *zb, zhandle_t *zh, int64_t until, i
                 zk_call_dead(k[i], ZSYSTEMERROR);
             return ZSYSTEMERROR;
         }
+        k[i]->deadline = deadline;
     }
     return ZOK;
 }
 
 /* The end of a one-request call: SENT is what starting the request on K
- * returned; wait for its reply, or drop K when it never went out. */
-static int zk_call_sent(struct zk_call *k, int sent, int64_t deadline, struct Stat *stat,
-                        char **value, struct String_vector *kids)
+ * returned; wait for its reply until its deadline, or drop K when it
+ * never went out. */
+static int zk_call_sent(struct zk_call *k, int sent, struct Stat *stat, char **value,
+                        struct String_vector *kids)
 {
     if (sent != ZOK)
         return zk_call_dead(k, sent);
-    return zk_call_wait(k, deadline, stat, value, kids);
+    return zk_call_wait(k, k->deadline, stat, value, kids);
 }
 
 static const struct ACL_vector *zk_node_acl(struct zk_backend *zb)
@@ -253,60 +251,55 @@ static const struct ACL_vector *zk_node_acl(struct zk_backend *zb)
 int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
                  int mode, char **created, struct Stat *stat, int64_t until)
 {
-    int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, NULL);
+    int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
     if (rc != ZOK)
         return rc;
     rc = zoo_acreate2(zh, path, data, data ? (int)strlen(data) : -1, zk_node_acl(zb), mode,
                       zk_on_created, k);
-    return zk_call_sent(k, rc, deadline, stat, created, NULL);
+    return zk_call_sent(k, rc, stat, created, NULL);
 }
 
 int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
                  void *watch_ctx, struct Stat *stat, int64_t until)
 {
-    int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, NULL);
+    int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
     if (rc != ZOK)
         return rc;
     rc = watcher ? zoo_awexists(zh, path, watcher, watch_ctx, zk_on_stat, k)
                  : zoo_aexists(zh, path, 0, zk_on_stat, k);
-    return zk_call_sent(k, rc, deadline, stat, NULL, NULL);
+    return zk_call_sent(k, rc, stat, NULL, NULL);
 }
 
 int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
               struct Stat *stat, int64_t until)
 {
-    int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, NULL);
+    int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
     if (rc != ZOK)
         return rc;
-    return zk_call_sent(k, zoo_aget(zh, path, 0, zk_on_data, k), deadline, stat, data, NULL);
+    return zk_call_sent(k, zoo_aget(zh, path, 0, zk_on_data, k), stat, data, NULL);
 }
 
 int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
                    struct String_vector *kids, int64_t until)
 {
-    int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, kids);
+    int rc = zk_calls_start(zb, zh, until, &k, 1, kids);
     if (rc != ZOK)
         return rc;
     rc = zoo_aget_children(zh, path, 0, zk_on_strings, k);
-    return zk_call_sent(k, rc, deadline, NULL, NULL, kids);
+    return zk_call_sent(k, rc, NULL, NULL, kids);
 }
 
 int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until)
 {
-    int64_t deadline;
     struct zk_call *k;
-    int rc = zk_calls_start(zb, zh, until, &deadline, &k, 1, NULL);
+    int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
     if (rc != ZOK)
         return rc;
-    return zk_call_sent(k, zoo_adelete(zh, path, -1, zk_on_void, k), deadline, NULL, NULL, NULL);
+    return zk_call_sent(k, zoo_adelete(zh, path, -1, zk_on_void, k), NULL, NULL, NULL);
 }
 
 /* A failure of a request on PATH as a DLOCK_E* code with a message in
@@ -376,11 +369,11 @@ int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path
                           struct String_vector *kids, bool *listed, int64_t until)
 {
     *listed = false;
-    int64_t deadline;
     struct zk_call *k[2];
-    int rc = zk_calls_start(zb, zh, until, &deadline, k, 2, kids);
+    int rc = zk_calls_start(zb, zh, until, k, 2, kids);
     if (rc != ZOK)
         return rc;
+    int64_t deadline = k[0]->deadline;
     rc = zoo_acreate2(zh, path, zb->ident, (int)strlen(zb->ident), zk_node_acl(zb),
                       ZOO_EPHEMERAL_SEQUENTIAL, zk_on_created, k[0]);
     int lrc;
@@ -407,11 +400,11 @@ int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path
 int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           struct String_vector *kids, int64_t until)
 {
-    int64_t deadline;
     struct zk_call *k[2];
-    int rc = zk_calls_start(zb, zh, until, &deadline, k, 2, kids);
+    int rc = zk_calls_start(zb, zh, until, k, 2, kids);
     if (rc != ZOK)
         return rc;
+    int64_t deadline = k[0]->deadline;
     int lrc;
     rc = zk_list_behind(zh, k, zoo_async(zh, "/", zk_on_synced, k[0]), path, &lrc);
     if (rc != ZOK)

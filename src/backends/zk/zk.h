@@ -110,6 +110,7 @@ struct zk_call {
     bool done;
     bool abandoned; /* the caller gave up: undo a late create */
     int rc;
+    int64_t deadline; /* set by the request helpers of call.c */
     struct Stat stat;
     char *value;    /* created path, or node data */
     int value_len;

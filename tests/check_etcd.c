@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,7 +100,9 @@ static void teardown_members(void)
  * here, and the cluster waits until every member is healthy. */
 static void revive_all(void)
 {
-    tu_sleep_ms(300); /* a member the last test restarted dies with it */
+    /* a member the last test restarted dies with it; its pid died with that
+     * test too, so there is nothing here to wait on: give it the time */
+    tu_sleep_ms(300);
     for (int i = 0; i < F.n; i++) /* one a failed test left stopped */
         if (F.m[i].pid > 0)
             kill(F.m[i].pid, SIGCONT);
@@ -412,7 +415,7 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
     struct waiter_arg wb = {lb, 30000, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, waiter_main, &wb);
-    tu_sleep_ms(500);
+    ck_assert_msg(wait_key_count("interop2/", 3), "the dlock waiter never queued");
     ck_assert_msg(access(held, F_OK) != 0, "etcdctl got the lock dlock holds");
 
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
@@ -980,7 +983,8 @@ START_TEST(test_paused_waiter_requeues)
     pthread_create(&tc, NULL, waiter_main, &wc);
     ck_assert_msg(wait_key_count("requeue/", 2), "never 2 key(s) under requeue/");
     kill(b, SIGCONT);
-    tu_sleep_ms(1500); /* b notices, queues again behind c */
+    /* b notices, queues again behind c */
+    ck_assert_msg(wait_key_count("requeue/", 3), "b never queued again");
     ck_assert_msg(access(bheld, F_OK) != 0, "b holds while a does");
     tu_write_marker(cdone, "1"); /* from now on b may hold (after c) */
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
@@ -1194,13 +1198,22 @@ START_TEST(test_auth)
     struct waiter_arg w = {lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
-    tu_sleep_ms(300);
+    long queued = 0; /* b waits before a releases */
+    for (int k = 0; k < 800 && queued < 1; k++) {
+        dlock_info *info = NULL;
+        if (dlock_inspect(a, "authed", &info) == DLOCK_OK)
+            queued = dlock_info_waiter_count(info);
+        dlock_info_free(info);
+        if (queued < 1)
+            tu_sleep_ms(25);
+    }
+    ck_assert_msg(queued == 1, "the waiter never queued");
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK);
 
     /* the token expires (--auth-token-ttl 1): renewed, and work goes on */
-    tu_sleep_ms(2500);
+    tu_sleep_ms(2500); /* time itself is the subject: no event tells the token expired */
     TU_ACQUIRE_OK(la, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
 
@@ -1263,7 +1276,16 @@ START_TEST(test_tls)
     struct waiter_arg w = {lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
-    tu_sleep_ms(300);
+    long queued = 0; /* b waits before a releases */
+    for (int k = 0; k < 800 && queued < 1; k++) {
+        dlock_info *info = NULL;
+        if (dlock_inspect(a, "tls", &info) == DLOCK_OK)
+            queued = dlock_info_waiter_count(info);
+        dlock_info_free(info);
+        if (queued < 1)
+            tu_sleep_ms(25);
+    }
+    ck_assert_msg(queued == 1, "the waiter never queued");
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK); /* the watch ran over TLS too */
@@ -1468,7 +1490,16 @@ START_TEST(test_cluster_basic_and_member_down)
     struct waiter_arg w = {lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
-    tu_sleep_ms(300);
+    long queued = 0; /* b waits before a releases */
+    for (int k = 0; k < 800 && queued < 1; k++) {
+        dlock_info *info = NULL;
+        if (dlock_inspect(a, "cluster", &info) == DLOCK_OK)
+            queued = dlock_info_waiter_count(info);
+        dlock_info_free(info);
+        if (queued < 1)
+            tu_sleep_ms(25);
+    }
+    ck_assert_msg(queued == 1, "the waiter never queued");
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK);
@@ -1685,11 +1716,13 @@ struct stall_waiter {
     int64_t wait;
     int rc;
     atomic_int done;
+    volatile long tid; /* the waiting thread's, for tu_wait_thread_asleep() */
 };
 
 static void *stall_waiter_main(void *p)
 {
     struct stall_waiter *a = p;
+    a->tid = (long)syscall(SYS_gettid);
     a->rc = dlock_acquire(a->l, a->wait);
     if (a->rc == DLOCK_OK)
         dlock_release(a->l);
@@ -1709,7 +1742,7 @@ START_TEST(test_stalled_member_wait_times_out)
     dlock_client *a = tu_open(url), *b = tu_open(slow);
     dlock_lock *la = tu_lock(a, "stall-wait"), *lb = tu_lock(b, "stall-wait");
     TU_ACQUIRE_OK(la, DLOCK_TRY);
-    struct stall_waiter wb = {lb, 3000, -99, 0};
+    struct stall_waiter wb = {lb, 3000, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, stall_waiter_main, &wb);
     ck_assert_msg(wait_key_count("stall-wait/", 2), "never 2 key(s) under stall-wait/");
@@ -1724,7 +1757,7 @@ START_TEST(test_stalled_member_wait_times_out)
      * cancel ends the next acquire too. */
     dlock_lock *lb2 = tu_lock(b, "stall-wait-2");
     member_pause(0);
-    struct stall_waiter wb2 = {lb2, DLOCK_FOREVER, -99, 0};
+    struct stall_waiter wb2 = {lb2, DLOCK_FOREVER, -99, 0, 0};
     pthread_create(&tb, NULL, stall_waiter_main, &wb2);
     wait_request_at(0); /* stuck in its first requests */
     ck_assert_int_eq(dlock_lock_cancel(lb2), DLOCK_OK);
@@ -1758,7 +1791,7 @@ START_TEST(test_stalled_member_cancel)
     dlock_client *a = tu_open(url), *b = tu_open(slow);
     dlock_lock *la = tu_lock(a, "stall-cancel"), *lb = tu_lock(b, "stall-cancel");
     TU_ACQUIRE_OK(la, DLOCK_TRY);
-    struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0};
+    struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, stall_waiter_main, &wb);
     ck_assert_msg(wait_key_count("stall-cancel/", 2), "never 2 key(s) under stall-cancel/");
@@ -1791,7 +1824,7 @@ START_TEST(test_stalled_member_cancel_first_request)
     dlock_client *b = tu_open(slow); /* no lease yet: the acquire grants one */
     dlock_lock *lb = tu_lock(b, "stall-first");
     member_pause(0);
-    struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0};
+    struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, stall_waiter_main, &wb);
     wait_request_at(0); /* the grant is on its way */
@@ -1820,12 +1853,13 @@ START_TEST(test_stalled_member_cancel_waiting_for_grant)
     dlock_client *b = tu_open(slow);
     dlock_lock *l1 = tu_lock(b, "stall-g1"), *l2 = tu_lock(b, "stall-g2");
     member_pause(0);
-    struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0}, w2 = {l2, DLOCK_FOREVER, -99, 0};
+    struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0, 0}, w2 = {l2, DLOCK_FOREVER, -99, 0, 0};
     pthread_t t1, t2;
     pthread_create(&t1, NULL, stall_waiter_main, &w1);
     wait_request_at(0); /* t1 grants the session lease (stuck) */
     pthread_create(&t2, NULL, stall_waiter_main, &w2);
-    tu_sleep_ms(700); /* t2 waits for t1's grant */
+    /* t2 waits for t1's grant */
+    ck_assert_msg(tu_wait_thread_asleep(&w2.tid, 20000), "t2 never went to sleep");
     ck_assert_int_eq(dlock_lock_cancel(l2), DLOCK_OK);
     bool done2 = wait_flag(&w2.done);
     ck_assert_int_eq(dlock_lock_cancel(l1), DLOCK_OK);
@@ -1886,7 +1920,7 @@ START_TEST(test_stalled_member_bounded_wait_behind_grant)
     dlock_lock *l1 = tu_lock(b, "stall-b1"), *l2 = tu_lock(b, "stall-b2");
     ck_assert_int_eq(unread_at_member(0), 0);
     member_pause(0);
-    struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0}, w2 = {l2, 100, -99, 0};
+    struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0, 0}, w2 = {l2, 100, -99, 0, 0};
     pthread_t t1, t2;
     pthread_create(&t1, NULL, stall_waiter_main, &w1);
     wait_request_at(0); /* t1's grant sits at the member (as a rule) */

@@ -281,6 +281,16 @@ static void teardown_etcd(void)
     etcdf_stop(&F);
 }
 
+/* A client of the suite's etcd; fails the test if etcd did not start. */
+static dlock_client *open_etcd(void)
+{
+    ck_assert_msg(F_ok, "etcd did not start: %s", F.error);
+    char *u = etcdf_url(&F, NULL, NULL);
+    dlock_client *c = tu_open(u);
+    free(u);
+    return c;
+}
+
 #define NQ 4
 struct queuer {
     dlock_lock *l;
@@ -303,10 +313,7 @@ static void *queuer_main(void *arg)
 
 START_TEST(test_local_queue_fifo_one_wake_per_release)
 {
-    ck_assert_msg(F_ok, "etcd did not start: %s", F.error);
-    char *u = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = tu_open(u);
-    free(u);
+    dlock_client *c = open_etcd();
     dlock_lock *l = tu_lock(c, "core/fifo");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
     int order[NQ];
@@ -359,10 +366,7 @@ START_TEST(test_local_queue_leaver_passes_on)
 {
     /* The first waiter is canceled as the name is released: whether it
      * saw the hand-over or not, the second waiter gets the name. */
-    ck_assert_msg(F_ok, "etcd did not start: %s", F.error);
-    char *u = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = tu_open(u);
-    free(u);
+    dlock_client *c = open_etcd();
     dlock_lock *l = tu_lock(c, "core/leaver");
     dlock_lock *l1 = tu_lock(c, "core/leaver");
     dlock_lock *l2 = tu_lock(c, "core/leaver");
@@ -409,10 +413,7 @@ static void *timed_waiter_main(void *arg)
 
 START_TEST(test_timeout_message_is_not_an_earlier_error)
 {
-    ck_assert_msg(F_ok, "etcd did not start: %s", F.error);
-    char *u = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = tu_open(u);
-    free(u);
+    dlock_client *c = open_etcd();
     dlock_lock *l = tu_lock(c, "core/message");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
     struct timed_waiter x = {l, -100, ""};

@@ -117,6 +117,29 @@ static dlock_client *open_test(const char *extra)
                       dlock_errmsg(), dlock_err_name(want));                                 \
     } while (0)
 
+/* Two clients, each with a handle on the same name: the shape of most
+ * tests of one client against another. */
+struct pair {
+    dlock_client *a, *b;
+    dlock_lock *la, *lb;
+};
+
+static struct pair pair_open(const char *a_extra, const char *b_extra, const char *name)
+{
+    struct pair p = {.a = open_test(a_extra), .b = open_test(b_extra)};
+    p.la = tu_lock(p.a, name);
+    p.lb = tu_lock(p.b, name);
+    return p;
+}
+
+static void pair_close(struct pair *p)
+{
+    dlock_lock_free(p->la);
+    dlock_lock_free(p->lb);
+    dlock_client_close(p->a);
+    dlock_client_close(p->b);
+}
+
 static uint64_t token_of(dlock_lock *l)
 {
     uint64_t t = 0;
@@ -412,27 +435,23 @@ END_TEST
  * forever, woken by the release once the backend sees the waiter. */
 START_TEST(waits)
 {
-    dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = tu_lock(a, "waits"), *lb = tu_lock(b, "waits");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    uint64_t ta = token_of(la);
-    EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    struct pair p = pair_open(NULL, NULL, "waits");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    uint64_t ta = token_of(p.la);
+    EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_msg(strstr(dlock_errmsg(), "waits"), "EBUSY message: %s", dlock_errmsg());
-    EXPECT_RC(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT);
+    EXPECT_RC(dlock_acquire(p.lb, 100), DLOCK_ETIMEDOUT);
     ck_assert_msg(strstr(dlock_errmsg(), "waits"), "ETIMEDOUT message: %s", dlock_errmsg());
-    ck_assert_uint_eq(dlock_hold_count(lb), 0);
-    wait_no_waiter(a, "waits"); /* neither the try nor the timed wait stays queued */
+    ck_assert_uint_eq(dlock_hold_count(p.lb), 0);
+    wait_no_waiter(p.a, "waits"); /* neither the try nor the timed wait stays queued */
     struct waiter w;
-    waiter_start(&w, lb, DLOCK_FOREVER);
-    wait_for_waiter(a, "waits");
-    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    waiter_start(&w, p.lb, DLOCK_FOREVER);
+    wait_for_waiter(p.a, "waits");
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     pthread_join(w.th, NULL);
     ck_assert_msg(w.rc == DLOCK_OK, "waiter: %s", dlock_err_name(w.rc));
     ck_assert_uint_gt(w.token, ta);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    pair_close(&p);
 }
 END_TEST
 
@@ -440,25 +459,21 @@ END_TEST
  * waiter of another client and for another thread of the holder's. */
 START_TEST(time_bound)
 {
-    dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = tu_lock(a, "bound"), *lb = tu_lock(b, "bound");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    struct pair p = pair_open(NULL, NULL, "bound");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     for (int i = 0; i < 3; i++)
-        EXPECT_RC(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT);
+        EXPECT_RC(dlock_acquire(p.lb, 100), DLOCK_ETIMEDOUT);
     struct waiter w;
-    waiter_start(&w, la, DLOCK_TRY);
+    waiter_start(&w, p.la, DLOCK_TRY);
     pthread_join(w.th, NULL);
     ck_assert_msg(w.rc == DLOCK_EBUSY, "other thread, try: %s", dlock_err_name(w.rc));
-    waiter_start(&w, la, 100);
+    waiter_start(&w, p.la, 100);
     pthread_join(w.th, NULL);
     ck_assert_msg(w.rc == DLOCK_ETIMEDOUT, "other thread: %s", dlock_err_name(w.rc));
-    EXPECT_RC(dlock_release(la), DLOCK_OK);
-    TU_ACQUIRE_OK(lb, 100);
-    EXPECT_RC(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+    TU_ACQUIRE_OK(p.lb, 100);
+    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+    pair_close(&p);
 }
 END_TEST
 
@@ -467,34 +482,30 @@ END_TEST
  * cancel that reached the wait can make it do). */
 START_TEST(cancel)
 {
-    dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = tu_lock(a, "cancel"), *lb = tu_lock(b, "cancel");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    struct pair p = pair_open(NULL, NULL, "cancel");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     struct waiter w;
-    waiter_start(&w, lb, DLOCK_FOREVER);
-    if (wait_for_waiter(a, "cancel")) {
-        EXPECT_RC(dlock_lock_cancel(lb), DLOCK_OK);
+    waiter_start(&w, p.lb, DLOCK_FOREVER);
+    if (wait_for_waiter(p.a, "cancel")) {
+        EXPECT_RC(dlock_lock_cancel(p.lb), DLOCK_OK);
         pthread_join(w.th, NULL);
     } else {
         for (;;) {
-            EXPECT_RC(dlock_lock_cancel(lb), DLOCK_OK);
+            EXPECT_RC(dlock_lock_cancel(p.lb), DLOCK_OK);
             if (pthread_tryjoin_np(w.th, NULL) == 0)
                 break;
             tu_sleep_ms(10);
         }
     }
     ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
-    ck_assert_uint_eq(dlock_hold_count(lb), 0);
-    wait_no_waiter(a, "cancel");
-    ck_assert_uint_eq(dlock_hold_count(la), 1); /* the holder's is untouched */
-    EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
-    EXPECT_RC(dlock_release(la), DLOCK_OK);
-    TU_ACQUIRE_OK(lb, DLOCK_TRY); /* a later wait is not canceled */
-    EXPECT_RC(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    ck_assert_uint_eq(dlock_hold_count(p.lb), 0);
+    wait_no_waiter(p.a, "cancel");
+    ck_assert_uint_eq(dlock_hold_count(p.la), 1); /* the holder's is untouched */
+    EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+    TU_ACQUIRE_OK(p.lb, DLOCK_TRY); /* a later wait is not canceled */
+    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+    pair_close(&p);
 }
 END_TEST
 
@@ -542,19 +553,18 @@ END_TEST
  * loss and the lock still busy for others. File: no lease to renew. */
 START_TEST(lease_renewed)
 {
-    dlock_client *a = open_test("lease=2s"), *b = open_test(NULL);
-    dlock_lock *la = tu_lock(a, "renewed"), *lb = tu_lock(b, "renewed");
+    struct pair p = pair_open("lease=2s", NULL, "renewed");
     struct lost lost = {0};
-    EXPECT_RC(dlock_lock_on_lost(la, on_lost, &lost), DLOCK_OK);
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    EXPECT_RC(dlock_lock_on_lost(p.la, on_lost, &lost), DLOCK_OK);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     if (!has(CT_LEASES)) {
-        ck_assert_int_eq(dlock_validity_ms(la), DLOCK_VALID_FOREVER);
+        ck_assert_int_eq(dlock_validity_ms(p.la), DLOCK_VALID_FOREVER);
     } else {
         int renewals = 0;
-        int64_t prev = dlock_validity_ms(la);
+        int64_t prev = dlock_validity_ms(p.la);
         for (int i = 0; i < 3000 && renewals < 3; i++) {
             tu_sleep_ms(10);
-            int64_t v = dlock_validity_ms(la);
+            int64_t v = dlock_validity_ms(p.la);
             ck_assert_msg(v > 0, "validity ran out: %" PRId64 " (%s)", v, lost.why);
             renewals += v > prev;
             prev = v;
@@ -562,14 +572,11 @@ START_TEST(lease_renewed)
         ck_assert_msg(renewals >= 3, "only %d renewal(s) seen", renewals);
         ck_assert_int_eq(atomic_load(&lost.fired), 0);
     }
-    EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
-    EXPECT_RC(dlock_release(la), DLOCK_OK);
-    TU_ACQUIRE_OK(lb, DLOCK_TRY);
-    EXPECT_RC(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+    TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
+    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+    pair_close(&p);
 }
 END_TEST
 
@@ -614,31 +621,27 @@ static void *acquire_ex_main(void *p)
 
 START_TEST(cancel_object)
 {
-    dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = tu_lock(a, "cancel-obj"), *lb = tu_lock(b, "cancel-obj");
+    struct pair p = pair_open(NULL, NULL, "cancel-obj");
     dlock_cancel *k = NULL;
     EXPECT_RC(dlock_cancel_new(&k), DLOCK_OK);
     ck_assert_int_eq(dlock_cancel_fired(k), 0);
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    struct waiter w = {.l = lb, .wait = DLOCK_FOREVER, .rc = 1, .token_ptr = k};
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    struct waiter w = {.l = p.lb, .wait = DLOCK_FOREVER, .rc = 1, .token_ptr = k};
     ck_assert_int_eq(pthread_create(&w.th, NULL, acquire_ex_main, &w), 0);
-    wait_for_waiter(a, "cancel-obj"); /* where it shows; a fire before the wait ends it too */
+    wait_for_waiter(p.a, "cancel-obj"); /* where it shows; a fire before the wait ends it too */
     EXPECT_RC(dlock_cancel_fire(k), DLOCK_OK);
     pthread_join(w.th, NULL);
     ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
     ck_assert_int_eq(dlock_cancel_fired(k), 1);
-    ck_assert_uint_eq(dlock_hold_count(lb), 0);
-    wait_no_waiter(a, "cancel-obj");
-    EXPECT_RC(dlock_release(la), DLOCK_OK);
-    EXPECT_RC(dlock_acquire_ex(lb, DLOCK_TRY, k), DLOCK_ECANCELED); /* stays fired */
-    ck_assert_uint_eq(dlock_hold_count(lb), 0);
-    EXPECT_RC(dlock_acquire_ex(lb, DLOCK_TRY, NULL), DLOCK_OK);
-    EXPECT_RC(dlock_release(lb), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(p.lb), 0);
+    wait_no_waiter(p.a, "cancel-obj");
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+    EXPECT_RC(dlock_acquire_ex(p.lb, DLOCK_TRY, k), DLOCK_ECANCELED); /* stays fired */
+    ck_assert_uint_eq(dlock_hold_count(p.lb), 0);
+    EXPECT_RC(dlock_acquire_ex(p.lb, DLOCK_TRY, NULL), DLOCK_OK);
+    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
     dlock_cancel_free(k);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    pair_close(&p);
 }
 END_TEST
 
@@ -744,38 +747,34 @@ END_TEST
  * holder's lock cannot be taken (DLOCK_ENOTSUP, naming the holder). */
 START_TEST(lost_callback)
 {
-    dlock_client *a = open_test("lease=1500ms"), *op = open_test(NULL);
-    dlock_lock *l = tu_lock(a, "taken"), *other = tu_lock(op, "taken");
+    struct pair p = pair_open("lease=1500ms", NULL, "taken");
     struct lost lost = {0};
-    EXPECT_RC(dlock_lock_on_lost(l, on_lost, &lost), DLOCK_OK);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    EXPECT_RC(dlock_lock_on_lost(p.la, on_lost, &lost), DLOCK_OK);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     if (!has(CT_FORCE_LIVE)) {
-        EXPECT_RC(dlock_force_release(op, "taken"), DLOCK_ENOTSUP);
+        EXPECT_RC(dlock_force_release(p.b, "taken"), DLOCK_ENOTSUP);
         char me[32];
         snprintf(me, sizeof me, "%d@", (int)getpid());
         ck_assert_msg(strstr(dlock_errmsg(), me), "message lacks the holder %s: %s", me,
                       dlock_errmsg());
-        EXPECT_RC(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
-        EXPECT_RC(dlock_release(l), DLOCK_OK);
+        EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
+        EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     } else {
-        EXPECT_RC(dlock_force_release(op, "taken"), DLOCK_OK);
+        EXPECT_RC(dlock_force_release(p.b, "taken"), DLOCK_OK);
         ck_assert_msg(wait_lost(&lost), "the lost callback never fired");
         ck_assert_msg(strstr(lost.why, "'taken'") && strstr(lost.why, "force-released") &&
                           strstr(lost.why, "127.0.0.1:"),
                       "the reason names neither the lock, the cause nor the server: %s", lost.why);
-        ck_assert_int_eq(dlock_validity_ms(l), 0);
-        TU_ACQUIRE_OK(other, DLOCK_TRY);
-        EXPECT_RC(dlock_release(l), DLOCK_ELOST);
-        ck_assert_uint_eq(dlock_hold_count(l), 0);
-        EXPECT_RC(dlock_release(other), DLOCK_OK);
-        TU_ACQUIRE_OK(l, DLOCK_TRY); /* the handle works again */
-        EXPECT_RC(dlock_release(l), DLOCK_OK);
+        ck_assert_int_eq(dlock_validity_ms(p.la), 0);
+        TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
+        EXPECT_RC(dlock_release(p.la), DLOCK_ELOST);
+        ck_assert_uint_eq(dlock_hold_count(p.la), 0);
+        EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+        TU_ACQUIRE_OK(p.la, DLOCK_TRY); /* the handle works again */
+        EXPECT_RC(dlock_release(p.la), DLOCK_OK);
         ck_assert_int_eq(atomic_load(&lost.fired), 1);
     }
-    dlock_lock_free(other);
-    dlock_lock_free(l);
-    dlock_client_close(op);
-    dlock_client_close(a);
+    pair_close(&p);
 }
 END_TEST
 
@@ -785,37 +784,33 @@ END_TEST
  * long as its session). */
 START_TEST(fixed_lease)
 {
-    dlock_client *a = open_test(NULL), *b = open_test(NULL);
-    dlock_lock *la = tu_lock(a, "fixed"), *lb = tu_lock(b, "fixed");
+    struct pair p = pair_open(NULL, NULL, "fixed");
     struct lost lost = {0};
-    EXPECT_RC(dlock_lock_on_lost(la, on_lost, &lost), DLOCK_OK);
-    int rc = dlock_lock_set_lease(la, 1500, DLOCK_LEASE_FIXED); /* zk: refused here */
+    EXPECT_RC(dlock_lock_on_lost(p.la, on_lost, &lost), DLOCK_OK);
+    int rc = dlock_lock_set_lease(p.la, 1500, DLOCK_LEASE_FIXED); /* zk: refused here */
     if (rc == DLOCK_OK)
-        rc = dlock_acquire(la, DLOCK_TRY);
+        rc = dlock_acquire(p.la, DLOCK_TRY);
     if (!has(CT_LEASES)) {
         ck_assert_int_eq(rc, DLOCK_OK);
-        ck_assert_int_eq(dlock_validity_ms(la), DLOCK_VALID_FOREVER);
-        EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
-        EXPECT_RC(dlock_release(la), DLOCK_OK);
+        ck_assert_int_eq(dlock_validity_ms(p.la), DLOCK_VALID_FOREVER);
+        EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
+        EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     } else if (!has(CT_FIXED_LEASE)) {
         ck_assert_msg(rc == DLOCK_ENOTSUP, "fixed lease on %s: %s", CT->name, dlock_err_name(rc));
         ck_assert_msg(strstr(dlock_errmsg(), "fixed"), "message: %s", dlock_errmsg());
-        ck_assert_uint_eq(dlock_hold_count(la), 0);
+        ck_assert_uint_eq(dlock_hold_count(p.la), 0);
     } else {
         ck_assert_msg(rc == DLOCK_OK, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
-        int64_t v = dlock_validity_ms(la);
+        int64_t v = dlock_validity_ms(p.la);
         ck_assert_msg(v >= 0 && v <= 1500, "validity %" PRId64 " of a 1.5 s fixed lease", v);
-        TU_ACQUIRE_OK(lb, DLOCK_FOREVER); /* only the expiry frees it */
+        TU_ACQUIRE_OK(p.lb, DLOCK_FOREVER); /* only the expiry frees it */
         ck_assert_msg(wait_lost(&lost), "the lost callback never fired");
-        ck_assert_int_eq(dlock_validity_ms(la), 0);
-        EXPECT_RC(dlock_release(la), DLOCK_ELOST);
-        EXPECT_RC(dlock_release(lb), DLOCK_OK);
+        ck_assert_int_eq(dlock_validity_ms(p.la), 0);
+        EXPECT_RC(dlock_release(p.la), DLOCK_ELOST);
+        EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
         ck_assert_int_eq(atomic_load(&lost.fired), 1);
     }
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    pair_close(&p);
 }
 END_TEST
 
@@ -1308,10 +1303,9 @@ START_TEST(exec_inherits_no_descriptor)
         if (de->d_name[0] != '.' && atoi(de->d_name) > 2 && atoi(de->d_name) != dirfd(d))
             fcntl(atoi(de->d_name), F_SETFD, FD_CLOEXEC);
     closedir(d);
-    dlock_client *a = open_test("lease=5s"), *b = open_test("lease=5s");
-    dlock_lock *la = tu_lock(a, "fds"), *lb = tu_lock(b, "fds");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    EXPECT_RC(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT); /* the waiting machinery is up */
+    struct pair p = pair_open("lease=5s", "lease=5s", "fds");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    EXPECT_RC(dlock_acquire(p.lb, 100), DLOCK_ETIMEDOUT); /* the waiting machinery is up */
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     ck_assert_int_gt(n, 0);
@@ -1322,11 +1316,8 @@ START_TEST(exec_inherits_no_descriptor)
     ck_assert_msg(strcmp(buf, "0\n1\n2\n") == 0,
                   "the exec'd child of a %s client inherited descriptors:\n%s", CT->name, buf);
     free(buf);
-    EXPECT_RC(dlock_release(la), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+    pair_close(&p);
 }
 END_TEST
 

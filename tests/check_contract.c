@@ -117,29 +117,6 @@ static dlock_client *open_test(const char *extra)
                       dlock_errmsg(), dlock_err_name(want));                                 \
     } while (0)
 
-/* Two clients, each with a handle on the same name: the shape of most
- * tests of one client against another. */
-struct pair {
-    dlock_client *a, *b;
-    dlock_lock *la, *lb;
-};
-
-static struct pair pair_open(const char *a_extra, const char *b_extra, const char *name)
-{
-    struct pair p = {.a = open_test(a_extra), .b = open_test(b_extra)};
-    p.la = tu_lock(p.a, name);
-    p.lb = tu_lock(p.b, name);
-    return p;
-}
-
-static void pair_close(struct pair *p)
-{
-    dlock_lock_free(p->la);
-    dlock_lock_free(p->lb);
-    dlock_client_close(p->a);
-    dlock_client_close(p->b);
-}
-
 static uint64_t token_of(dlock_lock *l)
 {
     uint64_t t = 0;
@@ -223,6 +200,35 @@ static bool wait_lost(struct lost *f)
     for (int i = 0; i < 3000 && !atomic_load(&f->fired); i++)
         tu_sleep_ms(10);
     return atomic_load(&f->fired) != 0;
+}
+
+/* Two clients, each with a handle on the same name: the shape of most
+ * tests of one client against another. */
+struct pair {
+    dlock_client *a, *b;
+    dlock_lock *la, *lb;
+    struct lost lost; /* what la's lost callback saw, once pair_watch_lost */
+};
+
+static struct pair pair_open(const char *a_extra, const char *b_extra, const char *name)
+{
+    struct pair p = {.a = open_test(a_extra), .b = open_test(b_extra)};
+    p.la = tu_lock(p.a, name);
+    p.lb = tu_lock(p.b, name);
+    return p;
+}
+
+static void pair_watch_lost(struct pair *p)
+{
+    EXPECT_RC(dlock_lock_on_lost(p->la, on_lost, &p->lost), DLOCK_OK);
+}
+
+static void pair_close(struct pair *p)
+{
+    dlock_lock_free(p->la);
+    dlock_lock_free(p->lb);
+    dlock_client_close(p->a);
+    dlock_client_close(p->b);
 }
 
 static uint64_t read_u64(const char *path)
@@ -554,8 +560,7 @@ END_TEST
 START_TEST(lease_renewed)
 {
     struct pair p = pair_open("lease=2s", NULL, "renewed");
-    struct lost lost = {0};
-    EXPECT_RC(dlock_lock_on_lost(p.la, on_lost, &lost), DLOCK_OK);
+    pair_watch_lost(&p);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     if (!has(CT_LEASES)) {
         ck_assert_int_eq(dlock_validity_ms(p.la), DLOCK_VALID_FOREVER);
@@ -565,12 +570,12 @@ START_TEST(lease_renewed)
         for (int i = 0; i < 3000 && renewals < 3; i++) {
             tu_sleep_ms(10);
             int64_t v = dlock_validity_ms(p.la);
-            ck_assert_msg(v > 0, "validity ran out: %" PRId64 " (%s)", v, lost.why);
+            ck_assert_msg(v > 0, "validity ran out: %" PRId64 " (%s)", v, p.lost.why);
             renewals += v > prev;
             prev = v;
         }
         ck_assert_msg(renewals >= 3, "only %d renewal(s) seen", renewals);
-        ck_assert_int_eq(atomic_load(&lost.fired), 0);
+        ck_assert_int_eq(atomic_load(&p.lost.fired), 0);
     }
     EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
@@ -748,8 +753,7 @@ END_TEST
 START_TEST(lost_callback)
 {
     struct pair p = pair_open("lease=1500ms", NULL, "taken");
-    struct lost lost = {0};
-    EXPECT_RC(dlock_lock_on_lost(p.la, on_lost, &lost), DLOCK_OK);
+    pair_watch_lost(&p);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     if (!has(CT_FORCE_LIVE)) {
         EXPECT_RC(dlock_force_release(p.b, "taken"), DLOCK_ENOTSUP);
@@ -761,10 +765,11 @@ START_TEST(lost_callback)
         EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     } else {
         EXPECT_RC(dlock_force_release(p.b, "taken"), DLOCK_OK);
-        ck_assert_msg(wait_lost(&lost), "the lost callback never fired");
-        ck_assert_msg(strstr(lost.why, "'taken'") && strstr(lost.why, "force-released") &&
-                          strstr(lost.why, "127.0.0.1:"),
-                      "the reason names neither the lock, the cause nor the server: %s", lost.why);
+        ck_assert_msg(wait_lost(&p.lost), "the lost callback never fired");
+        ck_assert_msg(strstr(p.lost.why, "'taken'") && strstr(p.lost.why, "force-released") &&
+                          strstr(p.lost.why, "127.0.0.1:"),
+                      "the reason names neither the lock, the cause nor the server: %s",
+                      p.lost.why);
         ck_assert_int_eq(dlock_validity_ms(p.la), 0);
         TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
         EXPECT_RC(dlock_release(p.la), DLOCK_ELOST);
@@ -772,7 +777,7 @@ START_TEST(lost_callback)
         EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
         TU_ACQUIRE_OK(p.la, DLOCK_TRY); /* the handle works again */
         EXPECT_RC(dlock_release(p.la), DLOCK_OK);
-        ck_assert_int_eq(atomic_load(&lost.fired), 1);
+        ck_assert_int_eq(atomic_load(&p.lost.fired), 1);
     }
     pair_close(&p);
 }
@@ -785,8 +790,7 @@ END_TEST
 START_TEST(fixed_lease)
 {
     struct pair p = pair_open(NULL, NULL, "fixed");
-    struct lost lost = {0};
-    EXPECT_RC(dlock_lock_on_lost(p.la, on_lost, &lost), DLOCK_OK);
+    pair_watch_lost(&p);
     int rc = dlock_lock_set_lease(p.la, 1500, DLOCK_LEASE_FIXED); /* zk: refused here */
     if (rc == DLOCK_OK)
         rc = dlock_acquire(p.la, DLOCK_TRY);
@@ -804,11 +808,11 @@ START_TEST(fixed_lease)
         int64_t v = dlock_validity_ms(p.la);
         ck_assert_msg(v >= 0 && v <= 1500, "validity %" PRId64 " of a 1.5 s fixed lease", v);
         TU_ACQUIRE_OK(p.lb, DLOCK_FOREVER); /* only the expiry frees it */
-        ck_assert_msg(wait_lost(&lost), "the lost callback never fired");
+        ck_assert_msg(wait_lost(&p.lost), "the lost callback never fired");
         ck_assert_int_eq(dlock_validity_ms(p.la), 0);
         EXPECT_RC(dlock_release(p.la), DLOCK_ELOST);
         EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
-        ck_assert_int_eq(atomic_load(&lost.fired), 1);
+        ck_assert_int_eq(atomic_load(&p.lost.fired), 1);
     }
     pair_close(&p);
 }

@@ -435,6 +435,30 @@ START_TEST(test_ambiguous_at_refused)
 END_TEST
 
 
+/* One client holding NAME through a handle-owned hold, and a second
+ * handle of the same client on it that will have to wait: the frame of the
+ * cancel tests. */
+struct busy_name {
+    dlock_client *c;
+    dlock_lock *holder, *l;
+};
+
+static struct busy_name busy_open(const char *name)
+{
+    struct busy_name b = {.c = tu_open(url)};
+    b.holder = tu_lock_mode(b.c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    b.l = tu_lock_mode(b.c, name, DLOCK_EXCLUSIVE, 0);
+    ck_assert_int_eq(dlock_acquire(b.holder, DLOCK_TRY), DLOCK_OK);
+    return b;
+}
+
+static void busy_close(struct busy_name *b)
+{
+    dlock_lock_free(b->l);
+    dlock_lock_free(b->holder);
+    dlock_client_close(b->c);
+}
+
 /* ------------------------------------------------- handle-owned holds */
 
 /* Taken in thread A, asked about and released in thread B. */
@@ -671,13 +695,10 @@ END_TEST
  * DLOCK_ECANCELED and hold nothing; the holder keeps its hold. */
 START_TEST(test_cancel_fired_during_wait)
 {
-    dlock_client *c = tu_open(url);
-    dlock_lock *holder = tu_lock_mode(c, "c2", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *l = tu_lock_mode(c, "c2", DLOCK_EXCLUSIVE, 0);
-    ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
+    struct busy_name busy = busy_open("c2");
     dlock_cancel *k = NULL;
     ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
-    struct in_thread a = {.l = l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
+    struct in_thread a = {.l = busy.l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
     struct in_thread b = a;
     pthread_t ta, tb;
     ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);
@@ -691,14 +712,12 @@ START_TEST(test_cancel_fired_during_wait)
     ck_assert_int_eq(b.rc, DLOCK_ECANCELED);
     ck_assert_uint_eq(a.count, 0);
     ck_assert_uint_eq(b.count, 0);
-    ck_assert_uint_eq(dlock_hold_count(holder), 1);
-    ck_assert_int_eq(dlock_release(holder), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK); /* it was never taken */
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(busy.holder), 1);
+    ck_assert_int_eq(dlock_release(busy.holder), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(busy.l, DLOCK_TRY), DLOCK_OK); /* it was never taken */
+    ck_assert_int_eq(dlock_release(busy.l), DLOCK_OK);
     dlock_cancel_free(k);
-    dlock_lock_free(l);
-    dlock_lock_free(holder);
-    dlock_client_close(c);
+    busy_close(&busy);
 }
 END_TEST
 
@@ -713,15 +732,12 @@ static void fire_on_signal(int sig)
 /* Fired from a signal handler (async-signal-safe) while a wait sleeps. */
 START_TEST(test_cancel_fired_from_signal_handler)
 {
-    dlock_client *c = tu_open(url);
-    dlock_lock *holder = tu_lock_mode(c, "c3", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *l = tu_lock_mode(c, "c3", DLOCK_EXCLUSIVE, 0);
-    ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
+    struct busy_name busy = busy_open("c3");
     ck_assert_int_eq(dlock_cancel_new(&signal_cancel), DLOCK_OK);
     struct sigaction sa = {.sa_handler = fire_on_signal};
     sigemptyset(&sa.sa_mask);
     ck_assert_int_eq(sigaction(SIGUSR1, &sa, NULL), 0);
-    struct in_thread a = {.l = l, .wait_ms = DLOCK_FOREVER, .cancel = signal_cancel,
+    struct in_thread a = {.l = busy.l, .wait_ms = DLOCK_FOREVER, .cancel = signal_cancel,
                           .what = DO_ACQUIRE};
     pthread_t ta;
     ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);
@@ -729,11 +745,9 @@ START_TEST(test_cancel_fired_from_signal_handler)
     ck_assert_int_eq(kill(getpid(), SIGUSR1), 0);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, DLOCK_ECANCELED);
-    ck_assert_uint_eq(dlock_hold_count(holder), 1);
+    ck_assert_uint_eq(dlock_hold_count(busy.holder), 1);
     dlock_cancel_free(signal_cancel);
-    dlock_lock_free(l);
-    dlock_lock_free(holder);
-    dlock_client_close(c);
+    busy_close(&busy);
 }
 END_TEST
 
@@ -760,14 +774,9 @@ static void wait_thread_count(size_t n)
  * backend polls), and a wait about to sleep puts K on the canceler. */
 static void arm_by_waiting(dlock_cancel *k, const char *name)
 {
-    dlock_client *c = tu_open(url);
-    dlock_lock *holder = tu_lock_mode(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *l = tu_lock_mode(c, name, DLOCK_EXCLUSIVE, 0);
-    ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire_ex(l, 20, k), DLOCK_ETIMEDOUT);
-    dlock_lock_free(l);
-    dlock_lock_free(holder);
-    dlock_client_close(c);
+    struct busy_name busy = busy_open(name);
+    ck_assert_int_eq(dlock_acquire_ex(busy.l, 20, k), DLOCK_ETIMEDOUT);
+    busy_close(&busy);
 }
 
 /* The canceler thread runs while an armed cancel object lives: none for
@@ -860,11 +869,8 @@ START_TEST(test_cancel_freed_by_child_keeps_parent_working)
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
     ck_assert_uint_eq(thread_count(), threads); /* the canceler still runs */
-    dlock_client *c = tu_open(url);
-    dlock_lock *holder = tu_lock_mode(c, "cf", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *l = tu_lock_mode(c, "cf", DLOCK_EXCLUSIVE, 0);
-    ck_assert_int_eq(dlock_acquire(holder, DLOCK_TRY), DLOCK_OK);
-    struct in_thread a = {.l = l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
+    struct busy_name busy = busy_open("cf");
+    struct in_thread a = {.l = busy.l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
     pthread_t ta;
     ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);
     wait_until_polling(&a.tid);
@@ -872,9 +878,7 @@ START_TEST(test_cancel_freed_by_child_keeps_parent_working)
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, DLOCK_ECANCELED);
     dlock_cancel_free(k);
-    dlock_lock_free(l);
-    dlock_lock_free(holder);
-    dlock_client_close(c);
+    busy_close(&busy);
 }
 END_TEST
 

@@ -436,18 +436,18 @@ END_TEST
 
 
 /* One client holding NAME through a handle-owned hold, and a second
- * handle of the same client on it that will have to wait: the frame of the
- * cancel tests. */
+ * handle of the same client on it (WAITER_FLAGS) that will have to wait:
+ * the frame of the cancel tests. */
 struct busy_name {
     dlock_client *c;
     dlock_lock *holder, *l;
 };
 
-static struct busy_name busy_open(const char *name)
+static struct busy_name busy_open(const char *name, unsigned waiter_flags)
 {
     struct busy_name b = {.c = tu_open(url)};
     b.holder = tu_lock_mode(b.c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    b.l = tu_lock_mode(b.c, name, DLOCK_EXCLUSIVE, 0);
+    b.l = tu_lock_mode(b.c, name, DLOCK_EXCLUSIVE, waiter_flags);
     ck_assert_int_eq(dlock_acquire(b.holder, DLOCK_TRY), DLOCK_OK);
     return b;
 }
@@ -546,27 +546,22 @@ END_TEST
  * acquires, the other waits for that outcome and re-enters. */
 START_TEST(test_handle_owned_concurrent_acquires)
 {
-    dlock_client *c = tu_open(url);
-    dlock_lock *x = tu_lock_mode(c, "busy", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    dlock_lock *h = tu_lock_mode(c, "busy", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
-    struct in_thread a = {.l = h, .wait_ms = DLOCK_FOREVER, .what = DO_ACQUIRE}, b = a;
+    struct busy_name busy = busy_open("busy", DLOCK_LOCK_HANDLE_OWNED);
+    struct in_thread a = {.l = busy.l, .wait_ms = DLOCK_FOREVER, .what = DO_ACQUIRE}, b = a;
     pthread_t ta, tb;
     ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);
     ck_assert_int_eq(pthread_create(&tb, NULL, run_in_thread, &b), 0);
-    ck_assert_int_eq(dlock_release(x), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(busy.holder), DLOCK_OK);
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
     ck_assert_int_eq(a.rc, DLOCK_OK);
     ck_assert_int_eq(b.rc, DLOCK_OK);
-    ck_assert_uint_eq(dlock_hold_count(h), 2);
-    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_EBUSY);
-    ck_assert_int_eq(dlock_release(h), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(h), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
-    dlock_lock_free(h);
-    dlock_lock_free(x);
-    dlock_client_close(c);
+    ck_assert_uint_eq(dlock_hold_count(busy.l), 2);
+    ck_assert_int_eq(dlock_acquire(busy.holder, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(busy.l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(busy.l), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(busy.holder, DLOCK_TRY), DLOCK_OK);
+    busy_close(&busy);
 }
 END_TEST
 
@@ -695,7 +690,7 @@ END_TEST
  * DLOCK_ECANCELED and hold nothing; the holder keeps its hold. */
 START_TEST(test_cancel_fired_during_wait)
 {
-    struct busy_name busy = busy_open("c2");
+    struct busy_name busy = busy_open("c2", 0);
     dlock_cancel *k = NULL;
     ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
     struct in_thread a = {.l = busy.l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
@@ -732,7 +727,7 @@ static void fire_on_signal(int sig)
 /* Fired from a signal handler (async-signal-safe) while a wait sleeps. */
 START_TEST(test_cancel_fired_from_signal_handler)
 {
-    struct busy_name busy = busy_open("c3");
+    struct busy_name busy = busy_open("c3", 0);
     ck_assert_int_eq(dlock_cancel_new(&signal_cancel), DLOCK_OK);
     struct sigaction sa = {.sa_handler = fire_on_signal};
     sigemptyset(&sa.sa_mask);
@@ -774,7 +769,7 @@ static void wait_thread_count(size_t n)
  * backend polls), and a wait about to sleep puts K on the canceler. */
 static void arm_by_waiting(dlock_cancel *k, const char *name)
 {
-    struct busy_name busy = busy_open(name);
+    struct busy_name busy = busy_open(name, 0);
     ck_assert_int_eq(dlock_acquire_ex(busy.l, 20, k), DLOCK_ETIMEDOUT);
     busy_close(&busy);
 }
@@ -869,7 +864,7 @@ START_TEST(test_cancel_freed_by_child_keeps_parent_working)
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
     ck_assert_uint_eq(thread_count(), threads); /* the canceler still runs */
-    struct busy_name busy = busy_open("cf");
+    struct busy_name busy = busy_open("cf", 0);
     struct in_thread a = {.l = busy.l, .wait_ms = DLOCK_FOREVER, .cancel = k, .what = DO_ACQUIRE};
     pthread_t ta;
     ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);

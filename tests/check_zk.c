@@ -1290,6 +1290,31 @@ static void proxy_stop(struct proxy *px)
     close(px->listen_fd);
 }
 
+/* A client of the standalone server through a fresh proxy (QUERY: the
+ * URL's options), with a handle on NAME: the frame of the proxy tests. */
+struct proxied {
+    struct proxy px;
+    char *url;
+    dlock_client *c;
+    dlock_lock *l;
+};
+
+static void proxied_open(struct proxied *f, const char *query, const char *name)
+{
+    proxy_start(&f->px, F.s[0].port);
+    f->url = tu_fmt("zk://127.0.0.1:%d?%s", f->px.port, query);
+    f->c = tu_open(f->url);
+    f->l = tu_lock(f->c, name);
+}
+
+static void proxied_close(struct proxied *f)
+{
+    dlock_lock_free(f->l);
+    dlock_client_close(f->c);
+    proxy_stop(&f->px);
+    free(f->url);
+}
+
 /* A create whose reply is lost: the node exists on the server but the
  * client never learned its name. dlock must not leave it in the queue
  * (it would block the lock until the session ends): once the connection
@@ -1349,22 +1374,19 @@ END_TEST
 START_TEST(test_lost_release_leaves_no_node)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
-    proxy_start(&px, F.s[0].port);
-    char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=400", px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "lost-release");
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    struct proxied f;
+    proxied_open(&f, "lease=6000&timeout=400", "lost-release");
+    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
     zhandle_t *zh = raw_open(NULL);
-    proxy_set(&px, PROXY_BLACKHOLE);
-    int rc = dlock_release(l);
+    proxy_set(&f.px, PROXY_BLACKHOLE);
+    int rc = dlock_release(f.l);
     ck_assert_msg(rc == DLOCK_ECONN, "release unheard: %s %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "lost-release"), "message: %s", dlock_errmsg());
     int n = 0;
     char **kids = raw_children(zh, "/dlock/lost-release", &n);
     ck_assert_int_eq(n, 1); /* still there: the delete never arrived */
     free_strings(kids, n);
-    proxy_set(&px, PROXY_FORWARD);
+    proxy_set(&f.px, PROXY_FORWARD);
     for (int i = 0; i < 400 && n > 0; i++) {
         tu_sleep_ms(25);
         kids = raw_children(zh, "/dlock/lost-release", &n);
@@ -1372,10 +1394,7 @@ START_TEST(test_lost_release_leaves_no_node)
     }
     ck_assert_msg(n == 0, "the node of the unheard release stays");
     zookeeper_close(zh);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    proxy_stop(&px);
-    free(url);
+    proxied_close(&f);
 }
 END_TEST
 
@@ -1417,28 +1436,22 @@ static void *heal_when(void *p)
 START_TEST(test_release_reply_lost_then_reconnect)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
-    proxy_start(&px, F.s[0].port);
-    char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=4000", px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "release-reply");
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    struct heal_arg ha = {.px = &px, .lockpath = "/dlock/release-reply", .want = 0};
-    proxy_set(&px, PROXY_DISCARD);
+    struct proxied f;
+    proxied_open(&f, "lease=6000&timeout=4000", "release-reply");
+    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
+    struct heal_arg ha = {.px = &f.px, .lockpath = "/dlock/release-reply", .want = 0};
+    proxy_set(&f.px, PROXY_DISCARD);
     pthread_t th;
     pthread_create(&th, NULL, heal_when, &ha);
-    int rc = dlock_release(l);
+    int rc = dlock_release(f.l);
     pthread_join(th, NULL);
     ck_assert_msg(ha.seen, "the delete never reached the server");
     ck_assert_msg(rc == DLOCK_OK, "release whose reply was lost: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
     /* and the lock is free */
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    proxy_stop(&px);
-    free(url);
+    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
+    proxied_close(&f);
 }
 END_TEST
 
@@ -1450,21 +1463,18 @@ END_TEST
 START_TEST(test_create_reply_lost_node_found_by_guid)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
-    proxy_start(&px, F.s[0].port);
-    char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=4000", px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "create-reply");
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    struct proxied f;
+    proxied_open(&f, "lease=6000&timeout=4000", "create-reply");
+    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
+    ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
     zhandle_t *zh = raw_open(NULL);
     raw_keep_lock_node(zh, "/dlock/create-reply");
     for (int round = 0; round < 3; round++) {
-        struct heal_arg ha = {.px = &px, .lockpath = "/dlock/create-reply", .want = 1};
-        proxy_set(&px, PROXY_DISCARD);
+        struct heal_arg ha = {.px = &f.px, .lockpath = "/dlock/create-reply", .want = 1};
+        proxy_set(&f.px, PROXY_DISCARD);
         pthread_t th;
         pthread_create(&th, NULL, heal_when, &ha);
-        int rc = dlock_acquire(l, DLOCK_TRY);
+        int rc = dlock_acquire(f.l, DLOCK_TRY);
         pthread_join(th, NULL);
         ck_assert_msg(ha.seen, "the create never reached the server");
         ck_assert_msg(rc == DLOCK_OK, "round %d: try-once on a free lock whose create reply "
@@ -1478,17 +1488,14 @@ START_TEST(test_create_reply_lost_node_found_by_guid)
                 path = tu_fmt("/dlock/create-reply/%s", kids[i]);
         struct Stat st;
         ck_assert_int_eq(zoo_exists(zh, path, 0, &st), ZOK);
-        ck_assert_uint_eq((uint64_t)st.czxid, tu_token(l));
+        ck_assert_uint_eq((uint64_t)st.czxid, tu_token(f.l));
         free(path);
         free_strings(kids, n);
-        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+        ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
         ck_assert_int_eq(raw_contenders(zh, "/dlock/create-reply"), 0);
     }
     zookeeper_close(zh);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    proxy_stop(&px);
-    free(url);
+    proxied_close(&f);
 }
 END_TEST
 
@@ -1532,21 +1539,17 @@ static void *partition_other(void *p)
 START_TEST(test_partitioned_holder_lost_before_other_holds)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
-    proxy_start(&px, F.s[0].port);
-    char *url = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=1000&connect_timeout=3000",
-                       px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "partitioned");
+    struct proxied f;
+    proxied_open(&f, "lease=2000&timeout=1000&connect_timeout=3000", "partitioned");
     atomic_store(&lost_flag, 0);
-    dlock_lock_on_lost(l, on_lost, NULL);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t t = tu_token(l);
+    dlock_lock_on_lost(f.l, on_lost, NULL);
+    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
+    uint64_t t = tu_token(f.l);
 
     char *direct = url_with(NULL, "lease=2000");
     struct partition_arg a = {.url = direct, .rc = -1};
     pthread_t th;
-    proxy_set(&px, PROXY_BLACKHOLE);
+    proxy_set(&f.px, PROXY_BLACKHOLE);
     pthread_create(&th, NULL, partition_other, &a);
     /* the other client gets the lock once our session expired */
     for (int i = 0; i < 3000 && !atomic_load(&a.acquired); i++)
@@ -1555,34 +1558,31 @@ START_TEST(test_partitioned_holder_lost_before_other_holds)
     ck_assert_msg(a.rc == DLOCK_OK, "the other client: %s", dlock_err_name(a.rc));
     ck_assert_msg(a.lost_when_acquired == 1,
                   "the other client held the lock before our loss was reported");
-    proxy_set(&px, PROXY_FORWARD);
+    proxy_set(&f.px, PROXY_FORWARD);
     /* the next acquire opens a new session, even one made while the
      * client is still learning that the old one expired (a waiting one:
      * a try-once does not wait for a connection) */
-    dlock_lock *l2 = tu_lock(c, "partitioned-2");
+    dlock_lock *l2 = tu_lock(f.c, "partitioned-2");
     int rc = dlock_acquire(l2, 20000);
     ck_assert_msg(rc == DLOCK_OK, "first acquire after the partition: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
     dlock_lock_free(l2);
     /* the expired session: lost, once */
-    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
-    rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(f.l), DLOCK_ELOST);
+    rc = dlock_acquire(f.l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_EBUSY, "acquire while the other client holds: %s %s",
                   dlock_err_name(rc), dlock_errmsg());
     atomic_store(&a.release_now, 1);
-    rc = dlock_acquire(l, 20000);
+    rc = dlock_acquire(f.l, 20000);
     ck_assert_msg(rc == DLOCK_OK, "acquire after the other released: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
-    ck_assert_uint_gt(tu_token(l), t);
+    ck_assert_uint_gt(tu_token(f.l), t);
     pthread_join(th, NULL);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
     ck_assert_int_eq(atomic_load(&lost_flag), 1);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    proxy_stop(&px);
     free(direct);
-    free(url);
+    proxied_close(&f);
 }
 END_TEST
 
@@ -1677,33 +1677,26 @@ END_TEST
 START_TEST(test_wait_while_disconnected_honours_cancel_and_deadline)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
-    proxy_start(&px, F.s[0].port);
-    char *url = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=1000&connect_timeout=30000",
-                       px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "offline");
-    proxy_set(&px, PROXY_BLACKHOLE);
+    struct proxied f;
+    proxied_open(&f, "lease=2000&timeout=1000&connect_timeout=30000", "offline");
+    proxy_set(&f.px, PROXY_BLACKHOLE);
     tu_sleep_ms(2500); /* the client library notices (2/3 of the session) */
-    struct cancel_arg arg = {.l = l, .rc = 1};
+    struct cancel_arg arg = {.l = f.l, .rc = 1};
     pthread_t th;
     pthread_create(&th, NULL, cancel_waiter, &arg);
     ck_assert_msg(tu_wait_thread_asleep(&arg.tid, 20000), "the acquire never went to sleep");
-    ck_assert_int_eq(dlock_lock_cancel(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_cancel(f.l), DLOCK_OK);
     pthread_join(th, NULL);
     ck_assert_msg(arg.rc == DLOCK_ECANCELED, "canceled wait while disconnected: %s",
                   dlock_err_name(arg.rc));
-    int rc = dlock_acquire(l, 500);
+    int rc = dlock_acquire(f.l, 500);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "bounded wait while disconnected: %s %s",
                   dlock_err_name(rc), dlock_errmsg());
-    proxy_set(&px, PROXY_FORWARD);
-    rc = dlock_acquire(l, 20000);
+    proxy_set(&f.px, PROXY_FORWARD);
+    rc = dlock_acquire(f.l, 20000);
     ck_assert_msg(rc == DLOCK_OK, "after reconnecting: %s %s", dlock_err_name(rc), dlock_errmsg());
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    proxy_stop(&px);
-    free(url);
+    ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
+    proxied_close(&f);
 }
 END_TEST
 

@@ -146,6 +146,23 @@ static bool wait_key_count(const char *prefix, int n)
     return false;
 }
 
+/* Wait (up to 20 s) until dlock_inspect through C counts N waiters on
+ * NAME; an inspect that fails (a member down, a token expiring) is
+ * retried. */
+static bool wait_waiter_count(dlock_client *c, const char *name, long n)
+{
+    long queued = 0;
+    for (int k = 0; k < 800 && queued < n; k++) {
+        dlock_info *info = NULL;
+        if (dlock_inspect(c, name, &info) == DLOCK_OK)
+            queued = dlock_info_waiter_count(info);
+        dlock_info_free(info);
+        if (queued < n)
+            tu_sleep_ms(25);
+    }
+    return queued == n;
+}
+
 /* Create revision of KEY as etcd reports it (0 when absent). */
 static uint64_t ctl_create_rev(const char *key)
 {
@@ -1198,16 +1215,8 @@ START_TEST(test_auth)
     struct waiter_arg w = {lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
-    long queued = 0; /* b waits before a releases */
-    for (int k = 0; k < 800 && queued < 1; k++) {
-        dlock_info *info = NULL;
-        if (dlock_inspect(a, "authed", &info) == DLOCK_OK)
-            queued = dlock_info_waiter_count(info);
-        dlock_info_free(info);
-        if (queued < 1)
-            tu_sleep_ms(25);
-    }
-    ck_assert_msg(queued == 1, "the waiter never queued");
+    /* b waits before a releases */
+    ck_assert_msg(wait_waiter_count(a, "authed", 1), "the waiter never queued");
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK);
@@ -1276,16 +1285,8 @@ START_TEST(test_tls)
     struct waiter_arg w = {lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
-    long queued = 0; /* b waits before a releases */
-    for (int k = 0; k < 800 && queued < 1; k++) {
-        dlock_info *info = NULL;
-        if (dlock_inspect(a, "tls", &info) == DLOCK_OK)
-            queued = dlock_info_waiter_count(info);
-        dlock_info_free(info);
-        if (queued < 1)
-            tu_sleep_ms(25);
-    }
-    ck_assert_msg(queued == 1, "the waiter never queued");
+    /* b waits before a releases */
+    ck_assert_msg(wait_waiter_count(a, "tls", 1), "the waiter never queued");
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK); /* the watch ran over TLS too */
@@ -1490,16 +1491,8 @@ START_TEST(test_cluster_basic_and_member_down)
     struct waiter_arg w = {lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
-    long queued = 0; /* b waits before a releases */
-    for (int k = 0; k < 800 && queued < 1; k++) {
-        dlock_info *info = NULL;
-        if (dlock_inspect(a, "cluster", &info) == DLOCK_OK)
-            queued = dlock_info_waiter_count(info);
-        dlock_info_free(info);
-        if (queued < 1)
-            tu_sleep_ms(25);
-    }
-    ck_assert_msg(queued == 1, "the waiter never queued");
+    /* b waits before a releases */
+    ck_assert_msg(wait_waiter_count(a, "cluster", 1), "the waiter never queued");
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK);

@@ -146,6 +146,29 @@ static bool wait_key_count(const char *prefix, int n)
     return false;
 }
 
+/* Two clients of URL, each with a handle on NAME: the frame of the tests
+ * of one client against another. */
+struct pair {
+    dlock_client *a, *b;
+    dlock_lock *la, *lb;
+};
+
+static struct pair pair_open(const char *url, const char *name)
+{
+    struct pair p = {.a = tu_open(url), .b = tu_open(url)};
+    p.la = tu_lock(p.a, name);
+    p.lb = tu_lock(p.b, name);
+    return p;
+}
+
+static void pair_close(struct pair *p)
+{
+    dlock_lock_free(p->la);
+    dlock_lock_free(p->lb);
+    dlock_client_close(p->a);
+    dlock_client_close(p->b);
+}
+
 /* Wait (up to 20 s) until dlock_inspect through C counts N waiters on
  * NAME; an inspect that fails (a member down, a token expiring) is
  * retried. */
@@ -420,22 +443,21 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
     REQUIRE_SERVERS();
     char *dir = tu_tmpdir("etcd-interop2");
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = tu_open(url), *b = tu_open(url);
-    dlock_lock *la = tu_lock(a, "interop2"), *lb = tu_lock(b, "interop2");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    uint64_t ta = tu_token(la);
+    struct pair p = pair_open(url, "interop2");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    uint64_t ta = tu_token(p.la);
 
     char *held = tu_fmt("%s/etcdctl-held", dir), *go = tu_fmt("%s/go", dir);
     char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
     pid_t ctl = etcdctl_lock("interop2", shell, NULL);
     ck_assert_msg(wait_key_count("interop2/", 2), "never 2 key(s) under interop2/");
-    struct waiter_arg wb = {lb, 30000, -99, 0, 0};
+    struct waiter_arg wb = {p.lb, 30000, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, waiter_main, &wb);
     ck_assert_msg(wait_key_count("interop2/", 3), "the dlock waiter never queued");
     ck_assert_msg(access(held, F_OK) != 0, "etcdctl got the lock dlock holds");
 
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
     ck_assert_msg(tu_wait_file(held, 20000), "etcdctl never got the lock after the release");
     tu_sleep_ms(300);
     ck_assert_msg(!atomic_load(&wb.done), "dlock waiter got the lock etcdctl holds");
@@ -444,10 +466,7 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
     pthread_join(tb, NULL);
     ck_assert_int_eq(wb.rc, DLOCK_OK);
     ck_assert_uint_gt(wb.token, ta);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    pair_close(&p);
     free(url);
     free(shell);
     free(held);
@@ -662,30 +681,26 @@ START_TEST(test_queue_pages_past_other_keys)
         ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", key, "x", NULL), 0);
     }
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = tu_open(url), *b = tu_open(url);
-    dlock_lock *la = tu_lock(a, "pg"), *lb = tu_lock(b, "pg");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    struct pair p = pair_open(url, "pg");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(b, "pg", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(p.b, "pg", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
-    ck_assert_uint_eq(dlock_info_token(info), tu_token(la));
+    ck_assert_uint_eq(dlock_info_token(info), tu_token(p.la));
     dlock_info_free(info);
-    struct waiter_arg wb = {lb, 20000, -99, 0, 0};
+    struct waiter_arg wb = {p.lb, 20000, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, waiter_main, &wb);
     ck_assert_msg(wait_key_count("pg/", 42), "the waiter's key never came");
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
     pthread_join(tb, NULL);
     ck_assert_msg(wb.rc == DLOCK_OK, "%s", dlock_err_name(wb.rc));
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    ck_assert_int_eq(dlock_force_release(b, "pg"), DLOCK_OK);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_force_release(p.b, "pg"), DLOCK_OK);
     ck_assert_msg(wait_key_count("pg/", 40), "force-release left the holder's key");
-    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_ELOST);
+    pair_close(&p);
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "--prefix", "pg/", NULL), 0);
     free(url);
 }
@@ -699,9 +714,8 @@ START_TEST(test_killed_waiters_do_not_stall_the_queue)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, "lease=60s");
-    dlock_client *a = tu_open(url), *b = tu_open(url);
-    dlock_lock *la = tu_lock(a, "kw"), *lb = tu_lock(b, "kw");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    struct pair p = pair_open(url, "kw");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     enum { NW = 20 };
     pid_t kids[NW];
     for (int i = 0; i < NW; i++) {
@@ -722,9 +736,9 @@ START_TEST(test_killed_waiters_do_not_stall_the_queue)
         kill(kids[i], SIGKILL);
     for (int i = 0; i < NW; i++)
         ck_assert_int_eq(tu_wait_exit(kids[i]), 128 + SIGKILL);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
     int64_t t0 = tu_mono_ms();
-    TU_ACQUIRE_OK(lb, 40000);
+    TU_ACQUIRE_OK(p.lb, 40000);
     fprintf(stderr, "killed waiters: next acquire after %lld ms\n", (long long)(tu_mono_ms() - t0));
     /* ...while the session leases the killed waiters' keys are named after
      * still live: it did not wait for them to end. */
@@ -740,11 +754,8 @@ START_TEST(test_killed_waiters_do_not_stall_the_queue)
     }
     ck_assert_msg(alive == NW + 1, "only %d of the %d session leases live", alive, NW + 1);
     free(keys);
-    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    ck_assert_int_eq(dlock_release(p.lb), DLOCK_OK);
+    pair_close(&p);
     free(url);
 }
 END_TEST
@@ -776,30 +787,26 @@ START_TEST(test_no_descriptor_leaks_into_children)
     int other_before = 0, other_waiting = 0, other_holding = 0;
     int before = inherited_sockets(&other_before);
     char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = tu_open(url), *b = tu_open(url);
-    dlock_lock *la = tu_lock(a, "cloexec"), *lb = tu_lock(b, "cloexec");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    struct waiter_arg wb = {lb, 20000, -99, 0, 0};
+    struct pair p = pair_open(url, "cloexec");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    struct waiter_arg wb = {p.lb, 20000, -99, 0, 0};
     pthread_t tb;
     pthread_create(&tb, NULL, waiter_main, &wb);
     ck_assert_msg(wait_key_count("cloexec/", 2), "the waiter never queued");
     int waiting = inherited_sockets(&other_waiting); /* a watch stream is open */
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
     pthread_join(tb, NULL);
     ck_assert_int_eq(wb.rc, DLOCK_OK);
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     int holding = inherited_sockets(&other_holding);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
     ck_assert_msg(waiting == before && holding == before,
                   "inherited sockets: %d before, %d while waiting, %d while holding", before,
                   waiting, holding);
     ck_assert_msg(other_waiting == other_before && other_holding == other_before,
                   "inherited pipes and event fds: %d before, %d while waiting, %d while holding",
                   other_before, other_waiting, other_holding);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    pair_close(&p);
     free(url);
 }
 END_TEST
@@ -1208,23 +1215,22 @@ START_TEST(test_auth)
 
     /* right password; a waiter's watch works with the token too */
     char *good = tu_fmt("etcd://locker:lockpw@%s/locks", F.endpoints);
-    dlock_client *a = tu_open(good), *b = tu_open(good);
-    ck_assert_ptr_null(strstr(dlock_client_url(a), "lockpw"));
-    dlock_lock *la = tu_lock(a, "authed"), *lb = tu_lock(b, "authed");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    struct waiter_arg w = {lb, 20000, -99, 0, 0};
+    struct pair p = pair_open(good, "authed");
+    ck_assert_ptr_null(strstr(dlock_client_url(p.a), "lockpw"));
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    struct waiter_arg w = {p.lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
     /* b waits before a releases */
-    ck_assert_msg(wait_waiter_count(a, "authed", 1), "the waiter never queued");
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_msg(wait_waiter_count(p.a, "authed", 1), "the waiter never queued");
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK);
 
     /* the token expires (--auth-token-ttl 1): renewed, and work goes on */
     tu_sleep_ms(2500); /* time itself is the subject: no event tells the token expired */
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
 
     /* outside the user's permitted prefix: refused as an auth error */
     char *outside = tu_fmt("etcd://locker:lockpw@%s/elsewhere", F.endpoints);
@@ -1251,10 +1257,7 @@ START_TEST(test_auth)
     ck_assert_int_eq(tu_run(argv, noenv, NULL, NULL), 77);
     free(envurl);
 
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    pair_close(&p);
     free(good);
 }
 END_TEST
@@ -1278,22 +1281,18 @@ START_TEST(test_tls)
                      F.cert_dir, F.cert_dir, F.cert_dir);
     char *url = etcdf_url(&F, NULL, q);
     ck_assert_ptr_nonnull(strstr(url, "etcd+https://"));
-    dlock_client *a = tu_open(url), *b = tu_open(url);
-    dlock_lock *la = tu_lock(a, "tls"), *lb = tu_lock(b, "tls");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
-    struct waiter_arg w = {lb, 20000, -99, 0, 0};
+    struct pair p = pair_open(url, "tls");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
+    struct waiter_arg w = {p.lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
     /* b waits before a releases */
-    ck_assert_msg(wait_waiter_count(a, "tls", 1), "the waiter never queued");
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_msg(wait_waiter_count(p.a, "tls", 1), "the waiter never queued");
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK); /* the watch ran over TLS too */
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    pair_close(&p);
     free(url);
     free(q);
 
@@ -1481,26 +1480,22 @@ START_TEST(test_cluster_basic_and_member_down)
     REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
-    dlock_client *a = tu_open(url), *b = tu_open(url);
-    dlock_lock *la = tu_lock(a, "cluster"), *lb = tu_lock(b, "cluster");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    struct pair p = pair_open(url, "cluster");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     /* the first endpoint of the URL dies: the others serve */
     etcdf_member_stop(&F, 0, SIGKILL);
     ck_assert(etcdf_wait_healthy(&F, 30000));
-    struct waiter_arg w = {lb, 20000, -99, 0, 0};
+    struct waiter_arg w = {p.lb, 20000, -99, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
     /* b waits before a releases */
-    ck_assert_msg(wait_waiter_count(a, "cluster", 1), "the waiter never queued");
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_msg(wait_waiter_count(p.a, "cluster", 1), "the waiter never queued");
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK);
     ck_assert(etcdf_member_start(&F, 0, 30000));
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    pair_close(&p);
     free(url);
 }
 END_TEST

@@ -72,6 +72,29 @@ static char *url_with(const char *path, const char *query)
     return zkf_url(&F, path, query);
 }
 
+/* A client straight to the servers (QUERY: the URL's options) with a
+ * handle on NAME: the frame of the server-fault tests. */
+struct direct {
+    char *url;
+    dlock_client *c;
+    dlock_lock *l;
+};
+
+static struct direct direct_open(const char *query, const char *name)
+{
+    struct direct d = {.url = url_with(NULL, query)};
+    d.c = tu_open(d.url);
+    d.l = tu_lock(d.c, name);
+    return d;
+}
+
+static void direct_close(struct direct *d)
+{
+    dlock_lock_free(d->l);
+    dlock_client_close(d->c);
+    free(d->url);
+}
+
 /* ------------------------------------------------------- raw ZooKeeper */
 
 /* A raw C-client session: plays other clients (Curator) and checks what
@@ -422,21 +445,17 @@ static void *cancel_waiter(void *p)
 START_TEST(test_validity_is_the_negotiated_session)
 {
     REQUIRE_SERVERS();
-    char *url = url_with(NULL, "lease=1000000");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "clamped");
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    int64_t v = dlock_validity_ms(l);
+    struct direct d = direct_open("lease=1000000", "clamped");
+    ck_assert_int_eq(dlock_acquire(d.l, DLOCK_TRY), DLOCK_OK);
+    int64_t v = dlock_validity_ms(d.l);
     ck_assert_msg(v > 0 && v <= 600000, "validity %lld ms beyond the server's 600 s maximum",
                   (long long)v);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock *f = tu_lock(c, "fixed");
+    ck_assert_int_eq(dlock_release(d.l), DLOCK_OK);
+    dlock_lock *f = tu_lock(d.c, "fixed");
     ck_assert_int_eq(dlock_lock_set_lease(f, 20000, DLOCK_LEASE_FIXED), DLOCK_ENOTSUP);
     ck_assert_msg(strstr(dlock_errmsg(), "fixed"), "message: %s", dlock_errmsg());
     dlock_lock_free(f);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    direct_close(&d);
 }
 END_TEST
 
@@ -885,31 +904,27 @@ END_TEST
 START_TEST(test_server_restart_keeps_hold)
 {
     REQUIRE_SERVERS();
-    char *url = url_with(NULL, "lease=15000");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "restart");
+    struct direct d = direct_open("lease=15000", "restart");
     atomic_store(&lost_flag, 0);
-    dlock_lock_on_lost(l, on_lost, NULL);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    uint64_t t = tu_token(l);
+    dlock_lock_on_lost(d.l, on_lost, NULL);
+    ck_assert_int_eq(dlock_acquire(d.l, DLOCK_TRY), DLOCK_OK);
+    uint64_t t = tu_token(d.l);
     zkf_server_stop(&F, 0, SIGKILL);
     ck_assert_msg(zkf_server_start(&F, 0, 60000), "server did not come back");
     /* a renewal after the restart confirms the hold again: validity
      * grows back above what is left of it without one */
-    int64_t t0 = tu_mono_ms(), v0 = dlock_validity_ms(l);
+    int64_t t0 = tu_mono_ms(), v0 = dlock_validity_ms(d.l);
     ck_assert_int_gt(v0, 0);
     bool renewed = false;
     for (int i = 0; i < 400 && !renewed && !atomic_load(&lost_flag); i++) {
         tu_sleep_ms(50);
-        renewed = dlock_validity_ms(l) > v0 - (tu_mono_ms() - t0) + 1000;
+        renewed = dlock_validity_ms(d.l) > v0 - (tu_mono_ms() - t0) + 1000;
     }
     ck_assert_int_eq(atomic_load(&lost_flag), 0);
     ck_assert_msg(renewed, "hold not confirmed after restart");
-    ck_assert_uint_eq(tu_token(l), t);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    ck_assert_uint_eq(tu_token(d.l), t);
+    ck_assert_int_eq(dlock_release(d.l), DLOCK_OK);
+    direct_close(&d);
 }
 END_TEST
 
@@ -959,17 +974,15 @@ END_TEST
 START_TEST(test_stopped_server_bounds_short_waits)
 {
     REQUIRE_SERVERS();
-    char *url = url_with(NULL, "lease=3000&timeout=60000&connect_timeout=60000");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "stopped");
+    struct direct d = direct_open("lease=3000&timeout=60000&connect_timeout=60000", "stopped");
     ck_assert_int_eq(kill(F.s[0].pid, SIGSTOP), 0);
-    int rc = dlock_acquire(l, 100);
+    int rc = dlock_acquire(d.l, 100);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "100 ms acquire, server stopped: %s %s",
                   dlock_err_name(rc), dlock_errmsg());
     /* short waits until the client library gives the connection up */
     bool reconnecting = false;
     for (int i = 0; i < 2000 && !reconnecting; i++) {
-        rc = dlock_acquire(l, 100);
+        rc = dlock_acquire(d.l, 100);
         ck_assert_msg(rc == DLOCK_ETIMEDOUT, "100 ms acquire, server stopped: %s %s",
                       dlock_err_name(rc), dlock_errmsg());
         reconnecting = strstr(dlock_errmsg(), "(connecting)") ||
@@ -977,17 +990,15 @@ START_TEST(test_stopped_server_bounds_short_waits)
     }
     ck_assert_msg(reconnecting, "the client never noticed the stopped server: %s",
                   dlock_errmsg());
-    rc = dlock_acquire(l, DLOCK_TRY);
+    rc = dlock_acquire(d.l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "try-once while reconnecting: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "not connected"), "message %s", dlock_errmsg());
     ck_assert_int_eq(kill(F.s[0].pid, SIGCONT), 0);
-    rc = dlock_acquire(l, 30000);
+    rc = dlock_acquire(d.l, 30000);
     ck_assert_msg(rc == DLOCK_OK, "after SIGCONT: %s %s", dlock_err_name(rc), dlock_errmsg());
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    ck_assert_int_eq(dlock_release(d.l), DLOCK_OK);
+    direct_close(&d);
 }
 END_TEST
 

@@ -169,6 +169,30 @@ static void pair_close(struct pair *p)
     dlock_client_close(p->b);
 }
 
+/* One client of the members with URL options OPTS (NULL: none) and a
+ * handle on NAME: the frame of the tests of a single client. solo_close()
+ * frees the handle, the client and the URL. */
+struct solo {
+    char *url;
+    dlock_client *c;
+    dlock_lock *l;
+};
+
+static struct solo solo_open(const char *opts, const char *name)
+{
+    struct solo s = {.url = etcdf_url(&F, NULL, opts)};
+    s.c = tu_open(s.url);
+    s.l = tu_lock(s.c, name);
+    return s;
+}
+
+static void solo_close(struct solo *s)
+{
+    dlock_lock_free(s->l);
+    dlock_client_close(s->c);
+    free(s->url);
+}
+
 /* Wait (up to 20 s) until dlock_inspect through C counts N waiters on
  * NAME; an inspect that fails (a member down, a token expiring) is
  * retried. */
@@ -1323,28 +1347,23 @@ START_TEST(test_server_restart_keeps_hold)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *url = etcdf_url(&F, NULL, "lease=15s&timeout=1s&connect_timeout=1s");
-    dlock_client *a = tu_open(url);
-    dlock_lock *la = tu_lock(a, "restart");
-    dlock_lock_on_lost(la, on_lost_here, NULL);
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    uint64_t t1 = tu_token(la);
+    const char *opts = "lease=15s&timeout=1s&connect_timeout=1s";
+    struct solo a = solo_open(opts, "restart");
+    dlock_lock_on_lost(a.l, on_lost_here, NULL);
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    uint64_t t1 = tu_token(a.l);
     etcdf_member_stop(&F, 0, SIGTERM);
     tu_sleep_ms(500);
     ck_assert(etcdf_member_start(&F, 0, 20000));
     tu_sleep_ms(16000); /* longer than the lease: renewed by the restarted member */
     ck_assert_msg(!atomic_load(&lost_here), "lost: %s", lost_why);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    dlock_client *b = tu_open(url);
-    dlock_lock *lb = tu_lock(b, "restart");
-    TU_ACQUIRE_OK(lb, DLOCK_TRY);
-    ck_assert_uint_gt(tu_token(lb), t1);
-    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    free(url);
+    ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
+    struct solo b = solo_open(opts, "restart");
+    TU_ACQUIRE_OK(b.l, DLOCK_TRY);
+    ck_assert_uint_gt(tu_token(b.l), t1);
+    ck_assert_int_eq(dlock_release(b.l), DLOCK_OK);
+    solo_close(&a);
+    solo_close(&b);
 }
 END_TEST
 
@@ -1355,27 +1374,22 @@ START_TEST(test_server_down_hold_lost)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *url = etcdf_url(&F, NULL, "lease=2s&timeout=500ms&connect_timeout=500ms");
-    dlock_client *a = tu_open(url);
-    dlock_lock *la = tu_lock(a, "down");
-    dlock_lock_on_lost(la, on_lost_here, NULL);
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    struct solo a = solo_open("lease=2s&timeout=500ms&connect_timeout=500ms", "down");
+    dlock_lock_on_lost(a.l, on_lost_here, NULL);
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
     etcdf_member_stop(&F, 0, SIGKILL);
     for (int i = 0; i < 400 && !atomic_load(&lost_here); i++)
         tu_sleep_ms(25);
     ck_assert_msg(atomic_load(&lost_here), "hold not reported lost with the server down");
-    ck_assert_int_eq(dlock_validity_ms(la), 0);
-    dlock_lock *other = tu_lock(a, "down2");
+    ck_assert_int_eq(dlock_validity_ms(a.l), 0);
+    dlock_lock *other = tu_lock(a.c, "down2");
     int rc = dlock_acquire(other, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), dlock_errmsg());
-    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
+    ck_assert_int_eq(dlock_release(a.l), DLOCK_ELOST);
     ck_assert(etcdf_member_start(&F, 0, 20000));
-    TU_ACQUIRE_OK(other, 10000);
-    ck_assert_int_eq(dlock_release(other), DLOCK_OK);
-    dlock_lock_free(la);
+    tu_acquire_release(other, 10000);
     dlock_lock_free(other);
-    dlock_client_close(a);
-    free(url);
+    solo_close(&a);
 }
 END_TEST
 
@@ -1550,29 +1564,42 @@ START_TEST(test_leader_killed_never_two_holders)
 }
 END_TEST
 
+/* What an acquire on L says with two of three members gone: no quorum
+ * (DLOCK_EUNAVAIL, naming the lock and holding nothing), its message
+ * containing WHY when not NULL. */
+static void no_quorum_says_so(dlock_lock *l, const char *why)
+{
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    char *quoted = tu_fmt("'%s'", dlock_lock_name(l));
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(!why || strstr(dlock_errmsg(), why), "message: %s", dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), quoted), "message: %s", dlock_errmsg());
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    free(quoted);
+}
+
+/* Members 1 and 2 start again, the cluster is healthy, and L can be taken
+ * again. */
+static void quorum_back(dlock_lock *l)
+{
+    ck_assert(etcdf_member_start(&F, 1, 30000));
+    ck_assert(etcdf_member_start(&F, 2, 30000));
+    ck_assert(etcdf_wait_healthy(&F, 30000));
+    tu_acquire_release(l, 10000);
+}
+
 /* Two of three members gone: no quorum. An acquire says so
  * (DLOCK_EUNAVAIL) within its time limits -- never a false "acquired". */
 START_TEST(test_no_quorum_unavailable)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *url = etcdf_url(&F, NULL, "timeout=1s&connect_timeout=500ms");
-    dlock_client *c = tu_open(url);
+    struct solo s = solo_open("timeout=1s&connect_timeout=500ms", "quorum");
     etcdf_member_stop(&F, 1, SIGKILL);
     etcdf_member_stop(&F, 2, SIGKILL);
-    dlock_lock *l = tu_lock(c, "quorum");
-    int rc = dlock_acquire(l, DLOCK_TRY);
-    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
-    ck_assert_msg(strstr(dlock_errmsg(), "'quorum'"), "message: %s", dlock_errmsg());
-    ck_assert_uint_eq(dlock_hold_count(l), 0);
-    ck_assert(etcdf_member_start(&F, 1, 30000));
-    ck_assert(etcdf_member_start(&F, 2, 30000));
-    ck_assert(etcdf_wait_healthy(&F, 30000));
-    TU_ACQUIRE_OK(l, 10000);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    no_quorum_says_so(s.l, NULL);
+    quorum_back(s.l);
+    solo_close(&s);
 }
 END_TEST
 
@@ -1586,27 +1613,14 @@ START_TEST(test_no_quorum_keepalive_unavailable)
     REQUIRE_SERVERS();
     revive_all();
     /* A timeout long enough for the member's own answer. */
-    char *url = etcdf_url(&F, NULL, "lease=5s&timeout=20s&connect_timeout=500ms");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "quorum-ka");
-    TU_ACQUIRE_OK(l, DLOCK_TRY); /* grants the session lease */
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    struct solo s = solo_open("lease=5s&timeout=20s&connect_timeout=500ms", "quorum-ka");
+    tu_acquire_release(s.l, DLOCK_TRY); /* grants the session lease */
     etcdf_member_stop(&F, 1, SIGKILL);
     etcdf_member_stop(&F, 2, SIGKILL);
     tu_sleep_ms(2500); /* the leader steps down; the lease wants a keepalive */
-    int rc = dlock_acquire(l, DLOCK_TRY);
-    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
-    ck_assert_msg(strstr(dlock_errmsg(), "no leader"), "message: %s", dlock_errmsg());
-    ck_assert_msg(strstr(dlock_errmsg(), "'quorum-ka'"), "message: %s", dlock_errmsg());
-    ck_assert_uint_eq(dlock_hold_count(l), 0);
-    ck_assert(etcdf_member_start(&F, 1, 30000));
-    ck_assert(etcdf_member_start(&F, 2, 30000));
-    ck_assert(etcdf_wait_healthy(&F, 30000));
-    TU_ACQUIRE_OK(l, 10000);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    no_quorum_says_so(s.l, "no leader");
+    quorum_back(s.l);
+    solo_close(&s);
 }
 END_TEST
 
@@ -1681,21 +1695,17 @@ START_TEST(test_stalled_member_hold_lost_in_time)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *url = etcdf_url(&F, NULL, "lease=2s&timeout=60s&connect_timeout=1s");
-    dlock_client *a = tu_open(url);
-    dlock_lock *la = tu_lock(a, "stall-held");
-    dlock_lock_on_lost(la, on_lost_here, NULL);
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    struct solo a = solo_open("lease=2s&timeout=60s&connect_timeout=1s", "stall-held");
+    dlock_lock_on_lost(a.l, on_lost_here, NULL);
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
     member_pause(0);
     bool lost = wait_flag(&lost_here);
-    int64_t valid = dlock_validity_ms(la);
+    int64_t valid = dlock_validity_ms(a.l);
     member_resume(0);
     ck_assert_msg(lost, "hold not reported lost while the member stalled");
     ck_assert_int_eq(valid, 0);
-    ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
-    dlock_lock_free(la);
-    dlock_client_close(a);
-    free(url);
+    ck_assert_int_eq(dlock_release(a.l), DLOCK_ELOST);
+    solo_close(&a);
 }
 END_TEST
 
@@ -1705,6 +1715,7 @@ struct stall_waiter {
     int rc;
     atomic_int done;
     volatile long tid; /* the waiting thread's, for tu_wait_thread_asleep() */
+    pthread_t t;
 };
 
 static void *stall_waiter_main(void *p)
@@ -1718,6 +1729,31 @@ static void *stall_waiter_main(void *p)
     return NULL;
 }
 
+/* An acquire of L waiting at most WAIT in a thread of its own, W. */
+static void stall_start(struct stall_waiter *w, dlock_lock *l, int64_t wait)
+{
+    *w = (struct stall_waiter){.l = l, .wait = wait, .rc = -99};
+    pthread_create(&w->t, NULL, stall_waiter_main, w);
+}
+
+/* Join W's thread and assert that its acquire ended with RC. */
+static void stall_join(struct stall_waiter *w, int rc)
+{
+    pthread_join(w->t, NULL);
+    ck_assert_msg(w->rc == rc, "%s", dlock_err_name(w->rc));
+}
+
+/* The end of W's acquire while member 0 stalls: wait until it is done
+ * (up to 20 s), resume the member, then assert that it was done -- WHAT
+ * names the acquire -- and ended with RC. */
+static void stall_waiter_ends(struct stall_waiter *w, int rc, const char *what)
+{
+    bool done = wait_flag(&w->done);
+    member_resume(0);
+    ck_assert_msg(done, "%s still running while the member stalled", what);
+    stall_join(w, rc);
+}
+
 /* A bounded wait ends at its deadline (plus a short grace to withdraw its
  * key) even when the member stalls; its key, which could not be deleted
  * then, is deleted later, by close at the latest. */
@@ -1725,46 +1761,31 @@ START_TEST(test_stalled_member_wait_times_out)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *url = etcdf_url(&F, NULL, NULL);
-    char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
-    dlock_client *a = tu_open(url), *b = tu_open(slow);
-    dlock_lock *la = tu_lock(a, "stall-wait"), *lb = tu_lock(b, "stall-wait");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    struct stall_waiter wb = {lb, 3000, -99, 0, 0};
-    pthread_t tb;
-    pthread_create(&tb, NULL, stall_waiter_main, &wb);
+    struct solo a = solo_open(NULL, "stall-wait");
+    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-wait");
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    struct stall_waiter wb;
+    stall_start(&wb, b.l, 3000);
     ck_assert_msg(wait_key_count("stall-wait/", 2), "never 2 key(s) under stall-wait/");
     member_pause(0);
-    bool done = wait_flag(&wb.done);
-    member_resume(0);
-    ck_assert_msg(done, "a 3 s wait still running while the member stalled");
-    pthread_join(tb, NULL);
-    ck_assert_msg(wb.rc == DLOCK_ETIMEDOUT, "%s", dlock_err_name(wb.rc));
+    stall_waiter_ends(&wb, DLOCK_ETIMEDOUT, "a 3 s wait");
 
     /* Stalled again, with that delete owed (the keeper retries it): a
      * cancel ends the next acquire too. */
-    dlock_lock *lb2 = tu_lock(b, "stall-wait-2");
+    dlock_lock *lb2 = tu_lock(b.c, "stall-wait-2");
     member_pause(0);
-    struct stall_waiter wb2 = {lb2, DLOCK_FOREVER, -99, 0, 0};
-    pthread_create(&tb, NULL, stall_waiter_main, &wb2);
+    struct stall_waiter wb2;
+    stall_start(&wb2, lb2, DLOCK_FOREVER);
     wait_request_at(0); /* stuck in its first requests */
     ck_assert_int_eq(dlock_lock_cancel(lb2), DLOCK_OK);
-    done = wait_flag(&wb2.done);
-    member_resume(0);
-    ck_assert_msg(done, "a canceled acquire still retrying an old delete");
-    pthread_join(tb, NULL);
-    ck_assert_msg(wb2.rc == DLOCK_ECANCELED, "%s", dlock_err_name(wb2.rc));
+    stall_waiter_ends(&wb2, DLOCK_ECANCELED, "a canceled acquire retrying an old delete");
     dlock_lock_free(lb2);
 
-    dlock_lock_free(lb);
-    dlock_client_close(b); /* deletes the key it could not delete before */
+    solo_close(&b); /* deletes the key it could not delete before */
     ck_assert_msg(wait_key_count("stall-wait/", 1), "the waiter's key stayed behind");
     ck_assert_msg(wait_key_count("stall-wait-2/", 0), "the canceled acquire's key stayed behind");
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_client_close(a);
-    free(url);
-    free(slow);
+    ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
+    solo_close(&a);
 }
 END_TEST
 
@@ -1774,31 +1795,20 @@ START_TEST(test_stalled_member_cancel)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *url = etcdf_url(&F, NULL, NULL);
-    char *slow = etcdf_url(&F, NULL, "lease=3s&timeout=60s&connect_timeout=1s");
-    dlock_client *a = tu_open(url), *b = tu_open(slow);
-    dlock_lock *la = tu_lock(a, "stall-cancel"), *lb = tu_lock(b, "stall-cancel");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0, 0};
-    pthread_t tb;
-    pthread_create(&tb, NULL, stall_waiter_main, &wb);
+    struct solo a = solo_open(NULL, "stall-cancel");
+    struct solo b = solo_open("lease=3s&timeout=60s&connect_timeout=1s", "stall-cancel");
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    struct stall_waiter wb;
+    stall_start(&wb, b.l, DLOCK_FOREVER);
     ck_assert_msg(wait_key_count("stall-cancel/", 2), "never 2 key(s) under stall-cancel/");
     member_pause(0);
     wait_request_at(0); /* the waiter's keepalive is stuck */
-    ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
-    bool done = wait_flag(&wb.done);
-    member_resume(0);
-    ck_assert_msg(done, "a canceled wait still running while the member stalled");
-    pthread_join(tb, NULL);
-    ck_assert_msg(wb.rc == DLOCK_ECANCELED, "%s", dlock_err_name(wb.rc));
-    dlock_lock_free(lb);
-    dlock_client_close(b);
+    ck_assert_int_eq(dlock_lock_cancel(b.l), DLOCK_OK);
+    stall_waiter_ends(&wb, DLOCK_ECANCELED, "a canceled wait");
+    solo_close(&b);
     ck_assert_msg(wait_key_count("stall-cancel/", 1), "the waiter's key stayed behind");
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_client_close(a);
-    free(url);
-    free(slow);
+    ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
+    solo_close(&a);
 }
 END_TEST
 
@@ -1808,25 +1818,17 @@ START_TEST(test_stalled_member_cancel_first_request)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
-    dlock_client *b = tu_open(slow); /* no lease yet: the acquire grants one */
-    dlock_lock *lb = tu_lock(b, "stall-first");
+    /* no lease yet: the acquire grants one */
+    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-first");
     member_pause(0);
-    struct stall_waiter wb = {lb, DLOCK_FOREVER, -99, 0, 0};
-    pthread_t tb;
-    pthread_create(&tb, NULL, stall_waiter_main, &wb);
+    struct stall_waiter wb;
+    stall_start(&wb, b.l, DLOCK_FOREVER);
     wait_request_at(0); /* the grant is on its way */
-    ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
-    bool done = wait_flag(&wb.done);
-    member_resume(0);
-    ck_assert_msg(done, "a canceled acquire still running while the member stalled");
-    pthread_join(tb, NULL);
-    ck_assert_msg(wb.rc == DLOCK_ECANCELED, "%s", dlock_err_name(wb.rc));
-    ck_assert_uint_eq(dlock_hold_count(lb), 0);
-    dlock_lock_free(lb);
-    dlock_client_close(b);
+    ck_assert_int_eq(dlock_lock_cancel(b.l), DLOCK_OK);
+    stall_waiter_ends(&wb, DLOCK_ECANCELED, "a canceled acquire");
+    ck_assert_uint_eq(dlock_hold_count(b.l), 0);
+    solo_close(&b);
     ck_assert_msg(wait_key_count("stall-first/", 0), "a key stayed behind");
-    free(slow);
 }
 END_TEST
 
@@ -1837,35 +1839,28 @@ START_TEST(test_stalled_member_cancel_waiting_for_grant)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
-    dlock_client *b = tu_open(slow);
-    dlock_lock *l1 = tu_lock(b, "stall-g1"), *l2 = tu_lock(b, "stall-g2");
+    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-g1");
+    dlock_lock *l2 = tu_lock(b.c, "stall-g2");
     member_pause(0);
-    struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0, 0}, w2 = {l2, DLOCK_FOREVER, -99, 0, 0};
-    pthread_t t1, t2;
-    pthread_create(&t1, NULL, stall_waiter_main, &w1);
+    struct stall_waiter w1, w2;
+    stall_start(&w1, b.l, DLOCK_FOREVER);
     wait_request_at(0); /* t1 grants the session lease (stuck) */
-    pthread_create(&t2, NULL, stall_waiter_main, &w2);
+    stall_start(&w2, l2, DLOCK_FOREVER);
     /* t2 waits for t1's grant */
     ck_assert_msg(tu_wait_thread_asleep(&w2.tid, 20000), "t2 never went to sleep");
     ck_assert_int_eq(dlock_lock_cancel(l2), DLOCK_OK);
     bool done2 = wait_flag(&w2.done);
-    ck_assert_int_eq(dlock_lock_cancel(l1), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_cancel(b.l), DLOCK_OK);
     bool done1 = wait_flag(&w1.done);
     member_resume(0);
     ck_assert_msg(done2, "a canceled acquire waiting for another thread's grant still ran");
     ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
-    pthread_join(t1, NULL);
-    pthread_join(t2, NULL);
-    ck_assert_msg(w2.rc == DLOCK_ECANCELED, "%s", dlock_err_name(w2.rc));
-    ck_assert_msg(w1.rc == DLOCK_ECANCELED, "%s", dlock_err_name(w1.rc));
+    stall_join(&w1, DLOCK_ECANCELED);
+    stall_join(&w2, DLOCK_ECANCELED);
     /* and the client works once the member answers */
-    TU_ACQUIRE_OK(l2, 10000);
-    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
-    dlock_lock_free(l1);
+    tu_acquire_release(l2, 10000);
     dlock_lock_free(l2);
-    dlock_client_close(b);
-    free(slow);
+    solo_close(&b);
 }
 END_TEST
 
@@ -1877,19 +1872,15 @@ START_TEST(test_stalled_release_delete_done_by_keeper)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *url = etcdf_url(&F, NULL, "lease=60s&timeout=1s&connect_timeout=1s");
-    dlock_client *a = tu_open(url);
-    dlock_lock *la = tu_lock(a, "stall-rel");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    struct solo a = solo_open("lease=60s&timeout=1s&connect_timeout=1s", "stall-rel");
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
     member_pause(0);
-    int rc = dlock_release(la);
+    int rc = dlock_release(a.l);
     member_resume(0);
     ck_assert_msg(rc == DLOCK_EUNAVAIL || rc == DLOCK_ECONN, "release: %s: %s",
                   dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(wait_key_count("stall-rel/", 0), "the owed delete was never done");
-    dlock_lock_free(la);
-    dlock_client_close(a);
-    free(url);
+    solo_close(&a);
 }
 END_TEST
 
@@ -1903,34 +1894,27 @@ START_TEST(test_stalled_member_bounded_wait_behind_grant)
 {
     REQUIRE_SERVERS();
     revive_all();
-    char *slow = etcdf_url(&F, NULL, "timeout=60s&connect_timeout=1s");
-    dlock_client *b = tu_open(slow);
-    dlock_lock *l1 = tu_lock(b, "stall-b1"), *l2 = tu_lock(b, "stall-b2");
+    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-b1");
+    dlock_lock *l2 = tu_lock(b.c, "stall-b2");
     ck_assert_int_eq(unread_at_member(0), 0);
     member_pause(0);
-    struct stall_waiter w1 = {l1, DLOCK_FOREVER, -99, 0, 0}, w2 = {l2, 100, -99, 0, 0};
-    pthread_t t1, t2;
-    pthread_create(&t1, NULL, stall_waiter_main, &w1);
+    struct stall_waiter w1, w2;
+    stall_start(&w1, b.l, DLOCK_FOREVER);
     wait_request_at(0); /* t1's grant sits at the member (as a rule) */
-    pthread_create(&t2, NULL, stall_waiter_main, &w2);
+    stall_start(&w2, l2, 100);
     bool done2 = wait_flag(&w2.done);
     bool first_still_stuck = !atomic_load(&w1.done);
-    ck_assert_int_eq(dlock_lock_cancel(l1), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_cancel(b.l), DLOCK_OK);
     bool done1 = wait_flag(&w1.done);
     member_resume(0);
     ck_assert_msg(done2, "a 100 ms acquire still waiting for another thread's grant");
     ck_assert_msg(first_still_stuck, "the first thread's grant ended before the 100 ms acquire");
     ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
-    pthread_join(t1, NULL);
-    pthread_join(t2, NULL);
-    ck_assert_msg(w2.rc == DLOCK_ETIMEDOUT, "%s", dlock_err_name(w2.rc));
-    ck_assert_msg(w1.rc == DLOCK_ECANCELED, "%s", dlock_err_name(w1.rc));
-    TU_ACQUIRE_OK(l2, 10000);
-    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
-    dlock_lock_free(l1);
+    stall_join(&w2, DLOCK_ETIMEDOUT);
+    stall_join(&w1, DLOCK_ECANCELED);
+    tu_acquire_release(l2, 10000);
     dlock_lock_free(l2);
-    dlock_client_close(b);
-    free(slow);
+    solo_close(&b);
 }
 END_TEST
 

@@ -408,6 +408,14 @@ uint64_t tu_token(dlock_lock *l)
     return t;
 }
 
+void tu_acquire_release(dlock_lock *l, int64_t wait)
+{
+    TU_ACQUIRE_OK(l, wait);
+    int rc = dlock_release(l);
+    ck_assert_msg(rc == DLOCK_OK, "release '%s': %s: %s", dlock_lock_name(l), dlock_err_name(rc),
+                  dlock_errmsg());
+}
+
 char *tu_read_file(const char *path)
 {
     int fd = open(path, O_RDONLY);

@@ -111,6 +111,10 @@ uint64_t tu_token(struct dlock_lock *l);
                       dlock_err_name(rc_), dlock_errmsg());                                   \
     } while (0)
 
+/* TU_ACQUIRE_OK(L, WAIT), then a release that must work: the name can be
+ * taken (again) and given back. */
+void tu_acquire_release(struct dlock_lock *l, int64_t wait);
+
 /* One test of a table: its name (what DLOCK_TEST matches), its Check
  * function and its time limit in seconds (0 = 60). */
 struct TTest;

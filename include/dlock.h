@@ -332,16 +332,32 @@ DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned 
  * (reconnecting) returns DLOCK_ECONN at once instead of waiting for it. */
 DLOCK_EXTERN int dlock_acquire(dlock_lock *l, int64_t wait_ms);
 
-/* Modes and owners. Holding EXCLUSIVE, an owner that acquires SHARED on
- * the same name (through any handle) re-enters its exclusive hold: the
- * count goes up and the hold stays exclusive until every level is
- * released -- a write lock includes reading, as Redisson's and Curator's
- * read-write locks let a writer take the read lock. Holding SHARED, an
- * acquire of EXCLUSIVE is an upgrade and is refused with DLOCK_EMISUSE
- * (two readers upgrading would wait for each other forever; Curator and
- * Redisson refuse or deadlock). Read-write locks, when they come, keep
- * these rules and add the downgrade: write, then read, then release the
- * write level leaves a read hold, with no moment unlocked. */
+/* Modes and owners (read-write locks). Any number of SHARED holders, or
+ * one EXCLUSIVE holder. Holding EXCLUSIVE, an owner that acquires SHARED
+ * on the same name (through any handle) re-enters its exclusive hold:
+ * the count goes up and nothing is sent -- a write lock includes reading,
+ * as Redisson's and Curator's read-write locks let a writer take the read
+ * lock. dlock_release() through a SHARED handle gives back one of those
+ * read levels, through an EXCLUSIVE handle one write level. Downgrade:
+ * when the owner's last write level goes while read levels remain, the
+ * hold becomes SHARED with those levels, on the server too, with no
+ * moment unlocked (write, read, release the write handle = a read hold
+ * with the same token); readers waiting may then come in. Released the
+ * other way round (read levels first) the hold stays exclusive to the
+ * end. A downgrade that fails at the backend returns its error and
+ * leaves the hold exclusive with every level (release again); a hold
+ * found lost is dropped (DLOCK_ELOST). Holding SHARED, an acquire of
+ * EXCLUSIVE is an upgrade and is refused with DLOCK_EMISUSE (two readers
+ * upgrading would wait for each other forever; Curator and Redisson
+ * refuse or deadlock).
+ * Writers are not starved: once a writer waits, new readers of other
+ * owners wait behind it (a re-entry of a reader already holding does
+ * not), so a stream of readers cannot keep it out. Mind the cost of that
+ * order: a reader that waits for another thread which needs a new read
+ * hold of the same name deadlocks behind a waiting writer, as with
+ * Java's fair ReentrantReadWriteLock. docs/protocol-<backend>.md says how
+ * each layout keeps the order, and where clients of other libraries on
+ * the same name do not. */
 
 /* ------------------------------------------------------------ cancelling */
 

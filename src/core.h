@@ -251,6 +251,9 @@ struct dlock__hold {
     dlock_mode mode;
     long tid;          /* the holding thread */
     unsigned count;    /* reentrancy */
+    unsigned shared_levels; /* EXCLUSIVE hold: levels of COUNT re-entered
+                               through shared handles, kept as a shared
+                               hold when the last exclusive level goes */
     uint64_t token;    /* fencing token, set by the backend's acquire */
     int64_t lease_ms;  /* 0 = no lease */
     bool fixed_lease;  /* never renewed */
@@ -329,7 +332,7 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 1
+#define DLOCK__BACKEND_VERSION 2 /* 2: downgrade */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -388,6 +391,16 @@ struct dlock__backend {
     int (*inspect)(void *state, const char *name, struct dlock_info *info);
     int (*force_release)(void *state, const char *name);
     int (*list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+
+    /* Version 2. Turn exclusive hold H into a shared one on the server
+     * with no moment unlocked (the owner released its last exclusive
+     * level and keeps shared ones: dlock.h "Modes and owners"); wake the
+     * waiters that may now share it. H->mode is still DLOCK_EXCLUSIVE;
+     * the core sets DLOCK_SHARED after DLOCK_OK. The keeper does not
+     * renew H meanwhile. DLOCK_ELOST when H was no longer ours; any other
+     * failure leaves H exclusive on the server. NULL: holds stay
+     * exclusive until their last level is released. */
+    int (*downgrade)(void *state, struct dlock__hold *h);
 };
 
 /* ---------------------------------------------------------------- clients */

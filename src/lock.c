@@ -324,6 +324,8 @@ static int reenter(const dlock_lock *l, struct dlock__hold *h)
     if (h->count == UINT32_MAX)
         return dlock__err(DLOCK_EINVAL, "lock '%s': hold count overflow", name);
     h->count++;
+    if (h->mode == DLOCK_EXCLUSIVE && l->mode == DLOCK_SHARED)
+        h->shared_levels++; /* kept if the exclusive levels go first */
     return DLOCK_OK;
 }
 
@@ -518,6 +520,49 @@ static int hold_end(dlock_client *c, struct dlock__hold *h)
     return rc;
 }
 
+/* The owner's last exclusive level of H goes through L while shared
+ * levels remain: turn H into a shared hold at the backend, with no
+ * moment unlocked (mutex held; dropped meanwhile). The keeper leaves H
+ * alone meanwhile (renewing), and so do acquires through a handle-owned
+ * L (releasing). A backend without downgrade keeps H exclusive until
+ * its last level goes. A lost hold is dropped (DLOCK_ELOST); any other
+ * failure leaves H exclusive with every level, to release again. */
+static int hold_downgrade(dlock_client *c, dlock_lock *l, struct dlock__hold *h)
+{
+    if (c->be->version < 2 || !c->be->downgrade) {
+        h->count--;
+        h->shared_levels--; /* levels are just counted, as before */
+        return DLOCK_OK;
+    }
+    while (h->renewing)
+        pthread_cond_wait(&c->renew_cv, &c->mu);
+    h->renewing = true;
+    dlock_lock *owner = l->owner && h->tid == l->owner ? l : NULL;
+    if (owner)
+        owner->releasing = true;
+    pthread_mutex_unlock(&c->mu);
+    dlock__err(DLOCK_OK, "%s", "");
+    int rc = c->be->downgrade(c->bstate, h);
+    pthread_mutex_lock(&c->mu);
+    h->renewing = false;
+    pthread_cond_broadcast(&c->renew_cv);
+    if (owner) {
+        owner->releasing = false;
+        dlock__waitset_wake_all(&owner->turn);
+    }
+    if (rc == DLOCK_OK) {
+        h->mode = DLOCK_SHARED;
+        h->count = h->shared_levels;
+        h->shared_levels = 0;
+    } else if (rc == DLOCK_ELOST) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        hold_end(c, h);
+        rc = dlock__errmsg_restore(DLOCK_ELOST, msg);
+    }
+    return rc;
+}
+
 int dlock_release(dlock_lock *l)
 {
     dlock__msg_clear();
@@ -532,6 +577,13 @@ int dlock_release(dlock_lock *l)
     if (!h)
         rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
                         owner_word(l));
+    else if (h->count > 1 && h->state == DLOCK__HELD && h->shared_levels &&
+             l->mode == DLOCK_SHARED) {
+        h->count--; /* a read level of a writer */
+        h->shared_levels--;
+    } else if (h->count > 1 && h->state == DLOCK__HELD && h->shared_levels &&
+               h->count - h->shared_levels == 1)
+        rc = hold_downgrade(c, l, h); /* the last write level, reads remain */
     else if (h->count > 1 && h->state == DLOCK__HELD)
         h->count--;
     else

@@ -379,6 +379,170 @@ START_TEST(shared_mode)
 }
 END_TEST
 
+/* Downgrade (dlock.h "Modes and owners"): holding exclusive, the owner
+ * takes shared levels too; releasing its last exclusive level leaves a
+ * shared hold with those levels, never a moment unlocked: a writer
+ * waiting meanwhile stays out until the reader leaves, and other readers
+ * come in. Holding shared again, exclusive is an upgrade: refused. */
+START_TEST(shared_downgrade)
+{
+    if (!has(CT_SHARED))
+        return; /* shared_mode asserts DLOCK_ENOTSUP */
+    struct pair p = pair_open(NULL, NULL, "down"); /* la: a's writer, lb: b's writer */
+    dlock_lock *ra = tu_lock_mode(p.a, "down", DLOCK_SHARED, 0);
+    dlock_lock *rb = tu_lock_mode(p.b, "down", DLOCK_SHARED, 0);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    uint64_t t = token_of(p.la);
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    ck_assert_uint_eq(dlock_hold_count(ra), 3);
+    struct waiter wb;
+    waiter_start(&wb, p.lb, DLOCK_FOREVER); /* a writer waits through the downgrade */
+    wait_for_waiter(p.a, "down");
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK); /* the last write level: 2 read levels stay */
+    ck_assert_uint_eq(dlock_hold_count(ra), 2);
+    ck_assert_uint_eq(token_of(ra), t); /* the same hold, not a new acquisition */
+    dlock_info *info = NULL;
+    EXPECT_RC(dlock_inspect(p.b, "down", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_int_eq(dlock_info_mode(info), DLOCK_SHARED);
+    dlock_info_free(info);
+    ck_assert_msg(wb.rc == 1, "the waiting writer got in across the downgrade: %s",
+                  dlock_err_name(wb.rc));
+    EXPECT_RC(dlock_acquire(p.la, DLOCK_TRY), DLOCK_EMISUSE); /* now an upgrade */
+    EXPECT_RC(dlock_release(ra), DLOCK_OK);
+    EXPECT_RC(dlock_release(ra), DLOCK_OK); /* the read hold ends: the writer goes */
+    pthread_join(wb.th, NULL);
+    EXPECT_RC(wb.rc, DLOCK_OK);
+    ck_assert_uint_gt(wb.token, t);
+    /* Without a waiting writer, the downgraded reader lets readers in. */
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    EXPECT_RC(dlock_acquire(rb, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+    TU_ACQUIRE_OK(rb, 10000); /* woken by the downgrade, or tried at once */
+    waiter_start(&wb, p.lb, DLOCK_TRY); /* b's thread holds rb: try from another */
+    pthread_join(wb.th, NULL);
+    EXPECT_RC(wb.rc, DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(rb), DLOCK_OK);
+    EXPECT_RC(dlock_release(ra), DLOCK_OK);
+    TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
+    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+    /* Read levels released first: no downgrade, the write level stays. */
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    EXPECT_RC(dlock_release(ra), DLOCK_OK);
+    EXPECT_RC(dlock_acquire(rb, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+    EXPECT_RC(dlock_release(p.la), DLOCK_ENOTOWNER);
+    TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
+    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+    dlock_lock_free(rb);
+    dlock_lock_free(ra);
+    pair_close(&p);
+}
+END_TEST
+
+/* Two readers, each its own client, hand the read lock to each other so
+ * that it is never free: each releases only once the other holds it, or
+ * once the other's try found it busy. A writer that starts waiting
+ * meanwhile must get in: new readers queue behind it, the holder hands
+ * over to nobody, and the writer takes the lock. A layout that lets
+ * readers overtake a waiting writer hangs here (the test's time limit). */
+struct relay {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    bool holds[2], blocked[2];
+    long rounds;
+    int rc; /* the first failure of a reader */
+    dlock_lock *l[2];
+    pthread_t th[2];
+};
+
+struct relay_arg {
+    struct relay *r;
+    int i;
+};
+
+static void *relay_main(void *p)
+{
+    struct relay_arg *a = p;
+    struct relay *r = a->r;
+    int i = a->i;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop && !r->rc) {
+        pthread_mutex_unlock(&r->mu);
+        int rc = dlock_acquire(r->l[i], DLOCK_TRY);
+        if (rc == DLOCK_EBUSY) {
+            pthread_mutex_lock(&r->mu);
+            r->blocked[i] = true;
+            pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+            rc = dlock_acquire(r->l[i], DLOCK_FOREVER);
+        }
+        pthread_mutex_lock(&r->mu);
+        if (rc) {
+            r->rc = rc;
+            break;
+        }
+        r->holds[i] = true;
+        r->blocked[i] = false;
+        r->rounds++;
+        pthread_cond_broadcast(&r->cv);
+        while (!r->stop && !r->holds[!i] && !r->blocked[!i])
+            pthread_cond_wait(&r->cv, &r->mu);
+        r->holds[i] = false;
+        pthread_mutex_unlock(&r->mu);
+        rc = dlock_release(r->l[i]);
+        pthread_mutex_lock(&r->mu);
+        if (rc)
+            r->rc = rc;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+START_TEST(shared_writer_not_starved)
+{
+    if (!has(CT_SHARED))
+        return;
+    dlock_client *c[2] = {open_test(NULL), open_test(NULL)};
+    struct pair p = pair_open(NULL, NULL, "starve");
+    struct relay r = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct relay_arg args[2];
+    for (int i = 0; i < 2; i++) {
+        r.l[i] = tu_lock_mode(c[i], "starve", DLOCK_SHARED, 0);
+        args[i] = (struct relay_arg){&r, i};
+        ck_assert_int_eq(pthread_create(&r.th[i], NULL, relay_main, &args[i]), 0);
+    }
+    pthread_mutex_lock(&r.mu);
+    while (r.rounds < 6 && !r.rc)
+        pthread_cond_wait(&r.cv, &r.mu); /* the relay runs: never free */
+    pthread_mutex_unlock(&r.mu);
+    TU_ACQUIRE_OK(p.la, DLOCK_FOREVER); /* the writer, among arriving readers */
+    pthread_mutex_lock(&r.mu);
+    bool reader_in = r.holds[0] || r.holds[1];
+    long rounds = r.rounds;
+    r.stop = true;
+    pthread_cond_broadcast(&r.cv);
+    pthread_mutex_unlock(&r.mu);
+    ck_assert_msg(!reader_in, "a reader holds beside the writer");
+    EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+    for (int i = 0; i < 2; i++)
+        pthread_join(r.th[i], NULL);
+    ck_assert_msg(r.rc == 0, "a reader failed: %s", dlock_err_name(r.rc));
+    ck_assert_int_ge(rounds, 6);
+    for (int i = 0; i < 2; i++) {
+        dlock_lock_free(r.l[i]);
+        dlock_client_close(c[i]);
+    }
+    pair_close(&p);
+}
+END_TEST
+
 /* ============================================= threads of one client */
 
 struct counter_arg {
@@ -929,7 +1093,8 @@ END_TEST
  * NAME again (waiting as long as it takes) and writes its new token to
  * DIR/again. Forked before the test opens a client, so no library thread
  * is forked. */
-static pid_t fork_holder(const char *url, const char *name, const char *dir, bool kill_only)
+static pid_t fork_holder(const char *url, const char *name, dlock_mode mode, const char *dir,
+                         bool kill_only)
 {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -939,7 +1104,7 @@ static pid_t fork_holder(const char *url, const char *name, const char *dir, boo
     dlock_lock *l = NULL, *l2 = NULL;
     static struct lost lost;
     char *name2 = tu_fmt("%s-2", name);
-    if (dlock_open(url, &c) || dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) ||
+    if (dlock_open(url, &c) || dlock_lock_new(c, name, mode, 0, &l) ||
         dlock_lock_new(c, name2, DLOCK_EXCLUSIVE, 0, &l2))
         _exit(10);
     dlock_lock_on_lost(l, on_lost, &lost);
@@ -978,7 +1143,7 @@ START_TEST(kill9_holder)
 {
     char *url = test_url("lease=1500ms");
     char *dir = tu_tmpdir("contract-kill9"), *held = tu_fmt("%s/held", dir);
-    pid_t h = fork_holder(url, "kill9", dir, true);
+    pid_t h = fork_holder(url, "kill9", DLOCK_EXCLUSIVE, dir, true);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
     uint64_t t1 = read_u64(held);
     dlock_client *c = tu_open(url);
@@ -998,6 +1163,37 @@ START_TEST(kill9_holder)
 }
 END_TEST
 
+/* kill -9 of a reader: other readers share with it meanwhile, a writer
+ * gets in once the kernel (file), the lease or the session frees it. */
+START_TEST(kill9_reader)
+{
+    if (!has(CT_SHARED))
+        return;
+    char *url = test_url("lease=1500ms");
+    char *dir = tu_tmpdir("contract-kill9r"), *held = tu_fmt("%s/held", dir);
+    pid_t h = fork_holder(url, "kill9r", DLOCK_SHARED, dir, true);
+    ck_assert_msg(tu_wait_file(held, 30000), "the reader never held");
+    uint64_t t1 = read_u64(held);
+    dlock_client *c = tu_open(url);
+    dlock_lock *w = tu_lock(c, "kill9r"), *r = tu_lock_mode(c, "kill9r", DLOCK_SHARED, 0);
+    EXPECT_RC(dlock_acquire(w, DLOCK_TRY), DLOCK_EBUSY);
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    EXPECT_RC(dlock_release(r), DLOCK_OK);
+    kill(h, SIGKILL);
+    tu_wait_exit(h);
+    TU_ACQUIRE_OK(w, DLOCK_FOREVER); /* the test's time limit fails a hang */
+    ck_assert_uint_gt(token_of(w), t1);
+    EXPECT_RC(dlock_release(w), DLOCK_OK);
+    dlock_lock_free(r);
+    dlock_lock_free(w);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(held);
+    free(dir);
+    free(url);
+}
+END_TEST
+
 /* A holder of two locks stopped (SIGSTOP) past its lease: another client
  * gets both, with a greater token; the holder, resumed, is told of each
  * loss (a callback each), its releases say DLOCK_ELOST, and its client
@@ -1009,7 +1205,7 @@ START_TEST(paused_holder)
     char *dir = tu_tmpdir("contract-pause");
     char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
     char *again = tu_fmt("%s/again", dir);
-    pid_t h = fork_holder(url, "paused", dir, false);
+    pid_t h = fork_holder(url, "paused", DLOCK_EXCLUSIVE, dir, false);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
     uint64_t t1 = read_u64(held);
     kill(h, SIGSTOP);
@@ -1353,6 +1549,9 @@ int main(void)
         {"acquire_release_token", acquire_release_token, 60},
         {"reentrancy", reentrancy, 30},
         {"shared_mode", shared_mode, 30},
+        {"shared_downgrade", shared_downgrade, 30},
+        {"shared_writer_not_starved", shared_writer_not_starved, 60},
+        {"kill9_reader", kill9_reader, 60},
         {"threads_exclude", threads_exclude, 60},
         {"waits", waits, 30},
         {"time_bound", time_bound, 30},

@@ -9,6 +9,13 @@
  * two threads of one process (each with its own descriptor) exclude each
  * other too.
  *
+ * Writers are not starved by a stream of readers: a writer that has to
+ * wait write-locks byte 2 (the gate) until it holds byte 0, and a reader
+ * does not take byte 0 while another open file holds the gate (the
+ * kernel alone would grant every new read lock beside the others). A
+ * writer downgrades in place: the kernel turns its write lock on byte 0
+ * into a read lock in one fcntl, with no moment unlocked.
+ *
  * Waiters sleep in the kernel: before each try they watch the file with
  * inotify for IN_CLOSE_WRITE, which the kernel raises whenever a
  * descriptor opened for writing is closed -- by a release or by the death
@@ -98,7 +105,7 @@ struct file_hold {
     int fd;
 };
 
-enum { LOCK_BYTE = 0, META_BYTE = 1 };
+enum { LOCK_BYTE = 0, META_BYTE = 1, GATE_BYTE = 2 };
 
 /* ------------------------------------------------------------ names */
 
@@ -156,6 +163,14 @@ static int range_lock(int fd, short type, off_t start)
 {
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = 1};
     return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* Whether another open file holds the gate (byte 2): a writer is
+ * waiting, and a new reader lets it go first. */
+static bool gate_closed(int fd)
+{
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = GATE_BYTE, .l_len = 1};
+    return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
 static void sleep_ms(int64_t ms)
@@ -515,8 +530,15 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 100};
     int rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
     short type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK;
+    bool gated = false; /* we hold the gate (a waiting writer) */
     while (!rc) {
-        bool locked = range_lock(fd, type, LOCK_BYTE) == 0;
+        bool locked;
+        if (type == F_RDLCK && gate_closed(fd)) {
+            locked = false; /* a writer waits: it goes first */
+            errno = EAGAIN;
+        } else {
+            locked = range_lock(fd, type, LOCK_BYTE) == 0;
+        }
         if (!locked && errno != EAGAIN && errno != EACCES) {
             rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
             break;
@@ -528,6 +550,7 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
             if (ifd >= 0)
                 inotify_return(s, ifd, wd);
             ifd = wd = -1;
+            gated = false;
             rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
             continue;
         }
@@ -537,6 +560,8 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
             rc = DLOCK_EBUSY;
             break;
         }
+        if (type == F_WRLCK && !gated)
+            gated = range_lock(fd, F_WRLCK, GATE_BYTE) == 0; /* else another writer has it */
         if (ifd == -1 && !degraded) {
             /* Watch first, then try again: a release in between is seen. */
             ifd = inotify_borrow(s);
@@ -573,6 +598,8 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     }
     if (ifd >= 0)
         inotify_return(s, ifd, wd);
+    if (!rc && gated)
+        range_lock(fd, F_UNLCK, GATE_BYTE); /* byte 0 keeps readers out now */
     if (!rc)
         rc = stamp(s, fd, fname, full, hold->mode, w, &hold->token);
     free(full);
@@ -602,6 +629,21 @@ static int file_release(void *state, struct dlock__hold *hold)
     close(fh->fd);
     free(fh);
     hold->bdata = NULL;
+    return DLOCK_OK;
+}
+
+/* Exclusive to shared in place: F_OFD_SETLK converts the write lock on
+ * byte 0 into a read lock atomically (the kernel never leaves the range
+ * unlocked). Readers waiting on inotify learn of it from IN_ATTRIB (a
+ * timestamp touch): no descriptor is closed. */
+static int file_downgrade(void *state, struct dlock__hold *hold)
+{
+    struct file_state *s = state;
+    struct file_hold *fh = hold->bdata;
+    if (range_lock(fh->fd, F_RDLCK, LOCK_BYTE) < 0)
+        return dlock__errno(DLOCK_EIO, errno, "lock '%s' in %s: downgrade to shared", hold->name,
+                            s->dir);
+    (void)futimens(fh->fd, NULL);
     return DLOCK_OK;
 }
 
@@ -731,4 +773,5 @@ const struct dlock__backend dlock__backend_file = {
     .inspect = file_inspect,
     .force_release = file_force_release,
     .list = file_list,
+    .downgrade = file_downgrade,
 };

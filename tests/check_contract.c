@@ -1137,18 +1137,25 @@ static pid_t fork_holder(const char *url, const char *name, dlock_mode mode, con
     _exit(0);
 }
 
-/* kill -9 of a holder: the lock is free once the kernel (file), the lease
- * or the session lets go; a waiter with DLOCK_FOREVER gets it. */
-START_TEST(kill9_holder)
+/* kill -9 of a holder in MODE of NAME: the lock is free once the kernel
+ * (file), the lease or the session lets go, and a writer waiting with
+ * DLOCK_FOREVER gets it. Meanwhile a shared holder shares with readers. */
+static void kill9_case(const char *name, dlock_mode mode)
 {
     char *url = test_url("lease=1500ms");
     char *dir = tu_tmpdir("contract-kill9"), *held = tu_fmt("%s/held", dir);
-    pid_t h = fork_holder(url, "kill9", DLOCK_EXCLUSIVE, dir, true);
+    pid_t h = fork_holder(url, name, mode, dir, true);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
     uint64_t t1 = read_u64(held);
     dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "kill9");
+    dlock_lock *l = tu_lock(c, name);
     EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    if (mode == DLOCK_SHARED) {
+        dlock_lock *r = tu_lock_mode(c, name, DLOCK_SHARED, 0);
+        TU_ACQUIRE_OK(r, DLOCK_TRY);
+        EXPECT_RC(dlock_release(r), DLOCK_OK);
+        dlock_lock_free(r);
+    }
     kill(h, SIGKILL);
     tu_wait_exit(h);
     TU_ACQUIRE_OK(l, DLOCK_FOREVER); /* the test's time limit fails a hang */
@@ -1161,36 +1168,17 @@ START_TEST(kill9_holder)
     free(dir);
     free(url);
 }
+
+START_TEST(kill9_holder)
+{
+    kill9_case("kill9", DLOCK_EXCLUSIVE);
+}
 END_TEST
 
-/* kill -9 of a reader: other readers share with it meanwhile, a writer
- * gets in once the kernel (file), the lease or the session frees it. */
 START_TEST(kill9_reader)
 {
-    if (!has(CT_SHARED))
-        return;
-    char *url = test_url("lease=1500ms");
-    char *dir = tu_tmpdir("contract-kill9r"), *held = tu_fmt("%s/held", dir);
-    pid_t h = fork_holder(url, "kill9r", DLOCK_SHARED, dir, true);
-    ck_assert_msg(tu_wait_file(held, 30000), "the reader never held");
-    uint64_t t1 = read_u64(held);
-    dlock_client *c = tu_open(url);
-    dlock_lock *w = tu_lock(c, "kill9r"), *r = tu_lock_mode(c, "kill9r", DLOCK_SHARED, 0);
-    EXPECT_RC(dlock_acquire(w, DLOCK_TRY), DLOCK_EBUSY);
-    TU_ACQUIRE_OK(r, DLOCK_TRY);
-    EXPECT_RC(dlock_release(r), DLOCK_OK);
-    kill(h, SIGKILL);
-    tu_wait_exit(h);
-    TU_ACQUIRE_OK(w, DLOCK_FOREVER); /* the test's time limit fails a hang */
-    ck_assert_uint_gt(token_of(w), t1);
-    EXPECT_RC(dlock_release(w), DLOCK_OK);
-    dlock_lock_free(r);
-    dlock_lock_free(w);
-    dlock_client_close(c);
-    tu_rmrf(dir);
-    free(held);
-    free(dir);
-    free(url);
+    if (has(CT_SHARED))
+        kill9_case("kill9r", DLOCK_SHARED);
 }
 END_TEST
 

@@ -145,6 +145,16 @@ struct dlock__backoff {
 int64_t dlock__backoff_next(struct dlock__backoff *b);
 void dlock__backoff_reset(struct dlock__backoff *b);
 
+/* The one retry pause of every backend: before trying a transient
+ * failure again (a lost reply, a refused connection), sleep the next delay
+ * of B, cut to UNTIL (monotonic ms: when the retries must stop, e.g. the
+ * request's deadline; DLOCK__NEVER for none). With W (may be NULL: a
+ * release, the keeper) the pause also ends at W's cancel, at a wake of W
+ * (a reconnection: try at once) and at W's deadline (a try-once W is
+ * bounded by UNTIL alone). DLOCK_OK: try again now; DLOCK_ETIMEDOUT:
+ * UNTIL or W's deadline has passed, stop retrying; DLOCK_ECANCELED. */
+int dlock__wait_retry(struct dlock__wait *w, struct dlock__backoff *b, int64_t until);
+
 /* ---------------------------------------------------------------- waitsets */
 
 /* A first-come, first-served set of waits: the one registry of waiters

@@ -73,7 +73,9 @@ static struct timespec abs_time(int64_t ms)
     return ts;
 }
 
-int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until)
+/* Sleep until woken since SEQ, canceled, DEADLINE or UNTIL (see
+ * dlock__wait_sleep, whose deadline is the wait's own). */
+static int sleep_until(struct dlock__wait *w, unsigned seq, int64_t until, int64_t deadline)
 {
     int rc = w->cancel ? dlock__cancel_arm(w->cancel) : DLOCK_OK;
     if (rc)
@@ -87,13 +89,13 @@ int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until)
         if (w->seq != seq)
             break;
         int64_t now = dlock__now_ms();
-        if (now >= w->deadline) {
+        if (now >= deadline) {
             rc = DLOCK_ETIMEDOUT;
             break;
         }
         if (now >= until)
             break;
-        int64_t t = w->deadline < until ? w->deadline : until;
+        int64_t t = deadline < until ? deadline : until;
         if (t == DLOCK__NEVER) {
             pthread_cond_wait(&w->cv, &w->mu);
         } else {
@@ -103,6 +105,32 @@ int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until)
     }
     pthread_mutex_unlock(&w->mu);
     return rc;
+}
+
+int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until)
+{
+    return sleep_until(w, seq, until, w->deadline);
+}
+
+int dlock__wait_retry(struct dlock__wait *w, struct dlock__backoff *b, int64_t until)
+{
+    int64_t now = dlock__now_ms();
+    int64_t deadline = w && !dlock__wait_try_once(w) ? w->deadline : DLOCK__NEVER;
+    if (now >= until || now >= deadline)
+        return DLOCK_ETIMEDOUT;
+    int64_t t = now + dlock__backoff_next(b);
+    if (t > until)
+        t = until;
+    if (w) {
+        int rc = sleep_until(w, dlock__wait_seq(w), t, deadline);
+        if (rc)
+            return rc;
+    } else {
+        struct timespec ts = abs_time(t);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+    }
+    return dlock__now_ms() >= until ? DLOCK_ETIMEDOUT : DLOCK_OK;
 }
 
 int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)

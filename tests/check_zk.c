@@ -1188,10 +1188,12 @@ END_TEST
  * a thread of the test. In DISCARD mode it keeps passing the client's
  * bytes to the server but throws the server's replies away: requests are
  * executed, their replies are lost. BLACKHOLE drops both directions.
- * Leaving DISCARD or BLACKHOLE closes the proxied
+ * REFUSE closes every connection at once and each new one as it comes
+ * (a server that is down: requests fail fast with a connection loss).
+ * Entering REFUSE, and leaving DISCARD or BLACKHOLE, closes the proxied
  * connections (their streams are cut mid-reply) so the client reconnects
  * through the proxy, to the same session. */
-enum proxy_mode { PROXY_FORWARD, PROXY_DISCARD, PROXY_BLACKHOLE };
+enum proxy_mode { PROXY_FORWARD, PROXY_DISCARD, PROXY_BLACKHOLE, PROXY_REFUSE };
 
 struct proxy {
     int listen_fd, port, target;
@@ -1230,7 +1232,11 @@ static void *proxy_main(void *arg)
             int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
             struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)px->target),
                                     .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-            if (c >= 0 && t >= 0 && connect(t, (struct sockaddr *)&a, sizeof a) == 0) {
+            if (atomic_load(&px->mode) == PROXY_REFUSE) {
+                if (c >= 0)
+                    close(c);
+                close(t);
+            } else if (c >= 0 && t >= 0 && connect(t, (struct sockaddr *)&a, sizeof a) == 0) {
                 cli[n] = c;
                 srv[n] = t;
                 n++;
@@ -1290,7 +1296,7 @@ static void proxy_start(struct proxy *px, int target)
 static void proxy_set(struct proxy *px, enum proxy_mode mode)
 {
     atomic_store(&px->mode, mode);
-    if (mode == PROXY_FORWARD)
+    if (mode == PROXY_FORWARD || mode == PROXY_REFUSE)
         atomic_store(&px->cut, 1);
 }
 
@@ -1505,6 +1511,49 @@ START_TEST(test_create_reply_lost_node_found_by_guid)
         ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
         ck_assert_int_eq(raw_contenders(zh, "/dlock/create-reply"), 0);
     }
+    zookeeper_close(zh);
+    proxied_close(&f);
+}
+END_TEST
+
+/* A waiting acquire whose create lost its reply retries the create while
+ * the server cannot be reached (each try fails at once: connection
+ * refused); a cancel during those retries ends the acquire at once. The
+ * op timeout, which bounds the retries, is two minutes, past this case's
+ * time limit: retries that paused without looking at the cancel fail the
+ * test by its timeout. The node of the lost create goes once the server
+ * is back. */
+START_TEST(test_cancel_during_create_retries)
+{
+    REQUIRE_SERVERS();
+    struct proxied f;
+    proxied_open(&f, "lease=6000&timeout=120000&connect_timeout=120000", "create-retry");
+    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
+    ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
+    zhandle_t *zh = raw_open(NULL);
+    raw_keep_lock_node(zh, "/dlock/create-retry");
+    proxy_set(&f.px, PROXY_DISCARD);
+    struct cancel_arg arg = {.l = f.l, .rc = 1};
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_waiter, &arg);
+    int n = 0;
+    for (int i = 0; i < 800 && n < 1; i++) {
+        if (i)
+            tu_sleep_ms(25);
+        n = raw_contenders(zh, "/dlock/create-retry");
+    }
+    ck_assert_msg(n == 1, "the create never reached the server");
+    proxy_set(&f.px, PROXY_REFUSE); /* the reply is lost; every retry fails */
+    ck_assert_int_eq(dlock_lock_cancel(f.l), DLOCK_OK);
+    pthread_join(th, NULL);
+    ck_assert_msg(arg.rc == DLOCK_ECANCELED, "canceled during create retries: %s",
+                  dlock_err_name(arg.rc));
+    proxy_set(&f.px, PROXY_FORWARD);
+    for (int i = 0; i < 800 && n > 0; i++) {
+        tu_sleep_ms(25);
+        n = raw_contenders(zh, "/dlock/create-retry");
+    }
+    ck_assert_msg(n == 0, "the node of the canceled create stays in the queue");
     zookeeper_close(zh);
     proxied_close(&f);
 }
@@ -2124,6 +2173,7 @@ static Suite *zk_suite(void)
         {"lost_release_leaves_no_node", test_lost_release_leaves_no_node, 90},
         {"release_reply_lost_then_reconnect", test_release_reply_lost_then_reconnect, 90},
         {"create_reply_lost_node_found_by_guid", test_create_reply_lost_node_found_by_guid, 90},
+        {"cancel_during_create_retries", test_cancel_during_create_retries, 60},
         {"partitioned_holder_lost_before_other_holds", test_partitioned_holder_lost_before_other_holds, 90},
         {"partitioned_waiter_requeues", test_partitioned_waiter_requeues, 90},
         {"wait_while_disconnected_honours_cancel_and_deadline", test_wait_while_disconnected_honours_cancel_and_deadline, 90},

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The session GEN with a reference, when it is the current one and
  * connected: ZOK. ZSESSIONEXPIRED when it has ended (its nodes are gone:
@@ -154,28 +153,28 @@ void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *loc
 }
 
 /* Delete our node PATH, retrying on disconnects up to the op timeout and
- * no later than UNTIL (see zk_rq_*); when that fails, no time is left or
- * the session is not connected now (a request would only wait for the
- * reconnection), hand it to the cleanup queue (the keeper deletes it, at
- * once when connected), so a caller that gives up never waits for it. */
+ * no later than W's deadline (see zk_rq_*), pausing with W's backoff, so
+ * a cancel ends the retries; when that fails, no time is left, W was
+ * canceled or the session is not connected now (a request would only
+ * wait for the reconnection), hand it to the cleanup queue (the keeper
+ * deletes it, at once when connected), so a caller that gives up never
+ * waits for it. */
 void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
-                        int64_t until)
+                        struct dlock__wait *w)
 {
     pthread_mutex_lock(&zb->mu);
     bool usable = zk_session_usable(s), connected = usable && s->state == ZOO_CONNECTED_STATE;
     pthread_mutex_unlock(&zb->mu);
     if (!usable)
         return; /* the session ended: its nodes went with it */
-    int64_t deadline = connected ? zk_call_deadline(zb, until) : 0;
+    int64_t deadline = connected ? zk_call_deadline(zb, dlock__wait_deadline(w)) : 0;
+    struct dlock__backoff backoff = {.min_ms = ZK_RETRY_MIN_MS, .max_ms = ZK_RETRY_MAX_MS};
     while (deadline) {
         int rc = zk_rq_delete(zb, s->zh, path, deadline);
         if (rc == ZOK || rc == ZNONODE || zk_rc_session_gone(rc))
             return;
-        int64_t left = dlock__time_left(deadline, 50);
-        if (!zk_rc_transient(rc) || left == 0)
+        if (!zk_rc_transient(rc) || dlock__wait_retry(w, &backoff, deadline) != DLOCK_OK)
             break;
-        struct timespec pause = {0, (long)left * 1000000L};
-        nanosleep(&pause, NULL);
     }
     zk_orphan_add(zb, s, path);
 }

@@ -199,12 +199,14 @@ static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const cha
 /* Create our contender node under LOCKPATH: *mine = its full path,
  * *czxid its creation zxid; *listed says whether KIDS holds a listing of
  * the children made right after (caller frees it). Retries a lost reply
- * for up to the op timeout, and never past UNTIL (the acquire's deadline,
- * as zk_rq_* take it). */
+ * for up to the op timeout, and never past W's deadline (as zk_rq_* take
+ * it); the pauses between tries end at W's cancel (DLOCK_ECANCELED). */
 static int create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                             char **mine, int64_t *czxid, struct String_vector *kids,
-                            bool *listed, int64_t until)
+                            bool *listed, struct dlock__wait *w)
 {
+    int64_t until = dlock__wait_deadline(w);
+    struct dlock__backoff backoff = {.min_ms = ZK_RETRY_MIN_MS, .max_ms = ZK_RETRY_MAX_MS};
     char guid[37];
     dlock__uuid(guid);
     char *prefix = dlock__sprintf("%s/" ZK_PROTECTED "%s-" ZK_LOCK_MARK, lockpath, guid);
@@ -255,9 +257,14 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
                 }
                 free(found);
             }
-            struct timespec pause = {0, (long)dlock__time_left(deadline, 100) * 1000000L};
-            nanosleep(&pause, NULL);
-            continue;
+            int r = dlock__wait_retry(w, &backoff, deadline);
+            if (r == DLOCK_OK)
+                continue;
+            if (r == DLOCK_ECANCELED) {
+                err = dlock__err(r, "%s: wait canceled while creating a node under %s",
+                                 zb->servers, lockpath);
+                break;
+            }
         }
         err = zk_fail(zb, rc, "create lock node under", lockpath);
         break;
@@ -346,7 +353,7 @@ restart:
     first = (struct String_vector){0, NULL};
     created_at = dlock__now_ms();
     unsigned create_seq = dlock__wait_seq(w);
-    err = create_contender(zb, s, lockpath, &mine, &czxid, &first, &have_first, until);
+    err = create_contender(zb, s, lockpath, &mine, &czxid, &first, &have_first, w);
     if ((err == DLOCK_ECONN || err == DLOCK_ETIMEDOUT) && !try_once) {
         /* The create met a disconnect (any node it may have left is a
          * suspect, queued for cleanup): a waiting acquire goes on waiting, as a queued
@@ -471,7 +478,7 @@ restart:
 out_delete:
     if (mine) {
         dlock__errmsg_save(msg);
-        zk_delete_own_node(zb, s, mine, until);
+        zk_delete_own_node(zb, s, mine, w);
         err = dlock__errmsg_restore(err, msg);
     }
 out:
@@ -509,14 +516,14 @@ static int zk_release(void *state, struct dlock__hold *h)
         int64_t deadline = zk_call_deadline(zb, DLOCK__NEVER);
         int rc;
         bool unheard = false; /* a delete of ours may have been executed */
+        struct dlock__backoff backoff = {.min_ms = ZK_RETRY_MIN_MS, .max_ms = ZK_RETRY_MAX_MS};
         for (;;) {
             rc = zk_rq_delete(zb, s->zh, zh->path, deadline);
-            int64_t pause_ms = dlock__time_left(deadline, 50);
-            if (!zk_rc_transient(rc) || pause_ms == 0)
+            if (!zk_rc_transient(rc))
                 break;
             unheard = true;
-            struct timespec pause = {0, (long)pause_ms * 1000000L};
-            nanosleep(&pause, NULL);
+            if (dlock__wait_retry(NULL, &backoff, deadline) != DLOCK_OK)
+                break;
         }
         /* "No node" after a delete whose reply was lost: most likely that
          * delete did it (the node was there when we sent it, else the

@@ -45,6 +45,10 @@
 #define ZK_DEFAULT_BASE "/dlock"
 #define ZK_PROTECTED "_c_"    /* Curator's protected-mode prefix */
 #define ZK_LOCK_MARK "lock-"  /* Curator's lock name, sorted on what follows */
+/* Pauses between retries of a request whose reply was lost
+ * (dlock__wait_retry's backoff). */
+#define ZK_RETRY_MIN_MS 10
+#define ZK_RETRY_MAX_MS 100
 
 /* ------------------------------------------------------------ structures */
 
@@ -165,7 +169,7 @@ void zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path
 void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                     const char *guid, const char *keep);
 void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
-                        int64_t until);
+                        struct dlock__wait *w);
 
 /* ------------------------------------------------------------- session.c */
 

@@ -1198,7 +1198,6 @@ enum proxy_mode { PROXY_FORWARD, PROXY_DISCARD, PROXY_BLACKHOLE, PROXY_REFUSE };
 struct proxy {
     int listen_fd, port, target;
     atomic_int mode;
-    atomic_int cut;  /* close all connections now */
     atomic_int stop;
     pthread_t thread;
 };
@@ -1210,8 +1209,17 @@ static void *proxy_main(void *arg)
     struct proxy *px = arg;
     int cli[PROXY_MAX], srv[PROXY_MAX];
     int n = 0;
+    int last = PROXY_FORWARD;
     while (!atomic_load(&px->stop)) {
-        if (atomic_exchange(&px->cut, 0)) {
+        /* One mode per pass, and the cut that a change of mode asks for
+         * comes before anything moves in the new mode: a reply forwarded
+         * after dropped ones would reach the client out of order (an xid
+         * it does not expect: ZRUNTIMEINCONSISTENCY). */
+        int mode = atomic_load(&px->mode);
+        bool cut = mode != last && (mode == PROXY_REFUSE ||
+                                    (mode == PROXY_FORWARD && last != PROXY_REFUSE));
+        last = mode;
+        if (cut) {
             for (int i = 0; i < n; i++) {
                 close(cli[i]);
                 close(srv[i]);
@@ -1226,13 +1234,15 @@ static void *proxy_main(void *arg)
         }
         if (poll(pf, (nfds_t)(1 + 2 * n), 20) <= 0)
             continue;
+        if (atomic_load(&px->mode) != mode)
+            continue; /* changed while we polled: the next pass, first */
         int polled = n;
         if ((pf[0].revents & POLLIN) && n < PROXY_MAX) {
             int c = accept4(px->listen_fd, NULL, NULL, SOCK_CLOEXEC);
             int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
             struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)px->target),
                                     .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-            if (atomic_load(&px->mode) == PROXY_REFUSE) {
+            if (mode == PROXY_REFUSE) {
                 if (c >= 0)
                     close(c);
                 close(t);
@@ -1253,13 +1263,13 @@ static void *proxy_main(void *arg)
             if (pf[1 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) {
                 ssize_t r = read(cli[i], buf, sizeof buf);
                 dead = r <= 0;
-                if (!dead && atomic_load(&px->mode) != PROXY_BLACKHOLE)
+                if (!dead && mode != PROXY_BLACKHOLE)
                     dead = write(srv[i], buf, (size_t)r) != r;
             }
             if (!dead && (pf[2 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))) {
                 ssize_t r = read(srv[i], buf, sizeof buf);
                 dead = r <= 0;
-                if (!dead && atomic_load(&px->mode) == PROXY_FORWARD)
+                if (!dead && mode == PROXY_FORWARD)
                     dead = write(cli[i], buf, (size_t)r) != r;
             }
             if (dead) {
@@ -1296,8 +1306,6 @@ static void proxy_start(struct proxy *px, int target)
 static void proxy_set(struct proxy *px, enum proxy_mode mode)
 {
     atomic_store(&px->mode, mode);
-    if (mode == PROXY_FORWARD || mode == PROXY_REFUSE)
-        atomic_store(&px->cut, 1);
 }
 
 static void proxy_stop(struct proxy *px)

@@ -159,7 +159,8 @@ int dlock__wait_retry(struct dlock__wait *w, struct dlock__backoff *b, int64_t u
 
 /* A first-come, first-served set of waits: the one registry of waiters
  * keyed by whatever the owner keys it by (the core's local queue of one
- * client's threads per name; a backend's waiters per name or per watch).
+ * client's threads per name; a backend's waiters per name or per watch;
+ * ZooKeeper's waiters, each keyed by the node it watches).
  *
  * Thread safety: the set has its own mutex, a leaf lock -- every function
  * may be called from any thread, with or without the caller's own locks
@@ -174,6 +175,7 @@ int dlock__wait_retry(struct dlock__wait *w, struct dlock__backoff *b, int64_t u
 struct dlock__waitset_slot {
     struct dlock__wait *w;
     bool woken; /* chosen by a wake, not yet consumed */
+    const char *key; /* what it waits for (borrowed), NULL for none */
 };
 struct dlock__waitset {
     pthread_mutex_t mu;
@@ -198,6 +200,13 @@ bool dlock__waitset_remove(struct dlock__waitset *ws, struct dlock__wait *w);
 struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws);
 /* Wake and mark every wait in the set; returns how many. */
 size_t dlock__waitset_wake_all(struct dlock__waitset *ws);
+/* Give W (in the set) the key KEY, what it waits for (NULL: none): a
+ * string of the caller's that must outlive the key -- set another one
+ * (or NULL) before freeing it, or remove W. */
+void dlock__waitset_set_key(struct dlock__waitset *ws, struct dlock__wait *w, const char *key);
+/* Wake and mark only the waits whose key equals KEY (the event of one
+ * node wakes the one waiter watching it, no herd); returns how many. */
+size_t dlock__waitset_wake_key(struct dlock__waitset *ws, const char *key);
 /* True when W holds a wake (clears the mark). */
 bool dlock__waitset_consume(struct dlock__waitset *ws, struct dlock__wait *w);
 /* Waits in the set. */

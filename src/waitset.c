@@ -4,7 +4,9 @@
  * Every place that keeps waiters (the core's local queue of one client's
  * threads per name, a backend's waiters per name or per watch) keeps them
  * here, so first come is first served everywhere and a wake handed to a
- * waiter that is leaving is passed on instead of lost (see core.h). The
+ * waiter that is leaving is passed on instead of lost (see core.h). A
+ * waiter may carry a key (what it waits for: ZooKeeper's predecessor
+ * node), so that the event of that key wakes it alone. The
  * set is a small array: a name rarely has more than a few local waiters,
  * and removing from the middle is a shift.
  */
@@ -40,7 +42,7 @@ int dlock__waitset_add(struct dlock__waitset *ws, struct dlock__wait *w)
         ws->v = v;
         ws->cap = cap;
     }
-    ws->v[ws->n++] = (struct dlock__waitset_slot){w, false};
+    ws->v[ws->n++] = (struct dlock__waitset_slot){w, false, NULL};
     pthread_mutex_unlock(&ws->mu);
     return DLOCK_OK;
 }
@@ -107,6 +109,32 @@ size_t dlock__waitset_count(struct dlock__waitset *ws)
 {
     pthread_mutex_lock(&ws->mu);
     size_t n = ws->n;
+    pthread_mutex_unlock(&ws->mu);
+    return n;
+}
+
+void dlock__waitset_set_key(struct dlock__waitset *ws, struct dlock__wait *w, const char *key)
+{
+    pthread_mutex_lock(&ws->mu);
+    for (size_t i = 0; i < ws->n; i++)
+        if (ws->v[i].w == w) {
+            ws->v[i].key = key;
+            break;
+        }
+    pthread_mutex_unlock(&ws->mu);
+}
+
+size_t dlock__waitset_wake_key(struct dlock__waitset *ws, const char *key)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&ws->mu);
+    for (size_t i = 0; i < ws->n; i++)
+        if (ws->v[i].key && strcmp(ws->v[i].key, key) == 0) {
+            ws->v[i].woken = true;
+            dlock__wait_wake(ws->v[i].w);
+            n++;
+        }
+    ws->wakes += n;
     pthread_mutex_unlock(&ws->mu);
     return n;
 }

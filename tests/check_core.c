@@ -92,6 +92,41 @@ START_TEST(test_waitset_order_and_passing_on)
 }
 END_TEST
 
+/* A keyed wake (ZooKeeper: the deletion of one node) wakes only the
+ * waiters whose key is that one, whatever their place in the set; a
+ * waiter whose key was cleared or changed is not woken by the old key. */
+START_TEST(test_waitset_keyed_wake)
+{
+    struct dlock__waitset ws;
+    struct dlock__wait w[3];
+    dlock__waitset_init(&ws);
+    for (int i = 0; i < 3; i++) {
+        dlock__wait_init(&w[i], DLOCK__NEVER);
+        ck_assert_int_eq(dlock__waitset_add(&ws, &w[i]), DLOCK_OK);
+    }
+    char a[] = "/dlock/x/_c_1-lock-0000000001", b[] = "/dlock/x/_c_2-lock-0000000002";
+    dlock__waitset_set_key(&ws, &w[1], a);
+    dlock__waitset_set_key(&ws, &w[2], b);
+    ck_assert_uint_eq(dlock__waitset_wake_key(&ws, "/dlock/x/_c_2-lock-0000000002"), 1);
+    ck_assert_uint_eq(dlock__wait_seq(&w[0]), 0);
+    ck_assert_uint_eq(dlock__wait_seq(&w[1]), 0);
+    ck_assert_uint_eq(dlock__wait_seq(&w[2]), 1);
+    ck_assert(dlock__waitset_consume(&ws, &w[2]));
+    ck_assert_uint_eq(dlock__waitset_wake_key(&ws, "/dlock/x/other"), 0);
+    dlock__waitset_set_key(&ws, &w[1], NULL);
+    ck_assert_uint_eq(dlock__waitset_wake_key(&ws, a), 0);
+    ck_assert_uint_eq(dlock__wait_seq(&w[1]), 0);
+    /* a session event still wakes every one of them */
+    ck_assert_uint_eq(dlock__waitset_wake_all(&ws), 3);
+    ck_assert_uint_eq(ws.wakes, 4);
+    for (int i = 0; i < 3; i++) {
+        dlock__waitset_remove(&ws, &w[i]);
+        dlock__wait_destroy(&w[i]);
+    }
+    dlock__waitset_destroy(&ws);
+}
+END_TEST
+
 /* ------------------------------------------------------- cleanup queue */
 
 struct piece {
@@ -732,6 +767,7 @@ int main(void)
 {
     const struct tu_test core[] = {
         {"waitset", test_waitset_order_and_passing_on, 60},
+        {"waitset_keyed", test_waitset_keyed_wake, 60},
         {"cleanup_keeper", test_cleanup_keeper_retries_until_done, 60},
         {"cleanup_close", test_cleanup_close_tries_once_more_then_frees, 60},
         {"free_after_close", test_handles_outlive_their_closed_client, 60},

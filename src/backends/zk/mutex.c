@@ -335,8 +335,13 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     bool try_once = dlock__wait_try_once(w);
     int64_t until = dlock__wait_deadline(w); /* every request's timeout is cut to it */
     char msg[DLOCK__MSG_MAX];
-    struct zk_waiter waiter = {.w = w};
-    zk_waiter_add(zb, &waiter);
+    /* registered before anything is sent: a session event or our
+     * predecessor's deletion between a look and the sleep is a wake */
+    err = dlock__waitset_add(&zb->waiters, w);
+    if (err != DLOCK_OK) {
+        free(lockpath);
+        return err;
+    }
 
 restart:
     if (s) {
@@ -376,9 +381,7 @@ restart:
         unsigned seq = dlock__wait_seq(w);
         int64_t sent = have_first ? created_at : dlock__now_ms();
         int pos = 0;
-        pthread_mutex_lock(&zb->mu);
-        waiter.watch_path = NULL; /* pred is about to be freed */
-        pthread_mutex_unlock(&zb->mu);
+        dlock__waitset_set_key(&zb->waiters, w, NULL); /* pred is about to be freed */
         free(pred);
         free(holder);
         int rc = queue_position(zb, s, lockpath, mine, have_first ? &first : NULL, &pos, &pred,
@@ -437,9 +440,7 @@ restart:
             goto out_delete;
         }
         /* Watch only our predecessor; if it is already gone, look again. */
-        pthread_mutex_lock(&zb->mu);
-        waiter.watch_path = pred;
-        pthread_mutex_unlock(&zb->mu);
+        dlock__waitset_set_key(&zb->waiters, w, pred);
         struct Stat st;
         rc = zk_rq_exists(zb, s->zh, pred, zk_watcher, s, &st, until);
         if (rc == ZNONODE)
@@ -482,7 +483,7 @@ out_delete:
         err = dlock__errmsg_restore(err, msg);
     }
 out:
-    zk_waiter_remove(zb, &waiter);
+    dlock__waitset_remove(&zb->waiters, w);
     deallocate_String_vector(&first);
     if (s)
         zk_session_put(zb, s);

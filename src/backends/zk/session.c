@@ -62,13 +62,6 @@ static void zk_log_take(char *buf, size_t size)
 
 /* -------------------------------------------------------------- sessions */
 
-static void zk_wake_waiters_locked(struct zk_backend *zb, const char *path)
-{
-    for (struct zk_waiter *q = zb->waiters; q; q = q->next)
-        if (!path || (q->watch_path && strcmp(q->watch_path, path) == 0))
-            dlock__wait_wake(q->w);
-}
-
 /* Session S, the current one, has ended (STATE: expired, or its
  * authentication failed): every hold of it is gone, so tell the core now
  * instead of at the next renewal, up to lease/3 later (zb->mu held).
@@ -116,9 +109,9 @@ void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
                 session_lost_locked(zb, s, state);
         }
         pthread_cond_broadcast(&zb->cv);
-        zk_wake_waiters_locked(zb, NULL); /* let them look at the new state */
+        dlock__waitset_wake_all(&zb->waiters); /* let them look at the new state */
     } else if (path) {
-        zk_wake_waiters_locked(zb, path);
+        dlock__waitset_wake_key(&zb->waiters, path);
     }
     pthread_mutex_unlock(&zb->mu);
 }
@@ -316,27 +309,6 @@ int zk_session_get(struct zk_backend *zb, struct zk_session **out)
     return zk_session_get_w(zb, out, NULL);
 }
 
-/* Register/unregister a waiter on PATH's deletion. */
-void zk_waiter_add(struct zk_backend *zb, struct zk_waiter *q)
-{
-    pthread_mutex_lock(&zb->mu);
-    q->next = zb->waiters;
-    zb->waiters = q;
-    pthread_mutex_unlock(&zb->mu);
-}
-
-void zk_waiter_remove(struct zk_backend *zb, struct zk_waiter *q)
-{
-    pthread_mutex_lock(&zb->mu);
-    for (struct zk_waiter **pp = &zb->waiters; *pp; pp = &(*pp)->next) {
-        if (*pp == q) {
-            *pp = q->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&zb->mu);
-}
-
 /* Is P /zookeeper or below it: the server's own namespace (its config,
  * quotas), where nobody's nodes belong? */
 static bool path_reserved(const char *p)
@@ -384,6 +356,7 @@ static void zk_backend_free(struct zk_backend *zb)
         memset(zb->auth, 0, strlen(zb->auth));
         free(zb->auth);
     }
+    dlock__waitset_destroy(&zb->waiters);
     pthread_mutex_destroy(&zb->mu);
     pthread_cond_destroy(&zb->cv);
     free(zb);
@@ -486,6 +459,7 @@ int zk_open(struct dlock_client *c, void **state)
     zb->c = c;
     pthread_mutex_init(&zb->mu, NULL);
     dlock__cond_init_monotonic(&zb->cv);
+    dlock__waitset_init(&zb->waiters);
     zb->creator_acl = acl && strcmp(acl, "creator") == 0;
     for (size_t i = 0; i < c->url.nhosts && i < DLOCK__MAX_HOSTS; i++)
         zb->ports[zb->nports++] = c->url.hosts[i].port ? c->url.hosts[i].port : ZK_DEFAULT_PORT;

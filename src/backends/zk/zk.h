@@ -68,13 +68,6 @@ struct zk_session {
     int timeout_ms;    /* negotiated session timeout */
 };
 
-/* A thread sleeping until its predecessor node goes away. */
-struct zk_waiter {
-    struct dlock__wait *w;
-    const char *watch_path;
-    struct zk_waiter *next;
-};
-
 struct zk_backend {
     struct dlock_client *c;
     char *connect;     /* "h1:p1,h2:p2[/chroot]" for zookeeper_init */
@@ -92,7 +85,9 @@ struct zk_backend {
     pthread_cond_t cv; /* session state changed (CLOCK_MONOTONIC) */
     struct zk_session *cur;
     unsigned last_gen;
-    struct zk_waiter *waiters;
+    /* acquires of this client, each keyed by the path of the node it
+     * watches: its deletion wakes that one, a session event all */
+    struct dlock__waitset waiters;
 };
 
 /* Per-hold data (h->bdata). */
@@ -178,8 +173,6 @@ bool zk_session_usable(const struct zk_session *s);
 int zk_session_get(struct zk_backend *zb, struct zk_session **out);
 int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w);
 void zk_session_put(struct zk_backend *zb, struct zk_session *s);
-void zk_waiter_add(struct zk_backend *zb, struct zk_waiter *q);
-void zk_waiter_remove(struct zk_backend *zb, struct zk_waiter *q);
 int zk_open(struct dlock_client *c, void **state);
 void zk_close(void *state);
 int zk_renew(void *state, struct dlock__renew_batch *b);

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WITHDRAW_GRACE_MS 1000 /* a give-up's delete, past the caller's deadline */
+#define WITHDRAW_GRACE_MS 1000 /* a give-up's delete (never past the caller's deadline) */
 #define WITHDRAW_SLICE_MS 50   /* the same when the member stopped answering */
 
 /* ------------------------------------------------------------------ keys */
@@ -145,18 +145,28 @@ static int look(struct etcd_backend *s, const char *name, const char *key, const
     return rc;
 }
 
-/* Give up a contention: remove our key (and our own lease). The caller's
- * time is up (or it canceled), so this takes GRACE_MS at most: a whole
- * WITHDRAW_GRACE_MS while the member answers, a WITHDRAW_SLICE_MS after
- * it did not answer our last request (it will not answer now either). A
- * delete that fails is remembered and retried later. */
+/* Give up a contention: remove our key (and our own lease) without
+ * outliving the caller's bound. A wait that timed out or was canceled
+ * (RC) sends nothing: the delete goes to the core's cleanup queue and the
+ * keeper does it. Otherwise it is sent now, cut to the wait's deadline
+ * and to GRACE_MS: a whole WITHDRAW_GRACE_MS while the member answers
+ * (a try-once's busy), a WITHDRAW_SLICE_MS after it did not answer our
+ * last request (it will not answer now either). A delete that fails or
+ * is not sent is remembered and done later; an own lease not revoked
+ * expires by its TTL, carrying nothing once the key is gone. */
 static void withdraw(struct etcd_backend *s, const char *key, const struct lease_ref *lr,
-                     int64_t grace_ms)
+                     struct dlock__wait *w, int rc, int64_t grace_ms)
 {
-    struct etcd_limits lim = {dlock__now_ms() + grace_ms, NULL};
-    if (lr->own)
+    int64_t now = dlock__now_ms(), deadline = now + grace_ms;
+    int64_t until = dlock__wait_deadline(w);
+    if (until != 0 && until < deadline)
+        deadline = until;
+    if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED)
+        deadline = now; /* time is up: nothing is sent, the keeper deletes it */
+    struct etcd_limits lim = {deadline, NULL};
+    if (lr->own && dlock__time_left(deadline, 1) > 0)
         etcd_lease_revoke(s, lr->id, &lim); /* takes the key with it */
-    etcd_delete_key(s, key, lim.deadline, NULL);
+    etcd_delete_key(s, key, deadline, NULL);
 }
 
 /* A failure RC of a request cut short by the wait W's deadline is that
@@ -389,7 +399,7 @@ restart:
          * cancel, or the deadline): the member did not answer, so it gets
          * no more than a slice for the delete. */
         if (etcd_transient(rc) || rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT)
-            withdraw(s, key, &lr, WITHDRAW_SLICE_MS);
+            withdraw(s, key, &lr, w, rc, WITHDRAW_SLICE_MS);
         else if (own)
             etcd_lease_revoke(s, lr.id, NULL);
         free(pfx);
@@ -397,7 +407,7 @@ restart:
         return dlock__errmsg_restore(rc, msg);
     }
     if (owner_rev != my_rev && dlock__wait_try_once(w)) {
-        withdraw(s, key, &lr, WITHDRAW_GRACE_MS);
+        withdraw(s, key, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
         free(pfx);
         free(key);
         return DLOCK_EBUSY;
@@ -437,7 +447,7 @@ restart:
             rc = timed_out(w, rc);
             if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
                 dlock__errmsg_save(msg);
-            withdraw(s, key, &lr, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
+            withdraw(s, key, &lr, w, rc, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
             free(pfx);
             free(key);
             return dlock__errmsg_restore(rc, msg);
@@ -469,7 +479,7 @@ restart:
                             s->label, h->name, key);
         rc = timed_out(w, rc);
         dlock__errmsg_save(msg);
-        withdraw(s, key, &lr, WITHDRAW_SLICE_MS);
+        withdraw(s, key, &lr, w, rc, WITHDRAW_SLICE_MS);
         free(pfx);
         free(key);
         return dlock__errmsg_restore(rc, msg);
@@ -477,7 +487,7 @@ restart:
     free(pfx);
     struct etcd_hold *eh = calloc(1, sizeof *eh);
     if (!eh) {
-        withdraw(s, key, &lr, WITHDRAW_GRACE_MS);
+        withdraw(s, key, &lr, w, DLOCK_ENOMEM, WITHDRAW_GRACE_MS);
         free(key);
         return etcd_nomem(s);
     }

@@ -1332,6 +1332,21 @@ static void proxied_open(struct proxied *f, const char *query, const char *name)
     f->l = tu_lock(f->c, name);
 }
 
+/* proxied_open(), and the lock node of NAME made (an acquire and a
+ * release) and kept (a foreign child: a container would vanish when its
+ * last contender leaves); returns a raw handle to the server. */
+static zhandle_t *proxied_open_kept(struct proxied *f, const char *query, const char *name)
+{
+    proxied_open(f, query, name);
+    ck_assert_int_eq(dlock_acquire(f->l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(f->l), DLOCK_OK);
+    zhandle_t *zh = raw_open(NULL);
+    char *lockpath = tu_fmt("/dlock/%s", name);
+    raw_keep_lock_node(zh, lockpath);
+    free(lockpath);
+    return zh;
+}
+
 static void proxied_close(struct proxied *f)
 {
     dlock_lock_free(f->l);
@@ -1489,11 +1504,7 @@ START_TEST(test_create_reply_lost_node_found_by_guid)
 {
     REQUIRE_SERVERS();
     struct proxied f;
-    proxied_open(&f, "lease=6000&timeout=4000", "create-reply");
-    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
-    ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
-    zhandle_t *zh = raw_open(NULL);
-    raw_keep_lock_node(zh, "/dlock/create-reply");
+    zhandle_t *zh = proxied_open_kept(&f, "lease=6000&timeout=4000", "create-reply");
     for (int round = 0; round < 3; round++) {
         struct heal_arg ha = {.px = &f.px, .lockpath = "/dlock/create-reply", .want = 1};
         proxy_set(&f.px, PROXY_DISCARD);
@@ -1535,11 +1546,8 @@ START_TEST(test_cancel_during_create_retries)
 {
     REQUIRE_SERVERS();
     struct proxied f;
-    proxied_open(&f, "lease=6000&timeout=120000&connect_timeout=120000", "create-retry");
-    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
-    ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
-    zhandle_t *zh = raw_open(NULL);
-    raw_keep_lock_node(zh, "/dlock/create-retry");
+    zhandle_t *zh = proxied_open_kept(&f, "lease=6000&timeout=120000&connect_timeout=120000",
+                                      "create-retry");
     proxy_set(&f.px, PROXY_DISCARD);
     struct cancel_arg arg = {.l = f.l, .rc = 1};
     pthread_t th;

@@ -3,6 +3,9 @@
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
 
+#include <signal.h>
+#include <sys/types.h>
+
 #include "dlock.h"
 
 /* Exit codes (sysexits.h where one fits; see dlock(1)). */
@@ -33,6 +36,38 @@ int64_t cli_seconds(const char *s);
 int cli_check_name(const char *cmd, const char *name);
 #define DLOCK__CLI_STR2(x) #x
 #define DLOCK__CLI_STR(x) DLOCK__CLI_STR2(x)
+
+/* A job (job.c): COMMAND in a process group of its own under a guardian
+ * process that kills every process of it when dlock dies, and reports
+ * when the last of them has exited. */
+struct cli_job {
+    char **argv, **env;     /* COMMAND's */
+    const sigset_t *sigmask; /* COMMAND's signal mask */
+    const int *keep;        /* descriptors COMMAND inherits (ascending) */
+    size_t nkeep;
+    int tty_fd;             /* a terminal to hand to COMMAND's group, or -1 */
+    /* set by cli_job_start() */
+    pid_t guardian, pgid;   /* pgid: COMMAND's pid and process group */
+    int ctl_fd, report_fd;
+};
+enum { JOB_STARTED = 1, JOB_FAILED, JOB_EXEC_FAILED, JOB_EXITED, JOB_DONE };
+/* What the guardian reports: JOB_STARTED (value: COMMAND's pid),
+ * JOB_FAILED (errno: could not fork), JOB_EXEC_FAILED (errno), JOB_EXITED
+ * (COMMAND's wait status; processes it started live on), JOB_DONE
+ * (COMMAND's wait status; the last process of the job has exited). */
+struct cli_job_report {
+    int event, value;
+};
+/* Start J. Returns 0, or -(exit code) after printing why. */
+int cli_job_start(struct cli_job *j);
+/* The next report: 1, or 0 when the guardian is gone without a word. */
+int cli_job_read(struct cli_job *j, struct cli_job_report *r);
+/* Send SIG to every process of the job (through the guardian). Any
+ * thread; async-signal-safe. */
+void cli_job_signal(struct cli_job *j, int sig);
+/* Close the pipes (a guardian still running then kills the job) and reap
+ * the guardian. */
+void cli_job_end(struct cli_job *j);
 
 int cmd_run(const char *url, int argc, char **argv);
 int cmd_status(const char *url, int argc, char **argv);

@@ -16,7 +16,7 @@ static const struct {
     {"run",
      "dlock [-u URL] run [-n | -w SECONDS] [-E CODE] [-s] [--lease SECONDS]\n"
      "                  [--on-lost term|kill|ignore] [--kill-after SECONDS]\n"
-     "                  [--lost-grace SECONDS] [-v]\n"
+     "                  [--lost-grace SECONDS] [--strict-release] [-v]\n"
      "                  NAME [--] COMMAND [ARG...]\n"
      "dlock [-u URL] run [options] NAME -c 'SHELL COMMAND'",
      "Hold lock NAME while COMMAND runs, then release it.\n"
@@ -34,8 +34,13 @@ static const struct {
      "                        of the lease are left (default a sixth of the lease),\n"
      "                        so COMMAND is stopped before the lease can pass on\n"
      "  -c, --command CMD     run CMD with /bin/sh -c\n"
+     "  --strict-release      a failed release fails the run (default: reported on\n"
+     "                        stderr, COMMAND's status kept)\n"
      "  -v, --verbose         report acquire, token, wait and release on stderr\n"
      "COMMAND sees DLOCK_NAME, DLOCK_TOKEN (the fencing token) and DLOCK_URL.\n"
+     "COMMAND runs in a process group of its own; signals and --on-lost reach every\n"
+     "process it started, the lock is held until the last of them exits, and if dlock\n"
+     "is killed they are all killed (file backend: they keep the lock until then).\n"
      "Exit status: COMMAND's; 128+N if it died of signal N; CODE when busy or\n"
      "timed out; 75 if the lock was lost (or at risk) while it ran; 130/143 if interrupted\n"
      "while waiting."},

@@ -5,11 +5,12 @@
  * signal thread (every other thread has SIGINT, SIGTERM, SIGHUP, SIGQUIT
  * and SIGCHLD blocked) fires the wait's cancel object (dlock_cancel: no
  * race with the wait's start, nothing to repeat) while waiting, passes signals on
- * to COMMAND while it runs, and turns SIGCHLD into an eventfd the main
- * thread polls beside the lost-lock one (no pidfd needed, so it works
- * under valgrind and on old kernels too); the library's keeper thread renews the
+ * to the whole job while it runs; the library's keeper thread renews the
  * lease and calls on_lost(), which wakes the main thread through an
- * eventfd so that it can apply --on-lost.
+ * eventfd so that it can apply --on-lost. COMMAND runs under a guardian
+ * process (job.c) that signals every process of the job on request,
+ * kills them all if dlock dies, and reports on a pipe, which the main
+ * thread polls beside the lost-lock eventfd, when the last has exited.
  *
  * COMMAND inherits what dlock inherited (stdin, stdout, stderr, and any
  * descriptor its caller passed on: a jobserver, `3>file`) and nothing
@@ -53,17 +54,15 @@ struct run {
     enum phase phase;
     dlock_lock *lock;
     dlock_cancel *cancel; /* the acquire's, while WAITING */
-    pid_t child;
+    struct cli_job *job;  /* once COMMAND started */
     int signal;  /* received while waiting */
     int pending; /* received after acquiring, before COMMAND started */
     int lost_fd; /* eventfd: the lock was lost */
-    int exit_fd; /* eventfd: SIGCHLD arrived */
     bool lost;
     char lost_why[512];
 };
 
-static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER,
-                       .lost_fd = -1, .exit_fd = -1};
+static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER, .lost_fd = -1};
 
 static int64_t now_ms(void)
 {
@@ -92,23 +91,20 @@ static void *signal_thread(void *arg)
         int sig = sigwaitinfo(&set, &si);
         if (sig < 0)
             continue;
-        if (sig == SIGCHLD) {
-            uint64_t one = 1;
-            ssize_t n = write(R.exit_fd, &one, sizeof one);
-            (void)n;
-            continue;
-        }
+        if (sig == SIGCHLD)
+            continue; /* the guardian reports on its pipe */
         pthread_mutex_lock(&R.mu);
         if (R.phase == WAITING) {
             /* Fired before the acquire starts or while it waits, the
              * cancel object ends it all the same. */
             R.signal = sig;
             dlock_cancel_fire(R.cancel);
-        } else if (R.phase == RUNNING && si.si_code <= 0) {
-            /* A signal from the terminal already reached COMMAND, which
-             * shares our process group; pass on only those sent to us. */
-            if (R.child > 0)
-                kill(R.child, sig);
+        } else if (R.phase == RUNNING) {
+            /* COMMAND has a process group of its own: pass every signal
+             * on to the whole job (one from a terminal that dlock was
+             * given reaches dlock's group, not COMMAND's). */
+            if (R.job)
+                cli_job_signal(R.job, sig);
             else
                 R.pending = sig; /* COMMAND not started yet */
         }
@@ -140,9 +136,10 @@ static void on_lost(dlock_lock *l, const char *why, void *arg)
 /* ------------------------------------------------- inherited descriptors */
 
 /* The descriptors above 2 that dlock was started with, ascending: COMMAND
- * inherits these and no other. Taken before anything is opened. */
+ * inherits these (and, on the file backend, the lock's) and no other.
+ * Taken before anything is opened. One slot is left for the lock's. */
 #define MAX_INHERITED 256
-static int inherited[MAX_INHERITED];
+static int inherited[MAX_INHERITED + 1];
 static size_t ninherited;
 
 static int cmp_int(const void *a, const void *b)
@@ -168,34 +165,6 @@ static void note_inherited_fds(void)
                 inherited[ninherited++] = fd;
     }
     qsort(inherited, ninherited, sizeof *inherited, cmp_int);
-}
-
-/* Close descriptors LO..HI (in the child after fork: syscalls only).
- * Without close_range (Linux < 5.9), one close per number below LIMIT. */
-static void close_span(unsigned lo, unsigned hi, unsigned limit)
-{
-    if (lo > hi)
-        return;
-#ifdef SYS_close_range
-    if (syscall(SYS_close_range, lo, hi, 0) == 0)
-        return;
-#endif
-    for (unsigned fd = lo; fd <= hi && fd < limit; fd++)
-        close((int)fd);
-}
-
-/* Close every descriptor above 2 but those in KEEP (N, ascending). */
-static void close_all_but(const int *keep, size_t n, unsigned limit)
-{
-    unsigned lo = 3;
-    for (size_t i = 0; i < n; i++) {
-        if (keep[i] < 0 || (unsigned)keep[i] < lo)
-            continue;
-        if ((unsigned)keep[i] > lo)
-            close_span(lo, (unsigned)keep[i] - 1, limit);
-        lo = (unsigned)keep[i] + 1;
-    }
-    close_span(lo, ~0U, limit);
 }
 
 /* COMMAND's environment: ours plus DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL. */
@@ -229,87 +198,34 @@ static void free_env(char **env)
     free(env);
 }
 
-/* Start COMMAND; report an exec failure through a close-on-exec pipe.
- * Returns the pid, or -(exit code) after printing why. */
-static pid_t start_child(char **cmd, char **env, const sigset_t *oldmask)
+/* The controlling terminal when dlock runs in its foreground (an
+ * interactive shell's job), to hand to COMMAND's process group; else -1. */
+static int foreground_tty(void)
 {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0) {
-        fprintf(stderr, "dlock run: pipe: %s\n", strerror(errno));
-        return -EXIT_SOFTWARE;
+    int fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (fd >= 0 && tcgetpgrp(fd) != getpgrp()) {
+        close(fd);
+        fd = -1;
     }
-    /* What the child keeps: the inherited descriptors and the exec-failure
-     * pipe (close-on-exec), worked out before fork. */
-    int keep[MAX_INHERITED + 1];
-    memcpy(keep, inherited, ninherited * sizeof *keep);
-    keep[ninherited] = p[1];
-    size_t nkeep = ninherited + 1;
-    qsort(keep, nkeep, sizeof *keep, cmp_int);
-    struct rlimit rl;
-    unsigned limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
-                         ? (unsigned)rl.rlim_cur
-                         : 1u << 20;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "dlock run: fork: %s\n", strerror(errno));
-        return -EXIT_SOFTWARE;
-    }
-    if (pid == 0) {
-        close(p[0]);
-        /* The lock dies with dlock: COMMAND must not go on without it. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(EXIT_LOST);
-        signal(SIGPIPE, SIG_DFL);
-        pthread_sigmask(SIG_SETMASK, oldmask, NULL);
-        close_all_but(keep, nkeep, limit);
-        execvpe(cmd[0], cmd, env);
-        int e = errno;
-        ssize_t n = write(p[1], &e, sizeof e);
-        (void)n;
-        _exit(EXIT_NOTFOUND);
-    }
-    close(p[1]);
-    pthread_mutex_lock(&R.mu);
-    R.child = pid;
-    if (R.pending)
-        kill(pid, R.pending);
-    pthread_mutex_unlock(&R.mu);
-    int e = 0;
-    ssize_t n;
-    while ((n = read(p[0], &e, sizeof e)) < 0 && errno == EINTR)
-        ;
-    close(p[0]);
-    if (n == (ssize_t)sizeof e) {
-        pthread_mutex_lock(&R.mu);
-        R.child = 0;
-        pthread_mutex_unlock(&R.mu);
-        waitpid(pid, NULL, 0);
-        fprintf(stderr, "dlock run: cannot run '%s': %s\n", cmd[0], strerror(e));
-        return e == ENOENT ? -EXIT_NOTFOUND : -EXIT_NOEXEC;
-    }
-    return pid;
+    return fd;
 }
 
-/* Reap CHILD if it has exited (or, with BLOCK, once it does). R.child is
- * cleared before the pid is freed, so the signal thread can never signal
- * a recycled pid. */
-static bool reap(pid_t child, int *status, bool block)
+/* Start COMMAND as job J (job.c) and tell the signal thread where to send
+ * signals. Returns 0 or -(exit code) after printing why. */
+static int start_job(struct cli_job *j)
 {
-    siginfo_t si = {0};
-    int flags = WEXITED | WNOWAIT | (block ? 0 : WNOHANG);
-    while (waitid(P_PID, (id_t)child, &si, flags) < 0)
-        if (errno != EINTR)
-            return false;
-    if (si.si_pid != child)
-        return false;
+    j->tty_fd = foreground_tty();
+    int rc = cli_job_start(j);
+    if (j->tty_fd >= 0)
+        close(j->tty_fd);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&R.mu);
-    R.child = 0;
+    R.job = j;
+    if (R.pending)
+        cli_job_signal(j, R.pending);
     pthread_mutex_unlock(&R.mu);
-    while (waitpid(child, status, 0) < 0 && errno == EINTR)
-        ;
-    return true;
+    return 0;
 }
 
 /* What supervise() does when the lock is lost or at risk. */
@@ -331,33 +247,33 @@ static int64_t valid_until(dlock_lock *l)
     return now_ms() + v;
 }
 
-/* Signal CHILD as P says; KILL_BY is the latest time it may live
+/* Signal the job as P says; KILL_BY is the latest time it may live
  * (CLI_NEVER: --kill-after alone decides). Returns when to SIGKILL, -1 for
  * never. */
-static int64_t stop_child(pid_t child, const struct policy *p, int64_t kill_by)
+static int64_t stop_job(struct cli_job *j, const struct policy *p, int64_t kill_by)
 {
     if (p->on_lost == LOST_KILL) {
-        kill(child, SIGKILL);
+        cli_job_signal(j, SIGKILL);
         return -1;
     }
     if (p->on_lost != LOST_TERM)
         return -1;
-    kill(child, SIGTERM);
+    cli_job_signal(j, SIGTERM);
     int64_t at = now_ms() + p->kill_after_ms;
     return kill_by < at ? kill_by : at;
 }
 
-/* Wait for the child, applying --on-lost: when the keeper reports the
- * lock lost, and before that when renewals fail, once the hold's validity
- * falls to the grace (COMMAND is then told, and killed half the grace
- * before the end of the validity: before the lease can end on the server
- * and be granted to someone else). Sets *AT_RISK when it acted on failing renewals. Returns
- * the child's wait status. */
-static int supervise(pid_t child, const struct policy *p, bool *at_risk)
+/* Wait for the job to end (COMMAND and every process it left), applying
+ * --on-lost to all of them: when the keeper reports the lock lost, and
+ * before that when renewals fail, once the hold's validity falls to the
+ * grace (the job is then told, and killed half the grace before the end
+ * of the validity: before the lease can end on the server and be granted
+ * to someone else). Sets *AT_RISK when it acted on failing renewals.
+ * Returns COMMAND's wait status, or -1 when the guardian vanished. */
+static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
 {
     int64_t kill_at = -1, grace = p->grace_ms;
     bool acted = false;
-    int status = 0;
     int64_t until = valid_until(R.lock);
     if (until != CLI_NEVER) {
         int64_t lease = until - now_ms(); /* about the lease, just after acquiring */
@@ -372,7 +288,7 @@ static int supervise(pid_t child, const struct policy *p, bool *at_risk)
             grace = lease / 2;
         }
     }
-    while (!reap(child, &status, false)) {
+    for (;;) {
         until = acted || p->on_lost == LOST_IGNORE ? CLI_NEVER : valid_until(R.lock);
         int64_t now = now_ms();
         if (until != CLI_NEVER && until - grace <= now) {
@@ -385,8 +301,8 @@ static int supervise(pid_t child, const struct policy *p, bool *at_risk)
                     p->on_lost == LOST_KILL ? "killing" : "stopping");
             /* Dead half the grace before the validity ends, so neither a
              * late wake-up of ours nor the kill's own delivery can take
-             * COMMAND past it. */
-            kill_at = stop_child(child, p, until - grace / 2);
+             * the job past it. */
+            kill_at = stop_job(j, p, until - grace / 2);
             continue;
         }
         int64_t wake = kill_at >= 0 ? kill_at : CLI_NEVER;
@@ -395,18 +311,30 @@ static int supervise(pid_t child, const struct policy *p, bool *at_risk)
         int timeout = wake == CLI_NEVER ? -1
                       : wake <= now  ? 0
                                      : (int)(wake - now > 1000000 ? 1000000 : wake - now);
-        struct pollfd fds[2] = {{.fd = R.exit_fd, .events = POLLIN},
+        struct pollfd fds[2] = {{.fd = j->report_fd, .events = POLLIN},
                                 {.fd = R.lost_fd, .events = POLLIN}};
-        if (poll(fds, 2, timeout) < 0 && errno != EINTR) {
-            reap(child, &status, true);
-            break;
-        }
-        uint64_t v;
+        if (poll(fds, 2, timeout) < 0 && errno != EINTR)
+            fds[0].revents = POLLIN; /* read the guardian's word, blocking */
         if (fds[0].revents) {
-            ssize_t r = read(R.exit_fd, &v, sizeof v);
-            (void)r;
+            struct cli_job_report r;
+            if (!cli_job_read(j, &r)) {
+                /* Killed from outside: COMMAND died with it (its parent-
+                 * death signal); its descendants go the same way. */
+                kill(-j->pgid, SIGKILL);
+                fprintf(stderr, "dlock run: the guardian of the command died; its process "
+                                "group was killed\n");
+                return -1;
+            }
+            if (r.event == JOB_DONE)
+                return r.value;
+            if (r.event == JOB_EXITED)
+                fprintf(stderr,
+                        "dlock run: the command exited; holding '%s' until the processes it "
+                        "started exit too\n",
+                        dlock_lock_name(R.lock));
         }
         if (fds[1].revents) {
+            uint64_t v;
             ssize_t r = read(R.lost_fd, &v, sizeof v);
             (void)r;
             pthread_mutex_lock(&R.mu);
@@ -414,15 +342,14 @@ static int supervise(pid_t child, const struct policy *p, bool *at_risk)
                     dlock_lock_name(R.lock), R.lost_why);
             pthread_mutex_unlock(&R.mu);
             if (!acted)
-                kill_at = stop_child(child, p, CLI_NEVER);
+                kill_at = stop_job(j, p, CLI_NEVER);
             acted = true;
         }
         if (kill_at >= 0 && now_ms() >= kill_at) {
-            kill(child, SIGKILL);
+            cli_job_signal(j, SIGKILL);
             kill_at = -1;
         }
     }
-    return status;
 }
 
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
@@ -452,12 +379,13 @@ int cmd_run(const char *url, int argc, char **argv)
         {"lost-grace", required_argument, NULL, 'G'},
         {"command", required_argument, NULL, 'c'},
         {"verbose", no_argument, NULL, 'v'},
+        {"strict-release", no_argument, NULL, 'R'},
         {"url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
     int64_t wait_ms = DLOCK_FOREVER, lease_ms = 0;
     struct policy policy = {LOST_TERM, 10000, -1, false};
-    int conflict = 1, verbose = 0, ch, code;
+    int conflict = 1, verbose = 0, strict_release = 0, ch, code;
     dlock_mode mode = DLOCK_EXCLUSIVE;
     const char *shell_cmd = NULL;
     note_inherited_fds();
@@ -517,6 +445,9 @@ int cmd_run(const char *url, int argc, char **argv)
         case 'v':
             verbose = 1;
             break;
+        case 'R':
+            strict_release = 1;
+            break;
         case 'u':
             url = optarg;
             break;
@@ -573,8 +504,7 @@ int cmd_run(const char *url, int argc, char **argv)
     }
     R.lock = l;
     R.lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    R.exit_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (R.lost_fd < 0 || R.exit_fd < 0) {
+    if (R.lost_fd < 0) {
         fprintf(stderr, "dlock run: eventfd: %s\n", strerror(errno));
         dlock_lock_free(l);
         dlock_client_close(c);
@@ -622,18 +552,40 @@ int cmd_run(const char *url, int argc, char **argv)
     if (verbose)
         fprintf(stderr, "dlock run: holding '%s' (%s, token %" PRIu64 ", waited %" PRId64 " ms)\n",
                 name, mode == DLOCK_SHARED ? "shared" : "exclusive", token, waited);
-    char **env = child_env(name, token, dlock_client_url(c));
-    pid_t child = env ? start_child(cmd, env, &oldmask) : -EXIT_SOFTWARE;
-    free_env(env);
-    int status = 0;
+    /* File backend: COMMAND inherits a copy of the lock's descriptor, as
+     * with flock(1), so the kernel keeps the lock until the last process
+     * of the job has exited, even if dlock is killed first. */
+    int lock_fd = -1;
+    rc = dlock_lock_inherit_fd(l, &lock_fd);
+    if (rc && rc != DLOCK_ENOTSUP) {
+        code = cli_fail(rc, "run");
+        dlock_release(l);
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        return code;
+    }
+    int keep[MAX_INHERITED + 1];
+    size_t nkeep = ninherited;
+    memcpy(keep, inherited, nkeep * sizeof *keep);
+    if (lock_fd >= 0)
+        keep[nkeep++] = lock_fd;
+    qsort(keep, nkeep, sizeof *keep, cmp_int);
+    struct cli_job job = {.argv = cmd, .sigmask = &oldmask, .keep = keep, .nkeep = nkeep,
+                          .ctl_fd = -1, .report_fd = -1};
+    job.env = child_env(name, token, dlock_client_url(c));
+    code = job.env ? -start_job(&job) : EXIT_SOFTWARE;
+    free_env(job.env);
     bool at_risk = false;
-    if (child > 0) {
-        status = supervise(child, &policy, &at_risk);
-        code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-    } else {
-        code = -child;
+    if (!code) {
+        int status = supervise(&job, &policy, &at_risk);
+        code = status < 0              ? EXIT_SOFTWARE
+               : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                       : WEXITSTATUS(status);
     }
     set_phase(DONE);
+    cli_job_end(&job);
+    if (lock_fd >= 0)
+        close(lock_fd);
     rc = dlock_release(l);
     pthread_mutex_lock(&R.mu);
     bool lost = R.lost;
@@ -643,8 +595,11 @@ int cmd_run(const char *url, int argc, char **argv)
             fprintf(stderr, "dlock run: %s\n", dlock_errmsg());
         code = EXIT_LOST;
     } else if (rc) {
-        fprintf(stderr, "dlock run: release of '%s' failed: %s\n", name, dlock_errmsg());
-        if (!code)
+        /* The job ran under the lock: its status stands, unless asked. */
+        fprintf(stderr, "dlock run: release of '%s' failed%s: %s\n", name,
+                strict_release || code ? "" : " (the command's status kept; see --strict-release)",
+                dlock_errmsg());
+        if (strict_release && !code)
             code = cli_exit_code(rc);
     } else if (verbose) {
         fprintf(stderr, "dlock run: released '%s'\n", name);

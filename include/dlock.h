@@ -317,7 +317,8 @@ DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned 
  * when it had one, e.g. disconnected), DLOCK_ECANCELED; DLOCK_ELOST (the
  * owner's hold was lost and not yet released: release it first);
  * DLOCK_EMISUSE (an upgrade from shared, after fork or close); DLOCK_EINVAL
- * (L NULL, hold count overflow); DLOCK_ENOMEM; backend failures.
+ * (L NULL, hold count overflow, a negative WAIT_MS other than
+ * DLOCK_FOREVER); DLOCK_ENOMEM; backend failures.
  * After any failure nothing is held that was not held before: a re-entry
  * that fails leaves the count as it was, and a first acquire leaves
  * nothing on the server (a request whose reply was lost is cleaned up).
@@ -422,6 +423,19 @@ DLOCK_EXTERN unsigned dlock_hold_count(dlock_lock *l);
  * redis, INCR of redisson_lock_token:{name} (shared with Redisson's
  * RFencedLock); etcd, the key's create revision; zk, the node's czxid. */
 DLOCK_EXTERN int dlock_token(dlock_lock *l, uint64_t *token);
+
+/* File backend: the owner's hold as a descriptor a child process can
+ * inherit, as flock(1) hands its lock to COMMAND. *FD is a new descriptor
+ * (without close-on-exec; the caller owns it) of the open file carrying
+ * the kernel lock, which lasts while any copy of it is open -- here or in
+ * the children that inherit it: if this process dies, even by SIGKILL,
+ * the name stays locked until the last of them exits. From then on
+ * dlock_release() only closes the library's own copy (an unlock would end
+ * the lock for every copy). Returns DLOCK_OK; DLOCK_ENOTOWNER (not held);
+ * DLOCK_ENOTSUP (other backends: their holds are no kernel lock);
+ * DLOCK_EINVAL (a NULL argument); DLOCK_EIO (out of descriptors). Any
+ * thread, answering as dlock_hold_count() does. */
+DLOCK_EXTERN int dlock_lock_inherit_fd(dlock_lock *l, int *fd);
 
 /* Milliseconds the owner's hold is still guaranteed (monotonic clock;
  * send time of the last confirmed acquire/renewal + lease - drift):

@@ -326,6 +326,11 @@ void dlock__hold_confirmed_lease(struct dlock_client *c, struct dlock__hold *h, 
  * with a release is ignored. Holds already lost are left as they are. */
 void dlock__hold_lost(struct dlock_client *c, struct dlock__hold *h, const char *why);
 
+/* File backend (backends/file.c), for dlock_lock_inherit_fd(): a new
+ * descriptor of H's lock file without close-on-exec; from then on its
+ * release only closes. -1 with a message on failure. */
+int dlock__file_inherit_fd(struct dlock__hold *h);
+
 /* ------------------------------------------------------------ inspecting */
 
 struct dlock__who {

@@ -366,6 +366,11 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     int rc = dlock__check_client(c);
     if (rc)
         return rc;
+    if (wait_ms < 0 && wait_ms != DLOCK_FOREVER)
+        return dlock__err(DLOCK_EINVAL,
+                          "lock '%s': wait of %lld ms: a wait is DLOCK_TRY (0), a number of ms, "
+                          "or DLOCK_FOREVER (-1)",
+                          e->name, (long long)wait_ms);
     if (dlock_cancel_fired(cancel))
         return dlock__err(DLOCK_ECANCELED, "lock '%s': canceled before the acquire began", e->name);
     long owner = owner_of(l);
@@ -656,6 +661,30 @@ unsigned dlock_hold_count(dlock_lock *l)
     unsigned n = h ? h->count : 0;
     pthread_mutex_unlock(&l->c->mu);
     return n;
+}
+
+extern const struct dlock__backend dlock__backend_file; /* backends.c's table */
+
+int dlock_lock_inherit_fd(dlock_lock *l, int *fd)
+{
+    dlock__msg_clear();
+    if (!l || !fd)
+        return dlock__err(DLOCK_EINVAL, "dlock_lock_inherit_fd: NULL argument");
+    if (l->c->be != &dlock__backend_file)
+        return dlock__err(DLOCK_ENOTSUP,
+                          "lock '%s': a %s hold is no kernel lock a child could inherit (only "
+                          "the file backend's is)",
+                          l->e->name, l->c->be->name);
+    int rc = DLOCK_OK;
+    pthread_mutex_lock(&l->c->mu);
+    struct dlock__hold *h = hold_of(l->e, owner_of(l));
+    if (!h)
+        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
+                        owner_word(l));
+    else if ((*fd = dlock__file_inherit_fd(h)) < 0)
+        rc = DLOCK_EIO;
+    pthread_mutex_unlock(&l->c->mu);
+    return rc;
 }
 
 int dlock_token(dlock_lock *l, uint64_t *token)

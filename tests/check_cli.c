@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +296,62 @@ static bool wait_blocked(pid_t pid, int sig, int timeout_ms)
     return blocked;
 }
 
+/* kill -9 of a holder under load, file backend: its job (a shell loop at
+ * idle priority whose date(1) children append "A <time>" lines to a log:
+ * grandchildren of dlock) must be gone
+ * before the next holder's job appends its "B" line -- with CPU burners,
+ * the idle job gets the CPU late, which is when a lock freed as dlock died
+ * let B run beside it. Asserted on the order of the log's lines and on
+ * the intervals of their timestamps, never on durations. */
+START_TEST(test_kill9_under_load)
+{
+    for (int round = 0; round < 3; round++) {
+        char *log = tu_fmt("%s/load-%d.log", dir, round);
+        char *a_cmd = tu_fmt("while :; do date '+A %%s.%%N' >> %s; done", log);
+        char *b_cmd = tu_fmt("date '+B %%s.%%N' >> %s", log);
+        const char *a_argv[] = {"chrt", "--idle", "0", tu_dlock_bin(), "-u", url,
+                                "run", "load", "-c", a_cmd, NULL};
+        const char *b_argv[] = {tu_dlock_bin(), "-u", url, "run", "load", "-c", b_cmd, NULL};
+        const char *burn_argv[] = {"sh", "-c", "while :; do :; done", NULL};
+        pid_t a = tu_spawn(a_argv, NULL);
+        ck_assert_msg(tu_wait_file(log, 30000), "the idle holder never wrote");
+        pid_t burners[3];
+        for (int i = 0; i < 3; i++)
+            burners[i] = tu_spawn(burn_argv, NULL);
+        pid_t b = tu_spawn(b_argv, NULL);
+        ck_assert(wait_blocked(b, SIGTERM, 30000)); /* about to wait, or waiting */
+        kill(a, SIGKILL);
+        ck_assert_int_eq(tu_wait_exit(b), 0);
+        tu_wait_exit(a);
+        for (int i = 0; i < 3; i++)
+            tu_stop(burners[i], 0);
+        char *text = tu_read_file(log);
+        double a_last = 0, b_first = 0, t;
+        char who;
+        int lines = 0;
+        bool b_seen = false;
+        for (char *line = text; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : "") {
+            ck_assert_msg(sscanf(line, "%c %lf", &who, &t) == 2, "bad line in %s", text);
+            lines++;
+            ck_assert_msg(!(b_seen && who == 'A'),
+                          "round %d: the killed holder's job wrote after the next holder's "
+                          "(line %d):\n%s", round, lines, text);
+            if (who == 'B' && !b_seen)
+                b_first = t, b_seen = true;
+            if (who == 'A')
+                a_last = t;
+        }
+        ck_assert_msg(b_seen, "no B line:\n%s", text);
+        ck_assert_msg(a_last <= b_first, "round %d: A's interval ends at %.2f, after B's starts "
+                      "at %.2f", round, a_last, b_first);
+        free(text);
+        free(b_cmd);
+        free(a_cmd);
+        free(log);
+    }
+}
+END_TEST
+
 static void signal_while_waiting(int sig, int expect)
 {
     pid_t h = start_holder("sigwait", "");
@@ -351,27 +408,35 @@ START_TEST(test_shared_run)
 }
 END_TEST
 
-/* COMMAND inherits what dlock inherited and nothing dlock opened: a
- * wrapper shell lists its descriptors (fd 7 opened for the occasion),
- * execs dlock, and COMMAND lists its own. */
-static void check_command_fds(const char *u)
+/* COMMAND inherits what dlock inherited and nothing dlock opened -- but,
+ * on the file backend, a copy of the lock's own descriptor (LOCK_FDS: 1;
+ * as flock(1) gives its COMMAND): a wrapper shell lists its descriptors
+ * (fd 7 opened for the occasion), execs dlock, and COMMAND lists its own,
+ * those open on the lock file apart. */
+static void check_command_fds(const char *u, int lock_fds)
 {
     char *before = tu_fmt("%s/fds-before", dir), *after = tu_fmt("%s/fds-after", dir);
-    const char *list = "l() { for f in /proc/$$/fd/*; do [ -e \"$f\" ] && "
-                       "printf \" %s \" \"${f##*/}\"; done; true; }";
-    char *script = tu_fmt("%s; exec 7</dev/null; l > %s; exec '%s' -u '%s' run fds -- "
-                          "sh -c '%s; l > %s'",
-                          list, before, tu_dlock_bin(), u, list, after);
+    char *locks = tu_fmt("%s/fds-lock", dir);
+    const char *list = "l() { for f in /proc/$$/fd/*; do [ -e \"$f\" ] || continue; "
+                       "case $(readlink \"$f\") in *fds.lock) echo \"${f##*/}\" >> $1;; "
+                       "*) printf \" %s \" \"${f##*/}\";; esac; done; true; }";
+    /* Listed from a subshell: /proc/$$ is the shell, without the copy of
+     * stdout a redirected function call would keep aside. */
+    char *script = tu_fmt("%s; exec 7</dev/null; (l /dev/null) > %s; exec '%s' -u '%s' run fds -- "
+                          "sh -c '%s; (l %s) > %s'",
+                          list, before, tu_dlock_bin(), u, list, locks, after);
     const char *argv[] = {"sh", "-c", script, NULL};
     char *err;
     int rc = tu_run(argv, NULL, NULL, &err);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
     free(err);
-    char *b = tu_read_file(before), *a = tu_read_file(after);
+    char *b = tu_read_file(before), *a = tu_read_file(after), *k = tu_read_file(locks);
     ck_assert_ptr_nonnull(b);
     ck_assert_ptr_nonnull(a);
     ck_assert_msg(strstr(a, " 7 "), "%s: fd 7 passed to dlock did not reach COMMAND (%s)", u, a);
-    /* Every descriptor COMMAND has, the wrapper had (the same numbers). */
+    ck_assert_msg(count_lines(k ? k : "") == lock_fds, "%s: COMMAND has %d descriptors of the "
+                  "lock file, not %d", u, count_lines(k ? k : ""), lock_fds);
+    /* Every other descriptor COMMAND has, the wrapper had (the same numbers). */
     char *copy = strdup(a), *save, *tok;
     for (tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
         char *needle = tu_fmt(" %s ", tok);
@@ -380,16 +445,18 @@ static void check_command_fds(const char *u)
         free(needle);
     }
     free(copy);
+    free(k);
     free(a);
     free(b);
     free(script);
+    free(locks);
     free(after);
     free(before);
 }
 
 START_TEST(test_command_fds_file)
 {
-    check_command_fds(url);
+    check_command_fds(url, 1);
 }
 END_TEST
 
@@ -398,7 +465,7 @@ START_TEST(test_command_fds_redis)
 {
     struct fx_redis r = {0};
     ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
-    check_command_fds(r.url);
+    check_command_fds(r.url, 0);
     fx_redis_stop(&r);
 }
 END_TEST
@@ -459,6 +526,53 @@ START_TEST(test_lost_grace_redis)
 }
 END_TEST
 #endif
+
+#ifdef DLOCK_HAVE_REDIS
+/* The release fails after COMMAND succeeded (COMMAND stops the server, so
+ * the release times out): the job did run under the lock, so its status
+ * stands and the failure is a line on stderr; --strict-release fails. */
+START_TEST(test_release_failure_keeps_status)
+{
+    struct fx_redis r = {0};
+    ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
+    char *u = tu_fmt("%s?timeout=300ms", r.url), *stop = tu_fmt("kill -STOP %d", (int)r.pid);
+    for (int strict = 0; strict < 2; strict++) {
+        char *err;
+        int rc = DLOCK(NULL, &err, "-u", u, "run", strict ? "--strict-release" : "-v", "relfail",
+                       "-c", stop);
+        kill(r.pid, SIGCONT);
+        ck_assert_msg(strstr(err, "release of 'relfail' failed"), "%s", err);
+        if (strict)
+            ck_assert_msg(rc != 0 && rc != 75, "--strict-release: exit %d: %s", rc, err);
+        else
+            ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+        free(err);
+    }
+    free(stop);
+    free(u);
+    fx_redis_stop(&r);
+}
+END_TEST
+#endif
+
+/* A negative wait other than forever (-1) is a mistake, not "forever":
+ * DLOCK_EINVAL from the API, a usage error from the command. */
+START_TEST(test_negative_wait)
+{
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "negwait");
+    ck_assert_int_eq(dlock_acquire(l, -2), DLOCK_EINVAL);
+    ck_assert_msg(strstr(dlock_errmsg(), "-2"), "%s", dlock_errmsg());
+    ck_assert_int_eq(dlock_acquire(l, INT64_MIN), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_hold_count(l), 0);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "-2", "negwait", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "-1", "negwait", "true"), 64);
+}
+END_TEST
 
 /* The options a text names: --long words and -x letters. */
 static void collect_options(const char *text, char *set, size_t size)
@@ -539,15 +653,18 @@ int main(void)
         {"env_tokens", test_environment_and_tokens, 120},
         {"counter_8x200", test_counter_8x200, 120},
         {"kill9", test_kill9_holder_frees, 120},
+        {"kill9_under_load", test_kill9_under_load, 240},
         {"sigterm_waiting", test_sigterm_while_waiting, 120},
         {"sigint_waiting", test_sigint_while_waiting, 120},
         {"signal_running", test_signal_while_running, 120},
         {"shared", test_shared_run, 120},
         {"help_man", test_help_matches_man, 120},
         {"command_fds_file", test_command_fds_file, 120},
+        {"negative_wait", test_negative_wait, 60},
 #ifdef DLOCK_HAVE_REDIS
         {"command_fds_redis", test_command_fds_redis, 120},
         {"lost_grace_redis", test_lost_grace_redis, 120},
+        {"release_failure_redis", test_release_failure_keeps_status, 120},
 #endif
     };
     return tu_main("cli", tests, TU_COUNT(tests), setup, teardown);

@@ -1454,6 +1454,88 @@ START_TEST(cli_run_status_list_release)
 }
 END_TEST
 
+/* Whether process PID lives (a zombie is dead: its fds are closed). */
+static bool pid_alive(pid_t pid)
+{
+    char *path = tu_fmt("/proc/%d/stat", (int)pid), *text = tu_read_file(path);
+    char *p = text ? strrchr(text, ')') : NULL;
+    bool alive = p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+    free(text);
+    free(path);
+    return alive;
+}
+
+/* Start `dlock run NAME` with a job whose two grandchildren try to
+ * outlive their lock: one stays in COMMAND's process group, one leaves it
+ * (setsid); both ignore SIGTERM. Returns dlock's pid once both run, with
+ * their pids in GC. */
+static pid_t start_escaping_job(const char *url, const char *dir, pid_t gc[2])
+{
+    char *script = tu_fmt("for i in 1 2; do "
+                          "  s=; [ $i = 2 ] && s=setsid; "
+                          "  $s sh -c 'trap \"\" TERM; echo $$ > %s/gc$0.tmp; "
+                          "mv %s/gc$0.tmp %s/gc$0; while :; do sleep 0.1; done' $i & "
+                          "done; wait",
+                          dir, dir, dir);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "--kill-after", "0.3", "escape",
+                          "-c", script, NULL};
+    pid_t d = tu_spawn(argv, NULL);
+    for (int i = 0; i < 2; i++) {
+        char *path = tu_fmt("%s/gc%d", dir, i + 1);
+        ck_assert_msg(tu_wait_file(path, 30000), "grandchild %d never started", i + 1);
+        char *text = tu_read_file(path);
+        gc[i] = (pid_t)atoi(text);
+        ck_assert_int_gt(gc[i], 0);
+        unlink(path);
+        free(text);
+        free(path);
+    }
+    free(script);
+    return d;
+}
+
+/* No process of a job outlives its lock, whatever the backend: kill -9
+ * of dlock kills its grandchildren too, in its process group or not, and
+ * the next holder starts only once they are gone (file: the kernel keeps
+ * the lock until the last of them exits; leases: it ends later anyway);
+ * a lost lock (a forced release) stops them before dlock exits 75. */
+START_TEST(cli_job_never_outlives_lock)
+{
+    char *url = test_url("lease=1500ms");
+    char *dir = tu_tmpdir("contract-escape");
+    pid_t gc[2];
+    pid_t d = start_escaping_job(url, dir, gc);
+    kill(d, SIGKILL);
+    tu_wait_exit(d);
+    /* The next holder looks for them as it starts. */
+    char *check = tu_fmt("for p in %d %d; do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); "
+                         "[ -n \"$s\" ] && [ \"$s\" != Z ] && echo \"$p alive\"; done; true",
+                         (int)gc[0], (int)gc[1]);
+    char *out = NULL, *err = NULL;
+    int rc = CLI(&out, &err, "-u", url, "run", "escape", "-c", check);
+    ck_assert_msg(rc == 0, "next holder: exit %d: %s", rc, err);
+    ck_assert_msg(!*out, "the next holder ran beside the killed holder's job: %s", out);
+    free(out);
+    free(err);
+    for (int i = 0; i < 2; i++)
+        for (int waited = 0; pid_alive(gc[i]); waited += 10) {
+            ck_assert_msg(waited < 30000, "grandchild %d outlived its killed dlock", i + 1);
+            tu_sleep_ms(10);
+        }
+    if (has(CT_FORCE_LIVE)) {
+        d = start_escaping_job(url, dir, gc);
+        ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "release", "--force", "escape"), 0);
+        ck_assert_int_eq(tu_wait_exit(d), 75);
+        for (int i = 0; i < 2; i++)
+            ck_assert_msg(!pid_alive(gc[i]), "grandchild %d outlived the lost lock", i + 1);
+    }
+    free(check);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
 /* ===================================================== descriptors */
 
 /* Set by the test below in the child it executes: list the descriptors
@@ -1561,6 +1643,7 @@ int main(void)
         {"unreachable", unreachable, 30},
         {"bad_urls", bad_urls, 30},
         {"cli_run_status_list_release", cli_run_status_list_release, 60},
+        {"cli_job_never_outlives_lock", cli_job_never_outlives_lock, 90},
         {"exec_inherits_no_descriptor", exec_inherits_no_descriptor, 30},
     };
     Suite *s = suite_create("contract");

@@ -103,6 +103,7 @@ struct file_state {
 
 struct file_hold {
     int fd;
+    bool inherited; /* dlock__file_inherit_fd gave children a copy */
 };
 
 enum { LOCK_BYTE = 0, META_BYTE = 1, GATE_BYTE = 2 };
@@ -624,8 +625,11 @@ static int file_release(void *state, struct dlock__hold *hold)
     if (!fh)
         return DLOCK_OK;
     /* Closing a descriptor opened for writing drops the OFD lock and
-     * raises IN_CLOSE_WRITE for the waiters. */
-    range_lock(fh->fd, F_UNLCK, LOCK_BYTE);
+     * raises IN_CLOSE_WRITE for the waiters. Once children inherited a
+     * copy, only closing ours: an unlock would end the lock under them,
+     * and the kernel ends it when the last copy closes. */
+    if (!fh->inherited)
+        range_lock(fh->fd, F_UNLCK, LOCK_BYTE);
     close(fh->fd);
     free(fh);
     hold->bdata = NULL;
@@ -645,6 +649,20 @@ static int file_downgrade(void *state, struct dlock__hold *hold)
                             s->dir);
     (void)futimens(fh->fd, NULL);
     return DLOCK_OK;
+}
+
+/* For dlock_lock_inherit_fd(): a new descriptor of H's lock file,
+ * without close-on-exec, for children to inherit as flock(1)'s COMMAND
+ * does. An OFD lock belongs to the open file, so it lasts until the last
+ * copy is closed. Returns the descriptor, or -1 with a message. */
+int dlock__file_inherit_fd(struct dlock__hold *h)
+{
+    struct file_hold *fh = h->bdata;
+    int fd = fh ? fcntl(fh->fd, F_DUPFD, 3) : -1;
+    if (fd < 0)
+        return dlock__errno(DLOCK_EIO, errno, "lock '%s': dup of its lock file", h->name), -1;
+    fh->inherited = true;
+    return fd;
 }
 
 /* ------------------------------------------------------ inspecting */

@@ -1,0 +1,380 @@
+/* job.c -- COMMAND and everything it starts, as one job that never runs
+ * without its lock.
+ *
+ * dlock does not fork COMMAND itself. It forks a guardian, a small
+ * single-purpose process, which forks COMMAND into a process group of its
+ * own and stays its parent:
+ *
+ *   dlock (threads, the lock) --ctl pipe--> guardian --> COMMAND (own group)
+ *                             <-report----  (subreaper)    `-> its children
+ *
+ * - The guardian is a child subreaper (PR_SET_CHILD_SUBREAPER): whatever
+ *   COMMAND's descendants orphan -- a double fork, a `setsid` daemon --
+ *   is reparented to it, not to init, so it sees every process of the job
+ *   and reports the job done only once the last of them has exited.
+ * - dlock asks for a signal by writing its number on the ctl pipe; the
+ *   guardian sends it to COMMAND's process group and to every descendant
+ *   it finds under /proc/PID/task/TID/children (those that left the group
+ *   with setsid or setpgid included).
+ * - If dlock dies, even by SIGKILL, the kernel closes the ctl pipe's write
+ *   end: the guardian reads end-of-file, SIGKILLs the whole job and exits
+ *   once it is gone. On the file backend the guardian and COMMAND hold an
+ *   inherited copy of the lock's descriptor (dlock_lock_inherit_fd), so
+ *   the kernel keeps the lock until the last of them has exited, never
+ *   "as dlock dies, before its job does".
+ * - COMMAND has PR_SET_PDEATHSIG = SIGKILL against the guardian, should the
+ *   guardian itself be killed.
+ *
+ * Why not a PID namespace or a cgroup: both would also catch a process
+ * that escapes to another subreaper, but an unprivileged PID namespace
+ * needs a user namespace (setuid programs such as sudo stop working in
+ * it, and many hosts disable them), and a cgroup needs a delegated
+ * subtree, which cron, CI runners and containers rarely give. The
+ * subreaper and the process group work for every user on every Linux
+ * since 3.4.
+ *
+ * A process group, not a session: a new session would cut COMMAND off
+ * its terminal (/dev/tty prompts of ssh or sudo). When dlock runs in the
+ * foreground of a terminal, the guardian hands the terminal to COMMAND's
+ * group (as a shell does for a job) and takes it back at the end; when
+ * COMMAND is stopped from the terminal (^Z), the guardian stops dlock's
+ * own group too so the shell sees its job stopped, and on `fg` gives the
+ * terminal back to COMMAND and continues it.
+ *
+ * The guardian is forked from a process with threads, so it keeps to
+ * system calls and to what glibc makes safe after fork.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/* Close descriptors LO..HI (in a child after fork: syscalls only).
+ * Without close_range (Linux < 5.9), one close per number below LIMIT. */
+static void close_span(unsigned lo, unsigned hi, unsigned limit)
+{
+    if (lo > hi)
+        return;
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, lo, hi, 0) == 0)
+        return;
+#endif
+    for (unsigned fd = lo; fd <= hi && fd < limit; fd++)
+        close((int)fd);
+}
+
+/* Close every descriptor above 2 but those in KEEP (N, ascending). */
+static void close_all_but(const int *keep, size_t n, unsigned limit)
+{
+    unsigned lo = 3;
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i] < 0 || (unsigned)keep[i] < lo)
+            continue;
+        if ((unsigned)keep[i] > lo)
+            close_span(lo, (unsigned)keep[i] - 1, limit);
+        lo = (unsigned)keep[i] + 1;
+    }
+    close_span(lo, ~0U, limit);
+}
+
+static void report(int fd, int event, int value)
+{
+    struct cli_job_report r = {event, value};
+    ssize_t n = write(fd, &r, sizeof r);
+    (void)n; /* dlock is gone: nobody to tell */
+}
+
+/* The parent of PID by /proc/PID/stat, -1 when it is gone. */
+static pid_t parent_of(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold anything */
+    int ppid;
+    return p && sscanf(p + 1, " %*c %d", &ppid) == 1 ? (pid_t)ppid : -1;
+}
+
+/* Send SIG to every descendant of PARENT found through
+ * /proc/PARENT/task/TID/children, the deepest first. Each is signalled
+ * through a pidfd taken while it is still PARENT's child, so a pid
+ * reused meanwhile by another process is never hit. */
+static void signal_tree(pid_t parent, int sig, int depth)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)parent);
+    DIR *d = depth < 64 ? opendir(path) : NULL;
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%.20s/children", (int)parent, de->d_name);
+        char buf[4096];
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        for (char *p = buf, *end; *p; p = end) {
+            long kid = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            int pfd = -1;
+#ifdef SYS_pidfd_open
+            pfd = (int)syscall(SYS_pidfd_open, (pid_t)kid, 0);
+            if (pfd < 0 && errno != ENOSYS)
+                continue; /* gone already */
+#endif
+            if (parent_of((pid_t)kid) == parent) {
+                signal_tree((pid_t)kid, sig, depth + 1);
+#ifdef SYS_pidfd_send_signal
+                if (pfd >= 0)
+                    syscall(SYS_pidfd_send_signal, pfd, sig, NULL, 0);
+                else
+#endif
+                    kill((pid_t)kid, sig);
+            }
+            if (pfd >= 0)
+                close(pfd);
+        }
+    }
+    closedir(d);
+}
+
+/* SIG to the whole job: COMMAND's group, then every process below us. */
+static void signal_job(pid_t pgid, int sig)
+{
+    kill(-pgid, sig);
+    signal_tree(getpid(), sig, 0);
+}
+
+/* COMMAND (group PGID) was stopped. Interactive: do as a shell expects
+ * of its job -- stop dlock's group (dlock and us) with the terminal given
+ * back, and once continued, in the foreground, hand it to COMMAND again
+ * and continue it. Otherwise whoever stopped it will continue it. */
+static void job_stopped(int tty, pid_t pgid)
+{
+    if (tty < 0)
+        return;
+    tcsetpgrp(tty, getpgrp());
+    kill(0, SIGTSTP); /* we stop here until continued */
+    if (tcgetpgrp(tty) == getpgrp())
+        tcsetpgrp(tty, pgid);
+    kill(-pgid, SIGCONT);
+}
+
+static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsigned limit)
+{
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    close_all_but(j->keep, j->nkeep, limit);
+    sigset_t chld, ttou;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigemptyset(&ttou);
+    sigaddset(&ttou, SIGTTOU); /* tcsetpgrp from a background group */
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    sigprocmask(SIG_BLOCK, &ttou, NULL);
+    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK), ep[2];
+    if (sfd < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+        report(rep, JOB_FAILED, errno);
+        _exit(0);
+    }
+    pid_t self = getpid(), pid = fork();
+    if (pid < 0) {
+        report(rep, JOB_FAILED, errno);
+        _exit(0);
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        if (j->tty_fd >= 0)
+            tcsetpgrp(j->tty_fd, getpid());
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != self)
+            _exit(EXIT_LOST);
+        signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, j->sigmask, NULL);
+        execvpe(j->argv[0], j->argv, j->env);
+        int e = errno;
+        ssize_t n = write(ep[1], &e, sizeof e);
+        (void)n;
+        _exit(EXIT_NOTFOUND);
+    }
+    setpgid(pid, pid); /* both sides, as shells do: no window either way */
+    if (j->tty_fd >= 0)
+        tcsetpgrp(j->tty_fd, pid);
+    close(ep[1]);
+    int e = 0;
+    ssize_t n;
+    while ((n = read(ep[0], &e, sizeof e)) < 0 && errno == EINTR)
+        ;
+    if (n == (ssize_t)sizeof e) {
+        waitpid(pid, NULL, 0);
+        if (j->tty_fd >= 0)
+            tcsetpgrp(j->tty_fd, getpgrp());
+        report(rep, JOB_EXEC_FAILED, e);
+        _exit(0);
+    }
+    report(rep, JOB_STARTED, pid);
+    int status = 0;
+    bool exited = false, told = false, killing = false, ctl_open = true;
+    for (;;) {
+        int st;
+        pid_t p;
+        while ((p = waitpid(-1, &st, WNOHANG | WUNTRACED)) > 0) {
+            if (WIFSTOPPED(st)) {
+                if (p == pid)
+                    job_stopped(j->tty_fd, pid);
+            } else if (p == pid) {
+                status = st;
+                exited = true;
+            }
+        }
+        if (p < 0 && errno == ECHILD)
+            break; /* the last process of the job is gone */
+        if (exited && !told) {
+            report(rep, JOB_EXITED, status); /* and some of its processes live on */
+            told = true;
+        }
+        if (killing) /* the orphans of those just killed came to us */
+            signal_job(pid, SIGKILL);
+        struct pollfd fds[2] = {{.fd = ctl_open ? ctl : -1, .events = POLLIN},
+                                {.fd = sfd, .events = POLLIN}};
+        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+            killing = true;
+        if (fds[0].revents) {
+            int sig;
+            n = read(ctl, &sig, sizeof sig);
+            if (n == (ssize_t)sizeof sig && sig > 0 && sig < NSIG) {
+                signal_job(pid, sig);
+                killing |= sig == SIGKILL;
+            } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+                ctl_open = false; /* dlock is gone, and with it the lock */
+                killing = true;
+                signal_job(pid, SIGKILL);
+            }
+        }
+        struct signalfd_siginfo si;
+        while (read(sfd, &si, sizeof si) > 0)
+            ;
+    }
+    if (j->tty_fd >= 0)
+        tcsetpgrp(j->tty_fd, getpgrp());
+    report(rep, JOB_DONE, status);
+    _exit(0);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+int cli_job_start(struct cli_job *j)
+{
+    int ctl[2], rep[2];
+    if (pipe2(ctl, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
+        fprintf(stderr, "dlock run: pipe: %s\n", strerror(errno));
+        return -EXIT_SOFTWARE;
+    }
+    /* What the guardian keeps: what COMMAND inherits, its pipe ends and
+     * the terminal, worked out before fork. */
+    int *keep = calloc(j->nkeep + 3, sizeof *keep);
+    if (!keep) {
+        fprintf(stderr, "dlock run: out of memory\n");
+        return -EXIT_SOFTWARE;
+    }
+    memcpy(keep, j->keep, j->nkeep * sizeof *keep);
+    struct cli_job g = *j;
+    g.keep = keep;
+    keep[g.nkeep++] = ctl[0];
+    keep[g.nkeep++] = rep[1];
+    if (j->tty_fd >= 0)
+        keep[g.nkeep++] = j->tty_fd;
+    qsort(keep, g.nkeep, sizeof *keep, cmp_int);
+    struct rlimit rl;
+    unsigned limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
+                         ? (unsigned)rl.rlim_cur
+                         : 1u << 20;
+    pid_t pid = fork();
+    if (pid == 0)
+        guardian(&g, ctl[0], rep[1], limit);
+    free(keep);
+    close(ctl[0]);
+    close(rep[1]);
+    if (pid < 0) {
+        fprintf(stderr, "dlock run: fork: %s\n", strerror(errno));
+        close(ctl[1]);
+        close(rep[0]);
+        return -EXIT_SOFTWARE;
+    }
+    j->guardian = pid;
+    j->ctl_fd = ctl[1];
+    j->report_fd = rep[0];
+    struct cli_job_report r;
+    int got = cli_job_read(j, &r);
+    if (got > 0 && r.event == JOB_STARTED) {
+        j->pgid = r.value;
+        return 0;
+    }
+    cli_job_end(j);
+    if (got > 0 && r.event == JOB_EXEC_FAILED) {
+        fprintf(stderr, "dlock run: cannot run '%s': %s\n", j->argv[0], strerror(r.value));
+        return r.value == ENOENT ? -EXIT_NOTFOUND : -EXIT_NOEXEC;
+    }
+    fprintf(stderr, "dlock run: cannot start '%s': %s\n", j->argv[0],
+            got > 0 ? strerror(r.value) : "the guardian process died");
+    return -EXIT_SOFTWARE;
+}
+
+int cli_job_read(struct cli_job *j, struct cli_job_report *r)
+{
+    ssize_t n;
+    while ((n = read(j->report_fd, r, sizeof *r)) < 0 && errno == EINTR)
+        ;
+    return n == (ssize_t)sizeof *r ? 1 : 0;
+}
+
+void cli_job_signal(struct cli_job *j, int sig)
+{
+    if (j->ctl_fd < 0)
+        return;
+    ssize_t n = write(j->ctl_fd, &sig, sizeof sig);
+    (void)n; /* the guardian is gone: so is the job */
+}
+
+void cli_job_end(struct cli_job *j)
+{
+    if (j->ctl_fd >= 0)
+        close(j->ctl_fd); /* a guardian still running kills the job */
+    if (j->report_fd >= 0)
+        close(j->report_fd);
+    j->ctl_fd = j->report_fd = -1;
+    if (j->guardian > 0)
+        while (waitpid(j->guardian, NULL, 0) < 0 && errno == EINTR)
+            ;
+    j->guardian = 0;
+}

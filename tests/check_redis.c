@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -148,6 +150,19 @@ static bool wait_flag(atomic_int *v, int timeout_ms)
         tu_sleep_ms(20);
     }
     return atomic_load(v) != 0;
+}
+
+/* A socket listening on a free loopback port (*PORT). */
+static int listen_loopback(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(fd, 64), 0);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
 /* ------------------------------------------------------------- the basics */
@@ -648,13 +663,9 @@ START_TEST(unreachable_and_silent_servers)
     ck_assert_msg(strstr(dlock_errmsg(), where) != NULL, "%s", dlock_errmsg());
 
     /* A server that accepts and never answers: the operation timeout. */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(listen(fd, 8), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    char *silent = tu_fmt("redis://127.0.0.1:%d?connect_timeout=500ms&timeout=500ms", ntohs(a.sin_port));
+    int silent_port;
+    int fd = listen_loopback(&silent_port);
+    char *silent = tu_fmt("redis://127.0.0.1:%d?connect_timeout=500ms&timeout=500ms", silent_port);
     ck_assert_int_eq(dlock_open(silent, &c), DLOCK_ECONN);
     ck_assert_msg(strstr(dlock_errmsg(), "no reply") != NULL, "%s", dlock_errmsg());
     close(fd);
@@ -990,13 +1001,7 @@ static void proxy_start(struct proxy *px, int target_port, const char *name)
         px->clients[i] = -1;
     px->target_port = target_port;
     px->name = name;
-    px->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(bind(px->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(listen(px->listen_fd, 64), 0);
-    getsockname(px->listen_fd, (struct sockaddr *)&a, &len);
-    px->port = ntohs(a.sin_port);
+    px->listen_fd = listen_loopback(&px->port);
     pthread_t th;
     pthread_create(&th, NULL, proxy_main, px);
     pthread_detach(th);
@@ -1238,14 +1243,10 @@ START_TEST(no_undo_when_nothing_was_sent)
 }
 END_TEST
 
-/* A program that keeps SIGPIPE's default action survives a server that
- * closes a pooled connection (FIN, then a reset): the next request's
- * write fails with EPIPE, and the library must neither die of SIGPIPE nor
- * fail the request (it goes again on a fresh connection). In a forked
- * child, so the default action is really the one in force. */
-START_TEST(sigpipe_default_action_survives)
+/* fork(); the child has SIGPIPE's default action in force (not ignored,
+ * not blocked), as a program that never touched it. */
+static pid_t fork_default_sigpipe(void)
 {
-    start_server(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -1254,6 +1255,245 @@ START_TEST(sigpipe_default_action_survives)
         sigemptyset(&pipe_set);
         sigaddset(&pipe_set, SIGPIPE);
         pthread_sigmask(SIG_UNBLOCK, &pipe_set, NULL);
+    }
+    return pid;
+}
+
+/* Wait for the child PID: it must have exited 0, not died of a signal. */
+static void assert_child_lived(pid_t pid)
+{
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(!WIFSIGNALED(status), "the client died of signal %d (%s)", WTERMSIG(status),
+                  strsignal(WTERMSIG(status)));
+    ck_assert_msg(WEXITSTATUS(status) == 0, "the client exited %d", WEXITSTATUS(status));
+}
+
+/* ------------------------------------------------ a misbehaving server */
+
+/* A fake Redis server on loopback, a thread per connection: it answers
+ * SCRIPT LOAD as a server would (any 40-character digest does) and
+ * misbehaves at the first other command, the way a broken server or a
+ * hostile proxy could. */
+enum fake_mode {
+    FAKE_HUGE_BULK, /* announce a 1 GiB bulk string and stream it as fast as it goes */
+    FAKE_TRICKLE,   /* announce a reply, then send it one byte per 100 ms, forever */
+    FAKE_CLOSE,     /* read a little of the command, then close the connection */
+};
+
+struct fake_server {
+    int listen_fd, port;
+    enum fake_mode mode;
+    pthread_t thread;
+    atomic_int stop;
+    atomic_int misbehaved; /* connections that got the bad answer */
+};
+
+struct fake_conn {
+    struct fake_server *fs;
+    int fd;
+};
+
+static bool fake_send(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+        if (n <= 0)
+            return false;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+static void fake_misbehave(struct fake_server *fs, int fd)
+{
+    atomic_fetch_add(&fs->misbehaved, 1);
+    if (fs->mode == FAKE_HUGE_BULK) {
+        static char zeros[64 * 1024];
+        const char *head = "$1073741824\r\n";
+        if (!fake_send(fd, head, strlen(head)))
+            return;
+        for (size_t sent = 0; sent < (1u << 30) && !atomic_load(&fs->stop); sent += sizeof zeros)
+            if (!fake_send(fd, zeros, sizeof zeros))
+                return;
+    } else if (fs->mode == FAKE_TRICKLE) {
+        if (!fake_send(fd, "$1000\r\n", 7))
+            return;
+        while (!atomic_load(&fs->stop) && fake_send(fd, "x", 1))
+            tu_sleep_ms(100);
+    }
+    /* FAKE_CLOSE: the caller closes with the command half read */
+}
+
+static void *fake_conn_main(void *arg)
+{
+    struct fake_conn *fc = arg;
+    struct fake_server *fs = fc->fs;
+    redisReader *rd = redisReaderCreate();
+    char buf[4096];
+    bool done = false;
+    while (!done && !atomic_load(&fs->stop)) {
+        struct pollfd p = {.fd = fc->fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t n = recv(fc->fd, buf, sizeof buf, 0);
+        if (n <= 0)
+            break;
+        redisReaderFeed(rd, buf, (size_t)n);
+        void *cmd = NULL;
+        while (!done && redisReaderGetReply(rd, &cmd) == REDIS_OK && cmd) {
+            redisReply *r = cmd;
+            if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+                strcasecmp(r->element[0]->str, "SCRIPT") == 0) {
+                const char *sha = "$40\r\n0123456789012345678901234567890123456789\r\n";
+                done = !fake_send(fc->fd, sha, strlen(sha));
+            } else {
+                fake_misbehave(fs, fc->fd);
+                done = true;
+            }
+            freeReplyObject(r);
+        }
+        if (!done && fs->mode == FAKE_CLOSE && rd->len - rd->pos > 0) {
+            /* a command is arriving: close under the writer */
+            atomic_fetch_add(&fs->misbehaved, 1);
+            done = true;
+        }
+    }
+    redisReaderFree(rd);
+    close(fc->fd);
+    free(fc);
+    return NULL;
+}
+
+static void *fake_main(void *arg)
+{
+    struct fake_server *fs = arg;
+    while (!atomic_load(&fs->stop)) {
+        struct pollfd p = {.fd = fs->listen_fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        int fd = accept(fs->listen_fd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        struct fake_conn *fc = malloc(sizeof *fc);
+        fc->fs = fs;
+        fc->fd = fd;
+        pthread_t t;
+        pthread_create(&t, NULL, fake_conn_main, fc);
+        pthread_detach(t);
+    }
+    return NULL;
+}
+
+static void fake_start(struct fake_server *fs, enum fake_mode mode)
+{
+    memset(fs, 0, sizeof *fs);
+    fs->mode = mode;
+    fs->listen_fd = listen_loopback(&fs->port);
+    ck_assert_int_eq(pthread_create(&fs->thread, NULL, fake_main, fs), 0);
+}
+
+static void fake_stop(struct fake_server *fs)
+{
+    atomic_store(&fs->stop, 1);
+    pthread_join(fs->thread, NULL);
+    close(fs->listen_fd);
+}
+
+/* An acquire through the fake server in MODE with URL options QUERY: its
+ * result code, the message kept in MSG. */
+static int acquire_from_fake(struct fake_server *fs, enum fake_mode mode, const char *query,
+                             char *msg, size_t msg_len)
+{
+    fake_start(fs, mode);
+    char *url = tu_fmt("redis://127.0.0.1:%d?%s", fs->port, query);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "fake");
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    snprintf(msg, msg_len, "%s", dlock_errmsg());
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    fake_stop(fs);
+    free(url);
+    return rc;
+}
+
+/* A server that announces a 1 GiB bulk string and streams it: the reply
+ * is cut at the cap with a message saying so, and the client never holds
+ * more than the cap (hiredis alone would buffer the whole gigabyte). The
+ * generous timeout makes the cap, not the clock, end it. */
+START_TEST(huge_reply_is_capped)
+{
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    struct fake_server fs;
+    char msg[512];
+    int rc = acquire_from_fake(&fs, FAKE_HUGE_BULK, "timeout=50s", msg, sizeof msg);
+    getrusage(RUSAGE_SELF, &after);
+    ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), msg);
+    ck_assert_msg(strstr(msg, "a reply larger than") != NULL, "%s", msg);
+    long grown_mib = (after.ru_maxrss - before.ru_maxrss) / 1024;
+    ck_assert_msg(grown_mib < 200, "the client's memory grew by %ld MiB on a 1 GiB reply", grown_mib);
+}
+END_TEST
+
+/* A server that trickles its reply one byte per 100 ms: each byte comes
+ * well within the timeout, but the request as a whole does not, and that
+ * is what the timeout bounds (hiredis alone would wait forever). */
+START_TEST(trickled_reply_times_out)
+{
+    struct fake_server fs;
+    char msg[512];
+    int rc = acquire_from_fake(&fs, FAKE_TRICKLE, "timeout=1s", msg, sizeof msg);
+    ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), msg);
+    ck_assert_msg(strstr(msg, "no reply within") != NULL, "%s", msg);
+    ck_assert_int_ge(atomic_load(&fs.misbehaved), 1);
+}
+END_TEST
+
+/* A server that closes the connection while a large command is being
+ * written to it (an 8 MiB password): in a program with SIGPIPE's default
+ * action, the dial fails with DLOCK_ECONN and the program lives. */
+START_TEST(server_closing_mid_write_survived)
+{
+    struct fake_server fs;
+    fake_start(&fs, FAKE_CLOSE);
+    pid_t pid = fork_default_sigpipe();
+    if (pid == 0) {
+        char *url = tu_fmt("redis://127.0.0.1:%d?timeout=10s", fs.port);
+        size_t big = 8u << 20;
+        char *password = malloc(big + 1);
+        memset(password, 'p', big);
+        password[big] = 0;
+        dlock_client *c = NULL;
+        if (dlock_client_new(url, &c) != DLOCK_OK ||
+            dlock_client_setopt_str(c, DLOCK_OPT_PASSWORD, password) != DLOCK_OK)
+            _exit(2);
+        int rc = dlock_client_connect(c);
+        if (rc != DLOCK_ECONN) {
+            fprintf(stderr, "connect: %s: %s\n", dlock_err_name(rc), dlock_errmsg());
+            _exit(3);
+        }
+        dlock_client_close(c);
+        _exit(0);
+    }
+    assert_child_lived(pid);
+    fake_stop(&fs);
+    ck_assert_int_ge(atomic_load(&fs.misbehaved), 1);
+}
+END_TEST
+
+/* A program that keeps SIGPIPE's default action survives a server that
+ * closes a pooled connection (FIN, then a reset): the next request's
+ * write fails with EPIPE, and the library must neither die of SIGPIPE nor
+ * fail the request (it goes again on a fresh connection). In a forked
+ * child, so the default action is really the one in force. */
+START_TEST(sigpipe_default_action_survives)
+{
+    start_server(NULL);
+    pid_t pid = fork_default_sigpipe();
+    if (pid == 0) {
         struct proxy px;
         proxy_start(&px, srv.port, "pipe");
         char *url = tu_fmt("redis://127.0.0.1:%d", px.port);
@@ -1277,11 +1517,7 @@ START_TEST(sigpipe_default_action_survives)
         dlock_client_close(c);
         _exit(0);
     }
-    int status = 0;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(!WIFSIGNALED(status), "the client died of signal %d (%s)", WTERMSIG(status),
-                  strsignal(WTERMSIG(status)));
-    ck_assert_msg(WEXITSTATUS(status) == 0, "the client exited %d", WEXITSTATUS(status));
+    assert_child_lived(pid);
     stop_server();
 }
 END_TEST
@@ -1936,6 +2172,9 @@ int main(void)
         {"no_undo_when_nothing_was_sent", no_undo_when_nothing_was_sent, 60},
         {"lost_acquire_cancel_does_not_hold_the_caller", lost_acquire_cancel_does_not_hold_the_caller, 60},
         {"sigpipe_default_action_survives", sigpipe_default_action_survives, 60},
+        {"huge_reply_is_capped", huge_reply_is_capped, 60},
+        {"trickled_reply_times_out", trickled_reply_times_out, 60},
+        {"server_closing_mid_write_survived", server_closing_mid_write_survived, 60},
         {"absurd_busy_reply_is_clamped", absurd_busy_reply_is_clamped, 60},
         {"tokens_survive_a_data_losing_restart", tokens_survive_a_data_losing_restart, 60},
         {"token_edges_redisson_layout", token_edges_redisson_layout, 60},

@@ -1,22 +1,18 @@
 /* conn.c -- the Redis backend's connections: the URL, dialing with AUTH
- * and SELECT, and the pool.
+ * and SELECT (net.c does the sockets), and the pool.
  *
- * hiredis contexts are not thread-safe, so the backend keeps a small pool
- * of connections, one per concurrently busy thread (callers and the
+ * A connection serves one request at a time, so the backend keeps a small
+ * pool of connections, one per concurrently busy thread (callers and the
  * keeper). A connection that fails retires every idle one dialed before it
  * (the server may have restarted); callers' requests always dial at once,
  * the keeper's back off between failed dials.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
-
-#include <hiredis/sds.h>
 
 #include "redis.h"
 
@@ -38,21 +34,6 @@ int redis_server_error(struct redis_state *s, const char *text, const char *what
     return dlock__err(code, "%s: %s: %s", s->where, what, text);
 }
 
-/* Map a failed hiredis call (NULL reply) to DLOCK_ECONN. */
-int redis_io_error(struct redis_state *s, const redisContext *ctx, int64_t timeout_ms,
-                   const char *what)
-{
-    const char *why = ctx ? ctx->errstr : "no connection";
-    if (ctx && ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK ||
-                                            strstr(why, "temporarily unavailable")))
-        return dlock__err(DLOCK_ECONN, "%s: %s: no reply within %lld ms", s->where, what,
-                          (long long)timeout_ms);
-    if (ctx && ctx->err == REDIS_ERR_EOF)
-        return dlock__err(DLOCK_ECONN, "%s: %s: the server closed the connection", s->where,
-                          what);
-    return dlock__err(DLOCK_ECONN, "%s: %s: %s", s->where, what, why && *why ? why : "I/O error");
-}
-
 static int deadline_passed(struct redis_state *s, const char *what)
 {
     return dlock__err(DLOCK_ETIMEDOUT, "%s: %s: the deadline passed before it could be sent",
@@ -61,119 +42,78 @@ static int deadline_passed(struct redis_state *s, const char *what)
 
 /* ============================================================ connections */
 
-/* hiredis 0.14 writes with write(2): on a connection the server has closed
- * (FIN, then a reset) that raises SIGPIPE, whose default action kills the
- * program that embeds us. So every write goes through here instead, with
- * send(MSG_NOSIGNAL), and hiredis finds its output buffer empty. */
-int redis_flush(redisContext *ctx)
+int redis_command(struct rconn *k, int argc, const char **argv, const size_t *argl,
+                  const char *what, redisReply **out, bool *written)
 {
-    if (ctx->err)
-        return REDIS_ERR;
-    size_t len = sdslen(ctx->obuf), done = 0;
-    while (done < len) {
-        ssize_t n = send(ctx->fd, ctx->obuf + done, len - done, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            ctx->err = REDIS_ERR_IO;
-            snprintf(ctx->errstr, sizeof ctx->errstr, "%s", n < 0 ? strerror(errno) : "short write");
-            return REDIS_ERR;
-        }
-        done += (size_t)n;
-    }
-    sdsrange(ctx->obuf, (int)len, -1); /* now empty */
-    return REDIS_OK;
-}
-
-redisReply *redis_command(redisContext *ctx, int argc, const char **argv, const size_t *argl,
-                          bool *written)
-{
-    if (redisAppendCommandArgv(ctx, argc, argv, argl) != REDIS_OK || redis_flush(ctx) != REDIS_OK)
-        return NULL;
-    if (written)
+    *out = NULL;
+    int rc = redis_conn_append(k, argc, argv, argl);
+    if (rc)
+        return rc;
+    rc = redis_exchange(&k, 1, k->until, what);
+    if (written && redis_conn_sent(k))
         *written = true;
-    void *reply = NULL;
-    if (redisGetReply(ctx, &reply) != REDIS_OK)
-        return NULL;
-    return reply;
+    if (rc)
+        return rc;
+    *out = redis_conn_take(k);
+    return DLOCK_OK;
 }
 
-
-/* One setup command (AUTH, SELECT) on a fresh connection: DLOCK_OK or the
- * failure, with AUTH refusals as DLOCK_EAUTH. */
-static int setup_command(struct redis_state *s, redisContext *ctx, int64_t deadline, int argc,
-                         const char **argv, const char *what)
+/* The AUTH and SELECT a fresh connection needs, pipelined (one round
+ * trip), within what is left until DEADLINE: DLOCK_OK or the failure,
+ * with AUTH refusals as DLOCK_EAUTH. */
+static int setup_connection(struct redis_state *s, struct rconn *k, bool select_db,
+                            int64_t deadline)
 {
+    char db[16];
+    snprintf(db, sizeof db, "%d", s->db);
+    const char *auth[] = {"AUTH", s->user ? s->user : s->password, s->password};
+    const char *sel[] = {"SELECT", db};
+    bool do_auth = s->password != NULL, do_select = select_db && s->db != 0;
+    if (!do_auth && !do_select)
+        return DLOCK_OK;
     int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
     if (left == 0)
-        return deadline_passed(s, what);
-    redisSetTimeout(ctx, redis_ms_tv(left));
-    redisReply *r = redis_command(ctx, argc, argv, NULL, NULL);
+        return deadline_passed(s, do_auth ? "AUTH" : "SELECT");
     int rc = DLOCK_OK;
-    if (!r)
-        rc = redis_io_error(s, ctx, left, what);
-    else if (r->type == REDIS_REPLY_ERROR && strcmp(what, "AUTH") == 0)
-        rc = dlock__err(DLOCK_EAUTH, "%s: AUTH%s%s refused: %s", s->where, s->user ? " as " : "",
-                        s->user ? s->user : "", r->str);
-    else if (r->type == REDIS_REPLY_ERROR)
-        rc = redis_server_error(s, r->str, what);
-    if (r)
+    if (do_auth)
+        rc = redis_conn_append(k, s->user ? 3 : 2, auth, NULL);
+    if (!rc && do_select)
+        rc = redis_conn_append(k, 2, sel, NULL);
+    if (!rc)
+        rc = redis_exchange(&k, 1, dlock__now_ms() + left, do_auth ? "AUTH" : "SELECT");
+    for (int i = 0; i < do_auth + do_select; i++) {
+        redisReply *r = redis_conn_take(k);
+        if (!r)
+            break;
+        bool is_auth = do_auth && i == 0;
+        if (!rc && r->type == REDIS_REPLY_ERROR && is_auth)
+            rc = dlock__err(DLOCK_EAUTH, "%s: AUTH%s%s refused: %s", s->where, s->user ? " as " : "",
+                            s->user ? s->user : "", r->str);
+        else if (!rc && r->type == REDIS_REPLY_ERROR)
+            rc = redis_server_error(s, r->str, is_auth ? "AUTH" : "SELECT");
         freeReplyObject(r);
+    }
     return rc;
 }
 
-int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, redisContext **out)
+int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out)
 {
     *out = NULL;
     int64_t cto = dlock__time_left(deadline, s->connect_timeout_ms);
     if (cto == 0)
         return deadline_passed(s, "connect");
-    redisContext *ctx = s->sock ? redisConnectUnixWithTimeout(s->sock, redis_ms_tv(cto))
-                                : redisConnectWithTimeout(s->host, s->port, redis_ms_tv(cto));
-    if (!ctx)
-        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", s->where);
-    if (ctx->err) {
-        int rc = dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", s->where, ctx->errstr);
-        redisFree(ctx);
+    struct redis_addr a = {.host = s->host, .port = s->port, .sock = s->sock};
+    struct rconn *k;
+    int rc = redis_conn_dial(&a, dlock__now_ms() + cto, &k);
+    if (rc)
         return rc;
-    }
-    /* Not inherited by programs the application execs: an inherited
-     * connection is authenticated (CONFIG GET requirepass) and its writes
-     * would interleave with ours. hiredis 0.14 cannot open the socket with
-     * SOCK_CLOEXEC, so a fork+exec by another thread during the connect
-     * itself still inherits it. */
-    if (fcntl(ctx->fd, F_SETFD, FD_CLOEXEC) < 0) {
-        int rc = dlock__errno(DLOCK_EIO, errno, "%s: fcntl(FD_CLOEXEC)", s->where);
-        redisFree(ctx);
-        return rc;
-    }
-    int rc = DLOCK_OK;
-    if (s->password) {
-        const char *auth[] = {"AUTH", s->user ? s->user : s->password, s->password};
-        rc = setup_command(s, ctx, deadline, s->user ? 3 : 2, auth, "AUTH");
-    }
-    if (!rc && select_db && s->db != 0) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", s->db);
-        const char *sel[] = {"SELECT", db};
-        rc = setup_command(s, ctx, deadline, 2, sel, "SELECT");
-    }
+    rc = setup_connection(s, k, select_db, deadline);
     if (rc) {
-        redisFree(ctx);
+        redis_conn_free(k);
         return rc;
     }
-    redisSetTimeout(ctx, redis_ms_tv(s->op_timeout_ms));
-    *out = ctx;
+    *out = k;
     return DLOCK_OK;
-}
-
-/* Set K's I/O timeout to TIMEOUT_MS unless it is that already. */
-static void set_timeout(struct rconn *k, int64_t timeout_ms)
-{
-    if (k->timeout_ms != timeout_ms) {
-        redisSetTimeout(k->ctx, redis_ms_tv(timeout_ms));
-        k->timeout_ms = timeout_ms;
-    }
 }
 
 int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out)
@@ -188,12 +128,11 @@ int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, str
         s->idle = k->next;
         if (k->gen == s->gen) {
             pthread_mutex_unlock(&s->pool_mu);
-            set_timeout(k, left);
+            k->until = dlock__now_ms() + left;
             *out = k;
             return DLOCK_OK;
         }
-        redisFree(k->ctx); /* dialed before a failure: suspect */
-        free(k);
+        redis_conn_free(k); /* dialed before a failure: suspect */
     }
     int64_t now = dlock__now_ms();
     if (background && now < s->next_dial_ms) {
@@ -205,10 +144,8 @@ int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, str
     unsigned gen = s->gen;
     pthread_mutex_unlock(&s->pool_mu);
 
-    struct rconn *k = calloc(1, sizeof *k);
-    if (!k)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    int rc = redis_dial(s, true, deadline, &k->ctx);
+    struct rconn *k;
+    int rc = redis_dial(s, true, deadline, &k);
     pthread_mutex_lock(&s->pool_mu);
     if (rc) {
         s->next_dial_ms = dlock__now_ms() + dlock__backoff_next(&s->backoff);
@@ -217,18 +154,15 @@ int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, str
         s->next_dial_ms = 0;
     }
     pthread_mutex_unlock(&s->pool_mu);
-    if (rc) {
-        free(k);
+    if (rc)
         return rc;
-    }
     k->gen = gen;
-    k->timeout_ms = s->op_timeout_ms;
     left = dlock__time_left(deadline, s->op_timeout_ms);
     if (left == 0) {
         redis_pool_put(s, k, false);
         return deadline_passed(s, "request");
     }
-    set_timeout(k, left);
+    k->until = dlock__now_ms() + left;
     *out = k;
     return DLOCK_OK;
 }
@@ -240,12 +174,11 @@ void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
     if (!k)
         return;
     pthread_mutex_lock(&s->pool_mu);
-    if (broken || k->ctx->err) {
+    if (broken || k->broken || k->want > 0 || k->out_off < k->out_len || k->ngot > 0) {
         if (k->gen == s->gen)
             s->gen++;
         pthread_mutex_unlock(&s->pool_mu);
-        redisFree(k->ctx);
-        free(k);
+        redis_conn_free(k);
         return;
     }
     k->next = s->idle;
@@ -267,8 +200,7 @@ void redis_close(void *state)
     while (s->idle) {
         struct rconn *k = s->idle;
         s->idle = k->next;
-        redisFree(k->ctx);
-        free(k);
+        redis_conn_free(k);
     }
     pthread_mutex_destroy(&s->pool_mu);
     pthread_mutex_destroy(&s->hub.mu);

@@ -144,7 +144,7 @@ static void hub_on_disconnect(struct hub *hb)
 }
 
 /* Append SUBSCRIBE/UNSUBSCRIBE for the to-do list (hub mutex held). */
-static void hub_flush_todo(struct hub *hb, redisContext *ctx)
+static void hub_flush_todo(struct hub *hb, struct rconn *k)
 {
     struct hub_chan *ch = hb->todo;
     hb->todo = NULL;
@@ -160,13 +160,13 @@ static void hub_flush_todo(struct hub *hb, redisContext *ctx)
             } else {
                 argv[0] = "SUBSCRIBE";
                 argl[0] = 9;
-                redisAppendCommandArgv(ctx, 2, argv, argl);
+                redis_conn_append(k, 2, argv, argl);
                 ch->sub_sent = true;
             }
         } else if (ch->nwaiters == 0 && ch->subscribed && !ch->unsub_sent && !ch->sub_sent) {
             argv[0] = "UNSUBSCRIBE";
             argl[0] = 11;
-            redisAppendCommandArgv(ctx, 2, argv, argl);
+            redis_conn_append(k, 2, argv, argl);
             ch->unsub_sent = true;
         } else if (ch->nwaiters == 0 && !ch->subscribed && !ch->sub_sent && !ch->unsub_sent) {
             hub_free_chan(hb, ch);
@@ -179,17 +179,17 @@ static void *hub_main(void *arg)
 {
     struct redis_state *s = arg;
     struct hub *hb = &s->hub;
-    redisContext *ctx = NULL;
+    struct rconn *k = NULL;
     struct dlock__backoff backoff = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS};
     int64_t next_dial = 0;
 
     pthread_mutex_lock(&hb->mu);
     while (!hb->stop) {
-        if (!ctx) {
+        if (!k) {
             int64_t now = dlock__now_ms();
             if (now >= next_dial) {
                 pthread_mutex_unlock(&hb->mu);
-                int rc = redis_dial(s, false, DLOCK__NEVER, &ctx);
+                int rc = redis_dial(s, false, DLOCK__NEVER, &k);
                 pthread_mutex_lock(&hb->mu);
                 if (rc) {
                     next_dial = dlock__now_ms() + dlock__backoff_next(&backoff);
@@ -203,18 +203,24 @@ static void *hub_main(void *arg)
                 }
             }
         }
-        if (ctx)
-            hub_flush_todo(hb, ctx);
+        if (k)
+            hub_flush_todo(hb, k);
         pthread_mutex_unlock(&hb->mu);
 
-        bool broken = false;
-        if (ctx && redis_flush(ctx) != REDIS_OK)
-            broken = true;
-        struct pollfd p[2] = {{.fd = s->hub.efd, .events = POLLIN}, {.fd = -1, .events = POLLIN}};
-        if (ctx && !broken)
-            p[1].fd = ctx->fd;
-        int timeout = 1000;
-        if (!ctx) {
+        /* The subscriber's replies are pushed, never owed: only what it
+         * writes is waited for, in the same poll as the wake-ups. */
+        if (k) {
+            k->want = 0;
+            redis_conn_pump(k, 0);
+        }
+        bool broken = k && k->broken;
+        struct pollfd p[2] = {{.fd = s->hub.efd, .events = POLLIN}, {.fd = -1}};
+        if (k && !broken) {
+            p[1].fd = k->fd;
+            p[1].events = redis_conn_events(k);
+        }
+        int timeout = k && k->ngot > 0 ? 0 : 1000; /* replies already read: take them now */
+        if (!k) {
             int64_t left = next_dial - dlock__now_ms();
             timeout = left < 0 ? 0 : (int)left;
         }
@@ -225,35 +231,28 @@ static void *hub_main(void *arg)
                     /* nothing to drain */
                 }
             }
-            if (p[1].fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-                if (redisBufferRead(ctx) == REDIS_ERR)
-                    broken = true;
+            if (p[1].fd >= 0 && p[1].revents) {
+                redis_conn_pump(k, p[1].revents);
+                broken = k->broken;
             }
         }
         pthread_mutex_lock(&hb->mu);
-        if (ctx) {
-            void *reply;
-            while (!broken) {
-                if (redisGetReplyFromReader(ctx, &reply) == REDIS_ERR) {
-                    broken = true;
-                    break;
-                }
-                if (!reply)
-                    break;
+        if (k) {
+            redisReply *reply;
+            while ((reply = redis_conn_take(k))) {
                 hub_on_reply(hb, reply);
                 freeReplyObject(reply);
             }
         }
         if (broken) {
-            redisFree(ctx);
-            ctx = NULL;
+            redis_conn_free(k);
+            k = NULL;
             hub_on_disconnect(hb);
             next_dial = dlock__now_ms() + dlock__backoff_next(&backoff);
         }
     }
     pthread_mutex_unlock(&hb->mu);
-    if (ctx)
-        redisFree(ctx);
+    redis_conn_free(k);
     return NULL;
 }
 

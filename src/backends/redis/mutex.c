@@ -277,22 +277,18 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
                 argv[a] = leases[i];
                 argl[a++] = (size_t)ll;
             }
-            int ok = redisAppendCommandArgv(k->ctx, (int)a, argv, argl);
+            rc = redis_conn_append(k, (int)a, argv, argl);
             for (size_t i = 0; i < m; i++)
                 redis_keys_free(&keys[i]);
-            if (ok != REDIS_OK) {
-                rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+            if (rc)
                 goto fail_all;
-            }
         }
-        /* Read every reply (all must be read to keep the connection in
-         * step); a failed send shows as the first read's error. */
-        redis_flush(k->ctx);
+        /* Send every chunk and read every reply: one round trip. */
+        rc = redis_exchange(&k, 1, k->until, "renew");
         noscript = false;
         for (size_t ci = 0; ci < nchunks; ci++) {
-            redisReply *r = NULL;
-            if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || !r) {
-                rc = redis_io_error(s, k->ctx, k->timeout_ms, "renew");
+            redisReply *r = redis_conn_take(k);
+            if (!r) {
                 redis_pool_put(s, k, true);
                 k = NULL;
                 for (size_t i = ci * RENEW_BATCH; i < n; i++)
@@ -504,7 +500,7 @@ static char *match_pattern(const char *prefix, const char *pattern)
 }
 
 /* Whether KEY (a hash/string of the right type) looks like a lock. */
-static bool key_is_lock(struct redis_state *s, redisContext *ctx, const char *key, size_t len, int *err)
+static bool key_is_lock(struct redis_state *s, struct rconn *k, const char *key, size_t len, int *err)
 {
     const char *argv[2] = {s->simple ? "GET" : "HKEYS", key};
     size_t argl[2] = {strlen(argv[0]), len};
@@ -512,20 +508,18 @@ static bool key_is_lock(struct redis_state *s, redisContext *ctx, const char *ke
         return false; /* a token counter or a record of canceled acquires */
     if (s->simple) {
         /* a string of dlock's shape: "<uuid>:<thread>:<token>" */
-        redisReply *r = redis_command(ctx, 2, argv, argl, NULL);
-        if (!r) {
-            *err = redis_io_error(s, ctx, s->op_timeout_ms, "list");
+        redisReply *r;
+        k->until = dlock__now_ms() + s->op_timeout_ms;
+        if ((*err = redis_command(k, 2, argv, argl, "list", &r, NULL)))
             return false;
-        }
         bool yes = r->type == REDIS_REPLY_STRING && lock_value_like(r->str, r->len);
         freeReplyObject(r);
         return yes;
     }
-    redisReply *r = redis_command(ctx, 2, argv, argl, NULL);
-    if (!r) {
-        *err = redis_io_error(s, ctx, s->op_timeout_ms, "list");
+    redisReply *r;
+    k->until = dlock__now_ms() + s->op_timeout_ms;
+    if ((*err = redis_command(k, 2, argv, argl, "list", &r, NULL)))
         return false;
-    }
     bool yes = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
     for (size_t i = 0; yes && i < r->elements; i++)
         yes = r->element[i]->type == REDIS_REPLY_STRING &&
@@ -552,9 +546,9 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
     do {
         const char *scan[] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000", "TYPE",
                               s->simple ? "string" : "hash"};
-        redisReply *r = redis_command(k->ctx, 8, scan, NULL, NULL);
-        if (!r) {
-            rc = redis_io_error(s, k->ctx, k->timeout_ms, "SCAN");
+        redisReply *r;
+        k->until = dlock__now_ms() + s->op_timeout_ms; /* each page a request */
+        if ((rc = redis_command(k, 8, scan, NULL, "SCAN", &r, NULL))) {
             broken = true;
             break;
         }
@@ -575,7 +569,7 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
             const redisReply *key = keys->element[i];
             if (key->type != REDIS_REPLY_STRING || key->len < plen || memchr(key->str, 0, key->len))
                 continue;
-            if (!key_is_lock(s, k->ctx, key->str, key->len, &rc)) {
+            if (!key_is_lock(s, k, key->str, key->len, &rc)) {
                 if (rc)
                     broken = true;
                 continue;

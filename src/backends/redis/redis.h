@@ -1,7 +1,9 @@
 /* redis.h -- what the files of the Redis backend share, and nothing else.
  *
- * The backend is split by concern: conn.c (the URL, dialing, AUTH/SELECT,
- * the connection pool and its reconnect backoff), scripts.c (the lock's
+ * The backend is split by concern: net.c (our sockets: dialing, one
+ * bounded poll loop per request over one or more connections, the reply
+ * cap), conn.c (the URL, AUTH/SELECT, the connection pool and its
+ * reconnect backoff), scripts.c (the lock's
  * keys and the Lua scripts of scripts/NAME.lua, embedded at build time, run by
  * EVALSHA), hub.c (the subscriber thread that turns release messages into
  * wake-ups of waiting threads), cancel.c (the cancel owed after an acquire
@@ -15,7 +17,6 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -31,11 +32,36 @@
 /* The scripts, one per lock operation (scripts/NAME.lua). */
 enum script_id { S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_CANCEL, S_COUNT };
 
-/* One pooled connection. */
+/* The largest reply the backend takes: a lock's replies are small, a
+ * SCAN page or an inspected hash a few kilobytes; past this the
+ * connection is closed ("a reply larger than ..."), so a server or proxy
+ * that sends a huge or endless bulk string cannot make us buffer it. */
+#define REDIS_MAX_REPLY (32u << 20)
+
+/* Where to dial: HOST:PORT, or the unix socket SOCK when not NULL. */
+struct redis_addr {
+    const char *host;
+    int port;
+    const char *sock;
+};
+
+/* One connection of ours (net.c): a non-blocking socket, what is still
+ * to be written, hiredis's reader, and the replies parsed so far. */
 struct rconn {
-    redisContext *ctx;
-    unsigned gen; /* pool generation when dialed */
-    int64_t timeout_ms; /* the I/O timeout set on ctx now */
+    int fd;
+    redisReader *reader;
+    char *out; /* formatted commands; out_off bytes of them written */
+    size_t out_len, out_off, out_cap;
+    size_t want; /* replies owed for the commands appended */
+    redisReply **got; /* replies received, not yet taken */
+    size_t ngot, taken, got_cap;
+    size_t partial; /* bytes of the reply being received */
+    bool broken;
+    char err[200]; /* why it broke */
+    char where[300]; /* "redis 127.0.0.1:6379", for messages */
+
+    unsigned gen; /* pool generation when dialed (conn.c) */
+    int64_t until; /* the current request ends by then (monotonic ms) */
     struct rconn *next;
 };
 
@@ -89,45 +115,60 @@ struct lock_keys {
     size_t lock_len, token_len, chan_len, canceled_len;
 };
 
-static inline struct timeval redis_ms_tv(int64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    return tv;
-}
-
 /* ------------------------------------------------------------- conn.c */
 
 int redis_open(struct dlock_client *c, void **state);
 void redis_close(void *state);
 /* Map a server error reply to a code, with the server's words. */
 int redis_server_error(struct redis_state *s, const char *text, const char *what);
-/* Map a failed hiredis call (NULL reply) on CTX, whose I/O timeout was
- * TIMEOUT_MS, to DLOCK_ECONN. */
-int redis_io_error(struct redis_state *s, const redisContext *ctx, int64_t timeout_ms,
-                   const char *what);
-/* Send what hiredis has buffered on CTX with send(MSG_NOSIGNAL), never
- * write(2) (SIGPIPE): REDIS_OK, or REDIS_ERR with ctx->err set. Call it
- * after appending and before redisGetReply(), which then writes nothing. */
-int redis_flush(redisContext *ctx);
-/* One command on CTX (ARGL may be NULL: strlen): the reply, or NULL on an
- * I/O error. *WRITTEN (may be NULL) is set true once the whole command was
- * written, so the server may have run it; left alone otherwise. */
-redisReply *redis_command(redisContext *ctx, int argc, const char **argv, const size_t *argl,
-                          bool *written);
+/* One command on K within K->until (ARGL may be NULL: strlen): *OUT is
+ * the reply (an error reply too), or the failure is DLOCK_ECONN naming
+ * WHAT and K is broken. *WRITTEN (may be NULL) is set true once the whole
+ * command was written, so the server may have run it. */
+int redis_command(struct rconn *k, int argc, const char **argv, const size_t *argl,
+                  const char *what, redisReply **out, bool *written);
 /* Dial, authenticate, select the db (SELECT_DB), every step within what
  * is left until DEADLINE (monotonic ms; 0 or DLOCK__NEVER: the connect
  * and op timeouts whole). On failure *OUT is NULL and the message names
  * host:port and the server's words; DLOCK_ETIMEDOUT when DEADLINE passed
  * before anything was sent. */
-int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, redisContext **out);
-/* Take an idle connection or dial a new one, its I/O timeout set to
- * dlock__time_left(DEADLINE, op timeout). BACKGROUND callers (keeper)
+int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out);
+/* Take an idle connection or dial a new one, its request bound (until)
+ * set to now + dlock__time_left(DEADLINE, op timeout). BACKGROUND callers (keeper)
  * respect the reconnect backoff; callers' own requests always dial.
  * DLOCK_ETIMEDOUT when DEADLINE has passed: nothing is sent. */
 int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out);
 /* Give K back; BROKEN (an I/O error) closes it and retires every idle
  * connection dialed before, since the server may have restarted. */
 void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken);
+
+/* --------------------------------------------------------------- net.c */
+
+/* Dial A (non-blocking, close-on-exec) within UNTIL (monotonic ms):
+ * DLOCK_OK, or DLOCK_ECONN naming the address and why. */
+int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out);
+/* Close K and free what it holds (NULL: nothing). */
+void redis_conn_free(struct rconn *k);
+/* Format one command onto K's output (ARGL may be NULL: strlen); K then
+ * owes one more reply. DLOCK_OK or DLOCK_ENOMEM. Nothing is sent yet. */
+int redis_conn_append(struct rconn *k, int argc, const char **argv, const size_t *argl);
+/* One request over the N connections KS, in one poll loop that ends at
+ * UNTIL: write what each has appended, read every reply each owes. A
+ * connection that fails (closed, reset, silent or trickling past UNTIL,
+ * a reply over REDIS_MAX_REPLY, a protocol error) is left broken with
+ * its reason; the others go on. DLOCK_OK when none failed, else
+ * DLOCK_ECONN with the first failure's message ("WHERE: WHAT: why"). */
+int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what);
+/* The next reply received on K, in order (the caller frees it), or NULL. */
+redisReply *redis_conn_take(struct rconn *k);
+/* Whether everything appended to K was written (the server may have
+ * run it). */
+bool redis_conn_sent(const struct rconn *k);
+/* For a long-lived connection in someone else's poll (the hub): the
+ * events to poll K for, and the non-blocking I/O to do once poll
+ * returned REVENTS; replies go to redis_conn_take(). */
+short redis_conn_events(const struct rconn *k);
+void redis_conn_pump(struct rconn *k, short revents);
 
 /* ---------------------------------------------------------- scripts.c */
 

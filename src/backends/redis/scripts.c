@@ -81,18 +81,15 @@ int redis_load_scripts(struct redis_state *s)
     if (rc)
         return rc;
     /* pipelined: one round trip for all of them */
-    for (int i = 0; i < S_COUNT; i++)
-        redisAppendCommand(k->ctx, "SCRIPT LOAD %s", s->src[i]);
-    redis_flush(k->ctx); /* a failure shows as the first read's */
-    bool broken = false;
-    for (int i = 0; i < S_COUNT; i++) {
-        redisReply *r = NULL;
-        if (redisGetReply(k->ctx, (void **)&r) != REDIS_OK || !r) {
-            if (!rc)
-                rc = redis_io_error(s, k->ctx, k->timeout_ms, "SCRIPT LOAD");
-            broken = true;
-            break;
-        }
+    for (int i = 0; i < S_COUNT && !rc; i++) {
+        const char *argv[] = {"SCRIPT", "LOAD", s->src[i]};
+        rc = redis_conn_append(k, 3, argv, NULL);
+    }
+    if (!rc)
+        rc = redis_exchange(&k, 1, k->until, "SCRIPT LOAD");
+    bool broken = rc != DLOCK_OK;
+    for (int i = 0; i < S_COUNT && !broken; i++) {
+        redisReply *r = redis_conn_take(k);
         /* keep the first failure, but read every reply */
         if (!rc && r->type == REDIS_REPLY_ERROR)
             rc = redis_server_error(s, r->str, "SCRIPT LOAD");
@@ -187,10 +184,11 @@ int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k
 #define MAX_SCRIPT_ARGS 10
 
 /* Send script ID with NKEYS keys then the other args, on K: EVALSHA, and EVAL
- * when the server has forgotten the script. NULL return = I/O error (K is
- * then broken); *WRITTEN as redis_command() says. */
-static redisReply *eval_on(struct redis_state *s, struct rconn *k, enum script_id id, int nkeys,
-                           int nargs, const char **args, const size_t *lens, bool *written)
+ * when the server has forgotten the script. *OUT and *WRITTEN as
+ * redis_command() says. */
+static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, int nkeys,
+                   int nargs, const char **args, const size_t *lens, const char *what,
+                   redisReply **out, bool *written)
 {
     const char *argv[MAX_SCRIPT_ARGS + 3];
     size_t argl[MAX_SCRIPT_ARGS + 3];
@@ -206,16 +204,18 @@ static redisReply *eval_on(struct redis_state *s, struct rconn *k, enum script_i
         argv[3 + i] = args[i];
         argl[3 + i] = lens[i];
     }
-    redisReply *r = redis_command(k->ctx, 3 + nargs, argv, argl, written);
-    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    redisReply *r;
+    int rc = redis_command(k, 3 + nargs, argv, argl, what, &r, written);
+    if (!rc && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
         freeReplyObject(r);
         argv[0] = "EVAL";
         argl[0] = 4;
         argv[1] = s->src[id];
         argl[1] = strlen(s->src[id]);
-        r = redis_command(k->ctx, 3 + nargs, argv, argl, written);
+        rc = redis_command(k, 3 + nargs, argv, argl, what, &r, written);
     }
-    return r;
+    *out = r;
+    return rc;
 }
 
 int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
@@ -237,11 +237,15 @@ int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int n
             return rc;
         if (sent_ms)
             *sent_ms = dlock__now_ms();
-        redisReply *r = eval_on(s, k, id, nkeys, nargs, args, lens, &written);
+        redisReply *r;
+        rc = eval_on(s, k, id, nkeys, nargs, args, lens, what, &r, &written);
         if (reached)
             *reached = written;
-        if (!r) {
-            rc = redis_io_error(s, k->ctx, k->timeout_ms, what);
+        if (rc == DLOCK_ENOMEM) {
+            redis_pool_put(s, k, true);
+            return rc;
+        }
+        if (rc) {
             redis_pool_put(s, k, true);
             if (retry && attempt == 0) {
                 if (retried)

@@ -1,0 +1,384 @@
+/* net.c -- the Redis backend's sockets: dialing, sending and receiving
+ * within one bound per request, over any number of connections at once.
+ *
+ * hiredis 0.14's blocking contexts time out each read(2) and write(2) on
+ * its own: a reply that trickles in one byte at a time, or a bulk string
+ * that announces a gigabyte, keeps a bounded call busy far past its
+ * bound, and its writes raise SIGPIPE on a closed connection. So the
+ * backend owns its sockets: non-blocking, dialed within the connect time
+ * left, written with send(MSG_NOSIGNAL), and every request (everything
+ * appended to one or more connections, then every reply they owe) is one
+ * poll loop that ends at one absolute time, the caller's time left
+ * (dlock__time_left). A reply is capped (REDIS_MAX_REPLY): past that the
+ * connection is closed with a message saying so. hiredis stays for what
+ * it does well: formatting commands (redisFormatCommandArgv) and parsing
+ * replies (redisReader). The same loop serves one node (commands,
+ * scripts), the subscriber hub (redis_conn_events/redis_conn_pump) and
+ * several nodes in parallel (Sentinel, Redlock).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "redis.h"
+
+#define READ_CHUNK (64 * 1024)
+
+/* ============================================================ the socket */
+
+static void conn_fail(struct rconn *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Mark K broken with a reason (the first one sticks). */
+static void conn_fail(struct rconn *k, const char *fmt, ...)
+{
+    if (k->broken)
+        return;
+    k->broken = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->err, sizeof k->err, fmt, ap);
+    va_end(ap);
+}
+
+void redis_conn_free(struct rconn *k)
+{
+    if (!k)
+        return;
+    if (k->fd >= 0)
+        close(k->fd);
+    if (k->reader)
+        redisReaderFree(k->reader);
+    for (size_t i = k->taken; i < k->ngot; i++)
+        freeReplyObject(k->got[i]);
+    free(k->got);
+    free(k->out);
+    free(k);
+}
+
+/* Milliseconds left until UNTIL (monotonic ms), at least 0. */
+static int64_t ms_until(int64_t until)
+{
+    int64_t left = until - dlock__now_ms();
+    return left < 0 ? 0 : left;
+}
+
+/* Connect FD to ADDR within UNTIL: 0, or an errno (ETIMEDOUT). */
+static int connect_until(int fd, const struct sockaddr *addr, socklen_t len, int64_t until)
+{
+    if (connect(fd, addr, len) == 0)
+        return 0;
+    if (errno != EINPROGRESS && errno != EINTR)
+        return errno;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int64_t left = ms_until(until);
+        int n = poll(&p, 1, (int)(left > 1000000 ? 1000000 : left));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errno;
+        if (n == 0) {
+            if (ms_until(until) > 0)
+                continue;
+            return ETIMEDOUT;
+        }
+        int err = 0;
+        socklen_t el = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+            return errno;
+        return err;
+    }
+}
+
+int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out)
+{
+    *out = NULL;
+    struct rconn *k = calloc(1, sizeof *k);
+    if (!k)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    k->fd = -1;
+    if (a->sock)
+        snprintf(k->where, sizeof k->where, "redis unix:%s", a->sock);
+    else
+        snprintf(k->where, sizeof k->where, strchr(a->host, ':') ? "redis [%s]:%d" : "redis %s:%d",
+                 a->host, a->port);
+    k->reader = redisReaderCreate();
+    if (!k->reader) {
+        redis_conn_free(k);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    int64_t budget = ms_until(until);
+    int err = 0;
+    if (a->sock) {
+        struct sockaddr_un un = {.sun_family = AF_UNIX};
+        if (strlen(a->sock) >= sizeof un.sun_path) {
+            redis_conn_free(k);
+            return dlock__err(DLOCK_EBADURL, "%s: the socket path is too long", k->where);
+        }
+        strcpy(un.sun_path, a->sock);
+        k->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        err = k->fd < 0 ? errno : connect_until(k->fd, (struct sockaddr *)&un, sizeof un, until);
+    } else {
+        /* getaddrinfo() blocks as long as the resolver takes; an address
+         * literal or /etc/hosts answers at once. */
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_NUMERICSERV}, *res = NULL;
+        char port[16];
+        snprintf(port, sizeof port, "%d", a->port);
+        int gai = getaddrinfo(a->host, port, &hints, &res);
+        if (gai) {
+            int rc = dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", k->where,
+                                gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
+            redis_conn_free(k);
+            return rc;
+        }
+        err = ENOENT;
+        for (struct addrinfo *ai = res; ai && err; ai = ai->ai_next) {
+            if (k->fd >= 0)
+                close(k->fd);
+            k->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                           ai->ai_protocol);
+            if (k->fd < 0) {
+                err = errno;
+                continue;
+            }
+            err = connect_until(k->fd, ai->ai_addr, ai->ai_addrlen, until);
+            if (err == ETIMEDOUT)
+                break;
+        }
+        freeaddrinfo(res);
+        if (!err) {
+            int one = 1;
+            setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            setsockopt(k->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+        }
+    }
+    if (err) {
+        int rc = err == ETIMEDOUT
+                     ? dlock__err(DLOCK_ECONN, "%s: cannot connect: no answer within %lld ms",
+                                  k->where, (long long)budget)
+                     : dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", k->where, strerror(err));
+        redis_conn_free(k);
+        return rc;
+    }
+    *out = k;
+    return DLOCK_OK;
+}
+
+/* ====================================================== appending, replies */
+
+int redis_conn_append(struct rconn *k, int argc, const char **argv, const size_t *argl)
+{
+    size_t lens[64];
+    size_t *l = (size_t *)argl;
+    if (!argl) {
+        if (argc > 64)
+            return dlock__err(DLOCK_EINVAL, "too many arguments");
+        for (int i = 0; i < argc; i++)
+            lens[i] = strlen(argv[i]);
+        l = lens;
+    }
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, l);
+    if (len < 0)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (k->out_off == k->out_len)
+        k->out_off = k->out_len = 0;
+    if (k->out_len + (size_t)len > k->out_cap) {
+        size_t cap = k->out_cap ? k->out_cap : 256;
+        while (cap < k->out_len + (size_t)len)
+            cap *= 2;
+        char *p = realloc(k->out, cap);
+        if (!p) {
+            free(cmd);
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        }
+        k->out = p;
+        k->out_cap = cap;
+    }
+    memcpy(k->out + k->out_len, cmd, (size_t)len);
+    k->out_len += (size_t)len;
+    free(cmd);
+    k->want++;
+    return DLOCK_OK;
+}
+
+redisReply *redis_conn_take(struct rconn *k)
+{
+    if (k->taken == k->ngot)
+        return NULL;
+    redisReply *r = k->got[k->taken++];
+    if (k->taken == k->ngot)
+        k->taken = k->ngot = 0;
+    return r;
+}
+
+/* Parse every whole reply the reader holds into K's list; cap the one
+ * still arriving. */
+static void parse_replies(struct rconn *k)
+{
+    while (!k->broken) {
+        void *reply = NULL;
+        if (redisReaderGetReply(k->reader, &reply) != REDIS_OK) {
+            conn_fail(k, "protocol error: %s", k->reader->errstr);
+            return;
+        }
+        if (!reply)
+            break;
+        if (k->ngot == k->got_cap) {
+            size_t cap = k->got_cap ? 2 * k->got_cap : 8;
+            redisReply **g = realloc(k->got, cap * sizeof *g);
+            if (!g) {
+                freeReplyObject(reply);
+                conn_fail(k, "out of memory");
+                return;
+            }
+            k->got = g;
+            k->got_cap = cap;
+        }
+        k->got[k->ngot++] = reply;
+        if (k->want > 0)
+            k->want--;
+        /* what the reader holds beyond this reply belongs to the next */
+        k->partial = k->reader->len - k->reader->pos;
+    }
+    if (!k->broken && k->partial > REDIS_MAX_REPLY)
+        conn_fail(k, "a reply larger than %u MiB (dlock's cap); connection closed",
+                  REDIS_MAX_REPLY >> 20);
+}
+
+/* ====================================================== the one poll loop */
+
+short redis_conn_events(const struct rconn *k)
+{
+    if (k->broken || k->fd < 0)
+        return 0;
+    return (short)(POLLIN | (k->out_off < k->out_len ? POLLOUT : 0));
+}
+
+/* Write what K has to send, without blocking. */
+static void pump_out(struct rconn *k)
+{
+    while (!k->broken && k->out_off < k->out_len) {
+        ssize_t n = send(k->fd, k->out + k->out_off, k->out_len - k->out_off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            if (!k->broken)
+                conn_fail(k, "%s", n < 0 ? strerror(errno) : "short write");
+            return;
+        }
+        k->out_off += (size_t)n;
+    }
+}
+
+/* Read what K has received, without blocking, and parse it. */
+static void pump_in(struct rconn *k)
+{
+    char buf[READ_CHUNK];
+    while (!k->broken) {
+        ssize_t n = recv(k->fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n == 0) {
+            conn_fail(k, "the server closed the connection");
+            return;
+        }
+        if (n < 0) {
+            if (!k->broken)
+                conn_fail(k, "%s", strerror(errno));
+            return;
+        }
+        if (redisReaderFeed(k->reader, buf, (size_t)n) != REDIS_OK) {
+            conn_fail(k, "out of memory");
+            return;
+        }
+        k->partial += (size_t)n;
+        parse_replies(k);
+        if ((size_t)n < sizeof buf)
+            return; /* drained: the next recv would say EAGAIN */
+    }
+}
+
+void redis_conn_pump(struct rconn *k, short revents)
+{
+    if (k->broken)
+        return;
+    (void)revents; /* non-blocking both ways: trying costs an EAGAIN at most */
+    pump_out(k);
+    pump_in(k);
+}
+
+/* Whether K still owes something within the current request. */
+static bool conn_busy(const struct rconn *k)
+{
+    return !k->broken && (k->out_off < k->out_len || k->want > 0);
+}
+
+int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
+{
+    int64_t budget = ms_until(until);
+    struct pollfd stack[8], *p = n <= 8 ? stack : calloc(n, sizeof *p);
+    if (!p)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        if (ks[i]->fd >= 0)
+            redis_conn_pump(ks[i], 0); /* write at once: the common case needs no poll to send */
+    for (;;) {
+        size_t busy = 0;
+        for (size_t i = 0; i < n; i++) {
+            p[i].fd = conn_busy(ks[i]) ? ks[i]->fd : -1;
+            p[i].events = p[i].fd >= 0 ? redis_conn_events(ks[i]) : 0;
+            p[i].revents = 0;
+            busy += p[i].fd >= 0;
+        }
+        if (!busy)
+            break;
+        int64_t left = ms_until(until);
+        if (left == 0) {
+            for (size_t i = 0; i < n; i++)
+                if (p[i].fd >= 0)
+                    conn_fail(ks[i], ks[i]->out_off < ks[i]->out_len
+                                         ? "could not send within %lld ms"
+                                         : "no reply within %lld ms", (long long)budget);
+            break;
+        }
+        int got = poll(p, (nfds_t)n, (int)(left > 1000000 ? 1000000 : left));
+        if (got < 0 && errno != EINTR) {
+            for (size_t i = 0; i < n; i++)
+                if (p[i].fd >= 0)
+                    conn_fail(ks[i], "poll: %s", strerror(errno));
+            break;
+        }
+        for (size_t i = 0; got > 0 && i < n; i++)
+            if (p[i].fd >= 0 && p[i].revents)
+                redis_conn_pump(ks[i], p[i].revents);
+    }
+    if (p != stack)
+        free(p);
+    int rc = DLOCK_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (ks[i]->broken && !rc)
+            rc = dlock__err(DLOCK_ECONN, "%s: %s: %s", ks[i]->where, what, ks[i]->err);
+    }
+    return rc;
+}
+
+bool redis_conn_sent(const struct rconn *k)
+{
+    return k->out_off == k->out_len;
+}

@@ -15,6 +15,15 @@
 
 #include "core.h"
 
+/* W's slot in WS, NULL when absent (ws->mu held). */
+static struct dlock__waitset_slot *slot_of(struct dlock__waitset *ws, const struct dlock__wait *w)
+{
+    for (size_t i = 0; i < ws->n; i++)
+        if (ws->v[i].w == w)
+            return &ws->v[i];
+    return NULL;
+}
+
 void dlock__waitset_init(struct dlock__waitset *ws)
 {
     memset(ws, 0, sizeof *ws);
@@ -47,19 +56,27 @@ int dlock__waitset_add(struct dlock__waitset *ws, struct dlock__wait *w)
     return DLOCK_OK;
 }
 
-bool dlock__waitset_remove(struct dlock__waitset *ws, struct dlock__wait *w)
+/* W's mark (false when absent), cleared; LEAVE also takes W out. */
+static bool take_mark(struct dlock__waitset *ws, struct dlock__wait *w, bool leave)
 {
     bool woken = false;
     pthread_mutex_lock(&ws->mu);
-    for (size_t i = 0; i < ws->n; i++)
-        if (ws->v[i].w == w) {
-            woken = ws->v[i].woken;
-            memmove(&ws->v[i], &ws->v[i + 1], (ws->n - i - 1) * sizeof *ws->v);
+    struct dlock__waitset_slot *sl = slot_of(ws, w);
+    if (sl) {
+        woken = sl->woken;
+        sl->woken = false;
+        if (leave) {
+            memmove(sl, sl + 1, (size_t)(ws->v + ws->n - sl - 1) * sizeof *sl);
             ws->n--;
-            break;
         }
+    }
     pthread_mutex_unlock(&ws->mu);
     return woken;
+}
+
+bool dlock__waitset_remove(struct dlock__waitset *ws, struct dlock__wait *w)
+{
+    return take_mark(ws, w, true);
 }
 
 struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws)
@@ -78,31 +95,30 @@ struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws)
     return w;
 }
 
-size_t dlock__waitset_wake_all(struct dlock__waitset *ws)
+/* Wake and mark every wait whose key is KEY, or every wait for NULL. */
+static size_t wake_matching(struct dlock__waitset *ws, const char *key)
 {
+    size_t n = 0;
     pthread_mutex_lock(&ws->mu);
-    size_t n = ws->n;
-    for (size_t i = 0; i < n; i++) {
-        ws->v[i].woken = true;
-        dlock__wait_wake(ws->v[i].w);
-    }
+    for (size_t i = 0; i < ws->n; i++)
+        if (!key || (ws->v[i].key && strcmp(ws->v[i].key, key) == 0)) {
+            ws->v[i].woken = true;
+            dlock__wait_wake(ws->v[i].w);
+            n++;
+        }
     ws->wakes += n;
     pthread_mutex_unlock(&ws->mu);
     return n;
 }
 
+size_t dlock__waitset_wake_all(struct dlock__waitset *ws)
+{
+    return wake_matching(ws, NULL);
+}
+
 bool dlock__waitset_consume(struct dlock__waitset *ws, struct dlock__wait *w)
 {
-    bool woken = false;
-    pthread_mutex_lock(&ws->mu);
-    for (size_t i = 0; i < ws->n; i++)
-        if (ws->v[i].w == w) {
-            woken = ws->v[i].woken;
-            ws->v[i].woken = false;
-            break;
-        }
-    pthread_mutex_unlock(&ws->mu);
-    return woken;
+    return take_mark(ws, w, false);
 }
 
 size_t dlock__waitset_count(struct dlock__waitset *ws)
@@ -116,25 +132,13 @@ size_t dlock__waitset_count(struct dlock__waitset *ws)
 void dlock__waitset_set_key(struct dlock__waitset *ws, struct dlock__wait *w, const char *key)
 {
     pthread_mutex_lock(&ws->mu);
-    for (size_t i = 0; i < ws->n; i++)
-        if (ws->v[i].w == w) {
-            ws->v[i].key = key;
-            break;
-        }
+    struct dlock__waitset_slot *sl = slot_of(ws, w);
+    if (sl)
+        sl->key = key;
     pthread_mutex_unlock(&ws->mu);
 }
 
 size_t dlock__waitset_wake_key(struct dlock__waitset *ws, const char *key)
 {
-    size_t n = 0;
-    pthread_mutex_lock(&ws->mu);
-    for (size_t i = 0; i < ws->n; i++)
-        if (ws->v[i].key && strcmp(ws->v[i].key, key) == 0) {
-            ws->v[i].woken = true;
-            dlock__wait_wake(ws->v[i].w);
-            n++;
-        }
-    ws->wakes += n;
-    pthread_mutex_unlock(&ws->mu);
-    return n;
+    return key ? wake_matching(ws, key) : 0;
 }

@@ -15,32 +15,34 @@
 
 static _Thread_local char last_msg[1024];
 
+/* The name and text of every code, from the one map. */
+static const struct code_row {
+    int code;
+    const char *name, *text;
+} codes[] = {
+    {DLOCK_OK, "DLOCK_OK", "success"},
+#define DLOCK__ERR_ROW(name, code, text) {DLOCK_##name, "DLOCK_" #name, text},
+    DLOCK_ERRNO_MAP(DLOCK__ERR_ROW)
+#undef DLOCK__ERR_ROW
+};
+
+/* ERR's row, NULL for a code not in the map. */
+static const struct code_row *row_of(int err)
+{
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (codes[i].code == err)
+            return &codes[i];
+    return NULL;
+}
+
 const char *dlock_strerror(int err)
 {
-    switch (err) {
-    case DLOCK_OK:
-        return "success";
-#define DLOCK__ERR_TEXT(name, code, text) \
-    case DLOCK_##name:                    \
-        return text;
-        DLOCK_ERRNO_MAP(DLOCK__ERR_TEXT)
-#undef DLOCK__ERR_TEXT
-    }
-    return "unknown error";
+    return row_of(err) ? row_of(err)->text : "unknown error";
 }
 
 const char *dlock_err_name(int err)
 {
-    switch (err) {
-    case DLOCK_OK:
-        return "DLOCK_OK";
-#define DLOCK__ERR_NAME(name, code, text) \
-    case DLOCK_##name:                    \
-        return "DLOCK_" #name;
-        DLOCK_ERRNO_MAP(DLOCK__ERR_NAME)
-#undef DLOCK__ERR_NAME
-    }
-    return "DLOCK_E?";
+    return row_of(err) ? row_of(err)->name : "DLOCK_E?";
 }
 
 const char *dlock_errmsg(void)

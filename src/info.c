@@ -22,6 +22,18 @@ static int check_args(dlock_client *c, const char *name)
     return DLOCK_OK;
 }
 
+/* check_args(), and the backend can do WHAT: it has the operation (HAVE)
+ * and says so (CAP); DLOCK_ENOTSUP otherwise. */
+static int check_op(dlock_client *c, const char *name, bool have, unsigned cap, const char *what)
+{
+    int rc = check_args(c, name);
+    if (rc)
+        return rc;
+    if (!have || !(c->be->caps & cap))
+        return dlock__err(DLOCK_ENOTSUP, "the %s backend cannot %s", c->be->name, what);
+    return DLOCK_OK;
+}
+
 int dlock_inspect(dlock_client *c, const char *name, dlock_info **out)
 {
     dlock__msg_clear();
@@ -147,11 +159,10 @@ int dlock_force_release(dlock_client *c, const char *name)
     dlock__msg_clear();
     if (!name)
         return dlock__err(DLOCK_EINVAL, "dlock_force_release: name is NULL");
-    int rc = check_args(c, name);
+    int rc = check_op(c, name, c->be->force_release != NULL, DLOCK__CAP_FORCE,
+                      "force-release locks");
     if (rc)
         return rc;
-    if (!c->be->force_release || !(c->be->caps & DLOCK__CAP_FORCE))
-        return dlock__err(DLOCK_ENOTSUP, "the %s backend cannot force-release locks", c->be->name);
     return c->be->force_release(c->bstate, name);
 }
 
@@ -160,10 +171,8 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg
     dlock__msg_clear();
     if (!fn)
         return dlock__err(DLOCK_EINVAL, "dlock_list: callback is NULL");
-    int rc = check_args(c, NULL);
+    int rc = check_op(c, NULL, c->be->list != NULL, DLOCK__CAP_LIST, "list locks");
     if (rc)
         return rc;
-    if (!c->be->list || !(c->be->caps & DLOCK__CAP_LIST))
-        return dlock__err(DLOCK_ENOTSUP, "the %s backend cannot list locks", c->be->name);
     return c->be->list(c->bstate, pattern, fn, arg);
 }

@@ -34,6 +34,16 @@ static int session_of(struct zk_backend *zb, unsigned gen, struct zk_session **o
     return rc;
 }
 
+/* Queue FN(ARG) on the core's cleanup queue, named WHAT and TARGET in
+ * messages ("delete /dlock/x/_c_...-lock-7"). */
+static void queue(struct zk_backend *zb, const char *what, const char *target,
+                  dlock__cleanup_fn fn, void *arg, void (*free_arg)(void *))
+{
+    char *text = dlock__sprintf("%s %s", what, target);
+    dlock__cleanup_add(zb->c, text ? text : target, fn, arg, free_arg);
+    free(text);
+}
+
 /* ---------------------------------------------------------------- orphans */
 
 struct zk_orphan {
@@ -72,9 +82,7 @@ void zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path
         return; /* the node goes with the session */
     }
     o->gen = s->gen;
-    char *what = dlock__sprintf("delete %s", path);
-    dlock__cleanup_add(zb->c, what ? what : path, orphan_delete, o, orphan_free);
-    free(what);
+    queue(zb, "delete", path, orphan_delete, o, orphan_free);
 }
 
 /* --------------------------------------------------------------- suspects */
@@ -147,9 +155,7 @@ void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *loc
     snprintf(q->guid, sizeof q->guid, "%s", guid);
     q->gen = s->gen;
     q->added = dlock__now_ms();
-    char *what = dlock__sprintf("sweep %s for %s", lockpath, guid);
-    dlock__cleanup_add(zb->c, what ? what : lockpath, suspect_sweep, q, suspect_free);
-    free(what);
+    queue(zb, "sweep for our guid", q->lockpath, suspect_sweep, q, suspect_free);
 }
 
 /* Delete our node PATH, retrying on disconnects up to the op timeout and

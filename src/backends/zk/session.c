@@ -118,18 +118,21 @@ void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 
 static const char *zk_state_name(int state)
 {
-    if (state == ZOO_CONNECTED_STATE)
-        return "connected";
-    if (state == ZOO_CONNECTING_STATE)
-        return "connecting";
-    if (state == ZOO_ASSOCIATING_STATE)
-        return "associating";
-    if (state == ZOO_EXPIRED_SESSION_STATE)
-        return "session expired";
-    if (state == ZOO_AUTH_FAILED_STATE)
-        return "authentication failed";
-    if (state == ZOO_READONLY_STATE)
-        return "read-only";
+    /* (the client library's states are variables, not constants) */
+    const struct {
+        int state;
+        const char *name;
+    } names[] = {
+        {ZOO_CONNECTED_STATE, "connected"},
+        {ZOO_CONNECTING_STATE, "connecting"},
+        {ZOO_ASSOCIATING_STATE, "associating"},
+        {ZOO_EXPIRED_SESSION_STATE, "session expired"},
+        {ZOO_AUTH_FAILED_STATE, "authentication failed"},
+        {ZOO_READONLY_STATE, "read-only"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].state == state)
+            return names[i].name;
     return "not connected";
 }
 
@@ -558,25 +561,18 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
     for (size_t i = 0; i < n; i++) {
         struct dlock__hold *h = holds[i];
         struct zk_hold *zh = h->bdata;
-        if (!zh || !s || s->gen != zh->gen || !usable) {
-            dlock__renew_result(b, i, dlock__err(DLOCK_ELOST,
-                                                 "%s: lock '%s': the ZooKeeper session holding "
-                                                 "it expired",
-                                                 zb->servers, h->name));
-            continue;
-        }
-        if (!connected) {
-            dlock__renew_result(b, i, dlock__err(DLOCK_ECONN,
-                                                 "%s: lock '%s': disconnected, hold in "
-                                                 "jeopardy until the session timeout",
-                                                 zb->servers, h->name));
-            continue;
-        }
-        if (!deadline) {
-            dlock__renew_result(b, i, dlock__err(DLOCK_ETIMEDOUT,
-                                                 "%s: lock '%s': no time left to check it "
-                                                 "before its validity deadline",
-                                                 zb->servers, h->name));
+        /* a hold that cannot be checked now, and why */
+        int skip = !zh || !s || s->gen != zh->gen || !usable ? DLOCK_ELOST
+                   : !connected                              ? DLOCK_ECONN
+                   : !deadline                               ? DLOCK_ETIMEDOUT
+                                                             : DLOCK_OK;
+        if (skip) {
+            const char *why = skip == DLOCK_ELOST ? "the ZooKeeper session holding it expired"
+                              : skip == DLOCK_ECONN
+                                  ? "disconnected, hold in jeopardy until the session timeout"
+                                  : "no time left to check it before its validity deadline";
+            dlock__renew_result(b, i, dlock__err(skip, "%s: lock '%s': %s", zb->servers, h->name,
+                                                 why));
             continue;
         }
         struct zk_call *k = zk_call_new(s->zh);

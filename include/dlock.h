@@ -269,7 +269,7 @@ typedef enum dlock_mode {
  * need no second constructor.
  * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, an empty or too long name, an
  * unknown mode, a reserved flag); DLOCK_ENOTSUP (DLOCK_SHARED: only the
- * file backend has it today; DLOCK_LOCK_FAIR on file or redis);
+ * file and etcd backends have it today; DLOCK_LOCK_FAIR on file or redis);
  * DLOCK_EMISUSE (the client is not connected, closed, or the parent's);
  * DLOCK_ENOMEM. On failure *OUT is NULL.
  * Threads: any. Without DLOCK_LOCK_HANDLE_OWNED the handle may be used
@@ -325,7 +325,8 @@ DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned 
  * Threads: any; a thread-owned hold belongs to the calling thread.
  * Backends: on etcd and zk the server sees one owner per client, so the
  * client's threads (and handle-owned handles) on one name queue locally,
- * first come first served, and one at a time goes to the server; redis
+ * first come first served, and one at a time goes to the server (shared
+ * acquires on etcd side by side, none past a waiting writer); redis
  * waiters wake on Redisson's channel (one per client per release), file
  * waiters on inotify, in no fixed order; etcd and zk serve waiters across
  * clients in arrival order (the key's create revision, the node's

@@ -211,6 +211,8 @@ size_t dlock__waitset_wake_key(struct dlock__waitset *ws, const char *key);
 bool dlock__waitset_consume(struct dlock__waitset *ws, struct dlock__wait *w);
 /* Waits in the set. */
 size_t dlock__waitset_count(struct dlock__waitset *ws);
+/* The longest-waiting wait in the set; NULL when empty. */
+struct dlock__wait *dlock__waitset_first(struct dlock__waitset *ws);
 
 /* ---------------------------------------------------------- cleanup queue */
 

@@ -12,8 +12,11 @@ struct dlock__entry {
     char *name;
     unsigned refs;            /* handles + acquires in flight */
     struct dlock__hold *holds;
-    bool busy;                /* CLIENT_OWNER: a thread holds or is acquiring */
-    struct dlock__waitset local; /* CLIENT_OWNER: threads waiting for busy */
+    bool busy;                /* CLIENT_OWNER: a thread holds or is acquiring,
+                                 exclusive */
+    unsigned readers;         /* CLIENT_OWNER: threads holding or acquiring
+                                 shared (each with its own key or node) */
+    struct dlock__waitset local; /* CLIENT_OWNER: threads waiting their turn */
     struct dlock__entry *next; /* hash chain */
 };
 

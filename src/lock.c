@@ -58,7 +58,7 @@ static struct dlock__entry *entry_get(dlock_client *c, const char *name)
 /* Drop a reference; free the entry once nothing uses it (mutex held). */
 static void entry_put(dlock_client *c, struct dlock__entry *e)
 {
-    if (--e->refs || e->holds || e->busy)
+    if (--e->refs || e->holds || e->busy || e->readers)
         return;
     struct dlock__entry **p = &c->buckets[dlock__hash(e->name) % DLOCK__BUCKETS];
     while (*p != e)
@@ -249,38 +249,68 @@ int dlock_lock_cancel(dlock_lock *l)
     return DLOCK_OK;
 }
 
-/* The name's local holder is done with it: hand it to the longest waiting
- * thread, or mark it free when none waits (mutex held). */
-static void local_dequeue(struct dlock__entry *e)
+/* CLIENT_OWNER: may a thread claim E's name in SHARED (or exclusive)
+ * mode now? Readers of one client go to the server side by side, each
+ * with its own key or node; a writer goes alone (mutex held). */
+static bool local_free(const struct dlock__entry *e, bool shared)
 {
-    if (!dlock__waitset_wake_one(&e->local))
-        e->busy = false;
+    return !e->busy && (shared || !e->readers);
 }
 
-/* CLIENT_OWNER backends: wait in arrival order until no other thread of
- * this client holds or is acquiring the name, then claim it (mutex held
- * on entry and exit). A release hands the name to the longest waiting
- * thread (local_dequeue): e->busy stays set and that thread alone is
- * woken; one that leaves instead (timeout, cancel) passes the hand-over
- * on. Newcomers queue behind waiters, so nobody overtakes them. */
-static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wait *w)
+static void local_claim(struct dlock__entry *e, bool shared)
 {
-    if (!e->busy && !dlock__waitset_count(&e->local)) {
+    if (shared)
+        e->readers++;
+    else
         e->busy = true;
+}
+
+/* A thread of the name's local holders is done with it (held or gave up
+ * acquiring): wake the longest waiting thread to see whether its turn
+ * came (mutex held). */
+static void local_dequeue(struct dlock__entry *e, bool shared)
+{
+    if (shared)
+        e->readers--;
+    else
+        e->busy = false;
+    dlock__waitset_wake_one(&e->local);
+}
+
+/* CLIENT_OWNER backends: wait in arrival order until the name is free for
+ * this thread's mode (no other thread of this client holds or is
+ * acquiring it; for a reader, no writer), then claim it (mutex held on
+ * entry and exit). Only the longest waiting thread claims, so nobody
+ * overtakes: a reader behind a waiting writer waits too. A release wakes
+ * the first waiter (local_dequeue); a reader that claims wakes the next,
+ * which may be a reader too; one that leaves (timeout, cancel) wakes the
+ * next if it was first or had been woken, so a turn is never lost. */
+static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wait *w,
+                       bool shared)
+{
+    if (local_free(e, shared) && !dlock__waitset_count(&e->local)) {
+        local_claim(e, shared);
         return DLOCK_OK;
     }
     int rc = dlock__waitset_add(&e->local, w);
     while (!rc) {
         unsigned seq = dlock__wait_seq(w);
-        if (dlock__waitset_consume(&e->local, w)) {
+        dlock__waitset_consume(&e->local, w);
+        if (local_free(e, shared) && dlock__waitset_first(&e->local) == w) {
             dlock__waitset_remove(&e->local, w);
-            return DLOCK_OK; /* handed over: e->busy is ours */
+            local_claim(e, shared);
+            if (shared)
+                dlock__waitset_wake_one(&e->local); /* another reader may join */
+            return DLOCK_OK;
         }
         pthread_mutex_unlock(&c->mu);
         rc = dlock__wait_sleep(w, seq, DLOCK__NEVER);
         pthread_mutex_lock(&c->mu);
-        if (rc && dlock__waitset_remove(&e->local, w))
-            local_dequeue(e); /* we were handed it as we left: pass it on */
+        if (rc) {
+            bool first = dlock__waitset_first(&e->local) == w;
+            if (dlock__waitset_remove(&e->local, w) || first)
+                dlock__waitset_wake_one(&e->local); /* the next one's turn, maybe */
+        }
     }
     return rc;
 }
@@ -408,7 +438,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         l->acquiring = true;
     bool claimed = false;
     if (client_owner)
-        claimed = (rc = local_queue(c, e, &w)) == DLOCK_OK;
+        claimed = (rc = local_queue(c, e, &w, l->mode == DLOCK_SHARED)) == DLOCK_OK;
     int64_t lease = l->lease_ms ? l->lease_ms : c->opts.lease_ms;
     bool fixed = l->fixed_lease;
     pthread_mutex_unlock(&c->mu);
@@ -468,7 +498,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         h = NULL;
     }
     if (rc && claimed)
-        local_dequeue(e);
+        local_dequeue(e, l->mode == DLOCK_SHARED);
     if (l->owner) {
         l->acquiring = false;
         dlock__waitset_wake_all(&l->turn);
@@ -519,7 +549,7 @@ static int hold_end(dlock_client *c, struct dlock__hold *h)
         dlock__waitset_wake_all(&owner->turn);
     }
     if (c->be->caps & DLOCK__CAP_CLIENT_OWNER)
-        local_dequeue(e);
+        local_dequeue(e, h->mode == DLOCK_SHARED);
     hold_free(h);
     entry_put(c, e);
     return rc;

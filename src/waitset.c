@@ -142,3 +142,11 @@ size_t dlock__waitset_wake_key(struct dlock__waitset *ws, const char *key)
 {
     return key ? wake_matching(ws, key) : 0;
 }
+
+struct dlock__wait *dlock__waitset_first(struct dlock__waitset *ws)
+{
+    pthread_mutex_lock(&ws->mu);
+    struct dlock__wait *w = ws->n ? ws->v[0].w : NULL;
+    pthread_mutex_unlock(&ws->mu);
+    return w;
+}

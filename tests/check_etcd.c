@@ -500,6 +500,198 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
 }
 END_TEST
 
+/* ========================================================= read-write */
+
+/* A lease of N seconds granted with etcdctl: its ID in hex (caller frees). */
+static char *ctl_lease(int seconds)
+{
+    char ttl[16], *out = NULL;
+    snprintf(ttl, sizeof ttl, "%d", seconds);
+    ck_assert_int_eq(etcdf_ctl(&F, &out, NULL, "lease", "grant", ttl, NULL), 0);
+    char hex[32] = "";
+    ck_assert_msg(out && sscanf(out, "lease %31s granted", hex) == 1, "lease grant: %s", out);
+    free(out);
+    return tu_fmt("%s", hex);
+}
+
+/* The value of KEY as etcdctl prints it (caller frees; "" when absent). */
+static char *ctl_value(const char *key)
+{
+    char *out = NULL;
+    ck_assert_int_eq(etcdf_ctl(&F, &out, NULL, "get", key, "--print-value-only", NULL), 0);
+    out[strcspn(out, "\n")] = 0;
+    return out;
+}
+
+/* The layout, played with etcdctl: a shared hold is the key
+ * NAME/<lease hex>-<owner hex> with a "dlock shared " value; `etcdctl
+ * lock` (Go's Mutex: a writer) waits for a dlock reader, a dlock reader
+ * waits for the writer queued before it, a reader played by hand (a key
+ * of that shape) shares with dlock's readers and keeps dlock's writer
+ * out. */
+START_TEST(test_rw_layout_against_etcdctl)
+{
+    REQUIRE_SERVERS();
+    char *dir = tu_tmpdir("etcd-rw1");
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *ra = tu_lock_mode(a, "rw1", DLOCK_SHARED, 0);
+    dlock_lock *rb = tu_lock_mode(b, "rw1", DLOCK_SHARED, 0), *wb = tu_lock(b, "rw1");
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    char *keys = ctl_keys("rw1/");
+    ck_assert_int_eq(count_lines(keys), 1);
+    keys[strcspn(keys, "\n")] = 0;
+    const char *tail = keys + strlen("rw1/"), *dash = strchr(tail, '-');
+    ck_assert_msg(dash && dash > tail && strspn(tail, "0123456789abcdef") == (size_t)(dash - tail) &&
+                      dash[1] && strspn(dash + 1, "0123456789abcdef") == strlen(dash + 1),
+                  "reader key %s", keys);
+    char *value = ctl_value(keys);
+    ck_assert_msg(strncmp(value, "dlock shared ", 13) == 0, "reader value '%s'", value);
+    ck_assert_uint_eq(tu_token(ra), ctl_create_rev(keys));
+    free(value);
+    free(keys);
+
+    /* etcdctl lock, a writer, queues behind the dlock reader... */
+    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir);
+    char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
+    pid_t ctl = etcdctl_lock("rw1", shell, NULL);
+    ck_assert_msg(wait_waiter_count(a, "rw1", 1), "etcdctl lock never queued");
+    /* ...and a reader played by hand behind it */
+    char *lease = ctl_lease(60), *played = tu_fmt("rw1/%s-1", lease), *opt = tu_fmt("--lease=%s", lease);
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", opt, played, "dlock shared played@test",
+                               NULL),
+                     0);
+    /* A dlock reader after the queued writer waits for it: no reader gets
+     * past a waiting writer. */
+    ck_assert_int_eq(dlock_acquire(rb, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_acquire(wb, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(b, "rw1", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_mode(info), DLOCK_SHARED);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 1);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 2);
+    dlock_info_free(info);
+    ck_assert_msg(access(held, F_OK) != 0, "etcdctl lock got in beside a dlock reader");
+
+    /* The reader leaves: the writer gets it, no reader joins it. */
+    ck_assert_int_eq(dlock_release(ra), DLOCK_OK);
+    ck_assert_msg(tu_wait_file(held, 20000), "etcdctl lock never got the lock");
+    ck_assert_int_eq(dlock_acquire(rb, DLOCK_TRY), DLOCK_EBUSY);
+    tu_write_marker(go, "1");
+    ck_assert_int_eq(tu_wait_exit(ctl), 0);
+
+    /* The played reader holds now: a dlock reader shares, a writer waits. */
+    TU_ACQUIRE_OK(rb, 20000);
+    ck_assert_uint_gt(tu_token(rb), ctl_create_rev(played));
+    dlock_lock *wa = tu_lock(a, "rw1");
+    ck_assert_int_eq(dlock_acquire(wa, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_inspect(a, "rw1", &info), DLOCK_OK);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 2);
+    dlock_info_free(info);
+    ck_assert_int_eq(dlock_release(rb), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(wa, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "lease", "revoke", lease, NULL), 0);
+    TU_ACQUIRE_OK(wa, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(wa), DLOCK_OK);
+    dlock_lock_free(wa);
+    dlock_lock_free(wb);
+    dlock_lock_free(rb);
+    dlock_lock_free(ra);
+    dlock_client_close(b);
+    dlock_client_close(a);
+    free(opt);
+    free(played);
+    free(lease);
+    free(shell);
+    free(go);
+    free(held);
+    free(url);
+    tu_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+/* No writer starvation: while readers hold, a waiting writer keeps every
+ * later reader out -- of other clients and of its own client -- and gets
+ * the lock when the readers that came before it leave. */
+START_TEST(test_rw_writer_not_starved)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = tu_open(url), *b = tu_open(url), *c = tu_open(url), *d = tu_open(url);
+    dlock_lock *ra = tu_lock_mode(a, "rw2", DLOCK_SHARED, 0);
+    dlock_lock *rc1 = tu_lock_mode(c, "rw2", DLOCK_SHARED, 0);
+    dlock_lock *wb = tu_lock(b, "rw2"), *rb = tu_lock_mode(b, "rw2", DLOCK_SHARED, 0);
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    TU_ACQUIRE_OK(rc1, DLOCK_TRY); /* readers share */
+    struct waiter_arg w = {wb, 30000, -99, 0, 0};
+    pthread_t tw;
+    pthread_create(&tw, NULL, waiter_main, &w);
+    ck_assert_msg(wait_waiter_count(a, "rw2", 1), "the writer never queued");
+    /* A stream of readers: none gets past the waiting writer. */
+    for (int i = 0; i < 10; i++) {
+        ck_assert_int_eq(dlock_acquire(rb, DLOCK_TRY), DLOCK_EBUSY); /* its own client */
+        dlock_lock *r = tu_lock_mode(d, "rw2", DLOCK_SHARED, 0);
+        ck_assert_int_eq(dlock_acquire(r, DLOCK_TRY), DLOCK_EBUSY); /* another client */
+        dlock_lock_free(r);
+    }
+    /* A reader that waits is served after the writer. */
+    struct waiter_arg r2 = {rb, 30000, -99, 0, 0};
+    pthread_t tr;
+    pthread_create(&tr, NULL, waiter_main, &r2);
+    ck_assert_int_eq(dlock_release(ra), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(rc1), DLOCK_OK);
+    pthread_join(tw, NULL);
+    ck_assert_msg(w.rc == DLOCK_OK, "writer: %s", dlock_err_name(w.rc));
+    pthread_join(tr, NULL);
+    ck_assert_msg(r2.rc == DLOCK_OK, "reader: %s", dlock_err_name(r2.rc));
+    ck_assert_uint_gt(r2.token, w.token);
+    dlock_lock_free(rb);
+    dlock_lock_free(wb);
+    dlock_lock_free(rc1);
+    dlock_lock_free(ra);
+    dlock_client_close(d);
+    dlock_client_close(c);
+    dlock_client_close(b);
+    dlock_client_close(a);
+    free(url);
+}
+END_TEST
+
+/* `dlock run -s`: two shared runs at once, an exclusive one kept out. */
+START_TEST(test_rw_cli_run_shared)
+{
+    REQUIRE_SERVERS();
+    char *dir = tu_tmpdir("etcd-rw3");
+    char *url = etcdf_url(&F, NULL, NULL);
+    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir);
+    char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
+    const char *first[] = {tu_dlock_bin(), "-u", url, "run", "-s", "rw3", "sh", "-c", shell, NULL};
+    pid_t p = tu_spawn(first, NULL);
+    ck_assert_msg(tu_wait_file(held, 20000), "the first shared run never held");
+    char *out = NULL;
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "run", "-s", "-n", "rw3", "sh", "-c",
+                              "echo $DLOCK_TOKEN"),
+                     0);
+    ck_assert_uint_gt(strtoull(out, NULL, 10), 0);
+    free(out);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "status", "rw3"), 0);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "status", "rw3"), 0);
+    ck_assert_msg(strstr(out, "shared"), "status: %s", out);
+    free(out);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "run", "-n", "rw3", "true"), 1);
+    tu_write_marker(go, "1");
+    ck_assert_int_eq(tu_wait_exit(p), 0);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "run", "-n", "rw3", "true"), 0);
+    free(shell);
+    free(go);
+    free(held);
+    free(url);
+    tu_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
 /* ======================================================== names, list */
 
 START_TEST(test_prefix_list_and_names)
@@ -1964,6 +2156,9 @@ static Suite *etcd_suite(void)
         {"bad_urls", test_bad_urls, 90},
         {"cli_run_status_and_lost", test_cli_run_status_and_lost, 90},
         {"cli_run_against_etcdctl_lock", test_cli_run_against_etcdctl_lock, 90},
+        {"rw_layout_against_etcdctl", test_rw_layout_against_etcdctl, 90},
+        {"rw_writer_not_starved", test_rw_writer_not_starved, 90},
+        {"rw_cli_run_shared", test_rw_cli_run_shared, 90},
     };
     add_case(s, "single", setup_single, single_tests, TU_COUNT(single_tests));
     const struct tu_test auth_tests[] = {

@@ -260,7 +260,8 @@ static long etcd_waiters(const struct ct_fixture *f, dlock_client *c, const char
 static struct ct_fixture fx_etcd = {
     .name = "etcd",
     .scheme = "etcd",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_FAIR,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_FAIR |
+            CT_SHARED,
     .start = etcd_start,
     .stop = etcd_stop,
     .url = etcd_url,

@@ -9,6 +9,7 @@
  *            JSON request builders
  *   mutex.c  the lock recipe (Go's concurrency.Mutex) and the backend
  *            table
+ *   rwmutex.c  shared holds beside it: their keys, values and downgrade
  *   inspect.c  status, force-release and list
  *
  * docs/protocol-etcd.md tells the whole story.
@@ -198,6 +199,7 @@ struct etcd_watch {
     size_t len, cap;
     struct dlock__wait *w;
     bool added, done, created, fired, stopped;
+    bool to_shared; /* a put that makes the key shared fires it too */
     struct etcd_watch *next;
 };
 
@@ -230,6 +232,10 @@ struct etcd_watch;
  * the caller should look again. */
 int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
                      struct dlock__wait *w, struct etcd_watch **out);
+/* The same; with TO_SHARED, a put that makes KEY a shared hold's key (its
+ * value starts with ETCD_SHARED_MARK: a downgrade) fires it too. */
+int etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
+                         struct dlock__wait *w, struct etcd_watch **out);
 bool etcd_watch_fired(struct etcd_watch *wt);
 /* Confirmed by etcd and not fired. */
 bool etcd_watch_live(struct etcd_watch *wt);
@@ -266,6 +272,8 @@ struct etcd_backend {
     char *prefix;       /* put before every lock name ("" by default) */
     const char *label;  /* "etcd 127.0.0.1:2379" (owned by k) */
     char ident[128];    /* value of our keys: "dlock <pid>@<host>" */
+    char shared_ident[140]; /* of our shared holds' keys: ETCD_SHARED_MARK
+                               "<pid>@<host>" */
 
     bool granting;            /* (mu) a thread is granting / freshening the
                                  session lease; the others wait, cancelably */
@@ -340,12 +348,18 @@ int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
 /* ============================================================= queue.c */
 
 /* KV (a range reply's kv) is a contender of the lock whose keys start with
- * PFX ("<prefix>NAME/"): the key PFX<hex>, with a lease. */
+ * PFX ("<prefix>NAME/"): the key PFX<hex> (exclusive, or downgraded) or
+ * PFX<hex>-<hex> (shared), with a lease. */
 bool etcd_is_contender(const char *pfx, const json_t *kv);
+/* KV's value (absent from a keys-only range) marks a shared hold. */
+bool etcd_is_shared(const json_t *kv);
 /* The range op "a page of keys under PFX in create order" (keys only),
  * ascending from after BOUND_REV or descending from before it (0: from
  * the start / the end). */
 json_t *etcd_queue_range(const char *pfx, bool ascending, int64_t bound_rev);
+/* The same; with WRITERS (a reader looking for the writers it waits for)
+ * the page carries values, which tell shared keys apart. */
+json_t *etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev, bool writers);
 /* The range response K of a txn reply. */
 json_t *etcd_txn_range(json_t *reply, size_t k);
 /* The first contender in the order of RESP (a page made by
@@ -355,6 +369,11 @@ json_t *etcd_txn_range(json_t *reply, size_t k);
 int etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
                     int64_t bound_rev, json_t **out, const char *what,
                     const struct etcd_limits *lim);
+/* The same; with WRITERS, the first contender that is not shared (RESP
+ * made by etcd_queue_range_for with WRITERS). */
+int etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
+                        int64_t bound_rev, bool writers, json_t **out, const char *what,
+                        const struct etcd_limits *lim);
 /* The lock name of contender KV under the client's prefix (caller frees);
  * NULL for any other key. */
 char *etcd_contender_name(struct etcd_backend *s, const json_t *kv);
@@ -377,6 +396,20 @@ int etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wa
 
 /* "<prefix>NAME/": where lock NAME's keys live (caller frees). */
 char *etcd_lock_prefix(struct etcd_backend *s, const char *name);
+
+/* ========================================================== rwmutex.c */
+
+/* The value of a shared hold's key starts with this. */
+#define ETCD_SHARED_MARK "dlock shared "
+
+/* The key hold H puts under PFX on lease LEASE (caller frees):
+ * "PFX<lease hex>" exclusive (Go's Mutex), "PFX<lease hex>-<owner hex>"
+ * shared (one per thread or handle of the client). */
+char *etcd_hold_key(const char *pfx, int64_t lease, const struct dlock__hold *h);
+/* The value of H's key: s->ident, or s->shared_ident for a shared hold. */
+const char *etcd_hold_value(struct etcd_backend *s, const struct dlock__hold *h);
+/* The backend's downgrade(): exclusive hold H becomes shared in place. */
+int etcd_downgrade(void *state, struct dlock__hold *h);
 
 /* ========================================================== inspect.c */
 

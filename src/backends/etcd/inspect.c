@@ -5,6 +5,7 @@
  */
 #include "etcd.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,8 @@ int etcd_inspect(void *state, const char *name, struct dlock_info *info)
     size_t i;
     json_t *kv;
     int64_t holder_lease = 0;
+    bool holding = true; /* the contenders so far hold: the first, and the
+                            shared ones right behind a shared first */
     json_array_foreach(kvs, i, kv)
     {
         if (rc)
@@ -50,12 +53,16 @@ int etcd_inspect(void *state, const char *name, struct dlock_info *info)
             rc = etcd_nomem(s);
         } else if (!info->held) {
             info->held = 1;
+            info->mode = etcd_is_shared(kv) ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
             info->token = (uint64_t)etcd_int(kv, "create_revision");
             holder_lease = etcd_int(kv, "lease");
             rc = dlock__info_set_key(info, key);
             if (!rc)
                 rc = dlock__info_add_holder(info, text, 1);
+        } else if (holding && info->mode == DLOCK_SHARED && etcd_is_shared(kv)) {
+            rc = dlock__info_add_holder(info, text, 1); /* another reader */
         } else {
+            holding = false;
             rc = dlock__info_add_waiter(info, text);
         }
         free(text);
@@ -80,6 +87,27 @@ int etcd_inspect(void *state, const char *name, struct dlock_info *info)
     return rc;
 }
 
+/* Delete contender KV (a key of a range reply), only if it is still the
+ * one that reply saw (not a newer owner that came meanwhile). */
+static int force_delete(struct etcd_backend *s, json_t *kv, const char *what)
+{
+    const char *kb = json_string_value(json_object_get(kv, "key"));
+    char *rev = etcd_i64s(etcd_int(kv, "create_revision"));
+    char *key = etcd_kv_key(kv);
+    json_t *del = kb && rev && key
+                      ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "result",
+                                  "EQUAL", "target", "CREATE", "key", kb, "create_revision", rev,
+                                  "success", "request_delete_range", etcd_range(key, false))
+                      : NULL;
+    json_t *dreply = NULL;
+    int rc = del ? etcd_call(s->k, "/v3/kv/txn", del, &dreply, what, NULL) : etcd_nomem(s);
+    json_decref(del);
+    json_decref(dreply);
+    free(rev);
+    free(key);
+    return rc;
+}
+
 int etcd_force_release(void *state, const char *name)
 {
     struct etcd_backend *s = state;
@@ -88,28 +116,34 @@ int etcd_force_release(void *state, const char *name)
         return etcd_nomem(s);
     char what[1200];
     snprintf(what, sizeof what, "force-release '%s' (keys %s*)", name, pfx);
-    json_t *owner = NULL;
-    int rc = etcd_queue_find(s, pfx, NULL, true, 0, &owner, what, NULL);
-    free(pfx);
-    if (owner) {
-        /* Delete that very key (not a newer owner that came meanwhile). */
-        const char *kb = json_string_value(json_object_get(owner, "key"));
-        char *rev = etcd_i64s(etcd_int(owner, "create_revision"));
-        char *key = etcd_kv_key(owner);
-        json_t *del = kb && rev && key
-                          ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare",
-                                      "result", "EQUAL", "target", "CREATE", "key", kb,
-                                      "create_revision", rev, "success",
-                                      "request_delete_range", etcd_range(key, false))
-                          : NULL;
-        json_t *dreply = NULL;
-        rc = del ? etcd_call(s->k, "/v3/kv/txn", del, &dreply, what, NULL) : etcd_nomem(s);
-        json_decref(del);
-        json_decref(dreply);
-        free(rev);
-        free(key);
+    /* The holders: the first contender, and when it is shared, every
+     * shared one after it up to the first writer. */
+    json_t *holder = NULL;
+    int rc = etcd_queue_find_for(s, pfx, NULL, true, 0, true, &holder, what, NULL);
+    json_t *first = NULL;
+    if (!rc)
+        rc = etcd_queue_find(s, pfx, NULL, true, 0, &first, what, NULL);
+    if (!rc && first &&
+        (!holder || etcd_int(first, "create_revision") < etcd_int(holder, "create_revision"))) {
+        /* Readers hold (before the first writer, if any): each goes. */
+        int64_t from = 0, upto = holder ? etcd_int(holder, "create_revision") : INT64_MAX;
+        json_t *kv = NULL;
+        while (!rc) {
+            rc = etcd_queue_find(s, pfx, NULL, true, from, &kv, what, NULL);
+            if (rc || !kv || etcd_int(kv, "create_revision") >= upto)
+                break;
+            from = etcd_int(kv, "create_revision");
+            rc = force_delete(s, kv, what);
+            json_decref(kv);
+            kv = NULL;
+        }
+        json_decref(kv);
+    } else if (!rc && first) {
+        rc = force_delete(s, first, what); /* a writer holds */
     }
-    json_decref(owner);
+    json_decref(first);
+    json_decref(holder);
+    free(pfx);
     return rc;
 }
 

@@ -630,6 +630,7 @@ int etcd_open(struct dlock_client *c, void **state)
     char who[100];
     dlock__identity(who, sizeof who);
     snprintf(s->ident, sizeof s->ident, "dlock %s", who);
+    snprintf(s->shared_ident, sizeof s->shared_ident, ETCD_SHARED_MARK "%s", who);
     const char *password = c->opts.password;
     if (c->opts.user && !password)
         password = getenv("DLOCK_ETCD_PASSWORD");

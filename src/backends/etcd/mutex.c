@@ -19,8 +19,9 @@
  * hold with a fixed or a different lease gets a lease of its own.
  *
  * The core queues the threads of one client per name (CAP_CLIENT_OWNER),
- * so acquire() sees at most one thread per name: one key per lease and
- * name, as in Go. The transport (JSON gateway over libcurl, watch thread)
+ * so acquire() sees at most one exclusive thread per name: one key per
+ * lease and name, as in Go. Shared holds (rwmutex.c) are contenders of
+ * the same queue with a key per thread; they wait only for writers. The transport (JSON gateway over libcurl, watch thread)
  * lives in http.c, the session lease in lease.c, which keys are
  * contenders in queue.c, status/force/list in inspect.c.
  * docs/protocol-etcd.md tells the whole story.
@@ -43,14 +44,17 @@ char *etcd_lock_prefix(struct etcd_backend *s, const char *name)
 
 /* ---------------------------------------------------------------- acquire */
 
-/* Put our key KEY (under PFX, attached to LEASE) unless it exists, and
- * read the owner, in one transaction (Go's tryAcquire). */
-static int put_and_read_owner(struct etcd_backend *s, const char *name, const char *key,
-                              const char *pfx, int64_t lease, int64_t *my_rev,
+/* Put hold H's key KEY (under PFX, attached to LEASE) unless it exists,
+ * and read the oldest contender it waits for (*OWNER_REV; our own
+ * revision when none is older), in one transaction (Go's tryAcquire). */
+static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *h,
+                              const char *key, const char *pfx, int64_t lease, int64_t *my_rev,
                               int64_t *owner_rev, int *code, const struct etcd_limits *lim)
 {
+    const char *name = h->name, *value = etcd_hold_value(s, h);
+    bool shared = h->mode == DLOCK_SHARED; /* waits for writers only */
     char *kb = etcd_b64(key, strlen(key));
-    char *vb = etcd_b64(s->ident, strlen(s->ident));
+    char *vb = etcd_b64(value, strlen(value));
     char *ls = etcd_i64s(lease);
     json_t *req = NULL;
     if (kb && vb && ls)
@@ -59,9 +63,9 @@ static int put_and_read_owner(struct etcd_backend *s, const char *name, const ch
                         "compare", "result", "EQUAL", "target", "CREATE", "key", kb,
                         "create_revision", "0",
                         "success", "request_put", "key", kb, "value", vb, "lease", ls,
-                        "request_range", etcd_queue_range(pfx, true, 0),
+                        "request_range", etcd_queue_range_for(pfx, true, 0, shared),
                         "failure", "request_range", etcd_range(key, false),
-                        "request_range", etcd_queue_range(pfx, true, 0));
+                        "request_range", etcd_queue_range_for(pfx, true, 0, shared));
     free(kb);
     free(vb);
     free(ls);
@@ -77,8 +81,11 @@ static int put_and_read_owner(struct etcd_backend *s, const char *name, const ch
     bool created = json_is_true(json_object_get(reply, "succeeded"));
     *my_rev = created ? etcd_header_rev(reply) : etcd_int(etcd_txn_kv(reply, 0), "create_revision");
     json_t *owner = NULL;
-    rc = etcd_queue_find(s, pfx, etcd_txn_range(reply, 1), true, 0, &owner, what, lim);
+    rc = etcd_queue_find_for(s, pfx, etcd_txn_range(reply, 1), true, 0, shared, &owner, what,
+                             lim);
     *owner_rev = owner ? etcd_int(owner, "create_revision") : *my_rev;
+    if (*owner_rev > *my_rev)
+        *owner_rev = *my_rev; /* (a reader: the oldest writer came after us) */
     json_decref(owner);
     json_decref(reply);
     if (!rc && *my_rev <= 0)
@@ -86,20 +93,23 @@ static int put_and_read_owner(struct etcd_backend *s, const char *name, const ch
     return rc;
 }
 
-/* Look at the queue: does our KEY still exist, and which contender was
- * created just before ours (*PRED, caller frees; NULL = we own the lock)?
+/* Look at the queue: does hold H's KEY still exist, and which contender
+ * it waits for was created just before ours (*PRED, caller frees; NULL =
+ * we own the lock)?
  * *AT is the revision the answer is from. In the same transaction, when
  * no key under PFX is older than ours (the common case: no other key
  * there), the lock is ours and our key moves to HOLD_LEASE (*MOVED): the
  * hand-off costs no round trip more than the look. *CODE as etcd_call's. */
-static int look(struct etcd_backend *s, const char *name, const char *key, const char *pfx,
-                int64_t my_rev, int64_t hold_lease, bool *mine_exists, char **pred, bool *moved,
-                int64_t *at, int *code, const struct etcd_limits *lim)
+static int look(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
+                const char *pfx, int64_t my_rev, int64_t hold_lease, bool *mine_exists,
+                char **pred, bool *moved, int64_t *at, int *code, const struct etcd_limits *lim)
 {
     *pred = NULL;
     *moved = false;
+    const char *name = h->name, *value = etcd_hold_value(s, h);
+    bool shared = h->mode == DLOCK_SHARED;
     char *pb = etcd_b64(pfx, strlen(pfx)), *pe = etcd_prefix_end_b64(pfx);
-    char *kb = etcd_b64(key, strlen(key)), *vb = etcd_b64(s->ident, strlen(s->ident));
+    char *kb = etcd_b64(key, strlen(key)), *vb = etcd_b64(value, strlen(value));
     char *older = etcd_i64s(my_rev - 1), *mine = etcd_i64s(my_rev), *ls = etcd_i64s(hold_lease);
     json_t *req = NULL;
     if (pb && pe && kb && vb && older && mine && ls)
@@ -111,7 +121,7 @@ static int look(struct etcd_backend *s, const char *name, const char *key, const
                         mine,
                         "success", "request_put", "key", kb, "value", vb, "lease", ls,
                         "failure", "request_range", etcd_range(key, false), "request_range",
-                        etcd_queue_range(pfx, false, my_rev));
+                        etcd_queue_range_for(pfx, false, my_rev, shared));
     free(pb);
     free(pe);
     free(kb);
@@ -137,7 +147,8 @@ static int look(struct etcd_backend *s, const char *name, const char *key, const
     json_t *kv = etcd_txn_kv(reply, 0);
     *mine_exists = kv && etcd_int(kv, "create_revision") == my_rev;
     json_t *before = NULL;
-    rc = etcd_queue_find(s, pfx, etcd_txn_range(reply, 1), false, my_rev, &before, what, lim);
+    rc = etcd_queue_find_for(s, pfx, etcd_txn_range(reply, 1), false, my_rev, shared, &before,
+                             what, lim);
     if (before && !(*pred = etcd_kv_key(before)))
         rc = etcd_nomem(s);
     json_decref(before);
@@ -201,11 +212,12 @@ static void lease_dead(struct etcd_backend *s, const struct lease_ref *lr)
  * create revision, so the key keeps its place in the queue and its token.
  * RESTART when the key is gone; *CODE as etcd_call's (a lease that etcd
  * no longer knows is GRPC_NOT_FOUND). */
-static int move_key(struct etcd_backend *s, const char *name, const char *key, int64_t rev,
-                    int64_t lease, int *code, const struct etcd_limits *lim)
+static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
+                    int64_t rev, int64_t lease, int *code, const struct etcd_limits *lim)
 {
+    const char *name = h->name, *value = etcd_hold_value(s, h);
     char *kb = etcd_b64(key, strlen(key));
-    char *vb = etcd_b64(s->ident, strlen(s->ident));
+    char *vb = etcd_b64(value, strlen(value));
     char *ls = etcd_i64s(lease), *rs = etcd_i64s(rev);
     json_t *req = NULL;
     if (kb && vb && ls && rs)
@@ -241,7 +253,7 @@ static int move_key(struct etcd_backend *s, const char *name, const char *key, i
  * (ours; *MOVED when the look that said so moved our key to LR),
  * RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. MSG
  * keeps the failure of our last request, "" when it was answered. */
-static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wait *w,
+static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct dlock__wait *w,
                      const char *key, const char *pfx, int64_t my_rev, struct lease_ref *lr,
                      struct lease_ref *wl, bool *moved, char msg[DLOCK__MSG_MAX])
 {
@@ -257,7 +269,7 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
         char *pred = NULL;
         int64_t at = 0;
         int code = 0;
-        rc = look(s, name, key, pfx, my_rev, lr->id, &mine, &pred, moved, &at, &code, &lim);
+        rc = look(s, h, key, pfx, my_rev, lr->id, &mine, &pred, moved, &at, &code, &lim);
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
             /* "requested lease not found": the hold's lease expired */
             lease_dead(s, lr);
@@ -296,7 +308,8 @@ static int wait_turn(struct etcd_backend *s, const char *name, struct dlock__wai
                 free(watched);
                 watched = pred;
                 pred = NULL;
-                rc = etcd_watch_start(s->k, watched, 0, w, &wt);
+                /* (a reader also wakes when that writer downgrades) */
+                rc = etcd_watch_start_for(s->k, watched, 0, h->mode == DLOCK_SHARED, w, &wt);
             }
         } else if (etcd_transient(rc) && !dlock__wait_try_once(w)) {
             /* Outage or election: try again shortly, within our wait. */
@@ -366,7 +379,7 @@ restart:
         free(pfx);
         return timed_out(w, rc);
     }
-    key = dlock__sprintf("%s%llx", pfx, (unsigned long long)lr.id);
+    key = etcd_hold_key(pfx, lr.id, h);
     if (!key) {
         free(pfx);
         return etcd_nomem(s);
@@ -385,7 +398,7 @@ restart:
     }
     int64_t my_rev = 0, owner_rev = 0;
     int code = 0;
-    rc = put_and_read_owner(s, h->name, key, pfx, lr.id, &my_rev, &owner_rev, &code, &lim);
+    rc = put_and_read_owner(s, h, key, pfx, lr.id, &my_rev, &owner_rev, &code, &lim);
     if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND && restarts++ < 3) {
         /* "requested lease not found": it expired under us. */
         if (!own)
@@ -422,7 +435,7 @@ restart:
         msg[0] = 0;
         rc = etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
         if (!rc) {
-            rc = move_key(s, h->name, key, my_rev, wl.id, &code, &lim);
+            rc = move_key(s, h, key, my_rev, wl.id, &code, &lim);
             moved = rc == DLOCK_OK;
             if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
                 etcd_waiter_lease_dead(s, wl.id); /* expired just now */
@@ -430,7 +443,7 @@ restart:
             }
         }
         if (!rc)
-            rc = wait_turn(s, h->name, w, key, pfx, my_rev, &lr, &wl, &moved_back, msg);
+            rc = wait_turn(s, h, w, key, pfx, my_rev, &lr, &wl, &moved_back, msg);
         if (rc == RESTART) {
             if (moved) /* (a key on the waiters' lease outlives a lost hold lease) */
                 etcd_delete_key(s, key, dlock__wait_deadline(w), w);
@@ -461,7 +474,7 @@ restart:
     if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
         rc = etcd_lease_refresh(s, &lr, &lim);
     if (!rc && moved && !moved_back) {
-        rc = move_key(s, h->name, key, my_rev, lr.id, &code, &lim);
+        rc = move_key(s, h, key, my_rev, lr.id, &code, &lim);
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
             rc = DLOCK_ELOST;
     }
@@ -562,8 +575,9 @@ const struct dlock__backend dlock__backend_etcd = {
     .version = DLOCK__BACKEND_VERSION,
     .name = "etcd",
     .schemes = etcd_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE |
-            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_FIXED_LEASE,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
+            DLOCK__CAP_FORCE | DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER |
+            DLOCK__CAP_FIXED_LEASE,
     .default_port = ETCD_DEFAULT_PORT,
     .open = etcd_open,
     .close = etcd_close,

@@ -3,7 +3,9 @@
  *
  * The contenders of lock NAME are the keys "<prefix>NAME/<lease id in
  * hex>" attached to a lease: the shape Go's concurrency.Mutex and
- * `etcdctl lock` create, and ours. Everything else under "<prefix>NAME/"
+ * `etcdctl lock` create, and ours; and our shared holds' keys
+ * "<prefix>NAME/<lease hex>-<owner hex>" (rwmutex.c), told apart by their
+ * value, which only a reader's look reads. Everything else under "<prefix>NAME/"
  * is not a contender and is ignored by acquire, status, list and
  * force-release: the keys of a lock one level down ("NAME/sub/<hex>",
  * lock "NAME/sub"), an application's own keys ("app1/db", or a
@@ -83,6 +85,12 @@ bool etcd_transient(int rc)
 
 /* ----------------------------------------------------------------- queue */
 
+/* TEXT is 1 to 16 lowercase hex digits (N bytes of it). */
+static bool is_hex_id(const char *text, size_t n)
+{
+    return n >= 1 && n <= 16 && strspn(text, "0123456789abcdef") >= n;
+}
+
 bool etcd_is_contender(const char *pfx, const json_t *kv)
 {
     if (etcd_int(kv, "lease") == 0)
@@ -91,23 +99,41 @@ bool etcd_is_contender(const char *pfx, const json_t *kv)
     size_t plen = strlen(pfx);
     bool ok = false;
     if (key && strncmp(key, pfx, plen) == 0) {
-        const char *hex = key + plen;
-        size_t n = strlen(hex);
-        ok = n >= 1 && n <= 16 && strspn(hex, "0123456789abcdef") == n;
+        /* <lease hex>, or <lease hex>-<owner hex> (a shared hold) */
+        const char *hex = key + plen, *dash = strchr(hex, '-');
+        size_t n = dash ? (size_t)(dash - hex) : strlen(hex);
+        ok = is_hex_id(hex, n) && (!dash || is_hex_id(dash + 1, strlen(dash + 1)));
     }
     free(key);
     return ok;
 }
 
+bool etcd_is_shared(const json_t *kv)
+{
+    const char *vb = json_string_value(json_object_get(kv, "value"));
+    size_t len = 0;
+    char *value = vb ? etcd_unb64(vb, &len) : NULL;
+    bool shared = value && strncmp(value, ETCD_SHARED_MARK, strlen(ETCD_SHARED_MARK)) == 0;
+    free(value);
+    return shared;
+}
+
 json_t *etcd_queue_range(const char *pfx, bool ascending, int64_t bound_rev)
+{
+    return etcd_queue_range_for(pfx, ascending, bound_rev, false);
+}
+
+json_t *etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev, bool writers)
 {
     json_t *r = etcd_range(pfx, true);
     if (!r)
         return NULL;
     json_object_set_new(r, "sort_order", json_string(ascending ? "ASCEND" : "DESCEND"));
     json_object_set_new(r, "sort_target", json_string("CREATE"));
-    json_object_set_new(r, "limit", json_integer(QUEUE_PAGE));
-    json_object_set_new(r, "keys_only", json_true());
+    /* (a reader skips the readers beside it: larger pages, with values) */
+    json_object_set_new(r, "limit", json_integer(writers ? QUEUE_PAGE * 4 : QUEUE_PAGE));
+    if (!writers)
+        json_object_set_new(r, "keys_only", json_true());
     if (bound_rev > 0) {
         char *b = etcd_i64s(ascending ? bound_rev + 1 : bound_rev - 1);
         if (!b) {
@@ -128,9 +154,10 @@ json_t *etcd_txn_range(json_t *reply, size_t k)
 }
 
 /* The first contender of the range response RESP, in its order (a
- * borrowed reference, NULL when none); *LAST_REV gets the create revision
- * of its last kv, *MORE whether etcd has more. */
-static json_t *pick(const char *pfx, json_t *resp, int64_t *last_rev, bool *more)
+ * borrowed reference, NULL when none), the first not shared with WRITERS;
+ * *LAST_REV gets the create revision of its last kv, *MORE whether etcd
+ * has more. */
+static json_t *pick(const char *pfx, json_t *resp, bool writers, int64_t *last_rev, bool *more)
 {
     json_t *kvs = json_object_get(resp, "kvs");
     size_t i;
@@ -140,7 +167,7 @@ static json_t *pick(const char *pfx, json_t *resp, int64_t *last_rev, bool *more
     json_array_foreach(kvs, i, kv)
     {
         *last_rev = etcd_int(kv, "create_revision");
-        if (etcd_is_contender(pfx, kv))
+        if (etcd_is_contender(pfx, kv) && !(writers && etcd_is_shared(kv)))
             return kv;
     }
     return NULL;
@@ -150,13 +177,20 @@ int etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool 
                     int64_t bound_rev, json_t **out, const char *what,
                     const struct etcd_limits *lim)
 {
+    return etcd_queue_find_for(s, pfx, resp, ascending, bound_rev, false, out, what, lim);
+}
+
+int etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
+                        int64_t bound_rev, bool writers, json_t **out, const char *what,
+                        const struct etcd_limits *lim)
+{
     *out = NULL;
     json_t *reply = NULL;
     int rc = DLOCK_OK;
     for (;;) {
         int64_t last = 0;
         bool more = false;
-        json_t *kv = resp ? pick(pfx, resp, &last, &more) : NULL;
+        json_t *kv = resp ? pick(pfx, resp, writers, &last, &more) : NULL;
         if (kv) {
             *out = json_incref(kv);
             break;
@@ -165,7 +199,7 @@ int etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool 
             break;
         if (resp)
             bound_rev = last;
-        json_t *req = etcd_queue_range(pfx, ascending, bound_rev);
+        json_t *req = etcd_queue_range_for(pfx, ascending, bound_rev, writers);
         json_decref(reply);
         reply = NULL;
         rc = req ? etcd_call_lim(s->k, "/v3/kv/range", req, &reply, what, NULL, NULL, lim)
@@ -184,12 +218,12 @@ char *etcd_contender_name(struct etcd_backend *s, const json_t *kv)
     char *key = etcd_kv_key((json_t *)kv);
     size_t plen = strlen(s->prefix);
     char *name = NULL;
-    if (key && etcd_int(kv, "lease") != 0 && strncmp(key, s->prefix, plen) == 0) {
+    if (key && strncmp(key, s->prefix, plen) == 0) {
         const char *rest = key + plen, *slash = strrchr(rest, '/');
-        size_t hex = slash ? strlen(slash + 1) : 0;
-        if (slash && slash != rest && hex >= 1 && hex <= 16 &&
-            strspn(slash + 1, "0123456789abcdef") == hex)
+        char *pfx = slash && slash != rest ? strndup(key, (size_t)(slash + 1 - key)) : NULL;
+        if (pfx && etcd_is_contender(pfx, kv))
             name = strndup(rest, (size_t)(slash - rest));
+        free(pfx);
     }
     free(key);
     return name;

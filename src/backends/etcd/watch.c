@@ -2,7 +2,8 @@
  * (POST /v3/watch), one per waiting acquire, all driven by one thread per
  * client around a curl multi handle. The thread wakes the waiter
  * (dlock__wait_wake) when etcd confirms the watch, when the watched key is
- * deleted and when the stream ends; the waiter then looks again.
+ * deleted (or, for a reader's watch, made shared: a downgrade) and when the
+ * stream ends; the waiter then looks again.
  */
 #include "etcd.h"
 
@@ -44,9 +45,11 @@ static void watch_message(struct etcd_watch *wt, const char *text, size_t len)
         json_t *ev;
         json_array_foreach(events, i, ev)
         {
-            if (json_is_string(json_object_get(ev, "type")) &&
-                strcmp(json_string_value(json_object_get(ev, "type")), "DELETE") == 0)
+            const char *type = json_string_value(json_object_get(ev, "type"));
+            if (type && strcmp(type, "DELETE") == 0)
                 fire = true;
+            else if (wt->to_shared && etcd_is_shared(json_object_get(ev, "kv")))
+                fire = true; /* a PUT (etcd leaves the type out: 0) */
         }
     }
     json_decref(j);
@@ -159,13 +162,20 @@ static void *watch_thread(void *arg)
 int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
                      struct dlock__wait *w, struct etcd_watch **out)
 {
+    return etcd_watch_start_for(k, key, start_rev, false, w, out);
+}
+
+int etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
+                         struct dlock__wait *w, struct etcd_watch **out)
+{
     *out = NULL;
     struct etcd_watch *wt = calloc(1, sizeof *wt);
     char *kb = etcd_b64(key, strlen(key));
-    json_t *req = kb ? json_pack("{s:{s:s, s:[s]}}", "create_request", "key", kb, "filters",
-                                 "NOPUT")
-                     : NULL;
+    json_t *req = kb ? json_pack("{s:{s:s}}", "create_request", "key", kb) : NULL;
     free(kb);
+    if (req && !to_shared) /* deletions only */
+        json_object_set_new(json_object_get(req, "create_request"), "filters",
+                            json_pack("[s]", "NOPUT"));
     if (req && start_rev > 0) {
         char rev[32];
         snprintf(rev, sizeof rev, "%lld", (long long)start_rev);
@@ -181,6 +191,7 @@ int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
     json_decref(req);
     wt->k = k;
     wt->w = w;
+    wt->to_shared = to_shared;
     pthread_mutex_lock(&k->mu);
     size_t ep = k->cur;
     pthread_mutex_unlock(&k->mu);

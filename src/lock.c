@@ -589,6 +589,10 @@ static int hold_downgrade(dlock_client *c, dlock_lock *l, struct dlock__hold *h)
         h->mode = DLOCK_SHARED;
         h->count = h->shared_levels;
         h->shared_levels = 0;
+        if (c->be->caps & DLOCK__CAP_CLIENT_OWNER) {
+            local_dequeue(h->entry, false); /* the client's readers may join */
+            local_claim(h->entry, true);
+        }
     } else if (rc == DLOCK_ELOST) {
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);

@@ -502,6 +502,31 @@ END_TEST
 
 /* ========================================================= read-write */
 
+/* A holder's command and its two marker files, in a directory of its own:
+ * the command touches HELD once it runs (holding) and waits until the
+ * test writes GO. */
+struct gate {
+    char *dir, *held, *go, *shell;
+};
+
+static struct gate gate_open(const char *tag)
+{
+    struct gate g = {.dir = tu_tmpdir(tag)};
+    g.held = tu_fmt("%s/held", g.dir);
+    g.go = tu_fmt("%s/go", g.dir);
+    g.shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", g.held, g.go);
+    return g;
+}
+
+static void gate_close(struct gate *g)
+{
+    free(g->shell);
+    free(g->go);
+    free(g->held);
+    tu_rmrf(g->dir);
+    free(g->dir);
+}
+
 /* A lease of N seconds granted with etcdctl: its ID in hex (caller frees). */
 static char *ctl_lease(int seconds)
 {
@@ -532,7 +557,7 @@ static char *ctl_value(const char *key)
 START_TEST(test_rw_layout_against_etcdctl)
 {
     REQUIRE_SERVERS();
-    char *dir = tu_tmpdir("etcd-rw1");
+    struct gate g = gate_open("etcd-rw1");
     char *url = etcdf_url(&F, NULL, NULL);
     dlock_client *a = tu_open(url), *b = tu_open(url);
     dlock_lock *ra = tu_lock_mode(a, "rw1", DLOCK_SHARED, 0);
@@ -552,9 +577,7 @@ START_TEST(test_rw_layout_against_etcdctl)
     free(keys);
 
     /* etcdctl lock, a writer, queues behind the dlock reader... */
-    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir);
-    char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
-    pid_t ctl = etcdctl_lock("rw1", shell, NULL);
+    pid_t ctl = etcdctl_lock("rw1", g.shell, NULL);
     ck_assert_msg(wait_waiter_count(a, "rw1", 1), "etcdctl lock never queued");
     /* ...and a reader played by hand behind it */
     char *lease = ctl_lease(60), *played = tu_fmt("rw1/%s-1", lease), *opt = tu_fmt("--lease=%s", lease);
@@ -571,13 +594,13 @@ START_TEST(test_rw_layout_against_etcdctl)
     ck_assert_uint_eq(dlock_info_holder_count(info), 1);
     ck_assert_int_eq(dlock_info_waiter_count(info), 2);
     dlock_info_free(info);
-    ck_assert_msg(access(held, F_OK) != 0, "etcdctl lock got in beside a dlock reader");
+    ck_assert_msg(access(g.held, F_OK) != 0, "etcdctl lock got in beside a dlock reader");
 
     /* The reader leaves: the writer gets it, no reader joins it. */
     ck_assert_int_eq(dlock_release(ra), DLOCK_OK);
-    ck_assert_msg(tu_wait_file(held, 20000), "etcdctl lock never got the lock");
+    ck_assert_msg(tu_wait_file(g.held, 20000), "etcdctl lock never got the lock");
     ck_assert_int_eq(dlock_acquire(rb, DLOCK_TRY), DLOCK_EBUSY);
-    tu_write_marker(go, "1");
+    tu_write_marker(g.go, "1");
     ck_assert_int_eq(tu_wait_exit(ctl), 0);
 
     /* The played reader holds now: a dlock reader shares, a writer waits. */
@@ -602,12 +625,8 @@ START_TEST(test_rw_layout_against_etcdctl)
     free(opt);
     free(played);
     free(lease);
-    free(shell);
-    free(go);
-    free(held);
     free(url);
-    tu_rmrf(dir);
-    free(dir);
+    gate_close(&g);
 }
 END_TEST
 
@@ -658,37 +677,93 @@ START_TEST(test_rw_writer_not_starved)
 }
 END_TEST
 
+/* waiter_main whose thread id shows once it runs (tu_wait_thread_asleep). */
+struct seen_waiter {
+    struct waiter_arg a;
+    volatile long tid;
+};
+
+static void *seen_waiter_main(void *p)
+{
+    struct seen_waiter *s = p;
+    s->tid = (long)syscall(SYS_gettid);
+    return waiter_main(&s->a);
+}
+
+/* A downgrade turns the writer's own key shared in place (same key, same
+ * create revision: the token), and the readers waiting for it get in at
+ * once: one of another client, woken by the put on the key it watches,
+ * and another thread of the same client, queued locally behind the
+ * writer. */
+START_TEST(test_rw_downgrade_wakes_readers)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    struct pair p = pair_open(url, "rw4"); /* la: a's writer */
+    dlock_lock *ra = tu_lock_mode(p.a, "rw4", DLOCK_SHARED, 0);
+    dlock_lock *rb = tu_lock_mode(p.b, "rw4", DLOCK_SHARED, 0);
+    dlock_lock *ra2 = tu_lock_mode(p.a, "rw4", DLOCK_SHARED, 0);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    uint64_t token = tu_token(p.la);
+    char *keys = ctl_keys("rw4/");
+    keys[strcspn(keys, "\n")] = 0;
+    struct waiter_arg other = {rb, 30000, -99, 0, 0};
+    struct seen_waiter mine = {{ra2, 30000, -99, 0, 0}, 0};
+    pthread_t to, tm;
+    pthread_create(&to, NULL, waiter_main, &other);
+    ck_assert_msg(wait_waiter_count(p.a, "rw4", 1), "the other client's reader never queued");
+    pthread_create(&tm, NULL, seen_waiter_main, &mine); /* queues in client a */
+    ck_assert_msg(tu_wait_thread_asleep(&mine.tid, 20000), "the same client's reader never slept");
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);                   /* a read level of the writer */
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK); /* the downgrade */
+    pthread_join(to, NULL);
+    ck_assert_msg(other.rc == DLOCK_OK, "other client's reader: %s", dlock_err_name(other.rc));
+    pthread_join(tm, NULL);
+    ck_assert_msg(mine.a.rc == DLOCK_OK, "same client's reader: %s", dlock_err_name(mine.a.rc));
+    ck_assert_uint_eq(tu_token(ra), token);
+    ck_assert_uint_eq(ctl_create_rev(keys), token);
+    char *value = ctl_value(keys);
+    ck_assert_msg(strncmp(value, "dlock shared ", 13) == 0, "downgraded value '%s'", value);
+    free(value);
+    ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(ra), DLOCK_OK);
+    TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(p.lb), DLOCK_OK);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY); /* a's local claims all ended */
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
+    free(keys);
+    dlock_lock_free(ra2);
+    dlock_lock_free(rb);
+    dlock_lock_free(ra);
+    pair_close(&p);
+    free(url);
+}
+END_TEST
+
 /* `dlock run -s`: two shared runs at once, an exclusive one kept out. */
 START_TEST(test_rw_cli_run_shared)
 {
     REQUIRE_SERVERS();
-    char *dir = tu_tmpdir("etcd-rw3");
+    struct gate g = gate_open("etcd-rw3");
     char *url = etcdf_url(&F, NULL, NULL);
-    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir);
-    char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
-    const char *first[] = {tu_dlock_bin(), "-u", url, "run", "-s", "rw3", "sh", "-c", shell, NULL};
+    const char *first[] = {tu_dlock_bin(), "-u", url, "run", "-s", "rw3", "sh", "-c", g.shell, NULL};
     pid_t p = tu_spawn(first, NULL);
-    ck_assert_msg(tu_wait_file(held, 20000), "the first shared run never held");
+    ck_assert_msg(tu_wait_file(g.held, 20000), "the first shared run never held");
     char *out = NULL;
     ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "run", "-s", "-n", "rw3", "sh", "-c",
                               "echo $DLOCK_TOKEN"),
                      0);
     ck_assert_uint_gt(strtoull(out, NULL, 10), 0);
     free(out);
-    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "status", "rw3"), 0);
     ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "status", "rw3"), 0);
     ck_assert_msg(strstr(out, "shared"), "status: %s", out);
     free(out);
     ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "run", "-n", "rw3", "true"), 1);
-    tu_write_marker(go, "1");
+    tu_write_marker(g.go, "1");
     ck_assert_int_eq(tu_wait_exit(p), 0);
     ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "run", "-n", "rw3", "true"), 0);
-    free(shell);
-    free(go);
-    free(held);
     free(url);
-    tu_rmrf(dir);
-    free(dir);
+    gate_close(&g);
 }
 END_TEST
 
@@ -2159,6 +2234,7 @@ static Suite *etcd_suite(void)
         {"rw_layout_against_etcdctl", test_rw_layout_against_etcdctl, 90},
         {"rw_writer_not_starved", test_rw_writer_not_starved, 90},
         {"rw_cli_run_shared", test_rw_cli_run_shared, 90},
+        {"rw_downgrade_wakes_readers", test_rw_downgrade_wakes_readers, 90},
     };
     add_case(s, "single", setup_single, single_tests, TU_COUNT(single_tests));
     const struct tu_test auth_tests[] = {

@@ -396,6 +396,12 @@ int etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wa
 
 /* "<prefix>NAME/": where lock NAME's keys live (caller frees). */
 char *etcd_lock_prefix(struct etcd_backend *s, const char *name);
+/* Put KEY again, with VALUE on LEASE, if its create revision is still REV
+ * (a put keeps it: the key keeps its place and token). ETCD_KEY_GONE when
+ * it is not; WHAT and *CODE as etcd_call's. */
+#define ETCD_KEY_GONE 1
+int etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
+                   int64_t lease, const char *what, int *code, const struct etcd_limits *lim);
 
 /* ========================================================== rwmutex.c */
 

@@ -208,14 +208,9 @@ static void lease_dead(struct etcd_backend *s, const struct lease_ref *lr)
         etcd_session_lease_dead(s, lr->id);
 }
 
-/* Hang our KEY (create revision REV) on LEASE: a put keeps the key's
- * create revision, so the key keeps its place in the queue and its token.
- * RESTART when the key is gone; *CODE as etcd_call's (a lease that etcd
- * no longer knows is GRPC_NOT_FOUND). */
-static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
-                    int64_t rev, int64_t lease, int *code, const struct etcd_limits *lim)
+int etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
+                   int64_t lease, const char *what, int *code, const struct etcd_limits *lim)
 {
-    const char *name = h->name, *value = etcd_hold_value(s, h);
     char *kb = etcd_b64(key, strlen(key));
     char *vb = etcd_b64(value, strlen(value));
     char *ls = etcd_i64s(lease), *rs = etcd_i64s(rev);
@@ -231,15 +226,26 @@ static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const c
     if (!req)
         return etcd_nomem(s);
     json_t *reply = NULL;
-    char what[1200];
-    snprintf(what, sizeof what, "move '%s' (key %s) to lease %llx", name, key,
-             (unsigned long long)lease);
     int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
     json_decref(req);
     if (!rc && !json_is_true(json_object_get(reply, "succeeded")))
-        rc = RESTART;
+        rc = ETCD_KEY_GONE;
     json_decref(reply);
     return rc;
+}
+
+/* Hang hold H's KEY (create revision REV) on LEASE: a put keeps the key's
+ * create revision, so the key keeps its place in the queue and its token.
+ * RESTART when the key is gone; *CODE as etcd_call's (a lease that etcd
+ * no longer knows is GRPC_NOT_FOUND). */
+static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
+                    int64_t rev, int64_t lease, int *code, const struct etcd_limits *lim)
+{
+    char what[1200];
+    snprintf(what, sizeof what, "move '%s' (key %s) to lease %llx", h->name, key,
+             (unsigned long long)lease);
+    int rc = etcd_put_again(s, key, rev, etcd_hold_value(s, h), lease, what, code, lim);
+    return rc == ETCD_KEY_GONE ? RESTART : rc;
 }
 
 /* Sleep until our key (create revision MY_REV) is the oldest under PFX.
@@ -587,4 +593,5 @@ const struct dlock__backend dlock__backend_etcd = {
     .inspect = etcd_inspect,
     .force_release = etcd_force_release,
     .list = etcd_list,
+    .downgrade = etcd_downgrade,
 };

@@ -49,34 +49,18 @@ int etcd_downgrade(void *state, struct dlock__hold *h)
     if (!eh)
         return dlock__err(DLOCK_ELOST, "%s: lock '%s': nothing held to downgrade", s->label,
                           h->name);
-    /* Same key, same lease, shared value: a put keeps the create revision. */
-    char *kb = etcd_b64(eh->key, strlen(eh->key));
-    char *vb = etcd_b64(s->shared_ident, strlen(s->shared_ident));
-    char *ls = etcd_i64s(eh->lease), *rs = etcd_i64s(eh->rev);
-    json_t *req = NULL;
-    if (kb && vb && ls && rs)
-        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}]}", "compare",
-                        "result", "EQUAL", "target", "CREATE", "key", kb, "create_revision", rs,
-                        "success", "request_put", "key", kb, "value", vb, "lease", ls);
-    free(kb);
-    free(vb);
-    free(ls);
-    free(rs);
-    if (!req)
-        return etcd_nomem(s);
-    json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "downgrade '%s' (key %s) to shared", h->name, eh->key);
-    int rc = etcd_call(s->k, "/v3/kv/txn", req, &reply, what, NULL);
-    json_decref(req);
-    if (!rc && !json_is_true(json_object_get(reply, "succeeded")))
+    /* Same key, same lease, shared value: the create revision stays. */
+    int rc = etcd_put_again(s, eh->key, eh->rev, s->shared_ident, eh->lease, what, NULL, NULL);
+    if (rc == ETCD_KEY_GONE)
         rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) was gone before the "
                                      "downgrade (lease expired or force-released)",
                         s->label, h->name, eh->key, (long long)eh->rev);
     else if (rc && etcd_transient(rc))
         /* The put may have been applied: readers may be in already, so
          * the hold can no longer pass for exclusive. Give it up. */
-        rc = dlock__err(DLOCK_ELOST, "%s: the hold can no longer be trusted exclusive", dlock_errmsg());
-    json_decref(reply);
+        rc = dlock__err(DLOCK_ELOST, "%s: the hold can no longer be trusted exclusive",
+                        dlock_errmsg());
     return rc;
 }

@@ -10,6 +10,7 @@
 
 /* Exit codes (sysexits.h where one fits; see dlock(1)). */
 enum {
+    EXIT_FREE = 1,         /* status: NAME is not held (0: held) */
     EXIT_USAGE = 64,       /* EX_USAGE: bad command line */
     EXIT_DATAERR = 65,     /* EX_DATAERR: the name holds something that is not a lock */
     EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error */
@@ -70,6 +71,7 @@ void cli_job_signal(struct cli_job *j, int sig);
 void cli_job_end(struct cli_job *j);
 
 int cmd_run(const char *url, int argc, char **argv);
+int cmd_hold(const char *url, int argc, char **argv);
 int cmd_status(const char *url, int argc, char **argv);
 int cmd_release(const char *url, int argc, char **argv);
 int cmd_list(const char *url, int argc, char **argv);

@@ -21,9 +21,15 @@ static const struct {
      "dlock [-u URL] run [options] NAME -c 'SHELL COMMAND'",
      "Hold lock NAME while COMMAND runs, then release it.\n"
      "  -n, --nonblock        fail at once if NAME is held (exit CODE)\n"
-     "  -w, --wait SECONDS    give up after SECONDS (2, 2.5, .5; 0 = -n)\n"
-     "  -E, --conflict-exit-code CODE  exit code when busy or timed out (default 1)\n"
+     "  -w, --wait, --timeout SECONDS  give up after SECONDS (2, 2.5, .5; 0 = -n)\n"
+     "  -E, --conflict-exit-code CODE  exit code when busy or timed out (default 1);\n"
+     "                        busy or timed out is silent unless -v, as with flock(1)\n"
      "  -s, --shared          shared mode: many holders, no exclusive one\n"
+     "  -x, -e, --exclusive   exclusive mode (the default)\n"
+     "  -o, --close           accepted for flock(1): COMMAND never gets a backend's\n"
+     "                        descriptor anyway\n"
+     "  -F, --no-fork         refused: dlock must stay above COMMAND to renew the lock\n"
+     "                        and stop the job when it is lost\n"
      "  --lease SECONDS       lease on backends with leases, renewed while COMMAND runs\n"
      "                        (at least 1)\n"
      "  --on-lost ACTION      when the lock is lost: term (SIGTERM, then SIGKILL\n"
@@ -33,21 +39,32 @@ static const struct {
      "  --lost-grace SECONDS  when renewals fail, act on --on-lost once only SECONDS\n"
      "                        of the lease are left (default a sixth of the lease),\n"
      "                        so COMMAND is stopped before the lease can pass on\n"
-     "  -c, --command CMD     run CMD with /bin/sh -c\n"
+     "  -c, --command CMD     run CMD with $SHELL -c (/bin/sh when unset), as flock(1)\n"
      "  --strict-release      a failed release fails the run (default: reported on\n"
      "                        stderr, COMMAND's status kept)\n"
-     "  -v, --verbose         report acquire, token, wait and release on stderr\n"
-     "COMMAND sees DLOCK_NAME, DLOCK_TOKEN (the fencing token) and DLOCK_URL.\n"
+     "  -v, --verbose         report, with times, who holds NAME when the wait starts,\n"
+     "                        the acquisition (token, time waited) and the release\n"
+     "COMMAND sees DLOCK_NAME, DLOCK_TOKEN (the fencing token) and DLOCK_URL; on etcd\n"
+     "also ETCD_LOCK_KEY and ETCD_LOCK_REV, as etcdctl lock sets them.\n"
      "COMMAND runs in a process group of its own; signals and --on-lost reach every\n"
      "process it started, the lock is held until the last of them exits, and if dlock\n"
      "is killed they are all killed (file backend: they keep the lock until then).\n"
      "Exit status: COMMAND's; 128+N if it died of signal N; CODE when busy or\n"
      "timed out; 75 if the lock was lost (or at risk) while it ran; 130/143 if interrupted\n"
      "while waiting."},
+    {"hold",
+     "dlock [-u URL] hold [-n | -w SECONDS] [-E CODE] [-s] [--lease SECONDS] [-v] NAME",
+     "Take lock NAME and hold it until standard input ends or a signal comes\n"
+     "(SIGTERM, SIGINT, SIGHUP), as etcdctl lock without a command does; for\n"
+     "scripts, with coproc. Prints one line once held: token=N mode=MODE\n"
+     "[key=KEY (etcd)] name=NAME. The run options above apply.\n"
+     "Exit status: 0 once released; CODE when busy or timed out; 75 if the lock\n"
+     "was lost while held."},
     {"status", "dlock [-u URL] status NAME [--json]",
      "Show whether NAME is held, in which mode, by whom, with which token,\n"
      "the remaining lease and the waiters where the backend knows them.\n"
-     "  --json                one JSON object on stdout"},
+     "  --json                one JSON object on stdout\n"
+     "Exit status: 0 when NAME is held, 1 when it is free."},
     {"release", "dlock [-u URL] release --force NAME",
      "Operator's tool: free NAME whoever holds it (backends with leases).\n"
      "  --force               required: says you mean it"},
@@ -73,8 +90,9 @@ static const char *general =
     "Environment: DLOCK_URL; DLOCK_REDIS_PASSWORD, DLOCK_ETCD_PASSWORD (keep passwords\n"
     "             off the command line); DLOCK_ZK_LOG (ZooKeeper client log file).\n"
     "\n"
-    "Exit codes: 64 usage (also an empty or over-long NAME), 65 NAME holds something\n"
-    "            that is not a lock, 69 backend unavailable, 70 internal error, 75 lock lost,\n"
+    "Exit codes: 1 busy (run, hold) or free (status), 64 usage (also an empty or\n"
+    "            over-long NAME), 65 NAME holds something that is not a lock,\n"
+    "            69 backend unavailable, 70 internal error, 75 lock lost,\n"
     "            77 permission or authentication, 78 bad URL or configuration,\n"
     "            126/127 COMMAND not executable / not found.\n";
 
@@ -100,7 +118,7 @@ int cli_help(const char *command, int to_stderr)
             return 0;
         }
     if (command) {
-        fprintf(stderr, "dlock: no command '%s' (commands: run, status, release, list, bench)\n",
+        fprintf(stderr, "dlock: no command '%s' (commands: run, hold, status, release, list, bench)\n",
                 command);
         return EXIT_USAGE;
     }

@@ -268,7 +268,7 @@ int cmd_status(const char *url, int argc, char **argv)
     }
     dlock_info_free(info);
     dlock_client_close(c);
-    return 0;
+    return held ? 0 : EXIT_FREE;
 }
 
 int cmd_release(const char *url, int argc, char **argv)
@@ -380,6 +380,8 @@ int main(int argc, char **argv)
     char **sub_argv = argv + optind;
     if (strcmp(cmd, "run") == 0)
         return cmd_run(url, sub_argc, sub_argv);
+    if (strcmp(cmd, "hold") == 0)
+        return cmd_hold(url, sub_argc, sub_argv);
     if (strcmp(cmd, "status") == 0)
         return cmd_status(url, sub_argc, sub_argv);
     if (strcmp(cmd, "release") == 0)
@@ -390,7 +392,7 @@ int main(int argc, char **argv)
         return dlock_cli_bench(url ? url : getenv("DLOCK_URL"), sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0)
         return cli_help(sub_argc > 1 ? sub_argv[1] : NULL, 0);
-    fprintf(stderr, "dlock: unknown command '%s' (commands: run, status, release, list, bench)\n",
+    fprintf(stderr, "dlock: unknown command '%s' (commands: run, hold, status, release, list, bench)\n",
             cmd);
     return EXIT_USAGE;
 }

@@ -58,11 +58,12 @@ struct run {
     int signal;  /* received while waiting */
     int pending; /* received after acquiring, before COMMAND started */
     int lost_fd; /* eventfd: the lock was lost */
+    int wake_fd; /* eventfd: a signal came while holding without COMMAND */
     bool lost;
     char lost_why[512];
 };
 
-static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER, .lost_fd = -1};
+static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER, .lost_fd = -1, .wake_fd = -1};
 
 static int64_t now_ms(void)
 {
@@ -103,10 +104,14 @@ static void *signal_thread(void *arg)
             /* COMMAND has a process group of its own: pass every signal
              * on to the whole job (one from a terminal that dlock was
              * given reaches dlock's group, not COMMAND's). */
-            if (R.job)
+            if (R.job) {
                 cli_job_signal(R.job, sig);
-            else
-                R.pending = sig; /* COMMAND not started yet */
+            } else {
+                R.pending = sig; /* COMMAND not started yet, or none: dlock hold */
+                uint64_t one = 1;
+                if (R.wake_fd >= 0 && write(R.wake_fd, &one, sizeof one) < 0)
+                    R.pending = sig;
+            }
         }
         pthread_mutex_unlock(&R.mu);
     }
@@ -167,21 +172,64 @@ static void note_inherited_fds(void)
     qsort(inherited, ninherited, sizeof *inherited, cmp_int);
 }
 
-/* COMMAND's environment: ours plus DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL. */
-static char **child_env(const char *name, uint64_t token, const char *url)
+/* "run" or "hold": the command being parsed, for messages. */
+static const char *verb = "run";
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
 {
-    size_t n = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dlock %s: ", verb);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    cli_print_usage_line(verb);
+    return EXIT_USAGE;
+}
+
+/* -v lines: wall-clock time first, so a log shows when dlock started to
+ * wait and when it got the lock. */
+__attribute__((format(printf, 1, 2))) static void vlog(const char *fmt, ...)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    localtime_r(&ts.tv_sec, &tm);
+    char when[32];
+    strftime(when, sizeof when, "%H:%M:%S", &tm);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s.%03ld dlock %s: ", when, ts.tv_nsec / 1000000, verb);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* COMMAND's environment: ours plus DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL, and
+ * on etcd ETCD_LOCK_KEY and ETCD_LOCK_REV as `etcdctl lock` sets them
+ * (ETCD_KEY: NULL elsewhere). Ours come last; free_env() frees them. */
+static const char *const env_ours[] = {"DLOCK_NAME=", "DLOCK_TOKEN=", "DLOCK_URL=",
+                                       "ETCD_LOCK_KEY=", "ETCD_LOCK_REV="};
+static char **child_env(const char *name, uint64_t token, const char *url, const char *etcd_key)
+{
+    size_t n = 0, k = 0, nours = sizeof env_ours / sizeof *env_ours;
     while (environ[n])
         n++;
-    char **env = calloc(n + 4, sizeof *env);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "DLOCK_NAME=", 11) && strncmp(environ[i], "DLOCK_TOKEN=", 12) &&
-            strncmp(environ[i], "DLOCK_URL=", 10))
+    char **env = calloc(n + nours + 1, sizeof *env);
+    if (!env)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        bool ours = false;
+        for (size_t j = 0; j < nours; j++)
+            ours |= strncmp(environ[i], env_ours[j], strlen(env_ours[j])) == 0;
+        if (!ours)
             env[k++] = environ[i];
+    }
     if (asprintf(&env[k++], "DLOCK_NAME=%s", name) < 0 ||
         asprintf(&env[k++], "DLOCK_TOKEN=%" PRIu64, token) < 0 ||
-        asprintf(&env[k++], "DLOCK_URL=%s", url) < 0)
+        asprintf(&env[k++], "DLOCK_URL=%s", url) < 0 ||
+        (etcd_key && (asprintf(&env[k++], "ETCD_LOCK_KEY=%s", etcd_key) < 0 ||
+                      asprintf(&env[k++], "ETCD_LOCK_REV=%" PRIu64, token) < 0)))
         return NULL;
     return env;
 }
@@ -190,12 +238,47 @@ static void free_env(char **env)
 {
     if (!env)
         return;
-    size_t n = 0;
-    while (env[n])
-        n++;
-    for (size_t i = n >= 3 ? n - 3 : 0; i < n; i++) /* the three we made */
-        free(env[i]);
+    for (size_t i = 0; env[i]; i++)
+        for (size_t j = 0; j < sizeof env_ours / sizeof *env_ours; j++)
+            if (strncmp(env[i], env_ours[j], strlen(env_ours[j])) == 0) {
+                free(env[i]);
+                break;
+            }
     free(env);
+}
+
+/* On etcd, the key of our hold (NAME/<lease hex>, as `etcdctl lock`
+ * prints it): the holder's key when its create revision is our TOKEN.
+ * NULL on other backends or when it cannot be read. */
+static char *etcd_key_of(dlock_client *c, const char *name, uint64_t token)
+{
+    dlock_info *info;
+    if (strcmp(dlock_client_backend(c), "etcd") != 0 || dlock_inspect(c, name, &info))
+        return NULL;
+    char *key = dlock_info_held(info) && dlock_info_token(info) == token
+                    ? strdup(dlock_info_key(info))
+                    : NULL;
+    dlock_info_free(info);
+    return key;
+}
+
+/* -v before a wait: who holds NAME (one dlock_inspect), when known. */
+static void log_holder(dlock_client *c, const char *name, int64_t wait_ms)
+{
+    dlock_info *info;
+    char who[600] = "another owner";
+    if (dlock_inspect(c, name, &info) == 0) {
+        unsigned count;
+        const char *id = dlock_info_holder_count(info) ? dlock_info_holder(info, 0, &count) : NULL;
+        if (id)
+            snprintf(who, sizeof who, "%s (token %" PRIu64 ")", id, dlock_info_token(info));
+        dlock_info_free(info);
+    }
+    if (wait_ms < 0)
+        vlog("'%s' is held by %s; waiting", name, who);
+    else
+        vlog("'%s' is held by %s; waiting up to %" PRId64 ".%03d s", name, who, wait_ms / 1000,
+             (int)(wait_ms % 1000));
 }
 
 /* The controlling terminal when dlock runs in its foreground (an
@@ -352,20 +435,22 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
     }
 }
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "dlock run: ");
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    cli_print_usage_line("run");
-    return EXIT_USAGE;
-}
+struct run_opts {
+    const char *url;
+    int64_t wait_ms, lease_ms;
+    struct policy policy;
+    int conflict, verbose, strict_release;
+    dlock_mode mode;
+    const char *shell_cmd;
+};
 
-int cmd_run(const char *url, int argc, char **argv)
+/* Parse the options of run and hold (flock(1)'s spellings beside ours)
+ * into O, with the defaults first. Returns the index of NAME, or -(exit
+ * code) after printing why. */
+static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
+    *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false}, 1, 0, 0,
+                           DLOCK_EXCLUSIVE, NULL};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
         {"nb", no_argument, NULL, 'n'},
@@ -373,6 +458,9 @@ int cmd_run(const char *url, int argc, char **argv)
         {"timeout", required_argument, NULL, 'w'},
         {"conflict-exit-code", required_argument, NULL, 'E'},
         {"shared", no_argument, NULL, 's'},
+        {"exclusive", no_argument, NULL, 'x'},
+        {"close", no_argument, NULL, 'o'},
+        {"no-fork", no_argument, NULL, 'F'},
         {"lease", required_argument, NULL, 'L'},
         {"on-lost", required_argument, NULL, 'O'},
         {"kill-after", required_argument, NULL, 'K'},
@@ -383,107 +471,141 @@ int cmd_run(const char *url, int argc, char **argv)
         {"url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
-    int64_t wait_ms = DLOCK_FOREVER, lease_ms = 0;
-    struct policy policy = {LOST_TERM, 10000, -1, false};
-    int conflict = 1, verbose = 0, strict_release = 0, ch, code;
-    dlock_mode mode = DLOCK_EXCLUSIVE;
-    const char *shell_cmd = NULL;
-    note_inherited_fds();
+    int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "+nw:E:sc:vu:h", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+nw:E:sxeoFc:vu:h", longs, NULL)) != -1) {
         switch (ch) {
         case 'n':
-            wait_ms = DLOCK_TRY;
+            o->wait_ms = DLOCK_TRY;
             break;
         case 'w':
-            if ((wait_ms = cli_seconds(optarg)) < 0)
-                return usage_error("-w needs SECONDS (e.g. 2.5), not '%s'", optarg);
+            if ((o->wait_ms = cli_seconds(optarg)) < 0)
+                return -usage_error("-w needs SECONDS (e.g. 2.5), not '%s'", optarg);
             break;
         case 'E': {
             char *end;
             long v = strtol(optarg, &end, 10);
             if (end == optarg || *end || v < 0 || v > 255)
-                return usage_error("-E needs an exit code 0-255, not '%s'", optarg);
-            conflict = (int)v;
+                return -usage_error("-E needs an exit code 0-255, not '%s'", optarg);
+            o->conflict = (int)v;
             break;
         }
         case 's':
-            mode = DLOCK_SHARED;
+            o->mode = DLOCK_SHARED;
             break;
+        case 'x':
+        case 'e':
+            o->mode = DLOCK_EXCLUSIVE;
+            break;
+        case 'o':
+            break; /* flock's --close: COMMAND never gets a backend's descriptor */
+        case 'F':
+            return -usage_error("-F (--no-fork) is refused: dlock stays COMMAND's parent's "
+                                "parent to renew the lock, to stop the job when the lock is "
+                                "lost and to release it after the last process of the job");
         case 'L':
-            if ((lease_ms = cli_seconds(optarg)) < 0)
-                return usage_error("--lease needs SECONDS, not '%s'", optarg);
-            if (lease_ms < MIN_LEASE_MS)
-                return usage_error("--lease %s is too short: at least %d s, so that a renewal "
-                                   "(at a third of the lease) has time for its round trip and "
-                                   "a retry",
-                                   optarg, MIN_LEASE_MS / 1000);
+            if ((o->lease_ms = cli_seconds(optarg)) < 0)
+                return -usage_error("--lease needs SECONDS, not '%s'", optarg);
+            if (o->lease_ms < MIN_LEASE_MS)
+                return -usage_error("--lease %s is too short: at least %d s, so that a renewal "
+                                    "(at a third of the lease) has time for its round trip and "
+                                    "a retry",
+                                    optarg, MIN_LEASE_MS / 1000);
             break;
         case 'O':
             if (strcmp(optarg, "term") == 0)
-                policy.on_lost = LOST_TERM;
+                o->policy.on_lost = LOST_TERM;
             else if (strcmp(optarg, "kill") == 0)
-                policy.on_lost = LOST_KILL;
+                o->policy.on_lost = LOST_KILL;
             else if (strcmp(optarg, "ignore") == 0)
-                policy.on_lost = LOST_IGNORE;
+                o->policy.on_lost = LOST_IGNORE;
             else
-                return usage_error("--on-lost takes term, kill or ignore, not '%s'", optarg);
+                return -usage_error("--on-lost takes term, kill or ignore, not '%s'", optarg);
             break;
         case 'K':
-            if ((policy.kill_after_ms = cli_seconds(optarg)) < 0)
-                return usage_error("--kill-after needs SECONDS, not '%s'", optarg);
+            if ((o->policy.kill_after_ms = cli_seconds(optarg)) < 0)
+                return -usage_error("--kill-after needs SECONDS, not '%s'", optarg);
             break;
         case 'G':
-            if ((policy.grace_ms = cli_seconds(optarg)) < 0)
-                return usage_error("--lost-grace needs SECONDS, not '%s'", optarg);
-            policy.grace_given = true;
+            if ((o->policy.grace_ms = cli_seconds(optarg)) < 0)
+                return -usage_error("--lost-grace needs SECONDS, not '%s'", optarg);
+            o->policy.grace_given = true;
             break;
         case 'c':
-            shell_cmd = optarg;
+            o->shell_cmd = optarg;
             break;
         case 'v':
-            verbose = 1;
+            o->verbose = 1;
             break;
         case 'R':
-            strict_release = 1;
+            o->strict_release = 1;
             break;
         case 'u':
-            url = optarg;
+            o->url = optarg;
             break;
         case 'h':
-            return cli_help("run", 0);
+            exit(cli_help(verb, 0));
         default:
             if (optopt && strchr("wEcuLOKG", optopt))
-                return usage_error("option '%s' needs a value", argv[optind - 1]);
-            return usage_error("unknown option '%s'", argv[optind - 1]);
+                return -usage_error("option '%s' needs a value", argv[optind - 1]);
+            return -usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind >= argc)
-        return usage_error("%s", "missing NAME");
-    const char *name = argv[optind++];
-    if ((code = cli_check_name("run", name)))
-        return code;
-    /* -c may also come after NAME, as in flock(1). */
-    if (!shell_cmd && optind < argc &&
-        (strcmp(argv[optind], "-c") == 0 || strcmp(argv[optind], "--command") == 0)) {
-        if (optind + 1 >= argc)
-            return usage_error("option '%s' needs a value", argv[optind]);
-        shell_cmd = argv[optind + 1];
-        optind += 2;
-        if (optind < argc)
-            return usage_error("unexpected '%s' after -c COMMAND", argv[optind]);
-    }
-    if (optind < argc && strcmp(argv[optind], "--") == 0)
-        optind++;
-    char *sh_argv[] = {"/bin/sh", "-c", (char *)shell_cmd, NULL};
-    char **cmd = shell_cmd ? sh_argv : argv + optind;
-    if (shell_cmd && optind < argc)
-        return usage_error("give either -c 'SHELL COMMAND' or COMMAND [ARG...], not both (%s)",
-                           argv[optind]);
-    if (!shell_cmd && optind >= argc)
-        return usage_error("%s", "missing COMMAND");
+        return -usage_error("%s", "missing NAME");
+    int code = cli_check_name(verb, argv[optind]);
+    return code ? -code : optind;
+}
 
+static int lock_and_run(struct run_opts *o, const char *name, char **cmd);
+static int finish(const struct run_opts *o, dlock_client *c, dlock_lock *l, int code,
+                  bool at_risk);
+static int hold_until_done(const char *name, uint64_t token, dlock_mode mode,
+                           const char *etcd_key);
+
+int cmd_run(const char *url, int argc, char **argv)
+{
+    struct run_opts o = {.url = url};
+    verb = "run";
+    note_inherited_fds();
+    int i = parse_opts(argc, argv, &o);
+    if (i < 0)
+        return -i;
+    const char *name = argv[i++];
+    /* -c may also come after NAME, as in flock(1). */
+    if (!o.shell_cmd && i < argc &&
+        (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--command") == 0)) {
+        if (i + 1 >= argc)
+            return usage_error("option '%s' needs a value", argv[i]);
+        o.shell_cmd = argv[i + 1];
+        i += 2;
+        if (i < argc)
+            return usage_error("unexpected '%s' after -c COMMAND", argv[i]);
+    }
+    if (i < argc && strcmp(argv[i], "--") == 0)
+        i++;
+    /* -c runs $SHELL -c, as flock(1) does. */
+    const char *shell = getenv("SHELL");
+    char *sh_argv[] = {(char *)(shell && *shell ? shell : "/bin/sh"), "-c", (char *)o.shell_cmd,
+                       NULL};
+    char **cmd = o.shell_cmd ? sh_argv : argv + i;
+    if (o.shell_cmd && i < argc)
+        return usage_error("give either -c 'SHELL COMMAND' or COMMAND [ARG...], not both (%s)",
+                           argv[i]);
+    if (!o.shell_cmd && i >= argc)
+        return usage_error("%s", "missing COMMAND");
+    return lock_and_run(&o, name, cmd);
+}
+
+/* Take the lock as O says and run CMD under it (NULL: hold it until
+ * stdin closes or a signal comes: `dlock hold`). */
+static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
+{
+    const char *url = o->url;
+    int64_t wait_ms = o->wait_ms, lease_ms = o->lease_ms;
+    dlock_mode mode = o->mode;
+    int code, verbose = o->verbose;
     /* Block the signals before any thread starts, so only the signal
      * thread receives them. */
     sigset_t set, oldmask;
@@ -498,7 +620,7 @@ int cmd_run(const char *url, int argc, char **argv)
     dlock_lock *l;
     int rc = dlock_lock_new(c, name, mode, 0, &l);
     if (rc) {
-        code = cli_fail(rc, "run");
+        code = cli_fail(rc, verb);
         dlock_client_close(c);
         return code;
     }
@@ -512,7 +634,7 @@ int cmd_run(const char *url, int argc, char **argv)
     }
     dlock_lock_on_lost(l, on_lost, NULL);
     if ((rc = dlock_cancel_new(&R.cancel))) {
-        code = cli_fail(rc, "run");
+        code = cli_fail(rc, verb);
         dlock_lock_free(l);
         dlock_client_close(c);
         return code;
@@ -522,7 +644,17 @@ int cmd_run(const char *url, int argc, char **argv)
     pthread_detach(st);
 
     int64_t t0 = now_ms();
-    rc = dlock_acquire_ex(l, wait_ms, R.cancel);
+    if (verbose && wait_ms != DLOCK_TRY) {
+        /* Say who holds it before waiting: one try, then the wait. */
+        rc = dlock_acquire_ex(l, DLOCK_TRY, R.cancel);
+        if (rc == DLOCK_EBUSY) {
+            log_holder(c, name, wait_ms);
+            int64_t left = wait_ms - (now_ms() - t0);
+            rc = dlock_acquire_ex(l, wait_ms < 0 ? wait_ms : left > 0 ? left : 1, R.cancel);
+        }
+    } else {
+        rc = dlock_acquire_ex(l, wait_ms, R.cancel);
+    }
     int64_t waited = now_ms() - t0;
     pthread_mutex_lock(&R.mu);
     int sig = R.signal;
@@ -536,13 +668,13 @@ int cmd_run(const char *url, int argc, char **argv)
         rc = DLOCK_ECANCELED;
     }
     if (rc) {
+        bool busy = rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT;
         if (sig)
-            fprintf(stderr, "dlock run: interrupted by signal %d while waiting for '%s'\n", sig,
-                    name);
-        else if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT)
-            fprintf(stderr, "dlock run: %s\n", dlock_errmsg());
-        code = sig ? 128 + sig
-                   : (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) ? conflict : cli_fail(rc, "run");
+            fprintf(stderr, "dlock %s: interrupted by signal %d while waiting for '%s'\n", verb,
+                    sig, name);
+        else if (busy && verbose) /* silent otherwise, as flock(1): cron mails nothing */
+            vlog("%s", dlock_errmsg());
+        code = sig ? 128 + sig : busy ? o->conflict : cli_fail(rc, verb);
         dlock_lock_free(l);
         dlock_client_close(c);
         return code;
@@ -550,15 +682,21 @@ int cmd_run(const char *url, int argc, char **argv)
     uint64_t token = 0;
     dlock_token(l, &token);
     if (verbose)
-        fprintf(stderr, "dlock run: holding '%s' (%s, token %" PRIu64 ", waited %" PRId64 " ms)\n",
-                name, mode == DLOCK_SHARED ? "shared" : "exclusive", token, waited);
+        vlog("holding '%s' (%s, token %" PRIu64 ", waited %" PRId64 " ms)", name,
+             mode == DLOCK_SHARED ? "shared" : "exclusive", token, waited);
+    char *etcd_key = etcd_key_of(c, name, token);
+    if (!cmd) {
+        code = hold_until_done(name, token, mode, etcd_key);
+        free(etcd_key);
+        return finish(o, c, l, code, false);
+    }
     /* File backend: COMMAND inherits a copy of the lock's descriptor, as
      * with flock(1), so the kernel keeps the lock until the last process
      * of the job has exited, even if dlock is killed first. */
     int lock_fd = -1;
     rc = dlock_lock_inherit_fd(l, &lock_fd);
     if (rc && rc != DLOCK_ENOTSUP) {
-        code = cli_fail(rc, "run");
+        code = cli_fail(rc, verb);
         dlock_release(l);
         dlock_lock_free(l);
         dlock_client_close(c);
@@ -572,12 +710,13 @@ int cmd_run(const char *url, int argc, char **argv)
     qsort(keep, nkeep, sizeof *keep, cmp_int);
     struct cli_job job = {.argv = cmd, .sigmask = &oldmask, .keep = keep, .nkeep = nkeep,
                           .ctl_fd = -1, .report_fd = -1};
-    job.env = child_env(name, token, dlock_client_url(c));
+    job.env = child_env(name, token, dlock_client_url(c), etcd_key);
+    free(etcd_key);
     code = job.env ? -start_job(&job) : EXIT_SOFTWARE;
     free_env(job.env);
     bool at_risk = false;
     if (!code) {
-        int status = supervise(&job, &policy, &at_risk);
+        int status = supervise(&job, &o->policy, &at_risk);
         code = status < 0              ? EXIT_SOFTWARE
                : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                        : WEXITSTATUS(status);
@@ -586,27 +725,95 @@ int cmd_run(const char *url, int argc, char **argv)
     cli_job_end(&job);
     if (lock_fd >= 0)
         close(lock_fd);
-    rc = dlock_release(l);
+    return finish(o, c, l, code, at_risk);
+}
+
+/* Release L after the job (or the hold) ended with CODE, close C, and
+ * return the exit status: CODE, or 75 when the lock was lost or at risk
+ * (AT_RISK), or the release's failure with --strict-release. */
+static int finish(const struct run_opts *o, dlock_client *c, dlock_lock *l, int code,
+                  bool at_risk)
+{
+    const char *name = dlock_lock_name(l);
+    int rc = dlock_release(l);
     pthread_mutex_lock(&R.mu);
     bool lost = R.lost;
     pthread_mutex_unlock(&R.mu);
     if (rc == DLOCK_ELOST || lost) {
         if (!lost)
-            fprintf(stderr, "dlock run: %s\n", dlock_errmsg());
+            fprintf(stderr, "dlock %s: %s\n", verb, dlock_errmsg());
         code = EXIT_LOST;
     } else if (rc) {
         /* The job ran under the lock: its status stands, unless asked. */
-        fprintf(stderr, "dlock run: release of '%s' failed%s: %s\n", name,
-                strict_release || code ? "" : " (the command's status kept; see --strict-release)",
+        fprintf(stderr, "dlock %s: release of '%s' failed%s: %s\n", verb, name,
+                o->strict_release || code ? ""
+                                          : " (the command's status kept; see --strict-release)",
                 dlock_errmsg());
-        if (strict_release && !code)
+        if (o->strict_release && !code)
             code = cli_exit_code(rc);
-    } else if (verbose) {
-        fprintf(stderr, "dlock run: released '%s'\n", name);
+    } else if (o->verbose) {
+        vlog("released '%s'", name);
     }
     if (at_risk) /* stopped because the lease could not be kept */
         code = EXIT_LOST;
     dlock_lock_free(l);
     dlock_client_close(c);
     return code;
+}
+
+/* dlock hold: print what is held (one line, key=value, NAME last), then
+ * hold it until stdin reaches its end, a signal comes (0) or the lock is
+ * lost (75). */
+static int hold_until_done(const char *name, uint64_t token, dlock_mode mode,
+                           const char *etcd_key)
+{
+    printf("token=%" PRIu64 " mode=%s%s%s name=%s\n", token,
+           mode == DLOCK_SHARED ? "shared" : "exclusive", etcd_key ? " key=" : "",
+           etcd_key ? etcd_key : "", name);
+    fflush(stdout);
+    for (;;) {
+        struct pollfd fds[3] = {{.fd = 0, .events = POLLIN},
+                                {.fd = R.lost_fd, .events = POLLIN},
+                                {.fd = R.wake_fd, .events = POLLIN}};
+        if (poll(fds, 3, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return EXIT_SOFTWARE;
+        }
+        if (fds[1].revents) {
+            pthread_mutex_lock(&R.mu);
+            fprintf(stderr, "dlock hold: lock '%s' lost: %s\n", name, R.lost_why);
+            pthread_mutex_unlock(&R.mu);
+            return EXIT_LOST;
+        }
+        if (fds[2].revents)
+            return 0; /* signalled: the usual way to end a hold */
+        if (fds[0].revents) {
+            char buf[4096];
+            ssize_t n = read(0, buf, sizeof buf);
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN) ||
+                (fds[0].revents & POLLNVAL))
+                return 0; /* end of input: the script is done with the lock */
+        }
+    }
+}
+
+int cmd_hold(const char *url, int argc, char **argv)
+{
+    struct run_opts o = {.url = url};
+    verb = "hold";
+    int i = parse_opts(argc, argv, &o);
+    if (i < 0)
+        return -i;
+    const char *name = argv[i++];
+    if (o.shell_cmd || i < argc)
+        return usage_error("takes no COMMAND ('%s'): it holds NAME until stdin ends or a "
+                           "signal comes; use run for a command",
+                           o.shell_cmd ? o.shell_cmd : argv[i]);
+    R.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (R.wake_fd < 0) {
+        fprintf(stderr, "dlock hold: eventfd: %s\n", strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+    return lock_and_run(&o, name, NULL);
 }

@@ -78,19 +78,141 @@ START_TEST(test_conflict_codes)
 {
     pid_t h = start_holder("busy", "");
     char *err;
+    /* Busy under -n or -w is silent, as with flock(1) (cron mails nothing),
+     * unless -v. */
     ck_assert_int_eq(DLOCK(NULL, &err, "run", "-n", "busy", "true"), 1);
+    ck_assert_msg(!*err, "not silent: %s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-n", "-v", "busy", "true"), 1);
     ck_assert_ptr_nonnull(strstr(err, "busy"));
     ck_assert_int_eq(count_lines(err), 1);
     free(err);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "-E", "7", "busy", "true"), 7);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "0", "busy", "true"), 1);
     ck_assert_int_eq(DLOCK(NULL, &err, "run", "-w", "0.2", "-E", "9", "busy", "true"), 9);
-    ck_assert_ptr_nonnull(strstr(err, "200 ms"));
+    ck_assert_msg(!*err, "not silent: %s", err);
+    free(err);
+    /* -v says who holds it when the wait starts, then why it gave up. */
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-v", "-w", "0.2", "busy", "true"), 1);
+    ck_assert_msg(strstr(err, "is held by") && strstr(err, "waiting up to 0.200 s") &&
+                      strstr(err, "200 ms") && count_lines(err) == 2,
+                  "%s", err);
     free(err);
     /* A different name is free. */
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "other", "true"), 0);
     stop_holder(h);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "busy", "true"), 0);
+}
+END_TEST
+
+/* flock(1)'s spellings: -x/-e/--exclusive, -o/--close, --nonblock,
+ * --timeout, --conflict-exit-code, --verbose are taken; -c runs $SHELL
+ * -c; -F is refused with its reason. */
+START_TEST(test_flock_spellings)
+{
+    pid_t h = start_holder("fl", "-s");
+    const char *ex[] = {"-x", "-e", "--exclusive"};
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_msg(DLOCK(NULL, NULL, "run", ex[i], "--nonblock", "--conflict-exit-code", "3",
+                            "fl", "true") == 3,
+                      "%s is not exclusive", ex[i]);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-s", "-o", "fl", "true"), 0);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--shared", "--close", "fl", "true"), 0);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--timeout", "0.1", "-E", "4", "fl", "true"), 4);
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "--verbose", "-n", "fl", "true"), 1);
+    ck_assert_msg(strstr(err, "busy") || strstr(err, "held"), "%s", err);
+    free(err);
+    stop_holder(h);
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-F", "fl", "true"), 64);
+    ck_assert_msg(strstr(err, "no-fork") && strstr(err, "renew"), "%s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--no-fork", "fl", "true"), 64);
+    /* -c runs $SHELL -c, as flock(1) does; /bin/sh without $SHELL. */
+    char *out;
+    const char *env[] = {env_url, "SHELL=/bin/echo", NULL};
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, env, "run", "fl", "-c", "hello"), 0);
+    ck_assert_str_eq(out, "-c hello\n");
+    free(out);
+    const char *noshell[] = {env_url, "SHELL=", NULL};
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, noshell, "run", "fl", "-c", "echo sh"), 0);
+    ck_assert_str_eq(out, "sh\n");
+    free(out);
+}
+END_TEST
+
+/* status exits 0 when NAME is held and 1 when it is free, so scripts can
+ * branch on it; --json alike. */
+START_TEST(test_status_exit)
+{
+    ck_assert_int_eq(DLOCK(NULL, NULL, "status", "st"), 1);
+    pid_t h = start_holder("st", "");
+    ck_assert_int_eq(DLOCK(NULL, NULL, "status", "st"), 0);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "status", "st", "--json"), 0);
+    stop_holder(h);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "status", "--json", "st"), 1);
+}
+END_TEST
+
+/* `dlock hold NAME` as a script uses it with coproc: stdin and stdout are
+ * pipes; it prints what it holds once held, holds while stdin is open,
+ * and releases at end of input or on SIGTERM. */
+static pid_t start_hold(const char *name, int *in, int *out)
+{
+    int pi[2], po[2];
+    ck_assert_int_eq(pipe(pi), 0);
+    ck_assert_int_eq(pipe(po), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(pi[0], 0);
+        dup2(po[1], 1);
+        close(pi[0]);
+        close(pi[1]);
+        close(po[0]);
+        close(po[1]);
+        execl(tu_dlock_bin(), "dlock", "-u", url, "hold", name, (char *)NULL);
+        _exit(127);
+    }
+    close(pi[0]);
+    close(po[1]);
+    *in = pi[1];
+    *out = po[0];
+    return pid;
+}
+
+START_TEST(test_hold_coproc)
+{
+    for (int by_signal = 0; by_signal < 2; by_signal++) {
+        int in, out;
+        pid_t d = start_hold("held", &in, &out);
+        char line[512] = "";
+        FILE *f = fdopen(out, "r");
+        ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+        unsigned long long token;
+        char mode[32], name[64];
+        ck_assert_msg(sscanf(line, "token=%llu mode=%31s name=%63s", &token, mode, name) == 3,
+                      "%s", line);
+        ck_assert_str_eq(mode, "exclusive");
+        ck_assert_str_eq(name, "held");
+        ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "held", "true"), 1);
+        ck_assert_int_eq(DLOCK(NULL, NULL, "status", "held"), 0);
+        /* Input is read and ignored; the hold goes on. */
+        ck_assert_int_eq(write(in, "x\n", 2), 2);
+        ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "held", "true"), 1);
+        if (by_signal)
+            kill(d, SIGTERM);
+        else
+            close(in);
+        ck_assert_int_eq(tu_wait_exit(d), 0);
+        ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "held", "true"), 0);
+        fclose(f);
+        if (by_signal)
+            close(in);
+    }
+    /* A command is run's business. */
+    ck_assert_int_eq(DLOCK(NULL, NULL, "hold", "held", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "hold", "-c", "true", "held"), 64);
 }
 END_TEST
 
@@ -648,6 +770,9 @@ int main(void)
 {
     const struct tu_test tests[] = {
         {"conflict_codes", test_conflict_codes, 120},
+        {"flock_spellings", test_flock_spellings, 120},
+        {"status_exit", test_status_exit, 60},
+        {"hold_coproc", test_hold_coproc, 60},
         {"command_status", test_command_status, 120},
         {"usage_config", test_usage_and_config_codes, 120},
         {"env_tokens", test_environment_and_tokens, 120},

@@ -1392,6 +1392,26 @@ START_TEST(cli_run_status_list_release)
         free(out);
         free(err);
     }
+    /* etcd: ETCD_LOCK_KEY (NAME/<lease hex>, under the prefix) and
+     * ETCD_LOCK_REV (its create revision, the token) as etcdctl lock sets
+     * them; other backends: neither. */
+    int rc = CLI(&out, &err, "-u", url, "run", "cli-job", "sh", "-c",
+                 "echo \"${ETCD_LOCK_KEY-unset}|${ETCD_LOCK_REV-unset}|$DLOCK_TOKEN\"");
+    ck_assert_msg(rc == 0, "run: exit %d: %s", rc, err);
+    char key[512], rev[64], tok[64];
+    ck_assert_msg(sscanf(out, "%511[^|]|%63[^|]|%63[^\n]", key, rev, tok) == 3, "%s", out);
+    if (strcmp(CT->name, "etcd") == 0) {
+        char *want = tu_fmt("%scli-job/", prefix);
+        ck_assert_msg(strstr(key, want) && strlen(strstr(key, want)) == strlen(want) + 16,
+                      "ETCD_LOCK_KEY=%s", key);
+        ck_assert_str_eq(rev, tok);
+        free(want);
+    } else {
+        ck_assert_msg(!strcmp(key, "unset") && !strcmp(rev, "unset"), "%s", out);
+    }
+    prev = strtoull(tok, NULL, 10);
+    free(out);
+    free(err);
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, "cli-job");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
@@ -1416,7 +1436,7 @@ START_TEST(cli_run_status_list_release)
     ck_assert_int_eq(CLI(&out, NULL, "-u", url, "list", "--json"), 0);
     ck_assert_msg(strstr(out, "\"cli-job\""), "list --json: %s", out);
     free(out);
-    int rc = CLI(NULL, &err, "-u", url, "release", "--force", "cli-job");
+    rc = CLI(NULL, &err, "-u", url, "release", "--force", "cli-job");
     if (has(CT_FORCE_LIVE)) {
         ck_assert_msg(rc == 0, "release --force: exit %d: %s", rc, err);
         ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-n", "cli-job", "true"), 0);
@@ -1428,7 +1448,7 @@ START_TEST(cli_run_status_list_release)
         EXPECT_RC(dlock_release(l), DLOCK_OK);
     }
     free(err);
-    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "--json", "cli-job"), 0);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "--json", "cli-job"), 1); /* free */
     ck_assert_msg(strstr(out, "\"held\":false"), "status --json: %s", out);
     free(out);
     ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "cli-job", "sh", "-c", "exit 7"), 7);

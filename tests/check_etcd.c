@@ -1324,6 +1324,84 @@ START_TEST(test_paused_waiter_requeues)
 }
 END_TEST
 
+/* A reader stopped (SIGSTOP) past its lease while it holds: the writer
+ * waiting behind it gets the lock once etcd expires the reader's lease,
+ * with a greater token; the reader, resumed, is told its hold was lost. */
+START_TEST(test_rw_paused_reader_loses_hold)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
+    struct gate g = gate_open("etcd-rw-pause");
+    /* forked before this process has a client (no threads to fork) */
+    pid_t r = fork();
+    ck_assert_int_ge(r, 0);
+    if (r == 0) {
+        dlock_client *cr = NULL;
+        dlock_lock *lr = NULL;
+        if (dlock_open(short_url, &cr) || dlock_lock_new(cr, "rwpause", DLOCK_SHARED, 0, &lr) ||
+            dlock_acquire(lr, 20000))
+            _exit(10);
+        uint64_t tok = 0;
+        dlock_token(lr, &tok);
+        char *text = tu_fmt("%" PRIu64, tok);
+        tu_write_marker(g.held, text);
+        if (!tu_wait_file(g.go, 60000))
+            _exit(11);
+        _exit(dlock_release(lr) == DLOCK_ELOST ? 0 : 12);
+    }
+    ck_assert_msg(tu_wait_file(g.held, 20000), "the reader never held");
+    char *text = tu_read_file(g.held);
+    uint64_t reader_token = strtoull(text, NULL, 10);
+    free(text);
+    kill(r, SIGSTOP);
+    dlock_client *c = tu_open(url);
+    dlock_lock *w = tu_lock(c, "rwpause");
+    TU_ACQUIRE_OK(w, 30000); /* once etcd expired the reader's lease */
+    ck_assert_uint_gt(tu_token(w), reader_token);
+    tu_write_marker(g.go, "1");
+    kill(r, SIGCONT);
+    ck_assert_int_eq(tu_wait_exit(r), 0); /* its release said DLOCK_ELOST */
+    ck_assert_int_eq(dlock_release(w), DLOCK_OK);
+    dlock_lock_free(w);
+    dlock_client_close(c);
+    gate_close(&g);
+    free(short_url);
+    free(url);
+}
+END_TEST
+
+/* Readers alone make a name listed; every holder of a shared lock goes
+ * with a force-release (each is told at its next renewal); a writer gets
+ * the lock at once. */
+START_TEST(test_rw_force_release_ends_every_reader)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    struct pair p = pair_open(url, "rwforce");
+    dlock_lock *ra = tu_lock_mode(p.a, "rwforce", DLOCK_SHARED, 0);
+    dlock_lock *rb = tu_lock_mode(p.b, "rwforce", DLOCK_SHARED, 0);
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    TU_ACQUIRE_OK(rb, DLOCK_TRY);
+    dlock_client *c = tu_open(url);
+    char **names = tu_list_names(c, "rwforce*"); /* readers alone make a lock listed */
+    ck_assert_msg(tu_count_names(names) == 1 && tu_listed(names, "rwforce"), "list");
+    tu_free_names(names);
+    ck_assert_int_eq(dlock_force_release(c, "rwforce"), DLOCK_OK);
+    ck_assert_msg(wait_key_count("rwforce/", 0), "a reader's key stayed");
+    dlock_lock *w = tu_lock(c, "rwforce");
+    TU_ACQUIRE_OK(w, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(ra), DLOCK_ELOST);
+    ck_assert_int_eq(dlock_release(rb), DLOCK_ELOST);
+    ck_assert_int_eq(dlock_release(w), DLOCK_OK);
+    dlock_lock_free(w);
+    dlock_client_close(c);
+    dlock_lock_free(rb);
+    dlock_lock_free(ra);
+    pair_close(&p);
+    free(url);
+}
+END_TEST
+
 /* ================================================================ errors */
 
 START_TEST(test_unreachable)
@@ -1776,6 +1854,36 @@ START_TEST(test_cluster_basic_and_member_down)
     pthread_join(t, NULL);
     ck_assert_int_eq(w.rc, DLOCK_OK);
     ck_assert(etcdf_member_start(&F, 0, 30000));
+    pair_close(&p);
+    free(url);
+}
+END_TEST
+
+/* A reader waits behind a writer; the member its requests and its watch
+ * go to is killed: it waits on through the other members (its key stays
+ * queued, it never gets in beside the writer) and gets the lock when the
+ * writer releases. */
+START_TEST(test_rw_reader_waits_through_member_kill)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
+    struct pair p = pair_open(url, "rwkill");
+    dlock_lock *rb = tu_lock_mode(p.b, "rwkill", DLOCK_SHARED, 0);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    struct waiter_arg r = {rb, 60000, -99, 0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &r);
+    ck_assert_msg(wait_waiter_count(p.a, "rwkill", 1), "the reader never queued");
+    etcdf_member_stop(&F, 0, SIGKILL); /* the URL's first endpoint */
+    ck_assert(etcdf_wait_healthy(&F, 30000));
+    ck_assert_msg(wait_waiter_count(p.a, "rwkill", 1), "the reader's key went");
+    ck_assert_msg(!atomic_load(&r.done), "the reader left: %s", dlock_err_name(r.rc));
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
+    pthread_join(t, NULL);
+    ck_assert_msg(r.rc == DLOCK_OK, "reader: %s", dlock_err_name(r.rc));
+    ck_assert(etcdf_member_start(&F, 0, 30000));
+    dlock_lock_free(rb);
     pair_close(&p);
     free(url);
 }
@@ -2235,6 +2343,8 @@ static Suite *etcd_suite(void)
         {"rw_writer_not_starved", test_rw_writer_not_starved, 90},
         {"rw_cli_run_shared", test_rw_cli_run_shared, 90},
         {"rw_downgrade_wakes_readers", test_rw_downgrade_wakes_readers, 90},
+        {"rw_paused_reader_loses_hold", test_rw_paused_reader_loses_hold, 90},
+        {"rw_force_release_ends_every_reader", test_rw_force_release_ends_every_reader, 90},
     };
     add_case(s, "single", setup_single, single_tests, TU_COUNT(single_tests));
     const struct tu_test auth_tests[] = {
@@ -2263,6 +2373,7 @@ static Suite *etcd_suite(void)
     const struct tu_test cluster_tests[] = {
         {"cluster_basic_and_member_down", test_cluster_basic_and_member_down, 240},
         {"leader_killed_never_two_holders", test_leader_killed_never_two_holders, 240},
+        {"rw_reader_waits_through_member_kill", test_rw_reader_waits_through_member_kill, 240},
         {"no_quorum_unavailable", test_no_quorum_unavailable, 240},
         {"no_quorum_keepalive_unavailable", test_no_quorum_keepalive_unavailable, 240},
     };

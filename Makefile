@@ -44,10 +44,11 @@ BACKEND_DIRS := $(patsubst src/backends/%/,%,$(dir $(wildcard src/backends/*/*.c
 ALL_BACKENDS := $(sort $(notdir $(basename $(foreach s,$(BACKEND_SOURCES),$(if $(findstring _,$(notdir $(s))),,$(s))))) $(BACKEND_DIRS))
 
 BUILT_BACKENDS = file
-ifeq ($(call have,hiredis),y)
+# Redis: hiredis 0.14 formats and parses, OpenSSL does rediss://.
+ifeq ($(call have,hiredis)$(call have,openssl),yy)
 BUILT_BACKENDS += redis
-DEP_CFLAGS += $(shell pkg-config --cflags hiredis)
-DEP_LIBS += $(shell pkg-config --libs hiredis)
+DEP_CFLAGS += $(shell pkg-config --cflags hiredis openssl)
+DEP_LIBS += $(shell pkg-config --libs hiredis openssl)
 endif
 ifeq ($(call have,libcurl)$(call have,jansson),yy)
 BUILT_BACKENDS += etcd

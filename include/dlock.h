@@ -169,8 +169,8 @@ DLOCK_EXTERN int dlock_client_new(const char *url, dlock_client **out);
  * DLOCK_ENOMEM. After a failure the option keeps its value.
  * Threads: not against other calls on the same client.
  * Backends: each reads the options it needs when connecting and ignores
- * the others (file: only KEY_PREFIX; TLS: etcd+https only -- redis and zk
- * answer DLOCK_ENOTSUP at connect; LAYOUT: redis "redisson" or "simple",
+ * the others (file: only KEY_PREFIX; TLS: etcd+https and rediss only --
+ * redis:// and etcd:// answer DLOCK_EBADURL, zk DLOCK_ENOTSUP at connect; LAYOUT: redis "redisson" or "simple",
  * etcd "concurrency" or "etcdctl", zk "curator"; LEASE_MS: zk asks it as
  * the session timeout, etcd rounds it up to whole seconds). */
 DLOCK_EXTERN int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value);
@@ -183,8 +183,10 @@ DLOCK_EXTERN int dlock_client_setopt_str(dlock_client *c, dlock_option opt, cons
  * or its options: a file URL with a host, redis with two hosts or a bad
  * db, an unknown layout, a zk base or chroot that is not a path or lies
  * in the server's reserved /zookeeper);
- * DLOCK_ENOTSUP (TLS on redis or zk); DLOCK_EINVAL (a drift margin not
- * shorter than the lease); DLOCK_EMISUSE (already connected, after fork);
+ * DLOCK_ENOTSUP (TLS on zk); DLOCK_EINVAL (a drift margin not
+ * shorter than the lease, a TLS file that does not load); DLOCK_ECONN
+ * (unreachable; a TLS handshake or certificate refused, the verification
+ * error named); DLOCK_EMISUSE (already connected, after fork);
  * DLOCK_ENOMEM; backend failures (DLOCK_ENOENT: the file directory is
  * missing; a missing zk chroot is DLOCK_EBADURL). The message names what was tried (path, host:port).
  * After a failure the client is still unconnected and keeps its options:

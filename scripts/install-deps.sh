@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(
   build-essential pkg-config check libsubunit-dev   # compiler, tests
-  libhiredis-dev redis-server                         # Redis backend + its tests
+  libhiredis-dev libssl-dev redis-server openssl      # Redis backend (rediss://) + its tests
   libcurl4-openssl-dev libjansson-dev etcd-server etcd-client  # etcd
   libzookeeper-mt-dev zookeeper default-jre-headless  # ZooKeeper
   util-linux hyperfine valgrind                       # flock(1), benchmarks, valgrind

@@ -40,14 +40,16 @@ static const struct {
     {"file", &dlock__backend_file, NULL, no_params},
 #ifdef DLOCK_HAVE_REDIS
     {"redis", &dlock__backend_redis, NULL, redis_params},
+    {"rediss", &dlock__backend_redis, NULL, redis_params},
     {"redis+unix", &dlock__backend_redis, NULL, redis_params},
     {"redis+sentinel", &dlock__backend_redis, NULL, redis_params},
     {"redlock", &dlock__backend_redis, NULL, redis_params},
 #else
-    {"redis", NULL, "hiredis (libhiredis-dev)", redis_params},
-    {"redis+unix", NULL, "hiredis (libhiredis-dev)", redis_params},
-    {"redis+sentinel", NULL, "hiredis (libhiredis-dev)", redis_params},
-    {"redlock", NULL, "hiredis (libhiredis-dev)", redis_params},
+    {"redis", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
+    {"rediss", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
+    {"redis+unix", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
+    {"redis+sentinel", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
+    {"redlock", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
 #endif
 #ifdef DLOCK_HAVE_ETCD
     {"etcd", &dlock__backend_etcd, NULL, etcd_params},

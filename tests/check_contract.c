@@ -77,8 +77,11 @@ FIXTURE_HOOKS(2)
 FIXTURE_HOOKS(3)
 FIXTURE_HOOKS(4)
 FIXTURE_HOOKS(5)
-static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4, begin_5};
-static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5};
+FIXTURE_HOOKS(6)
+FIXTURE_HOOKS(7)
+static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3,
+                                       begin_4, begin_5, begin_6, begin_7};
+static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5, end_6, end_7};
 
 /* Checked setup, in the test's own process. */
 static void test_begin(void)

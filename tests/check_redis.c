@@ -2035,12 +2035,73 @@ START_TEST(urls_db_prefix_unix_and_list)
         free(u);
     }
     u = tu_fmt("%s?tls_ca=/etc/ssl/ca.pem", srv.url);
-    ck_assert_int_eq(dlock_open(u, &c), DLOCK_ENOTSUP);
+    ck_assert_int_eq(dlock_open(u, &c), DLOCK_EBADURL); /* TLS is rediss:// */
     free(u);
     c = tu_open(srv.url);
     ck_assert_int_eq(dlock_lock_new(c, "s", DLOCK_SHARED, 0, &l), DLOCK_ENOTSUP);
     dlock_client_close(c);
     redisFree(ctx);
+    stop_server();
+}
+END_TEST
+
+/* ------------------------------------------------------------------ TLS */
+
+/* dlock_open(URL) must fail with CODE and a message naming WANT. */
+static void open_fails(const char *url, int code, const char *want)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == code, "%s: %s (%s), not %s", url, dlock_err_name(rc), dlock_errmsg(),
+                  dlock_err_name(code));
+    ck_assert_msg(strstr(dlock_errmsg(), want) != NULL, "%s: '%s' lacks '%s'", url, dlock_errmsg(),
+                  want);
+}
+
+/* rediss:// against a server that wants client certificates: verified
+ * against tls_ca, by name (SNI + the certificate's DNS entry) or by
+ * address; a client without a certificate, a CA that signed nothing
+ * here, TLS to the plain port and plain to the TLS port all fail as
+ * DLOCK_ECONN saying what went wrong, within the connect timeout. */
+START_TEST(tls_verification_and_client_certs)
+{
+    const char *extra[] = {"--tls-auth-clients", "yes", NULL};
+    ck_assert_msg(fx_redis_start_tls(&srv, extra), "redis-server (TLS) could not be started");
+    char *certs = tu_fmt("tls_cert=%s&tls_key=%s", srv.client_cert, srv.client_key);
+    const char *hosts[] = {"127.0.0.1", "localhost"};
+    for (size_t i = 0; i < 2; i++) {
+        char *url = tu_fmt("rediss://%s:%d?tls_ca=%s&%s", hosts[i], srv.tls_port, srv.ca, certs);
+        dlock_client *c = tu_open(url);
+        dlock_lock *l = tu_lock(c, "tls");
+        TU_ACQUIRE_OK(l, DLOCK_TRY);
+        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        free(url);
+    }
+    redisContext *ctx = raw(); /* what the TLS clients did, seen on the plain port */
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS redisson_lock_token:{tls}"), 1);
+    redisFree(ctx);
+
+    char *u = tu_fmt("%s&connect_timeout=2s", srv.tls_url); /* no client certificate */
+    open_fails(u, DLOCK_ECONN, "rediss 127.0.0.1");
+    free(u);
+    u = tu_fmt("rediss://127.0.0.1:%d?tls_ca=%s&%s", srv.tls_port, srv.other_ca, certs);
+    open_fails(u, DLOCK_ECONN, "the server's certificate was refused");
+    free(u);
+    u = tu_fmt("rediss://127.0.0.1:%d?tls_ca=%s&connect_timeout=1s", srv.port, srv.ca);
+    open_fails(u, DLOCK_ECONN, "TLS handshake");
+    free(u);
+    u = tu_fmt("redis://127.0.0.1:%d?connect_timeout=1s", srv.tls_port);
+    open_fails(u, DLOCK_ECONN, "rediss://");
+    free(u);
+    u = tu_fmt("rediss://127.0.0.1:%d?tls_ca=%s/nowhere.crt", srv.tls_port, srv.dir);
+    open_fails(u, DLOCK_EINVAL, "nowhere.crt");
+    free(u);
+    u = tu_fmt("rediss://127.0.0.1:%d?tls_ca=%s&tls_cert=%s", srv.tls_port, srv.ca, srv.client_cert);
+    open_fails(u, DLOCK_EBADURL, "tls_key");
+    free(u);
+    free(certs);
     stop_server();
 }
 END_TEST
@@ -2187,6 +2248,7 @@ int main(void)
         {"thousand_names_waited_at_once", thousand_names_waited_at_once, 60},
         {"renewal_is_batched", renewal_is_batched, 60},
         {"urls_db_prefix_unix_and_list", urls_db_prefix_unix_and_list, 60},
+        {"tls_verification_and_client_certs", tls_verification_and_client_certs, 60},
         {"cli_on_redis_urls", cli_on_redis_urls, 60},
         {"cli_holder_renewed_then_killed", cli_holder_renewed_then_killed, 60},
     };

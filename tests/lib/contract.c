@@ -130,12 +130,13 @@ static struct ct_fixture fx_file = {
 struct redis_priv {
     struct fx_redis srv;
     const char *query; /* the layout's own option */
+    bool tls;          /* the rediss:// URL (TLS port), the plain one for raw looks */
 };
 
 static bool redis_start(struct ct_fixture *f)
 {
     struct redis_priv *p = f->priv;
-    if (!fx_redis_start(&p->srv, NULL)) {
+    if (!(p->tls ? fx_redis_start_tls(&p->srv, NULL) : fx_redis_start(&p->srv, NULL))) {
         snprintf(f->error, sizeof f->error, "redis-server did not start (log on stderr)");
         return false;
     }
@@ -151,7 +152,7 @@ static void redis_stop(struct ct_fixture *f)
 static char *redis_url(const struct ct_fixture *f, const char *query)
 {
     const struct redis_priv *p = f->priv;
-    char *base = with_query(p->srv.url, p->query);
+    char *base = with_query(p->tls ? p->srv.tls_url : p->srv.url, p->query);
     char *url = with_query(base, query);
     free(base);
     return url;
@@ -159,8 +160,8 @@ static char *redis_url(const struct ct_fixture *f, const char *query)
 
 static char *redis_unreachable(const struct ct_fixture *f, int port)
 {
-    (void)f;
-    return tu_fmt("redis://127.0.0.1:%d?connect_timeout=500ms", port);
+    const struct redis_priv *p = f->priv;
+    return tu_fmt("%s://127.0.0.1:%d?connect_timeout=500ms", p->tls ? "rediss" : "redis", port);
 }
 
 /* Subscribers of the lock's channel: both layouts publish releases on
@@ -192,7 +193,8 @@ static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const cha
     return n;
 }
 
-static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"};
+static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
+                         tls_priv = {.tls = true};
 
 static struct ct_fixture fx_redis = {
     .name = "redis",
@@ -211,6 +213,19 @@ static struct ct_fixture fx_redis_simple = {
     .scheme = "redis",
     .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
     .priv = &simple_priv,
+    .start = redis_start,
+    .stop = redis_stop,
+    .url = redis_url,
+    .unreachable_url = redis_unreachable,
+    .waiters = redis_waiters,
+};
+
+/* The whole contract over TLS (rediss://, the fixture's own CA). */
+static struct ct_fixture fx_rediss = {
+    .name = "rediss",
+    .scheme = "rediss",
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .priv = &tls_priv,
     .start = redis_start,
     .stop = redis_stop,
     .url = redis_url,
@@ -326,6 +341,7 @@ struct ct_fixture *const ct_fixtures[] = {
 #ifdef DLOCK_HAVE_REDIS
     &fx_redis,
     &fx_redis_simple,
+    &fx_rediss,
 #endif
 #ifdef DLOCK_HAVE_ETCD
     &fx_etcd,

@@ -22,9 +22,10 @@ static void dump_log(const struct fx_redis *r)
 
 static bool spawn(struct fx_redis *r)
 {
-    const char *argv[12 + FX_REDIS_MAX_ARGS];
-    char port[16];
+    const char *argv[24 + FX_REDIS_MAX_ARGS];
+    char port[16], tls_port[16];
     snprintf(port, sizeof port, "%d", r->port);
+    snprintf(tls_port, sizeof tls_port, "%d", r->tls_port);
     size_t n = 0;
     argv[n++] = "redis-server";
     argv[n++] = "--port";
@@ -37,11 +38,20 @@ static bool spawn(struct fx_redis *r)
     argv[n++] = "no";
     argv[n++] = "--dir";
     argv[n++] = r->dir;
+    char *cert = NULL, *key = NULL;
+    if (r->tls_port) {
+        cert = tu_fmt("%s/server.crt", r->dir);
+        key = tu_fmt("%s/server.key", r->dir);
+        const char *tls[] = {"--tls-port", tls_port, "--tls-cert-file", cert, "--tls-key-file", key,
+                             "--tls-ca-cert-file", r->ca, "--tls-auth-clients", "optional"};
+        for (size_t i = 0; i < sizeof tls / sizeof *tls; i++)
+            argv[n++] = tls[i];
+    }
     for (size_t i = 0; i < FX_REDIS_MAX_ARGS && r->extra[i]; i++)
         argv[n++] = r->extra[i];
     argv[n] = NULL;
     /* the unix socket rides along as two more arguments */
-    const char *full[16 + FX_REDIS_MAX_ARGS];
+    const char *full[28 + FX_REDIS_MAX_ARGS];
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
         full[m++] = argv[i];
@@ -49,7 +59,9 @@ static bool spawn(struct fx_redis *r)
     full[m++] = r->sock;
     full[m] = NULL;
     r->pid = tu_spawn(full, r->log);
-    if (!tu_wait_port(r->port, 10000)) {
+    free(cert);
+    free(key);
+    if (!tu_wait_port(r->port, 10000) || (r->tls_port && !tu_wait_port(r->tls_port, 10000))) {
         dump_log(r);
         return false;
     }
@@ -74,12 +86,59 @@ static bool spawn(struct fx_redis *r)
     return false;
 }
 
-bool fx_redis_start(struct fx_redis *r, const char *const *extra)
+/* Make DIR's certificates with openssl(1): ca.crt (+ key), server.crt
+ * for localhost and 127.0.0.1, client.crt, and other-ca.crt. EC keys:
+ * quick to make. */
+static bool make_certs(const char *dir)
+{
+    char *cmd = tu_fmt(
+        "set -e; cd '%s'; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
+        "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj '/CN=dlock test CA';"
+        "openssl req -x509 $K -keyout other-ca.key -out other-ca.crt -days 2 -subj '/CN=other CA';"
+        "openssl req $K -keyout server.key -out server.csr -subj '/CN=localhost';"
+        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > san.cnf;"
+        "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+        " -out server.crt -days 2 -extfile san.cnf;"
+        "openssl req $K -keyout client.key -out client.csr -subj '/CN=dlock client';"
+        "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+        " -out client.crt -days 2",
+        dir);
+    char *quiet = tu_fmt("(%s) >'%s/openssl.log' 2>&1", cmd, dir);
+    bool ok = system(quiet) == 0;
+    if (!ok) {
+        char *log = tu_fmt("%s/openssl.log", dir), *text = tu_read_file(log);
+        fprintf(stderr, "openssl could not make the test certificates:\n%s\n", text ? text : "");
+        free(text);
+        free(log);
+    }
+    free(cmd);
+    free(quiet);
+    return ok;
+}
+
+bool fx_redis_start_tls(struct fx_redis *r, const char *const *extra)
 {
     memset(r, 0, sizeof *r);
+    r->dir = tu_tmpdir("redis");
+    if (!make_certs(r->dir))
+        return false;
+    r->ca = tu_fmt("%s/ca.crt", r->dir);
+    r->other_ca = tu_fmt("%s/other-ca.crt", r->dir);
+    r->client_cert = tu_fmt("%s/client.crt", r->dir);
+    r->client_key = tu_fmt("%s/client.key", r->dir);
+    r->tls_port = tu_free_port();
+    snprintf(r->tls_url, sizeof r->tls_url, "rediss://127.0.0.1:%d?tls_ca=%s", r->tls_port, r->ca);
+    return fx_redis_start(r, extra);
+}
+
+bool fx_redis_start(struct fx_redis *r, const char *const *extra)
+{
+    if (!r->tls_port)
+        memset(r, 0, sizeof *r);
     for (size_t i = 0; extra && extra[i] && i < FX_REDIS_MAX_ARGS - 1; i++)
         r->extra[i] = extra[i];
-    r->dir = tu_tmpdir("redis");
+    if (!r->dir)
+        r->dir = tu_tmpdir("redis");
     r->log = tu_fmt("%s/redis.log", r->dir);
     r->sock = tu_fmt("%s/redis.sock", r->dir);
     r->port = tu_free_port();
@@ -112,7 +171,12 @@ void fx_redis_stop(struct fx_redis *r)
     free(r->dir);
     free(r->log);
     free(r->sock);
-    r->dir = r->log = r->sock = NULL;
+    free(r->ca);
+    free(r->other_ca);
+    free(r->client_cert);
+    free(r->client_key);
+    r->dir = r->log = r->sock = r->ca = r->other_ca = r->client_cert = r->client_key = NULL;
+    r->tls_port = 0;
 }
 
 redisContext *fx_redis_raw(const struct fx_redis *r, const char *password)

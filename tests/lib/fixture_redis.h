@@ -26,12 +26,25 @@ struct fx_redis {
     char *sock;         /* unix socket path (always enabled) */
     char url[256];      /* "redis://127.0.0.1:PORT" */
     const char *extra[FX_REDIS_MAX_ARGS]; /* extra server arguments */
+    /* TLS (fx_redis_start_tls): a second port, certificates made with
+     * openssl(1) in DIR at start; 0 / NULL without. */
+    int tls_port;
+    char *ca, *other_ca;            /* the CA that signed the server's and client's
+                                       certificates; one that signed nothing here */
+    char *client_cert, *client_key; /* signed by CA */
+    char tls_url[512];              /* "rediss://127.0.0.1:TLS_PORT?tls_ca=CA" */
 };
 
 /* Start redis-server with EXTRA arguments (NULL-terminated, may be NULL;
  * the strings must outlive R), wait until it answers. false (with the
  * server log on stderr) when it cannot start: the caller must fail. */
 bool fx_redis_start(struct fx_redis *r, const char *const *extra);
+/* The same, serving TLS on TLS_PORT beside the plain PORT (raw helpers
+ * keep using the plain one): a CA, a server certificate for localhost and
+ * 127.0.0.1 and a client certificate are made with openssl(1) first.
+ * Client certificates are optional unless EXTRA says
+ * "--tls-auth-clients", "yes". */
+bool fx_redis_start_tls(struct fx_redis *r, const char *const *extra);
 /* SIGKILL the server (a crash); fx_redis_restart() brings it back empty
  * on the same port. */
 void fx_redis_kill(struct fx_redis *r);

@@ -102,7 +102,7 @@ int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct r
     int64_t cto = dlock__time_left(deadline, s->connect_timeout_ms);
     if (cto == 0)
         return deadline_passed(s, "connect");
-    struct redis_addr a = {.host = s->host, .port = s->port, .sock = s->sock};
+    struct redis_addr a = {.host = s->host, .port = s->port, .sock = s->sock, .tls = s->tls};
     struct rconn *k;
     int rc = redis_conn_dial(&a, dlock__now_ms() + cto, &k);
     if (rc)
@@ -205,6 +205,7 @@ void redis_close(void *state)
     pthread_mutex_destroy(&s->pool_mu);
     pthread_mutex_destroy(&s->hub.mu);
     pthread_mutex_destroy(&s->cancel_mu); /* the cleanup queue freed every pending cancel */
+    redis_tls_context_free(s->tls);
     free(s->host);
     free(s->sock);
     free(s);
@@ -255,17 +256,17 @@ int redis_open(struct dlock_client *c, void **state)
     } else {
         if (c->url.nhosts != 1)
             rc = dlock__err(DLOCK_EBADURL,
-                            "bad URL '%s': redis:// takes exactly one host (for several, use "
+                            "bad URL '%s': %s:// takes exactly one host (for several, use "
                             "redlock:// or redis+sentinel://)",
-                            url);
+                            url, c->url.scheme);
         else if (!(s->host = dlock__strdup(c->url.hosts[0].host)))
             rc = DLOCK_ENOMEM;
         s->port = c->url.nhosts ? c->url.hosts[0].port : 0;
         if (s->port == 0)
             s->port = REDIS_DEFAULT_PORT;
         if (!rc)
-            snprintf(s->where, sizeof s->where, strchr(s->host, ':') ? "redis [%s]:%d" : "redis %s:%d",
-                     s->host, s->port);
+            snprintf(s->where, sizeof s->where, strchr(s->host, ':') ? "%s [%s]:%d" : "%s %s:%d",
+                     c->url.scheme, s->host, s->port);
         const char *path = c->url.path;
         if (!rc && path && strcmp(path, "/") != 0 && *path) {
             if (db_param)
@@ -281,10 +282,11 @@ int redis_open(struct dlock_client *c, void **state)
         strcmp(c->opts.layout, "simple") != 0)
         rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': layout '%s' is unknown (redisson or simple)",
                         url, c->opts.layout);
-    if (!rc && (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key))
-        rc = dlock__err(DLOCK_ENOTSUP, "%s: TLS is not supported: this build uses hiredis 0.14, "
-                                       "which has no TLS (hiredis >= 1.0 does)",
-                        url);
+    bool tls = strcmp(c->url.scheme, "rediss") == 0;
+    if (!rc && !tls && (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key))
+        rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': TLS options need rediss://", url);
+    if (!rc && tls)
+        rc = redis_tls_context(s, c->opts.tls_ca, c->opts.tls_cert, c->opts.tls_key);
     if (rc) {
         redis_close(s);
         return rc;

@@ -585,7 +585,7 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
 
 /* ================================================================ table */
 
-static const char *const redis_schemes[] = {"redis", "redis+unix", NULL};
+static const char *const redis_schemes[] = {"redis", "rediss", "redis+unix", NULL};
 
 const struct dlock__backend dlock__backend_redis = {
     .version = DLOCK__BACKEND_VERSION,

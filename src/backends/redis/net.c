@@ -36,10 +36,7 @@
 
 /* ============================================================ the socket */
 
-static void conn_fail(struct rconn *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Mark K broken with a reason (the first one sticks). */
-static void conn_fail(struct rconn *k, const char *fmt, ...)
+void redis_conn_fail(struct rconn *k, const char *fmt, ...)
 {
     if (k->broken)
         return;
@@ -54,6 +51,8 @@ void redis_conn_free(struct rconn *k)
 {
     if (!k)
         return;
+    if (k->tls)
+        redis_tls_free(k);
     if (k->fd >= 0)
         close(k->fd);
     if (k->reader)
@@ -110,8 +109,8 @@ int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **ou
     if (a->sock)
         snprintf(k->where, sizeof k->where, "redis unix:%s", a->sock);
     else
-        snprintf(k->where, sizeof k->where, strchr(a->host, ':') ? "redis [%s]:%d" : "redis %s:%d",
-                 a->host, a->port);
+        snprintf(k->where, sizeof k->where, strchr(a->host, ':') ? "%s [%s]:%d" : "%s %s:%d",
+                 a->tls ? "rediss" : "redis", a->host, a->port);
     k->reader = redisReaderCreate();
     if (!k->reader) {
         redis_conn_free(k);
@@ -170,6 +169,13 @@ int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **ou
                      : dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", k->where, strerror(err));
         redis_conn_free(k);
         return rc;
+    }
+    if (a->tls) {
+        int rc = redis_tls_handshake(k, a->tls, a->host, until);
+        if (rc) {
+            redis_conn_free(k);
+            return rc;
+        }
     }
     *out = k;
     return DLOCK_OK;
@@ -230,7 +236,7 @@ static void parse_replies(struct rconn *k)
     while (!k->broken) {
         void *reply = NULL;
         if (redisReaderGetReply(k->reader, &reply) != REDIS_OK) {
-            conn_fail(k, "protocol error: %s", k->reader->errstr);
+            redis_conn_fail(k, "protocol error: %s", k->reader->errstr);
             return;
         }
         if (!reply)
@@ -240,20 +246,21 @@ static void parse_replies(struct rconn *k)
             redisReply **g = realloc(k->got, cap * sizeof *g);
             if (!g) {
                 freeReplyObject(reply);
-                conn_fail(k, "out of memory");
+                redis_conn_fail(k, "out of memory");
                 return;
             }
             k->got = g;
             k->got_cap = cap;
         }
         k->got[k->ngot++] = reply;
+        k->nreplies++;
         if (k->want > 0)
             k->want--;
         /* what the reader holds beyond this reply belongs to the next */
         k->partial = k->reader->len - k->reader->pos;
     }
     if (!k->broken && k->partial > REDIS_MAX_REPLY)
-        conn_fail(k, "a reply larger than %u MiB (dlock's cap); connection closed",
+        redis_conn_fail(k, "a reply larger than %u MiB (dlock's cap); connection closed",
                   REDIS_MAX_REPLY >> 20);
 }
 
@@ -263,21 +270,23 @@ short redis_conn_events(const struct rconn *k)
 {
     if (k->broken || k->fd < 0)
         return 0;
-    return (short)(POLLIN | (k->out_off < k->out_len ? POLLOUT : 0));
+    return (short)(POLLIN | (k->out_off < k->out_len || k->tls_want_write ? POLLOUT : 0));
 }
 
 /* Write what K has to send, without blocking. */
 static void pump_out(struct rconn *k)
 {
     while (!k->broken && k->out_off < k->out_len) {
-        ssize_t n = send(k->fd, k->out + k->out_off, k->out_len - k->out_off, MSG_NOSIGNAL);
+        ssize_t n = k->tls ? redis_tls_io(k, k->out + k->out_off, k->out_len - k->out_off, true)
+                           : send(k->fd, k->out + k->out_off, k->out_len - k->out_off,
+                                  MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         if (n <= 0) {
             if (!k->broken)
-                conn_fail(k, "%s", n < 0 ? strerror(errno) : "short write");
+                redis_conn_fail(k, "%s", n < 0 ? strerror(errno) : "short write");
             return;
         }
         k->out_off += (size_t)n;
@@ -289,28 +298,31 @@ static void pump_in(struct rconn *k)
 {
     char buf[READ_CHUNK];
     while (!k->broken) {
-        ssize_t n = recv(k->fd, buf, sizeof buf, 0);
+        ssize_t n = k->tls ? redis_tls_io(k, buf, sizeof buf, false) : recv(k->fd, buf, sizeof buf, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
+        if ((n == 0 || (n < 0 && errno == ECONNRESET)) && !k->tls && k->nreplies == 0)
+            redis_conn_fail(k, "the server closed the connection before any reply (a TLS port? "
+                               "then use rediss://)");
         if (n == 0) {
-            conn_fail(k, "the server closed the connection");
+            redis_conn_fail(k, "the server closed the connection");
             return;
         }
         if (n < 0) {
             if (!k->broken)
-                conn_fail(k, "%s", strerror(errno));
+                redis_conn_fail(k, "%s", strerror(errno));
             return;
         }
         if (redisReaderFeed(k->reader, buf, (size_t)n) != REDIS_OK) {
-            conn_fail(k, "out of memory");
+            redis_conn_fail(k, "out of memory");
             return;
         }
         k->partial += (size_t)n;
         parse_replies(k);
-        if ((size_t)n < sizeof buf)
-            return; /* drained: the next recv would say EAGAIN */
+        if ((size_t)n < sizeof buf && !k->tls)
+            return; /* drained: the next recv would say EAGAIN (TLS may hold more) */
     }
 }
 
@@ -352,7 +364,7 @@ int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
         if (left == 0) {
             for (size_t i = 0; i < n; i++)
                 if (p[i].fd >= 0)
-                    conn_fail(ks[i], ks[i]->out_off < ks[i]->out_len
+                    redis_conn_fail(ks[i], ks[i]->out_off < ks[i]->out_len
                                          ? "could not send within %lld ms"
                                          : "no reply within %lld ms", (long long)budget);
             break;
@@ -361,7 +373,7 @@ int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
         if (got < 0 && errno != EINTR) {
             for (size_t i = 0; i < n; i++)
                 if (p[i].fd >= 0)
-                    conn_fail(ks[i], "poll: %s", strerror(errno));
+                    redis_conn_fail(ks[i], "poll: %s", strerror(errno));
             break;
         }
         for (size_t i = 0; got > 0 && i < n; i++)

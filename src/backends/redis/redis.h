@@ -2,7 +2,7 @@
  *
  * The backend is split by concern: net.c (our sockets: dialing, one
  * bounded poll loop per request over one or more connections, the reply
- * cap), conn.c (the URL, AUTH/SELECT, the connection pool and its
+ * cap), tls.c (rediss:// through OpenSSL), conn.c (the URL, AUTH/SELECT, the connection pool and its
  * reconnect backoff), scripts.c (the lock's
  * keys and the Lua scripts of scripts/NAME.lua, embedded at build time, run by
  * EVALSHA), hub.c (the subscriber thread that turns release messages into
@@ -17,10 +17,14 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <hiredis/hiredis.h>
 
 #include "core.h"
+
+struct ssl_ctx_st; /* OpenSSL's SSL_CTX, SSL (tls.c): no OpenSSL header here */
+struct ssl_st;
 
 #define REDIS_DEFAULT_PORT 6379
 /* Reconnect backoff of the background users (keeper, hub) and of a
@@ -43,6 +47,7 @@ struct redis_addr {
     const char *host;
     int port;
     const char *sock;
+    struct ssl_ctx_st *tls; /* TLS with this context (tls.c); NULL: plain */
 };
 
 /* One connection of ours (net.c): a non-blocking socket, what is still
@@ -56,6 +61,9 @@ struct rconn {
     redisReply **got; /* replies received, not yet taken */
     size_t ngot, taken, got_cap;
     size_t partial; /* bytes of the reply being received */
+    struct ssl_st *tls; /* NULL: plain */
+    bool tls_want_write; /* TLS must write before it can read */
+    size_t nreplies; /* replies received since it was dialed */
     bool broken;
     char err[200]; /* why it broke */
     char where[300]; /* "redis 127.0.0.1:6379", for messages */
@@ -85,6 +93,7 @@ struct redis_state {
     char *sock;
     int db;
     const char *user, *password;
+    struct ssl_ctx_st *tls; /* rediss://: the TLS context; NULL: plain */
     int64_t connect_timeout_ms, op_timeout_ms;
     const char *prefix;
     bool simple;
@@ -147,6 +156,8 @@ void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken);
 /* Dial A (non-blocking, close-on-exec) within UNTIL (monotonic ms):
  * DLOCK_OK, or DLOCK_ECONN naming the address and why. */
 int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out);
+/* Mark K broken with a reason (the first one sticks). */
+void redis_conn_fail(struct rconn *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Close K and free what it holds (NULL: nothing). */
 void redis_conn_free(struct rconn *k);
 /* Format one command onto K's output (ARGL may be NULL: strlen); K then
@@ -169,6 +180,23 @@ bool redis_conn_sent(const struct rconn *k);
  * returned REVENTS; replies go to redis_conn_take(). */
 short redis_conn_events(const struct rconn *k);
 void redis_conn_pump(struct rconn *k, short revents);
+
+/* --------------------------------------------------------------- tls.c */
+
+/* S's TLS context (s->tls): verify against CA (a file or a hashed
+ * directory; NULL: the system store), client certificate CERT + KEY
+ * (both or neither). DLOCK_EINVAL naming a file that does not load. */
+int redis_tls_context(struct redis_state *s, const char *ca, const char *cert, const char *key);
+void redis_tls_context_free(struct ssl_ctx_st *ctx);
+/* TLS over K's connected socket: SNI and certificate check against HOST,
+ * the handshake done by UNTIL. DLOCK_ECONN naming the verification error
+ * or the handshake's failure. */
+int redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const char *host, int64_t until);
+/* Non-blocking SSL_write (WRITE) or SSL_read on K: as send(2)/recv(2)
+ * (-1 + EAGAIN when it must wait, 0 when closed); a TLS error marks K
+ * broken with OpenSSL's words. */
+ssize_t redis_tls_io(struct rconn *k, char *buf, size_t len, bool write);
+void redis_tls_free(struct rconn *k);
 
 /* ---------------------------------------------------------- scripts.c */
 

@@ -1250,13 +1250,16 @@ START_TEST(test_waiter_keeps_its_place)
 }
 END_TEST
 
-/* A waiter paused past its lease loses its key (etcd #11456: Go's client
- * of etcd 3.4 would then take the lock without a key). Resumed, it must
- * notice, queue again behind whoever came meanwhile, and never hold at
- * the same time as them. */
-START_TEST(test_paused_waiter_requeues)
+/* A waiter in MODE paused past its lease loses its key (etcd #11456: Go's
+ * client of etcd 3.4 would then take the lock without a key). Resumed, it
+ * must notice, queue again behind whoever came meanwhile, and never hold
+ * at the same time as them -- a reader no more than a writer: it waits
+ * only for older writers, and the one that came meanwhile is older than
+ * its new key, not than its lost one. NAME/ holds only this test's keys. */
+static void paused_waiter_case(const char *name, dlock_mode mode)
 {
     REQUIRE_SERVERS();
+    char *pfx = tu_fmt("%s/", name);
     char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
     char *dir = tu_tmpdir("etcd-requeue");
     char *bheld = tu_fmt("%s/b-held", dir), *cdone = tu_fmt("%s/c-done", dir);
@@ -1271,7 +1274,7 @@ START_TEST(test_paused_waiter_requeues)
         if (dlock_open(short_url, &cb) != DLOCK_OK)
             _exit(10);
         dlock_lock *lb = NULL;
-        dlock_lock_new(cb, "requeue", DLOCK_EXCLUSIVE, 0, &lb);
+        dlock_lock_new(cb, name, mode, 0, &lb);
         if (dlock_acquire(lb, 60000) != DLOCK_OK)
             _exit(11);
         if (access(cdone, F_OK) != 0)
@@ -1284,22 +1287,22 @@ START_TEST(test_paused_waiter_requeues)
         _exit(0);
     }
     dlock_client *a = tu_open(url);
-    dlock_lock *la = tu_lock(a, "requeue");
+    dlock_lock *la = tu_lock(a, name);
     TU_ACQUIRE_OK(la, DLOCK_TRY);
     tu_write_marker(aheld, "1");
-    ck_assert_msg(wait_key_count("requeue/", 2), "never 2 key(s) under requeue/");
+    ck_assert_msg(wait_key_count(pfx, 2), "never 2 keys");
     kill(b, SIGSTOP);
-    ck_assert_msg(wait_key_count("requeue/", 1), "never 1 key(s) under requeue/");
+    ck_assert_msg(wait_key_count(pfx, 1), "never 1 key");
     dlock_client *c = tu_open(url);
-    dlock_lock *lc = tu_lock(c, "requeue");
+    dlock_lock *lc = tu_lock(c, name);
     struct waiter_arg wc = {lc, 30000, -99, 0, 0};
     pthread_t tc;
     /* c queues behind a: b has no key any more */
     pthread_create(&tc, NULL, waiter_main, &wc);
-    ck_assert_msg(wait_key_count("requeue/", 2), "never 2 key(s) under requeue/");
+    ck_assert_msg(wait_key_count(pfx, 2), "never 2 keys");
     kill(b, SIGCONT);
     /* b notices, queues again behind c */
-    ck_assert_msg(wait_key_count("requeue/", 3), "b never queued again");
+    ck_assert_msg(wait_key_count(pfx, 3), "b never queued again");
     ck_assert_msg(access(bheld, F_OK) != 0, "b holds while a does");
     tu_write_marker(cdone, "1"); /* from now on b may hold (after c) */
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
@@ -1321,6 +1324,18 @@ START_TEST(test_paused_waiter_requeues)
     free(dir);
     free(url);
     free(short_url);
+    free(pfx);
+}
+
+START_TEST(test_paused_waiter_requeues)
+{
+    paused_waiter_case("requeue", DLOCK_EXCLUSIVE);
+}
+END_TEST
+
+START_TEST(test_rw_paused_reader_waiter_requeues)
+{
+    paused_waiter_case("rwrequeue", DLOCK_SHARED);
 }
 END_TEST
 
@@ -2335,6 +2350,7 @@ static Suite *etcd_suite(void)
         {"lease_revoked_loses_every_hold", test_lease_revoked_loses_every_hold, 90},
         {"waiter_keeps_its_place", test_waiter_keeps_its_place, 90},
         {"paused_waiter_requeues", test_paused_waiter_requeues, 90},
+        {"rw_paused_reader_waiter_requeues", test_rw_paused_reader_waiter_requeues, 90},
         {"unreachable", test_unreachable, 90},
         {"bad_urls", test_bad_urls, 90},
         {"cli_run_status_and_lost", test_cli_run_status_and_lost, 90},

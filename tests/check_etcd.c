@@ -2189,6 +2189,39 @@ START_TEST(test_stalled_member_wait_times_out)
 }
 END_TEST
 
+/* A reader's bounded wait behind a writer ends at its deadline while the
+ * member stalls, and a canceled one at once; the deletes of their keys
+ * that the stalled member could not take are owed to the cleanup queue
+ * and done (by close at the latest), so the readers leave nothing behind
+ * to hold up the writers after them. */
+START_TEST(test_rw_stalled_reader_wait_ends)
+{
+    REQUIRE_SERVERS();
+    revive_all();
+    struct solo a = solo_open(NULL, "stall-rw");
+    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-rw");
+    dlock_lock *rb = tu_lock_mode(b.c, "stall-rw", DLOCK_SHARED, 0);
+    dlock_lock *rb2 = tu_lock_mode(b.c, "stall-rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED);
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    struct stall_waiter timed, canceled;
+    stall_start(&timed, rb, 3000);
+    stall_start(&canceled, rb2, DLOCK_FOREVER); /* side by side: a reader each */
+    ck_assert_msg(wait_key_count("stall-rw/", 3), "the readers never queued");
+    member_pause(0);
+    wait_request_at(0);
+    stall_cancel(&canceled);
+    stall_waiter_ends(&canceled, DLOCK_ECANCELED, "a canceled reader");
+    member_pause(0);
+    stall_waiter_ends(&timed, DLOCK_ETIMEDOUT, "a reader's 3 s wait");
+    dlock_lock_free(rb2);
+    dlock_lock_free(rb);
+    solo_close(&b);
+    ck_assert_msg(wait_key_count("stall-rw/", 1), "a reader's key stayed behind");
+    ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
+    solo_close(&a);
+}
+END_TEST
+
 /* dlock_lock_cancel() ends a wait whose keepalive is stuck on a stalled
  * member, at once rather than after `timeout`. */
 START_TEST(test_stalled_member_cancel)
@@ -2380,6 +2413,7 @@ static Suite *etcd_suite(void)
         {"stalled_member_hold_lost_in_time", test_stalled_member_hold_lost_in_time, 120},
         {"stalled_member_wait_times_out", test_stalled_member_wait_times_out, 120},
         {"stalled_member_cancel", test_stalled_member_cancel, 120},
+        {"rw_stalled_reader_wait_ends", test_rw_stalled_reader_wait_ends, 120},
         {"stalled_member_cancel_first_request", test_stalled_member_cancel_first_request, 120},
         {"stalled_member_cancel_waiting_for_grant", test_stalled_member_cancel_waiting_for_grant, 120},
         {"stalled_member_bounded_wait_behind_grant", test_stalled_member_bounded_wait_behind_grant, 120},

@@ -270,8 +270,9 @@ typedef enum dlock_mode {
  * bit is reserved and must be 0, so later behaviours (per-lock layouts)
  * need no second constructor.
  * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, an empty or too long name, an
- * unknown mode, a reserved flag); DLOCK_ENOTSUP (DLOCK_SHARED: only the
- * file and etcd backends have it today; DLOCK_LOCK_FAIR on file or redis);
+ * unknown mode, a reserved flag); DLOCK_ENOTSUP (DLOCK_SHARED where the
+ * backend has no shared mode -- docs/backends.md: file, redis and etcd
+ * have it; DLOCK_LOCK_FAIR on file or redis);
  * DLOCK_EMISUSE (the client is not connected, closed, or the parent's);
  * DLOCK_ENOMEM. On failure *OUT is NULL.
  * Threads: any. Without DLOCK_LOCK_HANDLE_OWNED the handle may be used
@@ -320,7 +321,8 @@ DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned 
  * owner's hold was lost and not yet released: release it first);
  * DLOCK_EMISUSE (an upgrade from shared, after fork or close); DLOCK_EINVAL
  * (L NULL, hold count overflow, a negative WAIT_MS other than
- * DLOCK_FOREVER); DLOCK_ENOMEM; backend failures.
+ * DLOCK_FOREVER); DLOCK_ENOTSUP (DLOCK_SHARED on redis with
+ * layout=simple); DLOCK_ENOMEM; backend failures.
  * After any failure nothing is held that was not held before: a re-entry
  * that fails leaves the count as it was, and a first acquire leaves
  * nothing on the server (a request whose reply was lost is cleaned up).

@@ -721,12 +721,17 @@ START_TEST(free_releases)
 }
 END_TEST
 
-/* The keeper renews a lease while the holder lives: seen as the hold's
- * validity going back up, three times (a whole lease renewed), with no
- * loss and the lock still busy for others. File: no lease to renew. */
-START_TEST(lease_renewed)
+/* The keeper renews a lease of a hold in MODE while the holder lives:
+ * seen as the hold's validity going back up, three times (a whole lease
+ * renewed), with no loss and the lock still busy for others (for a
+ * reader: a writer). File: no lease to renew. */
+static void lease_renewed_case(dlock_mode mode)
 {
     struct pair p = pair_open("lease=2s", NULL, "renewed");
+    if (mode == DLOCK_SHARED) { /* a reader; lb, the writer, stays out */
+        dlock_lock_free(p.la);
+        p.la = tu_lock_mode(p.a, "renewed", DLOCK_SHARED, 0);
+    }
     pair_watch_lost(&p);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     if (!has(CT_LEASES)) {
@@ -749,6 +754,18 @@ START_TEST(lease_renewed)
     TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
     EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
     pair_close(&p);
+}
+
+START_TEST(lease_renewed)
+{
+    lease_renewed_case(DLOCK_EXCLUSIVE);
+}
+END_TEST
+
+START_TEST(shared_lease_renewed)
+{
+    if (has(CT_SHARED))
+        lease_renewed_case(DLOCK_SHARED);
 }
 END_TEST
 
@@ -1656,6 +1673,7 @@ int main(void)
         {"fork_misuse", fork_misuse, 30},
         {"free_releases", free_releases, 30},
         {"lease_renewed", lease_renewed, 60},
+        {"shared_lease_renewed", shared_lease_renewed, 60},
         {"lost_callback", lost_callback, 60},
         {"fixed_lease", fixed_lease, 60},
         {"hostile_names", hostile_names, 60},

@@ -114,6 +114,23 @@ static char *cmd_str(redisContext *ctx, const char *fmt, ...)
     return s;
 }
 
+/* The count of KEY's one owner field (a lock hash beside its "mode"):
+ * fails the test unless there is exactly one. */
+static long long owner_count(redisContext *ctx, const char *key)
+{
+    redisReply *r = cmd(ctx, "HGETALL %s", key);
+    long long count = -1;
+    int owners = 0;
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, "mode") != 0) {
+            owners++;
+            count = strtoll(r->element[i + 1]->str, NULL, 10);
+        }
+    freeReplyObject(r);
+    ck_assert_int_eq(owners, 1);
+    return count;
+}
+
 /* Sum of "calls=" for the script commands in INFO commandstats. */
 static long long script_calls(redisContext *ctx)
 {
@@ -179,7 +196,8 @@ START_TEST(acquire_release_token_inspect)
     ck_assert_int_gt(dlock_validity_ms(l), 0);
 
     redisContext *ctx = raw();
-    ck_assert_int_eq(cmd_int(ctx, "HLEN jobs"), 1);
+    ck_assert_int_eq(cmd_int(ctx, "HLEN jobs"), 2); /* our field and "mode" */
+    ck_assert_int_eq(owner_count(ctx, "jobs"), 1);
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{jobs}"), (long long)t1);
     ck_assert_int_gt(cmd_int(ctx, "PTTL jobs"), 0);
 
@@ -497,6 +515,197 @@ START_TEST(redisson_on_the_wire)
     redisFree(ctx);
     dlock_lock_free(l);
     dlock_client_close(c);
+    stop_server();
+}
+END_TEST
+
+/* A Redisson RReadWriteLock client played on the wire: the scripts below
+ * do what RedissonReadLock and RedissonWriteLock do to the keys (the hash
+ * with "mode", the reader's "{name}:<id>:rwlock_timeout:<n>" keys, the
+ * writer's "<id>:write" field, "0" / "1" on "redisson_rwlock:{name}"),
+ * written for this test. KEYS: the lock, Redisson's timeout prefix
+ * "{name}:<id>:rwlock_timeout", the channel. ARGV: lease ms, <id>.
+ * Acquires return nil when taken, else the PTTL; releases 1 or nil. */
+static const char *const redisson_rw[] = {
+    /* read lock */
+    "local mode = redis.call('hget', KEYS[1], 'mode') "
+    "if mode == false or mode == 'read' or "
+    "   (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1) then "
+    "  if mode == false then redis.call('hset', KEYS[1], 'mode', 'read') end "
+    "  local n = redis.call('hincrby', KEYS[1], ARGV[2], 1) "
+    "  redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1]) "
+    "  redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), ARGV[1])) "
+    "  return nil end "
+    "return redis.call('pttl', KEYS[1])",
+    /* write lock */
+    "local mode = redis.call('hget', KEYS[1], 'mode') "
+    "local w = ARGV[2] .. ':write' "
+    "if mode == false or (mode == 'write' and redis.call('hexists', KEYS[1], w) == 1) then "
+    "  redis.call('hset', KEYS[1], 'mode', 'write') redis.call('hincrby', KEYS[1], w, 1) "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]) return nil end "
+    "return redis.call('pttl', KEYS[1])",
+    /* read unlock (one reader of Redisson's, the others' timeout keys
+     * looked at as Redisson does) */
+    "if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end "
+    "local n = redis.call('hincrby', KEYS[1], ARGV[2], -1) "
+    "if n == 0 then redis.call('hdel', KEYS[1], ARGV[2]) end "
+    "redis.call('del', KEYS[2] .. ':' .. (n + 1)) "
+    "local base = string.sub(KEYS[2], 1, string.find(KEYS[2], ':', 1, true) - 1) "
+    "local remain = -3 "
+    "for _, f in ipairs(redis.call('hkeys', KEYS[1])) do "
+    "  local c = tonumber(redis.call('hget', KEYS[1], f)) "
+    "  if c then for i = c, 1, -1 do "
+    "    remain = math.max(remain, redis.call('pttl', base .. ':' .. f .. ':rwlock_timeout:' .. i)) "
+    "  end end end "
+    "if remain > 0 then redis.call('pexpire', KEYS[1], remain) return 1 end "
+    "if redis.call('hget', KEYS[1], 'mode') == 'write' then return 1 end "
+    "redis.call('del', KEYS[1]) redis.call('publish', KEYS[3], '0') return 1",
+    /* write unlock */
+    "local w = ARGV[2] .. ':write' "
+    "if redis.call('hexists', KEYS[1], w) == 0 then return nil end "
+    "if redis.call('hincrby', KEYS[1], w, -1) > 0 then return 1 end "
+    "redis.call('hdel', KEYS[1], w) "
+    "if redis.call('hlen', KEYS[1]) == 1 then "
+    "  redis.call('del', KEYS[1]) redis.call('publish', KEYS[3], '1') "
+    "else redis.call('hset', KEYS[1], 'mode', 'read') end "
+    "return 1",
+};
+enum { RS_READ, RS_WRITE, RS_READ_UNLOCK, RS_WRITE_UNLOCK };
+
+/* Run Redisson's OP on lock NAME as owner ID: 1 = taken or released, 0 =
+ * busy (its script answered a PTTL) or not released. */
+static int redisson_rw_op(redisContext *ctx, int op, const char *name, const char *id)
+{
+    char *tprefix = tu_fmt("{%s}:%s:rwlock_timeout", name, id);
+    char *chan = tu_fmt("redisson_rwlock:{%s}", name);
+    redisReply *r = cmd(ctx, "EVAL %s 3 %s %s %s 60000 %s", redisson_rw[op], name, tprefix, chan,
+                        id);
+    ck_assert_msg(r->type != REDIS_REPLY_ERROR, "Redisson's script: %s", r->str);
+    int done = op < RS_READ_UNLOCK ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_INTEGER;
+    freeReplyObject(r);
+    free(chan);
+    free(tprefix);
+    return done;
+}
+
+static void expect_mode(redisContext *ctx, const char *name, const char *want)
+{
+    char *mode = cmd_str(ctx, "HGET %s mode", name);
+    ck_assert_msg(mode && strcmp(mode, want) == 0, "mode of %s: %s, not %s", name,
+                  mode ? mode : "(nil)", want);
+    free(mode);
+}
+
+/* Start a thread that waits (up to 20 s) for the lock through L and
+ * releases it at once; return once it is subscribed to CHAN (one more
+ * subscriber there than before). */
+static void wait_then_release(redisContext *ctx, struct waiter_arg *a, pthread_t *th, dlock_lock *l,
+                              const char *chan)
+{
+    long long before = numsub(ctx, chan);
+    *a = (struct waiter_arg){.l = l, .wait_ms = 20000, .rc = -99, .release = true};
+    pthread_create(th, NULL, waiter_main, a);
+    wait_numsub(ctx, chan, before + 1);
+}
+
+/* Redisson's RReadWriteLock and dlock on one name: readers of both share,
+ * a writer of either excludes every reader and writer of the other, and
+ * each one's release wakes the other's readers on "redisson_rwlock:{N}". */
+START_TEST(redisson_rwlock_on_the_wire)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    const char *rid = "6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:7";
+    dlock_client *c = open_with("lease=60s");
+    dlock_lock *rd = tu_lock_mode(c, "docs", DLOCK_SHARED, 0), *wr = tu_lock(c, "docs");
+    dlock_info *info = NULL;
+
+    /* A Redisson reader: dlock's readers share, its writer waits. */
+    ck_assert(redisson_rw_op(ctx, RS_READ, "docs", rid));
+    TU_ACQUIRE_OK(rd, DLOCK_TRY);
+    ck_assert_int_eq(cmd_int(ctx, "PTTL {docs}:%s:rwlock_timeout:1", rid) > 0, 1);
+    ck_assert_int_eq(cmd_int(ctx, "HLEN docs"), 3); /* mode, Redisson's reader, ours */
+    ck_assert_int_eq(dlock_inspect(c, "docs", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_mode(info), DLOCK_SHARED);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 2);
+    dlock_info_free(info);
+    struct waiter_arg a;
+    pthread_t th;
+    a = (struct waiter_arg){.l = wr, .wait_ms = DLOCK_TRY, .rc = -99};
+    pthread_create(&th, NULL, waiter_main, &a); /* this thread reads: try from another */
+    pthread_join(th, NULL);
+    ck_assert_int_eq(a.rc, DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(rd), DLOCK_OK);
+    expect_mode(ctx, "docs", "read"); /* Redisson still reads */
+    ck_assert_int_eq(dlock_acquire(wr, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert(redisson_rw_op(ctx, RS_READ_UNLOCK, "docs", rid));
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS docs"), 0);
+
+    /* dlock's writer: Redisson's reader and writer get the PTTL; dlock's
+     * release wakes Redisson's subscriber ("0" on its channel). */
+    TU_ACQUIRE_OK(wr, DLOCK_TRY);
+    uint64_t tw = tu_token(wr);
+    ck_assert(!redisson_rw_op(ctx, RS_READ, "docs", rid));
+    ck_assert(!redisson_rw_op(ctx, RS_WRITE, "docs", rid));
+    redisContext *sub = raw();
+    freeReplyObject(cmd(sub, "SUBSCRIBE %s", "redisson_rwlock:{docs}"));
+    ck_assert_int_eq(dlock_release(wr), DLOCK_OK);
+    void *msg = NULL;
+    ck_assert_int_eq(redisGetReply(sub, &msg), REDIS_OK);
+    redisReply *m = msg;
+    ck_assert_str_eq(m->element[0]->str, "message");
+    ck_assert_str_eq(m->element[2]->str, "0");
+    freeReplyObject(m);
+    redisFree(sub);
+
+    /* dlock's reader: Redisson's writer is busy, its reader shares. */
+    TU_ACQUIRE_OK(rd, DLOCK_TRY);
+    ck_assert_uint_gt(tu_token(rd), tw); /* the one counter */
+    ck_assert(!redisson_rw_op(ctx, RS_WRITE, "docs", rid));
+    ck_assert(redisson_rw_op(ctx, RS_READ, "docs", rid));
+    ck_assert(redisson_rw_op(ctx, RS_READ_UNLOCK, "docs", rid));
+    ck_assert(!redisson_rw_op(ctx, RS_WRITE, "docs", rid)); /* we still read */
+    ck_assert_int_eq(dlock_release(rd), DLOCK_OK);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS docs"), 0);
+
+    /* Redisson's writer: dlock's reader and writer are busy; a dlock
+     * reader waiting is woken by Redisson's write unlock ("1"). */
+    ck_assert(redisson_rw_op(ctx, RS_WRITE, "docs", rid));
+    ck_assert_int_eq(dlock_acquire(rd, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_acquire(wr, DLOCK_TRY), DLOCK_EBUSY);
+    wait_then_release(ctx, &a, &th, rd, "redisson_rwlock:{docs}");
+    ck_assert(redisson_rw_op(ctx, RS_WRITE_UNLOCK, "docs", rid));
+    pthread_join(th, NULL);
+    ck_assert_msg(a.rc == DLOCK_OK, "dlock's reader after Redisson's write unlock: %s",
+                  dlock_err_name(a.rc));
+
+    /* Redisson's downgrade (write, read, unlock the write) leaves a read
+     * lock: dlock's reader comes in, its writer does not. */
+    ck_assert(redisson_rw_op(ctx, RS_WRITE, "docs", rid));
+    ck_assert(redisson_rw_op(ctx, RS_READ, "docs", rid));
+    ck_assert(redisson_rw_op(ctx, RS_WRITE_UNLOCK, "docs", rid));
+    TU_ACQUIRE_OK(rd, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(rd), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(wr, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert(redisson_rw_op(ctx, RS_READ_UNLOCK, "docs", rid));
+
+    /* dlock's downgrade, seen by Redisson: mode "read", our field a
+     * reader's with its timeout key; Redisson's reader comes in, its
+     * writer does not. */
+    TU_ACQUIRE_OK(wr, DLOCK_TRY);
+    TU_ACQUIRE_OK(rd, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(wr), DLOCK_OK);
+    expect_mode(ctx, "docs", "read");
+    ck_assert(redisson_rw_op(ctx, RS_READ, "docs", rid));
+    ck_assert(!redisson_rw_op(ctx, RS_WRITE, "docs", rid));
+    ck_assert(redisson_rw_op(ctx, RS_READ_UNLOCK, "docs", rid));
+    ck_assert_int_eq(dlock_release(rd), DLOCK_OK);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS docs"), 0);
+
+    dlock_lock_free(wr);
+    dlock_lock_free(rd);
+    dlock_client_close(c);
+    redisFree(ctx);
     stop_server();
 }
 END_TEST
@@ -1053,10 +1262,8 @@ static void lost_replies_through_proxy(const char *layout)
     uint64_t t1 = tu_token(l);
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t1); /* once */
     if (!simple) {
-        redisReply *r = cmd(ctx, "HGETALL amb");
-        ck_assert_uint_eq(r->elements, 2);
-        ck_assert_str_eq(r->element[1]->str, "1");
-        freeReplyObject(r);
+        ck_assert_int_eq(cmd_int(ctx, "HLEN amb"), 2);
+        ck_assert_int_eq(owner_count(ctx, "amb"), 1);
     }
 
     atomic_store(&px.drop_release, 1);
@@ -1748,10 +1955,8 @@ START_TEST(lost_replies_are_retried_safely)
     uint64_t t = tu_token(l);
     tu_sleep_ms(300); /* let any duplicate run */
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t);
-    ck_assert_int_eq(cmd_int(ctx, "HLEN amb"), 1);
-    redisReply *r = cmd(ctx, "HGETALL amb");
-    ck_assert_str_eq(r->element[1]->str, "1");
-    freeReplyObject(r);
+    ck_assert_int_eq(cmd_int(ctx, "HLEN amb"), 2);
+    ck_assert_int_eq(owner_count(ctx, "amb"), 1);
 
     freeReplyObject(cmd(ctx, "CLIENT PAUSE 650 WRITE"));
     int rc = dlock_release(l);
@@ -2037,8 +2242,13 @@ START_TEST(urls_db_prefix_unix_and_list)
     u = tu_fmt("%s?tls_ca=/etc/ssl/ca.pem", srv.url);
     ck_assert_int_eq(dlock_open(u, &c), DLOCK_EBADURL); /* TLS is rediss:// */
     free(u);
-    c = tu_open(srv.url);
-    ck_assert_int_eq(dlock_lock_new(c, "s", DLOCK_SHARED, 0, &l), DLOCK_ENOTSUP);
+    u = tu_fmt("%s?layout=simple", srv.url);
+    c = tu_open(u);
+    free(u);
+    l = tu_lock_mode(c, "s", DLOCK_SHARED, 0);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_ENOTSUP); /* one value, one owner */
+    ck_assert_msg(strstr(dlock_errmsg(), "layout=simple"), "%s", dlock_errmsg());
+    dlock_lock_free(l);
     dlock_client_close(c);
     redisFree(ctx);
     stop_server();
@@ -2216,6 +2426,7 @@ int main(void)
         {"threads_fight_over_one_name", threads_fight_over_one_name, 60},
         {"one_waiter_woken_per_release", one_waiter_woken_per_release, 60},
         {"redisson_on_the_wire", redisson_on_the_wire, 60},
+        {"redisson_rwlock_on_the_wire", redisson_rwlock_on_the_wire, 60},
         {"simple_layout_on_the_wire", simple_layout_on_the_wire, 60},
         {"wrongtype_left_intact", wrongtype_left_intact, 60},
         {"auth_password_and_acl_user", auth_password_and_acl_user, 60},

@@ -164,9 +164,10 @@ static char *redis_unreachable(const struct ct_fixture *f, int port)
     return tu_fmt("%s://127.0.0.1:%d?connect_timeout=500ms", p->tls ? "rediss" : "redis", port);
 }
 
-/* Subscribers of the lock's channel: both layouts publish releases on
- * Redisson's "redisson_lock__channel:{<key>}", and a waiter subscribes
- * before it sleeps. */
+/* Subscribers of the lock's channels: both layouts publish releases on
+ * Redisson's "redisson_lock__channel:{<key>}", where writers wait, and
+ * readers wait on RReadWriteLock's "redisson_rwlock:{<key>}"; a waiter
+ * subscribes before it sleeps. */
 static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
                           const char *name)
 {
@@ -178,15 +179,17 @@ static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const cha
         free(fullname);
         return -1;
     }
-    char *chan = strchr(fullname, '{') ? tu_fmt("redisson_lock__channel:%s", fullname)
-                                       : tu_fmt("redisson_lock__channel:{%s}", fullname);
-    redisReply *r = redisCommand(ctx, "PUBSUB NUMSUB %s", chan);
+    bool tagged = strchr(fullname, '{') != NULL;
+    char *chan = tu_fmt("redisson_lock__channel:%s%s%s", tagged ? "" : "{", fullname, tagged ? "" : "}");
+    char *rwchan = tu_fmt("redisson_rwlock:%s%s%s", tagged ? "" : "{", fullname, tagged ? "" : "}");
+    redisReply *r = redisCommand(ctx, "PUBSUB NUMSUB %s %s", chan, rwchan);
     long n = -1;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[1]->type == REDIS_REPLY_INTEGER)
-        n = (long)r->element[1]->integer;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER && r->element[3]->type == REDIS_REPLY_INTEGER)
+        n = (long)(r->element[1]->integer + r->element[3]->integer);
     if (r)
         freeReplyObject(r);
+    free(rwchan);
     free(chan);
     free(fullname);
     redisFree(ctx);
@@ -199,7 +202,7 @@ static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"}
 static struct ct_fixture fx_redis = {
     .name = "redis",
     .scheme = "redis",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED,
     .priv = &redisson_priv,
     .start = redis_start,
     .stop = redis_stop,

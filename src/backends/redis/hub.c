@@ -107,7 +107,11 @@ static void hub_on_reply(struct hub *hb, const redisReply *r)
     if (!ch)
         return;
     if (strcmp(kind, "message") == 0) {
-        hub_wake_one(ch);
+        const redisReply *m = r->element[2];
+        if (m->type == REDIS_REPLY_STRING && m->len == 1 && m->str[0] == '1')
+            hub_wake_chan(ch); /* READ_UNLOCK_MESSAGE: every reader may enter */
+        else
+            hub_wake_one(ch);
     } else if (strcmp(kind, "subscribe") == 0) {
         ch->subscribed = true;
         ch->sub_sent = false;

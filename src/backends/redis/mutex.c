@@ -8,7 +8,9 @@
  * "redisson_lock_token:{name}" INCRed on every new acquisition (the fencing
  * token), and a release message "0" on "redisson_lock__channel:{name}".
  * A Redisson client and dlock on the same name therefore exclude each other
- * and wake each other's waiters. `?layout=simple` speaks the classic
+ * and wake each other's waiters. Shared holds are Redisson's RReadWriteLock
+ * read locks (rwlock.c; an exclusive hold also writes the hash's "mode"
+ * field, so that layout sees it). `?layout=simple` speaks the classic
  * "SET name value NX PX" recipe instead (redis-py, node-redlock, redsync).
  *
  * Every operation is one script (scripts.c), written so that sending one
@@ -38,9 +40,11 @@ static void owner_of(struct redis_state *s, struct dlock__hold *h)
  * set), DLOCK_EBUSY with *TTL_MS the holder's remaining lease, or a
  * failure. A request whose reply is lost is sent once more with the next
  * request number, which cancels the first one on the server; when the
- * second is lost too, cancel_acquire() cancels both. */
+ * second is lost too, cancel_acquire() cancels both. STAGE tells a writer's
+ * script whether it waits ("0" try once, "1" first try of a wait, "2" a
+ * later one): a waiting writer keeps new readers out. */
 static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
-                       int64_t lease_ms, int64_t deadline, int64_t *ttl_ms)
+                       int64_t lease_ms, int64_t deadline, const char *stage, int64_t *ttl_ms)
 {
     char lease[24], prefix[128], first[24], second[24], life[24];
     int pl = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
@@ -53,17 +57,21 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     int fl = snprintf(first, sizeof first, "%llu", (unsigned long long)n);
     int sl = snprintf(second, sizeof second, "%llu", (unsigned long long)n + 1);
     int ll = snprintf(life, sizeof life, "%lld", (long long)redis_cancel_life_ms(lease_ms));
-    const char *args[] = {k->lock, k->token, k->canceled, lease, prefix, first, "0", life};
-    size_t lens[] = {k->lock_len, k->token_len, k->canceled_len, (size_t)pl, (size_t)ol, (size_t)fl, 1,
-                     (size_t)ll};
-    const char *retry_args[] = {k->lock, k->token, k->canceled, lease, prefix, second, first, life};
-    size_t retry_lens[] = {k->lock_len, k->token_len, k->canceled_len, (size_t)pl, (size_t)ol,
-                           (size_t)sl, (size_t)fl, (size_t)ll};
+    const char *mode = h->mode == DLOCK_SHARED ? "read" : "write";
+    const char *args[] = {k->lock, k->token, k->canceled, k->writers, k->tbase, lease, prefix,
+                          first, "0", life, mode, stage};
+    size_t lens[] = {k->lock_len, k->token_len, k->canceled_len, k->writers_len, k->tbase_len,
+                     (size_t)pl, (size_t)ol, (size_t)fl, 1, (size_t)ll, strlen(mode), 1};
+    const char *retry_args[] = {k->lock, k->token, k->canceled, k->writers, k->tbase, lease,
+                                prefix, second, first, life, mode, stage};
+    size_t retry_lens[] = {k->lock_len, k->token_len, k->canceled_len, k->writers_len,
+                           k->tbase_len, (size_t)pl, (size_t)ol, (size_t)sl, (size_t)fl, (size_t)ll,
+                           strlen(mode), 1};
     redisReply *r;
     int64_t sent;
     bool reached = false;
-    rc = redis_eval(s, deadline, S_ACQUIRE, 3, 8, args, lens, true, retry_args, retry_lens, "acquire",
-                    &r, &sent, NULL, &reached);
+    rc = redis_eval(s, deadline, S_ACQUIRE, 5, 12, args, lens, true, retry_args, retry_lens,
+                    "acquire", &r, &sent, NULL, &reached);
     if (rc == DLOCK_ECONN && reached)
         redis_cancel_lost_acquire(s, h, n + 1, lease_ms);
     if (rc) {
@@ -103,22 +111,26 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
 {
     struct redis_state *s = state;
     struct lock_keys k;
-    int rc = redis_keys_make(s, h->name, &k);
-    if (rc)
+    int rc = redis_rw_check_layout(s, h);
+    if (rc || (rc = redis_keys_make(s, h->name, &k)))
         return rc;
     owner_of(s, h);
     int64_t lease = h->lease_ms;
     int64_t ttl = 0;
+    /* Readers wake on RReadWriteLock's channel, writers on RLock's. */
+    const char *chan = h->mode == DLOCK_SHARED ? k.rwchan : k.chan;
+    size_t chan_len = h->mode == DLOCK_SHARED ? k.rwchan_len : k.chan_len;
 
-    rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), &ttl);
+    rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), dlock__wait_try_once(w) ? "0" : "1",
+                     &ttl);
     if (rc != DLOCK_EBUSY || dlock__wait_try_once(w))
         goto out;
 
     /* Contended: subscribe (shared connection), then try, sleep until a
      * release message or the holder's remaining lease, try again. */
-    rc = redis_hub_join(s, k.chan, k.chan_len, w);
+    rc = redis_hub_join(s, chan, chan_len, w);
     if (rc)
-        goto out;
+        goto unwait;
     /* A connection lost while waiting (server restart, network blip) is
      * retried with backoff until the wait's deadline: the waiter already
      * reached the server once, so the outage is transient until proven
@@ -130,9 +142,9 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         unsigned seq = dlock__wait_seq(w);
         /* Before the subscription is confirmed a release could be missed,
          * so the first sleep lasts until the confirmation wakes us. */
-        if (!first || redis_hub_subscribed(s, k.chan, k.chan_len)) {
-            redis_hub_ack(s, k.chan, k.chan_len, w);
-            rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), &ttl);
+        if (!first || redis_hub_subscribed(s, chan, chan_len)) {
+            redis_hub_ack(s, chan, chan_len, w);
+            rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), "2", &ttl);
             if (rc == DLOCK_ECONN) {
                 dlock__errmsg_save(outage_msg);
                 outage_ms = dlock__backoff_next(&outage);
@@ -166,7 +178,11 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         if (rc != DLOCK_OK)
             break;
     }
-    redis_hub_leave(s, k.chan, k.chan_len, w, rc == DLOCK_OK);
+    redis_hub_leave(s, chan, chan_len, w, rc == DLOCK_OK);
+unwait:
+    if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE &&
+        !s->simple)
+        redis_rw_unwait(s, h, &k); /* let the readers behind us in */
 out:
     redis_keys_free(&k);
     return rc;
@@ -175,6 +191,8 @@ out:
 static int redis_release(void *state, struct dlock__hold *h)
 {
     struct redis_state *s = state;
+    if (h->mode == DLOCK_SHARED)
+        return redis_rw_release(s, h);
     struct lock_keys k;
     int rc = redis_keys_make(s, h->name, &k);
     if (rc)
@@ -183,12 +201,12 @@ static int redis_release(void *state, struct dlock__hold *h)
     int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
     int vl = s->simple ? snprintf(value, sizeof value, "%s:%llu", h->owner, (unsigned long long)h->token)
                        : snprintf(value, sizeof value, "%s", h->owner);
-    const char *args[] = {k.lock, k.chan, k.token, value, token};
-    size_t lens[] = {k.lock_len, k.chan_len, k.token_len, (size_t)vl, (size_t)tl};
+    const char *args[] = {k.lock, k.chan, k.token, k.rwchan, value, token};
+    size_t lens[] = {k.lock_len, k.chan_len, k.token_len, k.rwchan_len, (size_t)vl, (size_t)tl};
     redisReply *r;
     bool retried;
-    rc = redis_eval(s, DLOCK__NEVER, S_RELEASE, 3, 5, args, lens, true, NULL, NULL, "release", &r, NULL,
-                    &retried, NULL);
+    rc = redis_eval(s, DLOCK__NEVER, S_RELEASE, 4, 6, args, lens, true, NULL, NULL, "release", &r,
+                    NULL, &retried, NULL);
     if (!rc) {
         long long status;
         const char *type_name;
@@ -234,13 +252,14 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
         return rc;
     }
     size_t nchunks = (n + RENEW_BATCH - 1) / RENEW_BATCH;
-    size_t maxargs = 3 + 3 * RENEW_BATCH;
+    size_t maxargs = 3 + 4 * RENEW_BATCH;
     const char **argv = calloc(maxargs, sizeof *argv);
     size_t *argl = calloc(maxargs, sizeof *argl);
     char (*vals)[160] = calloc(RENEW_BATCH, sizeof *vals);
     char (*leases)[24] = calloc(RENEW_BATCH, sizeof *leases);
+    char (*timeouts)[DLOCK_NAME_MAX + 256] = calloc(RENEW_BATCH, sizeof *timeouts);
     struct lock_keys *keys = calloc(RENEW_BATCH, sizeof *keys);
-    if (!argv || !argl || !vals || !leases || !keys) {
+    if (!argv || !argl || !vals || !leases || !timeouts || !keys) {
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
         goto fail_all;
     }
@@ -276,6 +295,9 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
                 argl[a++] = (size_t)vl;
                 argv[a] = leases[i];
                 argl[a++] = (size_t)ll;
+                argv[a] = timeouts[i]; /* a reader's timeout key, or "" */
+                argl[a++] = (size_t)redis_rw_timeout_key(&keys[i], h, timeouts[i],
+                                                         sizeof timeouts[i]);
             }
             rc = redis_conn_append(k, (int)a, argv, argl);
             for (size_t i = 0; i < m; i++)
@@ -347,6 +369,7 @@ out:
     free(argl);
     free(vals);
     free(leases);
+    free(timeouts);
     free(keys);
     return rc;
 }
@@ -373,6 +396,17 @@ static bool owner_field_like(const char *f, size_t len)
         if (f[i] < '0' || f[i] > '9')
             return false;
     return true;
+}
+
+/* A field a lock hash may hold: an owner, a Redisson read-write lock's
+ * writer "<uuid>:<digits>:write", or its "mode". */
+static bool lock_field_like(const char *f, size_t len)
+{
+    if (len == 4 && memcmp(f, "mode", 4) == 0)
+        return true;
+    if (len > 6 && memcmp(f + len - 6, ":write", 6) == 0)
+        len -= 6;
+    return owner_field_like(f, len);
 }
 
 /* "<uuid>:<digits>:<digits>": the shape of dlock's simple-layout value. */
@@ -439,12 +473,17 @@ static int redis_inspect(void *state, const char *name, struct dlock_info *info)
             /* every field an owner, or it is an application's hash */
             for (size_t i = 3; i + 1 < r->elements; i += 2)
                 if (r->element[i]->type != REDIS_REPLY_STRING ||
-                    !owner_field_like(r->element[i]->str, r->element[i]->len)) {
+                    !lock_field_like(r->element[i]->str, r->element[i]->len)) {
                     rc = redis_wrongtype(s, &k, "hash whose fields are not lock owners (<uuid>:<thread>)");
                     goto done;
                 }
             for (size_t i = 3; i + 1 < r->elements && !rc; i += 2) {
                 const redisReply *f = r->element[i], *v = r->element[i + 1];
+                if (strcmp(f->str, "mode") == 0) { /* a read-write lock's */
+                    if (v->type == REDIS_REPLY_STRING && strcmp(v->str, "read") == 0)
+                        info->mode = DLOCK_SHARED;
+                    continue;
+                }
                 unsigned count = v->type == REDIS_REPLY_STRING ? (unsigned)strtoul(v->str, NULL, 10) : 0;
                 rc = dlock__info_add_holder(info, f->str, count);
             }
@@ -523,7 +562,7 @@ static bool key_is_lock(struct redis_state *s, struct rconn *k, const char *key,
     bool yes = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
     for (size_t i = 0; yes && i < r->elements; i++)
         yes = r->element[i]->type == REDIS_REPLY_STRING &&
-              owner_field_like(r->element[i]->str, r->element[i]->len);
+              lock_field_like(r->element[i]->str, r->element[i]->len);
     freeReplyObject(r);
     return yes;
 }
@@ -591,7 +630,8 @@ const struct dlock__backend dlock__backend_redis = {
     .version = DLOCK__BACKEND_VERSION,
     .name = "redis",
     .schemes = redis_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
+            DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE,
     .default_port = REDIS_DEFAULT_PORT,
     .open = redis_open,
     .close = redis_close,
@@ -601,5 +641,6 @@ const struct dlock__backend dlock__backend_redis = {
     .inspect = redis_inspect,
     .force_release = redis_force_release,
     .list = redis_list,
+    .downgrade = redis_rw_downgrade,
 };
 

@@ -7,8 +7,9 @@
  * keys and the Lua scripts of scripts/NAME.lua, embedded at build time, run by
  * EVALSHA), hub.c (the subscriber thread that turns release messages into
  * wake-ups of waiting threads), cancel.c (the cancel owed after an acquire
- * whose replies were lost) and mutex.c (the lock recipe: acquire, release,
- * renew, inspect, force, list, and the backend table). Everything here is
+ * whose replies were lost), mutex.c (the lock recipe: acquire, release,
+ * renew, inspect, force, list, and the backend table) and rwlock.c (what
+ * shared holds add: Redisson's RReadWriteLock layout). Everything here is
  * private to those files; the core sees only the table.
  */
 #ifndef DLOCK_REDIS_H
@@ -34,7 +35,11 @@ struct ssl_st;
 #define REDIS_HUB_BUCKETS 1024
 
 /* The scripts, one per lock operation (scripts/NAME.lua). */
-enum script_id { S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_CANCEL, S_COUNT };
+enum script_id {
+    S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_CANCEL,
+    S_RW_RELEASE_READ, S_RW_DOWNGRADE, S_RW_UNWAIT, /* rwlock.c */
+    S_COUNT
+};
 
 /* The largest reply the backend takes: a lock's replies are small, a
  * SCAN page or an inspected hash a few kilobytes; past this the
@@ -118,10 +123,12 @@ struct redis_state {
 };
 
 /* The keys of one lock: the lock, its token counter, its channel and the
- * record of canceled acquires (docs/protocol-redis.md). */
+ * record of canceled acquires; for read-write locks RReadWriteLock's
+ * channel, the record of waiting writers and the base of the readers'
+ * timeout keys, "{name}" (docs/protocol-redis.md). */
 struct lock_keys {
-    char *lock, *token, *chan, *canceled;
-    size_t lock_len, token_len, chan_len, canceled_len;
+    char *lock, *token, *chan, *canceled, *rwchan, *writers, *tbase;
+    size_t lock_len, token_len, chan_len, canceled_len, rwchan_len, writers_len, tbase_len;
 };
 
 /* ------------------------------------------------------------- conn.c */
@@ -243,6 +250,23 @@ void redis_cancel_lost_acquire(struct redis_state *s, const struct dlock__hold *
 /* Before H's owner sends an acquire of H->name: send a cancel it still
  * owes there, within DEADLINE. DLOCK_OK, or why it could not. */
 int redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
+
+/* ----------------------------------------------------------- rwlock.c */
+
+/* Shared holds need the Redisson layout: DLOCK_ENOTSUP with a message
+ * under layout=simple, else DLOCK_OK. */
+int redis_rw_check_layout(struct redis_state *s, const struct dlock__hold *h);
+/* Give shared hold H back (scripts/rw_release_read.lua). */
+int redis_rw_release(struct redis_state *s, struct dlock__hold *h);
+/* The backend's downgrade: exclusive hold H becomes shared in place. */
+int redis_rw_downgrade(void *state, struct dlock__hold *h);
+/* A writer (H's owner) that recorded itself as waiting on K gives up:
+ * take its record away (best effort; the record lapses anyway). */
+void redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, const struct lock_keys *k);
+/* H's reader timeout key, "{name}:<owner>:rwlock_timeout:1", into BUF;
+ * "" for an exclusive hold. Returns its length. */
+int redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h, char *buf,
+                         size_t size);
 
 /* -------------------------------------------------------------- hub.c */
 

@@ -51,6 +51,9 @@ EMBED_SCRIPT(redis_lua_inspect, "inspect.lua");
 EMBED_SCRIPT(redis_lua_force, "force.lua");
 EMBED_SCRIPT(redis_lua_cancel_redisson, "cancel_redisson.lua");
 EMBED_SCRIPT(redis_lua_cancel_simple, "cancel_simple.lua");
+EMBED_SCRIPT(redis_lua_rw_release_read, "rw_release_read.lua");
+EMBED_SCRIPT(redis_lua_rw_downgrade, "rw_downgrade.lua");
+EMBED_SCRIPT(redis_lua_rw_unwait, "rw_unwait.lua");
 
 const char *redis_script_source(enum script_id id, bool simple)
 {
@@ -67,6 +70,12 @@ const char *redis_script_source(enum script_id id, bool simple)
         return redis_lua_force;
     case S_CANCEL:
         return simple ? redis_lua_cancel_simple : redis_lua_cancel_redisson;
+    case S_RW_RELEASE_READ: /* shared holds: the Redisson layout only */
+        return redis_lua_rw_release_read;
+    case S_RW_DOWNGRADE:
+        return redis_lua_rw_downgrade;
+    case S_RW_UNWAIT:
+        return redis_lua_rw_unwait;
     case S_COUNT:
         break;
     }
@@ -128,7 +137,8 @@ static size_t put_prefixed(char *p, const char *prefix, const char *key, size_t 
 const char *redis_own_key_space(const char *key, size_t len)
 {
     static const char *const spaces[] = {"redisson_lock_token:", "redisson_lock__channel:",
-                                         "dlock_canceled:"};
+                                         "dlock_canceled:", "redisson_rwlock:",
+                                         "dlock_writers:"};
     for (size_t i = 0; i < sizeof spaces / sizeof spaces[0]; i++) {
         size_t sl = strlen(spaces[i]);
         if (len >= sl && memcmp(key, spaces[i], sl) == 0)
@@ -143,16 +153,19 @@ void redis_keys_free(struct lock_keys *k)
     memset(k, 0, sizeof *k);
 }
 
-/* The lock's key (prefix + name), token key, channel and canceled key, in
- * one block: this runs for every acquire and release. */
+/* The lock's key (prefix + name), token key, channel, canceled key,
+ * read-write channel, writers key and timeout base, in one block: this
+ * runs for every acquire and release. */
 int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k)
 {
     static const char TOKEN[] = "redisson_lock_token", CHAN[] = "redisson_lock__channel",
-                      CANCELED[] = "dlock_canceled";
+                      CANCELED[] = "dlock_canceled", RWCHAN[] = "redisson_rwlock",
+                      WRITERS[] = "dlock_writers";
     size_t pl = s->prefix ? strlen(s->prefix) : 0, nl = strlen(name), kl = pl + nl;
     memset(k, 0, sizeof *k);
     /* each part: key + NUL; each prefixed one adds ":{" "}" */
-    char *block = malloc(4 * (kl + 1) + sizeof TOKEN + sizeof CHAN + sizeof CANCELED + 12);
+    char *block = malloc(7 * (kl + 1) + sizeof TOKEN + sizeof CHAN + sizeof CANCELED +
+                         sizeof RWCHAN + sizeof WRITERS + 24);
     if (!block)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     k->lock = block;
@@ -166,6 +179,23 @@ int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k
     k->chan_len = put_prefixed(k->chan, CHAN, k->lock, kl);
     k->canceled = k->chan + k->chan_len + 1;
     k->canceled_len = put_prefixed(k->canceled, CANCELED, k->lock, kl);
+    k->rwchan = k->canceled + k->canceled_len + 1;
+    k->rwchan_len = put_prefixed(k->rwchan, RWCHAN, k->lock, kl);
+    k->writers = k->rwchan + k->rwchan_len + 1;
+    k->writers_len = put_prefixed(k->writers, WRITERS, k->lock, kl);
+    /* Redisson's suffixName() base: "{name}", or the name when it carries
+     * a hash tag already. */
+    k->tbase = k->writers + k->writers_len + 1;
+    bool tagged = memchr(k->lock, '{', kl) != NULL;
+    char *t = k->tbase;
+    if (!tagged)
+        *t++ = '{';
+    memcpy(t, k->lock, kl);
+    t += kl;
+    if (!tagged)
+        *t++ = '}';
+    *t = 0;
+    k->tbase_len = (size_t)(t - k->tbase);
     const char *space = redis_own_key_space(k->lock, kl);
     if (space) {
         int rc = dlock__err(DLOCK_EINVAL,
@@ -181,7 +211,7 @@ int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k
 
 /* ======================================================== running scripts */
 
-#define MAX_SCRIPT_ARGS 10
+#define MAX_SCRIPT_ARGS 16
 
 /* Send script ID with NKEYS keys then the other args, on K: EVALSHA, and EVAL
  * when the server has forgotten the script. *OUT and *WRITTEN as

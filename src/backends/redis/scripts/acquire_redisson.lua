@@ -1,15 +1,24 @@
--- acquire, Redisson layout. KEYS: lock, token key, canceled key. ARGV: lease
--- ms, owner field, request number, the number of the attempt this one
--- retries (0 for a first attempt), life ms of a cancellation record.
--- Returns the token (>= 0) when taken; -3 - PTTL (< -1) when another owner
--- holds it; -1 when this request was canceled (nothing written); a type
--- name when the lock key is not a hash (nothing written).
--- A field that already exists is our own earlier attempt whose reply was
--- lost: the core only calls acquire for a thread that holds nothing here.
--- The canceled key (a hash: owner field = highest canceled request number)
--- makes an attempt that reaches the server after its acquire gave up do
--- nothing: see "Ambiguous replies" in docs/protocol-redis.md.
--- Run by hand: redis-cli --eval acquire_redisson.lua N redisson_lock_token:{N} dlock_canceled:{N} , 30000 <uuid>:1 1 0 600000
+-- acquire, Redisson layout: an exclusive hold as RLock / RFencedLock take it
+-- (plus RReadWriteLock's "mode" = "write", so Redisson's read-write locks
+-- see it), a shared one as RReadWriteLock's read lock. KEYS: lock, token
+-- key, canceled key, writers key (dlock_writers:{N}), timeout base ({N}).
+-- ARGV: lease ms, owner field, request number, the number of the attempt
+-- this one retries (0 for a first attempt), life ms of a cancellation
+-- record, 'write' or 'read', and for a writer its stage: '0' try once, '1'
+-- the first try of a wait, '2' a later try of it.
+-- Returns the token (>= 0) when taken; -3 - MS (< -1) when busy, MS being
+-- how long the holder's lease (or the waiting writer's record) still runs;
+-- -1 when this request was canceled (nothing written); a type name when
+-- the lock key is not a hash (nothing written).
+-- A field of ours that already exists is our own earlier attempt whose
+-- reply was lost: the core only calls acquire for an owner that holds
+-- nothing here. The canceled key (a hash: owner field = highest canceled
+-- request number) makes an attempt that reaches the server after its
+-- acquire gave up do nothing: see "Ambiguous replies" in
+-- docs/protocol-redis.md. A writer that has to wait records itself in the
+-- writers key (a sorted set: owner field -> when the record lapses, server
+-- ms) and new readers wait behind it: see "Read-write locks".
+-- Run by hand: redis-cli --eval acquire_redisson.lua N redisson_lock_token:{N} dlock_canceled:{N} dlock_writers:{N} {N} , 30000 <uuid>:1 1 0 600000 write 0
 if ARGV[4] ~= '0' then
   local canceled = tonumber(redis.call('hget', KEYS[3], ARGV[2]) or '0')
   if canceled >= tonumber(ARGV[3]) then return -1 end
@@ -18,9 +27,10 @@ if ARGV[4] ~= '0' then
     redis.call('pexpire', KEYS[3], ARGV[5])
   end
 end
-if redis.call('exists', KEYS[1]) == 0 then
+-- The next fencing token, nil when this request was canceled.
+local function next_token()
   local canceled = redis.call('hget', KEYS[3], ARGV[2])
-  if canceled and tonumber(canceled) >= tonumber(ARGV[3]) then return -1 end
+  if canceled and tonumber(canceled) >= tonumber(ARGV[3]) then return nil end
   local token = redis.call('incr', KEYS[2])
   if token < 1e15 then
     -- The counter was absent (a new name, or the data was lost in a
@@ -38,14 +48,76 @@ if redis.call('exists', KEYS[1]) == 0 then
     return redis.error_reply('DLOCK token counter ' .. KEYS[2] .. ' is at ' .. redis.call('get', KEYS[2]) ..
       ', past 2^53 (9007199254740992) where script numbers stop being exact: tokens would repeat; no hold written')
   end
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
   return token
 end
-local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
-if type(mine) == 'table' then return redis.call('type', KEYS[1]).ok end
-if mine == 1 then
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return tonumber(redis.call('get', KEYS[2]) or '0')
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-return -3 - redis.call('pttl', KEYS[1])
+if ARGV[6] == 'write' then
+  if redis.call('exists', KEYS[1]) == 0 then
+    local token = next_token()
+    if token == nil then return -1 end
+    if type(token) == 'table' then return token end
+    redis.call('hset', KEYS[1], ARGV[2], 1, 'mode', 'write')
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    if ARGV[7] == '2' then redis.call('zrem', KEYS[4], ARGV[2]) end
+    return token
+  end
+  local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
+  if type(mine) == 'table' then return redis.call('type', KEYS[1]).ok end
+  if mine == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read' then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return tonumber(redis.call('get', KEYS[2]) or '0')
+  end
+  local pttl = redis.call('pttl', KEYS[1])
+  if ARGV[7] ~= '0' then
+    -- Waiting: new readers queue behind us until we get in, give up, or
+    -- stop retrying for a lease longer than the holder's (we crashed).
+    local life = math.max(pttl, 0) + tonumber(ARGV[1])
+    redis.call('zadd', KEYS[4], now_ms() + life, ARGV[2])
+    redis.call('pexpire', KEYS[4], life)
+  end
+  return -3 - pttl
+end
+-- read
+local mode = redis.pcall('hget', KEYS[1], 'mode')
+if type(mode) == 'table' then return redis.call('type', KEYS[1]).ok end
+local timeout = KEYS[5] .. ':' .. ARGV[2] .. ':rwlock_timeout:1'
+if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  local token = redis.call('get', timeout)
+  if token then
+    redis.call('pexpire', timeout, ARGV[1])
+    return tonumber(token)
+  end
+end
+if mode == 'write' or (mode == false and redis.call('exists', KEYS[1]) == 1) then
+  return -3 - redis.call('pttl', KEYS[1]) -- a writer, or an RLock (no mode)
+end
+local first = redis.call('zrange', KEYS[4], 0, 0, 'withscores')
+if #first > 0 then
+  local now = now_ms()
+  redis.call('zremrangebyscore', KEYS[4], '-inf', now)
+  first = redis.call('zrange', KEYS[4], 0, 0, 'withscores')
+  if #first > 0 then
+    local wait = tonumber(first[2]) - now
+    if mode then
+      local pttl = redis.call('pttl', KEYS[1])
+      if pttl >= 0 and pttl < wait then wait = pttl end
+    end
+    return -3 - wait
+  end
+end
+local token = next_token()
+if token == nil then return -1 end
+if type(token) == 'table' then return token end
+if mode then
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+else
+  redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
+end
+redis.call('set', timeout, string.format('%d', token), 'px', ARGV[1])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('pexpire', KEYS[1], ARGV[1])
+end
+return token

@@ -1,7 +1,9 @@
 -- acquire, simple layout (SET NX PX): the value is "<uuid>:<tid>:<token>".
--- KEYS: lock, token key, canceled key. ARGV: lease ms, owner prefix
+-- KEYS: lock, token key, canceled key (then the Redisson layout's writers
+-- key and timeout base, unused). ARGV: lease ms, owner prefix
 -- "<uuid>:<tid>:", request number, the number of the attempt this one
--- retries (0 for a first attempt), life ms of a cancellation record.
+-- retries (0 for a first attempt), life ms of a cancellation record (then
+-- the Redisson layout's mode and writer stage: always 'write', unused).
 -- Returns as acquire_redisson.lua does; the canceled key's field is the
 -- owner prefix.
 if ARGV[4] ~= '0' then

@@ -1,7 +1,8 @@
 -- The operator's release. KEYS: lock, channel. ARGV: the layout's key type.
 -- Deletes only a key of a lock's shape: a hash whose every field is an
--- owner "<uuid>:<thread>" (Redisson, dlock), or a string "<uuid>:<thread>:
--- <token>" (dlock's simple layout). Returns 1 = deleted, 0 = nothing
+-- owner "<uuid>:<thread>" (Redisson, dlock), a Redisson writer
+-- "<uuid>:<thread>:write" or the read-write lock's "mode", or a string
+-- "<uuid>:<thread>:<token>" (dlock's simple layout). Returns 1 = deleted, 0 = nothing
 -- there, or what the key holds instead (left intact).
 local t = redis.call('type', KEYS[1]).ok
 if t == 'none' then return 0 end
@@ -10,7 +11,8 @@ local uuid = '%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x
 if t == 'hash' then
   local fields = redis.call('hkeys', KEYS[1])
   for i = 1, #fields do
-    if not string.find(fields[i], '^' .. uuid .. ':%d+$') then
+    if fields[i] ~= 'mode' and not string.find(fields[i], '^' .. uuid .. ':%d+$') and
+        not string.find(fields[i], '^' .. uuid .. ':%d+:write$') then
       return 'hash whose fields are not lock owners (<uuid>:<thread>)'
     end
   end

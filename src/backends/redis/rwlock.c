@@ -1,0 +1,136 @@
+/* rwlock.c -- what shared holds add to the Redis backend: Redisson's
+ * RReadWriteLock layout (docs/protocol-redis.md, "Read-write locks").
+ *
+ * Why it is shaped so. Java services take read-write locks with Redisson,
+ * so a shared hold is written as Redisson's read lock: the lock's hash gets
+ * "mode" = "read" and a field per reader, and each reader keeps a timeout
+ * key "{name}:<owner>:rwlock_timeout:1" whose expiry is its own lease (the
+ * hash lives as long as its longest reader). An exclusive hold is still
+ * Redisson's RLock field, plus "mode" = "write" so Redisson's read-write
+ * locks see it too. Acquire is the mutex's script (mutex.c passes the mode;
+ * readers wait on RReadWriteLock's channel "redisson_rwlock:{name}"), and
+ * so is renewal (a reader's timeout key renewed with the hash); this file
+ * has the rest: a reader's release, the downgrade and the record of
+ * waiting writers that keeps new readers out while a writer waits --
+ * Redisson's own layout lets readers overtake a waiting writer forever.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis.h"
+
+int redis_rw_check_layout(struct redis_state *s, const struct dlock__hold *h)
+{
+    if (h->mode != DLOCK_SHARED || !s->simple)
+        return DLOCK_OK;
+    return dlock__err(DLOCK_ENOTSUP,
+                      "%s: lock '%s': layout=simple (SET NX PX, one owner per key) has no shared "
+                      "mode; use the Redisson layout (the default) for read-write locks",
+                      s->where, h->name);
+}
+
+int redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h, char *buf,
+                         size_t size)
+{
+    if (h->mode != DLOCK_SHARED) {
+        buf[0] = 0;
+        return 0;
+    }
+    int n = snprintf(buf, size, "%s:%s:rwlock_timeout:1", k->tbase, h->owner);
+    return n < (int)size ? n : (int)size - 1;
+}
+
+/* Run script ID on K with NKEYS keys and ARGS after them (at most 3), as
+ * WHAT; its integer reply in *VALUE. */
+static int rw_eval(struct redis_state *s, enum script_id id, const char *what, const char **keys,
+                   const size_t *key_lens, int nkeys, const char **args, int nargs,
+                   long long *value, const struct lock_keys *k)
+{
+    const char *argv[8];
+    size_t argl[8];
+    for (int i = 0; i < nkeys; i++) {
+        argv[i] = keys[i];
+        argl[i] = key_lens[i];
+    }
+    for (int i = 0; i < nargs; i++) {
+        argv[nkeys + i] = args[i];
+        argl[nkeys + i] = strlen(args[i]);
+    }
+    redisReply *r;
+    bool retried = false;
+    int rc = redis_eval(s, DLOCK__NEVER, id, nkeys, nkeys + nargs, argv, argl, true, NULL, NULL,
+                        what, &r, NULL, &retried, NULL);
+    if (rc)
+        return rc;
+    const char *type_name;
+    rc = redis_script_reply(s, r, value, &type_name);
+    if (!rc && type_name)
+        rc = redis_wrongtype(s, k, type_name);
+    if (!rc && retried && *value == 2)
+        *value = 1; /* the first attempt ran: our field was gone by then */
+    freeReplyObject(r);
+    return rc;
+}
+
+int redis_rw_release(struct redis_state *s, struct dlock__hold *h)
+{
+    struct lock_keys k;
+    int rc = redis_keys_make(s, h->name, &k);
+    if (rc)
+        return rc;
+    const char *keys[] = {k.lock, k.chan, k.rwchan, k.tbase};
+    size_t lens[] = {k.lock_len, k.chan_len, k.rwchan_len, k.tbase_len};
+    const char *args[] = {h->owner};
+    long long status = 0;
+    rc = rw_eval(s, S_RW_RELEASE_READ, "release", keys, lens, 4, args, 1, &status, &k);
+    if (rc == DLOCK_EWRONGTYPE)
+        rc = dlock__err(DLOCK_ELOST, "%s: shared lock '%s' was lost: %s", s->where, h->name,
+                        dlock_errmsg());
+    else if (!rc && status != 1)
+        rc = dlock__err(DLOCK_ELOST,
+                        "%s: shared lock '%s' was lost: key '%s' has no reader field '%s' (its "
+                        "lease expired, it was force-released or the server lost its data)",
+                        s->where, h->name, k.lock, h->owner);
+    redis_keys_free(&k);
+    return rc;
+}
+
+int redis_rw_downgrade(void *state, struct dlock__hold *h)
+{
+    struct redis_state *s = state;
+    struct lock_keys k;
+    int rc = redis_keys_make(s, h->name, &k);
+    if (rc)
+        return rc;
+    char lease[24], token[24];
+    snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
+    snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
+    const char *keys[] = {k.lock, k.rwchan, k.tbase};
+    size_t lens[] = {k.lock_len, k.rwchan_len, k.tbase_len};
+    const char *args[] = {h->owner, lease, token};
+    long long status = 0;
+    int64_t sent = dlock__now_ms();
+    rc = rw_eval(s, S_RW_DOWNGRADE, "downgrade", keys, lens, 3, args, 3, &status, &k);
+    if (rc == DLOCK_EWRONGTYPE || (!rc && status != 1))
+        rc = dlock__err(DLOCK_ELOST,
+                        "%s: lock '%s' was lost before its downgrade to shared: key '%s' has no "
+                        "exclusive field '%s' any more",
+                        s->where, h->name, k.lock, h->owner);
+    else if (!rc)
+        dlock__hold_confirmed(s->c, h, sent); /* the timeout key's lease runs from now */
+    redis_keys_free(&k);
+    return rc;
+}
+
+void redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, const struct lock_keys *k)
+{
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg); /* the acquire's own failure is the story */
+    const char *keys[] = {k->writers, k->rwchan};
+    size_t lens[] = {k->writers_len, k->rwchan_len};
+    const char *args[] = {h->owner};
+    long long removed;
+    (void)rw_eval(s, S_RW_UNWAIT, "give up waiting", keys, lens, 2, args, 1, &removed, k);
+    dlock__errmsg_restore(DLOCK_OK, msg);
+}

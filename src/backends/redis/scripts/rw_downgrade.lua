@@ -1,0 +1,14 @@
+-- downgrade, Redisson's RReadWriteLock layout: our exclusive hold becomes
+-- a shared one in place (the hash is never without an owner). KEYS: lock,
+-- read-write channel, timeout base ({N}). ARGV: owner field, lease ms,
+-- token. Our field (count 1) stays and becomes a reader's; "mode" turns
+-- "read"; our timeout key is written (its value is the hold's token); the
+-- readers waiting are woken with Redisson's READ_UNLOCK_MESSAGE "1".
+-- Returns 1 = done, 0 = the hold is not ours any more (nothing written).
+local mode = redis.pcall('hget', KEYS[1], 'mode')
+if type(mode) == 'table' or mode == 'read' then return 0 end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('hset', KEYS[1], 'mode', 'read')
+redis.call('set', KEYS[3] .. ':' .. ARGV[1] .. ':rwlock_timeout:1', ARGV[3], 'px', ARGV[2])
+redis.call('publish', KEYS[2], '1')
+return 1

@@ -44,6 +44,8 @@ static const struct {
      "                        stderr, COMMAND's status kept)\n"
      "  -v, --verbose         report, with times, who holds NAME when the wait starts,\n"
      "                        the acquisition (token, time waited) and the release\n"
+     "NAME starting with /, ./ or ../ (file backend or no URL) is a file locked with\n"
+     "flock(2), as flock(1) locks it: the two exclude each other; no lease, no token.\n"
      "COMMAND sees DLOCK_NAME, DLOCK_TOKEN (the fencing token) and DLOCK_URL; on etcd\n"
      "also ETCD_LOCK_KEY and ETCD_LOCK_REV, as etcdctl lock sets them.\n"
      "COMMAND runs in a process group of its own; signals and --on-lost reach every\n"

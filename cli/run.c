@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -59,11 +60,14 @@ struct run {
     int pending; /* received after acquiring, before COMMAND started */
     int lost_fd; /* eventfd: the lock was lost */
     int wake_fd; /* eventfd: a signal came while holding without COMMAND */
+    int wait_fd; /* eventfd: a signal came while waiting for a path's flock */
+    const char *name; /* the lock's, for messages */
     bool lost;
     char lost_why[512];
 };
 
-static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER, .lost_fd = -1, .wake_fd = -1};
+static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER, .lost_fd = -1, .wake_fd = -1,
+                       .wait_fd = -1};
 
 static int64_t now_ms(void)
 {
@@ -99,7 +103,11 @@ static void *signal_thread(void *arg)
             /* Fired before the acquire starts or while it waits, the
              * cancel object ends it all the same. */
             R.signal = sig;
-            dlock_cancel_fire(R.cancel);
+            if (R.cancel)
+                dlock_cancel_fire(R.cancel);
+            uint64_t one = 1;
+            if (R.wait_fd >= 0 && write(R.wait_fd, &one, sizeof one) < 0)
+                R.signal = sig;
         } else if (R.phase == RUNNING) {
             /* COMMAND has a process group of its own: pass every signal
              * on to the whole job (one from a terminal that dlock was
@@ -207,10 +215,12 @@ __attribute__((format(printf, 1, 2))) static void vlog(const char *fmt, ...)
 
 /* COMMAND's environment: ours plus DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL, and
  * on etcd ETCD_LOCK_KEY and ETCD_LOCK_REV as `etcdctl lock` sets them
- * (ETCD_KEY: NULL elsewhere). Ours come last; free_env() frees them. */
+ * (ETCD_KEY: NULL elsewhere). TOKEN and URL NULL (a path's flock): those
+ * left out. Ours come last; free_env() frees them. */
 static const char *const env_ours[] = {"DLOCK_NAME=", "DLOCK_TOKEN=", "DLOCK_URL=",
                                        "ETCD_LOCK_KEY=", "ETCD_LOCK_REV="};
-static char **child_env(const char *name, uint64_t token, const char *url, const char *etcd_key)
+static char **child_env(const char *name, const uint64_t *token, const char *url,
+                        const char *etcd_key)
 {
     size_t n = 0, k = 0, nours = sizeof env_ours / sizeof *env_ours;
     while (environ[n])
@@ -226,10 +236,10 @@ static char **child_env(const char *name, uint64_t token, const char *url, const
             env[k++] = environ[i];
     }
     if (asprintf(&env[k++], "DLOCK_NAME=%s", name) < 0 ||
-        asprintf(&env[k++], "DLOCK_TOKEN=%" PRIu64, token) < 0 ||
-        asprintf(&env[k++], "DLOCK_URL=%s", url) < 0 ||
+        (token && asprintf(&env[k++], "DLOCK_TOKEN=%" PRIu64, *token) < 0) ||
+        (url && asprintf(&env[k++], "DLOCK_URL=%s", url) < 0) ||
         (etcd_key && (asprintf(&env[k++], "ETCD_LOCK_KEY=%s", etcd_key) < 0 ||
-                      asprintf(&env[k++], "ETCD_LOCK_REV=%" PRIu64, token) < 0)))
+                      asprintf(&env[k++], "ETCD_LOCK_REV=%" PRIu64, *token) < 0)))
         return NULL;
     return env;
 }
@@ -324,6 +334,8 @@ struct policy {
 #define CLI_NEVER INT64_MAX
 static int64_t valid_until(dlock_lock *l)
 {
+    if (!l)
+        return CLI_NEVER; /* a path's flock: no lease */
     int64_t v = dlock_validity_ms(l);
     if (v == DLOCK_VALID_FOREVER || v < 0)
         return CLI_NEVER;
@@ -380,7 +392,7 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
             fprintf(stderr,
                     "dlock run: lock '%s' at risk: not renewed, %" PRId64
                     " ms of its lease left; %s the command\n",
-                    dlock_lock_name(R.lock), until > now ? until - now : 0,
+                    R.name, until > now ? until - now : 0,
                     p->on_lost == LOST_KILL ? "killing" : "stopping");
             /* Dead half the grace before the validity ends, so neither a
              * late wake-up of ours nor the kill's own delivery can take
@@ -414,7 +426,7 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
                 fprintf(stderr,
                         "dlock run: the command exited; holding '%s' until the processes it "
                         "started exit too\n",
-                        dlock_lock_name(R.lock));
+                        R.name);
         }
         if (fds[1].revents) {
             uint64_t v;
@@ -422,7 +434,7 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
             (void)r;
             pthread_mutex_lock(&R.mu);
             fprintf(stderr, "dlock run: lock '%s' lost while the command ran: %s\n",
-                    dlock_lock_name(R.lock), R.lost_why);
+                    R.name, R.lost_why);
             pthread_mutex_unlock(&R.mu);
             if (!acted)
                 kill_at = stop_job(j, p, CLI_NEVER);
@@ -559,9 +571,11 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 }
 
 static int lock_and_run(struct run_opts *o, const char *name, char **cmd);
+static int path_lock_and_run(const struct run_opts *o, const char *path, char **cmd);
+static bool is_path_form(const char *url, const char *name);
 static int finish(const struct run_opts *o, dlock_client *c, dlock_lock *l, int code,
                   bool at_risk);
-static int hold_until_done(const char *name, uint64_t token, dlock_mode mode,
+static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
                            const char *etcd_key);
 
 int cmd_run(const char *url, int argc, char **argv)
@@ -595,7 +609,37 @@ int cmd_run(const char *url, int argc, char **argv)
                            argv[i]);
     if (!o.shell_cmd && i >= argc)
         return usage_error("%s", "missing COMMAND");
+    if (is_path_form(o.url, name))
+        return path_lock_and_run(&o, name, cmd);
     return lock_and_run(&o, name, cmd);
+}
+
+/* Run CMD with ENV (freed here) as a job (job.c) under the lock held
+ * now, LOCK_FD (or -1) inherited beside what dlock was given, and wait
+ * for its end, applying O's --on-lost. Returns the exit status from
+ * COMMAND's wait status; sets *AT_RISK as supervise() does. */
+static int run_job(const struct run_opts *o, char **cmd, char **env, int lock_fd,
+                   const sigset_t *oldmask, bool *at_risk)
+{
+    int keep[MAX_INHERITED + 1];
+    size_t nkeep = ninherited;
+    memcpy(keep, inherited, nkeep * sizeof *keep);
+    if (lock_fd >= 0)
+        keep[nkeep++] = lock_fd;
+    qsort(keep, nkeep, sizeof *keep, cmp_int);
+    struct cli_job job = {.argv = cmd, .env = env, .sigmask = oldmask, .keep = keep,
+                          .nkeep = nkeep, .ctl_fd = -1, .report_fd = -1};
+    int code = env ? -start_job(&job) : EXIT_SOFTWARE;
+    free_env(env);
+    if (!code) {
+        int status = supervise(&job, &o->policy, at_risk);
+        code = status < 0              ? EXIT_SOFTWARE
+               : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                       : WEXITSTATUS(status);
+    }
+    set_phase(DONE);
+    cli_job_end(&job);
+    return code;
 }
 
 /* Take the lock as O says and run CMD under it (NULL: hold it until
@@ -625,6 +669,7 @@ static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
         return code;
     }
     R.lock = l;
+    R.name = name;
     R.lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (R.lost_fd < 0) {
         fprintf(stderr, "dlock run: eventfd: %s\n", strerror(errno));
@@ -686,7 +731,7 @@ static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
              mode == DLOCK_SHARED ? "shared" : "exclusive", token, waited);
     char *etcd_key = etcd_key_of(c, name, token);
     if (!cmd) {
-        code = hold_until_done(name, token, mode, etcd_key);
+        code = hold_until_done(name, &token, mode, etcd_key);
         free(etcd_key);
         return finish(o, c, l, code, false);
     }
@@ -697,32 +742,16 @@ static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
     rc = dlock_lock_inherit_fd(l, &lock_fd);
     if (rc && rc != DLOCK_ENOTSUP) {
         code = cli_fail(rc, verb);
+        free(etcd_key);
         dlock_release(l);
         dlock_lock_free(l);
         dlock_client_close(c);
         return code;
     }
-    int keep[MAX_INHERITED + 1];
-    size_t nkeep = ninherited;
-    memcpy(keep, inherited, nkeep * sizeof *keep);
-    if (lock_fd >= 0)
-        keep[nkeep++] = lock_fd;
-    qsort(keep, nkeep, sizeof *keep, cmp_int);
-    struct cli_job job = {.argv = cmd, .sigmask = &oldmask, .keep = keep, .nkeep = nkeep,
-                          .ctl_fd = -1, .report_fd = -1};
-    job.env = child_env(name, token, dlock_client_url(c), etcd_key);
+    char **env = child_env(name, &token, dlock_client_url(c), etcd_key);
     free(etcd_key);
-    code = job.env ? -start_job(&job) : EXIT_SOFTWARE;
-    free_env(job.env);
     bool at_risk = false;
-    if (!code) {
-        int status = supervise(&job, &o->policy, &at_risk);
-        code = status < 0              ? EXIT_SOFTWARE
-               : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-                                       : WEXITSTATUS(status);
-    }
-    set_phase(DONE);
-    cli_job_end(&job);
+    code = run_job(o, cmd, env, lock_fd, &oldmask, &at_risk);
     if (lock_fd >= 0)
         close(lock_fd);
     return finish(o, c, l, code, at_risk);
@@ -764,12 +793,13 @@ static int finish(const struct run_opts *o, dlock_client *c, dlock_lock *l, int 
 /* dlock hold: print what is held (one line, key=value, NAME last), then
  * hold it until stdin reaches its end, a signal comes (0) or the lock is
  * lost (75). */
-static int hold_until_done(const char *name, uint64_t token, dlock_mode mode,
+static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
                            const char *etcd_key)
 {
-    printf("token=%" PRIu64 " mode=%s%s%s name=%s\n", token,
-           mode == DLOCK_SHARED ? "shared" : "exclusive", etcd_key ? " key=" : "",
-           etcd_key ? etcd_key : "", name);
+    if (token)
+        printf("token=%" PRIu64 " ", *token);
+    printf("mode=%s%s%s name=%s\n", mode == DLOCK_SHARED ? "shared" : "exclusive",
+           etcd_key ? " key=" : "", etcd_key ? etcd_key : "", name);
     fflush(stdout);
     for (;;) {
         struct pollfd fds[3] = {{.fd = 0, .events = POLLIN},
@@ -815,5 +845,147 @@ int cmd_hold(const char *url, int argc, char **argv)
         fprintf(stderr, "dlock hold: eventfd: %s\n", strerror(errno));
         return EXIT_SOFTWARE;
     }
+    if (is_path_form(o.url, name))
+        return path_lock_and_run(&o, name, NULL);
     return lock_and_run(&o, name, NULL);
+}
+
+/* ------------------------------------------------------------- paths */
+
+/* Whether NAME names a file to lock as flock(1) does: it starts with '/',
+ * "./" or "../", and the URL (-u, else $DLOCK_URL) is a file URL or none. */
+static bool is_path_form(const char *url, const char *name)
+{
+    if (!url)
+        url = getenv("DLOCK_URL");
+    if (url && *url && strncmp(url, "file:", 5) != 0)
+        return false;
+    return name[0] == '/' || strncmp(name, "./", 2) == 0 || strncmp(name, "../", 3) == 0;
+}
+
+/* A blocking flock(2) on its own thread, so that a timeout or a signal
+ * can give up on it: the thread is then left blocked, and dies with the
+ * process, which exits at once (a lock it might still get goes with it). */
+struct path_wait {
+    int fd, op, rc, err, done_fd;
+};
+
+static void *path_waiter(void *arg)
+{
+    struct path_wait *w = arg;
+    while ((w->rc = flock(w->fd, w->op)) < 0 && errno == EINTR)
+        ;
+    w->err = errno;
+    uint64_t one = 1;
+    ssize_t n = write(w->done_fd, &one, sizeof one);
+    (void)n;
+    return NULL;
+}
+
+/* Take flock(2) on FD as O says. Returns 0 (held), 1 (busy or timed out),
+ * 2 (a signal came: R.signal) or -errno. */
+static int path_acquire(const struct run_opts *o, const char *path, int fd)
+{
+    int op = o->mode == DLOCK_SHARED ? LOCK_SH : LOCK_EX;
+    if (flock(fd, op | LOCK_NB) == 0)
+        return 0;
+    if (errno != EWOULDBLOCK)
+        return -errno;
+    if (o->wait_ms == DLOCK_TRY) {
+        if (o->verbose)
+            vlog("'%s' is locked by another process", path);
+        return 1;
+    }
+    if (o->verbose)
+        vlog("'%s' is locked by another process; waiting", path);
+    static struct path_wait w; /* the thread may outlive this call */
+    w = (struct path_wait){.fd = fd, .op = op, .done_fd = eventfd(0, EFD_CLOEXEC)};
+    pthread_t t;
+    if (w.done_fd < 0 || pthread_create(&t, NULL, path_waiter, &w))
+        return -errno;
+    pthread_detach(t);
+    int64_t deadline = o->wait_ms < 0 ? CLI_NEVER : now_ms() + o->wait_ms;
+    for (;;) {
+        int64_t now = now_ms();
+        int timeout = deadline == CLI_NEVER ? -1
+                      : deadline <= now   ? 0
+                                          : (int)(deadline - now > 1000000 ? 1000000
+                                                                           : deadline - now);
+        struct pollfd fds[2] = {{.fd = w.done_fd, .events = POLLIN},
+                                {.fd = R.wait_fd, .events = POLLIN}};
+        int n = poll(fds, 2, timeout);
+        if (n < 0 && errno != EINTR)
+            return -errno;
+        if (fds[1].revents)
+            return 2;
+        if (fds[0].revents)
+            return w.rc == 0 ? 0 : -w.err;
+        if (n == 0 && deadline != CLI_NEVER && now_ms() >= deadline) {
+            if (o->verbose)
+                vlog("'%s' still locked by another process after %" PRId64 " ms", path,
+                     o->wait_ms);
+            return 1;
+        }
+    }
+}
+
+/* The path form of run and hold: PATH itself is locked with flock(2), as
+ * flock(1) locks it, so the two exclude each other on the same file. No
+ * lease and no fencing token (DLOCK_TOKEN is not set); COMMAND inherits
+ * the descriptor, so the kernel keeps the lock until the last process of
+ * the job has exited. */
+static int path_lock_and_run(const struct run_opts *o, const char *path, char **cmd)
+{
+    sigset_t set, oldmask;
+    signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, &oldmask);
+    signal(SIGPIPE, SIG_IGN);
+    /* As flock(1): created when missing (0666 less the umask), opened
+     * read-only, so a file one may only read can be locked too. */
+    int fd = open(path, O_RDONLY | O_CREAT | O_NOCTTY | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EISDIR)
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        fprintf(stderr, "dlock %s: cannot open %s: %s\n", verb, path, strerror(e));
+        return e == EACCES || e == EPERM ? EXIT_NOPERM : e == ENOENT ? EXIT_CONFIG
+                                                                     : EXIT_UNAVAILABLE;
+    }
+    R.name = path;
+    R.wait_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    pthread_t st;
+    pthread_create(&st, NULL, signal_thread, NULL);
+    pthread_detach(st);
+    int64_t t0 = now_ms();
+    int rc = path_acquire(o, path, fd);
+    pthread_mutex_lock(&R.mu);
+    int sig = R.signal;
+    R.phase = rc ? DONE : RUNNING;
+    pthread_mutex_unlock(&R.mu);
+    if (rc == 0 && sig)
+        rc = 2; /* the signal came as the lock arrived: honour the signal */
+    if (rc) {
+        if (rc < 0)
+            fprintf(stderr, "dlock %s: flock %s: %s\n", verb, path, strerror(-rc));
+        else if (rc == 2)
+            fprintf(stderr, "dlock %s: interrupted by signal %d while waiting for '%s'\n", verb,
+                    sig, path);
+        return rc == 1 ? o->conflict : rc == 2 ? 128 + sig : EXIT_UNAVAILABLE;
+    }
+    if (o->verbose)
+        vlog("holding '%s' (%s, flock(2), waited %" PRId64 " ms)", path,
+             o->mode == DLOCK_SHARED ? "shared" : "exclusive", now_ms() - t0);
+    int code;
+    if (!cmd) {
+        code = hold_until_done(path, NULL, o->mode, NULL);
+    } else {
+        int flags = fcntl(fd, F_GETFD);
+        fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC); /* the job's copy of the lock */
+        bool at_risk = false;
+        code = run_job(o, cmd, child_env(path, NULL, NULL, NULL), fd, &oldmask, &at_risk);
+    }
+    close(fd);
+    if (o->verbose)
+        vlog("released '%s'", path);
+    return code;
 }

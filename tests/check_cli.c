@@ -141,6 +141,68 @@ START_TEST(test_flock_spellings)
 }
 END_TEST
 
+static bool wait_blocked(pid_t pid, int sig, int timeout_ms);
+
+/* A path as the lock locks that file with flock(2), as flock(1) does:
+ * the two exclude each other both ways, a waiter wakes when flock(1)
+ * lets go, kill -9 of dlock keeps the file locked until its job is gone,
+ * and a relative path (./x) is one too. Tested with the real flock(1). */
+START_TEST(test_path_form_flock)
+{
+    char *path = tu_fmt("%s/shared-with-flock", dir), *held = tu_fmt("%s/flock-held", dir);
+    char *cmd = tu_fmt("touch %s; exec sleep 120", held);
+    const char *fl_argv[] = {"flock", path, "-c", cmd, NULL};
+    pid_t f = tu_spawn(fl_argv, NULL);
+    ck_assert(tu_wait_file(held, 30000));
+    unlink(held);
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-n", path, "true"), 1);
+    ck_assert_msg(!*err, "not silent: %s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "0.1", "-E", "5", path, "true"), 5);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-s", "-n", path, "true"), 1);
+    /* A waiter gets it once flock(1) lets go. */
+    char *got = tu_fmt("%s/got", dir), *gotcmd = tu_fmt("touch %s", got);
+    const char *w_argv[] = {tu_dlock_bin(), "run", path, "-c", gotcmd, NULL};
+    pid_t w = tu_spawn(w_argv, NULL);
+    ck_assert(wait_blocked(w, SIGTERM, 30000));
+    ck_assert_msg(access(got, F_OK) != 0, "ran beside flock(1)");
+    tu_stop(f, 2000);
+    ck_assert_int_eq(tu_wait_exit(w), 0);
+    ck_assert_msg(access(got, F_OK) == 0, "the waiter never ran");
+    /* dlock holding it: flock(1) is kept out, in either mode. */
+    const char *d_argv[] = {tu_dlock_bin(), "run", path, "-c", cmd, NULL};
+    pid_t d = tu_spawn(d_argv, NULL);
+    ck_assert(tu_wait_file(held, 30000));
+    const char *fl_n[] = {"flock", "-n", path, "true", NULL};
+    const char *fl_sn[] = {"flock", "-s", "-n", path, "true", NULL};
+    ck_assert_int_eq(tu_run(fl_n, NULL, NULL, NULL), 1);
+    ck_assert_int_eq(tu_run(fl_sn, NULL, NULL, NULL), 1);
+    /* kill -9 of dlock: its job is killed, and only then is the file free. */
+    kill(d, SIGKILL);
+    tu_wait_exit(d);
+    const char *fl_wait[] = {"flock", "-w", "30", path, "true", NULL};
+    ck_assert_int_eq(tu_run(fl_wait, NULL, NULL, NULL), 0);
+    /* hold: what it holds, on stdout; </dev/null releases at once. */
+    char *out;
+    ck_assert_int_eq(DLOCK(&out, NULL, "hold", path), 0);
+    char *want = tu_fmt("mode=exclusive name=%s\n", path);
+    ck_assert_str_eq(out, want);
+    free(want);
+    free(out);
+    /* ./NAME is a path too (here in the test's directory). */
+    char *rel = tu_fmt("cd %s && '%s' run ./rel-lock test -f rel-lock", dir, tu_dlock_bin());
+    const char *rel_argv[] = {"sh", "-c", rel, NULL};
+    ck_assert_int_eq(tu_run(rel_argv, NULL, NULL, NULL), 0);
+    free(rel);
+    free(gotcmd);
+    free(got);
+    free(cmd);
+    free(held);
+    free(path);
+}
+END_TEST
+
 /* status exits 0 when NAME is held and 1 when it is free, so scripts can
  * branch on it; --json alike. */
 START_TEST(test_status_exit)
@@ -772,6 +834,7 @@ int main(void)
         {"conflict_codes", test_conflict_codes, 120},
         {"flock_spellings", test_flock_spellings, 120},
         {"status_exit", test_status_exit, 60},
+        {"path_form_flock", test_path_form_flock, 120},
         {"hold_coproc", test_hold_coproc, 60},
         {"command_status", test_command_status, 120},
         {"usage_config", test_usage_and_config_codes, 120},

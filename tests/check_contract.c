@@ -1576,6 +1576,41 @@ START_TEST(cli_job_never_outlives_lock)
 }
 END_TEST
 
+/* dlock run -s: a shared hold beside the library's readers, its own
+ * token in DLOCK_TOKEN, busy (-n: exit 1) against a writer; an exclusive
+ * run is busy against a reader. Backends without shared mode: shared_mode
+ * asserts DLOCK_ENOTSUP. */
+START_TEST(cli_run_shared)
+{
+    if (!has(CT_SHARED))
+        return;
+    char *url = test_url("lease=5s");
+    dlock_client *c = tu_open(url);
+    dlock_lock *r = tu_lock_mode(c, "cli-rw", DLOCK_SHARED, 0), *w = tu_lock(c, "cli-rw");
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    char *out = NULL, *err = NULL;
+    int rc = CLI(&out, &err, "-u", url, "run", "-s", "-n", "cli-rw", "sh", "-c",
+                 "echo $DLOCK_TOKEN");
+    ck_assert_msg(rc == 0, "run -s beside a reader: exit %d: %s", rc, err);
+    ck_assert_uint_gt(strtoull(out, NULL, 10), token_of(r));
+    free(out);
+    free(err);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-n", "cli-rw", "true"), 1);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "status", "--json", "cli-rw"), 0);
+    ck_assert_msg(strstr(out, "\"mode\":\"shared\""), "status --json: %s", out);
+    free(out);
+    EXPECT_RC(dlock_release(r), DLOCK_OK);
+    TU_ACQUIRE_OK(w, DLOCK_TRY);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-s", "-n", "cli-rw", "true"), 1);
+    EXPECT_RC(dlock_release(w), DLOCK_OK);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-s", "-n", "cli-rw", "true"), 0);
+    dlock_lock_free(w);
+    dlock_lock_free(r);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
 /* ===================================================== descriptors */
 
 /* Set by the test below in the child it executes: list the descriptors
@@ -1684,6 +1719,7 @@ int main(void)
         {"unreachable", unreachable, 30},
         {"bad_urls", bad_urls, 30},
         {"cli_run_status_list_release", cli_run_status_list_release, 60},
+        {"cli_run_shared", cli_run_shared, 60},
         {"cli_job_never_outlives_lock", cli_job_never_outlives_lock, 90},
         {"exec_inherits_no_descriptor", exec_inherits_no_descriptor, 30},
     };

@@ -97,9 +97,11 @@ static void teardown_members(void)
 
 /* Tests run in forked processes: a member that an earlier test of the case
  * stopped (or restarted as its own child, gone with it) is started again
- * here, and the cluster waits until every member is healthy. */
+ * here, and the cluster waits until every member is healthy. The tests of
+ * the cases that stop members start here (instead of REQUIRE_SERVERS). */
 static void revive_all(void)
 {
+    REQUIRE_SERVERS();
     /* a member the last test restarted dies with it; its pid died with that
      * test too, so there is nothing here to wait on: give it the time */
     tu_sleep_ms(300);
@@ -147,50 +149,19 @@ static bool wait_key_count(const char *prefix, int n)
 }
 
 /* Two clients of URL, each with a handle on NAME: the frame of the tests
- * of one client against another. */
-struct pair {
-    dlock_client *a, *b;
-    dlock_lock *la, *lb;
-};
-
-static struct pair pair_open(const char *url, const char *name)
+ * of one client against another (tu_pair_close() ends it). */
+static struct tu_pair pair_open(const char *url, const char *name)
 {
-    struct pair p = {.a = tu_open(url), .b = tu_open(url)};
-    p.la = tu_lock(p.a, name);
-    p.lb = tu_lock(p.b, name);
-    return p;
-}
-
-static void pair_close(struct pair *p)
-{
-    dlock_lock_free(p->la);
-    dlock_lock_free(p->lb);
-    dlock_client_close(p->a);
-    dlock_client_close(p->b);
+    dlock_client *a = tu_open(url);
+    return tu_pair_of(a, tu_open(url), name);
 }
 
 /* One client of the members with URL options OPTS (NULL: none) and a
- * handle on NAME: the frame of the tests of a single client. solo_close()
- * frees the handle, the client and the URL. */
-struct solo {
-    char *url;
-    dlock_client *c;
-    dlock_lock *l;
-};
-
-static struct solo solo_open(const char *opts, const char *name)
+ * handle on NAME: the frame of the tests of a single client
+ * (tu_solo_close() ends it). */
+static struct tu_solo solo_open(const char *opts, const char *name)
 {
-    struct solo s = {.url = etcdf_url(&F, NULL, opts)};
-    s.c = tu_open(s.url);
-    s.l = tu_lock(s.c, name);
-    return s;
-}
-
-static void solo_close(struct solo *s)
-{
-    dlock_lock_free(s->l);
-    dlock_client_close(s->c);
-    free(s->url);
+    return tu_solo_open(etcdf_url(&F, NULL, opts), name);
 }
 
 /* Wait (up to 20 s) until dlock_inspect through C counts N waiters on
@@ -284,46 +255,25 @@ START_TEST(test_acquire_release_token)
 }
 END_TEST
 
-struct waiter_arg {
-    dlock_lock *l;
-    int64_t wait;
-    int rc;
-    uint64_t token;
-    atomic_int done;
-};
-
-static void *waiter_main(void *p)
-{
-    struct waiter_arg *a = p;
-    a->rc = dlock_acquire(a->l, a->wait);
-    if (a->rc == DLOCK_OK) {
-        dlock_token(a->l, &a->token);
-        dlock_release(a->l);
-    }
-    atomic_store(&a->done, 1);
-    return NULL;
-}
 
 /* Waiters queue first come first served; inspect shows holder, token,
  * TTL and waiters in order; a release wakes the next one at once. */
 START_TEST(test_fifo_and_inspect)
 {
     REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = tu_open(url), *b = tu_open(url), *c = tu_open(url);
-    dlock_lock *la = tu_lock(a, "fifo"), *lb = tu_lock(b, "fifo"), *lc = tu_lock(c, "fifo");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    uint64_t ta = tu_token(la);
-    struct waiter_arg wb = {lb, 20000, -99, 0, 0}, wc = {lc, 20000, -99, 0, 0};
-    pthread_t tb, tc;
-    pthread_create(&tb, NULL, waiter_main, &wb);
+    struct tu_solo a = solo_open(NULL, "fifo"), b = solo_open(NULL, "fifo"),
+                   c = solo_open(NULL, "fifo");
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    uint64_t ta = tu_token(a.l);
+    struct tu_waiter wb, wc;
+    tu_waiter_start(&wb, b.l, 20000);
     /* b's key must exist before c's, so c queues behind b */
     ck_assert_msg(wait_key_count("fifo/", 2), "never 2 key(s) under fifo/");
-    pthread_create(&tc, NULL, waiter_main, &wc);
+    tu_waiter_start(&wc, c.l, 20000);
     dlock_info *info = NULL;
     for (int i = 0; i < 200; i++) {
         dlock_info_free(info);
-        ck_assert_int_eq(dlock_inspect(a, "fifo", &info), DLOCK_OK);
+        ck_assert_int_eq(dlock_inspect(a.c, "fifo", &info), DLOCK_OK);
         if (dlock_info_waiter_count(info) == 2)
             break;
         tu_sleep_ms(20);
@@ -339,25 +289,21 @@ START_TEST(test_fifo_and_inspect)
     dlock_info_free(info);
     ck_assert(!atomic_load(&wb.done) && !atomic_load(&wc.done));
 
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    pthread_join(tb, NULL);
-    pthread_join(tc, NULL);
+    ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
+    tu_waiter_join(&wb);
+    tu_waiter_join(&wc);
     ck_assert_int_eq(wb.rc, DLOCK_OK);
     ck_assert_int_eq(wc.rc, DLOCK_OK);
     ck_assert_uint_gt(wb.token, ta);
     ck_assert_uint_gt(wc.token, wb.token); /* c queued after b */
 
-    ck_assert_int_eq(dlock_inspect(a, "fifo", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(a.c, "fifo", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 0);
     ck_assert_int_eq(dlock_info_waiter_count(info), 0);
     dlock_info_free(info);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_lock_free(lc);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    dlock_client_close(c);
-    free(url);
+    tu_solo_close(&a);
+    tu_solo_close(&b);
+    tu_solo_close(&c);
 }
 END_TEST
 
@@ -439,14 +385,12 @@ START_TEST(test_etcdctl_holds_dlock_waits)
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, "interop1");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
-    struct waiter_arg w = {l, 30000, -99, 0, 0};
-    pthread_t t;
-    pthread_create(&t, NULL, waiter_main, &w);
+    struct tu_waiter w;
+    tu_waiter_start(&w, l, 30000);
     tu_sleep_ms(300);
     ck_assert(!atomic_load(&w.done));
     tu_write_marker(go, "1");
-    pthread_join(t, NULL);
-    ck_assert_int_eq(w.rc, DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
     ck_assert_uint_gt(w.token, ctl_rev);
     ck_assert_int_eq(tu_wait_exit(ctl), 0);
     dlock_lock_free(l);
@@ -467,7 +411,7 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
     REQUIRE_SERVERS();
     char *dir = tu_tmpdir("etcd-interop2");
     char *url = etcdf_url(&F, NULL, NULL);
-    struct pair p = pair_open(url, "interop2");
+    struct tu_pair p = pair_open(url, "interop2");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     uint64_t ta = tu_token(p.la);
 
@@ -475,9 +419,8 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
     char *shell = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
     pid_t ctl = etcdctl_lock("interop2", shell, NULL);
     ck_assert_msg(wait_key_count("interop2/", 2), "never 2 key(s) under interop2/");
-    struct waiter_arg wb = {p.lb, 30000, -99, 0, 0};
-    pthread_t tb;
-    pthread_create(&tb, NULL, waiter_main, &wb);
+    struct tu_waiter wb;
+    tu_waiter_start(&wb, p.lb, 30000);
     ck_assert_msg(wait_key_count("interop2/", 3), "the dlock waiter never queued");
     ck_assert_msg(access(held, F_OK) != 0, "etcdctl got the lock dlock holds");
 
@@ -487,10 +430,9 @@ START_TEST(test_dlock_holds_etcdctl_waits_in_order)
     ck_assert_msg(!atomic_load(&wb.done), "dlock waiter got the lock etcdctl holds");
     tu_write_marker(go, "1");
     ck_assert_int_eq(tu_wait_exit(ctl), 0);
-    pthread_join(tb, NULL);
-    ck_assert_int_eq(wb.rc, DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&wb), DLOCK_OK);
     ck_assert_uint_gt(wb.token, ta);
-    pair_close(&p);
+    tu_pair_close(&p);
     free(url);
     free(shell);
     free(held);
@@ -643,9 +585,8 @@ START_TEST(test_rw_writer_not_starved)
     dlock_lock *wb = tu_lock(b, "rw2"), *rb = tu_lock_mode(b, "rw2", DLOCK_SHARED, 0);
     TU_ACQUIRE_OK(ra, DLOCK_TRY);
     TU_ACQUIRE_OK(rc1, DLOCK_TRY); /* readers share */
-    struct waiter_arg w = {wb, 30000, -99, 0, 0};
-    pthread_t tw;
-    pthread_create(&tw, NULL, waiter_main, &w);
+    struct tu_waiter w;
+    tu_waiter_start(&w, wb, 30000);
     ck_assert_msg(wait_waiter_count(a, "rw2", 1), "the writer never queued");
     /* A stream of readers: none gets past the waiting writer. */
     for (int i = 0; i < 10; i++) {
@@ -655,14 +596,13 @@ START_TEST(test_rw_writer_not_starved)
         dlock_lock_free(r);
     }
     /* A reader that waits is served after the writer. */
-    struct waiter_arg r2 = {rb, 30000, -99, 0, 0};
-    pthread_t tr;
-    pthread_create(&tr, NULL, waiter_main, &r2);
+    struct tu_waiter r2;
+    tu_waiter_start(&r2, rb, 30000);
     ck_assert_int_eq(dlock_release(ra), DLOCK_OK);
     ck_assert_int_eq(dlock_release(rc1), DLOCK_OK);
-    pthread_join(tw, NULL);
+    tu_waiter_join(&w);
     ck_assert_msg(w.rc == DLOCK_OK, "writer: %s", dlock_err_name(w.rc));
-    pthread_join(tr, NULL);
+    tu_waiter_join(&r2);
     ck_assert_msg(r2.rc == DLOCK_OK, "reader: %s", dlock_err_name(r2.rc));
     ck_assert_uint_gt(r2.token, w.token);
     dlock_lock_free(rb);
@@ -677,19 +617,6 @@ START_TEST(test_rw_writer_not_starved)
 }
 END_TEST
 
-/* waiter_main whose thread id shows once it runs (tu_wait_thread_asleep). */
-struct seen_waiter {
-    struct waiter_arg a;
-    volatile long tid;
-};
-
-static void *seen_waiter_main(void *p)
-{
-    struct seen_waiter *s = p;
-    s->tid = (long)syscall(SYS_gettid);
-    return waiter_main(&s->a);
-}
-
 /* A downgrade turns the writer's own key shared in place (same key, same
  * create revision: the token), and the readers waiting for it get in at
  * once: one of another client, woken by the put on the key it watches,
@@ -699,7 +626,7 @@ START_TEST(test_rw_downgrade_wakes_readers)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
-    struct pair p = pair_open(url, "rw4"); /* la: a's writer */
+    struct tu_pair p = pair_open(url, "rw4"); /* la: a's writer */
     dlock_lock *ra = tu_lock_mode(p.a, "rw4", DLOCK_SHARED, 0);
     dlock_lock *rb = tu_lock_mode(p.b, "rw4", DLOCK_SHARED, 0);
     dlock_lock *ra2 = tu_lock_mode(p.a, "rw4", DLOCK_SHARED, 0);
@@ -707,19 +634,17 @@ START_TEST(test_rw_downgrade_wakes_readers)
     uint64_t token = tu_token(p.la);
     char *keys = ctl_keys("rw4/");
     keys[strcspn(keys, "\n")] = 0;
-    struct waiter_arg other = {rb, 30000, -99, 0, 0};
-    struct seen_waiter mine = {{ra2, 30000, -99, 0, 0}, 0};
-    pthread_t to, tm;
-    pthread_create(&to, NULL, waiter_main, &other);
+    struct tu_waiter other, mine;
+    tu_waiter_start(&other, rb, 30000);
     ck_assert_msg(wait_waiter_count(p.a, "rw4", 1), "the other client's reader never queued");
-    pthread_create(&tm, NULL, seen_waiter_main, &mine); /* queues in client a */
+    tu_waiter_start(&mine, ra2, 30000); /* queues in client a */
     ck_assert_msg(tu_wait_thread_asleep(&mine.tid, 20000), "the same client's reader never slept");
     TU_ACQUIRE_OK(ra, DLOCK_TRY);                   /* a read level of the writer */
     ck_assert_int_eq(dlock_release(p.la), DLOCK_OK); /* the downgrade */
-    pthread_join(to, NULL);
+    tu_waiter_join(&other);
     ck_assert_msg(other.rc == DLOCK_OK, "other client's reader: %s", dlock_err_name(other.rc));
-    pthread_join(tm, NULL);
-    ck_assert_msg(mine.a.rc == DLOCK_OK, "same client's reader: %s", dlock_err_name(mine.a.rc));
+    tu_waiter_join(&mine);
+    ck_assert_msg(mine.rc == DLOCK_OK, "same client's reader: %s", dlock_err_name(mine.rc));
     ck_assert_uint_eq(tu_token(ra), token);
     ck_assert_uint_eq(ctl_create_rev(keys), token);
     char *value = ctl_value(keys);
@@ -735,7 +660,7 @@ START_TEST(test_rw_downgrade_wakes_readers)
     dlock_lock_free(ra2);
     dlock_lock_free(rb);
     dlock_lock_free(ra);
-    pair_close(&p);
+    tu_pair_close(&p);
     free(url);
 }
 END_TEST
@@ -797,22 +722,13 @@ START_TEST(test_prefix_list_and_names)
     ck_assert_int_eq(count_lines(out), 2);
     free(out);
     /* a prefix keeps names apart: the same name without it is free */
-    char *bare = etcdf_url(&F, NULL, NULL);
-    dlock_client *c2 = tu_open(bare);
-    dlock_lock *other = tu_lock(c2, "jobs");
-    TU_ACQUIRE_OK(other, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(other), DLOCK_OK);
-    dlock_lock_free(other);
-    dlock_client_close(c2);
-    free(bare);
+    struct tu_solo bare = solo_open(NULL, "jobs");
+    tu_acquire_release(bare.l, DLOCK_TRY);
+    tu_solo_close(&bare);
     /* ?prefix= works the same way */
-    char *url3 = etcdf_url(&F, NULL, "prefix=app/");
-    dlock_client *c3 = tu_open(url3);
-    dlock_lock *same = tu_lock(c3, "jobs");
-    ck_assert_int_eq(dlock_acquire(same, DLOCK_TRY), DLOCK_EBUSY);
-    dlock_lock_free(same);
-    dlock_client_close(c3);
-    free(url3);
+    struct tu_solo same = solo_open("prefix=app/", "jobs");
+    ck_assert_int_eq(dlock_acquire(same.l, DLOCK_TRY), DLOCK_EBUSY);
+    tu_solo_close(&same);
     for (int i = 0; i < 4; i++) {
         ck_assert_int_eq(dlock_release(l[i]), DLOCK_OK);
         dlock_lock_free(l[i]);
@@ -872,15 +788,8 @@ END_TEST
 
 /* ================================================================ faults */
 
-static atomic_int lost_here;
-static char lost_why[512];
-
-static void on_lost_here(dlock_lock *l, const char *why, void *arg)
-{
-    (void)l, (void)arg;
-    snprintf(lost_why, sizeof lost_why, "%s", why);
-    atomic_store(&lost_here, 1);
-}
+/* What the lost callback of a test's hold saw. */
+static struct tu_lost hold_lost;
 
 /* Lock names do not alias each other: the contenders of NAME are only the
  * keys NAME/<hex> with a lease, so lock 'job' is free while 'job/sub' is
@@ -891,7 +800,7 @@ START_TEST(test_nested_names_do_not_alias)
     char *url = etcdf_url(&F, NULL, NULL);
     dlock_client *a = tu_open(url), *b = tu_open(url);
     dlock_lock *sub = tu_lock(a, "job/sub"), *job = tu_lock(b, "job");
-    dlock_lock_on_lost(sub, on_lost_here, NULL);
+    dlock_lock_on_lost(sub, tu_on_lost, &hold_lost);
     TU_ACQUIRE_OK(sub, DLOCK_TRY);
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(b, "job", &info), DLOCK_OK);
@@ -908,7 +817,7 @@ START_TEST(test_nested_names_do_not_alias)
     ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
     ck_assert_msg(strcmp(out, "job/sub\n") == 0, "list: %s", out);
     free(out);
-    ck_assert_int_eq(atomic_load(&lost_here), 0);
+    ck_assert_int_eq(atomic_load(&hold_lost.fired), 0);
     ck_assert_int_eq(dlock_release(sub), DLOCK_OK);
     dlock_lock_free(sub);
     dlock_lock_free(job);
@@ -972,7 +881,7 @@ START_TEST(test_queue_pages_past_other_keys)
         ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", key, "x", NULL), 0);
     }
     char *url = etcdf_url(&F, NULL, NULL);
-    struct pair p = pair_open(url, "pg");
+    struct tu_pair p = pair_open(url, "pg");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     dlock_info *info = NULL;
@@ -980,18 +889,17 @@ START_TEST(test_queue_pages_past_other_keys)
     ck_assert_int_eq(dlock_info_held(info), 1);
     ck_assert_uint_eq(dlock_info_token(info), tu_token(p.la));
     dlock_info_free(info);
-    struct waiter_arg wb = {p.lb, 20000, -99, 0, 0};
-    pthread_t tb;
-    pthread_create(&tb, NULL, waiter_main, &wb);
+    struct tu_waiter wb;
+    tu_waiter_start(&wb, p.lb, 20000);
     ck_assert_msg(wait_key_count("pg/", 42), "the waiter's key never came");
     ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
-    pthread_join(tb, NULL);
+    tu_waiter_join(&wb);
     ck_assert_msg(wb.rc == DLOCK_OK, "%s", dlock_err_name(wb.rc));
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     ck_assert_int_eq(dlock_force_release(p.b, "pg"), DLOCK_OK);
     ck_assert_msg(wait_key_count("pg/", 40), "force-release left the holder's key");
     ck_assert_int_eq(dlock_release(p.la), DLOCK_ELOST);
-    pair_close(&p);
+    tu_pair_close(&p);
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "--prefix", "pg/", NULL), 0);
     free(url);
 }
@@ -1005,7 +913,7 @@ START_TEST(test_killed_waiters_do_not_stall_the_queue)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, "lease=60s");
-    struct pair p = pair_open(url, "kw");
+    struct tu_pair p = pair_open(url, "kw");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     enum { NW = 20 };
     pid_t kids[NW];
@@ -1046,7 +954,7 @@ START_TEST(test_killed_waiters_do_not_stall_the_queue)
     ck_assert_msg(alive == NW + 1, "only %d of the %d session leases live", alive, NW + 1);
     free(keys);
     ck_assert_int_eq(dlock_release(p.lb), DLOCK_OK);
-    pair_close(&p);
+    tu_pair_close(&p);
     free(url);
 }
 END_TEST
@@ -1078,16 +986,14 @@ START_TEST(test_no_descriptor_leaks_into_children)
     int other_before = 0, other_waiting = 0, other_holding = 0;
     int before = inherited_sockets(&other_before);
     char *url = etcdf_url(&F, NULL, NULL);
-    struct pair p = pair_open(url, "cloexec");
+    struct tu_pair p = pair_open(url, "cloexec");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-    struct waiter_arg wb = {p.lb, 20000, -99, 0, 0};
-    pthread_t tb;
-    pthread_create(&tb, NULL, waiter_main, &wb);
+    struct tu_waiter wb;
+    tu_waiter_start(&wb, p.lb, 20000);
     ck_assert_msg(wait_key_count("cloexec/", 2), "the waiter never queued");
     int waiting = inherited_sockets(&other_waiting); /* a watch stream is open */
     ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
-    pthread_join(tb, NULL);
-    ck_assert_int_eq(wb.rc, DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&wb), DLOCK_OK);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     int holding = inherited_sockets(&other_holding);
     ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
@@ -1097,7 +1003,7 @@ START_TEST(test_no_descriptor_leaks_into_children)
     ck_assert_msg(other_waiting == other_before && other_holding == other_before,
                   "inherited pipes and event fds: %d before, %d while waiting, %d while holding",
                   other_before, other_waiting, other_holding);
-    pair_close(&p);
+    tu_pair_close(&p);
     free(url);
 }
 END_TEST
@@ -1159,14 +1065,6 @@ START_TEST(test_oversized_reply_says_so)
 }
 END_TEST
 
-static atomic_int lost_count[3];
-
-static void on_lost_count(dlock_lock *l, const char *why, void *arg)
-{
-    (void)l, (void)why;
-    atomic_fetch_add(&lost_count[(intptr_t)arg], 1);
-}
-
 /* Revoking the client's lease (etcdctl lease revoke) loses every hold of
  * the client, each callback fires once, and the next acquire runs on a
  * fresh lease. */
@@ -1177,9 +1075,10 @@ START_TEST(test_lease_revoked_loses_every_hold)
     dlock_client *c = tu_open(url);
     const char *names[] = {"revoke1", "revoke2", "revoke3"};
     dlock_lock *l[3];
+    static struct tu_lost lost[3];
     for (int i = 0; i < 3; i++) {
         l[i] = tu_lock(c, names[i]);
-        dlock_lock_on_lost(l[i], on_lost_count, (void *)(intptr_t)i);
+        dlock_lock_on_lost(l[i], tu_on_lost, &lost[i]);
         TU_ACQUIRE_OK(l[i], DLOCK_TRY);
     }
     char *keys = ctl_keys("revoke1/");
@@ -1193,11 +1092,10 @@ START_TEST(test_lease_revoked_loses_every_hold)
     ck_assert_msg(rc == 0, "etcdctl lease revoke %s: %s", lease, err);
     free(err);
     for (int i = 0; i < 3; i++)
-        for (int t = 0; t < 400 && !atomic_load(&lost_count[i]); t++)
-            tu_sleep_ms(25);
+        tu_wait_lost(&lost[i], 1, 10000);
     tu_sleep_ms(1500); /* more renewals: no second callback */
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(atomic_load(&lost_count[i]), 1);
+        ck_assert_int_eq(atomic_load(&lost[i].fired), 1);
         ck_assert_int_eq(dlock_validity_ms(l[i]), 0);
         ck_assert_int_eq(dlock_release(l[i]), DLOCK_ELOST);
     }
@@ -1220,33 +1118,26 @@ END_TEST
 START_TEST(test_waiter_keeps_its_place)
 {
     REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=2s");
-    dlock_client *a = tu_open(url), *b = tu_open(short_url), *c = tu_open(url);
-    dlock_lock *la = tu_lock(a, "place"), *lb = tu_lock(b, "place"), *lc = tu_lock(c, "place");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    struct waiter_arg wb = {lb, 30000, -99, 0, 0}, wc = {lc, 30000, -99, 0, 0};
-    pthread_t tb, tc;
-    pthread_create(&tb, NULL, waiter_main, &wb);
+    struct tu_solo a = solo_open(NULL, "place"), b = solo_open("lease=2s", "place"),
+                   c = solo_open(NULL, "place");
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    struct tu_waiter wb, wc;
+    tu_waiter_start(&wb, b.l, 30000);
     ck_assert_msg(wait_key_count("place/", 2), "b never queued");
-    pthread_create(&tc, NULL, waiter_main, &wc);
+    tu_waiter_start(&wc, c.l, 30000);
     tu_sleep_ms(6000); /* b's lease (2 s) would have expired thrice */
     char *keys = ctl_keys("place/");
     ck_assert_int_eq(count_lines(keys), 3);
     free(keys);
-    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    pthread_join(tb, NULL);
-    pthread_join(tc, NULL);
+    ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
+    tu_waiter_join(&wb);
+    tu_waiter_join(&wc);
     ck_assert_int_eq(wb.rc, DLOCK_OK);
     ck_assert_int_eq(wc.rc, DLOCK_OK);
     ck_assert_uint_lt(wb.token, wc.token); /* b, who came first, went first */
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_lock_free(lc);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    dlock_client_close(c);
-    free(url);
-    free(short_url);
+    tu_solo_close(&a);
+    tu_solo_close(&b);
+    tu_solo_close(&c);
 }
 END_TEST
 
@@ -1295,10 +1186,9 @@ static void paused_waiter_case(const char *name, dlock_mode mode)
     ck_assert_msg(wait_key_count(pfx, 1), "never 1 key");
     dlock_client *c = tu_open(url);
     dlock_lock *lc = tu_lock(c, name);
-    struct waiter_arg wc = {lc, 30000, -99, 0, 0};
-    pthread_t tc;
+    struct tu_waiter wc;
     /* c queues behind a: b has no key any more */
-    pthread_create(&tc, NULL, waiter_main, &wc);
+    tu_waiter_start(&wc, lc, 30000);
     ck_assert_msg(wait_key_count(pfx, 2), "never 2 keys");
     kill(b, SIGCONT);
     /* b notices, queues again behind c */
@@ -1306,8 +1196,7 @@ static void paused_waiter_case(const char *name, dlock_mode mode)
     ck_assert_msg(access(bheld, F_OK) != 0, "b holds while a does");
     tu_write_marker(cdone, "1"); /* from now on b may hold (after c) */
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    pthread_join(tc, NULL);
-    ck_assert_int_eq(wc.rc, DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&wc), DLOCK_OK);
     ck_assert_int_eq(tu_wait_exit(b), 0);
     char *text = tu_read_file(bheld);
     ck_assert_ptr_nonnull(text);
@@ -1392,7 +1281,7 @@ START_TEST(test_rw_force_release_ends_every_reader)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
-    struct pair p = pair_open(url, "rwforce");
+    struct tu_pair p = pair_open(url, "rwforce");
     dlock_lock *ra = tu_lock_mode(p.a, "rwforce", DLOCK_SHARED, 0);
     dlock_lock *rb = tu_lock_mode(p.b, "rwforce", DLOCK_SHARED, 0);
     TU_ACQUIRE_OK(ra, DLOCK_TRY);
@@ -1412,7 +1301,7 @@ START_TEST(test_rw_force_release_ends_every_reader)
     dlock_client_close(c);
     dlock_lock_free(rb);
     dlock_lock_free(ra);
-    pair_close(&p);
+    tu_pair_close(&p);
     free(url);
 }
 END_TEST
@@ -1436,14 +1325,10 @@ START_TEST(test_unreachable)
     free(url);
 
     /* a dead endpoint first, a live one after: go on with the next */
-    url = tu_fmt("etcd://127.0.0.1:%d,%s", dead, F.endpoints);
-    c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "failover");
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    char *failover = tu_fmt("etcd://127.0.0.1:%d,%s", dead, F.endpoints);
+    struct tu_solo s = tu_solo_open(failover, "failover");
+    tu_acquire_release(s.l, DLOCK_TRY);
+    tu_solo_close(&s);
 
     /* the CLI: one line, exit 69 */
     char *bad = tu_fmt("etcd://127.0.0.1:%d", dead);
@@ -1599,17 +1484,15 @@ START_TEST(test_auth)
 
     /* right password; a waiter's watch works with the token too */
     char *good = tu_fmt("etcd://locker:lockpw@%s/locks", F.endpoints);
-    struct pair p = pair_open(good, "authed");
+    struct tu_pair p = pair_open(good, "authed");
     ck_assert_ptr_null(strstr(dlock_client_url(p.a), "lockpw"));
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-    struct waiter_arg w = {p.lb, 20000, -99, 0, 0};
-    pthread_t t;
-    pthread_create(&t, NULL, waiter_main, &w);
+    struct tu_waiter w;
+    tu_waiter_start(&w, p.lb, 20000);
     /* b waits before a releases */
     ck_assert_msg(wait_waiter_count(p.a, "authed", 1), "the waiter never queued");
     ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
-    pthread_join(t, NULL);
-    ck_assert_int_eq(w.rc, DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
 
     /* the token expires (--auth-token-ttl 1): renewed, and work goes on */
     tu_sleep_ms(2500); /* time itself is the subject: no event tells the token expired */
@@ -1641,7 +1524,7 @@ START_TEST(test_auth)
     ck_assert_int_eq(tu_run(argv, noenv, NULL, NULL), 77);
     free(envurl);
 
-    pair_close(&p);
+    tu_pair_close(&p);
     free(good);
 }
 END_TEST
@@ -1665,18 +1548,16 @@ START_TEST(test_tls)
                      F.cert_dir, F.cert_dir, F.cert_dir);
     char *url = etcdf_url(&F, NULL, q);
     ck_assert_ptr_nonnull(strstr(url, "etcd+https://"));
-    struct pair p = pair_open(url, "tls");
+    struct tu_pair p = pair_open(url, "tls");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
-    struct waiter_arg w = {p.lb, 20000, -99, 0, 0};
-    pthread_t t;
-    pthread_create(&t, NULL, waiter_main, &w);
+    struct tu_waiter w;
+    tu_waiter_start(&w, p.lb, 20000);
     /* b waits before a releases */
     ck_assert_msg(wait_waiter_count(p.a, "tls", 1), "the waiter never queued");
     ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
-    pthread_join(t, NULL);
-    ck_assert_int_eq(w.rc, DLOCK_OK); /* the watch ran over TLS too */
-    pair_close(&p);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK); /* the watch ran over TLS too */
+    tu_pair_close(&p);
     free(url);
     free(q);
 
@@ -1701,29 +1582,36 @@ END_TEST
 
 /* ======================================================= server restart */
 
+/* A client (URL options OPTS) that holds NAME, its lost callback
+ * recorded in hold_lost. */
+static struct tu_solo solo_holding(const char *opts, const char *name)
+{
+    struct tu_solo s = solo_open(opts, name);
+    dlock_lock_on_lost(s.l, tu_on_lost, &hold_lost);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    return s;
+}
+
 /* The member restarts while a lock is held: etcd keeps the lease, the
  * keeper renews it once the member is back, the hold is never lost. */
 START_TEST(test_server_restart_keeps_hold)
 {
-    REQUIRE_SERVERS();
     revive_all();
     const char *opts = "lease=15s&timeout=1s&connect_timeout=1s";
-    struct solo a = solo_open(opts, "restart");
-    dlock_lock_on_lost(a.l, on_lost_here, NULL);
-    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    struct tu_solo a = solo_holding(opts, "restart");
     uint64_t t1 = tu_token(a.l);
     etcdf_member_stop(&F, 0, SIGTERM);
     tu_sleep_ms(500);
     ck_assert(etcdf_member_start(&F, 0, 20000));
     tu_sleep_ms(16000); /* longer than the lease: renewed by the restarted member */
-    ck_assert_msg(!atomic_load(&lost_here), "lost: %s", lost_why);
+    ck_assert_msg(!atomic_load(&hold_lost.fired), "lost: %s", hold_lost.why);
     ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
-    struct solo b = solo_open(opts, "restart");
+    struct tu_solo b = solo_open(opts, "restart");
     TU_ACQUIRE_OK(b.l, DLOCK_TRY);
     ck_assert_uint_gt(tu_token(b.l), t1);
     ck_assert_int_eq(dlock_release(b.l), DLOCK_OK);
-    solo_close(&a);
-    solo_close(&b);
+    tu_solo_close(&a);
+    tu_solo_close(&b);
 }
 END_TEST
 
@@ -1732,15 +1620,11 @@ END_TEST
  * a connection error instead of a false "acquired". */
 START_TEST(test_server_down_hold_lost)
 {
-    REQUIRE_SERVERS();
     revive_all();
-    struct solo a = solo_open("lease=2s&timeout=500ms&connect_timeout=500ms", "down");
-    dlock_lock_on_lost(a.l, on_lost_here, NULL);
-    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    struct tu_solo a = solo_holding("lease=2s&timeout=500ms&connect_timeout=500ms", "down");
     etcdf_member_stop(&F, 0, SIGKILL);
-    for (int i = 0; i < 400 && !atomic_load(&lost_here); i++)
-        tu_sleep_ms(25);
-    ck_assert_msg(atomic_load(&lost_here), "hold not reported lost with the server down");
+    ck_assert_msg(tu_wait_lost(&hold_lost, 1, 10000),
+                  "hold not reported lost with the server down");
     ck_assert_int_eq(dlock_validity_ms(a.l), 0);
     dlock_lock *other = tu_lock(a.c, "down2");
     int rc = dlock_acquire(other, DLOCK_TRY);
@@ -1749,7 +1633,7 @@ START_TEST(test_server_down_hold_lost)
     ck_assert(etcdf_member_start(&F, 0, 20000));
     tu_acquire_release(other, 10000);
     dlock_lock_free(other);
-    solo_close(&a);
+    tu_solo_close(&a);
 }
 END_TEST
 
@@ -1851,25 +1735,22 @@ static pid_t fork_worker(const char *url, const char *dir)
 
 START_TEST(test_cluster_basic_and_member_down)
 {
-    REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
-    struct pair p = pair_open(url, "cluster");
+    struct tu_pair p = pair_open(url, "cluster");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     /* the first endpoint of the URL dies: the others serve */
     etcdf_member_stop(&F, 0, SIGKILL);
     ck_assert(etcdf_wait_healthy(&F, 30000));
-    struct waiter_arg w = {p.lb, 20000, -99, 0, 0};
-    pthread_t t;
-    pthread_create(&t, NULL, waiter_main, &w);
+    struct tu_waiter w;
+    tu_waiter_start(&w, p.lb, 20000);
     /* b waits before a releases */
     ck_assert_msg(wait_waiter_count(p.a, "cluster", 1), "the waiter never queued");
     ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
-    pthread_join(t, NULL);
-    ck_assert_int_eq(w.rc, DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
     ck_assert(etcdf_member_start(&F, 0, 30000));
-    pair_close(&p);
+    tu_pair_close(&p);
     free(url);
 }
 END_TEST
@@ -1880,26 +1761,24 @@ END_TEST
  * writer releases. */
 START_TEST(test_rw_reader_waits_through_member_kill)
 {
-    REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
-    struct pair p = pair_open(url, "rwkill");
+    struct tu_pair p = pair_open(url, "rwkill");
     dlock_lock *rb = tu_lock_mode(p.b, "rwkill", DLOCK_SHARED, 0);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-    struct waiter_arg r = {rb, 60000, -99, 0, 0};
-    pthread_t t;
-    pthread_create(&t, NULL, waiter_main, &r);
+    struct tu_waiter r;
+    tu_waiter_start(&r, rb, 60000);
     ck_assert_msg(wait_waiter_count(p.a, "rwkill", 1), "the reader never queued");
     etcdf_member_stop(&F, 0, SIGKILL); /* the URL's first endpoint */
     ck_assert(etcdf_wait_healthy(&F, 30000));
     ck_assert_msg(wait_waiter_count(p.a, "rwkill", 1), "the reader's key went");
     ck_assert_msg(!atomic_load(&r.done), "the reader left: %s", dlock_err_name(r.rc));
     ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
-    pthread_join(t, NULL);
+    tu_waiter_join(&r);
     ck_assert_msg(r.rc == DLOCK_OK, "reader: %s", dlock_err_name(r.rc));
     ck_assert(etcdf_member_start(&F, 0, 30000));
     dlock_lock_free(rb);
-    pair_close(&p);
+    tu_pair_close(&p);
     free(url);
 }
 END_TEST
@@ -1909,7 +1788,6 @@ END_TEST
  * lost -- never two holders (no stale write). */
 START_TEST(test_leader_killed_never_two_holders)
 {
-    REQUIRE_SERVERS();
     revive_all();
     char *url = etcdf_url(&F, NULL, "lease=3s&timeout=1500ms&connect_timeout=1s");
     char *dir = tu_tmpdir("etcd-fence");
@@ -1982,14 +1860,13 @@ static void quorum_back(dlock_lock *l)
  * (DLOCK_EUNAVAIL) within its time limits -- never a false "acquired". */
 START_TEST(test_no_quorum_unavailable)
 {
-    REQUIRE_SERVERS();
     revive_all();
-    struct solo s = solo_open("timeout=1s&connect_timeout=500ms", "quorum");
+    struct tu_solo s = solo_open("timeout=1s&connect_timeout=500ms", "quorum");
     etcdf_member_stop(&F, 1, SIGKILL);
     etcdf_member_stop(&F, 2, SIGKILL);
     no_quorum_says_so(s.l, NULL);
     quorum_back(s.l);
-    solo_close(&s);
+    tu_solo_close(&s);
 }
 END_TEST
 
@@ -2000,17 +1877,16 @@ END_TEST
  * not "not an etcd gateway" (DLOCK_EPROTO) from the first one. */
 START_TEST(test_no_quorum_keepalive_unavailable)
 {
-    REQUIRE_SERVERS();
     revive_all();
     /* A timeout long enough for the member's own answer. */
-    struct solo s = solo_open("lease=5s&timeout=20s&connect_timeout=500ms", "quorum-ka");
+    struct tu_solo s = solo_open("lease=5s&timeout=20s&connect_timeout=500ms", "quorum-ka");
     tu_acquire_release(s.l, DLOCK_TRY); /* grants the session lease */
     etcdf_member_stop(&F, 1, SIGKILL);
     etcdf_member_stop(&F, 2, SIGKILL);
     tu_sleep_ms(2500); /* the leader steps down; the lease wants a keepalive */
     no_quorum_says_so(s.l, "no leader");
     quorum_back(s.l);
-    solo_close(&s);
+    tu_solo_close(&s);
 }
 END_TEST
 
@@ -2070,75 +1946,44 @@ static bool wait_request_at(int i)
     return false;
 }
 
-/* Wait for FLAG for up to 20 s (never for the 60 s request timeout). */
-static bool wait_flag(atomic_int *flag)
-{
-    for (int i = 0; i < 800 && !atomic_load(flag); i++)
-        tu_sleep_ms(25);
-    return atomic_load(flag);
-}
-
 /* A renewal stuck on a stalled member must not keep the keeper from
  * declaring the hold lost at its validity deadline: the renewal's
  * requests end by that deadline, not after `timeout`. */
 START_TEST(test_stalled_member_hold_lost_in_time)
 {
-    REQUIRE_SERVERS();
     revive_all();
-    struct solo a = solo_open("lease=2s&timeout=60s&connect_timeout=1s", "stall-held");
-    dlock_lock_on_lost(a.l, on_lost_here, NULL);
-    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    struct tu_solo a = solo_holding("lease=2s&timeout=60s&connect_timeout=1s", "stall-held");
     member_pause(0);
-    bool lost = wait_flag(&lost_here);
+    bool was_lost = tu_wait_lost(&hold_lost, 1, 20000);
     int64_t valid = dlock_validity_ms(a.l);
     member_resume(0);
-    ck_assert_msg(lost, "hold not reported lost while the member stalled");
+    ck_assert_msg(was_lost, "hold not reported lost while the member stalled");
     ck_assert_int_eq(valid, 0);
     ck_assert_int_eq(dlock_release(a.l), DLOCK_ELOST);
-    solo_close(&a);
+    tu_solo_close(&a);
 }
 END_TEST
 
-struct stall_waiter {
-    dlock_lock *l;
-    int64_t wait;
-    int rc;
-    atomic_int done;
-    volatile long tid; /* the waiting thread's, for tu_wait_thread_asleep() */
-    pthread_t t;
-    dlock_cancel *cancel; /* stall_cancel(): reaches the acquire even before
-                             the thread began it (under load it may not have) */
-};
-
-static void *stall_waiter_main(void *p)
+/* An acquire of L waiting at most WAIT in a thread of its own, W, with a
+ * cancel object that stall_cancel() fires: it reaches the acquire even
+ * before the thread began it (under load it may not have). */
+static void stall_start(struct tu_waiter *w, dlock_lock *l, int64_t wait)
 {
-    struct stall_waiter *a = p;
-    a->tid = (long)syscall(SYS_gettid);
-    a->rc = dlock_acquire_ex(a->l, a->wait, a->cancel);
-    if (a->rc == DLOCK_OK)
-        dlock_release(a->l);
-    atomic_store(&a->done, 1);
-    return NULL;
-}
-
-/* An acquire of L waiting at most WAIT in a thread of its own, W. */
-static void stall_start(struct stall_waiter *w, dlock_lock *l, int64_t wait)
-{
-    *w = (struct stall_waiter){.l = l, .wait = wait, .rc = -99};
-    ck_assert_int_eq(dlock_cancel_new(&w->cancel), DLOCK_OK);
-    pthread_create(&w->t, NULL, stall_waiter_main, w);
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    tu_waiter_start_ex(w, l, wait, k, false);
 }
 
 /* Cancel W's acquire, begun or not. */
-static void stall_cancel(struct stall_waiter *w)
+static void stall_cancel(struct tu_waiter *w)
 {
     ck_assert_int_eq(dlock_cancel_fire(w->cancel), DLOCK_OK);
 }
 
 /* Join W's thread and assert that its acquire ended with RC. */
-static void stall_join(struct stall_waiter *w, int rc)
+static void stall_join(struct tu_waiter *w, int rc)
 {
-    pthread_join(w->t, NULL);
+    tu_waiter_join(w);
     dlock_cancel_free(w->cancel);
     ck_assert_msg(w->rc == rc, "%s", dlock_err_name(w->rc));
 }
@@ -2146,12 +1991,50 @@ static void stall_join(struct stall_waiter *w, int rc)
 /* The end of W's acquire while member 0 stalls: wait until it is done
  * (up to 20 s), resume the member, then assert that it was done -- WHAT
  * names the acquire -- and ended with RC. */
-static void stall_waiter_ends(struct stall_waiter *w, int rc, const char *what)
+static void stall_waiter_ends(struct tu_waiter *w, int rc, const char *what)
 {
-    bool done = wait_flag(&w->done);
+    bool done = tu_waiter_wait_done(w, 20000);
     member_resume(0);
     ck_assert_msg(done, "%s still running while the member stalled", what);
     stall_join(w, rc);
+}
+
+/* dlock_lock_cancel() of W's acquire (stuck at stalled member 0); it ends
+ * canceled. */
+static void stall_lock_cancel(struct tu_waiter *w, const char *what)
+{
+    ck_assert_int_eq(dlock_lock_cancel(w->l), DLOCK_OK);
+    stall_waiter_ends(w, DLOCK_ECANCELED, what);
+}
+
+/* A holds NAME; B's acquire of it (B's URL options OPTS: a long timeout;
+ * waiting at most WAIT, in WB) is queued behind: the frame of the tests of
+ * a waiter whose member stalls. stall_queue_close() closes B, sees its
+ * key gone, then A releases and closes. */
+struct stall_queue {
+    struct tu_solo a, b;
+    struct tu_waiter wb;
+    char *prefix; /* NAME/ */
+};
+
+static void stall_queue_open(struct stall_queue *q, const char *opts, const char *name,
+                             int64_t wait)
+{
+    q->a = solo_open(NULL, name);
+    q->b = solo_open(opts, name);
+    q->prefix = tu_fmt("%s/", name);
+    TU_ACQUIRE_OK(q->a.l, DLOCK_TRY);
+    stall_start(&q->wb, q->b.l, wait);
+    ck_assert_msg(wait_key_count(q->prefix, 2), "never 2 key(s) under %s", q->prefix);
+}
+
+static void stall_queue_close(struct stall_queue *q)
+{
+    tu_solo_close(&q->b); /* deletes the key it could not delete before */
+    ck_assert_msg(wait_key_count(q->prefix, 1), "the waiter's key stayed behind");
+    ck_assert_int_eq(dlock_release(q->a.l), DLOCK_OK);
+    tu_solo_close(&q->a);
+    free(q->prefix);
 }
 
 /* A bounded wait ends at its deadline even when the member stalls: the
@@ -2159,33 +2042,24 @@ static void stall_waiter_ends(struct stall_waiter *w, int rc, const char *what)
  * and done later, by close at the latest. */
 START_TEST(test_stalled_member_wait_times_out)
 {
-    REQUIRE_SERVERS();
     revive_all();
-    struct solo a = solo_open(NULL, "stall-wait");
-    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-wait");
-    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
-    struct stall_waiter wb;
-    stall_start(&wb, b.l, 3000);
-    ck_assert_msg(wait_key_count("stall-wait/", 2), "never 2 key(s) under stall-wait/");
+    struct stall_queue q;
+    stall_queue_open(&q, "timeout=60s&connect_timeout=1s", "stall-wait", 3000);
     member_pause(0);
-    stall_waiter_ends(&wb, DLOCK_ETIMEDOUT, "a 3 s wait");
+    stall_waiter_ends(&q.wb, DLOCK_ETIMEDOUT, "a 3 s wait");
 
     /* Stalled again, with that delete owed (the keeper retries it): a
      * cancel ends the next acquire too. */
-    dlock_lock *lb2 = tu_lock(b.c, "stall-wait-2");
+    dlock_lock *lb2 = tu_lock(q.b.c, "stall-wait-2");
     member_pause(0);
-    struct stall_waiter wb2;
+    struct tu_waiter wb2;
     stall_start(&wb2, lb2, DLOCK_FOREVER);
     wait_request_at(0); /* stuck in its first requests */
-    ck_assert_int_eq(dlock_lock_cancel(lb2), DLOCK_OK);
-    stall_waiter_ends(&wb2, DLOCK_ECANCELED, "a canceled acquire retrying an old delete");
+    stall_lock_cancel(&wb2, "a canceled acquire retrying an old delete");
     dlock_lock_free(lb2);
 
-    solo_close(&b); /* deletes the key it could not delete before */
-    ck_assert_msg(wait_key_count("stall-wait/", 1), "the waiter's key stayed behind");
+    stall_queue_close(&q);
     ck_assert_msg(wait_key_count("stall-wait-2/", 0), "the canceled acquire's key stayed behind");
-    ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
-    solo_close(&a);
 }
 END_TEST
 
@@ -2196,14 +2070,13 @@ END_TEST
  * to hold up the writers after them. */
 START_TEST(test_rw_stalled_reader_wait_ends)
 {
-    REQUIRE_SERVERS();
     revive_all();
-    struct solo a = solo_open(NULL, "stall-rw");
-    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-rw");
+    struct tu_solo a = solo_open(NULL, "stall-rw");
+    struct tu_solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-rw");
     dlock_lock *rb = tu_lock_mode(b.c, "stall-rw", DLOCK_SHARED, 0);
     dlock_lock *rb2 = tu_lock_mode(b.c, "stall-rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED);
     TU_ACQUIRE_OK(a.l, DLOCK_TRY);
-    struct stall_waiter timed, canceled;
+    struct tu_waiter timed, canceled;
     stall_start(&timed, rb, 3000);
     stall_start(&canceled, rb2, DLOCK_FOREVER); /* side by side: a reader each */
     ck_assert_msg(wait_key_count("stall-rw/", 3), "the readers never queued");
@@ -2215,10 +2088,10 @@ START_TEST(test_rw_stalled_reader_wait_ends)
     stall_waiter_ends(&timed, DLOCK_ETIMEDOUT, "a reader's 3 s wait");
     dlock_lock_free(rb2);
     dlock_lock_free(rb);
-    solo_close(&b);
+    tu_solo_close(&b);
     ck_assert_msg(wait_key_count("stall-rw/", 1), "a reader's key stayed behind");
     ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
-    solo_close(&a);
+    tu_solo_close(&a);
 }
 END_TEST
 
@@ -2226,22 +2099,14 @@ END_TEST
  * member, at once rather than after `timeout`. */
 START_TEST(test_stalled_member_cancel)
 {
-    REQUIRE_SERVERS();
     revive_all();
-    struct solo a = solo_open(NULL, "stall-cancel");
-    struct solo b = solo_open("lease=3s&timeout=60s&connect_timeout=1s", "stall-cancel");
-    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
-    struct stall_waiter wb;
-    stall_start(&wb, b.l, DLOCK_FOREVER);
-    ck_assert_msg(wait_key_count("stall-cancel/", 2), "never 2 key(s) under stall-cancel/");
+    struct stall_queue q;
+    stall_queue_open(&q, "lease=3s&timeout=60s&connect_timeout=1s", "stall-cancel",
+                     DLOCK_FOREVER);
     member_pause(0);
     wait_request_at(0); /* the waiter's keepalive is stuck */
-    ck_assert_int_eq(dlock_lock_cancel(b.l), DLOCK_OK);
-    stall_waiter_ends(&wb, DLOCK_ECANCELED, "a canceled wait");
-    solo_close(&b);
-    ck_assert_msg(wait_key_count("stall-cancel/", 1), "the waiter's key stayed behind");
-    ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
-    solo_close(&a);
+    stall_lock_cancel(&q.wb, "a canceled wait");
+    stall_queue_close(&q);
 }
 END_TEST
 
@@ -2249,51 +2114,76 @@ END_TEST
  * put) are stuck on a stalled member, and leaves nothing held. */
 START_TEST(test_stalled_member_cancel_first_request)
 {
-    REQUIRE_SERVERS();
     revive_all();
     /* no lease yet: the acquire grants one */
-    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-first");
+    struct tu_solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-first");
     member_pause(0);
-    struct stall_waiter wb;
+    struct tu_waiter wb;
     stall_start(&wb, b.l, DLOCK_FOREVER);
     wait_request_at(0); /* the grant is on its way */
     stall_cancel(&wb);
     stall_waiter_ends(&wb, DLOCK_ECANCELED, "a canceled acquire");
     ck_assert_uint_eq(dlock_hold_count(b.l), 0);
-    solo_close(&b);
+    tu_solo_close(&b);
     ck_assert_msg(wait_key_count("stall-first/", 0), "a key stayed behind");
 }
 END_TEST
+
+/* Two threads of one client acquire two names (the client's URL with a
+ * 60 s timeout) while member 0 stalls: the first (W1 on B's handle)
+ * grants the session lease, stuck at the member, and the second (W2 on
+ * L2) comes after it. */
+struct grant_race {
+    struct tu_solo b;
+    dlock_lock *l2;
+    struct tu_waiter w1, w2;
+};
+
+static struct grant_race grant_race_open(const char *name1, const char *name2)
+{
+    struct grant_race g = {.b = solo_open("timeout=60s&connect_timeout=1s", name1)};
+    g.l2 = tu_lock(g.b.c, name2);
+    return g;
+}
+
+/* Once member 0 is paused: W1 waits forever, W2 at most WAIT2. */
+static void grant_race_start(struct grant_race *g, int64_t wait2)
+{
+    stall_start(&g->w1, g->b.l, DLOCK_FOREVER);
+    wait_request_at(0); /* W1's grant sits at the member (as a rule) */
+    stall_start(&g->w2, g->l2, wait2);
+}
+
+/* W2 ended with RC2, the canceled W1 with DLOCK_ECANCELED, and the client
+ * works once the member answers. */
+static void grant_race_close(struct grant_race *g, int rc2)
+{
+    stall_join(&g->w2, rc2);
+    stall_join(&g->w1, DLOCK_ECANCELED);
+    tu_acquire_release(g->l2, 10000);
+    dlock_lock_free(g->l2);
+    tu_solo_close(&g->b);
+}
 
 /* Two threads of one client acquire two names while the session lease's
  * first grant is stuck on a stalled member: the second waits for the
  * first one's grant, and a cancel ends that wait too. */
 START_TEST(test_stalled_member_cancel_waiting_for_grant)
 {
-    REQUIRE_SERVERS();
     revive_all();
-    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-g1");
-    dlock_lock *l2 = tu_lock(b.c, "stall-g2");
+    struct grant_race g = grant_race_open("stall-g1", "stall-g2");
     member_pause(0);
-    struct stall_waiter w1, w2;
-    stall_start(&w1, b.l, DLOCK_FOREVER);
-    wait_request_at(0); /* t1 grants the session lease (stuck) */
-    stall_start(&w2, l2, DLOCK_FOREVER);
-    /* t2 waits for t1's grant */
-    ck_assert_msg(tu_wait_thread_asleep(&w2.tid, 20000), "t2 never went to sleep");
-    ck_assert_int_eq(dlock_lock_cancel(l2), DLOCK_OK);
-    bool done2 = wait_flag(&w2.done);
-    stall_cancel(&w1);
-    bool done1 = wait_flag(&w1.done);
+    grant_race_start(&g, DLOCK_FOREVER);
+    /* W2 waits for W1's grant */
+    ck_assert_msg(tu_wait_thread_asleep(&g.w2.tid, 20000), "W2 never went to sleep");
+    ck_assert_int_eq(dlock_lock_cancel(g.l2), DLOCK_OK);
+    bool done2 = tu_waiter_wait_done(&g.w2, 20000);
+    stall_cancel(&g.w1);
+    bool done1 = tu_waiter_wait_done(&g.w1, 20000);
     member_resume(0);
     ck_assert_msg(done2, "a canceled acquire waiting for another thread's grant still ran");
     ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
-    stall_join(&w1, DLOCK_ECANCELED);
-    stall_join(&w2, DLOCK_ECANCELED);
-    /* and the client works once the member answers */
-    tu_acquire_release(l2, 10000);
-    dlock_lock_free(l2);
-    solo_close(&b);
+    grant_race_close(&g, DLOCK_ECANCELED);
 }
 END_TEST
 
@@ -2303,9 +2193,8 @@ END_TEST
  * 60 s lease it hangs on. */
 START_TEST(test_stalled_release_delete_done_by_keeper)
 {
-    REQUIRE_SERVERS();
     revive_all();
-    struct solo a = solo_open("lease=60s&timeout=1s&connect_timeout=1s", "stall-rel");
+    struct tu_solo a = solo_open("lease=60s&timeout=1s&connect_timeout=1s", "stall-rel");
     TU_ACQUIRE_OK(a.l, DLOCK_TRY);
     member_pause(0);
     int rc = dlock_release(a.l);
@@ -2313,7 +2202,7 @@ START_TEST(test_stalled_release_delete_done_by_keeper)
     ck_assert_msg(rc == DLOCK_EUNAVAIL || rc == DLOCK_ECONN, "release: %s: %s",
                   dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(wait_key_count("stall-rel/", 0), "the owed delete was never done");
-    solo_close(&a);
+    tu_solo_close(&a);
 }
 END_TEST
 
@@ -2325,31 +2214,22 @@ END_TEST
  * outcome; before the fix both orders waited for the 60 s timeout.) */
 START_TEST(test_stalled_member_bounded_wait_behind_grant)
 {
-    REQUIRE_SERVERS();
     revive_all();
-    struct solo b = solo_open("timeout=60s&connect_timeout=1s", "stall-b1");
-    dlock_lock *l2 = tu_lock(b.c, "stall-b2");
-    /* (what a loaded member has not read yet would pass for t1's grant) */
+    struct grant_race g = grant_race_open("stall-b1", "stall-b2");
+    /* (what a loaded member has not read yet would pass for W1's grant) */
     for (int i = 0; i < 400 && unread_at_member(0) > 0; i++)
         tu_sleep_ms(25);
     member_pause(0);
-    struct stall_waiter w1, w2;
-    stall_start(&w1, b.l, DLOCK_FOREVER);
-    wait_request_at(0); /* t1's grant sits at the member (as a rule) */
-    stall_start(&w2, l2, 100);
-    bool done2 = wait_flag(&w2.done);
-    bool first_still_stuck = !atomic_load(&w1.done);
-    stall_cancel(&w1); /* (a dlock_lock_cancel() missed a t1 not yet begun) */
-    bool done1 = wait_flag(&w1.done);
+    grant_race_start(&g, 100);
+    bool done2 = tu_waiter_wait_done(&g.w2, 20000);
+    bool first_still_stuck = !atomic_load(&g.w1.done);
+    stall_cancel(&g.w1); /* (a dlock_lock_cancel() missed a W1 not yet begun) */
+    bool done1 = tu_waiter_wait_done(&g.w1, 20000);
     member_resume(0);
     ck_assert_msg(done2, "a 100 ms acquire still waiting for another thread's grant");
     ck_assert_msg(first_still_stuck, "the first thread's grant ended before the 100 ms acquire");
     ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
-    stall_join(&w2, DLOCK_ETIMEDOUT);
-    stall_join(&w1, DLOCK_ECANCELED);
-    tu_acquire_release(l2, 10000);
-    dlock_lock_free(l2);
-    solo_close(&b);
+    grant_race_close(&g, DLOCK_ETIMEDOUT);
 }
 END_TEST
 

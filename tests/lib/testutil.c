@@ -416,6 +416,97 @@ void tu_acquire_release(dlock_lock *l, int64_t wait)
                   dlock_errmsg());
 }
 
+struct tu_solo tu_solo_open(char *url, const char *name)
+{
+    struct tu_solo s = {.url = url};
+    s.c = tu_open(url);
+    s.l = tu_lock(s.c, name);
+    return s;
+}
+
+void tu_solo_close(struct tu_solo *s)
+{
+    dlock_lock_free(s->l);
+    dlock_client_close(s->c);
+    free(s->url);
+}
+
+void tu_on_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l;
+    struct tu_lost *f = arg;
+    snprintf(f->why, sizeof f->why, "%s", why ? why : "");
+    atomic_fetch_add(&f->fired, 1);
+}
+
+bool tu_wait_lost(struct tu_lost *f, int n, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms && atomic_load(&f->fired) < n; waited += 10)
+        tu_sleep_ms(10);
+    return atomic_load(&f->fired) >= n;
+}
+
+struct tu_pair tu_pair_of(dlock_client *a, dlock_client *b, const char *name)
+{
+    struct tu_pair p = {.a = a, .b = b};
+    p.la = tu_lock(a, name);
+    p.lb = tu_lock(b, name);
+    return p;
+}
+
+void tu_pair_watch_lost(struct tu_pair *p)
+{
+    int rc = dlock_lock_on_lost(p->la, tu_on_lost, &p->lost);
+    ck_assert_msg(rc == DLOCK_OK, "on_lost: %s", dlock_err_name(rc));
+}
+
+void tu_pair_close(struct tu_pair *p)
+{
+    dlock_lock_free(p->la);
+    dlock_lock_free(p->lb);
+    dlock_client_close(p->a);
+    dlock_client_close(p->b);
+}
+
+static void *waiter_main(void *arg)
+{
+    struct tu_waiter *w = arg;
+    w->tid = (long)syscall(SYS_gettid);
+    w->rc = dlock_acquire_ex(w->l, w->wait, w->cancel);
+    if (w->rc == DLOCK_OK) {
+        dlock_token(w->l, &w->token);
+        if (!w->keep)
+            dlock_release(w->l);
+    }
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+void tu_waiter_start_ex(struct tu_waiter *w, dlock_lock *l, int64_t wait, dlock_cancel *cancel,
+                        bool keep)
+{
+    *w = (struct tu_waiter){.l = l, .wait = wait, .cancel = cancel, .keep = keep, .rc = 1};
+    ck_assert_int_eq(pthread_create(&w->th, NULL, waiter_main, w), 0);
+}
+
+void tu_waiter_start(struct tu_waiter *w, dlock_lock *l, int64_t wait)
+{
+    tu_waiter_start_ex(w, l, wait, NULL, false);
+}
+
+int tu_waiter_join(struct tu_waiter *w)
+{
+    pthread_join(w->th, NULL);
+    return w->rc;
+}
+
+bool tu_waiter_wait_done(struct tu_waiter *w, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms && !atomic_load(&w->done); waited += 10)
+        tu_sleep_ms(10);
+    return atomic_load(&w->done) != 0;
+}
+
 char *tu_read_file(const char *path)
 {
     int fd = open(path, O_RDONLY);

@@ -8,6 +8,8 @@
 #ifndef DLOCK_TESTUTIL_H
 #define DLOCK_TESTUTIL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -114,6 +116,68 @@ uint64_t tu_token(struct dlock_lock *l);
 /* TU_ACQUIRE_OK(L, WAIT), then a release that must work: the name can be
  * taken (again) and given back. */
 void tu_acquire_release(struct dlock_lock *l, int64_t wait);
+
+/* The frames of the backend tests, written once here; each test file
+ * opens them on the URLs of its own fixture.
+ *
+ * tu_solo: a client of URL (malloc'd, taken over) with a handle on NAME
+ * -- a test of one client. tu_solo_close() frees the handle, the client
+ * and the URL. */
+struct tu_solo {
+    char *url;
+    struct dlock_client *c;
+    struct dlock_lock *l;
+};
+struct tu_solo tu_solo_open(char *url, const char *name);
+void tu_solo_close(struct tu_solo *s);
+
+/* What a lost callback saw: tu_on_lost (a dlock_lost_fn whose ARG is a
+ * struct tu_lost) counts the calls and keeps the last reason;
+ * tu_wait_lost() waits up to TIMEOUT_MS until it fired N times. */
+struct tu_lost {
+    atomic_int fired;
+    char why[512];
+};
+void tu_on_lost(struct dlock_lock *l, const char *why, void *arg);
+bool tu_wait_lost(struct tu_lost *f, int n, int timeout_ms);
+
+/* tu_pair: two clients (A and B, taken over) with a handle each on NAME
+ * -- a test of one client against another; LOST records la's lost
+ * callback once tu_pair_watch_lost() registered it. tu_pair_close() frees
+ * the handles and closes the clients. */
+struct tu_pair {
+    struct dlock_client *a, *b;
+    struct dlock_lock *la, *lb;
+    struct tu_lost lost;
+};
+struct tu_pair tu_pair_of(struct dlock_client *a, struct dlock_client *b, const char *name);
+void tu_pair_watch_lost(struct tu_pair *p);
+void tu_pair_close(struct tu_pair *p);
+
+/* tu_waiter: an acquire of L waiting at most WAIT, in a thread of its
+ * own. tu_waiter_start() runs dlock_acquire_ex(L, WAIT, CANCEL); when it
+ * worked the thread reads the token into TOKEN and, unless KEEP, releases.
+ * RC is 1 (no dlock code) until the acquire returns, DONE is set when the
+ * thread ends, TID is the thread's id (for tu_wait_thread_asleep()).
+ * tu_waiter_join() joins the thread and returns RC. */
+struct tu_waiter {
+    struct dlock_lock *l;
+    int64_t wait;
+    struct dlock_cancel *cancel;
+    bool keep;
+    int rc;
+    uint64_t token;
+    atomic_int done;
+    volatile long tid;
+    pthread_t th;
+};
+void tu_waiter_start(struct tu_waiter *w, struct dlock_lock *l, int64_t wait);
+/* tu_waiter_start() with a cancel object and KEEP. */
+void tu_waiter_start_ex(struct tu_waiter *w, struct dlock_lock *l, int64_t wait,
+                        struct dlock_cancel *cancel, bool keep);
+int tu_waiter_join(struct tu_waiter *w);
+/* Wait up to TIMEOUT_MS until W's thread is done. */
+bool tu_waiter_wait_done(struct tu_waiter *w, int timeout_ms);
 
 /* One test of a table: its name (what DLOCK_TEST matches), its Check
  * function and its time limit in seconds (0 = 60). */

@@ -156,82 +156,26 @@ static void wait_no_waiter(dlock_client *c, const char *name)
     ck_assert_msg(n == 0, "%ld waiter(s) left behind on '%s'", n, name);
 }
 
-/* A thread that acquires L with WAIT and, when it got it, reads its token
- * and releases. */
-struct waiter {
-    dlock_lock *l;
-    int64_t wait;
-    int rc;
-    uint64_t token;
-    pthread_t th;
-    void *token_ptr; /* acquire_ex_main: the cancel object */
-};
-
-static void *waiter_main(void *p)
+/* Cancel W's acquire again and again until it returns: where nothing
+ * shows that the acquire waits, only a cancel that reached the wait can
+ * end an unbounded one while the lock stays held. */
+static void cancel_until_returned(struct tu_waiter *w)
 {
-    struct waiter *w = p;
-    w->rc = dlock_acquire(w->l, w->wait);
-    if (w->rc == DLOCK_OK) {
-        dlock_token(w->l, &w->token);
-        dlock_release(w->l);
-    }
-    return NULL;
-}
-
-static void waiter_start(struct waiter *w, dlock_lock *l, int64_t wait)
-{
-    *w = (struct waiter){.l = l, .wait = wait, .rc = 1};
-    ck_assert_int_eq(pthread_create(&w->th, NULL, waiter_main, w), 0);
-}
-
-struct lost {
-    atomic_int fired;
-    char why[512];
-};
-
-static void on_lost(dlock_lock *l, const char *why, void *arg)
-{
-    (void)l;
-    struct lost *f = arg;
-    snprintf(f->why, sizeof f->why, "%s", why ? why : "");
-    atomic_fetch_add(&f->fired, 1);
-}
-
-/* Wait (up to 30 s) for a lost callback. */
-static bool wait_lost(struct lost *f)
-{
-    for (int i = 0; i < 3000 && !atomic_load(&f->fired); i++)
+    for (;;) {
+        EXPECT_RC(dlock_lock_cancel(w->l), DLOCK_OK);
+        if (pthread_tryjoin_np(w->th, NULL) == 0)
+            break;
         tu_sleep_ms(10);
-    return atomic_load(&f->fired) != 0;
+    }
 }
 
-/* Two clients, each with a handle on the same name: the shape of most
- * tests of one client against another. */
-struct pair {
-    dlock_client *a, *b;
-    dlock_lock *la, *lb;
-    struct lost lost; /* what la's lost callback saw, once pair_watch_lost */
-};
-
-static struct pair pair_open(const char *a_extra, const char *b_extra, const char *name)
+/* Two clients of this test (their EXTRA options) with a handle each on
+ * NAME: the frame of most tests of one client against another
+ * (tu_pair_close() ends it). */
+static struct tu_pair pair_open(const char *a_extra, const char *b_extra, const char *name)
 {
-    struct pair p = {.a = open_test(a_extra), .b = open_test(b_extra)};
-    p.la = tu_lock(p.a, name);
-    p.lb = tu_lock(p.b, name);
-    return p;
-}
-
-static void pair_watch_lost(struct pair *p)
-{
-    EXPECT_RC(dlock_lock_on_lost(p->la, on_lost, &p->lost), DLOCK_OK);
-}
-
-static void pair_close(struct pair *p)
-{
-    dlock_lock_free(p->la);
-    dlock_lock_free(p->lb);
-    dlock_client_close(p->a);
-    dlock_client_close(p->b);
+    dlock_client *a = open_test(a_extra);
+    return tu_pair_of(a, open_test(b_extra), name);
 }
 
 static uint64_t read_u64(const char *path)
@@ -346,13 +290,13 @@ START_TEST(shared_mode)
     TU_ACQUIRE_OK(r2, DLOCK_TRY);
     ck_assert_int_eq(dlock_lock_mode(r1), DLOCK_SHARED);
     EXPECT_RC(dlock_acquire(w_same_thread, DLOCK_TRY), DLOCK_EMISUSE); /* other mode */
-    struct waiter rt;
-    waiter_start(&rt, r1, DLOCK_TRY); /* another thread: one more reader */
-    pthread_join(rt.th, NULL);
+    struct tu_waiter rt;
+    tu_waiter_start(&rt, r1, DLOCK_TRY); /* another thread: one more reader */
+    tu_waiter_join(&rt);
     ck_assert_msg(rt.rc == DLOCK_OK, "second reader thread: %s", dlock_err_name(rt.rc));
-    struct waiter wr;
-    waiter_start(&wr, w, 100);
-    pthread_join(wr.th, NULL);
+    struct tu_waiter wr;
+    tu_waiter_start(&wr, w, 100);
+    tu_waiter_join(&wr);
     ck_assert_int_eq(wr.rc, DLOCK_ETIMEDOUT); /* no writer among readers */
     dlock_info *info = NULL;
     EXPECT_RC(dlock_inspect(c, "rw", &info), DLOCK_OK);
@@ -391,7 +335,7 @@ START_TEST(shared_downgrade)
 {
     if (!has(CT_SHARED))
         return; /* shared_mode asserts DLOCK_ENOTSUP */
-    struct pair p = pair_open(NULL, NULL, "down"); /* la: a's writer, lb: b's writer */
+    struct tu_pair p = pair_open(NULL, NULL, "down"); /* la: a's writer, lb: b's writer */
     dlock_lock *ra = tu_lock_mode(p.a, "down", DLOCK_SHARED, 0);
     dlock_lock *rb = tu_lock_mode(p.b, "down", DLOCK_SHARED, 0);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
@@ -399,8 +343,8 @@ START_TEST(shared_downgrade)
     TU_ACQUIRE_OK(ra, DLOCK_TRY);
     TU_ACQUIRE_OK(ra, DLOCK_TRY);
     ck_assert_uint_eq(dlock_hold_count(ra), 3);
-    struct waiter wb;
-    waiter_start(&wb, p.lb, DLOCK_FOREVER); /* a writer waits through the downgrade */
+    struct tu_waiter wb;
+    tu_waiter_start(&wb, p.lb, DLOCK_FOREVER); /* a writer waits through the downgrade */
     wait_for_waiter(p.a, "down");
     EXPECT_RC(dlock_release(p.la), DLOCK_OK); /* the last write level: 2 read levels stay */
     ck_assert_uint_eq(dlock_hold_count(ra), 2);
@@ -415,7 +359,7 @@ START_TEST(shared_downgrade)
     EXPECT_RC(dlock_acquire(p.la, DLOCK_TRY), DLOCK_EMISUSE); /* now an upgrade */
     EXPECT_RC(dlock_release(ra), DLOCK_OK);
     EXPECT_RC(dlock_release(ra), DLOCK_OK); /* the read hold ends: the writer goes */
-    pthread_join(wb.th, NULL);
+    tu_waiter_join(&wb);
     EXPECT_RC(wb.rc, DLOCK_OK);
     ck_assert_uint_gt(wb.token, t);
     /* Without a waiting writer, the downgraded reader lets readers in. */
@@ -424,8 +368,8 @@ START_TEST(shared_downgrade)
     EXPECT_RC(dlock_acquire(rb, DLOCK_TRY), DLOCK_EBUSY);
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     TU_ACQUIRE_OK(rb, 10000); /* woken by the downgrade, or tried at once */
-    waiter_start(&wb, p.lb, DLOCK_TRY); /* b's thread holds rb: try from another */
-    pthread_join(wb.th, NULL);
+    tu_waiter_start(&wb, p.lb, DLOCK_TRY); /* b's thread holds rb: try from another */
+    tu_waiter_join(&wb);
     EXPECT_RC(wb.rc, DLOCK_EBUSY);
     EXPECT_RC(dlock_release(rb), DLOCK_OK);
     EXPECT_RC(dlock_release(ra), DLOCK_OK);
@@ -442,7 +386,7 @@ START_TEST(shared_downgrade)
     EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
     dlock_lock_free(rb);
     dlock_lock_free(ra);
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 END_TEST
 
@@ -512,7 +456,7 @@ START_TEST(shared_writer_not_starved)
     if (!has(CT_SHARED))
         return;
     dlock_client *c[2] = {open_test(NULL), open_test(NULL)};
-    struct pair p = pair_open(NULL, NULL, "starve");
+    struct tu_pair p = pair_open(NULL, NULL, "starve");
     struct relay r = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     struct relay_arg args[2];
     for (int i = 0; i < 2; i++) {
@@ -542,7 +486,7 @@ START_TEST(shared_writer_not_starved)
         dlock_lock_free(r.l[i]);
         dlock_client_close(c[i]);
     }
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 END_TEST
 
@@ -608,7 +552,7 @@ END_TEST
  * forever, woken by the release once the backend sees the waiter. */
 START_TEST(waits)
 {
-    struct pair p = pair_open(NULL, NULL, "waits");
+    struct tu_pair p = pair_open(NULL, NULL, "waits");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     uint64_t ta = token_of(p.la);
     EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
@@ -617,14 +561,14 @@ START_TEST(waits)
     ck_assert_msg(strstr(dlock_errmsg(), "waits"), "ETIMEDOUT message: %s", dlock_errmsg());
     ck_assert_uint_eq(dlock_hold_count(p.lb), 0);
     wait_no_waiter(p.a, "waits"); /* neither the try nor the timed wait stays queued */
-    struct waiter w;
-    waiter_start(&w, p.lb, DLOCK_FOREVER);
+    struct tu_waiter w;
+    tu_waiter_start(&w, p.lb, DLOCK_FOREVER);
     wait_for_waiter(p.a, "waits");
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
-    pthread_join(w.th, NULL);
+    tu_waiter_join(&w);
     ck_assert_msg(w.rc == DLOCK_OK, "waiter: %s", dlock_err_name(w.rc));
     ck_assert_uint_gt(w.token, ta);
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 END_TEST
 
@@ -632,21 +576,21 @@ END_TEST
  * waiter of another client and for another thread of the holder's. */
 START_TEST(time_bound)
 {
-    struct pair p = pair_open(NULL, NULL, "bound");
+    struct tu_pair p = pair_open(NULL, NULL, "bound");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     for (int i = 0; i < 3; i++)
         EXPECT_RC(dlock_acquire(p.lb, 100), DLOCK_ETIMEDOUT);
-    struct waiter w;
-    waiter_start(&w, p.la, DLOCK_TRY);
-    pthread_join(w.th, NULL);
+    struct tu_waiter w;
+    tu_waiter_start(&w, p.la, DLOCK_TRY);
+    tu_waiter_join(&w);
     ck_assert_msg(w.rc == DLOCK_EBUSY, "other thread, try: %s", dlock_err_name(w.rc));
-    waiter_start(&w, p.la, 100);
-    pthread_join(w.th, NULL);
+    tu_waiter_start(&w, p.la, 100);
+    tu_waiter_join(&w);
     ck_assert_msg(w.rc == DLOCK_ETIMEDOUT, "other thread: %s", dlock_err_name(w.rc));
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     TU_ACQUIRE_OK(p.lb, 100);
     EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 END_TEST
 
@@ -655,20 +599,15 @@ END_TEST
  * cancel that reached the wait can make it do). */
 START_TEST(cancel)
 {
-    struct pair p = pair_open(NULL, NULL, "cancel");
+    struct tu_pair p = pair_open(NULL, NULL, "cancel");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-    struct waiter w;
-    waiter_start(&w, p.lb, DLOCK_FOREVER);
+    struct tu_waiter w;
+    tu_waiter_start(&w, p.lb, DLOCK_FOREVER);
     if (wait_for_waiter(p.a, "cancel")) {
         EXPECT_RC(dlock_lock_cancel(p.lb), DLOCK_OK);
-        pthread_join(w.th, NULL);
+        tu_waiter_join(&w);
     } else {
-        for (;;) {
-            EXPECT_RC(dlock_lock_cancel(p.lb), DLOCK_OK);
-            if (pthread_tryjoin_np(w.th, NULL) == 0)
-                break;
-            tu_sleep_ms(10);
-        }
+        cancel_until_returned(&w);
     }
     ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
     ck_assert_uint_eq(dlock_hold_count(p.lb), 0);
@@ -678,7 +617,7 @@ START_TEST(cancel)
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     TU_ACQUIRE_OK(p.lb, DLOCK_TRY); /* a later wait is not canceled */
     EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 END_TEST
 
@@ -727,12 +666,12 @@ END_TEST
  * reader: a writer). File: no lease to renew. */
 static void lease_renewed_case(dlock_mode mode)
 {
-    struct pair p = pair_open("lease=2s", NULL, "renewed");
+    struct tu_pair p = pair_open("lease=2s", NULL, "renewed");
     if (mode == DLOCK_SHARED) { /* a reader; lb, the writer, stays out */
         dlock_lock_free(p.la);
         p.la = tu_lock_mode(p.a, "renewed", DLOCK_SHARED, 0);
     }
-    pair_watch_lost(&p);
+    tu_pair_watch_lost(&p);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     if (!has(CT_LEASES)) {
         ck_assert_int_eq(dlock_validity_ms(p.la), DLOCK_VALID_FOREVER);
@@ -753,7 +692,7 @@ static void lease_renewed_case(dlock_mode mode)
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
     EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 
 START_TEST(lease_renewed)
@@ -779,19 +718,14 @@ START_TEST(cancel_same_client)
     dlock_client *c = open_test(NULL);
     dlock_lock *l = tu_lock(c, "cancel-local");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
-    struct waiter w;
-    waiter_start(&w, l, DLOCK_FOREVER);
-    for (;;) {
-        EXPECT_RC(dlock_lock_cancel(l), DLOCK_OK);
-        if (pthread_tryjoin_np(w.th, NULL) == 0)
-            break;
-        tu_sleep_ms(10);
-    }
+    struct tu_waiter w;
+    tu_waiter_start(&w, l, DLOCK_FOREVER);
+    cancel_until_returned(&w);
     ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
     ck_assert_uint_eq(dlock_hold_count(l), 1); /* ours is untouched */
     EXPECT_RC(dlock_release(l), DLOCK_OK);
-    waiter_start(&w, l, DLOCK_TRY); /* and the next one gets it */
-    pthread_join(w.th, NULL);
+    tu_waiter_start(&w, l, DLOCK_TRY); /* and the next one gets it */
+    tu_waiter_join(&w);
     ck_assert_msg(w.rc == DLOCK_OK, "next thread: %s", dlock_err_name(w.rc));
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -801,25 +735,18 @@ END_TEST
 /* A cancel object fired while an acquire waits ends it; fired before an
  * acquire starts, the acquire returns DLOCK_ECANCELED at once, even for a
  * free lock, and holds nothing. */
-static void *acquire_ex_main(void *p)
-{
-    struct waiter *w = p;
-    w->rc = dlock_acquire_ex(w->l, w->wait, (dlock_cancel *)w->token_ptr);
-    return NULL;
-}
-
 START_TEST(cancel_object)
 {
-    struct pair p = pair_open(NULL, NULL, "cancel-obj");
+    struct tu_pair p = pair_open(NULL, NULL, "cancel-obj");
     dlock_cancel *k = NULL;
     EXPECT_RC(dlock_cancel_new(&k), DLOCK_OK);
     ck_assert_int_eq(dlock_cancel_fired(k), 0);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-    struct waiter w = {.l = p.lb, .wait = DLOCK_FOREVER, .rc = 1, .token_ptr = k};
-    ck_assert_int_eq(pthread_create(&w.th, NULL, acquire_ex_main, &w), 0);
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, p.lb, DLOCK_FOREVER, k, false);
     wait_for_waiter(p.a, "cancel-obj"); /* where it shows; a fire before the wait ends it too */
     EXPECT_RC(dlock_cancel_fire(k), DLOCK_OK);
-    pthread_join(w.th, NULL);
+    tu_waiter_join(&w);
     ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
     ck_assert_int_eq(dlock_cancel_fired(k), 1);
     ck_assert_uint_eq(dlock_hold_count(p.lb), 0);
@@ -830,22 +757,13 @@ START_TEST(cancel_object)
     EXPECT_RC(dlock_acquire_ex(p.lb, DLOCK_TRY, NULL), DLOCK_OK);
     EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
     dlock_cancel_free(k);
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 END_TEST
 
 /* A handle-owned hold belongs to the handle: taken in one thread, it is
  * counted, read and released from another; another handle is another
  * owner, even in the same thread. */
-static void *acquire_only_main(void *p)
-{
-    struct waiter *w = p;
-    w->rc = dlock_acquire(w->l, w->wait);
-    if (w->rc == DLOCK_OK)
-        dlock_token(w->l, &w->token);
-    return NULL;
-}
-
 START_TEST(handle_owned)
 {
     dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
@@ -853,9 +771,9 @@ START_TEST(handle_owned)
     EXPECT_RC(dlock_lock_new(c, "owned", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &h), DLOCK_OK);
     EXPECT_RC(dlock_lock_new(c, "owned", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &h2), DLOCK_OK);
     dlock_lock *other = tu_lock(c2, "owned");
-    struct waiter w = {.l = h, .wait = DLOCK_TRY, .rc = 1};
-    ck_assert_int_eq(pthread_create(&w.th, NULL, acquire_only_main, &w), 0);
-    pthread_join(w.th, NULL); /* the thread is gone, its hold is not */
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, h, DLOCK_TRY, NULL, true); /* keeps its hold */
+    tu_waiter_join(&w); /* the thread is gone, its hold is not */
     ck_assert_msg(w.rc == DLOCK_OK, "acquire in a thread: %s", dlock_err_name(w.rc));
     ck_assert_uint_eq(dlock_hold_count(h), 1);
     ck_assert_uint_eq(token_of(h), w.token);
@@ -904,11 +822,11 @@ START_TEST(fair_order)
     uint64_t t0 = token_of(la);
     dlock_client *c[W];
     dlock_lock *l[W];
-    struct waiter w[W];
+    struct tu_waiter w[W];
     for (int i = 0; i < W; i++) {
         c[i] = open_test(NULL);
         EXPECT_RC(dlock_lock_new(c[i], "fair", DLOCK_EXCLUSIVE, DLOCK_LOCK_FAIR, &l[i]), DLOCK_OK);
-        waiter_start(&w[i], l[i], DLOCK_FOREVER);
+        tu_waiter_start(&w[i], l[i], DLOCK_FOREVER);
         long n = -1;
         for (int k = 0; k < 2000 && (n = CT->waiters(CT, a, prefix, "fair")) < i + 1; k++)
             tu_sleep_ms(10);
@@ -916,7 +834,7 @@ START_TEST(fair_order)
     }
     EXPECT_RC(dlock_release(la), DLOCK_OK);
     for (int i = 0; i < W; i++) {
-        pthread_join(w[i].th, NULL);
+        tu_waiter_join(&w[i]);
         ck_assert_msg(w[i].rc == DLOCK_OK, "waiter %d: %s", i, dlock_err_name(w[i].rc));
         ck_assert_msg(w[i].token > (i ? w[i - 1].token : t0), "waiter %d served out of order", i);
     }
@@ -936,8 +854,8 @@ END_TEST
  * holder's lock cannot be taken (DLOCK_ENOTSUP, naming the holder). */
 START_TEST(lost_callback)
 {
-    struct pair p = pair_open("lease=1500ms", NULL, "taken");
-    pair_watch_lost(&p);
+    struct tu_pair p = pair_open("lease=1500ms", NULL, "taken");
+    tu_pair_watch_lost(&p);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     if (!has(CT_FORCE_LIVE)) {
         EXPECT_RC(dlock_force_release(p.b, "taken"), DLOCK_ENOTSUP);
@@ -949,7 +867,7 @@ START_TEST(lost_callback)
         EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     } else {
         EXPECT_RC(dlock_force_release(p.b, "taken"), DLOCK_OK);
-        ck_assert_msg(wait_lost(&p.lost), "the lost callback never fired");
+        ck_assert_msg(tu_wait_lost(&p.lost, 1, 30000), "the lost callback never fired");
         ck_assert_msg(strstr(p.lost.why, "'taken'") && strstr(p.lost.why, "force-released") &&
                           strstr(p.lost.why, "127.0.0.1:"),
                       "the reason names neither the lock, the cause nor the server: %s",
@@ -963,7 +881,7 @@ START_TEST(lost_callback)
         EXPECT_RC(dlock_release(p.la), DLOCK_OK);
         ck_assert_int_eq(atomic_load(&p.lost.fired), 1);
     }
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 END_TEST
 
@@ -973,8 +891,8 @@ END_TEST
  * long as its session). */
 START_TEST(fixed_lease)
 {
-    struct pair p = pair_open(NULL, NULL, "fixed");
-    pair_watch_lost(&p);
+    struct tu_pair p = pair_open(NULL, NULL, "fixed");
+    tu_pair_watch_lost(&p);
     int rc = dlock_lock_set_lease(p.la, 1500, DLOCK_LEASE_FIXED); /* zk: refused here */
     if (rc == DLOCK_OK)
         rc = dlock_acquire(p.la, DLOCK_TRY);
@@ -992,13 +910,13 @@ START_TEST(fixed_lease)
         int64_t v = dlock_validity_ms(p.la);
         ck_assert_msg(v >= 0 && v <= 1500, "validity %" PRId64 " of a 1.5 s fixed lease", v);
         TU_ACQUIRE_OK(p.lb, DLOCK_FOREVER); /* only the expiry frees it */
-        ck_assert_msg(wait_lost(&p.lost), "the lost callback never fired");
+        ck_assert_msg(tu_wait_lost(&p.lost, 1, 30000), "the lost callback never fired");
         ck_assert_int_eq(dlock_validity_ms(p.la), 0);
         EXPECT_RC(dlock_release(p.la), DLOCK_ELOST);
         EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
         ck_assert_int_eq(atomic_load(&p.lost.fired), 1);
     }
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 END_TEST
 
@@ -1122,13 +1040,13 @@ static pid_t fork_holder(const char *url, const char *name, dlock_mode mode, con
         return pid;
     dlock_client *c = NULL;
     dlock_lock *l = NULL, *l2 = NULL;
-    static struct lost lost;
+    static struct tu_lost lost;
     char *name2 = tu_fmt("%s-2", name);
     if (dlock_open(url, &c) || dlock_lock_new(c, name, mode, 0, &l) ||
         dlock_lock_new(c, name2, DLOCK_EXCLUSIVE, 0, &l2))
         _exit(10);
-    dlock_lock_on_lost(l, on_lost, &lost);
-    dlock_lock_on_lost(l2, on_lost, &lost);
+    dlock_lock_on_lost(l, tu_on_lost, &lost);
+    dlock_lock_on_lost(l2, tu_on_lost, &lost);
     if (dlock_acquire(l, 30000) || (!kill_only && dlock_acquire(l2, 30000)))
         _exit(11);
     uint64_t t = 0;
@@ -1142,8 +1060,8 @@ static pid_t fork_holder(const char *url, const char *name, dlock_mode mode, con
             pause();
     while (!tu_wait_file(go, 1000))
         ;
-    for (int i = 0; has(CT_LEASES) && i < 3000 && atomic_load(&lost.fired) < 2; i++)
-        tu_sleep_ms(10);
+    if (has(CT_LEASES))
+        tu_wait_lost(&lost, 2, 30000);
     int zero = dlock_validity_ms(l) == 0 && dlock_validity_ms(l2) == 0;
     int rc = dlock_release(l), rc2 = dlock_release(l2);
     char *result = tu_fmt("%d %d %d %d\n", rc, rc2, atomic_load(&lost.fired), zero);
@@ -1649,7 +1567,7 @@ START_TEST(exec_inherits_no_descriptor)
         if (de->d_name[0] != '.' && atoi(de->d_name) > 2 && atoi(de->d_name) != dirfd(d))
             fcntl(atoi(de->d_name), F_SETFD, FD_CLOEXEC);
     closedir(d);
-    struct pair p = pair_open("lease=5s", "lease=5s", "fds");
+    struct tu_pair p = pair_open("lease=5s", "lease=5s", "fds");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     EXPECT_RC(dlock_acquire(p.lb, 100), DLOCK_ETIMEDOUT); /* the waiting machinery is up */
     char self[4096];
@@ -1663,7 +1581,7 @@ START_TEST(exec_inherits_no_descriptor)
                   "the exec'd child of a %s client inherited descriptors:\n%s", CT->name, buf);
     free(buf);
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
-    pair_close(&p);
+    tu_pair_close(&p);
 }
 END_TEST
 

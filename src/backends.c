@@ -27,7 +27,7 @@ extern const struct dlock__backend dlock__backend_zk;
  * every scheme's options is in one place; dlock_client_connect() still
  * refuses an option a backend did not consume, as a second line.) */
 static const char *const no_params[] = {NULL};
-static const char *const redis_params[] = {"db", NULL};
+static const char *const redis_params[] = {"db", "sync", "sync_timeout", NULL};
 static const char *const zk_params[] = {"base", "acl", NULL};
 static const char *const etcd_params[] = {"max_reply", NULL};
 

@@ -2316,6 +2316,86 @@ START_TEST(tls_verification_and_client_certs)
 }
 END_TEST
 
+/* ------------------------------------------------------- replica sync */
+
+/* A replica of srv (started by the caller), once the master counts it
+ * online. */
+static void start_replica(struct fx_redis *rep)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", srv.port);
+    const char *extra[] = {"--replicaof", "127.0.0.1", port, NULL};
+    ck_assert_msg(fx_redis_start(rep, extra), "the replica could not be started");
+    redisContext *ctx = raw();
+    bool online = false;
+    for (int i = 0; i < 400 && !online; i++) {
+        char *info = cmd_str(ctx, "INFO replication");
+        online = info && strstr(info, "connected_slaves:1") && strstr(info, "state=online");
+        free(info);
+        if (!online)
+            tu_sleep_ms(25);
+    }
+    redisFree(ctx);
+    ck_assert_msg(online, "the replica never came online");
+}
+
+/* ?sync=N: the acquire script and WAIT N go in one round trip. With the
+ * replica acknowledging, acquire and release work; with the replica
+ * stopped (SIGSTOP) or N above the replicas there are, the acquisition
+ * is undone (the master holds nothing) and the call fails with
+ * DLOCK_EUNAVAIL naming how many acknowledged; a hold whose renewals the
+ * stopped replica no longer acknowledges is reported lost. */
+START_TEST(sync_acquire_needs_replica_acks)
+{
+    start_server(NULL);
+    struct fx_redis rep;
+    start_replica(&rep);
+    redisContext *ctx = raw();
+    dlock_client *c = open_with("sync=1&sync_timeout=300ms&lease=1500ms");
+    dlock_lock *l = tu_lock(c, "synced");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS synced"), 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+
+    kill(rep.pid, SIGSTOP);
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "only 0 of 1 replicas") != NULL, "%s", dlock_errmsg());
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS synced"), 0); /* undone */
+    kill(rep.pid, SIGCONT);
+
+    dlock_client *two = open_with("sync=2&sync_timeout=200ms");
+    dlock_lock *l2 = tu_lock(two, "synced");
+    rc = dlock_acquire(l2, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "only 1 of 2 replicas") != NULL, "%s", dlock_errmsg());
+    dlock_lock_free(l2);
+    dlock_client_close(two);
+
+    /* renewals: acknowledged while the replica runs, not once it stops */
+    struct lost_flag lost = {0};
+    dlock_lock_on_lost(l, on_lost, &lost);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    kill(rep.pid, SIGSTOP);
+    bool fired = wait_flag(&lost.fired, 15000);
+    kill(rep.pid, SIGCONT);
+    ck_assert_msg(fired, "the hold whose renewals no replica acknowledged was never reported lost");
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+
+    const char *bad[] = {"sync=x", "sync=-1", "sync_timeout=1s", "sync=1&sync_timeout=soon"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *u = url_with(bad[i]);
+        ck_assert_int_eq(dlock_open(u, &c), DLOCK_EBADURL);
+        free(u);
+    }
+    redisFree(ctx);
+    fx_redis_stop(&rep);
+    stop_server();
+}
+END_TEST
+
 /* ------------------------------------------------------------------ CLI */
 
 START_TEST(cli_on_redis_urls)
@@ -2460,6 +2540,7 @@ int main(void)
         {"renewal_is_batched", renewal_is_batched, 60},
         {"urls_db_prefix_unix_and_list", urls_db_prefix_unix_and_list, 60},
         {"tls_verification_and_client_certs", tls_verification_and_client_certs, 60},
+        {"sync_acquire_needs_replica_acks", sync_acquire_needs_replica_acks, 60},
         {"cli_on_redis_urls", cli_on_redis_urls, 60},
         {"cli_holder_renewed_then_killed", cli_holder_renewed_then_killed, 60},
     };

@@ -291,6 +291,32 @@ int redis_open(struct dlock_client *c, void **state)
         redis_close(s);
         return rc;
     }
+    const char *sync = dlock__url_param(&c->url, "sync");
+    const char *sync_timeout = dlock__url_param(&c->url, "sync_timeout");
+    s->sync_timeout_ms = 1000;
+    if (!rc && sync) {
+        char *end;
+        errno = 0;
+        long n = strtol(sync, &end, 10);
+        if (!*sync || *end || errno || n < 0 || n > 1000)
+            rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': sync=%s is not a number of replicas "
+                                           "(0 to 1000)",
+                            url, sync);
+        s->sync_replicas = (int)n;
+    }
+    if (!rc && sync_timeout) {
+        s->sync_timeout_ms = dlock__parse_duration(sync_timeout);
+        if (s->sync_timeout_ms < 1)
+            rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': sync_timeout=%s is not a duration "
+                                           "(e.g. 500ms, 2s)",
+                            url, sync_timeout);
+        else if (!sync)
+            rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': sync_timeout without sync=N", url);
+    }
+    if (rc) {
+        redis_close(s);
+        return rc;
+    }
     s->simple = c->opts.layout && strcmp(c->opts.layout, "simple") == 0;
     s->user = c->opts.user;
     s->password = c->opts.password;

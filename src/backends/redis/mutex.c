@@ -36,6 +36,22 @@ static void owner_of(struct redis_state *s, struct dlock__hold *h)
     snprintf(h->owner, sizeof h->owner, "%s:%ld", s->uuid, h->tid);
 }
 
+static int redis_release(void *state, struct dlock__hold *h);
+
+/* ?sync=N: an acquisition of H (token TOKEN) that only ACKED replicas
+ * acknowledged is undone (released, which a failover to an unsynced
+ * replica could otherwise turn into a second owner) and fails. */
+static int undo_unsynced(struct redis_state *s, struct dlock__hold *h, uint64_t token, int acked)
+{
+    h->token = token;
+    int undo = redis_release(s, h);
+    return dlock__err(DLOCK_EUNAVAIL, "%s: lock '%s' was acquired on the master but only %d of %d "
+                                      "replicas acknowledged it within %lld ms (sync=%d); %s",
+                      s->where, h->name, acked, s->sync_replicas, (long long)s->sync_timeout_ms,
+                      s->sync_replicas, undo ? "the undo failed too: it expires with its lease"
+                                             : "undone");
+}
+
 /* One acquire attempt within DEADLINE (the wait's): DLOCK_OK (h->token
  * set), DLOCK_EBUSY with *TTL_MS the holder's remaining lease, or a
  * failure. A request whose reply is lost is sent once more with the next
@@ -70,8 +86,9 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     redisReply *r;
     int64_t sent;
     bool reached = false;
-    rc = redis_eval(s, deadline, S_ACQUIRE, 5, 12, args, lens, true, retry_args, retry_lens,
-                    "acquire", &r, &sent, NULL, &reached);
+    int acked;
+    rc = redis_eval_synced(s, deadline, S_ACQUIRE, 5, 12, args, lens, true, retry_args, retry_lens,
+                           "acquire", &r, &sent, NULL, &reached, &acked);
     if (rc == DLOCK_ECONN && reached)
         redis_cancel_lost_acquire(s, h, n + 1, lease_ms);
     if (rc) {
@@ -90,6 +107,8 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     if (!rc) {
         if (type_name) {
             rc = redis_wrongtype(s, k, type_name);
+        } else if (value >= 0 && acked >= 0 && acked < s->sync_replicas) {
+            rc = undo_unsynced(s, h, (uint64_t)value, acked);
         } else if (value >= 0) {
             h->token = (uint64_t)value;
             dlock__hold_confirmed(s->c, h, sent);
@@ -305,8 +324,14 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             if (rc)
                 goto fail_all;
         }
+        /* ?sync=N: a WAIT behind them; a renewal too few replicas
+         * acknowledged does not count (the hold's validity is not
+         * extended, so it is lost at its deadline unless a later one is
+         * acknowledged). */
+        bool sync = redis_sync_append(s, k);
         /* Send every chunk and read every reply: one round trip. */
         rc = redis_exchange(&k, 1, k->until, "renew");
+        int acked = sync && !rc ? redis_sync_acked(k->got[k->ngot - 1]) : -1;
         noscript = false;
         for (size_t ci = 0; ci < nchunks; ci++) {
             redisReply *r = redis_conn_take(k);
@@ -332,7 +357,14 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             } else {
                 for (size_t i = 0; i < m; i++) {
                     struct dlock__hold *h = holds[c0 + i];
-                    if (r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1) {
+                    bool renewed = r->element[i]->type == REDIS_REPLY_INTEGER &&
+                                   r->element[i]->integer == 1;
+                    if (renewed && acked >= 0 && acked < s->sync_replicas) {
+                        dlock__err(DLOCK_EUNAVAIL, "%s: renewal of lock '%s': only %d of %d "
+                                                   "replicas acknowledged it (sync=%d)",
+                                   s->where, h->name, acked, s->sync_replicas, s->sync_replicas);
+                        dlock__renew_result(b, c0 + i, DLOCK_EUNAVAIL);
+                    } else if (renewed) {
                         dlock__renew_result(b, c0 + i, DLOCK_OK);
                         dlock__hold_confirmed(s->c, h, sent);
                     } else {
@@ -347,6 +379,8 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             }
             freeReplyObject(r);
         }
+        if (sync)
+            freeReplyObject(redis_conn_take(k)); /* the WAIT's, read above */
         if (!noscript)
             break;
         /* The server forgot the script (restart, SCRIPT FLUSH): resend as

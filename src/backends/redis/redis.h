@@ -102,6 +102,8 @@ struct redis_state {
     int64_t connect_timeout_ms, op_timeout_ms;
     const char *prefix;
     bool simple;
+    int sync_replicas; /* ?sync=N: replicas that must acknowledge a write (0: off) */
+    int64_t sync_timeout_ms; /* ?sync_timeout: WAIT's timeout */
     char uuid[37];
     char where[300]; /* "redis 127.0.0.1:6379", for messages */
 
@@ -230,6 +232,21 @@ int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int n
                const char **args, const size_t *lens, bool retry, const char **retry_args,
                const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,
                bool *retried, bool *reached);
+/* redis_eval(), and with ?sync=N a WAIT N behind a script that writes, in
+ * the same round trip: *ACKED (may be NULL) = how many replicas
+ * acknowledged the write, -1 when not asked (no ?sync, or a script that
+ * only reads). The caller decides what too few acknowledgements mean
+ * (an acquire is undone). */
+int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys,
+                      int nargs, const char **args, const size_t *lens, bool retry,
+                      const char **retry_args, const size_t *retry_lens, const char *what,
+                      redisReply **out, int64_t *sent_ms, bool *retried, bool *reached,
+                      int *acked);
+/* With ?sync=N: append WAIT N to K, its timeout sync_timeout cut to what
+ * K's request has left; false when sync is off (nothing appended). */
+bool redis_sync_append(struct redis_state *s, struct rconn *k);
+/* The number of replicas a WAIT reply R says acknowledged. */
+int redis_sync_acked(const redisReply *r);
 /* Decode a lock script's reply: *VALUE, or *TYPE_NAME for a key of the
  * wrong type. */
 int redis_script_reply(struct redis_state *s, const redisReply *r, long long *value,

@@ -213,12 +213,41 @@ int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k
 
 #define MAX_SCRIPT_ARGS 16
 
+/* ============================================================ replica sync */
+
+bool redis_sync_append(struct redis_state *s, struct rconn *k)
+{
+    if (s->sync_replicas <= 0)
+        return false;
+    /* WAIT's own timeout ends before the request's bound, so its answer
+     * (how many acknowledged) arrives rather than a timeout of ours; 0
+     * would mean forever. */
+    int64_t left = k->until - dlock__now_ms();
+    int64_t ms = left - (left / 4 < 100 ? left / 4 : 100);
+    if (ms > s->sync_timeout_ms)
+        ms = s->sync_timeout_ms;
+    if (ms < 1)
+        ms = 1;
+    char n[16], t[24];
+    snprintf(n, sizeof n, "%d", s->sync_replicas);
+    snprintf(t, sizeof t, "%lld", (long long)ms);
+    const char *argv[] = {"WAIT", n, t};
+    return redis_conn_append(k, 3, argv, NULL) == DLOCK_OK;
+}
+
+int redis_sync_acked(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : 0;
+}
+
 /* Send script ID with NKEYS keys then the other args, on K: EVALSHA, and EVAL
- * when the server has forgotten the script. *OUT and *WRITTEN as
- * redis_command() says. */
+ * when the server has forgotten the script; with ?sync, a WAIT behind it
+ * in the same round trip (*ACKED: how many replicas acknowledged, -1 when
+ * not asked: ?sync is off, or the script only reads). *OUT and *WRITTEN
+ * as redis_command() says. */
 static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, int nkeys,
                    int nargs, const char **args, const size_t *lens, const char *what,
-                   redisReply **out, bool *written)
+                   redisReply **out, bool *written, int *acked)
 {
     const char *argv[MAX_SCRIPT_ARGS + 3];
     size_t argl[MAX_SCRIPT_ARGS + 3];
@@ -234,18 +263,36 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
         argv[3 + i] = args[i];
         argl[3 + i] = lens[i];
     }
-    redisReply *r;
-    int rc = redis_command(k, 3 + nargs, argv, argl, what, &r, written);
-    if (!rc && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-        freeReplyObject(r);
-        argv[0] = "EVAL";
-        argl[0] = 4;
-        argv[1] = s->src[id];
-        argl[1] = strlen(s->src[id]);
-        rc = redis_command(k, 3 + nargs, argv, argl, what, &r, written);
+    redisReply *r = NULL;
+    *acked = -1;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) { /* the server forgot the script: EVAL reloads it */
+            argv[0] = "EVAL";
+            argl[0] = 4;
+            argv[1] = s->src[id];
+            argl[1] = strlen(s->src[id]);
+        }
+        int rc = redis_conn_append(k, 3 + nargs, argv, argl);
+        bool sync = !rc && id != S_INSPECT && redis_sync_append(s, k);
+        if (!rc)
+            rc = redis_exchange(&k, 1, k->until, what);
+        if (redis_conn_sent(k))
+            *written = true;
+        if (rc)
+            return rc;
+        r = redis_conn_take(k);
+        redisReply *w = sync ? redis_conn_take(k) : NULL;
+        if (sync)
+            *acked = redis_sync_acked(w);
+        freeReplyObject(w);
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && !pass) {
+            freeReplyObject(r);
+            continue;
+        }
+        break;
     }
     *out = r;
-    return rc;
+    return DLOCK_OK;
 }
 
 int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
@@ -253,7 +300,20 @@ int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int n
                const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,
                bool *retried, bool *reached)
 {
+    return redis_eval_synced(s, deadline, id, nkeys, nargs, args, lens, retry, retry_args,
+                             retry_lens, what, out, sent_ms, retried, reached, NULL);
+}
+
+int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys,
+                      int nargs, const char **args, const size_t *lens, bool retry,
+                      const char **retry_args, const size_t *retry_lens, const char *what,
+                      redisReply **out, int64_t *sent_ms, bool *retried, bool *reached,
+                      int *acked)
+{
     *out = NULL;
+    int acks = -1;
+    if (acked)
+        *acked = -1;
     if (retried)
         *retried = false;
     bool written = false;
@@ -268,7 +328,7 @@ int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int n
         if (sent_ms)
             *sent_ms = dlock__now_ms();
         redisReply *r;
-        rc = eval_on(s, k, id, nkeys, nargs, args, lens, what, &r, &written);
+        rc = eval_on(s, k, id, nkeys, nargs, args, lens, what, &r, &written, &acks);
         if (reached)
             *reached = written;
         if (rc == DLOCK_ENOMEM) {
@@ -295,6 +355,8 @@ int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int n
             freeReplyObject(r);
             return rc;
         }
+        if (acked)
+            *acked = acks;
         *out = r;
         return DLOCK_OK;
     }

@@ -73,26 +73,11 @@ static char *url_with(const char *path, const char *query)
 }
 
 /* A client straight to the servers (QUERY: the URL's options) with a
- * handle on NAME: the frame of the server-fault tests. */
-struct direct {
-    char *url;
-    dlock_client *c;
-    dlock_lock *l;
-};
-
-static struct direct direct_open(const char *query, const char *name)
+ * handle on NAME: the frame of the server-fault tests (tu_solo_close()
+ * ends it). */
+static struct tu_solo direct_open(const char *query, const char *name)
 {
-    struct direct d = {.url = url_with(NULL, query)};
-    d.c = tu_open(d.url);
-    d.l = tu_lock(d.c, name);
-    return d;
-}
-
-static void direct_close(struct direct *d)
-{
-    dlock_lock_free(d->l);
-    dlock_client_close(d->c);
-    free(d->url);
+    return tu_solo_open(url_with(NULL, query), name);
 }
 
 /* ------------------------------------------------------- raw ZooKeeper */
@@ -248,14 +233,14 @@ static zhandle_t *dlock_last_handle(void)
 
 /* ------------------------------------------------------------- children */
 
-static atomic_int lost_flag;
-static char lost_why[512];
+/* What the lost callback of a test's holds saw (counts the holds lost). */
+static struct tu_lost hold_lost;
 
-static void on_lost(dlock_lock *l, const char *why, void *arg)
+/* hold_lost, emptied, records L's lost callback. */
+static void watch_lost(dlock_lock *l)
 {
-    (void)l, (void)arg;
-    snprintf(lost_why, sizeof lost_why, "%s", why);
-    atomic_fetch_add(&lost_flag, 1); /* counts the holds lost */
+    atomic_store(&hold_lost.fired, 0);
+    dlock_lock_on_lost(l, tu_on_lost, &hold_lost);
 }
 
 /* Strings a test allocates before forking children: kept reachable from
@@ -383,6 +368,14 @@ static long waiters_of(dlock_client *c, const char *name)
     return n;
 }
 
+/* Wait up to TIMEOUT_MS until C sees N waiters on NAME, and assert it. */
+static void expect_waiters(dlock_client *c, const char *name, long n, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms && waiters_of(c, name) != n; waited += 20)
+        tu_sleep_ms(20);
+    ck_assert_int_eq(waiters_of(c, name), n);
+}
+
 START_TEST(test_waiters_fifo_and_inspect)
 {
     REQUIRE_SERVERS();
@@ -398,9 +391,7 @@ START_TEST(test_waiters_fifo_and_inspect)
         args[i] = (struct waiter_arg){.url = url, .name = "fifo", .id = i};
         pthread_create(&th[i], NULL, waiter_thread, &args[i]);
         /* each queues before the next starts */
-        for (int k = 0; k < 200 && waiters_of(c, "fifo") < i + 1; k++)
-            tu_sleep_ms(20);
-        ck_assert_int_eq(waiters_of(c, "fifo"), i + 1);
+        expect_waiters(c, "fifo", i + 1, 4000);
     }
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(c, "fifo", &info), DLOCK_OK);
@@ -425,18 +416,11 @@ START_TEST(test_waiters_fifo_and_inspect)
 }
 END_TEST
 
-struct cancel_arg {
-    dlock_lock *l;
-    int rc;
-    volatile long tid; /* the waiting thread's, for tu_wait_thread_asleep() */
-};
-
-static void *cancel_waiter(void *p)
+/* An acquire of L that waits forever in a thread of its own and keeps
+ * what it gets. */
+static void forever_waiter(struct tu_waiter *w, dlock_lock *l)
 {
-    struct cancel_arg *a = p;
-    a->tid = (long)syscall(SYS_gettid);
-    a->rc = dlock_acquire(a->l, DLOCK_FOREVER);
-    return NULL;
+    tu_waiter_start_ex(w, l, DLOCK_FOREVER, NULL, true);
 }
 
 /* The server clamps the session timeout (the fixture allows 0.5 to 600 s):
@@ -445,7 +429,7 @@ static void *cancel_waiter(void *p)
 START_TEST(test_validity_is_the_negotiated_session)
 {
     REQUIRE_SERVERS();
-    struct direct d = direct_open("lease=1000000", "clamped");
+    struct tu_solo d = direct_open("lease=1000000", "clamped");
     ck_assert_int_eq(dlock_acquire(d.l, DLOCK_TRY), DLOCK_OK);
     int64_t v = dlock_validity_ms(d.l);
     ck_assert_msg(v > 0 && v <= 600000, "validity %lld ms beyond the server's 600 s maximum",
@@ -455,7 +439,7 @@ START_TEST(test_validity_is_the_negotiated_session)
     ck_assert_int_eq(dlock_lock_set_lease(f, 20000, DLOCK_LEASE_FIXED), DLOCK_ENOTSUP);
     ck_assert_msg(strstr(dlock_errmsg(), "fixed"), "message: %s", dlock_errmsg());
     dlock_lock_free(f);
-    direct_close(&d);
+    tu_solo_close(&d);
 }
 END_TEST
 
@@ -735,19 +719,13 @@ START_TEST(test_paused_waiter_requeues)
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     uint64_t mine = tu_token(l);
     tu_write_marker(go, "1");
-    for (int k = 0; k < 400 && waiters_of(c, "paused-waiter") < 1; k++)
-        tu_sleep_ms(25);
-    ck_assert_int_eq(waiters_of(c, "paused-waiter"), 1);
+    expect_waiters(c, "paused-waiter", 1, 10000);
     kill(child, SIGSTOP);
     /* the server expires the stopped waiter's session: its node goes */
-    for (int k = 0; k < 800 && waiters_of(c, "paused-waiter") > 0; k++)
-        tu_sleep_ms(25);
-    ck_assert_int_eq(waiters_of(c, "paused-waiter"), 0);
+    expect_waiters(c, "paused-waiter", 0, 20000);
     kill(child, SIGCONT);
     /* resumed, it queues again */
-    for (int k = 0; k < 800 && waiters_of(c, "paused-waiter") < 1; k++)
-        tu_sleep_ms(25);
-    ck_assert_int_eq(waiters_of(c, "paused-waiter"), 1);
+    expect_waiters(c, "paused-waiter", 1, 20000);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     ck_assert_int_eq(tu_wait_exit(child), 0);
     char *text = tu_read_file(done);
@@ -904,9 +882,8 @@ END_TEST
 START_TEST(test_server_restart_keeps_hold)
 {
     REQUIRE_SERVERS();
-    struct direct d = direct_open("lease=15000", "restart");
-    atomic_store(&lost_flag, 0);
-    dlock_lock_on_lost(d.l, on_lost, NULL);
+    struct tu_solo d = direct_open("lease=15000", "restart");
+    watch_lost(d.l);
     ck_assert_int_eq(dlock_acquire(d.l, DLOCK_TRY), DLOCK_OK);
     uint64_t t = tu_token(d.l);
     zkf_server_stop(&F, 0, SIGKILL);
@@ -916,36 +893,33 @@ START_TEST(test_server_restart_keeps_hold)
     int64_t t0 = tu_mono_ms(), v0 = dlock_validity_ms(d.l);
     ck_assert_int_gt(v0, 0);
     bool renewed = false;
-    for (int i = 0; i < 400 && !renewed && !atomic_load(&lost_flag); i++) {
+    for (int i = 0; i < 400 && !renewed && !atomic_load(&hold_lost.fired); i++) {
         tu_sleep_ms(50);
         renewed = dlock_validity_ms(d.l) > v0 - (tu_mono_ms() - t0) + 1000;
     }
-    ck_assert_int_eq(atomic_load(&lost_flag), 0);
+    ck_assert_int_eq(atomic_load(&hold_lost.fired), 0);
     ck_assert_msg(renewed, "hold not confirmed after restart");
     ck_assert_uint_eq(tu_token(d.l), t);
     ck_assert_int_eq(dlock_release(d.l), DLOCK_OK);
-    direct_close(&d);
+    tu_solo_close(&d);
 }
 END_TEST
 
 START_TEST(test_server_down_hold_lost)
 {
     REQUIRE_SERVERS();
-    char *url = url_with(NULL, "lease=1500&timeout=500&connect_timeout=1000");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "outage");
-    atomic_store(&lost_flag, 0);
-    dlock_lock_on_lost(l, on_lost, NULL);
+    struct tu_solo d = direct_open("lease=1500&timeout=500&connect_timeout=1000", "outage");
+    dlock_lock *l = d.l;
+    watch_lost(l);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     uint64_t t = tu_token(l);
     zkf_server_stop(&F, 0, SIGKILL);
     /* jeopardy: no contact, so the validity deadline passes */
-    for (int i = 0; i < 400 && !atomic_load(&lost_flag); i++)
-        tu_sleep_ms(25);
-    ck_assert_int_eq(atomic_load(&lost_flag), 1);
+    tu_wait_lost(&hold_lost, 1, 10000);
+    ck_assert_int_eq(atomic_load(&hold_lost.fired), 1);
     ck_assert_int_eq(dlock_validity_ms(l), 0);
     /* while down: a clear connection error naming the server */
-    dlock_lock *l2 = tu_lock(c, "outage-2");
+    dlock_lock *l2 = tu_lock(d.c, "outage-2");
     int rc = dlock_acquire(l2, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "%s %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "127.0.0.1:"), "message %s", dlock_errmsg());
@@ -957,9 +931,7 @@ START_TEST(test_server_down_hold_lost)
     ck_assert_uint_gt(tu_token(l), t);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l2);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    tu_solo_close(&d);
 }
 END_TEST
 
@@ -974,7 +946,7 @@ END_TEST
 START_TEST(test_stopped_server_bounds_short_waits)
 {
     REQUIRE_SERVERS();
-    struct direct d = direct_open("lease=3000&timeout=60000&connect_timeout=60000", "stopped");
+    struct tu_solo d = direct_open("lease=3000&timeout=60000&connect_timeout=60000", "stopped");
     ck_assert_int_eq(kill(F.s[0].pid, SIGSTOP), 0);
     int rc = dlock_acquire(d.l, 100);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "100 ms acquire, server stopped: %s %s",
@@ -998,7 +970,7 @@ START_TEST(test_stopped_server_bounds_short_waits)
     rc = dlock_acquire(d.l, 30000);
     ck_assert_msg(rc == DLOCK_OK, "after SIGCONT: %s %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_int_eq(dlock_release(d.l), DLOCK_OK);
-    direct_close(&d);
+    tu_solo_close(&d);
 }
 END_TEST
 
@@ -1362,17 +1334,10 @@ static void proxied_close(struct proxied *f)
 START_TEST(test_lost_create_reply_leaves_no_node)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
-    proxy_start(&px, F.s[0].port);
-    char *url = tu_fmt("zk://127.0.0.1:%d?lease=6000&timeout=400", px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *warm = tu_lock(c, "lost-reply");
-    ck_assert_int_eq(dlock_acquire(warm, DLOCK_TRY), DLOCK_OK); /* makes the lock node */
-    ck_assert_int_eq(dlock_release(warm), DLOCK_OK);
-
-    zhandle_t *zh = raw_open(NULL);
-    raw_keep_lock_node(zh, "/dlock/lost-reply");
-    proxy_set(&px, PROXY_DISCARD);
+    struct proxied f;
+    zhandle_t *zh = proxied_open_kept(&f, "lease=6000&timeout=400", "lost-reply");
+    dlock_lock *warm = f.l;
+    proxy_set(&f.px, PROXY_DISCARD);
     int rc = dlock_acquire(warm, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "acquire without replies: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
@@ -1384,7 +1349,7 @@ START_TEST(test_lost_create_reply_leaves_no_node)
         n = raw_contenders(zh, "/dlock/lost-reply");
     }
     ck_assert_msg(n >= 1, "the create never reached the server (acquire: %s)", dlock_errmsg());
-    proxy_set(&px, PROXY_FORWARD);
+    proxy_set(&f.px, PROXY_FORWARD);
     /* reconnected: the stray node goes, without any further call */
     for (int i = 0; i < 400 && n > 0; i++) {
         tu_sleep_ms(25);
@@ -1392,19 +1357,11 @@ START_TEST(test_lost_create_reply_leaves_no_node)
     }
     ck_assert_msg(n == 0, "a node of the lost create stays in the queue");
     /* and the lock is free for others */
-    char *direct = url_with(NULL, NULL);
-    dlock_client *other = tu_open(direct);
-    dlock_lock *lo = tu_lock(other, "lost-reply");
-    ck_assert_int_eq(dlock_acquire(lo, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(lo), DLOCK_OK);
-    dlock_lock_free(lo);
-    dlock_client_close(other);
-    free(direct);
+    struct tu_solo other = direct_open(NULL, "lost-reply");
+    tu_acquire_release(other.l, DLOCK_TRY);
+    tu_solo_close(&other);
     zookeeper_close(zh);
-    dlock_lock_free(warm);
-    dlock_client_close(c);
-    proxy_stop(&px);
-    free(url);
+    proxied_close(&f);
 }
 END_TEST
 
@@ -1549,9 +1506,8 @@ START_TEST(test_cancel_during_create_retries)
     zhandle_t *zh = proxied_open_kept(&f, "lease=6000&timeout=120000&connect_timeout=120000",
                                       "create-retry");
     proxy_set(&f.px, PROXY_DISCARD);
-    struct cancel_arg arg = {.l = f.l, .rc = 1};
-    pthread_t th;
-    pthread_create(&th, NULL, cancel_waiter, &arg);
+    struct tu_waiter arg;
+    forever_waiter(&arg, f.l);
     int n = 0;
     for (int i = 0; i < 800 && n < 1; i++) {
         if (i)
@@ -1561,7 +1517,7 @@ START_TEST(test_cancel_during_create_retries)
     ck_assert_msg(n == 1, "the create never reached the server");
     proxy_set(&f.px, PROXY_REFUSE); /* the reply is lost; every retry fails */
     ck_assert_int_eq(dlock_lock_cancel(f.l), DLOCK_OK);
-    pthread_join(th, NULL);
+    tu_waiter_join(&arg);
     ck_assert_msg(arg.rc == DLOCK_ECANCELED, "canceled during create retries: %s",
                   dlock_err_name(arg.rc));
     proxy_set(&f.px, PROXY_FORWARD);
@@ -1600,7 +1556,7 @@ static void *partition_other(void *p)
     dlock_lock *l = NULL;
     dlock_lock_new(c, "partitioned", DLOCK_EXCLUSIVE, 0, &l);
     a->rc = dlock_acquire(l, 30000);
-    a->lost_when_acquired = atomic_load(&lost_flag);
+    a->lost_when_acquired = atomic_load(&hold_lost.fired);
     atomic_store(&a->acquired, 1);
     if (a->rc == DLOCK_OK) {
         for (int i = 0; i < 2000 && !atomic_load(&a->release_now); i++)
@@ -1617,8 +1573,7 @@ START_TEST(test_partitioned_holder_lost_before_other_holds)
     REQUIRE_SERVERS();
     struct proxied f;
     proxied_open(&f, "lease=2000&timeout=1000&connect_timeout=3000", "partitioned");
-    atomic_store(&lost_flag, 0);
-    dlock_lock_on_lost(f.l, on_lost, NULL);
+    watch_lost(f.l);
     ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
     uint64_t t = tu_token(f.l);
 
@@ -1656,7 +1611,7 @@ START_TEST(test_partitioned_holder_lost_before_other_holds)
     ck_assert_uint_gt(tu_token(f.l), t);
     pthread_join(th, NULL);
     ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
-    ck_assert_int_eq(atomic_load(&lost_flag), 1);
+    ck_assert_int_eq(atomic_load(&hold_lost.fired), 1);
     free(direct);
     proxied_close(&f);
 }
@@ -1713,9 +1668,7 @@ START_TEST(test_partitioned_waiter_requeues)
     struct pwaiter_arg a = {.url = purl, .rc = -1};
     pthread_t th;
     pthread_create(&th, NULL, partitioned_waiter, &a);
-    for (int k = 0; k < 200 && waiters_of(h, "pwait") < 1; k++)
-        tu_sleep_ms(20);
-    ck_assert_int_eq(waiters_of(h, "pwait"), 1);
+    expect_waiters(h, "pwait", 1, 4000);
     /* cut the waiter off; the lock goes to another client meanwhile */
     proxy_set(&px, PROXY_BLACKHOLE);
     atomic_store(&a.other_holds, 1);
@@ -1757,12 +1710,11 @@ START_TEST(test_wait_while_disconnected_honours_cancel_and_deadline)
     proxied_open(&f, "lease=2000&timeout=1000&connect_timeout=30000", "offline");
     proxy_set(&f.px, PROXY_BLACKHOLE);
     tu_sleep_ms(2500); /* the client library notices (2/3 of the session) */
-    struct cancel_arg arg = {.l = f.l, .rc = 1};
-    pthread_t th;
-    pthread_create(&th, NULL, cancel_waiter, &arg);
+    struct tu_waiter arg;
+    forever_waiter(&arg, f.l);
     ck_assert_msg(tu_wait_thread_asleep(&arg.tid, 20000), "the acquire never went to sleep");
     ck_assert_int_eq(dlock_lock_cancel(f.l), DLOCK_OK);
-    pthread_join(th, NULL);
+    tu_waiter_join(&arg);
     ck_assert_msg(arg.rc == DLOCK_ECANCELED, "canceled wait while disconnected: %s",
                   dlock_err_name(arg.rc));
     int rc = dlock_acquire(f.l, 500);
@@ -1783,26 +1735,23 @@ END_TEST
 START_TEST(test_wait_survives_disconnect_during_create)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
-    proxy_start(&px, F.s[0].port);
-    char *url = tu_fmt("zk://127.0.0.1:%d?lease=4000&timeout=500", px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "blip");
+    struct proxied f;
+    proxied_open(&f, "lease=4000&timeout=500", "blip");
+    dlock_lock *l = f.l;
     zhandle_t *zh = raw_open(NULL);
     raw_keep_lock_node(zh, "/dlock/blip");
-    proxy_set(&px, PROXY_BLACKHOLE);
-    struct cancel_arg arg = {.l = l, .rc = 1};
-    pthread_t th;
-    pthread_create(&th, NULL, cancel_waiter, &arg); /* waits forever */
+    proxy_set(&f.px, PROXY_BLACKHOLE);
+    struct tu_waiter arg;
+    forever_waiter(&arg, l); /* waits forever */
     tu_sleep_ms(1200); /* past the op timeout of its create */
-    proxy_set(&px, PROXY_FORWARD);
+    proxy_set(&f.px, PROXY_FORWARD);
     for (int i = 0; i < 400 && raw_contenders(zh, "/dlock/blip") < 1; i++)
         tu_sleep_ms(25);
     /* it holds (or is about to): cancel in case it never gets there */
     for (int i = 0; i < 400; i++) {
         dlock_info *info = NULL;
         int held = 0;
-        if (dlock_inspect(c, "blip", &info) == DLOCK_OK)
+        if (dlock_inspect(f.c, "blip", &info) == DLOCK_OK)
             held = dlock_info_held(info);
         dlock_info_free(info);
         if (held)
@@ -1811,19 +1760,16 @@ START_TEST(test_wait_survives_disconnect_during_create)
     }
     tu_sleep_ms(200);
     dlock_lock_cancel(l);
-    pthread_join(th, NULL);
+    tu_waiter_join(&arg);
     ck_assert_msg(arg.rc == DLOCK_OK, "waiting acquire across a disconnect: %s",
                   dlock_err_name(arg.rc));
     ck_assert_int_eq(raw_contenders(zh, "/dlock/blip"), 1);
     /* the last handle's free releases the hold: its node goes */
-    dlock_lock_free(l);
-    dlock_client_close(c);
+    proxied_close(&f);
     for (int i = 0; i < 400 && raw_contenders(zh, "/dlock/blip") > 0; i++)
         tu_sleep_ms(25);
     ck_assert_int_eq(raw_contenders(zh, "/dlock/blip"), 0);
     zookeeper_close(zh);
-    proxy_stop(&px);
-    free(url);
 }
 END_TEST
 
@@ -1836,23 +1782,17 @@ END_TEST
 START_TEST(test_cancel_while_disconnected_returns_at_once)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
-    proxy_start(&px, F.s[0].port);
-    char *url = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=120000&connect_timeout=120000",
-                       px.port);
-    char *direct = url_with(NULL, "lease=2000");
-    dlock_client *holder = tu_open(direct), *c = tu_open(url);
-    dlock_lock *lh = tu_lock(holder, "cut-cancel"), *l = tu_lock(c, "cut-cancel");
-    dlock_lock *probe = tu_lock(c, "cut-cancel-probe");
+    struct tu_solo holder = direct_open("lease=2000", "cut-cancel");
+    struct proxied f;
+    proxied_open(&f, "lease=2000&timeout=120000&connect_timeout=120000", "cut-cancel");
+    dlock_lock *lh = holder.l, *l = f.l;
+    dlock_lock *probe = tu_lock(f.c, "cut-cancel-probe");
     ck_assert_int_eq(dlock_acquire(lh, DLOCK_TRY), DLOCK_OK);
-    struct cancel_arg arg = {.l = l, .rc = 1};
-    pthread_t th;
-    pthread_create(&th, NULL, cancel_waiter, &arg);
-    for (int k = 0; k < 500 && waiters_of(holder, "cut-cancel") < 1; k++)
-        tu_sleep_ms(20);
-    ck_assert_int_eq(waiters_of(holder, "cut-cancel"), 1);
+    struct tu_waiter arg;
+    forever_waiter(&arg, l);
+    expect_waiters(holder.c, "cut-cancel", 1, 10000);
 
-    proxy_set(&px, PROXY_BLACKHOLE);
+    proxy_set(&f.px, PROXY_BLACKHOLE);
     /* short waits until the client library gives the connection up */
     bool reconnecting = false;
     for (int i = 0; i < 2000 && !reconnecting; i++) {
@@ -1863,23 +1803,16 @@ START_TEST(test_cancel_while_disconnected_returns_at_once)
     }
     ck_assert_msg(reconnecting, "the client never noticed the cut: %s", dlock_errmsg());
     ck_assert_int_eq(dlock_lock_cancel(l), DLOCK_OK);
-    pthread_join(th, NULL);
+    tu_waiter_join(&arg);
     ck_assert_int_eq(arg.rc, DLOCK_ECANCELED);
 
-    proxy_set(&px, PROXY_FORWARD);
+    proxy_set(&f.px, PROXY_FORWARD);
     /* its node goes once reconnected (or with its session) */
-    for (int k = 0; k < 1500 && waiters_of(holder, "cut-cancel") > 0; k++)
-        tu_sleep_ms(20);
-    ck_assert_int_eq(waiters_of(holder, "cut-cancel"), 0);
+    expect_waiters(holder.c, "cut-cancel", 0, 30000);
     ck_assert_int_eq(dlock_release(lh), DLOCK_OK);
     dlock_lock_free(probe);
-    dlock_lock_free(l);
-    dlock_lock_free(lh);
-    dlock_client_close(c);
-    dlock_client_close(holder);
-    proxy_stop(&px);
-    free(direct);
-    free(url);
+    proxied_close(&f);
+    tu_solo_close(&holder);
 }
 END_TEST
 
@@ -1894,21 +1827,17 @@ END_TEST
 START_TEST(test_session_closed_elsewhere_reported_lost_at_once)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
-    proxy_start(&px, F.s[0].port);
-    char *url = tu_fmt("zk://127.0.0.1:%d?lease=600000&timeout=2000&connect_timeout=5000",
-                       px.port);
-    dlock_client *c = tu_open(url);
+    struct proxied f;
+    proxied_open(&f, "lease=600000&timeout=2000&connect_timeout=5000", "killed-session");
     clientid_t id = *zoo_client_id(dlock_last_handle());
     ck_assert(id.client_id != 0);
-    dlock_lock *l = tu_lock(c, "killed-session");
-    atomic_store(&lost_flag, 0);
-    dlock_lock_on_lost(l, on_lost, NULL);
+    dlock_lock *l = f.l;
+    watch_lost(l);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     uint64_t t = tu_token(l);
     ck_assert_int_gt(dlock_validity_ms(l), 60000);
 
-    proxy_set(&px, PROXY_BLACKHOLE);
+    proxy_set(&f.px, PROXY_BLACKHOLE);
     zhandle_t *thief = zookeeper_init2(F.hosts, raw_watcher, 600000, &id, NULL, 0, raw_quiet);
     ck_assert_ptr_nonnull(thief);
     for (int i = 0; i < 400 && zoo_state(thief) != ZOO_CONNECTED_STATE; i++)
@@ -1916,14 +1845,13 @@ START_TEST(test_session_closed_elsewhere_reported_lost_at_once)
     ck_assert_msg(zoo_state(thief) == ZOO_CONNECTED_STATE, "could not take the session over");
     ck_assert(zoo_client_id(thief)->client_id == id.client_id);
     zookeeper_close(thief); /* ends the session: its nodes go */
-    ck_assert_int_eq(atomic_load(&lost_flag), 0);
-    proxy_set(&px, PROXY_FORWARD);
+    ck_assert_int_eq(atomic_load(&hold_lost.fired), 0);
+    proxy_set(&f.px, PROXY_FORWARD);
 
-    for (int i = 0; i < 3000 && !atomic_load(&lost_flag); i++)
-        tu_sleep_ms(10);
-    ck_assert_msg(atomic_load(&lost_flag) == 1,
+    tu_wait_lost(&hold_lost, 1, 30000);
+    ck_assert_msg(atomic_load(&hold_lost.fired) == 1,
                   "the expired session's hold was not reported lost before the next renewal");
-    ck_assert_msg(strstr(lost_why, "expired"), "reason: %s", lost_why);
+    ck_assert_msg(strstr(hold_lost.why, "expired"), "reason: %s", hold_lost.why);
     ck_assert_int_eq(dlock_validity_ms(l), 0);
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
     int rc = dlock_acquire(l, 20000);
@@ -1931,11 +1859,8 @@ START_TEST(test_session_closed_elsewhere_reported_lost_at_once)
                   dlock_errmsg());
     ck_assert_uint_gt(tu_token(l), t);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    ck_assert_int_eq(atomic_load(&lost_flag), 1);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    proxy_stop(&px);
-    free(url);
+    ck_assert_int_eq(atomic_load(&hold_lost.fired), 1);
+    proxied_close(&f);
 }
 END_TEST
 

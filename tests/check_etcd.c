@@ -509,7 +509,8 @@ START_TEST(test_rw_layout_against_etcdctl)
     ck_assert_int_eq(count_lines(keys), 1);
     keys[strcspn(keys, "\n")] = 0;
     const char *tail = keys + strlen("rw1/"), *dash = strchr(tail, '-');
-    ck_assert_msg(dash && dash > tail && strspn(tail, "0123456789abcdef") == (size_t)(dash - tail) &&
+    ck_assert_msg(dash && dash > tail &&
+                      strspn(tail, "0123456789abcdef") == (size_t)(dash - tail) &&
                       dash[1] && strspn(dash + 1, "0123456789abcdef") == strlen(dash + 1),
                   "reader key %s", keys);
     char *value = ctl_value(keys);
@@ -522,7 +523,8 @@ START_TEST(test_rw_layout_against_etcdctl)
     pid_t ctl = etcdctl_lock("rw1", g.shell, NULL);
     ck_assert_msg(wait_waiter_count(a, "rw1", 1), "etcdctl lock never queued");
     /* ...and a reader played by hand behind it */
-    char *lease = ctl_lease(60), *played = tu_fmt("rw1/%s-1", lease), *opt = tu_fmt("--lease=%s", lease);
+    char *lease = ctl_lease(60), *played = tu_fmt("rw1/%s-1", lease);
+    char *opt = tu_fmt("--lease=%s", lease);
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", opt, played, "dlock shared played@test",
                                NULL),
                      0);
@@ -671,7 +673,8 @@ START_TEST(test_rw_cli_run_shared)
     REQUIRE_SERVERS();
     struct gate g = gate_open("etcd-rw3");
     char *url = etcdf_url(&F, NULL, NULL);
-    const char *first[] = {tu_dlock_bin(), "-u", url, "run", "-s", "rw3", "sh", "-c", g.shell, NULL};
+    const char *first[] = {tu_dlock_bin(), "-u", url, "run", "-s", "rw3",
+                           "sh",           "-c", g.shell, NULL};
     pid_t p = tu_spawn(first, NULL);
     ck_assert_msg(tu_wait_file(g.held, 20000), "the first shared run never held");
     char *out = NULL;

@@ -21,9 +21,10 @@
  * The core queues the threads of one client per name (CAP_CLIENT_OWNER),
  * so acquire() sees at most one exclusive thread per name: one key per
  * lease and name, as in Go. Shared holds (rwmutex.c) are contenders of
- * the same queue with a key per thread; they wait only for writers. The transport (JSON gateway over libcurl, watch thread)
- * lives in http.c, the session lease in lease.c, which keys are
- * contenders in queue.c, status/force/list in inspect.c.
+ * the same queue with a key per thread; they wait only for writers. The
+ * transport (JSON gateway over libcurl, watch thread) lives in http.c,
+ * the session lease in lease.c, which keys are contenders in queue.c,
+ * status/force/list in inspect.c.
  * docs/protocol-etcd.md tells the whole story.
  */
 #include "etcd.h"

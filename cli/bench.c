@@ -9,7 +9,7 @@
  *
  * Usage (also `dlock bench --help`):
  *   dlock [-u URL] bench [MODE...] [OPTIONS]
- *   MODE: uncontended, contended, renewal, all (the default)
+ *   MODE: uncontended, contended, renewal, readers, all (the default)
  *   -t, --threads T     uncontended: threads, each over its own names (1)
  *   -m, --names M       uncontended: lock names in all (1024)
  *   -d, --duration S    each side is measured 2 x S seconds (3); in the
@@ -18,6 +18,8 @@
  *   -k, --locks K       renewal: locks held at once (10000)
  *   -p, --periods P     renewal: renewal periods measured (5)
  *   -l, --lease MS      renewal: lease in ms (3000: a period of 1 s)
+ *   -R, --readers R     readers: threads, one client each, reading one name (8)
+ *   -X, --writers N     readers: writer threads among them (0)
  *
  * uncontended: T threads loop acquire(TRY)+release over M names split
  *   between them; acquisitions/s and latency of one acquire+release pair,
@@ -30,6 +32,11 @@
  * renewal: one client holds K locks; over P periods (lease/3), the lock
  *   scripts the server ran per period (each a pipelined batch) and the
  *   client's CPU time per period.
+ * readers: R threads, each with its own client, loop acquire(SHARED)+
+ *   release on one name (N writers, if any, acquire EXCLUSIVE among them);
+ *   reads/s beside ONE reader alone on the same name, taking turns in 10
+ *   rounds: readers must not serialize (issue 11: 8 readers >= 6x one
+ *   reader on Redis). With writers: writes/s and a writer's wait p50/p99.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -62,7 +69,7 @@ static const struct dlock_bench_baseline *const baselines[] = {
 };
 
 static const char usage_text[] =
-    "Usage: dlock [-u URL] bench [uncontended|contended|renewal|all ...] [OPTIONS]\n"
+    "Usage: dlock [-u URL] bench [uncontended|contended|renewal|readers|all ...] [OPTIONS]\n"
     "\n"
     "Measure dlock beside the raw protocol with the same client library, in\n"
     "the same run, and print each figure with its ratio to the baseline.\n"
@@ -74,6 +81,9 @@ static const char usage_text[] =
     "  -k, --locks K       renewal: locks held at once (10000)\n"
     "  -p, --periods P     renewal: renewal periods measured (5)\n"
     "  -l, --lease MS      renewal: lease in ms (3000: one period a second)\n"
+    "  -R, --readers R     readers: threads, one client each, reading one name (8),\n"
+    "                      beside one reader alone in the same run\n"
+    "  -X, --writers N     readers: writer threads among the readers (0)\n"
     "Lock names start with 'dlock-bench:'. See docs/benchmarks.md.\n";
 
 const char *dlock_cli_bench_usage(void)
@@ -84,7 +94,7 @@ const char *dlock_cli_bench_usage(void)
 struct bench_opts {
     const char *url;
     const struct dlock_bench_baseline *base;
-    int threads, names, waiters, locks, periods;
+    int threads, names, waiters, locks, periods, readers, writers;
     double duration;
     int64_t lease_ms;
 };
@@ -431,6 +441,193 @@ static int bench_contended(const struct bench_opts *o)
     return 0;
 }
 
+/* ------------------------------------------------------------ readers */
+
+struct rw_shared {
+    atomic_int stop;
+    pthread_mutex_t mu;
+    char err[256];
+};
+
+struct rw_thread {
+    struct rw_shared *sh;
+    dlock_client *c;
+    dlock_mode mode;
+    long ops;
+    struct samples lat; /* acquire+release pairs (readers), acquire waits (writers) */
+};
+
+static void *rw_main(void *arg)
+{
+    struct rw_thread *t = arg;
+    struct rw_shared *sh = t->sh;
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(t->c, "dlock-bench:rw", t->mode, 0, &l);
+    while (!rc && !atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+        int64_t t0 = now_ns();
+        rc = dlock_acquire(l, 1000);
+        if (rc == DLOCK_ETIMEDOUT) {
+            rc = 0;
+            continue;
+        }
+        int64_t got = now_ns();
+        if (!rc)
+            rc = dlock_release(l);
+        if (!rc) {
+            sample_add(&t->lat, (t->mode == DLOCK_SHARED ? now_ns() : got) - t0);
+            t->ops++;
+        }
+    }
+    if (rc) {
+        pthread_mutex_lock(&sh->mu);
+        snprintf(sh->err, sizeof sh->err, "%s", dlock_errmsg());
+        pthread_mutex_unlock(&sh->mu);
+        atomic_store(&sh->stop, 1);
+    }
+    dlock_lock_free(l);
+    return NULL;
+}
+
+/* NREADERS readers and NWRITERS writers, the clients C[0..] in that
+ * order, for SECS seconds; adds their operations and latencies. */
+static int rw_run(dlock_client **c, int nreaders, int nwriters, double secs, long ops[2],
+                  struct samples lat[2])
+{
+    int n = nreaders + nwriters;
+    struct rw_shared sh = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct rw_thread *t = calloc((size_t)n, sizeof *t);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    for (int i = 0; i < n; i++) {
+        t[i] = (struct rw_thread){.sh = &sh, .c = c[i],
+                                  .mode = i < nreaders ? DLOCK_SHARED : DLOCK_EXCLUSIVE};
+        pthread_create(&th[i], NULL, rw_main, &t[i]);
+    }
+    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    nanosleep(&ts, NULL);
+    atomic_store(&sh.stop, 1);
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        int k = t[i].mode == DLOCK_SHARED ? 0 : 1;
+        ops[k] += t[i].ops;
+        sample_merge(&lat[k], &t[i].lat);
+        free(t[i].lat.v);
+    }
+    free(t);
+    free(th);
+    if (sh.err[0]) {
+        fprintf(stderr, "dlock bench: %s\n", sh.err);
+        return EXIT_UNAVAILABLE;
+    }
+    return 0;
+}
+
+/* The machine's own ceiling for the readers' concurrency: N threads,
+ * each with its own raw connection, loop the baseline's round trip (PING)
+ * for SECS seconds; adds their round trips to *OPS. */
+struct rt_thread {
+    const struct bench_opts *o;
+    atomic_int *stop;
+    long ops;
+    char err[256];
+};
+
+static void *rt_main(void *arg)
+{
+    struct rt_thread *t = arg;
+    void *raw = t->o->base->connect(t->o->url, t->err, sizeof t->err);
+    while (raw && !atomic_load_explicit(t->stop, memory_order_relaxed) &&
+           t->o->base->round_trip(raw) == 0)
+        t->ops++;
+    if (raw)
+        t->o->base->disconnect(raw);
+    return NULL;
+}
+
+static int rt_run(const struct bench_opts *o, int n, double secs, long *ops)
+{
+    atomic_int stop = 0;
+    struct rt_thread *t = calloc((size_t)n, sizeof *t);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    for (int i = 0; i < n; i++) {
+        t[i] = (struct rt_thread){.o = o, .stop = &stop};
+        pthread_create(&th[i], NULL, rt_main, &t[i]);
+    }
+    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    nanosleep(&ts, NULL);
+    atomic_store(&stop, 1);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        *ops += t[i].ops;
+        if (t[i].err[0] && !rc) {
+            fprintf(stderr, "dlock bench: baseline: %s\n", t[i].err);
+            rc = EXIT_UNAVAILABLE;
+        }
+    }
+    free(t);
+    free(th);
+    return rc;
+}
+
+static int bench_readers(const struct bench_opts *o)
+{
+    double secs = 2 * o->duration / UNC_ROUNDS;
+    int n = o->readers + o->writers;
+    printf("readers: %d reader(s)%s%.0d%s, one client each, on one name, acquire(SHARED)+release,\n"
+           "  beside 1 reader alone; %d x %.2f s each side, taking turns\n",
+           o->readers, o->writers ? " + " : "", o->writers, o->writers ? " writer(s)" : "",
+           UNC_ROUNDS, secs);
+    dlock_client **c = calloc((size_t)n, sizeof *c);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        if ((rc = dlock_open(o->url, &c[i])))
+            rc = cli_fail(rc, "bench");
+    long many[2] = {0, 0}, one[2] = {0, 0}, raw_one = 0, raw_many = 0;
+    struct samples lmany[2] = {{0}, {0}}, lone[2] = {{0}, {0}};
+    double ratios[UNC_ROUNDS];
+    for (int round = 0; !rc && round < UNC_ROUNDS; round++) {
+        long before[2] = {one[0], many[0]};
+        if (o->base && !(rc = rt_run(o, 1, secs / 2, &raw_one)))
+            rc = rt_run(o, o->readers, secs / 2, &raw_many);
+        if (!rc && !(rc = rw_run(c, 1, 0, secs, one, lone)))
+            rc = rw_run(c, o->readers, o->writers, secs, many, lmany);
+        long alone = one[0] - before[0];
+        ratios[round] = alone > 0 ? (double)(many[0] - before[1]) / (double)alone : 0;
+    }
+    if (!rc) {
+        double total = UNC_ROUNDS * secs;
+        char what[40];
+        snprintf(what, sizeof what, "reads/s, %d readers", o->readers);
+        printf("  %-22s %10.1f /s   1 reader %10.1f /s   ratio %.2fx\n", what,
+               (double)many[0] / total, (double)one[0] / total,
+               one[0] ? (double)many[0] / (double)one[0] : 0);
+        qsort(ratios, UNC_ROUNDS, sizeof *ratios, cmp_double);
+        printf("  %-22s %.2fx (min %.2fx, max %.2fx)\n", "ratio, median round",
+               (ratios[UNC_ROUNDS / 2 - 1] + ratios[UNC_ROUNDS / 2]) / 2, ratios[0],
+               ratios[UNC_ROUNDS - 1]);
+        printf("  %-22s %10.1f us   1 reader %10.1f us\n", "read pair p50", pct_us(&lmany[0], 50),
+               pct_us(&lone[0], 50));
+        printf("  %-22s %10.1f us   1 reader %10.1f us\n", "read pair p99", pct_us(&lmany[0], 99),
+               pct_us(&lone[0], 99));
+        if (raw_one)
+            printf("  %-22s %10.1f /s   1 client %10.1f /s   ratio %.2fx (what the machine\n"
+                   "  %-22s allows %d clients beside 1, same run)\n",
+                   "raw round trips/s", (double)raw_many / (total / 2), (double)raw_one / (total / 2),
+                   (double)raw_many / (double)raw_one, "", o->readers);
+        if (o->writers)
+            printf("  %-22s %10.1f /s   writer's wait p50 %.1f us, p99 %.1f us\n", "writes/s",
+                   (double)many[1] / total, pct_us(&lmany[1], 50), pct_us(&lmany[1], 99));
+    }
+    for (int i = 0; i < 2; i++) {
+        free(lmany[i].v);
+        free(lone[i].v);
+    }
+    for (int i = 0; i < n; i++)
+        dlock_client_close(c[i]);
+    free(c);
+    return rc;
+}
+
 /* ------------------------------------------------------------- renewal */
 
 static double cpu_ms(void)
@@ -505,16 +702,17 @@ out:
 int dlock_cli_bench(const char *url, int argc, char **argv)
 {
     struct bench_opts o = {.url = url, .threads = 1, .names = 1024, .waiters = 8, .locks = 10000,
-                           .periods = 5, .duration = 3, .lease_ms = 3000};
+                           .periods = 5, .duration = 3, .lease_ms = 3000, .readers = 8};
     static const struct option longopts[] = {
         {"threads", required_argument, NULL, 't'}, {"names", required_argument, NULL, 'm'},
         {"duration", required_argument, NULL, 'd'}, {"waiters", required_argument, NULL, 'W'},
         {"locks", required_argument, NULL, 'k'},    {"periods", required_argument, NULL, 'p'},
         {"lease", required_argument, NULL, 'l'},    {"help", no_argument, NULL, 'h'},
+        {"readers", required_argument, NULL, 'R'},  {"writers", required_argument, NULL, 'X'},
         {NULL, 0, NULL, 0}};
     optind = 0; /* GNU: start afresh after the global options' getopt */
     int ch;
-    while ((ch = getopt_long(argc, argv, "t:m:d:W:k:p:l:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "t:m:d:W:k:p:l:R:X:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 't': o.threads = atoi(optarg); break;
         case 'm': o.names = atoi(optarg); break;
@@ -523,36 +721,41 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         case 'k': o.locks = atoi(optarg); break;
         case 'p': o.periods = atoi(optarg); break;
         case 'l': o.lease_ms = atoll(optarg); break;
+        case 'R': o.readers = atoi(optarg); break;
+        case 'X': o.writers = atoi(optarg); break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return EXIT_USAGE;
         }
     }
     if (o.threads < 1 || o.names < o.threads || o.duration <= 0 || o.waiters < 2 || o.locks < 1 ||
-        o.periods < 1 || o.lease_ms < 30) {
+        o.periods < 1 || o.lease_ms < 30 || o.readers < 1 || o.writers < 0) {
         fprintf(stderr, "dlock bench: need threads >= 1, names >= threads, duration > 0, waiters >= 2, "
-                        "locks >= 1, periods >= 1, lease >= 30 ms\n");
+                        "locks >= 1, periods >= 1, lease >= 30 ms, readers >= 1, writers >= 0\n");
         return EXIT_USAGE;
     }
-    bool want[3] = {false, false, false};
+    bool want[4] = {false, false, false, false};
     bool any = false;
     for (int i = optind; i < argc; i++) {
         const char *m = argv[i];
         if (strcmp(m, "all") == 0)
-            want[0] = want[1] = want[2] = true;
+            want[0] = want[1] = want[2] = want[3] = true;
         else if (strcmp(m, "uncontended") == 0)
             want[0] = true;
         else if (strcmp(m, "contended") == 0)
             want[1] = true;
         else if (strcmp(m, "renewal") == 0)
             want[2] = true;
+        else if (strcmp(m, "readers") == 0)
+            want[3] = true;
         else {
-            fprintf(stderr, "dlock bench: unknown mode '%s' (uncontended, contended, renewal, all)\n", m);
+            fprintf(stderr, "dlock bench: unknown mode '%s' (uncontended, contended, renewal, readers, "
+                            "all)\n", m);
             return EXIT_USAGE;
         }
         any = true;
     }
     if (!any)
-        want[0] = want[1] = want[2] = true;
+        want[0] = want[1] = want[2] = want[3] = true;
 
     dlock_client *c = NULL;
     int rc = dlock_open(url, &c);
@@ -576,6 +779,8 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         rc = bench_contended(&o);
     if (!rc && want[2])
         rc = bench_renewal(&o);
+    if (!rc && want[3])
+        rc = bench_readers(&o);
     dlock_client_close(c);
     return rc;
 }

@@ -148,6 +148,22 @@ static double pct_us(struct samples *s, double p)
     return (double)s->v[i] / 1000.0;
 }
 
+static void sleep_secs(double secs)
+{
+    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* A thread's failure ERR ("" = none) as the run's exit code: the first
+ * one is printed (after WHAT) and makes it EXIT_UNAVAILABLE; RC so far. */
+static int thread_failure(int rc, const char *what, const char *err)
+{
+    if (!err[0] || rc)
+        return rc;
+    fprintf(stderr, "dlock bench: %s%s\n", what, err);
+    return EXIT_UNAVAILABLE;
+}
+
 /* --------------------------------------------------------- uncontended */
 
 struct unc_shared {
@@ -234,8 +250,7 @@ static int unc_run(const struct bench_opts *o, dlock_client *c, double secs, lon
         t[i].index = i;
         pthread_create(&th[i], NULL, unc_main, &t[i]);
     }
-    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
-    nanosleep(&ts, NULL);
+    sleep_secs(secs);
     atomic_store(&sh.stop, 1);
     int rc = 0;
     for (int i = 0; i < o->threads; i++) {
@@ -243,10 +258,7 @@ static int unc_run(const struct bench_opts *o, dlock_client *c, double secs, lon
         *ops += t[i].ops;
         sample_merge(lat, &t[i].lat);
         free(t[i].lat.v);
-        if (t[i].err[0] && !rc) {
-            fprintf(stderr, "dlock bench: %s\n", t[i].err);
-            rc = EXIT_UNAVAILABLE;
-        }
+        rc = thread_failure(rc, "", t[i].err);
     }
     free(t);
     free(th);
@@ -502,8 +514,7 @@ static int rw_run(dlock_client **c, int nreaders, int nwriters, double secs, lon
                                   .mode = i < nreaders ? DLOCK_SHARED : DLOCK_EXCLUSIVE};
         pthread_create(&th[i], NULL, rw_main, &t[i]);
     }
-    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
-    nanosleep(&ts, NULL);
+    sleep_secs(secs);
     atomic_store(&sh.stop, 1);
     for (int i = 0; i < n; i++) {
         pthread_join(th[i], NULL);
@@ -514,11 +525,7 @@ static int rw_run(dlock_client **c, int nreaders, int nwriters, double secs, lon
     }
     free(t);
     free(th);
-    if (sh.err[0]) {
-        fprintf(stderr, "dlock bench: %s\n", sh.err);
-        return EXIT_UNAVAILABLE;
-    }
-    return 0;
+    return thread_failure(0, "", sh.err);
 }
 
 /* The machine's own ceiling for the readers' concurrency: N threads,
@@ -552,17 +559,13 @@ static int rt_run(const struct bench_opts *o, int n, double secs, long *ops)
         t[i] = (struct rt_thread){.o = o, .stop = &stop};
         pthread_create(&th[i], NULL, rt_main, &t[i]);
     }
-    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
-    nanosleep(&ts, NULL);
+    sleep_secs(secs);
     atomic_store(&stop, 1);
     int rc = 0;
     for (int i = 0; i < n; i++) {
         pthread_join(th[i], NULL);
         *ops += t[i].ops;
-        if (t[i].err[0] && !rc) {
-            fprintf(stderr, "dlock bench: baseline: %s\n", t[i].err);
-            rc = EXIT_UNAVAILABLE;
-        }
+        rc = thread_failure(rc, "baseline: ", t[i].err);
     }
     free(t);
     free(th);

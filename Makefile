@@ -9,6 +9,8 @@
 #   make check SAN=1     the same under ASan + UBSan (into build-san/)
 #   make check VALGRIND=1  the same under valgrind
 #   make bench           the benchmarks in bench/
+#   make chaos SEED=1 DURATION=300   the fault harness (tests/chaos/), long
+#                        schedules by hand, as root; docs/safety.md
 #   make install PREFIX=/usr/local DESTDIR=
 
 VERSION_PART = $(shell sed -n 's/^\#define DLOCK_VERSION_$(1) \([0-9]*\).*/\1/p' include/dlock.h)
@@ -92,7 +94,7 @@ SHARED = $(BUILD)/$(SONAME)
 CLI = $(BUILD)/dlock
 LIBS = $(DEP_LIBS) -pthread
 
-.PHONY: all check bench install clean demo backends
+.PHONY: all check bench chaos install clean demo backends
 .SECONDARY:
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLE_BIN)
 
@@ -127,6 +129,29 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -Itests/lib $(ALL_CFLAGS) $(shell pkg-config --cflags check) \
 	  $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(STATIC) $(shell pkg-config --libs check) $(LIBS)
+
+# The fault harness (tests/chaos/, issue 13): its short fixed-seed run is
+# a test binary of `make check`, `make chaos` runs long schedules by hand.
+# It drives every backend, so it is built only when all are.
+CHAOS_OBJ := $(patsubst %.c,$(BUILD)/%.o,tests/chaos/harness.c tests/chaos/store.c tests/chaos/worker.c)
+CHAOS_BIN := $(BUILD)/tests/chaos/chaos
+$(CHAOS_OBJ) $(BUILD)/tests/chaos/chaos.o: CPPFLAGS += -Itests/lib $(BACKEND_DEFS)
+$(CHAOS_OBJ) $(BUILD)/tests/chaos/chaos.o: tests/chaos/chaos.h
+ifeq ($(MISSING_BACKENDS),)
+TEST_BIN += $(BUILD)/tests/check_chaos
+endif
+$(BUILD)/tests/check_chaos: tests/chaos/check_chaos.c tests/chaos/chaos.h $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -Itests/lib $(ALL_CFLAGS) $(shell pkg-config --cflags check) \
+	  $(LDFLAGS) -o $@ $< $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC) $(shell pkg-config --libs check) $(LIBS)
+$(CHAOS_BIN): $(BUILD)/tests/chaos/chaos.o $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC)
+	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs check) $(LIBS)
+
+SEED ?= 1
+DURATION ?= 300
+CHAOS_BACKENDS ?= file redis redis-simple etcd zk
+chaos: all $(CHAOS_BIN)
+	$(CHAOS_BIN) -s $(SEED) -d $(DURATION) -j $(BUILD)/chaos.json $(CHAOS_BACKENDS)
 
 $(BUILD)/examples/%: examples/%.c $(SHARED)
 	@mkdir -p $(dir $@)

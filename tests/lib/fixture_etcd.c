@@ -41,13 +41,14 @@ static pid_t spawn_member(struct etcdf *f, int i)
 {
     struct etcdf_member *m = &f->m[i];
     char *client = tu_fmt("%s://127.0.0.1:%d", f->cert_dir ? "https" : "http", m->client_port);
+    char *listen = tu_fmt("%s://%s:%d", f->cert_dir ? "https" : "http", tu_listen_addr(), m->client_port);
     char *peer = tu_fmt("http://127.0.0.1:%d", m->peer_port);
     char *cluster = peer_list(f);
     char *token = tu_fmt("dlock-test-%d", (int)getpid());
     const char *argv[40] = {"etcd",
                           "--name", m->name,
                           "--data-dir", m->dir,
-                          "--listen-client-urls", client,
+                          "--listen-client-urls", listen,
                           "--advertise-client-urls", client,
                           "--listen-peer-urls", peer,
                           "--initial-advertise-peer-urls", peer,
@@ -74,6 +75,7 @@ static pid_t spawn_member(struct etcdf *f, int i)
     argv[n] = NULL;
     pid_t pid = tu_spawn(argv, m->log);
     free(client);
+    free(listen);
     free(peer);
     free(cluster);
     free(token);

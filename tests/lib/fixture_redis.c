@@ -22,7 +22,7 @@ static void dump_log(const struct fx_redis *r)
 
 static bool spawn(struct fx_redis *r)
 {
-    const char *argv[24 + FX_REDIS_MAX_ARGS];
+    const char *argv[26 + FX_REDIS_MAX_ARGS];
     char port[16], tls_port[16];
     snprintf(port, sizeof port, "%d", r->port);
     snprintf(tls_port, sizeof tls_port, "%d", r->tls_port);
@@ -31,7 +31,9 @@ static bool spawn(struct fx_redis *r)
     argv[n++] = "--port";
     argv[n++] = port;
     argv[n++] = "--bind";
-    argv[n++] = "127.0.0.1";
+    argv[n++] = tu_listen_addr();
+    argv[n++] = "--protected-mode";
+    argv[n++] = "no";
     argv[n++] = "--save";
     argv[n++] = "";
     argv[n++] = "--appendonly";
@@ -51,7 +53,7 @@ static bool spawn(struct fx_redis *r)
         argv[n++] = r->extra[i];
     argv[n] = NULL;
     /* the unix socket rides along as two more arguments */
-    const char *full[28 + FX_REDIS_MAX_ARGS];
+    const char *full[30 + FX_REDIS_MAX_ARGS];
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
         full[m++] = argv[i];

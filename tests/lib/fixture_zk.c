@@ -89,14 +89,14 @@ static bool write_config(struct zkf *f, int i)
                         "syncLimit=20\n"
                         "dataDir=%s\n"
                         "clientPort=%d\n"
-                        "clientPortAddress=127.0.0.1\n"
+                        "clientPortAddress=%s\n"
                         "minSessionTimeout=500\n"
                         "maxSessionTimeout=600000\n"
                         "admin.enableServer=false\n"
                         "4lw.commands.whitelist=*\n"
                         "standaloneEnabled=true\n"
                         "%s",
-                        s->dir, s->port, servers);
+                        s->dir, s->port, tu_listen_addr(), servers);
     bool ok = write_file(s->cfg, text);
     free(text);
     free(servers);

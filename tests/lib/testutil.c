@@ -78,6 +78,12 @@ int tu_free_port(void)
     abort();
 }
 
+const char *tu_listen_addr(void)
+{
+    const char *a = getenv("DLOCK_TEST_LISTEN");
+    return a && *a ? a : "127.0.0.1";
+}
+
 bool tu_wait_port(int port, int timeout_ms)
 {
     for (int waited = 0; waited <= timeout_ms; waited += 50) {

@@ -28,6 +28,11 @@ void tu_file_fixture_end(char **dir, char **url);
 
 /* A TCP port on 127.0.0.1 that nothing listens on right now. */
 int tu_free_port(void);
+/* The address the fixtures' servers listen on: $DLOCK_TEST_LISTEN, else
+ * 127.0.0.1. The fault harness (tests/chaos/) sets 0.0.0.0 inside a
+ * network namespace of its own, so that workers in other namespaces reach
+ * the servers over veth pairs; probes and URLs keep 127.0.0.1. */
+const char *tu_listen_addr(void);
 /* Wait until something accepts on 127.0.0.1:PORT; false after TIMEOUT_MS. */
 bool tu_wait_port(int port, int timeout_ms);
 

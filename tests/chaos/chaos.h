@@ -42,7 +42,7 @@ const char *chaos_fault_name(enum chaos_fault f);
 struct chaos_counts {
     long acquisitions;     /* acquires that returned DLOCK_OK */
     long writes;           /* fenced writes the store accepted */
-    long overlaps;         /* pairs of sections on one name whose intervals intersect */
+    long overlaps;         /* sections inside which another holder's began, same name */
     long overlaps_accepted; /* ... where the store took an op of the older after the newer began */
     long stale_rejected;   /* ops and begins the store refused: token below its fence */
     long token_regressions; /* an acquisition whose token is not above every earlier one */

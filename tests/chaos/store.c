@@ -305,16 +305,30 @@ static void analyse(struct store *s, int64_t now)
             s->sec[i].end = now;
     for (size_t i = 0; i < s->nsec; i++) {
         struct section *a = &s->sec[i];
-        /* sections are in BEGIN order: every later one on the name that
-         * began before A ended overlaps it */
+        /* sections are in BEGIN order: a later one on the name that began
+         * before A ended overlaps it. One overlap per section overlapped,
+         * however many began inside it; accepted when the store took an
+         * op of A after one of them had begun. */
+        struct section *first = NULL;
+        bool accepted = false;
         for (size_t j = i + 1; j < s->nsec && s->sec[j].begin < a->end; j++) {
             struct section *b = &s->sec[j];
             if (b->name != a->name)
                 continue;
-            struct chaos_counts *c = &s->c[b->phase];
-            c->overlaps++;
-            if (b->begin_ok && a->last_ok > b->begin)
-                c->overlaps_accepted++;
+            if (!first)
+                first = b;
+            accepted = accepted || (b->begin_ok && a->last_ok > b->begin);
+        }
+        if (first) {
+            s->c[first->phase].overlaps++;
+            s->c[first->phase].overlaps_accepted += accepted;
+            if (getenv("CHAOS_DEBUG"))
+                fprintf(stderr, "chaos store: overlap on name %d: %s token %llu [%lld, %lld] last op %lld "
+                        "stale %ld lost %lld; then %s token %llu began at %lld%s\n", a->name,
+                        s->who[a->conn], (unsigned long long)a->token, (long long)a->begin,
+                        (long long)a->end, (long long)a->last_ok, a->stale, (long long)a->lost_at,
+                        s->who[first->conn], (unsigned long long)first->token, (long long)first->begin,
+                        accepted ? " (accepted)" : "");
         }
         if (a->lost_at) {
             bool after = false;

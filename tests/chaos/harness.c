@@ -724,6 +724,7 @@ out:
         t->overlaps_accepted += p->overlaps_accepted;
         t->stale_rejected += p->stale_rejected;
         t->token_regressions += p->token_regressions;
+        t->token_repeats += p->token_repeats;
         t->lost_updates += p->lost_updates;
         t->lost_before += p->lost_before;
         t->lost_after += p->lost_after;
@@ -758,14 +759,14 @@ bool chaos_safe(const struct chaos_result *res, char *why, size_t len)
 
 /* ----------------------------------------------------------------- output */
 
-static const char *const columns[] = {"acq", "writes", "overlap", "ovl-acc", "stale", "regress",
+static const char *const columns[] = {"acq", "writes", "overlap", "ovl-acc", "stale", "regress", "repeat",
                                       "lost-bef", "lost-aft", "lost-rel", "cut", "errors", "busy",
                                       "faults", "gap-ms", "hangs"};
 
 static void counts_values(const struct chaos_counts *c, long long *v)
 {
     long long x[] = {c->acquisitions, c->writes, c->overlaps, c->overlaps_accepted,
-                     c->stale_rejected, c->token_regressions, c->lost_before, c->lost_after,
+                     c->stale_rejected, c->token_regressions, c->token_repeats, c->lost_before, c->lost_after,
                      c->lost_at_release, c->stopped_on_lost, c->errors, c->contention,
                      c->faults, c->max_gap_ms, c->hangs};
     memcpy(v, x, sizeof x);

@@ -117,6 +117,8 @@ struct section {
     bool begin_ok;        /* BEGIN accepted */
     bool regression;      /* its token was not above every earlier one */
     uint64_t name_max;    /* the highest token of the name's sections up to this one */
+    size_t name_max_sec;  /* the section that carried it */
+    bool repeat;          /* the same owner given its own last token again */
     long stale;           /* its ops refused */
     int64_t lost_at;      /* lost callback receipt (0: none) */
     int lost_phase;
@@ -125,6 +127,7 @@ struct section {
 struct name_state {
     uint64_t fence;       /* highest token accepted */
     uint64_t max_begin;   /* highest token any BEGIN carried */
+    size_t max_sec;       /* the section that carried it */
     long value;
 };
 
@@ -181,25 +184,36 @@ static long begin(struct store *s, int conn, int name, uint64_t token, int64_t a
     /* A regression: a section that had begun before this holder even
      * asked (ASKED, the worker's clock = ours) carried this token or a
      * higher one. A holder that learns of its grant late (a reply held up
-     * by a paused server) is no regression: its BEGIN is merely stale. */
-    for (size_t i = s->nsec; i-- > 0 && !x->regression;) {
+     * by a paused server) is no regression: its BEGIN is merely stale.
+     * The same owner given its own last token again is a repeat, counted
+     * apart (docs/safety.md, "Findings"). */
+    for (size_t i = s->nsec; i-- > 0;) {
         struct section *p = &s->sec[i];
         if (p->name != name || p->begin >= asked)
             continue;
-        x->regression = p->name_max >= token;
-        if (x->regression)
-            fprintf(stderr, "chaos store: token regression on name %d: %s asked at %lld, began with %llu "
-                    "at %lld; %s had begun with %llu at %lld (ended %lld)\n", name, s->who[conn],
-                    (long long)asked, (unsigned long long)token, (long long)now, s->who[p->conn],
-                    (unsigned long long)p->token, (long long)p->begin, (long long)p->end);
+        if (p->name_max >= token) {
+            struct section *top = &s->sec[p->name_max_sec];
+            x->repeat = top->token == token && strcmp(s->who[top->conn], s->who[conn]) == 0;
+            x->regression = !x->repeat;
+            fprintf(stderr, "chaos store: token %s on name %d: %s asked at %lld, began with %llu "
+                    "at %lld; %s had begun with %llu at %lld (ended %lld)\n",
+                    x->repeat ? "repeat" : "regression", name, s->who[conn], (long long)asked,
+                    (unsigned long long)token, (long long)now, s->who[top->conn],
+                    (unsigned long long)top->token, (long long)top->begin, (long long)top->end);
+        }
         break;
     }
-    if (token > n->max_begin)
+    if (token > n->max_begin) {
         n->max_begin = token;
+        n->max_sec = s->nsec;
+    }
     x->name_max = n->max_begin;
+    x->name_max_sec = n->max_sec;
     cur(s)->acquisitions++;
     if (x->regression)
         cur(s)->token_regressions++;
+    if (x->repeat)
+        cur(s)->token_repeats++;
     if (token < n->fence) {
         x->stale++;
         cur(s)->stale_rejected++;

@@ -535,6 +535,150 @@ DLOCK_EXTERN int dlock_force_release(dlock_client *c, const char *name);
 typedef int (*dlock_list_fn)(const char *name, void *arg);
 DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg);
 
+/* ------------------------------------------------------------- semaphores */
+
+/* A counting semaphore: at most PERMITS permits of NAME are held at once
+ * across every process and machine using the backend ("at most 4 jobs
+ * at once"). One acquire takes K permits as one dlock_permit: an object,
+ * not a thread's hold, so any thread may release it (as Redisson's permit
+ * ids and Curator's Lease objects), and one thread may hold many. A
+ * permit is a hold as a lock's is: it has a lease the keeper renews (the
+ * semaphore's lease, else the client's), a validity, a lost callback,
+ * and a fencing token where the backend gives one. A permit of a process
+ * that died comes back: file at once (the kernel); backends with leases
+ * when its lease ends. There is no reentrancy: every acquire takes new permits.
+ *
+ * Names: a semaphore and a lock of the same name are two things (file:
+ * two files).
+ *
+ * The permit count is stored with the semaphore where the layout keeps
+ * one (file: the file's header): a semaphore made with another count than the one stored is
+ * refused with DLOCK_EINVAL and a message naming both counts, never
+ * mixed. To change the count, delete the semaphore while nobody holds
+ * it (file: its .sem file).
+ *
+ * Backends: file (one file NAME.sem, one OFD byte lock per permit; K > 1
+ * taken all at once; docs/protocol-file.md). redis, etcd and zk:
+ * DLOCK_ENOTSUP from dlock_semaphore_new() for now. */
+typedef struct dlock_semaphore dlock_semaphore;
+typedef struct dlock_permit dlock_permit;
+
+/* The largest permit count of a semaphore. */
+#define DLOCK_PERMITS_MAX 1024
+
+/* Make a handle for semaphore NAME with PERMITS permits (1 to
+ * DLOCK_PERMITS_MAX). Nothing is acquired and nothing is sent: the count
+ * is checked against the stored one by the first acquire or inspect.
+ * FLAGS: reserved, must be 0. NAME: as dlock_lock_new().
+ * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, a bad name, PERMITS out of
+ * range, a reserved flag); DLOCK_ENOTSUP (the backend has no semaphores:
+ * redis, etcd, zk); DLOCK_EMISUSE (not connected, closed, after fork);
+ * DLOCK_ENOMEM. On failure *OUT is NULL. Threads: any; the handle may be
+ * used from many threads at once. Free it with dlock_semaphore_free(). */
+DLOCK_EXTERN int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits,
+                                     unsigned flags, dlock_semaphore **out);
+
+/* Free a handle. Permits still held through it are released first (best
+ * effort; a failed release is not reported and the server's record ends
+ * with its lease) and freed: their pointers are invalid afterwards. A
+ * running lost callback of one of them is waited for (unless this is
+ * called from it). NULL is a no-op. No other thread may use S or its
+ * permits then. Also after dlock_client_close() (the permits are gone
+ * already). */
+DLOCK_EXTERN void dlock_semaphore_free(dlock_semaphore *s);
+
+/* Lease of permits acquired through S from now on, with the rules and
+ * codes of dlock_lock_set_lease() (LEASE_MS 0 = the client's;
+ * DLOCK_LEASE_FIXED = never renewed). Permits already held keep theirs.
+ * Any thread. */
+DLOCK_EXTERN int dlock_semaphore_set_lease(dlock_semaphore *s, int64_t lease_ms, unsigned flags);
+
+/* Called once when a permit of S is lost (renewal found it gone, its
+ * lease ended unrenewed): on the client's callback thread, with the rules
+ * of dlock_lock_on_lost(). P stays valid during the call; the callback
+ * may release it (dlock_permit_release() returns DLOCK_ELOST and frees
+ * it). dlock_semaphore_on_lost() sets FN (NULL: none) and ARG for permits
+ * lost from now on: DLOCK_OK or DLOCK_EINVAL (S NULL). Any thread. The
+ * file backend never loses a permit. */
+typedef void (*dlock_permit_lost_fn)(dlock_semaphore *s, dlock_permit *p, const char *why,
+                                     void *arg);
+DLOCK_EXTERN int dlock_semaphore_on_lost(dlock_semaphore *s, dlock_permit_lost_fn fn, void *arg);
+
+/* Take K permits of S at once (1 to the semaphore's count), waiting as
+ * dlock_acquire() does: WAIT_MS DLOCK_TRY (0) tries once, > 0 waits up
+ * to that many ms, DLOCK_FOREVER until taken; CANCEL (NULL: none) as in
+ * dlock_acquire_ex(), and dlock_semaphore_cancel() ends the waits in
+ * progress. A wait sleeps until the backend reports a release (file:
+ * inotify), never on a timer.
+ * Returns DLOCK_OK (*OUT owns the permit: give it to
+ * dlock_permit_release()); contention: DLOCK_EBUSY (fewer than K free),
+ * DLOCK_ETIMEDOUT, DLOCK_ECANCELED; DLOCK_EINVAL (S or OUT NULL, K 0 or
+ * above the count, the stored count differs: the message names both);
+ * DLOCK_EMISUSE (after fork or close, a cancel object of the parent);
+ * DLOCK_ENOMEM; backend failures (DLOCK_EWRONGTYPE: the name holds
+ * something that is not a semaphore of this layout).
+ * After any failure *OUT is NULL and nothing is held on the server (a
+ * request whose reply was lost is undone).
+ * Threads: any, many at once. */
+DLOCK_EXTERN int dlock_semaphore_acquire(dlock_semaphore *s, unsigned k, int64_t wait_ms,
+                                         dlock_cancel *cancel, dlock_permit **out);
+
+/* Cancel every acquire in progress on S (they return DLOCK_ECANCELED and
+ * take nothing); acquires that start later are not affected (use a
+ * cancel object for those). DLOCK_OK or DLOCK_EINVAL (S NULL). Any
+ * thread; not async-signal-safe. */
+DLOCK_EXTERN int dlock_semaphore_cancel(dlock_semaphore *s);
+
+/* The semaphore's name and permit count (NULL and 0 for NULL). Any
+ * thread. */
+DLOCK_EXTERN const char *dlock_semaphore_name(const dlock_semaphore *s);
+DLOCK_EXTERN unsigned dlock_semaphore_permits(const dlock_semaphore *s);
+
+/* Give P's permits back and free P, whatever the outcome. Returns
+ * DLOCK_OK; DLOCK_ELOST (P had been lost: its lease ended or the server
+ * no longer had it; nothing was given back twice); DLOCK_EINVAL (P
+ * NULL); DLOCK_EMISUSE (after fork or close: P is freed, the permits end
+ * with the process or their lease); backend failures (the server's
+ * record ends with its lease; file never fails). Threads: any, but not
+ * twice for one permit nor while another call uses P. */
+DLOCK_EXTERN int dlock_permit_release(dlock_permit *p);
+
+/* How many permits P holds (K of its acquire; 0 for NULL). Any thread. */
+DLOCK_EXTERN unsigned dlock_permit_count(const dlock_permit *p);
+
+/* P's identity at the backend, as dlock_info_holder() shows it: file
+ * "pid@host#slot" (the first of K slots). NULL for NULL. Lives as long as P. Any thread. */
+DLOCK_EXTERN const char *dlock_permit_id(const dlock_permit *p);
+
+/* The fencing token of P's acquisition: strictly greater than every
+ * token issued before for this semaphore on this backend (file: a counter
+ * in the .sem file). Returns DLOCK_OK; DLOCK_EINVAL (a NULL
+ * argument). Any thread. */
+DLOCK_EXTERN int dlock_permit_token(dlock_permit *p, uint64_t *token);
+
+/* Milliseconds P is still guaranteed, as dlock_validity_ms():
+ * DLOCK_VALID_FOREVER without a lease (file), 0 once lost or expired,
+ * DLOCK_EINVAL for NULL. Any thread. */
+DLOCK_EXTERN int64_t dlock_permit_validity_ms(dlock_permit *p);
+
+/* Look at semaphore NAME without taking a permit: a snapshot read with
+ * the dlock_info_* getters (held: some permit is held; holders: one per
+ * permit object, the id of dlock_permit_id() and its count K; ttl: the
+ * longest remaining lease, DLOCK_VALID_FOREVER on file; token: the last
+ * one issued; waiters: unknown, -1) and the two below. PERMITS is the
+ * count to check against the stored one (0: take the stored count, or
+ * report 0 permits when the semaphore was never used).
+ * Returns DLOCK_OK; DLOCK_EINVAL (NULL argument, bad name, a stored count
+ * other than PERMITS); DLOCK_ENOTSUP (no semaphores on this backend);
+ * DLOCK_EMISUSE; DLOCK_ENOMEM; backend failures. On failure *OUT is NULL.
+ * Threads: any. */
+DLOCK_EXTERN int dlock_semaphore_inspect(dlock_client *c, const char *name, unsigned permits,
+                                         dlock_info **out);
+/* The semaphore's permit count (0 for a lock's snapshot or an unused
+ * semaphore), and how many of them are free now (-1 unknown). */
+DLOCK_EXTERN unsigned dlock_info_permits(const dlock_info *i);
+DLOCK_EXTERN long dlock_info_free_permits(const dlock_info *i);
+
 #ifdef __cplusplus
 }
 #endif

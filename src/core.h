@@ -288,6 +288,19 @@ struct dlock__hold {
     void *bdata;         /* backend's own per-hold data */
     char owner[96];      /* backend's owner identity for this hold */
     struct dlock__hold *next; /* entry's list */
+    /* Appended fields. */
+    const struct dlock__sem_req *sem; /* a semaphore's permits, NULL for a
+                                         lock: the core then calls the
+                                         backend's sem_* functions, and
+                                         renew() must renew it as one */
+};
+
+/* What a semaphore hold asks of the backend (semaphore.c): K of the
+ * semaphore's PERMITS. The backend keeps its ids in h->owner (the first
+ * one; derive the others) and h->bdata. */
+struct dlock__sem_req {
+    unsigned permits; /* the semaphore's count, checked against the stored one */
+    unsigned k;       /* permits this hold takes, 1..permits */
 };
 
 /* One keeper pass's renewals, handed to the backend's renew(). Fields
@@ -350,6 +363,9 @@ struct dlock_info {
     size_t nholders;
     char **waiters;
     long nwaiters; /* -1 unknown */
+    /* Appended: semaphores (0 / -1 for a lock). */
+    unsigned permits;
+    long free_permits; /* -1 unknown */
 };
 
 int dlock__info_set_key(struct dlock_info *i, const char *key);
@@ -358,7 +374,7 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 2 /* 2: downgrade */
+#define DLOCK__BACKEND_VERSION 3 /* 2: downgrade; 3: the sem_* functions */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -374,6 +390,9 @@ enum {
         renews (DLOCK_LEASE_FIXED); without it the core refuses one (zk:
         a hold lasts as long as the session). Backends without leases set
         it: a fixed lease is then simply unused, as every lease is. */
+    DLOCK__CAP_SEMAPHORE = 1u << 8, /* counting semaphores (the sem_*
+        functions, table version 3); without it dlock_semaphore_new()
+        answers DLOCK_ENOTSUP */
 };
 
 struct dlock__backend {
@@ -427,7 +446,22 @@ struct dlock__backend {
      * failure leaves H exclusive on the server. NULL: holds stay
      * exclusive until their last level is released. */
     int (*downgrade)(void *state, struct dlock__hold *h);
+
+    /* Version 3: counting semaphores, with DLOCK__CAP_SEMAPHORE. The
+     * core calls them only for holds with h->sem set, with the rules of
+     * acquire/release above; renew() receives such holds too.
+     * sem_acquire takes h->sem->k of the semaphore h->name's permits
+     * (all or none), checks h->sem->permits against the stored count
+     * (DLOCK_EINVAL naming both), sets h->owner to the permit's id and
+     * h->token. sem_inspect fills INFO (permits, free_permits, a holder
+     * per permit object); PERMITS 0 = no count to check. */
+    int (*sem_acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
+    int (*sem_release)(void *state, struct dlock__hold *h);
+    int (*sem_inspect)(void *state, const char *name, unsigned permits, struct dlock_info *info);
 };
+
+/* The backend's release of H: sem_release for a semaphore's hold. */
+int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);
 
 /* ---------------------------------------------------------------- clients */
 

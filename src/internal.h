@@ -39,6 +39,7 @@ struct dlock_lock {
     bool acquiring;    /* handle-owned: an acquire through it is running */
     bool releasing;    /* handle-owned: its hold's release is at the server */
     struct dlock__waitset turn; /* handle-owned: acquires waiting for it */
+    const struct dlock__sem_req *sem; /* a permit's handle (semaphore.c) */
 };
 
 /* The first thing every public call that returns a code does: the

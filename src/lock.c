@@ -437,7 +437,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     if (l->owner)
         l->acquiring = true;
     bool claimed = false;
-    if (client_owner)
+    if (client_owner && !l->sem) /* a semaphore's permits are many owners */
         claimed = (rc = local_queue(c, e, &w, l->mode == DLOCK_SHARED)) == DLOCK_OK;
     int64_t lease = l->lease_ms ? l->lease_ms : c->opts.lease_ms;
     bool fixed = l->fixed_lease;
@@ -455,6 +455,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         h->tid = owner;
         h->count = 1;
         h->via = l;
+        h->sem = l->sem;
         bool leases = c->be->caps & DLOCK__CAP_LEASES;
         h->lease_ms = leases ? lease : 0;
         h->fixed_lease = fixed;
@@ -463,7 +464,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         h->state = DLOCK__HELD;
         int64_t sent = dlock__now_ms();
         dlock__err(DLOCK_OK, "%s", ""); /* so a backend's own words show */
-        rc = c->be->acquire(c->bstate, h, &w);
+        rc = h->sem ? c->be->sem_acquire(c->bstate, h, &w) : c->be->acquire(c->bstate, h, &w);
         /* A backend that did not confirm: count validity from before the
          * request, which is never later than the truth. */
         if (!rc && h->lease_ms && h->valid_until == DLOCK__NEVER)
@@ -486,7 +487,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
                 e->holds = h->next;
                 c->nholds--;
                 pthread_mutex_unlock(&c->mu);
-                c->be->release(c->bstate, h);
+                dlock__backend_release(c, h);
                 pthread_mutex_lock(&c->mu);
                 hold_free(h);
                 h = NULL;
@@ -538,7 +539,7 @@ static int hold_end(dlock_client *c, struct dlock__hold *h)
     if (owner)
         owner->releasing = true;
     pthread_mutex_unlock(&c->mu);
-    int rc = c->be->release(c->bstate, h);
+    int rc = dlock__backend_release(c, h);
     if (lost)
         rc = dlock__err(DLOCK_ELOST, "lock '%s' was lost before this release: %s", e->name,
                         why ? why : "no reason given");
@@ -548,7 +549,7 @@ static int hold_end(dlock_client *c, struct dlock__hold *h)
         owner->releasing = false;
         dlock__waitset_wake_all(&owner->turn);
     }
-    if (c->be->caps & DLOCK__CAP_CLIENT_OWNER)
+    if ((c->be->caps & DLOCK__CAP_CLIENT_OWNER) && !h->sem)
         local_dequeue(e, h->mode == DLOCK_SHARED);
     hold_free(h);
     entry_put(c, e);

@@ -57,56 +57,7 @@
 #include <unistd.h>
 
 #include "core.h"
-
-#define MAGIC "DLOCKv1\n"
-#define HOST_MAX 64
-#define MAX_ENCODED 200
-/* How long a try-once acquire retries the metadata byte, which another
- * acquirer holds for a pread and a pwrite. */
-#define META_TRY_MS 100
-
-/* The header at offset 0 of every lock file (host byte order: the file
- * never leaves this machine). */
-struct header {
-    char magic[8];
-    uint64_t token;     /* last fencing token handed out */
-    uint32_t mode;      /* mode of the last acquisition */
-    uint32_t pid;       /* last acquirer */
-    int64_t since_ms;   /* wall clock of the last acquisition */
-    char host[HOST_MAX];
-    uint32_t name_len;  /* full name (prefix included) follows */
-    uint32_t reserved;
-};
-
-#define INOTIFY_POOL 16
-
-struct file_state {
-    dlock_client *c;
-    /* Idle inotify instances: closing one waits for an RCU grace period
-     * (milliseconds), so waiters borrow and return them instead. */
-    pthread_mutex_t pool_mu;
-    int pool[INOTIFY_POOL];
-    int pool_wd[INOTIFY_POOL]; /* its last watch, removed when borrowed */
-    int npool;
-    char *dir;
-    int dirfd;
-    /* From the directory at open: who owns it, whether others may write
-     * in it, and the mode (and group) new lock files get. */
-    uid_t dir_uid;
-    gid_t dir_gid;
-    bool dir_public;   /* writable by others: adopt only trusted files */
-    bool group_shared; /* group-writable only: files 0660, its group */
-    mode_t file_mode;
-    char host[HOST_MAX];
-    const char *prefix;
-};
-
-struct file_hold {
-    int fd;
-    bool inherited; /* dlock__file_inherit_fd gave children a copy */
-};
-
-enum { LOCK_BYTE = 0, META_BYTE = 1, GATE_BYTE = 2 };
+#include "file.h"
 
 /* ------------------------------------------------------------ names */
 
@@ -128,7 +79,7 @@ static void fnv128(const char *s, size_t n, uint64_t out[2])
  * keeping inner dots, except that ".." stays "%2E." rather than the
  * codec's "%2E%2E"; and a name is hashed once an encoded byte would start
  * past MAX_ENCODED - 3, as the old encoder stopped there. */
-static int file_name(const char *full, char out[NAME_MAX + 1])
+static int file_name(const char *full, const char *suffix, char out[NAME_MAX + 1])
 {
     char *enc = strcmp(full, "..") == 0 ? strdup("%2E.")
                                         : dlock__name_encode(full, ".", DLOCK__ENC_NO_LEADING_DOT);
@@ -137,7 +88,7 @@ static int file_name(const char *full, char out[NAME_MAX + 1])
     size_t n = strlen(enc);
     size_t last = n >= 3 && enc[n - 3] == '%' ? n - 3 : n ? n - 1 : 0; /* the last byte's escape */
     if (last + 3 <= MAX_ENCODED) {
-        snprintf(out, NAME_MAX + 1, "%s.lock", enc);
+        snprintf(out, NAME_MAX + 1, "%s%s", enc, suffix);
         free(enc);
         return DLOCK_OK;
     }
@@ -146,13 +97,13 @@ static int file_name(const char *full, char out[NAME_MAX + 1])
     enc[100] = 0;
     if (enc[99] == '%' || enc[98] == '%') /* never cut an escape in half */
         enc[enc[99] == '%' ? 99 : 98] = 0;
-    snprintf(out, NAME_MAX + 1, "#%s~%016llx%016llx.lock", enc, (unsigned long long)h[0],
-             (unsigned long long)h[1]);
+    snprintf(out, NAME_MAX + 1, "#%s~%016llx%016llx%s", enc, (unsigned long long)h[0],
+             (unsigned long long)h[1], suffix);
     free(enc);
     return DLOCK_OK;
 }
 
-static char *full_name(struct file_state *s, const char *name)
+char *full_name(struct file_state *s, const char *name)
 {
     return dlock__sprintf("%s%s", s->prefix ? s->prefix : "", name);
 }
@@ -160,7 +111,7 @@ static char *full_name(struct file_state *s, const char *name)
 /* ------------------------------------------------------ byte locks */
 
 /* Try (never wait for) an OFD lock of TYPE on byte START. */
-static int range_lock(int fd, short type, off_t start)
+int range_lock(int fd, short type, off_t start)
 {
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = 1};
     return fcntl(fd, F_OFD_SETLK, &fl);
@@ -187,7 +138,7 @@ static void sleep_ms(int64_t ms)
  * and cancellable for an acquire that waits, for META_TRY_MS for a
  * try-once acquire (then DLOCK_EBUSY), and for the op timeout when W is
  * NULL (inspect; then DLOCK_ETIMEDOUT). */
-static int meta_lock(struct file_state *s, int fd, const char *fname, short type,
+int meta_lock(struct file_state *s, int fd, const char *fname, short type,
                      struct dlock__wait *w)
 {
     struct dlock__backoff b = {.min_ms = 1, .max_ms = 50};
@@ -223,7 +174,7 @@ static int meta_lock(struct file_state *s, int fd, const char *fname, short type
 /* Read the header (and, when FULL is given, check the stored name) in
  * one pread; all zero for a new empty file. DLOCK_EWRONGTYPE for a file
  * that is not ours or belongs to another name (hash collision). */
-static int read_header(struct file_state *s, int fd, const char *path, const char *full,
+int read_header(struct file_state *s, int fd, const char *path, const char *full,
                        struct header *h)
 {
     size_t len = full ? strlen(full) : 0;
@@ -296,7 +247,7 @@ static int check_dir(struct file_state *s, bool is_default)
 }
 
 /* An inotify instance with no watch and no pending event. */
-static int inotify_borrow(struct file_state *s)
+int inotify_borrow(struct file_state *s)
 {
     int fd = -1, wd = -1;
     pthread_mutex_lock(&s->pool_mu);
@@ -317,7 +268,7 @@ static int inotify_borrow(struct file_state *s)
 
 /* Give an instance back. Its watch is removed by the next borrower, off
  * the hand-off path (removing a watch costs microseconds). */
-static void inotify_return(struct file_state *s, int fd, int wd)
+void inotify_return(struct file_state *s, int fd, int wd)
 {
     pthread_mutex_lock(&s->pool_mu);
     if (s->npool < INOTIFY_POOL) {
@@ -412,9 +363,10 @@ static void set_file_mode(struct file_state *s, int fd, const struct stat *st, b
 /* Open the lock file for FULL (creating it when FLAGS has O_CREAT), with
  * its name in FNAME. Refuses what is not a regular file and, in a
  * directory others may write to, a file of an untrusted owner. */
-static int open_lock_file(struct file_state *s, const char *full, int flags, char *fname, int *fd)
+int file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
+                    char *fname, int *fd)
 {
-    int rc = file_name(full, fname);
+    int rc = file_name(full, suffix, fname);
     if (rc)
         return rc;
     int base = (flags & ~O_CREAT) | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK;
@@ -474,10 +426,15 @@ static int open_lock_file(struct file_state *s, const char *full, int flags, cha
     return DLOCK_OK;
 }
 
+static int open_lock_file(struct file_state *s, const char *full, int flags, char *fname, int *fd)
+{
+    return file_open_named(s, full, ".lock", flags, fname, fd);
+}
+
 /* ------------------------------------------------------- acquiring */
 
 /* Whether FNAME in the directory still is the file FD has open. */
-static bool still_linked(struct file_state *s, int fd, const char *fname)
+bool still_linked(struct file_state *s, int fd, const char *fname)
 {
     struct stat a, b;
     return fstat(fd, &a) == 0 && fstatat(s->dirfd, fname, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -519,50 +476,34 @@ static int stamp(struct file_state *s, int fd, const char *fname, const char *fu
     return rc;
 }
 
-static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
+int file_wait_take(struct file_state *s, const char *full, const char *suffix,
+                   struct dlock__wait *w, file_try_fn try_take, void *arg, char *fname, int *fdp)
 {
-    struct file_state *s = state;
-    char fname[NAME_MAX + 1];
-    char *full = full_name(s, hold->name);
-    if (!full)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd = -1, ifd = -1, wd = -1;
     bool degraded = false; /* no inotify to be had: backoff retries */
+    bool fresh = true;     /* the next try is the first on this descriptor */
     struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 100};
-    int rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
-    short type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK;
-    bool gated = false; /* we hold the gate (a waiting writer) */
+    int rc = file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
     while (!rc) {
-        bool locked;
-        if (type == F_RDLCK && gate_closed(fd)) {
-            locked = false; /* a writer waits: it goes first */
-            errno = EAGAIN;
-        } else {
-            locked = range_lock(fd, type, LOCK_BYTE) == 0;
-        }
-        if (!locked && errno != EAGAIN && errno != EACCES) {
-            rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
+        rc = try_take(s, fd, fname, w, fresh, arg);
+        fresh = false;
+        if (rc && rc != DLOCK_EBUSY)
             break;
-        }
         if (!still_linked(s, fd, fname)) {
             /* Someone deleted or replaced the file: a lock on the old inode
-             * excludes nobody. Start over on what the name points to now. */
+             * excludes nobody. Start over on what the name points to now
+             * (closing gives back what the try took). */
             close(fd);
             if (ifd >= 0)
                 inotify_return(s, ifd, wd);
             ifd = wd = -1;
-            gated = false;
-            rc = open_lock_file(s, full, O_RDWR | O_CREAT, fname, &fd);
+            fresh = true;
+            rc = file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
             continue;
         }
-        if (locked)
+        if (rc == DLOCK_OK || dlock__wait_try_once(w))
             break;
-        if (dlock__wait_try_once(w)) {
-            rc = DLOCK_EBUSY;
-            break;
-        }
-        if (type == F_WRLCK && !gated)
-            gated = range_lock(fd, F_WRLCK, GATE_BYTE) == 0; /* else another writer has it */
+        rc = DLOCK_OK;
         if (ifd == -1 && !degraded) {
             /* Watch first, then try again: a release in between is seen. */
             ifd = inotify_borrow(s);
@@ -599,13 +540,54 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     }
     if (ifd >= 0)
         inotify_return(s, ifd, wd);
-    if (!rc && gated)
+    if (rc && fd >= 0)
+        close(fd); /* drops the lock if we got it */
+    *fdp = rc ? -1 : fd;
+    return rc;
+}
+
+/* The lock's try: byte 0 in TYPE. A reader finding the gate closed (a
+ * writer waits) does not try: the writer goes first. A writer that will
+ * wait closes the gate (unless another waiting writer has it). */
+struct lock_try {
+    short type;
+    bool gated; /* we hold the gate (a waiting writer) */
+};
+
+static int lock_try(struct file_state *s, int fd, const char *fname, struct dlock__wait *w,
+                    bool fresh, void *arg)
+{
+    struct lock_try *t = arg;
+    if (fresh)
+        t->gated = false; /* a new descriptor holds no gate */
+    if (t->type == F_RDLCK && gate_closed(fd))
+        return DLOCK_EBUSY;
+    if (range_lock(fd, t->type, LOCK_BYTE) == 0)
+        return DLOCK_OK;
+    if (errno != EAGAIN && errno != EACCES)
+        return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
+    if (t->type == F_WRLCK && !t->gated && !dlock__wait_try_once(w))
+        t->gated = range_lock(fd, F_WRLCK, GATE_BYTE) == 0; /* else another writer has it */
+    return DLOCK_EBUSY;
+}
+
+static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
+{
+    struct file_state *s = state;
+    char fname[NAME_MAX + 1];
+    char *full = full_name(s, hold->name);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    int fd = -1;
+    struct lock_try t = {.type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK};
+    int rc = file_wait_take(s, full, ".lock", w, lock_try, &t, fname, &fd);
+    if (!rc && t.gated)
         range_lock(fd, F_UNLCK, GATE_BYTE); /* byte 0 keeps readers out now */
     if (!rc)
         rc = stamp(s, fd, fname, full, hold->mode, w, &hold->token);
     free(full);
     struct file_hold *fh = NULL;
-    if (!rc && !(fh = malloc(sizeof *fh)))
+    if (!rc && !(fh = calloc(1, sizeof *fh)))
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
     if (rc) {
         if (fd >= 0)
@@ -781,7 +763,8 @@ const struct dlock__backend dlock__backend_file = {
     .version = DLOCK__BACKEND_VERSION,
     .name = "file",
     .schemes = file_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LIST | DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LIST | DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE |
+            DLOCK__CAP_SEMAPHORE,
     .default_port = 0,
     .open = file_open,
     .close = file_close,
@@ -792,4 +775,7 @@ const struct dlock__backend dlock__backend_file = {
     .force_release = file_force_release,
     .list = file_list,
     .downgrade = file_downgrade,
+    .sem_acquire = file_sem_acquire,
+    .sem_release = file_sem_release,
+    .sem_inspect = file_sem_inspect,
 };

@@ -1,0 +1,109 @@
+/* file.h -- what the file backend's files share: the lock directory's
+ * state, the header every lock and semaphore file starts with, and the
+ * helpers that open such files safely, lock their bytes and watch them.
+ * file.c is the lock (and the backend's table); file_semaphore.c the
+ * counting semaphore, one .sem file per name. */
+#ifndef DLOCK_FILE_H
+#define DLOCK_FILE_H
+
+#include <limits.h>
+#include <sys/types.h>
+
+#include "core.h"
+
+#define MAGIC "DLOCKv1\n"
+#define HOST_MAX 64
+#define MAX_ENCODED 200
+/* How long a try-once acquire retries the metadata byte, which another
+ * acquirer holds for a pread and a pwrite. */
+#define META_TRY_MS 100
+
+/* The header at offset 0 of every lock and semaphore file (host byte
+ * order: the file never leaves this machine). */
+struct header {
+    char magic[8];
+    uint64_t token;     /* last fencing token handed out */
+    uint32_t mode;      /* mode of the last acquisition */
+    uint32_t pid;       /* last acquirer */
+    int64_t since_ms;   /* wall clock of the last acquisition */
+    char host[HOST_MAX];
+    uint32_t name_len;  /* full name (prefix included) follows */
+    uint32_t permits;   /* .sem files: the permit count; lock files: 0 */
+};
+
+#define INOTIFY_POOL 16
+
+struct file_state {
+    dlock_client *c;
+    /* Idle inotify instances: closing one waits for an RCU grace period
+     * (milliseconds), so waiters borrow and return them instead. */
+    pthread_mutex_t pool_mu;
+    int pool[INOTIFY_POOL];
+    int pool_wd[INOTIFY_POOL]; /* its last watch, removed when borrowed */
+    int npool;
+    char *dir;
+    int dirfd;
+    /* From the directory at open: who owns it, whether others may write
+     * in it, and the mode (and group) new lock files get. */
+    uid_t dir_uid;
+    gid_t dir_gid;
+    bool dir_public;   /* writable by others: adopt only trusted files */
+    bool group_shared; /* group-writable only: files 0660, its group */
+    mode_t file_mode;
+    char host[HOST_MAX];
+    const char *prefix;
+};
+
+struct file_hold {
+    int fd;
+    bool inherited; /* dlock__file_inherit_fd gave children a copy */
+};
+
+enum { LOCK_BYTE = 0, META_BYTE = 1, GATE_BYTE = 2 };
+
+/* Prefix + NAME (caller frees; NULL when out of memory). */
+char *full_name(struct file_state *s, const char *name);
+/* Open the file of FULL with SUFFIX (".lock", ".sem"), creating it when
+ * FLAGS has O_CREAT, its file name into FNAME (NAME_MAX + 1). Refuses
+ * what is not a regular file and, in a directory others may write to, a
+ * file of an untrusted owner. DLOCK_ENOENT (no message) when absent. */
+int file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
+                    char *fname, int *fd);
+/* Whether FNAME in the directory still is the file FD has open. */
+bool still_linked(struct file_state *s, int fd, const char *fname);
+/* Try (never wait for) an OFD lock of TYPE on byte START. */
+int range_lock(int fd, short type, off_t start);
+/* Take the metadata byte (byte 1) in TYPE within W's deadline (W NULL:
+ * the op timeout; try-once: META_TRY_MS, then DLOCK_EBUSY). */
+int meta_lock(struct file_state *s, int fd, const char *fname, short type, struct dlock__wait *w);
+/* Read the header (checking the stored name against FULL when given);
+ * all zero for a new empty file; DLOCK_EWRONGTYPE for another file. */
+int read_header(struct file_state *s, int fd, const char *path, const char *full,
+                struct header *h);
+/* An inotify instance with no watch and no pending event, and giving it
+ * back with its watch WD. */
+int inotify_borrow(struct file_state *s);
+void inotify_return(struct file_state *s, int fd, int wd);
+
+/* One try at taking what the caller wants of the file FD has open:
+ * DLOCK_OK (taken), DLOCK_EBUSY (not now), or a failure. FRESH: the
+ * first try on this descriptor (the file was opened again). */
+typedef int (*file_try_fn)(struct file_state *s, int fd, const char *fname,
+                           struct dlock__wait *w, bool fresh, void *arg);
+/* Open the file of FULL + SUFFIX for writing (creating it) and call
+ * TRY_TAKE until it answers anything but DLOCK_EBUSY, sleeping between
+ * tries until a writer closes the file (a release, a holder's death:
+ * inotify's IN_CLOSE_WRITE, watched before each try; a backoff of 1 to
+ * 100 ms when the user is out of inotify instances) within W's deadline
+ * and cancel. A file deleted or replaced meanwhile is closed (giving back
+ * what was taken) and the name opened again. On DLOCK_OK *FDP is the
+ * descriptor and FNAME its file name; otherwise *FDP is -1. */
+int file_wait_take(struct file_state *s, const char *full, const char *suffix,
+                   struct dlock__wait *w, file_try_fn try_take, void *arg, char *fname, int *fdp);
+
+/* file_semaphore.c */
+int file_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int file_sem_release(void *state, struct dlock__hold *h);
+int file_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
+
+#endif

@@ -1,0 +1,374 @@
+/* semaphore.c -- counting semaphores, built on the lock machinery.
+ *
+ * A permit is a hold. Each dlock_permit owns a private handle-owned lock
+ * handle on the semaphore's name, and that handle's one hold carries a
+ * struct dlock__sem_req (K of the semaphore's N permits). So the
+ * registry, the keeper's batched renewals, validity, the drift margin,
+ * cancel objects and the lost callback (through the handle's lost_fn)
+ * serve permits with no code of their own; lock.c only calls the
+ * backend's sem_* functions for such holds and keeps them out of the
+ * per-client local queue (each permit is its own owner, so N of them may
+ * be held by one client at once, as N clients would).
+ *
+ * The semaphore handle keeps what applies to its future permits (lease,
+ * lost callback), a plain handle on the name (so the name's registry
+ * entry lives as long as the semaphore does), and the list of its permits
+ * being acquired or held: dlock_semaphore_cancel() reaches the waits of
+ * the first, dlock_semaphore_free() releases the second.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "internal.h"
+
+struct dlock_semaphore {
+    dlock_client *c;
+    dlock_lock *base; /* keeps the name's registry entry */
+    unsigned permits;
+    int64_t lease_ms; /* 0 = the client's */
+    bool fixed_lease;
+    dlock_permit_lost_fn lost_fn;
+    void *lost_arg;
+    struct dlock_permit *head; /* acquiring or held (client mutex) */
+};
+
+struct dlock_permit {
+    dlock_semaphore *s;
+    dlock_lock *l; /* handle-owned: its one hold is this permit */
+    struct dlock__sem_req req;
+    char id[sizeof ((struct dlock__hold *)0)->owner];
+    struct dlock_permit *next;
+};
+
+int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h)
+{
+    return h->sem ? c->be->sem_release(c->bstate, h) : c->be->release(c->bstate, h);
+}
+
+static bool has_semaphores(const dlock_client *c)
+{
+    return c->be->version >= 3 && (c->be->caps & DLOCK__CAP_SEMAPHORE) && c->be->sem_acquire &&
+           c->be->sem_release && c->be->sem_inspect;
+}
+
+static int no_semaphores(const dlock_client *c, const char *name)
+{
+    return dlock__err(DLOCK_ENOTSUP, "semaphore '%s': the %s backend has no semaphores yet", name,
+                      c->be->name);
+}
+
+int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits, unsigned flags,
+                        dlock_semaphore **out)
+{
+    dlock__msg_clear();
+    if (!out)
+        return dlock__err(DLOCK_EINVAL, "dlock_semaphore_new: out is NULL");
+    *out = NULL;
+    dlock_lock *base = NULL;
+    /* The client and name checks of a lock handle, and the entry. */
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &base);
+    if (rc)
+        return rc;
+    if (flags)
+        rc = dlock__err(DLOCK_EINVAL, "semaphore '%s': unknown flags 0x%x (reserved, must be 0)",
+                        name, flags);
+    else if (permits < 1 || permits > DLOCK_PERMITS_MAX)
+        rc = dlock__err(DLOCK_EINVAL, "semaphore '%s': %u permits (1 to %d)", name, permits,
+                        DLOCK_PERMITS_MAX);
+    else if (!has_semaphores(c))
+        rc = no_semaphores(c, name);
+    dlock_semaphore *s = rc ? NULL : calloc(1, sizeof *s);
+    if (!rc && !s)
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (rc) {
+        dlock_lock_free(base);
+        return rc;
+    }
+    s->c = c;
+    s->base = base;
+    s->permits = permits;
+    *out = s;
+    return DLOCK_OK;
+}
+
+int dlock_semaphore_set_lease(dlock_semaphore *s, int64_t lease_ms, unsigned flags)
+{
+    if (!s) {
+        dlock__msg_clear();
+        return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
+    }
+    /* The base handle checks (and keeps) it; permits copy it. */
+    int rc = dlock_lock_set_lease(s->base, lease_ms, flags);
+    if (!rc) {
+        pthread_mutex_lock(&s->c->mu);
+        s->lease_ms = s->base->lease_ms;
+        s->fixed_lease = s->base->fixed_lease;
+        pthread_mutex_unlock(&s->c->mu);
+    }
+    return rc;
+}
+
+int dlock_semaphore_on_lost(dlock_semaphore *s, dlock_permit_lost_fn fn, void *arg)
+{
+    dlock__msg_clear();
+    if (!s)
+        return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
+    pthread_mutex_lock(&s->c->mu);
+    s->lost_fn = fn;
+    s->lost_arg = arg;
+    pthread_mutex_unlock(&s->c->mu);
+    return DLOCK_OK;
+}
+
+const char *dlock_semaphore_name(const dlock_semaphore *s)
+{
+    return s ? dlock_lock_name(s->base) : NULL;
+}
+
+unsigned dlock_semaphore_permits(const dlock_semaphore *s)
+{
+    return s ? s->permits : 0;
+}
+
+/* The permit handle's lost callback: the semaphore's, with the permit. */
+static void permit_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l;
+    dlock_permit *p = arg;
+    dlock_semaphore *s = p->s;
+    pthread_mutex_lock(&s->c->mu);
+    dlock_permit_lost_fn fn = s->lost_fn;
+    void *fn_arg = s->lost_arg;
+    pthread_mutex_unlock(&s->c->mu);
+    if (fn)
+        fn(s, p, why, fn_arg);
+}
+
+/* Take P off its semaphore's list (client mutex held). */
+static void permit_unlink(dlock_permit *p)
+{
+    dlock_permit **q = &p->s->head;
+    while (*q && *q != p)
+        q = &(*q)->next;
+    if (*q)
+        *q = p->next;
+}
+
+/* Unlink and free P and its handle (its hold already ended). */
+static void permit_free(dlock_permit *p)
+{
+    dlock_client *c = p->s->c;
+    bool ours = c->pid == getpid();
+    if (ours)
+        pthread_mutex_lock(&c->mu);
+    permit_unlink(p);
+    if (ours)
+        pthread_mutex_unlock(&c->mu);
+    dlock_lock_free(p->l);
+    free(p);
+}
+
+/* The lock words of a contention outcome, said of a semaphore. */
+static int acquire_outcome(dlock_semaphore *s, unsigned k, int rc, int64_t wait_ms)
+{
+    const char *name = dlock_lock_name(s->base);
+    char why[DLOCK__MSG_MAX];
+    dlock__errmsg_save(why);
+    if (rc == DLOCK_EBUSY)
+        return dlock__err(rc, "semaphore '%s': fewer than %u of its %u permits are free", name, k,
+                          s->permits);
+    if (rc == DLOCK_ETIMEDOUT)
+        return dlock__err(rc, "semaphore '%s': %u of its %u permits not free within %lld ms (%s)",
+                          name, k, s->permits, (long long)wait_ms, why);
+    if (rc == DLOCK_ECANCELED)
+        return dlock__err(rc, "semaphore '%s': wait canceled", name);
+    return dlock__errmsg_restore(rc, why);
+}
+
+int dlock_semaphore_acquire(dlock_semaphore *s, unsigned k, int64_t wait_ms, dlock_cancel *cancel,
+                            dlock_permit **out)
+{
+    dlock__msg_clear();
+    if (!out)
+        return dlock__err(DLOCK_EINVAL, "dlock_semaphore_acquire: out is NULL");
+    *out = NULL;
+    if (!s)
+        return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
+    dlock_client *c = s->c;
+    const char *name = dlock_lock_name(s->base);
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (k < 1 || k > s->permits)
+        return dlock__err(DLOCK_EINVAL, "semaphore '%s': cannot take %u of its %u permits", name,
+                          k, s->permits);
+    dlock_permit *p = calloc(1, sizeof *p);
+    if (!p)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    p->s = s;
+    p->req.permits = s->permits;
+    p->req.k = k;
+    if ((rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &p->l))) {
+        free(p);
+        return rc;
+    }
+    pthread_mutex_lock(&c->mu);
+    p->l->sem = &p->req;
+    p->l->lease_ms = s->lease_ms;
+    p->l->fixed_lease = s->fixed_lease;
+    p->l->lost_fn = permit_lost;
+    p->l->lost_arg = p;
+    p->next = s->head;
+    s->head = p;
+    pthread_mutex_unlock(&c->mu);
+
+    rc = dlock_acquire_ex(p->l, wait_ms, cancel);
+    if (rc) {
+        rc = acquire_outcome(s, k, rc, wait_ms);
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        permit_free(p);
+        return dlock__errmsg_restore(rc, msg);
+    }
+    pthread_mutex_lock(&c->mu);
+    for (struct dlock__hold *h = p->l->e->holds; h; h = h->next)
+        if (h->tid == p->l->owner)
+            memcpy(p->id, h->owner, sizeof p->id);
+    pthread_mutex_unlock(&c->mu);
+    *out = p;
+    return DLOCK_OK;
+}
+
+int dlock_semaphore_cancel(dlock_semaphore *s)
+{
+    dlock__msg_clear();
+    if (!s)
+        return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
+    pthread_mutex_lock(&s->c->mu);
+    for (dlock_permit *p = s->head; p; p = p->next)
+        for (struct dlock__waitref *r = p->l->waits; r; r = r->next)
+            dlock__wait_cancel(r->w);
+    pthread_mutex_unlock(&s->c->mu);
+    return DLOCK_OK;
+}
+
+int dlock_permit_release(dlock_permit *p)
+{
+    dlock__msg_clear();
+    if (!p)
+        return dlock__err(DLOCK_EINVAL, "permit is NULL");
+    const char *name = dlock_lock_name(p->s->base);
+    int rc = dlock_release(p->l);
+    char msg[DLOCK__MSG_MAX];
+    if (rc == DLOCK_ELOST) {
+        /* "lock 'NAME' was lost before this release: WHY" */
+        const char *was = strstr(dlock_errmsg(), " was lost");
+        rc = dlock__err(rc, "semaphore '%s': permit %s%s", name, p->id, was ? was : " was lost");
+    } else if (rc) {
+        dlock__errmsg_save(msg);
+        rc = dlock__err(rc, "semaphore '%s': releasing permit %s: %s", name, p->id, msg);
+    }
+    dlock__errmsg_save(msg);
+    permit_free(p);
+    return dlock__errmsg_restore(rc, msg);
+}
+
+unsigned dlock_permit_count(const dlock_permit *p)
+{
+    return p ? p->req.k : 0;
+}
+
+const char *dlock_permit_id(const dlock_permit *p)
+{
+    return p ? p->id : NULL;
+}
+
+int dlock_permit_token(dlock_permit *p, uint64_t *token)
+{
+    if (!p || !token) {
+        dlock__msg_clear();
+        return dlock__err(DLOCK_EINVAL, "dlock_permit_token: NULL argument");
+    }
+    return dlock_token(p->l, token);
+}
+
+int64_t dlock_permit_validity_ms(dlock_permit *p)
+{
+    if (!p) {
+        dlock__msg_clear();
+        return dlock__err(DLOCK_EINVAL, "permit is NULL");
+    }
+    return dlock_validity_ms(p->l);
+}
+
+void dlock_semaphore_free(dlock_semaphore *s)
+{
+    if (!s)
+        return;
+    dlock_client *c = s->c;
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg); /* freeing leaves the message alone */
+    bool ours = c->pid == getpid();
+    for (;;) {
+        if (ours)
+            pthread_mutex_lock(&c->mu);
+        dlock_permit *p = s->head;
+        if (ours)
+            pthread_mutex_unlock(&c->mu);
+        if (!p)
+            break;
+        if (ours && !c->closed)
+            (void)dlock_release(p->l); /* best effort; also a lost one */
+        permit_free(p);
+    }
+    dlock_lock_free(s->base);
+    free(s);
+    dlock__errmsg_restore(DLOCK_OK, msg);
+}
+
+/* ------------------------------------------------------------ inspecting */
+
+int dlock_semaphore_inspect(dlock_client *c, const char *name, unsigned permits, dlock_info **out)
+{
+    dlock__msg_clear();
+    if (!out || !name)
+        return dlock__err(DLOCK_EINVAL, "dlock_semaphore_inspect: NULL argument");
+    *out = NULL;
+    /* A handle makes no request: it checks the client and the name. */
+    dlock_lock *probe = NULL;
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &probe);
+    dlock_lock_free(probe);
+    if (rc)
+        return rc;
+    if (permits > DLOCK_PERMITS_MAX)
+        return dlock__err(DLOCK_EINVAL, "semaphore '%s': %u permits (1 to %d)", name, permits,
+                          DLOCK_PERMITS_MAX);
+    if (!has_semaphores(c))
+        return no_semaphores(c, name);
+    dlock_info *i = calloc(1, sizeof *i);
+    if (!i)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    i->ttl_ms = -1;
+    i->nwaiters = -1;
+    i->free_permits = -1;
+    rc = c->be->sem_inspect(c->bstate, name, permits, i);
+    if (rc) {
+        dlock_info_free(i);
+        return rc;
+    }
+    *out = i;
+    return DLOCK_OK;
+}
+
+unsigned dlock_info_permits(const dlock_info *i)
+{
+    return i ? i->permits : 0;
+}
+
+long dlock_info_free_permits(const dlock_info *i)
+{
+    return i && i->permits ? i->free_permits : -1;
+}

@@ -1,0 +1,655 @@
+/* check_semaphore.c -- the counting semaphore's contract, written once
+ * and run against every backend of tests/lib/contract.h that has
+ * semaphores; a backend without them is held to its documented
+ * DLOCK_ENOTSUP instead of being skipped.
+ *
+ * What is tested: N+1 processes over N permits never have more than N
+ * holders at once (a counter in shared memory that holders raise and
+ * lower), tokens and K-at-once acquires, try/timed/forever waits and
+ * their cancels, a wrong permit count, permits coming back after kill -9
+ * of their holder and after a holder paused past its lease (with its
+ * lost callback), renewals keeping a permit, and freeing the semaphore
+ * giving its permits back. Tests wait on conditions (marker files, a
+ * thread asleep in the kernel), never on fixed sleeps, and never assert
+ * on time.
+ *
+ * DLOCK_TEST=<substring or glob of "backend/test"> runs a subset.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "contract.h"
+#include "dlock.h"
+#include "testutil.h"
+
+/* The backend of the running test case and the running test's prefix. */
+static struct ct_fixture *CT;
+static char prefix[64];
+
+/* The fixtures whose backend has semaphores (docs/backends.md). */
+static bool has_semaphores(const struct ct_fixture *f)
+{
+    return strcmp(f->name, "file") == 0;
+}
+
+static bool leases(void)
+{
+    return (CT->caps & CT_LEASES) != 0;
+}
+
+/* ------------------------------------------------------------- fixtures */
+
+static void fixture_begin(size_t i)
+{
+    CT = ct_fixtures[i];
+    CT->started = CT->start(CT);
+    if (!CT->started)
+        fprintf(stderr, "semaphore: %s fixture did not start: %s\n", CT->name, CT->error);
+}
+
+static void fixture_end(size_t i)
+{
+    if (ct_fixtures[i]->started)
+        ct_fixtures[i]->stop(ct_fixtures[i]);
+    ct_fixtures[i]->started = false;
+}
+
+#define FIXTURE_HOOKS(i)                                                                     \
+    static void begin_##i(void)                                                              \
+    {                                                                                        \
+        fixture_begin(i);                                                                    \
+    }                                                                                        \
+    static void end_##i(void)                                                                \
+    {                                                                                        \
+        fixture_end(i);                                                                      \
+    }
+FIXTURE_HOOKS(0)
+FIXTURE_HOOKS(1)
+FIXTURE_HOOKS(2)
+FIXTURE_HOOKS(3)
+FIXTURE_HOOKS(4)
+FIXTURE_HOOKS(5)
+static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4, begin_5};
+static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5};
+
+static void test_begin(void)
+{
+    ck_assert_msg(CT && CT->started, "the %s backend did not start: %s", CT ? CT->name : "?",
+                  CT ? CT->error : "");
+    static int serial;
+    snprintf(prefix, sizeof prefix, "s%d-%d-", (int)getpid(), serial++);
+}
+
+/* ------------------------------------------------------------- helpers */
+
+#define EXPECT_RC(call, want)                                                                \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        ck_assert_msg(rc_ == (want), "%s: %s (%s), expected %s", #call, dlock_err_name(rc_), \
+                      dlock_errmsg(), dlock_err_name(want));                                 \
+    } while (0)
+
+/* The backend's URL with this test's prefix and EXTRA options. */
+static char *test_url(const char *extra)
+{
+    char *q = tu_fmt("prefix=%s%s%s", prefix, extra ? "&" : "", extra ? extra : "");
+    char *url = CT->url(CT, q);
+    free(q);
+    return url;
+}
+
+static dlock_client *open_test(const char *extra)
+{
+    char *url = test_url(extra);
+    dlock_client *c = tu_open(url);
+    free(url);
+    return c;
+}
+
+static dlock_semaphore *sem(dlock_client *c, const char *name, unsigned permits)
+{
+    dlock_semaphore *s = NULL;
+    EXPECT_RC(dlock_semaphore_new(c, name, permits, 0, &s), DLOCK_OK);
+    return s;
+}
+
+/* Acquire K permits of S waiting WAIT, asserting it worked. */
+static dlock_permit *take(dlock_semaphore *s, unsigned k, int64_t wait)
+{
+    dlock_permit *p = NULL;
+    EXPECT_RC(dlock_semaphore_acquire(s, k, wait, NULL, &p), DLOCK_OK);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(dlock_permit_count(p), k);
+    return p;
+}
+
+static void expect_busy(dlock_semaphore *s, unsigned k)
+{
+    dlock_permit *p = (dlock_permit *)1;
+    EXPECT_RC(dlock_semaphore_acquire(s, k, DLOCK_TRY, NULL, &p), DLOCK_EBUSY);
+    ck_assert_ptr_null(p);
+}
+
+static uint64_t token_of(dlock_permit *p)
+{
+    uint64_t t = 0;
+    EXPECT_RC(dlock_permit_token(p, &t), DLOCK_OK);
+    return t;
+}
+
+/* dlock_semaphore_inspect(), asserting it worked. */
+static dlock_info *look(dlock_client *c, const char *name, unsigned permits)
+{
+    dlock_info *i = NULL;
+    EXPECT_RC(dlock_semaphore_inspect(c, name, permits, &i), DLOCK_OK);
+    return i;
+}
+
+static void expect_free(dlock_client *c, const char *name, unsigned permits, long free_permits)
+{
+    dlock_info *i = look(c, name, permits);
+    ck_assert_uint_eq(dlock_info_permits(i), permits);
+    ck_assert_int_eq(dlock_info_free_permits(i), free_permits);
+    ck_assert_int_eq(dlock_info_held(i), free_permits < (long)permits);
+    dlock_info_free(i);
+}
+
+static uint64_t read_u64(const char *path)
+{
+    char *s = tu_read_file(path);
+    ck_assert_msg(s != NULL, "missing %s", path);
+    uint64_t v = strtoull(s, NULL, 10);
+    free(s);
+    return v;
+}
+
+/* A thread acquiring K permits of S with WAIT (and CANCEL), releasing
+ * what it got. */
+struct taker {
+    dlock_semaphore *s;
+    unsigned k;
+    int64_t wait;
+    dlock_cancel *cancel;
+    int rc;
+    volatile long tid;
+    pthread_t th;
+};
+
+static void *taker_main(void *arg)
+{
+    struct taker *t = arg;
+    t->tid = (long)syscall(SYS_gettid);
+    dlock_permit *p = NULL;
+    t->rc = dlock_semaphore_acquire(t->s, t->k, t->wait, t->cancel, &p);
+    if (p)
+        dlock_permit_release(p);
+    return NULL;
+}
+
+static void taker_start(struct taker *t, dlock_semaphore *s, unsigned k, int64_t wait,
+                        dlock_cancel *cancel)
+{
+    *t = (struct taker){.s = s, .k = k, .wait = wait, .cancel = cancel, .rc = 1};
+    ck_assert_int_eq(pthread_create(&t->th, NULL, taker_main, t), 0);
+    ck_assert_msg(tu_wait_thread_asleep(&t->tid, 30000), "the taker never went to sleep");
+}
+
+/* ====================================================== the contract */
+
+/* Permits, tokens, K at once, inspect. */
+START_TEST(acquire_release_token)
+{
+    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_semaphore *sa = sem(a, "jobs", 3), *sb = sem(b, "jobs", 3);
+    ck_assert_str_eq(dlock_semaphore_name(sa), "jobs");
+    ck_assert_uint_eq(dlock_semaphore_permits(sa), 3);
+    expect_free(b, "jobs", 3, 3);
+    dlock_permit *p1 = take(sa, 1, DLOCK_TRY), *p2 = take(sb, 1, DLOCK_TRY);
+    ck_assert_uint_gt(token_of(p2), token_of(p1));
+    ck_assert_str_ne(dlock_permit_id(p1), dlock_permit_id(p2));
+    int64_t v = dlock_permit_validity_ms(p1);
+    ck_assert_msg(leases() ? v > 0 && v < DLOCK_VALID_FOREVER : v == DLOCK_VALID_FOREVER,
+                  "validity %" PRId64, v);
+    expect_busy(sb, 2); /* one free, two asked: none taken */
+    expect_free(a, "jobs", 3, 1);
+    dlock_permit *p3 = take(sa, 1, DLOCK_TRY); /* the same client twice: no reentrancy */
+    expect_busy(sb, 1);
+    dlock_info *i = look(b, "jobs", 0);
+    ck_assert_uint_eq(dlock_info_permits(i), 3);
+    ck_assert_uint_eq(dlock_info_holder_count(i), 3);
+    bool seen = false;
+    for (size_t k = 0; k < 3; k++) {
+        unsigned n = 0;
+        seen |= strcmp(dlock_info_holder(i, k, &n), dlock_permit_id(p2)) == 0;
+        ck_assert_uint_eq(n, 1);
+    }
+    ck_assert_msg(seen, "permit %s not among the holders", dlock_permit_id(p2));
+    dlock_info_free(i);
+    EXPECT_RC(dlock_permit_release(p1), DLOCK_OK);
+    EXPECT_RC(dlock_permit_release(p2), DLOCK_OK);
+    /* Two at once, in one permit object, from the other client. */
+    dlock_permit *p4 = take(sb, 2, DLOCK_TRY);
+    ck_assert_uint_gt(token_of(p4), token_of(p3));
+    expect_free(a, "jobs", 3, 0);
+    i = look(a, "jobs", 3);
+    ck_assert_uint_eq(dlock_info_holder_count(i), 2); /* p3, and p4 counting 2 */
+    dlock_info_free(i);
+    EXPECT_RC(dlock_permit_release(p4), DLOCK_OK);
+    EXPECT_RC(dlock_permit_release(p3), DLOCK_OK);
+    expect_free(b, "jobs", 3, 3);
+    /* Bad arguments. */
+    dlock_permit *p = NULL;
+    EXPECT_RC(dlock_semaphore_acquire(sa, 0, DLOCK_TRY, NULL, &p), DLOCK_EINVAL);
+    EXPECT_RC(dlock_semaphore_acquire(sa, 4, DLOCK_TRY, NULL, &p), DLOCK_EINVAL);
+    EXPECT_RC(dlock_semaphore_acquire(NULL, 1, DLOCK_TRY, NULL, &p), DLOCK_EINVAL);
+    EXPECT_RC(dlock_permit_release(NULL), DLOCK_EINVAL);
+    dlock_semaphore *bad = NULL;
+    EXPECT_RC(dlock_semaphore_new(a, "jobs", 0, 0, &bad), DLOCK_EINVAL);
+    EXPECT_RC(dlock_semaphore_new(a, "jobs", DLOCK_PERMITS_MAX + 1, 0, &bad), DLOCK_EINVAL);
+    EXPECT_RC(dlock_semaphore_new(a, "jobs", 1, 4, &bad), DLOCK_EINVAL);
+    EXPECT_RC(dlock_semaphore_new(a, "", 1, 0, &bad), DLOCK_EINVAL);
+    ck_assert_ptr_null(bad);
+    dlock_semaphore_free(sa);
+    dlock_semaphore_free(sb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* N+1 processes (and two threads each) over N permits: never more than
+ * N holders at once, counted in shared memory by the holders. */
+#define HOLDER_ROUNDS 40
+struct shared_count {
+    atomic_int now, max, over, rounds;
+};
+
+static void holder_rounds(dlock_semaphore *s, struct shared_count *sc, unsigned permits)
+{
+    for (int r = 0; r < HOLDER_ROUNDS; r++) {
+        dlock_permit *p = NULL;
+        if (dlock_semaphore_acquire(s, 1, DLOCK_FOREVER, NULL, &p))
+            _exit(11);
+        int n = atomic_fetch_add(&sc->now, 1) + 1;
+        if (n > (int)permits)
+            atomic_fetch_add(&sc->over, 1);
+        int m = atomic_load(&sc->max);
+        while (n > m && !atomic_compare_exchange_weak(&sc->max, &m, n))
+            ;
+        sched_yield();
+        atomic_fetch_sub(&sc->now, 1);
+        atomic_fetch_add(&sc->rounds, 1);
+        if (dlock_permit_release(p))
+            _exit(12);
+    }
+}
+
+struct holder_thread {
+    dlock_semaphore *s;
+    struct shared_count *sc;
+    unsigned permits;
+};
+
+static void *holder_thread_main(void *arg)
+{
+    struct holder_thread *h = arg;
+    holder_rounds(h->s, h->sc, h->permits);
+    return NULL;
+}
+
+START_TEST(never_exceed)
+{
+    enum { PERMITS = 3, PROCS = PERMITS + 1 };
+    struct shared_count *sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE,
+                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(sc, MAP_FAILED);
+    char *url = test_url(NULL);
+    pid_t kids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+        kids[i] = fork();
+        ck_assert_int_ge(kids[i], 0);
+        if (kids[i] == 0) {
+            dlock_client *c = NULL;
+            dlock_semaphore *s = NULL;
+            if (dlock_open(url, &c) || dlock_semaphore_new(c, "pool", PERMITS, 0, &s))
+                _exit(10);
+            struct holder_thread h = {s, sc, PERMITS};
+            pthread_t th;
+            if (pthread_create(&th, NULL, holder_thread_main, &h))
+                _exit(13);
+            holder_rounds(s, sc, PERMITS);
+            pthread_join(th, NULL);
+            dlock_semaphore_free(s);
+            dlock_client_close(c);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < PROCS; i++)
+        ck_assert_int_eq(tu_wait_exit(kids[i]), 0);
+    ck_assert_int_eq(atomic_load(&sc->rounds), PROCS * 2 * HOLDER_ROUNDS);
+    ck_assert_msg(atomic_load(&sc->over) == 0 && atomic_load(&sc->max) <= PERMITS,
+                  "%d holders at once over %d permits (%d times)", atomic_load(&sc->max), PERMITS,
+                  atomic_load(&sc->over));
+    dlock_client *c = open_test(NULL);
+    expect_free(c, "pool", PERMITS, PERMITS);
+    dlock_client_close(c);
+    munmap(sc, sizeof *sc);
+    free(url);
+}
+END_TEST
+
+/* Try, timed and forever waits; a release wakes a waiter; cancels. */
+START_TEST(waits_cancel)
+{
+    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_semaphore *sa = sem(a, "w", 2), *sb = sem(b, "w", 2);
+    dlock_permit *p = take(sa, 2, DLOCK_TRY);
+    expect_busy(sb, 1);
+    dlock_permit *q = (dlock_permit *)1;
+    EXPECT_RC(dlock_semaphore_acquire(sb, 1, 100, NULL, &q), DLOCK_ETIMEDOUT);
+    ck_assert_ptr_null(q);
+    /* A forever wait, woken by the release. */
+    struct taker t;
+    taker_start(&t, sb, 1, DLOCK_FOREVER, NULL);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    pthread_join(t.th, NULL);
+    EXPECT_RC(t.rc, DLOCK_OK);
+    /* dlock_semaphore_cancel ends a forever wait. */
+    p = take(sa, 2, DLOCK_TRY);
+    taker_start(&t, sb, 1, DLOCK_FOREVER, NULL);
+    EXPECT_RC(dlock_semaphore_cancel(sb), DLOCK_OK);
+    pthread_join(t.th, NULL);
+    EXPECT_RC(t.rc, DLOCK_ECANCELED);
+    /* A cancel object: fired during the wait, and before it began. */
+    dlock_cancel *k = NULL;
+    EXPECT_RC(dlock_cancel_new(&k), DLOCK_OK);
+    taker_start(&t, sb, 1, DLOCK_FOREVER, k);
+    EXPECT_RC(dlock_cancel_fire(k), DLOCK_OK);
+    pthread_join(t.th, NULL);
+    EXPECT_RC(t.rc, DLOCK_ECANCELED);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    q = (dlock_permit *)1;
+    EXPECT_RC(dlock_semaphore_acquire(sb, 1, DLOCK_FOREVER, k, &q), DLOCK_ECANCELED);
+    ck_assert_ptr_null(q);
+    dlock_cancel_free(k);
+    expect_free(a, "w", 2, 2); /* the canceled waits left nothing held */
+    dlock_semaphore_free(sa);
+    dlock_semaphore_free(sb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* A count other than the stored one is refused, naming both. */
+START_TEST(wrong_count)
+{
+    dlock_client *c = open_test(NULL);
+    dlock_semaphore *s3 = sem(c, "n", 3), *s5 = sem(c, "n", 5);
+    dlock_permit *p = take(s3, 1, DLOCK_TRY), *q = (dlock_permit *)1;
+    EXPECT_RC(dlock_semaphore_acquire(s5, 1, DLOCK_TRY, NULL, &q), DLOCK_EINVAL);
+    ck_assert_ptr_null(q);
+    ck_assert_msg(strstr(dlock_errmsg(), "3") && strstr(dlock_errmsg(), "5"),
+                  "message names both counts: %s", dlock_errmsg());
+    dlock_info *i = NULL;
+    EXPECT_RC(dlock_semaphore_inspect(c, "n", 5, &i), DLOCK_EINVAL);
+    ck_assert_ptr_null(i);
+    i = look(c, "n", 0);
+    ck_assert_uint_eq(dlock_info_permits(i), 3);
+    ck_assert_int_eq(dlock_info_free_permits(i), 2);
+    dlock_info_free(i);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    /* Still refused with nobody holding: the count is stored. */
+    EXPECT_RC(dlock_semaphore_acquire(s5, 1, DLOCK_TRY, NULL, &q), DLOCK_EINVAL);
+    dlock_semaphore_free(s3);
+    dlock_semaphore_free(s5);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* A child holding permits (K of them in one object, and one more), then
+ * killed or paused. It writes DIR/held with its first token; unless
+ * KILL_ONLY it waits for DIR/go, then (with leases) for the lost callback
+ * of both permits, releases both and writes "<rc> <rc> <callbacks>
+ * <validities both 0>" to DIR/done. Forked before the test opens a
+ * client. */
+struct lost_count {
+    atomic_int fired;
+};
+
+static void on_permit_lost(dlock_semaphore *s, dlock_permit *p, const char *why, void *arg)
+{
+    (void)s;
+    (void)why;
+    struct lost_count *n = arg;
+    if (dlock_permit_count(p) > 0)
+        atomic_fetch_add(&n->fired, 1);
+}
+
+static pid_t fork_holder(const char *url, const char *name, unsigned permits, const char *dir,
+                         bool kill_only)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    static struct lost_count lost;
+    dlock_client *c = NULL;
+    dlock_semaphore *s = NULL;
+    dlock_permit *p = NULL, *p2 = NULL;
+    if (dlock_open(url, &c) || dlock_semaphore_new(c, name, permits, 0, &s))
+        _exit(10);
+    dlock_semaphore_on_lost(s, on_permit_lost, &lost);
+    if (dlock_semaphore_acquire(s, permits - 1, 30000, NULL, &p) ||
+        dlock_semaphore_acquire(s, 1, 30000, NULL, &p2))
+        _exit(11);
+    uint64_t t = 0;
+    dlock_permit_token(p, &t);
+    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    char *text = tu_fmt("%" PRIu64 "\n", t);
+    tu_write_marker(held, text);
+    if (kill_only)
+        for (;;)
+            pause();
+    while (!tu_wait_file(go, 1000))
+        ;
+    bool has_leases = dlock_permit_validity_ms(p) != DLOCK_VALID_FOREVER;
+    for (int i = 0; has_leases && i < 3000 && atomic_load(&lost.fired) < 2; i++)
+        tu_sleep_ms(10);
+    int zero = dlock_permit_validity_ms(p) == 0 && dlock_permit_validity_ms(p2) == 0;
+    int rc = dlock_permit_release(p), rc2 = dlock_permit_release(p2);
+    char *result = tu_fmt("%d %d %d %d\n", rc, rc2, atomic_load(&lost.fired), zero);
+    tu_write_marker(done, result);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+    _exit(0);
+}
+
+/* kill -9 of a holder: its permits come back (file: at once; otherwise
+ * when the lease ends) and a forever waiter gets them all. */
+START_TEST(kill9_holder)
+{
+    char *url = test_url("lease=1500ms");
+    char *dir = tu_tmpdir("sem-kill9"), *held = tu_fmt("%s/held", dir);
+    pid_t h = fork_holder(url, "k9", 3, dir, true);
+    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
+    uint64_t t1 = read_u64(held);
+    dlock_client *c = tu_open(url);
+    dlock_semaphore *s = sem(c, "k9", 3);
+    expect_busy(s, 1);
+    kill(h, SIGKILL);
+    tu_wait_exit(h);
+    dlock_permit *p = take(s, 3, DLOCK_FOREVER); /* the test's time limit fails a hang */
+    ck_assert_uint_gt(token_of(p), t1);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(held);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+/* A holder stopped (SIGSTOP) past its lease: its permits come back to
+ * others; resumed, it is told of each loss once, its releases say
+ * DLOCK_ELOST and nothing is given back twice. File: no lease, the
+ * stopped holder keeps its permits. */
+START_TEST(paused_holder)
+{
+    char *url = test_url("lease=1500ms");
+    char *dir = tu_tmpdir("sem-pause");
+    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    pid_t h = fork_holder(url, "pz", 2, dir, false);
+    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
+    kill(h, SIGSTOP);
+    dlock_client *c = tu_open(url);
+    dlock_semaphore *s = sem(c, "pz", 2);
+    dlock_permit *p = NULL;
+    if (leases()) {
+        p = take(s, 2, DLOCK_FOREVER);
+    } else {
+        dlock_permit *q = NULL;
+        EXPECT_RC(dlock_semaphore_acquire(s, 1, 100, NULL, &q), DLOCK_ETIMEDOUT);
+    }
+    tu_write_marker(go, "1");
+    kill(h, SIGCONT);
+    ck_assert_msg(tu_wait_file(done, 30000), "the resumed holder never released");
+    char *text = tu_read_file(done);
+    int rc = 1, rc2 = 1, fired = -1, zero = -1;
+    ck_assert_int_eq(sscanf(text, "%d %d %d %d", &rc, &rc2, &fired, &zero), 4);
+    free(text);
+    ck_assert_int_eq(tu_wait_exit(h), 0);
+    if (leases()) {
+        ck_assert_msg(rc == DLOCK_ELOST && rc2 == DLOCK_ELOST, "stale holder's releases: %s, %s",
+                      dlock_err_name(rc), dlock_err_name(rc2));
+        ck_assert_int_eq(fired, 2);
+        ck_assert_msg(zero == 1, "a lost permit's validity is not 0");
+        ck_assert_int_gt(dlock_permit_validity_ms(p), 0);
+        /* The stale releases gave nothing back: ours are still both held. */
+        expect_free(c, "pz", 2, 0);
+        EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    } else {
+        ck_assert_msg(rc == DLOCK_OK && rc2 == DLOCK_OK, "holder's releases: %s, %s",
+                      dlock_err_name(rc), dlock_err_name(rc2));
+        ck_assert_int_eq(fired, 0);
+    }
+    expect_free(c, "pz", 2, 2);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(held);
+    free(go);
+    free(done);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+/* Renewals keep a permit past several leases (the sleep is the subject:
+ * time passing without a loss). */
+START_TEST(lease_renewed)
+{
+    dlock_client *a = open_test("lease=900ms"), *b = open_test(NULL);
+    dlock_semaphore *sa = sem(a, "r", 1), *sb = sem(b, "r", 1);
+    dlock_permit *p = take(sa, 1, DLOCK_TRY);
+    tu_sleep_ms(2500);
+    ck_assert_int_gt(dlock_permit_validity_ms(p), 0);
+    expect_busy(sb, 1);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    dlock_permit *q = take(sb, 1, DLOCK_TRY);
+    EXPECT_RC(dlock_permit_release(q), DLOCK_OK);
+    /* A fixed lease is not renewed: the permit comes back by itself. */
+    EXPECT_RC(dlock_semaphore_set_lease(sa, 600, DLOCK_LEASE_FIXED), DLOCK_OK);
+    p = take(sa, 1, DLOCK_TRY);
+    if (leases()) {
+        q = take(sb, 1, DLOCK_FOREVER);
+        ck_assert_int_eq(dlock_permit_validity_ms(p), 0);
+        EXPECT_RC(dlock_permit_release(p), DLOCK_ELOST);
+        EXPECT_RC(dlock_permit_release(q), DLOCK_OK);
+    } else {
+        ck_assert_int_eq(dlock_permit_validity_ms(p), DLOCK_VALID_FOREVER);
+        EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    }
+    dlock_semaphore_free(sa);
+    dlock_semaphore_free(sb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* Freeing a semaphore gives back the permits still held through it, and
+ * closing the client does too. */
+START_TEST(free_releases)
+{
+    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_semaphore *sa = sem(a, "f", 2), *sb = sem(b, "f", 2);
+    take(sa, 1, DLOCK_TRY);
+    take(sa, 1, DLOCK_TRY);
+    expect_busy(sb, 1);
+    dlock_semaphore_free(sa);
+    expect_free(b, "f", 2, 2);
+    sa = sem(a, "f", 2);
+    take(sa, 2, DLOCK_TRY);
+    dlock_client_close(a);
+    dlock_semaphore_free(sa); /* after close: frees only */
+    dlock_permit *p = take(sb, 2, DLOCK_TRY);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    dlock_semaphore_free(sb);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* A backend without semaphores says so, naming itself. */
+START_TEST(not_supported)
+{
+    dlock_client *c = open_test(NULL);
+    dlock_semaphore *s = NULL;
+    EXPECT_RC(dlock_semaphore_new(c, "x", 2, 0, &s), DLOCK_ENOTSUP);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(dlock_errmsg(), dlock_client_backend(c)), "message: %s", dlock_errmsg());
+    dlock_info *i = NULL;
+    EXPECT_RC(dlock_semaphore_inspect(c, "x", 2, &i), DLOCK_ENOTSUP);
+    dlock_client_close(c);
+}
+END_TEST
+
+int main(void)
+{
+    const struct tu_test tests[] = {
+        {"acquire_release_token", acquire_release_token, 30},
+        {"never_exceed", never_exceed, 120},
+        {"waits_cancel", waits_cancel, 30},
+        {"wrong_count", wrong_count, 30},
+        {"kill9_holder", kill9_holder, 60},
+        {"paused_holder", paused_holder, 90},
+        {"lease_renewed", lease_renewed, 60},
+        {"free_releases", free_releases, 30},
+    };
+    const struct tu_test unsupported[] = {
+        {"not_supported", not_supported, 30},
+    };
+    Suite *s = suite_create("semaphore");
+    for (size_t i = 0; ct_fixtures[i]; i++) {
+        if (i >= TU_COUNT(begins)) {
+            fprintf(stderr, "check_semaphore: more fixtures than FIXTURE_HOOKS\n");
+            return 2;
+        }
+        bool yes = has_semaphores(ct_fixtures[i]);
+        TCase *tc = tu_add_tests(s, ct_fixtures[i]->name, yes ? tests : unsupported,
+                                 yes ? TU_COUNT(tests) : TU_COUNT(unsupported));
+        if (!tc)
+            continue;
+        tcase_add_unchecked_fixture(tc, begins[i], ends[i]);
+        tcase_add_checked_fixture(tc, test_begin, NULL);
+    }
+    return tu_run_suite(s);
+}

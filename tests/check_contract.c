@@ -35,90 +35,12 @@
 #include "dlock.h"
 #include "testutil.h"
 
-/* The backend of the running test case (set in the runner, inherited by
- * every forked test) and the running test's key prefix. */
-static struct ct_fixture *CT;
-static char prefix[64];
-
 static bool has(unsigned cap)
 {
     return (CT->caps & cap) != 0;
 }
 
-/* ------------------------------------------------------------- fixtures */
-
-static void fixture_begin(size_t i)
-{
-    CT = ct_fixtures[i];
-    CT->started = CT->start(CT);
-    if (!CT->started)
-        fprintf(stderr, "contract: %s fixture did not start: %s\n", CT->name, CT->error);
-}
-
-static void fixture_end(size_t i)
-{
-    if (ct_fixtures[i]->started)
-        ct_fixtures[i]->stop(ct_fixtures[i]);
-    ct_fixtures[i]->started = false;
-}
-
-#define FIXTURE_HOOKS(i)                                                                     \
-    static void begin_##i(void)                                                              \
-    {                                                                                        \
-        fixture_begin(i);                                                                    \
-    }                                                                                        \
-    static void end_##i(void)                                                                \
-    {                                                                                        \
-        fixture_end(i);                                                                      \
-    }
-FIXTURE_HOOKS(0)
-FIXTURE_HOOKS(1)
-FIXTURE_HOOKS(2)
-FIXTURE_HOOKS(3)
-FIXTURE_HOOKS(4)
-FIXTURE_HOOKS(5)
-FIXTURE_HOOKS(6)
-FIXTURE_HOOKS(7)
-static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3,
-                                       begin_4, begin_5, begin_6, begin_7};
-static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5, end_6, end_7};
-
-/* Checked setup, in the test's own process. */
-static void test_begin(void)
-{
-    ck_assert_msg(CT && CT->started, "the %s backend did not start: %s", CT ? CT->name : "?",
-                  CT ? CT->error : "");
-    static int serial;
-    snprintf(prefix, sizeof prefix, "t%d-%d-", (int)getpid(), serial++);
-}
-
 /* ------------------------------------------------------------- helpers */
-
-/* The backend's URL with this test's prefix and EXTRA options (may be
- * NULL). Caller frees. */
-static char *test_url(const char *extra)
-{
-    char *q = tu_fmt("prefix=%s%s%s", prefix, extra ? "&" : "", extra ? extra : "");
-    char *url = CT->url(CT, q);
-    free(q);
-    return url;
-}
-
-/* A client of this test (its prefix) with EXTRA options. */
-static dlock_client *open_test(const char *extra)
-{
-    char *url = test_url(extra);
-    dlock_client *c = tu_open(url);
-    free(url);
-    return c;
-}
-
-#define EXPECT_RC(call, want)                                                                \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == (want), "%s: %s (%s), expected %s", #call, dlock_err_name(rc_), \
-                      dlock_errmsg(), dlock_err_name(want));                                 \
-    } while (0)
 
 static uint64_t token_of(dlock_lock *l)
 {
@@ -133,7 +55,7 @@ static uint64_t token_of(dlock_lock *l)
 static bool wait_for_waiter(dlock_client *c, const char *name)
 {
     for (int i = 0; i < 2000; i++) {
-        long n = CT->waiters(CT, c, prefix, name);
+        long n = CT->waiters(CT, c, ct_prefix, name);
         if (n < 0)
             return false;
         if (n > 0)
@@ -151,7 +73,7 @@ static void wait_no_waiter(dlock_client *c, const char *name)
     if (!has(CT_WAITERS_EXACT))
         return;
     long n = -1;
-    for (int i = 0; i < 2000 && (n = CT->waiters(CT, c, prefix, name)) != 0; i++)
+    for (int i = 0; i < 2000 && (n = CT->waiters(CT, c, ct_prefix, name)) != 0; i++)
         tu_sleep_ms(10);
     ck_assert_msg(n == 0, "%ld waiter(s) left behind on '%s'", n, name);
 }
@@ -174,24 +96,15 @@ static void cancel_until_returned(struct tu_waiter *w)
  * (tu_pair_close() ends it). */
 static struct tu_pair pair_open(const char *a_extra, const char *b_extra, const char *name)
 {
-    dlock_client *a = open_test(a_extra);
-    return tu_pair_of(a, open_test(b_extra), name);
-}
-
-static uint64_t read_u64(const char *path)
-{
-    char *s = tu_read_file(path);
-    ck_assert_msg(s != NULL, "missing %s", path);
-    uint64_t v = strtoull(s, NULL, 10);
-    free(s);
-    return v;
+    dlock_client *a = ct_open_test(a_extra);
+    return tu_pair_of(a, ct_open_test(b_extra), name);
 }
 
 /* ============================================== acquire, release, token */
 
 START_TEST(acquire_release_token)
 {
-    dlock_client *c = open_test("lease=5s");
+    dlock_client *c = ct_open_test("lease=5s");
     dlock_lock *l = tu_lock(c, "basic");
     uint64_t t;
     EXPECT_RC(dlock_token(l, &t), DLOCK_ENOTOWNER);
@@ -218,7 +131,7 @@ START_TEST(acquire_release_token)
     ck_assert_uint_gt(last, t1);
     EXPECT_RC(dlock_release(l), DLOCK_OK);
     for (int i = 0; i < 3; i++) {
-        dlock_client *c2 = open_test(NULL);
+        dlock_client *c2 = ct_open_test(NULL);
         dlock_lock *l2 = tu_lock(c2, "basic");
         TU_ACQUIRE_OK(l2, DLOCK_TRY);
         uint64_t t2 = token_of(l2);
@@ -241,7 +154,7 @@ END_TEST
 
 START_TEST(reentrancy)
 {
-    dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL), *c2 = ct_open_test(NULL);
     dlock_lock *l = tu_lock(c, "re"), *again = tu_lock(c, "re"), *other = tu_lock(c2, "re");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     uint64_t t1 = token_of(l);
@@ -271,7 +184,7 @@ END_TEST
 /* Shared mode where supported; DLOCK_ENOTSUP, with a message, elsewhere. */
 START_TEST(shared_mode)
 {
-    dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL), *c2 = ct_open_test(NULL);
     if (!has(CT_SHARED)) {
         dlock_lock *s = NULL;
         int rc = dlock_lock_new(c, "shared", DLOCK_SHARED, 0, &s);
@@ -455,7 +368,7 @@ START_TEST(shared_writer_not_starved)
 {
     if (!has(CT_SHARED))
         return;
-    dlock_client *c[2] = {open_test(NULL), open_test(NULL)};
+    dlock_client *c[2] = {ct_open_test(NULL), ct_open_test(NULL)};
     struct tu_pair p = pair_open(NULL, NULL, "starve");
     struct relay r = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     struct relay_arg args[2];
@@ -525,7 +438,7 @@ static void *counter_main(void *p)
 START_TEST(threads_exclude)
 {
     enum { T = 4 };
-    dlock_client *c = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL);
     dlock_lock *l = tu_lock(c, "threads");
     atomic_int inside = 0;
     int counter = 0;
@@ -625,7 +538,7 @@ END_TEST
  * and the parent's client goes on working. */
 START_TEST(fork_misuse)
 {
-    dlock_client *c = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL);
     dlock_lock *l = tu_lock(c, "forked");
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -644,7 +557,7 @@ END_TEST
 /* Freeing a handle releases what it holds; the client makes new ones. */
 START_TEST(free_releases)
 {
-    dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL), *c2 = ct_open_test(NULL);
     dlock_lock *l = tu_lock(c, "freed"), *o = tu_lock(c2, "freed");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     dlock_lock_free(l);
@@ -715,7 +628,7 @@ END_TEST
  * can end an unbounded one while the lock stays held. */
 START_TEST(cancel_same_client)
 {
-    dlock_client *c = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL);
     dlock_lock *l = tu_lock(c, "cancel-local");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     struct tu_waiter w;
@@ -766,7 +679,7 @@ END_TEST
  * owner, even in the same thread. */
 START_TEST(handle_owned)
 {
-    dlock_client *c = open_test(NULL), *c2 = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL), *c2 = ct_open_test(NULL);
     dlock_lock *h = NULL, *h2 = NULL;
     EXPECT_RC(dlock_lock_new(c, "owned", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &h), DLOCK_OK);
     EXPECT_RC(dlock_lock_new(c, "owned", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &h2), DLOCK_OK);
@@ -806,7 +719,7 @@ END_TEST
 START_TEST(fair_order)
 {
     enum { W = 3 };
-    dlock_client *a = open_test(NULL);
+    dlock_client *a = ct_open_test(NULL);
     dlock_lock *la = NULL;
     int rc = dlock_lock_new(a, "fair", DLOCK_EXCLUSIVE, DLOCK_LOCK_FAIR, &la);
     if (!has(CT_FAIR)) {
@@ -824,11 +737,11 @@ START_TEST(fair_order)
     dlock_lock *l[W];
     struct tu_waiter w[W];
     for (int i = 0; i < W; i++) {
-        c[i] = open_test(NULL);
+        c[i] = ct_open_test(NULL);
         EXPECT_RC(dlock_lock_new(c[i], "fair", DLOCK_EXCLUSIVE, DLOCK_LOCK_FAIR, &l[i]), DLOCK_OK);
         tu_waiter_start(&w[i], l[i], DLOCK_FOREVER);
         long n = -1;
-        for (int k = 0; k < 2000 && (n = CT->waiters(CT, a, prefix, "fair")) < i + 1; k++)
+        for (int k = 0; k < 2000 && (n = CT->waiters(CT, a, ct_prefix, "fair")) < i + 1; k++)
             tu_sleep_ms(10);
         ck_assert_msg(n == i + 1, "waiter %d never queued (%ld waiting)", i, n);
     }
@@ -950,7 +863,7 @@ START_TEST(hostile_names)
     const char *names[] = {"../escape", "/", "..", ".",           "a/b", "a",
                            "a%2Fb",     "%", "\xff\xfe\x01", "a b\n", longa, longb};
     enum { N = sizeof names / sizeof *names };
-    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_lock *la[N], *lb[N];
     for (size_t i = 0; i < N; i++) {
         la[i] = tu_lock(a, names[i]);
@@ -1007,7 +920,7 @@ END_TEST
 /* dlock_lock_new with a reserved flag bit: DLOCK_EINVAL, no handle. */
 START_TEST(reserved_flags)
 {
-    dlock_client *c = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL);
     const unsigned reserved[] = {1u << 31, 1u << 16, 0x80u};
     for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
         dlock_lock *l = (dlock_lock *)1;
@@ -1080,11 +993,11 @@ static pid_t fork_holder(const char *url, const char *name, dlock_mode mode, con
  * DLOCK_FOREVER gets it. Meanwhile a shared holder shares with readers. */
 static void kill9_case(const char *name, dlock_mode mode)
 {
-    char *url = test_url("lease=1500ms");
+    char *url = ct_test_url("lease=1500ms");
     char *dir = tu_tmpdir("contract-kill9"), *held = tu_fmt("%s/held", dir);
     pid_t h = fork_holder(url, name, mode, dir, true);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
-    uint64_t t1 = read_u64(held);
+    uint64_t t1 = tu_read_u64(held);
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, name);
     EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
@@ -1127,13 +1040,13 @@ END_TEST
  * stopped holder keeps its locks and releases them normally. */
 START_TEST(paused_holder)
 {
-    char *url = test_url("lease=1500ms");
+    char *url = ct_test_url("lease=1500ms");
     char *dir = tu_tmpdir("contract-pause");
     char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
     char *again = tu_fmt("%s/again", dir);
     pid_t h = fork_holder(url, "paused", DLOCK_EXCLUSIVE, dir, false);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
-    uint64_t t1 = read_u64(held);
+    uint64_t t1 = tu_read_u64(held);
     kill(h, SIGSTOP);
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, "paused"), *l2 = tu_lock(c, "paused-2");
@@ -1172,7 +1085,7 @@ START_TEST(paused_holder)
     }
     /* The resumed holder's client serves it a new acquisition. */
     ck_assert_msg(tu_wait_file(again, 30000), "the resumed holder never acquired again");
-    ck_assert_uint_gt(read_u64(again), mine);
+    ck_assert_uint_gt(tu_read_u64(again), mine);
     ck_assert_int_eq(tu_wait_exit(h), 0);
     dlock_lock_free(l);
     dlock_lock_free(l2);
@@ -1191,7 +1104,7 @@ END_TEST
 
 START_TEST(inspect_list_force)
 {
-    dlock_client *c = open_test("lease=5s"), *c2 = open_test(NULL);
+    dlock_client *c = ct_open_test("lease=5s"), *c2 = ct_open_test(NULL);
     dlock_info *info = NULL;
     EXPECT_RC(dlock_inspect(c, "never", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 0);
@@ -1318,7 +1231,7 @@ END_TEST
 
 START_TEST(cli_run_status_list_release)
 {
-    char *url = test_url("lease=5s");
+    char *url = ct_test_url("lease=5s");
     char *out = NULL, *err = NULL;
     uint64_t prev = 0;
     for (int i = 0; i < 2; i++) {
@@ -1339,7 +1252,7 @@ START_TEST(cli_run_status_list_release)
     char key[512], rev[64], tok[64];
     ck_assert_msg(sscanf(out, "%511[^|]|%63[^|]|%63[^\n]", key, rev, tok) == 3, "%s", out);
     if (strcmp(CT->name, "etcd") == 0) {
-        char *want = tu_fmt("%scli-job/", prefix);
+        char *want = tu_fmt("%scli-job/", ct_prefix);
         const char *hex = strstr(key, want) ? strstr(key, want) + strlen(want) : "";
         ck_assert_msg(*hex && strlen(hex) <= 16 && strspn(hex, "0123456789abcdef") == strlen(hex),
                       "ETCD_LOCK_KEY=%s", key);
@@ -1460,7 +1373,7 @@ static pid_t start_escaping_job(const char *url, const char *dir, pid_t gc[2])
  * a lost lock (a forced release) stops them before dlock exits 75. */
 START_TEST(cli_job_never_outlives_lock)
 {
-    char *url = test_url("lease=1500ms");
+    char *url = ct_test_url("lease=1500ms");
     char *dir = tu_tmpdir("contract-escape");
     pid_t gc[2];
     pid_t d = start_escaping_job(url, dir, gc);
@@ -1503,7 +1416,7 @@ START_TEST(cli_run_shared)
 {
     if (!has(CT_SHARED))
         return;
-    char *url = test_url("lease=5s");
+    char *url = ct_test_url("lease=5s");
     dlock_client *c = tu_open(url);
     dlock_lock *r = tu_lock_mode(c, "cli-rw", DLOCK_SHARED, 0), *w = tu_lock(c, "cli-rw");
     TU_ACQUIRE_OK(r, DLOCK_TRY);
@@ -1644,10 +1557,6 @@ int main(void)
     };
     Suite *s = suite_create("contract");
     for (size_t i = 0; ct_fixtures[i]; i++) {
-        if (i >= TU_COUNT(begins)) {
-            fprintf(stderr, "check_contract: more fixtures than FIXTURE_HOOKS\n");
-            return 2;
-        }
         struct tu_test mine[TU_COUNT(tests)];
         size_t n = 0;
         for (size_t k = 0; k < TU_COUNT(tests); k++) {
@@ -1660,11 +1569,7 @@ int main(void)
             else
                 mine[n++] = tests[k];
         }
-        TCase *tc = tu_add_tests(s, ct_fixtures[i]->name, mine, n);
-        if (!tc)
-            continue;
-        tcase_add_unchecked_fixture(tc, begins[i], ends[i]);
-        tcase_add_checked_fixture(tc, test_begin, NULL);
+        ct_add_case(s, i, mine, n, "t");
     }
     return tu_run_suite(s);
 }

@@ -32,10 +32,6 @@
 #include "dlock.h"
 #include "testutil.h"
 
-/* The backend of the running test case and the running test's prefix. */
-static struct ct_fixture *CT;
-static char prefix[64];
-
 /* The fixtures whose backend has semaphores (docs/backends.md). */
 static bool has_semaphores(const struct ct_fixture *f)
 {
@@ -47,74 +43,7 @@ static bool leases(void)
     return (CT->caps & CT_LEASES) != 0;
 }
 
-/* ------------------------------------------------------------- fixtures */
-
-static void fixture_begin(size_t i)
-{
-    CT = ct_fixtures[i];
-    CT->started = CT->start(CT);
-    if (!CT->started)
-        fprintf(stderr, "semaphore: %s fixture did not start: %s\n", CT->name, CT->error);
-}
-
-static void fixture_end(size_t i)
-{
-    if (ct_fixtures[i]->started)
-        ct_fixtures[i]->stop(ct_fixtures[i]);
-    ct_fixtures[i]->started = false;
-}
-
-#define FIXTURE_HOOKS(i)                                                                     \
-    static void begin_##i(void)                                                              \
-    {                                                                                        \
-        fixture_begin(i);                                                                    \
-    }                                                                                        \
-    static void end_##i(void)                                                                \
-    {                                                                                        \
-        fixture_end(i);                                                                      \
-    }
-FIXTURE_HOOKS(0)
-FIXTURE_HOOKS(1)
-FIXTURE_HOOKS(2)
-FIXTURE_HOOKS(3)
-FIXTURE_HOOKS(4)
-FIXTURE_HOOKS(5)
-static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4, begin_5};
-static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5};
-
-static void test_begin(void)
-{
-    ck_assert_msg(CT && CT->started, "the %s backend did not start: %s", CT ? CT->name : "?",
-                  CT ? CT->error : "");
-    static int serial;
-    snprintf(prefix, sizeof prefix, "s%d-%d-", (int)getpid(), serial++);
-}
-
 /* ------------------------------------------------------------- helpers */
-
-#define EXPECT_RC(call, want)                                                                \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == (want), "%s: %s (%s), expected %s", #call, dlock_err_name(rc_), \
-                      dlock_errmsg(), dlock_err_name(want));                                 \
-    } while (0)
-
-/* The backend's URL with this test's prefix and EXTRA options. */
-static char *test_url(const char *extra)
-{
-    char *q = tu_fmt("prefix=%s%s%s", prefix, extra ? "&" : "", extra ? extra : "");
-    char *url = CT->url(CT, q);
-    free(q);
-    return url;
-}
-
-static dlock_client *open_test(const char *extra)
-{
-    char *url = test_url(extra);
-    dlock_client *c = tu_open(url);
-    free(url);
-    return c;
-}
 
 static dlock_semaphore *sem(dlock_client *c, const char *name, unsigned permits)
 {
@@ -164,15 +93,6 @@ static void expect_free(dlock_client *c, const char *name, unsigned permits, lon
     dlock_info_free(i);
 }
 
-static uint64_t read_u64(const char *path)
-{
-    char *s = tu_read_file(path);
-    ck_assert_msg(s != NULL, "missing %s", path);
-    uint64_t v = strtoull(s, NULL, 10);
-    free(s);
-    return v;
-}
-
 /* A thread acquiring K permits of S with WAIT (and CANCEL), releasing
  * what it got. */
 struct taker {
@@ -209,7 +129,7 @@ static void taker_start(struct taker *t, dlock_semaphore *s, unsigned k, int64_t
 /* Permits, tokens, K at once, inspect. */
 START_TEST(acquire_release_token)
 {
-    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_semaphore *sa = sem(a, "jobs", 3), *sb = sem(b, "jobs", 3);
     ck_assert_str_eq(dlock_semaphore_name(sa), "jobs");
     ck_assert_uint_eq(dlock_semaphore_permits(sa), 3);
@@ -312,7 +232,7 @@ START_TEST(never_exceed)
     struct shared_count *sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE,
                                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(sc, MAP_FAILED);
-    char *url = test_url(NULL);
+    char *url = ct_test_url(NULL);
     pid_t kids[PROCS];
     for (int i = 0; i < PROCS; i++) {
         kids[i] = fork();
@@ -339,7 +259,7 @@ START_TEST(never_exceed)
     ck_assert_msg(atomic_load(&sc->over) == 0 && atomic_load(&sc->max) <= PERMITS,
                   "%d holders at once over %d permits (%d times)", atomic_load(&sc->max), PERMITS,
                   atomic_load(&sc->over));
-    dlock_client *c = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL);
     expect_free(c, "pool", PERMITS, PERMITS);
     dlock_client_close(c);
     munmap(sc, sizeof *sc);
@@ -350,7 +270,7 @@ END_TEST
 /* Try, timed and forever waits; a release wakes a waiter; cancels. */
 START_TEST(waits_cancel)
 {
-    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_semaphore *sa = sem(a, "w", 2), *sb = sem(b, "w", 2);
     dlock_permit *p = take(sa, 2, DLOCK_TRY);
     expect_busy(sb, 1);
@@ -392,7 +312,7 @@ END_TEST
 /* A count other than the stored one is refused, naming both. */
 START_TEST(wrong_count)
 {
-    dlock_client *c = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL);
     dlock_semaphore *s3 = sem(c, "n", 3), *s5 = sem(c, "n", 5);
     dlock_permit *p = take(s3, 1, DLOCK_TRY), *q = (dlock_permit *)1;
     EXPECT_RC(dlock_semaphore_acquire(s5, 1, DLOCK_TRY, NULL, &q), DLOCK_EINVAL);
@@ -477,11 +397,11 @@ static pid_t fork_holder(const char *url, const char *name, unsigned permits, co
  * when the lease ends) and a forever waiter gets them all. */
 START_TEST(kill9_holder)
 {
-    char *url = test_url("lease=1500ms");
+    char *url = ct_test_url("lease=1500ms");
     char *dir = tu_tmpdir("sem-kill9"), *held = tu_fmt("%s/held", dir);
     pid_t h = fork_holder(url, "k9", 3, dir, true);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
-    uint64_t t1 = read_u64(held);
+    uint64_t t1 = tu_read_u64(held);
     dlock_client *c = tu_open(url);
     dlock_semaphore *s = sem(c, "k9", 3);
     expect_busy(s, 1);
@@ -505,7 +425,7 @@ END_TEST
  * stopped holder keeps its permits. */
 START_TEST(paused_holder)
 {
-    char *url = test_url("lease=1500ms");
+    char *url = ct_test_url("lease=1500ms");
     char *dir = tu_tmpdir("sem-pause");
     char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
     pid_t h = fork_holder(url, "pz", 2, dir, false);
@@ -558,7 +478,7 @@ END_TEST
  * time passing without a loss). */
 START_TEST(lease_renewed)
 {
-    dlock_client *a = open_test("lease=900ms"), *b = open_test(NULL);
+    dlock_client *a = ct_open_test("lease=900ms"), *b = ct_open_test(NULL);
     dlock_semaphore *sa = sem(a, "r", 1), *sb = sem(b, "r", 1);
     dlock_permit *p = take(sa, 1, DLOCK_TRY);
     tu_sleep_ms(2500);
@@ -590,7 +510,7 @@ END_TEST
  * closing the client does too. */
 START_TEST(free_releases)
 {
-    dlock_client *a = open_test(NULL), *b = open_test(NULL);
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_semaphore *sa = sem(a, "f", 2), *sb = sem(b, "f", 2);
     take(sa, 1, DLOCK_TRY);
     take(sa, 1, DLOCK_TRY);
@@ -611,7 +531,7 @@ END_TEST
 /* A backend without semaphores says so, naming itself. */
 START_TEST(not_supported)
 {
-    dlock_client *c = open_test(NULL);
+    dlock_client *c = ct_open_test(NULL);
     dlock_semaphore *s = NULL;
     EXPECT_RC(dlock_semaphore_new(c, "x", 2, 0, &s), DLOCK_ENOTSUP);
     ck_assert_ptr_null(s);
@@ -639,17 +559,9 @@ int main(void)
     };
     Suite *s = suite_create("semaphore");
     for (size_t i = 0; ct_fixtures[i]; i++) {
-        if (i >= TU_COUNT(begins)) {
-            fprintf(stderr, "check_semaphore: more fixtures than FIXTURE_HOOKS\n");
-            return 2;
-        }
         bool yes = has_semaphores(ct_fixtures[i]);
-        TCase *tc = tu_add_tests(s, ct_fixtures[i]->name, yes ? tests : unsupported,
-                                 yes ? TU_COUNT(tests) : TU_COUNT(unsupported));
-        if (!tc)
-            continue;
-        tcase_add_unchecked_fixture(tc, begins[i], ends[i]);
-        tcase_add_checked_fixture(tc, test_begin, NULL);
+        ct_add_case(s, i, yes ? tests : unsupported, yes ? TU_COUNT(tests) : TU_COUNT(unsupported),
+                    "s");
     }
     return tu_run_suite(s);
 }

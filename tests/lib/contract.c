@@ -5,11 +5,13 @@
  */
 #include "contract.h"
 
+#include <check.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fixture_etcd.h"
 #include "fixture_redis.h"
@@ -354,3 +356,86 @@ struct ct_fixture *const ct_fixtures[] = {
 #endif
     NULL,
 };
+
+/* ------------------------------------------- suites run over the fixtures */
+
+struct ct_fixture *CT;
+char ct_prefix[64];
+static const char *prefix_tag = "t";
+
+static void fixture_begin(size_t i)
+{
+    CT = ct_fixtures[i];
+    CT->started = CT->start(CT);
+    if (!CT->started)
+        fprintf(stderr, "%s fixture did not start: %s\n", CT->name, CT->error);
+}
+
+static void fixture_end(size_t i)
+{
+    if (ct_fixtures[i]->started)
+        ct_fixtures[i]->stop(ct_fixtures[i]);
+    ct_fixtures[i]->started = false;
+}
+
+/* Check's fixtures take no argument: one pair of hooks per fixture. */
+#define FIXTURE_HOOKS(i)                                                                     \
+    static void begin_##i(void)                                                              \
+    {                                                                                        \
+        fixture_begin(i);                                                                    \
+    }                                                                                        \
+    static void end_##i(void)                                                                \
+    {                                                                                        \
+        fixture_end(i);                                                                      \
+    }
+FIXTURE_HOOKS(0)
+FIXTURE_HOOKS(1)
+FIXTURE_HOOKS(2)
+FIXTURE_HOOKS(3)
+FIXTURE_HOOKS(4)
+FIXTURE_HOOKS(5)
+FIXTURE_HOOKS(6)
+FIXTURE_HOOKS(7)
+static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3,
+                                       begin_4, begin_5, begin_6, begin_7};
+static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5, end_6, end_7};
+
+/* Checked setup, in the test's own process. */
+static void test_begin(void)
+{
+    ck_assert_msg(CT && CT->started, "the %s backend did not start: %s", CT ? CT->name : "?",
+                  CT ? CT->error : "");
+    static int serial;
+    snprintf(ct_prefix, sizeof ct_prefix, "%s%d-%d-", prefix_tag, (int)getpid(), serial++);
+}
+
+TCase *ct_add_case(Suite *s, size_t i, const struct tu_test *tests, size_t n, const char *tag)
+{
+    if (i >= TU_COUNT(begins)) {
+        fprintf(stderr, "contract.c: more fixtures than FIXTURE_HOOKS\n");
+        exit(2);
+    }
+    prefix_tag = tag;
+    TCase *tc = tu_add_tests(s, ct_fixtures[i]->name, tests, n);
+    if (tc) {
+        tcase_add_unchecked_fixture(tc, begins[i], ends[i]);
+        tcase_add_checked_fixture(tc, test_begin, NULL);
+    }
+    return tc;
+}
+
+char *ct_test_url(const char *extra)
+{
+    char *q = tu_fmt("prefix=%s%s%s", ct_prefix, extra ? "&" : "", extra ? extra : "");
+    char *url = CT->url(CT, q);
+    free(q);
+    return url;
+}
+
+struct dlock_client *ct_open_test(const char *extra)
+{
+    char *url = ct_test_url(extra);
+    dlock_client *c = tu_open(url);
+    free(url);
+    return c;
+}

@@ -15,6 +15,7 @@
 #define DLOCK_CONTRACT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "dlock.h"
 
@@ -66,5 +67,40 @@ struct ct_fixture {
 
 /* Every fixture, in the order the suite runs them; NULL-terminated. */
 extern struct ct_fixture *const ct_fixtures[];
+
+/* ------------------------------------------- suites run over the fixtures */
+
+/* The fixture of the running test case (set in the runner as the case
+ * starts, inherited by every forked test) and the running test's key
+ * prefix ("<tag><pid>-<serial>-", fresh for each test), so tests never
+ * see each other's names. */
+extern struct ct_fixture *CT;
+extern char ct_prefix[64];
+
+/* Add to S the test case of fixture ct_fixtures[I]: named after it,
+ * holding TESTS[0..N) that DLOCK_TEST lets through (tu_add_tests), with
+ * the fixture's server started once around the case (a start that fails
+ * fails each test, naming why) and a fresh prefix beginning with TAG
+ * around each test. NULL when no test was let through. */
+struct Suite;
+struct TCase;
+struct tu_test;
+struct TCase *ct_add_case(struct Suite *s, size_t i, const struct tu_test *tests, size_t n,
+                          const char *tag);
+
+/* The running fixture's URL with this test's prefix and EXTRA options
+ * ("k=v&k2=v2", may be NULL); caller frees. ct_open_test(): a client of
+ * it, asserting that it opened. */
+char *ct_test_url(const char *extra);
+struct dlock_client *ct_open_test(const char *extra);
+
+/* Assert that CALL returns WANT; the message names the call, the code
+ * and dlock_errmsg(). */
+#define EXPECT_RC(call, want)                                                                \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        ck_assert_msg(rc_ == (want), "%s: %s (%s), expected %s", #call, dlock_err_name(rc_), \
+                      dlock_errmsg(), dlock_err_name(want));                                 \
+    } while (0)
 
 #endif

@@ -523,6 +523,15 @@ char *tu_read_file(const char *path)
     return s;
 }
 
+uint64_t tu_read_u64(const char *path)
+{
+    char *s = tu_read_file(path);
+    ck_assert_msg(s != NULL, "missing %s", path);
+    uint64_t v = strtoull(s, NULL, 10);
+    free(s);
+    return v;
+}
+
 bool tu_wait_file(const char *path, int timeout_ms)
 {
     for (int waited = 0; waited <= timeout_ms; waited += 10) {

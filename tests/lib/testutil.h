@@ -68,6 +68,8 @@ int tu_dlock(char **out, char **err, const char *const env[], const char *const 
 
 /* Read a whole file (caller frees); NULL if missing. */
 char *tu_read_file(const char *path);
+/* The number a marker file at PATH holds, asserting that it exists. */
+uint64_t tu_read_u64(const char *path);
 /* printf into a fresh string. */
 char *tu_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Sleep MS milliseconds (for letting a child reach a state; never for

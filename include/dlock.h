@@ -545,20 +545,24 @@ DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
  * permit is a hold as a lock's is: it has a lease the keeper renews (the
  * semaphore's lease, else the client's), a validity, a lost callback,
  * and a fencing token where the backend gives one. A permit of a process
- * that died comes back: file at once (the kernel); backends with leases
- * when its lease ends. There is no reentrancy: every acquire takes new permits.
+ * that died comes back: file at once (the kernel), redis when its lease
+ * ends. There is no reentrancy: every acquire takes new permits.
  *
  * Names: a semaphore and a lock of the same name are two things (file:
- * two files).
+ * two files; redis: a semaphore's keys are a STRING and a ZSET, a
+ * lock's a HASH, so one of them on the other's name is DLOCK_EWRONGTYPE).
  *
  * The permit count is stored with the semaphore where the layout keeps
- * one (file: the file's header): a semaphore made with another count than the one stored is
+ * one (file: the file's header; redis: free + held, as Redisson counts):
+ * a semaphore made with another count than the one stored is
  * refused with DLOCK_EINVAL and a message naming both counts, never
  * mixed. To change the count, delete the semaphore while nobody holds
- * it (file: its .sem file).
+ * it (file: its .sem file; redis: DEL NAME {NAME}:timeout).
  *
- * Backends: file (one file NAME.sem, one OFD byte lock per permit; K > 1
- * taken all at once; docs/protocol-file.md). redis, etcd and zk:
+ * Backends: file (one file NAME.sem, one OFD byte lock per permit;
+ * docs/protocol-file.md), redis in either layout (Redisson's
+ * RPermitExpirableSemaphore keys, shared with Redisson clients;
+ * docs/protocol-redis.md); both take K > 1 all at once. etcd and zk:
  * DLOCK_ENOTSUP from dlock_semaphore_new() for now. */
 typedef struct dlock_semaphore dlock_semaphore;
 typedef struct dlock_permit dlock_permit;
@@ -572,7 +576,7 @@ typedef struct dlock_permit dlock_permit;
  * FLAGS: reserved, must be 0. NAME: as dlock_lock_new().
  * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, a bad name, PERMITS out of
  * range, a reserved flag); DLOCK_ENOTSUP (the backend has no semaphores:
- * redis, etcd, zk); DLOCK_EMISUSE (not connected, closed, after fork);
+ * etcd, zk); DLOCK_EMISUSE (not connected, closed, after fork);
  * DLOCK_ENOMEM. On failure *OUT is NULL. Threads: any; the handle may be
  * used from many threads at once. Free it with dlock_semaphore_free(). */
 DLOCK_EXTERN int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits,
@@ -609,7 +613,8 @@ DLOCK_EXTERN int dlock_semaphore_on_lost(dlock_semaphore *s, dlock_permit_lost_f
  * to that many ms, DLOCK_FOREVER until taken; CANCEL (NULL: none) as in
  * dlock_acquire_ex(), and dlock_semaphore_cancel() ends the waits in
  * progress. A wait sleeps until the backend reports a release (file:
- * inotify), never on a timer.
+ * inotify; redis: Redisson's channel redisson_sc:{NAME}, or the nearest
+ * expiry of a permit, which the next try takes back), never on a timer.
  * Returns DLOCK_OK (*OUT owns the permit: give it to
  * dlock_permit_release()); contention: DLOCK_EBUSY (fewer than K free),
  * DLOCK_ETIMEDOUT, DLOCK_ECANCELED; DLOCK_EINVAL (S or OUT NULL, K 0 or
@@ -618,7 +623,8 @@ DLOCK_EXTERN int dlock_semaphore_on_lost(dlock_semaphore *s, dlock_permit_lost_f
  * DLOCK_ENOMEM; backend failures (DLOCK_EWRONGTYPE: the name holds
  * something that is not a semaphore of this layout).
  * After any failure *OUT is NULL and nothing is held on the server (a
- * request whose reply was lost is undone).
+ * request whose reply was lost is undone: redis releases its ids through
+ * the keeper, and their lease bounds the harm).
  * Threads: any, many at once. */
 DLOCK_EXTERN int dlock_semaphore_acquire(dlock_semaphore *s, unsigned k, int64_t wait_ms,
                                          dlock_cancel *cancel, dlock_permit **out);
@@ -647,12 +653,14 @@ DLOCK_EXTERN int dlock_permit_release(dlock_permit *p);
 DLOCK_EXTERN unsigned dlock_permit_count(const dlock_permit *p);
 
 /* P's identity at the backend, as dlock_info_holder() shows it: file
- * "pid@host#slot" (the first of K slots). NULL for NULL. Lives as long as P. Any thread. */
+ * "pid@host#slot" (the first of K slots), redis the hex of the first of
+ * K Redisson permit ids (32 digits). NULL for NULL. Lives as long as P. Any thread. */
 DLOCK_EXTERN const char *dlock_permit_id(const dlock_permit *p);
 
 /* The fencing token of P's acquisition: strictly greater than every
  * token issued before for this semaphore on this backend (file: a counter
- * in the .sem file). Returns DLOCK_OK; DLOCK_EINVAL (a NULL
+ * in the .sem file; redis: INCR of dlock_sem_token:{NAME}, a key
+ * Redisson does not use or need). Returns DLOCK_OK; DLOCK_EINVAL (a NULL
  * argument). Any thread. */
 DLOCK_EXTERN int dlock_permit_token(dlock_permit *p, uint64_t *token);
 
@@ -664,14 +672,16 @@ DLOCK_EXTERN int64_t dlock_permit_validity_ms(dlock_permit *p);
 /* Look at semaphore NAME without taking a permit: a snapshot read with
  * the dlock_info_* getters (held: some permit is held; holders: one per
  * permit object, the id of dlock_permit_id() and its count K; ttl: the
- * longest remaining lease, DLOCK_VALID_FOREVER on file; token: the last
+ * longest remaining lease (-1 none held), DLOCK_VALID_FOREVER on file;
+ * token: the last
  * one issued; waiters: unknown, -1) and the two below. PERMITS is the
  * count to check against the stored one (0: take the stored count, or
  * report 0 permits when the semaphore was never used).
  * Returns DLOCK_OK; DLOCK_EINVAL (NULL argument, bad name, a stored count
  * other than PERMITS); DLOCK_ENOTSUP (no semaphores on this backend);
  * DLOCK_EMISUSE; DLOCK_ENOMEM; backend failures. On failure *OUT is NULL.
- * Threads: any. */
+ * Threads: any. Redis: permits whose lease ended count as free; nothing
+ * is written (the next acquire takes them back). */
 DLOCK_EXTERN int dlock_semaphore_inspect(dlock_client *c, const char *name, unsigned permits,
                                          dlock_info **out);
 /* The semaphore's permit count (0 for a lock's snapshot or an unused

@@ -442,6 +442,141 @@ END_TEST
 
 /* ----------------------------------------------------- interoperability */
 
+/* Redisson's RPermitExpirableSemaphore, its scripts played on the wire
+ * (trySetPermits, tryAcquire with a lease, tryRelease, availablePermits,
+ * getPermits): dlock and Redisson share the permits of one name, wake
+ * each other, and a Redisson permit whose lease ended comes back to
+ * dlock; a count Redisson stored is the count dlock must use. */
+static const char REDISSON_SEM_TRY_ACQUIRE[] =
+    "local expiredIds = redis.call('zrangebyscore', KEYS[2], 0, ARGV[3], 'limit', 0, ARGV[1]); "
+    "if #expiredIds > 0 then redis.call('zrem', KEYS[2], unpack(expiredIds)); "
+    "local value = redis.call('incrby', KEYS[1], #expiredIds); "
+    "if tonumber(value) > 0 then redis.call(ARGV[5], KEYS[3], value); end; end; "
+    "local value = redis.call('get', KEYS[1]); "
+    "if (value ~= false and tonumber(value) >= tonumber(ARGV[1])) then "
+    "redis.call('decrby', KEYS[1], ARGV[1]); "
+    "for i = 6, #ARGV, 1 do redis.call('zadd', KEYS[2], ARGV[2], ARGV[i]); end; "
+    "return 'OK'; end; "
+    "local v = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES'); "
+    "if v[1] ~= nil and v[2] ~= ARGV[4] then return ':' .. tostring(v[2]); end return nil;";
+static const char REDISSON_SEM_TRY_RELEASE[] =
+    "local expire = redis.call('zscore', KEYS[3], ARGV[1]);"
+    "local removed = redis.call('zrem', KEYS[3], ARGV[1]);"
+    "if tonumber(removed) ~= 1 then return 0; end;"
+    "local value = redis.call('incrby', KEYS[1], ARGV[2]); redis.call(ARGV[4], KEYS[2], value); "
+    "if tonumber(expire) <= tonumber(ARGV[3]) then return 0; end; return 1;";
+static const char REDISSON_SEM_TRY_SET_PERMITS[] =
+    "local value = redis.call('get', KEYS[1]); "
+    "if (value == false) then redis.call('set', KEYS[1], ARGV[1]); "
+    "redis.call(ARGV[2], KEYS[2], ARGV[1]); return 1; end; return 0;";
+static const char REDISSON_SEM_GET_PERMITS[] =
+    "local available = redis.call('get', KEYS[1]); if available == false then return 0 end;"
+    "local acquired = redis.call('zcount', KEYS[2], 0, '+inf'); "
+    "return tonumber(available) + acquired;";
+
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Redisson's tryAcquire of one permit with id ID (16 raw bytes) and a
+ * lease of LEASE_MS: "OK" when taken. */
+static bool redisson_sem_acquire(redisContext *ctx, const char *name, const char *id,
+                                 long long lease_ms)
+{
+    long long now = wall_ms();
+    redisReply *r = cmd(ctx, "EVAL %s 3 %s {%s}:timeout redisson_sc:{%s} 1 %lld %lld 922337203685477 publish %b",
+                        REDISSON_SEM_TRY_ACQUIRE, name, name, name, now + lease_ms, now, id, (size_t)16);
+    bool ok = r->type == REDIS_REPLY_STATUS || (r->type == REDIS_REPLY_STRING && strcmp(r->str, "OK") == 0);
+    freeReplyObject(r);
+    return ok;
+}
+
+struct sem_taker {
+    dlock_semaphore *s;
+    int rc;
+    atomic_int done;
+};
+
+static void *sem_taker_main(void *p)
+{
+    struct sem_taker *t = p;
+    dlock_permit *pm = NULL;
+    t->rc = dlock_semaphore_acquire(t->s, 1, 20000, NULL, &pm);
+    if (pm)
+        dlock_permit_release(pm);
+    atomic_store(&t->done, 1);
+    return NULL;
+}
+
+START_TEST(redisson_semaphore_on_the_wire)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    dlock_client *c = open_with("lease=30s");
+    dlock_semaphore *s = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(c, "pool", 2, 0, &s), DLOCK_OK);
+    dlock_permit *mine = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &mine), DLOCK_OK);
+    /* Redisson sees a semaphore of 2 permits, 1 free, and takes it. */
+    ck_assert_int_eq(cmd_int(ctx, "EVAL %s 2 pool {pool}:timeout", REDISSON_SEM_GET_PERMITS), 2);
+    ck_assert_int_eq(cmd_int(ctx, "GET pool"), 1);
+    const char *rid = "\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10";
+    ck_assert(redisson_sem_acquire(ctx, "pool", rid, 60000));
+    dlock_permit *p = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &p), DLOCK_EBUSY);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_semaphore_inspect(c, "pool", 2, &info), DLOCK_OK);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 2);
+    ck_assert_int_eq(dlock_info_free_permits(info), 0);
+    dlock_info_free(info);
+    /* Redisson's release wakes a dlock waiter (its message on
+     * redisson_sc:{pool}). */
+    struct sem_taker t = {.s = s, .rc = -99};
+    pthread_t th;
+    pthread_create(&th, NULL, sem_taker_main, &t);
+    wait_numsub(ctx, "redisson_sc:{pool}", 1);
+    ck_assert_int_eq(cmd_int(ctx, "EVAL %s 3 pool redisson_sc:{pool} {pool}:timeout %b 1 %lld publish",
+                             REDISSON_SEM_TRY_RELEASE, rid, (size_t)16, wall_ms()),
+                     1);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.rc, DLOCK_OK);
+    /* dlock's release gives Redisson its permit back, and tells it. */
+    redisContext *sub = raw();
+    freeReplyObject(cmd(sub, "SUBSCRIBE redisson_sc:{pool}"));
+    ck_assert_int_eq(dlock_permit_release(mine), DLOCK_OK);
+    void *msg = NULL;
+    ck_assert_int_eq(redisGetReply(sub, &msg), REDIS_OK);
+    redisReply *m = msg;
+    ck_assert_str_eq(m->element[0]->str, "message");
+    ck_assert_str_eq(m->element[2]->str, "2");
+    freeReplyObject(m);
+    redisFree(sub);
+    /* A Redisson holder that dies: its permits (a 300 ms lease) come
+     * back to a dlock waiter once the lease has ended. */
+    ck_assert(redisson_sem_acquire(ctx, "pool", "AAAAAAAAAAAAAAAA", 300));
+    ck_assert(redisson_sem_acquire(ctx, "pool", "BBBBBBBBBBBBBBBB", 300));
+    ck_assert_int_eq(dlock_semaphore_acquire(s, 2, 20000, NULL, &p), DLOCK_OK);
+    ck_assert_int_eq(cmd_int(ctx, "EVAL %s 2 pool {pool}:timeout", REDISSON_SEM_GET_PERMITS), 2);
+    ck_assert_int_eq(dlock_permit_release(p), DLOCK_OK);
+    /* The count Redisson set (trySetPermits 5) is the count. */
+    ck_assert_int_eq(cmd_int(ctx, "EVAL %s 2 five redisson_sc:{five} 5 publish",
+                             REDISSON_SEM_TRY_SET_PERMITS), 1);
+    dlock_semaphore *s3 = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(c, "five", 3, 0, &s3), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_acquire(s3, 1, DLOCK_TRY, NULL, &p), DLOCK_EINVAL);
+    ck_assert_msg(strstr(dlock_errmsg(), "has 5 permits") && strstr(dlock_errmsg(), "not 3"),
+                  "%s", dlock_errmsg());
+    dlock_semaphore_free(s3);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+    redisFree(ctx);
+    stop_server();
+}
+END_TEST
+
 /* Play a Redisson client on the wire: its hash field, PEXPIRE, and the "0"
  * message on full release; and see that it observes dlock the same way. */
 START_TEST(redisson_on_the_wire)
@@ -2507,6 +2642,7 @@ int main(void)
         {"one_waiter_woken_per_release", one_waiter_woken_per_release, 60},
         {"redisson_on_the_wire", redisson_on_the_wire, 60},
         {"redisson_rwlock_on_the_wire", redisson_rwlock_on_the_wire, 60},
+        {"redisson_semaphore_on_the_wire", redisson_semaphore_on_the_wire, 60},
         {"simple_layout_on_the_wire", simple_layout_on_the_wire, 60},
         {"wrongtype_left_intact", wrongtype_left_intact, 60},
         {"auth_password_and_acl_user", auth_password_and_acl_user, 60},

@@ -256,6 +256,8 @@ static int redis_release(void *state, struct dlock__hold *h)
 static int redis_renew(void *state, struct dlock__renew_batch *b)
 {
     struct redis_state *s = state;
+    if (redis_sem_renew_apart(s, b, redis_renew)) /* semaphore permits (semaphore.c) */
+        return DLOCK_OK;
     struct dlock__hold **holds = b->holds;
     size_t n = b->n;
     if (n == 0)
@@ -665,7 +667,7 @@ const struct dlock__backend dlock__backend_redis = {
     .name = "redis",
     .schemes = redis_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
-            DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE,
+            DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_SEMAPHORE,
     .default_port = REDIS_DEFAULT_PORT,
     .open = redis_open,
     .close = redis_close,
@@ -676,5 +678,8 @@ const struct dlock__backend dlock__backend_redis = {
     .force_release = redis_force_release,
     .list = redis_list,
     .downgrade = redis_rw_downgrade,
+    .sem_acquire = redis_sem_acquire,
+    .sem_release = redis_sem_release,
+    .sem_inspect = redis_sem_inspect,
 };
 

@@ -38,6 +38,7 @@ struct ssl_st;
 enum script_id {
     S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_CANCEL,
     S_RW_RELEASE_READ, S_RW_DOWNGRADE, S_RW_UNWAIT, /* rwlock.c */
+    S_SEM_ACQUIRE, S_SEM_RELEASE, S_SEM_RENEW, S_SEM_INSPECT, /* semaphore.c */
     S_COUNT
 };
 
@@ -299,5 +300,16 @@ void redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct
                      bool acquired);
 /* Stop the hub thread and free every channel. */
 void redis_hub_stop(struct redis_state *s);
+
+/* -------------------------------------------------------- semaphore.c */
+
+int redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int redis_sem_release(void *state, struct dlock__hold *h);
+int redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
+/* When B holds semaphore permits: renew them (one script call each) and
+ * the locks through RENEW_LOCKS, each hold's result in B, and return
+ * true; false (nothing done) when B holds locks only. */
+bool redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_batch *b,
+                           int (*renew_locks)(void *state, struct dlock__renew_batch *b));
 
 #endif /* DLOCK_REDIS_H */

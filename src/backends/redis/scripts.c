@@ -54,6 +54,10 @@ EMBED_SCRIPT(redis_lua_cancel_simple, "cancel_simple.lua");
 EMBED_SCRIPT(redis_lua_rw_release_read, "rw_release_read.lua");
 EMBED_SCRIPT(redis_lua_rw_downgrade, "rw_downgrade.lua");
 EMBED_SCRIPT(redis_lua_rw_unwait, "rw_unwait.lua");
+EMBED_SCRIPT(redis_lua_sem_acquire, "sem_acquire.lua");
+EMBED_SCRIPT(redis_lua_sem_release, "sem_release.lua");
+EMBED_SCRIPT(redis_lua_sem_renew, "sem_renew.lua");
+EMBED_SCRIPT(redis_lua_sem_inspect, "sem_inspect.lua");
 
 const char *redis_script_source(enum script_id id, bool simple)
 {
@@ -76,6 +80,14 @@ const char *redis_script_source(enum script_id id, bool simple)
         return redis_lua_rw_downgrade;
     case S_RW_UNWAIT:
         return redis_lua_rw_unwait;
+    case S_SEM_ACQUIRE:
+        return redis_lua_sem_acquire;
+    case S_SEM_RELEASE:
+        return redis_lua_sem_release;
+    case S_SEM_RENEW:
+        return redis_lua_sem_renew;
+    case S_SEM_INSPECT:
+        return redis_lua_sem_inspect;
     case S_COUNT:
         break;
     }

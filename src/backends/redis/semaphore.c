@@ -1,0 +1,498 @@
+/* semaphore.c -- the Redis backend's counting semaphore, on the wire
+ * layout of Redisson's RPermitExpirableSemaphore, so Redisson clients and
+ * dlock share the permits of one name.
+ *
+ * Why this layout: Redisson's plain RSemaphore keeps only a counter, so a
+ * holder that crashes takes its permits with it for good; the expirable
+ * one records each permit with an expiry, and whoever comes next gives
+ * the expired ones back. Keys (docs/protocol-redis.md): NAME, a STRING
+ * holding the free permits; {NAME}:timeout, a ZSET of permit id -> expiry
+ * (ms since the epoch); the channel redisson_sc:{NAME}, where every
+ * release publishes the free count; and dlock_sem_token:{NAME}, our
+ * fencing counter (Redisson neither reads nor needs it). The permit count
+ * is what Redisson counts too: free + held.
+ *
+ * A permit object of K permits is K ids sharing a random 14-byte prefix
+ * (id i = prefix + i in two bytes), so acquire, release and renewal send
+ * the prefix and K, never K ids. Expiries come from the server's clock
+ * (TIME), so clients with skewed clocks agree; the keeper moves them to
+ * now + lease, as Redisson's updateLeaseTime does. The scripts are in
+ * scripts/sem_*.lua.
+ *
+ * Ambiguous replies: an acquire whose reply is lost is not sent again
+ * (a second try would take more permits); the ids it may have taken are
+ * released by the cleanup queue, and their lease bounds the harm if even
+ * that fails. A release is idempotent (ZREM counts what it removed) and
+ * is retried once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis.h"
+
+#define ID_PREFIX 14 /* bytes of a permit object's id prefix */
+
+struct sem_keys {
+    char *name, *timeout, *chan, *token;
+    size_t name_len, timeout_len, chan_len, token_len;
+};
+
+static void sem_keys_free(struct sem_keys *k)
+{
+    free(k->name);
+    free(k->timeout);
+    free(k->chan);
+    free(k->token);
+    memset(k, 0, sizeof *k);
+}
+
+/* Redisson's keys of semaphore NAME (prefix applied): suffixName(name,
+ * "timeout") and prefixName("redisson_sc", name), which keep a hash tag
+ * the name already has. */
+static int sem_keys_make(struct redis_state *s, const char *name, struct sem_keys *k)
+{
+    memset(k, 0, sizeof *k);
+    k->name = dlock__sprintf("%s%s", s->prefix ? s->prefix : "", name);
+    if (k->name) {
+        bool tagged = strchr(k->name, '{') != NULL;
+        const char *open = tagged ? "" : "{", *close = tagged ? "" : "}";
+        k->timeout = dlock__sprintf("%s%s%s:timeout", open, k->name, close);
+        k->chan = dlock__sprintf("redisson_sc:%s%s%s", open, k->name, close);
+        k->token = dlock__sprintf("dlock_sem_token:%s%s%s", open, k->name, close);
+    }
+    if (!k->name || !k->timeout || !k->chan || !k->token) {
+        sem_keys_free(k);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    k->name_len = strlen(k->name);
+    k->timeout_len = strlen(k->timeout);
+    k->chan_len = strlen(k->chan);
+    k->token_len = strlen(k->token);
+    return DLOCK_OK;
+}
+
+/* H's id prefix, from the hex of its first id in h->owner. */
+static void id_prefix(const struct dlock__hold *h, char out[ID_PREFIX])
+{
+    for (int i = 0; i < ID_PREFIX; i++)
+        out[i] = (char)(dlock__hexval(h->owner[2 * i]) << 4 | dlock__hexval(h->owner[2 * i + 1]));
+}
+
+/* A fresh id prefix for H: random, its first id (prefix + 0000) in hex
+ * as h->owner, the id Redisson would print. */
+static void new_id(struct dlock__hold *h)
+{
+    char uuid[37], hex[33];
+    size_t n = 0;
+    dlock__uuid(uuid);
+    for (const char *p = uuid; *p && n < 2 * ID_PREFIX; p++)
+        if (*p != '-')
+            hex[n++] = *p;
+    snprintf(h->owner, sizeof h->owner, "%.*s0000", 2 * ID_PREFIX, hex);
+}
+
+/* "count:N" / "type:T" replies of the scripts. */
+static int odd_reply(struct redis_state *s, const struct sem_keys *k, const redisReply *r,
+                     unsigned permits)
+{
+    if (r->type == REDIS_REPLY_STRING && strncmp(r->str, "count:", 6) == 0)
+        return dlock__err(DLOCK_EINVAL,
+                          "%s: semaphore '%s' has %s permits (free + held in '%s' and '%s'), "
+                          "not %u: use its count, or delete both keys while nobody holds a permit",
+                          s->where, k->name, r->str + 6, k->name, k->timeout, permits);
+    if (r->type == REDIS_REPLY_STRING && strncmp(r->str, "type:", 5) == 0)
+        return dlock__err(DLOCK_EWRONGTYPE,
+                          "%s: WRONGTYPE: key '%s' or '%s' holds a %s, not a semaphore of "
+                          "Redisson's RPermitExpirableSemaphore layout; left untouched",
+                          s->where, k->name, k->timeout, r->str + 5);
+    return dlock__err(DLOCK_EPROTO, "%s: semaphore '%s': unexpected reply (type %d)", s->where,
+                      k->name, r->type);
+}
+
+/* ---------------------------------------------------------- cleanup */
+
+/* Give back the ids of an acquire whose reply was lost. */
+struct lost_acquire {
+    char *name;
+    char prefix[ID_PREFIX];
+    unsigned k;
+};
+
+static void lost_acquire_free(void *arg)
+{
+    struct lost_acquire *a = arg;
+    free(a->name);
+    free(a);
+}
+
+static int release_ids(struct redis_state *s, const char *name, const char prefix[ID_PREFIX],
+                       unsigned k, int64_t deadline, bool retry, long long *removed,
+                       bool *retried)
+{
+    struct sem_keys keys;
+    int rc = sem_keys_make(s, name, &keys);
+    if (rc)
+        return rc;
+    char kk[16];
+    int kl = snprintf(kk, sizeof kk, "%u", k);
+    const char *args[] = {keys.name, keys.timeout, keys.chan, kk, prefix};
+    size_t lens[] = {keys.name_len, keys.timeout_len, keys.chan_len, (size_t)kl, ID_PREFIX};
+    redisReply *r;
+    rc = redis_eval(s, deadline, S_SEM_RELEASE, 3, 5, args, lens, retry, NULL, NULL,
+                    "semaphore release", &r, NULL, retried, NULL);
+    if (!rc) {
+        if (r->type == REDIS_REPLY_INTEGER)
+            *removed = r->integer;
+        else
+            rc = odd_reply(s, &keys, r, 0);
+        freeReplyObject(r);
+    }
+    sem_keys_free(&keys);
+    return rc;
+}
+
+static int lost_acquire_run(void *bstate, void *arg, int64_t deadline)
+{
+    struct lost_acquire *a = arg;
+    long long removed;
+    return release_ids(bstate, a->name, a->prefix, a->k, deadline, false, &removed, NULL);
+}
+
+/* ---------------------------------------------------------- acquire */
+
+/* What one try tells the wait: how long to sleep at most before trying
+ * again without a message (the nearest expiry, at most a lease), and
+ * whether a wake-up should go on to the next waiter although this one
+ * succeeded (permits left). */
+struct redis_try {
+    int64_t sleep_ms;
+    bool pass_on;
+};
+
+/* One try within DEADLINE: DLOCK_OK (token and validity
+ * set; T passes the wake on when permits are left), DLOCK_EBUSY (T sleeps
+ * until the nearest expiry, at most a lease), or a failure. */
+struct sem_try_arg {
+    struct dlock__hold *h;
+    const struct sem_keys *k;
+};
+
+static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct redis_try *t)
+{
+    struct dlock__hold *h = ((struct sem_try_arg *)arg)->h;
+    const struct sem_keys *k = ((struct sem_try_arg *)arg)->k;
+    char n[16], kk[16], lease[24], prefix[ID_PREFIX];
+    int nl = snprintf(n, sizeof n, "%u", h->sem->permits);
+    int kl = snprintf(kk, sizeof kk, "%u", h->sem->k);
+    int ll = snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
+    id_prefix(h, prefix);
+    const char *args[] = {k->name, k->timeout, k->chan, k->token, n, kk, lease, prefix};
+    size_t lens[] = {k->name_len, k->timeout_len, k->chan_len, k->token_len,
+                     (size_t)nl,  (size_t)kl,     (size_t)ll,  ID_PREFIX};
+    redisReply *r;
+    int64_t sent;
+    bool reached = false;
+    int rc = redis_eval(s, deadline, S_SEM_ACQUIRE, 4, 8, args, lens, false, NULL, NULL,
+                        "semaphore acquire", &r, &sent, NULL, &reached);
+    if (rc == DLOCK_ECONN && reached) {
+        /* It may have run: owe the server a release of those ids. */
+        struct lost_acquire *a = calloc(1, sizeof *a);
+        char what[300];
+        snprintf(what, sizeof what, "release permit %s of semaphore '%s'", h->owner, k->name);
+        if (a && (a->name = dlock__strdup(h->name))) {
+            memcpy(a->prefix, prefix, ID_PREFIX);
+            a->k = h->sem->k;
+            char msg[DLOCK__MSG_MAX];
+            dlock__errmsg_save(msg);
+            dlock__cleanup_add(s->c, what, lost_acquire_run, a, lost_acquire_free);
+            dlock__errmsg_restore(rc, msg);
+        } else {
+            free(a);
+        }
+    }
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
+        long long a = r->element[0]->integer, b = r->element[1]->integer;
+        if (a >= 0) {
+            h->token = (uint64_t)a;
+            t->pass_on = b > 0;
+            dlock__hold_confirmed(s->c, h, sent);
+        } else {
+            t->sleep_ms = b >= 0 && b < h->lease_ms ? b + 1 : h->lease_ms;
+            rc = dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': fewer than %u permits free",
+                            s->where, k->name, h->sem->k);
+        }
+    } else {
+        rc = odd_reply(s, k, r, h->sem->permits);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* After a busy first try (T: what it said): wait on Redisson's channel
+ * (the subscriber hub) and try again on every release message, or when
+ * T's sleep ends, until a try is not busy or W's deadline or cancel; a
+ * connection lost meanwhile is retried on a backoff until the deadline,
+ * as the lock's wait does (mutex.c). */
+static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, const char *what,
+                   struct dlock__wait *w, struct sem_try_arg *arg, struct redis_try *t)
+{
+    /* Subscribe (shared connection), then try, sleep until a release
+     * message or the safety net the last try gave, try again. */
+    int rc = redis_hub_join(s, chan, chan_len, w);
+    if (rc)
+        return rc;
+    /* A connection lost while waiting (server restart, network blip) is
+     * retried with backoff until the wait's deadline: the waiter already
+     * reached the server once, so the outage is transient until proven
+     * otherwise. The message of the last failure is kept for the end. */
+    struct dlock__backoff outage = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS};
+    int64_t outage_ms = 0; /* > 0 while the server cannot be reached */
+    char outage_msg[DLOCK__MSG_MAX] = "";
+    for (bool first = true;; first = false) {
+        unsigned seq = dlock__wait_seq(w);
+        /* Before the subscription is confirmed a release could be missed,
+         * so the first sleep lasts until the confirmation wakes us. */
+        if (!first || redis_hub_subscribed(s, chan, chan_len)) {
+            redis_hub_ack(s, chan, chan_len, w);
+            rc = try_take(s, arg, dlock__wait_deadline(w), t);
+            if (rc == DLOCK_ECONN) {
+                dlock__errmsg_save(outage_msg);
+                outage_ms = dlock__backoff_next(&outage);
+            } else if (rc != DLOCK_EBUSY) {
+                break;
+            } else {
+                dlock__backoff_reset(&outage);
+                outage_ms = 0;
+            }
+        }
+        int64_t now = dlock__now_ms();
+        rc = dlock__wait_sleep(w, seq, now + (outage_ms ? outage_ms : t->sleep_ms));
+        if (rc == DLOCK_ETIMEDOUT && outage_ms) {
+            rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for %s ended)",
+                            outage_msg, what);
+            break;
+        }
+        if (rc == DLOCK_ETIMEDOUT) {
+            rc = dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for %s", s->where, what);
+            break;
+        }
+        if (rc != DLOCK_OK)
+            break;
+    }
+    redis_hub_leave(s, chan, chan_len, w, rc == DLOCK_OK && !t->pass_on);
+    return rc;
+}
+
+int redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct redis_state *s = state;
+    struct sem_keys k;
+    int rc = sem_keys_make(s, h->name, &k);
+    if (rc)
+        return rc;
+    new_id(h);
+    struct sem_try_arg a = {h, &k};
+    struct redis_try t = {0};
+    rc = try_take(s, &a, dlock__wait_deadline(w), &t);
+    if (rc == DLOCK_EBUSY && !dlock__wait_try_once(w)) {
+        char what[DLOCK_NAME_MAX + 300];
+        snprintf(what, sizeof what, "semaphore '%s'", k.name);
+        rc = wait_on(s, k.chan, k.chan_len, what, w, &a, &t);
+    }
+    sem_keys_free(&k);
+    return rc;
+}
+
+/* ---------------------------------------------------------- release */
+
+int redis_sem_release(void *state, struct dlock__hold *h)
+{
+    struct redis_state *s = state;
+    char prefix[ID_PREFIX];
+    id_prefix(h, prefix);
+    long long removed = 0;
+    bool retried = false;
+    int rc = release_ids(s, h->name, prefix, h->sem->k, DLOCK__NEVER, true, &removed, &retried);
+    if (!rc && removed != (long long)h->sem->k && !(retried && removed == 0))
+        rc = dlock__err(DLOCK_ELOST,
+                        "%s: semaphore '%s': permit %s was lost: its lease had ended and it was "
+                        "taken back (%lld of %u ids still held)",
+                        s->where, h->name, h->owner, removed, h->sem->k);
+    return rc;
+}
+
+/* ------------------------------------------------------------ renew */
+
+/* Renew the semaphore holds of B, one script call each, within the
+ * batch's deadline. */
+static void sem_renew(struct redis_state *s, struct dlock__renew_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        struct dlock__hold *h = b->holds[i];
+        struct sem_keys k;
+        int rc = sem_keys_make(s, h->name, &k);
+        if (rc) {
+            dlock__renew_result(b, i, rc);
+            continue;
+        }
+        char kk[16], lease[24], prefix[ID_PREFIX];
+        int kl = snprintf(kk, sizeof kk, "%u", h->sem->k);
+        int ll = snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
+        id_prefix(h, prefix);
+        const char *args[] = {k.name, k.timeout, k.chan, kk, prefix, lease};
+        size_t lens[] = {k.name_len, k.timeout_len, k.chan_len, (size_t)kl, ID_PREFIX, (size_t)ll};
+        redisReply *r;
+        int64_t sent;
+        rc = redis_eval(s, b->deadline, S_SEM_RENEW, 3, 6, args, lens, true, NULL, NULL,
+                        "semaphore renew", &r, &sent, NULL, NULL);
+        if (!rc) {
+            if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
+                dlock__hold_confirmed(s->c, h, sent);
+            } else {
+                rc = dlock__err(DLOCK_ELOST, "%s: renewal found permit %s of semaphore '%s' gone "
+                                             "(its lease ended and it was taken back, or the "
+                                             "server lost its data)",
+                                s->where, h->owner, h->name);
+            }
+            freeReplyObject(r);
+        }
+        dlock__renew_result(b, i, rc);
+        sem_keys_free(&k);
+    }
+}
+
+bool redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_batch *b,
+                           int (*renew_locks)(void *state, struct dlock__renew_batch *b))
+{
+    size_t nsem = 0;
+    for (size_t i = 0; i < b->n; i++)
+        nsem += b->holds[i]->sem != NULL;
+    if (!nsem)
+        return false;
+    /* Two batches, locks and permits, each with its own results. */
+    struct dlock__hold **holds = calloc(b->n, sizeof *holds);
+    int *result = calloc(b->n, sizeof *result);
+    char(*why)[DLOCK__WHY_MAX] = calloc(b->n, sizeof *why);
+    size_t *from = calloc(b->n, sizeof *from);
+    if (!holds || !result || !why || !from) {
+        int rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+        for (size_t i = 0; i < b->n; i++)
+            dlock__renew_result(b, i, rc);
+    } else {
+        size_t nlock = b->n - nsem, l = 0, m = nlock;
+        for (size_t i = 0; i < b->n; i++) {
+            size_t j = b->holds[i]->sem ? m++ : l++;
+            holds[j] = b->holds[i];
+            from[j] = i;
+            result[j] = DLOCK_EIO;
+            why[j][0] = '\0';
+        }
+        struct dlock__renew_batch locks = {holds, nlock, b->deadline, result, why};
+        struct dlock__renew_batch sems = {holds + nlock, nsem, b->deadline, result + nlock,
+                                          why + nlock};
+        if (nlock)
+            renew_locks(s, &locks);
+        sem_renew(s, &sems);
+        for (size_t j = 0; j < b->n; j++) {
+            b->result[from[j]] = result[j];
+            memcpy(b->why[from[j]], why[j], DLOCK__WHY_MAX);
+        }
+    }
+    free(holds);
+    free(result);
+    free(why);
+    free(from);
+    return true;
+}
+
+/* ---------------------------------------------------------- inspect */
+
+static void hex_of(const char *p, size_t len, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[(unsigned char)p[i] >> 4];
+        out[2 * i + 1] = digits[(unsigned char)p[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+int redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
+{
+    struct redis_state *s = state;
+    struct sem_keys k;
+    int rc = sem_keys_make(s, name, &k);
+    if (rc)
+        return rc;
+    dlock__info_set_key(info, k.name);
+    const char *args[] = {k.name, k.timeout, k.token};
+    size_t lens[] = {k.name_len, k.timeout_len, k.token_len};
+    redisReply *r;
+    rc = redis_eval(s, DLOCK__NEVER, S_SEM_INSPECT, 3, 3, args, lens, true, NULL, NULL,
+                    "semaphore inspect", &r, NULL, NULL, NULL);
+    if (rc)
+        goto out;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 5 || (r->elements - 5) % 2) {
+        rc = odd_reply(s, &k, r, permits);
+        goto done;
+    }
+    const char *t1 = r->element[0]->str, *t2 = r->element[1]->str;
+    if ((strcmp(t1, "string") && strcmp(t1, "none")) || (strcmp(t2, "zset") && strcmp(t2, "none"))) {
+        rc = dlock__err(DLOCK_EWRONGTYPE,
+                        "%s: WRONGTYPE: keys '%s' (%s) and '%s' (%s) are not a semaphore of "
+                        "Redisson's RPermitExpirableSemaphore layout",
+                        s->where, k.name, t1, k.timeout, t2);
+        goto done;
+    }
+    long long free_now = strtoll(r->element[2]->str, NULL, 10);
+    long long now = strtoll(r->element[3]->str, NULL, 10);
+    info->token = strtoull(r->element[4]->str, NULL, 10);
+    size_t nids = (r->elements - 5) / 2;
+    info->ttl_ms = -1;
+    if (!strcmp(t1, "none") && !nids) { /* never used */
+        info->permits = permits;
+        info->free_permits = permits;
+        goto done;
+    }
+    info->permits = (unsigned)(free_now + (long long)nids);
+    if (permits && info->permits != permits) {
+        rc = dlock__err(DLOCK_EINVAL,
+                        "%s: semaphore '%s' has %u permits (free + held in '%s' and '%s'), not %u",
+                        s->where, k.name, info->permits, k.name, k.timeout, permits);
+        goto done;
+    }
+    info->free_permits = free_now;
+    for (size_t i = 0; !rc && i < nids; i++) {
+        const redisReply *id = r->element[5 + 2 * i];
+        long long expiry = strtoll(r->element[6 + 2 * i]->str, NULL, 10);
+        if (expiry <= now) { /* expired: the next acquire takes it back */
+            info->free_permits++;
+            continue;
+        }
+        info->held = 1;
+        if (expiry - now > info->ttl_ms)
+            info->ttl_ms = expiry - now;
+        /* One holder per permit object: ids sharing our prefix are one. */
+        char hex[2 * 64 + 1];
+        size_t len = id->len < 64 ? id->len : 64;
+        hex_of(id->str, len, hex);
+        bool ours = id->len == ID_PREFIX + 2;
+        bool counted = false;
+        for (size_t j = 0; ours && j < info->nholders; j++)
+            if (strncmp(info->holders[j].id, hex, 2 * ID_PREFIX) == 0) {
+                info->holders[j].count++;
+                counted = true;
+            }
+        if (!counted)
+            rc = dlock__info_add_holder(info, hex, 1);
+    }
+done:
+    freeReplyObject(r);
+out:
+    sem_keys_free(&k);
+    return rc;
+}

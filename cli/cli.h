@@ -4,6 +4,7 @@
 #define DLOCK_CLI_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "dlock.h"
@@ -35,6 +36,9 @@ int64_t cli_seconds(const char *s);
 /* 0 when NAME can be a lock name (1 to DLOCK_NAME_MAX bytes); else print
  * a usage error for command CMD and return EXIT_USAGE. */
 int cli_check_name(const char *cmd, const char *name);
+/* Whether NAME names a file to lock as flock(1) does: it starts with '/',
+ * "./" or "../", and URL (NULL: $DLOCK_URL) is a file URL or none. */
+bool cli_is_path(const char *url, const char *name);
 #define DLOCK__CLI_STR2(x) #x
 #define DLOCK__CLI_STR(x) DLOCK__CLI_STR2(x)
 

@@ -572,7 +572,6 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 
 static int lock_and_run(struct run_opts *o, const char *name, char **cmd);
 static int path_lock_and_run(const struct run_opts *o, const char *path, char **cmd);
-static bool is_path_form(const char *url, const char *name);
 static int finish(const struct run_opts *o, dlock_client *c, dlock_lock *l, int code,
                   bool at_risk);
 static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
@@ -609,7 +608,7 @@ int cmd_run(const char *url, int argc, char **argv)
                            argv[i]);
     if (!o.shell_cmd && i >= argc)
         return usage_error("%s", "missing COMMAND");
-    if (is_path_form(o.url, name))
+    if (cli_is_path(o.url, name))
         return path_lock_and_run(&o, name, cmd);
     return lock_and_run(&o, name, cmd);
 }
@@ -845,16 +844,14 @@ int cmd_hold(const char *url, int argc, char **argv)
         fprintf(stderr, "dlock hold: eventfd: %s\n", strerror(errno));
         return EXIT_SOFTWARE;
     }
-    if (is_path_form(o.url, name))
+    if (cli_is_path(o.url, name))
         return path_lock_and_run(&o, name, NULL);
     return lock_and_run(&o, name, NULL);
 }
 
 /* ------------------------------------------------------------- paths */
 
-/* Whether NAME names a file to lock as flock(1) does: it starts with '/',
- * "./" or "../", and the URL (-u, else $DLOCK_URL) is a file URL or none. */
-static bool is_path_form(const char *url, const char *name)
+bool cli_is_path(const char *url, const char *name)
 {
     if (!url)
         url = getenv("DLOCK_URL");

@@ -161,6 +161,10 @@ START_TEST(test_path_form_flock)
     free(err);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "0.1", "-E", "5", path, "true"), 5);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-s", "-n", path, "true"), 1);
+    char *out;
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", path), 0); /* from /proc/locks */
+    ck_assert_msg(strstr(out, "held (exclusive)") && strstr(out, "holders:  pid "), "%s", out);
+    free(out);
     /* A waiter gets it once flock(1) lets go. */
     char *got = tu_fmt("%s/got", dir), *gotcmd = tu_fmt("touch %s", got);
     const char *w_argv[] = {tu_dlock_bin(), "run", path, "-c", gotcmd, NULL};
@@ -183,8 +187,10 @@ START_TEST(test_path_form_flock)
     tu_wait_exit(d);
     const char *fl_wait[] = {"flock", "-w", "30", path, "true", NULL};
     ck_assert_int_eq(tu_run(fl_wait, NULL, NULL, NULL), 0);
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "--json", path), 1); /* free */
+    ck_assert_msg(strstr(out, "\"held\":false"), "%s", out);
+    free(out);
     /* hold: what it holds, on stdout; </dev/null releases at once. */
-    char *out;
     ck_assert_int_eq(DLOCK(&out, NULL, "hold", path), 0);
     char *want = tu_fmt("mode=exclusive name=%s\n", path);
     ck_assert_str_eq(out, want);

@@ -845,6 +845,42 @@ START_TEST(redisson_rwlock_on_the_wire)
 }
 END_TEST
 
+/* Every reader of one client waiting behind a writer comes in when the
+ * writer releases (within their 20 s waits, the writer's lease being
+ * 60 s): the release must wake every reader waiting on the read-write
+ * channel, not one per client. */
+START_TEST(readers_of_one_client_all_woken)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    dlock_client *w = open_with("lease=60s"), *r = open_with("lease=60s");
+    dlock_lock *wl = tu_lock(w, "many");
+    TU_ACQUIRE_OK(wl, DLOCK_TRY);
+    struct tu_waiter rd[3];
+    dlock_lock *rl[3];
+    for (int i = 0; i < 3; i++) {
+        rl[i] = tu_lock_mode(r, "many", DLOCK_SHARED, 0);
+        tu_waiter_start_ex(&rd[i], rl[i], 20000, NULL, true); /* they keep it: side by side */
+    }
+    wait_numsub(ctx, "redisson_rwlock:{many}", 1);
+    for (int i = 0; i < 3; i++)
+        ck_assert(tu_wait_thread_asleep(&rd[i].tid, 10000));
+    ck_assert_int_eq(dlock_release(wl), DLOCK_OK);
+    for (int i = 0; i < 3; i++) {
+        int rc = tu_waiter_join(&rd[i]);
+        ck_assert_msg(rc == DLOCK_OK, "reader %d: %s", i, dlock_err_name(rc));
+    }
+    ck_assert_int_eq(cmd_int(ctx, "HLEN many"), 4); /* mode and three readers */
+    for (int i = 0; i < 3; i++)
+        dlock_lock_free(rl[i]); /* releases the thread's hold: best effort */
+    dlock_lock_free(wl);
+    dlock_client_close(r);
+    dlock_client_close(w);
+    redisFree(ctx);
+    stop_server();
+}
+END_TEST
+
 /* Play a redis-py / redsync client (SET NX PX, compare-and-delete). */
 START_TEST(simple_layout_on_the_wire)
 {
@@ -2643,6 +2679,7 @@ int main(void)
         {"redisson_on_the_wire", redisson_on_the_wire, 60},
         {"redisson_rwlock_on_the_wire", redisson_rwlock_on_the_wire, 60},
         {"redisson_semaphore_on_the_wire", redisson_semaphore_on_the_wire, 60},
+        {"readers_of_one_client_all_woken", readers_of_one_client_all_woken, 60},
         {"simple_layout_on_the_wire", simple_layout_on_the_wire, 60},
         {"wrongtype_left_intact", wrongtype_left_intact, 60},
         {"auth_password_and_acl_user", auth_password_and_acl_user, 60},

@@ -2,8 +2,9 @@
 -- shared one back). KEYS: lock, channel, token key, read-write channel.
 -- ARGV: owner field, our token. Full release deletes the hash (with its
 -- "mode" field) and publishes Redisson's unlock message "0" on the lock's
--- channel and on RReadWriteLock's (an exclusive lock has one owner field,
--- so removing ours is a full release).
+-- channel (an exclusive lock has one owner field, so removing ours is a
+-- full release) and READ_UNLOCK_MESSAGE "1" on RReadWriteLock's, which
+-- wakes every reader waiting there, as Redisson's write unlock does.
 -- Returns 1 = released, 2 = the lock is free and the token key still holds
 -- our token, so nobody took it after us (a retried release whose first reply
 -- was lost, or an expired lease), 0 = not ours, or a type name (WRONGTYPE).
@@ -12,7 +13,7 @@ if type(n) == 'table' then return redis.call('type', KEYS[1]).ok end
 if n == 1 then
   redis.call('del', KEYS[1])
   redis.call('publish', KEYS[2], '0')
-  redis.call('publish', KEYS[4], '0')
+  redis.call('publish', KEYS[4], '1')
   return 1
 end
 if redis.call('exists', KEYS[1]) == 0 and redis.call('get', KEYS[3]) == ARGV[2] then

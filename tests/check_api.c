@@ -454,8 +454,7 @@ static struct busy_name busy_open(const char *name, unsigned waiter_flags)
 
 static void busy_close(struct busy_name *b)
 {
-    dlock_lock_free(b->l);
-    dlock_lock_free(b->holder);
+    TU_FREE_LOCKS(b->l, b->holder);
     dlock_client_close(b->c);
 }
 
@@ -505,8 +504,7 @@ START_TEST(test_handle_owned_across_threads)
     ck_assert_int_eq(dlock_token(other, &t2), DLOCK_OK);
     ck_assert_uint_gt(t2, t);
     ck_assert_int_eq(dlock_release(other), DLOCK_OK);
-    dlock_lock_free(other);
-    dlock_lock_free(h);
+    TU_FREE_LOCKS(other, h);
     dlock_client_close(c);
 }
 END_TEST
@@ -611,13 +609,9 @@ static void handle_owned_contract(const char *u)
     ck_assert_int_eq(dlock_token(h2, &t2), DLOCK_OK);
     ck_assert_uint_gt(t2, t);
     dlock_lock_free(h2); /* releases */
-    ck_assert_int_eq(dlock_acquire(far, 10000), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(far), DLOCK_OK);
-    dlock_lock_free(far);
-    dlock_lock_free(plain);
-    dlock_lock_free(h);
-    dlock_client_close(c2);
-    dlock_client_close(c);
+    tu_acquire_release(far, 10000);
+    TU_FREE_LOCKS(far, plain, h);
+    TU_CLOSE_CLIENTS(c2, c);
 }
 
 #ifdef DLOCK_HAVE_REDIS
@@ -668,8 +662,7 @@ START_TEST(test_cancel_fired_before_start)
     /* nothing was taken: another client takes it at once */
     dlock_client *c2 = tu_open(url);
     dlock_lock *l2 = tu_lock_mode(c2, "c1", DLOCK_EXCLUSIVE, 0);
-    ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
+    tu_acquire_release(l2, DLOCK_TRY);
     /* a re-entry too is canceled, and the hold is left as it was */
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire_ex(l, DLOCK_TRY, k), DLOCK_ECANCELED);
@@ -709,8 +702,7 @@ START_TEST(test_cancel_fired_during_wait)
     ck_assert_uint_eq(b.count, 0);
     ck_assert_uint_eq(dlock_hold_count(busy.holder), 1);
     ck_assert_int_eq(dlock_release(busy.holder), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire(busy.l, DLOCK_TRY), DLOCK_OK); /* it was never taken */
-    ck_assert_int_eq(dlock_release(busy.l), DLOCK_OK);
+    tu_acquire_release(busy.l, DLOCK_TRY); /* it was never taken */
     dlock_cancel_free(k);
     busy_close(&busy);
 }
@@ -894,20 +886,16 @@ START_TEST(test_downgrade_and_upgrade_rules)
     ck_assert_int_eq(dlock_acquire(reader, DLOCK_TRY), DLOCK_EBUSY); /* still exclusive */
     ck_assert_int_eq(dlock_release(x), DLOCK_OK); /* downgraded */
     ck_assert_uint_eq(dlock_hold_count(s), 1);
-    ck_assert_int_eq(dlock_acquire(reader, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(reader), DLOCK_OK);
+    tu_acquire_release(reader, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(s), DLOCK_OK);
     /* upgrade */
     ck_assert_int_eq(dlock_acquire(s, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_EMISUSE);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "upgrade"));
     ck_assert_uint_eq(dlock_hold_count(s), 1);
-    ck_assert_int_eq(dlock_acquire(reader, DLOCK_TRY), DLOCK_OK); /* still shared */
-    ck_assert_int_eq(dlock_release(reader), DLOCK_OK);
+    tu_acquire_release(reader, DLOCK_TRY); /* still shared */
     ck_assert_int_eq(dlock_release(s), DLOCK_OK);
-    dlock_lock_free(reader);
-    dlock_lock_free(s);
-    dlock_lock_free(x);
+    TU_FREE_LOCKS(reader, s, x);
     dlock_client_close(c);
 }
 END_TEST

@@ -755,8 +755,7 @@ START_TEST(test_negative_wait)
     ck_assert_msg(strstr(dlock_errmsg(), "-2"), "%s", dlock_errmsg());
     ck_assert_int_eq(dlock_acquire(l, INT64_MIN), DLOCK_EINVAL);
     ck_assert_int_eq(dlock_hold_count(l), 0);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_FOREVER);
     dlock_lock_free(l);
     dlock_client_close(c);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "-2", "negwait", "true"), 64);

@@ -173,11 +173,8 @@ START_TEST(reentrancy)
     TU_ACQUIRE_OK(other, DLOCK_TRY);
     ck_assert_uint_gt(token_of(other), t1);
     EXPECT_RC(dlock_release(other), DLOCK_OK);
-    dlock_lock_free(other);
-    dlock_lock_free(again);
-    dlock_lock_free(l);
-    dlock_client_close(c2);
-    dlock_client_close(c);
+    TU_FREE_LOCKS(other, again, l);
+    TU_CLOSE_CLIENTS(c2, c);
 }
 END_TEST
 
@@ -193,8 +190,7 @@ START_TEST(shared_mode)
         ck_assert_msg(rc == DLOCK_ENOTSUP, "shared mode on %s: %s", CT->name, dlock_err_name(rc));
         ck_assert_msg(strstr(dlock_errmsg(), "shared"), "message: %s", dlock_errmsg());
         dlock_lock_free(s);
-        dlock_client_close(c2);
-        dlock_client_close(c);
+        TU_CLOSE_CLIENTS(c2, c);
         return;
     }
     dlock_lock *r1 = tu_lock_mode(c, "rw", DLOCK_SHARED, 0), *r2 = tu_lock_mode(c2, "rw", DLOCK_SHARED, 0);
@@ -228,14 +224,9 @@ START_TEST(shared_mode)
     EXPECT_RC(dlock_acquire(r2, DLOCK_TRY), DLOCK_EBUSY); /* still exclusive */
     EXPECT_RC(dlock_release(r1), DLOCK_OK);
     EXPECT_RC(dlock_release(w_same_thread), DLOCK_OK);
-    TU_ACQUIRE_OK(r2, DLOCK_TRY);
-    EXPECT_RC(dlock_release(r2), DLOCK_OK);
-    dlock_lock_free(w_same_thread);
-    dlock_lock_free(w);
-    dlock_lock_free(r2);
-    dlock_lock_free(r1);
-    dlock_client_close(c2);
-    dlock_client_close(c);
+    tu_acquire_release(r2, DLOCK_TRY);
+    TU_FREE_LOCKS(w_same_thread, w, r2, r1);
+    TU_CLOSE_CLIENTS(c2, c);
 }
 END_TEST
 
@@ -286,19 +277,15 @@ START_TEST(shared_downgrade)
     EXPECT_RC(wb.rc, DLOCK_EBUSY);
     EXPECT_RC(dlock_release(rb), DLOCK_OK);
     EXPECT_RC(dlock_release(ra), DLOCK_OK);
-    TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
-    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+    tu_acquire_release(p.lb, DLOCK_TRY);
     /* Read levels released first: no downgrade, the write level stays. */
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-    TU_ACQUIRE_OK(ra, DLOCK_TRY);
-    EXPECT_RC(dlock_release(ra), DLOCK_OK);
+    tu_acquire_release(ra, DLOCK_TRY);
     EXPECT_RC(dlock_acquire(rb, DLOCK_TRY), DLOCK_EBUSY);
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     EXPECT_RC(dlock_release(p.la), DLOCK_ENOTOWNER);
-    TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
-    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
-    dlock_lock_free(rb);
-    dlock_lock_free(ra);
+    tu_acquire_release(p.lb, DLOCK_TRY);
+    TU_FREE_LOCKS(rb, ra);
     tu_pair_close(&p);
 }
 END_TEST
@@ -501,8 +488,7 @@ START_TEST(time_bound)
     tu_waiter_join(&w);
     ck_assert_msg(w.rc == DLOCK_ETIMEDOUT, "other thread: %s", dlock_err_name(w.rc));
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
-    TU_ACQUIRE_OK(p.lb, 100);
-    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+    tu_acquire_release(p.lb, 100);
     tu_pair_close(&p);
 }
 END_TEST
@@ -528,8 +514,7 @@ START_TEST(cancel)
     ck_assert_uint_eq(dlock_hold_count(p.la), 1); /* the holder's is untouched */
     EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
-    TU_ACQUIRE_OK(p.lb, DLOCK_TRY); /* a later wait is not canceled */
-    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+    tu_acquire_release(p.lb, DLOCK_TRY); /* a later wait is not canceled */
     tu_pair_close(&p);
 }
 END_TEST
@@ -547,8 +532,7 @@ START_TEST(fork_misuse)
         _exit(rc == DLOCK_EMISUSE && strstr(dlock_errmsg(), "fork") ? 0 : 1);
     }
     ck_assert_msg(tu_wait_exit(pid) == 0, "the child could use its parent's client");
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_TRY);
     dlock_lock_free(l);
     dlock_client_close(c);
 }
@@ -561,15 +545,13 @@ START_TEST(free_releases)
     dlock_lock *l = tu_lock(c, "freed"), *o = tu_lock(c2, "freed");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     dlock_lock_free(l);
-    TU_ACQUIRE_OK(o, DLOCK_FOREVER); /* the release may reach the backend after free returns */
-    EXPECT_RC(dlock_release(o), DLOCK_OK);
+    tu_acquire_release(o, DLOCK_FOREVER); /* the release may reach the backend after free returns */
     l = tu_lock(c, "freed");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     dlock_lock_free(l);
     dlock_lock_free(NULL); /* harmless */
     dlock_lock_free(o);
-    dlock_client_close(c2);
-    dlock_client_close(c);
+    TU_CLOSE_CLIENTS(c2, c);
 }
 END_TEST
 
@@ -603,8 +585,7 @@ static void lease_renewed_case(dlock_mode mode)
     }
     EXPECT_RC(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
-    TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
-    EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
+    tu_acquire_release(p.lb, DLOCK_TRY);
     tu_pair_close(&p);
 }
 
@@ -704,12 +685,9 @@ START_TEST(handle_owned)
     EXPECT_RC(dlock_release(other), DLOCK_OK);
     TU_ACQUIRE_OK(h2, DLOCK_TRY);
     dlock_lock_free(h2); /* freeing the handle releases its hold */
-    TU_ACQUIRE_OK(other, DLOCK_FOREVER);
-    EXPECT_RC(dlock_release(other), DLOCK_OK);
-    dlock_lock_free(other);
-    dlock_lock_free(h);
-    dlock_client_close(c2);
-    dlock_client_close(c);
+    tu_acquire_release(other, DLOCK_FOREVER);
+    TU_FREE_LOCKS(other, h);
+    TU_CLOSE_CLIENTS(c2, c);
 }
 END_TEST
 
@@ -790,8 +768,7 @@ START_TEST(lost_callback)
         EXPECT_RC(dlock_release(p.la), DLOCK_ELOST);
         ck_assert_uint_eq(dlock_hold_count(p.la), 0);
         EXPECT_RC(dlock_release(p.lb), DLOCK_OK);
-        TU_ACQUIRE_OK(p.la, DLOCK_TRY); /* the handle works again */
-        EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+        tu_acquire_release(p.la, DLOCK_TRY); /* the handle works again */
         ck_assert_int_eq(atomic_load(&p.lost.fired), 1);
     }
     tu_pair_close(&p);
@@ -909,11 +886,9 @@ START_TEST(hostile_names)
     EXPECT_RC(dlock_lock_new(a, toolong, DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
     EXPECT_RC(dlock_lock_new(a, NULL, DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
     for (size_t i = 0; i < N; i++) {
-        dlock_lock_free(la[i]);
-        dlock_lock_free(lb[i]);
+        TU_FREE_LOCKS(la[i], lb[i]);
     }
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_CLOSE_CLIENTS(a, b);
 }
 END_TEST
 
@@ -1003,8 +978,7 @@ static void kill9_case(const char *name, dlock_mode mode)
     EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     if (mode == DLOCK_SHARED) {
         dlock_lock *r = tu_lock_mode(c, name, DLOCK_SHARED, 0);
-        TU_ACQUIRE_OK(r, DLOCK_TRY);
-        EXPECT_RC(dlock_release(r), DLOCK_OK);
+        tu_acquire_release(r, DLOCK_TRY);
         dlock_lock_free(r);
     }
     kill(h, SIGKILL);
@@ -1087,8 +1061,7 @@ START_TEST(paused_holder)
     ck_assert_msg(tu_wait_file(again, 30000), "the resumed holder never acquired again");
     ck_assert_uint_gt(tu_read_u64(again), mine);
     ck_assert_int_eq(tu_wait_exit(h), 0);
-    dlock_lock_free(l);
-    dlock_lock_free(l2);
+    TU_FREE_LOCKS(l, l2);
     dlock_client_close(c);
     tu_rmrf(dir);
     free(held);
@@ -1162,8 +1135,7 @@ START_TEST(inspect_list_force)
     for (int i = 0; i < 3; i++)
         dlock_lock_free(l[i]);
     dlock_lock_free(o);
-    dlock_client_close(c2);
-    dlock_client_close(c);
+    TU_CLOSE_CLIENTS(c2, c);
 }
 END_TEST
 
@@ -1436,8 +1408,7 @@ START_TEST(cli_run_shared)
     ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-s", "-n", "cli-rw", "true"), 1);
     EXPECT_RC(dlock_release(w), DLOCK_OK);
     ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-s", "-n", "cli-rw", "true"), 0);
-    dlock_lock_free(w);
-    dlock_lock_free(r);
+    TU_FREE_LOCKS(w, r);
     dlock_client_close(c);
     free(url);
 }

@@ -215,8 +215,7 @@ START_TEST(test_handles_outlive_their_closed_client)
     ck_assert_int_eq(dlock_release(a), DLOCK_EMISUSE);
     ck_assert_uint_eq(dlock_hold_count(a), 0);
     ck_assert_str_eq(dlock_lock_name(a), "outlive-a");
-    dlock_lock_free(a);
-    dlock_lock_free(b);
+    TU_FREE_LOCKS(a, b);
     /* Close released the hold. */
     dlock_client *c2 = tu_open(url);
     dlock_lock *a2 = tu_lock(c2, "outlive-a");
@@ -292,8 +291,7 @@ START_TEST(test_backend_thread_reports_hold_lost)
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
     ck_assert_int_eq(dlock_release(other), DLOCK_ELOST);
     ck_assert_msg(strstr(m.why, "session 0x2b expired"), "%s", m.why);
-    dlock_lock_free(other);
-    dlock_lock_free(l);
+    TU_FREE_LOCKS(other, l);
     dlock_client_close(c);
 }
 END_TEST
@@ -418,11 +416,8 @@ START_TEST(test_local_queue_leaver_passes_on)
     pthread_join(tb, NULL);
     ck_assert_msg(a.rc == DLOCK_OK || a.rc == DLOCK_ECANCELED, "a: %s", dlock_err_name(a.rc));
     ck_assert_msg(b.rc == DLOCK_OK, "b: %s", dlock_err_name(b.rc));
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l2);
-    dlock_lock_free(l1);
-    dlock_lock_free(l);
+    tu_acquire_release(l, DLOCK_TRY);
+    TU_FREE_LOCKS(l2, l1, l);
     dlock_client_close(c);
 }
 END_TEST
@@ -523,8 +518,7 @@ START_TEST(test_lost_callback_frees_other_handle_of_batch)
     ck_assert_int_eq(dlock_release(b.l[kept]), DLOCK_ELOST);
     ck_assert_int_eq(atomic_load(&b.done), 1);
     dlock_lock_free(b.l[kept]);
-    dlock_client_close(c);
-    dlock_client_close(op);
+    TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
 END_TEST
@@ -571,10 +565,8 @@ START_TEST(test_blocked_lost_callback_does_not_stop_renewals)
     atomic_store(&b.go, 1);
     ck_assert_int_eq(dlock_release(lost), DLOCK_ELOST);
     ck_assert_int_eq(dlock_release(kept), DLOCK_OK);
-    dlock_lock_free(kept);
-    dlock_lock_free(lost);
-    dlock_client_close(c);
-    dlock_client_close(op);
+    TU_FREE_LOCKS(kept, lost);
+    TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
 END_TEST
@@ -597,8 +589,7 @@ START_TEST(test_lost_callback_frees_its_own_handle)
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_force_release(op, "self-free"), DLOCK_OK);
     ck_assert_msg(WAIT_UNTIL(atomic_load(&done), 30000), "the callback never returned");
-    dlock_client_close(c);
-    dlock_client_close(op);
+    TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
 END_TEST
@@ -668,8 +659,7 @@ START_TEST(test_free_waits_for_running_callback)
     pthread_join(t, NULL);
     ck_assert_int_eq(atomic_load(&x.freed_when_done), 0);
     ck_assert_str_eq(x.name, "slow-cb");
-    dlock_client_close(c);
-    dlock_client_close(op);
+    TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
 END_TEST
@@ -726,8 +716,7 @@ START_TEST(test_handle_owned_release_races_acquire)
                       dlock_err_name(t[i].bad_release));
     ck_assert_uint_eq(dlock_hold_count(l), 0);
     dlock_lock_free(l);
-    dlock_client_close(c);
-    dlock_client_close(op);
+    TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
 END_TEST
@@ -752,8 +741,7 @@ START_TEST(test_lost_callback_closes_its_client)
     ck_assert_msg(WAIT_UNTIL(atomic_load(&x.done), 30000), "the callback never returned");
     /* The close released our other hold and left the handles to free. */
     ck_assert_int_eq(dlock_release(other), DLOCK_EMISUSE);
-    dlock_lock_free(l);
-    dlock_lock_free(other);
+    TU_FREE_LOCKS(l, other);
     dlock_lock *probe = tu_lock(op, "closer-other");
     ck_assert_int_eq(dlock_acquire(probe, DLOCK_TRY), DLOCK_OK);
     dlock_lock_free(probe);

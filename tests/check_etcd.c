@@ -558,14 +558,9 @@ START_TEST(test_rw_layout_against_etcdctl)
     ck_assert_int_eq(dlock_release(rb), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(wa, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "lease", "revoke", lease, NULL), 0);
-    TU_ACQUIRE_OK(wa, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(wa), DLOCK_OK);
-    dlock_lock_free(wa);
-    dlock_lock_free(wb);
-    dlock_lock_free(rb);
-    dlock_lock_free(ra);
-    dlock_client_close(b);
-    dlock_client_close(a);
+    tu_acquire_release(wa, DLOCK_TRY);
+    TU_FREE_LOCKS(wa, wb, rb, ra);
+    TU_CLOSE_CLIENTS(b, a);
     free(opt);
     free(played);
     free(lease);
@@ -607,14 +602,8 @@ START_TEST(test_rw_writer_not_starved)
     tu_waiter_join(&r2);
     ck_assert_msg(r2.rc == DLOCK_OK, "reader: %s", dlock_err_name(r2.rc));
     ck_assert_uint_gt(r2.token, w.token);
-    dlock_lock_free(rb);
-    dlock_lock_free(wb);
-    dlock_lock_free(rc1);
-    dlock_lock_free(ra);
-    dlock_client_close(d);
-    dlock_client_close(c);
-    dlock_client_close(b);
-    dlock_client_close(a);
+    TU_FREE_LOCKS(rb, wb, rc1, ra);
+    TU_CLOSE_CLIENTS(d, c, b, a);
     free(url);
 }
 END_TEST
@@ -654,14 +643,10 @@ START_TEST(test_rw_downgrade_wakes_readers)
     free(value);
     ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_int_eq(dlock_release(ra), DLOCK_OK);
-    TU_ACQUIRE_OK(p.lb, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(p.lb), DLOCK_OK);
-    TU_ACQUIRE_OK(p.la, DLOCK_TRY); /* a's local claims all ended */
-    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
+    tu_acquire_release(p.lb, DLOCK_TRY);
+    tu_acquire_release(p.la, DLOCK_TRY); /* a's local claims all ended */
     free(keys);
-    dlock_lock_free(ra2);
-    dlock_lock_free(rb);
-    dlock_lock_free(ra);
+    TU_FREE_LOCKS(ra2, rb, ra);
     tu_pair_close(&p);
     free(url);
 }
@@ -763,10 +748,8 @@ START_TEST(test_hostile_names)
         ck_assert_uint_eq(dlock_info_token(info), tu_token(la));
         dlock_info_free(info);
         ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-        TU_ACQUIRE_OK(lb, DLOCK_TRY);
-        ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
-        dlock_lock_free(la);
-        dlock_lock_free(lb);
+        tu_acquire_release(lb, DLOCK_TRY);
+        TU_FREE_LOCKS(la, lb);
     }
     /* "\xff" and "\xff\xff" are different locks */
     dlock_lock *l1 = tu_lock(a, "\xff"), *l2 = tu_lock(b, "\xff\xff");
@@ -774,8 +757,7 @@ START_TEST(test_hostile_names)
     TU_ACQUIRE_OK(l2, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(l1), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
-    dlock_lock_free(l1);
-    dlock_lock_free(l2);
+    TU_FREE_LOCKS(l1, l2);
     /* every key that was ever written is gone, and none was outside */
     char *all = NULL;
     ck_assert_int_eq(etcdf_ctl(&F, &all, NULL, "get", "--prefix", "--keys-only", "hostile/",
@@ -783,8 +765,7 @@ START_TEST(test_hostile_names)
                      0);
     ck_assert_msg(count_lines(all) == 0, "left behind: %s", all);
     free(all);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_CLOSE_CLIENTS(a, b);
     free(url);
 }
 END_TEST
@@ -809,8 +790,7 @@ START_TEST(test_nested_names_do_not_alias)
     ck_assert_int_eq(dlock_inspect(b, "job", &info), DLOCK_OK);
     ck_assert_msg(!dlock_info_held(info), "status job shows job/sub's holder");
     dlock_info_free(info);
-    TU_ACQUIRE_OK(job, DLOCK_TRY); /* not blocked by job/sub */
-    ck_assert_int_eq(dlock_release(job), DLOCK_OK);
+    tu_acquire_release(job, DLOCK_TRY); /* not blocked by job/sub */
     ck_assert_int_eq(dlock_force_release(b, "job"), DLOCK_OK); /* nothing to break */
     char *keys = ctl_keys("job/sub/");
     ck_assert_int_eq(count_lines(keys), 1);
@@ -822,10 +802,8 @@ START_TEST(test_nested_names_do_not_alias)
     free(out);
     ck_assert_int_eq(atomic_load(&hold_lost.fired), 0);
     ck_assert_int_eq(dlock_release(sub), DLOCK_OK);
-    dlock_lock_free(sub);
-    dlock_lock_free(job);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_FREE_LOCKS(sub, job);
+    TU_CLOSE_CLIENTS(a, b);
     free(url);
 }
 END_TEST
@@ -1050,8 +1028,7 @@ START_TEST(test_oversized_reply_says_so)
     ck_assert_msg(rc == DLOCK_EPROTO && strstr(dlock_errmsg(), "reply larger than 4096 bytes"),
                   "%s: %s", dlock_err_name(rc), dlock_errmsg());
     dlock_lock *l = tu_lock(c, "big"); /* the lock's own requests are small */
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_TRY);
     dlock_lock_free(l);
     dlock_client_close(c);
     const char *bad[] = {"max_reply=12", "max_reply=1k", "max_reply=", "max_reply=-5000"};
@@ -1205,10 +1182,8 @@ static void paused_waiter_case(const char *name, dlock_mode mode)
     ck_assert_ptr_nonnull(text);
     ck_assert_uint_gt(strtoull(text, NULL, 10), wc.token);
     free(text);
-    dlock_lock_free(la);
-    dlock_lock_free(lc);
-    dlock_client_close(a);
-    dlock_client_close(c);
+    TU_FREE_LOCKS(la, lc);
+    TU_CLOSE_CLIENTS(a, c);
     free(bheld);
     free(cdone);
     free(aheld);
@@ -1302,8 +1277,7 @@ START_TEST(test_rw_force_release_ends_every_reader)
     ck_assert_int_eq(dlock_release(w), DLOCK_OK);
     dlock_lock_free(w);
     dlock_client_close(c);
-    dlock_lock_free(rb);
-    dlock_lock_free(ra);
+    TU_FREE_LOCKS(rb, ra);
     tu_pair_close(&p);
     free(url);
 }
@@ -1499,8 +1473,7 @@ START_TEST(test_auth)
 
     /* the token expires (--auth-token-ttl 1): renewed, and work goes on */
     tu_sleep_ms(2500); /* time itself is the subject: no event tells the token expired */
-    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
+    tu_acquire_release(p.la, DLOCK_TRY);
 
     /* outside the user's permitted prefix: refused as an auth error */
     char *outside = tu_fmt("etcd://locker:lockpw@%s/elsewhere", F.endpoints);
@@ -2089,8 +2062,7 @@ START_TEST(test_rw_stalled_reader_wait_ends)
     stall_waiter_ends(&canceled, DLOCK_ECANCELED, "a canceled reader");
     member_pause(0);
     stall_waiter_ends(&timed, DLOCK_ETIMEDOUT, "a reader's 3 s wait");
-    dlock_lock_free(rb2);
-    dlock_lock_free(rb);
+    TU_FREE_LOCKS(rb2, rb);
     tu_solo_close(&b);
     ck_assert_msg(wait_key_count("stall-rw/", 1), "a reader's key stayed behind");
     ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);

@@ -126,8 +126,7 @@ START_TEST(test_default_directory)
     ck_assert(S_ISDIR(st.st_mode));
     ck_assert_int_eq(st.st_mode & 0777, 0700);
     dlock_lock *l = tu_lock_mode(c, "x", DLOCK_EXCLUSIVE, 0);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_TRY);
     dlock_lock_free(l);
     dlock_client_close(c);
     free(made);
@@ -395,8 +394,7 @@ START_TEST(test_hostile_names)
         ck_assert_int_eq(dlock_release(locks[i]), DLOCK_OK);
         dlock_lock_free(locks[i]);
     }
-    dlock_client_close(c2);
-    dlock_client_close(c);
+    TU_CLOSE_CLIENTS(c2, c);
     free(u);
     free(lockdir);
 }
@@ -445,8 +443,7 @@ START_TEST(test_pinned_file_names)
     ck_assert_int_eq(dlock_open(u, &c), DLOCK_OK);
     for (size_t i = 0; i < sizeof pins / sizeof *pins; i++) {
         dlock_lock *l = tu_lock_mode(c, pins[i].name, DLOCK_EXCLUSIVE, 0);
-        ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+        tu_acquire_release(l, DLOCK_TRY);
         dlock_lock_free(l);
         bool hashed = pins[i].file[0] == '#';
         size_t found = 0;
@@ -481,8 +478,7 @@ START_TEST(test_pinned_file_names)
     char *want = tu_fmt("%s/app%%2F.x.lock", lockdir);
     struct stat st;
     ck_assert_msg(stat(want, &st) == 0, "%s missing", want);
-    dlock_client_close(cp);
-    dlock_client_close(c);
+    TU_CLOSE_CLIENTS(cp, c);
     free(want);
     free(u);
     free(lockdir);
@@ -545,13 +541,11 @@ START_TEST(test_fifo_and_replaced_files)
     char *path = tu_fmt("%s/a.lock", dir), *moved = tu_fmt("%s/old-a", dir);
     ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(rename(path, moved), 0);
-    ck_assert_int_eq(dlock_acquire(a2, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(a2), DLOCK_OK);
+    tu_acquire_release(a2, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(a), DLOCK_OK);
     dlock_lock_free(a2);
     dlock_client_close(c2);
-    dlock_lock_free(p);
-    dlock_lock_free(a);
+    TU_FREE_LOCKS(p, a);
     dlock_client_close(c);
     free(moved);
     free(path);
@@ -634,8 +628,7 @@ START_TEST(test_waits_without_inotify)
     ck_assert_int_eq(dlock_acquire(l, 150), DLOCK_ETIMEDOUT);
     kill(holder, SIGKILL);
     waitpid(holder, NULL, 0);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_FOREVER);
     dlock_lock_free(l);
     dlock_client_close(c);
     free(marker);
@@ -759,8 +752,7 @@ START_TEST(test_meta_byte_held_by_another_user)
     /* Nothing was left held: an exclusive acquire (which needs no
      * metadata lock) gets it. */
     dlock_lock *x = tu_lock_mode(c, "meta", DLOCK_EXCLUSIVE, 0);
-    ck_assert_int_eq(dlock_acquire(x, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(x), DLOCK_OK);
+    tu_acquire_release(x, DLOCK_TRY);
     dlock_lock_free(x);
     kill(reader, SIGKILL);
     waitpid(reader, NULL, 0);
@@ -772,8 +764,7 @@ START_TEST(test_meta_byte_held_by_another_user)
     close(wfd);
     dlock_client_close(ci);
     free(short_url);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_FOREVER), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_FOREVER);
     dlock_lock_free(l);
     dlock_client_close(c);
     free(marker);
@@ -808,10 +799,8 @@ START_TEST(test_planted_lock_file_refused)
     dlock_info *info;
     ck_assert_int_eq(dlock_inspect(c, "planted", &info), DLOCK_EACCES);
     dlock_lock *mine = tu_lock_mode(c, "mine", DLOCK_EXCLUSIVE, 0);
-    ck_assert_int_eq(dlock_acquire(mine, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(mine), DLOCK_OK);
-    dlock_lock_free(mine);
-    dlock_lock_free(l);
+    tu_acquire_release(mine, DLOCK_TRY);
+    TU_FREE_LOCKS(mine, l);
     dlock_client_close(c);
     free(path);
 }

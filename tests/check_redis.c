@@ -324,10 +324,8 @@ START_TEST(cancel_a_wait)
     wait_numsub(ctx, "redisson_lock__channel:{cx}", 0);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_lock_free(l2);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    TU_FREE_LOCKS(l, l2);
+    TU_CLOSE_CLIENTS(c, c2);
     stop_server();
 }
 END_TEST
@@ -388,10 +386,8 @@ START_TEST(threads_fight_over_one_name)
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{fight}"), (long long)t0 + T * ROUNDS);
     wait_numsub(ctx, "redisson_lock__channel:{fight}", 0);
     redisFree(ctx);
-    dlock_lock_free(l1);
-    dlock_lock_free(l2);
-    dlock_client_close(c1);
-    dlock_client_close(c2);
+    TU_FREE_LOCKS(l1, l2);
+    TU_CLOSE_CLIENTS(c1, c2);
     stop_server();
 }
 END_TEST
@@ -431,10 +427,8 @@ START_TEST(one_waiter_woken_per_release)
     fprintf(stderr, "one_waiter_woken_per_release: %lld script calls for %d hand-offs\n", calls, T);
     ck_assert_msg(calls < 3 * T, "%lld script calls for %d hand-offs", calls, T);
     redisFree(ctx);
-    dlock_lock_free(hl);
-    dlock_lock_free(l);
-    dlock_client_close(holder);
-    dlock_client_close(c);
+    TU_FREE_LOCKS(hl, l);
+    TU_CLOSE_CLIENTS(holder, c);
     free(url);
     stop_server();
 }
@@ -820,8 +814,7 @@ START_TEST(redisson_rwlock_on_the_wire)
     ck_assert(redisson_rw_op(ctx, RS_WRITE, "docs", rid));
     ck_assert(redisson_rw_op(ctx, RS_READ, "docs", rid));
     ck_assert(redisson_rw_op(ctx, RS_WRITE_UNLOCK, "docs", rid));
-    TU_ACQUIRE_OK(rd, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(rd), DLOCK_OK);
+    tu_acquire_release(rd, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(wr, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert(redisson_rw_op(ctx, RS_READ_UNLOCK, "docs", rid));
 
@@ -838,8 +831,7 @@ START_TEST(redisson_rwlock_on_the_wire)
     ck_assert_int_eq(dlock_release(rd), DLOCK_OK);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS docs"), 0);
 
-    dlock_lock_free(wr);
-    dlock_lock_free(rd);
+    TU_FREE_LOCKS(wr, rd);
     dlock_client_close(c);
     redisFree(ctx);
     stop_server();
@@ -966,8 +958,7 @@ START_TEST(wrongtype_left_intact)
     dlock_lock *l2 = tu_lock(c, "tok");
     ck_assert_int_eq(dlock_acquire(l2, DLOCK_TRY), DLOCK_EWRONGTYPE);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS tok"), 0);
-    dlock_lock_free(l2);
-    dlock_lock_free(l);
+    TU_FREE_LOCKS(l2, l);
     dlock_client_close(c);
 
     /* the simple layout refuses a hash */
@@ -1083,8 +1074,7 @@ START_TEST(server_killed_while_held)
     ck_assert_int_eq(atomic_load(&lost.fired), 1);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_lock_free(l2);
+    TU_FREE_LOCKS(l, l2);
     dlock_client_close(c);
     free(url);
     stop_server();
@@ -1117,8 +1107,7 @@ START_TEST(server_paused_holds_lost)
     ck_assert_msg(fired, "lost callback never fired");
     ck_assert_int_eq(dlock_validity_ms(l), 0);
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
-    TU_ACQUIRE_OK(l, 10000);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, 10000);
     dlock_lock_free(l);
     dlock_client_close(c);
     free(url);
@@ -1187,8 +1176,7 @@ START_TEST(force_release_and_lost)
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
     ck_assert_int_eq(dlock_force_release(op, "f"), DLOCK_OK); /* nothing there: fine */
     dlock_lock_free(l);
-    dlock_client_close(c);
-    dlock_client_close(op);
+    TU_CLOSE_CLIENTS(c, op);
     free(url);
     stop_server();
 }
@@ -1581,8 +1569,7 @@ START_TEST(lost_acquire_cancel_does_not_hold_the_caller)
         tu_sleep_ms(5);
     ck_assert_int_eq(atomic_load(&px.held_done), 2);
     ck_assert_msg(cmd_int(ctx, "EXISTS stall") == 0, "a late acquire took the lock");
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_TRY);
     redisFree(ctx);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -2190,10 +2177,8 @@ START_TEST(connections_killed_renewals_resume)
     pthread_join(th, NULL);
     ck_assert_msg(a.rc == DLOCK_OK, "waiter: %s", dlock_err_name(a.rc));
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_lock_free(l2);
-    dlock_client_close(c);
-    dlock_client_close(c2);
+    TU_FREE_LOCKS(l, l2);
+    TU_CLOSE_CLIENTS(c, c2);
     free(url);
     stop_server();
 }
@@ -2455,8 +2440,7 @@ START_TEST(tls_verification_and_client_certs)
         char *url = tu_fmt("rediss://%s:%d?tls_ca=%s&%s", hosts[i], srv.tls_port, srv.ca, certs);
         dlock_client *c = tu_open(url);
         dlock_lock *l = tu_lock(c, "tls");
-        TU_ACQUIRE_OK(l, DLOCK_TRY);
-        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+        tu_acquire_release(l, DLOCK_TRY);
         dlock_lock_free(l);
         dlock_client_close(c);
         free(url);

@@ -518,8 +518,7 @@ START_TEST(test_curator_interop)
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     char *p2 = tu_fmt("%s/%s", lockpath, cur2);
     ck_assert_int_eq(zoo_delete(zh, p2, -1), ZOK);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_TRY);
 
     free(p0);
     free(p1);
@@ -585,8 +584,7 @@ START_TEST(test_foreign_children_ignored)
     dlock_info_free(info);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_int_eq(zoo_delete(zh, created, -1), ZOK);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_TRY);
     zookeeper_close(zh);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -673,11 +671,8 @@ START_TEST(test_list_and_prefix)
     dlock_release(a);
     dlock_release(b);
     dlock_release(x);
-    dlock_lock_free(a);
-    dlock_lock_free(b);
-    dlock_lock_free(x);
-    dlock_client_close(c);
-    dlock_client_close(raw);
+    TU_FREE_LOCKS(a, b, x);
+    TU_CLOSE_CLIENTS(c, raw);
     free(url);
     free(url2);
 }
@@ -805,8 +800,7 @@ START_TEST(test_bad_urls)
     char *url = url_with("/zkapp", "base=/zookeeper");
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, "in-chroot");
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l, DLOCK_TRY);
     dlock_lock_free(l);
     dlock_client_close(c);
     free(url);
@@ -866,8 +860,7 @@ START_TEST(test_auth_and_acl)
                   dlock_errmsg());
     dlock_lock_free(lbm);
     ck_assert_int_eq(dlock_release(lm), DLOCK_OK);
-    dlock_lock_free(lm);
-    dlock_lock_free(lb);
+    TU_FREE_LOCKS(lm, lb);
     dlock_client_close(cb);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -985,12 +978,9 @@ START_TEST(test_ensemble_basic)
     ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    tu_acquire_release(lb, DLOCK_TRY);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
     free(url);
 }
 END_TEST
@@ -1310,8 +1300,7 @@ static void proxied_open(struct proxied *f, const char *query, const char *name)
 static zhandle_t *proxied_open_kept(struct proxied *f, const char *query, const char *name)
 {
     proxied_open(f, query, name);
-    ck_assert_int_eq(dlock_acquire(f->l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(f->l), DLOCK_OK);
+    tu_acquire_release(f->l, DLOCK_TRY);
     zhandle_t *zh = raw_open(NULL);
     char *lockpath = tu_fmt("/dlock/%s", name);
     raw_keep_lock_node(zh, lockpath);
@@ -1446,8 +1435,7 @@ START_TEST(test_release_reply_lost_then_reconnect)
     ck_assert_msg(rc == DLOCK_OK, "release whose reply was lost: %s %s", dlock_err_name(rc),
                   dlock_errmsg());
     /* and the lock is free */
-    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
+    tu_acquire_release(f.l, DLOCK_TRY);
     proxied_close(&f);
 }
 END_TEST
@@ -1689,10 +1677,8 @@ START_TEST(test_partitioned_waiter_requeues)
     ck_assert_msg(a.rc == DLOCK_OK, "the waiter: %s", dlock_err_name(a.rc));
     ck_assert_int_eq(a.overlap, 0);
     ck_assert_uint_gt(a.token, to);
-    dlock_lock_free(lh);
-    dlock_lock_free(lo);
-    dlock_client_close(h);
-    dlock_client_close(o);
+    TU_FREE_LOCKS(lh, lo);
+    TU_CLOSE_CLIENTS(h, o);
     proxy_stop(&px);
     free(direct);
     free(purl);

@@ -422,6 +422,18 @@ void tu_acquire_release(dlock_lock *l, int64_t wait)
                   dlock_errmsg());
 }
 
+void tu_free_locks(dlock_lock *const *l, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dlock_lock_free(l[i]);
+}
+
+void tu_close_clients(dlock_client *const *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dlock_client_close(c[i]);
+}
+
 struct tu_solo tu_solo_open(char *url, const char *name)
 {
     struct tu_solo s = {.url = url};

@@ -124,6 +124,18 @@ uint64_t tu_token(struct dlock_lock *l);
  * taken (again) and given back. */
 void tu_acquire_release(struct dlock_lock *l, int64_t wait);
 
+/* The end of a test: TU_FREE_LOCKS(a, b, ...) frees each handle in
+ * order, TU_CLOSE_CLIENTS(c, d, ...) closes each client in order (NULL:
+ * nothing, as dlock_lock_free and dlock_client_close do). */
+#define TU_FREE_LOCKS(...) \
+    tu_free_locks((struct dlock_lock *[]){__VA_ARGS__}, \
+                  sizeof((struct dlock_lock *[]){__VA_ARGS__}) / sizeof(struct dlock_lock *))
+#define TU_CLOSE_CLIENTS(...) \
+    tu_close_clients((struct dlock_client *[]){__VA_ARGS__}, \
+                     sizeof((struct dlock_client *[]){__VA_ARGS__}) / sizeof(struct dlock_client *))
+void tu_free_locks(struct dlock_lock *const *l, size_t n);
+void tu_close_clients(struct dlock_client *const *c, size_t n);
+
 /* The frames of the backend tests, written once here; each test file
  * opens them on the URLs of its own fixture.
  *

@@ -64,6 +64,21 @@ static dlock_client *open_with(const char *query)
     return c;
 }
 
+/* The server started, and a client of it (URL options QUERY, may be
+ * NULL) with a handle on NAME: the frame of most tests here.
+ * served_close() frees the handle, closes the client, stops the server. */
+static struct tu_solo served_open(const char *query, const char *name)
+{
+    start_server(NULL);
+    return tu_solo_open(url_with(query), name);
+}
+
+static void served_close(struct tu_solo *s)
+{
+    tu_solo_close(s);
+    stop_server();
+}
+
 static redisContext *raw(void)
 {
     redisContext *ctx = fx_redis_raw(&srv, NULL);
@@ -144,19 +159,6 @@ static long long script_calls(redisContext *ctx)
     }
     freeReplyObject(r);
     return total;
-}
-
-struct lost_flag {
-    atomic_int fired;
-    char why[512];
-};
-
-static void on_lost(dlock_lock *l, const char *why, void *arg)
-{
-    (void)l;
-    struct lost_flag *f = arg;
-    snprintf(f->why, sizeof f->why, "%s", why);
-    atomic_fetch_add(&f->fired, 1);
 }
 
 static bool wait_flag(atomic_int *v, int timeout_ms)
@@ -264,11 +266,9 @@ static void *waiter_main(void *p)
  * release wakes a waiting thread through the subscriber connection. */
 START_TEST(thread_waits_for_thread)
 {
-    start_server(NULL);
-    dlock_client *c = open_with("lease=60s");
-    dlock_lock *l = tu_lock(c, "t");
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    struct waiter_arg a = {.l = l, .wait_ms = 20000, .rc = -99, .release = true};
+    struct tu_solo s = served_open("lease=60s", "t");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    struct waiter_arg a = {.l = s.l, .wait_ms = 20000, .rc = -99, .release = true};
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &a);
     redisContext *ctx = raw();
@@ -276,14 +276,12 @@ START_TEST(thread_waits_for_thread)
      * only the release message can wake it within its 20 s wait. */
     for (int i = 0; i < 500 && cmd_int(ctx, "PUBSUB NUMSUB %s", "redisson_lock__channel:{t}") != 1; i++)
         tu_sleep_ms(10);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_OK);
     pthread_join(th, NULL);
     ck_assert_msg(a.rc == DLOCK_OK, "waiter: %s", dlock_err_name(a.rc));
     ck_assert_uint_gt(a.token, 0);
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    stop_server();
+    served_close(&s);
 }
 END_TEST
 
@@ -1049,35 +1047,30 @@ END_TEST
 
 START_TEST(server_killed_while_held)
 {
-    start_server(NULL);
-    char *url = url_with("lease=1500ms");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "srv");
-    struct lost_flag lost = {0};
-    dlock_lock_on_lost(l, on_lost, &lost);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    uint64_t t = tu_token(l);
+    struct tu_solo s = served_open("lease=1500ms", "srv");
+    struct tu_lost lost = {0};
+    dlock_lock_on_lost(s.l, tu_on_lost, &lost);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    uint64_t t = tu_token(s.l);
     (void)t;
     fx_redis_kill(&srv);
-    ck_assert_msg(wait_flag(&lost.fired, 10000), "lost callback never fired");
+    ck_assert_msg(tu_wait_lost(&lost, 1, 10000), "lost callback never fired");
     ck_assert_int_eq(atomic_load(&lost.fired), 1);
-    ck_assert_int_eq(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(dlock_validity_ms(s.l), 0);
     ck_assert_msg(fx_redis_restart(&srv), "restart failed");
-    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_ELOST);
     /* After the server is back: new acquisitions work (scripts reloaded,
      * dead connections replaced), and renewals resume. */
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    dlock_lock *l2 = tu_lock(c, "srv2");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    dlock_lock *l2 = tu_lock(s.c, "srv2");
     TU_ACQUIRE_OK(l2, DLOCK_TRY);
     tu_sleep_ms(2500); /* longer than the lease: only renewals keep it, no event to wait on */
-    ck_assert_int_gt(dlock_validity_ms(l), 0);
+    ck_assert_int_gt(dlock_validity_ms(s.l), 0);
     ck_assert_int_eq(atomic_load(&lost.fired), 1);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
-    TU_FREE_LOCKS(l, l2);
-    dlock_client_close(c);
-    free(url);
-    stop_server();
+    dlock_lock_free(l2);
+    served_close(&s);
 }
 END_TEST
 
@@ -1087,17 +1080,14 @@ END_TEST
  * release reports the loss and new acquisitions work. */
 START_TEST(server_paused_holds_lost)
 {
-    start_server(NULL);
-    char *url = url_with("lease=1500ms");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "sp");
-    struct lost_flag lost = {0};
-    dlock_lock_on_lost(l, on_lost, &lost);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    struct tu_solo s = served_open("lease=1500ms", "sp");
+    struct tu_lost lost = {0};
+    dlock_lock_on_lost(s.l, tu_on_lost, &lost);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     kill(srv.pid, SIGSTOP);
-    bool fired = wait_flag(&lost.fired, 15000);
+    bool fired = tu_wait_lost(&lost, 1, 15000);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     kill(srv.pid, SIGCONT);
     /* informational (no timing assertion): with a 1.5 s lease and the
@@ -1105,35 +1095,26 @@ START_TEST(server_paused_holds_lost)
     fprintf(stderr, "server_paused_holds_lost: lost %ld ms after the pause\n",
             (long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
     ck_assert_msg(fired, "lost callback never fired");
-    ck_assert_int_eq(dlock_validity_ms(l), 0);
-    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
-    tu_acquire_release(l, 10000);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
-    stop_server();
+    ck_assert_int_eq(dlock_validity_ms(s.l), 0);
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_ELOST);
+    tu_acquire_release(s.l, 10000);
+    served_close(&s);
 }
 END_TEST
 
 START_TEST(script_flush_is_invisible)
 {
-    start_server(NULL);
-    char *url = url_with("lease=1500ms");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "fl");
+    struct tu_solo s = served_open("lease=1500ms", "fl");
     redisContext *ctx = raw();
     freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
     freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
     tu_sleep_ms(2500); /* renewals after a flush: longer than the lease, no event to wait on */
-    ck_assert_int_gt(dlock_validity_ms(l), 0);
+    ck_assert_int_gt(dlock_validity_ms(s.l), 0);
     freeReplyObject(cmd(ctx, "SCRIPT FLUSH"));
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_OK);
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
-    stop_server();
+    served_close(&s);
 }
 END_TEST
 
@@ -1165,11 +1146,11 @@ START_TEST(force_release_and_lost)
     char *url = url_with("lease=1500ms");
     dlock_client *c = tu_open(url), *op = tu_open(srv.url);
     dlock_lock *l = tu_lock(c, "f");
-    struct lost_flag lost = {0};
-    dlock_lock_on_lost(l, on_lost, &lost);
+    struct tu_lost lost = {0};
+    dlock_lock_on_lost(l, tu_on_lost, &lost);
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_int_eq(dlock_force_release(op, "f"), DLOCK_OK);
-    ck_assert_msg(wait_flag(&lost.fired, 10000), "lost callback never fired");
+    ck_assert_msg(tu_wait_lost(&lost, 1, 10000), "lost callback never fired");
     ck_assert_msg(strstr(lost.why, "127.0.0.1") != NULL, "%s", lost.why);
     tu_sleep_ms(1000); /* renewal periods pass: a second callback has no event to wait on */
     ck_assert_int_eq(atomic_load(&lost.fired), 1);
@@ -1376,6 +1357,19 @@ static void proxy_start(struct proxy *px, int target_port, const char *name)
     pthread_detach(th);
 }
 
+/* The frame of the proxy tests: PX started in front of the running
+ * server, playing with the calls on NAME, and a client through it --
+ * "redis://USERINFO127.0.0.1:<port>?QUERY" (either may be NULL) -- with a
+ * handle on NAME (tu_solo_close() ends it; the proxy dies with the test). */
+static struct tu_solo proxied_open(struct proxy *px, const char *userinfo, const char *query,
+                                   const char *name)
+{
+    proxy_start(px, srv.port, name);
+    return tu_solo_open(tu_fmt("redis://%s127.0.0.1:%d%s%s", userinfo ? userinfo : "", px->port,
+                               query ? "?" : "", query ? query : ""),
+                        name);
+}
+
 /* Close every live client connection and wait until they are gone. With
  * RESET, the proxy's side sends a FIN and then a reset: the client's
  * next write on such a socket fails with EPIPE (and raises SIGPIPE unless
@@ -1409,17 +1403,16 @@ static void lost_replies_through_proxy(const char *layout)
 {
     start_server(NULL);
     struct proxy px;
-    proxy_start(&px, srv.port, "amb");
-    char *url = tu_fmt("redis://127.0.0.1:%d?layout=%s&lease=60s", px.port, layout);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "amb");
+    char *q = tu_fmt("layout=%s&lease=60s", layout);
+    struct tu_solo via = proxied_open(&px, NULL, q, "amb");
+    free(q);
     redisContext *ctx = raw();
     bool simple = strcmp(layout, "simple") == 0;
 
     atomic_store(&px.drop_acquire, 1);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
     ck_assert_int_eq(atomic_load(&px.drop_acquire), 0); /* the fault did happen */
-    uint64_t t1 = tu_token(l);
+    uint64_t t1 = tu_token(via.l);
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t1); /* once */
     if (!simple) {
         ck_assert_int_eq(cmd_int(ctx, "HLEN amb"), 2);
@@ -1427,25 +1420,23 @@ static void lost_replies_through_proxy(const char *layout)
     }
 
     atomic_store(&px.drop_release, 1);
-    int rc = dlock_release(l);
+    int rc = dlock_release(via.l);
     ck_assert_msg(rc == DLOCK_OK, "release after a lost reply: %s: %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_int_eq(atomic_load(&px.drop_release), 0);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS amb"), 0);
 
     atomic_store(&px.drop_acquire, 2);
-    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_ECONN);
+    ck_assert_int_eq(dlock_acquire(via.l, DLOCK_TRY), DLOCK_ECONN);
     ck_assert_int_eq(atomic_load(&px.drop_acquire), 0);
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t1 + 1); /* it did run */
     /* The cancel it owes is queued for the keeper; this acquire of the
      * same thread sends it first, so it does not take the lost attempt's
      * hold as its own: a new hold, the next token. */
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    ck_assert_uint_eq(tu_token(l), t1 + 2);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    ck_assert_uint_eq(tu_token(via.l), t1 + 2);
+    ck_assert_int_eq(dlock_release(via.l), DLOCK_OK);
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    tu_solo_close(&via);
     stop_server();
 }
 
@@ -1469,14 +1460,13 @@ static void late_acquire_through_proxy(const char *layout)
 {
     start_server(NULL);
     struct proxy px;
-    proxy_start(&px, srv.port, "late");
-    char *url = tu_fmt("redis://127.0.0.1:%d?layout=%s&lease=60s", px.port, layout);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "late");
+    char *q = tu_fmt("layout=%s&lease=60s", layout);
+    struct tu_solo via = proxied_open(&px, NULL, q, "late");
+    free(q);
     redisContext *ctx = raw();
 
     atomic_store(&px.hold_acquire, 2); /* the first attempt and its retry */
-    int rc = dlock_acquire(l, DLOCK_TRY);
+    int rc = dlock_acquire(via.l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "acquire with every reply lost: %s: %s", dlock_err_name(rc),
                   dlock_errmsg());
     ck_assert_int_eq(atomic_load(&px.hold_acquire), 0);
@@ -1491,13 +1481,11 @@ static void late_acquire_through_proxy(const char *layout)
     ck_assert_msg(cmd_int(ctx, "EXISTS late") == 0, "a late acquire took the lock after its undo");
     ck_assert_msg(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}") == -1000,
                   "a late acquire spent a token");
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}"), (long long)tu_token(l));
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}"), (long long)tu_token(via.l));
+    ck_assert_int_eq(dlock_release(via.l), DLOCK_OK);
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    tu_solo_close(&via);
     stop_server();
 }
 
@@ -1540,14 +1528,11 @@ START_TEST(lost_acquire_cancel_does_not_hold_the_caller)
 {
     start_server(NULL);
     struct proxy px;
-    proxy_start(&px, srv.port, "stall");
-    char *url = tu_fmt("redis://127.0.0.1:%d?timeout=30s&lease=60s", px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "stall");
+    struct tu_solo via = proxied_open(&px, NULL, "timeout=30s&lease=60s", "stall");
     redisContext *ctx = raw();
     atomic_store(&px.hold_acquire, 2);
     atomic_store(&px.stall_release, 1);
-    struct acquire_thread a = {.l = l, .rc = -99};
+    struct acquire_thread a = {.l = via.l, .rc = -99};
     pthread_t th;
     pthread_create(&th, NULL, acquire_thread_main, &a);
     ck_assert_msg(wait_flag(&a.done, 20000), "the caller waits for the cancel of its lost acquire");
@@ -1569,11 +1554,9 @@ START_TEST(lost_acquire_cancel_does_not_hold_the_caller)
         tu_sleep_ms(5);
     ck_assert_int_eq(atomic_load(&px.held_done), 2);
     ck_assert_msg(cmd_int(ctx, "EXISTS stall") == 0, "a late acquire took the lock");
-    tu_acquire_release(l, DLOCK_TRY);
+    tu_acquire_release(via.l, DLOCK_TRY);
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    tu_solo_close(&via);
     stop_server();
 }
 END_TEST
@@ -1586,25 +1569,20 @@ START_TEST(no_undo_when_nothing_was_sent)
     const char *extra[] = {"--requirepass", "pw", NULL};
     start_server(extra);
     struct proxy px;
-    proxy_start(&px, srv.port, "unsent");
-    char *url = tu_fmt("redis://:pw@127.0.0.1:%d", px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "unsent");
+    struct tu_solo via = proxied_open(&px, ":pw@", NULL, "unsent");
     atomic_store(&px.reject, 1);
     ck_assert(proxy_close_all(&px, false));
     /* the pooled connection is dead: a status sends on it and retires it
      * (an acquire would owe a cancel, which the keeper would dial for) */
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(c, "unsent", &info), DLOCK_ECONN);
+    ck_assert_int_eq(dlock_inspect(via.c, "unsent", &info), DLOCK_ECONN);
     atomic_store(&px.accepts, 0);
-    int rc = dlock_acquire(l, DLOCK_TRY);
+    int rc = dlock_acquire(via.l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), dlock_errmsg());
-    dlock_lock_free(l);
-    dlock_client_close(c); /* runs any cancel still queued once more */
+    tu_solo_close(&via); /* the close runs any cancel still queued once more */
     ck_assert_msg(atomic_load(&px.accepts) == 1,
                   "%d connections for one acquire whose dial failed (an undo dialed again)",
                   atomic_load(&px.accepts));
-    free(url);
     stop_server();
 }
 END_TEST
@@ -1893,28 +1871,19 @@ END_TEST
  * overflowed into a past time that would make it spin. */
 START_TEST(absurd_busy_reply_is_clamped)
 {
-    start_server(NULL);
-    dlock_client *holder = open_with("lease=60s");
-    dlock_lock *hl = tu_lock(holder, "spin");
-    TU_ACQUIRE_OK(hl, DLOCK_TRY);
+    struct tu_solo s = served_open("lease=60s", "spin");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
     struct proxy px;
-    proxy_start(&px, srv.port, "spin");
+    struct tu_solo via = proxied_open(&px, NULL, NULL, "spin");
     px.forged_reply = ":-9223372036854775808\r\n";
-    char *url = tu_fmt("redis://127.0.0.1:%d", px.port);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "spin");
     atomic_store(&px.forge_acquire, 1);
-    int rc = dlock_acquire(l, 500);
+    int rc = dlock_acquire(via.l, 500);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "%s: %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(atomic_load(&px.forged) <= 4, "%d acquire calls in one 500 ms wait: the sleep "
                   "until the holder's TTL overflowed", atomic_load(&px.forged));
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    dlock_release(hl);
-    dlock_lock_free(hl);
-    dlock_client_close(holder);
-    free(url);
-    stop_server();
+    tu_solo_close(&via);
+    dlock_release(s.l);
+    served_close(&s);
 }
 END_TEST
 
@@ -1924,28 +1893,24 @@ END_TEST
  * Redisson-style INCR on the same counter goes on from there. */
 START_TEST(tokens_survive_a_data_losing_restart)
 {
-    start_server(NULL);
-    dlock_client *c = tu_open(srv.url);
-    dlock_lock *l = tu_lock(c, "fenced");
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    uint64_t t1 = tu_token(l);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    ck_assert_uint_eq(tu_token(l), t1 + 1);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    struct tu_solo s = served_open(NULL, "fenced");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    uint64_t t1 = tu_token(s.l);
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_OK);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    ck_assert_uint_eq(tu_token(s.l), t1 + 1);
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_OK);
     ck_assert(fx_redis_restart(&srv));
-    TU_ACQUIRE_OK(l, 10000);
-    uint64_t t2 = tu_token(l);
+    TU_ACQUIRE_OK(s.l, 10000);
+    uint64_t t2 = tu_token(s.l);
     ck_assert_msg(t2 > t1 + 1, "token %llu after the restart, %llu before",
                   (unsigned long long)t2, (unsigned long long)t1 + 1);
     ck_assert_msg(t2 < (1ull << 53), "token %llu is past 2^53", (unsigned long long)t2);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_OK);
     redisContext *ctx = raw();
     ck_assert_int_eq(cmd_int(ctx, "INCR %s", "redisson_lock_token:{fenced}"), (long long)t2 + 1);
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    stop_server();
+    served_close(&s);
 }
 END_TEST
 
@@ -2068,20 +2033,18 @@ END_TEST
  * channel or cancellation record) are refused, naming the space. */
 START_TEST(own_key_space_names_refused)
 {
-    start_server(NULL);
-    dlock_client *c = tu_open(srv.url);
-    dlock_lock *x = tu_lock(c, "x");
-    TU_ACQUIRE_OK(x, DLOCK_TRY);
-    uint64_t t = tu_token(x);
+    struct tu_solo s = served_open(NULL, "x");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    uint64_t t = tu_token(s.l);
     redisContext *ctx = raw();
     const char *names[] = {"redisson_lock_token:{x}", "redisson_lock__channel:{x}", "dlock_canceled:{x}"};
     for (size_t i = 0; i < 3; i++) {
-        int rc = dlock_force_release(c, names[i]);
+        int rc = dlock_force_release(s.c, names[i]);
         ck_assert_msg(rc == DLOCK_EINVAL, "force %s: %s: %s", names[i], dlock_err_name(rc), dlock_errmsg());
         ck_assert_msg(strstr(dlock_errmsg(), names[i]) != NULL, "%s", dlock_errmsg());
         dlock_info *info = NULL;
-        ck_assert_int_eq(dlock_inspect(c, names[i], &info), DLOCK_EINVAL);
-        dlock_lock *l = tu_lock(c, names[i]);
+        ck_assert_int_eq(dlock_inspect(s.c, names[i], &info), DLOCK_EINVAL);
+        dlock_lock *l = tu_lock(s.c, names[i]);
         ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EINVAL);
         dlock_lock_free(l);
     }
@@ -2091,11 +2054,9 @@ START_TEST(own_key_space_names_refused)
     ck_assert_int_eq(dlock_force_release(p, "{x}"), DLOCK_EINVAL);
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{x}"), (long long)t);
     dlock_client_close(p);
-    ck_assert_int_eq(dlock_release(x), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_OK);
     redisFree(ctx);
-    dlock_lock_free(x);
-    dlock_client_close(c);
-    stop_server();
+    served_close(&s);
 }
 END_TEST
 
@@ -2104,47 +2065,37 @@ END_TEST
  * the server longer than the client's operation timeout. */
 START_TEST(lost_replies_are_retried_safely)
 {
-    start_server(NULL);
-    char *url = url_with("timeout=500ms&lease=10s");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "amb");
+    struct tu_solo s = served_open("timeout=500ms&lease=10s", "amb");
     redisContext *ctx = raw();
     freeReplyObject(cmd(ctx, "CLIENT PAUSE 650 WRITE"));
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    uint64_t t = tu_token(l);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    uint64_t t = tu_token(s.l);
     tu_sleep_ms(300); /* let any duplicate run */
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t);
     ck_assert_int_eq(cmd_int(ctx, "HLEN amb"), 2);
     ck_assert_int_eq(owner_count(ctx, "amb"), 1);
 
     freeReplyObject(cmd(ctx, "CLIENT PAUSE 650 WRITE"));
-    int rc = dlock_release(l);
+    int rc = dlock_release(s.l);
     ck_assert_msg(rc == DLOCK_OK, "release: %s: %s", dlock_err_name(rc), dlock_errmsg());
     tu_sleep_ms(300);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS amb"), 0);
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
-    stop_server();
+    served_close(&s);
 }
 END_TEST
 
 /* Redisson's prefixName(): a name that has a hash tag keeps it. */
 START_TEST(hash_tag_names)
 {
-    start_server(NULL);
-    dlock_client *c = tu_open(srv.url);
-    dlock_lock *l = tu_lock(c, "{user1}:cart");
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    struct tu_solo s = served_open(NULL, "{user1}:cart");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
     redisContext *ctx = raw();
     ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "{user1}:cart"), 1);
-    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{user1}:cart"), (long long)tu_token(l));
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{user1}:cart"), (long long)tu_token(s.l));
+    ck_assert_int_eq(dlock_release(s.l), DLOCK_OK);
     redisFree(ctx);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    stop_server();
+    served_close(&s);
 }
 END_TEST
 
@@ -2157,8 +2108,8 @@ START_TEST(connections_killed_renewals_resume)
     char *url = url_with("lease=1500ms");
     dlock_client *c = tu_open(url), *c2 = tu_open(url);
     dlock_lock *l = tu_lock(c, "ck"), *l2 = tu_lock(c2, "ck");
-    struct lost_flag lost = {0};
-    dlock_lock_on_lost(l, on_lost, &lost);
+    struct tu_lost lost = {0};
+    dlock_lock_on_lost(l, tu_on_lost, &lost);
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     struct waiter_arg a = {.l = l2, .wait_ms = 30000, .rc = -99, .release = true};
     pthread_t th;
@@ -2529,11 +2480,11 @@ START_TEST(sync_acquire_needs_replica_acks)
     dlock_client_close(two);
 
     /* renewals: acknowledged while the replica runs, not once it stops */
-    struct lost_flag lost = {0};
-    dlock_lock_on_lost(l, on_lost, &lost);
+    struct tu_lost lost = {0};
+    dlock_lock_on_lost(l, tu_on_lost, &lost);
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     kill(rep.pid, SIGSTOP);
-    bool fired = wait_flag(&lost.fired, 15000);
+    bool fired = tu_wait_lost(&lost, 1, 15000);
     kill(rep.pid, SIGCONT);
     ck_assert_msg(fired, "the hold whose renewals no replica acknowledged was never reported lost");
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);

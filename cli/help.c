@@ -16,7 +16,7 @@ static const struct {
     {"run",
      "dlock [-u URL] run [-n | -w SECONDS] [-E CODE] [-s] [--lease SECONDS]\n"
      "                  [--on-lost term|kill|ignore] [--kill-after SECONDS]\n"
-     "                  [--lost-grace SECONDS] [--strict-release] [-v]\n"
+     "                  [--lost-grace SECONDS] [--strict-release] [--permits N] [-v]\n"
      "                  NAME [--] COMMAND [ARG...]\n"
      "dlock [-u URL] run [options] NAME -c 'SHELL COMMAND'",
      "Hold lock NAME while COMMAND runs, then release it.\n"
@@ -42,6 +42,8 @@ static const struct {
      "  -c, --command CMD     run CMD with $SHELL -c (/bin/sh when unset), as flock(1)\n"
      "  --strict-release      a failed release fails the run (default: reported on\n"
      "                        stderr, COMMAND's status kept)\n"
+     "  --permits N           take one of N permits of the semaphore NAME instead of\n"
+     "                        the lock: at most N commands at once (file, redis)\n"
      "  -v, --verbose         report, with times, who holds NAME when the wait starts,\n"
      "                        the acquisition (token, time waited) and the release\n"
      "NAME starting with /, ./ or ../ (file backend or no URL) is a file locked with\n"
@@ -62,9 +64,11 @@ static const struct {
      "[key=KEY (etcd)] name=NAME. The run options above apply.\n"
      "Exit status: 0 once released; CODE when busy or timed out; 75 if the lock\n"
      "was lost while held."},
-    {"status", "dlock [-u URL] status NAME [--json]",
+    {"status", "dlock [-u URL] status [--permits N] NAME [--json]",
      "Show whether NAME is held, in which mode, by whom, with which token,\n"
      "the remaining lease and the waiters where the backend knows them.\n"
+     "  --permits N           NAME is a semaphore of N permits (0: its stored count):\n"
+     "                        its permit holders and free permits\n"
      "  --json                one JSON object on stdout\n"
      "Exit status: 0 when NAME is held, 1 when it is free."},
     {"release", "dlock [-u URL] release --force NAME",

@@ -135,6 +135,8 @@ static void print_name(const char *s)
 struct sub_opts {
     const char *url;
     int json, force;
+    unsigned permits; /* status --permits N: a semaphore of N permits (0 = stored) */
+    bool semaphore;
 };
 
 static int sub_parse(const char *cmd, int argc, char **argv, struct sub_opts *o, bool force_ok)
@@ -143,6 +145,7 @@ static int sub_parse(const char *cmd, int argc, char **argv, struct sub_opts *o,
                                           {"force", no_argument, NULL, 'f'},
                                           {"url", required_argument, NULL, 'u'},
                                           {"help", no_argument, NULL, 'h'},
+                                          {"permits", required_argument, NULL, 'P'},
                                           {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -160,6 +163,15 @@ static int sub_parse(const char *cmd, int argc, char **argv, struct sub_opts *o,
         case 'u':
             o->url = optarg;
             break;
+        case 'P': { /* status only: NAME is a semaphore (0: its stored count) */
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (strcmp(cmd, "status") || end == optarg || *end || v < 0 || v > DLOCK_PERMITS_MAX)
+                goto bad;
+            o->permits = (unsigned)v;
+            o->semaphore = true;
+            break;
+        }
         case 'h':
             cli_help(cmd, 0);
             exit(0);
@@ -231,7 +243,7 @@ static int path_status(const char *path, int json)
 
 int cmd_status(const char *url, int argc, char **argv)
 {
-    struct sub_opts o = {url, 0, 0};
+    struct sub_opts o = {url, 0, 0, 0, false};
     int i = sub_parse("status", argc, argv, &o, false);
     if (i < 0)
         return EXIT_USAGE;
@@ -254,7 +266,8 @@ int cmd_status(const char *url, int argc, char **argv)
     if (code)
         return code;
     dlock_info *info;
-    int rc = dlock_inspect(c, name, &info);
+    int rc = o.semaphore ? dlock_semaphore_inspect(c, name, o.permits, &info)
+                         : dlock_inspect(c, name, &info);
     if (rc) {
         code = cli_fail(rc, "status");
         dlock_client_close(c);
@@ -289,7 +302,11 @@ int cmd_status(const char *url, int argc, char **argv)
             json_string(who);
             printf(",\"count\":%u}", count);
         }
-        printf("],\"waiters\":");
+        printf("]");
+        if (o.semaphore)
+            printf(",\"permits\":%u,\"free_permits\":%ld", dlock_info_permits(info),
+                   dlock_info_free_permits(info));
+        printf(",\"waiters\":");
         if (nw < 0)
             printf("null");
         else {
@@ -315,6 +332,9 @@ int cmd_status(const char *url, int argc, char **argv)
             else
                 printf("holder:   %s\n", who);
         }
+        if (o.semaphore)
+            printf("permits:  %u, %ld free\n", dlock_info_permits(info),
+                   dlock_info_free_permits(info));
         printf("token:    %" PRIu64 "%s\n", dlock_info_token(info),
                held ? "" : " (last issued)");
         if (ttl == DLOCK_VALID_FOREVER)
@@ -336,7 +356,7 @@ int cmd_status(const char *url, int argc, char **argv)
 
 int cmd_release(const char *url, int argc, char **argv)
 {
-    struct sub_opts o = {url, 0, 0};
+    struct sub_opts o = {url, 0, 0, 0, false};
     int i = sub_parse("release", argc, argv, &o, true);
     if (i < 0)
         return EXIT_USAGE;
@@ -380,7 +400,7 @@ static int list_one(const char *name, void *arg)
 
 int cmd_list(const char *url, int argc, char **argv)
 {
-    struct sub_opts o = {url, 0, 0};
+    struct sub_opts o = {url, 0, 0, 0, false};
     int i = sub_parse("list", argc, argv, &o, false);
     if (i < 0)
         return EXIT_USAGE;

@@ -454,6 +454,7 @@ struct run_opts {
     int conflict, verbose, strict_release;
     dlock_mode mode;
     const char *shell_cmd;
+    unsigned permits; /* --permits N: a permit of an N-permit semaphore */
 };
 
 /* Parse the options of run and hold (flock(1)'s spellings beside ours)
@@ -462,7 +463,7 @@ struct run_opts {
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
     *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false}, 1, 0, 0,
-                           DLOCK_EXCLUSIVE, NULL};
+                           DLOCK_EXCLUSIVE, NULL, 0};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
         {"nb", no_argument, NULL, 'n'},
@@ -480,6 +481,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"command", required_argument, NULL, 'c'},
         {"verbose", no_argument, NULL, 'v'},
         {"strict-release", no_argument, NULL, 'R'},
+        {"permits", required_argument, NULL, 'P'},
         {"url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
@@ -553,19 +555,32 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         case 'R':
             o->strict_release = 1;
             break;
+        case 'P': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 1 || v > DLOCK_PERMITS_MAX)
+                return -usage_error("--permits needs a count 1-%d, not '%s'", DLOCK_PERMITS_MAX,
+                                    optarg);
+            o->permits = (unsigned)v;
+            break;
+        }
         case 'u':
             o->url = optarg;
             break;
         case 'h':
             exit(cli_help(verb, 0));
         default:
-            if (optopt && strchr("wEcuLOKG", optopt))
+            if (optopt && strchr("wEcuLOKGP", optopt))
                 return -usage_error("option '%s' needs a value", argv[optind - 1]);
             return -usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind >= argc)
         return -usage_error("%s", "missing NAME");
+    if (o->permits && (o->mode == DLOCK_SHARED || cli_is_path(o->url, argv[optind])))
+        return -usage_error("--permits takes a permit of the semaphore NAME: %s",
+                            o->mode == DLOCK_SHARED ? "not with -s (a permit has no mode)"
+                                                    : "NAME is a path (flock(2) has no permits)");
     int code = cli_check_name(verb, argv[optind]);
     return code ? -code : optind;
 }
@@ -661,7 +676,8 @@ static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
     if (code)
         return code;
     dlock_lock *l;
-    int rc = dlock_lock_new(c, name, mode, 0, &l);
+    int rc = o->permits ? dlock_lock_new_permits(c, name, o->permits, 0, &l)
+                        : dlock_lock_new(c, name, mode, 0, &l);
     if (rc) {
         code = cli_fail(rc, verb);
         dlock_client_close(c);

@@ -629,6 +629,21 @@ DLOCK_EXTERN int dlock_semaphore_on_lost(dlock_semaphore *s, dlock_permit_lost_f
 DLOCK_EXTERN int dlock_semaphore_acquire(dlock_semaphore *s, unsigned k, int64_t wait_ms,
                                          dlock_cancel *cancel, dlock_permit **out);
 
+/* A lock handle on semaphore NAME of PERMITS permits: every hold taken
+ * through it is one permit. For code written against dlock_lock (the
+ * CLI's `dlock run --permits N`): dlock_acquire(), dlock_acquire_ex(),
+ * dlock_release(), dlock_token(), dlock_validity_ms(),
+ * dlock_lock_set_lease(), dlock_lock_on_lost(), dlock_lock_cancel(),
+ * dlock_lock_inherit_fd() (file) and dlock_lock_free() work on it with
+ * their codes, plus dlock_semaphore_acquire()'s (DLOCK_EINVAL: another
+ * stored count). Its holds belong to the handle, as with
+ * DLOCK_LOCK_HANDLE_OWNED: one permit per handle (an acquire while the
+ * handle holds one re-enters it); make a handle per concurrent holder.
+ * FLAGS: reserved, must be 0. Codes and state after failure as
+ * dlock_semaphore_new(). Threads: any. */
+DLOCK_EXTERN int dlock_lock_new_permits(dlock_client *c, const char *name, unsigned permits,
+                                        unsigned flags, dlock_lock **out);
+
 /* Cancel every acquire in progress on S (they return DLOCK_ECANCELED and
  * take nothing); acquires that start later are not affected (use a
  * cancel object for those). DLOCK_OK or DLOCK_EINVAL (S NULL). Any

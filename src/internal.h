@@ -39,7 +39,8 @@ struct dlock_lock {
     bool acquiring;    /* handle-owned: an acquire through it is running */
     bool releasing;    /* handle-owned: its hold's release is at the server */
     struct dlock__waitset turn; /* handle-owned: acquires waiting for it */
-    const struct dlock__sem_req *sem; /* a permit's handle (semaphore.c) */
+    const struct dlock__sem_req *sem; /* a permit's handle (semaphore.c): */
+    struct dlock__sem_req sem_req;    /* what sem points to */
 };
 
 /* The first thing every public call that returns a code does: the

@@ -37,8 +37,7 @@ struct dlock_semaphore {
 
 struct dlock_permit {
     dlock_semaphore *s;
-    dlock_lock *l; /* handle-owned: its one hold is this permit */
-    struct dlock__sem_req req;
+    dlock_lock *l; /* a permits handle (make_permits_handle): its one hold */
     char id[sizeof ((struct dlock__hold *)0)->owner];
     struct dlock_permit *next;
 };
@@ -60,6 +59,53 @@ static int no_semaphores(const dlock_client *c, const char *name)
                       c->be->name);
 }
 
+/* A handle-owned lock handle on NAME whose hold is K of the semaphore's
+ * PERMITS permits (the core calls the backend's sem_* for it). */
+static int make_permits_handle(dlock_client *c, const char *name, unsigned permits, unsigned k,
+                               dlock_lock **out)
+{
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, out);
+    if (rc)
+        return rc;
+    (*out)->sem_req.permits = permits;
+    (*out)->sem_req.k = k;
+    (*out)->sem = &(*out)->sem_req;
+    return DLOCK_OK;
+}
+
+/* The checks every semaphore constructor makes after the lock handle's
+ * (client, name): flags, the count, the backend. */
+static int check_semaphore(const dlock_client *c, const char *name, unsigned permits,
+                           unsigned flags)
+{
+    if (flags)
+        return dlock__err(DLOCK_EINVAL, "semaphore '%s': unknown flags 0x%x (reserved, must be 0)",
+                          name, flags);
+    if (permits < 1 || permits > DLOCK_PERMITS_MAX)
+        return dlock__err(DLOCK_EINVAL, "semaphore '%s': %u permits (1 to %d)", name, permits,
+                          DLOCK_PERMITS_MAX);
+    if (!has_semaphores(c))
+        return no_semaphores(c, name);
+    return DLOCK_OK;
+}
+
+int dlock_lock_new_permits(dlock_client *c, const char *name, unsigned permits, unsigned flags,
+                           dlock_lock **out)
+{
+    dlock__msg_clear();
+    if (!out)
+        return dlock__err(DLOCK_EINVAL, "dlock_lock_new_permits: out is NULL");
+    *out = NULL;
+    dlock_lock *l = NULL;
+    int rc = make_permits_handle(c, name, permits, 1, &l);
+    if (!rc && (rc = check_semaphore(c, name, permits, flags))) {
+        dlock_lock_free(l);
+        l = NULL;
+    }
+    *out = l;
+    return rc;
+}
+
 int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits, unsigned flags,
                         dlock_semaphore **out)
 {
@@ -72,14 +118,7 @@ int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits, uns
     int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &base);
     if (rc)
         return rc;
-    if (flags)
-        rc = dlock__err(DLOCK_EINVAL, "semaphore '%s': unknown flags 0x%x (reserved, must be 0)",
-                        name, flags);
-    else if (permits < 1 || permits > DLOCK_PERMITS_MAX)
-        rc = dlock__err(DLOCK_EINVAL, "semaphore '%s': %u permits (1 to %d)", name, permits,
-                        DLOCK_PERMITS_MAX);
-    else if (!has_semaphores(c))
-        rc = no_semaphores(c, name);
+    rc = check_semaphore(c, name, permits, flags);
     dlock_semaphore *s = rc ? NULL : calloc(1, sizeof *s);
     if (!rc && !s)
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
@@ -209,14 +248,11 @@ int dlock_semaphore_acquire(dlock_semaphore *s, unsigned k, int64_t wait_ms, dlo
     if (!p)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     p->s = s;
-    p->req.permits = s->permits;
-    p->req.k = k;
-    if ((rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &p->l))) {
+    if ((rc = make_permits_handle(c, name, s->permits, k, &p->l))) {
         free(p);
         return rc;
     }
     pthread_mutex_lock(&c->mu);
-    p->l->sem = &p->req;
     p->l->lease_ms = s->lease_ms;
     p->l->fixed_lease = s->fixed_lease;
     p->l->lost_fn = permit_lost;
@@ -278,7 +314,7 @@ int dlock_permit_release(dlock_permit *p)
 
 unsigned dlock_permit_count(const dlock_permit *p)
 {
-    return p ? p->req.k : 0;
+    return p ? p->l->sem_req.k : 0;
 }
 
 const char *dlock_permit_id(const dlock_permit *p)

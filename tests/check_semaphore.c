@@ -528,6 +528,46 @@ START_TEST(free_releases)
 }
 END_TEST
 
+/* dlock run --permits N: busy when the N permits are held (the conflict
+ * code), runs when one is free, refuses another count; dlock status
+ * --permits shows the holders and the free permits. */
+START_TEST(cli_run_permits)
+{
+    char *url = ct_test_url(NULL);
+    dlock_client *c = tu_open(url);
+    dlock_semaphore *s = sem(c, "cli", 2);
+    dlock_permit *p = take(s, 2, DLOCK_TRY);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "run", "-n", "--permits", "2", "cli",
+                              "true"),
+                     1);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    p = take(s, 1, DLOCK_TRY);
+    char *out = NULL;
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "run", "-n", "--permits", "2", "cli",
+                              "--", "sh", "-c", "echo token=$DLOCK_TOKEN"),
+                     0);
+    ck_assert_msg(strstr(out, "token=") && strtoull(strstr(out, "token=") + 6, NULL, 10) >
+                      token_of(p), "%s", out);
+    free(out);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "status", "--permits", "2", "cli",
+                              "--json"),
+                     0);
+    ck_assert_msg(strstr(out, "\"permits\":2,\"free_permits\":1") &&
+                      strstr(out, dlock_permit_id(p)), "%s", out);
+    free(out);
+    char *err = NULL;
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", url, "run", "--permits", "3", "cli", "true"),
+                     78);
+    ck_assert_msg(strstr(err, "not 3"), "%s", err);
+    free(err);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "status", "--permits", "0", "cli"), 1);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
 /* A backend without semaphores says so, naming itself. */
 START_TEST(not_supported)
 {
@@ -553,6 +593,7 @@ int main(void)
         {"paused_holder", paused_holder, 90},
         {"lease_renewed", lease_renewed, 60},
         {"free_releases", free_releases, 30},
+        {"cli_run_permits", cli_run_permits, 60},
     };
     const struct tu_test unsupported[] = {
         {"not_supported", not_supported, 30},

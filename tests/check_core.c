@@ -55,15 +55,21 @@ static void teardown(void)
 
 /* ------------------------------------------------------------- waitset */
 
+/* WS made, with the N waits of W (unbounded) added in order. */
+static void waitset_of(struct dlock__waitset *ws, struct dlock__wait *w, int n)
+{
+    dlock__waitset_init(ws);
+    for (int i = 0; i < n; i++) {
+        dlock__wait_init(&w[i], DLOCK__NEVER);
+        ck_assert_int_eq(dlock__waitset_add(ws, &w[i]), DLOCK_OK);
+    }
+}
+
 START_TEST(test_waitset_order_and_passing_on)
 {
     struct dlock__waitset ws;
     struct dlock__wait w[4];
-    dlock__waitset_init(&ws);
-    for (int i = 0; i < 4; i++) {
-        dlock__wait_init(&w[i], DLOCK__NEVER);
-        ck_assert_int_eq(dlock__waitset_add(&ws, &w[i]), DLOCK_OK);
-    }
+    waitset_of(&ws, w, 4);
     ck_assert_uint_eq(dlock__waitset_count(&ws), 4);
     /* The longest waiting first, each once until it consumes its wake. */
     ck_assert_ptr_eq(dlock__waitset_wake_one(&ws), &w[0]);
@@ -99,11 +105,7 @@ START_TEST(test_waitset_keyed_wake)
 {
     struct dlock__waitset ws;
     struct dlock__wait w[3];
-    dlock__waitset_init(&ws);
-    for (int i = 0; i < 3; i++) {
-        dlock__wait_init(&w[i], DLOCK__NEVER);
-        ck_assert_int_eq(dlock__waitset_add(&ws, &w[i]), DLOCK_OK);
-    }
+    waitset_of(&ws, w, 3);
     char a[] = "/dlock/x/_c_1-lock-0000000001", b[] = "/dlock/x/_c_2-lock-0000000002";
     dlock__waitset_set_key(&ws, &w[1], a);
     dlock__waitset_set_key(&ws, &w[2], b);
@@ -227,19 +229,6 @@ END_TEST
 
 /* ------------------------------------------------ losses a backend reports */
 
-struct lost_note {
-    atomic_int fired;
-    char why[256];
-};
-
-static void note_lost(dlock_lock *l, const char *why, void *arg)
-{
-    (void)l;
-    struct lost_note *n = arg;
-    snprintf(n->why, sizeof n->why, "%s", why);
-    atomic_fetch_add(&n->fired, 1);
-}
-
 struct reporter {
     dlock_client *c;
     struct dlock__hold *h;
@@ -266,9 +255,9 @@ START_TEST(test_backend_thread_reports_hold_lost)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, "reported"), *other = tu_lock(c, "bystander");
-    struct lost_note n = {0}, m = {0};
-    ck_assert_int_eq(dlock_lock_on_lost(l, note_lost, &n), DLOCK_OK);
-    ck_assert_int_eq(dlock_lock_on_lost(other, note_lost, &m), DLOCK_OK);
+    struct tu_lost n = {0}, m = {0};
+    ck_assert_int_eq(dlock_lock_on_lost(l, tu_on_lost, &n), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_on_lost(other, tu_on_lost, &m), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(other, DLOCK_TRY), DLOCK_OK);
     /* One hold: reported at once, the callback fires (the file backend

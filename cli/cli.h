@@ -51,6 +51,7 @@ struct cli_job {
     const int *keep;        /* descriptors COMMAND inherits (ascending) */
     size_t nkeep;
     int tty_fd;             /* a terminal to hand to COMMAND's group, or -1 */
+    pid_t parent_pgrp;      /* dlock's process group (set by cli_job_start) */
     /* set by cli_job_start() */
     pid_t guardian, pgid;   /* pgid: COMMAND's pid and process group */
     int ctl_fd, report_fd;

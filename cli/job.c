@@ -33,13 +33,19 @@
  * subreaper and the process group work for every user on every Linux
  * since 3.4.
  *
+ * The guardian has a process group of its own too, so that a SIGKILL to
+ * dlock's group (timeout(1), a CI runner, `kill -9 -PGID`) leaves it
+ * alive to kill the job, rather than killing the guardian beside dlock and
+ * orphaning COMMAND's descendants.
+ *
  * A process group, not a session: a new session would cut COMMAND off
  * its terminal (/dev/tty prompts of ssh or sudo). When dlock runs in the
  * foreground of a terminal, the guardian hands the terminal to COMMAND's
  * group (as a shell does for a job) and takes it back at the end; when
  * COMMAND is stopped from the terminal (^Z), the guardian stops dlock's
- * own group too so the shell sees its job stopped, and on `fg` gives the
- * terminal back to COMMAND and continues it.
+ * group with the terminal given back, so the shell sees its job stopped;
+ * on `fg` the shell continues dlock, which passes SIGCONT on, and the
+ * guardian then gives the terminal to COMMAND again and continues it.
  *
  * The guardian is forked from a process with threads, so it keeps to
  * system calls and to what glibc makes safe after fork.
@@ -173,23 +179,29 @@ static void signal_job(pid_t pgid, int sig)
     signal_tree(getpid(), sig, 0);
 }
 
-/* COMMAND (group PGID) was stopped. Interactive: do as a shell expects
- * of its job -- stop dlock's group (dlock and us) with the terminal given
- * back, and once continued, in the foreground, hand it to COMMAND again
- * and continue it. Otherwise whoever stopped it will continue it. */
-static void job_stopped(int tty, pid_t pgid)
+/* COMMAND was stopped. Interactive: do as a shell expects of its job --
+ * give the terminal back to dlock's group (J->parent_pgrp) and stop it;
+ * `fg` continues dlock, which sends SIGCONT on (see continue_job).
+ * Otherwise whoever stopped it will continue it. */
+static void job_stopped(const struct cli_job *j)
 {
-    if (tty < 0)
+    if (j->tty_fd < 0)
         return;
-    tcsetpgrp(tty, getpgrp());
-    kill(0, SIGTSTP); /* we stop here until continued */
-    if (tcgetpgrp(tty) == getpgrp())
-        tcsetpgrp(tty, pgid);
-    kill(-pgid, SIGCONT);
+    tcsetpgrp(j->tty_fd, j->parent_pgrp);
+    kill(-j->parent_pgrp, SIGTSTP);
+}
+
+/* SIGCONT from dlock: if the shell gave dlock the terminal back (fg),
+ * hand it to COMMAND's group (PGID) before the job goes on. */
+static void continue_job(const struct cli_job *j, pid_t pgid)
+{
+    if (j->tty_fd >= 0 && tcgetpgrp(j->tty_fd) == j->parent_pgrp)
+        tcsetpgrp(j->tty_fd, pgid);
 }
 
 static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsigned limit)
 {
+    setpgid(0, 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     close_all_but(j->keep, j->nkeep, limit);
     sigset_t chld, ttou;
@@ -235,7 +247,7 @@ static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsign
     if (n == (ssize_t)sizeof e) {
         waitpid(pid, NULL, 0);
         if (j->tty_fd >= 0)
-            tcsetpgrp(j->tty_fd, getpgrp());
+            tcsetpgrp(j->tty_fd, j->parent_pgrp);
         report(rep, JOB_EXEC_FAILED, e);
         _exit(0);
     }
@@ -248,7 +260,7 @@ static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsign
         while ((p = waitpid(-1, &st, WNOHANG | WUNTRACED)) > 0) {
             if (WIFSTOPPED(st)) {
                 if (p == pid)
-                    job_stopped(j->tty_fd, pid);
+                    job_stopped(j);
             } else if (p == pid) {
                 status = st;
                 exited = true;
@@ -270,6 +282,8 @@ static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsign
             int sig;
             n = read(ctl, &sig, sizeof sig);
             if (n == (ssize_t)sizeof sig && sig > 0 && sig < NSIG) {
+                if (sig == SIGCONT)
+                    continue_job(j, pid);
                 signal_job(pid, sig);
                 killing |= sig == SIGKILL;
             } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
@@ -283,7 +297,7 @@ static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsign
             ;
     }
     if (j->tty_fd >= 0)
-        tcsetpgrp(j->tty_fd, getpgrp());
+        tcsetpgrp(j->tty_fd, j->parent_pgrp);
     report(rep, JOB_DONE, status);
     _exit(0);
 }
@@ -310,6 +324,7 @@ int cli_job_start(struct cli_job *j)
     memcpy(keep, j->keep, j->nkeep * sizeof *keep);
     struct cli_job g = *j;
     g.keep = keep;
+    g.parent_pgrp = getpgrp();
     keep[g.nkeep++] = ctl[0];
     keep[g.nkeep++] = rep[1];
     if (j->tty_fd >= 0)

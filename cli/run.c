@@ -84,6 +84,7 @@ static void signal_set(sigset_t *set)
     sigaddset(set, SIGHUP);
     sigaddset(set, SIGQUIT);
     sigaddset(set, SIGCHLD);
+    sigaddset(set, SIGCONT); /* dlock continued (fg): so is the job */
 }
 
 static void *signal_thread(void *arg)
@@ -96,8 +97,8 @@ static void *signal_thread(void *arg)
         int sig = sigwaitinfo(&set, &si);
         if (sig < 0)
             continue;
-        if (sig == SIGCHLD)
-            continue; /* the guardian reports on its pipe */
+        if (sig == SIGCHLD || (sig == SIGCONT && R.phase != RUNNING))
+            continue; /* the guardian reports on its pipe; nothing to continue */
         pthread_mutex_lock(&R.mu);
         if (R.phase == WAITING) {
             /* Fired before the acquire starts or while it waits, the

@@ -1339,7 +1339,8 @@ static pid_t start_escaping_job(const char *url, const char *dir, pid_t gc[2])
 }
 
 /* No process of a job outlives its lock, whatever the backend: kill -9
- * of dlock kills its grandchildren too, in its process group or not, and
+ * of dlock's process group kills the job's grandchildren too, in COMMAND's
+ * process group or not (check_cli's kill9_under_load kills dlock alone), and
  * the next holder starts only once they are gone (file: the kernel keeps
  * the lock until the last of them exits; leases: it ends later anyway);
  * a lost lock (a forced release) stops them before dlock exits 75. */
@@ -1349,7 +1350,7 @@ START_TEST(cli_job_never_outlives_lock)
     char *dir = tu_tmpdir("contract-escape");
     pid_t gc[2];
     pid_t d = start_escaping_job(url, dir, gc);
-    kill(d, SIGKILL);
+    kill(-d, SIGKILL); /* dlock's whole process group, as timeout(1) or a CI runner does */
     tu_wait_exit(d);
     /* The next holder looks for them as it starts. */
     char *check = tu_fmt("for p in %d %d; do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); "

@@ -872,6 +872,64 @@ START_TEST(readers_of_one_client_all_woken)
 }
 END_TEST
 
+/* How many reader timeout keys of lock NAME exist. */
+static long long timeout_keys(redisContext *ctx, const char *name)
+{
+    redisReply *r = cmd(ctx, "KEYS {%s}:*:rwlock_timeout:*", name);
+    long long n = r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A reader killed with -9 while another reads: its timeout key ends with
+ * its lease (the live reader renews only its own, not every reader's as
+ * Redisson's watchdog does), so when the live reader leaves, the lock is
+ * free at once for a writer -- the dead reader's field does not hold it. */
+START_TEST(killed_reader_among_readers_expires)
+{
+    start_server(NULL);
+    char *dir = tu_tmpdir("redis-rw-kill"), *held = tu_fmt("%s/held", dir);
+    char *url = tu_fmt("%s?lease=1500ms", srv.url);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        dlock_client *c = NULL;
+        dlock_lock *l = NULL;
+        if (dlock_open(url, &c) || dlock_lock_new(c, "dead", DLOCK_SHARED, 0, &l) ||
+            dlock_acquire(l, 10000))
+            _exit(10);
+        tu_write_marker(held, "1");
+        for (;;)
+            pause();
+    }
+    ck_assert_msg(tu_wait_file(held, 30000), "the child never read");
+    redisContext *ctx = raw();
+    dlock_client *c = open_with("lease=60s");
+    dlock_lock *r = tu_lock_mode(c, "dead", DLOCK_SHARED, 0), *w = tu_lock(c, "dead");
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    ck_assert_int_eq(timeout_keys(ctx, "dead"), 2);
+    kill(child, SIGKILL);
+    tu_wait_exit(child);
+    for (int i = 0; i < 3000 && timeout_keys(ctx, "dead") != 1; i++)
+        tu_sleep_ms(10); /* the dead reader's lease runs out; ours is renewed */
+    ck_assert_int_eq(timeout_keys(ctx, "dead"), 1);
+    ck_assert_int_eq(cmd_int(ctx, "HLEN dead"), 3); /* its field stays meanwhile */
+    ck_assert_int_eq(dlock_release(r), DLOCK_OK);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS dead"), 0);
+    TU_ACQUIRE_OK(w, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(w), DLOCK_OK);
+    dlock_lock_free(w);
+    dlock_lock_free(r);
+    dlock_client_close(c);
+    redisFree(ctx);
+    tu_rmrf(dir);
+    free(url);
+    free(held);
+    free(dir);
+    stop_server();
+}
+END_TEST
+
 /* Play a redis-py / redsync client (SET NX PX, compare-and-delete). */
 START_TEST(simple_layout_on_the_wire)
 {
@@ -2616,6 +2674,7 @@ int main(void)
         {"redisson_rwlock_on_the_wire", redisson_rwlock_on_the_wire, 60},
         {"redisson_semaphore_on_the_wire", redisson_semaphore_on_the_wire, 60},
         {"readers_of_one_client_all_woken", readers_of_one_client_all_woken, 60},
+        {"killed_reader_among_readers_expires", killed_reader_among_readers_expires, 60},
         {"simple_layout_on_the_wire", simple_layout_on_the_wire, 60},
         {"wrongtype_left_intact", wrongtype_left_intact, 60},
         {"auth_password_and_acl_user", auth_password_and_acl_user, 60},

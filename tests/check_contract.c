@@ -939,21 +939,13 @@ static pid_t fork_holder(const char *url, const char *name, dlock_mode mode, con
         _exit(11);
     uint64_t t = 0;
     dlock_token(l, &t);
-    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
     char *again = tu_fmt("%s/again", dir);
-    char *text = tu_fmt("%" PRIu64 "\n", t);
-    tu_write_marker(held, text);
-    if (kill_only)
-        for (;;)
-            pause();
-    while (!tu_wait_file(go, 1000))
-        ;
+    ct_holder_held(dir, t, kill_only);
     if (has(CT_LEASES))
         tu_wait_lost(&lost, 2, 30000);
     int zero = dlock_validity_ms(l) == 0 && dlock_validity_ms(l2) == 0;
     int rc = dlock_release(l), rc2 = dlock_release(l2);
-    char *result = tu_fmt("%d %d %d %d\n", rc, rc2, atomic_load(&lost.fired), zero);
-    tu_write_marker(done, result);
+    ct_holder_done(dir, rc, rc2, atomic_load(&lost.fired), zero);
     if (dlock_acquire(l, DLOCK_FOREVER))
         _exit(12);
     dlock_token(l, &t);
@@ -1016,7 +1008,7 @@ START_TEST(paused_holder)
 {
     char *url = ct_test_url("lease=1500ms");
     char *dir = tu_tmpdir("contract-pause");
-    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    char *held = tu_fmt("%s/held", dir);
     char *again = tu_fmt("%s/again", dir);
     pid_t h = fork_holder(url, "paused", DLOCK_EXCLUSIVE, dir, false);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
@@ -1032,13 +1024,8 @@ START_TEST(paused_holder)
         EXPECT_RC(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
         EXPECT_RC(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
     }
-    tu_write_marker(go, "1");
-    kill(h, SIGCONT);
-    ck_assert_msg(tu_wait_file(done, 30000), "the resumed holder never released");
-    char *text = tu_read_file(done);
-    int rc = 1, rc2 = 1, fired = -1, zero = -1;
-    ck_assert_int_eq(sscanf(text, "%d %d %d %d", &rc, &rc2, &fired, &zero), 4);
-    free(text);
+    int rc, rc2, fired, zero;
+    ct_holder_resume(dir, h, &rc, &rc2, &fired, &zero);
     uint64_t mine = 0;
     if (has(CT_LEASES)) {
         /* Both holds of the stopped client are lost, each told once. */
@@ -1065,8 +1052,6 @@ START_TEST(paused_holder)
     dlock_client_close(c);
     tu_rmrf(dir);
     free(held);
-    free(go);
-    free(done);
     free(again);
     free(dir);
     free(url);

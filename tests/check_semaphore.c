@@ -373,21 +373,13 @@ static pid_t fork_holder(const char *url, const char *name, unsigned permits, co
         _exit(11);
     uint64_t t = 0;
     dlock_permit_token(p, &t);
-    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
-    char *text = tu_fmt("%" PRIu64 "\n", t);
-    tu_write_marker(held, text);
-    if (kill_only)
-        for (;;)
-            pause();
-    while (!tu_wait_file(go, 1000))
-        ;
+    ct_holder_held(dir, t, kill_only);
     bool has_leases = dlock_permit_validity_ms(p) != DLOCK_VALID_FOREVER;
     for (int i = 0; has_leases && i < 3000 && atomic_load(&lost.fired) < 2; i++)
         tu_sleep_ms(10);
     int zero = dlock_permit_validity_ms(p) == 0 && dlock_permit_validity_ms(p2) == 0;
     int rc = dlock_permit_release(p), rc2 = dlock_permit_release(p2);
-    char *result = tu_fmt("%d %d %d %d\n", rc, rc2, atomic_load(&lost.fired), zero);
-    tu_write_marker(done, result);
+    ct_holder_done(dir, rc, rc2, atomic_load(&lost.fired), zero);
     dlock_semaphore_free(s);
     dlock_client_close(c);
     _exit(0);
@@ -427,7 +419,7 @@ START_TEST(paused_holder)
 {
     char *url = ct_test_url("lease=1500ms");
     char *dir = tu_tmpdir("sem-pause");
-    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    char *held = tu_fmt("%s/held", dir);
     pid_t h = fork_holder(url, "pz", 2, dir, false);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
     kill(h, SIGSTOP);
@@ -440,13 +432,8 @@ START_TEST(paused_holder)
         dlock_permit *q = NULL;
         EXPECT_RC(dlock_semaphore_acquire(s, 1, 100, NULL, &q), DLOCK_ETIMEDOUT);
     }
-    tu_write_marker(go, "1");
-    kill(h, SIGCONT);
-    ck_assert_msg(tu_wait_file(done, 30000), "the resumed holder never released");
-    char *text = tu_read_file(done);
-    int rc = 1, rc2 = 1, fired = -1, zero = -1;
-    ck_assert_int_eq(sscanf(text, "%d %d %d %d", &rc, &rc2, &fired, &zero), 4);
-    free(text);
+    int rc, rc2, fired, zero;
+    ct_holder_resume(dir, h, &rc, &rc2, &fired, &zero);
     ck_assert_int_eq(tu_wait_exit(h), 0);
     if (leases()) {
         ck_assert_msg(rc == DLOCK_ELOST && rc2 == DLOCK_ELOST, "stale holder's releases: %s, %s",
@@ -467,8 +454,6 @@ START_TEST(paused_holder)
     dlock_client_close(c);
     tu_rmrf(dir);
     free(held);
-    free(go);
-    free(done);
     free(dir);
     free(url);
 }

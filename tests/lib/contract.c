@@ -7,6 +7,8 @@
 
 #include <check.h>
 #include <dirent.h>
+#include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,4 +440,41 @@ struct dlock_client *ct_open_test(const char *extra)
     dlock_client *c = tu_open(url);
     free(url);
     return c;
+}
+
+void ct_holder_held(const char *dir, uint64_t token, bool kill_only)
+{
+    char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir);
+    char *text = tu_fmt("%" PRIu64 "\n", token);
+    tu_write_marker(held, text);
+    if (kill_only)
+        for (;;)
+            pause();
+    while (!tu_wait_file(go, 1000))
+        ;
+    free(text);
+    free(go);
+    free(held);
+}
+
+void ct_holder_done(const char *dir, int rc, int rc2, int fired, int zero)
+{
+    char *done = tu_fmt("%s/done", dir), *result = tu_fmt("%d %d %d %d\n", rc, rc2, fired, zero);
+    tu_write_marker(done, result);
+    free(result);
+    free(done);
+}
+
+void ct_holder_resume(const char *dir, pid_t h, int *rc, int *rc2, int *fired, int *zero)
+{
+    char *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    tu_write_marker(go, "1");
+    kill(h, SIGCONT);
+    ck_assert_msg(tu_wait_file(done, 30000), "the resumed holder never released");
+    char *text = tu_read_file(done);
+    *rc = 1, *rc2 = 1, *fired = -1, *zero = -1;
+    ck_assert_int_eq(sscanf(text, "%d %d %d %d", rc, rc2, fired, zero), 4);
+    free(text);
+    free(done);
+    free(go);
 }

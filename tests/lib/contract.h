@@ -16,6 +16,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #include "dlock.h"
 
@@ -93,6 +95,18 @@ struct TCase *ct_add_case(struct Suite *s, size_t i, const struct tu_test *tests
  * it, asserting that it opened. */
 char *ct_test_url(const char *extra);
 struct dlock_client *ct_open_test(const char *extra);
+
+/* The paused and killed holders of the contract suites: a forked child
+ * that holds, then tells the test through marker files in DIR.
+ * ct_holder_held(): in the child, DIR/held gets TOKEN; with KILL_ONLY
+ * the child then waits to be killed, else until DIR/go exists.
+ * ct_holder_done(): in the child, DIR/done gets "RC RC2 FIRED ZERO" (its
+ * two releases' codes, the lost callbacks it saw, 1 when both validities
+ * were 0). ct_holder_resume(): in the test, lets the stopped holder H go
+ * on (DIR/go, SIGCONT) and reads DIR/done into *RC, *RC2, *FIRED, *ZERO. */
+void ct_holder_held(const char *dir, uint64_t token, bool kill_only);
+void ct_holder_done(const char *dir, int rc, int rc2, int fired, int zero);
+void ct_holder_resume(const char *dir, pid_t h, int *rc, int *rc2, int *fired, int *zero);
 
 /* Assert that CALL returns WANT; the message names the call, the code
  * and dlock_errmsg(). */

@@ -960,12 +960,10 @@ static pid_t fork_holder(const char *url, const char *name, dlock_mode mode, con
  * DLOCK_FOREVER gets it. Meanwhile a shared holder shares with readers. */
 static void kill9_case(const char *name, dlock_mode mode)
 {
-    char *url = ct_test_url("lease=1500ms");
-    char *dir = tu_tmpdir("contract-kill9"), *held = tu_fmt("%s/held", dir);
-    pid_t h = fork_holder(url, name, mode, dir, true);
-    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
-    uint64_t t1 = tu_read_u64(held);
-    dlock_client *c = tu_open(url);
+    struct ct_holder h = ct_holder_open("lease=1500ms", "contract-kill9");
+    h.pid = fork_holder(h.url, name, mode, h.dir, true);
+    uint64_t t1 = ct_holder_wait(&h);
+    dlock_client *c = tu_open(h.url);
     dlock_lock *l = tu_lock(c, name);
     EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     if (mode == DLOCK_SHARED) {
@@ -973,17 +971,14 @@ static void kill9_case(const char *name, dlock_mode mode)
         tu_acquire_release(r, DLOCK_TRY);
         dlock_lock_free(r);
     }
-    kill(h, SIGKILL);
-    tu_wait_exit(h);
+    kill(h.pid, SIGKILL);
+    tu_wait_exit(h.pid);
     TU_ACQUIRE_OK(l, DLOCK_FOREVER); /* the test's time limit fails a hang */
     ck_assert_uint_gt(token_of(l), t1);
     EXPECT_RC(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
-    tu_rmrf(dir);
-    free(held);
-    free(dir);
-    free(url);
+    ct_holder_close(&h);
 }
 
 START_TEST(kill9_holder)
@@ -1006,15 +1001,12 @@ END_TEST
  * stopped holder keeps its locks and releases them normally. */
 START_TEST(paused_holder)
 {
-    char *url = ct_test_url("lease=1500ms");
-    char *dir = tu_tmpdir("contract-pause");
-    char *held = tu_fmt("%s/held", dir);
-    char *again = tu_fmt("%s/again", dir);
-    pid_t h = fork_holder(url, "paused", DLOCK_EXCLUSIVE, dir, false);
-    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
-    uint64_t t1 = tu_read_u64(held);
-    kill(h, SIGSTOP);
-    dlock_client *c = tu_open(url);
+    struct ct_holder h = ct_holder_open("lease=1500ms", "contract-pause");
+    char *again = tu_fmt("%s/again", h.dir);
+    h.pid = fork_holder(h.url, "paused", DLOCK_EXCLUSIVE, h.dir, false);
+    uint64_t t1 = ct_holder_wait(&h);
+    kill(h.pid, SIGSTOP);
+    dlock_client *c = tu_open(h.url);
     dlock_lock *l = tu_lock(c, "paused"), *l2 = tu_lock(c, "paused-2");
     if (has(CT_LEASES)) {
         TU_ACQUIRE_OK(l, DLOCK_FOREVER);
@@ -1025,7 +1017,7 @@ START_TEST(paused_holder)
         EXPECT_RC(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
     }
     int rc, rc2, fired, zero;
-    ct_holder_resume(dir, h, &rc, &rc2, &fired, &zero);
+    ct_holder_resume(&h, &rc, &rc2, &fired, &zero);
     uint64_t mine = 0;
     if (has(CT_LEASES)) {
         /* Both holds of the stopped client are lost, each told once. */
@@ -1047,14 +1039,11 @@ START_TEST(paused_holder)
     /* The resumed holder's client serves it a new acquisition. */
     ck_assert_msg(tu_wait_file(again, 30000), "the resumed holder never acquired again");
     ck_assert_uint_gt(tu_read_u64(again), mine);
-    ck_assert_int_eq(tu_wait_exit(h), 0);
+    ck_assert_int_eq(tu_wait_exit(h.pid), 0);
     TU_FREE_LOCKS(l, l2);
     dlock_client_close(c);
-    tu_rmrf(dir);
-    free(held);
     free(again);
-    free(dir);
-    free(url);
+    ct_holder_close(&h);
 }
 END_TEST
 

@@ -389,25 +389,20 @@ static pid_t fork_holder(const char *url, const char *name, unsigned permits, co
  * when the lease ends) and a forever waiter gets them all. */
 START_TEST(kill9_holder)
 {
-    char *url = ct_test_url("lease=1500ms");
-    char *dir = tu_tmpdir("sem-kill9"), *held = tu_fmt("%s/held", dir);
-    pid_t h = fork_holder(url, "k9", 3, dir, true);
-    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
-    uint64_t t1 = tu_read_u64(held);
-    dlock_client *c = tu_open(url);
+    struct ct_holder h = ct_holder_open("lease=1500ms", "sem-kill9");
+    h.pid = fork_holder(h.url, "k9", 3, h.dir, true);
+    uint64_t t1 = ct_holder_wait(&h);
+    dlock_client *c = tu_open(h.url);
     dlock_semaphore *s = sem(c, "k9", 3);
     expect_busy(s, 1);
-    kill(h, SIGKILL);
-    tu_wait_exit(h);
+    kill(h.pid, SIGKILL);
+    tu_wait_exit(h.pid);
     dlock_permit *p = take(s, 3, DLOCK_FOREVER); /* the test's time limit fails a hang */
     ck_assert_uint_gt(token_of(p), t1);
     EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
     dlock_semaphore_free(s);
     dlock_client_close(c);
-    tu_rmrf(dir);
-    free(held);
-    free(dir);
-    free(url);
+    ct_holder_close(&h);
 }
 END_TEST
 
@@ -417,13 +412,11 @@ END_TEST
  * stopped holder keeps its permits. */
 START_TEST(paused_holder)
 {
-    char *url = ct_test_url("lease=1500ms");
-    char *dir = tu_tmpdir("sem-pause");
-    char *held = tu_fmt("%s/held", dir);
-    pid_t h = fork_holder(url, "pz", 2, dir, false);
-    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
-    kill(h, SIGSTOP);
-    dlock_client *c = tu_open(url);
+    struct ct_holder h = ct_holder_open("lease=1500ms", "sem-pause");
+    h.pid = fork_holder(h.url, "pz", 2, h.dir, false);
+    ct_holder_wait(&h);
+    kill(h.pid, SIGSTOP);
+    dlock_client *c = tu_open(h.url);
     dlock_semaphore *s = sem(c, "pz", 2);
     dlock_permit *p = NULL;
     if (leases()) {
@@ -433,8 +426,8 @@ START_TEST(paused_holder)
         EXPECT_RC(dlock_semaphore_acquire(s, 1, 100, NULL, &q), DLOCK_ETIMEDOUT);
     }
     int rc, rc2, fired, zero;
-    ct_holder_resume(dir, h, &rc, &rc2, &fired, &zero);
-    ck_assert_int_eq(tu_wait_exit(h), 0);
+    ct_holder_resume(&h, &rc, &rc2, &fired, &zero);
+    ck_assert_int_eq(tu_wait_exit(h.pid), 0);
     if (leases()) {
         ck_assert_msg(rc == DLOCK_ELOST && rc2 == DLOCK_ELOST, "stale holder's releases: %s, %s",
                       dlock_err_name(rc), dlock_err_name(rc2));
@@ -452,10 +445,7 @@ START_TEST(paused_holder)
     expect_free(c, "pz", 2, 2);
     dlock_semaphore_free(s);
     dlock_client_close(c);
-    tu_rmrf(dir);
-    free(held);
-    free(dir);
-    free(url);
+    ct_holder_close(&h);
 }
 END_TEST
 

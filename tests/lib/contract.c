@@ -465,11 +465,32 @@ void ct_holder_done(const char *dir, int rc, int rc2, int fired, int zero)
     free(done);
 }
 
-void ct_holder_resume(const char *dir, pid_t h, int *rc, int *rc2, int *fired, int *zero)
+struct ct_holder ct_holder_open(const char *opts, const char *tag)
 {
-    char *go = tu_fmt("%s/go", dir), *done = tu_fmt("%s/done", dir);
+    return (struct ct_holder){.url = ct_test_url(opts), .dir = tu_tmpdir(tag)};
+}
+
+uint64_t ct_holder_wait(const struct ct_holder *h)
+{
+    char *held = tu_fmt("%s/held", h->dir);
+    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
+    uint64_t token = tu_read_u64(held);
+    free(held);
+    return token;
+}
+
+void ct_holder_close(struct ct_holder *h)
+{
+    tu_rmrf(h->dir);
+    free(h->dir);
+    free(h->url);
+}
+
+void ct_holder_resume(const struct ct_holder *h, int *rc, int *rc2, int *fired, int *zero)
+{
+    char *go = tu_fmt("%s/go", h->dir), *done = tu_fmt("%s/done", h->dir);
     tu_write_marker(go, "1");
-    kill(h, SIGCONT);
+    kill(h->pid, SIGCONT);
     ck_assert_msg(tu_wait_file(done, 30000), "the resumed holder never released");
     char *text = tu_read_file(done);
     *rc = 1, *rc2 = 1, *fired = -1, *zero = -1;

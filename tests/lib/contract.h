@@ -102,11 +102,25 @@ struct dlock_client *ct_open_test(const char *extra);
  * the child then waits to be killed, else until DIR/go exists.
  * ct_holder_done(): in the child, DIR/done gets "RC RC2 FIRED ZERO" (its
  * two releases' codes, the lost callbacks it saw, 1 when both validities
- * were 0). ct_holder_resume(): in the test, lets the stopped holder H go
- * on (DIR/go, SIGCONT) and reads DIR/done into *RC, *RC2, *FIRED, *ZERO. */
+ * were 0).
+ *
+ * In the test, struct ct_holder is the frame: ct_holder_open() makes the
+ * test's URL with options OPTS and a fresh directory (TAG) for the
+ * markers; the test forks its holder into PID; ct_holder_wait() waits
+ * until it holds and returns its token; ct_holder_resume() lets the
+ * stopped holder go on (DIR/go, SIGCONT) and reads DIR/done into *RC,
+ * *RC2, *FIRED, *ZERO; ct_holder_close() removes the directory and frees
+ * the URL. */
 void ct_holder_held(const char *dir, uint64_t token, bool kill_only);
 void ct_holder_done(const char *dir, int rc, int rc2, int fired, int zero);
-void ct_holder_resume(const char *dir, pid_t h, int *rc, int *rc2, int *fired, int *zero);
+struct ct_holder {
+    char *url, *dir;
+    pid_t pid;
+};
+struct ct_holder ct_holder_open(const char *opts, const char *tag);
+uint64_t ct_holder_wait(const struct ct_holder *h);
+void ct_holder_resume(const struct ct_holder *h, int *rc, int *rc2, int *fired, int *zero);
+void ct_holder_close(struct ct_holder *h);
 
 /* Assert that CALL returns WANT; the message names the call, the code
  * and dlock_errmsg(). */

@@ -43,7 +43,7 @@ static const struct {
      "  --strict-release      a failed release fails the run (default: reported on\n"
      "                        stderr, COMMAND's status kept)\n"
      "  --permits N           take one of N permits of the semaphore NAME instead of\n"
-     "                        the lock: at most N commands at once (file, redis)\n"
+     "                        the lock: at most N commands at once (file, redis, zk)\n"
      "  -v, --verbose         report, with times, who holds NAME when the wait starts,\n"
      "                        the acquisition (token, time waited) and the release\n"
      "NAME starting with /, ./ or ../ (file backend or no URL) is a file locked with\n"

@@ -546,15 +546,16 @@ DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
  * semaphore's lease, else the client's), a validity, a lost callback,
  * and a fencing token where the backend gives one. A permit of a process
  * that died comes back: file at once (the kernel), redis when its lease
- * ends. There is no reentrancy: every acquire takes new permits.
+ * ends, zk when its session does. There is no reentrancy: every acquire takes new permits.
  *
  * Names: a semaphore and a lock of the same name are two things (file:
  * two files; redis: a semaphore's keys are a STRING and a ZSET, a
  * lock's a HASH, so one of them on the other's name is DLOCK_EWRONGTYPE).
  *
  * The permit count is stored with the semaphore where the layout keeps
- * one (file: the file's header; redis: free + held, as Redisson counts):
- * a semaphore made with another count than the one stored is
+ * one (file: the file's header; redis: free + held, as Redisson counts;
+ * zk: none, Curator's layout keeps no count, so there each client's own
+ * count rules its acquires): a semaphore made with another count than the one stored is
  * refused with DLOCK_EINVAL and a message naming both counts, never
  * mixed. To change the count, delete the semaphore while nobody holds
  * it (file: its .sem file; redis: DEL NAME {NAME}:timeout).
@@ -562,8 +563,10 @@ DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
  * Backends: file (one file NAME.sem, one OFD byte lock per permit;
  * docs/protocol-file.md), redis in either layout (Redisson's
  * RPermitExpirableSemaphore keys, shared with Redisson clients;
- * docs/protocol-redis.md); both take K > 1 all at once. etcd and zk:
- * DLOCK_ENOTSUP from dlock_semaphore_new() for now. */
+ * docs/protocol-redis.md), zk (Curator's InterProcessSemaphoreV2 nodes,
+ * shared with Curator clients; a permit lasts as long as the session, no
+ * fixed lease; docs/protocol-zookeeper.md); all three take K > 1 all at
+ * once. etcd: DLOCK_ENOTSUP from dlock_semaphore_new() for now. */
 typedef struct dlock_semaphore dlock_semaphore;
 typedef struct dlock_permit dlock_permit;
 
@@ -576,7 +579,7 @@ typedef struct dlock_permit dlock_permit;
  * FLAGS: reserved, must be 0. NAME: as dlock_lock_new().
  * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, a bad name, PERMITS out of
  * range, a reserved flag); DLOCK_ENOTSUP (the backend has no semaphores:
- * etcd, zk); DLOCK_EMISUSE (not connected, closed, after fork);
+ * etcd); DLOCK_EMISUSE (not connected, closed, after fork);
  * DLOCK_ENOMEM. On failure *OUT is NULL. Threads: any; the handle may be
  * used from many threads at once. Free it with dlock_semaphore_free(). */
 DLOCK_EXTERN int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits,
@@ -614,7 +617,9 @@ DLOCK_EXTERN int dlock_semaphore_on_lost(dlock_semaphore *s, dlock_permit_lost_f
  * dlock_acquire_ex(), and dlock_semaphore_cancel() ends the waits in
  * progress. A wait sleeps until the backend reports a release (file:
  * inotify; redis: Redisson's channel redisson_sc:{NAME}, or the nearest
- * expiry of a permit, which the next try takes back), never on a timer.
+ * expiry of a permit, which the next try takes back; zk: a child watch on
+ * P/leases, while holding Curator's mutex P/locks, so zk waiters are
+ * served in arrival order), never on a timer.
  * Returns DLOCK_OK (*OUT owns the permit: give it to
  * dlock_permit_release()); contention: DLOCK_EBUSY (fewer than K free),
  * DLOCK_ETIMEDOUT, DLOCK_ECANCELED; DLOCK_EINVAL (S or OUT NULL, K 0 or
@@ -669,13 +674,15 @@ DLOCK_EXTERN unsigned dlock_permit_count(const dlock_permit *p);
 
 /* P's identity at the backend, as dlock_info_holder() shows it: file
  * "pid@host#slot" (the first of K slots), redis the hex of the first of
- * K Redisson permit ids (32 digits). NULL for NULL. Lives as long as P. Any thread. */
+ * K Redisson permit ids (32 digits), zk the first lease node's name.
+ * NULL for NULL. Lives as long as P. Any thread. */
 DLOCK_EXTERN const char *dlock_permit_id(const dlock_permit *p);
 
 /* The fencing token of P's acquisition: strictly greater than every
  * token issued before for this semaphore on this backend (file: a counter
  * in the .sem file; redis: INCR of dlock_sem_token:{NAME}, a key
- * Redisson does not use or need). Returns DLOCK_OK; DLOCK_EINVAL (a NULL
+ * Redisson does not use or need; zk: the first lease node's czxid).
+ * Returns DLOCK_OK; DLOCK_EINVAL (a NULL
  * argument). Any thread. */
 DLOCK_EXTERN int dlock_permit_token(dlock_permit *p, uint64_t *token);
 

@@ -486,23 +486,6 @@ static bool redisson_sem_acquire(redisContext *ctx, const char *name, const char
     return ok;
 }
 
-struct sem_taker {
-    dlock_semaphore *s;
-    int rc;
-    atomic_int done;
-};
-
-static void *sem_taker_main(void *p)
-{
-    struct sem_taker *t = p;
-    dlock_permit *pm = NULL;
-    t->rc = dlock_semaphore_acquire(t->s, 1, 20000, NULL, &pm);
-    if (pm)
-        dlock_permit_release(pm);
-    atomic_store(&t->done, 1);
-    return NULL;
-}
-
 START_TEST(redisson_semaphore_on_the_wire)
 {
     start_server(NULL);
@@ -517,24 +500,16 @@ START_TEST(redisson_semaphore_on_the_wire)
     ck_assert_int_eq(cmd_int(ctx, "GET pool"), 1);
     const char *rid = "\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10";
     ck_assert(redisson_sem_acquire(ctx, "pool", rid, 60000));
-    dlock_permit *p = NULL;
-    ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &p), DLOCK_EBUSY);
-    dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_semaphore_inspect(c, "pool", 2, &info), DLOCK_OK);
-    ck_assert_uint_eq(dlock_info_holder_count(info), 2);
-    ck_assert_int_eq(dlock_info_free_permits(info), 0);
-    dlock_info_free(info);
+    tu_sem_full(c, s, "pool", 2, 2);
     /* Redisson's release wakes a dlock waiter (its message on
      * redisson_sc:{pool}). */
-    struct sem_taker t = {.s = s, .rc = -99};
-    pthread_t th;
-    pthread_create(&th, NULL, sem_taker_main, &t);
+    struct tu_sem_taker t;
+    tu_sem_taker_start(&t, s, 1, 20000, NULL);
     wait_numsub(ctx, "redisson_sc:{pool}", 1);
     ck_assert_int_eq(cmd_int(ctx, "EVAL %s 3 pool redisson_sc:{pool} {pool}:timeout %b 1 %lld publish",
                              REDISSON_SEM_TRY_RELEASE, rid, (size_t)16, wall_ms()),
                      1);
-    pthread_join(th, NULL);
-    ck_assert_int_eq(t.rc, DLOCK_OK);
+    ck_assert_int_eq(tu_sem_taker_join(&t), DLOCK_OK);
     /* dlock's release gives Redisson its permit back, and tells it. */
     redisContext *sub = raw();
     freeReplyObject(cmd(sub, "SUBSCRIBE redisson_sc:{pool}"));
@@ -550,6 +525,7 @@ START_TEST(redisson_semaphore_on_the_wire)
      * back to a dlock waiter once the lease has ended. */
     ck_assert(redisson_sem_acquire(ctx, "pool", "AAAAAAAAAAAAAAAA", 300));
     ck_assert(redisson_sem_acquire(ctx, "pool", "BBBBBBBBBBBBBBBB", 300));
+    dlock_permit *p = NULL;
     ck_assert_int_eq(dlock_semaphore_acquire(s, 2, 20000, NULL, &p), DLOCK_OK);
     ck_assert_int_eq(cmd_int(ctx, "EVAL %s 2 pool {pool}:timeout", REDISSON_SEM_GET_PERMITS), 2);
     ck_assert_int_eq(dlock_permit_release(p), DLOCK_OK);

@@ -466,6 +466,70 @@ static void *curator_thread(void *p)
     return NULL;
 }
 
+
+/* Curator's InterProcessSemaphoreV2 played with the raw client: a
+ * Curator lease node ("_c_<guid>-lease-<seq>" under P/leases) is a permit
+ * dlock counts, dlock's leases are where Curator counts them, and a
+ * Curator lease deleted lets a dlock waiter in; the mutex dlock takes
+ * around it is Curator's, under P/locks. */
+static char *curator_lease(zhandle_t *zh, const char *leases)
+{
+    raw_mkdirs(zh, leases, ZOO_CONTAINER, &ZOO_OPEN_ACL_UNSAFE);
+    char *prefix = tu_fmt("%s/_c_%08x-%04x-4%03x-8%03x-%012x-lease-", leases, (unsigned)rand(),
+                          (unsigned)rand() & 0xffff, (unsigned)rand() & 0xfff,
+                          (unsigned)rand() & 0xfff, (unsigned)rand());
+    char created[1024];
+    int rc = zoo_create(zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+                        created, sizeof created);
+    ck_assert_msg(rc == ZOK, "create %s: %s", prefix, zerror(rc));
+    free(prefix);
+    return strdup(created);
+}
+
+START_TEST(test_curator_semaphore_interop)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *c = tu_open(url);
+    zhandle_t *zh = raw_open(NULL);
+    const char *leases = "/dlock/pool-with-java/leases";
+    dlock_semaphore *s = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(c, "pool-with-java", 2, 0, &s), DLOCK_OK);
+    /* Curator holds one lease, dlock takes the other: both are counted. */
+    char *cur = curator_lease(zh, leases);
+    dlock_permit *mine = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &mine), DLOCK_OK);
+    int n = 0;
+    char **kids = raw_children(zh, leases, &n);
+    ck_assert_int_eq(n, 2);
+    bool found = false;
+    for (int i = 0; i < n; i++)
+        found |= strcmp(kids[i], dlock_permit_id(mine)) == 0 && strncmp(kids[i], "_c_", 3) == 0 &&
+                 strstr(kids[i], "-lease-") != NULL;
+    ck_assert_msg(found, "dlock's lease %s is not a Curator lease node", dlock_permit_id(mine));
+    free_strings(kids, n);
+    ck_assert_int_eq(raw_contenders(zh, "/dlock/pool-with-java/locks"), 0); /* mutex let go */
+    tu_sem_full(c, s, "pool-with-java", 2, 2);
+    /* A dlock waiter holds Curator's mutex while it waits; Curator's
+     * release of its lease lets it in. */
+    struct tu_sem_taker a;
+    tu_sem_taker_start(&a, s, 1, 30000, NULL);
+    ck_assert(tu_wait_thread_asleep(&a.tid, 30000));
+    ck_assert_int_eq(raw_contenders(zh, "/dlock/pool-with-java/locks"), 1);
+    ck_assert_int_eq(zoo_delete(zh, cur, -1), ZOK);
+    ck_assert_int_eq(tu_sem_taker_join(&a), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(mine), DLOCK_OK);
+    kids = raw_children(zh, leases, &n);
+    ck_assert_int_eq(n, 0);
+    free_strings(kids, n);
+    free(cur);
+    dlock_semaphore_free(s);
+    zookeeper_close(zh);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
 START_TEST(test_curator_interop)
 {
     REQUIRE_SERVERS();
@@ -2093,6 +2157,7 @@ static Suite *zk_suite(void)
         {"waiters_fifo_and_inspect", test_waiters_fifo_and_inspect, 90},
         {"validity_is_the_negotiated_session", test_validity_is_the_negotiated_session, 90},
         {"curator_interop", test_curator_interop, 90},
+        {"curator_semaphore_interop", test_curator_semaphore_interop, 90},
         {"foreign_children_ignored", test_foreign_children_ignored, 90},
         {"hostile_names", test_hostile_names, 90},
         {"list_and_prefix", test_list_and_prefix, 90},

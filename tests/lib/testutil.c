@@ -525,6 +525,43 @@ bool tu_waiter_wait_done(struct tu_waiter *w, int timeout_ms)
     return atomic_load(&w->done) != 0;
 }
 
+static void *sem_taker_main(void *arg)
+{
+    struct tu_sem_taker *t = arg;
+    t->tid = (long)syscall(SYS_gettid);
+    dlock_permit *p = NULL;
+    t->rc = dlock_semaphore_acquire(t->s, t->k, t->wait, t->cancel, &p);
+    if (p)
+        dlock_permit_release(p);
+    return NULL;
+}
+
+void tu_sem_taker_start(struct tu_sem_taker *t, dlock_semaphore *s, unsigned k, int64_t wait,
+                        dlock_cancel *cancel)
+{
+    *t = (struct tu_sem_taker){.s = s, .k = k, .wait = wait, .cancel = cancel, .rc = 1};
+    ck_assert_int_eq(pthread_create(&t->th, NULL, sem_taker_main, t), 0);
+}
+
+int tu_sem_taker_join(struct tu_sem_taker *t)
+{
+    pthread_join(t->th, NULL);
+    return t->rc;
+}
+
+void tu_sem_full(dlock_client *c, dlock_semaphore *s, const char *name, unsigned permits,
+                 size_t holders)
+{
+    dlock_permit *p = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &p), DLOCK_EBUSY);
+    dlock_info *info = NULL;
+    int rc = dlock_semaphore_inspect(c, name, permits, &info);
+    ck_assert_msg(rc == DLOCK_OK, "inspect '%s': %s", name, dlock_errmsg());
+    ck_assert_uint_eq(dlock_info_holder_count(info), holders);
+    ck_assert_int_eq(dlock_info_free_permits(info), 0);
+    dlock_info_free(info);
+}
+
 char *tu_read_file(const char *path)
 {
     int fd = open(path, O_RDONLY);

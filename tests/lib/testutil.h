@@ -198,6 +198,28 @@ int tu_waiter_join(struct tu_waiter *w);
 /* Wait up to TIMEOUT_MS until W's thread is done. */
 bool tu_waiter_wait_done(struct tu_waiter *w, int timeout_ms);
 
+/* tu_sem_taker: dlock_semaphore_acquire(S, K, WAIT, CANCEL) in a thread
+ * of its own, which releases what it got. RC is 1 until the acquire
+ * returns; TID is the thread's id (for tu_wait_thread_asleep()).
+ * tu_sem_taker_join() joins the thread and returns RC. */
+struct dlock_semaphore;
+struct tu_sem_taker {
+    struct dlock_semaphore *s;
+    unsigned k;
+    int64_t wait;
+    struct dlock_cancel *cancel;
+    int rc;
+    volatile long tid;
+    pthread_t th;
+};
+void tu_sem_taker_start(struct tu_sem_taker *t, struct dlock_semaphore *s, unsigned k,
+                        int64_t wait, struct dlock_cancel *cancel);
+int tu_sem_taker_join(struct tu_sem_taker *t);
+/* Assert that semaphore S (NAME of PERMITS, asked through C) is full:
+ * a try is busy, and inspect shows HOLDERS holders and no free permit. */
+void tu_sem_full(struct dlock_client *c, struct dlock_semaphore *s, const char *name,
+                 unsigned permits, size_t holders);
+
 /* One test of a table: its name (what DLOCK_TEST matches), its Check
  * function and its time limit in seconds (0 = 60). */
 struct TTest;

@@ -293,6 +293,18 @@ int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
     return zk_call_sent(k, rc, NULL, NULL, kids);
 }
 
+int zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                         watcher_fn watcher, void *watch_ctx, struct String_vector *kids,
+                         int64_t until)
+{
+    struct zk_call *k;
+    int rc = zk_calls_start(zb, zh, until, &k, 1, kids);
+    if (rc != ZOK)
+        return rc;
+    rc = zoo_awget_children(zh, path, watcher, watch_ctx, zk_on_strings, k);
+    return zk_call_sent(k, rc, NULL, NULL, kids);
+}
+
 int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until)
 {
     struct zk_call *k;

@@ -124,8 +124,8 @@ bool zk_node_has_guid(const char *node, const char *guid)
 
 /* Create the lock node LOCKPATH as a container (persistent when the
  * server has no containers). ZNODEEXISTS counts as done. */
-static int create_lock_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                            int64_t until)
+int zk_create_container(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                        int64_t until)
 {
     pthread_mutex_lock(&zb->mu); /* threads acquiring other names too */
     int mode = zb->no_containers ? ZOO_PERSISTENT : ZOO_CONTAINER;
@@ -148,7 +148,7 @@ static int make_parents(struct zk_backend *zb, struct zk_session *s, const char 
                         char **failed, int64_t until)
 {
     *failed = NULL;
-    int rc = create_lock_node(zb, s, lockpath, until);
+    int rc = zk_create_container(zb, s, lockpath, until);
     if (rc != ZNONODE) {
         if (rc != ZOK)
             *failed = dlock__strdup(lockpath);
@@ -167,7 +167,7 @@ static int make_parents(struct zk_backend *zb, struct zk_session *s, const char 
         }
         *slash = '/';
     }
-    rc = create_lock_node(zb, s, lockpath, until);
+    rc = zk_create_container(zb, s, lockpath, until);
     if (rc != ZOK)
         *failed = p;
     else
@@ -325,6 +325,14 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     char *lockpath = zk_lock_path(zb, h->name);
     if (!lockpath)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    int err = zk_acquire_at(zb, lockpath, h, w);
+    free(lockpath);
+    return err;
+}
+
+int zk_acquire_at(struct zk_backend *zb, const char *lockpath, struct dlock__hold *h,
+                  struct dlock__wait *w)
+{
 
     struct zk_session *s = NULL;
     char *mine = NULL, *pred = NULL, *holder = NULL;
@@ -338,10 +346,8 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     /* registered before anything is sent: a session event or our
      * predecessor's deletion between a look and the sleep is a wake */
     err = dlock__waitset_add(&zb->waiters, w);
-    if (err != DLOCK_OK) {
-        free(lockpath);
+    if (err != DLOCK_OK)
         return err;
-    }
 
 restart:
     if (s) {
@@ -490,13 +496,12 @@ out:
     free(mine);
     free(pred);
     free(holder);
-    free(lockpath);
     return err;
 }
 
 /* --------------------------------------------------------------- release */
 
-static int zk_release(void *state, struct dlock__hold *h)
+int zk_release(void *state, struct dlock__hold *h)
 {
     struct zk_backend *zb = state;
     struct zk_hold *zh = h->bdata;
@@ -559,7 +564,7 @@ const struct dlock__backend dlock__backend_zk = {
     .name = "zk",
     .schemes = zk_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE |
-            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER,
+            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_SEMAPHORE,
     .default_port = ZK_DEFAULT_PORT,
     .open = zk_open,
     .close = zk_close,
@@ -569,4 +574,7 @@ const struct dlock__backend dlock__backend_zk = {
     .inspect = zk_inspect,
     .force_release = zk_force_release,
     .list = zk_list,
+    .sem_acquire = zk_sem_acquire,
+    .sem_release = zk_sem_release,
+    .sem_inspect = zk_sem_inspect,
 };

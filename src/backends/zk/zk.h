@@ -143,6 +143,11 @@ int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **dat
               struct Stat *stat, int64_t until);
 int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
                    struct String_vector *kids, int64_t until);
+/* The children of PATH, leaving WATCHER (with WATCH_CTX) to be called
+ * when they change (a child created or deleted). */
+int zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
+                         watcher_fn watcher, void *watch_ctx, struct String_vector *kids,
+                         int64_t until);
 int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until);
 int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           const char *lockpath, char **created, struct Stat *stat,
@@ -206,6 +211,22 @@ char *zk_lock_path(struct zk_backend *zb, const char *name);
 /* Keep only the lock children of KIDS (Curator's two shapes), sorted by
  * sequence: the owner first. The others are freed. */
 void zk_sort_lock_nodes(struct String_vector *kids);
+/* Create LOCKPATH as a container (persistent when the server has none);
+ * ZNODEEXISTS counts as done. A ZooKeeper code. */
+int zk_create_container(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                        int64_t until);
+/* The InterProcessMutex recipe on the lock node LOCKPATH for H, waiting
+ * as W says (the backend's acquire on zk_lock_path(h->name)); and the
+ * release of a hold it gave (frees h->bdata). */
+int zk_acquire_at(struct zk_backend *zb, const char *lockpath, struct dlock__hold *h,
+                  struct dlock__wait *w);
+int zk_release(void *state, struct dlock__hold *h);
+
+/* ----------------------------------------------------------- semaphore.c */
+
+int zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int zk_sem_release(void *state, struct dlock__hold *h);
+int zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
 
 /* ------------------------------------------------------------- inspect.c */
 

@@ -1,0 +1,260 @@
+/* semaphore.c -- the ZooKeeper backend's counting semaphore, on the
+ * layout of Curator's InterProcessSemaphoreV2, so Curator clients and
+ * dlock share the leases of one path.
+ *
+ * Semaphore NAME lives at P = zk_lock_path(NAME), with two children:
+ * P/locks, an InterProcessMutex (Curator's lock nodes, taken with this
+ * backend's own mutex recipe), and P/leases, whose EPHEMERAL_SEQUENTIAL
+ * children "_c_<guid>-lease-<seq>" are the permits held. To take K
+ * permits a client takes the mutex, creates K lease nodes (one guid for
+ * all K), and, still holding the mutex, waits until P/leases has at most
+ * N children (a child watch wakes it); then it lets the mutex go. So
+ * acquirers queue in order behind the mutex and K permits are taken all
+ * at once. A release deletes the lease nodes; a dead client's go with its
+ * session. The fencing token is the first lease node's czxid, and the
+ * keeper checks that node as it checks a lock's (session.c).
+ *
+ * Curator stores no permit count (each client brings its own maxLeases),
+ * so a semaphore used with two counts is not detected here.
+ */
+#include "zk.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LEASE_MARK "lease-"
+
+/* A permit's hold data: base first (zk_renew and zk_release read it as a
+ * zk_hold on the first lease node), then the other K - 1 nodes. */
+struct zk_sem_hold {
+    struct zk_hold base;
+    char **more;
+    unsigned nmore;
+};
+
+static void free_more(struct zk_sem_hold *sh)
+{
+    for (unsigned i = 0; i < sh->nmore; i++)
+        free(sh->more[i]);
+    free(sh->more);
+    sh->more = NULL;
+    sh->nmore = 0;
+}
+
+/* Create one lease node under LEASES (making it when missing) with GUID:
+ * its path in *OUT, its czxid in *CZXID. A ZooKeeper code. */
+static int create_lease(struct zk_backend *zb, struct zk_session *s, const char *leases,
+                        const char *guid, char **out, int64_t *czxid, int64_t until)
+{
+    char *prefix = dlock__sprintf("%s/" ZK_PROTECTED "%s-" LEASE_MARK, leases, guid);
+    if (!prefix)
+        return ZSYSTEMERROR;
+    int rc = ZNONODE;
+    for (int attempt = 0; rc == ZNONODE && attempt < 3; attempt++) {
+        struct Stat st;
+        rc = zk_rq_create(zb, s->zh, prefix, zb->ident, ZOO_EPHEMERAL_SEQUENTIAL, out, &st, until);
+        if (rc == ZOK)
+            *czxid = st.czxid;
+        else if (rc == ZNONODE)
+            zk_create_container(zb, s, leases, until);
+    }
+    free(prefix);
+    return rc;
+}
+
+/* Give up the lease nodes PATHS[0..N) (and free them). */
+static void delete_leases(struct zk_backend *zb, struct zk_session *s, char **paths, unsigned n,
+                          struct dlock__wait *w)
+{
+    for (unsigned i = 0; i < n; i++) {
+        zk_delete_own_node(zb, s, paths[i], w);
+        free(paths[i]);
+    }
+}
+
+/* Under the mutex: create K leases, then wait until they fit in N. */
+static int take_leases(struct zk_backend *zb, struct dlock__hold *h, const char *leases,
+                       struct dlock__wait *w)
+{
+    unsigned k = h->sem->k, n = h->sem->permits;
+    int64_t until = dlock__wait_deadline(w);
+    struct zk_session *s = NULL;
+    int err = zk_session_get_w(zb, &s, w);
+    if (err)
+        return err;
+    char **paths = calloc(k, sizeof *paths);
+    if (!paths) {
+        zk_session_put(zb, s);
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    }
+    char guid[37];
+    dlock__uuid(guid);
+    int64_t czxid = 0, sent = dlock__now_ms();
+    unsigned made = 0;
+    for (; made < k; made++) {
+        int64_t z = 0;
+        int rc = create_lease(zb, s, leases, guid, &paths[made], &z, until);
+        if (rc != ZOK) {
+            if (zk_rc_transient(rc)) /* it may exist: sweep our guid later */
+                zk_suspect_add(zb, s, leases, guid, NULL);
+            err = zk_fail(zb, rc, "create lease under", leases);
+            break;
+        }
+        if (made == 0)
+            czxid = z;
+    }
+    while (!err) {
+        unsigned seq = dlock__wait_seq(w);
+        dlock__waitset_set_key(&zb->waiters, w, leases);
+        struct String_vector kids = {0, NULL};
+        sent = dlock__now_ms(); /* the listing that lets us in confirms the leases */
+        int rc = zk_rq_children_watch(zb, s->zh, leases, zk_watcher, s, &kids, until);
+        int32_t count = kids.count;
+        deallocate_String_vector(&kids);
+        if (rc != ZOK) {
+            err = zk_fail(zb, rc, "list", leases);
+            break;
+        }
+        if (count <= (int32_t)n)
+            break;
+        if (dlock__wait_try_once(w)) {
+            err = dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': %d leases under %s, %u permits",
+                             zb->servers, h->name, count, leases, n);
+            break;
+        }
+        pthread_mutex_lock(&zb->mu);
+        int64_t timeout = s->timeout_ms > 0 ? s->timeout_ms : zb->c->opts.lease_ms;
+        pthread_mutex_unlock(&zb->mu);
+        int r = dlock__wait_sleep(w, seq, dlock__now_ms() + timeout);
+        if (r == DLOCK_ETIMEDOUT || r == DLOCK_ECANCELED)
+            err = dlock__err(r, "%s: semaphore '%s': %s", zb->servers, h->name,
+                             r == DLOCK_ECANCELED ? "wait canceled" : "timed out waiting for a lease");
+        else if (r)
+            err = r;
+    }
+    dlock__waitset_set_key(&zb->waiters, w, NULL);
+    struct zk_sem_hold *sh = err ? NULL : calloc(1, sizeof *sh);
+    if (!err && !sh)
+        err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    if (err) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        delete_leases(zb, s, paths, made, w);
+        free(paths);
+        zk_session_put(zb, s);
+        return dlock__errmsg_restore(err, msg);
+    }
+    sh->base.path = paths[0];
+    sh->base.gen = s->gen;
+    sh->base.czxid = czxid;
+    sh->more = paths; /* paths[1..k) */
+    memmove(paths, paths + 1, (k - 1) * sizeof *paths);
+    sh->nmore = k - 1;
+    h->bdata = sh;
+    h->token = (uint64_t)czxid;
+    const char *slash = strrchr(sh->base.path, '/');
+    snprintf(h->owner, sizeof h->owner, "%s", slash ? slash + 1 : sh->base.path);
+    pthread_mutex_lock(&zb->mu);
+    int64_t session_ms = s->timeout_ms;
+    pthread_mutex_unlock(&zb->mu);
+    dlock__hold_confirmed_lease(zb->c, h, sent, session_ms);
+    zk_session_put(zb, s);
+    return DLOCK_OK;
+}
+
+int zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct zk_backend *zb = state;
+    char *path = zk_lock_path(zb, h->name);
+    char *locks = path ? dlock__sprintf("%s/locks", path) : NULL;
+    char *leases = path ? dlock__sprintf("%s/leases", path) : NULL;
+    int err = locks && leases ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    /* Curator's mutex on P/locks first: a hold of our own, never
+     * registered with the core, let go as soon as the leases fit. */
+    struct dlock__hold mutex = {.name = h->name, .mode = DLOCK_EXCLUSIVE, .count = 1,
+                                .lease_ms = h->lease_ms, .valid_until = DLOCK__NEVER,
+                                .renew_at = DLOCK__NEVER};
+    if (!err)
+        err = zk_acquire_at(zb, locks, &mutex, w);
+    if (!err) {
+        if ((err = dlock__waitset_add(&zb->waiters, w)) == DLOCK_OK) {
+            err = take_leases(zb, h, leases, w);
+            dlock__waitset_remove(&zb->waiters, w);
+        }
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        zk_release(zb, &mutex);
+        dlock__errmsg_restore(err, msg);
+    }
+    free(path);
+    free(locks);
+    free(leases);
+    return err;
+}
+
+int zk_sem_release(void *state, struct dlock__hold *h)
+{
+    struct zk_backend *zb = state;
+    struct zk_sem_hold *sh = h->bdata;
+    if (sh && sh->nmore) {
+        struct zk_session *s = NULL;
+        if (zk_session_get(zb, &s) == DLOCK_OK) {
+            int64_t deadline = zk_call_deadline(zb, DLOCK__NEVER);
+            for (unsigned i = 0; i < sh->nmore; i++) {
+                int rc = zk_rq_delete(zb, s->zh, sh->more[i], deadline);
+                if (zk_rc_transient(rc))
+                    zk_orphan_add(zb, s, sh->more[i]); /* the keeper deletes it */
+            }
+            zk_session_put(zb, s);
+        }
+        dlock__err(DLOCK_OK, "%s", ""); /* the first node's release says how it went */
+    }
+    if (sh)
+        free_more(sh);
+    return zk_release(state, h); /* the first node; frees SH */
+}
+
+int zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
+{
+    struct zk_backend *zb = state;
+    char *path = zk_lock_path(zb, name);
+    char *leases = path ? dlock__sprintf("%s/leases", path) : NULL;
+    if (!leases) {
+        free(path);
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    }
+    dlock__info_set_key(info, path);
+    info->permits = permits;
+    info->free_permits = permits ? (long)permits : -1;
+    struct zk_session *s = NULL;
+    int err = zk_session_get(zb, &s);
+    struct String_vector kids = {0, NULL};
+    int rc = err ? ZOK : zk_rq_children(zb, s->zh, leases, &kids, DLOCK__NEVER);
+    if (!err && rc != ZOK && rc != ZNONODE)
+        err = zk_fail(zb, rc, "list", leases);
+    /* One holder per permit object: its lease nodes share a guid. */
+    for (int32_t i = 0; !err && i < kids.count; i++) {
+        const char *kid = kids.data[i];
+        size_t pl = strlen(ZK_PROTECTED);
+        bool counted = false;
+        for (size_t j = 0; j < info->nholders && strncmp(kid, ZK_PROTECTED, pl) == 0; j++)
+            if (strncmp(info->holders[j].id, kid, pl + 36) == 0) {
+                info->holders[j].count++;
+                counted = true;
+            }
+        if (!counted)
+            err = dlock__info_add_holder(info, kid, 1);
+        info->held = 1;
+        if (permits)
+            info->free_permits--;
+    }
+    if (info->free_permits < -1 || (permits && info->free_permits < 0))
+        info->free_permits = 0;
+    deallocate_String_vector(&kids);
+    if (s)
+        zk_session_put(zb, s);
+    free(path);
+    free(leases);
+    return err;
+}

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1389,6 +1390,62 @@ START_TEST(cli_run_shared)
 }
 END_TEST
 
+/* dlock hold on every backend, stdin a FIFO as a coproc's pipe: one line
+ * once held (etcd: with key=, as etcdctl lock prints it), the name held
+ * while stdin stays open; end of input releases it (exit 0); a lock lost
+ * meanwhile (a forced release, where the backend allows one) ends the
+ * hold with 75. */
+START_TEST(cli_hold)
+{
+    char *url = ct_test_url("lease=1500ms");
+    char *dir = tu_tmpdir("contract-hold");
+    for (int lose = 0; lose < (has(CT_FORCE_LIVE) ? 2 : 1); lose++) {
+        char *fifo = tu_fmt("%s/in%d", dir, lose), *out = tu_fmt("%s/out%d", dir, lose);
+        ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+        char *cmd = tu_fmt("exec '%s' -u '%s' hold held < %s > %s", tu_dlock_bin(), url, fifo, out);
+        const char *argv[] = {"sh", "-c", cmd, NULL};
+        pid_t d = tu_spawn(argv, NULL);
+        int in = open(fifo, O_WRONLY | O_CLOEXEC); /* meets the hold's stdin */
+        ck_assert_int_ge(in, 0);
+        char *text = NULL;
+        for (int waited = 0; !(text && strchr(text, '\n')); waited += 10) {
+            ck_assert_msg(waited < 30000, "hold printed no line");
+            free(text);
+            tu_sleep_ms(10);
+            text = tu_read_file(out);
+        }
+        unsigned long long token;
+        ck_assert_msg(sscanf(text, "token=%llu mode=exclusive ", &token) == 1, "%s", text);
+        ck_assert_msg(strstr(text, " name=held\n"), "%s", text);
+        if (strcmp(CT->name, "etcd") == 0) {
+            char *want = tu_fmt(" key=%sheld/", ct_prefix);
+            ck_assert_msg(strstr(text, want), "%s", text);
+            free(want);
+        }
+        ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "status", "held"), 0);
+        ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-n", "held", "true"), 1);
+        if (lose) {
+            ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "release", "--force", "held"), 0);
+            ck_assert_int_eq(tu_wait_exit(d), 75);
+        } else {
+            close(in);
+            ck_assert_int_eq(tu_wait_exit(d), 0);
+            in = -1;
+        }
+        if (in >= 0)
+            close(in);
+        ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "status", "held"), 1);
+        free(text);
+        free(cmd);
+        free(out);
+        free(fifo);
+    }
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
 /* ===================================================== descriptors */
 
 /* Set by the test below in the child it executes: list the descriptors
@@ -1499,6 +1556,7 @@ int main(void)
         {"cli_run_status_list_release", cli_run_status_list_release, 60},
         {"cli_run_shared", cli_run_shared, 60},
         {"cli_job_never_outlives_lock", cli_job_never_outlives_lock, 90},
+        {"cli_hold", cli_hold, 60},
         {"exec_inherits_no_descriptor", exec_inherits_no_descriptor, 30},
     };
     Suite *s = suite_create("contract");

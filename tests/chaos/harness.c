@@ -214,10 +214,11 @@ static bool servers_restart(struct run *r, bool empty, int64_t down_ms)
     tu_sleep_ms((int)down_ms);
     if (strcmp(r->kind, "etcd") == 0)
         return etcdf_revive(&r->etcd, 60000);
-    bool ok = true;
+    /* a member of an ensemble alone never serves: start them all, then
+     * wait for the ensemble */
     for (int i = 0; i < n; i++)
-        ok = member_start(r, i) && ok;
-    return ok;
+        zkf_server_start(&r->zk, i, 0);
+    return zkf_wait_serving(&r->zk, 60000);
 }
 
 static char *worker_url(struct run *r, const char *host)
@@ -556,9 +557,10 @@ static void run_phase(struct run *r, int64_t len_ms)
             fault_end(r, &a);
             next = now + between(r, r->lease / 5, r->lease);
         }
-        /* restarts are slow (a JVM, a WAL): at most two per phase */
+        /* restarts are slow (a JVM, a WAL): two per phase, or one per
+         * ten leases of a long phase */
         if (f != FAULT_NONE && !a.until && now >= next && now < fault_until &&
-            !(restart_fault && restarts >= 2)) {
+            !(restart_fault && restarts >= 2 && restarts >= len_ms / (10 * r->lease))) {
             restarts += restart_fault;
             fault_start(r, &a, f);
             if (!a.until)

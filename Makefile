@@ -11,6 +11,7 @@
 #   make bench           the benchmarks in bench/
 #   make chaos SEED=1 DURATION=300   the fault harness (tests/chaos/), long
 #                        schedules by hand, as root; docs/safety.md
+#   make fuzz FUZZ_SECONDS=60  the libFuzzer targets of tests/fuzz/ (clang)
 #   make install PREFIX=/usr/local DESTDIR=
 
 VERSION_PART = $(shell sed -n 's/^\#define DLOCK_VERSION_$(1) \([0-9]*\).*/\1/p' include/dlock.h)
@@ -94,7 +95,7 @@ SHARED = $(BUILD)/$(SONAME)
 CLI = $(BUILD)/dlock
 LIBS = $(DEP_LIBS) -pthread
 
-.PHONY: all check bench chaos install clean demo backends
+.PHONY: all check bench chaos fuzz install clean demo backends
 .SECONDARY:
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLE_BIN)
 
@@ -153,6 +154,27 @@ CHAOS_BACKENDS ?= file redis redis-simple etcd zk
 chaos: all $(CHAOS_BIN)
 	$(CHAOS_BIN) -s $(SEED) -d $(DURATION) -j $(BUILD)/chaos.json $(CHAOS_BACKENDS)
 
+# libFuzzer targets (tests/fuzz/fuzz_*.c, issue 13), built with clang,
+# ASan and UBSan -- the library too -- into build-fuzz/. `make fuzz` runs
+# each for FUZZ_SECONDS; `make check` runs each for a fixed number of
+# inputs from a fixed seed (tests/fuzz/run-fuzz.sh).
+FUZZ_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_SECONDS ?= 60
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,build-fuzz/tests/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+ifneq ($(BUILD),build-fuzz)
+build-fuzz/libdlock.a: FORCE
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang CFLAGS='$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link' build-fuzz/libdlock.a
+build-fuzz/tests/fuzz/%: tests/fuzz/%.c build-fuzz/libdlock.a
+	@mkdir -p $(dir $@)
+	@echo CLANG $<; clang $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -std=c11 $(WARNINGS) $(FUZZ_FLAGS) -fsanitize=fuzzer \
+	  -o $@ $< build-fuzz/libdlock.a $(LIBS)
+fuzz: $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run-fuzz.sh $$f || exit 1; done
+ifneq ($(SAN),1)
+TEST_BIN += $(FUZZ_BIN)
+endif
+endif
+
 $(BUILD)/examples/%: examples/%.c $(SHARED)
 	@mkdir -p $(dir $@)
 	$(CC) -Iinclude $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD) -ldlock -Wl,-rpath,'$$ORIGIN/..' -lpthread
@@ -188,4 +210,4 @@ install: all
 	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS@|$(LIBS)|' dlock.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz

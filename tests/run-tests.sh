@@ -5,6 +5,7 @@
 # DLOCK_VALGRIND=1 runs every binary under valgrind (children too): memory
 # errors fail the run; leaks are reported but left to the LeakSanitizer run
 # (make check SAN=1), since test children that _exit() leak by design.
+# A fuzz_* binary (tests/fuzz/) runs through tests/fuzz/run-fuzz.sh.
 # DLOCK_TEST=<substring or glob of "case/test"> runs only the matching
 # tests of every binary (tests/lib/testutil.h), e.g. DLOCK_TEST=cancel.
 set -u
@@ -14,7 +15,10 @@ for bin in "$@"; do
   echo "== $name"
   log=$(mktemp)
   start=$SECONDS
-  if [ "${DLOCK_VALGRIND:-}" = 1 ]; then
+  if [[ $name == fuzz_* ]]; then
+    # a libFuzzer target: a fixed run that prints a Check-style summary
+    "$(dirname "$0")/fuzz/run-fuzz.sh" "$bin" >"$log" 2>&1
+  elif [ "${DLOCK_VALGRIND:-}" = 1 ]; then
     CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-10} valgrind -q --trace-children=yes \
       --trace-children-skip='*redis-server*,*etcd*,*java*,*zkServer*,/bin/*,/usr/bin/*' \
       --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=none \

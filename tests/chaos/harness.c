@@ -396,6 +396,8 @@ static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
     case FAULT_WORKER_KILL:
         if ((k = pick_worker(r)) >= 0) {
             say(r, "kill -9 worker %d", r->w[k].spawn);
+            char reply[16];
+            chaos_store_call(r->store_fd, reply, sizeof reply, "KILL %d", r->w[k].spawn);
             kill(r->w[k].pid, SIGKILL);
         }
         break;

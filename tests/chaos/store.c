@@ -6,7 +6,8 @@
  * one line back. For each lock name it keeps a counter and a fence: the
  * highest token it has accepted. A critical section opens with BEGIN
  * (name, token), reads and writes the counter with READ/WRITE, and closes
- * with END, or when its worker's connection closes (a killed worker).
+ * with END, or when its worker is killed (KILL, from the orchestrator)
+ * or its connection closes.
  * BEGIN, READ and WRITE with a token below the fence are refused (STALE):
  * that is what a fenced service does, and it makes the read-modify-write
  * safe even when two holders overlap. Every time is the store's own
@@ -291,6 +292,14 @@ static void handle(struct store *s, int conn, char *line, char *out, size_t len)
     } else if (sscanf(line, "LOSTREL %ld", &sid) == 1 && (x = find(s, sid))) {
         if (!x->lost_at)
             cur(s)->lost_at_release++;
+    } else if (sscanf(line, "KILL %d", &k) == 1) {
+        /* the orchestrator is about to kill -9 worker K: its sections end
+         * now (the kernel may free a file lock before we see it die) */
+        char prefix[24];
+        int pl = snprintf(prefix, sizeof prefix, "%d.", k);
+        for (size_t i = 0; i < s->nsec; i++)
+            if (!s->sec[i].end && strncmp(s->who[s->sec[i].conn], prefix, (size_t)pl) == 0)
+                s->sec[i].end = now;
     } else if (strncmp(line, "ERR", 3) == 0) {
         cur(s)->errors++;
     } else if (strncmp(line, "BUSY", 4) == 0) {
@@ -381,6 +390,9 @@ void chaos_store_main(const char *path, const char *dump_path, int names)
         _exit(2);
     }
     static struct conn conns[MAX_CONNS];
+    /* CHAOS_DEBUG=2: every request and its answer on stderr */
+    const char *debug = getenv("CHAOS_DEBUG");
+    bool trace = debug && atoi(debug) >= 2;
     struct pollfd pfd[MAX_CONNS + 1];
     for (int i = 0; i < MAX_CONNS; i++)
         conns[i].fd = -1;
@@ -440,6 +452,9 @@ void chaos_store_main(const char *path, const char *dump_path, int names)
                     _exit(ok ? 0 : 2);
                 }
                 handle(&s, map[p], start, out, sizeof out - 1);
+                if (trace)
+                    fprintf(stderr, "chaos store: %lld %s: %s -> %s\n", (long long)chaos_now_ms(),
+                            s.who[map[p]], start, out);
                 size_t l = strlen(out);
                 out[l++] = '\n';
                 (void)!write(c->fd, out, l);

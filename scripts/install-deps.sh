@@ -9,6 +9,7 @@ packages=(
   libcurl4-openssl-dev libjansson-dev etcd-server etcd-client  # etcd
   libzookeeper-mt-dev zookeeper default-jre-headless  # ZooKeeper
   util-linux hyperfine valgrind                       # flock(1), benchmarks, valgrind
+  iproute2 clang                                      # fault harness (ip, tc), fuzzing
 )
 missing=()
 for p in "${packages[@]}"; do

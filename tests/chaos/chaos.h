@@ -46,7 +46,7 @@ struct chaos_counts {
     long overlaps_accepted; /* ... where the store took an op of the older after the newer began */
     long stale_rejected;   /* ops and begins the store refused: token below its fence */
     long token_regressions; /* an acquisition whose token is not above every earlier one */
-    long token_repeats;    /* ... the same owner given its own last token again */
+    long token_repeats;    /* ... the same worker given its own last token again */
     long lost_updates;     /* an accepted write not based on the current value */
     long lost_before;      /* holds reported lost before another owner got in */
     long lost_after;       /* ... after another owner had got in */

@@ -166,6 +166,13 @@ static struct section *find(struct store *s, long sid)
     return sid >= 0 && (size_t)sid < s->nsec ? &s->sec[sid] : NULL;
 }
 
+/* Whether two "worker.thread" names are of one worker process. */
+static bool same_worker(const char *a, const char *b)
+{
+    size_t la = strcspn(a, "."), lb = strcspn(b, ".");
+    return la == lb && strncmp(a, b, la) == 0;
+}
+
 static long begin(struct store *s, int conn, int name, uint64_t token, int64_t asked, int64_t now)
 {
     if (s->nsec == s->cap) {
@@ -186,15 +193,16 @@ static long begin(struct store *s, int conn, int name, uint64_t token, int64_t a
      * asked (ASKED, the worker's clock = ours) carried this token or a
      * higher one. A holder that learns of its grant late (a reply held up
      * by a paused server) is no regression: its BEGIN is merely stale.
-     * The same owner given its own last token again is a repeat, counted
-     * apart (docs/safety.md, "Findings"). */
+     * The same worker process (the owner etcd and ZooKeeper see; a Redis
+     * owner is one of its threads) given its own last token again is a
+     * repeat, counted apart (docs/safety.md, "Findings"). */
     for (size_t i = s->nsec; i-- > 0;) {
         struct section *p = &s->sec[i];
         if (p->name != name || p->begin >= asked)
             continue;
         if (p->name_max >= token) {
             struct section *top = &s->sec[p->name_max_sec];
-            x->repeat = top->token == token && strcmp(s->who[top->conn], s->who[conn]) == 0;
+            x->repeat = top->token == token && same_worker(s->who[top->conn], s->who[conn]);
             x->regression = !x->repeat;
             fprintf(stderr, "chaos store: token %s on name %d: %s asked at %lld, began with %llu "
                     "at %lld; %s had begun with %llu at %lld (ended %lld)\n",

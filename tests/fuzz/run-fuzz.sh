@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run-fuzz.sh -- runs one libFuzzer target of tests/fuzz/ the way CI does:
-# a fixed seed and a fixed number of inputs (FUZZ_RUNS, default 20000),
+# a fixed seed and a fixed number of inputs (FUZZ_RUNS, default 200000),
 # starting from a copy of its corpus (tests/fuzz/corpus/NAME without the
 # "fuzz_" prefix), so the tree is left alone. With FUZZ_SECONDS it runs
 # that long instead (make fuzz). It ends with a line in Check's format,
@@ -19,7 +19,7 @@ mkdir -p "$crashes"
 if [ -n "${FUZZ_SECONDS:-}" ]; then
   limit=(-max_total_time="$FUZZ_SECONDS")
 else
-  limit=(-seed=13 -runs="${FUZZ_RUNS:-20000}")
+  limit=(-seed=13 -runs="${FUZZ_RUNS:-200000}")
 fi
 "$bin" "${limit[@]}" -max_len=1024 -artifact_prefix="$crashes/$name-" "$work"
 rc=$?

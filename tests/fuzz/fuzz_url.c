@@ -15,12 +15,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* A password the redaction must remove: at least 6 bytes, and found
- * exactly once in the URL as given (counting overlaps), so that it cannot
+/* A password the redaction must remove: at least 6 bytes, in a URL with
+ * no percent escape (so the parsed password is also the text written),
+ * and found exactly once in it (counting overlaps), so that it cannot
  * stand in the redacted text as a host or an option by chance. */
 static int must_hide(const char *text, const char *password)
 {
-    if (!password || strlen(password) < 6)
+    if (!password || strlen(password) < 6 || strchr(text, '%'))
         return 0;
     const char *first = strstr(text, password);
     return first && !strstr(first + 1, password);

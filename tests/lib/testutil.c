@@ -434,6 +434,18 @@ void tu_close_clients(dlock_client *const *c, size_t n)
         dlock_client_close(c[i]);
 }
 
+uint64_t tu_next_token(dlock_client *c, const char *name, uint64_t last)
+{
+    dlock_lock *l = tu_lock(c, name);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = tu_token(l);
+    ck_assert_uint_gt(t, last);
+    int rc = dlock_release(l);
+    ck_assert_msg(rc == DLOCK_OK, "release '%s': %s: %s", name, dlock_err_name(rc), dlock_errmsg());
+    dlock_lock_free(l);
+    return t;
+}
+
 struct tu_solo tu_solo_open(char *url, const char *name)
 {
     struct tu_solo s = {.url = url};

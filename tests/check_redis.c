@@ -73,6 +73,15 @@ static struct tu_solo served_open(const char *query, const char *name)
     return tu_solo_open(url_with(query), name);
 }
 
+/* served_open(), the handle's lost callback recorded in LOST, and held. */
+static struct tu_solo served_holding(const char *query, const char *name, struct tu_lost *lost)
+{
+    struct tu_solo s = served_open(query, name);
+    dlock_lock_on_lost(s.l, tu_on_lost, lost);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    return s;
+}
+
 static void served_close(struct tu_solo *s)
 {
     tu_solo_close(s);
@@ -86,13 +95,20 @@ static redisContext *raw(void)
     return ctx;
 }
 
+/* The reply of a raw command (caller frees), asserting there is one. */
+static redisReply *vcmd(redisContext *ctx, const char *fmt, va_list ap)
+{
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    ck_assert_msg(r != NULL, "raw command '%s' failed: %s", fmt, ctx->errstr);
+    return r;
+}
+
 static redisReply *cmd(redisContext *ctx, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(ctx, fmt, ap);
+    redisReply *r = vcmd(ctx, fmt, ap);
     va_end(ap);
-    ck_assert_msg(r != NULL, "raw command '%s' failed: %s", fmt, ctx->errstr);
     return r;
 }
 
@@ -100,9 +116,8 @@ static long long cmd_int(redisContext *ctx, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(ctx, fmt, ap);
+    redisReply *r = vcmd(ctx, fmt, ap);
     va_end(ap);
-    ck_assert_msg(r != NULL, "raw command '%s' failed", fmt);
     long long v = -999;
     if (r->type == REDIS_REPLY_INTEGER)
         v = r->integer;
@@ -119,14 +134,35 @@ static char *cmd_str(redisContext *ctx, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(ctx, fmt, ap);
+    redisReply *r = vcmd(ctx, fmt, ap);
     va_end(ap);
-    ck_assert_msg(r != NULL, "raw command '%s' failed", fmt);
     char *s = NULL;
     if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR)
         s = strdup(r->str);
     freeReplyObject(r);
     return s;
+}
+
+/* The next message SUB (subscribed) receives is PAYLOAD; SUB is closed. */
+static void expect_message(redisContext *sub, const char *payload)
+{
+    void *msg = NULL;
+    ck_assert_int_eq(redisGetReply(sub, &msg), REDIS_OK);
+    redisReply *m = msg;
+    ck_assert_str_eq(m->element[0]->str, "message");
+    ck_assert_str_eq(m->element[2]->str, payload);
+    freeReplyObject(m);
+    redisFree(sub);
+}
+
+/* The N replies of commands pipelined on CTX, each asserted. */
+static void drain_replies(redisContext *ctx, int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *r;
+        ck_assert_int_eq(redisGetReply(ctx, &r), REDIS_OK);
+        freeReplyObject(r);
+    }
 }
 
 /* The count of KEY's one owner field (a lock hash beside its "mode"):
@@ -514,13 +550,7 @@ START_TEST(redisson_semaphore_on_the_wire)
     redisContext *sub = raw();
     freeReplyObject(cmd(sub, "SUBSCRIBE redisson_sc:{pool}"));
     ck_assert_int_eq(dlock_permit_release(mine), DLOCK_OK);
-    void *msg = NULL;
-    ck_assert_int_eq(redisGetReply(sub, &msg), REDIS_OK);
-    redisReply *m = msg;
-    ck_assert_str_eq(m->element[0]->str, "message");
-    ck_assert_str_eq(m->element[2]->str, "2");
-    freeReplyObject(m);
-    redisFree(sub);
+    expect_message(sub, "2");
     /* A Redisson holder that dies: its permits (a 300 ms lease) come
      * back to a dlock waiter once the lease has ended. */
     ck_assert(redisson_sem_acquire(ctx, "pool", "AAAAAAAAAAAAAAAA", 300));
@@ -754,13 +784,7 @@ START_TEST(redisson_rwlock_on_the_wire)
     redisContext *sub = raw();
     freeReplyObject(cmd(sub, "SUBSCRIBE %s", "redisson_rwlock:{docs}"));
     ck_assert_int_eq(dlock_release(wr), DLOCK_OK);
-    void *msg = NULL;
-    ck_assert_int_eq(redisGetReply(sub, &msg), REDIS_OK);
-    redisReply *m = msg;
-    ck_assert_str_eq(m->element[0]->str, "message");
-    ck_assert_str_eq(m->element[2]->str, "1");
-    freeReplyObject(m);
-    redisFree(sub);
+    expect_message(sub, "1");
 
     /* dlock's reader: Redisson's writer is busy, its reader shares. */
     TU_ACQUIRE_OK(rd, DLOCK_TRY);
@@ -1081,10 +1105,8 @@ END_TEST
 
 START_TEST(server_killed_while_held)
 {
-    struct tu_solo s = served_open("lease=1500ms", "srv");
     struct tu_lost lost = {0};
-    dlock_lock_on_lost(s.l, tu_on_lost, &lost);
-    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    struct tu_solo s = served_holding("lease=1500ms", "srv", &lost);
     uint64_t t = tu_token(s.l);
     (void)t;
     fx_redis_kill(&srv);
@@ -1114,10 +1136,8 @@ END_TEST
  * release reports the loss and new acquisitions work. */
 START_TEST(server_paused_holds_lost)
 {
-    struct tu_solo s = served_open("lease=1500ms", "sp");
     struct tu_lost lost = {0};
-    dlock_lock_on_lost(s.l, tu_on_lost, &lost);
-    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    struct tu_solo s = served_holding("lease=1500ms", "sp", &lost);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     kill(srv.pid, SIGSTOP);
@@ -1391,6 +1411,25 @@ static void proxy_start(struct proxy *px, int target_port, const char *name)
     pthread_detach(th);
 }
 
+/* Once the keeper's cancel of the lost acquire of NAME is recorded on
+ * the server (within TIMEOUT_MS), the two attempts PX held back are let
+ * through: they must not take NAME. */
+static void late_attempts_do_nothing(redisContext *ctx, struct proxy *px, const char *name,
+                                     int timeout_ms)
+{
+    char *canceled = tu_fmt("dlock_canceled:{%s}", name);
+    for (int waited = 0; waited < timeout_ms && cmd_int(ctx, "EXISTS %s", canceled) == 0;
+         waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", canceled), 1);
+    atomic_store(&px->release_held, 1);
+    for (int waited = 0; atomic_load(&px->held_done) < 2 && waited < 10000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(atomic_load(&px->held_done), 2);
+    ck_assert_msg(cmd_int(ctx, "EXISTS %s", name) == 0, "a late acquire took the lock '%s'", name);
+    free(canceled);
+}
+
 /* The frame of the proxy tests: PX started in front of the running
  * server, playing with the calls on NAME, and a client through it --
  * "redis://USERINFO127.0.0.1:<port>?QUERY" (either may be NULL) -- with a
@@ -1402,6 +1441,16 @@ static struct tu_solo proxied_open(struct proxy *px, const char *userinfo, const
     return tu_solo_open(tu_fmt("redis://%s127.0.0.1:%d%s%s", userinfo ? userinfo : "", px->port,
                                query ? "?" : "", query ? query : ""),
                         name);
+}
+
+/* The server started and proxied_open() with LAYOUT and a 60 s lease. */
+static struct tu_solo layout_proxied(struct proxy *px, const char *layout, const char *name)
+{
+    start_server(NULL);
+    char *q = tu_fmt("layout=%s&lease=60s", layout);
+    struct tu_solo via = proxied_open(px, NULL, q, name);
+    free(q);
+    return via;
 }
 
 /* Close every live client connection and wait until they are gone. With
@@ -1435,11 +1484,8 @@ static bool proxy_close_all(struct proxy *px, bool reset)
  * lost → DLOCK_ECONN and the hold that did happen is undone. */
 static void lost_replies_through_proxy(const char *layout)
 {
-    start_server(NULL);
     struct proxy px;
-    char *q = tu_fmt("layout=%s&lease=60s", layout);
-    struct tu_solo via = proxied_open(&px, NULL, q, "amb");
-    free(q);
+    struct tu_solo via = layout_proxied(&px, layout, "amb");
     redisContext *ctx = raw();
     bool simple = strcmp(layout, "simple") == 0;
 
@@ -1492,11 +1538,8 @@ END_TEST
  * undo: they must do nothing (no hold for a lease, no token spent). */
 static void late_acquire_through_proxy(const char *layout)
 {
-    start_server(NULL);
     struct proxy px;
-    char *q = tu_fmt("layout=%s&lease=60s", layout);
-    struct tu_solo via = proxied_open(&px, NULL, q, "late");
-    free(q);
+    struct tu_solo via = layout_proxied(&px, layout, "late");
     redisContext *ctx = raw();
 
     atomic_store(&px.hold_acquire, 2); /* the first attempt and its retry */
@@ -1505,14 +1548,7 @@ static void late_acquire_through_proxy(const char *layout)
                   dlock_errmsg());
     ck_assert_int_eq(atomic_load(&px.hold_acquire), 0);
     /* the cancel is sent by the keeper: wait until it is recorded */
-    for (int waited = 0; cmd_int(ctx, "EXISTS %s", "dlock_canceled:{late}") == 0 && waited < 10000; waited += 5)
-        tu_sleep_ms(5);
-    ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "dlock_canceled:{late}"), 1);
-    atomic_store(&px.release_held, 1);
-    for (int waited = 0; atomic_load(&px.held_done) < 2 && waited < 10000; waited += 5)
-        tu_sleep_ms(5);
-    ck_assert_int_eq(atomic_load(&px.held_done), 2);
-    ck_assert_msg(cmd_int(ctx, "EXISTS late") == 0, "a late acquire took the lock after its undo");
+    late_attempts_do_nothing(ctx, &px, "late", 10000);
     ck_assert_msg(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}") == -1000,
                   "a late acquire spent a token");
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
@@ -1580,14 +1616,7 @@ START_TEST(lost_acquire_cancel_does_not_hold_the_caller)
     pthread_join(th, NULL);
     ck_assert_msg(a.rc2 == DLOCK_ETIMEDOUT, "acquire while a cancel is owed: %s", dlock_err_name(a.rc2));
     atomic_store(&px.release_stalled, 1);
-    for (int waited = 0; cmd_int(ctx, "EXISTS %s", "dlock_canceled:{stall}") == 0 && waited < 20000; waited += 5)
-        tu_sleep_ms(5);
-    ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "dlock_canceled:{stall}"), 1);
-    atomic_store(&px.release_held, 1);
-    for (int waited = 0; atomic_load(&px.held_done) < 2 && waited < 10000; waited += 5)
-        tu_sleep_ms(5);
-    ck_assert_int_eq(atomic_load(&px.held_done), 2);
-    ck_assert_msg(cmd_int(ctx, "EXISTS stall") == 0, "a late acquire took the lock");
+    late_attempts_do_nothing(ctx, &px, "stall", 20000);
     tu_acquire_release(via.l, DLOCK_TRY);
     redisFree(ctx);
     tu_solo_close(&via);
@@ -2235,11 +2264,7 @@ START_TEST(thousand_names_waited_at_once)
         redisAppendCommand(ctx, "HSET many-%d 6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:7 1", i);
         redisAppendCommand(ctx, "PEXPIRE many-%d 600000", i);
     }
-    for (int i = 0; i < 2 * many; i++) {
-        void *r;
-        ck_assert_int_eq(redisGetReply(ctx, &r), REDIS_OK);
-        freeReplyObject(r);
-    }
+    drain_replies(ctx, 2 * many);
     dlock_client *c = tu_open(srv.url);
     pthread_t th[MANY];
     struct many_arg args[MANY];
@@ -2272,11 +2297,7 @@ START_TEST(thousand_names_waited_at_once)
         redisAppendCommand(ctx, "DEL many-%d", i);
         redisAppendCommand(ctx, "PUBLISH redisson_lock__channel:{many-%d} 0", i);
     }
-    for (int i = 0; i < 2 * many; i++) {
-        void *rr;
-        ck_assert_int_eq(redisGetReply(ctx, &rr), REDIS_OK);
-        freeReplyObject(rr);
-    }
+    drain_replies(ctx, 2 * many);
     for (int i = 0; i < many; i++) {
         pthread_join(th[i], NULL);
         ck_assert_msg(args[i].rc == DLOCK_OK, "waiter %d: %s", i, dlock_err_name(args[i].rc));

@@ -61,7 +61,7 @@ static const struct {
      "Take lock NAME and hold it until standard input ends or a signal comes\n"
      "(SIGTERM, SIGINT, SIGHUP), as etcdctl lock without a command does; for\n"
      "scripts, with coproc. Prints one line once held: token=N mode=MODE\n"
-     "[key=KEY (etcd)] name=NAME. The run options above apply.\n"
+     "[key=KEY (etcd)] name=NAME. The options are run's (dlock help run).\n"
      "Exit status: 0 once released; CODE when busy or timed out; 75 if the lock\n"
      "was lost while held."},
     {"status", "dlock [-u URL] status [--permits N] NAME [--json]",

@@ -370,6 +370,13 @@ int cmd_release(const char *url, int argc, char **argv)
     int code = cli_check_name("release", argv[i]);
     if (code)
         return code;
+    if (cli_is_path(o.url, argv[i])) {
+        fprintf(stderr, "dlock release: %s is a file locked with flock(2): the kernel keeps "
+                        "the lock for the processes holding it (dlock status %s shows their "
+                        "pids); stop them to free it\n",
+                argv[i], argv[i]);
+        return EXIT_UNAVAILABLE;
+    }
     dlock_client *c;
     code = cli_open(o.url, 0, &c);
     if (code)

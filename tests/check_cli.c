@@ -165,6 +165,9 @@ START_TEST(test_path_form_flock)
     ck_assert_int_eq(DLOCK(&out, NULL, "status", path), 0); /* from /proc/locks */
     ck_assert_msg(strstr(out, "held (exclusive)") && strstr(out, "holders:  pid "), "%s", out);
     free(out);
+    ck_assert_int_eq(DLOCK(NULL, &err, "release", "--force", path), 69); /* the kernel's */
+    ck_assert_msg(strstr(err, "flock(2)") && count_lines(err) == 1, "%s", err);
+    free(err);
     /* A waiter gets it once flock(1) lets go. */
     char *got = tu_fmt("%s/got", dir), *gotcmd = tu_fmt("touch %s", got);
     const char *w_argv[] = {tu_dlock_bin(), "run", path, "-c", gotcmd, NULL};

@@ -212,6 +212,57 @@ START_TEST(test_path_form_flock)
 }
 END_TEST
 
+/* A lock directory shared by two users through a group (chgrp G DIR;
+ * chmod 2770 DIR): root and nobody (given group G with setpriv) exclude
+ * each other both ways, the lock file is 0660 in group G, and a user
+ * outside the group is refused with 77. Needs root for setpriv: said, not
+ * skipped quietly. */
+START_TEST(test_shared_dir_two_users)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "cli: NOT RUN shared_dir_two_users: needs root (setpriv --reuid)\n");
+        return;
+    }
+    char *shared = tu_fmt("%s/shared", dir), *u = tu_fmt("file://%s", shared);
+    ck_assert_int_eq(mkdir(shared, 0700), 0);
+    ck_assert_int_eq(chown(shared, 0, 4242), 0);
+    ck_assert_int_eq(chmod(shared, 02770), 0);
+    char *marker = tu_fmt("%s/nobody-holds", dir);
+    char *hold_cmd = tu_fmt("touch %s; exec sleep 120", marker);
+    ck_assert_int_eq(chmod(dir, 0777), 0); /* nobody writes its marker there */
+    const char *as_nobody[] = {"setpriv", "--reuid=65534", "--regid=65534", "--groups=4242",
+                               tu_dlock_bin(), "-u", u, "run", "deploy", "-c", hold_cmd, NULL};
+    pid_t h = tu_spawn(as_nobody, NULL);
+    ck_assert_msg(tu_wait_file(marker, 30000), "nobody could not take the lock");
+    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", u, "run", "-n", "deploy", "true"), 1);
+    stop_holder(h);
+    char *lockfile = tu_fmt("%s/deploy.lock", shared);
+    struct stat st;
+    ck_assert_int_eq(stat(lockfile, &st), 0);
+    ck_assert_msg((st.st_mode & 0777) == 0660 && st.st_gid == 4242, "lock file mode %o gid %u",
+                  (unsigned)(st.st_mode & 0777), (unsigned)st.st_gid);
+    const char *root_holds[] = {tu_dlock_bin(), "-u", u, "run", "deploy", "-c", hold_cmd, NULL};
+    unlink(marker);
+    h = tu_spawn(root_holds, NULL);
+    ck_assert(tu_wait_file(marker, 30000));
+    const char *nobody_try[] = {"setpriv", "--reuid=65534", "--regid=65534", "--groups=4242",
+                                tu_dlock_bin(), "-u", u, "run", "-n", "deploy", "true", NULL};
+    ck_assert_int_eq(tu_run(nobody_try, NULL, NULL, NULL), 1);
+    stop_holder(h);
+    ck_assert_int_eq(tu_run(nobody_try, NULL, NULL, NULL), 0);
+    const char *outsider[] = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                              tu_dlock_bin(), "-u", u, "run", "-n", "deploy", "true", NULL};
+    char *err;
+    ck_assert_int_eq(tu_run(outsider, NULL, NULL, &err), 77);
+    free(err);
+    free(lockfile);
+    free(hold_cmd);
+    free(marker);
+    free(u);
+    free(shared);
+}
+END_TEST
+
 /* status exits 0 when NAME is held and 1 when it is free, so scripts can
  * branch on it; --json alike. */
 START_TEST(test_status_exit)
@@ -843,6 +894,7 @@ int main(void)
         {"flock_spellings", test_flock_spellings, 120},
         {"status_exit", test_status_exit, 60},
         {"path_form_flock", test_path_form_flock, 120},
+        {"shared_dir_two_users", test_shared_dir_two_users, 120},
         {"hold_coproc", test_hold_coproc, 60},
         {"command_status", test_command_status, 120},
         {"usage_config", test_usage_and_config_codes, 120},

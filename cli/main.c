@@ -285,7 +285,7 @@ int cmd_status(const char *url, int argc, char **argv)
         printf(",\"key\":");
         json_string(dlock_info_key(info));
         printf(",\"held\":%s,\"mode\":", held ? "true" : "false");
-        if (held)
+        if (held && !o.semaphore) /* a permit has no mode */
             json_string(mode);
         else
             printf("null");
@@ -322,13 +322,20 @@ int cmd_status(const char *url, int argc, char **argv)
         printf("name:     ");
         print_name(name);
         printf("\nbackend:  %s\nkey:      %s\n", dlock_client_backend(c), dlock_info_key(info));
-        printf("state:    %s%s%s%s\n", held ? "held (" : "free", held ? mode : "", held ? ")" : "",
+        if (o.semaphore)
+            held = held && dlock_info_free_permits(info) == 0 ? 2 : held; /* 2: all held */
+        printf("state:    %s%s%s%s\n",
+               o.semaphore ? (held == 2 ? "all permits held" : held ? "permits held" : "free")
+               : held      ? "held ("
+                           : "free",
+               held && !o.semaphore ? mode : "", held && !o.semaphore ? ")" : "",
                "");
         for (size_t k = 0; k < dlock_info_holder_count(info); k++) {
             unsigned count;
             const char *who = dlock_info_holder(info, k, &count);
             if (count)
-                printf("holder:   %s (hold count %u)\n", who, count);
+                printf("holder:   %s (%s %u)\n", who, o.semaphore ? "permits" : "hold count",
+                       count);
             else
                 printf("holder:   %s\n", who);
         }

@@ -529,7 +529,13 @@ START_TEST(cli_run_permits)
                               "--json"),
                      0);
     ck_assert_msg(strstr(out, "\"permits\":2,\"free_permits\":1") &&
-                      strstr(out, dlock_permit_id(p)), "%s", out);
+                      strstr(out, "\"mode\":null") && strstr(out, dlock_permit_id(p)),
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "status", "--permits", "2", "cli"), 0);
+    ck_assert_msg(strstr(out, "state:    permits held\n") && strstr(out, "(permits 1)") &&
+                      strstr(out, "permits:  2, 1 free"),
+                  "%s", out);
     free(out);
     char *err = NULL;
     ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", url, "run", "--permits", "3", "cli", "true"),

@@ -351,9 +351,7 @@ START_TEST(test_command_status)
     ck_assert_ptr_nonnull(strstr(err, "/no/such/command"));
     free(err);
     char *notexec = tu_fmt("%s/notexec", dir);
-    FILE *f = fopen(notexec, "w");
-    fputs("#!/bin/sh\n", f);
-    fclose(f);
+    tu_write_file(notexec, "#!/bin/sh\n");
     chmod(notexec, 0644);
     if (getuid() != 0 || 1) /* root cannot exec a file without x bits either */
         ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", notexec), 126);
@@ -419,8 +417,7 @@ START_TEST(test_usage_and_config_codes)
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--lease", "1", "n", "true"), 0);
     /* A file where the lock directory should be: configuration, not permission. */
     char *file = tu_fmt("%s/plain", dir), *furl = tu_fmt("file://%s", file);
-    FILE *f = fopen(file, "w");
-    fclose(f);
+    tu_write_file(file, "");
     ck_assert_int_eq(DLOCK(NULL, &err, "-u", furl, "run", "n", "true"), 78);
     ck_assert_msg(strstr(err, "not a directory"), "%s", err);
     free(err);
@@ -461,9 +458,7 @@ END_TEST
 START_TEST(test_counter_8x200)
 {
     char *counter = tu_fmt("%s/counter", dir);
-    FILE *f = fopen(counter, "w");
-    fputs("0\n", f);
-    fclose(f);
+    tu_write_file(counter, "0\n");
     /* Each worker waited for by pid (wait -n can miss a worker that ended
      * early and fail with no word said), and a failure says which. */
     char *script = tu_fmt("pids=; for w in 1 2 3 4 5 6 7 8; do "

@@ -79,19 +79,6 @@ static void wait_no_waiter(dlock_client *c, const char *name)
     ck_assert_msg(n == 0, "%ld waiter(s) left behind on '%s'", n, name);
 }
 
-/* Cancel W's acquire again and again until it returns: where nothing
- * shows that the acquire waits, only a cancel that reached the wait can
- * end an unbounded one while the lock stays held. */
-static void cancel_until_returned(struct tu_waiter *w)
-{
-    for (;;) {
-        EXPECT_RC(dlock_lock_cancel(w->l), DLOCK_OK);
-        if (pthread_tryjoin_np(w->th, NULL) == 0)
-            break;
-        tu_sleep_ms(10);
-    }
-}
-
 /* Two clients of this test (their EXTRA options) with a handle each on
  * NAME: the frame of most tests of one client against another
  * (tu_pair_close() ends it). */
@@ -501,7 +488,7 @@ START_TEST(cancel)
         EXPECT_RC(dlock_lock_cancel(p.lb), DLOCK_OK);
         tu_waiter_join(&w);
     } else {
-        cancel_until_returned(&w);
+        tu_waiter_cancel_until_returned(&w);
     }
     ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
     ck_assert_uint_eq(dlock_hold_count(p.lb), 0);
@@ -609,7 +596,7 @@ START_TEST(cancel_same_client)
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     struct tu_waiter w;
     tu_waiter_start(&w, l, DLOCK_FOREVER);
-    cancel_until_returned(&w);
+    tu_waiter_cancel_until_returned(&w);
     ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
     ck_assert_uint_eq(dlock_hold_count(l), 1); /* ours is untouched */
     EXPECT_RC(dlock_release(l), DLOCK_OK);

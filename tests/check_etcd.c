@@ -711,10 +711,7 @@ START_TEST(test_prefix_list_and_names)
     struct tu_solo same = solo_open("prefix=app/", "jobs");
     ck_assert_int_eq(dlock_acquire(same.l, DLOCK_TRY), DLOCK_EBUSY);
     tu_solo_close(&same);
-    for (int i = 0; i < 4; i++) {
-        ck_assert_int_eq(dlock_release(l[i]), DLOCK_OK);
-        dlock_lock_free(l[i]);
-    }
+    tu_release_free_all(l, 4);
     dlock_client_close(c);
     free(url);
 }

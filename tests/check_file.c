@@ -256,28 +256,11 @@ END_TEST
 
 /* ----------------------------------------------------- basic contract */
 
-struct thread_try {
-    dlock_lock *l;
-    int64_t wait;
-    int rc;
-};
-
-static void *try_in_thread(void *arg)
-{
-    struct thread_try *t = arg;
-    t->rc = dlock_acquire(t->l, t->wait);
-    if (t->rc == DLOCK_OK)
-        dlock_release(t->l);
-    return NULL;
-}
-
 /* 8 processes x 200 increments of a counter file under the lock. */
 START_TEST(test_mutual_exclusion_processes)
 {
     char *counter = tu_fmt("%s/counter", dir);
-    FILE *f = fopen(counter, "w");
-    fputs("0\n", f);
-    fclose(f);
+    tu_write_file(counter, "0\n");
     pid_t kids[8];
     for (int k = 0; k < 8; k++) {
         if ((kids[k] = fork()) == 0) {
@@ -390,10 +373,7 @@ START_TEST(test_hostile_names)
     ck_assert_int_eq(dlock_lock_new(c, toolong, DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "longer than"));
     ck_assert_int_eq(dlock_lock_new(c, NULL, DLOCK_EXCLUSIVE, 0, &bad), DLOCK_EINVAL);
-    for (size_t i = 0; i < n; i++) {
-        ck_assert_int_eq(dlock_release(locks[i]), DLOCK_OK);
-        dlock_lock_free(locks[i]);
-    }
+    tu_release_free_all(locks, n);
     TU_CLOSE_CLIENTS(c2, c);
     free(u);
     free(lockdir);
@@ -492,9 +472,7 @@ END_TEST
 START_TEST(test_foreign_file_left_intact)
 {
     char *path = tu_fmt("%s/config.lock", dir);
-    FILE *f = fopen(path, "w");
-    fputs("this is somebody's data, not a lock\n", f);
-    fclose(f);
+    tu_write_file(path, "this is somebody's data, not a lock\n");
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock_mode(c, "config", DLOCK_EXCLUSIVE, 0);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EWRONGTYPE);
@@ -728,16 +706,9 @@ START_TEST(test_meta_byte_held_by_another_user)
     ck_assert_int_eq(dlock_acquire(l, 300), DLOCK_ETIMEDOUT);
     ck_assert_msg(strstr(dlock_errmsg(), "metadata"), "%s", dlock_errmsg());
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
-    struct thread_try t = {l, DLOCK_FOREVER, 99};
-    pthread_t th;
-    pthread_create(&th, NULL, try_in_thread, &t);
-    for (int i = 0; i < 1000; i++) {
-        dlock_lock_cancel(l);
-        if (pthread_tryjoin_np(th, NULL) == 0)
-            break;
-        tu_sleep_ms(10);
-    }
-    pthread_join(th, NULL);
+    struct tu_waiter t;
+    tu_waiter_start(&t, l, DLOCK_FOREVER);
+    tu_waiter_cancel_until_returned(&t);
     ck_assert_int_eq(t.rc, DLOCK_ECANCELED);
     ck_assert_uint_eq(dlock_hold_count(l), 0);
     /* inspect shares the byte with a reader; behind a writer it waits no

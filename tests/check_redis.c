@@ -2335,10 +2335,7 @@ START_TEST(renewal_is_batched)
      * core may split a period into a few batches */
     fprintf(stderr, "renewal_is_batched: %lld script calls for %d holds over 4.5 s\n", calls, N);
     ck_assert_msg(calls >= 2 && calls <= 60, "%lld script calls", calls);
-    for (int i = 0; i < N; i++) {
-        ck_assert_int_eq(dlock_release(l[i]), DLOCK_OK);
-        dlock_lock_free(l[i]);
-    }
+    tu_release_free_all(l, N);
     free(l);
     redisFree(ctx);
     dlock_client_close(c);

@@ -701,10 +701,7 @@ START_TEST(test_hostile_names)
     char **listed = tu_list_names(c, NULL);
     for (size_t i = 0; i < nn; i++)
         ck_assert_msg(tu_listed(listed, names[i]), "list lost name '%s'", names[i]);
-    for (size_t i = 0; i < nn; i++) {
-        ck_assert_int_eq(dlock_release(locks[i]), DLOCK_OK);
-        dlock_lock_free(locks[i]);
-    }
+    tu_release_free_all(locks, nn);
     tu_free_names(listed);
     zookeeper_close(zh);
     dlock_client_close(c);

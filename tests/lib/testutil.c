@@ -428,6 +428,16 @@ void tu_free_locks(dlock_lock *const *l, size_t n)
         dlock_lock_free(l[i]);
 }
 
+void tu_release_free_all(dlock_lock *const *l, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = dlock_release(l[i]);
+        ck_assert_msg(rc == DLOCK_OK, "release '%s': %s: %s", dlock_lock_name(l[i]),
+                      dlock_err_name(rc), dlock_errmsg());
+        dlock_lock_free(l[i]);
+    }
+}
+
 void tu_close_clients(dlock_client *const *c, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -530,6 +540,17 @@ int tu_waiter_join(struct tu_waiter *w)
     return w->rc;
 }
 
+void tu_waiter_cancel_until_returned(struct tu_waiter *w)
+{
+    for (;;) {
+        int rc = dlock_lock_cancel(w->l);
+        ck_assert_msg(rc == DLOCK_OK, "cancel: %s", dlock_err_name(rc));
+        if (pthread_tryjoin_np(w->th, NULL) == 0)
+            return;
+        tu_sleep_ms(10);
+    }
+}
+
 bool tu_waiter_wait_done(struct tu_waiter *w, int timeout_ms)
 {
     for (int waited = 0; waited < timeout_ms && !atomic_load(&w->done); waited += 10)
@@ -572,6 +593,14 @@ void tu_sem_full(dlock_client *c, dlock_semaphore *s, const char *name, unsigned
     ck_assert_uint_eq(dlock_info_holder_count(info), holders);
     ck_assert_int_eq(dlock_info_free_permits(info), 0);
     dlock_info_free(info);
+}
+
+void tu_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    fclose(f);
 }
 
 char *tu_read_file(const char *path)

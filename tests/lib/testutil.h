@@ -66,6 +66,8 @@ const char *tu_dlock_bin(void);
 int tu_dlock(char **out, char **err, const char *const env[], const char *const args[]);
 #define TU_DLOCK(out, err, env, ...) tu_dlock(out, err, env, (const char *const[]){__VA_ARGS__, NULL})
 
+/* Write TEXT to PATH (created or truncated), plainly. */
+void tu_write_file(const char *path, const char *text);
 /* Read a whole file (caller frees); NULL if missing. */
 char *tu_read_file(const char *path);
 /* The number a marker file at PATH holds, asserting that it exists. */
@@ -137,6 +139,8 @@ uint64_t tu_next_token(struct dlock_client *c, const char *name, uint64_t last);
     tu_close_clients((struct dlock_client *[]){__VA_ARGS__}, \
                      sizeof((struct dlock_client *[]){__VA_ARGS__}) / sizeof(struct dlock_client *))
 void tu_free_locks(struct dlock_lock *const *l, size_t n);
+/* Release each of the N held handles of L (asserting DLOCK_OK) and free it. */
+void tu_release_free_all(struct dlock_lock *const *l, size_t n);
 void tu_close_clients(struct dlock_client *const *c, size_t n);
 
 /* The frames of the backend tests, written once here; each test file
@@ -198,6 +202,10 @@ void tu_waiter_start(struct tu_waiter *w, struct dlock_lock *l, int64_t wait);
 void tu_waiter_start_ex(struct tu_waiter *w, struct dlock_lock *l, int64_t wait,
                         struct dlock_cancel *cancel, bool keep);
 int tu_waiter_join(struct tu_waiter *w);
+/* dlock_lock_cancel() of W's handle again and again (each asserted) until
+ * W's acquire returns, then joined: for a wait nothing shows, where only
+ * a cancel that reached it can end an unbounded one. */
+void tu_waiter_cancel_until_returned(struct tu_waiter *w);
 /* Wait up to TIMEOUT_MS until W's thread is done. */
 bool tu_waiter_wait_done(struct tu_waiter *w, int timeout_ms);
 

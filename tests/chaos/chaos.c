@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +63,9 @@ int main(int argc, char **argv)
             return 2;
         pid_t pid = fork();
         if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* and its servers and workers with it */
+            if (getppid() == 1)
+                _exit(2);
             close(p[0]);
             chaos_run(&cfg, &res);
             (void)!write(p[1], &res, sizeof res);

@@ -124,6 +124,7 @@ struct chaos_worker {
     int threads;
     int names;
     int lease_ms;
+    bool careless;       /* never checks its hold before writing */
     uint64_t seed;
     volatile int *stop;
     volatile int64_t *call_since; /* [threads] */

@@ -281,6 +281,7 @@ static void spawn_worker(struct run *r, int k)
             .threads = s->threads,
             .names = r->cfg->names ? r->cfg->names : 3,
             .lease_ms = r->lease,
+            .careless = k == 2,
             .seed = r->cfg->seed ^ ((uint64_t)s->spawn << 32),
             .stop = &r->sh->stop,
             .call_since = r->sh->call_since[k],
@@ -658,7 +659,8 @@ bool chaos_run(const struct chaos_config *cfg, struct chaos_result *res)
     r->sh = mmap(NULL, sizeof *r->sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (r->sh == MAP_FAILED)
         abort();
-    /* one worker with several threads on its client, the others fewer */
+    /* one worker with several threads on its client, the others fewer;
+     * the third is careless (never checks its hold before writing) */
     for (int k = 0; k < r->nworkers; k++) {
         r->w[k].threads = k == 0 ? 3 : 1 + k % 2;
         spawn_worker(r, k);

@@ -27,7 +27,8 @@ extern const struct dlock__backend dlock__backend_zk;
  * every scheme's options is in one place; dlock_client_connect() still
  * refuses an option a backend did not consume, as a second line.) */
 static const char *const no_params[] = {NULL};
-static const char *const redis_params[] = {"db", "sync", "sync_timeout", NULL};
+static const char *const redis_params[] = {"db", "sync", "sync_timeout", "sentinel_password",
+                                           NULL};
 static const char *const zk_params[] = {"base", "acl", NULL};
 static const char *const etcd_params[] = {"max_reply", NULL};
 
@@ -43,12 +44,14 @@ static const struct {
     {"rediss", &dlock__backend_redis, NULL, redis_params},
     {"redis+unix", &dlock__backend_redis, NULL, redis_params},
     {"redis+sentinel", &dlock__backend_redis, NULL, redis_params},
+    {"rediss+sentinel", &dlock__backend_redis, NULL, redis_params},
     {"redlock", &dlock__backend_redis, NULL, redis_params},
 #else
     {"redis", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"rediss", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"redis+unix", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"redis+sentinel", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
+    {"rediss+sentinel", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"redlock", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
 #endif
 #ifdef DLOCK_HAVE_ETCD

@@ -2555,6 +2555,189 @@ START_TEST(sync_acquire_needs_replica_acks)
 }
 END_TEST
 
+/* -------------------------------------------------------------- Sentinel */
+
+static struct fx_sentinels sen;
+
+/* Subscribers of the lock NAME's channel on the server at PORT. */
+static long long numsub_at(int port, const char *name)
+{
+    redisContext *ctx = fx_redis_raw(fx_sentinels_server(&sen, port), NULL);
+    ck_assert_msg(ctx != NULL, "no raw connection to port %d", port);
+    char *chan = tu_fmt("redisson_lock__channel:{%s}", name);
+    long long n = numsub(ctx, chan);
+    free(chan);
+    redisFree(ctx);
+    return n;
+}
+
+static void wait_numsub_at(int port, const char *name, long long want)
+{
+    for (int i = 0; i < 600 && numsub_at(port, name) != want; i++)
+        tu_sleep_ms(25);
+    long long got = numsub_at(port, name);
+    ck_assert_msg(got == want, "%lld subscribers of '%s' on port %d, not %lld", got, name, port, want);
+}
+
+/* redis+sentinel:// with 1 master, 2 replicas, 3 sentinels: a holder
+ * and a waiter through a SENTINEL FAILOVER. The hold (replicated before)
+ * is not lost and is released on the new master; the waiter re-subscribes
+ * there (+switch-master) and acquires from it once the holder releases,
+ * with a greater token. Then the same with the new master killed -9. */
+START_TEST(sentinel_failover_holding_and_waiting)
+{
+    ck_assert_msg(fx_sentinels_start(&sen, 2, 3), "the Sentinel topology did not start");
+    char *nosuch = tu_fmt("redis+sentinel://127.0.0.1:%d/nosuch", sen.sentinel_port[0]);
+    open_fails(nosuch, DLOCK_ECONN, "monitors no master named 'nosuch'");
+    open_fails("redis+sentinel://127.0.0.1:1", DLOCK_EBADURL, "MASTERNAME");
+    free(nosuch);
+    /* a lease longer than a failover takes: until Sentinel demotes the
+     * old master, renewals land there, not on the new one */
+    char *url = tu_fmt("%s?lease=20s", sen.url);
+    struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), "job");
+    tu_pair_watch_lost(&p);
+    for (int round = 0; round < 2; round++) {
+        TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+        uint64_t first = tu_token(p.la);
+        struct tu_waiter w = {0};
+        tu_waiter_start(&w, p.lb, 60000);
+        int old = fx_sentinels_master_port(&sen);
+        wait_numsub_at(old, "job", 1);
+        int now;
+        if (round == 0) {
+            now = fx_sentinels_failover(&sen);
+        } else { /* the master dies: the sentinels agree it is down, then fail over */
+            fx_redis_kill(fx_sentinels_server(&sen, old));
+            for (int i = 0; i < 600 && ((now = fx_sentinels_master_port(&sen)) == old || !now); i++)
+                tu_sleep_ms(50);
+        }
+        ck_assert_msg(now != 0 && now != old, "no failover (master %d, now %d)", old, now);
+        wait_numsub_at(now, "job", 1); /* the waiter followed */
+        /* the hold is on the new master: its release there is ours */
+        ck_assert_msg(atomic_load(&p.lost.fired) == 0, "the hold was lost: %s", p.lost.why);
+        ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
+        ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+        ck_assert_msg(w.token > first, "token %llu after %llu", (unsigned long long)w.token,
+                      (unsigned long long)first);
+        if (round == 1)
+            break;
+    }
+    tu_pair_close(&p);
+    free(url);
+    fx_sentinels_stop(&sen);
+}
+END_TEST
+
+/* A proxy on the replication link between a replica and the master:
+ * while FROZEN it stops passing the master's stream on, so the replica
+ * stays connected and up to its sentinels but receives no more writes. */
+struct link_proxy {
+    int listen_fd, port, target;
+    atomic_int frozen, stop;
+    atomic_int frozen_seen; /* the thread polls without the master's side */
+    pthread_t th;
+};
+
+static void *link_main(void *arg)
+{
+    struct link_proxy *lp = arg;
+    char buf[16384];
+    while (!atomic_load(&lp->stop)) {
+        struct pollfd a = {.fd = lp->listen_fd, .events = POLLIN};
+        if (poll(&a, 1, 100) <= 0)
+            continue;
+        int c = accept(lp->listen_fd, NULL, NULL), sv = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)lp->target),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        bool up = c >= 0 && sv >= 0 && connect(sv, (struct sockaddr *)&to, sizeof to) == 0;
+        while (up && !atomic_load(&lp->stop)) {
+            bool frozen = atomic_load(&lp->frozen);
+            atomic_store(&lp->frozen_seen, frozen);
+            struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = sv, .events = frozen ? 0 : POLLIN}};
+            if (poll(p, 2, 100) <= 0)
+                continue;
+            for (int i = 0; i < 2 && up; i++) {
+                if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
+                up = n > 0 && send(p[1 - i].fd, buf, (size_t)n, MSG_NOSIGNAL) == n;
+            }
+        }
+        if (c >= 0)
+            close(c);
+        if (sv >= 0)
+            close(sv);
+    }
+    return NULL;
+}
+
+static int link_proxy_start(int master_port, size_t i, void *arg)
+{
+    struct link_proxy *lp = &((struct link_proxy *)arg)[i];
+    lp->target = master_port;
+    lp->listen_fd = listen_loopback(&lp->port);
+    pthread_create(&lp->th, NULL, link_main, lp);
+    return lp->port;
+}
+
+static void link_proxy_stop(struct link_proxy *lp)
+{
+    atomic_store(&lp->stop, 1);
+    pthread_join(lp->th, NULL);
+    close(lp->listen_fd);
+}
+
+/* The failover loss, shown: replication held back (the replicas stay up
+ * and connected, their stream frozen by a proxy), a lock acquired on the
+ * master, SENTINEL FAILOVER to a replica that never saw it: without sync
+ * a second client is granted the lock while the first still holds it
+ * (its validity left, no loss reported). With sync=1 the first acquire
+ * already fails (no replica acknowledged; undone), so after the same
+ * failover the second client is the only owner. */
+START_TEST(sentinel_failover_loses_unsynced_hold)
+{
+    struct link_proxy links[2] = {0};
+    ck_assert_msg(fx_sentinels_start_via(&sen, 2, 3, link_proxy_start, links),
+                  "the Sentinel topology did not start");
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&links[i].frozen, 1);
+        while (!atomic_load(&links[i].frozen_seen))
+            tu_sleep_ms(10);
+    }
+    /* a lease longer than the failover: the first owner renews only after */
+    char *plain_url = tu_fmt("%s?lease=90s", sen.url);
+    char *sync_url = tu_fmt("%s?lease=30s&sync=1&sync_timeout=300ms", sen.url);
+    struct tu_pair plain = tu_pair_of(tu_open(plain_url), tu_open(plain_url), "loss");
+    struct tu_pair synced = tu_pair_of(tu_open(sync_url), tu_open(sync_url), "synced");
+    tu_pair_watch_lost(&plain);
+
+    int rc = dlock_acquire(synced.la, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    TU_ACQUIRE_OK(plain.la, DLOCK_TRY);
+    int old = fx_sentinels_master_port(&sen);
+    int now = fx_sentinels_failover(&sen);
+    ck_assert_msg(now != 0 && now != old, "no failover (master %d, now %d)", old, now);
+
+    /* without sync: a second owner */
+    rc = dlock_acquire(plain.lb, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_OK, "no second owner: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(atomic_load(&plain.lost.fired) == 0 && dlock_validity_ms(plain.la) > 0,
+                  "the first owner already knew it lost the lock");
+    /* with sync=1: the only owner */
+    TU_ACQUIRE_OK(synced.lb, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(synced.lb), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(plain.lb), DLOCK_OK);
+
+    tu_pair_close(&plain);
+    tu_pair_close(&synced);
+    free(plain_url);
+    free(sync_url);
+    fx_sentinels_stop(&sen);
+    link_proxy_stop(&links[0]);
+    link_proxy_stop(&links[1]);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ CLI */
 
 START_TEST(cli_on_redis_urls)
@@ -2703,6 +2886,8 @@ int main(void)
         {"urls_db_prefix_unix_and_list", urls_db_prefix_unix_and_list, 60},
         {"tls_verification_and_client_certs", tls_verification_and_client_certs, 60},
         {"sync_acquire_needs_replica_acks", sync_acquire_needs_replica_acks, 60},
+        {"sentinel_failover_holding_and_waiting", sentinel_failover_holding_and_waiting, 120},
+        {"sentinel_failover_loses_unsynced_hold", sentinel_failover_loses_unsynced_hold, 120},
         {"cli_on_redis_urls", cli_on_redis_urls, 60},
         {"cli_holder_renewed_then_killed", cli_holder_renewed_then_killed, 60},
     };

@@ -5,6 +5,7 @@
 #ifdef DLOCK_HAVE_REDIS
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,209 @@ void fx_redis_stop(struct fx_redis *r)
     free(r->client_key);
     r->dir = r->log = r->sock = r->ca = r->other_ca = r->client_cert = r->client_key = NULL;
     r->tls_port = 0;
+}
+
+/* ------------------------------------------------------------ Sentinel */
+
+/* A raw command to 127.0.0.1:PORT (a sentinel or a server); NULL when it
+ * does not answer. */
+static redisReply *raw_at(int port, const char *fmt, ...)
+{
+    struct timeval tv = {1, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (!ctx || ctx->err) {
+        if (ctx)
+            redisFree(ctx);
+        return NULL;
+    }
+    redisSetTimeout(ctx, tv);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    redisFree(ctx);
+    return r;
+}
+
+/* The master's port sentinel PORT names, 0 when none. */
+static int sentinel_says(int port)
+{
+    redisReply *r = raw_at(port, "SENTINEL get-master-addr-by-name %s", FX_SENTINEL_MASTER);
+    int master = 0;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+        master = atoi(r->element[1]->str);
+    if (r)
+        freeReplyObject(r);
+    return master;
+}
+
+/* Whether the server on PORT says ROLE master. */
+static bool role_is_master(int port)
+{
+    redisReply *r = raw_at(port, "ROLE");
+    bool yes = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+               strcmp(r->element[0]->str, "master") == 0;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+/* A field of SENTINEL master NAME on sentinel PORT, as a number (-1). */
+static long sentinel_field(int port, const char *field)
+{
+    redisReply *r = raw_at(port, "SENTINEL master %s", FX_SENTINEL_MASTER);
+    long v = -1;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, field) == 0)
+            v = atol(r->element[i + 1]->str);
+    if (r)
+        freeReplyObject(r);
+    return v;
+}
+
+/* Wait until the master on MASTER_PORT counts N replicas online. */
+static bool replicas_online(int master_port, size_t n)
+{
+    char want[32];
+    snprintf(want, sizeof want, "connected_slaves:%zu", n);
+    for (int i = 0; i < 400; i++) {
+        redisReply *r = raw_at(master_port, "INFO replication");
+        bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, want);
+        for (size_t k = 0; ok && k < n; k++) {
+            char slave[32];
+            snprintf(slave, sizeof slave, "slave%zu:", k);
+            const char *p = strstr(r->str, slave);
+            ok = p && strstr(p, "state=online") && (!strchr(p, '\n') || strstr(p, "state=online") < strchr(p, '\n'));
+        }
+        if (r)
+            freeReplyObject(r);
+        if (ok)
+            return true;
+        tu_sleep_ms(50);
+    }
+    return false;
+}
+
+bool fx_sentinels_start(struct fx_sentinels *t, size_t nreplicas, size_t nsentinels)
+{
+    return fx_sentinels_start_via(t, nreplicas, nsentinels, NULL, NULL);
+}
+
+bool fx_sentinels_start_via(struct fx_sentinels *t, size_t nreplicas, size_t nsentinels,
+                            int (*via)(int master_port, size_t i, void *arg), void *arg)
+{
+    memset(t, 0, sizeof *t);
+    if (nreplicas > FX_SENTINEL_MAX || nsentinels > FX_SENTINEL_MAX || !fx_redis_start(&t->master, NULL))
+        return false;
+    for (t->nreplicas = 0; t->nreplicas < nreplicas; t->nreplicas++) {
+        char port[16];
+        snprintf(port, sizeof port, "%d", via ? via(t->master.port, t->nreplicas, arg) : t->master.port);
+        const char *extra[] = {"--replicaof", "127.0.0.1", port, NULL};
+        if (!fx_redis_start(&t->replicas[t->nreplicas], extra))
+            return false;
+    }
+    if (!replicas_online(t->master.port, nreplicas)) {
+        fprintf(stderr, "fx_sentinels: the replicas never came online\n");
+        return false;
+    }
+    t->dir = tu_tmpdir("sentinel");
+    size_t ul = (size_t)snprintf(t->url, sizeof t->url, "redis+sentinel://");
+    for (t->nsentinels = 0; t->nsentinels < nsentinels; t->nsentinels++) {
+        size_t i = t->nsentinels;
+        t->sentinel_port[i] = tu_free_port();
+        char *conf = tu_fmt("%s/sentinel%zu.conf", t->dir, i);
+        char *log = tu_fmt("%s/sentinel%zu.log", t->dir, i);
+        char *text = tu_fmt("port %d\nbind 127.0.0.1\ndir %s\n"
+                            "sentinel monitor %s 127.0.0.1 %d 2\n"
+                            "sentinel down-after-milliseconds %s 1000\n"
+                            "sentinel failover-timeout %s 4000\n"
+                            "sentinel parallel-syncs %s 5\n",
+                            t->sentinel_port[i], t->dir, FX_SENTINEL_MASTER, t->master.port,
+                            FX_SENTINEL_MASTER, FX_SENTINEL_MASTER, FX_SENTINEL_MASTER);
+        FILE *f = fopen(conf, "w");
+        if (f) {
+            fputs(text, f);
+            fclose(f);
+        }
+        const char *argv[] = {"redis-server", conf, "--sentinel", NULL};
+        t->sentinel_pid[i] = tu_spawn(argv, log);
+        bool up = f && tu_wait_port(t->sentinel_port[i], 10000);
+        free(conf);
+        free(log);
+        free(text);
+        if (!up)
+            return false;
+        ul += (size_t)snprintf(t->url + ul, sizeof t->url - ul, "%s127.0.0.1:%d", i ? "," : "",
+                               t->sentinel_port[i]);
+    }
+    snprintf(t->url + ul, sizeof t->url - ul, "/%s", FX_SENTINEL_MASTER);
+    /* every sentinel sees the replicas and the other sentinels (hello
+     * messages every 2 s, INFO every 10 s at most) */
+    for (int i = 0; i < 600; i++) {
+        bool all = true;
+        for (size_t k = 0; k < t->nsentinels && all; k++)
+            all = sentinel_field(t->sentinel_port[k], "num-slaves") == (long)nreplicas &&
+                  sentinel_field(t->sentinel_port[k], "num-other-sentinels") == (long)nsentinels - 1;
+        if (all)
+            return true;
+        tu_sleep_ms(50);
+    }
+    fprintf(stderr, "fx_sentinels: the sentinels never saw each other and the replicas\n");
+    return false;
+}
+
+int fx_sentinels_master_port(const struct fx_sentinels *t)
+{
+    return t->nsentinels ? sentinel_says(t->sentinel_port[0]) : 0;
+}
+
+struct fx_redis *fx_sentinels_server(struct fx_sentinels *t, int port)
+{
+    if (t->master.port == port)
+        return &t->master;
+    for (size_t i = 0; i < t->nreplicas; i++)
+        if (t->replicas[i].port == port)
+            return &t->replicas[i];
+    return NULL;
+}
+
+int fx_sentinels_failover(struct fx_sentinels *t)
+{
+    int old = fx_sentinels_master_port(t);
+    redisReply *r = raw_at(t->sentinel_port[0], "SENTINEL FAILOVER %s", FX_SENTINEL_MASTER);
+    bool started = r && r->type != REDIS_REPLY_ERROR;
+    if (r && !started)
+        fprintf(stderr, "SENTINEL FAILOVER: %s\n", r->str);
+    if (r)
+        freeReplyObject(r);
+    for (int i = 0; started && i < 600; i++) {
+        int now = 0;
+        bool agree = true;
+        for (size_t k = 0; k < t->nsentinels && agree; k++) {
+            int says = sentinel_says(t->sentinel_port[k]);
+            agree = says != 0 && says != old && (now == 0 || says == now);
+            now = says;
+        }
+        /* and the old master is demoted (it refuses writes from then on) */
+        if (agree && role_is_master(now) && !role_is_master(old))
+            return now;
+        tu_sleep_ms(50);
+    }
+    return 0;
+}
+
+void fx_sentinels_stop(struct fx_sentinels *t)
+{
+    for (size_t i = 0; i < t->nsentinels; i++)
+        if (t->sentinel_pid[i] > 0)
+            tu_stop(t->sentinel_pid[i], 2000);
+    for (size_t i = 0; i < t->nreplicas; i++)
+        fx_redis_stop(&t->replicas[i]);
+    fx_redis_stop(&t->master);
+    if (t->dir)
+        tu_rmrf(t->dir);
+    free(t->dir);
+    memset(t, 0, sizeof *t);
 }
 
 redisContext *fx_redis_raw(const struct fx_redis *r, const char *password)

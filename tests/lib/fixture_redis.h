@@ -52,6 +52,38 @@ bool fx_redis_restart(struct fx_redis *r);
 /* Stop the server and remove its directory. */
 void fx_redis_stop(struct fx_redis *r);
 
+/* Redis behind Sentinel: a master, replicas of it and sentinels
+ * monitoring it as FX_SENTINEL_MASTER (quorum 2, down after 1 s), all on
+ * loopback; started in that order, each waited for (the replicas online,
+ * every sentinel seeing the replicas and the other sentinels), so a
+ * failover can run as soon as it starts. */
+#define FX_SENTINEL_MASTER "dlockm"
+#define FX_SENTINEL_MAX 5
+
+struct fx_sentinels {
+    struct fx_redis master, replicas[FX_SENTINEL_MAX];
+    size_t nreplicas, nsentinels;
+    pid_t sentinel_pid[FX_SENTINEL_MAX];
+    int sentinel_port[FX_SENTINEL_MAX];
+    char *dir;
+    char url[512]; /* "redis+sentinel://127.0.0.1:P1,.../dlockm" */
+};
+
+bool fx_sentinels_start(struct fx_sentinels *t, size_t nreplicas, size_t nsentinels);
+/* The same, replica I replicating from the port VIA(master port, I, ARG)
+ * returns (a proxy in front of the master, to hold replication back). */
+bool fx_sentinels_start_via(struct fx_sentinels *t, size_t nreplicas, size_t nsentinels,
+                            int (*via)(int master_port, size_t i, void *arg), void *arg);
+void fx_sentinels_stop(struct fx_sentinels *t);
+/* The port of the instance the sentinels name as master now (0: none). */
+int fx_sentinels_master_port(const struct fx_sentinels *t);
+/* The server of T listening on PORT (the master or a replica). */
+struct fx_redis *fx_sentinels_server(struct fx_sentinels *t, int port);
+/* SENTINEL FAILOVER, then wait until every sentinel names a new master
+ * that says ROLE master and the old one no longer does; the new master's
+ * port, 0 on failure. */
+int fx_sentinels_failover(struct fx_sentinels *t);
+
 #ifdef DLOCK_HAVE_REDIS
 /* A raw connection to the server (AUTH with PASSWORD when not NULL);
  * NULL when it cannot connect. Free with redisFree(). */

@@ -29,6 +29,10 @@ int redis_server_error(struct redis_state *s, const char *text, const char *what
         code = DLOCK_EWRONGTYPE;
     else if (strstr(text, "MASTERDOWN") || strstr(text, "LOADING") || strstr(text, "CLUSTERDOWN"))
         code = DLOCK_EUNAVAIL;
+    else if (strncmp(text, "READONLY", 8) == 0) { /* a replica: a master demoted by a failover */
+        code = DLOCK_EUNAVAIL;
+        redis_sentinel_stale(s);
+    }
     else if (strstr(text, "not an integer"))
         code = DLOCK_EWRONGTYPE;
     return dlock__err(code, "%s: %s: %s", s->where, what, text);
@@ -98,13 +102,36 @@ static int setup_connection(struct redis_state *s, struct rconn *k, bool select_
 
 int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out)
 {
+    if (!s->sentinel) {
+        struct redis_addr a = {.host = s->host, .port = s->port, .sock = s->sock, .tls = s->tls};
+        return redis_dial_addr(s, &a, select_db, deadline, out);
+    }
+    /* Sentinel: the master as last resolved; when it cannot be reached,
+     * ask the sentinels once more (a failover may have moved it). */
+    for (int round = 0;; round++) {
+        char host[256];
+        int port;
+        unsigned epoch;
+        int rc = redis_sentinel_master(s, deadline, host, sizeof host, &port, &epoch);
+        if (rc)
+            return rc;
+        struct redis_addr a = {.host = host, .port = port, .tls = s->tls};
+        rc = redis_dial_addr(s, &a, select_db, deadline, out);
+        if (rc != DLOCK_ECONN || round > 0)
+            return rc;
+        redis_sentinel_stale(s);
+    }
+}
+
+int redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
+                    int64_t deadline, struct rconn **out)
+{
     *out = NULL;
     int64_t cto = dlock__time_left(deadline, s->connect_timeout_ms);
     if (cto == 0)
         return deadline_passed(s, "connect");
-    struct redis_addr a = {.host = s->host, .port = s->port, .sock = s->sock, .tls = s->tls};
     struct rconn *k;
-    int rc = redis_conn_dial(&a, dlock__now_ms() + cto, &k);
+    int rc = redis_conn_dial(a, dlock__now_ms() + cto, &k);
     if (rc)
         return rc;
     rc = setup_connection(s, k, select_db, deadline);
@@ -177,6 +204,8 @@ void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
     if (broken || k->broken || k->want > 0 || k->out_off < k->out_len || k->ngot > 0) {
         if (k->gen == s->gen)
             s->gen++;
+        if (s->sentinel && k->gen + 1 == s->gen)
+            s->master_stale = true; /* the master may have moved */
         pthread_mutex_unlock(&s->pool_mu);
         redis_conn_free(k);
         return;
@@ -206,6 +235,9 @@ void redis_close(void *state)
     pthread_mutex_destroy(&s->hub.mu);
     pthread_mutex_destroy(&s->cancel_mu); /* the cleanup queue freed every pending cancel */
     redis_tls_context_free(s->tls);
+    pthread_mutex_destroy(&s->resolve_mu);
+    free(s->sentinels);
+    free(s->master_name);
     free(s->host);
     free(s->sock);
     free(s);
@@ -231,6 +263,7 @@ int redis_open(struct dlock_client *c, void **state)
     s->c = c;
     s->hub.efd = -1;
     pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_mutex_init(&s->resolve_mu, NULL);
     pthread_mutex_init(&s->cancel_mu, NULL);
     s->backoff.min_ms = REDIS_BACKOFF_MIN_MS;
     s->backoff.max_ms = REDIS_BACKOFF_MAX_MS;
@@ -252,6 +285,16 @@ int redis_open(struct dlock_client *c, void **state)
         if (!rc)
             snprintf(s->where, sizeof s->where, "redis unix:%s", s->sock);
         if (!rc && db_param)
+            rc = parse_db(s, db_param, "db");
+    } else if (strstr(c->url.scheme, "+sentinel")) {
+        rc = redis_sentinel_parse(s, c);
+        const char *name_end = !rc ? strchr(c->url.path + 1, '/') : NULL;
+        if (!rc && name_end && db_param)
+            rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': the db is given twice (path and ?db=)",
+                            url);
+        else if (!rc && name_end)
+            rc = parse_db(s, name_end + 1, "path");
+        else if (!rc && db_param)
             rc = parse_db(s, db_param, "db");
     } else {
         if (c->url.nhosts != 1)
@@ -282,7 +325,7 @@ int redis_open(struct dlock_client *c, void **state)
         strcmp(c->opts.layout, "simple") != 0)
         rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': layout '%s' is unknown (redisson or simple)",
                         url, c->opts.layout);
-    bool tls = strcmp(c->url.scheme, "rediss") == 0;
+    bool tls = strncmp(c->url.scheme, "rediss", 6) == 0;
     if (!rc && !tls && (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key))
         rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': TLS options need rediss://", url);
     if (!rc && tls)
@@ -336,6 +379,8 @@ int redis_open(struct dlock_client *c, void **state)
         return rc;
     }
     rc = redis_load_scripts(s);
+    if (!rc && s->sentinel)
+        rc = redis_hub_start(s); /* +switch-master, for holders and idle connections too */
     if (rc) {
         redis_close(s);
         return rc;

@@ -186,6 +186,8 @@ static void *hub_main(void *arg)
     struct rconn *k = NULL;
     struct dlock__backoff backoff = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS};
     int64_t next_dial = 0;
+    struct rconn *watch = NULL; /* Sentinel: +switch-master (sentinel.c) */
+    int64_t next_watch = 0;
 
     pthread_mutex_lock(&hb->mu);
     while (!hb->stop) {
@@ -210,6 +212,10 @@ static void *hub_main(void *arg)
         if (k)
             hub_flush_todo(hb, k);
         pthread_mutex_unlock(&hb->mu);
+        if (s->sentinel && !watch && dlock__now_ms() >= next_watch) {
+            watch = redis_sentinel_watch(s);
+            next_watch = dlock__now_ms() + REDIS_BACKOFF_MAX_MS;
+        }
 
         /* The subscriber's replies are pushed, never owed: only what it
          * writes is waited for, in the same poll as the wake-ups. */
@@ -218,7 +224,11 @@ static void *hub_main(void *arg)
             redis_conn_pump(k, 0);
         }
         bool broken = k && k->broken;
-        struct pollfd p[2] = {{.fd = s->hub.efd, .events = POLLIN}, {.fd = -1}};
+        struct pollfd p[3] = {{.fd = s->hub.efd, .events = POLLIN}, {.fd = -1}, {.fd = -1}};
+        if (watch) {
+            p[2].fd = watch->fd;
+            p[2].events = redis_conn_events(watch);
+        }
         if (k && !broken) {
             p[1].fd = k->fd;
             p[1].events = redis_conn_events(k);
@@ -228,7 +238,16 @@ static void *hub_main(void *arg)
             int64_t left = next_dial - dlock__now_ms();
             timeout = left < 0 ? 0 : (int)left;
         }
-        if (!broken && poll(p, 2, timeout) > 0) {
+        if (!broken && poll(p, 3, timeout) > 0) {
+            if (watch && p[2].revents) {
+                redis_conn_pump(watch, p[2].revents);
+                if (redis_sentinel_switched(s, watch) && k)
+                    broken = true; /* subscribed to the old master: move */
+                if (watch->broken) {
+                    redis_conn_free(watch);
+                    watch = NULL;
+                }
+            }
             if (p[0].revents & POLLIN) {
                 uint64_t v;
                 if (read(s->hub.efd, &v, sizeof v) < 0) {
@@ -237,7 +256,7 @@ static void *hub_main(void *arg)
             }
             if (p[1].fd >= 0 && p[1].revents) {
                 redis_conn_pump(k, p[1].revents);
-                broken = k->broken;
+                broken = broken || k->broken;
             }
         }
         pthread_mutex_lock(&hb->mu);
@@ -251,13 +270,36 @@ static void *hub_main(void *arg)
         if (broken) {
             redis_conn_free(k);
             k = NULL;
+            redis_sentinel_stale(s); /* Sentinel: a failover closes subscribers too */
             hub_on_disconnect(hb);
             next_dial = dlock__now_ms() + dlock__backoff_next(&backoff);
         }
     }
     pthread_mutex_unlock(&hb->mu);
     redis_conn_free(k);
+    redis_conn_free(watch);
     return NULL;
+}
+
+/* Start the hub thread unless it runs (hub mutex held). */
+static int hub_start_locked(struct redis_state *s)
+{
+    struct hub *hb = &s->hub;
+    if (hb->started)
+        return DLOCK_OK;
+    int err = pthread_create(&hb->thread, NULL, hub_main, s);
+    if (err)
+        return dlock__errno(DLOCK_EIO, err, "%s: cannot start the subscriber thread", s->where);
+    hb->started = true;
+    return DLOCK_OK;
+}
+
+int redis_hub_start(struct redis_state *s)
+{
+    pthread_mutex_lock(&s->hub.mu);
+    int rc = hub_start_locked(s);
+    pthread_mutex_unlock(&s->hub.mu);
+    return rc;
 }
 
 /* Register W as a waiter on CHAN, subscribing when it is the first. */
@@ -265,13 +307,10 @@ int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct d
 {
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);
-    if (!hb->started) {
-        int err = pthread_create(&hb->thread, NULL, hub_main, s);
-        if (err) {
-            pthread_mutex_unlock(&hb->mu);
-            return dlock__errno(DLOCK_EIO, err, "%s: cannot start the subscriber thread", s->where);
-        }
-        hb->started = true;
+    int rc = hub_start_locked(s);
+    if (rc) {
+        pthread_mutex_unlock(&hb->mu);
+        return rc;
     }
     struct hub_chan *ch = hub_find(hb, chan, len);
     if (!ch) {
@@ -292,7 +331,7 @@ int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct d
         ch->next = hb->buckets[b];
         hb->buckets[b] = ch;
     }
-    int rc = dlock__waitset_add(&ch->waiters, w);
+    rc = dlock__waitset_add(&ch->waiters, w);
     if (rc) {
         if (ch->nwaiters == 0)
             hub_mark(hb, ch); /* freed by the hub thread once unwanted */

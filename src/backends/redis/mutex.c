@@ -164,7 +164,9 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         if (!first || redis_hub_subscribed(s, chan, chan_len)) {
             redis_hub_ack(s, chan, chan_len, w);
             rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), "2", &ttl);
-            if (rc == DLOCK_ECONN) {
+            /* EUNAVAIL is transient too: a failover under way (READONLY,
+             * a sentinel's stale answer), LOADING, too few replicas */
+            if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL) {
                 dlock__errmsg_save(outage_msg);
                 outage_ms = dlock__backoff_next(&outage);
             } else if (rc != DLOCK_EBUSY) {
@@ -660,7 +662,8 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
 
 /* ================================================================ table */
 
-static const char *const redis_schemes[] = {"redis", "rediss", "redis+unix", NULL};
+static const char *const redis_schemes[] = {"redis",          "rediss",          "redis+unix",
+                                            "redis+sentinel", "rediss+sentinel", NULL};
 
 const struct dlock__backend dlock__backend_redis = {
     .version = DLOCK__BACKEND_VERSION,

@@ -92,9 +92,16 @@ struct hub {
     struct hub_chan *todo;
 };
 
+/* One sentinel of a redis+sentinel:// URL (the host is the URL's). */
+struct redis_sentinel_addr {
+    const char *host;
+    int port;
+};
+
 struct redis_state {
     struct dlock_client *c;
-    char *host; /* NULL for a unix socket */
+    char *host; /* NULL for a unix socket; with Sentinel the current master,
+                   under pool_mu */
     int port;
     char *sock;
     int db;
@@ -119,6 +126,18 @@ struct redis_state {
     int64_t next_dial_ms;
 
     struct hub hub;
+
+    /* redis+sentinel:// (sentinel.c) */
+    bool sentinel;
+    char *master_name;
+    struct redis_sentinel_addr *sentinels;
+    size_t sentinel_first; /* atomic: the one that answered last, asked first */
+    size_t nsentinels;
+    const char *sentinel_password;
+    pthread_mutex_t resolve_mu; /* one resolution at a time */
+    bool master_stale;          /* under pool_mu: ask the sentinels again */
+    unsigned master_epoch;      /* under pool_mu: bumped by each resolution */
+    size_t watch_next;          /* hub thread: watch the sentinel after the last watched */
 
     /* cancels of lost acquires not yet sent (mutex.c) */
     pthread_mutex_t cancel_mu;
@@ -152,6 +171,9 @@ int redis_command(struct rconn *k, int argc, const char **argv, const size_t *ar
  * host:port and the server's words; DLOCK_ETIMEDOUT when DEADLINE passed
  * before anything was sent. */
 int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out);
+/* The same to the address A (Sentinel: a master candidate). */
+int redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
+                    int64_t deadline, struct rconn **out);
 /* Take an idle connection or dial a new one, its request bound (until)
  * set to now + dlock__time_left(DEADLINE, op timeout). BACKGROUND callers (keeper)
  * respect the reconnect backoff; callers' own requests always dial.
@@ -190,6 +212,28 @@ bool redis_conn_sent(const struct rconn *k);
  * returned REVENTS; replies go to redis_conn_take(). */
 short redis_conn_events(const struct rconn *k);
 void redis_conn_pump(struct rconn *k, short revents);
+
+/* ---------------------------------------------------------- sentinel.c */
+
+/* Read a redis+sentinel:// URL of C into S (sentinels, master name,
+ * sentinel_password). */
+int redis_sentinel_parse(struct redis_state *s, struct dlock_client *c);
+/* The current master's address (HOST, *PORT; *EPOCH the resolution it
+ * came from), asking the sentinels first when it is stale or unknown,
+ * within DEADLINE. */
+int redis_sentinel_master(struct redis_state *s, int64_t deadline, char *host, size_t host_len,
+                          int *port, unsigned *epoch);
+/* Ask the sentinels where the master is (ROLE-checked), unless another
+ * thread did since resolution EPOCH. */
+int redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t deadline);
+/* For the hub thread: a connection to the next sentinel subscribed to
+ * +switch-master (NULL when it does not answer); and whether what it
+ * received announces a failover of our master (then marked stale). */
+struct rconn *redis_sentinel_watch(struct redis_state *s);
+bool redis_sentinel_switched(struct redis_state *s, struct rconn *w);
+/* The master may have moved (a broken connection, READONLY): ask again
+ * before the next dial. No-op without Sentinel. */
+void redis_sentinel_stale(struct redis_state *s);
 
 /* --------------------------------------------------------------- tls.c */
 
@@ -288,6 +332,9 @@ int redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h,
 
 /* -------------------------------------------------------------- hub.c */
 
+/* Start the hub thread now (Sentinel: it watches +switch-master from the
+ * start, waiters or not); redis_hub_join() starts it otherwise. */
+int redis_hub_start(struct redis_state *s);
 /* Register W as a waiter on CHAN, subscribing when it is the first. */
 int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w);
 /* Whether messages on CHAN reach us now. */

@@ -339,7 +339,7 @@ int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id
             return rc;
         if (sent_ms)
             *sent_ms = dlock__now_ms();
-        redisReply *r;
+        redisReply *r = NULL;
         rc = eval_on(s, k, id, nkeys, nargs, args, lens, what, &r, &written, &acks);
         if (reached)
             *reached = written;
@@ -360,6 +360,20 @@ int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id
                 continue;
             }
             return rc;
+        }
+        if (s->sentinel && attempt == 0 && r->type == REDIS_REPLY_ERROR &&
+            strncmp(r->str, "READONLY", 8) == 0) {
+            /* a master demoted by a failover: nothing was written; once
+             * more on the master the sentinels name now */
+            redis_server_error(s, r->str, what); /* marks the master stale */
+            freeReplyObject(r);
+            redis_pool_put(s, k, true);
+            dlock__errmsg_save(lost);
+            if (retry_args) {
+                args = retry_args;
+                lens = retry_lens;
+            }
+            continue;
         }
         redis_pool_put(s, k, false);
         if (r->type == REDIS_REPLY_ERROR) {

@@ -1,0 +1,265 @@
+/* sentinel.c -- redis+sentinel://: finding the master through Redis
+ * Sentinel, and finding it again after a failover.
+ *
+ * The URL names the sentinels and the master's name. The backend asks
+ * the sentinels in turn (SENTINEL get-master-addr-by-name), the one that
+ * answered first next time, as the Sentinel client guidelines say; it
+ * believes an answer only once the address itself says ROLE master (a
+ * sentinel that has not yet seen a failover points at what is now a
+ * replica). The master's address then serves every connection of the
+ * pool and the subscriber. It is asked again when the master goes stale:
+ * a connection to it breaks (Sentinel closes every client connection of
+ * the instances it reconfigures during a failover, so every user of the
+ * old master notices), or a write is refused with READONLY (a demoted
+ * master). Nothing is left for the user to do: requests dial the new
+ * master, the keeper's renewals reach it (holds it does not know are
+ * reported lost there), waiters re-subscribe there.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis.h"
+
+void redis_sentinel_stale(struct redis_state *s)
+{
+    if (!s->sentinel)
+        return;
+    pthread_mutex_lock(&s->pool_mu);
+    s->master_stale = true;
+    pthread_mutex_unlock(&s->pool_mu);
+}
+
+/* Ask sentinel I where the master is: DLOCK_OK with *HOST (caller frees)
+ * and *PORT, or why not (the message names the sentinel). */
+static int ask_sentinel(struct redis_state *s, size_t i, int64_t deadline, char **host, int *port)
+{
+    *host = NULL;
+    struct redis_addr a = {.host = s->sentinels[i].host, .port = s->sentinels[i].port, .tls = s->tls};
+    int64_t cto = dlock__time_left(deadline, s->connect_timeout_ms);
+    if (cto == 0)
+        return dlock__err(DLOCK_ETIMEDOUT, "%s: the deadline passed", s->where);
+    struct rconn *k;
+    int rc = redis_conn_dial(&a, dlock__now_ms() + cto, &k);
+    if (rc)
+        return rc;
+    const char *auth[] = {"AUTH", s->sentinel_password};
+    const char *ask[] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
+    if (s->sentinel_password)
+        rc = redis_conn_append(k, 2, auth, NULL);
+    if (!rc)
+        rc = redis_conn_append(k, 3, ask, NULL);
+    if (!rc)
+        rc = redis_exchange(&k, 1, dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms),
+                            "SENTINEL get-master-addr-by-name");
+    redisReply *ra = !rc && s->sentinel_password ? redis_conn_take(k) : NULL;
+    redisReply *r = !rc ? redis_conn_take(k) : NULL;
+    if (ra && ra->type == REDIS_REPLY_ERROR)
+        rc = dlock__err(DLOCK_EAUTH, "%s: sentinel_password refused: %s", k->where, ra->str);
+    else if (!rc && r->type == REDIS_REPLY_ERROR)
+        rc = dlock__err(DLOCK_EBACKEND, "%s: SENTINEL get-master-addr-by-name %s: %s", k->where,
+                        s->master_name, r->str);
+    else if (!rc && r->type == REDIS_REPLY_NIL)
+        rc = dlock__err(DLOCK_ENOENT, "%s: this sentinel monitors no master named '%s'", k->where,
+                        s->master_name);
+    else if (!rc && (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                     r->element[0]->type != REDIS_REPLY_STRING ||
+                     r->element[1]->type != REDIS_REPLY_STRING))
+        rc = dlock__err(DLOCK_EPROTO, "%s: SENTINEL get-master-addr-by-name: unexpected reply",
+                        k->where);
+    else if (!rc) {
+        *host = dlock__strdup(r->element[0]->str);
+        *port = atoi(r->element[1]->str);
+        if (!*host)
+            rc = DLOCK_ENOMEM;
+    }
+    freeReplyObject(ra);
+    freeReplyObject(r);
+    redis_conn_free(k);
+    return rc;
+}
+
+/* Whether HOST:PORT says it is a master (ROLE), within DEADLINE. */
+static int check_role(struct redis_state *s, const char *host, int port, int64_t deadline)
+{
+    struct redis_addr a = {.host = host, .port = port, .tls = s->tls};
+    struct rconn *k;
+    int rc = redis_dial_addr(s, &a, false, deadline, &k);
+    if (rc)
+        return rc;
+    const char *role[] = {"ROLE"};
+    redisReply *r;
+    k->until = dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms);
+    rc = redis_command(k, 1, role, NULL, "ROLE", &r, NULL);
+    if (!rc) {
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+            r->element[0]->type != REDIS_REPLY_STRING)
+            rc = dlock__err(DLOCK_EPROTO, "%s: ROLE: unexpected reply", k->where);
+        else if (strcmp(r->element[0]->str, "master") != 0)
+            rc = dlock__err(DLOCK_EUNAVAIL, "%s: the sentinel's master for '%s' says ROLE %s "
+                                            "(a stale answer: a failover is under way)",
+                            k->where, s->master_name, r->element[0]->str);
+        freeReplyObject(r);
+    }
+    redis_conn_free(k);
+    return rc;
+}
+
+int redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t deadline)
+{
+    pthread_mutex_lock(&s->resolve_mu);
+    pthread_mutex_lock(&s->pool_mu);
+    bool done = s->master_epoch != epoch && !s->master_stale; /* another thread did it */
+    pthread_mutex_unlock(&s->pool_mu);
+    if (done) {
+        pthread_mutex_unlock(&s->resolve_mu);
+        return DLOCK_OK;
+    }
+    char why[DLOCK__MSG_MAX] = "";
+    size_t wl = 0;
+    int rc = DLOCK_ECONN;
+    size_t first = __atomic_load_n(&s->sentinel_first, __ATOMIC_RELAXED);
+    for (size_t n = 0; n < s->nsentinels; n++) {
+        size_t i = (first + n) % s->nsentinels;
+        char *host = NULL;
+        int port = 0;
+        rc = ask_sentinel(s, i, deadline, &host, &port);
+        if (!rc)
+            rc = check_role(s, host, port, deadline);
+        if (rc) {
+            if (wl < sizeof why)
+                wl += (size_t)snprintf(why + wl, sizeof why - wl, "%s%s", wl ? "; " : "",
+                                       dlock_errmsg());
+            free(host);
+            if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ENOMEM)
+                break;
+            continue;
+        }
+        pthread_mutex_lock(&s->pool_mu);
+        bool moved = !s->host || strcmp(s->host, host) != 0 || s->port != port;
+        if (moved) {
+            free(s->host);
+            s->host = host;
+            s->port = port;
+            s->gen++; /* idle connections to the old master retire */
+            host = NULL;
+        }
+        s->master_stale = false;
+        s->master_epoch++;
+        pthread_mutex_unlock(&s->pool_mu);
+        free(host);
+        /* the sentinel that answered is asked first next time */
+        __atomic_store_n(&s->sentinel_first, i, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&s->resolve_mu);
+        return DLOCK_OK;
+    }
+    pthread_mutex_unlock(&s->resolve_mu);
+    if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ENOMEM)
+        return rc;
+    return dlock__err(rc == DLOCK_EAUTH ? DLOCK_EAUTH : DLOCK_ECONN,
+                      "%s: no sentinel named a reachable master: %s", s->where, why);
+}
+
+int redis_sentinel_master(struct redis_state *s, int64_t deadline, char *host, size_t host_len,
+                          int *port, unsigned *epoch)
+{
+    for (int round = 0;; round++) {
+        pthread_mutex_lock(&s->pool_mu);
+        bool stale = s->master_stale || !s->host;
+        *epoch = s->master_epoch;
+        if (!stale) {
+            snprintf(host, host_len, "%s", s->host);
+            *port = s->port;
+        }
+        pthread_mutex_unlock(&s->pool_mu);
+        if (!stale)
+            return DLOCK_OK;
+        if (round > 0)
+            return dlock__err(DLOCK_ECONN, "%s: the master went stale again at once", s->where);
+        int rc = redis_sentinel_resolve(s, *epoch, deadline);
+        if (rc)
+            return rc;
+    }
+}
+
+int redis_sentinel_parse(struct redis_state *s, struct dlock_client *c)
+{
+    const char *url = dlock_client_url(c);
+    const char *path = c->url.path;
+    if (c->url.nhosts < 1 || !path || strlen(path) < 2)
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': %s://s1:26379,s2:26379/MASTERNAME[/db] "
+                                         "needs sentinels and the master's name",
+                          url, c->url.scheme);
+    s->sentinels = calloc(c->url.nhosts, sizeof *s->sentinels);
+    if (!s->sentinels)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < c->url.nhosts; i++) {
+        s->sentinels[i].host = c->url.hosts[i].host;
+        s->sentinels[i].port = c->url.hosts[i].port ? c->url.hosts[i].port : 26379;
+    }
+    s->nsentinels = c->url.nhosts;
+    const char *name = path + 1, *slash = strchr(name, '/');
+    s->master_name = slash ? strndup(name, (size_t)(slash - name)) : strdup(name);
+    if (!s->master_name)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (!*s->master_name)
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': the master's name is empty", url);
+    snprintf(s->where, sizeof s->where, "%s master '%s'", c->url.scheme, s->master_name);
+    s->sentinel_password = dlock__url_param(&c->url, "sentinel_password");
+    const char *env = getenv("DLOCK_REDIS_SENTINEL_PASSWORD");
+    if (!s->sentinel_password && env && *env)
+        s->sentinel_password = env;
+    s->sentinel = true;
+    return DLOCK_OK;
+}
+
+/* ===================================================== +switch-master */
+
+/* The hub thread (hub.c) keeps one connection to a sentinel subscribed
+ * to +switch-master: a failover Sentinel announces ends the subscriber
+ * connection to the old master at once (the old master, now a replica,
+ * would otherwise keep it, and waiters would stay subscribed there). The
+ * dial is short (at most a second) since the hub thread waits for it;
+ * a sentinel that does not answer is skipped for the next one. */
+struct rconn *redis_sentinel_watch(struct redis_state *s)
+{
+    size_t i = (__atomic_load_n(&s->sentinel_first, __ATOMIC_RELAXED) + s->watch_next++) %
+               s->nsentinels;
+    struct redis_addr a = {.host = s->sentinels[i].host, .port = s->sentinels[i].port, .tls = s->tls};
+    int64_t cto = s->connect_timeout_ms < 1000 ? s->connect_timeout_ms : 1000;
+    struct rconn *k;
+    if (redis_conn_dial(&a, dlock__now_ms() + cto, &k))
+        return NULL;
+    const char *auth[] = {"AUTH", s->sentinel_password};
+    const char *sub[] = {"SUBSCRIBE", "+switch-master"};
+    if ((s->sentinel_password && redis_conn_append(k, 2, auth, NULL)) ||
+        redis_conn_append(k, 2, sub, NULL)) {
+        redis_conn_free(k);
+        return NULL;
+    }
+    k->want = 0; /* pushed replies: nothing is owed */
+    redis_conn_pump(k, 0);
+    return k;
+}
+
+bool redis_sentinel_switched(struct redis_state *s, struct rconn *w)
+{
+    bool switched = false;
+    size_t nl = strlen(s->master_name);
+    redisReply *r;
+    while ((r = redis_conn_take(w))) {
+        /* "message" "+switch-master" "<name> <old ip> <old port> <new ip> <new port>" */
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+            r->element[2]->type == REDIS_REPLY_STRING && r->element[2]->len > nl &&
+            memcmp(r->element[2]->str, s->master_name, nl) == 0 && r->element[2]->str[nl] == ' ')
+            switched = true;
+        freeReplyObject(r);
+    }
+    if (switched) { /* idle connections to the old master retire too */
+        pthread_mutex_lock(&s->pool_mu);
+        s->master_stale = true;
+        s->gen++;
+        pthread_mutex_unlock(&s->pool_mu);
+    }
+    return switched;
+}

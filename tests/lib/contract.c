@@ -172,13 +172,10 @@ static char *redis_unreachable(const struct ct_fixture *f, int port)
  * Redisson's "redisson_lock__channel:{<key>}", where writers wait, and
  * readers wait on RReadWriteLock's "redisson_rwlock:{<key>}"; a waiter
  * subscribes before it sleeps. */
-static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
-                          const char *name)
+static long waiters_on(const struct fx_redis *srv, const char *prefix, const char *name)
 {
-    (void)c;
     char *fullname = tu_fmt("%s%s", prefix ? prefix : "", name);
-    const struct redis_priv *p = f->priv;
-    redisContext *ctx = fx_redis_raw(&p->srv, NULL);
+    redisContext *ctx = srv ? fx_redis_raw(srv, NULL) : NULL;
     if (!ctx) {
         free(fullname);
         return -1;
@@ -198,6 +195,14 @@ static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const cha
     free(fullname);
     redisFree(ctx);
     return n;
+}
+
+static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
+                          const char *name)
+{
+    (void)c;
+    const struct redis_priv *p = f->priv;
+    return waiters_on(&p->srv, prefix, name);
 }
 
 static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
@@ -225,6 +230,58 @@ static struct ct_fixture fx_redis_simple = {
     .url = redis_url,
     .unreachable_url = redis_unreachable,
     .waiters = redis_waiters,
+};
+
+/* The whole contract through Sentinel (1 master, 1 replica, 1 sentinel:
+ * the URL form; failovers are check_redis's). */
+static struct fx_sentinels sentinel_topology;
+
+static bool sentinel_start(struct ct_fixture *f)
+{
+    if (!fx_sentinels_start(&sentinel_topology, 1, 1)) {
+        snprintf(f->error, sizeof f->error, "the Sentinel topology did not start (logs on stderr)");
+        return false;
+    }
+    return true;
+}
+
+static void sentinel_stop(struct ct_fixture *f)
+{
+    (void)f;
+    fx_sentinels_stop(&sentinel_topology);
+}
+
+static char *sentinel_url(const struct ct_fixture *f, const char *query)
+{
+    (void)f;
+    return with_query(sentinel_topology.url, query);
+}
+
+static char *sentinel_unreachable(const struct ct_fixture *f, int port)
+{
+    (void)f;
+    return tu_fmt("redis+sentinel://127.0.0.1:%d/%s?connect_timeout=500ms", port,
+                  FX_SENTINEL_MASTER);
+}
+
+static long sentinel_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
+                             const char *name)
+{
+    (void)f;
+    (void)c;
+    int port = fx_sentinels_master_port(&sentinel_topology);
+    return waiters_on(fx_sentinels_server(&sentinel_topology, port), prefix, name);
+}
+
+static struct ct_fixture fx_redis_sentinel = {
+    .name = "redis-sentinel",
+    .scheme = "redis+sentinel",
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED,
+    .start = sentinel_start,
+    .stop = sentinel_stop,
+    .url = sentinel_url,
+    .unreachable_url = sentinel_unreachable,
+    .waiters = sentinel_waiters,
 };
 
 /* The whole contract over TLS (rediss://, the fixture's own CA). */
@@ -349,6 +406,7 @@ struct ct_fixture *const ct_fixtures[] = {
     &fx_redis,
     &fx_redis_simple,
     &fx_rediss,
+    &fx_redis_sentinel,
 #endif
 #ifdef DLOCK_HAVE_ETCD
     &fx_etcd,

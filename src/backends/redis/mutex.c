@@ -372,11 +372,12 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
                         dlock__renew_result(b, c0 + i, DLOCK_OK);
                         dlock__hold_confirmed(s->c, h, sent);
                     } else {
-                        /* each hold keeps its own reason */
+                        /* each hold keeps its own reason, naming the server
+                         * that answered (Sentinel: the master of the moment) */
                         dlock__err(DLOCK_ELOST,
                                    "%s: renewal found lock '%s' held by another owner or gone "
                                    "(lease expired, force-released or the server lost its data)",
-                                   s->where, h->name);
+                                   k->where, h->name);
                         dlock__renew_result(b, c0 + i, DLOCK_ELOST);
                     }
                 }

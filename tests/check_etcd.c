@@ -1206,14 +1206,9 @@ START_TEST(test_rw_paused_reader_loses_hold)
     char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
     struct gate g = gate_open("etcd-rw-pause");
     /* forked before this process has a client (no threads to fork) */
-    pid_t r = fork();
-    ck_assert_int_ge(r, 0);
+    dlock_lock *lr = NULL;
+    pid_t r = tu_fork_holding(short_url, "rwpause", DLOCK_SHARED, 20000, &lr);
     if (r == 0) {
-        dlock_client *cr = NULL;
-        dlock_lock *lr = NULL;
-        if (dlock_open(short_url, &cr) || dlock_lock_new(cr, "rwpause", DLOCK_SHARED, 0, &lr) ||
-            dlock_acquire(lr, 20000))
-            _exit(10);
         uint64_t tok = 0;
         dlock_token(lr, &tok);
         char *text = tu_fmt("%" PRIu64, tok);

@@ -890,14 +890,9 @@ START_TEST(killed_reader_among_readers_expires)
     start_server(NULL);
     char *dir = tu_tmpdir("redis-rw-kill"), *held = tu_fmt("%s/held", dir);
     char *url = tu_fmt("%s?lease=1500ms", srv.url);
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
+    dlock_lock *l = NULL;
+    pid_t child = tu_fork_holding(url, "dead", DLOCK_SHARED, 10000, &l);
     if (child == 0) {
-        dlock_client *c = NULL;
-        dlock_lock *l = NULL;
-        if (dlock_open(url, &c) || dlock_lock_new(c, "dead", DLOCK_SHARED, 0, &l) ||
-            dlock_acquire(l, 10000))
-            _exit(10);
         tu_write_marker(held, "1");
         for (;;)
             pause();
@@ -2441,12 +2436,9 @@ START_TEST(tls_verification_and_client_certs)
     const char *hosts[] = {"127.0.0.1", "localhost"};
     for (size_t i = 0; i < 2; i++) {
         char *url = tu_fmt("rediss://%s:%d?tls_ca=%s&%s", hosts[i], srv.tls_port, srv.ca, certs);
-        dlock_client *c = tu_open(url);
-        dlock_lock *l = tu_lock(c, "tls");
-        tu_acquire_release(l, DLOCK_TRY);
-        dlock_lock_free(l);
-        dlock_client_close(c);
-        free(url);
+        struct tu_solo s = tu_solo_open(url, "tls");
+        tu_acquire_release(s.l, DLOCK_TRY);
+        tu_solo_close(&s);
     }
     redisContext *ctx = raw(); /* what the TLS clients did, seen on the plain port */
     ck_assert_int_eq(cmd_int(ctx, "EXISTS redisson_lock_token:{tls}"), 1);

@@ -858,13 +858,9 @@ START_TEST(test_bad_urls)
     zhandle_t *zh = raw_open(NULL);
     raw_mkdirs(zh, "/zkapp", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
     zookeeper_close(zh);
-    char *url = url_with("/zkapp", "base=/zookeeper");
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "in-chroot");
-    tu_acquire_release(l, DLOCK_TRY);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    struct tu_solo s = tu_solo_open(url_with("/zkapp", "base=/zookeeper"), "in-chroot");
+    tu_acquire_release(s.l, DLOCK_TRY);
+    tu_solo_close(&s);
 }
 END_TEST
 

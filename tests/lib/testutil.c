@@ -456,6 +456,19 @@ uint64_t tu_next_token(dlock_client *c, const char *name, uint64_t last)
     return t;
 }
 
+pid_t tu_fork_holding(const char *url, const char *name, int mode, int64_t wait, dlock_lock **l)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    dlock_client *c = NULL;
+    if (dlock_open(url, &c) || dlock_lock_new(c, name, (dlock_mode)mode, 0, l) ||
+        dlock_acquire(*l, wait))
+        _exit(10);
+    return 0;
+}
+
 struct tu_solo tu_solo_open(char *url, const char *name)
 {
     struct tu_solo s = {.url = url};

@@ -231,6 +231,12 @@ int tu_sem_taker_join(struct tu_sem_taker *t);
 void tu_sem_full(struct dlock_client *c, struct dlock_semaphore *s, const char *name,
                  unsigned permits, size_t holders);
 
+/* fork(); in the child, a client of URL takes NAME in MODE (a dlock_mode;
+ * waiting at most WAIT) -- the child exits 10 when it cannot -- and *L is
+ * its held handle. Returns the child's pid to the parent, 0 to the child. */
+pid_t tu_fork_holding(const char *url, const char *name, int mode, int64_t wait,
+                      struct dlock_lock **l);
+
 /* One test of a table: its name (what DLOCK_TEST matches), its Check
  * function and its time limit in seconds (0 = 60). */
 struct TTest;

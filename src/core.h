@@ -374,7 +374,7 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 3 /* 2: downgrade; 3: the sem_* functions */
+#define DLOCK__BACKEND_VERSION 4 /* 2: downgrade; 3: the sem_* functions; 4: share */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -458,6 +458,16 @@ struct dlock__backend {
     int (*sem_acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
     int (*sem_release)(void *state, struct dlock__hold *h);
     int (*sem_inspect)(void *state, const char *name, unsigned permits, struct dlock_info *info);
+
+    /* Version 4. Exclusive hold H just gained its first shared level (the
+     * owner re-entered it through a shared handle): a downgrade may
+     * follow, and a backend whose layout must prepare for it now (zk: a
+     * read node queued right behind the write node, before any other
+     * writer can come between) does so. Best effort: the result is only
+     * a hint, a failure leaves the downgrade to do without. Called with
+     * no core lock held; the keeper does not renew H meanwhile. NULL:
+     * nothing to prepare. */
+    void (*share)(void *state, struct dlock__hold *h);
 };
 
 /* The backend's release of H: sem_release for a semaphore's hold. */

@@ -359,6 +359,26 @@ static int reenter(const dlock_lock *l, struct dlock__hold *h)
     return DLOCK_OK;
 }
 
+/* Exclusive hold H has just gained its first shared level: let the
+ * backend prepare a downgrade (its share op, best effort), with the
+ * keeper kept off H as for a renewal (mutex held; dropped meanwhile). */
+static void hold_share(dlock_client *c, struct dlock__hold *h)
+{
+    if (c->be->version < 4 || !c->be->share)
+        return;
+    while (h->renewing)
+        pthread_cond_wait(&c->renew_cv, &c->mu);
+    h->renewing = true;
+    pthread_mutex_unlock(&c->mu);
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    c->be->share(c->bstate, h);
+    dlock__errmsg_restore(DLOCK_OK, msg);
+    pthread_mutex_lock(&c->mu);
+    h->renewing = false;
+    pthread_cond_broadcast(&c->renew_cv);
+}
+
 /* The message of a contention outcome RC of an acquire of E's name that
  * waited WAIT_MS; other codes pass through with their message. */
 static int acquire_outcome(struct dlock__entry *e, int rc, int64_t wait_ms)
@@ -426,6 +446,9 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     if (rc || h) {
         if (h)
             rc = reenter(l, h);
+        if (!rc && h && h->mode == DLOCK_EXCLUSIVE && l->mode == DLOCK_SHARED &&
+            h->shared_levels == 1)
+            hold_share(c, h);
         waitref_remove(&l->waits, &ref);
         pthread_mutex_unlock(&c->mu);
         if (cancel)

@@ -270,8 +270,8 @@ typedef enum dlock_mode {
  * need no second constructor.
  * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, an empty or too long name, an
  * unknown mode, a reserved flag); DLOCK_ENOTSUP (DLOCK_SHARED where the
- * backend has no shared mode -- docs/backends.md: file, redis and etcd
- * have it; DLOCK_LOCK_FAIR on file or redis);
+ * backend has no shared mode -- docs/backends.md: file, redis, etcd
+ * and zk have it; DLOCK_LOCK_FAIR on file or redis);
  * DLOCK_EMISUSE (the client is not connected, closed, or the parent's);
  * DLOCK_ENOMEM. On failure *OUT is NULL.
  * Threads: any. Without DLOCK_LOCK_HANDLE_OWNED the handle may be used

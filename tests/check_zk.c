@@ -124,12 +124,18 @@ static void raw_mkdirs(zhandle_t *zh, const char *path, int last_mode, const str
     free(p);
 }
 
-/* Sorted lock children of PATH, as Curator sorts them (by the digits after
- * the last "lock-"); *n set. Caller frees with free_strings. */
+/* Sorted lock children of PATH, as Curator sorts them (by the 10 digits
+ * of the sequence that end every kind: "lock-", "__READ__", "__WRIT__");
+ * *n set. Caller frees with free_strings. */
+static const char *seq_of(const char *node)
+{
+    size_t n = strlen(node);
+    return n > 10 ? node + n - 10 : node;
+}
+
 static int cmp_seq(const void *a, const void *b)
 {
-    const char *x = strrchr(*(char *const *)a, '-'), *y = strrchr(*(char *const *)b, '-');
-    return strcmp(x ? x : *(char *const *)a, y ? y : *(char *const *)b);
+    return strcmp(seq_of(*(char *const *)a), seq_of(*(char *const *)b));
 }
 
 static char **raw_children(zhandle_t *zh, const char *path, int *n)
@@ -180,22 +186,62 @@ static void raw_keep_lock_node(zhandle_t *zh, const char *lockpath)
     free(keep);
 }
 
-/* Create a Curator InterProcessMutex contender node under LOCKPATH the way
- * Curator does (protected mode, EPHEMERAL_SEQUENTIAL): returns its name. */
-static char *curator_contend(zhandle_t *zh, const char *lockpath)
+/* Create a Curator contender node named MARK ("lock-" of InterProcessMutex,
+ * "__READ__" or "__WRIT__" of InterProcessReadWriteLock) under LOCKPATH the
+ * way Curator does (protected mode, EPHEMERAL_SEQUENTIAL): returns its name. */
+static char *curator_node(zhandle_t *zh, const char *lockpath, const char *mark)
 {
     raw_mkdirs(zh, lockpath, ZOO_CONTAINER, &ZOO_OPEN_ACL_UNSAFE);
     char guid[64];
     snprintf(guid, sizeof guid, "%08x-%04x-4%03x-8%03x-%012x", (unsigned)rand(),
              (unsigned)rand() & 0xffff, (unsigned)rand() & 0xfff, (unsigned)rand() & 0xfff,
              (unsigned)rand());
-    char *prefix = tu_fmt("%s/_c_%s-lock-", lockpath, guid);
+    char *prefix = tu_fmt("%s/_c_%s-%s", lockpath, guid, mark);
     char created[1024];
     int rc = zoo_create(zh, prefix, "127.0.0.1", 9, &ZOO_OPEN_ACL_UNSAFE,
                         ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created);
     ck_assert_msg(rc == ZOK, "create %s: %s", prefix, zerror(rc));
     free(prefix);
     return strdup(strrchr(created, '/') + 1);
+}
+
+static char *curator_contend(zhandle_t *zh, const char *lockpath)
+{
+    return curator_node(zh, lockpath, "lock-");
+}
+
+/* Whether Curator's InterProcessReadWriteLock would say that its node NODE
+ * under LOCKPATH holds: a "__READ__" node when no "__WRIT__" node is before
+ * it (its readLockPredicate), a "__WRIT__" node when it is first (maxLeases
+ * 1). */
+static bool curator_rw_holds(zhandle_t *zh, const char *lockpath, const char *node)
+{
+    int n = 0;
+    char **kids = raw_children(zh, lockpath, &n);
+    bool reader = strstr(node, "__READ__") != NULL, holds = false, writer_before = false;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(kids[i], node) == 0) {
+            holds = reader ? !writer_before : i == 0;
+            break;
+        }
+        if (strstr(kids[i], "__WRIT__"))
+            writer_before = true;
+        else if (!reader && !strstr(kids[i], "__READ__"))
+            continue; /* (not a contender: "keep") */
+        if (!reader)
+            break; /* something before a writer: it waits */
+    }
+    free_strings(kids, n);
+    return holds;
+}
+
+/* Delete Curator's node NODE under LOCKPATH (its release) and free NODE. */
+static void curator_release(zhandle_t *zh, const char *lockpath, char *node)
+{
+    char *path = tu_fmt("%s/%s", lockpath, node);
+    ck_assert_int_eq(zoo_delete(zh, path, -1), ZOK);
+    free(path);
+    free(node);
 }
 
 /* dlock's own client handles, caught by interposing zookeeper_init2 (the
@@ -592,6 +638,140 @@ START_TEST(test_curator_interop)
     zookeeper_close(zh);
     dlock_lock_free(l);
     dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
+/* Curator's InterProcessReadWriteLock on the same path, its nodes played
+ * with the raw client: a Curator reader shares with dlock's readers and
+ * keeps dlock's writer out, a Curator writer keeps both out, and dlock's
+ * reader and writer keep Curator's writer (and its reader, for dlock's
+ * writer) out -- judged by Curator's own predicates. With
+ * layout=curator-rw dlock's exclusive nodes are "__WRIT__". A dlock
+ * reader waiting for a Curator writer is woken by its release; a reader
+ * arriving behind a waiting writer waits (no writer starvation). */
+START_TEST(test_curator_rwlock_interop)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, "layout=curator-rw");
+    dlock_client *c = tu_open(url);
+    zhandle_t *zh = raw_open(NULL);
+    const char *lockpath = "/dlock/rw-with-java";
+    dlock_lock *r = tu_lock_mode(c, "rw-with-java", DLOCK_SHARED, 0);
+    dlock_lock *w = tu_lock(c, "rw-with-java");
+
+    /* Curator reads: dlock reads beside it, dlock's writer stays out. */
+    char *cr = curator_node(zh, lockpath, "__READ__");
+    ck_assert(curator_rw_holds(zh, lockpath, cr));
+    ck_assert_int_eq(dlock_acquire(r, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(w, DLOCK_TRY), DLOCK_EMISUSE); /* same thread: upgrade */
+    ck_assert_int_eq(dlock_release(r), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(w, DLOCK_TRY), DLOCK_EBUSY);
+    curator_release(zh, lockpath, cr);
+
+    /* dlock writes ("__WRIT__"): Curator's reader and writer wait. */
+    ck_assert_int_eq(dlock_acquire(w, DLOCK_TRY), DLOCK_OK);
+    int n = 0;
+    char **kids = raw_children(zh, lockpath, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_msg(strstr(kids[0], "-__WRIT__"), "dlock's write node: %s", kids[0]);
+    free_strings(kids, n);
+    cr = curator_node(zh, lockpath, "__READ__");
+    char *cw = curator_node(zh, lockpath, "__WRIT__");
+    ck_assert(!curator_rw_holds(zh, lockpath, cr));
+    ck_assert(!curator_rw_holds(zh, lockpath, cw));
+    ck_assert_int_eq(dlock_release(w), DLOCK_OK);
+    ck_assert(curator_rw_holds(zh, lockpath, cr)); /* the reader first, */
+    ck_assert(!curator_rw_holds(zh, lockpath, cw)); /* the writer behind it */
+    curator_release(zh, lockpath, cr);
+    ck_assert(curator_rw_holds(zh, lockpath, cw));
+
+    /* Curator writes: dlock's reader and writer wait; a dlock reader
+     * waiting (a handle-owned hold, to release it here) is woken by the
+     * writer's release. */
+    ck_assert_int_eq(dlock_acquire(r, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_acquire(w, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_lock *ro = tu_lock_mode(c, "rw-with-java", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED);
+    struct tu_waiter ra;
+    forever_waiter(&ra, ro);
+    expect_waiters(c, "rw-with-java", 1, 20000);
+    curator_release(zh, lockpath, cw);
+    tu_waiter_join(&ra);
+    ck_assert_msg(ra.rc == DLOCK_OK, "reader behind Curator's writer: %s", dlock_err_name(ra.rc));
+
+    /* dlock reads: Curator's writer waits; a reader arriving behind that
+     * waiting writer (another client's) waits too: writers are not
+     * starved across the two libraries. */
+    cw = curator_node(zh, lockpath, "__WRIT__");
+    ck_assert(!curator_rw_holds(zh, lockpath, cw));
+    char *direct = url_with(NULL, NULL);
+    dlock_client *c2 = tu_open(direct);
+    dlock_lock *r2 = tu_lock_mode(c2, "rw-with-java", DLOCK_SHARED, 0);
+    ck_assert_int_eq(dlock_acquire(r2, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(ro), DLOCK_OK);
+    ck_assert(curator_rw_holds(zh, lockpath, cw));
+    ck_assert_int_eq(dlock_acquire(r2, DLOCK_TRY), DLOCK_EBUSY);
+    curator_release(zh, lockpath, cw);
+    ck_assert_int_eq(dlock_acquire(r2, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(r2), DLOCK_OK);
+
+    dlock_lock_free(r2);
+    dlock_client_close(c2);
+    free(direct);
+    dlock_lock_free(ro);
+    dlock_lock_free(w);
+    dlock_lock_free(r);
+    dlock_client_close(c);
+    zookeeper_close(zh);
+    free(url);
+}
+END_TEST
+
+/* The downgrade with a writer queued between: A holds the write lock, B's
+ * writer queues behind it, then A takes a read level and releases its
+ * write level. A read node of A's made now would sort after B's writer,
+ * which would then see itself first and take the write lock beside A's
+ * read hold (what Curator's own downgrade does). dlock keeps A's write
+ * node instead until A's hold ends: B stays out, and gets in once A
+ * releases its read level. */
+START_TEST(test_downgrade_behind_queued_writer_keeps_it_out)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *wa = tu_lock(a, "down-between"), *wb = tu_lock(b, "down-between");
+    dlock_lock *ra = tu_lock_mode(a, "down-between", DLOCK_SHARED, 0);
+    zhandle_t *zh = raw_open(NULL);
+    ck_assert_int_eq(dlock_acquire(wa, DLOCK_TRY), DLOCK_OK);
+    uint64_t t = tu_token(wa);
+    struct tu_waiter arg;
+    tu_waiter_start(&arg, wb, DLOCK_FOREVER); /* (releases what it gets) */
+    expect_waiters(a, "down-between", 1, 20000);
+    ck_assert_int_eq(dlock_acquire(ra, DLOCK_TRY), DLOCK_OK); /* a read level */
+    ck_assert_int_eq(dlock_release(wa), DLOCK_OK);            /* the downgrade */
+    ck_assert_uint_eq(dlock_hold_count(ra), 1);
+    ck_assert_uint_eq(tu_token(ra), t);
+    /* A's write node is still first, B's writer behind it: B cannot hold */
+    int n = 0;
+    char **kids = raw_children(zh, "/dlock/down-between", &n);
+    ck_assert_int_eq(n, 2);
+    ck_assert_msg(strstr(kids[0], "-lock-") && strstr(kids[1], "-lock-"), "queue: %s, %s",
+                  kids[0], kids[1]);
+    char *first = tu_fmt("/dlock/down-between/%s", kids[0]);
+    struct Stat st;
+    ck_assert_int_eq(zoo_exists(zh, first, 0, &st), ZOK);
+    ck_assert_uint_eq((uint64_t)st.czxid, t);
+    free(first);
+    free_strings(kids, n);
+    ck_assert_int_eq(dlock_release(ra), DLOCK_OK);
+    tu_waiter_join(&arg);
+    ck_assert_msg(arg.rc == DLOCK_OK, "B's writer: %s", dlock_err_name(arg.rc));
+    zookeeper_close(zh);
+    dlock_lock_free(ra);
+    dlock_lock_free(wb);
+    dlock_lock_free(wa);
+    dlock_client_close(b);
+    dlock_client_close(a);
     free(url);
 }
 END_TEST
@@ -2151,6 +2331,8 @@ static Suite *zk_suite(void)
         {"validity_is_the_negotiated_session", test_validity_is_the_negotiated_session, 90},
         {"curator_interop", test_curator_interop, 90},
         {"curator_semaphore_interop", test_curator_semaphore_interop, 90},
+        {"curator_rwlock_interop", test_curator_rwlock_interop, 90},
+        {"downgrade_behind_queued_writer_keeps_it_out", test_downgrade_behind_queued_writer_keeps_it_out, 90},
         {"foreign_children_ignored", test_foreign_children_ignored, 90},
         {"hostile_names", test_hostile_names, 90},
         {"list_and_prefix", test_list_and_prefix, 90},

@@ -391,7 +391,7 @@ static long zk_waiters(const struct ct_fixture *f, dlock_client *c, const char *
 static struct ct_fixture fx_zk = {
     .name = "zk",
     .scheme = "zk",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FAIR,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FAIR | CT_SHARED,
     .start = zk_start,
     .stop = zk_stop,
     .url = zk_url,

@@ -372,21 +372,24 @@ static int zk_list_behind(zhandle_t *zh, struct zk_call **k, int sent, const cha
     return ZOK;
 }
 
-/* Create PATH (EPHEMERAL_SEQUENTIAL) and, in the same round trip, list
- * LOCKPATH's children: the server handles a session's requests in order,
+/* Create PATH (EPHEMERAL_SEQUENTIAL) with DATA (NULL: our identity) and,
+ * in the same round trip, list LOCKPATH's children: the server handles a session's requests in order,
  * so the listing already shows the new node. Returns the create's code;
  * *listed tells whether KIDS was filled (caller frees). */
 int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                          const char *lockpath, char **created, struct Stat *stat,
-                          struct String_vector *kids, bool *listed, int64_t until)
+                          const char *data, const char *lockpath, char **created,
+                          struct Stat *stat, struct String_vector *kids, bool *listed,
+                          int64_t until)
 {
+    if (!data)
+        data = zb->ident;
     *listed = false;
     struct zk_call *k[2];
     int rc = zk_calls_start(zb, zh, until, k, 2, kids);
     if (rc != ZOK)
         return rc;
     int64_t deadline = k[0]->deadline;
-    rc = zoo_acreate2(zh, path, zb->ident, (int)strlen(zb->ident), zk_node_acl(zb),
+    rc = zoo_acreate2(zh, path, data, (int)strlen(data), zk_node_acl(zb),
                       ZOO_EPHEMERAL_SEQUENTIAL, zk_on_created, k[0]);
     int lrc;
     rc = zk_list_behind(zh, k, rc, lockpath, &lrc);

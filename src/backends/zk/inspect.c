@@ -1,6 +1,7 @@
 /* inspect.c -- what the ZooKeeper backend tells about locks it does not
- * hold: status (the lock children in queue order: the holder, then the
- * waiters), force-release (delete the holder's node) and list (the lock
+ * hold: status (the lock children in queue order: the holder -- or the
+ * readers before the first writer, holding together --, then the
+ * waiters), force-release (delete the holders' nodes) and list (the lock
  * nodes under the base). They read the same lock children as acquire
  * (zk_sort_lock_nodes), so status and acquire always agree on who holds.
  */
@@ -22,6 +23,16 @@ static char *holder_text(const char *node, const char *data)
         if (!isprint((unsigned char)*p))
             printable = false;
     return printable ? dlock__sprintf("%s (%s)", node, data) : dlock__strdup(node);
+}
+
+/* How many of the sorted lock children KIDS hold the lock: the readers
+ * before the first writer, or the first node when it is a writer. */
+static int32_t holders_of(const struct String_vector *kids)
+{
+    int32_t n = 0;
+    while (n < kids->count && zk_node_kind(kids->data[n]) == ZK_KIND_READ)
+        n++;
+    return n ? n : kids->count > 0;
 }
 
 /* Run FN on NAME's lock path with a session, then put the session back
@@ -61,6 +72,9 @@ static int inspect_nodes(struct zk_backend *zb, struct zk_session *s, const char
         err = zk_fail(zb, rc, "list", lockpath);
     } else {
         zk_sort_lock_nodes(&kids);
+        int32_t holding = holders_of(&kids);
+        if (holding > 0 && zk_node_kind(kids.data[0]) == ZK_KIND_READ)
+            info->mode = DLOCK_SHARED;
         for (int32_t i = 0; i < kids.count && err == DLOCK_OK; i++) {
             char *path = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
             char *data = NULL;
@@ -78,15 +92,20 @@ static int inspect_nodes(struct zk_backend *zb, struct zk_session *s, const char
                 break;
             }
             free(path);
+            if (i >= holding && data && strstr(data, ZK_SHADOW_TAG)) {
+                free(data); /* part of the write hold before it */
+                continue;
+            }
             char *text = holder_text(kids.data[i], data);
             free(data);
             if (!text) {
                 err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
                 break;
             }
-            if (!info->held) {
+            if (i < holding) {
+                if (!info->held)
+                    info->token = (uint64_t)st.czxid;
                 info->held = 1;
-                info->token = (uint64_t)st.czxid;
                 err = dlock__info_add_holder(info, text, 0); /* count unknown */
             } else {
                 err = dlock__info_add_waiter(info, text);
@@ -114,8 +133,8 @@ static int delete_holder_node(struct zk_backend *zb, struct zk_session *s, const
     int rc = zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER);
     if (rc == ZOK) {
         zk_sort_lock_nodes(&kids);
-        if (kids.count > 0) {
-            char *owner = dlock__sprintf("%s/%s", lockpath, kids.data[0]);
+        for (int32_t i = 0, n = holders_of(&kids); i < n && err == DLOCK_OK; i++) {
+            char *owner = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
             rc = owner ? zk_rq_delete(zb, s->zh, owner, DLOCK__NEVER) : ZSYSTEMERROR;
             if (rc != ZOK && rc != ZNONODE)
                 err = zk_fail(zb, rc, "delete", owner ? owner : lockpath);

@@ -1,7 +1,9 @@
-/* mutex.c -- Curator's InterProcessMutex recipe on ZooKeeper: node names,
- * acquire (create a sequential child, own it when lowest, else watch the
- * predecessor), release, and the backend table (inspect, force-release
- * and list are in inspect.c).
+/* mutex.c -- Curator's InterProcessMutex recipe on ZooKeeper, and the
+ * acquire of InterProcessReadWriteLock's read and write locks, which is the
+ * same queue: node names, acquire (create a sequential child, hold when
+ * lowest -- a reader when no writer is before it --, else watch the node
+ * to wait for), release, and the backend table (inspect, force-release
+ * and list are in inspect.c, the downgrade in rwlock.c).
  */
 #include "zk.h"
 
@@ -65,34 +67,68 @@ static bool is_uuid(const char *p)
 }
 
 /* The sequence part of a lock child in one of Curator's shapes,
- * "lock-<seq>" or, protected, "_c_<uuid>-lock-<seq>", where <seq> is the
- * 10 digits the server appends to a sequential node; NULL for any other
- * child. Acquire, status and force-release all go by this, so a child no
- * lock client creates ("y-lock-18446744073709551617", "lock-12") is
- * ignored alike by all of them: it cannot be a contender, and counting it
- * would make status report a holder while acquires succeed (or block the
- * lock for good if it sorted first). */
-static const char *zk_node_sequence(const char *node)
+ * "<mark><seq>" or, protected, "_c_<uuid>-<mark><seq>", where <mark> is
+ * InterProcessMutex's "lock-" or InterProcessReadWriteLock's "__WRIT__" or
+ * "__READ__" and <seq> the 10 digits the server appends to a sequential
+ * node; NULL for any other child. *KIND (may be NULL) says which mark.
+ * Acquire, status and force-release all go by this, so a child no lock
+ * client creates ("y-lock-18446744073709551617", "lock-12") is ignored
+ * alike by all of them: it cannot be a contender, and counting it would
+ * make status report a holder while acquires succeed (or block the lock
+ * for good if it sorted first). Curator sorts every kind on the sequence
+ * alone, and so do we: one queue per lock node. */
+static const char *zk_node_sequence(const char *node, enum zk_kind *kind)
 {
-    size_t pl = strlen(ZK_PROTECTED), ml = strlen(ZK_LOCK_MARK);
+    static const struct {
+        const char *mark;
+        enum zk_kind kind;
+    } marks[] = {
+        {ZK_LOCK_MARK, ZK_KIND_LOCK},
+        {ZK_WRITE_MARK, ZK_KIND_WRITE},
+        {ZK_READ_MARK, ZK_KIND_READ},
+    };
+    size_t pl = strlen(ZK_PROTECTED);
     const char *mark = node;
     if (strncmp(node, ZK_PROTECTED, pl) == 0) {
         if (strlen(node) < pl + 37 || !is_uuid(node + pl) || node[pl + 36] != '-')
             return NULL;
         mark = node + pl + 37;
     }
-    if (strncmp(mark, ZK_LOCK_MARK, ml) != 0)
-        return NULL;
-    const char *seq = mark + ml;
-    for (int i = 0; i < 10; i++)
-        if (!isdigit((unsigned char)seq[i]))
+    for (size_t m = 0; m < sizeof marks / sizeof marks[0]; m++) {
+        size_t ml = strlen(marks[m].mark);
+        if (strncmp(mark, marks[m].mark, ml) != 0)
+            continue;
+        const char *seq = mark + ml;
+        for (int i = 0; i < 10; i++)
+            if (!isdigit((unsigned char)seq[i]))
+                return NULL;
+        if (seq[10])
             return NULL;
-    return seq[10] ? NULL : seq;
+        if (kind)
+            *kind = marks[m].kind;
+        return seq;
+    }
+    return NULL;
+}
+
+enum zk_kind zk_node_kind(const char *node)
+{
+    enum zk_kind kind = ZK_KIND_NONE;
+    zk_node_sequence(node, &kind);
+    return kind;
+}
+
+const char *zk_mark(const struct zk_backend *zb, dlock_mode mode)
+{
+    if (mode == DLOCK_SHARED)
+        return ZK_READ_MARK;
+    return zb->rw_layout ? ZK_WRITE_MARK : ZK_LOCK_MARK;
 }
 
 static int cmp_nodes(const void *a, const void *b)
 {
-    return strcmp(zk_node_sequence(*(char *const *)a), zk_node_sequence(*(char *const *)b));
+    return strcmp(zk_node_sequence(*(char *const *)a, NULL),
+                  zk_node_sequence(*(char *const *)b, NULL));
 }
 
 /* Keep only lock children in KIDS and sort them by sequence (the owner
@@ -101,7 +137,7 @@ void zk_sort_lock_nodes(struct String_vector *kids)
 {
     int32_t n = 0;
     for (int32_t i = 0; i < kids->count; i++) {
-        if (zk_node_sequence(kids->data[i]))
+        if (zk_node_sequence(kids->data[i], NULL))
             kids->data[n++] = kids->data[i];
         else
             free(kids->data[i]);
@@ -196,20 +232,22 @@ static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const cha
     return rc;
 }
 
-/* Create our contender node under LOCKPATH: *mine = its full path,
+/* Create our contender node, named MARK (zk_mark), with DATA (NULL: our
+ * identity) under LOCKPATH:
+ * *mine = its full path,
  * *czxid its creation zxid; *listed says whether KIDS holds a listing of
  * the children made right after (caller frees it). Retries a lost reply
  * for up to the op timeout, and never past W's deadline (as zk_rq_* take
  * it); the pauses between tries end at W's cancel (DLOCK_ECANCELED). */
-static int create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                            char **mine, int64_t *czxid, struct String_vector *kids,
-                            bool *listed, struct dlock__wait *w)
+int zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                        const char *mark, const char *data, char **mine, int64_t *czxid,
+                        struct String_vector *kids, bool *listed, struct dlock__wait *w)
 {
     int64_t until = dlock__wait_deadline(w);
     struct dlock__backoff backoff = {.min_ms = ZK_RETRY_MIN_MS, .max_ms = ZK_RETRY_MAX_MS};
     char guid[37];
     dlock__uuid(guid);
-    char *prefix = dlock__sprintf("%s/" ZK_PROTECTED "%s-" ZK_LOCK_MARK, lockpath, guid);
+    char *prefix = dlock__sprintf("%s/" ZK_PROTECTED "%s-%s", lockpath, guid, mark);
     if (!prefix)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     int64_t deadline = zk_call_deadline(zb, until);
@@ -223,8 +261,8 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
     for (int attempt = 0;; attempt++) {
         struct Stat st;
         char *created = NULL;
-        int rc = zk_rq_create_and_list(zb, s->zh, prefix, lockpath, &created, &st, kids, listed,
-                                       deadline);
+        int rc = zk_rq_create_and_list(zb, s->zh, prefix, data, lockpath, &created, &st, kids,
+                                       listed, deadline);
         if (rc == ZOK) {
             *mine = created;
             *czxid = st.czxid;
@@ -276,9 +314,12 @@ static int create_contender(struct zk_backend *zb, struct zk_session *s, const c
 }
 
 /* One pass of the recipe: list the contenders and see where MINE stands.
- * Returns ZOK with *pos = 0 (owner) or the index, and the predecessor's
- * full path in *pred (owned) when not first; ZNONODE when our node is
- * gone; or an error code. *holder names the owner node (owned). */
+ * Returns ZOK with *pos = 0 (ours) or the index, and the node to wait for
+ * in *pred (owned, full path) when not ours; ZNONODE when our node is
+ * gone; or an error code. *holder names the first node (owned). A writer
+ * (a "lock-" or "__WRIT__" node) waits for the node just before it, of
+ * either kind; a reader ("__READ__") only for the closest writer before
+ * it, and holds beside the readers before it (Curator's read lock). */
 static int queue_position(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                           const char *mine, struct String_vector *given, int *pos, char **pred,
                           char **holder, int64_t until)
@@ -302,12 +343,16 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, const cha
         return rc;
     zk_sort_lock_nodes(&kids);
     rc = ZNONODE;
+    bool reader = zk_node_kind(me) == ZK_KIND_READ;
     for (int32_t i = 0; i < kids.count; i++) {
         if (strcmp(kids.data[i], me) == 0) {
-            *pos = i;
+            int32_t before = i - 1;
+            while (reader && before >= 0 && zk_node_kind(kids.data[before]) == ZK_KIND_READ)
+                before--;
+            *pos = before >= 0 ? i : 0;
             rc = ZOK;
-            if (i > 0)
-                *pred = dlock__sprintf("%s/%s", lockpath, kids.data[i - 1]);
+            if (before >= 0)
+                *pred = dlock__sprintf("%s/%s", lockpath, kids.data[before]);
             break;
         }
     }
@@ -325,13 +370,13 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     char *lockpath = zk_lock_path(zb, h->name);
     if (!lockpath)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    int err = zk_acquire_at(zb, lockpath, h, w);
+    int err = zk_acquire_at(zb, lockpath, zk_mark(zb, h->mode), h, w);
     free(lockpath);
     return err;
 }
 
-int zk_acquire_at(struct zk_backend *zb, const char *lockpath, struct dlock__hold *h,
-                  struct dlock__wait *w)
+int zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
+                  struct dlock__hold *h, struct dlock__wait *w)
 {
 
     struct zk_session *s = NULL;
@@ -364,7 +409,8 @@ restart:
     first = (struct String_vector){0, NULL};
     created_at = dlock__now_ms();
     unsigned create_seq = dlock__wait_seq(w);
-    err = create_contender(zb, s, lockpath, &mine, &czxid, &first, &have_first, w);
+    err = zk_create_contender(zb, s, lockpath, mark, NULL, &mine, &czxid,
+                              &first, &have_first, w);
     if ((err == DLOCK_ECONN || err == DLOCK_ETIMEDOUT) && !try_once) {
         /* The create met a disconnect (any node it may have left is a
          * suspect, queued for cleanup): a waiting acquire goes on waiting, as a queued
@@ -509,16 +555,13 @@ int zk_release(void *state, struct dlock__hold *h)
     if (!zh)
         return dlock__err(DLOCK_ELOST, "%s: lock '%s' has no node", zb->servers, h->name);
     int err = DLOCK_OK;
-    pthread_mutex_lock(&zb->mu);
-    struct zk_session *s = zb->cur;
-    bool same = s && s->gen == zh->gen && zk_session_usable(s);
-    if (same)
-        s->refs++;
-    pthread_mutex_unlock(&zb->mu);
-    if (!same) {
+    struct zk_session *s = zk_session_of_hold(zb, zh);
+    if (!s) {
         err = dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
                          zb->servers, h->name, zh->path);
+        zk_shadow_drop(zb, NULL, zh); /* it went with the session */
     } else {
+        zk_shadow_drop(zb, s, zh); /* before the write node: never a reader left alone */
         int64_t deadline = zk_call_deadline(zb, DLOCK__NEVER);
         int rc;
         bool unheard = false; /* a delete of ours may have been executed */
@@ -564,7 +607,8 @@ const struct dlock__backend dlock__backend_zk = {
     .name = "zk",
     .schemes = zk_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE |
-            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_SEMAPHORE,
+            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_SEMAPHORE |
+            DLOCK__CAP_SHARED,
     .default_port = ZK_DEFAULT_PORT,
     .open = zk_open,
     .close = zk_close,
@@ -574,6 +618,8 @@ const struct dlock__backend dlock__backend_zk = {
     .inspect = zk_inspect,
     .force_release = zk_force_release,
     .list = zk_list,
+    .downgrade = zk_downgrade,
+    .share = zk_share,
     .sem_acquire = zk_sem_acquire,
     .sem_release = zk_sem_release,
     .sem_inspect = zk_sem_inspect,

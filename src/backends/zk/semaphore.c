@@ -176,7 +176,7 @@ int zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
                                 .lease_ms = h->lease_ms, .valid_until = DLOCK__NEVER,
                                 .renew_at = DLOCK__NEVER};
     if (!err)
-        err = zk_acquire_at(zb, locks, &mutex, w);
+        err = zk_acquire_at(zb, locks, ZK_LOCK_MARK, &mutex, w); /* InterProcessMutex */
     if (!err) {
         if ((err = dlock__waitset_add(&zb->waiters, w)) == DLOCK_OK) {
             err = take_leases(zb, h, leases, w);

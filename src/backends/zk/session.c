@@ -307,6 +307,17 @@ int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dloc
     return DLOCK_OK;
 }
 
+struct zk_session *zk_session_of_hold(struct zk_backend *zb, const struct zk_hold *zh)
+{
+    pthread_mutex_lock(&zb->mu);
+    struct zk_session *s = zb->cur;
+    bool same = s && s->gen == zh->gen && zk_session_usable(s);
+    if (same)
+        s->refs++;
+    pthread_mutex_unlock(&zb->mu);
+    return same ? s : NULL;
+}
+
 int zk_session_get(struct zk_backend *zb, struct zk_session **out)
 {
     return zk_session_get_w(zb, out, NULL);
@@ -448,9 +459,11 @@ int zk_open(struct dlock_client *c, void **state)
                           "%s: TLS is not supported by the ZooKeeper backend (the Debian "
                           "libzookeeper_mt is built without it)",
                           url);
-    if (c->opts.layout && strcmp(c->opts.layout, "curator") != 0)
+    if (c->opts.layout && strcmp(c->opts.layout, "curator") != 0 &&
+        strcmp(c->opts.layout, "curator-rw") != 0)
         return dlock__err(DLOCK_EBADURL,
-                          "%s: layout '%s' is unknown to the ZooKeeper backend (only 'curator')",
+                          "%s: layout '%s' is unknown to the ZooKeeper backend ('curator': "
+                          "InterProcessMutex, or 'curator-rw': InterProcessReadWriteLock)",
                           url, c->opts.layout);
     if (c->opts.lease_ms <= 0 || c->opts.lease_ms > INT32_MAX)
         return dlock__err(DLOCK_EBADURL, "%s: lease %lld ms cannot be a session timeout", url,
@@ -463,6 +476,7 @@ int zk_open(struct dlock_client *c, void **state)
     pthread_mutex_init(&zb->mu, NULL);
     dlock__cond_init_monotonic(&zb->cv);
     dlock__waitset_init(&zb->waiters);
+    zb->rw_layout = c->opts.layout && strcmp(c->opts.layout, "curator-rw") == 0;
     zb->creator_acl = acl && strcmp(acl, "creator") == 0;
     for (size_t i = 0; i < c->url.nhosts && i < DLOCK__MAX_HOSTS; i++)
         zb->ports[zb->nports++] = c->url.hosts[i].port ? c->url.hosts[i].port : ZK_DEFAULT_PORT;

@@ -1,5 +1,7 @@
 /* zk.h -- the ZooKeeper backend: exclusive locks on Curator's
- * InterProcessMutex layout, with holds tied to the client's session.
+ * InterProcessMutex layout and read-write locks on its
+ * InterProcessReadWriteLock layout ("__READ__"/"__WRIT__" children in the
+ * same queue), with holds tied to the client's session.
  *
  * A lock NAME lives at <base>/<encoded name>, a container node. Each
  * contender creates an EPHEMERAL_SEQUENTIAL child "_c_<guid>-lock-<seq>"
@@ -27,8 +29,9 @@
  * timeout), session.c (the session, its watcher, reconnection and expiry,
  * open/close and renewal), cleanup.c (nodes a lost reply may have left:
  * orphans and suspects), fds.c (close-on-exec for the client library's
- * descriptors), mutex.c (the InterProcessMutex recipe and the backend
- * table), inspect.c (status, force-release, list). Every function shared
+ * descriptors), mutex.c (the InterProcessMutex recipe, the read and
+ * write acquires, and the backend table), rwlock.c (the downgrade),
+ * inspect.c (status, force-release, list). Every function shared
  * between them starts with zk_.
  */
 #ifndef DLOCK_BACKEND_ZK_H
@@ -45,6 +48,13 @@
 #define ZK_DEFAULT_BASE "/dlock"
 #define ZK_PROTECTED "_c_"    /* Curator's protected-mode prefix */
 #define ZK_LOCK_MARK "lock-"  /* Curator's lock name, sorted on what follows */
+#define ZK_WRITE_MARK "__WRIT__" /* InterProcessReadWriteLock's write lock */
+#define ZK_READ_MARK "__READ__"  /* and its read lock */
+
+/* The kinds of lock children: writers ("lock-" of InterProcessMutex, the
+ * default of exclusive holds, or "__WRIT__", theirs with layout=curator-rw)
+ * and readers ("__READ__", shared holds). */
+enum zk_kind { ZK_KIND_NONE, ZK_KIND_LOCK, ZK_KIND_WRITE, ZK_KIND_READ };
 /* Pauses between retries of a request whose reply was lost
  * (dlock__wait_retry's backoff). */
 #define ZK_RETRY_MIN_MS 10
@@ -77,6 +87,7 @@ struct zk_backend {
     char *auth;        /* "user:password" or NULL */
     bool creator_acl;  /* ?acl=creator */
     bool no_containers; /* the server refused ZOO_CONTAINER */
+    bool rw_layout;    /* layout=curator-rw: exclusive holds take __WRIT__ */
     char ident[128];   /* data of our nodes: "dlock <pid>@<host>" */
     int ports[DLOCK__MAX_HOSTS]; /* the servers' ports (close-on-exec) */
     size_t nports;
@@ -95,6 +106,9 @@ struct zk_hold {
     char *path;    /* full node path, chroot-relative */
     unsigned gen;  /* the session that created it */
     int64_t czxid;
+    char *shadow;  /* an exclusive hold's read node queued right behind it
+                      for a downgrade (rwlock.c), or NULL */
+    int64_t shadow_czxid;
 };
 
 /* ------------------------------------------------------ waiting on calls */
@@ -150,8 +164,9 @@ int zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
                          int64_t until);
 int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until);
 int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                          const char *lockpath, char **created, struct Stat *stat,
-                          struct String_vector *kids, bool *listed, int64_t until);
+                          const char *data, const char *lockpath, char **created,
+                          struct Stat *stat, struct String_vector *kids, bool *listed,
+                          int64_t until);
 int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           struct String_vector *kids, int64_t until);
 
@@ -178,6 +193,9 @@ bool zk_session_usable(const struct zk_session *s);
 int zk_session_get(struct zk_backend *zb, struct zk_session **out);
 int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w);
 void zk_session_put(struct zk_backend *zb, struct zk_session *s);
+/* The current session with a reference when it is the one hold ZH's
+ * nodes live in, else NULL (it ended: they went with it). */
+struct zk_session *zk_session_of_hold(struct zk_backend *zb, const struct zk_hold *zh);
 int zk_open(struct dlock_client *c, void **state);
 void zk_close(void *state);
 int zk_renew(void *state, struct dlock__renew_batch *b);
@@ -203,6 +221,20 @@ void zk_fds_cloexec_sockets(const int *ports, size_t nports);
 
 /* --------------------------------------------------------------- mutex.c */
 
+/* The kind of lock child NODE (ZK_KIND_NONE: not a lock child). */
+enum zk_kind zk_node_kind(const char *node);
+/* The mark of the node a hold in MODE creates (ZK_READ_MARK...). */
+const char *zk_mark(const struct zk_backend *zb, dlock_mode mode);
+/* Create a contender node named MARK with DATA (NULL: our identity)
+ * under LOCKPATH (see mutex.c); W may be NULL (no wait: retries within
+ * the op timeout). */
+int zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                        const char *mark, const char *data, char **mine, int64_t *czxid,
+                        struct String_vector *kids, bool *listed, struct dlock__wait *w);
+/* What follows our identity in the data of a read node queued behind a
+ * write hold for its downgrade (rwlock.c): while it waits there, status
+ * leaves it out (it is part of that hold, not a waiter). */
+#define ZK_SHADOW_TAG " (read level of a write hold)"
 /* Does NODE carry protected-mode GUID ("_c_<guid>-...")? */
 bool zk_node_has_guid(const char *node, const char *guid);
 /* Path of the lock node for NAME: <base>/<encoded key_prefix + name>
@@ -215,11 +247,12 @@ void zk_sort_lock_nodes(struct String_vector *kids);
  * ZNODEEXISTS counts as done. A ZooKeeper code. */
 int zk_create_container(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                         int64_t until);
-/* The InterProcessMutex recipe on the lock node LOCKPATH for H, waiting
- * as W says (the backend's acquire on zk_lock_path(h->name)); and the
- * release of a hold it gave (frees h->bdata). */
-int zk_acquire_at(struct zk_backend *zb, const char *lockpath, struct dlock__hold *h,
-                  struct dlock__wait *w);
+/* The recipe on the lock node LOCKPATH for H with a node named MARK
+ * (zk_mark: InterProcessMutex's, or the read-write lock's read or write),
+ * waiting as W says (the backend's acquire on zk_lock_path(h->name)); and
+ * the release of a hold it gave (frees h->bdata). */
+int zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
+                  struct dlock__hold *h, struct dlock__wait *w);
 int zk_release(void *state, struct dlock__hold *h);
 
 /* ----------------------------------------------------------- semaphore.c */
@@ -227,6 +260,16 @@ int zk_release(void *state, struct dlock__hold *h);
 int zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int zk_sem_release(void *state, struct dlock__hold *h);
 int zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
+
+/* -------------------------------------------------------------- rwlock.c */
+
+/* The downgrade of InterProcessReadWriteLock (write, read, release the
+ * write): share() queues a read node right behind an exclusive hold's,
+ * downgrade() keeps it and deletes the write node. */
+void zk_share(void *state, struct dlock__hold *h);
+int zk_downgrade(void *state, struct dlock__hold *h);
+/* Delete an exclusive hold's shadow read node, if any (release). */
+void zk_shadow_drop(struct zk_backend *zb, struct zk_session *s, struct zk_hold *zh);
 
 /* ------------------------------------------------------------- inspect.c */
 

@@ -417,9 +417,7 @@ uint64_t tu_token(dlock_lock *l)
 void tu_acquire_release(dlock_lock *l, int64_t wait)
 {
     TU_ACQUIRE_OK(l, wait);
-    int rc = dlock_release(l);
-    ck_assert_msg(rc == DLOCK_OK, "release '%s': %s: %s", dlock_lock_name(l), dlock_err_name(rc),
-                  dlock_errmsg());
+    TU_RELEASE_OK(l);
 }
 
 void tu_free_locks(dlock_lock *const *l, size_t n)
@@ -431,9 +429,7 @@ void tu_free_locks(dlock_lock *const *l, size_t n)
 void tu_release_free_all(dlock_lock *const *l, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        int rc = dlock_release(l[i]);
-        ck_assert_msg(rc == DLOCK_OK, "release '%s': %s: %s", dlock_lock_name(l[i]),
-                      dlock_err_name(rc), dlock_errmsg());
+        TU_RELEASE_OK(l[i]);
         dlock_lock_free(l[i]);
     }
 }
@@ -450,8 +446,7 @@ uint64_t tu_next_token(dlock_client *c, const char *name, uint64_t last)
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     uint64_t t = tu_token(l);
     ck_assert_uint_gt(t, last);
-    int rc = dlock_release(l);
-    ck_assert_msg(rc == DLOCK_OK, "release '%s': %s: %s", name, dlock_err_name(rc), dlock_errmsg());
+    TU_RELEASE_OK(l);
     dlock_lock_free(l);
     return t;
 }

@@ -122,6 +122,14 @@ uint64_t tu_token(struct dlock_lock *l);
                       dlock_err_name(rc_), dlock_errmsg());                                   \
     } while (0)
 
+/* dlock_release(L) asserted to work (the message names the lock). */
+#define TU_RELEASE_OK(l)                                                                      \
+    do {                                                                                      \
+        int rc_ = dlock_release(l);                                                           \
+        ck_assert_msg(rc_ == DLOCK_OK, "release '%s': %s: %s", dlock_lock_name(l),            \
+                      dlock_err_name(rc_), dlock_errmsg());                                   \
+    } while (0)
+
 /* TU_ACQUIRE_OK(L, WAIT), then a release that must work: the name can be
  * taken (again) and given back. */
 void tu_acquire_release(struct dlock_lock *l, int64_t wait);

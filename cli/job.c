@@ -122,11 +122,26 @@ static pid_t parent_of(pid_t pid)
     return p && sscanf(p + 1, " %*c %d", &ppid) == 1 ? (pid_t)ppid : -1;
 }
 
+/* SIG to PID, through its pidfd PFD when there is one. */
+static void signal_pid(pid_t pid, int pfd, int sig)
+{
+#ifdef SYS_pidfd_send_signal
+    if (pfd >= 0 && syscall(SYS_pidfd_send_signal, pfd, sig, NULL, 0) == 0)
+        return;
+    if (pfd >= 0)
+        return; /* gone, or its pid reused: not ours to signal */
+#else
+    (void)pfd;
+#endif
+    kill(pid, sig);
+}
+
 /* Send SIG to every descendant of PARENT found through
- * /proc/PARENT/task/TID/children, the deepest first. Each is signalled
- * through a pidfd taken while it is still PARENT's child, so a pid
- * reused meanwhile by another process is never hit. */
-static void signal_tree(pid_t parent, int sig, int depth)
+ * /proc/PARENT/task/TID/children, the deepest first, but those in process
+ * group PGID (signalled with the group already: once is enough). Each is
+ * signalled through a pidfd taken while it is still PARENT's child, so a
+ * pid reused meanwhile by another process is never hit. */
+static void signal_tree(pid_t parent, pid_t pgid, int sig, int depth)
 {
     char path[96];
     snprintf(path, sizeof path, "/proc/%d/task", (int)parent);
@@ -157,13 +172,9 @@ static void signal_tree(pid_t parent, int sig, int depth)
                 continue; /* gone already */
 #endif
             if (parent_of((pid_t)kid) == parent) {
-                signal_tree((pid_t)kid, sig, depth + 1);
-#ifdef SYS_pidfd_send_signal
-                if (pfd >= 0)
-                    syscall(SYS_pidfd_send_signal, pfd, sig, NULL, 0);
-                else
-#endif
-                    kill((pid_t)kid, sig);
+                signal_tree((pid_t)kid, pgid, sig, depth + 1);
+                if (getpgid((pid_t)kid) != pgid) /* else it had SIG with the group */
+                    signal_pid((pid_t)kid, pfd, sig);
             }
             if (pfd >= 0)
                 close(pfd);
@@ -176,7 +187,7 @@ static void signal_tree(pid_t parent, int sig, int depth)
 static void signal_job(pid_t pgid, int sig)
 {
     kill(-pgid, sig);
-    signal_tree(getpid(), sig, 0);
+    signal_tree(getpid(), pgid, sig, 0);
 }
 
 /* COMMAND was stopped. Interactive: do as a shell expects of its job --

@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <ctype.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -620,6 +621,54 @@ START_TEST(test_sigint_while_waiting)
 }
 END_TEST
 
+/* Set in the environment of this binary run as COMMAND (see main): count
+ * the SIGTERMs it gets, one line each, in the file it names. */
+#define TERM_COUNTER_ENV "DLOCK_CLI_TERM_COUNTER"
+static int term_counter_fd = -1;
+
+static void count_term(int sig)
+{
+    (void)sig;
+    ssize_t n = write(term_counter_fd, "T\n", 2);
+    (void)n;
+}
+
+static int term_counter_main(const char *path)
+{
+    term_counter_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    struct sigaction sa = {.sa_handler = count_term};
+    sigaction(SIGTERM, &sa, NULL);
+    char *ready = tu_fmt("%s.ready", path);
+    tu_write_marker(ready, "");
+    for (int i = 0; i < 20; i++) /* long enough for a second delivery to land */
+        tu_sleep_ms(50);
+    return 0;
+}
+
+/* A signal sent to dlock reaches each process of the job once: COMMAND's
+ * group gets it, and the walk below the guardian skips that group. */
+START_TEST(test_signal_once)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    ck_assert_int_gt(n, 0);
+    exe[n] = 0;
+    char *counter = tu_fmt("%s/terms", dir), *ready = tu_fmt("%s.ready", counter);
+    setenv(TERM_COUNTER_ENV, counter, 1);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "once", exe, NULL};
+    pid_t d = tu_spawn(argv, NULL);
+    ck_assert(tu_wait_file(ready, 30000));
+    kill(d, SIGTERM);
+    ck_assert_int_eq(tu_wait_exit(d), 0);
+    char *text = tu_read_file(counter);
+    ck_assert_msg(text && strcmp(text, "T\n") == 0, "COMMAND got SIGTERM %d times",
+                  text ? count_lines(text) : 0);
+    free(text);
+    free(ready);
+    free(counter);
+}
+END_TEST
+
 START_TEST(test_signal_while_running)
 {
     char *marker = tu_fmt("%s/running", dir);
@@ -884,6 +933,8 @@ END_TEST
 
 int main(void)
 {
+    if (getenv(TERM_COUNTER_ENV))
+        return term_counter_main(getenv(TERM_COUNTER_ENV));
     const struct tu_test tests[] = {
         {"conflict_codes", test_conflict_codes, 120},
         {"flock_spellings", test_flock_spellings, 120},
@@ -900,6 +951,7 @@ int main(void)
         {"sigterm_waiting", test_sigterm_while_waiting, 120},
         {"sigint_waiting", test_sigint_while_waiting, 120},
         {"signal_running", test_signal_while_running, 120},
+        {"signal_once", test_signal_once, 60},
         {"shared", test_shared_run, 120},
         {"help_man", test_help_matches_man, 120},
         {"command_fds_file", test_command_fds_file, 120},

@@ -2,15 +2,32 @@
 # install-deps.sh -- installs, from Debian's packages, what building and
 # testing dlock needs and this machine lacks. Runs apt-get only when
 # something is missing. Needs root (or sudo) on a Debian-like system.
+#
+#   scripts/install-deps.sh           build + test: every backend's client
+#                                     library and server (Redis, etcd, ZooKeeper
+#                                     and its Java), valgrind, clang, ...
+#   scripts/install-deps.sh --build   build only: a compiler and the client
+#                                     libraries (what `make` and `make demo` need)
 set -euo pipefail
-packages=(
-  build-essential pkg-config check libsubunit-dev   # compiler, tests
-  libhiredis-dev libssl-dev redis-server openssl      # Redis backend (rediss://) + its tests
-  libcurl4-openssl-dev libjansson-dev etcd-server etcd-client  # etcd
-  libzookeeper-mt-dev zookeeper default-jre-headless  # ZooKeeper
+build=(
+  build-essential pkg-config                          # compiler
+  libhiredis-dev libssl-dev                           # Redis backend (rediss://)
+  libcurl4-openssl-dev libjansson-dev                 # etcd backend
+  libzookeeper-mt-dev                                 # ZooKeeper backend
+)
+test=(
+  check libsubunit-dev                                # test framework
+  redis-server openssl                                # Redis server, test certificates
+  etcd-server etcd-client                             # etcd
+  zookeeper default-jre-headless                      # ZooKeeper
   util-linux hyperfine valgrind                       # flock(1), benchmarks, valgrind
   iproute2 clang                                      # fault harness (ip, tc), fuzzing
 )
+case "${1:-}" in
+  --build) packages=("${build[@]}") ;;
+  "") packages=("${build[@]}" "${test[@]}") ;;
+  *) echo "usage: $0 [--build]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -3,7 +3,8 @@
  * reaches a message, an unknown option is refused before any dial, URL
  * options keep setopt's ranges), out-of-memory paths, handle-owned holds,
  * the cancel object and the mode rules (downgrade, upgrade) and the
- * capability checks made before a backend is called.
+ * capability checks made before a backend is called; and that docs/man3
+ * documents every function of dlock.h with its prototype.
  *
  * White-box where a promise is internal (dlock__parse_duration, the
  * parsed URL): the test includes src/core.h for those. Each test runs in
@@ -921,6 +922,127 @@ START_TEST(test_capabilities_checked_first)
 }
 END_TEST
 
+/* ---------------------------------------------------------- man3 pages */
+
+/* Collapse each run of white space in S to one space, in place. */
+static void squeeze_spaces(char *s)
+{
+    char *w = s;
+    for (char *r = s; *r; r++) {
+        int space = *r == ' ' || *r == '\t' || *r == '\n';
+        if (space && (w == s || w[-1] == ' '))
+            continue;
+        *w++ = space ? ' ' : *r;
+    }
+    *w = 0;
+}
+
+/* Append " WORD" to the growing list *LIST. */
+static void list_add(char **list, const char *word, size_t n)
+{
+    char *old = *list;
+    *list = tu_fmt("%s %.*s", old ? old : "", (int)n, word);
+    free(old);
+}
+
+/* Whether the space-separated LIST names WORD. */
+static int list_has(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = list ? strstr(list, word) : NULL; p; p = strstr(p + 1, word))
+        if (p[-1] == ' ' && (p[n] == ' ' || p[n] == 0))
+            return 1;
+    return 0;
+}
+
+/* docs/man3 is kept equal to include/dlock.h, as dlock(1) is to --help:
+ * every DLOCK_EXTERN function is on the NAME line of a page (make install
+ * links the other names to it) with its prototype, word for word, in that
+ * page's SYNOPSIS; no page names a function the header lacks. */
+START_TEST(test_man3_matches_header)
+{
+    const char *src = getenv("DLOCK_SRCDIR") ? getenv("DLOCK_SRCDIR") : ".";
+    char *hpath = tu_fmt("%s/include/dlock.h", src), *mdir = tu_fmt("%s/docs/man3", src);
+    char *header = tu_read_file(hpath);
+    ck_assert_msg(header, "cannot read %s", hpath);
+    char *man_names = NULL, *synopses = tu_fmt("|"), *wrong = NULL;
+    DIR *d = opendir(mdir);
+    ck_assert_msg(d, "cannot open %s", mdir);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 3 || strcmp(e->d_name + len - 2, ".3"))
+            continue;
+        char *path = tu_fmt("%s/%s", mdir, e->d_name), *page = tu_read_file(path);
+        ck_assert_msg(page, "cannot read %s", path);
+        char *name = strstr(page, "\n.SH NAME\n"), *syn = strstr(page, "\n.SH SYNOPSIS\n.nf\n");
+        ck_assert_msg(name && syn, "%s: no NAME line or SYNOPSIS .nf block", path);
+        name += strlen("\n.SH NAME\n");
+        char *dash = strstr(name, " \\- ");
+        ck_assert_msg(dash && !memchr(name, '\n', (size_t)(dash - name)), "%s: NAME is not 'a, b \\- what'", path);
+        char *own = NULL;
+        for (char *p = name; p < dash;) {
+            size_t n = strcspn(p, ", ");
+            if (n > (size_t)(dash - p))
+                n = (size_t)(dash - p);
+            if (n) {
+                list_add(&man_names, p, n);
+                list_add(&own, p, n);
+            }
+            p += n ? n : 1;
+        }
+        e->d_name[len - 2] = 0;
+        if (!list_has(own, e->d_name))
+            list_add(&wrong, path, strlen(path)); /* the page's own name is not on its NAME line */
+        syn += strlen("\n.SH SYNOPSIS\n.nf\n");
+        char *end = strstr(syn, "\n.fi");
+        ck_assert_msg(end, "%s: SYNOPSIS .nf without .fi", path);
+        *end = 0;
+        squeeze_spaces(syn);
+        char *all = tu_fmt("%s%s|", synopses, syn);
+        free(synopses);
+        synopses = all;
+        free(own);
+        free(page);
+        free(path);
+    }
+    closedir(d);
+
+    /* Each DLOCK_EXTERN declaration, squeezed, must stand in a synopsis. */
+    char *missing = NULL, *header_names = NULL;
+    for (char *p = strstr(header, "\nDLOCK_EXTERN "); p; p = strstr(p, "\nDLOCK_EXTERN ")) {
+        p += strlen("\nDLOCK_EXTERN ");
+        char *semi = strchr(p, ';'), *paren = strchr(p, '(');
+        ck_assert(semi && paren && paren < semi);
+        char *q = paren;
+        while (q > p && (q[-1] == '_' || (q[-1] >= 'a' && q[-1] <= 'z') || (q[-1] >= '0' && q[-1] <= '9')))
+            q--;
+        char *fname = tu_fmt("%.*s", (int)(paren - q), q);
+        char *proto = tu_fmt("%.*s", (int)(semi - p + 1), p);
+        squeeze_spaces(proto);
+        list_add(&header_names, fname, strlen(fname));
+        if (!list_has(man_names, fname))
+            list_add(&missing, fname, strlen(fname));
+        else if (!strstr(synopses, proto))
+            list_add(&missing, proto, strlen(proto)); /* on a NAME line, but its SYNOPSIS differs */
+        free(proto);
+        free(fname);
+    }
+    /* ... and no page documents a function that is gone. */
+    for (char *save = NULL, *w = man_names ? strtok_r(man_names, " ", &save) : NULL; w;
+         w = strtok_r(NULL, " ", &save))
+        if (!list_has(header_names, w))
+            list_add(&wrong, w, strlen(w));
+    ck_assert_msg(!missing, "dlock.h functions without a man3 page (NAME line + SYNOPSIS) in %s:%s", mdir, missing);
+    ck_assert_msg(!wrong, "man3 pages naming what dlock.h does not declare:%s", wrong);
+    free(header_names);
+    free(man_names);
+    free(synopses);
+    free(header);
+    free(hpath);
+    free(mdir);
+}
+END_TEST
+
 /* ------------------------------------------------------------- suite */
 
 int main(void)
@@ -951,6 +1073,7 @@ int main(void)
         {"cancel_freed_by_child_keeps_parent_working", test_cancel_freed_by_child_keeps_parent_working, 60},
         {"downgrade_upgrade", test_downgrade_and_upgrade_rules, 60},
         {"capabilities", test_capabilities_checked_first, 60},
+        {"man3_matches_header", test_man3_matches_header, 30},
     };
     return tu_main("api", tests, TU_COUNT(tests), setup, teardown);
 }

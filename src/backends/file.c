@@ -103,7 +103,7 @@ static int file_name(const char *full, const char *suffix, char out[NAME_MAX + 1
     return DLOCK_OK;
 }
 
-char *full_name(struct file_state *s, const char *name)
+char *dlock__file_full_name(struct file_state *s, const char *name)
 {
     return dlock__sprintf("%s%s", s->prefix ? s->prefix : "", name);
 }
@@ -111,7 +111,7 @@ char *full_name(struct file_state *s, const char *name)
 /* ------------------------------------------------------ byte locks */
 
 /* Try (never wait for) an OFD lock of TYPE on byte START. */
-int range_lock(int fd, short type, off_t start)
+int dlock__file_range_lock(int fd, short type, off_t start)
 {
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = 1};
     return fcntl(fd, F_OFD_SETLK, &fl);
@@ -138,7 +138,7 @@ static void sleep_ms(int64_t ms)
  * and cancellable for an acquire that waits, for META_TRY_MS for a
  * try-once acquire (then DLOCK_EBUSY), and for the op timeout when W is
  * NULL (inspect; then DLOCK_ETIMEDOUT). */
-int meta_lock(struct file_state *s, int fd, const char *fname, short type,
+int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short type,
                      struct dlock__wait *w)
 {
     struct dlock__backoff b = {.min_ms = 1, .max_ms = 50};
@@ -146,7 +146,7 @@ int meta_lock(struct file_state *s, int fd, const char *fname, short type,
     int64_t op_ms = s->c->opts.op_timeout_ms > 0 ? s->c->opts.op_timeout_ms : 5000;
     int64_t until = dlock__now_ms() + (w ? META_TRY_MS : op_ms);
     for (;;) {
-        if (range_lock(fd, type, META_BYTE) == 0)
+        if (dlock__file_range_lock(fd, type, META_BYTE) == 0)
             return DLOCK_OK;
         if (errno != EAGAIN && errno != EACCES && errno != EINTR)
             return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: meta lock", s->dir, fname);
@@ -174,7 +174,7 @@ int meta_lock(struct file_state *s, int fd, const char *fname, short type,
 /* Read the header (and, when FULL is given, check the stored name) in
  * one pread; all zero for a new empty file. DLOCK_EWRONGTYPE for a file
  * that is not ours or belongs to another name (hash collision). */
-int read_header(struct file_state *s, int fd, const char *path, const char *full,
+int dlock__file_read_header(struct file_state *s, int fd, const char *path, const char *full,
                        struct header *h)
 {
     size_t len = full ? strlen(full) : 0;
@@ -247,7 +247,7 @@ static int check_dir(struct file_state *s, bool is_default)
 }
 
 /* An inotify instance with no watch and no pending event. */
-int inotify_borrow(struct file_state *s)
+int dlock__file_inotify_borrow(struct file_state *s)
 {
     int fd = -1, wd = -1;
     pthread_mutex_lock(&s->pool_mu);
@@ -268,7 +268,7 @@ int inotify_borrow(struct file_state *s)
 
 /* Give an instance back. Its watch is removed by the next borrower, off
  * the hand-off path (removing a watch costs microseconds). */
-void inotify_return(struct file_state *s, int fd, int wd)
+void dlock__file_inotify_return(struct file_state *s, int fd, int wd)
 {
     pthread_mutex_lock(&s->pool_mu);
     if (s->npool < INOTIFY_POOL) {
@@ -363,7 +363,7 @@ static void set_file_mode(struct file_state *s, int fd, const struct stat *st, b
 /* Open the lock file for FULL (creating it when FLAGS has O_CREAT), with
  * its name in FNAME. Refuses what is not a regular file and, in a
  * directory others may write to, a file of an untrusted owner. */
-int file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
+int dlock__file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
                     char *fname, int *fd)
 {
     int rc = file_name(full, suffix, fname);
@@ -428,13 +428,13 @@ int file_open_named(struct file_state *s, const char *full, const char *suffix, 
 
 static int open_lock_file(struct file_state *s, const char *full, int flags, char *fname, int *fd)
 {
-    return file_open_named(s, full, ".lock", flags, fname, fd);
+    return dlock__file_open_named(s, full, ".lock", flags, fname, fd);
 }
 
 /* ------------------------------------------------------- acquiring */
 
 /* Whether FNAME in the directory still is the file FD has open. */
-bool still_linked(struct file_state *s, int fd, const char *fname)
+bool dlock__file_still_linked(struct file_state *s, int fd, const char *fname)
 {
     struct stat a, b;
     return fstat(fd, &a) == 0 && fstatat(s->dirfd, fname, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -448,11 +448,11 @@ static int stamp(struct file_state *s, int fd, const char *fname, const char *fu
                  dlock_mode mode, struct dlock__wait *w, uint64_t *token)
 {
     bool meta = mode == DLOCK_SHARED;
-    int rc = meta ? meta_lock(s, fd, fname, F_WRLCK, w) : DLOCK_OK;
+    int rc = meta ? dlock__file_meta_lock(s, fd, fname, F_WRLCK, w) : DLOCK_OK;
     if (rc)
         return rc;
     struct header h;
-    rc = read_header(s, fd, fname, full, &h);
+    rc = dlock__file_read_header(s, fd, fname, full, &h);
     if (!rc) {
         size_t len = strlen(full);
         bool fresh = h.magic[0] == 0;
@@ -472,33 +472,33 @@ static int stamp(struct file_state *s, int fd, const char *fname, const char *fu
         *token = h.token;
     }
     if (meta)
-        range_lock(fd, F_UNLCK, META_BYTE);
+        dlock__file_range_lock(fd, F_UNLCK, META_BYTE);
     return rc;
 }
 
-int file_wait_take(struct file_state *s, const char *full, const char *suffix,
+int dlock__file_wait_take(struct file_state *s, const char *full, const char *suffix,
                    struct dlock__wait *w, file_try_fn try_take, void *arg, char *fname, int *fdp)
 {
     int fd = -1, ifd = -1, wd = -1;
     bool degraded = false; /* no inotify to be had: backoff retries */
     bool fresh = true;     /* the next try is the first on this descriptor */
     struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 100};
-    int rc = file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
+    int rc = dlock__file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
     while (!rc) {
         rc = try_take(s, fd, fname, w, fresh, arg);
         fresh = false;
         if (rc && rc != DLOCK_EBUSY)
             break;
-        if (!still_linked(s, fd, fname)) {
+        if (!dlock__file_still_linked(s, fd, fname)) {
             /* Someone deleted or replaced the file: a lock on the old inode
              * excludes nobody. Start over on what the name points to now
              * (closing gives back what the try took). */
             close(fd);
             if (ifd >= 0)
-                inotify_return(s, ifd, wd);
+                dlock__file_inotify_return(s, ifd, wd);
             ifd = wd = -1;
             fresh = true;
-            rc = file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
+            rc = dlock__file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
             continue;
         }
         if (rc == DLOCK_OK || dlock__wait_try_once(w))
@@ -506,7 +506,7 @@ int file_wait_take(struct file_state *s, const char *full, const char *suffix,
         rc = DLOCK_OK;
         if (ifd == -1 && !degraded) {
             /* Watch first, then try again: a release in between is seen. */
-            ifd = inotify_borrow(s);
+            ifd = dlock__file_inotify_borrow(s);
             if (ifd >= 0) {
                 char path[PATH_MAX];
                 snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
@@ -522,7 +522,7 @@ int file_wait_take(struct file_state *s, const char *full, const char *suffix,
                     break;
                 }
                 if (ifd >= 0)
-                    inotify_return(s, ifd, wd);
+                    dlock__file_inotify_return(s, ifd, wd);
                 ifd = wd = -1;
                 degraded = true;
             }
@@ -539,7 +539,7 @@ int file_wait_take(struct file_state *s, const char *full, const char *suffix,
         (void)drained;
     }
     if (ifd >= 0)
-        inotify_return(s, ifd, wd);
+        dlock__file_inotify_return(s, ifd, wd);
     if (rc && fd >= 0)
         close(fd); /* drops the lock if we got it */
     *fdp = rc ? -1 : fd;
@@ -562,12 +562,12 @@ static int lock_try(struct file_state *s, int fd, const char *fname, struct dloc
         t->gated = false; /* a new descriptor holds no gate */
     if (t->type == F_RDLCK && gate_closed(fd))
         return DLOCK_EBUSY;
-    if (range_lock(fd, t->type, LOCK_BYTE) == 0)
+    if (dlock__file_range_lock(fd, t->type, LOCK_BYTE) == 0)
         return DLOCK_OK;
     if (errno != EAGAIN && errno != EACCES)
         return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
     if (t->type == F_WRLCK && !t->gated && !dlock__wait_try_once(w))
-        t->gated = range_lock(fd, F_WRLCK, GATE_BYTE) == 0; /* else another writer has it */
+        t->gated = dlock__file_range_lock(fd, F_WRLCK, GATE_BYTE) == 0; /* else another writer has it */
     return DLOCK_EBUSY;
 }
 
@@ -575,14 +575,14 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
 {
     struct file_state *s = state;
     char fname[NAME_MAX + 1];
-    char *full = full_name(s, hold->name);
+    char *full = dlock__file_full_name(s, hold->name);
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd = -1;
     struct lock_try t = {.type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK};
-    int rc = file_wait_take(s, full, ".lock", w, lock_try, &t, fname, &fd);
+    int rc = dlock__file_wait_take(s, full, ".lock", w, lock_try, &t, fname, &fd);
     if (!rc && t.gated)
-        range_lock(fd, F_UNLCK, GATE_BYTE); /* byte 0 keeps readers out now */
+        dlock__file_range_lock(fd, F_UNLCK, GATE_BYTE); /* byte 0 keeps readers out now */
     if (!rc)
         rc = stamp(s, fd, fname, full, hold->mode, w, &hold->token);
     free(full);
@@ -611,7 +611,7 @@ static int file_release(void *state, struct dlock__hold *hold)
      * copy, only closing ours: an unlock would end the lock under them,
      * and the kernel ends it when the last copy closes. */
     if (!fh->inherited)
-        range_lock(fh->fd, F_UNLCK, LOCK_BYTE);
+        dlock__file_range_lock(fh->fd, F_UNLCK, LOCK_BYTE);
     close(fh->fd);
     free(fh);
     hold->bdata = NULL;
@@ -626,7 +626,7 @@ static int file_downgrade(void *state, struct dlock__hold *hold)
 {
     struct file_state *s = state;
     struct file_hold *fh = hold->bdata;
-    if (range_lock(fh->fd, F_RDLCK, LOCK_BYTE) < 0)
+    if (dlock__file_range_lock(fh->fd, F_RDLCK, LOCK_BYTE) < 0)
         return dlock__errno(DLOCK_EIO, errno, "lock '%s' in %s: downgrade to shared", hold->name,
                             s->dir);
     (void)futimens(fh->fd, NULL);
@@ -653,7 +653,7 @@ static int file_inspect(void *state, const char *name, struct dlock_info *info)
 {
     struct file_state *s = state;
     char fname[NAME_MAX + 1];
-    char *full = full_name(s, name);
+    char *full = dlock__file_full_name(s, name);
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd;
@@ -677,10 +677,10 @@ static int file_inspect(void *state, const char *name, struct dlock_info *info)
         rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
     struct header h;
     if (!rc)
-        rc = meta_lock(s, fd, fname, F_RDLCK, NULL);
+        rc = dlock__file_meta_lock(s, fd, fname, F_RDLCK, NULL);
     if (!rc) {
-        rc = read_header(s, fd, fname, full, &h);
-        range_lock(fd, F_UNLCK, META_BYTE);
+        rc = dlock__file_read_header(s, fd, fname, full, &h);
+        dlock__file_range_lock(fd, F_UNLCK, META_BYTE);
     }
     if (!rc) {
         info->token = h.token;
@@ -775,7 +775,7 @@ const struct dlock__backend dlock__backend_file = {
     .force_release = file_force_release,
     .list = file_list,
     .downgrade = file_downgrade,
-    .sem_acquire = file_sem_acquire,
-    .sem_release = file_sem_release,
-    .sem_inspect = file_sem_inspect,
+    .sem_acquire = dlock__file_sem_acquire,
+    .sem_release = dlock__file_sem_release,
+    .sem_inspect = dlock__file_sem_inspect,
 };

@@ -62,28 +62,28 @@ struct file_hold {
 enum { LOCK_BYTE = 0, META_BYTE = 1, GATE_BYTE = 2 };
 
 /* Prefix + NAME (caller frees; NULL when out of memory). */
-char *full_name(struct file_state *s, const char *name);
+char *dlock__file_full_name(struct file_state *s, const char *name);
 /* Open the file of FULL with SUFFIX (".lock", ".sem"), creating it when
  * FLAGS has O_CREAT, its file name into FNAME (NAME_MAX + 1). Refuses
  * what is not a regular file and, in a directory others may write to, a
  * file of an untrusted owner. DLOCK_ENOENT (no message) when absent. */
-int file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
+int dlock__file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
                     char *fname, int *fd);
 /* Whether FNAME in the directory still is the file FD has open. */
-bool still_linked(struct file_state *s, int fd, const char *fname);
+bool dlock__file_still_linked(struct file_state *s, int fd, const char *fname);
 /* Try (never wait for) an OFD lock of TYPE on byte START. */
-int range_lock(int fd, short type, off_t start);
+int dlock__file_range_lock(int fd, short type, off_t start);
 /* Take the metadata byte (byte 1) in TYPE within W's deadline (W NULL:
  * the op timeout; try-once: META_TRY_MS, then DLOCK_EBUSY). */
-int meta_lock(struct file_state *s, int fd, const char *fname, short type, struct dlock__wait *w);
+int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short type, struct dlock__wait *w);
 /* Read the header (checking the stored name against FULL when given);
  * all zero for a new empty file; DLOCK_EWRONGTYPE for another file. */
-int read_header(struct file_state *s, int fd, const char *path, const char *full,
+int dlock__file_read_header(struct file_state *s, int fd, const char *path, const char *full,
                 struct header *h);
 /* An inotify instance with no watch and no pending event, and giving it
  * back with its watch WD. */
-int inotify_borrow(struct file_state *s);
-void inotify_return(struct file_state *s, int fd, int wd);
+int dlock__file_inotify_borrow(struct file_state *s);
+void dlock__file_inotify_return(struct file_state *s, int fd, int wd);
 
 /* One try at taking what the caller wants of the file FD has open:
  * DLOCK_OK (taken), DLOCK_EBUSY (not now), or a failure. FRESH: the
@@ -98,12 +98,12 @@ typedef int (*file_try_fn)(struct file_state *s, int fd, const char *fname,
  * and cancel. A file deleted or replaced meanwhile is closed (giving back
  * what was taken) and the name opened again. On DLOCK_OK *FDP is the
  * descriptor and FNAME its file name; otherwise *FDP is -1. */
-int file_wait_take(struct file_state *s, const char *full, const char *suffix,
+int dlock__file_wait_take(struct file_state *s, const char *full, const char *suffix,
                    struct dlock__wait *w, file_try_fn try_take, void *arg, char *fname, int *fdp);
 
 /* file_semaphore.c */
-int file_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
-int file_sem_release(void *state, struct dlock__hold *h);
-int file_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
+int dlock__file_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__file_sem_release(void *state, struct dlock__hold *h);
+int dlock__file_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
 
 #endif

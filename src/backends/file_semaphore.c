@@ -17,7 +17,7 @@
  * that finds fewer than K free slots gives back the ones it took before
  * it lets go of byte 1. So nobody ever sees a slot held by an acquire
  * that is about to fail, and a waiter cannot miss a permit that is
- * coming back. Waiters sleep as lock waiters do (file_wait_take: an
+ * coming back. Waiters sleep as lock waiters do (dlock__file_wait_take: an
  * inotify watch for IN_CLOSE_WRITE set before each try, raised when any
  * holder's descriptor closes).
  */
@@ -47,7 +47,7 @@ static off_t slot_byte(unsigned i)
 static int sem_header(struct file_state *s, int fd, const char *fname, const char *full,
                       unsigned permits, struct header *h)
 {
-    int rc = read_header(s, fd, fname, full, h);
+    int rc = dlock__file_read_header(s, fd, fname, full, h);
     if (rc)
         return rc;
     if (h->magic[0] && permits && h->permits != permits)
@@ -66,11 +66,11 @@ static unsigned take_slots(int fd, unsigned permits, unsigned k, unsigned *slots
 {
     unsigned got = 0;
     for (unsigned i = 0; i < permits && got < k; i++)
-        if (range_lock(fd, F_WRLCK, slot_byte(i)) == 0)
+        if (dlock__file_range_lock(fd, F_WRLCK, slot_byte(i)) == 0)
             slots[got++] = i;
     if (got < k) {
         for (unsigned j = 0; j < got; j++)
-            range_lock(fd, F_UNLCK, slot_byte(slots[j]));
+            dlock__file_range_lock(fd, F_UNLCK, slot_byte(slots[j]));
         return 0;
     }
     return got;
@@ -117,8 +117,8 @@ static int try_take(struct file_state *s, int fd, const char *fname, struct dloc
     (void)fresh;
     struct dlock__hold *hold = arg;
     unsigned permits = hold->sem->permits, k = hold->sem->k;
-    char *full = full_name(s, hold->name);
-    int rc = full ? meta_lock(s, fd, fname, F_WRLCK, w) : dlock__err(DLOCK_ENOMEM, "out of memory");
+    char *full = dlock__file_full_name(s, hold->name);
+    int rc = full ? dlock__file_meta_lock(s, fd, fname, F_WRLCK, w) : dlock__err(DLOCK_ENOMEM, "out of memory");
     if (rc) {
         free(full);
         return rc;
@@ -131,18 +131,18 @@ static int try_take(struct file_state *s, int fd, const char *fname, struct dloc
         rc = DLOCK_EBUSY;
     if (!rc && (rc = stamp_sem(s, fd, fname, full, &h, permits, slots, k, hold)))
         for (unsigned j = 0; j < k; j++)
-            range_lock(fd, F_UNLCK, slot_byte(slots[j]));
+            dlock__file_range_lock(fd, F_UNLCK, slot_byte(slots[j]));
     free(slots);
     free(full);
-    range_lock(fd, F_UNLCK, META_BYTE);
+    dlock__file_range_lock(fd, F_UNLCK, META_BYTE);
     return rc;
 }
 
-int file_sem_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
+int dlock__file_sem_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
 {
     struct file_state *s = state;
     char fname[NAME_MAX + 1];
-    char *full = full_name(s, hold->name);
+    char *full = dlock__file_full_name(s, hold->name);
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd = -1, rc = DLOCK_OK;
@@ -150,7 +150,7 @@ int file_sem_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *
         rc = dlock__err(DLOCK_EINVAL, "semaphore '%.40s...': prefix and name are longer than %zu "
                                       "bytes", full, REC_OFFSET - sizeof(struct header));
     if (!rc)
-        rc = file_wait_take(s, full, SUFFIX, w, try_take, hold, fname, &fd);
+        rc = dlock__file_wait_take(s, full, SUFFIX, w, try_take, hold, fname, &fd);
     free(full);
     struct file_hold *fh = NULL;
     if (!rc && !(fh = calloc(1, sizeof *fh))) {
@@ -164,7 +164,7 @@ int file_sem_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *
     return DLOCK_OK;
 }
 
-int file_sem_release(void *state, struct dlock__hold *hold)
+int dlock__file_sem_release(void *state, struct dlock__hold *hold)
 {
     (void)state;
     struct file_hold *fh = hold->bdata;
@@ -190,16 +190,16 @@ static int add_permit_holder(struct dlock_info *info, const char *id)
     return dlock__info_add_holder(info, id, 1);
 }
 
-int file_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
+int dlock__file_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
 {
     struct file_state *s = state;
     char fname[NAME_MAX + 1];
-    char *full = full_name(s, name);
+    char *full = dlock__file_full_name(s, name);
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd = -1;
     /* Read-only: closing it raises no IN_CLOSE_WRITE for the waiters. */
-    int rc = file_open_named(s, full, SUFFIX, O_RDONLY, fname, &fd);
+    int rc = dlock__file_open_named(s, full, SUFFIX, O_RDONLY, fname, &fd);
     char *path = dlock__sprintf("%s/%s", s->dir, fname);
     info->ttl_ms = DLOCK_VALID_FOREVER;
     info->permits = permits;
@@ -212,7 +212,7 @@ int file_sem_inspect(void *state, const char *name, unsigned permits, struct dlo
         return DLOCK_OK; /* never used */
     }
     struct header h;
-    if (!rc && !(rc = meta_lock(s, fd, fname, F_RDLCK, NULL))) {
+    if (!rc && !(rc = dlock__file_meta_lock(s, fd, fname, F_RDLCK, NULL))) {
         rc = sem_header(s, fd, fname, full, permits, &h);
         if (!rc && h.magic[0]) {
             info->permits = h.permits;
@@ -235,7 +235,7 @@ int file_sem_inspect(void *state, const char *name, unsigned permits, struct dlo
                 snprintf(rec, sizeof rec, "?#%u", i);
             rc = add_permit_holder(info, rec);
         }
-        range_lock(fd, F_UNLCK, META_BYTE);
+        dlock__file_range_lock(fd, F_UNLCK, META_BYTE);
     }
     if (fd >= 0)
         close(fd);

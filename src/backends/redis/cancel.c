@@ -23,7 +23,7 @@
 /* How long the record of a canceled acquire lives: an attempt that
  * reaches the server later than this after its cancellation can still
  * take the name for one lease (docs/protocol-redis.md). */
-int64_t redis_cancel_life_ms(int64_t lease_ms)
+int64_t dlock__redis_cancel_life_ms(int64_t lease_ms)
 {
     int64_t life = 600000;
     return lease_ms > life / 2 ? 2 * lease_ms : life;
@@ -37,7 +37,7 @@ static int send_cancel(struct redis_state *s, const char *name, const char *owne
                        int64_t lease_ms, int64_t deadline)
 {
     struct lock_keys k;
-    int rc = redis_keys_make(s, name, &k);
+    int rc = dlock__redis_keys_make(s, name, &k);
     if (rc)
         return rc;
     char owner[160], num[24], life[24];
@@ -45,19 +45,19 @@ static int send_cancel(struct redis_state *s, const char *name, const char *owne
      * "<uuid>:<tid>:" (the token after it was never learned). */
     int ol = snprintf(owner, sizeof owner, s->simple ? "%s:" : "%s", owner_id);
     int nl = snprintf(num, sizeof num, "%llu", (unsigned long long)last);
-    int ll = snprintf(life, sizeof life, "%lld", (long long)redis_cancel_life_ms(lease_ms));
+    int ll = snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease_ms));
     const char *args[] = {k.lock, k.chan, k.canceled, owner, num, life};
     size_t lens[] = {k.lock_len, k.chan_len, k.canceled_len, (size_t)ol, (size_t)nl, (size_t)ll};
     redisReply *r = NULL;
-    rc = redis_eval(s, deadline, S_CANCEL, 3, 6, args, lens, true, NULL, NULL,
+    rc = dlock__redis_eval(s, deadline, S_CANCEL, 3, 6, args, lens, true, NULL, NULL,
                     "cancel a lost acquire", &r, NULL, NULL, NULL);
     if (!rc) {
         long long n;
         const char *type_name;
-        rc = redis_script_reply(s, r, &n, &type_name);
+        rc = dlock__redis_script_reply(s, r, &n, &type_name);
         freeReplyObject(r); /* a key of another type: recorded, nothing else to undo */
     }
-    redis_keys_free(&k);
+    dlock__redis_keys_free(&k);
     return rc;
 }
 
@@ -103,7 +103,7 @@ static void pending_release(void *arg)
     pthread_mutex_lock(&s->cancel_mu);
     for (struct pending_cancel **p = &s->cancels; *p; p = &(*p)->next)
         if (*p == e) {
-            __atomic_store_n(p, e->next, __ATOMIC_RELEASE); /* read unlocked by redis_cancel_owed */
+            __atomic_store_n(p, e->next, __ATOMIC_RELEASE); /* read unlocked by dlock__redis_cancel_owed */
             break;
         }
     pending_unref_locked(e);
@@ -145,7 +145,7 @@ static int pending_cleanup(void *bstate, void *arg, int64_t deadline)
 }
 
 /* Before H's owner acquires NAME: send a cancel it still owes there. */
-int redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline)
+int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline)
 {
     if (!__atomic_load_n(&s->cancels, __ATOMIC_ACQUIRE))
         return DLOCK_OK;
@@ -169,7 +169,7 @@ int redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_
  * run on the server, or may still run there later (a request on its way
  * through the network or a proxy): owe a cancel of every request of H's
  * owner on K up to number LAST. Keeps the caller's error message. */
-void redis_cancel_lost_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
+void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
                                int64_t lease_ms)
 {
     char msg[DLOCK__MSG_MAX];

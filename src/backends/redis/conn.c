@@ -19,7 +19,7 @@
 /* ================================================================ errors */
 
 /* Map a server error reply to a code, with the server's words. */
-int redis_server_error(struct redis_state *s, const char *text, const char *what)
+int dlock__redis_server_error(struct redis_state *s, const char *text, const char *what)
 {
     int code = DLOCK_EBACKEND;
     if (strstr(text, "NOAUTH") || strstr(text, "WRONGPASS") || strstr(text, "NOPERM") ||
@@ -31,7 +31,7 @@ int redis_server_error(struct redis_state *s, const char *text, const char *what
         code = DLOCK_EUNAVAIL;
     else if (strncmp(text, "READONLY", 8) == 0) { /* a replica: a master demoted by a failover */
         code = DLOCK_EUNAVAIL;
-        redis_sentinel_stale(s);
+        dlock__redis_sentinel_stale(s);
     }
     else if (strstr(text, "not an integer"))
         code = DLOCK_EWRONGTYPE;
@@ -46,19 +46,19 @@ static int deadline_passed(struct redis_state *s, const char *what)
 
 /* ============================================================ connections */
 
-int redis_command(struct rconn *k, int argc, const char **argv, const size_t *argl,
+int dlock__redis_command(struct rconn *k, int argc, const char **argv, const size_t *argl,
                   const char *what, redisReply **out, bool *written)
 {
     *out = NULL;
-    int rc = redis_conn_append(k, argc, argv, argl);
+    int rc = dlock__redis_conn_append(k, argc, argv, argl);
     if (rc)
         return rc;
-    rc = redis_exchange(&k, 1, k->until, what);
-    if (written && redis_conn_sent(k))
+    rc = dlock__redis_exchange(&k, 1, k->until, what);
+    if (written && dlock__redis_conn_sent(k))
         *written = true;
     if (rc)
         return rc;
-    *out = redis_conn_take(k);
+    *out = dlock__redis_conn_take(k);
     return DLOCK_OK;
 }
 
@@ -80,13 +80,13 @@ static int setup_connection(struct redis_state *s, struct rconn *k, bool select_
         return deadline_passed(s, do_auth ? "AUTH" : "SELECT");
     int rc = DLOCK_OK;
     if (do_auth)
-        rc = redis_conn_append(k, s->user ? 3 : 2, auth, NULL);
+        rc = dlock__redis_conn_append(k, s->user ? 3 : 2, auth, NULL);
     if (!rc && do_select)
-        rc = redis_conn_append(k, 2, sel, NULL);
+        rc = dlock__redis_conn_append(k, 2, sel, NULL);
     if (!rc)
-        rc = redis_exchange(&k, 1, dlock__now_ms() + left, do_auth ? "AUTH" : "SELECT");
+        rc = dlock__redis_exchange(&k, 1, dlock__now_ms() + left, do_auth ? "AUTH" : "SELECT");
     for (int i = 0; i < do_auth + do_select; i++) {
-        redisReply *r = redis_conn_take(k);
+        redisReply *r = dlock__redis_conn_take(k);
         if (!r)
             break;
         bool is_auth = do_auth && i == 0;
@@ -94,17 +94,17 @@ static int setup_connection(struct redis_state *s, struct rconn *k, bool select_
             rc = dlock__err(DLOCK_EAUTH, "%s: AUTH%s%s refused: %s", s->where, s->user ? " as " : "",
                             s->user ? s->user : "", r->str);
         else if (!rc && r->type == REDIS_REPLY_ERROR)
-            rc = redis_server_error(s, r->str, is_auth ? "AUTH" : "SELECT");
+            rc = dlock__redis_server_error(s, r->str, is_auth ? "AUTH" : "SELECT");
         freeReplyObject(r);
     }
     return rc;
 }
 
-int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out)
+int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out)
 {
     if (!s->sentinel) {
         struct redis_addr a = {.host = s->host, .port = s->port, .sock = s->sock, .tls = s->tls};
-        return redis_dial_addr(s, &a, select_db, deadline, out);
+        return dlock__redis_dial_addr(s, &a, select_db, deadline, out);
     }
     /* Sentinel: the master as last resolved; when it cannot be reached,
      * ask the sentinels once more (a failover may have moved it). */
@@ -112,18 +112,18 @@ int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct r
         char host[256];
         int port;
         unsigned epoch;
-        int rc = redis_sentinel_master(s, deadline, host, sizeof host, &port, &epoch);
+        int rc = dlock__redis_sentinel_master(s, deadline, host, sizeof host, &port, &epoch);
         if (rc)
             return rc;
         struct redis_addr a = {.host = host, .port = port, .tls = s->tls};
-        rc = redis_dial_addr(s, &a, select_db, deadline, out);
+        rc = dlock__redis_dial_addr(s, &a, select_db, deadline, out);
         if (rc != DLOCK_ECONN || round > 0)
             return rc;
-        redis_sentinel_stale(s);
+        dlock__redis_sentinel_stale(s);
     }
 }
 
-int redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
+int dlock__redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
                     int64_t deadline, struct rconn **out)
 {
     *out = NULL;
@@ -131,19 +131,19 @@ int redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool sele
     if (cto == 0)
         return deadline_passed(s, "connect");
     struct rconn *k;
-    int rc = redis_conn_dial(a, dlock__now_ms() + cto, &k);
+    int rc = dlock__redis_conn_dial(a, dlock__now_ms() + cto, &k);
     if (rc)
         return rc;
     rc = setup_connection(s, k, select_db, deadline);
     if (rc) {
-        redis_conn_free(k);
+        dlock__redis_conn_free(k);
         return rc;
     }
     *out = k;
     return DLOCK_OK;
 }
 
-int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out)
+int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out)
 {
     *out = NULL;
     int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
@@ -159,7 +159,7 @@ int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, str
             *out = k;
             return DLOCK_OK;
         }
-        redis_conn_free(k); /* dialed before a failure: suspect */
+        dlock__redis_conn_free(k); /* dialed before a failure: suspect */
     }
     int64_t now = dlock__now_ms();
     if (background && now < s->next_dial_ms) {
@@ -172,7 +172,7 @@ int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, str
     pthread_mutex_unlock(&s->pool_mu);
 
     struct rconn *k;
-    int rc = redis_dial(s, true, deadline, &k);
+    int rc = dlock__redis_dial(s, true, deadline, &k);
     pthread_mutex_lock(&s->pool_mu);
     if (rc) {
         s->next_dial_ms = dlock__now_ms() + dlock__backoff_next(&s->backoff);
@@ -186,7 +186,7 @@ int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, str
     k->gen = gen;
     left = dlock__time_left(deadline, s->op_timeout_ms);
     if (left == 0) {
-        redis_pool_put(s, k, false);
+        dlock__redis_pool_put(s, k, false);
         return deadline_passed(s, "request");
     }
     k->until = dlock__now_ms() + left;
@@ -196,7 +196,7 @@ int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, str
 
 /* Give K back; BROKEN (an I/O error) closes it and retires every idle
  * connection dialed before, since the server may have restarted. */
-void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
+void dlock__redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
 {
     if (!k)
         return;
@@ -207,7 +207,7 @@ void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
         if (s->sentinel && k->gen + 1 == s->gen)
             s->master_stale = true; /* the master may have moved */
         pthread_mutex_unlock(&s->pool_mu);
-        redis_conn_free(k);
+        dlock__redis_conn_free(k);
         return;
     }
     k->next = s->idle;
@@ -217,24 +217,24 @@ void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
 
 /* ============================================================ open/close */
 
-void redis_close(void *state)
+void dlock__redis_close(void *state)
 {
     struct redis_state *s = state;
     if (!s)
         return;
     if (s->hub.efd >= 0) {
-        redis_hub_stop(s);
+        dlock__redis_hub_stop(s);
         close(s->hub.efd);
     }
     while (s->idle) {
         struct rconn *k = s->idle;
         s->idle = k->next;
-        redis_conn_free(k);
+        dlock__redis_conn_free(k);
     }
     pthread_mutex_destroy(&s->pool_mu);
     pthread_mutex_destroy(&s->hub.mu);
     pthread_mutex_destroy(&s->cancel_mu); /* the cleanup queue freed every pending cancel */
-    redis_tls_context_free(s->tls);
+    dlock__redis_tls_context_free(s->tls);
     pthread_mutex_destroy(&s->resolve_mu);
     free(s->sentinels);
     free(s->master_name);
@@ -255,7 +255,7 @@ static int parse_db(struct redis_state *s, const char *text, const char *from)
     return DLOCK_OK;
 }
 
-int redis_open(struct dlock_client *c, void **state)
+int dlock__redis_open(struct dlock_client *c, void **state)
 {
     struct redis_state *s = calloc(1, sizeof *s);
     if (!s)
@@ -287,7 +287,7 @@ int redis_open(struct dlock_client *c, void **state)
         if (!rc && db_param)
             rc = parse_db(s, db_param, "db");
     } else if (strstr(c->url.scheme, "+sentinel")) {
-        rc = redis_sentinel_parse(s, c);
+        rc = dlock__redis_sentinel_parse(s, c);
         const char *name_end = !rc ? strchr(c->url.path + 1, '/') : NULL;
         if (!rc && name_end && db_param)
             rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': the db is given twice (path and ?db=)",
@@ -329,9 +329,9 @@ int redis_open(struct dlock_client *c, void **state)
     if (!rc && !tls && (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key))
         rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': TLS options need rediss://", url);
     if (!rc && tls)
-        rc = redis_tls_context(s, c->opts.tls_ca, c->opts.tls_cert, c->opts.tls_key);
+        rc = dlock__redis_tls_context(s, c->opts.tls_ca, c->opts.tls_cert, c->opts.tls_key);
     if (rc) {
-        redis_close(s);
+        dlock__redis_close(s);
         return rc;
     }
     const char *sync = dlock__url_param(&c->url, "sync");
@@ -357,7 +357,7 @@ int redis_open(struct dlock_client *c, void **state)
             rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': sync_timeout without sync=N", url);
     }
     if (rc) {
-        redis_close(s);
+        dlock__redis_close(s);
         return rc;
     }
     s->simple = c->opts.layout && strcmp(c->opts.layout, "simple") == 0;
@@ -370,19 +370,19 @@ int redis_open(struct dlock_client *c, void **state)
     s->prefix = c->opts.key_prefix;
     dlock__uuid(s->uuid);
     for (int i = 0; i < S_COUNT; i++)
-        s->src[i] = redis_script_source((enum script_id)i, s->simple);
+        s->src[i] = dlock__redis_script_source((enum script_id)i, s->simple);
 
     s->hub.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->hub.efd < 0) {
         rc = dlock__errno(DLOCK_EIO, errno, "%s: eventfd", s->where);
-        redis_close(s);
+        dlock__redis_close(s);
         return rc;
     }
-    rc = redis_load_scripts(s);
+    rc = dlock__redis_load_scripts(s);
     if (!rc && s->sentinel)
-        rc = redis_hub_start(s); /* +switch-master, for holders and idle connections too */
+        rc = dlock__redis_hub_start(s); /* +switch-master, for holders and idle connections too */
     if (rc) {
-        redis_close(s);
+        dlock__redis_close(s);
         return rc;
     }
     *state = s;

@@ -164,13 +164,13 @@ static void hub_flush_todo(struct hub *hb, struct rconn *k)
             } else {
                 argv[0] = "SUBSCRIBE";
                 argl[0] = 9;
-                redis_conn_append(k, 2, argv, argl);
+                dlock__redis_conn_append(k, 2, argv, argl);
                 ch->sub_sent = true;
             }
         } else if (ch->nwaiters == 0 && ch->subscribed && !ch->unsub_sent && !ch->sub_sent) {
             argv[0] = "UNSUBSCRIBE";
             argl[0] = 11;
-            redis_conn_append(k, 2, argv, argl);
+            dlock__redis_conn_append(k, 2, argv, argl);
             ch->unsub_sent = true;
         } else if (ch->nwaiters == 0 && !ch->subscribed && !ch->sub_sent && !ch->unsub_sent) {
             hub_free_chan(hb, ch);
@@ -195,7 +195,7 @@ static void *hub_main(void *arg)
             int64_t now = dlock__now_ms();
             if (now >= next_dial) {
                 pthread_mutex_unlock(&hb->mu);
-                int rc = redis_dial(s, false, DLOCK__NEVER, &k);
+                int rc = dlock__redis_dial(s, false, DLOCK__NEVER, &k);
                 pthread_mutex_lock(&hb->mu);
                 if (rc) {
                     next_dial = dlock__now_ms() + dlock__backoff_next(&backoff);
@@ -213,7 +213,7 @@ static void *hub_main(void *arg)
             hub_flush_todo(hb, k);
         pthread_mutex_unlock(&hb->mu);
         if (s->sentinel && !watch && dlock__now_ms() >= next_watch) {
-            watch = redis_sentinel_watch(s);
+            watch = dlock__redis_sentinel_watch(s);
             next_watch = dlock__now_ms() + REDIS_BACKOFF_MAX_MS;
         }
 
@@ -221,17 +221,17 @@ static void *hub_main(void *arg)
          * writes is waited for, in the same poll as the wake-ups. */
         if (k) {
             k->want = 0;
-            redis_conn_pump(k, 0);
+            dlock__redis_conn_pump(k, 0);
         }
         bool broken = k && k->broken;
         struct pollfd p[3] = {{.fd = s->hub.efd, .events = POLLIN}, {.fd = -1}, {.fd = -1}};
         if (watch) {
             p[2].fd = watch->fd;
-            p[2].events = redis_conn_events(watch);
+            p[2].events = dlock__redis_conn_events(watch);
         }
         if (k && !broken) {
             p[1].fd = k->fd;
-            p[1].events = redis_conn_events(k);
+            p[1].events = dlock__redis_conn_events(k);
         }
         int timeout = k && k->ngot > 0 ? 0 : 1000; /* replies already read: take them now */
         if (!k) {
@@ -240,11 +240,11 @@ static void *hub_main(void *arg)
         }
         if (!broken && poll(p, 3, timeout) > 0) {
             if (watch && p[2].revents) {
-                redis_conn_pump(watch, p[2].revents);
-                if (redis_sentinel_switched(s, watch) && k)
+                dlock__redis_conn_pump(watch, p[2].revents);
+                if (dlock__redis_sentinel_switched(s, watch) && k)
                     broken = true; /* subscribed to the old master: move */
                 if (watch->broken) {
-                    redis_conn_free(watch);
+                    dlock__redis_conn_free(watch);
                     watch = NULL;
                 }
             }
@@ -255,29 +255,29 @@ static void *hub_main(void *arg)
                 }
             }
             if (p[1].fd >= 0 && p[1].revents) {
-                redis_conn_pump(k, p[1].revents);
+                dlock__redis_conn_pump(k, p[1].revents);
                 broken = broken || k->broken;
             }
         }
         pthread_mutex_lock(&hb->mu);
         if (k) {
             redisReply *reply;
-            while ((reply = redis_conn_take(k))) {
+            while ((reply = dlock__redis_conn_take(k))) {
                 hub_on_reply(hb, reply);
                 freeReplyObject(reply);
             }
         }
         if (broken) {
-            redis_conn_free(k);
+            dlock__redis_conn_free(k);
             k = NULL;
-            redis_sentinel_stale(s); /* Sentinel: a failover closes subscribers too */
+            dlock__redis_sentinel_stale(s); /* Sentinel: a failover closes subscribers too */
             hub_on_disconnect(hb);
             next_dial = dlock__now_ms() + dlock__backoff_next(&backoff);
         }
     }
     pthread_mutex_unlock(&hb->mu);
-    redis_conn_free(k);
-    redis_conn_free(watch);
+    dlock__redis_conn_free(k);
+    dlock__redis_conn_free(watch);
     return NULL;
 }
 
@@ -294,7 +294,7 @@ static int hub_start_locked(struct redis_state *s)
     return DLOCK_OK;
 }
 
-int redis_hub_start(struct redis_state *s)
+int dlock__redis_hub_start(struct redis_state *s)
 {
     pthread_mutex_lock(&s->hub.mu);
     int rc = hub_start_locked(s);
@@ -303,7 +303,7 @@ int redis_hub_start(struct redis_state *s)
 }
 
 /* Register W as a waiter on CHAN, subscribing when it is the first. */
-int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
+int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
 {
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);
@@ -345,7 +345,7 @@ int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct d
 }
 
 /* Whether messages on CHAN reach us now. */
-bool redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len)
+bool dlock__redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len)
 {
     pthread_mutex_lock(&s->hub.mu);
     struct hub_chan *ch = hub_find(&s->hub, chan, len);
@@ -355,7 +355,7 @@ bool redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len)
 }
 
 /* W is about to try: a wake it received is being used now. */
-void redis_hub_ack(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
+void dlock__redis_hub_ack(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
 {
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);
@@ -367,7 +367,7 @@ void redis_hub_ack(struct redis_state *s, const char *chan, size_t len, struct d
 
 /* W stops waiting on CHAN. If it was woken and leaves without the lock
  * (timed out, canceled, failed), the wake goes to the next waiter. */
-void redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
+void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
                       bool acquired)
 {
     struct hub *hb = &s->hub;
@@ -383,7 +383,7 @@ void redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct
     pthread_mutex_unlock(&hb->mu);
 }
 
-void redis_hub_stop(struct redis_state *s)
+void dlock__redis_hub_stop(struct redis_state *s)
 {
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);

@@ -66,13 +66,13 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     int pl = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
     int ol = s->simple ? snprintf(prefix, sizeof prefix, "%s:", h->owner)
                        : snprintf(prefix, sizeof prefix, "%s", h->owner);
-    int rc = redis_cancel_owed(s, h, deadline);
+    int rc = dlock__redis_cancel_owed(s, h, deadline);
     if (rc)
         return rc;
     uint64_t n = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* n and n + 1 */
     int fl = snprintf(first, sizeof first, "%llu", (unsigned long long)n);
     int sl = snprintf(second, sizeof second, "%llu", (unsigned long long)n + 1);
-    int ll = snprintf(life, sizeof life, "%lld", (long long)redis_cancel_life_ms(lease_ms));
+    int ll = snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease_ms));
     const char *mode = h->mode == DLOCK_SHARED ? "read" : "write";
     const char *args[] = {k->lock, k->token, k->canceled, k->writers, k->tbase, lease, prefix,
                           first, "0", life, mode, stage};
@@ -87,10 +87,10 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     int64_t sent;
     bool reached = false;
     int acked;
-    rc = redis_eval_synced(s, deadline, S_ACQUIRE, 5, 12, args, lens, true, retry_args, retry_lens,
+    rc = dlock__redis_eval_synced(s, deadline, S_ACQUIRE, 5, 12, args, lens, true, retry_args, retry_lens,
                            "acquire", &r, &sent, NULL, &reached, &acked);
     if (rc == DLOCK_ECONN && reached)
-        redis_cancel_lost_acquire(s, h, n + 1, lease_ms);
+        dlock__redis_cancel_lost_acquire(s, h, n + 1, lease_ms);
     if (rc) {
         if (rc == DLOCK_EWRONGTYPE) {
             char why[DLOCK__MSG_MAX];
@@ -103,10 +103,10 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     }
     long long value;
     const char *type_name;
-    rc = redis_script_reply(s, r, &value, &type_name);
+    rc = dlock__redis_script_reply(s, r, &value, &type_name);
     if (!rc) {
         if (type_name) {
-            rc = redis_wrongtype(s, k, type_name);
+            rc = dlock__redis_wrongtype(s, k, type_name);
         } else if (value >= 0 && acked >= 0 && acked < s->sync_replicas) {
             rc = undo_unsynced(s, h, (uint64_t)value, acked);
         } else if (value >= 0) {
@@ -130,8 +130,8 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
 {
     struct redis_state *s = state;
     struct lock_keys k;
-    int rc = redis_rw_check_layout(s, h);
-    if (rc || (rc = redis_keys_make(s, h->name, &k)))
+    int rc = dlock__redis_rw_check_layout(s, h);
+    if (rc || (rc = dlock__redis_keys_make(s, h->name, &k)))
         return rc;
     owner_of(s, h);
     int64_t lease = h->lease_ms;
@@ -147,7 +147,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
 
     /* Contended: subscribe (shared connection), then try, sleep until a
      * release message or the holder's remaining lease, try again. */
-    rc = redis_hub_join(s, chan, chan_len, w);
+    rc = dlock__redis_hub_join(s, chan, chan_len, w);
     if (rc)
         goto unwait;
     /* A connection lost while waiting (server restart, network blip) is
@@ -161,8 +161,8 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         unsigned seq = dlock__wait_seq(w);
         /* Before the subscription is confirmed a release could be missed,
          * so the first sleep lasts until the confirmation wakes us. */
-        if (!first || redis_hub_subscribed(s, chan, chan_len)) {
-            redis_hub_ack(s, chan, chan_len, w);
+        if (!first || dlock__redis_hub_subscribed(s, chan, chan_len)) {
+            dlock__redis_hub_ack(s, chan, chan_len, w);
             rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), "2", &ttl);
             /* EUNAVAIL is transient too: a failover under way (READONLY,
              * a sentinel's stale answer), LOADING, too few replicas */
@@ -199,13 +199,13 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         if (rc != DLOCK_OK)
             break;
     }
-    redis_hub_leave(s, chan, chan_len, w, rc == DLOCK_OK);
+    dlock__redis_hub_leave(s, chan, chan_len, w, rc == DLOCK_OK);
 unwait:
     if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE &&
         !s->simple)
-        redis_rw_unwait(s, h, &k); /* let the readers behind us in */
+        dlock__redis_rw_unwait(s, h, &k); /* let the readers behind us in */
 out:
-    redis_keys_free(&k);
+    dlock__redis_keys_free(&k);
     return rc;
 }
 
@@ -213,9 +213,9 @@ static int redis_release(void *state, struct dlock__hold *h)
 {
     struct redis_state *s = state;
     if (h->mode == DLOCK_SHARED)
-        return redis_rw_release(s, h);
+        return dlock__redis_rw_release(s, h);
     struct lock_keys k;
-    int rc = redis_keys_make(s, h->name, &k);
+    int rc = dlock__redis_keys_make(s, h->name, &k);
     if (rc)
         return rc;
     char token[24], value[160];
@@ -226,12 +226,12 @@ static int redis_release(void *state, struct dlock__hold *h)
     size_t lens[] = {k.lock_len, k.chan_len, k.token_len, k.rwchan_len, (size_t)vl, (size_t)tl};
     redisReply *r;
     bool retried;
-    rc = redis_eval(s, DLOCK__NEVER, S_RELEASE, 4, 6, args, lens, true, NULL, NULL, "release", &r,
+    rc = dlock__redis_eval(s, DLOCK__NEVER, S_RELEASE, 4, 6, args, lens, true, NULL, NULL, "release", &r,
                     NULL, &retried, NULL);
     if (!rc) {
         long long status;
         const char *type_name;
-        rc = redis_script_reply(s, r, &status, &type_name);
+        rc = dlock__redis_script_reply(s, r, &status, &type_name);
         if (!rc) {
             if (type_name)
                 rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' now holds a %s",
@@ -248,7 +248,7 @@ static int redis_release(void *state, struct dlock__hold *h)
     }
     free(h->bdata);
     h->bdata = NULL;
-    redis_keys_free(&k);
+    dlock__redis_keys_free(&k);
     return rc;
 }
 
@@ -258,7 +258,7 @@ static int redis_release(void *state, struct dlock__hold *h)
 static int redis_renew(void *state, struct dlock__renew_batch *b)
 {
     struct redis_state *s = state;
-    if (redis_sem_renew_apart(s, b, redis_renew)) /* semaphore permits (semaphore.c) */
+    if (dlock__redis_sem_renew_apart(s, b, redis_renew)) /* semaphore permits (semaphore.c) */
         return DLOCK_OK;
     struct dlock__hold **holds = b->holds;
     size_t n = b->n;
@@ -268,7 +268,7 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
      * batch: the keeper declares holds lost at their deadline, not at the
      * end of a connect or read timeout against a server that went silent. */
     struct rconn *k;
-    int rc = redis_pool_get(s, true, b->deadline, &k);
+    int rc = dlock__redis_pool_get(s, true, b->deadline, &k);
     if (rc) {
         for (size_t i = 0; i < n; i++)
             dlock__renew_result(b, i, rc);
@@ -302,7 +302,7 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             argv[a] = nk;
             argl[a++] = strlen(nk);
             for (size_t i = 0; i < m; i++) {
-                if ((rc = redis_keys_make(s, holds[c0 + i]->name, &keys[i])))
+                if ((rc = dlock__redis_keys_make(s, holds[c0 + i]->name, &keys[i])))
                     goto fail_all;
                 argv[a] = keys[i].lock;
                 argl[a++] = keys[i].lock_len;
@@ -319,12 +319,12 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
                 argv[a] = leases[i];
                 argl[a++] = (size_t)ll;
                 argv[a] = timeouts[i]; /* a reader's timeout key, or "" */
-                argl[a++] = (size_t)redis_rw_timeout_key(&keys[i], h, timeouts[i],
+                argl[a++] = (size_t)dlock__redis_rw_timeout_key(&keys[i], h, timeouts[i],
                                                          sizeof timeouts[i]);
             }
-            rc = redis_conn_append(k, (int)a, argv, argl);
+            rc = dlock__redis_conn_append(k, (int)a, argv, argl);
             for (size_t i = 0; i < m; i++)
-                redis_keys_free(&keys[i]);
+                dlock__redis_keys_free(&keys[i]);
             if (rc)
                 goto fail_all;
         }
@@ -332,15 +332,15 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
          * acknowledged does not count (the hold's validity is not
          * extended, so it is lost at its deadline unless a later one is
          * acknowledged). */
-        bool sync = redis_sync_append(s, k);
+        bool sync = dlock__redis_sync_append(s, k);
         /* Send every chunk and read every reply: one round trip. */
-        rc = redis_exchange(&k, 1, k->until, "renew");
-        int acked = sync && !rc ? redis_sync_acked(k->got[k->ngot - 1]) : -1;
+        rc = dlock__redis_exchange(&k, 1, k->until, "renew");
+        int acked = sync && !rc ? dlock__redis_sync_acked(k->got[k->ngot - 1]) : -1;
         noscript = false;
         for (size_t ci = 0; ci < nchunks; ci++) {
-            redisReply *r = redis_conn_take(k);
+            redisReply *r = dlock__redis_conn_take(k);
             if (!r) {
-                redis_pool_put(s, k, true);
+                dlock__redis_pool_put(s, k, true);
                 k = NULL;
                 for (size_t i = ci * RENEW_BATCH; i < n; i++)
                     dlock__renew_result(b, i, rc);
@@ -351,7 +351,7 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
                 noscript = true;
             } else if (r->type == REDIS_REPLY_ERROR) {
-                int e = redis_server_error(s, r->str, "renew");
+                int e = dlock__redis_server_error(s, r->str, "renew");
                 for (size_t i = 0; i < m; i++)
                     dlock__renew_result(b, c0 + i, e);
             } else if (r->type != REDIS_REPLY_ARRAY || r->elements != m) {
@@ -385,7 +385,7 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             freeReplyObject(r);
         }
         if (sync)
-            freeReplyObject(redis_conn_take(k)); /* the WAIT's, read above */
+            freeReplyObject(dlock__redis_conn_take(k)); /* the WAIT's, read above */
         if (!noscript)
             break;
         /* The server forgot the script (restart, SCRIPT FLUSH): resend as
@@ -397,13 +397,13 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
 fail_all:
     for (size_t i = 0; i < n; i++)
         dlock__renew_result(b, i, rc);
-    redis_pool_put(s, k, true); /* commands may be half-appended */
+    dlock__redis_pool_put(s, k, true); /* commands may be half-appended */
     k = NULL;
 out:
     if (k)
-        redis_pool_put(s, k, false);
+        dlock__redis_pool_put(s, k, false);
     for (size_t i = 0; keys && i < RENEW_BATCH; i++)
-        redis_keys_free(&keys[i]);
+        dlock__redis_keys_free(&keys[i]);
     free(argv);
     free(argl);
     free(vals);
@@ -469,13 +469,13 @@ static int redis_inspect(void *state, const char *name, struct dlock_info *info)
 {
     struct redis_state *s = state;
     struct lock_keys k;
-    int rc = redis_keys_make(s, name, &k);
+    int rc = dlock__redis_keys_make(s, name, &k);
     if (rc)
         return rc;
     const char *args[] = {k.lock, k.token};
     size_t lens[] = {k.lock_len, k.token_len};
     redisReply *r;
-    rc = redis_eval(s, DLOCK__NEVER, S_INSPECT, 2, 2, args, lens, true, NULL, NULL, "inspect", &r, NULL,
+    rc = dlock__redis_eval(s, DLOCK__NEVER, S_INSPECT, 2, 2, args, lens, true, NULL, NULL, "inspect", &r, NULL,
                     NULL, NULL);
     if (rc)
         goto out;
@@ -497,7 +497,7 @@ static int redis_inspect(void *state, const char *name, struct dlock_info *info)
         info->held = 0;
         info->ttl_ms = -1;
     } else if (strcmp(type, want) != 0) {
-        rc = redis_wrongtype(s, &k, type);
+        rc = dlock__redis_wrongtype(s, &k, type);
     } else {
         info->held = 1;
         info->ttl_ms = pttl >= 0 ? pttl : (pttl == -1 ? DLOCK_VALID_FOREVER : -1);
@@ -513,7 +513,7 @@ static int redis_inspect(void *state, const char *name, struct dlock_info *info)
             for (size_t i = 3; i + 1 < r->elements; i += 2)
                 if (r->element[i]->type != REDIS_REPLY_STRING ||
                     !lock_field_like(r->element[i]->str, r->element[i]->len)) {
-                    rc = redis_wrongtype(s, &k, "hash whose fields are not lock owners (<uuid>:<thread>)");
+                    rc = dlock__redis_wrongtype(s, &k, "hash whose fields are not lock owners (<uuid>:<thread>)");
                     goto done;
                 }
             for (size_t i = 3; i + 1 < r->elements && !rc; i += 2) {
@@ -531,7 +531,7 @@ static int redis_inspect(void *state, const char *name, struct dlock_info *info)
 done:
     freeReplyObject(r);
 out:
-    redis_keys_free(&k);
+    dlock__redis_keys_free(&k);
     return rc;
 }
 
@@ -539,24 +539,24 @@ static int redis_force_release(void *state, const char *name)
 {
     struct redis_state *s = state;
     struct lock_keys k;
-    int rc = redis_keys_make(s, name, &k);
+    int rc = dlock__redis_keys_make(s, name, &k);
     if (rc)
         return rc;
     const char *type = s->simple ? "string" : "hash";
     const char *args[] = {k.lock, k.chan, type};
     size_t lens[] = {k.lock_len, k.chan_len, strlen(type)};
     redisReply *r;
-    rc = redis_eval(s, DLOCK__NEVER, S_FORCE, 2, 3, args, lens, true, NULL, NULL, "force release", &r,
+    rc = dlock__redis_eval(s, DLOCK__NEVER, S_FORCE, 2, 3, args, lens, true, NULL, NULL, "force release", &r,
                     NULL, NULL, NULL);
     if (!rc) {
         long long status;
         const char *type_name;
-        rc = redis_script_reply(s, r, &status, &type_name);
+        rc = dlock__redis_script_reply(s, r, &status, &type_name);
         if (!rc && type_name)
-            rc = redis_wrongtype(s, &k, type_name);
+            rc = dlock__redis_wrongtype(s, &k, type_name);
         freeReplyObject(r);
     }
-    redis_keys_free(&k);
+    dlock__redis_keys_free(&k);
     return rc;
 }
 
@@ -582,13 +582,13 @@ static bool key_is_lock(struct redis_state *s, struct rconn *k, const char *key,
 {
     const char *argv[2] = {s->simple ? "GET" : "HKEYS", key};
     size_t argl[2] = {strlen(argv[0]), len};
-    if (redis_own_key_space(key, len))
+    if (dlock__redis_own_key_space(key, len))
         return false; /* a token counter or a record of canceled acquires */
     if (s->simple) {
         /* a string of dlock's shape: "<uuid>:<thread>:<token>" */
         redisReply *r;
         k->until = dlock__now_ms() + s->op_timeout_ms;
-        if ((*err = redis_command(k, 2, argv, argl, "list", &r, NULL)))
+        if ((*err = dlock__redis_command(k, 2, argv, argl, "list", &r, NULL)))
             return false;
         bool yes = r->type == REDIS_REPLY_STRING && lock_value_like(r->str, r->len);
         freeReplyObject(r);
@@ -596,7 +596,7 @@ static bool key_is_lock(struct redis_state *s, struct rconn *k, const char *key,
     }
     redisReply *r;
     k->until = dlock__now_ms() + s->op_timeout_ms;
-    if ((*err = redis_command(k, 2, argv, argl, "list", &r, NULL)))
+    if ((*err = dlock__redis_command(k, 2, argv, argl, "list", &r, NULL)))
         return false;
     bool yes = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
     for (size_t i = 0; yes && i < r->elements; i++)
@@ -610,12 +610,12 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
 {
     struct redis_state *s = state;
     struct rconn *k;
-    int rc = redis_pool_get(s, false, DLOCK__NEVER, &k);
+    int rc = dlock__redis_pool_get(s, false, DLOCK__NEVER, &k);
     if (rc)
         return rc;
     char *match = match_pattern(s->prefix, pattern);
     if (!match) {
-        redis_pool_put(s, k, false);
+        dlock__redis_pool_put(s, k, false);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     size_t plen = s->prefix ? strlen(s->prefix) : 0;
@@ -626,12 +626,12 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
                               s->simple ? "string" : "hash"};
         redisReply *r;
         k->until = dlock__now_ms() + s->op_timeout_ms; /* each page a request */
-        if ((rc = redis_command(k, 8, scan, NULL, "SCAN", &r, NULL))) {
+        if ((rc = dlock__redis_command(k, 8, scan, NULL, "SCAN", &r, NULL))) {
             broken = true;
             break;
         }
         if (r->type == REDIS_REPLY_ERROR) {
-            rc = redis_server_error(s, r->str, "SCAN");
+            rc = dlock__redis_server_error(s, r->str, "SCAN");
             freeReplyObject(r);
             break;
         }
@@ -657,7 +657,7 @@ static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
         freeReplyObject(r);
     } while (!stop && !rc && strcmp(cursor, "0") != 0);
     free(match);
-    redis_pool_put(s, k, broken);
+    dlock__redis_pool_put(s, k, broken);
     return rc;
 }
 
@@ -673,17 +673,17 @@ const struct dlock__backend dlock__backend_redis = {
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
             DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_SEMAPHORE,
     .default_port = REDIS_DEFAULT_PORT,
-    .open = redis_open,
-    .close = redis_close,
+    .open = dlock__redis_open,
+    .close = dlock__redis_close,
     .acquire = redis_acquire,
     .release = redis_release,
     .renew = redis_renew,
     .inspect = redis_inspect,
     .force_release = redis_force_release,
     .list = redis_list,
-    .downgrade = redis_rw_downgrade,
-    .sem_acquire = redis_sem_acquire,
-    .sem_release = redis_sem_release,
-    .sem_inspect = redis_sem_inspect,
+    .downgrade = dlock__redis_rw_downgrade,
+    .sem_acquire = dlock__redis_sem_acquire,
+    .sem_release = dlock__redis_sem_release,
+    .sem_inspect = dlock__redis_sem_inspect,
 };
 

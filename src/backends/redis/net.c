@@ -13,7 +13,7 @@
  * connection is closed with a message saying so. hiredis stays for what
  * it does well: formatting commands (redisFormatCommandArgv) and parsing
  * replies (redisReader). The same loop serves one node (commands,
- * scripts), the subscriber hub (redis_conn_events/redis_conn_pump) and
+ * scripts), the subscriber hub (dlock__redis_conn_events/dlock__redis_conn_pump) and
  * several nodes in parallel (Sentinel, Redlock).
  */
 #include <errno.h>
@@ -36,7 +36,7 @@
 
 /* ============================================================ the socket */
 
-void redis_conn_fail(struct rconn *k, const char *fmt, ...)
+void dlock__redis_conn_fail(struct rconn *k, const char *fmt, ...)
 {
     if (k->broken)
         return;
@@ -47,12 +47,12 @@ void redis_conn_fail(struct rconn *k, const char *fmt, ...)
     va_end(ap);
 }
 
-void redis_conn_free(struct rconn *k)
+void dlock__redis_conn_free(struct rconn *k)
 {
     if (!k)
         return;
     if (k->tls)
-        redis_tls_free(k);
+        dlock__redis_tls_free(k);
     if (k->fd >= 0)
         close(k->fd);
     if (k->reader)
@@ -99,7 +99,7 @@ static int connect_until(int fd, const struct sockaddr *addr, socklen_t len, int
     }
 }
 
-int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out)
+int dlock__redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out)
 {
     *out = NULL;
     struct rconn *k = calloc(1, sizeof *k);
@@ -113,7 +113,7 @@ int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **ou
                  a->tls ? "rediss" : "redis", a->host, a->port);
     k->reader = redisReaderCreate();
     if (!k->reader) {
-        redis_conn_free(k);
+        dlock__redis_conn_free(k);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     int64_t budget = ms_until(until);
@@ -121,7 +121,7 @@ int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **ou
     if (a->sock) {
         struct sockaddr_un un = {.sun_family = AF_UNIX};
         if (strlen(a->sock) >= sizeof un.sun_path) {
-            redis_conn_free(k);
+            dlock__redis_conn_free(k);
             return dlock__err(DLOCK_EBADURL, "%s: the socket path is too long", k->where);
         }
         strcpy(un.sun_path, a->sock);
@@ -138,7 +138,7 @@ int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **ou
         if (gai) {
             int rc = dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", k->where,
                                 gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
-            redis_conn_free(k);
+            dlock__redis_conn_free(k);
             return rc;
         }
         err = ENOENT;
@@ -167,13 +167,13 @@ int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **ou
                      ? dlock__err(DLOCK_ECONN, "%s: cannot connect: no answer within %lld ms",
                                   k->where, (long long)budget)
                      : dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", k->where, strerror(err));
-        redis_conn_free(k);
+        dlock__redis_conn_free(k);
         return rc;
     }
     if (a->tls) {
-        int rc = redis_tls_handshake(k, a->tls, a->host, until);
+        int rc = dlock__redis_tls_handshake(k, a->tls, a->host, until);
         if (rc) {
-            redis_conn_free(k);
+            dlock__redis_conn_free(k);
             return rc;
         }
     }
@@ -183,7 +183,7 @@ int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **ou
 
 /* ====================================================== appending, replies */
 
-int redis_conn_append(struct rconn *k, int argc, const char **argv, const size_t *argl)
+int dlock__redis_conn_append(struct rconn *k, int argc, const char **argv, const size_t *argl)
 {
     size_t lens[64];
     size_t *l = (size_t *)argl;
@@ -219,7 +219,7 @@ int redis_conn_append(struct rconn *k, int argc, const char **argv, const size_t
     return DLOCK_OK;
 }
 
-redisReply *redis_conn_take(struct rconn *k)
+redisReply *dlock__redis_conn_take(struct rconn *k)
 {
     if (k->taken == k->ngot)
         return NULL;
@@ -236,7 +236,7 @@ static void parse_replies(struct rconn *k)
     while (!k->broken) {
         void *reply = NULL;
         if (redisReaderGetReply(k->reader, &reply) != REDIS_OK) {
-            redis_conn_fail(k, "protocol error: %s", k->reader->errstr);
+            dlock__redis_conn_fail(k, "protocol error: %s", k->reader->errstr);
             return;
         }
         if (!reply)
@@ -246,7 +246,7 @@ static void parse_replies(struct rconn *k)
             redisReply **g = realloc(k->got, cap * sizeof *g);
             if (!g) {
                 freeReplyObject(reply);
-                redis_conn_fail(k, "out of memory");
+                dlock__redis_conn_fail(k, "out of memory");
                 return;
             }
             k->got = g;
@@ -260,13 +260,13 @@ static void parse_replies(struct rconn *k)
         k->partial = k->reader->len - k->reader->pos;
     }
     if (!k->broken && k->partial > REDIS_MAX_REPLY)
-        redis_conn_fail(k, "a reply larger than %u MiB (dlock's cap); connection closed",
+        dlock__redis_conn_fail(k, "a reply larger than %u MiB (dlock's cap); connection closed",
                   REDIS_MAX_REPLY >> 20);
 }
 
 /* ====================================================== the one poll loop */
 
-short redis_conn_events(const struct rconn *k)
+short dlock__redis_conn_events(const struct rconn *k)
 {
     if (k->broken || k->fd < 0)
         return 0;
@@ -277,7 +277,7 @@ short redis_conn_events(const struct rconn *k)
 static void pump_out(struct rconn *k)
 {
     while (!k->broken && k->out_off < k->out_len) {
-        ssize_t n = k->tls ? redis_tls_io(k, k->out + k->out_off, k->out_len - k->out_off, true)
+        ssize_t n = k->tls ? dlock__redis_tls_io(k, k->out + k->out_off, k->out_len - k->out_off, true)
                            : send(k->fd, k->out + k->out_off, k->out_len - k->out_off,
                                   MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
@@ -286,7 +286,7 @@ static void pump_out(struct rconn *k)
             return;
         if (n <= 0) {
             if (!k->broken)
-                redis_conn_fail(k, "%s", n < 0 ? strerror(errno) : "short write");
+                dlock__redis_conn_fail(k, "%s", n < 0 ? strerror(errno) : "short write");
             return;
         }
         k->out_off += (size_t)n;
@@ -298,25 +298,25 @@ static void pump_in(struct rconn *k)
 {
     char buf[READ_CHUNK];
     while (!k->broken) {
-        ssize_t n = k->tls ? redis_tls_io(k, buf, sizeof buf, false) : recv(k->fd, buf, sizeof buf, 0);
+        ssize_t n = k->tls ? dlock__redis_tls_io(k, buf, sizeof buf, false) : recv(k->fd, buf, sizeof buf, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         if ((n == 0 || (n < 0 && errno == ECONNRESET)) && !k->tls && k->nreplies == 0)
-            redis_conn_fail(k, "the server closed the connection before any reply (a TLS port? "
+            dlock__redis_conn_fail(k, "the server closed the connection before any reply (a TLS port? "
                                "then use rediss://)");
         if (n == 0) {
-            redis_conn_fail(k, "the server closed the connection");
+            dlock__redis_conn_fail(k, "the server closed the connection");
             return;
         }
         if (n < 0) {
             if (!k->broken)
-                redis_conn_fail(k, "%s", strerror(errno));
+                dlock__redis_conn_fail(k, "%s", strerror(errno));
             return;
         }
         if (redisReaderFeed(k->reader, buf, (size_t)n) != REDIS_OK) {
-            redis_conn_fail(k, "out of memory");
+            dlock__redis_conn_fail(k, "out of memory");
             return;
         }
         k->partial += (size_t)n;
@@ -326,7 +326,7 @@ static void pump_in(struct rconn *k)
     }
 }
 
-void redis_conn_pump(struct rconn *k, short revents)
+void dlock__redis_conn_pump(struct rconn *k, short revents)
 {
     if (k->broken)
         return;
@@ -341,7 +341,7 @@ static bool conn_busy(const struct rconn *k)
     return !k->broken && (k->out_off < k->out_len || k->want > 0);
 }
 
-int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
+int dlock__redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
 {
     int64_t budget = ms_until(until);
     struct pollfd stack[8], *p = n <= 8 ? stack : calloc(n, sizeof *p);
@@ -349,12 +349,12 @@ int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
         if (ks[i]->fd >= 0)
-            redis_conn_pump(ks[i], 0); /* write at once: the common case needs no poll to send */
+            dlock__redis_conn_pump(ks[i], 0); /* write at once: the common case needs no poll to send */
     for (;;) {
         size_t busy = 0;
         for (size_t i = 0; i < n; i++) {
             p[i].fd = conn_busy(ks[i]) ? ks[i]->fd : -1;
-            p[i].events = p[i].fd >= 0 ? redis_conn_events(ks[i]) : 0;
+            p[i].events = p[i].fd >= 0 ? dlock__redis_conn_events(ks[i]) : 0;
             p[i].revents = 0;
             busy += p[i].fd >= 0;
         }
@@ -364,7 +364,7 @@ int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
         if (left == 0) {
             for (size_t i = 0; i < n; i++)
                 if (p[i].fd >= 0)
-                    redis_conn_fail(ks[i], ks[i]->out_off < ks[i]->out_len
+                    dlock__redis_conn_fail(ks[i], ks[i]->out_off < ks[i]->out_len
                                          ? "could not send within %lld ms"
                                          : "no reply within %lld ms", (long long)budget);
             break;
@@ -373,12 +373,12 @@ int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
         if (got < 0 && errno != EINTR) {
             for (size_t i = 0; i < n; i++)
                 if (p[i].fd >= 0)
-                    redis_conn_fail(ks[i], "poll: %s", strerror(errno));
+                    dlock__redis_conn_fail(ks[i], "poll: %s", strerror(errno));
             break;
         }
         for (size_t i = 0; got > 0 && i < n; i++)
             if (p[i].fd >= 0 && p[i].revents)
-                redis_conn_pump(ks[i], p[i].revents);
+                dlock__redis_conn_pump(ks[i], p[i].revents);
     }
     if (p != stack)
         free(p);
@@ -390,7 +390,7 @@ int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
     return rc;
 }
 
-bool redis_conn_sent(const struct rconn *k)
+bool dlock__redis_conn_sent(const struct rconn *k)
 {
     return k->out_off == k->out_len;
 }

@@ -155,208 +155,208 @@ struct lock_keys {
 
 /* ------------------------------------------------------------- conn.c */
 
-int redis_open(struct dlock_client *c, void **state);
-void redis_close(void *state);
+int dlock__redis_open(struct dlock_client *c, void **state);
+void dlock__redis_close(void *state);
 /* Map a server error reply to a code, with the server's words. */
-int redis_server_error(struct redis_state *s, const char *text, const char *what);
+int dlock__redis_server_error(struct redis_state *s, const char *text, const char *what);
 /* One command on K within K->until (ARGL may be NULL: strlen): *OUT is
  * the reply (an error reply too), or the failure is DLOCK_ECONN naming
  * WHAT and K is broken. *WRITTEN (may be NULL) is set true once the whole
  * command was written, so the server may have run it. */
-int redis_command(struct rconn *k, int argc, const char **argv, const size_t *argl,
+int dlock__redis_command(struct rconn *k, int argc, const char **argv, const size_t *argl,
                   const char *what, redisReply **out, bool *written);
 /* Dial, authenticate, select the db (SELECT_DB), every step within what
  * is left until DEADLINE (monotonic ms; 0 or DLOCK__NEVER: the connect
  * and op timeouts whole). On failure *OUT is NULL and the message names
  * host:port and the server's words; DLOCK_ETIMEDOUT when DEADLINE passed
  * before anything was sent. */
-int redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out);
+int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out);
 /* The same to the address A (Sentinel: a master candidate). */
-int redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
+int dlock__redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
                     int64_t deadline, struct rconn **out);
 /* Take an idle connection or dial a new one, its request bound (until)
  * set to now + dlock__time_left(DEADLINE, op timeout). BACKGROUND callers (keeper)
  * respect the reconnect backoff; callers' own requests always dial.
  * DLOCK_ETIMEDOUT when DEADLINE has passed: nothing is sent. */
-int redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out);
+int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out);
 /* Give K back; BROKEN (an I/O error) closes it and retires every idle
  * connection dialed before, since the server may have restarted. */
-void redis_pool_put(struct redis_state *s, struct rconn *k, bool broken);
+void dlock__redis_pool_put(struct redis_state *s, struct rconn *k, bool broken);
 
 /* --------------------------------------------------------------- net.c */
 
 /* Dial A (non-blocking, close-on-exec) within UNTIL (monotonic ms):
  * DLOCK_OK, or DLOCK_ECONN naming the address and why. */
-int redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out);
+int dlock__redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out);
 /* Mark K broken with a reason (the first one sticks). */
-void redis_conn_fail(struct rconn *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dlock__redis_conn_fail(struct rconn *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Close K and free what it holds (NULL: nothing). */
-void redis_conn_free(struct rconn *k);
+void dlock__redis_conn_free(struct rconn *k);
 /* Format one command onto K's output (ARGL may be NULL: strlen); K then
  * owes one more reply. DLOCK_OK or DLOCK_ENOMEM. Nothing is sent yet. */
-int redis_conn_append(struct rconn *k, int argc, const char **argv, const size_t *argl);
+int dlock__redis_conn_append(struct rconn *k, int argc, const char **argv, const size_t *argl);
 /* One request over the N connections KS, in one poll loop that ends at
  * UNTIL: write what each has appended, read every reply each owes. A
  * connection that fails (closed, reset, silent or trickling past UNTIL,
  * a reply over REDIS_MAX_REPLY, a protocol error) is left broken with
  * its reason; the others go on. DLOCK_OK when none failed, else
  * DLOCK_ECONN with the first failure's message ("WHERE: WHAT: why"). */
-int redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what);
+int dlock__redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what);
 /* The next reply received on K, in order (the caller frees it), or NULL. */
-redisReply *redis_conn_take(struct rconn *k);
+redisReply *dlock__redis_conn_take(struct rconn *k);
 /* Whether everything appended to K was written (the server may have
  * run it). */
-bool redis_conn_sent(const struct rconn *k);
+bool dlock__redis_conn_sent(const struct rconn *k);
 /* For a long-lived connection in someone else's poll (the hub): the
  * events to poll K for, and the non-blocking I/O to do once poll
- * returned REVENTS; replies go to redis_conn_take(). */
-short redis_conn_events(const struct rconn *k);
-void redis_conn_pump(struct rconn *k, short revents);
+ * returned REVENTS; replies go to dlock__redis_conn_take(). */
+short dlock__redis_conn_events(const struct rconn *k);
+void dlock__redis_conn_pump(struct rconn *k, short revents);
 
 /* ---------------------------------------------------------- sentinel.c */
 
 /* Read a redis+sentinel:// URL of C into S (sentinels, master name,
  * sentinel_password). */
-int redis_sentinel_parse(struct redis_state *s, struct dlock_client *c);
+int dlock__redis_sentinel_parse(struct redis_state *s, struct dlock_client *c);
 /* The current master's address (HOST, *PORT; *EPOCH the resolution it
  * came from), asking the sentinels first when it is stale or unknown,
  * within DEADLINE. */
-int redis_sentinel_master(struct redis_state *s, int64_t deadline, char *host, size_t host_len,
+int dlock__redis_sentinel_master(struct redis_state *s, int64_t deadline, char *host, size_t host_len,
                           int *port, unsigned *epoch);
 /* Ask the sentinels where the master is (ROLE-checked), unless another
  * thread did since resolution EPOCH. */
-int redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t deadline);
+int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t deadline);
 /* For the hub thread: a connection to the next sentinel subscribed to
  * +switch-master (NULL when it does not answer); and whether what it
  * received announces a failover of our master (then marked stale). */
-struct rconn *redis_sentinel_watch(struct redis_state *s);
-bool redis_sentinel_switched(struct redis_state *s, struct rconn *w);
+struct rconn *dlock__redis_sentinel_watch(struct redis_state *s);
+bool dlock__redis_sentinel_switched(struct redis_state *s, struct rconn *w);
 /* The master may have moved (a broken connection, READONLY): ask again
  * before the next dial. No-op without Sentinel. */
-void redis_sentinel_stale(struct redis_state *s);
+void dlock__redis_sentinel_stale(struct redis_state *s);
 
 /* --------------------------------------------------------------- tls.c */
 
 /* S's TLS context (s->tls): verify against CA (a file or a hashed
  * directory; NULL: the system store), client certificate CERT + KEY
  * (both or neither). DLOCK_EINVAL naming a file that does not load. */
-int redis_tls_context(struct redis_state *s, const char *ca, const char *cert, const char *key);
-void redis_tls_context_free(struct ssl_ctx_st *ctx);
+int dlock__redis_tls_context(struct redis_state *s, const char *ca, const char *cert, const char *key);
+void dlock__redis_tls_context_free(struct ssl_ctx_st *ctx);
 /* TLS over K's connected socket: SNI and certificate check against HOST,
  * the handshake done by UNTIL. DLOCK_ECONN naming the verification error
  * or the handshake's failure. */
-int redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const char *host, int64_t until);
+int dlock__redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const char *host, int64_t until);
 /* Non-blocking SSL_write (WRITE) or SSL_read on K: as send(2)/recv(2)
  * (-1 + EAGAIN when it must wait, 0 when closed); a TLS error marks K
  * broken with OpenSSL's words. */
-ssize_t redis_tls_io(struct rconn *k, char *buf, size_t len, bool write);
-void redis_tls_free(struct rconn *k);
+ssize_t dlock__redis_tls_io(struct rconn *k, char *buf, size_t len, bool write);
+void dlock__redis_tls_free(struct rconn *k);
 
 /* ---------------------------------------------------------- scripts.c */
 
 /* The source of script ID for the layout (SIMPLE or Redisson's). */
-const char *redis_script_source(enum script_id id, bool simple);
+const char *dlock__redis_script_source(enum script_id id, bool simple);
 /* Load the scripts once so EVALSHA has their digests. */
-int redis_load_scripts(struct redis_state *s);
+int dlock__redis_load_scripts(struct redis_state *s);
 /* The lock's key (prefix + NAME), token key and channel, in one block. */
-int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k);
-void redis_keys_free(struct lock_keys *k);
+int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k);
+void dlock__redis_keys_free(struct lock_keys *k);
 /* The prefix of the key space KEY falls in when it is one of the keys
  * dlock makes beside a lock (token counter, channel, canceled acquires):
  * "redisson_lock_token:"...; NULL for any other key. */
-const char *redis_own_key_space(const char *key, size_t len);
+const char *dlock__redis_own_key_space(const char *key, size_t len);
 /* Run script ID once, or, when RETRY and the reply was lost to an I/O
  * error or timeout, once more on a fresh connection (the scripts are
  * written so a repeat is harmless) with RETRY_ARGS (NULL: ARGS again; an
  * acquire's retry carries another request number), every attempt within DEADLINE (see
- * redis_pool_get). *SENT_MS (may be NULL) = send time of the attempt that
+ * dlock__redis_pool_get). *SENT_MS (may be NULL) = send time of the attempt that
  * answered; *RETRIED tells whether a second attempt answered; *REACHED
  * (may be NULL) whether a request was written whole, so that the server
  * may have run it even when the call failed. */
-int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
+int dlock__redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
                const char **args, const size_t *lens, bool retry, const char **retry_args,
                const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,
                bool *retried, bool *reached);
-/* redis_eval(), and with ?sync=N a WAIT N behind a script that writes, in
+/* dlock__redis_eval(), and with ?sync=N a WAIT N behind a script that writes, in
  * the same round trip: *ACKED (may be NULL) = how many replicas
  * acknowledged the write, -1 when not asked (no ?sync, or a script that
  * only reads). The caller decides what too few acknowledgements mean
  * (an acquire is undone). */
-int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys,
+int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys,
                       int nargs, const char **args, const size_t *lens, bool retry,
                       const char **retry_args, const size_t *retry_lens, const char *what,
                       redisReply **out, int64_t *sent_ms, bool *retried, bool *reached,
                       int *acked);
 /* With ?sync=N: append WAIT N to K, its timeout sync_timeout cut to what
  * K's request has left; false when sync is off (nothing appended). */
-bool redis_sync_append(struct redis_state *s, struct rconn *k);
+bool dlock__redis_sync_append(struct redis_state *s, struct rconn *k);
 /* The number of replicas a WAIT reply R says acknowledged. */
-int redis_sync_acked(const redisReply *r);
+int dlock__redis_sync_acked(const redisReply *r);
 /* Decode a lock script's reply: *VALUE, or *TYPE_NAME for a key of the
  * wrong type. */
-int redis_script_reply(struct redis_state *s, const redisReply *r, long long *value,
+int dlock__redis_script_reply(struct redis_state *s, const redisReply *r, long long *value,
                        const char **type_name);
 /* DLOCK_EWRONGTYPE naming the lock key K and the TYPE_NAME it holds. */
-int redis_wrongtype(struct redis_state *s, const struct lock_keys *k, const char *type_name);
+int dlock__redis_wrongtype(struct redis_state *s, const struct lock_keys *k, const char *type_name);
 
 /* ----------------------------------------------------------- cancel.c */
 
 /* How long the record of a canceled acquire lives on the server, for a
  * lease of LEASE_MS. */
-int64_t redis_cancel_life_ms(int64_t lease_ms);
+int64_t dlock__redis_cancel_life_ms(int64_t lease_ms);
 /* An acquire by H's owner whose replies were lost: owe the server a
  * cancel of that owner's requests on H->name up to number LAST (queued;
  * the caller does not wait). Keeps the caller's message. */
-void redis_cancel_lost_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
+void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
                                int64_t lease_ms);
 /* Before H's owner sends an acquire of H->name: send a cancel it still
  * owes there, within DEADLINE. DLOCK_OK, or why it could not. */
-int redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
+int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
 
 /* ----------------------------------------------------------- rwlock.c */
 
 /* Shared holds need the Redisson layout: DLOCK_ENOTSUP with a message
  * under layout=simple, else DLOCK_OK. */
-int redis_rw_check_layout(struct redis_state *s, const struct dlock__hold *h);
+int dlock__redis_rw_check_layout(struct redis_state *s, const struct dlock__hold *h);
 /* Give shared hold H back (scripts/rw_release_read.lua). */
-int redis_rw_release(struct redis_state *s, struct dlock__hold *h);
+int dlock__redis_rw_release(struct redis_state *s, struct dlock__hold *h);
 /* The backend's downgrade: exclusive hold H becomes shared in place. */
-int redis_rw_downgrade(void *state, struct dlock__hold *h);
+int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h);
 /* A writer (H's owner) that recorded itself as waiting on K gives up:
  * take its record away (best effort; the record lapses anyway). */
-void redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, const struct lock_keys *k);
+void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, const struct lock_keys *k);
 /* H's reader timeout key, "{name}:<owner>:rwlock_timeout:1", into BUF;
  * "" for an exclusive hold. Returns its length. */
-int redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h, char *buf,
+int dlock__redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h, char *buf,
                          size_t size);
 
 /* -------------------------------------------------------------- hub.c */
 
 /* Start the hub thread now (Sentinel: it watches +switch-master from the
- * start, waiters or not); redis_hub_join() starts it otherwise. */
-int redis_hub_start(struct redis_state *s);
+ * start, waiters or not); dlock__redis_hub_join() starts it otherwise. */
+int dlock__redis_hub_start(struct redis_state *s);
 /* Register W as a waiter on CHAN, subscribing when it is the first. */
-int redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w);
+int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w);
 /* Whether messages on CHAN reach us now. */
-bool redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len);
+bool dlock__redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len);
 /* W is about to try: a wake it received is being used now. */
-void redis_hub_ack(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w);
+void dlock__redis_hub_ack(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w);
 /* W stops waiting on CHAN; a wake it leaves unused (not ACQUIRED) goes to
  * the next waiter. */
-void redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
+void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
                      bool acquired);
 /* Stop the hub thread and free every channel. */
-void redis_hub_stop(struct redis_state *s);
+void dlock__redis_hub_stop(struct redis_state *s);
 
 /* -------------------------------------------------------- semaphore.c */
 
-int redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
-int redis_sem_release(void *state, struct dlock__hold *h);
-int redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
+int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__redis_sem_release(void *state, struct dlock__hold *h);
+int dlock__redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
 /* When B holds semaphore permits: renew them (one script call each) and
  * the locks through RENEW_LOCKS, each hold's result in B, and return
  * true; false (nothing done) when B holds locks only. */
-bool redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_batch *b,
+bool dlock__redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_batch *b,
                            int (*renew_locks)(void *state, struct dlock__renew_batch *b));
 
 #endif /* DLOCK_REDIS_H */

@@ -20,7 +20,7 @@
 
 #include "redis.h"
 
-int redis_rw_check_layout(struct redis_state *s, const struct dlock__hold *h)
+int dlock__redis_rw_check_layout(struct redis_state *s, const struct dlock__hold *h)
 {
     if (h->mode != DLOCK_SHARED || !s->simple)
         return DLOCK_OK;
@@ -30,7 +30,7 @@ int redis_rw_check_layout(struct redis_state *s, const struct dlock__hold *h)
                       s->where, h->name);
 }
 
-int redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h, char *buf,
+int dlock__redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h, char *buf,
                          size_t size)
 {
     if (h->mode != DLOCK_SHARED) {
@@ -59,24 +59,24 @@ static int rw_eval(struct redis_state *s, enum script_id id, const char *what, c
     }
     redisReply *r;
     bool retried = false;
-    int rc = redis_eval(s, DLOCK__NEVER, id, nkeys, nkeys + nargs, argv, argl, true, NULL, NULL,
+    int rc = dlock__redis_eval(s, DLOCK__NEVER, id, nkeys, nkeys + nargs, argv, argl, true, NULL, NULL,
                         what, &r, NULL, &retried, NULL);
     if (rc)
         return rc;
     const char *type_name;
-    rc = redis_script_reply(s, r, value, &type_name);
+    rc = dlock__redis_script_reply(s, r, value, &type_name);
     if (!rc && type_name)
-        rc = redis_wrongtype(s, k, type_name);
+        rc = dlock__redis_wrongtype(s, k, type_name);
     if (!rc && retried && *value == 2)
         *value = 1; /* the first attempt ran: our field was gone by then */
     freeReplyObject(r);
     return rc;
 }
 
-int redis_rw_release(struct redis_state *s, struct dlock__hold *h)
+int dlock__redis_rw_release(struct redis_state *s, struct dlock__hold *h)
 {
     struct lock_keys k;
-    int rc = redis_keys_make(s, h->name, &k);
+    int rc = dlock__redis_keys_make(s, h->name, &k);
     if (rc)
         return rc;
     const char *keys[] = {k.lock, k.chan, k.rwchan, k.tbase};
@@ -92,15 +92,15 @@ int redis_rw_release(struct redis_state *s, struct dlock__hold *h)
                         "%s: shared lock '%s' was lost: key '%s' has no reader field '%s' (its "
                         "lease expired, it was force-released or the server lost its data)",
                         s->where, h->name, k.lock, h->owner);
-    redis_keys_free(&k);
+    dlock__redis_keys_free(&k);
     return rc;
 }
 
-int redis_rw_downgrade(void *state, struct dlock__hold *h)
+int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
 {
     struct redis_state *s = state;
     struct lock_keys k;
-    int rc = redis_keys_make(s, h->name, &k);
+    int rc = dlock__redis_keys_make(s, h->name, &k);
     if (rc)
         return rc;
     char lease[24], token[24];
@@ -119,11 +119,11 @@ int redis_rw_downgrade(void *state, struct dlock__hold *h)
                         s->where, h->name, k.lock, h->owner);
     else if (!rc)
         dlock__hold_confirmed(s->c, h, sent); /* the timeout key's lease runs from now */
-    redis_keys_free(&k);
+    dlock__redis_keys_free(&k);
     return rc;
 }
 
-void redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, const struct lock_keys *k)
+void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, const struct lock_keys *k)
 {
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg); /* the acquire's own failure is the story */

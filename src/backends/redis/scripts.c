@@ -59,7 +59,7 @@ EMBED_SCRIPT(redis_lua_sem_release, "sem_release.lua");
 EMBED_SCRIPT(redis_lua_sem_renew, "sem_renew.lua");
 EMBED_SCRIPT(redis_lua_sem_inspect, "sem_inspect.lua");
 
-const char *redis_script_source(enum script_id id, bool simple)
+const char *dlock__redis_script_source(enum script_id id, bool simple)
 {
     switch (id) {
     case S_ACQUIRE:
@@ -95,32 +95,32 @@ const char *redis_script_source(enum script_id id, bool simple)
 }
 
 /* Load the scripts once so EVALSHA has their digests. */
-int redis_load_scripts(struct redis_state *s)
+int dlock__redis_load_scripts(struct redis_state *s)
 {
     struct rconn *k;
-    int rc = redis_pool_get(s, false, DLOCK__NEVER, &k);
+    int rc = dlock__redis_pool_get(s, false, DLOCK__NEVER, &k);
     if (rc)
         return rc;
     /* pipelined: one round trip for all of them */
     for (int i = 0; i < S_COUNT && !rc; i++) {
         const char *argv[] = {"SCRIPT", "LOAD", s->src[i]};
-        rc = redis_conn_append(k, 3, argv, NULL);
+        rc = dlock__redis_conn_append(k, 3, argv, NULL);
     }
     if (!rc)
-        rc = redis_exchange(&k, 1, k->until, "SCRIPT LOAD");
+        rc = dlock__redis_exchange(&k, 1, k->until, "SCRIPT LOAD");
     bool broken = rc != DLOCK_OK;
     for (int i = 0; i < S_COUNT && !broken; i++) {
-        redisReply *r = redis_conn_take(k);
+        redisReply *r = dlock__redis_conn_take(k);
         /* keep the first failure, but read every reply */
         if (!rc && r->type == REDIS_REPLY_ERROR)
-            rc = redis_server_error(s, r->str, "SCRIPT LOAD");
+            rc = dlock__redis_server_error(s, r->str, "SCRIPT LOAD");
         else if (!rc && (r->type != REDIS_REPLY_STRING || r->len != 40))
             rc = dlock__err(DLOCK_EPROTO, "%s: SCRIPT LOAD: unexpected reply", s->where);
         else if (!rc)
             memcpy(s->sha[i], r->str, 41);
         freeReplyObject(r);
     }
-    redis_pool_put(s, k, broken);
+    dlock__redis_pool_put(s, k, broken);
     return rc;
 }
 
@@ -128,7 +128,7 @@ int redis_load_scripts(struct redis_state *s)
 
 /* Append Redisson's prefixName(PREFIX, KEY) at P: "<prefix>:{<key>}", or
  * "<prefix>:<key>" when the key already carries a hash tag. Returns the
- * length written (P has room: see redis_keys_make). */
+ * length written (P has room: see dlock__redis_keys_make). */
 static size_t put_prefixed(char *p, const char *prefix, const char *key, size_t key_len)
 {
     bool tagged = memchr(key, '{', key_len) != NULL;
@@ -146,7 +146,7 @@ static size_t put_prefixed(char *p, const char *prefix, const char *key, size_t 
     return n;
 }
 
-const char *redis_own_key_space(const char *key, size_t len)
+const char *dlock__redis_own_key_space(const char *key, size_t len)
 {
     static const char *const spaces[] = {"redisson_lock_token:", "redisson_lock__channel:",
                                          "dlock_canceled:", "redisson_rwlock:",
@@ -159,7 +159,7 @@ const char *redis_own_key_space(const char *key, size_t len)
     return NULL;
 }
 
-void redis_keys_free(struct lock_keys *k)
+void dlock__redis_keys_free(struct lock_keys *k)
 {
     free(k->lock); /* one block holds them all */
     memset(k, 0, sizeof *k);
@@ -168,7 +168,7 @@ void redis_keys_free(struct lock_keys *k)
 /* The lock's key (prefix + name), token key, channel, canceled key,
  * read-write channel, writers key and timeout base, in one block: this
  * runs for every acquire and release. */
-int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k)
+int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k)
 {
     static const char TOKEN[] = "redisson_lock_token", CHAN[] = "redisson_lock__channel",
                       CANCELED[] = "dlock_canceled", RWCHAN[] = "redisson_rwlock",
@@ -208,14 +208,14 @@ int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k
         *t++ = '}';
     *t = 0;
     k->tbase_len = (size_t)(t - k->tbase);
-    const char *space = redis_own_key_space(k->lock, kl);
+    const char *space = dlock__redis_own_key_space(k->lock, kl);
     if (space) {
         int rc = dlock__err(DLOCK_EINVAL,
                             "%s: lock name '%s' (key '%s') falls in dlock's own key space '%s...' "
                             "(the token counters, channels and canceled-acquire records of "
                             "other locks); refused",
                             s->where, name, k->lock, space);
-        redis_keys_free(k);
+        dlock__redis_keys_free(k);
         return rc;
     }
     return DLOCK_OK;
@@ -227,7 +227,7 @@ int redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k
 
 /* ============================================================ replica sync */
 
-bool redis_sync_append(struct redis_state *s, struct rconn *k)
+bool dlock__redis_sync_append(struct redis_state *s, struct rconn *k)
 {
     if (s->sync_replicas <= 0)
         return false;
@@ -244,10 +244,10 @@ bool redis_sync_append(struct redis_state *s, struct rconn *k)
     snprintf(n, sizeof n, "%d", s->sync_replicas);
     snprintf(t, sizeof t, "%lld", (long long)ms);
     const char *argv[] = {"WAIT", n, t};
-    return redis_conn_append(k, 3, argv, NULL) == DLOCK_OK;
+    return dlock__redis_conn_append(k, 3, argv, NULL) == DLOCK_OK;
 }
 
-int redis_sync_acked(const redisReply *r)
+int dlock__redis_sync_acked(const redisReply *r)
 {
     return r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : 0;
 }
@@ -256,7 +256,7 @@ int redis_sync_acked(const redisReply *r)
  * when the server has forgotten the script; with ?sync, a WAIT behind it
  * in the same round trip (*ACKED: how many replicas acknowledged, -1 when
  * not asked: ?sync is off, or the script only reads). *OUT and *WRITTEN
- * as redis_command() says. */
+ * as dlock__redis_command() says. */
 static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, int nkeys,
                    int nargs, const char **args, const size_t *lens, const char *what,
                    redisReply **out, bool *written, int *acked)
@@ -284,18 +284,18 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
             argv[1] = s->src[id];
             argl[1] = strlen(s->src[id]);
         }
-        int rc = redis_conn_append(k, 3 + nargs, argv, argl);
-        bool sync = !rc && id != S_INSPECT && redis_sync_append(s, k);
+        int rc = dlock__redis_conn_append(k, 3 + nargs, argv, argl);
+        bool sync = !rc && id != S_INSPECT && dlock__redis_sync_append(s, k);
         if (!rc)
-            rc = redis_exchange(&k, 1, k->until, what);
-        if (redis_conn_sent(k))
+            rc = dlock__redis_exchange(&k, 1, k->until, what);
+        if (dlock__redis_conn_sent(k))
             *written = true;
         if (rc)
             return rc;
-        r = redis_conn_take(k);
-        redisReply *w = sync ? redis_conn_take(k) : NULL;
+        r = dlock__redis_conn_take(k);
+        redisReply *w = sync ? dlock__redis_conn_take(k) : NULL;
         if (sync)
-            *acked = redis_sync_acked(w);
+            *acked = dlock__redis_sync_acked(w);
         freeReplyObject(w);
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && !pass) {
             freeReplyObject(r);
@@ -307,16 +307,16 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
     return DLOCK_OK;
 }
 
-int redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
+int dlock__redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
                const char **args, const size_t *lens, bool retry, const char **retry_args,
                const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,
                bool *retried, bool *reached)
 {
-    return redis_eval_synced(s, deadline, id, nkeys, nargs, args, lens, retry, retry_args,
+    return dlock__redis_eval_synced(s, deadline, id, nkeys, nargs, args, lens, retry, retry_args,
                              retry_lens, what, out, sent_ms, retried, reached, NULL);
 }
 
-int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys,
+int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys,
                       int nargs, const char **args, const size_t *lens, bool retry,
                       const char **retry_args, const size_t *retry_lens, const char *what,
                       redisReply **out, int64_t *sent_ms, bool *retried, bool *reached,
@@ -332,7 +332,7 @@ int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id
     char lost[DLOCK__MSG_MAX];
     for (int attempt = 0;; attempt++) {
         struct rconn *k;
-        int rc = redis_pool_get(s, false, deadline, &k);
+        int rc = dlock__redis_pool_get(s, false, deadline, &k);
         if (rc && attempt > 0) /* the first attempt's lost reply is the story */
             return dlock__errmsg_restore(DLOCK_ECONN, lost);
         if (rc)
@@ -344,11 +344,11 @@ int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id
         if (reached)
             *reached = written;
         if (rc == DLOCK_ENOMEM) {
-            redis_pool_put(s, k, true);
+            dlock__redis_pool_put(s, k, true);
             return rc;
         }
         if (rc) {
-            redis_pool_put(s, k, true);
+            dlock__redis_pool_put(s, k, true);
             if (retry && attempt == 0) {
                 if (retried)
                     *retried = true;
@@ -365,9 +365,9 @@ int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id
             strncmp(r->str, "READONLY", 8) == 0) {
             /* a master demoted by a failover: nothing was written; once
              * more on the master the sentinels name now */
-            redis_server_error(s, r->str, what); /* marks the master stale */
+            dlock__redis_server_error(s, r->str, what); /* marks the master stale */
             freeReplyObject(r);
-            redis_pool_put(s, k, true);
+            dlock__redis_pool_put(s, k, true);
             dlock__errmsg_save(lost);
             if (retry_args) {
                 args = retry_args;
@@ -375,9 +375,9 @@ int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id
             }
             continue;
         }
-        redis_pool_put(s, k, false);
+        dlock__redis_pool_put(s, k, false);
         if (r->type == REDIS_REPLY_ERROR) {
-            rc = redis_server_error(s, r->str, what);
+            rc = dlock__redis_server_error(s, r->str, what);
             freeReplyObject(r);
             return rc;
         }
@@ -390,7 +390,7 @@ int redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id
 
 /* Decode a lock script's reply: *VALUE, or *TYPE_NAME for a key of the
  * wrong type (see the scripts). */
-int redis_script_reply(struct redis_state *s, const redisReply *r, long long *value,
+int dlock__redis_script_reply(struct redis_state *s, const redisReply *r, long long *value,
                         const char **type_name)
 {
     *value = 0;
@@ -405,7 +405,7 @@ int redis_script_reply(struct redis_state *s, const redisReply *r, long long *va
     return DLOCK_OK;
 }
 
-int redis_wrongtype(struct redis_state *s, const struct lock_keys *k, const char *type_name)
+int dlock__redis_wrongtype(struct redis_state *s, const struct lock_keys *k, const char *type_name)
 {
     return dlock__err(DLOCK_EWRONGTYPE, "%s: WRONGTYPE key '%s' holds a %s, not a dlock lock "
                                         "(layout %s); left untouched",

@@ -139,7 +139,7 @@ static int release_ids(struct redis_state *s, const char *name, const char prefi
     const char *args[] = {keys.name, keys.timeout, keys.chan, kk, prefix};
     size_t lens[] = {keys.name_len, keys.timeout_len, keys.chan_len, (size_t)kl, ID_PREFIX};
     redisReply *r;
-    rc = redis_eval(s, deadline, S_SEM_RELEASE, 3, 5, args, lens, retry, NULL, NULL,
+    rc = dlock__redis_eval(s, deadline, S_SEM_RELEASE, 3, 5, args, lens, retry, NULL, NULL,
                     "semaphore release", &r, NULL, retried, NULL);
     if (!rc) {
         if (r->type == REDIS_REPLY_INTEGER)
@@ -193,7 +193,7 @@ static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct r
     redisReply *r;
     int64_t sent;
     bool reached = false;
-    int rc = redis_eval(s, deadline, S_SEM_ACQUIRE, 4, 8, args, lens, false, NULL, NULL,
+    int rc = dlock__redis_eval(s, deadline, S_SEM_ACQUIRE, 4, 8, args, lens, false, NULL, NULL,
                         "semaphore acquire", &r, &sent, NULL, &reached);
     if (rc == DLOCK_ECONN && reached) {
         /* It may have run: owe the server a release of those ids. */
@@ -242,7 +242,7 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
 {
     /* Subscribe (shared connection), then try, sleep until a release
      * message or the safety net the last try gave, try again. */
-    int rc = redis_hub_join(s, chan, chan_len, w);
+    int rc = dlock__redis_hub_join(s, chan, chan_len, w);
     if (rc)
         return rc;
     /* A connection lost while waiting (server restart, network blip) is
@@ -256,8 +256,8 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
         unsigned seq = dlock__wait_seq(w);
         /* Before the subscription is confirmed a release could be missed,
          * so the first sleep lasts until the confirmation wakes us. */
-        if (!first || redis_hub_subscribed(s, chan, chan_len)) {
-            redis_hub_ack(s, chan, chan_len, w);
+        if (!first || dlock__redis_hub_subscribed(s, chan, chan_len)) {
+            dlock__redis_hub_ack(s, chan, chan_len, w);
             rc = try_take(s, arg, dlock__wait_deadline(w), t);
             if (rc == DLOCK_ECONN) {
                 dlock__errmsg_save(outage_msg);
@@ -283,11 +283,11 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
         if (rc != DLOCK_OK)
             break;
     }
-    redis_hub_leave(s, chan, chan_len, w, rc == DLOCK_OK && !t->pass_on);
+    dlock__redis_hub_leave(s, chan, chan_len, w, rc == DLOCK_OK && !t->pass_on);
     return rc;
 }
 
-int redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct redis_state *s = state;
     struct sem_keys k;
@@ -309,7 +309,7 @@ int redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 
 /* ---------------------------------------------------------- release */
 
-int redis_sem_release(void *state, struct dlock__hold *h)
+int dlock__redis_sem_release(void *state, struct dlock__hold *h)
 {
     struct redis_state *s = state;
     char prefix[ID_PREFIX];
@@ -347,7 +347,7 @@ static void sem_renew(struct redis_state *s, struct dlock__renew_batch *b)
         size_t lens[] = {k.name_len, k.timeout_len, k.chan_len, (size_t)kl, ID_PREFIX, (size_t)ll};
         redisReply *r;
         int64_t sent;
-        rc = redis_eval(s, b->deadline, S_SEM_RENEW, 3, 6, args, lens, true, NULL, NULL,
+        rc = dlock__redis_eval(s, b->deadline, S_SEM_RENEW, 3, 6, args, lens, true, NULL, NULL,
                         "semaphore renew", &r, &sent, NULL, NULL);
         if (!rc) {
             if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
@@ -365,7 +365,7 @@ static void sem_renew(struct redis_state *s, struct dlock__renew_batch *b)
     }
 }
 
-bool redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_batch *b,
+bool dlock__redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_batch *b,
                            int (*renew_locks)(void *state, struct dlock__renew_batch *b))
 {
     size_t nsem = 0;
@@ -421,7 +421,7 @@ static void hex_of(const char *p, size_t len, char *out)
     out[2 * len] = '\0';
 }
 
-int redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
+int dlock__redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
 {
     struct redis_state *s = state;
     struct sem_keys k;
@@ -432,7 +432,7 @@ int redis_sem_inspect(void *state, const char *name, unsigned permits, struct dl
     const char *args[] = {k.name, k.timeout, k.token};
     size_t lens[] = {k.name_len, k.timeout_len, k.token_len};
     redisReply *r;
-    rc = redis_eval(s, DLOCK__NEVER, S_SEM_INSPECT, 3, 3, args, lens, true, NULL, NULL,
+    rc = dlock__redis_eval(s, DLOCK__NEVER, S_SEM_INSPECT, 3, 3, args, lens, true, NULL, NULL,
                     "semaphore inspect", &r, NULL, NULL, NULL);
     if (rc)
         goto out;

@@ -21,7 +21,7 @@
 
 #include "redis.h"
 
-void redis_sentinel_stale(struct redis_state *s)
+void dlock__redis_sentinel_stale(struct redis_state *s)
 {
     if (!s->sentinel)
         return;
@@ -40,20 +40,20 @@ static int ask_sentinel(struct redis_state *s, size_t i, int64_t deadline, char 
     if (cto == 0)
         return dlock__err(DLOCK_ETIMEDOUT, "%s: the deadline passed", s->where);
     struct rconn *k;
-    int rc = redis_conn_dial(&a, dlock__now_ms() + cto, &k);
+    int rc = dlock__redis_conn_dial(&a, dlock__now_ms() + cto, &k);
     if (rc)
         return rc;
     const char *auth[] = {"AUTH", s->sentinel_password};
     const char *ask[] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
     if (s->sentinel_password)
-        rc = redis_conn_append(k, 2, auth, NULL);
+        rc = dlock__redis_conn_append(k, 2, auth, NULL);
     if (!rc)
-        rc = redis_conn_append(k, 3, ask, NULL);
+        rc = dlock__redis_conn_append(k, 3, ask, NULL);
     if (!rc)
-        rc = redis_exchange(&k, 1, dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms),
+        rc = dlock__redis_exchange(&k, 1, dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms),
                             "SENTINEL get-master-addr-by-name");
-    redisReply *ra = !rc && s->sentinel_password ? redis_conn_take(k) : NULL;
-    redisReply *r = !rc ? redis_conn_take(k) : NULL;
+    redisReply *ra = !rc && s->sentinel_password ? dlock__redis_conn_take(k) : NULL;
+    redisReply *r = !rc ? dlock__redis_conn_take(k) : NULL;
     if (ra && ra->type == REDIS_REPLY_ERROR)
         rc = dlock__err(DLOCK_EAUTH, "%s: sentinel_password refused: %s", k->where, ra->str);
     else if (!rc && r->type == REDIS_REPLY_ERROR)
@@ -75,7 +75,7 @@ static int ask_sentinel(struct redis_state *s, size_t i, int64_t deadline, char 
     }
     freeReplyObject(ra);
     freeReplyObject(r);
-    redis_conn_free(k);
+    dlock__redis_conn_free(k);
     return rc;
 }
 
@@ -84,13 +84,13 @@ static int check_role(struct redis_state *s, const char *host, int port, int64_t
 {
     struct redis_addr a = {.host = host, .port = port, .tls = s->tls};
     struct rconn *k;
-    int rc = redis_dial_addr(s, &a, false, deadline, &k);
+    int rc = dlock__redis_dial_addr(s, &a, false, deadline, &k);
     if (rc)
         return rc;
     const char *role[] = {"ROLE"};
     redisReply *r;
     k->until = dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms);
-    rc = redis_command(k, 1, role, NULL, "ROLE", &r, NULL);
+    rc = dlock__redis_command(k, 1, role, NULL, "ROLE", &r, NULL);
     if (!rc) {
         if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
             r->element[0]->type != REDIS_REPLY_STRING)
@@ -101,11 +101,11 @@ static int check_role(struct redis_state *s, const char *host, int port, int64_t
                             k->where, s->master_name, r->element[0]->str);
         freeReplyObject(r);
     }
-    redis_conn_free(k);
+    dlock__redis_conn_free(k);
     return rc;
 }
 
-int redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t deadline)
+int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t deadline)
 {
     pthread_mutex_lock(&s->resolve_mu);
     pthread_mutex_lock(&s->pool_mu);
@@ -160,7 +160,7 @@ int redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t deadli
                       "%s: no sentinel named a reachable master: %s", s->where, why);
 }
 
-int redis_sentinel_master(struct redis_state *s, int64_t deadline, char *host, size_t host_len,
+int dlock__redis_sentinel_master(struct redis_state *s, int64_t deadline, char *host, size_t host_len,
                           int *port, unsigned *epoch)
 {
     for (int round = 0;; round++) {
@@ -176,13 +176,13 @@ int redis_sentinel_master(struct redis_state *s, int64_t deadline, char *host, s
             return DLOCK_OK;
         if (round > 0)
             return dlock__err(DLOCK_ECONN, "%s: the master went stale again at once", s->where);
-        int rc = redis_sentinel_resolve(s, *epoch, deadline);
+        int rc = dlock__redis_sentinel_resolve(s, *epoch, deadline);
         if (rc)
             return rc;
     }
 }
 
-int redis_sentinel_parse(struct redis_state *s, struct dlock_client *c)
+int dlock__redis_sentinel_parse(struct redis_state *s, struct dlock_client *c)
 {
     const char *url = dlock_client_url(c);
     const char *path = c->url.path;
@@ -221,33 +221,33 @@ int redis_sentinel_parse(struct redis_state *s, struct dlock_client *c)
  * would otherwise keep it, and waiters would stay subscribed there). The
  * dial is short (at most a second) since the hub thread waits for it;
  * a sentinel that does not answer is skipped for the next one. */
-struct rconn *redis_sentinel_watch(struct redis_state *s)
+struct rconn *dlock__redis_sentinel_watch(struct redis_state *s)
 {
     size_t i = (__atomic_load_n(&s->sentinel_first, __ATOMIC_RELAXED) + s->watch_next++) %
                s->nsentinels;
     struct redis_addr a = {.host = s->sentinels[i].host, .port = s->sentinels[i].port, .tls = s->tls};
     int64_t cto = s->connect_timeout_ms < 1000 ? s->connect_timeout_ms : 1000;
     struct rconn *k;
-    if (redis_conn_dial(&a, dlock__now_ms() + cto, &k))
+    if (dlock__redis_conn_dial(&a, dlock__now_ms() + cto, &k))
         return NULL;
     const char *auth[] = {"AUTH", s->sentinel_password};
     const char *sub[] = {"SUBSCRIBE", "+switch-master"};
-    if ((s->sentinel_password && redis_conn_append(k, 2, auth, NULL)) ||
-        redis_conn_append(k, 2, sub, NULL)) {
-        redis_conn_free(k);
+    if ((s->sentinel_password && dlock__redis_conn_append(k, 2, auth, NULL)) ||
+        dlock__redis_conn_append(k, 2, sub, NULL)) {
+        dlock__redis_conn_free(k);
         return NULL;
     }
     k->want = 0; /* pushed replies: nothing is owed */
-    redis_conn_pump(k, 0);
+    dlock__redis_conn_pump(k, 0);
     return k;
 }
 
-bool redis_sentinel_switched(struct redis_state *s, struct rconn *w)
+bool dlock__redis_sentinel_switched(struct redis_state *s, struct rconn *w)
 {
     bool switched = false;
     size_t nl = strlen(s->master_name);
     redisReply *r;
-    while ((r = redis_conn_take(w))) {
+    while ((r = dlock__redis_conn_take(w))) {
         /* "message" "+switch-master" "<name> <old ip> <old port> <new ip> <new port>" */
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
             r->element[2]->type == REDIS_REPLY_STRING && r->element[2]->len > nl &&

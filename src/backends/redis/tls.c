@@ -102,7 +102,7 @@ static const char *ssl_error_text(char *buf, size_t len)
     return buf;
 }
 
-int redis_tls_context(struct redis_state *s, const char *ca, const char *cert, const char *key)
+int dlock__redis_tls_context(struct redis_state *s, const char *ca, const char *cert, const char *key)
 {
     char why[256];
     if ((cert == NULL) != (key == NULL))
@@ -148,14 +148,14 @@ int redis_tls_context(struct redis_state *s, const char *ca, const char *cert, c
     return DLOCK_OK;
 }
 
-void redis_tls_context_free(struct ssl_ctx_st *ctx)
+void dlock__redis_tls_context_free(struct ssl_ctx_st *ctx)
 {
     SSL_CTX_free(ctx);
 }
 
 /* ========================================================== a connection */
 
-int redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const char *host, int64_t until)
+int dlock__redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const char *host, int64_t until)
 {
     char why[256];
     int64_t budget = until - dlock__now_ms();
@@ -212,7 +212,7 @@ int redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const char *hos
                       ssl_error_text(why, sizeof why));
 }
 
-ssize_t redis_tls_io(struct rconn *k, char *buf, size_t len, bool write)
+ssize_t dlock__redis_tls_io(struct rconn *k, char *buf, size_t len, bool write)
 {
     SSL *ssl = k->tls;
     ERR_clear_error();
@@ -230,12 +230,12 @@ ssize_t redis_tls_io(struct rconn *k, char *buf, size_t len, bool write)
     if (e == SSL_ERROR_SYSCALL)
         return -1; /* errno says why */
     char why[256];
-    redis_conn_fail(k, "TLS: %s", ssl_error_text(why, sizeof why));
+    dlock__redis_conn_fail(k, "TLS: %s", ssl_error_text(why, sizeof why));
     errno = EPROTO;
     return -1;
 }
 
-void redis_tls_free(struct rconn *k)
+void dlock__redis_tls_free(struct rconn *k)
 {
     SSL_free(k->tls); /* frees the BIO; the socket is ours */
     k->tls = NULL;

@@ -119,10 +119,10 @@ struct etcd_conn_config {
 
 /* Make a transport (copies what it needs from CFG) and, with a user,
  * authenticate once so a wrong password fails here. */
-int etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out);
-void etcd_conn_free(struct etcd_conn *k);
+int dlock__etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out);
+void dlock__etcd_conn_free(struct etcd_conn *k);
 /* "etcd 127.0.0.1:2379,127.0.0.1:2380" */
-const char *etcd_conn_label(const struct etcd_conn *k);
+const char *dlock__etcd_conn_label(const struct etcd_conn *k);
 
 /* POST REQ (borrowed) to PATH ("/v3/kv/txn") on the first endpoint that
  * answers, starting with the last one that did. On DLOCK_OK *REPLY owns
@@ -132,12 +132,12 @@ const char *etcd_conn_label(const struct etcd_conn *k);
  * with curl's reason), DLOCK_EAUTH, DLOCK_EUNAVAIL (no leader, timeouts),
  * DLOCK_EBACKEND (etcd refused: its message), DLOCK_EPROTO. *GRPC_CODE,
  * when not NULL, gets etcd's gRPC status code of a refusal (else 0). */
-int etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+int dlock__etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
               const char *what, int *grpc_code);
 /* The same; *RESENT turns true when the request went out to an endpoint
  * whose reply was lost and was then sent again to another: the answer
  * may describe a state our first attempt already changed. */
-int etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+int dlock__etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
                      const char *what, int *grpc_code, bool *resent);
 
 /* Limits of one call beyond the connection's own timeouts. */
@@ -150,11 +150,11 @@ struct etcd_limits {
                               (DLOCK_ECANCELED); NULL = none */
 };
 
-/* etcd_call() within LIM (NULL = none). A call cut short by LIM's
+/* dlock__etcd_call() within LIM (NULL = none). A call cut short by LIM's
  * deadline fails like a timeout (DLOCK_EUNAVAIL or DLOCK_ECONN); one
  * aborted by a cancel returns DLOCK_ECANCELED. Either way the request may
  * have been applied. */
-int etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+int dlock__etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
                   const char *what, int *grpc_code, bool *resent, const struct etcd_limits *lim);
 
 /* ------------------------------------------- shared by http.c and watch.c */
@@ -211,14 +211,14 @@ struct etcd_sock {
 
 /* Options every request of this transport shares: among them, every
  * socket is opened close-on-exec. SK (may be NULL) gets socket errors. */
-void etcd_easy_common(struct etcd_conn *k, CURL *e, struct etcd_sock *sk);
+void dlock__etcd_easy_common(struct etcd_conn *k, CURL *e, struct etcd_sock *sk);
 /* The request headers: JSON, and the auth token when WITH_TOKEN. */
-struct curl_slist *etcd_headers_for(struct etcd_conn *k, bool with_token);
-/* Stop the watch thread and free every watch (etcd_conn_free). */
-void etcd_watches_end(struct etcd_conn *k);
+struct curl_slist *dlock__etcd_headers_for(struct etcd_conn *k, bool with_token);
+/* Stop the watch thread and free every watch (dlock__etcd_conn_free). */
+void dlock__etcd_watches_end(struct etcd_conn *k);
 
 /* True when W (may be NULL) was canceled (dlock_lock_cancel()). */
-bool etcd_wait_canceled(struct dlock__wait *w);
+bool dlock__etcd_wait_canceled(struct dlock__wait *w);
 
 /* ------------------------------------------------------------- watches */
 
@@ -228,33 +228,33 @@ struct etcd_watch;
  * moment etcd creates the watch), over its own streaming request driven
  * by the transport's watch thread. W is woken (dlock__wait_wake) when etcd
  * confirms the watch, and when the key is deleted or the stream ends or
- * fails -- then the watch has fired (etcd_watch_fired() turns true) and
+ * fails -- then the watch has fired (dlock__etcd_watch_fired() turns true) and
  * the caller should look again. */
-int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
+int dlock__etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
                      struct dlock__wait *w, struct etcd_watch **out);
 /* The same; with TO_SHARED, a put that makes KEY a shared hold's key (its
  * value starts with ETCD_SHARED_MARK: a downgrade) fires it too. */
-int etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
+int dlock__etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
                          struct dlock__wait *w, struct etcd_watch **out);
-bool etcd_watch_fired(struct etcd_watch *wt);
+bool dlock__etcd_watch_fired(struct etcd_watch *wt);
 /* Confirmed by etcd and not fired. */
-bool etcd_watch_live(struct etcd_watch *wt);
+bool dlock__etcd_watch_live(struct etcd_watch *wt);
 /* Stop and forget the watch: after this returns W is never touched again. */
-void etcd_watch_stop(struct etcd_watch *wt);
+void dlock__etcd_watch_stop(struct etcd_watch *wt);
 
 /* ------------------------------------------------------------- helpers */
 
 /* Base64 of LEN bytes (caller frees); NULL when out of memory. */
-char *etcd_b64(const void *data, size_t len);
+char *dlock__etcd_b64(const void *data, size_t len);
 /* Decode base64 TEXT into a fresh NUL-terminated buffer (*LEN = bytes). */
-char *etcd_unb64(const char *text, size_t *len);
+char *dlock__etcd_unb64(const char *text, size_t *len);
 /* The smallest key greater than every key starting with PREFIX (etcd's
  * range_end for a prefix), base64-encoded; "AA==" (the \0 key, "every
  * key") for an empty prefix. Caller frees. */
-char *etcd_prefix_end_b64(const char *prefix);
+char *dlock__etcd_prefix_end_b64(const char *prefix);
 /* An int64 field of a gateway reply (encoded as a JSON string, or absent
  * when zero). */
-int64_t etcd_int(const json_t *obj, const char *field);
+int64_t dlock__etcd_int(const json_t *obj, const char *field);
 
 /* ============================================================= lease.c */
 
@@ -309,40 +309,40 @@ struct etcd_hold {
     bool own_lease;
 };
 
-int etcd_nomem(struct etcd_backend *s);
-char *etcd_i64s(int64_t v);
+int dlock__etcd_nomem(struct etcd_backend *s);
+char *dlock__etcd_i64s(int64_t v);
 /* {"key": b64(key)} plus, when PREFIX_END, the range end of KEY as a
  * prefix. */
-json_t *etcd_range(const char *key, bool prefix_end);
+json_t *dlock__etcd_range(const char *key, bool prefix_end);
 /* The first kv of response K of a txn reply (NULL if none). */
-json_t *etcd_txn_kv(json_t *reply, size_t k);
-int64_t etcd_header_rev(json_t *reply);
+json_t *dlock__etcd_txn_kv(json_t *reply, size_t k);
+int64_t dlock__etcd_header_rev(json_t *reply);
 /* Decoded key of a kv (caller frees). */
-char *etcd_kv_key(json_t *kv);
+char *dlock__etcd_kv_key(json_t *kv);
 /* A failure worth retrying (outage, election). */
-bool etcd_transient(int rc);
+bool dlock__etcd_transient(int rc);
 
 /* Grant a lease of TTL_MS (rounded up to whole seconds) for lock NAME. */
-int etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
+int dlock__etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
                      struct lease_ref *out, const struct etcd_limits *lim);
 /* One keepalive of lease ID: DLOCK_OK with *SENT set, DLOCK_ELOST when
  * etcd no longer knows it, or a transport error. */
-int etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
+int dlock__etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
                          const struct etcd_limits *lim);
-void etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim);
+void dlock__etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim);
 /* Forget the session lease ID (it was lost): the next acquire grants one. */
-void etcd_session_lease_dead(struct etcd_backend *s, int64_t id);
+void dlock__etcd_session_lease_dead(struct etcd_backend *s, int64_t id);
 /* The session lease, granted or freshened as needed, into *LR. */
-int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
+int dlock__etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
                        const struct etcd_limits *lim);
 /* The lease waiting keys hang on (see mutex.c): short (WAITER_LEASE_MS,
  * at most MAX_TTL_MS), one per client, granted or freshened as needed. */
-int etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_ms,
+int dlock__etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_ms,
                       struct lease_ref *lr, const struct etcd_limits *lim);
 /* Forget the waiters' lease ID (it was lost). */
-void etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id);
+void dlock__etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id);
 /* Keep LR alive while a wait goes on; note the confirmation time. */
-int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
+int dlock__etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
                        const struct etcd_limits *lim);
 
 /* ============================================================= queue.c */
@@ -350,57 +350,57 @@ int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
 /* KV (a range reply's kv) is a contender of the lock whose keys start with
  * PFX ("<prefix>NAME/"): the key PFX<hex> (exclusive, or downgraded) or
  * PFX<hex>-<hex> (shared), with a lease. */
-bool etcd_is_contender(const char *pfx, const json_t *kv);
+bool dlock__etcd_is_contender(const char *pfx, const json_t *kv);
 /* KV's value (absent from a keys-only range) marks a shared hold. */
-bool etcd_is_shared(const json_t *kv);
+bool dlock__etcd_is_shared(const json_t *kv);
 /* The range op "a page of keys under PFX in create order" (keys only),
  * ascending from after BOUND_REV or descending from before it (0: from
  * the start / the end). */
-json_t *etcd_queue_range(const char *pfx, bool ascending, int64_t bound_rev);
+json_t *dlock__etcd_queue_range(const char *pfx, bool ascending, int64_t bound_rev);
 /* The same; with WRITERS (a reader looking for the writers it waits for)
  * the page carries values, which tell shared keys apart. */
-json_t *etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev, bool writers);
+json_t *dlock__etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev, bool writers);
 /* The range response K of a txn reply. */
-json_t *etcd_txn_range(json_t *reply, size_t k);
+json_t *dlock__etcd_txn_range(json_t *reply, size_t k);
 /* The first contender in the order of RESP (a page made by
- * etcd_queue_range with the same ASCENDING and BOUND_REV; NULL to start
+ * dlock__etcd_queue_range with the same ASCENDING and BOUND_REV; NULL to start
  * with a request), paging on as needed. *OUT is a new reference, NULL
  * when there is none. */
-int etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
+int dlock__etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
                     int64_t bound_rev, json_t **out, const char *what,
                     const struct etcd_limits *lim);
 /* The same; with WRITERS, the first contender that is not shared (RESP
- * made by etcd_queue_range_for with WRITERS). */
-int etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
+ * made by dlock__etcd_queue_range_for with WRITERS). */
+int dlock__etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
                         int64_t bound_rev, bool writers, json_t **out, const char *what,
                         const struct etcd_limits *lim);
 /* The lock name of contender KV under the client's prefix (caller frees);
  * NULL for any other key. */
-char *etcd_contender_name(struct etcd_backend *s, const json_t *kv);
+char *dlock__etcd_contender_name(struct etcd_backend *s, const json_t *kv);
 
 /* ============================================================= lease.c */
 
 /* Delete KEY within (DEADLINE, W); on failure remember it as an orphan to
  * try again later. True when the key is gone (or can never be deleted by
  * us: no permission). */
-bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
+bool dlock__etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
                      struct dlock__wait *w);
 /* KEY is about to be ours again (put by an acquire): it is no orphan any
  * more. When a sweep's delete of it is in flight, wait until it is done
  * (it must not land after our put) within W's deadline and cancel:
  * DLOCK_OK, DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or DLOCK_EBUSY at once for a
  * try-once W (the caller then uses another key). */
-int etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wait *w);
+int dlock__etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wait *w);
 
 /* ============================================================ mutex.c */
 
 /* "<prefix>NAME/": where lock NAME's keys live (caller frees). */
-char *etcd_lock_prefix(struct etcd_backend *s, const char *name);
+char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name);
 /* Put KEY again, with VALUE on LEASE, if its create revision is still REV
  * (a put keeps it: the key keeps its place and token). ETCD_KEY_GONE when
- * it is not; WHAT and *CODE as etcd_call's. */
+ * it is not; WHAT and *CODE as dlock__etcd_call's. */
 #define ETCD_KEY_GONE 1
-int etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
+int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
                    int64_t lease, const char *what, int *code, const struct etcd_limits *lim);
 
 /* ========================================================== rwmutex.c */
@@ -411,22 +411,22 @@ int etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const c
 /* The key hold H puts under PFX on lease LEASE (caller frees):
  * "PFX<lease hex>" exclusive (Go's Mutex), "PFX<lease hex>-<owner hex>"
  * shared (one per thread or handle of the client). */
-char *etcd_hold_key(const char *pfx, int64_t lease, const struct dlock__hold *h);
+char *dlock__etcd_hold_key(const char *pfx, int64_t lease, const struct dlock__hold *h);
 /* The value of H's key: s->ident, or s->shared_ident for a shared hold. */
-const char *etcd_hold_value(struct etcd_backend *s, const struct dlock__hold *h);
+const char *dlock__etcd_hold_value(struct etcd_backend *s, const struct dlock__hold *h);
 /* The backend's downgrade(): exclusive hold H becomes shared in place. */
-int etcd_downgrade(void *state, struct dlock__hold *h);
+int dlock__etcd_downgrade(void *state, struct dlock__hold *h);
 
 /* ========================================================== inspect.c */
 
-int etcd_inspect(void *state, const char *name, struct dlock_info *info);
-int etcd_force_release(void *state, const char *name);
-int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info);
+int dlock__etcd_force_release(void *state, const char *name);
+int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
 /* ============================================================= lease.c */
 
-int etcd_open(struct dlock_client *c, void **state);
-void etcd_close(void *state);
-int etcd_renew(void *state, struct dlock__renew_batch *b);
+int dlock__etcd_open(struct dlock_client *c, void **state);
+void dlock__etcd_close(void *state);
+int dlock__etcd_renew(void *state, struct dlock__renew_batch *b);
 
 #endif

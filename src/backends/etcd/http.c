@@ -35,7 +35,7 @@
 
 static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-char *etcd_b64(const void *data, size_t len)
+char *dlock__etcd_b64(const void *data, size_t len)
 {
     const unsigned char *p = data;
     char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
@@ -62,7 +62,7 @@ static int b64val(char ch)
     return at ? (int)(at - b64chars) : -1;
 }
 
-char *etcd_unb64(const char *text, size_t *len)
+char *dlock__etcd_unb64(const char *text, size_t *len)
 {
     size_t n = strlen(text);
     char *out = malloc(n / 4 * 3 + 4);
@@ -92,7 +92,7 @@ char *etcd_unb64(const char *text, size_t *len)
     return out;
 }
 
-char *etcd_prefix_end_b64(const char *prefix)
+char *dlock__etcd_prefix_end_b64(const char *prefix)
 {
     size_t n = strlen(prefix);
     unsigned char *end = malloc(n + 1);
@@ -103,16 +103,16 @@ char *etcd_prefix_end_b64(const char *prefix)
         n--;
     char *out;
     if (!n) {
-        out = etcd_b64("", 1); /* "\0": every key from the start key on */
+        out = dlock__etcd_b64("", 1); /* "\0": every key from the start key on */
     } else {
         end[n - 1]++;
-        out = etcd_b64(end, n);
+        out = dlock__etcd_b64(end, n);
     }
     free(end);
     return out;
 }
 
-int64_t etcd_int(const json_t *obj, const char *field)
+int64_t dlock__etcd_int(const json_t *obj, const char *field)
 {
     json_t *v = json_object_get(obj, field);
     if (json_is_string(v))
@@ -122,7 +122,7 @@ int64_t etcd_int(const json_t *obj, const char *field)
     return 0;
 }
 
-const char *etcd_conn_label(const struct etcd_conn *k)
+const char *dlock__etcd_conn_label(const struct etcd_conn *k)
 {
     return k->label;
 }
@@ -194,7 +194,7 @@ static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_so
     return fd < 0 ? CURL_SOCKET_BAD : fd;
 }
 
-void etcd_easy_common(struct etcd_conn *k, CURL *e, struct etcd_sock *sk)
+void dlock__etcd_easy_common(struct etcd_conn *k, CURL *e, struct etcd_sock *sk)
 {
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, sk);
@@ -213,7 +213,7 @@ void etcd_easy_common(struct etcd_conn *k, CURL *e, struct etcd_sock *sk)
     }
 }
 
-struct curl_slist *etcd_headers_for(struct etcd_conn *k, bool with_token)
+struct curl_slist *dlock__etcd_headers_for(struct etcd_conn *k, bool with_token)
 {
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     pthread_mutex_lock(&k->mu);
@@ -263,10 +263,10 @@ static void attempt_add(struct attempt *a, const char *name, const char *fmt, ..
 static int cancel_check(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
     (void)dt, (void)dn, (void)ut, (void)un;
-    return etcd_wait_canceled(arg) ? 1 : 0;
+    return dlock__etcd_wait_canceled(arg) ? 1 : 0;
 }
 
-bool etcd_wait_canceled(struct dlock__wait *w)
+bool dlock__etcd_wait_canceled(struct dlock__wait *w)
 {
     /* A sleep from a sequence number that is not the current one returns
      * at once: DLOCK_ECANCELED when canceled, DLOCK_OK otherwise. */
@@ -286,9 +286,9 @@ static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, cons
         return CURLE_OUT_OF_MEMORY;
     }
     curl_easy_reset(e);
-    etcd_easy_common(k, e, sk);
+    dlock__etcd_easy_common(k, e, sk);
     char *url = dlock__sprintf("%s%s", k->eps[ep].base, path);
-    struct curl_slist *hdrs = etcd_headers_for(k, with_token);
+    struct curl_slist *hdrs = dlock__etcd_headers_for(k, with_token);
     errbuf[0] = 0;
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
@@ -495,19 +495,19 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
                       a.text);
 }
 
-int etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+int dlock__etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
               const char *what, int *grpc_code)
 {
-    return etcd_call_resent(k, path, req, reply, what, grpc_code, NULL);
+    return dlock__etcd_call_resent(k, path, req, reply, what, grpc_code, NULL);
 }
 
-int etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+int dlock__etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
                      const char *what, int *grpc_code, bool *resent)
 {
-    return etcd_call_lim(k, path, req, reply, what, grpc_code, resent, NULL);
+    return dlock__etcd_call_lim(k, path, req, reply, what, grpc_code, resent, NULL);
 }
 
-int etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
+int dlock__etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
                   const char *what, int *grpc_code, bool *resent, const struct etcd_limits *lim)
 {
     *reply = NULL;
@@ -575,7 +575,7 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-int etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out)
+int dlock__etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out)
 {
     *out = NULL;
     int loaded = dlock__curl_load();
@@ -598,7 +598,7 @@ int etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out)
     k->op_timeout_ms = (long)cfg->op_timeout_ms;
     k->max_reply = cfg->max_reply ? cfg->max_reply : ETCD_MAX_REPLY;
     if (!k->eps || !k->label) {
-        etcd_conn_free(k);
+        dlock__etcd_conn_free(k);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < cfg->nhosts; i++) {
@@ -608,24 +608,24 @@ int etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **out)
         k->eps[i].base = dlock__sprintf("%s://%s", cfg->tls ? "https" : "http", k->eps[i].name);
         k->neps++;
         if (!k->eps[i].name || !k->eps[i].base) {
-            etcd_conn_free(k);
+            dlock__etcd_conn_free(k);
             return dlock__err(DLOCK_ENOMEM, "out of memory");
         }
     }
     int rc = authenticate(k);
     if (rc) {
-        etcd_conn_free(k);
+        dlock__etcd_conn_free(k);
         return rc;
     }
     *out = k;
     return DLOCK_OK;
 }
 
-void etcd_conn_free(struct etcd_conn *k)
+void dlock__etcd_conn_free(struct etcd_conn *k)
 {
     if (!k)
         return;
-    etcd_watches_end(k);
+    dlock__etcd_watches_end(k);
     for (size_t i = 0; i < k->npool; i++)
         curl_easy_cleanup(k->pool[i]);
     for (size_t i = 0; i < k->neps; i++) {

@@ -9,14 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-int etcd_inspect(void *state, const char *name, struct dlock_info *info)
+int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info)
 {
     struct etcd_backend *s = state;
-    char *pfx = etcd_lock_prefix(s, name);
-    json_t *req = pfx ? etcd_range(pfx, true) : NULL;
+    char *pfx = dlock__etcd_lock_prefix(s, name);
+    json_t *req = pfx ? dlock__etcd_range(pfx, true) : NULL;
     if (!req) {
         free(pfx);
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     }
     json_object_set_new(req, "sort_order", json_string("ASCEND"));
     json_object_set_new(req, "sort_target", json_string("CREATE"));
@@ -24,7 +24,7 @@ int etcd_inspect(void *state, const char *name, struct dlock_info *info)
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "inspect '%s' (keys %s*)", name, pfx);
-    int rc = etcd_call(s->k, "/v3/kv/range", req, &reply, what, NULL);
+    int rc = dlock__etcd_call(s->k, "/v3/kv/range", req, &reply, what, NULL);
     json_decref(req);
     info->mode = DLOCK_EXCLUSIVE;
     info->ttl_ms = -1;
@@ -40,26 +40,26 @@ int etcd_inspect(void *state, const char *name, struct dlock_info *info)
     {
         if (rc)
             break;
-        if (!etcd_is_contender(pfx, kv))
+        if (!dlock__etcd_is_contender(pfx, kv))
             continue; /* a key of a lock below, an application's key */
-        char *key = etcd_kv_key(kv);
+        char *key = dlock__etcd_kv_key(kv);
         const char *vb = json_string_value(json_object_get(kv, "value"));
-        char *value = vb ? etcd_unb64(vb, NULL) : NULL;
+        char *value = vb ? dlock__etcd_unb64(vb, NULL) : NULL;
         char *text = key ? dlock__sprintf("%s%s%s%s", key, value && *value ? " (" : "",
                                           value && *value ? value : "",
                                           value && *value ? ")" : "")
                          : NULL;
         if (!text) {
-            rc = etcd_nomem(s);
+            rc = dlock__etcd_nomem(s);
         } else if (!info->held) {
             info->held = 1;
-            info->mode = etcd_is_shared(kv) ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
-            info->token = (uint64_t)etcd_int(kv, "create_revision");
-            holder_lease = etcd_int(kv, "lease");
+            info->mode = dlock__etcd_is_shared(kv) ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
+            info->token = (uint64_t)dlock__etcd_int(kv, "create_revision");
+            holder_lease = dlock__etcd_int(kv, "lease");
             rc = dlock__info_set_key(info, key);
             if (!rc)
                 rc = dlock__info_add_holder(info, text, 1);
-        } else if (holding && info->mode == DLOCK_SHARED && etcd_is_shared(kv)) {
+        } else if (holding && info->mode == DLOCK_SHARED && dlock__etcd_is_shared(kv)) {
             rc = dlock__info_add_holder(info, text, 1); /* another reader */
         } else {
             holding = false;
@@ -73,11 +73,11 @@ int etcd_inspect(void *state, const char *name, struct dlock_info *info)
     if (!rc && !info->held)
         rc = dlock__info_set_key(info, pfx);
     if (!rc && holder_lease) {
-        char *ids = etcd_i64s(holder_lease);
+        char *ids = dlock__etcd_i64s(holder_lease);
         json_t *treq = ids ? json_pack("{s:s}", "ID", ids) : NULL, *treply = NULL;
         free(ids);
-        if (treq && etcd_call(s->k, "/v3/lease/timetolive", treq, &treply, what, NULL) == 0) {
-            int64_t ttl = etcd_int(treply, "TTL");
+        if (treq && dlock__etcd_call(s->k, "/v3/lease/timetolive", treq, &treply, what, NULL) == 0) {
+            int64_t ttl = dlock__etcd_int(treply, "TTL");
             info->ttl_ms = ttl >= 0 ? ttl * 1000 : -1;
         }
         json_decref(treq);
@@ -92,15 +92,15 @@ int etcd_inspect(void *state, const char *name, struct dlock_info *info)
 static int force_delete(struct etcd_backend *s, json_t *kv, const char *what)
 {
     const char *kb = json_string_value(json_object_get(kv, "key"));
-    char *rev = etcd_i64s(etcd_int(kv, "create_revision"));
-    char *key = etcd_kv_key(kv);
+    char *rev = dlock__etcd_i64s(dlock__etcd_int(kv, "create_revision"));
+    char *key = dlock__etcd_kv_key(kv);
     json_t *del = kb && rev && key
                       ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "result",
                                   "EQUAL", "target", "CREATE", "key", kb, "create_revision", rev,
-                                  "success", "request_delete_range", etcd_range(key, false))
+                                  "success", "request_delete_range", dlock__etcd_range(key, false))
                       : NULL;
     json_t *dreply = NULL;
-    int rc = del ? etcd_call(s->k, "/v3/kv/txn", del, &dreply, what, NULL) : etcd_nomem(s);
+    int rc = del ? dlock__etcd_call(s->k, "/v3/kv/txn", del, &dreply, what, NULL) : dlock__etcd_nomem(s);
     json_decref(del);
     json_decref(dreply);
     free(rev);
@@ -108,31 +108,31 @@ static int force_delete(struct etcd_backend *s, json_t *kv, const char *what)
     return rc;
 }
 
-int etcd_force_release(void *state, const char *name)
+int dlock__etcd_force_release(void *state, const char *name)
 {
     struct etcd_backend *s = state;
-    char *pfx = etcd_lock_prefix(s, name);
+    char *pfx = dlock__etcd_lock_prefix(s, name);
     if (!pfx)
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     char what[1200];
     snprintf(what, sizeof what, "force-release '%s' (keys %s*)", name, pfx);
     /* The holders: the first contender, and when it is shared, every
      * shared one after it up to the first writer. */
     json_t *holder = NULL;
-    int rc = etcd_queue_find_for(s, pfx, NULL, true, 0, true, &holder, what, NULL);
+    int rc = dlock__etcd_queue_find_for(s, pfx, NULL, true, 0, true, &holder, what, NULL);
     json_t *first = NULL;
     if (!rc)
-        rc = etcd_queue_find(s, pfx, NULL, true, 0, &first, what, NULL);
+        rc = dlock__etcd_queue_find(s, pfx, NULL, true, 0, &first, what, NULL);
     if (!rc && first &&
-        (!holder || etcd_int(first, "create_revision") < etcd_int(holder, "create_revision"))) {
+        (!holder || dlock__etcd_int(first, "create_revision") < dlock__etcd_int(holder, "create_revision"))) {
         /* Readers hold (before the first writer, if any): each goes. */
-        int64_t from = 0, upto = holder ? etcd_int(holder, "create_revision") : INT64_MAX;
+        int64_t from = 0, upto = holder ? dlock__etcd_int(holder, "create_revision") : INT64_MAX;
         json_t *kv = NULL;
         while (!rc) {
-            rc = etcd_queue_find(s, pfx, NULL, true, from, &kv, what, NULL);
-            if (rc || !kv || etcd_int(kv, "create_revision") >= upto)
+            rc = dlock__etcd_queue_find(s, pfx, NULL, true, from, &kv, what, NULL);
+            if (rc || !kv || dlock__etcd_int(kv, "create_revision") >= upto)
                 break;
-            from = etcd_int(kv, "create_revision");
+            from = dlock__etcd_int(kv, "create_revision");
             rc = force_delete(s, kv, what);
             json_decref(kv);
             kv = NULL;
@@ -152,22 +152,22 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
 {
     struct etcd_backend *s = state;
     char **names = NULL;
     size_t n = 0, cap = 0;
     int rc = DLOCK_OK;
     char *from = strdup(s->prefix);
-    char *end = etcd_prefix_end_b64(s->prefix);
+    char *end = dlock__etcd_prefix_end_b64(s->prefix);
     while (!rc && from && end) {
-        char *fb = *from ? etcd_b64(from, strlen(from)) : etcd_b64("", 1);
+        char *fb = *from ? dlock__etcd_b64(from, strlen(from)) : dlock__etcd_b64("", 1);
         json_t *req = fb ? json_pack("{s:s, s:s, s:s, s:b}", "key", fb, "range_end", end,
                                      "limit", "1000", "keys_only", 1)
                          : NULL;
         free(fb);
         json_t *reply = NULL;
-        rc = req ? etcd_call(s->k, "/v3/kv/range", req, &reply, "list locks", NULL) : etcd_nomem(s);
+        rc = req ? dlock__etcd_call(s->k, "/v3/kv/range", req, &reply, "list locks", NULL) : dlock__etcd_nomem(s);
         json_decref(req);
         if (rc)
             break;
@@ -178,8 +178,8 @@ int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
         json_array_foreach(kvs, i, kv)
         {
             free(last);
-            last = etcd_kv_key(kv);
-            char *name = last ? etcd_contender_name(s, kv) : NULL;
+            last = dlock__etcd_kv_key(kv);
+            char *name = last ? dlock__etcd_contender_name(s, kv) : NULL;
             if (!name)
                 continue;
             if (!dlock__glob(pattern, name) || (n && strcmp(names[n - 1], name) == 0)) {
@@ -191,7 +191,7 @@ int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
                 char **grown = realloc(names, cap * sizeof *names);
                 if (!grown) {
                     free(name);
-                    rc = etcd_nomem(s);
+                    rc = dlock__etcd_nomem(s);
                     break;
                 }
                 names = grown;
@@ -216,7 +216,7 @@ int etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
             break;
     }
     if (!rc && (!end))
-        rc = etcd_nomem(s);
+        rc = dlock__etcd_nomem(s);
     free(from);
     free(end);
     if (n > 1)

@@ -35,7 +35,7 @@ static void random_bytes(void *buf, size_t n)
 /* Grant a lease of TTL_MS (rounded up to whole seconds). We choose its ID
  * ourselves, so a grant retried after a lost reply is recognised ("lease
  * already exists") instead of leaving a second lease behind. */
-int etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
+int dlock__etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
                        struct lease_ref *out, const struct etcd_limits *lim)
 {
     uint64_t id = 0;
@@ -49,17 +49,17 @@ int etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
             random_bytes(&id, sizeof id);
             id &= 0x7fffffffffffffffull;
         }
-        char *ids = etcd_i64s((int64_t)id), *ttls = etcd_i64s(ttl_s);
+        char *ids = dlock__etcd_i64s((int64_t)id), *ttls = dlock__etcd_i64s(ttl_s);
         json_t *req = ids && ttls ? json_pack("{s:s, s:s}", "TTL", ttls, "ID", ids) : NULL;
         free(ids);
         free(ttls);
         if (!req)
-            return etcd_nomem(s);
+            return dlock__etcd_nomem(s);
         json_t *reply = NULL;
         int code = 0;
         bool resent = false;
         sent = dlock__now_ms();
-        rc = etcd_call_lim(s->k, "/v3/lease/grant", req, &reply, what, &code, &resent, lim);
+        rc = dlock__etcd_call_lim(s->k, "/v3/lease/grant", req, &reply, what, &code, &resent, lim);
         json_decref(req);
         json_decref(reply);
         if (rc == DLOCK_EBACKEND && code == GRPC_FAILED_PRECONDITION &&
@@ -82,23 +82,23 @@ int etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
 
 /* One keepalive of lease ID: DLOCK_OK with *SENT set, DLOCK_ELOST when
  * etcd no longer knows it, or a transport error. */
-int etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
+int dlock__etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
                            const struct etcd_limits *lim)
 {
-    char *ids = etcd_i64s(id);
+    char *ids = dlock__etcd_i64s(id);
     json_t *req = ids ? json_pack("{s:s}", "ID", ids) : NULL;
     free(ids);
     if (!req)
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     json_t *reply = NULL;
     *sent = dlock__now_ms();
     char what[80];
     snprintf(what, sizeof what, "keep lease %llx alive", (unsigned long long)id);
-    int rc = etcd_call_lim(s->k, "/v3/lease/keepalive", req, &reply, what, NULL, NULL, lim);
+    int rc = dlock__etcd_call_lim(s->k, "/v3/lease/keepalive", req, &reply, what, NULL, NULL, lim);
     json_decref(req);
     if (rc)
         return rc;
-    int64_t ttl = etcd_int(json_object_get(reply, "result"), "TTL");
+    int64_t ttl = dlock__etcd_int(json_object_get(reply, "result"), "TTL");
     json_decref(reply);
     if (ttl <= 0)
         return dlock__err(DLOCK_ELOST, "%s: lease %llx expired or was revoked", s->label,
@@ -106,20 +106,20 @@ int etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
     return DLOCK_OK;
 }
 
-void etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim)
+void dlock__etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim)
 {
-    char *ids = etcd_i64s(id);
+    char *ids = dlock__etcd_i64s(id);
     json_t *req = ids ? json_pack("{s:s}", "ID", ids) : NULL;
     free(ids);
     json_t *reply = NULL;
     if (req)
-        etcd_call_lim(s->k, "/v3/lease/revoke", req, &reply, "revoke the lease", NULL, NULL, lim);
+        dlock__etcd_call_lim(s->k, "/v3/lease/revoke", req, &reply, "revoke the lease", NULL, NULL, lim);
     json_decref(req);
     json_decref(reply);
 }
 
 /* Forget the session lease ID (it was lost): the next acquire grants one. */
-void etcd_session_lease_dead(struct etcd_backend *s, int64_t id)
+void dlock__etcd_session_lease_dead(struct etcd_backend *s, int64_t id)
 {
     pthread_mutex_lock(&s->mu);
     if (s->lease == id)
@@ -174,7 +174,7 @@ static void grant_leave(struct etcd_backend *s)
  * keepalive when its last confirmation is older than a third of its TTL
  * (so a new hold starts with nearly its whole validity). While another
  * thread does that, wait for it within LIM->w (see grant_enter()). */
-int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
+int dlock__etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
                          const struct etcd_limits *lim)
 {
     int64_t ttl_ms = (s->c->opts.lease_ms + 999) / 1000 * 1000;
@@ -186,7 +186,7 @@ int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_re
     pthread_mutex_unlock(&s->mu);
     if (lr->id && dlock__now_ms() - lr->confirmed > ttl_ms / 3) {
         int64_t sent;
-        rc = etcd_lease_keepalive(s, lr->id, &sent, lim);
+        rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, lim);
         if (rc && rc != DLOCK_ELOST) {
             char msg[DLOCK__MSG_MAX];
             dlock__errmsg_save(msg);
@@ -198,7 +198,7 @@ int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_re
             lr->id = 0, rc = DLOCK_OK;
     }
     if (!rc && !lr->id)
-        rc = etcd_lease_grant(s, name, ttl_ms, lr, lim);
+        rc = dlock__etcd_lease_grant(s, name, ttl_ms, lr, lim);
     if (!rc) {
         pthread_mutex_lock(&s->mu);
         s->lease = lr->id;
@@ -209,7 +209,7 @@ int etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_re
     return rc;
 }
 
-void etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id)
+void dlock__etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id)
 {
     pthread_mutex_lock(&s->mu);
     if (s->wlease == id)
@@ -217,7 +217,7 @@ void etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id)
     pthread_mutex_unlock(&s->mu);
 }
 
-int etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_ms,
+int dlock__etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_ms,
                       struct lease_ref *lr, const struct etcd_limits *lim)
 {
     int64_t ttl_ms = max_ttl_ms < WAITER_LEASE_MS ? max_ttl_ms : WAITER_LEASE_MS;
@@ -230,14 +230,14 @@ int etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_
     pthread_mutex_unlock(&s->mu);
     if (lr->id && dlock__now_ms() - lr->confirmed > lr->ttl_ms / 3) {
         int64_t sent;
-        rc = etcd_lease_keepalive(s, lr->id, &sent, lim);
+        rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, lim);
         if (rc == DLOCK_OK)
             lr->confirmed = sent;
         else if (rc == DLOCK_ELOST)
             lr->id = 0, rc = DLOCK_OK;
     }
     if (!rc && !lr->id) {
-        rc = etcd_lease_grant(s, name, ttl_ms, lr, lim);
+        rc = dlock__etcd_lease_grant(s, name, ttl_ms, lr, lim);
         lr->waiter = true;
     }
     if (!rc) {
@@ -252,11 +252,11 @@ int etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_
 }
 
 /* Keep LR alive while a wait goes on; note the confirmation time. */
-int etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
+int dlock__etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
                          const struct etcd_limits *lim)
 {
     int64_t sent;
-    int rc = etcd_lease_keepalive(s, lr->id, &sent, lim);
+    int rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, lim);
     if (rc)
         return rc;
     lr->confirmed = sent;
@@ -289,11 +289,11 @@ static void orphan_add(struct etcd_backend *s, char *key)
 static bool delete_once(struct etcd_backend *s, const char *key, int64_t deadline,
                         struct dlock__wait *w)
 {
-    json_t *req = etcd_range(key, false), *reply = NULL;
+    json_t *req = dlock__etcd_range(key, false), *reply = NULL;
     struct etcd_limits lim = {deadline, w};
     char what[1200];
     snprintf(what, sizeof what, "delete own key %s", key);
-    int rc = req ? etcd_call_lim(s->k, "/v3/kv/deleterange", req, &reply, what, NULL, NULL, &lim)
+    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/deleterange", req, &reply, what, NULL, NULL, &lim)
                  : DLOCK_ENOMEM;
     json_decref(req);
     json_decref(reply);
@@ -317,7 +317,7 @@ static int orphans_cleanup(void *state, void *arg, int64_t deadline)
     return left ? DLOCK_EUNAVAIL : DLOCK_OK;
 }
 
-bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
+bool dlock__etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
                      struct dlock__wait *w)
 {
     if (delete_once(s, key, deadline, w))
@@ -347,7 +347,7 @@ bool etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
 /* Retry the deletes that failed before, none running past DEADLINE. One
  * sweep at a time: a second one gives way at once. No lock is held while
  * a delete is on the wire; the key in flight is s->deleting, which
- * etcd_orphan_forget() waits for. */
+ * dlock__etcd_orphan_forget() waits for. */
 static void orphans_sweep(struct etcd_backend *s, int64_t deadline)
 {
     pthread_mutex_lock(&s->mu);
@@ -398,7 +398,7 @@ static void orphan_drop(struct etcd_backend *s, const char *key)
     }
 }
 
-int etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wait *w)
+int dlock__etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dlock__wait *w)
 {
     int rc = DLOCK_OK;
     pthread_mutex_lock(&s->mu);
@@ -439,7 +439,7 @@ static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b, siz
         if (b->result[i] != DLOCK_OK)
             continue;
         struct etcd_hold *eh = b->holds[i]->bdata;
-        json_t *r = etcd_range(eh->key, false);
+        json_t *r = dlock__etcd_range(eh->key, false);
         if (!r || json_array_append_new(ops, json_pack("{s:o}", "request_range", r))) {
             json_decref(ops);
             ops = NULL;
@@ -450,14 +450,14 @@ static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b, siz
     int rc = DLOCK_OK;
     json_t *reply = NULL;
     if (!ops) {
-        rc = etcd_nomem(s);
+        rc = dlock__etcd_nomem(s);
     } else if (json_array_size(ops)) {
         json_t *req = json_pack("{s:o}", "success", ops);
         ops = NULL;
         char what[1200];
         snprintf(what, sizeof what, "check held keys (%s%s)", first, to - from > 1 ? ", ..." : "");
-        rc = req ? etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim)
-                 : etcd_nomem(s);
+        rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim)
+                 : dlock__etcd_nomem(s);
         json_decref(req);
     }
     json_decref(ops);
@@ -470,8 +470,8 @@ static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b, siz
             continue;
         }
         struct etcd_hold *eh = b->holds[i]->bdata;
-        json_t *kv = etcd_txn_kv(reply, k++);
-        if (!kv || etcd_int(kv, "create_revision") != eh->rev) {
+        json_t *kv = dlock__etcd_txn_kv(reply, k++);
+        if (!kv || dlock__etcd_int(kv, "create_revision") != eh->rev) {
             dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) is gone or replaced "
                                     "(force-released or deleted)",
                        s->label, b->holds[i]->name, eh->key, (long long)eh->rev);
@@ -483,7 +483,7 @@ static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b, siz
     json_decref(reply);
 }
 
-int etcd_renew(void *state, struct dlock__renew_batch *b)
+int dlock__etcd_renew(void *state, struct dlock__renew_batch *b)
 {
     struct etcd_backend *s = state;
     size_t n = b->n;
@@ -492,7 +492,7 @@ int etcd_renew(void *state, struct dlock__renew_batch *b)
     if (!sent_at || !done) {
         free(sent_at);
         free(done);
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     }
     /* Nothing we send may outlive the earliest validity deadline of the
      * batch: past it the keeper must be free to declare the hold lost,
@@ -505,11 +505,11 @@ int etcd_renew(void *state, struct dlock__renew_batch *b)
             continue;
         struct etcd_hold *eh = b->holds[i]->bdata;
         int64_t sent = 0;
-        int rc = eh ? etcd_lease_keepalive(s, eh->lease, &sent, &lim)
+        int rc = eh ? dlock__etcd_lease_keepalive(s, eh->lease, &sent, &lim)
                     : dlock__err(DLOCK_ELOST, "%s: lock '%s' has no key", s->label,
                                  b->holds[i]->name);
         if (rc == DLOCK_ELOST && eh && !eh->own_lease) {
-            etcd_session_lease_dead(s, eh->lease);
+            dlock__etcd_session_lease_dead(s, eh->lease);
         } else if (rc == DLOCK_OK && !eh->own_lease) {
             pthread_mutex_lock(&s->mu);
             if (s->lease == eh->lease && sent > s->lease_confirmed)
@@ -539,7 +539,7 @@ static void backend_free(struct etcd_backend *s)
 {
     if (!s)
         return;
-    etcd_conn_free(s->k);
+    dlock__etcd_conn_free(s->k);
     while (s->orphans) {
         struct etcd_orphan *o = s->orphans;
         s->orphans = o->next;
@@ -553,7 +553,7 @@ static void backend_free(struct etcd_backend *s)
     free(s);
 }
 
-void etcd_close(void *state)
+void dlock__etcd_close(void *state)
 {
     struct etcd_backend *s = state;
     if (!s)
@@ -565,9 +565,9 @@ void etcd_close(void *state)
     s->lease = s->wlease = 0;
     pthread_mutex_unlock(&s->mu);
     if (lease)
-        etcd_lease_revoke(s, lease, NULL); /* waiters behind us need not wait for the TTL */
+        dlock__etcd_lease_revoke(s, lease, NULL); /* waiters behind us need not wait for the TTL */
     if (wlease)
-        etcd_lease_revoke(s, wlease, NULL);
+        dlock__etcd_lease_revoke(s, wlease, NULL);
     backend_free(s);
 }
 
@@ -581,7 +581,7 @@ static char *make_prefix(struct dlock_client *c)
     return dlock__sprintf("%s%s%s", path, plen && path[plen - 1] != '/' ? "/" : "", opt);
 }
 
-int etcd_open(struct dlock_client *c, void **state)
+int dlock__etcd_open(struct dlock_client *c, void **state)
 {
     *state = NULL;
     const char *url = c->url.redacted;
@@ -648,22 +648,22 @@ int etcd_open(struct dlock_client *c, void **state)
         .max_reply = (size_t)max_reply,
         .label = label,
     };
-    int rc = s->prefix ? etcd_conn_new(&cfg, &s->k) : dlock__err(DLOCK_ENOMEM, "out of memory");
+    int rc = s->prefix ? dlock__etcd_conn_new(&cfg, &s->k) : dlock__err(DLOCK_ENOMEM, "out of memory");
     if (rc) {
         backend_free(s);
         return rc;
     }
-    s->label = etcd_conn_label(s->k);
+    s->label = dlock__etcd_conn_label(s->k);
     /* Say now whether the cluster answers: a serializable read needs no
      * quorum, so a cluster without leader still connects (acquires then
      * report DLOCK_EUNAVAIL). */
-    json_t *req = etcd_range(s->prefix, true), *reply = NULL;
+    json_t *req = dlock__etcd_range(s->prefix, true), *reply = NULL;
     if (req) {
         json_object_set_new(req, "count_only", json_true());
         json_object_set_new(req, "serializable", json_true());
-        rc = etcd_call(s->k, "/v3/kv/range", req, &reply, "connect", NULL);
+        rc = dlock__etcd_call(s->k, "/v3/kv/range", req, &reply, "connect", NULL);
     } else {
-        rc = etcd_nomem(s);
+        rc = dlock__etcd_nomem(s);
     }
     json_decref(req);
     json_decref(reply);

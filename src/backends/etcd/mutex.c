@@ -38,7 +38,7 @@
 
 /* ------------------------------------------------------------------ keys */
 
-char *etcd_lock_prefix(struct etcd_backend *s, const char *name)
+char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name)
 {
     return dlock__sprintf("%s%s/", s->prefix, name);
 }
@@ -52,11 +52,11 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
                               const char *key, const char *pfx, int64_t lease, int64_t *my_rev,
                               int64_t *owner_rev, int *code, const struct etcd_limits *lim)
 {
-    const char *name = h->name, *value = etcd_hold_value(s, h);
+    const char *name = h->name, *value = dlock__etcd_hold_value(s, h);
     bool shared = h->mode == DLOCK_SHARED; /* waits for writers only */
-    char *kb = etcd_b64(key, strlen(key));
-    char *vb = etcd_b64(value, strlen(value));
-    char *ls = etcd_i64s(lease);
+    char *kb = dlock__etcd_b64(key, strlen(key));
+    char *vb = dlock__etcd_b64(value, strlen(value));
+    char *ls = dlock__etcd_i64s(lease);
     json_t *req = NULL;
     if (kb && vb && ls)
         req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, {s:o}],"
@@ -64,27 +64,27 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
                         "compare", "result", "EQUAL", "target", "CREATE", "key", kb,
                         "create_revision", "0",
                         "success", "request_put", "key", kb, "value", vb, "lease", ls,
-                        "request_range", etcd_queue_range_for(pfx, true, 0, shared),
-                        "failure", "request_range", etcd_range(key, false),
-                        "request_range", etcd_queue_range_for(pfx, true, 0, shared));
+                        "request_range", dlock__etcd_queue_range_for(pfx, true, 0, shared),
+                        "failure", "request_range", dlock__etcd_range(key, false),
+                        "request_range", dlock__etcd_queue_range_for(pfx, true, 0, shared));
     free(kb);
     free(vb);
     free(ls);
     if (!req)
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "acquire '%s' (key %s)", name, key);
-    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
+    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
     json_decref(req);
     if (rc)
         return rc;
     bool created = json_is_true(json_object_get(reply, "succeeded"));
-    *my_rev = created ? etcd_header_rev(reply) : etcd_int(etcd_txn_kv(reply, 0), "create_revision");
+    *my_rev = created ? dlock__etcd_header_rev(reply) : dlock__etcd_int(dlock__etcd_txn_kv(reply, 0), "create_revision");
     json_t *owner = NULL;
-    rc = etcd_queue_find_for(s, pfx, etcd_txn_range(reply, 1), true, 0, shared, &owner, what,
+    rc = dlock__etcd_queue_find_for(s, pfx, dlock__etcd_txn_range(reply, 1), true, 0, shared, &owner, what,
                              lim);
-    *owner_rev = owner ? etcd_int(owner, "create_revision") : *my_rev;
+    *owner_rev = owner ? dlock__etcd_int(owner, "create_revision") : *my_rev;
     if (*owner_rev > *my_rev)
         *owner_rev = *my_rev; /* (a reader: the oldest writer came after us) */
     json_decref(owner);
@@ -100,18 +100,18 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
  * *AT is the revision the answer is from. In the same transaction, when
  * no key under PFX is older than ours (the common case: no other key
  * there), the lock is ours and our key moves to HOLD_LEASE (*MOVED): the
- * hand-off costs no round trip more than the look. *CODE as etcd_call's. */
+ * hand-off costs no round trip more than the look. *CODE as dlock__etcd_call's. */
 static int look(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
                 const char *pfx, int64_t my_rev, int64_t hold_lease, bool *mine_exists,
                 char **pred, bool *moved, int64_t *at, int *code, const struct etcd_limits *lim)
 {
     *pred = NULL;
     *moved = false;
-    const char *name = h->name, *value = etcd_hold_value(s, h);
+    const char *name = h->name, *value = dlock__etcd_hold_value(s, h);
     bool shared = h->mode == DLOCK_SHARED;
-    char *pb = etcd_b64(pfx, strlen(pfx)), *pe = etcd_prefix_end_b64(pfx);
-    char *kb = etcd_b64(key, strlen(key)), *vb = etcd_b64(value, strlen(value));
-    char *older = etcd_i64s(my_rev - 1), *mine = etcd_i64s(my_rev), *ls = etcd_i64s(hold_lease);
+    char *pb = dlock__etcd_b64(pfx, strlen(pfx)), *pe = dlock__etcd_prefix_end_b64(pfx);
+    char *kb = dlock__etcd_b64(key, strlen(key)), *vb = dlock__etcd_b64(value, strlen(value));
+    char *older = dlock__etcd_i64s(my_rev - 1), *mine = dlock__etcd_i64s(my_rev), *ls = dlock__etcd_i64s(hold_lease);
     json_t *req = NULL;
     if (pb && pe && kb && vb && older && mine && ls)
         req = json_pack("{s:[{s:s, s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}],"
@@ -121,8 +121,8 @@ static int look(struct etcd_backend *s, const struct dlock__hold *h, const char 
                         "result", "EQUAL", "target", "CREATE", "key", kb, "create_revision",
                         mine,
                         "success", "request_put", "key", kb, "value", vb, "lease", ls,
-                        "failure", "request_range", etcd_range(key, false), "request_range",
-                        etcd_queue_range_for(pfx, false, my_rev, shared));
+                        "failure", "request_range", dlock__etcd_range(key, false), "request_range",
+                        dlock__etcd_queue_range_for(pfx, false, my_rev, shared));
     free(pb);
     free(pe);
     free(kb);
@@ -131,27 +131,27 @@ static int look(struct etcd_backend *s, const struct dlock__hold *h, const char 
     free(mine);
     free(ls);
     if (!req)
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "wait for '%s' (key %s)", name, key);
-    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
+    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
     json_decref(req);
     if (rc)
         return rc;
-    *at = etcd_header_rev(reply);
+    *at = dlock__etcd_header_rev(reply);
     if (json_is_true(json_object_get(reply, "succeeded"))) {
         *mine_exists = *moved = true;
         json_decref(reply);
         return DLOCK_OK;
     }
-    json_t *kv = etcd_txn_kv(reply, 0);
-    *mine_exists = kv && etcd_int(kv, "create_revision") == my_rev;
+    json_t *kv = dlock__etcd_txn_kv(reply, 0);
+    *mine_exists = kv && dlock__etcd_int(kv, "create_revision") == my_rev;
     json_t *before = NULL;
-    rc = etcd_queue_find_for(s, pfx, etcd_txn_range(reply, 1), false, my_rev, shared, &before,
+    rc = dlock__etcd_queue_find_for(s, pfx, dlock__etcd_txn_range(reply, 1), false, my_rev, shared, &before,
                              what, lim);
-    if (before && !(*pred = etcd_kv_key(before)))
-        rc = etcd_nomem(s);
+    if (before && !(*pred = dlock__etcd_kv_key(before)))
+        rc = dlock__etcd_nomem(s);
     json_decref(before);
     json_decref(reply);
     return rc;
@@ -177,8 +177,8 @@ static void withdraw(struct etcd_backend *s, const char *key, const struct lease
         deadline = now; /* time is up: nothing is sent, the keeper deletes it */
     struct etcd_limits lim = {deadline, NULL};
     if (lr->own && dlock__time_left(deadline, 1) > 0)
-        etcd_lease_revoke(s, lr->id, &lim); /* takes the key with it */
-    etcd_delete_key(s, key, deadline, NULL);
+        dlock__etcd_lease_revoke(s, lr->id, &lim); /* takes the key with it */
+    dlock__etcd_delete_key(s, key, deadline, NULL);
 }
 
 /* A failure RC of a request cut short by the wait W's deadline is that
@@ -187,7 +187,7 @@ static int timed_out(struct dlock__wait *w, int rc)
 {
     /* (time_left is 0 only once a deadline has passed: never for a
      * try-once nor a wait without one) */
-    if ((etcd_transient(rc) || rc == DLOCK_ETIMEDOUT) && dlock__time_left(dlock__wait_deadline(w), 1) == 0)
+    if ((dlock__etcd_transient(rc) || rc == DLOCK_ETIMEDOUT) && dlock__time_left(dlock__wait_deadline(w), 1) == 0)
         return DLOCK_ETIMEDOUT;
     return rc;
 }
@@ -204,17 +204,17 @@ static int64_t keepalive_due(const struct lease_ref *lr)
 static void lease_dead(struct etcd_backend *s, const struct lease_ref *lr)
 {
     if (lr->waiter)
-        etcd_waiter_lease_dead(s, lr->id);
+        dlock__etcd_waiter_lease_dead(s, lr->id);
     else if (!lr->own)
-        etcd_session_lease_dead(s, lr->id);
+        dlock__etcd_session_lease_dead(s, lr->id);
 }
 
-int etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
+int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
                    int64_t lease, const char *what, int *code, const struct etcd_limits *lim)
 {
-    char *kb = etcd_b64(key, strlen(key));
-    char *vb = etcd_b64(value, strlen(value));
-    char *ls = etcd_i64s(lease), *rs = etcd_i64s(rev);
+    char *kb = dlock__etcd_b64(key, strlen(key));
+    char *vb = dlock__etcd_b64(value, strlen(value));
+    char *ls = dlock__etcd_i64s(lease), *rs = dlock__etcd_i64s(rev);
     json_t *req = NULL;
     if (kb && vb && ls && rs)
         req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}]}", "compare",
@@ -225,9 +225,9 @@ int etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const c
     free(ls);
     free(rs);
     if (!req)
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     json_t *reply = NULL;
-    int rc = etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
+    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
     json_decref(req);
     if (!rc && !json_is_true(json_object_get(reply, "succeeded")))
         rc = ETCD_KEY_GONE;
@@ -237,7 +237,7 @@ int etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const c
 
 /* Hang hold H's KEY (create revision REV) on LEASE: a put keeps the key's
  * create revision, so the key keeps its place in the queue and its token.
- * RESTART when the key is gone; *CODE as etcd_call's (a lease that etcd
+ * RESTART when the key is gone; *CODE as dlock__etcd_call's (a lease that etcd
  * no longer knows is GRPC_NOT_FOUND). */
 static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
                     int64_t rev, int64_t lease, int *code, const struct etcd_limits *lim)
@@ -245,7 +245,7 @@ static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const c
     char what[1200];
     snprintf(what, sizeof what, "move '%s' (key %s) to lease %llx", h->name, key,
              (unsigned long long)lease);
-    int rc = etcd_put_again(s, key, rev, etcd_hold_value(s, h), lease, what, code, lim);
+    int rc = dlock__etcd_put_again(s, key, rev, dlock__etcd_hold_value(s, h), lease, what, code, lim);
     return rc == ETCD_KEY_GONE ? RESTART : rc;
 }
 
@@ -290,7 +290,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
              * process, long outage) or someone deleted it. Start again at
              * the end of the queue with a live lease. */
             int64_t sent;
-            if (etcd_lease_keepalive(s, wl->id, &sent, &lim) == DLOCK_ELOST)
+            if (dlock__etcd_lease_keepalive(s, wl->id, &sent, &lim) == DLOCK_ELOST)
                 lease_dead(s, wl);
             free(pred);
             rc = RESTART;
@@ -308,17 +308,17 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
              * has not fired. One started last turn and still unconfirmed
              * is replaced: etcd never answers a watch whose auth token
              * expired on the way, it just leaves it hanging. */
-            bool same = wt && strcmp(watched, pred) == 0 && etcd_watch_live(wt);
+            bool same = wt && strcmp(watched, pred) == 0 && dlock__etcd_watch_live(wt);
             if (!same) {
-                etcd_watch_stop(wt);
+                dlock__etcd_watch_stop(wt);
                 wt = NULL;
                 free(watched);
                 watched = pred;
                 pred = NULL;
                 /* (a reader also wakes when that writer downgrades) */
-                rc = etcd_watch_start_for(s->k, watched, 0, h->mode == DLOCK_SHARED, w, &wt);
+                rc = dlock__etcd_watch_start_for(s->k, watched, 0, h->mode == DLOCK_SHARED, w, &wt);
             }
-        } else if (etcd_transient(rc) && !dlock__wait_try_once(w)) {
+        } else if (dlock__etcd_transient(rc) && !dlock__wait_try_once(w)) {
             /* Outage or election: try again shortly, within our wait. */
             dlock__errmsg_save(msg);
             rc = DLOCK_OK;
@@ -334,7 +334,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
         struct lease_ref *both[2] = {wl, lr}, *dead = NULL;
         for (int i = 0; i < 2 && !rc; i++)
             if (dlock__now_ms() >= keepalive_due(both[i]) &&
-                (rc = etcd_lease_refresh(s, both[i], &lim)) == DLOCK_ELOST)
+                (rc = dlock__etcd_lease_refresh(s, both[i], &lim)) == DLOCK_ELOST)
                 dead = both[i];
         if (dead) {
             lease_dead(s, dead);
@@ -347,7 +347,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
             dlock__errmsg_save(msg);
         rc = DLOCK_OK; /* a failed keepalive: the next look tells */
     }
-    etcd_watch_stop(wt);
+    dlock__etcd_watch_stop(wt);
     free(watched);
     return rc;
 }
@@ -360,10 +360,10 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
      * at a cancel: wait_ms bounds the whole acquire. */
     struct etcd_limits lim = {dlock__wait_deadline(w), w};
     bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
-    char *pfx = etcd_lock_prefix(s, h->name);
+    char *pfx = dlock__etcd_lock_prefix(s, h->name);
     char *key = NULL;
     if (!pfx)
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     struct lease_ref lr = {0};
     int rc = DLOCK_OK, restarts = 0;
     char msg[DLOCK__MSG_MAX];
@@ -372,33 +372,33 @@ restart:
     free(key);
     key = NULL;
     if (own && lr.id)
-        etcd_lease_revoke(s, lr.id, &lim); /* starting over: the old lease of our own goes */
+        dlock__etcd_lease_revoke(s, lr.id, &lim); /* starting over: the old lease of our own goes */
     if (!own) {
-        rc = etcd_session_lease(s, h->name, &lr, &lim);
+        rc = dlock__etcd_session_lease(s, h->name, &lr, &lim);
         /* (EBUSY: a try-once found another thread granting it) */
         own = rc == DLOCK_EBUSY;
     }
     if (own) {
-        rc = etcd_lease_grant(s, h->name, h->lease_ms, &lr, &lim);
+        rc = dlock__etcd_lease_grant(s, h->name, h->lease_ms, &lr, &lim);
         lr.own = true;
     }
     if (rc) {
         free(pfx);
         return timed_out(w, rc);
     }
-    key = etcd_hold_key(pfx, lr.id, h);
+    key = dlock__etcd_hold_key(pfx, lr.id, h);
     if (!key) {
         free(pfx);
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     }
-    rc = etcd_orphan_forget(s, key, w);
+    rc = dlock__etcd_orphan_forget(s, key, w);
     if (rc == DLOCK_EBUSY && !own && restarts++ < 5) {
         own = true; /* a try-once: another key, on a lease of its own */
         goto restart;
     }
     if (rc) {
         if (own)
-            etcd_lease_revoke(s, lr.id, &lim);
+            dlock__etcd_lease_revoke(s, lr.id, &lim);
         free(pfx);
         free(key);
         return timed_out(w, rc);
@@ -409,7 +409,7 @@ restart:
     if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND && restarts++ < 3) {
         /* "requested lease not found": it expired under us. */
         if (!own)
-            etcd_session_lease_dead(s, lr.id);
+            dlock__etcd_session_lease_dead(s, lr.id);
         goto restart;
     }
     if (rc) {
@@ -418,10 +418,10 @@ restart:
         /* The put may have happened before the reply was lost (or the
          * cancel, or the deadline): the member did not answer, so it gets
          * no more than a slice for the delete. */
-        if (etcd_transient(rc) || rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT)
+        if (dlock__etcd_transient(rc) || rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT)
             withdraw(s, key, &lr, w, rc, WITHDRAW_SLICE_MS);
         else if (own)
-            etcd_lease_revoke(s, lr.id, NULL);
+            dlock__etcd_lease_revoke(s, lr.id, NULL);
         free(pfx);
         free(key);
         return dlock__errmsg_restore(rc, msg);
@@ -440,12 +440,12 @@ restart:
          * the hold's. */
         struct lease_ref wl = {0};
         msg[0] = 0;
-        rc = etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
+        rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
         if (!rc) {
             rc = move_key(s, h, key, my_rev, wl.id, &code, &lim);
             moved = rc == DLOCK_OK;
             if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
-                etcd_waiter_lease_dead(s, wl.id); /* expired just now */
+                dlock__etcd_waiter_lease_dead(s, wl.id); /* expired just now */
                 rc = RESTART;
             }
         }
@@ -453,7 +453,7 @@ restart:
             rc = wait_turn(s, h, w, key, pfx, my_rev, &lr, &wl, &moved_back, msg);
         if (rc == RESTART) {
             if (moved) /* (a key on the waiters' lease outlives a lost hold lease) */
-                etcd_delete_key(s, key, dlock__wait_deadline(w), w);
+                dlock__etcd_delete_key(s, key, dlock__wait_deadline(w), w);
             if (restarts++ < 5)
                 goto restart;
             rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing while "
@@ -463,7 +463,7 @@ restart:
         if (rc) {
             /* (a timeout keeps the reason of the last failed look, if
              * any: an outage; none says the other owner kept it) */
-            bool answering = !msg[0] && !etcd_transient(rc);
+            bool answering = !msg[0] && !dlock__etcd_transient(rc);
             rc = timed_out(w, rc);
             if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
                 dlock__errmsg_save(msg);
@@ -479,7 +479,7 @@ restart:
      * (same create revision: same token) unless the look that found it
      * ours did. */
     if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
-        rc = etcd_lease_refresh(s, &lr, &lim);
+        rc = dlock__etcd_lease_refresh(s, &lr, &lim);
     if (!rc && moved && !moved_back) {
         rc = move_key(s, h, key, my_rev, lr.id, &code, &lim);
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
@@ -489,7 +489,7 @@ restart:
         if (rc == DLOCK_ELOST) { /* the hold's lease is gone; our key, maybe not */
             lease_dead(s, &lr);
             if (moved)
-                etcd_delete_key(s, key, dlock__wait_deadline(w), w);
+                dlock__etcd_delete_key(s, key, dlock__wait_deadline(w), w);
         }
         goto restart;
     }
@@ -509,7 +509,7 @@ restart:
     if (!eh) {
         withdraw(s, key, &lr, w, DLOCK_ENOMEM, WITHDRAW_GRACE_MS);
         free(key);
-        return etcd_nomem(s);
+        return dlock__etcd_nomem(s);
     }
     eh->key = key;
     eh->rev = my_rev;
@@ -532,34 +532,34 @@ static int etcd_release(void *state, struct dlock__hold *h)
         return DLOCK_OK;
     h->bdata = NULL;
     /* Delete the key only if it is still the one we created. */
-    char *kb = etcd_b64(eh->key, strlen(eh->key));
-    char *rev = etcd_i64s(eh->rev);
+    char *kb = dlock__etcd_b64(eh->key, strlen(eh->key));
+    char *rev = dlock__etcd_i64s(eh->rev);
     json_t *req = NULL;
     if (kb && rev)
         req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "result", "EQUAL",
                         "target", "CREATE", "key", kb, "create_revision", rev, "success",
-                        "request_delete_range", etcd_range(eh->key, false));
+                        "request_delete_range", dlock__etcd_range(eh->key, false));
     free(kb);
     free(rev);
     int rc;
     json_t *reply = NULL;
     if (!req) {
-        rc = etcd_nomem(s);
+        rc = dlock__etcd_nomem(s);
     } else {
         char what[1200];
         snprintf(what, sizeof what, "release '%s' (key %s)", h->name, eh->key);
         bool resent = false;
-        rc = etcd_call_resent(s->k, "/v3/kv/txn", req, &reply, what, NULL, &resent);
+        rc = dlock__etcd_call_resent(s->k, "/v3/kv/txn", req, &reply, what, NULL, &resent);
         /* A release sent again after a lost reply finds the key gone:
          * most likely our first attempt deleted it. Not a loss. */
         if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")) && !resent)
             rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) was gone before "
                                          "the release (lease expired or force-released)",
                             s->label, h->name, eh->key, (long long)eh->rev);
-        else if (rc && etcd_transient(rc)) {
+        else if (rc && dlock__etcd_transient(rc)) {
             char msg[DLOCK__MSG_MAX];
             dlock__errmsg_save(msg);
-            etcd_delete_key(s, eh->key, 0, NULL); /* remembered for a later retry */
+            dlock__etcd_delete_key(s, eh->key, 0, NULL); /* remembered for a later retry */
             dlock__errmsg_restore(rc, msg);
         }
     }
@@ -568,7 +568,7 @@ static int etcd_release(void *state, struct dlock__hold *h)
     if (eh->own_lease) {
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
-        etcd_lease_revoke(s, eh->lease, NULL);
+        dlock__etcd_lease_revoke(s, eh->lease, NULL);
         dlock__errmsg_restore(rc, msg);
     }
     free(eh->key);
@@ -586,13 +586,13 @@ const struct dlock__backend dlock__backend_etcd = {
             DLOCK__CAP_FORCE | DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER |
             DLOCK__CAP_FIXED_LEASE,
     .default_port = ETCD_DEFAULT_PORT,
-    .open = etcd_open,
-    .close = etcd_close,
+    .open = dlock__etcd_open,
+    .close = dlock__etcd_close,
     .acquire = etcd_acquire,
     .release = etcd_release,
-    .renew = etcd_renew,
-    .inspect = etcd_inspect,
-    .force_release = etcd_force_release,
-    .list = etcd_list,
-    .downgrade = etcd_downgrade,
+    .renew = dlock__etcd_renew,
+    .inspect = dlock__etcd_inspect,
+    .force_release = dlock__etcd_force_release,
+    .list = dlock__etcd_list,
+    .downgrade = dlock__etcd_downgrade,
 };

@@ -27,26 +27,26 @@
 
 /* ------------------------------------------------------------- requests */
 
-int etcd_nomem(struct etcd_backend *s)
+int dlock__etcd_nomem(struct etcd_backend *s)
 {
     return dlock__err(DLOCK_ENOMEM, "%s: out of memory", s->label);
 }
 
-char *etcd_i64s(int64_t v)
+char *dlock__etcd_i64s(int64_t v)
 {
     return dlock__sprintf("%lld", (long long)v);
 }
 
 /* {"key": b64(key)} plus, when PREFIX_END, the range end of KEY as a
  * prefix. */
-json_t *etcd_range(const char *key, bool prefix_end)
+json_t *dlock__etcd_range(const char *key, bool prefix_end)
 {
     /* An empty prefix means every key: etcd wants the key "\0" then. */
-    char *kb = *key || !prefix_end ? etcd_b64(key, strlen(key)) : etcd_b64("", 1);
+    char *kb = *key || !prefix_end ? dlock__etcd_b64(key, strlen(key)) : dlock__etcd_b64("", 1);
     json_t *r = kb ? json_pack("{s:s}", "key", kb) : NULL;
     free(kb);
     if (r && prefix_end) {
-        char *eb = etcd_prefix_end_b64(key);
+        char *eb = dlock__etcd_prefix_end_b64(key);
         if (!eb) {
             json_decref(r);
             return NULL;
@@ -58,26 +58,26 @@ json_t *etcd_range(const char *key, bool prefix_end)
 }
 
 /* The first kv of response K of a txn reply (NULL if none). */
-json_t *etcd_txn_kv(json_t *reply, size_t k)
+json_t *dlock__etcd_txn_kv(json_t *reply, size_t k)
 {
     json_t *resp = json_array_get(json_object_get(reply, "responses"), k);
     json_t *range = json_object_get(resp, "response_range");
     return json_array_get(json_object_get(range, "kvs"), 0);
 }
 
-int64_t etcd_header_rev(json_t *reply)
+int64_t dlock__etcd_header_rev(json_t *reply)
 {
-    return etcd_int(json_object_get(reply, "header"), "revision");
+    return dlock__etcd_int(json_object_get(reply, "header"), "revision");
 }
 
 /* Decoded key of a kv (caller frees). */
-char *etcd_kv_key(json_t *kv)
+char *dlock__etcd_kv_key(json_t *kv)
 {
     const char *kb = json_string_value(json_object_get(kv, "key"));
-    return kb ? etcd_unb64(kb, NULL) : NULL;
+    return kb ? dlock__etcd_unb64(kb, NULL) : NULL;
 }
 
-bool etcd_transient(int rc)
+bool dlock__etcd_transient(int rc)
 {
     return rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL || rc == DLOCK_EIO;
 }
@@ -91,11 +91,11 @@ static bool is_hex_id(const char *text, size_t n)
     return n >= 1 && n <= 16 && strspn(text, "0123456789abcdef") >= n;
 }
 
-bool etcd_is_contender(const char *pfx, const json_t *kv)
+bool dlock__etcd_is_contender(const char *pfx, const json_t *kv)
 {
-    if (etcd_int(kv, "lease") == 0)
+    if (dlock__etcd_int(kv, "lease") == 0)
         return false;
-    char *key = etcd_kv_key((json_t *)kv);
+    char *key = dlock__etcd_kv_key((json_t *)kv);
     size_t plen = strlen(pfx);
     bool ok = false;
     if (key && strncmp(key, pfx, plen) == 0) {
@@ -108,24 +108,24 @@ bool etcd_is_contender(const char *pfx, const json_t *kv)
     return ok;
 }
 
-bool etcd_is_shared(const json_t *kv)
+bool dlock__etcd_is_shared(const json_t *kv)
 {
     const char *vb = json_string_value(json_object_get(kv, "value"));
     size_t len = 0;
-    char *value = vb ? etcd_unb64(vb, &len) : NULL;
+    char *value = vb ? dlock__etcd_unb64(vb, &len) : NULL;
     bool shared = value && strncmp(value, ETCD_SHARED_MARK, strlen(ETCD_SHARED_MARK)) == 0;
     free(value);
     return shared;
 }
 
-json_t *etcd_queue_range(const char *pfx, bool ascending, int64_t bound_rev)
+json_t *dlock__etcd_queue_range(const char *pfx, bool ascending, int64_t bound_rev)
 {
-    return etcd_queue_range_for(pfx, ascending, bound_rev, false);
+    return dlock__etcd_queue_range_for(pfx, ascending, bound_rev, false);
 }
 
-json_t *etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev, bool writers)
+json_t *dlock__etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev, bool writers)
 {
-    json_t *r = etcd_range(pfx, true);
+    json_t *r = dlock__etcd_range(pfx, true);
     if (!r)
         return NULL;
     json_object_set_new(r, "sort_order", json_string(ascending ? "ASCEND" : "DESCEND"));
@@ -135,7 +135,7 @@ json_t *etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev,
     if (!writers)
         json_object_set_new(r, "keys_only", json_true());
     if (bound_rev > 0) {
-        char *b = etcd_i64s(ascending ? bound_rev + 1 : bound_rev - 1);
+        char *b = dlock__etcd_i64s(ascending ? bound_rev + 1 : bound_rev - 1);
         if (!b) {
             json_decref(r);
             return NULL;
@@ -147,7 +147,7 @@ json_t *etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev,
     return r;
 }
 
-json_t *etcd_txn_range(json_t *reply, size_t k)
+json_t *dlock__etcd_txn_range(json_t *reply, size_t k)
 {
     json_t *resp = json_array_get(json_object_get(reply, "responses"), k);
     return json_object_get(resp, "response_range");
@@ -166,21 +166,21 @@ static json_t *pick(const char *pfx, json_t *resp, bool writers, int64_t *last_r
     *last_rev = 0;
     json_array_foreach(kvs, i, kv)
     {
-        *last_rev = etcd_int(kv, "create_revision");
-        if (etcd_is_contender(pfx, kv) && !(writers && etcd_is_shared(kv)))
+        *last_rev = dlock__etcd_int(kv, "create_revision");
+        if (dlock__etcd_is_contender(pfx, kv) && !(writers && dlock__etcd_is_shared(kv)))
             return kv;
     }
     return NULL;
 }
 
-int etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
+int dlock__etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
                     int64_t bound_rev, json_t **out, const char *what,
                     const struct etcd_limits *lim)
 {
-    return etcd_queue_find_for(s, pfx, resp, ascending, bound_rev, false, out, what, lim);
+    return dlock__etcd_queue_find_for(s, pfx, resp, ascending, bound_rev, false, out, what, lim);
 }
 
-int etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
+int dlock__etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
                         int64_t bound_rev, bool writers, json_t **out, const char *what,
                         const struct etcd_limits *lim)
 {
@@ -199,11 +199,11 @@ int etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, b
             break;
         if (resp)
             bound_rev = last;
-        json_t *req = etcd_queue_range_for(pfx, ascending, bound_rev, writers);
+        json_t *req = dlock__etcd_queue_range_for(pfx, ascending, bound_rev, writers);
         json_decref(reply);
         reply = NULL;
-        rc = req ? etcd_call_lim(s->k, "/v3/kv/range", req, &reply, what, NULL, NULL, lim)
-                 : etcd_nomem(s);
+        rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/range", req, &reply, what, NULL, NULL, lim)
+                 : dlock__etcd_nomem(s);
         json_decref(req);
         if (rc)
             break;
@@ -213,15 +213,15 @@ int etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, b
     return rc;
 }
 
-char *etcd_contender_name(struct etcd_backend *s, const json_t *kv)
+char *dlock__etcd_contender_name(struct etcd_backend *s, const json_t *kv)
 {
-    char *key = etcd_kv_key((json_t *)kv);
+    char *key = dlock__etcd_kv_key((json_t *)kv);
     size_t plen = strlen(s->prefix);
     char *name = NULL;
     if (key && strncmp(key, s->prefix, plen) == 0) {
         const char *rest = key + plen, *slash = strrchr(rest, '/');
         char *pfx = slash && slash != rest ? strndup(key, (size_t)(slash + 1 - key)) : NULL;
-        if (pfx && etcd_is_contender(pfx, kv))
+        if (pfx && dlock__etcd_is_contender(pfx, kv))
             name = strndup(rest, (size_t)(slash - rest));
         free(pfx);
     }

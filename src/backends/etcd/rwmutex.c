@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *etcd_hold_key(const char *pfx, int64_t lease, const struct dlock__hold *h)
+char *dlock__etcd_hold_key(const char *pfx, int64_t lease, const struct dlock__hold *h)
 {
     if (h->mode == DLOCK_SHARED)
         return dlock__sprintf("%s%llx-%lx", pfx, (unsigned long long)lease,
@@ -37,12 +37,12 @@ char *etcd_hold_key(const char *pfx, int64_t lease, const struct dlock__hold *h)
     return dlock__sprintf("%s%llx", pfx, (unsigned long long)lease);
 }
 
-const char *etcd_hold_value(struct etcd_backend *s, const struct dlock__hold *h)
+const char *dlock__etcd_hold_value(struct etcd_backend *s, const struct dlock__hold *h)
 {
     return h->mode == DLOCK_SHARED ? s->shared_ident : s->ident;
 }
 
-int etcd_downgrade(void *state, struct dlock__hold *h)
+int dlock__etcd_downgrade(void *state, struct dlock__hold *h)
 {
     struct etcd_backend *s = state;
     struct etcd_hold *eh = h->bdata;
@@ -52,12 +52,12 @@ int etcd_downgrade(void *state, struct dlock__hold *h)
     char what[1200];
     snprintf(what, sizeof what, "downgrade '%s' (key %s) to shared", h->name, eh->key);
     /* Same key, same lease, shared value: the create revision stays. */
-    int rc = etcd_put_again(s, eh->key, eh->rev, s->shared_ident, eh->lease, what, NULL, NULL);
+    int rc = dlock__etcd_put_again(s, eh->key, eh->rev, s->shared_ident, eh->lease, what, NULL, NULL);
     if (rc == ETCD_KEY_GONE)
         rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) was gone before the "
                                      "downgrade (lease expired or force-released)",
                         s->label, h->name, eh->key, (long long)eh->rev);
-    else if (rc && etcd_transient(rc))
+    else if (rc && dlock__etcd_transient(rc))
         /* The put may have been applied: readers may be in already, so
          * the hold can no longer pass for exclusive. Give it up. */
         rc = dlock__err(DLOCK_ELOST, "%s: the hold can no longer be trusted exclusive",

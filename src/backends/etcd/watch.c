@@ -38,7 +38,7 @@ static void watch_message(struct etcd_watch *wt, const char *text, size_t len)
     }
     if (result) {
         if (json_is_true(json_object_get(result, "canceled")) ||
-            etcd_int(result, "compact_revision") > 0)
+            dlock__etcd_int(result, "compact_revision") > 0)
             fire = true;
         json_t *events = json_object_get(result, "events");
         size_t i;
@@ -48,7 +48,7 @@ static void watch_message(struct etcd_watch *wt, const char *text, size_t len)
             const char *type = json_string_value(json_object_get(ev, "type"));
             if (type && strcmp(type, "DELETE") == 0)
                 fire = true;
-            else if (wt->to_shared && etcd_is_shared(json_object_get(ev, "kv")))
+            else if (wt->to_shared && dlock__etcd_is_shared(json_object_get(ev, "kv")))
                 fire = true; /* a PUT (etcd leaves the type out: 0) */
         }
     }
@@ -159,18 +159,18 @@ static void *watch_thread(void *arg)
     return NULL;
 }
 
-int etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
+int dlock__etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
                      struct dlock__wait *w, struct etcd_watch **out)
 {
-    return etcd_watch_start_for(k, key, start_rev, false, w, out);
+    return dlock__etcd_watch_start_for(k, key, start_rev, false, w, out);
 }
 
-int etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
+int dlock__etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
                          struct dlock__wait *w, struct etcd_watch **out)
 {
     *out = NULL;
     struct etcd_watch *wt = calloc(1, sizeof *wt);
-    char *kb = etcd_b64(key, strlen(key));
+    char *kb = dlock__etcd_b64(key, strlen(key));
     json_t *req = kb ? json_pack("{s:{s:s}}", "create_request", "key", kb) : NULL;
     free(kb);
     if (req && !to_shared) /* deletions only */
@@ -196,8 +196,8 @@ int etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev
     size_t ep = k->cur;
     pthread_mutex_unlock(&k->mu);
     char *url = dlock__sprintf("%s/v3/watch", k->eps[ep].base);
-    wt->headers = etcd_headers_for(k, true);
-    etcd_easy_common(k, wt->easy, NULL);
+    wt->headers = dlock__etcd_headers_for(k, true);
+    dlock__etcd_easy_common(k, wt->easy, NULL);
     curl_easy_setopt(wt->easy, CURLOPT_URL, url);
     curl_easy_setopt(wt->easy, CURLOPT_HTTPHEADER, wt->headers);
     curl_easy_setopt(wt->easy, CURLOPT_POSTFIELDS, wt->body);
@@ -229,7 +229,7 @@ int etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev
     return DLOCK_OK;
 }
 
-bool etcd_watch_live(struct etcd_watch *wt)
+bool dlock__etcd_watch_live(struct etcd_watch *wt)
 {
     pthread_mutex_lock(&wt->k->wmu);
     bool live = wt->created && !wt->fired;
@@ -237,7 +237,7 @@ bool etcd_watch_live(struct etcd_watch *wt)
     return live;
 }
 
-bool etcd_watch_fired(struct etcd_watch *wt)
+bool dlock__etcd_watch_fired(struct etcd_watch *wt)
 {
     pthread_mutex_lock(&wt->k->wmu);
     bool fired = wt->fired;
@@ -245,7 +245,7 @@ bool etcd_watch_fired(struct etcd_watch *wt)
     return fired;
 }
 
-void etcd_watch_stop(struct etcd_watch *wt)
+void dlock__etcd_watch_stop(struct etcd_watch *wt)
 {
     if (!wt)
         return;
@@ -256,8 +256,8 @@ void etcd_watch_stop(struct etcd_watch *wt)
     curl_multi_wakeup(k->multi);
 }
 
-/* Stop the watch thread and free every watch (etcd_conn_free). */
-void etcd_watches_end(struct etcd_conn *k)
+/* Stop the watch thread and free every watch (dlock__etcd_conn_free). */
+void dlock__etcd_watches_end(struct etcd_conn *k)
 {
     if (k->thread_running) {
         pthread_mutex_lock(&k->wmu);

@@ -2,9 +2,9 @@
  * reading of a lock node's children (src/backends/zk/mutex.c): Curator's
  * two shapes "lock-<10 digits>" and "_c_<uuid>-lock-<10 digits>" among
  * foreign names. Each input line is a child name. After
- * zk_sort_lock_nodes() the kept children are exactly the inputs of those
+ * dlock__zk_sort_lock_nodes() the kept children are exactly the inputs of those
  * shapes (checked against a matcher written here, independently), sorted
- * by sequence number, the owner first; zk_node_has_guid() with the first
+ * by sequence number, the owner first; dlock__zk_node_has_guid() with the first
  * line as the guid never reads past a name. Corpus:
  * tests/fuzz/corpus/zk_children/.
  */
@@ -57,9 +57,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         kids.data[kids.count++] = strdup(line);
         expected += reference_sequence(line) != NULL;
-        (void)zk_node_has_guid(line, guid);
+        (void)dlock__zk_node_has_guid(line, guid);
     }
-    zk_sort_lock_nodes(&kids);
+    dlock__zk_sort_lock_nodes(&kids);
     if (kids.count != expected)
         abort();
     for (int32_t i = 0; i < kids.count; i++) {

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-struct zk_call *zk_call_new(zhandle_t *zh)
+struct zk_call *dlock__zk_call_new(zhandle_t *zh)
 {
     struct zk_call *k = calloc(1, sizeof *k);
     if (!k)
@@ -52,7 +52,7 @@ static void call_finish_locked(struct zk_call *k, int rc)
 }
 
 /* For fire-and-forget requests: the client library wants a completion. */
-void zk_on_ignored(int rc, const void *data)
+void dlock__zk_on_ignored(int rc, const void *data)
 {
     (void)rc;
     (void)data;
@@ -67,7 +67,7 @@ static void zk_on_void(int rc, const void *data)
     zk_call_unref(k);
 }
 
-void zk_on_stat(int rc, const struct Stat *stat, const void *data)
+void dlock__zk_on_stat(int rc, const struct Stat *stat, const void *data)
 {
     struct zk_call *k = (struct zk_call *)data;
     pthread_mutex_lock(&k->mu);
@@ -120,7 +120,7 @@ static void zk_on_strings(int rc, const struct String_vector *strings, const voi
     zk_call_unref(k);
 }
 
-void zk_on_synced(int rc, const char *value, const void *data)
+void dlock__zk_on_synced(int rc, const char *value, const void *data)
 {
     (void)value;
     zk_on_void(rc, data);
@@ -134,7 +134,7 @@ static void zk_on_created(int rc, const char *value, const struct Stat *stat, co
         if (k->abandoned && value) {
             /* The caller timed out and moved on: this node would sit in
              * the queue until the session ends. Take it back. */
-            zoo_adelete(k->zh, value, -1, zk_on_ignored, NULL);
+            zoo_adelete(k->zh, value, -1, dlock__zk_on_ignored, NULL);
         } else {
             if (stat)
                 k->stat = *stat;
@@ -150,7 +150,7 @@ static void zk_on_created(int rc, const char *value, const struct Stat *stat, co
 /* Wait for K until DEADLINE (monotonic ms) and drop the caller's
  * reference. Returns the request's code, or ZOPERATIONTIMEOUT. Copies
  * the results out first through the OUT pointers that are not NULL. */
-int zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value,
+int dlock__zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value,
                  struct String_vector *kids)
 {
     pthread_mutex_lock(&k->mu);
@@ -187,7 +187,7 @@ int zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **
 }
 
 /* Start failed synchronously: the completion will never run. */
-int zk_call_dead(struct zk_call *k, int rc)
+int dlock__zk_call_dead(struct zk_call *k, int rc)
 {
     zk_call_unref(k);
     zk_call_unref(k);
@@ -198,7 +198,7 @@ int zk_call_dead(struct zk_call *k, int rc)
  * (monotonic ms; 0 or DLOCK__NEVER: only the op timeout bounds it): now
  * plus dlock__time_left(UNTIL, op timeout), or 0 when UNTIL has passed
  * and nothing may be sent. */
-int64_t zk_call_deadline(struct zk_backend *zb, int64_t until)
+int64_t dlock__zk_call_deadline(struct zk_backend *zb, int64_t until)
 {
     int64_t left = dlock__time_left(until, zb->c->opts.op_timeout_ms);
     return left > 0 ? dlock__now_ms() + left : 0;
@@ -207,7 +207,7 @@ int64_t zk_call_deadline(struct zk_backend *zb, int64_t until)
 /* ------------------------------------------------------------- requests */
 
 /* The start of every request: N call records in K, each with the
- * request's deadline (see zk_call_deadline); KIDS, when not NULL, emptied
+ * request's deadline (see dlock__zk_call_deadline); KIDS, when not NULL, emptied
  * for a listing to fill. ZOPERATIONTIMEOUT when UNTIL has passed,
  * ZSYSTEMERROR when out of memory (then no record is left), else ZOK. */
 static int zk_calls_start(struct zk_backend *zb, zhandle_t *zh, int64_t until,
@@ -217,14 +217,14 @@ static int zk_calls_start(struct zk_backend *zb, zhandle_t *zh, int64_t until,
         kids->count = 0;
         kids->data = NULL;
     }
-    int64_t deadline = zk_call_deadline(zb, until);
+    int64_t deadline = dlock__zk_call_deadline(zb, until);
     if (!deadline)
         return ZOPERATIONTIMEOUT;
     for (int i = 0; i < n; i++) {
-        k[i] = zk_call_new(zh);
+        k[i] = dlock__zk_call_new(zh);
         if (!k[i]) {
             while (i-- > 0)
-                zk_call_dead(k[i], ZSYSTEMERROR);
+                dlock__zk_call_dead(k[i], ZSYSTEMERROR);
             return ZSYSTEMERROR;
         }
         k[i]->deadline = deadline;
@@ -239,8 +239,8 @@ static int zk_call_sent(struct zk_call *k, int sent, struct Stat *stat, char **v
                         struct String_vector *kids)
 {
     if (sent != ZOK)
-        return zk_call_dead(k, sent);
-    return zk_call_wait(k, k->deadline, stat, value, kids);
+        return dlock__zk_call_dead(k, sent);
+    return dlock__zk_call_wait(k, k->deadline, stat, value, kids);
 }
 
 static const struct ACL_vector *zk_node_acl(struct zk_backend *zb)
@@ -248,7 +248,7 @@ static const struct ACL_vector *zk_node_acl(struct zk_backend *zb)
     return zb->creator_acl ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE;
 }
 
-int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
+int dlock__zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
                  int mode, char **created, struct Stat *stat, int64_t until)
 {
     struct zk_call *k;
@@ -260,19 +260,19 @@ int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const c
     return zk_call_sent(k, rc, stat, created, NULL);
 }
 
-int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
+int dlock__zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
                  void *watch_ctx, struct Stat *stat, int64_t until)
 {
     struct zk_call *k;
     int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
     if (rc != ZOK)
         return rc;
-    rc = watcher ? zoo_awexists(zh, path, watcher, watch_ctx, zk_on_stat, k)
-                 : zoo_aexists(zh, path, 0, zk_on_stat, k);
+    rc = watcher ? zoo_awexists(zh, path, watcher, watch_ctx, dlock__zk_on_stat, k)
+                 : zoo_aexists(zh, path, 0, dlock__zk_on_stat, k);
     return zk_call_sent(k, rc, stat, NULL, NULL);
 }
 
-int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
+int dlock__zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
               struct Stat *stat, int64_t until)
 {
     struct zk_call *k;
@@ -282,7 +282,7 @@ int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **dat
     return zk_call_sent(k, zoo_aget(zh, path, 0, zk_on_data, k), stat, data, NULL);
 }
 
-int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
+int dlock__zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
                    struct String_vector *kids, int64_t until)
 {
     struct zk_call *k;
@@ -293,7 +293,7 @@ int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
     return zk_call_sent(k, rc, NULL, NULL, kids);
 }
 
-int zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
+int dlock__zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
                          watcher_fn watcher, void *watch_ctx, struct String_vector *kids,
                          int64_t until)
 {
@@ -305,7 +305,7 @@ int zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
     return zk_call_sent(k, rc, NULL, NULL, kids);
 }
 
-int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until)
+int dlock__zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until)
 {
     struct zk_call *k;
     int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
@@ -316,7 +316,7 @@ int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t
 
 /* A failure of a request on PATH as a DLOCK_E* code with a message in
  * the server's (the client library's) words. */
-int zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path)
+int dlock__zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path)
 {
     const char *words = zerror(rc);
     switch (rc) {
@@ -344,12 +344,12 @@ int zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path)
     }
 }
 
-bool zk_rc_transient(int rc)
+bool dlock__zk_rc_transient(int rc)
 {
     return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
 }
 
-bool zk_rc_session_gone(int rc)
+bool dlock__zk_rc_session_gone(int rc)
 {
     return rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING;
 }
@@ -363,12 +363,12 @@ static int zk_list_behind(zhandle_t *zh, struct zk_call **k, int sent, const cha
                           int *listed_sent)
 {
     if (sent != ZOK) {
-        zk_call_dead(k[1], sent);
-        return zk_call_dead(k[0], sent);
+        dlock__zk_call_dead(k[1], sent);
+        return dlock__zk_call_dead(k[0], sent);
     }
     *listed_sent = zoo_aget_children(zh, path, 0, zk_on_strings, k[1]);
     if (*listed_sent != ZOK)
-        zk_call_dead(k[1], *listed_sent);
+        dlock__zk_call_dead(k[1], *listed_sent);
     return ZOK;
 }
 
@@ -376,7 +376,7 @@ static int zk_list_behind(zhandle_t *zh, struct zk_call **k, int sent, const cha
  * in the same round trip, list LOCKPATH's children: the server handles a session's requests in order,
  * so the listing already shows the new node. Returns the create's code;
  * *listed tells whether KIDS was filled (caller frees). */
-int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
+int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           const char *data, const char *lockpath, char **created,
                           struct Stat *stat, struct String_vector *kids, bool *listed,
                           int64_t until)
@@ -395,9 +395,9 @@ int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path
     rc = zk_list_behind(zh, k, rc, lockpath, &lrc);
     if (rc != ZOK)
         return rc;
-    rc = zk_call_wait(k[0], deadline, stat, created, NULL);
+    rc = dlock__zk_call_wait(k[0], deadline, stat, created, NULL);
     if (lrc == ZOK) {
-        lrc = zk_call_wait(k[1], deadline, NULL, NULL, kids);
+        lrc = dlock__zk_call_wait(k[1], deadline, NULL, NULL, kids);
         *listed = rc == ZOK && lrc == ZOK;
         if (!*listed)
             deallocate_String_vector(kids);
@@ -412,7 +412,7 @@ int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path
  * contender: a listing it serves could show us first although we are
  * not, with a validity counted from now. The sync goes through the
  * leader, and reads after it are at least as new. */
-int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
+int dlock__zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           struct String_vector *kids, int64_t until)
 {
     struct zk_call *k[2];
@@ -421,12 +421,12 @@ int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path
         return rc;
     int64_t deadline = k[0]->deadline;
     int lrc;
-    rc = zk_list_behind(zh, k, zoo_async(zh, "/", zk_on_synced, k[0]), path, &lrc);
+    rc = zk_list_behind(zh, k, zoo_async(zh, "/", dlock__zk_on_synced, k[0]), path, &lrc);
     if (rc != ZOK)
         return rc;
-    rc = zk_call_wait(k[0], deadline, NULL, NULL, NULL);
+    rc = dlock__zk_call_wait(k[0], deadline, NULL, NULL, NULL);
     if (lrc == ZOK)
-        lrc = zk_call_wait(k[1], deadline, NULL, NULL, kids);
+        lrc = dlock__zk_call_wait(k[1], deadline, NULL, NULL, kids);
     if (rc != ZOK || lrc != ZOK) {
         deallocate_String_vector(kids);
         kids->count = 0;

@@ -23,7 +23,7 @@ static int session_of(struct zk_backend *zb, unsigned gen, struct zk_session **o
     *out = NULL;
     pthread_mutex_lock(&zb->mu);
     struct zk_session *s = zb->cur;
-    int rc = !s || s->gen != gen || !zk_session_usable(s) ? ZSESSIONEXPIRED
+    int rc = !s || s->gen != gen || !dlock__zk_session_usable(s) ? ZSESSIONEXPIRED
              : s->state != ZOO_CONNECTED_STATE            ? ZCONNECTIONLOSS
                                                           : ZOK;
     if (rc == ZOK) {
@@ -66,15 +66,15 @@ static int orphan_delete(void *bstate, void *arg, int64_t deadline)
     struct zk_session *s;
     int rc = session_of(zb, o->gen, &s);
     if (rc == ZOK) {
-        rc = zk_rq_delete(zb, s->zh, o->path, deadline);
-        zk_session_put(zb, s);
+        rc = dlock__zk_rq_delete(zb, s->zh, o->path, deadline);
+        dlock__zk_session_put(zb, s);
     }
-    if (rc == ZOK || rc == ZNONODE || zk_rc_session_gone(rc))
+    if (rc == ZOK || rc == ZNONODE || dlock__zk_rc_session_gone(rc))
         return DLOCK_OK;
-    return zk_fail(zb, rc, "delete", o->path);
+    return dlock__zk_fail(zb, rc, "delete", o->path);
 }
 
-void zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path)
+void dlock__zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path)
 {
     struct zk_orphan *o = calloc(1, sizeof *o);
     if (!o || !(o->path = dlock__strdup(path))) {
@@ -114,35 +114,35 @@ static int suspect_sweep(void *bstate, void *arg, int64_t deadline)
     struct zk_session *s;
     int rc = session_of(zb, q->gen, &s);
     if (rc != ZOK)
-        return zk_rc_session_gone(rc) ? DLOCK_OK : zk_fail(zb, rc, "list", q->lockpath);
+        return dlock__zk_rc_session_gone(rc) ? DLOCK_OK : dlock__zk_fail(zb, rc, "list", q->lockpath);
     int64_t issued = dlock__now_ms();
     struct String_vector kids = {0, NULL};
-    rc = zk_rq_children(zb, s->zh, q->lockpath, &kids, deadline);
+    rc = dlock__zk_rq_children(zb, s->zh, q->lockpath, &kids, deadline);
     bool found = false;
     for (int32_t i = 0; rc == ZOK && i < kids.count; i++) {
         const char *kid = kids.data[i];
-        if (!zk_node_has_guid(kid, q->guid) || (q->keep && strcmp(kid, q->keep) == 0))
+        if (!dlock__zk_node_has_guid(kid, q->guid) || (q->keep && strcmp(kid, q->keep) == 0))
             continue;
         found = true;
         char *path = dlock__sprintf("%s/%s", q->lockpath, kid);
-        int drc = path ? zk_rq_delete(zb, s->zh, path, deadline) : ZSYSTEMERROR;
+        int drc = path ? dlock__zk_rq_delete(zb, s->zh, path, deadline) : ZSYSTEMERROR;
         if (drc != ZOK && drc != ZNONODE)
             rc = drc;
         free(path);
     }
     deallocate_String_vector(&kids);
-    zk_session_put(zb, s);
-    if (zk_rc_session_gone(rc))
+    dlock__zk_session_put(zb, s);
+    if (dlock__zk_rc_session_gone(rc))
         return DLOCK_OK;
     if (rc != ZOK && rc != ZNONODE)
-        return zk_fail(zb, rc, "sweep", q->lockpath);
+        return dlock__zk_fail(zb, rc, "sweep", q->lockpath);
     if (found || issued - q->added < zb->c->opts.op_timeout_ms)
         return dlock__err(DLOCK_EBUSY, "%s: create of %s under %s may still be in flight",
                           zb->servers, q->guid, q->lockpath);
     return DLOCK_OK;
 }
 
-void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+void dlock__zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                     const char *guid, const char *keep)
 {
     struct zk_suspect *q = calloc(1, sizeof *q);
@@ -165,22 +165,22 @@ void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *loc
  * wait for the reconnection), hand it to the cleanup queue (the keeper
  * deletes it, at once when connected), so a caller that gives up never
  * waits for it. */
-void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
+void dlock__zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
                         struct dlock__wait *w)
 {
     pthread_mutex_lock(&zb->mu);
-    bool usable = zk_session_usable(s), connected = usable && s->state == ZOO_CONNECTED_STATE;
+    bool usable = dlock__zk_session_usable(s), connected = usable && s->state == ZOO_CONNECTED_STATE;
     pthread_mutex_unlock(&zb->mu);
     if (!usable)
         return; /* the session ended: its nodes went with it */
-    int64_t deadline = connected ? zk_call_deadline(zb, dlock__wait_deadline(w)) : 0;
+    int64_t deadline = connected ? dlock__zk_call_deadline(zb, dlock__wait_deadline(w)) : 0;
     struct dlock__backoff backoff = {.min_ms = ZK_RETRY_MIN_MS, .max_ms = ZK_RETRY_MAX_MS};
     while (deadline) {
-        int rc = zk_rq_delete(zb, s->zh, path, deadline);
-        if (rc == ZOK || rc == ZNONODE || zk_rc_session_gone(rc))
+        int rc = dlock__zk_rq_delete(zb, s->zh, path, deadline);
+        if (rc == ZOK || rc == ZNONODE || dlock__zk_rc_session_gone(rc))
             return;
-        if (!zk_rc_transient(rc) || dlock__wait_retry(w, &backoff, deadline) != DLOCK_OK)
+        if (!dlock__zk_rc_transient(rc) || dlock__wait_retry(w, &backoff, deadline) != DLOCK_OK)
             break;
     }
-    zk_orphan_add(zb, s, path);
+    dlock__zk_orphan_add(zb, s, path);
 }

@@ -87,13 +87,13 @@ static void add_pipe(int fd, const char *target, void *arg)
     s->n++;
 }
 
-void zk_fds_snapshot(struct zk_fds *s)
+void dlock__zk_fds_snapshot(struct zk_fds *s)
 {
     *s = (struct zk_fds){0};
     each_fd(add_pipe, s);
 }
 
-void zk_fds_free(struct zk_fds *s)
+void dlock__zk_fds_free(struct zk_fds *s)
 {
     free(s->v);
     *s = (struct zk_fds){0};
@@ -107,12 +107,12 @@ static bool in_snapshot(const struct zk_fds *s, int fd, const char *target)
     return false;
 }
 
-void zk_fds_cloexec_new_pipes(const struct zk_fds *before)
+void dlock__zk_fds_cloexec_new_pipes(const struct zk_fds *before)
 {
     if (before->failed)
         return; /* cannot tell ours from the application's */
     struct zk_fds now;
-    zk_fds_snapshot(&now);
+    dlock__zk_fds_snapshot(&now);
     for (size_t i = 0; i < now.n && !now.failed; i++) {
         if (in_snapshot(before, now.v[i].fd, now.v[i].target))
             continue;
@@ -125,7 +125,7 @@ void zk_fds_cloexec_new_pipes(const struct zk_fds *before)
                 break;
             }
     }
-    zk_fds_free(&now);
+    dlock__zk_fds_free(&now);
 }
 
 struct socket_scan {
@@ -163,7 +163,7 @@ static void cloexec_socket(int fd, const char *target, void *arg)
         }
 }
 
-void zk_fds_cloexec_sockets(const int *ports, size_t nports)
+void dlock__zk_fds_cloexec_sockets(const int *ports, size_t nports)
 {
     struct socket_scan sc = {ports, nports};
     each_fd(cloexec_socket, &sc);

@@ -3,7 +3,7 @@
  * readers before the first writer, holding together --, then the
  * waiters), force-release (delete the holders' nodes) and list (the lock
  * nodes under the base). They read the same lock children as acquire
- * (zk_sort_lock_nodes), so status and acquire always agree on who holds.
+ * (dlock__zk_sort_lock_nodes), so status and acquire always agree on who holds.
  */
 #include "zk.h"
 
@@ -30,7 +30,7 @@ static char *holder_text(const char *node, const char *data)
 static int32_t holders_of(const struct String_vector *kids)
 {
     int32_t n = 0;
-    while (n < kids->count && zk_node_kind(kids->data[n]) == ZK_KIND_READ)
+    while (n < kids->count && dlock__zk_node_kind(kids->data[n]) == ZK_KIND_READ)
         n++;
     return n ? n : kids->count > 0;
 }
@@ -41,14 +41,14 @@ typedef int lock_path_fn(struct zk_backend *zb, struct zk_session *s, const char
                          void *arg);
 static int on_lock_path(struct zk_backend *zb, const char *name, lock_path_fn *fn, void *arg)
 {
-    char *lockpath = zk_lock_path(zb, name);
+    char *lockpath = dlock__zk_lock_path(zb, name);
     if (!lockpath)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     struct zk_session *s;
-    int err = zk_session_get(zb, &s);
+    int err = dlock__zk_session_get(zb, &s);
     if (err == DLOCK_OK) {
         err = fn(zb, s, lockpath, arg);
-        zk_session_put(zb, s);
+        dlock__zk_session_put(zb, s);
     }
     free(lockpath);
     return err;
@@ -63,31 +63,31 @@ static int inspect_nodes(struct zk_backend *zb, struct zk_session *s, const char
     info->nwaiters = 0;
     int err = dlock__info_set_key(info, lockpath);
     struct String_vector kids = {0, NULL};
-    int rc = err == DLOCK_OK ? zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER) : ZOK;
+    int rc = err == DLOCK_OK ? dlock__zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER) : ZOK;
     if (err != DLOCK_OK) {
         /* message set */
     } else if (rc == ZNONODE) {
         info->held = 0;
     } else if (rc != ZOK) {
-        err = zk_fail(zb, rc, "list", lockpath);
+        err = dlock__zk_fail(zb, rc, "list", lockpath);
     } else {
-        zk_sort_lock_nodes(&kids);
+        dlock__zk_sort_lock_nodes(&kids);
         int32_t holding = holders_of(&kids);
-        if (holding > 0 && zk_node_kind(kids.data[0]) == ZK_KIND_READ)
+        if (holding > 0 && dlock__zk_node_kind(kids.data[0]) == ZK_KIND_READ)
             info->mode = DLOCK_SHARED;
         for (int32_t i = 0; i < kids.count && err == DLOCK_OK; i++) {
             char *path = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
             char *data = NULL;
             struct Stat st;
-            rc = path ? zk_rq_get(zb, s->zh, path, &data, &st, DLOCK__NEVER) : ZSYSTEMERROR;
+            rc = path ? dlock__zk_rq_get(zb, s->zh, path, &data, &st, DLOCK__NEVER) : ZSYSTEMERROR;
             if (rc == ZNOAUTH) /* data unreadable (creator ACL): the stat is not */
-                rc = zk_rq_exists(zb, s->zh, path, NULL, NULL, &st, DLOCK__NEVER);
+                rc = dlock__zk_rq_exists(zb, s->zh, path, NULL, NULL, &st, DLOCK__NEVER);
             if (rc == ZNONODE) {
                 free(path);
                 continue; /* left meanwhile */
             }
             if (rc != ZOK) {
-                err = zk_fail(zb, rc, "read", path ? path : lockpath);
+                err = dlock__zk_fail(zb, rc, "read", path ? path : lockpath);
                 free(path);
                 break;
             }
@@ -119,7 +119,7 @@ static int inspect_nodes(struct zk_backend *zb, struct zk_session *s, const char
     return err;
 }
 
-int zk_inspect(void *state, const char *name, struct dlock_info *info)
+int dlock__zk_inspect(void *state, const char *name, struct dlock_info *info)
 {
     return on_lock_path(state, name, inspect_nodes, info);
 }
@@ -130,42 +130,42 @@ static int delete_holder_node(struct zk_backend *zb, struct zk_session *s, const
     (void)arg;
     int err = DLOCK_OK;
     struct String_vector kids = {0, NULL};
-    int rc = zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER);
+    int rc = dlock__zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER);
     if (rc == ZOK) {
-        zk_sort_lock_nodes(&kids);
+        dlock__zk_sort_lock_nodes(&kids);
         for (int32_t i = 0, n = holders_of(&kids); i < n && err == DLOCK_OK; i++) {
             char *owner = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
-            rc = owner ? zk_rq_delete(zb, s->zh, owner, DLOCK__NEVER) : ZSYSTEMERROR;
+            rc = owner ? dlock__zk_rq_delete(zb, s->zh, owner, DLOCK__NEVER) : ZSYSTEMERROR;
             if (rc != ZOK && rc != ZNONODE)
-                err = zk_fail(zb, rc, "delete", owner ? owner : lockpath);
+                err = dlock__zk_fail(zb, rc, "delete", owner ? owner : lockpath);
             free(owner);
         }
     } else if (rc != ZNONODE) {
-        err = zk_fail(zb, rc, "list", lockpath);
+        err = dlock__zk_fail(zb, rc, "list", lockpath);
     }
     deallocate_String_vector(&kids);
     return err;
 }
 
-int zk_force_release(void *state, const char *name)
+int dlock__zk_force_release(void *state, const char *name)
 {
     return on_lock_path(state, name, delete_holder_node, NULL);
 }
 
-int zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+int dlock__zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
 {
     struct zk_backend *zb = state;
     struct zk_session *s;
-    int err = zk_session_get(zb, &s);
+    int err = dlock__zk_session_get(zb, &s);
     if (err != DLOCK_OK)
         return err;
     struct String_vector kids = {0, NULL};
-    int rc = zk_rq_children(zb, s->zh, zb->base, &kids, DLOCK__NEVER);
-    zk_session_put(zb, s);
+    int rc = dlock__zk_rq_children(zb, s->zh, zb->base, &kids, DLOCK__NEVER);
+    dlock__zk_session_put(zb, s);
     if (rc == ZNONODE)
         return DLOCK_OK;
     if (rc != ZOK)
-        return zk_fail(zb, rc, "list", zb->base);
+        return dlock__zk_fail(zb, rc, "list", zb->base);
     const char *prefix = zb->c->opts.key_prefix ? zb->c->opts.key_prefix : "";
     size_t plen = strlen(prefix);
     for (int32_t i = 0; i < kids.count; i++) {

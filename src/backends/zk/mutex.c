@@ -39,7 +39,7 @@ static char *encode_name(const char *name, bool at_root)
 }
 
 /* Path of the lock node for NAME: <base>/<encoded key_prefix + name>. */
-char *zk_lock_path(struct zk_backend *zb, const char *name)
+char *dlock__zk_lock_path(struct zk_backend *zb, const char *name)
 {
     const char *prefix = zb->c->opts.key_prefix ? zb->c->opts.key_prefix : "";
     char *full = dlock__sprintf("%s%s", prefix, name);
@@ -111,14 +111,14 @@ static const char *zk_node_sequence(const char *node, enum zk_kind *kind)
     return NULL;
 }
 
-enum zk_kind zk_node_kind(const char *node)
+enum zk_kind dlock__zk_node_kind(const char *node)
 {
     enum zk_kind kind = ZK_KIND_NONE;
     zk_node_sequence(node, &kind);
     return kind;
 }
 
-const char *zk_mark(const struct zk_backend *zb, dlock_mode mode)
+const char *dlock__zk_mark(const struct zk_backend *zb, dlock_mode mode)
 {
     if (mode == DLOCK_SHARED)
         return ZK_READ_MARK;
@@ -133,7 +133,7 @@ static int cmp_nodes(const void *a, const void *b)
 
 /* Keep only lock children in KIDS and sort them by sequence (the owner
  * first). Other children are freed. */
-void zk_sort_lock_nodes(struct String_vector *kids)
+void dlock__zk_sort_lock_nodes(struct String_vector *kids)
 {
     int32_t n = 0;
     for (int32_t i = 0; i < kids->count; i++) {
@@ -148,7 +148,7 @@ void zk_sort_lock_nodes(struct String_vector *kids)
 }
 
 /* Does NODE carry protected-mode GUID ("_c_<guid>-...")? */
-bool zk_node_has_guid(const char *node, const char *guid)
+bool dlock__zk_node_has_guid(const char *node, const char *guid)
 {
     size_t pl = strlen(ZK_PROTECTED), gl = strlen(guid);
     return strncmp(node, ZK_PROTECTED, pl) == 0 && strncmp(node + pl, guid, gl) == 0 &&
@@ -160,18 +160,18 @@ bool zk_node_has_guid(const char *node, const char *guid)
 
 /* Create the lock node LOCKPATH as a container (persistent when the
  * server has no containers). ZNODEEXISTS counts as done. */
-int zk_create_container(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+int dlock__zk_create_container(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                         int64_t until)
 {
     pthread_mutex_lock(&zb->mu); /* threads acquiring other names too */
     int mode = zb->no_containers ? ZOO_PERSISTENT : ZOO_CONTAINER;
     pthread_mutex_unlock(&zb->mu);
-    int rc = zk_rq_create(zb, s->zh, lockpath, NULL, mode, NULL, NULL, until);
+    int rc = dlock__zk_rq_create(zb, s->zh, lockpath, NULL, mode, NULL, NULL, until);
     if ((rc == ZUNIMPLEMENTED || rc == ZBADARGUMENTS) && mode == ZOO_CONTAINER) {
         pthread_mutex_lock(&zb->mu);
         zb->no_containers = true;
         pthread_mutex_unlock(&zb->mu);
-        rc = zk_rq_create(zb, s->zh, lockpath, NULL, ZOO_PERSISTENT, NULL, NULL, until);
+        rc = dlock__zk_rq_create(zb, s->zh, lockpath, NULL, ZOO_PERSISTENT, NULL, NULL, until);
     }
     return rc == ZNODEEXISTS ? ZOK : rc;
 }
@@ -184,7 +184,7 @@ static int make_parents(struct zk_backend *zb, struct zk_session *s, const char 
                         char **failed, int64_t until)
 {
     *failed = NULL;
-    int rc = zk_create_container(zb, s, lockpath, until);
+    int rc = dlock__zk_create_container(zb, s, lockpath, until);
     if (rc != ZNONODE) {
         if (rc != ZOK)
             *failed = dlock__strdup(lockpath);
@@ -196,14 +196,14 @@ static int make_parents(struct zk_backend *zb, struct zk_session *s, const char 
     for (char *slash = strchr(p + 1, '/'); slash && rc != ZSYSTEMERROR;
          slash = strchr(slash + 1, '/')) {
         *slash = 0;
-        rc = zk_rq_create(zb, s->zh, p, NULL, ZOO_PERSISTENT, NULL, NULL, until);
+        rc = dlock__zk_rq_create(zb, s->zh, p, NULL, ZOO_PERSISTENT, NULL, NULL, until);
         if (rc != ZOK && rc != ZNODEEXISTS) {
             *failed = p;
             return rc;
         }
         *slash = '/';
     }
-    rc = zk_create_container(zb, s, lockpath, until);
+    rc = dlock__zk_create_container(zb, s, lockpath, until);
     if (rc != ZOK)
         *failed = p;
     else
@@ -217,12 +217,12 @@ static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const cha
                           const char *guid, char **node, int64_t until)
 {
     struct String_vector kids;
-    int rc = zk_rq_children(zb, s->zh, lockpath, &kids, until);
+    int rc = dlock__zk_rq_children(zb, s->zh, lockpath, &kids, until);
     if (rc != ZOK)
         return rc;
     rc = ZNONODE;
     for (int32_t i = 0; i < kids.count; i++) {
-        if (zk_node_has_guid(kids.data[i], guid)) {
+        if (dlock__zk_node_has_guid(kids.data[i], guid)) {
             *node = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
             rc = *node ? ZOK : ZSYSTEMERROR;
             break;
@@ -232,14 +232,14 @@ static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const cha
     return rc;
 }
 
-/* Create our contender node, named MARK (zk_mark), with DATA (NULL: our
+/* Create our contender node, named MARK (dlock__zk_mark), with DATA (NULL: our
  * identity) under LOCKPATH:
  * *mine = its full path,
  * *czxid its creation zxid; *listed says whether KIDS holds a listing of
  * the children made right after (caller frees it). Retries a lost reply
  * for up to the op timeout, and never past W's deadline (as zk_rq_* take
  * it); the pauses between tries end at W's cancel (DLOCK_ECANCELED). */
-int zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                         const char *mark, const char *data, char **mine, int64_t *czxid,
                         struct String_vector *kids, bool *listed, struct dlock__wait *w)
 {
@@ -250,7 +250,7 @@ int zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char 
     char *prefix = dlock__sprintf("%s/" ZK_PROTECTED "%s-%s", lockpath, guid, mark);
     if (!prefix)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    int64_t deadline = zk_call_deadline(zb, until);
+    int64_t deadline = dlock__zk_call_deadline(zb, until);
     if (!deadline) {
         free(prefix);
         return dlock__err(DLOCK_ETIMEDOUT, "%s: no time left to create a node under %s",
@@ -261,7 +261,7 @@ int zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char 
     for (int attempt = 0;; attempt++) {
         struct Stat st;
         char *created = NULL;
-        int rc = zk_rq_create_and_list(zb, s->zh, prefix, data, lockpath, &created, &st, kids,
+        int rc = dlock__zk_rq_create_and_list(zb, s->zh, prefix, data, lockpath, &created, &st, kids,
                                        listed, deadline);
         if (rc == ZOK) {
             *mine = created;
@@ -271,23 +271,23 @@ int zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char 
         if (rc == ZNONODE && attempt < 5) {
             char *failed = NULL;
             rc = make_parents(zb, s, lockpath, &failed, deadline);
-            if (rc == ZOK || rc == ZNONODE || (zk_rc_transient(rc) && dlock__now_ms() < deadline)) {
+            if (rc == ZOK || rc == ZNONODE || (dlock__zk_rc_transient(rc) && dlock__now_ms() < deadline)) {
                 free(failed);
                 continue; /* a container may vanish again: try anew */
             }
-            err = zk_fail(zb, rc, "create", failed ? failed : lockpath);
+            err = dlock__zk_fail(zb, rc, "create", failed ? failed : lockpath);
             free(failed);
             break;
         }
-        if (zk_rc_transient(rc))
+        if (dlock__zk_rc_transient(rc))
             ambiguous = true;
-        if (zk_rc_transient(rc) && dlock__now_ms() < deadline) {
+        if (dlock__zk_rc_transient(rc) && dlock__now_ms() < deadline) {
             /* The reply was lost: the node may exist. Look for our guid. */
             char *found = NULL;
             int frc = find_guid_node(zb, s, lockpath, guid, &found, deadline);
             if (frc == ZOK) {
                 struct Stat fst;
-                frc = zk_rq_exists(zb, s->zh, found, NULL, NULL, &fst, deadline);
+                frc = dlock__zk_rq_exists(zb, s->zh, found, NULL, NULL, &fst, deadline);
                 if (frc == ZOK) {
                     *mine = found;
                     *czxid = fst.czxid;
@@ -304,11 +304,11 @@ int zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char 
                 break;
             }
         }
-        err = zk_fail(zb, rc, "create lock node under", lockpath);
+        err = dlock__zk_fail(zb, rc, "create lock node under", lockpath);
         break;
     }
     if (ambiguous)
-        zk_suspect_add(zb, s, lockpath, guid, err == DLOCK_OK ? zk_basename_of(*mine) : NULL);
+        dlock__zk_suspect_add(zb, s, lockpath, guid, err == DLOCK_OK ? zk_basename_of(*mine) : NULL);
     free(prefix);
     return err;
 }
@@ -337,17 +337,17 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, const cha
         given->count = 0;
         given->data = NULL;
     } else {
-        rc = zk_rq_children_synced(zb, s->zh, lockpath, &kids, until);
+        rc = dlock__zk_rq_children_synced(zb, s->zh, lockpath, &kids, until);
     }
     if (rc != ZOK)
         return rc;
-    zk_sort_lock_nodes(&kids);
+    dlock__zk_sort_lock_nodes(&kids);
     rc = ZNONODE;
-    bool reader = zk_node_kind(me) == ZK_KIND_READ;
+    bool reader = dlock__zk_node_kind(me) == ZK_KIND_READ;
     for (int32_t i = 0; i < kids.count; i++) {
         if (strcmp(kids.data[i], me) == 0) {
             int32_t before = i - 1;
-            while (reader && before >= 0 && zk_node_kind(kids.data[before]) == ZK_KIND_READ)
+            while (reader && before >= 0 && dlock__zk_node_kind(kids.data[before]) == ZK_KIND_READ)
                 before--;
             *pos = before >= 0 ? i : 0;
             rc = ZOK;
@@ -367,15 +367,15 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, const cha
 static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct zk_backend *zb = state;
-    char *lockpath = zk_lock_path(zb, h->name);
+    char *lockpath = dlock__zk_lock_path(zb, h->name);
     if (!lockpath)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    int err = zk_acquire_at(zb, lockpath, zk_mark(zb, h->mode), h, w);
+    int err = dlock__zk_acquire_at(zb, lockpath, dlock__zk_mark(zb, h->mode), h, w);
     free(lockpath);
     return err;
 }
 
-int zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
+int dlock__zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
                   struct dlock__hold *h, struct dlock__wait *w)
 {
 
@@ -396,20 +396,20 @@ int zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
 
 restart:
     if (s) {
-        zk_session_put(zb, s);
+        dlock__zk_session_put(zb, s);
         s = NULL;
     }
     free(mine);
     mine = NULL;
     /* a try-once does not wait for a (re)connection: DLOCK_ECONN at once */
-    err = zk_session_get_w(zb, &s, w);
+    err = dlock__zk_session_get_w(zb, &s, w);
     if (err != DLOCK_OK)
         goto out;
     deallocate_String_vector(&first);
     first = (struct String_vector){0, NULL};
     created_at = dlock__now_ms();
     unsigned create_seq = dlock__wait_seq(w);
-    err = zk_create_contender(zb, s, lockpath, mark, NULL, &mine, &czxid,
+    err = dlock__zk_create_contender(zb, s, lockpath, mark, NULL, &mine, &czxid,
                               &first, &have_first, w);
     if ((err == DLOCK_ECONN || err == DLOCK_ETIMEDOUT) && !try_once) {
         /* The create met a disconnect (any node it may have left is a
@@ -439,7 +439,7 @@ restart:
         int rc = queue_position(zb, s, lockpath, mine, have_first ? &first : NULL, &pos, &pred,
                                 &holder, until);
         have_first = false;
-        if (rc == ZNONODE || zk_rc_session_gone(rc)) {
+        if (rc == ZNONODE || dlock__zk_rc_session_gone(rc)) {
             /* Our node vanished (session expired, or someone deleted it
              * while we waited): start over if time allows. */
             if (!try_once && dlock__time_left(until, 1) > 0)
@@ -448,7 +448,7 @@ restart:
                              zb->servers, h->name, mine);
             goto out_delete;
         }
-        if (zk_rc_transient(rc) && !try_once) {
+        if (dlock__zk_rc_transient(rc) && !try_once) {
             /* Disconnected: the session (and our place) may survive.
              * Wait for a reconnect (the watcher wakes us) and look again. */
             int r = dlock__wait_sleep(w, seq, dlock__now_ms() + 1000);
@@ -461,7 +461,7 @@ restart:
             goto out_delete;
         }
         if (rc != ZOK) {
-            err = zk_fail(zb, rc, "list", lockpath);
+            err = dlock__zk_fail(zb, rc, "list", lockpath);
             goto out_delete;
         }
         if (pos == 0) {
@@ -494,11 +494,11 @@ restart:
         /* Watch only our predecessor; if it is already gone, look again. */
         dlock__waitset_set_key(&zb->waiters, w, pred);
         struct Stat st;
-        rc = zk_rq_exists(zb, s->zh, pred, zk_watcher, s, &st, until);
+        rc = dlock__zk_rq_exists(zb, s->zh, pred, dlock__zk_watcher, s, &st, until);
         if (rc == ZNONODE)
             continue;
-        if (rc != ZOK && !zk_rc_transient(rc) && !zk_rc_session_gone(rc)) {
-            err = zk_fail(zb, rc, "watch", pred);
+        if (rc != ZOK && !dlock__zk_rc_transient(rc) && !dlock__zk_rc_session_gone(rc)) {
+            err = dlock__zk_fail(zb, rc, "watch", pred);
             goto out_delete;
         }
         /* Sleep until the predecessor goes, the session changes, or a
@@ -522,7 +522,7 @@ restart:
             goto out_delete;
         }
         pthread_mutex_lock(&zb->mu);
-        bool usable = zk_session_usable(s);
+        bool usable = dlock__zk_session_usable(s);
         pthread_mutex_unlock(&zb->mu);
         if (!usable)
             goto restart;
@@ -531,14 +531,14 @@ restart:
 out_delete:
     if (mine) {
         dlock__errmsg_save(msg);
-        zk_delete_own_node(zb, s, mine, w);
+        dlock__zk_delete_own_node(zb, s, mine, w);
         err = dlock__errmsg_restore(err, msg);
     }
 out:
     dlock__waitset_remove(&zb->waiters, w);
     deallocate_String_vector(&first);
     if (s)
-        zk_session_put(zb, s);
+        dlock__zk_session_put(zb, s);
     free(mine);
     free(pred);
     free(holder);
@@ -547,7 +547,7 @@ out:
 
 /* --------------------------------------------------------------- release */
 
-int zk_release(void *state, struct dlock__hold *h)
+int dlock__zk_release(void *state, struct dlock__hold *h)
 {
     struct zk_backend *zb = state;
     struct zk_hold *zh = h->bdata;
@@ -555,20 +555,20 @@ int zk_release(void *state, struct dlock__hold *h)
     if (!zh)
         return dlock__err(DLOCK_ELOST, "%s: lock '%s' has no node", zb->servers, h->name);
     int err = DLOCK_OK;
-    struct zk_session *s = zk_session_of_hold(zb, zh);
+    struct zk_session *s = dlock__zk_session_of_hold(zb, zh);
     if (!s) {
         err = dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
                          zb->servers, h->name, zh->path);
-        zk_shadow_drop(zb, NULL, zh); /* it went with the session */
+        dlock__zk_shadow_drop(zb, NULL, zh); /* it went with the session */
     } else {
-        zk_shadow_drop(zb, s, zh); /* before the write node: never a reader left alone */
-        int64_t deadline = zk_call_deadline(zb, DLOCK__NEVER);
+        dlock__zk_shadow_drop(zb, s, zh); /* before the write node: never a reader left alone */
+        int64_t deadline = dlock__zk_call_deadline(zb, DLOCK__NEVER);
         int rc;
         bool unheard = false; /* a delete of ours may have been executed */
         struct dlock__backoff backoff = {.min_ms = ZK_RETRY_MIN_MS, .max_ms = ZK_RETRY_MAX_MS};
         for (;;) {
-            rc = zk_rq_delete(zb, s->zh, zh->path, deadline);
-            if (!zk_rc_transient(rc))
+            rc = dlock__zk_rq_delete(zb, s->zh, zh->path, deadline);
+            if (!dlock__zk_rc_transient(rc))
                 break;
             unheard = true;
             if (dlock__wait_retry(NULL, &backoff, deadline) != DLOCK_OK)
@@ -583,14 +583,14 @@ int zk_release(void *state, struct dlock__hold *h)
             err = dlock__err(DLOCK_ELOST,
                              "%s: lock '%s': node %s was already gone (force-released?)",
                              zb->servers, h->name, zh->path);
-        else if (zk_rc_session_gone(rc))
+        else if (dlock__zk_rc_session_gone(rc))
             err = dlock__err(DLOCK_ELOST, "%s: lock '%s': session expired before release",
                              zb->servers, h->name);
         else if (rc != ZOK) {
-            err = zk_fail(zb, rc, "delete", zh->path);
-            zk_orphan_add(zb, s, zh->path);
+            err = dlock__zk_fail(zb, rc, "delete", zh->path);
+            dlock__zk_orphan_add(zb, s, zh->path);
         }
-        zk_session_put(zb, s);
+        dlock__zk_session_put(zb, s);
     }
     free(zh->path);
     free(zh);
@@ -610,17 +610,17 @@ const struct dlock__backend dlock__backend_zk = {
             DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_SEMAPHORE |
             DLOCK__CAP_SHARED,
     .default_port = ZK_DEFAULT_PORT,
-    .open = zk_open,
-    .close = zk_close,
+    .open = dlock__zk_open,
+    .close = dlock__zk_close,
     .acquire = zk_acquire,
-    .release = zk_release,
-    .renew = zk_renew,
-    .inspect = zk_inspect,
-    .force_release = zk_force_release,
-    .list = zk_list,
-    .downgrade = zk_downgrade,
-    .share = zk_share,
-    .sem_acquire = zk_sem_acquire,
-    .sem_release = zk_sem_release,
-    .sem_inspect = zk_sem_inspect,
+    .release = dlock__zk_release,
+    .renew = dlock__zk_renew,
+    .inspect = dlock__zk_inspect,
+    .force_release = dlock__zk_force_release,
+    .list = dlock__zk_list,
+    .downgrade = dlock__zk_downgrade,
+    .share = dlock__zk_share,
+    .sem_acquire = dlock__zk_sem_acquire,
+    .sem_release = dlock__zk_sem_release,
+    .sem_inspect = dlock__zk_sem_inspect,
 };

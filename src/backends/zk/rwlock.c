@@ -52,7 +52,7 @@ static bool shadow_make(struct zk_backend *zb, struct zk_session *s, struct zk_h
     char *node = NULL;
     int64_t czxid = 0;
     char *data = dlock__sprintf("%s" ZK_SHADOW_TAG, zb->ident);
-    int rc = data ? zk_create_contender(zb, s, lockpath, ZK_READ_MARK, data, &node, &czxid,
+    int rc = data ? dlock__zk_create_contender(zb, s, lockpath, ZK_READ_MARK, data, &node, &czxid,
                                         &kids, &listed, NULL)
                   : dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     free(data);
@@ -65,25 +65,25 @@ static bool shadow_make(struct zk_backend *zb, struct zk_session *s, struct zk_h
     return true;
 }
 
-void zk_share(void *state, struct dlock__hold *h)
+void dlock__zk_share(void *state, struct dlock__hold *h)
 {
     struct zk_backend *zb = state;
     struct zk_hold *zh = h->bdata;
     if (!zh || zh->shadow)
         return;
-    struct zk_session *s = zk_session_of_hold(zb, zh);
+    struct zk_session *s = dlock__zk_session_of_hold(zb, zh);
     if (!s)
         return; /* the hold is gone: the downgrade will say so */
     shadow_make(zb, s, zh);
-    zk_session_put(zb, s);
+    dlock__zk_session_put(zb, s);
 }
 
-void zk_shadow_drop(struct zk_backend *zb, struct zk_session *s, struct zk_hold *zh)
+void dlock__zk_shadow_drop(struct zk_backend *zb, struct zk_session *s, struct zk_hold *zh)
 {
     if (!zh->shadow)
         return;
     if (s)
-        zk_delete_own_node(zb, s, zh->shadow, NULL);
+        dlock__zk_delete_own_node(zb, s, zh->shadow, NULL);
     free(zh->shadow);
     zh->shadow = NULL;
 }
@@ -94,10 +94,10 @@ static int writer_between(struct zk_backend *zb, struct zk_session *s, const cha
                           const char *write, const char *read, bool *between)
 {
     struct String_vector kids = {0, NULL};
-    int rc = zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER);
+    int rc = dlock__zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER);
     if (rc != ZOK)
         return rc;
-    zk_sort_lock_nodes(&kids);
+    dlock__zk_sort_lock_nodes(&kids);
     int32_t iw = -1, ir = -1;
     for (int32_t i = 0; i < kids.count; i++) {
         if (strcmp(kids.data[i], write) == 0)
@@ -107,19 +107,19 @@ static int writer_between(struct zk_backend *zb, struct zk_session *s, const cha
     }
     *between = ir < 0; /* our read node is gone: cannot take over */
     for (int32_t i = iw + 1; iw >= 0 && i < ir; i++)
-        if (zk_node_kind(kids.data[i]) != ZK_KIND_READ)
+        if (dlock__zk_node_kind(kids.data[i]) != ZK_KIND_READ)
             *between = true;
     deallocate_String_vector(&kids);
     return iw < 0 ? ZNONODE : ZOK;
 }
 
-int zk_downgrade(void *state, struct dlock__hold *h)
+int dlock__zk_downgrade(void *state, struct dlock__hold *h)
 {
     struct zk_backend *zb = state;
     struct zk_hold *zh = h->bdata;
     if (!zh)
         return dlock__err(DLOCK_ELOST, "%s: lock '%s' has no node", zb->servers, h->name);
-    struct zk_session *s = zk_session_of_hold(zb, zh);
+    struct zk_session *s = dlock__zk_session_of_hold(zb, zh);
     if (!s)
         return dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
                           zb->servers, h->name, zh->path);
@@ -135,7 +135,7 @@ int zk_downgrade(void *state, struct dlock__hold *h)
                       : ZSYSTEMERROR;
     free(lockpath);
     if (rc == ZNONODE) {
-        zk_shadow_drop(zb, s, zh);
+        dlock__zk_shadow_drop(zb, s, zh);
         err = dlock__err(DLOCK_ELOST, "%s: lock '%s': node %s was gone before the downgrade "
                                       "(force-released?)",
                          zb->servers, h->name, zh->path);
@@ -144,22 +144,22 @@ int zk_downgrade(void *state, struct dlock__hold *h)
     if (rc != ZOK || between) {
         /* A writer queued between our nodes (or we cannot tell): it must
          * not take the lock from our read level. Keep the write node. */
-        zk_shadow_drop(zb, s, zh);
+        dlock__zk_shadow_drop(zb, s, zh);
         goto out;
     }
     /* The read node takes over: the write node goes (the keeper deletes
      * it if the delete gets no answer; it excludes no more than before
      * meanwhile). Readers waiting for it come in; writers wait for the
      * read node. The token stays the hold's. */
-    rc = zk_rq_delete(zb, s->zh, zh->path, DLOCK__NEVER);
+    rc = dlock__zk_rq_delete(zb, s->zh, zh->path, DLOCK__NEVER);
     if (rc != ZOK && rc != ZNONODE)
-        zk_orphan_add(zb, s, zh->path);
+        dlock__zk_orphan_add(zb, s, zh->path);
     free(zh->path);
     zh->path = zh->shadow;
     zh->czxid = zh->shadow_czxid;
     zh->shadow = NULL;
     snprintf(h->owner, sizeof h->owner, "%s", base_of(zh->path));
 out:
-    zk_session_put(zb, s);
+    dlock__zk_session_put(zb, s);
     return err;
 }

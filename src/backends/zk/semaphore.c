@@ -2,7 +2,7 @@
  * layout of Curator's InterProcessSemaphoreV2, so Curator clients and
  * dlock share the leases of one path.
  *
- * Semaphore NAME lives at P = zk_lock_path(NAME), with two children:
+ * Semaphore NAME lives at P = dlock__zk_lock_path(NAME), with two children:
  * P/locks, an InterProcessMutex (Curator's lock nodes, taken with this
  * backend's own mutex recipe), and P/leases, whose EPHEMERAL_SEQUENTIAL
  * children "_c_<guid>-lease-<seq>" are the permits held. To take K
@@ -25,7 +25,7 @@
 
 #define LEASE_MARK "lease-"
 
-/* A permit's hold data: base first (zk_renew and zk_release read it as a
+/* A permit's hold data: base first (dlock__zk_renew and dlock__zk_release read it as a
  * zk_hold on the first lease node), then the other K - 1 nodes. */
 struct zk_sem_hold {
     struct zk_hold base;
@@ -53,11 +53,11 @@ static int create_lease(struct zk_backend *zb, struct zk_session *s, const char 
     int rc = ZNONODE;
     for (int attempt = 0; rc == ZNONODE && attempt < 3; attempt++) {
         struct Stat st;
-        rc = zk_rq_create(zb, s->zh, prefix, zb->ident, ZOO_EPHEMERAL_SEQUENTIAL, out, &st, until);
+        rc = dlock__zk_rq_create(zb, s->zh, prefix, zb->ident, ZOO_EPHEMERAL_SEQUENTIAL, out, &st, until);
         if (rc == ZOK)
             *czxid = st.czxid;
         else if (rc == ZNONODE)
-            zk_create_container(zb, s, leases, until);
+            dlock__zk_create_container(zb, s, leases, until);
     }
     free(prefix);
     return rc;
@@ -68,7 +68,7 @@ static void delete_leases(struct zk_backend *zb, struct zk_session *s, char **pa
                           struct dlock__wait *w)
 {
     for (unsigned i = 0; i < n; i++) {
-        zk_delete_own_node(zb, s, paths[i], w);
+        dlock__zk_delete_own_node(zb, s, paths[i], w);
         free(paths[i]);
     }
 }
@@ -80,12 +80,12 @@ static int take_leases(struct zk_backend *zb, struct dlock__hold *h, const char 
     unsigned k = h->sem->k, n = h->sem->permits;
     int64_t until = dlock__wait_deadline(w);
     struct zk_session *s = NULL;
-    int err = zk_session_get_w(zb, &s, w);
+    int err = dlock__zk_session_get_w(zb, &s, w);
     if (err)
         return err;
     char **paths = calloc(k, sizeof *paths);
     if (!paths) {
-        zk_session_put(zb, s);
+        dlock__zk_session_put(zb, s);
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     }
     char guid[37];
@@ -96,9 +96,9 @@ static int take_leases(struct zk_backend *zb, struct dlock__hold *h, const char 
         int64_t z = 0;
         int rc = create_lease(zb, s, leases, guid, &paths[made], &z, until);
         if (rc != ZOK) {
-            if (zk_rc_transient(rc)) /* it may exist: sweep our guid later */
-                zk_suspect_add(zb, s, leases, guid, NULL);
-            err = zk_fail(zb, rc, "create lease under", leases);
+            if (dlock__zk_rc_transient(rc)) /* it may exist: sweep our guid later */
+                dlock__zk_suspect_add(zb, s, leases, guid, NULL);
+            err = dlock__zk_fail(zb, rc, "create lease under", leases);
             break;
         }
         if (made == 0)
@@ -109,11 +109,11 @@ static int take_leases(struct zk_backend *zb, struct dlock__hold *h, const char 
         dlock__waitset_set_key(&zb->waiters, w, leases);
         struct String_vector kids = {0, NULL};
         sent = dlock__now_ms(); /* the listing that lets us in confirms the leases */
-        int rc = zk_rq_children_watch(zb, s->zh, leases, zk_watcher, s, &kids, until);
+        int rc = dlock__zk_rq_children_watch(zb, s->zh, leases, dlock__zk_watcher, s, &kids, until);
         int32_t count = kids.count;
         deallocate_String_vector(&kids);
         if (rc != ZOK) {
-            err = zk_fail(zb, rc, "list", leases);
+            err = dlock__zk_fail(zb, rc, "list", leases);
             break;
         }
         if (count <= (int32_t)n)
@@ -142,7 +142,7 @@ static int take_leases(struct zk_backend *zb, struct dlock__hold *h, const char 
         dlock__errmsg_save(msg);
         delete_leases(zb, s, paths, made, w);
         free(paths);
-        zk_session_put(zb, s);
+        dlock__zk_session_put(zb, s);
         return dlock__errmsg_restore(err, msg);
     }
     sh->base.path = paths[0];
@@ -159,14 +159,14 @@ static int take_leases(struct zk_backend *zb, struct dlock__hold *h, const char 
     int64_t session_ms = s->timeout_ms;
     pthread_mutex_unlock(&zb->mu);
     dlock__hold_confirmed_lease(zb->c, h, sent, session_ms);
-    zk_session_put(zb, s);
+    dlock__zk_session_put(zb, s);
     return DLOCK_OK;
 }
 
-int zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+int dlock__zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct zk_backend *zb = state;
-    char *path = zk_lock_path(zb, h->name);
+    char *path = dlock__zk_lock_path(zb, h->name);
     char *locks = path ? dlock__sprintf("%s/locks", path) : NULL;
     char *leases = path ? dlock__sprintf("%s/leases", path) : NULL;
     int err = locks && leases ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
@@ -176,7 +176,7 @@ int zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
                                 .lease_ms = h->lease_ms, .valid_until = DLOCK__NEVER,
                                 .renew_at = DLOCK__NEVER};
     if (!err)
-        err = zk_acquire_at(zb, locks, ZK_LOCK_MARK, &mutex, w); /* InterProcessMutex */
+        err = dlock__zk_acquire_at(zb, locks, ZK_LOCK_MARK, &mutex, w); /* InterProcessMutex */
     if (!err) {
         if ((err = dlock__waitset_add(&zb->waiters, w)) == DLOCK_OK) {
             err = take_leases(zb, h, leases, w);
@@ -184,7 +184,7 @@ int zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
         }
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
-        zk_release(zb, &mutex);
+        dlock__zk_release(zb, &mutex);
         dlock__errmsg_restore(err, msg);
     }
     free(path);
@@ -193,32 +193,32 @@ int zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     return err;
 }
 
-int zk_sem_release(void *state, struct dlock__hold *h)
+int dlock__zk_sem_release(void *state, struct dlock__hold *h)
 {
     struct zk_backend *zb = state;
     struct zk_sem_hold *sh = h->bdata;
     if (sh && sh->nmore) {
         struct zk_session *s = NULL;
-        if (zk_session_get(zb, &s) == DLOCK_OK) {
-            int64_t deadline = zk_call_deadline(zb, DLOCK__NEVER);
+        if (dlock__zk_session_get(zb, &s) == DLOCK_OK) {
+            int64_t deadline = dlock__zk_call_deadline(zb, DLOCK__NEVER);
             for (unsigned i = 0; i < sh->nmore; i++) {
-                int rc = zk_rq_delete(zb, s->zh, sh->more[i], deadline);
-                if (zk_rc_transient(rc))
-                    zk_orphan_add(zb, s, sh->more[i]); /* the keeper deletes it */
+                int rc = dlock__zk_rq_delete(zb, s->zh, sh->more[i], deadline);
+                if (dlock__zk_rc_transient(rc))
+                    dlock__zk_orphan_add(zb, s, sh->more[i]); /* the keeper deletes it */
             }
-            zk_session_put(zb, s);
+            dlock__zk_session_put(zb, s);
         }
         dlock__err(DLOCK_OK, "%s", ""); /* the first node's release says how it went */
     }
     if (sh)
         free_more(sh);
-    return zk_release(state, h); /* the first node; frees SH */
+    return dlock__zk_release(state, h); /* the first node; frees SH */
 }
 
-int zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
+int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
 {
     struct zk_backend *zb = state;
-    char *path = zk_lock_path(zb, name);
+    char *path = dlock__zk_lock_path(zb, name);
     char *leases = path ? dlock__sprintf("%s/leases", path) : NULL;
     if (!leases) {
         free(path);
@@ -228,11 +228,11 @@ int zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock
     info->permits = permits;
     info->free_permits = permits ? (long)permits : -1;
     struct zk_session *s = NULL;
-    int err = zk_session_get(zb, &s);
+    int err = dlock__zk_session_get(zb, &s);
     struct String_vector kids = {0, NULL};
-    int rc = err ? ZOK : zk_rq_children(zb, s->zh, leases, &kids, DLOCK__NEVER);
+    int rc = err ? ZOK : dlock__zk_rq_children(zb, s->zh, leases, &kids, DLOCK__NEVER);
     if (!err && rc != ZOK && rc != ZNONODE)
-        err = zk_fail(zb, rc, "list", leases);
+        err = dlock__zk_fail(zb, rc, "list", leases);
     /* One holder per permit object: its lease nodes share a guid. */
     for (int32_t i = 0; !err && i < kids.count; i++) {
         const char *kid = kids.data[i];
@@ -253,7 +253,7 @@ int zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock
         info->free_permits = 0;
     deallocate_String_vector(&kids);
     if (s)
-        zk_session_put(zb, s);
+        dlock__zk_session_put(zb, s);
     free(path);
     free(leases);
     return err;

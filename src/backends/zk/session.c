@@ -86,7 +86,7 @@ static void session_lost_locked(struct zk_backend *zb, struct zk_session *s, int
 }
 
 /* Watcher of the session and of predecessor nodes: CTX is the session. */
-void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+void dlock__zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     struct zk_session *s = ctx;
     (void)zh;
@@ -97,12 +97,12 @@ void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
     if (type == ZOO_SESSION_EVENT) {
         s->state = state;
         if (state == ZOO_CONNECTED_STATE) {
-            zk_fds_cloexec_sockets(zb->ports, zb->nports);
+            dlock__zk_fds_cloexec_sockets(zb->ports, zb->nports);
             const clientid_t *id = zoo_client_id(s->zh);
             s->session_id = id ? id->client_id : 0;
             s->timeout_ms = zoo_recv_timeout(s->zh);
         } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
-            bool was_usable = zk_session_usable(s);
+            bool was_usable = dlock__zk_session_usable(s);
             s->expired |= state == ZOO_EXPIRED_SESSION_STATE;
             s->auth_failed |= state == ZOO_AUTH_FAILED_STATE;
             if (was_usable && zb->cur == s)
@@ -152,7 +152,7 @@ static void zk_session_destroy(struct zk_session *s)
     free(s);
 }
 
-void zk_session_put(struct zk_backend *zb, struct zk_session *s)
+void dlock__zk_session_put(struct zk_backend *zb, struct zk_session *s)
 {
     pthread_mutex_lock(&zb->mu);
     struct zk_session *last = zk_session_unref_locked(s);
@@ -160,7 +160,7 @@ void zk_session_put(struct zk_backend *zb, struct zk_session *s)
     zk_session_destroy(last);
 }
 
-bool zk_session_usable(const struct zk_session *s)
+bool dlock__zk_session_usable(const struct zk_session *s)
 {
     return s && !s->expired && !s->auth_failed;
 }
@@ -183,13 +183,13 @@ static int session_start_locked(struct zk_backend *zb, struct zk_session **to_cl
     s->gen = ++zb->last_gen;
     int timeout = (int)(zb->c->opts.lease_ms > INT32_MAX ? INT32_MAX : zb->c->opts.lease_ms);
     struct zk_fds before;
-    zk_fds_snapshot(&before);
+    dlock__zk_fds_snapshot(&before);
     errno = 0;
-    s->zh = zookeeper_init2(zb->connect, zk_watcher, timeout, NULL, s, 0, zk_log);
+    s->zh = zookeeper_init2(zb->connect, dlock__zk_watcher, timeout, NULL, s, 0, zk_log);
     int e = errno;
     if (s->zh)
-        zk_fds_cloexec_new_pipes(&before); /* its self-pipe */
-    zk_fds_free(&before);
+        dlock__zk_fds_cloexec_new_pipes(&before); /* its self-pipe */
+    dlock__zk_fds_free(&before);
     if (!s->zh) {
         free(s);
         if (e == ENOENT) /* the client library's word for a failed lookup */
@@ -219,7 +219,7 @@ static int session_start_locked(struct zk_backend *zb, struct zk_session **to_cl
  * wait at all: DLOCK_ECONN at once when the session is not connected
  * (reconnecting, or a new one just started), since a wait for the
  * connection could last the connect timeout. */
-int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w)
+int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w)
 {
     struct zk_session *to_close[8] = {NULL};
     size_t nclose = 0;
@@ -228,7 +228,7 @@ int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dloc
     *out = NULL;
     pthread_mutex_lock(&zb->mu);
     for (int starts = 0;; ) {
-        if (!zk_session_usable(zb->cur)) {
+        if (!dlock__zk_session_usable(zb->cur)) {
             err = session_start_locked(zb, &to_close[nclose]);
             if (err != DLOCK_OK)
                 break;
@@ -241,13 +241,13 @@ int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dloc
         int64_t deadline = dlock__now_ms() + zb->c->opts.connect_timeout_ms;
         int werr = DLOCK_OK;
         if (w && dlock__wait_try_once(w) && s->state != ZOO_CONNECTED_STATE &&
-            zk_session_usable(s))
+            dlock__zk_session_usable(s))
             werr = DLOCK_ECONN;
-        while (werr == DLOCK_OK && s->state != ZOO_CONNECTED_STATE && zk_session_usable(s) &&
+        while (werr == DLOCK_OK && s->state != ZOO_CONNECTED_STATE && dlock__zk_session_usable(s) &&
                dlock__now_ms() < deadline) {
             if (w) {
                 /* seq taken under zb->mu: a state change after this is a
-                 * wake (zk_watcher wakes every waiter under zb->mu) */
+                 * wake (dlock__zk_watcher wakes every waiter under zb->mu) */
                 unsigned seq = dlock__wait_seq(w);
                 pthread_mutex_unlock(&zb->mu);
                 werr = dlock__wait_sleep(w, seq, deadline);
@@ -259,7 +259,7 @@ int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dloc
             struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
             pthread_cond_timedwait(&zb->cv, &zb->mu, &ts);
         }
-        if (werr == DLOCK_OK && s->state == ZOO_CONNECTED_STATE && zk_session_usable(s))
+        if (werr == DLOCK_OK && s->state == ZOO_CONNECTED_STATE && dlock__zk_session_usable(s))
             break;
         bool retry = werr == DLOCK_OK && s->expired && !s->auth_failed && starts < 2;
         if (werr == DLOCK_ECONN) {
@@ -307,20 +307,20 @@ int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dloc
     return DLOCK_OK;
 }
 
-struct zk_session *zk_session_of_hold(struct zk_backend *zb, const struct zk_hold *zh)
+struct zk_session *dlock__zk_session_of_hold(struct zk_backend *zb, const struct zk_hold *zh)
 {
     pthread_mutex_lock(&zb->mu);
     struct zk_session *s = zb->cur;
-    bool same = s && s->gen == zh->gen && zk_session_usable(s);
+    bool same = s && s->gen == zh->gen && dlock__zk_session_usable(s);
     if (same)
         s->refs++;
     pthread_mutex_unlock(&zb->mu);
     return same ? s : NULL;
 }
 
-int zk_session_get(struct zk_backend *zb, struct zk_session **out)
+int dlock__zk_session_get(struct zk_backend *zb, struct zk_session **out)
 {
-    return zk_session_get_w(zb, out, NULL);
+    return dlock__zk_session_get_w(zb, out, NULL);
 }
 
 /* Is P /zookeeper or below it: the server's own namespace (its config,
@@ -376,7 +376,7 @@ static void zk_backend_free(struct zk_backend *zb)
     free(zb);
 }
 
-void zk_close(void *state)
+void dlock__zk_close(void *state)
 {
     struct zk_backend *zb = state;
     if (!zb)
@@ -409,7 +409,7 @@ static char *host_list(const struct dlock__url *u)
     return out;
 }
 
-int zk_open(struct dlock_client *c, void **state)
+int dlock__zk_open(struct dlock_client *c, void **state)
 {
     const char *url = dlock_client_url(c);
     *state = NULL;
@@ -497,29 +497,29 @@ int zk_open(struct dlock_client *c, void **state)
     }
 
     struct zk_session *s;
-    int err = zk_session_get(zb, &s);
+    int err = dlock__zk_session_get(zb, &s);
     if (err != DLOCK_OK) {
-        zk_close(zb);
+        dlock__zk_close(zb);
         return err;
     }
     /* A chroot the server does not have would fail every request with
      * "no node": say so now. */
     if (chroot) {
         struct Stat st;
-        int rc = zk_rq_exists(zb, s->zh, "/", NULL, NULL, &st, DLOCK__NEVER);
+        int rc = dlock__zk_rq_exists(zb, s->zh, "/", NULL, NULL, &st, DLOCK__NEVER);
         if (rc != ZOK) {
             err = rc == ZNONODE
                       ? dlock__err(DLOCK_EBADURL,
                                    "%s: chroot '%s' does not exist on the server (create it "
                                    "first, e.g. zkCli.sh create %s)",
                                    zb->servers, chroot, chroot)
-                      : zk_fail(zb, rc, "check chroot", chroot);
-            zk_session_put(zb, s);
-            zk_close(zb);
+                      : dlock__zk_fail(zb, rc, "check chroot", chroot);
+            dlock__zk_session_put(zb, s);
+            dlock__zk_close(zb);
             return err;
         }
     }
-    zk_session_put(zb, s);
+    dlock__zk_session_put(zb, s);
     *state = zb;
     return DLOCK_OK;
 }
@@ -533,14 +533,14 @@ int zk_open(struct dlock_client *c, void **state)
  * while (up to syncLimit ticks) after the leader expired our session;
  * reads ordered after a sync come from a follower the leader still talks
  * to, and so do the session touches that keep the session alive. */
-int zk_renew(void *state, struct dlock__renew_batch *b)
+int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
 {
     struct zk_backend *zb = state;
     struct dlock__hold **holds = b->holds;
     size_t n = b->n;
     pthread_mutex_lock(&zb->mu);
     struct zk_session *s = zb->cur;
-    bool usable = zk_session_usable(s);
+    bool usable = dlock__zk_session_usable(s);
     bool connected = usable && s->state == ZOO_CONNECTED_STATE;
     int64_t session_id = s ? s->session_id : 0; /* the watcher writes it */
     if (s)
@@ -553,7 +553,7 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
         for (size_t i = 0; i < n; i++)
             dlock__renew_result(b, i, DLOCK_ENOMEM);
         if (s)
-            zk_session_put(zb, s);
+            dlock__zk_session_put(zb, s);
         return DLOCK_ENOMEM;
     }
     /* Wait no longer than the first validity deadline of the batch: the
@@ -561,14 +561,14 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
      * on time (a reply stuck behind a sync could otherwise hold it for a
      * whole op timeout past it). */
     int64_t sent = dlock__now_ms();
-    int64_t deadline = zk_call_deadline(zb, b->deadline);
+    int64_t deadline = dlock__zk_call_deadline(zb, b->deadline);
     struct zk_call *barrier = NULL;
     int barrier_rc = ZOK;
     if (connected && deadline && n > 0) {
-        barrier = zk_call_new(s->zh);
-        barrier_rc = barrier ? zoo_async(s->zh, "/", zk_on_synced, barrier) : ZSYSTEMERROR;
+        barrier = dlock__zk_call_new(s->zh);
+        barrier_rc = barrier ? zoo_async(s->zh, "/", dlock__zk_on_synced, barrier) : ZSYSTEMERROR;
         if (barrier && barrier_rc != ZOK) {
-            zk_call_dead(barrier, barrier_rc);
+            dlock__zk_call_dead(barrier, barrier_rc);
             barrier = NULL;
         }
     }
@@ -589,28 +589,28 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
                                                  why));
             continue;
         }
-        struct zk_call *k = zk_call_new(s->zh);
-        int rc = k ? zoo_aexists(s->zh, zh->path, 0, zk_on_stat, k) : ZSYSTEMERROR;
+        struct zk_call *k = dlock__zk_call_new(s->zh);
+        int rc = k ? zoo_aexists(s->zh, zh->path, 0, dlock__zk_on_stat, k) : ZSYSTEMERROR;
         if (k && rc != ZOK) {
-            zk_call_dead(k, rc);
+            dlock__zk_call_dead(k, rc);
             k = NULL;
         }
         calls[i] = k;
         if (!k)
-            dlock__renew_result(b, i, zk_fail(zb, rc, "check", zh->path));
+            dlock__renew_result(b, i, dlock__zk_fail(zb, rc, "check", zh->path));
     }
     if (barrier)
-        barrier_rc = zk_call_wait(barrier, deadline, NULL, NULL, NULL);
+        barrier_rc = dlock__zk_call_wait(barrier, deadline, NULL, NULL, NULL);
     for (size_t i = 0; i < n; i++) {
         if (!calls[i])
             continue;
         struct dlock__hold *h = holds[i];
         struct zk_hold *zh = h->bdata;
         struct Stat st;
-        int rc = zk_call_wait(calls[i], deadline, &st, NULL, NULL);
+        int rc = dlock__zk_call_wait(calls[i], deadline, &st, NULL, NULL);
         if (rc == ZOK && barrier_rc != ZOK) {
             /* read, but not known to be current: no confirmation */
-            dlock__renew_result(b, i, zk_fail(zb, barrier_rc, "sync before checking", zh->path));
+            dlock__renew_result(b, i, dlock__zk_fail(zb, barrier_rc, "sync before checking", zh->path));
         } else if (rc == ZOK && st.czxid == zh->czxid && st.ephemeralOwner == session_id) {
             dlock__hold_confirmed(zb->c, h, sent);
             dlock__renew_result(b, i, DLOCK_OK);
@@ -619,17 +619,17 @@ int zk_renew(void *state, struct dlock__renew_batch *b)
                                                  "%s: lock '%s': its node %s is gone (deleted "
                                                  "or force-released)",
                                                  zb->servers, h->name, zh->path));
-        } else if (zk_rc_session_gone(rc)) {
+        } else if (dlock__zk_rc_session_gone(rc)) {
             dlock__renew_result(b, i, dlock__err(DLOCK_ELOST,
                                                  "%s: lock '%s': the ZooKeeper session holding "
                                                  "it expired",
                                                  zb->servers, h->name));
         } else {
-            dlock__renew_result(b, i, zk_fail(zb, rc, "check", zh->path));
+            dlock__renew_result(b, i, dlock__zk_fail(zb, rc, "check", zh->path));
         }
     }
     free(calls);
     if (s)
-        zk_session_put(zb, s);
+        dlock__zk_session_put(zb, s);
     return DLOCK_OK;
 }

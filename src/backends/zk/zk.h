@@ -140,65 +140,65 @@ struct zk_call {
  * DLOCK__NEVER when only the op timeout bounds it): a request waits at
  * most dlock__time_left(UNTIL, op timeout), and when UNTIL has passed it
  * is not sent and returns ZOPERATIONTIMEOUT. They return ZooKeeper codes. */
-struct zk_call *zk_call_new(zhandle_t *zh);
-int zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value,
+struct zk_call *dlock__zk_call_new(zhandle_t *zh);
+int dlock__zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value,
                  struct String_vector *kids);
-int zk_call_dead(struct zk_call *k, int rc);
-int64_t zk_call_deadline(struct zk_backend *zb, int64_t until);
-void zk_on_ignored(int rc, const void *data);
-void zk_on_stat(int rc, const struct Stat *stat, const void *data);
-void zk_on_synced(int rc, const char *value, const void *data);
+int dlock__zk_call_dead(struct zk_call *k, int rc);
+int64_t dlock__zk_call_deadline(struct zk_backend *zb, int64_t until);
+void dlock__zk_on_ignored(int rc, const void *data);
+void dlock__zk_on_stat(int rc, const struct Stat *stat, const void *data);
+void dlock__zk_on_synced(int rc, const char *value, const void *data);
 
-int zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
+int dlock__zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
                  int mode, char **created, struct Stat *stat, int64_t until);
-int zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
+int dlock__zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
                  void *watch_ctx, struct Stat *stat, int64_t until);
-int zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
+int dlock__zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
               struct Stat *stat, int64_t until);
-int zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
+int dlock__zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
                    struct String_vector *kids, int64_t until);
 /* The children of PATH, leaving WATCHER (with WATCH_CTX) to be called
  * when they change (a child created or deleted). */
-int zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
+int dlock__zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
                          watcher_fn watcher, void *watch_ctx, struct String_vector *kids,
                          int64_t until);
-int zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until);
-int zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
+int dlock__zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until);
+int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           const char *data, const char *lockpath, char **created,
                           struct Stat *stat, struct String_vector *kids, bool *listed,
                           int64_t until);
-int zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
+int dlock__zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           struct String_vector *kids, int64_t until);
 
 /* A failed request as a DLOCK_E* code with a message; the kinds of codes. */
-int zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path);
-bool zk_rc_transient(int rc);
-bool zk_rc_session_gone(int rc);
+int dlock__zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path);
+bool dlock__zk_rc_transient(int rc);
+bool dlock__zk_rc_session_gone(int rc);
 
 /* ------------------------------------------------------------- cleanup.c */
 
 /* Orphans (deletes without a reply) and suspects (creates without a
  * reply) go to the core's cleanup queue, done by the keeper on their
  * session while it lives. */
-void zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path);
-void zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+void dlock__zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path);
+void dlock__zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                     const char *guid, const char *keep);
-void zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
+void dlock__zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
                         struct dlock__wait *w);
 
 /* ------------------------------------------------------------- session.c */
 
-void zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
-bool zk_session_usable(const struct zk_session *s);
-int zk_session_get(struct zk_backend *zb, struct zk_session **out);
-int zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w);
-void zk_session_put(struct zk_backend *zb, struct zk_session *s);
+void dlock__zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+bool dlock__zk_session_usable(const struct zk_session *s);
+int dlock__zk_session_get(struct zk_backend *zb, struct zk_session **out);
+int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w);
+void dlock__zk_session_put(struct zk_backend *zb, struct zk_session *s);
 /* The current session with a reference when it is the one hold ZH's
  * nodes live in, else NULL (it ended: they went with it). */
-struct zk_session *zk_session_of_hold(struct zk_backend *zb, const struct zk_hold *zh);
-int zk_open(struct dlock_client *c, void **state);
-void zk_close(void *state);
-int zk_renew(void *state, struct dlock__renew_batch *b);
+struct zk_session *dlock__zk_session_of_hold(struct zk_backend *zb, const struct zk_hold *zh);
+int dlock__zk_open(struct dlock_client *c, void **state);
+void dlock__zk_close(void *state);
+int dlock__zk_renew(void *state, struct dlock__renew_batch *b);
 
 /* ----------------------------------------------------------------- fds.c */
 
@@ -214,21 +214,21 @@ struct zk_fds {
     size_t n, cap;
     bool failed; /* out of memory: the snapshot is incomplete */
 };
-void zk_fds_snapshot(struct zk_fds *s);
-void zk_fds_free(struct zk_fds *s);
-void zk_fds_cloexec_new_pipes(const struct zk_fds *before);
-void zk_fds_cloexec_sockets(const int *ports, size_t nports);
+void dlock__zk_fds_snapshot(struct zk_fds *s);
+void dlock__zk_fds_free(struct zk_fds *s);
+void dlock__zk_fds_cloexec_new_pipes(const struct zk_fds *before);
+void dlock__zk_fds_cloexec_sockets(const int *ports, size_t nports);
 
 /* --------------------------------------------------------------- mutex.c */
 
 /* The kind of lock child NODE (ZK_KIND_NONE: not a lock child). */
-enum zk_kind zk_node_kind(const char *node);
+enum zk_kind dlock__zk_node_kind(const char *node);
 /* The mark of the node a hold in MODE creates (ZK_READ_MARK...). */
-const char *zk_mark(const struct zk_backend *zb, dlock_mode mode);
+const char *dlock__zk_mark(const struct zk_backend *zb, dlock_mode mode);
 /* Create a contender node named MARK with DATA (NULL: our identity)
  * under LOCKPATH (see mutex.c); W may be NULL (no wait: retries within
  * the op timeout). */
-int zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                         const char *mark, const char *data, char **mine, int64_t *czxid,
                         struct String_vector *kids, bool *listed, struct dlock__wait *w);
 /* What follows our identity in the data of a read node queued behind a
@@ -236,45 +236,45 @@ int zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char 
  * leaves it out (it is part of that hold, not a waiter). */
 #define ZK_SHADOW_TAG " (read level of a write hold)"
 /* Does NODE carry protected-mode GUID ("_c_<guid>-...")? */
-bool zk_node_has_guid(const char *node, const char *guid);
+bool dlock__zk_node_has_guid(const char *node, const char *guid);
 /* Path of the lock node for NAME: <base>/<encoded key_prefix + name>
  * (caller frees; NULL when out of memory). */
-char *zk_lock_path(struct zk_backend *zb, const char *name);
+char *dlock__zk_lock_path(struct zk_backend *zb, const char *name);
 /* Keep only the lock children of KIDS (Curator's two shapes), sorted by
  * sequence: the owner first. The others are freed. */
-void zk_sort_lock_nodes(struct String_vector *kids);
+void dlock__zk_sort_lock_nodes(struct String_vector *kids);
 /* Create LOCKPATH as a container (persistent when the server has none);
  * ZNODEEXISTS counts as done. A ZooKeeper code. */
-int zk_create_container(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+int dlock__zk_create_container(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                         int64_t until);
 /* The recipe on the lock node LOCKPATH for H with a node named MARK
- * (zk_mark: InterProcessMutex's, or the read-write lock's read or write),
- * waiting as W says (the backend's acquire on zk_lock_path(h->name)); and
+ * (dlock__zk_mark: InterProcessMutex's, or the read-write lock's read or write),
+ * waiting as W says (the backend's acquire on dlock__zk_lock_path(h->name)); and
  * the release of a hold it gave (frees h->bdata). */
-int zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
+int dlock__zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
                   struct dlock__hold *h, struct dlock__wait *w);
-int zk_release(void *state, struct dlock__hold *h);
+int dlock__zk_release(void *state, struct dlock__hold *h);
 
 /* ----------------------------------------------------------- semaphore.c */
 
-int zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
-int zk_sem_release(void *state, struct dlock__hold *h);
-int zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
+int dlock__zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__zk_sem_release(void *state, struct dlock__hold *h);
+int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
 
 /* -------------------------------------------------------------- rwlock.c */
 
 /* The downgrade of InterProcessReadWriteLock (write, read, release the
  * write): share() queues a read node right behind an exclusive hold's,
  * downgrade() keeps it and deletes the write node. */
-void zk_share(void *state, struct dlock__hold *h);
-int zk_downgrade(void *state, struct dlock__hold *h);
+void dlock__zk_share(void *state, struct dlock__hold *h);
+int dlock__zk_downgrade(void *state, struct dlock__hold *h);
 /* Delete an exclusive hold's shadow read node, if any (release). */
-void zk_shadow_drop(struct zk_backend *zb, struct zk_session *s, struct zk_hold *zh);
+void dlock__zk_shadow_drop(struct zk_backend *zb, struct zk_session *s, struct zk_hold *zh);
 
 /* ------------------------------------------------------------- inspect.c */
 
-int zk_inspect(void *state, const char *name, struct dlock_info *info);
-int zk_force_release(void *state, const char *name);
-int zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+int dlock__zk_inspect(void *state, const char *name, struct dlock_info *info);
+int dlock__zk_force_release(void *state, const char *name);
+int dlock__zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
 #endif /* DLOCK_BACKEND_ZK_H */

@@ -39,6 +39,15 @@ int cli_check_name(const char *cmd, const char *name);
 /* Whether NAME names a file to lock as flock(1) does: it starts with '/',
  * "./" or "../", and URL (NULL: $DLOCK_URL) is a file URL or none. */
 bool cli_is_path(const char *url, const char *name);
+/* Who holds PATH's flock(2) (flock.c, from /proc/locks): held, in which
+ * mode, the holders' pids (space-separated) and how many wait. Returns 0
+ * (a missing file is free), or an errno. */
+struct cli_flock_info {
+    bool held, shared;
+    char pids[512];
+    long waiters;
+};
+int cli_flock_info(const char *path, struct cli_flock_info *out);
 #define DLOCK__CLI_STR2(x) #x
 #define DLOCK__CLI_STR(x) DLOCK__CLI_STR2(x)
 

@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -190,33 +188,15 @@ static int sub_parse(const char *cmd, int argc, char **argv, struct sub_opts *o,
  * inode give the mode, the holders' pids and the waiters ("->" lines). */
 static int path_status(const char *path, int json)
 {
-    struct stat st = {0};
-    bool exists = stat(path, &st) == 0;
-    if (!exists && errno != ENOENT) {
-        fprintf(stderr, "dlock status: %s: %s\n", path, strerror(errno));
-        return errno == EACCES ? EXIT_NOPERM : EXIT_UNAVAILABLE;
+    struct cli_flock_info fi;
+    int e = cli_flock_info(path, &fi);
+    if (e) {
+        fprintf(stderr, "dlock status: %s: %s\n", path, strerror(e));
+        return e == EACCES ? EXIT_NOPERM : EXIT_UNAVAILABLE;
     }
-    char want[64], line[256], holders[512] = "", mode[16] = "";
-    snprintf(want, sizeof want, " %02x:%02x:%lu ", major(st.st_dev), minor(st.st_dev),
-             (unsigned long)st.st_ino);
-    long waiters = 0;
-    FILE *f = exists ? fopen("/proc/locks", "re") : NULL;
-    while (f && fgets(line, sizeof line, f)) {
-        if (!strstr(line, " FLOCK ") || !strstr(line, want))
-            continue;
-        char rw[16];
-        int pid;
-        if (strstr(line, "->")) {
-            waiters++;
-        } else if (sscanf(strstr(line, "ADVISORY"), "ADVISORY %15s %d", rw, &pid) == 2) {
-            snprintf(mode, sizeof mode, "%s", strcmp(rw, "READ") == 0 ? "shared" : "exclusive");
-            size_t len = strlen(holders);
-            snprintf(holders + len, sizeof holders - len, "%s%d", len ? " " : "", pid);
-        }
-    }
-    if (f)
-        fclose(f);
-    bool held = *mode;
+    bool held = fi.held;
+    const char *mode = fi.shared ? "shared" : "exclusive", *holders = fi.pids;
+    long waiters = fi.waiters;
     if (json) {
         printf("{\"name\":");
         json_string(path);

@@ -905,13 +905,15 @@ static int path_acquire(const struct run_opts *o, const char *path, int fd)
         return 0;
     if (errno != EWOULDBLOCK)
         return -errno;
-    if (o->wait_ms == DLOCK_TRY) {
-        if (o->verbose)
-            vlog("'%s' is locked by another process", path);
-        return 1;
+    if (o->verbose) {
+        struct cli_flock_info fi;
+        char who[600] = "another process";
+        if (cli_flock_info(path, &fi) == 0 && fi.held)
+            snprintf(who, sizeof who, "pid %s (%s)", fi.pids, fi.shared ? "shared" : "exclusive");
+        vlog("'%s' is locked by %s%s", path, who, o->wait_ms == DLOCK_TRY ? "" : "; waiting");
     }
-    if (o->verbose)
-        vlog("'%s' is locked by another process; waiting", path);
+    if (o->wait_ms == DLOCK_TRY)
+        return 1;
     static struct path_wait w; /* the thread may outlive this call */
     w = (struct path_wait){.fd = fd, .op = op, .done_fd = eventfd(0, EFD_CLOEXEC)};
     pthread_t t;

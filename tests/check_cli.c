@@ -161,6 +161,12 @@ START_TEST(test_path_form_flock)
     ck_assert_msg(!*err, "not silent: %s", err);
     free(err);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "0.1", "-E", "5", path, "true"), 5);
+    /* -v names flock(1)'s pid, from /proc/locks. */
+    char *want_pid = tu_fmt("locked by pid %d (exclusive); waiting", (int)f);
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-v", "-w", "0.1", path, "true"), 1);
+    ck_assert_msg(strstr(err, want_pid), "%s", err);
+    free(want_pid);
+    free(err);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-s", "-n", path, "true"), 1);
     char *out;
     ck_assert_int_eq(DLOCK(&out, NULL, "status", path), 0); /* from /proc/locks */

@@ -710,6 +710,140 @@ DLOCK_EXTERN int dlock_semaphore_inspect(dlock_client *c, const char *name, unsi
 DLOCK_EXTERN unsigned dlock_info_permits(const dlock_info *i);
 DLOCK_EXTERN long dlock_info_free_permits(const dlock_info *i);
 
+/* -------------------------------------------------------------- elections */
+
+/* Leader election: of the processes campaigning for election NAME, one
+ * leads at a time, with a VALUE it publishes (its address, say) that
+ * anyone can read and follow. A campaign is an exclusive hold of the
+ * election, so it has what a lock's hold has: a lease the keeper renews
+ * (the election's lease, else the client's), a validity, a callback when
+ * leadership is lost, cancel objects, and a fencing token to guard the
+ * leader's writes. Leadership belongs to the handle (not a thread): any
+ * thread may resign it. A dead leader is replaced: file at once (the
+ * kernel), etcd when its lease expires.
+ *
+ * Layouts. file: election NAME is lock NAME (NAME.lock in the lock
+ * directory, the token its counter) plus NAME.leader beside it, the
+ * leader's token, a version and its value, written under the lock.
+ * etcd: Go's concurrency.Election, so `etcdctl elect NAME PROPOSAL` and
+ * dlock campaign in one election and `etcdctl elect -l NAME` observes
+ * dlock's leader: key NAME/<lease id hex> with the value as its proposal,
+ * the leader is the key with the lowest create revision (the token);
+ * election NAME and `etcdctl lock NAME` share those keys, as in Go.
+ * Other backends: DLOCK_ENOTSUP from dlock_election_new() for now. */
+typedef struct dlock_election dlock_election;
+typedef struct dlock_leader dlock_leader;
+
+/* Make a handle for election NAME (a lock name). Makes no request.
+ * FLAGS: reserved, must be 0. Returns DLOCK_OK (*OUT: free it with
+ * dlock_election_free()); DLOCK_EINVAL (NULL argument, bad name, a
+ * reserved flag); DLOCK_ENOTSUP (the backend has no elections: the
+ * message names it); DLOCK_EMISUSE (after fork or close); DLOCK_ENOMEM.
+ * On failure *OUT is NULL. Threads: any; the handle may be used from many
+ * threads, but one campaign at a time. */
+DLOCK_EXTERN int dlock_election_new(dlock_client *c, const char *name, unsigned flags,
+                                    dlock_election **out);
+
+/* Resign if leading (best effort) and free E. NULL is a no-op. Also after
+ * dlock_client_close() and in a child after fork (nothing is sent then).
+ * Not while another call uses E. */
+DLOCK_EXTERN void dlock_election_free(dlock_election *e);
+
+/* Lease of campaigns through E from now on, with dlock_lock_set_lease()'s
+ * rules, codes and flags. Any thread. */
+DLOCK_EXTERN int dlock_election_set_lease(dlock_election *e, int64_t lease_ms, unsigned flags);
+
+/* Called once, from the client's callback thread, when E's leadership is
+ * lost (renewal found its key or lease gone, or its validity passed with
+ * no confirmation): stop acting as leader. dlock_election_resign() then
+ * returns DLOCK_ELOST and E may campaign again. FN NULL: none. Returns
+ * DLOCK_OK or DLOCK_EINVAL (E NULL). The file backend never loses
+ * leadership while the process lives. Any thread. */
+typedef void (*dlock_election_lost_fn)(dlock_election *e, const char *why, void *arg);
+DLOCK_EXTERN int dlock_election_on_lost(dlock_election *e, dlock_election_lost_fn fn, void *arg);
+
+/* Campaign for E's election with VALUE (any text, "" allowed; copied)
+ * and return once E leads, waiting as dlock_acquire() does: WAIT_MS
+ * DLOCK_TRY (0) tries once, > 0 waits up to that many ms, DLOCK_FOREVER
+ * until elected; CANCEL (NULL: none) as in dlock_acquire_ex(). A waiting
+ * campaign sleeps until the backend reports the leader gone, never on a
+ * timer (etcd: a follower watches only the key before its own, in
+ * arrival order). On success VALUE is the leader's value.
+ * Returns DLOCK_OK; contention: DLOCK_EBUSY (another leads, try once),
+ * DLOCK_ETIMEDOUT, DLOCK_ECANCELED; DLOCK_EINVAL (NULL argument);
+ * DLOCK_EMISUSE (E already leads or campaigns: proclaim or resign
+ * first; after fork or close; a cancel object of the parent);
+ * DLOCK_ENOMEM; backend failures. After any failure E does not lead and
+ * nothing of the campaign stays on the server (etcd: a key whose reply
+ * was lost is deleted by the keeper; its lease bounds the harm).
+ * Threads: any. */
+DLOCK_EXTERN int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_ms,
+                                         dlock_cancel *cancel);
+
+/* Cancel a campaign in progress through E (it returns DLOCK_ECANCELED).
+ * DLOCK_OK or DLOCK_EINVAL (E NULL). Any thread. */
+DLOCK_EXTERN int dlock_election_cancel(dlock_election *e);
+
+/* Give up leadership: the next campaigner leads (etcd: its key is
+ * deleted; file: the lock is released; the value stays behind but no
+ * longer counts). Returns DLOCK_OK; DLOCK_ENOTOWNER (E does not lead);
+ * DLOCK_ELOST (leadership had been lost already; E may campaign again);
+ * DLOCK_EINVAL; DLOCK_EMISUSE; backend failures (E no longer leads
+ * either way: what the server kept ends with its lease). Threads: any. */
+DLOCK_EXTERN int dlock_election_resign(dlock_election *e);
+
+/* Replace the leader's value with VALUE (copied) while E leads, in one
+ * request guarded by E's token (etcd: a put on E's key only if its create
+ * revision is still E's, as Go's Proclaim; file: NAME.leader rewritten
+ * under the lock). Observers see the change. Returns DLOCK_OK;
+ * DLOCK_ENOTOWNER (E does not lead); DLOCK_ELOST (E's leadership is gone:
+ * nothing was written); DLOCK_EINVAL; DLOCK_EMISUSE; backend failures
+ * (the value may or may not have changed; leadership is unchanged).
+ * Threads: any, one at a time per handle. */
+DLOCK_EXTERN int dlock_election_proclaim(dlock_election *e, const char *value);
+
+/* The fencing token of E's leadership (etcd: its key's create revision;
+ * file: the lock file's counter), strictly greater than every token
+ * issued before for this name. DLOCK_OK; DLOCK_ENOTOWNER (E does not
+ * lead); DLOCK_ELOST; DLOCK_EINVAL. Any thread. */
+DLOCK_EXTERN int dlock_election_token(dlock_election *e, uint64_t *token);
+
+/* Milliseconds E's leadership is still guaranteed, as dlock_validity_ms()
+ * (DLOCK_VALID_FOREVER on file; 0 when not leading or lost). */
+DLOCK_EXTERN int64_t dlock_election_validity_ms(dlock_election *e);
+
+/* Read election NAME's leader now: *OUT is a snapshot to read with the
+ * dlock_leader_* getters and free with dlock_leader_free(); when nobody
+ * leads, dlock_leader_held() is 0. Makes one request (file: reads two
+ * files, waiting up to the op timeout for a leader that is writing its
+ * value). Returns DLOCK_OK; DLOCK_EINVAL (NULL argument, bad name);
+ * DLOCK_ENOTSUP; DLOCK_EMISUSE; DLOCK_ENOMEM; backend failures. On
+ * failure *OUT is NULL. Threads: any. */
+DLOCK_EXTERN int dlock_election_leader(dlock_client *c, const char *name, dlock_leader **out);
+
+/* Wait until election NAME's leader differs from KNOWN (another leader,
+ * no leader, or a new value proclaimed; KNOWN NULL: return the current
+ * one at once) and return it as dlock_election_leader() does. WAIT_MS and
+ * CANCEL as in dlock_election_campaign(); the wait sleeps until the
+ * backend reports a change (file: inotify on the lock and value files;
+ * etcd: a watch on the election's prefix), never on a timer. Returns
+ * DLOCK_OK, DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or dlock_election_leader()'s
+ * codes. Loop on it to follow an election. Threads: any. */
+DLOCK_EXTERN int dlock_election_observe(dlock_client *c, const char *name, const dlock_leader *known,
+                                        int64_t wait_ms, dlock_cancel *cancel, dlock_leader **out);
+
+/* A leader snapshot's fields: whether anyone leads (1/0), the leader's
+ * value ("" when nobody leads), token (0 when nobody leads), identity
+ * (file: pid@host; etcd: its key), and a version that changes with every
+ * proclaim. Strings live as long as L. NULL L: 0 / "". Any thread. */
+DLOCK_EXTERN int dlock_leader_held(const dlock_leader *l);
+DLOCK_EXTERN const char *dlock_leader_value(const dlock_leader *l);
+DLOCK_EXTERN uint64_t dlock_leader_token(const dlock_leader *l);
+DLOCK_EXTERN const char *dlock_leader_id(const dlock_leader *l);
+DLOCK_EXTERN uint64_t dlock_leader_version(const dlock_leader *l);
+/* Free L; NULL is a no-op. */
+DLOCK_EXTERN void dlock_leader_free(dlock_leader *l);
+
 #ifdef __cplusplus
 }
 #endif

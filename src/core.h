@@ -293,7 +293,29 @@ struct dlock__hold {
                                          lock: the core then calls the
                                          backend's sem_* functions, and
                                          renew() must renew it as one */
+    const struct dlock__elect_req *elect; /* a campaign (election.c), NULL
+                                         for a lock: the core then calls the
+                                         backend's elect_* functions */
 };
+
+/* What a campaign's hold asks of the backend (election.c): lead election
+ * h->name with VALUE, written where observers read it. */
+struct dlock__elect_req {
+    char *value;
+};
+
+/* An election's leader as an observer sees it (dlock_election_leader()).
+ * HELD false: nobody leads (the other fields are zero). VERSION changes
+ * with every proclaim (etcd: the key's mod revision; file: a counter). */
+struct dlock_leader {
+    bool held;
+    uint64_t token;
+    uint64_t version;
+    char *value; /* malloc'd ("" when the leader wrote none) */
+    char id[96]; /* the leader's identity (pid@host, the etcd key...) */
+};
+/* Whether A and B describe the same leader with the same value. */
+bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader *b);
 
 /* What a semaphore hold asks of the backend (semaphore.c): K of the
  * semaphore's PERMITS. The backend keeps its ids in h->owner (the first
@@ -374,7 +396,8 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 4 /* 2: downgrade; 3: the sem_* functions; 4: share */
+#define DLOCK__BACKEND_VERSION 5 /* 2: downgrade; 3: the sem_* functions; 4: share;
+                                    5: the elect_* functions */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -392,6 +415,9 @@ enum {
         it: a fixed lease is then simply unused, as every lease is. */
     DLOCK__CAP_SEMAPHORE = 1u << 8, /* counting semaphores (the sem_*
         functions, table version 3); without it dlock_semaphore_new()
+        answers DLOCK_ENOTSUP */
+    DLOCK__CAP_ELECTION = 1u << 9, /* leader election (the elect_*
+        functions, table version 5); without it dlock_election_new()
         answers DLOCK_ENOTSUP */
 };
 
@@ -468,7 +494,28 @@ struct dlock__backend {
      * no core lock held; the keeper does not renew H meanwhile. NULL:
      * nothing to prepare. */
     void (*share)(void *state, struct dlock__hold *h);
+
+    /* Version 5: leader election, with DLOCK__CAP_ELECTION. A campaign
+     * is an exclusive hold with h->elect set: elect_acquire/elect_release
+     * follow acquire/release's rules (and renew() receives such holds),
+     * and elect_acquire makes h->elect->value the leader's value when it
+     * wins. elect_proclaim replaces the value of H, which leads:
+     * DLOCK_ELOST when it no longer does. elect_observe reads election
+     * NAME's leader into OUT (zeroed by the core; the backend mallocs
+     * out->value): at once when W is a try-once wait or KNOWN is NULL,
+     * else when the leader or its value differs from KNOWN
+     * (dlock__leader_same), sleeping until the backend reports a change
+     * (never on a timer): DLOCK_ETIMEDOUT, DLOCK_ECANCELED as W says. */
+    int (*elect_acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
+    int (*elect_release)(void *state, struct dlock__hold *h);
+    int (*elect_proclaim)(void *state, struct dlock__hold *h, const char *value);
+    int (*elect_observe)(void *state, const char *name, const struct dlock_leader *known,
+                         struct dlock__wait *w, struct dlock_leader *out);
 };
+
+/* The backend's acquire of H: sem_acquire or elect_acquire for a
+ * semaphore's or a campaign's hold. */
+int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w);
 
 /* The backend's release of H: sem_release for a semaphore's hold. */
 int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);

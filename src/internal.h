@@ -41,6 +41,7 @@ struct dlock_lock {
     struct dlock__waitset turn; /* handle-owned: acquires waiting for it */
     const struct dlock__sem_req *sem; /* a permit's handle (semaphore.c): */
     struct dlock__sem_req sem_req;    /* what sem points to */
+    struct dlock__elect_req *elect;   /* a campaign's handle (election.c) */
 };
 
 /* The first thing every public call that returns a code does: the

@@ -479,6 +479,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         h->count = 1;
         h->via = l;
         h->sem = l->sem;
+        h->elect = l->elect;
         bool leases = c->be->caps & DLOCK__CAP_LEASES;
         h->lease_ms = leases ? lease : 0;
         h->fixed_lease = fixed;
@@ -487,7 +488,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         h->state = DLOCK__HELD;
         int64_t sent = dlock__now_ms();
         dlock__err(DLOCK_OK, "%s", ""); /* so a backend's own words show */
-        rc = h->sem ? c->be->sem_acquire(c->bstate, h, &w) : c->be->acquire(c->bstate, h, &w);
+        rc = dlock__backend_acquire(c, h, &w);
         /* A backend that did not confirm: count validity from before the
          * request, which is never later than the truth. */
         if (!rc && h->lease_ms && h->valid_until == DLOCK__NEVER)

@@ -44,6 +44,8 @@ struct dlock_permit {
 
 int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h)
 {
+    if (h->elect)
+        return c->be->elect_release(c->bstate, h);
     return h->sem ? c->be->sem_release(c->bstate, h) : c->be->release(c->bstate, h);
 }
 

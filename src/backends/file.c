@@ -444,8 +444,8 @@ bool dlock__file_still_linked(struct file_state *s, int fd, const char *fname)
 /* Issue the next token and record the holder. Shared holders may do this
  * at the same time, so they take the meta lock; an exclusive holder is
  * alone by definition and skips it (two syscalls off the hand-off path). */
-static int stamp(struct file_state *s, int fd, const char *fname, const char *full,
-                 dlock_mode mode, struct dlock__wait *w, uint64_t *token)
+int dlock__file_stamp(struct file_state *s, int fd, const char *fname, const char *full,
+          dlock_mode mode, struct dlock__wait *w, uint64_t *token)
 {
     bool meta = mode == DLOCK_SHARED;
     int rc = meta ? dlock__file_meta_lock(s, fd, fname, F_WRLCK, w) : DLOCK_OK;
@@ -584,7 +584,7 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     if (!rc && t.gated)
         dlock__file_range_lock(fd, F_UNLCK, GATE_BYTE); /* byte 0 keeps readers out now */
     if (!rc)
-        rc = stamp(s, fd, fname, full, hold->mode, w, &hold->token);
+        rc = dlock__file_stamp(s, fd, fname, full, hold->mode, w, &hold->token);
     free(full);
     struct file_hold *fh = NULL;
     if (!rc && !(fh = calloc(1, sizeof *fh)))
@@ -600,7 +600,7 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     return DLOCK_OK;
 }
 
-static int file_release(void *state, struct dlock__hold *hold)
+int dlock__file_release(void *state, struct dlock__hold *hold)
 {
     (void)state;
     struct file_hold *fh = hold->bdata;
@@ -649,7 +649,7 @@ int dlock__file_inherit_fd(struct dlock__hold *h)
 
 /* ------------------------------------------------------ inspecting */
 
-static int file_inspect(void *state, const char *name, struct dlock_info *info)
+int dlock__file_inspect(void *state, const char *name, struct dlock_info *info)
 {
     struct file_state *s = state;
     char fname[NAME_MAX + 1];
@@ -701,7 +701,7 @@ static int file_inspect(void *state, const char *name, struct dlock_info *info)
 static int file_force_release(void *state, const char *name)
 {
     struct dlock_info info = {.nwaiters = -1};
-    int rc = file_inspect(state, name, &info);
+    int rc = dlock__file_inspect(state, name, &info);
     if (!rc && info.held)
         rc = dlock__err(DLOCK_ENOTSUP,
                         "lock '%s' is held by %s; the file backend cannot take a lock from a "
@@ -764,18 +764,22 @@ const struct dlock__backend dlock__backend_file = {
     .name = "file",
     .schemes = file_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LIST | DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE |
-            DLOCK__CAP_SEMAPHORE,
+            DLOCK__CAP_SEMAPHORE | DLOCK__CAP_ELECTION,
     .default_port = 0,
     .open = file_open,
     .close = file_close,
     .acquire = file_acquire,
-    .release = file_release,
+    .release = dlock__file_release,
     .renew = NULL,
-    .inspect = file_inspect,
+    .inspect = dlock__file_inspect,
     .force_release = file_force_release,
     .list = file_list,
     .downgrade = file_downgrade,
     .sem_acquire = dlock__file_sem_acquire,
     .sem_release = dlock__file_sem_release,
     .sem_inspect = dlock__file_sem_inspect,
+    .elect_acquire = dlock__file_elect_acquire,
+    .elect_release = dlock__file_release,
+    .elect_proclaim = dlock__file_elect_proclaim,
+    .elect_observe = dlock__file_elect_observe,
 };

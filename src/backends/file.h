@@ -101,6 +101,21 @@ typedef int (*file_try_fn)(struct file_state *s, int fd, const char *fname,
 int dlock__file_wait_take(struct file_state *s, const char *full, const char *suffix,
                    struct dlock__wait *w, file_try_fn try_take, void *arg, char *fname, int *fdp);
 
+/* file.c: the lock, for the election built on it. dlock__file_dlock__file_stamp(): issue the
+ * next token into *TOKEN and record the holder in FD's header (the
+ * metadata byte taken inside for a shared MODE; an exclusive caller that
+ * holds it already keeps it). */
+int dlock__file_stamp(struct file_state *s, int fd, const char *fname, const char *full, dlock_mode mode,
+          struct dlock__wait *w, uint64_t *token);
+int dlock__file_release(void *state, struct dlock__hold *hold);
+int dlock__file_inspect(void *state, const char *name, struct dlock_info *info);
+
+/* file_election.c */
+int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
+int dlock__file_elect_observe(void *state, const char *name, const struct dlock_leader *known,
+                       struct dlock__wait *w, struct dlock_leader *out);
+
 /* file_semaphore.c */
 int dlock__file_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__file_sem_release(void *state, struct dlock__hold *h);

@@ -1,0 +1,263 @@
+/* file_election.c -- the file backend's leader election: the lock plus
+ * a value file beside it.
+ *
+ * Election NAME is lock NAME (NAME.lock: whoever holds it leads, its
+ * counter is the leader's token, the kernel frees it when the leader
+ * dies) plus NAME.leader, which the leader writes under the lock when it
+ * wins and at every proclaim: a small header (magic, the leader's token,
+ * a version bumped by every write) and the value. The value counts only
+ * while its token is the lock's current token and the lock is held, so
+ * what a resigned or dead leader left behind is never read as current.
+ * Writers and readers take an OFD lock on byte 0 of NAME.leader around
+ * each write or read, so a reader never sees half a value.
+ *
+ * The campaign takes the lock and issues its token under the lock file's
+ * metadata byte (readers take it too), so a reader sees either no leader
+ * or the new leader's token, never the new lock with the old token.
+ *
+ * Observers sleep on an inotify watch of the lock directory, set before
+ * each look: a leader's release or death closes NAME.lock opened for
+ * writing (IN_CLOSE_WRITE) and every write of NAME.leader ends with a
+ * close too, so no change goes unseen and nobody polls.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "file.h"
+
+#define SUFFIX ".leader"
+#define VALUE_MAGIC "DLOCKel\n"
+#define VALUE_MAX (1u << 20) /* a value longer than 1 MiB is refused */
+
+struct value_header {
+    char magic[8];
+    uint64_t token;   /* the lock's token when this value was written */
+    uint64_t version; /* bumped by every write, whoever writes */
+    uint32_t len;     /* the value's bytes follow */
+    uint32_t pad;
+};
+
+/* Byte 0 of the value file in TYPE, waiting (a write or a read is a
+ * handful of syscalls). */
+static int value_lock(int fd, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    int r;
+    while ((r = fcntl(fd, F_OFD_SETLKW, &fl)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
+/* Write VALUE as the leader's with TOKEN into NAME.leader (the caller
+ * holds lock NAME). */
+static int write_value(struct file_state *s, const char *name, uint64_t token, const char *value)
+{
+    size_t len = strlen(value);
+    if (len > VALUE_MAX)
+        return dlock__err(DLOCK_EINVAL, "election '%s': a value of %zu bytes (at most %u)", name,
+                          len, VALUE_MAX);
+    char *full = dlock__file_full_name(s, name);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    char fname[NAME_MAX + 1];
+    int fd = -1;
+    int rc = dlock__file_open_named(s, full, SUFFIX, O_RDWR | O_CREAT, fname, &fd);
+    free(full);
+    if (rc)
+        return rc;
+    if (value_lock(fd, F_WRLCK) < 0) {
+        rc = dlock__errno(DLOCK_EIO, errno, "value file %s/%s: lock", s->dir, fname);
+        close(fd);
+        return rc;
+    }
+    struct value_header h = {0};
+    if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h.magic, VALUE_MAGIC, 8) != 0)
+        h.version = 0; /* new (or not ours: rewritten) */
+    memcpy(h.magic, VALUE_MAGIC, 8);
+    h.token = token;
+    h.version++;
+    h.len = (uint32_t)len;
+    struct iovec iov[2] = {{&h, sizeof h}, {(void *)value, len}};
+    if (pwritev(fd, iov, 2, 0) != (ssize_t)(sizeof h + len) ||
+        ftruncate(fd, (off_t)(sizeof h + len)) < 0)
+        rc = dlock__errno(dlock__errno_code(errno), errno, "value file %s/%s: write", s->dir,
+                          fname);
+    value_lock(fd, F_UNLCK);
+    close(fd); /* IN_CLOSE_WRITE: observers look again */
+    return rc;
+}
+
+/* Read NAME.leader into *H and *VALUE (malloc'd); an absent or foreign
+ * file reads as token 0 and "". */
+static int read_value(struct file_state *s, const char *full, struct value_header *h,
+                      char **value)
+{
+    memset(h, 0, sizeof *h);
+    *value = NULL;
+    char fname[NAME_MAX + 1];
+    int fd = -1;
+    /* Read-only: closing it raises no IN_CLOSE_WRITE for the observers. */
+    int rc = dlock__file_open_named(s, full, SUFFIX, O_RDONLY, fname, &fd);
+    if (rc == DLOCK_ENOENT) {
+        return (*value = dlock__strdup("")) ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    if (rc)
+        return rc;
+    if (value_lock(fd, F_RDLCK) < 0) {
+        rc = dlock__errno(DLOCK_EIO, errno, "value file %s/%s: lock", s->dir, fname);
+        close(fd);
+        return rc;
+    }
+    if (pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h || memcmp(h->magic, VALUE_MAGIC, 8) ||
+        h->len > VALUE_MAX)
+        memset(h, 0, sizeof *h);
+    *value = calloc(1, h->len + 1);
+    if (!*value)
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    else if (h->len && pread(fd, *value, h->len, sizeof *h) != (ssize_t)h->len)
+        memset(h, 0, sizeof *h), (*value)[0] = 0; /* cut short: no value */
+    value_lock(fd, F_UNLCK);
+    close(fd);
+    return rc;
+}
+
+/* The campaign's try: the lock byte taken and the token issued under the
+ * metadata byte's write lock, which readers take too, so a reader never
+ * sees the new leader's lock with the old leader's token (and value). */
+static int campaign_try(struct file_state *s, int fd, const char *fname, struct dlock__wait *w,
+                        bool fresh, void *arg)
+{
+    (void)fresh;
+    struct dlock__hold *h = arg;
+    int rc = dlock__file_meta_lock(s, fd, fname, F_WRLCK, w);
+    if (rc)
+        return rc;
+    if (dlock__file_range_lock(fd, F_WRLCK, LOCK_BYTE) == 0) {
+        char *full = dlock__file_full_name(s, h->name);
+        rc = full ? dlock__file_stamp(s, fd, fname, full, DLOCK_EXCLUSIVE, w, &h->token)
+                  : dlock__err(DLOCK_ENOMEM, "out of memory");
+        free(full);
+        if (rc)
+            dlock__file_range_lock(fd, F_UNLCK, LOCK_BYTE);
+    } else if (errno == EAGAIN || errno == EACCES) {
+        rc = DLOCK_EBUSY;
+    } else {
+        rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
+    }
+    dlock__file_range_lock(fd, F_UNLCK, META_BYTE);
+    return rc;
+}
+
+int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct file_state *s = state;
+    char fname[NAME_MAX + 1];
+    char *full = dlock__file_full_name(s, h->name);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    int fd = -1;
+    int rc = dlock__file_wait_take(s, full, ".lock", w, campaign_try, h, fname, &fd);
+    free(full);
+    struct file_hold *fh = NULL;
+    if (!rc && !(fh = calloc(1, sizeof *fh)))
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (!rc)
+        rc = write_value(s, h->name, h->token, h->elect->value);
+    if (rc) {
+        free(fh);
+        if (fd >= 0)
+            close(fd); /* drops the lock if we got it */
+        return rc;
+    }
+    fh->fd = fd;
+    h->bdata = fh;
+    dlock__identity(h->owner, sizeof h->owner);
+    return DLOCK_OK;
+}
+
+int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value)
+{
+    return write_value(state, h->name, h->token, value);
+}
+
+/* One look at election NAME: *CONSISTENT false while a new leader holds
+ * the lock but has not written its value yet. */
+static int look(struct file_state *s, const char *name, const char *full, struct dlock_leader *out,
+                bool *consistent)
+{
+    dlock_info *info = calloc(1, sizeof *info);
+    if (!info)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    info->nwaiters = -1;
+    int rc = dlock__file_inspect(s, name, info);
+    struct value_header vh;
+    char *value = NULL;
+    if (!rc)
+        rc = read_value(s, full, &vh, &value);
+    free(out->value);
+    memset(out, 0, sizeof *out);
+    if (!rc) {
+        *consistent = !info->held || vh.token == info->token;
+        if (info->held && *consistent) {
+            out->held = true;
+            out->token = info->token;
+            out->version = vh.version;
+            out->value = value;
+            value = NULL;
+            snprintf(out->id, sizeof out->id, "%s", info->nholders ? info->holders[0].id : "");
+        }
+    }
+    free(value);
+    dlock_info_free(info);
+    return rc;
+}
+
+int dlock__file_elect_observe(void *state, const char *name, const struct dlock_leader *known,
+                       struct dlock__wait *w, struct dlock_leader *out)
+{
+    struct file_state *s = state;
+    char *full = dlock__file_full_name(s, name);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    int ifd = dlock__file_inotify_borrow(s), wd = -1;
+    if (ifd >= 0)
+        wd = inotify_add_watch(ifd, s->dir,
+                               IN_CLOSE_WRITE | IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_TO |
+                                   IN_MOVED_FROM);
+    /* Out of inotify instances or watches: look again on a backoff. */
+    struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 100};
+    int rc;
+    for (;;) {
+        bool consistent = false;
+        /* The watch is set before the look: a change after it is seen. */
+        rc = look(s, name, full, out, &consistent);
+        if (rc)
+            break;
+        if (consistent && (!known || !dlock__leader_same(known, out)))
+            break;
+        if (wd >= 0) {
+            rc = dlock__wait_poll(w, ifd, POLLIN, DLOCK__NEVER);
+            char buf[4096];
+            ssize_t drained = read(ifd, buf, sizeof buf);
+            (void)drained;
+        } else {
+            rc = dlock__wait_sleep(w, dlock__wait_seq(w),
+                                   dlock__now_ms() + dlock__backoff_next(&backoff));
+        }
+        if (rc)
+            break;
+    }
+    if (ifd >= 0)
+        dlock__file_inotify_return(s, ifd, wd);
+    free(full);
+    return rc;
+}

@@ -1,0 +1,379 @@
+/* election.c -- leader election, built on the lock machinery.
+ *
+ * A campaign is an exclusive hold. Each dlock_election owns a private
+ * handle-owned lock handle on the election's name whose holds carry a
+ * struct dlock__elect_req (the value to lead with), so the registry, the
+ * keeper's renewals, validity, cancel objects and the lost callback
+ * (through the handle's lost_fn) serve elections with no code of their
+ * own: lock.c only calls the backend's elect_* functions for such holds
+ * (dlock__backend_acquire / dlock__backend_release). What is new here is
+ * the value: proclaimed while leading, and read or followed by anyone
+ * through the backend's elect_observe.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "internal.h"
+
+struct dlock_election {
+    dlock_client *c;
+    dlock_lock *l; /* handle-owned: leadership belongs to the handle */
+    struct dlock__elect_req req;
+    dlock_election_lost_fn lost_fn;
+    void *lost_arg;
+};
+
+int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w)
+{
+    if (h->elect)
+        return c->be->elect_acquire(c->bstate, h, w);
+    return h->sem ? c->be->sem_acquire(c->bstate, h, w) : c->be->acquire(c->bstate, h, w);
+}
+
+bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader *b)
+{
+    if (a->held != b->held)
+        return false;
+    if (!a->held)
+        return true;
+    return a->token == b->token && a->version == b->version &&
+           strcmp(a->value ? a->value : "", b->value ? b->value : "") == 0;
+}
+
+static bool has_elections(const dlock_client *c)
+{
+    return c->be->version >= 5 && (c->be->caps & DLOCK__CAP_ELECTION) && c->be->elect_acquire &&
+           c->be->elect_release && c->be->elect_proclaim && c->be->elect_observe;
+}
+
+static int no_elections(const dlock_client *c, const char *name)
+{
+    return dlock__err(DLOCK_ENOTSUP, "election '%s': the %s backend has no leader election yet",
+                      name, c->be->name);
+}
+
+/* The handle's lost callback: the election's. */
+static void election_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l;
+    dlock_election *e = arg;
+    pthread_mutex_lock(&e->c->mu);
+    dlock_election_lost_fn fn = e->lost_fn;
+    void *fn_arg = e->lost_arg;
+    pthread_mutex_unlock(&e->c->mu);
+    if (fn)
+        fn(e, why, fn_arg);
+}
+
+int dlock_election_new(dlock_client *c, const char *name, unsigned flags, dlock_election **out)
+{
+    dlock__msg_clear();
+    if (!out)
+        return dlock__err(DLOCK_EINVAL, "dlock_election_new: out is NULL");
+    *out = NULL;
+    dlock_lock *l = NULL;
+    /* The client and name checks of a lock handle, and the entry. */
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &l);
+    if (rc)
+        return rc;
+    if (flags)
+        rc = dlock__err(DLOCK_EINVAL, "election '%s': unknown flags 0x%x (reserved, must be 0)",
+                        name, flags);
+    else if (!has_elections(c))
+        rc = no_elections(c, name);
+    dlock_election *e = rc ? NULL : calloc(1, sizeof *e);
+    if (!rc && !e)
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (rc) {
+        dlock_lock_free(l);
+        return rc;
+    }
+    e->c = c;
+    e->l = l;
+    pthread_mutex_lock(&c->mu);
+    l->elect = &e->req;
+    l->lost_fn = election_lost;
+    l->lost_arg = e;
+    pthread_mutex_unlock(&c->mu);
+    *out = e;
+    return DLOCK_OK;
+}
+
+void dlock_election_free(dlock_election *e)
+{
+    if (!e)
+        return;
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg); /* freeing leaves the message alone */
+    dlock_lock_free(e->l);   /* releases what the handle holds */
+    free(e->req.value);
+    free(e);
+    dlock__errmsg_restore(DLOCK_OK, msg);
+}
+
+int dlock_election_set_lease(dlock_election *e, int64_t lease_ms, unsigned flags)
+{
+    if (!e) {
+        dlock__msg_clear();
+        return dlock__err(DLOCK_EINVAL, "election is NULL");
+    }
+    return dlock_lock_set_lease(e->l, lease_ms, flags);
+}
+
+int dlock_election_on_lost(dlock_election *e, dlock_election_lost_fn fn, void *arg)
+{
+    dlock__msg_clear();
+    if (!e)
+        return dlock__err(DLOCK_EINVAL, "election is NULL");
+    pthread_mutex_lock(&e->c->mu);
+    e->lost_fn = fn;
+    e->lost_arg = arg;
+    pthread_mutex_unlock(&e->c->mu);
+    return DLOCK_OK;
+}
+
+/* E's hold, if it leads or has lost its leadership (client mutex held). */
+static struct dlock__hold *leadership(dlock_election *e)
+{
+    for (struct dlock__hold *h = e->l->e->holds; h; h = h->next)
+        if (h->tid == e->l->owner)
+            return h;
+    return NULL;
+}
+
+/* The start of a call with a value (FN, for messages): E and VALUE not
+ * NULL, the client usable, *COPY a copy of VALUE (the caller's to free). */
+static int value_call(dlock_election *e, const char *value, const char *fn, char **copy)
+{
+    dlock__msg_clear();
+    if (!e || !value)
+        return dlock__err(DLOCK_EINVAL, "%s: NULL argument", fn);
+    int rc = dlock__check_client(e->c);
+    if (rc)
+        return rc;
+    *copy = dlock__strdup(value);
+    return *copy ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
+}
+
+int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_ms,
+                            dlock_cancel *cancel)
+{
+    char *copy = NULL;
+    int rc = value_call(e, value, "dlock_election_campaign", &copy);
+    if (rc)
+        return rc;
+    dlock_client *c = e->c;
+    const char *name = dlock_lock_name(e->l);
+    pthread_mutex_lock(&c->mu);
+    bool busy = leadership(e) || e->l->acquiring;
+    if (!busy) {
+        free(e->req.value);
+        e->req.value = copy;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (busy) {
+        free(copy);
+        return dlock__err(DLOCK_EMISUSE,
+                          "election '%s': this handle already leads or campaigns (proclaim a "
+                          "new value, or resign first)",
+                          name);
+    }
+    rc = dlock_acquire_ex(e->l, wait_ms, cancel);
+    if (!rc)
+        return DLOCK_OK;
+    char why[DLOCK__MSG_MAX];
+    dlock__errmsg_save(why);
+    if (rc == DLOCK_EBUSY)
+        return dlock__err(rc, "election '%s': another campaigner leads", name);
+    if (rc == DLOCK_ETIMEDOUT)
+        return dlock__err(rc, "election '%s': not elected within %lld ms (%s)", name,
+                          (long long)wait_ms, why);
+    if (rc == DLOCK_ECANCELED)
+        return dlock__err(rc, "election '%s': campaign canceled", name);
+    return dlock__errmsg_restore(rc, why);
+}
+
+int dlock_election_cancel(dlock_election *e)
+{
+    dlock__msg_clear();
+    if (!e)
+        return dlock__err(DLOCK_EINVAL, "election is NULL");
+    return dlock_lock_cancel(e->l);
+}
+
+int dlock_election_resign(dlock_election *e)
+{
+    dlock__msg_clear();
+    if (!e)
+        return dlock__err(DLOCK_EINVAL, "election is NULL");
+    const char *name = dlock_lock_name(e->l);
+    pthread_mutex_lock(&e->c->mu);
+    bool leads = leadership(e) != NULL;
+    pthread_mutex_unlock(&e->c->mu);
+    if (!leads) {
+        int rc = dlock__check_client(e->c);
+        return rc ? rc : dlock__err(DLOCK_ENOTOWNER, "election '%s': this handle does not lead",
+                                    name);
+    }
+    int rc = dlock_release(e->l);
+    if (rc == DLOCK_ELOST) {
+        /* "lock 'NAME' was lost before this release: WHY" */
+        const char *was = strstr(dlock_errmsg(), " was lost");
+        return dlock__err(rc, "election '%s': leadership%s", name, was ? was : " was lost");
+    }
+    return rc;
+}
+
+int dlock_election_proclaim(dlock_election *e, const char *value)
+{
+    char *copy = NULL;
+    int rc = value_call(e, value, "dlock_election_proclaim", &copy);
+    if (rc)
+        return rc;
+    dlock_client *c = e->c;
+    const char *name = dlock_lock_name(e->l);
+    pthread_mutex_lock(&c->mu);
+    struct dlock__hold *h = leadership(e);
+    if (!h)
+        rc = dlock__err(DLOCK_ENOTOWNER, "election '%s': this handle does not lead", name);
+    else if (h->state == DLOCK__LOST)
+        rc = dlock__err(DLOCK_ELOST, "election '%s': leadership was lost: %s", name,
+                        h->lost_why ? h->lost_why : "no reason known");
+    pthread_mutex_unlock(&c->mu);
+    if (rc) {
+        free(copy);
+        return rc;
+    }
+    /* The caller does not resign meanwhile (one call at a time per
+     * handle), so H stays ours while the backend writes. */
+    rc = c->be->elect_proclaim(c->bstate, h, copy);
+    if (rc) {
+        free(copy);
+        return rc;
+    }
+    pthread_mutex_lock(&c->mu);
+    while (h->renewing) /* the keeper may read the value (etcd: a lease move) */
+        pthread_cond_wait(&c->renew_cv, &c->mu);
+    free(e->req.value);
+    e->req.value = copy;
+    pthread_mutex_unlock(&c->mu);
+    return DLOCK_OK;
+}
+
+int dlock_election_token(dlock_election *e, uint64_t *token)
+{
+    if (!e || !token) {
+        dlock__msg_clear();
+        return dlock__err(DLOCK_EINVAL, "dlock_election_token: NULL argument");
+    }
+    int rc = dlock_token(e->l, token);
+    if (!rc && dlock_validity_ms(e->l) == 0)
+        rc = dlock__err(DLOCK_ELOST, "election '%s': leadership was lost",
+                        dlock_lock_name(e->l));
+    return rc;
+}
+
+int64_t dlock_election_validity_ms(dlock_election *e)
+{
+    if (!e) {
+        dlock__msg_clear();
+        return dlock__err(DLOCK_EINVAL, "election is NULL");
+    }
+    int64_t v = dlock_validity_ms(e->l);
+    return v == DLOCK_ENOTOWNER ? 0 : v;
+}
+
+/* ------------------------------------------------------------ observing */
+
+int dlock_election_observe(dlock_client *c, const char *name, const dlock_leader *known,
+                           int64_t wait_ms, dlock_cancel *cancel, dlock_leader **out)
+{
+    dlock__msg_clear();
+    if (!out || !name)
+        return dlock__err(DLOCK_EINVAL, "dlock_election_observe: NULL argument");
+    *out = NULL;
+    /* A handle makes no request: it checks the client and the name. */
+    dlock_lock *probe = NULL;
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &probe);
+    dlock_lock_free(probe);
+    if (rc)
+        return rc;
+    if (!has_elections(c))
+        return no_elections(c, name);
+    if (wait_ms < 0 && wait_ms != DLOCK_FOREVER)
+        return dlock__err(DLOCK_EINVAL, "election '%s': wait of %lld ms", name,
+                          (long long)wait_ms);
+    dlock_leader *l = calloc(1, sizeof *l);
+    if (!l)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    /* A one-shot read still waits (up to the op timeout) for a leader
+     * caught between winning and writing its value. */
+    struct dlock__wait w;
+    dlock__wait_init(&w, known ? dlock__deadline(wait_ms)
+                               : dlock__now_ms() + c->opts.op_timeout_ms);
+    struct dlock__waitref cref = {&w, NULL};
+    if (cancel && (rc = dlock__cancel_attach(cancel, &cref))) {
+        dlock__wait_destroy(&w);
+        free(l);
+        return rc == DLOCK_ECANCELED ? dlock__err(rc, "election '%s': canceled", name) : rc;
+    }
+    w.cancel = cancel;
+    rc = c->be->elect_observe(c->bstate, name, known, &w, l);
+    if (cancel)
+        dlock__cancel_detach(cancel, &cref);
+    dlock__wait_destroy(&w);
+    if (rc == DLOCK_ETIMEDOUT && known)
+        rc = dlock__err(rc, "election '%s': no change within %lld ms", name, (long long)wait_ms);
+    else if (rc == DLOCK_ECANCELED)
+        rc = dlock__err(rc, "election '%s': observing canceled", name);
+    if (rc) {
+        dlock_leader_free(l);
+        return rc;
+    }
+    if (!l->value && !(l->value = dlock__strdup(""))) {
+        dlock_leader_free(l);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    *out = l;
+    return DLOCK_OK;
+}
+
+int dlock_election_leader(dlock_client *c, const char *name, dlock_leader **out)
+{
+    return dlock_election_observe(c, name, NULL, 0, NULL, out);
+}
+
+int dlock_leader_held(const dlock_leader *l)
+{
+    return l && l->held;
+}
+
+const char *dlock_leader_value(const dlock_leader *l)
+{
+    return l && l->held && l->value ? l->value : "";
+}
+
+uint64_t dlock_leader_token(const dlock_leader *l)
+{
+    return l && l->held ? l->token : 0;
+}
+
+const char *dlock_leader_id(const dlock_leader *l)
+{
+    return l && l->held ? l->id : "";
+}
+
+uint64_t dlock_leader_version(const dlock_leader *l)
+{
+    return l && l->held ? l->version : 0;
+}
+
+void dlock_leader_free(dlock_leader *l)
+{
+    if (!l)
+        return;
+    free(l->value);
+    free(l);
+}

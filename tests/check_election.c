@@ -1,0 +1,459 @@
+/* check_election.c -- the leader election's contract, written once and
+ * run against every backend of tests/lib/contract.h that has elections;
+ * a backend without them is held to its documented DLOCK_ENOTSUP instead
+ * of being skipped.
+ *
+ * What is tested: campaign, proclaim and resign as observers see them;
+ * one leader at a time among N campaigning processes (a counter in shared
+ * memory raised and lowered by the leaders); kill -9 of the leader hands
+ * leadership to a waiting campaigner (file: at once; otherwise at the end
+ * of its lease); an observer follows every change; campaigns and
+ * observations end at a cancel or their bound; forced loss of
+ * leadership calls the lost callback. Tests wait on conditions, never on
+ * fixed sleeps, and never assert on time.
+ *
+ * DLOCK_TEST=<substring or glob of "backend/test"> runs a subset.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "contract.h"
+#include "dlock.h"
+#include "testutil.h"
+
+/* The fixtures whose backend has elections (docs/backends.md). */
+static bool has_elections(const struct ct_fixture *f)
+{
+    return strcmp(f->name, "file") == 0;
+}
+
+/* ------------------------------------------------------------- helpers */
+
+static dlock_election *election(dlock_client *c, const char *name)
+{
+    dlock_election *e = NULL;
+    EXPECT_RC(dlock_election_new(c, name, 0, &e), DLOCK_OK);
+    ck_assert_ptr_nonnull(e);
+    return e;
+}
+
+static uint64_t token_of(dlock_election *e)
+{
+    uint64_t t = 0;
+    EXPECT_RC(dlock_election_token(e, &t), DLOCK_OK);
+    ck_assert_uint_gt(t, 0);
+    return t;
+}
+
+static dlock_leader *leader_now(dlock_client *c, const char *name)
+{
+    dlock_leader *l = NULL;
+    EXPECT_RC(dlock_election_leader(c, name, &l), DLOCK_OK);
+    ck_assert_ptr_nonnull(l);
+    return l;
+}
+
+/* Assert that election NAME, read through C, is led with VALUE and TOKEN
+ * (VALUE NULL: nobody leads). */
+static void expect_leader(dlock_client *c, const char *name, const char *value, uint64_t token)
+{
+    dlock_leader *l = leader_now(c, name);
+    if (!value) {
+        ck_assert_int_eq(dlock_leader_held(l), 0);
+        ck_assert_uint_eq(dlock_leader_token(l), 0);
+    } else {
+        ck_assert_int_eq(dlock_leader_held(l), 1);
+        ck_assert_str_eq(dlock_leader_value(l), value);
+        ck_assert_uint_eq(dlock_leader_token(l), token);
+        ck_assert_str_ne(dlock_leader_id(l), "");
+    }
+    dlock_leader_free(l);
+}
+
+/* A campaign in a thread of its own: RC is 1 until it returns. */
+struct campaigner {
+    dlock_election *e;
+    const char *value;
+    int64_t wait;
+    dlock_cancel *cancel;
+    int rc;
+    atomic_int done;
+    volatile long tid;
+    pthread_t th;
+};
+
+static void *campaigner_main(void *arg)
+{
+    struct campaigner *k = arg;
+    k->tid = syscall(SYS_gettid);
+    k->rc = dlock_election_campaign(k->e, k->value, k->wait, k->cancel);
+    atomic_store(&k->done, 1);
+    return NULL;
+}
+
+static void campaigner_start(struct campaigner *k, dlock_election *e, const char *value,
+                             int64_t wait, dlock_cancel *cancel)
+{
+    memset(k, 0, sizeof *k);
+    k->e = e;
+    k->value = value;
+    k->wait = wait;
+    k->cancel = cancel;
+    k->rc = 1;
+    ck_assert_int_eq(pthread_create(&k->th, NULL, campaigner_main, k), 0);
+}
+
+static int campaigner_join(struct campaigner *k)
+{
+    pthread_join(k->th, NULL);
+    return k->rc;
+}
+
+/* ------------------------------------------------------------ the tests */
+
+/* Campaign, proclaim, resign, and what observers and a second campaigner
+ * see of each. */
+START_TEST(campaign_proclaim_resign)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_election *ea = election(a, "lead"), *eb = election(b, "lead");
+    expect_leader(b, "lead", NULL, 0);
+    EXPECT_RC(dlock_election_resign(ea), DLOCK_ENOTOWNER);
+    EXPECT_RC(dlock_election_proclaim(ea, "x"), DLOCK_ENOTOWNER);
+    uint64_t t = 0;
+    EXPECT_RC(dlock_election_token(ea, &t), DLOCK_ENOTOWNER);
+    ck_assert_int_eq(dlock_election_validity_ms(ea), 0);
+
+    EXPECT_RC(dlock_election_campaign(ea, "10.0.0.1:80", DLOCK_TRY, NULL), DLOCK_OK);
+    uint64_t ta = token_of(ea);
+    ck_assert_int_ne(dlock_election_validity_ms(ea), 0);
+    expect_leader(b, "lead", "10.0.0.1:80", ta);
+    EXPECT_RC(dlock_election_campaign(ea, "again", DLOCK_TRY, NULL), DLOCK_EMISUSE);
+    EXPECT_RC(dlock_election_campaign(eb, "10.0.0.2:80", DLOCK_TRY, NULL), DLOCK_EBUSY);
+    EXPECT_RC(dlock_election_campaign(eb, "10.0.0.2:80", 100, NULL), DLOCK_ETIMEDOUT);
+
+    /* Proclaim: a new value and version, the same leader and token. */
+    dlock_leader *before = leader_now(b, "lead");
+    EXPECT_RC(dlock_election_proclaim(ea, "10.0.0.1:81"), DLOCK_OK);
+    dlock_leader *after = leader_now(b, "lead");
+    ck_assert_str_eq(dlock_leader_value(after), "10.0.0.1:81");
+    ck_assert_uint_eq(dlock_leader_token(after), ta);
+    ck_assert_uint_ne(dlock_leader_version(after), dlock_leader_version(before));
+    dlock_leader_free(before);
+    dlock_leader_free(after);
+
+    /* A waiting campaigner leads once the leader resigns. */
+    struct campaigner k;
+    campaigner_start(&k, eb, "10.0.0.2:80", DLOCK_FOREVER, NULL);
+    EXPECT_RC(dlock_election_resign(ea), DLOCK_OK);
+    EXPECT_RC(campaigner_join(&k), DLOCK_OK);
+    uint64_t tb = token_of(eb);
+    ck_assert_uint_gt(tb, ta);
+    expect_leader(a, "lead", "10.0.0.2:80", tb);
+    EXPECT_RC(dlock_election_resign(eb), DLOCK_OK);
+    expect_leader(a, "lead", NULL, 0);
+    /* The resigned handle campaigns again. */
+    EXPECT_RC(dlock_election_campaign(ea, "back", DLOCK_TRY, NULL), DLOCK_OK);
+    ck_assert_uint_gt(token_of(ea), tb);
+    dlock_election_free(ea); /* resigns */
+    expect_leader(b, "lead", NULL, 0);
+    dlock_election_free(eb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* N processes campaign in rounds: never two leaders at once. */
+struct shared_count {
+    atomic_int leaders, max, rounds;
+};
+
+START_TEST(one_leader_among_n)
+{
+    enum { PROCS = 4, ROUNDS = 5 };
+    struct shared_count *sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE,
+                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(sc, MAP_FAILED);
+    char *url = ct_test_url(NULL);
+    pid_t pids[PROCS];
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        ck_assert_int_ge(pids[p], 0);
+        if (pids[p] == 0) {
+            dlock_client *c = NULL;
+            dlock_election *e = NULL;
+            if (dlock_open(url, &c) || dlock_election_new(c, "n", 0, &e))
+                _exit(10);
+            char me[32];
+            snprintf(me, sizeof me, "proc-%d", p);
+            for (int r = 0; r < ROUNDS; r++) {
+                if (dlock_election_campaign(e, me, 60000, NULL))
+                    _exit(11);
+                int now = atomic_fetch_add(&sc->leaders, 1) + 1;
+                int m = atomic_load(&sc->max);
+                while (now > m && !atomic_compare_exchange_weak(&sc->max, &m, now))
+                    ;
+                /* While leading, observers see this process's value. */
+                dlock_leader *l = NULL;
+                if (dlock_election_leader(c, "n", &l) || strcmp(dlock_leader_value(l), me) != 0)
+                    _exit(12);
+                dlock_leader_free(l);
+                atomic_fetch_sub(&sc->leaders, 1);
+                atomic_fetch_add(&sc->rounds, 1);
+                if (dlock_election_resign(e))
+                    _exit(13);
+            }
+            dlock_election_free(e);
+            dlock_client_close(c);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < PROCS; p++)
+        ck_assert_int_eq(tu_wait_exit(pids[p]), 0);
+    ck_assert_int_eq(atomic_load(&sc->max), 1);
+    ck_assert_int_eq(atomic_load(&sc->rounds), PROCS * ROUNDS);
+    free(url);
+    munmap(sc, sizeof *sc);
+}
+END_TEST
+
+/* kill -9 of the leader: a waiting campaigner leads (file: at once; else
+ * when the dead leader's lease ends) with a greater token, and observers
+ * see it. */
+START_TEST(kill9_leader)
+{
+    struct ct_holder h = ct_holder_open("lease=1500ms", "elect-kill9");
+    h.pid = fork();
+    ck_assert_int_ge(h.pid, 0);
+    if (h.pid == 0) {
+        dlock_client *c = NULL;
+        dlock_election *e = NULL;
+        uint64_t t = 0;
+        if (dlock_open(h.url, &c) || dlock_election_new(c, "k9", 0, &e) ||
+            dlock_election_campaign(e, "doomed", 30000, NULL) || dlock_election_token(e, &t))
+            _exit(10);
+        ct_holder_held(h.dir, t, true);
+        _exit(0);
+    }
+    uint64_t t1 = ct_holder_wait(&h);
+    dlock_client *c = tu_open(h.url);
+    expect_leader(c, "k9", "doomed", t1);
+    dlock_election *e = election(c, "k9");
+    struct campaigner k;
+    campaigner_start(&k, e, "heir", DLOCK_FOREVER, NULL);
+    kill(h.pid, SIGKILL);
+    tu_wait_exit(h.pid);
+    EXPECT_RC(campaigner_join(&k), DLOCK_OK); /* the test's time limit fails a hang */
+    uint64_t t2 = token_of(e);
+    ck_assert_uint_gt(t2, t1);
+    expect_leader(c, "k9", "heir", t2);
+    dlock_election_free(e);
+    dlock_client_close(c);
+    ct_holder_close(&h);
+}
+END_TEST
+
+/* An observer following the election sees each change, in order. */
+struct follower {
+    dlock_client *c;
+    char seen[8][64]; /* value, or "-" for no leader */
+    atomic_int ready; /* the first reading is taken */
+    atomic_int n;
+    int rc;
+    pthread_t th;
+};
+
+static void *follower_main(void *arg)
+{
+    struct follower *f = arg;
+    dlock_leader *known = NULL;
+    f->rc = dlock_election_leader(f->c, "obs", &known);
+    atomic_store(&f->ready, 1);
+    while (!f->rc && atomic_load(&f->n) < 4) {
+        dlock_leader *next = NULL;
+        f->rc = dlock_election_observe(f->c, "obs", known, DLOCK_FOREVER, NULL, &next);
+        if (f->rc)
+            break;
+        int i = atomic_load(&f->n);
+        snprintf(f->seen[i], sizeof f->seen[i], "%s",
+                 dlock_leader_held(next) ? dlock_leader_value(next) : "-");
+        dlock_leader_free(known);
+        known = next;
+        atomic_store(&f->n, i + 1);
+    }
+    dlock_leader_free(known);
+    return NULL;
+}
+
+static void wait_seen(struct follower *f, int n)
+{
+    for (int i = 0; i < 3000 && atomic_load(&f->n) < n; i++)
+        tu_sleep_ms(10);
+    ck_assert_int_ge(atomic_load(&f->n), n);
+}
+
+START_TEST(observe_follows)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL), *o = ct_open_test(NULL);
+    dlock_election *ea = election(a, "obs"), *eb = election(b, "obs");
+    struct follower f = {.c = o};
+    ck_assert_int_eq(pthread_create(&f.th, NULL, follower_main, &f), 0);
+    for (int i = 0; i < 3000 && !atomic_load(&f.ready); i++)
+        tu_sleep_ms(10);
+    EXPECT_RC(dlock_election_campaign(ea, "one", DLOCK_TRY, NULL), DLOCK_OK);
+    wait_seen(&f, 1);
+    EXPECT_RC(dlock_election_proclaim(ea, "two"), DLOCK_OK);
+    wait_seen(&f, 2);
+    EXPECT_RC(dlock_election_resign(ea), DLOCK_OK);
+    wait_seen(&f, 3);
+    EXPECT_RC(dlock_election_campaign(eb, "three", DLOCK_TRY, NULL), DLOCK_OK);
+    pthread_join(f.th, NULL);
+    EXPECT_RC(f.rc, DLOCK_OK);
+    ck_assert_str_eq(f.seen[0], "one");
+    ck_assert_str_eq(f.seen[1], "two");
+    ck_assert_str_eq(f.seen[2], "-");
+    ck_assert_str_eq(f.seen[3], "three");
+    dlock_election_free(ea);
+    dlock_election_free(eb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(o);
+}
+END_TEST
+
+/* Campaigns and observations end at their bound and at a cancel, and a
+ * canceled campaign leaves nothing behind. */
+START_TEST(cancel_and_bounds)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_election *ea = election(a, "c"), *eb = election(b, "c");
+    EXPECT_RC(dlock_election_campaign(ea, "a", DLOCK_TRY, NULL), DLOCK_OK);
+    uint64_t ta = token_of(ea);
+    dlock_cancel *k = NULL;
+    EXPECT_RC(dlock_cancel_new(&k), DLOCK_OK);
+    struct campaigner w;
+    campaigner_start(&w, eb, "b", DLOCK_FOREVER, k);
+    ck_assert(tu_wait_thread_asleep(&w.tid, 10000));
+    EXPECT_RC(dlock_cancel_fire(k), DLOCK_OK);
+    EXPECT_RC(campaigner_join(&w), DLOCK_ECANCELED);
+    /* dlock_election_cancel reaches a campaign in progress. */
+    campaigner_start(&w, eb, "b", DLOCK_FOREVER, NULL);
+    while (!atomic_load(&w.done)) {
+        EXPECT_RC(dlock_election_cancel(eb), DLOCK_OK);
+        tu_sleep_ms(5);
+    }
+    EXPECT_RC(campaigner_join(&w), DLOCK_ECANCELED);
+    /* The canceled campaigns left no contender: the leader is unchanged,
+     * and once it resigns a try wins at once. */
+    expect_leader(b, "c", "a", ta);
+    dlock_leader *known = leader_now(b, "c"), *next = (dlock_leader *)1;
+    EXPECT_RC(dlock_election_observe(b, "c", known, 100, NULL, &next), DLOCK_ETIMEDOUT);
+    ck_assert_ptr_null(next);
+    EXPECT_RC(dlock_election_observe(b, "c", known, DLOCK_FOREVER, k, &next), DLOCK_ECANCELED);
+    ck_assert_ptr_null(next);
+    dlock_leader_free(known);
+    EXPECT_RC(dlock_election_resign(ea), DLOCK_OK);
+    EXPECT_RC(dlock_election_campaign(eb, "b", DLOCK_TRY, NULL), DLOCK_OK);
+    ck_assert_uint_gt(token_of(eb), ta);
+    dlock_cancel_free(k);
+    dlock_election_free(ea);
+    dlock_election_free(eb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+/* Leadership taken away (a forced release of the election's key): the
+ * lost callback fires once, the token is refused, resign says DLOCK_ELOST
+ * and the handle campaigns again. File: the kernel holds the lock, the
+ * force is refused and the leader stays. */
+struct lost_seen {
+    atomic_int fired;
+    dlock_election *e;
+};
+
+static void on_lost(dlock_election *e, const char *why, void *arg)
+{
+    (void)why;
+    struct lost_seen *s = arg;
+    if (e == s->e)
+        atomic_fetch_add(&s->fired, 1);
+}
+
+START_TEST(lost_callback)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_election *e = election(a, "lost");
+    struct lost_seen seen = {.e = e};
+    EXPECT_RC(dlock_election_on_lost(e, on_lost, &seen), DLOCK_OK);
+    EXPECT_RC(dlock_election_campaign(e, "v", DLOCK_TRY, NULL), DLOCK_OK);
+    uint64_t t = token_of(e);
+    if (!(CT->caps & CT_FORCE_LIVE)) {
+        EXPECT_RC(dlock_force_release(b, "lost"), DLOCK_ENOTSUP);
+        expect_leader(b, "lost", "v", t);
+        EXPECT_RC(dlock_election_resign(e), DLOCK_OK);
+    } else {
+        EXPECT_RC(dlock_force_release(b, "lost"), DLOCK_OK);
+        for (int i = 0; i < 3000 && atomic_load(&seen.fired) == 0; i++)
+            tu_sleep_ms(10);
+        ck_assert_int_eq(atomic_load(&seen.fired), 1);
+        ck_assert_int_eq(dlock_election_validity_ms(e), 0);
+        uint64_t t2 = 0;
+        EXPECT_RC(dlock_election_token(e, &t2), DLOCK_ELOST);
+        EXPECT_RC(dlock_election_proclaim(e, "w"), DLOCK_ELOST);
+        EXPECT_RC(dlock_election_resign(e), DLOCK_ELOST);
+    }
+    EXPECT_RC(dlock_election_campaign(e, "again", DLOCK_TRY, NULL), DLOCK_OK);
+    ck_assert_uint_gt(token_of(e), t);
+    ck_assert_int_eq(atomic_load(&seen.fired), (CT->caps & CT_FORCE_LIVE) ? 1 : 0);
+    dlock_election_free(e);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+END_TEST
+
+START_TEST(not_supported)
+{
+    dlock_client *c = ct_open_test(NULL);
+    dlock_election *e = (dlock_election *)1;
+    EXPECT_RC(dlock_election_new(c, "x", 0, &e), DLOCK_ENOTSUP);
+    ck_assert_ptr_null(e);
+    ck_assert_msg(strstr(dlock_errmsg(), dlock_client_backend(c)), "message: %s", dlock_errmsg());
+    dlock_leader *l = (dlock_leader *)1;
+    EXPECT_RC(dlock_election_leader(c, "x", &l), DLOCK_ENOTSUP);
+    ck_assert_ptr_null(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+int main(void)
+{
+    const struct tu_test tests[] = {
+        {"campaign_proclaim_resign", campaign_proclaim_resign, 30},
+        {"one_leader_among_n", one_leader_among_n, 120},
+        {"kill9_leader", kill9_leader, 60},
+        {"observe_follows", observe_follows, 60},
+        {"cancel_and_bounds", cancel_and_bounds, 60},
+        {"lost_callback", lost_callback, 60},
+    };
+    const struct tu_test unsupported[] = {
+        {"not_supported", not_supported, 30},
+    };
+    Suite *s = suite_create("election");
+    for (size_t i = 0; ct_fixtures[i]; i++) {
+        bool yes = has_elections(ct_fixtures[i]);
+        ct_add_case(s, i, yes ? tests : unsupported, yes ? TU_COUNT(tests) : TU_COUNT(unsupported),
+                    "e");
+    }
+    return tu_run_suite(s);
+}

@@ -1822,8 +1822,8 @@ static int acquire_from_fake(struct fake_server *fs, enum fake_mode mode, const 
 }
 
 /* A server that announces a 1 GiB bulk string and streams it: the reply
- * is cut at the cap with a message saying so, and the client never holds
- * more than the cap (hiredis alone would buffer the whole gigabyte). The
+ * is cut at the cap with a message saying so, and the client's memory
+ * stays far from the gigabyte (hiredis alone would buffer it all). The
  * generous timeout makes the cap, not the clock, end it. */
 START_TEST(huge_reply_is_capped)
 {
@@ -1836,7 +1836,11 @@ START_TEST(huge_reply_is_capped)
     ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), msg);
     ck_assert_msg(strstr(msg, "a reply larger than") != NULL, "%s", msg);
     long grown_mib = (after.ru_maxrss - before.ru_maxrss) / 1024;
-    ck_assert_msg(grown_mib < 200, "the client's memory grew by %ld MiB on a 1 GiB reply", grown_mib);
+    /* half the announced gigabyte: the cap is 32 MiB, but a sanitizer's
+     * quarantine and shadow memory keep what the reader's buffer freed
+     * as it grew (~350 MiB under ASan); without the cap the whole
+     * gigabyte is buffered */
+    ck_assert_msg(grown_mib < 512, "the client's memory grew by %ld MiB on a 1 GiB reply", grown_mib);
 }
 END_TEST
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "redis.h"
 
@@ -107,7 +108,14 @@ static int check_role(struct redis_state *s, const char *host, int port, int64_t
 
 int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t deadline)
 {
-    pthread_mutex_lock(&s->resolve_mu);
+    /* another thread may be asking: wait for it within our own bound */
+    int64_t left = dlock__time_left(deadline, s->connect_timeout_ms + s->op_timeout_ms);
+    int64_t until = dlock__now_ms() + left;
+    struct timespec abs = {(time_t)(until / 1000), (long)(until % 1000) * 1000000};
+    if (left == 0 || pthread_mutex_clocklock(&s->resolve_mu, CLOCK_MONOTONIC, &abs) != 0)
+        return dlock__err(DLOCK_ECONN, "%s: no master yet: another thread is still asking the "
+                                       "sentinels",
+                          s->where);
     pthread_mutex_lock(&s->pool_mu);
     bool done = s->master_epoch != epoch && !s->master_stale; /* another thread did it */
     pthread_mutex_unlock(&s->pool_mu);

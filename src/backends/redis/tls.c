@@ -217,8 +217,10 @@ ssize_t dlock__redis_tls_io(struct rconn *k, char *buf, size_t len, bool write)
     SSL *ssl = k->tls;
     ERR_clear_error();
     int n = write ? SSL_write(ssl, buf, (int)len) : SSL_read(ssl, buf, (int)len);
-    if (n > 0)
+    if (n > 0) {
+        k->tls_want_write = false;
         return n;
+    }
     int e = SSL_get_error(ssl, n);
     k->tls_want_write = e == SSL_ERROR_WANT_WRITE;
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {

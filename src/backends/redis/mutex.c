@@ -166,6 +166,15 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
             rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), "2", &ttl);
             /* EUNAVAIL is transient too: a failover under way (READONLY,
              * a sentinel's stale answer), LOADING, too few replicas */
+            if (rc == DLOCK_ECONN && !outage_ms &&
+                dlock__time_left(dlock__wait_deadline(w), 1) == 0) {
+                /* the wait's own deadline cut the request short: a wait
+                 * that ran out, not an outage (a slow reply under load) */
+                dlock__errmsg_save(outage_msg);
+                rc = dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s' (%s)",
+                                s->where, k.lock, outage_msg);
+                break;
+            }
             if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL) {
                 dlock__errmsg_save(outage_msg);
                 outage_ms = dlock__backoff_next(&outage);

@@ -139,9 +139,12 @@ static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t 
     return rc;
 }
 
+/* The node E was owed to (a Redlock client's bstate is not a node's). */
 static int pending_cleanup(void *bstate, void *arg, int64_t deadline)
 {
-    return pending_run(bstate, arg, deadline);
+    (void)bstate;
+    struct pending_cancel *e = arg;
+    return pending_run(e->s, e, deadline);
 }
 
 /* Before H's owner acquires NAME: send a cancel it still owes there. */

@@ -257,6 +257,11 @@ static int parse_db(struct redis_state *s, const char *text, const char *from)
 
 int dlock__redis_open(struct dlock_client *c, void **state)
 {
+    return dlock__redis_open_node(c, -1, state);
+}
+
+int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
+{
     struct redis_state *s = calloc(1, sizeof *s);
     if (!s)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
@@ -297,19 +302,20 @@ int dlock__redis_open(struct dlock_client *c, void **state)
         else if (!rc && db_param)
             rc = parse_db(s, db_param, "db");
     } else {
-        if (c->url.nhosts != 1)
+        size_t hi = node < 0 ? 0 : (size_t)node;
+        if (node < 0 && c->url.nhosts != 1)
             rc = dlock__err(DLOCK_EBADURL,
                             "bad URL '%s': %s:// takes exactly one host (for several, use "
                             "redlock:// or redis+sentinel://)",
                             url, c->url.scheme);
-        else if (!(s->host = dlock__strdup(c->url.hosts[0].host)))
+        else if (!(s->host = dlock__strdup(c->url.hosts[hi].host)))
             rc = DLOCK_ENOMEM;
-        s->port = c->url.nhosts ? c->url.hosts[0].port : 0;
+        s->port = c->url.nhosts ? c->url.hosts[hi].port : 0;
         if (s->port == 0)
             s->port = REDIS_DEFAULT_PORT;
         if (!rc)
             snprintf(s->where, sizeof s->where, strchr(s->host, ':') ? "%s [%s]:%d" : "%s %s:%d",
-                     c->url.scheme, s->host, s->port);
+                     node < 0 ? c->url.scheme : "redlock node", s->host, s->port);
         const char *path = c->url.path;
         if (!rc && path && strcmp(path, "/") != 0 && *path) {
             if (db_param)
@@ -325,7 +331,7 @@ int dlock__redis_open(struct dlock_client *c, void **state)
         strcmp(c->opts.layout, "simple") != 0)
         rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': layout '%s' is unknown (redisson or simple)",
                         url, c->opts.layout);
-    bool tls = strncmp(c->url.scheme, "rediss", 6) == 0;
+    bool tls = strncmp(c->url.scheme, "rediss", 6) == 0 || strcmp(c->url.scheme, "redlocks") == 0;
     if (!rc && !tls && (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key))
         rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': TLS options need rediss://", url);
     if (!rc && tls)
@@ -378,7 +384,7 @@ int dlock__redis_open(struct dlock_client *c, void **state)
         dlock__redis_close(s);
         return rc;
     }
-    rc = dlock__redis_load_scripts(s);
+    rc = node < 0 ? dlock__redis_load_scripts(s) : DLOCK_OK; /* a node may be down now */
     if (!rc && s->sentinel)
         rc = dlock__redis_hub_start(s); /* +switch-master, for holders and idle connections too */
     if (rc) {

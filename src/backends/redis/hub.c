@@ -400,3 +400,27 @@ void dlock__redis_hub_stop(struct redis_state *s)
     }
 }
 
+/* ====================================================== a waiter's sleep */
+
+int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms, int64_t lease_ms,
+                     int64_t outage_ms, int outage_rc, const char *outage_msg, const char *where,
+                     const char *key)
+{
+    int64_t now = dlock__now_ms();
+    int64_t until;
+    if (outage_ms > 0)
+        until = now + outage_ms;
+    else if (ttl_ms == -1)
+        until = now + lease_ms; /* a foreign lock without expiry */
+    else if (ttl_ms < 0)
+        until = now; /* vanished between the two calls: try at once */
+    else /* PTTL rounds down; 0 = expiring now; an absurd TTL is clamped */
+        until = now + (ttl_ms < DLOCK__MAX_DURATION_MS ? ttl_ms : DLOCK__MAX_DURATION_MS) + 1;
+    int rc = dlock__wait_sleep(w, seq, until);
+    if (rc == DLOCK_ETIMEDOUT && outage_ms > 0)
+        return dlock__err(outage_rc, "%s (still failing when the wait for '%s' ended)", outage_msg,
+                          key);
+    if (rc == DLOCK_ETIMEDOUT)
+        return dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s'", where, key);
+    return rc;
+}

@@ -185,26 +185,8 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
                 outage_ms = 0;
             }
         }
-        int64_t now = dlock__now_ms();
-        int64_t until;
-        if (outage_ms)
-            until = now + outage_ms;
-        else if (ttl == -1)
-            until = now + lease; /* a foreign lock without expiry */
-        else if (ttl < 0)
-            until = now; /* vanished between the two calls: try at once */
-        else /* PTTL rounds down; 0 = expiring now; an absurd TTL is clamped */
-            until = now + (ttl < DLOCK__MAX_DURATION_MS ? ttl : DLOCK__MAX_DURATION_MS) + 1;
-        rc = dlock__wait_sleep(w, seq, until);
-        if (rc == DLOCK_ETIMEDOUT && outage_ms) {
-            rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for '%s' ended)",
-                            outage_msg, k.lock);
-            break;
-        }
-        if (rc == DLOCK_ETIMEDOUT) {
-            rc = dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s'", s->where, k.lock);
-            break;
-        }
+        rc = dlock__redis_wait_sleep(w, seq, ttl, lease, outage_ms, DLOCK_ECONN, outage_msg, s->where,
+                              k.lock);
         if (rc != DLOCK_OK)
             break;
     }
@@ -474,7 +456,7 @@ static bool lock_value_like(const char *v, size_t len)
  * value is not ours to print. */
 #define FOREIGN_VALUE "(a value that is not dlock's)"
 
-static int redis_inspect(void *state, const char *name, struct dlock_info *info)
+int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
 {
     struct redis_state *s = state;
     struct lock_keys k;
@@ -544,7 +526,7 @@ out:
     return rc;
 }
 
-static int redis_force_release(void *state, const char *name)
+int dlock__redis_force_release(void *state, const char *name)
 {
     struct redis_state *s = state;
     struct lock_keys k;
@@ -615,7 +597,7 @@ static bool key_is_lock(struct redis_state *s, struct rconn *k, const char *key,
     return yes;
 }
 
-static int redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
 {
     struct redis_state *s = state;
     struct rconn *k;
@@ -687,9 +669,9 @@ const struct dlock__backend dlock__backend_redis = {
     .acquire = redis_acquire,
     .release = redis_release,
     .renew = redis_renew,
-    .inspect = redis_inspect,
-    .force_release = redis_force_release,
-    .list = redis_list,
+    .inspect = dlock__redis_inspect,
+    .force_release = dlock__redis_force_release,
+    .list = dlock__redis_list,
     .downgrade = dlock__redis_rw_downgrade,
     .sem_acquire = dlock__redis_sem_acquire,
     .sem_release = dlock__redis_sem_release,

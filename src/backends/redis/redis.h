@@ -156,6 +156,11 @@ struct lock_keys {
 /* ------------------------------------------------------------- conn.c */
 
 int dlock__redis_open(struct dlock_client *c, void **state);
+/* The state of host NODE of C's URL, one node of a multi-node URL
+ * (redlock.c); -1: the one host of a single-node URL (dlock__redis_open). A
+ * node's scripts are not loaded at open (it may be down): the caller
+ * fills s->sha, and EVALSHA falls back to EVAL. */
+int dlock__redis_open_node(struct dlock_client *c, int node, void **state);
 void dlock__redis_close(void *state);
 /* Map a server error reply to a code, with the server's words. */
 int dlock__redis_server_error(struct redis_state *s, const char *text, const char *what);
@@ -347,6 +352,22 @@ void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len,
                      bool acquired);
 /* Stop the hub thread and free every channel. */
 void dlock__redis_hub_stop(struct redis_state *s);
+/* A waiter's sleep between two tries of lock KEY: W from SEQ until a
+ * wake, or the holder's lease TTL_MS as the try saw it (-1: a lock
+ * without expiry, LEASE_MS then; < -1: try at once), or OUTAGE_MS when
+ * > 0 (an outage's backoff). DLOCK_OK to try again, or how the wait ended
+ * with its message: DLOCK_ETIMEDOUT naming WHERE and KEY, OUTAGE_RC with
+ * OUTAGE_MSG when it ended during an outage, DLOCK_ECANCELED. */
+int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms, int64_t lease_ms,
+                     int64_t outage_ms, int outage_rc, const char *outage_msg, const char *where,
+                     const char *key);
+
+/* ------------------------------------------------------------ mutex.c */
+
+/* One node's inspect, force release and list (redlock.c asks each). */
+int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info);
+int dlock__redis_force_release(void *state, const char *name);
+int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
 /* -------------------------------------------------------- semaphore.c */
 

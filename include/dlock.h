@@ -157,7 +157,7 @@ typedef enum dlock_option {
  * dlock_client_url() ever shows a password.
  * Returns DLOCK_OK; DLOCK_EBADURL (malformed URL, unknown scheme or
  * option, bad duration); DLOCK_ENOTBUILT (the scheme's backend is not in
- * this build); DLOCK_ENOTSUP (a scheme not served yet: redlock); DLOCK_ENOMEM; DLOCK_EINVAL (OUT is NULL). Any thread. */
+ * this build); DLOCK_ENOMEM; DLOCK_EINVAL (OUT is NULL). Any thread. */
 DLOCK_EXTERN int dlock_client_new(const char *url, dlock_client **out);
 
 /* Set an option of a client not yet connected; it overrides the URL's.

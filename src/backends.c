@@ -11,6 +11,7 @@
 extern const struct dlock__backend dlock__backend_file;
 #ifdef DLOCK_HAVE_REDIS
 extern const struct dlock__backend dlock__backend_redis;
+extern const struct dlock__backend dlock__backend_redlock;
 #endif
 #ifdef DLOCK_HAVE_ETCD
 extern const struct dlock__backend dlock__backend_etcd;
@@ -29,6 +30,7 @@ extern const struct dlock__backend dlock__backend_zk;
 static const char *const no_params[] = {NULL};
 static const char *const redis_params[] = {"db", "sync", "sync_timeout", "sentinel_password",
                                            NULL};
+static const char *const redlock_params[] = {"db", "node_timeout", NULL};
 static const char *const zk_params[] = {"base", "acl", NULL};
 static const char *const etcd_params[] = {"max_reply", NULL};
 
@@ -45,14 +47,16 @@ static const struct {
     {"redis+unix", &dlock__backend_redis, NULL, redis_params},
     {"redis+sentinel", &dlock__backend_redis, NULL, redis_params},
     {"rediss+sentinel", &dlock__backend_redis, NULL, redis_params},
-    {"redlock", &dlock__backend_redis, NULL, redis_params},
+    {"redlock", &dlock__backend_redlock, NULL, redlock_params},
+    {"redlocks", &dlock__backend_redlock, NULL, redlock_params},
 #else
     {"redis", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"rediss", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"redis+unix", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"redis+sentinel", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"rediss+sentinel", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
-    {"redlock", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
+    {"redlock", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redlock_params},
+    {"redlocks", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redlock_params},
 #endif
 #ifdef DLOCK_HAVE_ETCD
     {"etcd", &dlock__backend_etcd, NULL, etcd_params},
@@ -108,7 +112,7 @@ const struct dlock__backend *dlock__backend_find(const char *scheme, int *err)
     }
     *err = dlock__err(DLOCK_EBADURL,
                       "unknown URL scheme '%s://' (known: file, redis, redis+unix, "
-                      "redis+sentinel, redlock, etcd, etcd+https, zk)",
+                      "redis+sentinel, redlock, redlocks, etcd, etcd+https, zk)",
                       scheme);
     return NULL;
 }

@@ -298,6 +298,77 @@ static struct ct_fixture fx_rediss = {
 };
 #endif
 
+/* --------------------------------------------------------------- redlock */
+
+#ifdef DLOCK_HAVE_REDIS
+/* Three independent redis-servers, one redlock:// URL over them. */
+#define REDLOCK_NODES 3
+static struct fx_redis redlock_nodes[REDLOCK_NODES];
+
+static bool redlock_start(struct ct_fixture *f)
+{
+    for (int i = 0; i < REDLOCK_NODES; i++)
+        if (!fx_redis_start(&redlock_nodes[i], NULL)) {
+            snprintf(f->error, sizeof f->error, "redis-server %d of %d did not start (log on "
+                     "stderr)", i + 1, REDLOCK_NODES);
+            return false;
+        }
+    return true;
+}
+
+static void redlock_stop(struct ct_fixture *f)
+{
+    (void)f;
+    for (int i = 0; i < REDLOCK_NODES; i++)
+        fx_redis_stop(&redlock_nodes[i]);
+}
+
+static char *redlock_url(const struct ct_fixture *f, const char *query)
+{
+    (void)f;
+    char *base = tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", redlock_nodes[0].port,
+                        redlock_nodes[1].port, redlock_nodes[2].port);
+    char *url = with_query(base, query);
+    free(base);
+    return url;
+}
+
+static char *redlock_unreachable(const struct ct_fixture *f, int port)
+{
+    (void)f;
+    return tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?connect_timeout=500ms", port,
+                  port, port);
+}
+
+/* A waiter listens on every node: the fewest subscribers any node sees. */
+static long redlock_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
+                            const char *name)
+{
+    (void)f;
+    (void)c;
+    long least = -1;
+    for (int i = 0; i < REDLOCK_NODES; i++) {
+        long n = waiters_on(&redlock_nodes[i], prefix, name);
+        if (n < 0)
+            return -1;
+        if (least < 0 || n < least)
+            least = n;
+    }
+    return least;
+}
+
+static struct ct_fixture fx_redlock = {
+    .name = "redlock",
+    .scheme = "redlock",
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .start = redlock_start,
+    .stop = redlock_stop,
+    .url = redlock_url,
+    .unreachable_url = redlock_unreachable,
+    .waiters = redlock_waiters,
+};
+#endif
+
 /* ------------------------------------------------------------------ etcd */
 
 #ifdef DLOCK_HAVE_ETCD
@@ -407,6 +478,7 @@ struct ct_fixture *const ct_fixtures[] = {
     &fx_redis_simple,
     &fx_rediss,
     &fx_redis_sentinel,
+    &fx_redlock,
 #endif
 #ifdef DLOCK_HAVE_ETCD
     &fx_etcd,

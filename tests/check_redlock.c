@@ -1,0 +1,408 @@
+/* check_redlock.c -- redlock:// against real redis-servers: what a quorum
+ * of independent masters adds to the single-node backend.
+ *
+ * The lock contract runs on three nodes in check_contract (fixture
+ * "redlock"); here are the faults only several nodes have: a minority
+ * down or stopped (the lock still works), a majority down (DLOCK_EUNAVAIL
+ * at once) or stopped while held (the hold is lost), the fencing token
+ * across acquisitions granted by different majorities, the condition
+ * under which it only grows (a node that restarts from a stale snapshot
+ * makes it go back; with appendfsync always it does not), and the
+ * node-redlock / redsync keys played on the wire.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "fixture_redis.h"
+#include "testutil.h"
+
+#define MAX_NODES 5
+
+static struct fx_redis nodes[MAX_NODES];
+static int nnodes;
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Start N nodes with EXTRA server arguments (may be NULL). */
+static void start_nodes(int n, const char *const *extra)
+{
+    nnodes = n;
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fx_redis_start(&nodes[i], extra), "redis-server %d could not be started", i);
+}
+
+static void stop_nodes(void)
+{
+    for (int i = 0; i < nnodes; i++) {
+        if (nodes[i].pid > 0)
+            kill(nodes[i].pid, SIGCONT);
+        fx_redis_stop(&nodes[i]);
+    }
+}
+
+/* redlock://every node?QUERY (caller frees). */
+static char *rl_url(const char *query)
+{
+    char hosts[MAX_NODES * 24] = "";
+    size_t len = 0;
+    for (int i = 0; i < nnodes; i++)
+        len += (size_t)snprintf(hosts + len, sizeof hosts - len, "%s127.0.0.1:%d", i ? "," : "",
+                                nodes[i].port);
+    return tu_fmt("redlock://%s%s%s", hosts, query && *query ? "?" : "", query ? query : "");
+}
+
+static dlock_client *rl_open(const char *query)
+{
+    char *url = rl_url(query);
+    dlock_client *c = tu_open(url);
+    free(url);
+    return c;
+}
+
+/* One raw command on node I; the reply (caller frees). */
+static redisReply *node_cmd(int i, const char *fmt, ...)
+{
+    redisContext *ctx = fx_redis_raw(&nodes[i], NULL);
+    ck_assert_msg(ctx != NULL, "raw connection to node %d failed", i);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "raw command '%s' on node %d failed: %s", fmt, i, ctx->errstr);
+    redisFree(ctx);
+    return r;
+}
+
+/* The integer (or integer string) a raw command on node I answers; -1 for
+ * nil. */
+static long long node_int(int i, const char *fmt, ...)
+{
+    redisContext *ctx = fx_redis_raw(&nodes[i], NULL);
+    ck_assert_msg(ctx != NULL, "raw connection to node %d failed", i);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "raw command '%s' on node %d failed", fmt, i);
+    long long v = r->type == REDIS_REPLY_INTEGER  ? r->integer
+                  : r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10)
+                                                  : -1;
+    freeReplyObject(r);
+    redisFree(ctx);
+    return v;
+}
+
+static void node_signal(int i, int sig)
+{
+    ck_assert_int_eq(kill(nodes[i].pid, sig), 0);
+}
+
+/* Acquire NAME at once through C and give it back: its token. */
+static uint64_t take_token(dlock_client *c, const char *name)
+{
+    dlock_lock *l = tu_lock(c, name);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = tu_token(l);
+    int rc = dlock_release(l);
+    ck_assert_msg(rc == DLOCK_OK, "release: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    dlock_lock_free(l);
+    return t;
+}
+
+/* Three nodes and a client of them (lease 1.5 s, node timeout 200 ms)
+ * with a handle on "job" whose lost callback LOST records. */
+static dlock_lock *watched_job(dlock_client **c, struct tu_lost *lost)
+{
+    start_nodes(3, NULL);
+    *c = rl_open("lease=1500ms&node_timeout=200ms");
+    dlock_lock *l = tu_lock(*c, "job");
+    dlock_lock_on_lost(l, tu_on_lost, lost);
+    return l;
+}
+
+/* Another client gets "job" within WAIT and gives it back: its token. */
+static uint64_t next_owner_token(int64_t wait)
+{
+    dlock_client *b = rl_open("lease=1500ms&node_timeout=200ms");
+    dlock_lock *lb = tu_lock(b, "job");
+    TU_ACQUIRE_OK(lb, wait);
+    uint64_t t = tu_token(lb);
+    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    return t;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+/* Two of five nodes down: the lock works on the other three, exclusion
+ * included; the message of a failure would name the nodes. */
+START_TEST(minority_down_still_works)
+{
+    start_nodes(5, NULL);
+    dlock_client *a = rl_open("node_timeout=500ms"), *b = rl_open("node_timeout=500ms");
+    fx_redis_kill(&nodes[1]);
+    fx_redis_kill(&nodes[3]);
+    dlock_lock *la = tu_lock(a, "job"), *lb = tu_lock(b, "job");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    int rc = dlock_acquire(lb, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EBUSY, "second owner: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(b, "job", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_uint_eq(dlock_info_token(info), tu_token(la));
+    dlock_info_free(info);
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    stop_nodes();
+}
+END_TEST
+
+/* Two of three nodes down: an acquire fails with DLOCK_EUNAVAIL at its
+ * first attempt (a bounded wait does not wait it out), naming how many
+ * answered; the CLI exits 69; a client opened then fails to connect. */
+START_TEST(majority_down_unavailable)
+{
+    start_nodes(3, NULL);
+    dlock_client *c = rl_open("node_timeout=500ms");
+    fx_redis_kill(&nodes[0]);
+    fx_redis_kill(&nodes[2]);
+    dlock_lock *l = tu_lock(c, "job");
+    int rc = dlock_acquire(l, 60000);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "only 1 of 3 nodes answered, 2 needed"), "message: %s",
+                  dlock_errmsg());
+    dlock_lock_free(l);
+    dlock_client_close(c);
+
+    char *url = rl_url("node_timeout=500ms");
+    char *out = NULL, *err = NULL;
+    const char *args[] = {"-u", url, "run", "-w", "60", "job", "true", NULL};
+    rc = tu_dlock(&out, &err, NULL, args);
+    ck_assert_msg(rc == 69 || rc == 75, "dlock run exit %d: %s", rc, err);
+    free(out);
+    free(err);
+    dlock_client *d = NULL;
+    rc = dlock_open(url, &d);
+    ck_assert_msg(rc == DLOCK_ECONN && !d, "open: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    free(url);
+    stop_nodes();
+}
+END_TEST
+
+/* A node stopped (SIGSTOP) while the lock is acquired and held past its
+ * lease: the acquire answers from the other two within the node timeout,
+ * renewals keep the hold valid on the majority, nothing is lost; once the
+ * node resumes its copy has expired and the lock goes on. */
+START_TEST(node_stopped_during_acquire_and_hold)
+{
+    dlock_client *a;
+    struct tu_lost lost = {0};
+    dlock_lock *l = watched_job(&a, &lost);
+    node_signal(1, SIGSTOP);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    /* past two leases, renewed by the other two nodes */
+    ck_assert(!tu_wait_lost(&lost, 1, 3500));
+    ck_assert_msg(dlock_validity_ms(l) > 0, "validity %lld", (long long)dlock_validity_ms(l));
+    node_signal(1, SIGCONT);
+    uint64_t first = tu_token(l);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(atomic_load(&lost.fired), 0);
+    ck_assert_uint_gt(next_owner_token(DLOCK_TRY), first);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    stop_nodes();
+}
+END_TEST
+
+/* A majority stopped while the lock is held: no renewal reaches Q nodes,
+ * the hold is declared lost at its validity deadline (the callback once),
+ * and its release does not say DLOCK_OK; resumed, the nodes let a new
+ * owner in. */
+START_TEST(majority_stopped_while_held_is_lost)
+{
+    dlock_client *a;
+    struct tu_lost lost = {0};
+    dlock_lock *l = watched_job(&a, &lost);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    node_signal(0, SIGSTOP);
+    node_signal(2, SIGSTOP);
+    ck_assert_msg(tu_wait_lost(&lost, 1, 30000), "the hold was never declared lost");
+    ck_assert_int_eq(dlock_validity_ms(l), 0);
+    node_signal(0, SIGCONT);
+    node_signal(2, SIGCONT);
+    int rc = dlock_release(l);
+    ck_assert_msg(rc != DLOCK_OK, "release of a lost hold: %s", dlock_err_name(rc));
+    next_owner_token(20000);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    ck_assert_int_eq(atomic_load(&lost.fired), 1);
+    stop_nodes();
+}
+END_TEST
+
+/* Acquisitions granted by different majorities (a different node stopped
+ * each time) get growing tokens even though the nodes' counters started
+ * apart: the granting nodes below the token are raised to it. */
+START_TEST(tokens_grow_across_majorities)
+{
+    start_nodes(3, NULL);
+    /* counters far apart, the highest on node 2 */
+    for (int i = 0; i < 3; i++)
+        freeReplyObject(node_cmd(i, "SET redisson_lock_token:{job} %lld",
+                                 2000000000000000LL + 1000 * i));
+    dlock_client *c = rl_open("lease=5s&node_timeout=300ms");
+    uint64_t last = take_token(c, "job");
+    ck_assert_uint_eq(last, 2000000000002001ULL);
+    for (int round = 0; round < 6; round++) {
+        int down = (2 + round) % 3; /* node 2 first: the one with the highest counter */
+        node_signal(down, SIGSTOP);
+        uint64_t t = take_token(c, "job");
+        node_signal(down, SIGCONT);
+        ck_assert_msg(t > last, "round %d (node %d stopped): token %llu after %llu", round, down,
+                      (unsigned long long)t, (unsigned long long)last);
+        last = t;
+    }
+    dlock_client_close(c);
+    stop_nodes();
+}
+END_TEST
+
+/* The condition of the token, both sides, with the same sequence: the
+ * counters agree at T0; node 0 saves a snapshot; node 2 is stopped while
+ * three acquisitions by {0, 1} take the token to T0 + 3; node 0 crashes
+ * and restarts; node 1 is stopped and {0, 2} grant the next acquisition.
+ * Node 0 restarted from the snapshot (RDB only) lost its increments and
+ * node 2 never saw them (at most the first request, delivered late): the
+ * token goes back (the documented failure).
+ * With appendonly yes + appendfsync always node 0 keeps its counter and
+ * the token grows. */
+static void token_after_restart(bool fsync_always)
+{
+    const char *aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
+    start_nodes(3, fsync_always ? aof : NULL);
+    dlock_client *c = rl_open("lease=5s&node_timeout=300ms");
+    uint64_t t0 = take_token(c, "job");
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(node_int(i, "GET redisson_lock_token:{job}"), (long long)t0);
+    freeReplyObject(node_cmd(0, "SAVE"));
+    node_signal(2, SIGSTOP);
+    uint64_t last = t0;
+    for (int k = 0; k < 3; k++)
+        last = take_token(c, "job");
+    ck_assert_uint_eq(last, t0 + 3);
+    ck_assert(fx_redis_restart(&nodes[0]));
+    node_signal(2, SIGCONT);
+    node_signal(1, SIGSTOP);
+    uint64_t next = take_token(c, "job");
+    node_signal(1, SIGCONT);
+    if (fsync_always)
+        ck_assert_msg(next > last, "with appendfsync always: token %llu after %llu",
+                      (unsigned long long)next, (unsigned long long)last);
+    else
+        ck_assert_msg(next <= last,
+                      "restarted from a stale snapshot: token %llu after %llu (T0 %llu); the "
+                      "documented regression did not show",
+                      (unsigned long long)next, (unsigned long long)last, (unsigned long long)t0);
+    dlock_client_close(c);
+    stop_nodes();
+}
+
+START_TEST(token_regresses_without_persistence)
+{
+    token_after_restart(false);
+}
+END_TEST
+
+START_TEST(token_grows_with_appendfsync_always)
+{
+    token_after_restart(true);
+}
+END_TEST
+
+/* node-redlock's scripts and redsync's commands, played on the nodes,
+ * against dlock with layout=simple on the same names. */
+static const char NODE_REDLOCK_ACQUIRE[] =
+    "for i, key in ipairs(KEYS) do if redis.call('exists', key) == 1 then return 0 end end "
+    "for i, key in ipairs(KEYS) do redis.call('set', key, ARGV[1], 'PX', ARGV[2]) end "
+    "return #KEYS";
+static const char NODE_REDLOCK_RELEASE[] =
+    "local count = 0 for i, key in ipairs(KEYS) do if redis.call('get', key) == ARGV[1] then "
+    "redis.pcall('del', key) count = count + 1 end end return count";
+
+START_TEST(redlock_simple_interop)
+{
+    start_nodes(3, NULL);
+    dlock_client *c = rl_open("layout=simple&node_timeout=300ms&lease=5s");
+    dlock_lock *l = tu_lock(c, "resource");
+    const char *value = "0123456789abcdef0123456789abcdef"; /* node-redlock: 16 random bytes, hex */
+
+    /* node-redlock holds it on a majority: dlock is busy */
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(node_int(i, "EVAL %s 1 resource %s 10000", NODE_REDLOCK_ACQUIRE, value), 1);
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EBUSY, "over node-redlock's lock: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    /* nothing of dlock's is left on the free node */
+    ck_assert_int_eq(node_int(2, "EXISTS resource"), 0);
+    /* node-redlock releases: a dlock waiter gets in */
+    struct tu_waiter w = {0};
+    tu_waiter_start(&w, l, 20000);
+    ck_assert(tu_wait_thread_asleep(&w.tid, 10000));
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(node_int(i, "EVAL %s 1 resource %s", NODE_REDLOCK_RELEASE, value), 1);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+
+    /* dlock holds it: node-redlock's acquire and redsync's SET NX fail
+     * on every node; their release scripts leave dlock's key alone */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(node_int(i, "EVAL %s 1 resource %s 10000", NODE_REDLOCK_ACQUIRE, value), 0);
+        redisReply *r = node_cmd(i, "SET resource redsyncvalue== NX PX 8000");
+        ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
+        freeReplyObject(r);
+        ck_assert_int_eq(node_int(i, "EVAL %s 1 resource %s", NODE_REDLOCK_RELEASE, value), 0);
+        ck_assert_int_eq(node_int(i, "EXISTS resource"), 1);
+    }
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(node_int(i, "EXISTS resource"), 0);
+
+    /* a redsync lock on one node only (a minority): dlock takes the others */
+    redisReply *r = node_cmd(0, "SET resource redsyncvalue== NX PX 8000");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_nodes();
+}
+END_TEST
+
+int main(void)
+{
+    const struct tu_test tests[] = {
+        {"minority_down_still_works", minority_down_still_works, 60},
+        {"majority_down_unavailable", majority_down_unavailable, 60},
+        {"node_stopped_during_acquire_and_hold", node_stopped_during_acquire_and_hold, 60},
+        {"majority_stopped_while_held_is_lost", majority_stopped_while_held_is_lost, 60},
+        {"tokens_grow_across_majorities", tokens_grow_across_majorities, 60},
+        {"token_regresses_without_persistence", token_regresses_without_persistence, 60},
+        {"token_grows_with_appendfsync_always", token_grows_with_appendfsync_always, 60},
+        {"redlock_simple_interop", redlock_simple_interop, 60},
+    };
+    return tu_main("redlock", tests, TU_COUNT(tests), NULL, stop_nodes);
+}

@@ -2624,6 +2624,34 @@ START_TEST(sentinel_failover_holding_and_waiting)
 }
 END_TEST
 
+/* Sentinels that want a password (requirepass): refused without one
+ * (DLOCK_EAUTH saying what to give) or with a wrong one; served with
+ * ?sentinel_password= or DLOCK_REDIS_SENTINEL_PASSWORD. */
+START_TEST(sentinel_password_from_url_and_environment)
+{
+    sen.sentinel_password = "s3cret";
+    ck_assert_msg(fx_sentinels_start(&sen, 0, 1), "the Sentinel topology did not start");
+    open_fails(sen.url, DLOCK_EAUTH, "sentinel_password");
+    char *wrong = tu_fmt("%s?sentinel_password=nope", sen.url);
+    open_fails(wrong, DLOCK_EAUTH, "sentinel_password refused");
+    char *right = tu_fmt("%s?sentinel_password=s3cret", sen.url);
+    const char *urls[] = {right, sen.url};
+    setenv("DLOCK_REDIS_SENTINEL_PASSWORD", "s3cret", 1); /* used by the second only */
+    for (size_t i = 0; i < 2; i++) {
+        dlock_client *c = tu_open(urls[i]);
+        dlock_lock *l = tu_lock(c, "authed");
+        TU_ACQUIRE_OK(l, DLOCK_TRY);
+        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+        dlock_client_close(c);
+    }
+    unsetenv("DLOCK_REDIS_SENTINEL_PASSWORD");
+    free(wrong);
+    free(right);
+    fx_sentinels_stop(&sen);
+}
+END_TEST
+
 /* A proxy on the replication link between a replica and the master:
  * while FROZEN it stops passing the master's stream on, so the replica
  * stays connected and up to its sentinels but receives no more writes. */
@@ -2883,6 +2911,7 @@ int main(void)
         {"tls_verification_and_client_certs", tls_verification_and_client_certs, 60},
         {"sync_acquire_needs_replica_acks", sync_acquire_needs_replica_acks, 60},
         {"sentinel_failover_holding_and_waiting", sentinel_failover_holding_and_waiting, 120},
+        {"sentinel_password_from_url_and_environment", sentinel_password_from_url_and_environment, 60},
         {"sentinel_failover_loses_unsynced_hold", sentinel_failover_loses_unsynced_hold, 120},
         {"cli_on_redis_urls", cli_on_redis_urls, 60},
         {"cli_holder_renewed_then_killed", cli_holder_renewed_then_killed, 60},

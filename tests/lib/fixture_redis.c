@@ -184,9 +184,9 @@ void fx_redis_stop(struct fx_redis *r)
 
 /* ------------------------------------------------------------ Sentinel */
 
-/* A raw command to 127.0.0.1:PORT (a sentinel or a server); NULL when it
- * does not answer. */
-static redisReply *raw_at(int port, const char *fmt, ...)
+/* A raw command to 127.0.0.1:PORT (a sentinel or a server), after AUTH
+ * PASSWORD when not NULL; NULL when it does not answer. */
+static redisReply *raw_at(int port, const char *password, const char *fmt, ...)
 {
     struct timeval tv = {1, 0};
     redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
@@ -196,6 +196,11 @@ static redisReply *raw_at(int port, const char *fmt, ...)
         return NULL;
     }
     redisSetTimeout(ctx, tv);
+    if (password) {
+        redisReply *a = redisCommand(ctx, "AUTH %s", password);
+        if (a)
+            freeReplyObject(a);
+    }
     va_list ap;
     va_start(ap, fmt);
     redisReply *r = redisvCommand(ctx, fmt, ap);
@@ -205,9 +210,9 @@ static redisReply *raw_at(int port, const char *fmt, ...)
 }
 
 /* The master's port sentinel PORT names, 0 when none. */
-static int sentinel_says(int port)
+static int sentinel_says(int port, const char *password)
 {
-    redisReply *r = raw_at(port, "SENTINEL get-master-addr-by-name %s", FX_SENTINEL_MASTER);
+    redisReply *r = raw_at(port, password, "SENTINEL get-master-addr-by-name %s", FX_SENTINEL_MASTER);
     int master = 0;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
         master = atoi(r->element[1]->str);
@@ -219,7 +224,7 @@ static int sentinel_says(int port)
 /* Whether the server on PORT says ROLE master. */
 static bool role_is_master(int port)
 {
-    redisReply *r = raw_at(port, "ROLE");
+    redisReply *r = raw_at(port, NULL, "ROLE");
     bool yes = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
                strcmp(r->element[0]->str, "master") == 0;
     if (r)
@@ -228,9 +233,9 @@ static bool role_is_master(int port)
 }
 
 /* A field of SENTINEL master NAME on sentinel PORT, as a number (-1). */
-static long sentinel_field(int port, const char *field)
+static long sentinel_field(int port, const char *password, const char *field)
 {
-    redisReply *r = raw_at(port, "SENTINEL master %s", FX_SENTINEL_MASTER);
+    redisReply *r = raw_at(port, password, "SENTINEL master %s", FX_SENTINEL_MASTER);
     long v = -1;
     for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
         if (strcmp(r->element[i]->str, field) == 0)
@@ -246,7 +251,7 @@ static bool replicas_online(int master_port, size_t n)
     char want[32];
     snprintf(want, sizeof want, "connected_slaves:%zu", n);
     for (int i = 0; i < 400; i++) {
-        redisReply *r = raw_at(master_port, "INFO replication");
+        redisReply *r = raw_at(master_port, NULL, "INFO replication");
         bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, want);
         for (size_t k = 0; ok && k < n; k++) {
             char slave[32];
@@ -271,7 +276,9 @@ bool fx_sentinels_start(struct fx_sentinels *t, size_t nreplicas, size_t nsentin
 bool fx_sentinels_start_via(struct fx_sentinels *t, size_t nreplicas, size_t nsentinels,
                             int (*via)(int master_port, size_t i, void *arg), void *arg)
 {
+    const char *password = t->sentinel_password; /* the one field set before */
     memset(t, 0, sizeof *t);
+    t->sentinel_password = password;
     if (nreplicas > FX_SENTINEL_MAX || nsentinels > FX_SENTINEL_MAX || !fx_redis_start(&t->master, NULL))
         return false;
     for (t->nreplicas = 0; t->nreplicas < nreplicas; t->nreplicas++) {
@@ -296,9 +303,10 @@ bool fx_sentinels_start_via(struct fx_sentinels *t, size_t nreplicas, size_t nse
                             "sentinel monitor %s 127.0.0.1 %d 2\n"
                             "sentinel down-after-milliseconds %s 1000\n"
                             "sentinel failover-timeout %s 4000\n"
-                            "sentinel parallel-syncs %s 5\n",
+                            "sentinel parallel-syncs %s 5\n%s%s\n",
                             t->sentinel_port[i], t->dir, FX_SENTINEL_MASTER, t->master.port,
-                            FX_SENTINEL_MASTER, FX_SENTINEL_MASTER, FX_SENTINEL_MASTER);
+                            FX_SENTINEL_MASTER, FX_SENTINEL_MASTER, FX_SENTINEL_MASTER,
+                            password ? "requirepass " : "", password ? password : "");
         FILE *f = fopen(conf, "w");
         if (f) {
             fputs(text, f);
@@ -321,8 +329,10 @@ bool fx_sentinels_start_via(struct fx_sentinels *t, size_t nreplicas, size_t nse
     for (int i = 0; i < 600; i++) {
         bool all = true;
         for (size_t k = 0; k < t->nsentinels && all; k++)
-            all = sentinel_field(t->sentinel_port[k], "num-slaves") == (long)nreplicas &&
-                  sentinel_field(t->sentinel_port[k], "num-other-sentinels") == (long)nsentinels - 1;
+            all = sentinel_field(t->sentinel_port[k], t->sentinel_password, "num-slaves") ==
+                      (long)nreplicas &&
+                  sentinel_field(t->sentinel_port[k], t->sentinel_password,
+                                 "num-other-sentinels") == (long)nsentinels - 1;
         if (all)
             return true;
         tu_sleep_ms(50);
@@ -333,7 +343,7 @@ bool fx_sentinels_start_via(struct fx_sentinels *t, size_t nreplicas, size_t nse
 
 int fx_sentinels_master_port(const struct fx_sentinels *t)
 {
-    return t->nsentinels ? sentinel_says(t->sentinel_port[0]) : 0;
+    return t->nsentinels ? sentinel_says(t->sentinel_port[0], t->sentinel_password) : 0;
 }
 
 struct fx_redis *fx_sentinels_server(struct fx_sentinels *t, int port)
@@ -349,7 +359,8 @@ struct fx_redis *fx_sentinels_server(struct fx_sentinels *t, int port)
 int fx_sentinels_failover(struct fx_sentinels *t)
 {
     int old = fx_sentinels_master_port(t);
-    redisReply *r = raw_at(t->sentinel_port[0], "SENTINEL FAILOVER %s", FX_SENTINEL_MASTER);
+    redisReply *r = raw_at(t->sentinel_port[0], t->sentinel_password, "SENTINEL FAILOVER %s",
+                           FX_SENTINEL_MASTER);
     bool started = r && r->type != REDIS_REPLY_ERROR;
     if (r && !started)
         fprintf(stderr, "SENTINEL FAILOVER: %s\n", r->str);
@@ -359,7 +370,7 @@ int fx_sentinels_failover(struct fx_sentinels *t)
         int now = 0;
         bool agree = true;
         for (size_t k = 0; k < t->nsentinels && agree; k++) {
-            int says = sentinel_says(t->sentinel_port[k]);
+            int says = sentinel_says(t->sentinel_port[k], t->sentinel_password);
             agree = says != 0 && says != old && (now == 0 || says == now);
             now = says;
         }

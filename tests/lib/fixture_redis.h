@@ -67,6 +67,7 @@ struct fx_sentinels {
     int sentinel_port[FX_SENTINEL_MAX];
     char *dir;
     char url[512]; /* "redis+sentinel://127.0.0.1:P1,.../dlockm" */
+    const char *sentinel_password; /* set before start: the sentinels' requirepass */
 };
 
 bool fx_sentinels_start(struct fx_sentinels *t, size_t nreplicas, size_t nsentinels);

@@ -58,8 +58,12 @@ static int ask_sentinel(struct redis_state *s, size_t i, int64_t deadline, char 
     if (ra && ra->type == REDIS_REPLY_ERROR)
         rc = dlock__err(DLOCK_EAUTH, "%s: sentinel_password refused: %s", k->where, ra->str);
     else if (!rc && r->type == REDIS_REPLY_ERROR)
-        rc = dlock__err(DLOCK_EBACKEND, "%s: SENTINEL get-master-addr-by-name %s: %s", k->where,
-                        s->master_name, r->str);
+        rc = dlock__err(strncmp(r->str, "NOAUTH", 6) == 0 ? DLOCK_EAUTH : DLOCK_EBACKEND,
+                        "%s: SENTINEL get-master-addr-by-name %s: %s%s", k->where, s->master_name,
+                        r->str,
+                        strncmp(r->str, "NOAUTH", 6) == 0
+                            ? " (give sentinel_password or DLOCK_REDIS_SENTINEL_PASSWORD)"
+                            : "");
     else if (!rc && r->type == REDIS_REPLY_NIL)
         rc = dlock__err(DLOCK_ENOENT, "%s: this sentinel monitors no master named '%s'", k->where,
                         s->master_name);

@@ -646,6 +646,7 @@ static int term_counter_main(const char *path)
     sigaction(SIGTERM, &sa, NULL);
     char *ready = tu_fmt("%s.ready", path);
     tu_write_marker(ready, "");
+    free(ready);
     for (int i = 0; i < 20; i++) /* long enough for a second delivery to land */
         tu_sleep_ms(50);
     return 0;

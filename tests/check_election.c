@@ -9,8 +9,9 @@
  * leadership to a waiting campaigner (file: at once; otherwise at the end
  * of its lease); an observer follows every change; campaigns and
  * observations end at a cancel or their bound; forced loss of
- * leadership calls the lost callback. Tests wait on conditions, never on
- * fixed sleeps, and never assert on time.
+ * leadership calls the lost callback; on etcd, the real etcdctl elect
+ * (Go's concurrency.Election) campaigns and observes beside dlock. Tests
+ * wait on conditions, never on fixed sleeps, and never assert on time.
  *
  * DLOCK_TEST=<substring or glob of "backend/test"> runs a subset.
  */
@@ -34,7 +35,7 @@
 /* The fixtures whose backend has elections (docs/backends.md). */
 static bool has_elections(const struct ct_fixture *f)
 {
-    return strcmp(f->name, "file") == 0;
+    return strcmp(f->name, "file") == 0 || strcmp(f->name, "etcd") == 0;
 }
 
 /* ------------------------------------------------------------- helpers */
@@ -422,6 +423,88 @@ START_TEST(lost_callback)
 }
 END_TEST
 
+/* etcd: Go's concurrency.Election, played by the real etcdctl. `etcdctl
+ * elect NAME PROPOSAL` leads and dlock's campaign waits for it, then
+ * dlock leads and `etcdctl elect -l NAME` observes its value and its
+ * proclaims. */
+
+/* http://host:port of the running etcd fixture (from its URL). */
+static char *etcd_endpoint(void)
+{
+    char *url = ct_test_url(NULL);
+    const char *hp = strstr(url, "://");
+    ck_assert_ptr_nonnull(hp);
+    hp += 3;
+    size_t n = strcspn(hp, "/?");
+    char *ep = tu_fmt("http://%.*s", (int)n, hp);
+    free(url);
+    return ep;
+}
+
+/* Wait until the file PATH contains TEXT (a process's log). */
+static bool log_has(const char *path, const char *text)
+{
+    for (int i = 0; i < 2000; i++) {
+        char *got = tu_read_file(path);
+        bool yes = got && strstr(got, text);
+        free(got);
+        if (yes)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+START_TEST(etcdctl_interop)
+{
+    char *ep = etcd_endpoint(), *name = tu_fmt("%sboth", ct_prefix);
+    char *dir = tu_tmpdir("elect-etcdctl");
+    char *log = tu_fmt("%s/elect.log", dir), *olog = tu_fmt("%s/observe.log", dir);
+    dlock_client *c = ct_open_test(NULL);
+    /* etcdctl leads; dlock sees its proposal and waits its turn. */
+    const char *elect[] = {"etcdctl", "--endpoints", ep, "elect", name, "from-etcdctl", NULL};
+    pid_t ctl = tu_spawn(elect, log);
+    dlock_leader *none = NULL, *l = NULL;
+    EXPECT_RC(dlock_election_observe(c, "both", NULL, 0, NULL, &none), DLOCK_OK);
+    if (!dlock_leader_held(none))
+        EXPECT_RC(dlock_election_observe(c, "both", none, 20000, NULL, &l), DLOCK_OK);
+    else
+        l = none, none = NULL;
+    ck_assert_str_eq(dlock_leader_value(l), "from-etcdctl");
+    uint64_t tctl = dlock_leader_token(l);
+    dlock_election *e = election(c, "both");
+    EXPECT_RC(dlock_election_campaign(e, "from-dlock", DLOCK_TRY, NULL), DLOCK_EBUSY);
+    struct campaigner k;
+    campaigner_start(&k, e, "from-dlock", DLOCK_FOREVER, NULL);
+    tu_stop(ctl, 5000); /* SIGTERM: etcdctl closes its session, its key goes */
+    EXPECT_RC(campaigner_join(&k), DLOCK_OK);
+    ck_assert_uint_gt(token_of(e), tctl);
+    /* etcdctl observes dlock's leader and its proclaims. */
+    const char *observe[] = {"etcdctl", "--endpoints", ep, "elect", "-l", name, NULL};
+    pid_t obs = tu_spawn(observe, olog);
+    ck_assert_msg(log_has(olog, "from-dlock"), "etcdctl elect -l never showed dlock's value");
+    EXPECT_RC(dlock_election_proclaim(e, "proclaimed"), DLOCK_OK);
+    ck_assert_msg(log_has(olog, "proclaimed"), "etcdctl elect -l never showed the proclaim");
+    /* A second etcdctl campaigner waits behind dlock, and leads once dlock
+     * resigns. */
+    ctl = tu_spawn(elect, log);
+    EXPECT_RC(dlock_election_resign(e), DLOCK_OK);
+    ck_assert_msg(log_has(olog, "from-etcdctl"), "etcdctl never led after dlock resigned");
+    tu_stop(ctl, 5000);
+    tu_stop(obs, 5000);
+    dlock_leader_free(none);
+    dlock_leader_free(l);
+    dlock_election_free(e);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(dir);
+    free(log);
+    free(olog);
+    free(name);
+    free(ep);
+}
+END_TEST
+
 START_TEST(not_supported)
 {
     dlock_client *c = ct_open_test(NULL);
@@ -445,15 +528,18 @@ int main(void)
         {"observe_follows", observe_follows, 60},
         {"cancel_and_bounds", cancel_and_bounds, 60},
         {"lost_callback", lost_callback, 60},
+        {"etcdctl_interop", etcdctl_interop, 90}, /* etcd only: the last one */
     };
     const struct tu_test unsupported[] = {
         {"not_supported", not_supported, 30},
     };
     Suite *s = suite_create("election");
     for (size_t i = 0; ct_fixtures[i]; i++) {
-        bool yes = has_elections(ct_fixtures[i]);
-        ct_add_case(s, i, yes ? tests : unsupported, yes ? TU_COUNT(tests) : TU_COUNT(unsupported),
-                    "e");
+        bool etcd = strcmp(ct_fixtures[i]->name, "etcd") == 0;
+        if (has_elections(ct_fixtures[i]))
+            ct_add_case(s, i, tests, TU_COUNT(tests) - (etcd ? 0 : 1), "e");
+        else
+            ct_add_case(s, i, unsupported, TU_COUNT(unsupported), "e");
     }
     return tu_run_suite(s);
 }

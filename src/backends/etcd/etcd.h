@@ -200,6 +200,7 @@ struct etcd_watch {
     struct dlock__wait *w;
     bool added, done, created, fired, stopped;
     bool to_shared; /* a put that makes the key shared fires it too */
+    bool any;       /* a prefix watch: any event under it fires it */
     struct etcd_watch *next;
 };
 
@@ -236,6 +237,10 @@ int dlock__etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_
  * value starts with ETCD_SHARED_MARK: a downgrade) fires it too. */
 int dlock__etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
                          struct dlock__wait *w, struct etcd_watch **out);
+/* Watch every key under PREFIX from the moment etcd creates the watch:
+ * any put or delete fires it (an election's observers). */
+int dlock__etcd_watch_prefix(struct etcd_conn *k, const char *prefix, struct dlock__wait *w,
+                             struct etcd_watch **out);
 bool dlock__etcd_watch_fired(struct etcd_watch *wt);
 /* Confirmed by etcd and not fired. */
 bool dlock__etcd_watch_live(struct etcd_watch *wt);
@@ -428,5 +433,11 @@ int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *a
 int dlock__etcd_open(struct dlock_client *c, void **state);
 void dlock__etcd_close(void *state);
 int dlock__etcd_renew(void *state, struct dlock__renew_batch *b);
+
+/* election.c: Go's concurrency.Election (the campaign is the mutex's
+ * acquire and release with the proposal as the key's value). */
+int dlock__etcd_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
+int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_leader *known,
+                              struct dlock__wait *w, struct dlock_leader *out);
 
 #endif

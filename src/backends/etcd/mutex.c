@@ -584,7 +584,7 @@ const struct dlock__backend dlock__backend_etcd = {
     .schemes = etcd_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
             DLOCK__CAP_FORCE | DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER |
-            DLOCK__CAP_FIXED_LEASE,
+            DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_ELECTION,
     .default_port = ETCD_DEFAULT_PORT,
     .open = dlock__etcd_open,
     .close = dlock__etcd_close,
@@ -595,4 +595,8 @@ const struct dlock__backend dlock__backend_etcd = {
     .force_release = dlock__etcd_force_release,
     .list = dlock__etcd_list,
     .downgrade = dlock__etcd_downgrade,
+    .elect_acquire = etcd_acquire, /* Go's Election is the Mutex's layout */
+    .elect_release = etcd_release,
+    .elect_proclaim = dlock__etcd_elect_proclaim,
+    .elect_observe = dlock__etcd_elect_observe,
 };

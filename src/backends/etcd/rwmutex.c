@@ -39,6 +39,8 @@ char *dlock__etcd_hold_key(const char *pfx, int64_t lease, const struct dlock__h
 
 const char *dlock__etcd_hold_value(struct etcd_backend *s, const struct dlock__hold *h)
 {
+    if (h->elect) /* a campaign's key holds its proposal, as Go's Election */
+        return h->elect->value;
     return h->mode == DLOCK_SHARED ? s->shared_ident : s->ident;
 }
 

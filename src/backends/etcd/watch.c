@@ -48,6 +48,8 @@ static void watch_message(struct etcd_watch *wt, const char *text, size_t len)
             const char *type = json_string_value(json_object_get(ev, "type"));
             if (type && strcmp(type, "DELETE") == 0)
                 fire = true;
+            else if (wt->any)
+                fire = true; /* a prefix watch: every put counts */
             else if (wt->to_shared && dlock__etcd_is_shared(json_object_get(ev, "kv")))
                 fire = true; /* a PUT (etcd leaves the type out: 0) */
         }
@@ -165,15 +167,34 @@ int dlock__etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_
     return dlock__etcd_watch_start_for(k, key, start_rev, false, w, out);
 }
 
+static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
+                       bool prefix, struct dlock__wait *w, struct etcd_watch **out);
+
 int dlock__etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
                          struct dlock__wait *w, struct etcd_watch **out)
+{
+    return watch_start(k, key, start_rev, to_shared, false, w, out);
+}
+
+int dlock__etcd_watch_prefix(struct etcd_conn *k, const char *prefix, struct dlock__wait *w,
+                             struct etcd_watch **out)
+{
+    return watch_start(k, prefix, 0, false, true, w, out);
+}
+
+static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
+                       bool prefix, struct dlock__wait *w, struct etcd_watch **out)
 {
     *out = NULL;
     struct etcd_watch *wt = calloc(1, sizeof *wt);
     char *kb = dlock__etcd_b64(key, strlen(key));
     json_t *req = kb ? json_pack("{s:{s:s}}", "create_request", "key", kb) : NULL;
     free(kb);
-    if (req && !to_shared) /* deletions only */
+    char *end = req && prefix ? dlock__etcd_prefix_end_b64(key) : NULL;
+    if (end)
+        json_object_set_new(json_object_get(req, "create_request"), "range_end", json_string(end));
+    free(end);
+    if (req && !to_shared && !prefix) /* deletions only */
         json_object_set_new(json_object_get(req, "create_request"), "filters",
                             json_pack("[s]", "NOPUT"));
     if (req && start_rev > 0) {
@@ -192,6 +213,7 @@ int dlock__etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t st
     wt->k = k;
     wt->w = w;
     wt->to_shared = to_shared;
+    wt->any = prefix;
     pthread_mutex_lock(&k->mu);
     size_t ep = k->cur;
     pthread_mutex_unlock(&k->mu);

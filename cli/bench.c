@@ -58,6 +58,7 @@ static const struct dlock_bench_baseline *const baselines[] = {
 #ifdef DLOCK_HAVE_REDIS
     &dlock_bench_redis_baseline,
     &dlock_bench_redis_unix_baseline,
+    &dlock_bench_redlock_baseline,
 #endif
 #ifdef DLOCK_HAVE_ZK
     &dlock_bench_zk_baseline,

@@ -41,6 +41,8 @@ struct dlock_bench_baseline {
 #ifdef DLOCK_HAVE_REDIS
 extern const struct dlock_bench_baseline dlock_bench_redis_baseline;
 extern const struct dlock_bench_baseline dlock_bench_redis_unix_baseline;
+/* redlock://: dlock on the first node alone (cli/bench_redlock.c) */
+extern const struct dlock_bench_baseline dlock_bench_redlock_baseline;
 #endif
 #ifdef DLOCK_HAVE_ZK
 extern const struct dlock_bench_baseline dlock_bench_zk_baseline;

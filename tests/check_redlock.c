@@ -104,39 +104,37 @@ static void node_signal(int i, int sig)
     ck_assert_int_eq(kill(nodes[i].pid, sig), 0);
 }
 
-/* Acquire NAME at once through C and give it back: its token. */
-static uint64_t take_token(dlock_client *c, const char *name)
+/* A client of the nodes (lease 1.5 s, node timeout 200 ms) with a handle
+ * on "job" (tu_solo_close() ends it). */
+static struct tu_solo job_client(void)
 {
-    dlock_lock *l = tu_lock(c, name);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    uint64_t t = tu_token(l);
-    int rc = dlock_release(l);
-    ck_assert_msg(rc == DLOCK_OK, "release: %s: %s", dlock_err_name(rc), dlock_errmsg());
-    dlock_lock_free(l);
-    return t;
+    return tu_solo_open(rl_url("lease=1500ms&node_timeout=200ms"), "job");
 }
 
-/* Three nodes and a client of them (lease 1.5 s, node timeout 200 ms)
- * with a handle on "job" whose lost callback LOST records. */
-static dlock_lock *watched_job(dlock_client **c, struct tu_lost *lost)
+/* Three nodes and job_client(), its lost callback recorded in LOST;
+ * job_close() closes it and stops the nodes. */
+static struct tu_solo watched_job(struct tu_lost *lost)
 {
     start_nodes(3, NULL);
-    *c = rl_open("lease=1500ms&node_timeout=200ms");
-    dlock_lock *l = tu_lock(*c, "job");
-    dlock_lock_on_lost(l, tu_on_lost, lost);
-    return l;
+    struct tu_solo s = job_client();
+    dlock_lock_on_lost(s.l, tu_on_lost, lost);
+    return s;
+}
+
+static void job_close(struct tu_solo *s)
+{
+    tu_solo_close(s);
+    stop_nodes();
 }
 
 /* Another client gets "job" within WAIT and gives it back: its token. */
 static uint64_t next_owner_token(int64_t wait)
 {
-    dlock_client *b = rl_open("lease=1500ms&node_timeout=200ms");
-    dlock_lock *lb = tu_lock(b, "job");
-    TU_ACQUIRE_OK(lb, wait);
-    uint64_t t = tu_token(lb);
-    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(lb);
-    dlock_client_close(b);
+    struct tu_solo b = job_client();
+    TU_ACQUIRE_OK(b.l, wait);
+    uint64_t t = tu_token(b.l);
+    TU_RELEASE_OK(b.l);
+    tu_solo_close(&b);
     return t;
 }
 
@@ -208,22 +206,19 @@ END_TEST
  * node resumes its copy has expired and the lock goes on. */
 START_TEST(node_stopped_during_acquire_and_hold)
 {
-    dlock_client *a;
     struct tu_lost lost = {0};
-    dlock_lock *l = watched_job(&a, &lost);
+    struct tu_solo a = watched_job(&lost);
     node_signal(1, SIGSTOP);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
     /* past two leases, renewed by the other two nodes */
     ck_assert(!tu_wait_lost(&lost, 1, 3500));
-    ck_assert_msg(dlock_validity_ms(l) > 0, "validity %lld", (long long)dlock_validity_ms(l));
+    ck_assert_msg(dlock_validity_ms(a.l) > 0, "validity %lld", (long long)dlock_validity_ms(a.l));
     node_signal(1, SIGCONT);
-    uint64_t first = tu_token(l);
-    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    uint64_t first = tu_token(a.l);
+    ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
     ck_assert_int_eq(atomic_load(&lost.fired), 0);
     ck_assert_uint_gt(next_owner_token(DLOCK_TRY), first);
-    dlock_lock_free(l);
-    dlock_client_close(a);
-    stop_nodes();
+    job_close(&a);
 }
 END_TEST
 
@@ -233,21 +228,19 @@ END_TEST
  * owner in. */
 START_TEST(majority_stopped_while_held_is_lost)
 {
-    dlock_client *a;
     struct tu_lost lost = {0};
-    dlock_lock *l = watched_job(&a, &lost);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    struct tu_solo a = watched_job(&lost);
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
     node_signal(0, SIGSTOP);
     node_signal(2, SIGSTOP);
     ck_assert_msg(tu_wait_lost(&lost, 1, 30000), "the hold was never declared lost");
-    ck_assert_int_eq(dlock_validity_ms(l), 0);
+    ck_assert_int_eq(dlock_validity_ms(a.l), 0);
     node_signal(0, SIGCONT);
     node_signal(2, SIGCONT);
-    int rc = dlock_release(l);
+    int rc = dlock_release(a.l);
     ck_assert_msg(rc != DLOCK_OK, "release of a lost hold: %s", dlock_err_name(rc));
     next_owner_token(20000);
-    dlock_lock_free(l);
-    dlock_client_close(a);
+    tu_solo_close(&a);
     ck_assert_int_eq(atomic_load(&lost.fired), 1);
     stop_nodes();
 }
@@ -264,12 +257,12 @@ START_TEST(tokens_grow_across_majorities)
         freeReplyObject(node_cmd(i, "SET redisson_lock_token:{job} %lld",
                                  2000000000000000LL + 1000 * i));
     dlock_client *c = rl_open("lease=5s&node_timeout=300ms");
-    uint64_t last = take_token(c, "job");
+    uint64_t last = tu_take_token(c, "job");
     ck_assert_uint_eq(last, 2000000000002001ULL);
     for (int round = 0; round < 6; round++) {
         int down = (2 + round) % 3; /* node 2 first: the one with the highest counter */
         node_signal(down, SIGSTOP);
-        uint64_t t = take_token(c, "job");
+        uint64_t t = tu_take_token(c, "job");
         node_signal(down, SIGCONT);
         ck_assert_msg(t > last, "round %d (node %d stopped): token %llu after %llu", round, down,
                       (unsigned long long)t, (unsigned long long)last);
@@ -294,19 +287,19 @@ static void token_after_restart(bool fsync_always)
     const char *aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
     start_nodes(3, fsync_always ? aof : NULL);
     dlock_client *c = rl_open("lease=5s&node_timeout=300ms");
-    uint64_t t0 = take_token(c, "job");
+    uint64_t t0 = tu_take_token(c, "job");
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(node_int(i, "GET redisson_lock_token:{job}"), (long long)t0);
     freeReplyObject(node_cmd(0, "SAVE"));
     node_signal(2, SIGSTOP);
     uint64_t last = t0;
     for (int k = 0; k < 3; k++)
-        last = take_token(c, "job");
+        last = tu_take_token(c, "job");
     ck_assert_uint_eq(last, t0 + 3);
     ck_assert(fx_redis_restart(&nodes[0]));
     node_signal(2, SIGCONT);
     node_signal(1, SIGSTOP);
-    uint64_t next = take_token(c, "job");
+    uint64_t next = tu_take_token(c, "job");
     node_signal(1, SIGCONT);
     if (fsync_always)
         ck_assert_msg(next > last, "with appendfsync always: token %llu after %llu",

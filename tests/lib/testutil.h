@@ -133,8 +133,9 @@ uint64_t tu_token(struct dlock_lock *l);
 /* TU_ACQUIRE_OK(L, WAIT), then a release that must work: the name can be
  * taken (again) and given back. */
 void tu_acquire_release(struct dlock_lock *l, int64_t wait);
-/* A handle on NAME through C, taken at once and given back: its token,
- * asserted greater than LAST (fencing tokens only grow). */
+/* A handle on NAME through C, taken at once and given back: its token;
+ * tu_next_token() asserts it greater than LAST (fencing tokens only grow). */
+uint64_t tu_take_token(struct dlock_client *c, const char *name);
 uint64_t tu_next_token(struct dlock_client *c, const char *name, uint64_t last);
 
 /* The end of a test: TU_FREE_LOCKS(a, b, ...) frees each handle in

@@ -89,6 +89,11 @@ int cmd_hold(const char *url, int argc, char **argv);
 int cmd_status(const char *url, int argc, char **argv);
 int cmd_release(const char *url, int argc, char **argv);
 int cmd_list(const char *url, int argc, char **argv);
+/* run with ARGV (run's options, NAME, COMMAND) campaigning in election
+ * NAME with VALUE instead of taking the lock (run.c, for elect.c). */
+int cmd_run_campaign(const char *url, const char *value, int argc, char **argv);
+int cmd_elect(const char *url, int argc, char **argv);
+int cmd_leader(const char *url, int argc, char **argv);
 
 /* Help: the whole text, or one command's. Returns 0, or EXIT_USAGE for an
  * unknown command. */

@@ -64,6 +64,24 @@ static const struct {
      "[key=KEY (etcd)] name=NAME. The options are run's (dlock help run).\n"
      "Exit status: 0 once released; CODE when busy or timed out; 75 if the lock\n"
      "was lost while held."},
+    {"elect",
+     "dlock [-u URL] elect [--value VALUE] [run's options] NAME [--] COMMAND [ARG...]",
+     "Campaign in election NAME with VALUE (default empty) and run COMMAND once\n"
+     "elected, only while leading: one active instance across hosts. A leader that\n"
+     "dies or stops renewing is replaced (file: at once; etcd: when its lease ends).\n"
+     "  --value VALUE         the leader's value others read with dlock leader (its\n"
+     "                        address, say); etcd: the proposal etcdctl elect -l shows\n"
+     "run's options apply (-n, -w, --lease, --on-lost, --kill-after, ...; not -s\n"
+     "nor --permits). COMMAND sees DLOCK_NAME and DLOCK_TOKEN (the leadership's\n"
+     "fencing token). Elections: file and etcd (Go's concurrency.Election, shared\n"
+     "with etcdctl elect). Exit status as run's; 75 if leadership was lost."},
+    {"leader", "dlock [-u URL] leader NAME [--watch] [--json]",
+     "Print election NAME's leader: token=T id=ID value=VALUE, or none.\n"
+     "  --watch               then one more line at each change (new leader, no\n"
+     "                        leader, a new value) until SIGINT, SIGTERM or SIGHUP\n"
+     "  --json                one JSON object per line: name, leader (true/false),\n"
+     "                        token, version, id, value\n"
+     "Exit status: 0 when someone leads, 1 when nobody does (--watch: 0 at a signal)."},
     {"status", "dlock [-u URL] status [--permits N] NAME [--json]",
      "Show whether NAME is held, in which mode, by whom, with which token,\n"
      "the remaining lease and the waiters where the backend knows them.\n"
@@ -124,7 +142,7 @@ int cli_help(const char *command, int to_stderr)
             return 0;
         }
     if (command) {
-        fprintf(stderr, "dlock: no command '%s' (commands: run, hold, status, release, list, bench)\n",
+        fprintf(stderr, "dlock: no command '%s' (commands: run, hold, elect, leader, status, release, list, bench)\n",
                 command);
         return EXIT_USAGE;
     }

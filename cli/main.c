@@ -465,11 +465,15 @@ int main(int argc, char **argv)
         return cmd_release(url, sub_argc, sub_argv);
     if (strcmp(cmd, "list") == 0)
         return cmd_list(url, sub_argc, sub_argv);
+    if (strcmp(cmd, "elect") == 0)
+        return cmd_elect(url, sub_argc, sub_argv);
+    if (strcmp(cmd, "leader") == 0)
+        return cmd_leader(url, sub_argc, sub_argv);
     if (strcmp(cmd, "bench") == 0)
         return dlock_cli_bench(url ? url : getenv("DLOCK_URL"), sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0)
         return cli_help(sub_argc > 1 ? sub_argv[1] : NULL, 0);
-    fprintf(stderr, "dlock: unknown command '%s' (commands: run, hold, status, release, list, bench)\n",
+    fprintf(stderr, "dlock: unknown command '%s' (commands: run, hold, elect, leader, status, release, list, bench)\n",
             cmd);
     return EXIT_USAGE;
 }

@@ -593,6 +593,16 @@ static int finish(const struct run_opts *o, dlock_client *c, dlock_lock *l, int 
 static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
                            const char *etcd_key);
 
+/* dlock elect (elect.c): run's job under leadership of election NAME
+ * campaigning with this value instead of under the lock; NULL for run. */
+static const char *campaign_value;
+
+int cmd_run_campaign(const char *url, const char *value, int argc, char **argv)
+{
+    campaign_value = value;
+    return cmd_run(url, argc, argv);
+}
+
 int cmd_run(const char *url, int argc, char **argv)
 {
     struct run_opts o = {.url = url};
@@ -677,8 +687,9 @@ static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
     if (code)
         return code;
     dlock_lock *l;
-    int rc = o->permits ? dlock_lock_new_permits(c, name, o->permits, 0, &l)
-                        : dlock_lock_new(c, name, mode, 0, &l);
+    int rc = campaign_value ? dlock_lock_new_campaign(c, name, campaign_value, 0, &l)
+             : o->permits   ? dlock_lock_new_permits(c, name, o->permits, 0, &l)
+                            : dlock_lock_new(c, name, mode, 0, &l);
     if (rc) {
         code = cli_fail(rc, verb);
         dlock_client_close(c);

@@ -812,6 +812,18 @@ DLOCK_EXTERN int dlock_election_token(dlock_election *e, uint64_t *token);
  * (DLOCK_VALID_FOREVER on file; 0 when not leading or lost). */
 DLOCK_EXTERN int64_t dlock_election_validity_ms(dlock_election *e);
 
+/* A lock handle on election NAME whose holds are campaigns with VALUE
+ * (copied): for code written against dlock_lock (the CLI's `dlock
+ * elect`). dlock_acquire() / dlock_acquire_ex() campaign (DLOCK_EBUSY /
+ * DLOCK_ETIMEDOUT: another leads), dlock_release() resigns,
+ * dlock_token(), dlock_validity_ms(), dlock_lock_set_lease(),
+ * dlock_lock_on_lost(), dlock_lock_cancel() and dlock_lock_free() work on
+ * it with their codes. Leadership belongs to the handle, as with
+ * DLOCK_LOCK_HANDLE_OWNED. FLAGS: reserved, must be 0. Codes and state
+ * after failure as dlock_election_new(). Threads: any. */
+DLOCK_EXTERN int dlock_lock_new_campaign(dlock_client *c, const char *name, const char *value,
+                                         unsigned flags, dlock_lock **out);
+
 /* Read election NAME's leader now: *OUT is a snapshot to read with the
  * dlock_leader_* getters and free with dlock_leader_free(); when nobody
  * leads, dlock_leader_held() is 0. Makes one request (file: reads two

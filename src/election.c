@@ -53,6 +53,48 @@ static int no_elections(const dlock_client *c, const char *name)
                       name, c->be->name);
 }
 
+/* A handle-owned lock handle on election NAME (the client and name checks
+ * of a lock handle, and the entry), after checking FLAGS and the backend;
+ * the caller makes its holds campaigns (l->elect). */
+static int campaign_handle(dlock_client *c, const char *name, unsigned flags, dlock_lock **out)
+{
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, out);
+    if (rc)
+        return rc;
+    if (flags)
+        rc = dlock__err(DLOCK_EINVAL, "election '%s': unknown flags 0x%x (reserved, must be 0)",
+                        name, flags);
+    else if (!has_elections(c))
+        rc = no_elections(c, name);
+    if (rc) {
+        dlock_lock_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int dlock_lock_new_campaign(dlock_client *c, const char *name, const char *value, unsigned flags,
+                            dlock_lock **out)
+{
+    dlock__msg_clear();
+    if (!out || !value)
+        return dlock__err(DLOCK_EINVAL, "dlock_lock_new_campaign: NULL argument");
+    *out = NULL;
+    dlock_lock *l = NULL;
+    int rc = campaign_handle(c, name, flags, &l);
+    if (rc)
+        return rc;
+    if (!(l->elect_req.value = dlock__strdup(value)))
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (rc) {
+        dlock_lock_free(l);
+        return rc;
+    }
+    l->elect = &l->elect_req;
+    *out = l;
+    return DLOCK_OK;
+}
+
 /* The handle's lost callback: the election's. */
 static void election_lost(dlock_lock *l, const char *why, void *arg)
 {
@@ -73,21 +115,13 @@ int dlock_election_new(dlock_client *c, const char *name, unsigned flags, dlock_
         return dlock__err(DLOCK_EINVAL, "dlock_election_new: out is NULL");
     *out = NULL;
     dlock_lock *l = NULL;
-    /* The client and name checks of a lock handle, and the entry. */
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &l);
+    int rc = campaign_handle(c, name, flags, &l);
     if (rc)
         return rc;
-    if (flags)
-        rc = dlock__err(DLOCK_EINVAL, "election '%s': unknown flags 0x%x (reserved, must be 0)",
-                        name, flags);
-    else if (!has_elections(c))
-        rc = no_elections(c, name);
-    dlock_election *e = rc ? NULL : calloc(1, sizeof *e);
-    if (!rc && !e)
-        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
-    if (rc) {
+    dlock_election *e = calloc(1, sizeof *e);
+    if (!e) {
         dlock_lock_free(l);
-        return rc;
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     e->c = c;
     e->l = l;

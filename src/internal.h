@@ -42,6 +42,7 @@ struct dlock_lock {
     const struct dlock__sem_req *sem; /* a permit's handle (semaphore.c): */
     struct dlock__sem_req sem_req;    /* what sem points to */
     struct dlock__elect_req *elect;   /* a campaign's handle (election.c) */
+    struct dlock__elect_req elect_req; /* dlock_lock_new_campaign's (freed with it) */
 };
 
 /* The first thing every public call that returns a code does: the

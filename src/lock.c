@@ -707,6 +707,7 @@ void dlock_lock_free(dlock_lock *l)
     }
     if (l->owner)
         dlock__waitset_destroy(&l->turn);
+    free(l->elect_req.value);
     free(l);
     dlock__client_unref(c); /* after close, the last handle frees the client */
 }

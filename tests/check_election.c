@@ -505,6 +505,55 @@ START_TEST(etcdctl_interop)
 }
 END_TEST
 
+/* The command line: `dlock elect` runs its command only while leading,
+ * with DLOCK_TOKEN; a second `dlock elect -n` is busy (1); `dlock leader`
+ * prints the leader (0) and, with --watch --json, follows it to "no
+ * leader" once the command ends, and ends at SIGTERM with 0. */
+START_TEST(cli_elect)
+{
+    char *url = ct_test_url(NULL), *dir = tu_tmpdir("elect-cli");
+    char *tok = tu_fmt("%s/tok", dir), *go = tu_fmt("%s/go", dir);
+    char *log = tu_fmt("%s/elect.log", dir), *wlog = tu_fmt("%s/watch.log", dir);
+    char *script = tu_fmt("echo \"$DLOCK_TOKEN\" > %s.tmp && mv %s.tmp %s; "
+                          "while [ ! -e %s ]; do sleep 0.05; done",
+                          tok, tok, tok, go);
+    const char *elect[] = {tu_dlock_bin(), "-u", url, "elect", "--value", "node one", "cli",
+                           "--", "sh", "-c", script, NULL};
+    pid_t leader = tu_spawn(elect, log);
+    ck_assert_msg(tu_wait_file(tok, 30000), "dlock elect never ran its command");
+    uint64_t token = tu_read_u64(tok);
+    ck_assert_uint_gt(token, 0);
+    char *out = NULL;
+    const char *show[] = {"-u", url, "leader", "cli", NULL};
+    ck_assert_int_eq(tu_dlock(&out, NULL, NULL, show), 0);
+    char *want = tu_fmt("token=%" PRIu64 " ", token);
+    ck_assert_msg(strstr(out, want) && strstr(out, "value=node one"), "dlock leader: %s", out);
+    free(want);
+    free(out);
+    const char *second[] = {"-u", url, "elect", "-n", "cli", "--", "true", NULL};
+    ck_assert_int_eq(tu_dlock(NULL, NULL, NULL, second), 1);
+    const char *watch[] = {tu_dlock_bin(), "-u", url, "leader", "cli", "--watch", "--json", NULL};
+    pid_t watcher = tu_spawn(watch, wlog);
+    ck_assert_msg(log_has(wlog, "\"value\":\"node one\""), "watch never showed the leader");
+    tu_write_marker(go, "go");
+    ck_assert_int_eq(tu_wait_exit(leader), 0);
+    ck_assert_msg(log_has(wlog, "\"leader\":false"), "watch never showed the leader gone");
+    int status = tu_stop(watcher, 5000);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "dlock leader --watch: %d",
+                  status);
+    const char *none[] = {"-u", url, "leader", "cli", NULL};
+    ck_assert_int_eq(tu_dlock(NULL, NULL, NULL, none), 1);
+    tu_rmrf(dir);
+    free(dir);
+    free(tok);
+    free(go);
+    free(log);
+    free(wlog);
+    free(script);
+    free(url);
+}
+END_TEST
+
 START_TEST(not_supported)
 {
     dlock_client *c = ct_open_test(NULL);
@@ -528,6 +577,7 @@ int main(void)
         {"observe_follows", observe_follows, 60},
         {"cancel_and_bounds", cancel_and_bounds, 60},
         {"lost_callback", lost_callback, 60},
+        {"cli_elect", cli_elect, 90},
         {"etcdctl_interop", etcdctl_interop, 90}, /* etcd only: the last one */
     };
     const struct tu_test unsupported[] = {

@@ -1,7 +1,8 @@
 /* fuzz_zk_children.c -- libFuzzer target for the ZooKeeper backend's
  * reading of a lock node's children (src/backends/zk/mutex.c): Curator's
- * two shapes "lock-<10 digits>" and "_c_<uuid>-lock-<10 digits>" among
- * foreign names. Each input line is a child name. After
+ * shapes "<mark><10 digits>" and "_c_<uuid>-<mark><10 digits>", where
+ * <mark> is InterProcessMutex's "lock-" or InterProcessReadWriteLock's
+ * "__WRIT__" / "__READ__", among foreign names. Each input line is a child name. After
  * dlock__zk_sort_lock_nodes() the kept children are exactly the inputs of those
  * shapes (checked against a matcher written here, independently), sorted
  * by sequence number, the owner first; dlock__zk_node_has_guid() with the first
@@ -31,12 +32,17 @@ static const char *reference_sequence(const char *s)
         }
         s += 3 + sizeof shape - 1;
     }
-    if (strncmp(s, "lock-", 5) != 0 || strlen(s + 5) != 10)
-        return NULL;
-    for (int i = 0; i < 10; i++)
-        if (!isdigit((unsigned char)s[5 + i]))
-            return NULL;
-    return s + 5;
+    static const char *const marks[] = {"lock-", "__WRIT__", "__READ__"};
+    for (size_t m = 0; m < sizeof marks / sizeof marks[0]; m++) {
+        size_t ml = strlen(marks[m]);
+        if (strncmp(s, marks[m], ml) != 0 || strlen(s + ml) != 10)
+            continue;
+        for (int i = 0; i < 10; i++)
+            if (!isdigit((unsigned char)s[ml + i]))
+                return NULL;
+        return s + ml;
+    }
+    return NULL;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

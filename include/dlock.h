@@ -856,6 +856,56 @@ DLOCK_EXTERN uint64_t dlock_leader_version(const dlock_leader *l);
 /* Free L; NULL is a no-op. */
 DLOCK_EXTERN void dlock_leader_free(dlock_leader *l);
 
+/* ---------------------------------------------------- observing a client */
+
+/* Levels of the log hook, most severe first. */
+typedef enum dlock_log_level {
+    DLOCK_LOG_ERROR = 1, /* a hold or permit was lost */
+    DLOCK_LOG_WARN = 2,  /* a renewal failed (retried) or was confirmed with
+                            less than a sixth of its lease left, a
+                            connection or session broke, a failover */
+    DLOCK_LOG_INFO = 3,  /* a connection or session came back */
+    DLOCK_LOG_DEBUG = 4  /* every hold taken and renewal confirmed */
+} dlock_log_level;
+
+/* Log hook: FN(C, LEVEL, MSG, ARG) for each event of client C at LEVEL or
+ * more severe than MAX_LEVEL, e.g. "lock 'jobs' lost: ...", "redis
+ * 127.0.0.1:6379: reconnected". Off by default (FN NULL turns it off
+ * again). MSG is one line without newline, valid during the call.
+ * FN runs on whichever thread found the event (the keeper, a backend's
+ * own thread, a caller of dlock_acquire()), one call at a time per
+ * client, possibly while the library holds the client's locks: it must
+ * return soon and must not call dlock functions on C or its handles.
+ * Returns DLOCK_OK; DLOCK_EINVAL (C NULL, MAX_LEVEL not a
+ * dlock_log_level). Any thread, any time (before or after connecting). */
+typedef void (*dlock_log_fn)(dlock_client *c, dlock_log_level level, const char *msg, void *arg);
+DLOCK_EXTERN int dlock_client_set_log(dlock_client *c, dlock_log_fn fn, void *arg,
+                                      dlock_log_level max_level);
+
+/* Counters of one client since dlock_client_new(), for a metrics system.
+ * Fields are only appended: set SIZE to sizeof(dlock_stats) as your
+ * header knows it, and dlock_client_stats() fills that many bytes (a
+ * program built against an older header gets the fields it knows). */
+typedef struct dlock_stats {
+    size_t size;               /* in: sizeof(dlock_stats) */
+    uint64_t acquisitions;     /* holds and permits taken (re-entries not counted) */
+    uint64_t waits;            /* acquires that slept at least once, whatever their outcome */
+    uint64_t wait_ms;          /* total time those acquires took, ms */
+    uint64_t renewals;         /* renewals the backend confirmed */
+    uint64_t renewal_ms;       /* total time from sending those renewals to their confirmation, ms */
+    uint64_t renewal_max_ms;   /* the slowest of them, ms */
+    uint64_t renewal_failures; /* renewals that failed and were retried */
+    uint64_t losses;           /* holds and permits lost */
+    uint64_t reconnects;       /* connections or sessions that came back after breaking
+                                  (redis, zk; etcd's HTTP/2 reconnects are libcurl's) */
+} dlock_stats;
+
+/* Fill ST's first ST->size bytes with C's counters (read one by one, not
+ * as one snapshot); ST->size becomes the number of bytes filled (at most
+ * this library's sizeof(dlock_stats)). Returns DLOCK_OK; DLOCK_EINVAL (a NULL argument, a
+ * SIZE smaller than the first two fields). Any thread. */
+DLOCK_EXTERN int dlock_client_stats(const dlock_client *c, dlock_stats *st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -247,6 +247,7 @@ int dlock_client_new(const char *url, dlock_client **out)
     c->opts.op_timeout_ms = DEFAULT_TIMEOUT_MS;
     c->opts.drift_ms = -1; /* derived from the lease unless set */
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->log_mu, NULL);
     dlock__cond_init_monotonic(&c->keeper_cv);
     dlock__cond_init_monotonic(&c->renew_cv);
     pthread_cond_init(&c->cb.cv, NULL);
@@ -347,6 +348,7 @@ static void client_free(dlock_client *c)
     pthread_cond_destroy(&c->renew_cv);
     pthread_cond_destroy(&c->cb.cv);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->log_mu);
     free(c);
 }
 

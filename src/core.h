@@ -109,6 +109,7 @@ struct dlock__wait {
     int cancel_fd; /* eventfd readable once canceled, for poll()ers */
     struct dlock_cancel *cancel; /* the acquire's cancel object (core's) */
     struct dlock__wait *next; /* the handle's list of waits */
+    bool slept; /* the acquire slept at least once (dlock_stats.waits) */
 };
 
 unsigned dlock__wait_seq(struct dlock__wait *w);
@@ -560,7 +561,27 @@ struct dlock_client {
     unsigned refs;
     bool closed; /* dlock_client_close() began: every call but freeing
                     handles is DLOCK_EMISUSE */
+
+    /* observability (observe.c): the log hook under log_mu (log_level
+     * also read without it, atomically), counters updated atomically */
+    pthread_mutex_t log_mu;
+    dlock_log_fn log_fn;
+    void *log_arg;
+    int log_level; /* 0: off */
+    dlock_stats stats;
 };
+
+/* Tell C's log hook, if it wants LEVEL (dlock_log_level), the message
+ * FMT... Cheap when off. Any thread, any lock held; the calling thread's
+ * message is left alone. */
+void dlock__log(struct dlock_client *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A backend's connection or session came back after breaking: counted
+ * (stats.reconnects) and logged at DLOCK_LOG_INFO with FMT... */
+void dlock__reconnected(struct dlock_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Add N to the counter at FIELD of C's stats (atomic). */
+#define DLOCK__COUNT(c, field, n) __atomic_add_fetch(&(c)->stats.field, (n), __ATOMIC_RELAXED)
 
 /* The calling thread's id (Linux tid). */
 long dlock__tid(void);

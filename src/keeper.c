@@ -41,13 +41,16 @@ void dlock__hold_confirmed_lease(struct dlock_client *c, struct dlock__hold *h, 
     dlock__hold_confirmed(c, h, sent_ms);
 }
 
-static void mark_lost(struct dlock__hold *h, const char *why)
+static void mark_lost(dlock_client *c, struct dlock__hold *h, const char *why)
 {
     if (h->state == DLOCK__LOST)
         return;
     h->state = DLOCK__LOST;
     free(h->lost_why);
     h->lost_why = strdup(why && *why ? why : "no reason given");
+    DLOCK__COUNT(c, losses, 1);
+    dlock__log(c, DLOCK_LOG_ERROR, "%s '%s' lost: %s", h->sem ? "semaphore permit of" : "lock",
+               h->name, why && *why ? why : "no reason given");
 }
 
 /* Called by a backend's own thread (a ZooKeeper watcher learning that the
@@ -66,7 +69,7 @@ void dlock__hold_lost(struct dlock_client *c, struct dlock__hold *h, const char 
         for (struct dlock__entry *e = c->buckets[b]; e; e = e->next)
             for (struct dlock__hold *x = e->holds; x; x = x->next)
                 if ((!h || x == h) && x->state == DLOCK__HELD) {
-                    mark_lost(x, why);
+                    mark_lost(c, x, why);
                     marked = true;
                 }
     if (marked && dlock__keeper_start(c) == DLOCK_OK)
@@ -81,6 +84,29 @@ void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h)
     /* An awake keeper scans again before it sleeps. */
     if (c->keeper_asleep_until && due < c->keeper_asleep_until)
         pthread_cond_signal(&c->keeper_cv);
+}
+
+/* Count a renewal of H confirmed LATENCY ms after it was sent, LEFT ms
+ * before the validity deadline it pushed back; one that came with less
+ * than a sixth of the lease left is worth a warning (a slow or flapping
+ * backend: the next one may not make it). */
+static void note_renewal(dlock_client *c, const struct dlock__hold *h, int64_t latency, int64_t left)
+{
+    uint64_t ms = latency > 0 ? (uint64_t)latency : 0;
+    DLOCK__COUNT(c, renewals, 1);
+    DLOCK__COUNT(c, renewal_ms, ms);
+    uint64_t max = __atomic_load_n(&c->stats.renewal_max_ms, __ATOMIC_RELAXED);
+    while (ms > max && !__atomic_compare_exchange_n(&c->stats.renewal_max_ms, &max, ms, false,
+                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    if (left < h->lease_ms / 6)
+        dlock__log(c, DLOCK_LOG_WARN,
+                   "lock '%s': renewal confirmed only %lld ms before its validity deadline "
+                   "(lease %lld ms, renewal took %lld ms)",
+                   h->name, (long long)left, (long long)h->lease_ms, (long long)latency);
+    else
+        dlock__log(c, DLOCK_LOG_DEBUG, "lock '%s': renewed in %lld ms", h->name,
+                   (long long)latency);
 }
 
 /* One pass over the holds (mutex held): expire, collect due renewals,
@@ -103,7 +129,7 @@ static int64_t scan(dlock_client *c, struct dlock__hold ***due, size_t *ndue, si
                                  "no renewal was confirmed by its validity deadline "
                                  "(lease %lld ms)",
                                  (long long)h->lease_ms);
-                    mark_lost(h, why);
+                    mark_lost(c, h, why);
                 }
                 if (h->state == DLOCK__LOST) {
                     if (h->lost_reported)
@@ -156,6 +182,7 @@ static void *keeper_main(void *arg)
     dlock_client *c = arg;
     struct dlock__hold **due = NULL;
     int *results = NULL;
+    int64_t *before = NULL; /* each hold's validity deadline before its renewal */
     char(*whys)[DLOCK__WHY_MAX] = NULL;
     size_t cap = 0, rcap = 0;
     pthread_mutex_lock(&c->mu);
@@ -166,11 +193,14 @@ static void *keeper_main(void *arg)
             if (rcap < ndue) {
                 int *n = realloc(results, cap * sizeof *n);
                 char(*w)[DLOCK__WHY_MAX] = n ? realloc(whys, cap * sizeof *w) : NULL;
+                int64_t *v = w ? realloc(before, cap * sizeof *v) : NULL;
                 if (n)
                     results = n;
                 if (w)
                     whys = w;
-                if (!n || !w) {
+                if (v)
+                    before = v;
+                if (!n || !w || !v) {
                     for (size_t i = 0; i < ndue; i++)
                         due[i]->renewing = false;
                     ndue = 0;
@@ -182,11 +212,13 @@ static void *keeper_main(void *arg)
             for (size_t i = 0; i < ndue; i++) {
                 results[i] = DLOCK_EIO;
                 whys[i][0] = '\0';
+                before[i] = due[i]->valid_until;
                 if (due[i]->valid_until < deadline)
                     deadline = due[i]->valid_until;
             }
             struct dlock__renew_batch b = {due, ndue, deadline, results, whys};
             pthread_mutex_unlock(&c->mu);
+            int64_t sent = dlock__now_ms();
             if (ndue && c->be->renew)
                 c->be->renew(c->bstate, &b);
             pthread_mutex_lock(&c->mu);
@@ -195,11 +227,19 @@ static void *keeper_main(void *arg)
                 struct dlock__hold *h = due[i];
                 h->renewing = false;
                 if (results[i] == DLOCK_ELOST)
-                    mark_lost(h, whys[i][0] ? whys[i] : "the backend reports the lock gone");
+                    mark_lost(c, h, whys[i][0] ? whys[i] : "the backend reports the lock gone");
                 else if (results[i] != DLOCK_OK) {
                     /* Transient: try again soon, until the deadline. */
                     int64_t retry = h->lease_ms / 10 < 1000 ? h->lease_ms / 10 : 1000;
                     h->renew_at = now + (retry > 10 ? retry : 10);
+                    DLOCK__COUNT(c, renewal_failures, 1);
+                    dlock__log(c, DLOCK_LOG_WARN,
+                               "lock '%s': renewal failed, %lld ms before its validity deadline, "
+                               "retrying in %lld ms: %s",
+                               h->name, (long long)(before[i] - now),
+                               (long long)(h->renew_at - now), whys[i]);
+                } else {
+                    note_renewal(c, h, now - sent, before[i] - now);
                 }
             }
             pthread_cond_broadcast(&c->renew_cv);
@@ -232,6 +272,7 @@ static void *keeper_main(void *arg)
     pthread_mutex_unlock(&c->mu);
     free(due);
     free(results);
+    free(before);
     free(whys);
     return NULL;
 }

@@ -401,6 +401,23 @@ static int acquire_outcome(struct dlock__entry *e, int rc, int64_t wait_ms)
     return rc;
 }
 
+/* Count an acquire that went to the backend (dlock_stats): a hold taken,
+ * and whether it slept and for how long, whatever its outcome. */
+static void note_acquire(dlock_client *c, const struct dlock__entry *e, const struct dlock__wait *w,
+                         int rc, int64_t started)
+{
+    int64_t took = dlock__now_ms() - started;
+    if (rc == DLOCK_OK)
+        DLOCK__COUNT(c, acquisitions, 1);
+    if (w->slept) {
+        DLOCK__COUNT(c, waits, 1);
+        DLOCK__COUNT(c, wait_ms, took > 0 ? (uint64_t)took : 0);
+    }
+    if (rc == DLOCK_OK)
+        dlock__log(c, DLOCK_LOG_DEBUG, "lock '%s' acquired%s after %lld ms", e->name,
+                   w->slept ? ", waited," : "", (long long)took);
+}
+
 int dlock_acquire(dlock_lock *l, int64_t wait_ms)
 {
     return dlock_acquire_ex(l, wait_ms, NULL);
@@ -426,6 +443,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     long owner = owner_of(l);
     bool client_owner = c->be->caps & DLOCK__CAP_CLIENT_OWNER;
     struct dlock__wait w;
+    int64_t started = dlock__now_ms();
     dlock__wait_init(&w, dlock__deadline(wait_ms));
     struct dlock__waitref ref = {&w, NULL}, cref = {&w, NULL};
     if (cancel && (rc = dlock__cancel_attach(cancel, &cref))) {
@@ -532,6 +550,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     pthread_mutex_unlock(&c->mu);
     if (cancel)
         dlock__cancel_detach(cancel, &cref);
+    note_acquire(c, e, &w, rc, started);
     dlock__wait_destroy(&w);
     return acquire_outcome(e, rc, wait_ms);
 }

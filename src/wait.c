@@ -28,6 +28,7 @@ void dlock__wait_init(struct dlock__wait *w, int64_t deadline)
     w->cancel_fd = -1;
     w->cancel = NULL;
     w->next = NULL;
+    w->slept = false;
 }
 
 void dlock__wait_destroy(struct dlock__wait *w)
@@ -96,6 +97,7 @@ static int sleep_until(struct dlock__wait *w, unsigned seq, int64_t until, int64
         if (now >= until)
             break;
         int64_t t = deadline < until ? deadline : until;
+        w->slept = true;
         if (t == DLOCK__NEVER) {
             pthread_cond_wait(&w->cv, &w->mu);
         } else {
@@ -158,6 +160,7 @@ int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
             return DLOCK_OK;
         int64_t t = w->deadline < until ? w->deadline : until;
         int timeout = t == DLOCK__NEVER ? -1 : (int)((t - now) > 1000000 ? 1000000 : t - now);
+        w->slept = true;
         struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = cfd, .events = POLLIN}};
         int n = poll(p, 2, timeout);
         if (n < 0 && errno != EINTR)

@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -922,6 +923,137 @@ START_TEST(test_capabilities_checked_first)
 }
 END_TEST
 
+/* ------------------------------------------------- log hook, counters */
+
+/* What a client's log hook was told, for the tests to wait on. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char text[16384]; /* "LEVEL message\n" lines, the oldest dropped when full */
+} heard = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, ""};
+
+static void hear(dlock_client *c, dlock_log_level level, const char *msg, void *arg)
+{
+    (void)c;
+    (void)arg;
+    pthread_mutex_lock(&heard.mu);
+    size_t used = strlen(heard.text), add = strlen(msg) + 4;
+    if (used + add >= sizeof heard.text)
+        used = heard.text[0] = 0;
+    snprintf(heard.text + used, sizeof heard.text - used, "%d %s\n", (int)level, msg);
+    pthread_cond_broadcast(&heard.cv);
+    pthread_mutex_unlock(&heard.mu);
+}
+
+/* Wait until the hook was told a line containing WHAT (the test's time
+ * limit bounds the wait). */
+static void wait_heard(const char *what)
+{
+    pthread_mutex_lock(&heard.mu);
+    while (!strstr(heard.text, what))
+        pthread_cond_wait(&heard.cv, &heard.mu);
+    pthread_mutex_unlock(&heard.mu);
+}
+
+static dlock_stats stats_of(dlock_client *c)
+{
+    dlock_stats st = {.size = sizeof st};
+    ck_assert_int_eq(dlock_client_stats(c, &st), DLOCK_OK);
+    ck_assert_uint_eq(st.size, sizeof st);
+    return st;
+}
+
+/* File backend: acquisitions and waits are counted (re-entries are not),
+ * the hook hears acquisitions at DEBUG and nothing below its level, and
+ * an older caller's smaller dlock_stats gets only the fields it knows. */
+START_TEST(test_stats_and_log_file)
+{
+    dlock_client *c = tu_open(url), *other = tu_open(url);
+    ck_assert_int_eq(dlock_client_set_log(NULL, hear, NULL, DLOCK_LOG_DEBUG), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_client_set_log(c, hear, NULL, 0), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_client_set_log(c, hear, NULL, DLOCK_LOG_INFO), DLOCK_OK);
+    dlock_lock *l = tu_lock(c, "counted"), *busy = tu_lock(other, "counted");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK); /* re-entry */
+    dlock_stats st = stats_of(c);
+    ck_assert_uint_eq(st.acquisitions, 1);
+    ck_assert_uint_eq(st.waits, 0);
+    ck_assert_uint_eq(st.losses, 0);
+    ck_assert_str_eq(heard.text, ""); /* DEBUG lines not asked for */
+    ck_assert_int_eq(dlock_client_set_log(c, hear, NULL, DLOCK_LOG_DEBUG), DLOCK_OK);
+    TU_RELEASE_OK(l);
+    TU_RELEASE_OK(l);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    wait_heard("lock 'counted' acquired");
+    /* The other client waits and gives up: one wait, no acquisition. */
+    ck_assert_int_eq(dlock_acquire(busy, 100), DLOCK_ETIMEDOUT);
+    st = stats_of(other);
+    ck_assert_uint_eq(st.acquisitions, 0);
+    ck_assert_uint_eq(st.waits, 1);
+    /* A try that finds it busy never slept. */
+    ck_assert_int_eq(dlock_acquire(busy, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_uint_eq(stats_of(other).waits, 1);
+    ck_assert_uint_eq(stats_of(c).acquisitions, 2);
+    /* A caller built against a header that knew only acquisitions. */
+    dlock_stats old;
+    memset(&old, 0xab, sizeof old);
+    old.size = offsetof(dlock_stats, waits);
+    ck_assert_int_eq(dlock_client_stats(c, &old), DLOCK_OK);
+    ck_assert_uint_eq(old.size, offsetof(dlock_stats, waits));
+    ck_assert_uint_eq(old.acquisitions, 2);
+    ck_assert_uint_eq(old.waits, 0xababababababababull);
+    old.size = sizeof(size_t);
+    ck_assert_int_eq(dlock_client_stats(c, &old), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_client_set_log(c, NULL, NULL, DLOCK_LOG_DEBUG), DLOCK_OK);
+    TU_RELEASE_OK(l);
+    TU_FREE_LOCKS(l, busy);
+    dlock_client_close(other);
+    dlock_client_close(c);
+}
+END_TEST
+
+#ifdef DLOCK_HAVE_REDIS
+/* Redis: renewals counted with their latency, a force-release seen as a
+ * loss (ERROR line, losses 1) and a server restart as a reconnect. */
+START_TEST(test_stats_and_log_redis)
+{
+    struct fx_redis r = {0};
+    ck_assert(fx_redis_start(&r, NULL));
+    char *u = tu_fmt("%s?lease=600ms", r.url);
+    dlock_client *c = tu_open(u);
+    ck_assert_int_eq(dlock_client_set_log(c, hear, NULL, DLOCK_LOG_DEBUG), DLOCK_OK);
+    dlock_lock *l = tu_lock(c, "watched");
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    wait_heard("lock 'watched': renewed");
+    dlock_stats st = stats_of(c);
+    ck_assert_uint_eq(st.acquisitions, 1);
+    ck_assert_uint_ge(st.renewals, 1);
+    ck_assert_uint_ge(st.renewal_ms, st.renewal_max_ms);
+    ck_assert_int_eq(dlock_force_release(c, "watched"), DLOCK_OK);
+    wait_heard("1 lock 'watched' lost: ");
+    ck_assert_uint_eq(stats_of(c).losses, 1);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    ck_assert_uint_eq(stats_of(c).reconnects, 0);
+    /* The server restarts: the next acquire dials again. */
+    fx_redis_kill(&r);
+    ck_assert(fx_redis_restart(&r));
+    int rc;
+    while ((rc = dlock_acquire(l, 5000)) != DLOCK_OK)
+        ck_assert_msg(rc == DLOCK_ECONN || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EIO, "%s: %s",
+                      dlock_err_name(rc), dlock_errmsg());
+    wait_heard(": reconnected");
+    st = stats_of(c);
+    ck_assert_uint_ge(st.reconnects, 1);
+    ck_assert_uint_eq(st.acquisitions, 2);
+    TU_RELEASE_OK(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(u);
+    fx_redis_stop(&r);
+}
+END_TEST
+#endif
+
 /* ---------------------------------------------------------- man3 pages */
 
 /* Collapse each run of white space in S to one space, in place. */
@@ -1074,6 +1206,10 @@ int main(void)
         {"downgrade_upgrade", test_downgrade_and_upgrade_rules, 60},
         {"capabilities", test_capabilities_checked_first, 60},
         {"man3_matches_header", test_man3_matches_header, 30},
+        {"stats_and_log_file", test_stats_and_log_file, 60},
+#ifdef DLOCK_HAVE_REDIS
+        {"stats_and_log_redis", test_stats_and_log_redis, 90},
+#endif
     };
     return tu_main("api", tests, TU_COUNT(tests), setup, teardown);
 }

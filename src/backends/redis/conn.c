@@ -180,7 +180,12 @@ int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadli
         dlock__backoff_reset(&s->backoff);
         s->next_dial_ms = 0;
     }
+    bool again = !rc && s->dialed_gen && s->dialed_gen != gen + 1; /* a broken one before */
+    if (!rc)
+        s->dialed_gen = gen + 1;
     pthread_mutex_unlock(&s->pool_mu);
+    if (again)
+        dlock__reconnected(s->c, "%s: reconnected", s->where);
     if (rc)
         return rc;
     k->gen = gen;

@@ -124,6 +124,7 @@ struct redis_state {
     unsigned gen;
     struct dlock__backoff backoff; /* background reconnects */
     int64_t next_dial_ms;
+    unsigned dialed_gen; /* gen + 1 of the last pool dial, 0 none: a reconnect (stats) */
 
     struct hub hub;
 

@@ -272,6 +272,7 @@ bool dlock__redis_sentinel_switched(struct redis_state *s, struct rconn *w)
         s->master_stale = true;
         s->gen++;
         pthread_mutex_unlock(&s->pool_mu);
+        dlock__log(s->c, DLOCK_LOG_WARN, "%s: failover announced by Sentinel", s->where);
     }
     return switched;
 }

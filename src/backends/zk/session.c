@@ -95,6 +95,11 @@ void dlock__zk_watcher(zhandle_t *zh, int type, int state, const char *path, voi
     struct zk_backend *zb = s->zb;
     pthread_mutex_lock(&zb->mu);
     if (type == ZOO_SESSION_EVENT) {
+        if (state == ZOO_CONNECTED_STATE && s->session_id) /* connected before */
+            dlock__reconnected(zb->c, "zk session 0x%llx: reconnected", (unsigned long long)s->session_id);
+        else if (state == ZOO_CONNECTING_STATE && s->state == ZOO_CONNECTED_STATE)
+            dlock__log(zb->c, DLOCK_LOG_WARN, "zk session 0x%llx: disconnected, reconnecting",
+                       (unsigned long long)s->session_id);
         s->state = state;
         if (state == ZOO_CONNECTED_STATE) {
             dlock__zk_fds_cloexec_sockets(zb->ports, zb->nports);

@@ -482,6 +482,34 @@ START_TEST(lease_renewed)
 }
 END_TEST
 
+/* Permits freed while a waiter of more of them sleeps go to a later
+ * waiter of one client that wants fewer: a release message woke the
+ * first waiter (K = 3, still too few), and its busy try must pass the
+ * wake on rather than keep it (else the second sleeps until a permit's
+ * expiry, a lease away, past its own wait). zk serves waiters in arrival
+ * order (Curator's mutex, dlock.h), so there the second waits its turn. */
+START_TEST(smaller_waiter_served)
+{
+    dlock_client *c = ct_open_test(NULL);
+    dlock_semaphore *s = sem(c, "m", 3);
+    if (leases())
+        EXPECT_RC(dlock_semaphore_set_lease(s, 120000, 0), DLOCK_OK);
+    /* Redis: releasing the 2 publishes "2" (a "1" would wake everyone). */
+    dlock_permit *p2 = take(s, 2, DLOCK_TRY), *p1 = take(s, 1, DLOCK_TRY);
+    struct tu_sem_taker all, one;
+    taker_start(&all, s, 3, DLOCK_FOREVER, NULL);
+    bool in_order = strcmp(CT->name, "zk") == 0;
+    taker_start(&one, s, 1, in_order ? 300 : 60000, NULL);
+    EXPECT_RC(dlock_permit_release(p2), DLOCK_OK);
+    EXPECT_RC(tu_sem_taker_join(&one), in_order ? DLOCK_ETIMEDOUT : DLOCK_OK);
+    EXPECT_RC(dlock_permit_release(p1), DLOCK_OK);
+    EXPECT_RC(tu_sem_taker_join(&all), DLOCK_OK);
+    expect_free(c, "m", 3, 3);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+}
+END_TEST
+
 /* Freeing a semaphore gives back the permits still held through it, and
  * closing the client does too. */
 START_TEST(free_releases)
@@ -575,6 +603,7 @@ int main(void)
         {"paused_holder", paused_holder, 90},
         {"lease_renewed", lease_renewed, 60},
         {"free_releases", free_releases, 30},
+        {"smaller_waiter_served", smaller_waiter_served, 120},
         {"cli_run_permits", cli_run_permits, 60},
     };
     const struct tu_test unsupported[] = {

@@ -199,6 +199,12 @@ bool dlock__waitset_remove(struct dlock__waitset *ws, struct dlock__wait *w);
  * mark it, and return it (it stays in the set until it removes itself);
  * NULL when there is none. */
 struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws);
+/* As dlock__waitset_wake_one(), but among the waits behind W only: a
+ * woken waiter that could not use a wake someone behind it may use (a
+ * semaphore's waiter of more permits than came back) hands it on; the
+ * hand-off only goes backwards, so it ends. NULL when none (or W absent). */
+struct dlock__wait *dlock__waitset_wake_after(struct dlock__waitset *ws,
+                                              const struct dlock__wait *w);
 /* Wake and mark every wait in the set; returns how many. */
 size_t dlock__waitset_wake_all(struct dlock__waitset *ws);
 /* Give W (in the set) the key KEY, what it waits for (NULL: none): a

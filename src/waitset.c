@@ -79,20 +79,36 @@ bool dlock__waitset_remove(struct dlock__waitset *ws, struct dlock__wait *w)
     return take_mark(ws, w, true);
 }
 
-struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws)
+/* Wake and mark the first wait holding no wake from slot FROM on (ws->mu
+ * held); NULL when there is none. */
+static struct dlock__wait *wake_first_from(struct dlock__waitset *ws, size_t from)
 {
-    struct dlock__wait *w = NULL;
-    pthread_mutex_lock(&ws->mu);
-    for (size_t i = 0; i < ws->n; i++)
+    for (size_t i = from; i < ws->n; i++)
         if (!ws->v[i].woken) {
             ws->v[i].woken = true;
             ws->wakes++;
-            w = ws->v[i].w;
-            dlock__wait_wake(w);
-            break;
+            dlock__wait_wake(ws->v[i].w);
+            return ws->v[i].w;
         }
+    return NULL;
+}
+
+struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws)
+{
+    pthread_mutex_lock(&ws->mu);
+    struct dlock__wait *w = wake_first_from(ws, 0);
     pthread_mutex_unlock(&ws->mu);
     return w;
+}
+
+struct dlock__wait *dlock__waitset_wake_after(struct dlock__waitset *ws,
+                                              const struct dlock__wait *w)
+{
+    pthread_mutex_lock(&ws->mu);
+    const struct dlock__waitset_slot *sl = slot_of(ws, w);
+    struct dlock__wait *next = sl ? wake_first_from(ws, (size_t)(sl - ws->v) + 1) : NULL;
+    pthread_mutex_unlock(&ws->mu);
+    return next;
 }
 
 /* Wake and mark every wait whose key is KEY, or every wait for NULL. */

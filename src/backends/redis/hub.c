@@ -365,6 +365,19 @@ void dlock__redis_hub_ack(struct redis_state *s, const char *chan, size_t len, s
     pthread_mutex_unlock(&hb->mu);
 }
 
+/* W's try after a release message was busy, though a waiter behind it
+ * might not be (it wants fewer of a semaphore's permits): wake the next. */
+void dlock__redis_hub_pass(struct redis_state *s, const char *chan, size_t len,
+                           const struct dlock__wait *w)
+{
+    struct hub *hb = &s->hub;
+    pthread_mutex_lock(&hb->mu);
+    struct hub_chan *ch = hub_find(hb, chan, len);
+    if (ch)
+        dlock__waitset_wake_after(&ch->waiters, w);
+    pthread_mutex_unlock(&hb->mu);
+}
+
 /* W stops waiting on CHAN. If it was woken and leaves without the lock
  * (timed out, canceled, failed), the wake goes to the next waiter. */
 void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,

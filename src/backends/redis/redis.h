@@ -347,6 +347,9 @@ int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, s
 bool dlock__redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len);
 /* W is about to try: a wake it received is being used now. */
 void dlock__redis_hub_ack(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w);
+/* W's try was busy where a waiter behind it may not be: wake that one. */
+void dlock__redis_hub_pass(struct redis_state *s, const char *chan, size_t len,
+                           const struct dlock__wait *w);
 /* W stops waiting on CHAN; a wake it leaves unused (not ACQUIRED) goes to
  * the next waiter. */
 void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,

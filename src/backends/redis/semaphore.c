@@ -267,6 +267,11 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
             } else {
                 dlock__backoff_reset(&outage);
                 outage_ms = 0;
+                /* Fewer than our K came back, maybe enough for a waiter
+                 * behind us that wants fewer: the release message woke
+                 * only us (K = 1 busy: none is free, nobody can use it). */
+                if (arg->h->sem->k > 1)
+                    dlock__redis_hub_pass(s, chan, chan_len, w);
             }
         }
         int64_t now = dlock__now_ms();

@@ -30,6 +30,13 @@ int cli_fail(int err, const char *what);
 /* Open the client for URL (NULL: $DLOCK_URL, then the default), with an
  * optional lease in ms (0 = default). Prints the failure. */
 int cli_open(const char *url, int64_t lease_ms, dlock_client **out);
+/* How many -v were given to run/hold: clients cli_open() makes then log
+ * the library's events on stderr with the time of day (1: losses, renewal
+ * trouble, disconnects and reconnects; 2: also every acquisition and
+ * renewal). */
+extern int cli_verbosity;
+/* The time of day as "HH:MM:SS.mmm", how -v lines begin (SIZE >= 13). */
+void cli_time_of_day(char *buf, size_t size);
 /* Parse SECONDS ("1.5", "2", ".5": digits and an optional fraction,
  * nothing else) into ms; -1 when malformed. */
 int64_t cli_seconds(const char *s);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -78,6 +79,30 @@ int cli_check_name(const char *cmd, const char *name)
     return EXIT_USAGE;
 }
 
+int cli_verbosity;
+
+void cli_time_of_day(char *buf, size_t size)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    localtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(buf, size, "%H:%M:%S", &tm);
+    snprintf(buf + n, size - n, ".%03ld", ts.tv_nsec / 1000000);
+}
+
+/* The library's log hook under -v: one stderr line per event. */
+static void log_to_stderr(dlock_client *c, dlock_log_level level, const char *msg, void *arg)
+{
+    static const char *const level_names[] = {"", "error", "warning", "info", "debug"};
+    (void)c;
+    (void)arg;
+    char when[32];
+    cli_time_of_day(when, sizeof when);
+    fprintf(stderr, "%s dlock: %s: %s\n", when, level_names[level <= DLOCK_LOG_DEBUG ? level : 0],
+            msg);
+}
+
 int cli_open(const char *url, int64_t lease_ms, dlock_client **out)
 {
     if (!url)
@@ -86,6 +111,9 @@ int cli_open(const char *url, int64_t lease_ms, dlock_client **out)
     int rc = dlock_client_new(url, &c);
     if (!rc && lease_ms > 0)
         rc = dlock_client_setopt_int(c, DLOCK_OPT_LEASE_MS, lease_ms);
+    if (!rc && cli_verbosity)
+        rc = dlock_client_set_log(c, log_to_stderr, NULL,
+                                  cli_verbosity > 1 ? DLOCK_LOG_DEBUG : DLOCK_LOG_INFO);
     if (!rc)
         rc = dlock_client_connect(c);
     if (rc) {
@@ -221,6 +249,20 @@ static int path_status(const char *path, int json)
     return held ? 0 : EXIT_FREE;
 }
 
+/* ,"client":{...}: the counters of the client that made the request
+ * (dlock_client_stats), the shape a service exports to its metrics. */
+static void json_client_stats(dlock_client *c)
+{
+    dlock_stats st = {.size = sizeof st};
+    if (dlock_client_stats(c, &st))
+        return;
+    printf(",\"client\":{\"acquisitions\":%" PRIu64 ",\"waits\":%" PRIu64 ",\"wait_ms\":%" PRIu64
+           ",\"renewals\":%" PRIu64 ",\"renewal_ms\":%" PRIu64 ",\"renewal_max_ms\":%" PRIu64
+           ",\"renewal_failures\":%" PRIu64 ",\"losses\":%" PRIu64 ",\"reconnects\":%" PRIu64 "}",
+           st.acquisitions, st.waits, st.wait_ms, st.renewals, st.renewal_ms, st.renewal_max_ms,
+           st.renewal_failures, st.losses, st.reconnects);
+}
+
 int cmd_status(const char *url, int argc, char **argv)
 {
     struct sub_opts o = {url, 0, 0, 0, false};
@@ -297,6 +339,7 @@ int cmd_status(const char *url, int argc, char **argv)
             }
             printf("]");
         }
+        json_client_stats(c);
         printf("}\n");
     } else {
         printf("name:     ");

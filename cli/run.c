@@ -200,15 +200,11 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
  * wait and when it got the lock. */
 __attribute__((format(printf, 1, 2))) static void vlog(const char *fmt, ...)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    localtime_r(&ts.tv_sec, &tm);
     char when[32];
-    strftime(when, sizeof when, "%H:%M:%S", &tm);
+    cli_time_of_day(when, sizeof when);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s.%03ld dlock %s: ", when, ts.tv_nsec / 1000000, verb);
+    fprintf(stderr, "%s dlock %s: ", when, verb);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
@@ -552,6 +548,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             break;
         case 'v':
             o->verbose = 1;
+            cli_verbosity++; /* the library's events too (cli_open) */
             break;
         case 'R':
             o->strict_release = 1;

@@ -1052,6 +1052,30 @@ START_TEST(test_stats_and_log_redis)
     fx_redis_stop(&r);
 }
 END_TEST
+
+/* The CLI: `run -v` prints the library's events on stderr (here the loss
+ * a force-release causes, found by the next renewal), `status --json`
+ * the client's counters. */
+START_TEST(test_cli_log_and_stats_redis)
+{
+    struct fx_redis r = {0};
+    ck_assert(fx_redis_start(&r, NULL));
+    char *release = tu_fmt("'%s' -u \"$DLOCK_URL\" release --force \"$DLOCK_NAME\" && exec sleep 60",
+                           tu_dlock_bin());
+    char *err = NULL, *out = NULL;
+    int code = TU_DLOCK(NULL, &err, NULL, "-u", r.url, "run", "-v", "--lease", "1", "cli-watched",
+                        "--", "sh", "-c", release);
+    ck_assert_msg(code == 75, "exit %d, stderr: %s", code, err);
+    ck_assert_msg(strstr(err, " dlock: error: lock 'cli-watched' lost: "), "stderr: %s", err);
+    free(err);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", r.url, "status", "--json", "cli-watched"), 1);
+    ck_assert_msg(strstr(out, ",\"client\":{\"acquisitions\":0,\"waits\":0,"), "%s", out);
+    ck_assert_msg(strstr(out, "\"losses\":0,\"reconnects\":0}}"), "%s", out);
+    free(out);
+    free(release);
+    fx_redis_stop(&r);
+}
+END_TEST
 #endif
 
 /* ---------------------------------------------------------- man3 pages */
@@ -1209,6 +1233,7 @@ int main(void)
         {"stats_and_log_file", test_stats_and_log_file, 60},
 #ifdef DLOCK_HAVE_REDIS
         {"stats_and_log_redis", test_stats_and_log_redis, 90},
+        {"cli_log_and_stats_redis", test_cli_log_and_stats_redis, 60},
 #endif
     };
     return tu_main("api", tests, TU_COUNT(tests), setup, teardown);

@@ -545,7 +545,7 @@ DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
  * semaphore's lease, else the client's), a validity, a lost callback,
  * and a fencing token where the backend gives one. A permit of a process
  * that died comes back: file at once (the kernel), redis when its lease
- * ends, zk when its session does. There is no reentrancy: every acquire takes new permits.
+ * ends (etcd too), zk when its session does. There is no reentrancy: every acquire takes new permits.
  *
  * Names: a semaphore and a lock of the same name are two things (file:
  * two files; redis: a semaphore's keys are a STRING and a ZSET, a
@@ -553,6 +553,7 @@ DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
  *
  * The permit count is stored with the semaphore where the layout keeps
  * one (file: the file's header; redis: free + held, as Redisson counts;
+ * etcd: the key NAME/sem-count;
  * zk: none, Curator's layout keeps no count, so there each client's own
  * count rules its acquires): a semaphore made with another count than the one stored is
  * refused with DLOCK_EINVAL and a message naming both counts, never
@@ -564,8 +565,9 @@ DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
  * RPermitExpirableSemaphore keys, shared with Redisson clients;
  * docs/protocol-redis.md), zk (Curator's InterProcessSemaphoreV2 nodes,
  * shared with Curator clients; a permit lasts as long as the session, no
- * fixed lease; docs/protocol-zookeeper.md); all three take K > 1 all at
- * once. etcd: DLOCK_ENOTSUP from dlock_semaphore_new() for now. */
+ * fixed lease; docs/protocol-zookeeper.md), etcd (a layout of our own:
+ * a lease-bound key per permit object under NAME/sem/, queued by create
+ * revision; docs/protocol-etcd.md); all four take K > 1 all at once. */
 typedef struct dlock_semaphore dlock_semaphore;
 typedef struct dlock_permit dlock_permit;
 
@@ -577,8 +579,8 @@ typedef struct dlock_permit dlock_permit;
  * is checked against the stored one by the first acquire or inspect.
  * FLAGS: reserved, must be 0. NAME: as dlock_lock_new().
  * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, a bad name, PERMITS out of
- * range, a reserved flag); DLOCK_ENOTSUP (the backend has no semaphores:
- * etcd); DLOCK_EMISUSE (not connected, closed, after fork);
+ * range, a reserved flag); DLOCK_ENOTSUP (the backend has no semaphores;
+ * every built-in one has them); DLOCK_EMISUSE (not connected, closed, after fork);
  * DLOCK_ENOMEM. On failure *OUT is NULL. Threads: any; the handle may be
  * used from many threads at once. Free it with dlock_semaphore_free(). */
 DLOCK_EXTERN int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits,

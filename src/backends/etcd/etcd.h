@@ -10,6 +10,7 @@
  *   mutex.c  the lock recipe (Go's concurrency.Mutex) and the backend
  *            table
  *   rwmutex.c  shared holds beside it: their keys, values and downgrade
+ *   semaphore.c  counting semaphores: a key per permit object
  *   inspect.c  status, force-release and list
  *
  * docs/protocol-etcd.md tells the whole story.
@@ -241,6 +242,10 @@ int dlock__etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t st
  * any put or delete fires it (an election's observers). */
 int dlock__etcd_watch_prefix(struct etcd_conn *k, const char *prefix, struct dlock__wait *w,
                              struct etcd_watch **out);
+/* Watch every key starting with PREFIX for deletions from START_REV on
+ * (a semaphore's waiters: any permit given back may be theirs). */
+int dlock__etcd_watch_prefix_deletes(struct etcd_conn *k, const char *prefix, int64_t start_rev,
+                                     struct dlock__wait *w, struct etcd_watch **out);
 bool dlock__etcd_watch_fired(struct etcd_watch *wt);
 /* Confirmed by etcd and not fired. */
 bool dlock__etcd_watch_live(struct etcd_watch *wt);
@@ -408,6 +413,14 @@ char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name);
 int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
                    int64_t lease, const char *what, int *code, const struct etcd_limits *lim);
 
+/* A failure RC of a request cut short by the wait W's deadline is that
+ * wait's timeout (DLOCK_ETIMEDOUT; the message, kept, says what was cut). */
+int dlock__etcd_timed_out(struct dlock__wait *w, int rc);
+/* When LR's next keepalive is due (a third of its TTL after the last). */
+int64_t dlock__etcd_keepalive_due(const struct lease_ref *lr);
+/* LR was found expired or revoked: a shared one is granted anew. */
+void dlock__etcd_lease_dead(struct etcd_backend *s, const struct lease_ref *lr);
+
 /* ========================================================== rwmutex.c */
 
 /* The value of a shared hold's key starts with this. */
@@ -421,6 +434,15 @@ char *dlock__etcd_hold_key(const char *pfx, int64_t lease, const struct dlock__h
 const char *dlock__etcd_hold_value(struct etcd_backend *s, const struct dlock__hold *h);
 /* The backend's downgrade(): exclusive hold H becomes shared in place. */
 int dlock__etcd_downgrade(void *state, struct dlock__hold *h);
+
+/* ======================================================== semaphore.c */
+
+int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__etcd_sem_inspect(void *state, const char *name, unsigned permits,
+                            struct dlock_info *info);
+/* mutex.c's release(): deletes a hold's key if it is still the one made
+ * (the same for a permit's key). */
+int dlock__etcd_release(void *state, struct dlock__hold *h);
 
 /* ========================================================== inspect.c */
 

@@ -183,7 +183,7 @@ static void withdraw(struct etcd_backend *s, const char *key, const struct lease
 
 /* A failure RC of a request cut short by the wait W's deadline is that
  * wait's timeout (the message, kept, says what was cut). */
-static int timed_out(struct dlock__wait *w, int rc)
+int dlock__etcd_timed_out(struct dlock__wait *w, int rc)
 {
     /* (time_left is 0 only once a deadline has passed: never for a
      * try-once nor a wait without one) */
@@ -195,13 +195,13 @@ static int timed_out(struct dlock__wait *w, int rc)
 #define RESTART 1 /* our key or lease vanished; start again */
 
 /* When LR's next keepalive is due. */
-static int64_t keepalive_due(const struct lease_ref *lr)
+int64_t dlock__etcd_keepalive_due(const struct lease_ref *lr)
 {
     return lr->confirmed + lr->ttl_ms / 3;
 }
 
 /* LR was found expired or revoked: a shared one is granted anew. */
-static void lease_dead(struct etcd_backend *s, const struct lease_ref *lr)
+void dlock__etcd_lease_dead(struct etcd_backend *s, const struct lease_ref *lr)
 {
     if (lr->waiter)
         dlock__etcd_waiter_lease_dead(s, lr->id);
@@ -279,7 +279,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
         rc = look(s, h, key, pfx, my_rev, lr->id, &mine, &pred, moved, &at, &code, &lim);
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
             /* "requested lease not found": the hold's lease expired */
-            lease_dead(s, lr);
+            dlock__etcd_lease_dead(s, lr);
             rc = RESTART;
             break;
         }
@@ -291,7 +291,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
              * the end of the queue with a live lease. */
             int64_t sent;
             if (dlock__etcd_lease_keepalive(s, wl->id, &sent, &lim) == DLOCK_ELOST)
-                lease_dead(s, wl);
+                dlock__etcd_lease_dead(s, wl);
             free(pred);
             rc = RESTART;
             break;
@@ -299,8 +299,9 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
         if (rc == DLOCK_OK && !pred)
             break; /* nobody before us: ours */
         int64_t now = dlock__now_ms();
-        int64_t until = keepalive_due(lr) < keepalive_due(wl) ? keepalive_due(lr)
-                                                               : keepalive_due(wl);
+        int64_t until = dlock__etcd_keepalive_due(lr), wl_due = dlock__etcd_keepalive_due(wl);
+        if (wl_due < until)
+            until = wl_due;
         if (until < now + 200)
             until = now + 500; /* the last keepalive failed: not in a hot loop */
         if (rc == DLOCK_OK) {
@@ -333,11 +334,11 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
             break;
         struct lease_ref *both[2] = {wl, lr}, *dead = NULL;
         for (int i = 0; i < 2 && !rc; i++)
-            if (dlock__now_ms() >= keepalive_due(both[i]) &&
+            if (dlock__now_ms() >= dlock__etcd_keepalive_due(both[i]) &&
                 (rc = dlock__etcd_lease_refresh(s, both[i], &lim)) == DLOCK_ELOST)
                 dead = both[i];
         if (dead) {
-            lease_dead(s, dead);
+            dlock__etcd_lease_dead(s, dead);
             rc = RESTART;
             break;
         }
@@ -384,7 +385,7 @@ restart:
     }
     if (rc) {
         free(pfx);
-        return timed_out(w, rc);
+        return dlock__etcd_timed_out(w, rc);
     }
     key = dlock__etcd_hold_key(pfx, lr.id, h);
     if (!key) {
@@ -401,7 +402,7 @@ restart:
             dlock__etcd_lease_revoke(s, lr.id, &lim);
         free(pfx);
         free(key);
-        return timed_out(w, rc);
+        return dlock__etcd_timed_out(w, rc);
     }
     int64_t my_rev = 0, owner_rev = 0;
     int code = 0;
@@ -413,7 +414,7 @@ restart:
         goto restart;
     }
     if (rc) {
-        rc = timed_out(w, rc);
+        rc = dlock__etcd_timed_out(w, rc);
         dlock__errmsg_save(msg);
         /* The put may have happened before the reply was lost (or the
          * cancel, or the deadline): the member did not answer, so it gets
@@ -464,7 +465,7 @@ restart:
             /* (a timeout keeps the reason of the last failed look, if
              * any: an outage; none says the other owner kept it) */
             bool answering = !msg[0] && !dlock__etcd_transient(rc);
-            rc = timed_out(w, rc);
+            rc = dlock__etcd_timed_out(w, rc);
             if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
                 dlock__errmsg_save(msg);
             withdraw(s, key, &lr, w, rc, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
@@ -487,7 +488,7 @@ restart:
     }
     if ((rc == DLOCK_ELOST || rc == RESTART) && restarts++ < 5) {
         if (rc == DLOCK_ELOST) { /* the hold's lease is gone; our key, maybe not */
-            lease_dead(s, &lr);
+            dlock__etcd_lease_dead(s, &lr);
             if (moved)
                 dlock__etcd_delete_key(s, key, dlock__wait_deadline(w), w);
         }
@@ -497,7 +498,7 @@ restart:
         if (rc == RESTART)
             rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing",
                             s->label, h->name, key);
-        rc = timed_out(w, rc);
+        rc = dlock__etcd_timed_out(w, rc);
         dlock__errmsg_save(msg);
         withdraw(s, key, &lr, w, rc, WITHDRAW_SLICE_MS);
         free(pfx);
@@ -524,7 +525,7 @@ restart:
 
 /* ---------------------------------------------------------------- release */
 
-static int etcd_release(void *state, struct dlock__hold *h)
+int dlock__etcd_release(void *state, struct dlock__hold *h)
 {
     struct etcd_backend *s = state;
     struct etcd_hold *eh = h->bdata;
@@ -584,19 +585,23 @@ const struct dlock__backend dlock__backend_etcd = {
     .schemes = etcd_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
             DLOCK__CAP_FORCE | DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER |
-            DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_ELECTION,
+            DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_ELECTION |
+            DLOCK__CAP_SEMAPHORE,
     .default_port = ETCD_DEFAULT_PORT,
     .open = dlock__etcd_open,
     .close = dlock__etcd_close,
     .acquire = etcd_acquire,
-    .release = etcd_release,
+    .release = dlock__etcd_release,
     .renew = dlock__etcd_renew,
     .inspect = dlock__etcd_inspect,
     .force_release = dlock__etcd_force_release,
     .list = dlock__etcd_list,
     .downgrade = dlock__etcd_downgrade,
     .elect_acquire = etcd_acquire, /* Go's Election is the Mutex's layout */
-    .elect_release = etcd_release,
+    .elect_release = dlock__etcd_release,
     .elect_proclaim = dlock__etcd_elect_proclaim,
     .elect_observe = dlock__etcd_elect_observe,
+    .sem_acquire = dlock__etcd_sem_acquire,
+    .sem_release = dlock__etcd_release, /* a permit's key goes as a lock's */
+    .sem_inspect = dlock__etcd_sem_inspect,
 };

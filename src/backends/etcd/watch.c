@@ -298,3 +298,15 @@ void dlock__etcd_watches_end(struct etcd_conn *k)
     if (k->multi)
         curl_multi_cleanup(k->multi);
 }
+
+int dlock__etcd_watch_prefix_deletes(struct etcd_conn *k, const char *prefix, int64_t start_rev,
+                                     struct dlock__wait *w, struct etcd_watch **out)
+{
+    int rc = watch_start(k, prefix, start_rev, false, true, w, out);
+    if (rc == DLOCK_OK) {
+        pthread_mutex_lock(&k->wmu);
+        (*out)->any = false; /* puts stream by, ignored: deletions fire it */
+        pthread_mutex_unlock(&k->wmu);
+    }
+    return rc;
+}

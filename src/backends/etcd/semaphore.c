@@ -1,0 +1,500 @@
+/* semaphore.c -- the etcd backend's counting semaphore, on a layout of
+ * our own (etcd's Go recipes have none), in the manner of its Mutex.
+ *
+ * A permit object of semaphore NAME is one key
+ * "<prefix>NAME/sem/<lease hex>_<serial hex>" on the hold's lease, whose
+ * value "<k> dlock <pid>@<host>" says how many permits it takes. The keys
+ * under "<prefix>NAME/sem/" queue in create-revision order, and a key
+ * holds its permits when its own K plus the K of every older key fit in
+ * N: once in, a key stays in until it goes (only older keys count, and
+ * they only leave). The fencing token is the key's create revision. The
+ * '_' keeps these keys apart from every lock's contenders (hex, or
+ * hex-hex: queue.c), the "sem/" from the keys of lock NAME.
+ *
+ * The count N is stored in "<prefix>NAME/sem-count" (no lease), written
+ * by the first acquire in a transaction that creates it only if absent;
+ * every acquire puts its key only if the stored count is its own, so a
+ * semaphore used with two counts is refused (DLOCK_EINVAL naming both).
+ *
+ * A waiter watches the whole "NAME/sem/" prefix for deletions from the
+ * revision of its last look on: any key given back may let it in (a watch
+ * of the key N places before it would miss the releases of other
+ * holders), and a watch from that revision misses nothing in between.
+ * Leases, renewal by the keeper, release and the check that a held key is
+ * still ours are the lock's (mutex.c, lease.c): a permit's hold data is a
+ * struct etcd_hold. A waiting key stays on the hold's lease (the lock moves
+ * its waiters to a short lease; here a killed waiter holds the queue up
+ * for one lease TTL at most). A key whose put may have happened without
+ * its reply, and a key left by a wait that gave up, go through the core's
+ * cleanup queue (dlock__etcd_delete_key).
+ */
+#include "etcd.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEM_DIR "sem/"
+#define SEM_COUNT "sem-count"
+#define GIVE_UP_GRACE_MS 1000 /* a give-up's delete while the member answers */
+#define RESTART 1             /* our key or lease vanished; start again */
+
+/* Keys of semaphore NAME: the queue's prefix and the stored count. */
+struct sem_keys {
+    char *dir;   /* "<prefix>NAME/sem/" */
+    char *count; /* "<prefix>NAME/sem-count" */
+};
+
+static int sem_keys_make(struct etcd_backend *s, const char *name, struct sem_keys *k)
+{
+    k->dir = dlock__sprintf("%s%s/" SEM_DIR, s->prefix, name);
+    k->count = dlock__sprintf("%s%s/" SEM_COUNT, s->prefix, name);
+    if (!k->dir || !k->count) {
+        free(k->dir);
+        free(k->count);
+        return dlock__etcd_nomem(s);
+    }
+    return DLOCK_OK;
+}
+
+static void sem_keys_free(struct sem_keys *k)
+{
+    free(k->dir);
+    free(k->count);
+}
+
+/* KV is a permit key directly under DIR ("<hex>_<hex>"): *ID points at
+ * its part after DIR (in the decoded key, caller frees *KEY). */
+static bool permit_key(const char *dir, const json_t *kv, char **key, const char **id)
+{
+    *key = dlock__etcd_kv_key((json_t *)kv);
+    size_t dl = strlen(dir);
+    if (!*key || strncmp(*key, dir, dl) != 0)
+        return false;
+    *id = *key + dl;
+    const char *us = strchr(*id, '_');
+    if (!us || us == *id || !us[1])
+        return false;
+    for (const char *p = *id; *p; p++)
+        if (p != us && !strchr("0123456789abcdef", *p))
+            return false;
+    return true;
+}
+
+/* The permits a key's value takes (1 when it says nothing we read). */
+static unsigned permit_weight(const json_t *kv)
+{
+    const char *vb = json_string_value(json_object_get(kv, "value"));
+    size_t len = 0;
+    char *value = vb ? dlock__etcd_unb64(vb, &len) : NULL;
+    unsigned long k = value ? strtoul(value, NULL, 10) : 0;
+    free(value);
+    return k >= 1 && k <= DLOCK_PERMITS_MAX ? (unsigned)k : 1;
+}
+
+/* The queue's keys, oldest first, with values. */
+static json_t *queue_range(const char *dir)
+{
+    json_t *r = dlock__etcd_range(dir, true);
+    if (r) {
+        json_object_set_new(r, "sort_order", json_string("ASCEND"));
+        json_object_set_new(r, "sort_target", json_string("CREATE"));
+    }
+    return r;
+}
+
+/* Whether the key of create revision MY_REV taking K of N permits holds
+ * them in range response RESP (its kvs oldest first); *MINE whether the
+ * key is there at all. */
+static bool holds_in(const char *dir, json_t *resp, int64_t my_rev, unsigned k, unsigned n,
+                     bool *mine)
+{
+    unsigned long before = 0;
+    *mine = false;
+    size_t i;
+    json_t *kv;
+    json_array_foreach(json_object_get(resp, "kvs"), i, kv)
+    {
+        char *key = NULL;
+        const char *id;
+        bool ours = permit_key(dir, kv, &key, &id);
+        free(key);
+        if (!ours)
+            continue;
+        int64_t rev = dlock__etcd_int(kv, "create_revision");
+        if (rev == my_rev)
+            *mine = true;
+        else if (rev < my_rev)
+            before += permit_weight(kv);
+    }
+    return *mine && before + k <= n;
+}
+
+/* The stored count of range response RESP (0 when absent); *TEXT gets its
+ * value for messages. */
+static unsigned long stored_count(json_t *resp, char text[32])
+{
+    json_t *kv = json_array_get(json_object_get(resp, "kvs"), 0);
+    const char *vb = json_string_value(json_object_get(kv, "value"));
+    size_t len = 0;
+    char *value = vb ? dlock__etcd_unb64(vb, &len) : NULL;
+    snprintf(text, 32, "%s", value ? value : "");
+    free(value);
+    return kv ? strtoul(text, NULL, 10) : 0;
+}
+
+static int wrong_count(struct etcd_backend *s, const char *name, const struct sem_keys *k,
+                       const char *stored, unsigned permits)
+{
+    return dlock__err(DLOCK_EINVAL, "%s: semaphore '%s' has %s permits (stored in %s), not %u",
+                      s->label, name, stored, k->count, permits);
+}
+
+/* Put KEY (VALUE, on LEASE) if the stored count is N -- storing it first
+ * when there is none -- and read the queue in the same transaction:
+ * *MY_REV is the key's create revision, *AT the revision read, *HELD
+ * whether it holds K permits. */
+static int put_key(struct etcd_backend *s, const struct dlock__hold *h, const struct sem_keys *k,
+                   const char *key, int64_t lease, int64_t *my_rev, int64_t *at, bool *held,
+                   const struct etcd_limits *lim)
+{
+    unsigned n = h->sem->permits;
+    char ns[16];
+    snprintf(ns, sizeof ns, "%u", n);
+    char *value = dlock__sprintf("%u %s", h->sem->k, s->ident);
+    char *kb = dlock__etcd_b64(key, strlen(key)), *vb = value ? dlock__etcd_b64(value, strlen(value)) : NULL;
+    char *cb = dlock__etcd_b64(k->count, strlen(k->count)), *nb = dlock__etcd_b64(ns, strlen(ns));
+    char *ls = dlock__etcd_i64s(lease);
+    free(value);
+    int rc = kb && vb && cb && nb && ls ? DLOCK_OK : dlock__etcd_nomem(s);
+    char what[1200];
+    snprintf(what, sizeof what, "acquire semaphore '%s' (key %s)", h->name, key);
+    for (int attempt = 0; !rc; attempt++) {
+        /* The count stored and ours: put. None stored: store it and put. */
+        json_t *req = attempt % 2 == 0
+            ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, {s:o}],"
+                        " s:[{s:o}]}",
+                        "compare", "result", "EQUAL", "target", "VALUE", "key", cb, "value", nb,
+                        "success", "request_put", "key", kb, "value", vb, "lease", ls,
+                        "request_range", queue_range(k->dir),
+                        "failure", "request_range", dlock__etcd_range(k->count, false))
+            : json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s}}, {s:{s:s, s:s, s:s}},"
+                        " {s:o}], s:[{s:o}]}",
+                        "compare", "result", "EQUAL", "target", "CREATE", "key", cb,
+                        "create_revision", "0",
+                        "success", "request_put", "key", cb, "value", nb,
+                        "request_put", "key", kb, "value", vb, "lease", ls,
+                        "request_range", queue_range(k->dir),
+                        "failure", "request_range", dlock__etcd_range(k->count, false));
+        if (!req) {
+            rc = dlock__etcd_nomem(s);
+            break;
+        }
+        json_t *reply = NULL;
+        int code = 0;
+        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, &code, NULL, lim);
+        json_decref(req);
+        if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
+            rc = RESTART; /* "requested lease not found": it expired under us */
+        if (rc)
+            break;
+        if (json_is_true(json_object_get(reply, "succeeded"))) {
+            *my_rev = *at = dlock__etcd_header_rev(reply);
+            bool mine;
+            *held = holds_in(k->dir, dlock__etcd_txn_range(reply, attempt % 2 ? 2 : 1), *my_rev,
+                             h->sem->k, n, &mine);
+            json_decref(reply);
+            break;
+        }
+        char stored[32];
+        unsigned long c = stored_count(dlock__etcd_txn_range(reply, 0), stored);
+        bool absent = json_array_size(json_object_get(dlock__etcd_txn_range(reply, 0), "kvs")) == 0;
+        json_decref(reply);
+        if (!absent && c != n)
+            rc = wrong_count(s, h->name, k, stored, n);
+        else if (attempt >= 3)
+            rc = dlock__err(DLOCK_EBACKEND, "%s: semaphore '%s': its count %s keeps changing",
+                            s->label, h->name, k->count);
+    }
+    free(kb);
+    free(vb);
+    free(cb);
+    free(nb);
+    free(ls);
+    return rc;
+}
+
+/* Look again: does KEY (create revision MY_REV) still exist, and does it
+ * hold its permits now? *AT the revision read. */
+static int look(struct etcd_backend *s, const struct dlock__hold *h, const struct sem_keys *k,
+                const char *key, int64_t my_rev, bool *mine, bool *held, int64_t *at,
+                const struct etcd_limits *lim)
+{
+    char *kb = dlock__etcd_b64(key, strlen(key)), *rs = dlock__etcd_i64s(my_rev);
+    json_t *req = kb && rs ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare",
+                                       "result", "EQUAL", "target", "CREATE", "key", kb,
+                                       "create_revision", rs, "success", "request_range",
+                                       queue_range(k->dir))
+                           : NULL;
+    free(kb);
+    free(rs);
+    if (!req)
+        return dlock__etcd_nomem(s);
+    char what[1200];
+    snprintf(what, sizeof what, "wait for semaphore '%s' (key %s)", h->name, key);
+    json_t *reply = NULL;
+    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim);
+    json_decref(req);
+    if (rc)
+        return rc;
+    *at = dlock__etcd_header_rev(reply);
+    *mine = *held = false;
+    if (json_is_true(json_object_get(reply, "succeeded")))
+        *held = holds_in(k->dir, dlock__etcd_txn_range(reply, 0), my_rev, h->sem->k,
+                         h->sem->permits, mine);
+    json_decref(reply);
+    return DLOCK_OK;
+}
+
+/* Wait until KEY holds its permits: a prefix watch from the revision
+ * after each look, the lease LR kept alive meanwhile. DLOCK_OK, RESTART,
+ * DLOCK_ETIMEDOUT / DLOCK_ECANCELED or a failure; MSG keeps the failure
+ * of the last request, "" when it was answered. */
+static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct dlock__wait *w,
+                     const struct sem_keys *k, const char *key, int64_t my_rev, int64_t at,
+                     struct lease_ref *lr, char msg[DLOCK__MSG_MAX])
+{
+    struct etcd_limits lim = {dlock__wait_deadline(w), w};
+    struct etcd_watch *wt = NULL;
+    bool need_look = false;
+    int rc = DLOCK_OK;
+    for (;;) {
+        unsigned seq = dlock__wait_seq(w);
+        int64_t now = dlock__now_ms(), until = dlock__etcd_keepalive_due(lr);
+        if (need_look) {
+            bool mine = false, held = false;
+            rc = look(s, h, k, key, my_rev, &mine, &held, &at, &lim);
+            if (rc == DLOCK_OK) {
+                msg[0] = 0;
+                if (!mine) {
+                    rc = RESTART; /* our lease expired, or the key was deleted */
+                    break;
+                }
+                if (held)
+                    break;
+                need_look = false;
+                dlock__etcd_watch_stop(wt);
+                wt = NULL;
+            } else if (dlock__etcd_transient(rc)) {
+                dlock__errmsg_save(msg); /* outage or election: again shortly */
+                rc = DLOCK_OK;
+                until = now + 500;
+            } else {
+                break;
+            }
+        }
+        if (!need_look && !wt && (rc = dlock__etcd_watch_prefix_deletes(s->k, k->dir, at + 1, w,
+                                                                        &wt)))
+            break;
+        if (until < now + 200)
+            until = now + 500; /* the last keepalive failed: not in a hot loop */
+        if ((rc = dlock__wait_sleep(w, seq, until))) /* ETIMEDOUT or ECANCELED */
+            break;
+        if (dlock__now_ms() >= dlock__etcd_keepalive_due(lr)) {
+            rc = dlock__etcd_lease_refresh(s, lr, &lim);
+            if (rc == DLOCK_ELOST) {
+                dlock__etcd_lease_dead(s, lr);
+                rc = RESTART;
+                break;
+            }
+            if (rc == DLOCK_ECANCELED)
+                break;
+            if (rc)
+                dlock__errmsg_save(msg);
+            rc = DLOCK_OK;
+        }
+        if (need_look || (wt && dlock__etcd_watch_fired(wt)))
+            need_look = true;
+    }
+    dlock__etcd_watch_stop(wt);
+    return rc;
+}
+
+/* Give KEY up: deleted now within GRACE_MS while the member answers (a
+ * waiter's key in front would hold others up), else by the keeper. */
+static void give_up(struct etcd_backend *s, const char *key, const struct lease_ref *lr,
+                    int64_t grace_ms)
+{
+    int64_t deadline = dlock__now_ms() + grace_ms;
+    struct etcd_limits lim = {deadline, NULL};
+    if (lr->own && grace_ms > 0)
+        dlock__etcd_lease_revoke(s, lr->id, &lim); /* takes the key with it */
+    dlock__etcd_delete_key(s, key, deadline, NULL);
+}
+
+int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    static atomic_uint serial;
+    struct etcd_backend *s = state;
+    struct etcd_limits lim = {dlock__wait_deadline(w), w};
+    bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
+    struct sem_keys k;
+    int rc = sem_keys_make(s, h->name, &k);
+    if (rc)
+        return rc;
+    struct lease_ref lr = {0};
+    char *key = NULL, msg[DLOCK__MSG_MAX];
+    int64_t my_rev = 0;
+    for (int restarts = 0;; restarts++) {
+        free(key);
+        key = NULL;
+        if (own && lr.id)
+            dlock__etcd_lease_revoke(s, lr.id, &lim);
+        rc = own ? DLOCK_EBUSY : dlock__etcd_session_lease(s, h->name, &lr, &lim);
+        if (rc == DLOCK_EBUSY) { /* (a try-once found another thread granting it) */
+            own = true;
+            rc = dlock__etcd_lease_grant(s, h->name, h->lease_ms, &lr, &lim);
+            lr.own = true;
+        }
+        if (rc)
+            break;
+        key = dlock__sprintf("%s%llx_%x", k.dir, (unsigned long long)lr.id,
+                             atomic_fetch_add(&serial, 1) + 1);
+        if (!key) {
+            rc = dlock__etcd_nomem(s);
+            break;
+        }
+        int64_t at = 0;
+        bool held = false;
+        rc = put_key(s, h, &k, key, lr.id, &my_rev, &at, &held, &lim);
+        if (rc == RESTART && !own && restarts < 3) {
+            dlock__etcd_session_lease_dead(s, lr.id);
+            continue;
+        }
+        if (rc == RESTART)
+            rc = dlock__err(DLOCK_EBACKEND, "%s: semaphore '%s': lease %llx expired as it "
+                                            "was used", s->label, h->name,
+                            (unsigned long long)lr.id);
+        if (rc) {
+            rc = dlock__etcd_timed_out(w, rc);
+            dlock__errmsg_save(msg);
+            /* The put may have happened before the reply was lost: the
+             * keeper deletes the key. */
+            if (dlock__etcd_transient(rc) || rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT)
+                give_up(s, key, &lr, 0);
+            else if (own)
+                dlock__etcd_lease_revoke(s, lr.id, NULL);
+            dlock__errmsg_restore(rc, msg);
+            break;
+        }
+        if (!held && dlock__wait_try_once(w)) {
+            give_up(s, key, &lr, GIVE_UP_GRACE_MS);
+            rc = dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': fewer than %u of its %u permits "
+                                         "free", s->label, h->name, h->sem->k, h->sem->permits);
+            break;
+        }
+        msg[0] = 0;
+        if (!held)
+            rc = wait_turn(s, h, w, &k, key, my_rev, at, &lr, msg);
+        if (!rc && dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
+            rc = dlock__etcd_lease_refresh(s, &lr, &lim);
+        if (rc == DLOCK_ELOST) {
+            dlock__etcd_lease_dead(s, &lr);
+            rc = RESTART;
+        }
+        if (rc == RESTART && restarts < 5) {
+            give_up(s, key, &lr, 0);
+            continue;
+        }
+        if (rc == RESTART)
+            rc = dlock__err(DLOCK_EBACKEND, "%s: semaphore '%s': our key %s keeps vanishing",
+                            s->label, h->name, key);
+        if (rc) {
+            bool answering = !msg[0] && !dlock__etcd_transient(rc);
+            rc = dlock__etcd_timed_out(w, rc);
+            if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
+                dlock__errmsg_save(msg);
+            else if (!msg[0])
+                snprintf(msg, sizeof msg, "%s: semaphore '%s': %s", s->label, h->name,
+                         rc == DLOCK_ECANCELED ? "wait canceled"
+                                               : "timed out waiting for a permit");
+            give_up(s, key, &lr, answering ? GIVE_UP_GRACE_MS : 0);
+            dlock__errmsg_restore(rc, msg);
+        }
+        break;
+    }
+    sem_keys_free(&k);
+    struct etcd_hold *eh = rc ? NULL : calloc(1, sizeof *eh);
+    if (!rc && !eh) {
+        give_up(s, key, &lr, GIVE_UP_GRACE_MS);
+        rc = dlock__etcd_nomem(s);
+    }
+    if (rc) {
+        free(key);
+        return rc;
+    }
+    eh->key = key;
+    eh->rev = my_rev;
+    eh->lease = lr.id;
+    eh->own_lease = own;
+    h->bdata = eh;
+    h->token = (uint64_t)my_rev;
+    const char *id = strrchr(key, '/');
+    snprintf(h->owner, sizeof h->owner, "%s", id ? id + 1 : key);
+    dlock__hold_confirmed(s->c, h, lr.confirmed);
+    return DLOCK_OK;
+}
+
+int dlock__etcd_sem_inspect(void *state, const char *name, unsigned permits,
+                            struct dlock_info *info)
+{
+    struct etcd_backend *s = state;
+    struct sem_keys k;
+    int rc = sem_keys_make(s, name, &k);
+    if (rc)
+        return rc;
+    dlock__info_set_key(info, k.dir);
+    json_t *req = json_pack("{s:[{s:o}, {s:o}]}", "success", "request_range",
+                            dlock__etcd_range(k.count, false), "request_range",
+                            queue_range(k.dir));
+    json_t *reply = NULL;
+    char what[1200];
+    snprintf(what, sizeof what, "inspect semaphore '%s'", name);
+    rc = req ? dlock__etcd_call(s->k, "/v3/kv/txn", req, &reply, what, NULL)
+             : dlock__etcd_nomem(s);
+    json_decref(req);
+    char stored[32];
+    unsigned long n = rc ? 0 : stored_count(dlock__etcd_txn_range(reply, 0), stored);
+    if (!rc && n && permits && n != permits)
+        rc = wrong_count(s, name, &k, stored, permits);
+    if (!rc) {
+        info->permits = n ? (unsigned)n : permits;
+        info->free_permits = info->permits ? (long)info->permits : -1;
+        unsigned long taken = 0;
+        size_t i;
+        json_t *kv;
+        json_array_foreach(json_object_get(dlock__etcd_txn_range(reply, 1), "kvs"), i, kv)
+        {
+            char *key = NULL;
+            const char *id;
+            if (!rc && permit_key(k.dir, kv, &key, &id)) {
+                unsigned wgt = permit_weight(kv);
+                if (!info->permits || taken + wgt <= info->permits) {
+                    taken += wgt;
+                    info->held = 1;
+                    info->token = (uint64_t)dlock__etcd_int(kv, "create_revision");
+                    rc = dlock__info_add_holder(info, id, wgt);
+                } else {
+                    rc = dlock__info_add_waiter(info, id);
+                }
+            }
+            free(key);
+        }
+        if (info->permits)
+            info->free_permits = (long)info->permits - (long)taken;
+    }
+    json_decref(reply);
+    sem_keys_free(&k);
+    return rc;
+}

@@ -799,6 +799,93 @@ START_TEST(test_nested_names_do_not_alias)
 }
 END_TEST
 
+/* A semaphore's keys (NAME/sem/<hex>_<hex>, NAME/sem-count) and the
+ * locks' keys are apart: lock 'jobs', lock 'jobs/sem' (whose keys are
+ * under jobs/sem/ too) and semaphores 'jobs' and 'jobs/sem' are all taken
+ * at once; each status shows only its own holder; list shows the locks. */
+START_TEST(test_semaphore_keys_apart_from_locks)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *job = tu_lock(a, "jobs"), *sub = tu_lock(b, "jobs/sem");
+    TU_ACQUIRE_OK(job, DLOCK_TRY);
+    TU_ACQUIRE_OK(sub, DLOCK_TRY);
+    dlock_semaphore *s = NULL, *ssub = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(a, "jobs", 1, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(b, "jobs/sem", 1, 0, &ssub), DLOCK_OK);
+    dlock_permit *p = NULL, *psub = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &p), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_acquire(ssub, 1, DLOCK_TRY, NULL, &psub), DLOCK_OK);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_semaphore_inspect(b, "jobs", 1, &info), DLOCK_OK);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 1);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 0);
+    ck_assert_str_eq(dlock_info_holder(info, 0, NULL), dlock_permit_id(p));
+    dlock_info_free(info);
+    const char *locks[] = {"jobs", "jobs/sem"};
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_int_eq(dlock_inspect(a, locks[i], &info), DLOCK_OK);
+        ck_assert_uint_eq(dlock_info_holder_count(info), 1);
+        ck_assert_int_eq(dlock_info_waiter_count(info), 0);
+        dlock_info_free(info);
+    }
+    char *out = NULL;
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "list", "jobs*", NULL};
+    ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+    ck_assert_msg(strcmp(out, "jobs\njobs/sem\n") == 0, "list: %s", out);
+    free(out);
+    ck_assert_int_eq(dlock_permit_release(p), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(psub), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(job), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(sub), DLOCK_OK);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(ssub);
+    TU_FREE_LOCKS(job, sub);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+}
+END_TEST
+
+/* The first waiter behind N holders is woken by the release of any of
+ * them, the newest too (a waiter watching only the key N places before it
+ * would sleep until its next keepalive: with a 300 s lease, past the
+ * test's limit). */
+START_TEST(test_semaphore_waiter_woken_by_any_holder)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, "lease=300s");
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_semaphore *sa = NULL, *sb = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(a, "wake", 2, 0, &sa), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(b, "wake", 2, 0, &sb), DLOCK_OK);
+    dlock_permit *oldest = NULL, *newest = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(sa, 1, DLOCK_TRY, NULL, &oldest), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_acquire(sa, 1, DLOCK_TRY, NULL, &newest), DLOCK_OK);
+    struct tu_sem_taker t;
+    tu_sem_taker_start(&t, sb, 1, DLOCK_FOREVER, NULL);
+    ck_assert_msg(tu_wait_thread_asleep(&t.tid, 30000), "the taker never went to sleep");
+    long waiting = 0;
+    for (int k = 0; k < 800 && waiting != 1; k++) { /* its key is queued */
+        dlock_info *info = NULL;
+        if (dlock_semaphore_inspect(a, "wake", 2, &info) == DLOCK_OK)
+            waiting = dlock_info_waiter_count(info);
+        dlock_info_free(info);
+        if (waiting != 1)
+            tu_sleep_ms(25);
+    }
+    ck_assert_int_eq(waiting, 1);
+    ck_assert_msg(tu_wait_thread_asleep(&t.tid, 30000), "the taker never went to sleep");
+    ck_assert_int_eq(dlock_permit_release(newest), DLOCK_OK);
+    ck_assert_int_eq(tu_sem_taker_join(&t), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(oldest), DLOCK_OK);
+    dlock_semaphore_free(sa);
+    dlock_semaphore_free(sb);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+}
+END_TEST
+
 /* An application key beside a lock name is not a contender: 'app1/db' (no
  * lease) and 'app1/beef' (hex-shaped, no lease) are neither shown by
  * `status app1` nor deleted by `release --force app1`, and app1 is free. */
@@ -2215,6 +2302,8 @@ static Suite *etcd_suite(void)
         {"prefix_list_and_names", test_prefix_list_and_names, 90},
         {"nested_names_do_not_alias", test_nested_names_do_not_alias, 90},
         {"application_keys_are_not_contenders", test_application_keys_are_not_contenders, 90},
+        {"semaphore_keys_apart_from_locks", test_semaphore_keys_apart_from_locks, 90},
+        {"semaphore_waiter_woken_by_any_holder", test_semaphore_waiter_woken_by_any_holder, 60},
         {"queue_pages_past_other_keys", test_queue_pages_past_other_keys, 90},
         {"killed_waiters_do_not_stall_the_queue", test_killed_waiters_do_not_stall_the_queue, 90},
         {"no_descriptor_leaks_into_children", test_no_descriptor_leaks_into_children, 90},

@@ -472,6 +472,7 @@ int dlock__etcd_sem_inspect(void *state, const char *name, unsigned permits,
         info->permits = n ? (unsigned)n : permits;
         info->free_permits = info->permits ? (long)info->permits : -1;
         unsigned long taken = 0;
+        info->nwaiters = 0; /* the whole queue is read: none is known */
         size_t i;
         json_t *kv;
         json_array_foreach(json_object_get(dlock__etcd_txn_range(reply, 1), "kvs"), i, kv)

@@ -620,7 +620,9 @@ DLOCK_EXTERN int dlock_semaphore_on_lost(dlock_semaphore *s, dlock_permit_lost_f
  * inotify; redis: Redisson's channel redisson_sc:{NAME}, or the nearest
  * expiry of a permit, which the next try takes back; zk: a child watch on
  * P/leases, while holding Curator's mutex P/locks, so zk waiters are
- * served in arrival order), never on a timer. Elsewhere a waiter for K
+ * served in arrival order; etcd: a watch of the NAME/sem/ keys, served
+ * in arrival order too: a key holds when it and the older keys fit in
+ * the count), never on a timer. Elsewhere a waiter for K
  * permits does not hold up a later one that wants fewer: when fewer than
  * K came back, the later one gets them.
  * Returns DLOCK_OK (*OUT owns the permit: give it to

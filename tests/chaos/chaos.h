@@ -60,7 +60,7 @@ struct chaos_counts {
 };
 
 struct chaos_config {
-    const char *backend;   /* file, redis, redis-simple, etcd, etcd3, zk, zk3 */
+    const char *backend;   /* file, redis, redis-simple, redlock, etcd, etcd3, zk, zk3 */
     uint64_t seed;
     int duration_s;        /* whole run, split among the phases */
     int lease_ms;          /* 0: 1000 */

@@ -1,6 +1,6 @@
 /* check_chaos.c -- the short fixed-seed run of the fault harness that
- * `make check` runs: every backend (file, redis in both layouts, etcd,
- * zk) through each of its faults for a couple of seconds, asserting only
+ * `make check` runs: every backend (file, redis in both layouts, redlock,
+ * etcd, zk) through each of its faults for a couple of seconds, asserting only
  * what must hold whatever the timing: no overlap the fenced store
  * accepted (backends that claim safety), no token regression, no lost
  * update, no dlock call that hung. The counts are printed, not asserted
@@ -54,6 +54,12 @@ START_TEST(test_redis_simple)
 }
 END_TEST
 
+START_TEST(test_redlock)
+{
+    run_backend("redlock", 16);
+}
+END_TEST
+
 START_TEST(test_etcd)
 {
     run_backend("etcd", 18);
@@ -72,6 +78,7 @@ int main(void)
         {"file", test_file, 60},
         {"redis", test_redis, 120},
         {"redis_simple", test_redis_simple, 120},
+        {"redlock", test_redlock, 120},
         {"etcd", test_etcd, 120},
         {"zk", test_zk, 120},
     };

@@ -75,7 +75,8 @@ struct run {
     struct slot w[MAX_WORKERS];
     int nworkers, spawns;
     int phase;
-    struct fx_redis redis;
+    struct fx_redis redis[3]; /* one, or redlock's three masters */
+    bool redlock;
     struct etcdf etcd;
     struct zkf zk;
     const char *query;  /* the URL's query part */
@@ -141,7 +142,10 @@ static bool servers_start(struct run *r)
          * (server-restart) or lose them (server-restart-empty: the AOF
          * is removed first) */
         static const char *const extra[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
-        return fx_redis_start(&r->redis, extra);
+        for (int i = 0; i < r->members; i++)
+            if (!fx_redis_start(&r->redis[i], extra))
+                return false;
+        return true;
     }
     if (strcmp(r->kind, "etcd") == 0) {
         if (!etcdf_start(&r->etcd, r->members)) {
@@ -159,9 +163,9 @@ static bool servers_start(struct run *r)
 
 static void servers_stop(struct run *r)
 {
-    if (strcmp(r->kind, "redis") == 0)
-        fx_redis_stop(&r->redis);
-    else if (strcmp(r->kind, "etcd") == 0)
+    for (int i = 0; strcmp(r->kind, "redis") == 0 && i < r->members; i++)
+        fx_redis_stop(&r->redis[i]);
+    if (strcmp(r->kind, "etcd") == 0)
         etcdf_stop(&r->etcd);
     else if (strcmp(r->kind, "zk") == 0)
         zkf_stop(&r->zk);
@@ -171,8 +175,9 @@ static void servers_stop(struct run *r)
 static int server_pids(struct run *r, pid_t *pids)
 {
     int n = 0;
-    if (strcmp(r->kind, "redis") == 0 && r->redis.pid > 0)
-        pids[n++] = r->redis.pid;
+    for (int i = 0; strcmp(r->kind, "redis") == 0 && i < r->members; i++)
+        if (r->redis[i].pid > 0)
+            pids[n++] = r->redis[i].pid;
     for (int i = 0; strcmp(r->kind, "etcd") == 0 && i < r->etcd.n; i++)
         if (r->etcd.m[i].pid > 0)
             pids[n++] = r->etcd.m[i].pid;
@@ -201,12 +206,13 @@ static bool member_start(struct run *r, int i)
 static bool servers_restart(struct run *r, bool empty, int64_t down_ms)
 {
     if (strcmp(r->kind, "redis") == 0) {
-        fx_redis_kill(&r->redis);
+        /* redlock: one master of the three, the majority stays */
+        struct fx_redis *x = &r->redis[between(r, 0, r->members - 1)];
+        fx_redis_kill(x);
         if (empty)
-            sh("rm -rf '%s/appendonlydir' '%s/appendonly.aof' '%s/dump.rdb'", r->redis.dir,
-               r->redis.dir, r->redis.dir);
+            sh("rm -rf '%s/appendonlydir' '%s/appendonly.aof' '%s/dump.rdb'", x->dir, x->dir, x->dir);
         tu_sleep_ms((int)down_ms);
-        return fx_redis_restart(&r->redis);
+        return fx_redis_restart(x);
     }
     int n = strcmp(r->kind, "etcd") == 0 ? r->etcd.n : r->zk.n;
     for (int i = 0; i < n; i++)
@@ -225,17 +231,17 @@ static char *worker_url(struct run *r, const char *host)
 {
     if (strcmp(r->kind, "file") == 0)
         return tu_fmt("file://%s/locks", r->dir);
-    if (strcmp(r->kind, "redis") == 0)
-        return tu_fmt("redis://%s:%d?%s", host, r->redis.port, r->query);
     char *list = strdup("");
-    int n = strcmp(r->kind, "etcd") == 0 ? r->etcd.n : r->zk.n;
+    int n = strcmp(r->kind, "etcd") == 0 ? r->etcd.n : strcmp(r->kind, "zk") == 0 ? r->zk.n : r->members;
     for (int i = 0; i < n; i++) {
-        int port = strcmp(r->kind, "etcd") == 0 ? r->etcd.m[i].client_port : r->zk.s[i].port;
+        int port = strcmp(r->kind, "etcd") == 0  ? r->etcd.m[i].client_port
+                   : strcmp(r->kind, "zk") == 0 ? r->zk.s[i].port
+                                                : r->redis[i].port;
         char *next = tu_fmt("%s%s%s:%d", list, i ? "," : "", host, port);
         free(list);
         list = next;
     }
-    char *url = tu_fmt("%s://%s?%s", r->kind, list, r->query);
+    char *url = tu_fmt("%s://%s?%s", r->redlock ? "redlock" : r->kind, list, r->query);
     free(list);
     return url;
 }
@@ -524,7 +530,7 @@ static void phases_of(struct run *r, const char *backend)
         list[n++] = FAULT_SERVER_RESTART;
         if (strcmp(r->kind, "redis") == 0)
             list[n++] = FAULT_SERVER_RESTART_EMPTY;
-        if (r->members > 1)
+        if (r->members > 1 && !r->redlock)
             list[n++] = FAULT_LEADER_KILL;
         list[n++] = FAULT_PARTITION;
         list[n++] = FAULT_PACKET;
@@ -582,6 +588,10 @@ static void backend_kind(struct run *r, const char *b)
     r->query = "";
     if (strcmp(b, "file") == 0) {
         r->kind = "file";
+    } else if (strcmp(b, "redlock") == 0) {
+        r->kind = "redis";
+        r->redlock = true;
+        r->members = 3;
     } else if (strcmp(b, "redis") == 0 || strcmp(b, "redis-simple") == 0) {
         r->kind = "redis";
         r->query = strcmp(b, "redis") == 0 ? "layout=redisson" : "layout=simple";

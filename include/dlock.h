@@ -33,6 +33,8 @@
  * chroot). Every call on a client after fork() in the child, or after
  * dlock_client_close(), returns DLOCK_EMISUSE and changes nothing.
  * docs/backends.md has the capability table this header summarises.
+ * Installed, every function has a manual page made from this header
+ * (man dlock_acquire; docs/man3/, kept equal to it by a test).
  */
 #ifndef DLOCK_H
 #define DLOCK_H

@@ -738,7 +738,12 @@ DLOCK_EXTERN long dlock_info_free_permits(const dlock_info *i);
  * dlock's leader: key NAME/<lease id hex> with the value as its proposal,
  * the leader is the key with the lowest create revision (the token);
  * election NAME and `etcdctl lock NAME` share those keys, as in Go.
- * Other backends: DLOCK_ENOTSUP from dlock_election_new() for now. */
+ * zk: Curator's LeaderLatch, so Curator services and dlock share an
+ * election: EPHEMERAL_SEQUENTIAL children _c_<uuid>-latch-<seq> of lock
+ * node NAME with the value as data, the lowest sequence leads, token its
+ * czxid, a dead leader replaced when its session expires (proclaim is a
+ * setData on the leader's node, which LeaderLatch itself never does).
+ * Redis: DLOCK_ENOTSUP from dlock_election_new() for now. */
 typedef struct dlock_election dlock_election;
 typedef struct dlock_leader dlock_leader;
 

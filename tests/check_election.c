@@ -35,7 +35,8 @@
 /* The fixtures whose backend has elections (docs/backends.md). */
 static bool has_elections(const struct ct_fixture *f)
 {
-    return strcmp(f->name, "file") == 0 || strcmp(f->name, "etcd") == 0;
+    return strcmp(f->name, "file") == 0 || strcmp(f->name, "etcd") == 0 ||
+           strcmp(f->name, "zk") == 0;
 }
 
 /* ------------------------------------------------------------- helpers */

@@ -642,6 +642,88 @@ START_TEST(test_curator_interop)
 }
 END_TEST
 
+/* Curator's LeaderLatch on the same path, its nodes played with the raw
+ * client ("_c_<uuid>-latch-<seq>", EPHEMERAL_SEQUENTIAL, the participant
+ * id as data): dlock sees the Curator leader and its id, waits behind it,
+ * leads once the Curator session ends, and its own node is what Curator's
+ * getLeader() reads first (dlock's value as data); a Curator participant
+ * queued behind dlock leads once dlock resigns. */
+struct latch_campaign {
+    dlock_election *e;
+    int rc;
+};
+
+static void *latch_campaign_thread(void *p)
+{
+    struct latch_campaign *a = p;
+    a->rc = dlock_election_campaign(a->e, "dlock-node:8080", 30000, NULL);
+    return NULL;
+}
+
+START_TEST(test_curator_leader_latch_interop)
+{
+    REQUIRE_SERVERS();
+    char *url = url_with(NULL, NULL);
+    dlock_client *c = tu_open(url);
+    zhandle_t *zh = raw_open(NULL), *zh2 = raw_open(NULL);
+    const char *lockpath = "/dlock/latch-with-java";
+    /* 1. A Curator participant leads: dlock reads its id and is busy. */
+    char *cur1 = curator_node(zh, lockpath, "latch-");
+    dlock_leader *l = NULL;
+    ck_assert_int_eq(dlock_election_leader(c, "latch-with-java", &l), DLOCK_OK);
+    ck_assert_int_eq(dlock_leader_held(l), 1);
+    ck_assert_str_eq(dlock_leader_value(l), "127.0.0.1");
+    ck_assert_str_eq(dlock_leader_id(l), cur1);
+    dlock_leader_free(l);
+    dlock_election *e = NULL;
+    ck_assert_int_eq(dlock_election_new(c, "latch-with-java", 0, &e), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign(e, "x", DLOCK_TRY, NULL), DLOCK_EBUSY);
+    /* 2. dlock campaigns; the Curator leader's session ends: dlock leads. */
+    struct latch_campaign arg = {.e = e, .rc = 1};
+    pthread_t th;
+    pthread_create(&th, NULL, latch_campaign_thread, &arg);
+    int n = 0;
+    char **kids = NULL;
+    for (int i = 0; i < 2000 && n < 2; i++) { /* dlock's node queued behind */
+        free_strings(kids, n);
+        kids = raw_children(zh2, lockpath, &n);
+        if (n < 2)
+            tu_sleep_ms(10);
+    }
+    ck_assert_int_eq(n, 2);
+    free_strings(kids, n);
+    zookeeper_close(zh); /* its ephemeral node goes with the session */
+    pthread_join(th, NULL);
+    ck_assert_msg(arg.rc == DLOCK_OK, "campaign: %s", dlock_errmsg());
+    /* 3. What Curator's getLeader() reads: the first latch node, dlock's
+     * value as its data. A second Curator participant queues behind. */
+    char *cur2 = curator_node(zh2, lockpath, "latch-");
+    kids = raw_children(zh2, lockpath, &n);
+    ck_assert_int_eq(n, 2);
+    ck_assert_msg(strstr(kids[0], "-latch-") && strcmp(kids[1], cur2) == 0, "queue: %s, %s",
+                  kids[0], kids[1]);
+    char data[256];
+    int len = sizeof data - 1;
+    char *p0 = tu_fmt("%s/%s", lockpath, kids[0]);
+    ck_assert_int_eq(zoo_get(zh2, p0, 0, data, &len, NULL), ZOK);
+    data[len > 0 ? len : 0] = 0;
+    ck_assert_str_eq(data, "dlock-node:8080");
+    free_strings(kids, n);
+    /* 4. dlock resigns: the Curator participant leads. */
+    ck_assert_int_eq(dlock_election_resign(e), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_leader(c, "latch-with-java", &l), DLOCK_OK);
+    ck_assert_str_eq(dlock_leader_id(l), cur2);
+    dlock_leader_free(l);
+    free(p0);
+    free(cur1);
+    free(cur2);
+    zookeeper_close(zh2);
+    dlock_election_free(e);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
 /* Curator's InterProcessReadWriteLock on the same path, its nodes played
  * with the raw client: a Curator reader shares with dlock's readers and
  * keeps dlock's writer out, a Curator writer keeps both out, and dlock's
@@ -2330,6 +2412,7 @@ static Suite *zk_suite(void)
         {"waiters_fifo_and_inspect", test_waiters_fifo_and_inspect, 90},
         {"validity_is_the_negotiated_session", test_validity_is_the_negotiated_session, 90},
         {"curator_interop", test_curator_interop, 90},
+        {"curator_leader_latch_interop", test_curator_leader_latch_interop, 90},
         {"curator_semaphore_interop", test_curator_semaphore_interop, 90},
         {"curator_rwlock_interop", test_curator_rwlock_interop, 90},
         {"downgrade_behind_queued_writer_keeps_it_out", test_downgrade_behind_queued_writer_keeps_it_out, 90},

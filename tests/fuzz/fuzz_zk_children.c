@@ -2,7 +2,7 @@
  * reading of a lock node's children (src/backends/zk/mutex.c): Curator's
  * shapes "<mark><10 digits>" and "_c_<uuid>-<mark><10 digits>", where
  * <mark> is InterProcessMutex's "lock-" or InterProcessReadWriteLock's
- * "__WRIT__" / "__READ__", among foreign names. Each input line is a child name. After
+ * "__WRIT__" / "__READ__" or LeaderLatch's "latch-", among foreign names. Each input line is a child name. After
  * dlock__zk_sort_lock_nodes() the kept children are exactly the inputs of those
  * shapes (checked against a matcher written here, independently), sorted
  * by sequence number, the owner first; dlock__zk_node_has_guid() with the first
@@ -32,7 +32,7 @@ static const char *reference_sequence(const char *s)
         }
         s += 3 + sizeof shape - 1;
     }
-    static const char *const marks[] = {"lock-", "__WRIT__", "__READ__"};
+    static const char *const marks[] = {"lock-", "__WRIT__", "__READ__", "latch-"};
     for (size_t m = 0; m < sizeof marks / sizeof marks[0]; m++) {
         size_t ml = strlen(marks[m]);
         if (strncmp(s, marks[m], ml) != 0 || strlen(s + ml) != 10)

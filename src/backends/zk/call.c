@@ -282,6 +282,17 @@ int dlock__zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, cha
     return zk_call_sent(k, zoo_aget(zh, path, 0, zk_on_data, k), stat, data, NULL);
 }
 
+int dlock__zk_rq_set(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
+                     struct Stat *stat, int64_t until)
+{
+    struct zk_call *k;
+    int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
+    if (rc != ZOK)
+        return rc;
+    rc = zoo_aset(zh, path, data, (int)strlen(data), -1, dlock__zk_on_stat, k);
+    return zk_call_sent(k, rc, stat, NULL, NULL);
+}
+
 int dlock__zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
                    struct String_vector *kids, int64_t until)
 {

@@ -68,8 +68,8 @@ static bool is_uuid(const char *p)
 
 /* The sequence part of a lock child in one of Curator's shapes,
  * "<mark><seq>" or, protected, "_c_<uuid>-<mark><seq>", where <mark> is
- * InterProcessMutex's "lock-" or InterProcessReadWriteLock's "__WRIT__" or
- * "__READ__" and <seq> the 10 digits the server appends to a sequential
+ * InterProcessMutex's "lock-", InterProcessReadWriteLock's "__WRIT__" or
+ * "__READ__", or LeaderLatch's "latch-" (an election's campaign) and <seq> the 10 digits the server appends to a sequential
  * node; NULL for any other child. *KIND (may be NULL) says which mark.
  * Acquire, status and force-release all go by this, so a child no lock
  * client creates ("y-lock-18446744073709551617", "lock-12") is ignored
@@ -86,6 +86,7 @@ static const char *zk_node_sequence(const char *node, enum zk_kind *kind)
         {ZK_LOCK_MARK, ZK_KIND_LOCK},
         {ZK_WRITE_MARK, ZK_KIND_WRITE},
         {ZK_READ_MARK, ZK_KIND_READ},
+        {ZK_LATCH_MARK, ZK_KIND_LATCH},
     };
     size_t pl = strlen(ZK_PROTECTED);
     const char *mark = node;
@@ -409,7 +410,8 @@ restart:
     first = (struct String_vector){0, NULL};
     created_at = dlock__now_ms();
     unsigned create_seq = dlock__wait_seq(w);
-    err = dlock__zk_create_contender(zb, s, lockpath, mark, NULL, &mine, &czxid,
+    err = dlock__zk_create_contender(zb, s, lockpath, mark, h->elect ? h->elect->value : NULL,
+                              &mine, &czxid,
                               &first, &have_first, w);
     if ((err == DLOCK_ECONN || err == DLOCK_ETIMEDOUT) && !try_once) {
         /* The create met a disconnect (any node it may have left is a
@@ -608,7 +610,7 @@ const struct dlock__backend dlock__backend_zk = {
     .schemes = zk_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE |
             DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_SEMAPHORE |
-            DLOCK__CAP_SHARED,
+            DLOCK__CAP_SHARED | DLOCK__CAP_ELECTION,
     .default_port = ZK_DEFAULT_PORT,
     .open = dlock__zk_open,
     .close = dlock__zk_close,
@@ -623,4 +625,8 @@ const struct dlock__backend dlock__backend_zk = {
     .sem_acquire = dlock__zk_sem_acquire,
     .sem_release = dlock__zk_sem_release,
     .sem_inspect = dlock__zk_sem_inspect,
+    .elect_acquire = dlock__zk_elect_acquire,
+    .elect_release = dlock__zk_release,
+    .elect_proclaim = dlock__zk_elect_proclaim,
+    .elect_observe = dlock__zk_elect_observe,
 };

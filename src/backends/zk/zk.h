@@ -50,11 +50,12 @@
 #define ZK_LOCK_MARK "lock-"  /* Curator's lock name, sorted on what follows */
 #define ZK_WRITE_MARK "__WRIT__" /* InterProcessReadWriteLock's write lock */
 #define ZK_READ_MARK "__READ__"  /* and its read lock */
+#define ZK_LATCH_MARK "latch-"   /* Curator's LeaderLatch (elections) */
 
 /* The kinds of lock children: writers ("lock-" of InterProcessMutex, the
  * default of exclusive holds, or "__WRIT__", theirs with layout=curator-rw)
  * and readers ("__READ__", shared holds). */
-enum zk_kind { ZK_KIND_NONE, ZK_KIND_LOCK, ZK_KIND_WRITE, ZK_KIND_READ };
+enum zk_kind { ZK_KIND_NONE, ZK_KIND_LOCK, ZK_KIND_WRITE, ZK_KIND_READ, ZK_KIND_LATCH };
 /* Pauses between retries of a request whose reply was lost
  * (dlock__wait_retry's backoff). */
 #define ZK_RETRY_MIN_MS 10
@@ -163,6 +164,9 @@ int dlock__zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char
                          watcher_fn watcher, void *watch_ctx, struct String_vector *kids,
                          int64_t until);
 int dlock__zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until);
+/* Set PATH's data to DATA (any version), *STAT (may be NULL) its new stat. */
+int dlock__zk_rq_set(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
+                     struct Stat *stat, int64_t until);
 int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           const char *data, const char *lockpath, char **created,
                           struct Stat *stat, struct String_vector *kids, bool *listed,
@@ -254,6 +258,13 @@ int dlock__zk_create_container(struct zk_backend *zb, struct zk_session *s, cons
 int dlock__zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
                   struct dlock__hold *h, struct dlock__wait *w);
 int dlock__zk_release(void *state, struct dlock__hold *h);
+
+/* ------------------------------------------------------------ election.c */
+
+int dlock__zk_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__zk_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
+int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_leader *known,
+                            struct dlock__wait *w, struct dlock_leader *out);
 
 /* ----------------------------------------------------------- semaphore.c */
 

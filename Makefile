@@ -91,8 +91,10 @@ $(error BACKENDS: $(filter-out $(AVAILABLE_BACKENDS),$(BUILT_BACKENDS)) cannot b
 endif
 endif
 ifneq ($(filter redis,$(BUILT_BACKENDS)),)
+# OpenSSL is dlopen()ed on the first rediss:// or redlock:// client
+# (src/backends/redis/openssl.h): its headers only, as libcurl's below.
 DEP_CFLAGS += $(shell pkg-config --cflags hiredis openssl)
-DEP_LIBS += $(shell pkg-config --libs hiredis openssl)
+DEP_LIBS += $(shell pkg-config --libs hiredis)
 endif
 ifneq ($(filter etcd,$(BUILT_BACKENDS)),)
 # libcurl is dlopen()ed by the etcd backend on first use (src/backends/etcd/etcd.h):

@@ -630,4 +630,28 @@ bool dlock__option_known(const char *scheme, const char *key);
 /* The longest duration any option or lease may have: a year, in ms. */
 #define DLOCK__MAX_DURATION_MS (365LL * 86400000)
 
+/* ------------------------------------------------------------ dlsym.c */
+
+/* A client library loaded with dlopen() when a backend first needs it
+ * (dlsym.c says why): SONAME, and the function pointers SYMS[i].slot set
+ * to the symbols SYMS[i].name; then INIT, if any, is called once. */
+struct dlock__dl_sym {
+    void **slot;
+    const char *name;
+};
+struct dlock__dl_lib {
+    const char *soname;  /* "libcurl.so.4" */
+    const char *user;    /* "the etcd backend", for the message */
+    const char *package; /* what to install, e.g. "libcurl4" */
+    const struct dlock__dl_sym *syms;
+    size_t nsyms;
+    void (*init)(void);
+    bool tried;      /* (dlsym.c's own state, under its lock) */
+    char error[256]; /* why it could not be loaded; "" */
+};
+/* Load LIB once (thread-safe; later calls return the first answer).
+ * DLOCK_OK, or DLOCK_ENOTBUILT with a message naming the library, why it
+ * failed (dlerror(), or the missing symbol) and the package to install. */
+int dlock__dl_load(struct dlock__dl_lib *lib);
+
 #endif /* DLOCK_CORE_H */

@@ -2471,6 +2471,41 @@ START_TEST(tls_verification_and_client_certs)
 }
 END_TEST
 
+/* Whether this process has libssl mapped (/proc/self/maps). */
+static bool libssl_mapped(void)
+{
+    char *maps = tu_read_file("/proc/self/maps");
+    ck_assert_msg(maps != NULL, "cannot read /proc/self/maps");
+    bool mapped = strstr(maps, "/libssl.so") != NULL;
+    free(maps);
+    return mapped;
+}
+
+/* OpenSSL is loaded by the first rediss:// client, not by linking
+ * libdlock: file:// and redis:// clients, a lock taken on each, leave it
+ * unmapped (docs/benchmarks.md: loading it made every start 1.5 ms
+ * slower); the rediss:// client then has it and works. */
+START_TEST(openssl_loaded_by_the_first_rediss_client)
+{
+    ck_assert_msg(fx_redis_start_tls(&srv, NULL), "redis-server (TLS) could not be started");
+    char *dir, *file_url;
+    tu_file_fixture("redis-lazy-tls", &dir, &file_url);
+    char *plain[] = {strdup(file_url), strdup(srv.url)};
+    for (size_t i = 0; i < 2; i++) {
+        struct tu_solo s = tu_solo_open(plain[i], "lazy");
+        tu_acquire_release(s.l, DLOCK_TRY);
+        ck_assert_msg(!libssl_mapped(), "libssl is mapped after a client of %s", s.url);
+        tu_solo_close(&s);
+    }
+    struct tu_solo s = tu_solo_open(strdup(srv.tls_url), "lazy");
+    ck_assert_msg(libssl_mapped(), "libssl is not mapped after a client of %s", s.url);
+    tu_acquire_release(s.l, DLOCK_TRY);
+    tu_solo_close(&s);
+    tu_file_fixture_end(&dir, &file_url);
+    stop_server();
+}
+END_TEST
+
 /* ------------------------------------------------------- replica sync */
 
 /* A replica of srv (started by the caller), once the master counts it
@@ -2909,6 +2944,7 @@ int main(void)
         {"renewal_is_batched", renewal_is_batched, 60},
         {"urls_db_prefix_unix_and_list", urls_db_prefix_unix_and_list, 60},
         {"tls_verification_and_client_certs", tls_verification_and_client_certs, 60},
+        {"openssl_loaded_by_the_first_rediss_client", openssl_loaded_by_the_first_rediss_client, 60},
         {"sync_acquire_needs_replica_acks", sync_acquire_needs_replica_acks, 60},
         {"sentinel_failover_holding_and_waiting", sentinel_failover_holding_and_waiting, 120},
         {"sentinel_password_from_url_and_environment", sentinel_password_from_url_and_environment, 60},

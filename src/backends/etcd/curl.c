@@ -11,9 +11,7 @@
  * else in a handle's making opens a socket.)
  */
 #include <dirent.h>
-#include <dlfcn.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -23,20 +21,14 @@
 
 struct dlock__curl_api dlock__curl;
 
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static char load_error[512];
-
-static void load(void)
+static void global_init(void)
 {
-    void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(load_error, sizeof load_error, "%s", dlerror());
-        return;
-    }
-    struct {
-        void **slot;
-        const char *name;
-    } syms[] = {
+    dlock__curl.global_init(CURL_GLOBAL_DEFAULT);
+}
+
+int dlock__curl_load(void)
+{
+    static const struct dlock__dl_sym syms[] = {
 #define SYM(field, name) {(void **)&dlock__curl.field, name}
         SYM(global_init, "curl_global_init"),
         SYM(easy_init, "curl_easy_init"),
@@ -59,22 +51,15 @@ static void load(void)
         SYM(slist_free_all, "curl_slist_free_all"),
 #undef SYM
     };
-    for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
-        if (!(*syms[i].slot = dlsym(lib, syms[i].name))) {
-            snprintf(load_error, sizeof load_error, "libcurl.so.4 lacks %s", syms[i].name);
-            return;
-        }
-    dlock__curl.global_init(CURL_GLOBAL_DEFAULT);
-}
-
-int dlock__curl_load(void)
-{
-    pthread_once(&load_once, load);
-    if (load_error[0])
-        return dlock__err(DLOCK_ENOTBUILT,
-                          "the etcd backend needs libcurl at run time: %s (install libcurl4)",
-                          load_error);
-    return DLOCK_OK;
+    static struct dlock__dl_lib lib = {
+        .soname = "libcurl.so.4",
+        .user = "the etcd backend",
+        .package = "libcurl4",
+        .syms = syms,
+        .nsyms = sizeof syms / sizeof *syms,
+        .init = global_init,
+    };
+    return dlock__dl_load(&lib);
 }
 
 /* ------------------------------------------------- close-on-exec, all of it */

@@ -38,7 +38,7 @@
  * HTTP/2...) into every process that links libdlock, and loading them
  * costs ~3.5 ms per process start on the reference machine -- more than
  * `dlock run` on the file backend costs in all. So the etcd backend
- * reaches libcurl through this table, filled by dlopen("libcurl.so.4")
+ * reaches libcurl through this table, filled by dlopen("libcurl.so.4") (src/dlsym.c)
  * when the first etcd client opens; the names below map the ordinary
  * curl_* calls onto it, so the backend's code reads as plain libcurl.
  */

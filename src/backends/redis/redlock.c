@@ -28,11 +28,11 @@
  * intersects it, and a later token is greater -- as long as no node loses
  * its counter (docs/protocol-redis.md, "Redlock").
  */
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "openssl.h"
 #include "redis.h"
 
 /* Holds per renewal script call, as in mutex.c. */
@@ -914,7 +914,7 @@ static void rl_close(void *state)
     free(rl);
 }
 
-/* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT. */
+/* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT (OpenSSL loaded). */
 static void sha1_hex(const char *src, char out[41])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -934,6 +934,9 @@ static int rl_open(struct dlock_client *c, void **state)
     if (c->url.path && strcmp(c->url.path, "/") != 0 && *c->url.path)
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': a Redlock URL has no path (the db is "
                                          "?db=N)", url);
+    int loaded = dlock__openssl_load(); /* for sha1_hex() */
+    if (loaded)
+        return loaded;
     struct redlock *rl = calloc(1, sizeof *rl);
     if (!rl)
         return dlock__err(DLOCK_ENOMEM, "out of memory");

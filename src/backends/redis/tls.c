@@ -1,5 +1,5 @@
 /* tls.c -- TLS for the Redis backend's connections (rediss://), through
- * OpenSSL.
+ * OpenSSL, loaded when the first rediss:// client opens (openssl.h).
  *
  * One SSL_CTX per client: the server is verified against tls_ca (a file
  * or a directory of hashed certificates) or the system store, and its
@@ -21,10 +21,7 @@
 #include <sys/stat.h>
 
 #include <arpa/inet.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-
+#include "openssl.h"
 #include "redis.h"
 
 /* ================================================================ the BIO */
@@ -108,6 +105,9 @@ int dlock__redis_tls_context(struct redis_state *s, const char *ca, const char *
     if ((cert == NULL) != (key == NULL))
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': tls_cert and tls_key go together",
                           dlock_client_url(s->c));
+    int rc = dlock__openssl_load();
+    if (rc)
+        return rc;
     pthread_once(&bio_once, bio_method_make);
     if (!bio_method)
         return dlock__err(DLOCK_ENOMEM, "%s: TLS: cannot make the socket BIO", s->where);
@@ -120,7 +120,6 @@ int dlock__redis_tls_context(struct redis_state *s, const char *ca, const char *
     /* servers close without close_notify: that is an end, not an attack
      * on a lock reply (every reply is self-delimiting RESP) */
     SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
-    int rc = DLOCK_OK;
     struct stat st;
     if (ca) {
         bool dir = stat(ca, &st) == 0 && S_ISDIR(st.st_mode);
@@ -150,7 +149,8 @@ int dlock__redis_tls_context(struct redis_state *s, const char *ca, const char *
 
 void dlock__redis_tls_context_free(struct ssl_ctx_st *ctx)
 {
-    SSL_CTX_free(ctx);
+    if (ctx) /* (without one, OpenSSL may not be loaded) */
+        SSL_CTX_free(ctx);
 }
 
 /* ========================================================== a connection */

@@ -1,0 +1,25 @@
+/* openssl.c -- loads OpenSSL on the first rediss:// or redlock:// client
+ * (openssl.h says why). */
+#define DLOCK__OPENSSL_TABLE
+#include "openssl.h"
+
+#include "core.h"
+
+struct dlock__openssl_api dlock__openssl;
+
+int dlock__openssl_load(void)
+{
+    static const struct dlock__dl_sym syms[] = {
+#define SYM(f) {(void **)&dlock__openssl.f, #f},
+        DLOCK__OPENSSL_FUNCS(SYM)
+#undef SYM
+    };
+    static struct dlock__dl_lib lib = {
+        .soname = "libssl.so.3",
+        .user = "the Redis backend (rediss://, redlock://)",
+        .package = "libssl3",
+        .syms = syms,
+        .nsyms = sizeof syms / sizeof *syms,
+    };
+    return dlock__dl_load(&lib);
+}

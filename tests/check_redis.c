@@ -2147,6 +2147,100 @@ START_TEST(lost_replies_are_retried_safely)
 }
 END_TEST
 
+/* Keep the server busy MS ms in a script sent on a connection of its
+ * own (returned, to free), and wait until it runs: a PING on a fresh
+ * connection gets no answer within 100 ms. */
+static redisContext *server_busy(int ms)
+{
+    redisContext *busy = raw();
+    redisAppendCommand(busy, "EVAL %s 0 %d",
+                       "local t = redis.call('time') local t0 = t[1] * 1000000 + t[2] "
+                       "repeat t = redis.call('time') until t[1] * 1000000 + t[2] - t0 > ARGV[1] * 1000 "
+                       "return 1", ms);
+    int done = 0;
+    while (!done)
+        ck_assert_int_eq(redisBufferWrite(busy, &done), REDIS_OK);
+    for (int i = 0; i < 200; i++) {
+        redisContext *p = raw();
+        struct timeval tv = {0, 100000};
+        redisSetTimeout(p, tv);
+        redisReply *r = redisCommand(p, "PING");
+        bool answered = r != NULL;
+        freeReplyObject(r);
+        redisFree(p);
+        if (!answered)
+            return busy;
+    }
+    ck_abort_msg("the server never got busy");
+    return busy;
+}
+
+/* The reply of a downgrade lost to a timeout: the script ran (mode
+ * "read", readers woken), so the hold is shared now, whatever the retry
+ * finds; reporting it lost, or keeping it exclusive, would leave a holder
+ * believing the wrong thing while readers come in. */
+START_TEST(lost_downgrade_reply)
+{
+    struct tu_solo s = served_open("timeout=500ms&lease=10s", "dg");
+    dlock_lock *r = tu_lock_mode(s.c, "dg", DLOCK_SHARED, 0);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    uint64_t t = tu_token(s.l);
+    redisContext *ctx = raw();
+    /* The server busy 800 ms in a script: the downgrade script runs after
+     * it, once its first attempt timed out; the retry finds it done. */
+    redisContext *busy = server_busy(800);
+    int rc = dlock_release(s.l); /* the last write level: a downgrade */
+    ck_assert_msg(rc == DLOCK_OK, "downgrade: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_uint_eq(dlock_hold_count(r), 1);
+    ck_assert_uint_eq(tu_token(r), t);
+    char *mode = cmd_str(ctx, "HGET %s mode", "dg");
+    ck_assert_str_eq(mode, "read");
+    free(mode);
+    dlock_client *b = tu_open(s.url);
+    dlock_lock *rb = tu_lock_mode(b, "dg", DLOCK_SHARED, 0);
+    tu_acquire_release(rb, DLOCK_TRY); /* a reader comes in beside us */
+    ck_assert_int_eq(dlock_release(r), DLOCK_OK);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS dg"), 0);
+    dlock_lock_free(rb);
+    dlock_client_close(b);
+    dlock_lock_free(r);
+    redisFree(ctx);
+    redisFree(busy);
+    served_close(&s);
+}
+END_TEST
+
+/* A downgrade with no reply at all (the server busy past both attempts)
+ * may have run: the hold is given up (DLOCK_ELOST), never kept as an
+ * exclusive hold while readers come in; and its release, exclusive, keeps
+ * the readers that did come in (a hash in read mode with another reader's
+ * field, as such a downgrade leaves it). */
+START_TEST(unanswered_downgrade_gives_up)
+{
+    struct tu_solo s = served_open("timeout=500ms&lease=10s", "dg");
+    dlock_lock *r = tu_lock_mode(s.c, "dg", DLOCK_SHARED, 0);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    redisContext *ctx = raw(), *busy = server_busy(2500);
+    int rc = dlock_release(s.l);
+    ck_assert_msg(rc == DLOCK_ELOST, "downgrade: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_uint_eq(dlock_hold_count(r), 0);
+    ck_assert_uint_eq(dlock_hold_count(s.l), 0);
+    redisFree(busy);
+    /* What a downgrade whose reply was lost leaves, a reader joined. */
+    dlock_lock *w = tu_lock_mode(s.c, "dg2", DLOCK_EXCLUSIVE, 0);
+    TU_ACQUIRE_OK(w, DLOCK_TRY);
+    freeReplyObject(cmd(ctx, "HSET dg2 mode read other:1 1"));
+    ck_assert_int_eq(dlock_release(w), DLOCK_OK);
+    ck_assert_int_eq(cmd_int(ctx, "HEXISTS dg2 other:1"), 1);
+    dlock_lock_free(w);
+    dlock_lock_free(r);
+    redisFree(ctx);
+    served_close(&s);
+}
+END_TEST
+
 /* Redisson's prefixName(): a name that has a hash tag keeps it. */
 START_TEST(hash_tag_names)
 {
@@ -2921,6 +3015,8 @@ int main(void)
         {"out_of_memory_is_reported", out_of_memory_is_reported, 60},
         {"force_release_and_lost", force_release_and_lost, 60},
         {"lost_replies_are_retried_safely", lost_replies_are_retried_safely, 60},
+        {"lost_downgrade_reply", lost_downgrade_reply, 60},
+        {"unanswered_downgrade_gives_up", unanswered_downgrade_gives_up, 60},
         {"lost_replies_redisson_layout", lost_replies_redisson_layout, 60},
         {"lost_replies_simple_layout", lost_replies_simple_layout, 60},
         {"late_acquire_redisson_layout", late_acquire_redisson_layout, 60},

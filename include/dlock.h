@@ -353,7 +353,8 @@ DLOCK_EXTERN int dlock_acquire(dlock_lock *l, int64_t wait_ms);
  * other way round (read levels first) the hold stays exclusive to the
  * end. A downgrade that fails at the backend returns its error and
  * leaves the hold exclusive with every level (release again); a hold
- * found lost is dropped (DLOCK_ELOST). Holding SHARED, an acquire of
+ * found lost, or one whose downgrade may have reached the server
+ * unanswered (etcd, redis: readers may be in), is dropped (DLOCK_ELOST). Holding SHARED, an acquire of
  * EXCLUSIVE is an upgrade and is refused with DLOCK_EMISUSE (two readers
  * upgrading would wait for each other forever; Curator and Redisson
  * refuse or deadlock).

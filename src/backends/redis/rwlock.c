@@ -117,7 +117,12 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
                         "%s: lock '%s' was lost before its downgrade to shared: key '%s' has no "
                         "exclusive field '%s' any more",
                         s->where, h->name, k.lock, h->owner);
-    else if (!rc)
+    else if (rc)
+        /* The script may have run (readers may be in already), so the
+         * hold can no longer pass for exclusive: give it up (as etcd). */
+        rc = dlock__err(DLOCK_ELOST, "%s: the hold can no longer be trusted exclusive",
+                        dlock_errmsg());
+    else
         dlock__hold_confirmed(s->c, h, sent); /* the timeout key's lease runs from now */
     dlock__redis_keys_free(&k);
     return rc;

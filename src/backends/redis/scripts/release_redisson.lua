@@ -10,6 +10,11 @@
 -- was lost, or an expired lease), 0 = not ours, or a type name (WRONGTYPE).
 local n = redis.pcall('hdel', KEYS[1], ARGV[1])
 if type(n) == 'table' then return redis.call('type', KEYS[1]).ok end
+-- A downgrade that may have run (its reply lost) is given up as this
+-- release: in read mode, other readers' fields stay with the hash.
+if n == 1 and redis.call('hlen', KEYS[1]) > 1 and redis.call('hget', KEYS[1], 'mode') == 'read' then
+  return 1
+end
 if n == 1 then
   redis.call('del', KEYS[1])
   redis.call('publish', KEYS[2], '0')

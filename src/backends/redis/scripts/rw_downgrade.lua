@@ -4,9 +4,16 @@
 -- token. Our field (count 1) stays and becomes a reader's; "mode" turns
 -- "read"; our timeout key is written (its value is the hold's token); the
 -- readers waiting are woken with Redisson's READ_UNLOCK_MESSAGE "1".
--- Returns 1 = done, 0 = the hold is not ours any more (nothing written).
+-- Returns 1 = done (also when an earlier attempt whose reply was lost did
+-- it: our field in read mode, our timeout key holding our token), 0 = the
+-- hold is not ours any more (nothing written).
 local mode = redis.pcall('hget', KEYS[1], 'mode')
-if type(mode) == 'table' or mode == 'read' then return 0 end
+if type(mode) == 'table' then return 0 end
+if mode == 'read' then
+  local ours = redis.call('get', KEYS[3] .. ':' .. ARGV[1] .. ':rwlock_timeout:1')
+  if ours == ARGV[3] and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then return 1 end
+  return 0
+end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('hset', KEYS[1], 'mode', 'read')
 redis.call('set', KEYS[3] .. ':' .. ARGV[1] .. ':rwlock_timeout:1', ARGV[3], 'px', ARGV[2])

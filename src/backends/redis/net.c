@@ -343,7 +343,14 @@ static bool conn_busy(const struct rconn *k)
 
 int dlock__redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what)
 {
-    int64_t budget = ms_until(until);
+    return dlock__redis_exchange_quorum(ks, n, until, what, n);
+}
+
+int dlock__redis_exchange_quorum(struct rconn **ks, size_t n, int64_t until, const char *what,
+                                 size_t need)
+{
+    int64_t budget = ms_until(until), start = dlock__now_ms();
+    bool quorum = false; /* NEED answered: UNTIL is now the grace's end */
     struct pollfd stack[8], *p = n <= 8 ? stack : calloc(n, sizeof *p);
     if (!p)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
@@ -351,22 +358,35 @@ int dlock__redis_exchange(struct rconn **ks, size_t n, int64_t until, const char
         if (ks[i]->fd >= 0)
             dlock__redis_conn_pump(ks[i], 0); /* write at once: the common case needs no poll to send */
     for (;;) {
-        size_t busy = 0;
+        size_t busy = 0, answered = 0;
         for (size_t i = 0; i < n; i++) {
             p[i].fd = conn_busy(ks[i]) ? ks[i]->fd : -1;
             p[i].events = p[i].fd >= 0 ? dlock__redis_conn_events(ks[i]) : 0;
             p[i].revents = 0;
             busy += p[i].fd >= 0;
+            answered += p[i].fd < 0 && !ks[i]->broken;
         }
         if (!busy)
             break;
+        if (!quorum && answered >= need) {
+            /* the others get a grace of four times what the majority
+             * took (at least 10 ms): a slow node is waited for, a stopped
+             * one does not hold the request until UNTIL */
+            quorum = true;
+            int64_t took = dlock__now_ms() - start, grace = 4 * took > 25 ? 4 * took : 25;
+            if (dlock__now_ms() + grace < until)
+                until = dlock__now_ms() + grace;
+        }
         int64_t left = ms_until(until);
         if (left == 0) {
             for (size_t i = 0; i < n; i++)
                 if (p[i].fd >= 0)
-                    dlock__redis_conn_fail(ks[i], ks[i]->out_off < ks[i]->out_len
-                                         ? "could not send within %lld ms"
-                                         : "no reply within %lld ms", (long long)budget);
+                    dlock__redis_conn_fail(ks[i], quorum ? "no reply within %lld ms, while "
+                                                           "the others answered"
+                                           : ks[i]->out_off < ks[i]->out_len
+                                               ? "could not send within %lld ms"
+                                               : "no reply within %lld ms",
+                                           (long long)(quorum ? dlock__now_ms() - start : budget));
             break;
         }
         int got = poll(p, (nfds_t)n, (int)(left > 1000000 ? 1000000 : left));

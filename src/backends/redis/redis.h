@@ -208,6 +208,13 @@ int dlock__redis_conn_append(struct rconn *k, int argc, const char **argv, const
  * its reason; the others go on. DLOCK_OK when none failed, else
  * DLOCK_ECONN with the first failure's message ("WHERE: WHAT: why"). */
 int dlock__redis_exchange(struct rconn **ks, size_t n, int64_t until, const char *what);
+/* The same for a quorum (Redlock): once NEED connections have answered
+ * everything they owe, the others are waited for only a grace (four
+ * times what those took, at least 25 ms, within UNTIL) and then left
+ * broken ("no reply ... while the others answered"), so a stopped node
+ * does not hold every request for the whole bound. */
+int dlock__redis_exchange_quorum(struct rconn **ks, size_t n, int64_t until, const char *what,
+                                 size_t need);
 /* The next reply received on K, in order (the caller frees it), or NULL. */
 redisReply *dlock__redis_conn_take(struct rconn *k);
 /* Whether everything appended to K was written (the server may have

@@ -104,19 +104,19 @@ static void node_signal(int i, int sig)
     ck_assert_int_eq(kill(nodes[i].pid, sig), 0);
 }
 
-/* A client of the nodes (lease 1.5 s, node timeout 200 ms) with a handle
- * on "job" (tu_solo_close() ends it). */
-static struct tu_solo job_client(void)
+/* A client of the nodes (options QUERY) with a handle on "job"
+ * (tu_solo_close() ends it). */
+static struct tu_solo job_client(const char *query)
 {
-    return tu_solo_open(rl_url("lease=1500ms&node_timeout=200ms"), "job");
+    return tu_solo_open(rl_url(query), "job");
 }
 
-/* Three nodes and job_client(), its lost callback recorded in LOST;
+/* Three nodes and job_client(QUERY), its lost callback recorded in LOST;
  * job_close() closes it and stops the nodes. */
-static struct tu_solo watched_job(struct tu_lost *lost)
+static struct tu_solo watched_job(const char *query, struct tu_lost *lost)
 {
     start_nodes(3, NULL);
-    struct tu_solo s = job_client();
+    struct tu_solo s = job_client(query);
     dlock_lock_on_lost(s.l, tu_on_lost, lost);
     return s;
 }
@@ -130,7 +130,7 @@ static void job_close(struct tu_solo *s)
 /* Another client gets "job" within WAIT and gives it back: its token. */
 static uint64_t next_owner_token(int64_t wait)
 {
-    struct tu_solo b = job_client();
+    struct tu_solo b = job_client("lease=1500ms&node_timeout=1s");
     TU_ACQUIRE_OK(b.l, wait);
     uint64_t t = tu_token(b.l);
     TU_RELEASE_OK(b.l);
@@ -145,7 +145,7 @@ static uint64_t next_owner_token(int64_t wait)
 START_TEST(minority_down_still_works)
 {
     start_nodes(5, NULL);
-    dlock_client *a = rl_open("node_timeout=500ms"), *b = rl_open("node_timeout=500ms");
+    dlock_client *a = rl_open("node_timeout=2s"), *b = rl_open("node_timeout=2s");
     fx_redis_kill(&nodes[1]);
     fx_redis_kill(&nodes[3]);
     dlock_lock *la = tu_lock(a, "job"), *lb = tu_lock(b, "job");
@@ -201,17 +201,19 @@ START_TEST(majority_down_unavailable)
 END_TEST
 
 /* A node stopped (SIGSTOP) while the lock is acquired and held past its
- * lease: the acquire answers from the other two within the node timeout,
- * renewals keep the hold valid on the majority, nothing is lost; once the
- * node resumes its copy has expired and the lock goes on. */
+ * lease: the acquire, the renewals and the release answer from the other
+ * two, renewals keep the hold valid, nothing is lost (the cancel owed to
+ * the stopped node holds the keeper at most a node timeout, a third of
+ * the lease here); once the node resumes its copy has expired and the
+ * lock goes on. */
 START_TEST(node_stopped_during_acquire_and_hold)
 {
     struct tu_lost lost = {0};
-    struct tu_solo a = watched_job(&lost);
+    struct tu_solo a = watched_job("lease=3s&node_timeout=1s", &lost);
     node_signal(1, SIGSTOP);
     TU_ACQUIRE_OK(a.l, DLOCK_TRY);
     /* past two leases, renewed by the other two nodes */
-    ck_assert(!tu_wait_lost(&lost, 1, 3500));
+    ck_assert_msg(!tu_wait_lost(&lost, 1, 6500), "lost: %s", lost.why);
     ck_assert_msg(dlock_validity_ms(a.l) > 0, "validity %lld", (long long)dlock_validity_ms(a.l));
     node_signal(1, SIGCONT);
     uint64_t first = tu_token(a.l);
@@ -229,7 +231,7 @@ END_TEST
 START_TEST(majority_stopped_while_held_is_lost)
 {
     struct tu_lost lost = {0};
-    struct tu_solo a = watched_job(&lost);
+    struct tu_solo a = watched_job("lease=1500ms&node_timeout=300ms", &lost);
     TU_ACQUIRE_OK(a.l, DLOCK_TRY);
     node_signal(0, SIGSTOP);
     node_signal(2, SIGSTOP);
@@ -248,7 +250,10 @@ END_TEST
 
 /* Acquisitions granted by different majorities (a different node stopped
  * each time) get growing tokens even though the nodes' counters started
- * apart: the granting nodes below the token are raised to it. */
+ * apart: the granting nodes below the token are raised to it. The node
+ * timeout is 30 s: each acquire and release answers once the majority has
+ * (the stopped node gets a short grace), or this test would outlive its
+ * time limit. */
 START_TEST(tokens_grow_across_majorities)
 {
     start_nodes(3, NULL);
@@ -256,7 +261,7 @@ START_TEST(tokens_grow_across_majorities)
     for (int i = 0; i < 3; i++)
         freeReplyObject(node_cmd(i, "SET redisson_lock_token:{job} %lld",
                                  2000000000000000LL + 1000 * i));
-    dlock_client *c = rl_open("lease=5s&node_timeout=300ms");
+    dlock_client *c = rl_open("lease=5s&node_timeout=30s");
     uint64_t last = tu_take_token(c, "job");
     ck_assert_uint_eq(last, 2000000000002001ULL);
     for (int round = 0; round < 6; round++) {
@@ -286,7 +291,7 @@ static void token_after_restart(bool fsync_always)
 {
     const char *aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
     start_nodes(3, fsync_always ? aof : NULL);
-    dlock_client *c = rl_open("lease=5s&node_timeout=300ms");
+    dlock_client *c = rl_open("lease=5s&node_timeout=30s");
     uint64_t t0 = tu_take_token(c, "job");
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(node_int(i, "GET redisson_lock_token:{job}"), (long long)t0);
@@ -338,7 +343,7 @@ static const char NODE_REDLOCK_RELEASE[] =
 START_TEST(redlock_simple_interop)
 {
     start_nodes(3, NULL);
-    dlock_client *c = rl_open("layout=simple&node_timeout=300ms&lease=5s");
+    dlock_client *c = rl_open("layout=simple&node_timeout=2s&lease=5s");
     dlock_lock *l = tu_lock(c, "resource");
     const char *value = "0123456789abcdef0123456789abcdef"; /* node-redlock: 16 random bytes, hex */
 

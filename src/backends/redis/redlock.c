@@ -28,6 +28,7 @@
  * intersects it, and a later token is greater -- as long as no node loses
  * its counter (docs/protocol-redis.md, "Redlock").
  */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,15 @@ static int append_call(struct rconn *k, const struct rl_call *cl, bool eval)
     return rc;
 }
 
+/* Whether idle pooled connection K has something to read -- the server's
+ * end of the connection (it restarted) or bytes nobody asked for: either
+ * way it is not fit for a request. */
+static bool idle_conn_closed(const struct rconn *k)
+{
+    struct pollfd p = {.fd = k->fd, .events = POLLIN};
+    return k->fd < 0 || poll(&p, 1, 0) > 0;
+}
+
 static void node_failed(struct rl_round *rd, size_t i, int rc)
 {
     if (rd->rc[i])
@@ -135,7 +145,7 @@ static void node_failed(struct rl_round *rd, size_t i, int rc)
  * leaves its calls' replies NULL, its code in RD->rc and its message in
  * RD->err. */
 static void round_run(struct redlock *rl, struct rl_round *rd, struct rl_call *calls, size_t n,
-                      int64_t deadline, bool background, const char *what)
+                      int64_t deadline, bool background, const char *what, size_t need)
 {
     memset(rd, 0, sizeof *rd);
     bool used[RL_MAX_NODES] = {false}, redial[RL_MAX_NODES] = {false};
@@ -160,6 +170,13 @@ static void round_run(struct redlock *rl, struct rl_round *rd, struct rl_call *c
                 rd->written[i] = false;
             }
             int rc = dlock__redis_pool_get(rl->node[i], background, deadline, &rd->k[i]);
+            if (!rc && !pass && rd->k[i]->nreplies > 0 && idle_conn_closed(rd->k[i])) {
+                /* the node restarted since: dial now rather than after
+                 * the others answered */
+                dlock__redis_pool_put(rl->node[i], rd->k[i], true);
+                rd->k[i] = NULL;
+                rc = dlock__redis_pool_get(rl->node[i], background, deadline, &rd->k[i]);
+            }
             if (rc) {
                 node_failed(rd, i, rc);
                 continue;
@@ -196,7 +213,20 @@ static void round_run(struct redlock *rl, struct rl_round *rd, struct rl_call *c
         for (size_t i = 0; i < rl->n; i++)
             if (rd->k[i] && !rd->rc[i] && (rd->k[i]->want > 0 || !dlock__redis_conn_sent(rd->k[i])))
                 ks[nk++] = rd->k[i];
-        dlock__redis_exchange(ks, nk, until, what);
+        /* once NEED nodes answered, the rest get only a grace: a stopped
+         * node does not hold every request for the node timeout */
+        /* nodes that answered in an earlier pass count towards NEED */
+        size_t done = 0;
+        for (size_t i = 0; i < rl->n; i++) {
+            bool answered = used[i] && rd->k[i] && !rd->rc[i] && !redial[i];
+            for (size_t j = 0; answered && j < n; j++)
+                answered = calls[j].node != i || (calls[j].reply &&
+                           !(calls[j].reply->type == REDIS_REPLY_ERROR &&
+                             strncmp(calls[j].reply->str, "NOSCRIPT", 8) == 0));
+            done += answered;
+        }
+        size_t want = need > done ? need - done : 0;
+        dlock__redis_exchange_quorum(ks, nk, until, what, want < nk ? want : nk);
         for (size_t x = 0; x < nk; x++) {
             struct rconn *k = ks[x];
             size_t i = 0;
@@ -206,6 +236,8 @@ static void round_run(struct redlock *rl, struct rl_round *rd, struct rl_call *c
                 rd->written[i] = true;
             if (k->broken) {
                 if (pass == 0 && before[i] > 0 && k->nreplies == before[i] &&
+                    strncmp(k->err, "no reply", 8) != 0 &&
+                    strncmp(k->err, "could not send", 14) != 0 &&
                     dlock__time_left(deadline, rl->node_timeout_ms) > 0) {
                     redial[i] = true;
                     continue;
@@ -294,7 +326,7 @@ static int release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_ho
                                       .nkeys = 4, .nargs = 6, .args = args[i], .lens = lens[i]};
     }
     size_t ok = 0, lost = 0;
-    round_run(rl, rd, calls, n, deadline, false, "release");
+    round_run(rl, rd, calls, n, deadline, false, "release", rl->quorum);
     int rc = DLOCK_OK;
     for (size_t j = 0; j < n; j++) {
         const redisReply *r = calls[j].reply;
@@ -355,8 +387,13 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     size_t n = 0;
     for (size_t i = 0; i < rl->n; i++) {
         struct redis_state *s = rl->node[i];
-        /* a cancel this owner still owes the node goes first (cancel.c) */
-        if ((owed_rc[i] = dlock__redis_cancel_owed(s, h, deadline))) {
+        /* A cancel this owner still owes the node on the name (an earlier
+         * reply lost there, cancel.c) goes first, within a short bound:
+         * a node that cannot take it now (stopped) sits this attempt out
+         * rather than hold it for the node timeout; the keeper sends it. */
+        int64_t owed_by = dlock__now_ms() + (rl->node_timeout_ms < 100 ? rl->node_timeout_ms : 100);
+        if ((owed_rc[i] = dlock__redis_cancel_owed(s, h, owed_by < deadline || !deadline
+                                                             ? owed_by : deadline))) {
             snprintf(owed[i], sizeof owed[i], "%s", dlock_errmsg());
             continue;
         }
@@ -364,7 +401,7 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
                                       .nkeys = 5, .nargs = 12, .args = args, .lens = lens};
     }
     int64_t start = dlock__now_ms();
-    round_run(rl, &rd, calls, n, deadline, false, "acquire");
+    round_run(rl, &rd, calls, n, deadline, false, "acquire", rl->quorum);
     for (size_t i = 0; i < rl->n; i++)
         if (owed_rc[i]) {
             rd.rc[i] = owed_rc[i];
@@ -437,7 +474,7 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
                 calls[m++] = (struct rl_call){.node = i, .src = RAISE_SRC, .sha = rl->raise_sha,
                                               .nkeys = 1, .nargs = 2, .args = rargs, .lens = rlens};
         struct rl_round rr;
-        round_run(rl, &rr, calls, m, deadline, false, "raise the token counter");
+        round_run(rl, &rr, calls, m, deadline, false, "raise the token counter", m);
         for (size_t j = 0; j < m; j++)
             if (calls[j].reply && calls[j].reply->type == REDIS_REPLY_INTEGER) {
                 at_top++;
@@ -693,7 +730,7 @@ static int rl_renew(void *state, struct dlock__renew_batch *b)
     }
     int64_t sent = dlock__now_ms();
     struct rl_round rd;
-    round_run(rl, &rd, calls, nc, b->deadline, true, "renew");
+    round_run(rl, &rd, calls, nc, b->deadline, true, "renew", rl->quorum);
     for (size_t c = 0; c < nc; c++) {
         const redisReply *r = calls[c].reply;
         size_t i = calls[c].node;
@@ -944,12 +981,12 @@ static int rl_open(struct dlock_client *c, void **state)
     rl->n = c->url.nhosts;
     rl->quorum = rl->n / 2 + 1;
     snprintf(rl->where, sizeof rl->where, "redlock (%zu nodes)", rl->n);
-    /* Per-node timeout: far below the lease (a tenth), at most the op
-     * timeout; ?node_timeout= sets it. */
+    /* Per-node timeout: far below the lease (a tenth, at least 250 ms),
+     * at most the op timeout; ?node_timeout= sets it. */
     int64_t op = c->opts.op_timeout_ms > 0 ? c->opts.op_timeout_ms : 5000;
     int64_t nt = c->opts.lease_ms / 10;
-    if (nt < 100)
-        nt = 100;
+    if (nt < 250)
+        nt = 250;
     if (nt > op)
         nt = op;
     const char *param = dlock__url_param(&c->url, "node_timeout");

@@ -1946,8 +1946,7 @@ END_TEST
  * `timeout`, here much longer than the lease. */
 static void member_pause(int i)
 {
-    ck_assert_int_gt(F.m[i].pid, 0);
-    ck_assert_int_eq(kill(F.m[i].pid, SIGSTOP), 0);
+    tu_pause(F.m[i].pid);
 }
 
 static void member_resume(int i)

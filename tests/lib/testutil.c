@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <netinet/in.h>
@@ -40,6 +41,41 @@ void tu_sleep_ms(int ms)
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
+}
+
+/* Whether every thread of PID is stopped ('T' in /proc/PID/task/N/stat). */
+static bool all_threads_stopped(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return false;
+    bool stopped = true;
+    for (struct dirent *e; stopped && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char stat[512], buf[512];
+        snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
+        FILE *f = fopen(stat, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        const char *paren = strrchr(buf, ')'); /* the name may hold spaces */
+        stopped = paren && (paren[2] == 'T' || paren[2] == 't');
+    }
+    closedir(d);
+    return stopped;
+}
+
+void tu_pause(pid_t pid)
+{
+    ck_assert_int_gt(pid, 0);
+    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    for (int i = 0; i < 2000 && !all_threads_stopped(pid); i++)
+        tu_sleep_ms(5);
+    ck_assert_msg(all_threads_stopped(pid), "process %d never stopped", (int)pid);
 }
 
 char *tu_tmpdir(const char *tag)

@@ -77,6 +77,10 @@ char *tu_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Sleep MS milliseconds (for letting a child reach a state; never for
  * asserting on time). */
 void tu_sleep_ms(int ms);
+/* SIGSTOP PID and return once every thread of it is stopped (a signal
+ * sent is not yet a process stopped: a request sent right after kill()
+ * could still be served). */
+void tu_pause(pid_t pid);
 /* Wait until PATH exists (a child's "I hold it now" marker); false after
  * TIMEOUT_MS. */
 bool tu_wait_file(const char *path, int timeout_ms);

@@ -388,10 +388,10 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     for (size_t i = 0; i < rl->n; i++) {
         struct redis_state *s = rl->node[i];
         /* A cancel this owner still owes the node on the name (an earlier
-         * reply lost there, cancel.c) goes first, within a short bound:
+         * reply lost there, cancel.c) goes first, within 250 ms:
          * a node that cannot take it now (stopped) sits this attempt out
          * rather than hold it for the node timeout; the keeper sends it. */
-        int64_t owed_by = dlock__now_ms() + (rl->node_timeout_ms < 100 ? rl->node_timeout_ms : 100);
+        int64_t owed_by = dlock__now_ms() + (rl->node_timeout_ms < 250 ? rl->node_timeout_ms : 250);
         if ((owed_rc[i] = dlock__redis_cancel_owed(s, h, owed_by < deadline || !deadline
                                                              ? owed_by : deadline))) {
             snprintf(owed[i], sizeof owed[i], "%s", dlock_errmsg());

@@ -2241,6 +2241,96 @@ START_TEST(unanswered_downgrade_gives_up)
 }
 END_TEST
 
+struct busy_later {
+    int after_ms, busy_ms;
+};
+
+static void *busy_later_main(void *arg)
+{
+    struct busy_later *b = arg;
+    tu_sleep_ms(b->after_ms);
+    redisFree(server_busy(b->busy_ms));
+    return NULL;
+}
+
+/* A waiting semaphore acquire whose try reached the server but got no
+ * reply (server busy past the timeout) tries again with new permit ids:
+ * reusing the ids would take the permits twice under one id set (the
+ * free count off for good: every acquire then refused as another count)
+ * and the cleanup queued for the lost try would give back the permit
+ * this acquire returned. Checked on what the server ran (MONITOR): no
+ * two acquire scripts with the same ids; then the count still adds up. */
+START_TEST(sem_wait_lost_reply_new_ids)
+{
+    start_server(NULL);
+    char *url = url_with("timeout=500ms");
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_semaphore *sa = NULL, *sb = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(a, "lr", 2, 0, &sa), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(b, "lr", 2, 0, &sb), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_set_lease(sb, 2000, DLOCK_LEASE_FIXED), DLOCK_OK);
+    dlock_permit *pb = NULL, *pa = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(sb, 2, DLOCK_TRY, NULL, &pb), DLOCK_OK);
+    /* A's wait tries again when B's permits expire (2 s): the server is
+     * busy from 250 ms before that until 650 ms after. */
+    struct busy_later bl = {1750, 900};
+    pthread_t th;
+    redisContext *mon = raw();
+    freeReplyObject(cmd(mon, "MONITOR"));
+    pthread_create(&th, NULL, busy_later_main, &bl);
+    int rc = dlock_semaphore_acquire(sa, 1, 20000, NULL, &pa);
+    pthread_join(th, NULL);
+    ck_assert_msg(rc == DLOCK_OK, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    /* Every acquire script the server ran had ids of its own: the last
+     * argument (the id prefix) of those that name the token key. */
+    redisContext *marker = raw();
+    freeReplyObject(cmd(marker, "PING")); /* a marker: all before it are in */
+    redisFree(marker);
+    char *prefixes[64];
+    size_t np = 0;
+    for (;;) {
+        redisReply *r = NULL;
+        ck_assert_int_eq(redisGetReply(mon, (void **)&r), REDIS_OK);
+        bool end = r->type == REDIS_REPLY_STATUS && strstr(r->str, "\"PING\"");
+        const char *last = r->type == REDIS_REPLY_STATUS && strstr(r->str, "dlock_sem_token:{lr}") &&
+                                   strstr(r->str, "\"EVALSHA\"")
+                               ? strrchr(r->str, ' ')
+                               : NULL;
+        if (last && np < 64)
+            prefixes[np++] = strdup(last);
+        freeReplyObject(r);
+        if (end)
+            break;
+    }
+    for (size_t i = 0; i < np; i++)
+        for (size_t j = i + 1; j < np; j++)
+            ck_assert_msg(strcmp(prefixes[i], prefixes[j]) != 0,
+                          "two acquire scripts ran with the ids %s", prefixes[i]);
+    for (size_t i = 0; i < np; i++)
+        free(prefixes[i]);
+    redisFree(mon);
+    /* Once the lost try's ids are given back: one of two permits held. */
+    long free_permits = -2;
+    for (int i = 0; i < 200 && free_permits != 1; i++) {
+        dlock_info *info = NULL;
+        rc = dlock_semaphore_inspect(b, "lr", 2, &info);
+        ck_assert_msg(rc == DLOCK_OK, "inspect: %s: %s", dlock_err_name(rc), dlock_errmsg());
+        free_permits = dlock_info_free_permits(info);
+        dlock_info_free(info);
+        if (free_permits != 1)
+            tu_sleep_ms(50);
+    }
+    ck_assert_int_eq(free_permits, 1);
+    ck_assert_int_eq(dlock_permit_release(pa), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(pb), DLOCK_ELOST);
+    dlock_semaphore_free(sa);
+    dlock_semaphore_free(sb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
 /* Redisson's prefixName(): a name that has a hash tag keeps it. */
 START_TEST(hash_tag_names)
 {
@@ -3017,6 +3107,7 @@ int main(void)
         {"lost_replies_are_retried_safely", lost_replies_are_retried_safely, 60},
         {"lost_downgrade_reply", lost_downgrade_reply, 60},
         {"unanswered_downgrade_gives_up", unanswered_downgrade_gives_up, 60},
+        {"sem_wait_lost_reply_new_ids", sem_wait_lost_reply_new_ids, 60},
         {"lost_replies_redisson_layout", lost_replies_redisson_layout, 60},
         {"lost_replies_simple_layout", lost_replies_simple_layout, 60},
         {"late_acquire_redisson_layout", late_acquire_redisson_layout, 60},

@@ -22,7 +22,7 @@
  * Ambiguous replies: an acquire whose reply is lost is not sent again
  * (a second try would take more permits); the ids it may have taken are
  * released by the cleanup queue, and their lease bounds the harm if even
- * that fails. A release is idempotent (ZREM counts what it removed) and
+ * that fails. So each try of a wait has ids of its own (new_id). A release is idempotent (ZREM counts what it removed) and
  * is retried once.
  */
 #include <stdio.h>
@@ -186,6 +186,11 @@ static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct r
     int nl = snprintf(n, sizeof n, "%u", h->sem->permits);
     int kl = snprintf(kk, sizeof kk, "%u", h->sem->k);
     int ll = snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
+    /* Ids of this try's own: a try whose reply was lost may have taken
+     * its ids (the cleanup queue gives them back), so a later try that
+     * reused them would take the permits twice under one id set and lose
+     * them to that cleanup. */
+    new_id(h);
     id_prefix(h, prefix);
     const char *args[] = {k->name, k->timeout, k->chan, k->token, n, kk, lease, prefix};
     size_t lens[] = {k->name_len, k->timeout_len, k->chan_len, k->token_len,
@@ -299,7 +304,6 @@ int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__w
     int rc = sem_keys_make(s, h->name, &k);
     if (rc)
         return rc;
-    new_id(h);
     struct sem_try_arg a = {h, &k};
     struct redis_try t = {0};
     rc = try_take(s, &a, dlock__wait_deadline(w), &t);

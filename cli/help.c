@@ -69,15 +69,15 @@ static const struct {
      "dlock [-u URL] elect [--value VALUE] [run's options] NAME [--] COMMAND [ARG...]",
      "Campaign in election NAME with VALUE (default empty) and run COMMAND once\n"
      "elected, only while leading: one active instance across hosts. A leader that\n"
-     "dies or stops renewing is replaced (file: at once; etcd, zk: when its lease or\n"
+     "dies or stops renewing is replaced (file: at once; others: when its lease or\n"
      "session ends).\n"
      "  --value VALUE         the leader's value others read with dlock leader (its\n"
      "                        address, say); etcd: the proposal etcdctl elect -l shows\n"
      "run's options apply (-n, -w, --lease, --on-lost, --kill-after, ...; not -s\n"
      "nor --permits). COMMAND sees DLOCK_NAME and DLOCK_TOKEN (the leadership's\n"
-     "fencing token). Elections: file, etcd (Go's concurrency.Election, shared\n"
-     "with etcdctl elect) and zk (Curator's LeaderLatch). Exit status as run's; 75\n"
-     "if leadership was lost."},
+     "fencing token). Elections: file, redis, etcd (Go's concurrency.Election,\n"
+     "shared with etcdctl elect) and zk (Curator's LeaderLatch); not redlock. Exit\n"
+     "status as run's; 75 if leadership was lost."},
     {"leader", "dlock [-u URL] leader NAME [--watch] [--json]",
      "Print election NAME's leader: token=T id=ID value=VALUE, or none.\n"
      "  --watch               then one more line at each change (new leader, no\n"

@@ -744,7 +744,12 @@ DLOCK_EXTERN long dlock_info_free_permits(const dlock_info *i);
  * node NAME with the value as data, the lowest sequence leads, token its
  * czxid, a dead leader replaced when its session expires (proclaim is a
  * setData on the leader's node, which LeaderLatch itself never does).
- * Redis: DLOCK_ENOTSUP from dlock_election_new() for now. */
+ * redis (both layouts, Sentinel, TLS): lock NAME plus the HASH
+ * dlock_leader:{NAME} (token, version, value) written by the leader in a
+ * script that checks the lock is still its own; the token is the lock's;
+ * observers wake by pub/sub (dlock_leader__channel:{NAME}), a dead
+ * leader is replaced when its lease expires. redlock: DLOCK_ENOTSUP from
+ * dlock_election_new() for now. */
 typedef struct dlock_election dlock_election;
 typedef struct dlock_leader dlock_leader;
 

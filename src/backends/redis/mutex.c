@@ -654,6 +654,16 @@ int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
 
 /* ================================================================ table */
 
+int dlock__redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    return redis_acquire(state, h, w);
+}
+
+int dlock__redis_release_hold(void *state, struct dlock__hold *h)
+{
+    return redis_release(state, h);
+}
+
 static const char *const redis_schemes[] = {"redis",          "rediss",          "redis+unix",
                                             "redis+sentinel", "rediss+sentinel", NULL};
 
@@ -662,7 +672,8 @@ const struct dlock__backend dlock__backend_redis = {
     .name = "redis",
     .schemes = redis_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
-            DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_SEMAPHORE,
+            DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_SEMAPHORE |
+            DLOCK__CAP_ELECTION,
     .default_port = REDIS_DEFAULT_PORT,
     .open = dlock__redis_open,
     .close = dlock__redis_close,
@@ -676,5 +687,9 @@ const struct dlock__backend dlock__backend_redis = {
     .sem_acquire = dlock__redis_sem_acquire,
     .sem_release = dlock__redis_sem_release,
     .sem_inspect = dlock__redis_sem_inspect,
+    .elect_acquire = dlock__redis_elect_acquire,
+    .elect_release = dlock__redis_elect_release,
+    .elect_proclaim = dlock__redis_elect_proclaim,
+    .elect_observe = dlock__redis_elect_observe,
 };
 

@@ -380,6 +380,18 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
 int dlock__redis_force_release(void *state, const char *name);
 int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
+/* The lock's acquire and release (mutex.c), for the election on it. */
+int dlock__redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__redis_release_hold(void *state, struct dlock__hold *h);
+
+/* --------------------------------------------------------- election.c */
+
+int dlock__redis_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__redis_elect_release(void *state, struct dlock__hold *h);
+int dlock__redis_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
+int dlock__redis_elect_observe(void *state, const char *name, const struct dlock_leader *known,
+                               struct dlock__wait *w, struct dlock_leader *out);
+
 /* -------------------------------------------------------- semaphore.c */
 
 int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);

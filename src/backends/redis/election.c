@@ -1,0 +1,264 @@
+/* election.c -- the Redis backend's leader election: the lock plus the
+ * leader's value in a hash beside it.
+ *
+ * Election NAME is lock NAME in the client's layout (Redisson's hash, or
+ * the simple layout's string): whoever holds it leads, and its fencing
+ * token (INCR of redisson_lock_token:{NAME}) is the leader's token. Beside
+ * it, the HASH dlock_leader:{NAME} (same hash tag, so same cluster slot)
+ * holds the value the leader wrote (field value), its token (field token)
+ * and a version bumped by every write (field version). The leader writes
+ * it right after winning and at each proclaim, in a script that first
+ * checks the lock is still its own (held, and the token counter still at
+ * its token: any later acquisition would have moved it), and publishes on
+ * dlock_leader__channel:{NAME}. The value counts only while the lock is
+ * held and its token is the counter's: what a resigned or expired leader
+ * left behind is never read as current, and the hash needs no lease of
+ * its own (the lock's lease is the leader's).
+ *
+ * Observers sleep on pub/sub, never on a timer: the leader channel, on
+ * which every value written and every resign publishes "1" (which the
+ * hub hands to every waiter of the channel, not one); a leader whose
+ * lease ran out (or a forced release) publishes nothing, so the lock's
+ * remaining TTL bounds each sleep as the lock waiters' does.
+ */
+#include "redis.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* KEYS: lock, value hash, leader channel, token counter. ARGV: our hash
+ * field, our token, the value. 1 written, 0 no longer ours. */
+static const char WRITE_SCRIPT[] =
+    "local t = redis.call('type', KEYS[1]).ok\n"
+    "if t == 'none' or redis.call('get', KEYS[4]) ~= ARGV[2] then return 0 end\n"
+    "if t == 'hash' and redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
+    "redis.call('hset', KEYS[2], 'token', ARGV[2], 'value', ARGV[3])\n"
+    "redis.call('hincrby', KEYS[2], 'version', 1)\n"
+    "redis.call('publish', KEYS[3], '1')\n"
+    "return 1\n";
+
+/* KEYS: lock, value hash, token counter. {held, holder, counter, value's
+ * token, version, value, lock's PTTL}. */
+static const char READ_SCRIPT[] =
+    "local t = redis.call('type', KEYS[1]).ok\n"
+    "local holder = ''\n"
+    "if t == 'hash' then local f = redis.call('hkeys', KEYS[1]); holder = f[1] or ''\n"
+    "elseif t == 'string' then holder = redis.call('get', KEYS[1]) end\n"
+    "local v = redis.call('hmget', KEYS[2], 'token', 'version', 'value')\n"
+    "return {t == 'none' and 0 or 1, holder, redis.call('get', KEYS[3]) or '0',\n"
+    "        v[1] or '0', v[2] or '0', v[3] or '', redis.call('pttl', KEYS[1])}\n";
+
+struct leader_keys {
+    struct lock_keys k;
+    char *value, *chan; /* dlock_leader:{NAME}, dlock_leader__channel:{NAME} */
+};
+
+static int keys_make(struct redis_state *s, const char *name, struct leader_keys *lk)
+{
+    int rc = dlock__redis_keys_make(s, name, &lk->k);
+    if (rc)
+        return rc;
+    lk->value = dlock__sprintf("dlock_leader:%s", lk->k.tbase);
+    lk->chan = dlock__sprintf("dlock_leader__channel:%s", lk->k.tbase);
+    if (!lk->value || !lk->chan) {
+        free(lk->value);
+        free(lk->chan);
+        dlock__redis_keys_free(&lk->k);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    return DLOCK_OK;
+}
+
+static void keys_free(struct leader_keys *lk)
+{
+    free(lk->value);
+    free(lk->chan);
+    dlock__redis_keys_free(&lk->k);
+}
+
+/* EVAL SCRIPT with ARGC arguments (after the script) on a pooled
+ * connection, answering by DEADLINE: *OUT the reply. */
+static int eval(struct redis_state *s, int64_t deadline, const char *script, int argc,
+                const char **args, const char *what, redisReply **out)
+{
+    const char *argv[12] = {"EVAL", script};
+    for (int i = 0; i < argc; i++)
+        argv[2 + i] = args[i];
+    struct rconn *k;
+    int rc = dlock__redis_pool_get(s, false, deadline, &k);
+    if (rc)
+        return rc;
+    rc = dlock__redis_command(k, 2 + argc, argv, NULL, what, out, NULL);
+    dlock__redis_pool_put(s, k, rc == DLOCK_ECONN);
+    if (!rc && (*out)->type == REDIS_REPLY_ERROR) {
+        rc = dlock__redis_server_error(s, (*out)->str, what);
+        freeReplyObject(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* Write VALUE as H's (the leader's): DLOCK_ELOST when H no longer holds. */
+static int write_value(struct redis_state *s, struct dlock__hold *h, const char *value)
+{
+    struct leader_keys lk;
+    int rc = keys_make(s, h->name, &lk);
+    if (rc)
+        return rc;
+    char token[32];
+    snprintf(token, sizeof token, "%" PRIu64, h->token);
+    const char *args[] = {"4", lk.k.lock, lk.value, lk.chan, lk.k.token, h->owner, token, value};
+    redisReply *r = NULL;
+    char what[600];
+    snprintf(what, sizeof what, "write the value of election '%s'", h->name);
+    rc = eval(s, dlock__now_ms() + s->op_timeout_ms, WRITE_SCRIPT, 8, args, what, &r);
+    if (!rc && (r->type != REDIS_REPLY_INTEGER || r->integer != 1))
+        rc = dlock__err(DLOCK_ELOST, "%s: election '%s': lock %s is no longer ours (token %s)",
+                        s->where, h->name, lk.k.lock, token);
+    if (r)
+        freeReplyObject(r);
+    keys_free(&lk);
+    return rc;
+}
+
+int dlock__redis_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct redis_state *s = state;
+    int rc = dlock__redis_acquire(state, h, w);
+    if (rc)
+        return rc;
+    rc = write_value(s, h, h->elect->value);
+    if (rc) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        dlock__redis_release_hold(state, h);
+        return dlock__errmsg_restore(rc, msg);
+    }
+    return DLOCK_OK;
+}
+
+int dlock__redis_elect_release(void *state, struct dlock__hold *h)
+{
+    struct redis_state *s = state;
+    int rc = dlock__redis_release_hold(state, h);
+    /* Observers listen on the leader channel only: tell them (best
+     * effort; a lost message is made up by their lease-bounded sleep). */
+    struct leader_keys lk;
+    if (keys_make(s, h->name, &lk) == DLOCK_OK) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        const char *argv[] = {"PUBLISH", lk.chan, "1"};
+        struct rconn *k;
+        if (dlock__redis_pool_get(s, false, dlock__now_ms() + s->op_timeout_ms, &k) == DLOCK_OK) {
+            redisReply *r = NULL;
+            int prc = dlock__redis_command(k, 3, argv, NULL, "publish", &r, NULL);
+            dlock__redis_pool_put(s, k, prc == DLOCK_ECONN);
+            if (r)
+                freeReplyObject(r);
+        }
+        keys_free(&lk);
+        dlock__errmsg_restore(rc, msg);
+    }
+    return rc;
+}
+
+int dlock__redis_elect_proclaim(void *state, struct dlock__hold *h, const char *value)
+{
+    struct redis_state *s = state;
+    int rc = write_value(s, h, value);
+    if (rc == DLOCK_ELOST)
+        dlock__hold_lost(s->c, h, dlock_errmsg());
+    return rc;
+}
+
+static uint64_t reply_u64(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_STRING ? strtoull(r->str, NULL, 10)
+           : r->type == REDIS_REPLY_INTEGER ? (uint64_t)r->integer
+                                            : 0;
+}
+
+/* One look at election NAME into OUT; *CONSISTENT false while a new
+ * leader has not written its value yet; *TTL the lock's PTTL. */
+static int look(struct redis_state *s, const char *name, struct leader_keys *lk, int64_t deadline,
+                struct dlock_leader *out, bool *consistent, int64_t *ttl)
+{
+    const char *args[] = {"3", lk->k.lock, lk->value, lk->k.token};
+    redisReply *r = NULL;
+    char what[600];
+    snprintf(what, sizeof what, "read the leader of election '%s'", name);
+    int rc = eval(s, deadline, READ_SCRIPT, 4, args, what, &r);
+    free(out->value);
+    memset(out, 0, sizeof *out);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7) {
+        freeReplyObject(r);
+        return dlock__err(DLOCK_EPROTO, "%s: %s: unexpected reply", s->where, what);
+    }
+    bool held = reply_u64(r->element[0]) == 1;
+    uint64_t counter = reply_u64(r->element[2]), vtoken = reply_u64(r->element[3]);
+    *ttl = r->element[6]->type == REDIS_REPLY_INTEGER ? r->element[6]->integer : -2;
+    *consistent = !held || vtoken == counter;
+    if (held && *consistent) {
+        out->held = true;
+        out->token = counter;
+        out->version = reply_u64(r->element[4]);
+        out->value = r->element[5]->type == REDIS_REPLY_STRING
+                         ? strndup(r->element[5]->str, r->element[5]->len)
+                         : dlock__strdup("");
+        if (r->element[1]->type == REDIS_REPLY_STRING)
+            snprintf(out->id, sizeof out->id, "%.*s", (int)r->element[1]->len,
+                     r->element[1]->str);
+        if (!out->value)
+            rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+int dlock__redis_elect_observe(void *state, const char *name, const struct dlock_leader *known,
+                               struct dlock__wait *w, struct dlock_leader *out)
+{
+    struct redis_state *s = state;
+    struct leader_keys lk;
+    int rc = keys_make(s, name, &lk);
+    if (rc)
+        return rc;
+    size_t chan_len = strlen(lk.chan);
+    bool joined = false;
+    for (;;) {
+        unsigned seq = dlock__wait_seq(w);
+        bool consistent = false;
+        int64_t ttl = -2;
+        rc = look(s, name, &lk, dlock__wait_deadline(w), out, &consistent, &ttl);
+        if (rc)
+            break;
+        if (consistent && (!known || !dlock__leader_same(known, out)))
+            break;
+        if (dlock__wait_try_once(w) && consistent) {
+            rc = DLOCK_ETIMEDOUT;
+            break;
+        }
+        if (!joined) {
+            /* Its confirmation wakes us: then we look again. */
+            if ((rc = dlock__redis_hub_join(s, lk.chan, chan_len, w)))
+                break;
+            joined = true;
+        }
+        /* Until a message, or the leader's remaining lease (an expiry
+         * publishes nothing); a lock without expiry: the op timeout. */
+        int64_t bound = ttl >= 0 ? ttl : s->op_timeout_ms;
+        rc = dlock__redis_wait_sleep(w, seq, bound, s->op_timeout_ms, 0, DLOCK_ECONN, "",
+                                     s->where, lk.k.lock);
+        if (rc)
+            break;
+        dlock__redis_hub_ack(s, lk.chan, chan_len, w);
+    }
+    if (joined)
+        dlock__redis_hub_leave(s, lk.chan, chan_len, w, true);
+    keys_free(&lk);
+    return rc;
+}

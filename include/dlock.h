@@ -875,6 +875,87 @@ DLOCK_EXTERN uint64_t dlock_leader_version(const dlock_leader *l);
 /* Free L; NULL is a no-op. */
 DLOCK_EXTERN void dlock_leader_free(dlock_leader *l);
 
+/* ----------------------------------------------------------- multi-locks */
+
+/* A multi-lock: several lock names taken all or nothing, as Redisson's
+ * RedissonMultiLock and Curator's InterProcessMultiLock. Its members are
+ * ordinary lock handles (DLOCK_LOCK_HANDLE_OWNED) on each name, so every
+ * member is a hold like any other: its own token, lease, validity and
+ * lost callback, on every backend. Members are taken one by one in one
+ * canonical order -- the names sorted bytewise (strcmp) -- whatever the
+ * order given, so two multi-locks over overlapping sets, in any order and
+ * in any processes, cannot deadlock each other. An acquire that fails
+ * (busy, timeout, cancel, an error) releases the members it had taken
+ * before returning: nothing of the set stays held. The holds belong to
+ * the multi-lock, not to a thread: any thread may release them. There is
+ * no reentrancy: acquire while held is DLOCK_EMISUSE. Each member costs
+ * one round trip; a backend-side all-at-once request is not made. */
+typedef struct dlock_multi dlock_multi;
+
+/* Make a multi-lock over NAMES[0..N) (1 to DLOCK_MULTI_MAX names; each
+ * as dlock_lock_new() takes it, copied; no name twice) in MODE, every
+ * member in the same mode. Nothing is acquired and nothing is sent.
+ * FLAGS: reserved, must be 0.
+ * Returns DLOCK_OK; DLOCK_EINVAL (OUT or NAMES NULL, N 0 or above
+ * DLOCK_MULTI_MAX, a bad name, a name given twice, a reserved flag);
+ * dlock_lock_new()'s codes (DLOCK_ENOTSUP, DLOCK_EMISUSE, DLOCK_ENOMEM).
+ * On failure *OUT is NULL. Threads: any; one call at a time on a
+ * multi-lock (acquire, release and free are not made against each other).
+ * Free it with dlock_multi_free(). */
+#define DLOCK_MULTI_MAX 64
+DLOCK_EXTERN int dlock_multi_new(dlock_client *c, const char *const *names, size_t n,
+                                 dlock_mode mode, unsigned flags, dlock_multi **out);
+
+/* Release what M holds (best effort) and free it; its member handles go
+ * with it. NULL is a no-op. Also after dlock_client_close(). */
+DLOCK_EXTERN void dlock_multi_free(dlock_multi *m);
+
+/* Take every member, in the canonical order, within one wait bound:
+ * WAIT_MS DLOCK_TRY (0) tries each once (DLOCK_EBUSY at the first one
+ * held elsewhere); > 0 bounds the whole set, each member's acquire
+ * getting the time left (DLOCK_ETIMEDOUT when it runs out, also when
+ * the member that found it gone was tried once); DLOCK_FOREVER waits
+ * until all are taken. CANCEL (NULL: none) as in dlock_acquire_ex(): a
+ * fire ends the wait of whichever member is waiting.
+ * Returns DLOCK_OK (every member held); DLOCK_EBUSY, DLOCK_ETIMEDOUT,
+ * DLOCK_ECANCELED; DLOCK_EMISUSE (M already holds: release first; after
+ * fork or close; a cancel object of the parent); DLOCK_EINVAL (M NULL,
+ * a negative WAIT_MS other than DLOCK_FOREVER); dlock_acquire()'s other
+ * codes. The message names the member that failed. After any failure
+ * nothing of the set is held: members already taken were released (a
+ * release that fails at the backend leaves that member's server record
+ * to its lease, as dlock_release() does). Threads: any. */
+DLOCK_EXTERN int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel);
+
+/* Release every member, in reverse order, all of them whatever one
+ * returns. Returns DLOCK_OK; DLOCK_ENOTOWNER (M holds nothing);
+ * DLOCK_ELOST (a member had been lost; the others were released);
+ * DLOCK_EINVAL (M NULL); the first backend failure of a member (the
+ * others were released all the same). M holds nothing afterwards.
+ * Threads: any. */
+DLOCK_EXTERN int dlock_multi_release(dlock_multi *m);
+
+/* 1 while M holds its members (after a successful acquire, until
+ * release), else 0 (also for NULL). Any thread. */
+DLOCK_EXTERN int dlock_multi_held(const dlock_multi *m);
+
+/* The number of members (0 for NULL), and member K (0 <= K < count) in
+ * the canonical order (NULL when out of range): a lock handle owned by M,
+ * to read dlock_lock_name(), dlock_token(), dlock_validity_ms() of that
+ * member, or set its dlock_lock_set_lease() before the acquire. Do not
+ * acquire, release or free it: go through M. Any thread. */
+DLOCK_EXTERN size_t dlock_multi_count(const dlock_multi *m);
+DLOCK_EXTERN dlock_lock *dlock_multi_lock(dlock_multi *m, size_t k);
+
+/* Called once for each member hold of M that is lost (the rules of
+ * dlock_lock_on_lost(): the client's callback thread, WHY valid during
+ * the call): the set is no longer whole; release M (DLOCK_ELOST). FN
+ * NULL: none; ARG is passed on. Set it before the acquire. Returns
+ * DLOCK_OK or DLOCK_EINVAL (M NULL). Any thread. */
+typedef void (*dlock_multi_lost_fn)(dlock_multi *m, dlock_lock *member, const char *why,
+                                    void *arg);
+DLOCK_EXTERN int dlock_multi_on_lost(dlock_multi *m, dlock_multi_lost_fn fn, void *arg);
+
 /* ---------------------------------------------------- observing a client */
 
 /* Levels of the log hook, most severe first. */

@@ -1,0 +1,199 @@
+/* multi.c -- multi-locks: several names taken all or nothing.
+ *
+ * Built entirely on public lock handles, with no backend code: a
+ * multi-lock owns one DLOCK_LOCK_HANDLE_OWNED handle per name, kept in the
+ * canonical order (names sorted with strcmp), and takes them one by one in
+ * that order with dlock_acquire_ex(). The order is what rules out
+ * deadlock between overlapping sets: every multi-lock that needs both "a"
+ * and "b" asks "a" first, so none can hold "b" while waiting for "a".
+ * Each member's acquire gets the time left of the one deadline of the
+ * whole set, and the caller's cancel object. Any failure releases, in
+ * reverse order, what was taken before it, so a failed acquire leaves
+ * nothing held. Handle-owned holds let any thread release the set, and
+ * the members' renewals, validity, tokens and lost callbacks are those of
+ * ordinary holds (the lost callback goes through a trampoline that names
+ * the multi-lock).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "internal.h"
+
+struct dlock_multi {
+    size_t n;
+    dlock_lock **member; /* canonical order */
+    int held;            /* 1 from a successful acquire to the release (atomic) */
+    dlock_multi_lost_fn lost_fn;
+    void *lost_arg;
+};
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A member's lost callback: handed on to the multi-lock's, if any. */
+static void member_lost(dlock_lock *l, const char *why, void *arg)
+{
+    dlock_multi *m = arg;
+    dlock_multi_lost_fn fn = __atomic_load_n(&m->lost_fn, __ATOMIC_ACQUIRE);
+    if (fn)
+        fn(m, l, why, m->lost_arg);
+}
+
+static void free_members(dlock_multi *m, size_t n)
+{
+    for (size_t k = n; k-- > 0;)
+        dlock_lock_free(m->member[k]);
+    free(m->member);
+    free(m);
+}
+
+int dlock_multi_new(dlock_client *c, const char *const *names, size_t n, dlock_mode mode,
+                    unsigned flags, dlock_multi **out)
+{
+    dlock__msg_clear();
+    if (!out)
+        return dlock__err(DLOCK_EINVAL, "dlock_multi_new: out is NULL");
+    *out = NULL;
+    if (!names || n == 0 || n > DLOCK_MULTI_MAX)
+        return dlock__err(DLOCK_EINVAL, "dlock_multi_new: %zu names (1 to %d)", names ? n : 0,
+                          DLOCK_MULTI_MAX);
+    if (flags)
+        return dlock__err(DLOCK_EINVAL, "dlock_multi_new: reserved flags 0x%x", flags);
+    for (size_t k = 0; k < n; k++)
+        if (!names[k])
+            return dlock__err(DLOCK_EINVAL, "dlock_multi_new: name %zu is NULL", k);
+    const char **sorted = malloc(n * sizeof *sorted);
+    dlock_multi *m = calloc(1, sizeof *m);
+    dlock_lock **member = calloc(n, sizeof *member);
+    if (!sorted || !m || !member) {
+        free(sorted);
+        free(m);
+        free(member);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    memcpy(sorted, names, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, by_name);
+    m->member = member;
+    int rc = DLOCK_OK;
+    size_t made = 0;
+    for (; made < n && !rc; made++) {
+        if (made > 0 && strcmp(sorted[made - 1], sorted[made]) == 0) {
+            rc = dlock__err(DLOCK_EINVAL, "dlock_multi_new: name '%s' given twice", sorted[made]);
+            break;
+        }
+        rc = dlock_lock_new(c, sorted[made], mode, DLOCK_LOCK_HANDLE_OWNED, &member[made]);
+        if (!rc)
+            rc = dlock_lock_on_lost(member[made], member_lost, m);
+        else
+            break;
+    }
+    free(sorted);
+    if (rc) {
+        free_members(m, made);
+        return rc;
+    }
+    m->n = n;
+    *out = m;
+    return DLOCK_OK;
+}
+
+void dlock_multi_free(dlock_multi *m)
+{
+    if (m)
+        free_members(m, m->n); /* a handle-owned handle releases its holds when freed */
+}
+
+/* Release members [0, N) in reverse order; the first failure, else
+ * DLOCK_OK. Keeps the calling thread's message of that failure. */
+static int release_members(dlock_multi *m, size_t n)
+{
+    int first = DLOCK_OK;
+    char msg[DLOCK__MSG_MAX] = "";
+    for (size_t k = n; k-- > 0;) {
+        int rc = dlock_release(m->member[k]);
+        if (rc && !first) {
+            first = rc;
+            dlock__errmsg_save(msg);
+        }
+    }
+    return first ? dlock__errmsg_restore(first, msg) : DLOCK_OK;
+}
+
+int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
+{
+    dlock__msg_clear();
+    if (!m)
+        return dlock__err(DLOCK_EINVAL, "dlock_multi_acquire: m is NULL");
+    if (wait_ms < 0 && wait_ms != DLOCK_FOREVER)
+        return dlock__err(DLOCK_EINVAL, "dlock_multi_acquire: wait %lld ms", (long long)wait_ms);
+    if (__atomic_load_n(&m->held, __ATOMIC_ACQUIRE))
+        return dlock__err(DLOCK_EMISUSE,
+                          "dlock_multi_acquire: the multi-lock is held already (release first)");
+    int64_t deadline = dlock__deadline(wait_ms);
+    for (size_t k = 0; k < m->n; k++) {
+        /* The time left of the whole set; once it is gone, the remaining
+         * members are tried once and a busy one is the set's timeout. */
+        int64_t wait = wait_ms;
+        bool out_of_time = false;
+        if (wait_ms > 0) {
+            wait = deadline - dlock__now_ms();
+            if (wait <= 0) {
+                wait = DLOCK_TRY;
+                out_of_time = true;
+            }
+        }
+        int rc = dlock_acquire_ex(m->member[k], wait, cancel);
+        if (rc == DLOCK_OK)
+            continue;
+        if (rc == DLOCK_EBUSY && out_of_time)
+            rc = DLOCK_ETIMEDOUT;
+        char why[DLOCK__MSG_MAX];
+        dlock__errmsg_save(why);
+        release_members(m, k);
+        return dlock__err(rc, "multi-lock member '%s' (%zu of %zu): %s%s",
+                          dlock_lock_name(m->member[k]), k + 1, m->n,
+                          why[0] ? why : dlock_strerror(rc),
+                          k ? "; the members taken before it were released" : "");
+    }
+    __atomic_store_n(&m->held, 1, __ATOMIC_RELEASE);
+    return DLOCK_OK;
+}
+
+int dlock_multi_release(dlock_multi *m)
+{
+    dlock__msg_clear();
+    if (!m)
+        return dlock__err(DLOCK_EINVAL, "dlock_multi_release: m is NULL");
+    if (!__atomic_load_n(&m->held, __ATOMIC_ACQUIRE))
+        return dlock__err(DLOCK_ENOTOWNER, "dlock_multi_release: the multi-lock is not held");
+    __atomic_store_n(&m->held, 0, __ATOMIC_RELEASE);
+    return release_members(m, m->n);
+}
+
+int dlock_multi_held(const dlock_multi *m)
+{
+    return m ? __atomic_load_n(&m->held, __ATOMIC_ACQUIRE) : 0;
+}
+
+size_t dlock_multi_count(const dlock_multi *m)
+{
+    return m ? m->n : 0;
+}
+
+dlock_lock *dlock_multi_lock(dlock_multi *m, size_t k)
+{
+    return m && k < m->n ? m->member[k] : NULL;
+}
+
+int dlock_multi_on_lost(dlock_multi *m, dlock_multi_lost_fn fn, void *arg)
+{
+    dlock__msg_clear();
+    if (!m)
+        return dlock__err(DLOCK_EINVAL, "dlock_multi_on_lost: m is NULL");
+    m->lost_arg = arg;
+    __atomic_store_n(&m->lost_fn, fn, __ATOMIC_RELEASE);
+    return DLOCK_OK;
+}

@@ -251,7 +251,7 @@ int dlock__redis_elect_observe(void *state, const char *name, const struct dlock
         /* Until a message, or the leader's remaining lease (an expiry
          * publishes nothing); a lock without expiry: the op timeout. */
         int64_t bound = ttl >= 0 ? ttl : s->op_timeout_ms;
-        rc = dlock__redis_wait_sleep(w, seq, bound, s->op_timeout_ms, 0, DLOCK_ECONN, "",
+        rc = dlock__redis_wait_sleep(w, seq, bound, s->op_timeout_ms, NULL, DLOCK_ECONN,
                                      s->where, lk.k.lock);
         if (rc)
             break;

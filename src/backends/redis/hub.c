@@ -415,10 +415,25 @@ void dlock__redis_hub_stop(struct redis_state *s)
 
 /* ====================================================== a waiter's sleep */
 
-int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms, int64_t lease_ms,
-                     int64_t outage_ms, int outage_rc, const char *outage_msg, const char *where,
-                     const char *key)
+bool dlock__redis_outage_note(struct dlock__redis_outage *o, int rc, bool unavail_too)
 {
+    if (rc == DLOCK_ECONN || (unavail_too && rc == DLOCK_EUNAVAIL)) {
+        dlock__errmsg_save(o->msg);
+        o->ms = dlock__backoff_next(&o->backoff);
+        return true;
+    }
+    if (rc != DLOCK_EBUSY)
+        return false;
+    dlock__backoff_reset(&o->backoff);
+    o->ms = 0;
+    return true;
+}
+
+int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms, int64_t lease_ms,
+                            const struct dlock__redis_outage *o, int outage_rc, const char *where,
+                            const char *key)
+{
+    int64_t outage_ms = o ? o->ms : 0;
     int64_t now = dlock__now_ms();
     int64_t until;
     if (outage_ms > 0)
@@ -431,7 +446,7 @@ int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms,
         until = now + (ttl_ms < DLOCK__MAX_DURATION_MS ? ttl_ms : DLOCK__MAX_DURATION_MS) + 1;
     int rc = dlock__wait_sleep(w, seq, until);
     if (rc == DLOCK_ETIMEDOUT && outage_ms > 0)
-        return dlock__err(outage_rc, "%s (still failing when the wait for '%s' ended)", outage_msg,
+        return dlock__err(outage_rc, "%s (still failing when the wait for '%s' ended)", o->msg,
                           key);
     if (rc == DLOCK_ETIMEDOUT)
         return dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s'", where, key);

@@ -154,9 +154,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
      * retried with backoff until the wait's deadline: the waiter already
      * reached the server once, so the outage is transient until proven
      * otherwise. The message of the last failure is kept for the end. */
-    struct dlock__backoff outage = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS};
-    int64_t outage_ms = 0; /* > 0 while the server cannot be reached */
-    char outage_msg[DLOCK__MSG_MAX] = "";
+    struct dlock__redis_outage outage = DLOCK__REDIS_OUTAGE_INIT;
     for (bool first = true;; first = false) {
         unsigned seq = dlock__wait_seq(w);
         /* Before the subscription is confirmed a release could be missed,
@@ -164,29 +162,21 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         if (!first || dlock__redis_hub_subscribed(s, chan, chan_len)) {
             dlock__redis_hub_ack(s, chan, chan_len, w);
             rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), "2", &ttl);
-            /* EUNAVAIL is transient too: a failover under way (READONLY,
-             * a sentinel's stale answer), LOADING, too few replicas */
-            if (rc == DLOCK_ECONN && !outage_ms &&
+            if (rc == DLOCK_ECONN && !outage.ms &&
                 dlock__time_left(dlock__wait_deadline(w), 1) == 0) {
                 /* the wait's own deadline cut the request short: a wait
                  * that ran out, not an outage (a slow reply under load) */
-                dlock__errmsg_save(outage_msg);
+                dlock__errmsg_save(outage.msg);
                 rc = dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s' (%s)",
-                                s->where, k.lock, outage_msg);
+                                s->where, k.lock, outage.msg);
                 break;
             }
-            if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL) {
-                dlock__errmsg_save(outage_msg);
-                outage_ms = dlock__backoff_next(&outage);
-            } else if (rc != DLOCK_EBUSY) {
+            /* EUNAVAIL is transient too: a failover under way (READONLY,
+             * a sentinel's stale answer), LOADING, too few replicas */
+            if (!dlock__redis_outage_note(&outage, rc, true))
                 break;
-            } else {
-                dlock__backoff_reset(&outage);
-                outage_ms = 0;
-            }
         }
-        rc = dlock__redis_wait_sleep(w, seq, ttl, lease, outage_ms, DLOCK_ECONN, outage_msg, s->where,
-                              k.lock);
+        rc = dlock__redis_wait_sleep(w, seq, ttl, lease, &outage, DLOCK_ECONN, s->where, k.lock);
         if (rc != DLOCK_OK)
             break;
     }

@@ -363,15 +363,33 @@ void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len,
                      bool acquired);
 /* Stop the hub thread and free every channel. */
 void dlock__redis_hub_stop(struct redis_state *s);
+/* The outage a waiter rides out between two tries: the server answered
+ * once, so a lost connection is transient until the wait's deadline.
+ * MS > 0 while the server cannot be reached (the backoff's next pause);
+ * MSG keeps the last failure's message for the end of the wait. */
+struct dlock__redis_outage {
+    struct dlock__backoff backoff;
+    int64_t ms;
+    char msg[DLOCK__MSG_MAX];
+};
+#define DLOCK__REDIS_OUTAGE_INIT                                                                   \
+    {.backoff = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS}}
+/* O takes the RC of a try made while waiting: DLOCK_ECONN (and
+ * DLOCK_EUNAVAIL when UNAVAIL_TOO: a failover under way, LOADING, too few
+ * replicas) starts or prolongs the outage, keeping the message; DLOCK_EBUSY
+ * ends it. True while the wait goes on (busy or outage), false for any
+ * other RC (acquired, or a failure the caller returns). */
+bool dlock__redis_outage_note(struct dlock__redis_outage *o, int rc, bool unavail_too);
 /* A waiter's sleep between two tries of lock KEY: W from SEQ until a
  * wake, or the holder's lease TTL_MS as the try saw it (-1: a lock
- * without expiry, LEASE_MS then; < -1: try at once), or OUTAGE_MS when
- * > 0 (an outage's backoff). DLOCK_OK to try again, or how the wait ended
- * with its message: DLOCK_ETIMEDOUT naming WHERE and KEY, OUTAGE_RC with
- * OUTAGE_MSG when it ended during an outage, DLOCK_ECANCELED. */
+ * without expiry, LEASE_MS then; < -1: try at once), or O's pause while
+ * it is in an outage (O NULL: a wait that rides out none). DLOCK_OK to
+ * try again, or how the wait ended with its message: DLOCK_ETIMEDOUT
+ * naming WHERE and KEY, OUTAGE_RC with O's message when it ended during
+ * an outage, DLOCK_ECANCELED. */
 int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms, int64_t lease_ms,
-                     int64_t outage_ms, int outage_rc, const char *outage_msg, const char *where,
-                     const char *key);
+                            const struct dlock__redis_outage *o, int outage_rc, const char *where,
+                            const char *key);
 
 /* ------------------------------------------------------------ mutex.c */
 

@@ -575,12 +575,10 @@ static int rl_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     for (; joined < rl->n; joined++)
         if ((rc = dlock__redis_hub_join(rl->node[joined], k.chan, k.chan_len, w)))
             goto leave;
-    struct dlock__backoff outage = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS};
+    struct dlock__redis_outage outage = DLOCK__REDIS_OUTAGE_INIT;
     struct dlock__backoff splits = {.min_ms = RL_SPLIT_MIN_MS, .max_ms = RL_SPLIT_MAX_MS};
     unsigned seed = (unsigned)(dlock__now_ms() ^ (int64_t)h->tid * 2654435761u);
-    char outage_msg[DLOCK__MSG_MAX] = "";
     for (;;) {
-        int64_t outage_ms = 0;
         if (split) {
             /* full jitter: anywhere up to the doubling bound */
             rc = pause_ms(w, 1 + rand_r(&seed) % dlock__backoff_next(&splits));
@@ -591,20 +589,14 @@ static int rl_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
         for (size_t i = 0; i < joined; i++) /* the wakes received are being used now */
             dlock__redis_hub_ack(rl->node[i], k.chan, k.chan_len, w);
         rc = acquire_once(rl, h, bd, &k, dlock__wait_deadline(w), &ttl, &split);
-        if (rc == DLOCK_EUNAVAIL || rc == DLOCK_ECONN) {
-            /* the nodes answered before: transient until the deadline */
-            dlock__errmsg_save(outage_msg);
-            outage_ms = dlock__backoff_next(&outage);
-        } else if (rc != DLOCK_EBUSY) {
+        /* the nodes answered before: an outage is transient until the deadline */
+        if (!dlock__redis_outage_note(&outage, rc, true))
             break;
-        } else {
-            dlock__backoff_reset(&outage);
-        }
         if (!split)
             dlock__backoff_reset(&splits);
         /* a split tries again after the pause, at once */
-        rc = dlock__redis_wait_sleep(w, seq, split ? -2 : ttl, h->lease_ms, outage_ms, DLOCK_EUNAVAIL,
-                              outage_msg, rl->where, k.lock);
+        rc = dlock__redis_wait_sleep(w, seq, split ? -2 : ttl, h->lease_ms, &outage, DLOCK_EUNAVAIL,
+                                     rl->where, k.lock);
         if (rc != DLOCK_OK)
             break;
     }

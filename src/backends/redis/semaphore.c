@@ -254,9 +254,7 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
      * retried with backoff until the wait's deadline: the waiter already
      * reached the server once, so the outage is transient until proven
      * otherwise. The message of the last failure is kept for the end. */
-    struct dlock__backoff outage = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS};
-    int64_t outage_ms = 0; /* > 0 while the server cannot be reached */
-    char outage_msg[DLOCK__MSG_MAX] = "";
+    struct dlock__redis_outage outage = DLOCK__REDIS_OUTAGE_INIT;
     for (bool first = true;; first = false) {
         unsigned seq = dlock__wait_seq(w);
         /* Before the subscription is confirmed a release could be missed,
@@ -264,26 +262,19 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
         if (!first || dlock__redis_hub_subscribed(s, chan, chan_len)) {
             dlock__redis_hub_ack(s, chan, chan_len, w);
             rc = try_take(s, arg, dlock__wait_deadline(w), t);
-            if (rc == DLOCK_ECONN) {
-                dlock__errmsg_save(outage_msg);
-                outage_ms = dlock__backoff_next(&outage);
-            } else if (rc != DLOCK_EBUSY) {
+            if (!dlock__redis_outage_note(&outage, rc, false))
                 break;
-            } else {
-                dlock__backoff_reset(&outage);
-                outage_ms = 0;
-                /* Fewer than our K came back, maybe enough for a waiter
-                 * behind us that wants fewer: the release message woke
-                 * only us (K = 1 busy: none is free, nobody can use it). */
-                if (arg->h->sem->k > 1)
-                    dlock__redis_hub_pass(s, chan, chan_len, w);
-            }
+            /* Busy: fewer than our K came back, maybe enough for a waiter
+             * behind us that wants fewer: the release message woke only
+             * us (K = 1 busy: none is free, nobody can use it). */
+            if (rc == DLOCK_EBUSY && arg->h->sem->k > 1)
+                dlock__redis_hub_pass(s, chan, chan_len, w);
         }
         int64_t now = dlock__now_ms();
-        rc = dlock__wait_sleep(w, seq, now + (outage_ms ? outage_ms : t->sleep_ms));
-        if (rc == DLOCK_ETIMEDOUT && outage_ms) {
+        rc = dlock__wait_sleep(w, seq, now + (outage.ms ? outage.ms : t->sleep_ms));
+        if (rc == DLOCK_ETIMEDOUT && outage.ms) {
             rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for %s ended)",
-                            outage_msg, what);
+                            outage.msg, what);
             break;
         }
         if (rc == DLOCK_ETIMEDOUT) {

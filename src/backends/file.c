@@ -571,6 +571,21 @@ static int lock_try(struct file_state *s, int fd, const char *fname, struct dloc
     return DLOCK_EBUSY;
 }
 
+int dlock__file_hold_keep(struct dlock__hold *hold, int fd, int rc)
+{
+    struct file_hold *fh = NULL;
+    if (!rc && !(fh = calloc(1, sizeof *fh)))
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (rc) {
+        if (fd >= 0)
+            close(fd); /* drops the locks if we got them */
+        return rc;
+    }
+    fh->fd = fd;
+    hold->bdata = fh;
+    return DLOCK_OK;
+}
+
 static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
 {
     struct file_state *s = state;
@@ -586,18 +601,10 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     if (!rc)
         rc = dlock__file_stamp(s, fd, fname, full, hold->mode, w, &hold->token);
     free(full);
-    struct file_hold *fh = NULL;
-    if (!rc && !(fh = calloc(1, sizeof *fh)))
-        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
-    if (rc) {
-        if (fd >= 0)
-            close(fd); /* drops the lock if we got it */
-        return rc;
-    }
-    fh->fd = fd;
-    hold->bdata = fh;
-    dlock__identity(hold->owner, sizeof hold->owner);
-    return DLOCK_OK;
+    rc = dlock__file_hold_keep(hold, fd, rc);
+    if (!rc)
+        dlock__identity(hold->owner, sizeof hold->owner);
+    return rc;
 }
 
 int dlock__file_release(void *state, struct dlock__hold *hold)

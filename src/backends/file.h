@@ -101,6 +101,12 @@ typedef int (*file_try_fn)(struct file_state *s, int fd, const char *fname,
 int dlock__file_wait_take(struct file_state *s, const char *full, const char *suffix,
                    struct dlock__wait *w, file_try_fn try_take, void *arg, char *fname, int *fdp);
 
+/* The end of every acquire: with RC DLOCK_OK, HOLD keeps FD (the
+ * descriptor dlock__file_wait_take() gave) until its release; otherwise,
+ * or when memory runs out, FD (if any) is closed, which gives back what
+ * it locked, and the failure is returned. */
+int dlock__file_hold_keep(struct dlock__hold *hold, int fd, int rc);
+
 /* file.c: the lock, for the election built on it. dlock__file_dlock__file_stamp(): issue the
  * next token into *TOKEN and record the holder in FD's header (the
  * metadata byte taken inside for a shared MODE; an exclusive caller that

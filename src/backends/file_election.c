@@ -167,21 +167,12 @@ int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__
     int fd = -1;
     int rc = dlock__file_wait_take(s, full, ".lock", w, campaign_try, h, fname, &fd);
     free(full);
-    struct file_hold *fh = NULL;
-    if (!rc && !(fh = calloc(1, sizeof *fh)))
-        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
     if (!rc)
         rc = write_value(s, h->name, h->token, h->elect->value);
-    if (rc) {
-        free(fh);
-        if (fd >= 0)
-            close(fd); /* drops the lock if we got it */
-        return rc;
-    }
-    fh->fd = fd;
-    h->bdata = fh;
-    dlock__identity(h->owner, sizeof h->owner);
-    return DLOCK_OK;
+    rc = dlock__file_hold_keep(h, fd, rc);
+    if (!rc)
+        dlock__identity(h->owner, sizeof h->owner);
+    return rc;
 }
 
 int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value)

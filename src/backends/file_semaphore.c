@@ -152,16 +152,7 @@ int dlock__file_sem_acquire(void *state, struct dlock__hold *hold, struct dlock_
     if (!rc)
         rc = dlock__file_wait_take(s, full, SUFFIX, w, try_take, hold, fname, &fd);
     free(full);
-    struct file_hold *fh = NULL;
-    if (!rc && !(fh = calloc(1, sizeof *fh))) {
-        close(fd); /* gives back the slots */
-        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
-    if (rc)
-        return rc;
-    fh->fd = fd;
-    hold->bdata = fh;
-    return DLOCK_OK;
+    return dlock__file_hold_keep(hold, fd, rc); /* a close gives back the slots */
 }
 
 int dlock__file_sem_release(void *state, struct dlock__hold *hold)

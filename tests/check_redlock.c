@@ -66,17 +66,25 @@ static dlock_client *rl_open(const char *query)
     return c;
 }
 
-/* One raw command on node I; the reply (caller frees). */
-static redisReply *node_cmd(int i, const char *fmt, ...)
+/* One raw command on node I with FMT's arguments in AP; the reply
+ * (caller frees). */
+static redisReply *node_vcmd(int i, const char *fmt, va_list ap)
 {
     redisContext *ctx = fx_redis_raw(&nodes[i], NULL);
     ck_assert_msg(ctx != NULL, "raw connection to node %d failed", i);
-    va_list ap;
-    va_start(ap, fmt);
     redisReply *r = redisvCommand(ctx, fmt, ap);
-    va_end(ap);
     ck_assert_msg(r != NULL, "raw command '%s' on node %d failed: %s", fmt, i, ctx->errstr);
     redisFree(ctx);
+    return r;
+}
+
+/* One raw command on node I; the reply (caller frees). */
+static redisReply *node_cmd(int i, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = node_vcmd(i, fmt, ap);
+    va_end(ap);
     return r;
 }
 
@@ -84,18 +92,14 @@ static redisReply *node_cmd(int i, const char *fmt, ...)
  * nil. */
 static long long node_int(int i, const char *fmt, ...)
 {
-    redisContext *ctx = fx_redis_raw(&nodes[i], NULL);
-    ck_assert_msg(ctx != NULL, "raw connection to node %d failed", i);
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(ctx, fmt, ap);
+    redisReply *r = node_vcmd(i, fmt, ap);
     va_end(ap);
-    ck_assert_msg(r != NULL, "raw command '%s' on node %d failed", fmt, i);
     long long v = r->type == REDIS_REPLY_INTEGER  ? r->integer
                   : r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10)
                                                   : -1;
     freeReplyObject(r);
-    redisFree(ctx);
     return v;
 }
 

@@ -1688,98 +1688,18 @@ END_TEST
 
 /* ============================================================== cluster */
 
-/* A storage service that honours fencing tokens: a write with a token
- * older than the newest one seen is refused and counted. */
-static bool fenced_write(const char *path, uint64_t token)
-{
-    int fd = open(path, O_RDWR | O_CREAT, 0644);
-    if (fd < 0)
-        return false;
-    flock(fd, LOCK_EX);
-    char buf[128] = {0};
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    unsigned long long max = 0, count = 0, stale = 0;
-    if (n > 0)
-        sscanf(buf, "%llu %llu %llu", &max, &count, &stale);
-    bool ok = token >= max;
-    if (ok) {
-        max = token;
-        count++;
-    } else {
-        stale++;
-    }
-    int len = snprintf(buf, sizeof buf, "%llu %llu %llu\n", max, count, stale);
-    if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)len, 0) == len)
-        fsync(fd);
-    flock(fd, LOCK_UN);
-    close(fd);
-    return ok;
-}
-
 /* Wait until the fenced store has accepted more than ABOVE writes (up to
  * TIMEOUT_MS); returns the count seen. */
-static unsigned long long store_count(const char *store, unsigned long long above, int timeout_ms)
+static uint64_t store_count(const char *store, uint64_t above, int timeout_ms)
 {
-    unsigned long long max = 0, count = 0, stale = 0;
+    uint64_t count = 0;
     for (int waited = 0; waited <= timeout_ms; waited += 50) {
-        char *text = tu_read_file(store);
-        if (text)
-            sscanf(text, "%llu %llu %llu", &max, &count, &stale);
-        free(text);
+        count = tu_fenced_count(store, NULL);
         if (count > above)
             break;
         tu_sleep_ms(50);
     }
     return count;
-}
-
-/* A worker: take "fenced", write through the fence while the hold is
- * valid, release; until "<dir>/stop" appears. Exit 0 unless a stale write
- * or an unexpected error; accepted writes go to "<dir>/count.<pid>". */
-static pid_t fork_worker(const char *url, const char *dir)
-{
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid > 0)
-        return pid;
-    char *store = tu_fmt("%s/store", dir), *stop = tu_fmt("%s/stop", dir);
-    char *mine = tu_fmt("%s/count.%d", dir, (int)getpid());
-    dlock_client *c = NULL;
-    while (dlock_open(url, &c) != DLOCK_OK) {
-        if (access(stop, F_OK) == 0)
-            _exit(30);
-        tu_sleep_ms(100);
-    }
-    dlock_lock *l = NULL;
-    dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, 0, &l);
-    unsigned long long accepted = 0;
-    while (access(stop, F_OK) != 0) {
-        int rc = dlock_acquire(l, 2000);
-        if (rc == DLOCK_ETIMEDOUT)
-            continue;
-        if (rc != DLOCK_OK) { /* while the leader is gone */
-            if (rc != DLOCK_ECONN && rc != DLOCK_EUNAVAIL && rc != DLOCK_ELOST)
-                _exit(31);
-            tu_sleep_ms(100);
-            continue;
-        }
-        uint64_t tok = 0;
-        dlock_token(l, &tok);
-        for (int i = 0; i < 20 && dlock_validity_ms(l) > 100; i++) {
-            if (!fenced_write(store, tok))
-                _exit(32); /* a stale holder wrote: two holders */
-            accepted++;
-            tu_sleep_ms(10);
-        }
-        rc = dlock_release(l);
-        if (rc != DLOCK_OK && rc != DLOCK_ELOST && rc != DLOCK_ECONN && rc != DLOCK_EUNAVAIL)
-            _exit(33);
-    }
-    char *text = tu_fmt("%llu", accepted);
-    tu_write_marker(mine, text);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    _exit(0);
 }
 
 START_TEST(test_cluster_basic_and_member_down)
@@ -1841,40 +1761,24 @@ START_TEST(test_leader_killed_never_two_holders)
     char *url = etcdf_url(&F, NULL, "lease=3s&timeout=1500ms&connect_timeout=1s");
     char *dir = tu_tmpdir("etcd-fence");
     pid_t w[3];
+    const struct tu_fenced_turn turn = {.writes = 20, .min_validity_ms = 100, .pause_ms = 10};
     for (int i = 0; i < 3; i++)
-        w[i] = fork_worker(url, dir);
+        w[i] = tu_fenced_worker(url, dir, &turn);
     char *store = tu_fmt("%s/store", dir);
-    unsigned long long before = store_count(store, 0, 60000); /* they take turns */
+    uint64_t before = store_count(store, 0, 60000); /* they take turns */
     int leader = etcdf_leader(&F);
     ck_assert_int_ge(leader, 0);
     etcdf_member_stop(&F, leader, SIGKILL);
     ck_assert_msg(etcdf_wait_healthy(&F, 30000), "no new leader");
     store_count(store, before + 20, 60000); /* turns under the new leader */
-    char *stop = tu_fmt("%s/stop", dir);
-    tu_write_marker(stop, "1");
-    unsigned long long total = 0;
-    for (int i = 0; i < 3; i++) {
-        int code = tu_wait_exit(w[i]);
-        ck_assert_msg(code == 0, "worker %d exited %d", i, code);
-        char *path = tu_fmt("%s/count.%d", dir, (int)w[i]);
-        char *text = tu_read_file(path);
-        ck_assert_ptr_nonnull(text);
-        total += strtoull(text, NULL, 10);
-        free(text);
-        free(path);
-    }
-    char *text = tu_read_file(store);
-    unsigned long long max = 0, count = 0, stale = 0;
-    ck_assert_ptr_nonnull(text);
-    sscanf(text, "%llu %llu %llu", &max, &count, &stale);
+    uint64_t total = tu_fenced_stop(w, 3, dir, "cluster fence");
+    uint64_t stale = 0, count = tu_fenced_count(store, &stale);
     ck_assert_uint_eq(stale, 0);
     ck_assert_uint_eq(count, total);
     ck_assert_uint_gt(before, 0);     /* turns before the leader died */
     ck_assert_uint_gt(count, before); /* and after, under the new one */
     ck_assert(etcdf_member_start(&F, leader, 30000)); /* it rejoins */
-    free(text);
     free(store);
-    free(stop);
     tu_rmrf(dir);
     free(dir);
     free(url);

@@ -1304,159 +1304,41 @@ START_TEST(test_ensemble_basic)
 }
 END_TEST
 
-/* A storage service that honours fencing tokens: a write with a token
- * older than the newest one seen is refused and counted. */
-static void fenced_write(const char *path, uint64_t token, bool *refused)
-{
-    int fd = open(path, O_RDWR | O_CREAT, 0644);
-    flock(fd, LOCK_EX);
-    char buf[128] = {0};
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    uint64_t max = 0, count = 0, stale = 0;
-    if (n > 0)
-        sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &max, &count, &stale);
-    if (token < max) {
-        stale++;
-        *refused = true;
-    } else {
-        max = token;
-        count++;
-    }
-    int len = snprintf(buf, sizeof buf, "%" PRIu64 " %" PRIu64 " %" PRIu64 "\n", max, count, stale);
-    ftruncate(fd, 0);
-    pwrite(fd, buf, (size_t)len, 0);
-    flock(fd, LOCK_UN);
-    close(fd);
-}
-
-/* Accepted writes in the fenced store so far. */
-static uint64_t fenced_count(const char *path)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return 0;
-    flock(fd, LOCK_SH);
-    char buf[128] = {0};
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    flock(fd, LOCK_UN);
-    close(fd);
-    uint64_t max = 0, count = 0;
-    if (n > 0)
-        sscanf(buf, "%" SCNu64 " %" SCNu64, &max, &count);
-    return count;
-}
-
-/* A worker: take the lock, write through the fence while the hold is
- * valid, release; until STOP appears. Exit 0 unless an unexpected error;
- * accepted writes go to <dir>/count.<pid>. */
-static pid_t fork_worker(const char *url, const char *dir)
-{
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid > 0)
-        return pid;
-    char *store = tu_fmt("%s/store", dir), *stop = tu_fmt("%s/stop", dir);
-    char *mine = tu_fmt("%s/count.%d", dir, (int)getpid());
-    dlock_client *c = NULL;
-    while (dlock_open(url, &c) != DLOCK_OK) {
-        if (access(stop, F_OK) == 0)
-            _exit(30);
-        tu_sleep_ms(100);
-    }
-    dlock_lock *l = NULL;
-    dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, 0, &l);
-    uint64_t accepted = 0, turns = 0, lost = 0;
-    int failures = 0;
-    while (access(stop, F_OK) != 0) {
-        int rc = dlock_acquire(l, 2000);
-        if (rc == DLOCK_ETIMEDOUT)
-            continue;
-        if (rc != DLOCK_OK) { /* ECONN while the leader is gone */
-            if (rc != DLOCK_ECONN && rc != DLOCK_ELOST && rc != DLOCK_EUNAVAIL)
-                _exit(31);
-            failures++;
-            tu_sleep_ms(100);
-            continue;
-        }
-        uint64_t tok = 0;
-        dlock_token(l, &tok);
-        for (int i = 0; i < 30 && dlock_validity_ms(l) > 50; i++) {
-            bool refused = false;
-            fenced_write(store, tok, &refused);
-            if (refused)
-                _exit(32); /* a stale holder wrote: two holders */
-            accepted++;
-            tu_sleep_ms(20);
-        }
-        turns++;
-        rc = dlock_release(l);
-        if (rc != DLOCK_OK && rc != DLOCK_ELOST && rc != DLOCK_ECONN)
-            _exit(33);
-        lost += rc == DLOCK_ELOST;
-        tu_sleep_ms(5);
-    }
-    char *text = tu_fmt("%" PRIu64 " %" PRIu64 " %" PRIu64 " %d", accepted, turns, lost, failures);
-    tu_write_marker(mine, text);
-    free(text);
-    free(mine);
-    free(store);
-    free(stop);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    _exit(0);
-}
-
 START_TEST(test_leader_killed_never_two_holders)
 {
     REQUIRE_SERVERS();
     char *url = kept(url_with(NULL, "lease=3000&timeout=1500&connect_timeout=3000"));
     char *dir = kept(tu_tmpdir("zk-fence"));
     pid_t w[3];
+    const struct tu_fenced_turn turn = {
+        .writes = 30, .min_validity_ms = 50, .pause_ms = 20, .rest_ms = 5};
     for (int i = 0; i < 3; i++)
-        w[i] = fork_worker(url, dir);
+        w[i] = tu_fenced_worker(url, dir, &turn);
     char *store = tu_fmt("%s/store", dir);
     /* fenced turns before the kill... */
-    for (int i = 0; i < 600 && fenced_count(store) < 50; i++)
+    for (int i = 0; i < 600 && tu_fenced_count(store, NULL) < 50; i++)
         tu_sleep_ms(50);
-    uint64_t before = fenced_count(store);
+    uint64_t before = tu_fenced_count(store, NULL);
     ck_assert_msg(before >= 50, "only %" PRIu64 " fenced writes before the kill", before);
     int leader = zkf_leader(&F);
     ck_assert_int_ge(leader, 0);
     zkf_server_stop(&F, leader, SIGKILL);
     ck_assert_msg(zkf_wait_serving(&F, 60000), "no new leader");
     /* ...and under the new leader */
-    uint64_t at_election = fenced_count(store);
-    for (int i = 0; i < 600 && fenced_count(store) < at_election + 50; i++)
+    uint64_t at_election = tu_fenced_count(store, NULL);
+    for (int i = 0; i < 600 && tu_fenced_count(store, NULL) < at_election + 50; i++)
         tu_sleep_ms(50);
-    ck_assert_msg(fenced_count(store) >= at_election + 50,
+    ck_assert_msg(tu_fenced_count(store, NULL) >= at_election + 50,
                   "no fenced turns under the new leader (%" PRIu64 " -> %" PRIu64 ")",
-                  at_election, fenced_count(store));
-    char *stop = tu_fmt("%s/stop", dir);
-    tu_write_marker(stop, "1");
-    uint64_t total = 0;
-    for (int i = 0; i < 3; i++) {
-        int code = tu_wait_exit(w[i]);
-        ck_assert_msg(code == 0, "worker %d exited %d", i, code);
-        char *path = tu_fmt("%s/count.%d", dir, (int)w[i]);
-        char *text = tu_read_file(path);
-        ck_assert_ptr_nonnull(text);
-        total += strtoull(text, NULL, 10);
-        fprintf(stderr, "leader test: worker %d: writes, turns, lost, failed acquires: %s\n", i,
-                text);
-        free(text);
-        free(path);
-    }
-    char *text = tu_read_file(store);
-    uint64_t max = 0, count = 0, stale = 0;
-    sscanf(text, "%" SCNu64 " %" SCNu64 " %" SCNu64, &max, &count, &stale);
+                  at_election, tu_fenced_count(store, NULL));
+    uint64_t total = tu_fenced_stop(w, 3, dir, "leader test");
+    uint64_t stale = 0, count = tu_fenced_count(store, &stale);
     ck_assert_uint_eq(stale, 0);
     ck_assert_uint_eq(count, total);
     ck_assert_uint_gt(count, 0);
     /* the old leader rejoins */
     ck_assert(zkf_server_start(&F, leader, 60000));
-    free(text);
     free(store);
-    free(stop);
     tu_rmrf(dir);
     free(dir);
     free(url);

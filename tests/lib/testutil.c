@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -750,4 +751,120 @@ int tu_main(const char *name, const struct tu_test *tests, size_t n, void (*setu
     Suite *s = suite_create(name);
     tu_add_case(s, name, tests, n, setup, teardown, true);
     return tu_run_suite(s);
+}
+
+/* ------------------------------------------------------ a fenced store */
+
+bool tu_fenced_write(const char *path, uint64_t token)
+{
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0)
+        return false;
+    flock(fd, LOCK_EX);
+    char buf[128] = {0};
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    unsigned long long max = 0, count = 0, stale = 0;
+    if (n > 0)
+        sscanf(buf, "%llu %llu %llu", &max, &count, &stale);
+    bool ok = token >= max;
+    if (ok) {
+        max = token;
+        count++;
+    } else {
+        stale++;
+    }
+    int len = snprintf(buf, sizeof buf, "%llu %llu %llu\n", max, count, stale);
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)len, 0) == len)
+        fsync(fd);
+    flock(fd, LOCK_UN);
+    close(fd);
+    return ok;
+}
+
+uint64_t tu_fenced_count(const char *path, uint64_t *stale)
+{
+    unsigned long long max = 0, count = 0, refused = 0;
+    char *text = tu_read_file(path);
+    if (text)
+        sscanf(text, "%llu %llu %llu", &max, &count, &refused);
+    free(text);
+    if (stale)
+        *stale = refused;
+    return count;
+}
+
+pid_t tu_fenced_worker(const char *url, const char *dir, const struct tu_fenced_turn *turn)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    char *store = tu_fmt("%s/store", dir), *stop = tu_fmt("%s/stop", dir);
+    char *mine = tu_fmt("%s/count.%d", dir, (int)getpid());
+    dlock_client *c = NULL;
+    while (dlock_open(url, &c) != DLOCK_OK) {
+        if (access(stop, F_OK) == 0)
+            _exit(30);
+        tu_sleep_ms(100);
+    }
+    dlock_lock *l = NULL;
+    dlock_lock_new(c, "fenced", DLOCK_EXCLUSIVE, 0, &l);
+    unsigned long long accepted = 0, turns = 0, lost = 0, failures = 0;
+    while (access(stop, F_OK) != 0) {
+        int rc = dlock_acquire(l, 2000);
+        if (rc == DLOCK_ETIMEDOUT)
+            continue;
+        if (rc != DLOCK_OK) { /* while the leader is gone */
+            if (rc != DLOCK_ECONN && rc != DLOCK_EUNAVAIL && rc != DLOCK_ELOST)
+                _exit(31);
+            failures++;
+            tu_sleep_ms(100);
+            continue;
+        }
+        uint64_t tok = 0;
+        dlock_token(l, &tok);
+        for (int i = 0; i < turn->writes && dlock_validity_ms(l) > turn->min_validity_ms; i++) {
+            if (!tu_fenced_write(store, tok))
+                _exit(32); /* a stale holder wrote: two holders */
+            accepted++;
+            tu_sleep_ms(turn->pause_ms);
+        }
+        turns++;
+        rc = dlock_release(l);
+        if (rc != DLOCK_OK && rc != DLOCK_ELOST && rc != DLOCK_ECONN && rc != DLOCK_EUNAVAIL)
+            _exit(33);
+        lost += rc == DLOCK_ELOST;
+        if (turn->rest_ms)
+            tu_sleep_ms(turn->rest_ms);
+    }
+    char *text = tu_fmt("%llu %llu %llu %llu", accepted, turns, lost, failures);
+    tu_write_marker(mine, text);
+    free(text);
+    free(mine);
+    free(store);
+    free(stop);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    _exit(0);
+}
+
+uint64_t tu_fenced_stop(const pid_t *w, int n, const char *dir, const char *what)
+{
+    char *stop = tu_fmt("%s/stop", dir);
+    tu_write_marker(stop, "1");
+    free(stop);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        int code = tu_wait_exit(w[i]);
+        ck_assert_msg(code == 0, "worker %d exited %d", i, code);
+        char *path = tu_fmt("%s/count.%d", dir, (int)w[i]);
+        char *text = tu_read_file(path);
+        ck_assert_ptr_nonnull(text);
+        total += strtoull(text, NULL, 10);
+        fprintf(stderr, "%s: worker %d: writes, turns, lost, failed acquires: %s\n", what, i,
+                text);
+        free(text);
+        free(path);
+    }
+    return total;
 }

@@ -292,4 +292,35 @@ int tu_main(const char *name, const struct tu_test *tests, size_t n, void (*setu
  * so on stderr when DLOCK_TEST let no test through. */
 int tu_run_suite(struct Suite *s);
 
+/* ------------------------------------------------------ a fenced store */
+
+/* A storage service that honours fencing tokens, in the file PATH ("max
+ * count stale"): a write with a token older than the newest one seen is
+ * refused and counted as stale. False when refused (or PATH cannot be
+ * opened). */
+bool tu_fenced_write(const char *path, uint64_t token);
+/* Accepted writes in the fenced store PATH so far; *STALE (may be NULL)
+ * gets the refused ones. */
+uint64_t tu_fenced_count(const char *path, uint64_t *stale);
+
+/* How a fenced worker takes its turns: up to WRITES per hold, each while
+ * the hold has more than MIN_VALIDITY_MS left, PAUSE_MS apart, then REST_MS
+ * after the release. */
+struct tu_fenced_turn {
+    int writes;
+    int64_t min_validity_ms;
+    int pause_ms;
+    int rest_ms;
+};
+/* Fork a worker that takes lock "fenced" at URL, writes to "<DIR>/store"
+ * through the fence while the hold is valid, releases; until "<DIR>/stop"
+ * appears. ECONN, EUNAVAIL and ELOST are taken as an outage (a cluster's
+ * leader gone) and tried again. Exits 0 unless a stale write or another
+ * error; writes "accepted turns lost failed-acquires" to
+ * "<DIR>/count.<pid>". */
+pid_t tu_fenced_worker(const char *url, const char *dir, const struct tu_fenced_turn *turn);
+/* Stop the N workers W of DIR, check each exited 0, and return the sum of
+ * their accepted writes (each worker's line goes to stderr under WHAT). */
+uint64_t tu_fenced_stop(const pid_t *w, int n, const char *dir, const char *what);
+
 #endif

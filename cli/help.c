@@ -96,8 +96,8 @@ static const struct {
      "Operator's tool: free NAME whoever holds it (backends with leases).\n"
      "  --force               required: says you mean it"},
     {"list", "dlock [-u URL] list [PATTERN] [--json]",
-     "List lock names matching the glob PATTERN (all by default).\n"
-     "  --json                a JSON array on stdout"},
+     "List the names held now that match the glob PATTERN (all by default).\n"
+     "  --json                a JSON array of status objects on stdout"},
     {"bench", "dlock [-u URL] bench [MODE] [OPTIONS]", NULL /* from cli/bench.c */},
 };
 

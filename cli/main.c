@@ -129,19 +129,168 @@ int cli_open(const char *url, int64_t lease_ms, dlock_client **out)
 
 /* ------------------------------------------------------------- JSON */
 
+/* The JSON shape of status and list (docs/dlock.1, JSON OUTPUT) is the
+ * same on every backend: the backends' holder strings ("pid@host",
+ * Redisson's "<uuid>:<thread>", etcd keys ".../<lease>", ZooKeeper nodes
+ * with their "dlock pid@host" data) are parsed here into owner, host, pid
+ * and thread, null where the backend does not store them. */
+
+/* Length of the valid UTF-8 sequence at S (2-4), 1 for ASCII, 0 when the
+ * bytes there are not one (overlong, surrogate, past U+10FFFF, cut). */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned c = s[0], cp, min;
+    size_t n;
+    if (c < 0x80)
+        return 1;
+    if ((c & 0xe0) == 0xc0)
+        n = 2, min = 0x80, cp = c & 0x1f;
+    else if ((c & 0xf0) == 0xe0)
+        n = 3, min = 0x800, cp = c & 0x0f;
+    else if ((c & 0xf8) == 0xf0)
+        n = 4, min = 0x10000, cp = c & 0x07;
+    else
+        return 0;
+    for (size_t k = 1; k < n; k++) {
+        if ((s[k] & 0xc0) != 0x80) /* the NUL too */
+            return 0;
+        cp = cp << 6 | (s[k] & 0x3f);
+    }
+    return cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0 : n;
+}
+
+/* S as a JSON string: valid UTF-8 as it is, control characters and each
+ * byte that is not part of valid UTF-8 as \u00XX (names are bytes: the
+ * exact ones are in name_hex). */
 static void json_string(const char *s)
 {
+    const unsigned char *p = (const unsigned char *)s;
     putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
+    while (*p) {
+        size_t n = utf8_seq(p);
+        if (n > 1) {
+            fwrite(p, 1, n, stdout);
+            p += n;
+            continue;
+        }
+        unsigned ch = *p++;
         if (ch == '"' || ch == '\\')
             printf("\\%c", ch);
-        else if (ch < 0x20 || ch >= 0x7f)
-            printf("\\u%04x", ch); /* bytes, not code points: names are bytes */
+        else if (n == 0 || ch < 0x20 || ch == 0x7f)
+            printf("\\u%04x", ch);
         else
-            putchar(ch);
+            putchar((int)ch);
     }
     putchar('"');
+}
+
+static void json_string_or_null(const char *s)
+{
+    if (s)
+        json_string(s);
+    else
+        printf("null");
+}
+
+/* ,"KEY":V, or null for V < 0. */
+static void json_int_or_null(const char *key, long long v)
+{
+    if (v < 0)
+        printf(",\"%s\":null", key);
+    else
+        printf(",\"%s\":%lld", key, v);
+}
+
+/* "name":...,"name_hex":...: the name as text and its exact bytes. */
+static void json_name(const char *name)
+{
+    printf("\"name\":");
+    json_string(name);
+    printf(",\"name_hex\":\"");
+    for (const char *p = name; *p; p++)
+        printf("%02x", (unsigned char)*p);
+    putchar('"');
+}
+
+/* What a holder string tells: OWNER (the file backend's "pid@host", a
+ * Redisson client's UUID, an etcd lease id, a ZooKeeper node), HOST and
+ * PID where stored (-1 unknown), a Redisson THREAD id (-1 none). */
+struct holder_fields {
+    char *owner, *host;
+    long pid;
+    long long thread;
+};
+
+/* "<pid>@<host>[#slot]" in the LEN bytes at S: *PID and *HOST (malloc'd). */
+static bool parse_pid_at_host(const char *s, size_t len, long *pid, char **host)
+{
+    size_t d = 0;
+    while (d < len && s[d] >= '0' && s[d] <= '9')
+        d++;
+    if (!d || d > 9 || d + 1 >= len || s[d] != '@')
+        return false;
+    const char *h = s + d + 1, *slot = memchr(h, '#', len - d - 1);
+    size_t hl = slot ? (size_t)(slot - h) : len - d - 1;
+    if (!hl || !(*host = strndup(h, hl)))
+        return false;
+    *pid = strtol(s, NULL, 10);
+    return true;
+}
+
+static void holder_parse(const char *id, struct holder_fields *f)
+{
+    *f = (struct holder_fields){NULL, NULL, -1, -1};
+    size_t len = strlen(id), head = len;
+    /* etcd and zk: "<key or node> (<data>)", data "dlock [shared ]pid@host" */
+    const char *open = NULL;
+    for (const char *p = id; (p = strstr(p, " (")); p++)
+        open = p;
+    if (open && open > id && id[len - 1] == ')') {
+        head = (size_t)(open - id);
+        const char *d = open + 2;
+        size_t dl = len - head - 3;
+        static const char *const marks[] = {"dlock shared ", "dlock "};
+        for (size_t k = 0; k < 2; k++)
+            if (dl >= strlen(marks[k]) && strncmp(d, marks[k], strlen(marks[k])) == 0) {
+                d += strlen(marks[k]), dl -= strlen(marks[k]);
+                break;
+            }
+        parse_pid_at_host(d, dl, &f->pid, &f->host);
+    }
+    char *host;
+    long pid;
+    const char *colon = memchr(id, ':', head), *slash = memrchr(id, '/', head);
+    if (parse_pid_at_host(id, head, &pid, &host)) { /* file: "pid@host[#slot]" */
+        free(f->host);
+        f->host = host, f->pid = pid;
+        f->owner = strndup(id, strcspn(id, "#"));
+    } else if (colon && colon - id == 36) { /* Redisson: "<uuid>:<thread>[:...]" */
+        f->owner = strndup(id, 36);
+        f->thread = strtoll(colon + 1, NULL, 10);
+    } else { /* etcd: the key's last part, its lease; zk: the node */
+        const char *o = slash ? slash + 1 : id;
+        f->owner = strndup(o, (size_t)(id + head - o));
+    }
+}
+
+/* One holder: {"id","owner","host","pid","thread","count"}. COUNT 0 is
+ * unknown (null). */
+static void json_holder(const char *id, unsigned count)
+{
+    struct holder_fields f;
+    holder_parse(id, &f);
+    printf("{\"id\":");
+    json_string(id);
+    printf(",\"owner\":");
+    json_string_or_null(f.owner);
+    printf(",\"host\":");
+    json_string_or_null(f.host);
+    json_int_or_null("pid", f.pid);
+    json_int_or_null("thread", f.thread);
+    json_int_or_null("count", count ? (long long)count : -1);
+    putchar('}');
+    free(f.owner);
+    free(f.host);
 }
 
 /* A name for the terminal: non-printable bytes as \xHH. */
@@ -226,17 +375,19 @@ static int path_status(const char *path, int json)
     const char *mode = fi.shared ? "shared" : "exclusive", *holders = fi.pids;
     long waiters = fi.waiters;
     if (json) {
-        printf("{\"name\":");
-        json_string(path);
+        putchar('{');
+        json_name(path);
         printf(",\"backend\":\"flock\",\"key\":");
         json_string(path);
         printf(",\"held\":%s,\"mode\":%s%s%s,\"token\":null,\"ttl_ms\":null,\"holders\":[",
                held ? "true" : "false", held ? "\"" : "", held ? mode : "null", held ? "\"" : "");
         char *save, *tok, *copy = strdup(holders);
         for (tok = copy ? strtok_r(copy, " ", &save) : NULL; tok; tok = strtok_r(NULL, " ", &save))
-            printf("%s{\"id\":\"pid %s\",\"count\":null}", tok == copy ? "" : ",", tok);
+            printf("%s{\"id\":\"pid %s\",\"owner\":\"%s\",\"host\":null,\"pid\":%s,"
+                   "\"thread\":null,\"count\":null}",
+                   tok == copy ? "" : ",", tok, tok, tok);
         free(copy);
-        printf("],\"waiters\":%ld}\n", waiters);
+        printf("],\"waiters\":null,\"waiter_count\":%ld}\n", waiters);
     } else {
         printf("name:     ");
         print_name(path);
@@ -247,6 +398,53 @@ static int path_status(const char *path, int json)
         printf("waiters:  %ld\n", waiters);
     }
     return held ? 0 : EXIT_FREE;
+}
+
+/* One lock as JSON, without its closing brace (status adds "client"):
+ * name, name_hex, backend, key, held, mode, token, ttl_ms, holders,
+ * [permits, free_permits,] waiters, waiter_count. */
+static void json_lock(const char *name, const char *backend, const dlock_info *info,
+                      bool semaphore)
+{
+    int held = dlock_info_held(info);
+    int64_t ttl = dlock_info_ttl_ms(info);
+    long nw = dlock_info_waiter_count(info);
+    putchar('{');
+    json_name(name);
+    printf(",\"backend\":");
+    json_string(backend);
+    printf(",\"key\":");
+    json_string(dlock_info_key(info));
+    printf(",\"held\":%s,\"mode\":", held ? "true" : "false");
+    if (held && !semaphore) /* a permit has no mode */
+        json_string(dlock_info_mode(info) == DLOCK_SHARED ? "shared" : "exclusive");
+    else
+        printf("null");
+    printf(",\"token\":%" PRIu64, dlock_info_token(info));
+    json_int_or_null("ttl_ms", ttl == DLOCK_VALID_FOREVER ? -1 : ttl);
+    printf(",\"holders\":[");
+    for (size_t k = 0; k < dlock_info_holder_count(info); k++) {
+        unsigned count;
+        const char *who = dlock_info_holder(info, k, &count);
+        printf(k ? "," : "");
+        json_holder(who, count);
+    }
+    printf("]");
+    if (semaphore)
+        printf(",\"permits\":%u,\"free_permits\":%ld", dlock_info_permits(info),
+               dlock_info_free_permits(info));
+    printf(",\"waiters\":");
+    if (nw < 0)
+        printf("null");
+    else {
+        printf("[");
+        for (long k = 0; k < nw; k++) {
+            printf(k ? "," : "");
+            json_string(dlock_info_waiter(info, (size_t)k));
+        }
+        printf("]");
+    }
+    json_int_or_null("waiter_count", nw);
 }
 
 /* ,"client":{...}: the counters of the client that made the request
@@ -300,45 +498,7 @@ int cmd_status(const char *url, int argc, char **argv)
     int64_t ttl = dlock_info_ttl_ms(info);
     long nw = dlock_info_waiter_count(info);
     if (o.json) {
-        printf("{\"name\":");
-        json_string(name);
-        printf(",\"backend\":");
-        json_string(dlock_client_backend(c));
-        printf(",\"key\":");
-        json_string(dlock_info_key(info));
-        printf(",\"held\":%s,\"mode\":", held ? "true" : "false");
-        if (held && !o.semaphore) /* a permit has no mode */
-            json_string(mode);
-        else
-            printf("null");
-        printf(",\"token\":%" PRIu64 ",\"ttl_ms\":", dlock_info_token(info));
-        if (ttl == DLOCK_VALID_FOREVER || ttl < 0)
-            printf("null");
-        else
-            printf("%" PRId64, ttl);
-        printf(",\"holders\":[");
-        for (size_t k = 0; k < dlock_info_holder_count(info); k++) {
-            unsigned count;
-            const char *who = dlock_info_holder(info, k, &count);
-            printf("%s{\"id\":", k ? "," : "");
-            json_string(who);
-            printf(",\"count\":%u}", count);
-        }
-        printf("]");
-        if (o.semaphore)
-            printf(",\"permits\":%u,\"free_permits\":%ld", dlock_info_permits(info),
-                   dlock_info_free_permits(info));
-        printf(",\"waiters\":");
-        if (nw < 0)
-            printf("null");
-        else {
-            printf("[");
-            for (long k = 0; k < nw; k++) {
-                printf(k ? "," : "");
-                json_string(dlock_info_waiter(info, (size_t)k));
-            }
-            printf("]");
-        }
+        json_lock(name, dlock_client_backend(c), info, o.semaphore);
         json_client_stats(c);
         printf("}\n");
     } else {
@@ -417,22 +577,26 @@ int cmd_release(const char *url, int argc, char **argv)
     return code;
 }
 
-struct list_ctx {
-    int json, n;
+/* list: the names the backend knows that match, collected first (a
+ * backend's walk may hold a connection), then each inspected: only the
+ * names held now are shown, so that list means the same on every backend
+ * (file and ZooKeeper keep the files and nodes of released locks). */
+struct name_list {
+    char **v;
+    size_t n, cap;
 };
 
-static int list_one(const char *name, void *arg)
+static int collect_name(const char *name, void *arg)
 {
-    struct list_ctx *ctx = arg;
-    if (ctx->json) {
-        printf("%s", ctx->n ? "," : "");
-        json_string(name);
-    } else {
-        print_name(name);
-        putchar('\n');
+    struct name_list *l = arg;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return 1;
+        l->v = v, l->cap = cap;
     }
-    ctx->n++;
-    return 0;
+    return !(l->v[l->n] = strdup(name)) ? 1 : (l->n++, 0);
 }
 
 int cmd_list(const char *url, int argc, char **argv)
@@ -452,13 +616,32 @@ int cmd_list(const char *url, int argc, char **argv)
     int code = cli_open(o.url, 0, &c);
     if (code)
         return code;
-    struct list_ctx ctx = {o.json, 0};
+    struct name_list names = {NULL, 0, 0};
+    int rc = dlock_list(c, i < argc ? argv[i] : NULL, collect_name, &names);
     if (o.json)
         printf("[");
-    int rc = dlock_list(c, i < argc ? argv[i] : NULL, list_one, &ctx);
+    for (size_t k = 0, shown = 0; k < names.n && !rc; k++) {
+        dlock_info *info;
+        rc = dlock_inspect(c, names.v[k], &info);
+        if (!rc && dlock_info_held(info)) {
+            if (o.json) {
+                printf(shown ? "," : "");
+                json_lock(names.v[k], dlock_client_backend(c), info, false);
+                putchar('}');
+            } else {
+                print_name(names.v[k]);
+                putchar('\n');
+            }
+            shown++;
+        }
+        dlock_info_free(info);
+    }
     if (o.json)
         printf("]\n");
     code = rc ? cli_fail(rc, "list") : 0;
+    for (size_t k = 0; k < names.n; k++)
+        free(names.v[k]);
+    free(names.v);
     dlock_client_close(c);
     return code;
 }

@@ -533,7 +533,9 @@ DLOCK_EXTERN int dlock_force_release(dlock_client *c, const char *name);
  * NULL); DLOCK_EMISUSE as dlock_inspect(); DLOCK_ENOMEM; backend failures
  * (names already given stay given). Threads: any. Backends: file lists
  * the lock files of the directory, redis SCANs the key space,
- * etcd reads the prefix, zk the children of the base node. */
+ * etcd reads the prefix, zk the children of the base node: file and zk
+ * also give names nobody holds now (their files and nodes stay); `dlock
+ * list` inspects each and shows the held ones only. */
 typedef int (*dlock_list_fn)(const char *name, void *arg);
 DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg);
 

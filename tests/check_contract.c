@@ -32,6 +32,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "contract.h"
 #include "dlock.h"
 #include "testutil.h"
@@ -1157,6 +1159,138 @@ END_TEST
 
 #define CLI(out, err, ...) TU_DLOCK(out, err, NULL, __VA_ARGS__)
 
+/* NAME's bytes in hex, as name_hex shows them. */
+static void hex_of(const char *name, char hex[2 * DLOCK_NAME_MAX + 1])
+{
+    size_t i = 0;
+    for (; name[i] && i < DLOCK_NAME_MAX; i++)
+        sprintf(hex + 2 * i, "%02x", (unsigned char)name[i]);
+    hex[2 * i] = 0;
+}
+
+/* KEY of object O is of JSON type TYPE, or null when NULLABLE. */
+static void assert_json_type(json_t *o, const char *key, json_type type, bool nullable)
+{
+    json_t *v = json_object_get(o, key);
+    ck_assert_msg(v && (json_typeof(v) == type || (nullable && json_is_null(v))),
+                  "%s: %s is %s", CT->name, key, v ? json_dumps(v, JSON_ENCODE_ANY) : "missing");
+}
+
+/* O has exactly the keys KEYS (NULL-terminated). */
+static void assert_json_keys(json_t *o, const char *const *keys)
+{
+    size_t n = 0;
+    for (; keys[n]; n++)
+        ck_assert_msg(json_object_get(o, keys[n]), "%s: no \"%s\"", CT->name, keys[n]);
+    ck_assert_msg(json_object_size(o) == n, "%s: %zu keys, want %zu", CT->name,
+                  json_object_size(o), n);
+}
+
+/* One lock of status/list --json (docs/dlock.1, JSON OUTPUT): the same
+ * keys and types on every backend; NAME's exact bytes in name_hex; when
+ * HELD by this process, a holder whose pid, where the backend stores
+ * one, is ours (file, etcd and zk do; Redis stores a client UUID and a
+ * thread id). STATUS: with the client's counters. */
+static void assert_lock_json(json_t *o, const char *name, bool held, bool status)
+{
+    static const char *const keys[] = {"name", "name_hex", "backend", "key", "held", "mode",
+                                       "token", "ttl_ms", "holders", "waiters", "waiter_count",
+                                       NULL};
+    static const char *const keys_status[] = {"name", "name_hex", "backend", "key", "held",
+                                              "mode", "token", "ttl_ms", "holders", "waiters",
+                                              "waiter_count", "client", NULL};
+    static const char *const holder_keys[] = {"id", "owner", "host", "pid", "thread", "count",
+                                              NULL};
+    ck_assert_msg(json_is_object(o), "%s: not an object", CT->name);
+    assert_json_keys(o, status ? keys_status : keys);
+    assert_json_type(o, "name", JSON_STRING, false);
+    assert_json_type(o, "backend", JSON_STRING, false);
+    assert_json_type(o, "key", JSON_STRING, false);
+    ck_assert_msg(json_is_boolean(json_object_get(o, "held")) &&
+                      json_is_true(json_object_get(o, "held")) == held,
+                  "%s: held", CT->name);
+    assert_json_type(o, "mode", JSON_STRING, !held);
+    assert_json_type(o, "token", JSON_INTEGER, false);
+    assert_json_type(o, "ttl_ms", JSON_INTEGER, true);
+    assert_json_type(o, "holders", JSON_ARRAY, false);
+    assert_json_type(o, "waiters", JSON_ARRAY, true);
+    assert_json_type(o, "waiter_count", JSON_INTEGER, true);
+    json_t *w = json_object_get(o, "waiters");
+    ck_assert_msg(json_is_null(w) ? json_is_null(json_object_get(o, "waiter_count"))
+                                  : json_integer_value(json_object_get(o, "waiter_count")) ==
+                                        (json_int_t)json_array_size(w),
+                  "%s: waiter_count", CT->name);
+    if (status)
+        assert_json_type(o, "client", JSON_OBJECT, false);
+    char hex[2 * DLOCK_NAME_MAX + 1];
+    hex_of(name, hex);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "name_hex")), hex);
+    if (strstr(name, "\xe2\x82\xac")) /* valid UTF-8 stays as it is */
+        ck_assert_msg(strstr(json_string_value(json_object_get(o, "name")), "\xe2\x82\xac"),
+                      "%s: name %s", CT->name, json_string_value(json_object_get(o, "name")));
+    json_t *holders = json_object_get(o, "holders"), *h;
+    size_t i;
+    bool mine = false;
+    ck_assert_msg(json_array_size(holders) == (held ? 1u : 0u), "%s: %zu holders", CT->name,
+                  json_array_size(holders));
+    json_array_foreach(holders, i, h)
+    {
+        assert_json_keys(h, holder_keys);
+        assert_json_type(h, "id", JSON_STRING, false);
+        assert_json_type(h, "owner", JSON_STRING, false);
+        assert_json_type(h, "host", JSON_STRING, true);
+        assert_json_type(h, "pid", JSON_INTEGER, true);
+        assert_json_type(h, "thread", JSON_INTEGER, true);
+        assert_json_type(h, "count", JSON_INTEGER, true);
+        json_t *pid = json_object_get(h, "pid");
+        mine = json_is_null(pid) ? strncmp(CT->name, "redis", 5) == 0 ||
+                                       strcmp(CT->name, "rediss") == 0 ||
+                                       strcmp(CT->name, "redlock") == 0
+                                 : json_integer_value(pid) == getpid();
+        if (!json_is_null(pid))
+            assert_json_type(h, "host", JSON_STRING, false);
+        else /* Redisson's "<uuid>:<thread>" */
+            ck_assert_msg(strlen(json_string_value(json_object_get(h, "owner"))) == 36 &&
+                              json_is_integer(json_object_get(h, "thread")),
+                          "%s: holder %s", CT->name, json_dumps(h, 0));
+    }
+    ck_assert_msg(!held || mine, "%s: holder %s", CT->name, json_dumps(holders, 0));
+}
+
+/* `dlock status --json NAME` (exit WANT) and `dlock list --json`, parsed
+ * by jansson (which refuses invalid UTF-8): NAME's object in each, held
+ * as HELD says; list shows held names only. */
+static void assert_cli_json(const char *url, const char *name, bool held)
+{
+    char *out = NULL, *err = NULL;
+    int rc = CLI(&out, &err, "-u", url, "status", "--json", name);
+    ck_assert_msg(rc == (held ? 0 : 1), "status: exit %d: %s", rc, err);
+    json_error_t je;
+    json_t *st = json_loads(out, 0, &je);
+    ck_assert_msg(st, "%s: status --json: %s: %s", CT->name, je.text, out);
+    assert_lock_json(st, name, held, true);
+    json_decref(st);
+    free(out);
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "list", "--json"), 0);
+    json_t *list = json_loads(out, 0, &je), *o;
+    ck_assert_msg(json_is_array(list), "%s: list --json: %s: %s", CT->name, je.text, out);
+    size_t i, found = 0;
+    char hex[2 * DLOCK_NAME_MAX + 1];
+    hex_of(name, hex);
+    json_array_foreach(list, i, o)
+    {
+        ck_assert_msg(json_is_true(json_object_get(o, "held")), "list shows a free name: %s", out);
+        if (strcmp(json_string_value(json_object_get(o, "name_hex")), hex) == 0) {
+            assert_lock_json(o, name, true, false);
+            found++;
+        }
+    }
+    ck_assert_msg(found == (held ? 1u : 0u), "%s: list --json: %s", CT->name, out);
+    json_decref(list);
+    free(out);
+}
+
 START_TEST(cli_run_status_list_release)
 {
     char *url = ct_test_url("lease=5s");
@@ -1204,6 +1338,17 @@ START_TEST(cli_run_status_list_release)
     ck_assert_msg(strstr(out, "\"held\":true") && strstr(out, "\"mode\":\"exclusive\""),
                   "status --json: %s", out);
     free(out);
+    assert_cli_json(url, "cli-job", true);
+    /* A name is bytes: invalid UTF-8, control bytes, quote, backslash, DEL
+     * come out as valid JSON, the bytes exact in name_hex. */
+    const char *hostile = "cli-\xff\xc3(\x01\x1f\"\\\x7f\xe2\x82\xac\xed\xa0\x80";
+    dlock_lock *hl = tu_lock(c, hostile);
+    assert_cli_json(url, hostile, false);
+    TU_ACQUIRE_OK(hl, DLOCK_TRY);
+    assert_cli_json(url, hostile, true);
+    EXPECT_RC(dlock_release(hl), DLOCK_OK);
+    assert_cli_json(url, hostile, false);
+    dlock_lock_free(hl);
     ck_assert_int_eq(CLI(&out, NULL, "-u", url, "list"), 0);
     ck_assert_msg(strstr(out, "cli-job\n"), "list: %s", out);
     free(out);

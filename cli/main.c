@@ -497,14 +497,21 @@ int cmd_status(const char *url, int argc, char **argv)
     const char *mode = dlock_info_mode(info) == DLOCK_SHARED ? "shared" : "exclusive";
     int64_t ttl = dlock_info_ttl_ms(info);
     long nw = dlock_info_waiter_count(info);
+    char master[300]; /* redis+sentinel://: the master now ("" elsewhere) */
+    dlock_client_master(c, master, sizeof master);
     if (o.json) {
         json_lock(name, dlock_client_backend(c), info, o.semaphore);
+        printf(",\"master\":");
+        json_string_or_null(*master ? master : NULL);
         json_client_stats(c);
         printf("}\n");
     } else {
         printf("name:     ");
         print_name(name);
-        printf("\nbackend:  %s\nkey:      %s\n", dlock_client_backend(c), dlock_info_key(info));
+        printf("\nbackend:  %s\n", dlock_client_backend(c));
+        if (*master)
+            printf("master:   %s\n", master);
+        printf("key:      %s\n", dlock_info_key(info));
         if (o.semaphore)
             held = held && dlock_info_free_permits(info) == 0 ? 2 : held; /* 2: all held */
         printf("state:    %s%s%s%s\n",

@@ -207,6 +207,15 @@ DLOCK_EXTERN const char *dlock_client_url(const dlock_client *c);
  * thread. */
 DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *c);
 
+/* The master C talks to now, "host:port" ("[v6addr]:port") into BUF of
+ * SIZE bytes: on redis+sentinel:// the master the sentinels name (asked
+ * again when a failover made the known one stale). Returns DLOCK_OK;
+ * DLOCK_ENOTSUP (a URL without a master: every other one); DLOCK_EINVAL
+ * (BUF NULL or too small); DLOCK_EMISUSE (not connected); DLOCK_ECONN
+ * and other failures when no sentinel answers. BUF is "" on failure.
+ * Threads: any. */
+DLOCK_EXTERN int dlock_client_master(dlock_client *c, char *buf, size_t size);
+
 /* Release every hold of the client (best effort), stop its threads
  * (keeper, callbacks: a lost callback still queued runs first), close the
  * connection and free the client. Handles left over stay valid for

@@ -324,6 +324,23 @@ const char *dlock_client_backend(const dlock_client *c)
     return c && c->be ? c->be->name : NULL;
 }
 
+int dlock_client_master(dlock_client *c, char *buf, size_t size)
+{
+    dlock__msg_clear();
+    if (!buf || !size)
+        return dlock__err(DLOCK_EINVAL, "dlock_client_master: no buffer");
+    *buf = 0;
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (!c->connected)
+        return dlock__err(DLOCK_EMISUSE, "%s: connect the client first", c->url.redacted);
+    if (c->be->version < 6 || !c->be->master)
+        return dlock__err(DLOCK_ENOTSUP, "%s: the %s backend has no master to show",
+                          c->url.redacted, c->be->name);
+    return c->be->master(c->bstate, buf, size);
+}
+
 /* Free C's memory: the last reference is gone (client_close and every
  * handle, and the callback thread when it outlived a close made from a
  * callback). */

@@ -403,8 +403,8 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 5 /* 2: downgrade; 3: the sem_* functions; 4: share;
-                                    5: the elect_* functions */
+#define DLOCK__BACKEND_VERSION 6 /* 2: downgrade; 3: the sem_* functions; 4: share;
+                                    5: the elect_* functions; 6: master */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -518,6 +518,12 @@ struct dlock__backend {
     int (*elect_proclaim)(void *state, struct dlock__hold *h, const char *value);
     int (*elect_observe)(void *state, const char *name, const struct dlock_leader *known,
                          struct dlock__wait *w, struct dlock_leader *out);
+
+    /* Version 6. The master the client talks to now as "host:port" in
+     * BUF of SIZE bytes (redis+sentinel://: asked of the sentinels when
+     * unknown or stale); DLOCK_ENOTSUP for a URL without one. NULL: none
+     * on this backend. */
+    int (*master)(void *state, char *buf, size_t size);
 };
 
 /* The backend's acquire of H: sem_acquire or elect_acquire for a

@@ -1198,7 +1198,7 @@ static void assert_lock_json(json_t *o, const char *name, bool held, bool status
                                        NULL};
     static const char *const keys_status[] = {"name", "name_hex", "backend", "key", "held",
                                               "mode", "token", "ttl_ms", "holders", "waiters",
-                                              "waiter_count", "client", NULL};
+                                              "waiter_count", "master", "client", NULL};
     static const char *const holder_keys[] = {"id", "owner", "host", "pid", "thread", "count",
                                               NULL};
     ck_assert_msg(json_is_object(o), "%s: not an object", CT->name);
@@ -1220,8 +1220,17 @@ static void assert_lock_json(json_t *o, const char *name, bool held, bool status
                                   : json_integer_value(json_object_get(o, "waiter_count")) ==
                                         (json_int_t)json_array_size(w),
                   "%s: waiter_count", CT->name);
-    if (status)
+    if (status) {
         assert_json_type(o, "client", JSON_OBJECT, false);
+        /* redis+sentinel://: the master the sentinels name; others none */
+        bool sentinel = strcmp(CT->name, "redis-sentinel") == 0;
+        assert_json_type(o, "master", JSON_STRING, !sentinel);
+        const char *m = json_string_value(json_object_get(o, "master"));
+        ck_assert_msg(!sentinel || (strncmp(m, "127.0.0.1:", 10) == 0 && atoi(m + 10) > 0),
+                      "%s: master %s", CT->name, m);
+        if (!sentinel)
+            assert_json_type(o, "master", JSON_NULL, false);
+    }
     char hex[2 * DLOCK_NAME_MAX + 1];
     hex_of(name, hex);
     ck_assert_str_eq(json_string_value(json_object_get(o, "name_hex")), hex);

@@ -681,5 +681,6 @@ const struct dlock__backend dlock__backend_redis = {
     .elect_release = dlock__redis_elect_release,
     .elect_proclaim = dlock__redis_elect_proclaim,
     .elect_observe = dlock__redis_elect_observe,
+    .master = dlock__redis_master,
 };
 

@@ -244,6 +244,9 @@ int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t
  * received announces a failover of our master (then marked stale). */
 struct rconn *dlock__redis_sentinel_watch(struct redis_state *s);
 bool dlock__redis_sentinel_switched(struct redis_state *s, struct rconn *w);
+/* The backend's master(): the current master as "host:port" (Sentinel
+ * URLs only, DLOCK_ENOTSUP otherwise). */
+int dlock__redis_master(void *state, char *buf, size_t size);
 /* The master may have moved (a broken connection, READONLY): ask again
  * before the next dial. No-op without Sentinel. */
 void dlock__redis_sentinel_stale(struct redis_state *s);

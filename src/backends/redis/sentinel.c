@@ -194,6 +194,27 @@ int dlock__redis_sentinel_master(struct redis_state *s, int64_t deadline, char *
     }
 }
 
+int dlock__redis_master(void *state, char *buf, size_t size)
+{
+    struct redis_state *s = state;
+    if (!s->sentinel)
+        return dlock__err(DLOCK_ENOTSUP, "%s: not a redis+sentinel:// URL: no master to show",
+                          s->where);
+    char host[256];
+    int port;
+    unsigned epoch;
+    int rc = dlock__redis_sentinel_master(s, dlock__now_ms() + s->op_timeout_ms, host, sizeof host,
+                                          &port, &epoch);
+    if (rc)
+        return rc;
+    int n = snprintf(buf, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    if (n < 0 || (size_t)n >= size) {
+        *buf = 0;
+        return dlock__err(DLOCK_EINVAL, "dlock_client_master: %zu bytes are too few", size);
+    }
+    return DLOCK_OK;
+}
+
 int dlock__redis_sentinel_parse(struct redis_state *s, struct dlock_client *c)
 {
     const char *url = dlock_client_url(c);

@@ -416,6 +416,17 @@ int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, 
 /* A failure RC of a request cut short by the wait W's deadline is that
  * wait's timeout (DLOCK_ETIMEDOUT; the message, kept, says what was cut). */
 int dlock__etcd_timed_out(struct dlock__wait *w, int rc);
+/* The put of a waiter's key failed with RC: RC as the acquire returns it
+ * (dlock__etcd_timed_out()), its message saved into MSG. True when the put
+ * may have happened before the reply was lost (or the cancel, or the
+ * deadline): the key must be withdrawn. */
+bool dlock__etcd_put_failed(struct dlock__wait *w, int *rc, char *msg);
+/* The wait for our turn failed with RC: RC as the acquire returns it. A
+ * timeout or a cancel keeps in MSG the reason of the last failed look (an
+ * outage; empty: none); any other failure saves its message there.
+ * *ANSWERING: the cluster still answered (no failed look and RC not
+ * transient), so the withdraw of our key may take a grace. */
+int dlock__etcd_wait_failed(struct dlock__wait *w, int rc, char *msg, bool *answering);
 /* When LR's next keepalive is due (a third of its TTL after the last). */
 int64_t dlock__etcd_keepalive_due(const struct lease_ref *lr);
 /* LR was found expired or revoked: a shared one is granted anew. */

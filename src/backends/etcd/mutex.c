@@ -192,6 +192,22 @@ int dlock__etcd_timed_out(struct dlock__wait *w, int rc)
     return rc;
 }
 
+bool dlock__etcd_put_failed(struct dlock__wait *w, int *rc, char *msg)
+{
+    *rc = dlock__etcd_timed_out(w, *rc);
+    dlock__errmsg_save(msg);
+    return dlock__etcd_transient(*rc) || *rc == DLOCK_ECANCELED || *rc == DLOCK_ETIMEDOUT;
+}
+
+int dlock__etcd_wait_failed(struct dlock__wait *w, int rc, char *msg, bool *answering)
+{
+    *answering = !msg[0] && !dlock__etcd_transient(rc);
+    rc = dlock__etcd_timed_out(w, rc);
+    if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
+        dlock__errmsg_save(msg);
+    return rc;
+}
+
 #define RESTART 1 /* our key or lease vanished; start again */
 
 /* When LR's next keepalive is due. */
@@ -414,12 +430,9 @@ restart:
         goto restart;
     }
     if (rc) {
-        rc = dlock__etcd_timed_out(w, rc);
-        dlock__errmsg_save(msg);
-        /* The put may have happened before the reply was lost (or the
-         * cancel, or the deadline): the member did not answer, so it gets
-         * no more than a slice for the delete. */
-        if (dlock__etcd_transient(rc) || rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT)
+        /* A put that may have happened: the member did not answer, so it
+         * gets no more than a slice for the delete. */
+        if (dlock__etcd_put_failed(w, &rc, msg))
             withdraw(s, key, &lr, w, rc, WITHDRAW_SLICE_MS);
         else if (own)
             dlock__etcd_lease_revoke(s, lr.id, NULL);
@@ -464,10 +477,8 @@ restart:
         if (rc) {
             /* (a timeout keeps the reason of the last failed look, if
              * any: an outage; none says the other owner kept it) */
-            bool answering = !msg[0] && !dlock__etcd_transient(rc);
-            rc = dlock__etcd_timed_out(w, rc);
-            if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
-                dlock__errmsg_save(msg);
+            bool answering;
+            rc = dlock__etcd_wait_failed(w, rc, msg, &answering);
             withdraw(s, key, &lr, w, rc, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
             free(pfx);
             free(key);

@@ -377,11 +377,8 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
                                             "was used", s->label, h->name,
                             (unsigned long long)lr.id);
         if (rc) {
-            rc = dlock__etcd_timed_out(w, rc);
-            dlock__errmsg_save(msg);
-            /* The put may have happened before the reply was lost: the
-             * keeper deletes the key. */
-            if (dlock__etcd_transient(rc) || rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT)
+            /* A put that may have happened: the keeper deletes the key. */
+            if (dlock__etcd_put_failed(w, &rc, msg))
                 give_up(s, key, &lr, 0);
             else if (own)
                 dlock__etcd_lease_revoke(s, lr.id, NULL);
@@ -411,11 +408,9 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
             rc = dlock__err(DLOCK_EBACKEND, "%s: semaphore '%s': our key %s keeps vanishing",
                             s->label, h->name, key);
         if (rc) {
-            bool answering = !msg[0] && !dlock__etcd_transient(rc);
-            rc = dlock__etcd_timed_out(w, rc);
-            if (rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED)
-                dlock__errmsg_save(msg);
-            else if (!msg[0])
+            bool answering;
+            rc = dlock__etcd_wait_failed(w, rc, msg, &answering);
+            if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && !msg[0])
                 snprintf(msg, sizeof msg, "%s: semaphore '%s': %s", s->label, h->name,
                          rc == DLOCK_ECANCELED ? "wait canceled"
                                                : "timed out waiting for a permit");

@@ -208,6 +208,26 @@ int dlock__etcd_wait_failed(struct dlock__wait *w, int rc, char *msg, bool *answ
     return rc;
 }
 
+int dlock__etcd_waiter_keepalive(struct etcd_backend *s, struct lease_ref *const *lrs, int n,
+                                 char *msg, const struct etcd_limits *lim)
+{
+    int rc = DLOCK_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        if (dlock__now_ms() < dlock__etcd_keepalive_due(lrs[i]))
+            continue;
+        rc = dlock__etcd_lease_refresh(s, lrs[i], lim);
+        if (rc == DLOCK_ELOST) {
+            dlock__etcd_lease_dead(s, lrs[i]);
+            return DLOCK_ELOST;
+        }
+    }
+    if (rc == DLOCK_ECANCELED)
+        return rc;
+    if (rc)
+        dlock__errmsg_save(msg);
+    return DLOCK_OK;
+}
+
 #define RESTART 1 /* our key or lease vanished; start again */
 
 /* When LR's next keepalive is due. */
@@ -348,21 +368,12 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
         rc = dlock__wait_sleep(w, seq, until);
         if (rc) /* ETIMEDOUT or ECANCELED */
             break;
-        struct lease_ref *both[2] = {wl, lr}, *dead = NULL;
-        for (int i = 0; i < 2 && !rc; i++)
-            if (dlock__now_ms() >= dlock__etcd_keepalive_due(both[i]) &&
-                (rc = dlock__etcd_lease_refresh(s, both[i], &lim)) == DLOCK_ELOST)
-                dead = both[i];
-        if (dead) {
-            dlock__etcd_lease_dead(s, dead);
+        struct lease_ref *const both[2] = {wl, lr};
+        rc = dlock__etcd_waiter_keepalive(s, both, 2, msg, &lim);
+        if (rc == DLOCK_ELOST)
             rc = RESTART;
-            break;
-        }
-        if (rc == DLOCK_ECANCELED)
-            break;
         if (rc)
-            dlock__errmsg_save(msg);
-        rc = DLOCK_OK; /* a failed keepalive: the next look tells */
+            break;
     }
     dlock__etcd_watch_stop(wt);
     free(watched);

@@ -301,19 +301,11 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
             until = now + 500; /* the last keepalive failed: not in a hot loop */
         if ((rc = dlock__wait_sleep(w, seq, until))) /* ETIMEDOUT or ECANCELED */
             break;
-        if (dlock__now_ms() >= dlock__etcd_keepalive_due(lr)) {
-            rc = dlock__etcd_lease_refresh(s, lr, &lim);
-            if (rc == DLOCK_ELOST) {
-                dlock__etcd_lease_dead(s, lr);
-                rc = RESTART;
-                break;
-            }
-            if (rc == DLOCK_ECANCELED)
-                break;
-            if (rc)
-                dlock__errmsg_save(msg);
-            rc = DLOCK_OK;
-        }
+        rc = dlock__etcd_waiter_keepalive(s, &lr, 1, msg, &lim);
+        if (rc == DLOCK_ELOST)
+            rc = RESTART;
+        if (rc)
+            break;
         if (need_look || (wt && dlock__etcd_watch_fired(wt)))
             need_look = true;
     }

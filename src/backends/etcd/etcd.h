@@ -319,6 +319,13 @@ struct etcd_hold {
     bool own_lease;
 };
 
+/* The end of an acquire: hold H keeps EH (allocated by the caller), which
+ * takes KEY (created at revision REV = the token, on lease LR, the hold's
+ * own when OWN); OWNER names the holder; LR's last confirmation starts
+ * the validity. */
+void dlock__etcd_hold_keep(struct etcd_backend *s, struct dlock__hold *h, struct etcd_hold *eh,
+                           char *key, int64_t rev, const struct lease_ref *lr, bool own,
+                           const char *owner);
 int dlock__etcd_nomem(struct etcd_backend *s);
 char *dlock__etcd_i64s(int64_t v);
 /* {"key": b64(key)} plus, when PREFIX_END, the range end of KEY as a

@@ -534,15 +534,22 @@ restart:
         free(key);
         return dlock__etcd_nomem(s);
     }
+    dlock__etcd_hold_keep(s, h, eh, key, my_rev, &lr, own, key);
+    return DLOCK_OK;
+}
+
+void dlock__etcd_hold_keep(struct etcd_backend *s, struct dlock__hold *h, struct etcd_hold *eh,
+                           char *key, int64_t rev, const struct lease_ref *lr, bool own,
+                           const char *owner)
+{
     eh->key = key;
-    eh->rev = my_rev;
-    eh->lease = lr.id;
+    eh->rev = rev;
+    eh->lease = lr->id;
     eh->own_lease = own;
     h->bdata = eh;
-    h->token = (uint64_t)my_rev;
-    snprintf(h->owner, sizeof h->owner, "%s", key);
-    dlock__hold_confirmed(s->c, h, lr.confirmed);
-    return DLOCK_OK;
+    h->token = (uint64_t)rev;
+    snprintf(h->owner, sizeof h->owner, "%s", owner);
+    dlock__hold_confirmed(s->c, h, lr->confirmed);
 }
 
 /* ---------------------------------------------------------------- release */

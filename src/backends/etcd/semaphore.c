@@ -421,15 +421,8 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
         free(key);
         return rc;
     }
-    eh->key = key;
-    eh->rev = my_rev;
-    eh->lease = lr.id;
-    eh->own_lease = own;
-    h->bdata = eh;
-    h->token = (uint64_t)my_rev;
     const char *id = strrchr(key, '/');
-    snprintf(h->owner, sizeof h->owner, "%s", id ? id + 1 : key);
-    dlock__hold_confirmed(s->c, h, lr.confirmed);
+    dlock__etcd_hold_keep(s, h, eh, key, my_rev, &lr, own, id ? id + 1 : key);
     return DLOCK_OK;
 }
 

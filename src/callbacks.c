@@ -130,3 +130,19 @@ void dlock__callbacks_stop(dlock_client *c)
         pthread_join(cb->thread, NULL);
     cb->running = false;
 }
+
+void dlock__user_lost_set(dlock_client *c, struct dlock__user_lost *u, void (*fn)(void), void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    u->fn = fn;
+    u->arg = arg;
+    pthread_mutex_unlock(&c->mu);
+}
+
+struct dlock__user_lost dlock__user_lost_get(dlock_client *c, const struct dlock__user_lost *u)
+{
+    pthread_mutex_lock(&c->mu);
+    struct dlock__user_lost copy = *u;
+    pthread_mutex_unlock(&c->mu);
+    return copy;
+}

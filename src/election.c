@@ -20,8 +20,7 @@ struct dlock_election {
     dlock_client *c;
     dlock_lock *l; /* handle-owned: leadership belongs to the handle */
     struct dlock__elect_req req;
-    dlock_election_lost_fn lost_fn;
-    void *lost_arg;
+    struct dlock__user_lost lost; /* dlock_election_lost_fn */
 };
 
 int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w)
@@ -100,12 +99,9 @@ static void election_lost(dlock_lock *l, const char *why, void *arg)
 {
     (void)l;
     dlock_election *e = arg;
-    pthread_mutex_lock(&e->c->mu);
-    dlock_election_lost_fn fn = e->lost_fn;
-    void *fn_arg = e->lost_arg;
-    pthread_mutex_unlock(&e->c->mu);
-    if (fn)
-        fn(e, why, fn_arg);
+    struct dlock__user_lost u = dlock__user_lost_get(e->c, &e->lost);
+    if (u.fn)
+        ((dlock_election_lost_fn)u.fn)(e, why, u.arg);
 }
 
 int dlock_election_new(dlock_client *c, const char *name, unsigned flags, dlock_election **out)
@@ -160,10 +156,7 @@ int dlock_election_on_lost(dlock_election *e, dlock_election_lost_fn fn, void *a
     dlock__msg_clear();
     if (!e)
         return dlock__err(DLOCK_EINVAL, "election is NULL");
-    pthread_mutex_lock(&e->c->mu);
-    e->lost_fn = fn;
-    e->lost_arg = arg;
-    pthread_mutex_unlock(&e->c->mu);
+    dlock__user_lost_set(e->c, &e->lost, (void (*)(void))fn, arg);
     return DLOCK_OK;
 }
 

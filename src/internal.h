@@ -99,6 +99,15 @@ void dlock__callback_forget(dlock_client *c, dlock_lock *l);
  * thread is detached instead and ends after that callback, dropping its
  * reference on the client. */
 void dlock__callbacks_stop(dlock_client *c);
+/* A semaphore's or an election's own lost callback: the user's function
+ * as a plain function pointer (cast back to its type where it is called)
+ * and its argument, both set and read under the client's mutex. */
+struct dlock__user_lost {
+    void (*fn)(void);
+    void *arg;
+};
+void dlock__user_lost_set(dlock_client *c, struct dlock__user_lost *u, void (*fn)(void), void *arg);
+struct dlock__user_lost dlock__user_lost_get(dlock_client *c, const struct dlock__user_lost *u);
 
 /* The cleanup queue (cleanup.c). Run the pieces due, each at most once,
  * until DEADLINE (client mutex held; dropped while each runs); true when

@@ -30,8 +30,7 @@ struct dlock_semaphore {
     unsigned permits;
     int64_t lease_ms; /* 0 = the client's */
     bool fixed_lease;
-    dlock_permit_lost_fn lost_fn;
-    void *lost_arg;
+    struct dlock__user_lost lost; /* dlock_permit_lost_fn */
     struct dlock_permit *head; /* acquiring or held (client mutex) */
 };
 
@@ -157,10 +156,7 @@ int dlock_semaphore_on_lost(dlock_semaphore *s, dlock_permit_lost_fn fn, void *a
     dlock__msg_clear();
     if (!s)
         return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
-    pthread_mutex_lock(&s->c->mu);
-    s->lost_fn = fn;
-    s->lost_arg = arg;
-    pthread_mutex_unlock(&s->c->mu);
+    dlock__user_lost_set(s->c, &s->lost, (void (*)(void))fn, arg);
     return DLOCK_OK;
 }
 
@@ -180,12 +176,9 @@ static void permit_lost(dlock_lock *l, const char *why, void *arg)
     (void)l;
     dlock_permit *p = arg;
     dlock_semaphore *s = p->s;
-    pthread_mutex_lock(&s->c->mu);
-    dlock_permit_lost_fn fn = s->lost_fn;
-    void *fn_arg = s->lost_arg;
-    pthread_mutex_unlock(&s->c->mu);
-    if (fn)
-        fn(s, p, why, fn_arg);
+    struct dlock__user_lost u = dlock__user_lost_get(s->c, &s->lost);
+    if (u.fn)
+        ((dlock_permit_lost_fn)u.fn)(s, p, why, u.arg);
 }
 
 /* Take P off its semaphore's list (client mutex held). */

@@ -52,24 +52,15 @@ static int no_elections(const dlock_client *c, const char *name)
                       name, c->be->name);
 }
 
-/* A handle-owned lock handle on election NAME (the client and name checks
- * of a lock handle, and the entry), after checking FLAGS and the backend;
- * the caller makes its holds campaigns (l->elect). */
-static int campaign_handle(dlock_client *c, const char *name, unsigned flags, dlock_lock **out)
+/* An election's checks of a campaign handle (dlock__handle_new): FLAGS
+ * and the backend (no count). */
+static int check_election(const dlock_client *c, const char *name, unsigned count, unsigned flags)
 {
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, out);
-    if (rc)
-        return rc;
+    (void)count;
     if (flags)
-        rc = dlock__err(DLOCK_EINVAL, "election '%s': unknown flags 0x%x (reserved, must be 0)",
-                        name, flags);
-    else if (!has_elections(c))
-        rc = no_elections(c, name);
-    if (rc) {
-        dlock_lock_free(*out);
-        *out = NULL;
-    }
-    return rc;
+        return dlock__err(DLOCK_EINVAL, "election '%s': unknown flags 0x%x (reserved, must be 0)",
+                          name, flags);
+    return has_elections(c) ? DLOCK_OK : no_elections(c, name);
 }
 
 int dlock_lock_new_campaign(dlock_client *c, const char *name, const char *value, unsigned flags,
@@ -80,7 +71,9 @@ int dlock_lock_new_campaign(dlock_client *c, const char *name, const char *value
         return dlock__err(DLOCK_EINVAL, "dlock_lock_new_campaign: NULL argument");
     *out = NULL;
     dlock_lock *l = NULL;
-    int rc = campaign_handle(c, name, flags, &l);
+    /* Handle-owned: the campaign belongs to the handle; the caller makes
+     * its holds campaigns (l->elect). */
+    int rc = dlock__handle_new(c, name, DLOCK_LOCK_HANDLE_OWNED, check_election, 0, flags, &l);
     if (rc)
         return rc;
     if (!(l->elect_req.value = dlock__strdup(value)))
@@ -111,7 +104,9 @@ int dlock_election_new(dlock_client *c, const char *name, unsigned flags, dlock_
         return dlock__err(DLOCK_EINVAL, "dlock_election_new: out is NULL");
     *out = NULL;
     dlock_lock *l = NULL;
-    int rc = campaign_handle(c, name, flags, &l);
+    /* Handle-owned: the campaign belongs to the handle; the caller makes
+     * its holds campaigns (l->elect). */
+    int rc = dlock__handle_new(c, name, DLOCK_LOCK_HANDLE_OWNED, check_election, 0, flags, &l);
     if (rc)
         return rc;
     dlock_election *e = calloc(1, sizeof *e);

@@ -74,6 +74,16 @@ int dlock__cancel_arm(dlock_cancel *k);
 unsigned dlock__hash(const char *s);
 /* Free an entry taken out of the registry (client closing). */
 void dlock__entry_free(struct dlock__entry *e);
+/* A kind's own checks of a new handle on NAME, after the lock's (client,
+ * name): its COUNT (a semaphore's permits) and FLAGS, and the backend. */
+typedef int (*dlock__kind_check_fn)(const dlock_client *c, const char *name, unsigned count,
+                                    unsigned flags);
+/* The one constructor of the exclusive handle under every kind -- a
+ * semaphore's base or permits, an election's campaign: dlock_lock_new()
+ * with LOCK_FLAGS, then CHECK (NULL: none) with COUNT and FLAGS; when
+ * either fails nothing is left made (*OUT NULL). */
+int dlock__handle_new(dlock_client *c, const char *name, unsigned lock_flags,
+                      dlock__kind_check_fn check, unsigned count, unsigned flags, dlock_lock **out);
 /* Test hook: threads of L's client queued locally on its name, and
  * (WAKES, may be NULL) how many wakes the local queue has handed out. */
 size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);

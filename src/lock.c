@@ -182,6 +182,17 @@ int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, unsigned 
     return DLOCK_OK;
 }
 
+int dlock__handle_new(dlock_client *c, const char *name, unsigned lock_flags,
+                      dlock__kind_check_fn check, unsigned count, unsigned flags, dlock_lock **out)
+{
+    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, lock_flags, out);
+    if (rc || !check || !(rc = check(c, name, count, flags)))
+        return rc;
+    dlock_lock_free(*out);
+    *out = NULL;
+    return rc;
+}
+
 int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags)
 {
     dlock__msg_clear();

@@ -61,11 +61,12 @@ static int no_semaphores(const dlock_client *c, const char *name)
 }
 
 /* A handle-owned lock handle on NAME whose hold is K of the semaphore's
- * PERMITS permits (the core calls the backend's sem_* for it). */
+ * PERMITS permits (the core calls the backend's sem_* for it), after
+ * CHECK (NULL: none) with FLAGS. */
 static int make_permits_handle(dlock_client *c, const char *name, unsigned permits, unsigned k,
-                               dlock_lock **out)
+                               dlock__kind_check_fn check, unsigned flags, dlock_lock **out)
 {
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, out);
+    int rc = dlock__handle_new(c, name, DLOCK_LOCK_HANDLE_OWNED, check, permits, flags, out);
     if (rc)
         return rc;
     (*out)->sem_req.permits = permits;
@@ -76,8 +77,7 @@ static int make_permits_handle(dlock_client *c, const char *name, unsigned permi
 
 /* The checks every semaphore constructor makes after the lock handle's
  * (client, name): flags, the count, the backend. */
-static int check_semaphore(const dlock_client *c, const char *name, unsigned permits,
-                           unsigned flags)
+static int check_semaphore(const dlock_client *c, const char *name, unsigned permits, unsigned flags)
 {
     if (flags)
         return dlock__err(DLOCK_EINVAL, "semaphore '%s': unknown flags 0x%x (reserved, must be 0)",
@@ -97,14 +97,7 @@ int dlock_lock_new_permits(dlock_client *c, const char *name, unsigned permits, 
     if (!out)
         return dlock__err(DLOCK_EINVAL, "dlock_lock_new_permits: out is NULL");
     *out = NULL;
-    dlock_lock *l = NULL;
-    int rc = make_permits_handle(c, name, permits, 1, &l);
-    if (!rc && (rc = check_semaphore(c, name, permits, flags))) {
-        dlock_lock_free(l);
-        l = NULL;
-    }
-    *out = l;
-    return rc;
+    return make_permits_handle(c, name, permits, 1, check_semaphore, flags, out);
 }
 
 int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits, unsigned flags,
@@ -116,16 +109,13 @@ int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits, uns
     *out = NULL;
     dlock_lock *base = NULL;
     /* The client and name checks of a lock handle, and the entry. */
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &base);
+    int rc = dlock__handle_new(c, name, 0, check_semaphore, permits, flags, &base);
     if (rc)
         return rc;
-    rc = check_semaphore(c, name, permits, flags);
-    dlock_semaphore *s = rc ? NULL : calloc(1, sizeof *s);
-    if (!rc && !s)
-        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
-    if (rc) {
+    dlock_semaphore *s = calloc(1, sizeof *s);
+    if (!s) {
         dlock_lock_free(base);
-        return rc;
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     s->c = c;
     s->base = base;
@@ -243,7 +233,7 @@ int dlock_semaphore_acquire(dlock_semaphore *s, unsigned k, int64_t wait_ms, dlo
     if (!p)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     p->s = s;
-    if ((rc = make_permits_handle(c, name, s->permits, k, &p->l))) {
+    if ((rc = make_permits_handle(c, name, s->permits, k, NULL, 0, &p->l))) {
         free(p);
         return rc;
     }

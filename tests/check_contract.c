@@ -978,6 +978,42 @@ START_TEST(kill9_reader)
 }
 END_TEST
 
+/* A release the server never got (every server process stopped: the
+ * release fails, the core drops the hold) leaves the owner's entry on
+ * the server. The same owner's next acquire of the name, once the server
+ * is back, replaces it rather than adopt it: a strictly greater token,
+ * and its one release frees the name at once for another client (not
+ * after the old entry's lease). docs/safety.md, "token repeat". File: no
+ * server to lose. */
+START_TEST(release_unreachable)
+{
+    if (!has(CT_SERVER))
+        return;
+    ck_assert_msg(CT->pause, "fixture %s cannot stop its server", CT->name);
+    dlock_client *c = ct_open_test("timeout=500ms&connect_timeout=500ms");
+    dlock_lock *l = tu_lock(c, "unsent");
+    TU_ACQUIRE_OK(l, DLOCK_FOREVER);
+    uint64_t t1 = token_of(l);
+    CT->pause(CT, true);
+    int rc = dlock_release(l);
+    CT->pause(CT, false);
+    ck_assert_msg(rc != DLOCK_OK, "release with the server stopped: DLOCK_OK");
+    TU_ACQUIRE_OK(l, 20000);
+    uint64_t t2 = token_of(l);
+    ck_assert_msg(t2 > t1, "token after the failed release: %llu, before: %llu",
+                  (unsigned long long)t2, (unsigned long long)t1);
+    TU_RELEASE_OK(l);
+    dlock_client *c2 = ct_open_test(NULL);
+    dlock_lock *l2 = tu_lock(c2, "unsent");
+    TU_ACQUIRE_OK(l2, DLOCK_TRY);
+    TU_RELEASE_OK(l2);
+    dlock_lock_free(l2);
+    dlock_client_close(c2);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
 /* A holder of two locks stopped (SIGSTOP) past its lease: another client
  * gets both, with a greater token; the holder, resumed, is told of each
  * loss (a callback each), its releases say DLOCK_ELOST, and its client
@@ -1685,6 +1721,7 @@ int main(void)
         {"reserved_flags", reserved_flags, 30},
         {"kill9_holder", kill9_holder, 60},
         {"paused_holder", paused_holder, 90},
+        {"release_unreachable", release_unreachable, 60},
         {"inspect_list_force", inspect_list_force, 30},
         {"unreachable", unreachable, 30},
         {"bad_urls", bad_urls, 30},

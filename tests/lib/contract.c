@@ -39,6 +39,17 @@ static long inspect_waiters(dlock_client *c, const char *name)
     return n;
 }
 
+/* Stop (SIGSTOP, waited for) or continue PID; 0 is no process. */
+static void pause_pid(pid_t pid, bool stop)
+{
+    if (pid <= 0)
+        return;
+    if (stop)
+        tu_pause(pid);
+    else
+        kill(pid, SIGCONT);
+}
+
 /* ------------------------------------------------------------------ file */
 
 struct file_priv {
@@ -205,6 +216,28 @@ static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const cha
     return waiters_on(&p->srv, prefix, name);
 }
 
+/* Redis: CLIENT PAUSE WRITE, not SIGSTOP. A stopped redis-server still
+ * gets what was sent meanwhile (the kernel keeps it) and serves it once
+ * continued, even for a client that has since hung up; a client that
+ * hangs up while paused is dropped with its command unserved. */
+static void redis_pause_srv(const struct fx_redis *srv, bool stop)
+{
+    redisContext *ctx = fx_redis_raw(srv, NULL);
+    ck_assert_msg(ctx, "no raw connection to redis-server :%d", srv->port);
+    redisReply *r = stop ? redisCommand(ctx, "CLIENT PAUSE 600000 WRITE")
+                         : redisCommand(ctx, "CLIENT UNPAUSE");
+    ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "CLIENT %s: %s", stop ? "PAUSE" : "UNPAUSE",
+                  r && r->str ? r->str : ctx->errstr);
+    freeReplyObject(r);
+    redisFree(ctx);
+}
+
+static void redis_pause(const struct ct_fixture *f, bool stop)
+{
+    const struct redis_priv *p = f->priv;
+    redis_pause_srv(&p->srv, stop);
+}
+
 static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
                          tls_priv = {.tls = true};
 
@@ -218,6 +251,7 @@ static struct ct_fixture fx_redis = {
     .url = redis_url,
     .unreachable_url = redis_unreachable,
     .waiters = redis_waiters,
+    .pause = redis_pause,
 };
 
 static struct ct_fixture fx_redis_simple = {
@@ -230,6 +264,7 @@ static struct ct_fixture fx_redis_simple = {
     .url = redis_url,
     .unreachable_url = redis_unreachable,
     .waiters = redis_waiters,
+    .pause = redis_pause,
 };
 
 /* The whole contract through Sentinel (1 master, 1 replica, 1 sentinel:
@@ -273,6 +308,14 @@ static long sentinel_waiters(const struct ct_fixture *f, dlock_client *c, const 
     return waiters_on(fx_sentinels_server(&sentinel_topology, port), prefix, name);
 }
 
+/* The master, as redis_pause_srv() does it. */
+static void sentinel_pause(const struct ct_fixture *f, bool stop)
+{
+    (void)f;
+    int port = fx_sentinels_master_port(&sentinel_topology);
+    redis_pause_srv(fx_sentinels_server(&sentinel_topology, port), stop);
+}
+
 static struct ct_fixture fx_redis_sentinel = {
     .name = "redis-sentinel",
     .scheme = "redis+sentinel",
@@ -282,6 +325,7 @@ static struct ct_fixture fx_redis_sentinel = {
     .url = sentinel_url,
     .unreachable_url = sentinel_unreachable,
     .waiters = sentinel_waiters,
+    .pause = sentinel_pause,
 };
 
 /* The whole contract over TLS (rediss://, the fixture's own CA). */
@@ -295,6 +339,7 @@ static struct ct_fixture fx_rediss = {
     .url = redis_url,
     .unreachable_url = redis_unreachable,
     .waiters = redis_waiters,
+    .pause = redis_pause,
 };
 #endif
 
@@ -357,6 +402,13 @@ static long redlock_waiters(const struct ct_fixture *f, dlock_client *c, const c
     return least;
 }
 
+static void redlock_pause(const struct ct_fixture *f, bool stop)
+{
+    (void)f;
+    for (int i = 0; i < REDLOCK_NODES; i++)
+        redis_pause_srv(&redlock_nodes[i], stop);
+}
+
 static struct ct_fixture fx_redlock = {
     .name = "redlock",
     .scheme = "redlock",
@@ -366,6 +418,7 @@ static struct ct_fixture fx_redlock = {
     .url = redlock_url,
     .unreachable_url = redlock_unreachable,
     .waiters = redlock_waiters,
+    .pause = redlock_pause,
 };
 #endif
 
@@ -407,6 +460,13 @@ static long etcd_waiters(const struct ct_fixture *f, dlock_client *c, const char
     return inspect_waiters(c, name);
 }
 
+static void etcd_pause(const struct ct_fixture *f, bool stop)
+{
+    (void)f;
+    for (int i = 0; i < etcd_servers.n; i++)
+        pause_pid(etcd_servers.m[i].pid, stop);
+}
+
 static struct ct_fixture fx_etcd = {
     .name = "etcd",
     .scheme = "etcd",
@@ -417,6 +477,7 @@ static struct ct_fixture fx_etcd = {
     .url = etcd_url,
     .unreachable_url = etcd_unreachable,
     .waiters = etcd_waiters,
+    .pause = etcd_pause,
 };
 #endif
 
@@ -458,6 +519,13 @@ static long zk_waiters(const struct ct_fixture *f, dlock_client *c, const char *
     return inspect_waiters(c, name);
 }
 
+static void zk_pause(const struct ct_fixture *f, bool stop)
+{
+    (void)f;
+    for (int i = 0; i < zk_servers.n; i++)
+        pause_pid(zk_servers.s[i].pid, stop);
+}
+
 /* A node lives as long as its session: no fixed lease (DLOCK_ENOTSUP). */
 static struct ct_fixture fx_zk = {
     .name = "zk",
@@ -468,6 +536,7 @@ static struct ct_fixture fx_zk = {
     .url = zk_url,
     .unreachable_url = zk_unreachable,
     .waiters = zk_waiters,
+    .pause = zk_pause,
 };
 #endif
 

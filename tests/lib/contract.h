@@ -65,6 +65,12 @@ struct ct_fixture {
      * from 0 means "a waiter is asleep". */
     long (*waiters)(const struct ct_fixture *f, dlock_client *c, const char *prefix,
                     const char *name);
+    /* Make the fixture's servers serve no write (etcd, ZooKeeper: every
+     * server process stopped, SIGSTOP waited for; Redis: CLIENT PAUSE
+     * WRITE, see contract.c) or, with !STOP, serve again. A request that
+     * timed out meanwhile is never served. NULL for the file backend (no
+     * server). */
+    void (*pause)(const struct ct_fixture *f, bool stop);
 };
 
 /* Every fixture, in the order the suite runs them; NULL-terminated. */

@@ -45,9 +45,36 @@ char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name)
 
 /* ---------------------------------------------------------------- acquire */
 
+/* Delete KEY if its create revision is still REV (one transaction). */
+static int delete_if_rev(struct etcd_backend *s, const char *key, int64_t rev, const char *what,
+                         const struct etcd_limits *lim)
+{
+    char *kb = dlock__etcd_b64(key, strlen(key));
+    char *rs = dlock__etcd_i64s(rev);
+    json_t *req = NULL;
+    if (kb && rs)
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "result", "EQUAL",
+                        "target", "CREATE", "key", kb, "create_revision", rs, "success",
+                        "request_delete_range", dlock__etcd_range(key, false));
+    free(kb);
+    free(rs);
+    if (!req)
+        return dlock__etcd_nomem(s);
+    json_t *reply = NULL;
+    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim);
+    json_decref(req);
+    json_decref(reply);
+    return rc;
+}
+
 /* Put hold H's key KEY (under PFX, attached to LEASE) unless it exists,
  * and read the oldest contender it waits for (*OWNER_REV; our own
- * revision when none is older), in one transaction (Go's tryAcquire). */
+ * revision when none is older), in one transaction (Go's tryAcquire).
+ * The core calls acquire only for an owner that holds nothing here, so
+ * a KEY that already exists when our request was not sent twice is a
+ * leftover of a release that did not reach the member: it is deleted
+ * and put anew (a new create revision: a new, greater token), never
+ * adopted with its old token. */
 static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *h,
                               const char *key, const char *pfx, int64_t lease, int64_t *my_rev,
                               int64_t *owner_rev, int *code, const struct etcd_limits *lim)
@@ -75,11 +102,24 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "acquire '%s' (key %s)", name, key);
-    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
+    bool resent = false, created = false;
+    int rc;
+    for (int round = 0;; round++) {
+        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, &resent, lim);
+        if (rc)
+            break;
+        created = json_is_true(json_object_get(reply, "succeeded"));
+        if (created || resent || round > 0)
+            break;
+        int64_t stale = dlock__etcd_int(dlock__etcd_txn_kv(reply, 0), "create_revision");
+        json_decref(reply);
+        reply = NULL;
+        if ((rc = delete_if_rev(s, key, stale, what, lim)))
+            break;
+    }
     json_decref(req);
     if (rc)
         return rc;
-    bool created = json_is_true(json_object_get(reply, "succeeded"));
     *my_rev = created ? dlock__etcd_header_rev(reply) : dlock__etcd_int(dlock__etcd_txn_kv(reply, 0), "create_revision");
     json_t *owner = NULL;
     rc = dlock__etcd_queue_find_for(s, pfx, dlock__etcd_txn_range(reply, 1), true, 0, shared, &owner, what,

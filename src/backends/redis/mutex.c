@@ -14,8 +14,10 @@
  * "SET name value NX PX" recipe instead (redis-py, node-redlock, redsync).
  *
  * Every operation is one script (scripts.c), written so that sending one
- * twice does no harm: a retried acquire finds its own field and returns the
- * same token; a retried release recognises "already released by us" from
+ * twice does no harm: a retried acquire finds its own field and replaces it
+ * (count 1, a new token: an own field found by an acquire is a leftover,
+ * of a lost reply or of a release that never reached the server, and is
+ * never adopted with its old token); a retried release recognises "already released by us" from
  * the token key. That is how a reply lost to a timeout or a reconnect never
  * double-counts, leaks or misreports a hold. A contended acquire sleeps on
  * the subscriber hub (hub.c) until a release message or the holder's lease.

@@ -10,9 +10,11 @@
 -- how long the holder's lease (or the waiting writer's record) still runs;
 -- -1 when this request was canceled (nothing written); a type name when
 -- the lock key is not a hash (nothing written).
--- A field of ours that already exists is our own earlier attempt whose
--- reply was lost: the core only calls acquire for an owner that holds
--- nothing here. The canceled key (a hash: owner field = highest canceled
+-- A field of ours that already exists is a leftover of a release that
+-- did not reach the server, or this acquire's own earlier attempt whose
+-- reply was lost (the core only calls acquire for an owner that holds
+-- nothing here): either way it is replaced, count 1 and a new token,
+-- never adopted with its old token. The canceled key (a hash: owner field = highest canceled
 -- request number) makes an attempt that reaches the server after its
 -- acquire gave up do nothing: see "Ambiguous replies" in
 -- docs/protocol-redis.md. A writer that has to wait records itself in the
@@ -55,7 +57,9 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 if ARGV[6] == 'write' then
-  if redis.call('exists', KEYS[1]) == 0 then
+  local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
+  if type(mine) == 'table' then return redis.call('type', KEYS[1]).ok end
+  if redis.call('exists', KEYS[1]) == 0 or (mine == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read') then
     local token = next_token()
     if token == nil then return -1 end
     if type(token) == 'table' then return token end
@@ -63,12 +67,6 @@ if ARGV[6] == 'write' then
     redis.call('pexpire', KEYS[1], ARGV[1])
     if ARGV[7] == '2' then redis.call('zrem', KEYS[4], ARGV[2]) end
     return token
-  end
-  local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
-  if type(mine) == 'table' then return redis.call('type', KEYS[1]).ok end
-  if mine == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read' then
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return tonumber(redis.call('get', KEYS[2]) or '0')
   end
   local pttl = redis.call('pttl', KEYS[1])
   if ARGV[7] ~= '0' then
@@ -85,10 +83,11 @@ local mode = redis.pcall('hget', KEYS[1], 'mode')
 if type(mode) == 'table' then return redis.call('type', KEYS[1]).ok end
 local timeout = KEYS[5] .. ':' .. ARGV[2] .. ':rwlock_timeout:1'
 if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  local token = redis.call('get', timeout)
-  if token then
-    redis.call('pexpire', timeout, ARGV[1])
-    return tonumber(token)
+  redis.call('hdel', KEYS[1], ARGV[2]) -- our leftover: taken anew below
+  redis.call('del', timeout)
+  if redis.call('hlen', KEYS[1]) <= 1 then
+    redis.call('del', KEYS[1])
+    mode = false
   end
 end
 if mode == 'write' or (mode == false and redis.call('exists', KEYS[1]) == 1) then

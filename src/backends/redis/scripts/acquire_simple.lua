@@ -14,7 +14,13 @@ if ARGV[4] ~= '0' then
     redis.call('pexpire', KEYS[3], ARGV[5])
   end
 end
-if redis.call('exists', KEYS[1]) == 0 then
+-- A value of ours is a leftover of a release that did not reach the
+-- server (the core calls acquire only for an owner that holds nothing
+-- here), or of this acquire's own attempt whose reply was lost: either
+-- way it is replaced, with a new token.
+local v = redis.pcall('get', KEYS[1])
+if type(v) == 'table' then return redis.call('type', KEYS[1]).ok end
+if not v or string.sub(v, 1, #ARGV[2]) == ARGV[2] then
   local canceled = redis.call('hget', KEYS[3], ARGV[2])
   if canceled and tonumber(canceled) >= tonumber(ARGV[3]) then return -1 end
   local token = redis.call('incr', KEYS[2])
@@ -34,13 +40,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     return redis.error_reply('DLOCK token counter ' .. KEYS[2] .. ' is at ' .. redis.call('get', KEYS[2]) ..
       ', past 2^53 (9007199254740992) where script numbers stop being exact: tokens would repeat; no hold written')
   end
-  redis.call('set', KEYS[1], ARGV[2] .. string.format('%d', token), 'nx', 'px', ARGV[1])
+  redis.call('set', KEYS[1], ARGV[2] .. string.format('%d', token), 'px', ARGV[1])
   return token
-end
-local v = redis.pcall('get', KEYS[1])
-if type(v) == 'table' then return redis.call('type', KEYS[1]).ok end
-if string.sub(v, 1, #ARGV[2]) == ARGV[2] then
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return tonumber(string.sub(v, #ARGV[2] + 1)) or 0
 end
 return -3 - redis.call('pttl', KEYS[1])

@@ -316,14 +316,9 @@ int dlock_election_observe(dlock_client *c, const char *name, const dlock_leader
     if (!out || !name)
         return dlock__err(DLOCK_EINVAL, "dlock_election_observe: NULL argument");
     *out = NULL;
-    /* A handle makes no request: it checks the client and the name. */
-    dlock_lock *probe = NULL;
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &probe);
-    dlock_lock_free(probe);
+    int rc = dlock__handle_probe(c, name, check_election, 0, 0);
     if (rc)
         return rc;
-    if (!has_elections(c))
-        return no_elections(c, name);
     if (wait_ms < 0 && wait_ms != DLOCK_FOREVER)
         return dlock__err(DLOCK_EINVAL, "election '%s': wait of %lld ms", name,
                           (long long)wait_ms);

@@ -84,6 +84,10 @@ typedef int (*dlock__kind_check_fn)(const dlock_client *c, const char *name, uns
  * either fails nothing is left made (*OUT NULL). */
 int dlock__handle_new(dlock_client *c, const char *name, unsigned lock_flags,
                       dlock__kind_check_fn check, unsigned count, unsigned flags, dlock_lock **out);
+/* The checks of a call on NAME that makes no handle (inspect, observe):
+ * dlock__handle_new()'s, the handle freed at once. */
+int dlock__handle_probe(dlock_client *c, const char *name, dlock__kind_check_fn check,
+                        unsigned count, unsigned flags);
 /* Test hook: threads of L's client queued locally on its name, and
  * (WAKES, may be NULL) how many wakes the local queue has handed out. */
 size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);

@@ -193,6 +193,15 @@ int dlock__handle_new(dlock_client *c, const char *name, unsigned lock_flags,
     return rc;
 }
 
+int dlock__handle_probe(dlock_client *c, const char *name, dlock__kind_check_fn check,
+                        unsigned count, unsigned flags)
+{
+    dlock_lock *probe = NULL;
+    int rc = dlock__handle_new(c, name, 0, check, count, flags, &probe);
+    dlock_lock_free(probe);
+    return rc;
+}
+
 int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags)
 {
     dlock__msg_clear();

@@ -75,6 +75,18 @@ static int make_permits_handle(dlock_client *c, const char *name, unsigned permi
     return DLOCK_OK;
 }
 
+/* The checks inspecting makes after the lock handle's (client, name): the
+ * count (0: any) and the backend. */
+static int check_inspected(const dlock_client *c, const char *name, unsigned permits,
+                           unsigned flags)
+{
+    (void)flags;
+    if (permits > DLOCK_PERMITS_MAX)
+        return dlock__err(DLOCK_EINVAL, "semaphore '%s': %u permits (1 to %d)", name, permits,
+                          DLOCK_PERMITS_MAX);
+    return has_semaphores(c) ? DLOCK_OK : no_semaphores(c, name);
+}
+
 /* The checks every semaphore constructor makes after the lock handle's
  * (client, name): flags, the count, the backend. */
 static int check_semaphore(const dlock_client *c, const char *name, unsigned permits, unsigned flags)
@@ -82,12 +94,10 @@ static int check_semaphore(const dlock_client *c, const char *name, unsigned per
     if (flags)
         return dlock__err(DLOCK_EINVAL, "semaphore '%s': unknown flags 0x%x (reserved, must be 0)",
                           name, flags);
-    if (permits < 1 || permits > DLOCK_PERMITS_MAX)
+    if (permits < 1)
         return dlock__err(DLOCK_EINVAL, "semaphore '%s': %u permits (1 to %d)", name, permits,
                           DLOCK_PERMITS_MAX);
-    if (!has_semaphores(c))
-        return no_semaphores(c, name);
-    return DLOCK_OK;
+    return check_inspected(c, name, permits, flags);
 }
 
 int dlock_lock_new_permits(dlock_client *c, const char *name, unsigned permits, unsigned flags,
@@ -358,17 +368,9 @@ int dlock_semaphore_inspect(dlock_client *c, const char *name, unsigned permits,
     if (!out || !name)
         return dlock__err(DLOCK_EINVAL, "dlock_semaphore_inspect: NULL argument");
     *out = NULL;
-    /* A handle makes no request: it checks the client and the name. */
-    dlock_lock *probe = NULL;
-    int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &probe);
-    dlock_lock_free(probe);
+    int rc = dlock__handle_probe(c, name, check_inspected, permits, 0);
     if (rc)
         return rc;
-    if (permits > DLOCK_PERMITS_MAX)
-        return dlock__err(DLOCK_EINVAL, "semaphore '%s': %u permits (1 to %d)", name, permits,
-                          DLOCK_PERMITS_MAX);
-    if (!has_semaphores(c))
-        return no_semaphores(c, name);
     dlock_info *i = calloc(1, sizeof *i);
     if (!i)
         return dlock__err(DLOCK_ENOMEM, "out of memory");

@@ -43,18 +43,29 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_info **out)
     int rc = check_args(c, name);
     if (rc)
         return rc;
-    dlock_info *i = calloc(1, sizeof *i);
-    if (!i)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    i->ttl_ms = -1;
-    i->nwaiters = -1;
-    rc = c->be->inspect(c->bstate, name, i);
-    if (rc) {
-        dlock_info_free(i);
+    dlock_info *i = NULL;
+    if ((rc = dlock__info_new(&i)))
         return rc;
-    }
-    *out = i;
+    return dlock__info_give(i, c->be->inspect(c->bstate, name, i), out);
+}
+
+int dlock__info_new(dlock_info **i)
+{
+    if (!(*i = calloc(1, sizeof **i)))
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    (*i)->ttl_ms = -1;
+    (*i)->nwaiters = -1;
+    (*i)->free_permits = -1;
     return DLOCK_OK;
+}
+
+int dlock__info_give(dlock_info *i, int rc, dlock_info **out)
+{
+    if (rc)
+        dlock_info_free(i);
+    else
+        *out = i;
+    return rc;
 }
 
 void dlock_info_free(dlock_info *i)

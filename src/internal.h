@@ -123,6 +123,13 @@ struct dlock__user_lost {
 void dlock__user_lost_set(dlock_client *c, struct dlock__user_lost *u, void (*fn)(void), void *arg);
 struct dlock__user_lost dlock__user_lost_get(dlock_client *c, const struct dlock__user_lost *u);
 
+/* Inspecting (info.c): *I a new snapshot with everything unknown (-1)
+ * for the backend to fill; DLOCK_ENOMEM. */
+int dlock__info_new(dlock_info **i);
+/* The end of an inspect: the backend filled I with result RC; on success
+ * *OUT is I, else I is freed. Returns RC. */
+int dlock__info_give(dlock_info *i, int rc, dlock_info **out);
+
 /* The cleanup queue (cleanup.c). Run the pieces due, each at most once,
  * until DEADLINE (client mutex held; dropped while each runs); true when
  * any ran. */

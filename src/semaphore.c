@@ -371,19 +371,10 @@ int dlock_semaphore_inspect(dlock_client *c, const char *name, unsigned permits,
     int rc = dlock__handle_probe(c, name, check_inspected, permits, 0);
     if (rc)
         return rc;
-    dlock_info *i = calloc(1, sizeof *i);
-    if (!i)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    i->ttl_ms = -1;
-    i->nwaiters = -1;
-    i->free_permits = -1;
-    rc = c->be->sem_inspect(c->bstate, name, permits, i);
-    if (rc) {
-        dlock_info_free(i);
+    dlock_info *i = NULL;
+    if ((rc = dlock__info_new(&i)))
         return rc;
-    }
-    *out = i;
-    return DLOCK_OK;
+    return dlock__info_give(i, c->be->sem_inspect(c->bstate, name, permits, i), out);
 }
 
 unsigned dlock_info_permits(const dlock_info *i)

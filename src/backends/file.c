@@ -426,11 +426,6 @@ int dlock__file_open_named(struct file_state *s, const char *full, const char *s
     return DLOCK_OK;
 }
 
-static int open_lock_file(struct file_state *s, const char *full, int flags, char *fname, int *fd)
-{
-    return dlock__file_open_named(s, full, ".lock", flags, fname, fd);
-}
-
 /* ------------------------------------------------------- acquiring */
 
 /* Whether FNAME in the directory still is the file FD has open. */
@@ -656,6 +651,18 @@ int dlock__file_inherit_fd(struct dlock__hold *h)
 
 /* ------------------------------------------------------ inspecting */
 
+int dlock__file_inspect_open(struct file_state *s, const char *full, const char *suffix,
+                             struct dlock_info *info, char *fname, int *fd)
+{
+    int rc = dlock__file_open_named(s, full, suffix, O_RDONLY, fname, fd);
+    char *path = dlock__sprintf("%s/%s", s->dir, fname);
+    info->ttl_ms = DLOCK_VALID_FOREVER;
+    if (path)
+        dlock__info_set_key(info, path);
+    free(path);
+    return rc;
+}
+
 int dlock__file_inspect(void *state, const char *name, struct dlock_info *info)
 {
     struct file_state *s = state;
@@ -664,13 +671,7 @@ int dlock__file_inspect(void *state, const char *name, struct dlock_info *info)
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd;
-    /* Read-only: closing it raises no IN_CLOSE_WRITE for the waiters. */
-    int rc = open_lock_file(s, full, O_RDONLY, fname, &fd);
-    char *path = dlock__sprintf("%s/%s", s->dir, fname);
-    info->ttl_ms = DLOCK_VALID_FOREVER;
-    if (path)
-        dlock__info_set_key(info, path);
-    free(path);
+    int rc = dlock__file_inspect_open(s, full, ".lock", info, fname, &fd);
     if (rc == DLOCK_ENOENT) {
         free(full);
         return DLOCK_OK; /* never locked */

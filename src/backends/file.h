@@ -69,6 +69,12 @@ char *dlock__file_full_name(struct file_state *s, const char *name);
  * file of an untrusted owner. DLOCK_ENOENT (no message) when absent. */
 int dlock__file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
                     char *fname, int *fd);
+/* The start of an inspect of FULL's file with SUFFIX: opened read-only
+ * (closing it raises no IN_CLOSE_WRITE for the waiters), INFO's key its
+ * path and its ttl DLOCK_VALID_FOREVER; returns dlock__file_open_named()'s
+ * result. */
+int dlock__file_inspect_open(struct file_state *s, const char *full, const char *suffix,
+                             struct dlock_info *info, char *fname, int *fd);
 /* Whether FNAME in the directory still is the file FD has open. */
 bool dlock__file_still_linked(struct file_state *s, int fd, const char *fname);
 /* Try (never wait for) an OFD lock of TYPE on byte START. */

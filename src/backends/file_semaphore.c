@@ -189,15 +189,9 @@ int dlock__file_sem_inspect(void *state, const char *name, unsigned permits, str
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int fd = -1;
-    /* Read-only: closing it raises no IN_CLOSE_WRITE for the waiters. */
-    int rc = dlock__file_open_named(s, full, SUFFIX, O_RDONLY, fname, &fd);
-    char *path = dlock__sprintf("%s/%s", s->dir, fname);
-    info->ttl_ms = DLOCK_VALID_FOREVER;
+    int rc = dlock__file_inspect_open(s, full, SUFFIX, info, fname, &fd);
     info->permits = permits;
     info->free_permits = permits;
-    if (path)
-        dlock__info_set_key(info, path);
-    free(path);
     if (rc == DLOCK_ENOENT) {
         free(full);
         return DLOCK_OK; /* never used */

@@ -57,6 +57,22 @@ static int value_lock(int fd, short type)
     return r;
 }
 
+/* Open FULL's value file with FLAGS (its name into FNAME) and take its
+ * lock of TYPE (F_RDLCK, F_WRLCK); DLOCK_ENOENT (no message) when absent. */
+static int open_value(struct file_state *s, const char *full, int flags, short type, char *fname,
+                      int *fd)
+{
+    int rc = dlock__file_open_named(s, full, SUFFIX, flags, fname, fd);
+    if (rc)
+        return rc;
+    if (value_lock(*fd, type) < 0) {
+        rc = dlock__errno(DLOCK_EIO, errno, "value file %s/%s: lock", s->dir, fname);
+        close(*fd);
+        *fd = -1;
+    }
+    return rc;
+}
+
 /* Write VALUE as the leader's with TOKEN into NAME.leader (the caller
  * holds lock NAME). */
 static int write_value(struct file_state *s, const char *name, uint64_t token, const char *value)
@@ -70,15 +86,10 @@ static int write_value(struct file_state *s, const char *name, uint64_t token, c
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     char fname[NAME_MAX + 1];
     int fd = -1;
-    int rc = dlock__file_open_named(s, full, SUFFIX, O_RDWR | O_CREAT, fname, &fd);
+    int rc = open_value(s, full, O_RDWR | O_CREAT, F_WRLCK, fname, &fd);
     free(full);
     if (rc)
         return rc;
-    if (value_lock(fd, F_WRLCK) < 0) {
-        rc = dlock__errno(DLOCK_EIO, errno, "value file %s/%s: lock", s->dir, fname);
-        close(fd);
-        return rc;
-    }
     struct value_header h = {0};
     if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h.magic, VALUE_MAGIC, 8) != 0)
         h.version = 0; /* new (or not ours: rewritten) */
@@ -106,17 +117,12 @@ static int read_value(struct file_state *s, const char *full, struct value_heade
     char fname[NAME_MAX + 1];
     int fd = -1;
     /* Read-only: closing it raises no IN_CLOSE_WRITE for the observers. */
-    int rc = dlock__file_open_named(s, full, SUFFIX, O_RDONLY, fname, &fd);
+    int rc = open_value(s, full, O_RDONLY, F_RDLCK, fname, &fd);
     if (rc == DLOCK_ENOENT) {
         return (*value = dlock__strdup("")) ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     if (rc)
         return rc;
-    if (value_lock(fd, F_RDLCK) < 0) {
-        rc = dlock__errno(DLOCK_EIO, errno, "value file %s/%s: lock", s->dir, fname);
-        close(fd);
-        return rc;
-    }
     if (pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h || memcmp(h->magic, VALUE_MAGIC, 8) ||
         h->len > VALUE_MAX)
         memset(h, 0, sizeof *h);

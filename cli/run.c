@@ -53,7 +53,8 @@ enum on_lost { LOST_TERM, LOST_KILL, LOST_IGNORE };
 struct run {
     pthread_mutex_t mu;
     enum phase phase;
-    dlock_lock *lock;
+    dlock_lock *lock;     /* the lock held, or NULL: */
+    dlock_multi *multi;   /* the set held (run -m) */
     dlock_cancel *cancel; /* the acquire's, while WAITING */
     struct cli_job *job;  /* once COMMAND started */
     int signal;  /* received while waiting */
@@ -61,9 +62,11 @@ struct run {
     int lost_fd; /* eventfd: the lock was lost */
     int wake_fd; /* eventfd: a signal came while holding without COMMAND */
     int wait_fd; /* eventfd: a signal came while waiting for a path's flock */
-    const char *name; /* the lock's, for messages */
+    const char *name;  /* the lock's, for messages */
+    const char *label; /* what is held, quoted for messages: 'a' or 'a', 'b' */
     bool lost;
     char lost_why[512];
+    char lost_name[256]; /* the lock lost (run -m: which member), for messages */
 };
 
 static struct run R = {.mu = PTHREAD_MUTEX_INITIALIZER, .lost_fd = -1, .wake_fd = -1,
@@ -134,13 +137,17 @@ static void set_phase(enum phase p)
     pthread_mutex_unlock(&R.mu);
 }
 
+/* The keeper found a hold lost: L is the lock, or the member of the set
+ * that was lost (the first one, when several are). */
 static void on_lost(dlock_lock *l, const char *why, void *arg)
 {
-    (void)l;
     (void)arg;
     pthread_mutex_lock(&R.mu);
+    if (!R.lost) {
+        snprintf(R.lost_why, sizeof R.lost_why, "%s", why);
+        snprintf(R.lost_name, sizeof R.lost_name, "%s", dlock_lock_name(l));
+    }
     R.lost = true;
-    snprintf(R.lost_why, sizeof R.lost_why, "%s", why);
     pthread_mutex_unlock(&R.mu);
     uint64_t one = 1;
     ssize_t n = write(R.lost_fd, &one, sizeof one);
@@ -212,32 +219,62 @@ __attribute__((format(printf, 1, 2))) static void vlog(const char *fmt, ...)
 
 /* COMMAND's environment: ours plus DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL, and
  * on etcd ETCD_LOCK_KEY and ETCD_LOCK_REV as `etcdctl lock` sets them
- * (ETCD_KEY: NULL elsewhere). TOKEN and URL NULL (a path's flock): those
- * left out. Ours come last; free_env() frees them. */
-static const char *const env_ours[] = {"DLOCK_NAME=", "DLOCK_TOKEN=", "DLOCK_URL=",
-                                       "ETCD_LOCK_KEY=", "ETCD_LOCK_REV="};
-static char **child_env(const char *name, const uint64_t *token, const char *url,
-                        const char *etcd_key)
+ * (ETCD_KEY: NULL elsewhere). NAMES[0] and TOKENS[0] are the lock's;
+ * TOKENS and URL NULL (a path's flock): those left out. A set (run -m,
+ * NSET > 0: NAMES[0..NSET) in the order given) adds DLOCK_COUNT,
+ * DLOCK_NAME_<i> and DLOCK_TOKEN_<i> (i from 1) and DLOCK_TOKENS (the
+ * tokens, space-separated); DLOCK_NAME and DLOCK_TOKEN are then its first
+ * NAME's. Ours come last and replace any inherited (a dlock run inside
+ * another); free_env() frees them. */
+static bool env_is_ours(const char *entry)
 {
-    size_t n = 0, k = 0, nours = sizeof env_ours / sizeof *env_ours;
+    static const char *const fixed[] = {"DLOCK_NAME=",   "DLOCK_TOKEN=",    "DLOCK_URL=",
+                                        "DLOCK_TOKENS=", "DLOCK_COUNT=",    "ETCD_LOCK_KEY=",
+                                        "ETCD_LOCK_REV="};
+    for (size_t j = 0; j < sizeof fixed / sizeof *fixed; j++)
+        if (strncmp(entry, fixed[j], strlen(fixed[j])) == 0)
+            return true;
+    static const char *const numbered[] = {"DLOCK_NAME_", "DLOCK_TOKEN_"};
+    for (size_t j = 0; j < 2; j++) {
+        size_t len = strlen(numbered[j]), digits;
+        if (strncmp(entry, numbered[j], len) == 0 &&
+            (digits = strspn(entry + len, "0123456789")) > 0 && entry[len + digits] == '=')
+            return true;
+    }
+    return false;
+}
+
+static char **child_env(const char *const *names, const uint64_t *tokens, size_t nset,
+                        const char *url, const char *etcd_key)
+{
+    size_t n = 0, k = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + nours + 1, sizeof *env);
+    char **env = calloc(n + 8 + 2 * nset, sizeof *env);
     if (!env)
         return NULL;
-    for (size_t i = 0; i < n; i++) {
-        bool ours = false;
-        for (size_t j = 0; j < nours; j++)
-            ours |= strncmp(environ[i], env_ours[j], strlen(env_ours[j])) == 0;
-        if (!ours)
+    for (size_t i = 0; i < n; i++)
+        if (!env_is_ours(environ[i]))
             env[k++] = environ[i];
-    }
-    if (asprintf(&env[k++], "DLOCK_NAME=%s", name) < 0 ||
-        (token && asprintf(&env[k++], "DLOCK_TOKEN=%" PRIu64, *token) < 0) ||
+    if (asprintf(&env[k++], "DLOCK_NAME=%s", names[0]) < 0 ||
+        (tokens && asprintf(&env[k++], "DLOCK_TOKEN=%" PRIu64, tokens[0]) < 0) ||
         (url && asprintf(&env[k++], "DLOCK_URL=%s", url) < 0) ||
         (etcd_key && (asprintf(&env[k++], "ETCD_LOCK_KEY=%s", etcd_key) < 0 ||
-                      asprintf(&env[k++], "ETCD_LOCK_REV=%" PRIu64, *token) < 0)))
+                      asprintf(&env[k++], "ETCD_LOCK_REV=%" PRIu64, tokens[0]) < 0)))
         return NULL;
+    if (nset) {
+        /* DLOCK_TOKENS=: at most 20 digits and a space per token */
+        char *list = malloc(sizeof "DLOCK_TOKENS=" + 21 * nset);
+        if (!list || !(env[k++] = list) || asprintf(&env[k++], "DLOCK_COUNT=%zu", nset) < 0)
+            return NULL;
+        strcpy(list, "DLOCK_TOKENS=");
+        for (size_t i = 0; i < nset; i++)
+            sprintf(list + strlen(list), "%s%" PRIu64, i ? " " : "", tokens[i]);
+        for (size_t i = 0; i < nset; i++)
+            if (asprintf(&env[k++], "DLOCK_NAME_%zu=%s", i + 1, names[i]) < 0 ||
+                asprintf(&env[k++], "DLOCK_TOKEN_%zu=%" PRIu64, i + 1, tokens[i]) < 0)
+                return NULL;
+    }
     return env;
 }
 
@@ -246,11 +283,8 @@ static void free_env(char **env)
     if (!env)
         return;
     for (size_t i = 0; env[i]; i++)
-        for (size_t j = 0; j < sizeof env_ours / sizeof *env_ours; j++)
-            if (strncmp(env[i], env_ours[j], strlen(env_ours[j])) == 0) {
-                free(env[i]);
-                break;
-            }
+        if (env_is_ours(env[i]))
+            free(env[i]);
     free(env);
 }
 
@@ -326,17 +360,35 @@ struct policy {
     bool grace_given; /* --lost-grace was on the command line */
 };
 
-/* The hold's validity (monotonic ms deadline), CLI_NEVER without a
- * lease. Asked from the thread that acquired: holds are per thread. */
-#define CLI_NEVER INT64_MAX
-static int64_t valid_until(dlock_lock *l)
+/* The number of locks held (a set's members, or the one lock; 0 for a
+ * path's flock) and lock K of them. */
+static size_t held_count(void)
 {
-    if (!l)
-        return CLI_NEVER; /* a path's flock: no lease */
-    int64_t v = dlock_validity_ms(l);
-    if (v == DLOCK_VALID_FOREVER || v < 0)
-        return CLI_NEVER;
-    return now_ms() + v;
+    return R.multi ? dlock_multi_count(R.multi) : R.lock ? 1 : 0;
+}
+
+static dlock_lock *held_lock(size_t k)
+{
+    return R.multi ? dlock_multi_lock(R.multi, k) : R.lock;
+}
+
+/* The hold's validity (monotonic ms deadline), CLI_NEVER without a
+ * lease; for a set (run -m), its member's that ends first, which *WHO
+ * (may be NULL) then names. Asked from the thread that acquired: holds
+ * are per thread. */
+#define CLI_NEVER INT64_MAX
+static int64_t valid_until(const char **who)
+{
+    int64_t until = CLI_NEVER, now = now_ms();
+    for (size_t k = 0; k < held_count(); k++) {
+        int64_t v = dlock_validity_ms(held_lock(k));
+        if (v == DLOCK_VALID_FOREVER || v < 0 || now + v >= until)
+            continue;
+        until = now + v;
+        if (who)
+            *who = dlock_lock_name(held_lock(k));
+    }
+    return until;
 }
 
 /* Signal the job as P says; KILL_BY is the latest time it may live
@@ -366,7 +418,8 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
 {
     int64_t kill_at = -1, grace = p->grace_ms;
     bool acted = false;
-    int64_t until = valid_until(R.lock);
+    const char *who = R.name;
+    int64_t until = valid_until(NULL);
     if (until != CLI_NEVER) {
         int64_t lease = until - now_ms(); /* about the lease, just after acquiring */
         if (grace < 0)
@@ -381,7 +434,7 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
         }
     }
     for (;;) {
-        until = acted || p->on_lost == LOST_IGNORE ? CLI_NEVER : valid_until(R.lock);
+        until = acted || p->on_lost == LOST_IGNORE ? CLI_NEVER : valid_until(&who);
         int64_t now = now_ms();
         if (until != CLI_NEVER && until - grace <= now) {
             /* Not renewed, and the lease could end on the server soon. */
@@ -389,7 +442,7 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
             fprintf(stderr,
                     "dlock run: lock '%s' at risk: not renewed, %" PRId64
                     " ms of its lease left; %s the command\n",
-                    R.name, until > now ? until - now : 0,
+                    who, until > now ? until - now : 0,
                     p->on_lost == LOST_KILL ? "killing" : "stopping");
             /* Dead half the grace before the validity ends, so neither a
              * late wake-up of ours nor the kill's own delivery can take
@@ -421,9 +474,9 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
                 return r.value;
             if (r.event == JOB_EXITED)
                 fprintf(stderr,
-                        "dlock run: the command exited; holding '%s' until the processes it "
+                        "dlock run: the command exited; holding %s until the processes it "
                         "started exit too\n",
-                        R.name);
+                        R.label);
         }
         if (fds[1].revents) {
             uint64_t v;
@@ -431,7 +484,7 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
             (void)r;
             pthread_mutex_lock(&R.mu);
             fprintf(stderr, "dlock run: lock '%s' lost while the command ran: %s\n",
-                    R.name, R.lost_why);
+                    R.lost_name, R.lost_why);
             pthread_mutex_unlock(&R.mu);
             if (!acted)
                 kill_at = stop_job(j, p, CLI_NEVER);
@@ -452,6 +505,7 @@ struct run_opts {
     dlock_mode mode;
     const char *shell_cmd;
     unsigned permits; /* --permits N: a permit of an N-permit semaphore */
+    bool multi;       /* -m: the operands up to -- or -c are a set of NAMEs */
 };
 
 /* Parse the options of run and hold (flock(1)'s spellings beside ours)
@@ -460,7 +514,7 @@ struct run_opts {
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
     *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false}, 1, 0, 0,
-                           DLOCK_EXCLUSIVE, NULL, 0};
+                           DLOCK_EXCLUSIVE, NULL, 0, false};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
         {"nb", no_argument, NULL, 'n'},
@@ -479,13 +533,14 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"verbose", no_argument, NULL, 'v'},
         {"strict-release", no_argument, NULL, 'R'},
         {"permits", required_argument, NULL, 'P'},
+        {"multi", no_argument, NULL, 'm'},
         {"url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
     int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "+nw:E:sxeoFc:vu:h", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+nw:E:sxeoFc:vmu:h", longs, NULL)) != -1) {
         switch (ch) {
         case 'n':
             o->wait_ms = DLOCK_TRY;
@@ -562,6 +617,11 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             o->permits = (unsigned)v;
             break;
         }
+        case 'm':
+            if (strcmp(verb, "run") != 0)
+                return -usage_error("%s", "-m (a set of NAMEs) is run's alone");
+            o->multi = true;
+            break;
         case 'u':
             o->url = optarg;
             break;
@@ -575,6 +635,8 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
     }
     if (optind >= argc)
         return -usage_error("%s", "missing NAME");
+    if (o->permits && o->multi)
+        return -usage_error("%s", "--permits takes a permit of one semaphore, not with -m");
     if (o->permits && (o->mode == DLOCK_SHARED || cli_is_path(o->url, argv[optind])))
         return -usage_error("--permits takes a permit of the semaphore NAME: %s",
                             o->mode == DLOCK_SHARED ? "not with -s (a permit has no mode)"
@@ -583,10 +645,9 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
     return code ? -code : optind;
 }
 
-static int lock_and_run(struct run_opts *o, const char *name, char **cmd);
+static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, char **cmd);
 static int path_lock_and_run(const struct run_opts *o, const char *path, char **cmd);
-static int finish(const struct run_opts *o, dlock_client *c, dlock_lock *l, int code,
-                  bool at_risk);
+static int finish(const struct run_opts *o, dlock_client *c, int code, bool at_risk);
 static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
                            const char *etcd_key);
 
@@ -600,6 +661,37 @@ int cmd_run_campaign(const char *url, const char *value, int argc, char **argv)
     return cmd_run(url, argc, argv);
 }
 
+/* run -m: the operands from argv[I] up to --, -c or --command are the
+ * set's NAMEs. Sets *N; returns 0 or the exit code of a usage error. A
+ * separator is needed because without -m `run NAME COMMAND ARG...` takes
+ * everything after NAME as the command, with or without a --, so
+ * `run a b -- c` already means "lock a, run b -- c". */
+static int set_names(const struct run_opts *o, int argc, char **argv, int i, size_t *n)
+{
+    size_t k = 0;
+    while (i + (int)k < argc && strcmp(argv[i + k], "--") != 0 &&
+           strcmp(argv[i + k], "-c") != 0 && strcmp(argv[i + k], "--command") != 0)
+        k++;
+    if (campaign_value)
+        return usage_error("%s", "-m: an election has one NAME");
+    if (k > DLOCK_MULTI_MAX)
+        return usage_error("-m takes at most %d NAMEs, not %zu", DLOCK_MULTI_MAX, k);
+    for (size_t a = 0; a < k; a++) {
+        int code = cli_check_name(verb, argv[i + a]);
+        if (code)
+            return code;
+        if (cli_is_path(o->url, argv[i + a]))
+            return usage_error("-m takes lock names; '%s' is a path (a file's flock(2) is "
+                               "not taken as part of a set)",
+                               argv[i + a]);
+        for (size_t b = 0; b < a; b++)
+            if (strcmp(argv[i + a], argv[i + b]) == 0)
+                return usage_error("-m: NAME '%s' given twice", argv[i + a]);
+    }
+    *n = k;
+    return 0;
+}
+
 int cmd_run(const char *url, int argc, char **argv)
 {
     struct run_opts o = {.url = url};
@@ -608,7 +700,14 @@ int cmd_run(const char *url, int argc, char **argv)
     int i = parse_opts(argc, argv, &o);
     if (i < 0)
         return -i;
-    const char *name = argv[i++];
+    const char *const *names = (const char *const *)argv + i;
+    size_t n = 1;
+    if (o.multi) {
+        int code = set_names(&o, argc, argv, i, &n);
+        if (code)
+            return code;
+    }
+    i += (int)n;
     /* -c may also come after NAME, as in flock(1). */
     if (!o.shell_cmd && i < argc &&
         (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--command") == 0)) {
@@ -630,24 +729,26 @@ int cmd_run(const char *url, int argc, char **argv)
         return usage_error("give either -c 'SHELL COMMAND' or COMMAND [ARG...], not both (%s)",
                            argv[i]);
     if (!o.shell_cmd && i >= argc)
-        return usage_error("%s", "missing COMMAND");
-    if (cli_is_path(o.url, name))
-        return path_lock_and_run(&o, name, cmd);
-    return lock_and_run(&o, name, cmd);
+        return usage_error("%s", o.multi ? "missing COMMAND (with -m the NAMEs end at --: "
+                                           "run -m NAME1 NAME2 -- COMMAND)"
+                                         : "missing COMMAND");
+    if (!o.multi && cli_is_path(o.url, names[0]))
+        return path_lock_and_run(&o, names[0], cmd);
+    return lock_and_run(&o, names, n, cmd);
 }
 
 /* Run CMD with ENV (freed here) as a job (job.c) under the lock held
- * now, LOCK_FD (or -1) inherited beside what dlock was given, and wait
+ * now, LOCK_FDS[0..NLOCK) inherited beside what dlock was given, and wait
  * for its end, applying O's --on-lost. Returns the exit status from
  * COMMAND's wait status; sets *AT_RISK as supervise() does. */
-static int run_job(const struct run_opts *o, char **cmd, char **env, int lock_fd,
-                   const sigset_t *oldmask, bool *at_risk)
+static int run_job(const struct run_opts *o, char **cmd, char **env, const int *lock_fds,
+                   size_t nlock, const sigset_t *oldmask, bool *at_risk)
 {
-    int keep[MAX_INHERITED + 1];
+    int keep[MAX_INHERITED + DLOCK_MULTI_MAX];
     size_t nkeep = ninherited;
     memcpy(keep, inherited, nkeep * sizeof *keep);
-    if (lock_fd >= 0)
-        keep[nkeep++] = lock_fd;
+    for (size_t k = 0; k < nlock; k++)
+        keep[nkeep++] = lock_fds[k];
     qsort(keep, nkeep, sizeof *keep, cmp_int);
     struct cli_job job = {.argv = cmd, .env = env, .sigmask = oldmask, .keep = keep,
                           .nkeep = nkeep, .ctl_fd = -1, .report_fd = -1};
@@ -664,11 +765,77 @@ static int run_job(const struct run_opts *o, char **cmd, char **env, int lock_fd
     return code;
 }
 
-/* Take the lock as O says and run CMD under it (NULL: hold it until
- * stdin closes or a signal comes: `dlock hold`). */
-static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
+/* The set's lost callback: the member's loss is the run's (on_lost). */
+static void on_member_lost(dlock_multi *m, dlock_lock *member, const char *why, void *arg)
 {
-    const char *url = o->url;
+    (void)m;
+    on_lost(member, why, arg);
+}
+
+/* Acquire, release and free what R holds: the set or the lock. */
+static int take_held(int64_t wait_ms, dlock_cancel *cancel)
+{
+    return R.multi ? dlock_multi_acquire(R.multi, wait_ms, cancel)
+                   : dlock_acquire_ex(R.lock, wait_ms, cancel);
+}
+
+static int release_held(void)
+{
+    return R.multi ? dlock_multi_release(R.multi) : dlock_release(R.lock);
+}
+
+static void free_held(void)
+{
+    dlock_multi_free(R.multi);
+    dlock_lock_free(R.lock);
+    R.multi = NULL;
+    R.lock = NULL;
+}
+
+/* NAMES[0..N) as 'a', 'b', 'c' (malloc'd; NULL when out of memory). */
+static char *quoted_list(const char *const *names, size_t n)
+{
+    size_t len = 1;
+    for (size_t k = 0; k < n; k++)
+        len += strlen(names[k]) + 4;
+    char *s = malloc(len), *p = s;
+    for (size_t k = 0; s && k < n; k++)
+        p += sprintf(p, "%s'%s'", k ? ", " : "", names[k]);
+    return s;
+}
+
+/* -v before a wait for a set: who holds its first member held elsewhere. */
+static void log_set_holder(dlock_client *c, int64_t wait_ms)
+{
+    for (size_t k = 0; k < held_count(); k++) {
+        const char *name = dlock_lock_name(held_lock(k));
+        dlock_info *info;
+        int held = dlock_inspect(c, name, &info) == 0 && dlock_info_held(info);
+        if (held)
+            dlock_info_free(info);
+        if (held || k + 1 == held_count()) {
+            log_holder(c, name, wait_ms);
+            return;
+        }
+    }
+}
+
+/* The tokens of the set for COMMAND, in the order the NAMEs were given
+ * (not the canonical order the members are taken in). */
+static void set_tokens(const char *const *names, size_t n, uint64_t *tokens)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < held_count(); k++)
+            if (strcmp(dlock_lock_name(held_lock(k)), names[i]) == 0)
+                dlock_token(held_lock(k), &tokens[i]);
+}
+
+/* Take the lock (or, with -m, the set NAMES[0..N)) as O says and run CMD
+ * under it (NULL: hold it until stdin closes or a signal comes: `dlock
+ * hold`). */
+static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, char **cmd)
+{
+    const char *url = o->url, *name = names[0];
     int64_t wait_ms = o->wait_ms, lease_ms = o->lease_ms;
     dlock_mode mode = o->mode;
     int code, verbose = o->verbose;
@@ -683,31 +850,31 @@ static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
     code = cli_open(url, lease_ms, &c);
     if (code)
         return code;
-    dlock_lock *l;
-    int rc = campaign_value ? dlock_lock_new_campaign(c, name, campaign_value, 0, &l)
-             : o->permits   ? dlock_lock_new_permits(c, name, o->permits, 0, &l)
-                            : dlock_lock_new(c, name, mode, 0, &l);
+    char *label = quoted_list(names, n);
+    int rc = !label           ? DLOCK_ENOMEM
+             : o->multi       ? dlock_multi_new(c, names, n, mode, 0, &R.multi)
+             : campaign_value ? dlock_lock_new_campaign(c, name, campaign_value, 0, &R.lock)
+             : o->permits     ? dlock_lock_new_permits(c, name, o->permits, 0, &R.lock)
+                              : dlock_lock_new(c, name, mode, 0, &R.lock);
+    if (!rc && (R.lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+        rc = DLOCK_EIO;
+    if (!rc)
+        rc = R.multi ? dlock_multi_on_lost(R.multi, on_member_lost, NULL)
+                     : dlock_lock_on_lost(R.lock, on_lost, NULL);
+    if (!rc)
+        rc = dlock_cancel_new(&R.cancel);
     if (rc) {
-        code = cli_fail(rc, verb);
+        code = rc == DLOCK_EIO ? (fprintf(stderr, "dlock %s: eventfd: %s\n", verb,
+                                          strerror(errno)),
+                                  EXIT_SOFTWARE)
+                               : cli_fail(rc, verb);
+        free(label);
+        free_held();
         dlock_client_close(c);
         return code;
     }
-    R.lock = l;
     R.name = name;
-    R.lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (R.lost_fd < 0) {
-        fprintf(stderr, "dlock run: eventfd: %s\n", strerror(errno));
-        dlock_lock_free(l);
-        dlock_client_close(c);
-        return EXIT_SOFTWARE;
-    }
-    dlock_lock_on_lost(l, on_lost, NULL);
-    if ((rc = dlock_cancel_new(&R.cancel))) {
-        code = cli_fail(rc, verb);
-        dlock_lock_free(l);
-        dlock_client_close(c);
-        return code;
-    }
+    R.label = label;
     pthread_t st;
     pthread_create(&st, NULL, signal_thread, NULL);
     pthread_detach(st);
@@ -715,14 +882,17 @@ static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
     int64_t t0 = now_ms();
     if (verbose && wait_ms != DLOCK_TRY) {
         /* Say who holds it before waiting: one try, then the wait. */
-        rc = dlock_acquire_ex(l, DLOCK_TRY, R.cancel);
+        rc = take_held(DLOCK_TRY, R.cancel);
         if (rc == DLOCK_EBUSY) {
-            log_holder(c, name, wait_ms);
+            if (R.multi)
+                log_set_holder(c, wait_ms);
+            else
+                log_holder(c, name, wait_ms);
             int64_t left = wait_ms - (now_ms() - t0);
-            rc = dlock_acquire_ex(l, wait_ms < 0 ? wait_ms : left > 0 ? left : 1, R.cancel);
+            rc = take_held(wait_ms < 0 ? wait_ms : left > 0 ? left : 1, R.cancel);
         }
     } else {
-        rc = dlock_acquire_ex(l, wait_ms, R.cancel);
+        rc = take_held(wait_ms, R.cancel);
     }
     int64_t waited = now_ms() - t0;
     pthread_mutex_lock(&R.mu);
@@ -733,62 +903,73 @@ static int lock_and_run(struct run_opts *o, const char *name, char **cmd)
     R.cancel = NULL;
     if (rc == DLOCK_OK && sig) {
         /* The signal came as the lock arrived: honour the signal. */
-        dlock_release(l);
+        release_held();
         rc = DLOCK_ECANCELED;
     }
     if (rc) {
         bool busy = rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT;
         if (sig)
-            fprintf(stderr, "dlock %s: interrupted by signal %d while waiting for '%s'\n", verb,
-                    sig, name);
+            fprintf(stderr, "dlock %s: interrupted by signal %d while waiting for %s\n", verb,
+                    sig, label);
         else if (busy && verbose) /* silent otherwise, as flock(1): cron mails nothing */
             vlog("%s", dlock_errmsg());
         code = sig ? 128 + sig : busy ? o->conflict : cli_fail(rc, verb);
-        dlock_lock_free(l);
+        free_held();
+        free(label);
         dlock_client_close(c);
         return code;
     }
-    uint64_t token = 0;
-    dlock_token(l, &token);
+    uint64_t tokens[DLOCK_MULTI_MAX] = {0};
+    if (R.multi)
+        set_tokens(names, n, tokens);
+    else
+        dlock_token(R.lock, &tokens[0]);
     if (verbose)
-        vlog("holding '%s' (%s, token %" PRIu64 ", waited %" PRId64 " ms)", name,
-             mode == DLOCK_SHARED ? "shared" : "exclusive", token, waited);
-    char *etcd_key = etcd_key_of(c, name, token);
+        for (size_t k = 0; k < n; k++)
+            vlog("holding '%s' (%s, token %" PRIu64 ", waited %" PRId64 " ms)", names[k],
+                 mode == DLOCK_SHARED ? "shared" : "exclusive", tokens[k], waited);
+    /* One lock on etcd: ETCD_LOCK_KEY as etcdctl lock sets it. */
+    char *etcd_key = R.multi ? NULL : etcd_key_of(c, name, tokens[0]);
     if (!cmd) {
-        code = hold_until_done(name, &token, mode, etcd_key);
+        code = hold_until_done(name, &tokens[0], mode, etcd_key);
         free(etcd_key);
-        return finish(o, c, l, code, false);
+        return finish(o, c, code, false);
     }
-    /* File backend: COMMAND inherits a copy of the lock's descriptor, as
-     * with flock(1), so the kernel keeps the lock until the last process
+    /* File backend: COMMAND inherits a copy of each lock's descriptor, as
+     * with flock(1), so the kernel keeps the locks until the last process
      * of the job has exited, even if dlock is killed first. */
-    int lock_fd = -1;
-    rc = dlock_lock_inherit_fd(l, &lock_fd);
+    int lock_fds[DLOCK_MULTI_MAX];
+    size_t nlock = 0;
+    for (rc = DLOCK_OK; !rc && nlock < held_count(); nlock++)
+        if ((rc = dlock_lock_inherit_fd(held_lock(nlock), &lock_fds[nlock])))
+            break;
     if (rc && rc != DLOCK_ENOTSUP) {
         code = cli_fail(rc, verb);
         free(etcd_key);
-        dlock_release(l);
-        dlock_lock_free(l);
+        for (size_t k = 0; k < nlock; k++)
+            close(lock_fds[k]);
+        release_held();
+        free_held();
+        free(label);
         dlock_client_close(c);
         return code;
     }
-    char **env = child_env(name, &token, dlock_client_url(c), etcd_key);
+    char **env = child_env(names, tokens, R.multi ? n : 0, dlock_client_url(c), etcd_key);
     free(etcd_key);
     bool at_risk = false;
-    code = run_job(o, cmd, env, lock_fd, &oldmask, &at_risk);
-    if (lock_fd >= 0)
-        close(lock_fd);
-    return finish(o, c, l, code, at_risk);
+    code = run_job(o, cmd, env, lock_fds, nlock, &oldmask, &at_risk);
+    for (size_t k = 0; k < nlock; k++)
+        close(lock_fds[k]);
+    return finish(o, c, code, at_risk);
 }
 
-/* Release L after the job (or the hold) ended with CODE, close C, and
- * return the exit status: CODE, or 75 when the lock was lost or at risk
- * (AT_RISK), or the release's failure with --strict-release. */
-static int finish(const struct run_opts *o, dlock_client *c, dlock_lock *l, int code,
-                  bool at_risk)
+/* Release what is held after the job (or the hold) ended with CODE,
+ * close C, and return the exit status: CODE, or 75 when the lock (a
+ * member of the set) was lost or at risk (AT_RISK), or the release's
+ * failure with --strict-release. */
+static int finish(const struct run_opts *o, dlock_client *c, int code, bool at_risk)
 {
-    const char *name = dlock_lock_name(l);
-    int rc = dlock_release(l);
+    int rc = release_held();
     pthread_mutex_lock(&R.mu);
     bool lost = R.lost;
     pthread_mutex_unlock(&R.mu);
@@ -798,18 +979,18 @@ static int finish(const struct run_opts *o, dlock_client *c, dlock_lock *l, int 
         code = EXIT_LOST;
     } else if (rc) {
         /* The job ran under the lock: its status stands, unless asked. */
-        fprintf(stderr, "dlock %s: release of '%s' failed%s: %s\n", verb, name,
+        fprintf(stderr, "dlock %s: release of %s failed%s: %s\n", verb, R.label,
                 o->strict_release || code ? ""
                                           : " (the command's status kept; see --strict-release)",
                 dlock_errmsg());
         if (o->strict_release && !code)
             code = cli_exit_code(rc);
     } else if (o->verbose) {
-        vlog("released '%s'", name);
+        vlog("released %s", R.label);
     }
     if (at_risk) /* stopped because the lease could not be kept */
         code = EXIT_LOST;
-    dlock_lock_free(l);
+    free_held();
     dlock_client_close(c);
     return code;
 }
@@ -871,7 +1052,7 @@ int cmd_hold(const char *url, int argc, char **argv)
     }
     if (cli_is_path(o.url, name))
         return path_lock_and_run(&o, name, NULL);
-    return lock_and_run(&o, name, NULL);
+    return lock_and_run(&o, &name, 1, NULL);
 }
 
 /* ------------------------------------------------------------- paths */
@@ -976,6 +1157,7 @@ static int path_lock_and_run(const struct run_opts *o, const char *path, char **
                                                                      : EXIT_UNAVAILABLE;
     }
     R.name = path;
+    R.label = quoted_list(&path, 1); /* freed at exit */
     R.wait_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_t st;
     pthread_create(&st, NULL, signal_thread, NULL);
@@ -1006,7 +1188,8 @@ static int path_lock_and_run(const struct run_opts *o, const char *path, char **
         int flags = fcntl(fd, F_GETFD);
         fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC); /* the job's copy of the lock */
         bool at_risk = false;
-        code = run_job(o, cmd, child_env(path, NULL, NULL, NULL), fd, &oldmask, &at_risk);
+        code = run_job(o, cmd, child_env(&path, NULL, 0, NULL, NULL), &fd, 1, &oldmask,
+                       &at_risk);
     }
     close(fd);
     if (o->verbose)

@@ -850,6 +850,119 @@ START_TEST(test_release_failure_keeps_status)
 END_TEST
 #endif
 
+/* run -m: two loops take {a,b} and {b,a} (and a third plain `run a`)
+ * over and over. Sets are taken in one order, so none deadlocks (each
+ * wait is bounded: a deadlock fails a worker instead of hanging), and the
+ * marker file, created exclusively inside the section and removed before
+ * leaving it, proves no two sections overlapped. */
+START_TEST(test_multi_no_deadlock)
+{
+    char *marker = tu_fmt("%s/inside", dir);
+    char *section = tu_fmt("set -C; : > %s || { echo overlap >&2; exit 99; }; "
+                           "sleep 0.00$(($$ %% 10)); rm -f %s",
+                           marker, marker);
+    char *script = tu_fmt(
+        "pids=; for w in '-m a b --' '-m b a --' 'a'; do "
+        "  (i=0; while [ $i -lt 40 ]; do "
+        "     '%s' run -w 30 $w sh -c '%s' || "
+        "     { echo \"worker '$w', round $i: dlock exit $?\" >&2; exit 1; }; "
+        "     i=$((i+1)); done) & pids=\"$pids $!\"; "
+        "done; fail=0; for p in $pids; do wait $p || fail=1; done; exit $fail",
+        tu_dlock_bin(), section);
+    const char *argv[] = {"bash", "-c", script, NULL};
+    const char *env[] = {env_url, NULL};
+    char *err;
+    int rc = tu_run(argv, env, NULL, &err);
+    ck_assert_msg(rc == 0, "a worker failed (exit %d): %s", rc, err);
+    ck_assert_msg(access(marker, F_OK) != 0, "a section never ended");
+    free(err);
+    free(script);
+    free(section);
+    free(marker);
+}
+END_TEST
+
+/* run -m when a member is held elsewhere: -n and -w exit with the
+ * conflict code (-E) and keep nothing (the free member is free after);
+ * once free, COMMAND sees every token, numbered in the order given. */
+START_TEST(test_multi_busy_and_env)
+{
+    pid_t h = start_holder("mb", "");
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-n", "-m", "ma", "mb", "--", "true"), 1);
+    ck_assert_msg(!*err, "not silent: %s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "-E", "7", "-m", "mb", "ma", "-c", "true"), 7);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "0.2", "-m", "ma", "mb", "--", "true"), 1);
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-v", "-w", "0.2", "-m", "ma", "mb", "--", "true"),
+                     1);
+    ck_assert_msg(strstr(err, "'mb' is held by"), "%s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "ma", "true"), 0); /* nothing kept */
+    stop_holder(h);
+    char *out;
+    ck_assert_int_eq(DLOCK(&out, NULL, "run", "-n", "-m", "mb", "ma", "--", "sh", "-c",
+                           "echo \"$DLOCK_COUNT|$DLOCK_NAME_1=$DLOCK_TOKEN_1|"
+                           "$DLOCK_NAME_2=$DLOCK_TOKEN_2|$DLOCK_TOKENS|$DLOCK_NAME=$DLOCK_TOKEN\""),
+                     0);
+    unsigned long tb, ta, l1, l2, first;
+    char n1[8], n2[8], nf[8];
+    ck_assert_msg(sscanf(out, "2|%7[^=]=%lu|%7[^=]=%lu|%lu %lu|%7[^=]=%lu", n1, &tb, n2, &ta, &l1,
+                         &l2, nf, &first) == 8,
+                  "%s", out);
+    ck_assert_str_eq(n1, "mb");
+    ck_assert_str_eq(n2, "ma");
+    ck_assert_str_eq(nf, "mb");
+    ck_assert_msg(l1 == tb && l2 == ta && first == tb && tb >= 2 && ta >= 2, "%s", out);
+    free(out);
+    /* Usage: no -- after the names, a name twice, a path, elect. */
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-m", "ma", "mb", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-m", "ma", "ma", "--", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-m", "ma", "./p", "--", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-m", "--permits", "2", "ma", "--", "true"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "hold", "-m", "ma"), 64);
+    /* Without -m, everything after NAME is COMMAND, as before. */
+    ck_assert_int_eq(DLOCK(&out, NULL, "run", "ma", "echo", "x", "--", "y"), 0);
+    ck_assert_str_eq(out, "x -- y\n");
+    free(out);
+}
+END_TEST
+
+#ifdef DLOCK_HAVE_REDIS
+/* run -m on redis: one member deleted behind dlock's back (release
+ * --force) is a lost member: --on-lost stops the job (SIGTERM first),
+ * stderr names that member, and the exit status is 75. */
+START_TEST(test_multi_lost_member_redis)
+{
+    struct fx_redis r = {0};
+    ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
+    char *started = tu_fmt("%s/started", dir), *termed = tu_fmt("%s/termed", dir);
+    char *log = tu_fmt("%s/dlock.log", dir);
+    char *cmd = tu_fmt("trap 'touch %s; exit 0' TERM; touch %s; while :; do sleep 0.05; done",
+                       termed, started);
+    const char *argv[] = {tu_dlock_bin(), "-u", r.url, "run", "--lease", "3", "-m", "lx", "ly",
+                          "-c", cmd, NULL};
+    pid_t d = tu_spawn(argv, log);
+    ck_assert_msg(tu_wait_file(started, 20000), "COMMAND never started");
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", r.url, "release", "--force", "ly"), 0);
+    int st;
+    waitpid(d, &st, 0);
+    char *out = tu_read_file(log);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75, "status %#x: %s", st, out);
+    ck_assert_msg(access(termed, F_OK) == 0, "COMMAND was not sent SIGTERM: %s", out);
+    ck_assert_msg(strstr(out, "lock 'ly' lost"), "%s", out);
+    /* The other member was released: free now. */
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", r.url, "run", "-n", "lx", "true"), 0);
+    free(out);
+    free(cmd);
+    free(log);
+    free(termed);
+    free(started);
+    fx_redis_stop(&r);
+}
+END_TEST
+#endif
+
 /* A negative wait other than forever (-1) is a mistake, not "forever":
  * DLOCK_EINVAL from the API, a usage error from the command. */
 START_TEST(test_negative_wait)
@@ -963,10 +1076,13 @@ int main(void)
         {"help_man", test_help_matches_man, 120},
         {"command_fds_file", test_command_fds_file, 120},
         {"negative_wait", test_negative_wait, 60},
+        {"multi_no_deadlock", test_multi_no_deadlock, 240},
+        {"multi_busy_env", test_multi_busy_and_env, 120},
 #ifdef DLOCK_HAVE_REDIS
         {"command_fds_redis", test_command_fds_redis, 120},
         {"lost_grace_redis", test_lost_grace_redis, 120},
         {"release_failure_redis", test_release_failure_keeps_status, 120},
+        {"multi_lost_member_redis", test_multi_lost_member_redis, 120},
 #endif
     };
     return tu_main("cli", tests, TU_COUNT(tests), setup, teardown);

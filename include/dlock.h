@@ -125,7 +125,8 @@ typedef struct dlock_client dlock_client;
 typedef enum dlock_option {
     DLOCK_OPT_LEASE_MS = 1,       /* int: lease of each hold, default 30000 */
     DLOCK_OPT_CONNECT_TIMEOUT_MS, /* int: connect timeout, default 5000 */
-    DLOCK_OPT_OP_TIMEOUT_MS,      /* int: one request's timeout, default 5000 */
+    DLOCK_OPT_OP_TIMEOUT_MS,      /* int: one request's timeout, default 5000 (redis: one
+                                     call's, a lost reply's retry included) */
     DLOCK_OPT_KEY_PREFIX,         /* str: prepended to every lock name */
     DLOCK_OPT_USER,               /* str: user name (ACL, etcd, digest) */
     DLOCK_OPT_PASSWORD,           /* str: password */

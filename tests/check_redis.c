@@ -1220,6 +1220,7 @@ END_TEST
 struct proxy {
     int listen_fd, port, target_port;
     atomic_int drop_acquire, drop_release;
+    atomic_int drop_downgrade; /* the same for a downgrade (it names only the rwlock channel) */
     const char *name; /* the lock whose calls are dropped */
     /* hold_acquire: keep that many acquire calls back (the client sees
      * its connection closed) until release_held is set, then send them to
@@ -1309,9 +1310,10 @@ static void *proxy_conn_main(void *arg)
         atomic_fetch_sub(&px->open_conns, 1);
         return NULL;
     }
-    char tok[160], chan[160];
+    char tok[160], chan[160], rwchan[160];
     snprintf(tok, sizeof tok, "redisson_lock_token:{%s}", px->name);
     snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", px->name);
+    snprintf(rwchan, sizeof rwchan, "redisson_rwlock:{%s}", px->name);
     char *buf = malloc(65536);
     for (;;) {
         struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = sv, .events = POLLIN}};
@@ -1324,6 +1326,7 @@ static void *proxy_conn_main(void *arg)
             bool is_script = chunk_has(buf, (size_t)n, "EVAL");
             bool is_release = is_script && chunk_has(buf, (size_t)n, chan);
             bool is_acquire = is_script && !is_release && chunk_has(buf, (size_t)n, tok);
+            bool is_downgrade = is_script && !is_release && chunk_has(buf, (size_t)n, rwchan);
             if (is_release && take_one(&px->stall_release)) {
                 atomic_fetch_add(&px->stalled, 1);
                 while (!atomic_load(&px->release_stalled))
@@ -1344,7 +1347,9 @@ static void *proxy_conn_main(void *arg)
                 free(buf);
                 return NULL;
             }
-            if ((is_acquire && take_one(&px->drop_acquire)) || (is_release && take_one(&px->drop_release))) {
+            if ((is_acquire && take_one(&px->drop_acquire)) ||
+                (is_release && take_one(&px->drop_release)) ||
+                (is_downgrade && take_one(&px->drop_downgrade))) {
                 if (write(sv, buf, (size_t)n) != n)
                     break;
                 char reply[4096];
@@ -2124,27 +2129,75 @@ START_TEST(own_key_space_names_refused)
 }
 END_TEST
 
-/* The reply of an acquire or release lost to a timeout: the retry must
- * neither double-count nor misreport. CLIENT PAUSE holds the scripts on
- * the server longer than the client's operation timeout. */
-START_TEST(lost_replies_are_retried_safely)
+/* The reply of an acquire or release lost to a timeout (CLIENT PAUSE
+ * holds the scripts on the server longer than the client's operation
+ * timeout): the first attempt spent the call's budget, so the call fails
+ * DLOCK_ECONN rather than trying again past its timeout, and nothing is
+ * double-counted: the owner's next acquire sends the cancel it owes
+ * first and then holds the name once, with the token the counter shows. */
+START_TEST(timed_out_replies_fail_cleanly)
 {
     struct tu_solo s = served_open("timeout=500ms&lease=10s", "amb");
     redisContext *ctx = raw();
     freeReplyObject(cmd(ctx, "CLIENT PAUSE 650 WRITE"));
-    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    int rc = dlock_acquire(s.l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_ECONN, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    TU_ACQUIRE_OK(s.l, 10000);
     uint64_t t = tu_token(s.l);
     tu_sleep_ms(300); /* let any duplicate run */
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t);
-    ck_assert_int_eq(cmd_int(ctx, "HLEN amb"), 2);
     ck_assert_int_eq(owner_count(ctx, "amb"), 1);
 
     freeReplyObject(cmd(ctx, "CLIENT PAUSE 650 WRITE"));
-    int rc = dlock_release(s.l);
-    ck_assert_msg(rc == DLOCK_OK, "release: %s: %s", dlock_err_name(rc), dlock_errmsg());
-    tu_sleep_ms(300);
-    ck_assert_int_eq(cmd_int(ctx, "EXISTS amb"), 0);
+    rc = dlock_release(s.l);
+    ck_assert_msg(rc == DLOCK_ECONN, "release: %s: %s", dlock_err_name(rc), dlock_errmsg());
     redisFree(ctx);
+    served_close(&s);
+}
+END_TEST
+
+/* Connections the server accepted so far (INFO stats), asked on a fresh
+ * connection of its own: it is accepted after every connection the
+ * kernel queued before it, so those are counted too. */
+static long long connections_received(void)
+{
+    redisContext *ctx = raw();
+    char *info = cmd_str(ctx, "INFO stats");
+    const char *p = strstr(info, "total_connections_received:");
+    ck_assert_msg(p != NULL, "INFO stats has no total_connections_received");
+    long long n = atoll(p + strlen("total_connections_received:"));
+    free(info);
+    redisFree(ctx);
+    return n;
+}
+
+/* A server that stops answering (SIGSTOP, every thread stopped) under a
+ * call with no deadline of its own (a release): the call gets one op
+ * timeout in all. Its lost reply is not sent again on a fresh connection
+ * with a fresh timeout (which made a call take twice its timeout): the
+ * retry shares the call's budget, which the first attempt spent. Seen
+ * without timing: the stopped server's kernel accepts a retry's connect,
+ * so the server counts it once continued; here it counts only the
+ * connection that asks. */
+START_TEST(stalled_server_costs_one_op_timeout)
+{
+    struct tu_solo s = served_open("timeout=1s&lease=60s", "stall");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY); /* an idle pooled connection for the release */
+    long long before = connections_received();
+    tu_pause(srv.pid);
+    int64_t t0 = tu_mono_ms();
+    int rc = dlock_release(s.l);
+    int64_t took = tu_mono_ms() - t0;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    kill(srv.pid, SIGCONT);
+    fprintf(stderr, "stalled_server_costs_one_op_timeout: the release returned after %lld ms "
+                    "(timeout 1 s)\n", (long long)took); /* informational */
+    ck_assert_msg(rc == DLOCK_ECONN, "release: %s: %s", dlock_err_name(rc), msg);
+    ck_assert_msg(strstr(msg, "no reply within") != NULL, "%s", msg);
+    long long dialed = connections_received() - before - 1; /* (the asking one) */
+    ck_assert_msg(dialed == 0, "the stalled release dialed %lld more connection(s): a retry "
+                               "with a timeout of its own", dialed);
     served_close(&s);
 }
 END_TEST
@@ -2177,29 +2230,30 @@ static redisContext *server_busy(int ms)
     return busy;
 }
 
-/* The reply of a downgrade lost to a timeout: the script ran (mode
- * "read", readers woken), so the hold is shared now, whatever the retry
- * finds; reporting it lost, or keeping it exclusive, would leave a holder
- * believing the wrong thing while readers come in. */
+/* The reply of a downgrade lost after the script ran (the proxy drops it
+ * and closes the connection): the script ran (mode "read", readers
+ * woken), so the hold is shared now, whatever the retry finds; reporting
+ * it lost, or keeping it exclusive, would leave a holder believing the
+ * wrong thing while readers come in. */
 START_TEST(lost_downgrade_reply)
 {
-    struct tu_solo s = served_open("timeout=500ms&lease=10s", "dg");
+    struct proxy px;
+    struct tu_solo s = layout_proxied(&px, "redisson", "dg");
     dlock_lock *r = tu_lock_mode(s.c, "dg", DLOCK_SHARED, 0);
     TU_ACQUIRE_OK(s.l, DLOCK_TRY);
     TU_ACQUIRE_OK(r, DLOCK_TRY);
     uint64_t t = tu_token(s.l);
     redisContext *ctx = raw();
-    /* The server busy 800 ms in a script: the downgrade script runs after
-     * it, once its first attempt timed out; the retry finds it done. */
-    redisContext *busy = server_busy(800);
+    atomic_store(&px.drop_downgrade, 1);
     int rc = dlock_release(s.l); /* the last write level: a downgrade */
     ck_assert_msg(rc == DLOCK_OK, "downgrade: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(atomic_load(&px.drop_downgrade), 0); /* the fault did happen */
     ck_assert_uint_eq(dlock_hold_count(r), 1);
     ck_assert_uint_eq(tu_token(r), t);
     char *mode = cmd_str(ctx, "HGET %s mode", "dg");
     ck_assert_str_eq(mode, "read");
     free(mode);
-    dlock_client *b = tu_open(s.url);
+    dlock_client *b = open_with(NULL);
     dlock_lock *rb = tu_lock_mode(b, "dg", DLOCK_SHARED, 0);
     tu_acquire_release(rb, DLOCK_TRY); /* a reader comes in beside us */
     ck_assert_int_eq(dlock_release(r), DLOCK_OK);
@@ -2208,12 +2262,12 @@ START_TEST(lost_downgrade_reply)
     dlock_client_close(b);
     dlock_lock_free(r);
     redisFree(ctx);
-    redisFree(busy);
-    served_close(&s);
+    tu_solo_close(&s);
+    stop_server();
 }
 END_TEST
 
-/* A downgrade with no reply at all (the server busy past both attempts)
+/* A downgrade with no reply at all (the server busy past the call's budget)
  * may have run: the hold is given up (DLOCK_ELOST), never kept as an
  * exclusive hold while readers come in; and its release, exclusive, keeps
  * the readers that did come in (a hash in read mode with another reader's
@@ -2224,12 +2278,13 @@ START_TEST(unanswered_downgrade_gives_up)
     dlock_lock *r = tu_lock_mode(s.c, "dg", DLOCK_SHARED, 0);
     TU_ACQUIRE_OK(s.l, DLOCK_TRY);
     TU_ACQUIRE_OK(r, DLOCK_TRY);
-    redisContext *ctx = raw(), *busy = server_busy(2500);
+    redisContext *ctx = raw(), *busy = server_busy(1500);
     int rc = dlock_release(s.l);
     ck_assert_msg(rc == DLOCK_ELOST, "downgrade: %s: %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_uint_eq(dlock_hold_count(r), 0);
     ck_assert_uint_eq(dlock_hold_count(s.l), 0);
     redisFree(busy);
+    freeReplyObject(cmd(ctx, "PING")); /* answered once the server is free again */
     /* What a downgrade whose reply was lost leaves, a reader joined. */
     dlock_lock *w = tu_lock_mode(s.c, "dg2", DLOCK_EXCLUSIVE, 0);
     TU_ACQUIRE_OK(w, DLOCK_TRY);
@@ -3106,7 +3161,8 @@ int main(void)
         {"script_flush_is_invisible", script_flush_is_invisible, 60},
         {"out_of_memory_is_reported", out_of_memory_is_reported, 60},
         {"force_release_and_lost", force_release_and_lost, 60},
-        {"lost_replies_are_retried_safely", lost_replies_are_retried_safely, 60},
+        {"timed_out_replies_fail_cleanly", timed_out_replies_fail_cleanly, 60},
+        {"stalled_server_costs_one_op_timeout", stalled_server_costs_one_op_timeout, 60},
         {"lost_downgrade_reply", lost_downgrade_reply, 60},
         {"unanswered_downgrade_gives_up", unanswered_downgrade_gives_up, 60},
         {"sem_wait_lost_reply_new_ids", sem_wait_lost_reply_new_ids, 60},

@@ -143,6 +143,11 @@ int dlock__redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bo
     return DLOCK_OK;
 }
 
+int64_t dlock__redis_budget(struct redis_state *s, int64_t deadline)
+{
+    return dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms);
+}
+
 int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out)
 {
     *out = NULL;

@@ -68,6 +68,7 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     int pl = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
     int ol = s->simple ? snprintf(prefix, sizeof prefix, "%s:", h->owner)
                        : snprintf(prefix, sizeof prefix, "%s", h->owner);
+    deadline = dlock__redis_budget(s, deadline); /* the cancel owed and the acquire share it */
     int rc = dlock__redis_cancel_owed(s, h, deadline);
     if (rc)
         return rc;

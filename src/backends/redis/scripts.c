@@ -323,6 +323,7 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum scrip
                       int *acked)
 {
     *out = NULL;
+    deadline = dlock__redis_budget(s, deadline); /* the retry shares it: no second timeout */
     int acks = -1;
     if (acked)
         *acked = -1;

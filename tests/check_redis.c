@@ -24,11 +24,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -2668,6 +2672,69 @@ static void open_fails(const char *url, int code, const char *want)
                   want);
 }
 
+/* Test hook (net.c): the names that went to the resolver thread. */
+extern unsigned long dlock__redis_resolver_calls;
+
+/* A name server that never answers, for this process only: a private
+ * mount and network namespace (a user namespace too when not root), its
+ * own loopback up, /etc/resolv.conf bound over by one naming a UDP socket
+ * on 127.0.0.1:53 that reads and never replies, with the resolver's own
+ * timeout far longer than any connect timeout here. Returns the socket. */
+static int silent_name_server(void)
+{
+    char *dir = tu_tmpdir("resolv");
+    char *conf = tu_fmt("%s/resolv.conf", dir);
+    tu_write_file(conf, "nameserver 127.0.0.1\noptions timeout:30 attempts:1\n");
+    int flags = CLONE_NEWNS | CLONE_NEWNET | (geteuid() != 0 ? CLONE_NEWUSER : 0);
+    ck_assert_msg(unshare(flags) == 0, "unshare: %s (needs root or user namespaces)",
+                  strerror(errno));
+    ck_assert_int_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+    ck_assert_msg(mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL) == 0,
+                  "mount resolv.conf: %s", strerror(errno));
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct ifreq ifr = {0};
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+    ck_assert_int_eq(ioctl(fd, SIOCGIFFLAGS, &ifr), 0);
+    ifr.ifr_flags |= IFF_UP;
+    ck_assert_msg(ioctl(fd, SIOCSIFFLAGS, &ifr) == 0, "lo up: %s", strerror(errno));
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons(53),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_msg(bind(fd, (struct sockaddr *)&at, sizeof at) == 0, "bind :53: %s",
+                  strerror(errno));
+    free(conf);
+    free(dir); /* (left on disk: the bind mount uses it; the namespace ends with the test) */
+    return fd;
+}
+
+/* Names are resolved within the connect timeout: an address never goes
+ * to the resolver (parsed on the spot), a name does (localhost, from
+ * /etc/hosts), a name nobody knows fails DLOCK_ECONN naming it, and a
+ * name server that never answers costs the connect timeout, not the
+ * resolver's own 30 s: the dial leaves its resolver thread behind. */
+START_TEST(names_resolved_within_the_connect_timeout)
+{
+    start_server(NULL);
+    unsigned long calls = dlock__redis_resolver_calls;
+    dlock_client *c = open_with(NULL); /* 127.0.0.1 */
+    ck_assert_msg(dlock__redis_resolver_calls == calls, "an address went to the resolver");
+    dlock_client_close(c);
+    char *byname = tu_fmt("redis://localhost:%d", srv.port);
+    c = tu_open(byname);
+    ck_assert_msg(dlock__redis_resolver_calls > calls, "a name did not go to the resolver");
+    dlock_client_close(c);
+    open_fails("redis://nosuch.invalid:6379?connect_timeout=5s", DLOCK_ECONN,
+               "cannot resolve 'nosuch.invalid'");
+    stop_server();
+
+    int ns = silent_name_server();
+    open_fails("redis://slow.invalid:6379?connect_timeout=300ms", DLOCK_ECONN,
+               "cannot resolve 'slow.invalid': no answer within 300 ms");
+    open_fails("redis://127.0.0.1:1?connect_timeout=300ms", DLOCK_ECONN, "refused");
+    close(ns);
+    free(byname);
+}
+END_TEST
+
 /* rediss:// against a server that wants client certificates: verified
  * against tls_ca, by name (SNI + the certificate's DNS entry) or by
  * address; a client without a certificate, a CA that signed nothing
@@ -3188,6 +3255,7 @@ int main(void)
         {"thousand_names_waited_at_once", thousand_names_waited_at_once, 60},
         {"renewal_is_batched", renewal_is_batched, 60},
         {"urls_db_prefix_unix_and_list", urls_db_prefix_unix_and_list, 60},
+        {"names_resolved_within_the_connect_timeout", names_resolved_within_the_connect_timeout, 60},
         {"tls_verification_and_client_certs", tls_verification_and_client_certs, 60},
         {"openssl_loaded_by_the_first_rediss_client", openssl_loaded_by_the_first_rediss_client, 60},
         {"sync_acquire_needs_replica_acks", sync_acquire_needs_replica_acks, 60},

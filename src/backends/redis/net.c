@@ -14,7 +14,11 @@
  * it does well: formatting commands (redisFormatCommandArgv) and parsing
  * replies (redisReader). The same loop serves one node (commands,
  * scripts), the subscriber hub (dlock__redis_conn_events/dlock__redis_conn_pump) and
- * several nodes in parallel (Sentinel, Redlock).
+ * several nodes in parallel (Sentinel, Redlock). Names are resolved
+ * within the same bound: an address is parsed on the spot, a name goes to
+ * getaddrinfo() in a thread of its own that the dial leaves behind when
+ * its time is up (getaddrinfo() itself takes as long as the resolver's
+ * own timeouts and retries, 5 s per name server and try by default).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,10 +26,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -69,6 +76,123 @@ static int64_t ms_until(int64_t until)
 {
     int64_t left = until - dlock__now_ms();
     return left < 0 ? 0 : left;
+}
+
+/* ============================================================ resolving */
+
+/* Test hook: the names that went to the resolver thread (an address
+ * never does). */
+unsigned long dlock__redis_resolver_calls;
+
+/* One name being resolved: shared by the dial and the resolver thread;
+ * the last of the two to let go frees it (a dial that ran out of time
+ * leaves first). */
+struct resolve_job {
+    int refs; /* atomic */
+    int efd;  /* eventfd: readable once the thread is done */
+    int gai, err;
+    struct addrinfo *res;
+    char port[16];
+    char host[];
+};
+
+static void resolve_unref(struct resolve_job *j)
+{
+    if (__atomic_sub_fetch(&j->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
+    if (j->res)
+        freeaddrinfo(j->res);
+    close(j->efd);
+    free(j);
+}
+
+static void *resolve_main(void *arg)
+{
+    struct resolve_job *j = arg;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV};
+    j->gai = getaddrinfo(j->host, j->port, &hints, &j->res);
+    j->err = errno;
+    eventfd_write(j->efd, 1); /* (the write orders what came before) */
+    resolve_unref(j);
+    return NULL;
+}
+
+/* HOST:PORT's addresses into *RES within UNTIL: an address at once
+ * (AI_NUMERICHOST: no resolver), a name by getaddrinfo() in a thread of
+ * its own, given up (and left to finish alone) at UNTIL. 0, an EAI_*
+ * code (EAI_SYSTEM: errno), or EAI_AGAIN with *TIMED_OUT set. */
+static int resolve_until(const char *host, int port, int64_t until, struct addrinfo **res,
+                         bool *timed_out)
+{
+    *res = NULL;
+    *timed_out = false;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST};
+    int gai = getaddrinfo(host, ps, &hints, res);
+    if (gai != EAI_NONAME)
+        return gai; /* an address (or a failure that is not about names) */
+    size_t hl = strlen(host);
+    struct resolve_job *j = calloc(1, sizeof *j + hl + 1);
+    if (!j)
+        return EAI_MEMORY;
+    memcpy(j->host, host, hl + 1);
+    memcpy(j->port, ps, sizeof ps);
+    j->refs = 2;
+    j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (j->efd < 0) {
+        int e = errno;
+        free(j);
+        errno = e;
+        return EAI_SYSTEM;
+    }
+    __atomic_add_fetch(&dlock__redis_resolver_calls, 1, __ATOMIC_RELAXED);
+    /* the thread takes no signal of the application's */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t th;
+    int perr = pthread_create(&th, &attr, resolve_main, j);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (perr) {
+        close(j->efd);
+        free(j);
+        errno = perr;
+        return EAI_SYSTEM;
+    }
+    for (;;) {
+        struct pollfd p = {.fd = j->efd, .events = POLLIN};
+        int64_t left = ms_until(until);
+        int n = poll(&p, 1, (int)(left > 1000000 ? 1000000 : left));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            resolve_unref(j);
+            errno = e;
+            return EAI_SYSTEM;
+        }
+        if (n > 0) {
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            gai = j->gai;
+            errno = j->err;
+            *res = j->res;
+            j->res = NULL;
+            resolve_unref(j);
+            return gai;
+        }
+        if (ms_until(until) == 0) {
+            resolve_unref(j); /* the thread frees it when it is done */
+            *timed_out = true;
+            return EAI_AGAIN;
+        }
+    }
 }
 
 /* Connect FD to ADDR within UNTIL: 0, or an errno (ETIMEDOUT). */
@@ -128,16 +252,16 @@ int dlock__redis_conn_dial(const struct redis_addr *a, int64_t until, struct rco
         k->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         err = k->fd < 0 ? errno : connect_until(k->fd, (struct sockaddr *)&un, sizeof un, until);
     } else {
-        /* getaddrinfo() blocks as long as the resolver takes; an address
-         * literal or /etc/hosts answers at once. */
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                                 .ai_flags = AI_NUMERICSERV}, *res = NULL;
-        char port[16];
-        snprintf(port, sizeof port, "%d", a->port);
-        int gai = getaddrinfo(a->host, port, &hints, &res);
+        struct addrinfo *res = NULL;
+        bool late = false;
+        int gai = resolve_until(a->host, a->port, until, &res, &late);
         if (gai) {
-            int rc = dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", k->where,
-                                gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
+            int rc = late ? dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': no answer within "
+                                                    "%lld ms",
+                                       k->where, a->host, (long long)budget)
+                          : dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': %s", k->where,
+                                       a->host,
+                                       gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
             dlock__redis_conn_free(k);
             return rc;
         }

@@ -2790,16 +2790,17 @@ static bool libssl_mapped(void)
 }
 
 /* OpenSSL is loaded by the first rediss:// client, not by linking
- * libdlock: file:// and redis:// clients, a lock taken on each, leave it
- * unmapped (docs/benchmarks.md: loading it made every start 1.5 ms
- * slower); the rediss:// client then has it and works. */
+ * libdlock: file://, redis:// and redlock:// clients (Redlock's script
+ * digests are sha1.c's), a lock taken on each, leave it unmapped
+ * (docs/benchmarks.md: loading it made every start 1.5 ms slower); the
+ * rediss:// client then has it and works. */
 START_TEST(openssl_loaded_by_the_first_rediss_client)
 {
     ck_assert_msg(fx_redis_start_tls(&srv, NULL), "redis-server (TLS) could not be started");
     char *dir, *file_url;
     tu_file_fixture("redis-lazy-tls", &dir, &file_url);
-    char *plain[] = {strdup(file_url), strdup(srv.url)};
-    for (size_t i = 0; i < 2; i++) {
+    char *plain[] = {strdup(file_url), strdup(srv.url), tu_fmt("redlock://127.0.0.1:%d", srv.port)};
+    for (size_t i = 0; i < 3; i++) {
         struct tu_solo s = tu_solo_open(plain[i], "lazy");
         tu_acquire_release(s.l, DLOCK_TRY);
         ck_assert_msg(!libssl_mapped(), "libssl is mapped after a client of %s", s.url);
@@ -2810,6 +2811,37 @@ START_TEST(openssl_loaded_by_the_first_rediss_client)
     tu_acquire_release(s.l, DLOCK_TRY);
     tu_solo_close(&s);
     tu_file_fixture_end(&dir, &file_url);
+    stop_server();
+}
+END_TEST
+
+/* sha1.c: the digest EVALSHA names a script by. */
+void dlock__redis_sha1_hex(const void *data, size_t len, char out[41]);
+
+/* The digests dlock computes itself (Redlock's, for nodes it cannot ask
+ * at open) are the server's: SCRIPT LOAD of a script of every length
+ * from 11 to 300 bytes (each padding case of SHA-1's 64-byte blocks) gives
+ * the same digest, and "abc" gives FIPS 180's. A wrong digest would not
+ * fail a lock: EVALSHA would answer NOSCRIPT and EVAL go every time. */
+START_TEST(script_digests_match_the_server)
+{
+    char hex[41];
+    dlock__redis_sha1_hex("abc", 3, hex);
+    ck_assert_str_eq(hex, "a9993e364706816aba3e25717850c26c9cd0d89d");
+    start_server(NULL);
+    redisContext *ctx = raw();
+    char script[301];
+    for (size_t len = 11; len <= 300; len++) {
+        snprintf(script, sizeof script, "return 1 --");
+        memset(script + 11, 'a' + (char)(len % 26), sizeof script - 11);
+        script[len] = 0;
+        char *server = cmd_str(ctx, "SCRIPT LOAD %s", script);
+        dlock__redis_sha1_hex(script, len, hex);
+        ck_assert_msg(server && strcmp(server, hex) == 0, "%zu bytes: the server says %s, dlock %s",
+                      len, server ? server : "nothing", hex);
+        free(server);
+    }
+    redisFree(ctx);
     stop_server();
 }
 END_TEST
@@ -3257,6 +3289,7 @@ int main(void)
         {"urls_db_prefix_unix_and_list", urls_db_prefix_unix_and_list, 60},
         {"names_resolved_within_the_connect_timeout", names_resolved_within_the_connect_timeout, 60},
         {"tls_verification_and_client_certs", tls_verification_and_client_certs, 60},
+        {"script_digests_match_the_server", script_digests_match_the_server, 60},
         {"openssl_loaded_by_the_first_rediss_client", openssl_loaded_by_the_first_rediss_client, 60},
         {"sync_acquire_needs_replica_acks", sync_acquire_needs_replica_acks, 60},
         {"sentinel_failover_holding_and_waiting", sentinel_failover_holding_and_waiting, 120},

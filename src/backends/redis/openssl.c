@@ -1,4 +1,4 @@
-/* openssl.c -- loads OpenSSL on the first rediss:// or redlock:// client
+/* openssl.c -- loads OpenSSL on the first rediss:// or redlocks:// client
  * (openssl.h says why). */
 #define DLOCK__OPENSSL_TABLE
 #include "openssl.h"
@@ -16,7 +16,7 @@ int dlock__openssl_load(void)
     };
     static struct dlock__dl_lib lib = {
         .soname = "libssl.so.3",
-        .user = "the Redis backend (rediss://, redlock://)",
+        .user = "the Redis backend (rediss://, redlocks://)",
         .package = "libssl3",
         .syms = syms,
         .nsyms = sizeof syms / sizeof *syms,

@@ -1,11 +1,11 @@
-/* openssl.h -- OpenSSL for the Redis backend, loaded on first use.
+/* openssl.h -- OpenSSL for the Redis backend's TLS, loaded on first use.
  *
  * Linking libssl and libcrypto made every process that links libdlock --
  * and every `dlock` start -- load and initialise them, rediss:// or not:
  * `dlock --version` took 2.1x as long (docs/benchmarks.md). So tls.c
- * (rediss://) and redlock.c (EVALSHA digests) reach OpenSSL through this
- * table, filled by dlopen("libssl.so.3") (src/dlsym.c; libcrypto comes
- * with it) when the first rediss:// or redlock:// client opens. The names
+ * (rediss://, redlocks://) reaches OpenSSL through this table, filled by
+ * dlopen("libssl.so.3") (src/dlsym.c; libcrypto comes with it) when the
+ * first TLS client opens (Redlock's script digests are sha1.c's). The names
  * below map the ordinary calls onto it -- OpenSSL's macros too, which
  * expand to these functions -- so the code reads as plain OpenSSL; a call
  * missing from the list fails the link (libdlock links no OpenSSL).
@@ -37,8 +37,6 @@
     X(ERR_get_error) \
     X(ERR_peek_error) \
     X(ERR_reason_error_string) \
-    X(EVP_Digest) \
-    X(EVP_sha1) \
     X(SSL_CTX_check_private_key) \
     X(SSL_CTX_ctrl) \
     X(SSL_CTX_free) \
@@ -95,8 +93,6 @@ int dlock__openssl_load(void);
 #define ERR_get_error dlock__openssl.ERR_get_error
 #define ERR_peek_error dlock__openssl.ERR_peek_error
 #define ERR_reason_error_string dlock__openssl.ERR_reason_error_string
-#define EVP_Digest dlock__openssl.EVP_Digest
-#define EVP_sha1 dlock__openssl.EVP_sha1
 #define SSL_CTX_check_private_key dlock__openssl.SSL_CTX_check_private_key
 #define SSL_CTX_ctrl dlock__openssl.SSL_CTX_ctrl
 #define SSL_CTX_free dlock__openssl.SSL_CTX_free

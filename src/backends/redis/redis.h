@@ -275,6 +275,12 @@ int dlock__redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const ch
 ssize_t dlock__redis_tls_io(struct rconn *k, char *buf, size_t len, bool write);
 void dlock__redis_tls_free(struct rconn *k);
 
+/* ------------------------------------------------------------- sha1.c */
+
+/* The SHA-1 of DATA[0..LEN) in lower-case hex, as EVALSHA names a
+ * script. */
+void dlock__redis_sha1_hex(const void *data, size_t len, char out[41]);
+
 /* ---------------------------------------------------------- scripts.c */
 
 /* The source of script ID for the layout (SIMPLE or Redisson's). */

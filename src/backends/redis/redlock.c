@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "openssl.h"
 #include "redis.h"
 
 /* Holds per renewal script call, as in mutex.c. */
@@ -943,14 +942,10 @@ static void rl_close(void *state)
     free(rl);
 }
 
-/* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT (OpenSSL loaded). */
+/* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT. */
 static void sha1_hex(const char *src, char out[41])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    EVP_Digest(src, strlen(src), md, &len, EVP_sha1(), NULL);
-    for (unsigned i = 0; i < len && i < 20; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    dlock__redis_sha1_hex(src, strlen(src), out);
 }
 
 static int rl_open(struct dlock_client *c, void **state)
@@ -963,9 +958,6 @@ static int rl_open(struct dlock_client *c, void **state)
     if (c->url.path && strcmp(c->url.path, "/") != 0 && *c->url.path)
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': a Redlock URL has no path (the db is "
                                          "?db=N)", url);
-    int loaded = dlock__openssl_load(); /* for sha1_hex() */
-    if (loaded)
-        return loaded;
     struct redlock *rl = calloc(1, sizeof *rl);
     if (!rl)
         return dlock__err(DLOCK_ENOMEM, "out of memory");

@@ -120,7 +120,7 @@ char *strndup(const char *s, size_t n)
 
 /* --------------------------------------------------------- durations */
 
-START_TEST(test_duration_parse)
+TU_TEST(duration_parse, 60)
 {
     ck_assert_int_eq(dlock__parse_duration("250"), 250);
     ck_assert_int_eq(dlock__parse_duration("250ms"), 250);
@@ -140,7 +140,7 @@ START_TEST(test_duration_parse)
 END_TEST
 
 /* URL durations keep the range setopt keeps (at most a year). */
-START_TEST(test_url_duration_range)
+TU_TEST(url_duration_range, 60)
 {
     dlock_client *c = NULL;
     const char *opts[] = {"lease=9000h", "timeout=9000h", "connect_timeout=9000h",
@@ -165,7 +165,7 @@ END_TEST
 
 /* Every strndup() of dlock_client_new failing in turn: ENOMEM, never a
  * crash (the scheme's copy was used unchecked). */
-START_TEST(test_url_out_of_memory)
+TU_TEST(url_out_of_memory, 60)
 {
     const char *urls[] = {"redis://admin:pw@h1:7000/2?timeout=1s", "file:///tmp",
                           "etcd://[::1]:2379,h2:2379"};
@@ -196,7 +196,7 @@ END_TEST
 /* An unknown option is refused by dlock_client_new(), before the backend
  * dials: against a port where nothing listens the answer is EBADURL, not
  * ECONN after a connect timeout. */
-START_TEST(test_unknown_option_before_dial)
+TU_TEST(unknown_option_before_dial, 60)
 {
     int port = tu_free_port();
     const char *schemes[] = {
@@ -242,7 +242,7 @@ END_TEST
 /* ------------------------------------------------- passwords in URLs */
 
 /* A password holding '/' or '?' (base64) is read as the password. */
-START_TEST(test_password_with_slash_or_question_mark)
+TU_TEST(password_slash_question, 60)
 {
     static const struct {
         const char *in, *user, *password, *host, *path, *shown;
@@ -327,7 +327,7 @@ static char *expand(const char *template, const char *pw, int port)
 /* A text without "://" holding an '@' but no ':' (DLOCK_URL=user@host):
  * the redacted copy for the message fits its buffer (it overflowed by
  * one ":..." under ASan). */
-START_TEST(test_bad_url_without_colon)
+TU_TEST(bad_url_without_colon, 30)
 {
     const char *texts[] = {"user@host", "@", "a@b@c", "x@"};
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
@@ -342,7 +342,7 @@ END_TEST
 /* Every error path of dlock_client_new() (and dlock_open()) with a
  * password holding '/' or '?': the message never shows it, nor does
  * dlock_client_url() of a client that was made. */
-START_TEST(test_no_password_in_any_error)
+TU_TEST(no_password_in_any_error, 60)
 {
     const char *pw[] = {"hun/s3cr3t", "pa?s3cr3t", "hun/s3?cr3t=", "12?s3cr3t"};
     /* %s = the password; each template fails in its own way */
@@ -414,7 +414,7 @@ END_TEST
 
 /* A '@' after a '/' where the text before it is a valid host list can be
  * read both ways: refused, quoting nothing before the '@'. */
-START_TEST(test_ambiguous_at_refused)
+TU_TEST(ambiguous_at, 60)
 {
     const char *urls[] = {"redis://admin:12/s3cr3t@host", "zk://h:2181/chroot@x",
                           "etcd://host:2379/app@v2?lease=10s"};
@@ -463,7 +463,7 @@ static void busy_close(struct busy_name *b)
 /* ------------------------------------------------- handle-owned holds */
 
 /* Taken in thread A, asked about and released in thread B. */
-START_TEST(test_handle_owned_across_threads)
+TU_TEST(handle_owned_threads, 60)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *h = tu_lock_mode(c, "job", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
@@ -513,7 +513,7 @@ END_TEST
 
 /* Two handle-owned handles on one name are two owners, even in one
  * thread; freeing a handle releases its hold. */
-START_TEST(test_handle_owned_handles_exclude)
+TU_TEST(handle_owned_exclude, 60)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *h1 = tu_lock_mode(c, "pair", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
@@ -544,7 +544,7 @@ END_TEST
 
 /* Two threads acquiring through one handle-owned handle at once: one
  * acquires, the other waits for that outcome and re-enters. */
-START_TEST(test_handle_owned_concurrent_acquires)
+TU_TEST(handle_owned_concurrent, 60)
 {
     struct busy_name busy = busy_open("busy", DLOCK_LOCK_HANDLE_OWNED);
     struct in_thread a = {.l = busy.l, .wait_ms = DLOCK_FOREVER, .what = DO_ACQUIRE}, b = a;
@@ -617,7 +617,7 @@ static void handle_owned_contract(const char *u)
 }
 
 #ifdef DLOCK_HAVE_REDIS
-START_TEST(test_handle_owned_redis)
+TU_TEST(handle_owned_redis, 60)
 {
     struct fx_redis r = {0};
     ck_assert(fx_redis_start(&r, NULL));
@@ -628,7 +628,7 @@ END_TEST
 #endif
 
 #ifdef DLOCK_HAVE_ETCD
-START_TEST(test_handle_owned_etcd)
+TU_TEST(handle_owned_etcd, 90)
 {
     struct etcdf f = {0};
     ck_assert_msg(etcdf_start(&f, 1), "%s", f.error);
@@ -644,7 +644,7 @@ END_TEST
 
 /* Fired before the acquire starts: DLOCK_ECANCELED, nothing taken, for
  * every acquire that uses it, re-entries included. */
-START_TEST(test_cancel_fired_before_start)
+TU_TEST(cancel_before_start, 60)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock_mode(c, "c1", DLOCK_EXCLUSIVE, 0);
@@ -683,7 +683,7 @@ END_TEST
 
 /* Fired while acquires wait (two threads, one object): both end with
  * DLOCK_ECANCELED and hold nothing; the holder keeps its hold. */
-START_TEST(test_cancel_fired_during_wait)
+TU_TEST(cancel_during_wait, 60)
 {
     struct busy_name busy = busy_open("c2", 0);
     dlock_cancel *k = NULL;
@@ -719,7 +719,7 @@ static void fire_on_signal(int sig)
 }
 
 /* Fired from a signal handler (async-signal-safe) while a wait sleeps. */
-START_TEST(test_cancel_fired_from_signal_handler)
+TU_TEST(cancel_from_signal, 60)
 {
     struct busy_name busy = busy_open("c3", 0);
     ck_assert_int_eq(dlock_cancel_new(&signal_cancel), DLOCK_OK);
@@ -770,7 +770,7 @@ static void arm_by_waiting(dlock_cancel *k, const char *name)
 
 /* The canceler thread runs while an armed cancel object lives: none for
  * an object whose acquires never waited (dlock run's common case). */
-START_TEST(test_cancel_thread_lifetime)
+TU_TEST(cancel_thread_lifetime, 60)
 {
     size_t before = thread_count();
     dlock_cancel *k1 = NULL, *k2 = NULL;
@@ -803,7 +803,7 @@ END_TEST
 
 /* A child after fork() cannot use its parent's cancel object (its
  * canceler thread stayed in the parent) and makes its own, which works. */
-START_TEST(test_cancel_after_fork)
+TU_TEST(cancel_after_fork, 60)
 {
     dlock_cancel *parent_k = NULL;
     ck_assert_int_eq(dlock_cancel_new(&parent_k), DLOCK_OK);
@@ -842,7 +842,7 @@ END_TEST
 /* A child that frees its parent's cancel object (it never made one of
  * its own) must leave the parent's canceler thread and epoll set alone:
  * a fire in the parent still ends a wait there. */
-START_TEST(test_cancel_freed_by_child_keeps_parent_working)
+TU_TEST(cancel_freed_by_child_keeps_parent_working, 60)
 {
     dlock_cancel *k = NULL;
     ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
@@ -876,7 +876,7 @@ END_TEST
 /* Holding exclusive, a shared acquire re-enters (the hold stays
  * exclusive until the exclusive level goes: then it is a shared hold, a
  * downgrade); holding shared, an exclusive acquire is refused. */
-START_TEST(test_downgrade_and_upgrade_rules)
+TU_TEST(downgrade_upgrade, 60)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *x = tu_lock_mode(c, "rw", DLOCK_EXCLUSIVE, 0);
@@ -903,7 +903,7 @@ START_TEST(test_downgrade_and_upgrade_rules)
 END_TEST
 
 /* What a backend cannot do is refused by the core before it is called. */
-START_TEST(test_capabilities_checked_first)
+TU_TEST(capabilities, 60)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *l = NULL;
@@ -966,7 +966,7 @@ static dlock_stats stats_of(dlock_client *c)
 /* File backend: acquisitions and waits are counted (re-entries are not),
  * the hook hears acquisitions at DEBUG and nothing below its level, and
  * an older caller's smaller dlock_stats gets only the fields it knows. */
-START_TEST(test_stats_and_log_file)
+TU_TEST(stats_and_log_file, 60)
 {
     dlock_client *c = tu_open(url), *other = tu_open(url);
     ck_assert_int_eq(dlock_client_set_log(NULL, hear, NULL, DLOCK_LOG_DEBUG), DLOCK_EINVAL);
@@ -1015,7 +1015,7 @@ END_TEST
 #ifdef DLOCK_HAVE_REDIS
 /* Redis: renewals counted with their latency, a force-release seen as a
  * loss (ERROR line, losses 1) and a server restart as a reconnect. */
-START_TEST(test_stats_and_log_redis)
+TU_TEST(stats_and_log_redis, 90)
 {
     struct fx_redis r = {0};
     ck_assert(fx_redis_start(&r, NULL));
@@ -1056,7 +1056,7 @@ END_TEST
 /* The CLI: `run -v` prints the library's events on stderr (here the loss
  * a force-release causes, found by the next renewal), `status --json`
  * the client's counters. */
-START_TEST(test_cli_log_and_stats_redis)
+TU_TEST(cli_log_and_stats_redis, 60)
 {
     struct fx_redis r = {0};
     ck_assert(fx_redis_start(&r, NULL));
@@ -1115,7 +1115,7 @@ static int list_has(const char *list, const char *word)
  * every DLOCK_EXTERN function is on the NAME line of a page (make install
  * links the other names to it) with its prototype, word for word, in that
  * page's SYNOPSIS; no page names a function the header lacks. */
-START_TEST(test_man3_matches_header)
+TU_TEST(man3_matches_header, 30)
 {
     const char *src = getenv("DLOCK_SRCDIR") ? getenv("DLOCK_SRCDIR") : ".";
     char *hpath = tu_fmt("%s/include/dlock.h", src), *mdir = tu_fmt("%s/docs/man3", src);
@@ -1203,38 +1203,5 @@ END_TEST
 
 int main(void)
 {
-    const struct tu_test tests[] = {
-        {"duration_parse", test_duration_parse, 60},
-        {"url_duration_range", test_url_duration_range, 60},
-        {"url_out_of_memory", test_url_out_of_memory, 60},
-        {"unknown_option_before_dial", test_unknown_option_before_dial, 60},
-        {"password_slash_question", test_password_with_slash_or_question_mark, 60},
-        {"no_password_in_any_error", test_no_password_in_any_error, 60},
-        {"bad_url_without_colon", test_bad_url_without_colon, 30},
-        {"ambiguous_at", test_ambiguous_at_refused, 60},
-        {"handle_owned_threads", test_handle_owned_across_threads, 60},
-        {"handle_owned_exclude", test_handle_owned_handles_exclude, 60},
-        {"handle_owned_concurrent", test_handle_owned_concurrent_acquires, 60},
-#ifdef DLOCK_HAVE_REDIS
-        {"handle_owned_redis", test_handle_owned_redis, 60},
-#endif
-#ifdef DLOCK_HAVE_ETCD
-        {"handle_owned_etcd", test_handle_owned_etcd, 90},
-#endif
-        {"cancel_before_start", test_cancel_fired_before_start, 60},
-        {"cancel_during_wait", test_cancel_fired_during_wait, 60},
-        {"cancel_from_signal", test_cancel_fired_from_signal_handler, 60},
-        {"cancel_thread_lifetime", test_cancel_thread_lifetime, 60},
-        {"cancel_after_fork", test_cancel_after_fork, 60},
-        {"cancel_freed_by_child_keeps_parent_working", test_cancel_freed_by_child_keeps_parent_working, 60},
-        {"downgrade_upgrade", test_downgrade_and_upgrade_rules, 60},
-        {"capabilities", test_capabilities_checked_first, 60},
-        {"man3_matches_header", test_man3_matches_header, 30},
-        {"stats_and_log_file", test_stats_and_log_file, 60},
-#ifdef DLOCK_HAVE_REDIS
-        {"stats_and_log_redis", test_stats_and_log_redis, 90},
-        {"cli_log_and_stats_redis", test_cli_log_and_stats_redis, 60},
-#endif
-    };
-    return tu_main("api", tests, TU_COUNT(tests), setup, teardown);
+    return tu_main("api", setup, teardown);
 }

@@ -75,7 +75,7 @@ static void stop_holder(pid_t pid)
     tu_stop(pid, 2000);
 }
 
-START_TEST(test_conflict_codes)
+TU_TEST(conflict_codes, 120)
 {
     pid_t h = start_holder("busy", "");
     char *err;
@@ -109,7 +109,7 @@ END_TEST
 /* flock(1)'s spellings: -x/-e/--exclusive, -o/--close, --nonblock,
  * --timeout, --conflict-exit-code, --verbose are taken; -c runs $SHELL
  * -c; -F is refused with its reason. */
-START_TEST(test_flock_spellings)
+TU_TEST(flock_spellings, 120)
 {
     pid_t h = start_holder("fl", "-s");
     const char *ex[] = {"-x", "-e", "--exclusive"};
@@ -148,7 +148,7 @@ static bool wait_blocked(pid_t pid, int sig, int timeout_ms);
  * the two exclude each other both ways, a waiter wakes when flock(1)
  * lets go, kill -9 of dlock keeps the file locked until its job is gone,
  * and a relative path (./x) is one too. Tested with the real flock(1). */
-START_TEST(test_path_form_flock)
+TU_TEST(path_form_flock, 120)
 {
     char *path = tu_fmt("%s/shared-with-flock", dir), *held = tu_fmt("%s/flock-held", dir);
     char *cmd = tu_fmt("touch %s; exec sleep 120", held);
@@ -224,7 +224,7 @@ END_TEST
  * each other both ways, the lock file is 0660 in group G, and a user
  * outside the group is refused with 77. Needs root for setpriv: said, not
  * skipped quietly. */
-START_TEST(test_shared_dir_two_users)
+TU_TEST(shared_dir_two_users, 120)
 {
     if (geteuid() != 0) {
         fprintf(stderr, "cli: NOT RUN shared_dir_two_users: needs root (setpriv --reuid)\n");
@@ -272,7 +272,7 @@ END_TEST
 
 /* status exits 0 when NAME is held and 1 when it is free, so scripts can
  * branch on it; --json alike. */
-START_TEST(test_status_exit)
+TU_TEST(status_exit, 60)
 {
     ck_assert_int_eq(DLOCK(NULL, NULL, "status", "st"), 1);
     pid_t h = start_holder("st", "");
@@ -310,7 +310,7 @@ static pid_t start_hold(const char *name, int *in, int *out)
     return pid;
 }
 
-START_TEST(test_hold_coproc)
+TU_TEST(hold_coproc, 60)
 {
     for (int by_signal = 0; by_signal < 2; by_signal++) {
         int in, out;
@@ -345,7 +345,7 @@ START_TEST(test_hold_coproc)
 }
 END_TEST
 
-START_TEST(test_command_status)
+TU_TEST(command_status, 120)
 {
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", "sh", "-c", "exit 3"), 3);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "x", "--", "sh", "-c", "exit 0"), 0);
@@ -368,7 +368,7 @@ START_TEST(test_command_status)
 }
 END_TEST
 
-START_TEST(test_usage_and_config_codes)
+TU_TEST(usage_config, 120)
 {
     char *err;
     ck_assert_int_eq(DLOCK(NULL, NULL, "run"), 64);
@@ -442,7 +442,7 @@ START_TEST(test_usage_and_config_codes)
 }
 END_TEST
 
-START_TEST(test_environment_and_tokens)
+TU_TEST(env_tokens, 120)
 {
     char *out;
     unsigned long prev = 0;
@@ -462,7 +462,7 @@ START_TEST(test_environment_and_tokens)
 }
 END_TEST
 
-START_TEST(test_counter_8x200)
+TU_TEST(counter_8x200, 120)
 {
     char *counter = tu_fmt("%s/counter", dir);
     tu_write_file(counter, "0\n");
@@ -490,7 +490,7 @@ START_TEST(test_counter_8x200)
 }
 END_TEST
 
-START_TEST(test_kill9_holder_frees)
+TU_TEST(kill9, 120)
 {
     /* The command dies with a killed dlock: it must not go on unlocked. */
     char *pidfile = tu_fmt("%s/cmd.pid", dir), *cmd = tu_fmt("echo $$ > %s; exec sleep 120", pidfile);
@@ -549,7 +549,7 @@ static bool wait_blocked(pid_t pid, int sig, int timeout_ms)
  * the idle job gets the CPU late, which is when a lock freed as dlock died
  * let B run beside it. Asserted on the order of the log's lines and on
  * the intervals of their timestamps, never on durations. */
-START_TEST(test_kill9_under_load)
+TU_TEST(kill9_under_load, 240)
 {
     for (int round = 0; round < 3; round++) {
         char *log = tu_fmt("%s/load-%d.log", dir, round);
@@ -615,13 +615,13 @@ static void signal_while_waiting(int sig, int expect)
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "sigwait", "true"), 0);
 }
 
-START_TEST(test_sigterm_while_waiting)
+TU_TEST(sigterm_waiting, 120)
 {
     signal_while_waiting(SIGTERM, 143);
 }
 END_TEST
 
-START_TEST(test_sigint_while_waiting)
+TU_TEST(sigint_waiting, 120)
 {
     signal_while_waiting(SIGINT, 130);
 }
@@ -654,7 +654,7 @@ static int term_counter_main(const char *path)
 
 /* A signal sent to dlock reaches each process of the job once: COMMAND's
  * group gets it, and the walk below the guardian skips that group. */
-START_TEST(test_signal_once)
+TU_TEST(signal_once, 60)
 {
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -676,7 +676,7 @@ START_TEST(test_signal_once)
 }
 END_TEST
 
-START_TEST(test_signal_while_running)
+TU_TEST(signal_running, 120)
 {
     char *marker = tu_fmt("%s/running", dir);
     char *cmd = tu_fmt("trap 'exit 5' TERM; touch %s; while :; do sleep 0.05; done", marker);
@@ -693,7 +693,7 @@ START_TEST(test_signal_while_running)
 }
 END_TEST
 
-START_TEST(test_shared_run)
+TU_TEST(shared, 120)
 {
     pid_t h = start_holder("rw", "-s");
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-s", "-n", "rw", "true"), 0);
@@ -749,14 +749,14 @@ static void check_command_fds(const char *u, int lock_fds)
     free(before);
 }
 
-START_TEST(test_command_fds_file)
+TU_TEST(command_fds_file, 120)
 {
     check_command_fds(url, 1);
 }
 END_TEST
 
 #ifdef DLOCK_HAVE_REDIS
-START_TEST(test_command_fds_redis)
+TU_TEST(command_fds_redis, 120)
 {
     struct fx_redis r = {0};
     ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
@@ -773,7 +773,7 @@ END_TEST
  * server is still stopped, and dlock's release, sent after that and
  * answered once the server resumes, still finds the lock its own. With
  * the old behaviour COMMAND got SIGTERM only once the lease had ended. */
-START_TEST(test_lost_grace_redis)
+TU_TEST(lost_grace_redis, 120)
 {
     struct fx_redis r = {0};
     ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
@@ -826,7 +826,7 @@ END_TEST
 /* The release fails after COMMAND succeeded (COMMAND stops the server, so
  * the release times out): the job did run under the lock, so its status
  * stands and the failure is a line on stderr; --strict-release fails. */
-START_TEST(test_release_failure_keeps_status)
+TU_TEST(release_failure_redis, 120)
 {
     struct fx_redis r = {0};
     ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
@@ -855,7 +855,7 @@ END_TEST
  * wait is bounded: a deadlock fails a worker instead of hanging), and the
  * marker file, created exclusively inside the section and removed before
  * leaving it, proves no two sections overlapped. */
-START_TEST(test_multi_no_deadlock)
+TU_TEST(multi_no_deadlock, 240)
 {
     char *marker = tu_fmt("%s/inside", dir);
     char *section = tu_fmt("set -C; : > %s || { echo overlap >&2; exit 99; }; "
@@ -885,7 +885,7 @@ END_TEST
 /* run -m when a member is held elsewhere: -n and -w exit with the
  * conflict code (-E) and keep nothing (the free member is free after);
  * once free, COMMAND sees every token, numbered in the order given. */
-START_TEST(test_multi_busy_and_env)
+TU_TEST(multi_busy_env, 120)
 {
     pid_t h = start_holder("mb", "");
     char *err;
@@ -932,7 +932,7 @@ END_TEST
 /* run -m on redis: one member deleted behind dlock's back (release
  * --force) is a lost member: --on-lost stops the job (SIGTERM first),
  * stderr names that member, and the exit status is 75. */
-START_TEST(test_multi_lost_member_redis)
+TU_TEST(multi_lost_member_redis, 120)
 {
     struct fx_redis r = {0};
     ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
@@ -965,7 +965,7 @@ END_TEST
 
 /* A negative wait other than forever (-1) is a mistake, not "forever":
  * DLOCK_EINVAL from the API, a usage error from the command. */
-START_TEST(test_negative_wait)
+TU_TEST(negative_wait, 60)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, "negwait");
@@ -1020,7 +1020,7 @@ static void assert_subset(const char *sub, const char *set, const char *sub_name
     free(copy);
 }
 
-START_TEST(test_help_matches_man)
+TU_TEST(help_man, 120)
 {
     char *help;
     ck_assert_int_eq(DLOCK(&help, NULL, "--help"), 0);
@@ -1055,35 +1055,5 @@ int main(void)
 {
     if (getenv(TERM_COUNTER_ENV))
         return term_counter_main(getenv(TERM_COUNTER_ENV));
-    const struct tu_test tests[] = {
-        {"conflict_codes", test_conflict_codes, 120},
-        {"flock_spellings", test_flock_spellings, 120},
-        {"status_exit", test_status_exit, 60},
-        {"path_form_flock", test_path_form_flock, 120},
-        {"shared_dir_two_users", test_shared_dir_two_users, 120},
-        {"hold_coproc", test_hold_coproc, 60},
-        {"command_status", test_command_status, 120},
-        {"usage_config", test_usage_and_config_codes, 120},
-        {"env_tokens", test_environment_and_tokens, 120},
-        {"counter_8x200", test_counter_8x200, 120},
-        {"kill9", test_kill9_holder_frees, 120},
-        {"kill9_under_load", test_kill9_under_load, 240},
-        {"sigterm_waiting", test_sigterm_while_waiting, 120},
-        {"sigint_waiting", test_sigint_while_waiting, 120},
-        {"signal_running", test_signal_while_running, 120},
-        {"signal_once", test_signal_once, 60},
-        {"shared", test_shared_run, 120},
-        {"help_man", test_help_matches_man, 120},
-        {"command_fds_file", test_command_fds_file, 120},
-        {"negative_wait", test_negative_wait, 60},
-        {"multi_no_deadlock", test_multi_no_deadlock, 240},
-        {"multi_busy_env", test_multi_busy_and_env, 120},
-#ifdef DLOCK_HAVE_REDIS
-        {"command_fds_redis", test_command_fds_redis, 120},
-        {"lost_grace_redis", test_lost_grace_redis, 120},
-        {"release_failure_redis", test_release_failure_keeps_status, 120},
-        {"multi_lost_member_redis", test_multi_lost_member_redis, 120},
-#endif
-    };
-    return tu_main("cli", tests, TU_COUNT(tests), setup, teardown);
+    return tu_main("cli", setup, teardown);
 }

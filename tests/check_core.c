@@ -65,7 +65,7 @@ static void waitset_of(struct dlock__waitset *ws, struct dlock__wait *w, int n)
     }
 }
 
-START_TEST(test_waitset_order_and_passing_on)
+TU_TEST(waitset, 60)
 {
     struct dlock__waitset ws;
     struct dlock__wait w[4];
@@ -101,7 +101,7 @@ END_TEST
 /* A keyed wake (ZooKeeper: the deletion of one node) wakes only the
  * waiters whose key is that one, whatever their place in the set; a
  * waiter whose key was cleared or changed is not woken by the old key. */
-START_TEST(test_waitset_keyed_wake)
+TU_TEST(waitset_keyed, 60)
 {
     struct dlock__waitset ws;
     struct dlock__wait w[3];
@@ -156,7 +156,7 @@ static void piece_free(void *arg)
     atomic_fetch_add(&p->freed, 1);
 }
 
-START_TEST(test_cleanup_keeper_retries_until_done)
+TU_TEST(cleanup_keeper, 60)
 {
     dlock_client *c = tu_open(url);
     struct piece p = {.fail_first = 2};
@@ -179,7 +179,7 @@ START_TEST(test_cleanup_keeper_retries_until_done)
 }
 END_TEST
 
-START_TEST(test_cleanup_close_tries_once_more_then_frees)
+TU_TEST(cleanup_close, 60)
 {
     char *u = tu_fmt("%s?timeout=60s", url);
     dlock_client *c = tu_open(u);
@@ -204,7 +204,7 @@ END_TEST
 
 /* ------------------------------------------------------ client lifetime */
 
-START_TEST(test_handles_outlive_their_closed_client)
+TU_TEST(free_after_close, 60)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *a = tu_lock(c, "outlive-a"), *b = tu_lock(c, "outlive-b");
@@ -251,7 +251,7 @@ static void report_from_thread(dlock_client *c, struct dlock__hold *h, const cha
     pthread_join(t, NULL);
 }
 
-START_TEST(test_backend_thread_reports_hold_lost)
+TU_TEST(hold_lost, 60)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, "reported"), *other = tu_lock(c, "bystander");
@@ -303,6 +303,9 @@ static void teardown_etcd(void)
     etcdf_stop(&F);
 }
 
+/* One etcd member for the case. */
+TU_CASE(etcd, setup_etcd, teardown_etcd, TU_AROUND_CASE)
+
 /* A client of the suite's etcd; fails the test if etcd did not start. */
 static dlock_client *open_etcd(void)
 {
@@ -333,7 +336,7 @@ static void *queuer_main(void *arg)
     return NULL;
 }
 
-START_TEST(test_local_queue_fifo_one_wake_per_release)
+TU_TEST_IN(etcd, local_fifo, 60)
 {
     dlock_client *c = open_etcd();
     dlock_lock *l = tu_lock(c, "core/fifo");
@@ -384,7 +387,7 @@ static void *leaver_main(void *arg)
     return NULL;
 }
 
-START_TEST(test_local_queue_leaver_passes_on)
+TU_TEST_IN(etcd, local_leaver, 60)
 {
     /* The first waiter is canceled as the name is released: whether it
      * saw the hand-over or not, the second waiter gets the name. */
@@ -430,7 +433,7 @@ static void *timed_waiter_main(void *arg)
     return NULL;
 }
 
-START_TEST(test_timeout_message_is_not_an_earlier_error)
+TU_TEST_IN(etcd, timeout_message, 60)
 {
     dlock_client *c = open_etcd();
     dlock_lock *l = tu_lock(c, "core/message");
@@ -453,6 +456,9 @@ END_TEST
 
 #ifdef DLOCK_HAVE_REDIS
 static struct fx_redis srv;
+
+/* Each test starts its own redis-server. */
+TU_CASE(redis, NULL, NULL, TU_AROUND_EACH)
 
 /* A client of a fresh redis-server with LEASE; *OP gets a second client
  * (the operator that force-releases). */
@@ -483,7 +489,7 @@ static void free_the_other(dlock_lock *l, const char *why, void *arg)
     atomic_fetch_add(&b->done, 1);
 }
 
-START_TEST(test_lost_callback_frees_other_handle_of_batch)
+TU_TEST_IN(redis, lost_frees_other, 60)
 {
     dlock_client *op, *c = open_redis("1500ms", &op);
     struct batch b = {.freed = -1};
@@ -534,7 +540,7 @@ static int64_t valid_until(dlock_lock *l)
     return dlock__now_ms() + v;
 }
 
-START_TEST(test_blocked_lost_callback_does_not_stop_renewals)
+TU_TEST_IN(redis, lost_blocks, 60)
 {
     dlock_client *op, *c = open_redis("1500ms", &op);
     dlock_lock *lost = tu_lock(c, "blocked"), *kept = tu_lock(c, "renewed");
@@ -569,7 +575,7 @@ static void free_myself(dlock_lock *l, const char *why, void *arg)
     atomic_store((atomic_int *)arg, 1);
 }
 
-START_TEST(test_lost_callback_frees_its_own_handle)
+TU_TEST_IN(redis, lost_frees_self, 60)
 {
     dlock_client *op, *c = open_redis("1500ms", &op);
     dlock_lock *l = tu_lock(c, "self-free");
@@ -626,7 +632,7 @@ static bool thread_sleeps(int tid)
     return sleeping;
 }
 
-START_TEST(test_free_waits_for_running_callback)
+TU_TEST_IN(redis, free_waits_callback, 60)
 {
     dlock_client *op, *c = open_redis("1500ms", &op);
     dlock_lock *l = tu_lock(c, "slow-cb");
@@ -685,7 +691,7 @@ static void *take_turns(void *arg)
     return NULL;
 }
 
-START_TEST(test_handle_owned_release_races_acquire)
+TU_TEST_IN(redis, handle_owned_turns, 120)
 {
     dlock_client *op = NULL;
     /* the simple layout deletes the key on release: the worst case */
@@ -718,7 +724,7 @@ static void close_my_client(dlock_lock *l, const char *why, void *arg)
     atomic_store(&x->done, 1);
 }
 
-START_TEST(test_lost_callback_closes_its_client)
+TU_TEST_IN(redis, lost_closes, 60)
 {
     dlock_client *op, *c = open_redis("1500ms", &op);
     dlock_lock *l = tu_lock(c, "closer"), *other = tu_lock(c, "closer-other");
@@ -742,36 +748,5 @@ END_TEST
 
 int main(void)
 {
-    const struct tu_test core[] = {
-        {"waitset", test_waitset_order_and_passing_on, 60},
-        {"waitset_keyed", test_waitset_keyed_wake, 60},
-        {"cleanup_keeper", test_cleanup_keeper_retries_until_done, 60},
-        {"cleanup_close", test_cleanup_close_tries_once_more_then_frees, 60},
-        {"free_after_close", test_handles_outlive_their_closed_client, 60},
-        {"hold_lost", test_backend_thread_reports_hold_lost, 60},
-    };
-    Suite *s = suite_create("core");
-    tu_add_case(s, "core", core, TU_COUNT(core), setup, teardown, true);
-#ifdef DLOCK_HAVE_REDIS
-    /* Each starts its own redis-server. */
-    const struct tu_test redis[] = {
-        {"lost_frees_other", test_lost_callback_frees_other_handle_of_batch, 60},
-        {"lost_blocks", test_blocked_lost_callback_does_not_stop_renewals, 60},
-        {"lost_closes", test_lost_callback_closes_its_client, 60},
-        {"lost_frees_self", test_lost_callback_frees_its_own_handle, 60},
-        {"free_waits_callback", test_free_waits_for_running_callback, 60},
-        {"handle_owned_turns", test_handle_owned_release_races_acquire, 120},
-    };
-    tu_add_tests(s, "redis", redis, TU_COUNT(redis));
-#endif
-#ifdef DLOCK_HAVE_ETCD
-    /* One etcd member for the case. */
-    const struct tu_test etcd[] = {
-        {"local_fifo", test_local_queue_fifo_one_wake_per_release, 60},
-        {"local_leaver", test_local_queue_leaver_passes_on, 60},
-        {"timeout_message", test_timeout_message_is_not_an_earlier_error, 60},
-    };
-    tu_add_case(s, "etcd", etcd, TU_COUNT(etcd), setup_etcd, teardown_etcd, false);
-#endif
-    return tu_run_suite(s);
+    return tu_main("core", setup, teardown);
 }

@@ -126,7 +126,7 @@ static int campaigner_join(struct campaigner *k)
 
 /* Campaign, proclaim, resign, and what observers and a second campaigner
  * see of each. */
-START_TEST(campaign_proclaim_resign)
+TU_TEST(campaign_proclaim_resign, 30)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_election *ea = election(a, "lead"), *eb = election(b, "lead");
@@ -181,7 +181,7 @@ struct shared_count {
     atomic_int leaders, max, rounds;
 };
 
-START_TEST(one_leader_among_n)
+TU_TEST(one_leader_among_n, 120)
 {
     enum { PROCS = 4, ROUNDS = 5 };
     struct shared_count *sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE,
@@ -233,7 +233,7 @@ END_TEST
 /* kill -9 of the leader: a waiting campaigner leads (file: at once; else
  * when the dead leader's lease ends) with a greater token, and observers
  * see it. */
-START_TEST(kill9_leader)
+TU_TEST(kill9_leader, 60)
 {
     struct ct_holder h = ct_holder_open("lease=1500ms", "elect-kill9");
     h.pid = fork();
@@ -305,7 +305,7 @@ static void wait_seen(struct follower *f, int n)
     ck_assert_int_ge(atomic_load(&f->n), n);
 }
 
-START_TEST(observe_follows)
+TU_TEST(observe_follows, 60)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL), *o = ct_open_test(NULL);
     dlock_election *ea = election(a, "obs"), *eb = election(b, "obs");
@@ -336,7 +336,7 @@ END_TEST
 
 /* Campaigns and observations end at their bound and at a cancel, and a
  * canceled campaign leaves nothing behind. */
-START_TEST(cancel_and_bounds)
+TU_TEST(cancel_and_bounds, 60)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_election *ea = election(a, "c"), *eb = election(b, "c");
@@ -393,7 +393,7 @@ static void on_lost(dlock_election *e, const char *why, void *arg)
         atomic_fetch_add(&s->fired, 1);
 }
 
-START_TEST(lost_callback)
+TU_TEST(lost_callback, 60)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_election *e = election(a, "lost");
@@ -457,7 +457,7 @@ static bool log_has(const char *path, const char *text)
     return false;
 }
 
-START_TEST(etcdctl_interop)
+TU_TEST(etcdctl_interop, 90)
 {
     char *ep = etcd_endpoint(), *name = tu_fmt("%sboth", ct_prefix);
     char *dir = tu_tmpdir("elect-etcdctl");
@@ -511,7 +511,7 @@ END_TEST
  * with DLOCK_TOKEN; a second `dlock elect -n` is busy (1); `dlock leader`
  * prints the leader (0) and, with --watch --json, follows it to "no
  * leader" once the command ends, and ends at SIGTERM with 0. */
-START_TEST(cli_elect)
+TU_TEST(cli_elect, 90)
 {
     char *url = ct_test_url(NULL), *dir = tu_tmpdir("elect-cli");
     char *tok = tu_fmt("%s/tok", dir), *go = tu_fmt("%s/go", dir);
@@ -556,7 +556,7 @@ START_TEST(cli_elect)
 }
 END_TEST
 
-START_TEST(not_supported)
+TU_TEST(not_supported, 30)
 {
     dlock_client *c = ct_open_test(NULL);
     dlock_election *e = (dlock_election *)1;
@@ -570,28 +570,18 @@ START_TEST(not_supported)
 }
 END_TEST
 
+/* The election tests run on a backend that has elections (etcdctl_interop
+ * on etcd alone), not_supported on the others. */
+static bool runs_on(const struct ct_fixture *f, const char *test)
+{
+    if (strcmp(test, "not_supported") == 0)
+        return !has_elections(f);
+    if (strcmp(test, "etcdctl_interop") == 0)
+        return strcmp(f->name, "etcd") == 0;
+    return has_elections(f);
+}
+
 int main(void)
 {
-    const struct tu_test tests[] = {
-        {"campaign_proclaim_resign", campaign_proclaim_resign, 30},
-        {"one_leader_among_n", one_leader_among_n, 120},
-        {"kill9_leader", kill9_leader, 60},
-        {"observe_follows", observe_follows, 60},
-        {"cancel_and_bounds", cancel_and_bounds, 60},
-        {"lost_callback", lost_callback, 60},
-        {"cli_elect", cli_elect, 90},
-        {"etcdctl_interop", etcdctl_interop, 90}, /* etcd only: the last one */
-    };
-    const struct tu_test unsupported[] = {
-        {"not_supported", not_supported, 30},
-    };
-    Suite *s = suite_create("election");
-    for (size_t i = 0; ct_fixtures[i]; i++) {
-        bool etcd = strcmp(ct_fixtures[i]->name, "etcd") == 0;
-        if (has_elections(ct_fixtures[i]))
-            ct_add_case(s, i, tests, TU_COUNT(tests) - (etcd ? 0 : 1), "e");
-        else
-            ct_add_case(s, i, unsupported, TU_COUNT(unsupported), "e");
-    }
-    return tu_run_suite(s);
+    return ct_main("election", "e", runs_on);
 }

@@ -92,6 +92,14 @@ static void teardown_members(void)
     etcdf_stop(&F);
 }
 
+/* Each case's members are started once around the case (a test that
+ * stops or restarts one is in a case of its own: restart, stall). */
+TU_CASE(single, setup_single, teardown_members, TU_AROUND_CASE)
+TU_CASE(auth, setup_auth, teardown_members, TU_AROUND_CASE)
+TU_CASE(restart, setup_single, teardown_members, TU_AROUND_CASE)
+TU_CASE(stall, setup_single, teardown_members, TU_AROUND_CASE)
+TU_CASE(cluster, setup_cluster, teardown_members, TU_AROUND_CASE)
+
 /* Every test starts here: a test whose server could not start fails. */
 #define REQUIRE_SERVERS() ck_assert_msg(F_ok, "etcd did not start: %s", F.error)
 
@@ -203,7 +211,7 @@ static pid_t etcdctl_lock(const char *name, const char *shell, const char *log)
 
 /* ============================================================ the recipe */
 
-START_TEST(test_acquire_release_token)
+TU_TEST_IN(single, acquire_release_token, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -252,7 +260,7 @@ END_TEST
 
 /* Waiters queue first come first served; inspect shows holder, token,
  * TTL and waiters in order; a release wakes the next one at once. */
-START_TEST(test_fifo_and_inspect)
+TU_TEST_IN(single, fifo_and_inspect, 90)
 {
     REQUIRE_SERVERS();
     struct tu_solo a = solo_open(NULL, "fifo"), b = solo_open(NULL, "fifo"),
@@ -303,7 +311,7 @@ END_TEST
 
 /* Processes: a counter in a file, guarded by the lock, and a check that
  * each new holder's token is greater than every one before. */
-START_TEST(test_processes_counter_and_tokens)
+TU_TEST_IN(single, processes_counter_and_tokens, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, "lease=5s");
@@ -361,7 +369,7 @@ END_TEST
 
 /* etcdctl holds; dlock is refused, then waits and gets it after etcdctl
  * lets go, with a token above etcdctl's key's create revision. */
-START_TEST(test_etcdctl_holds_dlock_waits)
+TU_TEST_IN(single, etcdctl_holds_dlock_waits, 90)
 {
     REQUIRE_SERVERS();
     char *dir = tu_tmpdir("etcd-interop1");
@@ -400,7 +408,7 @@ END_TEST
 
 /* dlock holds; `etcdctl lock` waits until dlock releases, and the next
  * dlock waiter (who came after etcdctl) waits for etcdctl in turn. */
-START_TEST(test_dlock_holds_etcdctl_waits_in_order)
+TU_TEST_IN(single, dlock_holds_etcdctl_waits_in_order, 90)
 {
     REQUIRE_SERVERS();
     char *dir = tu_tmpdir("etcd-interop2");
@@ -490,7 +498,7 @@ static char *ctl_value(const char *key)
  * waits for the writer queued before it, a reader played by hand (a key
  * of that shape) shares with dlock's readers and keeps dlock's writer
  * out. */
-START_TEST(test_rw_layout_against_etcdctl)
+TU_TEST_IN(single, rw_layout_against_etcdctl, 90)
 {
     REQUIRE_SERVERS();
     struct gate g = gate_open("etcd-rw1");
@@ -566,7 +574,7 @@ END_TEST
 /* No writer starvation: while readers hold, a waiting writer keeps every
  * later reader out -- of other clients and of its own client -- and gets
  * the lock when the readers that came before it leave. */
-START_TEST(test_rw_writer_not_starved)
+TU_TEST_IN(single, rw_writer_not_starved, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -607,7 +615,7 @@ END_TEST
  * once: one of another client, woken by the put on the key it watches,
  * and another thread of the same client, queued locally behind the
  * writer. */
-START_TEST(test_rw_downgrade_wakes_readers)
+TU_TEST_IN(single, rw_downgrade_wakes_readers, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -647,7 +655,7 @@ START_TEST(test_rw_downgrade_wakes_readers)
 END_TEST
 
 /* `dlock run -s`: two shared runs at once, an exclusive one kept out. */
-START_TEST(test_rw_cli_run_shared)
+TU_TEST_IN(single, rw_cli_run_shared, 90)
 {
     REQUIRE_SERVERS();
     struct gate g = gate_open("etcd-rw3");
@@ -676,7 +684,7 @@ END_TEST
 
 /* ======================================================== names, list */
 
-START_TEST(test_prefix_list_and_names)
+TU_TEST_IN(single, prefix_list_and_names, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, "/app", NULL);
@@ -720,7 +728,7 @@ END_TEST
 /* Names are bytes: dots, slashes, newlines, 0xff bytes (the edge of a
  * prefix range) and 1024 bytes all map to keys under the prefix and work;
  * nothing lands outside it. */
-START_TEST(test_hostile_names)
+TU_TEST_IN(single, hostile_names, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, "/hostile", NULL);
@@ -769,7 +777,7 @@ static struct tu_lost hold_lost;
 /* Lock names do not alias each other: the contenders of NAME are only the
  * keys NAME/<hex> with a lease, so lock 'job' is free while 'job/sub' is
  * held, and status, force-release and list of 'job' leave 'job/sub' alone. */
-START_TEST(test_nested_names_do_not_alias)
+TU_TEST_IN(single, nested_names_do_not_alias, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -803,7 +811,7 @@ END_TEST
  * locks' keys are apart: lock 'jobs', lock 'jobs/sem' (whose keys are
  * under jobs/sem/ too) and semaphores 'jobs' and 'jobs/sem' are all taken
  * at once; each status shows only its own holder; list shows the locks. */
-START_TEST(test_semaphore_keys_apart_from_locks)
+TU_TEST_IN(single, semaphore_keys_apart_from_locks, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -851,7 +859,7 @@ END_TEST
  * them, the newest too (a waiter watching only the key N places before it
  * would sleep until its next keepalive: with a 300 s lease, past the
  * test's limit). */
-START_TEST(test_semaphore_waiter_woken_by_any_holder)
+TU_TEST_IN(single, semaphore_waiter_woken_by_any_holder, 60)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, "lease=300s");
@@ -889,7 +897,7 @@ END_TEST
 /* An application key beside a lock name is not a contender: 'app1/db' (no
  * lease) and 'app1/beef' (hex-shaped, no lease) are neither shown by
  * `status app1` nor deleted by `release --force app1`, and app1 is free. */
-START_TEST(test_application_keys_are_not_contenders)
+TU_TEST_IN(single, application_keys_are_not_contenders, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -931,7 +939,7 @@ END_TEST
 
 /* More non-contender keys than one page of the queue (16) before the
  * contenders: acquire, the wait, status and force-release page past them. */
-START_TEST(test_queue_pages_past_other_keys)
+TU_TEST_IN(single, queue_pages_past_other_keys, 90)
 {
     REQUIRE_SERVERS();
     for (int i = 0; i < 40; i++) {
@@ -968,7 +976,7 @@ END_TEST
  * their keys wait on the client's short waiters' lease, so the next
  * acquire after the holder's release gets the lock while the killed
  * waiters' session leases (60 s) still live. */
-START_TEST(test_killed_waiters_do_not_stall_the_queue)
+TU_TEST_IN(single, killed_waiters_do_not_stall_the_queue, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, "lease=60s");
@@ -1039,7 +1047,7 @@ static int inherited_sockets(int *other)
  * socket (unary calls, watch streams, pooled connections) is opened
  * close-on-exec, and so are libcurl's own wakeup socketpairs, so a COMMAND
  * cannot talk to etcd over the client's authenticated connections. */
-START_TEST(test_no_descriptor_leaks_into_children)
+TU_TEST_IN(single, no_descriptor_leaks_into_children, 90)
 {
     REQUIRE_SERVERS();
     int other_before = 0, other_waiting = 0, other_holding = 0;
@@ -1069,7 +1077,7 @@ END_TEST
 
 /* A process out of descriptors is told so: DLOCK_EIO, "too many open
  * files" -- not "cannot reach any endpoint". */
-START_TEST(test_out_of_descriptors_says_so)
+TU_TEST_IN(single, out_of_descriptors_says_so, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -1092,7 +1100,7 @@ END_TEST
 
 /* A reply larger than max_reply is refused as what it is: DLOCK_EPROTO,
  * "reply larger than N bytes" (not a connection failure). */
-START_TEST(test_oversized_reply_says_so)
+TU_TEST_IN(single, oversized_reply_says_so, 90)
 {
     REQUIRE_SERVERS();
     char big[8001];
@@ -1126,7 +1134,7 @@ END_TEST
 /* Revoking the client's lease (etcdctl lease revoke) loses every hold of
  * the client, each callback fires once, and the next acquire runs on a
  * fresh lease. */
-START_TEST(test_lease_revoked_loses_every_hold)
+TU_TEST_IN(single, lease_revoked_loses_every_hold, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, "lease=2s");
@@ -1173,7 +1181,7 @@ END_TEST
 
 /* A waiter keeps its own lease alive: waiting three times longer than
  * its lease, it keeps its place in the queue ahead of a later waiter. */
-START_TEST(test_waiter_keeps_its_place)
+TU_TEST_IN(single, waiter_keeps_its_place, 90)
 {
     REQUIRE_SERVERS();
     struct tu_solo a = solo_open(NULL, "place"), b = solo_open("lease=2s", "place"),
@@ -1272,13 +1280,13 @@ static void paused_waiter_case(const char *name, dlock_mode mode)
     free(pfx);
 }
 
-START_TEST(test_paused_waiter_requeues)
+TU_TEST_IN(single, paused_waiter_requeues, 90)
 {
     paused_waiter_case("requeue", DLOCK_EXCLUSIVE);
 }
 END_TEST
 
-START_TEST(test_rw_paused_reader_waiter_requeues)
+TU_TEST_IN(single, rw_paused_reader_waiter_requeues, 90)
 {
     paused_waiter_case("rwrequeue", DLOCK_SHARED);
 }
@@ -1287,7 +1295,7 @@ END_TEST
 /* A reader stopped (SIGSTOP) past its lease while it holds: the writer
  * waiting behind it gets the lock once etcd expires the reader's lease,
  * with a greater token; the reader, resumed, is told its hold was lost. */
-START_TEST(test_rw_paused_reader_loses_hold)
+TU_TEST_IN(single, rw_paused_reader_loses_hold, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
@@ -1328,7 +1336,7 @@ END_TEST
 /* Readers alone make a name listed; every holder of a shared lock goes
  * with a force-release (each is told at its next renewal); a writer gets
  * the lock at once. */
-START_TEST(test_rw_force_release_ends_every_reader)
+TU_TEST_IN(single, rw_force_release_ends_every_reader, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -1358,7 +1366,7 @@ END_TEST
 
 /* ================================================================ errors */
 
-START_TEST(test_unreachable)
+TU_TEST_IN(single, unreachable, 90)
 {
     REQUIRE_SERVERS();
     int dead = tu_free_port();
@@ -1392,7 +1400,7 @@ START_TEST(test_unreachable)
 }
 END_TEST
 
-START_TEST(test_bad_urls)
+TU_TEST_IN(single, bad_urls, 90)
 {
     REQUIRE_SERVERS();
     char *base = etcdf_url(&F, NULL, NULL);
@@ -1420,7 +1428,7 @@ END_TEST
 
 /* ==================================================================== CLI */
 
-START_TEST(test_cli_run_status_and_lost)
+TU_TEST_IN(single, cli_run_status_and_lost, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -1465,7 +1473,7 @@ END_TEST
 
 /* The issue's "done when", as a new user would try it: `dlock run` and
  * `etcdctl lock` on the same name exclude each other, both ways. */
-START_TEST(test_cli_run_against_etcdctl_lock)
+TU_TEST_IN(single, cli_run_against_etcdctl_lock, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, NULL);
@@ -1510,7 +1518,7 @@ END_TEST
 
 /* ================================================================== auth */
 
-START_TEST(test_auth)
+TU_TEST_IN(auth, auth, 90)
 {
     REQUIRE_SERVERS();
     /* no credentials, wrong password: DLOCK_EAUTH */
@@ -1586,11 +1594,12 @@ static void setup_tls(void)
     if (!F_ok)
         fprintf(stderr, "fixture: %s\n", F.error);
 }
+TU_CASE(tls, setup_tls, teardown_members, TU_AROUND_CASE)
 
 /* etcd+https:// with a CA and a client certificate; without the CA the
  * server's certificate is refused, without a client certificate the
  * server refuses us: both say so. */
-START_TEST(test_tls)
+TU_TEST_IN(tls, tls, 90)
 {
     REQUIRE_SERVERS();
     char *q = tu_fmt("tls_ca=%s/ca.pem&tls_cert=%s/client.pem&tls_key=%s/client-key.pem",
@@ -1643,7 +1652,7 @@ static struct tu_solo solo_holding(const char *opts, const char *name)
 
 /* The member restarts while a lock is held: etcd keeps the lease, the
  * keeper renews it once the member is back, the hold is never lost. */
-START_TEST(test_server_restart_keeps_hold)
+TU_TEST_IN(restart, server_restart_keeps_hold, 120)
 {
     revive_all();
     const char *opts = "lease=15s&timeout=1s&connect_timeout=1s";
@@ -1667,7 +1676,7 @@ END_TEST
 /* The only member is gone for longer than the lease: the hold is
  * reported lost (never silently kept), and an acquire fails quickly with
  * a connection error instead of a false "acquired". */
-START_TEST(test_server_down_hold_lost)
+TU_TEST_IN(restart, server_down_hold_lost, 120)
 {
     revive_all();
     struct tu_solo a = solo_holding("lease=2s&timeout=500ms&connect_timeout=500ms", "down");
@@ -1702,7 +1711,7 @@ static uint64_t store_count(const char *store, uint64_t above, int timeout_ms)
     return count;
 }
 
-START_TEST(test_cluster_basic_and_member_down)
+TU_TEST_IN(cluster, cluster_basic_and_member_down, 240)
 {
     revive_all();
     char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
@@ -1728,7 +1737,7 @@ END_TEST
  * go to is killed: it waits on through the other members (its key stays
  * queued, it never gets in beside the writer) and gets the lock when the
  * writer releases. */
-START_TEST(test_rw_reader_waits_through_member_kill)
+TU_TEST_IN(cluster, rw_reader_waits_through_member_kill, 240)
 {
     revive_all();
     char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
@@ -1755,7 +1764,7 @@ END_TEST
 /* Workers take turns on one lock with a fenced store; the leader is
  * killed meanwhile. Holds survive through another member or are reported
  * lost -- never two holders (no stale write). */
-START_TEST(test_leader_killed_never_two_holders)
+TU_TEST_IN(cluster, leader_killed_never_two_holders, 240)
 {
     revive_all();
     char *url = etcdf_url(&F, NULL, "lease=3s&timeout=1500ms&connect_timeout=1s");
@@ -1811,7 +1820,7 @@ static void quorum_back(dlock_lock *l)
 
 /* Two of three members gone: no quorum. An acquire says so
  * (DLOCK_EUNAVAIL) within its time limits -- never a false "acquired". */
-START_TEST(test_no_quorum_unavailable)
+TU_TEST_IN(cluster, no_quorum_unavailable, 240)
 {
     revive_all();
     struct tu_solo s = solo_open("timeout=1s&connect_timeout=500ms", "quorum");
@@ -1828,7 +1837,7 @@ END_TEST
  * ({"error": {"message": "etcdserver: no leader", ...}}). That is
  * DLOCK_EUNAVAIL after trying every member, as for any other request,
  * not "not an etcd gateway" (DLOCK_EPROTO) from the first one. */
-START_TEST(test_no_quorum_keepalive_unavailable)
+TU_TEST_IN(cluster, no_quorum_keepalive_unavailable, 240)
 {
     revive_all();
     /* A timeout long enough for the member's own answer. */
@@ -1901,7 +1910,7 @@ static bool wait_request_at(int i)
 /* A renewal stuck on a stalled member must not keep the keeper from
  * declaring the hold lost at its validity deadline: the renewal's
  * requests end by that deadline, not after `timeout`. */
-START_TEST(test_stalled_member_hold_lost_in_time)
+TU_TEST_IN(stall, stalled_member_hold_lost_in_time, 120)
 {
     revive_all();
     struct tu_solo a = solo_holding("lease=2s&timeout=60s&connect_timeout=1s", "stall-held");
@@ -1992,7 +2001,7 @@ static void stall_queue_close(struct stall_queue *q)
 /* A bounded wait ends at its deadline even when the member stalls: the
  * delete of its key is not tried past it but owed (the keeper does it),
  * and done later, by close at the latest. */
-START_TEST(test_stalled_member_wait_times_out)
+TU_TEST_IN(stall, stalled_member_wait_times_out, 120)
 {
     revive_all();
     struct stall_queue q;
@@ -2020,7 +2029,7 @@ END_TEST
  * that the stalled member could not take are owed to the cleanup queue
  * and done (by close at the latest), so the readers leave nothing behind
  * to hold up the writers after them. */
-START_TEST(test_rw_stalled_reader_wait_ends)
+TU_TEST_IN(stall, rw_stalled_reader_wait_ends, 120)
 {
     revive_all();
     struct tu_solo a = solo_open(NULL, "stall-rw");
@@ -2048,7 +2057,7 @@ END_TEST
 
 /* dlock_lock_cancel() ends a wait whose keepalive is stuck on a stalled
  * member, at once rather than after `timeout`. */
-START_TEST(test_stalled_member_cancel)
+TU_TEST_IN(stall, stalled_member_cancel, 120)
 {
     revive_all();
     struct stall_queue q;
@@ -2063,7 +2072,7 @@ END_TEST
 
 /* A cancel also ends an acquire whose very first requests (lease grant,
  * put) are stuck on a stalled member, and leaves nothing held. */
-START_TEST(test_stalled_member_cancel_first_request)
+TU_TEST_IN(stall, stalled_member_cancel_first_request, 120)
 {
     revive_all();
     /* no lease yet: the acquire grants one */
@@ -2119,7 +2128,7 @@ static void grant_race_close(struct grant_race *g, int rc2)
 /* Two threads of one client acquire two names while the session lease's
  * first grant is stuck on a stalled member: the second waits for the
  * first one's grant, and a cancel ends that wait too. */
-START_TEST(test_stalled_member_cancel_waiting_for_grant)
+TU_TEST_IN(stall, stalled_member_cancel_waiting_for_grant, 120)
 {
     revive_all();
     struct grant_race g = grant_race_open("stall-g1", "stall-g2");
@@ -2142,7 +2151,7 @@ END_TEST
  * delete: the keeper does it once the member answers again, while the
  * client stays open and holds nothing -- the key does not wait for the
  * 60 s lease it hangs on. */
-START_TEST(test_stalled_release_delete_done_by_keeper)
+TU_TEST_IN(stall, stalled_release_delete_done_by_keeper, 120)
 {
     revive_all();
     struct tu_solo a = solo_open("lease=60s&timeout=1s&connect_timeout=1s", "stall-rel");
@@ -2163,7 +2172,7 @@ END_TEST
  * -- before the grant it would have waited for ends. (Should the second
  * thread come first to the grant, its own grant is cut at 100 ms: the same
  * outcome; before the fix both orders waited for the 60 s timeout.) */
-START_TEST(test_stalled_member_bounded_wait_behind_grant)
+TU_TEST_IN(stall, stalled_member_bounded_wait_behind_grant, 120)
 {
     revive_all();
     struct grant_race g = grant_race_open("stall-b1", "stall-b2");
@@ -2187,85 +2196,8 @@ END_TEST
 /* Each case's tests share its members (an unchecked fixture).
  * DLOCK_TEST=<text> runs the tests whose "case/name" contains it; a case
  * with none selected starts no member. */
-static void add_case(Suite *s, const char *name, void (*setup)(void), const struct tu_test *tests,
-                     size_t n)
-{
-    tu_add_case(s, name, tests, n, setup, teardown_members, false);
-}
-
-static Suite *etcd_suite(void)
-{
-    Suite *s = suite_create("etcd");
-    const struct tu_test single_tests[] = {
-        {"acquire_release_token", test_acquire_release_token, 90},
-        {"fifo_and_inspect", test_fifo_and_inspect, 90},
-        {"processes_counter_and_tokens", test_processes_counter_and_tokens, 90},
-        {"etcdctl_holds_dlock_waits", test_etcdctl_holds_dlock_waits, 90},
-        {"dlock_holds_etcdctl_waits_in_order", test_dlock_holds_etcdctl_waits_in_order, 90},
-        {"prefix_list_and_names", test_prefix_list_and_names, 90},
-        {"nested_names_do_not_alias", test_nested_names_do_not_alias, 90},
-        {"application_keys_are_not_contenders", test_application_keys_are_not_contenders, 90},
-        {"semaphore_keys_apart_from_locks", test_semaphore_keys_apart_from_locks, 90},
-        {"semaphore_waiter_woken_by_any_holder", test_semaphore_waiter_woken_by_any_holder, 60},
-        {"queue_pages_past_other_keys", test_queue_pages_past_other_keys, 90},
-        {"killed_waiters_do_not_stall_the_queue", test_killed_waiters_do_not_stall_the_queue, 90},
-        {"no_descriptor_leaks_into_children", test_no_descriptor_leaks_into_children, 90},
-        {"out_of_descriptors_says_so", test_out_of_descriptors_says_so, 90},
-        {"oversized_reply_says_so", test_oversized_reply_says_so, 90},
-        {"hostile_names", test_hostile_names, 90},
-        {"lease_revoked_loses_every_hold", test_lease_revoked_loses_every_hold, 90},
-        {"waiter_keeps_its_place", test_waiter_keeps_its_place, 90},
-        {"paused_waiter_requeues", test_paused_waiter_requeues, 90},
-        {"rw_paused_reader_waiter_requeues", test_rw_paused_reader_waiter_requeues, 90},
-        {"unreachable", test_unreachable, 90},
-        {"bad_urls", test_bad_urls, 90},
-        {"cli_run_status_and_lost", test_cli_run_status_and_lost, 90},
-        {"cli_run_against_etcdctl_lock", test_cli_run_against_etcdctl_lock, 90},
-        {"rw_layout_against_etcdctl", test_rw_layout_against_etcdctl, 90},
-        {"rw_writer_not_starved", test_rw_writer_not_starved, 90},
-        {"rw_cli_run_shared", test_rw_cli_run_shared, 90},
-        {"rw_downgrade_wakes_readers", test_rw_downgrade_wakes_readers, 90},
-        {"rw_paused_reader_loses_hold", test_rw_paused_reader_loses_hold, 90},
-        {"rw_force_release_ends_every_reader", test_rw_force_release_ends_every_reader, 90},
-    };
-    add_case(s, "single", setup_single, single_tests, TU_COUNT(single_tests));
-    const struct tu_test auth_tests[] = {
-        {"auth", test_auth, 90},
-    };
-    add_case(s, "auth", setup_auth, auth_tests, TU_COUNT(auth_tests));
-    const struct tu_test tls_tests[] = {
-        {"tls", test_tls, 90},
-    };
-    add_case(s, "tls", setup_tls, tls_tests, TU_COUNT(tls_tests));
-    const struct tu_test restart_tests[] = {
-        {"server_restart_keeps_hold", test_server_restart_keeps_hold, 120},
-        {"server_down_hold_lost", test_server_down_hold_lost, 120},
-    };
-    add_case(s, "restart", setup_single, restart_tests, TU_COUNT(restart_tests));
-    const struct tu_test stall_tests[] = {
-        {"stalled_member_hold_lost_in_time", test_stalled_member_hold_lost_in_time, 120},
-        {"stalled_member_wait_times_out", test_stalled_member_wait_times_out, 120},
-        {"stalled_member_cancel", test_stalled_member_cancel, 120},
-        {"rw_stalled_reader_wait_ends", test_rw_stalled_reader_wait_ends, 120},
-        {"stalled_member_cancel_first_request", test_stalled_member_cancel_first_request, 120},
-        {"stalled_member_cancel_waiting_for_grant", test_stalled_member_cancel_waiting_for_grant, 120},
-        {"stalled_member_bounded_wait_behind_grant", test_stalled_member_bounded_wait_behind_grant, 120},
-        {"stalled_release_delete_done_by_keeper", test_stalled_release_delete_done_by_keeper, 120},
-    };
-    add_case(s, "stall", setup_single, stall_tests, TU_COUNT(stall_tests));
-    const struct tu_test cluster_tests[] = {
-        {"cluster_basic_and_member_down", test_cluster_basic_and_member_down, 240},
-        {"leader_killed_never_two_holders", test_leader_killed_never_two_holders, 240},
-        {"rw_reader_waits_through_member_kill", test_rw_reader_waits_through_member_kill, 240},
-        {"no_quorum_unavailable", test_no_quorum_unavailable, 240},
-        {"no_quorum_keepalive_unavailable", test_no_quorum_keepalive_unavailable, 240},
-    };
-    add_case(s, "cluster", setup_cluster, cluster_tests, TU_COUNT(cluster_tests));
-    return s;
-}
-
 int main(void)
 {
     srand((unsigned)getpid());
-    return tu_run_suite(etcd_suite());
+    return tu_main("etcd", NULL, NULL);
 }

@@ -37,7 +37,7 @@ static void teardown(void)
 
 /* ------------------------------------------------------------- errors */
 
-START_TEST(test_error_table)
+TU_TEST(errors, 60)
 {
     int codes[] = {
 #define CODE(name, code, text) DLOCK_##name,
@@ -71,7 +71,7 @@ static void expect_bad_url(const char *u, int code, const char *needle)
                   dlock_errmsg(), needle);
 }
 
-START_TEST(test_bad_urls)
+TU_TEST(urls, 60)
 {
     expect_bad_url("nosuch://x", DLOCK_EBADURL, "nosuch");
     expect_bad_url("just-a-word", DLOCK_EBADURL, "scheme");
@@ -91,7 +91,7 @@ START_TEST(test_bad_urls)
 }
 END_TEST
 
-START_TEST(test_url_redaction_and_options)
+TU_TEST(url_options, 60)
 {
     dlock_client *c;
     ck_assert_int_eq(dlock_client_new("file:///tmp?lease=10s&timeout=250ms", &c), DLOCK_OK);
@@ -111,7 +111,7 @@ START_TEST(test_url_redaction_and_options)
 }
 END_TEST
 
-START_TEST(test_default_directory)
+TU_TEST(default_dir, 60)
 {
     char *xdg = tu_fmt("%s/xdg", dir);
     mkdir(xdg, 0700);
@@ -157,7 +157,7 @@ static void write_proc(const char *path, const char *text)
  * /run/lock/dlock-<uid> when /run/lock is sticky and world-writable, else
  * /var/tmp/dlock-<uid>. Each case is made in a private mount namespace
  * with an empty tmpfs on /run. */
-START_TEST(test_default_directory_choice)
+TU_TEST(default_dir_choice, 60)
 {
     unsigned uid = (unsigned)getuid();
     gid_t gid = getgid();
@@ -236,7 +236,7 @@ START_TEST(test_default_directory_choice)
 }
 END_TEST
 
-START_TEST(test_unwritable_directory)
+TU_TEST(unwritable_dir, 60)
 {
     /* Root writes anywhere, so drop to nobody in this (forked) test. */
     chmod(dir, 0755);
@@ -257,7 +257,7 @@ END_TEST
 /* ----------------------------------------------------- basic contract */
 
 /* 8 processes x 200 increments of a counter file under the lock. */
-START_TEST(test_mutual_exclusion_processes)
+TU_TEST(exclusion_8x200, 60)
 {
     char *counter = tu_fmt("%s/counter", dir);
     tu_write_file(counter, "0\n");
@@ -325,7 +325,7 @@ static size_t count_entries(const char *path)
     return n;
 }
 
-START_TEST(test_hostile_names)
+TU_TEST(hostile_names, 60)
 {
     char *lockdir = tu_fmt("%s/locks", dir);
     mkdir(lockdir, 0700);
@@ -383,7 +383,7 @@ END_TEST
 /* The file names of existing lock files must never change (a renamed
  * file is a new lock with a new token counter): a few encodings pinned,
  * including the hashed form and where it cuts an escape. */
-START_TEST(test_pinned_file_names)
+TU_TEST(pinned_names, 60)
 {
     char a198[199], a199[200], a99s[230], a98s[230];
     memset(a198, 'a', 198);
@@ -469,7 +469,7 @@ START_TEST(test_pinned_file_names)
 }
 END_TEST
 
-START_TEST(test_foreign_file_left_intact)
+TU_TEST(foreign_file, 60)
 {
     char *path = tu_fmt("%s/config.lock", dir);
     tu_write_file(path, "this is somebody's data, not a lock\n");
@@ -493,7 +493,7 @@ START_TEST(test_foreign_file_left_intact)
 }
 END_TEST
 
-START_TEST(test_fifo_and_replaced_files)
+TU_TEST(fifo_replaced, 60)
 {
     /* A FIFO where a lock file would be: refused, never hangs, and never
      * disturbs another lock's descriptor. */
@@ -531,7 +531,7 @@ START_TEST(test_fifo_and_replaced_files)
 }
 END_TEST
 
-START_TEST(test_handle_lease_and_two_handles)
+TU_TEST(lease_two_handles, 60)
 {
     dlock_client *c = tu_open(url);
     dlock_lock *l1 = tu_lock_mode(c, "two", DLOCK_EXCLUSIVE, 0);
@@ -560,7 +560,7 @@ START_TEST(test_handle_lease_and_two_handles)
 }
 END_TEST
 
-START_TEST(test_no_password_in_messages)
+TU_TEST(no_password, 60)
 {
     dlock_client *c;
     const char *urls[] = {"redis://admin:s3cret@host:99999", "file://u:s3cret@x@localhost/tmp",
@@ -577,7 +577,7 @@ START_TEST(test_no_password_in_messages)
 }
 END_TEST
 
-START_TEST(test_waits_without_inotify)
+TU_TEST(no_inotify, 60)
 {
     /* A user out of inotify instances still waits and wakes (backoff
      * retries) instead of failing. The limit is per user: become one
@@ -636,7 +636,7 @@ static void lock_once(const char *u, const char *name)
 /* Whoever can open a lock file can lock it: lock files are 0600 whatever
  * the umask, 0660 with the directory's group in a group-shared directory,
  * and an old 0644 file of ours is narrowed. */
-START_TEST(test_lock_file_modes)
+TU_TEST(file_modes, 60)
 {
     umask(0);
     lock_once(url, "private");
@@ -692,7 +692,7 @@ static pid_t foreign_reader(const char *name, off_t byte, const char *marker)
  * it could read (made readable the way lock files were before): a shared
  * acquire is not hung by it -- a bounded one times out, a try-once one is
  * busy, an unbounded one is cancellable -- and inspect answers. */
-START_TEST(test_meta_byte_held_by_another_user)
+TU_TEST(meta_byte_foreign, 60)
 {
     chmod(dir, 0755);
     lock_once(url, "meta");
@@ -745,7 +745,7 @@ END_TEST
 
 /* In a directory others may write to (like /run/lock, 1777), a lock file
  * planted by another user is refused, not adopted; ours work. */
-START_TEST(test_planted_lock_file_refused)
+TU_TEST(planted_file, 60)
 {
     /* Only root can become another user to plant the file. */
     ck_assert_msg(getuid() == 0, "this test needs root (to plant a file as nobody)");
@@ -779,24 +779,5 @@ END_TEST
 
 int main(void)
 {
-    const struct tu_test tests[] = {
-        {"errors", test_error_table, 60},
-        {"urls", test_bad_urls, 60},
-        {"url_options", test_url_redaction_and_options, 60},
-        {"default_dir", test_default_directory, 60},
-        {"default_dir_choice", test_default_directory_choice, 60},
-        {"unwritable_dir", test_unwritable_directory, 60},
-        {"exclusion_8x200", test_mutual_exclusion_processes, 60},
-        {"hostile_names", test_hostile_names, 60},
-        {"pinned_names", test_pinned_file_names, 60},
-        {"foreign_file", test_foreign_file_left_intact, 60},
-        {"fifo_replaced", test_fifo_and_replaced_files, 60},
-        {"lease_two_handles", test_handle_lease_and_two_handles, 60},
-        {"no_password", test_no_password_in_messages, 60},
-        {"no_inotify", test_waits_without_inotify, 60},
-        {"file_modes", test_lock_file_modes, 60},
-        {"meta_byte_foreign", test_meta_byte_held_by_another_user, 60},
-        {"planted_file", test_planted_lock_file_refused, 60},
-    };
-    return tu_main("file", tests, TU_COUNT(tests), setup, teardown);
+    return tu_main("file", setup, teardown);
 }

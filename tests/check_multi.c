@@ -64,7 +64,7 @@ static void expect_none_held(dlock_client *c, const char *const *names, size_t n
 /* ====================================================== the contract */
 
 /* Canonical order, tokens, held, release, argument checks. */
-START_TEST(acquire_release_order)
+TU_TEST(acquire_release_order, 30)
 {
     dlock_client *c = ct_open_test(NULL), *d = ct_open_test(NULL);
     const char *names[] = {"mc", "ma", "mb"};
@@ -126,7 +126,7 @@ END_TEST
 /* One member held elsewhere: a try is DLOCK_EBUSY, a timed wait
  * DLOCK_ETIMEDOUT, and either way nothing of the set stays held -- the
  * member before it ("a") was taken and given back. */
-START_TEST(all_or_nothing)
+TU_TEST(all_or_nothing, 30)
 {
     dlock_client *c = ct_open_test(NULL), *d = ct_open_test(NULL);
     const char *names[] = {"a", "b", "c"};
@@ -172,7 +172,7 @@ static void *multi_waiter_main(void *arg)
 /* A cancel fired while the multi-lock holds "a" and waits for "b"
  * (held elsewhere): the acquire returns DLOCK_ECANCELED and "a" is
  * given back. */
-START_TEST(cancel_releases_taken)
+TU_TEST(cancel_releases_taken, 60)
 {
     dlock_client *c = ct_open_test(NULL), *d = ct_open_test(NULL);
     const char *names[] = {"b", "a"};
@@ -239,7 +239,7 @@ static pid_t fork_looper(const char *url, const char *first, const char *second,
     _exit(0);
 }
 
-START_TEST(opposite_orders_no_deadlock)
+TU_TEST(opposite_orders_no_deadlock, 120)
 {
     struct overlap *ov = mmap(NULL, sizeof *ov, PROT_READ | PROT_WRITE,
                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -259,7 +259,7 @@ END_TEST
 /* kill -9 of a process holding a multi-lock: every member comes back
  * (file: at once; otherwise when the lease ends) and a forever waiter
  * takes the set. */
-START_TEST(kill9_holder)
+TU_TEST(kill9_holder, 60)
 {
     struct ct_holder h = ct_holder_open("lease=1500ms", "multi-kill9");
     const char *names[] = {"k3", "k1", "k2"};
@@ -311,7 +311,7 @@ static void on_multi_lost(dlock_multi *m, dlock_lock *member, const char *why, v
     atomic_fetch_add(&ml->fired, 1);
 }
 
-START_TEST(member_lost)
+TU_TEST(member_lost, 60)
 {
     dlock_client *c = ct_open_test("lease=900ms"), *d = ct_open_test(NULL);
     const char *names[] = {"la", "lb", "lc"};
@@ -339,16 +339,5 @@ END_TEST
 
 int main(void)
 {
-    const struct tu_test tests[] = {
-        {"acquire_release_order", acquire_release_order, 30},
-        {"all_or_nothing", all_or_nothing, 30},
-        {"cancel_releases_taken", cancel_releases_taken, 60},
-        {"opposite_orders_no_deadlock", opposite_orders_no_deadlock, 120},
-        {"kill9_holder", kill9_holder, 60},
-        {"member_lost", member_lost, 60},
-    };
-    Suite *s = suite_create("multi");
-    for (size_t i = 0; ct_fixtures[i]; i++)
-        ct_add_case(s, i, tests, TU_COUNT(tests), "m");
-    return tu_run_suite(s);
+    return ct_main("multi", "m", NULL);
 }

@@ -226,7 +226,7 @@ static int listen_loopback(int *port)
 
 /* ------------------------------------------------------------- the basics */
 
-START_TEST(acquire_release_token_inspect)
+TU_TEST(acquire_release_token_inspect, 60)
 {
     start_server(NULL);
     dlock_client *c = tu_open(srv.url);
@@ -304,7 +304,7 @@ static void *waiter_main(void *p)
 
 /* Threads of one process are distinct owners ("<uuid>:<tid>"), and a
  * release wakes a waiting thread through the subscriber connection. */
-START_TEST(thread_waits_for_thread)
+TU_TEST(thread_waits_for_thread, 60)
 {
     struct tu_solo s = served_open("lease=60s", "t");
     TU_ACQUIRE_OK(s.l, DLOCK_TRY);
@@ -342,7 +342,7 @@ static void wait_numsub(redisContext *ctx, const char *chan, long long want)
     ck_assert_int_eq(numsub(ctx, chan), want);
 }
 
-START_TEST(cancel_a_wait)
+TU_TEST(cancel_a_wait, 60)
 {
     start_server(NULL);
     dlock_client *c = open_with("lease=60s");
@@ -399,7 +399,7 @@ static void *fight_main(void *p)
     return NULL;
 }
 
-START_TEST(threads_fight_over_one_name)
+TU_TEST(threads_fight_over_one_name, 60)
 {
     enum { T = 8, ROUNDS = 150 };
     start_server(NULL);
@@ -432,7 +432,7 @@ END_TEST
 
 /* Many threads of one client wait on one name: each release wakes one of
  * them, not the herd. Counted on the server: script calls per hand-off. */
-START_TEST(one_waiter_woken_per_release)
+TU_TEST(one_waiter_woken_per_release, 60)
 {
     enum { T = 8 };
     start_server(NULL);
@@ -526,7 +526,7 @@ static bool redisson_sem_acquire(redisContext *ctx, const char *name, const char
     return ok;
 }
 
-START_TEST(redisson_semaphore_on_the_wire)
+TU_TEST(redisson_semaphore_on_the_wire, 60)
 {
     start_server(NULL);
     redisContext *ctx = raw();
@@ -581,7 +581,7 @@ END_TEST
 
 /* Play a Redisson client on the wire: its hash field, PEXPIRE, and the "0"
  * message on full release; and see that it observes dlock the same way. */
-START_TEST(redisson_on_the_wire)
+TU_TEST(redisson_on_the_wire, 60)
 {
     start_server(NULL);
     redisContext *ctx = raw();
@@ -748,7 +748,7 @@ static void wait_then_release(redisContext *ctx, struct waiter_arg *a, pthread_t
 /* Redisson's RReadWriteLock and dlock on one name: readers of both share,
  * a writer of either excludes every reader and writer of the other, and
  * each one's release wakes the other's readers on "redisson_rwlock:{N}". */
-START_TEST(redisson_rwlock_on_the_wire)
+TU_TEST(redisson_rwlock_on_the_wire, 60)
 {
     start_server(NULL);
     redisContext *ctx = raw();
@@ -844,7 +844,7 @@ END_TEST
  * writer releases (within their 20 s waits, the writer's lease being
  * 60 s): the release must wake every reader waiting on the read-write
  * channel, not one per client. */
-START_TEST(readers_of_one_client_all_woken)
+TU_TEST(readers_of_one_client_all_woken, 60)
 {
     start_server(NULL);
     redisContext *ctx = raw();
@@ -889,7 +889,7 @@ static long long timeout_keys(redisContext *ctx, const char *name)
  * its lease (the live reader renews only its own, not every reader's as
  * Redisson's watchdog does), so when the live reader leaves, the lock is
  * free at once for a writer -- the dead reader's field does not hold it. */
-START_TEST(killed_reader_among_readers_expires)
+TU_TEST(killed_reader_among_readers_expires, 60)
 {
     start_server(NULL);
     char *dir = tu_tmpdir("redis-rw-kill"), *held = tu_fmt("%s/held", dir);
@@ -930,7 +930,7 @@ START_TEST(killed_reader_among_readers_expires)
 END_TEST
 
 /* Play a redis-py / redsync client (SET NX PX, compare-and-delete). */
-START_TEST(simple_layout_on_the_wire)
+TU_TEST(simple_layout_on_the_wire, 60)
 {
     start_server(NULL);
     redisContext *ctx = raw();
@@ -989,7 +989,7 @@ END_TEST
 
 /* --------------------------------------------------------------- faults */
 
-START_TEST(wrongtype_left_intact)
+TU_TEST(wrongtype_left_intact, 60)
 {
     start_server(NULL);
     redisContext *ctx = raw();
@@ -1031,7 +1031,7 @@ START_TEST(wrongtype_left_intact)
 }
 END_TEST
 
-START_TEST(auth_password_and_acl_user)
+TU_TEST(auth_password_and_acl_user, 60)
 {
     const char *extra[] = {"--requirepass", "s3cret", NULL};
     start_server(extra);
@@ -1080,7 +1080,7 @@ START_TEST(auth_password_and_acl_user)
 }
 END_TEST
 
-START_TEST(unreachable_and_silent_servers)
+TU_TEST(unreachable_and_silent_servers, 60)
 {
     int port = tu_free_port();
     char *url = tu_fmt("redis://127.0.0.1:%d?connect_timeout=500ms", port);
@@ -1102,7 +1102,7 @@ START_TEST(unreachable_and_silent_servers)
 }
 END_TEST
 
-START_TEST(server_killed_while_held)
+TU_TEST(server_killed_while_held, 60)
 {
     struct tu_lost lost = {0};
     struct tu_solo s = served_holding("lease=1500ms", "srv", &lost);
@@ -1133,7 +1133,7 @@ END_TEST
  * renewals get no reply, the hold is declared lost (the renewal's I/O is
  * cut to the hold's validity deadline), and after the server resumes the
  * release reports the loss and new acquisitions work. */
-START_TEST(server_paused_holds_lost)
+TU_TEST(server_paused_holds_lost, 60)
 {
     struct tu_lost lost = {0};
     struct tu_solo s = served_holding("lease=1500ms", "sp", &lost);
@@ -1155,7 +1155,7 @@ START_TEST(server_paused_holds_lost)
 }
 END_TEST
 
-START_TEST(script_flush_is_invisible)
+TU_TEST(script_flush_is_invisible, 60)
 {
     struct tu_solo s = served_open("lease=1500ms", "fl");
     redisContext *ctx = raw();
@@ -1171,7 +1171,7 @@ START_TEST(script_flush_is_invisible)
 }
 END_TEST
 
-START_TEST(out_of_memory_is_reported)
+TU_TEST(out_of_memory_is_reported, 60)
 {
     start_server(NULL);
     dlock_client *c = tu_open(srv.url);
@@ -1193,7 +1193,7 @@ END_TEST
 
 /* A renewal that finds the hold gone fires the callback once and the
  * release reports the loss; force_release wakes waiters. */
-START_TEST(force_release_and_lost)
+TU_TEST(force_release_and_lost, 60)
 {
     start_server(NULL);
     char *url = url_with("lease=1500ms");
@@ -1526,13 +1526,13 @@ static void lost_replies_through_proxy(const char *layout)
     stop_server();
 }
 
-START_TEST(lost_replies_redisson_layout)
+TU_TEST(lost_replies_redisson_layout, 60)
 {
     lost_replies_through_proxy("redisson");
 }
 END_TEST
 
-START_TEST(lost_replies_simple_layout)
+TU_TEST(lost_replies_simple_layout, 60)
 {
     lost_replies_through_proxy("simple");
 }
@@ -1565,13 +1565,13 @@ static void late_acquire_through_proxy(const char *layout)
     stop_server();
 }
 
-START_TEST(late_acquire_redisson_layout)
+TU_TEST(late_acquire_redisson_layout, 60)
 {
     late_acquire_through_proxy("redisson");
 }
 END_TEST
 
-START_TEST(late_acquire_simple_layout)
+TU_TEST(late_acquire_simple_layout, 60)
 {
     late_acquire_through_proxy("simple");
 }
@@ -1600,7 +1600,7 @@ static void *acquire_thread_main(void *p)
  * cleanup queue: the caller gets its DLOCK_ECONN at once, even when the
  * cancel itself is stalled (here held by the proxy), and the keeper sends
  * it -- before the late attempts arrive, which then do nothing. */
-START_TEST(lost_acquire_cancel_does_not_hold_the_caller)
+TU_TEST(lost_acquire_cancel_does_not_hold_the_caller, 60)
 {
     start_server(NULL);
     struct proxy px;
@@ -1633,7 +1633,7 @@ END_TEST
 /* An acquire that never got its request onto a connection (the dial
  * failed: here AUTH meets a closed connection) has nothing to undo: it
  * must not dial again to undo it. */
-START_TEST(no_undo_when_nothing_was_sent)
+TU_TEST(no_undo_when_nothing_was_sent, 60)
 {
     const char *extra[] = {"--requirepass", "pw", NULL};
     start_server(extra);
@@ -1836,7 +1836,7 @@ static int acquire_from_fake(struct fake_server *fs, enum fake_mode mode, const 
  * is cut at the cap with a message saying so, and the client's memory
  * stays far from the gigabyte (hiredis alone would buffer it all). The
  * generous timeout makes the cap, not the clock, end it. */
-START_TEST(huge_reply_is_capped)
+TU_TEST(huge_reply_is_capped, 60)
 {
     struct rusage before, after;
     getrusage(RUSAGE_SELF, &before);
@@ -1858,7 +1858,7 @@ END_TEST
 /* A server that trickles its reply one byte per 100 ms: each byte comes
  * well within the timeout, but the request as a whole does not, and that
  * is what the timeout bounds (hiredis alone would wait forever). */
-START_TEST(trickled_reply_times_out)
+TU_TEST(trickled_reply_times_out, 60)
 {
     struct fake_server fs;
     char msg[512];
@@ -1872,7 +1872,7 @@ END_TEST
 /* A server that closes the connection while a large command is being
  * written to it (an 8 MiB password): in a program with SIGPIPE's default
  * action, the dial fails with DLOCK_ECONN and the program lives. */
-START_TEST(server_closing_mid_write_survived)
+TU_TEST(server_closing_mid_write_survived, 60)
 {
     struct fake_server fs;
     fake_start(&fs, FAKE_CLOSE);
@@ -1906,7 +1906,7 @@ END_TEST
  * write fails with EPIPE, and the library must neither die of SIGPIPE nor
  * fail the request (it goes again on a fresh connection). In a forked
  * child, so the default action is really the one in force. */
-START_TEST(sigpipe_default_action_survives)
+TU_TEST(sigpipe_default_action_survives, 60)
 {
     start_server(NULL);
     pid_t pid = fork_default_sigpipe();
@@ -1942,7 +1942,7 @@ END_TEST
 /* A busy reply whose TTL is absurd (a server or proxy answering
  * :-9223372036854775808): the waiter's safety-net sleep is clamped, not
  * overflowed into a past time that would make it spin. */
-START_TEST(absurd_busy_reply_is_clamped)
+TU_TEST(absurd_busy_reply_is_clamped, 60)
 {
     struct tu_solo s = served_open("lease=60s", "spin");
     TU_ACQUIRE_OK(s.l, DLOCK_TRY);
@@ -1964,7 +1964,7 @@ END_TEST
  * persistence): an absent counter starts from the server's clock in
  * microseconds, so the next token is greater than every earlier one. A
  * Redisson-style INCR on the same counter goes on from there. */
-START_TEST(tokens_survive_a_data_losing_restart)
+TU_TEST(tokens_survive_a_data_losing_restart, 60)
 {
     struct tu_solo s = served_open(NULL, "fenced");
     TU_ACQUIRE_OK(s.l, DLOCK_TRY);
@@ -2041,13 +2041,13 @@ static void token_edges(const char *layout)
     stop_server();
 }
 
-START_TEST(token_edges_redisson_layout)
+TU_TEST(token_edges_redisson_layout, 60)
 {
     token_edges("redisson");
 }
 END_TEST
 
-START_TEST(token_edges_simple_layout)
+TU_TEST(token_edges_simple_layout, 60)
 {
     token_edges("simple");
 }
@@ -2057,7 +2057,7 @@ END_TEST
  * every hash field "<uuid>:<digits>" (redisson), a value
  * "<uuid>:<tid>:<token>" (simple). An application's hash or string is
  * left alone and its value never shown as a holder. */
-START_TEST(force_status_list_touch_only_locks)
+TU_TEST(force_status_list_touch_only_locks, 60)
 {
     start_server(NULL);
     redisContext *ctx = raw();
@@ -2104,7 +2104,7 @@ END_TEST
 
 /* Names that fall in dlock's own key space (another lock's token counter,
  * channel or cancellation record) are refused, naming the space. */
-START_TEST(own_key_space_names_refused)
+TU_TEST(own_key_space_names_refused, 60)
 {
     struct tu_solo s = served_open(NULL, "x");
     TU_ACQUIRE_OK(s.l, DLOCK_TRY);
@@ -2139,7 +2139,7 @@ END_TEST
  * DLOCK_ECONN rather than trying again past its timeout, and nothing is
  * double-counted: the owner's next acquire sends the cancel it owes
  * first and then holds the name once, with the token the counter shows. */
-START_TEST(timed_out_replies_fail_cleanly)
+TU_TEST(timed_out_replies_fail_cleanly, 60)
 {
     struct tu_solo s = served_open("timeout=500ms&lease=10s", "amb");
     redisContext *ctx = raw();
@@ -2183,7 +2183,7 @@ static long long connections_received(void)
  * without timing: the stopped server's kernel accepts a retry's connect,
  * so the server counts it once continued; here it counts only the
  * connection that asks. */
-START_TEST(stalled_server_costs_one_op_timeout)
+TU_TEST(stalled_server_costs_one_op_timeout, 60)
 {
     struct tu_solo s = served_open("timeout=1s&lease=60s", "stall");
     TU_ACQUIRE_OK(s.l, DLOCK_TRY); /* an idle pooled connection for the release */
@@ -2239,7 +2239,7 @@ static redisContext *server_busy(int ms)
  * woken), so the hold is shared now, whatever the retry finds; reporting
  * it lost, or keeping it exclusive, would leave a holder believing the
  * wrong thing while readers come in. */
-START_TEST(lost_downgrade_reply)
+TU_TEST(lost_downgrade_reply, 60)
 {
     struct proxy px;
     struct tu_solo s = layout_proxied(&px, "redisson", "dg");
@@ -2276,7 +2276,7 @@ END_TEST
  * exclusive hold while readers come in; and its release, exclusive, keeps
  * the readers that did come in (a hash in read mode with another reader's
  * field, as such a downgrade leaves it). */
-START_TEST(unanswered_downgrade_gives_up)
+TU_TEST(unanswered_downgrade_gives_up, 60)
 {
     struct tu_solo s = served_open("timeout=500ms&lease=10s", "dg");
     dlock_lock *r = tu_lock_mode(s.c, "dg", DLOCK_SHARED, 0);
@@ -2321,7 +2321,7 @@ static void *busy_later_main(void *arg)
  * and the cleanup queued for the lost try would give back the permit
  * this acquire returned. Checked on what the server ran (MONITOR): no
  * two acquire scripts with the same ids; then the count still adds up. */
-START_TEST(sem_wait_lost_reply_new_ids)
+TU_TEST(sem_wait_lost_reply_new_ids, 60)
 {
     start_server(NULL);
     char *url = url_with("timeout=500ms");
@@ -2393,7 +2393,7 @@ START_TEST(sem_wait_lost_reply_new_ids)
 END_TEST
 
 /* Redisson's prefixName(): a name that has a hash tag keeps it. */
-START_TEST(hash_tag_names)
+TU_TEST(hash_tag_names, 60)
 {
     struct tu_solo s = served_open(NULL, "{user1}:cart");
     TU_ACQUIRE_OK(s.l, DLOCK_TRY);
@@ -2409,7 +2409,7 @@ END_TEST
 /* Connections dropped by the server (CLIENT KILL) while holding and
  * waiting: renewals resume on new connections, no hold is lost, and the
  * waiter is still woken by the release. */
-START_TEST(connections_killed_renewals_resume)
+TU_TEST(connections_killed_renewals_resume, 60)
 {
     start_server(NULL);
     char *url = url_with("lease=1500ms");
@@ -2445,7 +2445,7 @@ END_TEST
 /* The server restarts while a thread waits: the subscriber connection is
  * redialed, the waiter is woken to try again, and gets the lock (the
  * restarted server lost the foreign holder's key). */
-START_TEST(server_restart_while_waiting)
+TU_TEST(server_restart_while_waiting, 60)
 {
     start_server(NULL);
     redisContext *ctx = raw();
@@ -2497,7 +2497,7 @@ static void *many_main(void *p)
 /* One client waits on 1,000 names at once over one subscriber connection,
  * and every waiter is woken by its release message (the foreign holder's
  * lease of 10 minutes would outlast the test). */
-START_TEST(thousand_names_waited_at_once)
+TU_TEST(thousand_names_waited_at_once, 60)
 {
     /* valgrind runs at most 500 threads: 400 waiters there, 1,000 else */
     const char *vg = getenv("DLOCK_VALGRIND");
@@ -2554,7 +2554,7 @@ END_TEST
 
 /* Renewing many holds costs a handful of script calls per period, not one
  * per hold: counted on the server (INFO commandstats). */
-START_TEST(renewal_is_batched)
+TU_TEST(renewal_is_batched, 60)
 {
     enum { N = 2000 };
     start_server(NULL);
@@ -2590,7 +2590,7 @@ END_TEST
 
 /* -------------------------------------------- URLs, list, db, unix socket */
 
-START_TEST(urls_db_prefix_unix_and_list)
+TU_TEST(urls_db_prefix_unix_and_list, 60)
 {
     start_server(NULL);
     redisContext *ctx = raw();
@@ -2711,7 +2711,7 @@ static int silent_name_server(void)
  * /etc/hosts), a name nobody knows fails DLOCK_ECONN naming it, and a
  * name server that never answers costs the connect timeout, not the
  * resolver's own 30 s: the dial leaves its resolver thread behind. */
-START_TEST(names_resolved_within_the_connect_timeout)
+TU_TEST(names_resolved_within_the_connect_timeout, 60)
 {
     start_server(NULL);
     unsigned long calls = dlock__redis_resolver_calls;
@@ -2740,7 +2740,7 @@ END_TEST
  * address; a client without a certificate, a CA that signed nothing
  * here, TLS to the plain port and plain to the TLS port all fail as
  * DLOCK_ECONN saying what went wrong, within the connect timeout. */
-START_TEST(tls_verification_and_client_certs)
+TU_TEST(tls_verification_and_client_certs, 60)
 {
     const char *extra[] = {"--tls-auth-clients", "yes", NULL};
     ck_assert_msg(fx_redis_start_tls(&srv, extra), "redis-server (TLS) could not be started");
@@ -2794,7 +2794,7 @@ static bool libssl_mapped(void)
  * digests are sha1.c's), a lock taken on each, leave it unmapped
  * (docs/benchmarks.md: loading it made every start 1.5 ms slower); the
  * rediss:// client then has it and works. */
-START_TEST(openssl_loaded_by_the_first_rediss_client)
+TU_TEST(openssl_loaded_by_the_first_rediss_client, 60)
 {
     ck_assert_msg(fx_redis_start_tls(&srv, NULL), "redis-server (TLS) could not be started");
     char *dir, *file_url;
@@ -2823,7 +2823,7 @@ void dlock__redis_sha1_hex(const void *data, size_t len, char out[41]);
  * from 11 to 300 bytes (each padding case of SHA-1's 64-byte blocks) gives
  * the same digest, and "abc" gives FIPS 180's. A wrong digest would not
  * fail a lock: EVALSHA would answer NOSCRIPT and EVAL go every time. */
-START_TEST(script_digests_match_the_server)
+TU_TEST(script_digests_match_the_server, 60)
 {
     char hex[41];
     dlock__redis_sha1_hex("abc", 3, hex);
@@ -2875,7 +2875,7 @@ static void start_replica(struct fx_redis *rep)
  * is undone (the master holds nothing) and the call fails with
  * DLOCK_EUNAVAIL naming how many acknowledged; a hold whose renewals the
  * stopped replica no longer acknowledges is reported lost. */
-START_TEST(sync_acquire_needs_replica_acks)
+TU_TEST(sync_acquire_needs_replica_acks, 60)
 {
     start_server(NULL);
     struct fx_redis rep;
@@ -2955,7 +2955,7 @@ static void wait_numsub_at(int port, const char *name, long long want)
  * is not lost and is released on the new master; the waiter re-subscribes
  * there (+switch-master) and acquires from it once the holder releases,
  * with a greater token. Then the same with the new master killed -9. */
-START_TEST(sentinel_failover_holding_and_waiting)
+TU_TEST(sentinel_failover_holding_and_waiting, 120)
 {
     ck_assert_msg(fx_sentinels_start(&sen, 2, 3), "the Sentinel topology did not start");
     char *nosuch = tu_fmt("redis+sentinel://127.0.0.1:%d/nosuch", sen.sentinel_port[0]);
@@ -3002,7 +3002,7 @@ END_TEST
 /* Sentinels that want a password (requirepass): refused without one
  * (DLOCK_EAUTH saying what to give) or with a wrong one; served with
  * ?sentinel_password= or DLOCK_REDIS_SENTINEL_PASSWORD. */
-START_TEST(sentinel_password_from_url_and_environment)
+TU_TEST(sentinel_password_from_url_and_environment, 60)
 {
     sen.sentinel_password = "s3cret";
     ck_assert_msg(fx_sentinels_start(&sen, 0, 1), "the Sentinel topology did not start");
@@ -3093,7 +3093,7 @@ static void link_proxy_stop(struct link_proxy *lp)
  * (its validity left, no loss reported). With sync=1 the first acquire
  * already fails (no replica acknowledged; undone), so after the same
  * failover the second client is the only owner. */
-START_TEST(sentinel_failover_loses_unsynced_hold)
+TU_TEST(sentinel_failover_loses_unsynced_hold, 120)
 {
     struct link_proxy links[2] = {0};
     ck_assert_msg(fx_sentinels_start_via(&sen, 2, 3, link_proxy_start, links),
@@ -3139,7 +3139,7 @@ END_TEST
 
 /* ------------------------------------------------------------------ CLI */
 
-START_TEST(cli_on_redis_urls)
+TU_TEST(cli_on_redis_urls, 60)
 {
     start_server(NULL);
     const char *dl = tu_dlock_bin();
@@ -3210,7 +3210,7 @@ END_TEST
 
 /* `dlock run` on a redis URL: the lease is renewed while the command runs
  * and ends soon after the CLI is killed with SIGKILL. */
-START_TEST(cli_holder_renewed_then_killed)
+TU_TEST(cli_holder_renewed_then_killed, 60)
 {
     start_server(NULL);
     const char *argv[] = {tu_dlock_bin(), "-u", srv.url, "run", "--lease", "1.5", "clik9", "--", "sleep", "60", NULL};
@@ -3240,63 +3240,5 @@ END_TEST
 
 int main(void)
 {
-    const struct tu_test tests[] = {
-        {"acquire_release_token_inspect", acquire_release_token_inspect, 60},
-        {"thread_waits_for_thread", thread_waits_for_thread, 60},
-        {"cancel_a_wait", cancel_a_wait, 60},
-        {"threads_fight_over_one_name", threads_fight_over_one_name, 60},
-        {"one_waiter_woken_per_release", one_waiter_woken_per_release, 60},
-        {"redisson_on_the_wire", redisson_on_the_wire, 60},
-        {"redisson_rwlock_on_the_wire", redisson_rwlock_on_the_wire, 60},
-        {"redisson_semaphore_on_the_wire", redisson_semaphore_on_the_wire, 60},
-        {"readers_of_one_client_all_woken", readers_of_one_client_all_woken, 60},
-        {"killed_reader_among_readers_expires", killed_reader_among_readers_expires, 60},
-        {"simple_layout_on_the_wire", simple_layout_on_the_wire, 60},
-        {"wrongtype_left_intact", wrongtype_left_intact, 60},
-        {"auth_password_and_acl_user", auth_password_and_acl_user, 60},
-        {"unreachable_and_silent_servers", unreachable_and_silent_servers, 60},
-        {"server_killed_while_held", server_killed_while_held, 60},
-        {"server_paused_holds_lost", server_paused_holds_lost, 60},
-        {"script_flush_is_invisible", script_flush_is_invisible, 60},
-        {"out_of_memory_is_reported", out_of_memory_is_reported, 60},
-        {"force_release_and_lost", force_release_and_lost, 60},
-        {"timed_out_replies_fail_cleanly", timed_out_replies_fail_cleanly, 60},
-        {"stalled_server_costs_one_op_timeout", stalled_server_costs_one_op_timeout, 60},
-        {"lost_downgrade_reply", lost_downgrade_reply, 60},
-        {"unanswered_downgrade_gives_up", unanswered_downgrade_gives_up, 60},
-        {"sem_wait_lost_reply_new_ids", sem_wait_lost_reply_new_ids, 60},
-        {"lost_replies_redisson_layout", lost_replies_redisson_layout, 60},
-        {"lost_replies_simple_layout", lost_replies_simple_layout, 60},
-        {"late_acquire_redisson_layout", late_acquire_redisson_layout, 60},
-        {"late_acquire_simple_layout", late_acquire_simple_layout, 60},
-        {"no_undo_when_nothing_was_sent", no_undo_when_nothing_was_sent, 60},
-        {"lost_acquire_cancel_does_not_hold_the_caller", lost_acquire_cancel_does_not_hold_the_caller, 60},
-        {"sigpipe_default_action_survives", sigpipe_default_action_survives, 60},
-        {"huge_reply_is_capped", huge_reply_is_capped, 60},
-        {"trickled_reply_times_out", trickled_reply_times_out, 60},
-        {"server_closing_mid_write_survived", server_closing_mid_write_survived, 60},
-        {"absurd_busy_reply_is_clamped", absurd_busy_reply_is_clamped, 60},
-        {"tokens_survive_a_data_losing_restart", tokens_survive_a_data_losing_restart, 60},
-        {"token_edges_redisson_layout", token_edges_redisson_layout, 60},
-        {"token_edges_simple_layout", token_edges_simple_layout, 60},
-        {"force_status_list_touch_only_locks", force_status_list_touch_only_locks, 60},
-        {"own_key_space_names_refused", own_key_space_names_refused, 60},
-        {"hash_tag_names", hash_tag_names, 60},
-        {"server_restart_while_waiting", server_restart_while_waiting, 60},
-        {"connections_killed_renewals_resume", connections_killed_renewals_resume, 60},
-        {"thousand_names_waited_at_once", thousand_names_waited_at_once, 60},
-        {"renewal_is_batched", renewal_is_batched, 60},
-        {"urls_db_prefix_unix_and_list", urls_db_prefix_unix_and_list, 60},
-        {"names_resolved_within_the_connect_timeout", names_resolved_within_the_connect_timeout, 60},
-        {"tls_verification_and_client_certs", tls_verification_and_client_certs, 60},
-        {"script_digests_match_the_server", script_digests_match_the_server, 60},
-        {"openssl_loaded_by_the_first_rediss_client", openssl_loaded_by_the_first_rediss_client, 60},
-        {"sync_acquire_needs_replica_acks", sync_acquire_needs_replica_acks, 60},
-        {"sentinel_failover_holding_and_waiting", sentinel_failover_holding_and_waiting, 120},
-        {"sentinel_password_from_url_and_environment", sentinel_password_from_url_and_environment, 60},
-        {"sentinel_failover_loses_unsynced_hold", sentinel_failover_loses_unsynced_hold, 120},
-        {"cli_on_redis_urls", cli_on_redis_urls, 60},
-        {"cli_holder_renewed_then_killed", cli_holder_renewed_then_killed, 60},
-    };
-    return tu_main("redis", tests, TU_COUNT(tests), NULL, NULL);
+    return tu_main("redis", NULL, NULL);
 }

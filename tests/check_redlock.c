@@ -146,7 +146,7 @@ static uint64_t next_owner_token(int64_t wait)
 
 /* Two of five nodes down: the lock works on the other three, exclusion
  * included; the message of a failure would name the nodes. */
-START_TEST(minority_down_still_works)
+TU_TEST(minority_down_still_works, 60)
 {
     start_nodes(5, NULL);
     dlock_client *a = rl_open("node_timeout=2s"), *b = rl_open("node_timeout=2s");
@@ -175,7 +175,7 @@ END_TEST
 /* Two of three nodes down: an acquire fails with DLOCK_EUNAVAIL at its
  * first attempt (a bounded wait does not wait it out), naming how many
  * answered; the CLI exits 69; a client opened then fails to connect. */
-START_TEST(majority_down_unavailable)
+TU_TEST(majority_down_unavailable, 60)
 {
     start_nodes(3, NULL);
     dlock_client *c = rl_open("node_timeout=500ms");
@@ -210,7 +210,7 @@ END_TEST
  * the stopped node holds the keeper at most a node timeout, a third of
  * the lease here); once the node resumes its copy has expired and the
  * lock goes on. */
-START_TEST(node_stopped_during_acquire_and_hold)
+TU_TEST(node_stopped_during_acquire_and_hold, 60)
 {
     struct tu_lost lost = {0};
     struct tu_solo a = watched_job("lease=3s&node_timeout=1s", &lost);
@@ -232,7 +232,7 @@ END_TEST
  * the hold is declared lost at its validity deadline (the callback once),
  * and its release does not say DLOCK_OK; resumed, the nodes let a new
  * owner in. */
-START_TEST(majority_stopped_while_held_is_lost)
+TU_TEST(majority_stopped_while_held_is_lost, 60)
 {
     struct tu_lost lost = {0};
     struct tu_solo a = watched_job("lease=1500ms&node_timeout=300ms", &lost);
@@ -258,7 +258,7 @@ END_TEST
  * timeout is 30 s: each acquire and release answers once the majority has
  * (the stopped node gets a short grace), or this test would outlive its
  * time limit. */
-START_TEST(tokens_grow_across_majorities)
+TU_TEST(tokens_grow_across_majorities, 60)
 {
     start_nodes(3, NULL);
     /* counters far apart, the highest on node 2 */
@@ -322,13 +322,13 @@ static void token_after_restart(bool fsync_always)
     stop_nodes();
 }
 
-START_TEST(token_regresses_without_persistence)
+TU_TEST(token_regresses_without_persistence, 60)
 {
     token_after_restart(false);
 }
 END_TEST
 
-START_TEST(token_grows_with_appendfsync_always)
+TU_TEST(token_grows_with_appendfsync_always, 60)
 {
     token_after_restart(true);
 }
@@ -344,7 +344,7 @@ static const char NODE_REDLOCK_RELEASE[] =
     "local count = 0 for i, key in ipairs(KEYS) do if redis.call('get', key) == ARGV[1] then "
     "redis.pcall('del', key) count = count + 1 end end return count";
 
-START_TEST(redlock_simple_interop)
+TU_TEST(redlock_simple_interop, 60)
 {
     start_nodes(3, NULL);
     dlock_client *c = rl_open("layout=simple&node_timeout=2s&lease=5s");
@@ -396,15 +396,5 @@ END_TEST
 
 int main(void)
 {
-    const struct tu_test tests[] = {
-        {"minority_down_still_works", minority_down_still_works, 60},
-        {"majority_down_unavailable", majority_down_unavailable, 60},
-        {"node_stopped_during_acquire_and_hold", node_stopped_during_acquire_and_hold, 60},
-        {"majority_stopped_while_held_is_lost", majority_stopped_while_held_is_lost, 60},
-        {"tokens_grow_across_majorities", tokens_grow_across_majorities, 60},
-        {"token_regresses_without_persistence", token_regresses_without_persistence, 60},
-        {"token_grows_with_appendfsync_always", token_grows_with_appendfsync_always, 60},
-        {"redlock_simple_interop", redlock_simple_interop, 60},
-    };
-    return tu_main("redlock", tests, TU_COUNT(tests), NULL, stop_nodes);
+    return tu_main("redlock", NULL, stop_nodes);
 }

@@ -112,7 +112,7 @@ static void taker_start(struct tu_sem_taker *t, dlock_semaphore *s, unsigned k, 
 /* ====================================================== the contract */
 
 /* Permits, tokens, K at once, inspect. */
-START_TEST(acquire_release_token)
+TU_TEST(acquire_release_token, 30)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_semaphore *sa = sem(a, "jobs", 3), *sb = sem(b, "jobs", 3);
@@ -211,7 +211,7 @@ static void *holder_thread_main(void *arg)
     return NULL;
 }
 
-START_TEST(never_exceed)
+TU_TEST(never_exceed, 120)
 {
     enum { PERMITS = 3, PROCS = PERMITS + 1 };
     struct shared_count *sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE,
@@ -253,7 +253,7 @@ START_TEST(never_exceed)
 END_TEST
 
 /* Try, timed and forever waits; a release wakes a waiter; cancels. */
-START_TEST(waits_cancel)
+TU_TEST(waits_cancel, 30)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_semaphore *sa = sem(a, "w", 2), *sb = sem(b, "w", 2);
@@ -292,7 +292,7 @@ START_TEST(waits_cancel)
 END_TEST
 
 /* A count other than the stored one is refused, naming both. */
-START_TEST(wrong_count)
+TU_TEST(wrong_count, 30)
 {
     dlock_client *c = ct_open_test(NULL);
     dlock_semaphore *s3 = sem(c, "n", 3), *s5 = sem(c, "n", 5);
@@ -379,7 +379,7 @@ static pid_t fork_holder(const char *url, const char *name, unsigned permits, co
 
 /* kill -9 of a holder: its permits come back (file: at once; otherwise
  * when the lease ends) and a forever waiter gets them all. */
-START_TEST(kill9_holder)
+TU_TEST(kill9_holder, 60)
 {
     struct ct_holder h = ct_holder_open("lease=1500ms", "sem-kill9");
     h.pid = fork_holder(h.url, "k9", 3, h.dir, true);
@@ -402,7 +402,7 @@ END_TEST
  * others; resumed, it is told of each loss once, its releases say
  * DLOCK_ELOST and nothing is given back twice. File: no lease, the
  * stopped holder keeps its permits. */
-START_TEST(paused_holder)
+TU_TEST(paused_holder, 90)
 {
     struct ct_holder h = ct_holder_open("lease=1500ms", "sem-pause");
     h.pid = fork_holder(h.url, "pz", 2, h.dir, false);
@@ -443,7 +443,7 @@ END_TEST
 
 /* Renewals keep a permit past several leases (the sleep is the subject:
  * time passing without a loss). */
-START_TEST(lease_renewed)
+TU_TEST(lease_renewed, 60)
 {
     dlock_client *a = ct_open_test("lease=900ms"), *b = ct_open_test(NULL);
     dlock_semaphore *sa = sem(a, "r", 1), *sb = sem(b, "r", 1);
@@ -489,7 +489,7 @@ END_TEST
  * expiry, a lease away, past its own wait). zk and etcd serve waiters in
  * arrival order (Curator's mutex; etcd's keys by create revision,
  * dlock.h), so there the second waits its turn. */
-START_TEST(smaller_waiter_served)
+TU_TEST(smaller_waiter_served, 120)
 {
     dlock_client *c = ct_open_test(NULL);
     dlock_semaphore *s = sem(c, "m", 3);
@@ -513,7 +513,7 @@ END_TEST
 
 /* Freeing a semaphore gives back the permits still held through it, and
  * closing the client does too. */
-START_TEST(free_releases)
+TU_TEST(free_releases, 30)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_semaphore *sa = sem(a, "f", 2), *sb = sem(b, "f", 2);
@@ -536,7 +536,7 @@ END_TEST
 /* dlock run --permits N: busy when the N permits are held (the conflict
  * code), runs when one is free, refuses another count; dlock status
  * --permits shows the holders and the free permits. */
-START_TEST(cli_run_permits)
+TU_TEST(cli_run_permits, 60)
 {
     char *url = ct_test_url(NULL);
     dlock_client *c = tu_open(url);
@@ -580,7 +580,7 @@ START_TEST(cli_run_permits)
 END_TEST
 
 /* A backend without semaphores says so, naming itself. */
-START_TEST(not_supported)
+TU_TEST(not_supported, 30)
 {
     dlock_client *c = ct_open_test(NULL);
     dlock_semaphore *s = NULL;
@@ -593,28 +593,14 @@ START_TEST(not_supported)
 }
 END_TEST
 
+/* The semaphore tests run on a backend that has semaphores, not_supported
+ * on the others. */
+static bool runs_on(const struct ct_fixture *f, const char *test)
+{
+    return has_semaphores(f) == (strcmp(test, "not_supported") != 0);
+}
+
 int main(void)
 {
-    const struct tu_test tests[] = {
-        {"acquire_release_token", acquire_release_token, 30},
-        {"never_exceed", never_exceed, 120},
-        {"waits_cancel", waits_cancel, 30},
-        {"wrong_count", wrong_count, 30},
-        {"kill9_holder", kill9_holder, 60},
-        {"paused_holder", paused_holder, 90},
-        {"lease_renewed", lease_renewed, 60},
-        {"free_releases", free_releases, 30},
-        {"smaller_waiter_served", smaller_waiter_served, 120},
-        {"cli_run_permits", cli_run_permits, 60},
-    };
-    const struct tu_test unsupported[] = {
-        {"not_supported", not_supported, 30},
-    };
-    Suite *s = suite_create("semaphore");
-    for (size_t i = 0; ct_fixtures[i]; i++) {
-        bool yes = has_semaphores(ct_fixtures[i]);
-        ct_add_case(s, i, yes ? tests : unsupported, yes ? TU_COUNT(tests) : TU_COUNT(unsupported),
-                    "s");
-    }
-    return tu_run_suite(s);
+    return ct_main("semaphore", "s", runs_on);
 }

@@ -64,6 +64,16 @@ static void teardown_servers(void)
     zkf_stop(&F);
 }
 
+/* Each case's servers are started once around the case. A server a test
+ * stops and starts again is that test's alone (restart, outage: the
+ * restarted JVM is the forked test's child and ends with it; stopped: its
+ * server is stopped (SIGSTOP) and continued by the test). */
+TU_CASE(standalone, setup_standalone, teardown_servers, TU_AROUND_CASE)
+TU_CASE(restart, setup_standalone, teardown_servers, TU_AROUND_CASE)
+TU_CASE(outage, setup_standalone, teardown_servers, TU_AROUND_CASE)
+TU_CASE(stopped, setup_standalone, teardown_servers, TU_AROUND_CASE)
+TU_CASE(ensemble, setup_ensemble, teardown_servers, TU_AROUND_CASE)
+
 /* Every test starts here: a test whose server could not start fails. */
 #define REQUIRE_SERVERS() ck_assert_msg(F_ok, "ZooKeeper did not start: %s", F.error)
 
@@ -306,7 +316,7 @@ static char *kept(char *p)
 
 /* ============================================================ the recipe */
 
-START_TEST(test_acquire_release_token)
+TU_TEST_IN(standalone, acquire_release_token, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
@@ -422,7 +432,7 @@ static void expect_waiters(dlock_client *c, const char *name, long n, int timeou
     ck_assert_int_eq(waiters_of(c, name), n);
 }
 
-START_TEST(test_waiters_fifo_and_inspect)
+TU_TEST_IN(standalone, waiters_fifo_and_inspect, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
@@ -472,7 +482,7 @@ static void forever_waiter(struct tu_waiter *w, dlock_lock *l)
 /* The server clamps the session timeout (the fixture allows 0.5 to 600 s):
  * a hold is valid for what the server granted, not what was asked. A
  * fixed lease cannot be honoured (a node lives as long as its session). */
-START_TEST(test_validity_is_the_negotiated_session)
+TU_TEST_IN(standalone, validity_is_the_negotiated_session, 90)
 {
     REQUIRE_SERVERS();
     struct tu_solo d = direct_open("lease=1000000", "clamped");
@@ -532,7 +542,7 @@ static char *curator_lease(zhandle_t *zh, const char *leases)
     return strdup(created);
 }
 
-START_TEST(test_curator_semaphore_interop)
+TU_TEST_IN(standalone, curator_semaphore_interop, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
@@ -576,7 +586,7 @@ START_TEST(test_curator_semaphore_interop)
 }
 END_TEST
 
-START_TEST(test_curator_interop)
+TU_TEST_IN(standalone, curator_interop, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
@@ -660,7 +670,7 @@ static void *latch_campaign_thread(void *p)
     return NULL;
 }
 
-START_TEST(test_curator_leader_latch_interop)
+TU_TEST_IN(standalone, curator_leader_latch_interop, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
@@ -732,7 +742,7 @@ END_TEST
  * layout=curator-rw dlock's exclusive nodes are "__WRIT__". A dlock
  * reader waiting for a Curator writer is woken by its release; a reader
  * arriving behind a waiting writer waits (no writer starvation). */
-START_TEST(test_curator_rwlock_interop)
+TU_TEST_IN(standalone, curator_rwlock_interop, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "layout=curator-rw");
@@ -816,7 +826,7 @@ END_TEST
  * read hold (what Curator's own downgrade does). dlock keeps A's write
  * node instead until A's hold ends: B stays out, and gets in once A
  * releases its read level. */
-START_TEST(test_downgrade_behind_queued_writer_keeps_it_out)
+TU_TEST_IN(standalone, downgrade_behind_queued_writer_keeps_it_out, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
@@ -868,7 +878,7 @@ END_TEST
  * status (issue 15: "y-lock-18446744073709551617" made status say held
  * while an acquire took the lock). An unprotected Curator contender
  * ("lock-<seq>") counts for both. */
-START_TEST(test_foreign_children_ignored)
+TU_TEST_IN(standalone, foreign_children_ignored, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
@@ -920,7 +930,7 @@ END_TEST
 
 /* ================================================================ names */
 
-START_TEST(test_hostile_names)
+TU_TEST_IN(standalone, hostile_names, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "base=/hostile");
@@ -971,7 +981,7 @@ START_TEST(test_hostile_names)
 }
 END_TEST
 
-START_TEST(test_list_and_prefix)
+TU_TEST_IN(standalone, list_and_prefix, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "base=/listing&prefix=app1.");
@@ -1004,7 +1014,7 @@ END_TEST
 /* A waiter paused past its session timeout loses its place (the server
  * deletes its node) and, resumed, queues again with a new session and
  * gets the lock when it is released. */
-START_TEST(test_paused_waiter_requeues)
+TU_TEST_IN(standalone, paused_waiter_requeues, 90)
 {
     REQUIRE_SERVERS();
     char *url = kept(url_with(NULL, "lease=1500"));
@@ -1058,7 +1068,7 @@ END_TEST
 
 /* =============================================================== errors */
 
-START_TEST(test_missing_chroot)
+TU_TEST_IN(standalone, missing_chroot, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with("/no/such/app", NULL);
@@ -1086,7 +1096,7 @@ START_TEST(test_missing_chroot)
 }
 END_TEST
 
-START_TEST(test_bad_urls)
+TU_TEST_IN(standalone, bad_urls, 90)
 {
     REQUIRE_SERVERS();
     const char *queries[] = {"base=relative", "base=/a//b", "base=/a/../b", "base=/trailing/",
@@ -1126,7 +1136,7 @@ START_TEST(test_bad_urls)
 }
 END_TEST
 
-START_TEST(test_auth_and_acl)
+TU_TEST_IN(standalone, auth_and_acl, 90)
 {
     REQUIRE_SERVERS();
     /* alice owns /secure: only she may create under it */
@@ -1191,7 +1201,7 @@ END_TEST
 
 /* ===================================================== server faults */
 
-START_TEST(test_server_restart_keeps_hold)
+TU_TEST_IN(restart, server_restart_keeps_hold, 120)
 {
     REQUIRE_SERVERS();
     struct tu_solo d = direct_open("lease=15000", "restart");
@@ -1217,7 +1227,7 @@ START_TEST(test_server_restart_keeps_hold)
 }
 END_TEST
 
-START_TEST(test_server_down_hold_lost)
+TU_TEST_IN(outage, server_down_hold_lost, 120)
 {
     REQUIRE_SERVERS();
     struct tu_solo d = direct_open("lease=1500&timeout=500&connect_timeout=1000", "outage");
@@ -1255,7 +1265,7 @@ END_TEST
  * at once instead of waiting the connect timeout. Both timeouts are a
  * minute, past this case's time limit, so the old behaviour fails the
  * test by its timeout rather than by a clock. */
-START_TEST(test_stopped_server_bounds_short_waits)
+TU_TEST_IN(stopped, stopped_server_bounds_short_waits, 50)
 {
     REQUIRE_SERVERS();
     struct tu_solo d = direct_open("lease=3000&timeout=60000&connect_timeout=60000", "stopped");
@@ -1288,7 +1298,7 @@ END_TEST
 
 /* ============================================================= ensemble */
 
-START_TEST(test_ensemble_basic)
+TU_TEST_IN(ensemble, ensemble_basic, 180)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "lease=4000");
@@ -1304,7 +1314,7 @@ START_TEST(test_ensemble_basic)
 }
 END_TEST
 
-START_TEST(test_leader_killed_never_two_holders)
+TU_TEST_IN(ensemble, leader_killed_never_two_holders, 180)
 {
     REQUIRE_SERVERS();
     char *url = kept(url_with(NULL, "lease=3000&timeout=1500&connect_timeout=3000"));
@@ -1521,7 +1531,7 @@ static void proxied_close(struct proxied *f)
  * client never learned its name. dlock must not leave it in the queue
  * (it would block the lock until the session ends): once the connection
  * is back it finds the node by its guid and deletes it. */
-START_TEST(test_lost_create_reply_leaves_no_node)
+TU_TEST_IN(standalone, lost_create_reply_leaves_no_node, 90)
 {
     REQUIRE_SERVERS();
     struct proxied f;
@@ -1558,7 +1568,7 @@ END_TEST
 /* A release whose request never reaches the server: the caller hears
  * DLOCK_ECONN and the hold is gone for it, so the node must go too, as
  * soon as the connection is back, without any further call. */
-START_TEST(test_lost_release_leaves_no_node)
+TU_TEST_IN(standalone, lost_release_leaves_no_node, 90)
 {
     REQUIRE_SERVERS();
     struct proxied f;
@@ -1620,7 +1630,7 @@ static void *heal_when(void *p)
  * connection back within the op timeout: the retried delete finds no
  * node. That is our own delete, not a lock lost before the release: the
  * release succeeded and must say DLOCK_OK, not DLOCK_ELOST. */
-START_TEST(test_release_reply_lost_then_reconnect)
+TU_TEST_IN(standalone, release_reply_lost_then_reconnect, 90)
 {
     REQUIRE_SERVERS();
     struct proxied f;
@@ -1646,7 +1656,7 @@ END_TEST
  * ours (found again by its guid), the acquisition succeeds on the free
  * lock, even as a try-once, with that one node and its czxid as token,
  * and no second node of ours stays in the queue. */
-START_TEST(test_create_reply_lost_node_found_by_guid)
+TU_TEST_IN(standalone, create_reply_lost_node_found_by_guid, 90)
 {
     REQUIRE_SERVERS();
     struct proxied f;
@@ -1688,7 +1698,7 @@ END_TEST
  * time limit: retries that paused without looking at the cancel fail the
  * test by its timeout. The node of the lost create goes once the server
  * is back. */
-START_TEST(test_cancel_during_create_retries)
+TU_TEST_IN(standalone, cancel_during_create_retries, 60)
 {
     REQUIRE_SERVERS();
     struct proxied f;
@@ -1757,7 +1767,7 @@ static void *partition_other(void *p)
     return NULL;
 }
 
-START_TEST(test_partitioned_holder_lost_before_other_holds)
+TU_TEST_IN(standalone, partitioned_holder_lost_before_other_holds, 90)
 {
     REQUIRE_SERVERS();
     struct proxied f;
@@ -1843,7 +1853,7 @@ static void *partitioned_waiter(void *p)
     return NULL;
 }
 
-START_TEST(test_partitioned_waiter_requeues)
+TU_TEST_IN(standalone, partitioned_waiter_requeues, 90)
 {
     REQUIRE_SERVERS();
     struct proxy px;
@@ -1890,7 +1900,7 @@ END_TEST
  * session reconnecting) honours its cancel and its deadline: ECANCELED /
  * ETIMEDOUT when they come, not a connection error a whole connect
  * timeout later. */
-START_TEST(test_wait_while_disconnected_honours_cancel_and_deadline)
+TU_TEST_IN(standalone, wait_while_disconnected_honours_cancel_and_deadline, 90)
 {
     REQUIRE_SERVERS();
     struct proxied f;
@@ -1919,7 +1929,7 @@ END_TEST
  * op timeout) keeps waiting, as a queued waiter does: once the
  * connection is back it takes the free lock, and no stray node of the
  * unanswered create stays behind. */
-START_TEST(test_wait_survives_disconnect_during_create)
+TU_TEST_IN(standalone, wait_survives_disconnect_during_create, 90)
 {
     REQUIRE_SERVERS();
     struct proxied f;
@@ -1966,7 +1976,7 @@ END_TEST
  * once the connection is back. The op timeout is two minutes, past this
  * case's time limit: a cancel that retried the delete for it fails the
  * test by its timeout. */
-START_TEST(test_cancel_while_disconnected_returns_at_once)
+TU_TEST_IN(standalone, cancel_while_disconnected_returns_at_once, 90)
 {
     REQUIRE_SERVERS();
     struct tu_solo holder = direct_open("lease=2000", "cut-cancel");
@@ -2011,7 +2021,7 @@ END_TEST
  * between, far past this case's time limit: only the watcher can report
  * it in time. dlock connects through the proxy, held in BLACKHOLE while
  * the session is taken over, so that it cannot take it back first. */
-START_TEST(test_session_closed_elsewhere_reported_lost_at_once)
+TU_TEST_IN(standalone, session_closed_elsewhere_reported_lost_at_once, 90)
 {
     REQUIRE_SERVERS();
     struct proxied f;
@@ -2108,7 +2118,7 @@ static char *inherited_of_ours(const char *before)
  * it an authenticated connection to the ensemble. After an acquire, and
  * again after a reconnection (a new socket), an exec'd child finds none
  * of them. Through the proxy so that the connection can be cut. */
-START_TEST(test_descriptors_not_inherited_by_exec)
+TU_TEST_IN(standalone, descriptors_not_inherited_by_exec, 90)
 {
     REQUIRE_SERVERS();
     struct proxy px;
@@ -2161,7 +2171,7 @@ static uint64_t cli_token(const char *err)
     return strtoull(t + 6, NULL, 10);
 }
 
-START_TEST(test_cli_run_status_list_release)
+TU_TEST_IN(standalone, cli_run_status_list_release, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, "lease=1500");
@@ -2248,7 +2258,7 @@ START_TEST(test_cli_run_status_list_release)
 }
 END_TEST
 
-START_TEST(test_cli_curator_holder_and_errors)
+TU_TEST_IN(standalone, cli_curator_holder_and_errors, 90)
 {
     REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
@@ -2287,70 +2297,8 @@ END_TEST
 
 /* ============================================================== suite */
 
-static Suite *zk_suite(void)
-{
-    const struct tu_test standalone[] = {
-        {"acquire_release_token", test_acquire_release_token, 90},
-        {"waiters_fifo_and_inspect", test_waiters_fifo_and_inspect, 90},
-        {"validity_is_the_negotiated_session", test_validity_is_the_negotiated_session, 90},
-        {"curator_interop", test_curator_interop, 90},
-        {"curator_leader_latch_interop", test_curator_leader_latch_interop, 90},
-        {"curator_semaphore_interop", test_curator_semaphore_interop, 90},
-        {"curator_rwlock_interop", test_curator_rwlock_interop, 90},
-        {"downgrade_behind_queued_writer_keeps_it_out", test_downgrade_behind_queued_writer_keeps_it_out, 90},
-        {"foreign_children_ignored", test_foreign_children_ignored, 90},
-        {"hostile_names", test_hostile_names, 90},
-        {"list_and_prefix", test_list_and_prefix, 90},
-        {"paused_waiter_requeues", test_paused_waiter_requeues, 90},
-        {"missing_chroot", test_missing_chroot, 90},
-        {"bad_urls", test_bad_urls, 90},
-        {"auth_and_acl", test_auth_and_acl, 90},
-        {"lost_create_reply_leaves_no_node", test_lost_create_reply_leaves_no_node, 90},
-        {"lost_release_leaves_no_node", test_lost_release_leaves_no_node, 90},
-        {"release_reply_lost_then_reconnect", test_release_reply_lost_then_reconnect, 90},
-        {"create_reply_lost_node_found_by_guid", test_create_reply_lost_node_found_by_guid, 90},
-        {"cancel_during_create_retries", test_cancel_during_create_retries, 60},
-        {"partitioned_holder_lost_before_other_holds", test_partitioned_holder_lost_before_other_holds, 90},
-        {"partitioned_waiter_requeues", test_partitioned_waiter_requeues, 90},
-        {"wait_while_disconnected_honours_cancel_and_deadline", test_wait_while_disconnected_honours_cancel_and_deadline, 90},
-        {"wait_survives_disconnect_during_create", test_wait_survives_disconnect_during_create, 90},
-        {"cancel_while_disconnected_returns_at_once", test_cancel_while_disconnected_returns_at_once, 90},
-        {"session_closed_elsewhere_reported_lost_at_once", test_session_closed_elsewhere_reported_lost_at_once, 90},
-        {"descriptors_not_inherited_by_exec", test_descriptors_not_inherited_by_exec, 90},
-        {"cli_run_status_list_release", test_cli_run_status_list_release, 90},
-        {"cli_curator_holder_and_errors", test_cli_curator_holder_and_errors, 90},
-    };
-    const struct tu_test restart[] = {
-        {"server_restart_keeps_hold", test_server_restart_keeps_hold, 120},
-    };
-    const struct tu_test outage[] = {
-        {"server_down_hold_lost", test_server_down_hold_lost, 120},
-    };
-    const struct tu_test stopped[] = {
-        {"stopped_server_bounds_short_waits", test_stopped_server_bounds_short_waits, 50},
-    };
-    const struct tu_test ensemble[] = {
-        {"ensemble_basic", test_ensemble_basic, 180},
-        {"leader_killed_never_two_holders", test_leader_killed_never_two_holders, 180},
-    };
-    Suite *s = suite_create("zk");
-    tu_add_case(s, "standalone", standalone, TU_COUNT(standalone), setup_standalone, teardown_servers,
-                false);
-    /* A server a test stops and starts again is that test's alone: the
-     * restarted JVM is the forked test's child and ends with it. */
-    tu_add_case(s, "restart", restart, TU_COUNT(restart), setup_standalone, teardown_servers,
-                false);
-    tu_add_case(s, "outage", outage, TU_COUNT(outage), setup_standalone, teardown_servers, false);
-    /* Its server is stopped (SIGSTOP) and continued by the test. */
-    tu_add_case(s, "stopped", stopped, TU_COUNT(stopped), setup_standalone, teardown_servers,
-                false);
-    tu_add_case(s, "ensemble", ensemble, TU_COUNT(ensemble), setup_ensemble, teardown_servers,
-                false);
-    return s;
-}
-
 int main(void)
 {
     srand((unsigned)getpid());
-    return tu_run_suite(zk_suite());
+    return tu_main("zk", NULL, NULL);
 }

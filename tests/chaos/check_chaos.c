@@ -36,37 +36,37 @@ static void run_backend(const char *backend, int seconds)
     ck_assert_msg(res.total.writes > 0, "chaos %s: no write reached the store", backend);
 }
 
-START_TEST(test_file)
+TU_TEST(file, 60)
 {
     run_backend("file", 6);
 }
 END_TEST
 
-START_TEST(test_redis)
+TU_TEST(redis, 120)
 {
     run_backend("redis", 20);
 }
 END_TEST
 
-START_TEST(test_redis_simple)
+TU_TEST(redis_simple, 120)
 {
     run_backend("redis-simple", 20);
 }
 END_TEST
 
-START_TEST(test_redlock)
+TU_TEST(redlock, 120)
 {
     run_backend("redlock", 16);
 }
 END_TEST
 
-START_TEST(test_etcd)
+TU_TEST(etcd, 120)
 {
     run_backend("etcd", 18);
 }
 END_TEST
 
-START_TEST(test_zk)
+TU_TEST(zk, 120)
 {
     run_backend("zk", 18);
 }
@@ -74,13 +74,5 @@ END_TEST
 
 int main(void)
 {
-    const struct tu_test tests[] = {
-        {"file", test_file, 60},
-        {"redis", test_redis, 120},
-        {"redis_simple", test_redis_simple, 120},
-        {"redlock", test_redlock, 120},
-        {"etcd", test_etcd, 120},
-        {"zk", test_zk, 120},
-    };
-    return tu_main("chaos", tests, TU_COUNT(tests), NULL, NULL);
+    return tu_main("chaos", NULL, NULL);
 }

@@ -610,19 +610,43 @@ static void test_begin(void)
     snprintf(ct_prefix, sizeof ct_prefix, "%s%d-%d-", prefix_tag, (int)getpid(), serial++);
 }
 
-TCase *ct_add_case(Suite *s, size_t i, const struct tu_test *tests, size_t n, const char *tag)
+/* Add to S the test case of fixture ct_fixtures[I]: named after it,
+ * holding TESTS[0..N) that DLOCK_TEST lets through (tu_add_tests), with
+ * the fixture's server started once around the case and a fresh prefix
+ * around each test. */
+static void add_fixture_case(Suite *s, size_t i, const struct tu_test *tests, size_t n)
 {
     if (i >= TU_COUNT(begins)) {
         fprintf(stderr, "contract.c: more fixtures than FIXTURE_HOOKS\n");
         exit(2);
     }
-    prefix_tag = tag;
     TCase *tc = tu_add_tests(s, ct_fixtures[i]->name, tests, n);
     if (tc) {
         tcase_add_unchecked_fixture(tc, begins[i], ends[i]);
         tcase_add_checked_fixture(tc, test_begin, NULL);
     }
-    return tc;
+}
+
+int ct_main(const char *suite, const char *tag,
+            bool (*runs)(const struct ct_fixture *f, const char *test))
+{
+    prefix_tag = tag;
+    size_t n;
+    struct tu_test *all = tu_registered(NULL, &n);
+    struct tu_test *mine = calloc(n ? n : 1, sizeof *mine);
+    if (!mine)
+        abort();
+    Suite *s = suite_create(suite);
+    for (size_t i = 0; ct_fixtures[i]; i++) {
+        size_t k = 0;
+        for (size_t j = 0; j < n; j++)
+            if (!runs || runs(ct_fixtures[i], all[j].name))
+                mine[k++] = all[j];
+        add_fixture_case(s, i, mine, k);
+    }
+    free(mine);
+    free(all);
+    return tu_run_suite(s);
 }
 
 char *ct_test_url(const char *extra)

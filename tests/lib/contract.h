@@ -85,16 +85,15 @@ extern struct ct_fixture *const ct_fixtures[];
 extern struct ct_fixture *CT;
 extern char ct_prefix[64];
 
-/* Add to S the test case of fixture ct_fixtures[I]: named after it,
- * holding TESTS[0..N) that DLOCK_TEST lets through (tu_add_tests), with
- * the fixture's server started once around the case (a start that fails
- * fails each test, naming why) and a fresh prefix beginning with TAG
- * around each test. NULL when no test was let through. */
-struct Suite;
-struct TCase;
-struct tu_test;
-struct TCase *ct_add_case(struct Suite *s, size_t i, const struct tu_test *tests, size_t n,
-                          const char *tag);
+/* main() of a suite run over the fixtures: for each fixture, a test case
+ * named after it holding the tests TU_TEST registered (tests/lib/
+ * testutil.h) for which RUNS(fixture, test name) is true (RUNS NULL:
+ * every test), that DLOCK_TEST lets through; the fixture's server started
+ * once around the case (a start that fails fails each test, naming why)
+ * and a fresh prefix beginning with TAG around each test. Returns what
+ * tu_run_suite() does. */
+int ct_main(const char *suite, const char *tag,
+            bool (*runs)(const struct ct_fixture *f, const char *test));
 
 /* The running fixture's URL with this test's prefix and EXTRA options
  * ("k=v&k2=v2", may be NULL); caller frees. ct_open_test(): a client of

@@ -708,6 +708,8 @@ TCase *tu_add_tests(Suite *s, const char *tcase, const struct tu_test *tests, si
             tc = tcase_create(tcase);
         tcase_add_test(tc, tests[i].fn);
         int t = tests[i].timeout > 0 ? tests[i].timeout : 60;
+        if (getenv("DLOCK_TEST_LIST"))
+            printf("%s/%s %d\n", tcase, tests[i].name, t);
         if (t > timeout)
             timeout = t;
         tests_added++;
@@ -725,31 +727,83 @@ int tu_run_suite(Suite *s)
     if (want && *want && tests_added == 0)
         fprintf(stderr, "DLOCK_TEST=%s matches no test of this binary\n", want);
     SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
+    int failed = 0;
+    if (!getenv("DLOCK_TEST_LIST")) {
+        srunner_set_fork_status(sr, CK_FORK);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+    }
     srunner_free(sr);
     return failed ? 1 : 0;
 }
 
-struct TCase *tu_add_case(struct Suite *s, const char *tcase, const struct tu_test *tests,
-                          size_t n, void (*setup)(void), void (*teardown)(void), bool checked)
+/* What TU_TEST and TU_CASE registered, each list kept in the order of the
+ * source (constructors run in no promised order). */
+static struct tu_reg *registered;
+static struct tu_case *cases;
+
+static bool written_before(const char *file_a, int line_a, const char *file_b, int line_b)
 {
-    TCase *tc = tu_add_tests(s, tcase, tests, n);
-    if (tc && (setup || teardown)) {
-        if (checked)
-            tcase_add_checked_fixture(tc, setup, teardown);
-        else
-            tcase_add_unchecked_fixture(tc, setup, teardown);
-    }
-    return tc;
+    int c = strcmp(file_a, file_b);
+    return c < 0 || (c == 0 && line_a < line_b);
 }
 
-int tu_main(const char *name, const struct tu_test *tests, size_t n, void (*setup)(void),
-            void (*teardown)(void))
+void tu_register(struct tu_reg *r)
 {
-    Suite *s = suite_create(name);
-    tu_add_case(s, name, tests, n, setup, teardown, true);
+    struct tu_reg **at = &registered;
+    while (*at && written_before((*at)->tt->file, (*at)->tt->line, r->tt->file, r->tt->line))
+        at = &(*at)->next;
+    r->next = *at;
+    *at = r;
+}
+
+void tu_register_case(struct tu_case *c)
+{
+    struct tu_case **at = &cases;
+    while (*at && (*at)->line < c->line)
+        at = &(*at)->next;
+    c->next = *at;
+    *at = c;
+}
+
+struct tu_test *tu_registered(const struct tu_case *tcase, size_t *n)
+{
+    size_t k = 0;
+    for (struct tu_reg *r = registered; r; r = r->next)
+        k += r->tcase == tcase;
+    struct tu_test *t = calloc(k ? k : 1, sizeof *t);
+    if (!t)
+        abort(); /* before any test runs: no Check assertion yet */
+    *n = 0;
+    for (struct tu_reg *r = registered; r; r = r->next)
+        if (r->tcase == tcase)
+            t[(*n)++] = (struct tu_test){r->tt->name, r->tt, r->timeout};
+    return t;
+}
+
+/* The tests registered in TCASE as Check's test case NAME, with SETUP and
+ * TEARDOWN around each test (EACH) or around the case. */
+static void add_registered(Suite *s, const char *name, const struct tu_case *tcase,
+                           void (*setup)(void), void (*teardown)(void), bool each)
+{
+    size_t n;
+    struct tu_test *tests = tu_registered(tcase, &n);
+    TCase *tc = tu_add_tests(s, name, tests, n);
+    free(tests);
+    if (!tc || (!setup && !teardown))
+        return;
+    if (each)
+        tcase_add_checked_fixture(tc, setup, teardown);
+    else
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+}
+
+int tu_main(const char *suite, void (*setup)(void), void (*teardown)(void))
+{
+    Suite *s = suite_create(suite);
+    add_registered(s, suite, NULL, setup, teardown, true);
+    for (const struct tu_case *c = cases; c; c = c->next)
+        add_registered(s, c->name, c, c->setup, c->teardown, c->around == TU_AROUND_EACH);
     return tu_run_suite(s);
 }
 

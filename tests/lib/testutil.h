@@ -250,14 +250,84 @@ void tu_sem_full(struct dlock_client *c, struct dlock_semaphore *s, const char *
 pid_t tu_fork_holding(const char *url, const char *name, int mode, int64_t wait,
                       struct dlock_lock **l);
 
-/* One test of a table: its name (what DLOCK_TEST matches), its Check
- * function and its time limit in seconds (0 = 60). */
+/* ------------------------------------------------ registering the tests */
+
+/* A test registers itself where it is written, so a test binary keeps no
+ * table of its tests:
+ *
+ *     TU_TEST(waits, 30)
+ *     {
+ *         ...
+ *     }
+ *
+ * defines the Check test NAME (NAME is both what Check's log shows and
+ * what DLOCK_TEST matches) with a time limit of TIMEOUT seconds (0 = 60),
+ * and adds it, before main() runs, to the binary's own test case.
+ * TU_TEST_IN(TCASE, NAME, TIMEOUT) adds it to the test case TCASE that
+ * TU_CASE(TCASE, ...) declared above it instead. Tests run in the order
+ * they are written in the file, each case's after the binary's own case,
+ * the cases in the order they are declared. A test inside #ifdef is
+ * registered when it is compiled. */
 struct TTest;
+struct tu_case;
+struct tu_reg {
+    const struct tu_case *tcase; /* NULL: the binary's own case */
+    const struct TTest *tt;
+    int timeout;
+    struct tu_reg *next;
+};
+void tu_register(struct tu_reg *r);
+
+#define TU_TEST_IN(tcase, name, timeout) TU_TEST_AT_(&tu_case_##tcase, name, timeout)
+#define TU_TEST(name, timeout) TU_TEST_AT_(NULL, name, timeout)
+#define TU_TEST_AT_(case_, name, timeout_)                                                   \
+    static void tu_fn_##name(int _i __attribute__((unused)));                                \
+    static const struct TTest tu_tt_##name = {#name, tu_fn_##name, __FILE__, __LINE__};     \
+    static struct tu_reg tu_reg_##name = {case_, &tu_tt_##name, timeout_, NULL};            \
+    __attribute__((constructor)) static void tu_add_##name(void)                            \
+    {                                                                                        \
+        tu_register(&tu_reg_##name);                                                         \
+    }                                                                                        \
+    static void tu_fn_##name(int _i __attribute__((unused)))
+
+/* A test case of its own, TCASE (an identifier; its name in logs and in
+ * DLOCK_TEST), with a fixture: SETUP and TEARDOWN (either may be NULL)
+ * run around each test in the test's process (TU_AROUND_EACH, Check's
+ * checked fixture) or once around the whole case in the runner
+ * (TU_AROUND_CASE, unchecked: a server the case's tests share). */
+enum tu_around { TU_AROUND_EACH, TU_AROUND_CASE };
+struct tu_case {
+    const char *name;
+    void (*setup)(void);
+    void (*teardown)(void);
+    enum tu_around around;
+    int line;
+    struct tu_case *next;
+};
+void tu_register_case(struct tu_case *c);
+#define TU_CASE(tcase, setup_, teardown_, around_)                                           \
+    static struct tu_case tu_case_##tcase = {#tcase, setup_, teardown_, around_, __LINE__, NULL}; \
+    __attribute__((constructor)) static void tu_add_case_##tcase(void)                       \
+    {                                                                                        \
+        tu_register_case(&tu_case_##tcase);                                                  \
+    }
+
+/* main() of a test binary: the suite SUITE; its own test case, also named
+ * SUITE, holds what TU_TEST registered, with SETUP and TEARDOWN (may be
+ * NULL) around each test; then each TU_CASE. Returns what tu_run_suite()
+ * does. */
+int tu_main(const char *suite, void (*setup)(void), void (*teardown)(void));
+
+/* One registered test: its name (what DLOCK_TEST matches), its Check
+ * function and its time limit in seconds (0 = 60). */
 struct tu_test {
     const char *name;
-    const struct TTest *fn; /* the name START_TEST(fn) defined */
+    const struct TTest *fn;
     int timeout;
 };
+/* The tests registered in TCASE (NULL: the binary's own case), in the
+ * order of the source: *N of them in an array the caller frees. */
+struct tu_test *tu_registered(const struct tu_case *tcase, size_t *n);
 
 /* Add to S a test case named TCASE holding the tests of TESTS[0..N) that
  * the name filter lets through, with a time limit of the largest timeout
@@ -269,23 +339,14 @@ struct tu_test {
  * test runs when "TCASE/NAME" contains it (a substring), or, when it holds
  * a glob character (* ? [), when it matches the whole of "TCASE/NAME".
  * DLOCK_TEST=cancel runs every cancel test, DLOCK_TEST=zk/ every test of
- * the zk case. Check's own CK_RUN_CASE / CK_RUN_SUITE still apply. */
+ * the zk case. Check's own CK_RUN_CASE / CK_RUN_SUITE still apply.
+ * With $DLOCK_TEST_LIST set, each test added is printed as "TCASE/NAME
+ * TIMEOUT" and tu_run_suite() runs none. */
 struct Suite;
 struct TCase;
 struct TCase *tu_add_tests(struct Suite *s, const char *tcase, const struct tu_test *tests,
                            size_t n);
 #define TU_COUNT(a) (sizeof(a) / sizeof *(a))
-
-/* tu_add_tests() with a fixture, when SETUP or TEARDOWN is not NULL:
- * around each test when CHECKED (Check's checked fixture, run in the
- * test's process), else once around the test case (unchecked). */
-struct TCase *tu_add_case(struct Suite *s, const char *tcase, const struct tu_test *tests,
-                          size_t n, void (*setup)(void), void (*teardown)(void), bool checked);
-
-/* main() of a test binary with one suite and one test case, both named
- * NAME, and a checked fixture (SETUP and TEARDOWN may be NULL). */
-int tu_main(const char *name, const struct tu_test *tests, size_t n, void (*setup)(void),
-            void (*teardown)(void));
 
 /* Run every test of suite S, each in its own process (Check's fork
  * mode), and return the exit status for main(): 0 when all passed. Says

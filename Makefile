@@ -122,7 +122,7 @@ TEST_SRC := $(foreach t,$(wildcard tests/check_*.c),$(if $(filter $(MISSING_BACK
 # The contract, semaphore, election and multi-lock suites run against every backend: built only when all are
 # (make check refuses a build that lacks one anyway).
 ifneq ($(MISSING_BACKENDS),)
-TEST_SRC := $(filter-out tests/check_contract.c tests/check_semaphore.c tests/check_election.c tests/check_multi.c,$(TEST_SRC))
+TEST_SRC := $(filter-out tests/check_contract.c tests/check_semaphore.c tests/check_election.c tests/check_multi.c tests/check_fair.c,$(TEST_SRC))
 endif
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))

@@ -130,7 +130,7 @@ typedef enum dlock_option {
     DLOCK_OPT_KEY_PREFIX,         /* str: prepended to every lock name */
     DLOCK_OPT_USER,               /* str: user name (ACL, etcd, digest) */
     DLOCK_OPT_PASSWORD,           /* str: password */
-    DLOCK_OPT_LAYOUT,             /* str: wire layout, e.g. "redisson", "simple" */
+    DLOCK_OPT_LAYOUT,             /* str: wire layout, e.g. "redisson", "simple", "fair" */
     DLOCK_OPT_TLS_CA,             /* str: CA bundle path */
     DLOCK_OPT_TLS_CERT,           /* str: client certificate path */
     DLOCK_OPT_TLS_KEY,            /* str: client key path */
@@ -270,7 +270,9 @@ typedef enum dlock_mode {
  *
  * DLOCK_LOCK_FAIR: waiters are served first come, first served. Refused
  * with DLOCK_ENOTSUP where the backend cannot keep that order (file,
- * redis today; etcd and zk queue in arrival order). */
+ * redis today; etcd and zk queue in arrival order). On Redis a client
+ * made with ?layout=fair serves every lock's waiters in arrival order
+ * (docs/protocol-redis.md, "Layout fair"). */
 #define DLOCK_LOCK_HANDLE_OWNED 1u
 #define DLOCK_LOCK_FAIR 2u
 

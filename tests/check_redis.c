@@ -189,16 +189,9 @@ static long long owner_count(redisContext *ctx, const char *key)
 /* Sum of "calls=" for the script commands in INFO commandstats. */
 static long long script_calls(redisContext *ctx)
 {
-    redisReply *r = cmd(ctx, "INFO commandstats");
-    long long total = 0;
-    const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
-    for (size_t i = 0; i < 2; i++) {
-        const char *p = strstr(r->str, names[i]);
-        if (p)
-            total += strtoll(p + strlen(names[i]), NULL, 10);
-    }
-    freeReplyObject(r);
-    return total;
+    long long n = fx_redis_script_calls(ctx);
+    ck_assert_msg(n >= 0, "INFO commandstats: %s", ctx->errstr);
+    return n;
 }
 
 static bool wait_flag(atomic_int *v, int timeout_ms)

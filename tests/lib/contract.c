@@ -179,10 +179,10 @@ static char *redis_unreachable(const struct ct_fixture *f, int port)
     return tu_fmt("%s://127.0.0.1:%d?connect_timeout=500ms", p->tls ? "rediss" : "redis", port);
 }
 
-/* Subscribers of the lock's channels: both layouts publish releases on
+/* Subscribers of the lock's channels: the layouts publish releases on
  * Redisson's "redisson_lock__channel:{<key>}", where writers wait, and
  * readers wait on RReadWriteLock's "redisson_rwlock:{<key>}"; a waiter
- * subscribes before it sleeps. */
+ * subscribes before it sleeps. Plus the fair layout's queued waiters. */
 static long waiters_on(const struct fx_redis *srv, const char *prefix, const char *name)
 {
     char *fullname = tu_fmt("%s%s", prefix ? prefix : "", name);
@@ -199,6 +199,14 @@ static long waiters_on(const struct fx_redis *srv, const char *prefix, const cha
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
         r->element[1]->type == REDIS_REPLY_INTEGER && r->element[3]->type == REDIS_REPLY_INTEGER)
         n = (long)(r->element[1]->integer + r->element[3]->integer);
+    if (r)
+        freeReplyObject(r);
+    /* layout=fair: its waiters are queued (and listen on their client's
+     * own channel) */
+    r = redisCommand(ctx, "ZCARD dlock_fair_queue:%s%s%s", tagged ? "" : "{", fullname,
+                     tagged ? "" : "}");
+    if (n >= 0 && r && r->type == REDIS_REPLY_INTEGER)
+        n += (long)r->integer;
     if (r)
         freeReplyObject(r);
     free(rwchan);
@@ -239,7 +247,7 @@ static void redis_pause(const struct ct_fixture *f, bool stop)
 }
 
 static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
-                         tls_priv = {.tls = true};
+                         tls_priv = {.tls = true}, fair_priv = {.query = "layout=fair"};
 
 static struct ct_fixture fx_redis = {
     .name = "redis",
@@ -259,6 +267,20 @@ static struct ct_fixture fx_redis_simple = {
     .scheme = "redis",
     .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
     .priv = &simple_priv,
+    .start = redis_start,
+    .stop = redis_stop,
+    .url = redis_url,
+    .unreachable_url = redis_unreachable,
+    .waiters = redis_waiters,
+    .pause = redis_pause,
+};
+
+/* The fair layout (waiters queued in arrival order, direct hand-off). */
+static struct ct_fixture fx_redis_fair = {
+    .name = "redis-fair",
+    .scheme = "redis",
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .priv = &fair_priv,
     .start = redis_start,
     .stop = redis_stop,
     .url = redis_url,
@@ -545,6 +567,7 @@ struct ct_fixture *const ct_fixtures[] = {
 #ifdef DLOCK_HAVE_REDIS
     &fx_redis,
     &fx_redis_simple,
+    &fx_redis_fair,
     &fx_rediss,
     &fx_redis_sentinel,
     &fx_redlock,
@@ -597,9 +620,11 @@ FIXTURE_HOOKS(4)
 FIXTURE_HOOKS(5)
 FIXTURE_HOOKS(6)
 FIXTURE_HOOKS(7)
-static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3,
-                                       begin_4, begin_5, begin_6, begin_7};
-static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5, end_6, end_7};
+FIXTURE_HOOKS(8)
+static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4,
+                                       begin_5, begin_6, begin_7, begin_8};
+static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4,
+                                     end_5, end_6, end_7, end_8};
 
 /* Checked setup, in the test's own process. */
 static void test_begin(void)

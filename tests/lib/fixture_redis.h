@@ -89,6 +89,9 @@ int fx_sentinels_failover(struct fx_sentinels *t);
 /* A raw connection to the server (AUTH with PASSWORD when not NULL);
  * NULL when it cannot connect. Free with redisFree(). */
 redisContext *fx_redis_raw(const struct fx_redis *r, const char *password);
+/* The script calls (EVALSHA and EVAL) the server on CTX ran so far, from
+ * INFO commandstats; -1 when it did not answer. */
+long long fx_redis_script_calls(redisContext *ctx);
 #endif
 
 #endif

@@ -36,6 +36,8 @@ int64_t dlock__redis_cancel_life_ms(int64_t lease_ms)
 static int send_cancel(struct redis_state *s, const char *name, const char *owner_id, uint64_t last,
                        int64_t lease_ms, int64_t deadline)
 {
+    if (s->fair) /* leave the queue too, passing on a lock handed over */
+        return dlock__redis_fair_cancel(s, name, owner_id, last, lease_ms, deadline);
     struct lock_keys k;
     int rc = dlock__redis_keys_make(s, name, &k);
     if (rc)

@@ -338,9 +338,14 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
         }
     }
     if (!rc && c->opts.layout && strcmp(c->opts.layout, "redisson") != 0 &&
-        strcmp(c->opts.layout, "simple") != 0)
-        rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': layout '%s' is unknown (redisson or simple)",
+        strcmp(c->opts.layout, "simple") != 0 && strcmp(c->opts.layout, "fair") != 0)
+        rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': layout '%s' is unknown (redisson, simple "
+                                       "or fair)",
                         url, c->opts.layout);
+    else if (!rc && node >= 0 && c->opts.layout && strcmp(c->opts.layout, "fair") == 0)
+        rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': layout=fair queues waiters on one server; "
+                                       "redlock:// has no fair layout (redisson or simple)",
+                        url);
     bool tls = strncmp(c->url.scheme, "rediss", 6) == 0 || strcmp(c->url.scheme, "redlocks") == 0;
     if (!rc && !tls && (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key))
         rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': TLS options need rediss://", url);
@@ -363,6 +368,16 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
                             url, sync);
         s->sync_replicas = (int)n;
     }
+    const char *queue_lease = dlock__url_param(&c->url, "queue_lease");
+    if (!rc && queue_lease) {
+        s->fair_queue_lease_ms = dlock__parse_duration(queue_lease);
+        if (s->fair_queue_lease_ms < 1 || s->fair_queue_lease_ms > DLOCK__MAX_DURATION_MS)
+            rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': queue_lease=%s is not a duration "
+                                           "(e.g. 5s)",
+                            url, queue_lease);
+        else if (!c->opts.layout || strcmp(c->opts.layout, "fair") != 0)
+            rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': queue_lease without layout=fair", url);
+    }
     if (!rc && sync_timeout) {
         s->sync_timeout_ms = dlock__parse_duration(sync_timeout);
         if (s->sync_timeout_ms < 1)
@@ -377,6 +392,7 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
         return rc;
     }
     s->simple = c->opts.layout && strcmp(c->opts.layout, "simple") == 0;
+    s->fair = c->opts.layout && strcmp(c->opts.layout, "fair") == 0;
     s->user = c->opts.user;
     s->password = c->opts.password;
     if (!s->password && getenv("DLOCK_REDIS_PASSWORD") && *getenv("DLOCK_REDIS_PASSWORD"))

@@ -8,6 +8,11 @@
  * message (dlock__wait_wake()). A new subscription, a reconnection or a
  * wake that its waiter leaves unused wakes the others, so no release is
  * missed; the lock's TTL bounds each sleep as a safety net.
+ *
+ * A fair lock's waiters (fair.c) share one channel per client instead,
+ * subscribed at their first wait and kept: each grant message there names
+ * one wait ("<wait id> <token>"), wakes only that waiter and is kept for
+ * it (dlock__redis_hub_take), so a hand-off costs no subscription.
  */
 #include <errno.h>
 #include <poll.h>
@@ -17,6 +22,13 @@
 #include <unistd.h>
 
 #include "redis.h"
+
+/* A message kept for the wait it names (a fair lock's grant). */
+struct hub_grant {
+    struct hub_grant *next;
+    char key[24]; /* the message's first word: the wait id */
+    char msg[64];
+};
 
 /* One channel of the subscriber connection. Its waiters are a core
  * waitset (FIFO, a wake passed on by a waiter that leaves without using
@@ -28,6 +40,9 @@ struct hub_chan {
     bool subscribed; /* as the server last confirmed */
     bool sub_sent, unsub_sent;
     bool dirty; /* on the hub's to-do list */
+    bool keyed; /* messages name their waiter (dlock__redis_hub_join_keyed);
+                   counted once in nwaiters, so it stays subscribed */
+    struct hub_grant *grants; /* keyed: messages not yet taken */
     struct dlock__waitset waiters;
     struct hub_chan *next;  /* bucket chain */
     struct hub_chan *dnext; /* to-do list */
@@ -92,8 +107,36 @@ static void hub_free_chan(struct hub *hb, struct hub_chan *ch)
     if (*pp)
         *pp = ch->next;
     dlock__waitset_destroy(&ch->waiters);
+    while (ch->grants) {
+        struct hub_grant *g = ch->grants;
+        ch->grants = g->next;
+        free(g);
+    }
     free(ch->name);
     free(ch);
+}
+
+/* A message M on keyed channel CH: wake the waiter it names and keep it
+ * for that waiter; one naming no waiter here (a wait that left) is
+ * dropped. */
+static void hub_keep_grant(struct hub_chan *ch, const redisReply *m)
+{
+    struct hub_grant g = {0};
+    if (m->type != REDIS_REPLY_STRING || m->len >= sizeof g.msg)
+        return;
+    memcpy(g.msg, m->str, m->len);
+    size_t kl = strcspn(g.msg, " ");
+    if (kl >= sizeof g.key)
+        return;
+    memcpy(g.key, g.msg, kl);
+    if (dlock__waitset_wake_key(&ch->waiters, g.key) == 0)
+        return;
+    struct hub_grant *kept = malloc(sizeof *kept);
+    if (!kept)
+        return; /* the waiter, woken, tries: its try finds the grant */
+    *kept = g;
+    kept->next = ch->grants;
+    ch->grants = kept;
 }
 
 /* Handle one reply on the subscriber connection (hub mutex held). */
@@ -108,7 +151,9 @@ static void hub_on_reply(struct hub *hb, const redisReply *r)
         return;
     if (strcmp(kind, "message") == 0) {
         const redisReply *m = r->element[2];
-        if (m->type == REDIS_REPLY_STRING && m->len == 1 && m->str[0] == '1')
+        if (ch->keyed)
+            hub_keep_grant(ch, m);
+        else if (m->type == REDIS_REPLY_STRING && m->len == 1 && m->str[0] == '1')
             hub_wake_chan(ch); /* READ_UNLOCK_MESSAGE: every reader may enter */
         else
             hub_wake_one(ch);
@@ -305,6 +350,12 @@ int dlock__redis_hub_start(struct redis_state *s)
 /* Register W as a waiter on CHAN, subscribing when it is the first. */
 int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
 {
+    return dlock__redis_hub_join_keyed(s, chan, len, w, NULL);
+}
+
+int dlock__redis_hub_join_keyed(struct redis_state *s, const char *chan, size_t len,
+                                struct dlock__wait *w, const char *key)
+{
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);
     int rc = hub_start_locked(s);
@@ -337,6 +388,13 @@ int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, s
             hub_mark(hb, ch); /* freed by the hub thread once unwanted */
         pthread_mutex_unlock(&hb->mu);
         return rc;
+    }
+    if (key) {
+        dlock__waitset_set_key(&ch->waiters, w, key);
+        if (!ch->keyed) {
+            ch->keyed = true;
+            ch->nwaiters++; /* kept subscribed from now on */
+        }
     }
     if (ch->nwaiters++ == 0 || !ch->subscribed || ch->unsub_sent)
         hub_mark(hb, ch);
@@ -378,6 +436,31 @@ void dlock__redis_hub_pass(struct redis_state *s, const char *chan, size_t len,
     pthread_mutex_unlock(&hb->mu);
 }
 
+size_t dlock__redis_hub_take(struct redis_state *s, const char *chan, size_t len, const char *key,
+                             char *buf, size_t size)
+{
+    struct hub *hb = &s->hub;
+    size_t n = 0;
+    pthread_mutex_lock(&hb->mu);
+    struct hub_chan *ch = hub_find(hb, chan, len);
+    for (struct hub_grant **p = ch ? &ch->grants : NULL; p && *p; p = &(*p)->next) {
+        struct hub_grant *g = *p;
+        if (strcmp(g->key, key) != 0)
+            continue;
+        n = strlen(g->msg);
+        if (n < size) {
+            memcpy(buf, g->msg, n + 1);
+        } else {
+            n = 0;
+        }
+        *p = g->next;
+        free(g);
+        break;
+    }
+    pthread_mutex_unlock(&hb->mu);
+    return n;
+}
+
 /* W stops waiting on CHAN. If it was woken and leaves without the lock
  * (timed out, canceled, failed), the wake goes to the next waiter. */
 void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
@@ -387,7 +470,8 @@ void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len,
     pthread_mutex_lock(&hb->mu);
     struct hub_chan *ch = hub_find(hb, chan, len);
     if (ch) {
-        if (dlock__waitset_remove(&ch->waiters, w) && !acquired)
+        /* a keyed channel's wakes each name their waiter: none to pass on */
+        if (dlock__waitset_remove(&ch->waiters, w) && !acquired && !ch->keyed)
             hub_wake_one(ch);
         ch->nwaiters--;
         if (ch->nwaiters == 0)

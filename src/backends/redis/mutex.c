@@ -104,9 +104,16 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
         }
         return rc;
     }
+    return dlock__redis_acquire_reply(s, h, k, r, sent, acked, ttl_ms);
+}
+
+int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
+                               const struct lock_keys *k, redisReply *r, int64_t sent, int acked,
+                               int64_t *ttl_ms)
+{
     long long value;
     const char *type_name;
-    rc = dlock__redis_script_reply(s, r, &value, &type_name);
+    int rc = dlock__redis_script_reply(s, r, &value, &type_name);
     if (!rc) {
         if (type_name) {
             rc = dlock__redis_wrongtype(s, k, type_name);
@@ -133,10 +140,12 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
 {
     struct redis_state *s = state;
     struct lock_keys k;
+    owner_of(s, h);
+    if (dlock__redis_fair(s, h)) /* waiters in arrival order (fair.c) */
+        return dlock__redis_fair_acquire(s, h, w);
     int rc = dlock__redis_rw_check_layout(s, h);
     if (rc || (rc = dlock__redis_keys_make(s, h->name, &k)))
         return rc;
-    owner_of(s, h);
     int64_t lease = h->lease_ms;
     int64_t ttl = 0;
     /* Readers wake on RReadWriteLock's channel, writers on RLock's. */
@@ -198,6 +207,8 @@ static int redis_release(void *state, struct dlock__hold *h)
     struct redis_state *s = state;
     if (h->mode == DLOCK_SHARED)
         return dlock__redis_rw_release(s, h);
+    if (dlock__redis_fair(s, h))
+        return dlock__redis_fair_release(s, h);
     struct lock_keys k;
     int rc = dlock__redis_keys_make(s, h->name, &k);
     if (rc)

@@ -39,6 +39,7 @@ enum script_id {
     S_ACQUIRE, S_RELEASE, S_RENEW, S_INSPECT, S_FORCE, S_CANCEL,
     S_RW_RELEASE_READ, S_RW_DOWNGRADE, S_RW_UNWAIT, /* rwlock.c */
     S_SEM_ACQUIRE, S_SEM_RELEASE, S_SEM_RENEW, S_SEM_INSPECT, /* semaphore.c */
+    S_FAIR, /* fair.c */
     S_COUNT
 };
 
@@ -110,6 +111,8 @@ struct redis_state {
     int64_t connect_timeout_ms, op_timeout_ms;
     const char *prefix;
     bool simple;
+    bool fair; /* ?layout=fair: every exclusive lock is fair (fair.c) */
+    int64_t fair_queue_lease_ms; /* ?queue_lease (fair.c); 0: the default */
     int sync_replicas; /* ?sync=N: replicas that must acknowledge a write (0: off) */
     int64_t sync_timeout_ms; /* ?sync_timeout: WAIT's timeout */
     char uuid[37];
@@ -374,6 +377,18 @@ void dlock__redis_hub_ack(struct redis_state *s, const char *chan, size_t len, s
 /* W's try was busy where a waiter behind it may not be: wake that one. */
 void dlock__redis_hub_pass(struct redis_state *s, const char *chan, size_t len,
                            const struct dlock__wait *w);
+/* Register W as a waiter on CHAN under KEY (a fair lock's wait id, a
+ * string that outlives the wait): a message on CHAN whose first word is
+ * KEY wakes only W and is kept for dlock__redis_hub_take(); a message
+ * naming no waiter is dropped. CHAN stays subscribed from then on (one
+ * channel per client: no subscription per wait). KEY NULL: as
+ * dlock__redis_hub_join(). */
+int dlock__redis_hub_join_keyed(struct redis_state *s, const char *chan, size_t len,
+                                struct dlock__wait *w, const char *key);
+/* Take the message kept for KEY on CHAN into BUF of SIZE bytes,
+ * NUL-terminated: its length, or 0 when none is kept. */
+size_t dlock__redis_hub_take(struct redis_state *s, const char *chan, size_t len, const char *key,
+                             char *buf, size_t size);
 /* W stops waiting on CHAN; a wake it leaves unused (not ACQUIRED) goes to
  * the next waiter. */
 void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
@@ -415,9 +430,28 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
 int dlock__redis_force_release(void *state, const char *name);
 int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
+/* Decode (and free) R, the reply of an acquire script of H on K sent at
+ * SENT (ACKED replicas acknowledged it, -1 not asked): DLOCK_OK with
+ * h->token set and the hold confirmed, DLOCK_EBUSY with *TTL_MS the
+ * holder's remaining lease, or a failure with its message. */
+int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
+                               const struct lock_keys *k, redisReply *r, int64_t sent, int acked,
+                               int64_t *ttl_ms);
 /* The lock's acquire and release (mutex.c), for the election on it. */
 int dlock__redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redis_release_hold(void *state, struct dlock__hold *h);
+
+/* ------------------------------------------------------------- fair.c */
+
+/* Whether H is taken through the fair layout (?layout=fair). */
+bool dlock__redis_fair(const struct redis_state *s, const struct dlock__hold *h);
+/* The fair lock's acquire and release of H (h->owner set). */
+int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__redis_fair_release(struct redis_state *s, struct dlock__hold *h);
+/* cancel.c's cancel for a fair lock: OWNER leaves NAME's queue, its
+ * requests up to LAST canceled, a lock handed to it passed on. */
+int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char *owner,
+                             uint64_t last, int64_t lease_ms, int64_t deadline);
 
 /* --------------------------------------------------------- election.c */
 

@@ -58,6 +58,7 @@ EMBED_SCRIPT(redis_lua_sem_acquire, "sem_acquire.lua");
 EMBED_SCRIPT(redis_lua_sem_release, "sem_release.lua");
 EMBED_SCRIPT(redis_lua_sem_renew, "sem_renew.lua");
 EMBED_SCRIPT(redis_lua_sem_inspect, "sem_inspect.lua");
+EMBED_SCRIPT(redis_lua_fair_lock, "fair_lock.lua");
 
 const char *dlock__redis_script_source(enum script_id id, bool simple)
 {
@@ -88,6 +89,8 @@ const char *dlock__redis_script_source(enum script_id id, bool simple)
         return redis_lua_sem_renew;
     case S_SEM_INSPECT:
         return redis_lua_sem_inspect;
+    case S_FAIR:
+        return redis_lua_fair_lock;
     case S_COUNT:
         break;
     }
@@ -150,7 +153,8 @@ const char *dlock__redis_own_key_space(const char *key, size_t len)
 {
     static const char *const spaces[] = {"redisson_lock_token:", "redisson_lock__channel:",
                                          "dlock_canceled:", "redisson_rwlock:",
-                                         "dlock_writers:"};
+                                         "dlock_writers:", "dlock_fair_queue:",
+                                         "dlock_fair_waiters:", "dlock_fair__channel:"};
     for (size_t i = 0; i < sizeof spaces / sizeof spaces[0]; i++) {
         size_t sl = strlen(spaces[i]);
         if (len >= sl && memcmp(key, spaces[i], sl) == 0)

@@ -1,0 +1,334 @@
+/* fair.c -- the Redis backend's fair lock: waiters served in arrival
+ * order across clients, and each release handing the lock to the first
+ * waiter inside the release script (?layout=fair; docs/protocol-redis.md,
+ * "Fair locks").
+ *
+ * Why it is shaped so. With the Redisson layout every release is a race:
+ * the release message wakes waiters, which then send an acquire each, and
+ * whoever's script runs first wins -- no order, and a hand-off costs the
+ * message plus an acquire round trip. Here the lock is the same Redisson
+ * hash (so RLock and dlock's other layouts still exclude it), and a queue
+ * beside it (scripts/fair_lock.lua) records the waiters in arrival order,
+ * each with a queue lease it refreshes while it waits. The release script
+ * makes the first live waiter the owner (its lease, a new token) and
+ * publishes the token on that waiter's own channel; the waiter, asleep on
+ * the subscriber hub (hub.c), learns from that one message that it holds
+ * the lock. A waiter that died stays queued only until its queue lease
+ * runs out. A waiter that gives up (timeout, cancel, a failure) leaves the
+ * queue with the same script, which passes on a lock handed to it in the
+ * meantime; when that reply is lost too, cancel.c owes the leave to the
+ * core's cleanup queue. Reentrancy, renewal (renew_redisson.lua works on
+ * the hash as it is) and lost holds are the mutex's (mutex.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis.h"
+
+/* A waiter's queue entry lives this long unless refreshed (at a third of
+ * it), and never longer than the lease it asks for: a waiter that died is
+ * skipped once it runs out. */
+#define FAIR_QUEUE_LEASE_MS 5000
+
+/* The keys of a fair lock: the mutex's, the queue, the waiters' records,
+ * and the channel where this client hears its grants (one per client, for
+ * every fair lock: kept subscribed, so a wait costs no subscription). */
+struct fair_keys {
+    struct lock_keys k;
+    char *queue, *waiters, *chan;
+    size_t queue_len, waiters_len, chan_len;
+};
+
+static void fair_keys_free(struct fair_keys *f)
+{
+    dlock__redis_keys_free(&f->k);
+    free(f->queue);
+    free(f->waiters);
+    free(f->chan);
+    memset(f, 0, sizeof *f);
+}
+
+/* The keys of lock NAME. */
+static int fair_keys_make(struct redis_state *s, const char *name, struct fair_keys *f)
+{
+    memset(f, 0, sizeof *f);
+    int rc = dlock__redis_keys_make(s, name, &f->k);
+    if (rc)
+        return rc;
+    f->queue = dlock__sprintf("dlock_fair_queue:%s", f->k.tbase);
+    f->waiters = dlock__sprintf("dlock_fair_waiters:%s", f->k.tbase);
+    f->chan = dlock__sprintf("dlock_fair__channel:%s", s->uuid);
+    if (!f->queue || !f->waiters || !f->chan) {
+        fair_keys_free(f);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    f->queue_len = strlen(f->queue);
+    f->waiters_len = strlen(f->waiters);
+    f->chan_len = strlen(f->chan);
+    return DLOCK_OK;
+}
+
+bool dlock__redis_fair(const struct redis_state *s, const struct dlock__hold *h)
+{
+    (void)h;
+    return s->fair;
+}
+
+/* A waiter's queue lease: ?queue_lease, else FAIR_QUEUE_LEASE_MS cut to
+ * the lease LEASE_MS it asks for. */
+static int64_t queue_lease_ms(const struct redis_state *s, int64_t lease_ms)
+{
+    if (s->fair_queue_lease_ms > 0)
+        return s->fair_queue_lease_ms;
+    return lease_ms > 0 && lease_ms < FAIR_QUEUE_LEASE_MS ? lease_ms : FAIR_QUEUE_LEASE_MS;
+}
+
+/* Run fair_lock.lua's OP with the lock's six keys, the owner and (for an
+ * acquire) our channel first, then the N arguments ARGS (and RETRY_ARGS for a retry, NULL: the
+ * same), within DEADLINE. */
+static int fair_eval(struct redis_state *s, const struct fair_keys *f, const char *owner,
+                     const char *op, int n, const char **args, const char **retry_args,
+                     int64_t deadline, const char *what, redisReply **out, int64_t *sent,
+                     bool *retried, bool *reached, int *acked)
+{
+    enum { NKEYS = 6, MAX = 16 };
+    const char *a[MAX], *ra[MAX];
+    size_t l[MAX], rl[MAX];
+    const char *head[] = {f->k.lock, f->k.token, f->k.canceled, f->queue, f->waiters, f->k.chan,
+                          op, owner, strcmp(op, "acquire") == 0 ? f->chan : ""};
+    size_t head_len[] = {f->k.lock_len, f->k.token_len, f->k.canceled_len, f->queue_len,
+                         f->waiters_len, f->k.chan_len, strlen(op), strlen(owner), 0};
+    int nh = (int)(sizeof head / sizeof head[0]);
+    head_len[nh - 1] = strlen(head[nh - 1]);
+    for (int i = 0; i < nh; i++) {
+        a[i] = ra[i] = head[i];
+        l[i] = rl[i] = head_len[i];
+    }
+    for (int i = 0; i < n; i++) {
+        a[nh + i] = args[i];
+        ra[nh + i] = retry_args ? retry_args[i] : args[i];
+        l[nh + i] = strlen(a[nh + i]);
+        rl[nh + i] = strlen(ra[nh + i]);
+    }
+    return dlock__redis_eval_synced(s, deadline, S_FAIR, NKEYS, nh + n, a, l, true, ra, rl, what,
+                                    out, sent, retried, reached, acked);
+}
+
+/* One acquire attempt of a fair lock (the mutex's try_acquire, with the
+ * queue): DLOCK_OK (h->token set, the hold confirmed), DLOCK_EBUSY with
+ * *TTL_MS the holder's remaining lease and, when STAGE queues, *SENT_MS
+ * the send time of the try that saw us queued; or a failure. *LAST is the
+ * highest request number used so far (what a leave must cancel). */
+static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct fair_keys *f,
+                    const char *stage, const char *wait_id, int64_t deadline, int64_t *ttl_ms,
+                    int64_t *sent_ms, uint64_t *last)
+{
+    deadline = dlock__redis_budget(s, deadline); /* the cancel owed and the acquire share it */
+    int rc = dlock__redis_cancel_owed(s, h, deadline);
+    if (rc)
+        return rc;
+    char lease[24], first[24], second[24], life[24], qlease[24];
+    uint64_t n = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* n and n + 1 */
+    *last = n + 1;
+    snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
+    snprintf(first, sizeof first, "%llu", (unsigned long long)n);
+    snprintf(second, sizeof second, "%llu", (unsigned long long)n + 1);
+    snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(h->lease_ms));
+    snprintf(qlease, sizeof qlease, "%lld", (long long)queue_lease_ms(s, h->lease_ms));
+    const char *args[] = {lease, first, "0", life, qlease, stage, wait_id};
+    const char *retry_args[] = {lease, second, first, life, qlease, stage, wait_id};
+    redisReply *r;
+    int64_t sent;
+    bool reached = false;
+    int acked;
+    rc = fair_eval(s, f, h->owner, "acquire", 7, args, retry_args, deadline, "acquire", &r, &sent,
+                   NULL, &reached, &acked);
+    if (rc == DLOCK_ECONN && reached)
+        dlock__redis_cancel_lost_acquire(s, h, n + 1, h->lease_ms);
+    if (rc)
+        return rc;
+    rc = dlock__redis_acquire_reply(s, h, &f->k, r, sent, acked, ttl_ms);
+    if (rc == DLOCK_EBUSY)
+        *sent_ms = sent;
+    return rc;
+}
+
+/* The grant kept by the hub for wait WAIT_ID ("<wait id> <token>"): its
+ * token in *TOKEN; false when none came. */
+static bool grant_taken(struct redis_state *s, const struct fair_keys *f, const char *wait_id,
+                        uint64_t *token)
+{
+    char msg[64], *end;
+    if (!dlock__redis_hub_take(s, f->chan, f->chan_len, wait_id, msg, sizeof msg))
+        return false;
+    const char *t = msg + strlen(wait_id);
+    unsigned long long v = strtoull(t, &end, 10);
+    if (*t != ' ' || end == t + 1 || *end)
+        return false;
+    *token = v;
+    return true;
+}
+
+int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char *owner,
+                             uint64_t last, int64_t lease_ms, int64_t deadline)
+{
+    struct fair_keys f;
+    int rc = fair_keys_make(s, name, &f);
+    if (rc)
+        return rc;
+    char num[24], life[24];
+    snprintf(num, sizeof num, "%llu", (unsigned long long)last);
+    snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease_ms));
+    const char *args[] = {num, life};
+    redisReply *r = NULL;
+    rc = fair_eval(s, &f, owner, "leave", 2, args, NULL, deadline, "leave the queue", &r, NULL,
+                   NULL, NULL, NULL);
+    if (!rc) {
+        long long n;
+        const char *type_name;
+        rc = dlock__redis_script_reply(s, r, &n, &type_name);
+        freeReplyObject(r); /* a key of another type: nothing of ours to undo */
+    }
+    fair_keys_free(&f);
+    return rc;
+}
+
+/* H's owner gives up its wait (timeout, cancel, a failure): leave the
+ * queue now, canceling its requests up to LAST; when that reply is lost,
+ * owe it (cancel.c queues it on the core's cleanup queue). Keeps the
+ * caller's message. */
+static void fair_give_up(struct redis_state *s, struct dlock__hold *h, uint64_t last)
+{
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    int64_t deadline = dlock__now_ms() + s->op_timeout_ms;
+    if (dlock__redis_fair_cancel(s, h->name, h->owner, last, h->lease_ms, deadline) != DLOCK_OK)
+        dlock__redis_cancel_lost_acquire(s, h, last, h->lease_ms);
+    dlock__errmsg_restore(DLOCK_OK, msg);
+}
+
+int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, struct dlock__wait *w)
+{
+    if (h->mode == DLOCK_SHARED)
+        return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': layout=fair queues exclusive holders "
+                                         "only and has no shared mode; use the Redisson layout "
+                                         "(the default) for read-write locks",
+                          s->where, h->name);
+    struct fair_keys f;
+    int rc = fair_keys_make(s, h->name, &f);
+    if (rc)
+        return rc;
+    /* This wait's id: a grant message names it, so a late message meant
+     * for an earlier wait of the same owner is not taken for this one. */
+    char wait_id[24];
+    snprintf(wait_id, sizeof wait_id, "%llu",
+             (unsigned long long)__atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED));
+    int64_t ttl = 0, queued_at = 0, qlease = queue_lease_ms(s, h->lease_ms);
+    uint64_t last = 0;
+    bool once = dlock__wait_try_once(w);
+    /* A wait listens before it queues: a grant may reach the hub before
+     * the reply of the try that queued us. The channel is kept subscribed
+     * once it was (one per client), so only a client's first wait sends a
+     * SUBSCRIBE; until it is confirmed a grant may be missed, so the first
+     * try after the confirmation looks for one. */
+    if (!once && (rc = dlock__redis_hub_join_keyed(s, f.chan, f.chan_len, w, wait_id)))
+        goto out;
+    bool subscribed = !once && dlock__redis_hub_subscribed(s, f.chan, f.chan_len);
+    rc = fair_try(s, h, &f, once ? "0" : "1", wait_id, dlock__wait_deadline(w), &ttl, &queued_at,
+                  &last);
+    if (once)
+        goto out;
+    if (rc != DLOCK_EBUSY)
+        goto leave;
+
+    /* Queued: sleep until the grant message, trying again only when the
+     * subscription (re)starts (a grant may have been missed), and every
+     * third of the queue lease (the refresh, and the holder's lease as a
+     * safety net). */
+    struct dlock__redis_outage outage = DLOCK__REDIS_OUTAGE_INIT;
+    bool try_now = false;
+    for (;;) {
+        unsigned seq = dlock__wait_seq(w);
+        uint64_t token;
+        if (grant_taken(s, &f, wait_id, &token)) {
+            /* handed over: the grant ran after our last try that saw us
+             * queued, so the lease runs at least from that try's sending */
+            dlock__redis_hub_ack(s, f.chan, f.chan_len, w);
+            h->token = token;
+            dlock__hold_confirmed(s->c, h, queued_at);
+            rc = DLOCK_OK;
+            break;
+        }
+        if (!subscribed && dlock__redis_hub_subscribed(s, f.chan, f.chan_len)) {
+            subscribed = true;
+            try_now = true;
+        }
+        if (try_now) {
+            dlock__redis_hub_ack(s, f.chan, f.chan_len, w);
+            rc = fair_try(s, h, &f, "2", wait_id, dlock__wait_deadline(w), &ttl, &queued_at,
+                          &last);
+            if (rc == DLOCK_ECONN && !outage.ms &&
+                dlock__time_left(dlock__wait_deadline(w), 1) == 0) {
+                dlock__errmsg_save(outage.msg);
+                rc = dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s' (%s)",
+                                s->where, f.k.lock, outage.msg);
+                break;
+            }
+            if (!dlock__redis_outage_note(&outage, rc, true))
+                break;
+        }
+        /* the safety net: the holder's lease, and our queue entry's refresh */
+        int64_t nap = ttl >= 0 && ttl < qlease / 3 ? ttl : qlease / 3;
+        rc = dlock__redis_wait_sleep(w, seq, nap, h->lease_ms, &outage, DLOCK_ECONN, s->where,
+                                     f.k.lock);
+        if (rc != DLOCK_OK)
+            break;
+        /* woken without a grant (a (re)subscription: one may have been
+         * lost) or the nap ran out (the refresh): try again */
+        try_now = true;
+    }
+leave:
+    dlock__redis_hub_leave(s, f.chan, f.chan_len, w, rc == DLOCK_OK);
+    uint64_t late;
+    grant_taken(s, &f, wait_id, &late); /* drop one kept after the last look: the leave passes it on */
+    if (rc != DLOCK_OK && last)
+        fair_give_up(s, h, last);
+out:
+    fair_keys_free(&f);
+    return rc;
+}
+
+int dlock__redis_fair_release(struct redis_state *s, struct dlock__hold *h)
+{
+    struct fair_keys f;
+    int rc = fair_keys_make(s, h->name, &f);
+    if (rc)
+        return rc;
+    char token[24], life[24];
+    snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
+    snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(h->lease_ms));
+    const char *args[] = {token, life};
+    redisReply *r;
+    bool retried;
+    rc = fair_eval(s, &f, h->owner, "release", 2, args, NULL, DLOCK__NEVER, "release", &r, NULL,
+                   &retried, NULL, NULL);
+    if (!rc) {
+        long long status;
+        const char *type_name;
+        rc = dlock__redis_script_reply(s, r, &status, &type_name);
+        if (!rc && type_name)
+            rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' now holds a %s",
+                            s->where, h->name, f.k.lock, type_name);
+        else if (!rc && !(status == 1 || (status == 2 && retried)))
+            rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' is %s (our token was "
+                                         "%llu)",
+                            s->where, h->name, f.k.lock,
+                            status == 2 ? "free, its lease had expired"
+                                        : "held by another owner or expired",
+                            (unsigned long long)h->token);
+        freeReplyObject(r);
+    }
+    fair_keys_free(&f);
+    return rc;
+}

@@ -1,0 +1,197 @@
+-- fair_lock.lua: the fair layout (docs/protocol-redis.md, "Fair locks").
+-- The lock itself is Redisson's (a HASH: owner field = hold count, "mode" =
+-- "write", PEXPIRE = lease; the token counter redisson_lock_token:{N}), so
+-- RLock and dlock's other layouts still exclude it. Beside it, waiters queue
+-- in arrival order, and a release hands the lock to the first live waiter
+-- inside the script and tells only that waiter, on its own channel.
+-- KEYS: 1 lock, 2 token key, 3 canceled key (dlock_canceled:{N}), 4 queue
+-- (dlock_fair_queue:{N}: a ZSET, owner -> arrival number), 5 waiters
+-- (dlock_fair_waiters:{N}: a HASH, owner -> record), 6 the lock's channel
+-- (redisson_lock__channel:{N}).
+-- ARGV: 1 op, 2 owner field, 3 acquire: the channel where the owner's
+-- client hears its grants (dlock_fair__channel:<client uuid>), else '', then
+--   acquire: 4 lease ms, 5 request number, 6 the number of the attempt this
+--            one retries ('0' for a first attempt), 7 life ms of a
+--            cancellation record, 8 queue lease ms, 9 stage ('0' try once,
+--            '1' the first try of a wait, '2' a later one), 10 wait id
+--   release: 4 our token, 5 life ms of the hand-off record
+--   leave:   4 the last request number to cancel ('0': none), 5 life ms of
+--            the cancellation record
+-- A waiter's record is 'w <deadline ms> <lease ms> <wait id> <channel>' while it
+-- waits (the deadline is its queue lease: a waiter refreshes it while it
+-- waits, a dead one is dropped once it passes), 'g <token> <wait id>' once
+-- the lock was handed to it; 'r:<owner>' = token records a release that
+-- handed the lock on, so a retried release knows it ran. The grant message
+-- on the waiter's channel is '<wait id> <token>'.
+-- acquire returns the token (>= 0) when taken or handed over; -3 - MS
+-- (< -1) when busy, MS being the holder's remaining lease (-1: none); -1
+-- when this request was canceled; a type name when the lock key is not a
+-- hash. release returns 1 released, 2 released already (a retry), 0 not
+-- ours, or a type name. leave returns 2 when it gave up a lock handed to
+-- the owner (passed on to the next waiter), else 1.
+-- Run by hand: redis-cli --eval fair_lock.lua N redisson_lock_token:{N} dlock_canceled:{N} dlock_fair_queue:{N} dlock_fair_waiters:{N} redisson_lock__channel:{N} , acquire <uuid>:1 dlock_fair__channel:<uuid> 30000 1 0 600000 5000 1 7
+local op, owner = ARGV[1], ARGV[2]
+
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function words(s)
+  local w = {}
+  for x in string.gmatch(s or '', '%S+') do w[#w + 1] = x end
+  return w
+end
+
+-- The next fencing token, as acquire_redisson.lua takes it (seeded from
+-- the server's clock in microseconds when the counter is absent or low).
+local function next_token()
+  local token = redis.call('incr', KEYS[2])
+  if token < 1e15 then
+    local t = redis.call('time')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if now > token then
+      token = now
+      redis.call('set', KEYS[2], string.format('%d', token))
+    end
+  elseif token >= 9007199254740992 then
+    return redis.error_reply('DLOCK token counter ' .. KEYS[2] .. ' is at ' .. redis.call('get', KEYS[2]) ..
+      ', past 2^53 (9007199254740992) where script numbers stop being exact: tokens would repeat; no hold written')
+  end
+  return token
+end
+
+-- The queue's keys live at least MS more.
+local function keep(ms)
+  for i = 4, 5 do
+    if redis.call('pttl', KEYS[i]) < ms then redis.call('pexpire', KEYS[i], ms) end
+  end
+end
+
+-- The first waiter whose queue lease has not run out, and its record;
+-- the dead ones before it are dropped.
+local function first_live(now)
+  while true do
+    local head = redis.call('zrange', KEYS[4], 0, 0)[1]
+    if not head then return nil end
+    local w = words(redis.call('hget', KEYS[5], head))
+    if w[1] == 'w' and #w == 5 and tonumber(w[2]) >= now then return head, w end
+    redis.call('zrem', KEYS[4], head)
+    if w[1] == 'w' then redis.call('hdel', KEYS[5], head) end
+  end
+end
+
+-- Hand the free lock to waiter HEAD (record W): it owns it from now on with
+-- its own lease and a new token, and learns so from one message.
+local function grant(head, w)
+  local token = next_token()
+  if type(token) == 'table' then return token end
+  local t = string.format('%d', token)
+  redis.call('hset', KEYS[1], head, 1, 'mode', 'write')
+  redis.call('pexpire', KEYS[1], w[3])
+  redis.call('zrem', KEYS[4], head)
+  redis.call('hset', KEYS[5], head, 'g ' .. t .. ' ' .. w[4])
+  redis.call('publish', w[5], w[4] .. ' ' .. t)
+  return token
+end
+
+-- The lock just became free: to the first live waiter, or, with nobody
+-- queued, Redisson's unlock message for everyone else's waiters.
+local function hand_off(now)
+  local head, w = first_live(now)
+  if head then return grant(head, w) end
+  redis.call('publish', KEYS[6], '0')
+  return nil
+end
+
+-- Record that OWNER's requests up to NUMBER are canceled (see
+-- acquire_redisson.lua and "Ambiguous replies").
+local function cancel_upto(number, life)
+  local canceled = tonumber(redis.call('hget', KEYS[3], owner) or '0')
+  if canceled < tonumber(number) then
+    redis.call('hset', KEYS[3], owner, number)
+    redis.call('pexpire', KEYS[3], life)
+  end
+end
+
+local t = redis.call('type', KEYS[1]).ok
+if t ~= 'hash' and t ~= 'none' then return t end
+
+if op == 'acquire' then
+  if ARGV[6] ~= '0' then cancel_upto(ARGV[6], ARGV[7]) end
+  if tonumber(redis.call('hget', KEYS[3], owner) or '0') >= tonumber(ARGV[5]) then return -1 end
+  local now = now_ms()
+  local mine = words(redis.call('hget', KEYS[5], owner))
+  if mine[1] == 'g' then
+    -- handed to us: this try learns it (the message was lost or is late)
+    redis.call('hdel', KEYS[5], owner)
+    if redis.call('hexists', KEYS[1], owner) == 1 then return tonumber(mine[2]) end
+    mine = {} -- its lease ran out before we learned: a new arrival
+  end
+  redis.call('hdel', KEYS[5], 'r:' .. owner)
+  -- A field of ours without a grant is a leftover (acquire_redisson.lua):
+  -- replaced below, count 1 and a new token.
+  local free = redis.call('exists', KEYS[1]) == 0 or
+    (redis.call('hexists', KEYS[1], owner) == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read')
+  local head, hw = first_live(now)
+  if free and (head == nil or head == owner) then
+    local token = next_token()
+    if type(token) == 'table' then return token end
+    redis.call('hset', KEYS[1], owner, 1, 'mode', 'write')
+    redis.call('pexpire', KEYS[1], ARGV[4])
+    redis.call('zrem', KEYS[4], owner)
+    redis.call('hdel', KEYS[5], owner)
+    return token
+  end
+  if free then
+    -- free (a lease ran out, a release of another layout) with a live
+    -- waiter before us: it is that waiter's now
+    local g = grant(head, hw)
+    if type(g) == 'table' then return g end
+  end
+  if ARGV[9] ~= '0' then
+    if not (mine[1] == 'w' and mine[4] == ARGV[10]) or not redis.call('zscore', KEYS[4], owner) then
+      -- a new wait goes to the back, whatever an older one of ours left
+      local last = redis.call('zrange', KEYS[4], -1, -1, 'withscores')
+      redis.call('zadd', KEYS[4], last[2] and tonumber(last[2]) + 1 or 1, owner)
+    end
+    local qlease = tonumber(ARGV[8])
+    redis.call('hset', KEYS[5], owner, string.format('w %d %s %s %s', now + qlease, ARGV[4], ARGV[10], ARGV[3]))
+    keep(2 * qlease)
+  end
+  return -3 - redis.call('pttl', KEYS[1])
+elseif op == 'release' then
+  redis.call('hdel', KEYS[5], owner) -- the record of a grant we learned by message
+  if redis.call('hdel', KEYS[1], owner) == 1 then
+    redis.call('del', KEYS[1])
+    local g = hand_off(now_ms())
+    if type(g) == 'table' then return g end
+    if g then
+      redis.call('hset', KEYS[5], 'r:' .. owner, ARGV[4])
+      keep(tonumber(ARGV[5]))
+    end
+    return 1
+  end
+  if redis.call('exists', KEYS[1]) == 0 and redis.call('get', KEYS[2]) == ARGV[4] then return 2 end
+  if redis.call('hget', KEYS[5], 'r:' .. owner) == ARGV[4] then return 2 end
+  return 0
+elseif op == 'leave' then
+  if ARGV[4] ~= '0' then cancel_upto(ARGV[4], ARGV[5]) end
+  redis.call('zrem', KEYS[4], owner)
+  redis.call('hdel', KEYS[5], owner)
+  local r = 1
+  -- A lock handed to us as we gave up, or taken by an attempt whose reply
+  -- was lost: given up, to the next waiter.
+  if redis.call('hdel', KEYS[1], owner) == 1 then
+    redis.call('del', KEYS[1])
+    r = 2
+  end
+  -- free now (ours given up, or we were the head of a free lock): the
+  -- next waiter's
+  if redis.call('exists', KEYS[1]) == 0 and (r == 2 or redis.call('zcard', KEYS[4]) > 0) then
+    local g = hand_off(now_ms())
+    if type(g) == 'table' then return g end
+  end
+  return r
+end
+return redis.error_reply('DLOCK fair_lock.lua: unknown op ' .. tostring(op))

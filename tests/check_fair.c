@@ -1,0 +1,400 @@
+/* check_fair.c -- the fair Redis layout (?layout=fair, src/backends/redis/
+ * fair.c): waiters served in arrival order across processes, a waiter
+ * killed while queued skipped once its queue lease runs out, a hand-off
+ * that costs the new owner no request (counted by the server), no
+ * starvation among 8 clients, and the queue script's give-up race.
+ *
+ * Every test starts its own redis-server; the order and the queue are
+ * read from the server (the queue's length, INFO commandstats), so each
+ * step waits on a condition, never on a fixed sleep.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "fixture_redis.h"
+#include "testutil.h"
+
+static struct fx_redis srv;
+
+/* A server for this test, and its URL with the fair layout and QUERY. */
+static char *start_fair(const char *query)
+{
+    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
+    return tu_fmt("%s?layout=fair%s%s", srv.url, query ? "&" : "", query ? query : "");
+}
+
+static redisContext *raw(void)
+{
+    redisContext *ctx = fx_redis_raw(&srv, NULL);
+    ck_assert_msg(ctx != NULL, "raw connection to port %d failed", srv.port);
+    return ctx;
+}
+
+/* The integer reply of a raw command (-1 for nil), asserting one came. */
+static long long raw_int(redisContext *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "raw command '%s' failed: %s", fmt, ctx->errstr);
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER || r->type == REDIS_REPLY_NIL,
+                  "raw command '%s': reply type %d (%s)", fmt, r->type, r->str ? r->str : "");
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Waiters queued on lock NAME now. */
+static long long queued(redisContext *ctx, const char *name)
+{
+    return raw_int(ctx, "ZCARD dlock_fair_queue:{%s}", name);
+}
+
+/* Wait until WANT waiters are queued on NAME (a minute at most). */
+static void wait_queued(redisContext *ctx, const char *name, long long want)
+{
+    for (int i = 0; i < 6000 && queued(ctx, name) != want; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(queued(ctx, name) == want, "%lld waiters queued on '%s', not %lld",
+                  queued(ctx, name), name, want);
+}
+
+/* Script calls the server ran so far (EVALSHA and EVAL). */
+static long long script_calls(redisContext *ctx)
+{
+    long long n = fx_redis_script_calls(ctx);
+    ck_assert_msg(n >= 0, "INFO commandstats: %s", ctx->errstr);
+    return n;
+}
+
+/* `dlock -u URL run -w 60 NAME -- sh -c 'echo TAG $DLOCK_TOKEN >> FILE'`
+ * in the background: a process that queues for NAME, writes down that it
+ * got it, and releases. */
+static pid_t spawn_taker(const char *url, const char *name, const char *tag, const char *file)
+{
+    char *script = tu_fmt("echo %s $DLOCK_TOKEN >> %s", tag, file);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "-w", "60", name, "--", "sh", "-c",
+                          script, NULL};
+    pid_t pid = tu_spawn(argv, NULL);
+    free(script);
+    ck_assert_msg(pid > 0, "cannot start %s", tu_dlock_bin());
+    return pid;
+}
+
+/* ============================================================ the tests */
+
+/* A test where processes queue for a lock a client of ours holds: the
+ * server (fair layout, QUERY), the holder's handle on NAME taken, a raw
+ * connection, and a file the takers write to. */
+struct takers {
+    char *url, *dir, *file;
+    dlock_client *c;
+    dlock_lock *l;
+    redisContext *ctx;
+};
+
+static void takers_begin(struct takers *t, const char *query, const char *name)
+{
+    t->url = start_fair(query);
+    t->dir = tu_tmpdir("fair");
+    t->file = tu_fmt("%s/got", t->dir);
+    t->c = tu_open(t->url);
+    t->l = tu_lock(t->c, name);
+    TU_ACQUIRE_OK(t->l, DLOCK_TRY);
+    t->ctx = raw();
+}
+
+static void takers_end(struct takers *t)
+{
+    redisFree(t->ctx);
+    TU_FREE_LOCKS(t->l);
+    TU_CLOSE_CLIENTS(t->c);
+    tu_rmrf(t->dir);
+    free(t->file);
+    free(t->dir);
+    free(t->url);
+    fx_redis_stop(&srv);
+}
+
+/* 8 processes queue one after the other (each seen queued by the server
+ * before the next starts); one release hands the lock down the queue in
+ * that order, tokens growing. */
+TU_TEST(order_of_arrival_across_processes, 120)
+{
+    enum { P = 8 };
+    struct takers t;
+    takers_begin(&t, NULL, "q");
+    uint64_t last = tu_token(t.l);
+    pid_t pid[P];
+    for (int i = 0; i < P; i++) {
+        char tag[8];
+        snprintf(tag, sizeof tag, "p%d", i);
+        pid[i] = spawn_taker(t.url, "q", tag, t.file);
+        wait_queued(t.ctx, "q", i + 1);
+    }
+    TU_RELEASE_OK(t.l);
+    for (int i = 0; i < P; i++) {
+        int status = tu_wait_exit(pid[i]);
+        ck_assert_msg(status == 0, "taker %d: exit status %d", i, status);
+    }
+    char *order = tu_read_file(t.file);
+    ck_assert_ptr_nonnull(order);
+    const char *p = order;
+    for (int i = 0; i < P; i++) {
+        int who = -1, n = 0;
+        unsigned long long token = 0;
+        ck_assert_msg(sscanf(p, "p%d %llu\n%n", &who, &token, &n) == 2, "order file: %s", order);
+        ck_assert_msg(who == i, "grant %d went to p%d, not p%d (order: %s)", i, who, i, order);
+        ck_assert_msg(token > last, "p%d's token %llu is not above %llu", i, token,
+                      (unsigned long long)last);
+        last = token;
+        p += n;
+    }
+    ck_assert_int_eq(queued(t.ctx, "q"), 0);
+    free(order);
+    takers_end(&t);
+}
+
+/* A waiter killed -9 while queued is dropped once its queue lease runs
+ * out (the live waiter behind it, refreshing its own entry, drops it),
+ * and the release then goes to the live waiter, not to the dead one. */
+TU_TEST(killed_waiter_skipped_after_queue_lease, 120)
+{
+    struct takers t;
+    takers_begin(&t, "queue_lease=1s", "k");
+    pid_t dead = spawn_taker(t.url, "k", "dead", t.file);
+    wait_queued(t.ctx, "k", 1);
+    pid_t live = spawn_taker(t.url, "k", "live", t.file);
+    wait_queued(t.ctx, "k", 2);
+    kill(dead, SIGKILL);
+    tu_wait_exit(dead);
+    /* the live one's refresh drops the dead entry once its lease is out */
+    wait_queued(t.ctx, "k", 1);
+    TU_RELEASE_OK(t.l);
+    int status = tu_wait_exit(live);
+    ck_assert_msg(status == 0, "live taker: exit status %d", status);
+    char *got = tu_read_file(t.file);
+    ck_assert_msg(got && strncmp(got, "live ", 5) == 0 && !strstr(got, "dead"),
+                  "the lock went to: %s", got ? got : "(nobody)");
+    free(got);
+    takers_end(&t);
+}
+
+/* The hand-off counted by the server: with the waiter queued (its
+ * client's grant channel already subscribed by an earlier wait), the
+ * holder's release is the only script call until the waiter holds the
+ * lock: it learned so from the grant message, with no acquire of its own.
+ * The Redisson layout, for contrast, costs the woken waiter an acquire. */
+static long long calls_per_handoff(const char *layout)
+{
+    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
+    char *url = tu_fmt("%s?layout=%s&queue_lease=60s&lease=60s", srv.url, layout);
+    if (strcmp(layout, "fair") != 0) {
+        free(url);
+        url = tu_fmt("%s?layout=%s&lease=60s", srv.url, layout);
+    }
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "h"), *lb = tu_lock_mode(b, "h", DLOCK_EXCLUSIVE,
+                                                         DLOCK_LOCK_HANDLE_OWNED);
+    redisContext *ctx = raw();
+    long long handoff = -1;
+    for (int round = 0; round < 2; round++) { /* the first one warms b's subscription */
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
+        struct tu_waiter w;
+        tu_waiter_start_ex(&w, lb, 60000, NULL, true);
+        if (strcmp(layout, "fair") == 0)
+            wait_queued(ctx, "h", 1);
+        /* asleep: no try of its own is under way */
+        ck_assert(tu_wait_thread_asleep(&w.tid, 60000));
+        long long before = script_calls(ctx);
+        TU_RELEASE_OK(la);
+        ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+        handoff = script_calls(ctx) - before - 1; /* the release's own call */
+        TU_RELEASE_OK(lb);
+    }
+    redisFree(ctx);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+    fx_redis_stop(&srv);
+    return handoff;
+}
+
+TU_TEST(handoff_costs_the_new_owner_no_request, 120)
+{
+    long long fair = calls_per_handoff("fair");
+    long long redisson = calls_per_handoff("redisson");
+    fprintf(stderr, "handoff_costs_the_new_owner_no_request: script calls by the new owner "
+                    "after the release: fair %lld, redisson %lld\n", fair, redisson);
+    ck_assert_msg(fair == 0, "the new owner ran %lld scripts after the hand-off", fair);
+    ck_assert_msg(redisson >= 1, "the Redisson layout's waiter ran %lld scripts", redisson);
+}
+
+/* 8 clients, each taking the lock ROUNDS times; every holder waits, before
+ * it releases, until every other client that has rounds left is queued.
+ * Fair means strict turns then: the holders' sequence repeats with period
+ * 8 (nobody overtakes, nobody starves). */
+enum { SV = 8, ROUNDS = 5 };
+
+struct starve {
+    char *url;
+    atomic_int rounds[SV];
+    atomic_int seq_len;
+    int seq[SV * ROUNDS];
+    atomic_int failed;
+};
+
+struct starve_arg {
+    struct starve *st;
+    int id;
+};
+
+static void *starve_main(void *arg)
+{
+    struct starve_arg *a = arg;
+    struct starve *st = a->st;
+    dlock_client *c = NULL;
+    if (dlock_open(st->url, &c) != DLOCK_OK) {
+        atomic_store(&st->failed, 1);
+        return NULL;
+    }
+    dlock_lock *l = NULL;
+    redisContext *ctx = fx_redis_raw(&srv, NULL);
+    if (!ctx || dlock_lock_new(c, "s", DLOCK_EXCLUSIVE, 0, &l) != DLOCK_OK)
+        atomic_store(&st->failed, 1);
+    for (int r = 0; r < ROUNDS && !atomic_load(&st->failed); r++) {
+        if (dlock_acquire(l, 60000) != DLOCK_OK) {
+            atomic_store(&st->failed, 1);
+            break;
+        }
+        st->seq[atomic_fetch_add(&st->seq_len, 1)] = a->id;
+        atomic_fetch_add(&st->rounds[a->id], 1);
+        long long want = 0;
+        for (int i = 0; i < SV; i++)
+            want += i != a->id && atomic_load(&st->rounds[i]) < ROUNDS;
+        bool all = false;
+        for (int i = 0; i < 6000 && !all; i++) {
+            redisReply *q = redisCommand(ctx, "ZCARD dlock_fair_queue:{s}");
+            all = q && q->type == REDIS_REPLY_INTEGER && q->integer >= want;
+            freeReplyObject(q);
+            if (!all)
+                tu_sleep_ms(5);
+        }
+        if (!all || dlock_release(l) != DLOCK_OK)
+            atomic_store(&st->failed, 1);
+    }
+    if (ctx)
+        redisFree(ctx);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return NULL;
+}
+
+TU_TEST(no_starvation_among_8_clients, 120)
+{
+    struct starve st = {.url = start_fair(NULL)};
+    struct starve_arg a[SV];
+    pthread_t th[SV];
+    /* one client holds while the 8 queue, so the turns start in order */
+    dlock_client *c = tu_open(st.url);
+    dlock_lock *l = tu_lock(c, "s");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    redisContext *ctx = raw();
+    for (int i = 0; i < SV; i++) {
+        a[i] = (struct starve_arg){.st = &st, .id = i};
+        pthread_create(&th[i], NULL, starve_main, &a[i]);
+        wait_queued(ctx, "s", i + 1);
+    }
+    TU_RELEASE_OK(l);
+    for (int i = 0; i < SV; i++)
+        pthread_join(th[i], NULL);
+    ck_assert_msg(!atomic_load(&st.failed), "a client failed: %s", dlock_errmsg());
+    ck_assert_int_eq(atomic_load(&st.seq_len), SV * ROUNDS);
+    for (int i = 0; i < SV * ROUNDS; i++)
+        ck_assert_msg(st.seq[i] == i % SV, "turn %d went to client %d, not %d", i, st.seq[i],
+                      i % SV);
+    redisFree(ctx);
+    TU_FREE_LOCKS(l);
+    TU_CLOSE_CLIENTS(c);
+    free(st.url);
+    fx_redis_stop(&srv);
+}
+
+/* A waiter that gives up while a release hands it the lock: the leave
+ * passes the lock on to the next waiter, so nothing stays held by a wait
+ * that ended. The grant message to b is made to miss it: its client's
+ * subscriber is cut (CLIENT KILL) once the default user needs a password
+ * (c is another user), so b's hub cannot subscribe again while its pooled
+ * connection (authenticated before) still serves its requests.
+ * Then b's wait is canceled: ECANCELED, and c gets the lock with the
+ * token after b's (the lock was handed to b, then passed on). */
+TU_TEST(grant_to_a_waiter_that_gave_up_is_passed_on, 120)
+{
+    char *url = start_fair("lease=60s&queue_lease=60s");
+    char *url_pw = tu_fmt("redis://cee:sekrit@127.0.0.1:%d?layout=fair&lease=60s&queue_lease=60s",
+                          srv.port);
+    redisContext *ctx = raw();
+    redisReply *r = redisCommand(ctx, "ACL SETUSER cee on >sekrit ~* &* +@all");
+    ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "ACL SETUSER cee failed");
+    freeReplyObject(r);
+    dlock_client *a = tu_open(url), *b = tu_open(url), *c = tu_open(url_pw);
+    dlock_lock *la = tu_lock(a, "g"), *lb = tu_lock(b, "g"), *lc = tu_lock(c, "g");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t t0 = tu_token(la);
+    struct tu_waiter wb, wc;
+    tu_waiter_start_ex(&wb, lb, DLOCK_FOREVER, NULL, true);
+    wait_queued(ctx, "g", 1);
+    tu_waiter_start_ex(&wc, lc, DLOCK_FOREVER, NULL, false);
+    wait_queued(ctx, "g", 2);
+    /* both clients' grant channels subscribed */
+    size_t subscribed = 0;
+    for (int i = 0; i < 6000 && subscribed < 2; i++) {
+        r = redisCommand(ctx, "PUBSUB CHANNELS dlock_fair__channel:*");
+        subscribed = r && r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+        freeReplyObject(r);
+        if (subscribed < 2)
+            tu_sleep_ms(10);
+    }
+    ck_assert_int_eq(subscribed, 2);
+    r = redisCommand(ctx, "ACL SETUSER default resetpass >sekrit");
+    ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "ACL SETUSER default failed");
+    freeReplyObject(r);
+    r = redisCommand(ctx, "CLIENT KILL TYPE pubsub");
+    ck_assert_msg(r && r->type == REDIS_REPLY_INTEGER && r->integer == 2,
+                  "CLIENT KILL TYPE pubsub: %lld subscribers cut, not 2",
+                  r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1);
+    freeReplyObject(r);
+    /* the cut woke b for one try (a still holds), then b sleeps again */
+    ck_assert(tu_wait_thread_asleep(&wb.tid, 60000));
+    TU_RELEASE_OK(la);
+    /* handed to b: c still queued, the lock held, b not told */
+    wait_queued(ctx, "g", 1);
+    ck_assert_int_eq(raw_int(ctx, "EXISTS g"), 1);
+    ck_assert_int_eq(wb.rc, 1); /* still waiting */
+    tu_waiter_cancel_until_returned(&wb);
+    ck_assert_int_eq(wb.rc, DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_hold_count(lb), 0);
+    ck_assert_int_eq(tu_waiter_join(&wc), DLOCK_OK);
+    ck_assert_msg(wc.token == t0 + 2, "c's token %llu: not the one after b's grant (%llu + 2)",
+                  (unsigned long long)wc.token, (unsigned long long)t0);
+    redisFree(ctx);
+    TU_FREE_LOCKS(la, lb, lc);
+    TU_CLOSE_CLIENTS(a, b, c);
+    free(url_pw);
+    free(url);
+    fx_redis_stop(&srv);
+}
+
+int main(void)
+{
+    return tu_main("fair", NULL, NULL);
+}

@@ -394,6 +394,49 @@ TU_TEST(grant_to_a_waiter_that_gave_up_is_passed_on, 120)
     fx_redis_stop(&srv);
 }
 
+/* The script itself, played on the wire: an owner's leftover field (a
+ * release that never reached the server) is dropped by that owner's next
+ * acquire even when another waiter is queued first, which then gets the
+ * lock: never two owners' fields in the hash. */
+static redisReply *fair_script(redisContext *ctx, const char *src, const char *op,
+                               const char *owner, const char *stage, const char *wait_id)
+{
+    const char *argv[] = {"EVAL", src, "6", "g", "redisson_lock_token:{g}", "dlock_canceled:{g}",
+                          "dlock_fair_queue:{g}", "dlock_fair_waiters:{g}",
+                          "redisson_lock__channel:{g}", op, owner, "dlock_fair__channel:test",
+                          "60000", wait_id, "0", "600000", "60000", stage, wait_id};
+    redisReply *r = redisCommandArgv(ctx, 19, argv, NULL);
+    ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR, "fair_lock.lua %s: %s", op,
+                  r && r->str ? r->str : ctx->errstr);
+    return r;
+}
+
+TU_TEST(leftover_field_never_makes_two_owners, 60)
+{
+    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
+    char *src = tu_read_file("src/backends/redis/scripts/fair_lock.lua");
+    ck_assert_msg(src, "run from the source tree: src/backends/redis/scripts/fair_lock.lua");
+    redisContext *ctx = raw();
+    const char *x = "00000000-0000-4000-8000-000000000001:1";
+    const char *y = "00000000-0000-4000-8000-000000000002:1";
+    freeReplyObject(redisCommand(ctx, "HSET g %s 1 mode write", x)); /* x's leftover */
+    freeReplyObject(redisCommand(ctx, "PEXPIRE g 60000"));
+    redisReply *r = fair_script(ctx, src, "acquire", y, "1", "1"); /* y queues */
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER && r->integer < -1, "y was not queued");
+    freeReplyObject(r);
+    r = fair_script(ctx, src, "acquire", x, "1", "2"); /* x comes back */
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER && r->integer < -1,
+                  "x took the lock before y, queued first");
+    freeReplyObject(r);
+    ck_assert_int_eq(raw_int(ctx, "HEXISTS g %s", x), 0);
+    ck_assert_int_eq(raw_int(ctx, "HEXISTS g %s", y), 1);
+    ck_assert_int_eq(raw_int(ctx, "HLEN g"), 2); /* y and mode */
+    ck_assert_int_eq(queued(ctx, "g"), 1);      /* x, behind */
+    redisFree(ctx);
+    free(src);
+    fx_redis_stop(&srv);
+}
+
 int main(void)
 {
     return tu_main("fair", NULL, NULL);

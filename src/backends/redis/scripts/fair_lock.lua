@@ -130,9 +130,12 @@ if op == 'acquire' then
   end
   redis.call('hdel', KEYS[5], 'r:' .. owner)
   -- A field of ours without a grant is a leftover (acquire_redisson.lua):
-  -- replaced below, count 1 and a new token.
-  local free = redis.call('exists', KEYS[1]) == 0 or
-    (redis.call('hexists', KEYS[1], owner) == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read')
+  -- dropped as the release that never arrived would have; we take the
+  -- lock anew (count 1, a new token) or queue like anyone else.
+  if redis.call('hexists', KEYS[1], owner) == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read' then
+    redis.call('del', KEYS[1])
+  end
+  local free = redis.call('exists', KEYS[1]) == 0
   local head, hw = first_live(now)
   if free and (head == nil or head == owner) then
     local token = next_token()
@@ -182,7 +185,7 @@ elseif op == 'leave' then
   local r = 1
   -- A lock handed to us as we gave up, or taken by an attempt whose reply
   -- was lost: given up, to the next waiter.
-  if redis.call('hdel', KEYS[1], owner) == 1 then
+  if redis.call('hexists', KEYS[1], owner) == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read' then
     redis.call('del', KEYS[1])
     r = 2
   end

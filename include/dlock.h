@@ -270,9 +270,12 @@ typedef enum dlock_mode {
  *
  * DLOCK_LOCK_FAIR: waiters are served first come, first served. Refused
  * with DLOCK_ENOTSUP where the backend cannot keep that order (file,
- * redis today; etcd and zk queue in arrival order). On Redis a client
- * made with ?layout=fair serves every lock's waiters in arrival order
- * (docs/protocol-redis.md, "Layout fair"). */
+ * redlock; etcd and zk queue in arrival order). Redis: the lock is taken
+ * through the fair layout (a queue beside Redisson's hash, the release
+ * handing the lock to the next waiter; docs/protocol-redis.md, "Layout
+ * fair"), exclusive holds only, and not under layout=simple (both
+ * DLOCK_ENOTSUP at the acquire); ?layout=fair makes every lock of the
+ * client fair. */
 #define DLOCK_LOCK_HANDLE_OWNED 1u
 #define DLOCK_LOCK_FAIR 2u
 
@@ -285,7 +288,7 @@ typedef enum dlock_mode {
  * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, an empty or too long name, an
  * unknown mode, a reserved flag); DLOCK_ENOTSUP (DLOCK_SHARED where the
  * backend has no shared mode -- docs/backends.md: file, redis, etcd
- * and zk have it; DLOCK_LOCK_FAIR on file or redis);
+ * and zk have it; DLOCK_LOCK_FAIR on file or redlock);
  * DLOCK_EMISUSE (the client is not connected, closed, or the parent's);
  * DLOCK_ENOMEM. On failure *OUT is NULL.
  * Threads: any. Without DLOCK_LOCK_HANDLE_OWNED the handle may be used

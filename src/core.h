@@ -303,6 +303,8 @@ struct dlock__hold {
     const struct dlock__elect_req *elect; /* a campaign (election.c), NULL
                                          for a lock: the core then calls the
                                          backend's elect_* functions */
+    bool fair; /* taken through a DLOCK_LOCK_FAIR handle (backends with
+                  DLOCK__CAP_FAIR whose order is chosen per lock: redis) */
 };
 
 /* What a campaign's hold asks of the backend (election.c): lead election

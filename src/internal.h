@@ -43,6 +43,7 @@ struct dlock_lock {
     struct dlock__sem_req sem_req;    /* what sem points to */
     struct dlock__elect_req *elect;   /* a campaign's handle (election.c) */
     struct dlock__elect_req elect_req; /* dlock_lock_new_campaign's (freed with it) */
+    bool fair; /* DLOCK_LOCK_FAIR */
 };
 
 /* The first thing every public call that returns a code does: the

@@ -174,6 +174,7 @@ int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mode, unsigned 
     l->e = e;
     l->mode = mode;
     dlock__client_ref(c); /* the client's memory outlives its handles */
+    l->fair = flags & DLOCK_LOCK_FAIR;
     if (flags & DLOCK_LOCK_HANDLE_OWNED) {
         l->owner = atomic_fetch_add(&next_handle_owner, 1);
         dlock__waitset_init(&l->turn);
@@ -518,6 +519,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         h->via = l;
         h->sem = l->sem;
         h->elect = l->elect;
+        h->fair = l->fair;
         bool leases = c->be->caps & DLOCK__CAP_LEASES;
         h->lease_ms = leases ? lease : 0;
         h->fixed_lease = fixed;

@@ -252,7 +252,8 @@ static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"}
 static struct ct_fixture fx_redis = {
     .name = "redis",
     .scheme = "redis",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED |
+            CT_FAIR,
     .priv = &redisson_priv,
     .start = redis_start,
     .stop = redis_stop,
@@ -279,7 +280,7 @@ static struct ct_fixture fx_redis_simple = {
 static struct ct_fixture fx_redis_fair = {
     .name = "redis-fair",
     .scheme = "redis",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_FAIR,
     .priv = &fair_priv,
     .start = redis_start,
     .stop = redis_stop,
@@ -341,7 +342,8 @@ static void sentinel_pause(const struct ct_fixture *f, bool stop)
 static struct ct_fixture fx_redis_sentinel = {
     .name = "redis-sentinel",
     .scheme = "redis+sentinel",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED |
+            CT_FAIR,
     .start = sentinel_start,
     .stop = sentinel_stop,
     .url = sentinel_url,
@@ -354,7 +356,8 @@ static struct ct_fixture fx_redis_sentinel = {
 static struct ct_fixture fx_rediss = {
     .name = "rediss",
     .scheme = "rediss",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED |
+            CT_FAIR,
     .priv = &tls_priv,
     .start = redis_start,
     .stop = redis_stop,

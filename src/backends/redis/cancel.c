@@ -34,9 +34,9 @@ int64_t dlock__redis_cancel_life_ms(int64_t lease_ms)
  * are canceled, so that one arriving later does nothing, and take the
  * owner's field away if one did run. */
 static int send_cancel(struct redis_state *s, const char *name, const char *owner_id, uint64_t last,
-                       int64_t lease_ms, int64_t deadline)
+                       int64_t lease_ms, bool fair, int64_t deadline)
 {
-    if (s->fair) /* leave the queue too, passing on a lock handed over */
+    if (fair) /* a fair lock's: leave the queue too, passing on a lock handed over */
         return dlock__redis_fair_cancel(s, name, owner_id, last, lease_ms, deadline);
     struct lock_keys k;
     int rc = dlock__redis_keys_make(s, name, &k);
@@ -77,6 +77,7 @@ struct pending_cancel {
     bool done;                   /* under s->cancel_mu */
     uint64_t last;               /* under s->cancel_mu: the highest number to cancel */
     int64_t lease_ms;
+    bool fair;                   /* a fair lock's acquire (fair.c) */
     char owner[96];
     char name[];
 };
@@ -130,7 +131,7 @@ static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t 
         pthread_mutex_unlock(&s->cancel_mu);
         if (done)
             break;
-        rc = send_cancel(s, e->name, e->owner, last, e->lease_ms, deadline);
+        rc = send_cancel(s, e->name, e->owner, last, e->lease_ms, e->fair, deadline);
         if (rc)
             break;
         pthread_mutex_lock(&s->cancel_mu);
@@ -198,6 +199,7 @@ void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock_
         e->refs = 1;
         e->last = last;
         e->lease_ms = lease_ms;
+        e->fair = dlock__redis_fair(s, h);
         snprintf(e->owner, sizeof e->owner, "%s", h->owner);
         memcpy(e->name, h->name, nl + 1);
         e->next = s->cancels;
@@ -208,7 +210,7 @@ void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock_
     snprintf(what, sizeof what, "cancel lost acquires of '%.100s'", h->name);
     if (!e || dlock__cleanup_add(s->c, what, pending_cleanup, e, pending_release) != DLOCK_OK) {
         /* out of memory: send it now, as best we can */
-        send_cancel(s, h->name, h->owner, last, lease_ms, DLOCK__NEVER);
+        send_cancel(s, h->name, h->owner, last, lease_ms, dlock__redis_fair(s, h), DLOCK__NEVER);
     }
     dlock__errmsg_restore(DLOCK_OK, msg);
 }

@@ -71,8 +71,7 @@ static int fair_keys_make(struct redis_state *s, const char *name, struct fair_k
 
 bool dlock__redis_fair(const struct redis_state *s, const struct dlock__hold *h)
 {
-    (void)h;
-    return s->fair;
+    return s->fair || h->fair;
 }
 
 /* A waiter's queue lease: ?queue_lease, else FAIR_QUEUE_LEASE_MS cut to
@@ -211,9 +210,15 @@ static void fair_give_up(struct redis_state *s, struct dlock__hold *h, uint64_t 
 int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, struct dlock__wait *w)
 {
     if (h->mode == DLOCK_SHARED)
-        return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': layout=fair queues exclusive holders "
-                                         "only and has no shared mode; use the Redisson layout "
-                                         "(the default) for read-write locks",
+        return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': a fair lock (layout=fair, "
+                                         "DLOCK_LOCK_FAIR) queues exclusive holders only and has "
+                                         "no shared mode; use the Redisson layout's read-write "
+                                         "locks",
+                          s->where, h->name);
+    if (s->simple)
+        return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': layout=simple (SET NX PX) keeps no "
+                                         "queue of waiters (DLOCK_LOCK_FAIR); use the Redisson "
+                                         "layout (the default) or layout=fair",
                           s->where, h->name);
     struct fair_keys f;
     int rc = fair_keys_make(s, h->name, &f);

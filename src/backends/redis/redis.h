@@ -443,7 +443,8 @@ int dlock__redis_release_hold(void *state, struct dlock__hold *h);
 
 /* ------------------------------------------------------------- fair.c */
 
-/* Whether H is taken through the fair layout (?layout=fair). */
+/* Whether H is taken through the fair layout (?layout=fair, or a
+ * DLOCK_LOCK_FAIR handle). */
 bool dlock__redis_fair(const struct redis_state *s, const struct dlock__hold *h);
 /* The fair lock's acquire and release of H (h->owner set). */
 int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, struct dlock__wait *w);

@@ -119,10 +119,11 @@ TESTLIB_SRC := $(wildcard tests/lib/*.c)
 TESTLIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TESTLIB_SRC))
 # A test binary per tests/check_*.c; backend tests only when built.
 TEST_SRC := $(foreach t,$(wildcard tests/check_*.c),$(if $(filter $(MISSING_BACKENDS),$(patsubst tests/check_%.c,%,$(t))),,$(t)))
-# The contract, semaphore, election and multi-lock suites run against every backend: built only when all are
+# The contract, semaphore, election and multi-lock suites run against every backend, and the
+# PostgreSQL fencing recipe needs Redis: built only when all backends are
 # (make check refuses a build that lacks one anyway).
 ifneq ($(MISSING_BACKENDS),)
-TEST_SRC := $(filter-out tests/check_contract.c tests/check_semaphore.c tests/check_election.c tests/check_multi.c tests/check_fair.c,$(TEST_SRC))
+TEST_SRC := $(filter-out tests/check_contract.c tests/check_semaphore.c tests/check_election.c tests/check_multi.c tests/check_fair.c tests/check_fencing_pg.c,$(TEST_SRC))
 endif
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -192,7 +193,7 @@ $(CHAOS_BIN): $(BUILD)/tests/chaos/chaos.o $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC)
 
 SEED ?= 1
 DURATION ?= 300
-CHAOS_BACKENDS ?= file redis redis-simple redlock etcd zk
+CHAOS_BACKENDS ?= file redis redis-simple sentinel sentinel-sync redlock etcd zk
 chaos: all $(CHAOS_BIN)
 	$(CHAOS_BIN) -s $(SEED) -d $(DURATION) -j $(BUILD)/chaos.json $(CHAOS_BACKENDS)
 

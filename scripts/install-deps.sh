@@ -22,6 +22,8 @@ test=(
   zookeeper default-jre-headless                      # ZooKeeper
   util-linux hyperfine valgrind                       # flock(1), benchmarks, valgrind
   iproute2 clang                                      # fault harness (ip, tc), fuzzing
+  nftables faketime                                   # fault harness: packet loss, clock steps
+  postgresql                                          # the fencing recipe's test (check_fencing_pg)
 )
 case "${1:-}" in
   --build) packages=("${build[@]}") ;;

@@ -4,9 +4,12 @@
  *   build/tests/chaos/chaos [-s SEED] [-d SECONDS] [-l LEASE_MS] [-w WORKERS]
  *                           [-f FAULT,...] [-j FILE.json] [-v] BACKEND...
  *
- * BACKEND: file, redis (layout=redisson), redis-simple, redlock (three
- * masters; a server restart is one of them), etcd, etcd3 (a 3-member
- * cluster, with leader kills), zk, zk3. Each backend runs for
+ * BACKEND: file, redis (layout=redisson), redis-simple, sentinel
+ * (redis+sentinel://: a master, two replicas, three sentinels),
+ * sentinel-sync (the same with ?sync=1), sentinel-sync2 (?sync=2: both
+ * replicas), redlock (three masters; a server restart is one of them),
+ * etcd, etcd3 (a 3-member cluster, with leader kills), zk, zk3. Each
+ * backend runs for
  * SECONDS split among its phases (-f: only those faults, e.g.
  * -f none,partition); the table goes to stdout, one JSON
  * object per backend to FILE. Exit 1 when a backend broke what the CI
@@ -44,7 +47,8 @@ int main(int argc, char **argv)
         }
     }
     if (optind == argc) {
-        fprintf(stderr, "%s: name the backends (file redis redis-simple redlock etcd etcd3 zk zk3)\n", argv[0]);
+        fprintf(stderr, "%s: name the backends (file redis redis-simple sentinel sentinel-sync "
+                        "sentinel-sync2 redlock etcd etcd3 zk zk3)\n", argv[0]);
         return 2;
     }
     FILE *jf = json ? fopen(json, "w") : NULL;

@@ -33,6 +33,15 @@ enum chaos_fault {
     FAULT_LEADER_KILL,   /* kill -9 of the leader of an ensemble, back later */
     FAULT_PARTITION,     /* veth link down between some workers and the servers */
     FAULT_PACKET,        /* a slow lossy link (tbf: 16 kbit/s, 40 ms queue) */
+    FAULT_MASTER_KILL,   /* Sentinel: kill -9 of the master, back after 1.5-4 leases */
+    FAULT_FAILOVER,      /* Sentinel: SENTINEL FAILOVER */
+    FAULT_MASTER_PARTITION, /* Sentinel: the master cut off from replicas and
+                               sentinels (the workers still reach it) */
+    FAULT_NODE_PARTITION, /* Redlock: one master cut off from every worker, or
+                             one worker from two masters (it sees a minority) */
+    FAULT_LOSS,          /* 5-30 % of the packets of a link dropped (nftables) */
+    FAULT_REORDER,       /* 20-50 % of a link's packets held back in a slow queue */
+    FAULT_CLOCK_STEP,    /* a Redis server's wall clock stepped (libfaketime) */
     FAULT_COUNT
 };
 const char *chaos_fault_name(enum chaos_fault f);
@@ -60,7 +69,8 @@ struct chaos_counts {
 };
 
 struct chaos_config {
-    const char *backend;   /* file, redis, redis-simple, redlock, etcd, etcd3, zk, zk3 */
+    const char *backend;   /* file, redis, redis-simple, sentinel, sentinel-sync,
+                              redlock, etcd, etcd3, zk, zk3 */
     uint64_t seed;
     int duration_s;        /* whole run, split among the phases */
     int lease_ms;          /* 0: 1000 */
@@ -78,7 +88,8 @@ struct chaos_result {
     enum chaos_fault fault[FAULT_COUNT];
     struct chaos_counts phase[FAULT_COUNT];
     struct chaos_counts total;
-    bool safe_claimed;     /* the backend promises what the assertions check */
+    bool safe_claimed;     /* the backend promises exclusion the fence need not rescue */
+    bool tokens_claimed;   /* ... and tokens that never go back (not Sentinel without sync) */
     char error[512];       /* set when the run itself could not be made */
 };
 

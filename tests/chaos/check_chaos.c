@@ -1,9 +1,11 @@
 /* check_chaos.c -- the short fixed-seed run of the fault harness that
- * `make check` runs: every backend (file, redis in both layouts, redlock,
- * etcd, zk) through each of its faults for a couple of seconds, asserting only
+ * `make check` runs: every backend (file, redis in both layouts,
+ * redis+sentinel:// without and with ?sync=1, redlock, etcd, zk) through
+ * each of its faults for a couple of seconds, asserting only
  * what must hold whatever the timing: no overlap the fenced store
- * accepted (backends that claim safety), no token regression, no lost
- * update, no dlock call that hung. The counts are printed, not asserted
+ * accepted (backends that claim safety), no token regression and no lost
+ * update (but on Sentinel with less than every replica synced), no dlock
+ * call that hung. The counts are printed, not asserted
  * (a loaded machine changes them); docs/safety.md has the long runs.
  * CHAOS_SEED and CHAOS_SECONDS replay another schedule.
  */
@@ -51,6 +53,18 @@ END_TEST
 TU_TEST(redis_simple, 120)
 {
     run_backend("redis-simple", 20);
+}
+END_TEST
+
+TU_TEST(sentinel, 120)
+{
+    run_backend("sentinel", 22);
+}
+END_TEST
+
+TU_TEST(sentinel_sync, 120)
+{
+    run_backend("sentinel-sync", 22);
 }
 END_TEST
 

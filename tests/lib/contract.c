@@ -28,17 +28,6 @@ static char *with_query(const char *base, const char *query)
     return tu_fmt("%s%c%s", base, strchr(base, '?') ? '&' : '?', query);
 }
 
-/* Waiters as the backend reports them to dlock_inspect() (-1 unknown). */
-static long inspect_waiters(dlock_client *c, const char *name)
-{
-    dlock_info *info = NULL;
-    if (dlock_inspect(c, name, &info) != DLOCK_OK)
-        return -1;
-    long n = dlock_info_waiter_count(info);
-    dlock_info_free(info);
-    return n;
-}
-
 /* Stop (SIGSTOP, waited for) or continue PID; 0 is no process. */
 static void pause_pid(pid_t pid, bool stop)
 {
@@ -90,19 +79,12 @@ static char *file_unreachable(const struct ct_fixture *f, int port)
     return tu_fmt("file://%s/missing-%d", p->dir, port);
 }
 
-/* Watches on the lock file's inode in this process's inotify instances
- * (/proc/self/fdinfo lines "inotify wd:.. ino:<hex> ..."). */
-static long file_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
-                         const char *name)
+/* Watches on the inode of INFO's lock file in this process's inotify
+ * instances (/proc/self/fdinfo lines "inotify wd:.. ino:<hex> ..."). */
+static long inotify_watches(const dlock_info *info)
 {
-    (void)f, (void)prefix;
-    dlock_info *info = NULL;
-    if (dlock_inspect(c, name, &info) != DLOCK_OK)
-        return -1;
     struct stat st;
-    int have = stat(dlock_info_key(info), &st);
-    dlock_info_free(info);
-    if (have < 0)
+    if (stat(dlock_info_key(info), &st) < 0)
         return 0; /* never created: nobody can watch it */
     DIR *d = opendir("/proc/self/fdinfo");
     if (!d)
@@ -128,6 +110,21 @@ static long file_waiters(const struct ct_fixture *f, dlock_client *c, const char
     return n;
 }
 
+/* Waiters on NAME as the backend reports them to dlock_inspect() through
+ * C (-1 unknown); the file backend reports none, so for it the inotify
+ * watches on its lock file. */
+static long inspect_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
+                            const char *name)
+{
+    (void)prefix;
+    dlock_info *info = NULL;
+    if (dlock_inspect(c, name, &info) != DLOCK_OK)
+        return -1;
+    long n = f->caps & CT_SERVER ? dlock_info_waiter_count(info) : inotify_watches(info);
+    dlock_info_free(info);
+    return n;
+}
+
 static struct ct_fixture fx_file = {
     .name = "file",
     .scheme = "file",
@@ -136,26 +133,38 @@ static struct ct_fixture fx_file = {
     .stop = file_stop,
     .url = file_url,
     .unreachable_url = file_unreachable,
-    .waiters = file_waiters,
+    .waiters = inspect_waiters,
 };
 
 /* ----------------------------------------------------------------- redis */
 
 #ifdef DLOCK_HAVE_REDIS
+/* Every Redis form: one redis-server in either layout (plain or TLS),
+ * Sentinel (1 master, 1 replica, 1 sentinel: the URL form; failovers are
+ * check_redis's), or Redlock (three independent redis-servers, one
+ * redlock:// URL over them). */
 struct redis_priv {
     struct fx_redis srv;
     const char *query; /* the layout's own option */
     bool tls;          /* the rediss:// URL (TLS port), the plain one for raw looks */
 };
+static struct fx_sentinels sentinel_topology;
+#define REDLOCK_NODES 3
+static struct fx_redis redlock_nodes[REDLOCK_NODES];
+
+/* OK; when not, F's error says that WHAT did not start. */
+static bool started(struct ct_fixture *f, bool ok, const char *what)
+{
+    if (!ok)
+        snprintf(f->error, sizeof f->error, "%s did not start (logs on stderr)", what);
+    return ok;
+}
 
 static bool redis_start(struct ct_fixture *f)
 {
     struct redis_priv *p = f->priv;
-    if (!(p->tls ? fx_redis_start_tls(&p->srv, NULL) : fx_redis_start(&p->srv, NULL))) {
-        snprintf(f->error, sizeof f->error, "redis-server did not start (log on stderr)");
-        return false;
-    }
-    return true;
+    return started(f, p->tls ? fx_redis_start_tls(&p->srv, NULL) : fx_redis_start(&p->srv, NULL),
+                   "redis-server");
 }
 
 static void redis_stop(struct ct_fixture *f)
@@ -175,8 +184,63 @@ static char *redis_url(const struct ct_fixture *f, const char *query)
 
 static char *redis_unreachable(const struct ct_fixture *f, int port)
 {
-    const struct redis_priv *p = f->priv;
-    return tu_fmt("%s://127.0.0.1:%d?connect_timeout=500ms", p->tls ? "rediss" : "redis", port);
+    return tu_fmt("%s://127.0.0.1:%d?connect_timeout=500ms", f->scheme, port);
+}
+
+static bool sentinel_start(struct ct_fixture *f)
+{
+    return started(f, fx_sentinels_start(&sentinel_topology, 1, 1), "the Sentinel topology");
+}
+
+static void sentinel_stop(struct ct_fixture *f)
+{
+    (void)f;
+    fx_sentinels_stop(&sentinel_topology);
+}
+
+static char *sentinel_url(const struct ct_fixture *f, const char *query)
+{
+    (void)f;
+    return with_query(sentinel_topology.url, query);
+}
+
+static char *sentinel_unreachable(const struct ct_fixture *f, int port)
+{
+    (void)f;
+    return tu_fmt("redis+sentinel://127.0.0.1:%d/%s?connect_timeout=500ms", port,
+                  FX_SENTINEL_MASTER);
+}
+
+static bool redlock_start(struct ct_fixture *f)
+{
+    bool ok = true;
+    for (int i = 0; i < REDLOCK_NODES && ok; i++)
+        ok = fx_redis_start(&redlock_nodes[i], NULL);
+    return started(f, ok, "a Redlock node's redis-server");
+}
+
+static void redlock_stop(struct ct_fixture *f)
+{
+    (void)f;
+    for (int i = 0; i < REDLOCK_NODES; i++)
+        fx_redis_stop(&redlock_nodes[i]);
+}
+
+static char *redlock_url(const struct ct_fixture *f, const char *query)
+{
+    (void)f;
+    char *base = tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", redlock_nodes[0].port,
+                        redlock_nodes[1].port, redlock_nodes[2].port);
+    char *url = with_query(base, query);
+    free(base);
+    return url;
+}
+
+static char *redlock_unreachable(const struct ct_fixture *f, int port)
+{
+    (void)f;
+    return tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?connect_timeout=500ms", port,
+                  port, port);
 }
 
 /* Subscribers of the lock's channels: the layouts publish releases on
@@ -216,353 +280,150 @@ static long waiters_on(const struct fx_redis *srv, const char *prefix, const cha
     return n;
 }
 
+/* The redis-servers of F that a waiter subscribes on and a pause stops,
+ * into OUT: its one server, Sentinel's master, or every Redlock node. */
+static size_t redis_servers(const struct ct_fixture *f, const struct fx_redis *out[REDLOCK_NODES])
+{
+    if (strcmp(f->scheme, "redlock") == 0) {
+        for (int i = 0; i < REDLOCK_NODES; i++)
+            out[i] = &redlock_nodes[i];
+        return REDLOCK_NODES;
+    }
+    if (strcmp(f->scheme, "redis+sentinel") == 0)
+        out[0] = fx_sentinels_server(&sentinel_topology,
+                                     fx_sentinels_master_port(&sentinel_topology));
+    else
+        out[0] = &((const struct redis_priv *)f->priv)->srv;
+    return 1;
+}
+
+/* A Redlock waiter listens on every node: the fewest subscribers any of
+ * F's servers sees. */
 static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
                           const char *name)
 {
     (void)c;
-    const struct redis_priv *p = f->priv;
-    return waiters_on(&p->srv, prefix, name);
-}
-
-/* Redis: CLIENT PAUSE WRITE, not SIGSTOP. A stopped redis-server still
- * gets what was sent meanwhile (the kernel keeps it) and serves it once
- * continued, even for a client that has since hung up; a client that
- * hangs up while paused is dropped with its command unserved. */
-static void redis_pause_srv(const struct fx_redis *srv, bool stop)
-{
-    redisContext *ctx = fx_redis_raw(srv, NULL);
-    ck_assert_msg(ctx, "no raw connection to redis-server :%d", srv->port);
-    redisReply *r = stop ? redisCommand(ctx, "CLIENT PAUSE 600000 WRITE")
-                         : redisCommand(ctx, "CLIENT UNPAUSE");
-    ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "CLIENT %s: %s", stop ? "PAUSE" : "UNPAUSE",
-                  r && r->str ? r->str : ctx->errstr);
-    freeReplyObject(r);
-    redisFree(ctx);
-}
-
-static void redis_pause(const struct ct_fixture *f, bool stop)
-{
-    const struct redis_priv *p = f->priv;
-    redis_pause_srv(&p->srv, stop);
-}
-
-static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
-                         tls_priv = {.tls = true}, fair_priv = {.query = "layout=fair"};
-
-static struct ct_fixture fx_redis = {
-    .name = "redis",
-    .scheme = "redis",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED |
-            CT_FAIR,
-    .priv = &redisson_priv,
-    .start = redis_start,
-    .stop = redis_stop,
-    .url = redis_url,
-    .unreachable_url = redis_unreachable,
-    .waiters = redis_waiters,
-    .pause = redis_pause,
-};
-
-static struct ct_fixture fx_redis_simple = {
-    .name = "redis-simple",
-    .scheme = "redis",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
-    .priv = &simple_priv,
-    .start = redis_start,
-    .stop = redis_stop,
-    .url = redis_url,
-    .unreachable_url = redis_unreachable,
-    .waiters = redis_waiters,
-    .pause = redis_pause,
-};
-
-/* The fair layout (waiters queued in arrival order, direct hand-off). */
-static struct ct_fixture fx_redis_fair = {
-    .name = "redis-fair",
-    .scheme = "redis",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_FAIR,
-    .priv = &fair_priv,
-    .start = redis_start,
-    .stop = redis_stop,
-    .url = redis_url,
-    .unreachable_url = redis_unreachable,
-    .waiters = redis_waiters,
-    .pause = redis_pause,
-};
-
-/* The whole contract through Sentinel (1 master, 1 replica, 1 sentinel:
- * the URL form; failovers are check_redis's). */
-static struct fx_sentinels sentinel_topology;
-
-static bool sentinel_start(struct ct_fixture *f)
-{
-    if (!fx_sentinels_start(&sentinel_topology, 1, 1)) {
-        snprintf(f->error, sizeof f->error, "the Sentinel topology did not start (logs on stderr)");
-        return false;
-    }
-    return true;
-}
-
-static void sentinel_stop(struct ct_fixture *f)
-{
-    (void)f;
-    fx_sentinels_stop(&sentinel_topology);
-}
-
-static char *sentinel_url(const struct ct_fixture *f, const char *query)
-{
-    (void)f;
-    return with_query(sentinel_topology.url, query);
-}
-
-static char *sentinel_unreachable(const struct ct_fixture *f, int port)
-{
-    (void)f;
-    return tu_fmt("redis+sentinel://127.0.0.1:%d/%s?connect_timeout=500ms", port,
-                  FX_SENTINEL_MASTER);
-}
-
-static long sentinel_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
-                             const char *name)
-{
-    (void)f;
-    (void)c;
-    int port = fx_sentinels_master_port(&sentinel_topology);
-    return waiters_on(fx_sentinels_server(&sentinel_topology, port), prefix, name);
-}
-
-/* The master, as redis_pause_srv() does it. */
-static void sentinel_pause(const struct ct_fixture *f, bool stop)
-{
-    (void)f;
-    int port = fx_sentinels_master_port(&sentinel_topology);
-    redis_pause_srv(fx_sentinels_server(&sentinel_topology, port), stop);
-}
-
-static struct ct_fixture fx_redis_sentinel = {
-    .name = "redis-sentinel",
-    .scheme = "redis+sentinel",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED |
-            CT_FAIR,
-    .start = sentinel_start,
-    .stop = sentinel_stop,
-    .url = sentinel_url,
-    .unreachable_url = sentinel_unreachable,
-    .waiters = sentinel_waiters,
-    .pause = sentinel_pause,
-};
-
-/* The whole contract over TLS (rediss://, the fixture's own CA). */
-static struct ct_fixture fx_rediss = {
-    .name = "rediss",
-    .scheme = "rediss",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED |
-            CT_FAIR,
-    .priv = &tls_priv,
-    .start = redis_start,
-    .stop = redis_stop,
-    .url = redis_url,
-    .unreachable_url = redis_unreachable,
-    .waiters = redis_waiters,
-    .pause = redis_pause,
-};
-#endif
-
-/* --------------------------------------------------------------- redlock */
-
-#ifdef DLOCK_HAVE_REDIS
-/* Three independent redis-servers, one redlock:// URL over them. */
-#define REDLOCK_NODES 3
-static struct fx_redis redlock_nodes[REDLOCK_NODES];
-
-static bool redlock_start(struct ct_fixture *f)
-{
-    for (int i = 0; i < REDLOCK_NODES; i++)
-        if (!fx_redis_start(&redlock_nodes[i], NULL)) {
-            snprintf(f->error, sizeof f->error, "redis-server %d of %d did not start (log on "
-                     "stderr)", i + 1, REDLOCK_NODES);
-            return false;
-        }
-    return true;
-}
-
-static void redlock_stop(struct ct_fixture *f)
-{
-    (void)f;
-    for (int i = 0; i < REDLOCK_NODES; i++)
-        fx_redis_stop(&redlock_nodes[i]);
-}
-
-static char *redlock_url(const struct ct_fixture *f, const char *query)
-{
-    (void)f;
-    char *base = tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", redlock_nodes[0].port,
-                        redlock_nodes[1].port, redlock_nodes[2].port);
-    char *url = with_query(base, query);
-    free(base);
-    return url;
-}
-
-static char *redlock_unreachable(const struct ct_fixture *f, int port)
-{
-    (void)f;
-    return tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?connect_timeout=500ms", port,
-                  port, port);
-}
-
-/* A waiter listens on every node: the fewest subscribers any node sees. */
-static long redlock_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
-                            const char *name)
-{
-    (void)f;
-    (void)c;
+    const struct fx_redis *srv[REDLOCK_NODES];
     long least = -1;
-    for (int i = 0; i < REDLOCK_NODES; i++) {
-        long n = waiters_on(&redlock_nodes[i], prefix, name);
-        if (n < 0)
+    for (size_t i = 0, n = redis_servers(f, srv); i < n; i++) {
+        long k = waiters_on(srv[i], prefix, name);
+        if (k < 0)
             return -1;
-        if (least < 0 || n < least)
-            least = n;
+        if (least < 0 || k < least)
+            least = k;
     }
     return least;
 }
 
-static void redlock_pause(const struct ct_fixture *f, bool stop)
+/* Redis: CLIENT PAUSE WRITE, not SIGSTOP, on each of F's servers. A
+ * stopped redis-server still gets what was sent meanwhile (the kernel
+ * keeps it) and serves it once continued, even for a client that has
+ * since hung up; a client that hangs up while paused is dropped with its
+ * command unserved. */
+static void redis_pause(const struct ct_fixture *f, bool stop)
 {
-    (void)f;
-    for (int i = 0; i < REDLOCK_NODES; i++)
-        redis_pause_srv(&redlock_nodes[i], stop);
+    const struct fx_redis *srv[REDLOCK_NODES];
+    for (size_t i = 0, n = redis_servers(f, srv); i < n; i++) {
+        redisContext *ctx = fx_redis_raw(srv[i], NULL);
+        ck_assert_msg(ctx, "no raw connection to redis-server :%d", srv[i]->port);
+        redisReply *r = stop ? redisCommand(ctx, "CLIENT PAUSE 600000 WRITE")
+                             : redisCommand(ctx, "CLIENT UNPAUSE");
+        ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "CLIENT %s: %s",
+                      stop ? "PAUSE" : "UNPAUSE", r && r->str ? r->str : ctx->errstr);
+        freeReplyObject(r);
+        redisFree(ctx);
+    }
 }
 
-static struct ct_fixture fx_redlock = {
-    .name = "redlock",
-    .scheme = "redlock",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
-    .start = redlock_start,
-    .stop = redlock_stop,
-    .url = redlock_url,
-    .unreachable_url = redlock_unreachable,
-    .waiters = redlock_waiters,
-    .pause = redlock_pause,
-};
+/* A Redis form whose own functions are FORM_start, FORM_stop, FORM_url
+ * and FORM_unreachable; waiters and pause are every form's. */
+#define REDIS_FIXTURE(form, name_, scheme_, caps_, priv_)                                    \
+    {                                                                                        \
+        .name = name_, .scheme = scheme_, .caps = caps_, .priv = priv_,                      \
+        .start = form##_start, .stop = form##_stop, .url = form##_url,                       \
+        .unreachable_url = form##_unreachable, .waiters = redis_waiters,                     \
+        .pause = redis_pause,                                                                \
+    }
+/* What every Redis form does: a server, leases that renew, force. */
+#define REDIS_CAPS (CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE)
+
+static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
+                         tls_priv = {.tls = true}, fair_priv = {.query = "layout=fair"};
+static struct ct_fixture fx_redis =
+    REDIS_FIXTURE(redis, "redis", "redis", REDIS_CAPS | CT_SHARED | CT_FAIR, &redisson_priv);
+static struct ct_fixture fx_redis_simple =
+    REDIS_FIXTURE(redis, "redis-simple", "redis", REDIS_CAPS, &simple_priv);
+/* The fair layout (waiters queued in arrival order, direct hand-off). */
+static struct ct_fixture fx_redis_fair =
+    REDIS_FIXTURE(redis, "redis-fair", "redis", REDIS_CAPS | CT_FAIR, &fair_priv);
+static struct ct_fixture fx_rediss =
+    REDIS_FIXTURE(redis, "rediss", "rediss", REDIS_CAPS | CT_SHARED | CT_FAIR, &tls_priv);
+static struct ct_fixture fx_redis_sentinel =
+    REDIS_FIXTURE(sentinel, "redis-sentinel", "redis+sentinel", REDIS_CAPS | CT_SHARED | CT_FAIR,
+                  NULL);
+static struct ct_fixture fx_redlock =
+    REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS, NULL);
 #endif
 
-/* ------------------------------------------------------------------ etcd */
+/* ------------------------------------------------------------ etcd, zk */
+
+/* etcd and ZooKeeper have one fixture shape: one server of
+ * fixture_etcd.c or fixture_zk.c (TYPE is struct etcdf or struct zkf,
+ * with TYPE_start, TYPE_stop and TYPE_url), waiters as dlock_inspect()
+ * counts them, a pause that stops every server process (the pids in
+ * SERVERS.ARRAY[i].pid), and an unreachable URL that gives up connecting
+ * after TIMEOUT. Defines the fixture fx_BE, named and of scheme BE. */
+#define SERVER_FIXTURE(be, type, array, timeout, caps_)                                      \
+    static struct type be##_servers;                                                         \
+    static bool be##_start(struct ct_fixture *f)                                             \
+    {                                                                                        \
+        if (type##_start(&be##_servers, 1))                                                  \
+            return true;                                                                     \
+        snprintf(f->error, sizeof f->error, "%s", be##_servers.error);                       \
+        return false;                                                                        \
+    }                                                                                        \
+    static void be##_stop(struct ct_fixture *f)                                              \
+    {                                                                                        \
+        (void)f;                                                                             \
+        type##_stop(&be##_servers);                                                          \
+    }                                                                                        \
+    static char *be##_url(const struct ct_fixture *f, const char *query)                     \
+    {                                                                                        \
+        (void)f;                                                                             \
+        return type##_url(&be##_servers, NULL, query && *query ? query : NULL);              \
+    }                                                                                        \
+    static char *be##_unreachable(const struct ct_fixture *f, int port)                      \
+    {                                                                                        \
+        return tu_fmt("%s://127.0.0.1:%d?connect_timeout=" timeout, f->scheme, port);        \
+    }                                                                                        \
+    static void be##_pause(const struct ct_fixture *f, bool stop)                            \
+    {                                                                                        \
+        (void)f;                                                                             \
+        for (int i = 0; i < be##_servers.n; i++)                                             \
+            pause_pid(be##_servers.array[i].pid, stop);                                      \
+    }                                                                                        \
+    static struct ct_fixture fx_##be = {                                                     \
+        .name = #be,                                                                         \
+        .scheme = #be,                                                                       \
+        .caps = caps_,                                                                       \
+        .start = be##_start,                                                                 \
+        .stop = be##_stop,                                                                   \
+        .url = be##_url,                                                                     \
+        .unreachable_url = be##_unreachable,                                                 \
+        .waiters = inspect_waiters,                                                          \
+        .pause = be##_pause,                                                                 \
+    };
 
 #ifdef DLOCK_HAVE_ETCD
-static struct etcdf etcd_servers;
-
-static bool etcd_start(struct ct_fixture *f)
-{
-    if (etcdf_start(&etcd_servers, 1))
-        return true;
-    snprintf(f->error, sizeof f->error, "%s", etcd_servers.error);
-    return false;
-}
-
-static void etcd_stop(struct ct_fixture *f)
-{
-    (void)f;
-    etcdf_stop(&etcd_servers);
-}
-
-static char *etcd_url(const struct ct_fixture *f, const char *query)
-{
-    (void)f;
-    return etcdf_url(&etcd_servers, NULL, query && *query ? query : NULL);
-}
-
-static char *etcd_unreachable(const struct ct_fixture *f, int port)
-{
-    (void)f;
-    return tu_fmt("etcd://127.0.0.1:%d?connect_timeout=1s", port);
-}
-
-static long etcd_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
-                         const char *name)
-{
-    (void)f, (void)prefix;
-    return inspect_waiters(c, name);
-}
-
-static void etcd_pause(const struct ct_fixture *f, bool stop)
-{
-    (void)f;
-    for (int i = 0; i < etcd_servers.n; i++)
-        pause_pid(etcd_servers.m[i].pid, stop);
-}
-
-static struct ct_fixture fx_etcd = {
-    .name = "etcd",
-    .scheme = "etcd",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_FAIR |
-            CT_SHARED,
-    .start = etcd_start,
-    .stop = etcd_stop,
-    .url = etcd_url,
-    .unreachable_url = etcd_unreachable,
-    .waiters = etcd_waiters,
-    .pause = etcd_pause,
-};
+SERVER_FIXTURE(etcd, etcdf, m, "1s",
+               CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE |
+                   CT_FAIR | CT_SHARED)
 #endif
 
-/* -------------------------------------------------------------------- zk */
-
 #ifdef DLOCK_HAVE_ZK
-static struct zkf zk_servers;
-
-static bool zk_start(struct ct_fixture *f)
-{
-    if (zkf_start(&zk_servers, 1))
-        return true;
-    snprintf(f->error, sizeof f->error, "%s", zk_servers.error);
-    return false;
-}
-
-static void zk_stop(struct ct_fixture *f)
-{
-    (void)f;
-    zkf_stop(&zk_servers);
-}
-
-static char *zk_url(const struct ct_fixture *f, const char *query)
-{
-    (void)f;
-    return zkf_url(&zk_servers, NULL, query && *query ? query : NULL);
-}
-
-static char *zk_unreachable(const struct ct_fixture *f, int port)
-{
-    (void)f;
-    return tu_fmt("zk://127.0.0.1:%d?connect_timeout=700ms", port);
-}
-
-static long zk_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
-                         const char *name)
-{
-    (void)f, (void)prefix;
-    return inspect_waiters(c, name);
-}
-
-static void zk_pause(const struct ct_fixture *f, bool stop)
-{
-    (void)f;
-    for (int i = 0; i < zk_servers.n; i++)
-        pause_pid(zk_servers.s[i].pid, stop);
-}
-
 /* A node lives as long as its session: no fixed lease (DLOCK_ENOTSUP). */
-static struct ct_fixture fx_zk = {
-    .name = "zk",
-    .scheme = "zk",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FAIR | CT_SHARED,
-    .start = zk_start,
-    .stop = zk_stop,
-    .url = zk_url,
-    .unreachable_url = zk_unreachable,
-    .waiters = zk_waiters,
-    .pause = zk_pause,
-};
+SERVER_FIXTURE(zk, zkf, s, "700ms",
+               CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FAIR | CT_SHARED)
 #endif
 
 struct ct_fixture *const ct_fixtures[] = {

@@ -807,8 +807,7 @@ TU_TEST(cancel_after_fork, 60)
 {
     dlock_cancel *parent_k = NULL;
     ck_assert_int_eq(dlock_cancel_new(&parent_k), DLOCK_OK);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid == 0) {
         dlock_client *c = NULL;
         if (dlock_open(url, &c) != DLOCK_OK)
@@ -848,8 +847,7 @@ TU_TEST(cancel_freed_by_child_keeps_parent_working, 60)
     ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
     arm_by_waiting(k, "cf0"); /* the canceler thread runs, watching k */
     size_t threads = thread_count();
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid == 0) {
         dlock_cancel_free(k);
         _exit(0);
@@ -1007,8 +1005,7 @@ TU_TEST(stats_and_log_file, 60)
     ck_assert_int_eq(dlock_client_set_log(c, NULL, NULL, DLOCK_LOG_DEBUG), DLOCK_OK);
     TU_RELEASE_OK(l);
     TU_FREE_LOCKS(l, busy);
-    dlock_client_close(other);
-    dlock_client_close(c);
+    TU_CLOSE_CLIENTS(other, c);
 }
 END_TEST
 

@@ -291,8 +291,7 @@ static pid_t start_hold(const char *name, int *in, int *out)
     int pi[2], po[2];
     ck_assert_int_eq(pipe(pi), 0);
     ck_assert_int_eq(pipe(po), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid == 0) {
         dup2(pi[0], 0);
         dup2(po[1], 1);

@@ -509,8 +509,7 @@ TU_TEST(fork_misuse, 30)
 {
     dlock_client *c = ct_open_test(NULL);
     dlock_lock *l = tu_lock(c, "forked");
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid == 0) {
         int rc = dlock_acquire(l, DLOCK_TRY);
         _exit(rc == DLOCK_EMISUSE && strstr(dlock_errmsg(), "fork") ? 0 : 1);
@@ -909,8 +908,7 @@ END_TEST
 static pid_t fork_holder(const char *url, const char *name, dlock_mode mode, const char *dir,
                          bool kill_only)
 {
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid > 0)
         return pid;
     dlock_client *c = NULL;

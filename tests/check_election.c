@@ -171,8 +171,7 @@ TU_TEST(campaign_proclaim_resign, 30)
     dlock_election_free(ea); /* resigns */
     expect_leader(b, "lead", NULL, 0);
     dlock_election_free(eb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_CLOSE_CLIENTS(a, b);
 }
 END_TEST
 
@@ -190,8 +189,7 @@ TU_TEST(one_leader_among_n, 120)
     char *url = ct_test_url(NULL);
     pid_t pids[PROCS];
     for (int p = 0; p < PROCS; p++) {
-        pids[p] = fork();
-        ck_assert_int_ge(pids[p], 0);
+        pids[p] = tu_fork();
         if (pids[p] == 0) {
             dlock_client *c = NULL;
             dlock_election *e = NULL;
@@ -236,8 +234,7 @@ END_TEST
 TU_TEST(kill9_leader, 60)
 {
     struct ct_holder h = ct_holder_open("lease=1500ms", "elect-kill9");
-    h.pid = fork();
-    ck_assert_int_ge(h.pid, 0);
+    h.pid = tu_fork();
     if (h.pid == 0) {
         dlock_client *c = NULL;
         dlock_election *e = NULL;
@@ -328,9 +325,7 @@ TU_TEST(observe_follows, 60)
     ck_assert_str_eq(f.seen[3], "three");
     dlock_election_free(ea);
     dlock_election_free(eb);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    dlock_client_close(o);
+    TU_CLOSE_CLIENTS(a, b, o);
 }
 END_TEST
 
@@ -371,8 +366,7 @@ TU_TEST(cancel_and_bounds, 60)
     dlock_cancel_free(k);
     dlock_election_free(ea);
     dlock_election_free(eb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_CLOSE_CLIENTS(a, b);
 }
 END_TEST
 
@@ -420,8 +414,7 @@ TU_TEST(lost_callback, 60)
     ck_assert_uint_gt(token_of(e), t);
     ck_assert_int_eq(atomic_load(&seen.fired), (CT->caps & CT_FORCE_LIVE) ? 1 : 0);
     dlock_election_free(e);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_CLOSE_CLIENTS(a, b);
 }
 END_TEST
 

@@ -320,8 +320,7 @@ TU_TEST_IN(single, processes_counter_and_tokens, 90)
     tu_write_marker(path, "0 0\n");
     pid_t kids[4];
     for (int k = 0; k < 4; k++) {
-        kids[k] = fork();
-        ck_assert_int_ge(kids[k], 0);
+        kids[k] = tu_fork();
         if (kids[k] == 0) {
             dlock_client *c = NULL;
             if (dlock_open(url, &c) != DLOCK_OK)
@@ -985,8 +984,7 @@ TU_TEST_IN(single, killed_waiters_do_not_stall_the_queue, 90)
     enum { NW = 20 };
     pid_t kids[NW];
     for (int i = 0; i < NW; i++) {
-        kids[i] = fork();
-        ck_assert_int_ge(kids[i], 0);
+        kids[i] = tu_fork();
         if (kids[i] == 0) {
             dlock_client *c = NULL;
             dlock_lock *l = NULL;
@@ -1222,8 +1220,7 @@ static void paused_waiter_case(const char *name, dlock_mode mode)
     char *bheld = tu_fmt("%s/b-held", dir), *cdone = tu_fmt("%s/c-done", dir);
     char *aheld = tu_fmt("%s/a-held", dir);
     /* b is forked before this process has a client (no threads to fork) */
-    pid_t b = fork();
-    ck_assert_int_ge(b, 0);
+    pid_t b = tu_fork();
     if (b == 0) {
         if (!tu_wait_file(aheld, 20000))
             _exit(9);

@@ -43,22 +43,12 @@ static dlock_multi *multi(dlock_client *c, const char *const *names, size_t n)
     return m;
 }
 
-/* Whether NAME is held by anyone, as the backend tells C. */
-static int held(dlock_client *c, const char *name)
-{
-    dlock_info *i = NULL;
-    EXPECT_RC(dlock_inspect(c, name, &i), DLOCK_OK);
-    int h = dlock_info_held(i);
-    dlock_info_free(i);
-    return h;
-}
-
 /* Assert that none of NAMES[0..N) is held, but for SKIP (NULL: none). */
 static void expect_none_held(dlock_client *c, const char *const *names, size_t n, const char *skip)
 {
     for (size_t k = 0; k < n; k++)
         if (!skip || strcmp(names[k], skip) != 0)
-            ck_assert_msg(!held(c, names[k]), "member '%s' still held", names[k]);
+            ck_assert_msg(!tu_held(c, names[k]), "member '%s' still held", names[k]);
 }
 
 /* ====================================================== the contract */
@@ -79,7 +69,7 @@ TU_TEST(acquire_release_order, 30)
     EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_OK);
     ck_assert_int_eq(dlock_multi_held(m), 1);
     for (size_t k = 0; k < 3; k++) {
-        ck_assert_msg(held(d, names[k]), "member '%s' not held", names[k]);
+        ck_assert_msg(tu_held(d, names[k]), "member '%s' not held", names[k]);
         uint64_t t = 0;
         EXPECT_RC(dlock_token(dlock_multi_lock(m, k), &t), DLOCK_OK);
         ck_assert_uint_gt(t, 0);
@@ -182,14 +172,14 @@ TU_TEST(cancel_releases_taken, 60)
     EXPECT_RC(dlock_cancel_new(&w.cancel), DLOCK_OK);
     ck_assert_int_eq(pthread_create(&w.thread, NULL, multi_waiter_main, &w), 0);
     /* "a" taken, then the thread asleep in its wait for "b". */
-    while (!held(d, "a"))
+    while (!tu_held(d, "a"))
         tu_sleep_ms(5);
     ck_assert_msg(tu_wait_thread_asleep(&w.tid, 30000), "the multi waiter never went to sleep");
     ck_assert_int_eq(atomic_load(&w.rc), 1);
     EXPECT_RC(dlock_cancel_fire(w.cancel), DLOCK_OK);
     pthread_join(w.thread, NULL);
     EXPECT_RC(atomic_load(&w.rc), DLOCK_ECANCELED);
-    ck_assert_msg(!held(d, "a"), "'a' still held after the cancel");
+    ck_assert_msg(!tu_held(d, "a"), "'a' still held after the cancel");
     ck_assert_int_eq(dlock_multi_held(w.m), 0);
     /* A fired object refuses at once, taking nothing. */
     TU_RELEASE_OK(b);
@@ -214,8 +204,7 @@ struct overlap {
 static pid_t fork_looper(const char *url, const char *first, const char *second,
                          struct overlap *ov)
 {
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid > 0)
         return pid;
     const char *names[] = {first, second};
@@ -263,8 +252,7 @@ TU_TEST(kill9_holder, 60)
 {
     struct ct_holder h = ct_holder_open("lease=1500ms", "multi-kill9");
     const char *names[] = {"k3", "k1", "k2"};
-    h.pid = fork();
-    ck_assert_int_ge(h.pid, 0);
+    h.pid = tu_fork();
     if (h.pid == 0) {
         dlock_client *c = NULL;
         dlock_multi *m = NULL;
@@ -278,7 +266,7 @@ TU_TEST(kill9_holder, 60)
     uint64_t t1 = ct_holder_wait(&h);
     dlock_client *c = tu_open(h.url);
     for (size_t k = 0; k < 3; k++)
-        ck_assert_msg(held(c, names[k]), "member '%s' not held", names[k]);
+        ck_assert_msg(tu_held(c, names[k]), "member '%s' not held", names[k]);
     dlock_multi *m = multi(c, names, 3);
     EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_EBUSY);
     kill(h.pid, SIGKILL);

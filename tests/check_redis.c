@@ -862,8 +862,7 @@ TU_TEST(readers_of_one_client_all_woken, 60)
     for (int i = 0; i < 3; i++)
         dlock_lock_free(rl[i]); /* releases the thread's hold: best effort */
     dlock_lock_free(wl);
-    dlock_client_close(r);
-    dlock_client_close(w);
+    TU_CLOSE_CLIENTS(r, w);
     redisFree(ctx);
     stop_server();
 }
@@ -910,8 +909,7 @@ TU_TEST(killed_reader_among_readers_expires, 60)
     ck_assert_int_eq(cmd_int(ctx, "EXISTS dead"), 0);
     TU_ACQUIRE_OK(w, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(w), DLOCK_OK);
-    dlock_lock_free(w);
-    dlock_lock_free(r);
+    TU_FREE_LOCKS(w, r);
     dlock_client_close(c);
     redisFree(ctx);
     tu_rmrf(dir);
@@ -1653,8 +1651,7 @@ END_TEST
  * not blocked), as a program that never touched it. */
 static pid_t fork_default_sigpipe(void)
 {
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid == 0) {
         signal(SIGPIPE, SIG_DFL);
         sigset_t pipe_set;
@@ -2288,8 +2285,7 @@ TU_TEST(unanswered_downgrade_gives_up, 60)
     freeReplyObject(cmd(ctx, "HSET dg2 mode read other:1 1"));
     ck_assert_int_eq(dlock_release(w), DLOCK_OK);
     ck_assert_int_eq(cmd_int(ctx, "HEXISTS dg2 other:1"), 1);
-    dlock_lock_free(w);
-    dlock_lock_free(r);
+    TU_FREE_LOCKS(w, r);
     redisFree(ctx);
     served_close(&s);
 }
@@ -2379,8 +2375,7 @@ TU_TEST(sem_wait_lost_reply_new_ids, 60)
     ck_assert_int_eq(dlock_permit_release(pb), DLOCK_ELOST);
     dlock_semaphore_free(sa);
     dlock_semaphore_free(sb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_CLOSE_CLIENTS(a, b);
     free(url);
 }
 END_TEST

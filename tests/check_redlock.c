@@ -164,10 +164,8 @@ TU_TEST(minority_down_still_works, 60)
     ck_assert_int_eq(dlock_release(la), DLOCK_OK);
     TU_ACQUIRE_OK(lb, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
     stop_nodes();
 }
 END_TEST

@@ -166,8 +166,7 @@ TU_TEST(acquire_release_token, 30)
     ck_assert_ptr_null(bad);
     dlock_semaphore_free(sa);
     dlock_semaphore_free(sb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_CLOSE_CLIENTS(a, b);
 }
 END_TEST
 
@@ -220,8 +219,7 @@ TU_TEST(never_exceed, 120)
     char *url = ct_test_url(NULL);
     pid_t kids[PROCS];
     for (int i = 0; i < PROCS; i++) {
-        kids[i] = fork();
-        ck_assert_int_ge(kids[i], 0);
+        kids[i] = tu_fork();
         if (kids[i] == 0) {
             dlock_client *c = NULL;
             dlock_semaphore *s = NULL;
@@ -286,8 +284,7 @@ TU_TEST(waits_cancel, 30)
     expect_free(a, "w", 2, 2); /* the canceled waits left nothing held */
     dlock_semaphore_free(sa);
     dlock_semaphore_free(sb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_CLOSE_CLIENTS(a, b);
 }
 END_TEST
 
@@ -349,8 +346,7 @@ static void on_permit_lost(dlock_semaphore *s, dlock_permit *p, const char *why,
 static pid_t fork_holder(const char *url, const char *name, unsigned permits, const char *dir,
                          bool kill_only)
 {
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid > 0)
         return pid;
     static struct lost_count lost;
@@ -460,8 +456,7 @@ TU_TEST(lease_renewed, 60)
         EXPECT_RC(dlock_semaphore_set_lease(sa, 600, DLOCK_LEASE_FIXED), DLOCK_ENOTSUP);
         dlock_semaphore_free(sa);
         dlock_semaphore_free(sb);
-        dlock_client_close(a);
-        dlock_client_close(b);
+        TU_CLOSE_CLIENTS(a, b);
         return;
     }
     EXPECT_RC(dlock_semaphore_set_lease(sa, 600, DLOCK_LEASE_FIXED), DLOCK_OK);
@@ -477,8 +472,7 @@ TU_TEST(lease_renewed, 60)
     }
     dlock_semaphore_free(sa);
     dlock_semaphore_free(sb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    TU_CLOSE_CLIENTS(a, b);
 }
 END_TEST
 

@@ -415,21 +415,12 @@ static void *waiter_thread(void *p)
     return NULL;
 }
 
-static long waiters_of(dlock_client *c, const char *name)
-{
-    dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(c, name, &info), DLOCK_OK);
-    long n = dlock_info_waiter_count(info);
-    dlock_info_free(info);
-    return n;
-}
-
 /* Wait up to TIMEOUT_MS until C sees N waiters on NAME, and assert it. */
 static void expect_waiters(dlock_client *c, const char *name, long n, int timeout_ms)
 {
-    for (int waited = 0; waited < timeout_ms && waiters_of(c, name) != n; waited += 20)
+    for (int waited = 0; waited < timeout_ms && tu_waiters(c, name) != n; waited += 20)
         tu_sleep_ms(20);
-    ck_assert_int_eq(waiters_of(c, name), n);
+    ck_assert_int_eq(tu_waiters(c, name), n);
 }
 
 TU_TEST_IN(standalone, waiters_fifo_and_inspect, 90)
@@ -513,7 +504,7 @@ struct curator_arg {
 static void *curator_thread(void *p)
 {
     struct curator_arg *a = p;
-    for (int k = 0; k < 200 && waiters_of(a->c, "shared-with-java") < 1; k++)
+    for (int k = 0; k < 200 && tu_waiters(a->c, "shared-with-java") < 1; k++)
         tu_sleep_ms(20);
     a->second = curator_contend(a->zh, a->lockpath);
     char *path = tu_fmt("%s/%s", a->lockpath, a->first);
@@ -810,9 +801,7 @@ TU_TEST_IN(standalone, curator_rwlock_interop, 90)
     dlock_lock_free(r2);
     dlock_client_close(c2);
     free(direct);
-    dlock_lock_free(ro);
-    dlock_lock_free(w);
-    dlock_lock_free(r);
+    TU_FREE_LOCKS(ro, w, r);
     dlock_client_close(c);
     zookeeper_close(zh);
     free(url);
@@ -859,11 +848,8 @@ TU_TEST_IN(standalone, downgrade_behind_queued_writer_keeps_it_out, 90)
     tu_waiter_join(&arg);
     ck_assert_msg(arg.rc == DLOCK_OK, "B's writer: %s", dlock_err_name(arg.rc));
     zookeeper_close(zh);
-    dlock_lock_free(ra);
-    dlock_lock_free(wb);
-    dlock_lock_free(wa);
-    dlock_client_close(b);
-    dlock_client_close(a);
+    TU_FREE_LOCKS(ra, wb, wa);
+    TU_CLOSE_CLIENTS(b, a);
     free(url);
 }
 END_TEST
@@ -1021,8 +1007,7 @@ TU_TEST_IN(standalone, paused_waiter_requeues, 90)
     char *dir = kept(tu_tmpdir("zk-waiter"));
     char *go = kept(tu_fmt("%s/go", dir)), *done = kept(tu_fmt("%s/acquired", dir));
     /* the child is forked before this process opens a client */
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
+    pid_t child = tu_fork();
     if (child == 0) {
         dlock_client *wc = NULL;
         dlock_lock *wl = NULL;
@@ -1877,11 +1862,11 @@ TU_TEST_IN(standalone, partitioned_waiter_requeues, 90)
     uint64_t to = tu_token(lo);
     proxy_set(&px, PROXY_FORWARD);
     /* the waiter comes back, finds its session expired, queues again */
-    for (int k = 0; k < 300 && waiters_of(o, "pwait") < 1 && !atomic_load(&a.done); k++)
+    for (int k = 0; k < 300 && tu_waiters(o, "pwait") < 1 && !atomic_load(&a.done); k++)
         tu_sleep_ms(20);
     ck_assert_msg(!atomic_load(&a.done), "the waiter returned %s while another client held",
                   dlock_err_name(a.rc));
-    ck_assert_int_eq(waiters_of(o, "pwait"), 1);
+    ck_assert_int_eq(tu_waiters(o, "pwait"), 1);
     atomic_store(&a.other_holds, 0);
     ck_assert_int_eq(dlock_release(lo), DLOCK_OK);
     pthread_join(th, NULL);

@@ -224,8 +224,7 @@ char *tu_exec_output(const char *path, char *const argv[], char *const envp[])
     extern char **environ;
     int p[2];
     ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid == 0) {
         dup2(p[1], 1);
         execve(path, argv, envp ? envp : environ);
@@ -451,6 +450,28 @@ uint64_t tu_token(dlock_lock *l)
     return t;
 }
 
+/* dlock_inspect(C, NAME) asserted to work: the holder flag, or (WAITERS)
+ * the waiter count. */
+static long inspected(dlock_client *c, const char *name, bool waiters)
+{
+    dlock_info *info = NULL;
+    int rc = dlock_inspect(c, name, &info);
+    ck_assert_msg(rc == DLOCK_OK, "inspect '%s': %s: %s", name, dlock_err_name(rc), dlock_errmsg());
+    long n = waiters ? dlock_info_waiter_count(info) : dlock_info_held(info);
+    dlock_info_free(info);
+    return n;
+}
+
+int tu_held(dlock_client *c, const char *name)
+{
+    return (int)inspected(c, name, false);
+}
+
+long tu_waiters(dlock_client *c, const char *name)
+{
+    return inspected(c, name, true);
+}
+
 void tu_acquire_release(dlock_lock *l, int64_t wait)
 {
     TU_ACQUIRE_OK(l, wait);
@@ -494,10 +515,16 @@ uint64_t tu_next_token(dlock_client *c, const char *name, uint64_t last)
     return t;
 }
 
-pid_t tu_fork_holding(const char *url, const char *name, int mode, int64_t wait, dlock_lock **l)
+pid_t tu_fork(void)
 {
     pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+    return pid;
+}
+
+pid_t tu_fork_holding(const char *url, const char *name, int mode, int64_t wait, dlock_lock **l)
+{
+    pid_t pid = tu_fork();
     if (pid > 0)
         return pid;
     dlock_client *c = NULL;
@@ -849,8 +876,7 @@ uint64_t tu_fenced_count(const char *path, uint64_t *stale)
 
 pid_t tu_fenced_worker(const char *url, const char *dir, const struct tu_fenced_turn *turn)
 {
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = tu_fork();
     if (pid > 0)
         return pid;
     char *store = tu_fmt("%s/store", dir), *stop = tu_fmt("%s/stop", dir);

@@ -87,6 +87,8 @@ bool tu_wait_file(const char *path, int timeout_ms);
 /* Write TEXT to PATH through a temporary file and a rename, so that a
  * process waiting for PATH never reads it half written. */
 void tu_write_marker(const char *path, const char *text);
+/* fork(), asserting that it worked. */
+pid_t tu_fork(void);
 /* Reap PID: its exit status, or 128+N when killed by signal N. */
 int tu_wait_exit(pid_t pid);
 /* Wait until the thread whose gettid() is *TID (0 until the thread sets
@@ -119,6 +121,10 @@ bool tu_listed(char **v, const char *name);
 /* tu_lock() with a mode (a dlock_mode) and flags of its own. */
 struct dlock_lock *tu_lock_mode(struct dlock_client *c, const char *name, int mode, unsigned flags);
 uint64_t tu_token(struct dlock_lock *l);
+/* What dlock_inspect(C, NAME) tells, asserting that it worked: whether
+ * NAME is held (tu_held) and how many wait for it (tu_waiters). */
+int tu_held(struct dlock_client *c, const char *name);
+long tu_waiters(struct dlock_client *c, const char *name);
 #define TU_ACQUIRE_OK(l, wait)                                                                \
     do {                                                                                      \
         int rc_ = dlock_acquire((l), (wait));                                                 \

@@ -126,8 +126,8 @@ static void takers_end(struct takers *t)
 }
 
 /* 8 processes queue one after the other (each seen queued by the server
- * before the next starts); one release hands the lock down the queue in
- * that order, tokens growing. */
+ * before the next starts; inspect lists them); one release hands the
+ * lock down the queue in that order, tokens growing. */
 TU_TEST(order_of_arrival_across_processes, 120)
 {
     enum { P = 8 };
@@ -141,6 +141,13 @@ TU_TEST(order_of_arrival_across_processes, 120)
         pid[i] = spawn_taker(t.url, "q", tag, t.file);
         wait_queued(t.ctx, "q", i + 1);
     }
+    /* inspect shows the queue, first to last (the CLI's owners) */
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(t.c, "q", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_waiter_count(info), P);
+    for (int i = 0; i < P; i++)
+        ck_assert_ptr_nonnull(strchr(dlock_info_waiter(info, (size_t)i), ':'));
+    dlock_info_free(info);
     TU_RELEASE_OK(t.l);
     for (int i = 0; i < P; i++) {
         int status = tu_wait_exit(pid[i]);

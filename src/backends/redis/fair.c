@@ -304,6 +304,26 @@ out:
     return rc;
 }
 
+int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dlock_info *info)
+{
+    struct fair_keys f;
+    int rc = fair_keys_make(s, name, &f);
+    if (rc)
+        return rc;
+    redisReply *r = NULL;
+    rc = fair_eval(s, &f, "", "waiters", 0, NULL, NULL, DLOCK__NEVER, "inspect the queue", &r,
+                   NULL, NULL, NULL, NULL);
+    if (!rc && r->type == REDIS_REPLY_ARRAY) {
+        info->nwaiters = 0;
+        for (size_t i = 0; i < r->elements && !rc; i++)
+            if (r->element[i]->type == REDIS_REPLY_STRING)
+                rc = dlock__info_add_waiter(info, r->element[i]->str);
+    }
+    freeReplyObject(r); /* another reply: a key of another type, said by the lock's inspect */
+    fair_keys_free(&f);
+    return rc;
+}
+
 int dlock__redis_fair_release(struct redis_state *s, struct dlock__hold *h)
 {
     struct fair_keys f;

@@ -523,6 +523,8 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
             }
         }
     }
+    if (!rc && s->fair) /* the queue, in order */
+        rc = dlock__redis_fair_waiters(s, name, info);
 done:
     freeReplyObject(r);
 out:

@@ -449,6 +449,9 @@ bool dlock__redis_fair(const struct redis_state *s, const struct dlock__hold *h)
 /* The fair lock's acquire and release of H (h->owner set). */
 int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redis_fair_release(struct redis_state *s, struct dlock__hold *h);
+/* Add NAME's queued waiters (live ones, in order) to INFO: its waiter
+ * count and their owner ids. */
+int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dlock_info *info);
 /* cancel.c's cancel for a fair lock: OWNER leaves NAME's queue, its
  * requests up to LAST canceled, a lock handed to it passed on. */
 int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char *owner,

@@ -17,6 +17,7 @@
 --   release: 4 our token, 5 life ms of the hand-off record
 --   leave:   4 the last request number to cancel ('0': none), 5 life ms of
 --            the cancellation record
+--   waiters: none (read only: the live waiters' owners, in order)
 -- A waiter's record is 'w <deadline ms> <lease ms> <wait id> <channel>' while it
 -- waits (the deadline is its queue lease: a waiter refreshes it while it
 -- waits, a dead one is dropped once it passes), 'g <token> <wait id>' once
@@ -194,6 +195,14 @@ elseif op == 'leave' then
   if redis.call('exists', KEYS[1]) == 0 and (r == 2 or redis.call('zcard', KEYS[4]) > 0) then
     local g = hand_off(now_ms())
     if type(g) == 'table' then return g end
+  end
+  return r
+elseif op == 'waiters' then
+  -- read only: the live waiters, first to last
+  local now, r = now_ms(), {}
+  for _, o in ipairs(redis.call('zrange', KEYS[4], 0, -1)) do
+    local w = words(redis.call('hget', KEYS[5], o))
+    if w[1] == 'w' and tonumber(w[2]) >= now then r[#r + 1] = o end
   end
   return r
 end

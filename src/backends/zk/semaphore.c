@@ -11,8 +11,10 @@
  * N children (a child watch wakes it); then it lets the mutex go. So
  * acquirers queue in order behind the mutex and K permits are taken all
  * at once. A release deletes the lease nodes; a dead client's go with its
- * session. The fencing token is the first lease node's czxid, and the
- * keeper checks that node as it checks a lock's (session.c).
+ * session. The fencing token is the first lease node's czxid; the
+ * keeper checks that node as it checks a lock's (session.c), and the
+ * other K - 1 with it (dlock__zk_sem_check_rest): a permit of K is lost
+ * when any of its nodes is.
  *
  * Curator stores no permit count (each client brings its own maxLeases),
  * so a semaphore used with two counts is not detected here.
@@ -213,6 +215,49 @@ int dlock__zk_sem_release(void *state, struct dlock__hold *h)
     if (sh)
         free_more(sh);
     return dlock__zk_release(state, h); /* the first node; frees SH */
+}
+
+int dlock__zk_sem_check_rest(struct zk_backend *zb, zhandle_t *zh, const struct dlock__hold *h,
+                             int64_t session_id, int64_t deadline)
+{
+    const struct zk_sem_hold *sh = h->bdata;
+    if (!sh || !sh->nmore)
+        return DLOCK_OK;
+    struct zk_call **calls = calloc(sh->nmore, sizeof *calls);
+    if (!calls)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    int err = DLOCK_OK;
+    for (unsigned i = 0; i < sh->nmore && !err; i++) { /* all sent, then all read */
+        struct zk_call *k = dlock__zk_call_new(zh);
+        int rc = k ? zoo_aexists(zh, sh->more[i], 0, dlock__zk_on_stat, k) : ZSYSTEMERROR;
+        if (k && rc != ZOK)
+            dlock__zk_call_dead(k, rc);
+        else
+            calls[i] = k;
+        if (rc != ZOK)
+            err = dlock__zk_fail(zb, rc, "check", sh->more[i]);
+    }
+    for (unsigned i = 0; i < sh->nmore; i++) {
+        if (!calls[i])
+            continue;
+        struct Stat st;
+        int rc = dlock__zk_call_wait(calls[i], deadline, &st, NULL, NULL);
+        if (err)
+            continue;
+        if (rc == ZNONODE || (rc == ZOK && st.ephemeralOwner != session_id))
+            err = dlock__err(DLOCK_ELOST,
+                             "%s: semaphore '%s': lease node %s of permit %s is gone (deleted "
+                             "or force-released)",
+                             zb->servers, h->name, sh->more[i], h->owner);
+        else if (dlock__zk_rc_session_gone(rc))
+            err = dlock__err(DLOCK_ELOST,
+                             "%s: semaphore '%s': the ZooKeeper session holding it expired",
+                             zb->servers, h->name);
+        else if (rc != ZOK)
+            err = dlock__zk_fail(zb, rc, "check", sh->more[i]);
+    }
+    free(calls);
+    return err;
 }
 
 int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)

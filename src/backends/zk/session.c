@@ -617,8 +617,11 @@ int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
             /* read, but not known to be current: no confirmation */
             dlock__renew_result(b, i, dlock__zk_fail(zb, barrier_rc, "sync before checking", zh->path));
         } else if (rc == ZOK && st.czxid == zh->czxid && st.ephemeralOwner == session_id) {
-            dlock__hold_confirmed(zb->c, h, sent);
-            dlock__renew_result(b, i, DLOCK_OK);
+            /* a permit of K: its other lease nodes too (semaphore.c) */
+            int rest = h->sem ? dlock__zk_sem_check_rest(zb, s->zh, h, session_id, deadline) : 0;
+            if (rest == DLOCK_OK)
+                dlock__hold_confirmed(zb->c, h, sent);
+            dlock__renew_result(b, i, rest);
         } else if (rc == ZOK || rc == ZNONODE) {
             dlock__renew_result(b, i, dlock__err(DLOCK_ELOST,
                                                  "%s: lock '%s': its node %s is gone (deleted "

@@ -271,6 +271,12 @@ int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_le
 int dlock__zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__zk_sem_release(void *state, struct dlock__hold *h);
 int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
+/* The keeper's check of a permit of K beyond its first lease node (which
+ * session.c checks as a lock's): the other K - 1 exist and belong to
+ * SESSION_ID, on ZH, by DEADLINE. DLOCK_OK, DLOCK_ELOST naming the node
+ * gone, or the failure. */
+int dlock__zk_sem_check_rest(struct zk_backend *zb, zhandle_t *zh, const struct dlock__hold *h,
+                             int64_t session_id, int64_t deadline);
 
 /* -------------------------------------------------------------- rwlock.c */
 

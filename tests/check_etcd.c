@@ -971,6 +971,65 @@ TU_TEST_IN(single, queue_pages_past_other_keys, 90)
 }
 END_TEST
 
+/* A child process waiting forever on lock NAME (PERMITS 0) or for one
+ * permit of semaphore NAME of PERMITS, until it is killed. */
+static pid_t fork_waiter(const char *url, const char *name, unsigned permits)
+{
+    pid_t pid = tu_fork();
+    if (pid > 0)
+        return pid;
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    dlock_semaphore *s = NULL;
+    dlock_permit *p = NULL;
+    if (dlock_open(url, &c))
+        _exit(10);
+    if (permits ? dlock_semaphore_new(c, name, permits, 0, &s)
+                : dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l))
+        _exit(10);
+    if (permits)
+        dlock_semaphore_acquire(s, 1, DLOCK_FOREVER, NULL, &p);
+    else
+        dlock_acquire(l, DLOCK_FOREVER);
+    _exit(11); /* never reached: killed while waiting */
+}
+
+/* The same for a semaphore: killed waiters' keys wait on the short
+ * waiters' lease, not the 60 s hold lease, so the permit given back
+ * goes to the next acquire while their session leases still live (it
+ * waited a whole hold lease before). */
+TU_TEST_IN(single, killed_sem_waiters_do_not_stall, 90)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, "lease=60s");
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_semaphore *sa = NULL, *sb = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(a, "ksw", 1, 0, &sa), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(b, "ksw", 1, 0, &sb), DLOCK_OK);
+    dlock_permit *pa = NULL, *pb = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(sa, 1, DLOCK_TRY, NULL, &pa), DLOCK_OK);
+    enum { NW = 4 };
+    pid_t kids[NW];
+    for (int i = 0; i < NW; i++)
+        kids[i] = fork_waiter(url, "ksw", 1);
+    ck_assert_msg(wait_key_count("ksw/sem/", NW + 1), "the waiters never queued");
+    for (int i = 0; i < NW; i++)
+        kill(kids[i], SIGKILL);
+    for (int i = 0; i < NW; i++)
+        ck_assert_int_eq(tu_wait_exit(kids[i]), 128 + SIGKILL);
+    ck_assert_int_eq(dlock_permit_release(pa), DLOCK_OK);
+    int rc = dlock_semaphore_acquire(sb, 1, 30000, NULL, &pb);
+    ck_assert_msg(rc == DLOCK_OK, "after the killed waiters: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_int_eq(dlock_permit_release(pb), DLOCK_OK);
+    dlock_semaphore_free(sa);
+    dlock_semaphore_free(sb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    free(url);
+}
+END_TEST
+
 /* Waiters killed with -9 do not stall the queue for their hold lease:
  * their keys wait on the client's short waiters' lease, so the next
  * acquire after the holder's release gets the lock while the killed
@@ -983,17 +1042,8 @@ TU_TEST_IN(single, killed_waiters_do_not_stall_the_queue, 90)
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     enum { NW = 20 };
     pid_t kids[NW];
-    for (int i = 0; i < NW; i++) {
-        kids[i] = tu_fork();
-        if (kids[i] == 0) {
-            dlock_client *c = NULL;
-            dlock_lock *l = NULL;
-            if (dlock_open(url, &c) || dlock_lock_new(c, "kw", DLOCK_EXCLUSIVE, 0, &l))
-                _exit(10);
-            dlock_acquire(l, DLOCK_FOREVER);
-            _exit(11); /* never reached: killed while waiting */
-        }
-    }
+    for (int i = 0; i < NW; i++)
+        kids[i] = fork_waiter(url, "kw", 0);
     ck_assert_msg(wait_key_count("kw/", NW + 1), "the waiters never queued");
     char *keys = ctl_keys("kw/");
     for (int i = 0; i < NW; i++)

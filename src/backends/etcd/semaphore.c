@@ -22,9 +22,10 @@
  * holders), and a watch from that revision misses nothing in between.
  * Leases, renewal by the keeper, release and the check that a held key is
  * still ours are the lock's (mutex.c, lease.c): a permit's hold data is a
- * struct etcd_hold. A waiting key stays on the hold's lease (the lock moves
- * its waiters to a short lease; here a killed waiter holds the queue up
- * for one lease TTL at most). A key whose put may have happened without
+ * struct etcd_hold. A waiting key hangs on the client's short waiters'
+ * lease, as the lock's do, so a killed waiter holds the queue up for that
+ * lease (2 s), not for the hold's; once in, it goes back to the hold's
+ * lease (a put keeps its create revision). A key whose put may have happened without
  * its reply, and a key left by a wait that gave up, go through the core's
  * cleanup queue (dlock__etcd_delete_key).
  */
@@ -151,6 +152,12 @@ static int wrong_count(struct etcd_backend *s, const char *name, const struct se
                       s->label, name, stored, k->count, permits);
 }
 
+/* The value of hold H's key: "<k> dlock <pid>@<host>" (caller frees). */
+static char *sem_value(const struct etcd_backend *s, const struct dlock__hold *h)
+{
+    return dlock__sprintf("%u %s", h->sem->k, s->ident);
+}
+
 /* Put KEY (VALUE, on LEASE) if the stored count is N -- storing it first
  * when there is none -- and read the queue in the same transaction:
  * *MY_REV is the key's create revision, *AT the revision read, *HELD
@@ -162,7 +169,7 @@ static int put_key(struct etcd_backend *s, const struct dlock__hold *h, const st
     unsigned n = h->sem->permits;
     char ns[16];
     snprintf(ns, sizeof ns, "%u", n);
-    char *value = dlock__sprintf("%u %s", h->sem->k, s->ident);
+    char *value = sem_value(s, h);
     char *kb = dlock__etcd_b64(key, strlen(key)), *vb = value ? dlock__etcd_b64(value, strlen(value)) : NULL;
     char *cb = dlock__etcd_b64(k->count, strlen(k->count)), *nb = dlock__etcd_b64(ns, strlen(ns));
     char *ls = dlock__etcd_i64s(lease);
@@ -257,13 +264,34 @@ static int look(struct etcd_backend *s, const struct dlock__hold *h, const struc
     return DLOCK_OK;
 }
 
+/* Hang hold H's KEY (create revision REV) on LEASE: a put keeps the
+ * create revision, so the key keeps its place in the queue and its
+ * token. RESTART when the key is gone; DLOCK_ELOST when etcd no longer
+ * knows LEASE. */
+static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
+                    int64_t rev, int64_t lease, const struct etcd_limits *lim)
+{
+    char what[1200], *value = sem_value(s, h);
+    if (!value)
+        return dlock__etcd_nomem(s);
+    snprintf(what, sizeof what, "move semaphore '%s' (key %s) to lease %llx", h->name, key,
+             (unsigned long long)lease);
+    int code = 0;
+    int rc = dlock__etcd_put_again(s, key, rev, value, lease, what, &code, lim);
+    free(value);
+    if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
+        return DLOCK_ELOST; /* "requested lease not found" */
+    return rc == ETCD_KEY_GONE ? RESTART : rc;
+}
+
 /* Wait until KEY holds its permits: a prefix watch from the revision
- * after each look, the lease LR kept alive meanwhile. DLOCK_OK, RESTART,
+ * after each look, the leases LR (the hold's) and WL (the waiters',
+ * KEY's while it waits) kept alive meanwhile. DLOCK_OK, RESTART,
  * DLOCK_ETIMEDOUT / DLOCK_ECANCELED or a failure; MSG keeps the failure
  * of the last request, "" when it was answered. */
 static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct dlock__wait *w,
                      const struct sem_keys *k, const char *key, int64_t my_rev, int64_t at,
-                     struct lease_ref *lr, char msg[DLOCK__MSG_MAX])
+                     struct lease_ref *lr, struct lease_ref *wl, char msg[DLOCK__MSG_MAX])
 {
     struct etcd_limits lim = {dlock__wait_deadline(w), w};
     struct etcd_watch *wt = NULL;
@@ -272,6 +300,9 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
         int64_t now = dlock__now_ms(), until = dlock__etcd_keepalive_due(lr);
+        int64_t wl_due = dlock__etcd_keepalive_due(wl);
+        if (wl_due < until)
+            until = wl_due;
         if (need_look) {
             bool mine = false, held = false;
             rc = look(s, h, k, key, my_rev, &mine, &held, &at, &lim);
@@ -301,7 +332,8 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
             until = now + 500; /* the last keepalive failed: not in a hot loop */
         if ((rc = dlock__wait_sleep(w, seq, until))) /* ETIMEDOUT or ECANCELED */
             break;
-        rc = dlock__etcd_waiter_keepalive(s, &lr, 1, msg, &lim);
+        struct lease_ref *const both[2] = {wl, lr};
+        rc = dlock__etcd_waiter_keepalive(s, both, 2, msg, &lim);
         if (rc == DLOCK_ELOST)
             rc = RESTART;
         if (rc)
@@ -384,8 +416,27 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
             break;
         }
         msg[0] = 0;
-        if (!held)
-            rc = wait_turn(s, h, w, &k, key, my_rev, at, &lr, msg);
+        if (!held) {
+            /* Wait our turn with the key on the waiters' short lease: a
+             * waiter killed meanwhile holds the queue up for that lease,
+             * not for the hold's; once in, the key goes back to the
+             * hold's lease (same create revision: same place, token). */
+            struct lease_ref wl = {0};
+            rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
+            if (!rc) {
+                rc = move_key(s, h, key, my_rev, wl.id, &lim);
+                if (rc == DLOCK_ELOST) {
+                    dlock__etcd_waiter_lease_dead(s, wl.id); /* expired just now */
+                    rc = RESTART;
+                }
+            }
+            if (!rc)
+                rc = wait_turn(s, h, w, &k, key, my_rev, at, &lr, &wl, msg);
+            if (!rc && dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
+                rc = dlock__etcd_lease_refresh(s, &lr, &lim);
+            if (!rc)
+                rc = move_key(s, h, key, my_rev, lr.id, &lim);
+        }
         if (!rc && dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
             rc = dlock__etcd_lease_refresh(s, &lr, &lim);
         if (rc == DLOCK_ELOST) {

@@ -687,7 +687,10 @@ DLOCK_EXTERN unsigned dlock_semaphore_permits(const dlock_semaphore *s);
 
 /* Give P's permits back and free P, whatever the outcome. Returns
  * DLOCK_OK; DLOCK_ELOST (P had been lost: its lease ended or the server
- * no longer had it; nothing was given back twice); DLOCK_EINVAL (P
+ * no longer had it; nothing was given back twice. Redis: a release whose
+ * reply was lost is sent once more, and a retry that finds nothing to
+ * give back is DLOCK_OK only when the server remembers our own first
+ * attempt giving the permits back, DLOCK_ELOST otherwise); DLOCK_EINVAL (P
  * NULL); DLOCK_EMISUSE (after fork or close: P is freed, the permits end
  * with the process or their lease); backend failures (the server's
  * record ends with its lease; file never fails). Threads: any, but not

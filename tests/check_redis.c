@@ -1230,6 +1230,10 @@ struct proxy {
      * release_stalled is set; stalled counts them. */
     atomic_int stall_release, stalled, release_stalled;
     const char *forged_reply;
+    /* drop_named: drop the reply of that many calls whose request holds
+     * NEEDLE, after the server ran them (then close the connection) */
+    atomic_int drop_named;
+    const char *needle;
     atomic_int accepts; /* connections accepted */
     atomic_int open_conns;
     pthread_mutex_t mu;
@@ -1344,7 +1348,9 @@ static void *proxy_conn_main(void *arg)
             }
             if ((is_acquire && take_one(&px->drop_acquire)) ||
                 (is_release && take_one(&px->drop_release)) ||
-                (is_downgrade && take_one(&px->drop_downgrade))) {
+                (is_downgrade && take_one(&px->drop_downgrade)) ||
+                (px->needle && chunk_has(buf, (size_t)n, px->needle) &&
+                 take_one(&px->drop_named))) {
                 if (write(sv, buf, (size_t)n) != n)
                     break;
                 char reply[4096];
@@ -2303,6 +2309,41 @@ static void *busy_later_main(void *arg)
     return NULL;
 }
 
+/* A permit release whose first reply is lost (the proxy drops it after
+ * the server ran it, and closes the connection) is sent once more; a retry
+ * that removes nothing must tell why. Its own first attempt gave the ids
+ * back: the server remembers that release (dlock_sem_released:{NAME}),
+ * DLOCK_OK. The ids were removed by another hand while the permit was
+ * valid: nothing remembered, DLOCK_ELOST (it was DLOCK_OK for any retry
+ * that removed nothing). */
+TU_TEST(sem_release_retry_tells_lost, 60)
+{
+    struct proxy px;
+    struct tu_solo via = layout_proxied(&px, "redisson", "rr");
+    px.needle = "redisson_sc:{rr}"; /* set just before a release: its call */
+    redisContext *ctx = raw();
+    dlock_semaphore *s = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(via.c, "rr", 2, 0, &s), DLOCK_OK);
+    for (int removed_by_another = 0; removed_by_another < 2; removed_by_another++) {
+        dlock_permit *p = NULL;
+        ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &p), DLOCK_OK);
+        if (removed_by_another)
+            ck_assert_int_eq(cmd_int(ctx, "ZREMRANGEBYRANK {rr}:timeout 0 -1"), 1);
+        atomic_store(&px.drop_named, 1);
+        int rc = dlock_permit_release(p);
+        ck_assert_int_eq(atomic_load(&px.drop_named), 0); /* the fault did happen */
+        ck_assert_msg(rc == (removed_by_another ? DLOCK_ELOST : DLOCK_OK), "release%s: %s: %s",
+                      removed_by_another ? " of removed ids" : "", dlock_err_name(rc),
+                      dlock_errmsg());
+        ck_assert_int_eq(cmd_int(ctx, "ZCARD {rr}:timeout"), 0);
+    }
+    dlock_semaphore_free(s);
+    redisFree(ctx);
+    tu_solo_close(&via);
+    stop_server();
+}
+END_TEST
+
 /* A waiting semaphore acquire whose try reached the server but got no
  * reply (server busy past the timeout) tries again with new permit ids:
  * reusing the ids would take the permits twice under one id set (the
@@ -2908,6 +2949,76 @@ TU_TEST(sync_acquire_needs_replica_acks, 60)
         ck_assert_int_eq(dlock_open(u, &c), DLOCK_EBADURL);
         free(u);
     }
+    redisFree(ctx);
+    fx_redis_stop(&rep);
+    stop_server();
+}
+END_TEST
+
+/* The free count and the held ids of semaphore NAME on the master. */
+static void expect_sem_on_master(redisContext *ctx, const char *name, long long free_permits,
+                                 long long held)
+{
+    char *f = cmd_str(ctx, "GET %s", name);
+    ck_assert_msg(f && atoll(f) == free_permits, "free permits on the master: %s, not %lld",
+                  f ? f : "(none)", free_permits);
+    free(f);
+    ck_assert_int_eq(cmd_int(ctx, "ZCARD {%s}:timeout", name), held);
+}
+
+/* ?sync=N on the semaphore: acquire, renewal and release scripts go with
+ * WAIT N in one round trip, as the lock's. A permit taken while the
+ * replica is stopped (SIGSTOP), or with N above the replicas there are,
+ * is given back (the master holds none) and the acquire fails
+ * DLOCK_EUNAVAIL naming how many acknowledged; a permit whose renewals
+ * the stopped replica no longer acknowledges ends at its validity. */
+TU_TEST(sync_semaphore_needs_replica_acks, 60)
+{
+    start_server(NULL);
+    struct fx_redis rep;
+    start_replica(&rep);
+    redisContext *ctx = raw();
+    dlock_client *c = open_with("sync=1&sync_timeout=300ms&lease=1500ms");
+    dlock_semaphore *s = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(c, "ps", 2, 0, &s), DLOCK_OK);
+    dlock_permit *p = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &p), DLOCK_OK);
+    expect_sem_on_master(ctx, "ps", 1, 1);
+    ck_assert_int_eq(dlock_permit_release(p), DLOCK_OK);
+
+    kill(rep.pid, SIGSTOP);
+    p = NULL;
+    int rc = dlock_semaphore_acquire(s, 2, DLOCK_TRY, NULL, &p);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "only 0 of 1 replicas") != NULL, "%s", dlock_errmsg());
+    ck_assert_ptr_null(p);
+    expect_sem_on_master(ctx, "ps", 2, 0); /* undone */
+    kill(rep.pid, SIGCONT);
+
+    dlock_client *two = open_with("sync=2&sync_timeout=200ms");
+    dlock_semaphore *s2 = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(two, "ps", 2, 0, &s2), DLOCK_OK);
+    rc = dlock_semaphore_acquire(s2, 1, DLOCK_TRY, NULL, &p);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "only 1 of 2 replicas") != NULL, "%s", dlock_errmsg());
+    expect_sem_on_master(ctx, "ps", 2, 0);
+    dlock_semaphore_free(s2);
+    dlock_client_close(two);
+
+    /* renewals: acknowledged while the replica runs, not once it stops */
+    ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &p), DLOCK_OK);
+    kill(rep.pid, SIGSTOP);
+    int64_t left = 1;
+    for (int i = 0; i < 300 && left > 0; i++) {
+        left = dlock_permit_validity_ms(p);
+        if (left > 0)
+            tu_sleep_ms(50);
+    }
+    kill(rep.pid, SIGCONT);
+    ck_assert_msg(left == 0, "a permit whose renewals no replica acknowledged stayed valid");
+    ck_assert_int_eq(dlock_permit_release(p), DLOCK_ELOST);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
     redisFree(ctx);
     fx_redis_stop(&rep);
     stop_server();

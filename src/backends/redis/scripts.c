@@ -289,7 +289,7 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
             argl[1] = strlen(s->src[id]);
         }
         int rc = dlock__redis_conn_append(k, 3 + nargs, argv, argl);
-        bool sync = !rc && id != S_INSPECT && dlock__redis_sync_append(s, k);
+        bool sync = !rc && id != S_INSPECT && id != S_SEM_INSPECT && dlock__redis_sync_append(s, k);
         if (!rc)
             rc = dlock__redis_exchange(&k, 1, k->until, what);
         if (dlock__redis_conn_sent(k))

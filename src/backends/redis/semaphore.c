@@ -8,8 +8,9 @@
  * the expired ones back. Keys (docs/protocol-redis.md): NAME, a STRING
  * holding the free permits; {NAME}:timeout, a ZSET of permit id -> expiry
  * (ms since the epoch); the channel redisson_sc:{NAME}, where every
- * release publishes the free count; and dlock_sem_token:{NAME}, our
- * fencing counter (Redisson neither reads nor needs it). The permit count
+ * release publishes the free count; dlock_sem_token:{NAME}, our
+ * fencing counter, and dlock_sem_released:{NAME}, the recent releases
+ * (Redisson neither reads nor needs these two). The permit count
  * is what Redisson counts too: free + held.
  *
  * A permit object of K permits is K ids sharing a random 14-byte prefix
@@ -22,8 +23,16 @@
  * Ambiguous replies: an acquire whose reply is lost is not sent again
  * (a second try would take more permits); the ids it may have taken are
  * released by the cleanup queue, and their lease bounds the harm if even
- * that fails. So each try of a wait has ids of its own (new_id). A release is idempotent (ZREM counts what it removed) and
- * is retried once.
+ * that fails. So each try of a wait has ids of its own (new_id). A
+ * release is idempotent (ZREM counts what it removed) and is retried
+ * once; the server remembers each release a while in
+ * dlock_sem_released:{NAME}, so a retry that finds nothing to remove
+ * knows whether its own lost first attempt gave the ids back (OK) or
+ * they were gone (DLOCK_ELOST).
+ *
+ * ?sync=N: every script here that writes is followed by WAIT N in the
+ * same round trip (scripts.c); an acquire too few replicas acknowledged
+ * is given back and fails DLOCK_EUNAVAIL, such a renewal does not count.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +43,8 @@
 #define ID_PREFIX 14 /* bytes of a permit object's id prefix */
 
 struct sem_keys {
-    char *name, *timeout, *chan, *token;
-    size_t name_len, timeout_len, chan_len, token_len;
+    char *name, *timeout, *chan, *token, *released;
+    size_t name_len, timeout_len, chan_len, token_len, released_len;
 };
 
 static void sem_keys_free(struct sem_keys *k)
@@ -44,6 +53,7 @@ static void sem_keys_free(struct sem_keys *k)
     free(k->timeout);
     free(k->chan);
     free(k->token);
+    free(k->released);
     memset(k, 0, sizeof *k);
 }
 
@@ -60,8 +70,9 @@ static int sem_keys_make(struct redis_state *s, const char *name, struct sem_key
         k->timeout = dlock__sprintf("%s%s%s:timeout", open, k->name, close);
         k->chan = dlock__sprintf("redisson_sc:%s%s%s", open, k->name, close);
         k->token = dlock__sprintf("dlock_sem_token:%s%s%s", open, k->name, close);
+        k->released = dlock__sprintf("dlock_sem_released:%s%s%s", open, k->name, close);
     }
-    if (!k->name || !k->timeout || !k->chan || !k->token) {
+    if (!k->name || !k->timeout || !k->chan || !k->token || !k->released) {
         sem_keys_free(k);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
@@ -69,6 +80,7 @@ static int sem_keys_make(struct redis_state *s, const char *name, struct sem_key
     k->timeout_len = strlen(k->timeout);
     k->chan_len = strlen(k->chan);
     k->token_len = strlen(k->token);
+    k->released_len = strlen(k->released);
     return DLOCK_OK;
 }
 
@@ -126,21 +138,39 @@ static void lost_acquire_free(void *arg)
     free(a);
 }
 
+/* How long a release is remembered on the server (ms), so that the retry
+ * of a release whose reply was lost can tell "our first attempt gave
+ * them back" from "they were gone": a retry runs within two op timeouts
+ * of the first attempt. */
+static int64_t release_memory_ms(const struct redis_state *s)
+{
+    return 4 * s->op_timeout_ms > 60000 ? 4 * s->op_timeout_ms : 60000;
+}
+
+/* Give back the K ids of PREFIX (scripts/sem_release.lua; with RETRY,
+ * once more after a lost reply). *REMOVED: how many were still held; -1
+ * when none was but the lost first attempt had given them back. With
+ * ?sync=N the WAIT behind it is waited for, too few acknowledgements are
+ * not an error (a release cannot be undone; docs/protocol-redis.md). */
 static int release_ids(struct redis_state *s, const char *name, const char prefix[ID_PREFIX],
-                       unsigned k, int64_t deadline, bool retry, long long *removed,
-                       bool *retried)
+                       unsigned k, int64_t deadline, bool retry, long long *removed)
 {
     struct sem_keys keys;
     int rc = sem_keys_make(s, name, &keys);
     if (rc)
         return rc;
-    char kk[16];
+    char kk[16], memory[24];
     int kl = snprintf(kk, sizeof kk, "%u", k);
-    const char *args[] = {keys.name, keys.timeout, keys.chan, kk, prefix};
-    size_t lens[] = {keys.name_len, keys.timeout_len, keys.chan_len, (size_t)kl, ID_PREFIX};
+    int ml = snprintf(memory, sizeof memory, "%lld", (long long)release_memory_ms(s));
+    const char *args[] = {keys.name, keys.timeout, keys.chan, keys.released, kk, prefix, memory,
+                          "0"};
+    const char *retry_args[] = {keys.name, keys.timeout, keys.chan, keys.released,
+                                kk,        prefix,       memory,    "1"};
+    size_t lens[] = {keys.name_len, keys.timeout_len, keys.chan_len, keys.released_len,
+                     (size_t)kl,    ID_PREFIX,        (size_t)ml,    1};
     redisReply *r;
-    rc = dlock__redis_eval(s, deadline, S_SEM_RELEASE, 3, 5, args, lens, retry, NULL, NULL,
-                    "semaphore release", &r, NULL, retried, NULL);
+    rc = dlock__redis_eval(s, deadline, S_SEM_RELEASE, 4, 8, args, lens, retry, retry_args, lens,
+                           "semaphore release", &r, NULL, NULL, NULL);
     if (!rc) {
         if (r->type == REDIS_REPLY_INTEGER)
             *removed = r->integer;
@@ -156,7 +186,7 @@ static int lost_acquire_run(void *bstate, void *arg, int64_t deadline)
 {
     struct lost_acquire *a = arg;
     long long removed;
-    return release_ids(bstate, a->name, a->prefix, a->k, deadline, false, &removed, NULL);
+    return release_ids(bstate, a->name, a->prefix, a->k, deadline, false, &removed);
 }
 
 /* ---------------------------------------------------------- acquire */
@@ -198,8 +228,10 @@ static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct r
     redisReply *r;
     int64_t sent;
     bool reached = false;
-    int rc = dlock__redis_eval(s, deadline, S_SEM_ACQUIRE, 4, 8, args, lens, false, NULL, NULL,
-                        "semaphore acquire", &r, &sent, NULL, &reached);
+    int acked;
+    int rc = dlock__redis_eval_synced(s, deadline, S_SEM_ACQUIRE, 4, 8, args, lens, false, NULL,
+                                      NULL, "semaphore acquire", &r, &sent, NULL, &reached,
+                                      &acked);
     if (rc == DLOCK_ECONN && reached) {
         /* It may have run: owe the server a release of those ids. */
         struct lost_acquire *a = calloc(1, sizeof *a);
@@ -221,7 +253,18 @@ static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct r
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
         long long a = r->element[0]->integer, b = r->element[1]->integer;
-        if (a >= 0) {
+        if (a >= 0 && acked >= 0 && acked < s->sync_replicas) {
+            /* ?sync=N: a permit a failover could forget is given back */
+            long long removed;
+            int undo = release_ids(s, h->name, prefix, h->sem->k, deadline, true, &removed);
+            rc = dlock__err(DLOCK_EUNAVAIL,
+                            "%s: semaphore '%s': %u permit(s) were acquired on the master but "
+                            "only %d of %d replicas acknowledged it within %lld ms (sync=%d); %s",
+                            s->where, k->name, h->sem->k, acked, s->sync_replicas,
+                            (long long)s->sync_timeout_ms, s->sync_replicas,
+                            undo ? "the undo failed too: they come back when their lease ends"
+                                 : "undone");
+        } else if (a >= 0) {
             h->token = (uint64_t)a;
             t->pass_on = b > 0;
             dlock__hold_confirmed(s->c, h, sent);
@@ -255,6 +298,7 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
      * reached the server once, so the outage is transient until proven
      * otherwise. The message of the last failure is kept for the end. */
     struct dlock__redis_outage outage = DLOCK__REDIS_OUTAGE_INIT;
+    int outage_rc = DLOCK_ECONN;
     for (bool first = true;; first = false) {
         unsigned seq = dlock__wait_seq(w);
         /* Before the subscription is confirmed a release could be missed,
@@ -262,7 +306,11 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
         if (!first || dlock__redis_hub_subscribed(s, chan, chan_len)) {
             dlock__redis_hub_ack(s, chan, chan_len, w);
             rc = try_take(s, arg, dlock__wait_deadline(w), t);
-            if (!dlock__redis_outage_note(&outage, rc, false))
+            /* EUNAVAIL is transient too: too few replicas acknowledged
+             * (the permits were given back), a failover under way */
+            if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL)
+                outage_rc = rc;
+            if (!dlock__redis_outage_note(&outage, rc, true))
                 break;
             /* Busy: fewer than our K came back, maybe enough for a waiter
              * behind us that wants fewer: the release message woke only
@@ -273,7 +321,7 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
         int64_t now = dlock__now_ms();
         rc = dlock__wait_sleep(w, seq, now + (outage.ms ? outage.ms : t->sleep_ms));
         if (rc == DLOCK_ETIMEDOUT && outage.ms) {
-            rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for %s ended)",
+            rc = dlock__err(outage_rc, "%s (still failing when the wait for %s ended)",
                             outage.msg, what);
             break;
         }
@@ -315,12 +363,16 @@ int dlock__redis_sem_release(void *state, struct dlock__hold *h)
     char prefix[ID_PREFIX];
     id_prefix(h, prefix);
     long long removed = 0;
-    bool retried = false;
-    int rc = release_ids(s, h->name, prefix, h->sem->k, DLOCK__NEVER, true, &removed, &retried);
-    if (!rc && removed != (long long)h->sem->k && !(retried && removed == 0))
+    int rc = release_ids(s, h->name, prefix, h->sem->k, DLOCK__NEVER, true, &removed);
+    /* -1: the retry found the ids given back by our own first attempt,
+     * whose reply was lost (the server remembers that release). Removing
+     * fewer than K otherwise, on the first attempt or on a retry, means
+     * they were gone: taken back after their lease, or removed by another
+     * hand (a deleted key, a failover to a replica that never had them). */
+    if (!rc && removed != (long long)h->sem->k && removed != -1)
         rc = dlock__err(DLOCK_ELOST,
                         "%s: semaphore '%s': permit %s was lost: its lease had ended and it was "
-                        "taken back (%lld of %u ids still held)",
+                        "taken back, or its ids were removed (%lld of %u ids still held)",
                         s->where, h->name, h->owner, removed, h->sem->k);
     return rc;
 }
@@ -347,10 +399,19 @@ static void sem_renew(struct redis_state *s, struct dlock__renew_batch *b)
         size_t lens[] = {k.name_len, k.timeout_len, k.chan_len, (size_t)kl, ID_PREFIX, (size_t)ll};
         redisReply *r;
         int64_t sent;
-        rc = dlock__redis_eval(s, b->deadline, S_SEM_RENEW, 3, 6, args, lens, true, NULL, NULL,
-                        "semaphore renew", &r, &sent, NULL, NULL);
+        int acked;
+        rc = dlock__redis_eval_synced(s, b->deadline, S_SEM_RENEW, 3, 6, args, lens, true, NULL,
+                                      NULL, "semaphore renew", &r, &sent, NULL, NULL, &acked);
         if (!rc) {
-            if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
+            bool renewed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+            if (renewed && acked >= 0 && acked < s->sync_replicas) {
+                /* ?sync=N: does not count; lost at the validity deadline
+                 * unless a later renewal is acknowledged */
+                rc = dlock__err(DLOCK_EUNAVAIL, "%s: renewal of permit %s of semaphore '%s': "
+                                                "only %d of %d replicas acknowledged it (sync=%d)",
+                                s->where, h->owner, h->name, acked, s->sync_replicas,
+                                s->sync_replicas);
+            } else if (renewed) {
                 dlock__hold_confirmed(s->c, h, sent);
             } else {
                 rc = dlock__err(DLOCK_ELOST, "%s: renewal found permit %s of semaphore '%s' gone "

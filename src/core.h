@@ -199,6 +199,10 @@ bool dlock__waitset_remove(struct dlock__waitset *ws, struct dlock__wait *w);
  * mark it, and return it (it stays in the set until it removes itself);
  * NULL when there is none. */
 struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws);
+/* Wake and mark the longest-waiting wait unless it holds a wake already
+ * (then nothing): for an event that may have reached it through another
+ * set too, so a second set does not wake a second waiter for it. */
+struct dlock__wait *dlock__waitset_wake_head(struct dlock__waitset *ws);
 /* As dlock__waitset_wake_one(), but among the waits behind W only: a
  * woken waiter that could not use a wake someone behind it may use (a
  * semaphore's waiter of more permits than came back) hands it on; the

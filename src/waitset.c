@@ -101,6 +101,14 @@ struct dlock__wait *dlock__waitset_wake_one(struct dlock__waitset *ws)
     return w;
 }
 
+struct dlock__wait *dlock__waitset_wake_head(struct dlock__waitset *ws)
+{
+    pthread_mutex_lock(&ws->mu);
+    struct dlock__wait *w = ws->n && !ws->v[0].woken ? wake_first_from(ws, 0) : NULL;
+    pthread_mutex_unlock(&ws->mu);
+    return w;
+}
+
 struct dlock__wait *dlock__waitset_wake_after(struct dlock__waitset *ws,
                                               const struct dlock__wait *w)
 {

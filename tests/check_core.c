@@ -129,6 +129,29 @@ TU_TEST(waitset_keyed, 60)
 }
 END_TEST
 
+/* A head wake goes to the longest-waiting wait only while it holds no
+ * wake (an event it may have heard through another set): never to the
+ * one behind it, so one release does not cost two tries. */
+TU_TEST(waitset_wake_head, 60)
+{
+    struct dlock__waitset ws;
+    struct dlock__wait w[2];
+    waitset_of(&ws, w, 2);
+    ck_assert_ptr_eq(dlock__waitset_wake_head(&ws), &w[0]);
+    ck_assert_ptr_null(dlock__waitset_wake_head(&ws)); /* w[0] holds it: nobody */
+    ck_assert_uint_eq(dlock__wait_seq(&w[1]), 0);
+    ck_assert(dlock__waitset_consume(&ws, &w[0]));
+    ck_assert_ptr_eq(dlock__waitset_wake_head(&ws), &w[0]);
+    ck_assert(dlock__waitset_remove(&ws, &w[0]));
+    ck_assert_ptr_eq(dlock__waitset_wake_head(&ws), &w[1]);
+    ck_assert(dlock__waitset_remove(&ws, &w[1]));
+    ck_assert_ptr_null(dlock__waitset_wake_head(&ws)); /* empty */
+    dlock__waitset_destroy(&ws);
+    for (int i = 0; i < 2; i++)
+        dlock__wait_destroy(&w[i]);
+}
+END_TEST
+
 /* ------------------------------------------------------- cleanup queue */
 
 struct piece {

@@ -738,6 +738,38 @@ static void wait_then_release(redisContext *ctx, struct waiter_arg *a, pthread_t
     wait_numsub(ctx, chan, before + 1);
 }
 
+/* Redisson's read-write unlocks publish on "redisson_rwlock:{N}" only
+ * ("0" read, "1" write), never on RLock's channel: a waiting dlock writer
+ * listens there too, so it is woken by the message. Its wait (20 s) ends
+ * before the holder's lease (60 s) could wake it through the TTL's safety
+ * net, so a writer that gets the lock was woken by the message; before,
+ * it slept until the TTL and timed out. */
+TU_TEST(redisson_rw_unlock_wakes_writer, 90)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    const char *rid = "9a1c4e2f-7b3d-4e8a-9c1f-5d2e8b7a6c40:3";
+    dlock_client *c = open_with("lease=60s");
+    dlock_lock *wr = tu_lock(c, "rwk");
+    for (int op = RS_READ; op <= RS_WRITE; op++) {
+        ck_assert(redisson_rw_op(ctx, op, "rwk", rid));
+        struct waiter_arg a;
+        pthread_t th;
+        wait_then_release(ctx, &a, &th, wr, "redisson_lock__channel:{rwk}");
+        ck_assert(redisson_rw_op(ctx, op == RS_READ ? RS_READ_UNLOCK : RS_WRITE_UNLOCK, "rwk",
+                                 rid));
+        pthread_join(th, NULL);
+        ck_assert_msg(a.rc == DLOCK_OK, "dlock's writer after Redisson's %s unlock: %s",
+                      op == RS_READ ? "read" : "write", dlock_err_name(a.rc));
+        ck_assert_int_eq(a.release_rc, DLOCK_OK);
+    }
+    dlock_lock_free(wr);
+    dlock_client_close(c);
+    redisFree(ctx);
+    stop_server();
+}
+END_TEST
+
 /* Redisson's RReadWriteLock and dlock on one name: readers of both share,
  * a writer of either excludes every reader and writer of the other, and
  * each one's release wakes the other's readers on "redisson_rwlock:{N}". */

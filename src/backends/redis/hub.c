@@ -44,6 +44,7 @@ struct hub_chan {
                    counted once in nwaiters, so it stays subscribed */
     struct hub_grant *grants; /* keyed: messages not yet taken */
     struct dlock__waitset waiters;
+    struct dlock__waitset heads; /* joined by dlock__redis_hub_join_head() */
     struct hub_chan *next;  /* bucket chain */
     struct hub_chan *dnext; /* to-do list */
 };
@@ -88,6 +89,7 @@ static void hub_mark(struct hub *hb, struct hub_chan *ch)
 static void hub_wake_chan(struct hub_chan *ch)
 {
     dlock__waitset_wake_all(&ch->waiters);
+    dlock__waitset_wake_all(&ch->heads);
 }
 
 /* A release message: wake the longest-waiting waiter that is not already
@@ -112,6 +114,7 @@ static void hub_free_chan(struct hub *hb, struct hub_chan *ch)
         ch->grants = g->next;
         free(g);
     }
+    dlock__waitset_destroy(&ch->heads);
     free(ch->name);
     free(ch);
 }
@@ -154,9 +157,10 @@ static void hub_on_reply(struct hub *hb, const redisReply *r)
         if (ch->keyed)
             hub_keep_grant(ch, m);
         else if (m->type == REDIS_REPLY_STRING && m->len == 1 && m->str[0] == '1')
-            hub_wake_chan(ch); /* READ_UNLOCK_MESSAGE: every reader may enter */
+            dlock__waitset_wake_all(&ch->waiters); /* READ_UNLOCK_MESSAGE: every reader may enter */
         else
             hub_wake_one(ch);
+        dlock__waitset_wake_head(&ch->heads); /* whatever it says, one */
     } else if (strcmp(kind, "subscribe") == 0) {
         ch->subscribed = true;
         ch->sub_sent = false;
@@ -347,14 +351,10 @@ int dlock__redis_hub_start(struct redis_state *s)
     return rc;
 }
 
-/* Register W as a waiter on CHAN, subscribing when it is the first. */
-int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
-{
-    return dlock__redis_hub_join_keyed(s, chan, len, w, NULL);
-}
-
-int dlock__redis_hub_join_keyed(struct redis_state *s, const char *chan, size_t len,
-                                struct dlock__wait *w, const char *key)
+/* Register W as a waiter on CHAN (in HEADS or WAITERS, with KEY when
+ * not NULL), subscribing when it is the first. */
+static int hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
+                    const char *key, bool head)
 {
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);
@@ -375,6 +375,7 @@ int dlock__redis_hub_join_keyed(struct redis_state *s, const char *chan, size_t 
             return dlock__err(DLOCK_ENOMEM, "out of memory");
         }
         dlock__waitset_init(&ch->waiters);
+        dlock__waitset_init(&ch->heads);
         memcpy(ch->name, chan, len);
         ch->name[len] = 0;
         ch->len = len;
@@ -382,7 +383,7 @@ int dlock__redis_hub_join_keyed(struct redis_state *s, const char *chan, size_t 
         ch->next = hb->buckets[b];
         hb->buckets[b] = ch;
     }
-    rc = dlock__waitset_add(&ch->waiters, w);
+    rc = dlock__waitset_add(head ? &ch->heads : &ch->waiters, w);
     if (rc) {
         if (ch->nwaiters == 0)
             hub_mark(hb, ch); /* freed by the hub thread once unwanted */
@@ -402,6 +403,23 @@ int dlock__redis_hub_join_keyed(struct redis_state *s, const char *chan, size_t 
     return DLOCK_OK;
 }
 
+int dlock__redis_hub_join_keyed(struct redis_state *s, const char *chan, size_t len,
+                                struct dlock__wait *w, const char *key)
+{
+    return hub_join(s, chan, len, w, key, false);
+}
+
+int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
+{
+    return hub_join(s, chan, len, w, NULL, false);
+}
+
+int dlock__redis_hub_join_head(struct redis_state *s, const char *chan, size_t len,
+                               struct dlock__wait *w)
+{
+    return hub_join(s, chan, len, w, NULL, true);
+}
+
 /* Whether messages on CHAN reach us now. */
 bool dlock__redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len)
 {
@@ -418,8 +436,10 @@ void dlock__redis_hub_ack(struct redis_state *s, const char *chan, size_t len, s
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);
     struct hub_chan *ch = hub_find(hb, chan, len);
-    if (ch)
+    if (ch) {
         dlock__waitset_consume(&ch->waiters, w);
+        dlock__waitset_consume(&ch->heads, w);
+    }
     pthread_mutex_unlock(&hb->mu);
 }
 
@@ -473,6 +493,8 @@ void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len,
         /* a keyed channel's wakes each name their waiter: none to pass on */
         if (dlock__waitset_remove(&ch->waiters, w) && !acquired && !ch->keyed)
             hub_wake_one(ch);
+        if (dlock__waitset_remove(&ch->heads, w) && !acquired)
+            dlock__waitset_wake_one(&ch->heads);
         ch->nwaiters--;
         if (ch->nwaiters == 0)
             hub_mark(hb, ch);

@@ -148,9 +148,6 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         return rc;
     int64_t lease = h->lease_ms;
     int64_t ttl = 0;
-    /* Readers wake on RReadWriteLock's channel, writers on RLock's. */
-    const char *chan = h->mode == DLOCK_SHARED ? k.rwchan : k.chan;
-    size_t chan_len = h->mode == DLOCK_SHARED ? k.rwchan_len : k.chan_len;
 
     rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), dlock__wait_try_once(w) ? "0" : "1",
                      &ttl);
@@ -159,7 +156,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
 
     /* Contended: subscribe (shared connection), then try, sleep until a
      * release message or the holder's remaining lease, try again. */
-    rc = dlock__redis_hub_join(s, chan, chan_len, w);
+    rc = dlock__redis_rw_listen(s, h, &k, w); /* the channels of H's releases (rwlock.c) */
     if (rc)
         goto unwait;
     /* A connection lost while waiting (server restart, network blip) is
@@ -171,8 +168,8 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         unsigned seq = dlock__wait_seq(w);
         /* Before the subscription is confirmed a release could be missed,
          * so the first sleep lasts until the confirmation wakes us. */
-        if (!first || dlock__redis_hub_subscribed(s, chan, chan_len)) {
-            dlock__redis_hub_ack(s, chan, chan_len, w);
+        if (!first || dlock__redis_rw_listening(s, h, &k)) {
+            dlock__redis_rw_heard(s, h, &k, w);
             rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), "2", &ttl);
             if (rc == DLOCK_ECONN && !outage.ms &&
                 dlock__time_left(dlock__wait_deadline(w), 1) == 0) {
@@ -192,7 +189,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
         if (rc != DLOCK_OK)
             break;
     }
-    dlock__redis_hub_leave(s, chan, chan_len, w, rc == DLOCK_OK);
+    dlock__redis_rw_unlisten(s, h, &k, w, rc == DLOCK_OK);
 unwait:
     if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE &&
         !s->simple)

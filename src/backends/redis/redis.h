@@ -358,6 +358,20 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h);
 /* A writer (H's owner) that recorded itself as waiting on K gives up:
  * take its record away (best effort; the record lapses anyway). */
 void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, const struct lock_keys *k);
+/* A lock waiter W of H (keys K) with the subscriber hub: listen on the
+ * channels releases of H's name are announced on (readers: RReadWriteLock's;
+ * writers: RLock's, and on the Redisson layout RReadWriteLock's too, where
+ * Redisson's read-write unlocks publish); whether every one of them is
+ * subscribed; a try is about to use the wakes received; stop listening
+ * (dlock__redis_hub_join/subscribed/ack/leave over each channel). */
+int dlock__redis_rw_listen(struct redis_state *s, const struct dlock__hold *h,
+                           const struct lock_keys *k, struct dlock__wait *w);
+bool dlock__redis_rw_listening(struct redis_state *s, const struct dlock__hold *h,
+                               const struct lock_keys *k);
+void dlock__redis_rw_heard(struct redis_state *s, const struct dlock__hold *h,
+                           const struct lock_keys *k, struct dlock__wait *w);
+void dlock__redis_rw_unlisten(struct redis_state *s, const struct dlock__hold *h,
+                              const struct lock_keys *k, struct dlock__wait *w, bool acquired);
 /* H's reader timeout key, "{name}:<owner>:rwlock_timeout:1", into BUF;
  * "" for an exclusive hold. Returns its length. */
 int dlock__redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h, char *buf,
@@ -370,6 +384,12 @@ int dlock__redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__h
 int dlock__redis_hub_start(struct redis_state *s);
 /* Register W as a waiter on CHAN, subscribing when it is the first. */
 int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w);
+/* The same for a waiter woken by every message on CHAN, whatever it says,
+ * but one of them per message, and none when the longest-waiting one of
+ * them still holds a wake (a writer on RReadWriteLock's channel, woken
+ * for the same release through RLock's channel already). */
+int dlock__redis_hub_join_head(struct redis_state *s, const char *chan, size_t len,
+                               struct dlock__wait *w);
 /* Whether messages on CHAN reach us now. */
 bool dlock__redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len);
 /* W is about to try: a wake it received is being used now. */

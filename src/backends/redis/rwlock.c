@@ -139,3 +139,73 @@ void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, 
     (void)rw_eval(s, S_RW_UNWAIT, "give up waiting", keys, lens, 2, args, 1, &removed, k);
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
+
+/* ------------------------------------------------------ a waiter's ears */
+
+/* Redisson's RReadWriteLock publishes its unlocks on redisson_rwlock:{N}
+ * only ("0" for a read unlock, "1" for a write unlock), never on RLock's
+ * channel: a dlock writer that listened there alone would sleep through
+ * a Redisson reader's or writer's release until the TTL's safety net. So
+ * a waiting writer on the Redisson layout listens on both channels; on
+ * the read-write one as a head (hub.c): one writer per message, not
+ * every writer for a "1", and none more when the first already holds the
+ * wake a dlock release sent it on RLock's channel. */
+static bool hears_rwchan(const struct redis_state *s, const struct dlock__hold *h)
+{
+    return h->mode == DLOCK_EXCLUSIVE && !s->simple;
+}
+
+/* The first channel a waiter of H listens on: readers RReadWriteLock's,
+ * writers RLock's. */
+static void first_chan(const struct dlock__hold *h, const struct lock_keys *k, const char **chan,
+                       size_t *len)
+{
+    bool reader = h->mode == DLOCK_SHARED;
+    *chan = reader ? k->rwchan : k->chan;
+    *len = reader ? k->rwchan_len : k->chan_len;
+}
+
+int dlock__redis_rw_listen(struct redis_state *s, const struct dlock__hold *h,
+                           const struct lock_keys *k, struct dlock__wait *w)
+{
+    const char *chan;
+    size_t len;
+    first_chan(h, k, &chan, &len);
+    int rc = dlock__redis_hub_join(s, chan, len, w);
+    if (!rc && hears_rwchan(s, h) &&
+        (rc = dlock__redis_hub_join_head(s, k->rwchan, k->rwchan_len, w)))
+        dlock__redis_hub_leave(s, chan, len, w, false);
+    return rc;
+}
+
+bool dlock__redis_rw_listening(struct redis_state *s, const struct dlock__hold *h,
+                               const struct lock_keys *k)
+{
+    const char *chan;
+    size_t len;
+    first_chan(h, k, &chan, &len);
+    return dlock__redis_hub_subscribed(s, chan, len) &&
+           (!hears_rwchan(s, h) || dlock__redis_hub_subscribed(s, k->rwchan, k->rwchan_len));
+}
+
+void dlock__redis_rw_heard(struct redis_state *s, const struct dlock__hold *h,
+                           const struct lock_keys *k, struct dlock__wait *w)
+{
+    const char *chan;
+    size_t len;
+    first_chan(h, k, &chan, &len);
+    dlock__redis_hub_ack(s, chan, len, w);
+    if (hears_rwchan(s, h))
+        dlock__redis_hub_ack(s, k->rwchan, k->rwchan_len, w);
+}
+
+void dlock__redis_rw_unlisten(struct redis_state *s, const struct dlock__hold *h,
+                              const struct lock_keys *k, struct dlock__wait *w, bool acquired)
+{
+    const char *chan;
+    size_t len;
+    first_chan(h, k, &chan, &len);
+    dlock__redis_hub_leave(s, chan, len, w, acquired);
+    if (hears_rwchan(s, h))
+        dlock__redis_hub_leave(s, k->rwchan, k->rwchan_len, w, acquired);
+}

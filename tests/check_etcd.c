@@ -1002,12 +1002,9 @@ TU_TEST_IN(single, killed_sem_waiters_do_not_stall, 90)
 {
     REQUIRE_SERVERS();
     char *url = etcdf_url(&F, NULL, "lease=60s");
-    dlock_client *a = tu_open(url), *b = tu_open(url);
-    dlock_semaphore *sa = NULL, *sb = NULL;
-    ck_assert_int_eq(dlock_semaphore_new(a, "ksw", 1, 0, &sa), DLOCK_OK);
-    ck_assert_int_eq(dlock_semaphore_new(b, "ksw", 1, 0, &sb), DLOCK_OK);
+    struct tu_sem_pair p = tu_sem_pair_open(url, "ksw", 1);
     dlock_permit *pa = NULL, *pb = NULL;
-    ck_assert_int_eq(dlock_semaphore_acquire(sa, 1, DLOCK_TRY, NULL, &pa), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_acquire(p.sa, 1, DLOCK_TRY, NULL, &pa), DLOCK_OK);
     enum { NW = 4 };
     pid_t kids[NW];
     for (int i = 0; i < NW; i++)
@@ -1018,14 +1015,11 @@ TU_TEST_IN(single, killed_sem_waiters_do_not_stall, 90)
     for (int i = 0; i < NW; i++)
         ck_assert_int_eq(tu_wait_exit(kids[i]), 128 + SIGKILL);
     ck_assert_int_eq(dlock_permit_release(pa), DLOCK_OK);
-    int rc = dlock_semaphore_acquire(sb, 1, 30000, NULL, &pb);
+    int rc = dlock_semaphore_acquire(p.sb, 1, 30000, NULL, &pb);
     ck_assert_msg(rc == DLOCK_OK, "after the killed waiters: %s: %s", dlock_err_name(rc),
                   dlock_errmsg());
     ck_assert_int_eq(dlock_permit_release(pb), DLOCK_OK);
-    dlock_semaphore_free(sa);
-    dlock_semaphore_free(sb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    tu_sem_pair_close(&p);
     free(url);
 }
 END_TEST

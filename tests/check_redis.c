@@ -2930,6 +2930,18 @@ static void start_replica(struct fx_redis *rep)
     ck_assert_msg(online, "the replica never came online");
 }
 
+/* The frame of the sync tests: a server and its replica REP (online), a
+ * raw connection *CTX to the master, and a client with sync=1 and a 1.5 s
+ * lease. WAIT's timeout (1 s) leaves a loaded machine's replica time to
+ * acknowledge (at 300 ms, under a load of 12, it once did not). */
+static dlock_client *sync_open(struct fx_redis *rep, redisContext **ctx)
+{
+    start_server(NULL);
+    start_replica(rep);
+    *ctx = raw();
+    return open_with("sync=1&sync_timeout=1s&lease=1500ms");
+}
+
 /* ?sync=N: the acquire script and WAIT N go in one round trip. With the
  * replica acknowledging, acquire and release work; with the replica
  * stopped (SIGSTOP) or N above the replicas there are, the acquisition
@@ -2938,11 +2950,9 @@ static void start_replica(struct fx_redis *rep)
  * stopped replica no longer acknowledges is reported lost. */
 TU_TEST(sync_acquire_needs_replica_acks, 60)
 {
-    start_server(NULL);
     struct fx_redis rep;
-    start_replica(&rep);
-    redisContext *ctx = raw();
-    dlock_client *c = open_with("sync=1&sync_timeout=300ms&lease=1500ms");
+    redisContext *ctx;
+    dlock_client *c = sync_open(&rep, &ctx);
     dlock_lock *l = tu_lock(c, "synced");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS synced"), 1);
@@ -3006,11 +3016,9 @@ static void expect_sem_on_master(redisContext *ctx, const char *name, long long 
  * the stopped replica no longer acknowledges ends at its validity. */
 TU_TEST(sync_semaphore_needs_replica_acks, 60)
 {
-    start_server(NULL);
     struct fx_redis rep;
-    start_replica(&rep);
-    redisContext *ctx = raw();
-    dlock_client *c = open_with("sync=1&sync_timeout=300ms&lease=1500ms");
+    redisContext *ctx;
+    dlock_client *c = sync_open(&rep, &ctx);
     dlock_semaphore *s = NULL;
     ck_assert_int_eq(dlock_semaphore_new(c, "ps", 2, 0, &s), DLOCK_OK);
     dlock_permit *p = NULL;

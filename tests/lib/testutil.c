@@ -673,6 +673,23 @@ void tu_sem_full(dlock_client *c, dlock_semaphore *s, const char *name, unsigned
     dlock_info_free(info);
 }
 
+struct tu_sem_pair tu_sem_pair_open(const char *url, const char *name, unsigned permits)
+{
+    struct tu_sem_pair p = {tu_open(url), tu_open(url), NULL, NULL};
+    ck_assert_int_eq(dlock_semaphore_new(p.a, name, permits, 0, &p.sa), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(p.b, name, permits, 0, &p.sb), DLOCK_OK);
+    return p;
+}
+
+void tu_sem_pair_close(struct tu_sem_pair *p)
+{
+    dlock_semaphore_free(p->sa);
+    dlock_semaphore_free(p->sb);
+    dlock_client_close(p->a);
+    dlock_client_close(p->b);
+    memset(p, 0, sizeof *p);
+}
+
 void tu_write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");

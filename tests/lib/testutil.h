@@ -249,6 +249,15 @@ int tu_sem_taker_join(struct tu_sem_taker *t);
  * a try is busy, and inspect shows HOLDERS holders and no free permit. */
 void tu_sem_full(struct dlock_client *c, struct dlock_semaphore *s, const char *name,
                  unsigned permits, size_t holders);
+/* Two clients of URL, each with a handle on semaphore NAME of PERMITS
+ * (URL is the caller's); tu_sem_pair_close() frees both handles and
+ * closes both clients. */
+struct tu_sem_pair {
+    struct dlock_client *a, *b;
+    struct dlock_semaphore *sa, *sb;
+};
+struct tu_sem_pair tu_sem_pair_open(const char *url, const char *name, unsigned permits);
+void tu_sem_pair_close(struct tu_sem_pair *p);
 
 /* fork(); in the child, a client of URL takes NAME in MODE (a dlock_mode;
  * waiting at most WAIT) -- the child exits 10 when it cannot -- and *L is

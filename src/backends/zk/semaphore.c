@@ -287,6 +287,13 @@ int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struc
             if (strncmp(info->holders[j].id, kid, pl + 36) == 0) {
                 info->holders[j].count++;
                 counted = true;
+                /* its id is its first node's (dlock_permit_id), the lowest
+                 * sequence; the children come in no order */
+                char *first = strcmp(kid, info->holders[j].id) < 0 ? dlock__strdup(kid) : NULL;
+                if (first) {
+                    free(info->holders[j].id);
+                    info->holders[j].id = first;
+                }
             }
         if (!counted)
             err = dlock__info_add_holder(info, kid, 1);

@@ -401,7 +401,7 @@ static int path_status(const char *path, int json)
 }
 
 /* One lock as JSON, without its closing brace (status adds "client"):
- * name, name_hex, backend, key, held, mode, token, ttl_ms, holders,
+ * name, name_hex, backend, kind, key, held, mode, token, ttl_ms, holders,
  * [permits, free_permits,] waiters, waiter_count. */
 static void json_lock(const char *name, const char *backend, const dlock_info *info,
                       bool semaphore)
@@ -413,7 +413,7 @@ static void json_lock(const char *name, const char *backend, const dlock_info *i
     json_name(name);
     printf(",\"backend\":");
     json_string(backend);
-    printf(",\"key\":");
+    printf(",\"kind\":\"%s\",\"key\":", semaphore ? "semaphore" : "lock");
     json_string(dlock_info_key(info));
     printf(",\"held\":%s,\"mode\":", held ? "true" : "false");
     if (held && !semaphore) /* a permit has no mode */
@@ -606,6 +606,25 @@ static int collect_name(const char *name, void *arg)
     return !(l->v[l->n] = strdup(name)) ? 1 : (l->n++, 0);
 }
 
+/* " (semaphore: H holders, F of N permits free)" for semaphore INFO; a
+ * layout that stores no count (zk) tells the permits held instead. */
+static void print_permits(const dlock_info *info)
+{
+    size_t nh = dlock_info_holder_count(info);
+    printf(" (semaphore: %zu holder%s, ", nh, nh == 1 ? "" : "s");
+    if (dlock_info_permits(info)) {
+        printf("%ld of %u permits free)", dlock_info_free_permits(info), dlock_info_permits(info));
+        return;
+    }
+    unsigned held = 0;
+    for (size_t k = 0; k < nh; k++) {
+        unsigned count = 0;
+        dlock_info_holder(info, k, &count);
+        held += count;
+    }
+    printf("%u permit%s held, count not stored)", held, held == 1 ? "" : "s");
+}
+
 int cmd_list(const char *url, int argc, char **argv)
 {
     struct sub_opts o = {url, 0, 0, 0, false};
@@ -623,32 +642,46 @@ int cmd_list(const char *url, int argc, char **argv)
     int code = cli_open(o.url, 0, &c);
     if (code)
         return code;
-    struct name_list names = {NULL, 0, 0};
-    int rc = dlock_list(c, i < argc ? argv[i] : NULL, collect_name, &names);
+    /* locks, then semaphores (none where the backend has none or cannot
+     * enumerate them) */
+    const char *pattern = i < argc ? argv[i] : NULL;
+    struct name_list names[2] = {{NULL, 0, 0}, {NULL, 0, 0}};
+    int rc = dlock_list(c, pattern, collect_name, &names[0]);
+    int src = rc ? DLOCK_OK : dlock_semaphore_list(c, pattern, collect_name, &names[1]);
+    if (src != DLOCK_ENOTSUP)
+        rc = src;
     if (o.json)
         printf("[");
-    for (size_t k = 0, shown = 0; k < names.n && !rc; k++) {
-        dlock_info *info;
-        rc = dlock_inspect(c, names.v[k], &info);
-        if (!rc && dlock_info_held(info)) {
-            if (o.json) {
-                printf(shown ? "," : "");
-                json_lock(names.v[k], dlock_client_backend(c), info, false);
-                putchar('}');
-            } else {
-                print_name(names.v[k]);
-                putchar('\n');
+    size_t shown = 0;
+    for (int sem = 0; sem < 2; sem++) {
+        for (size_t k = 0; k < names[sem].n && !rc; k++) {
+            const char *name = names[sem].v[k];
+            dlock_info *info;
+            rc = sem ? dlock_semaphore_inspect(c, name, 0, &info) : dlock_inspect(c, name, &info);
+            if (sem && (rc == DLOCK_EWRONGTYPE || rc == DLOCK_EINVAL))
+                rc = DLOCK_OK; /* a name whose keys are not a semaphore's: not one */
+            if (!rc && dlock_info_held(info)) {
+                if (o.json) {
+                    printf(shown ? "," : "");
+                    json_lock(name, dlock_client_backend(c), info, sem);
+                    putchar('}');
+                } else {
+                    print_name(name);
+                    if (sem)
+                        print_permits(info);
+                    putchar('\n');
+                }
+                shown++;
             }
-            shown++;
+            dlock_info_free(info);
         }
-        dlock_info_free(info);
+        for (size_t k = 0; k < names[sem].n; k++)
+            free(names[sem].v[k]);
+        free(names[sem].v);
     }
     if (o.json)
         printf("]\n");
     code = rc ? cli_fail(rc, "list") : 0;
-    for (size_t k = 0; k < names.n; k++)
-        free(names.v[k]);
-    free(names.v);
     dlock_client_close(c);
     return code;
 }

@@ -734,6 +734,20 @@ DLOCK_EXTERN int64_t dlock_permit_validity_ms(dlock_permit *p);
  * is written (the next acquire takes them back). */
 DLOCK_EXTERN int dlock_semaphore_inspect(dlock_client *c, const char *name, unsigned permits,
                                          dlock_info **out);
+/* Call FN for each semaphore name known to the backend that matches
+ * PATTERN (fnmatch glob; NULL = all), on the calling thread, as
+ * dlock_list() does for locks: every semaphore with a permit held, and
+ * maybe names nobody holds now (file: every NAME.sem; zk: every node of
+ * the base, lock or semaphore), so inspect each (dlock_semaphore_inspect
+ * with PERMITS 0) as `dlock list` does. FN returning non-zero stops the
+ * walk. Returns DLOCK_OK; DLOCK_EINVAL (FN NULL); DLOCK_ENOTSUP (a
+ * backend without semaphores or that cannot enumerate them: redlock);
+ * DLOCK_EMISUSE; DLOCK_ENOMEM; backend failures. Threads: any. Backends:
+ * file lists the .sem files, redis SCANs for the ZSETs of held permits
+ * ({NAME}:timeout), etcd reads the permit keys (NAME/sem/...), zk lists
+ * the children of the base node. */
+DLOCK_EXTERN int dlock_semaphore_list(dlock_client *c, const char *pattern, dlock_list_fn fn,
+                                      void *arg);
 /* The semaphore's permit count (0 for a lock's snapshot or an unused
  * semaphore), and how many of them are free now (-1 unknown). */
 DLOCK_EXTERN unsigned dlock_info_permits(const dlock_info *i);

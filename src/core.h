@@ -409,8 +409,8 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 6 /* 2: downgrade; 3: the sem_* functions; 4: share;
-                                    5: the elect_* functions; 6: master */
+#define DLOCK__BACKEND_VERSION 7 /* 2: downgrade; 3: the sem_* functions; 4: share;
+                                    5: the elect_* functions; 6: master; 7: sem_list */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -530,6 +530,13 @@ struct dlock__backend {
      * unknown or stale); DLOCK_ENOTSUP for a URL without one. NULL: none
      * on this backend. */
     int (*master)(void *state, char *buf, size_t size);
+
+    /* Version 7, with DLOCK__CAP_SEMAPHORE and DLOCK__CAP_LIST: list()
+     * for semaphores -- FN for each semaphore name matching PATTERN
+     * (fnmatch; NULL all) the backend knows, at least every one with a
+     * permit held; names nobody holds may come too (the caller
+     * inspects). NULL: semaphores are not enumerated. */
+    int (*sem_list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 };
 
 /* The backend's acquire of H: sem_acquire or elect_acquire for a

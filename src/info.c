@@ -177,6 +177,20 @@ int dlock_force_release(dlock_client *c, const char *name)
     return c->be->force_release(c->bstate, name);
 }
 
+int dlock_semaphore_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    dlock__msg_clear();
+    if (!fn)
+        return dlock__err(DLOCK_EINVAL, "dlock_semaphore_list: callback is NULL");
+    int rc = check_op(c, NULL,
+                      c && c->be->version >= 7 && c->be->sem_list &&
+                          (c->be->caps & DLOCK__CAP_SEMAPHORE),
+                      DLOCK__CAP_LIST, "list semaphores");
+    if (rc)
+        return rc;
+    return c->be->sem_list(c->bstate, pattern, fn, arg);
+}
+
 int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg)
 {
     dlock__msg_clear();

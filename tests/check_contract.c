@@ -1230,18 +1230,20 @@ static void assert_json_keys(json_t *o, const char *const *keys)
  * thread id). STATUS: with the client's counters. */
 static void assert_lock_json(json_t *o, const char *name, bool held, bool status)
 {
-    static const char *const keys[] = {"name", "name_hex", "backend", "key", "held", "mode",
-                                       "token", "ttl_ms", "holders", "waiters", "waiter_count",
-                                       NULL};
-    static const char *const keys_status[] = {"name", "name_hex", "backend", "key", "held",
-                                              "mode", "token", "ttl_ms", "holders", "waiters",
-                                              "waiter_count", "master", "client", NULL};
+    static const char *const keys[] = {"name", "name_hex", "backend", "kind", "key", "held",
+                                       "mode", "token", "ttl_ms", "holders", "waiters",
+                                       "waiter_count", NULL};
+    static const char *const keys_status[] = {"name", "name_hex", "backend", "kind", "key",
+                                              "held", "mode", "token", "ttl_ms", "holders",
+                                              "waiters", "waiter_count", "master", "client",
+                                              NULL};
     static const char *const holder_keys[] = {"id", "owner", "host", "pid", "thread", "count",
                                               NULL};
     ck_assert_msg(json_is_object(o), "%s: not an object", CT->name);
     assert_json_keys(o, status ? keys_status : keys);
     assert_json_type(o, "name", JSON_STRING, false);
     assert_json_type(o, "backend", JSON_STRING, false);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "kind")), "lock");
     assert_json_type(o, "key", JSON_STRING, false);
     ck_assert_msg(json_is_boolean(json_object_get(o, "held")) &&
                       json_is_true(json_object_get(o, "held")) == held,

@@ -809,7 +809,8 @@ END_TEST
 /* A semaphore's keys (NAME/sem/<hex>_<hex>, NAME/sem-count) and the
  * locks' keys are apart: lock 'jobs', lock 'jobs/sem' (whose keys are
  * under jobs/sem/ too) and semaphores 'jobs' and 'jobs/sem' are all taken
- * at once; each status shows only its own holder; list shows the locks. */
+ * at once; each status shows only its own holder; list shows the locks,
+ * then the semaphores (a permit key's name ends at its last "/sem/"). */
 TU_TEST_IN(single, semaphore_keys_apart_from_locks, 90)
 {
     REQUIRE_SERVERS();
@@ -840,7 +841,10 @@ TU_TEST_IN(single, semaphore_keys_apart_from_locks, 90)
     char *out = NULL;
     const char *argv[] = {tu_dlock_bin(), "-u", url, "list", "jobs*", NULL};
     ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
-    ck_assert_msg(strcmp(out, "jobs\njobs/sem\n") == 0, "list: %s", out);
+    ck_assert_msg(strcmp(out, "jobs\njobs/sem\n"
+                              "jobs (semaphore: 1 holder, 0 of 1 permits free)\n"
+                              "jobs/sem (semaphore: 1 holder, 0 of 1 permits free)\n") == 0,
+                  "list: %s", out);
     free(out);
     ck_assert_int_eq(dlock_permit_release(p), DLOCK_OK);
     ck_assert_int_eq(dlock_permit_release(psub), DLOCK_OK);

@@ -573,6 +573,48 @@ TU_TEST(cli_run_permits, 60)
 }
 END_TEST
 
+/* dlock list shows the semaphores held beside the locks (name, kind,
+ * holders and free permits; --json with "kind"), not one used and given
+ * back, and applies the pattern to them too. */
+TU_TEST(cli_list_shows_semaphores, 60)
+{
+    char *url = ct_test_url(NULL);
+    dlock_client *c = tu_open(url);
+    dlock_semaphore *s = sem(c, "lst-sem", 3), *f = sem(c, "lst-free", 2);
+    dlock_permit *p = take(s, 2, DLOCK_TRY);
+    EXPECT_RC(dlock_permit_release(take(f, 1, DLOCK_TRY)), DLOCK_OK);
+    dlock_lock *l = tu_lock(c, "lst-lock");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    char *out = NULL;
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "list", "lst-*"), 0);
+    const char *line = stores_count() ? "lst-sem (semaphore: 1 holder, 1 of 3 permits free)\n"
+                                      : "lst-sem (semaphore: 1 holder, 2 permits held, count "
+                                        "not stored)\n";
+    ck_assert_msg(strstr(out, "lst-lock\n") && strstr(out, line) && !strstr(out, "lst-free"),
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "list", "lst-*", "--json"), 0);
+    ck_assert_msg(strstr(out, "\"kind\":\"semaphore\"") && strstr(out, "\"kind\":\"lock\"") &&
+                      strstr(out, dlock_permit_id(p)) && !strstr(out, "lst-free") &&
+                      (!stores_count() || strstr(out, "\"permits\":3,\"free_permits\":1")),
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "list", "lst-s*"), 0);
+    ck_assert_msg(strstr(out, line) && !strstr(out, "lst-lock"), "%s", out);
+    free(out);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "list", "lst-*"), 0);
+    ck_assert_msg(strcmp(out, "") == 0, "%s", out);
+    free(out);
+    dlock_lock_free(l);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(f);
+    dlock_client_close(c);
+    free(url);
+}
+END_TEST
+
 /* A backend without semaphores says so, naming itself. */
 TU_TEST(not_supported, 30)
 {

@@ -722,9 +722,11 @@ static int file_force_release(void *state, const char *name)
     return rc;
 }
 
-static int file_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+/* FN for the name in the header of each file of the directory ending in
+ * SUFFIX (".lock", ".sem") that matches PATTERN. */
+static int list_files(struct file_state *s, const char *suffix, const char *pattern,
+                      dlock_list_fn fn, void *arg)
 {
-    struct file_state *s = state;
     int dfd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (!d) {
@@ -736,8 +738,8 @@ static int file_list(void *state, const char *pattern, dlock_list_fn fn, void *a
     int rc = DLOCK_OK;
     struct dirent *de;
     while ((de = readdir(d))) {
-        size_t len = strlen(de->d_name);
-        if (len < 6 || strcmp(de->d_name + len - 5, ".lock") != 0)
+        size_t len = strlen(de->d_name), sl = strlen(suffix);
+        if (len <= sl || strcmp(de->d_name + len - sl, suffix) != 0)
             continue;
         int fd = openat(s->dirfd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0)
@@ -765,6 +767,16 @@ static int file_list(void *state, const char *pattern, dlock_list_fn fn, void *a
     return rc;
 }
 
+static int file_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    return list_files(state, ".lock", pattern, fn, arg);
+}
+
+static int file_sem_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    return list_files(state, ".sem", pattern, fn, arg);
+}
+
 static const char *const file_schemes[] = {"file", NULL};
 
 const struct dlock__backend dlock__backend_file = {
@@ -790,4 +802,5 @@ const struct dlock__backend dlock__backend_file = {
     .elect_release = dlock__file_release,
     .elect_proclaim = dlock__file_elect_proclaim,
     .elect_observe = dlock__file_elect_observe,
+    .sem_list = file_sem_list,
 };

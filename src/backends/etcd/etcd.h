@@ -462,6 +462,9 @@ int dlock__etcd_downgrade(void *state, struct dlock__hold *h);
 /* ======================================================== semaphore.c */
 
 int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+/* The semaphore name of permit key KV ("<prefix>NAME/sem/<hex>_<hex>";
+ * caller frees); NULL for any other key. */
+char *dlock__etcd_sem_name(struct etcd_backend *s, const json_t *kv);
 int dlock__etcd_sem_inspect(void *state, const char *name, unsigned permits,
                             struct dlock_info *info);
 /* mutex.c's release(): deletes a hold's key if it is still the one made
@@ -473,6 +476,8 @@ int dlock__etcd_release(void *state, struct dlock__hold *h);
 int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info);
 int dlock__etcd_force_release(void *state, const char *name);
 int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+/* The backend's sem_list: the names of the semaphores with a permit key. */
+int dlock__etcd_sem_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
 /* ============================================================= lease.c */
 

@@ -152,9 +152,11 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+/* FN for each name NAME_OF finds in a key under the client's prefix
+ * (NULL: not a key of that kind), once each, sorted. */
+static int list_names(struct etcd_backend *s, const char *pattern, dlock_list_fn fn, void *arg,
+                      char *(*name_of)(struct etcd_backend *s, const json_t *kv))
 {
-    struct etcd_backend *s = state;
     char **names = NULL;
     size_t n = 0, cap = 0;
     int rc = DLOCK_OK;
@@ -179,7 +181,7 @@ int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *a
         {
             free(last);
             last = dlock__etcd_kv_key(kv);
-            char *name = last ? dlock__etcd_contender_name(s, kv) : NULL;
+            char *name = last ? name_of(s, kv) : NULL;
             if (!name)
                 continue;
             if (!dlock__glob(pattern, name) || (n && strcmp(names[n - 1], name) == 0)) {
@@ -230,5 +232,15 @@ int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *a
         free(names[i]);
     free(names);
     return rc == 1 ? DLOCK_OK : rc;
+}
+
+int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    return list_names(state, pattern, fn, arg, dlock__etcd_contender_name);
+}
+
+int dlock__etcd_sem_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    return list_names(state, pattern, fn, arg, dlock__etcd_sem_name);
 }
 

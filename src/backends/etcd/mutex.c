@@ -673,4 +673,5 @@ const struct dlock__backend dlock__backend_etcd = {
     .sem_acquire = dlock__etcd_sem_acquire,
     .sem_release = dlock__etcd_release, /* a permit's key goes as a lock's */
     .sem_inspect = dlock__etcd_sem_inspect,
+    .sem_list = dlock__etcd_sem_list,
 };

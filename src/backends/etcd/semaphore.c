@@ -83,6 +83,26 @@ static bool permit_key(const char *dir, const json_t *kv, char **key, const char
     return true;
 }
 
+char *dlock__etcd_sem_name(struct etcd_backend *s, const json_t *kv)
+{
+    char *key = dlock__etcd_kv_key((json_t *)kv), *name = NULL;
+    size_t pl = strlen(s->prefix);
+    const char *dir = NULL; /* the last "/sem/" of KEY ends the name */
+    for (const char *p = key && strncmp(key, s->prefix, pl) == 0 ? strstr(key + pl, "/" SEM_DIR)
+                                                                  : NULL;
+         p; p = strstr(p + 1, "/" SEM_DIR))
+        dir = p;
+    char *queue = dir && dir > key + pl ? dlock__sprintf("%.*s", (int)(dir - key) + 5, key) : NULL;
+    char *again = NULL;
+    const char *id;
+    if (queue && permit_key(queue, kv, &again, &id)) /* "<prefix>NAME/sem/" + a permit id */
+        name = dlock__sprintf("%.*s", (int)(dir - key - pl), key + pl);
+    free(again);
+    free(queue);
+    free(key);
+    return name;
+}
+
 /* The permits a key's value takes (1 when it says nothing we read). */
 static unsigned permit_weight(const json_t *kv)
 {

@@ -600,24 +600,19 @@ static bool key_is_lock(struct redis_state *s, struct rconn *k, const char *key,
     return yes;
 }
 
-int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+int dlock__redis_scan(struct redis_state *s, const char *match, const char *type,
+                      int (*each)(struct redis_state *s, struct rconn *k, const redisReply *key,
+                                  void *arg, int *err),
+                      void *arg)
 {
-    struct redis_state *s = state;
     struct rconn *k;
     int rc = dlock__redis_pool_get(s, false, DLOCK__NEVER, &k);
     if (rc)
         return rc;
-    char *match = match_pattern(s->prefix, pattern);
-    if (!match) {
-        dlock__redis_pool_put(s, k, false);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
-    size_t plen = s->prefix ? strlen(s->prefix) : 0;
     char cursor[32] = "0";
     bool stop = false, broken = false;
     do {
-        const char *scan[] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000", "TYPE",
-                              s->simple ? "string" : "hash"};
+        const char *scan[] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000", "TYPE", type};
         redisReply *r;
         k->until = dlock__now_ms() + s->op_timeout_ms; /* each page a request */
         if ((rc = dlock__redis_command(k, 8, scan, NULL, "SCAN", &r, NULL))) {
@@ -639,19 +634,42 @@ int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
         const redisReply *keys = r->element[1];
         for (size_t i = 0; i < keys->elements && !stop && !rc; i++) {
             const redisReply *key = keys->element[i];
-            if (key->type != REDIS_REPLY_STRING || key->len < plen || memchr(key->str, 0, key->len))
+            if (key->type != REDIS_REPLY_STRING || memchr(key->str, 0, key->len))
                 continue;
-            if (!key_is_lock(s, k, key->str, key->len, &rc)) {
-                if (rc)
-                    broken = true;
-                continue;
-            }
-            stop = fn(key->str + plen, arg) != 0;
+            stop = each(s, k, key, arg, &rc) != 0;
+            broken = broken || rc;
         }
         freeReplyObject(r);
     } while (!stop && !rc && strcmp(cursor, "0") != 0);
-    free(match);
     dlock__redis_pool_put(s, k, broken);
+    return rc;
+}
+
+/* dlock__redis_list's walk: FN for each key that is a lock. */
+struct list_walk {
+    dlock_list_fn fn;
+    void *arg;
+};
+
+static int list_each(struct redis_state *s, struct rconn *k, const redisReply *key, void *arg,
+                     int *err)
+{
+    struct list_walk *lw = arg;
+    size_t plen = s->prefix ? strlen(s->prefix) : 0;
+    if (key->len < plen || !key_is_lock(s, k, key->str, key->len, err))
+        return 0;
+    return lw->fn(key->str + plen, lw->arg);
+}
+
+int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    struct redis_state *s = state;
+    char *match = match_pattern(s->prefix, pattern);
+    if (!match)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    struct list_walk lw = {fn, arg};
+    int rc = dlock__redis_scan(s, match, s->simple ? "string" : "hash", list_each, &lw);
+    free(match);
     return rc;
 }
 
@@ -690,6 +708,7 @@ const struct dlock__backend dlock__backend_redis = {
     .sem_acquire = dlock__redis_sem_acquire,
     .sem_release = dlock__redis_sem_release,
     .sem_inspect = dlock__redis_sem_inspect,
+    .sem_list = dlock__redis_sem_list,
     .elect_acquire = dlock__redis_elect_acquire,
     .elect_release = dlock__redis_elect_release,
     .elect_proclaim = dlock__redis_elect_proclaim,

@@ -445,6 +445,14 @@ int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms,
 
 /* ------------------------------------------------------------ mutex.c */
 
+/* SCAN S's key space (one connection, a page per request) for keys of
+ * TYPE matching MATCH: EACH(s, k, key, arg, &err) for each, K the
+ * connection for its own commands; EACH returning non-zero stops, *ERR
+ * set ends the walk with that failure. */
+int dlock__redis_scan(struct redis_state *s, const char *match, const char *type,
+                      int (*each)(struct redis_state *s, struct rconn *k, const redisReply *key,
+                                  void *arg, int *err),
+                      void *arg);
 /* One node's inspect, force release and list (redlock.c asks each). */
 int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info);
 int dlock__redis_force_release(void *state, const char *name);
@@ -490,6 +498,9 @@ int dlock__redis_elect_observe(void *state, const char *name, const struct dlock
 int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redis_sem_release(void *state, struct dlock__hold *h);
 int dlock__redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
+/* The backend's sem_list: the semaphores with a permit held (their
+ * {NAME}:timeout ZSETs). */
+int dlock__redis_sem_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 /* When B holds semaphore permits: renew them (one script call each) and
  * the locks through RENEW_LOCKS, each hold's result in B, and return
  * true; false (nothing done) when B holds locks only. */

@@ -470,6 +470,76 @@ bool dlock__redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_bat
     return true;
 }
 
+/* ------------------------------------------------------------- list */
+
+/* The semaphore whose timeout ZSET is KEY ("{NAME}:timeout", or
+ * "NAME:timeout" for a name with a hash tag), its free count a STRING;
+ * NULL for any other key (caller frees). "{x}:timeout" could be either
+ * of two names' ("x" and "{x}", Redisson names them alike): the first. */
+static char *sem_of_timeout_key(struct redis_state *s, struct rconn *k, const redisReply *key,
+                                int *err)
+{
+    size_t plen = s->prefix ? strlen(s->prefix) : 0, tl = strlen(":timeout");
+    if (key->len <= tl || strcmp(key->str + key->len - tl, ":timeout") != 0)
+        return NULL;
+    size_t fl = key->len - tl; /* the key without ":timeout" */
+    bool braced = fl > 2 && key->str[0] == '{' && key->str[fl - 1] == '}';
+    for (int tagged = braced ? 0 : 1; tagged < 2; tagged++) {
+        const char *full = tagged ? key->str : key->str + 1; /* prefix + name */
+        size_t len = tagged ? fl : fl - 2;
+        if (len <= plen || (plen && strncmp(full, s->prefix, plen) != 0))
+            continue;
+        char *name = dlock__sprintf("%.*s", (int)(len - plen), full + plen);
+        struct sem_keys keys;
+        if (!name || sem_keys_make(s, name, &keys)) {
+            free(name);
+            *err = dlock__err(DLOCK_ENOMEM, "out of memory");
+            return NULL;
+        }
+        bool same = keys.timeout_len == key->len && memcmp(keys.timeout, key->str, key->len) == 0;
+        redisReply *r = NULL;
+        if (same) {
+            const char *argv[] = {"TYPE", keys.name};
+            size_t argl[] = {4, keys.name_len};
+            k->until = dlock__now_ms() + s->op_timeout_ms;
+            *err = dlock__redis_command(k, 2, argv, argl, "list semaphores", &r, NULL);
+        }
+        same = same && !*err && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "string") == 0;
+        freeReplyObject(r);
+        sem_keys_free(&keys);
+        if (same)
+            return name;
+        free(name);
+        if (*err)
+            return NULL;
+    }
+    return NULL;
+}
+
+struct sem_walk {
+    const char *pattern;
+    dlock_list_fn fn;
+    void *arg;
+};
+
+static int sem_list_each(struct redis_state *s, struct rconn *k, const redisReply *key, void *arg,
+                         int *err)
+{
+    struct sem_walk *sw = arg;
+    char *name = sem_of_timeout_key(s, k, key, err);
+    int stop = name && dlock__glob(sw->pattern, name) ? sw->fn(name, sw->arg) : 0;
+    free(name);
+    return stop;
+}
+
+int dlock__redis_sem_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    /* Held permits live in the {NAME}:timeout ZSET, which goes with the
+     * last of them: the ZSETs of that shape are the semaphores held. */
+    struct sem_walk sw = {pattern, fn, arg};
+    return dlock__redis_scan(state, "*:timeout", "zset", sem_list_each, &sw);
+}
+
 /* ---------------------------------------------------------- inspect */
 
 static void hex_of(const char *p, size_t len, char *out)

@@ -629,4 +629,5 @@ const struct dlock__backend dlock__backend_zk = {
     .elect_release = dlock__zk_release,
     .elect_proclaim = dlock__zk_elect_proclaim,
     .elect_observe = dlock__zk_elect_observe,
+    .sem_list = dlock__zk_list, /* the base's nodes, locks and semaphores alike */
 };

@@ -28,5 +28,6 @@ echo "== redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $u
 "$DLOCK_BIN" -u "$url" bench uncontended -t 1 -m 1024 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench uncontended -t 32 -m 1024 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench contended -W 8 -d "$secs"
+"$DLOCK_BIN" -u "$url" bench semaphore -P 4 -W 8 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench renewal -k 10000 -p 5 -l 3000
 "$DLOCK_BIN" -u "$url" bench readers -R 8 -d "$secs"

@@ -43,4 +43,5 @@ url="zk://127.0.0.1:$port"
 echo "== ZooKeeper standalone on $url"
 "$DLOCK_BIN" -u "$url" bench uncontended -t 1 -m 64 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench contended -W 8 -d "$secs"
+"$DLOCK_BIN" -u "$url" bench semaphore -P 4 -W 8 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench renewal -k 10000 -p 5 -l 3000

@@ -9,7 +9,7 @@
  *
  * Usage (also `dlock bench --help`):
  *   dlock [-u URL] bench [MODE...] [OPTIONS]
- *   MODE: uncontended, contended, renewal, readers, all (the default)
+ *   MODE: uncontended, contended, renewal, readers, semaphore, all (the default)
  *   -t, --threads T     uncontended: threads, each over its own names (1)
  *   -m, --names M       uncontended: lock names in all (1024)
  *   -d, --duration S    each side is measured 2 x S seconds (3); in the
@@ -20,6 +20,7 @@
  *   -l, --lease MS      renewal: lease in ms (3000: a period of 1 s)
  *   -R, --readers R     readers: threads, one client each, reading one name (8)
  *   -X, --writers N     readers: writer threads among them (0)
+ *   -P, --permits N     semaphore: permits (4); -W threads contend for them
  *
  * uncontended: T threads loop acquire(TRY)+release over M names split
  *   between them; acquisitions/s and latency of one acquire+release pair,
@@ -37,6 +38,12 @@
  *   reads/s beside ONE reader alone on the same name, taking turns in 10
  *   rounds: readers must not serialize (issue 11: 8 readers >= 6x one
  *   reader on Redis). With writers: writes/s and a writer's wait p50/p99.
+ * semaphore: W threads, each with its own client, loop acquire(1 permit)+
+ *   release on one semaphore of N permits; permits/s beside the same W
+ *   threads on one lock (a semaphore of 1), taking turns in 10 rounds
+ *   (the median round's ratio), the most holders seen at once (never
+ *   above N), a pair's latency p50/p99 on each side, and, with a baseline,
+ *   what N raw clients' round trips allow beside 1 (the machine's ceiling).
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -70,7 +77,8 @@ static const struct dlock_bench_baseline *const baselines[] = {
 };
 
 static const char usage_text[] =
-    "Usage: dlock [-u URL] bench [uncontended|contended|renewal|readers|all ...] [OPTIONS]\n"
+    "Usage: dlock [-u URL] bench [uncontended|contended|renewal|readers|semaphore|all ...]\n"
+    "       [OPTIONS]\n"
     "\n"
     "Measure dlock beside the raw protocol with the same client library, in\n"
     "the same run, and print each figure with its ratio to the baseline.\n"
@@ -85,6 +93,8 @@ static const char usage_text[] =
     "  -R, --readers R     readers: threads, one client each, reading one name (8),\n"
     "                      beside one reader alone in the same run\n"
     "  -X, --writers N     readers: writer threads among the readers (0)\n"
+    "  -P, --permits N     semaphore: permits (4), -W threads contending for them,\n"
+    "                      beside the same threads on one lock\n"
     "Lock names start with 'dlock-bench:'. See docs/benchmarks.md.\n";
 
 const char *dlock_cli_bench_usage(void)
@@ -95,7 +105,7 @@ const char *dlock_cli_bench_usage(void)
 struct bench_opts {
     const char *url;
     const struct dlock_bench_baseline *base;
-    int threads, names, waiters, locks, periods, readers, writers;
+    int threads, names, waiters, locks, periods, readers, writers, permits;
     double duration;
     int64_t lease_ms;
 };
@@ -456,14 +466,40 @@ static int bench_contended(const struct bench_opts *o)
 
 /* ------------------------------------------------------------ readers */
 
-struct rw_shared {
+/* What the threads of one timed run share: the stop flag, and the first
+ * failure's message. */
+struct run_shared {
     atomic_int stop;
     pthread_mutex_t mu;
     char err[256];
 };
 
+/* A thread of SH failed (dlock's message): record it, stop the run. */
+static void run_failed(struct run_shared *sh)
+{
+    pthread_mutex_lock(&sh->mu);
+    snprintf(sh->err, sizeof sh->err, "%s", dlock_errmsg());
+    pthread_mutex_unlock(&sh->mu);
+    atomic_store(&sh->stop, 1);
+}
+
+/* N threads running FN on ARGS (N structs of SIZE bytes) for SECS
+ * seconds, then SH->stop set and all joined. */
+static void run_threads(struct run_shared *sh, int n, void *(*fn)(void *), void *args,
+                        size_t size, double secs)
+{
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    for (int i = 0; i < n; i++)
+        pthread_create(&th[i], NULL, fn, (char *)args + (size_t)i * size);
+    sleep_secs(secs);
+    atomic_store(&sh->stop, 1);
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+}
+
 struct rw_thread {
-    struct rw_shared *sh;
+    struct run_shared *sh;
     dlock_client *c;
     dlock_mode mode;
     long ops;
@@ -473,7 +509,7 @@ struct rw_thread {
 static void *rw_main(void *arg)
 {
     struct rw_thread *t = arg;
-    struct rw_shared *sh = t->sh;
+    struct run_shared *sh = t->sh;
     dlock_lock *l = NULL;
     int rc = dlock_lock_new(t->c, "dlock-bench:rw", t->mode, 0, &l);
     while (!rc && !atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
@@ -491,12 +527,8 @@ static void *rw_main(void *arg)
             t->ops++;
         }
     }
-    if (rc) {
-        pthread_mutex_lock(&sh->mu);
-        snprintf(sh->err, sizeof sh->err, "%s", dlock_errmsg());
-        pthread_mutex_unlock(&sh->mu);
-        atomic_store(&sh->stop, 1);
-    }
+    if (rc)
+        run_failed(sh);
     dlock_lock_free(l);
     return NULL;
 }
@@ -507,25 +539,19 @@ static int rw_run(dlock_client **c, int nreaders, int nwriters, double secs, lon
                   struct samples lat[2])
 {
     int n = nreaders + nwriters;
-    struct rw_shared sh = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct run_shared sh = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct rw_thread *t = calloc((size_t)n, sizeof *t);
-    pthread_t *th = calloc((size_t)n, sizeof *th);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         t[i] = (struct rw_thread){.sh = &sh, .c = c[i],
                                   .mode = i < nreaders ? DLOCK_SHARED : DLOCK_EXCLUSIVE};
-        pthread_create(&th[i], NULL, rw_main, &t[i]);
-    }
-    sleep_secs(secs);
-    atomic_store(&sh.stop, 1);
+    run_threads(&sh, n, rw_main, t, sizeof *t, secs);
     for (int i = 0; i < n; i++) {
-        pthread_join(th[i], NULL);
         int k = t[i].mode == DLOCK_SHARED ? 0 : 1;
         ops[k] += t[i].ops;
         sample_merge(&lat[k], &t[i].lat);
         free(t[i].lat.v);
     }
     free(t);
-    free(th);
     return thread_failure(0, "", sh.err);
 }
 
@@ -573,6 +599,46 @@ static int rt_run(const struct bench_opts *o, int n, double secs, long *ops)
     return rc;
 }
 
+/* The rounds' RATIOS (UNC_ROUNDS of them, sorted here): the median
+ * round's, the smallest and the largest. */
+static void print_median_ratio(double *ratios)
+{
+    qsort(ratios, UNC_ROUNDS, sizeof *ratios, cmp_double);
+    printf("  %-22s %.2fx (min %.2fx, max %.2fx)\n", "ratio, median round",
+           (ratios[UNC_ROUNDS / 2 - 1] + ratios[UNC_ROUNDS / 2]) / 2, ratios[0],
+           ratios[UNC_ROUNDS - 1]);
+}
+
+/* What the machine allows N raw clients beside 1 (round trips in SECS
+ * each side, same run). */
+static void print_raw_ceiling(long many, long one, double secs, int n)
+{
+    printf("  %-22s %10.1f /s   1 client %10.1f /s   ratio %.2fx (what the machine\n"
+           "  %-22s allows %d clients beside 1, same run)\n",
+           "raw round trips/s", (double)many / secs, (double)one / secs,
+           (double)many / (double)one, "", n);
+}
+
+/* N clients of O->url in *OUT (close_clients() ends them); 0 or the exit
+ * code of the failure. */
+static int open_clients(const struct bench_opts *o, int n, dlock_client ***out)
+{
+    dlock_client **c = calloc((size_t)n, sizeof *c);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        if ((rc = dlock_open(o->url, &c[i])))
+            rc = cli_fail(rc, "bench");
+    *out = c;
+    return rc;
+}
+
+static void close_clients(dlock_client **c, int n)
+{
+    for (int i = 0; i < n; i++)
+        dlock_client_close(c[i]);
+    free(c);
+}
+
 static int bench_readers(const struct bench_opts *o)
 {
     double secs = 2 * o->duration / UNC_ROUNDS;
@@ -581,11 +647,8 @@ static int bench_readers(const struct bench_opts *o)
            "  beside 1 reader alone; %d x %.2f s each side, taking turns\n",
            o->readers, o->writers ? " + " : "", o->writers, o->writers ? " writer(s)" : "",
            UNC_ROUNDS, secs);
-    dlock_client **c = calloc((size_t)n, sizeof *c);
-    int rc = 0;
-    for (int i = 0; i < n && !rc; i++)
-        if ((rc = dlock_open(o->url, &c[i])))
-            rc = cli_fail(rc, "bench");
+    dlock_client **c;
+    int rc = open_clients(o, n, &c);
     long many[2] = {0, 0}, one[2] = {0, 0}, raw_one = 0, raw_many = 0;
     struct samples lmany[2] = {{0}, {0}}, lone[2] = {{0}, {0}};
     double ratios[UNC_ROUNDS];
@@ -605,19 +668,13 @@ static int bench_readers(const struct bench_opts *o)
         printf("  %-22s %10.1f /s   1 reader %10.1f /s   ratio %.2fx\n", what,
                (double)many[0] / total, (double)one[0] / total,
                one[0] ? (double)many[0] / (double)one[0] : 0);
-        qsort(ratios, UNC_ROUNDS, sizeof *ratios, cmp_double);
-        printf("  %-22s %.2fx (min %.2fx, max %.2fx)\n", "ratio, median round",
-               (ratios[UNC_ROUNDS / 2 - 1] + ratios[UNC_ROUNDS / 2]) / 2, ratios[0],
-               ratios[UNC_ROUNDS - 1]);
+        print_median_ratio(ratios);
         printf("  %-22s %10.1f us   1 reader %10.1f us\n", "read pair p50", pct_us(&lmany[0], 50),
                pct_us(&lone[0], 50));
         printf("  %-22s %10.1f us   1 reader %10.1f us\n", "read pair p99", pct_us(&lmany[0], 99),
                pct_us(&lone[0], 99));
         if (raw_one)
-            printf("  %-22s %10.1f /s   1 client %10.1f /s   ratio %.2fx (what the machine\n"
-                   "  %-22s allows %d clients beside 1, same run)\n",
-                   "raw round trips/s", (double)raw_many / (total / 2), (double)raw_one / (total / 2),
-                   (double)raw_many / (double)raw_one, "", o->readers);
+            print_raw_ceiling(raw_many, raw_one, total / 2, o->readers);
         if (o->writers)
             printf("  %-22s %10.1f /s   writer's wait p50 %.1f us, p99 %.1f us\n", "writes/s",
                    (double)many[1] / total, pct_us(&lmany[1], 50), pct_us(&lmany[1], 99));
@@ -626,9 +683,141 @@ static int bench_readers(const struct bench_opts *o)
         free(lmany[i].v);
         free(lone[i].v);
     }
-    for (int i = 0; i < n; i++)
-        dlock_client_close(c[i]);
-    free(c);
+    close_clients(c, n);
+    return rc;
+}
+
+/* ----------------------------------------------------------- semaphore */
+
+struct sem_shared {
+    struct run_shared run;
+    const struct bench_opts *o;
+    bool lock; /* the baseline side: one lock, not the semaphore */
+    atomic_int inside, most;
+};
+
+struct sem_thread {
+    struct sem_shared *sh;
+    dlock_client *c;
+    long ops;
+    struct samples lat; /* acquire+release pairs */
+};
+
+/* Between an acquire and its release: count the holders, keep the most. */
+static void sem_inside(struct sem_shared *sh)
+{
+    int now = atomic_fetch_add(&sh->inside, 1) + 1, most = atomic_load(&sh->most);
+    while (now > most && !atomic_compare_exchange_weak(&sh->most, &most, now))
+        ;
+    atomic_fetch_sub(&sh->inside, 1);
+}
+
+static void *sem_main(void *arg)
+{
+    struct sem_thread *t = arg;
+    struct sem_shared *sh = t->sh;
+    dlock_semaphore *s = NULL;
+    dlock_lock *l = NULL;
+    int rc = sh->lock ? dlock_lock_new(t->c, "dlock-bench:sem-lock", DLOCK_EXCLUSIVE, 0, &l)
+                      : dlock_semaphore_new(t->c, "dlock-bench:sem", (unsigned)sh->o->permits, 0,
+                                            &s);
+    while (!rc && !atomic_load_explicit(&sh->run.stop, memory_order_relaxed)) {
+        int64_t t0 = now_ns();
+        dlock_permit *p = NULL;
+        rc = l ? dlock_acquire(l, 1000) : dlock_semaphore_acquire(s, 1, 1000, NULL, &p);
+        if (rc == DLOCK_ETIMEDOUT) {
+            rc = 0;
+            continue;
+        }
+        if (!rc) {
+            sem_inside(sh);
+            rc = l ? dlock_release(l) : dlock_permit_release(p);
+        }
+        if (!rc) {
+            sample_add(&t->lat, now_ns() - t0);
+            t->ops++;
+        }
+    }
+    if (rc)
+        run_failed(&sh->run);
+    dlock_lock_free(l);
+    dlock_semaphore_free(s);
+    return NULL;
+}
+
+/* O->waiters threads on clients C for SECS seconds, on the semaphore or
+ * (LOCK) the lock; adds their pairs to *OPS and LAT, the most holders
+ * seen at once to *MOST (the larger). */
+static int sem_run(const struct bench_opts *o, dlock_client **c, bool lock, double secs,
+                   long *ops, struct samples *lat, int *most)
+{
+    struct sem_shared sh = {.run.mu = PTHREAD_MUTEX_INITIALIZER, .o = o, .lock = lock};
+    struct sem_thread *t = calloc((size_t)o->waiters, sizeof *t);
+    for (int i = 0; i < o->waiters; i++)
+        t[i] = (struct sem_thread){.sh = &sh, .c = c[i]};
+    run_threads(&sh.run, o->waiters, sem_main, t, sizeof *t, secs);
+    for (int i = 0; i < o->waiters; i++) {
+        *ops += t[i].ops;
+        sample_merge(lat, &t[i].lat);
+        free(t[i].lat.v);
+    }
+    if (atomic_load(&sh.most) > *most)
+        *most = atomic_load(&sh.most);
+    free(t);
+    return thread_failure(0, "", sh.run.err);
+}
+
+static int bench_semaphore(const struct bench_opts *o)
+{
+    double secs = 2 * o->duration / UNC_ROUNDS;
+    printf("semaphore: %d threads (one client each) on %d permits, acquire(1)+release,\n"
+           "  beside the same threads on one lock; %d x %.2f s each side, taking turns\n",
+           o->waiters, o->permits, UNC_ROUNDS, secs);
+    dlock_client **c;
+    int rc = open_clients(o, o->waiters, &c);
+    dlock_semaphore *probe = NULL;
+    if (!rc && dlock_semaphore_new(c[0], "dlock-bench:sem", (unsigned)o->permits, 0, &probe) ==
+                   DLOCK_ENOTSUP) {
+        printf("  (no semaphores on this backend: %s)\n", dlock_errmsg());
+        close_clients(c, o->waiters);
+        return 0;
+    }
+    dlock_semaphore_free(probe);
+    long ops[2] = {0, 0}, raw_one = 0, raw_many = 0;
+    struct samples lat[2] = {{0}, {0}};
+    int most[2] = {0, 0};
+    double ratios[UNC_ROUNDS];
+    for (int round = 0; !rc && round < UNC_ROUNDS; round++) {
+        long before[2] = {ops[0], ops[1]};
+        if (o->base && !(rc = rt_run(o, 1, secs / 2, &raw_one)))
+            rc = rt_run(o, o->permits, secs / 2, &raw_many);
+        if (!rc && !(rc = sem_run(o, c, true, secs, &ops[1], &lat[1], &most[1])))
+            rc = sem_run(o, c, false, secs, &ops[0], &lat[0], &most[0]);
+        long locked = ops[1] - before[1];
+        ratios[round] = locked > 0 ? (double)(ops[0] - before[0]) / (double)locked : 0;
+    }
+    if (!rc) {
+        double total = UNC_ROUNDS * secs;
+        char what[40];
+        snprintf(what, sizeof what, "permits/s, %d permits", o->permits);
+        printf("  %-22s %10.1f /s   1 lock %10.1f /s   ratio %.2fx\n", what, (double)ops[0] / total,
+               (double)ops[1] / total, ops[1] ? (double)ops[0] / (double)ops[1] : 0);
+        print_median_ratio(ratios);
+        printf("  %-22s %10d      1 lock %10d\n", "most holders at once", most[0], most[1]);
+        printf("  %-22s %10.1f us   1 lock %10.1f us\n", "pair p50", pct_us(&lat[0], 50),
+               pct_us(&lat[1], 50));
+        printf("  %-22s %10.1f us   1 lock %10.1f us\n", "pair p99", pct_us(&lat[0], 99),
+               pct_us(&lat[1], 99));
+        if (raw_one)
+            print_raw_ceiling(raw_many, raw_one, total / 2, o->permits);
+        if (most[0] > o->permits) {
+            fprintf(stderr, "dlock bench: %d holders of %d permits at once\n", most[0], o->permits);
+            rc = EXIT_SOFTWARE;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        free(lat[i].v);
+    close_clients(c, o->waiters);
     return rc;
 }
 
@@ -706,17 +895,18 @@ out:
 int dlock_cli_bench(const char *url, int argc, char **argv)
 {
     struct bench_opts o = {.url = url, .threads = 1, .names = 1024, .waiters = 8, .locks = 10000,
-                           .periods = 5, .duration = 3, .lease_ms = 3000, .readers = 8};
+                           .periods = 5, .duration = 3, .lease_ms = 3000, .readers = 8,
+                           .permits = 4};
     static const struct option longopts[] = {
         {"threads", required_argument, NULL, 't'}, {"names", required_argument, NULL, 'm'},
         {"duration", required_argument, NULL, 'd'}, {"waiters", required_argument, NULL, 'W'},
         {"locks", required_argument, NULL, 'k'},    {"periods", required_argument, NULL, 'p'},
         {"lease", required_argument, NULL, 'l'},    {"help", no_argument, NULL, 'h'},
         {"readers", required_argument, NULL, 'R'},  {"writers", required_argument, NULL, 'X'},
-        {NULL, 0, NULL, 0}};
+        {"permits", required_argument, NULL, 'P'},  {NULL, 0, NULL, 0}};
     optind = 0; /* GNU: start afresh after the global options' getopt */
     int ch;
-    while ((ch = getopt_long(argc, argv, "t:m:d:W:k:p:l:R:X:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "t:m:d:W:k:p:l:R:X:P:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 't': o.threads = atoi(optarg); break;
         case 'm': o.names = atoi(optarg); break;
@@ -727,22 +917,25 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         case 'l': o.lease_ms = atoll(optarg); break;
         case 'R': o.readers = atoi(optarg); break;
         case 'X': o.writers = atoi(optarg); break;
+        case 'P': o.permits = atoi(optarg); break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return EXIT_USAGE;
         }
     }
     if (o.threads < 1 || o.names < o.threads || o.duration <= 0 || o.waiters < 2 || o.locks < 1 ||
-        o.periods < 1 || o.lease_ms < 30 || o.readers < 1 || o.writers < 0) {
+        o.periods < 1 || o.lease_ms < 30 || o.readers < 1 || o.writers < 0 || o.permits < 1 ||
+        o.permits > DLOCK_PERMITS_MAX) {
         fprintf(stderr, "dlock bench: need threads >= 1, names >= threads, duration > 0, waiters >= 2, "
-                        "locks >= 1, periods >= 1, lease >= 30 ms, readers >= 1, writers >= 0\n");
+                        "locks >= 1, periods >= 1, lease >= 30 ms, readers >= 1, writers >= 0, "
+                        "permits 1 to %d\n", DLOCK_PERMITS_MAX);
         return EXIT_USAGE;
     }
-    bool want[4] = {false, false, false, false};
+    bool want[5] = {false, false, false, false, false};
     bool any = false;
     for (int i = optind; i < argc; i++) {
         const char *m = argv[i];
         if (strcmp(m, "all") == 0)
-            want[0] = want[1] = want[2] = want[3] = true;
+            want[0] = want[1] = want[2] = want[3] = want[4] = true;
         else if (strcmp(m, "uncontended") == 0)
             want[0] = true;
         else if (strcmp(m, "contended") == 0)
@@ -751,15 +944,17 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
             want[2] = true;
         else if (strcmp(m, "readers") == 0)
             want[3] = true;
+        else if (strcmp(m, "semaphore") == 0)
+            want[4] = true;
         else {
             fprintf(stderr, "dlock bench: unknown mode '%s' (uncontended, contended, renewal, readers, "
-                            "all)\n", m);
+                            "semaphore, all)\n", m);
             return EXIT_USAGE;
         }
         any = true;
     }
     if (!any)
-        want[0] = want[1] = want[2] = want[3] = true;
+        want[0] = want[1] = want[2] = want[3] = want[4] = true;
 
     dlock_client *c = NULL;
     int rc = dlock_open(url, &c);
@@ -785,6 +980,8 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         rc = bench_renewal(&o);
     if (!rc && want[3])
         rc = bench_readers(&o);
+    if (!rc && want[4])
+        rc = bench_semaphore(&o);
     dlock_client_close(c);
     return rc;
 }

@@ -615,6 +615,26 @@ TU_TEST(cli_list_shows_semaphores, 60)
 }
 END_TEST
 
+/* dlock bench semaphore: W clients over N permits beside the same
+ * clients on one lock, in the same run; never more than N holders seen
+ * at once. (A smoke run: the figures themselves go to docs/benchmarks.md.) */
+TU_TEST(cli_bench_semaphore, 60)
+{
+    char *url = ct_test_url(NULL);
+    char *out = NULL, *err = NULL;
+    int code = TU_DLOCK(&out, &err, NULL, "-u", url, "bench", "semaphore", "-d", "0.2", "-W", "3",
+                        "-P", "2");
+    ck_assert_msg(code == 0, "exit %d: %s%s", code, out, err);
+    const char *most = strstr(out, "most holders at once");
+    ck_assert_msg(strstr(out, "permits/s, 2 permits") && strstr(out, "1 lock") && most, "%s", out);
+    long n = strtol(most + strlen("most holders at once"), NULL, 10);
+    ck_assert_msg(n >= 1 && n <= 2, "%ld holders of 2 permits seen at once: %s", n, out);
+    free(out);
+    free(err);
+    free(url);
+}
+END_TEST
+
 /* A backend without semaphores says so, naming itself. */
 TU_TEST(not_supported, 30)
 {

@@ -196,6 +196,51 @@ TU_TEST(killed_waiter_skipped_after_queue_lease, 120)
     takers_end(&t);
 }
 
+/* The deadline (server ms) in the queue record of NAME's waiter at
+ * position NTH (0: the first), or -1. */
+static long long queued_deadline(redisContext *ctx, const char *name, int nth)
+{
+    redisReply *q = redisCommand(ctx, "ZRANGE dlock_fair_queue:{%s} %d %d", name, nth, nth);
+    long long deadline = -1;
+    if (q && q->type == REDIS_REPLY_ARRAY && q->elements == 1) {
+        redisReply *w = redisCommand(ctx, "HGET dlock_fair_waiters:{%s} %s", name,
+                                     q->element[0]->str);
+        if (w && w->type == REDIS_REPLY_STRING && w->str[0] == 'w')
+            deadline = strtoll(w->str + 2, NULL, 10);
+        freeReplyObject(w);
+    }
+    freeReplyObject(q);
+    return deadline;
+}
+
+/* A live waiter keeps its place however long it waits: it refreshes its
+ * queue entry (every third of the queue lease), so after several queue
+ * leases it is still first, and gets the lock before the one behind it. */
+TU_TEST(waiter_keeps_its_place_past_its_queue_lease, 120)
+{
+    struct takers t;
+    takers_begin(&t, "queue_lease=600ms", "p");
+    pid_t first = spawn_taker(t.url, "p", "first", t.file);
+    wait_queued(t.ctx, "p", 1);
+    pid_t second = spawn_taker(t.url, "p", "second", t.file);
+    wait_queued(t.ctx, "p", 2);
+    long long d0 = queued_deadline(t.ctx, "p", 0), d = d0;
+    ck_assert_int_gt(d0, 0);
+    /* three queue leases later, by the server's clock */
+    for (int i = 0; i < 6000 && (d = queued_deadline(t.ctx, "p", 0)) < d0 + 3 * 600; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(d >= d0 + 3 * 600, "the first waiter's deadline went from %lld to %lld", d0, d);
+    ck_assert_int_eq(queued(t.ctx, "p"), 2);
+    TU_RELEASE_OK(t.l);
+    ck_assert_int_eq(tu_wait_exit(first), 0);
+    ck_assert_int_eq(tu_wait_exit(second), 0);
+    char *got = tu_read_file(t.file);
+    ck_assert_msg(got && strncmp(got, "first ", 6) == 0 && strstr(got, "\nsecond "),
+                  "order: %s", got ? got : "(nobody)");
+    free(got);
+    takers_end(&t);
+}
+
 /* The hand-off counted by the server: with the waiter queued (its
  * client's grant channel already subscribed by an earlier wait), the
  * holder's release is the only script call until the waiter holds the

@@ -179,16 +179,22 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(STATIC)
 # It drives every backend, so it is built only when all are.
 CHAOS_OBJ := $(patsubst %.c,$(BUILD)/%.o,tests/chaos/harness.c tests/chaos/store.c tests/chaos/worker.c)
 CHAOS_BIN := $(BUILD)/tests/chaos/chaos
-$(CHAOS_OBJ) $(BUILD)/tests/chaos/chaos.o: CPPFLAGS += -Itests/lib $(BACKEND_DEFS)
+CHAOS_CLOCKSHIFT := $(BUILD)/tests/chaos/clockshift.so
+$(CHAOS_OBJ) $(BUILD)/tests/chaos/chaos.o: CPPFLAGS += -Itests/lib $(BACKEND_DEFS) \
+  -DCHAOS_CLOCKSHIFT='"$(CURDIR)/$(CHAOS_CLOCKSHIFT)"'
 $(CHAOS_OBJ) $(BUILD)/tests/chaos/chaos.o: tests/chaos/chaos.h
+# preloaded into workers and redis-server: plain, no sanitizer runtime
+$(CHAOS_CLOCKSHIFT): tests/chaos/clockshift.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -O2 -Wall -o $@ $<
 ifeq ($(MISSING_BACKENDS),)
 TEST_BIN += $(BUILD)/tests/check_chaos
 endif
-$(BUILD)/tests/check_chaos: tests/chaos/check_chaos.c tests/chaos/chaos.h $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC)
+$(BUILD)/tests/check_chaos: tests/chaos/check_chaos.c tests/chaos/chaos.h $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC) $(CHAOS_CLOCKSHIFT)
 	@mkdir -p $(dir $@)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -Itests/lib $(ALL_CFLAGS) $(shell pkg-config --cflags check) \
 	  $(LDFLAGS) -o $@ $< $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC) $(shell pkg-config --libs check) $(LIBS)
-$(CHAOS_BIN): $(BUILD)/tests/chaos/chaos.o $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC)
+$(CHAOS_BIN): $(BUILD)/tests/chaos/chaos.o $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC) | $(CHAOS_CLOCKSHIFT)
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs check) $(LIBS)
 
 SEED ?= 1

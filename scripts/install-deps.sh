@@ -22,7 +22,7 @@ test=(
   zookeeper default-jre-headless                      # ZooKeeper
   util-linux hyperfine valgrind                       # flock(1), benchmarks, valgrind
   iproute2 clang                                      # fault harness (ip, tc), fuzzing
-  nftables faketime                                   # fault harness: packet loss, clock steps
+  nftables                                            # fault harness: packet loss and reorder
   postgresql                                          # the fencing recipe's test (check_fencing_pg)
 )
 case "${1:-}" in

@@ -41,7 +41,9 @@ enum chaos_fault {
                              one worker from two masters (it sees a minority) */
     FAULT_LOSS,          /* 5-30 % of the packets of a link dropped (nftables) */
     FAULT_REORDER,       /* 20-50 % of a link's packets held back in a slow queue */
-    FAULT_CLOCK_STEP,    /* a Redis server's wall clock stepped (libfaketime) */
+    FAULT_CLOCK_STEP,    /* wall clock of workers or a Redis server stepped (clockshift.c) */
+    FAULT_CLOCK_BACK_EMPTY, /* Redis: a server's clock an hour back, then restarted
+                               without its data (by hand only: -f clock-back-empty) */
     FAULT_COUNT
 };
 const char *chaos_fault_name(enum chaos_fault f);
@@ -125,6 +127,16 @@ bool chaos_store_call(int fd, char *reply, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 int chaos_store_connect(const char *path);
 
+/* What the workers and the orchestrator share: a memfd mapped by both
+ * (a worker is exec'd again, so that clockshift.so can be preloaded into
+ * it, and finds the mapping through the descriptor it inherits). */
+#define CHAOS_MAX_WORKERS 8
+#define CHAOS_MAX_THREADS 4
+struct chaos_shared {
+    volatile int stop;
+    volatile int64_t call_since[CHAOS_MAX_WORKERS][CHAOS_MAX_THREADS];
+};
+
 /* A worker (worker.c): THREADS threads on one client of URL, looping
  * until *STOP. CALL_SINCE[t] is when thread t entered a dlock call (0:
  * not in one), for the orchestrator's hang check. */
@@ -141,5 +153,11 @@ struct chaos_worker {
     volatile int64_t *call_since; /* [threads] */
 };
 void chaos_worker_main(const struct chaos_worker *w);
+/* Run W in a fresh image of this program (/proc/self/exe): W's fields go
+ * through the environment with ENV (NULL-terminated "K=V", e.g.
+ * LD_PRELOAD of clockshift.so), SHM_FD is the memfd of struct chaos_shared
+ * and SLOT the worker's row in it. A constructor of worker.c picks the
+ * worker up before main() runs. Returns only if the exec failed. */
+void chaos_worker_exec(const struct chaos_worker *w, int shm_fd, int slot, char *const *env);
 
 #endif

@@ -17,6 +17,7 @@
  */
 #include <pthread.h>
 #include <stdarg.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,50 @@ static void *thread_main(void *arg)
         tu_sleep_ms((int)chaos_between(&x->rng, 0, 15));
     }
     return NULL;
+}
+
+void chaos_worker_exec(const struct chaos_worker *w, int shm_fd, int slot, char *const *env)
+{
+    for (int i = 0; env && env[i]; i++)
+        putenv(env[i]);
+    char spec[256];
+    snprintf(spec, sizeof spec, "%d %d %d %d %d %llu %d %d", w->wid, w->threads, w->names, w->lease_ms,
+             (int)w->careless, (unsigned long long)w->seed, shm_fd, slot);
+    setenv("DLOCK_CHAOS_WORKER", spec, 1);
+    setenv("DLOCK_CHAOS_URL", w->url, 1);
+    setenv("DLOCK_CHAOS_STORE", w->store_path, 1);
+    char *const argv[] = {"chaos-worker", NULL};
+    execv("/proc/self/exe", argv);
+}
+
+/* A worker exec'd by chaos_worker_exec(): before main() (the test
+ * framework's or the chaos tool's) ever runs, it becomes the worker. */
+__attribute__((constructor)) static void worker_from_environment(void)
+{
+    const char *spec = getenv("DLOCK_CHAOS_WORKER"), *url = getenv("DLOCK_CHAOS_URL"),
+               *store = getenv("DLOCK_CHAOS_STORE");
+    if (!spec)
+        return;
+    struct chaos_worker w = {.url = url, .store_path = store};
+    int careless = 0, fd = -1, slot = 0;
+    unsigned long long seed = 0;
+    if (!url || !store ||
+        sscanf(spec, "%d %d %d %d %d %llu %d %d", &w.wid, &w.threads, &w.names, &w.lease_ms, &careless, &seed,
+               &fd, &slot) != 8 ||
+        slot < 0 || slot >= CHAOS_MAX_WORKERS || w.threads > CHAOS_MAX_THREADS)
+        _exit(6);
+    struct chaos_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (sh == MAP_FAILED)
+        _exit(6);
+    close(fd);
+    w.careless = careless != 0;
+    w.seed = seed;
+    w.stop = &sh->stop;
+    w.call_since = sh->call_since[slot];
+    /* not ours to pass on: the servers it might start are not workers */
+    unsetenv("DLOCK_CHAOS_WORKER");
+    chaos_worker_main(&w);
+    _exit(0);
 }
 
 void chaos_worker_main(const struct chaos_worker *w)

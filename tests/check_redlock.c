@@ -10,13 +10,17 @@
  * makes it go back; with appendfsync always it does not), and the
  * node-redlock / redsync keys played on the wire.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "dlock.h"
@@ -166,6 +170,61 @@ TU_TEST(minority_down_still_works, 60)
     ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
     TU_FREE_LOCKS(la, lb);
     TU_CLOSE_CLIENTS(a, b);
+    stop_nodes();
+}
+END_TEST
+
+/* A black-holed port: a socket listening with a backlog of 0 whose queue
+ * is filled by connections nobody accepts, so the kernel drops further
+ * SYNs and a connect to *PORT hangs until its timeout, as to a host
+ * behind a firewall that drops. Returns the listening socket (the fillers
+ * stay open with it, leaked for the test's life). */
+static int black_hole(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(fd, 0), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    /* fill the queue: until a connect no longer completes */
+    for (int i = 0; i < 16; i++) {
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (connect(c, (struct sockaddr *)&a, sizeof a) == 0)
+            continue;
+        struct pollfd p = {.fd = c, .events = POLLOUT};
+        if (poll(&p, 1, 500) == 0)
+            return fd; /* this one hangs: so will the client's */
+    }
+    ck_abort_msg("the listening socket's queue never filled");
+    return fd;
+}
+
+/* A node whose port drops connects (black_hole), first in the URL: the
+ * nodes are dialed at once, so the two others answer within the node
+ * timeout and the acquire is granted by them. Dialed one after the
+ * other, the black hole's connect took the whole node timeout and the
+ * acquire failed (DLOCK_EUNAVAIL: its time was gone before the others
+ * were asked). */
+TU_TEST(black_holed_node_dialed_beside_the_others, 60)
+{
+    start_nodes(2, NULL);
+    int hole_port;
+    int hole = black_hole(&hole_port);
+    char *url = tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?node_timeout=1s",
+                       hole_port, nodes[0].port, nodes[1].port);
+    struct tu_solo s = tu_solo_open(url, "job");
+    for (int round = 0; round < 3; round++) {
+        int rc = dlock_acquire(s.l, DLOCK_TRY);
+        ck_assert_msg(rc == DLOCK_OK, "acquire %d: %s: %s", round, dlock_err_name(rc),
+                      dlock_errmsg());
+        for (int i = 0; i < 2; i++) /* granted by both answering nodes */
+            ck_assert_int_eq(node_int(i, "EXISTS job"), 1);
+        TU_RELEASE_OK(s.l);
+    }
+    tu_solo_close(&s);
+    close(hole);
     stop_nodes();
 }
 END_TEST

@@ -62,34 +62,40 @@ int dlock__redis_command(struct rconn *k, int argc, const char **argv, const siz
     return DLOCK_OK;
 }
 
-/* The AUTH and SELECT a fresh connection needs, pipelined (one round
- * trip), within what is left until DEADLINE: DLOCK_OK or the failure,
- * with AUTH refusals as DLOCK_EAUTH. */
-static int setup_connection(struct redis_state *s, struct rconn *k, bool select_db,
-                            int64_t deadline)
+/* Append to K the AUTH and SELECT (when SELECT_DB) a fresh connection of
+ * S needs: how many (0, 1 or 2; -1 out of memory). */
+static int setup_append(struct redis_state *s, struct rconn *k, bool select_db)
 {
     char db[16];
     snprintf(db, sizeof db, "%d", s->db);
     const char *auth[] = {"AUTH", s->user ? s->user : s->password, s->password};
     const char *sel[] = {"SELECT", db};
-    bool do_auth = s->password != NULL, do_select = select_db && s->db != 0;
-    if (!do_auth && !do_select)
-        return DLOCK_OK;
-    int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
-    if (left == 0)
-        return deadline_passed(s, do_auth ? "AUTH" : "SELECT");
-    int rc = DLOCK_OK;
-    if (do_auth)
-        rc = dlock__redis_conn_append(k, s->user ? 3 : 2, auth, NULL);
-    if (!rc && do_select)
-        rc = dlock__redis_conn_append(k, 2, sel, NULL);
-    if (!rc)
-        rc = dlock__redis_exchange(&k, 1, dlock__now_ms() + left, do_auth ? "AUTH" : "SELECT");
-    for (int i = 0; i < do_auth + do_select; i++) {
+    int n = 0;
+    if (s->password) {
+        if (dlock__redis_conn_append(k, s->user ? 3 : 2, auth, NULL))
+            return -1;
+        n++;
+    }
+    if (select_db && s->db != 0) {
+        if (dlock__redis_conn_append(k, 2, sel, NULL))
+            return -1;
+        n++;
+    }
+    return n;
+}
+
+/* Read the replies to what setup_append() appended to K (N of them, the
+ * exchange's outcome RC): DLOCK_OK or the failure, with AUTH refusals as
+ * DLOCK_EAUTH. */
+static int setup_check(struct redis_state *s, struct rconn *k, int n, int rc)
+{
+    if (rc)
+        return dlock__err(rc, "%s: %s: %s", k->where, s->password ? "AUTH" : "SELECT", k->err);
+    for (int i = 0; i < n; i++) {
         redisReply *r = dlock__redis_conn_take(k);
         if (!r)
             break;
-        bool is_auth = do_auth && i == 0;
+        bool is_auth = s->password && i == 0;
         if (!rc && r->type == REDIS_REPLY_ERROR && is_auth)
             rc = dlock__err(DLOCK_EAUTH, "%s: AUTH%s%s refused: %s", s->where, s->user ? " as " : "",
                             s->user ? s->user : "", r->str);
@@ -98,6 +104,66 @@ static int setup_connection(struct redis_state *s, struct rconn *k, bool select_
         freeReplyObject(r);
     }
     return rc;
+}
+
+/* Dial A[i] for SS[i], every one at once (net.c; NEED: see
+ * dlock__redis_conn_dial_many), then their AUTH and SELECT pipelined in
+ * one exchange over all of them (one round trip, the same quorum),
+ * every step within what is left until DEADLINE (the connect timeout of
+ * SS[0], then its op timeout: the nodes of one URL share them). OUT[i] is
+ * the connection, or NULL with RC[i] and MSG[i]. */
+static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a, size_t n,
+                            size_t need, bool select_db, int64_t deadline, struct rconn **out,
+                            int *rc, char (*msg)[DLOCK__MSG_MAX])
+{
+    int64_t cto = dlock__time_left(deadline, ss[0]->connect_timeout_ms);
+    if (cto == 0) {
+        for (size_t i = 0; i < n; i++) {
+            out[i] = NULL;
+            rc[i] = deadline_passed(ss[i], "connect");
+            dlock__errmsg_save(msg[i]);
+        }
+        return;
+    }
+    dlock__redis_conn_dial_many(a, n, dlock__now_ms() + cto, need, out, rc, msg);
+    struct rconn *stack[8], **ks = n <= 8 ? stack : calloc(n, sizeof *ks);
+    int nstack[8], *nsetup = n <= 8 ? nstack : calloc(n, sizeof *nsetup);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!out[i])
+            continue;
+        nsetup[i] = ks && nsetup ? setup_append(ss[i], out[i], select_db) : -1;
+        if (nsetup[i] < 0) {
+            rc[i] = dlock__err(DLOCK_ENOMEM, "out of memory");
+            dlock__errmsg_save(msg[i]);
+            dlock__redis_conn_free(out[i]);
+            out[i] = NULL;
+        } else if (nsetup[i] > 0) {
+            ks[m++] = out[i];
+        }
+    }
+    size_t ready = 0; /* connected, nothing to set up */
+    for (size_t i = 0; i < n; i++)
+        ready += out[i] && nsetup[i] == 0;
+    int64_t left = m ? dlock__time_left(deadline, ss[0]->op_timeout_ms) : 0;
+    if (m && left > 0)
+        dlock__redis_exchange_quorum(ks, m, dlock__now_ms() + left, "AUTH",
+                                     need > ready ? (need - ready < m ? need - ready : m) : 0);
+    for (size_t i = 0; i < n; i++) {
+        if (!out[i] || nsetup[i] == 0)
+            continue;
+        rc[i] = left == 0 ? deadline_passed(ss[i], ss[i]->password ? "AUTH" : "SELECT")
+                          : setup_check(ss[i], out[i], nsetup[i], out[i]->broken ? DLOCK_ECONN : 0);
+        if (rc[i]) {
+            dlock__errmsg_save(msg[i]);
+            dlock__redis_conn_free(out[i]);
+            out[i] = NULL;
+        }
+    }
+    if (ks != stack)
+        free(ks);
+    if (nsetup != nstack)
+        free(nsetup);
 }
 
 int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out)
@@ -126,21 +192,10 @@ int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline, s
 int dlock__redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
                     int64_t deadline, struct rconn **out)
 {
-    *out = NULL;
-    int64_t cto = dlock__time_left(deadline, s->connect_timeout_ms);
-    if (cto == 0)
-        return deadline_passed(s, "connect");
-    struct rconn *k;
-    int rc = dlock__redis_conn_dial(a, dlock__now_ms() + cto, &k);
-    if (rc)
-        return rc;
-    rc = setup_connection(s, k, select_db, deadline);
-    if (rc) {
-        dlock__redis_conn_free(k);
-        return rc;
-    }
-    *out = k;
-    return DLOCK_OK;
+    int rc;
+    char msg[1][DLOCK__MSG_MAX];
+    dial_setup_many(&s, a, 1, 1, select_db, deadline, out, &rc, msg);
+    return rc ? dlock__errmsg_restore(rc, msg[0]) : DLOCK_OK;
 }
 
 int64_t dlock__redis_budget(struct redis_state *s, int64_t deadline)
@@ -148,7 +203,12 @@ int64_t dlock__redis_budget(struct redis_state *s, int64_t deadline)
     return dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms);
 }
 
-int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out)
+/* The first half of a pool_get: an idle connection of S's current
+ * generation into *OUT, or *OUT NULL and *GEN the generation a dial is
+ * for; a failure when DEADLINE has passed or a BACKGROUND caller must
+ * wait for the reconnect backoff. */
+static int pool_take(struct redis_state *s, bool background, int64_t deadline, struct rconn **out,
+                     unsigned *gen)
 {
     *out = NULL;
     int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
@@ -173,11 +233,16 @@ int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadli
         return dlock__err(DLOCK_ECONN, "%s: reconnecting (next attempt in %lld ms)", s->where,
                           (long long)wait);
     }
-    unsigned gen = s->gen;
+    *gen = s->gen;
     pthread_mutex_unlock(&s->pool_mu);
+    return DLOCK_OK;
+}
 
-    struct rconn *k;
-    int rc = dlock__redis_dial(s, true, deadline, &k);
+/* The second half: the dial for generation GEN ended with RC and *K:
+ * the reconnect backoff, "reconnected", and K's request bound. */
+static int pool_dialed(struct redis_state *s, unsigned gen, int rc, int64_t deadline,
+                       struct rconn **k)
+{
     pthread_mutex_lock(&s->pool_mu);
     if (rc) {
         s->next_dial_ms = dlock__now_ms() + dlock__backoff_next(&s->backoff);
@@ -189,19 +254,82 @@ int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadli
     if (!rc)
         s->dialed_gen = gen + 1;
     pthread_mutex_unlock(&s->pool_mu);
-    if (again)
+    if (again) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
         dlock__reconnected(s->c, "%s: reconnected", s->where);
+        dlock__errmsg_restore(DLOCK_OK, msg);
+    }
     if (rc)
         return rc;
-    k->gen = gen;
-    left = dlock__time_left(deadline, s->op_timeout_ms);
+    (*k)->gen = gen;
+    int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
     if (left == 0) {
-        dlock__redis_pool_put(s, k, false);
+        dlock__redis_pool_put(s, *k, false);
+        *k = NULL;
         return deadline_passed(s, "request");
     }
-    k->until = dlock__now_ms() + left;
-    *out = k;
+    (*k)->until = dlock__now_ms() + left;
     return DLOCK_OK;
+}
+
+int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out)
+{
+    unsigned gen;
+    int rc = pool_take(s, background, deadline, out, &gen);
+    if (rc || *out)
+        return rc;
+    rc = dlock__redis_dial(s, true, deadline, out);
+    return pool_dialed(s, gen, rc, deadline, out);
+}
+
+void dlock__redis_pool_get_many(struct redis_state **ss, size_t n, bool background,
+                                int64_t deadline, size_t need, struct rconn **out, int *rc,
+                                char (*msg)[DLOCK__MSG_MAX])
+{
+    struct redis_state *dial_s[DLOCK__MAX_HOSTS];
+    struct redis_addr dial_a[DLOCK__MAX_HOSTS];
+    size_t which[DLOCK__MAX_HOSTS], m = 0;
+    unsigned gen[DLOCK__MAX_HOSTS];
+    struct rconn *dialed[DLOCK__MAX_HOSTS];
+    int dial_rc[DLOCK__MAX_HOSTS];
+    for (size_t i = 0; i < n; i++) {
+        rc[i] = pool_take(ss[i], background, deadline, &out[i], &gen[i]);
+        if (rc[i]) {
+            dlock__errmsg_save(msg[i]);
+        } else if (!out[i] && m < DLOCK__MAX_HOSTS) {
+            struct redis_state *s = ss[i];
+            dial_s[m] = s;
+            dial_a[m] = (struct redis_addr){.host = s->host, .port = s->port, .sock = s->sock,
+                                            .tls = s->tls};
+            which[m++] = i;
+        }
+    }
+    if (!m)
+        return;
+    size_t idle = 0;
+    for (size_t i = 0; i < n; i++)
+        idle += out[i] != NULL;
+    char (*dial_msg)[DLOCK__MSG_MAX] = calloc(m, sizeof *dial_msg);
+    if (!dial_msg) {
+        for (size_t j = 0; j < m; j++) {
+            rc[which[j]] = dlock__err(DLOCK_ENOMEM, "out of memory");
+            dlock__errmsg_save(msg[which[j]]);
+        }
+        return;
+    }
+    dial_setup_many(dial_s, dial_a, m, need > idle ? need - idle : 0, true, deadline, dialed,
+                    dial_rc, dial_msg);
+    for (size_t j = 0; j < m; j++) {
+        size_t i = which[j];
+        if (dial_rc[j])
+            dlock__errmsg_restore(dial_rc[j], dial_msg[j]);
+        out[i] = dialed[j];
+        rc[i] = pool_dialed(ss[i], gen[i], dial_rc[j], deadline, &out[i]);
+        if (rc[i])
+            dlock__errmsg_save(msg[i]);
+    }
+    free(dial_msg);
 }
 
 /* Give K back; BROKEN (an I/O error) closes it and retires every idle

@@ -195,114 +195,256 @@ static int resolve_until(const char *host, int port, int64_t until, struct addri
     }
 }
 
-/* Connect FD to ADDR within UNTIL: 0, or an errno (ETIMEDOUT). */
-static int connect_until(int fd, const struct sockaddr *addr, socklen_t len, int64_t until)
+/* ================================================================ dialing */
+
+/* One dial of dlock__redis_conn_dial_many(): its connection, the
+ * addresses of its name still to try, and where it stands. */
+struct dialing {
+    const struct redis_addr *a;
+    struct rconn *k;
+    struct addrinfo *res, *next;
+    enum { D_CONNECTING, D_HANDSHAKE, D_DONE, D_FAILED } state;
+    short events; /* what it waits for */
+    int err;      /* the last address's failure (errno) */
+    int rc;
+    char *msg;    /* DLOCK__MSG_MAX bytes: why it failed */
+};
+
+static void dial_failed(struct dialing *d, int rc)
 {
-    if (connect(fd, addr, len) == 0)
-        return 0;
-    if (errno != EINPROGRESS && errno != EINTR)
-        return errno;
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int64_t left = ms_until(until);
-        int n = poll(&p, 1, (int)(left > 1000000 ? 1000000 : left));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return errno;
-        if (n == 0) {
-            if (ms_until(until) > 0)
-                continue;
-            return ETIMEDOUT;
-        }
-        int err = 0;
-        socklen_t el = sizeof err;
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
-            return errno;
-        return err;
-    }
+    d->state = D_FAILED;
+    d->rc = rc;
+    snprintf(d->msg, DLOCK__MSG_MAX, "%s", dlock_errmsg());
+    dlock__redis_conn_free(d->k);
+    d->k = NULL;
 }
 
-int dlock__redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out)
+/* D's socket is connected: options, then TLS when asked. */
+static void dial_connected(struct dialing *d)
 {
-    *out = NULL;
-    struct rconn *k = calloc(1, sizeof *k);
-    if (!k)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (!d->a->sock) {
+        int one = 1;
+        setsockopt(d->k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        setsockopt(d->k->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    }
+    if (!d->a->tls) {
+        d->state = D_DONE;
+        return;
+    }
+    int rc = dlock__redis_tls_start(d->k, d->a->tls, d->a->host);
+    if (rc) {
+        dial_failed(d, rc);
+        return;
+    }
+    d->state = D_HANDSHAKE;
+    rc = dlock__redis_tls_step(d->k, &d->events);
+    if (rc)
+        dial_failed(d, rc);
+    else if (!d->events)
+        d->state = D_DONE;
+}
+
+/* Start connecting D to its next address (a unix socket has one): at
+ * once, or under way (POLLOUT), or failed when none is left. */
+static void dial_next(struct dialing *d)
+{
+    for (;;) {
+        struct rconn *k = d->k;
+        if (k->fd >= 0)
+            close(k->fd);
+        k->fd = -1;
+        int r;
+        if (d->a->sock) {
+            if (d->err) /* tried */
+                break;
+            struct sockaddr_un un = {.sun_family = AF_UNIX};
+            strcpy(un.sun_path, d->a->sock);
+            k->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+            r = k->fd < 0 ? -1 : connect(k->fd, (struct sockaddr *)&un, sizeof un);
+        } else {
+            if (!d->next)
+                break;
+            struct addrinfo *ai = d->next;
+            d->next = ai->ai_next;
+            k->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                           ai->ai_protocol);
+            r = k->fd < 0 ? -1 : connect(k->fd, ai->ai_addr, ai->ai_addrlen);
+        }
+        if (r == 0) {
+            dial_connected(d);
+            return;
+        }
+        if (errno == EINPROGRESS || errno == EINTR) {
+            d->state = D_CONNECTING;
+            d->events = POLLOUT;
+            return;
+        }
+        d->err = errno;
+    }
+    dial_failed(d, dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", d->k->where,
+                              strerror(d->err ? d->err : ENOENT)));
+}
+
+/* D's socket is ready for what it waited for. */
+static void dial_ready(struct dialing *d)
+{
+    if (d->state == D_CONNECTING) {
+        int err = 0;
+        socklen_t el = sizeof err;
+        if (getsockopt(d->k->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+            err = errno;
+        if (err) {
+            d->err = err;
+            dial_next(d);
+        } else {
+            dial_connected(d);
+        }
+        return;
+    }
+    int rc = dlock__redis_tls_step(d->k, &d->events);
+    if (rc)
+        dial_failed(d, rc);
+    else if (!d->events)
+        d->state = D_DONE;
+}
+
+/* Set D up for A: the connection (its name for messages, its reader) and
+ * A's addresses, then the first connect. */
+static void dial_start(struct dialing *d, const struct redis_addr *a, int64_t until, char *msg)
+{
+    memset(d, 0, sizeof *d);
+    d->a = a;
+    d->msg = msg;
+    struct rconn *k = d->k = calloc(1, sizeof *k);
+    if (!k || !(k->reader = redisReaderCreate())) {
+        dial_failed(d, dlock__err(DLOCK_ENOMEM, "out of memory"));
+        return;
+    }
     k->fd = -1;
     if (a->sock)
         snprintf(k->where, sizeof k->where, "redis unix:%s", a->sock);
     else
         snprintf(k->where, sizeof k->where, strchr(a->host, ':') ? "%s [%s]:%d" : "%s %s:%d",
                  a->tls ? "rediss" : "redis", a->host, a->port);
-    k->reader = redisReaderCreate();
-    if (!k->reader) {
-        dlock__redis_conn_free(k);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (a->sock && strlen(a->sock) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+        dial_failed(d, dlock__err(DLOCK_EBADURL, "%s: the socket path is too long", k->where));
+        return;
     }
-    int64_t budget = ms_until(until);
-    int err = 0;
-    if (a->sock) {
-        struct sockaddr_un un = {.sun_family = AF_UNIX};
-        if (strlen(a->sock) >= sizeof un.sun_path) {
-            dlock__redis_conn_free(k);
-            return dlock__err(DLOCK_EBADURL, "%s: the socket path is too long", k->where);
-        }
-        strcpy(un.sun_path, a->sock);
-        k->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        err = k->fd < 0 ? errno : connect_until(k->fd, (struct sockaddr *)&un, sizeof un, until);
-    } else {
-        struct addrinfo *res = NULL;
+    if (!a->sock) {
+        int64_t budget = ms_until(until);
         bool late = false;
-        int gai = resolve_until(a->host, a->port, until, &res, &late);
+        int gai = resolve_until(a->host, a->port, until, &d->res, &late);
         if (gai) {
-            int rc = late ? dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': no answer within "
-                                                    "%lld ms",
-                                       k->where, a->host, (long long)budget)
-                          : dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': %s", k->where,
-                                       a->host,
-                                       gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
-            dlock__redis_conn_free(k);
-            return rc;
+            dial_failed(d, late ? dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': no answer "
+                                                          "within %lld ms",
+                                             k->where, a->host, (long long)budget)
+                                : dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': %s", k->where,
+                                             a->host,
+                                             gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai)));
+            return;
         }
-        err = ENOENT;
-        for (struct addrinfo *ai = res; ai && err; ai = ai->ai_next) {
-            if (k->fd >= 0)
-                close(k->fd);
-            k->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                           ai->ai_protocol);
-            if (k->fd < 0) {
-                err = errno;
-                continue;
+        d->next = d->res;
+    }
+    dial_next(d);
+}
+
+void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t until, size_t need,
+                                 struct rconn **out, int *rc, char (*msg)[DLOCK__MSG_MAX])
+{
+    int64_t budget = ms_until(until), start = dlock__now_ms();
+    bool quorum = false; /* NEED connected: UNTIL is now the grace's end */
+    struct dialing stack[8], *d = n <= 8 ? stack : calloc(n, sizeof *d);
+    struct pollfd pstack[8], *p = n <= 8 ? pstack : calloc(n, sizeof *p);
+    if (!d || !p) {
+        for (size_t i = 0; i < n; i++) {
+            out[i] = NULL;
+            rc[i] = dlock__err(DLOCK_ENOMEM, "out of memory");
+            snprintf(msg[i], DLOCK__MSG_MAX, "out of memory");
+        }
+        if (d != stack)
+            free(d);
+        if (p != pstack)
+            free(p);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dial_start(&d[i], &a[i], until, msg[i]);
+    for (;;) {
+        size_t busy = 0, done = 0;
+        for (size_t i = 0; i < n; i++) {
+            bool waiting = d[i].state == D_CONNECTING || d[i].state == D_HANDSHAKE;
+            p[i].fd = waiting ? d[i].k->fd : -1;
+            p[i].events = waiting ? d[i].events : 0;
+            p[i].revents = 0;
+            busy += waiting;
+            done += d[i].state == D_DONE;
+        }
+        if (!busy)
+            break;
+        if (!quorum && done >= need) {
+            /* the others get a grace: four times what those took, at
+             * least 25 ms and a quarter of the bound (a node further
+             * away than the rest still gets in), not the whole bound */
+            quorum = true;
+            int64_t took = dlock__now_ms() - start, grace = 4 * took;
+            if (grace < 25)
+                grace = 25;
+            if (grace < budget / 4)
+                grace = budget / 4;
+            if (dlock__now_ms() + grace < until)
+                until = dlock__now_ms() + grace;
+        }
+        int64_t left = ms_until(until);
+        if (left == 0) {
+            for (size_t i = 0; i < n; i++) {
+                if (d[i].state == D_CONNECTING && quorum)
+                    dial_failed(&d[i], dlock__err(DLOCK_ECONN, "%s: cannot connect: no answer "
+                                                               "within %lld ms, while the others "
+                                                               "answered",
+                                                  d[i].k->where,
+                                                  (long long)(dlock__now_ms() - start)));
+                else if (d[i].state == D_CONNECTING)
+                    dial_failed(&d[i], dlock__err(DLOCK_ECONN, "%s: cannot connect: no answer "
+                                                               "within %lld ms",
+                                                  d[i].k->where, (long long)budget));
+                else if (d[i].state == D_HANDSHAKE)
+                    dial_failed(&d[i], dlock__err(DLOCK_ECONN, "%s: TLS handshake: no answer "
+                                                               "within %lld ms (is it a plain, "
+                                                               "non-TLS port? then use redis://)",
+                                                  d[i].k->where, (long long)budget));
             }
-            err = connect_until(k->fd, ai->ai_addr, ai->ai_addrlen, until);
-            if (err == ETIMEDOUT)
-                break;
+            break;
         }
-        freeaddrinfo(res);
-        if (!err) {
-            int one = 1;
-            setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            setsockopt(k->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+        int got = poll(p, (nfds_t)n, (int)(left > 1000000 ? 1000000 : left));
+        if (got < 0 && errno != EINTR) {
+            int e = errno;
+            for (size_t i = 0; i < n; i++)
+                if (p[i].fd >= 0)
+                    dial_failed(&d[i], dlock__errno(DLOCK_ECONN, e, "%s: poll", d[i].k->where));
+            break;
         }
+        for (size_t i = 0; got > 0 && i < n; i++)
+            if (p[i].fd >= 0 && p[i].revents)
+                dial_ready(&d[i]);
     }
-    if (err) {
-        int rc = err == ETIMEDOUT
-                     ? dlock__err(DLOCK_ECONN, "%s: cannot connect: no answer within %lld ms",
-                                  k->where, (long long)budget)
-                     : dlock__err(DLOCK_ECONN, "%s: cannot connect: %s", k->where, strerror(err));
-        dlock__redis_conn_free(k);
-        return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i].res)
+            freeaddrinfo(d[i].res);
+        out[i] = d[i].state == D_DONE ? d[i].k : NULL;
+        rc[i] = d[i].state == D_DONE ? DLOCK_OK : d[i].rc;
     }
-    if (a->tls) {
-        int rc = dlock__redis_tls_handshake(k, a->tls, a->host, until);
-        if (rc) {
-            dlock__redis_conn_free(k);
-            return rc;
-        }
-    }
-    *out = k;
-    return DLOCK_OK;
+    if (d != stack)
+        free(d);
+    if (p != pstack)
+        free(p);
+}
+
+int dlock__redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out)
+{
+    int rc;
+    char msg[1][DLOCK__MSG_MAX];
+    dlock__redis_conn_dial_many(a, 1, until, 1, out, &rc, msg);
+    return rc ? dlock__errmsg_restore(rc, msg[0]) : DLOCK_OK;
 }
 
 /* ====================================================== appending, replies */

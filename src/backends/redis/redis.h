@@ -195,6 +195,15 @@ int64_t dlock__redis_budget(struct redis_state *s, int64_t deadline);
  * respect the reconnect backoff; callers' own requests always dial.
  * DLOCK_ETIMEDOUT when DEADLINE has passed: nothing is sent. */
 int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out);
+/* dlock__redis_pool_get() for the N nodes SS[0..N) of one URL (Redlock,
+ * not Sentinel) at once: those with no idle connection are dialed
+ * together (dlock__redis_conn_dial_many), and once NEED nodes have a
+ * connection (idle ones count) the dials left get only a grace, so a
+ * node that does not answer costs the others little. OUT[i], or NULL
+ * with RC[i] and MSG[i]. */
+void dlock__redis_pool_get_many(struct redis_state **ss, size_t n, bool background,
+                                int64_t deadline, size_t need, struct rconn **out, int *rc,
+                                char (*msg)[DLOCK__MSG_MAX]);
 /* Give K back; BROKEN (an I/O error) closes it and retires every idle
  * connection dialed before, since the server may have restarted. */
 void dlock__redis_pool_put(struct redis_state *s, struct rconn *k, bool broken);
@@ -204,6 +213,14 @@ void dlock__redis_pool_put(struct redis_state *s, struct rconn *k, bool broken);
 /* Dial A (non-blocking, close-on-exec) within UNTIL (monotonic ms):
  * DLOCK_OK, or DLOCK_ECONN naming the address and why. */
 int dlock__redis_conn_dial(const struct redis_addr *a, int64_t until, struct rconn **out);
+/* The same for the N addresses A[0..N) at once: every connect (and TLS
+ * handshake) under way together in one poll loop ending at UNTIL; once
+ * NEED of them are connected, the others get a grace (four times what
+ * those took, at least 25 ms and a quarter of the bound), so a node that
+ * does not answer costs the others little. OUT[i] is the connection, or
+ * NULL with RC[i] and MSG[i] saying why. */
+void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t until, size_t need,
+                                 struct rconn **out, int *rc, char (*msg)[DLOCK__MSG_MAX]);
 /* Mark K broken with a reason (the first one sticks). */
 void dlock__redis_conn_fail(struct rconn *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Close K and free what it holds (NULL: nothing). */
@@ -268,10 +285,13 @@ void dlock__redis_sentinel_stale(struct redis_state *s);
  * (both or neither). DLOCK_EINVAL naming a file that does not load. */
 int dlock__redis_tls_context(struct redis_state *s, const char *ca, const char *cert, const char *key);
 void dlock__redis_tls_context_free(struct ssl_ctx_st *ctx);
-/* TLS over K's connected socket: SNI and certificate check against HOST,
- * the handshake done by UNTIL. DLOCK_ECONN naming the verification error
- * or the handshake's failure. */
-int dlock__redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const char *host, int64_t until);
+/* TLS over K's connected socket: SNI and certificate check against HOST
+ * set up (DLOCK_OK or DLOCK_ENOMEM); then each dlock__redis_tls_step()
+ * goes on with the handshake without blocking: DLOCK_OK with *EVENTS 0
+ * once done, or the poll events it waits for; DLOCK_ECONN naming the
+ * verification error or the handshake's failure. net.c bounds it. */
+int dlock__redis_tls_start(struct rconn *k, struct ssl_ctx_st *ctx, const char *host);
+int dlock__redis_tls_step(struct rconn *k, short *events);
 /* Non-blocking SSL_write (WRITE) or SSL_read on K: as send(2)/recv(2)
  * (-1 + EAGAIN when it must wait, 0 when closed); a TLS error marks K
  * broken with OpenSSL's words. */
@@ -290,6 +310,11 @@ void dlock__redis_sha1_hex(const void *data, size_t len, char out[41]);
 const char *dlock__redis_script_source(enum script_id id, bool simple);
 /* Load the scripts once so EVALSHA has their digests. */
 int dlock__redis_load_scripts(struct redis_state *s);
+/* The same in two halves, for several nodes in one exchange (Redlock):
+ * append every SCRIPT LOAD to K; then, once the exchange ended with RC,
+ * take the digests from the replies and give K back to S's pool. */
+int dlock__redis_scripts_append(struct redis_state *s, struct rconn *k);
+int dlock__redis_scripts_take(struct redis_state *s, struct rconn *k, int rc);
 /* The lock's key (prefix + NAME), token key and channel, in one block. */
 int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k);
 void dlock__redis_keys_free(struct lock_keys *k);

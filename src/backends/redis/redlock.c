@@ -159,28 +159,48 @@ static void round_run(struct redlock *rl, struct rl_round *rd, struct rl_call *c
         /* each exchange has the node timeout, cut to DEADLINE */
         int64_t left = dlock__time_left(deadline, rl->node_timeout_ms);
         int64_t until = dlock__now_ms() + left;
-        for (size_t i = 0; i < rl->n; i++) {
-            if (!used[i] || (pass && !redial[i]))
-                continue;
-            if (redial[i]) { /* a dead pooled connection: once more on a fresh one */
-                dlock__redis_pool_put(rl->node[i], rd->k[i], true);
-                rd->k[i] = NULL;
-                rd->rc[i] = 0;
-                rd->written[i] = false;
+        /* the connections: idle ones from the pools, the others dialed
+         * all at once (a node that does not answer costs the others a
+         * grace, not its connect timeout); an idle one the node closed
+         * since (it restarted) is dialed again at once, with the rest */
+        for (int round = 0; round < 2; round++) {
+            struct redis_state *ss[RL_MAX_NODES];
+            struct rconn *got[RL_MAX_NODES];
+            size_t which[RL_MAX_NODES], m = 0;
+            int rcs[RL_MAX_NODES];
+            char msgs[RL_MAX_NODES][DLOCK__MSG_MAX];
+            for (size_t i = 0; i < rl->n; i++) {
+                if (!used[i] || rd->rc[i] || (pass && !redial[i]) || (round && rd->k[i]))
+                    continue;
+                if (redial[i]) { /* a dead pooled connection: once more on a fresh one */
+                    dlock__redis_pool_put(rl->node[i], rd->k[i], true);
+                    rd->k[i] = NULL;
+                    rd->written[i] = false;
+                }
+                ss[m] = rl->node[i];
+                which[m++] = i;
             }
-            int rc = dlock__redis_pool_get(rl->node[i], background, deadline, &rd->k[i]);
-            if (!rc && !pass && rd->k[i]->nreplies > 0 && idle_conn_closed(rd->k[i])) {
-                /* the node restarted since: dial now rather than after
-                 * the others answered */
-                dlock__redis_pool_put(rl->node[i], rd->k[i], true);
-                rd->k[i] = NULL;
-                rc = dlock__redis_pool_get(rl->node[i], background, deadline, &rd->k[i]);
+            if (!m)
+                break;
+            dlock__redis_pool_get_many(ss, m, background, deadline, need, got, rcs, msgs);
+            bool again = false;
+            for (size_t x = 0; x < m; x++) {
+                size_t i = which[x];
+                rd->k[i] = got[x];
+                if (rcs[x]) {
+                    node_failed(rd, i, dlock__errmsg_restore(rcs[x], msgs[x]));
+                    continue;
+                }
+                if (!round && !pass && got[x]->nreplies > 0 && idle_conn_closed(got[x])) {
+                    dlock__redis_pool_put(rl->node[i], got[x], true);
+                    rd->k[i] = NULL;
+                    again = true;
+                    continue;
+                }
+                before[i] = got[x]->nreplies;
             }
-            if (rc) {
-                node_failed(rd, i, rc);
-                continue;
-            }
-            before[i] = rd->k[i]->nreplies;
+            if (!again)
+                break;
         }
         bool sent = false;
         for (size_t j = 0; j < n; j++) {
@@ -1006,18 +1026,51 @@ static int rl_open(struct dlock_client *c, void **state)
             sha1_hex(ns->src[id], ns->sha[id]);
     }
     /* Reach the nodes now (loading the scripts), so a URL nobody answers
-     * fails here as a single node's does: a majority must answer. A node
+     * fails here as a single node's does: a majority must answer. All at
+     * once: dialed together, the SCRIPT LOADs in one exchange (a node
+     * that does not answer gets a grace once a majority did). A node
      * down now is tried again by every request. */
+    struct rconn *ks[RL_MAX_NODES], *sent[RL_MAX_NODES];
+    int rcs[RL_MAX_NODES];
+    char (*msgs)[DLOCK__MSG_MAX] = calloc(rl->n, sizeof *msgs);
+    if (!msgs) {
+        rl_close(rl);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    dlock__redis_pool_get_many(rl->node, rl->n, false, DLOCK__NEVER, rl->quorum, ks, rcs, msgs);
+    size_t m = 0;
+    for (size_t i = 0; i < rl->n; i++)
+        if (!rcs[i] && !(rcs[i] = dlock__redis_scripts_append(rl->node[i], ks[i])))
+            sent[m++] = ks[i];
+        else if (ks[i]) {
+            dlock__errmsg_save(msgs[i]);
+            dlock__redis_pool_put(rl->node[i], ks[i], true);
+            ks[i] = NULL;
+        }
+    if (m)
+        dlock__redis_exchange_quorum(sent, m, sent[0]->until, "SCRIPT LOAD",
+                                     rl->quorum < m ? rl->quorum : m);
+    for (size_t i = 0; i < rl->n; i++) {
+        if (!ks[i])
+            continue;
+        rcs[i] = ks[i]->broken ? dlock__err(DLOCK_ECONN, "%s: SCRIPT LOAD: %s", ks[i]->where,
+                                            ks[i]->err)
+                               : DLOCK_OK;
+        rcs[i] = dlock__redis_scripts_take(rl->node[i], ks[i], rcs[i]);
+        if (rcs[i])
+            dlock__errmsg_save(msgs[i]);
+    }
     size_t up = 0;
     int first_rc = DLOCK_OK;
     char first_msg[DLOCK__MSG_MAX] = "";
     for (size_t i = 0; i < rl->n; i++) {
-        int rc = dlock__redis_load_scripts(rl->node[i]);
+        int rc = rcs[i] ? dlock__errmsg_restore(rcs[i], msgs[i]) : DLOCK_OK;
         if (!rc) {
             up++;
             continue;
         }
         if (rc != DLOCK_ECONN && rc != DLOCK_ETIMEDOUT && rc != DLOCK_EUNAVAIL) {
+            free(msgs);
             rl_close(rl); /* a refusal (AUTH, a server error) is no outage */
             return rc;
         }
@@ -1026,6 +1079,7 @@ static int rl_open(struct dlock_client *c, void **state)
             dlock__errmsg_save(first_msg);
         }
     }
+    free(msgs);
     if (up < rl->quorum) {
         rl_close(rl);
         return dlock__err(DLOCK_ECONN, "%s: only %zu of %zu nodes answered, %zu needed (%s)",

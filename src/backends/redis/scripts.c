@@ -97,20 +97,19 @@ const char *dlock__redis_script_source(enum script_id id, bool simple)
     return NULL;
 }
 
-/* Load the scripts once so EVALSHA has their digests. */
-int dlock__redis_load_scripts(struct redis_state *s)
+/* Append to K a SCRIPT LOAD of every script (pipelined: one round trip). */
+int dlock__redis_scripts_append(struct redis_state *s, struct rconn *k)
 {
-    struct rconn *k;
-    int rc = dlock__redis_pool_get(s, false, DLOCK__NEVER, &k);
-    if (rc)
-        return rc;
-    /* pipelined: one round trip for all of them */
+    int rc = DLOCK_OK;
     for (int i = 0; i < S_COUNT && !rc; i++) {
         const char *argv[] = {"SCRIPT", "LOAD", s->src[i]};
         rc = dlock__redis_conn_append(k, 3, argv, NULL);
     }
-    if (!rc)
-        rc = dlock__redis_exchange(&k, 1, k->until, "SCRIPT LOAD");
+    return rc;
+}
+
+int dlock__redis_scripts_take(struct redis_state *s, struct rconn *k, int rc)
+{
     bool broken = rc != DLOCK_OK;
     for (int i = 0; i < S_COUNT && !broken; i++) {
         redisReply *r = dlock__redis_conn_take(k);
@@ -125,6 +124,19 @@ int dlock__redis_load_scripts(struct redis_state *s)
     }
     dlock__redis_pool_put(s, k, broken);
     return rc;
+}
+
+/* Load the scripts once so EVALSHA has their digests. */
+int dlock__redis_load_scripts(struct redis_state *s)
+{
+    struct rconn *k;
+    int rc = dlock__redis_pool_get(s, false, DLOCK__NEVER, &k);
+    if (rc)
+        return rc;
+    rc = dlock__redis_scripts_append(s, k);
+    if (!rc)
+        rc = dlock__redis_exchange(&k, 1, k->until, "SCRIPT LOAD");
+    return dlock__redis_scripts_take(s, k, rc);
 }
 
 /* =================================================================== keys */

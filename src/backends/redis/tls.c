@@ -155,10 +155,8 @@ void dlock__redis_tls_context_free(struct ssl_ctx_st *ctx)
 
 /* ========================================================== a connection */
 
-int dlock__redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const char *host, int64_t until)
+int dlock__redis_tls_start(struct rconn *k, struct ssl_ctx_st *ctx, const char *host)
 {
-    char why[256];
-    int64_t budget = until - dlock__now_ms();
     SSL *ssl = SSL_new(ctx);
     BIO *bio = ssl ? BIO_new(bio_method) : NULL;
     if (!ssl || !bio) {
@@ -176,27 +174,23 @@ int dlock__redis_tls_handshake(struct rconn *k, struct ssl_ctx_st *ctx, const ch
         SSL_set_tlsext_host_name(ssl, host);
         SSL_set1_host(ssl, host);
     }
+    return DLOCK_OK;
+}
+
+int dlock__redis_tls_step(struct rconn *k, short *events)
+{
+    char why[256];
+    SSL *ssl = k->tls;
+    *events = 0;
     ERR_clear_error();
-    for (;;) {
-        int r = SSL_connect(ssl);
-        if (r == 1)
-            return DLOCK_OK;
-        int e = SSL_get_error(ssl, r);
-        short events;
-        if (e == SSL_ERROR_WANT_READ)
-            events = POLLIN;
-        else if (e == SSL_ERROR_WANT_WRITE)
-            events = POLLOUT;
-        else
-            break;
-        int64_t left = until - dlock__now_ms();
-        if (left <= 0)
-            return dlock__err(DLOCK_ECONN, "%s: TLS handshake: no answer within %lld ms (is it "
-                                           "a plain, non-TLS port? then use redis://)",
-                              k->where, (long long)(budget > 0 ? budget : 0));
-        struct pollfd p = {.fd = k->fd, .events = events};
-        if (poll(&p, 1, (int)(left > 1000000 ? 1000000 : left)) < 0 && errno != EINTR)
-            return dlock__errno(DLOCK_ECONN, errno, "%s: TLS handshake: poll", k->where);
+    errno = 0;
+    int r = SSL_connect(ssl);
+    if (r == 1)
+        return DLOCK_OK;
+    int e = SSL_get_error(ssl, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        *events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        return DLOCK_OK;
     }
     long verify = SSL_get_verify_result(ssl);
     if (verify != X509_V_OK) {

@@ -1261,8 +1261,9 @@ static void assert_lock_json(json_t *o, const char *name, bool held, bool status
                   "%s: waiter_count", CT->name);
     if (status) {
         assert_json_type(o, "client", JSON_OBJECT, false);
-        /* redis+sentinel://: the master the sentinels name; others none */
-        bool sentinel = strcmp(CT->name, "redis-sentinel") == 0;
+        /* redis+sentinel://, rediss+sentinel://: the master the sentinels
+         * name; others none */
+        bool sentinel = strstr(CT->scheme, "+sentinel") != NULL;
         assert_json_type(o, "master", JSON_STRING, !sentinel);
         const char *m = json_string_value(json_object_get(o, "master"));
         ck_assert_msg(!sentinel || (strncmp(m, "127.0.0.1:", 10) == 0 && atoi(m + 10) > 0),

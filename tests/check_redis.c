@@ -3138,6 +3138,106 @@ TU_TEST(sentinel_failover_holding_and_waiting, 120)
 }
 END_TEST
 
+/* The confirmed renewals of C so far (dlock_client_stats). */
+static uint64_t renewals_of(dlock_client *c)
+{
+    dlock_stats st = {.size = sizeof st};
+    ck_assert_int_eq(dlock_client_stats(c, &st), DLOCK_OK);
+    return st.renewals;
+}
+
+/* Wait until the sentinels name a master other than OLD (the one killed):
+ * its port. */
+static int failed_over_from(int old)
+{
+    int now = 0;
+    for (int i = 0; i < 1200 && ((now = fx_sentinels_master_port(&sen)) == old || !now); i++)
+        tu_sleep_ms(50);
+    ck_assert_msg(now != 0 && now != old, "no failover (master %d, now %d)", old, now);
+    return now;
+}
+
+/* kill -9 of the master under sync=1 (1 master, 2 replicas, 3
+ * sentinels), a holder and a waiter on it: every write counted only once
+ * a replica acknowledged it, so the promoted replica knows the hold. The
+ * hold renews on the new master (or is reported lost, never kept
+ * silently), the waiter re-subscribes there and does not get the lock
+ * while the holder holds it (never two owners), then acquires from the
+ * new master once it is released, with a greater token; and the token
+ * after that is greater again. */
+TU_TEST(sentinel_master_killed_under_sync, 150)
+{
+    ck_assert_msg(fx_sentinels_start(&sen, 2, 3), "the Sentinel topology did not start");
+    char *url = tu_fmt("%s?lease=20s&sync=1&sync_timeout=500ms", sen.url);
+    struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), "job");
+    tu_pair_watch_lost(&p);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    uint64_t first = tu_token(p.la);
+    struct tu_waiter w = {0};
+    tu_waiter_start(&w, p.lb, 90000);
+    int old = fx_sentinels_master_port(&sen);
+    wait_numsub_at(old, "job", 1);
+    uint64_t renewed = renewals_of(p.a);
+    fx_redis_kill(fx_sentinels_server(&sen, old));
+    int now = failed_over_from(old);
+    wait_numsub_at(now, "job", 1); /* the waiter followed */
+    /* the holder's keeper reaches the new master: a renewal confirmed
+     * there (acknowledged by the replica left), or the hold reported lost */
+    for (int i = 0; i < 1200 && renewals_of(p.a) == renewed && !atomic_load(&p.lost.fired); i++)
+        tu_sleep_ms(50);
+    bool lost = atomic_load(&p.lost.fired) > 0;
+    ck_assert_msg(lost || renewals_of(p.a) > renewed, "the hold neither renewed nor was lost");
+    fprintf(stderr, "sentinel_master_killed_under_sync: the hold %s\n",
+            lost ? "was reported lost" : "renewed on the new master"); /* informational */
+    if (!lost) {
+        ck_assert_msg(dlock_validity_ms(p.la) > 0, "renewed, yet no validity");
+        ck_assert_msg(!atomic_load(&w.done), "two owners: the waiter got the lock (%s) while "
+                                             "the holder still holds it",
+                      dlock_err_name(w.rc));
+        ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
+    } else {
+        ck_assert_int_eq(dlock_validity_ms(p.la), 0);
+        ck_assert_int_eq(dlock_release(p.la), DLOCK_ELOST);
+    }
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+    ck_assert_msg(w.token > first, "token %llu after %llu", (unsigned long long)w.token,
+                  (unsigned long long)first);
+    TU_ACQUIRE_OK(p.la, 30000);
+    ck_assert_msg(tu_token(p.la) > w.token, "token %llu after %llu",
+                  (unsigned long long)tu_token(p.la), (unsigned long long)w.token);
+    TU_RELEASE_OK(p.la);
+    tu_pair_close(&p);
+    free(url);
+    fx_sentinels_stop(&sen);
+}
+END_TEST
+
+/* `dlock status` on a sentinel URL names the master the sentinels name
+ * now: the old one before SENTINEL FAILOVER, the new one after (a new
+ * process each time, as a user runs it). */
+TU_TEST(sentinel_status_names_the_new_master, 120)
+{
+    ck_assert_msg(fx_sentinels_start(&sen, 1, 3), "the Sentinel topology did not start");
+    int ports[2];
+    ports[0] = fx_sentinels_master_port(&sen);
+    for (int round = 0; round < 2; round++) {
+        if (round)
+            ports[1] = fx_sentinels_failover(&sen);
+        ck_assert_msg(ports[round] != 0, "no master (round %d)", round);
+        char *out = NULL, *err = NULL;
+        TU_DLOCK(&out, &err, NULL, "-u", sen.url, "status", "job");
+        char *want = tu_fmt("master:   127.0.0.1:%d\n", ports[round]);
+        ck_assert_msg(out && strstr(out, want), "round %d: '%s' lacks '%s' (stderr: %s)", round,
+                      out ? out : "", want, err ? err : "");
+        free(want);
+        free(out);
+        free(err);
+    }
+    ck_assert_int_ne(ports[0], ports[1]);
+    fx_sentinels_stop(&sen);
+}
+END_TEST
+
 /* Sentinels that want a password (requirepass): refused without one
  * (DLOCK_EAUTH saying what to give) or with a wrong one; served with
  * ?sentinel_password= or DLOCK_REDIS_SENTINEL_PASSWORD. */

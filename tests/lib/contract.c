@@ -141,14 +141,15 @@ static struct ct_fixture fx_file = {
 #ifdef DLOCK_HAVE_REDIS
 /* Every Redis form: one redis-server in either layout (plain or TLS),
  * Sentinel (1 master, 1 replica, 1 sentinel: the URL form; failovers are
- * check_redis's), or Redlock (three independent redis-servers, one
- * redlock:// URL over them). */
+ * check_redis's), plain or over TLS (rediss+sentinel://: the sentinels,
+ * the master and the replica all on TLS, one CA), or Redlock (three
+ * independent redis-servers, one redlock:// URL over them). */
 struct redis_priv {
     struct fx_redis srv;
     const char *query; /* the layout's own option */
     bool tls;          /* the rediss:// URL (TLS port), the plain one for raw looks */
 };
-static struct fx_sentinels sentinel_topology;
+static struct fx_sentinels sentinel_topology, tls_sentinel_topology = {.tls = true};
 #define REDLOCK_NODES 3
 static struct fx_redis redlock_nodes[REDLOCK_NODES];
 
@@ -189,25 +190,26 @@ static char *redis_unreachable(const struct ct_fixture *f, int port)
 
 static bool sentinel_start(struct ct_fixture *f)
 {
-    return started(f, fx_sentinels_start(&sentinel_topology, 1, 1), "the Sentinel topology");
+    return started(f, fx_sentinels_start(f->priv, 1, 1), "the Sentinel topology");
 }
 
 static void sentinel_stop(struct ct_fixture *f)
 {
-    (void)f;
-    fx_sentinels_stop(&sentinel_topology);
+    struct fx_sentinels *t = f->priv;
+    bool tls = t->tls;
+    fx_sentinels_stop(t);
+    t->tls = tls; /* for a start again */
 }
 
 static char *sentinel_url(const struct ct_fixture *f, const char *query)
 {
-    (void)f;
-    return with_query(sentinel_topology.url, query);
+    const struct fx_sentinels *t = f->priv;
+    return with_query(t->url, query);
 }
 
 static char *sentinel_unreachable(const struct ct_fixture *f, int port)
 {
-    (void)f;
-    return tu_fmt("redis+sentinel://127.0.0.1:%d/%s?connect_timeout=500ms", port,
+    return tu_fmt("%s://127.0.0.1:%d/%s?connect_timeout=500ms", f->scheme, port,
                   FX_SENTINEL_MASTER);
 }
 
@@ -289,9 +291,8 @@ static size_t redis_servers(const struct ct_fixture *f, const struct fx_redis *o
             out[i] = &redlock_nodes[i];
         return REDLOCK_NODES;
     }
-    if (strcmp(f->scheme, "redis+sentinel") == 0)
-        out[0] = fx_sentinels_server(&sentinel_topology,
-                                     fx_sentinels_master_port(&sentinel_topology));
+    if (strstr(f->scheme, "+sentinel"))
+        out[0] = fx_sentinels_server(f->priv, fx_sentinels_master_port(f->priv));
     else
         out[0] = &((const struct redis_priv *)f->priv)->srv;
     return 1;
@@ -360,7 +361,10 @@ static struct ct_fixture fx_rediss =
     REDIS_FIXTURE(redis, "rediss", "rediss", REDIS_CAPS | CT_SHARED | CT_FAIR, &tls_priv);
 static struct ct_fixture fx_redis_sentinel =
     REDIS_FIXTURE(sentinel, "redis-sentinel", "redis+sentinel", REDIS_CAPS | CT_SHARED | CT_FAIR,
-                  NULL);
+                  &sentinel_topology);
+static struct ct_fixture fx_rediss_sentinel =
+    REDIS_FIXTURE(sentinel, "rediss-sentinel", "rediss+sentinel",
+                  REDIS_CAPS | CT_SHARED | CT_FAIR, &tls_sentinel_topology);
 static struct ct_fixture fx_redlock =
     REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS, NULL);
 #endif
@@ -434,6 +438,7 @@ struct ct_fixture *const ct_fixtures[] = {
     &fx_redis_fair,
     &fx_rediss,
     &fx_redis_sentinel,
+    &fx_rediss_sentinel,
     &fx_redlock,
 #endif
 #ifdef DLOCK_HAVE_ETCD
@@ -485,10 +490,11 @@ FIXTURE_HOOKS(5)
 FIXTURE_HOOKS(6)
 FIXTURE_HOOKS(7)
 FIXTURE_HOOKS(8)
+FIXTURE_HOOKS(9)
 static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4,
-                                       begin_5, begin_6, begin_7, begin_8};
+                                       begin_5, begin_6, begin_7, begin_8, begin_9};
 static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4,
-                                     end_5, end_6, end_7, end_8};
+                                     end_5, end_6, end_7, end_8, end_9};
 
 /* Checked setup, in the test's own process. */
 static void test_begin(void)

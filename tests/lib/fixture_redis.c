@@ -43,8 +43,8 @@ static bool spawn(struct fx_redis *r)
     argv[n++] = r->dir;
     char *cert = NULL, *key = NULL;
     if (r->tls_port) {
-        cert = tu_fmt("%s/server.crt", r->dir);
-        key = tu_fmt("%s/server.key", r->dir);
+        cert = tu_fmt("%s/server.crt", r->certs);
+        key = tu_fmt("%s/server.key", r->certs);
         const char *tls[] = {"--tls-port", tls_port, "--tls-cert-file", cert, "--tls-key-file", key,
                              "--tls-ca-cert-file", r->ca, "--tls-auth-clients", "optional"};
         for (size_t i = 0; i < sizeof tls / sizeof *tls; i++)
@@ -125,10 +125,20 @@ bool fx_redis_start_tls(struct fx_redis *r, const char *const *extra)
     r->dir = tu_tmpdir("redis");
     if (!make_certs(r->dir))
         return false;
-    r->ca = tu_fmt("%s/ca.crt", r->dir);
-    r->other_ca = tu_fmt("%s/other-ca.crt", r->dir);
-    r->client_cert = tu_fmt("%s/client.crt", r->dir);
-    r->client_key = tu_fmt("%s/client.key", r->dir);
+    return fx_redis_start_tls_with(r, r->dir, extra);
+}
+
+bool fx_redis_start_tls_with(struct fx_redis *r, const char *certs, const char *const *extra)
+{
+    if (!r->dir) {
+        memset(r, 0, sizeof *r);
+        r->dir = tu_tmpdir("redis");
+    }
+    r->certs = strdup(certs);
+    r->ca = tu_fmt("%s/ca.crt", certs);
+    r->other_ca = tu_fmt("%s/other-ca.crt", certs);
+    r->client_cert = tu_fmt("%s/client.crt", certs);
+    r->client_key = tu_fmt("%s/client.key", certs);
     r->tls_port = tu_free_port();
     snprintf(r->tls_url, sizeof r->tls_url, "rediss://127.0.0.1:%d?tls_ca=%s", r->tls_port, r->ca);
     return fx_redis_start(r, extra);
@@ -178,7 +188,9 @@ void fx_redis_stop(struct fx_redis *r)
     free(r->other_ca);
     free(r->client_cert);
     free(r->client_key);
+    free(r->certs);
     r->dir = r->log = r->sock = r->ca = r->other_ca = r->client_cert = r->client_key = NULL;
+    r->certs = NULL;
     r->tls_port = 0;
 }
 
@@ -276,37 +288,50 @@ bool fx_sentinels_start(struct fx_sentinels *t, size_t nreplicas, size_t nsentin
 bool fx_sentinels_start_via(struct fx_sentinels *t, size_t nreplicas, size_t nsentinels,
                             int (*via)(int master_port, size_t i, void *arg), void *arg)
 {
-    const char *password = t->sentinel_password; /* the one field set before */
+    const char *password = t->sentinel_password; /* the fields set before */
+    bool tls = t->tls;
     memset(t, 0, sizeof *t);
     t->sentinel_password = password;
-    if (nreplicas > FX_SENTINEL_MAX || nsentinels > FX_SENTINEL_MAX || !fx_redis_start(&t->master, NULL))
+    t->tls = tls;
+    t->dir = tu_tmpdir("sentinel");
+    if (nreplicas > FX_SENTINEL_MAX || nsentinels > FX_SENTINEL_MAX || (tls && !make_certs(t->dir)) ||
+        !(tls ? fx_redis_start_tls_with(&t->master, t->dir, NULL) : fx_redis_start(&t->master, NULL)))
         return false;
+    int master_port = tls ? t->master.tls_port : t->master.port; /* what replicas and sentinels use */
     for (t->nreplicas = 0; t->nreplicas < nreplicas; t->nreplicas++) {
         char port[16];
-        snprintf(port, sizeof port, "%d", via ? via(t->master.port, t->nreplicas, arg) : t->master.port);
-        const char *extra[] = {"--replicaof", "127.0.0.1", port, NULL};
-        if (!fx_redis_start(&t->replicas[t->nreplicas], extra))
+        snprintf(port, sizeof port, "%d", via ? via(master_port, t->nreplicas, arg) : master_port);
+        const char *extra[] = {"--replicaof", "127.0.0.1", port, tls ? "--tls-replication" : NULL,
+                               "yes", NULL};
+        struct fx_redis *rep = &t->replicas[t->nreplicas];
+        if (!(tls ? fx_redis_start_tls_with(rep, t->dir, extra) : fx_redis_start(rep, extra)))
             return false;
     }
     if (!replicas_online(t->master.port, nreplicas)) {
         fprintf(stderr, "fx_sentinels: the replicas never came online\n");
         return false;
     }
-    t->dir = tu_tmpdir("sentinel");
-    size_t ul = (size_t)snprintf(t->url, sizeof t->url, "redis+sentinel://");
+    size_t ul = (size_t)snprintf(t->url, sizeof t->url, "%s://", tls ? "rediss+sentinel" : "redis+sentinel");
     for (t->nsentinels = 0; t->nsentinels < nsentinels; t->nsentinels++) {
         size_t i = t->nsentinels;
         t->sentinel_port[i] = tu_free_port();
+        t->sentinel_tls_port[i] = tls ? tu_free_port() : 0;
         char *conf = tu_fmt("%s/sentinel%zu.conf", t->dir, i);
         char *log = tu_fmt("%s/sentinel%zu.log", t->dir, i);
-        char *text = tu_fmt("port %d\nbind 127.0.0.1\ndir %s\n"
+        char *tls_conf = tls ? tu_fmt("tls-port %d\ntls-cert-file %s/server.crt\n"
+                                      "tls-key-file %s/server.key\ntls-ca-cert-file %s/ca.crt\n"
+                                      "tls-auth-clients optional\ntls-replication yes\n",
+                                      t->sentinel_tls_port[i], t->dir, t->dir, t->dir)
+                             : strdup("");
+        char *text = tu_fmt("port %d\nbind 127.0.0.1\ndir %s\n%s"
                             "sentinel monitor %s 127.0.0.1 %d 2\n"
                             "sentinel down-after-milliseconds %s 1000\n"
                             "sentinel failover-timeout %s 4000\n"
                             "sentinel parallel-syncs %s 5\n%s%s\n",
-                            t->sentinel_port[i], t->dir, FX_SENTINEL_MASTER, t->master.port,
+                            t->sentinel_port[i], t->dir, tls_conf, FX_SENTINEL_MASTER, master_port,
                             FX_SENTINEL_MASTER, FX_SENTINEL_MASTER, FX_SENTINEL_MASTER,
                             password ? "requirepass " : "", password ? password : "");
+        free(tls_conf);
         FILE *f = fopen(conf, "w");
         if (f) {
             fputs(text, f);
@@ -314,16 +339,20 @@ bool fx_sentinels_start_via(struct fx_sentinels *t, size_t nreplicas, size_t nse
         }
         const char *argv[] = {"redis-server", conf, "--sentinel", NULL};
         t->sentinel_pid[i] = tu_spawn(argv, log);
-        bool up = f && tu_wait_port(t->sentinel_port[i], 10000);
+        bool up = f && tu_wait_port(t->sentinel_port[i], 10000) &&
+                  (!tls || tu_wait_port(t->sentinel_tls_port[i], 10000));
         free(conf);
         free(log);
         free(text);
         if (!up)
             return false;
         ul += (size_t)snprintf(t->url + ul, sizeof t->url - ul, "%s127.0.0.1:%d", i ? "," : "",
-                               t->sentinel_port[i]);
+                               tls ? t->sentinel_tls_port[i] : t->sentinel_port[i]);
     }
-    snprintf(t->url + ul, sizeof t->url - ul, "/%s", FX_SENTINEL_MASTER);
+    if (tls)
+        snprintf(t->url + ul, sizeof t->url - ul, "/%s?tls_ca=%s/ca.crt", FX_SENTINEL_MASTER, t->dir);
+    else
+        snprintf(t->url + ul, sizeof t->url - ul, "/%s", FX_SENTINEL_MASTER);
     /* every sentinel sees the replicas and the other sentinels (hello
      * messages every 2 s, INFO every 10 s at most) */
     for (int i = 0; i < 600; i++) {
@@ -348,12 +377,20 @@ int fx_sentinels_master_port(const struct fx_sentinels *t)
 
 struct fx_redis *fx_sentinels_server(struct fx_sentinels *t, int port)
 {
-    if (t->master.port == port)
+    if (t->master.port == port || (t->master.tls_port && t->master.tls_port == port))
         return &t->master;
     for (size_t i = 0; i < t->nreplicas; i++)
-        if (t->replicas[i].port == port)
+        if (t->replicas[i].port == port || (t->replicas[i].tls_port && t->replicas[i].tls_port == port))
             return &t->replicas[i];
     return NULL;
+}
+
+/* The plain port of T's server on PORT (the sentinels name TLS ports
+ * when T->tls; the fixture looks through the plain ones). */
+static int plain_port(struct fx_sentinels *t, int port)
+{
+    struct fx_redis *r = fx_sentinels_server(t, port);
+    return r ? r->port : port;
 }
 
 int fx_sentinels_failover(struct fx_sentinels *t)
@@ -375,7 +412,7 @@ int fx_sentinels_failover(struct fx_sentinels *t)
             now = says;
         }
         /* and the old master is demoted (it refuses writes from then on) */
-        if (agree && role_is_master(now) && !role_is_master(old))
+        if (agree && role_is_master(plain_port(t, now)) && !role_is_master(plain_port(t, old)))
             return now;
         tu_sleep_ms(50);
     }

@@ -33,6 +33,7 @@ struct fx_redis {
                                        certificates; one that signed nothing here */
     char *client_cert, *client_key; /* signed by CA */
     char tls_url[512];              /* "rediss://127.0.0.1:TLS_PORT?tls_ca=CA" */
+    char *certs;                    /* the directory of those files (DIR, or a topology's) */
 };
 
 /* Start redis-server with EXTRA arguments (NULL-terminated, may be NULL;
@@ -45,6 +46,9 @@ bool fx_redis_start(struct fx_redis *r, const char *const *extra);
  * Client certificates are optional unless EXTRA says
  * "--tls-auth-clients", "yes". */
 bool fx_redis_start_tls(struct fx_redis *r, const char *const *extra);
+/* The same with the certificates already made in CERTS (the directory of
+ * another server's: one CA for a whole topology). */
+bool fx_redis_start_tls_with(struct fx_redis *r, const char *certs, const char *const *extra);
 /* SIGKILL the server (a crash); fx_redis_restart() brings it back empty
  * on the same port. */
 void fx_redis_kill(struct fx_redis *r);
@@ -68,6 +72,12 @@ struct fx_sentinels {
     char *dir;
     char url[512]; /* "redis+sentinel://127.0.0.1:P1,.../dlockm" */
     const char *sentinel_password; /* set before start: the sentinels' requirepass */
+    /* set before start: everything also speaks TLS (one CA, in DIR), the
+     * sentinels monitor the TLS ports and URL is "rediss+sentinel://
+     * <the sentinels' TLS ports>/dlockm?tls_ca=CA"; the plain ports stay
+     * for the fixture's own looks */
+    bool tls;
+    int sentinel_tls_port[FX_SENTINEL_MAX];
 };
 
 bool fx_sentinels_start(struct fx_sentinels *t, size_t nreplicas, size_t nsentinels);
@@ -78,7 +88,8 @@ bool fx_sentinels_start_via(struct fx_sentinels *t, size_t nreplicas, size_t nse
 void fx_sentinels_stop(struct fx_sentinels *t);
 /* The port of the instance the sentinels name as master now (0: none). */
 int fx_sentinels_master_port(const struct fx_sentinels *t);
-/* The server of T listening on PORT (the master or a replica). */
+/* The server of T listening on PORT, plain or TLS (the master or a
+ * replica). */
 struct fx_redis *fx_sentinels_server(struct fx_sentinels *t, int port);
 /* SENTINEL FAILOVER, then wait until every sentinel names a new master
  * that says ROLE master and the old one no longer does; the new master's

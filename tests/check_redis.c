@@ -3214,27 +3214,32 @@ END_TEST
 
 /* `dlock status` on a sentinel URL names the master the sentinels name
  * now: the old one before SENTINEL FAILOVER, the new one after (a new
- * process each time, as a user runs it). */
-TU_TEST(sentinel_status_names_the_new_master, 120)
+ * process each time, as a user runs it); through redis+sentinel:// and
+ * through rediss+sentinel:// (every server and sentinel on TLS: the
+ * master found, ROLE-checked and inspected over TLS after the failover). */
+TU_TEST(sentinel_status_names_the_new_master, 150)
 {
-    ck_assert_msg(fx_sentinels_start(&sen, 1, 3), "the Sentinel topology did not start");
-    int ports[2];
-    ports[0] = fx_sentinels_master_port(&sen);
-    for (int round = 0; round < 2; round++) {
-        if (round)
-            ports[1] = fx_sentinels_failover(&sen);
-        ck_assert_msg(ports[round] != 0, "no master (round %d)", round);
-        char *out = NULL, *err = NULL;
-        TU_DLOCK(&out, &err, NULL, "-u", sen.url, "status", "job");
-        char *want = tu_fmt("master:   127.0.0.1:%d\n", ports[round]);
-        ck_assert_msg(out && strstr(out, want), "round %d: '%s' lacks '%s' (stderr: %s)", round,
-                      out ? out : "", want, err ? err : "");
-        free(want);
-        free(out);
-        free(err);
+    for (int tls = 0; tls < 2; tls++) {
+        sen.tls = tls;
+        ck_assert_msg(fx_sentinels_start(&sen, 1, 3), "the Sentinel topology did not start");
+        int ports[2];
+        ports[0] = fx_sentinels_master_port(&sen);
+        for (int round = 0; round < 2; round++) {
+            if (round)
+                ports[1] = fx_sentinels_failover(&sen);
+            ck_assert_msg(ports[round] != 0, "no master (round %d)", round);
+            char *out = NULL, *err = NULL;
+            TU_DLOCK(&out, &err, NULL, "-u", sen.url, "status", "job");
+            char *want = tu_fmt("master:   127.0.0.1:%d\n", ports[round]);
+            ck_assert_msg(out && strstr(out, want), "%s, round %d: '%s' lacks '%s' (stderr: %s)",
+                          sen.url, round, out ? out : "", want, err ? err : "");
+            free(want);
+            free(out);
+            free(err);
+        }
+        ck_assert_int_ne(ports[0], ports[1]);
+        fx_sentinels_stop(&sen);
     }
-    ck_assert_int_ne(ports[0], ports[1]);
-    fx_sentinels_stop(&sen);
 }
 END_TEST
 

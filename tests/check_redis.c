@@ -207,14 +207,7 @@ static bool wait_flag(atomic_int *v, int timeout_ms)
 /* A socket listening on a free loopback port (*PORT). */
 static int listen_loopback(int *port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(listen(fd, 64), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    *port = ntohs(a.sin_port);
-    return fd;
+    return tu_listen_loopback(port, 64);
 }
 
 /* ------------------------------------------------------------- the basics */
@@ -3089,6 +3082,30 @@ static void wait_numsub_at(int port, const char *name, long long want)
     ck_assert_msg(got == want, "%lld subscribers of '%s' on port %d, not %lld", got, name, port, want);
 }
 
+/* Wait until the sentinels name a master other than OLD (the one killed):
+ * its port. */
+static int failed_over_from(int old)
+{
+    int now = 0;
+    for (int i = 0; i < 1200 && ((now = fx_sentinels_master_port(&sen)) == old || !now); i++)
+        tu_sleep_ms(50);
+    ck_assert_msg(now != 0 && now != old, "no failover (master %d, now %d)", old, now);
+    return now;
+}
+
+/* The frame of the failover tests: P's first client takes "job" (its
+ * token in *FIRST), the second waits for it in W (up to 90 s), subscribed
+ * on the master: its port. */
+static int held_and_awaited(struct tu_pair *p, struct tu_waiter *w, uint64_t *first)
+{
+    TU_ACQUIRE_OK(p->la, DLOCK_TRY);
+    *first = tu_token(p->la);
+    tu_waiter_start(w, p->lb, 90000);
+    int old = fx_sentinels_master_port(&sen);
+    wait_numsub_at(old, "job", 1);
+    return old;
+}
+
 /* redis+sentinel:// with 1 master, 2 replicas, 3 sentinels: a holder
  * and a waiter through a SENTINEL FAILOVER. The hold (replicated before)
  * is not lost and is released on the new master; the waiter re-subscribes
@@ -3107,19 +3124,14 @@ TU_TEST(sentinel_failover_holding_and_waiting, 120)
     struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), "job");
     tu_pair_watch_lost(&p);
     for (int round = 0; round < 2; round++) {
-        TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-        uint64_t first = tu_token(p.la);
+        uint64_t first;
         struct tu_waiter w = {0};
-        tu_waiter_start(&w, p.lb, 60000);
-        int old = fx_sentinels_master_port(&sen);
-        wait_numsub_at(old, "job", 1);
-        int now;
+        int old = held_and_awaited(&p, &w, &first), now;
         if (round == 0) {
             now = fx_sentinels_failover(&sen);
         } else { /* the master dies: the sentinels agree it is down, then fail over */
             fx_redis_kill(fx_sentinels_server(&sen, old));
-            for (int i = 0; i < 600 && ((now = fx_sentinels_master_port(&sen)) == old || !now); i++)
-                tu_sleep_ms(50);
+            now = failed_over_from(old);
         }
         ck_assert_msg(now != 0 && now != old, "no failover (master %d, now %d)", old, now);
         wait_numsub_at(now, "job", 1); /* the waiter followed */
@@ -3146,17 +3158,6 @@ static uint64_t renewals_of(dlock_client *c)
     return st.renewals;
 }
 
-/* Wait until the sentinels name a master other than OLD (the one killed):
- * its port. */
-static int failed_over_from(int old)
-{
-    int now = 0;
-    for (int i = 0; i < 1200 && ((now = fx_sentinels_master_port(&sen)) == old || !now); i++)
-        tu_sleep_ms(50);
-    ck_assert_msg(now != 0 && now != old, "no failover (master %d, now %d)", old, now);
-    return now;
-}
-
 /* kill -9 of the master under sync=1 (1 master, 2 replicas, 3
  * sentinels), a holder and a waiter on it: every write counted only once
  * a replica acknowledged it, so the promoted replica knows the hold. The
@@ -3171,12 +3172,9 @@ TU_TEST(sentinel_master_killed_under_sync, 150)
     char *url = tu_fmt("%s?lease=20s&sync=1&sync_timeout=500ms", sen.url);
     struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), "job");
     tu_pair_watch_lost(&p);
-    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-    uint64_t first = tu_token(p.la);
+    uint64_t first;
     struct tu_waiter w = {0};
-    tu_waiter_start(&w, p.lb, 90000);
-    int old = fx_sentinels_master_port(&sen);
-    wait_numsub_at(old, "job", 1);
+    int old = held_and_awaited(&p, &w, &first);
     uint64_t renewed = renewals_of(p.a);
     fx_redis_kill(fx_sentinels_server(&sen, old));
     int now = failed_over_from(old);

@@ -181,13 +181,9 @@ END_TEST
  * stay open with it, leaked for the test's life). */
 static int black_hole(int *port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(listen(fd, 0), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    *port = ntohs(a.sin_port);
+    int fd = tu_listen_loopback(port, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)*port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     /* fill the queue: until a connect no longer completes */
     for (int i = 0; i < 16; i++) {
         int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);

@@ -115,6 +115,18 @@ int tu_free_port(void)
     abort();
 }
 
+int tu_listen_loopback(int *port, int backlog)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(fd, backlog), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
 const char *tu_listen_addr(void)
 {
     const char *a = getenv("DLOCK_TEST_LISTEN");

@@ -28,6 +28,10 @@ void tu_file_fixture_end(char **dir, char **url);
 
 /* A TCP port on 127.0.0.1 that nothing listens on right now. */
 int tu_free_port(void);
+/* A socket listening on a free port of 127.0.0.1 (*PORT) with BACKLOG,
+ * never accepting unless the caller does: a silent server, a proxy's
+ * front, or (BACKLOG 0, its queue filled) a port that drops SYNs. */
+int tu_listen_loopback(int *port, int backlog);
 /* The address the fixtures' servers listen on: $DLOCK_TEST_LISTEN, else
  * 127.0.0.1. The fault harness (tests/chaos/) sets 0.0.0.0 inside a
  * network namespace of its own, so that workers in other namespaces reach

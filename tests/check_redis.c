@@ -3214,14 +3214,22 @@ END_TEST
  * now: the old one before SENTINEL FAILOVER, the new one after (a new
  * process each time, as a user runs it); through redis+sentinel:// and
  * through rediss+sentinel:// (every server and sentinel on TLS: the
- * master found, ROLE-checked and inspected over TLS after the failover). */
+ * master found, ROLE-checked and inspected over TLS after the failover).
+ * Over TLS a holder and a waiter ride the failover too: the waiter's
+ * subscriber hears +switch-master from a sentinel over TLS, follows to the
+ * new master and acquires there once the holder releases, with a greater
+ * token. */
 TU_TEST(sentinel_status_names_the_new_master, 150)
 {
     for (int tls = 0; tls < 2; tls++) {
         sen.tls = tls;
         ck_assert_msg(fx_sentinels_start(&sen, 1, 3), "the Sentinel topology did not start");
+        char *url = tu_fmt("%s%clease=20s", sen.url, tls ? '&' : '?');
+        struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), "job");
+        struct tu_waiter w = {0};
+        uint64_t first = 0;
         int ports[2];
-        ports[0] = fx_sentinels_master_port(&sen);
+        ports[0] = tls ? held_and_awaited(&p, &w, &first) : fx_sentinels_master_port(&sen);
         for (int round = 0; round < 2; round++) {
             if (round)
                 ports[1] = fx_sentinels_failover(&sen);
@@ -3236,6 +3244,15 @@ TU_TEST(sentinel_status_names_the_new_master, 150)
             free(err);
         }
         ck_assert_int_ne(ports[0], ports[1]);
+        if (tls) {
+            wait_numsub_at(ports[1], "job", 1); /* the waiter followed */
+            TU_RELEASE_OK(p.la);
+            ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+            ck_assert_msg(w.token > first, "token %llu after %llu", (unsigned long long)w.token,
+                          (unsigned long long)first);
+        }
+        tu_pair_close(&p);
+        free(url);
         fx_sentinels_stop(&sen);
     }
 }

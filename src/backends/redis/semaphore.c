@@ -140,8 +140,9 @@ static void lost_acquire_free(void *arg)
 
 /* How long a release is remembered on the server (ms), so that the retry
  * of a release whose reply was lost can tell "our first attempt gave
- * them back" from "they were gone": a retry runs within two op timeouts
- * of the first attempt. */
+ * them back" from "they were gone": a retry runs within the call's one
+ * op-timeout budget of the first attempt (scripts.c), so four of those,
+ * at least a minute, leave a wide margin. */
 static int64_t release_memory_ms(const struct redis_state *s)
 {
     return 4 * s->op_timeout_ms > 60000 ? 4 * s->op_timeout_ms : 60000;

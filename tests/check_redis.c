@@ -731,12 +731,37 @@ static void wait_then_release(redisContext *ctx, struct waiter_arg *a, pthread_t
     wait_numsub(ctx, chan, before + 1);
 }
 
+/* Acquire scripts of lock NAME the server ran (MONITOR on MON) after
+ * the first script call naming AFTER, until a PING sent now. */
+static int acquires_after(redisContext *mon, const char *name, const char *after)
+{
+    redisContext *marker = raw();
+    freeReplyObject(cmd(marker, "PING")); /* everything before it is in */
+    redisFree(marker);
+    char *canceled = tu_fmt("\"dlock_canceled:{%s}\"", name); /* an acquire's own key */
+    int n = 0;
+    bool seen = false;
+    for (bool end = false; !end;) {
+        redisReply *r = NULL;
+        ck_assert_int_eq(redisGetReply(mon, (void **)&r), REDIS_OK);
+        end = r->type == REDIS_REPLY_STATUS && strstr(r->str, "\"PING\"");
+        if (r->type == REDIS_REPLY_STATUS) {
+            n += seen && strstr(r->str, "\"EVALSHA\"") && strstr(r->str, canceled);
+            seen = seen || strstr(r->str, after);
+        }
+        freeReplyObject(r);
+    }
+    free(canceled);
+    return n;
+}
+
 /* Redisson's read-write unlocks publish on "redisson_rwlock:{N}" only
  * ("0" read, "1" write), never on RLock's channel: a waiting dlock writer
  * listens there too, so it is woken by the message. Its wait (20 s) ends
  * before the holder's lease (60 s) could wake it through the TTL's safety
- * net, so a writer that gets the lock was woken by the message; before,
- * it slept until the TTL and timed out. */
+ * net, and after the unlock it tries once (MONITOR: one acquire script),
+ * so the message woke it, nothing polled; before, it slept until the TTL
+ * and timed out. */
 TU_TEST(redisson_rw_unlock_wakes_writer, 90)
 {
     start_server(NULL);
@@ -749,12 +774,17 @@ TU_TEST(redisson_rw_unlock_wakes_writer, 90)
         struct waiter_arg a;
         pthread_t th;
         wait_then_release(ctx, &a, &th, wr, "redisson_lock__channel:{rwk}");
+        redisContext *mon = raw();
+        freeReplyObject(cmd(mon, "MONITOR"));
         ck_assert(redisson_rw_op(ctx, op == RS_READ ? RS_READ_UNLOCK : RS_WRITE_UNLOCK, "rwk",
                                  rid));
         pthread_join(th, NULL);
         ck_assert_msg(a.rc == DLOCK_OK, "dlock's writer after Redisson's %s unlock: %s",
                       op == RS_READ ? "read" : "write", dlock_err_name(a.rc));
         ck_assert_int_eq(a.release_rc, DLOCK_OK);
+        int tries = acquires_after(mon, "rwk", "\"redisson_rwlock:{rwk}\"");
+        ck_assert_msg(tries == 1, "%d acquire tries after Redisson's unlock, not 1", tries);
+        redisFree(mon);
     }
     dlock_lock_free(wr);
     dlock_client_close(c);

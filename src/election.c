@@ -165,7 +165,9 @@ static struct dlock__hold *leadership(dlock_election *e)
 }
 
 /* The start of a call with a value (FN, for messages): E and VALUE not
- * NULL, the client usable, *COPY a copy of VALUE (the caller's to free). */
+ * NULL, the client usable, *COPY a copy of VALUE (the caller's to free).
+ * Returns with the client's mutex held when it worked, for the caller to
+ * look at E's leadership. */
 static int value_call(dlock_election *e, const char *value, const char *fn, char **copy)
 {
     dlock__msg_clear();
@@ -175,7 +177,10 @@ static int value_call(dlock_election *e, const char *value, const char *fn, char
     if (rc)
         return rc;
     *copy = dlock__strdup(value);
-    return *copy ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (!*copy)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_lock(&e->c->mu);
+    return DLOCK_OK;
 }
 
 int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_ms,
@@ -185,16 +190,14 @@ int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_m
     int rc = value_call(e, value, "dlock_election_campaign", &copy);
     if (rc)
         return rc;
-    dlock_client *c = e->c;
     const char *name = dlock_lock_name(e->l);
-    pthread_mutex_lock(&c->mu);
     bool busy = leadership(e) || e->l->acquiring;
     if (!busy) {
         free(e->req.value);
         e->req.value = copy;
         copy = NULL;
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&e->c->mu);
     if (busy) {
         free(copy);
         return dlock__err(DLOCK_EMISUSE,
@@ -256,7 +259,6 @@ int dlock_election_proclaim(dlock_election *e, const char *value)
         return rc;
     dlock_client *c = e->c;
     const char *name = dlock_lock_name(e->l);
-    pthread_mutex_lock(&c->mu);
     struct dlock__hold *h = leadership(e);
     if (!h)
         rc = dlock__err(DLOCK_ENOTOWNER, "election '%s': this handle does not lead", name);

@@ -51,14 +51,8 @@ int dlock__curl_load(void)
         SYM(slist_free_all, "curl_slist_free_all"),
 #undef SYM
     };
-    static struct dlock__dl_lib lib = {
-        .soname = "libcurl.so.4",
-        .user = "the etcd backend",
-        .package = "libcurl4",
-        .syms = syms,
-        .nsyms = sizeof syms / sizeof *syms,
-        .init = global_init,
-    };
+    static struct dlock__dl_lib lib =
+        DLOCK__DL_LIB("libcurl.so.4", "the etcd backend", "libcurl4", syms, global_init);
     return dlock__dl_load(&lib);
 }
 

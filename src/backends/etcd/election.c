@@ -28,16 +28,11 @@
 int dlock__etcd_elect_proclaim(void *state, struct dlock__hold *h, const char *value)
 {
     struct etcd_backend *s = state;
-    struct etcd_hold *eh = h->bdata;
-    if (!eh)
-        return dlock__err(DLOCK_ELOST, "%s: election '%s': no key to proclaim on", s->label,
-                          h->name);
-    char what[1200];
-    snprintf(what, sizeof what, "proclaim in election '%s' (key %s)", h->name, eh->key);
     struct etcd_limits lim = {dlock__now_ms() + s->k->op_timeout_ms, NULL};
     int code = 0;
-    int rc = dlock__etcd_put_again(s, eh->key, eh->rev, value, eh->lease, what, &code, &lim);
+    int rc = dlock__etcd_hold_put_again(s, h, value, "proclaim in", &code, &lim);
     if (rc == ETCD_KEY_GONE) {
+        const struct etcd_hold *eh = h->bdata;
         char why[1400];
         snprintf(why, sizeof why, "%s: key %s (create revision %lld) is gone", s->label, eh->key,
                  (long long)eh->rev);

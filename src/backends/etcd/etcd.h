@@ -411,6 +411,12 @@ int dlock__etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dl
 
 /* ============================================================ mutex.c */
 
+/* Send REQ (taken over; NULL: out of memory, said so) as a transaction
+ * to /v3/kv/txn, the reply into *REPLY; WHAT, *CODE and LIM as
+ * dlock__etcd_call_lim's. */
+int dlock__etcd_txn(struct etcd_backend *s, json_t *req, json_t **reply, const char *what,
+                    int *code, const struct etcd_limits *lim);
+
 /* "<prefix>NAME/": where lock NAME's keys live (caller frees). */
 char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name);
 /* Put KEY again, with VALUE on LEASE, if its create revision is still REV
@@ -419,6 +425,12 @@ char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name);
 #define ETCD_KEY_GONE 1
 int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
                    int64_t lease, const char *what, int *code, const struct etcd_limits *lim);
+/* dlock__etcd_put_again() of hold H's own key, on its own lease, with
+ * VALUE (a proclaim, a downgrade: VERB says which in messages);
+ * DLOCK_ELOST when H has no key. */
+int dlock__etcd_hold_put_again(struct etcd_backend *s, const struct dlock__hold *h,
+                               const char *value, const char *verb, int *code,
+                               const struct etcd_limits *lim);
 
 /* A failure RC of a request cut short by the wait W's deadline is that
  * wait's timeout (DLOCK_ETIMEDOUT; the message, kept, says what was cut). */

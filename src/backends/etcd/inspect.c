@@ -100,8 +100,7 @@ static int force_delete(struct etcd_backend *s, json_t *kv, const char *what)
                                   "success", "request_delete_range", dlock__etcd_range(key, false))
                       : NULL;
     json_t *dreply = NULL;
-    int rc = del ? dlock__etcd_call(s->k, "/v3/kv/txn", del, &dreply, what, NULL) : dlock__etcd_nomem(s);
-    json_decref(del);
+    int rc = dlock__etcd_txn(s, del, &dreply, what, NULL, NULL);
     json_decref(dreply);
     free(rev);
     free(key);

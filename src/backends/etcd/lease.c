@@ -456,9 +456,7 @@ static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b, siz
         ops = NULL;
         char what[1200];
         snprintf(what, sizeof what, "check held keys (%s%s)", first, to - from > 1 ? ", ..." : "");
-        rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim)
-                 : dlock__etcd_nomem(s);
-        json_decref(req);
+        rc = dlock__etcd_txn(s, req, &reply, what, NULL, lim);
     }
     json_decref(ops);
     size_t k = 0;

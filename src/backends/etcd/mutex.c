@@ -58,12 +58,19 @@ static int delete_if_rev(struct etcd_backend *s, const char *key, int64_t rev, c
                         "request_delete_range", dlock__etcd_range(key, false));
     free(kb);
     free(rs);
+    json_t *reply = NULL;
+    int rc = dlock__etcd_txn(s, req, &reply, what, NULL, lim);
+    json_decref(reply);
+    return rc;
+}
+
+int dlock__etcd_txn(struct etcd_backend *s, json_t *req, json_t **reply, const char *what,
+                    int *code, const struct etcd_limits *lim)
+{
     if (!req)
         return dlock__etcd_nomem(s);
-    json_t *reply = NULL;
-    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim);
+    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, reply, what, code, NULL, lim);
     json_decref(req);
-    json_decref(reply);
     return rc;
 }
 
@@ -170,13 +177,10 @@ static int look(struct etcd_backend *s, const struct dlock__hold *h, const char 
     free(older);
     free(mine);
     free(ls);
-    if (!req)
-        return dlock__etcd_nomem(s);
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "wait for '%s' (key %s)", name, key);
-    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
-    json_decref(req);
+    int rc = dlock__etcd_txn(s, req, &reply, what, code, lim);
     if (rc)
         return rc;
     *at = dlock__etcd_header_rev(reply);
@@ -300,15 +304,24 @@ int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, 
     free(vb);
     free(ls);
     free(rs);
-    if (!req)
-        return dlock__etcd_nomem(s);
     json_t *reply = NULL;
-    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
-    json_decref(req);
+    int rc = dlock__etcd_txn(s, req, &reply, what, code, lim);
     if (!rc && !json_is_true(json_object_get(reply, "succeeded")))
         rc = ETCD_KEY_GONE;
     json_decref(reply);
     return rc;
+}
+
+int dlock__etcd_hold_put_again(struct etcd_backend *s, const struct dlock__hold *h,
+                               const char *value, const char *verb, int *code,
+                               const struct etcd_limits *lim)
+{
+    const struct etcd_hold *eh = h->bdata;
+    if (!eh)
+        return dlock__err(DLOCK_ELOST, "%s: '%s': no key held to %s", s->label, h->name, verb);
+    char what[1200];
+    snprintf(what, sizeof what, "%s '%s' (key %s)", verb, h->name, eh->key);
+    return dlock__etcd_put_again(s, eh->key, eh->rev, value, eh->lease, what, code, lim);
 }
 
 /* Hang hold H's KEY (create revision REV) on LEASE: a put keeps the key's

@@ -47,14 +47,9 @@ const char *dlock__etcd_hold_value(struct etcd_backend *s, const struct dlock__h
 int dlock__etcd_downgrade(void *state, struct dlock__hold *h)
 {
     struct etcd_backend *s = state;
-    struct etcd_hold *eh = h->bdata;
-    if (!eh)
-        return dlock__err(DLOCK_ELOST, "%s: lock '%s': nothing held to downgrade", s->label,
-                          h->name);
-    char what[1200];
-    snprintf(what, sizeof what, "downgrade '%s' (key %s) to shared", h->name, eh->key);
     /* Same key, same lease, shared value: the create revision stays. */
-    int rc = dlock__etcd_put_again(s, eh->key, eh->rev, s->shared_ident, eh->lease, what, NULL, NULL);
+    int rc = dlock__etcd_hold_put_again(s, h, s->shared_ident, "downgrade", NULL, NULL);
+    const struct etcd_hold *eh = h->bdata;
     if (rc == ETCD_KEY_GONE)
         rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) was gone before the "
                                      "downgrade (lease expired or force-released)",

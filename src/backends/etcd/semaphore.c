@@ -214,14 +214,9 @@ static int put_key(struct etcd_backend *s, const struct dlock__hold *h, const st
                         "request_put", "key", kb, "value", vb, "lease", ls,
                         "request_range", queue_range(k->dir),
                         "failure", "request_range", dlock__etcd_range(k->count, false));
-        if (!req) {
-            rc = dlock__etcd_nomem(s);
-            break;
-        }
         json_t *reply = NULL;
         int code = 0;
-        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, &code, NULL, lim);
-        json_decref(req);
+        rc = dlock__etcd_txn(s, req, &reply, what, &code, lim);
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
             rc = RESTART; /* "requested lease not found": it expired under us */
         if (rc)
@@ -266,13 +261,10 @@ static int look(struct etcd_backend *s, const struct dlock__hold *h, const struc
                            : NULL;
     free(kb);
     free(rs);
-    if (!req)
-        return dlock__etcd_nomem(s);
     char what[1200];
     snprintf(what, sizeof what, "wait for semaphore '%s' (key %s)", h->name, key);
     json_t *reply = NULL;
-    int rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, NULL, lim);
-    json_decref(req);
+    int rc = dlock__etcd_txn(s, req, &reply, what, NULL, lim);
     if (rc)
         return rc;
     *at = dlock__etcd_header_rev(reply);
@@ -512,9 +504,7 @@ int dlock__etcd_sem_inspect(void *state, const char *name, unsigned permits,
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "inspect semaphore '%s'", name);
-    rc = req ? dlock__etcd_call(s->k, "/v3/kv/txn", req, &reply, what, NULL)
-             : dlock__etcd_nomem(s);
-    json_decref(req);
+    rc = dlock__etcd_txn(s, req, &reply, what, NULL, NULL);
     char stored[32];
     unsigned long n = rc ? 0 : stored_count(dlock__etcd_txn_range(reply, 0), stored);
     if (!rc && n && permits && n != permits)

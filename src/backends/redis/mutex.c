@@ -268,16 +268,13 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
     }
     size_t nchunks = (n + RENEW_BATCH - 1) / RENEW_BATCH;
     size_t maxargs = 3 + 4 * RENEW_BATCH;
-    const char **argv = calloc(maxargs, sizeof *argv);
-    size_t *argl = calloc(maxargs, sizeof *argl);
-    char (*vals)[160] = calloc(RENEW_BATCH, sizeof *vals);
-    char (*leases)[24] = calloc(RENEW_BATCH, sizeof *leases);
+    struct renew_bufs rb;
+    rc = dlock__redis_renew_bufs_new(&rb, maxargs, RENEW_BATCH, RENEW_BATCH);
     char (*timeouts)[DLOCK_NAME_MAX + 256] = calloc(RENEW_BATCH, sizeof *timeouts);
-    struct lock_keys *keys = calloc(RENEW_BATCH, sizeof *keys);
-    if (!argv || !argl || !vals || !leases || !timeouts || !keys) {
+    if (!rc && !timeouts)
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (rc)
         goto fail_all;
-    }
     int64_t sent = dlock__now_ms();
     bool noscript = false;
     /* Append every chunk, then read every reply: one round trip. */
@@ -287,36 +284,36 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             char nk[16];
             snprintf(nk, sizeof nk, "%zu", m);
             size_t a = 0;
-            argv[a] = pass ? "EVAL" : "EVALSHA";
-            argl[a++] = pass ? 4 : 7;
-            argv[a] = pass ? s->src[S_RENEW] : s->sha[S_RENEW];
-            argl[a++] = strlen(argv[1]);
-            argv[a] = nk;
-            argl[a++] = strlen(nk);
+            rb.argv[a] = pass ? "EVAL" : "EVALSHA";
+            rb.argl[a++] = pass ? 4 : 7;
+            rb.argv[a] = pass ? s->src[S_RENEW] : s->sha[S_RENEW];
+            rb.argl[a++] = strlen(rb.argv[1]);
+            rb.argv[a] = nk;
+            rb.argl[a++] = strlen(nk);
             for (size_t i = 0; i < m; i++) {
-                if ((rc = dlock__redis_keys_make(s, holds[c0 + i]->name, &keys[i])))
+                if ((rc = dlock__redis_keys_make(s, holds[c0 + i]->name, &rb.keys[i])))
                     goto fail_all;
-                argv[a] = keys[i].lock;
-                argl[a++] = keys[i].lock_len;
+                rb.argv[a] = rb.keys[i].lock;
+                rb.argl[a++] = rb.keys[i].lock_len;
             }
             for (size_t i = 0; i < m; i++) {
                 struct dlock__hold *h = holds[c0 + i];
-                int vl = s->simple ? snprintf(vals[i], sizeof vals[i], "%s:%llu", h->owner,
+                int vl = s->simple ? snprintf(rb.vals[i], sizeof rb.vals[i], "%s:%llu", h->owner,
                                               (unsigned long long)h->token)
-                                   : snprintf(vals[i], sizeof vals[i], "%s", h->owner);
-                int ll = snprintf(leases[i], sizeof leases[i], "%lld",
+                                   : snprintf(rb.vals[i], sizeof rb.vals[i], "%s", h->owner);
+                int ll = snprintf(rb.leases[i], sizeof rb.leases[i], "%lld",
                                   (long long)(h->lease_ms));
-                argv[a] = vals[i];
-                argl[a++] = (size_t)vl;
-                argv[a] = leases[i];
-                argl[a++] = (size_t)ll;
-                argv[a] = timeouts[i]; /* a reader's timeout key, or "" */
-                argl[a++] = (size_t)dlock__redis_rw_timeout_key(&keys[i], h, timeouts[i],
+                rb.argv[a] = rb.vals[i];
+                rb.argl[a++] = (size_t)vl;
+                rb.argv[a] = rb.leases[i];
+                rb.argl[a++] = (size_t)ll;
+                rb.argv[a] = timeouts[i]; /* a reader's timeout key, or "" */
+                rb.argl[a++] = (size_t)dlock__redis_rw_timeout_key(&rb.keys[i], h, timeouts[i],
                                                          sizeof timeouts[i]);
             }
-            rc = dlock__redis_conn_append(k, (int)a, argv, argl);
+            rc = dlock__redis_conn_append(k, (int)a, rb.argv, rb.argl);
             for (size_t i = 0; i < m; i++)
-                dlock__redis_keys_free(&keys[i]);
+                dlock__redis_keys_free(&rb.keys[i]);
             if (rc)
                 goto fail_all;
         }
@@ -394,14 +391,8 @@ fail_all:
 out:
     if (k)
         dlock__redis_pool_put(s, k, false);
-    for (size_t i = 0; keys && i < RENEW_BATCH; i++)
-        dlock__redis_keys_free(&keys[i]);
-    free(argv);
-    free(argl);
-    free(vals);
-    free(leases);
+    dlock__redis_renew_bufs_free(&rb);
     free(timeouts);
-    free(keys);
     return rc;
 }
 

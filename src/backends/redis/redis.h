@@ -318,6 +318,21 @@ int dlock__redis_scripts_take(struct redis_state *s, struct rconn *k, int rc);
 /* The lock's key (prefix + NAME), token key and channel, in one block. */
 int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k);
 void dlock__redis_keys_free(struct lock_keys *k);
+/* The buffers of one renewal batch (redis_renew, rl_renew): ARGS
+ * argument slots (argv, argl), VALS owner values, HOLDS lease strings and
+ * key sets. dlock__redis_renew_bufs_new() gives DLOCK_OK or DLOCK_ENOMEM
+ * (with the message set); dlock__redis_renew_bufs_free() frees what was
+ * made, each key set too, and may be called after either. */
+struct renew_bufs {
+    const char **argv;
+    size_t *argl;
+    char (*vals)[160];
+    char (*leases)[24];
+    struct lock_keys *keys;
+    size_t holds;
+};
+int dlock__redis_renew_bufs_new(struct renew_bufs *r, size_t args, size_t vals, size_t holds);
+void dlock__redis_renew_bufs_free(struct renew_bufs *r);
 /* The prefix of the key space KEY falls in when it is one of the keys
  * dlock makes beside a lock (token counter, channel, canceled acquires):
  * "redisson_lock_token:"...; NULL for any other key. */

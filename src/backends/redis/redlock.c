@@ -681,27 +681,23 @@ static int rl_renew(void *state, struct dlock__renew_batch *b)
     size_t chunks = (n + RL_RENEW_BATCH - 1) / RL_RENEW_BATCH;
     size_t ncalls = chunks * rl->n;
     struct rl_call *calls = calloc(ncalls, sizeof *calls);
-    const char **argv = calloc(ncalls * (3 * RL_RENEW_BATCH + RL_RENEW_BATCH), sizeof *argv);
-    size_t *argl = calloc(ncalls * (4 * RL_RENEW_BATCH), sizeof *argl);
-    char (*vals)[160] = calloc(n * rl->n, sizeof *vals);
-    char (*leases)[24] = calloc(n, sizeof *leases);
-    struct lock_keys *keys = calloc(n, sizeof *keys);
+    struct renew_bufs rb;
+    int rc = dlock__redis_renew_bufs_new(&rb, ncalls * 4 * RL_RENEW_BATCH, n * rl->n, n);
     size_t *hold_of = calloc(ncalls * RL_RENEW_BATCH, sizeof *hold_of); /* call slot -> hold */
     unsigned char *renewed = calloc(n, 1);
-    int rc = DLOCK_OK;
-    if (!calls || !argv || !argl || !vals || !leases || !keys || !hold_of || !renewed) {
+    if (!rc && (!calls || !hold_of || !renewed))
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (rc)
         goto fail_all;
-    }
     for (size_t j = 0; j < n; j++) {
-        if ((rc = dlock__redis_keys_make(rl->node[0], b->holds[j]->name, &keys[j])))
+        if ((rc = dlock__redis_keys_make(rl->node[0], b->holds[j]->name, &rb.keys[j])))
             goto fail_all;
-        snprintf(leases[j], sizeof leases[j], "%lld", (long long)b->holds[j]->lease_ms);
+        snprintf(rb.leases[j], sizeof rb.leases[j], "%lld", (long long)b->holds[j]->lease_ms);
     }
     /* Lay out each node's calls: keys first, then (value, lease, '') each. */
     size_t nc = 0;
-    const char **ap = argv;
-    size_t *lp = argl;
+    const char **ap = rb.argv;
+    size_t *lp = rb.argl;
     for (size_t i = 0; i < rl->n; i++) {
         struct redis_state *s = rl->node[i];
         size_t j = 0;
@@ -718,19 +714,19 @@ static int rl_renew(void *state, struct dlock__renew_batch *b)
             *cl = (struct rl_call){.node = i, .src = s->src[S_RENEW], .sha = s->sha[S_RENEW],
                                    .nkeys = (int)m, .nargs = (int)(4 * m), .args = ap, .lens = lp};
             for (size_t x = 0; x < m; x++) {
-                ap[x] = keys[slots[x]].lock;
-                lp[x] = keys[slots[x]].lock_len;
+                ap[x] = rb.keys[slots[x]].lock;
+                lp[x] = rb.keys[slots[x]].lock_len;
                 hold_of[nc * RL_RENEW_BATCH + x] = slots[x];
             }
             for (size_t x = 0; x < m; x++) {
                 struct dlock__hold *h = b->holds[slots[x]];
                 struct rl_hold *bd = h->bdata;
-                char *v = vals[slots[x] * rl->n + i];
+                char *v = rb.vals[slots[x] * rl->n + i];
                 int vl = node_value(rl, h, bd->token[i], v, 160);
                 ap[m + 3 * x] = v;
                 lp[m + 3 * x] = (size_t)vl;
-                ap[m + 3 * x + 1] = leases[slots[x]];
-                lp[m + 3 * x + 1] = strlen(leases[slots[x]]);
+                ap[m + 3 * x + 1] = rb.leases[slots[x]];
+                lp[m + 3 * x + 1] = strlen(rb.leases[slots[x]]);
                 ap[m + 3 * x + 2] = "";
                 lp[m + 3 * x + 2] = 0;
             }
@@ -793,14 +789,8 @@ fail_all:
     for (size_t j = 0; j < n; j++)
         dlock__renew_result(b, j, rc);
 out:
-    for (size_t j = 0; keys && j < n; j++)
-        dlock__redis_keys_free(&keys[j]);
+    dlock__redis_renew_bufs_free(&rb);
     free(calls);
-    free(argv);
-    free(argl);
-    free(vals);
-    free(leases);
-    free(keys);
     free(hold_of);
     free(renewed);
     return rc;

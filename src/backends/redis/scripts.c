@@ -181,6 +181,33 @@ void dlock__redis_keys_free(struct lock_keys *k)
     memset(k, 0, sizeof *k);
 }
 
+int dlock__redis_renew_bufs_new(struct renew_bufs *r, size_t args, size_t vals, size_t holds)
+{
+    *r = (struct renew_bufs){
+        .argv = calloc(args, sizeof *r->argv),
+        .argl = calloc(args, sizeof *r->argl),
+        .vals = calloc(vals, sizeof *r->vals),
+        .leases = calloc(holds, sizeof *r->leases),
+        .keys = calloc(holds, sizeof *r->keys),
+        .holds = holds,
+    };
+    if (!r->argv || !r->argl || !r->vals || !r->leases || !r->keys)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    return DLOCK_OK;
+}
+
+void dlock__redis_renew_bufs_free(struct renew_bufs *r)
+{
+    for (size_t i = 0; r->keys && i < r->holds; i++)
+        dlock__redis_keys_free(&r->keys[i]);
+    free(r->argv);
+    free(r->argl);
+    free(r->vals);
+    free(r->leases);
+    free(r->keys);
+    memset(r, 0, sizeof *r);
+}
+
 /* The lock's key (prefix + name), token key, channel, canceled key,
  * read-write channel, writers key and timeout base, in one block: this
  * runs for every acquire and release. */

@@ -672,5 +672,12 @@ struct dlock__dl_lib {
  * DLOCK_OK, or DLOCK_ENOTBUILT with a message naming the library, why it
  * failed (dlerror(), or the missing symbol) and the package to install. */
 int dlock__dl_load(struct dlock__dl_lib *lib);
+/* The initializer of a struct dlock__dl_lib for the symbol table SYMS
+ * (an array). */
+#define DLOCK__DL_LIB(soname_, user_, package_, syms_, init_)                                 \
+    {                                                                                        \
+        .soname = soname_, .user = user_, .package = package_, .syms = syms_,                \
+        .nsyms = sizeof syms_ / sizeof *syms_, .init = init_,                                \
+    }
 
 #endif /* DLOCK_CORE_H */

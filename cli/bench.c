@@ -76,6 +76,21 @@ static const struct dlock_bench_baseline *const baselines[] = {
     NULL,
 };
 
+void dlock_bench_pct_decode(char *s)
+{
+    char *o = s;
+    for (; *s; s++) {
+        if (*s == '%' && s[1] && s[2]) {
+            char hex[3] = {s[1], s[2], 0};
+            *o++ = (char)strtol(hex, NULL, 16);
+            s += 2;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o = 0;
+}
+
 static const char usage_text[] =
     "Usage: dlock [-u URL] bench [uncontended|contended|renewal|readers|semaphore|all ...]\n"
     "       [OPTIONS]\n"

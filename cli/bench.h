@@ -38,6 +38,10 @@ struct dlock_bench_baseline {
     long long (*server_calls)(void *conn);
 };
 
+/* Decode the %XX escapes of S (a part of a URL) in place, for the
+ * baselines that take the user, password or path apart themselves. */
+void dlock_bench_pct_decode(char *s);
+
 #ifdef DLOCK_HAVE_REDIS
 extern const struct dlock_bench_baseline dlock_bench_redis_baseline;
 extern const struct dlock_bench_baseline dlock_bench_redis_unix_baseline;

@@ -133,21 +133,6 @@ static char *b64(const char *s)
     return out;
 }
 
-static void pct_decode(char *s)
-{
-    char *o = s;
-    for (; *s; s++) {
-        if (*s == '%' && s[1] && s[2]) {
-            char hex[3] = {s[1], s[2], 0};
-            *o++ = (char)strtol(hex, NULL, 16);
-            s += 2;
-        } else {
-            *o++ = *s;
-        }
-    }
-    *o = 0;
-}
-
 static void etcd_raw_disconnect(void *conn)
 {
     struct etcd_raw *r = conn;
@@ -193,7 +178,7 @@ static void *etcd_raw_connect(const char *url, char *err, size_t errlen)
     char *path = strchr(hosts, '/');
     if (path) {
         *path++ = 0;
-        pct_decode(path);
+        dlock_bench_pct_decode(path);
         size_t n = strlen(path);
         snprintf(r->prefix, sizeof r->prefix, "%s%s", path, n && path[n - 1] != '/' ? "/" : "");
     }
@@ -211,10 +196,10 @@ static void *etcd_raw_connect(const char *url, char *err, size_t errlen)
         const char *pw = colon ? colon + 1 : getenv("DLOCK_ETCD_PASSWORD");
         if (colon)
             *colon = 0;
-        pct_decode(user);
+        dlock_bench_pct_decode(user);
         char pwbuf[256];
         snprintf(pwbuf, sizeof pwbuf, "%s", pw ? pw : "");
-        pct_decode(pwbuf);
+        dlock_bench_pct_decode(pwbuf);
         json_t *req = json_pack("{s:s, s:s}", "name", user, "password", pwbuf);
         char *body = json_dumps(req, JSON_COMPACT);
         json_t *rep = body ? call(r, "/v3/auth/authenticate", body) : NULL;

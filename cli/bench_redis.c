@@ -28,22 +28,6 @@ struct raw_conn {
     char value[64];
 };
 
-/* Decode %XX escapes in place. */
-static void pct_decode(char *s)
-{
-    char *o = s;
-    for (; *s; s++) {
-        if (*s == '%' && s[1] && s[2]) {
-            char hex[3] = {s[1], s[2], 0};
-            *o++ = (char)strtol(hex, NULL, 16);
-            s += 2;
-        } else {
-            *o++ = *s;
-        }
-    }
-    *o = 0;
-}
-
 static redisReply *check(redisContext *ctx, redisReply *r, char *err, size_t errlen, const char *what)
 {
     if (!r) {
@@ -117,9 +101,9 @@ static void *raw_connect(const char *url, char *err, size_t errlen)
             user = kv + 5;
     }
     if (user)
-        pct_decode(user);
+        dlock_bench_pct_decode(user);
     if (pass)
-        pct_decode(pass);
+        dlock_bench_pct_decode(pass);
     if (!pass && getenv("DLOCK_REDIS_PASSWORD") && *getenv("DLOCK_REDIS_PASSWORD"))
         pass = getenv("DLOCK_REDIS_PASSWORD");
     struct timeval tv = {5, 0};

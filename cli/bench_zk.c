@@ -37,22 +37,6 @@ static void raw_log(const char *message)
     (void)message;
 }
 
-/* Decode %XX escapes in place. */
-static void pct_decode(char *s)
-{
-    char *o = s;
-    for (; *s; s++) {
-        if (*s == '%' && s[1] && s[2]) {
-            char hex[3] = {s[1], s[2], 0};
-            *o++ = (char)strtol(hex, NULL, 16);
-            s += 2;
-        } else {
-            *o++ = *s;
-        }
-    }
-    *o = 0;
-}
-
 static void *zk_raw_connect(const char *url, char *err, size_t errlen)
 {
     if (strncmp(url, "zk://", 5) != 0) {
@@ -73,7 +57,7 @@ static void *zk_raw_connect(const char *url, char *err, size_t errlen)
         *query++ = 0;
         for (char *kv = strtok(query, "&"); kv; kv = strtok(NULL, "&"))
             if (strncmp(kv, "base=", 5) == 0) {
-                pct_decode(kv + 5);
+                dlock_bench_pct_decode(kv + 5);
                 snprintf(r->base, sizeof r->base, "%s", strcmp(kv + 5, "/") ? kv + 5 : "");
             }
     }
@@ -82,7 +66,7 @@ static void *zk_raw_connect(const char *url, char *err, size_t errlen)
     if (at) {
         *at = 0;
         auth = rest;
-        pct_decode(auth);
+        dlock_bench_pct_decode(auth);
         hosts = at + 1;
     }
     r->zh = zookeeper_init2(hosts, raw_watcher, 30000, NULL, NULL, 0, raw_log);

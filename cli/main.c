@@ -721,20 +721,17 @@ int main(int argc, char **argv)
     const char *cmd = argv[optind];
     int sub_argc = argc - optind;
     char **sub_argv = argv + optind;
-    if (strcmp(cmd, "run") == 0)
-        return cmd_run(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "hold") == 0)
-        return cmd_hold(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "status") == 0)
-        return cmd_status(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "release") == 0)
-        return cmd_release(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "list") == 0)
-        return cmd_list(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "elect") == 0)
-        return cmd_elect(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "leader") == 0)
-        return cmd_leader(url, sub_argc, sub_argv);
+    static const struct {
+        const char *name;
+        int (*run)(const char *url, int argc, char **argv);
+    } commands[] = {
+        {"run", cmd_run},         {"hold", cmd_hold},   {"status", cmd_status},
+        {"release", cmd_release}, {"list", cmd_list},   {"elect", cmd_elect},
+        {"leader", cmd_leader},
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(cmd, commands[i].name) == 0)
+            return commands[i].run(url, sub_argc, sub_argv);
     if (strcmp(cmd, "bench") == 0)
         return dlock_cli_bench(url ? url : getenv("DLOCK_URL"), sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0)

@@ -162,6 +162,12 @@ int dlock__etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, jso
 
 #define POOL_MAX 8 /* idle easy handles kept for unary calls */
 
+/* Append N bytes at PTR to the buffer *DATA (*LEN bytes used of *CAP,
+ * grown by doubling from FIRST, kept 0-terminated): what curl's write
+ * callbacks do. False when out of memory. */
+bool dlock__etcd_buf_append(char **data, size_t *len, size_t *cap, size_t first, const char *ptr,
+                            size_t n);
+
 struct etcd_endpoint {
     char *base; /* "http://127.0.0.1:2379" */
     char *name; /* "127.0.0.1:2379" */

@@ -136,6 +136,25 @@ struct buf {
     bool too_big; /* ...and one was */
 };
 
+bool dlock__etcd_buf_append(char **data, size_t *len, size_t *cap, size_t first, const char *ptr,
+                            size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t grown = *cap ? *cap : first;
+        while (grown < *len + n + 1)
+            grown *= 2;
+        char *d = realloc(*data, grown);
+        if (!d)
+            return false;
+        *data = d;
+        *cap = grown;
+    }
+    memcpy(*data + *len, ptr, n);
+    *len += n;
+    (*data)[*len] = 0;
+    return true;
+}
+
 static size_t buf_write(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct buf *b = arg;
@@ -144,20 +163,7 @@ static size_t buf_write(char *ptr, size_t size, size_t nmemb, void *arg)
         b->too_big = true;
         return 0; /* curl ends the transfer (CURLE_WRITE_ERROR) */
     }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d)
-            return 0;
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = 0;
-    return n;
+    return dlock__etcd_buf_append(&b->data, &b->len, &b->cap, 4096, ptr, n) ? n : 0;
 }
 
 static CURL *easy_take(struct etcd_conn *k)

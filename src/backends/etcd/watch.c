@@ -66,20 +66,9 @@ static size_t watch_write(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct etcd_watch *wt = arg;
     size_t n = size * nmemb;
-    if (wt->len + n + 1 > wt->cap) {
-        size_t cap = wt->cap ? wt->cap : 1024;
-        while (cap < wt->len + n + 1)
-            cap *= 2;
-        if (cap > (16u << 20))
-            return 0;
-        char *d = realloc(wt->line, cap);
-        if (!d)
-            return 0;
-        wt->line = d;
-        wt->cap = cap;
-    }
-    memcpy(wt->line + wt->len, ptr, n);
-    wt->len += n;
+    if (wt->len + n + 1 > (16u << 20) || /* a line that long is no watch event */
+        !dlock__etcd_buf_append(&wt->line, &wt->len, &wt->cap, 1024, ptr, n))
+        return 0;
     char *nl;
     while ((nl = memchr(wt->line, '\n', wt->len))) {
         size_t one = (size_t)(nl - wt->line);

@@ -1213,12 +1213,26 @@ static void assert_json_type(json_t *o, const char *key, json_type type, bool nu
                   "%s: %s is %s", CT->name, key, v ? json_dumps(v, JSON_ENCODE_ANY) : "missing");
 }
 
-/* O has exactly the keys KEYS (NULL-terminated). */
-static void assert_json_keys(json_t *o, const char *const *keys)
+/* One key of a JSON object and the type of its value (NULLABLE: or
+ * null; ANY_TYPE: the caller checks it). */
+struct json_field {
+    const char *key;
+    int type;
+    bool nullable;
+};
+#define ANY_TYPE (-1)
+
+/* O has exactly the keys of FIELDS (ended by a NULL key), each value of
+ * its type. */
+static void assert_json_fields(json_t *o, const struct json_field *fields)
 {
     size_t n = 0;
-    for (; keys[n]; n++)
-        ck_assert_msg(json_object_get(o, keys[n]), "%s: no \"%s\"", CT->name, keys[n]);
+    for (; fields[n].key; n++)
+        if (fields[n].type == ANY_TYPE)
+            ck_assert_msg(json_object_get(o, fields[n].key), "%s: no \"%s\"", CT->name,
+                          fields[n].key);
+        else
+            assert_json_type(o, fields[n].key, (json_type)fields[n].type, fields[n].nullable);
     ck_assert_msg(json_object_size(o) == n, "%s: %zu keys, want %zu", CT->name,
                   json_object_size(o), n);
 }
@@ -1230,41 +1244,39 @@ static void assert_json_keys(json_t *o, const char *const *keys)
  * thread id). STATUS: with the client's counters. */
 static void assert_lock_json(json_t *o, const char *name, bool held, bool status)
 {
-    static const char *const keys[] = {"name", "name_hex", "backend", "kind", "key", "held",
-                                       "mode", "token", "ttl_ms", "holders", "waiters",
-                                       "waiter_count", NULL};
-    static const char *const keys_status[] = {"name", "name_hex", "backend", "kind", "key",
-                                              "held", "mode", "token", "ttl_ms", "holders",
-                                              "waiters", "waiter_count", "master", "client",
-                                              NULL};
-    static const char *const holder_keys[] = {"id", "owner", "host", "pid", "thread", "count",
-                                              NULL};
+    /* redis+sentinel://, rediss+sentinel://: the master the sentinels
+     * name; others none */
+    bool sentinel = strstr(CT->scheme, "+sentinel") != NULL;
+    /* (the status fields come last: without STATUS the list ends there) */
+    const struct json_field fields[] = {
+        {"name", JSON_STRING, false},   {"name_hex", JSON_STRING, false},
+        {"backend", JSON_STRING, false}, {"kind", JSON_STRING, false},
+        {"key", JSON_STRING, false},     {"held", ANY_TYPE, false},
+        {"mode", JSON_STRING, !held},
+        {"token", JSON_INTEGER, false},  {"ttl_ms", JSON_INTEGER, true},
+        {"holders", JSON_ARRAY, false},  {"waiters", JSON_ARRAY, true},
+        {"waiter_count", JSON_INTEGER, true},
+        {status ? "master" : NULL, JSON_STRING, !sentinel},
+        {"client", JSON_OBJECT, false},  {NULL, 0, false},
+    };
+    static const struct json_field holder_fields[] = {
+        {"id", JSON_STRING, false},    {"owner", JSON_STRING, false},
+        {"host", JSON_STRING, true},   {"pid", JSON_INTEGER, true},
+        {"thread", JSON_INTEGER, true}, {"count", JSON_INTEGER, true},
+        {NULL, 0, false},
+    };
     ck_assert_msg(json_is_object(o), "%s: not an object", CT->name);
-    assert_json_keys(o, status ? keys_status : keys);
-    assert_json_type(o, "name", JSON_STRING, false);
-    assert_json_type(o, "backend", JSON_STRING, false);
+    assert_json_fields(o, fields);
     ck_assert_str_eq(json_string_value(json_object_get(o, "kind")), "lock");
-    assert_json_type(o, "key", JSON_STRING, false);
     ck_assert_msg(json_is_boolean(json_object_get(o, "held")) &&
                       json_is_true(json_object_get(o, "held")) == held,
                   "%s: held", CT->name);
-    assert_json_type(o, "mode", JSON_STRING, !held);
-    assert_json_type(o, "token", JSON_INTEGER, false);
-    assert_json_type(o, "ttl_ms", JSON_INTEGER, true);
-    assert_json_type(o, "holders", JSON_ARRAY, false);
-    assert_json_type(o, "waiters", JSON_ARRAY, true);
-    assert_json_type(o, "waiter_count", JSON_INTEGER, true);
     json_t *w = json_object_get(o, "waiters");
     ck_assert_msg(json_is_null(w) ? json_is_null(json_object_get(o, "waiter_count"))
                                   : json_integer_value(json_object_get(o, "waiter_count")) ==
                                         (json_int_t)json_array_size(w),
                   "%s: waiter_count", CT->name);
     if (status) {
-        assert_json_type(o, "client", JSON_OBJECT, false);
-        /* redis+sentinel://, rediss+sentinel://: the master the sentinels
-         * name; others none */
-        bool sentinel = strstr(CT->scheme, "+sentinel") != NULL;
-        assert_json_type(o, "master", JSON_STRING, !sentinel);
         const char *m = json_string_value(json_object_get(o, "master"));
         ck_assert_msg(!sentinel || (strncmp(m, "127.0.0.1:", 10) == 0 && atoi(m + 10) > 0),
                       "%s: master %s", CT->name, m);
@@ -1284,13 +1296,7 @@ static void assert_lock_json(json_t *o, const char *name, bool held, bool status
                   json_array_size(holders));
     json_array_foreach(holders, i, h)
     {
-        assert_json_keys(h, holder_keys);
-        assert_json_type(h, "id", JSON_STRING, false);
-        assert_json_type(h, "owner", JSON_STRING, false);
-        assert_json_type(h, "host", JSON_STRING, true);
-        assert_json_type(h, "pid", JSON_INTEGER, true);
-        assert_json_type(h, "thread", JSON_INTEGER, true);
-        assert_json_type(h, "count", JSON_INTEGER, true);
+        assert_json_fields(h, holder_fields);
         json_t *pid = json_object_get(h, "pid");
         mine = json_is_null(pid) ? strncmp(CT->name, "redis", 5) == 0 ||
                                        strcmp(CT->name, "rediss") == 0 ||

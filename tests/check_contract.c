@@ -376,55 +376,11 @@ END_TEST
 
 /* ============================================= threads of one client */
 
-struct counter_arg {
-    dlock_lock *l;
-    atomic_int *inside;
-    int *counter;
-    int bad, rc;
-};
-
-static void *counter_main(void *p)
-{
-    struct counter_arg *a = p;
-    for (int i = 0; i < 25; i++) {
-        int rc = dlock_acquire(a->l, DLOCK_FOREVER);
-        if (rc) {
-            a->rc = rc;
-            return NULL;
-        }
-        if (atomic_fetch_add(a->inside, 1) != 0)
-            a->bad++; /* two holders at once */
-        int v = *a->counter;
-        sched_yield();
-        *a->counter = v + 1;
-        atomic_fetch_sub(a->inside, 1);
-        if ((rc = dlock_release(a->l))) {
-            a->rc = rc;
-            return NULL;
-        }
-    }
-    return NULL;
-}
-
 TU_TEST(threads_exclude, 60)
 {
-    enum { T = 4 };
     dlock_client *c = ct_open_test(NULL);
     dlock_lock *l = tu_lock(c, "threads");
-    atomic_int inside = 0;
-    int counter = 0;
-    struct counter_arg args[T];
-    pthread_t th[T];
-    for (int i = 0; i < T; i++) {
-        args[i] = (struct counter_arg){l, &inside, &counter, 0, 0};
-        pthread_create(&th[i], NULL, counter_main, &args[i]);
-    }
-    for (int i = 0; i < T; i++) {
-        pthread_join(th[i], NULL);
-        ck_assert_msg(args[i].rc == DLOCK_OK, "thread %d: %s", i, dlock_err_name(args[i].rc));
-        ck_assert_msg(args[i].bad == 0, "thread %d saw another holder inside", i);
-    }
-    ck_assert_int_eq(counter, T * 25);
+    tu_exclusion_run(&l, 1, 4, 25, DLOCK_FOREVER);
     dlock_lock_free(l);
     dlock_client_close(c);
 }

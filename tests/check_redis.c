@@ -357,34 +357,6 @@ END_TEST
 /* Threads of one client and of two clients fight over one name: never
  * two inside, nobody stuck. Exercises the subscriber's subscribe /
  * unsubscribe churn (waiters join and leave all the time). */
-struct fight {
-    dlock_lock *l;
-    atomic_int *inside, *total;
-    int rounds, rc;
-};
-
-static void *fight_main(void *p)
-{
-    struct fight *f = p;
-    for (int i = 0; i < f->rounds; i++) {
-        int rc = dlock_acquire(f->l, 30000);
-        if (rc) {
-            f->rc = rc;
-            return NULL;
-        }
-        if (atomic_fetch_add(f->inside, 1) != 0)
-            f->rc = -1000; /* two holders at once */
-        tu_sleep_ms(i % 3 == 0 ? 1 : 0);
-        atomic_fetch_sub(f->inside, 1);
-        atomic_fetch_add(f->total, 1);
-        if ((rc = dlock_release(f->l))) {
-            f->rc = rc;
-            return NULL;
-        }
-    }
-    return NULL;
-}
-
 TU_TEST(threads_fight_over_one_name, 60)
 {
     enum { T = 8, ROUNDS = 150 };
@@ -394,18 +366,7 @@ TU_TEST(threads_fight_over_one_name, 60)
     TU_ACQUIRE_OK(l1, DLOCK_TRY); /* the counter starts from the server's clock */
     uint64_t t0 = tu_token(l1);
     ck_assert_int_eq(dlock_release(l1), DLOCK_OK);
-    atomic_int inside = 0, total = 0;
-    struct fight f[T];
-    pthread_t th[T];
-    for (int i = 0; i < T; i++) {
-        f[i] = (struct fight){i % 2 ? l1 : l2, &inside, &total, ROUNDS, 0};
-        pthread_create(&th[i], NULL, fight_main, &f[i]);
-    }
-    for (int i = 0; i < T; i++) {
-        pthread_join(th[i], NULL);
-        ck_assert_msg(f[i].rc == 0, "thread %d: %d %s", i, f[i].rc, dlock_err_name(f[i].rc));
-    }
-    ck_assert_int_eq(atomic_load(&total), T * ROUNDS);
+    tu_exclusion_run((dlock_lock *[]){l2, l1}, 2, T, ROUNDS, 30000);
     redisContext *ctx = raw();
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{fight}"), (long long)t0 + T * ROUNDS);
     wait_numsub(ctx, "redisson_lock__channel:{fight}", 0);

@@ -10,6 +10,7 @@
 #include <fnmatch.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -646,6 +647,56 @@ bool tu_waiter_wait_done(struct tu_waiter *w, int timeout_ms)
     for (int waited = 0; waited < timeout_ms && !atomic_load(&w->done); waited += 10)
         tu_sleep_ms(10);
     return atomic_load(&w->done) != 0;
+}
+
+struct exclusion_turns {
+    dlock_lock *l;
+    int rounds;
+    int64_t wait;
+    atomic_int *inside;
+    int *counter;
+    int bad, rc;
+};
+
+static void *exclusion_main(void *arg)
+{
+    struct exclusion_turns *t = arg;
+    for (int i = 0; i < t->rounds && !t->rc; i++) {
+        if ((t->rc = dlock_acquire(t->l, t->wait)))
+            break;
+        if (atomic_fetch_add(t->inside, 1) != 0)
+            t->bad++; /* two holders at once */
+        int v = *t->counter;
+        if (i % 3 == 0)
+            tu_sleep_ms(1);
+        else
+            sched_yield();
+        *t->counter = v + 1;
+        atomic_fetch_sub(t->inside, 1);
+        t->rc = dlock_release(t->l);
+    }
+    return NULL;
+}
+
+void tu_exclusion_run(dlock_lock *const *l, size_t n, int threads, int rounds, int64_t wait)
+{
+    atomic_int inside = 0;
+    int counter = 0;
+    struct exclusion_turns *t = calloc((size_t)threads, sizeof *t);
+    pthread_t *th = calloc((size_t)threads, sizeof *th);
+    ck_assert(t && th);
+    for (int i = 0; i < threads; i++) {
+        t[i] = (struct exclusion_turns){l[(size_t)i % n], rounds, wait, &inside, &counter, 0, 0};
+        pthread_create(&th[i], NULL, exclusion_main, &t[i]);
+    }
+    for (int i = 0; i < threads; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(t[i].rc == DLOCK_OK, "thread %d: %s", i, dlock_err_name(t[i].rc));
+        ck_assert_msg(t[i].bad == 0, "thread %d saw another holder inside", i);
+    }
+    ck_assert_int_eq(counter, threads * rounds);
+    free(th);
+    free(t);
 }
 
 static void *sem_taker_main(void *arg)

@@ -232,6 +232,15 @@ void tu_waiter_cancel_until_returned(struct tu_waiter *w);
 /* Wait up to TIMEOUT_MS until W's thread is done. */
 bool tu_waiter_wait_done(struct tu_waiter *w, int timeout_ms);
 
+/* THREADS threads take turns on the handles L[0..N) (thread i on
+ * L[i % N]): ROUNDS acquires (each waiting at most WAIT) and releases.
+ * Inside each hold a thread checks that no other is inside and bumps a
+ * shared counter by a read, a pause and a write (a lost update shows two
+ * holders). Asserts that every call worked, nobody found another inside
+ * and the counter is THREADS * ROUNDS. */
+void tu_exclusion_run(struct dlock_lock *const *l, size_t n, int threads, int rounds,
+                      int64_t wait);
+
 /* tu_sem_taker: dlock_semaphore_acquire(S, K, WAIT, CANCEL) in a thread
  * of its own, which releases what it got. RC is 1 until the acquire
  * returns; TID is the thread's id (for tu_wait_thread_asleep()).

@@ -177,7 +177,7 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(STATIC)
 # The fault harness (tests/chaos/, issue 13): its short fixed-seed run is
 # a test binary of `make check`, `make chaos` runs long schedules by hand.
 # It drives every backend, so it is built only when all are.
-CHAOS_OBJ := $(patsubst %.c,$(BUILD)/%.o,tests/chaos/harness.c tests/chaos/store.c tests/chaos/worker.c)
+CHAOS_OBJ := $(patsubst %.c,$(BUILD)/%.o,tests/chaos/harness.c tests/chaos/store.c tests/chaos/worker.c tests/chaos/relay.c)
 CHAOS_BIN := $(BUILD)/tests/chaos/chaos
 CHAOS_CLOCKSHIFT := $(BUILD)/tests/chaos/clockshift.so
 $(CHAOS_OBJ) $(BUILD)/tests/chaos/chaos.o: CPPFLAGS += -Itests/lib $(BACKEND_DEFS) \

@@ -4,7 +4,7 @@
  *   build/tests/chaos/chaos [-s SEED] [-d SECONDS] [-l LEASE_MS] [-w WORKERS]
  *                           [-f FAULT,...] [-j FILE.json] [-v] BACKEND...
  *
- * BACKEND: file, redis (layout=redisson), redis-simple, sentinel
+ * BACKEND: file, redis (layout=redisson), redis-simple, redis-fair, sentinel
  * (redis+sentinel://: a master, two replicas, three sentinels),
  * sentinel-sync (the same with ?sync=1), sentinel-sync2 (?sync=2: both
  * replicas), redlock (three masters; a server restart is one of them),
@@ -47,7 +47,7 @@ int main(int argc, char **argv)
         }
     }
     if (optind == argc) {
-        fprintf(stderr, "%s: name the backends (file redis redis-simple sentinel sentinel-sync "
+        fprintf(stderr, "%s: name the backends (file redis redis-simple redis-fair sentinel sentinel-sync "
                         "sentinel-sync2 redlock etcd etcd3 zk zk3)\n", argv[0]);
         return 2;
     }

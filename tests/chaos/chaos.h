@@ -41,6 +41,7 @@ enum chaos_fault {
                              one worker from two masters (it sees a minority) */
     FAULT_LOSS,          /* 5-30 % of the packets of a link dropped (nftables) */
     FAULT_REORDER,       /* 20-50 % of a link's packets held back in a slow queue */
+    FAULT_DELAY,         /* a worker's connections through a relay adding 50-400 ms each way */
     FAULT_CLOCK_STEP,    /* wall clock of workers or a Redis server stepped (clockshift.c) */
     FAULT_CLOCK_BACK_EMPTY, /* Redis: a server's clock an hour back, then restarted
                                without its data (by hand only: -f clock-back-empty) */
@@ -71,7 +72,7 @@ struct chaos_counts {
 };
 
 struct chaos_config {
-    const char *backend;   /* file, redis, redis-simple, sentinel, sentinel-sync,
+    const char *backend;   /* file, redis, redis-simple, redis-fair, sentinel, sentinel-sync,
                               redlock, etcd, etcd3, zk, zk3 */
     uint64_t seed;
     int duration_s;        /* whole run, split among the phases */
@@ -132,10 +133,17 @@ int chaos_store_connect(const char *path);
  * it, and finds the mapping through the descriptor it inherits). */
 #define CHAOS_MAX_WORKERS 8
 #define CHAOS_MAX_THREADS 4
+#define CHAOS_MAX_SPAWNS 256 /* worker spawn y (of 10.X.y.2) indexes DELAY_MS */
 struct chaos_shared {
     volatile int stop;
     volatile int64_t call_since[CHAOS_MAX_WORKERS][CHAOS_MAX_THREADS];
+    volatile int delay_ms[CHAOS_MAX_SPAWNS]; /* packet-delay: the relay's one-way delay */
 };
+
+/* The relay (relay.c): a process serving the listening socket LFD,
+ * passing each redirected connection on to its server, delayed by
+ * SH->delay_ms of the worker it comes from. Never returns. */
+void chaos_relay_main(int lfd, const struct chaos_shared *sh) __attribute__((noreturn));
 
 /* A worker (worker.c): THREADS threads on one client of URL, looping
  * until *STOP. CALL_SINCE[t] is when thread t entered a dlock call (0:

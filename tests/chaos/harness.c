@@ -14,8 +14,9 @@
  * cut off from its replicas and sentinels, a Redlock master from the
  * workers); packet faults use what this kernel has, since it has no
  * netem: a token-bucket filter (slow-link), nftables' random drop (loss),
- * and a slow HTB class a random share of packets is steered into
- * (reorder and delay). Anonymous namespaces die with their last process,
+ * a slow HTB class a random share of packets is steered into (reorder),
+ * and a relay process the worker's connections are redirected through
+ * (relay.c: a fixed delay). Anonymous namespaces die with their last process,
  * so nothing needs undoing when a run crashes.
  */
 #include <errno.h>
@@ -26,8 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,7 +50,7 @@ const char *chaos_fault_name(enum chaos_fault f)
         "none", "worker-kill", "worker-stop", "server-stop", "server-restart",
         "server-restart-empty", "leader-kill", "partition", "slow-link", "master-kill",
         "failover", "master-partition", "node-partition", "packet-loss", "packet-reorder",
-        "clock-step", "clock-back-empty"};
+        "packet-delay", "clock-step", "clock-back-empty"};
     return f < FAULT_COUNT ? names[f] : "?";
 }
 
@@ -74,6 +77,8 @@ struct run {
     int store_fd;
     struct chaos_shared *sh;
     int shm_fd;         /* the memfd behind SH, inherited by the workers */
+    pid_t relay_pid;    /* the delaying relay (relay.c), 0: none */
+    int relay_port;
     const char *clockshift; /* clockshift.so, NULL: no clock faults */
     struct slot w[MAX_WORKERS];
     int nworkers, spawns;
@@ -221,7 +226,9 @@ static bool redis_spawn(struct run *r, int i, const char *const *extra, bool res
 #define NFT_SETUP                                                                                  \
     "nft add table inet chaos && "                                                                 \
     "nft 'add chain inet chaos in { type filter hook input priority 0; }' && "                     \
-    "nft 'add chain inet chaos out { type filter hook output priority 0; }'"
+    "nft 'add chain inet chaos out { type filter hook output priority 0; }' && "                  \
+    "nft add table ip chaosnat && "                                                                \
+    "nft 'add chain ip chaosnat pre { type nat hook prerouting priority -100; }'"
 
 /* A raw command to sentinel I, its reply (NULL: no answer). */
 static redisReply *sentinel_cmd(struct run *r, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -479,6 +486,26 @@ static char *worker_url(struct run *r, const char *host)
     return url;
 }
 
+/* The delaying relay (relay.c) on a free port of the servers' namespace. */
+static bool relay_start(struct run *r)
+{
+    r->relay_port = tu_free_port();
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)r->relay_port)};
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 64) != 0) {
+        if (lfd >= 0)
+            close(lfd);
+        return false;
+    }
+    fflush(NULL);
+    r->relay_pid = fork();
+    if (r->relay_pid == 0)
+        chaos_relay_main(lfd, r->sh);
+    close(lfd);
+    return r->relay_pid > 0;
+}
+
 /* ---------------------------------------------------------------- workers */
 
 static void spawn_worker(struct run *r, int k)
@@ -675,7 +702,9 @@ static void reorder(struct run *r, int k, int percent, bool on)
            ns, d, ns, d, ns, d);
         if (side)
             sh("%s sh -c \"%s\"", ns, "nft add table inet chaos; "
-               "nft 'add chain inet chaos out { type filter hook output priority 0; }'");
+               "nft 'add chain inet chaos out { type filter hook output priority 0; }' && "                  \
+    "nft add table ip chaosnat && "                                                                \
+    "nft 'add chain ip chaosnat pre { type nat hook prerouting priority -100; }'");
         sh("%snft 'add rule inet chaos out oifname \"%s\" numgen random mod 100 < %d meta priority set 1:20'",
            ns, d, percent);
     }
@@ -856,6 +885,31 @@ static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
             say(r, "server %d did not come back", m);
         break;
     }
+    case FAULT_DELAY: {
+        /* one worker, or (one time in three) all: new connections
+         * redirected to the relay, the old ones broken so that the client
+         * reconnects through it */
+        int delay = (int)between(r, r->lease / 20, 2 * r->lease / 5);
+        a->until = now + between(r, r->lease, 3 * r->lease);
+        a->nft = true;
+        bool all = rnd(r) % 3 == 0;
+        int one = pick_worker(r);
+        for (k = 0; k < r->nworkers; k++) {
+            if (r->w[k].pid <= 0 || !(all || k == one))
+                continue;
+            int x, y;
+            subnet(r->w[k].spawn, &x, &y);
+            a->workers[k] = true;
+            a->spawn[k] = r->w[k].spawn;
+            r->sh->delay_ms[y] = delay;
+            say(r, "worker %d through the relay, %d ms each way, for %lld ms", r->w[k].spawn, delay,
+                (long long)(a->until - now));
+            sh("nft 'add rule ip chaosnat pre iifname \"cw%d\" tcp dport != %d redirect to :%d'", r->w[k].spawn,
+               r->relay_port, r->relay_port);
+            sh("nsenter -t %d -n ss -K dst 10.0.0.0/8", (int)r->w[k].pid);
+        }
+        break;
+    }
     case FAULT_PARTITION:
     case FAULT_PACKET:
     case FAULT_LOSS:
@@ -918,6 +972,16 @@ static void fault_end(struct run *r, struct active *a)
     case FAULT_LEADER_KILL:
         if (!member_start(r, a->member))
             say(r, "member %d did not come back", a->member);
+        break;
+    case FAULT_DELAY:
+        /* the connections already relayed stay so, undelayed */
+        for (int k = 0; k < r->nworkers; k++) {
+            int x, y;
+            subnet(a->spawn[k], &x, &y);
+            if (a->workers[k])
+                r->sh->delay_ms[y] = 0;
+        }
+        sh("nft flush chain ip chaosnat pre");
         break;
     case FAULT_CLOCK_STEP:
     case FAULT_CLOCK_BACK_EMPTY:
@@ -984,6 +1048,7 @@ static void phases_of(struct run *r, const char *backend)
         list[n++] = FAULT_PACKET;
         list[n++] = FAULT_LOSS;
         list[n++] = FAULT_REORDER;
+        list[n++] = FAULT_DELAY;
     }
     if (r->clockshift)
         list[n++] = FAULT_CLOCK_STEP;
@@ -1058,9 +1123,9 @@ static void backend_kind(struct run *r, const char *b)
         r->sentinel = true;
         r->members = 3;
         r->query = !b[8] ? "" : b[13] ? "sync=2" : "sync=1";
-    } else if (strcmp(b, "redis") == 0 || strcmp(b, "redis-simple") == 0) {
+    } else if (strcmp(b, "redis") == 0 || strcmp(b, "redis-simple") == 0 || strcmp(b, "redis-fair") == 0) {
         r->kind = "redis";
-        r->query = strcmp(b, "redis") == 0 ? "layout=redisson" : "layout=simple";
+        r->query = strcmp(b, "redis") == 0 ? "layout=redisson" : b[6] == 's' ? "layout=simple" : "layout=fair";
     } else if (strncmp(b, "etcd", 4) == 0) {
         r->kind = "etcd";
         r->members = b[4] == '3' ? 3 : 1;
@@ -1147,6 +1212,11 @@ bool chaos_run(const struct chaos_config *cfg, struct chaos_result *res)
     r->sh = mmap(NULL, sizeof *r->sh, PROT_READ | PROT_WRITE, MAP_SHARED, r->shm_fd, 0);
     if (r->sh == MAP_FAILED)
         abort();
+    if (r->net && !relay_start(r)) {
+        snprintf(res->error, sizeof res->error, "the relay did not start");
+        ok = false;
+        goto out;
+    }
     /* one worker with several threads on its client, the others fewer;
      * the third is careless (never checks its hold before writing) */
     for (int k = 0; k < r->nworkers; k++) {
@@ -1199,6 +1269,10 @@ out:
     if (r->store_pid > 0) {
         kill(r->store_pid, SIGKILL);
         waitpid(r->store_pid, NULL, 0);
+    }
+    if (r->relay_pid > 0) {
+        kill(r->relay_pid, SIGKILL);
+        waitpid(r->relay_pid, NULL, 0);
     }
     if (r->store_fd > 0)
         close(r->store_fd);

@@ -614,6 +614,30 @@ static int rt_run(const struct bench_opts *o, int n, double secs, long *ops)
     return rc;
 }
 
+/* A row of rates over TOTAL seconds: MANY operations ("UNIT, N WHO")
+ * beside ONE's (named ONE_NAME), and their ratio. */
+static void print_rates(const char *unit, int n, const char *who, long many, const char *one_name,
+                        long one, double total)
+{
+    char row[40];
+    snprintf(row, sizeof row, "%s, %d %s", unit, n, who);
+    printf("  %-22s %10.1f /s   %s %10.1f /s   ratio %.2fx\n", row, (double)many / total, one_name,
+           (double)one / total, one ? (double)many / (double)one : 0);
+}
+
+/* The p50 and p99 of the pair latencies MANY (a row named WHAT) beside
+ * those of ONE (named ONE_NAME). */
+static void print_pair_pcts(const char *what, struct samples *many, const char *one_name,
+                            struct samples *one)
+{
+    for (int p = 50; p <= 99; p += 49) {
+        char row[40];
+        snprintf(row, sizeof row, "%s p%d", what, p);
+        printf("  %-22s %10.1f us   %s %10.1f us\n", row, pct_us(many, p), one_name,
+               pct_us(one, p));
+    }
+}
+
 /* The rounds' RATIOS (UNC_ROUNDS of them, sorted here): the median
  * round's, the smallest and the largest. */
 static void print_median_ratio(double *ratios)
@@ -678,16 +702,9 @@ static int bench_readers(const struct bench_opts *o)
     }
     if (!rc) {
         double total = UNC_ROUNDS * secs;
-        char what[40];
-        snprintf(what, sizeof what, "reads/s, %d readers", o->readers);
-        printf("  %-22s %10.1f /s   1 reader %10.1f /s   ratio %.2fx\n", what,
-               (double)many[0] / total, (double)one[0] / total,
-               one[0] ? (double)many[0] / (double)one[0] : 0);
+        print_rates("reads/s", o->readers, "readers", many[0], "1 reader", one[0], total);
         print_median_ratio(ratios);
-        printf("  %-22s %10.1f us   1 reader %10.1f us\n", "read pair p50", pct_us(&lmany[0], 50),
-               pct_us(&lone[0], 50));
-        printf("  %-22s %10.1f us   1 reader %10.1f us\n", "read pair p99", pct_us(&lmany[0], 99),
-               pct_us(&lone[0], 99));
+        print_pair_pcts("read pair", &lmany[0], "1 reader", &lone[0]);
         if (raw_one)
             print_raw_ceiling(raw_many, raw_one, total / 2, o->readers);
         if (o->writers)
@@ -813,16 +830,10 @@ static int bench_semaphore(const struct bench_opts *o)
     }
     if (!rc) {
         double total = UNC_ROUNDS * secs;
-        char what[40];
-        snprintf(what, sizeof what, "permits/s, %d permits", o->permits);
-        printf("  %-22s %10.1f /s   1 lock %10.1f /s   ratio %.2fx\n", what, (double)ops[0] / total,
-               (double)ops[1] / total, ops[1] ? (double)ops[0] / (double)ops[1] : 0);
+        print_rates("permits/s", o->permits, "permits", ops[0], "1 lock", ops[1], total);
         print_median_ratio(ratios);
         printf("  %-22s %10d      1 lock %10d\n", "most holders at once", most[0], most[1]);
-        printf("  %-22s %10.1f us   1 lock %10.1f us\n", "pair p50", pct_us(&lat[0], 50),
-               pct_us(&lat[1], 50));
-        printf("  %-22s %10.1f us   1 lock %10.1f us\n", "pair p99", pct_us(&lat[0], 99),
-               pct_us(&lat[1], 99));
+        print_pair_pcts("pair", &lat[0], "1 lock", &lat[1]);
         if (raw_one)
             print_raw_ceiling(raw_many, raw_one, total / 2, o->permits);
         if (most[0] > o->permits) {

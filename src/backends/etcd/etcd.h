@@ -452,12 +452,15 @@ bool dlock__etcd_put_failed(struct dlock__wait *w, int *rc, char *msg);
  * *ANSWERING: the cluster still answered (no failed look and RC not
  * transient), so the withdraw of our key may take a grace. */
 int dlock__etcd_wait_failed(struct dlock__wait *w, int rc, char *msg, bool *answering);
-/* While a waiter sleeps: refresh each of the N leases LRS whose keepalive
- * is due. DLOCK_ELOST when one of them expired (marked dead: the waiter
- * starts again), DLOCK_ECANCELED, or DLOCK_OK to go on -- after a failed
- * keepalive too, its message kept in MSG: the next look tells. */
-int dlock__etcd_waiter_keepalive(struct etcd_backend *s, struct lease_ref *const *lrs, int n,
-                                 char *msg, const struct etcd_limits *lim);
+/* A waiter's key or lease vanished: it starts again (mutex.c, semaphore.c). */
+#define ETCD_RESTART 1
+/* While a waiter sleeps: refresh the waiters' lease WL and the lease LR
+ * the hold will hang on, each when its keepalive is due. ETCD_RESTART
+ * when one of them expired (marked dead), DLOCK_ECANCELED, or DLOCK_OK to
+ * go on -- after a failed keepalive too, its message kept in MSG: the
+ * next look tells. */
+int dlock__etcd_waiter_keepalive(struct etcd_backend *s, struct lease_ref *wl,
+                                 struct lease_ref *lr, char *msg, const struct etcd_limits *lim);
 /* When LR's next keepalive is due (a third of its TTL after the last). */
 int64_t dlock__etcd_keepalive_due(const struct lease_ref *lr);
 /* LR was found expired or revoked: a shared one is granted anew. */

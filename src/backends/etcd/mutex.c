@@ -252,17 +252,18 @@ int dlock__etcd_wait_failed(struct dlock__wait *w, int rc, char *msg, bool *answ
     return rc;
 }
 
-int dlock__etcd_waiter_keepalive(struct etcd_backend *s, struct lease_ref *const *lrs, int n,
-                                 char *msg, const struct etcd_limits *lim)
+int dlock__etcd_waiter_keepalive(struct etcd_backend *s, struct lease_ref *wl,
+                                 struct lease_ref *lr, char *msg, const struct etcd_limits *lim)
 {
+    struct lease_ref *const lrs[2] = {wl, lr};
     int rc = DLOCK_OK;
-    for (int i = 0; i < n && !rc; i++) {
+    for (int i = 0; i < 2 && !rc; i++) {
         if (dlock__now_ms() < dlock__etcd_keepalive_due(lrs[i]))
             continue;
         rc = dlock__etcd_lease_refresh(s, lrs[i], lim);
         if (rc == DLOCK_ELOST) {
             dlock__etcd_lease_dead(s, lrs[i]);
-            return DLOCK_ELOST;
+            return ETCD_RESTART;
         }
     }
     if (rc == DLOCK_ECANCELED)
@@ -272,7 +273,7 @@ int dlock__etcd_waiter_keepalive(struct etcd_backend *s, struct lease_ref *const
     return DLOCK_OK;
 }
 
-#define RESTART 1 /* our key or lease vanished; start again */
+#define RESTART ETCD_RESTART /* our key or lease vanished; start again */
 
 /* When LR's next keepalive is due. */
 int64_t dlock__etcd_keepalive_due(const struct lease_ref *lr)
@@ -421,11 +422,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
         rc = dlock__wait_sleep(w, seq, until);
         if (rc) /* ETIMEDOUT or ECANCELED */
             break;
-        struct lease_ref *const both[2] = {wl, lr};
-        rc = dlock__etcd_waiter_keepalive(s, both, 2, msg, &lim);
-        if (rc == DLOCK_ELOST)
-            rc = RESTART;
-        if (rc)
+        if ((rc = dlock__etcd_waiter_keepalive(s, wl, lr, msg, &lim)))
             break;
     }
     dlock__etcd_watch_stop(wt);

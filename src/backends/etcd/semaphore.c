@@ -39,7 +39,7 @@
 #define SEM_DIR "sem/"
 #define SEM_COUNT "sem-count"
 #define GIVE_UP_GRACE_MS 1000 /* a give-up's delete while the member answers */
-#define RESTART 1             /* our key or lease vanished; start again */
+#define RESTART ETCD_RESTART  /* our key or lease vanished; start again */
 
 /* Keys of semaphore NAME: the queue's prefix and the stored count. */
 struct sem_keys {
@@ -344,11 +344,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
             until = now + 500; /* the last keepalive failed: not in a hot loop */
         if ((rc = dlock__wait_sleep(w, seq, until))) /* ETIMEDOUT or ECANCELED */
             break;
-        struct lease_ref *const both[2] = {wl, lr};
-        rc = dlock__etcd_waiter_keepalive(s, both, 2, msg, &lim);
-        if (rc == DLOCK_ELOST)
-            rc = RESTART;
-        if (rc)
+        if ((rc = dlock__etcd_waiter_keepalive(s, wl, lr, msg, &lim)))
             break;
         if (need_look || (wt && dlock__etcd_watch_fired(wt)))
             need_look = true;

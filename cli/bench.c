@@ -614,17 +614,6 @@ static int rt_run(const struct bench_opts *o, int n, double secs, long *ops)
     return rc;
 }
 
-/* A row of rates over TOTAL seconds: MANY operations ("UNIT, N WHO")
- * beside ONE's (named ONE_NAME), and their ratio. */
-static void print_rates(const char *unit, int n, const char *who, long many, const char *one_name,
-                        long one, double total)
-{
-    char row[40];
-    snprintf(row, sizeof row, "%s, %d %s", unit, n, who);
-    printf("  %-22s %10.1f /s   %s %10.1f /s   ratio %.2fx\n", row, (double)many / total, one_name,
-           (double)one / total, one ? (double)many / (double)one : 0);
-}
-
 /* The p50 and p99 of the pair latencies MANY (a row named WHAT) beside
  * those of ONE (named ONE_NAME). */
 static void print_pair_pcts(const char *what, struct samples *many, const char *one_name,
@@ -646,6 +635,25 @@ static void print_median_ratio(double *ratios)
     printf("  %-22s %.2fx (min %.2fx, max %.2fx)\n", "ratio, median round",
            (ratios[UNC_ROUNDS / 2 - 1] + ratios[UNC_ROUNDS / 2]) / 2, ratios[0],
            ratios[UNC_ROUNDS - 1]);
+}
+
+/* MANY's operations in a round over ONE's (0 when ONE did none). */
+static double round_ratio(long many, long one)
+{
+    return one > 0 ? (double)many / (double)one : 0;
+}
+
+/* A row of rates over TOTAL seconds: MANY operations ("UNIT, N WHO")
+ * beside ONE's (named ONE_NAME), and their ratio; then the rounds'
+ * RATIOS (print_median_ratio). */
+static void print_rates(const char *unit, int n, const char *who, long many, const char *one_name,
+                        long one, double total, double *ratios)
+{
+    char row[40];
+    snprintf(row, sizeof row, "%s, %d %s", unit, n, who);
+    printf("  %-22s %10.1f /s   %s %10.1f /s   ratio %.2fx\n", row, (double)many / total, one_name,
+           (double)one / total, one ? (double)many / (double)one : 0);
+    print_median_ratio(ratios);
 }
 
 /* What the machine allows N raw clients beside 1 (round trips in SECS
@@ -697,13 +705,11 @@ static int bench_readers(const struct bench_opts *o)
             rc = rt_run(o, o->readers, secs / 2, &raw_many);
         if (!rc && !(rc = rw_run(c, 1, 0, secs, one, lone)))
             rc = rw_run(c, o->readers, o->writers, secs, many, lmany);
-        long alone = one[0] - before[0];
-        ratios[round] = alone > 0 ? (double)(many[0] - before[1]) / (double)alone : 0;
+        ratios[round] = round_ratio(many[0] - before[1], one[0] - before[0]);
     }
     if (!rc) {
         double total = UNC_ROUNDS * secs;
-        print_rates("reads/s", o->readers, "readers", many[0], "1 reader", one[0], total);
-        print_median_ratio(ratios);
+        print_rates("reads/s", o->readers, "readers", many[0], "1 reader", one[0], total, ratios);
         print_pair_pcts("read pair", &lmany[0], "1 reader", &lone[0]);
         if (raw_one)
             print_raw_ceiling(raw_many, raw_one, total / 2, o->readers);
@@ -825,13 +831,11 @@ static int bench_semaphore(const struct bench_opts *o)
             rc = rt_run(o, o->permits, secs / 2, &raw_many);
         if (!rc && !(rc = sem_run(o, c, true, secs, &ops[1], &lat[1], &most[1])))
             rc = sem_run(o, c, false, secs, &ops[0], &lat[0], &most[0]);
-        long locked = ops[1] - before[1];
-        ratios[round] = locked > 0 ? (double)(ops[0] - before[0]) / (double)locked : 0;
+        ratios[round] = round_ratio(ops[0] - before[0], ops[1] - before[1]);
     }
     if (!rc) {
         double total = UNC_ROUNDS * secs;
-        print_rates("permits/s", o->permits, "permits", ops[0], "1 lock", ops[1], total);
-        print_median_ratio(ratios);
+        print_rates("permits/s", o->permits, "permits", ops[0], "1 lock", ops[1], total, ratios);
         printf("  %-22s %10d      1 lock %10d\n", "most holders at once", most[0], most[1]);
         print_pair_pcts("pair", &lat[0], "1 lock", &lat[1]);
         if (raw_one)

@@ -58,13 +58,13 @@ END_TEST
 
 TU_TEST(sentinel, 120)
 {
-    run_backend("sentinel", 22);
+    run_backend("sentinel", 30);
 }
 END_TEST
 
 TU_TEST(sentinel_sync, 120)
 {
-    run_backend("sentinel-sync", 22);
+    run_backend("sentinel-sync", 30);
 }
 END_TEST
 

@@ -90,6 +90,7 @@ struct run {
     const char *redis_args[3][12]; /* each server's arguments (outlive it) */
     char replicaof_port[16];
     pid_t sentinel_pid[3];
+    bool healing;       /* a Sentinel fault ended: no next one until whole again */
     int sentinel_port[3];
     struct etcdf etcd;
     struct zkf zk;
@@ -230,12 +231,13 @@ static bool redis_spawn(struct run *r, int i, const char *const *extra, bool res
     "nft add table ip chaosnat && "                                                                \
     "nft 'add chain ip chaosnat pre { type nat hook prerouting priority -100; }'"
 
-/* A raw command to sentinel I, its reply (NULL: no answer). */
-static redisReply *sentinel_cmd(struct run *r, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static redisReply *sentinel_cmd(struct run *r, int i, const char *fmt, ...)
+/* A raw command to the server or sentinel on PORT (1 s to connect and
+ * answer: it may be frozen), its reply (NULL: no answer). */
+static redisReply *raw_cmd(int port, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static redisReply *raw_cmd(int port, const char *fmt, ...)
 {
     struct timeval tv = {1, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->sentinel_port[i], tv);
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
     if (!c || c->err) {
         if (c)
             redisFree(c);
@@ -253,7 +255,7 @@ static redisReply *sentinel_cmd(struct run *r, int i, const char *fmt, ...)
 /* The index of the server sentinel 0 names as master now (-1: none). */
 static int sentinel_master(struct run *r)
 {
-    redisReply *rep = sentinel_cmd(r, 0, "SENTINEL get-master-addr-by-name dlockm");
+    redisReply *rep = raw_cmd(r->sentinel_port[0], "SENTINEL get-master-addr-by-name dlockm");
     int port = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 ? atoi(rep->element[1]->str) : 0;
     if (rep)
         freeReplyObject(rep);
@@ -263,11 +265,28 @@ static int sentinel_master(struct run *r)
     return -1;
 }
 
+/* Whether the topology is whole again: sentinel 0's master says it is
+ * master, with both replicas online. */
+static bool sentinel_healed(struct run *r)
+{
+    int m = sentinel_master(r);
+    redisReply *rep = m >= 0 ? raw_cmd(r->redis[m].port, "INFO replication") : NULL;
+    bool whole = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "role:master") &&
+                 strstr(rep->str, "connected_slaves:2");
+    for (const char *p = whole ? rep->str : NULL; p && (p = strstr(p, "\nslave")); p++) {
+        const char *eol = strchr(p + 1, '\n'), *online = strstr(p, "state=online");
+        whole = whole && online && (!eol || online < eol);
+    }
+    if (rep)
+        freeReplyObject(rep);
+    return whole;
+}
+
 /* Whether every sentinel sees the 2 replicas and the 2 other sentinels. */
 static bool sentinels_ready(struct run *r)
 {
     for (int i = 0; i < 3; i++) {
-        redisReply *rep = sentinel_cmd(r, i, "SENTINEL master dlockm");
+        redisReply *rep = raw_cmd(r->sentinel_port[i], "SENTINEL master dlockm");
         long slaves = -1, others = -1;
         for (size_t k = 0; rep && rep->type == REDIS_REPLY_ARRAY && k + 1 < rep->elements; k += 2) {
             if (strcmp(rep->element[k]->str, "num-slaves") == 0)
@@ -806,7 +825,7 @@ static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
         fx_redis_kill(&r->redis[a->member]);
         break;
     case FAULT_FAILOVER: {
-        redisReply *rep = sentinel_cmd(r, (int)between(r, 0, 2), "SENTINEL FAILOVER dlockm");
+        redisReply *rep = raw_cmd(r->sentinel_port[between(r, 0, 2)], "SENTINEL FAILOVER dlockm");
         say(r, "SENTINEL FAILOVER: %s", rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "started");
         if (!rep || rep->type == REDIS_REPLY_ERROR)
             r->res->phase[r->phase].faults--;
@@ -954,6 +973,13 @@ static void fault_end(struct run *r, struct active *a)
 {
     if (!a->until)
         return;
+    /* a Sentinel topology needs seconds to heal (the old master turned
+     * into a replica of the new one, chains of replicas fixed, resynced:
+     * about 15 s here): the next event, in this phase or the next, once
+     * it has, else kills and failovers pile up on a topology that never
+     * recovers between them */
+    r->healing = r->healing || (r->sentinel && (a->kind == FAULT_SERVER_STOP || a->kind == FAULT_MASTER_KILL ||
+                                                a->kind == FAULT_FAILOVER || a->kind == FAULT_MASTER_PARTITION));
     switch (a->kind) {
     case FAULT_WORKER_STOP:
         for (int k = 0; k < r->nworkers; k++)
@@ -1083,11 +1109,14 @@ static void run_phase(struct run *r, int64_t len_ms)
         reap_workers(r, true);
         check_hangs(r);
         if (a.until && now >= a.until) {
-            /* a Sentinel topology needs seconds to heal (the old master
-             * turned into a replica, resynced): one event at a time */
-            bool heal = a.kind == FAULT_MASTER_KILL || a.kind == FAULT_MASTER_PARTITION;
             fault_end(r, &a);
-            next = now + (heal ? between(r, 3 * r->lease, 5 * r->lease) : between(r, r->lease / 5, r->lease));
+            next = now + between(r, r->lease / 5, r->lease);
+        }
+        if (r->healing && now >= next) {
+            if (sentinel_healed(r))
+                r->healing = false;
+            else
+                next = now + 250;
         }
         /* restarts are slow (a JVM, a WAL): two per phase, or one per
          * ten leases of a long phase */

@@ -922,8 +922,13 @@ DLOCK_EXTERN void dlock_leader_free(dlock_leader *l);
  * (busy, timeout, cancel, an error) releases the members it had taken
  * before returning: nothing of the set stays held. The holds belong to
  * the multi-lock, not to a thread: any thread may release them. There is
- * no reentrancy: acquire while held is DLOCK_EMISUSE. Each member costs
- * one round trip; a backend-side all-at-once request is not made. */
+ * no reentrancy: acquire while held is DLOCK_EMISUSE. Where the backend
+ * can, an exclusive set is first asked for in one request, all or
+ * nothing: redis (both layouts; not redlock) one script call, etcd one
+ * transaction (members on the client's lease). A set found busy that the
+ * caller waits for, and every set elsewhere (file, zk, redlock, shared
+ * sets), is taken member by member in the canonical order, one round
+ * trip or more each, every member waiting the backend's own way. */
 typedef struct dlock_multi dlock_multi;
 
 /* Make a multi-lock over NAMES[0..N) (1 to DLOCK_MULTI_MAX names; each

@@ -409,8 +409,9 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 7 /* 2: downgrade; 3: the sem_* functions; 4: share;
-                                    5: the elect_* functions; 6: master; 7: sem_list */
+#define DLOCK__BACKEND_VERSION 8 /* 2: downgrade; 3: the sem_* functions; 4: share;
+                                    5: the elect_* functions; 6: master; 7: sem_list;
+                                    8: multi_acquire */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -432,6 +433,9 @@ enum {
     DLOCK__CAP_ELECTION = 1u << 9, /* leader election (the elect_*
         functions, table version 5); without it dlock_election_new()
         answers DLOCK_ENOTSUP */
+    DLOCK__CAP_MULTI = 1u << 10, /* a multi-lock's set in one request
+        (multi_acquire, table version 7); without it the core takes the
+        members one by one */
 };
 
 struct dlock__backend {
@@ -537,6 +541,22 @@ struct dlock__backend {
      * permit held; names nobody holds may come too (the caller
      * inspects). NULL: semaphores are not enumerated. */
     int (*sem_list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+
+    /* Version 8, with DLOCK__CAP_MULTI: one attempt at the holds
+     * HS[0..N) (a multi-lock's members, N >= 2, distinct names in the
+     * canonical order, one mode, each with its own owner h->tid) all or
+     * nothing, in one request where the layout allows it. Each hold as
+     * acquire() would take it: on DLOCK_OK every one has its token and
+     * owner and was confirmed. It never waits for a busy member:
+     * DLOCK_EBUSY with *BUSY the index of one held elsewhere, nothing
+     * taken. W bounds the requests (its deadline; a try-once W: the op
+     * timeout) and cancels them; the core waits, if the caller wants to,
+     * member by member. DLOCK_ENOTSUP, nothing sent or nothing left: this
+     * set cannot be taken at once (a mode, lease or key placement the
+     * request cannot cover); the core then takes it member by member.
+     * Any other failure leaves nothing held, as acquire(). */
+    int (*multi_acquire)(void *state, struct dlock__hold **hs, size_t n, struct dlock__wait *w,
+                         size_t *busy);
 };
 
 /* The backend's acquire of H: sem_acquire or elect_acquire for a

@@ -92,6 +92,22 @@ int dlock__handle_probe(dlock_client *c, const char *name, dlock__kind_check_fn 
 /* Test hook: threads of L's client queued locally on its name, and
  * (WAKES, may be NULL) how many wakes the local queue has handed out. */
 size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);
+/* An acquire through one handle in pieces, for a caller that takes
+ * several handles' holds in one backend request (multi.c), and for
+ * dlock_acquire_ex() itself. All with the client's mutex held.
+ * dlock__acquire_claim_now() starts an acquire through L without
+ * waiting: DLOCK_EBUSY when L is busy (acquiring, releasing, holding)
+ * or, on a CLIENT_OWNER backend, another thread of the client has the
+ * name or waits for it; else the name is claimed for L. Then
+ * dlock__hold_make() makes L's hold for the backend (NULL: out of
+ * memory, message set), and dlock__acquire_end() closes the acquire
+ * once the backend answered RC: the hold registered with the keeper
+ * (DLOCK_OK) or freed (H may be NULL), the local claim (CLAIMED) given
+ * back on failure. Returns RC, or the failure to start the keeper (the
+ * hold then released). May drop the mutex meanwhile. */
+int dlock__acquire_claim_now(dlock_lock *l);
+struct dlock__hold *dlock__hold_make(dlock_lock *l);
+int dlock__acquire_end(dlock_lock *l, struct dlock__hold *h, int rc, bool claimed);
 /* Release every hold of C (closing). */
 void dlock__release_all(dlock_client *c);
 

@@ -501,31 +501,11 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     bool claimed = false;
     if (client_owner && !l->sem) /* a semaphore's permits are many owners */
         claimed = (rc = local_queue(c, e, &w, l->mode == DLOCK_SHARED)) == DLOCK_OK;
-    int64_t lease = l->lease_ms ? l->lease_ms : c->opts.lease_ms;
-    bool fixed = l->fixed_lease;
+    if (!rc && !(h = dlock__hold_make(l)))
+        rc = DLOCK_ENOMEM;
     pthread_mutex_unlock(&c->mu);
 
     if (!rc) {
-        h = calloc(1, sizeof *h);
-        if (!h)
-            rc = dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
-    if (!rc) {
-        h->entry = e;
-        h->name = e->name;
-        h->mode = l->mode;
-        h->tid = owner;
-        h->count = 1;
-        h->via = l;
-        h->sem = l->sem;
-        h->elect = l->elect;
-        h->fair = l->fair;
-        bool leases = c->be->caps & DLOCK__CAP_LEASES;
-        h->lease_ms = leases ? lease : 0;
-        h->fixed_lease = fixed;
-        h->valid_until = DLOCK__NEVER;
-        h->renew_at = DLOCK__NEVER;
-        h->state = DLOCK__HELD;
         int64_t sent = dlock__now_ms();
         dlock__err(DLOCK_OK, "%s", ""); /* so a backend's own words show */
         rc = dlock__backend_acquire(c, h, &w);
@@ -537,6 +517,63 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
 
     pthread_mutex_lock(&c->mu);
     waitref_remove(&l->waits, &ref);
+    rc = dlock__acquire_end(l, h, rc, claimed);
+    pthread_mutex_unlock(&c->mu);
+    if (cancel)
+        dlock__cancel_detach(cancel, &cref);
+    note_acquire(c, e, &w, rc, started);
+    dlock__wait_destroy(&w);
+    return acquire_outcome(e, rc, wait_ms);
+}
+
+struct dlock__hold *dlock__hold_make(dlock_lock *l)
+{
+    dlock_client *c = l->c;
+    struct dlock__hold *h = calloc(1, sizeof *h);
+    if (!h) {
+        dlock__err(DLOCK_ENOMEM, "out of memory");
+        return NULL;
+    }
+    h->entry = l->e;
+    h->name = l->e->name;
+    h->mode = l->mode;
+    h->tid = owner_of(l);
+    h->count = 1;
+    h->via = l;
+    h->sem = l->sem;
+    h->elect = l->elect;
+    h->fair = l->fair;
+    bool leases = c->be->caps & DLOCK__CAP_LEASES;
+    h->lease_ms = leases ? (l->lease_ms ? l->lease_ms : c->opts.lease_ms) : 0;
+    h->fixed_lease = l->fixed_lease;
+    h->valid_until = DLOCK__NEVER;
+    h->renew_at = DLOCK__NEVER;
+    h->state = DLOCK__HELD;
+    return h;
+}
+
+int dlock__acquire_claim_now(dlock_lock *l)
+{
+    struct dlock__entry *e = l->e;
+    if ((l->owner && (l->acquiring || l->releasing)) || hold_of(e, owner_of(l)))
+        return dlock__err(DLOCK_EBUSY, "lock '%s': this handle is busy", e->name);
+    bool shared = l->mode == DLOCK_SHARED;
+    if ((l->c->be->caps & DLOCK__CAP_CLIENT_OWNER) && !l->sem) {
+        if (!local_free(e, shared) || dlock__waitset_count(&e->local))
+            return dlock__err(DLOCK_EBUSY, "lock '%s': another thread of this client has it",
+                              e->name);
+        local_claim(e, shared);
+    }
+    e->refs++;
+    if (l->owner)
+        l->acquiring = true;
+    return DLOCK_OK;
+}
+
+int dlock__acquire_end(dlock_lock *l, struct dlock__hold *h, int rc, bool claimed)
+{
+    dlock_client *c = l->c;
+    struct dlock__entry *e = l->e;
     if (rc == DLOCK_OK) {
         h->next = e->holds;
         e->holds = h;
@@ -569,12 +606,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         dlock__waitset_wake_all(&l->turn);
     }
     entry_put(c, e);
-    pthread_mutex_unlock(&c->mu);
-    if (cancel)
-        dlock__cancel_detach(cancel, &cref);
-    note_acquire(c, e, &w, rc, started);
-    dlock__wait_destroy(&w);
-    return acquire_outcome(e, rc, wait_ms);
+    return rc;
 }
 
 /* Take H out of its entry: wait for a renew() in flight to finish first,

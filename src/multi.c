@@ -13,6 +13,17 @@
  * the members' renewals, validity, tokens and lost callbacks are those of
  * ordinary holds (the lost callback goes through a trampoline that names
  * the multi-lock).
+ *
+ * Where the backend can take a whole set in one request (its
+ * multi_acquire: one Lua script on Redis, one transaction on etcd), the
+ * first attempt is that request, with the members' holds made here as
+ * dlock_acquire_ex() makes them (lock.c's pieces: claim, make, end), so
+ * an uncontended set costs one round trip. A request is all or nothing,
+ * so it never holds part of a set while waiting and cannot take part in
+ * a deadlock. When it finds a member busy and the caller waits, or the
+ * backend cannot take this set at once, the members are taken one by
+ * one in the canonical order, each waiting the backend's own way
+ * (pub/sub, watch) within the set's one deadline.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +133,79 @@ static int release_members(dlock_multi *m, size_t n)
     return first ? dlock__errmsg_restore(first, msg) : DLOCK_OK;
 }
 
+/* The backend's one attempt at every member (multi_acquire), bounded by
+ * DEADLINE and CANCEL: DLOCK_OK (all held), DLOCK_EBUSY (*BUSY: a member
+ * held elsewhere; nothing held), DLOCK_ENOTSUP (not at once: a backend
+ * without the op, a set it cannot cover, a member another thread of this
+ * client has or waits for), or a failure (nothing held). */
+static int acquire_at_once(dlock_multi *m, int64_t deadline, dlock_cancel *cancel, size_t *busy)
+{
+    dlock_client *c = m->member[0]->c;
+    const struct dlock__backend *be = c->be;
+    if (m->n < 2 || be->version < 8 || !(be->caps & DLOCK__CAP_MULTI) || !be->multi_acquire)
+        return DLOCK_ENOTSUP;
+    struct dlock__hold **hs = calloc(m->n, sizeof *hs);
+    if (!hs)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    bool claimed = be->caps & DLOCK__CAP_CLIENT_OWNER;
+    struct dlock__wait w;
+    dlock__wait_init(&w, deadline);
+    struct dlock__waitref cref = {&w, NULL};
+    int rc = cancel ? dlock__cancel_attach(cancel, &cref) : DLOCK_OK;
+    if (rc) {
+        dlock__wait_destroy(&w);
+        free(hs);
+        return rc;
+    }
+    w.cancel = cancel;
+    pthread_mutex_lock(&c->mu);
+    size_t k = 0; /* members claimed */
+    while (!rc && k < m->n) {
+        if ((rc = dlock__acquire_claim_now(m->member[k])))
+            break;
+        hs[k] = dlock__hold_make(m->member[k]);
+        if (!hs[k++])
+            rc = DLOCK_ENOMEM;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!rc) {
+        int64_t sent = dlock__now_ms();
+        dlock__err(DLOCK_OK, "%s", ""); /* so a backend's own words show */
+        rc = be->multi_acquire(c->bstate, hs, m->n, &w, busy);
+        for (size_t j = 0; !rc && j < m->n; j++)
+            if (hs[j]->lease_ms && hs[j]->valid_until == DLOCK__NEVER)
+                dlock__hold_confirmed(c, hs[j], sent); /* as dlock_acquire_ex() */
+    } else if (rc == DLOCK_EBUSY) {
+        rc = DLOCK_ENOTSUP; /* busy here, not at the server: wait in line */
+    }
+    /* Every member claimed ends as the request did; one that cannot be
+     * kept (no keeper) fails the set, and the others are given back. */
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    int kept = rc;
+    pthread_mutex_lock(&c->mu);
+    for (size_t j = 0; j < k; j++) {
+        int end = dlock__acquire_end(m->member[j], hs[j], rc, claimed);
+        if (end && !kept) {
+            kept = end;
+            dlock__errmsg_save(msg);
+        }
+        hs[j] = end ? NULL : hs[j];
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!rc && kept)
+        for (size_t j = 0; j < k; j++)
+            if (hs[j])
+                dlock_release(m->member[j]);
+    if (cancel)
+        dlock__cancel_detach(cancel, &cref);
+    dlock__wait_destroy(&w);
+    free(hs);
+    if (!kept)
+        DLOCK__COUNT(c, acquisitions, m->n);
+    return dlock__errmsg_restore(kept, msg);
+}
+
 int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
 {
     dlock__msg_clear();
@@ -133,6 +217,25 @@ int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
         return dlock__err(DLOCK_EMISUSE,
                           "dlock_multi_acquire: the multi-lock is held already (release first)");
     int64_t deadline = dlock__deadline(wait_ms);
+    size_t busy = 0;
+    int rc = dlock_cancel_fired(cancel) ? DLOCK_ENOTSUP /* the loop says so */
+                                        : acquire_at_once(m, deadline, cancel, &busy);
+    if (rc == DLOCK_OK) {
+        __atomic_store_n(&m->held, 1, __ATOMIC_RELEASE);
+        return DLOCK_OK;
+    }
+    if (rc == DLOCK_EBUSY && busy < m->n && wait_ms == DLOCK_TRY)
+        return dlock__err(DLOCK_EBUSY, "multi-lock member '%s' (%zu of %zu): lock '%s' is held "
+                                       "by another owner",
+                          dlock_lock_name(m->member[busy]), busy + 1, m->n,
+                          dlock_lock_name(m->member[busy]));
+    if (rc != DLOCK_EBUSY && rc != DLOCK_ENOTSUP) {
+        char why[DLOCK__MSG_MAX];
+        dlock__errmsg_save(why);
+        return dlock__err(rc, "multi-lock of %zu names: %s", m->n,
+                          why[0] ? why : dlock_strerror(rc));
+    }
+    /* Member by member, in the canonical order. */
     for (size_t k = 0; k < m->n; k++) {
         /* The time left of the whole set; once it is gone, the remaining
          * members are tried once and a busy one is the set's timeout. */
@@ -145,7 +248,7 @@ int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
                 out_of_time = true;
             }
         }
-        int rc = dlock_acquire_ex(m->member[k], wait, cancel);
+        rc = dlock_acquire_ex(m->member[k], wait, cancel);
         if (rc == DLOCK_OK)
             continue;
         if (rc == DLOCK_EBUSY && out_of_time)

@@ -14,6 +14,11 @@
  * lost callback. Tests wait on conditions, never on fixed sleeps, and
  * never assert on time.
  *
+ * Beside the contract, the one-request path (the backend's multi_acquire)
+ * is counted by the server itself: on Redis, INFO commandstats sees one
+ * script call for a whole uncontended set (both layouts); on etcd, the
+ * member's gRPC metrics see one Txn and nothing else.
+ *
  * DLOCK_TEST=<substring or glob of "backend/test"> runs a subset.
  */
 #include <check.h>
@@ -31,6 +36,8 @@
 
 #include "contract.h"
 #include "dlock.h"
+#include "fixture_etcd.h"
+#include "fixture_redis.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------- helpers */
@@ -325,7 +332,190 @@ TU_TEST(member_lost, 60)
 }
 END_TEST
 
+/* ============================================= one request for the set */
+
+/* A set of 8 names in one client; the caller counts what the server saw
+ * around MEASURE's acquire. Returns the multi-lock (held). */
+static const char *const eight[] = {"rt-h", "rt-c", "rt-a", "rt-g", "rt-b", "rt-f", "rt-e", "rt-d"};
+
+#ifdef DLOCK_HAVE_REDIS
+/* Calls the server counted (INFO commandstats) of the commands a client
+ * sends itself -- every command but INFO and those the lock scripts run
+ * inside (commandstats counts those too) -- and of EVAL + EVALSHA. */
+static void redis_calls(redisContext *ctx, long long *all, long long *scripts)
+{
+    redisReply *r = redisCommand(ctx, "INFO commandstats");
+    ck_assert_msg(r && r->str, "INFO commandstats: %s", ctx->errstr);
+    *all = *scripts = 0;
+    for (const char *p = r->str; (p = strstr(p, "cmdstat_")); p++) {
+        char cmd[64];
+        long long calls;
+        if (sscanf(p, "cmdstat_%63[^:]:calls=%lld", cmd, &calls) != 2)
+            continue;
+        static const char *const inside[] = {"info",   "hget", "hset", "hexists", "exists",
+                                             "pexpire", "incr", "time", "set",     "get",
+                                             "pttl",    "type"};
+        bool own = true;
+        for (size_t k = 0; k < TU_COUNT(inside); k++)
+            own &= strcmp(cmd, inside[k]) != 0;
+        if (own)
+            *all += calls;
+        if (strcmp(cmd, "eval") == 0 || strcmp(cmd, "evalsha") == 0)
+            *scripts += calls;
+    }
+    freeReplyObject(r);
+}
+
+/* An uncontended set of 8 costs the server one script call and no other
+ * command, on both layouts; a busy member makes a try fail in one call
+ * too, with nothing written; the members are ordinary holds (a plain
+ * lock on one of them is busy; their tokens are their own counters'). */
+TU_TEST(redis_one_script, 60)
+{
+    struct fx_redis r = {0};
+    ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
+    redisContext *raw = fx_redis_raw(&r, NULL);
+    ck_assert_ptr_nonnull(raw);
+    for (int simple = 0; simple < 2; simple++) {
+        char *u = tu_fmt("%s%s", r.url, simple ? "?layout=simple" : "");
+        dlock_client *c = tu_open(u), *d = tu_open(u);
+        dlock_lock *warm = tu_lock(c, "rt-warm"); /* dials, loads the scripts */
+        tu_acquire_release(warm, DLOCK_TRY);
+        dlock_multi *m = multi(c, eight, 8);
+        long long all0, scripts0, all1, scripts1;
+        redis_calls(raw, &all0, &scripts0);
+        EXPECT_RC(dlock_multi_acquire(m, 5000, NULL), DLOCK_OK);
+        redis_calls(raw, &all1, &scripts1);
+        ck_assert_msg(scripts1 - scripts0 == 1 && all1 - all0 == 1,
+                      "layout %s: %lld script calls, %lld commands for a set of 8 (1 and 1 "
+                      "expected)",
+                      simple ? "simple" : "redisson", scripts1 - scripts0, all1 - all0);
+        uint64_t t[8];
+        for (size_t k = 0; k < 8; k++) {
+            EXPECT_RC(dlock_token(dlock_multi_lock(m, k), &t[k]), DLOCK_OK);
+            ck_assert_uint_gt(t[k], 0);
+        }
+        dlock_lock *e = tu_lock(d, "rt-e");
+        EXPECT_RC(dlock_acquire(e, DLOCK_TRY), DLOCK_EBUSY);
+        EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+        /* e held elsewhere: the try fails in one call, naming it, and
+         * nothing of the set is written. */
+        TU_ACQUIRE_OK(e, DLOCK_TRY);
+        uint64_t te;
+        EXPECT_RC(dlock_token(e, &te), DLOCK_OK);
+        redis_calls(raw, &all0, &scripts0);
+        EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_EBUSY);
+        redis_calls(raw, &all1, &scripts1);
+        ck_assert_msg(strstr(dlock_errmsg(), "'rt-e'"), "%s", dlock_errmsg());
+        ck_assert_msg(all1 - all0 == 1, "%lld commands for a busy try", all1 - all0);
+        expect_none_held(d, eight, 8, "rt-e");
+        /* Taken again once free: every token greater than before. */
+        TU_RELEASE_OK(e);
+        EXPECT_RC(dlock_multi_acquire(m, 5000, NULL), DLOCK_OK);
+        for (size_t k = 0; k < 8; k++) {
+            uint64_t again;
+            EXPECT_RC(dlock_token(dlock_multi_lock(m, k), &again), DLOCK_OK);
+            ck_assert_uint_gt(again, t[k]);
+            if (strcmp(dlock_lock_name(dlock_multi_lock(m, k)), "rt-e") == 0)
+                ck_assert_uint_gt(again, te);
+        }
+        EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+        dlock_multi_free(m);
+        TU_FREE_LOCKS(e, warm);
+        TU_CLOSE_CLIENTS(c, d);
+        free(u);
+    }
+    redisFree(raw);
+    fx_redis_stop(&r);
+}
+END_TEST
+#endif
+
+#ifdef DLOCK_HAVE_ETCD
+/* The sum of etcd's grpc_server_handled_total for METHOD ("" for every
+ * method) on the member at 127.0.0.1:PORT, from its /metrics. */
+static long long etcd_handled(int port, const char *method)
+{
+    char *url = tu_fmt("http://127.0.0.1:%d/metrics", port);
+    const char *argv[] = {"curl", "-sS", "--max-time", "20", url, NULL};
+    char *out = NULL;
+    ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+    long long sum = 0;
+    char *want = tu_fmt("grpc_method=\"%s\"", method);
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char *sp = strrchr(line, ' ');
+        if (strncmp(line, "grpc_server_handled_total{", 26) != 0 || !sp)
+            continue;
+        if (*method && !strstr(line, want))
+            continue;
+        if (!*method && (strstr(line, "\"Watch\"") || strstr(line, "\"LeaseKeepAlive\"")))
+            continue; /* streams, counted when they end */
+        sum += strtoll(sp + 1, NULL, 10);
+    }
+    free(want);
+    free(out);
+    free(url);
+    return sum;
+}
+
+/* An uncontended set of 8 on etcd is one Txn and no other request (after
+ * a first acquire granted the client's session lease); a busy member
+ * makes a try fail in one Txn too, with nothing written. */
+TU_TEST(etcd_one_txn, 120)
+{
+    struct etcdf f = {0};
+    ck_assert_msg(etcdf_start(&f, 1), "etcd: %s", f.error);
+    char *u = etcdf_url(&f, NULL, NULL);
+    dlock_client *c = tu_open(u), *d = tu_open(u);
+    dlock_lock *warm = tu_lock(c, "rt-warm"); /* grants the session lease */
+    tu_acquire_release(warm, DLOCK_TRY);
+    dlock_multi *m = multi(c, eight, 8);
+    int port = f.m[0].client_port;
+    long long txn0 = etcd_handled(port, "Txn"), all0 = etcd_handled(port, "");
+    EXPECT_RC(dlock_multi_acquire(m, 5000, NULL), DLOCK_OK);
+    long long txn1 = etcd_handled(port, "Txn"), all1 = etcd_handled(port, "");
+    ck_assert_msg(txn1 - txn0 == 1 && all1 - all0 == 1,
+                  "%lld Txn, %lld requests for a set of 8 (1 and 1 expected)", txn1 - txn0,
+                  all1 - all0);
+    dlock_lock *e = tu_lock(d, "rt-e");
+    EXPECT_RC(dlock_acquire(e, DLOCK_TRY), DLOCK_EBUSY);
+    uint64_t t0;
+    EXPECT_RC(dlock_token(dlock_multi_lock(m, 0), &t0), DLOCK_OK);
+    EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+    TU_ACQUIRE_OK(e, DLOCK_TRY);
+    all0 = etcd_handled(port, "");
+    EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_EBUSY);
+    all1 = etcd_handled(port, "");
+    ck_assert_msg(strstr(dlock_errmsg(), "'rt-e'"), "%s", dlock_errmsg());
+    ck_assert_msg(all1 - all0 == 1, "%lld requests for a busy try", all1 - all0);
+    expect_none_held(d, eight, 8, "rt-e");
+    TU_RELEASE_OK(e);
+    EXPECT_RC(dlock_multi_acquire(m, 5000, NULL), DLOCK_OK);
+    uint64_t t1;
+    EXPECT_RC(dlock_token(dlock_multi_lock(m, 0), &t1), DLOCK_OK);
+    ck_assert_uint_gt(t1, t0);
+    EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+    dlock_multi_free(m);
+    TU_FREE_LOCKS(e, warm);
+    TU_CLOSE_CLIENTS(c, d);
+    free(u);
+    etcdf_stop(&f);
+}
+END_TEST
+#endif
+
+/* The contract on every fixture; the counted one-request tests, which
+ * start servers of their own, once (in the case of their backend). */
+static bool runs_on(const struct ct_fixture *f, const char *test)
+{
+    if (strcmp(test, "redis_one_script") == 0)
+        return strcmp(f->name, "redis") == 0;
+    if (strcmp(test, "etcd_one_txn") == 0)
+        return strcmp(f->name, "etcd") == 0;
+    return true;
+}
+
 int main(void)
 {
-    return ct_main("multi", "m", NULL);
+    return ct_main("multi", "m", runs_on);
 }

@@ -466,6 +466,14 @@ int64_t dlock__etcd_keepalive_due(const struct lease_ref *lr);
 /* LR was found expired or revoked: a shared one is granted anew. */
 void dlock__etcd_lease_dead(struct etcd_backend *s, const struct lease_ref *lr);
 
+/* ============================================================ multi.c */
+
+/* The backend's multi_acquire: an exclusive set in one transaction
+ * (core.h); DLOCK_ENOTSUP for a shared one or members on leases of their
+ * own. */
+int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
+                              struct dlock__wait *w, size_t *busy);
+
 /* ========================================================== rwmutex.c */
 
 /* The value of a shared hold's key starts with this. */

@@ -665,7 +665,7 @@ const struct dlock__backend dlock__backend_etcd = {
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
             DLOCK__CAP_FORCE | DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER |
             DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_ELECTION |
-            DLOCK__CAP_SEMAPHORE,
+            DLOCK__CAP_SEMAPHORE | DLOCK__CAP_MULTI,
     .default_port = ETCD_DEFAULT_PORT,
     .open = dlock__etcd_open,
     .close = dlock__etcd_close,
@@ -684,4 +684,5 @@ const struct dlock__backend dlock__backend_etcd = {
     .sem_release = dlock__etcd_release, /* a permit's key goes as a lock's */
     .sem_inspect = dlock__etcd_sem_inspect,
     .sem_list = dlock__etcd_sem_list,
+    .multi_acquire = dlock__etcd_multi_acquire,
 };

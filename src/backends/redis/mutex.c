@@ -685,7 +685,7 @@ const struct dlock__backend dlock__backend_redis = {
     .schemes = redis_schemes,
     .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
             DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_SEMAPHORE |
-            DLOCK__CAP_ELECTION | DLOCK__CAP_FAIR,
+            DLOCK__CAP_ELECTION | DLOCK__CAP_FAIR | DLOCK__CAP_MULTI,
     .default_port = REDIS_DEFAULT_PORT,
     .open = dlock__redis_open,
     .close = dlock__redis_close,
@@ -705,5 +705,6 @@ const struct dlock__backend dlock__backend_redis = {
     .elect_proclaim = dlock__redis_elect_proclaim,
     .elect_observe = dlock__redis_elect_observe,
     .master = dlock__redis_master,
+    .multi_acquire = dlock__redis_multi_acquire,
 };
 

@@ -40,6 +40,7 @@ enum script_id {
     S_RW_RELEASE_READ, S_RW_DOWNGRADE, S_RW_UNWAIT, /* rwlock.c */
     S_SEM_ACQUIRE, S_SEM_RELEASE, S_SEM_RENEW, S_SEM_INSPECT, /* semaphore.c */
     S_FAIR, /* fair.c */
+    S_ACQUIRE_MULTI, /* multi.c */
     S_COUNT
 };
 
@@ -385,6 +386,14 @@ void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock_
 /* Before H's owner sends an acquire of H->name: send a cancel it still
  * owes there, within DEADLINE. DLOCK_OK, or why it could not. */
 int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
+
+/* ------------------------------------------------------------ multi.c */
+
+/* The backend's multi_acquire: an exclusive set in one script call
+ * (core.h); DLOCK_ENOTSUP for a shared one. */
+int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
+                               struct dlock__wait *w, size_t *busy);
+extern const struct dlock__backend dlock__backend_redis;
 
 /* ----------------------------------------------------------- rwlock.c */
 

@@ -59,6 +59,7 @@ EMBED_SCRIPT(redis_lua_sem_release, "sem_release.lua");
 EMBED_SCRIPT(redis_lua_sem_renew, "sem_renew.lua");
 EMBED_SCRIPT(redis_lua_sem_inspect, "sem_inspect.lua");
 EMBED_SCRIPT(redis_lua_fair_lock, "fair_lock.lua");
+EMBED_SCRIPT(redis_lua_acquire_multi, "acquire_multi.lua");
 
 const char *dlock__redis_script_source(enum script_id id, bool simple)
 {
@@ -91,6 +92,8 @@ const char *dlock__redis_script_source(enum script_id id, bool simple)
         return redis_lua_sem_inspect;
     case S_FAIR:
         return redis_lua_fair_lock;
+    case S_ACQUIRE_MULTI: /* both layouts: one script */
+        return redis_lua_acquire_multi;
     case S_COUNT:
         break;
     }
@@ -266,7 +269,7 @@ int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_
 
 /* ======================================================== running scripts */
 
-#define MAX_SCRIPT_ARGS 16
+#define MAX_SCRIPT_ARGS (5 * DLOCK_MULTI_MAX + 4) /* multi.c: 3 keys, 2 args a member */
 
 /* ============================================================ replica sync */
 
@@ -307,6 +310,9 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
     const char *argv[MAX_SCRIPT_ARGS + 3];
     size_t argl[MAX_SCRIPT_ARGS + 3];
     char nk[16];
+    if (nargs > MAX_SCRIPT_ARGS)
+        return dlock__err(DLOCK_EINVAL, "%s: %s: %d script arguments (at most %d)", s->where,
+                          what, nargs, MAX_SCRIPT_ARGS);
     snprintf(nk, sizeof nk, "%d", nkeys);
     argv[0] = "EVALSHA";
     argv[1] = s->sha[id];

@@ -1,0 +1,171 @@
+/* multi.c -- the Redis backend's multi-lock op: a whole set of exclusive
+ * locks in one script call (scripts/acquire_multi.lua), so an uncontended
+ * dlock_multi_acquire() costs one round trip instead of one per member.
+ *
+ * Why it is shaped so. The script is the single acquire's logic run over
+ * every member of the set in one atomic call: each member's keys and
+ * owner field are those of the layout (Redisson's or the simple one),
+ * each gets its own token from its own counter, and nothing is written
+ * unless every member is free, so a Redisson RLock or a plain dlock_lock
+ * on any member excludes the set, and a busy set leaves no trace. It
+ * never waits: a busy member is reported (which one, and its lease), and
+ * the core then takes the set member by member, each waiting on the hub
+ * as a single acquire does. A reply lost to a timeout or a reconnect is
+ * handled as the single acquire handles it (mutex.c): the request is
+ * sent once more with the next request number, which cancels the first
+ * on the server, and when that reply is lost too every member owes a
+ * cancel (cancel.c). Shared sets are not taken at once (a reader's
+ * layout has more keys and a writers' queue to respect), nor fair locks
+ * (their queue hands the lock on): DLOCK_ENOTSUP, and the core takes
+ * them one by one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis.h"
+
+/* Argument strings of one member: its owner (field or simple prefix) and
+ * its lease. */
+struct member_args {
+    char owner[160], lease[24];
+};
+
+/* Undo an acquisition of the set that too few replicas acknowledged
+ * (?sync=N), as mutex.c's undo_unsynced() does for one hold. */
+static int undo_unsynced(struct redis_state *s, struct dlock__hold **hs, size_t n, int acked)
+{
+    int undo = DLOCK_OK;
+    for (size_t i = 0; i < n; i++) {
+        int rc = dlock__backend_redis.release(s, hs[i]);
+        undo = undo ? undo : rc;
+    }
+    return dlock__err(DLOCK_EUNAVAIL, "%s: a multi-lock of %zu names was acquired on the master "
+                                      "but only %d of %d replicas acknowledged it within %lld ms "
+                                      "(sync=%d); %s",
+                      s->where, n, acked, s->sync_replicas, (long long)s->sync_timeout_ms,
+                      s->sync_replicas,
+                      undo ? "the undo failed too: it expires with its lease" : "undone");
+}
+
+/* The script's reply R for HS[0..N) (KEYS[i] their keys): tokens set and
+ * holds confirmed from SENT, or why not. */
+static int take_reply(struct redis_state *s, const redisReply *r, struct dlock__hold **hs, size_t n,
+                      const struct lock_keys *keys, int64_t sent, size_t *busy)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER)
+        return dlock__err(DLOCK_EPROTO, "%s: unexpected reply to the multi-lock script (type %d)",
+                          s->where, r->type);
+    long long status = r->element[0]->integer;
+    size_t at = r->elements >= 2 && r->element[1]->type == REDIS_REPLY_INTEGER &&
+                        r->element[1]->integer >= 1 && (size_t)r->element[1]->integer <= n
+                    ? (size_t)r->element[1]->integer - 1
+                    : n;
+    if (status == 1 && r->elements == n + 1) {
+        for (size_t i = 0; i < n; i++) {
+            if (r->element[i + 1]->type != REDIS_REPLY_INTEGER || r->element[i + 1]->integer < 0)
+                return dlock__err(DLOCK_EPROTO, "%s: a multi-lock token that is not a number",
+                                  s->where);
+            hs[i]->token = (uint64_t)r->element[i + 1]->integer;
+            dlock__hold_confirmed(s->c, hs[i], sent);
+        }
+        return DLOCK_OK;
+    }
+    if (status == 0 && at < n && r->elements == 3) {
+        *busy = at;
+        return dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by another owner (%lld ms of lease "
+                                       "left)",
+                          s->where, keys[at].lock, r->element[2]->integer);
+    }
+    if (status == 2 && at < n && r->elements == 3 &&
+        (r->element[2]->type == REDIS_REPLY_STATUS || r->element[2]->type == REDIS_REPLY_STRING))
+        return dlock__redis_wrongtype(s, &keys[at], r->element[2]->str);
+    if (status == -1) /* only a request canceled before it ran gets this */
+        return dlock__err(DLOCK_EPROTO, "%s: multi-lock acquire: the server found the request "
+                                        "canceled",
+                          s->where);
+    return dlock__err(DLOCK_EPROTO, "%s: unexpected reply to the multi-lock script", s->where);
+}
+
+int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
+                               struct dlock__wait *w, size_t *busy)
+{
+    struct redis_state *s = state;
+    if (hs[0]->mode != DLOCK_EXCLUSIVE)
+        return DLOCK_ENOTSUP;
+    for (size_t i = 0; i < n; i++)
+        if (dlock__redis_fair(s, hs[i]))
+            return DLOCK_ENOTSUP; /* a fair lock's queue decides (fair.c) */
+    int64_t deadline = dlock__wait_deadline(w);
+    size_t nargs = 3 * n + 4 + 2 * n;
+    struct lock_keys *keys = calloc(n, sizeof *keys);
+    struct member_args *ma = calloc(n, sizeof *ma);
+    const char **args = calloc(2 * nargs, sizeof *args);
+    size_t *lens = calloc(2 * nargs, sizeof *lens);
+    int rc = keys && ma && args && lens ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
+    size_t made = 0;
+    for (; !rc && made < n; made++) {
+        struct dlock__hold *h = hs[made];
+        if ((rc = dlock__redis_keys_make(s, h->name, &keys[made])))
+            break;
+        snprintf(h->owner, sizeof h->owner, "%s:%ld", s->uuid, h->tid);
+        snprintf(ma[made].owner, sizeof ma[made].owner, s->simple ? "%s:" : "%s", h->owner);
+        snprintf(ma[made].lease, sizeof ma[made].lease, "%lld", (long long)h->lease_ms);
+        rc = dlock__redis_cancel_owed(s, h, deadline);
+    }
+    uint64_t num = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* num, num + 1 */
+    char first[24], second[24], life[24];
+    snprintf(first, sizeof first, "%llu", (unsigned long long)num);
+    snprintf(second, sizeof second, "%llu", (unsigned long long)num + 1);
+    snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(hs[0]->lease_ms));
+    if (!rc) {
+        /* ARGS: the first attempt's; ARGS + NARGS: the retry's, which
+         * cancels the first on the server. */
+        for (int attempt = 0; attempt < 2; attempt++) {
+            const char **a = args + attempt * nargs;
+            size_t *l = lens + attempt * nargs, j = 0;
+            for (size_t i = 0; i < n; i++) {
+                a[j] = keys[i].lock, l[j++] = keys[i].lock_len;
+                a[j] = keys[i].token, l[j++] = keys[i].token_len;
+                a[j] = keys[i].canceled, l[j++] = keys[i].canceled_len;
+            }
+            a[j++] = attempt ? second : first;
+            a[j++] = attempt ? first : "0";
+            a[j++] = life;
+            a[j++] = s->simple ? "simple" : "redisson";
+            for (size_t i = 0; i < n; i++) {
+                a[j++] = ma[i].owner;
+                a[j++] = ma[i].lease;
+            }
+            for (size_t i = 3 * n; i < nargs; i++)
+                l[i] = strlen(a[i]);
+        }
+        redisReply *r = NULL;
+        int64_t sent = 0;
+        bool reached = false;
+        int acked = -1;
+        rc = dlock__redis_eval_synced(s, deadline, S_ACQUIRE_MULTI, (int)(3 * n), (int)nargs, args,
+                                      lens, true, args + nargs, lens + nargs, "acquire (multi-lock)",
+                                      &r, &sent, NULL, &reached, &acked);
+        if (rc == DLOCK_ECONN && reached)
+            for (size_t i = 0; i < n; i++)
+                dlock__redis_cancel_lost_acquire(s, hs[i], num + 1, hs[i]->lease_ms);
+        /* keys in several slots of a cluster: nothing ran; one by one */
+        if (rc && strstr(dlock_errmsg(), "CROSSSLOT"))
+            rc = DLOCK_ENOTSUP;
+        if (!rc) {
+            rc = take_reply(s, r, hs, n, keys, sent, busy);
+            if (!rc && acked >= 0 && acked < s->sync_replicas)
+                rc = undo_unsynced(s, hs, n, acked);
+        }
+        freeReplyObject(r);
+    }
+    for (size_t i = 0; i < made && keys; i++)
+        dlock__redis_keys_free(&keys[i]);
+    free(keys);
+    free(ma);
+    free(args);
+    free(lens);
+    return rc;
+}

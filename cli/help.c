@@ -85,7 +85,8 @@ static const struct {
      "run's options apply (-n, -w, --lease, --on-lost, --kill-after, ...; not -s\n"
      "nor --permits). COMMAND sees DLOCK_NAME and DLOCK_TOKEN (the leadership's\n"
      "fencing token). Elections: file, redis, etcd (Go's concurrency.Election,\n"
-     "shared with etcdctl elect) and zk (Curator's LeaderLatch); not redlock. Exit\n"
+     "shared with etcdctl elect), zk (Curator's LeaderLatch) and redlock (over a\n"
+     "majority). Exit\n"
      "status as run's; 75 if leadership was lost."},
     {"leader", "dlock [-u URL] leader NAME [--watch] [--json]",
      "Print election NAME's leader: token=T id=ID value=VALUE, or none.\n"

@@ -782,8 +782,14 @@ DLOCK_EXTERN long dlock_info_free_permits(const dlock_info *i);
  * dlock_leader:{NAME} (token, version, value) written by the leader in a
  * script that checks the lock is still its own; the token is the lock's;
  * observers wake by pub/sub (dlock_leader__channel:{NAME}), a dead
- * leader is replaced when its lease expires. redlock: DLOCK_ENOTSUP from
- * dlock_election_new() for now. */
+ * leader is replaced when its lease expires. redlock: the lock taken on
+ * a majority and the same hash on every node, written by the leader on
+ * a majority (numbered by the leader) and read from a majority: the
+ * leader is the holder a majority shows, with the newest value among
+ * them; a proclaim that reaches fewer than a majority fails
+ * (DLOCK_EUNAVAIL, or DLOCK_ELOST when too many nodes are no longer the
+ * leader's), and so does a read (DLOCK_EUNAVAIL). As sound as Redlock's
+ * lock, no more (docs/protocol-redis.md, "Redlock"). */
 typedef struct dlock_election dlock_election;
 typedef struct dlock_leader dlock_leader;
 

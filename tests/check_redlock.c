@@ -7,8 +7,9 @@
  * at once) or stopped while held (the hold is lost), the fencing token
  * across acquisitions granted by different majorities, the condition
  * under which it only grows (a node that restarts from a stale snapshot
- * makes it go back; with appendfsync always it does not), and the
- * node-redlock / redsync keys played on the wire.
+ * makes it go back; with appendfsync always it does not), the
+ * node-redlock / redsync keys played on the wire, and elections over the
+ * majority (the election contract runs on three nodes in check_election).
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -443,6 +444,109 @@ TU_TEST(redlock_simple_interop, 60)
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
+    stop_nodes();
+}
+END_TEST
+
+/* The leader election over the majority: a value proclaimed while one
+ * node was stopped (so that node keeps the old one) is what observers
+ * read, whichever majority answers them -- every majority meets the one
+ * the proclaim wrote; with one node down the election goes on (proclaim,
+ * observe); with two down a proclaim and a look fail DLOCK_EUNAVAIL,
+ * naming the nodes that answered, rather than report a stale leader. */
+TU_TEST(election_over_the_majority, 90)
+{
+    start_nodes(3, NULL);
+    dlock_client *a = rl_open("node_timeout=1s"), *b = rl_open("node_timeout=1s");
+    dlock_election *e = NULL;
+    ck_assert_int_eq(dlock_election_new(a, "boss", 0, &e), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign(e, "v1", DLOCK_TRY, NULL), DLOCK_OK);
+    uint64_t token = 0;
+    ck_assert_int_eq(dlock_election_token(e, &token), DLOCK_OK);
+    /* Node 2 keeps v1: writes paused there, the proclaim's connection
+     * to it times out and its command is dropped unserved. */
+    redisReply *r = node_cmd(2, "CLIENT PAUSE 60000 WRITE");
+    freeReplyObject(r);
+    ck_assert_int_eq(dlock_election_proclaim(e, "v2"), DLOCK_OK);
+    freeReplyObject(node_cmd(2, "CLIENT UNPAUSE"));
+    r = node_cmd(2, "HGET dlock_leader:{boss} value");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && strcmp(r->str, "v1") == 0,
+                  "node 2 took v2 after all");
+    freeReplyObject(r);
+    for (int stopped = -1; stopped < 3; stopped++) { /* every majority, then all three */
+        if (stopped >= 0)
+            node_signal(stopped, SIGSTOP);
+        dlock_leader *l = NULL;
+        int rc = dlock_election_leader(b, "boss", &l);
+        if (stopped >= 0)
+            node_signal(stopped, SIGCONT);
+        ck_assert_msg(rc == DLOCK_OK, "node %d stopped: %s: %s", stopped, dlock_err_name(rc),
+                      dlock_errmsg());
+        ck_assert_int_eq(dlock_leader_held(l), 1);
+        ck_assert_str_eq(dlock_leader_value(l), "v2");
+        ck_assert_uint_eq(dlock_leader_token(l), token);
+        dlock_leader_free(l);
+    }
+    /* Now node 1 misses v3: node 1 has v1 v2, node 2 has v1 v3, node 0
+     * all three. Read through nodes 1 and 2 alone, v3 is the newer one
+     * (the leader numbers its writes; counted by each node, both would
+     * be that node's second write). */
+    freeReplyObject(node_cmd(1, "CLIENT PAUSE 60000 WRITE"));
+    ck_assert_int_eq(dlock_election_proclaim(e, "v3"), DLOCK_OK);
+    freeReplyObject(node_cmd(1, "CLIENT UNPAUSE"));
+    node_signal(0, SIGSTOP);
+    dlock_leader *l = NULL;
+    int rc = dlock_election_leader(b, "boss", &l);
+    node_signal(0, SIGCONT);
+    ck_assert_msg(rc == DLOCK_OK, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_str_eq(dlock_leader_value(l), "v3");
+    dlock_leader_free(l);
+    fx_redis_kill(&nodes[0]); /* a minority down: the election goes on */
+    ck_assert_int_eq(dlock_election_proclaim(e, "v4"), DLOCK_OK);
+    l = NULL;
+    ck_assert_int_eq(dlock_election_leader(b, "boss", &l), DLOCK_OK);
+    ck_assert_str_eq(dlock_leader_value(l), "v4");
+    dlock_leader_free(l);
+    fx_redis_kill(&nodes[1]); /* a majority down */
+    rc = dlock_election_proclaim(e, "v5");
+    ck_assert_msg(rc == DLOCK_EUNAVAIL && strstr(dlock_errmsg(), "1 of 3"), "%s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    l = NULL;
+    rc = dlock_election_leader(b, "boss", &l);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL && strstr(dlock_errmsg(), "1 of 3 nodes answered"),
+                  "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_ptr_null(l);
+    dlock_election_free(e);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    stop_nodes();
+}
+END_TEST
+
+/* The same election in the simple layout, where each node's lock value
+ * carries that node's own token ("<owner>:<token>", and the nodes' tokens
+ * differ): the nodes still agree on one leader. */
+TU_TEST(election_simple_layout, 60)
+{
+    start_nodes(3, NULL);
+    dlock_client *a = rl_open("layout=simple"), *b = rl_open("layout=simple");
+    dlock_election *e = NULL;
+    ck_assert_int_eq(dlock_election_new(a, "boss", 0, &e), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign(e, "s1", DLOCK_TRY, NULL), DLOCK_OK);
+    dlock_leader *l = NULL;
+    int rc = dlock_election_leader(b, "boss", &l);
+    ck_assert_msg(rc == DLOCK_OK, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(dlock_leader_held(l), 1);
+    ck_assert_str_eq(dlock_leader_value(l), "s1");
+    dlock_leader_free(l);
+    ck_assert_int_eq(dlock_election_resign(e), DLOCK_OK);
+    l = NULL;
+    ck_assert_int_eq(dlock_election_leader(b, "boss", &l), DLOCK_OK);
+    ck_assert_int_eq(dlock_leader_held(l), 0);
+    dlock_leader_free(l);
+    dlock_election_free(e);
+    dlock_client_close(a);
+    dlock_client_close(b);
     stop_nodes();
 }
 END_TEST

@@ -29,19 +29,22 @@
 #include <string.h>
 
 /* KEYS: lock, value hash, leader channel, token counter. ARGV: our hash
- * field, our token, the value. 1 written, 0 no longer ours. */
-static const char WRITE_SCRIPT[] =
+ * field, our token, the value, and the version (redlock.c: numbered by
+ * the leader, the same on every node; absent: counted here). 1 written,
+ * 0 no longer ours. */
+const char dlock__redis_leader_write_src[] =
     "local t = redis.call('type', KEYS[1]).ok\n"
     "if t == 'none' or redis.call('get', KEYS[4]) ~= ARGV[2] then return 0 end\n"
     "if t == 'hash' and redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
     "redis.call('hset', KEYS[2], 'token', ARGV[2], 'value', ARGV[3])\n"
-    "redis.call('hincrby', KEYS[2], 'version', 1)\n"
+    "if ARGV[4] then redis.call('hset', KEYS[2], 'version', ARGV[4])\n"
+    "else redis.call('hincrby', KEYS[2], 'version', 1) end\n"
     "redis.call('publish', KEYS[3], '1')\n"
     "return 1\n";
 
 /* KEYS: lock, value hash, token counter. {held, holder, counter, value's
  * token, version, value, lock's PTTL}. */
-static const char READ_SCRIPT[] =
+const char dlock__redis_leader_read_src[] =
     "local t = redis.call('type', KEYS[1]).ok\n"
     "local holder = ''\n"
     "if t == 'hash' then local f = redis.call('hkeys', KEYS[1]); holder = f[1] or ''\n"
@@ -50,12 +53,7 @@ static const char READ_SCRIPT[] =
     "return {t == 'none' and 0 or 1, holder, redis.call('get', KEYS[3]) or '0',\n"
     "        v[1] or '0', v[2] or '0', v[3] or '', redis.call('pttl', KEYS[1])}\n";
 
-struct leader_keys {
-    struct lock_keys k;
-    char *value, *chan; /* dlock_leader:{NAME}, dlock_leader__channel:{NAME} */
-};
-
-static int keys_make(struct redis_state *s, const char *name, struct leader_keys *lk)
+int dlock__redis_leader_keys(struct redis_state *s, const char *name, struct leader_keys *lk)
 {
     int rc = dlock__redis_keys_make(s, name, &lk->k);
     if (rc)
@@ -71,7 +69,7 @@ static int keys_make(struct redis_state *s, const char *name, struct leader_keys
     return DLOCK_OK;
 }
 
-static void keys_free(struct leader_keys *lk)
+void dlock__redis_leader_keys_free(struct leader_keys *lk)
 {
     free(lk->value);
     free(lk->chan);
@@ -104,7 +102,7 @@ static int eval(struct redis_state *s, int64_t deadline, const char *script, int
 static int write_value(struct redis_state *s, struct dlock__hold *h, const char *value)
 {
     struct leader_keys lk;
-    int rc = keys_make(s, h->name, &lk);
+    int rc = dlock__redis_leader_keys(s, h->name, &lk);
     if (rc)
         return rc;
     char token[32];
@@ -113,13 +111,13 @@ static int write_value(struct redis_state *s, struct dlock__hold *h, const char 
     redisReply *r = NULL;
     char what[600];
     snprintf(what, sizeof what, "write the value of election '%s'", h->name);
-    rc = eval(s, dlock__now_ms() + s->op_timeout_ms, WRITE_SCRIPT, 8, args, what, &r);
+    rc = eval(s, dlock__now_ms() + s->op_timeout_ms, dlock__redis_leader_write_src, 8, args, what, &r);
     if (!rc && (r->type != REDIS_REPLY_INTEGER || r->integer != 1))
         rc = dlock__err(DLOCK_ELOST, "%s: election '%s': lock %s is no longer ours (token %s)",
                         s->where, h->name, lk.k.lock, token);
     if (r)
         freeReplyObject(r);
-    keys_free(&lk);
+    dlock__redis_leader_keys_free(&lk);
     return rc;
 }
 
@@ -146,7 +144,7 @@ int dlock__redis_elect_release(void *state, struct dlock__hold *h)
     /* Observers listen on the leader channel only: tell them (best
      * effort; a lost message is made up by their lease-bounded sleep). */
     struct leader_keys lk;
-    if (keys_make(s, h->name, &lk) == DLOCK_OK) {
+    if (dlock__redis_leader_keys(s, h->name, &lk) == DLOCK_OK) {
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
         const char *argv[] = {"PUBLISH", lk.chan, "1"};
@@ -158,7 +156,7 @@ int dlock__redis_elect_release(void *state, struct dlock__hold *h)
             if (r)
                 freeReplyObject(r);
         }
-        keys_free(&lk);
+        dlock__redis_leader_keys_free(&lk);
         dlock__errmsg_restore(rc, msg);
     }
     return rc;
@@ -189,15 +187,22 @@ static int look(struct redis_state *s, const char *name, struct leader_keys *lk,
     redisReply *r = NULL;
     char what[600];
     snprintf(what, sizeof what, "read the leader of election '%s'", name);
-    int rc = eval(s, deadline, READ_SCRIPT, 4, args, what, &r);
+    int rc = eval(s, deadline, dlock__redis_leader_read_src, 4, args, what, &r);
     free(out->value);
     memset(out, 0, sizeof *out);
     if (rc)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7) {
-        freeReplyObject(r);
+    rc = dlock__redis_leader_parse(s, r, what, out, consistent, ttl);
+    freeReplyObject(r);
+    return rc;
+}
+
+int dlock__redis_leader_parse(struct redis_state *s, const redisReply *r, const char *what,
+                              struct dlock_leader *out, bool *consistent, int64_t *ttl)
+{
+    int rc = DLOCK_OK;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7)
         return dlock__err(DLOCK_EPROTO, "%s: %s: unexpected reply", s->where, what);
-    }
     bool held = reply_u64(r->element[0]) == 1;
     uint64_t counter = reply_u64(r->element[2]), vtoken = reply_u64(r->element[3]);
     *ttl = r->element[6]->type == REDIS_REPLY_INTEGER ? r->element[6]->integer : -2;
@@ -215,7 +220,6 @@ static int look(struct redis_state *s, const char *name, struct leader_keys *lk,
         if (!out->value)
             rc = dlock__err(DLOCK_ENOMEM, "out of memory");
     }
-    freeReplyObject(r);
     return rc;
 }
 
@@ -224,7 +228,7 @@ int dlock__redis_elect_observe(void *state, const char *name, const struct dlock
 {
     struct redis_state *s = state;
     struct leader_keys lk;
-    int rc = keys_make(s, name, &lk);
+    int rc = dlock__redis_leader_keys(s, name, &lk);
     if (rc)
         return rc;
     size_t chan_len = strlen(lk.chan);
@@ -259,6 +263,6 @@ int dlock__redis_elect_observe(void *state, const char *name, const struct dlock
     }
     if (joined)
         dlock__redis_hub_leave(s, lk.chan, chan_len, w, true);
-    keys_free(&lk);
+    dlock__redis_leader_keys_free(&lk);
     return rc;
 }

@@ -536,6 +536,27 @@ int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char
 
 /* --------------------------------------------------------- election.c */
 
+/* An election's keys beside its lock: dlock_leader:{NAME} (the leader's
+ * value, token, version) and dlock_leader__channel:{NAME}. */
+struct leader_keys {
+    struct lock_keys k;
+    char *value, *chan;
+};
+int dlock__redis_leader_keys(struct redis_state *s, const char *name, struct leader_keys *lk);
+void dlock__redis_leader_keys_free(struct leader_keys *lk);
+/* The scripts of one node (redlock.c runs them on each): write the
+ * leader's value (KEYS lock, value hash, channel, token counter; ARGV
+ * field, token, value, and optionally the version, else counted by the
+ * node: 1 written, 0 the lock is not ours there), and read
+ * the leader (KEYS lock, value hash, token counter). */
+extern const char dlock__redis_leader_write_src[];
+extern const char dlock__redis_leader_read_src[];
+/* One node's reply R to the read script (WHAT for messages) into OUT
+ * (zeroed; value malloc'd when held): *CONSISTENT false while a new
+ * leader has not written its value there, *TTL the lock's PTTL. */
+int dlock__redis_leader_parse(struct redis_state *s, const redisReply *r, const char *what,
+                              struct dlock_leader *out, bool *consistent, int64_t *ttl);
+
 int dlock__redis_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redis_elect_release(void *state, struct dlock__hold *h);
 int dlock__redis_elect_proclaim(void *state, struct dlock__hold *h, const char *value);

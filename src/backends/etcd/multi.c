@@ -16,8 +16,10 @@
  * the compare fails, the failure branch reads each name's oldest key,
  * in the same round trip, to say which member is held (DLOCK_EBUSY); a
  * name whose keys are none of a contender's (a semaphore's count, say)
+ * or only our own leftover (a release that never reached the member)
  * makes the set one to take member by member (DLOCK_ENOTSUP), as do
- * shared sets and members on a lease of their own. The core then queues
+ * shared sets, members on a lease of their own and a session lease that
+ * expired under us. The core then queues
  * and waits member by member through mutex.c.
  */
 #include "etcd.h"
@@ -129,9 +131,15 @@ int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
     char what[200];
     snprintf(what, sizeof what, "acquire a multi-lock of %zu names ('%s'...)", n, hs[0]->name);
     if (!rc) {
-        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, &resent, &lim);
+        int code = 0;
+        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, &code, &resent, &lim);
         char msg[DLOCK__MSG_MAX];
-        if (rc && dlock__etcd_put_failed(w, &rc, msg)) {
+        if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
+            /* "requested lease not found": it expired under us; the
+             * member by member path grants a new one */
+            dlock__etcd_session_lease_dead(s, lr.id);
+            rc = DLOCK_ENOTSUP;
+        } else if (rc && dlock__etcd_put_failed(w, &rc, msg)) {
             /* (the member did not answer: a short slice for the deletes) */
             withdraw_all(s, mb, n, rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED
                                        ? dlock__now_ms()
@@ -172,13 +180,17 @@ int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
             json_t *owner = NULL;
             int found = dlock__etcd_queue_find_for(s, mb[i].pfx, dlock__etcd_txn_range(reply, i),
                                                    true, 0, false, &owner, what, &lim);
+            char *first = owner ? dlock__etcd_kv_key(owner) : NULL;
             if (found)
                 rc = found;
+            else if (owner && first && strcmp(first, mb[i].key) == 0)
+                ; /* our own leftover: mutex.c replaces it, member by member */
             else if (owner) {
                 *busy = i;
                 rc = dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by another owner", s->label,
                                 hs[i]->name);
             }
+            free(first);
             json_decref(owner);
         }
     }

@@ -495,6 +495,17 @@ TU_TEST(etcd_one_txn, 120)
     EXPECT_RC(dlock_token(dlock_multi_lock(m, 0), &t1), DLOCK_OK);
     ck_assert_uint_gt(t1, t0);
     EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+    /* The client's session lease revoked behind its back: the set's txn
+     * finds it gone, and the set is taken member by member on a new one
+     * (not failed with etcd's "requested lease not found"). */
+    char *out = NULL;
+    ck_assert_int_eq(etcdf_ctl(&f, &out, NULL, "lease", "list", NULL), 0);
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+        if (!strstr(line, "found"))
+            ck_assert_int_eq(etcdf_ctl(&f, NULL, NULL, "lease", "revoke", line, NULL), 0);
+    free(out);
+    EXPECT_RC(dlock_multi_acquire(m, 5000, NULL), DLOCK_OK);
+    EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
     dlock_multi_free(m);
     TU_FREE_LOCKS(e, warm);
     TU_CLOSE_CLIENTS(c, d);

@@ -99,8 +99,9 @@ static int eval(struct redis_state *s, int64_t deadline, const char *script, int
 }
 
 /* Write VALUE as H's (the leader's): DLOCK_ELOST when H no longer holds. */
-static int write_value(struct redis_state *s, struct dlock__hold *h, const char *value)
+static int write_value(void *state, struct dlock__hold *h, const char *value)
 {
+    struct redis_state *s = state;
     struct leader_keys lk;
     int rc = dlock__redis_leader_keys(s, h->name, &lk);
     if (rc)
@@ -121,20 +122,37 @@ static int write_value(struct redis_state *s, struct dlock__hold *h, const char 
     return rc;
 }
 
-int dlock__redis_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+int dlock__redis_campaign(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                          const struct dlock__redis_leader_ops *ops)
 {
-    struct redis_state *s = state;
-    int rc = dlock__redis_acquire(state, h, w);
+    int rc = ops->acquire(state, h, w);
     if (rc)
         return rc;
-    rc = write_value(s, h, h->elect->value);
+    rc = ops->write(state, h, h->elect->value);
     if (rc) {
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
-        dlock__redis_release_hold(state, h);
+        ops->release(state, h);
         return dlock__errmsg_restore(rc, msg);
     }
     return DLOCK_OK;
+}
+
+int dlock__redis_proclaim(void *state, struct dlock_client *c, struct dlock__hold *h,
+                          const char *value, const struct dlock__redis_leader_ops *ops)
+{
+    int rc = ops->write(state, h, value);
+    if (rc == DLOCK_ELOST)
+        dlock__hold_lost(c, h, dlock_errmsg());
+    return rc;
+}
+
+static const struct dlock__redis_leader_ops node_ops = {dlock__redis_acquire,
+                                                        dlock__redis_release_hold, write_value};
+
+int dlock__redis_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    return dlock__redis_campaign(state, h, w, &node_ops);
 }
 
 int dlock__redis_elect_release(void *state, struct dlock__hold *h)
@@ -165,10 +183,7 @@ int dlock__redis_elect_release(void *state, struct dlock__hold *h)
 int dlock__redis_elect_proclaim(void *state, struct dlock__hold *h, const char *value)
 {
     struct redis_state *s = state;
-    int rc = write_value(s, h, value);
-    if (rc == DLOCK_ELOST)
-        dlock__hold_lost(s->c, h, dlock_errmsg());
-    return rc;
+    return dlock__redis_proclaim(state, s->c, h, value, &node_ops);
 }
 
 static uint64_t reply_u64(const redisReply *r)

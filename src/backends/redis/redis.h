@@ -551,6 +551,20 @@ void dlock__redis_leader_keys_free(struct leader_keys *lk);
  * the leader (KEYS lock, value hash, token counter). */
 extern const char dlock__redis_leader_write_src[];
 extern const char dlock__redis_leader_read_src[];
+/* A campaign's recipe, on one node (election.c) or on Redlock's majority
+ * (redlock.c), through OPS: take the lock, write the campaign's value,
+ * and give the lock back when the write fails (its failure returned);
+ * and a proclaim: write VALUE, and report H lost (client C) when the
+ * write finds the lock no longer ours (DLOCK_ELOST). */
+struct dlock__redis_leader_ops {
+    int (*acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
+    int (*release)(void *state, struct dlock__hold *h);
+    int (*write)(void *state, struct dlock__hold *h, const char *value);
+};
+int dlock__redis_campaign(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                          const struct dlock__redis_leader_ops *ops);
+int dlock__redis_proclaim(void *state, struct dlock_client *c, struct dlock__hold *h,
+                          const char *value, const struct dlock__redis_leader_ops *ops);
 /* One node's reply R to the read script (WHAT for messages) into OUT
  * (zeroed; value malloc'd when held): *CONSISTENT false while a new
  * leader has not written its value there, *TTL the lock's PTTL. */

@@ -1126,8 +1126,9 @@ static int rl_leader_make(struct redlock *rl, const char *name, struct rl_leader
  * majority took it; DLOCK_ELOST when so many nodes refused (the lock is
  * no longer ours there) that no majority can; else DLOCK_EUNAVAIL naming
  * a node's failure. */
-static int rl_write_value(struct redlock *rl, struct dlock__hold *h, const char *value)
+static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
 {
+    struct redlock *rl = state;
     struct rl_leader ld;
     int rc = rl_leader_make(rl, h->name, &ld);
     if (rc)
@@ -1174,19 +1175,12 @@ static int rl_write_value(struct redlock *rl, struct dlock__hold *h, const char 
     return rc;
 }
 
+static const struct dlock__redis_leader_ops rl_leader_ops = {rl_acquire, rl_release,
+                                                             rl_write_value};
+
 static int rl_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
-    int rc = rl_acquire(state, h, w);
-    if (rc)
-        return rc;
-    rc = rl_write_value(state, h, h->elect->value);
-    if (rc) {
-        char msg[DLOCK__MSG_MAX];
-        dlock__errmsg_save(msg);
-        rl_release(state, h);
-        return dlock__errmsg_restore(rc, msg);
-    }
-    return DLOCK_OK;
+    return dlock__redis_campaign(state, h, w, &rl_leader_ops);
 }
 
 /* Publish on every node's leader channel of NAME (best effort: an
@@ -1227,10 +1221,7 @@ static int rl_elect_release(void *state, struct dlock__hold *h)
 static int rl_elect_proclaim(void *state, struct dlock__hold *h, const char *value)
 {
     struct redlock *rl = state;
-    int rc = rl_write_value(rl, h, value);
-    if (rc == DLOCK_ELOST)
-        dlock__hold_lost(rl->c, h, dlock_errmsg());
-    return rc;
+    return dlock__redis_proclaim(state, rl->c, h, value, &rl_leader_ops);
 }
 
 /* Whether two nodes show the same holder: the same id, but in the simple

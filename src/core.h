@@ -434,7 +434,7 @@ enum {
         functions, table version 5); without it dlock_election_new()
         answers DLOCK_ENOTSUP */
     DLOCK__CAP_MULTI = 1u << 10, /* a multi-lock's set in one request
-        (multi_acquire, table version 7); without it the core takes the
+        (multi_acquire, table version 8); without it the core takes the
         members one by one */
 };
 

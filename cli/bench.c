@@ -101,6 +101,8 @@ static const char usage_text[] =
     "  -m, --names M       uncontended: lock names in all (1024)\n"
     "  -d, --duration S    measure 2 x S seconds per side (3); uncontended runs\n"
     "                      take turns with the baseline in 10 short rounds\n"
+    "                      (redlock://: with the raw floor on every node, on\n"
+    "                      one, and at a majority too)\n"
     "  -W, --waiters W     contended: threads, one client each, on one name (8)\n"
     "  -k, --locks K       renewal: locks held at once (10000)\n"
     "  -p, --periods P     renewal: renewal periods measured (5)\n"
@@ -195,6 +197,7 @@ static int thread_failure(int rc, const char *what, const char *err)
 struct unc_shared {
     const struct bench_opts *o;
     dlock_client *c; /* NULL = baseline */
+    int floor;       /* with c NULL: -1 the baseline, else its raw floor */
     atomic_int stop;
     atomic_int failed;
 };
@@ -222,7 +225,7 @@ static void *unc_main(void *arg)
     int k = 0;
     for (int j = t->index; j < o->names; j += o->threads, k++) {
         names[k] = malloc(48);
-        snprintf(names[k], 48, "dlock-bench:%s:%d", t->sh->c ? "u" : "raw", j);
+        snprintf(names[k], 48, "dlock-bench:%s:%d", t->sh->c ? "u" : t->sh->floor < 0 ? "raw" : "floor", j);
         if (t->sh->c && dlock_lock_new(t->sh->c, names[k], DLOCK_EXCLUSIVE, 0, &locks[k])) {
             snprintf(t->err, sizeof t->err, "%s", dlock_errmsg());
             atomic_store(&t->sh->failed, 1);
@@ -240,8 +243,10 @@ static void *unc_main(void *arg)
             rc = dlock_acquire(locks[i], DLOCK_TRY);
             if (!rc)
                 rc = dlock_release(locks[i]);
-        } else {
+        } else if (t->sh->floor < 0) {
             rc = o->base->lock_unlock(raw, names[i]);
+        } else {
+            rc = o->base->floor_lock_unlock(raw, t->sh->floor, names[i]);
         }
         if (rc) {
             snprintf(t->err, sizeof t->err, "%s: %s", names[i],
@@ -266,9 +271,10 @@ out:
 
 /* One timed run of SECS seconds; adds ops and latencies; returns 0 or an
  * exit code. */
-static int unc_run(const struct bench_opts *o, dlock_client *c, double secs, long *ops, struct samples *lat)
+static int unc_run(const struct bench_opts *o, dlock_client *c, int floor, double secs, long *ops,
+                   struct samples *lat)
 {
-    struct unc_shared sh = {.o = o, .c = c};
+    struct unc_shared sh = {.o = o, .c = c, .floor = floor};
     struct unc_thread *t = calloc((size_t)o->threads, sizeof *t);
     pthread_t *th = calloc((size_t)o->threads, sizeof *th);
     for (int i = 0; i < o->threads; i++) {
@@ -317,17 +323,24 @@ static int bench_uncontended(const struct bench_opts *o, dlock_client *c)
     printf("uncontended: %d thread(s) over %d names, acquire(TRY)+release, %d x %.2f s each side, "
            "taking turns\n",
            o->threads, o->names, UNC_ROUNDS, secs);
-    long ops[2] = {0, 0};
-    struct samples lat[2] = {{0}, {0}};
+    /* sides: 0 dlock, 1 the baseline, 2.. the baseline's raw floors */
+    int nfloors = o->base ? o->base->nfloors : 0;
+    long ops[2 + DLOCK_BENCH_MAX_FLOORS] = {0};
+    struct samples lat[2 + DLOCK_BENCH_MAX_FLOORS] = {{0}};
     double ratios[UNC_ROUNDS];
     for (int round = 0; round < UNC_ROUNDS; round++) {
         long before[2] = {ops[0], ops[1]};
-        if (o->base) {
-            int rc = unc_run(o, NULL, secs, &ops[1], &lat[1]);
+        for (int f = 0; f < nfloors; f++) {
+            int rc = unc_run(o, NULL, f, secs, &ops[2 + f], &lat[2 + f]);
             if (rc)
                 return rc;
         }
-        int rc = unc_run(o, c, secs, &ops[0], &lat[0]);
+        if (o->base) {
+            int rc = unc_run(o, NULL, -1, secs, &ops[1], &lat[1]);
+            if (rc)
+                return rc;
+        }
+        int rc = unc_run(o, c, 0, secs, &ops[0], &lat[0]);
         if (rc)
             return rc;
         long mine = ops[0] - before[0], theirs = ops[1] - before[1];
@@ -344,8 +357,18 @@ static int bench_uncontended(const struct bench_opts *o, dlock_client *c)
     double p99[2] = {pct_us(&lat[0], 99), pct_us(&lat[1], 99)};
     print_ratio_row("pair latency p50", p50[0], p50[1], "us", false);
     print_ratio_row("pair latency p99", p99[0], p99[1], "us", false);
-    free(lat[0].v);
-    free(lat[1].v);
+    for (int f = 0; f < nfloors; f++) {
+        double f50 = pct_us(&lat[2 + f], 50);
+        printf("  floor %d: %s\n    pair p50 %.1f us, %.0f/s; dlock / floor %.2fx, baseline / floor "
+               "%.2fx\n",
+               f, o->base->floor_what[f], f50, (double)ops[2 + f] / total, f50 > 0 ? p50[0] / f50 : 0,
+               f50 > 0 ? p50[1] / f50 : 0);
+    }
+    if (nfloors >= 2 && pct_us(&lat[3], 50) > 0 && p50[1] > 0)
+        printf("  %-22s dlock %.2fx, floor %.2fx (floor 0 / floor 1)\n", "p50 ratio, same work",
+               p50[0] / p50[1], pct_us(&lat[2], 50) / pct_us(&lat[3], 50));
+    for (int side = 0; side < 2 + DLOCK_BENCH_MAX_FLOORS; side++)
+        free(lat[side].v);
     return 0;
 }
 

@@ -20,6 +20,8 @@ int dlock_cli_bench(const char *url, int argc, char **argv);
 /* The usage text of `dlock bench` (for `dlock help bench`). */
 const char *dlock_cli_bench_usage(void);
 
+#define DLOCK_BENCH_MAX_FLOORS 3
+
 /* One backend's raw-protocol baseline. Every function works on a
  * connection made by connect() and used by one thread only. */
 struct dlock_bench_baseline {
@@ -36,6 +38,14 @@ struct dlock_bench_baseline {
     /* Lock commands the server has run so far (for counting renewal
      * calls); -1 when unknown. */
     long long (*server_calls)(void *conn);
+    /* Raw floors measured in the same rounds of `bench uncontended`
+     * (redlock: the same raw work on all N nodes at once, and on the
+     * first alone, and on all N answering at a majority): NFLOORS of
+     * them, FLOOR_WHAT[f] saying what floor F is, FLOOR_LOCK_UNLOCK doing
+     * it (returns as lock_unlock). 0: none. */
+    int nfloors;
+    const char *floor_what[DLOCK_BENCH_MAX_FLOORS];
+    int (*floor_lock_unlock)(void *conn, int floor, const char *name);
 };
 
 /* Decode the %XX escapes of S (a part of a URL) in place, for the
@@ -43,6 +53,10 @@ struct dlock_bench_baseline {
 void dlock_bench_pct_decode(char *s);
 
 #ifdef DLOCK_HAVE_REDIS
+struct redisContext;
+/* Lock scripts (EVALSHA, EVAL) the server of CTX has run so far, from
+ * INFO commandstats; -1 when it cannot tell (cli/bench_redis.c). */
+long long dlock_bench_redis_script_calls(struct redisContext *ctx);
 extern const struct dlock_bench_baseline dlock_bench_redis_baseline;
 extern const struct dlock_bench_baseline dlock_bench_redis_unix_baseline;
 /* redlock://: dlock on the first node alone (cli/bench_redlock.c) */

@@ -181,10 +181,9 @@ static int raw_round_trip(void *conn)
     return rc;
 }
 
-static long long raw_server_calls(void *conn)
+long long dlock_bench_redis_script_calls(struct redisContext *ctx)
 {
-    struct raw_conn *k = conn;
-    redisReply *r = redisCommand(k->ctx, "INFO commandstats");
+    redisReply *r = redisCommand(ctx, "INFO commandstats");
     if (!r || r->type != REDIS_REPLY_STRING) {
         if (r)
             freeReplyObject(r);
@@ -201,18 +200,30 @@ static long long raw_server_calls(void *conn)
     return total;
 }
 
+static long long raw_server_calls(void *conn)
+{
+    struct raw_conn *k = conn;
+    return dlock_bench_redis_script_calls(k->ctx);
+}
+
 const struct dlock_bench_baseline dlock_bench_redis_baseline = {
-    "redis",           "hiredis: SET NX PX 30000 + EVALSHA compare-and-delete; PING",
-    raw_connect,       raw_disconnect,
-    raw_lock_unlock,   raw_round_trip,
-    raw_server_calls,
+    .scheme = "redis",
+    .what = "hiredis: SET NX PX 30000 + EVALSHA compare-and-delete; PING",
+    .connect = raw_connect,
+    .disconnect = raw_disconnect,
+    .lock_unlock = raw_lock_unlock,
+    .round_trip = raw_round_trip,
+    .server_calls = raw_server_calls,
 };
 
 const struct dlock_bench_baseline dlock_bench_redis_unix_baseline = {
-    "redis+unix",      "hiredis: SET NX PX 30000 + EVALSHA compare-and-delete; PING",
-    raw_connect,       raw_disconnect,
-    raw_lock_unlock,   raw_round_trip,
-    raw_server_calls,
+    .scheme = "redis+unix",
+    .what = "hiredis: SET NX PX 30000 + EVALSHA compare-and-delete; PING",
+    .connect = raw_connect,
+    .disconnect = raw_disconnect,
+    .lock_unlock = raw_lock_unlock,
+    .round_trip = raw_round_trip,
+    .server_calls = raw_server_calls,
 };
 
 #endif /* DLOCK_HAVE_REDIS */

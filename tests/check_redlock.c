@@ -551,6 +551,32 @@ TU_TEST(election_simple_layout, 60)
 }
 END_TEST
 
+/* dlock bench on redlock:// measures, in the same rounds, the raw floor
+ * of the same work without dlock: hiredis on every node at once, on the
+ * first alone, and answering at a majority, and prints dlock's ratio
+ * beside the floor's (docs/benchmarks.md); the floors leave no key
+ * behind, the late replies of the majority floor included. (A smoke run:
+ * the figures go to the docs.) */
+TU_TEST(bench_prints_the_raw_floor, 60)
+{
+    start_nodes(3, NULL);
+    char *url = rl_url(NULL), *out = NULL, *err = NULL;
+    int code = TU_DLOCK(&out, &err, NULL, "-u", url, "bench", "uncontended", "-d", "0.2", "-t", "1",
+                        "-m", "4");
+    ck_assert_msg(code == 0, "exit %d: %s%s", code, out, err);
+    ck_assert_msg(strstr(out, "floor 0: ") && strstr(out, "floor 1: ") && strstr(out, "floor 2: ") &&
+                      strstr(out, "p50 ratio, same work"),
+                  "%s", out);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(node_int(i, "EXISTS dlock-bench:floor:0 dlock-bench:floor:1 "
+                                     "dlock-bench:floor:2 dlock-bench:floor:3"), 0);
+    free(out);
+    free(err);
+    free(url);
+    stop_nodes();
+}
+END_TEST
+
 int main(void)
 {
     return tu_main("redlock", NULL, stop_nodes);

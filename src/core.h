@@ -30,6 +30,21 @@ int64_t dlock__now_ms(void);
 /* pthread_cond_init() of a condition variable whose timed waits take
  * CLOCK_MONOTONIC deadlines (the clock of dlock__now_ms). */
 void dlock__cond_init_monotonic(pthread_cond_t *cv);
+/* A mutex whose lock gives up at a monotonic deadline: what
+ * pthread_mutex_clocklock() does, made of a mutex, a condition variable
+ * and a flag because ThreadSanitizer has no interceptor for clocklock (it
+ * saw only the unlock, reported "unlock of an unlocked mutex", and lost
+ * the happens-before the lock gives). dlock__timed_mutex_lock() returns
+ * true when it holds M, false when UNTIL_MS (dlock__now_ms) came first. */
+struct dlock__timed_mutex {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC; signalled at each unlock */
+    bool held;
+};
+void dlock__timed_mutex_init(struct dlock__timed_mutex *m);
+void dlock__timed_mutex_destroy(struct dlock__timed_mutex *m);
+bool dlock__timed_mutex_lock(struct dlock__timed_mutex *m, int64_t until_ms);
+void dlock__timed_mutex_unlock(struct dlock__timed_mutex *m);
 /* Wall-clock milliseconds since the epoch. */
 int64_t dlock__wall_ms(void);
 /* Deadline for a wait of WAIT_MS from now: 0 stays 0 (try once), < 0 is

@@ -31,6 +31,40 @@ void dlock__cond_init_monotonic(pthread_cond_t *cv)
     pthread_condattr_destroy(&ca);
 }
 
+void dlock__timed_mutex_init(struct dlock__timed_mutex *m)
+{
+    pthread_mutex_init(&m->mu, NULL);
+    dlock__cond_init_monotonic(&m->cv);
+    m->held = false;
+}
+
+void dlock__timed_mutex_destroy(struct dlock__timed_mutex *m)
+{
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+}
+
+bool dlock__timed_mutex_lock(struct dlock__timed_mutex *m, int64_t until_ms)
+{
+    struct timespec abs = {(time_t)(until_ms / 1000), (long)(until_ms % 1000) * 1000000};
+    pthread_mutex_lock(&m->mu);
+    while (m->held && dlock__now_ms() < until_ms)
+        pthread_cond_timedwait(&m->cv, &m->mu, &abs);
+    bool got = !m->held;
+    if (got)
+        m->held = true;
+    pthread_mutex_unlock(&m->mu);
+    return got;
+}
+
+void dlock__timed_mutex_unlock(struct dlock__timed_mutex *m)
+{
+    pthread_mutex_lock(&m->mu);
+    m->held = false;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
 int64_t dlock__wall_ms(void)
 {
     struct timespec ts;

@@ -72,7 +72,7 @@ static int send_cancel(struct redis_state *s, const char *name, const char *owne
 struct pending_cancel {
     struct redis_state *s;
     struct pending_cancel *next; /* s->cancels, under s->cancel_mu */
-    pthread_mutex_t run;         /* held while it is being sent */
+    struct dlock__timed_mutex run; /* held while it is being sent */
     unsigned refs;               /* under s->cancel_mu: the queue's, and lookups */
     bool done;                   /* under s->cancel_mu */
     uint64_t last;               /* under s->cancel_mu: the highest number to cancel */
@@ -87,7 +87,7 @@ static void pending_unref_locked(struct pending_cancel *e)
 {
     if (--e->refs > 0)
         return;
-    pthread_mutex_destroy(&e->run);
+    dlock__timed_mutex_destroy(&e->run);
     free(e);
 }
 
@@ -117,9 +117,7 @@ static void pending_release(void *arg)
 static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t deadline)
 {
     int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
-    int64_t until = dlock__now_ms() + left;
-    struct timespec abs = {(time_t)(until / 1000), (long)(until % 1000) * 1000000};
-    if (left == 0 || pthread_mutex_clocklock(&e->run, CLOCK_MONOTONIC, &abs) != 0)
+    if (left == 0 || !dlock__timed_mutex_lock(&e->run, dlock__now_ms() + left))
         return dlock__err(DLOCK_ETIMEDOUT, "%s: the cancel of an earlier lost acquire of '%s' is "
                                            "still being sent",
                           s->where, e->name);
@@ -138,7 +136,7 @@ static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t 
         e->done = e->last == last; /* else one more lost acquire since: again */
         pthread_mutex_unlock(&s->cancel_mu);
     }
-    pthread_mutex_unlock(&e->run);
+    dlock__timed_mutex_unlock(&e->run);
     return rc;
 }
 
@@ -195,7 +193,7 @@ void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock_
     e = calloc(1, sizeof *e + nl + 1);
     if (e) {
         e->s = s;
-        pthread_mutex_init(&e->run, NULL);
+        dlock__timed_mutex_init(&e->run);
         e->refs = 1;
         e->last = last;
         e->lease_ms = lease_ms;

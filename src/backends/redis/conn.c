@@ -373,7 +373,7 @@ void dlock__redis_close(void *state)
     pthread_mutex_destroy(&s->hub.mu);
     pthread_mutex_destroy(&s->cancel_mu); /* the cleanup queue freed every pending cancel */
     dlock__redis_tls_context_free(s->tls);
-    pthread_mutex_destroy(&s->resolve_mu);
+    dlock__timed_mutex_destroy(&s->resolve_mu);
     free(s->sentinels);
     free(s->master_name);
     free(s->host);
@@ -406,7 +406,7 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
     s->c = c;
     s->hub.efd = -1;
     pthread_mutex_init(&s->pool_mu, NULL);
-    pthread_mutex_init(&s->resolve_mu, NULL);
+    dlock__timed_mutex_init(&s->resolve_mu);
     pthread_mutex_init(&s->cancel_mu, NULL);
     s->backoff.min_ms = REDIS_BACKOFF_MIN_MS;
     s->backoff.max_ms = REDIS_BACKOFF_MAX_MS;

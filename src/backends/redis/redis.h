@@ -139,7 +139,7 @@ struct redis_state {
     size_t sentinel_first; /* atomic: the one that answered last, asked first */
     size_t nsentinels;
     const char *sentinel_password;
-    pthread_mutex_t resolve_mu; /* one resolution at a time */
+    struct dlock__timed_mutex resolve_mu; /* one resolution at a time */
     bool master_stale;          /* under pool_mu: ask the sentinels again */
     unsigned master_epoch;      /* under pool_mu: bumped by each resolution */
     size_t watch_next;          /* hub thread: watch the sentinel after the last watched */

@@ -114,9 +114,7 @@ int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t
 {
     /* another thread may be asking: wait for it within our own bound */
     int64_t left = dlock__time_left(deadline, s->connect_timeout_ms + s->op_timeout_ms);
-    int64_t until = dlock__now_ms() + left;
-    struct timespec abs = {(time_t)(until / 1000), (long)(until % 1000) * 1000000};
-    if (left == 0 || pthread_mutex_clocklock(&s->resolve_mu, CLOCK_MONOTONIC, &abs) != 0)
+    if (left == 0 || !dlock__timed_mutex_lock(&s->resolve_mu, dlock__now_ms() + left))
         return dlock__err(DLOCK_ECONN, "%s: no master yet: another thread is still asking the "
                                        "sentinels",
                           s->where);
@@ -124,7 +122,7 @@ int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t
     bool done = s->master_epoch != epoch && !s->master_stale; /* another thread did it */
     pthread_mutex_unlock(&s->pool_mu);
     if (done) {
-        pthread_mutex_unlock(&s->resolve_mu);
+        dlock__timed_mutex_unlock(&s->resolve_mu);
         return DLOCK_OK;
     }
     char why[DLOCK__MSG_MAX] = "";
@@ -162,10 +160,10 @@ int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t
         free(host);
         /* the sentinel that answered is asked first next time */
         __atomic_store_n(&s->sentinel_first, i, __ATOMIC_RELAXED);
-        pthread_mutex_unlock(&s->resolve_mu);
+        dlock__timed_mutex_unlock(&s->resolve_mu);
         return DLOCK_OK;
     }
-    pthread_mutex_unlock(&s->resolve_mu);
+    dlock__timed_mutex_unlock(&s->resolve_mu);
     if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ENOMEM)
         return rc;
     return dlock__err(rc == DLOCK_EAUTH ? DLOCK_EAUTH : DLOCK_ECONN,

@@ -8,10 +8,14 @@
  * exec'd child would inherit it. So handles are made here: the sockets
  * that appear while one is made are marked close-on-exec. (Another
  * thread's socket opened in that instant would be marked too; nothing
- * else in a handle's making opens a socket.)
+ * else in a handle's making opens a socket.) One handle is made at a
+ * time (making_mu): two of our threads making handles at once each saw
+ * the other's socketpair appear and marked it while libcurl was still
+ * making it (a race ThreadSanitizer reported on the descriptor).
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -108,9 +112,34 @@ static void cloexec_since(const int *before, size_t nbefore)
     free(now);
 }
 
+static pthread_mutex_t making_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t making_atfork_once = PTHREAD_ONCE_INIT;
+
+/* Held across fork(), so a child never starts with it locked by a thread
+ * it does not have. */
+static void making_lock(void)
+{
+    pthread_mutex_lock(&making_mu);
+}
+static void making_unlock(void)
+{
+    pthread_mutex_unlock(&making_mu);
+}
+static void making_atfork(void)
+{
+    pthread_atfork(making_lock, making_unlock, making_unlock);
+}
+
+static void making_begin(void)
+{
+    pthread_once(&making_atfork_once, making_atfork);
+    making_lock();
+}
+
 CURL *dlock__curl_easy_new(void)
 {
     size_t n = 0;
+    making_begin();
     int *before = open_fds(&n);
     CURL *e = dlock__curl.easy_init();
     /* A perform without a URL fails at once, after making the handle's
@@ -118,6 +147,7 @@ CURL *dlock__curl_easy_new(void)
     if (e)
         dlock__curl.easy_perform(e);
     cloexec_since(before, n);
+    making_unlock();
     free(before);
     return e;
 }
@@ -125,9 +155,11 @@ CURL *dlock__curl_easy_new(void)
 CURLM *dlock__curl_multi_new(void)
 {
     size_t n = 0;
+    making_begin();
     int *before = open_fds(&n);
     CURLM *m = dlock__curl.multi_init();
     cloexec_since(before, n);
+    making_unlock();
     free(before);
     return m;
 }

@@ -91,7 +91,7 @@ struct campaigner {
     dlock_cancel *cancel;
     int rc;
     atomic_int done;
-    volatile long tid;
+    atomic_long tid;
     pthread_t th;
 };
 

@@ -153,7 +153,7 @@ struct multi_waiter {
     dlock_multi *m;
     dlock_cancel *cancel;
     int64_t wait;
-    volatile long tid;
+    atomic_long tid;
     atomic_int rc;
     pthread_t thread;
 };

@@ -119,6 +119,8 @@ static bool make_certs(const char *dir)
     return ok;
 }
 
+static bool start(struct fx_redis *r, const char *const *extra);
+
 bool fx_redis_start_tls(struct fx_redis *r, const char *const *extra)
 {
     memset(r, 0, sizeof *r);
@@ -141,13 +143,20 @@ bool fx_redis_start_tls_with(struct fx_redis *r, const char *certs, const char *
     r->client_key = tu_fmt("%s/client.key", certs);
     r->tls_port = tu_free_port();
     snprintf(r->tls_url, sizeof r->tls_url, "rediss://127.0.0.1:%d?tls_ca=%s", r->tls_port, r->ca);
-    return fx_redis_start(r, extra);
+    return start(r, extra);
 }
 
 bool fx_redis_start(struct fx_redis *r, const char *const *extra)
 {
-    if (!r->tls_port)
-        memset(r, 0, sizeof *r);
+    /* R may be a stack variable with anything in it (start_replica's):
+     * nothing of it is read */
+    memset(r, 0, sizeof *r);
+    return start(r, extra);
+}
+
+/* fx_redis_start() of R, whose TLS fields (and dir) may be set already. */
+static bool start(struct fx_redis *r, const char *const *extra)
+{
     for (size_t i = 0; extra && extra[i] && i < FX_REDIS_MAX_ARGS - 1; i++)
         r->extra[i] = extra[i];
     if (!r->dir)

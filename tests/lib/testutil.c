@@ -336,7 +336,7 @@ static long thread_syscall(long tid)
     return nr;
 }
 
-bool tu_wait_thread_asleep(const volatile long *tid, int timeout_ms)
+bool tu_wait_thread_asleep(const atomic_long *tid, int timeout_ms)
 {
     int seen = 0; /* reads in a row that found it asleep */
     for (int64_t end = tu_mono_ms() + timeout_ms; tu_mono_ms() < end; tu_sleep_ms(5)) {

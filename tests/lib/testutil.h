@@ -100,7 +100,7 @@ int tu_wait_exit(pid_t pid);
  * poll or ppoll -- on three reads in a row 5 ms apart; false after
  * TIMEOUT_MS. How a test knows a thread is inside a blocking call before
  * it cancels or releases, instead of sleeping a fixed time. */
-bool tu_wait_thread_asleep(const volatile long *tid, int timeout_ms);
+bool tu_wait_thread_asleep(const atomic_long *tid, int timeout_ms);
 
 /* Milliseconds on the monotonic clock (for reporting how long a step
  * took; never for asserting on it). */
@@ -217,7 +217,7 @@ struct tu_waiter {
     int rc;
     uint64_t token;
     atomic_int done;
-    volatile long tid;
+    atomic_long tid;
     pthread_t th;
 };
 void tu_waiter_start(struct tu_waiter *w, struct dlock_lock *l, int64_t wait);
@@ -252,7 +252,7 @@ struct tu_sem_taker {
     int64_t wait;
     struct dlock_cancel *cancel;
     int rc;
-    volatile long tid;
+    atomic_long tid;
     pthread_t th;
 };
 void tu_sem_taker_start(struct tu_sem_taker *t, struct dlock_semaphore *s, unsigned k,

@@ -54,6 +54,28 @@ static int undo_unsynced(struct redis_state *s, struct dlock__hold *h, uint64_t 
                                              : "undone");
 }
 
+int dlock__redis_acquire_result(struct redis_state *s, const redisReply *r,
+                                const struct lock_keys *k, uint64_t *token, int64_t *ttl_ms)
+{
+    long long value;
+    const char *type_name;
+    int rc = dlock__redis_script_reply(s, r, &value, &type_name);
+    if (rc)
+        return rc;
+    if (type_name)
+        return dlock__redis_wrongtype(s, k, type_name);
+    if (value >= 0) {
+        *token = (uint64_t)value;
+        return DLOCK_OK;
+    }
+    if (value == -1) /* only a request canceled before it ran gets this */
+        return dlock__err(DLOCK_EPROTO, "%s: acquire '%s': the server found the request canceled",
+                          s->where, k->lock);
+    *ttl_ms = -3 - value; /* -1: a foreign lock without expiry */
+    return dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by another owner (%lld ms of lease left)",
+                      s->where, k->lock, (long long)*ttl_ms);
+}
+
 /* One acquire attempt within DEADLINE (the wait's): DLOCK_OK (h->token
  * set), DLOCK_EBUSY with *TTL_MS the holder's remaining lease, or a
  * failure. A request whose reply is lost is sent once more with the next
@@ -111,26 +133,13 @@ int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
                                const struct lock_keys *k, redisReply *r, int64_t sent, int acked,
                                int64_t *ttl_ms)
 {
-    long long value;
-    const char *type_name;
-    int rc = dlock__redis_script_reply(s, r, &value, &type_name);
-    if (!rc) {
-        if (type_name) {
-            rc = dlock__redis_wrongtype(s, k, type_name);
-        } else if (value >= 0 && acked >= 0 && acked < s->sync_replicas) {
-            rc = undo_unsynced(s, h, (uint64_t)value, acked);
-        } else if (value >= 0) {
-            h->token = (uint64_t)value;
-            dlock__hold_confirmed(s->c, h, sent);
-        } else if (value == -1) { /* only a request canceled before it ran gets this */
-            rc = dlock__err(DLOCK_EPROTO, "%s: acquire '%s': the server found the request "
-                                          "canceled",
-                            s->where, k->lock);
-        } else {
-            *ttl_ms = -3 - value;
-            rc = dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by another owner (%lld ms of lease left)",
-                            s->where, k->lock, (long long)*ttl_ms);
-        }
+    uint64_t token = 0;
+    int rc = dlock__redis_acquire_result(s, r, k, &token, ttl_ms);
+    if (!rc && acked >= 0 && acked < s->sync_replicas) {
+        rc = undo_unsynced(s, h, token, acked);
+    } else if (!rc) {
+        h->token = token;
+        dlock__hold_confirmed(s->c, h, sent);
     }
     freeReplyObject(r);
     return rc;
@@ -199,6 +208,26 @@ out:
     return rc;
 }
 
+int dlock__redis_release_reply(struct redis_state *s, const redisReply *r, const char *name,
+                               const struct lock_keys *k, uint64_t token, bool retried)
+{
+    long long status;
+    const char *type_name;
+    int rc = dlock__redis_script_reply(s, r, &status, &type_name);
+    if (rc)
+        return rc;
+    if (type_name)
+        return dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' now holds a %s", s->where,
+                          name, k->lock, type_name);
+    if (status == 1 || (status == 2 && retried))
+        return DLOCK_OK;
+    return dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' is %s (our token was %llu)",
+                      s->where, name, k->lock,
+                      status == 2 ? "free, its lease had expired"
+                                  : "held by another owner or expired",
+                      (unsigned long long)token);
+}
+
 static int redis_release(void *state, struct dlock__hold *h)
 {
     struct redis_state *s = state;
@@ -221,27 +250,24 @@ static int redis_release(void *state, struct dlock__hold *h)
     rc = dlock__redis_eval(s, DLOCK__NEVER, S_RELEASE, 4, 6, args, lens, true, NULL, NULL, "release", &r,
                     NULL, &retried, NULL);
     if (!rc) {
-        long long status;
-        const char *type_name;
-        rc = dlock__redis_script_reply(s, r, &status, &type_name);
-        if (!rc) {
-            if (type_name)
-                rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' now holds a %s",
-                                s->where, h->name, k.lock, type_name);
-            else if (status == 1 || (status == 2 && retried))
-                rc = DLOCK_OK;
-            else
-                rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' is %s (our token was %llu)",
-                                s->where, h->name, k.lock,
-                                status == 2 ? "free, its lease had expired" : "held by another owner or expired",
-                                (unsigned long long)h->token);
-        }
+        rc = dlock__redis_release_reply(s, r, h->name, &k, h->token, retried);
         freeReplyObject(r);
     }
     free(h->bdata);
     h->bdata = NULL;
     dlock__redis_keys_free(&k);
     return rc;
+}
+
+int dlock__redis_renew_reply(struct redis_state *s, const redisReply *r, size_t m, bool *renewed)
+{
+    if (r->type == REDIS_REPLY_ERROR)
+        return dlock__redis_server_error(s, r->str, "renew");
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != m)
+        return dlock__err(DLOCK_EPROTO, "%s: renew: unexpected reply", s->where);
+    for (size_t i = 0; i < m; i++)
+        renewed[i] = r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1;
+    return DLOCK_OK;
 }
 
 /* The keeper's batch: RENEW_BATCH holds per script call, every call of
@@ -271,7 +297,8 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
     struct renew_bufs rb;
     rc = dlock__redis_renew_bufs_new(&rb, maxargs, RENEW_BATCH, RENEW_BATCH);
     char (*timeouts)[DLOCK_NAME_MAX + 256] = calloc(RENEW_BATCH, sizeof *timeouts);
-    if (!rc && !timeouts)
+    bool *renewed = calloc(RENEW_BATCH, sizeof *renewed);
+    if (!rc && (!timeouts || !renewed))
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
     if (rc)
         goto fail_all;
@@ -337,27 +364,21 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             }
             size_t c0 = ci * RENEW_BATCH;
             size_t m = n - c0 < RENEW_BATCH ? n - c0 : RENEW_BATCH;
+            int e;
             if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
                 noscript = true;
-            } else if (r->type == REDIS_REPLY_ERROR) {
-                int e = dlock__redis_server_error(s, r->str, "renew");
-                for (size_t i = 0; i < m; i++)
-                    dlock__renew_result(b, c0 + i, e);
-            } else if (r->type != REDIS_REPLY_ARRAY || r->elements != m) {
-                int e = dlock__err(DLOCK_EPROTO, "%s: renew: unexpected reply", s->where);
+            } else if ((e = dlock__redis_renew_reply(s, r, m, renewed))) {
                 for (size_t i = 0; i < m; i++)
                     dlock__renew_result(b, c0 + i, e);
             } else {
                 for (size_t i = 0; i < m; i++) {
                     struct dlock__hold *h = holds[c0 + i];
-                    bool renewed = r->element[i]->type == REDIS_REPLY_INTEGER &&
-                                   r->element[i]->integer == 1;
-                    if (renewed && acked >= 0 && acked < s->sync_replicas) {
+                    if (renewed[i] && acked >= 0 && acked < s->sync_replicas) {
                         dlock__err(DLOCK_EUNAVAIL, "%s: renewal of lock '%s': only %d of %d "
                                                    "replicas acknowledged it (sync=%d)",
                                    s->where, h->name, acked, s->sync_replicas, s->sync_replicas);
                         dlock__renew_result(b, c0 + i, DLOCK_EUNAVAIL);
-                    } else if (renewed) {
+                    } else if (renewed[i]) {
                         dlock__renew_result(b, c0 + i, DLOCK_OK);
                         dlock__hold_confirmed(s->c, h, sent);
                     } else {
@@ -393,6 +414,7 @@ out:
         dlock__redis_pool_put(s, k, false);
     dlock__redis_renew_bufs_free(&rb);
     free(timeouts);
+    free(renewed);
     return rc;
 }
 
@@ -448,29 +470,17 @@ static bool lock_value_like(const char *v, size_t len)
  * value is not ours to print. */
 #define FOREIGN_VALUE "(a value that is not dlock's)"
 
-int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
+int dlock__redis_inspect_reply(struct redis_state *s, const redisReply *r, const struct lock_keys *k,
+                               struct dlock_info *info)
 {
-    struct redis_state *s = state;
-    struct lock_keys k;
-    int rc = dlock__redis_keys_make(s, name, &k);
-    if (rc)
-        return rc;
-    const char *args[] = {k.lock, k.token};
-    size_t lens[] = {k.lock_len, k.token_len};
-    redisReply *r;
-    rc = dlock__redis_eval(s, DLOCK__NEVER, S_INSPECT, 2, 2, args, lens, true, NULL, NULL, "inspect", &r, NULL,
-                    NULL, NULL);
-    if (rc)
-        goto out;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_INTEGER) {
-        rc = dlock__err(DLOCK_EPROTO, "%s: inspect '%s': unexpected reply", s->where, k.lock);
-        goto done;
-    }
+        r->element[1]->type != REDIS_REPLY_INTEGER)
+        return dlock__err(DLOCK_EPROTO, "%s: inspect '%s': unexpected reply", s->where, k->lock);
     const char *type = r->element[0]->str;
     long long pttl = r->element[1]->integer;
-    if ((rc = dlock__info_set_key(info, k.lock)))
-        goto done;
+    int rc = dlock__info_set_key(info, k->lock);
+    if (rc)
+        return rc;
     info->mode = DLOCK_EXCLUSIVE;
     info->nwaiters = -1;
     if (r->element[2]->type == REDIS_REPLY_STRING)
@@ -480,7 +490,7 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
         info->held = 0;
         info->ttl_ms = -1;
     } else if (strcmp(type, want) != 0) {
-        rc = dlock__redis_wrongtype(s, &k, type);
+        rc = dlock__redis_wrongtype(s, k, type);
     } else {
         info->held = 1;
         info->ttl_ms = pttl >= 0 ? pttl : (pttl == -1 ? DLOCK_VALID_FOREVER : -1);
@@ -495,10 +505,8 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
             /* every field an owner, or it is an application's hash */
             for (size_t i = 3; i + 1 < r->elements; i += 2)
                 if (r->element[i]->type != REDIS_REPLY_STRING ||
-                    !lock_field_like(r->element[i]->str, r->element[i]->len)) {
-                    rc = dlock__redis_wrongtype(s, &k, "hash whose fields are not lock owners (<uuid>:<thread>)");
-                    goto done;
-                }
+                    !lock_field_like(r->element[i]->str, r->element[i]->len))
+                    return dlock__redis_wrongtype(s, k, "hash whose fields are not lock owners (<uuid>:<thread>)");
             for (size_t i = 3; i + 1 < r->elements && !rc; i += 2) {
                 const redisReply *f = r->element[i], *v = r->element[i + 1];
                 if (strcmp(f->str, "mode") == 0) { /* a read-write lock's */
@@ -511,9 +519,26 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
             }
         }
     }
+    return rc;
+}
+
+int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
+{
+    struct redis_state *s = state;
+    struct lock_keys k;
+    int rc = dlock__redis_keys_make(s, name, &k);
+    if (rc)
+        return rc;
+    const char *args[] = {k.lock, k.token};
+    size_t lens[] = {k.lock_len, k.token_len};
+    redisReply *r;
+    rc = dlock__redis_eval(s, DLOCK__NEVER, S_INSPECT, 2, 2, args, lens, true, NULL, NULL, "inspect", &r, NULL,
+                    NULL, NULL);
+    if (rc)
+        goto out;
+    rc = dlock__redis_inspect_reply(s, r, &k, info);
     if (!rc && s->fair) /* the queue, in order */
         rc = dlock__redis_fair_waiters(s, name, info);
-done:
     freeReplyObject(r);
 out:
     dlock__redis_keys_free(&k);
@@ -535,10 +560,7 @@ int dlock__redis_force_release(void *state, const char *name)
                     NULL, NULL, NULL);
     if (!rc) {
         long long status;
-        const char *type_name;
-        rc = dlock__redis_script_reply(s, r, &status, &type_name);
-        if (!rc && type_name)
-            rc = dlock__redis_wrongtype(s, &k, type_name);
+        rc = dlock__redis_status_reply(s, r, &k, &status);
         freeReplyObject(r);
     }
     dlock__redis_keys_free(&k);

@@ -308,6 +308,51 @@ static void dial_ready(struct dialing *d)
         d->state = D_DONE;
 }
 
+/* hiredis's reply functions, but an array header over REDIS_MAX_ELEMENTS
+ * breaks the connection (the reader's privdata) before anything is
+ * allocated. */
+static redisReplyObjectFunctions capped_fn;
+static void *(*hiredis_create_array)(const redisReadTask *, int);
+static pthread_once_t capped_once = PTHREAD_ONCE_INIT;
+
+static void *create_array_capped(const redisReadTask *task, int elements)
+{
+    if (elements > REDIS_MAX_ELEMENTS) {
+        dlock__redis_conn_fail(task->privdata, "a reply array of %d elements (dlock's cap: %d); "
+                                               "connection closed",
+                               elements, REDIS_MAX_ELEMENTS);
+        return NULL;
+    }
+    return hiredis_create_array(task, elements);
+}
+
+static void capped_fn_make(void)
+{
+    redisReader *r = redisReaderCreate(); /* for hiredis's own functions */
+    if (!r)
+        return;
+    capped_fn = *r->fn;
+    hiredis_create_array = capped_fn.createArray;
+    capped_fn.createArray = create_array_capped;
+    redisReaderFree(r);
+}
+
+struct rconn *dlock__redis_conn_new(void)
+{
+    pthread_once(&capped_once, capped_fn_make);
+    struct rconn *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->fd = -1;
+    k->reader = hiredis_create_array ? redisReaderCreateWithFunctions(&capped_fn) : NULL;
+    if (!k->reader) {
+        free(k);
+        return NULL;
+    }
+    k->reader->privdata = k;
+    return k;
+}
+
 /* Set D up for A: the connection (its name for messages, its reader) and
  * A's addresses, then the first connect. */
 static void dial_start(struct dialing *d, const struct redis_addr *a, int64_t until, char *msg)
@@ -315,12 +360,11 @@ static void dial_start(struct dialing *d, const struct redis_addr *a, int64_t un
     memset(d, 0, sizeof *d);
     d->a = a;
     d->msg = msg;
-    struct rconn *k = d->k = calloc(1, sizeof *k);
-    if (!k || !(k->reader = redisReaderCreate())) {
+    struct rconn *k = d->k = dlock__redis_conn_new();
+    if (!k) {
         dial_failed(d, dlock__err(DLOCK_ENOMEM, "out of memory"));
         return;
     }
-    k->fd = -1;
     if (a->sock)
         snprintf(k->where, sizeof k->where, "redis unix:%s", a->sock);
     else
@@ -530,6 +574,18 @@ static void parse_replies(struct rconn *k)
                   REDIS_MAX_REPLY >> 20);
 }
 
+void dlock__redis_conn_feed(struct rconn *k, const char *buf, size_t n)
+{
+    if (k->broken)
+        return;
+    if (redisReaderFeed(k->reader, buf, n) != REDIS_OK) {
+        dlock__redis_conn_fail(k, "out of memory");
+        return;
+    }
+    k->partial += n;
+    parse_replies(k);
+}
+
 /* ====================================================== the one poll loop */
 
 short dlock__redis_conn_events(const struct rconn *k)
@@ -581,12 +637,9 @@ static void pump_in(struct rconn *k)
                 dlock__redis_conn_fail(k, "%s", strerror(errno));
             return;
         }
-        if (redisReaderFeed(k->reader, buf, (size_t)n) != REDIS_OK) {
-            dlock__redis_conn_fail(k, "out of memory");
+        dlock__redis_conn_feed(k, buf, (size_t)n);
+        if (k->broken)
             return;
-        }
-        k->partial += (size_t)n;
-        parse_replies(k);
         if ((size_t)n < sizeof buf && !k->tls)
             return; /* drained: the next recv would say EAGAIN (TLS may hold more) */
     }

@@ -49,6 +49,12 @@ enum script_id {
  * connection is closed ("a reply larger than ..."), so a server or proxy
  * that sends a huge or endless bulk string cannot make us buffer it. */
 #define REDIS_MAX_REPLY (32u << 20)
+/* The longest array a reply may announce: hiredis 0.14 allocates an
+ * array's element pointers when it reads the header, so "*555555557",
+ * twelve bytes from a broken server or anything on the path, asked for
+ * 4 GiB (found by tests/fuzz/fuzz_redis_replies.c). A lock's replies hold
+ * a few elements, a SCAN page or an inspected hash some thousands. */
+#define REDIS_MAX_ELEMENTS (1 << 20)
 
 /* Where to dial: HOST:PORT, or the unix socket SOCK when not NULL. */
 struct redis_addr {
@@ -222,6 +228,13 @@ int dlock__redis_conn_dial(const struct redis_addr *a, int64_t until, struct rco
  * NULL with RC[i] and MSG[i] saying why. */
 void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t until, size_t need,
                                  struct rconn **out, int *rc, char (*msg)[DLOCK__MSG_MAX]);
+/* A connection with no socket yet (fd -1) and its reply reader; NULL
+ * when out of memory. */
+struct rconn *dlock__redis_conn_new(void);
+/* Parse N bytes received on K into replies (dlock__redis_conn_take), as
+ * the poll loop does with what it reads; a protocol error or a reply over
+ * REDIS_MAX_REPLY leaves K broken. Also how tests/fuzz feeds replies. */
+void dlock__redis_conn_feed(struct rconn *k, const char *buf, size_t n);
 /* Mark K broken with a reason (the first one sticks). */
 void dlock__redis_conn_fail(struct rconn *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Close K and free what it holds (NULL: nothing). */
@@ -576,6 +589,62 @@ int dlock__redis_elect_release(void *state, struct dlock__hold *h);
 int dlock__redis_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
 int dlock__redis_elect_observe(void *state, const char *name, const struct dlock_leader *known,
                                struct dlock__wait *w, struct dlock_leader *out);
+
+/* ------------------------------------------ what each script's reply means
+ *
+ * One function per script turns its reply R (not an error reply: those
+ * went through dlock__redis_server_error) into a dlock code with the
+ * message, and does nothing else: no I/O, no hold or client state, so
+ * tests/fuzz/fuzz_redis_replies.c feeds each one any reply a server, a
+ * proxy or another version of a script could send. R is not freed. */
+
+/* acquire (mutex.c; each node of redlock.c): DLOCK_OK with *TOKEN,
+ * DLOCK_EBUSY with *TTL_MS the holder's lease left (-1: none), or
+ * DLOCK_EWRONGTYPE / DLOCK_EPROTO naming K's lock. */
+int dlock__redis_acquire_result(struct redis_state *s, const redisReply *r,
+                                const struct lock_keys *k, uint64_t *token, int64_t *ttl_ms);
+/* release (mutex.c) of lock NAME held with TOKEN: DLOCK_OK, or
+ * DLOCK_ELOST; RETRIED: the first attempt's reply was lost, so "free"
+ * means it ran. */
+int dlock__redis_release_reply(struct redis_state *s, const redisReply *r, const char *name,
+                               const struct lock_keys *k, uint64_t token, bool retried);
+/* One renew call of M holds (mutex.c): DLOCK_OK with RENEWED[0..M), else
+ * the failure of all M. */
+int dlock__redis_renew_reply(struct redis_state *s, const redisReply *r, size_t m, bool *renewed);
+/* inspect (mutex.c) into INFO (whose key is set; the caller frees it). */
+int dlock__redis_inspect_reply(struct redis_state *s, const redisReply *r, const struct lock_keys *k,
+                               struct dlock_info *info);
+/* force release, the read-write scripts (rwlock.c): the integer in
+ * *VALUE, or DLOCK_EWRONGTYPE naming K's lock, or DLOCK_EPROTO. (cancel
+ * reads its reply with dlock__redis_script_reply alone.) */
+int dlock__redis_status_reply(struct redis_state *s, const redisReply *r, const struct lock_keys *k,
+                              long long *value);
+/* The semaphore's keys (semaphore.c): NAME, {NAME}:timeout, its channel,
+ * dlock's token counter and its record of released ids. */
+struct sem_keys {
+    char *name, *timeout, *chan, *token, *released;
+    size_t name_len, timeout_len, chan_len, token_len, released_len;
+};
+/* semaphore acquire of WANT of PERMITS permits with a lease of LEASE_MS:
+ * DLOCK_OK with *TOKEN and *PASS_ON (permits are left: wake the next),
+ * DLOCK_EBUSY with *SLEEP_MS (until the nearest expiry, at most the
+ * lease), DLOCK_EINVAL (another permit count), DLOCK_EWRONGTYPE,
+ * DLOCK_EPROTO. */
+int dlock__redis_sem_acquire_reply(struct redis_state *s, const struct sem_keys *k,
+                                   const redisReply *r, unsigned permits, unsigned want,
+                                   int64_t lease_ms, uint64_t *token, bool *pass_on,
+                                   int64_t *sleep_ms);
+/* semaphore release: DLOCK_OK with *REMOVED, the ids it gave back. */
+int dlock__redis_sem_release_reply(struct redis_state *s, const struct sem_keys *k,
+                                   const redisReply *r, long long *removed);
+/* semaphore renew of permit OWNER of NAME: DLOCK_OK or DLOCK_ELOST. */
+int dlock__redis_sem_renew_reply(struct redis_state *s, const redisReply *r, const char *owner,
+                                 const char *name);
+/* semaphore inspect of PERMITS (0: any) into INFO. */
+int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys *k,
+                                   const redisReply *r, unsigned permits, struct dlock_info *info);
+/* election (election.c; each node of redlock.c): the read script's reply
+ * is dlock__redis_leader_parse(), above. */
 
 /* -------------------------------------------------------- semaphore.c */
 

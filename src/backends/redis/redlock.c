@@ -441,17 +441,12 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
             }
             continue;
         }
-        long long v = 0;
-        const char *type_name = NULL;
+        uint64_t v = 0;
+        int64_t t = -1;
         int rc = r->type == REDIS_REPLY_ERROR
                      ? dlock__redis_server_error(rl->node[i], r->str, "acquire")
-                     : dlock__redis_script_reply(rl->node[i], r, &v, &type_name);
-        if (!rc && type_name)
-            rc = dlock__redis_wrongtype(rl->node[i], k, type_name);
-        if (!rc && v == -1)
-            rc = dlock__err(DLOCK_EPROTO, "%s: acquire '%s': the server found the request "
-                                          "canceled", rl->node[i]->where, k->lock);
-        if (rc) {
+                     : dlock__redis_acquire_result(rl->node[i], r, k, &v, &t);
+        if (rc && rc != DLOCK_EBUSY) {
             node_failed(&rd, i, rc);
             if (!hard) {
                 hard = rc;
@@ -459,15 +454,14 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
             }
             continue;
         }
-        if (v >= 0) {
+        if (!rc) {
             bd->state[i] = NODE_YES;
-            bd->token[i] = bd->counter[i] = (uint64_t)v;
-            if ((uint64_t)v > top)
-                top = (uint64_t)v;
+            bd->token[i] = bd->counter[i] = v;
+            if (v > top)
+                top = v;
             granted++;
         } else {
             busy++;
-            int64_t t = -3 - v;
             if (t == -1)
                 t = lease; /* a foreign lock without expiry */
             if (*ttl_ms < 0 || t < *ttl_ms)

@@ -63,10 +63,7 @@ static int rw_eval(struct redis_state *s, enum script_id id, const char *what, c
                         what, &r, NULL, &retried, NULL);
     if (rc)
         return rc;
-    const char *type_name;
-    rc = dlock__redis_script_reply(s, r, value, &type_name);
-    if (!rc && type_name)
-        rc = dlock__redis_wrongtype(s, k, type_name);
+    rc = dlock__redis_status_reply(s, r, k, value);
     if (!rc && retried && *value == 2)
         *value = 1; /* the first attempt ran: our field was gone by then */
     freeReplyObject(r);

@@ -455,6 +455,16 @@ int dlock__redis_script_reply(struct redis_state *s, const redisReply *r, long l
     return DLOCK_OK;
 }
 
+int dlock__redis_status_reply(struct redis_state *s, const redisReply *r, const struct lock_keys *k,
+                              long long *value)
+{
+    const char *type_name;
+    int rc = dlock__redis_script_reply(s, r, value, &type_name);
+    if (!rc && type_name)
+        rc = dlock__redis_wrongtype(s, k, type_name);
+    return rc;
+}
+
 int dlock__redis_wrongtype(struct redis_state *s, const struct lock_keys *k, const char *type_name)
 {
     return dlock__err(DLOCK_EWRONGTYPE, "%s: WRONGTYPE key '%s' holds a %s, not a dlock lock "

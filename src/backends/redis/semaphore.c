@@ -34,6 +34,7 @@
  * same round trip (scripts.c); an acquire too few replicas acknowledged
  * is given back and fails DLOCK_EUNAVAIL, such a renewal does not count.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,11 +42,6 @@
 #include "redis.h"
 
 #define ID_PREFIX 14 /* bytes of a permit object's id prefix */
-
-struct sem_keys {
-    char *name, *timeout, *chan, *token, *released;
-    size_t name_len, timeout_len, chan_len, token_len, released_len;
-};
 
 static void sem_keys_free(struct sem_keys *k)
 {
@@ -104,7 +100,8 @@ static void new_id(struct dlock__hold *h)
     snprintf(h->owner, sizeof h->owner, "%.*s0000", 2 * ID_PREFIX, hex);
 }
 
-/* "count:N" / "type:T" replies of the scripts. */
+/* "count:N" / "type:T" replies of the scripts (and any other reply a
+ * script does not give: DLOCK_EPROTO). */
 static int odd_reply(struct redis_state *s, const struct sem_keys *k, const redisReply *r,
                      unsigned permits)
 {
@@ -148,6 +145,15 @@ static int64_t release_memory_ms(const struct redis_state *s)
     return 4 * s->op_timeout_ms > 60000 ? 4 * s->op_timeout_ms : 60000;
 }
 
+int dlock__redis_sem_release_reply(struct redis_state *s, const struct sem_keys *k,
+                                   const redisReply *r, long long *removed)
+{
+    if (r->type != REDIS_REPLY_INTEGER)
+        return odd_reply(s, k, r, 0);
+    *removed = r->integer;
+    return DLOCK_OK;
+}
+
 /* Give back the K ids of PREFIX (scripts/sem_release.lua; with RETRY,
  * once more after a lost reply). *REMOVED: how many were still held; -1
  * when none was but the lost first attempt had given them back. With
@@ -173,10 +179,7 @@ static int release_ids(struct redis_state *s, const char *name, const char prefi
     rc = dlock__redis_eval(s, deadline, S_SEM_RELEASE, 4, 8, args, lens, retry, retry_args, lens,
                            "semaphore release", &r, NULL, NULL, NULL);
     if (!rc) {
-        if (r->type == REDIS_REPLY_INTEGER)
-            *removed = r->integer;
-        else
-            rc = odd_reply(s, &keys, r, 0);
+        rc = dlock__redis_sem_release_reply(s, &keys, r, removed);
         freeReplyObject(r);
     }
     sem_keys_free(&keys);
@@ -208,6 +211,25 @@ struct sem_try_arg {
     struct dlock__hold *h;
     const struct sem_keys *k;
 };
+
+int dlock__redis_sem_acquire_reply(struct redis_state *s, const struct sem_keys *k,
+                                   const redisReply *r, unsigned permits, unsigned want,
+                                   int64_t lease_ms, uint64_t *token, bool *pass_on,
+                                   int64_t *sleep_ms)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER)
+        return odd_reply(s, k, r, permits);
+    long long a = r->element[0]->integer, b = r->element[1]->integer;
+    if (a >= 0) {
+        *token = (uint64_t)a;
+        *pass_on = b > 0;
+        return DLOCK_OK;
+    }
+    *sleep_ms = b >= 0 && b < lease_ms ? b + 1 : lease_ms;
+    return dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': fewer than %u permits free", s->where,
+                      k->name, want);
+}
 
 static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct redis_try *t)
 {
@@ -251,10 +273,12 @@ static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct r
     }
     if (rc)
         return rc;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
-        long long a = r->element[0]->integer, b = r->element[1]->integer;
-        if (a >= 0 && acked >= 0 && acked < s->sync_replicas) {
+    uint64_t token = 0;
+    bool pass_on = false;
+    rc = dlock__redis_sem_acquire_reply(s, k, r, h->sem->permits, h->sem->k, h->lease_ms, &token,
+                                        &pass_on, &t->sleep_ms);
+    if (!rc) {
+        if (acked >= 0 && acked < s->sync_replicas) {
             /* ?sync=N: a permit a failover could forget is given back */
             long long removed;
             int undo = release_ids(s, h->name, prefix, h->sem->k, deadline, true, &removed);
@@ -265,17 +289,11 @@ static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct r
                             (long long)s->sync_timeout_ms, s->sync_replicas,
                             undo ? "the undo failed too: they come back when their lease ends"
                                  : "undone");
-        } else if (a >= 0) {
-            h->token = (uint64_t)a;
-            t->pass_on = b > 0;
-            dlock__hold_confirmed(s->c, h, sent);
         } else {
-            t->sleep_ms = b >= 0 && b < h->lease_ms ? b + 1 : h->lease_ms;
-            rc = dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': fewer than %u permits free",
-                            s->where, k->name, h->sem->k);
+            h->token = token;
+            t->pass_on = pass_on;
+            dlock__hold_confirmed(s->c, h, sent);
         }
-    } else {
-        rc = odd_reply(s, k, r, h->sem->permits);
     }
     freeReplyObject(r);
     return rc;
@@ -382,6 +400,16 @@ int dlock__redis_sem_release(void *state, struct dlock__hold *h)
 
 /* Renew the semaphore holds of B, one script call each, within the
  * batch's deadline. */
+int dlock__redis_sem_renew_reply(struct redis_state *s, const redisReply *r, const char *owner,
+                                 const char *name)
+{
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+        return DLOCK_OK;
+    return dlock__err(DLOCK_ELOST, "%s: renewal found permit %s of semaphore '%s' gone (its lease "
+                                   "ended and it was taken back, or the server lost its data)",
+                      s->where, owner, name);
+}
+
 static void sem_renew(struct redis_state *s, struct dlock__renew_batch *b)
 {
     for (size_t i = 0; i < b->n; i++) {
@@ -404,21 +432,16 @@ static void sem_renew(struct redis_state *s, struct dlock__renew_batch *b)
         rc = dlock__redis_eval_synced(s, b->deadline, S_SEM_RENEW, 3, 6, args, lens, true, NULL,
                                       NULL, "semaphore renew", &r, &sent, NULL, NULL, &acked);
         if (!rc) {
-            bool renewed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-            if (renewed && acked >= 0 && acked < s->sync_replicas) {
+            rc = dlock__redis_sem_renew_reply(s, r, h->owner, h->name);
+            if (!rc && acked >= 0 && acked < s->sync_replicas) {
                 /* ?sync=N: does not count; lost at the validity deadline
                  * unless a later renewal is acknowledged */
                 rc = dlock__err(DLOCK_EUNAVAIL, "%s: renewal of permit %s of semaphore '%s': "
                                                 "only %d of %d replicas acknowledged it (sync=%d)",
                                 s->where, h->owner, h->name, acked, s->sync_replicas,
                                 s->sync_replicas);
-            } else if (renewed) {
+            } else if (!rc) {
                 dlock__hold_confirmed(s->c, h, sent);
-            } else {
-                rc = dlock__err(DLOCK_ELOST, "%s: renewal found permit %s of semaphore '%s' gone "
-                                             "(its lease ended and it was taken back, or the "
-                                             "server lost its data)",
-                                s->where, h->owner, h->name);
             }
             freeReplyObject(r);
         }
@@ -553,6 +576,72 @@ static void hex_of(const char *p, size_t len, char *out)
     out[2 * len] = '\0';
 }
 
+int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys *k,
+                                   const redisReply *r, unsigned permits, struct dlock_info *info)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 5 || (r->elements - 5) % 2)
+        return odd_reply(s, k, r, permits);
+    for (size_t i = 0; i < r->elements; i++) /* the script sends strings only */
+        if (r->element[i]->type != REDIS_REPLY_STRING)
+            return dlock__err(DLOCK_EPROTO, "%s: semaphore '%s': unexpected reply (element %zu "
+                                            "of type %d)",
+                              s->where, k->name, i, r->element[i]->type);
+    const char *t1 = r->element[0]->str, *t2 = r->element[1]->str;
+    if ((strcmp(t1, "string") && strcmp(t1, "none")) || (strcmp(t2, "zset") && strcmp(t2, "none")))
+        return dlock__err(DLOCK_EWRONGTYPE,
+                          "%s: WRONGTYPE: keys '%s' (%s) and '%s' (%s) are not a semaphore of "
+                          "Redisson's RPermitExpirableSemaphore layout",
+                          s->where, k->name, t1, k->timeout, t2);
+    long long free_now = strtoll(r->element[2]->str, NULL, 10);
+    long long now = strtoll(r->element[3]->str, NULL, 10);
+    info->token = strtoull(r->element[4]->str, NULL, 10);
+    size_t nids = (r->elements - 5) / 2;
+    info->ttl_ms = -1;
+    if (!strcmp(t1, "none") && !nids) { /* never used */
+        info->permits = permits;
+        info->free_permits = permits;
+        return DLOCK_OK;
+    }
+    if (free_now < 0 || free_now > UINT_MAX || nids > UINT_MAX - (unsigned long long)free_now)
+        return dlock__err(DLOCK_EPROTO, "%s: semaphore '%s': %lld free permits and %zu held",
+                          s->where, k->name, free_now, nids);
+    info->permits = (unsigned)(free_now + (long long)nids);
+    if (permits && info->permits != permits)
+        return dlock__err(DLOCK_EINVAL,
+                          "%s: semaphore '%s' has %u permits (free + held in '%s' and '%s'), not %u",
+                          s->where, k->name, info->permits, k->name, k->timeout, permits);
+    info->free_permits = free_now;
+    int rc = DLOCK_OK;
+    for (size_t i = 0; !rc && i < nids; i++) {
+        const redisReply *id = r->element[5 + 2 * i];
+        long long expiry = strtoll(r->element[6 + 2 * i]->str, NULL, 10);
+        if (expiry <= now) { /* expired: the next acquire takes it back */
+            info->free_permits++;
+            continue;
+        }
+        info->held = 1;
+        long long left;
+        if (__builtin_sub_overflow(expiry, now, &left))
+            left = LLONG_MAX;
+        if (left > info->ttl_ms)
+            info->ttl_ms = left;
+        /* One holder per permit object: ids sharing our prefix are one. */
+        char hex[2 * 64 + 1];
+        size_t len = id->len < 64 ? id->len : 64;
+        hex_of(id->str, len, hex);
+        bool ours = id->len == ID_PREFIX + 2;
+        bool counted = false;
+        for (size_t j = 0; ours && j < info->nholders; j++)
+            if (strncmp(info->holders[j].id, hex, 2 * ID_PREFIX) == 0) {
+                info->holders[j].count++;
+                counted = true;
+            }
+        if (!counted)
+            rc = dlock__info_add_holder(info, hex, 1);
+    }
+    return rc;
+}
+
 int dlock__redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
 {
     struct redis_state *s = state;
@@ -568,61 +657,7 @@ int dlock__redis_sem_inspect(void *state, const char *name, unsigned permits, st
                     "semaphore inspect", &r, NULL, NULL, NULL);
     if (rc)
         goto out;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 5 || (r->elements - 5) % 2) {
-        rc = odd_reply(s, &k, r, permits);
-        goto done;
-    }
-    const char *t1 = r->element[0]->str, *t2 = r->element[1]->str;
-    if ((strcmp(t1, "string") && strcmp(t1, "none")) || (strcmp(t2, "zset") && strcmp(t2, "none"))) {
-        rc = dlock__err(DLOCK_EWRONGTYPE,
-                        "%s: WRONGTYPE: keys '%s' (%s) and '%s' (%s) are not a semaphore of "
-                        "Redisson's RPermitExpirableSemaphore layout",
-                        s->where, k.name, t1, k.timeout, t2);
-        goto done;
-    }
-    long long free_now = strtoll(r->element[2]->str, NULL, 10);
-    long long now = strtoll(r->element[3]->str, NULL, 10);
-    info->token = strtoull(r->element[4]->str, NULL, 10);
-    size_t nids = (r->elements - 5) / 2;
-    info->ttl_ms = -1;
-    if (!strcmp(t1, "none") && !nids) { /* never used */
-        info->permits = permits;
-        info->free_permits = permits;
-        goto done;
-    }
-    info->permits = (unsigned)(free_now + (long long)nids);
-    if (permits && info->permits != permits) {
-        rc = dlock__err(DLOCK_EINVAL,
-                        "%s: semaphore '%s' has %u permits (free + held in '%s' and '%s'), not %u",
-                        s->where, k.name, info->permits, k.name, k.timeout, permits);
-        goto done;
-    }
-    info->free_permits = free_now;
-    for (size_t i = 0; !rc && i < nids; i++) {
-        const redisReply *id = r->element[5 + 2 * i];
-        long long expiry = strtoll(r->element[6 + 2 * i]->str, NULL, 10);
-        if (expiry <= now) { /* expired: the next acquire takes it back */
-            info->free_permits++;
-            continue;
-        }
-        info->held = 1;
-        if (expiry - now > info->ttl_ms)
-            info->ttl_ms = expiry - now;
-        /* One holder per permit object: ids sharing our prefix are one. */
-        char hex[2 * 64 + 1];
-        size_t len = id->len < 64 ? id->len : 64;
-        hex_of(id->str, len, hex);
-        bool ours = id->len == ID_PREFIX + 2;
-        bool counted = false;
-        for (size_t j = 0; ours && j < info->nholders; j++)
-            if (strncmp(info->holders[j].id, hex, 2 * ID_PREFIX) == 0) {
-                info->holders[j].count++;
-                counted = true;
-            }
-        if (!counted)
-            rc = dlock__info_add_holder(info, hex, 1);
-    }
-done:
+    rc = dlock__redis_sem_inspect_reply(s, &k, r, permits, info);
     freeReplyObject(r);
 out:
     sem_keys_free(&k);

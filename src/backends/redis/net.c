@@ -90,6 +90,7 @@ unsigned long dlock__redis_resolver_calls;
 struct resolve_job {
     int refs; /* atomic */
     int efd;  /* eventfd: readable once the thread is done */
+    int done; /* atomic: set (release) once gai, err and res are written */
     int gai, err;
     struct addrinfo *res;
     char port[16];
@@ -113,7 +114,8 @@ static void *resolve_main(void *arg)
                              .ai_flags = AI_NUMERICSERV};
     j->gai = getaddrinfo(j->host, j->port, &hints, &j->res);
     j->err = errno;
-    eventfd_write(j->efd, 1); /* (the write orders what came before) */
+    __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE); /* what came before is the dial's */
+    eventfd_write(j->efd, 1);
     resolve_unref(j);
     return NULL;
 }
@@ -178,8 +180,7 @@ static int resolve_until(const char *host, int port, int64_t until, struct addri
             errno = e;
             return EAI_SYSTEM;
         }
-        if (n > 0) {
-            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (n > 0 && __atomic_load_n(&j->done, __ATOMIC_ACQUIRE)) {
             gai = j->gai;
             errno = j->err;
             *res = j->res;

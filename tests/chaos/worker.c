@@ -36,9 +36,10 @@ struct thr {
     int fd;                  /* this thread's store connection */
     uint64_t rng;
     dlock_lock *h[MAX_NAMES];
-    dlock_lock *volatile holding; /* the handle of the open section, or NULL */
-    volatile long sid;       /* the open section's id at the store */
-    volatile int lost;       /* the lost callback fired for it */
+    /* read by the lost callback, on the keeper's thread: atomic */
+    _Atomic(dlock_lock *) holding; /* the handle of the open section, or NULL */
+    atomic_long sid;               /* the open section's id at the store */
+    atomic_int lost;               /* the lost callback fired for it */
 };
 
 static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -214,7 +214,7 @@ struct tu_waiter {
     int64_t wait;
     struct dlock_cancel *cancel;
     bool keep;
-    int rc;
+    atomic_int rc; /* read while the thread runs: atomic */
     uint64_t token;
     atomic_int done;
     atomic_long tid;
@@ -251,7 +251,7 @@ struct tu_sem_taker {
     unsigned k;
     int64_t wait;
     struct dlock_cancel *cancel;
-    int rc;
+    atomic_int rc; /* read while the thread runs: atomic */
     atomic_long tid;
     pthread_t th;
 };

@@ -197,13 +197,20 @@ struct etcd_conn {
     struct etcd_watch *watches;
 };
 
+/* A watch's stream (POST /v3/watch answers with one JSON message per
+ * line, each cut anywhere by the network): the bytes of the line not yet
+ * ended. */
+struct etcd_stream {
+    char *line;
+    size_t len, cap;
+};
+
 struct etcd_watch {
     struct etcd_conn *k;
     CURL *easy;
     struct curl_slist *headers;
     char *body;
-    char *line; /* bytes of the stream not yet parsed */
-    size_t len, cap;
+    struct etcd_stream stream;
     struct dlock__wait *w;
     bool added, done, created, fired, stopped;
     bool to_shared; /* a put that makes the key shared fires it too */
@@ -224,6 +231,13 @@ void dlock__etcd_easy_common(struct etcd_conn *k, CURL *e, struct etcd_sock *sk)
 struct curl_slist *dlock__etcd_headers_for(struct etcd_conn *k, bool with_token);
 /* Stop the watch thread and free every watch (dlock__etcd_conn_free). */
 void dlock__etcd_watches_end(struct etcd_conn *k);
+
+/* etcd's refusal in the reply body DATA (LEN bytes, NUL-terminated; NULL:
+ * none) of HTTP STATUS: its "error"/"message" text, on one line, into
+ * TEXT, and its gRPC code. False when the reply is not etcd's (another
+ * server on that port). Pure: fuzzed by tests/fuzz/fuzz_etcd_watch.c. */
+bool dlock__etcd_refusal(const char *data, size_t len, long status, char *text, size_t size,
+                         int *code);
 
 /* True when W (may be NULL) was canceled (dlock_lock_cancel()). */
 bool dlock__etcd_wait_canceled(struct dlock__wait *w);
@@ -253,6 +267,19 @@ int dlock__etcd_watch_prefix(struct etcd_conn *k, const char *prefix, struct dlo
 int dlock__etcd_watch_prefix_deletes(struct etcd_conn *k, const char *prefix, int64_t start_rev,
                                      struct dlock__wait *w, struct etcd_watch **out);
 bool dlock__etcd_watch_fired(struct etcd_watch *wt);
+
+/* Reading the stream, with nothing else (no watch, no lock, no I/O), so
+ * that tests/fuzz/fuzz_etcd_watch.c feeds it any bytes cut anywhere:
+ * dlock__etcd_stream_feed() appends N bytes of P to S and calls
+ * ON(ARG, TEXT, LEN) for each line now whole (without its newline; empty
+ * lines skipped), in order; false when a line passes 16 MiB or memory
+ * runs out (the stream is then given up). dlock__etcd_watch_message()
+ * says what one line means to a watch: ETCD_WATCH_* bits. ANY: a prefix
+ * watch (any event fires it); TO_SHARED: as dlock__etcd_watch_start_for. */
+enum { ETCD_WATCH_CREATED = 1, ETCD_WATCH_FIRE = 2 };
+bool dlock__etcd_stream_feed(struct etcd_stream *s, const char *p, size_t n,
+                             void (*on)(void *arg, const char *text, size_t len), void *arg);
+unsigned dlock__etcd_watch_message(const char *text, size_t len, bool any, bool to_shared);
 /* Confirmed by etcd and not fired. */
 bool dlock__etcd_watch_live(struct etcd_watch *wt);
 /* Stop and forget the watch: after this returns W is never touched again. */

@@ -348,12 +348,11 @@ static const char *where(struct etcd_conn *k, size_t ep, char *buf, size_t size)
     return buf;
 }
 
-/* etcd's refusal in B: its "error"/"message" text and gRPC code. False
- * when the reply is not etcd's (another server on that port). */
-static bool refusal(const struct buf *b, long status, char *text, size_t size, int *code)
+bool dlock__etcd_refusal(const char *data, size_t len, long status, char *text, size_t size,
+                         int *code)
 {
     json_error_t jerr;
-    json_t *j = b->data ? json_loadb(b->data, b->len, 0, &jerr) : NULL;
+    json_t *j = data ? json_loadb(data, len, 0, &jerr) : NULL;
     const char *msg = j ? json_string_value(json_object_get(j, "message")) : NULL;
     if (!msg && j)
         msg = json_string_value(json_object_get(j, "error"));
@@ -374,7 +373,7 @@ static bool refusal(const struct buf *b, long status, char *text, size_t size, i
                              "--enable-grpc-gateway, its default?)");
     else
         snprintf(text, size, "HTTP %ld, not an etcd v3 gateway reply: %.120s", status,
-                 b->data ? b->data : "(empty)");
+                 data ? data : "(empty)");
     /* One line: servers other than etcd answer with HTML. */
     char *w = text;
     for (char *r = text; *r; r++) {
@@ -466,7 +465,7 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
         }
         char text[512];
         int code = 0;
-        bool from_etcd = refusal(&b, status, text, sizeof text, &code);
+        bool from_etcd = dlock__etcd_refusal(b.data, b.len, status, text, sizeof text, &code);
         free(b.data);
         if (!from_etcd)
             return dlock__err(DLOCK_EPROTO, "%s: %s: %s", where(k, ep, at, sizeof at), what, text);

@@ -23,19 +23,13 @@ static void watch_fire(struct etcd_watch *wt)
 
 /* One message of the watch stream. The first says "created"; later ones
  * carry events; "canceled" (compaction, permission) ends the watch. */
-static void watch_message(struct etcd_watch *wt, const char *text, size_t len)
+unsigned dlock__etcd_watch_message(const char *text, size_t len, bool any, bool to_shared)
 {
     json_error_t jerr;
     json_t *j = json_loadb(text, len, 0, &jerr);
     json_t *result = json_object_get(j, "result");
     bool fire = !result; /* an "error" object, or garbage */
-    if (json_is_true(json_object_get(result, "created"))) {
-        pthread_mutex_lock(&wt->k->wmu);
-        wt->created = true;
-        if (!wt->stopped)
-            dlock__wait_wake(wt->w);
-        pthread_mutex_unlock(&wt->k->wmu);
-    }
+    unsigned what = json_is_true(json_object_get(result, "created")) ? ETCD_WATCH_CREATED : 0;
     if (result) {
         if (json_is_true(json_object_get(result, "canceled")) ||
             dlock__etcd_int(result, "compact_revision") > 0)
@@ -48,36 +42,57 @@ static void watch_message(struct etcd_watch *wt, const char *text, size_t len)
             const char *type = json_string_value(json_object_get(ev, "type"));
             if (type && strcmp(type, "DELETE") == 0)
                 fire = true;
-            else if (wt->any)
+            else if (any)
                 fire = true; /* a prefix watch: every put counts */
-            else if (wt->to_shared && dlock__etcd_is_shared(json_object_get(ev, "kv")))
+            else if (to_shared && dlock__etcd_is_shared(json_object_get(ev, "kv")))
                 fire = true; /* a PUT (etcd leaves the type out: 0) */
         }
     }
     json_decref(j);
-    if (fire) {
-        pthread_mutex_lock(&wt->k->wmu);
-        watch_fire(wt);
-        pthread_mutex_unlock(&wt->k->wmu);
+    return what | (fire ? ETCD_WATCH_FIRE : 0);
+}
+
+bool dlock__etcd_stream_feed(struct etcd_stream *s, const char *p, size_t n,
+                             void (*on)(void *arg, const char *text, size_t len), void *arg)
+{
+    if (s->len + n + 1 > (16u << 20) || /* a line that long is no watch event */
+        !dlock__etcd_buf_append(&s->line, &s->len, &s->cap, 1024, p, n))
+        return false;
+    char *nl;
+    while ((nl = memchr(s->line, '\n', s->len))) {
+        size_t one = (size_t)(nl - s->line);
+        if (one)
+            on(arg, s->line, one);
+        memmove(s->line, nl + 1, s->len - one - 1);
+        s->len -= one + 1;
     }
+    return true;
+}
+
+/* What one whole message means to WT: wake its waiter once etcd confirms
+ * the watch, fire it on a matching event or the stream's end. */
+static void watch_message(void *arg, const char *text, size_t len)
+{
+    struct etcd_watch *wt = arg;
+    unsigned what = dlock__etcd_watch_message(text, len, wt->any, wt->to_shared);
+    if (!what)
+        return;
+    pthread_mutex_lock(&wt->k->wmu);
+    if (what & ETCD_WATCH_CREATED) {
+        wt->created = true;
+        if (!wt->stopped)
+            dlock__wait_wake(wt->w);
+    }
+    if (what & ETCD_WATCH_FIRE)
+        watch_fire(wt);
+    pthread_mutex_unlock(&wt->k->wmu);
 }
 
 static size_t watch_write(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct etcd_watch *wt = arg;
     size_t n = size * nmemb;
-    if (wt->len + n + 1 > (16u << 20) || /* a line that long is no watch event */
-        !dlock__etcd_buf_append(&wt->line, &wt->len, &wt->cap, 1024, ptr, n))
-        return 0;
-    char *nl;
-    while ((nl = memchr(wt->line, '\n', wt->len))) {
-        size_t one = (size_t)(nl - wt->line);
-        if (one)
-            watch_message(wt, wt->line, one);
-        memmove(wt->line, nl + 1, wt->len - one - 1);
-        wt->len -= one + 1;
-    }
-    return n;
+    return dlock__etcd_stream_feed(&wt->stream, ptr, n, watch_message, wt) ? n : 0;
 }
 
 static void watch_free(struct etcd_watch *wt)
@@ -88,7 +103,7 @@ static void watch_free(struct etcd_watch *wt)
         curl_easy_cleanup(wt->easy);
     curl_slist_free_all(wt->headers);
     free(wt->body);
-    free(wt->line);
+    free(wt->stream.line);
     free(wt);
 }
 

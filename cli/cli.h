@@ -90,6 +90,9 @@ void cli_job_signal(struct cli_job *j, int sig);
 /* Close the pipes (a guardian still running then kills the job) and reap
  * the guardian. */
 void cli_job_end(struct cli_job *j);
+/* The guardian vanished (killed from outside): reap it and SIGKILL every
+ * process left of the job, which dlock, their subreaper, now parents. */
+void cli_job_kill_orphans(struct cli_job *j);
 
 int cmd_run(const char *url, int argc, char **argv);
 int cmd_hold(const char *url, int argc, char **argv);

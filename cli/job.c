@@ -23,7 +23,10 @@
  *   the kernel keeps the lock until the last of them has exited, never
  *   "as dlock dies, before its job does".
  * - COMMAND has PR_SET_PDEATHSIG = SIGKILL against the guardian, should the
- *   guardian itself be killed.
+ *   guardian itself be killed; dlock is a child subreaper too, so what is
+ *   left of the job then is reparented to dlock, which kills it through
+ *   pidfds (cli_job_kill_orphans) -- never by COMMAND's process group,
+ *   which may be empty by then and its number another group's.
  *
  * Why not a PID namespace or a cgroup: both would also catch a process
  * that escapes to another subreaper, but an unprivileged PID namespace
@@ -320,16 +323,21 @@ static int cmp_int(const void *a, const void *b)
 
 int cli_job_start(struct cli_job *j)
 {
-    int ctl[2], rep[2];
-    if (pipe2(ctl, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
-        fprintf(stderr, "dlock run: pipe: %s\n", strerror(errno));
-        return -EXIT_SOFTWARE;
-    }
+    int ctl[2] = {-1, -1}, rep[2] = {-1, -1};
     /* What the guardian keeps: what COMMAND inherits, its pipe ends and
      * the terminal, worked out before fork. */
-    int *keep = calloc(j->nkeep + 3, sizeof *keep);
-    if (!keep) {
-        fprintf(stderr, "dlock run: out of memory\n");
+    int *keep = NULL;
+    const char *failed = pipe2(ctl, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0 ? strerror(errno)
+                         : !(keep = calloc(j->nkeep + 3, sizeof *keep))         ? "out of memory"
+                                                                                 : NULL;
+    if (failed) { /* nothing left open: the first pipe of two made */
+        fprintf(stderr, "dlock run: cannot start the job: %s\n", failed);
+        for (int i = 0; i < 2; i++) {
+            if (ctl[i] >= 0)
+                close(ctl[i]);
+            if (rep[i] >= 0)
+                close(rep[i]);
+        }
         return -EXIT_SOFTWARE;
     }
     memcpy(keep, j->keep, j->nkeep * sizeof *keep);
@@ -345,6 +353,7 @@ int cli_job_start(struct cli_job *j)
     unsigned limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
                          ? (unsigned)rl.rlim_cur
                          : 1u << 20;
+    prctl(PR_SET_CHILD_SUBREAPER, 1); /* the job's, should the guardian be killed */
     pid_t pid = fork();
     if (pid == 0)
         guardian(&g, ctl[0], rep[1], limit);
@@ -390,6 +399,12 @@ void cli_job_signal(struct cli_job *j, int sig)
         return;
     ssize_t n = write(j->ctl_fd, &sig, sizeof sig);
     (void)n; /* the guardian is gone: so is the job */
+}
+
+void cli_job_kill_orphans(struct cli_job *j)
+{
+    cli_job_end(j); /* once it is reaped, its children are ours */
+    signal_tree(getpid(), 0, SIGKILL, 0);
 }
 
 void cli_job_end(struct cli_job *j)

@@ -463,11 +463,13 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
         if (fds[0].revents) {
             struct cli_job_report r;
             if (!cli_job_read(j, &r)) {
-                /* Killed from outside: COMMAND died with it (its parent-
-                 * death signal); its descendants go the same way. */
-                kill(-j->pgid, SIGKILL);
-                fprintf(stderr, "dlock run: the guardian of the command died; its process "
-                                "group was killed\n");
+                /* Killed from outside: COMMAND dies with it (its parent-
+                 * death signal); what else is left of the job is ours now,
+                 * killed through pidfds, not by its process group (empty
+                 * by now, its number may be another's). */
+                cli_job_kill_orphans(j);
+                fprintf(stderr, "dlock run: the guardian of the command died; what was left "
+                                "of the job was killed\n");
                 return -1;
             }
             if (r.event == JOB_DONE)

@@ -692,6 +692,61 @@ TU_TEST(signal_running, 120)
 }
 END_TEST
 
+/* The one child of PID (its first, as /proc lists them), or 0. */
+static pid_t child_of(pid_t pid)
+{
+    char *path = tu_fmt("/proc/%d/task/%d/children", (int)pid, (int)pid);
+    char *text = tu_read_file(path);
+    pid_t kid = text ? (pid_t)strtol(text, NULL, 10) : 0;
+    free(text);
+    free(path);
+    return kid;
+}
+
+/* Whether PID has exited (gone, or a zombie not yet reaped). */
+static bool exited(pid_t pid)
+{
+    char *path = tu_fmt("/proc/%d/stat", (int)pid);
+    char *text = tu_read_file(path);
+    const char *close = text ? strrchr(text, ')') : NULL;
+    bool gone = !close || close[1] == '\0' || close[2] == 'Z' || close[2] == 'X';
+    free(text);
+    free(path);
+    return gone;
+}
+
+/* The guardian killed from outside (kill -9 of it alone): dlock kills
+ * what is left of the job -- here a process COMMAND started in a session
+ * of its own, which its process group never reached -- and does it
+ * without kill(-PGID), whose group may be empty by then and its number
+ * another's: dlock is the job's subreaper, so the rest is its own. */
+TU_TEST(guardian_killed, 60)
+{
+    char *pidfile = tu_fmt("%s/escaped", dir);
+    char *cmd = tu_fmt("setsid sleep 1000 & echo $! > %s.tmp && mv %s.tmp %s; exec sleep 1000",
+                       pidfile, pidfile, pidfile);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "guarded", "-c", cmd, NULL};
+    pid_t d = tu_spawn(argv, NULL);
+    ck_assert(tu_wait_file(pidfile, 30000));
+    char *text = tu_read_file(pidfile);
+    pid_t escaped = (pid_t)strtol(text, NULL, 10), guardian = child_of(d);
+    ck_assert_int_gt(escaped, 0);
+    ck_assert_int_gt(guardian, 0);
+    kill(guardian, SIGKILL);
+    ck_assert_int_ne(tu_wait_exit(d), 0);
+    bool gone = false;
+    for (int i = 0; i < 2000 && !(gone = exited(escaped)); i++)
+        tu_sleep_ms(10); /* a bound so a survivor fails the test, not a claim on time */
+    if (!gone)
+        kill(escaped, SIGKILL);
+    ck_assert_msg(gone, "a process of the job outlived its guardian and dlock");
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "guarded", "true"), 0);
+    free(text);
+    free(cmd);
+    free(pidfile);
+}
+END_TEST
+
 TU_TEST(shared, 120)
 {
     pid_t h = start_holder("rw", "-s");

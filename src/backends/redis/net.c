@@ -593,7 +593,8 @@ short dlock__redis_conn_events(const struct rconn *k)
 {
     if (k->broken || k->fd < 0)
         return 0;
-    return (short)(POLLIN | (k->out_off < k->out_len || k->tls_want_write ? POLLOUT : 0));
+    bool out = k->out_off < k->out_len && !k->tls_write_wants_read;
+    return (short)(POLLIN | (out || k->tls_want_write ? POLLOUT : 0));
 }
 
 /* Write what K has to send, without blocking. */
@@ -653,6 +654,8 @@ void dlock__redis_conn_pump(struct rconn *k, short revents)
     (void)revents; /* non-blocking both ways: trying costs an EAGAIN at most */
     pump_out(k);
     pump_in(k);
+    if (k->tls_write_wants_read)
+        pump_out(k); /* what it waited for may have come in just now */
 }
 
 /* Whether K still owes something within the current request. */

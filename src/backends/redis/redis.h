@@ -77,6 +77,7 @@ struct rconn {
     size_t partial; /* bytes of the reply being received */
     struct ssl_st *tls; /* NULL: plain */
     bool tls_want_write; /* TLS must write before it can read */
+    bool tls_write_wants_read; /* TLS must read before it can write on */
     size_t nreplies; /* replies received since it was dialed */
     bool broken;
     char err[200]; /* why it broke */

@@ -213,10 +213,17 @@ ssize_t dlock__redis_tls_io(struct rconn *k, char *buf, size_t len, bool write)
     int n = write ? SSL_write(ssl, buf, (int)len) : SSL_read(ssl, buf, (int)len);
     if (n > 0) {
         k->tls_want_write = false;
+        if (write)
+            k->tls_write_wants_read = false;
         return n;
     }
     int e = SSL_get_error(ssl, n);
     k->tls_want_write = e == SSL_ERROR_WANT_WRITE;
+    /* A write that must first read (a renegotiation, a key update): the
+     * socket's being writable says nothing, so the poll waits for input
+     * (dlock__redis_conn_events) instead of spinning on POLLOUT. */
+    if (write)
+        k->tls_write_wants_read = e == SSL_ERROR_WANT_READ;
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
         errno = EAGAIN;
         return -1;

@@ -975,9 +975,10 @@ static void fault_end(struct run *r, struct active *a)
         return;
     /* a Sentinel topology needs seconds to heal (the old master turned
      * into a replica of the new one, chains of replicas fixed, resynced:
-     * about 15 s here): the next event, in this phase or the next, once
-     * it has, else kills and failovers pile up on a topology that never
-     * recovers between them */
+     * about 15 s here): the next event on the servers, in this phase or
+     * the next, once it has, else kills and failovers pile up on a
+     * topology that never recovers between them (faults of the workers
+     * and their links go on meanwhile) */
     r->healing = r->healing || (r->sentinel && (a->kind == FAULT_SERVER_STOP || a->kind == FAULT_MASTER_KILL ||
                                                 a->kind == FAULT_FAILOVER || a->kind == FAULT_MASTER_PARTITION));
     switch (a->kind) {
@@ -1112,7 +1113,9 @@ static void run_phase(struct run *r, int64_t len_ms)
             fault_end(r, &a);
             next = now + between(r, r->lease / 5, r->lease);
         }
-        if (r->healing && now >= next) {
+        bool topology = f == FAULT_SERVER_STOP || f == FAULT_MASTER_KILL || f == FAULT_FAILOVER ||
+                        f == FAULT_MASTER_PARTITION || f == FAULT_SERVER_RESTART;
+        if (r->healing && topology && now >= next) {
             if (sentinel_healed(r))
                 r->healing = false;
             else
@@ -1120,7 +1123,7 @@ static void run_phase(struct run *r, int64_t len_ms)
         }
         /* restarts are slow (a JVM, a WAL): two per phase, or one per
          * ten leases of a long phase */
-        if (f != FAULT_NONE && !a.until && now >= next && now < fault_until &&
+        if (f != FAULT_NONE && !a.until && now >= next && now < fault_until && !(r->healing && topology) &&
             !(restart_fault && restarts >= 2 && restarts >= len_ms / (10 * r->lease))) {
             restarts += restart_fault;
             fault_start(r, &a, f);

@@ -463,11 +463,25 @@ static redisReply *fair_script(redisContext *ctx, const char *src, const char *o
     return r;
 }
 
+/* fair_lock.lua as the library sends it: lib_acquire.lua in front
+ * (scripts.c). Freed by the caller. */
+static char *fair_script_source(void)
+{
+    char *lib = tu_read_file("src/backends/redis/scripts/lib_acquire.lua");
+    char *fair = tu_read_file("src/backends/redis/scripts/fair_lock.lua");
+    ck_assert_msg(lib && fair, "run from the source tree: src/backends/redis/scripts/");
+    char *src = malloc(strlen(lib) + strlen(fair) + 1);
+    ck_assert_ptr_nonnull(src);
+    strcpy(stpcpy(src, lib), fair);
+    free(lib);
+    free(fair);
+    return src;
+}
+
 TU_TEST(leftover_field_never_makes_two_owners, 60)
 {
     ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
-    char *src = tu_read_file("src/backends/redis/scripts/fair_lock.lua");
-    ck_assert_msg(src, "run from the source tree: src/backends/redis/scripts/fair_lock.lua");
+    char *src = fair_script_source();
     redisContext *ctx = raw();
     const char *x = "00000000-0000-4000-8000-000000000001:1";
     const char *y = "00000000-0000-4000-8000-000000000002:1";

@@ -4,7 +4,8 @@
  * batch of renewals each cost one round trip. The scripts live in
  * scripts/NAME.lua, readable and runnable with `redis-cli --eval`, and are
  * embedded here at build time (.incbin: no generated file, no copy to keep
- * in step). They are SCRIPT LOADed once per client and sent by EVALSHA,
+ * in step); the acquire scripts get lib_acquire.lua, what they share, in
+ * front. They are SCRIPT LOADed once per client and sent by EVALSHA,
  * with EVAL when the server answers NOSCRIPT after a restart or SCRIPT
  * FLUSH.
  *
@@ -29,22 +30,30 @@
 
 /* ================================================================ scripts */
 
-/* Embed scripts/FILE as the NUL-terminated string SYM, a symbol local to
- * this object. The path is relative to the top of the tree, where make
- * runs the compiler; the Makefile rebuilds this file when a script
- * changes. */
-#define EMBED_SCRIPT(sym, file)                                                   \
+/* Embed the files INCBINS (each SCRIPT_FILE(...)) one after the other as
+ * the NUL-terminated string SYM, a symbol local to this object. The paths
+ * are relative to the top of the tree, where make runs the compiler; the
+ * Makefile rebuilds this file when a script changes. */
+#define SCRIPT_FILE(file) ".incbin \"src/backends/redis/scripts/" file "\"\n"
+#define EMBED_FILES(sym, incbins)                                                 \
     __asm__(".pushsection .rodata\n"                                              \
-            #sym ":\n"                                                            \
-            ".incbin \"src/backends/redis/scripts/" file "\"\n"                    \
-            ".byte 0\n"                                                           \
+            #sym ":\n" incbins ".byte 0\n"                                        \
             ".popsection\n");                                                     \
     extern const char sym[] __attribute__((visibility("hidden")))
 
-EMBED_SCRIPT(redis_lua_acquire_redisson, "acquire_redisson.lua");
+/* scripts/FILE as SYM. */
+#define EMBED_SCRIPT(sym, file) EMBED_FILES(sym, SCRIPT_FILE(file))
+
+/* scripts/FILE with lib_acquire.lua (the token counter and the canceled
+ * key, which every acquire script uses) in front: EVAL takes one script,
+ * so the two become one here rather than two copies in the sources. */
+#define EMBED_ACQUIRE_SCRIPT(sym, file)                                           \
+    EMBED_FILES(sym, SCRIPT_FILE("lib_acquire.lua") SCRIPT_FILE(file))
+
+EMBED_ACQUIRE_SCRIPT(redis_lua_acquire_redisson, "acquire_redisson.lua");
 EMBED_SCRIPT(redis_lua_release_redisson, "release_redisson.lua");
 EMBED_SCRIPT(redis_lua_renew_redisson, "renew_redisson.lua");
-EMBED_SCRIPT(redis_lua_acquire_simple, "acquire_simple.lua");
+EMBED_ACQUIRE_SCRIPT(redis_lua_acquire_simple, "acquire_simple.lua");
 EMBED_SCRIPT(redis_lua_release_simple, "release_simple.lua");
 EMBED_SCRIPT(redis_lua_renew_simple, "renew_simple.lua");
 EMBED_SCRIPT(redis_lua_inspect, "inspect.lua");
@@ -58,8 +67,8 @@ EMBED_SCRIPT(redis_lua_sem_acquire, "sem_acquire.lua");
 EMBED_SCRIPT(redis_lua_sem_release, "sem_release.lua");
 EMBED_SCRIPT(redis_lua_sem_renew, "sem_renew.lua");
 EMBED_SCRIPT(redis_lua_sem_inspect, "sem_inspect.lua");
-EMBED_SCRIPT(redis_lua_fair_lock, "fair_lock.lua");
-EMBED_SCRIPT(redis_lua_acquire_multi, "acquire_multi.lua");
+EMBED_ACQUIRE_SCRIPT(redis_lua_fair_lock, "fair_lock.lua");
+EMBED_ACQUIRE_SCRIPT(redis_lua_acquire_multi, "acquire_multi.lua");
 
 const char *dlock__redis_script_source(enum script_id id, bool simple)
 {

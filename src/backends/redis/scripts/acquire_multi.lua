@@ -12,18 +12,14 @@
 -- 1) is held by another owner, its lease running MS more; {-1} when this
 -- request was canceled (nothing written); {2, i, type} when member i's
 -- key is not a lock of this layout (nothing written).
--- Run by hand: redis-cli --eval acquire_multi.lua a redisson_lock_token:{a} dlock_canceled:{a} b redisson_lock_token:{b} dlock_canceled:{b} , 1 0 600000 redisson <uuid>:1 30000 <uuid>:2 30000
+-- Run by hand (with lib_acquire.lua in front): redis-cli --eval /tmp/a.lua a redisson_lock_token:{a} dlock_canceled:{a} b redisson_lock_token:{b} dlock_canceled:{b} , 1 0 600000 redisson <uuid>:1 30000 <uuid>:2 30000
 local n = #KEYS / 3
 local simple = ARGV[4] == 'simple'
 local request = tonumber(ARGV[1])
 for i = 0, n - 1 do
   local canceled_key, owner = KEYS[3 * i + 3], ARGV[5 + 2 * i]
-  local canceled = tonumber(redis.call('hget', canceled_key, owner) or '0')
-  if canceled >= request then return {-1} end
-  if ARGV[2] ~= '0' and canceled < tonumber(ARGV[2]) then
-    redis.call('hset', canceled_key, owner, ARGV[2])
-    redis.call('pexpire', canceled_key, ARGV[3])
-  end
+  if canceled_upto(canceled_key, owner) >= request then return {-1} end
+  if ARGV[2] ~= '0' then cancel_upto(canceled_key, owner, ARGV[2], ARGV[3]) end
 end
 -- Every member free, or a leftover of its own owner (replaced, as the
 -- single acquire does)?
@@ -45,21 +41,8 @@ end
 -- written), then the holds.
 local reply = {1}
 for i = 0, n - 1 do
-  local counter = KEYS[3 * i + 2]
-  local token = redis.call('incr', counter)
-  if token < 1e15 then
-    -- As the single acquire: a counter absent or below what the server's
-    -- clock in microseconds gives goes on from that clock.
-    local t = redis.call('time')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if now > token then
-      token = now
-      redis.call('set', counter, string.format('%d', token))
-    end
-  elseif token >= 9007199254740992 then
-    return redis.error_reply('DLOCK token counter ' .. counter .. ' is at ' .. redis.call('get', counter) ..
-      ', past 2^53 (9007199254740992) where script numbers stop being exact: tokens would repeat; no hold written')
-  end
+  local token = new_token(KEYS[3 * i + 2])
+  if type(token) == 'table' then return token end
   reply[i + 2] = token
 end
 for i = 0, n - 1 do

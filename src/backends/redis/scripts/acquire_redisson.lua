@@ -20,41 +20,15 @@
 -- docs/protocol-redis.md. A writer that has to wait records itself in the
 -- writers key (a sorted set: owner field -> when the record lapses, server
 -- ms) and new readers wait behind it: see "Read-write locks".
--- Run by hand: redis-cli --eval acquire_redisson.lua N redisson_lock_token:{N} dlock_canceled:{N} dlock_writers:{N} {N} , 30000 <uuid>:1 1 0 600000 write 0
+-- Run by hand (with lib_acquire.lua in front): redis-cli --eval /tmp/a.lua N redisson_lock_token:{N} dlock_canceled:{N} dlock_writers:{N} {N} , 30000 <uuid>:1 1 0 600000 write 0
 if ARGV[4] ~= '0' then
-  local canceled = tonumber(redis.call('hget', KEYS[3], ARGV[2]) or '0')
-  if canceled >= tonumber(ARGV[3]) then return -1 end
-  if canceled < tonumber(ARGV[4]) then
-    redis.call('hset', KEYS[3], ARGV[2], ARGV[4])
-    redis.call('pexpire', KEYS[3], ARGV[5])
-  end
+  if canceled_upto(KEYS[3], ARGV[2]) >= tonumber(ARGV[3]) then return -1 end
+  cancel_upto(KEYS[3], ARGV[2], ARGV[4], ARGV[5])
 end
 -- The next fencing token, nil when this request was canceled.
 local function next_token()
-  local canceled = redis.call('hget', KEYS[3], ARGV[2])
-  if canceled and tonumber(canceled) >= tonumber(ARGV[3]) then return nil end
-  local token = redis.call('incr', KEYS[2])
-  if token < 1e15 then
-    -- The counter was absent (a new name, or the data was lost in a
-    -- restart) or below 10^15, which no clock seed gives (restarted at 1
-    -- by a Redisson client, older than this rule, or negative): go on
-    -- from the server's clock in microseconds, so tokens keep increasing
-    -- across data loss.
-    local t = redis.call('time')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if now > token then
-      token = now
-      redis.call('set', KEYS[2], string.format('%d', token))
-    end
-  elseif token >= 9007199254740992 then
-    return redis.error_reply('DLOCK token counter ' .. KEYS[2] .. ' is at ' .. redis.call('get', KEYS[2]) ..
-      ', past 2^53 (9007199254740992) where script numbers stop being exact: tokens would repeat; no hold written')
-  end
-  return token
-end
-local function now_ms()
-  local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if canceled_upto(KEYS[3], ARGV[2]) >= tonumber(ARGV[3]) then return nil end
+  return new_token(KEYS[2])
 end
 if ARGV[6] == 'write' then
   local mine = redis.pcall('hexists', KEYS[1], ARGV[2])

@@ -30,36 +30,13 @@
 -- hash. release returns 1 released, 2 released already (a retry), 0 not
 -- ours, or a type name. leave returns 2 when it gave up a lock handed to
 -- the owner (passed on to the next waiter), else 1.
--- Run by hand: redis-cli --eval fair_lock.lua N redisson_lock_token:{N} dlock_canceled:{N} dlock_fair_queue:{N} dlock_fair_waiters:{N} redisson_lock__channel:{N} , acquire <uuid>:1 dlock_fair__channel:<uuid> 30000 1 0 600000 5000 1 7
+-- Run by hand (with lib_acquire.lua in front): redis-cli --eval /tmp/a.lua N redisson_lock_token:{N} dlock_canceled:{N} dlock_fair_queue:{N} dlock_fair_waiters:{N} redisson_lock__channel:{N} , acquire <uuid>:1 dlock_fair__channel:<uuid> 30000 1 0 600000 5000 1 7
 local op, owner = ARGV[1], ARGV[2]
-
-local function now_ms()
-  local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 local function words(s)
   local w = {}
   for x in string.gmatch(s or '', '%S+') do w[#w + 1] = x end
   return w
-end
-
--- The next fencing token, as acquire_redisson.lua takes it (seeded from
--- the server's clock in microseconds when the counter is absent or low).
-local function next_token()
-  local token = redis.call('incr', KEYS[2])
-  if token < 1e15 then
-    local t = redis.call('time')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if now > token then
-      token = now
-      redis.call('set', KEYS[2], string.format('%d', token))
-    end
-  elseif token >= 9007199254740992 then
-    return redis.error_reply('DLOCK token counter ' .. KEYS[2] .. ' is at ' .. redis.call('get', KEYS[2]) ..
-      ', past 2^53 (9007199254740992) where script numbers stop being exact: tokens would repeat; no hold written')
-  end
-  return token
 end
 
 -- The queue's keys live at least MS more.
@@ -85,7 +62,7 @@ end
 -- Hand the free lock to waiter HEAD (record W): it owns it from now on with
 -- its own lease and a new token, and learns so from one message.
 local function grant(head, w)
-  local token = next_token()
+  local token = new_token(KEYS[2])
   if type(token) == 'table' then return token end
   local t = string.format('%d', token)
   redis.call('hset', KEYS[1], head, 1, 'mode', 'write')
@@ -105,22 +82,12 @@ local function hand_off(now)
   return nil
 end
 
--- Record that OWNER's requests up to NUMBER are canceled (see
--- acquire_redisson.lua and "Ambiguous replies").
-local function cancel_upto(number, life)
-  local canceled = tonumber(redis.call('hget', KEYS[3], owner) or '0')
-  if canceled < tonumber(number) then
-    redis.call('hset', KEYS[3], owner, number)
-    redis.call('pexpire', KEYS[3], life)
-  end
-end
-
 local t = redis.call('type', KEYS[1]).ok
 if t ~= 'hash' and t ~= 'none' then return t end
 
 if op == 'acquire' then
-  if ARGV[6] ~= '0' then cancel_upto(ARGV[6], ARGV[7]) end
-  if tonumber(redis.call('hget', KEYS[3], owner) or '0') >= tonumber(ARGV[5]) then return -1 end
+  if ARGV[6] ~= '0' then cancel_upto(KEYS[3], owner, ARGV[6], ARGV[7]) end
+  if canceled_upto(KEYS[3], owner) >= tonumber(ARGV[5]) then return -1 end
   local now = now_ms()
   local mine = words(redis.call('hget', KEYS[5], owner))
   if mine[1] == 'g' then
@@ -139,7 +106,7 @@ if op == 'acquire' then
   local free = redis.call('exists', KEYS[1]) == 0
   local head, hw = first_live(now)
   if free and (head == nil or head == owner) then
-    local token = next_token()
+    local token = new_token(KEYS[2])
     if type(token) == 'table' then return token end
     redis.call('hset', KEYS[1], owner, 1, 'mode', 'write')
     redis.call('pexpire', KEYS[1], ARGV[4])
@@ -180,7 +147,7 @@ elseif op == 'release' then
   if redis.call('hget', KEYS[5], 'r:' .. owner) == ARGV[4] then return 2 end
   return 0
 elseif op == 'leave' then
-  if ARGV[4] ~= '0' then cancel_upto(ARGV[4], ARGV[5]) end
+  if ARGV[4] ~= '0' then cancel_upto(KEYS[3], owner, ARGV[4], ARGV[5]) end
   redis.call('zrem', KEYS[4], owner)
   redis.call('hdel', KEYS[5], owner)
   local r = 1

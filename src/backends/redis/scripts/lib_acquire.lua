@@ -1,0 +1,51 @@
+-- lib_acquire.lua: what the acquire scripts share (acquire_redisson.lua,
+-- acquire_simple.lua, fair_lock.lua, acquire_multi.lua). EVAL takes one script, so scripts.c
+-- embeds this file in front of each of them; to run one by hand, put it in
+-- front too: cat lib_acquire.lua acquire_simple.lua > /tmp/a.lua, then
+-- redis-cli --eval /tmp/a.lua ... A token key counts a lock's fencing
+-- tokens; a canceled key is a hash: owner field = highest canceled
+-- request number (see "Ambiguous replies" in docs/protocol-redis.md).
+
+-- The server's clock in milliseconds.
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The next fencing token of token key COUNTER, or an error reply (a
+-- table) when the counter has reached 2^53.
+local function new_token(counter)
+  local token = redis.call('incr', counter)
+  if token < 1e15 then
+    -- The counter was absent (a new name, or the data was lost in a
+    -- restart) or below 10^15, which no clock seed gives (restarted at 1
+    -- by a Redisson client, older than this rule, or negative): go on
+    -- from the server's clock in microseconds, so tokens keep increasing
+    -- across data loss.
+    local t = redis.call('time')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if now > token then
+      token = now
+      redis.call('set', counter, string.format('%d', token))
+    end
+  elseif token >= 9007199254740992 then
+    return redis.error_reply('DLOCK token counter ' .. counter .. ' is at ' .. redis.call('get', counter) ..
+      ', past 2^53 (9007199254740992) where script numbers stop being exact: tokens would repeat; no hold written')
+  end
+  return token
+end
+
+-- The highest request number of OWNER that canceled key CANCELED records
+-- (0: none).
+local function canceled_upto(canceled, owner)
+  return tonumber(redis.call('hget', canceled, owner) or '0')
+end
+
+-- Record in canceled key CANCELED that OWNER's requests up to NUMBER are
+-- canceled; the record lives LIFE ms.
+local function cancel_upto(canceled, owner, number, life)
+  if canceled_upto(canceled, owner) < tonumber(number) then
+    redis.call('hset', canceled, owner, number)
+    redis.call('pexpire', canceled, life)
+  end
+end

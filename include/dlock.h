@@ -287,8 +287,9 @@ typedef enum dlock_mode {
  * need no second constructor.
  * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, an empty or too long name, an
  * unknown mode, a reserved flag); DLOCK_ENOTSUP (DLOCK_SHARED where the
- * backend has no shared mode -- docs/backends.md: file, redis, etcd
- * and zk have it; DLOCK_LOCK_FAIR on file or redlock);
+ * backend has no shared mode -- docs/backends.md: file, redis, redlock
+ * (readers on a majority), etcd and zk have it; DLOCK_LOCK_FAIR on file
+ * or redlock);
  * DLOCK_EMISUSE (the client is not connected, closed, or the parent's);
  * DLOCK_ENOMEM. On failure *OUT is NULL.
  * Threads: any. Without DLOCK_LOCK_HANDLE_OWNED the handle may be used
@@ -599,8 +600,10 @@ typedef struct dlock_permit dlock_permit;
  * is checked against the stored one by the first acquire or inspect.
  * FLAGS: reserved, must be 0. NAME: as dlock_lock_new().
  * Returns DLOCK_OK; DLOCK_EINVAL (OUT NULL, a bad name, PERMITS out of
- * range, a reserved flag); DLOCK_ENOTSUP (the backend has no semaphores;
- * every built-in one has them); DLOCK_EMISUSE (not connected, closed, after fork);
+ * range, a reserved flag); DLOCK_ENOTSUP (the backend has no semaphores:
+ * redlock, where permits counted over majorities would let more than
+ * PERMITS hold -- the message says why; every other built-in one has
+ * them); DLOCK_EMISUSE (not connected, closed, after fork);
  * DLOCK_ENOMEM. On failure *OUT is NULL. Threads: any; the handle may be
  * used from many threads at once. Free it with dlock_semaphore_free(). */
 DLOCK_EXTERN int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits,

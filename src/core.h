@@ -424,9 +424,9 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 8 /* 2: downgrade; 3: the sem_* functions; 4: share;
+#define DLOCK__BACKEND_VERSION 9 /* 2: downgrade; 3: the sem_* functions; 4: share;
                                     5: the elect_* functions; 6: master; 7: sem_list;
-                                    8: multi_acquire */
+                                    8: multi_acquire; 9: no_semaphores_why */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -572,6 +572,10 @@ struct dlock__backend {
      * Any other failure leaves nothing held, as acquire(). */
     int (*multi_acquire)(void *state, struct dlock__hold **hs, size_t n, struct dlock__wait *w,
                          size_t *busy);
+
+    /* Version 9: without DLOCK__CAP_SEMAPHORE, why (for the message of
+     * dlock_semaphore_new()'s DLOCK_ENOTSUP); NULL: "no semaphores yet". */
+    const char *no_semaphores_why;
 };
 
 /* The backend's acquire of H: sem_acquire or elect_acquire for a

@@ -56,6 +56,9 @@ static bool has_semaphores(const dlock_client *c)
 
 static int no_semaphores(const dlock_client *c, const char *name)
 {
+    if (c->be->version >= 9 && c->be->no_semaphores_why)
+        return dlock__err(DLOCK_ENOTSUP, "semaphore '%s': the %s backend has no semaphores: %s",
+                          name, c->be->name, c->be->no_semaphores_why);
     return dlock__err(DLOCK_ENOTSUP, "semaphore '%s': the %s backend has no semaphores yet", name,
                       c->be->name);
 }

@@ -551,6 +551,126 @@ TU_TEST(election_simple_layout, 60)
 }
 END_TEST
 
+/* ------------------------------------------------------- shared holds */
+
+/* The readers' timeout keys ({name}:<owner>:rwlock_timeout:1) node I has. */
+static long long node_reader_keys(int i, const char *name)
+{
+    redisReply *r = node_cmd(i, "KEYS {%s}:*:rwlock_timeout:*", name);
+    long long n = r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Readers on a majority share the lock: two readers in at once, each
+ * with a token from the majority (the later greater), a writer refused
+ * while either reads, and a reader refused while the writer writes; the
+ * readers' leases are renewed on the nodes (their timeout keys live past
+ * the lease); inspect says shared. Was DLOCK_ENOTSUP. */
+TU_TEST(readers_share_writer_excluded, 60)
+{
+    start_nodes(3, NULL);
+    dlock_client *a = rl_open("lease=1500ms&node_timeout=2s"),
+                 *b = rl_open("lease=1500ms&node_timeout=2s"), *c = rl_open("node_timeout=2s");
+    dlock_lock *ra = tu_lock_mode(a, "job", DLOCK_SHARED, 0), *rb = tu_lock_mode(b, "job", DLOCK_SHARED, 0),
+               *wc = tu_lock(c, "job");
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    TU_ACQUIRE_OK(rb, DLOCK_TRY);
+    uint64_t reader_token = tu_token(rb);
+    ck_assert_uint_gt(reader_token, tu_token(ra));
+    int rc = dlock_acquire(wc, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EBUSY, "writer beside readers: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "job", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_int_eq(dlock_info_mode(info), DLOCK_SHARED);
+    dlock_info_free(info);
+    /* past two leases: the keeper renewed each reader's timeout key */
+    tu_sleep_ms(3000);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(node_reader_keys(i, "job"), 2);
+    TU_RELEASE_OK(ra);
+    rc = dlock_acquire(wc, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EBUSY, "writer beside a reader: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    /* a waiting writer is woken by the last reader's release */
+    struct tu_waiter w = {0};
+    tu_waiter_start(&w, wc, 20000);
+    ck_assert(tu_wait_thread_asleep(&w.tid, 10000));
+    TU_RELEASE_OK(rb);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK); /* it released once in */
+    ck_assert_uint_gt(w.token, reader_token);
+    TU_ACQUIRE_OK(wc, DLOCK_TRY);
+    rc = dlock_acquire(ra, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EBUSY, "reader beside the writer: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    TU_RELEASE_OK(wc);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(node_int(i, "EXISTS job"), 0);
+    TU_FREE_LOCKS(ra, rb, wc);
+    TU_CLOSE_CLIENTS(a, b, c);
+    stop_nodes();
+}
+END_TEST
+
+/* One of three nodes down: readers still share on the two others, a
+ * writer is still refused, and gets in once they left. */
+TU_TEST(readers_with_minority_down, 60)
+{
+    start_nodes(3, NULL);
+    dlock_client *a = rl_open("node_timeout=2s"), *b = rl_open("node_timeout=2s"),
+                 *c = rl_open("node_timeout=2s");
+    fx_redis_kill(&nodes[2]);
+    dlock_lock *ra = tu_lock_mode(a, "job", DLOCK_SHARED, 0), *rb = tu_lock_mode(b, "job", DLOCK_SHARED, 0),
+               *wc = tu_lock(c, "job");
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    TU_ACQUIRE_OK(rb, DLOCK_TRY);
+    int rc = dlock_acquire(wc, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EBUSY, "writer beside readers: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    TU_RELEASE_OK(ra);
+    TU_RELEASE_OK(rb);
+    TU_ACQUIRE_OK(wc, DLOCK_TRY);
+    TU_RELEASE_OK(wc);
+    TU_FREE_LOCKS(ra, rb, wc);
+    TU_CLOSE_CLIENTS(a, b, c);
+    stop_nodes();
+}
+END_TEST
+
+/* layout=simple (one owner per key) has no shared mode, on Redlock as on
+ * one node: DLOCK_ENOTSUP naming the layout. */
+TU_TEST(readers_need_the_redisson_layout, 60)
+{
+    start_nodes(3, NULL);
+    dlock_client *a = rl_open("layout=simple&node_timeout=2s");
+    dlock_lock *ra = tu_lock_mode(a, "job", DLOCK_SHARED, 0);
+    int rc = dlock_acquire(ra, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_ENOTSUP && strstr(dlock_errmsg(), "layout=simple"), "%s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    dlock_lock_free(ra);
+    dlock_client_close(a);
+    stop_nodes();
+}
+END_TEST
+
+/* No semaphores on Redlock, and the message says why: permits counted
+ * per node over majorities let three holders share two permits. */
+TU_TEST(semaphores_refused_with_the_reason, 60)
+{
+    start_nodes(3, NULL);
+    dlock_client *c = rl_open("node_timeout=2s");
+    dlock_semaphore *sem = NULL;
+    int rc = dlock_semaphore_new(c, "pool", 2, 0, &sem);
+    ck_assert_msg(rc == DLOCK_ENOTSUP && sem == NULL, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "majorities") && strstr(dlock_errmsg(), "{a,c}"), "%s",
+                  dlock_errmsg());
+    dlock_client_close(c);
+    stop_nodes();
+}
+END_TEST
+
 /* dlock bench on redlock:// measures, in the same rounds, the raw floor
  * of the same work without dlock: hiredis on every node at once, on the
  * first alone, and answering at a majority, and prints dlock's ratio

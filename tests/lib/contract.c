@@ -366,7 +366,7 @@ static struct ct_fixture fx_rediss_sentinel =
     REDIS_FIXTURE(sentinel, "rediss-sentinel", "rediss+sentinel",
                   REDIS_CAPS | CT_SHARED | CT_FAIR, &tls_sentinel_topology);
 static struct ct_fixture fx_redlock =
-    REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS, NULL);
+    REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS | CT_SHARED, NULL);
 #endif
 
 /* ------------------------------------------------------------ etcd, zk */

@@ -332,16 +332,27 @@ static int release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_ho
     const char *args[RL_MAX_NODES][6];
     size_t lens[RL_MAX_NODES][6];
     size_t n = 0;
+    bool reader = h->mode == DLOCK_SHARED;
     for (size_t i = 0; i < rl->n; i++) {
         if (bd->state[i] != NODE_YES)
             continue;
+        struct redis_state *s = rl->node[i];
+        if (reader) { /* RReadWriteLock's read unlock (scripts/rw_release_read.lua) */
+            const char *a[] = {k->lock, k->chan, k->rwchan, k->tbase, h->owner};
+            size_t l[] = {k->lock_len, k->chan_len, k->rwchan_len, k->tbase_len, strlen(h->owner)};
+            memcpy(args[i], a, sizeof a);
+            memcpy(lens[i], l, sizeof l);
+            calls[n++] = (struct rl_call){.node = i, .src = s->src[S_RW_RELEASE_READ],
+                                          .sha = s->sha[S_RW_RELEASE_READ], .nkeys = 4, .nargs = 5,
+                                          .args = args[i], .lens = lens[i]};
+            continue;
+        }
         int vl = node_value(rl, h, bd->token[i], vals[i], sizeof vals[i]);
         int tl = snprintf(toks[i], sizeof toks[i], "%llu", (unsigned long long)bd->counter[i]);
         const char *a[] = {k->lock, k->chan, k->token, k->rwchan, vals[i], toks[i]};
         size_t l[] = {k->lock_len, k->chan_len, k->token_len, k->rwchan_len, (size_t)vl, (size_t)tl};
         memcpy(args[i], a, sizeof a);
         memcpy(lens[i], l, sizeof l);
-        struct redis_state *s = rl->node[i];
         calls[n++] = (struct rl_call){.node = i, .src = s->src[S_RELEASE], .sha = s->sha[S_RELEASE],
                                       .nkeys = 4, .nargs = 6, .args = args[i], .lens = lens[i]};
     }
@@ -383,7 +394,8 @@ static int release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_ho
  * DLOCK_EUNAVAIL when too few nodes answered for a majority, or another
  * failure. Nothing stays held when it fails. */
 static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hold *bd,
-                        const struct lock_keys *k, int64_t deadline, int64_t *ttl_ms, bool *split)
+                        const struct lock_keys *k, const char *stage, int64_t deadline,
+                        int64_t *ttl_ms, bool *split)
 {
     memset(bd, 0, sizeof *bd);
     *split = false;
@@ -396,10 +408,14 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     uint64_t reqno = __atomic_add_fetch(&rl->requests, 1, __ATOMIC_RELAXED);
     int nl = snprintf(num, sizeof num, "%llu", (unsigned long long)reqno);
     int ll = snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease));
+    /* a reader is RReadWriteLock's read lock on each node; a waiting
+     * writer (STAGE "1", "2") records itself on the nodes that refused, so
+     * new readers queue behind it there (as on one node, mutex.c) */
+    const char *mode = h->mode == DLOCK_SHARED ? "read" : "write";
     const char *args[] = {k->lock, k->token, k->canceled, k->writers, k->tbase, slease, prefix,
-                          num, "0", life, "write", "0"};
+                          num, "0", life, mode, stage};
     size_t lens[] = {k->lock_len, k->token_len, k->canceled_len, k->writers_len, k->tbase_len,
-                     (size_t)pl, (size_t)ol, (size_t)nl, 1, (size_t)ll, 5, 1};
+                     (size_t)pl, (size_t)ol, (size_t)nl, 1, (size_t)ll, strlen(mode), 1};
     struct rl_call calls[RL_MAX_NODES];
     struct rl_round rd;
     char owed[RL_MAX_NODES][300];
@@ -544,11 +560,34 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     return dlock__err(DLOCK_EUNAVAIL, "%s", why);
 }
 
-static void hubs_leave(struct redlock *rl, const struct lock_keys *k, struct dlock__wait *w,
-                       size_t joined, bool acquired)
+/* Every node's channels of H's releases (rwlock.c: a reader's, or a
+ * writer's, which hears a reader's release too), on the first JOINED. */
+static void hubs_leave(struct redlock *rl, const struct dlock__hold *h, const struct lock_keys *k,
+                       struct dlock__wait *w, size_t joined, bool acquired)
 {
     for (size_t i = 0; i < joined; i++)
-        dlock__redis_hub_leave(rl->node[i], k->chan, k->chan_len, w, acquired);
+        dlock__redis_rw_unlisten(rl->node[i], h, k, w, acquired);
+}
+
+/* A writer that recorded itself as waiting gives up: its record goes
+ * from every node at once (best effort: it lapses anyway). Keeps the
+ * acquire's own message. */
+static void unwait_nodes(struct redlock *rl, const struct dlock__hold *h, const struct lock_keys *k)
+{
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    const char *args[] = {k->writers, k->rwchan, h->owner};
+    size_t lens[] = {k->writers_len, k->rwchan_len, strlen(h->owner)};
+    struct rl_call calls[RL_MAX_NODES];
+    for (size_t i = 0; i < rl->n; i++) {
+        struct redis_state *s = rl->node[i];
+        calls[i] = (struct rl_call){.node = i, .src = s->src[S_RW_UNWAIT], .sha = s->sha[S_RW_UNWAIT],
+                                    .nkeys = 2, .nargs = 3, .args = args, .lens = lens};
+    }
+    struct rl_round rd;
+    round_run(rl, &rd, calls, rl->n, DLOCK__NEVER, false, "give up waiting", rl->n);
+    calls_free(calls, rl->n);
+    dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
 /* Sleep until MS from now have passed, wakes aside (the random pause
@@ -567,8 +606,8 @@ static int rl_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct redlock *rl = state;
     struct lock_keys k;
-    int rc = dlock__redis_keys_make(rl->node[0], h->name, &k);
-    if (rc)
+    int rc = dlock__redis_rw_check_layout(rl->node[0], h);
+    if (rc || (rc = dlock__redis_keys_make(rl->node[0], h->name, &k)))
         return rc;
     struct rl_hold *bd = calloc(1, sizeof *bd);
     if (!bd) {
@@ -579,7 +618,8 @@ static int rl_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     int64_t ttl;
     bool split;
     size_t joined = 0;
-    rc = acquire_once(rl, h, bd, &k, dlock__wait_deadline(w), &ttl, &split);
+    rc = acquire_once(rl, h, bd, &k, dlock__wait_try_once(w) ? "0" : "1", dlock__wait_deadline(w),
+                      &ttl, &split);
     if (rc != DLOCK_EBUSY || dlock__wait_try_once(w))
         goto out;
 
@@ -587,7 +627,7 @@ static int rl_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
      * so a release between a try and the subscription is not missed),
      * then try each time a release message or the holder's lease says. */
     for (; joined < rl->n; joined++)
-        if ((rc = dlock__redis_hub_join(rl->node[joined], k.chan, k.chan_len, w)))
+        if ((rc = dlock__redis_rw_listen(rl->node[joined], h, &k, w)))
             goto leave;
     struct dlock__redis_outage outage = DLOCK__REDIS_OUTAGE_INIT;
     struct dlock__backoff splits = {.min_ms = RL_SPLIT_MIN_MS, .max_ms = RL_SPLIT_MAX_MS};
@@ -601,8 +641,8 @@ static int rl_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
         }
         unsigned seq = dlock__wait_seq(w);
         for (size_t i = 0; i < joined; i++) /* the wakes received are being used now */
-            dlock__redis_hub_ack(rl->node[i], k.chan, k.chan_len, w);
-        rc = acquire_once(rl, h, bd, &k, dlock__wait_deadline(w), &ttl, &split);
+            dlock__redis_rw_heard(rl->node[i], h, &k, w);
+        rc = acquire_once(rl, h, bd, &k, "2", dlock__wait_deadline(w), &ttl, &split);
         /* the nodes answered before: an outage is transient until the deadline */
         if (!dlock__redis_outage_note(&outage, rc, true))
             break;
@@ -615,7 +655,10 @@ static int rl_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
             break;
     }
 leave:
-    hubs_leave(rl, &k, w, joined, rc == DLOCK_OK);
+    hubs_leave(rl, h, &k, w, joined, rc == DLOCK_OK);
+    if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE &&
+        !rl->node[0]->simple)
+        unwait_nodes(rl, h, &k); /* let the readers behind us in */
 out:
     if (rc == DLOCK_OK)
         h->bdata = bd;
@@ -660,6 +703,58 @@ static int rl_release(void *state, struct dlock__hold *h)
     return rc;
 }
 
+/* The backend's downgrade: exclusive hold H becomes shared in place on
+ * every node that holds it, all at once (scripts/rw_downgrade.lua: the
+ * field stays, "mode" turns "read", the reader's timeout key is written,
+ * waiting readers are woken). Done when a majority did it; the nodes
+ * that did not keep nothing of H for the renewals (their copy expires).
+ * Otherwise the hold can no longer pass for exclusive (readers may be in
+ * on some nodes already): DLOCK_ELOST, as on one node. */
+static int rl_downgrade(void *state, struct dlock__hold *h)
+{
+    struct redlock *rl = state;
+    struct rl_hold *bd = h->bdata;
+    if (!bd)
+        return dlock__err(DLOCK_ELOST, "%s: lock '%s': no node record", rl->where, h->name);
+    struct lock_keys k;
+    int rc = dlock__redis_keys_make(rl->node[0], h->name, &k);
+    if (rc)
+        return rc;
+    char lease[24], token[24];
+    int ll = snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
+    int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
+    const char *args[] = {k.lock, k.rwchan, k.tbase, h->owner, lease, token};
+    size_t lens[] = {k.lock_len, k.rwchan_len, k.tbase_len, strlen(h->owner), (size_t)ll, (size_t)tl};
+    struct rl_call calls[RL_MAX_NODES];
+    size_t n = 0, done = 0;
+    for (size_t i = 0; i < rl->n; i++) {
+        struct redis_state *s = rl->node[i];
+        if (bd->state[i] == NODE_YES)
+            calls[n++] = (struct rl_call){.node = i, .src = s->src[S_RW_DOWNGRADE],
+                                          .sha = s->sha[S_RW_DOWNGRADE], .nkeys = 3, .nargs = 6,
+                                          .args = args, .lens = lens};
+    }
+    int64_t sent = dlock__now_ms();
+    struct rl_round rd;
+    round_run(rl, &rd, calls, n, DLOCK__NEVER, false, "downgrade", rl->quorum);
+    for (size_t j = 0; j < n; j++) {
+        const redisReply *r = calls[j].reply;
+        if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+            done++;
+        else
+            bd->state[calls[j].node] = r ? NODE_NO : NODE_UNKNOWN;
+    }
+    calls_free(calls, n);
+    if (done >= rl->quorum)
+        dlock__hold_confirmed(rl->c, h, sent); /* the timeout keys' leases run from now */
+    else
+        rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': downgraded to shared on %zu of %zu nodes, %zu "
+                                     "needed (%s); the hold can no longer be trusted exclusive",
+                        rl->where, h->name, done, rl->n, rl->quorum, first_failure(&rd, rl->n));
+    dlock__redis_keys_free(&k);
+    return rc;
+}
+
 /* ================================================================ renew */
 
 /* The keeper's batch: per node, the holds granted there in calls of
@@ -680,16 +775,27 @@ static int rl_renew(void *state, struct dlock__renew_batch *b)
     int rc = dlock__redis_renew_bufs_new(&rb, ncalls * 4 * RL_RENEW_BATCH, n * rl->n, n);
     size_t *hold_of = calloc(ncalls * RL_RENEW_BATCH, sizeof *hold_of); /* call slot -> hold */
     unsigned char *renewed = calloc(n, 1);
-    if (!rc && (!calls || !hold_of || !renewed))
+    char **timeouts = calloc(n, sizeof *timeouts); /* a reader's timeout key; NULL: a writer */
+    if (!rc && (!calls || !hold_of || !renewed || !timeouts))
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
     if (rc)
         goto fail_all;
     for (size_t j = 0; j < n; j++) {
-        if ((rc = dlock__redis_keys_make(rl->node[0], b->holds[j]->name, &rb.keys[j])))
+        struct dlock__hold *h = b->holds[j];
+        if ((rc = dlock__redis_keys_make(rl->node[0], h->name, &rb.keys[j])))
             goto fail_all;
-        snprintf(rb.leases[j], sizeof rb.leases[j], "%lld", (long long)b->holds[j]->lease_ms);
+        snprintf(rb.leases[j], sizeof rb.leases[j], "%lld", (long long)h->lease_ms);
+        if (h->mode != DLOCK_SHARED)
+            continue;
+        size_t size = rb.keys[j].tbase_len + strlen(h->owner) + 32;
+        if (!(timeouts[j] = malloc(size))) {
+            rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+            goto fail_all;
+        }
+        dlock__redis_rw_timeout_key(&rb.keys[j], h, timeouts[j], size);
     }
-    /* Lay out each node's calls: keys first, then (value, lease, '') each. */
+    /* Lay out each node's calls: keys first, then (value, lease, the
+     * reader's timeout key or '') each. */
     size_t nc = 0;
     const char **ap = rb.argv;
     size_t *lp = rb.argl;
@@ -722,8 +828,8 @@ static int rl_renew(void *state, struct dlock__renew_batch *b)
                 lp[m + 3 * x] = (size_t)vl;
                 ap[m + 3 * x + 1] = rb.leases[slots[x]];
                 lp[m + 3 * x + 1] = strlen(rb.leases[slots[x]]);
-                ap[m + 3 * x + 2] = "";
-                lp[m + 3 * x + 2] = 0;
+                ap[m + 3 * x + 2] = timeouts[slots[x]] ? timeouts[slots[x]] : "";
+                lp[m + 3 * x + 2] = strlen(ap[m + 3 * x + 2]);
             }
             ap += 4 * m;
             lp += 4 * m;
@@ -784,6 +890,9 @@ fail_all:
     for (size_t j = 0; j < n; j++)
         dlock__renew_result(b, j, rc);
 out:
+    for (size_t j = 0; timeouts && j < n; j++)
+        free(timeouts[j]);
+    free(timeouts);
     dlock__redis_renew_bufs_free(&rb);
     free(calls);
     free(hold_of);
@@ -799,7 +908,7 @@ out:
 static int rl_inspect(void *state, const char *name, struct dlock_info *info)
 {
     struct redlock *rl = state;
-    size_t answered = 0, held = 0;
+    size_t answered = 0, held = 0, shared = 0;
     int first_rc = DLOCK_OK;
     char first_msg[DLOCK__MSG_MAX] = "";
     for (size_t i = 0; i < rl->n; i++) {
@@ -821,6 +930,7 @@ static int rl_inspect(void *state, const char *name, struct dlock_info *info)
                 rc = dlock__info_set_key(info, one->key);
             if (one->held) {
                 held++;
+                shared += one->mode == DLOCK_SHARED;
                 if (one->token > info->token)
                     info->token = one->token;
                 if (held == 1 || (one->ttl_ms >= 0 && one->ttl_ms < info->ttl_ms))
@@ -837,7 +947,8 @@ static int rl_inspect(void *state, const char *name, struct dlock_info *info)
         return dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL, "%s: inspect '%s': only %zu of %zu "
                                                                 "nodes answered, %zu needed (%s)",
                           rl->where, name, answered, rl->n, rl->quorum, first_msg);
-    info->mode = DLOCK_EXCLUSIVE;
+    /* readers on a majority: shared (a writer and readers never share one) */
+    info->mode = shared >= rl->quorum ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
     info->nwaiters = -1;
     info->held = held >= rl->quorum;
     if (!info->held) {
@@ -1357,13 +1468,19 @@ const struct dlock__backend dlock__backend_redlock = {
     .version = DLOCK__BACKEND_VERSION,
     .name = "redlock",
     .schemes = redlock_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE |
-            DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_ELECTION,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
+            DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_ELECTION,
     .default_port = REDIS_DEFAULT_PORT,
+    /* docs/protocol-redis.md, "Redlock": no semaphores */
+    .no_semaphores_why = "permits counted per node over majorities do not bound the holders once "
+                         "there are 2 or more (3 nodes, 2 permits: holders on {a,b}, {b,c} and "
+                         "{a,c} each took a majority, every node counts 2, and 3 hold at once); "
+                         "use etcd:// or zk:// for a semaphore across servers",
     .open = rl_open,
     .close = rl_close,
     .acquire = rl_acquire,
     .release = rl_release,
+    .downgrade = rl_downgrade,
     .renew = rl_renew,
     .inspect = rl_inspect,
     .force_release = rl_force_release,

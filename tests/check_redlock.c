@@ -562,6 +562,13 @@ static long long node_reader_keys(int i, const char *name)
     return n;
 }
 
+/* A try of L is refused (DLOCK_EBUSY): WHO for the message. */
+static void expect_busy(dlock_lock *l, const char *who)
+{
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_EBUSY, "%s: %s: %s", who, dlock_err_name(rc), dlock_errmsg());
+}
+
 /* Readers on a majority share the lock: two readers in at once, each
  * with a token from the majority (the later greater), a writer refused
  * while either reads, and a reader refused while the writer writes; the
@@ -578,9 +585,7 @@ TU_TEST(readers_share_writer_excluded, 60)
     TU_ACQUIRE_OK(rb, DLOCK_TRY);
     uint64_t reader_token = tu_token(rb);
     ck_assert_uint_gt(reader_token, tu_token(ra));
-    int rc = dlock_acquire(wc, DLOCK_TRY);
-    ck_assert_msg(rc == DLOCK_EBUSY, "writer beside readers: %s: %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    expect_busy(wc, "writer beside readers");
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(c, "job", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
@@ -591,9 +596,7 @@ TU_TEST(readers_share_writer_excluded, 60)
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(node_reader_keys(i, "job"), 2);
     TU_RELEASE_OK(ra);
-    rc = dlock_acquire(wc, DLOCK_TRY);
-    ck_assert_msg(rc == DLOCK_EBUSY, "writer beside a reader: %s: %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    expect_busy(wc, "writer beside a reader");
     /* a waiting writer is woken by the last reader's release */
     struct tu_waiter w = {0};
     tu_waiter_start(&w, wc, 20000);
@@ -602,9 +605,7 @@ TU_TEST(readers_share_writer_excluded, 60)
     ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK); /* it released once in */
     ck_assert_uint_gt(w.token, reader_token);
     TU_ACQUIRE_OK(wc, DLOCK_TRY);
-    rc = dlock_acquire(ra, DLOCK_TRY);
-    ck_assert_msg(rc == DLOCK_EBUSY, "reader beside the writer: %s: %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    expect_busy(ra, "reader beside the writer");
     TU_RELEASE_OK(wc);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(node_int(i, "EXISTS job"), 0);
@@ -626,9 +627,7 @@ TU_TEST(readers_with_minority_down, 60)
                *wc = tu_lock(c, "job");
     TU_ACQUIRE_OK(ra, DLOCK_TRY);
     TU_ACQUIRE_OK(rb, DLOCK_TRY);
-    int rc = dlock_acquire(wc, DLOCK_TRY);
-    ck_assert_msg(rc == DLOCK_EBUSY, "writer beside readers: %s: %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    expect_busy(wc, "writer beside readers");
     TU_RELEASE_OK(ra);
     TU_RELEASE_OK(rb);
     TU_ACQUIRE_OK(wc, DLOCK_TRY);

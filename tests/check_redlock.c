@@ -569,6 +569,29 @@ static void expect_busy(dlock_lock *l, const char *who)
     ck_assert_msg(rc == DLOCK_EBUSY, "%s: %s: %s", who, dlock_err_name(rc), dlock_errmsg());
 }
 
+/* Two readers and a writer of "job", each its own client (options
+ * QUERY, may be NULL) on the nodes started. */
+struct readers {
+    dlock_client *a, *b, *c;
+    dlock_lock *ra, *rb, *wc;
+};
+
+static struct readers readers_open(const char *query)
+{
+    struct readers r = {rl_open(query), rl_open(query), rl_open(NULL), NULL, NULL, NULL};
+    r.ra = tu_lock_mode(r.a, "job", DLOCK_SHARED, 0);
+    r.rb = tu_lock_mode(r.b, "job", DLOCK_SHARED, 0);
+    r.wc = tu_lock(r.c, "job");
+    return r;
+}
+
+static void readers_close(struct readers *r)
+{
+    TU_FREE_LOCKS(r->ra, r->rb, r->wc);
+    TU_CLOSE_CLIENTS(r->a, r->b, r->c);
+    stop_nodes();
+}
+
 /* Readers on a majority share the lock: two readers in at once, each
  * with a token from the majority (the later greater), a writer refused
  * while either reads, and a reader refused while the writer writes; the
@@ -577,17 +600,15 @@ static void expect_busy(dlock_lock *l, const char *who)
 TU_TEST(readers_share_writer_excluded, 60)
 {
     start_nodes(3, NULL);
-    dlock_client *a = rl_open("lease=1500ms&node_timeout=2s"),
-                 *b = rl_open("lease=1500ms&node_timeout=2s"), *c = rl_open("node_timeout=2s");
-    dlock_lock *ra = tu_lock_mode(a, "job", DLOCK_SHARED, 0), *rb = tu_lock_mode(b, "job", DLOCK_SHARED, 0),
-               *wc = tu_lock(c, "job");
+    struct readers r = readers_open("lease=1500ms&node_timeout=2s");
+    dlock_lock *ra = r.ra, *rb = r.rb, *wc = r.wc;
     TU_ACQUIRE_OK(ra, DLOCK_TRY);
     TU_ACQUIRE_OK(rb, DLOCK_TRY);
     uint64_t reader_token = tu_token(rb);
     ck_assert_uint_gt(reader_token, tu_token(ra));
     expect_busy(wc, "writer beside readers");
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(c, "job", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(r.c, "job", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
     ck_assert_int_eq(dlock_info_mode(info), DLOCK_SHARED);
     dlock_info_free(info);
@@ -609,9 +630,7 @@ TU_TEST(readers_share_writer_excluded, 60)
     TU_RELEASE_OK(wc);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(node_int(i, "EXISTS job"), 0);
-    TU_FREE_LOCKS(ra, rb, wc);
-    TU_CLOSE_CLIENTS(a, b, c);
-    stop_nodes();
+    readers_close(&r);
 }
 END_TEST
 
@@ -620,21 +639,15 @@ END_TEST
 TU_TEST(readers_with_minority_down, 60)
 {
     start_nodes(3, NULL);
-    dlock_client *a = rl_open("node_timeout=2s"), *b = rl_open("node_timeout=2s"),
-                 *c = rl_open("node_timeout=2s");
+    struct readers r = readers_open("node_timeout=2s");
     fx_redis_kill(&nodes[2]);
-    dlock_lock *ra = tu_lock_mode(a, "job", DLOCK_SHARED, 0), *rb = tu_lock_mode(b, "job", DLOCK_SHARED, 0),
-               *wc = tu_lock(c, "job");
-    TU_ACQUIRE_OK(ra, DLOCK_TRY);
-    TU_ACQUIRE_OK(rb, DLOCK_TRY);
-    expect_busy(wc, "writer beside readers");
-    TU_RELEASE_OK(ra);
-    TU_RELEASE_OK(rb);
-    TU_ACQUIRE_OK(wc, DLOCK_TRY);
-    TU_RELEASE_OK(wc);
-    TU_FREE_LOCKS(ra, rb, wc);
-    TU_CLOSE_CLIENTS(a, b, c);
-    stop_nodes();
+    TU_ACQUIRE_OK(r.ra, DLOCK_TRY);
+    TU_ACQUIRE_OK(r.rb, DLOCK_TRY);
+    expect_busy(r.wc, "writer beside readers");
+    TU_RELEASE_OK(r.ra);
+    TU_RELEASE_OK(r.rb);
+    tu_acquire_release(r.wc, DLOCK_TRY);
+    readers_close(&r);
 }
 END_TEST
 

@@ -344,6 +344,14 @@ struct dlock_leader {
 };
 /* Whether A and B describe the same leader with the same value. */
 bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader *b);
+/* The rule of every backend's elect_observe loop, after a look that read
+ * OUT (CONSISTENT false while a new leader has not written its value
+ * yet): true when the loop is done, with *RC DLOCK_OK for a leader other
+ * than KNOWN (any leader when KNOWN is NULL), or DLOCK_ETIMEDOUT when W
+ * is a try-once wait and the leader is still KNOWN; false: wait for a
+ * change and look again. */
+bool dlock__observe_done(const struct dlock_leader *known, const struct dlock_leader *out,
+                         bool consistent, const struct dlock__wait *w, int *rc);
 
 /* What a semaphore hold asks of the backend (semaphore.c): K of the
  * semaphore's PERMITS. The backend keeps its ids in h->owner (the first

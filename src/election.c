@@ -40,6 +40,20 @@ bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader 
            strcmp(a->value ? a->value : "", b->value ? b->value : "") == 0;
 }
 
+bool dlock__observe_done(const struct dlock_leader *known, const struct dlock_leader *out,
+                         bool consistent, const struct dlock__wait *w, int *rc)
+{
+    if (!consistent)
+        return false;
+    if (!known || !dlock__leader_same(known, out))
+        *rc = DLOCK_OK;
+    else if (dlock__wait_try_once(w))
+        *rc = DLOCK_ETIMEDOUT;
+    else
+        return false;
+    return true;
+}
+
 static bool has_elections(const dlock_client *c)
 {
     return c->be->version >= 5 && (c->be->caps & DLOCK__CAP_ELECTION) && c->be->elect_acquire &&

@@ -239,7 +239,7 @@ int dlock__file_elect_observe(void *state, const char *name, const struct dlock_
         rc = look(s, name, full, out, &consistent);
         if (rc)
             break;
-        if (consistent && (!known || !dlock__leader_same(known, out)))
+        if (dlock__observe_done(known, out, consistent, w, &rc))
             break;
         if (wd >= 0) {
             rc = dlock__wait_poll(w, ifd, POLLIN, DLOCK__NEVER);

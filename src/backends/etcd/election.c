@@ -97,12 +97,8 @@ int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_
         rc = read_leader(s, name, pfx, out, &lim);
         if (rc)
             break;
-        if (!known || !dlock__leader_same(known, out))
+        if (dlock__observe_done(known, out, true, w, &rc))
             break;
-        if (dlock__wait_try_once(w)) {
-            rc = DLOCK_ETIMEDOUT;
-            break;
-        }
         if (!covered) {
             /* A new watch from now on (one that fired, or that etcd has
              * not confirmed since last turn, is replaced): its

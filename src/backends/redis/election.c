@@ -255,12 +255,8 @@ int dlock__redis_elect_observe(void *state, const char *name, const struct dlock
         rc = look(s, name, &lk, dlock__wait_deadline(w), out, &consistent, &ttl);
         if (rc)
             break;
-        if (consistent && (!known || !dlock__leader_same(known, out)))
+        if (dlock__observe_done(known, out, consistent, w, &rc))
             break;
-        if (dlock__wait_try_once(w) && consistent) {
-            rc = DLOCK_ETIMEDOUT;
-            break;
-        }
         if (!joined) {
             /* Its confirmation wakes us: then we look again. */
             if ((rc = dlock__redis_hub_join(s, lk.chan, chan_len, w)))

@@ -1433,12 +1433,8 @@ static int rl_elect_observe(void *state, const char *name, const struct dlock_le
         rc = rl_look(rl, name, &ld, dlock__wait_deadline(w), out, &consistent, &ttl);
         if (rc)
             break;
-        if (consistent && (!known || !dlock__leader_same(known, out)))
+        if (dlock__observe_done(known, out, consistent, w, &rc))
             break;
-        if (dlock__wait_try_once(w) && consistent) {
-            rc = DLOCK_ETIMEDOUT;
-            break;
-        }
         /* Every node's leader channel; a subscription's confirmation
          * wakes us, and then we look again. */
         for (; joined < rl->n; joined++)

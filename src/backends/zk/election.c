@@ -145,12 +145,8 @@ int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_le
             err = dlock__zk_fail(zb, rc, "observe", lockpath);
             break;
         }
-        if (!known || !dlock__leader_same(known, out))
+        if (dlock__observe_done(known, out, true, w, &err))
             break;
-        if (dlock__wait_try_once(w)) {
-            err = DLOCK_ETIMEDOUT;
-            break;
-        }
         pthread_mutex_lock(&zb->mu);
         int64_t timeout = s->timeout_ms > 0 ? s->timeout_ms : zb->c->opts.lease_ms;
         pthread_mutex_unlock(&zb->mu);

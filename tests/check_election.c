@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -176,55 +175,51 @@ TU_TEST(campaign_proclaim_resign, 30)
 END_TEST
 
 /* N processes campaign in rounds: never two leaders at once. */
+enum { LEADER_ROUNDS = 5 };
 struct shared_count {
-    atomic_int leaders, max, rounds;
+    char *url;
+    struct tu_inside leaders;
 };
+
+/* Process P (a tu_fork_all child): LEADER_ROUNDS campaigns, each
+ * counted in SC while it leads. */
+static int campaign_rounds(int p, void *arg)
+{
+    struct shared_count *sc = arg;
+    dlock_client *c = NULL;
+    dlock_election *e = NULL;
+    if (dlock_open(sc->url, &c) || dlock_election_new(c, "n", 0, &e))
+        return 10;
+    char me[32];
+    snprintf(me, sizeof me, "proc-%d", p);
+    for (int r = 0; r < LEADER_ROUNDS; r++) {
+        if (dlock_election_campaign(e, me, 60000, NULL))
+            return 11;
+        tu_inside_enter(&sc->leaders);
+        /* While leading, observers see this process's value. */
+        dlock_leader *l = NULL;
+        if (dlock_election_leader(c, "n", &l) || strcmp(dlock_leader_value(l), me) != 0)
+            return 12;
+        dlock_leader_free(l);
+        tu_inside_leave(&sc->leaders);
+        if (dlock_election_resign(e))
+            return 13;
+    }
+    dlock_election_free(e);
+    dlock_client_close(c);
+    return 0;
+}
 
 TU_TEST(one_leader_among_n, 120)
 {
-    enum { PROCS = 4, ROUNDS = 5 };
-    struct shared_count *sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE,
-                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(sc, MAP_FAILED);
-    char *url = ct_test_url(NULL);
-    pid_t pids[PROCS];
-    for (int p = 0; p < PROCS; p++) {
-        pids[p] = tu_fork();
-        if (pids[p] == 0) {
-            dlock_client *c = NULL;
-            dlock_election *e = NULL;
-            if (dlock_open(url, &c) || dlock_election_new(c, "n", 0, &e))
-                _exit(10);
-            char me[32];
-            snprintf(me, sizeof me, "proc-%d", p);
-            for (int r = 0; r < ROUNDS; r++) {
-                if (dlock_election_campaign(e, me, 60000, NULL))
-                    _exit(11);
-                int now = atomic_fetch_add(&sc->leaders, 1) + 1;
-                int m = atomic_load(&sc->max);
-                while (now > m && !atomic_compare_exchange_weak(&sc->max, &m, now))
-                    ;
-                /* While leading, observers see this process's value. */
-                dlock_leader *l = NULL;
-                if (dlock_election_leader(c, "n", &l) || strcmp(dlock_leader_value(l), me) != 0)
-                    _exit(12);
-                dlock_leader_free(l);
-                atomic_fetch_sub(&sc->leaders, 1);
-                atomic_fetch_add(&sc->rounds, 1);
-                if (dlock_election_resign(e))
-                    _exit(13);
-            }
-            dlock_election_free(e);
-            dlock_client_close(c);
-            _exit(0);
-        }
-    }
-    for (int p = 0; p < PROCS; p++)
-        ck_assert_int_eq(tu_wait_exit(pids[p]), 0);
-    ck_assert_int_eq(atomic_load(&sc->max), 1);
-    ck_assert_int_eq(atomic_load(&sc->rounds), PROCS * ROUNDS);
-    free(url);
-    munmap(sc, sizeof *sc);
+    enum { PROCS = 4 };
+    struct shared_count *sc = tu_shared_new(sizeof *sc);
+    sc->url = ct_test_url(NULL);
+    tu_fork_all(PROCS, campaign_rounds, sc);
+    ck_assert_int_eq(atomic_load(&sc->leaders.max), 1);
+    ck_assert_int_eq(atomic_load(&sc->leaders.rounds), PROCS * LEADER_ROUNDS);
+    free(sc->url);
+    tu_shared_free(sc, sizeof *sc);
 }
 END_TEST
 

@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -205,50 +204,42 @@ END_TEST
  * that holders raise and lower). */
 #define ROUNDS 25
 struct overlap {
-    atomic_int now, over, rounds;
+    char *url;
+    struct tu_inside holders;
 };
 
-static pid_t fork_looper(const char *url, const char *first, const char *second,
-                         struct overlap *ov)
+/* Process I (a tu_fork_all child): ROUNDS of {a,b} (I = 0) or {b,a}. */
+static int multi_rounds(int i, void *arg)
 {
-    pid_t pid = tu_fork();
-    if (pid > 0)
-        return pid;
-    const char *names[] = {first, second};
+    struct overlap *ov = arg;
+    const char *names[] = {i ? "b" : "a", i ? "a" : "b"};
     dlock_client *c = NULL;
     dlock_multi *m = NULL;
-    if (dlock_open(url, &c) || dlock_multi_new(c, names, 2, DLOCK_EXCLUSIVE, 0, &m))
-        _exit(10);
+    if (dlock_open(ov->url, &c) || dlock_multi_new(c, names, 2, DLOCK_EXCLUSIVE, 0, &m))
+        return 10;
     for (int r = 0; r < ROUNDS; r++) {
         if (dlock_multi_acquire(m, DLOCK_FOREVER, NULL))
-            _exit(11);
-        if (atomic_fetch_add(&ov->now, 1) != 0)
-            atomic_fetch_add(&ov->over, 1);
+            return 11;
+        tu_inside_enter(&ov->holders);
         sched_yield();
-        atomic_fetch_sub(&ov->now, 1);
-        atomic_fetch_add(&ov->rounds, 1);
+        tu_inside_leave(&ov->holders);
         if (dlock_multi_release(m))
-            _exit(12);
+            return 12;
     }
     dlock_multi_free(m);
     dlock_client_close(c);
-    _exit(0);
+    return 0;
 }
 
 TU_TEST(opposite_orders_no_deadlock, 120)
 {
-    struct overlap *ov = mmap(NULL, sizeof *ov, PROT_READ | PROT_WRITE,
-                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(ov, MAP_FAILED);
-    memset(ov, 0, sizeof *ov);
-    char *url = ct_test_url(NULL);
-    pid_t p1 = fork_looper(url, "a", "b", ov), p2 = fork_looper(url, "b", "a", ov);
-    ck_assert_int_eq(tu_wait_exit(p1), 0);
-    ck_assert_int_eq(tu_wait_exit(p2), 0);
-    ck_assert_int_eq(atomic_load(&ov->rounds), 2 * ROUNDS);
-    ck_assert_int_eq(atomic_load(&ov->over), 0);
-    free(url);
-    munmap(ov, sizeof *ov);
+    struct overlap *ov = tu_shared_new(sizeof *ov);
+    ov->url = ct_test_url(NULL);
+    tu_fork_all(2, multi_rounds, ov);
+    ck_assert_int_eq(atomic_load(&ov->holders.rounds), 2 * ROUNDS);
+    ck_assert_int_eq(atomic_load(&ov->holders.max), 1); /* never both at once */
+    free(ov->url);
+    tu_shared_free(ov, sizeof *ov);
 }
 END_TEST
 

@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -174,7 +173,9 @@ END_TEST
  * N holders at once, counted in shared memory by the holders. */
 #define HOLDER_ROUNDS 40
 struct shared_count {
-    atomic_int now, max, over, rounds;
+    char *url;
+    struct tu_inside holders;
+    atomic_int over; /* times a holder found more than the permits inside */
 };
 
 static void holder_rounds(dlock_semaphore *s, struct shared_count *sc, unsigned permits)
@@ -183,15 +184,10 @@ static void holder_rounds(dlock_semaphore *s, struct shared_count *sc, unsigned 
         dlock_permit *p = NULL;
         if (dlock_semaphore_acquire(s, 1, DLOCK_FOREVER, NULL, &p))
             _exit(11);
-        int n = atomic_fetch_add(&sc->now, 1) + 1;
-        if (n > (int)permits)
+        if (tu_inside_enter(&sc->holders) > (int)permits)
             atomic_fetch_add(&sc->over, 1);
-        int m = atomic_load(&sc->max);
-        while (n > m && !atomic_compare_exchange_weak(&sc->max, &m, n))
-            ;
         sched_yield();
-        atomic_fetch_sub(&sc->now, 1);
-        atomic_fetch_add(&sc->rounds, 1);
+        tu_inside_leave(&sc->holders);
         if (dlock_permit_release(p))
             _exit(12);
     }
@@ -210,43 +206,44 @@ static void *holder_thread_main(void *arg)
     return NULL;
 }
 
+enum { PERMITS = 3 };
+
+/* A process of never_exceed (a tu_fork_all child): HOLDER_ROUNDS in two
+ * threads on one client. */
+static int hold_in_two_threads(int i, void *arg)
+{
+    (void)i;
+    struct shared_count *sc = arg;
+    dlock_client *c = NULL;
+    dlock_semaphore *s = NULL;
+    if (dlock_open(sc->url, &c) || dlock_semaphore_new(c, "pool", PERMITS, 0, &s))
+        return 10;
+    struct holder_thread h = {s, sc, PERMITS};
+    pthread_t th;
+    if (pthread_create(&th, NULL, holder_thread_main, &h))
+        return 13;
+    holder_rounds(s, sc, PERMITS);
+    pthread_join(th, NULL);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+    return 0;
+}
+
 TU_TEST(never_exceed, 120)
 {
-    enum { PERMITS = 3, PROCS = PERMITS + 1 };
-    struct shared_count *sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE,
-                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(sc, MAP_FAILED);
-    char *url = ct_test_url(NULL);
-    pid_t kids[PROCS];
-    for (int i = 0; i < PROCS; i++) {
-        kids[i] = tu_fork();
-        if (kids[i] == 0) {
-            dlock_client *c = NULL;
-            dlock_semaphore *s = NULL;
-            if (dlock_open(url, &c) || dlock_semaphore_new(c, "pool", PERMITS, 0, &s))
-                _exit(10);
-            struct holder_thread h = {s, sc, PERMITS};
-            pthread_t th;
-            if (pthread_create(&th, NULL, holder_thread_main, &h))
-                _exit(13);
-            holder_rounds(s, sc, PERMITS);
-            pthread_join(th, NULL);
-            dlock_semaphore_free(s);
-            dlock_client_close(c);
-            _exit(0);
-        }
-    }
-    for (int i = 0; i < PROCS; i++)
-        ck_assert_int_eq(tu_wait_exit(kids[i]), 0);
-    ck_assert_int_eq(atomic_load(&sc->rounds), PROCS * 2 * HOLDER_ROUNDS);
-    ck_assert_msg(atomic_load(&sc->over) == 0 && atomic_load(&sc->max) <= PERMITS,
-                  "%d holders at once over %d permits (%d times)", atomic_load(&sc->max), PERMITS,
-                  atomic_load(&sc->over));
+    enum { PROCS = PERMITS + 1 };
+    struct shared_count *sc = tu_shared_new(sizeof *sc);
+    sc->url = ct_test_url(NULL);
+    tu_fork_all(PROCS, hold_in_two_threads, sc);
+    ck_assert_int_eq(atomic_load(&sc->holders.rounds), PROCS * 2 * HOLDER_ROUNDS);
+    ck_assert_msg(atomic_load(&sc->over) == 0 && atomic_load(&sc->holders.max) <= PERMITS,
+                  "%d holders at once over %d permits (%d times)",
+                  atomic_load(&sc->holders.max), PERMITS, atomic_load(&sc->over));
     dlock_client *c = ct_open_test(NULL);
     expect_free(c, "pool", PERMITS, PERMITS);
     dlock_client_close(c);
-    munmap(sc, sizeof *sc);
-    free(url);
+    free(sc->url);
+    tu_shared_free(sc, sizeof *sc);
 }
 END_TEST
 

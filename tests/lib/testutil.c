@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -323,6 +324,49 @@ int tu_wait_exit(pid_t pid)
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void tu_fork_all(int n, int (*child)(int i, void *arg), void *arg)
+{
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    ck_assert_ptr_nonnull(pids);
+    for (int i = 0; i < n; i++) {
+        pids[i] = tu_fork();
+        if (pids[i] == 0)
+            _exit(child(i, arg));
+    }
+    for (int i = 0; i < n; i++) {
+        int st = tu_wait_exit(pids[i]);
+        ck_assert_msg(st == 0, "child %d of %d: exit status %d", i, n, st);
+    }
+    free(pids);
+}
+
+void *tu_shared_new(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_msg(p != MAP_FAILED, "mmap: %s", strerror(errno));
+    return p; /* an anonymous mapping starts zeroed */
+}
+
+void tu_shared_free(void *p, size_t size)
+{
+    munmap(p, size);
+}
+
+int tu_inside_enter(struct tu_inside *in)
+{
+    int now = atomic_fetch_add(&in->now, 1) + 1;
+    int max = atomic_load(&in->max);
+    while (now > max && !atomic_compare_exchange_weak(&in->max, &max, now))
+        ;
+    return now;
+}
+
+void tu_inside_leave(struct tu_inside *in)
+{
+    atomic_fetch_sub(&in->now, 1);
+    atomic_fetch_add(&in->rounds, 1);
 }
 
 /* The syscall thread TID sleeps in, or -1 while it runs (or is gone). */

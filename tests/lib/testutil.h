@@ -95,6 +95,24 @@ void tu_write_marker(const char *path, const char *text);
 pid_t tu_fork(void);
 /* Reap PID: its exit status, or 128+N when killed by signal N. */
 int tu_wait_exit(pid_t pid);
+/* N processes at once, child I running CHILD(I, ARG) and exiting with
+ * what it returns (0: it passed); returns once every one has ended,
+ * asserting that each exited 0. */
+void tu_fork_all(int n, int (*child)(int i, void *arg), void *arg);
+/* SIZE zeroed bytes shared with the children the test forks (counters
+ * they raise and lower); tu_shared_free(P, SIZE) unmaps them. */
+void *tu_shared_new(size_t size);
+void tu_shared_free(void *p, size_t size);
+/* Who is inside a hold, counted by the holders themselves (threads, or
+ * processes when it lives in tu_shared_new memory): tu_inside_enter()
+ * on entering, after the acquire, returns how many are inside now,
+ * itself included, and raises MAX; tu_inside_leave() before the release
+ * counts a round. */
+struct tu_inside {
+    atomic_int now, max, rounds;
+};
+int tu_inside_enter(struct tu_inside *in);
+void tu_inside_leave(struct tu_inside *in);
 /* Wait until the thread whose gettid() is *TID (0 until the thread sets
  * it) sleeps in the kernel -- futex (a condition variable or a mutex),
  * poll or ppoll -- on three reads in a row 5 ms apart; false after

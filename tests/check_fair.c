@@ -503,6 +503,39 @@ TU_TEST(leftover_field_never_makes_two_owners, 60)
     fx_redis_stop(&srv);
 }
 
+/* A client of the default layout with fair handles (DLOCK_LOCK_FAIR):
+ * inspect reads the fair queue it finds beside the lock, so its waiters
+ * are counted, not shown as unknown; a name without a queue stays
+ * unknown (the Redisson layout keeps no list of its waiters). */
+TU_TEST(inspect_on_default_layout_lists_fair_waiters, 60)
+{
+    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
+    dlock_client *a = tu_open(srv.url), *b = tu_open(srv.url);
+    dlock_lock *la = tu_lock_mode(a, "d", DLOCK_EXCLUSIVE, DLOCK_LOCK_FAIR);
+    dlock_lock *lb = tu_lock_mode(b, "d", DLOCK_EXCLUSIVE, DLOCK_LOCK_FAIR);
+    dlock_lock *plain = tu_lock(a, "plain");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(plain, DLOCK_TRY);
+    redisContext *ctx = raw();
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, lb, DLOCK_FOREVER, NULL, false);
+    wait_queued(ctx, "d", 1);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(a, "d", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 1);
+    ck_assert_ptr_nonnull(strchr(dlock_info_waiter(info, 0), ':'));
+    dlock_info_free(info);
+    ck_assert_int_eq(dlock_inspect(a, "plain", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_waiter_count(info), -1);
+    dlock_info_free(info);
+    TU_RELEASE_OK(la);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK); /* and released */
+    redisFree(ctx);
+    TU_FREE_LOCKS(la, lb, plain);
+    TU_CLOSE_CLIENTS(a, b);
+    fx_redis_stop(&srv);
+}
+
 int main(void)
 {
     return tu_main("fair", NULL, NULL);

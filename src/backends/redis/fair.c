@@ -313,6 +313,8 @@ int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dl
     redisReply *r = NULL;
     rc = fair_eval(s, &f, "", "waiters", 0, NULL, NULL, DLOCK__NEVER, "inspect the queue", &r,
                    NULL, NULL, NULL, NULL);
+    if (!rc && r->type == REDIS_REPLY_NIL && s->fair)
+        info->nwaiters = 0; /* nobody queued; on another layout: not known */
     if (!rc && r->type == REDIS_REPLY_ARRAY) {
         info->nwaiters = 0;
         for (size_t i = 0; i < r->elements && !rc; i++)

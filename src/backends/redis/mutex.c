@@ -537,7 +537,7 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
     if (rc)
         goto out;
     rc = dlock__redis_inspect_reply(s, r, &k, info);
-    if (!rc && s->fair) /* the queue, in order */
+    if (!rc && !s->simple) /* the fair queue, in order, when there is one (fair.c) */
         rc = dlock__redis_fair_waiters(s, name, info);
     freeReplyObject(r);
 out:

@@ -17,7 +17,8 @@
 --   release: 4 our token, 5 life ms of the hand-off record
 --   leave:   4 the last request number to cancel ('0': none), 5 life ms of
 --            the cancellation record
---   waiters: none (read only: the live waiters' owners, in order)
+--   waiters: none (read only: the live waiters' owners, in order; nil when
+--            there is no queue)
 -- A waiter's record is 'w <deadline ms> <lease ms> <wait id> <channel>' while it
 -- waits (the deadline is its queue lease: a waiter refreshes it while it
 -- waits, a dead one is dropped once it passes), 'g <token> <wait id>' once
@@ -165,7 +166,9 @@ elseif op == 'leave' then
   end
   return r
 elseif op == 'waiters' then
-  -- read only: the live waiters, first to last
+  -- read only: the live waiters, first to last; nil without a queue (a
+  -- client of another layout then knows nothing of its waiters)
+  if redis.call('exists', KEYS[4]) == 0 then return nil end
   local now, r = now_ms(), {}
   for _, o in ipairs(redis.call('zrange', KEYS[4], 0, -1)) do
     local w = words(redis.call('hget', KEYS[5], o))

@@ -385,6 +385,15 @@ void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_
 void dlock__hold_confirmed_lease(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms,
                                  int64_t lease_ms);
 
+/* The same for a hold the server granted for GRANTED_MS only, less than
+ * its lease (a fair lock handed to a waiter: no longer than the waiter
+ * was known alive): valid that long from SENT_MS, and renewed by the
+ * keeper at a third of it, off the caller's path, which extends it to
+ * the lease (a fixed lease too, once) or reports it lost. GRANTED_MS >=
+ * the lease: as dlock__hold_confirmed(). */
+void dlock__hold_confirmed_short(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms,
+                                 int64_t granted_ms);
+
 /* A backend learned that H (or, with h == NULL, every hold of the client:
  * a ZooKeeper session expired) is gone: report it at once instead of at
  * the next renewal. Marks the hold lost with WHY (copied), so validity is

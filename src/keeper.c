@@ -41,6 +41,22 @@ void dlock__hold_confirmed_lease(struct dlock_client *c, struct dlock__hold *h, 
     dlock__hold_confirmed(c, h, sent_ms);
 }
 
+void dlock__hold_confirmed_short(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms,
+                                 int64_t granted_ms)
+{
+    if (!h->lease_ms || granted_ms >= h->lease_ms) {
+        dlock__hold_confirmed(c, h, sent_ms);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    /* the drift margin in proportion to the shorter time */
+    h->valid_until = sent_ms + granted_ms - c->opts.drift_ms * granted_ms / h->lease_ms;
+    /* renewed as a lease that short would be (a hold released sooner,
+     * the usual case, costs no renewal), which extends it to the lease */
+    h->renew_at = sent_ms + granted_ms / 3;
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void mark_lost(dlock_client *c, struct dlock__hold *h, const char *why)
 {
     if (h->state == DLOCK__LOST)

@@ -196,6 +196,69 @@ TU_TEST(killed_waiter_skipped_after_queue_lease, 120)
     takers_end(&t);
 }
 
+/* A waiter killed -9 at the head of the queue and a release at once,
+ * before its queue lease runs out: the lock is handed to the dead waiter,
+ * but for its queue lease (3 s) only, not its hold lease (60 s), so the
+ * live waiter behind it gets the lock within the queue lease and a
+ * margin -- its wait, bounded so, is enough -- with the token after the
+ * dead one's grant. */
+TU_TEST(dead_waiter_handed_the_lock_blocks_only_its_queue_lease, 120)
+{
+    struct takers t;
+    takers_begin(&t, "queue_lease=3s&lease=60s", "x");
+    uint64_t t0 = tu_token(t.l);
+    pid_t dead = spawn_taker(t.url, "x", "dead", t.file);
+    wait_queued(t.ctx, "x", 1);
+    dlock_client *c = tu_open(t.url);
+    dlock_lock *l = tu_lock(c, "x");
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, l, 3000 + 20000, NULL, false);
+    wait_queued(t.ctx, "x", 2);
+    kill(dead, SIGKILL);
+    tu_wait_exit(dead);
+    TU_RELEASE_OK(t.l);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+    ck_assert_msg(w.token == t0 + 2, "the live waiter's token %llu is not the one after the dead "
+                                     "waiter's grant (%llu + 2)",
+                  (unsigned long long)w.token, (unsigned long long)t0);
+    char *got = tu_read_file(t.file);
+    ck_assert_msg(!got || !*got, "the dead waiter ran: %s", got);
+    free(got);
+    TU_FREE_LOCKS(l);
+    TU_CLOSE_CLIENTS(c);
+    takers_end(&t);
+}
+
+/* A live waiter handed the lock for its queue lease extends it to its
+ * lease a third of the way in (its keeper renews, after the acquire
+ * returned): held past the queue lease, by the server's clock, never
+ * lost, and released as its own. */
+TU_TEST(handed_over_lock_extended_to_its_lease, 60)
+{
+    struct takers t;
+    takers_begin(&t, "queue_lease=1s&lease=60s", "e");
+    dlock_client *c = tu_open(t.url);
+    dlock_lock *l = tu_lock_mode(c, "e", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, l, 60000, NULL, true);
+    wait_queued(t.ctx, "e", 1);
+    ck_assert(tu_wait_thread_asleep(&w.tid, 60000));
+    TU_RELEASE_OK(t.l);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+    long long pttl = 0;
+    for (int i = 0; i < 6000 && (pttl = raw_int(t.ctx, "PTTL e")) <= 1000; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(pttl > 1000, "lock 'e' expires in %lld ms: not extended past the queue lease",
+                  pttl);
+    dlock_stats st = {.size = sizeof st};
+    ck_assert_int_eq(dlock_client_stats(c, &st), DLOCK_OK);
+    ck_assert_int_eq(st.losses, 0);
+    TU_RELEASE_OK(l);
+    TU_FREE_LOCKS(l);
+    TU_CLOSE_CLIENTS(c);
+    takers_end(&t);
+}
+
 /* The deadline (server ms) in the queue record of NAME's waiter at
  * position NTH (0: the first), or -1. */
 static long long queued_deadline(redisContext *ctx, const char *name, int nth)

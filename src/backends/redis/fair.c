@@ -10,11 +10,14 @@
  * hash (so RLock and dlock's other layouts still exclude it), and a queue
  * beside it (scripts/fair_lock.lua) records the waiters in arrival order,
  * each with a queue lease it refreshes while it waits. The release script
- * makes the first live waiter the owner (its lease, a new token) and
+ * makes the first live waiter the owner (a new token, for its queue lease:
+ * all the releaser knows is that the waiter was alive within it) and
  * publishes the token on that waiter's own channel; the waiter, asleep on
  * the subscriber hub (hub.c), learns from that one message that it holds
- * the lock. A waiter that died stays queued only until its queue lease
- * runs out. A waiter that gives up (timeout, cancel, a failure) leaves the
+ * the lock, and its keeper extends the hold to its lease a third of the
+ * way in (dlock__hold_confirmed_short). A waiter that died stays queued only
+ * until its queue lease runs out, and holds a lock handed to it no
+ * longer. A waiter that gives up (timeout, cancel, a failure) leaves the
  * queue with the same script, which passes on a lock handed to it in the
  * meantime; when that reply is lost too, cancel.c owes the leave to the
  * core's cleanup queue. Reentrancy, renewal (renew_redisson.lua works on
@@ -258,10 +261,13 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
         uint64_t token;
         if (grant_taken(s, &f, wait_id, &token)) {
             /* handed over: the grant ran after our last try that saw us
-             * queued, so the lease runs at least from that try's sending */
+             * queued, so its lease -- our queue lease only, all the
+             * releaser knew of us -- runs at least from that try's
+             * sending; the keeper extends it to ours at a third of it */
             dlock__redis_hub_ack(s, f.chan, f.chan_len, w);
             h->token = token;
-            dlock__hold_confirmed(s->c, h, queued_at);
+            dlock__hold_confirmed_short(s->c, h, queued_at,
+                                        qlease < h->lease_ms ? qlease : h->lease_ms);
             rc = DLOCK_OK;
             break;
         }

@@ -19,10 +19,10 @@
 --            the cancellation record
 --   waiters: none (read only: the live waiters' owners, in order; nil when
 --            there is no queue)
--- A waiter's record is 'w <deadline ms> <lease ms> <wait id> <channel>' while it
--- waits (the deadline is its queue lease: a waiter refreshes it while it
--- waits, a dead one is dropped once it passes), 'g <token> <wait id>' once
--- the lock was handed to it; 'r:<owner>' = token records a release that
+-- A waiter's record is 'w <deadline ms> <lease ms> <wait id> <channel>
+-- <queue lease ms>' while it waits (the deadline is its queue lease: a
+-- waiter refreshes it while it waits, a dead one is dropped once it
+-- passes), 'g <token> <wait id>' once the lock was handed to it; 'r:<owner>' = token records a release that
 -- handed the lock on, so a retried release knows it ran. The grant message
 -- on the waiter's channel is '<wait id> <token>'.
 -- acquire returns the token (>= 0) when taken or handed over; -3 - MS
@@ -54,20 +54,24 @@ local function first_live(now)
     local head = redis.call('zrange', KEYS[4], 0, 0)[1]
     if not head then return nil end
     local w = words(redis.call('hget', KEYS[5], head))
-    if w[1] == 'w' and #w == 5 and tonumber(w[2]) >= now then return head, w end
+    if w[1] == 'w' and #w == 6 and tonumber(w[2]) >= now then return head, w end
     redis.call('zrem', KEYS[4], head)
     if w[1] == 'w' then redis.call('hdel', KEYS[5], head) end
   end
 end
 
 -- Hand the free lock to waiter HEAD (record W): it owns it from now on with
--- its own lease and a new token, and learns so from one message.
+-- a new token, and learns so from one message. The lease granted is its
+-- queue lease (when shorter than its lease): all we know is that it was
+-- alive within that long, so a waiter that died holds the queue up no
+-- longer; a live one extends the hold to its lease at once (its keeper's
+-- renewal).
 local function grant(head, w)
   local token = new_token(KEYS[2])
   if type(token) == 'table' then return token end
   local t = string.format('%d', token)
   redis.call('hset', KEYS[1], head, 1, 'mode', 'write')
-  redis.call('pexpire', KEYS[1], w[3])
+  redis.call('pexpire', KEYS[1], math.min(tonumber(w[3]), tonumber(w[6])))
   redis.call('zrem', KEYS[4], head)
   redis.call('hset', KEYS[5], head, 'g ' .. t .. ' ' .. w[4])
   redis.call('publish', w[5], w[4] .. ' ' .. t)
@@ -92,9 +96,13 @@ if op == 'acquire' then
   local now = now_ms()
   local mine = words(redis.call('hget', KEYS[5], owner))
   if mine[1] == 'g' then
-    -- handed to us: this try learns it (the message was lost or is late)
+    -- handed to us: this try learns it (the message was lost or is late),
+    -- and, alive, takes the lease it asks for
     redis.call('hdel', KEYS[5], owner)
-    if redis.call('hexists', KEYS[1], owner) == 1 then return tonumber(mine[2]) end
+    if redis.call('hexists', KEYS[1], owner) == 1 then
+      redis.call('pexpire', KEYS[1], ARGV[4])
+      return tonumber(mine[2])
+    end
     mine = {} -- its lease ran out before we learned: a new arrival
   end
   redis.call('hdel', KEYS[5], 'r:' .. owner)
@@ -128,7 +136,7 @@ if op == 'acquire' then
       redis.call('zadd', KEYS[4], last[2] and tonumber(last[2]) + 1 or 1, owner)
     end
     local qlease = tonumber(ARGV[8])
-    redis.call('hset', KEYS[5], owner, string.format('w %d %s %s %s', now + qlease, ARGV[4], ARGV[10], ARGV[3]))
+    redis.call('hset', KEYS[5], owner, string.format('w %d %s %s %s %d', now + qlease, ARGV[4], ARGV[10], ARGV[3], qlease))
     keep(2 * qlease)
   end
   return -3 - redis.call('pttl', KEYS[1])

@@ -259,6 +259,66 @@ TU_TEST(handed_over_lock_extended_to_its_lease, 60)
     takers_end(&t);
 }
 
+/* Wait until the server has a subscriber on CHANNEL (a minute at most). */
+static void wait_subscribed(redisContext *ctx, const char *channel)
+{
+    long long n = 0;
+    for (int i = 0; i < 6000; i++) {
+        redisReply *r = redisCommand(ctx, "PUBSUB NUMSUB %s", channel);
+        n = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : 0;
+        freeReplyObject(r);
+        if (n > 0)
+            break;
+        tu_sleep_ms(10);
+    }
+    ck_assert_msg(n > 0, "nobody subscribed to %s", channel);
+}
+
+/* A release that hands nothing on -- dlock_force_release (`dlock release
+ * --force`), a release by a client of the default layout -- wakes the
+ * fair waiter queued behind it through the lock's own channel: it takes
+ * the lock with one try, the only script call after the release's. Its
+ * refresh (a third of the 300 s queue lease) and the holder's lease
+ * (300 s) are far past its wait of 30 s. */
+TU_TEST(release_of_another_kind_wakes_the_fair_head, 120)
+{
+    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
+    char *fair = tu_fmt("%s?layout=fair&lease=300s&queue_lease=300s", srv.url);
+    char *plain = tu_fmt("%s?lease=300s", srv.url);
+    dlock_client *a = tu_open(fair), *p = tu_open(plain), *b = tu_open(fair);
+    dlock_lock *la = tu_lock(a, "f"), *lp = tu_lock(p, "f");
+    dlock_lock *lb = tu_lock_mode(b, "f", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    redisContext *ctx = raw();
+    for (int round = 0; round < 2; round++) { /* 0: force release, 1: a plain client's */
+        dlock_lock *holder = round == 0 ? la : lp;
+        TU_ACQUIRE_OK(holder, DLOCK_TRY);
+        struct tu_waiter w;
+        tu_waiter_start_ex(&w, lb, 30000, NULL, true);
+        wait_queued(ctx, "f", 1);
+        wait_subscribed(ctx, "redisson_lock__channel:{f}");
+        ck_assert(tu_wait_thread_asleep(&w.tid, 60000));
+        long long before = script_calls(ctx);
+        if (round == 0)
+            ck_assert_int_eq(dlock_force_release(a, "f"), DLOCK_OK);
+        else
+            TU_RELEASE_OK(lp);
+        ck_assert_msg(tu_waiter_join(&w) == DLOCK_OK, "round %d: the fair waiter did not get "
+                                                       "the lock: %d", round, w.rc);
+        long long calls = script_calls(ctx) - before;
+        ck_assert_msg(calls == 2, "round %d: %lld script calls from the release on, not 2 (the "
+                                  "release, the waiter's one try)", round, calls);
+        TU_RELEASE_OK(lb);
+        if (round == 0)
+            ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
+    }
+    redisFree(ctx);
+    TU_FREE_LOCKS(la, lp, lb);
+    TU_CLOSE_CLIENTS(a, p, b);
+    free(plain);
+    free(fair);
+    fx_redis_stop(&srv);
+}
+
 /* The deadline (server ms) in the queue record of NAME's waiter at
  * position NTH (0: the first), or -1. */
 static long long queued_deadline(redisContext *ctx, const char *name, int nth)

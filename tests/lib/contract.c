@@ -248,7 +248,9 @@ static char *redlock_unreachable(const struct ct_fixture *f, int port)
 /* Subscribers of the lock's channels: the layouts publish releases on
  * Redisson's "redisson_lock__channel:{<key>}", where writers wait, and
  * readers wait on RReadWriteLock's "redisson_rwlock:{<key>}"; a waiter
- * subscribes before it sleeps. Plus the fair layout's queued waiters. */
+ * subscribes before it sleeps. A fair lock's waiters are its queue; they
+ * listen on the lock's channel too (one subscription per client), so
+ * that channel counts the larger of its subscribers and the queue. */
 static long waiters_on(const struct fx_redis *srv, const char *prefix, const char *name)
 {
     char *fullname = tu_fmt("%s%s", prefix ? prefix : "", name);
@@ -261,18 +263,20 @@ static long waiters_on(const struct fx_redis *srv, const char *prefix, const cha
     char *chan = tu_fmt("redisson_lock__channel:%s%s%s", tagged ? "" : "{", fullname, tagged ? "" : "}");
     char *rwchan = tu_fmt("redisson_rwlock:%s%s%s", tagged ? "" : "{", fullname, tagged ? "" : "}");
     redisReply *r = redisCommand(ctx, "PUBSUB NUMSUB %s %s", chan, rwchan);
-    long n = -1;
+    long n = -1, lock_subs = 0;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
-        r->element[1]->type == REDIS_REPLY_INTEGER && r->element[3]->type == REDIS_REPLY_INTEGER)
-        n = (long)(r->element[1]->integer + r->element[3]->integer);
+        r->element[1]->type == REDIS_REPLY_INTEGER && r->element[3]->type == REDIS_REPLY_INTEGER) {
+        lock_subs = (long)r->element[1]->integer;
+        n = (long)r->element[3]->integer;
+    }
     if (r)
         freeReplyObject(r);
-    /* layout=fair: its waiters are queued (and listen on their client's
-     * own channel) */
     r = redisCommand(ctx, "ZCARD dlock_fair_queue:%s%s%s", tagged ? "" : "{", fullname,
                      tagged ? "" : "}");
     if (n >= 0 && r && r->type == REDIS_REPLY_INTEGER)
-        n += (long)r->integer;
+        n += (long)r->integer > lock_subs ? (long)r->integer : lock_subs;
+    else if (n >= 0)
+        n += lock_subs;
     if (r)
         freeReplyObject(r);
     free(rwchan);

@@ -17,7 +17,10 @@
  * the lock, and its keeper extends the hold to its lease a third of the
  * way in (dlock__hold_confirmed_short). A waiter that died stays queued only
  * until its queue lease runs out, and holds a lock handed to it no
- * longer. A waiter that gives up (timeout, cancel, a failure) leaves the
+ * longer. A release that hands nothing on (a force release, a client of
+ * another layout) publishes on the lock's own channel, where waiters
+ * listen too: one of them tries at once and so takes the lock or hands
+ * it to the head. A waiter that gives up (timeout, cancel, a failure) leaves the
  * queue with the same script, which passes on a lock handed to it in the
  * meantime; when that reply is lost too, cancel.c owes the leave to the
  * core's cleanup queue. Reentrancy, renewal (renew_redisson.lua works on
@@ -242,6 +245,13 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
      * try after the confirmation looks for one. */
     if (!once && (rc = dlock__redis_hub_join_keyed(s, f.chan, f.chan_len, w, wait_id)))
         goto out;
+    /* and, quietly, on the lock's channel: a release that hands nothing
+     * on (a force release, a client of another layout) wakes one waiter
+     * of ours, whose try takes the lock or hands it to the queue's head */
+    if (!once && (rc = dlock__redis_hub_join_quiet(s, f.k.chan, f.k.chan_len, w))) {
+        dlock__redis_hub_leave(s, f.chan, f.chan_len, w, false);
+        goto out;
+    }
     bool subscribed = !once && dlock__redis_hub_subscribed(s, f.chan, f.chan_len);
     rc = fair_try(s, h, &f, once ? "0" : "1", wait_id, dlock__wait_deadline(w), &ttl, &queued_at,
                   &last);
@@ -277,6 +287,7 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
         }
         if (try_now) {
             dlock__redis_hub_ack(s, f.chan, f.chan_len, w);
+            dlock__redis_hub_ack(s, f.k.chan, f.k.chan_len, w);
             rc = fair_try(s, h, &f, "2", wait_id, dlock__wait_deadline(w), &ttl, &queued_at,
                           &last);
             if (rc == DLOCK_ECONN && !outage.ms &&
@@ -296,11 +307,13 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
         if (rc != DLOCK_OK)
             break;
         /* woken without a grant (a (re)subscription: one may have been
-         * lost) or the nap ran out (the refresh): try again */
+         * lost; a release on the lock's channel) or the nap ran out (the
+         * refresh): try again */
         try_now = true;
     }
 leave:
     dlock__redis_hub_leave(s, f.chan, f.chan_len, w, rc == DLOCK_OK);
+    dlock__redis_hub_leave(s, f.k.chan, f.k.chan_len, w, rc == DLOCK_OK);
     uint64_t late;
     grant_taken(s, &f, wait_id, &late); /* drop one kept after the last look: the leave passes it on */
     if (rc != DLOCK_OK && last)

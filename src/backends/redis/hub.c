@@ -12,7 +12,11 @@
  * A fair lock's waiters (fair.c) share one channel per client instead,
  * subscribed at their first wait and kept: each grant message there names
  * one wait ("<wait id> <token>"), wakes only that waiter and is kept for
- * it (dlock__redis_hub_take), so a hand-off costs no subscription.
+ * it (dlock__redis_hub_take), so a hand-off costs no subscription. They
+ * also listen, quietly, on the lock's own channel: a release there (a
+ * force release, a client of another layout) wakes one of them to try,
+ * which takes the lock or hands it to the queue's head; the subscription
+ * starting does not wake them (their grant channel's does).
  */
 #include <errno.h>
 #include <poll.h>
@@ -45,6 +49,7 @@ struct hub_chan {
     struct hub_grant *grants; /* keyed: messages not yet taken */
     struct dlock__waitset waiters;
     struct dlock__waitset heads; /* joined by dlock__redis_hub_join_head() */
+    struct dlock__waitset quiet; /* joined by dlock__redis_hub_join_quiet() */
     struct hub_chan *next;  /* bucket chain */
     struct hub_chan *dnext; /* to-do list */
 };
@@ -115,6 +120,7 @@ static void hub_free_chan(struct hub *hb, struct hub_chan *ch)
         free(g);
     }
     dlock__waitset_destroy(&ch->heads);
+    dlock__waitset_destroy(&ch->quiet);
     free(ch->name);
     free(ch);
 }
@@ -161,6 +167,8 @@ static void hub_on_reply(struct hub *hb, const redisReply *r)
         else
             hub_wake_one(ch);
         dlock__waitset_wake_head(&ch->heads); /* whatever it says, one */
+        if (!ch->keyed)
+            dlock__waitset_wake_one(&ch->quiet);
     } else if (strcmp(kind, "subscribe") == 0) {
         ch->subscribed = true;
         ch->sub_sent = false;
@@ -351,10 +359,11 @@ int dlock__redis_hub_start(struct redis_state *s)
     return rc;
 }
 
-/* Register W as a waiter on CHAN (in HEADS or WAITERS, with KEY when
- * not NULL), subscribing when it is the first. */
+/* Register W as a waiter on CHAN (in WAITERS, HEADS or QUIET as KIND
+ * says, with KEY when not NULL), subscribing when it is the first. */
+enum hub_kind { HUB_WAITERS, HUB_HEADS, HUB_QUIET };
 static int hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,
-                    const char *key, bool head)
+                    const char *key, enum hub_kind kind)
 {
     struct hub *hb = &s->hub;
     pthread_mutex_lock(&hb->mu);
@@ -376,6 +385,7 @@ static int hub_join(struct redis_state *s, const char *chan, size_t len, struct 
         }
         dlock__waitset_init(&ch->waiters);
         dlock__waitset_init(&ch->heads);
+        dlock__waitset_init(&ch->quiet);
         memcpy(ch->name, chan, len);
         ch->name[len] = 0;
         ch->len = len;
@@ -383,7 +393,10 @@ static int hub_join(struct redis_state *s, const char *chan, size_t len, struct 
         ch->next = hb->buckets[b];
         hb->buckets[b] = ch;
     }
-    rc = dlock__waitset_add(head ? &ch->heads : &ch->waiters, w);
+    rc = dlock__waitset_add(kind == HUB_HEADS   ? &ch->heads
+                            : kind == HUB_QUIET ? &ch->quiet
+                                                : &ch->waiters,
+                            w);
     if (rc) {
         if (ch->nwaiters == 0)
             hub_mark(hb, ch); /* freed by the hub thread once unwanted */
@@ -406,18 +419,24 @@ static int hub_join(struct redis_state *s, const char *chan, size_t len, struct 
 int dlock__redis_hub_join_keyed(struct redis_state *s, const char *chan, size_t len,
                                 struct dlock__wait *w, const char *key)
 {
-    return hub_join(s, chan, len, w, key, false);
+    return hub_join(s, chan, len, w, key, HUB_WAITERS);
 }
 
 int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w)
 {
-    return hub_join(s, chan, len, w, NULL, false);
+    return hub_join(s, chan, len, w, NULL, HUB_WAITERS);
+}
+
+int dlock__redis_hub_join_quiet(struct redis_state *s, const char *chan, size_t len,
+                                struct dlock__wait *w)
+{
+    return hub_join(s, chan, len, w, NULL, HUB_QUIET);
 }
 
 int dlock__redis_hub_join_head(struct redis_state *s, const char *chan, size_t len,
                                struct dlock__wait *w)
 {
-    return hub_join(s, chan, len, w, NULL, true);
+    return hub_join(s, chan, len, w, NULL, HUB_HEADS);
 }
 
 /* Whether messages on CHAN reach us now. */
@@ -439,6 +458,7 @@ void dlock__redis_hub_ack(struct redis_state *s, const char *chan, size_t len, s
     if (ch) {
         dlock__waitset_consume(&ch->waiters, w);
         dlock__waitset_consume(&ch->heads, w);
+        dlock__waitset_consume(&ch->quiet, w);
     }
     pthread_mutex_unlock(&hb->mu);
 }
@@ -495,6 +515,8 @@ void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len,
             hub_wake_one(ch);
         if (dlock__waitset_remove(&ch->heads, w) && !acquired)
             dlock__waitset_wake_one(&ch->heads);
+        if (dlock__waitset_remove(&ch->quiet, w) && !acquired)
+            dlock__waitset_wake_one(&ch->quiet);
         ch->nwaiters--;
         if (ch->nwaiters == 0)
             hub_mark(hb, ch);

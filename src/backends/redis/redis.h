@@ -453,6 +453,12 @@ int dlock__redis_hub_join(struct redis_state *s, const char *chan, size_t len, s
  * for the same release through RLock's channel already). */
 int dlock__redis_hub_join_head(struct redis_state *s, const char *chan, size_t len,
                                struct dlock__wait *w);
+/* The same for a waiter woken by messages on CHAN only, whatever they
+ * say, one waiter per message, never by the subscription (re)starting:
+ * one that has its own way to catch up on a message it missed (a fair
+ * lock's waiter: its grant channel and its refresh). */
+int dlock__redis_hub_join_quiet(struct redis_state *s, const char *chan, size_t len,
+                                struct dlock__wait *w);
 /* Whether messages on CHAN reach us now. */
 bool dlock__redis_hub_subscribed(struct redis_state *s, const char *chan, size_t len);
 /* W is about to try: a wake it received is being used now. */

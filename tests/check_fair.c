@@ -8,7 +8,11 @@
  * read from the server (the queue's length, INFO commandstats), so each
  * step waits on a condition, never on a fixed sleep.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "dlock.h"
@@ -565,6 +570,148 @@ TU_TEST(grant_to_a_waiter_that_gave_up_is_passed_on, 120)
     TU_FREE_LOCKS(la, lb, lc);
     TU_CLOSE_CLIENTS(a, b, c);
     free(url_pw);
+    free(url);
+    fx_redis_stop(&srv);
+}
+
+/* A TCP relay in front of the server that, while STALL is set, stops
+ * passing the server's bytes to the subscriber connections (those whose
+ * client sent a SUBSCRIBE): a grant message held up on the way, as by a
+ * slow or lossy path, while the client's requests go through. */
+struct sub_relay {
+    int listen_fd, port, target_port;
+    atomic_int stall;
+    atomic_int holding; /* subscriber connections passing nothing now */
+};
+
+struct sub_relay_conn {
+    struct sub_relay *rl;
+    int client;
+};
+
+static void *sub_relay_conn_main(void *arg)
+{
+    struct sub_relay_conn *rc = arg;
+    struct sub_relay *rl = rc->rl;
+    int c = rc->client;
+    free(rc);
+    int sv = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rl->target_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool subscriber = false;
+    char buf[65536];
+    if (connect(sv, (struct sockaddr *)&a, sizeof a) == 0) {
+        for (bool was_held = false;; ) {
+            bool held = subscriber && atomic_load(&rl->stall);
+            if (held != was_held)
+                atomic_fetch_add(&rl->holding, held ? 1 : -1);
+            was_held = held;
+            struct pollfd p[2] = {{.fd = c, .events = POLLIN},
+                                  {.fd = sv, .events = held ? 0 : POLLIN}};
+            if (poll(p, 2, 10) < 0 && errno != EINTR)
+                break;
+            if (p[0].revents) {
+                ssize_t n = read(c, buf, sizeof buf);
+                if (n <= 0)
+                    break;
+                subscriber = subscriber || memmem(buf, (size_t)n, "SUBSCRIBE", 9);
+                if (write(sv, buf, (size_t)n) != n)
+                    break;
+            }
+            if (p[1].revents) {
+                ssize_t n = read(sv, buf, sizeof buf);
+                if (n <= 0 || write(c, buf, (size_t)n) != n)
+                    break;
+                subscriber = subscriber || memmem(buf, (size_t)n, "subscribe", 9);
+            }
+        }
+    }
+    close(c);
+    close(sv);
+    return NULL;
+}
+
+static void *sub_relay_main(void *arg)
+{
+    struct sub_relay *rl = arg;
+    for (;;) {
+        int c = accept(rl->listen_fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        struct sub_relay_conn *rc = malloc(sizeof *rc);
+        *rc = (struct sub_relay_conn){.rl = rl, .client = c};
+        pthread_t th;
+        pthread_create(&th, NULL, sub_relay_conn_main, rc);
+        pthread_detach(th);
+    }
+}
+
+static void sub_relay_start(struct sub_relay *rl, int target_port)
+{
+    memset(rl, 0, sizeof *rl);
+    rl->target_port = target_port;
+    rl->listen_fd = tu_listen_loopback(&rl->port, 16);
+    pthread_t th;
+    pthread_create(&th, NULL, sub_relay_main, rl);
+    pthread_detach(th);
+}
+
+/* A grant that reaches its waiter only after its lease ran out and the
+ * lock went to the next waiter never makes a second owner. w (a 1 s
+ * lease, refreshing its queue entry every 20 s, behind a relay that holds
+ * its grant message up) is handed the lock; the grant's lease runs out
+ * untold, a try of a's hands the lock to c, queued behind, and w's next
+ * refresh finds its grant gone and queues again. Then the old message
+ * arrives: it must not count as a grant of that wait (it did: w returned
+ * holding the lock beside c, with c's predecessor's token). */
+TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
+{
+    char *url = start_fair("lease=60s&queue_lease=60s");
+    struct sub_relay rl;
+    sub_relay_start(&rl, srv.port);
+    char *url_w = tu_fmt("redis://127.0.0.1:%d?layout=fair&lease=1s&queue_lease=60s", rl.port);
+    redisContext *ctx = raw();
+    dlock_client *a = tu_open(url), *b = tu_open(url_w), *c = tu_open(url);
+    dlock_lock *la = tu_lock(a, "late"), *lw = tu_lock(b, "late"), *lc = tu_lock(c, "late");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    struct tu_waiter ww, wc;
+    tu_waiter_start_ex(&ww, lw, 45000, NULL, true);
+    wait_queued(ctx, "late", 1);
+    tu_waiter_start_ex(&wc, lc, DLOCK_FOREVER, NULL, true);
+    wait_queued(ctx, "late", 2);
+    size_t subscribed = 0; /* both grant channels: w's message goes through the relay */
+    for (int i = 0; i < 6000 && subscribed < 2; i++) {
+        redisReply *r = redisCommand(ctx, "PUBSUB CHANNELS dlock_fair__channel:*");
+        subscribed = r && r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+        freeReplyObject(r);
+        if (subscribed < 2)
+            tu_sleep_ms(10);
+    }
+    ck_assert_int_eq(subscribed, 2);
+    atomic_store(&rl.stall, 1);
+    for (int i = 0; i < 6000 && atomic_load(&rl.holding) < 1; i++)
+        tu_sleep_ms(10);
+    ck_assert_int_eq(atomic_load(&rl.holding), 1);
+    TU_RELEASE_OK(la); /* handed to w, whose message is held up */
+    wait_queued(ctx, "late", 1);
+    for (int i = 0; i < 6000 && raw_int(ctx, "EXISTS late") == 1; i++)
+        tu_sleep_ms(10); /* w's grant ran out, untold */
+    ck_assert_int_eq(raw_int(ctx, "EXISTS late"), 0);
+    ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_EBUSY); /* hands it to c */
+    ck_assert_int_eq(tu_waiter_join(&wc), DLOCK_OK);
+    wait_queued(ctx, "late", 1); /* w's refresh: queued again */
+    atomic_store(&rl.stall, 0);  /* the old grant arrives */
+    int rc = tu_waiter_join(&ww);
+    ck_assert_msg(rc != DLOCK_OK, "w took a late grant (token %llu) while c holds the lock "
+                                  "(token %llu): two owners",
+                  (unsigned long long)ww.token, (unsigned long long)wc.token);
+    ck_assert_int_eq(rc, DLOCK_ETIMEDOUT);
+    ck_assert_int_eq(dlock_hold_count(lc), 1);
+    TU_RELEASE_OK(lc);
+    redisFree(ctx);
+    TU_FREE_LOCKS(la, lw, lc);
+    TU_CLOSE_CLIENTS(a, b, c);
+    free(url_w);
     free(url);
     fx_redis_stop(&srv);
 }

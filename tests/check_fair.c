@@ -73,6 +73,20 @@ static void wait_queued(redisContext *ctx, const char *name, long long want)
                   queued(ctx, name), name, want);
 }
 
+/* Wait until N clients' grant channels are subscribed (a minute at most). */
+static void wait_grant_channels(redisContext *ctx, size_t n)
+{
+    size_t subscribed = 0;
+    for (int i = 0; i < 6000 && subscribed < n; i++) {
+        redisReply *r = redisCommand(ctx, "PUBSUB CHANNELS dlock_fair__channel:*");
+        subscribed = r && r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+        freeReplyObject(r);
+        if (subscribed < n)
+            tu_sleep_ms(10);
+    }
+    ck_assert_int_eq(subscribed, n);
+}
+
 /* Script calls the server ran so far (EVALSHA and EVAL). */
 static long long script_calls(redisContext *ctx)
 {
@@ -535,16 +549,7 @@ TU_TEST(grant_to_a_waiter_that_gave_up_is_passed_on, 120)
     wait_queued(ctx, "g", 1);
     tu_waiter_start_ex(&wc, lc, DLOCK_FOREVER, NULL, false);
     wait_queued(ctx, "g", 2);
-    /* both clients' grant channels subscribed */
-    size_t subscribed = 0;
-    for (int i = 0; i < 6000 && subscribed < 2; i++) {
-        r = redisCommand(ctx, "PUBSUB CHANNELS dlock_fair__channel:*");
-        subscribed = r && r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
-        freeReplyObject(r);
-        if (subscribed < 2)
-            tu_sleep_ms(10);
-    }
-    ck_assert_int_eq(subscribed, 2);
+    wait_grant_channels(ctx, 2); /* both clients' */
     r = redisCommand(ctx, "ACL SETUSER default resetpass >sekrit");
     ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "ACL SETUSER default failed");
     freeReplyObject(r);
@@ -672,22 +677,18 @@ TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
     char *url_w = tu_fmt("redis://127.0.0.1:%d?layout=fair&lease=1s&queue_lease=60s", rl.port);
     redisContext *ctx = raw();
     dlock_client *a = tu_open(url), *b = tu_open(url_w), *c = tu_open(url);
-    dlock_lock *la = tu_lock(a, "late"), *lw = tu_lock(b, "late"), *lc = tu_lock(c, "late");
+    dlock_lock *la = tu_lock(a, "late"), *lw = tu_lock(b, "late"),
+               *lc = tu_lock_mode(c, "late", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
     TU_ACQUIRE_OK(la, DLOCK_TRY);
     struct tu_waiter ww, wc;
     tu_waiter_start_ex(&ww, lw, 45000, NULL, true);
     wait_queued(ctx, "late", 1);
     tu_waiter_start_ex(&wc, lc, DLOCK_FOREVER, NULL, true);
     wait_queued(ctx, "late", 2);
-    size_t subscribed = 0; /* both grant channels: w's message goes through the relay */
-    for (int i = 0; i < 6000 && subscribed < 2; i++) {
-        redisReply *r = redisCommand(ctx, "PUBSUB CHANNELS dlock_fair__channel:*");
-        subscribed = r && r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
-        freeReplyObject(r);
-        if (subscribed < 2)
-            tu_sleep_ms(10);
-    }
-    ck_assert_int_eq(subscribed, 2);
+    wait_grant_channels(ctx, 2); /* both clients': w's through the relay */
+    /* w asleep after its tries: its next one is 20 s away (a try between
+     * the release and the grant's end would take the lock from its reply) */
+    ck_assert(tu_wait_thread_asleep(&ww.tid, 60000));
     atomic_store(&rl.stall, 1);
     for (int i = 0; i < 6000 && atomic_load(&rl.holding) < 1; i++)
         tu_sleep_ms(10);
@@ -706,7 +707,8 @@ TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
                                   "(token %llu): two owners",
                   (unsigned long long)ww.token, (unsigned long long)wc.token);
     ck_assert_int_eq(rc, DLOCK_ETIMEDOUT);
-    ck_assert_int_eq(dlock_hold_count(lc), 1);
+    ck_assert_int_eq(dlock_hold_count(lc), 1); /* c held it throughout */
+    ck_assert_int_eq(raw_int(ctx, "HLEN late"), 2); /* c's field and mode */
     TU_RELEASE_OK(lc);
     redisFree(ctx);
     TU_FREE_LOCKS(la, lw, lc);

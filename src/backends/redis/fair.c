@@ -230,11 +230,16 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
     int rc = fair_keys_make(s, h->name, &f);
     if (rc)
         return rc;
-    /* This wait's id: a grant message names it, so a late message meant
-     * for an earlier wait of the same owner is not taken for this one. */
-    char wait_id[24];
-    snprintf(wait_id, sizeof wait_id, "%llu",
-             (unsigned long long)__atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED));
+    /* The id a grant message names: "<wait>.<try>", the wait's number and
+     * that of its latest try (each try records it in our queue entry, so a
+     * grant names the try that preceded it). A message naming an earlier
+     * wait or an earlier try is not taken: a grant made before a try that
+     * found us queued again (its lease ran out untold, or a lost reply's
+     * retry passed it on) is no longer ours. Two buffers: the hub reads
+     * the current one under its mutex while the next is written. */
+    char ids[2][48], *wait_id = ids[0];
+    unsigned long long wait_no = __atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED);
+    snprintf(wait_id, sizeof ids[0], "%llu.%llu", wait_no, wait_no);
     int64_t ttl = 0, queued_at = 0, qlease = queue_lease_ms(s, h->lease_ms);
     uint64_t last = 0;
     bool once = dlock__wait_try_once(w);
@@ -270,10 +275,11 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
         unsigned seq = dlock__wait_seq(w);
         uint64_t token;
         if (grant_taken(s, &f, wait_id, &token)) {
-            /* handed over: the grant ran after our last try that saw us
-             * queued, so its lease -- our queue lease only, all the
-             * releaser knew of us -- runs at least from that try's
-             * sending; the keeper extends it to ours at a third of it */
+            /* handed over: the grant names our latest try, so it ran
+             * after that try (and after the last one that saw us queued):
+             * its lease -- our queue lease only, all the releaser knew of
+             * us -- runs at least from that try's sending; the keeper
+             * extends it to ours at a third of it */
             dlock__redis_hub_ack(s, f.chan, f.chan_len, w);
             h->token = token;
             dlock__hold_confirmed_short(s->c, h, queued_at,
@@ -288,6 +294,11 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
         if (try_now) {
             dlock__redis_hub_ack(s, f.chan, f.chan_len, w);
             dlock__redis_hub_ack(s, f.k.chan, f.k.chan_len, w);
+            char *next = wait_id == ids[0] ? ids[1] : ids[0];
+            snprintf(next, sizeof ids[0], "%llu.%llu", wait_no,
+                     (unsigned long long)__atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED));
+            dlock__redis_hub_rekey(s, f.chan, f.chan_len, w, next, wait_id);
+            wait_id = next;
             rc = fair_try(s, h, &f, "2", wait_id, dlock__wait_deadline(w), &ttl, &queued_at,
                           &last);
             if (rc == DLOCK_ECONN && !outage.ms &&

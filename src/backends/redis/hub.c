@@ -30,7 +30,7 @@
 /* A message kept for the wait it names (a fair lock's grant). */
 struct hub_grant {
     struct hub_grant *next;
-    char key[24]; /* the message's first word: the wait id */
+    char key[48]; /* the message's first word: the wait id */
     char msg[64];
 };
 
@@ -499,6 +499,27 @@ size_t dlock__redis_hub_take(struct redis_state *s, const char *chan, size_t len
     }
     pthread_mutex_unlock(&hb->mu);
     return n;
+}
+
+void dlock__redis_hub_rekey(struct redis_state *s, const char *chan, size_t len,
+                            struct dlock__wait *w, const char *key, const char *old)
+{
+    struct hub *hb = &s->hub;
+    pthread_mutex_lock(&hb->mu);
+    struct hub_chan *ch = hub_find(hb, chan, len);
+    if (ch) {
+        dlock__waitset_set_key(&ch->waiters, w, key);
+        for (struct hub_grant **p = &ch->grants; *p;) {
+            struct hub_grant *g = *p;
+            if (strcmp(g->key, old) == 0) {
+                *p = g->next;
+                free(g);
+            } else {
+                p = &g->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&hb->mu);
 }
 
 /* W stops waiting on CHAN. If it was woken and leaves without the lock

@@ -478,6 +478,11 @@ int dlock__redis_hub_join_keyed(struct redis_state *s, const char *chan, size_t 
  * NUL-terminated: its length, or 0 when none is kept. */
 size_t dlock__redis_hub_take(struct redis_state *s, const char *chan, size_t len, const char *key,
                              char *buf, size_t size);
+/* W, joined on CHAN under OLD, is keyed KEY from now on (a string that
+ * outlives the wait): a message kept for OLD is dropped, and one naming
+ * OLD that comes later names no waiter. */
+void dlock__redis_hub_rekey(struct redis_state *s, const char *chan, size_t len,
+                            struct dlock__wait *w, const char *key, const char *old);
 /* W stops waiting on CHAN; a wake it leaves unused (not ACQUIRED) goes to
  * the next waiter. */
 void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len, struct dlock__wait *w,

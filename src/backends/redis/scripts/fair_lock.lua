@@ -14,6 +14,7 @@
 --            one retries ('0' for a first attempt), 7 life ms of a
 --            cancellation record, 8 queue lease ms, 9 stage ('0' try once,
 --            '1' the first try of a wait, '2' a later one), 10 wait id
+--            '<wait>.<try>' (the try's own number, new for every try)
 --   release: 4 our token, 5 life ms of the hand-off record
 --   leave:   4 the last request number to cancel ('0': none), 5 life ms of
 --            the cancellation record
@@ -33,6 +34,12 @@
 -- the owner (passed on to the next waiter), else 1.
 -- Run by hand (with lib_acquire.lua in front): redis-cli --eval /tmp/a.lua N redisson_lock_token:{N} dlock_canceled:{N} dlock_fair_queue:{N} dlock_fair_waiters:{N} redisson_lock__channel:{N} , acquire <uuid>:1 dlock_fair__channel:<uuid> 30000 1 0 600000 5000 1 7
 local op, owner = ARGV[1], ARGV[2]
+
+-- The wait a wait id '<wait>.<try>' belongs to (a grant names the try,
+-- a queue entry keeps its place across the tries of one wait).
+local function wait_of(id)
+  return string.match(id or '', '^[^.]*')
+end
 
 local function words(s)
   local w = {}
@@ -130,7 +137,7 @@ if op == 'acquire' then
     if type(g) == 'table' then return g end
   end
   if ARGV[9] ~= '0' then
-    if not (mine[1] == 'w' and mine[4] == ARGV[10]) or not redis.call('zscore', KEYS[4], owner) then
+    if not (mine[1] == 'w' and wait_of(mine[4]) == wait_of(ARGV[10])) or not redis.call('zscore', KEYS[4], owner) then
       -- a new wait goes to the back, whatever an older one of ours left
       local last = redis.call('zrange', KEYS[4], -1, -1, 'withscores')
       redis.call('zadd', KEYS[4], last[2] and tonumber(last[2]) + 1 or 1, owner)

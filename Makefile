@@ -129,6 +129,11 @@ TEST_SRC := $(filter-out tests/check_contract.c tests/check_semaphore.c tests/ch
 endif
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+# examples/fence_pg.c (the fencing token with PostgreSQL) needs libpq: built
+# when it is installed; tests/check_fencing_pg.c includes it, so needs it too.
+ifneq ($(call have,libpq),y)
+EXAMPLE_BIN := $(filter-out %/fence_pg,$(EXAMPLE_BIN))
+endif
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
@@ -231,7 +236,12 @@ endif
 
 $(BUILD)/examples/%: examples/%.c $(SHARED)
 	@mkdir -p $(dir $@)
-	$(CC) -Iinclude $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD) -ldlock -Wl,-rpath,'$$ORIGIN/..' -lpthread
+	$(CC) -Iinclude $(ALL_CFLAGS) $(EXAMPLE_CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD) -ldlock -Wl,-rpath,'$$ORIGIN/..' $(EXAMPLE_LIBS) -lpthread
+$(BUILD)/examples/fence_pg: private EXAMPLE_CFLAGS = $(shell pkg-config --cflags libpq)
+$(BUILD)/examples/fence_pg: private EXAMPLE_LIBS = $(shell pkg-config --libs libpq)
+$(BUILD)/tests/check_fencing_pg: private DEP_CFLAGS += $(shell pkg-config --cflags libpq) -Iexamples
+$(BUILD)/tests/check_fencing_pg: private LIBS += $(shell pkg-config --libs libpq)
+$(BUILD)/tests/check_fencing_pg: examples/fence_pg.c
 
 $(BUILD)/bench/%: bench/%.c $(STATIC)
 	@mkdir -p $(dir $@)

@@ -14,6 +14,7 @@ build=(
   libhiredis-dev libssl-dev                           # Redis backend (rediss://)
   libcurl4-openssl-dev libjansson-dev                 # etcd backend
   libzookeeper-mt-dev                                 # ZooKeeper backend
+  libpq-dev                                           # examples/fence_pg.c (PostgreSQL fencing)
 )
 test=(
   check libsubunit-dev                                # test framework

@@ -7,8 +7,11 @@
  *
  * The test starts its own server (initdb + postgres, no TCP: a unix socket
  * in a temp dir) and a redis-server (the lock, through the fixture), and
- * plays two holders with the dlock CLI (`dlock run`, the token in
- * $DLOCK_TOKEN, psql for the write). PostgreSQL refuses to run as root:
+ * plays two holders twice: with the dlock CLI (`dlock run`, the token in
+ * $DLOCK_TOKEN, psql for the write), and through libdlock and libpq with
+ * the code of examples/fence_pg.c (included here, its main() left out),
+ * which is also the code the guide shows: a third test checks that the
+ * guide's C block is that file's text. PostgreSQL refuses to run as root:
  * when the tests run as root, the test process first becomes nobody, so
  * the server it starts still dies with it (PR_SET_PDEATHSIG survives no
  * change of user at exec, but here none happens).
@@ -23,8 +26,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
+#include "dlock.h"
 #include "fixture_redis.h"
 #include "testutil.h"
+
+#define FENCE_PG_NO_MAIN
+#include "fence_pg.c"
 
 /* A PostgreSQL server of the test: data and socket in DIR. */
 struct pg {
@@ -110,23 +119,70 @@ static void become_nobody(void)
     setenv("HOME", "/tmp", 1);
 }
 
+/* The account table of the recipe, with balance 100 and no writer yet. */
+static void pg_make_account(const struct pg *p)
+{
+    ck_assert_int_eq(psql(p, "CREATE TABLE account (id int PRIMARY KEY, balance int NOT NULL, "
+                             "fence bigint NOT NULL DEFAULT 0, writer text); "
+                             "INSERT INTO account VALUES (1, 100, 0, NULL)",
+                          NULL),
+                     0);
+}
+
+static PGconn *pg_connect(const struct pg *p)
+{
+    char *info = tu_fmt("host=%s user=postgres dbname=postgres", p->dir);
+    PGconn *pg = PQconnectdb(info);
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "libpq: %s", PQerrorMessage(pg));
+    free(info);
+    return pg;
+}
+
+/* The row holds B's debit alone (balance 90), written by WRITER ("-" for
+ * none) with a token above A's TOKEN_A. */
+static void assert_only_b_wrote(const struct pg *p, uint64_t token_a, const char *writer)
+{
+    char *out = NULL;
+    ck_assert_int_eq(psql(p, "SELECT balance, fence, coalesce(writer, '-') FROM account WHERE id = 1", &out), 0);
+    long balance = 0;
+    unsigned long long fence = 0;
+    char who[8] = "";
+    ck_assert_msg(sscanf(out, "%ld|%llu|%7s", &balance, &fence, who) == 3, "row: %s", out);
+    ck_assert_int_eq(balance, 90);
+    ck_assert_str_eq(who, writer);
+    ck_assert_msg(fence > token_a, "the row's fence %llu is not above A's token %llu", fence,
+                  (unsigned long long)token_a);
+    free(out);
+}
+
+/* The start of a test, as nobody: PostgreSQL with the account table, a
+ * Redis for the lock, and a fresh directory for markers (returned). */
+static char *servers_start(struct fx_redis *redis, struct pg *p)
+{
+    become_nobody();
+    pg_start(p);
+    ck_assert(fx_redis_start(redis, NULL));
+    pg_make_account(p);
+    return tu_tmpdir("fence");
+}
+
+/* The end of a test: its servers stopped, its directory DIR removed and freed. */
+static void servers_stop(struct fx_redis *redis, struct pg *p, char *dir)
+{
+    fx_redis_stop(redis);
+    pg_stop(p);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* Holder A takes the lock, is frozen past its lease (SIGSTOP of the dlock
  * process that renews it: a GC pause, a swapped-out VM), holder B takes
  * the lock and writes; A wakes and writes with its old token: refused. */
 TU_TEST(stale_holder_write_refused, 180)
 {
-    become_nobody();
     struct pg pg;
-    pg_start(&pg);
     struct fx_redis redis;
-    ck_assert(fx_redis_start(&redis, NULL));
-    char *out = NULL;
-    ck_assert_int_eq(psql(&pg, "CREATE TABLE account (id int PRIMARY KEY, balance int NOT NULL, "
-                               "fence bigint NOT NULL DEFAULT 0, writer text); "
-                               "INSERT INTO account VALUES (1, 100, 0, NULL)",
-                          NULL),
-                     0);
-    char *dir = tu_tmpdir("fence"), *a_token = tu_fmt("%s/a.token", dir), *go = tu_fmt("%s/go", dir),
+    char *dir = servers_start(&redis, &pg), *a_token = tu_fmt("%s/a.token", dir), *go = tu_fmt("%s/go", dir),
          *a_result = tu_fmt("%s/a.result", dir), *a_log = tu_fmt("%s/a.log", dir);
     setenv("PGHOST", pg.dir, 1);
     setenv("PGUSER", "postgres", 1);
@@ -168,30 +224,118 @@ TU_TEST(stale_holder_write_refused, 180)
     ck_assert_msg(a_out && strstr(a_out, "UPDATE 0"), "the stale write was not refused: %s", a_out);
 
     /* the row holds B's write and B's token, the newer one */
-    ck_assert_int_eq(psql(&pg, "SELECT balance, fence, writer FROM account WHERE id = 1", &out), 0);
-    long balance = 0;
-    unsigned long long fence = 0;
-    char writer[8] = "";
-    ck_assert_msg(sscanf(out, "%ld|%llu|%7s", &balance, &fence, writer) == 3, "row: %s", out);
-    ck_assert_int_eq(balance, 90);
-    ck_assert_str_eq(writer, "B");
-    ck_assert_msg(fence > token_a, "the row's fence %llu is not above A's token %llu", fence,
-                  (unsigned long long)token_a);
+    assert_only_b_wrote(&pg, token_a, "B");
 
-    free(out);
     free(a_out);
     free(b_out);
     free(b_err);
     free(a_script);
     free(b_script);
-    fx_redis_stop(&redis);
-    pg_stop(&pg);
-    tu_rmrf(dir);
-    free(dir);
+    servers_stop(&redis, &pg, dir);
     free(a_token);
     free(go);
     free(a_result);
     free(a_log);
+}
+END_TEST
+
+/* Holder A of the libdlock test, a child process: takes the lock with a
+ * 1 s lease, says its token in TOKEN_FILE, waits for GO (the parent
+ * freezes it meanwhile, so nothing renews the lease), then writes with
+ * fenced_debit() as if it still held the lock and exits with 10 + its
+ * result (10 refused, 11 landed, 9 error). */
+static int holder_a(const char *url, const struct pg *p, const char *token_file, const char *go)
+{
+    dlock_client *c;
+    dlock_lock *l;
+    if (dlock_open(url, &c) || dlock_lock_new(c, "account-1", DLOCK_EXCLUSIVE, 0, &l) ||
+        dlock_lock_set_lease(l, 1000, 0) || dlock_acquire(l, 30000))
+        return 2;
+    uint64_t token = 0;
+    dlock_token(l, &token);
+    char text[32];
+    snprintf(text, sizeof text, "%llu", (unsigned long long)token);
+    tu_write_marker(token_file, text);
+    while (access(go, F_OK) != 0)
+        tu_sleep_ms(20);
+    PGconn *pg = pg_connect(p);
+    int wrote = fenced_debit(pg, token, 10);
+    PQfinish(pg);
+    dlock_release(l); /* DLOCK_ELOST or not held: expected, not checked */
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return 10 + wrote;
+}
+
+/* The same two holders through libdlock and libpq with the example's
+ * code: A frozen past its lease, B takes the lock and debits with
+ * debit_under_lock(), A wakes and its fenced_debit() is refused. */
+TU_TEST(stale_holder_refused_through_libdlock, 180)
+{
+    struct pg pg;
+    struct fx_redis redis;
+    char *dir = servers_start(&redis, &pg), *a_token = tu_fmt("%s/a.token", dir), *go = tu_fmt("%s/go", dir);
+
+    pid_t a = fork();
+    ck_assert_int_ge(a, 0);
+    if (a == 0)
+        _exit(holder_a(redis.url, &pg, a_token, go));
+    ck_assert_msg(tu_wait_file(a_token, 30000), "holder A never got the lock");
+    uint64_t token_a = tu_read_u64(a_token);
+    tu_pause(a); /* A's keeper is frozen with it: its lease runs out */
+
+    dlock_client *c;
+    dlock_lock *l;
+    ck_assert_int_eq(dlock_open(redis.url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_new(c, "account-1", DLOCK_EXCLUSIVE, 0, &l), DLOCK_OK);
+    PGconn *conn = pg_connect(&pg);
+    /* debit_under_lock() waits 5 s; A's 1 s lease may outlive that on a
+     * loaded machine: wait for the lock first, then run the example */
+    ck_assert_int_eq(dlock_acquire(l, 30000), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(debit_under_lock(l, conn, 10), 1);
+
+    tu_write_file(go, "");
+    kill(a, SIGCONT);
+    int status = 0;
+    ck_assert_int_eq(waitpid(a, &status, 0), a);
+    ck_assert_msg(WIFEXITED(status), "holder A died: status %d", status);
+    ck_assert_msg(WEXITSTATUS(status) == 10, "the stale write was not refused (A exited %d: 11 landed, 9 error)",
+                  WEXITSTATUS(status));
+
+    assert_only_b_wrote(&pg, token_a, "-"); /* the example leaves writer NULL */
+
+    PQfinish(conn);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    servers_stop(&redis, &pg, dir);
+    free(a_token);
+    free(go);
+}
+END_TEST
+
+/* The guide's C block is examples/fence_pg.c's text between its doc:begin
+ * and doc:end lines, verbatim: the code shown is the code run above. The
+ * source tree is found from this file's name (compiled from the top of
+ * the tree) or, run from elsewhere, from $DLOCK_SRCDIR. */
+TU_TEST(guide_shows_example_code, 30)
+{
+    const char *top = getenv("DLOCK_SRCDIR") ? getenv("DLOCK_SRCDIR") : ".";
+    char *ex_path = tu_fmt("%s/examples/fence_pg.c", top), *doc_path = tu_fmt("%s/docs/choosing-a-backend.md", top);
+    char *ex = tu_read_file(ex_path), *doc = tu_read_file(doc_path);
+    ck_assert_msg(ex && doc, "%s or %s not found (set DLOCK_SRCDIR to the source tree)", ex_path, doc_path);
+    char *begin = strstr(ex, "/* doc:begin */\n"), *end = strstr(ex, "/* doc:end */");
+    ck_assert_msg(begin && end && end > begin, "no doc:begin/doc:end region in %s", ex_path);
+    begin += strlen("/* doc:begin */\n");
+    *end = '\0';
+    char *block = tu_fmt("```c\n%s```\n", begin);
+    ck_assert_msg(strstr(doc, block), "%s does not show examples/fence_pg.c's code as it is; its block must be:\n%s",
+                  doc_path, block);
+    free(block);
+    free(ex);
+    free(doc);
+    free(ex_path);
+    free(doc_path);
 }
 END_TEST
 

@@ -122,6 +122,8 @@ static const char *general =
     "  -V, --version         print the version\n"
     "\n"
     "URLs: file:///DIR  redis://[USER[:PASS]@]HOST[:PORT][/DB]  redis+unix:///SOCKET\n"
+    "      redis+sentinel://S1:PORT[,...]/MASTER  redis+cluster://H1:PORT[,H2:PORT...]\n"
+    "      redlock://H1:PORT,H2:PORT,H3:PORT[,...]\n"
     "      etcd://HOST:PORT[,HOST:PORT...][/PREFIX]  zk://HOST:PORT[,...][/CHROOT]\n"
     "\n"
     "Environment: DLOCK_URL; DLOCK_REDIS_PASSWORD, DLOCK_ETCD_PASSWORD (keep passwords\n"

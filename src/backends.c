@@ -47,6 +47,8 @@ static const struct {
     {"redis+unix", &dlock__backend_redis, NULL, redis_params},
     {"redis+sentinel", &dlock__backend_redis, NULL, redis_params},
     {"rediss+sentinel", &dlock__backend_redis, NULL, redis_params},
+    {"redis+cluster", &dlock__backend_redis, NULL, redis_params},
+    {"rediss+cluster", &dlock__backend_redis, NULL, redis_params},
     {"redlock", &dlock__backend_redlock, NULL, redlock_params},
     {"redlocks", &dlock__backend_redlock, NULL, redlock_params},
 #else
@@ -55,6 +57,8 @@ static const struct {
     {"redis+unix", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"redis+sentinel", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"rediss+sentinel", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
+    {"redis+cluster", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
+    {"rediss+cluster", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redis_params},
     {"redlock", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redlock_params},
     {"redlocks", NULL, "hiredis and OpenSSL (libhiredis-dev libssl-dev)", redlock_params},
 #endif
@@ -112,7 +116,7 @@ const struct dlock__backend *dlock__backend_find(const char *scheme, int *err)
     }
     *err = dlock__err(DLOCK_EBADURL,
                       "unknown URL scheme '%s://' (known: file, redis, redis+unix, "
-                      "redis+sentinel, redlock, redlocks, etcd, etcd+https, zk)",
+                      "redis+sentinel, redis+cluster, redlock, redlocks, etcd, etcd+https, zk)",
                       scheme);
     return NULL;
 }

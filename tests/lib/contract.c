@@ -152,6 +152,9 @@ struct redis_priv {
 static struct fx_sentinels sentinel_topology, tls_sentinel_topology = {.tls = true};
 #define REDLOCK_NODES 3
 static struct fx_redis redlock_nodes[REDLOCK_NODES];
+/* Redis Cluster: three masters, no replicas (failovers are check_cluster's) */
+#define CLUSTER_MASTERS 3
+static struct fx_cluster cluster_nodes;
 
 /* OK; when not, F's error says that WHAT did not start. */
 static bool started(struct ct_fixture *f, bool ok, const char *what)
@@ -245,6 +248,28 @@ static char *redlock_unreachable(const struct ct_fixture *f, int port)
                   port, port);
 }
 
+static bool cluster_start(struct ct_fixture *f)
+{
+    return started(f, fx_cluster_start(&cluster_nodes, CLUSTER_MASTERS, 0), "the cluster");
+}
+
+static void cluster_stop(struct ct_fixture *f)
+{
+    (void)f;
+    fx_cluster_stop(&cluster_nodes);
+}
+
+static char *cluster_url(const struct ct_fixture *f, const char *query)
+{
+    (void)f;
+    return with_query(cluster_nodes.url, query);
+}
+
+static char *cluster_unreachable(const struct ct_fixture *f, int port)
+{
+    return tu_fmt("%s://127.0.0.1:%d?connect_timeout=500ms", f->scheme, port);
+}
+
 /* Subscribers of the lock's channels: the layouts publish releases on
  * Redisson's "redisson_lock__channel:{<key>}", where writers wait, and
  * readers wait on RReadWriteLock's "redisson_rwlock:{<key>}"; a waiter
@@ -262,16 +287,22 @@ static long waiters_on(const struct fx_redis *srv, const char *prefix, const cha
     bool tagged = strchr(fullname, '{') != NULL;
     char *chan = tu_fmt("redisson_lock__channel:%s%s%s", tagged ? "" : "{", fullname, tagged ? "" : "}");
     char *rwchan = tu_fmt("redisson_rwlock:%s%s%s", tagged ? "" : "{", fullname, tagged ? "" : "}");
-    redisReply *r = redisCommand(ctx, "PUBSUB NUMSUB %s %s", chan, rwchan);
-    long n = -1, lock_subs = 0;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
-        r->element[1]->type == REDIS_REPLY_INTEGER && r->element[3]->type == REDIS_REPLY_INTEGER) {
-        lock_subs = (long)r->element[1]->integer;
-        n = (long)r->element[3]->integer;
+    long n = 0, lock_subs = 0;
+    /* classic subscribers, and a cluster's sharded ones (SSUBSCRIBE) */
+    for (int sharded = 0; sharded < 2 && n >= 0; sharded++) {
+        redisReply *r = redisCommand(ctx, sharded ? "PUBSUB SHARDNUMSUB %s %s" : "PUBSUB NUMSUB %s %s",
+                                     chan, rwchan);
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
+            r->element[1]->type == REDIS_REPLY_INTEGER && r->element[3]->type == REDIS_REPLY_INTEGER) {
+            lock_subs += (long)r->element[1]->integer;
+            n += (long)r->element[3]->integer;
+        } else {
+            n = -1;
+        }
+        if (r)
+            freeReplyObject(r);
     }
-    if (r)
-        freeReplyObject(r);
-    r = redisCommand(ctx, "ZCARD dlock_fair_queue:%s%s%s", tagged ? "" : "{", fullname,
+    redisReply *r = redisCommand(ctx, "ZCARD dlock_fair_queue:%s%s%s", tagged ? "" : "{", fullname,
                      tagged ? "" : "}");
     if (n >= 0 && r && r->type == REDIS_REPLY_INTEGER)
         n += (long)r->integer > lock_subs ? (long)r->integer : lock_subs;
@@ -287,9 +318,16 @@ static long waiters_on(const struct fx_redis *srv, const char *prefix, const cha
 }
 
 /* The redis-servers of F that a waiter subscribes on and a pause stops,
- * into OUT: its one server, Sentinel's master, or every Redlock node. */
+ * into OUT: its one server, Sentinel's master, every Redlock node, or
+ * every cluster master. */
 static size_t redis_servers(const struct ct_fixture *f, const struct fx_redis *out[REDLOCK_NODES])
 {
+    _Static_assert(CLUSTER_MASTERS <= REDLOCK_NODES, "OUT holds the cluster's masters");
+    if (strcmp(f->scheme, "redis+cluster") == 0) {
+        for (int i = 0; i < CLUSTER_MASTERS; i++)
+            out[i] = &cluster_nodes.node[i];
+        return CLUSTER_MASTERS;
+    }
     if (strcmp(f->scheme, "redlock") == 0) {
         for (int i = 0; i < REDLOCK_NODES; i++)
             out[i] = &redlock_nodes[i];
@@ -303,21 +341,24 @@ static size_t redis_servers(const struct ct_fixture *f, const struct fx_redis *o
 }
 
 /* A Redlock waiter listens on every node: the fewest subscribers any of
- * F's servers sees. */
+ * F's servers sees. A cluster's listens on the master of its slot: the
+ * sum over the masters. */
 static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const char *prefix,
                           const char *name)
 {
     (void)c;
     const struct fx_redis *srv[REDLOCK_NODES];
-    long least = -1;
+    bool sum = strcmp(f->scheme, "redis+cluster") == 0;
+    long least = -1, total = 0;
     for (size_t i = 0, n = redis_servers(f, srv); i < n; i++) {
         long k = waiters_on(srv[i], prefix, name);
         if (k < 0)
             return -1;
         if (least < 0 || k < least)
             least = k;
+        total += k;
     }
-    return least;
+    return sum ? total : least;
 }
 
 /* Redis: CLIENT PAUSE WRITE, not SIGSTOP, on each of F's servers. A
@@ -371,6 +412,10 @@ static struct ct_fixture fx_rediss_sentinel =
                   REDIS_CAPS | CT_SHARED | CT_FAIR, &tls_sentinel_topology);
 static struct ct_fixture fx_redlock =
     REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS | CT_SHARED, NULL);
+/* not CT_FAIR: a fair lock's grants go to a per-client channel outside the
+ * lock's slot (DLOCK_ENOTSUP on a cluster) */
+static struct ct_fixture fx_redis_cluster =
+    REDIS_FIXTURE(cluster, "redis-cluster", "redis+cluster", REDIS_CAPS | CT_SHARED, NULL);
 #endif
 
 /* ------------------------------------------------------------ etcd, zk */
@@ -443,6 +488,7 @@ struct ct_fixture *const ct_fixtures[] = {
     &fx_rediss,
     &fx_redis_sentinel,
     &fx_rediss_sentinel,
+    &fx_redis_cluster,
     &fx_redlock,
 #endif
 #ifdef DLOCK_HAVE_ETCD
@@ -495,10 +541,11 @@ FIXTURE_HOOKS(6)
 FIXTURE_HOOKS(7)
 FIXTURE_HOOKS(8)
 FIXTURE_HOOKS(9)
-static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4,
-                                       begin_5, begin_6, begin_7, begin_8, begin_9};
-static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4,
-                                     end_5, end_6, end_7, end_8, end_9};
+FIXTURE_HOOKS(10)
+static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4, begin_5,
+                                       begin_6, begin_7, begin_8, begin_9, begin_10};
+static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5,
+                                     end_6, end_7, end_8, end_9, end_10};
 
 /* Checked setup, in the test's own process. */
 static void test_begin(void)

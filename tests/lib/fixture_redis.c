@@ -481,4 +481,231 @@ long long fx_redis_script_calls(redisContext *ctx)
     return total;
 }
 
+/* ------------------------------------------------------------- Cluster */
+
+redisReply *fx_cluster_raw(int port, const char *fmt, ...)
+{
+    struct timeval tv = {2, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (!ctx || ctx->err) {
+        if (ctx)
+            redisFree(ctx);
+        return NULL;
+    }
+    redisSetTimeout(ctx, tv);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    redisFree(ctx);
+    return r;
+}
+
+struct fx_redis *fx_cluster_server(struct fx_cluster *t, int port)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->node[i].port == port)
+            return &t->node[i];
+    return NULL;
+}
+
+/* The master port serving SLOT per CLUSTER SLOTS of the node on PORT
+ * (0: none or no answer). */
+static int master_per(int port, unsigned slot)
+{
+    redisReply *r = fx_cluster_raw(port, "CLUSTER SLOTS");
+    int master = 0;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->elements >= 3 && (unsigned)e->element[0]->integer <= slot &&
+            slot <= (unsigned)e->element[1]->integer)
+            master = (int)e->element[2]->element[1]->integer;
+    }
+    if (r)
+        freeReplyObject(r);
+    return master;
+}
+
+bool fx_cluster_wait_ok(struct fx_cluster *t)
+{
+    for (int round = 0; round < 600; round++) {
+        bool ok = true;
+        for (size_t i = 0; i < t->n && ok; i++) {
+            if (t->node[i].pid <= 0)
+                continue;
+            redisReply *r = fx_cluster_raw(t->node[i].port, "CLUSTER INFO");
+            ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+            if (r)
+                freeReplyObject(r);
+        }
+        /* every node names the same live master for a slot of each range */
+        for (unsigned slot = 0; ok && slot < 16384; slot += 1024) {
+            int want = 0;
+            for (size_t i = 0; i < t->n && ok; i++) {
+                if (t->node[i].pid <= 0)
+                    continue;
+                int m = master_per(t->node[i].port, slot);
+                struct fx_redis *mr = fx_cluster_server(t, m);
+                ok = m != 0 && (want == 0 || m == want) && mr && mr->pid > 0;
+                want = m;
+            }
+            redisReply *role = ok ? fx_cluster_raw(want, "ROLE") : NULL;
+            ok = role && role->type == REDIS_REPLY_ARRAY &&
+                 strcmp(role->element[0]->str, "master") == 0;
+            if (role)
+                freeReplyObject(role);
+        }
+        if (ok)
+            return true;
+        tu_sleep_ms(50);
+    }
+    fprintf(stderr, "fx_cluster: the cluster never became ok\n");
+    return false;
+}
+
+bool fx_cluster_start(struct fx_cluster *t, size_t nmasters, size_t replicas)
+{
+    memset(t, 0, sizeof *t);
+    size_t n = nmasters * (1 + replicas);
+    if (nmasters < 3 || n > FX_CLUSTER_MAX)
+        return false;
+    const char *argv[8 + FX_CLUSTER_MAX];
+    size_t a = 0;
+    argv[a++] = "redis-cli";
+    argv[a++] = "--cluster";
+    argv[a++] = "create";
+    char *addr[FX_CLUSTER_MAX];
+    size_t ul = (size_t)snprintf(t->url, sizeof t->url, "redis+cluster://");
+    for (t->n = 0; t->n < n; t->n++) {
+        const char *extra[] = {"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+                               "--cluster-config-file", "nodes.conf", "--cluster-port",
+                               t->bus_port[t->n], NULL};
+        snprintf(t->bus_port[t->n], sizeof t->bus_port[t->n], "%d", tu_free_port());
+        memcpy(t->extra[t->n], extra, sizeof extra);
+        if (!fx_redis_start(&t->node[t->n], t->extra[t->n]))
+            return false;
+        addr[t->n] = tu_fmt("127.0.0.1:%d", t->node[t->n].port);
+        argv[a++] = addr[t->n];
+        ul += (size_t)snprintf(t->url + ul, sizeof t->url - ul, "%s%s", t->n ? "," : "",
+                               addr[t->n]);
+    }
+    char reps[16];
+    snprintf(reps, sizeof reps, "%zu", replicas);
+    argv[a++] = "--cluster-replicas";
+    argv[a++] = reps;
+    argv[a++] = "--cluster-yes";
+    argv[a] = NULL;
+    char *out = NULL, *err = NULL;
+    int rc = tu_run(argv, NULL, &out, &err);
+    if (rc != 0)
+        fprintf(stderr, "redis-cli --cluster create: exit %d\n%s\n%s\n", rc, out ? out : "",
+                err ? err : "");
+    for (size_t i = 0; i < n; i++)
+        free(addr[i]);
+    free(out);
+    free(err);
+    if (rc != 0 || !fx_cluster_wait_ok(t))
+        return false;
+    /* redis-cli may pair replicas with masters in any order: put the
+     * masters first */
+    for (size_t i = 0; i < n; i++) {
+        redisReply *role = fx_cluster_raw(t->node[i].port, "ROLE");
+        bool master = role && role->type == REDIS_REPLY_ARRAY &&
+                      strcmp(role->element[0]->str, "master") == 0;
+        if (role)
+            freeReplyObject(role);
+        for (size_t j = 0; master && j < i; j++) {
+            redisReply *rj = fx_cluster_raw(t->node[j].port, "ROLE");
+            bool jm = rj && strcmp(rj->element[0]->str, "master") == 0;
+            if (rj)
+                freeReplyObject(rj);
+            if (!jm) {
+                struct fx_redis tmp = t->node[j];
+                t->node[j] = t->node[i];
+                t->node[i] = tmp;
+                break;
+            }
+        }
+    }
+    /* every replica caught up with its master's (empty) data set */
+    for (size_t i = nmasters; i < n; i++) {
+        for (int round = 0;; round++) {
+            redisReply *r = fx_cluster_raw(t->node[i].port, "INFO replication");
+            bool up = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "master_link_status:up");
+            if (r)
+                freeReplyObject(r);
+            if (up)
+                break;
+            if (round == 600)
+                return false;
+            tu_sleep_ms(50);
+        }
+    }
+    return true;
+}
+
+unsigned fx_cluster_keyslot(struct fx_cluster *t, const char *key)
+{
+    redisReply *r = fx_cluster_raw(t->node[0].port, "CLUSTER KEYSLOT %s", key);
+    unsigned slot = r && r->type == REDIS_REPLY_INTEGER ? (unsigned)r->integer : 0;
+    if (r)
+        freeReplyObject(r);
+    return slot;
+}
+
+int fx_cluster_master_of(struct fx_cluster *t, unsigned slot)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->node[i].pid > 0) {
+            int m = master_per(t->node[i].port, slot);
+            if (m)
+                return m;
+        }
+    return 0;
+}
+
+int fx_cluster_replica_of(struct fx_cluster *t, int port)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->node[i].pid <= 0 || t->node[i].port == port)
+            continue;
+        redisReply *r = fx_cluster_raw(t->node[i].port, "ROLE");
+        bool yes = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+                   strcmp(r->element[0]->str, "slave") == 0 && r->element[2]->integer == port;
+        if (r)
+            freeReplyObject(r);
+        if (yes)
+            return t->node[i].port;
+    }
+    return 0;
+}
+
+bool fx_cluster_failover(struct fx_cluster *t, int replica)
+{
+    redisReply *r = fx_cluster_raw(replica, "CLUSTER FAILOVER");
+    bool started = r && r->type == REDIS_REPLY_STATUS;
+    if (r && !started)
+        fprintf(stderr, "CLUSTER FAILOVER: %s\n", r->str);
+    if (r)
+        freeReplyObject(r);
+    for (int round = 0; started && round < 600; round++) {
+        redisReply *role = fx_cluster_raw(replica, "ROLE");
+        bool master = role && role->type == REDIS_REPLY_ARRAY &&
+                      strcmp(role->element[0]->str, "master") == 0;
+        if (role)
+            freeReplyObject(role);
+        if (master)
+            return fx_cluster_wait_ok(t);
+        tu_sleep_ms(50);
+    }
+    return false;
+}
+
+void fx_cluster_stop(struct fx_cluster *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        fx_redis_stop(&t->node[i]);
+    memset(t, 0, sizeof *t);
+}
+
 #endif /* DLOCK_HAVE_REDIS */

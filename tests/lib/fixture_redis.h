@@ -96,6 +96,41 @@ struct fx_redis *fx_sentinels_server(struct fx_sentinels *t, int port);
  * port, 0 on failure. */
 int fx_sentinels_failover(struct fx_sentinels *t);
 
+/* Redis Cluster: NMASTERS masters with REPLICAS replicas each, made with
+ * `redis-cli --cluster create` on loopback (node timeout 1 s, so a killed
+ * master is replaced within seconds), waited for until every node says
+ * cluster_state:ok and names the same master for every slot. */
+#define FX_CLUSTER_MAX 9
+
+struct fx_cluster {
+    struct fx_redis node[FX_CLUSTER_MAX]; /* the masters first, then the replicas */
+    size_t n;
+    char bus_port[FX_CLUSTER_MAX][16]; /* --cluster-port: a free port, not port + 10000 */
+    const char *extra[FX_CLUSTER_MAX][10];
+    char url[1024]; /* "redis+cluster://127.0.0.1:P1,127.0.0.1:P2,..." (every node) */
+};
+
+bool fx_cluster_start(struct fx_cluster *t, size_t nmasters, size_t replicas);
+void fx_cluster_stop(struct fx_cluster *t);
+/* Wait until every running node says cluster_state:ok and they agree on
+ * the master of every slot (false after 30 s). */
+bool fx_cluster_wait_ok(struct fx_cluster *t);
+/* The slot of KEY and the port of the master serving SLOT now, as a
+ * running node says (0: none). */
+unsigned fx_cluster_keyslot(struct fx_cluster *t, const char *key);
+int fx_cluster_master_of(struct fx_cluster *t, unsigned slot);
+/* The port of a running replica of the master at PORT (0: none). */
+int fx_cluster_replica_of(struct fx_cluster *t, int port);
+/* The server of T listening on PORT. */
+struct fx_redis *fx_cluster_server(struct fx_cluster *t, int port);
+/* CLUSTER FAILOVER on REPLICA, then wait until the cluster is ok with it
+ * serving its old master's slots: true when it does. */
+bool fx_cluster_failover(struct fx_cluster *t, int replica);
+/* A raw command to the node on PORT (NULL when it does not answer). */
+#ifdef DLOCK_HAVE_REDIS
+redisReply *fx_cluster_raw(int port, const char *fmt, ...);
+#endif
+
 #ifdef DLOCK_HAVE_REDIS
 /* A raw connection to the server (AUTH with PASSWORD when not NULL);
  * NULL when it cannot connect. Free with redisFree(). */

@@ -27,8 +27,13 @@ int dlock__redis_server_error(struct redis_state *s, const char *text, const cha
         code = DLOCK_EAUTH;
     else if (strstr(text, "WRONGTYPE"))
         code = DLOCK_EWRONGTYPE;
-    else if (strstr(text, "MASTERDOWN") || strstr(text, "LOADING") || strstr(text, "CLUSTERDOWN"))
+    else if (strstr(text, "MASTERDOWN") || strstr(text, "LOADING"))
         code = DLOCK_EUNAVAIL;
+    else if (strstr(text, "CLUSTERDOWN") || !strncmp(text, "MOVED ", 6) ||
+             !strncmp(text, "ASK ", 4) || !strncmp(text, "TRYAGAIN", 8)) {
+        code = DLOCK_EUNAVAIL; /* a cluster between two states: ask for its map again */
+        dlock__redis_cluster_stale(s);
+    }
     else if (strncmp(text, "READONLY", 8) == 0) { /* a replica: a master demoted by a failover */
         code = DLOCK_EUNAVAIL;
         dlock__redis_sentinel_stale(s);
@@ -211,6 +216,9 @@ static int pool_take(struct redis_state *s, bool background, int64_t deadline, s
                      unsigned *gen)
 {
     *out = NULL;
+    if (s->cluster && !s->cluster_node) /* the master depends on the key: cluster.c */
+        return dlock__err(DLOCK_ENOTSUP, "%s: this request has no key to find its master by",
+                          s->where);
     int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
     if (left == 0)
         return deadline_passed(s, "request");
@@ -369,6 +377,7 @@ void dlock__redis_close(void *state)
         s->idle = k->next;
         dlock__redis_conn_free(k);
     }
+    dlock__redis_cluster_free(s);
     pthread_mutex_destroy(&s->pool_mu);
     pthread_mutex_destroy(&s->hub.mu);
     pthread_mutex_destroy(&s->cancel_mu); /* the cleanup queue freed every pending cancel */
@@ -398,11 +407,11 @@ int dlock__redis_open(struct dlock_client *c, void **state)
     return dlock__redis_open_node(c, -1, state);
 }
 
-int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
+struct redis_state *dlock__redis_state_new(struct dlock_client *c)
 {
     struct redis_state *s = calloc(1, sizeof *s);
     if (!s)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
+        return NULL;
     s->c = c;
     s->hub.efd = -1;
     pthread_mutex_init(&s->pool_mu, NULL);
@@ -411,6 +420,14 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
     s->backoff.min_ms = REDIS_BACKOFF_MIN_MS;
     s->backoff.max_ms = REDIS_BACKOFF_MAX_MS;
     pthread_mutex_init(&s->hub.mu, NULL);
+    return s;
+}
+
+int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
+{
+    struct redis_state *s = dlock__redis_state_new(c);
+    if (!s)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
     const char *url = dlock_client_url(c);
     int rc = DLOCK_OK;
 
@@ -439,12 +456,14 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
             rc = parse_db(s, name_end + 1, "path");
         else if (!rc && db_param)
             rc = parse_db(s, db_param, "db");
+    } else if (strstr(c->url.scheme, "+cluster")) {
+        rc = dlock__redis_cluster_parse(s, c);
     } else {
         size_t hi = node < 0 ? 0 : (size_t)node;
         if (node < 0 && c->url.nhosts != 1)
             rc = dlock__err(DLOCK_EBADURL,
                             "bad URL '%s': %s:// takes exactly one host (for several, use "
-                            "redlock:// or redis+sentinel://)",
+                            "redlock://, redis+sentinel:// or redis+cluster://)",
                             url, c->url.scheme);
         else if (!(s->host = dlock__strdup(c->url.hosts[hi].host)))
             rc = DLOCK_ENOMEM;
@@ -538,7 +557,10 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
         dlock__redis_close(s);
         return rc;
     }
-    rc = node < 0 ? dlock__redis_load_scripts(s) : DLOCK_OK; /* a node may be down now */
+    if (s->cluster)
+        rc = dlock__redis_cluster_start(s); /* the slot map, then the scripts */
+    else
+        rc = node < 0 ? dlock__redis_load_scripts(s) : DLOCK_OK; /* a node may be down now */
     if (!rc && s->sentinel)
         rc = dlock__redis_hub_start(s); /* +switch-master, for holders and idle connections too */
     if (rc) {

@@ -81,21 +81,10 @@ void dlock__redis_leader_keys_free(struct leader_keys *lk)
 static int eval(struct redis_state *s, int64_t deadline, const char *script, int argc,
                 const char **args, const char *what, redisReply **out)
 {
-    const char *argv[12] = {"EVAL", script};
+    const char *argv[12] = {"EVAL", dlock__redis_sharded_script(s, script)};
     for (int i = 0; i < argc; i++)
         argv[2 + i] = args[i];
-    struct rconn *k;
-    int rc = dlock__redis_pool_get(s, false, deadline, &k);
-    if (rc)
-        return rc;
-    rc = dlock__redis_command(k, 2 + argc, argv, NULL, what, out, NULL);
-    dlock__redis_pool_put(s, k, rc == DLOCK_ECONN);
-    if (!rc && (*out)->type == REDIS_REPLY_ERROR) {
-        rc = dlock__redis_server_error(s, (*out)->str, what);
-        freeReplyObject(*out);
-        *out = NULL;
-    }
-    return rc;
+    return dlock__redis_keyed_command(s, deadline, args[1], 2 + argc, argv, what, out);
 }
 
 /* Write VALUE as H's (the leader's): DLOCK_ELOST when H no longer holds. */
@@ -165,15 +154,12 @@ int dlock__redis_elect_release(void *state, struct dlock__hold *h)
     if (dlock__redis_leader_keys(s, h->name, &lk) == DLOCK_OK) {
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
-        const char *argv[] = {"PUBLISH", lk.chan, "1"};
-        struct rconn *k;
-        if (dlock__redis_pool_get(s, false, dlock__now_ms() + s->op_timeout_ms, &k) == DLOCK_OK) {
-            redisReply *r = NULL;
-            int prc = dlock__redis_command(k, 3, argv, NULL, "publish", &r, NULL);
-            dlock__redis_pool_put(s, k, prc == DLOCK_ECONN);
-            if (r)
-                freeReplyObject(r);
-        }
+        const char *argv[] = {dlock__redis_publish_command(s), lk.chan, "1"};
+        redisReply *r = NULL;
+        dlock__redis_keyed_command(s, dlock__now_ms() + s->op_timeout_ms, lk.chan, 3, argv,
+                                   "publish", &r);
+        if (r)
+            freeReplyObject(r);
         dlock__redis_leader_keys_free(&lk);
         dlock__errmsg_restore(rc, msg);
     }

@@ -226,6 +226,11 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
                                          "queue of waiters (DLOCK_LOCK_FAIR); use the Redisson "
                                          "layout (the default) or layout=fair",
                           s->where, h->name);
+    if (s->cluster)
+        return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': a fair lock (DLOCK_LOCK_FAIR) sends "
+                                         "its grants on a channel of each client, outside the "
+                                         "lock's slot: not on a cluster",
+                          s->where, h->name);
     struct fair_keys f;
     int rc = fair_keys_make(s, h->name, &f);
     if (rc)

@@ -47,6 +47,7 @@ struct hub_chan {
     bool keyed; /* messages name their waiter (dlock__redis_hub_join_keyed);
                    counted once in nwaiters, so it stays subscribed */
     struct hub_grant *grants; /* keyed: messages not yet taken */
+    int conn;   /* the connection subscribed on (a cluster: the master's index), -1 none */
     struct dlock__waitset waiters;
     struct dlock__waitset heads; /* joined by dlock__redis_hub_join_head() */
     struct dlock__waitset quiet; /* joined by dlock__redis_hub_join_quiet() */
@@ -148,16 +149,22 @@ static void hub_keep_grant(struct hub_chan *ch, const redisReply *m)
     ch->grants = kept;
 }
 
-/* Handle one reply on the subscriber connection (hub mutex held). */
-static void hub_on_reply(struct hub *hb, const redisReply *r)
+/* Handle one reply on the subscriber connection (hub mutex held). A
+ * cluster's sharded pub/sub says smessage, ssubscribe, sunsubscribe. */
+static void hub_on_reply(struct redis_state *s, struct hub *hb, const redisReply *r)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
         r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
         return;
     const char *kind = r->element[0]->str;
+    if (s->cluster && (!strcmp(kind, "smessage") || !strcmp(kind, "ssubscribe") ||
+                       !strcmp(kind, "sunsubscribe")))
+        kind++;
     struct hub_chan *ch = hub_find(hb, r->element[1]->str, r->element[1]->len);
     if (!ch)
         return;
+    if (s->cluster && strcmp(kind, "unsubscribe") == 0 && !ch->unsub_sent)
+        dlock__redis_cluster_stale(s); /* the master gave the channel's slot away */
     if (strcmp(kind, "message") == 0) {
         const redisReply *m = r->element[2];
         if (ch->keyed)
@@ -178,6 +185,7 @@ static void hub_on_reply(struct hub *hb, const redisReply *r)
     } else if (strcmp(kind, "unsubscribe") == 0) {
         ch->subscribed = false;
         ch->unsub_sent = false;
+        ch->conn = -1;
         if (ch->nwaiters > 0)
             hub_mark(hb, ch);
         else if (!ch->dirty && !ch->sub_sent)
@@ -185,16 +193,19 @@ static void hub_on_reply(struct hub *hb, const redisReply *r)
     }
 }
 
-/* Connection lost: forget server state, resubscribe what is wanted, and
- * wake every waiter so it tries again (messages may have been lost). */
-static void hub_on_disconnect(struct hub *hb)
+/* Connection CONN lost: forget what the server knew of its channels,
+ * resubscribe what is wanted, and wake every waiter there so it tries
+ * again (messages may have been lost). */
+static void hub_on_disconnect(struct hub *hb, int conn)
 {
-    hb->todo = NULL;
     for (size_t b = 0; b < REDIS_HUB_BUCKETS; b++) {
         for (struct hub_chan *ch = hb->buckets[b], *next; ch; ch = next) {
             next = ch->next;
-            ch->subscribed = ch->sub_sent = ch->unsub_sent = ch->dirty = false;
-            if (ch->nwaiters == 0) {
+            if (ch->conn != conn)
+                continue;
+            ch->subscribed = ch->sub_sent = ch->unsub_sent = false;
+            ch->conn = -1;
+            if (ch->nwaiters == 0 && !ch->dirty) {
                 hub_free_chan(hb, ch);
                 continue;
             }
@@ -204,10 +215,21 @@ static void hub_on_disconnect(struct hub *hb)
     }
 }
 
-/* Append SUBSCRIBE/UNSUBSCRIBE for the to-do list (hub mutex held). */
-static void hub_flush_todo(struct hub *hb, struct rconn *k)
+/* One subscriber connection: to the server, or to one cluster master. */
+struct hub_conn {
+    struct rconn *k;
+    bool wanted; /* a channel waits for it (the server's: always) */
+    int64_t next_dial;
+    struct dlock__backoff backoff;
+};
+
+/* Append SUBSCRIBE/UNSUBSCRIBE for the to-do list (hub mutex held), on
+ * the connection of each channel: a cluster's on the master of its slot
+ * (SSUBSCRIBE: sharded pub/sub). A channel whose connection is not up
+ * stays on the list, its connection wanted. */
+static void hub_flush_todo(struct redis_state *s, struct hub *hb, struct hub_conn *hc)
 {
-    struct hub_chan *ch = hb->todo;
+    struct hub_chan *ch = hb->todo, *later = NULL;
     hb->todo = NULL;
     while (ch) {
         struct hub_chan *next = ch->dnext;
@@ -216,58 +238,90 @@ static void hub_flush_todo(struct hub *hb, struct rconn *k)
         size_t argl[2] = {0, ch->len};
         argv[1] = ch->name;
         if (ch->nwaiters > 0 && (!ch->subscribed || ch->unsub_sent) && !ch->sub_sent) {
+            int conn = s->cluster ? dlock__redis_cluster_owner(s, ch->name, ch->len) : 0;
             if (ch->unsub_sent) {
                 /* re-subscribe once the unsubscribe is confirmed */
+            } else if (conn < 0 || !hc[conn].k) {
+                if (conn >= 0)
+                    hc[conn].wanted = true;
+                ch->dirty = true; /* once the master is known and reached */
+                ch->dnext = later;
+                later = ch;
             } else {
-                argv[0] = "SUBSCRIBE";
-                argl[0] = 9;
-                dlock__redis_conn_append(k, 2, argv, argl);
+                argv[0] = s->cluster ? "SSUBSCRIBE" : "SUBSCRIBE";
+                argl[0] = strlen(argv[0]);
+                dlock__redis_conn_append(hc[conn].k, 2, argv, argl);
                 ch->sub_sent = true;
+                ch->conn = conn;
             }
-        } else if (ch->nwaiters == 0 && ch->subscribed && !ch->unsub_sent && !ch->sub_sent) {
-            argv[0] = "UNSUBSCRIBE";
-            argl[0] = 11;
-            dlock__redis_conn_append(k, 2, argv, argl);
+        } else if (ch->nwaiters == 0 && ch->subscribed && !ch->unsub_sent && !ch->sub_sent &&
+                   ch->conn >= 0 && hc[ch->conn].k) {
+            argv[0] = s->cluster ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
+            argl[0] = strlen(argv[0]);
+            dlock__redis_conn_append(hc[ch->conn].k, 2, argv, argl);
             ch->unsub_sent = true;
         } else if (ch->nwaiters == 0 && !ch->subscribed && !ch->sub_sent && !ch->unsub_sent) {
             hub_free_chan(hb, ch);
         }
         ch = next;
     }
+    hb->todo = later;
 }
 
 static void *hub_main(void *arg)
 {
     struct redis_state *s = arg;
     struct hub *hb = &s->hub;
-    struct rconn *k = NULL;
-    struct dlock__backoff backoff = {.min_ms = REDIS_BACKOFF_MIN_MS, .max_ms = REDIS_BACKOFF_MAX_MS};
-    int64_t next_dial = 0;
+    /* one connection to the server, or one per cluster master */
+    size_t nc = s->cluster ? REDIS_CLUSTER_MAX_NODES : 1;
+    struct hub_conn *hc = hb->conns;
+    for (size_t i = 0; i < nc; i++)
+        hc[i].backoff = (struct dlock__backoff){.min_ms = REDIS_BACKOFF_MIN_MS,
+                                                .max_ms = REDIS_BACKOFF_MAX_MS};
+    hc[0].wanted = !s->cluster;
+    struct pollfd p[2 + REDIS_CLUSTER_MAX_NODES];
+    int at[2 + REDIS_CLUSTER_MAX_NODES]; /* p[j] is hc[at[j]]'s */
     struct rconn *watch = NULL; /* Sentinel: +switch-master (sentinel.c) */
     int64_t next_watch = 0;
 
     pthread_mutex_lock(&hb->mu);
     while (!hb->stop) {
-        if (!k) {
+        if (s->cluster) { /* a slot moved, a master failed: the map first */
+            pthread_mutex_unlock(&hb->mu);
+            dlock__redis_cluster_refresh_stale(s);
+            pthread_mutex_lock(&hb->mu);
+        }
+        int64_t timeout = 1000;
+        for (size_t i = 0; i < nc; i++) {
+            if (!hc[i].wanted || hc[i].k)
+                continue;
             int64_t now = dlock__now_ms();
-            if (now >= next_dial) {
-                pthread_mutex_unlock(&hb->mu);
-                int rc = dlock__redis_dial(s, false, DLOCK__NEVER, &k);
-                pthread_mutex_lock(&hb->mu);
-                if (rc) {
-                    next_dial = dlock__now_ms() + dlock__backoff_next(&backoff);
-                } else {
-                    dlock__backoff_reset(&backoff);
-                    /* everything wanted is marked dirty by hub_on_disconnect */
-                    for (size_t b = 0; b < REDIS_HUB_BUCKETS; b++)
-                        for (struct hub_chan *ch = hb->buckets[b]; ch; ch = ch->next)
-                            if (ch->nwaiters > 0)
-                                hub_mark(hb, ch);
-                }
+            if (now < hc[i].next_dial) {
+                timeout = hc[i].next_dial - now < timeout ? hc[i].next_dial - now : timeout;
+                continue;
+            }
+            pthread_mutex_unlock(&hb->mu);
+            struct rconn *k;
+            int rc = s->cluster ? dlock__redis_cluster_dial_node(s, (int)i, DLOCK__NEVER, &k)
+                                : dlock__redis_dial(s, false, DLOCK__NEVER, &k);
+            pthread_mutex_lock(&hb->mu);
+            if (rc) {
+                hc[i].next_dial = dlock__now_ms() + dlock__backoff_next(&hc[i].backoff);
+                dlock__redis_cluster_stale(s); /* a master gone: who serves its slots now? */
+                timeout = 0;
+            } else {
+                dlock__backoff_reset(&hc[i].backoff);
+                hc[i].k = k;
+                /* everything wanted is marked dirty by hub_on_disconnect */
+                for (size_t b = 0; b < REDIS_HUB_BUCKETS; b++)
+                    for (struct hub_chan *ch = hb->buckets[b]; ch; ch = ch->next)
+                        if (ch->nwaiters > 0 && !ch->subscribed && !ch->sub_sent)
+                            hub_mark(hb, ch);
             }
         }
-        if (k)
-            hub_flush_todo(hb, k);
+        hub_flush_todo(s, hb, hc);
+        if (hb->todo && timeout > 50)
+            timeout = 50; /* channels whose master is not known yet */
         pthread_mutex_unlock(&hb->mu);
         if (s->sentinel && !watch && dlock__now_ms() >= next_watch) {
             watch = dlock__redis_sentinel_watch(s);
@@ -276,30 +330,31 @@ static void *hub_main(void *arg)
 
         /* The subscriber's replies are pushed, never owed: only what it
          * writes is waited for, in the same poll as the wake-ups. */
-        if (k) {
+        size_t np = 2;
+        bool broken = false;
+        p[0] = (struct pollfd){.fd = s->hub.efd, .events = POLLIN};
+        p[1] = (struct pollfd){.fd = -1};
+        if (watch) {
+            p[1].fd = watch->fd;
+            p[1].events = dlock__redis_conn_events(watch);
+        }
+        for (size_t i = 0; i < nc; i++) {
+            struct rconn *k = hc[i].k;
+            if (!k)
+                continue;
             k->want = 0;
             dlock__redis_conn_pump(k, 0);
+            broken |= k->broken;
+            if (k->ngot > 0)
+                timeout = 0; /* replies already read: take them now */
+            p[np] = (struct pollfd){.fd = k->fd, .events = dlock__redis_conn_events(k)};
+            at[np++] = (int)i;
         }
-        bool broken = k && k->broken;
-        struct pollfd p[3] = {{.fd = s->hub.efd, .events = POLLIN}, {.fd = -1}, {.fd = -1}};
-        if (watch) {
-            p[2].fd = watch->fd;
-            p[2].events = dlock__redis_conn_events(watch);
-        }
-        if (k && !broken) {
-            p[1].fd = k->fd;
-            p[1].events = dlock__redis_conn_events(k);
-        }
-        int timeout = k && k->ngot > 0 ? 0 : 1000; /* replies already read: take them now */
-        if (!k) {
-            int64_t left = next_dial - dlock__now_ms();
-            timeout = left < 0 ? 0 : (int)left;
-        }
-        if (!broken && poll(p, 3, timeout) > 0) {
-            if (watch && p[2].revents) {
-                dlock__redis_conn_pump(watch, p[2].revents);
-                if (dlock__redis_sentinel_switched(s, watch) && k)
-                    broken = true; /* subscribed to the old master: move */
+        if (!broken && poll(p, (nfds_t)np, (int)timeout) > 0) {
+            if (watch && p[1].revents) {
+                dlock__redis_conn_pump(watch, p[1].revents);
+                if (dlock__redis_sentinel_switched(s, watch) && hc[0].k)
+                    dlock__redis_conn_fail(hc[0].k, "the master moved"); /* subscribed to the old one */
                 if (watch->broken) {
                     dlock__redis_conn_free(watch);
                     watch = NULL;
@@ -311,29 +366,39 @@ static void *hub_main(void *arg)
                     /* nothing to drain */
                 }
             }
-            if (p[1].fd >= 0 && p[1].revents) {
-                dlock__redis_conn_pump(k, p[1].revents);
-                broken = broken || k->broken;
-            }
+            for (size_t j = 2; j < np; j++)
+                if (p[j].revents)
+                    dlock__redis_conn_pump(hc[at[j]].k, p[j].revents);
         }
         pthread_mutex_lock(&hb->mu);
-        if (k) {
+        for (size_t i = 0; i < nc; i++) {
+            struct rconn *k = hc[i].k;
+            if (!k)
+                continue;
             redisReply *reply;
             while ((reply = dlock__redis_conn_take(k))) {
-                hub_on_reply(hb, reply);
+                /* a cluster master refusing SSUBSCRIBE (MOVED: the map
+                 * was stale): resubscribe its channels where they are */
+                if (s->cluster && reply->type == REDIS_REPLY_ERROR) {
+                    dlock__redis_server_error(s, reply->str, "SSUBSCRIBE"); /* marks the map stale */
+                    dlock__redis_conn_fail(k, "%s", reply->str);
+                }
+                hub_on_reply(s, hb, reply);
                 freeReplyObject(reply);
             }
-        }
-        if (broken) {
-            dlock__redis_conn_free(k);
-            k = NULL;
-            dlock__redis_sentinel_stale(s); /* Sentinel: a failover closes subscribers too */
-            hub_on_disconnect(hb);
-            next_dial = dlock__now_ms() + dlock__backoff_next(&backoff);
+            if (k->broken) {
+                dlock__redis_conn_free(k);
+                hc[i].k = NULL;
+                dlock__redis_sentinel_stale(s); /* Sentinel: a failover closes subscribers too */
+                dlock__redis_cluster_stale(s);
+                hub_on_disconnect(hb, (int)i);
+                hc[i].next_dial = dlock__now_ms() + dlock__backoff_next(&hc[i].backoff);
+            }
         }
     }
     pthread_mutex_unlock(&hb->mu);
-    dlock__redis_conn_free(k);
+    for (size_t i = 0; i < nc; i++)
+        dlock__redis_conn_free(hc[i].k);
     dlock__redis_conn_free(watch);
     return NULL;
 }
@@ -344,6 +409,9 @@ static int hub_start_locked(struct redis_state *s)
     struct hub *hb = &s->hub;
     if (hb->started)
         return DLOCK_OK;
+    if (!hb->conns && !(hb->conns = calloc(s->cluster ? REDIS_CLUSTER_MAX_NODES : 1,
+                                           sizeof *hb->conns)))
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
     int err = pthread_create(&hb->thread, NULL, hub_main, s);
     if (err)
         return dlock__errno(DLOCK_EIO, err, "%s: cannot start the subscriber thread", s->where);
@@ -386,6 +454,7 @@ static int hub_join(struct redis_state *s, const char *chan, size_t len, struct 
         dlock__waitset_init(&ch->waiters);
         dlock__waitset_init(&ch->heads);
         dlock__waitset_init(&ch->quiet);
+        ch->conn = -1;
         memcpy(ch->name, chan, len);
         ch->name[len] = 0;
         ch->len = len;
@@ -560,6 +629,8 @@ void dlock__redis_hub_stop(struct redis_state *s)
             hub_free_chan(hb, hb->buckets[b]);
         }
     }
+    free(hb->conns);
+    hb->conns = NULL;
 }
 
 /* ====================================================== a waiter's sleep */

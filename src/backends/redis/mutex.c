@@ -270,12 +270,29 @@ int dlock__redis_renew_reply(struct redis_state *s, const redisReply *r, size_t 
     return DLOCK_OK;
 }
 
+/* The holds of HOLDS[C0..N) that go in one renewal script call: at most
+ * RENEW_BATCH, and on a cluster master only those of HOLDS[C0]'s slot
+ * (the batch comes sorted by slot: cluster.c). */
+static size_t renew_chunk(struct redis_state *s, struct dlock__hold **holds, size_t c0, size_t n)
+{
+    size_t m = n - c0 < RENEW_BATCH ? n - c0 : RENEW_BATCH;
+    if (!s->cluster)
+        return m;
+    unsigned slot = dlock__redis_cluster_name_slot(s, holds[c0]->name);
+    for (size_t i = 1; i < m; i++)
+        if (dlock__redis_cluster_name_slot(s, holds[c0 + i]->name) != slot)
+            return i;
+    return m;
+}
+
 /* The keeper's batch: RENEW_BATCH holds per script call, every call of
  * the batch pipelined on one connection, so N holds cost one round trip
- * and ceil(N / RENEW_BATCH) commands. */
+ * and ceil(N / RENEW_BATCH) commands (a cluster: per master, cluster.c). */
 static int redis_renew(void *state, struct dlock__renew_batch *b)
 {
     struct redis_state *s = state;
+    if (s->cluster && !s->cluster_node)
+        return dlock__redis_cluster_renew(s, b, redis_renew);
     if (dlock__redis_sem_renew_apart(s, b, redis_renew)) /* semaphore permits (semaphore.c) */
         return DLOCK_OK;
     struct dlock__hold **holds = b->holds;
@@ -292,7 +309,9 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
             dlock__renew_result(b, i, rc);
         return rc;
     }
-    size_t nchunks = (n + RENEW_BATCH - 1) / RENEW_BATCH;
+    size_t nchunks = 0;
+    for (size_t c0 = 0; c0 < n; nchunks++)
+        c0 += renew_chunk(s, holds, c0, n);
     size_t maxargs = 3 + 4 * RENEW_BATCH;
     struct renew_bufs rb;
     rc = dlock__redis_renew_bufs_new(&rb, maxargs, RENEW_BATCH, RENEW_BATCH);
@@ -306,8 +325,8 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
     bool noscript = false;
     /* Append every chunk, then read every reply: one round trip. */
     for (int pass = 0; pass < 2; pass++) {
-        for (size_t c0 = 0; c0 < n; c0 += RENEW_BATCH) {
-            size_t m = n - c0 < RENEW_BATCH ? n - c0 : RENEW_BATCH;
+        for (size_t c0 = 0, m; c0 < n; c0 += m) {
+            m = renew_chunk(s, holds, c0, n);
             char nk[16];
             snprintf(nk, sizeof nk, "%zu", m);
             size_t a = 0;
@@ -353,17 +372,16 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
         rc = dlock__redis_exchange(&k, 1, k->until, "renew");
         int acked = sync && !rc ? dlock__redis_sync_acked(k->got[k->ngot - 1]) : -1;
         noscript = false;
-        for (size_t ci = 0; ci < nchunks; ci++) {
+        for (size_t ci = 0, c0 = 0, m; ci < nchunks; ci++, c0 += m) {
+            m = renew_chunk(s, holds, c0, n);
             redisReply *r = dlock__redis_conn_take(k);
             if (!r) {
                 dlock__redis_pool_put(s, k, true);
                 k = NULL;
-                for (size_t i = ci * RENEW_BATCH; i < n; i++)
+                for (size_t i = c0; i < n; i++)
                     dlock__renew_result(b, i, rc);
                 goto out;
             }
-            size_t c0 = ci * RENEW_BATCH;
-            size_t m = n - c0 < RENEW_BATCH ? n - c0 : RENEW_BATCH;
             int e;
             if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
                 noscript = true;
@@ -618,6 +636,8 @@ int dlock__redis_scan(struct redis_state *s, const char *match, const char *type
                                   void *arg, int *err),
                       void *arg)
 {
+    if (s->cluster && !s->cluster_node) /* every master's keys */
+        return dlock__redis_cluster_scan(s, match, type, each, arg, dlock__redis_scan);
     struct rconn *k;
     int rc = dlock__redis_pool_get(s, false, DLOCK__NEVER, &k);
     if (rc)
@@ -699,7 +719,8 @@ int dlock__redis_release_hold(void *state, struct dlock__hold *h)
 }
 
 static const char *const redis_schemes[] = {"redis",          "rediss",          "redis+unix",
-                                            "redis+sentinel", "rediss+sentinel", NULL};
+                                            "redis+sentinel", "rediss+sentinel", "redis+cluster",
+                                            "rediss+cluster", NULL};
 
 const struct dlock__backend dlock__backend_redis = {
     .version = DLOCK__BACKEND_VERSION,

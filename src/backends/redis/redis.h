@@ -9,7 +9,8 @@
  * wake-ups of waiting threads), cancel.c (the cancel owed after an acquire
  * whose replies were lost), mutex.c (the lock recipe: acquire, release,
  * renew, inspect, force, list, and the backend table) and rwlock.c (what
- * shared holds add: Redisson's RReadWriteLock layout). Everything here is
+ * shared holds add: Redisson's RReadWriteLock layout); cluster.c routes each
+ * request of a redis+cluster:// URL to its slot's master. Everything here is
  * private to those files; the core sees only the table.
  */
 #ifndef DLOCK_REDIS_H
@@ -33,6 +34,8 @@ struct ssl_st;
 #define REDIS_BACKOFF_MIN_MS 50
 #define REDIS_BACKOFF_MAX_MS 1000
 #define REDIS_HUB_BUCKETS 1024
+/* The masters (and seeds) a redis+cluster:// client keeps track of. */
+#define REDIS_CLUSTER_MAX_NODES 64
 
 /* The scripts, one per lock operation (scripts/NAME.lua). */
 enum script_id {
@@ -89,6 +92,8 @@ struct rconn {
 };
 
 struct hub_chan;       /* hub.c */
+struct hub_conn;       /* hub.c */
+struct redis_cluster;  /* cluster.c */
 struct pending_cancel; /* mutex.c */
 
 /* The subscriber hub: one connection and thread per client (hub.c). */
@@ -99,6 +104,7 @@ struct hub {
     int efd; /* eventfd: wakes the hub thread */
     struct hub_chan *buckets[REDIS_HUB_BUCKETS];
     struct hub_chan *todo;
+    struct hub_conn *conns; /* the hub thread's: one, or one per cluster master */
 };
 
 /* One sentinel of a redis+sentinel:// URL (the host is the URL's). */
@@ -151,6 +157,11 @@ struct redis_state {
     unsigned master_epoch;      /* under pool_mu: bumped by each resolution */
     size_t watch_next;          /* hub thread: watch the sentinel after the last watched */
 
+    /* redis+cluster:// (cluster.c): the slot map and a state per master,
+     * shared by the URL's front state and each master's (cluster_node) */
+    struct redis_cluster *cluster;
+    bool cluster_node;
+
     /* cancels of lost acquires not yet sent (mutex.c) */
     pthread_mutex_t cancel_mu;
     struct pending_cancel *cancels;
@@ -174,6 +185,9 @@ int dlock__redis_open(struct dlock_client *c, void **state);
  * fills s->sha, and EVALSHA falls back to EVAL. */
 int dlock__redis_open_node(struct dlock_client *c, int node, void **state);
 void dlock__redis_close(void *state);
+/* A state for client C with nothing dialed or parsed yet, its locks and
+ * backoff set up (dlock__redis_close frees it); NULL without memory. */
+struct redis_state *dlock__redis_state_new(struct dlock_client *c);
 /* Map a server error reply to a code, with the server's words. */
 int dlock__redis_server_error(struct redis_state *s, const char *text, const char *what);
 /* One command on K within K->until (ARGL may be NULL: strlen): *OUT is
@@ -292,6 +306,75 @@ int dlock__redis_master(void *state, char *buf, size_t size);
 /* The master may have moved (a broken connection, READONLY): ask again
  * before the next dial. No-op without Sentinel. */
 void dlock__redis_sentinel_stale(struct redis_state *s);
+
+/* ----------------------------------------------------------- cluster.c */
+
+/* The hash slot of KEY (its "{tag}" when it has one), and of the lock
+ * key of NAME under S's prefix. */
+unsigned dlock__redis_cluster_slot(const char *key, size_t len);
+unsigned dlock__redis_cluster_name_slot(const struct redis_state *s, const char *name);
+/* Read a redis+cluster:// URL of C into S; then, once S is set up, learn
+ * the slot map and load the scripts (start). free: every master's state
+ * and the map (a master's state: nothing). */
+int dlock__redis_cluster_parse(struct redis_state *s, struct dlock_client *c);
+int dlock__redis_cluster_start(struct redis_state *s);
+void dlock__redis_cluster_free(struct redis_state *s);
+/* Where one request of a cluster goes: the master of its slot, or the
+ * node a redirect named; retries of a cluster between two states end at
+ * UNTIL (set at the first). Initialise with dlock__redis_route_init(). */
+struct dlock__redis_route {
+    int node; /* -1: the slot map's */
+    bool ask; /* ASKING first (a slot being migrated) */
+    unsigned hops;
+    int64_t until;
+    struct dlock__backoff backoff;
+};
+void dlock__redis_route_init(struct dlock__redis_route *rt);
+/* A connection (*OUT, from the pool of *NS) to the master serving the
+ * slot of KEYS (all in one slot, else DLOCK_EINVAL), or to the node RT
+ * names, within DEADLINE; a master that cannot be reached marks the map
+ * stale and is retried (after a refresh) within the call's time left. */
+int dlock__redis_cluster_get(struct redis_state *s, struct dlock__redis_route *rt, int nkeys,
+                             const char **keys, const size_t *lens, int64_t deadline,
+                             struct redis_state **ns, struct rconn **out);
+/* Whether reply R redirects the request (MOVED, ASK) or asks it to pass
+ * (TRYAGAIN, CLUSTERDOWN: after a pause within DEADLINE): then RT says
+ * where to send it again. */
+bool dlock__redis_cluster_redirect(struct redis_state *s, struct dlock__redis_route *rt,
+                                   const redisReply *r, int64_t deadline);
+/* One command ARGV about KEY on S's server, or on a cluster the master
+ * serving KEY's slot (redirects followed), within DEADLINE: *OUT the
+ * reply; an error reply becomes its code with the server's words. */
+int dlock__redis_keyed_command(struct redis_state *s, int64_t deadline, const char *key, int argc,
+                               const char **argv, const char *what, redisReply **out);
+/* For the subscriber (hub.c): the index of the master serving KEY's
+ * slot in the map as it is (-1: none known), a connection to the node of
+ * index I, and the map read again if it is stale (bounded by the op
+ * timeout). */
+int dlock__redis_cluster_owner(struct redis_state *s, const char *key, size_t len);
+int dlock__redis_cluster_dial_node(struct redis_state *s, int i, int64_t deadline, struct rconn **out);
+void dlock__redis_cluster_refresh_stale(struct redis_state *s);
+/* SRC with its publish calls made spublish on a cluster (sharded
+ * pub/sub: the subscribers of the slot's master only), SRC elsewhere;
+ * and the command that publishes on S. */
+const char *dlock__redis_sharded_script(struct redis_state *s, const char *src);
+const char *dlock__redis_publish_command(const struct redis_state *s);
+/* Mark S's slot map stale (a redirect, a master gone). No-op without a
+ * cluster. */
+void dlock__redis_cluster_stale(struct redis_state *s);
+/* The backend's renew and SCAN over every master: RENEW (SCAN) run on
+ * each master's state with its holds (on its keys). */
+int dlock__redis_cluster_renew(struct redis_state *s, struct dlock__renew_batch *b,
+                               int (*renew)(void *state, struct dlock__renew_batch *b));
+int dlock__redis_cluster_scan(struct redis_state *f, const char *match, const char *type,
+                              int (*each)(struct redis_state *s, struct rconn *k,
+                                          const redisReply *key, void *arg, int *err),
+                              void *arg,
+                              int (*scan)(struct redis_state *s, const char *match,
+                                          const char *type,
+                                          int (*each)(struct redis_state *s, struct rconn *k,
+                                                      const redisReply *key, void *arg, int *err),
+                                          void *arg));
 
 /* --------------------------------------------------------------- tls.c */
 

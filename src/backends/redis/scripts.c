@@ -389,9 +389,13 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum scrip
         *retried = false;
     bool written = false;
     char lost[DLOCK__MSG_MAX];
+    struct dlock__redis_route route; /* a cluster's: the master of the keys' slot */
+    dlock__redis_route_init(&route);
     for (int attempt = 0;; attempt++) {
         struct rconn *k;
-        int rc = dlock__redis_pool_get(s, false, deadline, &k);
+        struct redis_state *ns = s; /* K's pool: S's, or a cluster master's */
+        int rc = s->cluster ? dlock__redis_cluster_get(s, &route, nkeys, args, lens, deadline, &ns, &k)
+                            : dlock__redis_pool_get(s, false, deadline, &k);
         if (rc && attempt > 0) /* the first attempt's lost reply is the story */
             return dlock__errmsg_restore(DLOCK_ECONN, lost);
         if (rc)
@@ -403,11 +407,11 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum scrip
         if (reached)
             *reached = written;
         if (rc == DLOCK_ENOMEM) {
-            dlock__redis_pool_put(s, k, true);
+            dlock__redis_pool_put(ns, k, true);
             return rc;
         }
         if (rc) {
-            dlock__redis_pool_put(s, k, true);
+            dlock__redis_pool_put(ns, k, true);
             if (retry && attempt == 0) {
                 if (retried)
                     *retried = true;
@@ -426,7 +430,7 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum scrip
              * more on the master the sentinels name now */
             dlock__redis_server_error(s, r->str, what); /* marks the master stale */
             freeReplyObject(r);
-            dlock__redis_pool_put(s, k, true);
+            dlock__redis_pool_put(ns, k, true);
             dlock__errmsg_save(lost);
             if (retry_args) {
                 args = retry_args;
@@ -434,9 +438,16 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum scrip
             }
             continue;
         }
-        dlock__redis_pool_put(s, k, false);
+        if (s->cluster && dlock__redis_cluster_redirect(s, &route, r, deadline)) {
+            /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN: nothing ran; not a retry */
+            freeReplyObject(r);
+            dlock__redis_pool_put(ns, k, false);
+            attempt--;
+            continue;
+        }
+        dlock__redis_pool_put(ns, k, false);
         if (r->type == REDIS_REPLY_ERROR) {
-            rc = dlock__redis_server_error(s, r->str, what);
+            rc = dlock__redis_server_error(ns, r->str, what);
             freeReplyObject(r);
             return rc;
         }

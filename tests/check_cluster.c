@@ -1,0 +1,249 @@
+/* check_cluster.c -- redis+cluster:// against a real Redis Cluster (three
+ * masters, a replica each, made by `redis-cli --cluster create`): what a
+ * cluster adds to the single-node backend.
+ *
+ * The lock contract runs on the cluster in check_contract (fixture
+ * "redis-cluster"); here are what only a cluster has: names on every
+ * master, a stale slot map (MOVED), a slot migrated while held (ASK,
+ * TRYAGAIN, then MOVED), a manual failover and a master killed while a
+ * lock is held and waited for, and the CLI on a cluster URL.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "fixture_redis.h"
+#include "testutil.h"
+
+static struct fx_cluster cl;
+
+static void start_cluster(void)
+{
+    ck_assert_msg(fx_cluster_start(&cl, 3, 1), "the cluster could not be started");
+}
+
+static void stop_cluster(void)
+{
+    for (size_t i = 0; i < cl.n; i++)
+        if (cl.node[i].pid > 0)
+            kill(cl.node[i].pid, SIGCONT);
+    fx_cluster_stop(&cl);
+}
+
+/* A lock name ("PREFIX-<n>") whose slot the master on PORT serves now,
+ * into BUF. */
+static const char *name_on(int port, const char *prefix, char *buf, size_t size)
+{
+    for (int i = 0; i < 100000; i++) {
+        snprintf(buf, size, "%s-%d", prefix, i);
+        if (fx_cluster_master_of(&cl, fx_cluster_keyslot(&cl, buf)) == port)
+            return buf;
+    }
+    ck_abort_msg("no name of '%s' falls on the master on port %d", prefix, port);
+    return NULL;
+}
+
+/* The masters' ports, as the cluster says now. */
+static int masters(int *ports, int max)
+{
+    int n = 0;
+    for (unsigned slot = 0; slot < 16384 && n < max; slot += 64) {
+        int m = fx_cluster_master_of(&cl, slot);
+        bool seen = false;
+        for (int i = 0; i < n; i++)
+            seen |= ports[i] == m;
+        if (m && !seen)
+            ports[n++] = m;
+    }
+    return n;
+}
+
+/* One raw command on the node on PORT that must not fail, its arguments
+ * split on spaces (none here holds one); the reply (caller frees). */
+static redisReply *must(int port, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static redisReply *must(int port, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char cmd[1024];
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    const char *argv[16];
+    size_t argl[16];
+    int argc = 0;
+    for (char *p = strtok(cmd, " "); p && argc < 16; p = strtok(NULL, " ")) {
+        argv[argc] = strcmp(p, "''") == 0 ? "" : p;
+        argl[argc] = strlen(argv[argc]);
+        argc++;
+    }
+    struct timeval tv = {5, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+    ck_assert_msg(ctx && !ctx->err, "no connection to :%d", port);
+    redisReply *r = redisCommandArgv(ctx, argc, argv, argl);
+    ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "'%s' on :%d: %s", argv[0], port,
+                  r ? r->str : ctx->errstr);
+    redisFree(ctx);
+    return r;
+}
+
+#define run_on(...) freeReplyObject(must(__VA_ARGS__))
+
+static char *node_id(int port)
+{
+    /* CLUSTER MYID is 7.2's: the "myself" line of CLUSTER NODES */
+    redisReply *r = must(port, "CLUSTER NODES");
+    char *line = strstr(r->str, "myself");
+    while (line && line > r->str && line[-1] != '\n')
+        line--;
+    ck_assert_msg(line != NULL, "no myself in CLUSTER NODES of :%d", port);
+    char *id = strndup(line, 40);
+    freeReplyObject(r);
+    return id;
+}
+
+/* Start moving SLOT from the master on FROM to the one on TO (IMPORTING
+ * on TO, MIGRATING on FROM), and MIGRATE the keys KEYS (space-separated)
+ * over. */
+static void migrate_start(unsigned slot, int from, int to, const char *keys)
+{
+    char *from_id = node_id(from), *to_id = node_id(to);
+    run_on(to, "CLUSTER SETSLOT %u IMPORTING %s", slot, from_id);
+    run_on(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to_id);
+    if (keys && *keys)
+        run_on(from, "MIGRATE 127.0.0.1 %d '' 0 5000 KEYS %s", to, keys);
+    free(from_id);
+    free(to_id);
+}
+
+/* Finish the move: SLOT belongs to TO, as every master is told. */
+static void migrate_end(unsigned slot, int to)
+{
+    char *to_id = node_id(to);
+    int ports[8];
+    int n = masters(ports, 8);
+    run_on(to, "CLUSTER SETSLOT %u NODE %s", slot, to_id);
+    for (int i = 0; i < n; i++)
+        if (ports[i] != to)
+            run_on(ports[i], "CLUSTER SETSLOT %u NODE %s", slot, to_id);
+    free(to_id);
+    ck_assert(fx_cluster_wait_ok(&cl));
+}
+
+/* ---------------------------------------------------------------- tests */
+
+/* A name on each master: taken, refused to a second client, waited for
+ * and handed over on release (the waiter woken by the release message),
+ * its token key in the lock's slot on the same master. */
+TU_TEST(locks_on_every_master, 120)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    dlock_client *a = tu_open(cl.url), *b = tu_open(cl.url);
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        name_on(ports[i], "every", name, sizeof name);
+        dlock_lock *la = tu_lock(a, name), *lb = tu_lock(b, name);
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
+        uint64_t ta = tu_token(la);
+        ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+        /* the keys are on that master */
+        redisReply *r = fx_cluster_raw(ports[i], "EXISTS %s redisson_lock_token:{%s}", name, name);
+        ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+        ck_assert_int_eq(r->integer, 2);
+        freeReplyObject(r);
+        struct tu_waiter w = {0};
+        tu_waiter_start(&w, lb, 30000);
+        ck_assert(tu_wait_thread_asleep(&w.tid, 10000));
+        TU_RELEASE_OK(la);
+        ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+        ck_assert_uint_gt(w.token, ta); /* tokens only grow */
+        TU_FREE_LOCKS(la, lb);
+    }
+    TU_CLOSE_CLIENTS(a, b);
+}
+END_TEST
+
+/* The client learned the map, then a slot moved (keys and all): its
+ * next request goes to the old master, which answers MOVED; the client
+ * follows it, and remembers. */
+TU_TEST(moved_slot_followed, 120)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    dlock_client *c = tu_open(cl.url);
+    char name[64];
+    name_on(ports[0], "moved", name, sizeof name);
+    dlock_lock *l = tu_lock(c, name);
+    tu_acquire_release(l, DLOCK_TRY); /* the map is known, the token key exists */
+    unsigned slot = fx_cluster_keyslot(&cl, name);
+    char *keys = tu_fmt("redisson_lock_token:{%s}", name);
+    migrate_start(slot, ports[0], ports[1], keys);
+    migrate_end(slot, ports[1]);
+    free(keys);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    redisReply *r = fx_cluster_raw(ports[1], "EXISTS %s", name);
+    ck_assert_int_eq(r->integer, 1); /* on the new master */
+    freeReplyObject(r);
+    TU_RELEASE_OK(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* The command line on a cluster URL: run holds a name on one master
+ * while a library client holds one on another; status sees each, list
+ * sees both (every master scanned), run -n is busy, release --force
+ * frees it. */
+TU_TEST(cli_on_cluster, 120)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    char a[64], b[64];
+    name_on(ports[0], "cli-a", a, sizeof a);
+    name_on(ports[2], "cli-b", b, sizeof b);
+    dlock_client *c = tu_open(cl.url);
+    dlock_lock *lb = tu_lock(c, b);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY);
+    char *dir = tu_tmpdir("cluster-cli"), *tok = tu_fmt("%s/tok", dir), *go = tu_fmt("%s/go", dir);
+    char *log = tu_fmt("%s/run.log", dir);
+    char *script = tu_fmt("echo \"$DLOCK_TOKEN\" > %s.tmp && mv %s.tmp %s; "
+                          "while [ ! -e %s ]; do sleep 0.05; done",
+                          tok, tok, tok, go);
+    const char *run[] = {tu_dlock_bin(), "-u", cl.url, "run", a, "--", "sh", "-c", script, NULL};
+    pid_t runner = tu_spawn(run, log);
+    ck_assert_msg(tu_wait_file(tok, 30000), "dlock run never ran its command");
+    ck_assert_uint_gt(tu_read_u64(tok), 0);
+    char *out = NULL;
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", cl.url, "status", a), 0);
+    free(out);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", cl.url, "status", b), 0);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", cl.url, "list", "cli-*"), 0);
+    ck_assert_msg(strstr(out, a) && strstr(out, b), "list: %s", out);
+    free(out);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", cl.url, "run", "-n", a, "--", "true"), 1);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", cl.url, "release", "--force", a), 0);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", cl.url, "status", a), 1);
+    tu_write_marker(go, "go");
+    tu_wait_exit(runner);
+    TU_RELEASE_OK(lb);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", cl.url, "status", b), 1);
+    dlock_lock_free(lb);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(dir);
+    free(tok);
+    free(go);
+    free(log);
+    free(script);
+}
+END_TEST
+
+int main(void)
+{
+    return tu_main("cluster", start_cluster, stop_cluster);
+}

@@ -66,6 +66,7 @@ static const struct dlock_bench_baseline *const baselines[] = {
     &dlock_bench_redis_baseline,
     &dlock_bench_redis_unix_baseline,
     &dlock_bench_redlock_baseline,
+    &dlock_bench_cluster_baseline,
 #endif
 #ifdef DLOCK_HAVE_ZK
     &dlock_bench_zk_baseline,

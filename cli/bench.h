@@ -61,6 +61,8 @@ extern const struct dlock_bench_baseline dlock_bench_redis_baseline;
 extern const struct dlock_bench_baseline dlock_bench_redis_unix_baseline;
 /* redlock://: dlock on the first node alone (cli/bench_redlock.c) */
 extern const struct dlock_bench_baseline dlock_bench_redlock_baseline;
+/* redis+cluster://: dlock with every name on one master (cli/bench_cluster.c) */
+extern const struct dlock_bench_baseline dlock_bench_cluster_baseline;
 #endif
 #ifdef DLOCK_HAVE_ZK
 extern const struct dlock_bench_baseline dlock_bench_zk_baseline;

@@ -10,6 +10,7 @@
  */
 #include <check.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,42 @@ static void migrate_end(unsigned slot, int to)
     ck_assert(fx_cluster_wait_ok(&cl));
 }
 
+/* Sharded subscribers of NAME's release channel on the node on PORT. */
+static long long shardnumsub_at(int port, const char *name)
+{
+    redisReply *r = fx_cluster_raw(port, "PUBSUB SHARDNUMSUB redisson_lock__channel:{%s}", name);
+    long long n = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer
+                                                                       : -1;
+    if (r)
+        freeReplyObject(r);
+    return n;
+}
+
+static void wait_shardnumsub_at(int port, const char *name, long long want)
+{
+    for (int i = 0; i < 800 && shardnumsub_at(port, name) != want; i++)
+        tu_sleep_ms(25);
+    long long got = shardnumsub_at(port, name);
+    ck_assert_msg(got == want, "%lld sharded subscribers of '%s' on port %d, not %lld", got, name,
+                  port, want);
+}
+
+/* Wait until L's hold is renewed (its validity grows), and assert it was
+ * not reported lost meanwhile. */
+static void wait_renewed(struct tu_pair *p)
+{
+    int64_t before = dlock_validity_ms(p->la);
+    for (int i = 0; i < 800; i++) {
+        ck_assert_msg(atomic_load(&p->lost.fired) == 0, "the hold was lost: %s", p->lost.why);
+        int64_t now = dlock_validity_ms(p->la);
+        if (now > before)
+            return;
+        before = now;
+        tu_sleep_ms(25);
+    }
+    ck_abort_msg("the hold was never renewed");
+}
+
 /* ---------------------------------------------------------------- tests */
 
 /* A name on each master: taken, refused to a second client, waited for
@@ -240,6 +277,105 @@ TU_TEST(cli_on_cluster, 120)
     free(go);
     free(log);
     free(script);
+}
+END_TEST
+
+/* A holder and a waiter on one master's slot through CLUSTER FAILOVER on
+ * its replica, then (on another master) through kill -9 of the master:
+ * the hold is renewed on the promoted replica, the waiter subscribes
+ * there (SSUBSCRIBE on the slot's new master) and acquires once the
+ * holder releases, with a greater token. */
+TU_TEST(failover_holding_and_waiting, 180)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    char *url = tu_fmt("%s?lease=6s", cl.url);
+    for (int round = 0; round < 2; round++) {
+        char name[64];
+        name_on(ports[round], round ? "killed" : "failover", name, sizeof name);
+        unsigned slot = fx_cluster_keyslot(&cl, name);
+        struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), name);
+        tu_pair_watch_lost(&p);
+        TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+        uint64_t first = tu_token(p.la);
+        struct tu_waiter w = {0};
+        tu_waiter_start(&w, p.lb, 60000);
+        int old = ports[round], replica = fx_cluster_replica_of(&cl, old);
+        ck_assert_int_ne(replica, 0);
+        wait_shardnumsub_at(old, name, 1);
+        if (round == 0) {
+            ck_assert(fx_cluster_failover(&cl, replica));
+        } else {
+            run_on(old, "WAIT 1 5000"); /* the hold is on the replica */
+            fx_redis_kill(fx_cluster_server(&cl, old));
+            ck_assert(fx_cluster_wait_ok(&cl));
+        }
+        ck_assert_int_eq(fx_cluster_master_of(&cl, slot), replica);
+        wait_shardnumsub_at(replica, name, 1); /* the waiter followed */
+        wait_renewed(&p);                      /* on the new master */
+        TU_RELEASE_OK(p.la);
+        ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+        ck_assert_msg(w.token > first, "token %llu after %llu", (unsigned long long)w.token,
+                      (unsigned long long)first);
+        tu_pair_close(&p);
+    }
+    free(url);
+}
+END_TEST
+
+/* A slot migrated while its lock is held and waited for: with the keys
+ * moved and the slot still migrating, the hold is inspected and renewed
+ * through ASK, and another client's try passes TRYAGAIN until its time
+ * is up; once the slot belongs to the new master, requests are MOVED
+ * there, the waiter subscribes there, and the hand-over works. */
+TU_TEST(slot_migrated_while_held, 120)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    char name[64];
+    name_on(ports[0], "migrated", name, sizeof name);
+    unsigned slot = fx_cluster_keyslot(&cl, name);
+    char *url = tu_fmt("%s?lease=6s", cl.url);
+    struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), name);
+    tu_pair_watch_lost(&p);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    uint64_t first = tu_token(p.la);
+    struct tu_waiter w = {0};
+    tu_waiter_start(&w, p.lb, 60000);
+    wait_shardnumsub_at(ports[0], name, 1);
+
+    char *keys = tu_fmt("%s redisson_lock_token:{%s}", name, name);
+    migrate_start(slot, ports[0], ports[1], keys);
+    free(keys);
+    dlock_info *info = NULL;
+    int rc = dlock_inspect(p.a, name, &info); /* ASK, ASKING */
+    ck_assert_msg(rc == DLOCK_OK, "inspect: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_uint_eq(dlock_info_token(info), first);
+    dlock_info_free(info);
+    wait_renewed(&p); /* through ASK too */
+    char *short_url = tu_fmt("%s?timeout=500ms", cl.url);
+    dlock_client *c = tu_open(short_url);
+    dlock_lock *l = tu_lock(c, name);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EUNAVAIL);
+    ck_assert_msg(strstr(dlock_errmsg(), "TRYAGAIN"), "%s", dlock_errmsg());
+
+    migrate_end(slot, ports[1]);
+    wait_shardnumsub_at(ports[1], name, 1); /* the waiter followed the slot */
+    wait_renewed(&p);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY); /* MOVED */
+    TU_RELEASE_OK(p.la);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+    ck_assert_msg(w.token > first, "token %llu after %llu", (unsigned long long)w.token,
+                  (unsigned long long)first);
+    redisReply *r = fx_cluster_raw(ports[1], "EXISTS redisson_lock_token:{%s}", name);
+    ck_assert_int_eq(r->integer, 1);
+    freeReplyObject(r);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(short_url);
+    tu_pair_close(&p);
+    free(url);
 }
 END_TEST
 

@@ -601,12 +601,20 @@ int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch 
         }
     }
     for (size_t i = 0; i < n; i++) {
-        b->result[it[i].at] = result[i];
-        if (result[i] != DLOCK_OK) {
-            memcpy(b->why[it[i].at], why[i], sizeof why[i]);
-            if (result[i] != DLOCK_ELOST)
-                dlock__redis_cluster_stale(f); /* a master gone, or slots moved */
+        /* A lock hold whose master did not renew it (a slot being
+         * migrated: ASK; moved: MOVED; a master gone) is tried once more
+         * alone, by the routed path that follows redirects. */
+        if (result[i] != DLOCK_OK && result[i] != DLOCK_ELOST && !holds[i]->sem &&
+            dlock__time_left(b->deadline, 1) > 0) {
+            dlock__redis_cluster_stale(f);
+            int rc = dlock__redis_renew_one(f, holds[i], b->deadline);
+            result[i] = rc;
+            if (rc)
+                snprintf(why[i], sizeof why[i], "%s", dlock_errmsg());
         }
+        b->result[it[i].at] = result[i];
+        if (result[i] != DLOCK_OK)
+            memcpy(b->why[it[i].at], why[i], sizeof why[i]);
     }
     free(it);
     free(holds);

@@ -285,6 +285,68 @@ static size_t renew_chunk(struct redis_state *s, struct dlock__hold **holds, siz
     return m;
 }
 
+/* What the renewal of H that WHERE answered (RENEWED, with ACKED replica
+ * acknowledgements, -1 when not asked; sent at SENT) means: DLOCK_OK
+ * (its validity runs from SENT), DLOCK_EUNAVAIL (too few replicas: not
+ * counted) or DLOCK_ELOST, each failure with its own message. */
+static int renew_outcome(struct redis_state *s, struct dlock__hold *h, bool renewed, int acked,
+                         int64_t sent, const char *where)
+{
+    if (renewed && acked >= 0 && acked < s->sync_replicas)
+        return dlock__err(DLOCK_EUNAVAIL, "%s: renewal of lock '%s': only %d of %d replicas "
+                                          "acknowledged it (sync=%d)",
+                          s->where, h->name, acked, s->sync_replicas, s->sync_replicas);
+    if (renewed) {
+        dlock__hold_confirmed(s->c, h, sent);
+        return DLOCK_OK;
+    }
+    /* each hold keeps its own reason, naming the server that answered
+     * (Sentinel: the master of the moment) */
+    return dlock__err(DLOCK_ELOST, "%s: renewal found lock '%s' held by another owner or gone "
+                                   "(lease expired, force-released or the server lost its data)",
+                      where, h->name);
+}
+
+/* H's arguments to the renewal script (its lock's keys K): its owner
+ * value, lease and reader timeout key ("" for an exclusive hold), their
+ * lengths in LENS[0..3). */
+static void renew_args(struct redis_state *s, const struct dlock__hold *h,
+                       const struct lock_keys *k, char val[160], char lease[24],
+                       char timeout[DLOCK_NAME_MAX + 256], size_t lens[3])
+{
+    int vl = s->simple ? snprintf(val, 160, "%s:%llu", h->owner, (unsigned long long)h->token)
+                       : snprintf(val, 160, "%s", h->owner);
+    lens[0] = (size_t)vl;
+    lens[1] = (size_t)snprintf(lease, 24, "%lld", (long long)h->lease_ms);
+    lens[2] = (size_t)dlock__redis_rw_timeout_key(k, h, timeout, DLOCK_NAME_MAX + 256);
+}
+
+int dlock__redis_renew_one(struct redis_state *s, struct dlock__hold *h, int64_t deadline)
+{
+    struct lock_keys k;
+    int rc = dlock__redis_keys_make(s, h->name, &k);
+    if (rc)
+        return rc;
+    char val[160], lease[24], timeout[DLOCK_NAME_MAX + 256];
+    const char *args[] = {k.lock, val, lease, timeout};
+    size_t lens[4] = {k.lock_len};
+    renew_args(s, h, &k, val, lease, timeout, lens + 1);
+    redisReply *r;
+    int64_t sent;
+    int acked;
+    rc = dlock__redis_eval_synced(s, deadline, S_RENEW, 1, 4, args, lens, true, NULL, NULL,
+                                  "renew", &r, &sent, NULL, NULL, &acked);
+    if (!rc) {
+        bool renewed = false;
+        rc = dlock__redis_renew_reply(s, r, 1, &renewed);
+        if (!rc)
+            rc = renew_outcome(s, h, renewed, acked, sent, s->where);
+        freeReplyObject(r);
+    }
+    dlock__redis_keys_free(&k);
+    return rc;
+}
+
 /* The keeper's batch: RENEW_BATCH holds per script call, every call of
  * the batch pipelined on one connection, so N holds cost one round trip
  * and ceil(N / RENEW_BATCH) commands (a cluster: per master, cluster.c). */
@@ -343,19 +405,11 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
                 rb.argl[a++] = rb.keys[i].lock_len;
             }
             for (size_t i = 0; i < m; i++) {
-                struct dlock__hold *h = holds[c0 + i];
-                int vl = s->simple ? snprintf(rb.vals[i], sizeof rb.vals[i], "%s:%llu", h->owner,
-                                              (unsigned long long)h->token)
-                                   : snprintf(rb.vals[i], sizeof rb.vals[i], "%s", h->owner);
-                int ll = snprintf(rb.leases[i], sizeof rb.leases[i], "%lld",
-                                  (long long)(h->lease_ms));
-                rb.argv[a] = rb.vals[i];
-                rb.argl[a++] = (size_t)vl;
-                rb.argv[a] = rb.leases[i];
-                rb.argl[a++] = (size_t)ll;
-                rb.argv[a] = timeouts[i]; /* a reader's timeout key, or "" */
-                rb.argl[a++] = (size_t)dlock__redis_rw_timeout_key(&rb.keys[i], h, timeouts[i],
-                                                         sizeof timeouts[i]);
+                renew_args(s, holds[c0 + i], &rb.keys[i], rb.vals[i], rb.leases[i], timeouts[i],
+                           rb.argl + a);
+                rb.argv[a++] = rb.vals[i];
+                rb.argv[a++] = rb.leases[i];
+                rb.argv[a++] = timeouts[i]; /* a reader's timeout key, or "" */
             }
             rc = dlock__redis_conn_append(k, (int)a, rb.argv, rb.argl);
             for (size_t i = 0; i < m; i++)
@@ -389,26 +443,9 @@ static int redis_renew(void *state, struct dlock__renew_batch *b)
                 for (size_t i = 0; i < m; i++)
                     dlock__renew_result(b, c0 + i, e);
             } else {
-                for (size_t i = 0; i < m; i++) {
-                    struct dlock__hold *h = holds[c0 + i];
-                    if (renewed[i] && acked >= 0 && acked < s->sync_replicas) {
-                        dlock__err(DLOCK_EUNAVAIL, "%s: renewal of lock '%s': only %d of %d "
-                                                   "replicas acknowledged it (sync=%d)",
-                                   s->where, h->name, acked, s->sync_replicas, s->sync_replicas);
-                        dlock__renew_result(b, c0 + i, DLOCK_EUNAVAIL);
-                    } else if (renewed[i]) {
-                        dlock__renew_result(b, c0 + i, DLOCK_OK);
-                        dlock__hold_confirmed(s->c, h, sent);
-                    } else {
-                        /* each hold keeps its own reason, naming the server
-                         * that answered (Sentinel: the master of the moment) */
-                        dlock__err(DLOCK_ELOST,
-                                   "%s: renewal found lock '%s' held by another owner or gone "
-                                   "(lease expired, force-released or the server lost its data)",
-                                   k->where, h->name);
-                        dlock__renew_result(b, c0 + i, DLOCK_ELOST);
-                    }
-                }
+                for (size_t i = 0; i < m; i++)
+                    dlock__renew_result(b, c0 + i, renew_outcome(s, holds[c0 + i], renewed[i],
+                                                                 acked, sent, k->where));
             }
             freeReplyObject(r);
         }

@@ -622,6 +622,11 @@ int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
 int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
                                const struct lock_keys *k, redisReply *r, int64_t sent, int acked,
                                int64_t *ttl_ms);
+/* Renew the lock hold H alone, within DEADLINE, through the routed
+ * script path (a cluster: redirects followed): DLOCK_OK (confirmed),
+ * DLOCK_ELOST, or why it could not be renewed. */
+int dlock__redis_renew_one(struct redis_state *s, struct dlock__hold *h, int64_t deadline);
+
 /* The lock's acquire and release (mutex.c), for the election on it. */
 int dlock__redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redis_release_hold(void *state, struct dlock__hold *h);

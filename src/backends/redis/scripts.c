@@ -342,7 +342,14 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
             argv[1] = s->src[id];
             argl[1] = strlen(s->src[id]);
         }
-        int rc = dlock__redis_conn_append(k, 3 + nargs, argv, argl);
+        /* a cluster node that ran EVALSHA after ASKING (a slot being
+         * migrated to it) needs ASKING again for the EVAL; elsewhere it
+         * changes nothing */
+        const char *asking[] = {"ASKING"};
+        bool ask = pass && s->cluster;
+        int rc = ask ? dlock__redis_conn_append(k, 1, asking, NULL) : DLOCK_OK;
+        if (!rc)
+            rc = dlock__redis_conn_append(k, 3 + nargs, argv, argl);
         bool sync = !rc && id != S_INSPECT && id != S_SEM_INSPECT && dlock__redis_sync_append(s, k);
         if (!rc)
             rc = dlock__redis_exchange(&k, 1, k->until, what);
@@ -350,6 +357,8 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
             *written = true;
         if (rc)
             return rc;
+        if (ask)
+            freeReplyObject(dlock__redis_conn_take(k));
         r = dlock__redis_conn_take(k);
         redisReply *w = sync ? dlock__redis_conn_take(k) : NULL;
         if (sync)

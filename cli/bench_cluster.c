@@ -1,0 +1,209 @@
+/* bench_cluster.c -- the baseline of `dlock bench` on redis+cluster://
+ * URLs: dlock on the same cluster with every name on one master.
+ *
+ * What spreading locks over the masters buys is best read beside the
+ * same library, scripts and servers with the whole load on one master,
+ * in the same run: the baseline appends a hash tag to each name ("{t}",
+ * chosen so that its slot is served by the master of slot 0), so every
+ * lock lands there. The ratio of the two is the scaling with the number
+ * of masters (on a machine with fewer cores than masters, expect none).
+ * PING on that master is the round trip. The baseline's threads share
+ * one client, as the dlock side's do.
+ */
+#ifdef DLOCK_HAVE_REDIS
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "bench.h"
+#include "dlock.h"
+
+#define HANDLES 4096 /* names a thread keeps a handle for (open addressing) */
+
+/* The client every baseline thread shares, and the tag of the master. */
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static dlock_client *shared_client;
+static int shared_users;
+static char shared_tag[16];
+
+struct one_master {
+    redisContext *ctx; /* PING to the master */
+    char *names[HANDLES];
+    dlock_lock *locks[HANDLES];
+};
+
+/* The first host:port of a redis[s]+cluster:// URL. */
+static int first_host(const char *url, char *host, size_t hostlen, int *port)
+{
+    const char *rest = strstr(url, "://");
+    if (!rest)
+        return -1;
+    rest += 3;
+    const char *at = strchr(rest, '@'), *hosts = at && at < rest + strcspn(rest, "/?") ? at + 1 : rest;
+    size_t hl = strcspn(hosts, ",/?");
+    const char *colon = memchr(hosts, ':', hl);
+    snprintf(host, hostlen, "%.*s", (int)(colon ? (size_t)(colon - hosts) : hl), hosts);
+    *port = colon ? atoi(colon + 1) : 6379;
+    return 0;
+}
+
+/* The master of slot 0 (*HOST, *PORT) and a tag hashing to one of its
+ * slots, asked of the node at HOST:PORT. */
+static int find_master_tag(redisContext *seed, char *host, size_t hostlen, int *port, char *tag,
+                           size_t taglen)
+{
+    redisReply *r = redisCommand(seed, "CLUSTER SLOTS");
+    long long lo = -1, hi = -1;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->elements >= 3 && e->element[0]->integer == 0) {
+            lo = e->element[0]->integer;
+            hi = e->element[1]->integer;
+            if (e->element[2]->element[0]->len)
+                snprintf(host, hostlen, "%s", e->element[2]->element[0]->str);
+            *port = (int)e->element[2]->element[1]->integer;
+        }
+    }
+    if (r)
+        freeReplyObject(r);
+    for (int i = 0; lo >= 0 && i < 100000; i++) {
+        snprintf(tag, taglen, "{t%d}", i);
+        r = redisCommand(seed, "CLUSTER KEYSLOT %s", tag);
+        long long slot = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        if (r)
+            freeReplyObject(r);
+        if (slot >= lo && slot <= hi)
+            return 0;
+    }
+    return -1;
+}
+
+static void *master_connect(const char *url, char *err, size_t errlen)
+{
+    char host[256];
+    int port;
+    struct one_master *b = calloc(1, sizeof *b);
+    if (!b || first_host(url, host, sizeof host, &port)) {
+        snprintf(err, errlen, "cannot read the first node of %s", url);
+        free(b);
+        return NULL;
+    }
+    redisContext *seed = redisConnect(host, port);
+    if (!seed || seed->err) {
+        snprintf(err, errlen, "%s:%d: %s", host, port, seed ? seed->errstr : "out of memory");
+        redisFree(seed);
+        free(b);
+        return NULL;
+    }
+    pthread_mutex_lock(&shared_mu);
+    int rc = 0;
+    char tag[16];
+    if (find_master_tag(seed, host, sizeof host, &port, tag, sizeof tag))
+        rc = snprintf(err, errlen, "%s: no tag found on the master of slot 0", url);
+    else if (!shared_client && dlock_open(url, &shared_client))
+        rc = snprintf(err, errlen, "%s: %s", url, dlock_errmsg());
+    if (!rc) {
+        shared_users++;
+        snprintf(shared_tag, sizeof shared_tag, "%s", tag);
+    }
+    pthread_mutex_unlock(&shared_mu);
+    redisFree(seed);
+    if (!rc) {
+        b->ctx = redisConnect(host, port);
+        if (!b->ctx || b->ctx->err)
+            rc = snprintf(err, errlen, "%s:%d: %s", host, port,
+                          b->ctx ? b->ctx->errstr : "out of memory");
+    }
+    if (rc) {
+        redisFree(b->ctx);
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+static void master_disconnect(void *conn)
+{
+    struct one_master *b = conn;
+    for (size_t i = 0; i < HANDLES; i++) {
+        dlock_lock_free(b->locks[i]);
+        free(b->names[i]);
+    }
+    redisFree(b->ctx);
+    free(b);
+    pthread_mutex_lock(&shared_mu);
+    if (--shared_users == 0) {
+        dlock_client_close(shared_client);
+        shared_client = NULL;
+    }
+    pthread_mutex_unlock(&shared_mu);
+}
+
+/* The handle of NAME + the master's tag, made on first use; NULL when
+ * the table is full. */
+static dlock_lock *handle_of(struct one_master *b, const char *name)
+{
+    unsigned h = 2166136261u;
+    for (const char *p = name; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    for (size_t i = 0; i < HANDLES; i++) {
+        size_t k = (h + i) % HANDLES;
+        if (b->names[k] && strcmp(b->names[k], name) == 0)
+            return b->locks[k];
+        if (!b->names[k]) {
+            char tagged[128];
+            snprintf(tagged, sizeof tagged, "%s%s", name, shared_tag);
+            if (dlock_lock_new(shared_client, tagged, DLOCK_EXCLUSIVE, 0, &b->locks[k]))
+                return NULL;
+            b->names[k] = strdup(name);
+            return b->locks[k];
+        }
+    }
+    return NULL;
+}
+
+static int master_lock_unlock(void *conn, const char *name)
+{
+    dlock_lock *l = handle_of(conn, name);
+    if (!l)
+        return -1;
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    if (rc == DLOCK_EBUSY)
+        return 1;
+    if (rc)
+        return -1;
+    return dlock_release(l) ? -1 : 0;
+}
+
+static int master_round_trip(void *conn)
+{
+    struct one_master *b = conn;
+    redisReply *r = redisCommand(b->ctx, "PING");
+    int rc = r && r->type == REDIS_REPLY_STATUS ? 0 : -1;
+    if (r)
+        freeReplyObject(r);
+    return rc;
+}
+
+static long long master_server_calls(void *conn)
+{
+    (void)conn;
+    return -1;
+}
+
+const struct dlock_bench_baseline dlock_bench_cluster_baseline = {
+    "redis+cluster",
+    "dlock on the same cluster, every name tagged onto the master of slot 0: acquire(TRY) + "
+    "release; PING",
+    master_connect,
+    master_disconnect,
+    master_lock_unlock,
+    master_round_trip,
+    master_server_calls,
+};
+
+#endif /* DLOCK_HAVE_REDIS */

@@ -196,14 +196,14 @@ static long long master_server_calls(void *conn)
 }
 
 const struct dlock_bench_baseline dlock_bench_cluster_baseline = {
-    "redis+cluster",
-    "dlock on the same cluster, every name tagged onto the master of slot 0: acquire(TRY) + "
-    "release; PING",
-    master_connect,
-    master_disconnect,
-    master_lock_unlock,
-    master_round_trip,
-    master_server_calls,
+    .scheme = "redis+cluster",
+    .what = "dlock on the same cluster, every name tagged onto the master of slot 0: "
+            "acquire(TRY) + release; PING",
+    .connect = master_connect,
+    .disconnect = master_disconnect,
+    .lock_unlock = master_lock_unlock,
+    .round_trip = master_round_trip,
+    .server_calls = master_server_calls,
 };
 
 #endif /* DLOCK_HAVE_REDIS */

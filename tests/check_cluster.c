@@ -108,15 +108,23 @@ static char *node_id(int port)
 }
 
 /* Start moving SLOT from the master on FROM to the one on TO (IMPORTING
- * on TO, MIGRATING on FROM), and MIGRATE the keys KEYS (space-separated)
- * over. */
-static void migrate_start(unsigned slot, int from, int to, const char *keys)
+ * on TO, MIGRATING on FROM), and MIGRATE every key of the slot over, as
+ * `redis-cli --cluster reshard` does (the source makes no new key in a
+ * migrating slot, so the loop ends). */
+static void migrate_start(unsigned slot, int from, int to)
 {
     char *from_id = node_id(from), *to_id = node_id(to);
     run_on(to, "CLUSTER SETSLOT %u IMPORTING %s", slot, from_id);
     run_on(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to_id);
-    if (keys && *keys)
-        run_on(from, "MIGRATE 127.0.0.1 %d '' 0 5000 KEYS %s", to, keys);
+    for (;;) {
+        redisReply *r = must(from, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        size_t n = r->elements;
+        for (size_t i = 0; i < n; i++) /* no key here holds a space */
+            run_on(from, "MIGRATE 127.0.0.1 %d %s 0 5000", to, r->element[i]->str);
+        freeReplyObject(r);
+        if (n == 0)
+            break;
+    }
     free(from_id);
     free(to_id);
 }
@@ -171,37 +179,126 @@ static void wait_renewed(struct tu_pair *p)
     ck_abort_msg("the hold was never renewed");
 }
 
+/* P: two clients on URL and their handles on NAME; the first holds it,
+ * the second waits for it in W, subscribed on the master on PORT. The
+ * holder's token. */
+static uint64_t hold_and_wait(struct tu_pair *p, struct tu_waiter *w, const char *url,
+                              const char *name, int port)
+{
+    *p = tu_pair_of(tu_open(url), tu_open(url), name);
+    tu_pair_watch_lost(p);
+    TU_ACQUIRE_OK(p->la, DLOCK_TRY);
+    uint64_t first = tu_token(p->la);
+    memset(w, 0, sizeof *w);
+    tu_waiter_start(w, p->lb, 60000);
+    wait_shardnumsub_at(port, name, 1);
+    return first;
+}
+
+/* P's holder releases; the waiter W gets the lock, with a token above
+ * FIRST. */
+static void hand_over(struct tu_pair *p, struct tu_waiter *w, uint64_t first)
+{
+    TU_RELEASE_OK(p->la);
+    ck_assert_int_eq(tu_waiter_join(w), DLOCK_OK);
+    ck_assert_msg(w->token > first, "token %llu after %llu", (unsigned long long)w->token,
+                  (unsigned long long)first);
+}
+
 /* ---------------------------------------------------------------- tests */
 
-/* A name on each master: taken, refused to a second client, waited for
- * and handed over on release (the waiter woken by the release message),
- * its token key in the lock's slot on the same master. */
+/* A name on each master, in both layouts: taken, refused to a second
+ * client, waited for and handed over on release (the waiter woken by the
+ * sharded release message well before the 30 s lease ends), its lock key
+ * and token key on that master. */
 TU_TEST(locks_on_every_master, 120)
 {
     int ports[8];
     ck_assert_int_eq(masters(ports, 8), 3);
-    dlock_client *a = tu_open(cl.url), *b = tu_open(cl.url);
-    for (int i = 0; i < 3; i++) {
-        char name[64];
-        name_on(ports[i], "every", name, sizeof name);
-        dlock_lock *la = tu_lock(a, name), *lb = tu_lock(b, name);
-        TU_ACQUIRE_OK(la, DLOCK_TRY);
-        uint64_t ta = tu_token(la);
-        ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
-        /* the keys are on that master */
-        redisReply *r = fx_cluster_raw(ports[i], "EXISTS %s redisson_lock_token:{%s}", name, name);
-        ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
-        ck_assert_int_eq(r->integer, 2);
-        freeReplyObject(r);
-        struct tu_waiter w = {0};
-        tu_waiter_start(&w, lb, 30000);
-        ck_assert(tu_wait_thread_asleep(&w.tid, 10000));
-        TU_RELEASE_OK(la);
-        ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
-        ck_assert_uint_gt(w.token, ta); /* tokens only grow */
-        TU_FREE_LOCKS(la, lb);
+    static const char *const layouts[] = {"redisson", "simple"};
+    for (int lay = 0; lay < 2; lay++) {
+        char *url = tu_fmt("%s?layout=%s", cl.url, layouts[lay]);
+        dlock_client *a = tu_open(url), *b = tu_open(url);
+        for (int i = 0; i < 3; i++) {
+            char name[64];
+            name_on(ports[i], layouts[lay], name, sizeof name);
+            dlock_lock *la = tu_lock(a, name), *lb = tu_lock(b, name);
+            TU_ACQUIRE_OK(la, DLOCK_TRY);
+            uint64_t ta = tu_token(la);
+            ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+            redisReply *r = fx_cluster_raw(ports[i], "TYPE %s", name);
+            ck_assert_str_eq(r->str, lay ? "string" : "hash");
+            freeReplyObject(r);
+            r = fx_cluster_raw(ports[i], "EXISTS redisson_lock_token:{%s}", name);
+            ck_assert_int_eq(r->integer, 1);
+            freeReplyObject(r);
+            struct tu_waiter w = {0};
+            tu_waiter_start(&w, lb, 20000);
+            ck_assert(tu_wait_thread_asleep(&w.tid, 10000));
+            wait_shardnumsub_at(ports[i], name, 1);
+            TU_RELEASE_OK(la);
+            ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+            ck_assert_uint_gt(w.token, ta); /* tokens only grow */
+            TU_FREE_LOCKS(la, lb);
+        }
+        TU_CLOSE_CLIENTS(a, b);
+        free(url);
     }
-    TU_CLOSE_CLIENTS(a, b);
+}
+END_TEST
+
+/* Redisson in cluster mode on the wire, played raw on the slot's master:
+ * its hold (a hash with its owner field) keeps dlock out; its unlock (the
+ * hash deleted, "0" sent with SPUBLISH on redisson_lock__channel:{name},
+ * as Redisson 3.23+ does on a cluster) wakes dlock's waiter at once. */
+TU_TEST(redisson_cluster_wire, 60)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    char name[64];
+    name_on(ports[1], "redisson", name, sizeof name);
+    run_on(ports[1], "HSET %s 8a1c0d7e-0000-4000-8000-000000000001:1 1", name);
+    run_on(ports[1], "PEXPIRE %s 30000", name);
+    dlock_client *c = tu_open(cl.url);
+    dlock_lock *l = tu_lock(c, name);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    struct tu_waiter w = {0};
+    tu_waiter_start(&w, l, 20000);
+    wait_shardnumsub_at(ports[1], name, 1);
+    run_on(ports[1], "DEL %s", name);
+    run_on(ports[1], "SPUBLISH redisson_lock__channel:{%s} 0", name);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+END_TEST
+
+/* ?sync=1: every write waits for the master's replica (WAIT on the
+ * master that ran it); with that replica stopped, an acquire is undone
+ * and fails, naming the count. */
+TU_TEST(sync_waits_for_the_masters_replica, 60)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    char name[64];
+    name_on(ports[2], "synced", name, sizeof name);
+    char *url = tu_fmt("%s?sync=1&sync_timeout=300ms", cl.url);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, name);
+    tu_acquire_release(l, DLOCK_TRY);
+    struct fx_redis *replica = fx_cluster_server(&cl, fx_cluster_replica_of(&cl, ports[2]));
+    ck_assert_ptr_nonnull(replica);
+    tu_pause(replica->pid);
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    kill(replica->pid, SIGCONT);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL && strstr(dlock_errmsg(), "only 0 of 1"), "%s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    redisReply *r = fx_cluster_raw(ports[2], "EXISTS %s", name);
+    ck_assert_int_eq(r->integer, 0); /* undone */
+    freeReplyObject(r);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
 }
 END_TEST
 
@@ -218,10 +315,8 @@ TU_TEST(moved_slot_followed, 120)
     dlock_lock *l = tu_lock(c, name);
     tu_acquire_release(l, DLOCK_TRY); /* the map is known, the token key exists */
     unsigned slot = fx_cluster_keyslot(&cl, name);
-    char *keys = tu_fmt("redisson_lock_token:{%s}", name);
-    migrate_start(slot, ports[0], ports[1], keys);
+    migrate_start(slot, ports[0], ports[1]);
     migrate_end(slot, ports[1]);
-    free(keys);
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     redisReply *r = fx_cluster_raw(ports[1], "EXISTS %s", name);
     ck_assert_int_eq(r->integer, 1); /* on the new master */
@@ -294,15 +389,11 @@ TU_TEST(failover_holding_and_waiting, 180)
         char name[64];
         name_on(ports[round], round ? "killed" : "failover", name, sizeof name);
         unsigned slot = fx_cluster_keyslot(&cl, name);
-        struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), name);
-        tu_pair_watch_lost(&p);
-        TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-        uint64_t first = tu_token(p.la);
-        struct tu_waiter w = {0};
-        tu_waiter_start(&w, p.lb, 60000);
         int old = ports[round], replica = fx_cluster_replica_of(&cl, old);
         ck_assert_int_ne(replica, 0);
-        wait_shardnumsub_at(old, name, 1);
+        struct tu_pair p;
+        struct tu_waiter w;
+        uint64_t first = hold_and_wait(&p, &w, url, name, old);
         if (round == 0) {
             ck_assert(fx_cluster_failover(&cl, replica));
         } else {
@@ -313,10 +404,7 @@ TU_TEST(failover_holding_and_waiting, 180)
         ck_assert_int_eq(fx_cluster_master_of(&cl, slot), replica);
         wait_shardnumsub_at(replica, name, 1); /* the waiter followed */
         wait_renewed(&p);                      /* on the new master */
-        TU_RELEASE_OK(p.la);
-        ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
-        ck_assert_msg(w.token > first, "token %llu after %llu", (unsigned long long)w.token,
-                      (unsigned long long)first);
+        hand_over(&p, &w, first);
         tu_pair_close(&p);
     }
     free(url);
@@ -336,17 +424,11 @@ TU_TEST(slot_migrated_while_held, 120)
     name_on(ports[0], "migrated", name, sizeof name);
     unsigned slot = fx_cluster_keyslot(&cl, name);
     char *url = tu_fmt("%s?lease=6s", cl.url);
-    struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), name);
-    tu_pair_watch_lost(&p);
-    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
-    uint64_t first = tu_token(p.la);
-    struct tu_waiter w = {0};
-    tu_waiter_start(&w, p.lb, 60000);
-    wait_shardnumsub_at(ports[0], name, 1);
+    struct tu_pair p;
+    struct tu_waiter w;
+    uint64_t first = hold_and_wait(&p, &w, url, name, ports[0]);
 
-    char *keys = tu_fmt("%s redisson_lock_token:{%s}", name, name);
-    migrate_start(slot, ports[0], ports[1], keys);
-    free(keys);
+    migrate_start(slot, ports[0], ports[1]);
     dlock_info *info = NULL;
     int rc = dlock_inspect(p.a, name, &info); /* ASK, ASKING */
     ck_assert_msg(rc == DLOCK_OK, "inspect: %s: %s", dlock_err_name(rc), dlock_errmsg());
@@ -364,10 +446,7 @@ TU_TEST(slot_migrated_while_held, 120)
     wait_shardnumsub_at(ports[1], name, 1); /* the waiter followed the slot */
     wait_renewed(&p);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY); /* MOVED */
-    TU_RELEASE_OK(p.la);
-    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
-    ck_assert_msg(w.token > first, "token %llu after %llu", (unsigned long long)w.token,
-                  (unsigned long long)first);
+    hand_over(&p, &w, first);
     redisReply *r = fx_cluster_raw(ports[1], "EXISTS redisson_lock_token:{%s}", name);
     ck_assert_int_eq(r->integer, 1);
     freeReplyObject(r);

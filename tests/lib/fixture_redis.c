@@ -207,9 +207,10 @@ void fx_redis_stop(struct fx_redis *r)
 
 /* A raw command to 127.0.0.1:PORT (a sentinel or a server), after AUTH
  * PASSWORD when not NULL; NULL when it does not answer. */
-static redisReply *raw_at(int port, const char *password, const char *fmt, ...)
+static redisReply *raw_vat(int port, const char *password, int timeout_s, const char *fmt,
+                           va_list ap)
 {
-    struct timeval tv = {1, 0};
+    struct timeval tv = {timeout_s, 0};
     redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
     if (!ctx || ctx->err) {
         if (ctx)
@@ -222,11 +223,17 @@ static redisReply *raw_at(int port, const char *password, const char *fmt, ...)
         if (a)
             freeReplyObject(a);
     }
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    redisFree(ctx);
+    return r;
+}
+
+static redisReply *raw_at(int port, const char *password, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(ctx, fmt, ap);
+    redisReply *r = raw_vat(port, password, 1, fmt, ap);
     va_end(ap);
-    redisFree(ctx);
     return r;
 }
 
@@ -485,19 +492,10 @@ long long fx_redis_script_calls(redisContext *ctx)
 
 redisReply *fx_cluster_raw(int port, const char *fmt, ...)
 {
-    struct timeval tv = {2, 0};
-    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (!ctx || ctx->err) {
-        if (ctx)
-            redisFree(ctx);
-        return NULL;
-    }
-    redisSetTimeout(ctx, tv);
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(ctx, fmt, ap);
+    redisReply *r = raw_vat(port, NULL, 2, fmt, ap);
     va_end(ap);
-    redisFree(ctx);
     return r;
 }
 

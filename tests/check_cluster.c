@@ -64,6 +64,16 @@ static int masters(int *ports, int max)
     return n;
 }
 
+/* The port of the I-th of the three masters, and a name PREFIX-<n> on it
+ * into NAME. */
+static int master_name(int i, const char *prefix, char *name, size_t size)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    name_on(ports[i], prefix, name, size);
+    return ports[i];
+}
+
 /* One raw command on the node on PORT that must not fail, its arguments
  * split on spaces (none here holds one); the reply (caller frees). */
 static redisReply *must(int port, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -253,20 +263,18 @@ END_TEST
  * as Redisson 3.23+ does on a cluster) wakes dlock's waiter at once. */
 TU_TEST(redisson_cluster_wire, 60)
 {
-    int ports[8];
-    ck_assert_int_eq(masters(ports, 8), 3);
     char name[64];
-    name_on(ports[1], "redisson", name, sizeof name);
-    run_on(ports[1], "HSET %s 8a1c0d7e-0000-4000-8000-000000000001:1 1", name);
-    run_on(ports[1], "PEXPIRE %s 30000", name);
+    int port = master_name(1, "redisson", name, sizeof name);
+    run_on(port, "HSET %s 8a1c0d7e-0000-4000-8000-000000000001:1 1", name);
+    run_on(port, "PEXPIRE %s 30000", name);
     dlock_client *c = tu_open(cl.url);
     dlock_lock *l = tu_lock(c, name);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     struct tu_waiter w = {0};
     tu_waiter_start(&w, l, 20000);
-    wait_shardnumsub_at(ports[1], name, 1);
-    run_on(ports[1], "DEL %s", name);
-    run_on(ports[1], "SPUBLISH redisson_lock__channel:{%s} 0", name);
+    wait_shardnumsub_at(port, name, 1);
+    run_on(port, "DEL %s", name);
+    run_on(port, "SPUBLISH redisson_lock__channel:{%s} 0", name);
     ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -278,22 +286,20 @@ END_TEST
  * and fails, naming the count. */
 TU_TEST(sync_waits_for_the_masters_replica, 60)
 {
-    int ports[8];
-    ck_assert_int_eq(masters(ports, 8), 3);
     char name[64];
-    name_on(ports[2], "synced", name, sizeof name);
+    int port = master_name(2, "synced", name, sizeof name);
     char *url = tu_fmt("%s?sync=1&sync_timeout=300ms", cl.url);
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, name);
     tu_acquire_release(l, DLOCK_TRY);
-    struct fx_redis *replica = fx_cluster_server(&cl, fx_cluster_replica_of(&cl, ports[2]));
+    struct fx_redis *replica = fx_cluster_server(&cl, fx_cluster_replica_of(&cl, port));
     ck_assert_ptr_nonnull(replica);
     tu_pause(replica->pid);
     int rc = dlock_acquire(l, DLOCK_TRY);
     kill(replica->pid, SIGCONT);
     ck_assert_msg(rc == DLOCK_EUNAVAIL && strstr(dlock_errmsg(), "only 0 of 1"), "%s: %s",
                   dlock_err_name(rc), dlock_errmsg());
-    redisReply *r = fx_cluster_raw(ports[2], "EXISTS %s", name);
+    redisReply *r = fx_cluster_raw(port, "EXISTS %s", name);
     ck_assert_int_eq(r->integer, 0); /* undone */
     freeReplyObject(r);
     dlock_lock_free(l);

@@ -626,7 +626,7 @@ int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch 
 /* ================================================================= scan */
 
 struct scan_walk {
-    int (*each)(struct redis_state *s, struct rconn *k, const redisReply *key, void *arg, int *err);
+    dlock__redis_scan_each *each;
     void *arg;
     bool stopped;
 };
@@ -641,13 +641,9 @@ static int scan_one(struct redis_state *s, struct rconn *k, const redisReply *ke
 }
 
 int dlock__redis_cluster_scan(struct redis_state *f, const char *match, const char *type,
-                              int (*each)(struct redis_state *s, struct rconn *k,
-                                          const redisReply *key, void *arg, int *err),
-                              void *arg,
+                              dlock__redis_scan_each *each, void *arg,
                               int (*scan)(struct redis_state *s, const char *match,
-                                          const char *type,
-                                          int (*each)(struct redis_state *s, struct rconn *k,
-                                                      const redisReply *key, void *arg, int *err),
+                                          const char *type, dlock__redis_scan_each *each,
                                           void *arg))
 {
     struct redis_cluster *cl = f->cluster;

@@ -366,14 +366,12 @@ void dlock__redis_cluster_stale(struct redis_state *s);
  * each master's state with its holds (on its keys). */
 int dlock__redis_cluster_renew(struct redis_state *s, struct dlock__renew_batch *b,
                                int (*renew)(void *state, struct dlock__renew_batch *b));
+typedef int dlock__redis_scan_each(struct redis_state *s, struct rconn *k, const redisReply *key,
+                                   void *arg, int *err);
 int dlock__redis_cluster_scan(struct redis_state *f, const char *match, const char *type,
-                              int (*each)(struct redis_state *s, struct rconn *k,
-                                          const redisReply *key, void *arg, int *err),
-                              void *arg,
+                              dlock__redis_scan_each *each, void *arg,
                               int (*scan)(struct redis_state *s, const char *match,
-                                          const char *type,
-                                          int (*each)(struct redis_state *s, struct rconn *k,
-                                                      const redisReply *key, void *arg, int *err),
+                                          const char *type, dlock__redis_scan_each *each,
                                           void *arg));
 
 /* --------------------------------------------------------------- tls.c */

@@ -418,9 +418,9 @@ TU_TEST(failover_holding_and_waiting, 180)
 END_TEST
 
 /* A slot migrated while its lock is held and waited for: with the keys
- * moved and the slot still migrating, the hold is inspected and renewed
- * through ASK, and another client's try passes TRYAGAIN until its time
- * is up; once the slot belongs to the new master, requests are MOVED
+ * moved and the slot still migrating, the hold is renewed through ASK,
+ * and another client's try passes TRYAGAIN until its time is up (its
+ * script names keys that do not exist, on neither node); once the slot belongs to the new master, requests are MOVED
  * there, the waiter subscribes there, and the hand-over works. */
 TU_TEST(slot_migrated_while_held, 120)
 {
@@ -435,13 +435,7 @@ TU_TEST(slot_migrated_while_held, 120)
     uint64_t first = hold_and_wait(&p, &w, url, name, ports[0]);
 
     migrate_start(slot, ports[0], ports[1]);
-    dlock_info *info = NULL;
-    int rc = dlock_inspect(p.a, name, &info); /* ASK, ASKING */
-    ck_assert_msg(rc == DLOCK_OK, "inspect: %s: %s", dlock_err_name(rc), dlock_errmsg());
-    ck_assert_int_eq(dlock_info_held(info), 1);
-    ck_assert_uint_eq(dlock_info_token(info), first);
-    dlock_info_free(info);
-    wait_renewed(&p); /* through ASK too */
+    wait_renewed(&p); /* through ASK: the renewal names the lock key alone */
     char *short_url = tu_fmt("%s?timeout=500ms", cl.url);
     dlock_client *c = tu_open(short_url);
     dlock_lock *l = tu_lock(c, name);

@@ -8,7 +8,7 @@
 -- Returns how many of the K ids were still held and were given back,
 -- after one message with the free permits on the channel, as Redisson's
 -- release sends; -1 when none was held but a release of ours (the lost
--- first attempt) gave them back already; 0 when none was held otherwise
+-- first attempt) gave all K back already; 0 when none was held otherwise
 -- (they had expired and were taken back, or were removed by another
 -- hand): nothing is given back twice.
 -- Run by hand: redis-cli --eval sem_release.lua s {s}:timeout redisson_sc:{s} dlock_sem_released:{s} , 1 abcdefghijklmn 60000 0
@@ -27,9 +27,11 @@ if removed == 0 then
 end
 local free = redis.pcall('incrby', KEYS[1], removed)
 if type(free) ~= 'table' then redis.call('publish', KEYS[3], free) end
+-- Only a whole release is remembered: a retry after a partial one (some
+-- ids were gone already) must say lost, as the first reply would have.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if type(redis.pcall('zremrangebyscore', KEYS[4], '-inf', now)) == 'number' then
+if removed == tonumber(ARGV[1]) and type(redis.pcall('zremrangebyscore', KEYS[4], '-inf', now)) == 'number' then
   redis.call('zadd', KEYS[4], now + tonumber(ARGV[3]), ARGV[2])
   redis.call('pexpire', KEYS[4], ARGV[3])
 end

@@ -83,37 +83,43 @@ int dlock__redis_acquire_result(struct redis_state *s, const redisReply *r,
  * second is lost too, cancel_acquire() cancels both. STAGE tells a writer's
  * script whether it waits ("0" try once, "1" first try of a wait, "2" a
  * later one): a waiting writer keeps new readers out. */
+void dlock__redis_acquire_args(struct acquire_args *a, bool simple, const struct dlock__hold *h,
+                               const struct lock_keys *k, int64_t lease_ms, uint64_t number,
+                               uint64_t retries, const char *stage)
+{
+    const char *mode = h->mode == DLOCK_SHARED ? "read" : "write";
+    int pl = snprintf(a->lease, sizeof a->lease, "%lld", (long long)lease_ms);
+    int ol = snprintf(a->prefix, sizeof a->prefix, simple ? "%s:" : "%s", h->owner);
+    int nl = snprintf(a->number, sizeof a->number, "%llu", (unsigned long long)number);
+    int rl = snprintf(a->retries, sizeof a->retries, "%llu", (unsigned long long)retries);
+    int ll = snprintf(a->life, sizeof a->life, "%lld",
+                      (long long)dlock__redis_cancel_life_ms(lease_ms));
+    const char *v[] = {k->lock,  k->token,  k->canceled, k->writers, k->tbase, a->lease,
+                       a->prefix, a->number, a->retries, a->life,    mode,     stage};
+    size_t len[] = {k->lock_len, k->token_len, k->canceled_len, k->writers_len,
+                    k->tbase_len, (size_t)pl,  (size_t)ol,      (size_t)nl,
+                    (size_t)rl,   (size_t)ll,  strlen(mode),    strlen(stage)};
+    memcpy(a->v, v, sizeof v);
+    memcpy(a->len, len, sizeof len);
+}
+
 static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
                        int64_t lease_ms, int64_t deadline, const char *stage, int64_t *ttl_ms)
 {
-    char lease[24], prefix[128], first[24], second[24], life[24];
-    int pl = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
-    int ol = s->simple ? snprintf(prefix, sizeof prefix, "%s:", h->owner)
-                       : snprintf(prefix, sizeof prefix, "%s", h->owner);
     deadline = dlock__redis_budget(s, deadline); /* the cancel owed and the acquire share it */
     int rc = dlock__redis_cancel_owed(s, h, deadline);
     if (rc)
         return rc;
     uint64_t n = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* n and n + 1 */
-    int fl = snprintf(first, sizeof first, "%llu", (unsigned long long)n);
-    int sl = snprintf(second, sizeof second, "%llu", (unsigned long long)n + 1);
-    int ll = snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease_ms));
-    const char *mode = h->mode == DLOCK_SHARED ? "read" : "write";
-    const char *args[] = {k->lock, k->token, k->canceled, k->writers, k->tbase, lease, prefix,
-                          first, "0", life, mode, stage};
-    size_t lens[] = {k->lock_len, k->token_len, k->canceled_len, k->writers_len, k->tbase_len,
-                     (size_t)pl, (size_t)ol, (size_t)fl, 1, (size_t)ll, strlen(mode), 1};
-    const char *retry_args[] = {k->lock, k->token, k->canceled, k->writers, k->tbase, lease,
-                                prefix, second, first, life, mode, stage};
-    size_t retry_lens[] = {k->lock_len, k->token_len, k->canceled_len, k->writers_len,
-                           k->tbase_len, (size_t)pl, (size_t)ol, (size_t)sl, (size_t)fl, (size_t)ll,
-                           strlen(mode), 1};
+    struct acquire_args first, retry;
+    dlock__redis_acquire_args(&first, s->simple, h, k, lease_ms, n, 0, stage);
+    dlock__redis_acquire_args(&retry, s->simple, h, k, lease_ms, n + 1, n, stage);
     redisReply *r;
     int64_t sent;
     bool reached = false;
     int acked;
-    rc = dlock__redis_eval_synced(s, deadline, S_ACQUIRE, 5, 12, args, lens, true, retry_args, retry_lens,
-                           "acquire", &r, &sent, NULL, &reached, &acked);
+    rc = dlock__redis_eval_synced(s, deadline, S_ACQUIRE, 5, 12, first.v, first.len, true, retry.v,
+                                  retry.len, "acquire", &r, &sent, NULL, &reached, &acked);
     if (rc == DLOCK_ECONN && reached)
         dlock__redis_cancel_lost_acquire(s, h, n + 1, lease_ms);
     if (rc) {

@@ -613,6 +613,19 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
 int dlock__redis_force_release(void *state, const char *name);
 int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
+/* The 5 keys and 7 arguments of an acquire_*.lua call (see the script),
+ * the strings kept in the struct: hold H (its lease LEASE_MS, owner and
+ * mode) on keys K, request NUMBER retrying request RETRIES (0: a first
+ * attempt), a writer's STAGE ("0", "1" or "2"), SIMPLE for the simple
+ * layout's owner prefix. */
+struct acquire_args {
+    char lease[24], prefix[128], number[24], retries[24], life[24];
+    const char *v[12];
+    size_t len[12];
+};
+void dlock__redis_acquire_args(struct acquire_args *a, bool simple, const struct dlock__hold *h,
+                               const struct lock_keys *k, int64_t lease_ms, uint64_t number,
+                               uint64_t retries, const char *stage);
 /* Decode (and free) R, the reply of an acquire script of H on K sent at
  * SENT (ACKED replicas acknowledged it, -1 not asked): DLOCK_OK with
  * h->token set and the hold confirmed, DLOCK_EBUSY with *TTL_MS the

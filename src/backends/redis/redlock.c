@@ -401,21 +401,12 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     *split = false;
     *ttl_ms = -2;
     int64_t lease = h->lease_ms;
-    char slease[24], prefix[128], num[24], life[24];
-    int pl = snprintf(slease, sizeof slease, "%lld", (long long)lease);
-    int ol = rl->node[0]->simple ? snprintf(prefix, sizeof prefix, "%s:", h->owner)
-                                 : snprintf(prefix, sizeof prefix, "%s", h->owner);
     uint64_t reqno = __atomic_add_fetch(&rl->requests, 1, __ATOMIC_RELAXED);
-    int nl = snprintf(num, sizeof num, "%llu", (unsigned long long)reqno);
-    int ll = snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease));
     /* a reader is RReadWriteLock's read lock on each node; a waiting
      * writer (STAGE "1", "2") records itself on the nodes that refused, so
      * new readers queue behind it there (as on one node, mutex.c) */
-    const char *mode = h->mode == DLOCK_SHARED ? "read" : "write";
-    const char *args[] = {k->lock, k->token, k->canceled, k->writers, k->tbase, slease, prefix,
-                          num, "0", life, mode, stage};
-    size_t lens[] = {k->lock_len, k->token_len, k->canceled_len, k->writers_len, k->tbase_len,
-                     (size_t)pl, (size_t)ol, (size_t)nl, 1, (size_t)ll, strlen(mode), 1};
+    struct acquire_args a;
+    dlock__redis_acquire_args(&a, rl->node[0]->simple, h, k, lease, reqno, 0, stage);
     struct rl_call calls[RL_MAX_NODES];
     struct rl_round rd;
     char owed[RL_MAX_NODES][300];
@@ -434,7 +425,7 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
             continue;
         }
         calls[n++] = (struct rl_call){.node = i, .src = s->src[S_ACQUIRE], .sha = s->sha[S_ACQUIRE],
-                                      .nkeys = 5, .nargs = 12, .args = args, .lens = lens};
+                                      .nkeys = 5, .nargs = 12, .args = a.v, .lens = a.len};
     }
     int64_t start = dlock__now_ms();
     round_run(rl, &rd, calls, n, deadline, false, "acquire", rl->quorum);

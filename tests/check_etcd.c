@@ -311,56 +311,60 @@ END_TEST
 
 /* Processes: a counter in a file, guarded by the lock, and a check that
  * each new holder's token is greater than every one before. */
+struct counter_file {
+    char *url, *path;
+};
+
+/* A process of processes_counter_and_tokens (a tu_fork_all child): 25
+ * rounds of acquire, read "N LAST-TOKEN", write "N+1 TOKEN", release. */
+static int count_under_lock(int k, void *arg)
+{
+    (void)k;
+    const struct counter_file *cf = arg;
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    if (dlock_open(cf->url, &c) != DLOCK_OK ||
+        dlock_lock_new(c, "counter", DLOCK_EXCLUSIVE, 0, &l) != DLOCK_OK)
+        return 10;
+    for (int i = 0; i < 25; i++) {
+        if (dlock_acquire(l, 60000) != DLOCK_OK)
+            return 11;
+        uint64_t tok = 0;
+        dlock_token(l, &tok);
+        char *text = tu_read_file(cf->path);
+        unsigned long long n = 0, last = 0;
+        if (!text || sscanf(text, "%llu %llu", &n, &last) != 2)
+            return 12;
+        free(text);
+        if (tok <= last)
+            return 13; /* a token not above the previous holder's */
+        char *next = tu_fmt("%llu %" PRIu64 "\n", n + 1, tok);
+        tu_write_marker(cf->path, next);
+        free(next);
+        if (dlock_release(l) != DLOCK_OK)
+            return 14;
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return 0;
+}
+
 TU_TEST_IN(single, processes_counter_and_tokens, 90)
 {
     REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=5s");
     char *dir = tu_tmpdir("etcd-counter");
-    char *path = tu_fmt("%s/counter", dir);
-    tu_write_marker(path, "0 0\n");
-    pid_t kids[4];
-    for (int k = 0; k < 4; k++) {
-        kids[k] = tu_fork();
-        if (kids[k] == 0) {
-            dlock_client *c = NULL;
-            if (dlock_open(url, &c) != DLOCK_OK)
-                _exit(10);
-            dlock_lock *l = NULL;
-            dlock_lock_new(c, "counter", DLOCK_EXCLUSIVE, 0, &l);
-            for (int i = 0; i < 25; i++) {
-                if (dlock_acquire(l, 60000) != DLOCK_OK)
-                    _exit(11);
-                uint64_t tok = 0;
-                dlock_token(l, &tok);
-                char *text = tu_read_file(path);
-                unsigned long long n = 0, last = 0;
-                if (!text || sscanf(text, "%llu %llu", &n, &last) != 2)
-                    _exit(12);
-                free(text);
-                if (tok <= last)
-                    _exit(13); /* a token not above the previous holder's */
-                char *next = tu_fmt("%llu %" PRIu64 "\n", n + 1, tok);
-                tu_write_marker(path, next);
-                free(next);
-                if (dlock_release(l) != DLOCK_OK)
-                    _exit(14);
-            }
-            dlock_lock_free(l);
-            dlock_client_close(c);
-            _exit(0);
-        }
-    }
-    for (int k = 0; k < 4; k++)
-        ck_assert_int_eq(tu_wait_exit(kids[k]), 0);
-    char *text = tu_read_file(path);
+    struct counter_file cf = {etcdf_url(&F, NULL, "lease=5s"), tu_fmt("%s/counter", dir)};
+    tu_write_marker(cf.path, "0 0\n");
+    tu_fork_all(4, count_under_lock, &cf);
+    char *text = tu_read_file(cf.path);
     unsigned long long n = 0, last = 0;
     ck_assert_int_eq(sscanf(text, "%llu %llu", &n, &last), 2);
     ck_assert_uint_eq(n, 100);
     free(text);
-    free(path);
+    free(cf.path);
     tu_rmrf(dir);
     free(dir);
-    free(url);
+    free(cf.url);
 }
 END_TEST
 

@@ -8,7 +8,9 @@
  * (redis+sentinel://: a master, two replicas, three sentinels),
  * sentinel-sync (the same with ?sync=1), sentinel-sync2 (?sync=2: both
  * replicas), redlock (three masters; a server restart is one of them),
- * etcd, etcd3 (a 3-member cluster, with leader kills), zk, zk3. Each
+ * etcd, etcd3 (a 3-member cluster, with leader kills; -f leader-partition
+ * puts each member in a namespace of its own and cuts the leader off),
+ * zk, zk3. Each
  * backend runs for
  * SECONDS split among its phases (-f: only those faults, e.g.
  * -f none,partition); the table goes to stdout, one JSON

@@ -45,6 +45,9 @@ enum chaos_fault {
     FAULT_CLOCK_STEP,    /* wall clock of workers or a Redis server stepped (clockshift.c) */
     FAULT_CLOCK_BACK_EMPTY, /* Redis: a server's clock an hour back, then restarted
                                without its data (by hand only: -f clock-back-empty) */
+    FAULT_LEADER_PARTITION, /* etcd3, zk3: the leader's own namespace cut off from the other
+                               members and the workers, 3-8 leases (by hand only:
+                               -f leader-partition) */
     FAULT_COUNT
 };
 const char *chaos_fault_name(enum chaos_fault f);

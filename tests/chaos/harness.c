@@ -18,6 +18,14 @@
  * and a relay process the worker's connections are redirected through
  * (relay.c: a fixed delay). Anonymous namespaces die with their last process,
  * so nothing needs undoing when a run crashes.
+ *
+ * For leader-partition (etcd3, zk3, by hand) each member of the ensemble
+ * also gets a namespace of its own, joined to the servers' one by a veth
+ * pair cmI (10.98.I.1 there, 10.98.I.2 on the member's side), so that
+ * setting cmI down cuts member I off from the other members and from
+ * every worker at once. The fixtures keep 127.0.0.1 in every address
+ * they write and probe; NAT makes 127.0.0.1:PORT mean the member that
+ * owns PORT everywhere (members_apart() below).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,7 +58,7 @@ const char *chaos_fault_name(enum chaos_fault f)
         "none", "worker-kill", "worker-stop", "server-stop", "server-restart",
         "server-restart-empty", "leader-kill", "partition", "slow-link", "master-kill",
         "failover", "master-partition", "node-partition", "packet-loss", "packet-reorder",
-        "packet-delay", "clock-step", "clock-back-empty"};
+        "packet-delay", "clock-step", "clock-back-empty", "leader-partition"};
     return f < FAULT_COUNT ? names[f] : "?";
 }
 
@@ -95,6 +103,9 @@ struct run {
     struct etcdf etcd;
     struct zkf zk;
     const char *query;  /* the URL's query part */
+    bool apart;         /* each ensemble member in a namespace of its own */
+    int servers_ns;     /* the servers' namespace (open while apart) */
+    int member_ns[ZKF_MAX + ETCDF_MAX];
 };
 
 static uint64_t rnd(struct run *r)
@@ -448,10 +459,32 @@ static void member_kill(struct run *r, int i)
         zkf_server_stop(&r->zk, i, SIGKILL);
 }
 
+/* Start member I again without waiting for it; in its own namespace
+ * when the members are apart (the fixture's process is spawned from
+ * there, then the orchestrator returns to the servers' namespace). */
+static void member_spawn(struct run *r, int i)
+{
+    if (r->apart)
+        setns(r->member_ns[i], CLONE_NEWNET);
+    if (strcmp(r->kind, "etcd") == 0)
+        etcdf_member_start(&r->etcd, i, 0);
+    else
+        zkf_server_start(&r->zk, i, 0);
+    if (r->apart)
+        setns(r->servers_ns, CLONE_NEWNET);
+}
+
+/* Wait until the ensemble serves again: every running member answers and
+ * one leads. */
+static bool members_wait(struct run *r)
+{
+    return strcmp(r->kind, "etcd") == 0 ? etcdf_wait_healthy(&r->etcd, 60000) : zkf_wait_serving(&r->zk, 60000);
+}
+
 static bool member_start(struct run *r, int i)
 {
-    return strcmp(r->kind, "etcd") == 0 ? etcdf_member_start(&r->etcd, i, 60000)
-                                        : zkf_server_start(&r->zk, i, 60000);
+    member_spawn(r, i);
+    return members_wait(r);
 }
 
 /* kill -9 every server, wait DOWN_MS, start them again (EMPTY: redis
@@ -472,13 +505,89 @@ static bool servers_restart(struct run *r, bool empty, int64_t down_ms)
     for (int i = 0; i < n; i++)
         member_kill(r, i);
     tu_sleep_ms((int)down_ms);
-    if (strcmp(r->kind, "etcd") == 0)
-        return etcdf_revive(&r->etcd, 60000);
     /* a member of an ensemble alone never serves: start them all, then
      * wait for the ensemble */
     for (int i = 0; i < n; i++)
-        zkf_server_start(&r->zk, i, 0);
-    return zkf_wait_serving(&r->zk, 60000);
+        member_spawn(r, i);
+    return members_wait(r);
+}
+
+/* The ports member I listens on, into PORTS; how many. */
+static int member_ports(struct run *r, int i, int *ports)
+{
+    if (strcmp(r->kind, "etcd") == 0) {
+        ports[0] = r->etcd.m[i].client_port;
+        ports[1] = r->etcd.m[i].peer_port;
+        return 2;
+    }
+    ports[0] = r->zk.s[i].port;
+    ports[1] = r->zk.s[i].quorum_port;
+    ports[2] = r->zk.s[i].election_port;
+    return 3;
+}
+
+/* NAT chains of the current namespace: output, prerouting (PRE_PRIO:
+ * after the relay's chain in the servers' namespace, so a delayed
+ * worker's connections still go through the relay first) and a
+ * postrouting masquerade on the links named OIF. Packets sent to
+ * 127.0.0.1 may leave the namespace (route_localnet) once rewritten. */
+#define NAT_SETUP(pre_prio, oif)                                                                   \
+    "echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && "                                      \
+    "nft add table ip chaosm && "                                                                  \
+    "nft 'add chain ip chaosm out { type nat hook output priority -100; }' && "                    \
+    "nft 'add chain ip chaosm pre { type nat hook prerouting priority " pre_prio "; }' && "        \
+    "nft 'add chain ip chaosm post { type nat hook postrouting priority 100; }' && "               \
+    "nft 'add rule ip chaosm post oifname \"" oif "\" masquerade'"
+
+/* Move every member of the ensemble into a namespace of its own (the
+ * members are killed, the namespaces made, then each is started in its
+ * own). 127.0.0.1:PORT of member I, the address the fixtures and the
+ * other members use, is rewritten to 10.98.I.2:PORT in the servers'
+ * namespace (local and from the workers' links, forwarded to cmI) and in
+ * every other member's; on member I's side back to 127.0.0.1 (its peer
+ * listeners are bound there). */
+static bool members_apart(struct run *r)
+{
+    int n = strcmp(r->kind, "etcd") == 0 ? r->etcd.n : r->zk.n;
+    for (int i = 0; i < n; i++)
+        member_kill(r, i);
+    r->servers_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (r->servers_ns < 0 || sh("echo 1 > /proc/sys/net/ipv4/ip_forward && " NAT_SETUP("-90", "cm*")) != 0)
+        return false;
+    for (int i = 0; i < n; i++) {
+        int ports[3], np = member_ports(r, i, ports);
+        if (unshare(CLONE_NEWNET) != 0)
+            return false;
+        r->member_ns[i] = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        bool ok = r->member_ns[i] >= 0 && sh("ip link set lo up && " NAT_SETUP("-100", "eth0")) == 0;
+        for (int k = 0; ok && k < np; k++)
+            ok = sh("nft 'add rule ip chaosm pre iifname \"eth0\" tcp dport %d dnat to 127.0.0.1'", ports[k]) == 0;
+        for (int j = 0; ok && j < n; j++) {
+            int other[3], no = member_ports(r, j, other);
+            for (int k = 0; j != i && ok && k < no; k++)
+                ok = sh("nft 'add rule ip chaosm out ip daddr 127.0.0.1 tcp dport %d dnat to 10.98.%d.2'", other[k],
+                        j) == 0;
+        }
+        setns(r->servers_ns, CLONE_NEWNET);
+        ok = ok && sh("ip link add cm%d type veth peer name eth0 netns /proc/%d/fd/%d && "
+                      "ip addr add 10.98.%d.1/24 dev cm%d && ip link set cm%d up",
+                      i, (int)getpid(), r->member_ns[i], i, i, i) == 0;
+        for (int k = 0; ok && k < np; k++)
+            ok = sh("nft 'add rule ip chaosm out fib daddr type local tcp dport %d dnat to 10.98.%d.2' && "
+                    "nft 'add rule ip chaosm pre fib daddr type local tcp dport %d dnat to 10.98.%d.2'",
+                    ports[k], i, ports[k], i) == 0;
+        setns(r->member_ns[i], CLONE_NEWNET);
+        ok = ok && sh("echo 1 > /proc/sys/net/ipv4/conf/eth0/route_localnet && ip addr add 10.98.%d.2/24 dev eth0 && "
+                      "ip link set eth0 up && ip route add default via 10.98.%d.1",
+                      i, i) == 0;
+        setns(r->servers_ns, CLONE_NEWNET);
+        if (!ok)
+            return false;
+    }
+    r->apart = true;
+    for (int i = 0; i < n; i++)
+        member_spawn(r, i);
+    return members_wait(r);
 }
 
 static char *worker_url(struct run *r, const char *host)
@@ -815,6 +924,18 @@ static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
         say(r, "kill -9 leader %d for %lld ms", a->member, (long long)(a->until - now));
         member_kill(r, a->member);
         break;
+    case FAULT_LEADER_PARTITION:
+        a->member = strcmp(r->kind, "etcd") == 0 ? etcdf_leader(&r->etcd) : zkf_leader(&r->zk);
+        if (a->member < 0) {
+            r->res->phase[r->phase].faults--;
+            break;
+        }
+        /* past ZooKeeper's syncLimit (20 ticks of 250 ms), so that its
+         * followers too give the leader up, not only the leader them */
+        a->until = now + between(r, 3 * r->lease, 8 * r->lease);
+        say(r, "leader %d cut off (cm%d down) for %lld ms", a->member, a->member, (long long)(a->until - now));
+        sh("ip link set cm%d down", a->member);
+        break;
     case FAULT_MASTER_KILL:
         if ((a->member = sentinel_master(r)) < 0) {
             r->res->phase[r->phase].faults--;
@@ -1000,6 +1121,9 @@ static void fault_end(struct run *r, struct active *a)
         if (!member_start(r, a->member))
             say(r, "member %d did not come back", a->member);
         break;
+    case FAULT_LEADER_PARTITION:
+        sh("ip link set cm%d up", a->member);
+        break;
     case FAULT_DELAY:
         /* the connections already relayed stay so, undelayed */
         for (int k = 0; k < r->nworkers; k++) {
@@ -1082,6 +1206,13 @@ static void phases_of(struct run *r, const char *backend)
     /* by hand only (it breaks what the CI run asserts on Redis alone) */
     if (r->clockshift && strcmp(r->kind, "redis") == 0 && r->cfg->only && strstr(r->cfg->only, "clock-back-empty"))
         list[n++] = FAULT_CLOCK_BACK_EMPTY;
+    /* by hand only: the members apart change the paths of every other
+     * fault's packets (forwarded, not delivered: the loss and reorder
+     * rules of the input and output chains miss them), and the phase is
+     * slow (elections, 3-8 s partitions) */
+    if (r->net && r->members > 1 && strcmp(r->kind, "redis") != 0 && r->cfg->only &&
+        strstr(r->cfg->only, "leader-partition"))
+        list[n++] = FAULT_LEADER_PARTITION;
     (void)backend;
     r->res->nphases = 0;
     for (int i = 0; i < n; i++) {
@@ -1222,6 +1353,12 @@ bool chaos_run(const struct chaos_config *cfg, struct chaos_result *res)
     r->store_path = tu_fmt("%s/store.sock", r->dir);
     r->dump_path = tu_fmt("%s/store.dump", r->dir);
     bool ok = servers_start(r);
+    for (int i = 0; ok && i < res->nphases; i++)
+        if (res->fault[i] == FAULT_LEADER_PARTITION && !members_apart(r)) {
+            snprintf(res->error, sizeof res->error, "%s: the members could not be moved apart", cfg->backend);
+            ok = false;
+            break;
+        }
     if (!ok) {
         if (!res->error[0])
             snprintf(res->error, sizeof res->error, "%s: the servers did not start", cfg->backend);
@@ -1309,6 +1446,11 @@ out:
     if (r->store_fd > 0)
         close(r->store_fd);
     servers_stop(r);
+    for (int i = 0; i < ZKF_MAX + ETCDF_MAX; i++)
+        if (r->member_ns[i] > 0)
+            close(r->member_ns[i]);
+    if (r->servers_ns > 0)
+        close(r->servers_ns);
     if (r->sh && r->sh != MAP_FAILED)
         munmap(r->sh, sizeof *r->sh);
     if (r->shm_fd > 0)

@@ -16,7 +16,9 @@
  * also listen, quietly, on the lock's own channel: a release there (a
  * force release, a client of another layout) wakes one of them to try,
  * which takes the lock or hands it to the queue's head; the subscription
- * starting does not wake them (their grant channel's does).
+ * starting does not wake them (their grant channel's does); such a
+ * channel stays subscribed a while after its last waiter left
+ * (HUB_LINGER_MS), since fair waits on one name tend to follow each other.
  */
 #include <errno.h>
 #include <poll.h>
@@ -26,6 +28,12 @@
 #include <unistd.h>
 
 #include "redis.h"
+
+/* A channel fair waiters listened on quietly stays subscribed this long
+ * after its last waiter left (give or take the hub's one-second tick): a
+ * fair lock waited on back to back -- every wait, under contention --
+ * then costs no SUBSCRIBE/UNSUBSCRIBE pair per wait. */
+#define HUB_LINGER_MS 1000
 
 /* A message kept for the wait it names (a fair lock's grant). */
 struct hub_grant {
@@ -46,6 +54,8 @@ struct hub_chan {
     bool dirty; /* on the hub's to-do list */
     bool keyed; /* messages name their waiter (dlock__redis_hub_join_keyed);
                    counted once in nwaiters, so it stays subscribed */
+    bool lingers;          /* joined quietly once: HUB_LINGER_MS */
+    int64_t unwanted_since; /* when nwaiters last fell to 0 */
     struct hub_grant *grants; /* keyed: messages not yet taken */
     int conn;   /* the connection subscribed on (a cluster: the master's index), -1 none */
     struct dlock__waitset waiters;
@@ -231,6 +241,7 @@ static void hub_flush_todo(struct redis_state *s, struct hub *hb, struct hub_con
 {
     struct hub_chan *ch = hb->todo, *later = NULL;
     hb->todo = NULL;
+    int64_t now = dlock__now_ms();
     while (ch) {
         struct hub_chan *next = ch->dnext;
         ch->dirty = false;
@@ -254,6 +265,11 @@ static void hub_flush_todo(struct redis_state *s, struct hub *hb, struct hub_con
                 ch->sub_sent = true;
                 ch->conn = conn;
             }
+        } else if (ch->nwaiters == 0 && ch->subscribed && !ch->unsub_sent && !ch->sub_sent &&
+                   ch->lingers && now - ch->unwanted_since < HUB_LINGER_MS) {
+            ch->dirty = true; /* looked at again on a later pass */
+            ch->dnext = later;
+            later = ch;
         } else if (ch->nwaiters == 0 && ch->subscribed && !ch->unsub_sent && !ch->sub_sent &&
                    ch->conn >= 0 && hc[ch->conn].k) {
             argv[0] = s->cluster ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
@@ -472,6 +488,8 @@ static int hub_join(struct redis_state *s, const char *chan, size_t len, struct 
         pthread_mutex_unlock(&hb->mu);
         return rc;
     }
+    if (kind == HUB_QUIET)
+        ch->lingers = true;
     if (key) {
         dlock__waitset_set_key(&ch->waiters, w, key);
         if (!ch->keyed) {
@@ -608,8 +626,10 @@ void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len,
         if (dlock__waitset_remove(&ch->quiet, w) && !acquired)
             dlock__waitset_wake_one(&ch->quiet);
         ch->nwaiters--;
-        if (ch->nwaiters == 0)
+        if (ch->nwaiters == 0) {
+            ch->unwanted_since = dlock__now_ms();
             hub_mark(hb, ch);
+        }
     }
     pthread_mutex_unlock(&hb->mu);
 }

@@ -3255,6 +3255,56 @@ TU_TEST(sentinel_status_names_the_new_master, 150)
 }
 END_TEST
 
+/* The connections sentinel I accepted so far (INFO stats; a sentinel
+ * keeps no commandstats): each lookup of a client dials every sentinel
+ * anew, the sentinels' own links to each other stay up. */
+static long long sentinel_dialed(int i)
+{
+    redisContext *ctx = redisConnect("127.0.0.1", sen.sentinel_port[i]);
+    ck_assert_msg(ctx && !ctx->err, "no raw connection to sentinel %d", i);
+    redisReply *r = redisCommand(ctx, "INFO stats");
+    const char *key = "total_connections_received:";
+    const char *at = r && r->str ? strstr(r->str, key) : NULL;
+    ck_assert_msg(at, "sentinel %d: no %s in INFO stats", i, key);
+    long long n = strtoll(at + strlen(key), NULL, 10);
+    freeReplyObject(r);
+    redisFree(ctx);
+    return n;
+}
+
+/* The sentinels are asked together: with the sentinel that answered last
+ * (asked first) stopped (SIGSTOP: it accepts connections but answers
+ * nothing), a lookup forced inside an acquire (the master's connections
+ * killed, so the pooled one breaks and the master goes stale) is answered
+ * by the other sentinel within the acquire's budget (timeout=2s).
+ * Asked one after another, the stopped one used the whole budget and the
+ * acquire failed. */
+TU_TEST(sentinel_stopped_is_asked_beside_the_others, 60)
+{
+    ck_assert_msg(fx_sentinels_start(&sen, 0, 2), "the Sentinel topology did not start");
+    char *url = tu_fmt("%s?timeout=2s&connect_timeout=5s", sen.url);
+    struct tu_solo s = tu_solo_open(url, "job");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY); /* sentinel 0 answered: asked first next time */
+    TU_RELEASE_OK(s.l);
+    long long dialed = sentinel_dialed(1);
+    kill(sen.sentinel_pid[0], SIGSTOP);
+    redisContext *ctx = fx_redis_raw(&sen.master, NULL);
+    freeReplyObject(redisCommand(ctx, "CLIENT KILL TYPE normal SKIPME yes"));
+    int rc = dlock_acquire(s.l, 60000);
+    kill(sen.sentinel_pid[0], SIGCONT);
+    ck_assert_msg(rc == DLOCK_OK, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    /* more than this test's own look: the client asked sentinel 1 */
+    ck_assert_msg(sentinel_dialed(1) > dialed + 1, "sentinel 1 was not asked");
+    redisReply *r = redisCommand(ctx, "EXISTS job");
+    ck_assert_msg(r && r->integer == 1, "the hold is not on the master");
+    freeReplyObject(r);
+    TU_RELEASE_OK(s.l);
+    redisFree(ctx);
+    tu_solo_close(&s); /* frees URL */
+    fx_sentinels_stop(&sen);
+}
+END_TEST
+
 /* Sentinels that want a password (requirepass): refused without one
  * (DLOCK_EAUTH saying what to give) or with a wrong one; served with
  * ?sentinel_password= or DLOCK_REDIS_SENTINEL_PASSWORD. */

@@ -2,8 +2,10 @@
  * Sentinel, and finding it again after a failover.
  *
  * The URL names the sentinels and the master's name. The backend asks
- * the sentinels in turn (SENTINEL get-master-addr-by-name), the one that
- * answered first next time, as the Sentinel client guidelines say; it
+ * every sentinel at once (SENTINEL get-master-addr-by-name, over net.c's
+ * parallel dial, so a stopped or unreachable sentinel costs a grace, not
+ * the call's budget), prefers the answer of the one that answered last,
+ * as the Sentinel client guidelines say; it
  * believes an answer only once the address itself says ROLE master (a
  * sentinel that has not yet seen a failover points at what is now a
  * replica). The master's address then serves every connection of the
@@ -31,48 +33,34 @@ void dlock__redis_sentinel_stale(struct redis_state *s)
     pthread_mutex_unlock(&s->pool_mu);
 }
 
-/* Ask sentinel I where the master is: DLOCK_OK with *HOST (caller frees)
- * and *PORT, or why not (the message names the sentinel). */
-static int ask_sentinel(struct redis_state *s, size_t i, int64_t deadline, char **host, int *port)
+/* What sentinel K answered to SENTINEL get-master-addr-by-name (after
+ * AUTH when AUTHED): DLOCK_OK with *HOST (caller frees) and *PORT, or
+ * why not (the message names the sentinel). Takes K's replies. */
+static int sentinel_answer(struct redis_state *s, struct rconn *k, bool authed, char **host,
+                           int *port)
 {
-    *host = NULL;
-    struct redis_addr a = {.host = s->sentinels[i].host, .port = s->sentinels[i].port, .tls = s->tls};
-    int64_t cto = dlock__time_left(deadline, s->connect_timeout_ms);
-    if (cto == 0)
-        return dlock__err(DLOCK_ETIMEDOUT, "%s: the deadline passed", s->where);
-    struct rconn *k;
-    int rc = dlock__redis_conn_dial(&a, dlock__now_ms() + cto, &k);
-    if (rc)
-        return rc;
-    const char *auth[] = {"AUTH", s->sentinel_password};
-    const char *ask[] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
-    if (s->sentinel_password)
-        rc = dlock__redis_conn_append(k, 2, auth, NULL);
-    if (!rc)
-        rc = dlock__redis_conn_append(k, 3, ask, NULL);
-    if (!rc)
-        rc = dlock__redis_exchange(&k, 1, dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms),
-                            "SENTINEL get-master-addr-by-name");
-    redisReply *ra = !rc && s->sentinel_password ? dlock__redis_conn_take(k) : NULL;
-    redisReply *r = !rc ? dlock__redis_conn_take(k) : NULL;
-    if (ra && ra->type == REDIS_REPLY_ERROR)
+    int rc = DLOCK_OK;
+    redisReply *ra = authed ? dlock__redis_conn_take(k) : NULL;
+    redisReply *r = dlock__redis_conn_take(k);
+    if ((authed && !ra) || !r)
+        rc = dlock__err(DLOCK_EPROTO, "%s: SENTINEL get-master-addr-by-name: no reply", k->where);
+    else if (ra && ra->type == REDIS_REPLY_ERROR)
         rc = dlock__err(DLOCK_EAUTH, "%s: sentinel_password refused: %s", k->where, ra->str);
-    else if (!rc && r->type == REDIS_REPLY_ERROR)
+    else if (r->type == REDIS_REPLY_ERROR)
         rc = dlock__err(strncmp(r->str, "NOAUTH", 6) == 0 ? DLOCK_EAUTH : DLOCK_EBACKEND,
                         "%s: SENTINEL get-master-addr-by-name %s: %s%s", k->where, s->master_name,
                         r->str,
                         strncmp(r->str, "NOAUTH", 6) == 0
                             ? " (give sentinel_password or DLOCK_REDIS_SENTINEL_PASSWORD)"
                             : "");
-    else if (!rc && r->type == REDIS_REPLY_NIL)
+    else if (r->type == REDIS_REPLY_NIL)
         rc = dlock__err(DLOCK_ENOENT, "%s: this sentinel monitors no master named '%s'", k->where,
                         s->master_name);
-    else if (!rc && (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-                     r->element[0]->type != REDIS_REPLY_STRING ||
-                     r->element[1]->type != REDIS_REPLY_STRING))
+    else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+             r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
         rc = dlock__err(DLOCK_EPROTO, "%s: SENTINEL get-master-addr-by-name: unexpected reply",
                         k->where);
-    else if (!rc) {
+    else {
         *host = dlock__strdup(r->element[0]->str);
         *port = atoi(r->element[1]->str);
         if (!*host)
@@ -80,8 +68,71 @@ static int ask_sentinel(struct redis_state *s, size_t i, int64_t deadline, char 
     }
     freeReplyObject(ra);
     freeReplyObject(r);
-    dlock__redis_conn_free(k);
     return rc;
+}
+
+/* Ask every sentinel at once where the master is: one parallel dial
+ * (connect and TLS, net.c's, as Redlock dials its nodes), AUTH and
+ * SENTINEL get-master-addr-by-name to each that connected, in one poll.
+ * Once one sentinel has connected (answered), the others get only a
+ * grace, so a sentinel that drops SYNs or is stopped costs the lookup a
+ * fraction of its bound instead of a whole connect timeout before the
+ * next is asked. HOST[i] (caller frees) and PORT[i], or RC[i] and
+ * MSG[i]. */
+static void ask_sentinels(struct redis_state *s, int64_t deadline, char **host, int *port, int *rc,
+                          char (*msg)[DLOCK__MSG_MAX])
+{
+    size_t n = s->nsentinels;
+    struct redis_addr *a = calloc(n, sizeof *a);
+    struct rconn **k = calloc(n, sizeof *k), **live = calloc(n, sizeof *live);
+    int64_t cto = dlock__time_left(deadline, s->connect_timeout_ms);
+    for (size_t i = 0; i < n; i++) {
+        host[i] = NULL;
+        rc[i] = !a || !k || !live ? DLOCK_ENOMEM : DLOCK_ETIMEDOUT;
+        snprintf(msg[i], DLOCK__MSG_MAX, "%s", !a || !k || !live ? "out of memory"
+                                                                   : "the deadline passed");
+    }
+    if (!a || !k || !live || cto == 0)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        a[i] = (struct redis_addr){.host = s->sentinels[i].host, .port = s->sentinels[i].port,
+                                   .tls = s->tls};
+    dlock__redis_conn_dial_many(a, n, dlock__now_ms() + cto, 1, k, rc, msg);
+    const char *auth[] = {"AUTH", s->sentinel_password};
+    const char *ask[] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
+    size_t nlive = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!k[i])
+            continue;
+        if ((s->sentinel_password && dlock__redis_conn_append(k[i], 2, auth, NULL)) ||
+            dlock__redis_conn_append(k[i], 3, ask, NULL)) {
+            rc[i] = DLOCK_ENOMEM;
+            snprintf(msg[i], DLOCK__MSG_MAX, "out of memory");
+            continue;
+        }
+        live[nlive++] = k[i];
+    }
+    if (nlive)
+        dlock__redis_exchange_quorum(live, nlive,
+                                     dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms),
+                                     "SENTINEL get-master-addr-by-name", 1);
+    for (size_t i = 0; i < n; i++) {
+        if (!k[i] || rc[i])
+            continue;
+        if (k[i]->broken)
+            rc[i] = dlock__err(DLOCK_ECONN, "%s: SENTINEL get-master-addr-by-name: %s",
+                               k[i]->where, k[i]->err);
+        else
+            rc[i] = sentinel_answer(s, k[i], s->sentinel_password != NULL, &host[i], &port[i]);
+        if (rc[i])
+            snprintf(msg[i], DLOCK__MSG_MAX, "%s", dlock_errmsg());
+    }
+out:
+    for (size_t i = 0; k && i < n; i++)
+        dlock__redis_conn_free(k[i]);
+    free(a);
+    free(k);
+    free(live);
 }
 
 /* Whether HOST:PORT says it is a master (ROLE), within DEADLINE. */
@@ -125,48 +176,70 @@ int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t
         dlock__timed_mutex_unlock(&s->resolve_mu);
         return DLOCK_OK;
     }
+    size_t n = s->nsentinels;
+    char **host = calloc(n, sizeof *host), (*msg)[DLOCK__MSG_MAX] = calloc(n, sizeof *msg);
+    int *port = calloc(n, sizeof *port), *rcs = calloc(n, sizeof *rcs);
+    if (!host || !msg || !port || !rcs) {
+        free(host), free(msg), free(port), free(rcs);
+        dlock__timed_mutex_unlock(&s->resolve_mu);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    ask_sentinels(s, deadline, host, port, rcs, msg);
+    /* the answers, the sentinel that answered last time first; an
+     * address is believed once it says ROLE master itself */
     char why[DLOCK__MSG_MAX] = "";
     size_t wl = 0;
     int rc = DLOCK_ECONN;
-    size_t first = __atomic_load_n(&s->sentinel_first, __ATOMIC_RELAXED);
-    for (size_t n = 0; n < s->nsentinels; n++) {
-        size_t i = (first + n) % s->nsentinels;
-        char *host = NULL;
-        int port = 0;
-        rc = ask_sentinel(s, i, deadline, &host, &port);
-        if (!rc)
-            rc = check_role(s, host, port, deadline);
-        if (rc) {
-            if (wl < sizeof why)
-                wl += (size_t)snprintf(why + wl, sizeof why - wl, "%s%s", wl ? "; " : "",
-                                       dlock_errmsg());
-            free(host);
-            if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ENOMEM)
-                break;
-            continue;
+    bool auth = false, late = false;
+    size_t first = __atomic_load_n(&s->sentinel_first, __ATOMIC_RELAXED), found = n;
+    for (size_t m = 0; m < n && found == n; m++) {
+        size_t i = (first + m) % n;
+        rc = rcs[i];
+        bool seen = false; /* the same address from a sentinel before: checked */
+        for (size_t j = 0; !rc && j < m; j++) {
+            size_t o = (first + j) % n;
+            seen |= host[o] && strcmp(host[o], host[i]) == 0 && port[o] == port[i];
         }
+        if (seen)
+            continue;
+        if (!rc && (rc = check_role(s, host[i], port[i], deadline)) == DLOCK_OK) {
+            found = i;
+            break;
+        }
+        if (!rc)
+            continue;
+        auth |= rc == DLOCK_EAUTH;
+        late |= rc == DLOCK_ETIMEDOUT;
+        if (rc == DLOCK_ENOMEM)
+            break;
+        if (wl < sizeof why)
+            wl += (size_t)snprintf(why + wl, sizeof why - wl, "%s%s", wl ? "; " : "",
+                                   rcs[i] ? msg[i] : dlock_errmsg());
+    }
+    if (found < n) {
         pthread_mutex_lock(&s->pool_mu);
-        bool moved = !s->host || strcmp(s->host, host) != 0 || s->port != port;
+        bool moved = !s->host || strcmp(s->host, host[found]) != 0 || s->port != port[found];
         if (moved) {
             free(s->host);
-            s->host = host;
-            s->port = port;
+            s->host = host[found];
+            s->port = port[found];
             s->gen++; /* idle connections to the old master retire */
-            host = NULL;
+            host[found] = NULL;
         }
         s->master_stale = false;
         s->master_epoch++;
         pthread_mutex_unlock(&s->pool_mu);
-        free(host);
         /* the sentinel that answered is asked first next time */
-        __atomic_store_n(&s->sentinel_first, i, __ATOMIC_RELAXED);
-        dlock__timed_mutex_unlock(&s->resolve_mu);
-        return DLOCK_OK;
+        __atomic_store_n(&s->sentinel_first, found, __ATOMIC_RELAXED);
+        rc = DLOCK_OK;
     }
     dlock__timed_mutex_unlock(&s->resolve_mu);
-    if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ENOMEM)
+    for (size_t i = 0; i < n; i++)
+        free(host[i]);
+    free(host), free(msg), free(port), free(rcs);
+    if (found < n || rc == DLOCK_ENOMEM)
         return rc;
-    return dlock__err(rc == DLOCK_EAUTH ? DLOCK_EAUTH : DLOCK_ECONN,
+    return dlock__err(late ? DLOCK_ETIMEDOUT : auth ? DLOCK_EAUTH : DLOCK_ECONN,
                       "%s: no sentinel named a reachable master: %s", s->where, why);
 }
 

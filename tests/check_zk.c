@@ -74,7 +74,8 @@ TU_CASE(outage, setup_standalone, teardown_servers, TU_AROUND_CASE)
 TU_CASE(stopped, setup_standalone, teardown_servers, TU_AROUND_CASE)
 TU_CASE(ensemble, setup_ensemble, teardown_servers, TU_AROUND_CASE)
 
-/* Every test starts here: a test whose server could not start fails. */
+/* Every test starts here (or in the frame it opens: zk_open,
+ * direct_open, proxied_open): a test whose server could not start fails. */
 #define REQUIRE_SERVERS() ck_assert_msg(F_ok, "ZooKeeper did not start: %s", F.error)
 
 static char *url_with(const char *path, const char *query)
@@ -87,6 +88,7 @@ static char *url_with(const char *path, const char *query)
  * ends it). */
 static struct tu_solo direct_open(const char *query, const char *name)
 {
+    REQUIRE_SERVERS();
     return tu_solo_open(url_with(NULL, query), name);
 }
 
@@ -132,6 +134,33 @@ static void raw_mkdirs(zhandle_t *zh, const char *path, int last_mode, const str
         *s = '/';
     }
     free(p);
+}
+
+/* The frame of a test on the standalone server: a client of the URL with
+ * QUERY and, with RAW, a raw session beside it (to play Curator or see
+ * what dlock wrote). zk_close() closes both and frees the URL. */
+struct zk_frame {
+    char *url;
+    dlock_client *c;
+    zhandle_t *zh;
+};
+
+static struct zk_frame zk_open(const char *query, bool raw)
+{
+    REQUIRE_SERVERS();
+    struct zk_frame t = {url_with(NULL, query), NULL, NULL};
+    t.c = tu_open(t.url);
+    if (raw)
+        t.zh = raw_open(NULL);
+    return t;
+}
+
+static void zk_close(struct zk_frame *t)
+{
+    if (t->zh)
+        zookeeper_close(t->zh);
+    dlock_client_close(t->c);
+    free(t->url);
 }
 
 /* Sorted lock children of PATH, as Curator sorts them (by the 10 digits
@@ -318,11 +347,9 @@ static char *kept(char *p)
 
 TU_TEST_IN(standalone, acquire_release_token, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *c = tu_open(url);
-    ck_assert_str_eq(dlock_client_backend(c), "zk");
-    dlock_lock *l = tu_lock(c, "basic");
+    struct zk_frame zt = zk_open(NULL, true);
+    ck_assert_str_eq(dlock_client_backend(zt.c), "zk");
+    dlock_lock *l = tu_lock(zt.c, "basic");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     uint64_t t1 = tu_token(l);
     ck_assert_uint_gt(t1, 0);
@@ -334,7 +361,7 @@ TU_TEST_IN(standalone, acquire_release_token, 90)
     ck_assert_uint_eq(tu_token(l), t1);
 
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(c, "basic", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(zt.c, "basic", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
     ck_assert_str_eq(dlock_info_key(info), "/dlock/basic");
     ck_assert_uint_eq(dlock_info_token(info), t1);
@@ -346,14 +373,13 @@ TU_TEST_IN(standalone, acquire_release_token, 90)
     dlock_info_free(info);
 
     /* the node on the server is Curator's shape */
-    zhandle_t *zh = raw_open(NULL);
     int n;
-    char **kids = raw_children(zh, "/dlock/basic", &n);
+    char **kids = raw_children(zt.zh, "/dlock/basic", &n);
     ck_assert_int_eq(n, 1);
     ck_assert_msg(strlen(kids[0]) == 3 + 36 + 6 + 10, "node name %s", kids[0]);
     char *path = tu_fmt("/dlock/basic/%s", kids[0]);
     struct Stat st;
-    ck_assert_int_eq(zoo_exists(zh, path, 0, &st), ZOK);
+    ck_assert_int_eq(zoo_exists(zt.zh, path, 0, &st), ZOK);
     ck_assert_uint_eq((uint64_t)st.czxid, t1);
     ck_assert_int_ne(st.ephemeralOwner, 0);
     free(path);
@@ -362,11 +388,11 @@ TU_TEST_IN(standalone, acquire_release_token, 90)
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     ck_assert_int_eq(dlock_release(l), DLOCK_ENOTOWNER);
-    kids = raw_children(zh, "/dlock/basic", &n);
+    kids = raw_children(zt.zh, "/dlock/basic", &n);
     ck_assert_int_eq(n, 0);
     free_strings(kids, n);
 
-    ck_assert_int_eq(dlock_inspect(c, "basic", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(zt.c, "basic", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 0);
     dlock_info_free(info);
 
@@ -374,10 +400,8 @@ TU_TEST_IN(standalone, acquire_release_token, 90)
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     ck_assert_uint_gt(tu_token(l), t1);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    zookeeper_close(zh);
     dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    zk_close(&zt);
 }
 END_TEST
 
@@ -425,23 +449,21 @@ static void expect_waiters(dlock_client *c, const char *name, long n, int timeou
 
 TU_TEST_IN(standalone, waiters_fifo_and_inspect, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "fifo");
+    struct zk_frame zt = zk_open(NULL, false);
+    dlock_lock *l = tu_lock(zt.c, "fifo");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
     uint64_t t0 = tu_token(l);
 
     struct waiter_arg args[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
-        args[i] = (struct waiter_arg){.url = url, .name = "fifo", .id = i};
+        args[i] = (struct waiter_arg){.url = zt.url, .name = "fifo", .id = i};
         pthread_create(&th[i], NULL, waiter_thread, &args[i]);
         /* each queues before the next starts */
-        expect_waiters(c, "fifo", i + 1, 4000);
+        expect_waiters(zt.c, "fifo", i + 1, 4000);
     }
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(c, "fifo", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(zt.c, "fifo", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_waiter_count(info), 3);
     for (int i = 0; i < 3; i++) /* in queue order, dlock's own data shown */
         ck_assert_msg(strstr(dlock_info_waiter(info, (size_t)i), "-lock-000000000") &&
@@ -458,8 +480,7 @@ TU_TEST_IN(standalone, waiters_fifo_and_inspect, 90)
         ck_assert_uint_gt(args[i].token, i ? args[i - 1].token : t0);
     }
     dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    zk_close(&zt);
 }
 END_TEST
 
@@ -475,7 +496,6 @@ static void forever_waiter(struct tu_waiter *w, dlock_lock *l)
  * fixed lease cannot be honoured (a node lives as long as its session). */
 TU_TEST_IN(standalone, validity_is_the_negotiated_session, 90)
 {
-    REQUIRE_SERVERS();
     struct tu_solo d = direct_open("lease=1000000", "clamped");
     ck_assert_int_eq(dlock_acquire(d.l, DLOCK_TRY), DLOCK_OK);
     int64_t v = dlock_validity_ms(d.l);
@@ -535,19 +555,16 @@ static char *curator_lease(zhandle_t *zh, const char *leases)
 
 TU_TEST_IN(standalone, curator_semaphore_interop, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *c = tu_open(url);
-    zhandle_t *zh = raw_open(NULL);
+    struct zk_frame zt = zk_open(NULL, true);
     const char *leases = "/dlock/pool-with-java/leases";
     dlock_semaphore *s = NULL;
-    ck_assert_int_eq(dlock_semaphore_new(c, "pool-with-java", 2, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(zt.c, "pool-with-java", 2, 0, &s), DLOCK_OK);
     /* Curator holds one lease, dlock takes the other: both are counted. */
-    char *cur = curator_lease(zh, leases);
+    char *cur = curator_lease(zt.zh, leases);
     dlock_permit *mine = NULL;
     ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &mine), DLOCK_OK);
     int n = 0;
-    char **kids = raw_children(zh, leases, &n);
+    char **kids = raw_children(zt.zh, leases, &n);
     ck_assert_int_eq(n, 2);
     bool found = false;
     for (int i = 0; i < n; i++)
@@ -555,25 +572,23 @@ TU_TEST_IN(standalone, curator_semaphore_interop, 90)
                  strstr(kids[i], "-lease-") != NULL;
     ck_assert_msg(found, "dlock's lease %s is not a Curator lease node", dlock_permit_id(mine));
     free_strings(kids, n);
-    ck_assert_int_eq(raw_contenders(zh, "/dlock/pool-with-java/locks"), 0); /* mutex let go */
-    tu_sem_full(c, s, "pool-with-java", 2, 2);
+    ck_assert_int_eq(raw_contenders(zt.zh, "/dlock/pool-with-java/locks"), 0); /* mutex let go */
+    tu_sem_full(zt.c, s, "pool-with-java", 2, 2);
     /* A dlock waiter holds Curator's mutex while it waits; Curator's
      * release of its lease lets it in. */
     struct tu_sem_taker a;
     tu_sem_taker_start(&a, s, 1, 30000, NULL);
     ck_assert(tu_wait_thread_asleep(&a.tid, 30000));
-    ck_assert_int_eq(raw_contenders(zh, "/dlock/pool-with-java/locks"), 1);
-    ck_assert_int_eq(zoo_delete(zh, cur, -1), ZOK);
+    ck_assert_int_eq(raw_contenders(zt.zh, "/dlock/pool-with-java/locks"), 1);
+    ck_assert_int_eq(zoo_delete(zt.zh, cur, -1), ZOK);
     ck_assert_int_eq(tu_sem_taker_join(&a), DLOCK_OK);
     ck_assert_int_eq(dlock_permit_release(mine), DLOCK_OK);
-    kids = raw_children(zh, leases, &n);
+    kids = raw_children(zt.zh, leases, &n);
     ck_assert_int_eq(n, 0);
     free_strings(kids, n);
     free(cur);
     dlock_semaphore_free(s);
-    zookeeper_close(zh);
-    dlock_client_close(c);
-    free(url);
+    zk_close(&zt);
 }
 END_TEST
 
@@ -596,24 +611,21 @@ static void on_sem_lost(dlock_semaphore *s, dlock_permit *p, const char *why, vo
  * lease node of a permit, not only the first. */
 TU_TEST_IN(standalone, sem_keeper_checks_every_lease, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, "lease=1500");
-    dlock_client *c = tu_open(url);
-    zhandle_t *zh = raw_open(NULL);
+    struct zk_frame zt = zk_open("lease=1500", true);
     const char *leases = "/dlock/k2/leases";
     dlock_semaphore *s = NULL;
-    ck_assert_int_eq(dlock_semaphore_new(c, "k2", 3, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(zt.c, "k2", 3, 0, &s), DLOCK_OK);
     struct sem_lost lost = {0};
     ck_assert_int_eq(dlock_semaphore_on_lost(s, on_sem_lost, &lost), DLOCK_OK);
     dlock_permit *p = NULL;
     ck_assert_int_eq(dlock_semaphore_acquire(s, 2, DLOCK_TRY, NULL, &p), DLOCK_OK);
     int n = 0;
-    char **kids = raw_children(zh, leases, &n);
+    char **kids = raw_children(zt.zh, leases, &n);
     ck_assert_int_eq(n, 2);
     ck_assert_str_eq(kids[0], dlock_permit_id(p));
     char *second = tu_fmt("%s/%s", leases, kids[1]);
     free_strings(kids, n);
-    ck_assert_int_eq(zoo_delete(zh, second, -1), ZOK);
+    ck_assert_int_eq(zoo_delete(zt.zh, second, -1), ZOK);
     for (int i = 0; i < 600 && !atomic_load(&lost.fired); i++)
         tu_sleep_ms(50);
     ck_assert_msg(atomic_load(&lost.fired) == 1, "deleting the 2nd lease node of a permit of 2 "
@@ -622,26 +634,21 @@ TU_TEST_IN(standalone, sem_keeper_checks_every_lease, 90)
     ck_assert_int_eq(dlock_permit_release(p), DLOCK_ELOST);
     free(second);
     dlock_semaphore_free(s);
-    zookeeper_close(zh);
-    dlock_client_close(c);
-    free(url);
+    zk_close(&zt);
 }
 END_TEST
 
 TU_TEST_IN(standalone, curator_interop, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *c = tu_open(url);
-    zhandle_t *zh = raw_open(NULL);
+    struct zk_frame zt = zk_open(NULL, true);
     const char *lockpath = "/dlock/shared-with-java";
 
     /* 1. Curator holds: dlock is busy and sees the Curator node as holder. */
-    char *cur1 = curator_contend(zh, lockpath);
-    dlock_lock *l = tu_lock(c, "shared-with-java");
+    char *cur1 = curator_contend(zt.zh, lockpath);
+    dlock_lock *l = tu_lock(zt.c, "shared-with-java");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(c, "shared-with-java", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(zt.c, "shared-with-java", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
     ck_assert_msg(strncmp(dlock_info_holder(info, 0, NULL), cur1, strlen(cur1)) == 0,
                   "holder %s, curator node %s", dlock_info_holder(info, 0, NULL), cur1);
@@ -649,7 +656,7 @@ TU_TEST_IN(standalone, curator_interop, 90)
 
     /* 2. dlock queues behind it; a second Curator contender queues
      * behind dlock; then the first Curator holder releases. */
-    struct curator_arg arg = {.zh = zh, .c = c, .lockpath = lockpath, .first = cur1};
+    struct curator_arg arg = {.zh = zt.zh, .c = zt.c, .lockpath = lockpath, .first = cur1};
     pthread_t th;
     pthread_create(&th, NULL, curator_thread, &arg);
     /* 3. dlock (next in sequence) owns, not cur2. */
@@ -658,7 +665,7 @@ TU_TEST_IN(standalone, curator_interop, 90)
     char *cur2 = arg.second;
     char *p1 = tu_fmt("%s/%s", lockpath, cur1);
     int n;
-    char **kids = raw_children(zh, lockpath, &n);
+    char **kids = raw_children(zt.zh, lockpath, &n);
     ck_assert_int_eq(n, 2);
     /* as Curator sorts them: dlock's node first, cur2 after it */
     ck_assert_msg(strncmp(kids[0], "_c_", 3) == 0 && strcmp(kids[1], cur2) == 0,
@@ -666,20 +673,20 @@ TU_TEST_IN(standalone, curator_interop, 90)
     char owner_data[256];
     int len = sizeof owner_data - 1;
     char *p0 = tu_fmt("%s/%s", lockpath, kids[0]);
-    ck_assert_int_eq(zoo_get(zh, p0, 0, owner_data, &len, NULL), ZOK);
+    ck_assert_int_eq(zoo_get(zt.zh, p0, 0, owner_data, &len, NULL), ZOK);
     owner_data[len > 0 ? len : 0] = 0;
     ck_assert_msg(strncmp(owner_data, "dlock ", 6) == 0, "owner data %s", owner_data);
     free_strings(kids, n);
 
     /* 4. dlock releases: cur2 is first, i.e. Curator's owner. */
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
-    kids = raw_children(zh, lockpath, &n);
+    kids = raw_children(zt.zh, lockpath, &n);
     ck_assert_int_eq(n, 1);
     ck_assert_str_eq(kids[0], cur2);
     free_strings(kids, n);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     char *p2 = tu_fmt("%s/%s", lockpath, cur2);
-    ck_assert_int_eq(zoo_delete(zh, p2, -1), ZOK);
+    ck_assert_int_eq(zoo_delete(zt.zh, p2, -1), ZOK);
     tu_acquire_release(l, DLOCK_TRY);
 
     free(p0);
@@ -687,10 +694,8 @@ TU_TEST_IN(standalone, curator_interop, 90)
     free(p2);
     free(cur1);
     free(cur2);
-    zookeeper_close(zh);
     dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    zk_close(&zt);
 }
 END_TEST
 
@@ -714,21 +719,19 @@ static void *latch_campaign_thread(void *p)
 
 TU_TEST_IN(standalone, curator_leader_latch_interop, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *c = tu_open(url);
+    struct zk_frame zt = zk_open(NULL, false);
     zhandle_t *zh = raw_open(NULL), *zh2 = raw_open(NULL);
     const char *lockpath = "/dlock/latch-with-java";
     /* 1. A Curator participant leads: dlock reads its id and is busy. */
     char *cur1 = curator_node(zh, lockpath, "latch-");
     dlock_leader *l = NULL;
-    ck_assert_int_eq(dlock_election_leader(c, "latch-with-java", &l), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_leader(zt.c, "latch-with-java", &l), DLOCK_OK);
     ck_assert_int_eq(dlock_leader_held(l), 1);
     ck_assert_str_eq(dlock_leader_value(l), "127.0.0.1");
     ck_assert_str_eq(dlock_leader_id(l), cur1);
     dlock_leader_free(l);
     dlock_election *e = NULL;
-    ck_assert_int_eq(dlock_election_new(c, "latch-with-java", 0, &e), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_new(zt.c, "latch-with-java", 0, &e), DLOCK_OK);
     ck_assert_int_eq(dlock_election_campaign(e, "x", DLOCK_TRY, NULL), DLOCK_EBUSY);
     /* 2. dlock campaigns; the Curator leader's session ends: dlock leads. */
     struct latch_campaign arg = {.e = e, .rc = 1};
@@ -763,7 +766,7 @@ TU_TEST_IN(standalone, curator_leader_latch_interop, 90)
     free_strings(kids, n);
     /* 4. dlock resigns: the Curator participant leads. */
     ck_assert_int_eq(dlock_election_resign(e), DLOCK_OK);
-    ck_assert_int_eq(dlock_election_leader(c, "latch-with-java", &l), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_leader(zt.c, "latch-with-java", &l), DLOCK_OK);
     ck_assert_str_eq(dlock_leader_id(l), cur2);
     dlock_leader_free(l);
     free(p0);
@@ -771,8 +774,7 @@ TU_TEST_IN(standalone, curator_leader_latch_interop, 90)
     free(cur2);
     zookeeper_close(zh2);
     dlock_election_free(e);
-    dlock_client_close(c);
-    free(url);
+    zk_close(&zt);
 }
 END_TEST
 
@@ -786,66 +788,63 @@ END_TEST
  * arriving behind a waiting writer waits (no writer starvation). */
 TU_TEST_IN(standalone, curator_rwlock_interop, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, "layout=curator-rw");
-    dlock_client *c = tu_open(url);
-    zhandle_t *zh = raw_open(NULL);
+    struct zk_frame zt = zk_open("layout=curator-rw", true);
     const char *lockpath = "/dlock/rw-with-java";
-    dlock_lock *r = tu_lock_mode(c, "rw-with-java", DLOCK_SHARED, 0);
-    dlock_lock *w = tu_lock(c, "rw-with-java");
+    dlock_lock *r = tu_lock_mode(zt.c, "rw-with-java", DLOCK_SHARED, 0);
+    dlock_lock *w = tu_lock(zt.c, "rw-with-java");
 
     /* Curator reads: dlock reads beside it, dlock's writer stays out. */
-    char *cr = curator_node(zh, lockpath, "__READ__");
-    ck_assert(curator_rw_holds(zh, lockpath, cr));
+    char *cr = curator_node(zt.zh, lockpath, "__READ__");
+    ck_assert(curator_rw_holds(zt.zh, lockpath, cr));
     ck_assert_int_eq(dlock_acquire(r, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(w, DLOCK_TRY), DLOCK_EMISUSE); /* same thread: upgrade */
     ck_assert_int_eq(dlock_release(r), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(w, DLOCK_TRY), DLOCK_EBUSY);
-    curator_release(zh, lockpath, cr);
+    curator_release(zt.zh, lockpath, cr);
 
     /* dlock writes ("__WRIT__"): Curator's reader and writer wait. */
     ck_assert_int_eq(dlock_acquire(w, DLOCK_TRY), DLOCK_OK);
     int n = 0;
-    char **kids = raw_children(zh, lockpath, &n);
+    char **kids = raw_children(zt.zh, lockpath, &n);
     ck_assert_int_eq(n, 1);
     ck_assert_msg(strstr(kids[0], "-__WRIT__"), "dlock's write node: %s", kids[0]);
     free_strings(kids, n);
-    cr = curator_node(zh, lockpath, "__READ__");
-    char *cw = curator_node(zh, lockpath, "__WRIT__");
-    ck_assert(!curator_rw_holds(zh, lockpath, cr));
-    ck_assert(!curator_rw_holds(zh, lockpath, cw));
+    cr = curator_node(zt.zh, lockpath, "__READ__");
+    char *cw = curator_node(zt.zh, lockpath, "__WRIT__");
+    ck_assert(!curator_rw_holds(zt.zh, lockpath, cr));
+    ck_assert(!curator_rw_holds(zt.zh, lockpath, cw));
     ck_assert_int_eq(dlock_release(w), DLOCK_OK);
-    ck_assert(curator_rw_holds(zh, lockpath, cr)); /* the reader first, */
-    ck_assert(!curator_rw_holds(zh, lockpath, cw)); /* the writer behind it */
-    curator_release(zh, lockpath, cr);
-    ck_assert(curator_rw_holds(zh, lockpath, cw));
+    ck_assert(curator_rw_holds(zt.zh, lockpath, cr)); /* the reader first, */
+    ck_assert(!curator_rw_holds(zt.zh, lockpath, cw)); /* the writer behind it */
+    curator_release(zt.zh, lockpath, cr);
+    ck_assert(curator_rw_holds(zt.zh, lockpath, cw));
 
     /* Curator writes: dlock's reader and writer wait; a dlock reader
      * waiting (a handle-owned hold, to release it here) is woken by the
      * writer's release. */
     ck_assert_int_eq(dlock_acquire(r, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_int_eq(dlock_acquire(w, DLOCK_TRY), DLOCK_EBUSY);
-    dlock_lock *ro = tu_lock_mode(c, "rw-with-java", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *ro = tu_lock_mode(zt.c, "rw-with-java", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED);
     struct tu_waiter ra;
     forever_waiter(&ra, ro);
-    expect_waiters(c, "rw-with-java", 1, 20000);
-    curator_release(zh, lockpath, cw);
+    expect_waiters(zt.c, "rw-with-java", 1, 20000);
+    curator_release(zt.zh, lockpath, cw);
     tu_waiter_join(&ra);
     ck_assert_msg(ra.rc == DLOCK_OK, "reader behind Curator's writer: %s", dlock_err_name(ra.rc));
 
     /* dlock reads: Curator's writer waits; a reader arriving behind that
      * waiting writer (another client's) waits too: writers are not
      * starved across the two libraries. */
-    cw = curator_node(zh, lockpath, "__WRIT__");
-    ck_assert(!curator_rw_holds(zh, lockpath, cw));
+    cw = curator_node(zt.zh, lockpath, "__WRIT__");
+    ck_assert(!curator_rw_holds(zt.zh, lockpath, cw));
     char *direct = url_with(NULL, NULL);
     dlock_client *c2 = tu_open(direct);
     dlock_lock *r2 = tu_lock_mode(c2, "rw-with-java", DLOCK_SHARED, 0);
     ck_assert_int_eq(dlock_acquire(r2, DLOCK_TRY), DLOCK_EBUSY);
     ck_assert_int_eq(dlock_release(ro), DLOCK_OK);
-    ck_assert(curator_rw_holds(zh, lockpath, cw));
+    ck_assert(curator_rw_holds(zt.zh, lockpath, cw));
     ck_assert_int_eq(dlock_acquire(r2, DLOCK_TRY), DLOCK_EBUSY);
-    curator_release(zh, lockpath, cw);
+    curator_release(zt.zh, lockpath, cw);
     ck_assert_int_eq(dlock_acquire(r2, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_release(r2), DLOCK_OK);
 
@@ -853,9 +852,7 @@ TU_TEST_IN(standalone, curator_rwlock_interop, 90)
     dlock_client_close(c2);
     free(direct);
     TU_FREE_LOCKS(ro, w, r);
-    dlock_client_close(c);
-    zookeeper_close(zh);
-    free(url);
+    zk_close(&zt);
 }
 END_TEST
 
@@ -917,28 +914,25 @@ END_TEST
  * ("lock-<seq>") counts for both. */
 TU_TEST_IN(standalone, foreign_children_ignored, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, NULL);
-    dlock_client *c = tu_open(url);
-    zhandle_t *zh = raw_open(NULL);
-    raw_mkdirs(zh, "/dlock/odd/not-a-lock-node", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
+    struct zk_frame zt = zk_open(NULL, true);
+    raw_mkdirs(zt.zh, "/dlock/odd/not-a-lock-node", ZOO_PERSISTENT, &ZOO_OPEN_ACL_UNSAFE);
     const char *junk[] = {"y-lock-18446744073709551617", "y-lock-0000000001",
                           "_c_not-a-uuid-lock-0000000002", "lock-12", "lock-000000000x"};
     for (size_t i = 0; i < sizeof junk / sizeof *junk; i++) {
         char *path = tu_fmt("/dlock/odd/%s", junk[i]);
-        int rc = zoo_create(zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+        int rc = zoo_create(zt.zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
         ck_assert_msg(rc == ZOK || rc == ZNODEEXISTS, "create %s: %s", path, zerror(rc));
         free(path);
     }
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(c, "odd", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(zt.c, "odd", &info), DLOCK_OK);
     ck_assert_msg(dlock_info_held(info) == 0, "status says held by %s",
                   dlock_info_holder(info, 0, NULL));
     ck_assert_int_eq(dlock_info_waiter_count(info), 0);
     dlock_info_free(info);
-    dlock_lock *l = tu_lock(c, "odd");
+    dlock_lock *l = tu_lock(zt.c, "odd");
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
-    ck_assert_int_eq(dlock_inspect(c, "odd", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(zt.c, "odd", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
     ck_assert_uint_eq(dlock_info_token(info), tu_token(l));
     ck_assert_int_eq(dlock_info_waiter_count(info), 0);
@@ -947,21 +941,19 @@ TU_TEST_IN(standalone, foreign_children_ignored, 90)
 
     /* Curator without protection: "lock-<seq>", held by the raw client */
     char created[256];
-    int rc = zoo_create(zh, "/dlock/odd/lock-", "127.0.0.1", 9, &ZOO_OPEN_ACL_UNSAFE,
+    int rc = zoo_create(zt.zh, "/dlock/odd/lock-", "127.0.0.1", 9, &ZOO_OPEN_ACL_UNSAFE,
                         ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created);
     ck_assert_msg(rc == ZOK, "create lock-: %s", zerror(rc));
-    ck_assert_int_eq(dlock_inspect(c, "odd", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(zt.c, "odd", &info), DLOCK_OK);
     ck_assert_int_eq(dlock_info_held(info), 1);
     ck_assert_msg(strstr(dlock_info_holder(info, 0, NULL), strrchr(created, '/') + 1),
                   "holder %s", dlock_info_holder(info, 0, NULL));
     dlock_info_free(info);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
-    ck_assert_int_eq(zoo_delete(zh, created, -1), ZOK);
+    ck_assert_int_eq(zoo_delete(zt.zh, created, -1), ZOK);
     tu_acquire_release(l, DLOCK_TRY);
-    zookeeper_close(zh);
     dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    zk_close(&zt);
 }
 END_TEST
 
@@ -969,21 +961,18 @@ END_TEST
 
 TU_TEST_IN(standalone, hostile_names, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = url_with(NULL, "base=/hostile");
-    dlock_client *c = tu_open(url);
-    zhandle_t *zh = raw_open(NULL);
+    struct zk_frame zt = zk_open("base=/hostile", true);
     const char *names[] = {"..", ".", "../../zookeeper", "a/b/../../c", "/", "with space",
                            "%2F", "\x01\x7f\xff\xfe", "zookeeper", "lock-0000000001",
                            "_c_x-lock-", "ünïcødé"};
     size_t nn = sizeof names / sizeof *names;
     dlock_lock *locks[sizeof names / sizeof *names];
     for (size_t i = 0; i < nn; i++) {
-        dlock_lock *l = locks[i] = tu_lock(c, names[i]);
+        dlock_lock *l = locks[i] = tu_lock(zt.c, names[i]);
         ck_assert_msg(dlock_acquire(l, DLOCK_TRY) == DLOCK_OK, "acquire '%s': %s", names[i],
                       dlock_errmsg());
         dlock_info *info = NULL;
-        ck_assert_int_eq(dlock_inspect(c, names[i], &info), DLOCK_OK);
+        ck_assert_int_eq(dlock_inspect(zt.c, names[i], &info), DLOCK_OK);
         const char *key = dlock_info_key(info);
         ck_assert_msg(strncmp(key, "/hostile/", 9) == 0 && !strchr(key + 9, '/') &&
                           strcmp(key + 9, ".") && strcmp(key + 9, ".."),
@@ -993,13 +982,13 @@ TU_TEST_IN(standalone, hostile_names, 90)
     }
     /* nothing was created outside the base path */
     int n;
-    char **kids = raw_children(zh, "/", &n);
+    char **kids = raw_children(zt.zh, "/", &n);
     for (int i = 0; i < n; i++)
         ck_assert_msg(strcmp(kids[i], "zookeeper") == 0 || strcmp(kids[i], "hostile") == 0 ||
                           strcmp(kids[i], "dlock") == 0,
                       "stray node /%s", kids[i]);
     free_strings(kids, n);
-    kids = raw_children(zh, "/zookeeper", &n);
+    kids = raw_children(zt.zh, "/zookeeper", &n);
     for (int i = 0; i < n; i++)
         ck_assert_msg(strcmp(kids[i], "quota") == 0 || strcmp(kids[i], "config") == 0,
                       "stray node /zookeeper/%s", kids[i]);
@@ -1007,14 +996,12 @@ TU_TEST_IN(standalone, hostile_names, 90)
 
     /* list gives every name back byte for byte (all still held: the
      * server reaps empty lock nodes, containers, within a second here) */
-    char **listed = tu_list_names(c, NULL);
+    char **listed = tu_list_names(zt.c, NULL);
     for (size_t i = 0; i < nn; i++)
         ck_assert_msg(tu_listed(listed, names[i]), "list lost name '%s'", names[i]);
     tu_release_free_all(locks, nn);
     tu_free_names(listed);
-    zookeeper_close(zh);
-    dlock_client_close(c);
-    free(url);
+    zk_close(&zt);
 }
 END_TEST
 
@@ -1239,7 +1226,6 @@ END_TEST
 
 TU_TEST_IN(restart, server_restart_keeps_hold, 120)
 {
-    REQUIRE_SERVERS();
     struct tu_solo d = direct_open("lease=15000", "restart");
     watch_lost(d.l);
     ck_assert_int_eq(dlock_acquire(d.l, DLOCK_TRY), DLOCK_OK);
@@ -1265,7 +1251,6 @@ END_TEST
 
 TU_TEST_IN(outage, server_down_hold_lost, 120)
 {
-    REQUIRE_SERVERS();
     struct tu_solo d = direct_open("lease=1500&timeout=500&connect_timeout=1000", "outage");
     dlock_lock *l = d.l;
     watch_lost(l);
@@ -1303,7 +1288,6 @@ END_TEST
  * test by its timeout rather than by a clock. */
 TU_TEST_IN(stopped, stopped_server_bounds_short_waits, 50)
 {
-    REQUIRE_SERVERS();
     struct tu_solo d = direct_open("lease=3000&timeout=60000&connect_timeout=60000", "stopped");
     ck_assert_int_eq(kill(F.s[0].pid, SIGSTOP), 0);
     int rc = dlock_acquire(d.l, 100);
@@ -1531,32 +1515,36 @@ struct proxied {
     char *url;
     dlock_client *c;
     dlock_lock *l;
+    zhandle_t *zh; /* proxied_open_kept()'s raw session, else NULL */
 };
 
 static void proxied_open(struct proxied *f, const char *query, const char *name)
 {
+    REQUIRE_SERVERS();
     proxy_start(&f->px, F.s[0].port);
     f->url = tu_fmt("zk://127.0.0.1:%d?%s", f->px.port, query);
     f->c = tu_open(f->url);
     f->l = tu_lock(f->c, name);
+    f->zh = NULL;
 }
 
 /* proxied_open(), and the lock node of NAME made (an acquire and a
  * release) and kept (a foreign child: a container would vanish when its
- * last contender leaves); returns a raw handle to the server. */
-static zhandle_t *proxied_open_kept(struct proxied *f, const char *query, const char *name)
+ * last contender leaves); F->zh is a raw session to the server. */
+static void proxied_open_kept(struct proxied *f, const char *query, const char *name)
 {
     proxied_open(f, query, name);
     tu_acquire_release(f->l, DLOCK_TRY);
-    zhandle_t *zh = raw_open(NULL);
+    f->zh = raw_open(NULL);
     char *lockpath = tu_fmt("/dlock/%s", name);
-    raw_keep_lock_node(zh, lockpath);
+    raw_keep_lock_node(f->zh, lockpath);
     free(lockpath);
-    return zh;
 }
 
 static void proxied_close(struct proxied *f)
 {
+    if (f->zh)
+        zookeeper_close(f->zh);
     dlock_lock_free(f->l);
     dlock_client_close(f->c);
     proxy_stop(&f->px);
@@ -1569,9 +1557,8 @@ static void proxied_close(struct proxied *f)
  * is back it finds the node by its guid and deletes it. */
 TU_TEST_IN(standalone, lost_create_reply_leaves_no_node, 90)
 {
-    REQUIRE_SERVERS();
     struct proxied f;
-    zhandle_t *zh = proxied_open_kept(&f, "lease=6000&timeout=400", "lost-reply");
+    proxied_open_kept(&f, "lease=6000&timeout=400", "lost-reply");
     dlock_lock *warm = f.l;
     proxy_set(&f.px, PROXY_DISCARD);
     int rc = dlock_acquire(warm, DLOCK_TRY);
@@ -1582,21 +1569,20 @@ TU_TEST_IN(standalone, lost_create_reply_leaves_no_node, 90)
     for (int i = 0; i < 200 && n == 0; i++) {
         if (i)
             tu_sleep_ms(25);
-        n = raw_contenders(zh, "/dlock/lost-reply");
+        n = raw_contenders(f.zh, "/dlock/lost-reply");
     }
     ck_assert_msg(n >= 1, "the create never reached the server (acquire: %s)", dlock_errmsg());
     proxy_set(&f.px, PROXY_FORWARD);
     /* reconnected: the stray node goes, without any further call */
     for (int i = 0; i < 400 && n > 0; i++) {
         tu_sleep_ms(25);
-        n = raw_contenders(zh, "/dlock/lost-reply");
+        n = raw_contenders(f.zh, "/dlock/lost-reply");
     }
     ck_assert_msg(n == 0, "a node of the lost create stays in the queue");
     /* and the lock is free for others */
     struct tu_solo other = direct_open(NULL, "lost-reply");
     tu_acquire_release(other.l, DLOCK_TRY);
     tu_solo_close(&other);
-    zookeeper_close(zh);
     proxied_close(&f);
 }
 END_TEST
@@ -1606,7 +1592,6 @@ END_TEST
  * soon as the connection is back, without any further call. */
 TU_TEST_IN(standalone, lost_release_leaves_no_node, 90)
 {
-    REQUIRE_SERVERS();
     struct proxied f;
     proxied_open(&f, "lease=6000&timeout=400", "lost-release");
     ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
@@ -1668,7 +1653,6 @@ static void *heal_when(void *p)
  * release succeeded and must say DLOCK_OK, not DLOCK_ELOST. */
 TU_TEST_IN(standalone, release_reply_lost_then_reconnect, 90)
 {
-    REQUIRE_SERVERS();
     struct proxied f;
     proxied_open(&f, "lease=6000&timeout=4000", "release-reply");
     ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
@@ -1694,9 +1678,8 @@ END_TEST
  * and no second node of ours stays in the queue. */
 TU_TEST_IN(standalone, create_reply_lost_node_found_by_guid, 90)
 {
-    REQUIRE_SERVERS();
     struct proxied f;
-    zhandle_t *zh = proxied_open_kept(&f, "lease=6000&timeout=4000", "create-reply");
+    proxied_open_kept(&f, "lease=6000&timeout=4000", "create-reply");
     for (int round = 0; round < 3; round++) {
         struct heal_arg ha = {.px = &f.px, .lockpath = "/dlock/create-reply", .want = 1};
         proxy_set(&f.px, PROXY_DISCARD);
@@ -1708,21 +1691,20 @@ TU_TEST_IN(standalone, create_reply_lost_node_found_by_guid, 90)
         ck_assert_msg(rc == DLOCK_OK, "round %d: try-once on a free lock whose create reply "
                       "was lost: %s %s", round, dlock_err_name(rc), dlock_errmsg());
         int n = 0;
-        char **kids = raw_children(zh, "/dlock/create-reply", &n);
-        ck_assert_int_eq(raw_contenders(zh, "/dlock/create-reply"), 1);
+        char **kids = raw_children(f.zh, "/dlock/create-reply", &n);
+        ck_assert_int_eq(raw_contenders(f.zh, "/dlock/create-reply"), 1);
         char *path = NULL;
         for (int i = 0; i < n; i++)
             if (strncmp(kids[i], "_c_", 3) == 0)
                 path = tu_fmt("/dlock/create-reply/%s", kids[i]);
         struct Stat st;
-        ck_assert_int_eq(zoo_exists(zh, path, 0, &st), ZOK);
+        ck_assert_int_eq(zoo_exists(f.zh, path, 0, &st), ZOK);
         ck_assert_uint_eq((uint64_t)st.czxid, tu_token(f.l));
         free(path);
         free_strings(kids, n);
         ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
-        ck_assert_int_eq(raw_contenders(zh, "/dlock/create-reply"), 0);
+        ck_assert_int_eq(raw_contenders(f.zh, "/dlock/create-reply"), 0);
     }
-    zookeeper_close(zh);
     proxied_close(&f);
 }
 END_TEST
@@ -1736,10 +1718,8 @@ END_TEST
  * is back. */
 TU_TEST_IN(standalone, cancel_during_create_retries, 60)
 {
-    REQUIRE_SERVERS();
     struct proxied f;
-    zhandle_t *zh = proxied_open_kept(&f, "lease=6000&timeout=120000&connect_timeout=120000",
-                                      "create-retry");
+    proxied_open_kept(&f, "lease=6000&timeout=120000&connect_timeout=120000", "create-retry");
     proxy_set(&f.px, PROXY_DISCARD);
     struct tu_waiter arg;
     forever_waiter(&arg, f.l);
@@ -1747,7 +1727,7 @@ TU_TEST_IN(standalone, cancel_during_create_retries, 60)
     for (int i = 0; i < 800 && n < 1; i++) {
         if (i)
             tu_sleep_ms(25);
-        n = raw_contenders(zh, "/dlock/create-retry");
+        n = raw_contenders(f.zh, "/dlock/create-retry");
     }
     ck_assert_msg(n == 1, "the create never reached the server");
     proxy_set(&f.px, PROXY_REFUSE); /* the reply is lost; every retry fails */
@@ -1758,10 +1738,9 @@ TU_TEST_IN(standalone, cancel_during_create_retries, 60)
     proxy_set(&f.px, PROXY_FORWARD);
     for (int i = 0; i < 800 && n > 0; i++) {
         tu_sleep_ms(25);
-        n = raw_contenders(zh, "/dlock/create-retry");
+        n = raw_contenders(f.zh, "/dlock/create-retry");
     }
     ck_assert_msg(n == 0, "the node of the canceled create stays in the queue");
-    zookeeper_close(zh);
     proxied_close(&f);
 }
 END_TEST
@@ -1805,7 +1784,6 @@ static void *partition_other(void *p)
 
 TU_TEST_IN(standalone, partitioned_holder_lost_before_other_holds, 90)
 {
-    REQUIRE_SERVERS();
     struct proxied f;
     proxied_open(&f, "lease=2000&timeout=1000&connect_timeout=3000", "partitioned");
     watch_lost(f.l);
@@ -1938,7 +1916,6 @@ END_TEST
  * timeout later. */
 TU_TEST_IN(standalone, wait_while_disconnected_honours_cancel_and_deadline, 90)
 {
-    REQUIRE_SERVERS();
     struct proxied f;
     proxied_open(&f, "lease=2000&timeout=1000&connect_timeout=30000", "offline");
     proxy_set(&f.px, PROXY_BLACKHOLE);
@@ -1967,7 +1944,6 @@ END_TEST
  * unanswered create stays behind. */
 TU_TEST_IN(standalone, wait_survives_disconnect_during_create, 90)
 {
-    REQUIRE_SERVERS();
     struct proxied f;
     proxied_open(&f, "lease=4000&timeout=500", "blip");
     dlock_lock *l = f.l;
@@ -2014,7 +1990,6 @@ END_TEST
  * test by its timeout. */
 TU_TEST_IN(standalone, cancel_while_disconnected_returns_at_once, 90)
 {
-    REQUIRE_SERVERS();
     struct tu_solo holder = direct_open("lease=2000", "cut-cancel");
     struct proxied f;
     proxied_open(&f, "lease=2000&timeout=120000&connect_timeout=120000", "cut-cancel");
@@ -2059,7 +2034,6 @@ END_TEST
  * the session is taken over, so that it cannot take it back first. */
 TU_TEST_IN(standalone, session_closed_elsewhere_reported_lost_at_once, 90)
 {
-    REQUIRE_SERVERS();
     struct proxied f;
     proxied_open(&f, "lease=600000&timeout=2000&connect_timeout=5000", "killed-session");
     clientid_t id = *zoo_client_id(dlock_last_handle());

@@ -275,7 +275,10 @@ typedef enum dlock_mode {
  * handing the lock to the next waiter; docs/protocol-redis.md, "Layout
  * fair"), exclusive holds only, and not under layout=simple (both
  * DLOCK_ENOTSUP at the acquire); ?layout=fair makes every lock of the
- * client fair. */
+ * client fair. A lock handed over is granted for the waiter's queue lease
+ * (?queue_lease) and the keeper extends it to the hold's lease a third of
+ * the way in -- once for a DLOCK_LEASE_FIXED lease too, whose lease then
+ * runs from that extension. */
 #define DLOCK_LOCK_HANDLE_OWNED 1u
 #define DLOCK_LOCK_FAIR 2u
 

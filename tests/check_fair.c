@@ -251,29 +251,36 @@ TU_TEST(dead_waiter_handed_the_lock_blocks_only_its_queue_lease, 120)
 /* A live waiter handed the lock for its queue lease extends it to its
  * lease a third of the way in (its keeper renews, after the acquire
  * returned): held past the queue lease, by the server's clock, never
- * lost, and released as its own. */
+ * lost, and released as its own; a fixed lease (never renewed otherwise)
+ * is extended that once too. */
 TU_TEST(handed_over_lock_extended_to_its_lease, 60)
 {
     struct takers t;
     takers_begin(&t, "queue_lease=1s&lease=60s", "e");
     dlock_client *c = tu_open(t.url);
-    dlock_lock *l = tu_lock_mode(c, "e", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
-    struct tu_waiter w;
-    tu_waiter_start_ex(&w, l, 60000, NULL, true);
-    wait_queued(t.ctx, "e", 1);
-    ck_assert(tu_wait_thread_asleep(&w.tid, 60000));
-    TU_RELEASE_OK(t.l);
-    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
-    long long pttl = 0;
-    for (int i = 0; i < 6000 && (pttl = raw_int(t.ctx, "PTTL e")) <= 1000; i++)
-        tu_sleep_ms(10);
-    ck_assert_msg(pttl > 1000, "lock 'e' expires in %lld ms: not extended past the queue lease",
-                  pttl);
-    dlock_stats st = {.size = sizeof st};
-    ck_assert_int_eq(dlock_client_stats(c, &st), DLOCK_OK);
-    ck_assert_int_eq(st.losses, 0);
-    TU_RELEASE_OK(l);
-    TU_FREE_LOCKS(l);
+    for (int fixed = 0; fixed < 2; fixed++) { /* 1: a fixed lease, extended once */
+        if (fixed)
+            TU_ACQUIRE_OK(t.l, DLOCK_TRY);
+        dlock_lock *l = tu_lock_mode(c, "e", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+        if (fixed)
+            ck_assert_int_eq(dlock_lock_set_lease(l, 60000, DLOCK_LEASE_FIXED), DLOCK_OK);
+        struct tu_waiter w;
+        tu_waiter_start_ex(&w, l, 60000, NULL, true);
+        wait_queued(t.ctx, "e", 1);
+        ck_assert(tu_wait_thread_asleep(&w.tid, 60000));
+        TU_RELEASE_OK(t.l);
+        ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+        long long pttl = 0;
+        for (int i = 0; i < 6000 && (pttl = raw_int(t.ctx, "PTTL e")) <= 1000; i++)
+            tu_sleep_ms(10);
+        ck_assert_msg(pttl > 1000, "%s lease: lock 'e' expires in %lld ms: not extended past "
+                                   "the queue lease", fixed ? "fixed" : "renewed", pttl);
+        dlock_stats st = {.size = sizeof st};
+        ck_assert_int_eq(dlock_client_stats(c, &st), DLOCK_OK);
+        ck_assert_int_eq(st.losses, 0);
+        TU_RELEASE_OK(l);
+        TU_FREE_LOCKS(l);
+    }
     TU_CLOSE_CLIENTS(c);
     takers_end(&t);
 }

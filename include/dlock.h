@@ -978,8 +978,10 @@ DLOCK_EXTERN void dlock_multi_free(dlock_multi *m);
  * to its lease, as dlock_release() does). Threads: any. */
 DLOCK_EXTERN int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel);
 
-/* Release every member, in reverse order, all of them whatever one
- * returns. Returns DLOCK_OK; DLOCK_ENOTOWNER (M holds nothing);
+/* Release every member, all of them whatever one returns: in one request
+ * where the backend allows it (one script on Redis, one transaction on
+ * etcd, each member checked as its own dlock_release() checks it and its
+ * waiters woken), else one by one in reverse order. Returns DLOCK_OK; DLOCK_ENOTOWNER (M holds nothing);
  * DLOCK_ELOST (a member had been lost; the others were released);
  * DLOCK_EINVAL (M NULL); the first backend failure of a member (the
  * others were released all the same). M holds nothing afterwards.

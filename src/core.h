@@ -441,9 +441,10 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 9 /* 2: downgrade; 3: the sem_* functions; 4: share;
-                                    5: the elect_* functions; 6: master; 7: sem_list;
-                                    8: multi_acquire; 9: no_semaphores_why */
+#define DLOCK__BACKEND_VERSION 10 /* 2: downgrade; 3: the sem_* functions; 4: share;
+                                     5: the elect_* functions; 6: master; 7: sem_list;
+                                     8: multi_acquire; 9: no_semaphores_why;
+                                     10: multi_release */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -466,8 +467,9 @@ enum {
         functions, table version 5); without it dlock_election_new()
         answers DLOCK_ENOTSUP */
     DLOCK__CAP_MULTI = 1u << 10, /* a multi-lock's set in one request
-        (multi_acquire, table version 8); without it the core takes the
-        members one by one */
+        (multi_acquire, table version 8) and released in one request
+        (multi_release, version 10); without it the core takes and gives
+        the members back one by one */
 };
 
 struct dlock__backend {
@@ -593,6 +595,21 @@ struct dlock__backend {
     /* Version 9: without DLOCK__CAP_SEMAPHORE, why (for the message of
      * dlock_semaphore_new()'s DLOCK_ENOTSUP); NULL: "no semaphores yet". */
     const char *no_semaphores_why;
+
+    /* Version 10, with DLOCK__CAP_MULTI: give up the holds HS[0..N) (a
+     * multi-lock's members, N >= 2, distinct names in the canonical
+     * order, plain exclusive or shared holds of one level) in one request
+     * where the layout allows it, each checked against its own owner and
+     * token as release() checks it, its waiters woken as release() wakes
+     * them. RCS[k]: each member's result as release() would give it
+     * (DLOCK_ELOST for one no longer ours, the others still released; a
+     * lost reply handled as release() handles it), the message that of
+     * the last member that failed; return DLOCK_OK when sent, else a
+     * failure copied into RCS. Frees each h->bdata. DLOCK_ENOTSUP,
+     * nothing sent and nothing freed: this set cannot be given up at
+     * once, and the core calls release() for each member. NULL: member
+     * by member. */
+    int (*multi_release)(void *state, struct dlock__hold **hs, size_t n, int *rcs);
 };
 
 /* The backend's acquire of H: sem_acquire or elect_acquire for a

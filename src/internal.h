@@ -108,6 +108,13 @@ size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);
 int dlock__acquire_claim_now(dlock_lock *l);
 struct dlock__hold *dlock__hold_make(dlock_lock *l);
 int dlock__acquire_end(dlock_lock *l, struct dlock__hold *h, int rc, bool claimed);
+/* A multi-lock's release (multi.c) of the holds of LS[0..N) (one client,
+ * canonical order) in one backend request (multi_release): RCS[k] each
+ * member's result as dlock_release() would give it; returns the last
+ * member's failure with its message, or DLOCK_OK. DLOCK_ENOTSUP, nothing
+ * done: the backend has no such op, or a member is not a plain one-level
+ * hold of its handle (the caller releases member by member). */
+int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs);
 /* Release every hold of C (closing). */
 void dlock__release_all(dlock_client *c);
 

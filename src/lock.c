@@ -623,34 +623,118 @@ static void hold_unlink(dlock_client *c, struct dlock__hold *h)
         c->nholds--;
 }
 
-/* Give H up at the backend and free it (mutex held; dropped meanwhile). */
-static int hold_end(dlock_client *c, struct dlock__hold *h)
+/* What hold_end_begin() took out of a hold for hold_end_finish(). */
+struct hold_ending {
+    bool lost;
+    char *why;
+    dlock_lock *owner; /* the handle-owned handle whose hold this is */
+};
+
+/* The first half of ending H (mutex held): unlinked from its entry, its
+ * loss noted in END, its handle-owned handle marked releasing. The
+ * caller then drops the mutex and gives H up at the backend. */
+static void hold_end_begin(dlock_client *c, struct dlock__hold *h, struct hold_ending *end)
+{
+    hold_unlink(c, h);
+    h->entry->refs++;
+    end->lost = h->state == DLOCK__LOST;
+    end->why = h->lost_why;
+    h->lost_why = NULL;
+    end->owner = h->via && h->via->owner && h->tid == h->via->owner ? h->via : NULL;
+    if (end->owner)
+        end->owner->releasing = true;
+}
+
+/* The second half (mutex not held on entry, held on return): the result
+ * RC of the backend's release, or DLOCK_ELOST for a hold lost before it;
+ * H freed and its handle's waiting threads woken. */
+static int hold_end_finish(dlock_client *c, struct dlock__hold *h, struct hold_ending *end, int rc)
 {
     struct dlock__entry *e = h->entry;
-    hold_unlink(c, h);
-    e->refs++;
-    bool lost = h->state == DLOCK__LOST;
-    char *why = h->lost_why;
-    h->lost_why = NULL;
-    dlock_lock *owner = h->via && h->via->owner && h->tid == h->via->owner ? h->via : NULL;
-    if (owner)
-        owner->releasing = true;
-    pthread_mutex_unlock(&c->mu);
-    int rc = dlock__backend_release(c, h);
-    if (lost)
+    if (end->lost)
         rc = dlock__err(DLOCK_ELOST, "lock '%s' was lost before this release: %s", e->name,
-                        why ? why : "no reason given");
-    free(why);
+                        end->why ? end->why : "no reason given");
+    free(end->why);
     pthread_mutex_lock(&c->mu);
-    if (owner) {
-        owner->releasing = false;
-        dlock__waitset_wake_all(&owner->turn);
+    if (end->owner) {
+        end->owner->releasing = false;
+        dlock__waitset_wake_all(&end->owner->turn);
     }
     if ((c->be->caps & DLOCK__CAP_CLIENT_OWNER) && !h->sem)
         local_dequeue(e, h->mode == DLOCK_SHARED);
     hold_free(h);
     entry_put(c, e);
     return rc;
+}
+
+/* Give H up at the backend and free it (mutex held; dropped meanwhile). */
+static int hold_end(dlock_client *c, struct dlock__hold *h)
+{
+    struct hold_ending end;
+    hold_end_begin(c, h, &end);
+    pthread_mutex_unlock(&c->mu);
+    return hold_end_finish(c, h, &end, dlock__backend_release(c, h));
+}
+
+int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs)
+{
+    dlock_client *c = ls[0]->c;
+    const struct dlock__backend *be = c->be;
+    if (n < 2 || be->version < 10 || !(be->caps & DLOCK__CAP_MULTI) || !be->multi_release ||
+        dlock__check_client(c))
+        return DLOCK_ENOTSUP;
+    struct dlock__hold **hs = calloc(n, sizeof *hs);
+    struct hold_ending *ends = calloc(n, sizeof *ends);
+    if (!hs || !ends) {
+        free(hs);
+        free(ends);
+        return DLOCK_ENOTSUP; /* member by member needs no memory */
+    }
+    pthread_mutex_lock(&c->mu);
+    size_t k = 0;
+    for (; k < n; k++) {
+        hs[k] = hold_of(ls[k]->e, owner_of(ls[k]));
+        /* only holds this release ends: one level, a plain lock's */
+        if (!hs[k] || hs[k]->count != 1 || hs[k]->sem || hs[k]->elect || hs[k]->shared_levels ||
+            (hs[k]->state != DLOCK__HELD && hs[k]->state != DLOCK__LOST))
+            break;
+    }
+    if (k < n) {
+        pthread_mutex_unlock(&c->mu);
+        free(hs);
+        free(ends);
+        return DLOCK_ENOTSUP;
+    }
+    for (k = 0; k < n; k++)
+        hold_end_begin(c, hs[k], &ends[k]);
+    pthread_mutex_unlock(&c->mu);
+    /* The backend's message is its last failing member's, as is the
+     * set's (release_members in multi.c goes in reverse order too). */
+    char said[DLOCK__MSG_MAX] = "", msg[DLOCK__MSG_MAX] = "";
+    dlock__err(DLOCK_OK, "%s", "");
+    int rc = be->multi_release(c->bstate, hs, n, rcs);
+    if (rc == DLOCK_ENOTSUP) { /* nothing sent: each as dlock_release() gives it up */
+        for (k = 0; k < n; k++)
+            if ((rcs[k] = dlock__backend_release(c, hs[k])))
+                dlock__errmsg_save(said);
+    } else {
+        dlock__errmsg_save(said);
+    }
+    int first = DLOCK_OK;
+    for (k = n; k-- > 0;) {
+        rcs[k] = hold_end_finish(c, hs[k], &ends[k], rcs[k]);
+        pthread_mutex_unlock(&c->mu);
+        if (rcs[k] && !first) {
+            first = rcs[k];
+            if (ends[k].lost)
+                dlock__errmsg_save(msg);
+            else
+                snprintf(msg, sizeof msg, "%s", said);
+        }
+    }
+    free(hs);
+    free(ends);
+    return first ? dlock__errmsg_restore(first, msg) : DLOCK_OK;
 }
 
 /* The owner's last exclusive level of H goes through L while shared

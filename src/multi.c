@@ -24,6 +24,13 @@
  * backend cannot take this set at once, the members are taken one by
  * one in the canonical order, each waiting the backend's own way
  * (pub/sub, watch) within the set's one deadline.
+ *
+ * The release is one request too where the backend allows it (its
+ * multi_release, through lock.c's dlock__release_set: one script, one
+ * transaction), each member checked as its own release checks it, so a
+ * member lost meanwhile is DLOCK_ELOST and the others are still given
+ * back; elsewhere, or for a member re-entered through its handle, the
+ * members are released one by one in reverse order.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -273,7 +280,10 @@ int dlock_multi_release(dlock_multi *m)
     if (!__atomic_load_n(&m->held, __ATOMIC_ACQUIRE))
         return dlock__err(DLOCK_ENOTOWNER, "dlock_multi_release: the multi-lock is not held");
     __atomic_store_n(&m->held, 0, __ATOMIC_RELEASE);
-    return release_members(m, m->n);
+    int *rcs = calloc(m->n, sizeof *rcs);
+    int rc = rcs ? dlock__release_set(m->member, m->n, rcs) : DLOCK_ENOTSUP;
+    free(rcs);
+    return rc == DLOCK_ENOTSUP ? release_members(m, m->n) : rc;
 }
 
 int dlock_multi_held(const dlock_multi *m)

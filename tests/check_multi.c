@@ -11,7 +11,9 @@
  * in opposite orders in a loop never deadlock and never overlap; kill -9
  * of a multi holder frees every member (after the lease on network
  * backends); a member taken away (force-release) fires the multi-lock's
- * lost callback. Tests wait on conditions, never on fixed sleeps, and
+ * lost callback; a member forced away before the set's release is
+ * DLOCK_ELOST while the others are given back and every member's waiter
+ * wakes. Tests wait on conditions, never on fixed sleeps, and
  * never assert on time.
  *
  * Beside the contract, the one-request path (the backend's multi_acquire)
@@ -323,6 +325,53 @@ TU_TEST(member_lost, 60)
 }
 END_TEST
 
+/* A member taken away before the set's release: the release says
+ * DLOCK_ELOST (naming it) and still gives every other member back, and a
+ * waiter on each member wakes -- the forced one by the force-release, the
+ * others by the set's release, which must wake them itself: the holder's
+ * lease is long (2 minutes), so a waiter left to sleep until it expires
+ * would not be done when checked. File: nothing can be forced; the
+ * release wakes every waiter. */
+TU_TEST(release_lost_member_wakes_waiters, 90)
+{
+    bool zk = strcmp(CT->name, "zk") == 0; /* the lease is ZooKeeper's session */
+    dlock_client *c = ct_open_test(zk ? NULL : "lease=120s"), *d = ct_open_test(NULL);
+    const char *names[] = {"wa", "wb", "wc"};
+    dlock_multi *m = multi(c, names, 3);
+    EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_OK);
+    dlock_lock *l[3];
+    struct tu_waiter w[3];
+    for (size_t k = 0; k < 3; k++) {
+        l[k] = tu_lock(d, names[k]);
+        EXPECT_RC(dlock_acquire(l[k], DLOCK_TRY), DLOCK_EBUSY);
+        memset(&w[k], 0, sizeof w[k]);
+        tu_waiter_start(&w[k], l[k], DLOCK_FOREVER);
+        ck_assert(tu_wait_thread_asleep(&w[k].tid, 20000));
+    }
+    bool forced = CT->caps & CT_FORCE_LIVE;
+    if (forced) {
+        EXPECT_RC(dlock_force_release(d, "wb"), DLOCK_OK);
+        ck_assert_msg(tu_waiter_wait_done(&w[1], 30000), "the waiter on the forced member");
+        EXPECT_RC(tu_waiter_join(&w[1]), DLOCK_OK); /* took it and gave it back */
+        EXPECT_RC(dlock_multi_release(m), DLOCK_ELOST);
+        ck_assert_msg(strstr(dlock_errmsg(), "'wb'"), "%s", dlock_errmsg());
+    } else {
+        EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+    }
+    for (size_t k = 0; k < 3; k++) {
+        if (forced && k == 1)
+            continue;
+        ck_assert_msg(tu_waiter_wait_done(&w[k], 30000), "the waiter on '%s' still waits",
+                      names[k]);
+        EXPECT_RC(tu_waiter_join(&w[k]), DLOCK_OK);
+    }
+    expect_none_held(d, names, 3, NULL);
+    dlock_multi_free(m);
+    TU_FREE_LOCKS(l[0], l[1], l[2]);
+    TU_CLOSE_CLIENTS(c, d);
+}
+END_TEST
+
 /* ============================================= one request for the set */
 
 /* A set of 8 names in one client; the caller counts what the server saw
@@ -343,9 +392,9 @@ static void redis_calls(redisContext *ctx, long long *all, long long *scripts)
         long long calls;
         if (sscanf(p, "cmdstat_%63[^:]:calls=%lld", cmd, &calls) != 2)
             continue;
-        static const char *const inside[] = {"info",   "hget", "hset", "hexists", "exists",
-                                             "pexpire", "incr", "time", "set",     "get",
-                                             "pttl",    "type"};
+        static const char *const inside[] = {
+            "info", "hget", "hset", "hexists", "exists", "pexpire", "incr", "time",
+            "set",  "get",  "pttl", "type",    "hdel",   "del",     "hlen", "publish"};
         bool own = true;
         for (size_t k = 0; k < TU_COUNT(inside); k++)
             own &= strcmp(cmd, inside[k]) != 0;
@@ -388,7 +437,13 @@ TU_TEST(redis_one_script, 60)
         }
         dlock_lock *e = tu_lock(d, "rt-e");
         EXPECT_RC(dlock_acquire(e, DLOCK_TRY), DLOCK_EBUSY);
+        redis_calls(raw, &all0, &scripts0);
         EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+        redis_calls(raw, &all1, &scripts1);
+        ck_assert_msg(scripts1 - scripts0 == 1 && all1 - all0 == 1,
+                      "layout %s: %lld script calls, %lld commands to release a set of 8 (1 "
+                      "and 1 expected)",
+                      simple ? "simple" : "redisson", scripts1 - scripts0, all1 - all0);
         /* e held elsewhere: the try fails in one call, naming it, and
          * nothing of the set is written. */
         TU_ACQUIRE_OK(e, DLOCK_TRY);
@@ -472,7 +527,13 @@ TU_TEST(etcd_one_txn, 120)
     EXPECT_RC(dlock_acquire(e, DLOCK_TRY), DLOCK_EBUSY);
     uint64_t t0;
     EXPECT_RC(dlock_token(dlock_multi_lock(m, 0), &t0), DLOCK_OK);
+    txn0 = etcd_handled(port, "Txn"), all0 = etcd_handled(port, "");
     EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+    txn1 = etcd_handled(port, "Txn"), all1 = etcd_handled(port, "");
+    ck_assert_msg(txn1 - txn0 == 1 && all1 - all0 == 1,
+                  "%lld Txn, %lld requests to release a set of 8 (1 and 1 expected)",
+                  txn1 - txn0, all1 - all0);
+    expect_none_held(d, eight, 8, NULL);
     TU_ACQUIRE_OK(e, DLOCK_TRY);
     all0 = etcd_handled(port, "");
     EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_EBUSY);

@@ -500,6 +500,9 @@ void dlock__etcd_lease_dead(struct etcd_backend *s, const struct lease_ref *lr);
  * own. */
 int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
                               struct dlock__wait *w, size_t *busy);
+/* The backend's multi_release: every member's guarded delete
+ * (dlock__etcd_release_txn) nested in one transaction. */
+int dlock__etcd_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs);
 
 /* ========================================================== rwmutex.c */
 
@@ -526,6 +529,16 @@ int dlock__etcd_sem_inspect(void *state, const char *name, unsigned permits,
 /* mutex.c's release(): deletes a hold's key if it is still the one made
  * (the same for a permit's key). */
 int dlock__etcd_release(void *state, struct dlock__hold *h);
+/* Its pieces, shared with a multi-lock's release (multi.c): the txn that
+ * deletes EH's key if it is still the one made (NULL: out of memory);
+ * the hold's result from the call's RC and whether that txn SUCCEEDED
+ * (RESENT: sent again after a lost reply, so a key found gone was most
+ * likely ours deleted), a transient failure's delete remembered for
+ * later; and EH freed, its own lease revoked (the message of RC kept). */
+json_t *dlock__etcd_release_txn(const struct etcd_hold *eh);
+int dlock__etcd_release_answer(struct etcd_backend *s, struct dlock__hold *h,
+                               const struct etcd_hold *eh, int rc, bool succeeded, bool resent);
+void dlock__etcd_hold_drop(struct etcd_backend *s, struct etcd_hold *eh, int rc);
 
 /* ========================================================== inspect.c */
 

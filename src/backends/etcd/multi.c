@@ -21,6 +21,18 @@
  * shared sets, members on a lease of their own and a session lease that
  * expired under us. The core then queues
  * and waits member by member through mutex.c.
+ *
+ * The set's release is one transaction too: each member's own guarded
+ * delete (its key, if its create revision is still ours: mutex.c's
+ * release txn) nested as a txn of its own inside one that always
+ * succeeds, so every member is checked on its own -- one found gone is
+ * DLOCK_ELOST as its single release would say, and the others are still
+ * deleted -- and every deleted key wakes that name's watchers. A lost
+ * reply is what the single release makes of it: a transient failure
+ * leaves each key's delete to the cleanup queue (dlock__etcd_delete_key),
+ * a resent txn that finds a key gone takes it as deleted by the first.
+ * Members on a lease of their own go member by member (DLOCK_ENOTSUP):
+ * mutex.c revokes each lease.
  */
 #include "etcd.h"
 
@@ -198,4 +210,51 @@ int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
     json_decref(reply);
     members_free(mb, n);
     return rc;
+}
+
+int dlock__etcd_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs)
+{
+    struct etcd_backend *s = state;
+    for (size_t i = 0; i < n; i++) {
+        const struct etcd_hold *eh = hs[i]->bdata;
+        if (!eh || eh->own_lease)
+            return DLOCK_ENOTSUP;
+    }
+    json_t *ops = json_array();
+    bool good = ops != NULL;
+    for (size_t i = 0; good && i < n; i++) {
+        json_t *one = dlock__etcd_release_txn(hs[i]->bdata);
+        good = one && !json_array_append_new(ops, json_pack("{s:o}", "request_txn", one));
+    }
+    json_t *req = good ? json_pack("{s:o}", "success", ops) : NULL;
+    if (!req) {
+        json_decref(ops);
+        return DLOCK_ENOTSUP; /* member by member */
+    }
+    char what[200];
+    snprintf(what, sizeof what, "release a multi-lock of %zu names ('%s'...)", n, hs[0]->name);
+    json_t *reply = NULL;
+    bool resent = false;
+    int rc = dlock__etcd_call_resent(s->k, "/v3/kv/txn", req, &reply, what, NULL, &resent);
+    char said[DLOCK__MSG_MAX];
+    dlock__errmsg_save(said);
+    char msg[DLOCK__MSG_MAX] = "";
+    json_t *resps = json_object_get(reply, "responses");
+    for (size_t i = 0; i < n; i++) {
+        struct etcd_hold *eh = hs[i]->bdata;
+        hs[i]->bdata = NULL;
+        json_t *txn = json_object_get(json_array_get(resps, i), "response_txn");
+        if (rc)
+            dlock__errmsg_restore(rc, said);
+        rcs[i] = dlock__etcd_release_answer(s, hs[i], eh, rc,
+                                            json_is_true(json_object_get(txn, "succeeded")), resent);
+        if (rcs[i])
+            dlock__errmsg_save(msg); /* the last member that failed says */
+        dlock__etcd_hold_drop(s, eh, rcs[i]);
+    }
+    json_decref(req);
+    json_decref(reply);
+    if (msg[0])
+        dlock__errmsg_restore(DLOCK_OK, msg);
+    return DLOCK_OK;
 }

@@ -604,14 +604,8 @@ void dlock__etcd_hold_keep(struct etcd_backend *s, struct dlock__hold *h, struct
 
 /* ---------------------------------------------------------------- release */
 
-int dlock__etcd_release(void *state, struct dlock__hold *h)
+json_t *dlock__etcd_release_txn(const struct etcd_hold *eh)
 {
-    struct etcd_backend *s = state;
-    struct etcd_hold *eh = h->bdata;
-    if (!eh)
-        return DLOCK_OK;
-    h->bdata = NULL;
-    /* Delete the key only if it is still the one we created. */
     char *kb = dlock__etcd_b64(eh->key, strlen(eh->key));
     char *rev = dlock__etcd_i64s(eh->rev);
     json_t *req = NULL;
@@ -621,6 +615,48 @@ int dlock__etcd_release(void *state, struct dlock__hold *h)
                         "request_delete_range", dlock__etcd_range(eh->key, false));
     free(kb);
     free(rev);
+    return req;
+}
+
+int dlock__etcd_release_answer(struct etcd_backend *s, struct dlock__hold *h,
+                               const struct etcd_hold *eh, int rc, bool succeeded, bool resent)
+{
+    /* A release sent again after a lost reply finds the key gone: most
+     * likely our first attempt deleted it. Not a loss. */
+    if (rc == DLOCK_OK && !succeeded && !resent)
+        return dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) was gone before the "
+                                       "release (lease expired or force-released)",
+                          s->label, h->name, eh->key, (long long)eh->rev);
+    if (rc && dlock__etcd_transient(rc)) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        dlock__etcd_delete_key(s, eh->key, 0, NULL); /* remembered for a later retry */
+        dlock__errmsg_restore(rc, msg);
+    }
+    return rc;
+}
+
+void dlock__etcd_hold_drop(struct etcd_backend *s, struct etcd_hold *eh, int rc)
+{
+    if (eh->own_lease) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        dlock__etcd_lease_revoke(s, eh->lease, NULL);
+        dlock__errmsg_restore(rc, msg);
+    }
+    free(eh->key);
+    free(eh);
+}
+
+int dlock__etcd_release(void *state, struct dlock__hold *h)
+{
+    struct etcd_backend *s = state;
+    struct etcd_hold *eh = h->bdata;
+    if (!eh)
+        return DLOCK_OK;
+    h->bdata = NULL;
+    /* Delete the key only if it is still the one we created. */
+    json_t *req = dlock__etcd_release_txn(eh);
     int rc;
     json_t *reply = NULL;
     if (!req) {
@@ -630,29 +666,12 @@ int dlock__etcd_release(void *state, struct dlock__hold *h)
         snprintf(what, sizeof what, "release '%s' (key %s)", h->name, eh->key);
         bool resent = false;
         rc = dlock__etcd_call_resent(s->k, "/v3/kv/txn", req, &reply, what, NULL, &resent);
-        /* A release sent again after a lost reply finds the key gone:
-         * most likely our first attempt deleted it. Not a loss. */
-        if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")) && !resent)
-            rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) was gone before "
-                                         "the release (lease expired or force-released)",
-                            s->label, h->name, eh->key, (long long)eh->rev);
-        else if (rc && dlock__etcd_transient(rc)) {
-            char msg[DLOCK__MSG_MAX];
-            dlock__errmsg_save(msg);
-            dlock__etcd_delete_key(s, eh->key, 0, NULL); /* remembered for a later retry */
-            dlock__errmsg_restore(rc, msg);
-        }
+        rc = dlock__etcd_release_answer(s, h, eh, rc,
+                                        json_is_true(json_object_get(reply, "succeeded")), resent);
     }
     json_decref(req);
     json_decref(reply);
-    if (eh->own_lease) {
-        char msg[DLOCK__MSG_MAX];
-        dlock__errmsg_save(msg);
-        dlock__etcd_lease_revoke(s, eh->lease, NULL);
-        dlock__errmsg_restore(rc, msg);
-    }
-    free(eh->key);
-    free(eh);
+    dlock__etcd_hold_drop(s, eh, rc);
     return rc;
 }
 
@@ -685,4 +704,5 @@ const struct dlock__backend dlock__backend_etcd = {
     .sem_inspect = dlock__etcd_sem_inspect,
     .sem_list = dlock__etcd_sem_list,
     .multi_acquire = dlock__etcd_multi_acquire,
+    .multi_release = dlock__etcd_multi_release,
 };

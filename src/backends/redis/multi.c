@@ -18,6 +18,15 @@
  * layout has more keys and a writers' queue to respect), nor fair locks
  * (their queue hands the lock on): DLOCK_ENOTSUP, and the core takes
  * them one by one.
+ *
+ * The set's release is one script call too (scripts/release_multi.lua):
+ * the single release script's checks and unlock messages run over every
+ * member, so each member is checked against its own owner and token, a
+ * member no longer ours is DLOCK_ELOST as its own release would say
+ * while the others are still released, and every member's waiters are
+ * woken. A lost reply is handled as the single release handles it: sent
+ * once more, and a member found free with our token still its last is
+ * taken as released by the first attempt.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,10 +34,10 @@
 
 #include "redis.h"
 
-/* Argument strings of one member: its owner (field or simple prefix) and
- * its lease. */
+/* Argument strings of one member: its owner (field or simple prefix), its
+ * lease (acquire) and its token (release). */
 struct member_args {
-    char owner[160], lease[24];
+    char owner[160], lease[24], token[24];
 };
 
 /* Undo an acquisition of the set that too few replicas acknowledged
@@ -168,4 +177,86 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
     free(args);
     free(lens);
     return rc;
+}
+
+int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs)
+{
+    struct redis_state *s = state;
+    for (size_t i = 0; i < n; i++)
+        if (hs[i]->mode != DLOCK_EXCLUSIVE || dlock__redis_fair(s, hs[i]))
+            return DLOCK_ENOTSUP; /* rwlock.c's and fair.c's own releases */
+    size_t nargs = 4 * n + 1 + 2 * n;
+    struct lock_keys *keys = calloc(n, sizeof *keys);
+    struct member_args *ma = calloc(n, sizeof *ma);
+    const char **args = calloc(nargs, sizeof *args);
+    size_t *lens = calloc(nargs, sizeof *lens);
+    if (!keys || !ma || !args || !lens) {
+        free(keys);
+        free(ma);
+        free(args);
+        free(lens);
+        return DLOCK_ENOTSUP; /* member by member */
+    }
+    int rc = DLOCK_OK;
+    size_t made = 0, j = 0;
+    for (; !rc && made < n; made++) {
+        struct dlock__hold *h = hs[made];
+        if ((rc = dlock__redis_keys_make(s, h->name, &keys[made])))
+            break;
+        struct lock_keys *k = &keys[made];
+        args[j] = k->lock, lens[j++] = k->lock_len;
+        args[j] = k->chan, lens[j++] = k->chan_len;
+        args[j] = k->token, lens[j++] = k->token_len;
+        args[j] = k->rwchan, lens[j++] = k->rwchan_len;
+    }
+    args[j++] = s->simple ? "simple" : "redisson";
+    for (size_t i = 0; !rc && i < n; i++) {
+        struct dlock__hold *h = hs[i];
+        if (s->simple) /* the simple layout's value carries the token */
+            snprintf(ma[i].owner, sizeof ma[i].owner, "%s:%llu", h->owner,
+                     (unsigned long long)h->token);
+        else
+            snprintf(ma[i].owner, sizeof ma[i].owner, "%s", h->owner);
+        snprintf(ma[i].token, sizeof ma[i].token, "%llu", (unsigned long long)h->token);
+        args[j++] = ma[i].owner;
+        args[j++] = ma[i].token;
+    }
+    for (size_t i = 4 * n; i < nargs; i++)
+        lens[i] = args[i] ? strlen(args[i]) : 0;
+    redisReply *r = NULL;
+    bool retried = false;
+    if (!rc)
+        rc = dlock__redis_eval(s, DLOCK__NEVER, S_RELEASE_MULTI, (int)(4 * n), (int)nargs,
+                               args, lens, true, NULL, NULL, "release (multi-lock)", &r, NULL,
+                               &retried, NULL);
+    /* keys in several slots of a cluster: nothing ran; one by one */
+    if (rc && (rc == DLOCK_ENOMEM || strstr(dlock_errmsg(), "CROSSSLOT")))
+        rc = DLOCK_ENOTSUP;
+    if (!rc && (r->type != REDIS_REPLY_ARRAY || r->elements != n))
+        rc = dlock__err(DLOCK_EPROTO, "%s: unexpected reply to the multi-lock release script "
+                                      "(type %d)",
+                        s->where, r->type);
+    char msg[DLOCK__MSG_MAX] = "";
+    for (size_t i = 0; i < n; i++) {
+        if (!rc && (rcs[i] = dlock__redis_release_reply(s, r->element[i], hs[i]->name, &keys[i],
+                                                        hs[i]->token, retried)))
+            dlock__errmsg_save(msg); /* the last member that failed says */
+        else if (rc)
+            rcs[i] = rc;
+    }
+    freeReplyObject(r);
+    if (rc != DLOCK_ENOTSUP)
+        for (size_t i = 0; i < n; i++) {
+            free(hs[i]->bdata);
+            hs[i]->bdata = NULL;
+        }
+    for (size_t i = 0; i < made; i++)
+        dlock__redis_keys_free(&keys[i]);
+    free(keys);
+    free(ma);
+    free(args);
+    free(lens);
+    if (!rc && msg[0])
+        dlock__errmsg_restore(DLOCK_OK, msg);
+    return rc == DLOCK_ENOTSUP ? rc : DLOCK_OK;
 }

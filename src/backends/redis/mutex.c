@@ -792,5 +792,6 @@ const struct dlock__backend dlock__backend_redis = {
     .elect_observe = dlock__redis_elect_observe,
     .master = dlock__redis_master,
     .multi_acquire = dlock__redis_multi_acquire,
+    .multi_release = dlock__redis_multi_release,
 };
 

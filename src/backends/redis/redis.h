@@ -43,7 +43,7 @@ enum script_id {
     S_RW_RELEASE_READ, S_RW_DOWNGRADE, S_RW_UNWAIT, /* rwlock.c */
     S_SEM_ACQUIRE, S_SEM_RELEASE, S_SEM_RENEW, S_SEM_INSPECT, /* semaphore.c */
     S_FAIR, /* fair.c */
-    S_ACQUIRE_MULTI, /* multi.c */
+    S_ACQUIRE_MULTI, S_RELEASE_MULTI, /* multi.c */
     S_COUNT
 };
 
@@ -488,6 +488,10 @@ int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h,
  * (core.h); DLOCK_ENOTSUP for a shared one. */
 int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
                                struct dlock__wait *w, size_t *busy);
+/* The backend's multi_release: an exclusive set's release in one script
+ * call (scripts/release_multi.lua), each member checked as the single
+ * release checks it. */
+int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs);
 extern const struct dlock__backend dlock__backend_redis;
 
 /* ----------------------------------------------------------- rwlock.c */

@@ -69,6 +69,7 @@ EMBED_SCRIPT(redis_lua_sem_renew, "sem_renew.lua");
 EMBED_SCRIPT(redis_lua_sem_inspect, "sem_inspect.lua");
 EMBED_ACQUIRE_SCRIPT(redis_lua_fair_lock, "fair_lock.lua");
 EMBED_ACQUIRE_SCRIPT(redis_lua_acquire_multi, "acquire_multi.lua");
+EMBED_SCRIPT(redis_lua_release_multi, "release_multi.lua");
 
 const char *dlock__redis_script_source(enum script_id id, bool simple)
 {
@@ -103,6 +104,8 @@ const char *dlock__redis_script_source(enum script_id id, bool simple)
         return redis_lua_fair_lock;
     case S_ACQUIRE_MULTI: /* both layouts: one script */
         return redis_lua_acquire_multi;
+    case S_RELEASE_MULTI:
+        return redis_lua_release_multi;
     case S_COUNT:
         break;
     }

@@ -40,6 +40,20 @@ struct member_args {
     char owner[160], lease[24], token[24];
 };
 
+/* Whether one script can cover HS[0..N): on a cluster, only names whose
+ * keys share one slot (a common {hash tag}); cluster.c refuses the rest
+ * before sending, and the core then goes member by member. */
+static bool one_slot(const struct redis_state *s, struct dlock__hold **hs, size_t n)
+{
+    if (!s->cluster)
+        return true;
+    unsigned slot = dlock__redis_cluster_name_slot(s, hs[0]->name);
+    for (size_t i = 1; i < n; i++)
+        if (dlock__redis_cluster_name_slot(s, hs[i]->name) != slot)
+            return false;
+    return true;
+}
+
 /* Undo an acquisition of the set that too few replicas acknowledged
  * (?sync=N), as mutex.c's undo_unsynced() does for one hold. */
 static int undo_unsynced(struct redis_state *s, struct dlock__hold **hs, size_t n, int acked)
@@ -101,7 +115,7 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
                                struct dlock__wait *w, size_t *busy)
 {
     struct redis_state *s = state;
-    if (hs[0]->mode != DLOCK_EXCLUSIVE)
+    if (hs[0]->mode != DLOCK_EXCLUSIVE || !one_slot(s, hs, n))
         return DLOCK_ENOTSUP;
     for (size_t i = 0; i < n; i++)
         if (dlock__redis_fair(s, hs[i]))
@@ -182,6 +196,8 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
 int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs)
 {
     struct redis_state *s = state;
+    if (!one_slot(s, hs, n))
+        return DLOCK_ENOTSUP;
     for (size_t i = 0; i < n; i++)
         if (hs[i]->mode != DLOCK_EXCLUSIVE || dlock__redis_fair(s, hs[i]))
             return DLOCK_ENOTSUP; /* rwlock.c's and fair.c's own releases */

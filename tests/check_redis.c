@@ -2726,37 +2726,6 @@ static void open_fails(const char *url, int code, const char *want)
 /* Test hook (net.c): the names that went to the resolver thread. */
 extern unsigned long dlock__redis_resolver_calls;
 
-/* A name server that never answers, for this process only: a private
- * mount and network namespace (a user namespace too when not root), its
- * own loopback up, /etc/resolv.conf bound over by one naming a UDP socket
- * on 127.0.0.1:53 that reads and never replies, with the resolver's own
- * timeout far longer than any connect timeout here. Returns the socket. */
-static int silent_name_server(void)
-{
-    char *dir = tu_tmpdir("resolv");
-    char *conf = tu_fmt("%s/resolv.conf", dir);
-    tu_write_file(conf, "nameserver 127.0.0.1\noptions timeout:30 attempts:1\n");
-    int flags = CLONE_NEWNS | CLONE_NEWNET | (geteuid() != 0 ? CLONE_NEWUSER : 0);
-    ck_assert_msg(unshare(flags) == 0, "unshare: %s (needs root or user namespaces)",
-                  strerror(errno));
-    ck_assert_int_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
-    ck_assert_msg(mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL) == 0,
-                  "mount resolv.conf: %s", strerror(errno));
-    int fd = socket(AF_INET, SOCK_DGRAM, 0);
-    struct ifreq ifr = {0};
-    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
-    ck_assert_int_eq(ioctl(fd, SIOCGIFFLAGS, &ifr), 0);
-    ifr.ifr_flags |= IFF_UP;
-    ck_assert_msg(ioctl(fd, SIOCSIFFLAGS, &ifr) == 0, "lo up: %s", strerror(errno));
-    struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons(53),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_msg(bind(fd, (struct sockaddr *)&at, sizeof at) == 0, "bind :53: %s",
-                  strerror(errno));
-    free(conf);
-    free(dir); /* (left on disk: the bind mount uses it; the namespace ends with the test) */
-    return fd;
-}
-
 /* Names are resolved within the connect timeout: an address never goes
  * to the resolver (parsed on the spot), a name does (localhost, from
  * /etc/hosts), a name nobody knows fails DLOCK_ECONN naming it, and a
@@ -2777,7 +2746,7 @@ TU_TEST(names_resolved_within_the_connect_timeout, 60)
                "cannot resolve 'nosuch.invalid'");
     stop_server();
 
-    int ns = silent_name_server();
+    int ns = tu_silent_name_server();
     open_fails("redis://slow.invalid:6379?connect_timeout=300ms", DLOCK_ECONN,
                "cannot resolve 'slow.invalid': no answer within 300 ms");
     open_fails("redis://127.0.0.1:1?connect_timeout=300ms", DLOCK_ECONN, "refused");

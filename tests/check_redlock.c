@@ -226,6 +226,37 @@ TU_TEST(black_holed_node_dialed_beside_the_others, 60)
 }
 END_TEST
 
+/* A node named by a name whose name server never answers, first in the
+ * URL: the names are resolved side by side with the other nodes' dials,
+ * so the two others answer within the node timeout and grant the lock.
+ * Resolved before the others were dialed, the name took the whole node
+ * timeout and left the others none (the open or the acquire failed). */
+TU_TEST(unresolved_node_name_resolved_beside_the_others, 60)
+{
+    int ns = tu_silent_name_server(); /* before the nodes: they live in its namespace */
+    start_nodes(2, NULL);
+    char *url = tu_fmt("redlock://slow.invalid:6379,127.0.0.1:%d,127.0.0.1:%d?node_timeout=1s",
+                       nodes[0].port, nodes[1].port);
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_OK, "open: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    dlock_lock *l = tu_lock(c, "job");
+    for (int round = 0; round < 3; round++) {
+        rc = dlock_acquire(l, DLOCK_TRY);
+        ck_assert_msg(rc == DLOCK_OK, "acquire %d: %s: %s", round, dlock_err_name(rc),
+                      dlock_errmsg());
+        for (int i = 0; i < 2; i++) /* granted by both answering nodes */
+            ck_assert_int_eq(node_int(i, "EXISTS job"), 1);
+        TU_RELEASE_OK(l);
+    }
+    TU_FREE_LOCKS(l);
+    TU_CLOSE_CLIENTS(c);
+    free(url);
+    stop_nodes();
+    close(ns);
+}
+END_TEST
+
 /* Two of three nodes down: an acquire fails with DLOCK_EUNAVAIL at its
  * first attempt (a bounded wait does not wait it out), naming how many
  * answered; the CLI exits 69; a client opened then fails to connect. */

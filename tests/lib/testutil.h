@@ -32,6 +32,13 @@ int tu_free_port(void);
  * never accepting unless the caller does: a silent server, a proxy's
  * front, or (BACKLOG 0, its queue filled) a port that drops SYNs. */
 int tu_listen_loopback(int *port, int backlog);
+/* A name server that never answers, for this process (and the children
+ * it starts after) only: private mount and network namespaces (a user
+ * namespace too when not root), loopback up, /etc/resolv.conf naming a
+ * UDP socket on 127.0.0.1:53 that never replies, the resolver's own
+ * timeout 30 s. Servers started before it are out of reach. Returns the
+ * socket. */
+int tu_silent_name_server(void);
 /* The address the fixtures' servers listen on: $DLOCK_TEST_LISTEN, else
  * 127.0.0.1. The fault harness (tests/chaos/) sets 0.0.0.0 inside a
  * network namespace of its own, so that workers in other namespaces reach

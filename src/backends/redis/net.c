@@ -18,7 +18,9 @@
  * within the same bound: an address is parsed on the spot, a name goes to
  * getaddrinfo() in a thread of its own that the dial leaves behind when
  * its time is up (getaddrinfo() itself takes as long as the resolver's
- * own timeouts and retries, 5 s per name server and try by default).
+ * own timeouts and retries, 5 s per name server and try by default); the
+ * names of several nodes resolve side by side, each thread's end polled
+ * with the other nodes' connects, so one silent name costs only its node.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -120,15 +122,17 @@ static void *resolve_main(void *arg)
     return NULL;
 }
 
-/* HOST:PORT's addresses into *RES within UNTIL: an address at once
- * (AI_NUMERICHOST: no resolver), a name by getaddrinfo() in a thread of
- * its own, given up (and left to finish alone) at UNTIL. 0, an EAI_*
- * code (EAI_SYSTEM: errno), or EAI_AGAIN with *TIMED_OUT set. */
-static int resolve_until(const char *host, int port, int64_t until, struct addrinfo **res,
-                         bool *timed_out)
+/* HOST:PORT's addresses: an address at once into *RES (AI_NUMERICHOST:
+ * no resolver), a name by getaddrinfo() in a thread of its own, *JOB,
+ * whose eventfd is readable once it is done (resolve_take()); the caller
+ * polls it beside its other dials and, when out of time, lets go of it
+ * (resolve_unref(): the thread finishes alone). 0, or an EAI_* code
+ * (EAI_SYSTEM: errno). */
+static int resolve_start(const char *host, int port, struct addrinfo **res,
+                         struct resolve_job **job)
 {
     *res = NULL;
-    *timed_out = false;
+    *job = NULL;
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
@@ -168,32 +172,26 @@ static int resolve_until(const char *host, int port, int64_t until, struct addri
         errno = perr;
         return EAI_SYSTEM;
     }
-    for (;;) {
-        struct pollfd p = {.fd = j->efd, .events = POLLIN};
-        int64_t left = ms_until(until);
-        int n = poll(&p, 1, (int)(left > 1000000 ? 1000000 : left));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int e = errno;
-            resolve_unref(j);
-            errno = e;
-            return EAI_SYSTEM;
-        }
-        if (n > 0 && __atomic_load_n(&j->done, __ATOMIC_ACQUIRE)) {
-            gai = j->gai;
-            errno = j->err;
-            *res = j->res;
-            j->res = NULL;
-            resolve_unref(j);
-            return gai;
-        }
-        if (ms_until(until) == 0) {
-            resolve_unref(j); /* the thread frees it when it is done */
-            *timed_out = true;
-            return EAI_AGAIN;
-        }
-    }
+    *job = j;
+    return 0;
+}
+
+/* Whether JOB's thread is done (its eventfd became readable). */
+static bool resolve_done(struct resolve_job *j)
+{
+    return __atomic_load_n(&j->done, __ATOMIC_ACQUIRE); /* its writes are ours then */
+}
+
+/* The outcome of JOB, done: its addresses into *RES, 0 or an EAI_* code
+ * (EAI_SYSTEM: errno); JOB is let go of. */
+static int resolve_take(struct resolve_job *j, struct addrinfo **res)
+{
+    int gai = j->gai, err = j->err;
+    *res = j->res;
+    j->res = NULL;
+    resolve_unref(j);
+    errno = err;
+    return gai;
 }
 
 /* ================================================================ dialing */
@@ -204,7 +202,8 @@ struct dialing {
     const struct redis_addr *a;
     struct rconn *k;
     struct addrinfo *res, *next;
-    enum { D_CONNECTING, D_HANDSHAKE, D_DONE, D_FAILED } state;
+    struct resolve_job *job; /* D_RESOLVING: its name's resolver */
+    enum { D_RESOLVING, D_CONNECTING, D_HANDSHAKE, D_DONE, D_FAILED } state;
     short events; /* what it waits for */
     int err;      /* the last address's failure (errno) */
     int rc;
@@ -218,6 +217,14 @@ static void dial_failed(struct dialing *d, int rc)
     snprintf(d->msg, DLOCK__MSG_MAX, "%s", dlock_errmsg());
     dlock__redis_conn_free(d->k);
     d->k = NULL;
+}
+
+/* D's name could not be resolved (GAI, an EAI_* code; errno for
+ * EAI_SYSTEM). */
+static void resolve_failed(struct dialing *d, int gai)
+{
+    dial_failed(d, dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': %s", d->k->where, d->a->host,
+                              gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai)));
 }
 
 /* D's socket is connected: options, then TLS when asked. */
@@ -289,6 +296,19 @@ static void dial_next(struct dialing *d)
 /* D's socket is ready for what it waited for. */
 static void dial_ready(struct dialing *d)
 {
+    if (d->state == D_RESOLVING) {
+        if (!resolve_done(d->job))
+            return;
+        int gai = resolve_take(d->job, &d->res);
+        d->job = NULL;
+        if (gai) {
+            resolve_failed(d, gai);
+            return;
+        }
+        d->next = d->res;
+        dial_next(d);
+        return;
+    }
     if (d->state == D_CONNECTING) {
         int err = 0;
         socklen_t el = sizeof err;
@@ -355,8 +375,9 @@ struct rconn *dlock__redis_conn_new(void)
 }
 
 /* Set D up for A: the connection (its name for messages, its reader) and
- * A's addresses, then the first connect. */
-static void dial_start(struct dialing *d, const struct redis_addr *a, int64_t until, char *msg)
+ * A's addresses -- at once, or D_RESOLVING until its resolver is done --
+ * then the first connect. */
+static void dial_start(struct dialing *d, const struct redis_addr *a, char *msg)
 {
     memset(d, 0, sizeof *d);
     d->a = a;
@@ -376,16 +397,14 @@ static void dial_start(struct dialing *d, const struct redis_addr *a, int64_t un
         return;
     }
     if (!a->sock) {
-        int64_t budget = ms_until(until);
-        bool late = false;
-        int gai = resolve_until(a->host, a->port, until, &d->res, &late);
+        int gai = resolve_start(a->host, a->port, &d->res, &d->job);
         if (gai) {
-            dial_failed(d, late ? dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': no answer "
-                                                          "within %lld ms",
-                                             k->where, a->host, (long long)budget)
-                                : dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': %s", k->where,
-                                             a->host,
-                                             gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai)));
+            resolve_failed(d, gai);
+            return;
+        }
+        if (d->job) {
+            d->state = D_RESOLVING;
+            d->events = POLLIN;
             return;
         }
         d->next = d->res;
@@ -413,12 +432,13 @@ void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t u
         return;
     }
     for (size_t i = 0; i < n; i++)
-        dial_start(&d[i], &a[i], until, msg[i]);
+        dial_start(&d[i], &a[i], msg[i]); /* names resolved side by side */
     for (;;) {
         size_t busy = 0, done = 0;
         for (size_t i = 0; i < n; i++) {
-            bool waiting = d[i].state == D_CONNECTING || d[i].state == D_HANDSHAKE;
-            p[i].fd = waiting ? d[i].k->fd : -1;
+            bool waiting = d[i].state == D_RESOLVING || d[i].state == D_CONNECTING ||
+                           d[i].state == D_HANDSHAKE;
+            p[i].fd = !waiting ? -1 : d[i].state == D_RESOLVING ? d[i].job->efd : d[i].k->fd;
             p[i].events = waiting ? d[i].events : 0;
             p[i].revents = 0;
             busy += waiting;
@@ -442,7 +462,14 @@ void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t u
         int64_t left = ms_until(until);
         if (left == 0) {
             for (size_t i = 0; i < n; i++) {
-                if (d[i].state == D_CONNECTING && quorum)
+                if (d[i].state == D_RESOLVING) {
+                    resolve_unref(d[i].job); /* the thread frees it when it is done */
+                    d[i].job = NULL;
+                    dial_failed(&d[i], dlock__err(DLOCK_ECONN, "%s: cannot resolve '%s': no "
+                                                               "answer within %lld ms",
+                                                  d[i].k->where, d[i].a->host,
+                                                  (long long)budget));
+                } else if (d[i].state == D_CONNECTING && quorum)
                     dial_failed(&d[i], dlock__err(DLOCK_ECONN, "%s: cannot connect: no answer "
                                                                "within %lld ms, while the others "
                                                                "answered",
@@ -463,9 +490,14 @@ void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t u
         int got = poll(p, (nfds_t)n, (int)(left > 1000000 ? 1000000 : left));
         if (got < 0 && errno != EINTR) {
             int e = errno;
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                if (d[i].state == D_RESOLVING) {
+                    resolve_unref(d[i].job);
+                    d[i].job = NULL;
+                }
                 if (p[i].fd >= 0)
                     dial_failed(&d[i], dlock__errno(DLOCK_ECONN, e, "%s: poll", d[i].k->where));
+            }
             break;
         }
         for (size_t i = 0; got > 0 && i < n; i++)

@@ -120,10 +120,6 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
     for (size_t i = 0; i < n; i++)
         if (dlock__redis_fair(s, hs[i]))
             return DLOCK_ENOTSUP; /* a fair lock's queue decides (fair.c) */
-    for (size_t i = 1; s->cluster && i < n; i++) /* a script runs on one slot's master */
-        if (dlock__redis_cluster_name_slot(s, hs[i]->name) !=
-            dlock__redis_cluster_name_slot(s, hs[0]->name))
-            return DLOCK_ENOTSUP;
     int64_t deadline = dlock__wait_deadline(w);
     size_t nargs = 3 * n + 4 + 2 * n;
     struct lock_keys *keys = calloc(n, sizeof *keys);

@@ -74,12 +74,16 @@ TU_CASE(outage, setup_standalone, teardown_servers, TU_AROUND_CASE)
 TU_CASE(stopped, setup_standalone, teardown_servers, TU_AROUND_CASE)
 TU_CASE(ensemble, setup_ensemble, teardown_servers, TU_AROUND_CASE)
 
-/* Every test starts here (or in the frame it opens: zk_open,
- * direct_open, proxied_open): a test whose server could not start fails. */
+/* Every test starts here, or in what gives it a URL (url_with, and the
+ * frames opened on it) or a proxy (proxied_open): a test whose server
+ * could not start fails. */
 #define REQUIRE_SERVERS() ck_assert_msg(F_ok, "ZooKeeper did not start: %s", F.error)
 
+/* The URL of the servers (PATH: a chroot, QUERY: options; either NULL:
+ * none), once the test has checked that they started. */
 static char *url_with(const char *path, const char *query)
 {
+    REQUIRE_SERVERS();
     return zkf_url(&F, path, query);
 }
 
@@ -88,7 +92,6 @@ static char *url_with(const char *path, const char *query)
  * ends it). */
 static struct tu_solo direct_open(const char *query, const char *name)
 {
-    REQUIRE_SERVERS();
     return tu_solo_open(url_with(NULL, query), name);
 }
 
@@ -147,7 +150,6 @@ struct zk_frame {
 
 static struct zk_frame zk_open(const char *query, bool raw)
 {
-    REQUIRE_SERVERS();
     struct zk_frame t = {url_with(NULL, query), NULL, NULL};
     t.c = tu_open(t.url);
     if (raw)
@@ -865,7 +867,6 @@ END_TEST
  * releases its read level. */
 TU_TEST_IN(standalone, downgrade_behind_queued_writer_keeps_it_out, 90)
 {
-    REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
     dlock_client *a = tu_open(url), *b = tu_open(url);
     dlock_lock *wa = tu_lock(a, "down-between"), *wb = tu_lock(b, "down-between");
@@ -1007,7 +1008,6 @@ END_TEST
 
 TU_TEST_IN(standalone, list_and_prefix, 90)
 {
-    REQUIRE_SERVERS();
     char *url = url_with(NULL, "base=/listing&prefix=app1.");
     char *url2 = url_with(NULL, "base=/listing");
     dlock_client *c = tu_open(url), *raw = tu_open(url2);
@@ -1040,7 +1040,6 @@ END_TEST
  * gets the lock when it is released. */
 TU_TEST_IN(standalone, paused_waiter_requeues, 90)
 {
-    REQUIRE_SERVERS();
     char *url = kept(url_with(NULL, "lease=1500"));
     char *dir = kept(tu_tmpdir("zk-waiter"));
     char *go = kept(tu_fmt("%s/go", dir)), *done = kept(tu_fmt("%s/acquired", dir));
@@ -1093,7 +1092,6 @@ END_TEST
 
 TU_TEST_IN(standalone, missing_chroot, 90)
 {
-    REQUIRE_SERVERS();
     char *url = url_with("/no/such/app", NULL);
     dlock_client *c = NULL;
     ck_assert_int_eq(dlock_open(url, &c), DLOCK_EBADURL);
@@ -1320,7 +1318,6 @@ END_TEST
 
 TU_TEST_IN(ensemble, ensemble_basic, 180)
 {
-    REQUIRE_SERVERS();
     char *url = url_with(NULL, "lease=4000");
     dlock_client *a = tu_open(url), *b = tu_open(url);
     dlock_lock *la = tu_lock(a, "ens"), *lb = tu_lock(b, "ens");
@@ -1336,7 +1333,6 @@ END_TEST
 
 TU_TEST_IN(ensemble, leader_killed_never_two_holders, 180)
 {
-    REQUIRE_SERVERS();
     char *url = kept(url_with(NULL, "lease=3000&timeout=1500&connect_timeout=3000"));
     char *dir = kept(tu_tmpdir("zk-fence"));
     pid_t w[3];
@@ -2183,7 +2179,6 @@ static uint64_t cli_token(const char *err)
 
 TU_TEST_IN(standalone, cli_run_status_list_release, 90)
 {
-    REQUIRE_SERVERS();
     char *url = url_with(NULL, "lease=1500");
     char *dir = tu_tmpdir("zk-cli");
     char *out = NULL, *err = NULL;
@@ -2270,7 +2265,6 @@ END_TEST
 
 TU_TEST_IN(standalone, cli_curator_holder_and_errors, 90)
 {
-    REQUIRE_SERVERS();
     char *url = url_with(NULL, NULL);
     char *err = NULL, *out = NULL;
     zhandle_t *zh = raw_open(NULL);

@@ -100,8 +100,17 @@ TU_CASE(restart, setup_single, teardown_members, TU_AROUND_CASE)
 TU_CASE(stall, setup_single, teardown_members, TU_AROUND_CASE)
 TU_CASE(cluster, setup_cluster, teardown_members, TU_AROUND_CASE)
 
-/* Every test starts here: a test whose server could not start fails. */
+/* Every test starts here, or in what gives it a URL (members_url, and the
+ * frames opened on it): a test whose server could not start fails. */
 #define REQUIRE_SERVERS() ck_assert_msg(F_ok, "etcd did not start: %s", F.error)
+
+/* The URL of the members with options OPTS (NULL: none), once the test
+ * has checked that they started. */
+static char *members_url(const char *opts)
+{
+    REQUIRE_SERVERS();
+    return etcdf_url(&F, NULL, opts);
+}
 
 /* Tests run in forked processes: a member that an earlier test of the case
  * stopped (or restarted as its own child, gone with it) is started again
@@ -158,10 +167,20 @@ static bool wait_key_count(const char *prefix, int n)
 
 /* Two clients of URL, each with a handle on NAME: the frame of the tests
  * of one client against another (tu_pair_close() ends it). */
-static struct tu_pair pair_open(const char *url, const char *name)
+static struct tu_pair pair_at(const char *url, const char *name)
 {
     dlock_client *a = tu_open(url);
     return tu_pair_of(a, tu_open(url), name);
+}
+
+/* pair_at() the members with URL options OPTS (NULL: none), for a test
+ * that needs no URL of its own. */
+static struct tu_pair pair_open(const char *opts, const char *name)
+{
+    char *url = members_url(opts);
+    struct tu_pair p = pair_at(url, name);
+    free(url);
+    return p;
 }
 
 /* One client of the members with URL options OPTS (NULL: none) and a
@@ -169,7 +188,31 @@ static struct tu_pair pair_open(const char *url, const char *name)
  * (tu_solo_close() ends it). */
 static struct tu_solo solo_open(const char *opts, const char *name)
 {
-    return tu_solo_open(etcdf_url(&F, NULL, opts), name);
+    return tu_solo_open(members_url(opts), name);
+}
+
+/* The frame of a test that makes its own handles: the URL of the members
+ * with key prefix PATH and options QUERY (either NULL: none), and N (1 or
+ * 2) clients of it, A and B; frame_close() closes them and frees the URL. */
+struct etcd_frame {
+    char *url;
+    dlock_client *a, *b;
+};
+
+static struct etcd_frame frame_open(const char *path, const char *query, int n)
+{
+    REQUIRE_SERVERS();
+    struct etcd_frame f = {etcdf_url(&F, path, query), NULL, NULL};
+    f.a = tu_open(f.url);
+    if (n > 1)
+        f.b = tu_open(f.url);
+    return f;
+}
+
+static void frame_close(struct etcd_frame *f)
+{
+    TU_CLOSE_CLIENTS(f->a, f->b);
+    free(f->url);
 }
 
 /* Wait (up to 20 s) until dlock_inspect through C counts N waiters on
@@ -213,11 +256,9 @@ static pid_t etcdctl_lock(const char *name, const char *shell, const char *log)
 
 TU_TEST_IN(single, acquire_release_token, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *c = tu_open(url);
-    ck_assert_str_eq(dlock_client_backend(c), "etcd");
-    dlock_lock *l = tu_lock(c, "basic");
+    struct etcd_frame fx = frame_open(NULL, NULL, 1);
+    ck_assert_str_eq(dlock_client_backend(fx.a), "etcd");
+    dlock_lock *l = tu_lock(fx.a, "basic");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     uint64_t t1 = tu_token(l);
     ck_assert_uint_gt(t1, 0);
@@ -247,13 +288,12 @@ TU_TEST_IN(single, acquire_release_token, 90)
     /* tokens strictly increase, across clients too */
     uint64_t last = t1;
     for (int i = 0; i < 5; i++) {
-        dlock_client *c2 = tu_open(url);
+        dlock_client *c2 = tu_open(fx.url);
         last = tu_next_token(c2, "basic", last);
         dlock_client_close(c2);
     }
     dlock_lock_free(l);
-    dlock_client_close(c);
-    free(url);
+    frame_close(&fx);
 }
 END_TEST
 
@@ -262,7 +302,6 @@ END_TEST
  * TTL and waiters in order; a release wakes the next one at once. */
 TU_TEST_IN(single, fifo_and_inspect, 90)
 {
-    REQUIRE_SERVERS();
     struct tu_solo a = solo_open(NULL, "fifo"), b = solo_open(NULL, "fifo"),
                    c = solo_open(NULL, "fifo");
     TU_ACQUIRE_OK(a.l, DLOCK_TRY);
@@ -415,8 +454,7 @@ TU_TEST_IN(single, dlock_holds_etcdctl_waits_in_order, 90)
 {
     REQUIRE_SERVERS();
     char *dir = tu_tmpdir("etcd-interop2");
-    char *url = etcdf_url(&F, NULL, NULL);
-    struct tu_pair p = pair_open(url, "interop2");
+    struct tu_pair p = pair_open(NULL, "interop2");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     uint64_t ta = tu_token(p.la);
 
@@ -438,7 +476,6 @@ TU_TEST_IN(single, dlock_holds_etcdctl_waits_in_order, 90)
     ck_assert_int_eq(tu_waiter_join(&wb), DLOCK_OK);
     ck_assert_uint_gt(wb.token, ta);
     tu_pair_close(&p);
-    free(url);
     free(shell);
     free(held);
     free(go);
@@ -579,8 +616,7 @@ END_TEST
  * the lock when the readers that came before it leave. */
 TU_TEST_IN(single, rw_writer_not_starved, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
+    char *url = members_url(NULL);
     dlock_client *a = tu_open(url), *b = tu_open(url), *c = tu_open(url), *d = tu_open(url);
     dlock_lock *ra = tu_lock_mode(a, "rw2", DLOCK_SHARED, 0);
     dlock_lock *rc1 = tu_lock_mode(c, "rw2", DLOCK_SHARED, 0);
@@ -620,9 +656,7 @@ END_TEST
  * writer. */
 TU_TEST_IN(single, rw_downgrade_wakes_readers, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    struct tu_pair p = pair_open(url, "rw4"); /* la: a's writer */
+    struct tu_pair p = pair_open(NULL, "rw4"); /* la: a's writer */
     dlock_lock *ra = tu_lock_mode(p.a, "rw4", DLOCK_SHARED, 0);
     dlock_lock *rb = tu_lock_mode(p.b, "rw4", DLOCK_SHARED, 0);
     dlock_lock *ra2 = tu_lock_mode(p.a, "rw4", DLOCK_SHARED, 0);
@@ -653,7 +687,6 @@ TU_TEST_IN(single, rw_downgrade_wakes_readers, 90)
     free(keys);
     TU_FREE_LOCKS(ra2, rb, ra);
     tu_pair_close(&p);
-    free(url);
 }
 END_TEST
 
@@ -689,13 +722,11 @@ END_TEST
 
 TU_TEST_IN(single, prefix_list_and_names, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, "/app", NULL);
-    dlock_client *c = tu_open(url);
+    struct etcd_frame fx = frame_open("/app", NULL, 1);
     const char *names[] = {"jobs", "jobs.nightly", "a b/c", "caf\xc3\xa9"};
     dlock_lock *l[4];
     for (int i = 0; i < 4; i++) {
-        l[i] = tu_lock(c, names[i]);
+        l[i] = tu_lock(fx.a, names[i]);
         TU_ACQUIRE_OK(l[i], DLOCK_TRY);
     }
     char *keys = ctl_keys("app/jobs/");
@@ -703,14 +734,14 @@ TU_TEST_IN(single, prefix_list_and_names, 90)
     free(keys);
     /* list: names back, glob applied */
     char *out = NULL;
-    const char *argv[] = {tu_dlock_bin(), "-u", url, "list", NULL};
+    const char *argv[] = {tu_dlock_bin(), "-u", fx.url, "list", NULL};
     ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
     for (int i = 0; i < 3; i++)
         ck_assert_msg(strstr(out, names[i]), "list lacks %s: %s", names[i], out);
     ck_assert_msg(strstr(out, "caf"), "list lacks caf\\xc3\\xa9: %s", out);
     ck_assert_int_eq(count_lines(out), 4);
     free(out);
-    const char *argv2[] = {tu_dlock_bin(), "-u", url, "list", "jobs*", NULL};
+    const char *argv2[] = {tu_dlock_bin(), "-u", fx.url, "list", "jobs*", NULL};
     ck_assert_int_eq(tu_run(argv2, NULL, &out, NULL), 0);
     ck_assert_int_eq(count_lines(out), 2);
     free(out);
@@ -723,8 +754,7 @@ TU_TEST_IN(single, prefix_list_and_names, 90)
     ck_assert_int_eq(dlock_acquire(same.l, DLOCK_TRY), DLOCK_EBUSY);
     tu_solo_close(&same);
     tu_release_free_all(l, 4);
-    dlock_client_close(c);
-    free(url);
+    frame_close(&fx);
 }
 END_TEST
 
@@ -733,19 +763,17 @@ END_TEST
  * nothing lands outside it. */
 TU_TEST_IN(single, hostile_names, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, "/hostile", NULL);
-    dlock_client *a = tu_open(url), *b = tu_open(url);
+    struct etcd_frame fx = frame_open("/hostile", NULL, 2);
     char longname[DLOCK_NAME_MAX + 1];
     memset(longname, 'n', DLOCK_NAME_MAX);
     longname[DLOCK_NAME_MAX] = 0;
     const char *names[] = {"../../etc", "a\nb", "\xff\xff", "\xff", "x y%00", "/", longname};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        dlock_lock *la = tu_lock(a, names[i]), *lb = tu_lock(b, names[i]);
+        dlock_lock *la = tu_lock(fx.a, names[i]), *lb = tu_lock(fx.b, names[i]);
         TU_ACQUIRE_OK(la, DLOCK_TRY);
         ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
         dlock_info *info = NULL;
-        ck_assert_int_eq(dlock_inspect(b, names[i], &info), DLOCK_OK);
+        ck_assert_int_eq(dlock_inspect(fx.b, names[i], &info), DLOCK_OK);
         ck_assert_int_eq(dlock_info_held(info), 1);
         ck_assert_uint_eq(dlock_info_token(info), tu_token(la));
         dlock_info_free(info);
@@ -754,7 +782,7 @@ TU_TEST_IN(single, hostile_names, 90)
         TU_FREE_LOCKS(la, lb);
     }
     /* "\xff" and "\xff\xff" are different locks */
-    dlock_lock *l1 = tu_lock(a, "\xff"), *l2 = tu_lock(b, "\xff\xff");
+    dlock_lock *l1 = tu_lock(fx.a, "\xff"), *l2 = tu_lock(fx.b, "\xff\xff");
     TU_ACQUIRE_OK(l1, DLOCK_TRY);
     TU_ACQUIRE_OK(l2, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(l1), DLOCK_OK);
@@ -767,8 +795,7 @@ TU_TEST_IN(single, hostile_names, 90)
                      0);
     ck_assert_msg(count_lines(all) == 0, "left behind: %s", all);
     free(all);
-    TU_CLOSE_CLIENTS(a, b);
-    free(url);
+    frame_close(&fx);
 }
 END_TEST
 
@@ -782,31 +809,28 @@ static struct tu_lost hold_lost;
  * held, and status, force-release and list of 'job' leave 'job/sub' alone. */
 TU_TEST_IN(single, nested_names_do_not_alias, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = tu_open(url), *b = tu_open(url);
-    dlock_lock *sub = tu_lock(a, "job/sub"), *job = tu_lock(b, "job");
+    struct etcd_frame fx = frame_open(NULL, NULL, 2);
+    dlock_lock *sub = tu_lock(fx.a, "job/sub"), *job = tu_lock(fx.b, "job");
     dlock_lock_on_lost(sub, tu_on_lost, &hold_lost);
     TU_ACQUIRE_OK(sub, DLOCK_TRY);
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(b, "job", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(fx.b, "job", &info), DLOCK_OK);
     ck_assert_msg(!dlock_info_held(info), "status job shows job/sub's holder");
     dlock_info_free(info);
     tu_acquire_release(job, DLOCK_TRY); /* not blocked by job/sub */
-    ck_assert_int_eq(dlock_force_release(b, "job"), DLOCK_OK); /* nothing to break */
+    ck_assert_int_eq(dlock_force_release(fx.b, "job"), DLOCK_OK); /* nothing to break */
     char *keys = ctl_keys("job/sub/");
     ck_assert_int_eq(count_lines(keys), 1);
     free(keys);
     char *out = NULL;
-    const char *argv[] = {tu_dlock_bin(), "-u", url, "list", "job*", NULL};
+    const char *argv[] = {tu_dlock_bin(), "-u", fx.url, "list", "job*", NULL};
     ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
     ck_assert_msg(strcmp(out, "job/sub\n") == 0, "list: %s", out);
     free(out);
     ck_assert_int_eq(atomic_load(&hold_lost.fired), 0);
     ck_assert_int_eq(dlock_release(sub), DLOCK_OK);
     TU_FREE_LOCKS(sub, job);
-    TU_CLOSE_CLIENTS(a, b);
-    free(url);
+    frame_close(&fx);
 }
 END_TEST
 
@@ -817,33 +841,31 @@ END_TEST
  * then the semaphores (a permit key's name ends at its last "/sem/"). */
 TU_TEST_IN(single, semaphore_keys_apart_from_locks, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    dlock_client *a = tu_open(url), *b = tu_open(url);
-    dlock_lock *job = tu_lock(a, "jobs"), *sub = tu_lock(b, "jobs/sem");
+    struct etcd_frame fx = frame_open(NULL, NULL, 2);
+    dlock_lock *job = tu_lock(fx.a, "jobs"), *sub = tu_lock(fx.b, "jobs/sem");
     TU_ACQUIRE_OK(job, DLOCK_TRY);
     TU_ACQUIRE_OK(sub, DLOCK_TRY);
     dlock_semaphore *s = NULL, *ssub = NULL;
-    ck_assert_int_eq(dlock_semaphore_new(a, "jobs", 1, 0, &s), DLOCK_OK);
-    ck_assert_int_eq(dlock_semaphore_new(b, "jobs/sem", 1, 0, &ssub), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(fx.a, "jobs", 1, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(fx.b, "jobs/sem", 1, 0, &ssub), DLOCK_OK);
     dlock_permit *p = NULL, *psub = NULL;
     ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &p), DLOCK_OK);
     ck_assert_int_eq(dlock_semaphore_acquire(ssub, 1, DLOCK_TRY, NULL, &psub), DLOCK_OK);
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_semaphore_inspect(b, "jobs", 1, &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_inspect(fx.b, "jobs", 1, &info), DLOCK_OK);
     ck_assert_uint_eq(dlock_info_holder_count(info), 1);
     ck_assert_int_eq(dlock_info_waiter_count(info), 0);
     ck_assert_str_eq(dlock_info_holder(info, 0, NULL), dlock_permit_id(p));
     dlock_info_free(info);
     const char *locks[] = {"jobs", "jobs/sem"};
     for (size_t i = 0; i < 2; i++) {
-        ck_assert_int_eq(dlock_inspect(a, locks[i], &info), DLOCK_OK);
+        ck_assert_int_eq(dlock_inspect(fx.a, locks[i], &info), DLOCK_OK);
         ck_assert_uint_eq(dlock_info_holder_count(info), 1);
         ck_assert_int_eq(dlock_info_waiter_count(info), 0);
         dlock_info_free(info);
     }
     char *out = NULL;
-    const char *argv[] = {tu_dlock_bin(), "-u", url, "list", "jobs*", NULL};
+    const char *argv[] = {tu_dlock_bin(), "-u", fx.url, "list", "jobs*", NULL};
     ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
     ck_assert_msg(strcmp(out, "jobs\njobs/sem\n"
                               "jobs (semaphore: 1 holder, 0 of 1 permits free)\n"
@@ -857,8 +879,7 @@ TU_TEST_IN(single, semaphore_keys_apart_from_locks, 90)
     dlock_semaphore_free(s);
     dlock_semaphore_free(ssub);
     TU_FREE_LOCKS(job, sub);
-    TU_CLOSE_CLIENTS(a, b);
-    free(url);
+    frame_close(&fx);
 }
 END_TEST
 
@@ -868,12 +889,10 @@ END_TEST
  * test's limit). */
 TU_TEST_IN(single, semaphore_waiter_woken_by_any_holder, 60)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=300s");
-    dlock_client *a = tu_open(url), *b = tu_open(url);
+    struct etcd_frame fx = frame_open(NULL, "lease=300s", 2);
     dlock_semaphore *sa = NULL, *sb = NULL;
-    ck_assert_int_eq(dlock_semaphore_new(a, "wake", 2, 0, &sa), DLOCK_OK);
-    ck_assert_int_eq(dlock_semaphore_new(b, "wake", 2, 0, &sb), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(fx.a, "wake", 2, 0, &sa), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(fx.b, "wake", 2, 0, &sb), DLOCK_OK);
     dlock_permit *oldest = NULL, *newest = NULL;
     ck_assert_int_eq(dlock_semaphore_acquire(sa, 1, DLOCK_TRY, NULL, &oldest), DLOCK_OK);
     ck_assert_int_eq(dlock_semaphore_acquire(sa, 1, DLOCK_TRY, NULL, &newest), DLOCK_OK);
@@ -883,7 +902,7 @@ TU_TEST_IN(single, semaphore_waiter_woken_by_any_holder, 60)
     long waiting = 0;
     for (int k = 0; k < 800 && waiting != 1; k++) { /* its key is queued */
         dlock_info *info = NULL;
-        if (dlock_semaphore_inspect(a, "wake", 2, &info) == DLOCK_OK)
+        if (dlock_semaphore_inspect(fx.a, "wake", 2, &info) == DLOCK_OK)
             waiting = dlock_info_waiter_count(info);
         dlock_info_free(info);
         if (waiting != 1)
@@ -896,8 +915,7 @@ TU_TEST_IN(single, semaphore_waiter_woken_by_any_holder, 60)
     ck_assert_int_eq(dlock_permit_release(oldest), DLOCK_OK);
     dlock_semaphore_free(sa);
     dlock_semaphore_free(sb);
-    TU_CLOSE_CLIENTS(a, b);
-    free(url);
+    frame_close(&fx);
 }
 END_TEST
 
@@ -906,8 +924,7 @@ END_TEST
  * `status app1` nor deleted by `release --force app1`, and app1 is free. */
 TU_TEST_IN(single, application_keys_are_not_contenders, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
+    char *url = members_url(NULL);
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", "app1/db", "secret-dsn", NULL), 0);
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", "app1/beef", "stew", NULL), 0);
     char *out = NULL, *err = NULL;
@@ -954,8 +971,7 @@ TU_TEST_IN(single, queue_pages_past_other_keys, 90)
         snprintf(key, sizeof key, "pg/junk%02d", i);
         ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", key, "x", NULL), 0);
     }
-    char *url = etcdf_url(&F, NULL, NULL);
-    struct tu_pair p = pair_open(url, "pg");
+    struct tu_pair p = pair_open(NULL, "pg");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     dlock_info *info = NULL;
@@ -975,7 +991,6 @@ TU_TEST_IN(single, queue_pages_past_other_keys, 90)
     ck_assert_int_eq(dlock_release(p.la), DLOCK_ELOST);
     tu_pair_close(&p);
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "--prefix", "pg/", NULL), 0);
-    free(url);
 }
 END_TEST
 
@@ -1008,8 +1023,7 @@ static pid_t fork_waiter(const char *url, const char *name, unsigned permits)
  * waited a whole hold lease before). */
 TU_TEST_IN(single, killed_sem_waiters_do_not_stall, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=60s");
+    char *url = members_url("lease=60s");
     struct tu_sem_pair p = tu_sem_pair_open(url, "ksw", 1);
     dlock_permit *pa = NULL, *pb = NULL;
     ck_assert_int_eq(dlock_semaphore_acquire(p.sa, 1, DLOCK_TRY, NULL, &pa), DLOCK_OK);
@@ -1038,9 +1052,8 @@ END_TEST
  * waiters' session leases (60 s) still live. */
 TU_TEST_IN(single, killed_waiters_do_not_stall_the_queue, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=60s");
-    struct tu_pair p = pair_open(url, "kw");
+    char *url = members_url("lease=60s");
+    struct tu_pair p = pair_at(url, "kw");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     enum { NW = 20 };
     pid_t kids[NW];
@@ -1102,8 +1115,7 @@ TU_TEST_IN(single, no_descriptor_leaks_into_children, 90)
     REQUIRE_SERVERS();
     int other_before = 0, other_waiting = 0, other_holding = 0;
     int before = inherited_sockets(&other_before);
-    char *url = etcdf_url(&F, NULL, NULL);
-    struct tu_pair p = pair_open(url, "cloexec");
+    struct tu_pair p = pair_open(NULL, "cloexec");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     struct tu_waiter wb;
     tu_waiter_start(&wb, p.lb, 20000);
@@ -1121,7 +1133,6 @@ TU_TEST_IN(single, no_descriptor_leaks_into_children, 90)
                   "inherited pipes and event fds: %d before, %d while waiting, %d while holding",
                   other_before, other_waiting, other_holding);
     tu_pair_close(&p);
-    free(url);
 }
 END_TEST
 
@@ -1129,8 +1140,7 @@ END_TEST
  * files" -- not "cannot reach any endpoint". */
 TU_TEST_IN(single, out_of_descriptors_says_so, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
+    char *url = members_url(NULL);
     dlock_client *a = tu_open(url); /* libcurl is loaded, one connection */
     struct rlimit rl;
     ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
@@ -1186,14 +1196,12 @@ END_TEST
  * fresh lease. */
 TU_TEST_IN(single, lease_revoked_loses_every_hold, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, "lease=2s");
-    dlock_client *c = tu_open(url);
+    struct etcd_frame fx = frame_open(NULL, "lease=2s", 1);
     const char *names[] = {"revoke1", "revoke2", "revoke3"};
     dlock_lock *l[3];
     static struct tu_lost lost[3];
     for (int i = 0; i < 3; i++) {
-        l[i] = tu_lock(c, names[i]);
+        l[i] = tu_lock(fx.a, names[i]);
         dlock_lock_on_lost(l[i], tu_on_lost, &lost[i]);
         TU_ACQUIRE_OK(l[i], DLOCK_TRY);
     }
@@ -1222,10 +1230,9 @@ TU_TEST_IN(single, lease_revoked_loses_every_hold, 90)
     ck_assert_int_eq(dlock_release(l[0]), DLOCK_OK);
     for (int i = 0; i < 3; i++)
         dlock_lock_free(l[i]);
-    dlock_client_close(c);
     free(lease);
     free(keys);
-    free(url);
+    frame_close(&fx);
 }
 END_TEST
 
@@ -1233,7 +1240,6 @@ END_TEST
  * its lease, it keeps its place in the queue ahead of a later waiter. */
 TU_TEST_IN(single, waiter_keeps_its_place, 90)
 {
-    REQUIRE_SERVERS();
     struct tu_solo a = solo_open(NULL, "place"), b = solo_open("lease=2s", "place"),
                    c = solo_open(NULL, "place");
     TU_ACQUIRE_OK(a.l, DLOCK_TRY);
@@ -1346,8 +1352,7 @@ END_TEST
  * with a greater token; the reader, resumed, is told its hold was lost. */
 TU_TEST_IN(single, rw_paused_reader_loses_hold, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
+    char *url = members_url(NULL), *short_url = etcdf_url(&F, NULL, "lease=1s");
     struct gate g = gate_open("etcd-rw-pause");
     /* forked before this process has a client (no threads to fork) */
     dlock_lock *lr = NULL;
@@ -1387,9 +1392,8 @@ END_TEST
  * the lock at once. */
 TU_TEST_IN(single, rw_force_release_ends_every_reader, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
-    struct tu_pair p = pair_open(url, "rwforce");
+    char *url = members_url(NULL);
+    struct tu_pair p = pair_at(url, "rwforce");
     dlock_lock *ra = tu_lock_mode(p.a, "rwforce", DLOCK_SHARED, 0);
     dlock_lock *rb = tu_lock_mode(p.b, "rwforce", DLOCK_SHARED, 0);
     TU_ACQUIRE_OK(ra, DLOCK_TRY);
@@ -1479,8 +1483,7 @@ END_TEST
 
 TU_TEST_IN(single, cli_run_status_and_lost, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
+    char *url = members_url(NULL);
     char *out = NULL, *err = NULL;
     const char *run[] = {tu_dlock_bin(), "-u", url, "run", "clirun", "sh", "-c",
                          "echo $DLOCK_TOKEN", NULL};
@@ -1524,8 +1527,7 @@ END_TEST
  * `etcdctl lock` on the same name exclude each other, both ways. */
 TU_TEST_IN(single, cli_run_against_etcdctl_lock, 90)
 {
-    REQUIRE_SERVERS();
-    char *url = etcdf_url(&F, NULL, NULL);
+    char *url = members_url(NULL);
     char *dir = tu_tmpdir("etcd-cli-interop");
     char *held = tu_fmt("%s/held", dir), *go = tu_fmt("%s/go", dir), *got = tu_fmt("%s/got", dir);
     char *hold = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", held, go);
@@ -1591,7 +1593,7 @@ TU_TEST_IN(auth, auth, 90)
 
     /* right password; a waiter's watch works with the token too */
     char *good = tu_fmt("etcd://locker:lockpw@%s/locks", F.endpoints);
-    struct tu_pair p = pair_open(good, "authed");
+    struct tu_pair p = pair_at(good, "authed");
     ck_assert_ptr_null(strstr(dlock_client_url(p.a), "lockpw"));
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     struct tu_waiter w;
@@ -1655,7 +1657,7 @@ TU_TEST_IN(tls, tls, 90)
                      F.cert_dir, F.cert_dir, F.cert_dir);
     char *url = etcdf_url(&F, NULL, q);
     ck_assert_ptr_nonnull(strstr(url, "etcd+https://"));
-    struct tu_pair p = pair_open(url, "tls");
+    struct tu_pair p = pair_at(url, "tls");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     struct tu_waiter w;
@@ -1763,8 +1765,7 @@ static uint64_t store_count(const char *store, uint64_t above, int timeout_ms)
 TU_TEST_IN(cluster, cluster_basic_and_member_down, 240)
 {
     revive_all();
-    char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
-    struct tu_pair p = pair_open(url, "cluster");
+    struct tu_pair p = pair_open("timeout=2s&connect_timeout=1s", "cluster");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
     /* the first endpoint of the URL dies: the others serve */
@@ -1778,7 +1779,6 @@ TU_TEST_IN(cluster, cluster_basic_and_member_down, 240)
     ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
     ck_assert(etcdf_member_start(&F, 0, 30000));
     tu_pair_close(&p);
-    free(url);
 }
 END_TEST
 
@@ -1789,8 +1789,7 @@ END_TEST
 TU_TEST_IN(cluster, rw_reader_waits_through_member_kill, 240)
 {
     revive_all();
-    char *url = etcdf_url(&F, NULL, "timeout=2s&connect_timeout=1s");
-    struct tu_pair p = pair_open(url, "rwkill");
+    struct tu_pair p = pair_open("timeout=2s&connect_timeout=1s", "rwkill");
     dlock_lock *rb = tu_lock_mode(p.b, "rwkill", DLOCK_SHARED, 0);
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     struct tu_waiter r;
@@ -1806,7 +1805,6 @@ TU_TEST_IN(cluster, rw_reader_waits_through_member_kill, 240)
     ck_assert(etcdf_member_start(&F, 0, 30000));
     dlock_lock_free(rb);
     tu_pair_close(&p);
-    free(url);
 }
 END_TEST
 

@@ -40,6 +40,7 @@ echo "== etcd $(etcd --version | sed -n 's/^etcd Version: //p') on $url"
 "$DLOCK_BIN" -u "$url" bench contended -W 8 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench semaphore -P 4 -W 8 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench renewal -k 10000 -p 5 -l 3000
+"$DLOCK_BIN" -u "$url" bench multi -K 8 -d "$secs"
 if command -v hyperfine >/dev/null; then
   hyperfine -N --warmup 5 --runs "$runs" \
     "etcdctl --endpoints 127.0.0.1:$port lock bench-run true" \

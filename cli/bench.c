@@ -9,7 +9,7 @@
  *
  * Usage (also `dlock bench --help`):
  *   dlock [-u URL] bench [MODE...] [OPTIONS]
- *   MODE: uncontended, contended, renewal, readers, semaphore, all (the default)
+ *   MODE: uncontended, contended, renewal, readers, semaphore, multi, all (the default)
  *   -t, --threads T     uncontended: threads, each over its own names (1)
  *   -m, --names M       uncontended: lock names in all (1024)
  *   -d, --duration S    each side is measured 2 x S seconds (3); in the
@@ -21,6 +21,7 @@
  *   -R, --readers R     readers: threads, one client each, reading one name (8)
  *   -X, --writers N     readers: writer threads among them (0)
  *   -P, --permits N     semaphore: permits (4); -W threads contend for them
+ *   -K, --members K     multi: names in the set (8)
  *
  * uncontended: T threads loop acquire(TRY)+release over M names split
  *   between them; acquisitions/s and latency of one acquire+release pair,
@@ -44,6 +45,13 @@
  *   (the median round's ratio), the most holders seen at once (never
  *   above N), a pair's latency p50/p99 on each side, and, with a baseline,
  *   what N raw clients' round trips allow beside 1 (the machine's ceiling).
+ * multi: one thread loops dlock_multi_acquire(TRY)+dlock_multi_release on
+ *   a set of K names, beside the same thread taking the K names as single
+ *   locks (K acquire(TRY) then K releases), taking turns in 10 rounds:
+ *   sets/s on each side (the median round's ratio), a set's latency
+ *   p50/p99 on each side, and, with a baseline, one raw round trip's mean
+ *   in the same rounds (a set taken and given back in one request each
+ *   costs about 2).
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -93,8 +101,8 @@ void dlock_bench_pct_decode(char *s)
 }
 
 static const char usage_text[] =
-    "Usage: dlock [-u URL] bench [uncontended|contended|renewal|readers|semaphore|all ...]\n"
-    "       [OPTIONS]\n"
+    "Usage: dlock [-u URL] bench [uncontended|contended|renewal|readers|semaphore|multi|\n"
+    "       all ...] [OPTIONS]\n"
     "\n"
     "Measure dlock beside the raw protocol with the same client library, in\n"
     "the same run, and print each figure with its ratio to the baseline.\n"
@@ -113,6 +121,8 @@ static const char usage_text[] =
     "  -X, --writers N     readers: writer threads among the readers (0)\n"
     "  -P, --permits N     semaphore: permits (4), -W threads contending for them,\n"
     "                      beside the same threads on one lock\n"
+    "  -K, --members K     multi: names in one multi-lock (8), acquired and\n"
+    "                      released as a set beside K single locks\n"
     "Lock names start with 'dlock-bench:'. See docs/benchmarks.md.\n";
 
 const char *dlock_cli_bench_usage(void)
@@ -123,7 +133,7 @@ const char *dlock_cli_bench_usage(void)
 struct bench_opts {
     const char *url;
     const struct dlock_bench_baseline *base;
-    int threads, names, waiters, locks, periods, readers, writers, permits;
+    int threads, names, waiters, locks, periods, readers, writers, permits, members;
     double duration;
     int64_t lease_ms;
 };
@@ -875,6 +885,90 @@ static int bench_semaphore(const struct bench_opts *o)
     return rc;
 }
 
+/* --------------------------------------------------------------- multi */
+
+/* One side of a multi round: for SECS seconds, the set M (or, M NULL,
+ * the K single locks L in order, then released in reverse) taken with a
+ * try and given back; adds the pairs to *OPS and LAT. 0, or the exit
+ * code of a failure (a busy name too: nothing else takes them). */
+static int multi_side(dlock_multi *m, dlock_lock **l, int k, double secs, long *ops,
+                      struct samples *lat)
+{
+    int64_t end = now_ns() + (int64_t)(secs * 1e9);
+    while (now_ns() < end) {
+        int64_t t0 = now_ns();
+        int rc = DLOCK_OK, i = 0;
+        if (m) {
+            if (!(rc = dlock_multi_acquire(m, DLOCK_TRY, NULL)))
+                rc = dlock_multi_release(m);
+        } else {
+            for (; i < k && !rc; i++)
+                rc = dlock_acquire(l[i], DLOCK_TRY);
+            for (int j = rc ? i - 1 : i; j-- > 0;) {
+                int r = dlock_release(l[j]);
+                rc = rc ? rc : r;
+            }
+        }
+        if (rc)
+            return cli_fail(rc, "bench multi");
+        sample_add(lat, now_ns() - t0);
+        (*ops)++;
+    }
+    return 0;
+}
+
+static int bench_multi(const struct bench_opts *o, dlock_client *c)
+{
+    double secs = 2 * o->duration / UNC_ROUNDS;
+    int k = o->members;
+    printf("multi: one thread, a multi-lock of %d names acquire(TRY)+release, beside the same\n"
+           "  %d names as single locks; %d x %.2f s each side, taking turns\n",
+           k, k, UNC_ROUNDS, secs);
+    char(*names)[40] = calloc((size_t)k, sizeof *names);
+    const char **np = calloc((size_t)k, sizeof *np);
+    dlock_lock **l = calloc((size_t)k, sizeof *l);
+    dlock_multi *m = NULL;
+    int rc = 0;
+    for (int i = 0; i < k && !rc; i++) {
+        snprintf(names[i], sizeof names[i], "dlock-bench:multi:%d", i);
+        np[i] = names[i];
+        int e = dlock_lock_new(c, names[i], DLOCK_EXCLUSIVE, 0, &l[i]);
+        rc = e ? cli_fail(e, "bench multi") : 0;
+    }
+    int e = rc ? 0 : dlock_multi_new(c, np, (size_t)k, DLOCK_EXCLUSIVE, 0, &m);
+    rc = e ? cli_fail(e, "bench multi") : rc;
+    long ops[2] = {0, 0}, raw = 0;
+    struct samples lat[2] = {{0}, {0}};
+    double ratios[UNC_ROUNDS];
+    for (int round = 0; !rc && round < UNC_ROUNDS; round++) {
+        long before[2] = {ops[0], ops[1]};
+        if (o->base)
+            rc = rt_run(o, 1, secs / 2, &raw);
+        if (!rc && !(rc = multi_side(NULL, l, k, secs, &ops[1], &lat[1])))
+            rc = multi_side(m, NULL, k, secs, &ops[0], &lat[0]);
+        ratios[round] = round_ratio(ops[0] - before[0], ops[1] - before[1]);
+    }
+    if (!rc) {
+        double total = UNC_ROUNDS * secs;
+        char one[40];
+        snprintf(one, sizeof one, "%d singles", k);
+        print_rates("sets/s", k, "names", ops[0], one, ops[1], total, ratios);
+        print_pair_pcts("set", &lat[0], one, &lat[1]);
+        if (raw)
+            printf("  %-22s %10.1f us   (one client, the same rounds)\n", "raw round trip, mean",
+                   total / 2 / (double)raw * 1e6);
+    }
+    for (int i = 0; i < 2; i++)
+        free(lat[i].v);
+    dlock_multi_free(m);
+    for (int i = 0; i < k; i++)
+        dlock_lock_free(l[i]);
+    free(l);
+    free(np);
+    free(names);
+    return rc;
+}
+
 /* ------------------------------------------------------------- renewal */
 
 static double cpu_ms(void)
@@ -950,17 +1044,18 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
 {
     struct bench_opts o = {.url = url, .threads = 1, .names = 1024, .waiters = 8, .locks = 10000,
                            .periods = 5, .duration = 3, .lease_ms = 3000, .readers = 8,
-                           .permits = 4};
+                           .permits = 4, .members = 8};
     static const struct option longopts[] = {
         {"threads", required_argument, NULL, 't'}, {"names", required_argument, NULL, 'm'},
         {"duration", required_argument, NULL, 'd'}, {"waiters", required_argument, NULL, 'W'},
         {"locks", required_argument, NULL, 'k'},    {"periods", required_argument, NULL, 'p'},
         {"lease", required_argument, NULL, 'l'},    {"help", no_argument, NULL, 'h'},
         {"readers", required_argument, NULL, 'R'},  {"writers", required_argument, NULL, 'X'},
-        {"permits", required_argument, NULL, 'P'},  {NULL, 0, NULL, 0}};
+        {"permits", required_argument, NULL, 'P'},  {"members", required_argument, NULL, 'K'},
+        {NULL, 0, NULL, 0}};
     optind = 0; /* GNU: start afresh after the global options' getopt */
     int ch;
-    while ((ch = getopt_long(argc, argv, "t:m:d:W:k:p:l:R:X:P:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "t:m:d:W:k:p:l:R:X:P:K:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 't': o.threads = atoi(optarg); break;
         case 'm': o.names = atoi(optarg); break;
@@ -972,24 +1067,25 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         case 'R': o.readers = atoi(optarg); break;
         case 'X': o.writers = atoi(optarg); break;
         case 'P': o.permits = atoi(optarg); break;
+        case 'K': o.members = atoi(optarg); break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return EXIT_USAGE;
         }
     }
     if (o.threads < 1 || o.names < o.threads || o.duration <= 0 || o.waiters < 2 || o.locks < 1 ||
         o.periods < 1 || o.lease_ms < 30 || o.readers < 1 || o.writers < 0 || o.permits < 1 ||
-        o.permits > DLOCK_PERMITS_MAX) {
+        o.permits > DLOCK_PERMITS_MAX || o.members < 2 || o.members > DLOCK_MULTI_MAX) {
         fprintf(stderr, "dlock bench: need threads >= 1, names >= threads, duration > 0, waiters >= 2, "
                         "locks >= 1, periods >= 1, lease >= 30 ms, readers >= 1, writers >= 0, "
-                        "permits 1 to %d\n", DLOCK_PERMITS_MAX);
+                        "permits 1 to %d, members 2 to %d\n", DLOCK_PERMITS_MAX, DLOCK_MULTI_MAX);
         return EXIT_USAGE;
     }
-    bool want[5] = {false, false, false, false, false};
+    bool want[6] = {false, false, false, false, false, false};
     bool any = false;
     for (int i = optind; i < argc; i++) {
         const char *m = argv[i];
         if (strcmp(m, "all") == 0)
-            want[0] = want[1] = want[2] = want[3] = want[4] = true;
+            want[0] = want[1] = want[2] = want[3] = want[4] = want[5] = true;
         else if (strcmp(m, "uncontended") == 0)
             want[0] = true;
         else if (strcmp(m, "contended") == 0)
@@ -1000,15 +1096,17 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
             want[3] = true;
         else if (strcmp(m, "semaphore") == 0)
             want[4] = true;
+        else if (strcmp(m, "multi") == 0)
+            want[5] = true;
         else {
             fprintf(stderr, "dlock bench: unknown mode '%s' (uncontended, contended, renewal, readers, "
-                            "semaphore, all)\n", m);
+                            "semaphore, multi, all)\n", m);
             return EXIT_USAGE;
         }
         any = true;
     }
     if (!any)
-        want[0] = want[1] = want[2] = want[3] = want[4] = true;
+        want[0] = want[1] = want[2] = want[3] = want[4] = want[5] = true;
 
     dlock_client *c = NULL;
     int rc = dlock_open(url, &c);
@@ -1036,6 +1134,8 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         rc = bench_readers(&o);
     if (!rc && want[4])
         rc = bench_semaphore(&o);
+    if (!rc && want[5])
+        rc = bench_multi(&o, c);
     dlock_client_close(c);
     return rc;
 }

@@ -100,6 +100,21 @@ static redisContext *raw(void)
 }
 
 /* The reply of a raw command (caller frees), asserting there is one. */
+/* The server started and a raw connection to it (to play other clients
+ * on the wire or see what dlock wrote): the frame of the wire tests.
+ * served_raw_close() closes the connection and stops the server. */
+static redisContext *served_raw(void)
+{
+    start_server(NULL);
+    return raw();
+}
+
+static void served_raw_close(redisContext *ctx)
+{
+    redisFree(ctx);
+    stop_server();
+}
+
 static redisReply *vcmd(redisContext *ctx, const char *fmt, va_list ap)
 {
     redisReply *r = redisvCommand(ctx, fmt, ap);
@@ -475,8 +490,7 @@ static bool redisson_sem_acquire(redisContext *ctx, const char *name, const char
 
 TU_TEST(redisson_semaphore_on_the_wire, 60)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     dlock_client *c = open_with("lease=30s");
     dlock_semaphore *s = NULL;
     ck_assert_int_eq(dlock_semaphore_new(c, "pool", 2, 0, &s), DLOCK_OK);
@@ -521,8 +535,7 @@ TU_TEST(redisson_semaphore_on_the_wire, 60)
     dlock_semaphore_free(s3);
     dlock_semaphore_free(s);
     dlock_client_close(c);
-    redisFree(ctx);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 
@@ -530,8 +543,7 @@ END_TEST
  * message on full release; and see that it observes dlock the same way. */
 TU_TEST(redisson_on_the_wire, 60)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     const char *redisson = "6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:1";
     /* Redisson RFencedLock takes "orders" (lease 60 s, renewed by its
      * watchdog; we simply never let it expire within the test). */
@@ -596,10 +608,9 @@ TU_TEST(redisson_on_the_wire, 60)
     freeReplyObject(r);
     ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{orders}"), (long long)a.token + 1);
     redisFree(sub);
-    redisFree(ctx);
     dlock_lock_free(l);
     dlock_client_close(c);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 
@@ -725,8 +736,7 @@ static int acquires_after(redisContext *mon, const char *name, const char *after
  * and timed out. */
 TU_TEST(redisson_rw_unlock_wakes_writer, 90)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     const char *rid = "9a1c4e2f-7b3d-4e8a-9c1f-5d2e8b7a6c40:3";
     dlock_client *c = open_with("lease=60s");
     dlock_lock *wr = tu_lock(c, "rwk");
@@ -749,8 +759,7 @@ TU_TEST(redisson_rw_unlock_wakes_writer, 90)
     }
     dlock_lock_free(wr);
     dlock_client_close(c);
-    redisFree(ctx);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 
@@ -759,8 +768,7 @@ END_TEST
  * each one's release wakes the other's readers on "redisson_rwlock:{N}". */
 TU_TEST(redisson_rwlock_on_the_wire, 60)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     const char *rid = "6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:7";
     dlock_client *c = open_with("lease=60s");
     dlock_lock *rd = tu_lock_mode(c, "docs", DLOCK_SHARED, 0), *wr = tu_lock(c, "docs");
@@ -844,8 +852,7 @@ TU_TEST(redisson_rwlock_on_the_wire, 60)
 
     TU_FREE_LOCKS(wr, rd);
     dlock_client_close(c);
-    redisFree(ctx);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 
@@ -855,8 +862,7 @@ END_TEST
  * channel, not one per client. */
 TU_TEST(readers_of_one_client_all_woken, 60)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     dlock_client *w = open_with("lease=60s"), *r = open_with("lease=60s");
     dlock_lock *wl = tu_lock(w, "many");
     TU_ACQUIRE_OK(wl, DLOCK_TRY);
@@ -879,8 +885,7 @@ TU_TEST(readers_of_one_client_all_woken, 60)
         dlock_lock_free(rl[i]); /* releases the thread's hold: best effort */
     dlock_lock_free(wl);
     TU_CLOSE_CLIENTS(r, w);
-    redisFree(ctx);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 
@@ -939,8 +944,7 @@ END_TEST
 /* Play a redis-py / redsync client (SET NX PX, compare-and-delete). */
 TU_TEST(simple_layout_on_the_wire, 60)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     char *url = url_with("layout=simple&lease=60s");
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, "report");
@@ -987,10 +991,9 @@ TU_TEST(simple_layout_on_the_wire, 60)
     free(v);
     free(want_suffix);
     free(url);
-    redisFree(ctx);
     dlock_lock_free(l);
     dlock_client_close(c);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 
@@ -998,8 +1001,7 @@ END_TEST
 
 TU_TEST(wrongtype_left_intact, 60)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     freeReplyObject(cmd(ctx, "SET jobs %s", "not-a-lock"));
     dlock_client *c = tu_open(srv.url);
     dlock_lock *l = tu_lock(c, "jobs");
@@ -1033,8 +1035,7 @@ TU_TEST(wrongtype_left_intact, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
     free(url);
-    redisFree(ctx);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 
@@ -2071,8 +2072,7 @@ END_TEST
  * left alone and its value never shown as a holder. */
 TU_TEST(force_status_list_touch_only_locks, 60)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     freeReplyObject(cmd(ctx, "HSET user:1000 name alice age 30"));
     freeReplyObject(cmd(ctx, "SET app:config secret-value"));
     freeReplyObject(cmd(ctx, "SET app:cache secret-cached PX 60000"));
@@ -2109,8 +2109,7 @@ TU_TEST(force_status_list_touch_only_locks, 60)
         dlock_lock_free(l);
         dlock_client_close(c);
     }
-    redisFree(ctx);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 
@@ -2498,8 +2497,7 @@ END_TEST
  * restarted server lost the foreign holder's key). */
 TU_TEST(server_restart_while_waiting, 60)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     freeReplyObject(cmd(ctx, "HSET w 6f0b9c2e-1d1a-4c55-8a0e-2b8f3c9d7e11:1 1"));
     freeReplyObject(cmd(ctx, "PEXPIRE w 600000"));
     dlock_client *c = tu_open(srv.url);
@@ -2508,7 +2506,6 @@ TU_TEST(server_restart_while_waiting, 60)
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &a);
     wait_numsub(ctx, "redisson_lock__channel:{w}", 1);
-    redisFree(ctx);
     ck_assert_msg(fx_redis_restart(&srv), "restart failed");
     pthread_join(th, NULL);
     ck_assert_msg(a.rc == DLOCK_OK, "waiter after restart: %s", dlock_err_name(a.rc));
@@ -2516,7 +2513,7 @@ TU_TEST(server_restart_while_waiting, 60)
     ck_assert_uint_gt(a.token, 1000000000000000ull); /* from the clock: the data was lost */
     dlock_lock_free(l);
     dlock_client_close(c);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 
@@ -2643,8 +2640,7 @@ END_TEST
 
 TU_TEST(urls_db_prefix_unix_and_list, 60)
 {
-    start_server(NULL);
-    redisContext *ctx = raw();
+    redisContext *ctx = served_raw();
     dlock_client *c = NULL;
     char *u;
 
@@ -2705,8 +2701,7 @@ TU_TEST(urls_db_prefix_unix_and_list, 60)
     ck_assert_msg(strstr(dlock_errmsg(), "layout=simple"), "%s", dlock_errmsg());
     dlock_lock_free(l);
     dlock_client_close(c);
-    redisFree(ctx);
-    stop_server();
+    served_raw_close(ctx);
 }
 END_TEST
 

@@ -2213,6 +2213,33 @@ TU_TEST_IN(stall, stalled_release_delete_done_by_keeper, 120)
 }
 END_TEST
 
+/* The same for a multi-lock's release, one txn for the set: a stalled
+ * member leaves every member's delete owed, and the keeper does them all
+ * once it answers again. */
+TU_TEST_IN(stall, stalled_multi_release_deletes_done_by_keeper, 120)
+{
+    revive_all();
+    struct tu_solo a = solo_open("lease=60s&timeout=1s&connect_timeout=1s", "stall-m0");
+    const char *names[] = {"stall-m0", "stall-m1", "stall-m2"};
+    dlock_multi *m = NULL;
+    ck_assert_int_eq(dlock_multi_new(a.c, names, 3, DLOCK_EXCLUSIVE, 0, &m), DLOCK_OK);
+    ck_assert_msg(dlock_multi_acquire(m, DLOCK_TRY, NULL) == DLOCK_OK, "%s", dlock_errmsg());
+    member_pause(0);
+    int rc = dlock_multi_release(m);
+    member_resume(0);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL || rc == DLOCK_ECONN, "release: %s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(dlock_multi_held(m), 0);
+    for (size_t k = 0; k < 3; k++) {
+        char *pfx = tu_fmt("%s/", names[k]);
+        ck_assert_msg(wait_key_count(pfx, 0), "the owed delete of '%s' was never done", names[k]);
+        free(pfx);
+    }
+    dlock_multi_free(m);
+    tu_solo_close(&a);
+}
+END_TEST
+
 /* wait_ms bounds the time of an acquire whatever another thread of the
  * client is doing: a 100 ms acquire while the first thread's session
  * lease grant is stuck on a stalled member times out on its own deadline

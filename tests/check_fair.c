@@ -725,6 +725,72 @@ TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
     fx_redis_stop(&srv);
 }
 
+/* A script that keeps the server busy MS (under Redis's 5 s script time
+ * limit, so nothing is answered meanwhile, not even BUSY), on a
+ * connection of its own. */
+static void *busy_server_main(void *arg)
+{
+    int ms = *(int *)arg;
+    redisContext *ctx = fx_redis_raw(&srv, NULL);
+    redisReply *r = ctx ? redisCommand(ctx, "EVAL %s 0 %d",
+                                       "local t = redis.call('time') "
+                                       "local t0 = t[1] * 1000000 + t[2] repeat "
+                                       "t = redis.call('time') until t[1] * 1000000 + t[2] - t0 > "
+                                       "ARGV[1] * 1000 return 1",
+                                       ms)
+                        : NULL;
+    freeReplyObject(r);
+    if (ctx)
+        redisFree(ctx);
+    return NULL;
+}
+
+/* Whether the server answers a PING within 200 ms. */
+static bool server_answers(void)
+{
+    redisContext *p = fx_redis_raw(&srv, NULL);
+    if (!p)
+        return false;
+    struct timeval tv = {0, 200000};
+    redisSetTimeout(p, tv);
+    redisReply *r = redisCommand(p, "PING");
+    bool answered = r != NULL;
+    freeReplyObject(r);
+    redisFree(p);
+    return answered;
+}
+
+/* A wait that ends while the server is stalled returns at its end, not
+ * when the server answers again: leaving the queue is owed to the
+ * keeper, which sends it once the server is back (the leave was sent in
+ * the caller's thread: a 1.5 s wait returned once the stalled server
+ * answered, 4.5 s in, or after the op timeout). */
+TU_TEST(wait_ends_on_time_on_a_stalled_server, 60)
+{
+    struct takers t;
+    takers_begin(&t, "timeout=20s&queue_lease=60s", "st");
+    dlock_client *b = tu_open(t.url);
+    dlock_lock *lb = tu_lock(b, "st");
+    struct tu_waiter wb;
+    tu_waiter_start(&wb, lb, 1500);
+    wait_queued(t.ctx, "st", 1);
+    ck_assert(tu_wait_thread_asleep(&wb.tid, 60000)); /* its next try is 20 s away */
+    int busy_ms = 4500;
+    pthread_t th;
+    pthread_create(&th, NULL, busy_server_main, &busy_ms);
+    for (int i = 0; i < 100 && server_answers(); i++)
+        ; /* until the script runs */
+    int rc = tu_waiter_join(&wb);
+    bool stalled = !server_answers();
+    ck_assert_int_eq(rc, DLOCK_ETIMEDOUT);
+    ck_assert_msg(stalled, "the 1.5 s wait returned only once the stalled server answered");
+    pthread_join(th, NULL);
+    wait_queued(t.ctx, "st", 0); /* the keeper's leave, once the server is back */
+    TU_FREE_LOCKS(lb);
+    TU_CLOSE_CLIENTS(b);
+    takers_end(&t);
+}
+
 /* The script itself, played on the wire: an owner's leftover field (a
  * release that never reached the server) is dropped by that owner's next
  * acquire even when another waiter is queued first, which then gets the

@@ -199,16 +199,21 @@ int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char
     return rc;
 }
 
-/* H's owner gives up its wait (timeout, cancel, a failure): leave the
- * queue now, canceling its requests up to LAST; when that reply is lost,
- * owe it (cancel.c queues it on the core's cleanup queue). Keeps the
- * caller's message. */
-static void fair_give_up(struct redis_state *s, struct dlock__hold *h, uint64_t last)
+/* H's owner gives up its wait (timeout, cancel, a failure), which ends
+ * at DEADLINE: leave the queue, canceling its requests up to LAST, within
+ * what is left of the wait; when that is nothing (a timeout) or the reply
+ * is lost, owe it (cancel.c queues it on the core's cleanup queue, which
+ * the keeper drains at once). Keeps the caller's message. */
+static void fair_give_up(struct redis_state *s, struct dlock__hold *h, uint64_t last,
+                         int64_t deadline)
 {
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
-    int64_t deadline = dlock__now_ms() + s->op_timeout_ms;
-    if (dlock__redis_fair_cancel(s, h->name, h->owner, last, h->lease_ms, deadline) != DLOCK_OK)
+    /* within what is left of the wait (nothing once it timed out): the
+     * caller's wait_ms holds even when the server stalls; the keeper
+     * sends what could not be sent by then */
+    if (dlock__time_left(deadline, s->op_timeout_ms) == 0 ||
+        dlock__redis_fair_cancel(s, h->name, h->owner, last, h->lease_ms, deadline) != DLOCK_OK)
         dlock__redis_cancel_lost_acquire(s, h, last, h->lease_ms);
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
@@ -333,7 +338,7 @@ leave:
     uint64_t late;
     grant_taken(s, &f, wait_id, &late); /* drop one kept after the last look: the leave passes it on */
     if (rc != DLOCK_OK && last)
-        fair_give_up(s, h, last);
+        fair_give_up(s, h, last, dlock__wait_deadline(w));
 out:
     fair_keys_free(&f);
     return rc;

@@ -15,6 +15,7 @@
 
 #include <curl/curl.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -47,7 +48,13 @@ static struct {
 #define curl_slist_append raw_curl.slist_append
 #define curl_slist_free_all raw_curl.slist_free_all
 
-static bool raw_curl_load(char *err, size_t errlen)
+/* Loaded once for every connection of the run (its threads connect at
+ * once: each loading it wrote raw_curl beside the others, a race
+ * ThreadSanitizer reported); raw_curl_error says why it could not be. */
+static pthread_once_t raw_curl_once = PTHREAD_ONCE_INIT;
+static char raw_curl_error[256];
+
+static void raw_curl_load_once(void)
 {
     void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
     /* (POSIX's dlsym idiom: the slot is written as a void *) */
@@ -55,11 +62,18 @@ static bool raw_curl_load(char *err, size_t errlen)
     if (!LOAD(easy_init) || !LOAD(easy_cleanup) || !LOAD(easy_setopt) || !LOAD(easy_getinfo) ||
         !LOAD(easy_perform) || !LOAD(slist_append) || !LOAD(slist_free_all)) {
         const char *why = dlerror();
-        snprintf(err, errlen, "the etcd baseline needs libcurl: %s", why ? why : "?");
-        return false;
+        snprintf(raw_curl_error, sizeof raw_curl_error, "the etcd baseline needs libcurl: %s",
+                 why ? why : "?");
     }
 #undef LOAD
-    return true;
+}
+
+static bool raw_curl_load(char *err, size_t errlen)
+{
+    pthread_once(&raw_curl_once, raw_curl_load_once);
+    if (raw_curl_error[0])
+        snprintf(err, errlen, "%s", raw_curl_error);
+    return !raw_curl_error[0];
 }
 
 struct etcd_raw {

@@ -12,7 +12,7 @@
 #   make check SAN=1     the same under ASan + UBSan (into build-san/)
 #   make check TSAN=1    the same under ThreadSanitizer (into build-tsan/); a
 #                        report fails the test (see CHECK_ENV below)
-#   make check-tsan-ci   the part of it CI runs (the whole takes ~22 min)
+#   make check-tsan-ci   the part of it CI runs (the whole takes ~27 min)
 #   make check VALGRIND=1  the same under valgrind
 #   make bench           the benchmarks in bench/
 #   make chaos SEED=1 DURATION=300   the fault harness (tests/chaos/), long
@@ -285,7 +285,7 @@ check: all check-symbols $(TEST_BIN)
 	$(CHECK_ENV) DLOCK_BIN=$(CURDIR)/$(CLI) DLOCK_VALGRIND=$(VALGRIND) tests/run-tests.sh $(TEST_BIN)
 # The part of `make check TSAN=1` CI runs (.ci/run): the core, the API,
 # the multi-lock suite and the contract on the file and redis fixtures.
-# The whole suite under TSan takes about 22 minutes on the CI machine,
+# The whole suite under TSan takes about 27 minutes on the CI machine,
 # more than CI can give it: run `make check TSAN=1` by hand for a change
 # to threads.
 ifeq ($(TSAN),1)

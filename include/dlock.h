@@ -957,7 +957,8 @@ typedef struct dlock_multi dlock_multi;
 DLOCK_EXTERN int dlock_multi_new(dlock_client *c, const char *const *names, size_t n,
                                  dlock_mode mode, unsigned flags, dlock_multi **out);
 
-/* Release what M holds (best effort) and free it; its member handles go
+/* Release what M holds (best effort; in one request where
+ * dlock_multi_release() would be one) and free it; its member handles go
  * with it. NULL is a no-op. Also after dlock_client_close(). */
 DLOCK_EXTERN void dlock_multi_free(dlock_multi *m);
 

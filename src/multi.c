@@ -120,8 +120,21 @@ int dlock_multi_new(dlock_client *c, const char *const *names, size_t n, dlock_m
 
 void dlock_multi_free(dlock_multi *m)
 {
-    if (m)
-        free_members(m, m->n); /* a handle-owned handle releases its holds when freed */
+    if (!m)
+        return;
+    /* A held set goes back in one request where the backend allows it
+     * (nothing is done on a closed or forked client: ENOTSUP); then a
+     * handle-owned handle releases what it still holds when freed. */
+    if (__atomic_load_n(&m->held, __ATOMIC_ACQUIRE)) {
+        int *rcs = calloc(m->n, sizeof *rcs);
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        if (rcs)
+            dlock__release_set(m->member, m->n, rcs);
+        dlock__errmsg_restore(DLOCK_OK, msg);
+        free(rcs);
+    }
+    free_members(m, m->n);
 }
 
 /* Release members [0, N) in reverse order; the first failure, else

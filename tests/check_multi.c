@@ -465,8 +465,14 @@ TU_TEST(redis_one_script, 60)
             if (strcmp(dlock_lock_name(dlock_multi_lock(m, k)), "rt-e") == 0)
                 ck_assert_uint_gt(again, te);
         }
-        EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+        /* Freed while held: given back in one call too. */
+        redis_calls(raw, &all0, &scripts0);
         dlock_multi_free(m);
+        redis_calls(raw, &all1, &scripts1);
+        ck_assert_msg(scripts1 - scripts0 == 1 && all1 - all0 == 1,
+                      "%lld script calls, %lld commands to free a held set of 8", scripts1 - scripts0,
+                      all1 - all0);
+        expect_none_held(d, eight, 8, NULL);
         TU_FREE_LOCKS(e, warm);
         TU_CLOSE_CLIENTS(c, d);
         free(u);

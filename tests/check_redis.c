@@ -2312,6 +2312,34 @@ TU_TEST(unanswered_downgrade_gives_up, 60)
 }
 END_TEST
 
+/* A multi-lock's release whose first reply is lost (the proxy drops it
+ * after the server ran it, and closes the connection) is sent once more,
+ * as a single release is: every member then found free with our token
+ * still its last counts as released by the first attempt, DLOCK_OK, and
+ * nothing of the set is left. */
+TU_TEST(multi_release_lost_reply_retried, 60)
+{
+    struct proxy px;
+    struct tu_solo via = layout_proxied(&px, "redisson", "mr-a");
+    px.needle = "redisson_lock__channel:{mr-b}"; /* only the set's release names it */
+    redisContext *ctx = raw();
+    const char *names[] = {"mr-a", "mr-b", "mr-c"};
+    dlock_multi *m = NULL;
+    ck_assert_int_eq(dlock_multi_new(via.c, names, 3, DLOCK_EXCLUSIVE, 0, &m), DLOCK_OK);
+    ck_assert_msg(dlock_multi_acquire(m, DLOCK_TRY, NULL) == DLOCK_OK, "%s", dlock_errmsg());
+    atomic_store(&px.drop_named, 1);
+    int rc = dlock_multi_release(m);
+    ck_assert_int_eq(atomic_load(&px.drop_named), 0); /* the fault did happen */
+    ck_assert_msg(rc == DLOCK_OK, "release: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    for (size_t k = 0; k < 3; k++)
+        ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", names[k]), 0);
+    dlock_multi_free(m);
+    redisFree(ctx);
+    tu_solo_close(&via);
+    stop_server();
+}
+END_TEST
+
 struct busy_later {
     int after_ms, busy_ms;
 };

@@ -2924,6 +2924,52 @@ static dlock_client *sync_open(struct fx_redis *rep, redisContext **ctx)
     return open_with("sync=1&sync_timeout=1s&lease=1500ms");
 }
 
+/* Clients blocked on the server of CTX now (a WAIT among them). */
+static long long blocked_clients(redisContext *ctx)
+{
+    redisReply *r = redisCommand(ctx, "INFO clients");
+    const char *key = "blocked_clients:";
+    const char *at = r && r->str ? strstr(r->str, key) : NULL;
+    long long n = at ? strtoll(at + strlen(key), NULL, 10) : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* sync=1 with no replica: WAIT answers 0 at sync_timeout and the acquire
+ * is undone. Writes paused on the master (CLIENT PAUSE WRITE, longer than
+ * an op timeout) while the WAIT blocks: the undo does not fit in what is
+ * left of the acquire's budget, so it is owed to the cleanup queue and the
+ * keeper sends it once writes resume -- the lock is free long before its
+ * lease ends. (A separate undo request with its own op timeout failed
+ * against the pause and left the lock held until its lease ran out.) */
+TU_TEST(sync_undo_owed_past_the_budget, 60)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    dlock_client *c = open_with("sync=1&sync_timeout=1s&timeout=2s&lease=120s");
+    dlock_lock *l = tu_lock(c, "undo");
+    struct tu_waiter w = {0};
+    tu_waiter_start(&w, l, DLOCK_TRY);
+    for (int i = 0; i < 1000 && blocked_clients(ctx) < 1 && !atomic_load(&w.done); i++)
+        tu_sleep_ms(5);
+    ck_assert_msg(!atomic_load(&w.done), "the acquire returned before its WAIT blocked: %s",
+                  dlock_err_name(atomic_load(&w.rc)));
+    freeReplyObject(cmd(ctx, "CLIENT PAUSE 5000 WRITE"));
+    int rc = tu_waiter_join(&w);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL, "acquire: %s", dlock_err_name(rc));
+    /* the pause ends, the keeper's cleanup undoes it: a condition */
+    for (int i = 0; i < 600 && cmd_int(ctx, "EXISTS undo") != 0; i++)
+        tu_sleep_ms(50);
+    ck_assert_msg(cmd_int(ctx, "EXISTS undo") == 0, "the unsynced acquire was never undone (%lld "
+                                                   "ms of lease left)",
+                  cmd_int(ctx, "PTTL undo"));
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    redisFree(ctx);
+    stop_server();
+}
+END_TEST
+
 /* ?sync=N: the acquire script and WAIT N go in one round trip. With the
  * replica acknowledging, acquire and release work; with the replica
  * stopped (SIGSTOP) or N above the replicas there are, the acquisition

@@ -153,7 +153,7 @@ static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct f
         dlock__redis_cancel_lost_acquire(s, h, n + 1, h->lease_ms);
     if (rc)
         return rc;
-    rc = dlock__redis_acquire_reply(s, h, &f->k, r, sent, acked, ttl_ms);
+    rc = dlock__redis_acquire_reply(s, h, &f->k, r, sent, acked, deadline, n + 1, ttl_ms);
     if (rc == DLOCK_EBUSY)
         *sent_ms = sent;
     return rc;

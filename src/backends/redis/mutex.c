@@ -38,20 +38,30 @@ static void owner_of(struct redis_state *s, struct dlock__hold *h)
     snprintf(h->owner, sizeof h->owner, "%s:%ld", s->uuid, h->tid);
 }
 
-static int redis_release(void *state, struct dlock__hold *h);
-
-/* ?sync=N: an acquisition of H (token TOKEN) that only ACKED replicas
- * acknowledged is undone (released, which a failover to an unsynced
- * replica could otherwise turn into a second owner) and fails. */
-static int undo_unsynced(struct redis_state *s, struct dlock__hold *h, uint64_t token, int acked)
+/* ?sync=N: an acquisition of H that only ACKED replicas acknowledged is
+ * undone (a failover to an unsynced replica could otherwise turn it into
+ * a second owner) and fails. The undo is the cancel of the owner's
+ * requests up to LAST (cancel.c: its field taken away, the lock's waiters
+ * told): owed first, then sent within what is left of the call's budget
+ * (DEADLINE); when that is gone or the send fails, the core's cleanup
+ * queue still sends it (the keeper), and the owner's next acquire of the
+ * name sends it first itself. */
+static int undo_unsynced(struct redis_state *s, struct dlock__hold *h, int acked, int64_t deadline,
+                         uint64_t last)
 {
-    h->token = token;
-    int undo = redis_release(s, h);
+    dlock__redis_cancel_lost_acquire(s, h, last, h->lease_ms);
+    char why[DLOCK__MSG_MAX] = "";
+    int undo = dlock__redis_cancel_owed(s, h, deadline);
+    if (undo)
+        dlock__errmsg_save(why);
     return dlock__err(DLOCK_EUNAVAIL, "%s: lock '%s' was acquired on the master but only %d of %d "
-                                      "replicas acknowledged it within %lld ms (sync=%d); %s",
+                                      "replicas acknowledged it within %lld ms (sync=%d); %s%s%s",
                       s->where, h->name, acked, s->sync_replicas, (long long)s->sync_timeout_ms,
-                      s->sync_replicas, undo ? "the undo failed too: it expires with its lease"
-                                             : "undone");
+                      s->sync_replicas,
+                      undo ? "the undo did not fit in the call's bound and is queued, the keeper "
+                             "sends it ("
+                           : "undone",
+                      undo ? why : "", undo ? ")" : "");
 }
 
 int dlock__redis_acquire_result(struct redis_state *s, const redisReply *r,
@@ -132,17 +142,18 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
         }
         return rc;
     }
-    return dlock__redis_acquire_reply(s, h, k, r, sent, acked, ttl_ms);
+    return dlock__redis_acquire_reply(s, h, k, r, sent, acked, deadline, n + 1, ttl_ms);
 }
 
 int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
                                const struct lock_keys *k, redisReply *r, int64_t sent, int acked,
-                               int64_t *ttl_ms)
+                               int64_t deadline, uint64_t last, int64_t *ttl_ms)
 {
     uint64_t token = 0;
     int rc = dlock__redis_acquire_result(s, r, k, &token, ttl_ms);
     if (!rc && acked >= 0 && acked < s->sync_replicas) {
-        rc = undo_unsynced(s, h, token, acked);
+        h->token = token;
+        rc = undo_unsynced(s, h, acked, deadline, last);
     } else if (!rc) {
         h->token = token;
         dlock__hold_confirmed(s->c, h, sent);

@@ -633,10 +633,13 @@ void dlock__redis_acquire_args(struct acquire_args *a, bool simple, const struct
 /* Decode (and free) R, the reply of an acquire script of H on K sent at
  * SENT (ACKED replicas acknowledged it, -1 not asked): DLOCK_OK with
  * h->token set and the hold confirmed, DLOCK_EBUSY with *TTL_MS the
- * holder's remaining lease, or a failure with its message. */
+ * holder's remaining lease, or a failure with its message. Too few
+ * acknowledgements (sync=N): the acquire (request numbers up to LAST)
+ * is undone within DEADLINE, the call's budget, or owed to the cleanup
+ * queue. */
 int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
                                const struct lock_keys *k, redisReply *r, int64_t sent, int acked,
-                               int64_t *ttl_ms);
+                               int64_t deadline, uint64_t last, int64_t *ttl_ms);
 /* Renew the lock hold H alone, within DEADLINE, through the routed
  * script path (a cluster: redirects followed): DLOCK_OK (confirmed),
  * DLOCK_ELOST, or why it could not be renewed. */

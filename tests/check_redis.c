@@ -2924,13 +2924,15 @@ static dlock_client *sync_open(struct fx_redis *rep, redisContext **ctx)
     return open_with("sync=1&sync_timeout=1s&lease=1500ms");
 }
 
-/* Clients blocked on the server of CTX now (a WAIT among them). */
-static long long blocked_clients(redisContext *ctx)
+/* The number after "KEY:" in INFO SECTION of the server on CTX; -1 when
+ * absent. */
+static long long info_number(redisContext *ctx, const char *section, const char *key)
 {
-    redisReply *r = redisCommand(ctx, "INFO clients");
-    const char *key = "blocked_clients:";
-    const char *at = r && r->str ? strstr(r->str, key) : NULL;
-    long long n = at ? strtoll(at + strlen(key), NULL, 10) : -1;
+    redisReply *r = redisCommand(ctx, "INFO %s", section);
+    char *want = tu_fmt("%s:", key);
+    const char *at = r && r->str ? strstr(r->str, want) : NULL;
+    long long n = at ? strtoll(at + strlen(want), NULL, 10) : -1;
+    free(want);
     freeReplyObject(r);
     return n;
 }
@@ -2950,7 +2952,7 @@ TU_TEST(sync_undo_owed_past_the_budget, 60)
     dlock_lock *l = tu_lock(c, "undo");
     struct tu_waiter w = {0};
     tu_waiter_start(&w, l, DLOCK_TRY);
-    for (int i = 0; i < 1000 && blocked_clients(ctx) < 1 && !atomic_load(&w.done); i++)
+    for (int i = 0; i < 1000 && info_number(ctx, "clients", "blocked_clients") < 1 && !atomic_load(&w.done); i++)
         tu_sleep_ms(5);
     ck_assert_msg(!atomic_load(&w.done), "the acquire returned before its WAIT blocked: %s",
                   dlock_err_name(atomic_load(&w.rc)));
@@ -3300,12 +3302,8 @@ static long long sentinel_dialed(int i)
 {
     redisContext *ctx = redisConnect("127.0.0.1", sen.sentinel_port[i]);
     ck_assert_msg(ctx && !ctx->err, "no raw connection to sentinel %d", i);
-    redisReply *r = redisCommand(ctx, "INFO stats");
-    const char *key = "total_connections_received:";
-    const char *at = r && r->str ? strstr(r->str, key) : NULL;
-    ck_assert_msg(at, "sentinel %d: no %s in INFO stats", i, key);
-    long long n = strtoll(at + strlen(key), NULL, 10);
-    freeReplyObject(r);
+    long long n = info_number(ctx, "stats", "total_connections_received");
+    ck_assert_msg(n >= 0, "sentinel %d: no total_connections_received in INFO stats", i);
     redisFree(ctx);
     return n;
 }

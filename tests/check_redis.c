@@ -3432,10 +3432,13 @@ static void link_proxy_stop(struct link_proxy *lp)
  * and connected, their stream frozen by a proxy), a lock acquired on the
  * master, SENTINEL FAILOVER to a replica that never saw it: without sync
  * a second client is granted the lock while the first still holds it
- * (its validity left, no loss reported). With sync=1 the first acquire
+ * (its validity left, no loss reported yet). With sync=1 the first acquire
  * already fails (no replica acknowledged; undone), so after the same
- * failover the second client is the only owner. */
-TU_TEST(sentinel_failover_loses_unsynced_hold, 120)
+ * failover the second client is the only owner. Then the first owner's
+ * next renewal reaches the new master: its hold is reported lost with a
+ * reason naming the failover and the master that confirmed it last, and
+ * the second owner's hold is untouched (never re-created over it). */
+TU_TEST(sentinel_failover_loses_unsynced_hold, 180)
 {
     struct link_proxy links[2] = {0};
     ck_assert_msg(fx_sentinels_start_via(&sen, 2, 3, link_proxy_start, links),
@@ -3467,6 +3470,18 @@ TU_TEST(sentinel_failover_loses_unsynced_hold, 120)
     /* with sync=1: the only owner */
     TU_ACQUIRE_OK(synced.lb, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(synced.lb), DLOCK_OK);
+    /* the first owner's next renewal (a third of its lease after the
+     * acquire) reaches the new master: the hold is reported lost, naming
+     * the failover, and not re-created there over the second owner */
+    ck_assert_msg(tu_wait_lost(&plain.lost, 1, 90000), "the lost hold was never reported");
+    char *by_old = tu_fmt("master 127.0.0.1:%d confirmed it last", old);
+    ck_assert_msg(strstr(plain.lost.why, "lost in a Sentinel failover") &&
+                      strstr(plain.lost.why, by_old),
+                  "the reason does not name the failover: %s", plain.lost.why);
+    free(by_old);
+    ck_assert_int_eq(dlock_validity_ms(plain.la), 0);
+    ck_assert_msg(dlock_validity_ms(plain.lb) > 0, "the second owner lost its hold");
+    ck_assert_int_eq(dlock_release(plain.la), DLOCK_ELOST);
     ck_assert_int_eq(dlock_release(plain.lb), DLOCK_OK);
 
     tu_pair_close(&plain);

@@ -157,6 +157,7 @@ int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
     } else if (!rc) {
         h->token = token;
         dlock__hold_confirmed(s->c, h, sent);
+        dlock__redis_sentinel_confirmed(s, h);
     }
     freeReplyObject(r);
     return rc;
@@ -245,9 +246,8 @@ int dlock__redis_release_reply(struct redis_state *s, const redisReply *r, const
                       (unsigned long long)token);
 }
 
-static int redis_release(void *state, struct dlock__hold *h)
+static int release_lock(struct redis_state *s, struct dlock__hold *h)
 {
-    struct redis_state *s = state;
     if (h->mode == DLOCK_SHARED)
         return dlock__redis_rw_release(s, h);
     if (dlock__redis_fair(s, h))
@@ -270,9 +270,15 @@ static int redis_release(void *state, struct dlock__hold *h)
         rc = dlock__redis_release_reply(s, r, h->name, &k, h->token, retried);
         freeReplyObject(r);
     }
-    free(h->bdata);
-    h->bdata = NULL;
     dlock__redis_keys_free(&k);
+    return rc;
+}
+
+static int redis_release(void *state, struct dlock__hold *h)
+{
+    int rc = release_lock(state, h);
+    free(h->bdata); /* Sentinel: the master that confirmed it last */
+    h->bdata = NULL;
     return rc;
 }
 
@@ -315,13 +321,19 @@ static int renew_outcome(struct redis_state *s, struct dlock__hold *h, bool rene
                           s->where, h->name, acked, s->sync_replicas, s->sync_replicas);
     if (renewed) {
         dlock__hold_confirmed(s->c, h, sent);
+        dlock__redis_sentinel_confirmed(s, h);
         return DLOCK_OK;
     }
     /* each hold keeps its own reason, naming the server that answered
-     * (Sentinel: the master of the moment) */
+     * (Sentinel: the master of the moment, and the failover when another
+     * master confirmed the hold last) */
+    char failover[DLOCK__MSG_MAX / 2];
+    dlock__redis_sentinel_lost_note(s, h, failover, sizeof failover);
     return dlock__err(DLOCK_ELOST, "%s: renewal found lock '%s' held by another owner or gone "
-                                   "(lease expired, force-released or the server lost its data)",
-                      where, h->name);
+                                   "(%s)",
+                      where, h->name,
+                      *failover ? failover
+                                : "lease expired, force-released or the server lost its data");
 }
 
 /* H's arguments to the renewal script (its lock's keys K): its owner

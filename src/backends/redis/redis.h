@@ -306,6 +306,15 @@ int dlock__redis_master(void *state, char *buf, size_t size);
 /* The master may have moved (a broken connection, READONLY): ask again
  * before the next dial. No-op without Sentinel. */
 void dlock__redis_sentinel_stale(struct redis_state *s);
+/* Sentinel: H was just confirmed (acquired or renewed): remember by which
+ * master (the current one, in h->bdata, freed by the release). No-op
+ * without Sentinel. */
+void dlock__redis_sentinel_confirmed(struct redis_state *s, struct dlock__hold *h);
+/* Sentinel: when the master now is not the one that last confirmed H (a
+ * failover since), a note for H's lost reason naming both into BUF;
+ * otherwise BUF is "". */
+void dlock__redis_sentinel_lost_note(struct redis_state *s, const struct dlock__hold *h, char *buf,
+                                     size_t size);
 
 /* ----------------------------------------------------------- cluster.c */
 

@@ -265,6 +265,47 @@ int dlock__redis_sentinel_master(struct redis_state *s, int64_t deadline, char *
     }
 }
 
+/* The master of the moment as "host:port" into BUF ("" when unknown). */
+static void master_now(struct redis_state *s, char *buf, size_t size)
+{
+    pthread_mutex_lock(&s->pool_mu);
+    if (s->host)
+        snprintf(buf, size, strchr(s->host, ':') ? "[%s]:%d" : "%s:%d", s->host, s->port);
+    else
+        *buf = 0;
+    pthread_mutex_unlock(&s->pool_mu);
+}
+
+void dlock__redis_sentinel_confirmed(struct redis_state *s, struct dlock__hold *h)
+{
+    if (!s->sentinel)
+        return;
+    char now[300];
+    master_now(s, now, sizeof now);
+    if (h->bdata && strcmp(h->bdata, now) == 0)
+        return;
+    char *copy = strdup(now);
+    if (!copy)
+        return; /* out of memory: the loss is still reported, without the note */
+    free(h->bdata);
+    h->bdata = copy;
+}
+
+void dlock__redis_sentinel_lost_note(struct redis_state *s, const struct dlock__hold *h, char *buf,
+                                     size_t size)
+{
+    *buf = 0;
+    if (!s->sentinel || !h->bdata)
+        return;
+    char now[300];
+    master_now(s, now, sizeof now);
+    if (*now && strcmp(h->bdata, now) != 0)
+        snprintf(buf, size, "lost in a Sentinel failover: master %s confirmed it last, the master "
+                            "now, %s, had not received it from there or gave it to another owner "
+                            "since",
+                 (const char *)h->bdata, now);
+}
+
 int dlock__redis_master(void *state, char *buf, size_t size)
 {
     struct redis_state *s = state;

@@ -2937,6 +2937,54 @@ static long long info_number(redisContext *ctx, const char *section, const char 
     return n;
 }
 
+/* A multi-lock's acquire in a thread of its own. */
+struct multi_try {
+    dlock_multi *m;
+    atomic_int rc, done;
+    pthread_t th;
+};
+
+static void *multi_try_main(void *arg)
+{
+    struct multi_try *mt = arg;
+    atomic_store(&mt->rc, dlock_multi_acquire(mt->m, DLOCK_TRY, NULL));
+    atomic_store(&mt->done, 1);
+    return NULL;
+}
+
+/* sync_undo_owed_past_the_budget for a multi-lock of two names (one
+ * script; the undo is each member's cancel, owed when the budget is
+ * gone). */
+TU_TEST(sync_multi_undo_owed_past_the_budget, 60)
+{
+    start_server(NULL);
+    redisContext *ctx = raw();
+    dlock_client *c = open_with("sync=1&sync_timeout=1s&timeout=2s&lease=120s");
+    const char *names[] = {"undo", "undo2"};
+    struct multi_try mt = {0};
+    ck_assert_int_eq(dlock_multi_new(c, names, 2, DLOCK_EXCLUSIVE, 0, &mt.m), DLOCK_OK);
+    ck_assert_int_eq(pthread_create(&mt.th, NULL, multi_try_main, &mt), 0);
+    for (int i = 0; i < 1000 && info_number(ctx, "clients", "blocked_clients") < 1 &&
+                    !atomic_load(&mt.done);
+         i++)
+        tu_sleep_ms(5);
+    ck_assert_msg(!atomic_load(&mt.done), "the acquire returned before its WAIT blocked");
+    freeReplyObject(cmd(ctx, "CLIENT PAUSE 5000 WRITE"));
+    pthread_join(mt.th, NULL);
+    ck_assert_msg(atomic_load(&mt.rc) == DLOCK_EUNAVAIL, "acquire: %s",
+                  dlock_err_name(atomic_load(&mt.rc)));
+    for (int i = 0; i < 600 && cmd_int(ctx, "EXISTS undo undo2") != 0; i++)
+        tu_sleep_ms(50);
+    ck_assert_msg(cmd_int(ctx, "EXISTS undo undo2") == 0,
+                  "the unsynced multi-lock was never undone (%lld ms of lease left)",
+                  cmd_int(ctx, "PTTL undo"));
+    dlock_multi_free(mt.m);
+    dlock_client_close(c);
+    redisFree(ctx);
+    stop_server();
+}
+END_TEST
+
 /* sync=1 with no replica: WAIT answers 0 at sync_timeout and the acquire
  * is undone. Writes paused on the master (CLIENT PAUSE WRITE, longer than
  * an op timeout) while the WAIT blocks: the undo does not fit in what is

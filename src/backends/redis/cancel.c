@@ -213,3 +213,9 @@ void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock_
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
+int dlock__redis_undo_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
+                              int64_t deadline)
+{
+    dlock__redis_cancel_lost_acquire(s, h, last, h->lease_ms);
+    return dlock__redis_cancel_owed(s, h, deadline);
+}

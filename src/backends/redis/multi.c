@@ -54,13 +54,16 @@ static bool one_slot(const struct redis_state *s, struct dlock__hold **hs, size_
     return true;
 }
 
-/* Undo an acquisition of the set that too few replicas acknowledged
- * (?sync=N), as mutex.c's undo_unsynced() does for one hold. */
-static int undo_unsynced(struct redis_state *s, struct dlock__hold **hs, size_t n, int acked)
+/* Undo an acquisition of the set (request numbers up to LAST) that too
+ * few replicas acknowledged (?sync=N), as mutex.c's undo_unsynced() does
+ * for one hold: within DEADLINE, the call's budget, or owed to the
+ * cleanup queue. */
+static int undo_unsynced(struct redis_state *s, struct dlock__hold **hs, size_t n, int acked,
+                         int64_t deadline, uint64_t last)
 {
     int undo = DLOCK_OK;
     for (size_t i = 0; i < n; i++) {
-        int rc = dlock__backend_redis.release(s, hs[i]);
+        int rc = dlock__redis_undo_acquire(s, hs[i], last, deadline);
         undo = undo ? undo : rc;
     }
     return dlock__err(DLOCK_EUNAVAIL, "%s: a multi-lock of %zu names was acquired on the master "
@@ -68,7 +71,9 @@ static int undo_unsynced(struct redis_state *s, struct dlock__hold **hs, size_t 
                                       "(sync=%d); %s",
                       s->where, n, acked, s->sync_replicas, (long long)s->sync_timeout_ms,
                       s->sync_replicas,
-                      undo ? "the undo failed too: it expires with its lease" : "undone");
+                      undo ? "the undo did not fit in the call's bound and is queued, the keeper "
+                             "sends it"
+                           : "undone");
 }
 
 /* The script's reply R for HS[0..N) (KEYS[i] their keys): tokens set and
@@ -121,6 +126,7 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
         if (dlock__redis_fair(s, hs[i]))
             return DLOCK_ENOTSUP; /* a fair lock's queue decides (fair.c) */
     int64_t deadline = dlock__wait_deadline(w);
+    int64_t budget = dlock__redis_budget(s, deadline); /* an undo owed (sync=N) stays within it */
     size_t nargs = 3 * n + 4 + 2 * n;
     struct lock_keys *keys = calloc(n, sizeof *keys);
     struct member_args *ma = calloc(n, sizeof *ma);
@@ -180,7 +186,7 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
         if (!rc) {
             rc = take_reply(s, r, hs, n, keys, sent, busy);
             if (!rc && acked >= 0 && acked < s->sync_replicas)
-                rc = undo_unsynced(s, hs, n, acked);
+                rc = undo_unsynced(s, hs, n, acked, budget, num + 1);
         }
         freeReplyObject(r);
     }

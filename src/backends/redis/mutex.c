@@ -49,9 +49,8 @@ static void owner_of(struct redis_state *s, struct dlock__hold *h)
 static int undo_unsynced(struct redis_state *s, struct dlock__hold *h, int acked, int64_t deadline,
                          uint64_t last)
 {
-    dlock__redis_cancel_lost_acquire(s, h, last, h->lease_ms);
     char why[DLOCK__MSG_MAX] = "";
-    int undo = dlock__redis_cancel_owed(s, h, deadline);
+    int undo = dlock__redis_undo_acquire(s, h, last, deadline);
     if (undo)
         dlock__errmsg_save(why);
     return dlock__err(DLOCK_EUNAVAIL, "%s: lock '%s' was acquired on the master but only %d of %d "

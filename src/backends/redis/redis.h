@@ -490,6 +490,13 @@ void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock_
 /* Before H's owner sends an acquire of H->name: send a cancel it still
  * owes there, within DEADLINE. DLOCK_OK, or why it could not. */
 int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
+/* Undo an acquisition of H (request numbers up to LAST) that too few
+ * replicas acknowledged (sync=N): owe the cancel of those requests, then
+ * send it within DEADLINE, the call's budget. DLOCK_OK once sent; else
+ * why, and it stays owed: the cleanup queue (the keeper) sends it, and
+ * the owner's next acquire of the name sends it first. */
+int dlock__redis_undo_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
+                              int64_t deadline);
 
 /* ------------------------------------------------------------ multi.c */
 

@@ -2245,6 +2245,58 @@ static redisContext *server_busy(int ms)
     return busy;
 }
 
+/* Until ZCARD dlock_writers:{NAME} is WANT (false after 20 s). */
+static bool writers_become(redisContext *ctx, const char *name, long long want)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (cmd_int(ctx, "ZCARD dlock_writers:{%s}", name) == want)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+/* A writer's wait (default layout) that ends while the server is stalled
+ * returns at its end, not when the server answers: its "unwait" (its
+ * record in the writers key goes, readers behind it come in) is sent
+ * within what is left of the wait, here nothing, and owed to the keeper,
+ * which sends it once the server is back. It was sent in the caller's
+ * thread with the op timeout: a 1.5 s wait returned once the stalled
+ * server answered. */
+TU_TEST(writer_wait_ends_on_time_on_a_stalled_server, 60)
+{
+    struct tu_solo s = served_open("timeout=20s&lease=60s", "uw");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    dlock_client *b = open_with("timeout=20s&lease=60s");
+    dlock_lock *lb = tu_lock(b, "uw");
+    redisContext *ctx = raw();
+    struct tu_waiter wb;
+    tu_waiter_start(&wb, lb, 1500);
+    ck_assert_msg(writers_become(ctx, "uw", 1), "the waiting writer was never recorded");
+    ck_assert(tu_wait_thread_asleep(&wb.tid, 60000)); /* its next try is at the wait's end */
+    redisContext *busy = server_busy(4500);
+    int rc = tu_waiter_join(&wb);
+    redisContext *p = raw();
+    struct timeval tv = {0, 200000};
+    redisSetTimeout(p, tv);
+    redisReply *r = redisCommand(p, "PING");
+    bool stalled = r == NULL;
+    freeReplyObject(r);
+    redisFree(p);
+    ck_assert_int_eq(rc, DLOCK_ETIMEDOUT);
+    ck_assert_msg(stalled, "the 1.5 s wait returned only once the stalled server answered");
+    redisReply *done = NULL;
+    ck_assert_int_eq(redisGetReply(busy, (void **)&done), REDIS_OK); /* the server is back */
+    freeReplyObject(done);
+    redisFree(busy);
+    ck_assert_msg(writers_become(ctx, "uw", 0), "the keeper never sent the owed unwait");
+    redisFree(ctx);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    served_close(&s);
+}
+END_TEST
+
 /* The reply of a downgrade lost after the script ran (the proxy drops it
  * and closes the connection): the script ran (mode "read", readers
  * woken), so the hold is shared now, whatever the retry finds; reporting

@@ -519,9 +519,11 @@ int dlock__redis_rw_check_layout(struct redis_state *s, const struct dlock__hold
 int dlock__redis_rw_release(struct redis_state *s, struct dlock__hold *h);
 /* The backend's downgrade: exclusive hold H becomes shared in place. */
 int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h);
-/* A writer (H's owner) that recorded itself as waiting on K gives up:
- * take its record away (best effort; the record lapses anyway). */
-void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, const struct lock_keys *k);
+/* A writer (H's owner) that recorded itself as waiting gives up, its
+ * wait ending at DEADLINE: take its record away within what is left of
+ * the wait, else owe it to the core's cleanup queue (the keeper sends it;
+ * best effort: the record lapses anyway). Keeps the caller's message. */
+void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
 /* A lock waiter W of H (keys K) with the subscriber hub: listen on the
  * channels releases of H's name are announced on (readers: RReadWriteLock's;
  * writers: RLock's, and on the Redisson layout RReadWriteLock's too, where

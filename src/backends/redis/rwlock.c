@@ -43,9 +43,9 @@ int dlock__redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__h
 
 /* Run script ID on K with NKEYS keys and ARGS after them (at most 3), as
  * WHAT; its integer reply in *VALUE. */
-static int rw_eval(struct redis_state *s, enum script_id id, const char *what, const char **keys,
-                   const size_t *key_lens, int nkeys, const char **args, int nargs,
-                   long long *value, const struct lock_keys *k)
+static int rw_eval(struct redis_state *s, int64_t deadline, enum script_id id, const char *what,
+                   const char **keys, const size_t *key_lens, int nkeys, const char **args,
+                   int nargs, long long *value, const struct lock_keys *k)
 {
     const char *argv[8];
     size_t argl[8];
@@ -59,7 +59,7 @@ static int rw_eval(struct redis_state *s, enum script_id id, const char *what, c
     }
     redisReply *r;
     bool retried = false;
-    int rc = dlock__redis_eval(s, DLOCK__NEVER, id, nkeys, nkeys + nargs, argv, argl, true, NULL, NULL,
+    int rc = dlock__redis_eval(s, deadline, id, nkeys, nkeys + nargs, argv, argl, true, NULL, NULL,
                         what, &r, NULL, &retried, NULL);
     if (rc)
         return rc;
@@ -80,7 +80,7 @@ int dlock__redis_rw_release(struct redis_state *s, struct dlock__hold *h)
     size_t lens[] = {k.lock_len, k.chan_len, k.rwchan_len, k.tbase_len};
     const char *args[] = {h->owner};
     long long status = 0;
-    rc = rw_eval(s, S_RW_RELEASE_READ, "release", keys, lens, 4, args, 1, &status, &k);
+    rc = rw_eval(s, DLOCK__NEVER, S_RW_RELEASE_READ, "release", keys, lens, 4, args, 1, &status, &k);
     if (rc == DLOCK_EWRONGTYPE)
         rc = dlock__err(DLOCK_ELOST, "%s: shared lock '%s' was lost: %s", s->where, h->name,
                         dlock_errmsg());
@@ -108,7 +108,7 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
     const char *args[] = {h->owner, lease, token};
     long long status = 0;
     int64_t sent = dlock__now_ms();
-    rc = rw_eval(s, S_RW_DOWNGRADE, "downgrade", keys, lens, 3, args, 3, &status, &k);
+    rc = rw_eval(s, DLOCK__NEVER, S_RW_DOWNGRADE, "downgrade", keys, lens, 3, args, 3, &status, &k);
     if (rc == DLOCK_EWRONGTYPE || (!rc && status != 1))
         rc = dlock__err(DLOCK_ELOST,
                         "%s: lock '%s' was lost before its downgrade to shared: key '%s' has no "
@@ -125,15 +125,62 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
     return rc;
 }
 
-void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, const struct lock_keys *k)
+/* Send OWNER's unwait of NAME (scripts/rw_unwait.lua) within DEADLINE. */
+static int send_unwait(struct redis_state *s, const char *name, const char *owner,
+                       int64_t deadline)
+{
+    struct lock_keys k;
+    int rc = dlock__redis_keys_make(s, name, &k);
+    if (rc)
+        return rc;
+    const char *keys[] = {k.writers, k.rwchan};
+    size_t lens[] = {k.writers_len, k.rwchan_len};
+    const char *args[] = {owner};
+    long long removed;
+    rc = rw_eval(s, deadline, S_RW_UNWAIT, "give up waiting", keys, lens, 2, args, 1, &removed, &k);
+    dlock__redis_keys_free(&k);
+    return rc;
+}
+
+/* An unwait owed to the core's cleanup queue. */
+struct owed_unwait {
+    struct redis_state *s; /* the node it is owed to (a Redlock bstate is not one) */
+    char owner[96];
+    char name[];
+};
+
+static int owed_unwait_send(void *bstate, void *arg, int64_t deadline)
+{
+    (void)bstate;
+    struct owed_unwait *u = arg;
+    int rc = send_unwait(u->s, u->name, u->owner, deadline);
+    /* only a reply that did not come is worth another try: a server's
+     * error would answer the same again */
+    return rc == DLOCK_ECONN || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNAVAIL ? rc : DLOCK_OK;
+}
+
+void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, int64_t deadline)
 {
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg); /* the acquire's own failure is the story */
-    const char *keys[] = {k->writers, k->rwchan};
-    size_t lens[] = {k->writers_len, k->rwchan_len};
-    const char *args[] = {h->owner};
-    long long removed;
-    (void)rw_eval(s, S_RW_UNWAIT, "give up waiting", keys, lens, 2, args, 1, &removed, k);
+    /* within what is left of the wait (nothing once it timed out): the
+     * caller's wait_ms holds even when the server stalls; the keeper
+     * sends what could not be sent by then (a record left behind only
+     * keeps readers out until it lapses) */
+    if (dlock__time_left(deadline, s->op_timeout_ms) == 0 ||
+        send_unwait(s, h->name, h->owner, deadline) != DLOCK_OK) {
+        size_t nl = strlen(h->name);
+        struct owed_unwait *u = calloc(1, sizeof *u + nl + 1);
+        char what[160];
+        snprintf(what, sizeof what, "give up waiting for '%.100s'", h->name);
+        if (u) {
+            u->s = s;
+            snprintf(u->owner, sizeof u->owner, "%s", h->owner);
+            memcpy(u->name, h->name, nl + 1);
+        }
+        if (!u || dlock__cleanup_add(s->c, what, owed_unwait_send, u, free) != DLOCK_OK)
+            (void)send_unwait(s, h->name, h->owner, DLOCK__NEVER); /* out of memory: now */
+    }
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
 

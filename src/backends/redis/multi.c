@@ -246,13 +246,16 @@ int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, i
     for (size_t i = 4 * n; i < nargs; i++)
         lens[i] = args[i] ? strlen(args[i]) : 0;
     redisReply *r = NULL;
-    bool retried = false;
+    bool retried = false, reached = false;
     if (!rc)
         rc = dlock__redis_eval(s, DLOCK__NEVER, S_RELEASE_MULTI, (int)(4 * n), (int)nargs,
                                args, lens, true, NULL, NULL, "release (multi-lock)", &r, NULL,
-                               &retried, NULL);
-    /* keys in several slots of a cluster: nothing ran; one by one */
-    if (rc && (rc == DLOCK_ENOMEM || strstr(dlock_errmsg(), "CROSSSLOT")))
+                               &retried, &reached);
+    /* keys in several slots of a cluster, or out of memory before the
+     * script was sent: nothing ran; one by one. Out of memory once it was
+     * sent (by either attempt), it may have run: member by member would
+     * then find each hold gone and report it lost */
+    if (rc && ((rc == DLOCK_ENOMEM && !reached && !retried) || strstr(dlock_errmsg(), "CROSSSLOT")))
         rc = DLOCK_ENOTSUP;
     if (!rc && (r->type != REDIS_REPLY_ARRAY || r->elements != n))
         rc = dlock__err(DLOCK_EPROTO, "%s: unexpected reply to the multi-lock release script "

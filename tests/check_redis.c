@@ -59,6 +59,14 @@ static char *url_with(const char *query)
     return tu_fmt("%s%s%s", srv.url, query && *query ? "?" : "", query ? query : "");
 }
 
+/* The server started, and its URL with options QUERY (may be NULL;
+ * caller frees): the frame of the tests that open their own clients. */
+static char *served_url(const char *query)
+{
+    start_server(NULL);
+    return url_with(query);
+}
+
 /* tu_open(url_with(QUERY)), freeing the URL. */
 static dlock_client *open_with(const char *query)
 {
@@ -73,8 +81,7 @@ static dlock_client *open_with(const char *query)
  * served_close() frees the handle, closes the client, stops the server. */
 static struct tu_solo served_open(const char *query, const char *name)
 {
-    start_server(NULL);
-    return tu_solo_open(url_with(query), name);
+    return tu_solo_open(served_url(query), name);
 }
 
 /* served_open(), the handle's lost callback recorded in LOST, and held. */
@@ -397,8 +404,7 @@ END_TEST
 TU_TEST(one_waiter_woken_per_release, 60)
 {
     enum { T = 8 };
-    start_server(NULL);
-    char *url = url_with("lease=60s");
+    char *url = served_url("lease=60s");
     dlock_client *holder = tu_open(url), *c = tu_open(url);
     dlock_lock *hl = tu_lock(holder, "herd"), *l = tu_lock(c, "herd");
     TU_ACQUIRE_OK(hl, DLOCK_TRY);
@@ -1203,8 +1209,7 @@ END_TEST
  * release reports the loss; force_release wakes waiters. */
 TU_TEST(force_release_and_lost, 60)
 {
-    start_server(NULL);
-    char *url = url_with("lease=1500ms");
+    char *url = served_url("lease=1500ms");
     dlock_client *c = tu_open(url), *op = tu_open(srv.url);
     dlock_lock *l = tu_lock(c, "f");
     struct tu_lost lost = {0};
@@ -2454,8 +2459,7 @@ END_TEST
  * two acquire scripts with the same ids; then the count still adds up. */
 TU_TEST(sem_wait_lost_reply_new_ids, 60)
 {
-    start_server(NULL);
-    char *url = url_with("timeout=500ms");
+    char *url = served_url("timeout=500ms");
     dlock_client *a = tu_open(url), *b = tu_open(url);
     dlock_semaphore *sa = NULL, *sb = NULL;
     ck_assert_int_eq(dlock_semaphore_new(a, "lr", 2, 0, &sa), DLOCK_OK);
@@ -2541,8 +2545,7 @@ END_TEST
  * waiter is still woken by the release. */
 TU_TEST(connections_killed_renewals_resume, 60)
 {
-    start_server(NULL);
-    char *url = url_with("lease=1500ms");
+    char *url = served_url("lease=1500ms");
     dlock_client *c = tu_open(url), *c2 = tu_open(url);
     dlock_lock *l = tu_lock(c, "ck"), *l2 = tu_lock(c2, "ck");
     struct tu_lost lost = {0};
@@ -2685,8 +2688,7 @@ END_TEST
 TU_TEST(renewal_is_batched, 60)
 {
     enum { N = 2000 };
-    start_server(NULL);
-    char *url = url_with("lease=3s");
+    char *url = served_url("lease=3s");
     dlock_client *c = tu_open(url);
     dlock_lock **l = calloc(N, sizeof *l);
     for (int i = 0; i < N; i++) {

@@ -18,10 +18,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* A password the redaction must remove: at least 6 bytes, in a URL with
  * no percent escape (so the parsed password is also the text written),
  * and found exactly once in it (counting overlaps), so that it cannot
- * stand in the redacted text as a host or an option by chance. */
+ * stand in the redacted text as a host or an option by chance. Nor may it
+ * hold ':', '/' or '@': the redacted form joins scheme, user and host
+ * with those, so "red4s://ma3://ma3@@jo" (password "//ma3@") is redacted
+ * to "red4s://ma3@jo", which holds the password's bytes without showing
+ * it (a false alarm of this oracle the CI run of 23360a5 found). */
 static int must_hide(const char *text, const char *password)
 {
-    if (!password || strlen(password) < 6 || strchr(text, '%'))
+    if (!password || strlen(password) < 6 || strchr(text, '%') || strpbrk(password, ":/@"))
         return 0;
     const char *first = strstr(text, password);
     return first && !strstr(first + 1, password);

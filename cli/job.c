@@ -404,7 +404,16 @@ void cli_job_signal(struct cli_job *j, int sig)
 void cli_job_kill_orphans(struct cli_job *j)
 {
     cli_job_end(j); /* once it is reaped, its children are ours */
-    signal_tree(getpid(), 0, SIGKILL, 0);
+    /* Until no child is left: a process of the job whose parent is still
+     * exiting (COMMAND, on its parent-death signal) is not ours yet when
+     * one pass looks, and would go to init once dlock exits. Each child
+     * reaped hands us its own children first, so when none is left,
+     * nothing of the job is. */
+    for (;;) {
+        signal_tree(getpid(), 0, SIGKILL, 0);
+        if (waitpid(-1, NULL, 0) < 0 && errno != EINTR)
+            break; /* ECHILD */
+    }
 }
 
 void cli_job_end(struct cli_job *j)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run-tests.sh -- runs each test binary given (Check suites, every test in
 # its own process with a time limit), shows their output, and ends with the
-# one summary line CI reads: "N passed, N failed".
+# one summary line CI reads: "N passed, N failed", after each failed
+# test's line again (a log's tail then says which test failed).
 # DLOCK_VALGRIND=1 runs every binary under valgrind (children too): memory
 # errors fail the run; leaks are reported but left to the LeakSanitizer run
 # (make check SAN=1), since test children that _exit() leak by design.
@@ -9,7 +10,7 @@
 # DLOCK_TEST=<substring or glob of "case/test"> runs only the matching
 # tests of every binary (tests/lib/testutil.h), e.g. DLOCK_TEST=cancel.
 set -u
-passed=0 failed=0 broken=()
+passed=0 failed=0 broken=() failures=()
 for bin in "$@"; do
   name=$(basename "$bin")
   echo "== $name"
@@ -31,6 +32,8 @@ for bin in "$@"; do
   echo "-- $name: $((SECONDS - start)) s"
   # Check prints: "NN%: Checks: T, Failures: F, Errors: E"
   line=$(grep -E '^[0-9]+%: Checks: [0-9]+' "$log" | tail -1)
+  # Check's line for a failed test: "file:line:F:case:test:0: message"
+  mapfile -t -O ${#failures[@]} failures < <(grep -E '^[^ ]+:[0-9]+:[FE]:' "$log")
   rm -f "$log"
   if [ -z "$line" ]; then
     echo "!! $name: no Check summary (exit $rc)"
@@ -46,6 +49,8 @@ for bin in "$@"; do
   fi
   [ $((f + e)) -gt 0 ] && broken+=("$name")
 done
+# the failures again at the end, where a log's tail shows them
+for f in "${failures[@]}"; do echo "failed: $f"; done
 [ ${#broken[@]} -gt 0 ] && echo "failing binaries: ${broken[*]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -3,6 +3,15 @@
 # its own process with a time limit), shows their output, and ends with the
 # one summary line CI reads: "N passed, N failed", after each failed
 # test's line again (a log's tail then says which test failed).
+#
+# A test that fails is run once more, alone (DLOCK_TEST=its name). The
+# suites start real servers and kill, pause and partition them on a shared
+# 2-core machine, so a rare failure may be the machine, not the code, and
+# one such failure would throw away a whole CI run. A test that fails and
+# then passes alone counts as passed but is named on a "flaky:" line before
+# the summary, to be read and fixed; a test that fails again counts as
+# failed. DLOCK_NO_RERUN=1 turns the second run off (for hunting flakes).
+#
 # DLOCK_VALGRIND=1 runs every binary under valgrind (children too): memory
 # errors fail the run; leaks are reported but left to the LeakSanitizer run
 # (make check SAN=1), since test children that _exit() leak by design.
@@ -10,13 +19,12 @@
 # DLOCK_TEST=<substring or glob of "case/test"> runs only the matching
 # tests of every binary (tests/lib/testutil.h), e.g. DLOCK_TEST=cancel.
 set -u
-passed=0 failed=0 broken=() failures=()
-for bin in "$@"; do
-  name=$(basename "$bin")
-  echo "== $name"
-  log=$(mktemp)
-  start=$SECONDS
-  if [[ $name == fuzz_* ]]; then
+passed=0 failed=0 broken=() failures=() flaky=()
+
+# run_bin BIN LOG: runs one binary (its way) with its output in LOG
+run_bin() {
+  local bin=$1 log=$2
+  if [[ $(basename "$bin") == fuzz_* ]]; then
     # a libFuzzer target: a fixed run that prints a Check-style summary
     "$(dirname "$0")/fuzz/run-fuzz.sh" "$bin" >"$log" 2>&1
   elif [ "${DLOCK_VALGRIND:-}" = 1 ]; then
@@ -27,29 +35,61 @@ for bin in "$@"; do
   else
     "$bin" >"$log" 2>&1
   fi
+}
+
+# summary LOG: Check's "NN%: Checks: T, Failures: F, Errors: E" as "T F E"
+summary() {
+  grep -E '^[0-9]+%: Checks: [0-9]+' "$1" | tail -1 |
+    sed -E 's/.*Checks: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+).*/\1 \2 \3/'
+}
+
+for bin in "$@"; do
+  name=$(basename "$bin")
+  echo "== $name"
+  log=$(mktemp)
+  start=$SECONDS
+  run_bin "$bin" "$log"
   rc=$?
   cat "$log"
   echo "-- $name: $((SECONDS - start)) s"
-  # Check prints: "NN%: Checks: T, Failures: F, Errors: E"
-  line=$(grep -E '^[0-9]+%: Checks: [0-9]+' "$log" | tail -1)
+  read -r t f e <<<"$(summary "$log")"
   # Check's line for a failed test: "file:line:F:case:test:0: message"
-  mapfile -t -O ${#failures[@]} failures < <(grep -E '^[^ ]+:[0-9]+:[FE]:' "$log")
+  mapfile -t lost < <(grep -E '^[^ ]+:[0-9]+:[FE]:' "$log")
   rm -f "$log"
-  if [ -z "$line" ]; then
+  if [ -z "${t:-}" ]; then
     echo "!! $name: no Check summary (exit $rc)"
     failed=$((failed + 1)); broken+=("$name"); continue
   fi
-  t=$(sed -E 's/.*Checks: ([0-9]+).*/\1/' <<<"$line")
-  f=$(sed -E 's/.*Failures: ([0-9]+).*/\1/' <<<"$line")
-  e=$(sed -E 's/.*Errors: ([0-9]+).*/\1/' <<<"$line")
-  passed=$((passed + t - f - e)); failed=$((failed + f + e))
+  passed=$((passed + t - f - e))
   if [ "$rc" -ne 0 ] && [ $((f + e)) -eq 0 ]; then
     echo "!! $name: exit $rc although every check passed (valgrind or sanitizer error?)"
     failed=$((failed + 1)); broken+=("$name")
   fi
-  [ $((f + e)) -gt 0 ] && broken+=("$name")
+  [ $((f + e)) -eq 0 ] && continue
+  [[ " ${broken[*]} " == *" $name "* ]] || broken+=("$name")
+  # a fuzz target's failure, or one Check could not name, is not rerun
+  if [[ $name == fuzz_* ]] || [ "${DLOCK_NO_RERUN:-}" = 1 ] || [ ${#lost[@]} -ne $((f + e)) ]; then
+    failed=$((failed + f + e)); failures+=("${lost[@]}"); continue
+  fi
+  again_failed=0
+  for line in "${lost[@]}"; do
+    IFS=: read -r _ _ _ tcase test _ <<<"$line"
+    echo "== $name: $tcase/$test failed; once more, alone"
+    log=$(mktemp)
+    DLOCK_TEST="$tcase/$test" run_bin "$bin" "$log"
+    cat "$log"
+    read -r t2 f2 e2 <<<"$(summary "$log")"
+    rm -f "$log"
+    if [ "${t2:-0}" -gt 0 ] && [ $((f2 + e2)) -eq 0 ]; then
+      passed=$((passed + 1)); flaky+=("$name $tcase/$test -- $line")
+    else
+      failed=$((failed + 1)); failures+=("$line"); again_failed=1
+    fi
+  done
+  [ $again_failed = 1 ] || unset 'broken[-1]'
 done
 # the failures again at the end, where a log's tail shows them
+for f in "${flaky[@]}"; do echo "flaky (failed, then passed alone): $f"; done
 for f in "${failures[@]}"; do echo "failed: $f"; done
 [ ${#broken[@]} -gt 0 ] && echo "failing binaries: ${broken[*]}"
 echo "$passed passed, $failed failed"

@@ -7,10 +7,9 @@
  * cancels) running the same Lua scripts in the same layouts, so a fleet
  * of node-redlock or redsync clients (layout=simple) or of Redisson
  * clients on the same nodes excludes dlock and the other way round. What
- * Redlock adds is here: every request goes to all N nodes at once -- one
- * connection per node, every command appended, one poll loop over all of
- * them (net.c's dlock__redis_exchange) bounded by the node timeout, far below
- * the lease -- and a quorum decides. An acquisition counts when
+ * Redlock adds is the quorum, here: every request goes to all N nodes at
+ * once in one round (redlock_nodes.c) bounded by the node timeout, far
+ * below the lease, and a quorum decides. An acquisition counts when
  * floor(N/2)+1 nodes granted it and the lease minus the time it took
  * minus the drift margin is still positive; otherwise what was granted is
  * given back at once and the attempt is retried after a random delay (so
@@ -27,17 +26,19 @@
  * nodes holds a counter >= every token issued, any later majority
  * intersects it, and a later token is greater -- as long as no node loses
  * its counter (docs/protocol-redis.md, "Redlock").
+ *
+ * This file is the lock recipe (acquire, release, downgrade, renew), the
+ * client's open and close and the backend table; elections over the
+ * majority are in redlock_election.c (redlock.h says what they share).
  */
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis.h"
+#include "redlock.h"
 
 /* Holds per renewal script call, as in mutex.c. */
 #define RL_RENEW_BATCH 1000
-#define RL_MAX_NODES DLOCK__MAX_HOSTS
 /* The random pause after an attempt that split the nodes with another
  * contender, before trying again. */
 #define RL_SPLIT_MIN_MS 2
@@ -49,258 +50,6 @@ static const char RAISE_SRC[] =
     "local v = tonumber(redis.call('get', KEYS[1]) or '0') or 0\n"
     "if v < tonumber(ARGV[1]) then redis.call('set', KEYS[1], ARGV[1]) end\n"
     "return 1\n";
-
-struct redlock {
-    struct dlock_client *c;
-    size_t n, quorum;
-    struct redis_state *node[RL_MAX_NODES];
-    int64_t node_timeout_ms;
-    char where[64]; /* "redlock (3 nodes)" */
-    char raise_sha[41];
-    uint64_t requests; /* acquire request numbers (atomic) */
-};
-
-/* What a hold knows of each node. */
-enum { NODE_NO, NODE_YES, NODE_UNKNOWN };
-struct rl_hold {
-    unsigned char state[RL_MAX_NODES];
-    uint64_t token[RL_MAX_NODES];   /* what the node's INCR gave (its value's suffix) */
-    uint64_t counter[RL_MAX_NODES]; /* its token key after our acquisition */
-    uint64_t version; /* a campaign's: the number of its last value written */
-};
-
-/* ================================================== a request on N nodes */
-
-/* One script call on one node within a parallel request. */
-struct rl_call {
-    size_t node;
-    const char *src, *sha; /* the script */
-    int nkeys, nargs;
-    const char **args;
-    const size_t *lens;
-    redisReply *reply; /* its reply (an error reply too); NULL when the node failed */
-};
-
-/* One parallel request: a connection per node, and each node's failure. */
-struct rl_round {
-    struct rconn *k[RL_MAX_NODES];
-    int rc[RL_MAX_NODES];
-    bool written[RL_MAX_NODES]; /* every command was sent: it may have run */
-    char err[RL_MAX_NODES][300];
-};
-
-static int append_call(struct rconn *k, const struct rl_call *cl, bool eval)
-{
-    size_t n = 3 + (size_t)cl->nargs;
-    const char **argv = malloc(n * sizeof *argv);
-    size_t *argl = malloc(n * sizeof *argl);
-    if (!argv || !argl) {
-        free(argv);
-        free(argl);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
-    char nk[16];
-    snprintf(nk, sizeof nk, "%d", cl->nkeys);
-    argv[0] = eval ? "EVAL" : "EVALSHA";
-    argv[1] = eval ? cl->src : cl->sha;
-    argv[2] = nk;
-    for (int i = 0; i < 3; i++)
-        argl[i] = strlen(argv[i]);
-    for (int i = 0; i < cl->nargs; i++) {
-        argv[3 + i] = cl->args[i];
-        argl[3 + i] = cl->lens[i];
-    }
-    int rc = dlock__redis_conn_append(k, (int)n, argv, argl);
-    free(argv);
-    free(argl);
-    return rc;
-}
-
-/* Whether idle pooled connection K has something to read -- the server's
- * end of the connection (it restarted) or bytes nobody asked for: either
- * way it is not fit for a request. */
-static bool idle_conn_closed(const struct rconn *k)
-{
-    struct pollfd p = {.fd = k->fd, .events = POLLIN};
-    return k->fd < 0 || poll(&p, 1, 0) > 0;
-}
-
-static void node_failed(struct rl_round *rd, size_t i, int rc)
-{
-    if (rd->rc[i])
-        return;
-    rd->rc[i] = rc;
-    snprintf(rd->err[i], sizeof rd->err[i], "%s", dlock_errmsg());
-}
-
-/* Send CALLS[0..N) (any nodes, several per node) in one request: each
- * node's connection from its pool (BACKGROUND: the keeper's reconnect
- * backoff), every call appended, one poll over every connection ending at
- * the node timeout cut to DEADLINE, replies taken in order. Two repairs
- * follow in further exchanges, within the same bound: a node whose pooled
- * connection turned out dead before any reply (the node restarted, and
- * the old process cannot have run it) is sent the calls again once on a
- * fresh connection (the scripts are written so a repeat is harmless), and
- * calls a node answers NOSCRIPT go again as EVAL. A node that fails
- * leaves its calls' replies NULL, its code in RD->rc and its message in
- * RD->err. */
-static void round_run(struct redlock *rl, struct rl_round *rd, struct rl_call *calls, size_t n,
-                      int64_t deadline, bool background, const char *what, size_t need)
-{
-    memset(rd, 0, sizeof *rd);
-    bool used[RL_MAX_NODES] = {false}, redial[RL_MAX_NODES] = {false};
-    size_t before[RL_MAX_NODES] = {0}; /* replies a connection had before this request */
-    for (size_t j = 0; j < n; j++) {
-        calls[j].reply = NULL;
-        used[calls[j].node] = true;
-    }
-    for (int pass = 0; pass < 3; pass++) {
-        struct rconn *ks[RL_MAX_NODES];
-        size_t nk = 0;
-        /* each exchange has the node timeout, cut to DEADLINE */
-        int64_t left = dlock__time_left(deadline, rl->node_timeout_ms);
-        int64_t until = dlock__now_ms() + left;
-        /* the connections: idle ones from the pools, the others dialed
-         * all at once (a node that does not answer costs the others a
-         * grace, not its connect timeout); an idle one the node closed
-         * since (it restarted) is dialed again at once, with the rest */
-        for (int round = 0; round < 2; round++) {
-            struct redis_state *ss[RL_MAX_NODES];
-            struct rconn *got[RL_MAX_NODES];
-            size_t which[RL_MAX_NODES], m = 0;
-            int rcs[RL_MAX_NODES];
-            char msgs[RL_MAX_NODES][DLOCK__MSG_MAX];
-            for (size_t i = 0; i < rl->n; i++) {
-                if (!used[i] || rd->rc[i] || (pass && !redial[i]) || (round && rd->k[i]))
-                    continue;
-                if (redial[i]) { /* a dead pooled connection: once more on a fresh one */
-                    dlock__redis_pool_put(rl->node[i], rd->k[i], true);
-                    rd->k[i] = NULL;
-                    rd->written[i] = false;
-                }
-                ss[m] = rl->node[i];
-                which[m++] = i;
-            }
-            if (!m)
-                break;
-            dlock__redis_pool_get_many(ss, m, background, deadline, need, got, rcs, msgs);
-            bool again = false;
-            for (size_t x = 0; x < m; x++) {
-                size_t i = which[x];
-                rd->k[i] = got[x];
-                if (rcs[x]) {
-                    node_failed(rd, i, dlock__errmsg_restore(rcs[x], msgs[x]));
-                    continue;
-                }
-                if (!round && !pass && got[x]->nreplies > 0 && idle_conn_closed(got[x])) {
-                    dlock__redis_pool_put(rl->node[i], got[x], true);
-                    rd->k[i] = NULL;
-                    again = true;
-                    continue;
-                }
-                before[i] = got[x]->nreplies;
-            }
-            if (!again)
-                break;
-        }
-        bool sent = false;
-        for (size_t j = 0; j < n; j++) {
-            struct rl_call *cl = &calls[j];
-            size_t i = cl->node;
-            if (!rd->k[i] || rd->rc[i])
-                continue;
-            bool noscript = cl->reply && cl->reply->type == REDIS_REPLY_ERROR &&
-                            strncmp(cl->reply->str, "NOSCRIPT", 8) == 0;
-            if (pass && !redial[i] && !noscript)
-                continue;
-            freeReplyObject(cl->reply);
-            cl->reply = NULL;
-            int rc = append_call(rd->k[i], cl, noscript);
-            if (rc)
-                node_failed(rd, i, rc);
-            sent = true;
-        }
-        memset(redial, 0, sizeof redial);
-        if (!sent)
-            break;
-        if (left == 0) {
-            for (size_t i = 0; i < rl->n; i++)
-                if (rd->k[i] && !rd->rc[i] && rd->k[i]->want > 0)
-                    node_failed(rd, i, dlock__err(DLOCK_ETIMEDOUT, "%s: %s: the deadline passed "
-                                                  "before it could be sent", rd->k[i]->where, what));
-            break;
-        }
-        for (size_t i = 0; i < rl->n; i++)
-            if (rd->k[i] && !rd->rc[i] && (rd->k[i]->want > 0 || !dlock__redis_conn_sent(rd->k[i])))
-                ks[nk++] = rd->k[i];
-        /* once NEED nodes answered, the rest get only a grace: a stopped
-         * node does not hold every request for the node timeout */
-        /* nodes that answered in an earlier pass count towards NEED */
-        size_t done = 0;
-        for (size_t i = 0; i < rl->n; i++) {
-            bool answered = used[i] && rd->k[i] && !rd->rc[i] && !redial[i];
-            for (size_t j = 0; answered && j < n; j++)
-                answered = calls[j].node != i || (calls[j].reply &&
-                           !(calls[j].reply->type == REDIS_REPLY_ERROR &&
-                             strncmp(calls[j].reply->str, "NOSCRIPT", 8) == 0));
-            done += answered;
-        }
-        size_t want = need > done ? need - done : 0;
-        dlock__redis_exchange_quorum(ks, nk, until, what, want < nk ? want : nk);
-        for (size_t x = 0; x < nk; x++) {
-            struct rconn *k = ks[x];
-            size_t i = 0;
-            while (rd->k[i] != k)
-                i++;
-            if (dlock__redis_conn_sent(k))
-                rd->written[i] = true;
-            if (k->broken) {
-                if (pass == 0 && before[i] > 0 && k->nreplies == before[i] &&
-                    strncmp(k->err, "no reply", 8) != 0 &&
-                    strncmp(k->err, "could not send", 14) != 0 &&
-                    dlock__time_left(deadline, rl->node_timeout_ms) > 0) {
-                    redial[i] = true;
-                    continue;
-                }
-                dlock__err(DLOCK_ECONN, "%s: %s: %s", k->where, what, k->err);
-                node_failed(rd, i, DLOCK_ECONN);
-                continue;
-            }
-            for (size_t j = 0; j < n; j++)
-                if (calls[j].node == i && !calls[j].reply)
-                    calls[j].reply = dlock__redis_conn_take(k);
-        }
-    }
-    for (size_t i = 0; i < rl->n; i++) {
-        if (!rd->k[i])
-            continue;
-        if (rd->rc[i])
-            for (size_t j = 0; j < n; j++)
-                if (calls[j].node == i) {
-                    freeReplyObject(calls[j].reply);
-                    calls[j].reply = NULL;
-                }
-        dlock__redis_pool_put(rl->node[i], rd->k[i], rd->rc[i] != 0 || rd->k[i]->broken);
-        rd->k[i] = NULL;
-    }
-}
-
-static void calls_free(struct rl_call *calls, size_t n)
-{
-    for (size_t j = 0; j < n; j++) {
-        freeReplyObject(calls[j].reply);
-        calls[j].reply = NULL;
-    }
-}
-
-/* The first failure among the nodes, for a message: "<node>: why". */
-static const char *first_failure(const struct rl_round *rd, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (rd->rc[i])
-            return rd->err[i];
-    return "";
-}
 
 /* ============================================================== acquire */
 
@@ -357,7 +106,7 @@ static int release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_ho
                                       .nkeys = 4, .nargs = 6, .args = args[i], .lens = lens[i]};
     }
     size_t ok = 0, lost = 0;
-    round_run(rl, rd, calls, n, deadline, false, "release", rl->quorum);
+    dlock__redlock_round(rl, rd, calls, n, deadline, false, "release", rl->quorum);
     int rc = DLOCK_OK;
     for (size_t j = 0; j < n; j++) {
         const redisReply *r = calls[j].reply;
@@ -373,7 +122,7 @@ static int release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_ho
             lost++;
         bd->state[i] = NODE_NO;
     }
-    calls_free(calls, n);
+    dlock__redlock_calls_free(calls, n);
     for (size_t i = 0; i < rl->n; i++)
         if (bd->state[i] == NODE_UNKNOWN) {
             /* a reply lost at acquire: the cancel was queued then */
@@ -428,7 +177,7 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
                                       .nkeys = 5, .nargs = 12, .args = a.v, .lens = a.len};
     }
     int64_t start = dlock__now_ms();
-    round_run(rl, &rd, calls, n, deadline, false, "acquire", rl->quorum);
+    dlock__redlock_round(rl, &rd, calls, n, deadline, false, "acquire", rl->quorum);
     for (size_t i = 0; i < rl->n; i++)
         if (owed_rc[i]) {
             rd.rc[i] = owed_rc[i];
@@ -454,7 +203,7 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
                      ? dlock__redis_server_error(rl->node[i], r->str, "acquire")
                      : dlock__redis_acquire_result(rl->node[i], r, k, &v, &t);
         if (rc && rc != DLOCK_EBUSY) {
-            node_failed(&rd, i, rc);
+            dlock__redlock_node_failed(&rd, i, rc);
             if (!hard) {
                 hard = rc;
                 dlock__errmsg_save(hard_msg);
@@ -475,7 +224,7 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
                 *ttl_ms = t;
         }
     }
-    calls_free(calls, n);
+    dlock__redlock_calls_free(calls, n);
     for (size_t i = 0; i < rl->n; i++)
         failed += rd.rc[i] != 0;
 
@@ -495,13 +244,13 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
                 calls[m++] = (struct rl_call){.node = i, .src = RAISE_SRC, .sha = rl->raise_sha,
                                               .nkeys = 1, .nargs = 2, .args = rargs, .lens = rlens};
         struct rl_round rr;
-        round_run(rl, &rr, calls, m, deadline, false, "raise the token counter", m);
+        dlock__redlock_round(rl, &rr, calls, m, deadline, false, "raise the token counter", m);
         for (size_t j = 0; j < m; j++)
             if (calls[j].reply && calls[j].reply->type == REDIS_REPLY_INTEGER) {
                 at_top++;
                 bd->counter[calls[j].node] = top;
             }
-        calls_free(calls, m);
+        dlock__redlock_calls_free(calls, m);
     }
 
     int64_t elapsed = dlock__now_ms() - start;
@@ -519,7 +268,8 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     } else if (granted >= rl->quorum && at_top < rl->quorum) {
         snprintf(why, sizeof why, "%s: lock '%s' was granted by %zu of %zu nodes but the token "
                                   "counter reached only %zu (%zu needed); given back (%s)",
-                 rl->where, h->name, granted, rl->n, at_top, rl->quorum, first_failure(&rd, rl->n));
+                 rl->where, h->name, granted, rl->n, at_top, rl->quorum,
+                 dlock__redlock_first_failure(&rd, rl->n));
     } else if (granted >= rl->quorum) {
         snprintf(why, sizeof why, "%s: lock '%s' was granted by %zu of %zu nodes after %lld ms, "
                                   "past its validity (lease %lld ms - drift %lld ms); given back",
@@ -531,7 +281,8 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
                  rl->where, h->name, busy, rl->n, granted, rl->quorum, (long long)*ttl_ms);
     } else {
         snprintf(why, sizeof why, "%s: lock '%s': only %zu of %zu nodes answered, %zu needed (%s)",
-                 rl->where, h->name, rl->n - failed, rl->n, rl->quorum, first_failure(&rd, rl->n));
+                 rl->where, h->name, rl->n - failed, rl->n, rl->quorum,
+                 dlock__redlock_first_failure(&rd, rl->n));
     }
     /* A split: nodes were granted to us, or those held by others cannot
      * make a majority (another contender's attempt in flight). Nobody's
@@ -576,8 +327,8 @@ static void unwait_nodes(struct redlock *rl, const struct dlock__hold *h, const 
                                     .nkeys = 2, .nargs = 3, .args = args, .lens = lens};
     }
     struct rl_round rd;
-    round_run(rl, &rd, calls, rl->n, DLOCK__NEVER, false, "give up waiting", rl->n);
-    calls_free(calls, rl->n);
+    dlock__redlock_round(rl, &rd, calls, rl->n, DLOCK__NEVER, false, "give up waiting", rl->n);
+    dlock__redlock_calls_free(calls, rl->n);
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
@@ -593,7 +344,7 @@ static int pause_ms(struct dlock__wait *w, int64_t ms)
     return rc;
 }
 
-static int rl_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+int dlock__redlock_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct redlock *rl = state;
     struct lock_keys k;
@@ -661,7 +412,7 @@ out:
 
 /* ============================================================== release */
 
-static int rl_release(void *state, struct dlock__hold *h)
+int dlock__redlock_release(void *state, struct dlock__hold *h)
 {
     struct redlock *rl = state;
     struct rl_hold *bd = h->bdata;
@@ -688,7 +439,8 @@ static int rl_release(void *state, struct dlock__hold *h)
     else
         rc = dlock__err(frc ? frc : DLOCK_ECONN, "%s: lock '%s': released on %zu of %zu nodes, "
                                                  "%zu needed (%s); the others expire with the lease",
-                        rl->where, h->name, released, rl->n, rl->quorum, first_failure(&rd, rl->n));
+                        rl->where, h->name, released, rl->n, rl->quorum,
+                        dlock__redlock_first_failure(&rd, rl->n));
     free(bd);
     dlock__redis_keys_free(&k);
     return rc;
@@ -727,7 +479,7 @@ static int rl_downgrade(void *state, struct dlock__hold *h)
     }
     int64_t sent = dlock__now_ms();
     struct rl_round rd;
-    round_run(rl, &rd, calls, n, DLOCK__NEVER, false, "downgrade", rl->quorum);
+    dlock__redlock_round(rl, &rd, calls, n, DLOCK__NEVER, false, "downgrade", rl->quorum);
     for (size_t j = 0; j < n; j++) {
         const redisReply *r = calls[j].reply;
         if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1)
@@ -735,13 +487,14 @@ static int rl_downgrade(void *state, struct dlock__hold *h)
         else
             bd->state[calls[j].node] = r ? NODE_NO : NODE_UNKNOWN;
     }
-    calls_free(calls, n);
+    dlock__redlock_calls_free(calls, n);
     if (done >= rl->quorum)
         dlock__hold_confirmed(rl->c, h, sent); /* the timeout keys' leases run from now */
     else
         rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': downgraded to shared on %zu of %zu nodes, %zu "
                                      "needed (%s); the hold can no longer be trusted exclusive",
-                        rl->where, h->name, done, rl->n, rl->quorum, first_failure(&rd, rl->n));
+                        rl->where, h->name, done, rl->n, rl->quorum,
+                        dlock__redlock_first_failure(&rd, rl->n));
     dlock__redis_keys_free(&k);
     return rc;
 }
@@ -829,7 +582,7 @@ static int rl_renew(void *state, struct dlock__renew_batch *b)
     }
     int64_t sent = dlock__now_ms();
     struct rl_round rd;
-    round_run(rl, &rd, calls, nc, b->deadline, true, "renew", rl->quorum);
+    dlock__redlock_round(rl, &rd, calls, nc, b->deadline, true, "renew", rl->quorum);
     for (size_t c = 0; c < nc; c++) {
         const redisReply *r = calls[c].reply;
         size_t i = calls[c].node;
@@ -871,11 +624,11 @@ static int rl_renew(void *state, struct dlock__renew_batch *b)
             dlock__err(DLOCK_EUNAVAIL, "%s: renewal of lock '%s' reached %zu of %zu nodes in time, "
                                        "%zu needed (%s)",
                        rl->where, h->name, (size_t)renewed[j], rl->n, rl->quorum,
-                       first_failure(&rd, rl->n));
+                       dlock__redlock_first_failure(&rd, rl->n));
             dlock__renew_result(b, j, DLOCK_EUNAVAIL);
         }
     }
-    calls_free(calls, nc);
+    dlock__redlock_calls_free(calls, nc);
     goto out;
 fail_all:
     for (size_t j = 0; j < n; j++)
@@ -888,152 +641,6 @@ out:
     free(calls);
     free(hold_of);
     free(renewed);
-    return rc;
-}
-
-/* ============================================== inspect, force, list */
-
-/* Ask each node in turn (operators' calls, not a hot path). The lock is
- * held when a majority of the nodes hold it; the token shown is the
- * largest counter among them (the holder's), the TTL the shortest. */
-static int rl_inspect(void *state, const char *name, struct dlock_info *info)
-{
-    struct redlock *rl = state;
-    size_t answered = 0, held = 0, shared = 0;
-    int first_rc = DLOCK_OK;
-    char first_msg[DLOCK__MSG_MAX] = "";
-    for (size_t i = 0; i < rl->n; i++) {
-        struct dlock_info *one = calloc(1, sizeof *one);
-        if (!one)
-            return dlock__err(DLOCK_ENOMEM, "out of memory");
-        one->nwaiters = -1;
-        one->free_permits = -1;
-        int rc = dlock__redis_inspect(rl->node[i], name, one);
-        if (rc == DLOCK_ECONN || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNAVAIL) {
-            if (!first_rc) {
-                first_rc = rc;
-                dlock__errmsg_save(first_msg);
-            }
-            rc = DLOCK_OK;
-        } else if (!rc) {
-            answered++;
-            if (!info->key && one->key)
-                rc = dlock__info_set_key(info, one->key);
-            if (one->held) {
-                held++;
-                shared += one->mode == DLOCK_SHARED;
-                if (one->token > info->token)
-                    info->token = one->token;
-                if (held == 1 || (one->ttl_ms >= 0 && one->ttl_ms < info->ttl_ms))
-                    info->ttl_ms = one->ttl_ms;
-                for (size_t x = 0; !rc && info->nholders == 0 && x < one->nholders; x++)
-                    rc = dlock__info_add_holder(info, one->holders[x].id, one->holders[x].count);
-            }
-        }
-        dlock_info_free(one);
-        if (rc)
-            return rc;
-    }
-    if (answered < rl->quorum)
-        return dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL, "%s: inspect '%s': only %zu of %zu "
-                                                                "nodes answered, %zu needed (%s)",
-                          rl->where, name, answered, rl->n, rl->quorum, first_msg);
-    /* readers on a majority: shared (a writer and readers never share one) */
-    info->mode = shared >= rl->quorum ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
-    info->nwaiters = -1;
-    info->held = held >= rl->quorum;
-    if (!info->held) {
-        info->ttl_ms = -1;
-        info->token = 0;
-        for (size_t x = 0; x < info->nholders; x++)
-            free(info->holders[x].id);
-        info->nholders = 0;
-    }
-    return DLOCK_OK;
-}
-
-/* Every node; done when a majority did it (the others' copies expire). */
-static int rl_force_release(void *state, const char *name)
-{
-    struct redlock *rl = state;
-    size_t done = 0;
-    int first_rc = DLOCK_OK;
-    char first_msg[DLOCK__MSG_MAX] = "";
-    for (size_t i = 0; i < rl->n; i++) {
-        int rc = dlock__redis_force_release(rl->node[i], name);
-        if (!rc)
-            done++;
-        else if (!first_rc) {
-            first_rc = rc;
-            dlock__errmsg_save(first_msg);
-        }
-    }
-    if (done >= rl->quorum && (first_rc == DLOCK_OK || first_rc == DLOCK_ECONN ||
-                               first_rc == DLOCK_ETIMEDOUT || first_rc == DLOCK_EUNAVAIL))
-        return DLOCK_OK;
-    return dlock__errmsg_restore(first_rc, first_msg);
-}
-
-struct name_set {
-    char **v;
-    size_t n, cap;
-};
-
-static int collect_name(const char *name, void *arg)
-{
-    struct name_set *ns = arg;
-    if (ns->n == ns->cap) {
-        size_t cap = ns->cap ? 2 * ns->cap : 64;
-        char **v = realloc(ns->v, cap * sizeof *v);
-        if (!v)
-            return 1;
-        ns->v = v;
-        ns->cap = cap;
-    }
-    if (!(ns->v[ns->n] = dlock__strdup(name)))
-        return 1;
-    ns->n++;
-    return 0;
-}
-
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The names any node holds (a minority's leftovers included: they are
- * what an operator may want to force-release), each once, sorted. */
-static int rl_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
-{
-    struct redlock *rl = state;
-    struct name_set ns = {0};
-    size_t answered = 0;
-    int rc = DLOCK_OK, first_rc = DLOCK_OK;
-    char first_msg[DLOCK__MSG_MAX] = "";
-    for (size_t i = 0; i < rl->n; i++) {
-        rc = dlock__redis_list(rl->node[i], pattern, collect_name, &ns);
-        if (rc && !first_rc) {
-            first_rc = rc;
-            dlock__errmsg_save(first_msg);
-        }
-        if (!rc)
-            answered++;
-    }
-    if (answered < rl->quorum) {
-        rc = dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL, "%s: list: only %zu of %zu nodes "
-                                                               "answered, %zu needed (%s)",
-                        rl->where, answered, rl->n, rl->quorum, first_msg);
-    } else {
-        rc = DLOCK_OK;
-        if (ns.n)
-            qsort(ns.v, ns.n, sizeof *ns.v, cmp_names);
-        for (size_t j = 0; j < ns.n; j++)
-            if ((j == 0 || strcmp(ns.v[j], ns.v[j - 1]) != 0) && fn(ns.v[j], arg) != 0)
-                break;
-    }
-    for (size_t j = 0; j < ns.n; j++)
-        free(ns.v[j]);
-    free(ns.v);
     return rc;
 }
 
@@ -1050,7 +657,7 @@ static void rl_close(void *state)
 }
 
 /* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT. */
-static void sha1_hex(const char *src, char out[41])
+void dlock__redlock_sha1_hex(const char *src, char out[41])
 {
     dlock__redis_sha1_hex(src, strlen(src), out);
 }
@@ -1090,7 +697,7 @@ static int rl_open(struct dlock_client *c, void **state)
         }
     }
     rl->node_timeout_ms = nt;
-    sha1_hex(RAISE_SRC, rl->raise_sha);
+    dlock__redlock_sha1_hex(RAISE_SRC, rl->raise_sha);
     for (size_t i = 0; i < rl->n; i++) {
         void *s;
         int rc = dlock__redis_open_node(c, (int)i, &s);
@@ -1110,7 +717,7 @@ static int rl_open(struct dlock_client *c, void **state)
         if (i > 0) /* one owner identity on every node */
             memcpy(ns->uuid, rl->node[0]->uuid, sizeof ns->uuid);
         for (int id = 0; id < S_COUNT; id++)
-            sha1_hex(ns->src[id], ns->sha[id]);
+            dlock__redlock_sha1_hex(ns->src[id], ns->sha[id]);
     }
     /* Reach the nodes now (loading the scripts), so a URL nobody answers
      * fails here as a single node's does: a majority must answer. All at
@@ -1176,279 +783,6 @@ static int rl_open(struct dlock_client *c, void **state)
     return DLOCK_OK;
 }
 
-/* ============================================================ elections */
-
-/* Election NAME over Redlock is lock NAME taken on a majority (rl_acquire,
- * whose token is the leadership's) plus, on every node, the single-node
- * layout's leader hash dlock_leader:{NAME} (election.c): each node runs
- * the same write and read scripts. The leader writes its value on every
- * node at once; a node takes it only while the lock there is ours and the
- * node's token counter is the leadership's token (the acquisition raised
- * the granting majority's counters to it; a later acquisition there moves
- * it), so what a resigned or expired leader left behind is never read as
- * current. A write counts when a majority took it; fewer, and a proclaim
- * fails (DLOCK_ELOST when too few nodes can still be ours).
- *
- * An observer reads every node at once and believes a majority: the
- * leader is a holder (and token) that a majority of the nodes show with
- * its value written, and the value is the highest version among them;
- * nobody leads when a majority show the lock free. Any other picture (a
- * new leader writing its value, a split acquisition in flight, too few
- * nodes answering) is looked at again after a message on the leader
- * channel of any node or the lock's shortest remaining lease. Any
- * majority an observer reads meets the majority the leader wrote in at
- * least one node, so a value the leader's proclaim returned for is seen.
- * The soundness is Redlock's, no more: the leader's hold and token rely on
- * the nodes keeping their keys and counters (docs/protocol-redis.md,
- * "Redlock"). */
-
-/* The per-node keys and script digests of election NAME's leader. */
-struct rl_leader {
-    struct leader_keys lk;
-    char write_sha[41], read_sha[41];
-};
-
-static int rl_leader_make(struct redlock *rl, const char *name, struct rl_leader *ld)
-{
-    int rc = dlock__redis_leader_keys(rl->node[0], name, &ld->lk);
-    if (!rc) {
-        sha1_hex(dlock__redis_leader_write_src, ld->write_sha);
-        sha1_hex(dlock__redis_leader_read_src, ld->read_sha);
-    }
-    return rc;
-}
-
-/* Write VALUE as leader H's on every node at once: DLOCK_OK when a
- * majority took it; DLOCK_ELOST when so many nodes refused (the lock is
- * no longer ours there) that no majority can; else DLOCK_EUNAVAIL naming
- * a node's failure. */
-static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
-{
-    struct redlock *rl = state;
-    struct rl_leader ld;
-    int rc = rl_leader_make(rl, h->name, &ld);
-    if (rc)
-        return rc;
-    /* The leader numbers its writes, so the newest is the highest on any
-     * node, whichever writes a node missed. */
-    struct rl_hold *bd = h->bdata;
-    char token[24], version[24];
-    int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
-    int vl = snprintf(version, sizeof version, "%llu", (unsigned long long)++bd->version);
-    const struct lock_keys *k = &ld.lk.k;
-    const char *args[] = {k->lock, ld.lk.value, ld.lk.chan, k->token, h->owner, token, value,
-                          version};
-    size_t lens[] = {k->lock_len, strlen(ld.lk.value), strlen(ld.lk.chan), k->token_len,
-                     strlen(h->owner), (size_t)tl, strlen(value), (size_t)vl};
-    struct rl_call calls[RL_MAX_NODES];
-    for (size_t i = 0; i < rl->n; i++)
-        calls[i] = (struct rl_call){.node = i, .src = dlock__redis_leader_write_src,
-                                    .sha = ld.write_sha, .nkeys = 4, .nargs = 8, .args = args,
-                                    .lens = lens};
-    struct rl_round rd;
-    round_run(rl, &rd, calls, rl->n, dlock__now_ms() + rl->node_timeout_ms, false,
-              "write the leader's value", rl->n);
-    size_t taken = 0, refused = 0;
-    for (size_t i = 0; i < rl->n; i++) {
-        const redisReply *r = calls[i].reply;
-        if (r && r->type == REDIS_REPLY_INTEGER)
-            r->integer == 1 ? taken++ : refused++;
-        else if (r && r->type == REDIS_REPLY_ERROR)
-            node_failed(&rd, i, dlock__redis_server_error(rl->node[i], r->str, "write"));
-    }
-    calls_free(calls, rl->n);
-    if (taken >= rl->quorum)
-        rc = DLOCK_OK;
-    else if (refused > rl->n - rl->quorum)
-        rc = dlock__err(DLOCK_ELOST, "%s: election '%s': the lock is no longer ours on %zu of %zu "
-                                     "nodes (token %s)",
-                        rl->where, h->name, refused, rl->n, token);
-    else
-        rc = dlock__err(DLOCK_EUNAVAIL, "%s: election '%s': the value was written on %zu of %zu "
-                                        "nodes, %zu needed (%s)",
-                        rl->where, h->name, taken, rl->n, rl->quorum, first_failure(&rd, rl->n));
-    dlock__redis_leader_keys_free(&ld.lk);
-    return rc;
-}
-
-static const struct dlock__redis_leader_ops rl_leader_ops = {rl_acquire, rl_release,
-                                                             rl_write_value};
-
-static int rl_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
-{
-    return dlock__redis_campaign(state, h, w, &rl_leader_ops);
-}
-
-/* Publish on every node's leader channel of NAME (best effort: an
- * observer that misses it wakes at the lease's end). */
-static void rl_leader_publish(struct redlock *rl, const char *name)
-{
-    static const char src[] = "redis.call('publish', KEYS[1], '1') return 1";
-    struct rl_leader ld;
-    char msg[DLOCK__MSG_MAX];
-    dlock__errmsg_save(msg);
-    if (rl_leader_make(rl, name, &ld) == DLOCK_OK) {
-        char sha[41];
-        sha1_hex(src, sha);
-        const char *args[] = {ld.lk.chan};
-        size_t lens[] = {strlen(ld.lk.chan)};
-        struct rl_call calls[RL_MAX_NODES];
-        for (size_t i = 0; i < rl->n; i++)
-            calls[i] = (struct rl_call){.node = i, .src = src, .sha = sha, .nkeys = 1,
-                                        .nargs = 1, .args = args, .lens = lens};
-        struct rl_round rd;
-        round_run(rl, &rd, calls, rl->n, dlock__now_ms() + rl->node_timeout_ms, false,
-                  "publish", rl->quorum);
-        calls_free(calls, rl->n);
-        dlock__redis_leader_keys_free(&ld.lk);
-    }
-    dlock__errmsg_restore(DLOCK_OK, msg);
-}
-
-static int rl_elect_release(void *state, struct dlock__hold *h)
-{
-    int rc = rl_release(state, h);
-    char msg[DLOCK__MSG_MAX];
-    dlock__errmsg_save(msg);
-    rl_leader_publish(state, h->name);
-    return dlock__errmsg_restore(rc, msg);
-}
-
-static int rl_elect_proclaim(void *state, struct dlock__hold *h, const char *value)
-{
-    struct redlock *rl = state;
-    return dlock__redis_proclaim(state, rl->c, h, value, &rl_leader_ops);
-}
-
-/* Whether two nodes show the same holder: the same id, but in the simple
- * layout without the value's last part, each node's own token. */
-static bool same_holder(const struct redlock *rl, const char *a, const char *b)
-{
-    if (!rl->node[0]->simple)
-        return strcmp(a, b) == 0;
-    const char *ea = strrchr(a, ':'), *eb = strrchr(b, ':');
-    size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
-    return la == lb && memcmp(a, b, la) == 0;
-}
-
-/* One look at every node: OUT as a majority says it (*CONSISTENT false
- * when no majority says anything yet), *TTL the shortest remaining lease
- * of the lock among the nodes that hold it (-2: none). DLOCK_EUNAVAIL when
- * fewer than a majority answered. */
-static int rl_look(struct redlock *rl, const char *name, struct rl_leader *ld, int64_t deadline,
-                   struct dlock_leader *out, bool *consistent, int64_t *ttl)
-{
-    const struct lock_keys *k = &ld->lk.k;
-    const char *args[] = {k->lock, ld->lk.value, k->token};
-    size_t lens[] = {k->lock_len, strlen(ld->lk.value), k->token_len};
-    struct rl_call calls[RL_MAX_NODES];
-    for (size_t i = 0; i < rl->n; i++)
-        calls[i] = (struct rl_call){.node = i, .src = dlock__redis_leader_read_src,
-                                    .sha = ld->read_sha, .nkeys = 3, .nargs = 3, .args = args,
-                                    .lens = lens};
-    struct rl_round rd;
-    char what[600];
-    snprintf(what, sizeof what, "read the leader of election '%s'", name);
-    int64_t until = dlock__time_left(deadline, rl->node_timeout_ms);
-    round_run(rl, &rd, calls, rl->n, dlock__now_ms() + until, false, what, rl->n);
-    struct dlock_leader seen[RL_MAX_NODES];
-    bool ok[RL_MAX_NODES] = {false}, cons[RL_MAX_NODES] = {false};
-    size_t answered = 0, free_nodes = 0;
-    int rc = DLOCK_OK;
-    *ttl = -2;
-    for (size_t i = 0; i < rl->n; i++) {
-        memset(&seen[i], 0, sizeof seen[i]);
-        const redisReply *r = calls[i].reply;
-        int64_t t = -2;
-        int prc = !r                               ? rd.rc[i]
-                  : r->type == REDIS_REPLY_ERROR ? dlock__redis_server_error(rl->node[i], r->str,
-                                                                             what)
-                       : dlock__redis_leader_parse(rl->node[i], r, what, &seen[i], &cons[i], &t);
-        if (prc) {
-            if (r)
-                node_failed(&rd, i, prc);
-            if (prc == DLOCK_ENOMEM)
-                rc = prc;
-            continue;
-        }
-        ok[i] = true;
-        answered++;
-        free_nodes += !seen[i].held && cons[i];
-        if (t >= 0 && (*ttl < 0 || t < *ttl))
-            *ttl = t;
-    }
-    calls_free(calls, rl->n);
-    free(out->value);
-    memset(out, 0, sizeof *out);
-    *consistent = false;
-    if (!rc && answered < rl->quorum)
-        rc = dlock__err(DLOCK_EUNAVAIL, "%s: %s: %zu of %zu nodes answered, %zu needed (%s)",
-                        rl->where, what, answered, rl->n, rl->quorum, first_failure(&rd, rl->n));
-    if (!rc && free_nodes >= rl->quorum)
-        *consistent = true; /* nobody leads */
-    for (size_t i = 0; !rc && !*consistent && i < rl->n; i++) {
-        if (!ok[i] || !seen[i].held)
-            continue;
-        size_t votes = 0, best = i;
-        for (size_t j = 0; j < rl->n; j++)
-            if (ok[j] && seen[j].held && seen[j].token == seen[i].token &&
-                same_holder(rl, seen[j].id, seen[i].id)) {
-                votes++;
-                if (seen[j].version > seen[best].version)
-                    best = j;
-            }
-        if (votes >= rl->quorum) {
-            *out = seen[best];
-            seen[best].value = NULL; /* out's now */
-            *consistent = true;
-        }
-    }
-    for (size_t i = 0; i < rl->n; i++)
-        free(seen[i].value);
-    return rc;
-}
-
-static int rl_elect_observe(void *state, const char *name, const struct dlock_leader *known,
-                            struct dlock__wait *w, struct dlock_leader *out)
-{
-    struct redlock *rl = state;
-    struct rl_leader ld;
-    int rc = rl_leader_make(rl, name, &ld);
-    if (rc)
-        return rc;
-    size_t chan_len = strlen(ld.lk.chan), joined = 0;
-    for (;;) {
-        unsigned seq = dlock__wait_seq(w);
-        bool consistent = false;
-        int64_t ttl = -2;
-        rc = rl_look(rl, name, &ld, dlock__wait_deadline(w), out, &consistent, &ttl);
-        if (rc)
-            break;
-        if (dlock__observe_done(known, out, consistent, w, &rc))
-            break;
-        /* Every node's leader channel; a subscription's confirmation
-         * wakes us, and then we look again. */
-        for (; joined < rl->n; joined++)
-            if ((rc = dlock__redis_hub_join(rl->node[joined], ld.lk.chan, chan_len, w)))
-                break;
-        if (rc)
-            break;
-        /* Until a message, or the shortest remaining lease (an expiry
-         * publishes nothing); none held: the node timeout. */
-        int64_t bound = ttl >= 0 ? ttl : rl->node_timeout_ms;
-        rc = dlock__redis_wait_sleep(w, seq, bound, rl->node_timeout_ms, NULL, DLOCK_EUNAVAIL,
-                                     rl->where, ld.lk.k.lock);
-        if (rc)
-            break;
-        for (size_t i = 0; i < joined; i++)
-            dlock__redis_hub_ack(rl->node[i], ld.lk.chan, chan_len, w);
-    }
-    for (size_t i = 0; i < joined; i++)
-        dlock__redis_hub_leave(rl->node[i], ld.lk.chan, chan_len, w, true);
-    dlock__redis_leader_keys_free(&ld.lk);
-    return rc;
-}
-
 static const char *const redlock_schemes[] = {"redlock", "redlocks", NULL};
 
 const struct dlock__backend dlock__backend_redlock = {
@@ -1465,15 +799,15 @@ const struct dlock__backend dlock__backend_redlock = {
                          "use etcd:// or zk:// for a semaphore across servers",
     .open = rl_open,
     .close = rl_close,
-    .acquire = rl_acquire,
-    .release = rl_release,
+    .acquire = dlock__redlock_acquire,
+    .release = dlock__redlock_release,
     .downgrade = rl_downgrade,
     .renew = rl_renew,
-    .inspect = rl_inspect,
-    .force_release = rl_force_release,
-    .list = rl_list,
-    .elect_acquire = rl_elect_acquire,
-    .elect_release = rl_elect_release,
-    .elect_proclaim = rl_elect_proclaim,
-    .elect_observe = rl_elect_observe,
+    .inspect = dlock__redlock_inspect,
+    .force_release = dlock__redlock_force_release,
+    .list = dlock__redlock_list,
+    .elect_acquire = dlock__redlock_elect_acquire,
+    .elect_release = dlock__redlock_elect_release,
+    .elect_proclaim = dlock__redlock_elect_proclaim,
+    .elect_observe = dlock__redlock_elect_observe,
 };

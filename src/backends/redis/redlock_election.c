@@ -1,0 +1,288 @@
+/* redlock_election.c -- leader elections over Redlock's majority.
+ *
+ * Why it is a file of its own: an election is the lock (redlock.c) plus
+ * the single-node backend's leader hash (election.c) written and read on
+ * every node at once through redlock_nodes.c's rounds, with a majority's
+ * vote on what an observer sees; none of it is needed by the lock.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redlock.h"
+
+/* ============================================================ elections */
+
+/* Election NAME over Redlock is lock NAME taken on a majority (dlock__redlock_acquire,
+ * whose token is the leadership's) plus, on every node, the single-node
+ * layout's leader hash dlock_leader:{NAME} (election.c): each node runs
+ * the same write and read scripts. The leader writes its value on every
+ * node at once; a node takes it only while the lock there is ours and the
+ * node's token counter is the leadership's token (the acquisition raised
+ * the granting majority's counters to it; a later acquisition there moves
+ * it), so what a resigned or expired leader left behind is never read as
+ * current. A write counts when a majority took it; fewer, and a proclaim
+ * fails (DLOCK_ELOST when too few nodes can still be ours).
+ *
+ * An observer reads every node at once and believes a majority: the
+ * leader is a holder (and token) that a majority of the nodes show with
+ * its value written, and the value is the highest version among them;
+ * nobody leads when a majority show the lock free. Any other picture (a
+ * new leader writing its value, a split acquisition in flight, too few
+ * nodes answering) is looked at again after a message on the leader
+ * channel of any node or the lock's shortest remaining lease. Any
+ * majority an observer reads meets the majority the leader wrote in at
+ * least one node, so a value the leader's proclaim returned for is seen.
+ * The soundness is Redlock's, no more: the leader's hold and token rely on
+ * the nodes keeping their keys and counters (docs/protocol-redis.md,
+ * "Redlock"). */
+
+/* The per-node keys and script digests of election NAME's leader. */
+struct rl_leader {
+    struct leader_keys lk;
+    char write_sha[41], read_sha[41];
+};
+
+static int rl_leader_make(struct redlock *rl, const char *name, struct rl_leader *ld)
+{
+    int rc = dlock__redis_leader_keys(rl->node[0], name, &ld->lk);
+    if (!rc) {
+        dlock__redlock_sha1_hex(dlock__redis_leader_write_src, ld->write_sha);
+        dlock__redlock_sha1_hex(dlock__redis_leader_read_src, ld->read_sha);
+    }
+    return rc;
+}
+
+/* Write VALUE as leader H's on every node at once: DLOCK_OK when a
+ * majority took it; DLOCK_ELOST when so many nodes refused (the lock is
+ * no longer ours there) that no majority can; else DLOCK_EUNAVAIL naming
+ * a node's failure. */
+static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
+{
+    struct redlock *rl = state;
+    struct rl_leader ld;
+    int rc = rl_leader_make(rl, h->name, &ld);
+    if (rc)
+        return rc;
+    /* The leader numbers its writes, so the newest is the highest on any
+     * node, whichever writes a node missed. */
+    struct rl_hold *bd = h->bdata;
+    char token[24], version[24];
+    int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
+    int vl = snprintf(version, sizeof version, "%llu", (unsigned long long)++bd->version);
+    const struct lock_keys *k = &ld.lk.k;
+    const char *args[] = {k->lock, ld.lk.value, ld.lk.chan, k->token, h->owner, token, value,
+                          version};
+    size_t lens[] = {k->lock_len, strlen(ld.lk.value), strlen(ld.lk.chan), k->token_len,
+                     strlen(h->owner), (size_t)tl, strlen(value), (size_t)vl};
+    struct rl_call calls[RL_MAX_NODES];
+    for (size_t i = 0; i < rl->n; i++)
+        calls[i] = (struct rl_call){.node = i, .src = dlock__redis_leader_write_src,
+                                    .sha = ld.write_sha, .nkeys = 4, .nargs = 8, .args = args,
+                                    .lens = lens};
+    struct rl_round rd;
+    dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + rl->node_timeout_ms, false,
+                         "write the leader's value", rl->n);
+    size_t taken = 0, refused = 0;
+    for (size_t i = 0; i < rl->n; i++) {
+        const redisReply *r = calls[i].reply;
+        if (r && r->type == REDIS_REPLY_INTEGER)
+            r->integer == 1 ? taken++ : refused++;
+        else if (r && r->type == REDIS_REPLY_ERROR)
+            dlock__redlock_node_failed(&rd, i,
+                                       dlock__redis_server_error(rl->node[i], r->str, "write"));
+    }
+    dlock__redlock_calls_free(calls, rl->n);
+    if (taken >= rl->quorum)
+        rc = DLOCK_OK;
+    else if (refused > rl->n - rl->quorum)
+        rc = dlock__err(DLOCK_ELOST, "%s: election '%s': the lock is no longer ours on %zu of %zu "
+                                     "nodes (token %s)",
+                        rl->where, h->name, refused, rl->n, token);
+    else
+        rc = dlock__err(DLOCK_EUNAVAIL, "%s: election '%s': the value was written on %zu of %zu "
+                                        "nodes, %zu needed (%s)",
+                        rl->where, h->name, taken, rl->n, rl->quorum,
+                        dlock__redlock_first_failure(&rd, rl->n));
+    dlock__redis_leader_keys_free(&ld.lk);
+    return rc;
+}
+
+static const struct dlock__redis_leader_ops rl_leader_ops = {
+    dlock__redlock_acquire, dlock__redlock_release, rl_write_value};
+
+int dlock__redlock_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    return dlock__redis_campaign(state, h, w, &rl_leader_ops);
+}
+
+/* Publish on every node's leader channel of NAME (best effort: an
+ * observer that misses it wakes at the lease's end). */
+static void rl_leader_publish(struct redlock *rl, const char *name)
+{
+    static const char src[] = "redis.call('publish', KEYS[1], '1') return 1";
+    struct rl_leader ld;
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    if (rl_leader_make(rl, name, &ld) == DLOCK_OK) {
+        char sha[41];
+        dlock__redlock_sha1_hex(src, sha);
+        const char *args[] = {ld.lk.chan};
+        size_t lens[] = {strlen(ld.lk.chan)};
+        struct rl_call calls[RL_MAX_NODES];
+        for (size_t i = 0; i < rl->n; i++)
+            calls[i] = (struct rl_call){.node = i, .src = src, .sha = sha, .nkeys = 1,
+                                        .nargs = 1, .args = args, .lens = lens};
+        struct rl_round rd;
+        dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + rl->node_timeout_ms, false,
+                             "publish", rl->quorum);
+        dlock__redlock_calls_free(calls, rl->n);
+        dlock__redis_leader_keys_free(&ld.lk);
+    }
+    dlock__errmsg_restore(DLOCK_OK, msg);
+}
+
+int dlock__redlock_elect_release(void *state, struct dlock__hold *h)
+{
+    int rc = dlock__redlock_release(state, h);
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    rl_leader_publish(state, h->name);
+    return dlock__errmsg_restore(rc, msg);
+}
+
+int dlock__redlock_elect_proclaim(void *state, struct dlock__hold *h, const char *value)
+{
+    struct redlock *rl = state;
+    return dlock__redis_proclaim(state, rl->c, h, value, &rl_leader_ops);
+}
+
+/* Whether two nodes show the same holder: the same id, but in the simple
+ * layout without the value's last part, each node's own token. */
+static bool same_holder(const struct redlock *rl, const char *a, const char *b)
+{
+    if (!rl->node[0]->simple)
+        return strcmp(a, b) == 0;
+    const char *ea = strrchr(a, ':'), *eb = strrchr(b, ':');
+    size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
+    return la == lb && memcmp(a, b, la) == 0;
+}
+
+/* One look at every node: OUT as a majority says it (*CONSISTENT false
+ * when no majority says anything yet), *TTL the shortest remaining lease
+ * of the lock among the nodes that hold it (-2: none). DLOCK_EUNAVAIL when
+ * fewer than a majority answered. */
+static int rl_look(struct redlock *rl, const char *name, struct rl_leader *ld, int64_t deadline,
+                   struct dlock_leader *out, bool *consistent, int64_t *ttl)
+{
+    const struct lock_keys *k = &ld->lk.k;
+    const char *args[] = {k->lock, ld->lk.value, k->token};
+    size_t lens[] = {k->lock_len, strlen(ld->lk.value), k->token_len};
+    struct rl_call calls[RL_MAX_NODES];
+    for (size_t i = 0; i < rl->n; i++)
+        calls[i] = (struct rl_call){.node = i, .src = dlock__redis_leader_read_src,
+                                    .sha = ld->read_sha, .nkeys = 3, .nargs = 3, .args = args,
+                                    .lens = lens};
+    struct rl_round rd;
+    char what[600];
+    snprintf(what, sizeof what, "read the leader of election '%s'", name);
+    int64_t until = dlock__time_left(deadline, rl->node_timeout_ms);
+    dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + until, false, what, rl->n);
+    struct dlock_leader seen[RL_MAX_NODES];
+    bool ok[RL_MAX_NODES] = {false}, cons[RL_MAX_NODES] = {false};
+    size_t answered = 0, free_nodes = 0;
+    int rc = DLOCK_OK;
+    *ttl = -2;
+    for (size_t i = 0; i < rl->n; i++) {
+        memset(&seen[i], 0, sizeof seen[i]);
+        const redisReply *r = calls[i].reply;
+        int64_t t = -2;
+        int prc = !r                               ? rd.rc[i]
+                  : r->type == REDIS_REPLY_ERROR ? dlock__redis_server_error(rl->node[i], r->str,
+                                                                             what)
+                       : dlock__redis_leader_parse(rl->node[i], r, what, &seen[i], &cons[i], &t);
+        if (prc) {
+            if (r)
+                dlock__redlock_node_failed(&rd, i, prc);
+            if (prc == DLOCK_ENOMEM)
+                rc = prc;
+            continue;
+        }
+        ok[i] = true;
+        answered++;
+        free_nodes += !seen[i].held && cons[i];
+        if (t >= 0 && (*ttl < 0 || t < *ttl))
+            *ttl = t;
+    }
+    dlock__redlock_calls_free(calls, rl->n);
+    free(out->value);
+    memset(out, 0, sizeof *out);
+    *consistent = false;
+    if (!rc && answered < rl->quorum)
+        rc = dlock__err(DLOCK_EUNAVAIL, "%s: %s: %zu of %zu nodes answered, %zu needed (%s)",
+                        rl->where, what, answered, rl->n, rl->quorum,
+                        dlock__redlock_first_failure(&rd, rl->n));
+    if (!rc && free_nodes >= rl->quorum)
+        *consistent = true; /* nobody leads */
+    for (size_t i = 0; !rc && !*consistent && i < rl->n; i++) {
+        if (!ok[i] || !seen[i].held)
+            continue;
+        size_t votes = 0, best = i;
+        for (size_t j = 0; j < rl->n; j++)
+            if (ok[j] && seen[j].held && seen[j].token == seen[i].token &&
+                same_holder(rl, seen[j].id, seen[i].id)) {
+                votes++;
+                if (seen[j].version > seen[best].version)
+                    best = j;
+            }
+        if (votes >= rl->quorum) {
+            *out = seen[best];
+            seen[best].value = NULL; /* out's now */
+            *consistent = true;
+        }
+    }
+    for (size_t i = 0; i < rl->n; i++)
+        free(seen[i].value);
+    return rc;
+}
+
+int dlock__redlock_elect_observe(void *state, const char *name, const struct dlock_leader *known,
+                                 struct dlock__wait *w, struct dlock_leader *out)
+{
+    struct redlock *rl = state;
+    struct rl_leader ld;
+    int rc = rl_leader_make(rl, name, &ld);
+    if (rc)
+        return rc;
+    size_t chan_len = strlen(ld.lk.chan), joined = 0;
+    for (;;) {
+        unsigned seq = dlock__wait_seq(w);
+        bool consistent = false;
+        int64_t ttl = -2;
+        rc = rl_look(rl, name, &ld, dlock__wait_deadline(w), out, &consistent, &ttl);
+        if (rc)
+            break;
+        if (dlock__observe_done(known, out, consistent, w, &rc))
+            break;
+        /* Every node's leader channel; a subscription's confirmation
+         * wakes us, and then we look again. */
+        for (; joined < rl->n; joined++)
+            if ((rc = dlock__redis_hub_join(rl->node[joined], ld.lk.chan, chan_len, w)))
+                break;
+        if (rc)
+            break;
+        /* Until a message, or the shortest remaining lease (an expiry
+         * publishes nothing); none held: the node timeout. */
+        int64_t bound = ttl >= 0 ? ttl : rl->node_timeout_ms;
+        rc = dlock__redis_wait_sleep(w, seq, bound, rl->node_timeout_ms, NULL, DLOCK_EUNAVAIL,
+                                     rl->where, ld.lk.k.lock);
+        if (rc)
+            break;
+        for (size_t i = 0; i < joined; i++)
+            dlock__redis_hub_ack(rl->node[i], ld.lk.chan, chan_len, w);
+    }
+    for (size_t i = 0; i < joined; i++)
+        dlock__redis_hub_leave(rl->node[i], ld.lk.chan, chan_len, w, true);
+    dlock__redis_leader_keys_free(&ld.lk);
+    return rc;
+}

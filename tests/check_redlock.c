@@ -740,6 +740,48 @@ TU_TEST(bench_prints_the_raw_floor, 60)
 }
 END_TEST
 
+/* Until no node records a writer waiting for "job" (false after 30 s). */
+static bool no_writer_waits(void)
+{
+    for (int t = 0; t < 3000; t++) {
+        long long waiting = 0;
+        for (int i = 0; i < nnodes; i++)
+            waiting += node_int(i, "ZCARD dlock_writers:{job}");
+        if (waiting == 0)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+/* A bounded wait that ends while one node is stopped (SIGSTOP) returns
+ * at its end, not when the node answers: the writer that gives up takes
+ * its waiting record (dlock_writers:{job}, which keeps new readers out)
+ * off every node within what is left of the wait -- here nothing -- and
+ * owes it to the keeper, which sends it to each node once it answers.
+ * The record was taken off with no deadline, waiting for every node for
+ * the node timeout (here 120 s: the test's own limit ends it first). */
+TU_TEST(wait_ends_on_time_with_a_node_stopped, 60)
+{
+    start_nodes(3, NULL);
+    struct tu_solo a = job_client("lease=60s&node_timeout=120s");
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    struct tu_solo b = job_client("lease=60s&node_timeout=120s");
+    node_signal(2, SIGSTOP);
+    int rc = dlock_acquire(b.l, 1500);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    node_signal(2, SIGCONT);
+    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "%s: %s", dlock_err_name(rc), msg);
+    ck_assert_msg(no_writer_waits(), "the keeper never took the waiting record off every node");
+    TU_RELEASE_OK(a.l);
+    TU_ACQUIRE_OK(b.l, DLOCK_TRY);
+    TU_RELEASE_OK(b.l);
+    tu_solo_close(&b);
+    job_close(&a);
+}
+END_TEST
+
 int main(void)
 {
     return tu_main("redlock", NULL, stop_nodes);

@@ -524,6 +524,9 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h);
  * the wait, else owe it to the core's cleanup queue (the keeper sends it;
  * best effort: the record lapses anyway). Keeps the caller's message. */
 void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
+/* The same unwait owed to the cleanup queue at once, sent by the keeper
+ * (Redlock: to a node that did not answer in time). Keeps the message. */
+void dlock__redis_rw_unwait_owe(struct redis_state *s, const struct dlock__hold *h);
 /* A lock waiter W of H (keys K) with the subscriber hub: listen on the
  * channels releases of H's name are announced on (readers: RReadWriteLock's;
  * writers: RLock's, and on the Redisson layout RReadWriteLock's too, where

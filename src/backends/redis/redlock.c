@@ -290,8 +290,15 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
      * not at the holder's lease. */
     *split = granted > 0 || busy + failed < rl->quorum;
     if (granted > 0) {
+        /* within what is left of the wait, as the attempt was: a granting
+         * node that does not answer by then is owed a cancel of this
+         * attempt (cancel.c; the keeper sends it, and our next attempt
+         * sends it first) */
         struct rl_round rr;
-        release_nodes(rl, h, bd, k, DLOCK__NEVER, NULL, NULL, &rr);
+        release_nodes(rl, h, bd, k, deadline, NULL, NULL, &rr);
+        for (size_t i = 0; i < rl->n; i++)
+            if (bd->state[i] == NODE_YES)
+                dlock__redis_cancel_lost_acquire(rl->node[i], h, reqno, lease);
     }
     if (hard)
         return dlock__err(hard, "%s", why);
@@ -311,24 +318,38 @@ static void hubs_leave(struct redlock *rl, const struct dlock__hold *h, const st
         dlock__redis_rw_unlisten(rl->node[i], h, k, w, acquired);
 }
 
-/* A writer that recorded itself as waiting gives up: its record goes
- * from every node at once (best effort: it lapses anyway). Keeps the
- * acquire's own message. */
-static void unwait_nodes(struct redlock *rl, const struct dlock__hold *h, const struct lock_keys *k)
+/* A writer that recorded itself as waiting gives up, its wait ending at
+ * DEADLINE: its record goes from every node at once within what is left
+ * of the wait (once a majority answered, the others get a grace only),
+ * and a node that did not answer by then -- every node, when nothing is
+ * left (a timeout) -- is owed it by the keeper (rwlock.c; best effort:
+ * the record lapses anyway). So the caller's wait_ms holds when a node
+ * stalls. Keeps the acquire's own message. */
+static void unwait_nodes(struct redlock *rl, const struct dlock__hold *h, const struct lock_keys *k,
+                         int64_t deadline)
 {
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     const char *args[] = {k->writers, k->rwchan, h->owner};
     size_t lens[] = {k->writers_len, k->rwchan_len, strlen(h->owner)};
     struct rl_call calls[RL_MAX_NODES];
-    for (size_t i = 0; i < rl->n; i++) {
-        struct redis_state *s = rl->node[i];
-        calls[i] = (struct rl_call){.node = i, .src = s->src[S_RW_UNWAIT], .sha = s->sha[S_RW_UNWAIT],
-                                    .nkeys = 2, .nargs = 3, .args = args, .lens = lens};
+    size_t n = 0;
+    if (dlock__time_left(deadline, rl->node_timeout_ms) > 0) {
+        for (; n < rl->n; n++) {
+            struct redis_state *s = rl->node[n];
+            calls[n] = (struct rl_call){.node = n, .src = s->src[S_RW_UNWAIT],
+                                        .sha = s->sha[S_RW_UNWAIT], .nkeys = 2, .nargs = 3,
+                                        .args = args, .lens = lens};
+        }
+        struct rl_round rd;
+        dlock__redlock_round(rl, &rd, calls, n, deadline, false, "give up waiting", rl->quorum);
     }
-    struct rl_round rd;
-    dlock__redlock_round(rl, &rd, calls, rl->n, DLOCK__NEVER, false, "give up waiting", rl->n);
-    dlock__redlock_calls_free(calls, rl->n);
+    /* a server's error reply would answer the same again: owed only
+     * what got no reply */
+    for (size_t i = 0; i < rl->n; i++)
+        if (i >= n || !calls[i].reply)
+            dlock__redis_rw_unwait_owe(rl->node[i], h);
+    dlock__redlock_calls_free(calls, n);
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
@@ -400,7 +421,7 @@ leave:
     hubs_leave(rl, h, &k, w, joined, rc == DLOCK_OK);
     if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE &&
         !rl->node[0]->simple)
-        unwait_nodes(rl, h, &k); /* let the readers behind us in */
+        unwait_nodes(rl, h, &k, dlock__wait_deadline(w)); /* let the readers behind us in */
 out:
     if (rc == DLOCK_OK)
         h->bdata = bd;

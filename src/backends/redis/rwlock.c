@@ -159,6 +159,24 @@ static int owed_unwait_send(void *bstate, void *arg, int64_t deadline)
     return rc == DLOCK_ECONN || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNAVAIL ? rc : DLOCK_OK;
 }
 
+void dlock__redis_rw_unwait_owe(struct redis_state *s, const struct dlock__hold *h)
+{
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    size_t nl = strlen(h->name);
+    struct owed_unwait *u = calloc(1, sizeof *u + nl + 1);
+    char what[160];
+    snprintf(what, sizeof what, "give up waiting for '%.100s'", h->name);
+    if (u) {
+        u->s = s;
+        snprintf(u->owner, sizeof u->owner, "%s", h->owner);
+        memcpy(u->name, h->name, nl + 1);
+    }
+    if (!u || dlock__cleanup_add(s->c, what, owed_unwait_send, u, free) != DLOCK_OK)
+        (void)send_unwait(s, h->name, h->owner, DLOCK__NEVER); /* out of memory: now */
+    dlock__errmsg_restore(DLOCK_OK, msg);
+}
+
 void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, int64_t deadline)
 {
     char msg[DLOCK__MSG_MAX];
@@ -168,19 +186,8 @@ void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, 
      * sends what could not be sent by then (a record left behind only
      * keeps readers out until it lapses) */
     if (dlock__time_left(deadline, s->op_timeout_ms) == 0 ||
-        send_unwait(s, h->name, h->owner, deadline) != DLOCK_OK) {
-        size_t nl = strlen(h->name);
-        struct owed_unwait *u = calloc(1, sizeof *u + nl + 1);
-        char what[160];
-        snprintf(what, sizeof what, "give up waiting for '%.100s'", h->name);
-        if (u) {
-            u->s = s;
-            snprintf(u->owner, sizeof u->owner, "%s", h->owner);
-            memcpy(u->name, h->name, nl + 1);
-        }
-        if (!u || dlock__cleanup_add(s->c, what, owed_unwait_send, u, free) != DLOCK_OK)
-            (void)send_unwait(s, h->name, h->owner, DLOCK__NEVER); /* out of memory: now */
-    }
+        send_unwait(s, h->name, h->owner, deadline) != DLOCK_OK)
+        dlock__redis_rw_unwait_owe(s, h);
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
 

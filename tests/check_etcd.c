@@ -243,6 +243,28 @@ static uint64_t ctl_create_rev(const char *key)
     return rev;
 }
 
+/* How many keys under PREFIX were created on the lease their name
+ * carries ("<lease hex>" or "<lease hex>_<serial>" after the last '/'),
+ * the hold's: etcd's own record of each key as its creating revision
+ * left it. A waiting key is created on the waiters' short lease instead. */
+static int keys_created_on_hold_lease(const char *prefix)
+{
+    char *keys = ctl_keys(prefix);
+    int n = 0;
+    for (char *line = keys, *nl; line && (nl = strchr(line, '\n')); line = nl + 1) {
+        *nl = 0;
+        char rev[32], *out = NULL;
+        snprintf(rev, sizeof rev, "--rev=%llu", (unsigned long long)ctl_create_rev(line));
+        ck_assert_int_eq(etcdf_ctl(&F, &out, NULL, "get", line, rev, "-w", "json", NULL), 0);
+        const char *at = out ? strstr(out, "\"lease\":") : NULL;
+        unsigned long long lease = at ? strtoull(at + strlen("\"lease\":"), NULL, 10) : 0;
+        n += lease && lease == strtoull(strrchr(line, '/') + 1, NULL, 16);
+        free(out);
+    }
+    free(keys);
+    return n;
+}
+
 /* Start `etcdctl lock NAME COMMAND...` in the background (COMMAND runs
  * while it holds). */
 static pid_t etcdctl_lock(const char *name, const char *shell, const char *log)
@@ -1060,6 +1082,10 @@ TU_TEST_IN(single, killed_waiters_do_not_stall_the_queue, 90)
     for (int i = 0; i < NW; i++)
         kids[i] = fork_waiter(url, "kw", 0);
     ck_assert_msg(wait_key_count("kw/", NW + 1), "the waiters never queued");
+    /* Only the holder's key was ever on a hold lease: a waiter's key
+     * created there stalled the queue for it when its process was killed
+     * before it moved the key to the waiters' lease. */
+    ck_assert_int_eq(keys_created_on_hold_lease("kw/"), 1);
     char *keys = ctl_keys("kw/");
     for (int i = 0; i < NW; i++)
         kill(kids[i], SIGKILL);

@@ -3,8 +3,11 @@
  * and share one first-come-first-served queue.
  *
  * A contender for NAME puts the key "<prefix>NAME/<lease id in hex>",
- * attached to its lease, in a transaction that creates it only if absent
- * and reads the oldest key under "<prefix>NAME/" in the same round trip.
+ * attached to its lease, in a transaction that creates it only when no
+ * contender is there (the lock is ours in one round trip) and otherwise
+ * reads the oldest; a waiter then creates its key on the client's short
+ * waiters' lease, in a transaction that creates it only if absent and
+ * reads the oldest key under "<prefix>NAME/" in the same round trip.
  * The key with the smallest create revision owns the lock; every other
  * contender watches only the key created just before its own and, when
  * that one is deleted, looks again -- and checks that its own key still
@@ -138,6 +141,70 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
     json_decref(reply);
     if (!rc && *my_rev <= 0)
         return dlock__err(DLOCK_EPROTO, "%s: %s: the reply has no create revision", s->label, what);
+    return rc;
+}
+
+/* Put exclusive hold H's KEY on LEASE only when no key under PFX has a
+ * lease -- no contender holds or queues: the lock is ours in this one
+ * round trip, the common case -- and otherwise read the oldest contender
+ * without putting anything: *MY_REV is the key's create revision, 0 when
+ * it was not put; then *BUSY says whether a contender other than our own
+ * leftover KEY is in the queue (we would wait). A key that will wait is
+ * thus never created on the hold's lease, which a process killed before
+ * it could move the key to the waiters' lease would leave in the queue
+ * for a whole hold lease. *CODE as dlock__etcd_call's. */
+static int put_if_alone(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
+                        const char *pfx, int64_t lease, int64_t *my_rev, bool *busy, int *code,
+                        const struct etcd_limits *lim)
+{
+    *my_rev = 0;
+    *busy = false;
+    const char *value = dlock__etcd_hold_value(s, h);
+    char *pb = dlock__etcd_b64(pfx, strlen(pfx)), *pe = dlock__etcd_prefix_end_b64(pfx);
+    char *kb = dlock__etcd_b64(key, strlen(key)), *vb = dlock__etcd_b64(value, strlen(value));
+    char *ls = dlock__etcd_i64s(lease);
+    json_t *req = NULL;
+    if (pb && pe && kb && vb && ls)
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}], s:[{s:o}]}",
+                        "compare", "result", "EQUAL", "target", "LEASE", "key", pb, "range_end",
+                        pe, "lease", "0",
+                        "success", "request_put", "key", kb, "value", vb, "lease", ls,
+                        "failure", "request_range", dlock__etcd_queue_range(pfx, true, 0));
+    free(pb);
+    free(pe);
+    free(kb);
+    free(vb);
+    free(ls);
+    json_t *reply = NULL;
+    char what[1200];
+    snprintf(what, sizeof what, "acquire '%s' (key %s)", h->name, key);
+    bool resent = false;
+    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, &resent, lim)
+                 : dlock__etcd_nomem(s);
+    json_decref(req);
+    if (rc)
+        return rc;
+    if (json_is_true(json_object_get(reply, "succeeded"))) {
+        *my_rev = dlock__etcd_header_rev(reply);
+        json_decref(reply);
+        return *my_rev > 0 ? DLOCK_OK
+                           : dlock__err(DLOCK_EPROTO, "%s: %s: the reply has no revision",
+                                        s->label, what);
+    }
+    json_t *owner = NULL;
+    rc = dlock__etcd_queue_find(s, pfx, dlock__etcd_txn_range(reply, 0), true, 0, &owner, what,
+                                lim);
+    json_decref(reply);
+    char *owner_key = owner ? dlock__etcd_kv_key(owner) : NULL;
+    if (owner && !owner_key && !rc)
+        rc = dlock__etcd_nomem(s);
+    *busy = owner_key && strcmp(owner_key, key) != 0;
+    /* Our own key first: a request sent again whose first went through
+     * put it (ours); else it is a leftover, put_and_read_owner()'s job */
+    if (owner_key && !*busy && resent)
+        *my_rev = dlock__etcd_int(owner, "create_revision");
+    free(owner_key);
+    json_decref(owner);
     return rc;
 }
 
@@ -483,10 +550,37 @@ restart:
     }
     int64_t my_rev = 0, owner_rev = 0;
     int code = 0;
-    rc = put_and_read_owner(s, h, key, pfx, lr.id, &my_rev, &owner_rev, &code, &lim);
+    /* Our key is on the waiters' short lease whenever it waits
+     * (on_waiters_lease): a waiter killed meanwhile holds the queue up
+     * for that lease, not for the hold's. An exclusive hold that finds
+     * the queue busy creates it there; a reader, or a race with another
+     * contender, creates it on the hold's lease and moves it there. */
+    struct lease_ref wl = {0};
+    bool busy = false, on_waiters_lease = false, moved_back = false;
+    if (h->mode != DLOCK_SHARED)
+        rc = put_if_alone(s, h, key, pfx, lr.id, &my_rev, &busy, &code, &lim);
+    if (!rc && busy && dlock__wait_try_once(w)) {
+        if (own)
+            dlock__etcd_lease_revoke(s, lr.id, NULL); /* nothing was put on it */
+        free(pfx);
+        free(key);
+        return DLOCK_EBUSY;
+    }
+    if (!rc && busy) {
+        msg[0] = 0;
+        rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
+        on_waiters_lease = rc == DLOCK_OK;
+    }
+    if (!rc && my_rev)
+        owner_rev = my_rev; /* put by put_if_alone(): nobody else was there */
+    else if (!rc)
+        rc = put_and_read_owner(s, h, key, pfx, on_waiters_lease ? wl.id : lr.id, &my_rev,
+                                &owner_rev, &code, &lim);
     if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND && restarts++ < 3) {
         /* "requested lease not found": it expired under us. */
-        if (!own)
+        if (on_waiters_lease)
+            dlock__etcd_waiter_lease_dead(s, wl.id);
+        else if (!own)
             dlock__etcd_session_lease_dead(s, lr.id);
         goto restart;
     }
@@ -508,26 +602,24 @@ restart:
         return DLOCK_EBUSY;
     }
 
-    bool moved = false, moved_back = false;
     if (owner_rev != my_rev) {
-        /* Wait our turn, our key on the waiters' short lease: a waiter
-         * killed meanwhile holds the queue up for that lease, not for
-         * the hold's. */
-        struct lease_ref wl = {0};
-        msg[0] = 0;
-        rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
-        if (!rc) {
-            rc = move_key(s, h, key, my_rev, wl.id, &code, &lim);
-            moved = rc == DLOCK_OK;
-            if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
-                dlock__etcd_waiter_lease_dead(s, wl.id); /* expired just now */
-                rc = RESTART;
+        /* Wait our turn, our key on the waiters' short lease. */
+        if (!on_waiters_lease) {
+            msg[0] = 0;
+            rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
+            if (!rc) {
+                rc = move_key(s, h, key, my_rev, wl.id, &code, &lim);
+                on_waiters_lease = rc == DLOCK_OK;
+                if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
+                    dlock__etcd_waiter_lease_dead(s, wl.id); /* expired just now */
+                    rc = RESTART;
+                }
             }
         }
         if (!rc)
             rc = wait_turn(s, h, w, key, pfx, my_rev, &lr, &wl, &moved_back, msg);
         if (rc == RESTART) {
-            if (moved) /* (a key on the waiters' lease outlives a lost hold lease) */
+            if (on_waiters_lease) /* (a key on the waiters' lease outlives a lost hold lease) */
                 dlock__etcd_delete_key(s, key, dlock__wait_deadline(w), w);
             if (restarts++ < 5)
                 goto restart;
@@ -553,7 +645,7 @@ restart:
      * ours did. */
     if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
         rc = dlock__etcd_lease_refresh(s, &lr, &lim);
-    if (!rc && moved && !moved_back) {
+    if (!rc && on_waiters_lease && !moved_back) {
         rc = move_key(s, h, key, my_rev, lr.id, &code, &lim);
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
             rc = DLOCK_ELOST;
@@ -561,7 +653,7 @@ restart:
     if ((rc == DLOCK_ELOST || rc == RESTART) && restarts++ < 5) {
         if (rc == DLOCK_ELOST) { /* the hold's lease is gone; our key, maybe not */
             dlock__etcd_lease_dead(s, &lr);
-            if (moved)
+            if (on_waiters_lease)
                 dlock__etcd_delete_key(s, key, dlock__wait_deadline(w), w);
         }
         goto restart;

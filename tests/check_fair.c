@@ -762,17 +762,17 @@ static bool server_answers(void)
 
 /* A wait that ends while the server is stalled returns at its end, not
  * when the server answers again: leaving the queue is owed to the
- * keeper, which sends it once the server is back (the leave was sent in
- * the caller's thread: a 1.5 s wait returned once the stalled server
- * answered, 4.5 s in, or after the op timeout). */
-TU_TEST(wait_ends_on_time_on_a_stalled_server, 60)
+ * keeper, which sends it once the server is back. With CANCEL the wait
+ * (forever) is canceled once the server stalls: nothing is left of it
+ * either, the caller asked to stop now. */
+static void gives_up_on_a_stalled_server(bool cancel)
 {
     struct takers t;
     takers_begin(&t, "timeout=20s&queue_lease=60s", "st");
     dlock_client *b = tu_open(t.url);
     dlock_lock *lb = tu_lock(b, "st");
     struct tu_waiter wb;
-    tu_waiter_start(&wb, lb, 1500);
+    tu_waiter_start(&wb, lb, cancel ? DLOCK_FOREVER : 1500);
     wait_queued(t.ctx, "st", 1);
     ck_assert(tu_wait_thread_asleep(&wb.tid, 60000)); /* its next try is 20 s away */
     int busy_ms = 4500;
@@ -780,15 +780,33 @@ TU_TEST(wait_ends_on_time_on_a_stalled_server, 60)
     pthread_create(&th, NULL, busy_server_main, &busy_ms);
     for (int i = 0; i < 100 && server_answers(); i++)
         ; /* until the script runs */
+    if (cancel)
+        ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
     int rc = tu_waiter_join(&wb);
     bool stalled = !server_answers();
-    ck_assert_int_eq(rc, DLOCK_ETIMEDOUT);
-    ck_assert_msg(stalled, "the 1.5 s wait returned only once the stalled server answered");
+    ck_assert_int_eq(rc, cancel ? DLOCK_ECANCELED : DLOCK_ETIMEDOUT);
+    ck_assert_msg(stalled, "the %s returned only once the stalled server answered",
+                  cancel ? "canceled wait" : "1.5 s wait");
     pthread_join(th, NULL);
     wait_queued(t.ctx, "st", 0); /* the keeper's leave, once the server is back */
     TU_FREE_LOCKS(lb);
     TU_CLOSE_CLIENTS(b);
     takers_end(&t);
+}
+
+/* (The leave was sent in the caller's thread: a 1.5 s wait returned once
+ * the stalled server answered, 4.5 s in, or after the op timeout.) */
+TU_TEST(wait_ends_on_time_on_a_stalled_server, 60)
+{
+    gives_up_on_a_stalled_server(false);
+}
+
+/* (The leave of a canceled wait was sent in the caller's thread within
+ * what was left of a wait forever, the op timeout: the cancel returned
+ * once the stalled server answered.) */
+TU_TEST(canceled_wait_ends_on_a_stalled_server, 60)
+{
+    gives_up_on_a_stalled_server(true);
 }
 
 /* The script itself, played on the wire: an owner's leftover field (a

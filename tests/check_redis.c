@@ -2265,10 +2265,10 @@ static bool writers_become(redisContext *ctx, const char *name, long long want)
  * returns at its end, not when the server answers: its "unwait" (its
  * record in the writers key goes, readers behind it come in) is sent
  * within what is left of the wait, here nothing, and owed to the keeper,
- * which sends it once the server is back. It was sent in the caller's
- * thread with the op timeout: a 1.5 s wait returned once the stalled
- * server answered. */
-TU_TEST(writer_wait_ends_on_time_on_a_stalled_server, 60)
+ * which sends it once the server is back. With CANCEL the wait (forever)
+ * is canceled once the server stalls, and nothing is left either: the
+ * caller asked to stop now. */
+static void writer_gives_up_on_a_stalled_server(bool cancel)
 {
     struct tu_solo s = served_open("timeout=20s&lease=60s", "uw");
     TU_ACQUIRE_OK(s.l, DLOCK_TRY);
@@ -2276,10 +2276,12 @@ TU_TEST(writer_wait_ends_on_time_on_a_stalled_server, 60)
     dlock_lock *lb = tu_lock(b, "uw");
     redisContext *ctx = raw();
     struct tu_waiter wb;
-    tu_waiter_start(&wb, lb, 1500);
+    tu_waiter_start(&wb, lb, cancel ? DLOCK_FOREVER : 1500);
     ck_assert_msg(writers_become(ctx, "uw", 1), "the waiting writer was never recorded");
     ck_assert(tu_wait_thread_asleep(&wb.tid, 60000)); /* its next try is at the wait's end */
     redisContext *busy = server_busy(4500);
+    if (cancel)
+        ck_assert_int_eq(dlock_lock_cancel(lb), DLOCK_OK);
     int rc = tu_waiter_join(&wb);
     redisContext *p = raw();
     struct timeval tv = {0, 200000};
@@ -2288,8 +2290,9 @@ TU_TEST(writer_wait_ends_on_time_on_a_stalled_server, 60)
     bool stalled = r == NULL;
     freeReplyObject(r);
     redisFree(p);
-    ck_assert_int_eq(rc, DLOCK_ETIMEDOUT);
-    ck_assert_msg(stalled, "the 1.5 s wait returned only once the stalled server answered");
+    ck_assert_int_eq(rc, cancel ? DLOCK_ECANCELED : DLOCK_ETIMEDOUT);
+    ck_assert_msg(stalled, "the %s returned only once the stalled server answered",
+                  cancel ? "canceled wait" : "1.5 s wait");
     redisReply *done = NULL;
     ck_assert_int_eq(redisGetReply(busy, (void **)&done), REDIS_OK); /* the server is back */
     freeReplyObject(done);
@@ -2299,6 +2302,22 @@ TU_TEST(writer_wait_ends_on_time_on_a_stalled_server, 60)
     dlock_lock_free(lb);
     dlock_client_close(b);
     served_close(&s);
+}
+
+/* (The unwait was sent in the caller's thread with the op timeout: a
+ * 1.5 s wait returned once the stalled server answered.) */
+TU_TEST(writer_wait_ends_on_time_on_a_stalled_server, 60)
+{
+    writer_gives_up_on_a_stalled_server(false);
+}
+END_TEST
+
+/* (The unwait of a canceled wait was sent in the caller's thread within
+ * what was left of a wait forever, the op timeout: the cancel returned
+ * once the stalled server answered, 4.5 s later.) */
+TU_TEST(canceled_writer_wait_ends_on_a_stalled_server, 60)
+{
+    writer_gives_up_on_a_stalled_server(true);
 }
 END_TEST
 

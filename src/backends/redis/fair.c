@@ -201,15 +201,16 @@ int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char
 
 /* H's owner gives up its wait (timeout, cancel, a failure), which ends
  * at DEADLINE: leave the queue, canceling its requests up to LAST, within
- * what is left of the wait; when that is nothing (a timeout) or the reply
- * is lost, owe it (cancel.c queues it on the core's cleanup queue, which
+ * what is left of the wait; when that is nothing (a timeout, a cancel:
+ * dlock__redis_give_up_deadline) or the reply is lost, owe it (cancel.c queues it on the core's cleanup queue, which
  * the keeper drains at once). Keeps the caller's message. */
 static void fair_give_up(struct redis_state *s, struct dlock__hold *h, uint64_t last,
                          int64_t deadline)
 {
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
-    /* within what is left of the wait (nothing once it timed out): the
+    /* within what is left of the wait (nothing once it timed out or was
+     * canceled): the
      * caller's wait_ms holds even when the server stalls; the keeper
      * sends what could not be sent by then */
     if (dlock__time_left(deadline, s->op_timeout_ms) == 0 ||
@@ -338,7 +339,7 @@ leave:
     uint64_t late;
     grant_taken(s, &f, wait_id, &late); /* drop one kept after the last look: the leave passes it on */
     if (rc != DLOCK_OK && last)
-        fair_give_up(s, h, last, dlock__wait_deadline(w));
+        fair_give_up(s, h, last, dlock__redis_give_up_deadline(w, rc));
 out:
     fair_keys_free(&f);
     return rc;

@@ -692,3 +692,8 @@ int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms,
         return dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s'", where, key);
     return rc;
 }
+
+int64_t dlock__redis_give_up_deadline(const struct dlock__wait *w, int rc)
+{
+    return rc == DLOCK_ECANCELED ? dlock__now_ms() : dlock__wait_deadline(w);
+}

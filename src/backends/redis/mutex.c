@@ -219,7 +219,8 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
 unwait:
     if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE &&
         !s->simple)
-        dlock__redis_rw_unwait(s, h, dlock__wait_deadline(w)); /* let the readers behind us in */
+        /* let the readers behind us in */
+        dlock__redis_rw_unwait(s, h, dlock__redis_give_up_deadline(w, rc));
 out:
     dlock__redis_keys_free(&k);
     return rc;

@@ -622,6 +622,12 @@ bool dlock__redis_outage_note(struct dlock__redis_outage *o, int rc, bool unavai
 int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms, int64_t lease_ms,
                             const struct dlock__redis_outage *o, int outage_rc, const char *where,
                             const char *key);
+/* How long a wait W that ended with RC may still spend sending what its
+ * end owes the server (a writer's unwait, a fair waiter's leave), as a
+ * deadline: what is left of the wait, and nothing once it was canceled
+ * (the caller asked to stop now): what is not sent by then goes to the
+ * keeper, so the wait ends at its end even while the server stalls. */
+int64_t dlock__redis_give_up_deadline(const struct dlock__wait *w, int rc);
 
 /* ------------------------------------------------------------ mutex.c */
 

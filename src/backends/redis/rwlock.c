@@ -181,7 +181,8 @@ void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, 
 {
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg); /* the acquire's own failure is the story */
-    /* within what is left of the wait (nothing once it timed out): the
+    /* within what is left of the wait (nothing once it timed out or was
+     * canceled): the
      * caller's wait_ms holds even when the server stalls; the keeper
      * sends what could not be sent by then (a record left behind only
      * keeps readers out until it lapses) */

@@ -243,18 +243,19 @@ static uint64_t ctl_create_rev(const char *key)
     return rev;
 }
 
-/* How many keys under PREFIX were created on the lease their name
- * carries ("<lease hex>" or "<lease hex>_<serial>" after the last '/'),
- * the hold's: etcd's own record of each key as its creating revision
- * left it. A waiting key is created on the waiters' short lease instead. */
-static int keys_created_on_hold_lease(const char *prefix)
+/* How many keys under PREFIX are on the lease their name carries
+ * ("<lease hex>" or "<lease hex>_<serial>" after the last '/'), the
+ * hold's: now, or (AS_CREATED) as the revision that created each left
+ * it, etcd's own record. A waiting key is on the client's waiters' lease. */
+static int keys_on_hold_lease(const char *prefix, bool as_created)
 {
     char *keys = ctl_keys(prefix);
     int n = 0;
     for (char *line = keys, *nl; line && (nl = strchr(line, '\n')); line = nl + 1) {
         *nl = 0;
         char rev[32], *out = NULL;
-        snprintf(rev, sizeof rev, "--rev=%llu", (unsigned long long)ctl_create_rev(line));
+        snprintf(rev, sizeof rev, "--rev=%llu",
+                 as_created ? (unsigned long long)ctl_create_rev(line) : 0ull);
         ck_assert_int_eq(etcdf_ctl(&F, &out, NULL, "get", line, rev, "-w", "json", NULL), 0);
         const char *at = out ? strstr(out, "\"lease\":") : NULL;
         unsigned long long lease = at ? strtoull(at + strlen("\"lease\":"), NULL, 10) : 0;
@@ -1054,6 +1055,16 @@ TU_TEST_IN(single, killed_sem_waiters_do_not_stall, 90)
     for (int i = 0; i < NW; i++)
         kids[i] = fork_waiter(url, "ksw", 1);
     ck_assert_msg(wait_key_count("ksw/sem/", NW + 1), "the waiters never queued");
+    /* A permit's key is created on the hold's lease (one round trip when a
+     * permit is free) and moved to the waiters' lease before it waits:
+     * they are killed once every waiter's key has moved. */
+    int on_hold_lease = NW + 1;
+    for (int i = 0; i < 800 && on_hold_lease > 1; i++) {
+        if ((on_hold_lease = keys_on_hold_lease("ksw/sem/", false)) > 1)
+            tu_sleep_ms(25);
+    }
+    ck_assert_msg(on_hold_lease == 1, "%d waiters' keys never left their hold lease",
+                  on_hold_lease - 1);
     for (int i = 0; i < NW; i++)
         kill(kids[i], SIGKILL);
     for (int i = 0; i < NW; i++)
@@ -1085,7 +1096,7 @@ TU_TEST_IN(single, killed_waiters_do_not_stall_the_queue, 90)
     /* Only the holder's key was ever on a hold lease: a waiter's key
      * created there stalled the queue for it when its process was killed
      * before it moved the key to the waiters' lease. */
-    ck_assert_int_eq(keys_created_on_hold_lease("kw/"), 1);
+    ck_assert_int_eq(keys_on_hold_lease("kw/", true), 1);
     char *keys = ctl_keys("kw/");
     for (int i = 0; i < NW; i++)
         kill(kids[i], SIGKILL);

@@ -25,7 +25,11 @@
  * struct etcd_hold. A waiting key hangs on the client's short waiters'
  * lease, as the lock's do, so a killed waiter holds the queue up for that
  * lease (2 s), not for the hold's; once in, it goes back to the hold's
- * lease (a put keeps its create revision). A key whose put may have happened without
+ * lease (a put keeps its create revision). Unlike the lock's, it is
+ * created on the hold's lease and moved by the next request: whether it
+ * holds is known only once it is put, and a permit beside other holders
+ * costs one round trip; a waiter killed between the two holds the queue
+ * up for the hold lease. A key whose put may have happened without
  * its reply, and a key left by a wait that gave up, go through the core's
  * cleanup queue (dlock__etcd_delete_key).
  */

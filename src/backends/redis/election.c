@@ -179,15 +179,17 @@ static uint64_t reply_u64(const redisReply *r)
                                             : 0;
 }
 
-/* One look at election NAME into OUT; *CONSISTENT false while a new
- * leader has not written its value yet; *TTL the lock's PTTL. */
-static int look(struct redis_state *s, const char *name, struct leader_keys *lk, int64_t deadline,
-                struct dlock_leader *out, bool *consistent, int64_t *ttl)
+/* One look at the election on its node into OUT; *CONSISTENT false while
+ * a new leader has not written its value yet; *TTL the lock's PTTL. */
+static int look(const struct dlock__redis_observer *ob, int64_t deadline, struct dlock_leader *out,
+                bool *consistent, int64_t *ttl)
 {
+    struct redis_state *s = ob->nodes[0];
+    const struct leader_keys *lk = ob->lk;
     const char *args[] = {"3", lk->k.lock, lk->value, lk->k.token};
     redisReply *r = NULL;
     char what[600];
-    snprintf(what, sizeof what, "read the leader of election '%s'", name);
+    snprintf(what, sizeof what, "read the leader of election '%s'", ob->name);
     int rc = eval(s, deadline, dlock__redis_leader_read_src, 4, args, what, &r);
     free(out->value);
     memset(out, 0, sizeof *out);
@@ -224,6 +226,43 @@ int dlock__redis_leader_parse(struct redis_state *s, const redisReply *r, const 
     return rc;
 }
 
+int dlock__redis_observe(const struct dlock__redis_observer *ob, const struct dlock_leader *known,
+                         struct dlock__wait *w, struct dlock_leader *out)
+{
+    const char *chan = ob->lk->chan;
+    size_t chan_len = strlen(chan), joined = 0;
+    int rc;
+    for (;;) {
+        unsigned seq = dlock__wait_seq(w);
+        bool consistent = false;
+        int64_t ttl = -2;
+        rc = ob->look(ob, dlock__wait_deadline(w), out, &consistent, &ttl);
+        if (rc)
+            break;
+        if (dlock__observe_done(known, out, consistent, w, &rc))
+            break;
+        /* Every node's leader channel: a subscription's confirmation
+         * wakes us, and then we look again. */
+        for (; joined < ob->n; joined++)
+            if ((rc = dlock__redis_hub_join(ob->nodes[joined], chan, chan_len, w)))
+                break;
+        if (rc)
+            break;
+        /* Until a message, or the lock's remaining lease (an expiry
+         * publishes nothing); none held, or no expiry: IDLE_MS. */
+        int64_t bound = ttl >= 0 ? ttl : ob->idle_ms;
+        rc = dlock__redis_wait_sleep(w, seq, bound, ob->idle_ms, NULL, DLOCK_ECONN, ob->where,
+                                     ob->lk->k.lock);
+        if (rc)
+            break;
+        for (size_t i = 0; i < joined; i++)
+            dlock__redis_hub_ack(ob->nodes[i], chan, chan_len, w);
+    }
+    for (size_t i = 0; i < joined; i++)
+        dlock__redis_hub_leave(ob->nodes[i], chan, chan_len, w, true);
+    return rc;
+}
+
 int dlock__redis_elect_observe(void *state, const char *name, const struct dlock_leader *known,
                                struct dlock__wait *w, struct dlock_leader *out)
 {
@@ -232,34 +271,11 @@ int dlock__redis_elect_observe(void *state, const char *name, const struct dlock
     int rc = dlock__redis_leader_keys(s, name, &lk);
     if (rc)
         return rc;
-    size_t chan_len = strlen(lk.chan);
-    bool joined = false;
-    for (;;) {
-        unsigned seq = dlock__wait_seq(w);
-        bool consistent = false;
-        int64_t ttl = -2;
-        rc = look(s, name, &lk, dlock__wait_deadline(w), out, &consistent, &ttl);
-        if (rc)
-            break;
-        if (dlock__observe_done(known, out, consistent, w, &rc))
-            break;
-        if (!joined) {
-            /* Its confirmation wakes us: then we look again. */
-            if ((rc = dlock__redis_hub_join(s, lk.chan, chan_len, w)))
-                break;
-            joined = true;
-        }
-        /* Until a message, or the leader's remaining lease (an expiry
-         * publishes nothing); a lock without expiry: the op timeout. */
-        int64_t bound = ttl >= 0 ? ttl : s->op_timeout_ms;
-        rc = dlock__redis_wait_sleep(w, seq, bound, s->op_timeout_ms, NULL, DLOCK_ECONN,
-                                     s->where, lk.k.lock);
-        if (rc)
-            break;
-        dlock__redis_hub_ack(s, lk.chan, chan_len, w);
-    }
-    if (joined)
-        dlock__redis_hub_leave(s, lk.chan, chan_len, w, true);
+    struct redis_state *const nodes[] = {s};
+    const struct dlock__redis_observer ob = {.nodes = nodes, .n = 1, .name = name,
+                                             .where = s->where, .lk = &lk,
+                                             .idle_ms = s->op_timeout_ms, .look = look};
+    rc = dlock__redis_observe(&ob, known, w, out);
     dlock__redis_leader_keys_free(&lk);
     return rc;
 }

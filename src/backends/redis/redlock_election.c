@@ -37,14 +37,17 @@
  * the nodes keeping their keys and counters (docs/protocol-redis.md,
  * "Redlock"). */
 
-/* The per-node keys and script digests of election NAME's leader. */
+/* The per-node keys and script digests of election NAME's leader on
+ * RL's nodes. */
 struct rl_leader {
+    struct redlock *rl;
     struct leader_keys lk;
     char write_sha[41], read_sha[41];
 };
 
 static int rl_leader_make(struct redlock *rl, const char *name, struct rl_leader *ld)
 {
+    ld->rl = rl;
     int rc = dlock__redis_leader_keys(rl->node[0], name, &ld->lk);
     if (!rc) {
         dlock__redlock_sha1_hex(dlock__redis_leader_write_src, ld->write_sha);
@@ -172,9 +175,12 @@ static bool same_holder(const struct redlock *rl, const char *a, const char *b)
  * when no majority says anything yet), *TTL the shortest remaining lease
  * of the lock among the nodes that hold it (-2: none). DLOCK_EUNAVAIL when
  * fewer than a majority answered. */
-static int rl_look(struct redlock *rl, const char *name, struct rl_leader *ld, int64_t deadline,
+static int rl_look(const struct dlock__redis_observer *ob, int64_t deadline,
                    struct dlock_leader *out, bool *consistent, int64_t *ttl)
 {
+    const struct rl_leader *ld = ob->arg;
+    struct redlock *rl = ld->rl;
+    const char *name = ob->name;
     const struct lock_keys *k = &ld->lk.k;
     const char *args[] = {k->lock, ld->lk.value, k->token};
     size_t lens[] = {k->lock_len, strlen(ld->lk.value), k->token_len};
@@ -254,35 +260,13 @@ int dlock__redlock_elect_observe(void *state, const char *name, const struct dlo
     int rc = rl_leader_make(rl, name, &ld);
     if (rc)
         return rc;
-    size_t chan_len = strlen(ld.lk.chan), joined = 0;
-    for (;;) {
-        unsigned seq = dlock__wait_seq(w);
-        bool consistent = false;
-        int64_t ttl = -2;
-        rc = rl_look(rl, name, &ld, dlock__wait_deadline(w), out, &consistent, &ttl);
-        if (rc)
-            break;
-        if (dlock__observe_done(known, out, consistent, w, &rc))
-            break;
-        /* Every node's leader channel; a subscription's confirmation
-         * wakes us, and then we look again. */
-        for (; joined < rl->n; joined++)
-            if ((rc = dlock__redis_hub_join(rl->node[joined], ld.lk.chan, chan_len, w)))
-                break;
-        if (rc)
-            break;
-        /* Until a message, or the shortest remaining lease (an expiry
-         * publishes nothing); none held: the node timeout. */
-        int64_t bound = ttl >= 0 ? ttl : rl->node_timeout_ms;
-        rc = dlock__redis_wait_sleep(w, seq, bound, rl->node_timeout_ms, NULL, DLOCK_EUNAVAIL,
-                                     rl->where, ld.lk.k.lock);
-        if (rc)
-            break;
-        for (size_t i = 0; i < joined; i++)
-            dlock__redis_hub_ack(rl->node[i], ld.lk.chan, chan_len, w);
-    }
-    for (size_t i = 0; i < joined; i++)
-        dlock__redis_hub_leave(rl->node[i], ld.lk.chan, chan_len, w, true);
+    /* the shortest remaining lease among the nodes bounds each sleep;
+     * none held: the node timeout */
+    const struct dlock__redis_observer ob = {.nodes = rl->node, .n = rl->n, .name = name,
+                                             .where = rl->where, .lk = &ld.lk,
+                                             .idle_ms = rl->node_timeout_ms, .look = rl_look,
+                                             .arg = &ld};
+    rc = dlock__redis_observe(&ob, known, w, out);
     dlock__redis_leader_keys_free(&ld.lk);
     return rc;
 }

@@ -433,15 +433,23 @@ out:
 
 /* ============================================================== release */
 
+/* What a call on the nodes holding H starts from: *BD, H's node record,
+ * and its keys in K (to free). DLOCK_ELOST when H has no record. */
+static int hold_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_hold **bd,
+                      struct lock_keys *k)
+{
+    if (!(*bd = h->bdata))
+        return dlock__err(DLOCK_ELOST, "%s: lock '%s': no node record", rl->where, h->name);
+    return dlock__redis_keys_make(rl->node[0], h->name, k);
+}
+
 int dlock__redlock_release(void *state, struct dlock__hold *h)
 {
     struct redlock *rl = state;
-    struct rl_hold *bd = h->bdata;
-    h->bdata = NULL;
-    if (!bd)
-        return dlock__err(DLOCK_ELOST, "%s: lock '%s': no node record", rl->where, h->name);
+    struct rl_hold *bd;
     struct lock_keys k;
-    int rc = dlock__redis_keys_make(rl->node[0], h->name, &k);
+    int rc = hold_nodes(rl, h, &bd, &k);
+    h->bdata = NULL;
     if (rc) {
         free(bd);
         return rc;
@@ -477,11 +485,9 @@ int dlock__redlock_release(void *state, struct dlock__hold *h)
 static int rl_downgrade(void *state, struct dlock__hold *h)
 {
     struct redlock *rl = state;
-    struct rl_hold *bd = h->bdata;
-    if (!bd)
-        return dlock__err(DLOCK_ELOST, "%s: lock '%s': no node record", rl->where, h->name);
+    struct rl_hold *bd;
     struct lock_keys k;
-    int rc = dlock__redis_keys_make(rl->node[0], h->name, &k);
+    int rc = hold_nodes(rl, h, &bd, &k);
     if (rc)
         return rc;
     char lease[24], token[24];

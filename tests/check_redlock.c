@@ -754,31 +754,97 @@ static bool no_writer_waits(void)
     return false;
 }
 
-/* A bounded wait that ends while one node is stopped (SIGSTOP) returns
- * at its end, not when the node answers: the writer that gives up takes
- * its waiting record (dlock_writers:{job}, which keeps new readers out)
- * off every node within what is left of the wait -- here nothing -- and
- * owes it to the keeper, which sends it to each node once it answers.
- * The record was taken off with no deadline, waiting for every node for
- * the node timeout (here 120 s: the test's own limit ends it first). */
-TU_TEST(wait_ends_on_time_with_a_node_stopped, 60)
+/* Whether the thread *TID is parked in its wait (a condition variable's
+ * futex, not a request's poll) in ten reads in a row, within 30 s. */
+static bool thread_parked(const atomic_long *tid)
+{
+    char *path = tu_fmt("/proc/self/task/%ld/wchan", (long)*tid);
+    int seen = 0;
+    for (int t = 0; t < 3000 && seen < 10; t++) {
+        char *wchan = tu_read_file(path);
+        seen = wchan && strstr(wchan, "futex") ? seen + 1 : 0;
+        free(wchan);
+        tu_sleep_ms(10);
+    }
+    free(path);
+    return seen == 10;
+}
+
+/* Until every node has a subscriber on CHANNEL (false after 30 s). */
+static bool subscribed_everywhere(const char *channel)
+{
+    for (int t = 0; t < 3000; t++) {
+        int on = 0;
+        for (int i = 0; i < nnodes; i++) {
+            redisReply *r = node_cmd(i, "PUBSUB NUMSUB %s", channel);
+            on += r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                  r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer > 0;
+            freeReplyObject(r);
+        }
+        if (on == nnodes)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+/* A writer's wait that ends while nodes are stopped (SIGSTOP) returns at
+ * its end, not when the nodes answer: the writer that gives up takes its
+ * waiting record (dlock_writers:{job}, which keeps new readers out) off
+ * every node within what is left of the wait -- nothing after a timeout
+ * (one node stopped) or a cancel (two: no majority either) -- and owes it
+ * to the keeper, which sends it to each node once it answers. */
+static void writer_gives_up_with_nodes_stopped(bool cancel)
 {
     start_nodes(3, NULL);
     struct tu_solo a = job_client("lease=60s&node_timeout=120s");
     TU_ACQUIRE_OK(a.l, DLOCK_TRY);
     struct tu_solo b = job_client("lease=60s&node_timeout=120s");
-    node_signal(2, SIGSTOP);
-    int rc = dlock_acquire(b.l, 1500);
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
-    node_signal(2, SIGCONT);
-    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "%s: %s", dlock_err_name(rc), msg);
+    int stopped = cancel ? 2 : 1, rc;
+    char msg[512] = "";
+    if (cancel) {
+        struct tu_waiter w;
+        tu_waiter_start(&w, b.l, DLOCK_FOREVER);
+        /* parked until the holder's lease: every subscription confirmed
+         * (each wakes it for one more try), no try under way */
+        ck_assert(subscribed_everywhere("redisson_lock__channel:{job}"));
+        ck_assert(subscribed_everywhere("redisson_rwlock:{job}"));
+        ck_assert_msg(thread_parked(&w.tid), "the writer never parked");
+        ck_assert_int_eq(node_int(0, "ZCARD dlock_writers:{job}"), 1);
+        for (int i = 1; i <= stopped; i++)
+            node_signal(i, SIGSTOP);
+        ck_assert_int_eq(dlock_lock_cancel(b.l), DLOCK_OK);
+        rc = tu_waiter_join(&w);
+    } else {
+        node_signal(1, SIGSTOP);
+        rc = dlock_acquire(b.l, 1500);
+        snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    }
+    for (int i = 1; i <= stopped; i++)
+        node_signal(i, SIGCONT);
+    ck_assert_msg(rc == (cancel ? DLOCK_ECANCELED : DLOCK_ETIMEDOUT), "%s: %s",
+                  dlock_err_name(rc), msg);
     ck_assert_msg(no_writer_waits(), "the keeper never took the waiting record off every node");
     TU_RELEASE_OK(a.l);
     TU_ACQUIRE_OK(b.l, DLOCK_TRY);
     TU_RELEASE_OK(b.l);
     tu_solo_close(&b);
     job_close(&a);
+}
+
+/* (The record was taken off with no deadline, waiting for every node for
+ * the node timeout, here 120 s: the test's own limit ended it first.) */
+TU_TEST(wait_ends_on_time_with_a_node_stopped, 60)
+{
+    writer_gives_up_with_nodes_stopped(false);
+}
+END_TEST
+
+/* (A canceled wait forever sent it within the node timeout, and waited
+ * for a majority: past the test's limit with two nodes stopped.) */
+TU_TEST(canceled_wait_ends_with_nodes_stopped, 60)
+{
+    writer_gives_up_with_nodes_stopped(true);
 }
 END_TEST
 

@@ -322,9 +322,10 @@ static void hubs_leave(struct redlock *rl, const struct dlock__hold *h, const st
  * DEADLINE: its record goes from every node at once within what is left
  * of the wait (once a majority answered, the others get a grace only),
  * and a node that did not answer by then -- every node, when nothing is
- * left (a timeout) -- is owed it by the keeper (rwlock.c; best effort:
- * the record lapses anyway). So the caller's wait_ms holds when a node
- * stalls. Keeps the acquire's own message. */
+ * left (a timeout, a cancel: dlock__redis_give_up_deadline) -- is owed it
+ * by the keeper (rwlock.c; best effort: the record lapses anyway). So the
+ * caller's wait_ms holds, and a cancel returns at once, when nodes stall.
+ * Keeps the acquire's own message. */
 static void unwait_nodes(struct redlock *rl, const struct dlock__hold *h, const struct lock_keys *k,
                          int64_t deadline)
 {
@@ -421,7 +422,8 @@ leave:
     hubs_leave(rl, h, &k, w, joined, rc == DLOCK_OK);
     if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE &&
         !rl->node[0]->simple)
-        unwait_nodes(rl, h, &k, dlock__wait_deadline(w)); /* let the readers behind us in */
+        /* let the readers behind us in */
+        unwait_nodes(rl, h, &k, dlock__redis_give_up_deadline(w, rc));
 out:
     if (rc == DLOCK_OK)
         h->bdata = bd;

@@ -56,7 +56,9 @@ static int rl_leader_make(struct redlock *rl, const char *name, struct rl_leader
     return rc;
 }
 
-/* Write VALUE as leader H's on every node at once: DLOCK_OK when a
+/* Write VALUE as leader H's on every node at once (once a majority
+ * answered, the others get the grace only: a stopped node does not hold
+ * a campaign or a proclaim for the node timeout): DLOCK_OK when a
  * majority took it; DLOCK_ELOST when so many nodes refused (the lock is
  * no longer ours there) that no majority can; else DLOCK_EUNAVAIL naming
  * a node's failure. */
@@ -85,7 +87,7 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
                                     .lens = lens};
     struct rl_round rd;
     dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + rl->node_timeout_ms, false,
-                         "write the leader's value", rl->n);
+                         "write the leader's value", rl->quorum);
     size_t taken = 0, refused = 0;
     for (size_t i = 0; i < rl->n; i++) {
         const redisReply *r = calls[i].reply;

@@ -43,6 +43,15 @@ static redisContext *raw(void)
     return ctx;
 }
 
+/* The end of a test on the server: the raw connection CTX closed, URL
+ * (the start_fair() one; may be NULL) freed, the server stopped. */
+static void stop_fair(redisContext *ctx, char *url)
+{
+    redisFree(ctx);
+    free(url);
+    fx_redis_stop(&srv);
+}
+
 /* The integer reply of a raw command (-1 for nil), asserting one came. */
 static long long raw_int(redisContext *ctx, const char *fmt, ...)
 {
@@ -121,27 +130,34 @@ struct takers {
     redisContext *ctx;
 };
 
-static void takers_begin(struct takers *t, const char *query, const char *name)
+static struct takers takers_begin(const char *query, const char *name)
 {
-    t->url = start_fair(query);
-    t->dir = tu_tmpdir("fair");
-    t->file = tu_fmt("%s/got", t->dir);
-    t->c = tu_open(t->url);
-    t->l = tu_lock(t->c, name);
-    TU_ACQUIRE_OK(t->l, DLOCK_TRY);
-    t->ctx = raw();
+    struct takers t = {.url = start_fair(query), .dir = tu_tmpdir("fair")};
+    t.file = tu_fmt("%s/got", t.dir);
+    t.c = tu_open(t.url);
+    t.l = tu_lock(t.c, name);
+    TU_ACQUIRE_OK(t.l, DLOCK_TRY);
+    t.ctx = raw();
+    return t;
 }
 
 static void takers_end(struct takers *t)
 {
-    redisFree(t->ctx);
     TU_FREE_LOCKS(t->l);
     TU_CLOSE_CLIENTS(t->c);
     tu_rmrf(t->dir);
     free(t->file);
     free(t->dir);
-    free(t->url);
-    fx_redis_stop(&srv);
+    stop_fair(t->ctx, t->url);
+}
+
+/* A taker TAG (spawn_taker) queued for NAME, seen by the server as the
+ * waiter that makes NTH of them. */
+static pid_t queue_taker(struct takers *t, const char *name, const char *tag, long long nth)
+{
+    pid_t pid = spawn_taker(t->url, name, tag, t->file);
+    wait_queued(t->ctx, name, nth);
+    return pid;
 }
 
 /* 8 processes queue one after the other (each seen queued by the server
@@ -150,15 +166,13 @@ static void takers_end(struct takers *t)
 TU_TEST(order_of_arrival_across_processes, 120)
 {
     enum { P = 8 };
-    struct takers t;
-    takers_begin(&t, NULL, "q");
+    struct takers t = takers_begin(NULL, "q");
     uint64_t last = tu_token(t.l);
     pid_t pid[P];
     for (int i = 0; i < P; i++) {
         char tag[8];
         snprintf(tag, sizeof tag, "p%d", i);
-        pid[i] = spawn_taker(t.url, "q", tag, t.file);
-        wait_queued(t.ctx, "q", i + 1);
+        pid[i] = queue_taker(&t, "q", tag, i + 1);
     }
     /* inspect shows the queue, first to last (the CLI's owners) */
     dlock_info *info = NULL;
@@ -195,12 +209,9 @@ TU_TEST(order_of_arrival_across_processes, 120)
  * and the release then goes to the live waiter, not to the dead one. */
 TU_TEST(killed_waiter_skipped_after_queue_lease, 120)
 {
-    struct takers t;
-    takers_begin(&t, "queue_lease=1s", "k");
-    pid_t dead = spawn_taker(t.url, "k", "dead", t.file);
-    wait_queued(t.ctx, "k", 1);
-    pid_t live = spawn_taker(t.url, "k", "live", t.file);
-    wait_queued(t.ctx, "k", 2);
+    struct takers t = takers_begin("queue_lease=1s", "k");
+    pid_t dead = queue_taker(&t, "k", "dead", 1);
+    pid_t live = queue_taker(&t, "k", "live", 2);
     kill(dead, SIGKILL);
     tu_wait_exit(dead);
     /* the live one's refresh drops the dead entry once its lease is out */
@@ -223,11 +234,9 @@ TU_TEST(killed_waiter_skipped_after_queue_lease, 120)
  * dead one's grant. */
 TU_TEST(dead_waiter_handed_the_lock_blocks_only_its_queue_lease, 120)
 {
-    struct takers t;
-    takers_begin(&t, "queue_lease=3s&lease=60s", "x");
+    struct takers t = takers_begin("queue_lease=3s&lease=60s", "x");
     uint64_t t0 = tu_token(t.l);
-    pid_t dead = spawn_taker(t.url, "x", "dead", t.file);
-    wait_queued(t.ctx, "x", 1);
+    pid_t dead = queue_taker(&t, "x", "dead", 1);
     dlock_client *c = tu_open(t.url);
     dlock_lock *l = tu_lock(c, "x");
     struct tu_waiter w;
@@ -255,8 +264,7 @@ TU_TEST(dead_waiter_handed_the_lock_blocks_only_its_queue_lease, 120)
  * is extended that once too. */
 TU_TEST(handed_over_lock_extended_to_its_lease, 60)
 {
-    struct takers t;
-    takers_begin(&t, "queue_lease=1s&lease=60s", "e");
+    struct takers t = takers_begin("queue_lease=1s&lease=60s", "e");
     dlock_client *c = tu_open(t.url);
     for (int fixed = 0; fixed < 2; fixed++) { /* 1: a fixed lease, extended once */
         if (fixed)
@@ -337,12 +345,10 @@ TU_TEST(release_of_another_kind_wakes_the_fair_head, 120)
         if (round == 0)
             ck_assert_int_eq(dlock_release(la), DLOCK_ELOST);
     }
-    redisFree(ctx);
     TU_FREE_LOCKS(la, lp, lb);
     TU_CLOSE_CLIENTS(a, p, b);
     free(plain);
-    free(fair);
-    fx_redis_stop(&srv);
+    stop_fair(ctx, fair);
 }
 
 /* The deadline (server ms) in the queue record of NAME's waiter at
@@ -367,12 +373,9 @@ static long long queued_deadline(redisContext *ctx, const char *name, int nth)
  * leases it is still first, and gets the lock before the one behind it. */
 TU_TEST(waiter_keeps_its_place_past_its_queue_lease, 120)
 {
-    struct takers t;
-    takers_begin(&t, "queue_lease=600ms", "p");
-    pid_t first = spawn_taker(t.url, "p", "first", t.file);
-    wait_queued(t.ctx, "p", 1);
-    pid_t second = spawn_taker(t.url, "p", "second", t.file);
-    wait_queued(t.ctx, "p", 2);
+    struct takers t = takers_begin("queue_lease=600ms", "p");
+    pid_t first = queue_taker(&t, "p", "first", 1);
+    pid_t second = queue_taker(&t, "p", "second", 2);
     long long d0 = queued_deadline(t.ctx, "p", 0), d = d0;
     ck_assert_int_gt(d0, 0);
     /* three queue leases later, by the server's clock */
@@ -422,11 +425,9 @@ static long long calls_per_handoff(const char *layout)
         handoff = script_calls(ctx) - before - 1; /* the release's own call */
         TU_RELEASE_OK(lb);
     }
-    redisFree(ctx);
     TU_FREE_LOCKS(la, lb);
     TU_CLOSE_CLIENTS(a, b);
-    free(url);
-    fx_redis_stop(&srv);
+    stop_fair(ctx, url);
     return handoff;
 }
 
@@ -454,14 +455,16 @@ struct starve {
     atomic_int failed;
 };
 
-struct starve_arg {
+/* One of the SV clients: its thread, and its place in the turns. */
+struct starve_client {
     struct starve *st;
     int id;
+    pthread_t th;
 };
 
 static void *starve_main(void *arg)
 {
-    struct starve_arg *a = arg;
+    struct starve_client *a = arg;
     struct starve *st = a->st;
     dlock_client *c = NULL;
     if (dlock_open(st->url, &c) != DLOCK_OK) {
@@ -503,31 +506,28 @@ static void *starve_main(void *arg)
 TU_TEST(no_starvation_among_8_clients, 120)
 {
     struct starve st = {.url = start_fair(NULL)};
-    struct starve_arg a[SV];
-    pthread_t th[SV];
+    struct starve_client a[SV];
     /* one client holds while the 8 queue, so the turns start in order */
     dlock_client *c = tu_open(st.url);
     dlock_lock *l = tu_lock(c, "s");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     redisContext *ctx = raw();
     for (int i = 0; i < SV; i++) {
-        a[i] = (struct starve_arg){.st = &st, .id = i};
-        pthread_create(&th[i], NULL, starve_main, &a[i]);
+        a[i] = (struct starve_client){.st = &st, .id = i};
+        pthread_create(&a[i].th, NULL, starve_main, &a[i]);
         wait_queued(ctx, "s", i + 1);
     }
     TU_RELEASE_OK(l);
     for (int i = 0; i < SV; i++)
-        pthread_join(th[i], NULL);
+        pthread_join(a[i].th, NULL);
     ck_assert_msg(!atomic_load(&st.failed), "a client failed: %s", dlock_errmsg());
     ck_assert_int_eq(atomic_load(&st.seq_len), SV * ROUNDS);
     for (int i = 0; i < SV * ROUNDS; i++)
         ck_assert_msg(st.seq[i] == i % SV, "turn %d went to client %d, not %d", i, st.seq[i],
                       i % SV);
-    redisFree(ctx);
     TU_FREE_LOCKS(l);
     TU_CLOSE_CLIENTS(c);
-    free(st.url);
-    fx_redis_stop(&srv);
+    stop_fair(ctx, st.url);
 }
 
 /* A waiter that gives up while a release hands it the lock: the leave
@@ -578,12 +578,10 @@ TU_TEST(grant_to_a_waiter_that_gave_up_is_passed_on, 120)
     ck_assert_int_eq(tu_waiter_join(&wc), DLOCK_OK);
     ck_assert_msg(wc.token == t0 + 2, "c's token %llu: not the one after b's grant (%llu + 2)",
                   (unsigned long long)wc.token, (unsigned long long)t0);
-    redisFree(ctx);
     TU_FREE_LOCKS(la, lb, lc);
     TU_CLOSE_CLIENTS(a, b, c);
     free(url_pw);
-    free(url);
-    fx_redis_stop(&srv);
+    stop_fair(ctx, url);
 }
 
 /* A TCP relay in front of the server that, while STALL is set, stops
@@ -652,9 +650,7 @@ static void *sub_relay_main(void *arg)
             return NULL;
         struct sub_relay_conn *rc = malloc(sizeof *rc);
         *rc = (struct sub_relay_conn){.rl = rl, .client = c};
-        pthread_t th;
-        pthread_create(&th, NULL, sub_relay_conn_main, rc);
-        pthread_detach(th);
+        tu_thread_detached(sub_relay_conn_main, rc);
     }
 }
 
@@ -663,9 +659,7 @@ static void sub_relay_start(struct sub_relay *rl, int target_port)
     memset(rl, 0, sizeof *rl);
     rl->target_port = target_port;
     rl->listen_fd = tu_listen_loopback(&rl->port, 16);
-    pthread_t th;
-    pthread_create(&th, NULL, sub_relay_main, rl);
-    pthread_detach(th);
+    tu_thread_detached(sub_relay_main, rl);
 }
 
 /* A grant that reaches its waiter only after its lease ran out and the
@@ -717,12 +711,10 @@ TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
     ck_assert_int_eq(dlock_hold_count(lc), 1); /* c held it throughout */
     ck_assert_int_eq(raw_int(ctx, "HLEN late"), 2); /* c's field and mode */
     TU_RELEASE_OK(lc);
-    redisFree(ctx);
     TU_FREE_LOCKS(la, lw, lc);
     TU_CLOSE_CLIENTS(a, b, c);
     free(url_w);
-    free(url);
-    fx_redis_stop(&srv);
+    stop_fair(ctx, url);
 }
 
 /* A script that keeps the server busy MS (under Redis's 5 s script time
@@ -767,8 +759,7 @@ static bool server_answers(void)
  * either, the caller asked to stop now. */
 static void gives_up_on_a_stalled_server(bool cancel)
 {
-    struct takers t;
-    takers_begin(&t, "timeout=20s&queue_lease=60s", "st");
+    struct takers t = takers_begin("timeout=20s&queue_lease=60s", "st");
     dlock_client *b = tu_open(t.url);
     dlock_lock *lb = tu_lock(b, "st");
     struct tu_waiter wb;
@@ -861,9 +852,8 @@ TU_TEST(leftover_field_never_makes_two_owners, 60)
     ck_assert_int_eq(raw_int(ctx, "HEXISTS g %s", y), 1);
     ck_assert_int_eq(raw_int(ctx, "HLEN g"), 2); /* y and mode */
     ck_assert_int_eq(queued(ctx, "g"), 1);      /* x, behind */
-    redisFree(ctx);
     free(src);
-    fx_redis_stop(&srv);
+    stop_fair(ctx, NULL);
 }
 
 /* A client of the default layout with fair handles (DLOCK_LOCK_FAIR):
@@ -893,10 +883,9 @@ TU_TEST(inspect_on_default_layout_lists_fair_waiters, 60)
     dlock_info_free(info);
     TU_RELEASE_OK(la);
     ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK); /* and released */
-    redisFree(ctx);
     TU_FREE_LOCKS(la, lb, plain);
     TU_CLOSE_CLIENTS(a, b);
-    fx_redis_stop(&srv);
+    stop_fair(ctx, NULL);
 }
 
 int main(void)

@@ -383,6 +383,14 @@ static long thread_syscall(long tid)
     return nr;
 }
 
+void tu_thread_detached(void *(*fn)(void *), void *arg)
+{
+    pthread_t th;
+    int rc = pthread_create(&th, NULL, fn, arg);
+    ck_assert_msg(rc == 0, "pthread_create: %s", strerror(rc));
+    pthread_detach(th);
+}
+
 bool tu_wait_thread_asleep(const atomic_long *tid, int timeout_ms)
 {
     int seen = 0; /* reads in a row that found it asleep */

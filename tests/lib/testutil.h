@@ -126,6 +126,9 @@ void tu_inside_leave(struct tu_inside *in);
  * TIMEOUT_MS. How a test knows a thread is inside a blocking call before
  * it cancels or releases, instead of sleeping a fixed time. */
 bool tu_wait_thread_asleep(const atomic_long *tid, int timeout_ms);
+/* FN(ARG) in a detached thread (a server's accept loop, one thread per
+ * connection it accepted), asserting that the thread was created. */
+void tu_thread_detached(void *(*fn)(void *), void *arg);
 
 /* Milliseconds on the monotonic clock (for reporting how long a step
  * took; never for asserting on it). */

@@ -153,22 +153,11 @@ static void migrate_end(unsigned slot, int to)
     ck_assert(fx_cluster_wait_ok(&cl));
 }
 
-/* Sharded subscribers of NAME's release channel on the node on PORT. */
-static long long shardnumsub_at(int port, const char *name)
-{
-    redisReply *r = fx_cluster_raw(port, "PUBSUB SHARDNUMSUB redisson_lock__channel:{%s}", name);
-    long long n = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer
-                                                                       : -1;
-    if (r)
-        freeReplyObject(r);
-    return n;
-}
-
+/* Wait until NAME's release channel has WANT sharded subscribers on the
+ * node on PORT. */
 static void wait_shardnumsub_at(int port, const char *name, long long want)
 {
-    for (int i = 0; i < 800 && shardnumsub_at(port, name) != want; i++)
-        tu_sleep_ms(25);
-    long long got = shardnumsub_at(port, name);
+    long long got = fx_redis_wait_lock_subscribers(port, name, true, want);
     ck_assert_msg(got == want, "%lld sharded subscribers of '%s' on port %d, not %lld", got, name,
                   port, want);
 }

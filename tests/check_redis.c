@@ -106,7 +106,6 @@ static redisContext *raw(void)
     return ctx;
 }
 
-/* The reply of a raw command (caller frees), asserting there is one. */
 /* The server started and a raw connection to it (to play other clients
  * on the wire or see what dlock wrote): the frame of the wire tests.
  * served_raw_close() closes the connection and stops the server. */
@@ -122,6 +121,7 @@ static void served_raw_close(redisContext *ctx)
     stop_server();
 }
 
+/* The reply of a raw command (caller frees), asserting there is one. */
 static redisReply *vcmd(redisContext *ctx, const char *fmt, va_list ap)
 {
     redisReply *r = redisvCommand(ctx, fmt, ap);
@@ -155,13 +155,10 @@ static long long cmd_int(redisContext *ctx, const char *fmt, ...)
     return v;
 }
 
-/* The string value of a raw command, or NULL for nil (caller frees). */
-static char *cmd_str(redisContext *ctx, const char *fmt, ...)
+/* The string value of reply R (a cmd()'s), or NULL for nil (caller
+ * frees); R is freed. */
+static char *reply_str(redisReply *r)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = vcmd(ctx, fmt, ap);
-    va_end(ap);
     char *s = NULL;
     if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR)
         s = strdup(r->str);
@@ -691,7 +688,7 @@ static int redisson_rw_op(redisContext *ctx, int op, const char *name, const cha
 
 static void expect_mode(redisContext *ctx, const char *name, const char *want)
 {
-    char *mode = cmd_str(ctx, "HGET %s mode", name);
+    char *mode = reply_str(cmd(ctx, "HGET %s mode", name));
     ck_assert_msg(mode && strcmp(mode, want) == 0, "mode of %s: %s, not %s", name,
                   mode ? mode : "(nil)", want);
     free(mode);
@@ -963,7 +960,7 @@ TU_TEST(simple_layout_on_the_wire, 60)
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
     TU_ACQUIRE_OK(l, 20000);
     uint64_t t = tu_token(l);
-    char *v = cmd_str(ctx, "GET report");
+    char *v = reply_str(cmd(ctx, "GET report"));
     char *want_suffix = tu_fmt(":%llu", (unsigned long long)t);
     ck_assert_msg(v && strlen(v) > strlen(want_suffix) &&
                       strcmp(v + strlen(v) - strlen(want_suffix), want_suffix) == 0,
@@ -1015,7 +1012,7 @@ TU_TEST(wrongtype_left_intact, 60)
     ck_assert_msg(strstr(dlock_errmsg(), "'jobs'") && strstr(dlock_errmsg(), "WRONGTYPE"), "%s",
                   dlock_errmsg());
     ck_assert_int_eq(dlock_acquire(l, 500), DLOCK_EWRONGTYPE);
-    char *v = cmd_str(ctx, "GET jobs");
+    char *v = reply_str(cmd(ctx, "GET jobs"));
     ck_assert_str_eq(v, "not-a-lock");
     free(v);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "redisson_lock_token:{jobs}"), 0);
@@ -1414,9 +1411,7 @@ static void *proxy_main(void *arg)
         struct proxy_conn *pc = malloc(sizeof *pc);
         pc->px = px;
         pc->client = c;
-        pthread_t th;
-        pthread_create(&th, NULL, proxy_conn_main, pc);
-        pthread_detach(th);
+        tu_thread_detached(proxy_conn_main, pc);
     }
 }
 
@@ -1429,9 +1424,7 @@ static void proxy_start(struct proxy *px, int target_port, const char *name)
     px->target_port = target_port;
     px->name = name;
     px->listen_fd = listen_loopback(&px->port);
-    pthread_t th;
-    pthread_create(&th, NULL, proxy_main, px);
-    pthread_detach(th);
+    tu_thread_detached(proxy_main, px);
 }
 
 /* Once the keeper's cancel of the lost acquire of NAME is recorded on
@@ -1810,9 +1803,7 @@ static void *fake_main(void *arg)
         struct fake_conn *fc = malloc(sizeof *fc);
         fc->fs = fs;
         fc->fd = fd;
-        pthread_t t;
-        pthread_create(&t, NULL, fake_conn_main, fc);
-        pthread_detach(t);
+        tu_thread_detached(fake_conn_main, fc);
     }
     return NULL;
 }
@@ -2024,7 +2015,7 @@ static void token_edges(const char *layout)
     uint64_t t = tu_token(l);
     ck_assert_uint_ge(t, 100000000000000ull);
     if (simple) {
-        char *v = cmd_str(ctx, "GET big");
+        char *v = reply_str(cmd(ctx, "GET big"));
         char *suffix = tu_fmt(":%llu", (unsigned long long)t);
         ck_assert_msg(v && strlen(v) > strlen(suffix) && strcmp(v + strlen(v) - strlen(suffix), suffix) == 0,
                       "value '%s' does not end in '%s'", v ? v : "(nil)", suffix);
@@ -2182,7 +2173,7 @@ END_TEST
 static long long connections_received(void)
 {
     redisContext *ctx = raw();
-    char *info = cmd_str(ctx, "INFO stats");
+    char *info = reply_str(cmd(ctx, "INFO stats"));
     const char *p = strstr(info, "total_connections_received:");
     ck_assert_msg(p != NULL, "INFO stats has no total_connections_received");
     long long n = atoll(p + strlen("total_connections_received:"));
@@ -2341,7 +2332,7 @@ TU_TEST(lost_downgrade_reply, 60)
     ck_assert_int_eq(atomic_load(&px.drop_downgrade), 0); /* the fault did happen */
     ck_assert_uint_eq(dlock_hold_count(r), 1);
     ck_assert_uint_eq(tu_token(r), t);
-    char *mode = cmd_str(ctx, "HGET %s mode", "dg");
+    char *mode = reply_str(cmd(ctx, "HGET %s mode", "dg"));
     ck_assert_str_eq(mode, "read");
     free(mode);
     dlock_client *b = open_with(NULL);
@@ -2681,7 +2672,7 @@ TU_TEST(thousand_names_waited_at_once, 60)
     redisReply *r = cmd(ctx, "PUBSUB CHANNELS %s", "redisson_lock__channel:*");
     ck_assert_uint_eq(r->elements, (size_t)many);
     freeReplyObject(r);
-    char *clients = cmd_str(ctx, "CLIENT LIST TYPE pubsub");
+    char *clients = reply_str(cmd(ctx, "CLIENT LIST TYPE pubsub"));
     int npubsub = 0;
     for (char *p = clients; p && (p = strstr(p, "id=")); p++)
         npubsub++;
@@ -2951,7 +2942,7 @@ TU_TEST(script_digests_match_the_server, 60)
         snprintf(script, sizeof script, "return 1 --");
         memset(script + 11, 'a' + (char)(len % 26), sizeof script - 11);
         script[len] = 0;
-        char *server = cmd_str(ctx, "SCRIPT LOAD %s", script);
+        char *server = reply_str(cmd(ctx, "SCRIPT LOAD %s", script));
         dlock__redis_sha1_hex(script, len, hex);
         ck_assert_msg(server && strcmp(server, hex) == 0, "%zu bytes: the server says %s, dlock %s",
                       len, server ? server : "nothing", hex);
@@ -2975,7 +2966,7 @@ static void start_replica(struct fx_redis *rep)
     redisContext *ctx = raw();
     bool online = false;
     for (int i = 0; i < 400 && !online; i++) {
-        char *info = cmd_str(ctx, "INFO replication");
+        char *info = reply_str(cmd(ctx, "INFO replication"));
         online = info && strstr(info, "connected_slaves:1") && strstr(info, "state=online");
         free(info);
         if (!online)
@@ -3152,7 +3143,7 @@ END_TEST
 static void expect_sem_on_master(redisContext *ctx, const char *name, long long free_permits,
                                  long long held)
 {
-    char *f = cmd_str(ctx, "GET %s", name);
+    char *f = reply_str(cmd(ctx, "GET %s", name));
     ck_assert_msg(f && atoll(f) == free_permits, "free permits on the master: %s, not %lld",
                   f ? f : "(none)", free_permits);
     free(f);
@@ -3220,23 +3211,13 @@ END_TEST
 
 static struct fx_sentinels sen;
 
-/* Subscribers of the lock NAME's channel on the server at PORT. */
-static long long numsub_at(int port, const char *name)
-{
-    redisContext *ctx = fx_redis_raw(fx_sentinels_server(&sen, port), NULL);
-    ck_assert_msg(ctx != NULL, "no raw connection to port %d", port);
-    char *chan = tu_fmt("redisson_lock__channel:{%s}", name);
-    long long n = numsub(ctx, chan);
-    free(chan);
-    redisFree(ctx);
-    return n;
-}
-
+/* Wait until the lock NAME's channel has WANT subscribers on the server
+ * at PORT (plain or TLS). */
 static void wait_numsub_at(int port, const char *name, long long want)
 {
-    for (int i = 0; i < 600 && numsub_at(port, name) != want; i++)
-        tu_sleep_ms(25);
-    long long got = numsub_at(port, name);
+    const struct fx_redis *server = fx_sentinels_server(&sen, port);
+    ck_assert_msg(server != NULL, "no server of the topology on port %d", port);
+    long long got = fx_redis_wait_lock_subscribers(server->port, name, false, want);
     ck_assert_msg(got == want, "%lld subscribers of '%s' on port %d, not %lld", got, name, port, want);
 }
 

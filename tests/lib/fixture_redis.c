@@ -488,6 +488,30 @@ long long fx_redis_script_calls(redisContext *ctx)
     return total;
 }
 
+long long fx_redis_lock_subscribers(int port, const char *name, bool sharded)
+{
+    redisReply *r = raw_at(port, NULL, "PUBSUB %s redisson_lock__channel:{%s}",
+                           sharded ? "SHARDNUMSUB" : "NUMSUB", name);
+    long long n = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        n = r->element[1]->integer;
+    if (r)
+        freeReplyObject(r);
+    return n;
+}
+
+long long fx_redis_wait_lock_subscribers(int port, const char *name, bool sharded,
+                                         long long want)
+{
+    long long n = fx_redis_lock_subscribers(port, name, sharded);
+    for (int i = 0; i < 800 && n != want; i++) {
+        tu_sleep_ms(25);
+        n = fx_redis_lock_subscribers(port, name, sharded);
+    }
+    return n;
+}
+
 /* ------------------------------------------------------------- Cluster */
 
 redisReply *fx_cluster_raw(int port, const char *fmt, ...)

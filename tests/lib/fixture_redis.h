@@ -138,6 +138,14 @@ redisContext *fx_redis_raw(const struct fx_redis *r, const char *password);
 /* The script calls (EVALSHA and EVAL) the server on CTX ran so far, from
  * INFO commandstats; -1 when it did not answer. */
 long long fx_redis_script_calls(redisContext *ctx);
+/* Subscribers of the release channel of lock NAME
+ * ("redisson_lock__channel:{NAME}") on the server at PORT (plain) --
+ * sharded ones (SSUBSCRIBE, a cluster's) when SHARDED -- or -1 when it
+ * does not answer. fx_redis_wait_lock_subscribers() waits, 20 s at the
+ * most, until there are WANT, and returns the count it saw last. */
+long long fx_redis_lock_subscribers(int port, const char *name, bool sharded);
+long long fx_redis_wait_lock_subscribers(int port, const char *name, bool sharded,
+                                         long long want);
 #endif
 
 #endif

@@ -422,22 +422,19 @@ static int order[8], norder;
 static void *waiter_thread(void *p)
 {
     struct waiter_arg *a = p;
-    dlock_client *c = NULL;
-    a->result = dlock_open(a->url, &c);
+    struct tu_solo s;
+    a->result = tu_solo_open_quiet(a->url, a->name, &s);
     if (a->result)
         return NULL;
-    dlock_lock *l = NULL;
-    dlock_lock_new(c, a->name, DLOCK_EXCLUSIVE, 0, &l);
-    a->result = dlock_acquire(l, 30000);
+    a->result = dlock_acquire(s.l, 30000);
     if (a->result == DLOCK_OK) {
-        dlock_token(l, &a->token);
+        dlock_token(s.l, &a->token);
         pthread_mutex_lock(&order_mu);
         order[norder++] = a->id;
         pthread_mutex_unlock(&order_mu);
-        a->result = dlock_release(l);
+        a->result = dlock_release(s.l);
     }
-    dlock_lock_free(l);
-    dlock_client_close(c);
+    tu_solo_close(&s);
     return NULL;
 }
 
@@ -1288,27 +1285,20 @@ TU_TEST_IN(stopped, stopped_server_bounds_short_waits, 50)
 {
     struct tu_solo d = direct_open("lease=3000&timeout=60000&connect_timeout=60000", "stopped");
     ck_assert_int_eq(kill(F.s[0].pid, SIGSTOP), 0);
-    int rc = dlock_acquire(d.l, 100);
-    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "100 ms acquire, server stopped: %s %s",
-                  dlock_err_name(rc), dlock_errmsg());
+    TU_ACQUIRE_EXPECT(d.l, 100, DLOCK_ETIMEDOUT, "100 ms acquire, server stopped");
     /* short waits until the client library gives the connection up */
     bool reconnecting = false;
     for (int i = 0; i < 2000 && !reconnecting; i++) {
-        rc = dlock_acquire(d.l, 100);
-        ck_assert_msg(rc == DLOCK_ETIMEDOUT, "100 ms acquire, server stopped: %s %s",
-                      dlock_err_name(rc), dlock_errmsg());
+        TU_ACQUIRE_EXPECT(d.l, 100, DLOCK_ETIMEDOUT, "100 ms acquire, server stopped");
         reconnecting = strstr(dlock_errmsg(), "(connecting)") ||
                        strstr(dlock_errmsg(), "(associating)");
     }
     ck_assert_msg(reconnecting, "the client never noticed the stopped server: %s",
                   dlock_errmsg());
-    rc = dlock_acquire(d.l, DLOCK_TRY);
-    ck_assert_msg(rc == DLOCK_ECONN, "try-once while reconnecting: %s %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    TU_ACQUIRE_EXPECT(d.l, DLOCK_TRY, DLOCK_ECONN, "try-once while reconnecting");
     ck_assert_msg(strstr(dlock_errmsg(), "not connected"), "message %s", dlock_errmsg());
     ck_assert_int_eq(kill(F.s[0].pid, SIGCONT), 0);
-    rc = dlock_acquire(d.l, 30000);
-    ck_assert_msg(rc == DLOCK_OK, "after SIGCONT: %s %s", dlock_err_name(rc), dlock_errmsg());
+    TU_ACQUIRE_EXPECT(d.l, 30000, DLOCK_OK, "after SIGCONT");
     ck_assert_int_eq(dlock_release(d.l), DLOCK_OK);
     tu_solo_close(&d);
 }
@@ -1557,9 +1547,7 @@ TU_TEST_IN(standalone, lost_create_reply_leaves_no_node, 90)
     proxied_open_kept(&f, "lease=6000&timeout=400", "lost-reply");
     dlock_lock *warm = f.l;
     proxy_set(&f.px, PROXY_DISCARD);
-    int rc = dlock_acquire(warm, DLOCK_TRY);
-    ck_assert_msg(rc == DLOCK_ECONN, "acquire without replies: %s %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    TU_ACQUIRE_EXPECT(warm, DLOCK_TRY, DLOCK_ECONN, "acquire without replies");
     /* the server did create it */
     int n = 0;
     for (int i = 0; i < 200 && n == 0; i++) {
@@ -1741,6 +1729,43 @@ TU_TEST_IN(standalone, cancel_during_create_retries, 60)
 }
 END_TEST
 
+struct other_taker {
+    const char *url, *name;
+    int64_t wait;
+    const atomic_int *watch; /* what SEEN samples */
+    bool hold;               /* keep the lock until RELEASE_NOW (20 s at most) */
+    int rc, seen;
+    uint64_t token;
+    atomic_int done; /* RC, SEEN and TOKEN are set */
+    atomic_int release_now;
+};
+
+/* Another client of URL taking NAME in a thread of its own, waiting WAIT
+ * ms: when its acquire returns, RC is what it returned, TOKEN its token
+ * and SEEN what *WATCH held at that moment (whether what the test wants
+ * to happen first had happened), then DONE is set; it releases at once,
+ * or once RELEASE_NOW is set when HOLD. */
+static void *other_taker_main(void *p)
+{
+    struct other_taker *a = p;
+    struct tu_solo s;
+    a->rc = tu_solo_open_quiet(a->url, a->name, &s);
+    if (a->rc == DLOCK_OK) {
+        a->rc = dlock_acquire(s.l, a->wait);
+        a->seen = atomic_load(a->watch);
+        if (a->rc == DLOCK_OK)
+            dlock_token(s.l, &a->token);
+    }
+    atomic_store(&a->done, 1);
+    if (a->rc == DLOCK_OK) {
+        for (int i = 0; a->hold && i < 2000 && !atomic_load(&a->release_now); i++)
+            tu_sleep_ms(10);
+        dlock_release(s.l);
+    }
+    tu_solo_close(&s);
+    return NULL;
+}
+
 /* A holder cut off from the server (a proxy that drops both directions)
  * past its session timeout, while another client waits for the lock:
  * the holder's loss is reported (once) before the other client gets the
@@ -1748,36 +1773,6 @@ END_TEST
  * found expired: the release says DLOCK_ELOST, the lost callback does not
  * run again, and the very next acquisition opens a new session and
  * queues (busy while the other client holds, then taken). */
-struct partition_arg {
-    const char *url;
-    int rc;
-    int lost_when_acquired;
-    atomic_int acquired; /* rc and lost_when_acquired are set */
-    atomic_int release_now;
-};
-
-static void *partition_other(void *p)
-{
-    struct partition_arg *a = p;
-    dlock_client *c = NULL;
-    a->rc = dlock_open(a->url, &c);
-    if (a->rc)
-        return NULL;
-    dlock_lock *l = NULL;
-    dlock_lock_new(c, "partitioned", DLOCK_EXCLUSIVE, 0, &l);
-    a->rc = dlock_acquire(l, 30000);
-    a->lost_when_acquired = atomic_load(&hold_lost.fired);
-    atomic_store(&a->acquired, 1);
-    if (a->rc == DLOCK_OK) {
-        for (int i = 0; i < 2000 && !atomic_load(&a->release_now); i++)
-            tu_sleep_ms(10);
-        dlock_release(l);
-    }
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    return NULL;
-}
-
 TU_TEST_IN(standalone, partitioned_holder_lost_before_other_holds, 90)
 {
     struct proxied f;
@@ -1787,36 +1782,31 @@ TU_TEST_IN(standalone, partitioned_holder_lost_before_other_holds, 90)
     uint64_t t = tu_token(f.l);
 
     char *direct = url_with(NULL, "lease=2000");
-    struct partition_arg a = {.url = direct, .rc = -1};
+    struct other_taker a = {.url = direct, .name = "partitioned", .wait = 30000,
+                            .watch = &hold_lost.fired, .hold = true, .rc = -1};
     pthread_t th;
     proxy_set(&f.px, PROXY_BLACKHOLE);
-    pthread_create(&th, NULL, partition_other, &a);
+    pthread_create(&th, NULL, other_taker_main, &a);
     /* the other client gets the lock once our session expired */
-    for (int i = 0; i < 3000 && !atomic_load(&a.acquired); i++)
+    for (int i = 0; i < 3000 && !atomic_load(&a.done); i++)
         tu_sleep_ms(10);
-    ck_assert_msg(atomic_load(&a.acquired), "the other client is still waiting");
+    ck_assert_msg(atomic_load(&a.done), "the other client is still waiting");
     ck_assert_msg(a.rc == DLOCK_OK, "the other client: %s", dlock_err_name(a.rc));
-    ck_assert_msg(a.lost_when_acquired == 1,
+    ck_assert_msg(a.seen == 1,
                   "the other client held the lock before our loss was reported");
     proxy_set(&f.px, PROXY_FORWARD);
     /* the next acquire opens a new session, even one made while the
      * client is still learning that the old one expired (a waiting one:
      * a try-once does not wait for a connection) */
     dlock_lock *l2 = tu_lock(f.c, "partitioned-2");
-    int rc = dlock_acquire(l2, 20000);
-    ck_assert_msg(rc == DLOCK_OK, "first acquire after the partition: %s %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    TU_ACQUIRE_EXPECT(l2, 20000, DLOCK_OK, "first acquire after the partition");
     ck_assert_int_eq(dlock_release(l2), DLOCK_OK);
     dlock_lock_free(l2);
     /* the expired session: lost, once */
     ck_assert_int_eq(dlock_release(f.l), DLOCK_ELOST);
-    rc = dlock_acquire(f.l, DLOCK_TRY);
-    ck_assert_msg(rc == DLOCK_EBUSY, "acquire while the other client holds: %s %s",
-                  dlock_err_name(rc), dlock_errmsg());
+    TU_ACQUIRE_EXPECT(f.l, DLOCK_TRY, DLOCK_EBUSY, "acquire while the other client holds");
     atomic_store(&a.release_now, 1);
-    rc = dlock_acquire(f.l, 20000);
-    ck_assert_msg(rc == DLOCK_OK, "acquire after the other released: %s %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    TU_ACQUIRE_EXPECT(f.l, 20000, DLOCK_OK, "acquire after the other released");
     ck_assert_uint_gt(tu_token(f.l), t);
     pthread_join(th, NULL);
     ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
@@ -1831,38 +1821,6 @@ END_TEST
  * connection is back it must queue again with a new session (never
  * believe it holds while another client does) and get the lock when that
  * client releases, within its one acquire call. */
-struct pwaiter_arg {
-    const char *url;
-    int rc;
-    atomic_int done;
-    atomic_int other_holds; /* set by the test while another client holds */
-    int overlap;            /* acquired while other_holds was set */
-    uint64_t token;
-};
-
-static void *partitioned_waiter(void *p)
-{
-    struct pwaiter_arg *a = p;
-    dlock_client *c = NULL;
-    a->rc = dlock_open(a->url, &c);
-    if (a->rc) {
-        atomic_store(&a->done, 1);
-        return NULL;
-    }
-    dlock_lock *l = NULL;
-    dlock_lock_new(c, "pwait", DLOCK_EXCLUSIVE, 0, &l);
-    a->rc = dlock_acquire(l, 60000);
-    a->overlap = atomic_load(&a->other_holds);
-    if (a->rc == DLOCK_OK) {
-        dlock_token(l, &a->token);
-        dlock_release(l);
-    }
-    atomic_store(&a->done, 1);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    return NULL;
-}
-
 TU_TEST_IN(standalone, partitioned_waiter_requeues, 90)
 {
     REQUIRE_SERVERS();
@@ -1874,13 +1832,15 @@ TU_TEST_IN(standalone, partitioned_waiter_requeues, 90)
     dlock_client *h = tu_open(direct), *o = tu_open(direct);
     dlock_lock *lh = tu_lock(h, "pwait"), *lo = tu_lock(o, "pwait");
     ck_assert_int_eq(dlock_acquire(lh, DLOCK_TRY), DLOCK_OK);
-    struct pwaiter_arg a = {.url = purl, .rc = -1};
+    atomic_int other_holds = 0; /* set while another client holds */
+    struct other_taker a = {.url = purl, .name = "pwait", .wait = 60000, .watch = &other_holds,
+                            .rc = -1};
     pthread_t th;
-    pthread_create(&th, NULL, partitioned_waiter, &a);
+    pthread_create(&th, NULL, other_taker_main, &a);
     expect_waiters(h, "pwait", 1, 4000);
     /* cut the waiter off; the lock goes to another client meanwhile */
     proxy_set(&px, PROXY_BLACKHOLE);
-    atomic_store(&a.other_holds, 1);
+    atomic_store(&other_holds, 1);
     ck_assert_int_eq(dlock_release(lh), DLOCK_OK);
     int rc = dlock_acquire(lo, 20000); /* once the waiter's session expired */
     ck_assert_msg(rc == DLOCK_OK, "%s %s", dlock_err_name(rc), dlock_errmsg());
@@ -1892,11 +1852,11 @@ TU_TEST_IN(standalone, partitioned_waiter_requeues, 90)
     ck_assert_msg(!atomic_load(&a.done), "the waiter returned %s while another client held",
                   dlock_err_name(a.rc));
     ck_assert_int_eq(tu_waiters(o, "pwait"), 1);
-    atomic_store(&a.other_holds, 0);
+    atomic_store(&other_holds, 0);
     ck_assert_int_eq(dlock_release(lo), DLOCK_OK);
     pthread_join(th, NULL);
     ck_assert_msg(a.rc == DLOCK_OK, "the waiter: %s", dlock_err_name(a.rc));
-    ck_assert_int_eq(a.overlap, 0);
+    ck_assert_int_eq(a.seen, 0); /* it never held while the other did */
     ck_assert_uint_gt(a.token, to);
     TU_FREE_LOCKS(lh, lo);
     TU_CLOSE_CLIENTS(h, o);
@@ -1923,12 +1883,9 @@ TU_TEST_IN(standalone, wait_while_disconnected_honours_cancel_and_deadline, 90)
     tu_waiter_join(&arg);
     ck_assert_msg(arg.rc == DLOCK_ECANCELED, "canceled wait while disconnected: %s",
                   dlock_err_name(arg.rc));
-    int rc = dlock_acquire(f.l, 500);
-    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "bounded wait while disconnected: %s %s",
-                  dlock_err_name(rc), dlock_errmsg());
+    TU_ACQUIRE_EXPECT(f.l, 500, DLOCK_ETIMEDOUT, "bounded wait while disconnected");
     proxy_set(&f.px, PROXY_FORWARD);
-    rc = dlock_acquire(f.l, 20000);
-    ck_assert_msg(rc == DLOCK_OK, "after reconnecting: %s %s", dlock_err_name(rc), dlock_errmsg());
+    TU_ACQUIRE_EXPECT(f.l, 20000, DLOCK_OK, "after reconnecting");
     ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
     proxied_close(&f);
 }
@@ -2000,8 +1957,7 @@ TU_TEST_IN(standalone, cancel_while_disconnected_returns_at_once, 90)
     /* short waits until the client library gives the connection up */
     bool reconnecting = false;
     for (int i = 0; i < 2000 && !reconnecting; i++) {
-        int rc = dlock_acquire(probe, 100);
-        ck_assert_msg(rc == DLOCK_ETIMEDOUT, "probe: %s %s", dlock_err_name(rc), dlock_errmsg());
+        TU_ACQUIRE_EXPECT(probe, 100, DLOCK_ETIMEDOUT, "probe");
         reconnecting = strstr(dlock_errmsg(), "(connecting)") ||
                        strstr(dlock_errmsg(), "(associating)");
     }
@@ -2057,9 +2013,7 @@ TU_TEST_IN(standalone, session_closed_elsewhere_reported_lost_at_once, 90)
     ck_assert_msg(strstr(hold_lost.why, "expired"), "reason: %s", hold_lost.why);
     ck_assert_int_eq(dlock_validity_ms(l), 0);
     ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
-    int rc = dlock_acquire(l, 20000);
-    ck_assert_msg(rc == DLOCK_OK, "acquire on a new session: %s %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    TU_ACQUIRE_EXPECT(l, 20000, DLOCK_OK, "acquire on a new session");
     ck_assert_uint_gt(tu_token(l), t);
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     ck_assert_int_eq(atomic_load(&hold_lost.fired), 1);

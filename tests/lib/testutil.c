@@ -610,6 +610,17 @@ struct tu_solo tu_solo_open(char *url, const char *name)
     return s;
 }
 
+int tu_solo_open_quiet(const char *url, const char *name, struct tu_solo *s)
+{
+    *s = (struct tu_solo){0};
+    int rc = dlock_open(url, &s->c);
+    if (rc == DLOCK_OK && (rc = dlock_lock_new(s->c, name, DLOCK_EXCLUSIVE, 0, &s->l)) != DLOCK_OK) {
+        dlock_client_close(s->c);
+        s->c = NULL;
+    }
+    return rc;
+}
+
 void tu_solo_close(struct tu_solo *s)
 {
     dlock_lock_free(s->l);

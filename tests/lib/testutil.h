@@ -172,6 +172,17 @@ long tu_waiters(struct dlock_client *c, const char *name);
                       dlock_err_name(rc_), dlock_errmsg());                                   \
     } while (0)
 
+/* dlock_acquire(L, WAIT) asserted to return WANT (a dlock code; the
+ * message names WHAT, the step of the test, the code it returned and
+ * dlock_errmsg()). */
+#define TU_ACQUIRE_EXPECT(l, wait, want, what)                                                \
+    do {                                                                                      \
+        int rc_ = dlock_acquire((l), (wait));                                                 \
+        ck_assert_msg(rc_ == (want), "%s: acquire '%s': %s, not %s: %s", (what),              \
+                      dlock_lock_name(l), dlock_err_name(rc_), dlock_err_name(want),          \
+                      dlock_errmsg());                                                        \
+    } while (0)
+
 /* TU_ACQUIRE_OK(L, WAIT), then a release that must work: the name can be
  * taken (again) and given back. */
 void tu_acquire_release(struct dlock_lock *l, int64_t wait);
@@ -207,6 +218,11 @@ struct tu_solo {
 };
 struct tu_solo tu_solo_open(char *url, const char *name);
 void tu_solo_close(struct tu_solo *s);
+/* tu_solo_open() for a thread other than the test's (no assertion): a
+ * client of URL (not taken over: S->url stays NULL) with an exclusive
+ * handle on NAME in *S. DLOCK_OK, or the code of the call that failed,
+ * with nothing left open. */
+int tu_solo_open_quiet(const char *url, const char *name, struct tu_solo *s);
 
 /* What a lost callback saw: tu_on_lost (a dlock_lost_fn whose ARG is a
  * struct tu_lost) counts the calls and keeps the last reason;

@@ -137,7 +137,6 @@ TU_TEST(duration_parse, 60)
                       (long long)dlock__parse_duration(bad[i]));
     ck_assert_int_eq(dlock__parse_duration(NULL), -1);
 }
-END_TEST
 
 /* URL durations keep the range setopt keeps (at most a year). */
 TU_TEST(url_duration_range, 60)
@@ -161,7 +160,6 @@ TU_TEST(url_duration_range, 60)
     dlock_client_close(c);
     free(u);
 }
-END_TEST
 
 /* Every strndup() of dlock_client_new failing in turn: ENOMEM, never a
  * crash (the scheme's copy was used unchecked). */
@@ -189,7 +187,6 @@ TU_TEST(url_out_of_memory, 60)
         ck_assert(passed_all);
     }
 }
-END_TEST
 
 /* ----------------------------------------------------- unknown options */
 
@@ -237,7 +234,6 @@ TU_TEST(unknown_option_before_dial, 60)
     free(u);
 #endif
 }
-END_TEST
 
 /* ------------------------------------------------- passwords in URLs */
 
@@ -296,7 +292,6 @@ TU_TEST(password_slash_question, 60)
         dlock_client_close(c);
     }
 }
-END_TEST
 
 static void assert_no_secret(const char *u, const char *where, const char *text)
 {
@@ -337,7 +332,6 @@ TU_TEST(bad_url_without_colon, 30)
         ck_assert_msg(*dlock_errmsg(), "%s: no message", texts[i]);
     }
 }
-END_TEST
 
 /* Every error path of dlock_client_new() (and dlock_open()) with a
  * password holding '/' or '?': the message never shows it, nor does
@@ -410,7 +404,6 @@ TU_TEST(no_password_in_any_error, 60)
             free(u);
         }
 }
-END_TEST
 
 /* A '@' after a '/' where the text before it is a valid host list can be
  * read both ways: refused, quoting nothing before the '@'. */
@@ -434,7 +427,6 @@ TU_TEST(ambiguous_at, 60)
     ck_assert_str_eq(c->url.path, "/chroot@x");
     dlock_client_close(c);
 }
-END_TEST
 
 
 /* One client holding NAME through a handle-owned hold, and a second
@@ -509,7 +501,6 @@ TU_TEST(handle_owned_threads, 60)
     TU_FREE_LOCKS(other, h);
     dlock_client_close(c);
 }
-END_TEST
 
 /* Two handle-owned handles on one name are two owners, even in one
  * thread; freeing a handle releases its hold. */
@@ -540,7 +531,6 @@ TU_TEST(handle_owned_exclude, 60)
     dlock_lock_free(plain);
     dlock_client_close(c);
 }
-END_TEST
 
 /* Two threads acquiring through one handle-owned handle at once: one
  * acquires, the other waits for that outcome and re-enters. */
@@ -563,7 +553,6 @@ TU_TEST(handle_owned_concurrent, 60)
     ck_assert_int_eq(dlock_acquire(busy.holder, DLOCK_TRY), DLOCK_OK);
     busy_close(&busy);
 }
-END_TEST
 
 /* The same promises on a network backend, one whose server sees an
  * owner per thread (Redis: <uuid>:<id> fields) and one whose server sees
@@ -624,7 +613,6 @@ TU_TEST(handle_owned_redis, 60)
     handle_owned_contract(r.url);
     fx_redis_stop(&r);
 }
-END_TEST
 #endif
 
 #ifdef DLOCK_HAVE_ETCD
@@ -637,7 +625,6 @@ TU_TEST(handle_owned_etcd, 90)
     free(u);
     etcdf_stop(&f);
 }
-END_TEST
 #endif
 
 /* ------------------------------------------------------ cancel object */
@@ -679,7 +666,6 @@ TU_TEST(cancel_before_start, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* Fired while acquires wait (two threads, one object): both end with
  * DLOCK_ECANCELED and hold nothing; the holder keeps its hold. */
@@ -708,7 +694,6 @@ TU_TEST(cancel_during_wait, 60)
     dlock_cancel_free(k);
     busy_close(&busy);
 }
-END_TEST
 
 static dlock_cancel *signal_cancel;
 
@@ -738,7 +723,6 @@ TU_TEST(cancel_from_signal, 60)
     dlock_cancel_free(signal_cancel);
     busy_close(&busy);
 }
-END_TEST
 
 static size_t thread_count(void)
 {
@@ -822,7 +806,6 @@ TU_TEST(cancel_thread_lifetime, 60)
     wait_thread_count(before);
     ck_assert_int_eq(dlock_cancel_new(NULL), DLOCK_EINVAL);
 }
-END_TEST
 
 /* A child after fork() cannot use its parent's cancel object (its
  * canceler thread stayed in the parent) and makes its own, which works. */
@@ -859,7 +842,6 @@ TU_TEST(cancel_after_fork, 60)
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
     dlock_cancel_free(parent_k);
 }
-END_TEST
 
 /* A child that frees its parent's cancel object (it never made one of
  * its own) must leave the parent's canceler thread and epoll set alone:
@@ -890,7 +872,6 @@ TU_TEST(cancel_freed_by_child_keeps_parent_working, 60)
     dlock_cancel_free(k);
     busy_close(&busy);
 }
-END_TEST
 
 /* -------------------------------------------------- modes, capabilities */
 
@@ -921,7 +902,6 @@ TU_TEST(downgrade_upgrade, 60)
     TU_FREE_LOCKS(reader, s, x);
     dlock_client_close(c);
 }
-END_TEST
 
 /* What a backend cannot do is refused by the core before it is called. */
 TU_TEST(capabilities, 60)
@@ -942,7 +922,6 @@ TU_TEST(capabilities, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* ------------------------------------------------- log hook, counters */
 
@@ -1030,7 +1009,6 @@ TU_TEST(stats_and_log_file, 60)
     TU_FREE_LOCKS(l, busy);
     TU_CLOSE_CLIENTS(other, c);
 }
-END_TEST
 
 #ifdef DLOCK_HAVE_REDIS
 /* Redis: renewals counted with their latency, a force-release seen as a
@@ -1071,7 +1049,6 @@ TU_TEST(stats_and_log_redis, 90)
     free(u);
     fx_redis_stop(&r);
 }
-END_TEST
 
 /* The CLI: `run -v` prints the library's events on stderr (here the loss
  * a force-release causes, found by the next renewal), `status --json`
@@ -1095,7 +1072,6 @@ TU_TEST(cli_log_and_stats_redis, 60)
     free(release);
     fx_redis_stop(&r);
 }
-END_TEST
 #endif
 
 /* ---------------------------------------------------------- man3 pages */
@@ -1217,7 +1193,6 @@ TU_TEST(man3_matches_header, 30)
     free(hpath);
     free(mdir);
 }
-END_TEST
 
 /* ------------------------------------------------------------- suite */
 

@@ -104,7 +104,6 @@ TU_TEST(conflict_codes, 120)
     stop_holder(h);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "busy", "true"), 0);
 }
-END_TEST
 
 /* flock(1)'s spellings: -x/-e/--exclusive, -o/--close, --nonblock,
  * --timeout, --conflict-exit-code, --verbose are taken; -c runs $SHELL
@@ -140,7 +139,6 @@ TU_TEST(flock_spellings, 120)
     ck_assert_str_eq(out, "sh\n");
     free(out);
 }
-END_TEST
 
 static bool wait_blocked(pid_t pid, int sig, int timeout_ms);
 
@@ -217,7 +215,6 @@ TU_TEST(path_form_flock, 120)
     free(held);
     free(path);
 }
-END_TEST
 
 /* A lock directory shared by two users through a group (chgrp G DIR;
  * chmod 2770 DIR): root and nobody (given group G with setpriv) exclude
@@ -268,7 +265,6 @@ TU_TEST(shared_dir_two_users, 120)
     free(u);
     free(shared);
 }
-END_TEST
 
 /* status exits 0 when NAME is held and 1 when it is free, so scripts can
  * branch on it; --json alike. */
@@ -281,7 +277,6 @@ TU_TEST(status_exit, 60)
     stop_holder(h);
     ck_assert_int_eq(DLOCK(NULL, NULL, "status", "--json", "st"), 1);
 }
-END_TEST
 
 /* `dlock hold NAME` as a script uses it with coproc: stdin and stdout are
  * pipes; it prints what it holds once held, holds while stdin is open,
@@ -342,7 +337,6 @@ TU_TEST(hold_coproc, 60)
     ck_assert_int_eq(DLOCK(NULL, NULL, "hold", "held", "true"), 64);
     ck_assert_int_eq(DLOCK(NULL, NULL, "hold", "-c", "true", "held"), 64);
 }
-END_TEST
 
 TU_TEST(command_status, 120)
 {
@@ -365,7 +359,6 @@ TU_TEST(command_status, 120)
     /* The lock was released after each run. */
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "x", "true"), 0);
 }
-END_TEST
 
 TU_TEST(usage_config, 120)
 {
@@ -439,7 +432,6 @@ TU_TEST(usage_config, 120)
     ck_assert_int_eq(DLOCK(NULL, NULL, "status", "pipe"), 65);
     free(fifo);
 }
-END_TEST
 
 TU_TEST(env_tokens, 120)
 {
@@ -459,7 +451,6 @@ TU_TEST(env_tokens, 120)
         free(out);
     }
 }
-END_TEST
 
 TU_TEST(counter_8x200, 120)
 {
@@ -487,7 +478,6 @@ TU_TEST(counter_8x200, 120)
     free(script);
     free(counter);
 }
-END_TEST
 
 TU_TEST(kill9, 120)
 {
@@ -520,7 +510,6 @@ TU_TEST(kill9, 120)
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "k9", "true"), 0);
     stop_holder(h); /* reap, and end the orphaned sleep's group */
 }
-END_TEST
 
 /* Wait until process PID blocks SIG (dlock run blocks its signals before
  * it opens anything): from then on a signal cannot kill it outright. */
@@ -595,7 +584,6 @@ TU_TEST(kill9_under_load, 240)
         free(log);
     }
 }
-END_TEST
 
 static void signal_while_waiting(int sig, int expect)
 {
@@ -618,13 +606,11 @@ TU_TEST(sigterm_waiting, 120)
 {
     signal_while_waiting(SIGTERM, 143);
 }
-END_TEST
 
 TU_TEST(sigint_waiting, 120)
 {
     signal_while_waiting(SIGINT, 130);
 }
-END_TEST
 
 /* Set in the environment of this binary run as COMMAND (see main): count
  * the SIGTERMs it gets, one line each, in the file it names. */
@@ -673,7 +659,6 @@ TU_TEST(signal_once, 60)
     free(ready);
     free(counter);
 }
-END_TEST
 
 TU_TEST(signal_running, 120)
 {
@@ -690,7 +675,6 @@ TU_TEST(signal_running, 120)
     free(cmd);
     free(marker);
 }
-END_TEST
 
 /* The one child of PID (its first, as /proc lists them), or 0. */
 static pid_t child_of(pid_t pid)
@@ -745,7 +729,6 @@ TU_TEST(guardian_killed, 60)
     free(cmd);
     free(pidfile);
 }
-END_TEST
 
 TU_TEST(shared, 120)
 {
@@ -755,7 +738,6 @@ TU_TEST(shared, 120)
     stop_holder(h);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "rw", "true"), 0);
 }
-END_TEST
 
 /* COMMAND inherits what dlock inherited and nothing dlock opened -- but,
  * on the file backend, a copy of the lock's own descriptor (LOCK_FDS: 1;
@@ -807,7 +789,6 @@ TU_TEST(command_fds_file, 120)
 {
     check_command_fds(url, 1);
 }
-END_TEST
 
 #ifdef DLOCK_HAVE_REDIS
 TU_TEST(command_fds_redis, 120)
@@ -817,7 +798,6 @@ TU_TEST(command_fds_redis, 120)
     check_command_fds(r.url, 0);
     fx_redis_stop(&r);
 }
-END_TEST
 #endif
 
 #ifdef DLOCK_HAVE_REDIS
@@ -873,7 +853,6 @@ TU_TEST(lost_grace_redis, 120)
     free(started);
     fx_redis_stop(&r);
 }
-END_TEST
 #endif
 
 #ifdef DLOCK_HAVE_REDIS
@@ -901,7 +880,6 @@ TU_TEST(release_failure_redis, 120)
     free(u);
     fx_redis_stop(&r);
 }
-END_TEST
 #endif
 
 /* run -m: two loops take {a,b} and {b,a} (and a third plain `run a`)
@@ -934,7 +912,6 @@ TU_TEST(multi_no_deadlock, 240)
     free(section);
     free(marker);
 }
-END_TEST
 
 /* run -m when a member is held elsewhere: -n and -w exit with the
  * conflict code (-E) and keep nothing (the free member is free after);
@@ -980,7 +957,6 @@ TU_TEST(multi_busy_env, 120)
     ck_assert_str_eq(out, "x -- y\n");
     free(out);
 }
-END_TEST
 
 #ifdef DLOCK_HAVE_REDIS
 /* run -m on redis: one member deleted behind dlock's back (release
@@ -1014,7 +990,6 @@ TU_TEST(multi_lost_member_redis, 120)
     free(started);
     fx_redis_stop(&r);
 }
-END_TEST
 #endif
 
 /* A negative wait other than forever (-1) is a mistake, not "forever":
@@ -1033,7 +1008,6 @@ TU_TEST(negative_wait, 60)
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "-2", "negwait", "true"), 64);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-w", "-1", "negwait", "true"), 64);
 }
-END_TEST
 
 /* The options a text names: --long words and -x letters. */
 static void collect_options(const char *text, char *set, size_t size)
@@ -1103,7 +1077,6 @@ TU_TEST(help_man, 120)
     ck_assert_ptr_nonnull(strstr(out, "dlock 0."));
     free(out);
 }
-END_TEST
 
 int main(void)
 {

@@ -244,7 +244,6 @@ TU_TEST(locks_on_every_master, 120)
         free(url);
     }
 }
-END_TEST
 
 /* Redisson in cluster mode on the wire, played raw on the slot's master:
  * its hold (a hash with its owner field) keeps dlock out; its unlock (the
@@ -268,7 +267,6 @@ TU_TEST(redisson_cluster_wire, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* ?sync=1: every write waits for the master's replica (WAIT on the
  * master that ran it); with that replica stopped, an acquire is undone
@@ -295,7 +293,6 @@ TU_TEST(sync_waits_for_the_masters_replica, 60)
     dlock_client_close(c);
     free(url);
 }
-END_TEST
 
 /* The client learned the map, then a slot moved (keys and all): its
  * next request goes to the old master, which answers MOVED; the client
@@ -320,7 +317,6 @@ TU_TEST(moved_slot_followed, 120)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* The command line on a cluster URL: run holds a name on one master
  * while a library client holds one on another; status sees each, list
@@ -368,7 +364,6 @@ TU_TEST(cli_on_cluster, 120)
     free(log);
     free(script);
 }
-END_TEST
 
 /* A holder and a waiter on one master's slot through CLUSTER FAILOVER on
  * its replica, then (on another master) through kill -9 of the master:
@@ -404,7 +399,6 @@ TU_TEST(failover_holding_and_waiting, 180)
     }
     free(url);
 }
-END_TEST
 
 /* A slot migrated while its lock is held and waited for: with the keys
  * moved and the slot still migrating, the hold is renewed through ASK,
@@ -445,7 +439,6 @@ TU_TEST(slot_migrated_while_held, 120)
     tu_pair_close(&p);
     free(url);
 }
-END_TEST
 
 int main(void)
 {

@@ -134,7 +134,6 @@ TU_TEST(acquire_release_token, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 TU_TEST(reentrancy, 30)
 {
@@ -160,7 +159,6 @@ TU_TEST(reentrancy, 30)
     TU_FREE_LOCKS(other, again, l);
     TU_CLOSE_CLIENTS(c2, c);
 }
-END_TEST
 
 /* Shared mode where supported; DLOCK_ENOTSUP, with a message, elsewhere. */
 TU_TEST(shared_mode, 30)
@@ -214,7 +212,6 @@ TU_TEST(shared_mode, 30)
     TU_FREE_LOCKS(w_same_thread, w, r2, r1);
     TU_CLOSE_CLIENTS(c2, c);
 }
-END_TEST
 
 /* Downgrade (dlock.h "Modes and owners"): holding exclusive, the owner
  * takes shared levels too; releasing its last exclusive level leaves a
@@ -274,7 +271,6 @@ TU_TEST(shared_downgrade, 30)
     TU_FREE_LOCKS(rb, ra);
     tu_pair_close(&p);
 }
-END_TEST
 
 /* Two readers, each its own client, hand the read lock to each other so
  * that it is never free: each releases only once the other holds it, or
@@ -374,7 +370,6 @@ TU_TEST(shared_writer_not_starved, 60)
     }
     tu_pair_close(&p);
 }
-END_TEST
 
 /* ============================================= threads of one client */
 
@@ -386,7 +381,6 @@ TU_TEST(threads_exclude, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* ================================================================ waits */
 
@@ -412,7 +406,6 @@ TU_TEST(waits, 30)
     ck_assert_uint_gt(w.token, ta);
     tu_pair_close(&p);
 }
-END_TEST
 
 /* A 100 ms acquire against a held lock returns DLOCK_ETIMEDOUT, for a
  * waiter of another client and for another thread of the holder's. */
@@ -433,7 +426,6 @@ TU_TEST(time_bound, 30)
     tu_acquire_release(p.lb, 100);
     tu_pair_close(&p);
 }
-END_TEST
 
 /* A cancel from another thread ends a wait the backend sees (or, where it
  * cannot tell, a cancel repeated until the acquire returns, which only a
@@ -459,7 +451,6 @@ TU_TEST(cancel, 30)
     tu_acquire_release(p.lb, DLOCK_TRY); /* a later wait is not canceled */
     tu_pair_close(&p);
 }
-END_TEST
 
 /* A child after fork() must not use its parent's client: DLOCK_EMISUSE,
  * and the parent's client goes on working. */
@@ -477,7 +468,6 @@ TU_TEST(fork_misuse, 30)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* Freeing a handle releases what it holds; the client makes new ones. */
 TU_TEST(free_releases, 30)
@@ -494,7 +484,6 @@ TU_TEST(free_releases, 30)
     dlock_lock_free(o);
     TU_CLOSE_CLIENTS(c2, c);
 }
-END_TEST
 
 /* The keeper renews a lease of a hold in MODE while the holder lives:
  * seen as the hold's validity going back up, three times (a whole lease
@@ -534,14 +523,12 @@ TU_TEST(lease_renewed, 60)
 {
     lease_renewed_case(DLOCK_EXCLUSIVE);
 }
-END_TEST
 
 TU_TEST(shared_lease_renewed, 60)
 {
     if (has(CT_SHARED))
         lease_renewed_case(DLOCK_SHARED);
 }
-END_TEST
 
 /* A cancel reaches a thread waiting behind another thread of the same
  * client (the core's local queue on some backends, the backend's own wait
@@ -565,7 +552,6 @@ TU_TEST(cancel_same_client, 30)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* A cancel object fired while an acquire waits ends it; fired before an
  * acquire starts, the acquire returns DLOCK_ECANCELED at once, even for a
@@ -594,7 +580,6 @@ TU_TEST(cancel_object, 30)
     dlock_cancel_free(k);
     tu_pair_close(&p);
 }
-END_TEST
 
 /* A handle-owned hold belongs to the handle: taken in one thread, it is
  * counted, read and released from another; another handle is another
@@ -630,7 +615,6 @@ TU_TEST(handle_owned, 30)
     TU_FREE_LOCKS(other, h);
     TU_CLOSE_CLIENTS(c2, c);
 }
-END_TEST
 
 /* DLOCK_LOCK_FAIR: waiters get the lock in the order they came, each seen
  * queued by the backend before the next one starts. DLOCK_ENOTSUP where
@@ -680,7 +664,6 @@ TU_TEST(fair_order, 30)
     dlock_lock_free(la);
     dlock_client_close(a);
 }
-END_TEST
 
 /* ========================================================== lost holds */
 
@@ -717,7 +700,6 @@ TU_TEST(lost_callback, 60)
     }
     tu_pair_close(&p);
 }
-END_TEST
 
 /* A fixed lease is never renewed: it expires on the server, the hold is
  * reported lost, another client gets the lock. File: leases are ignored
@@ -752,7 +734,6 @@ TU_TEST(fixed_lease, 60)
     }
     tu_pair_close(&p);
 }
-END_TEST
 
 /* ================================================================ names */
 
@@ -834,7 +815,6 @@ TU_TEST(hostile_names, 60)
     }
     TU_CLOSE_CLIENTS(a, b);
 }
-END_TEST
 
 /* dlock_lock_new with a reserved flag bit: DLOCK_EINVAL, no handle. */
 TU_TEST(reserved_flags, 30)
@@ -850,7 +830,6 @@ TU_TEST(reserved_flags, 30)
     }
     dlock_client_close(c);
 }
-END_TEST
 
 /* ============================================================== crashes */
 
@@ -928,14 +907,12 @@ TU_TEST(kill9_holder, 60)
 {
     kill9_case("kill9", DLOCK_EXCLUSIVE);
 }
-END_TEST
 
 TU_TEST(kill9_reader, 60)
 {
     if (has(CT_SHARED))
         kill9_case("kill9r", DLOCK_SHARED);
 }
-END_TEST
 
 /* A release the server never got (every server process stopped: the
  * release fails, the core drops the hold) leaves the owner's entry on
@@ -971,7 +948,6 @@ TU_TEST(release_unreachable, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* A holder of two locks stopped (SIGSTOP) past its lease: another client
  * gets both, with a greater token; the holder, resumed, is told of each
@@ -1024,7 +1000,6 @@ TU_TEST(paused_holder, 90)
     free(again);
     ct_holder_close(&h);
 }
-END_TEST
 
 /* ============================================ inspect, list, force */
 
@@ -1090,7 +1065,6 @@ TU_TEST(inspect_list_force, 30)
     dlock_lock_free(o);
     TU_CLOSE_CLIENTS(c2, c);
 }
-END_TEST
 
 /* ====================================================== errors, URLs */
 
@@ -1110,7 +1084,6 @@ TU_TEST(unreachable, 30)
     free(where);
     free(url);
 }
-END_TEST
 
 static void expect_bad_url(const char *url)
 {
@@ -1148,7 +1121,6 @@ TU_TEST(bad_urls, 30)
         expect_bad_url("file://otherhost/tmp");
     }
 }
-END_TEST
 
 /* ================================================================= CLI */
 
@@ -1410,7 +1382,6 @@ TU_TEST(cli_run_status_list_release, 60)
     dlock_client_close(c);
     free(url);
 }
-END_TEST
 
 /* Whether process PID lives (a zombie is dead: its fds are closed). */
 static bool pid_alive(pid_t pid)
@@ -1493,7 +1464,6 @@ TU_TEST(cli_job_never_outlives_lock, 90)
     free(dir);
     free(url);
 }
-END_TEST
 
 /* dlock run -s: a shared hold beside the library's readers, its own
  * token in DLOCK_TOKEN, busy (-n: exit 1) against a writer; an exclusive
@@ -1527,7 +1497,6 @@ TU_TEST(cli_run_shared, 60)
     dlock_client_close(c);
     free(url);
 }
-END_TEST
 
 /* dlock hold on every backend, stdin a FIFO as a coproc's pipe: one line
  * once held (etcd: with key=, as etcdctl lock prints it), the name held
@@ -1583,7 +1552,6 @@ TU_TEST(cli_hold, 60)
     free(dir);
     free(url);
 }
-END_TEST
 
 /* ===================================================== descriptors */
 
@@ -1638,7 +1606,6 @@ TU_TEST(exec_inherits_no_descriptor, 30)
     EXPECT_RC(dlock_release(p.la), DLOCK_OK);
     tu_pair_close(&p);
 }
-END_TEST
 
 /* ================================================================ suite */
 

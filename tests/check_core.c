@@ -96,7 +96,6 @@ TU_TEST(waitset, 60)
     for (int i = 0; i < 4; i++)
         dlock__wait_destroy(&w[i]);
 }
-END_TEST
 
 /* A keyed wake (ZooKeeper: the deletion of one node) wakes only the
  * waiters whose key is that one, whatever their place in the set; a
@@ -127,7 +126,6 @@ TU_TEST(waitset_keyed, 60)
     }
     dlock__waitset_destroy(&ws);
 }
-END_TEST
 
 /* A head wake goes to the longest-waiting wait only while it holds no
  * wake (an event it may have heard through another set): never to the
@@ -150,7 +148,6 @@ TU_TEST(waitset_wake_head, 60)
     for (int i = 0; i < 2; i++)
         dlock__wait_destroy(&w[i]);
 }
-END_TEST
 
 /* ------------------------------------------------------- cleanup queue */
 
@@ -200,7 +197,6 @@ TU_TEST(cleanup_keeper, 60)
     ck_assert_int_eq(atomic_load(&p.calls), 3);
     ck_assert_int_eq(atomic_load(&p.freed), 1);
 }
-END_TEST
 
 TU_TEST(cleanup_close, 60)
 {
@@ -223,7 +219,6 @@ TU_TEST(cleanup_close, 60)
     ck_assert_int_eq(atomic_load(&p.freed), 1);
     ck_assert_str_eq(dlock_errmsg(), "kept across close");
 }
-END_TEST
 
 /* ------------------------------------------------------ client lifetime */
 
@@ -248,7 +243,6 @@ TU_TEST(free_after_close, 60)
     dlock_lock_free(a2);
     dlock_client_close(c2);
 }
-END_TEST
 
 /* ------------------------------------------------ losses a backend reports */
 
@@ -306,7 +300,6 @@ TU_TEST(hold_lost, 60)
     TU_FREE_LOCKS(other, l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* ------------------------------------------------ local queue (etcd) */
 
@@ -394,7 +387,6 @@ TU_TEST_IN(etcd, local_fifo, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 
 struct leaver {
     dlock_lock *l;
@@ -435,7 +427,6 @@ TU_TEST_IN(etcd, local_leaver, 60)
     TU_FREE_LOCKS(l2, l1, l);
     dlock_client_close(c);
 }
-END_TEST
 
 struct timed_waiter {
     dlock_lock *l;
@@ -472,7 +463,6 @@ TU_TEST_IN(etcd, timeout_message, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
 }
-END_TEST
 #endif
 
 /* ---------------------------------------------- lost callbacks (redis) */
@@ -539,7 +529,6 @@ TU_TEST_IN(redis, lost_frees_other, 60)
     TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
-END_TEST
 
 struct blocker {
     atomic_int entered, go;
@@ -587,7 +576,6 @@ TU_TEST_IN(redis, lost_blocks, 60)
     TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
-END_TEST
 
 /* A callback may free its own handle (dlock_lock_free() does not wait for
  * the very callback it is called from). */
@@ -610,7 +598,6 @@ TU_TEST_IN(redis, lost_frees_self, 60)
     TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
-END_TEST
 
 struct slow_cb {
     atomic_int entered, go, freer_tid, freed, freed_when_done;
@@ -680,7 +667,6 @@ TU_TEST_IN(redis, free_waits_callback, 60)
     TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
-END_TEST
 
 struct closer {
     dlock_client *c;
@@ -737,7 +723,6 @@ TU_TEST_IN(redis, handle_owned_turns, 120)
     TU_CLOSE_CLIENTS(c, op);
     fx_redis_stop(&srv);
 }
-END_TEST
 
 static void close_my_client(dlock_lock *l, const char *why, void *arg)
 {
@@ -766,7 +751,6 @@ TU_TEST_IN(redis, lost_closes, 60)
     dlock_client_close(op);
     fx_redis_stop(&srv);
 }
-END_TEST
 #endif
 
 int main(void)

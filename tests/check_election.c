@@ -172,7 +172,6 @@ TU_TEST(campaign_proclaim_resign, 30)
     dlock_election_free(eb);
     TU_CLOSE_CLIENTS(a, b);
 }
-END_TEST
 
 /* N processes campaign in rounds: never two leaders at once. */
 enum { LEADER_ROUNDS = 5 };
@@ -221,7 +220,6 @@ TU_TEST(one_leader_among_n, 120)
     free(sc->url);
     tu_shared_free(sc, sizeof *sc);
 }
-END_TEST
 
 /* kill -9 of the leader: a waiting campaigner leads (file: at once; else
  * when the dead leader's lease ends) with a greater token, and observers
@@ -256,7 +254,6 @@ TU_TEST(kill9_leader, 60)
     dlock_client_close(c);
     ct_holder_close(&h);
 }
-END_TEST
 
 /* An observer following the election sees each change, in order. */
 struct follower {
@@ -322,7 +319,6 @@ TU_TEST(observe_follows, 60)
     dlock_election_free(eb);
     TU_CLOSE_CLIENTS(a, b, o);
 }
-END_TEST
 
 /* Campaigns and observations end at their bound and at a cancel, and a
  * canceled campaign leaves nothing behind. */
@@ -363,7 +359,6 @@ TU_TEST(cancel_and_bounds, 60)
     dlock_election_free(eb);
     TU_CLOSE_CLIENTS(a, b);
 }
-END_TEST
 
 /* Leadership taken away (a forced release of the election's key): the
  * lost callback fires once, the token is refused, resign says DLOCK_ELOST
@@ -411,7 +406,6 @@ TU_TEST(lost_callback, 60)
     dlock_election_free(e);
     TU_CLOSE_CLIENTS(a, b);
 }
-END_TEST
 
 /* etcd: Go's concurrency.Election, played by the real etcdctl. `etcdctl
  * elect NAME PROPOSAL` leads and dlock's campaign waits for it, then
@@ -493,7 +487,6 @@ TU_TEST(etcdctl_interop, 90)
     free(name);
     free(ep);
 }
-END_TEST
 
 /* The command line: `dlock elect` runs its command only while leading,
  * with DLOCK_TOKEN; a second `dlock elect -n` is busy (1); `dlock leader`
@@ -545,7 +538,6 @@ TU_TEST(cli_elect, 90)
     free(script);
     free(url);
 }
-END_TEST
 
 TU_TEST(not_supported, 30)
 {
@@ -559,7 +551,6 @@ TU_TEST(not_supported, 30)
     ck_assert_ptr_null(l);
     dlock_client_close(c);
 }
-END_TEST
 
 /* The election tests run on a backend that has elections (etcdctl_interop
  * on etcd alone), not_supported on the others. */

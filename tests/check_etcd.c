@@ -318,7 +318,6 @@ TU_TEST_IN(single, acquire_release_token, 90)
     dlock_lock_free(l);
     frame_close(&fx);
 }
-END_TEST
 
 
 /* Waiters queue first come first served; inspect shows holder, token,
@@ -369,7 +368,6 @@ TU_TEST_IN(single, fifo_and_inspect, 90)
     tu_solo_close(&b);
     tu_solo_close(&c);
 }
-END_TEST
 
 /* Processes: a counter in a file, guarded by the lock, and a check that
  * each new holder's token is greater than every one before. */
@@ -428,7 +426,6 @@ TU_TEST_IN(single, processes_counter_and_tokens, 90)
     free(dir);
     free(cf.url);
 }
-END_TEST
 
 /* ============================================================== interop */
 
@@ -469,7 +466,6 @@ TU_TEST_IN(single, etcdctl_holds_dlock_waits, 90)
     tu_rmrf(dir);
     free(dir);
 }
-END_TEST
 
 /* dlock holds; `etcdctl lock` waits until dlock releases, and the next
  * dlock waiter (who came after etcdctl) waits for etcdctl in turn. */
@@ -505,7 +501,6 @@ TU_TEST_IN(single, dlock_holds_etcdctl_waits_in_order, 90)
     tu_rmrf(dir);
     free(dir);
 }
-END_TEST
 
 /* ========================================================= read-write */
 
@@ -632,7 +627,6 @@ TU_TEST_IN(single, rw_layout_against_etcdctl, 90)
     free(url);
     gate_close(&g);
 }
-END_TEST
 
 /* No writer starvation: while readers hold, a waiting writer keeps every
  * later reader out -- of other clients and of its own client -- and gets
@@ -670,7 +664,6 @@ TU_TEST_IN(single, rw_writer_not_starved, 90)
     TU_CLOSE_CLIENTS(d, c, b, a);
     free(url);
 }
-END_TEST
 
 /* A downgrade turns the writer's own key shared in place (same key, same
  * create revision: the token), and the readers waiting for it get in at
@@ -711,7 +704,6 @@ TU_TEST_IN(single, rw_downgrade_wakes_readers, 90)
     TU_FREE_LOCKS(ra2, rb, ra);
     tu_pair_close(&p);
 }
-END_TEST
 
 /* `dlock run -s`: two shared runs at once, an exclusive one kept out. */
 TU_TEST_IN(single, rw_cli_run_shared, 90)
@@ -739,7 +731,6 @@ TU_TEST_IN(single, rw_cli_run_shared, 90)
     free(url);
     gate_close(&g);
 }
-END_TEST
 
 /* ======================================================== names, list */
 
@@ -779,7 +770,6 @@ TU_TEST_IN(single, prefix_list_and_names, 90)
     tu_release_free_all(l, 4);
     frame_close(&fx);
 }
-END_TEST
 
 /* Names are bytes: dots, slashes, newlines, 0xff bytes (the edge of a
  * prefix range) and 1024 bytes all map to keys under the prefix and work;
@@ -820,7 +810,6 @@ TU_TEST_IN(single, hostile_names, 90)
     free(all);
     frame_close(&fx);
 }
-END_TEST
 
 /* ================================================================ faults */
 
@@ -855,7 +844,6 @@ TU_TEST_IN(single, nested_names_do_not_alias, 90)
     TU_FREE_LOCKS(sub, job);
     frame_close(&fx);
 }
-END_TEST
 
 /* A semaphore's keys (NAME/sem/<hex>_<hex>, NAME/sem-count) and the
  * locks' keys are apart: lock 'jobs', lock 'jobs/sem' (whose keys are
@@ -904,7 +892,6 @@ TU_TEST_IN(single, semaphore_keys_apart_from_locks, 90)
     TU_FREE_LOCKS(job, sub);
     frame_close(&fx);
 }
-END_TEST
 
 /* The first waiter behind N holders is woken by the release of any of
  * them, the newest too (a waiter watching only the key N places before it
@@ -940,7 +927,6 @@ TU_TEST_IN(single, semaphore_waiter_woken_by_any_holder, 60)
     dlock_semaphore_free(sb);
     frame_close(&fx);
 }
-END_TEST
 
 /* An application key beside a lock name is not a contender: 'app1/db' (no
  * lease) and 'app1/beef' (hex-shaped, no lease) are neither shown by
@@ -982,7 +968,6 @@ TU_TEST_IN(single, application_keys_are_not_contenders, 90)
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "--prefix", "app1/", NULL), 0);
     free(url);
 }
-END_TEST
 
 /* More non-contender keys than one page of the queue (16) before the
  * contenders: acquire, the wait, status and force-release page past them. */
@@ -1015,7 +1000,6 @@ TU_TEST_IN(single, queue_pages_past_other_keys, 90)
     tu_pair_close(&p);
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "--prefix", "pg/", NULL), 0);
 }
-END_TEST
 
 /* A child process waiting forever on lock NAME (PERMITS 0) or for one
  * permit of semaphore NAME of PERMITS, until it is killed. */
@@ -1077,7 +1061,6 @@ TU_TEST_IN(single, killed_sem_waiters_do_not_stall, 90)
     tu_sem_pair_close(&p);
     free(url);
 }
-END_TEST
 
 /* Waiters killed with -9 do not stall the queue for their hold lease:
  * their keys wait on the client's short waiters' lease, so the next
@@ -1124,7 +1107,6 @@ TU_TEST_IN(single, killed_waiters_do_not_stall_the_queue, 90)
     tu_pair_close(&p);
     free(url);
 }
-END_TEST
 
 /* Sockets a child exec'd now would inherit (what `ls -l /proc/self/fd`
  * shows it has); *OTHER gets its pipes and event descriptors. */
@@ -1171,7 +1153,6 @@ TU_TEST_IN(single, no_descriptor_leaks_into_children, 90)
                   other_before, other_waiting, other_holding);
     tu_pair_close(&p);
 }
-END_TEST
 
 /* A process out of descriptors is told so: DLOCK_EIO, "too many open
  * files" -- not "cannot reach any endpoint". */
@@ -1193,7 +1174,6 @@ TU_TEST_IN(single, out_of_descriptors_says_so, 90)
     dlock_client_close(a);
     free(url);
 }
-END_TEST
 
 /* A reply larger than max_reply is refused as what it is: DLOCK_EPROTO,
  * "reply larger than N bytes" (not a connection failure). */
@@ -1226,7 +1206,6 @@ TU_TEST_IN(single, oversized_reply_says_so, 90)
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "big/data", NULL), 0);
     free(url);
 }
-END_TEST
 
 /* Revoking the client's lease (etcdctl lease revoke) loses every hold of
  * the client, each callback fires once, and the next acquire runs on a
@@ -1271,7 +1250,6 @@ TU_TEST_IN(single, lease_revoked_loses_every_hold, 90)
     free(keys);
     frame_close(&fx);
 }
-END_TEST
 
 /* A waiter keeps its own lease alive: waiting three times longer than
  * its lease, it keeps its place in the queue ahead of a later waiter. */
@@ -1298,7 +1276,6 @@ TU_TEST_IN(single, waiter_keeps_its_place, 90)
     tu_solo_close(&b);
     tu_solo_close(&c);
 }
-END_TEST
 
 /* A waiter in MODE paused past its lease loses its key (etcd #11456: Go's
  * client of etcd 3.4 would then take the lock without a key). Resumed, it
@@ -1376,13 +1353,11 @@ TU_TEST_IN(single, paused_waiter_requeues, 90)
 {
     paused_waiter_case("requeue", DLOCK_EXCLUSIVE);
 }
-END_TEST
 
 TU_TEST_IN(single, rw_paused_reader_waiter_requeues, 90)
 {
     paused_waiter_case("rwrequeue", DLOCK_SHARED);
 }
-END_TEST
 
 /* A reader stopped (SIGSTOP) past its lease while it holds: the writer
  * waiting behind it gets the lock once etcd expires the reader's lease,
@@ -1422,7 +1397,6 @@ TU_TEST_IN(single, rw_paused_reader_loses_hold, 90)
     free(short_url);
     free(url);
 }
-END_TEST
 
 /* Readers alone make a name listed; every holder of a shared lock goes
  * with a force-release (each is told at its next renewal); a writer gets
@@ -1452,7 +1426,6 @@ TU_TEST_IN(single, rw_force_release_ends_every_reader, 90)
     tu_pair_close(&p);
     free(url);
 }
-END_TEST
 
 /* ================================================================ errors */
 
@@ -1488,7 +1461,6 @@ TU_TEST_IN(single, unreachable, 90)
     free(err);
     free(bad);
 }
-END_TEST
 
 TU_TEST_IN(single, bad_urls, 90)
 {
@@ -1514,7 +1486,6 @@ TU_TEST_IN(single, bad_urls, 90)
     ck_assert_msg(strstr(dlock_errmsg(), "gateway"), "%s", dlock_errmsg());
     free(peer);
 }
-END_TEST
 
 /* ==================================================================== CLI */
 
@@ -1558,7 +1529,6 @@ TU_TEST_IN(single, cli_run_status_and_lost, 90)
     dlock_client_close(c);
     free(url);
 }
-END_TEST
 
 /* The issue's "done when", as a new user would try it: `dlock run` and
  * `etcdctl lock` on the same name exclude each other, both ways. */
@@ -1602,7 +1572,6 @@ TU_TEST_IN(single, cli_run_against_etcdctl_lock, 90)
     free(dir);
     free(url);
 }
-END_TEST
 
 /* ================================================================== auth */
 
@@ -1672,7 +1641,6 @@ TU_TEST_IN(auth, auth, 90)
     tu_pair_close(&p);
     free(good);
 }
-END_TEST
 
 /* =================================================================== TLS */
 
@@ -1724,7 +1692,6 @@ TU_TEST_IN(tls, tls, 90)
     free(url);
     free(q);
 }
-END_TEST
 
 /* ======================================================= server restart */
 
@@ -1759,7 +1726,6 @@ TU_TEST_IN(restart, server_restart_keeps_hold, 120)
     tu_solo_close(&a);
     tu_solo_close(&b);
 }
-END_TEST
 
 /* The only member is gone for longer than the lease: the hold is
  * reported lost (never silently kept), and an acquire fails quickly with
@@ -1781,7 +1747,6 @@ TU_TEST_IN(restart, server_down_hold_lost, 120)
     dlock_lock_free(other);
     tu_solo_close(&a);
 }
-END_TEST
 
 /* ============================================================== cluster */
 
@@ -1817,7 +1782,6 @@ TU_TEST_IN(cluster, cluster_basic_and_member_down, 240)
     ck_assert(etcdf_member_start(&F, 0, 30000));
     tu_pair_close(&p);
 }
-END_TEST
 
 /* A reader waits behind a writer; the member its requests and its watch
  * go to is killed: it waits on through the other members (its key stays
@@ -1843,7 +1807,6 @@ TU_TEST_IN(cluster, rw_reader_waits_through_member_kill, 240)
     dlock_lock_free(rb);
     tu_pair_close(&p);
 }
-END_TEST
 
 /* Workers take turns on one lock with a fenced store; the leader is
  * killed meanwhile. Holds survive through another member or are reported
@@ -1876,7 +1839,6 @@ TU_TEST_IN(cluster, leader_killed_never_two_holders, 240)
     free(dir);
     free(url);
 }
-END_TEST
 
 /* What an acquire on L says with two of three members gone: no quorum
  * (DLOCK_EUNAVAIL, naming the lock and holding nothing), its message
@@ -1914,7 +1876,6 @@ TU_TEST_IN(cluster, no_quorum_unavailable, 240)
     quorum_back(s.l);
     tu_solo_close(&s);
 }
-END_TEST
 
 /* No quorum while the client's session lease is cached: the keepalive
  * that freshens it before a new hold gets etcd's streaming error format
@@ -1934,7 +1895,6 @@ TU_TEST_IN(cluster, no_quorum_keepalive_unavailable, 240)
     quorum_back(s.l);
     tu_solo_close(&s);
 }
-END_TEST
 
 /* ====================================================== stalled member */
 
@@ -2007,7 +1967,6 @@ TU_TEST_IN(stall, stalled_member_hold_lost_in_time, 120)
     ck_assert_int_eq(dlock_release(a.l), DLOCK_ELOST);
     tu_solo_close(&a);
 }
-END_TEST
 
 /* An acquire of L waiting at most WAIT in a thread of its own, W, with a
  * cancel object that stall_cancel() fires: it reaches the acquire even
@@ -2106,7 +2065,6 @@ TU_TEST_IN(stall, stalled_member_wait_times_out, 120)
     stall_queue_close(&q);
     ck_assert_msg(wait_key_count("stall-wait-2/", 0), "the canceled acquire's key stayed behind");
 }
-END_TEST
 
 /* A reader's bounded wait behind a writer ends at its deadline while the
  * member stalls, and a canceled one at once; the deletes of their keys
@@ -2137,7 +2095,6 @@ TU_TEST_IN(stall, rw_stalled_reader_wait_ends, 120)
     ck_assert_int_eq(dlock_release(a.l), DLOCK_OK);
     tu_solo_close(&a);
 }
-END_TEST
 
 /* dlock_lock_cancel() ends a wait whose keepalive is stuck on a stalled
  * member, at once rather than after `timeout`. */
@@ -2152,7 +2109,6 @@ TU_TEST_IN(stall, stalled_member_cancel, 120)
     stall_lock_cancel(&q.wb, "a canceled wait");
     stall_queue_close(&q);
 }
-END_TEST
 
 /* A cancel also ends an acquire whose very first requests (lease grant,
  * put) are stuck on a stalled member, and leaves nothing held. */
@@ -2171,7 +2127,6 @@ TU_TEST_IN(stall, stalled_member_cancel_first_request, 120)
     tu_solo_close(&b);
     ck_assert_msg(wait_key_count("stall-first/", 0), "a key stayed behind");
 }
-END_TEST
 
 /* Two threads of one client acquire two names (the client's URL with a
  * 60 s timeout) while member 0 stalls: the first (W1 on B's handle)
@@ -2229,7 +2184,6 @@ TU_TEST_IN(stall, stalled_member_cancel_waiting_for_grant, 120)
     ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
     grant_race_close(&g, DLOCK_ECANCELED);
 }
-END_TEST
 
 /* A release whose delete cannot reach the member (stalled) owes that
  * delete: the keeper does it once the member answers again, while the
@@ -2248,7 +2202,6 @@ TU_TEST_IN(stall, stalled_release_delete_done_by_keeper, 120)
     ck_assert_msg(wait_key_count("stall-rel/", 0), "the owed delete was never done");
     tu_solo_close(&a);
 }
-END_TEST
 
 /* The same for a multi-lock's release, one txn for the set: a stalled
  * member leaves every member's delete owed, and the keeper does them all
@@ -2275,7 +2228,6 @@ TU_TEST_IN(stall, stalled_multi_release_deletes_done_by_keeper, 120)
     dlock_multi_free(m);
     tu_solo_close(&a);
 }
-END_TEST
 
 /* wait_ms bounds the time of an acquire whatever another thread of the
  * client is doing: a 100 ms acquire while the first thread's session
@@ -2302,7 +2254,6 @@ TU_TEST_IN(stall, stalled_member_bounded_wait_behind_grant, 120)
     ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
     grant_race_close(&g, DLOCK_ETIMEDOUT);
 }
-END_TEST
 
 /* Each case's tests share its members (an unchecked fixture).
  * DLOCK_TEST=<text> runs the tests whose "case/name" contains it; a case

@@ -237,7 +237,6 @@ TU_TEST(stale_holder_write_refused, 180)
     free(a_result);
     free(a_log);
 }
-END_TEST
 
 /* Holder A of the libdlock test, a child process: takes the lock with a
  * 1 s lease, says its token in TOKEN_FILE, waits for GO (the parent
@@ -312,7 +311,6 @@ TU_TEST(stale_holder_refused_through_libdlock, 180)
     free(a_token);
     free(go);
 }
-END_TEST
 
 /* The guide's C block is examples/fence_pg.c's text between its doc:begin
  * and doc:end lines, verbatim: the code shown is the code run above. The
@@ -337,7 +335,6 @@ TU_TEST(guide_shows_example_code, 30)
     free(ex_path);
     free(doc_path);
 }
-END_TEST
 
 int main(void)
 {

@@ -56,7 +56,6 @@ TU_TEST(errors, 60)
     ck_assert_uint_eq(dlock_version_number(), DLOCK_VERSION_NUMBER);
     ck_assert_ptr_nonnull(strchr(dlock_version(), '.'));
 }
-END_TEST
 
 /* ---------------------------------------------------------------- URLs */
 
@@ -89,7 +88,6 @@ TU_TEST(urls, 60)
     expect_bad_url("file:///tm%zzp", DLOCK_EBADURL, "escape");
     expect_bad_url("file:///definitely/not/here", DLOCK_ENOENT, "/definitely/not/here");
 }
-END_TEST
 
 TU_TEST(url_options, 60)
 {
@@ -109,7 +107,6 @@ TU_TEST(url_options, 60)
 #endif
     dlock_client_close(NULL); /* harmless */
 }
-END_TEST
 
 TU_TEST(default_dir, 60)
 {
@@ -133,7 +130,6 @@ TU_TEST(default_dir, 60)
     free(expect);
     free(xdg);
 }
-END_TEST
 
 static char *default_url(void)
 {
@@ -234,7 +230,6 @@ TU_TEST(default_dir_choice, 60)
     free(run_lock);
     free(var_tmp);
 }
-END_TEST
 
 TU_TEST(unwritable_dir, 60)
 {
@@ -252,7 +247,6 @@ TU_TEST(unwritable_dir, 60)
     free(u);
     free(ro);
 }
-END_TEST
 
 /* ----------------------------------------------------- basic contract */
 
@@ -309,7 +303,6 @@ TU_TEST(exclusion_8x200, 60)
     free(text);
     free(counter);
 }
-END_TEST
 
 /* ------------------------------------------------------------ names */
 
@@ -378,7 +371,6 @@ TU_TEST(hostile_names, 60)
     free(u);
     free(lockdir);
 }
-END_TEST
 
 /* The file names of existing lock files must never change (a renamed
  * file is a new lock with a new token counter): a few encodings pinned,
@@ -467,7 +459,6 @@ TU_TEST(pinned_names, 60)
     free(hashed98);
     free(a198f);
 }
-END_TEST
 
 TU_TEST(foreign_file, 60)
 {
@@ -491,7 +482,6 @@ TU_TEST(foreign_file, 60)
     dlock_client_close(c);
     free(path);
 }
-END_TEST
 
 TU_TEST(fifo_replaced, 60)
 {
@@ -529,7 +519,6 @@ TU_TEST(fifo_replaced, 60)
     free(path);
     free(fifo);
 }
-END_TEST
 
 TU_TEST(lease_two_handles, 60)
 {
@@ -558,7 +547,6 @@ TU_TEST(lease_two_handles, 60)
     dlock_lock_free(l2);
     dlock_client_close(c);
 }
-END_TEST
 
 TU_TEST(no_password, 60)
 {
@@ -575,7 +563,6 @@ TU_TEST(no_password, 60)
         }
     }
 }
-END_TEST
 
 TU_TEST(no_inotify, 60)
 {
@@ -611,7 +598,6 @@ TU_TEST(no_inotify, 60)
     dlock_client_close(c);
     free(marker);
 }
-END_TEST
 
 /* ------------------------------------------------------ permissions */
 
@@ -666,7 +652,6 @@ TU_TEST(file_modes, 60)
     free(shared);
     free(path);
 }
-END_TEST
 
 /* As nobody: open DIR/NAME.lock read-only, take a read lock on BYTE,
  * create MARKER, and sleep until killed. */
@@ -741,7 +726,6 @@ TU_TEST(meta_byte_foreign, 60)
     free(marker);
     free(path);
 }
-END_TEST
 
 /* In a directory others may write to (like /run/lock, 1777), a lock file
  * planted by another user is refused, not adopted; ours work. */
@@ -775,7 +759,6 @@ TU_TEST(planted_file, 60)
     dlock_client_close(c);
     free(path);
 }
-END_TEST
 
 int main(void)
 {

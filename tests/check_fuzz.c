@@ -59,7 +59,6 @@ TU_TEST(redis_huge_array_header, 0)
     dlock__redis_conn_free(k);
     free(at_cap);
 }
-END_TEST
 
 /* Semaphore inspect read every element of its script's reply as a
  * string: an array (or an integer) in their place was a NULL pointer
@@ -101,7 +100,6 @@ TU_TEST(redis_sem_inspect_odd_elements, 0)
     dlock_info_free(info);
     freeReplyObject(r);
 }
-END_TEST
 #endif
 
 int main(void)

@@ -119,7 +119,6 @@ TU_TEST(acquire_release_order, 30)
     TU_FREE_LOCKS(other);
     TU_CLOSE_CLIENTS(c, d);
 }
-END_TEST
 
 /* One member held elsewhere: a try is DLOCK_EBUSY, a timed wait
  * DLOCK_ETIMEDOUT, and either way nothing of the set stays held -- the
@@ -147,7 +146,6 @@ TU_TEST(all_or_nothing, 30)
     TU_FREE_LOCKS(b);
     TU_CLOSE_CLIENTS(c, d);
 }
-END_TEST
 
 /* A multi acquire in a thread of its own. */
 struct multi_waiter {
@@ -198,7 +196,6 @@ TU_TEST(cancel_releases_taken, 60)
     TU_FREE_LOCKS(b);
     TU_CLOSE_CLIENTS(c, d);
 }
-END_TEST
 
 /* Two processes, each with its own client, take {a,b} and {b,a} in a
  * loop, waiting forever: they never deadlock (the test's time limit
@@ -243,7 +240,6 @@ TU_TEST(opposite_orders_no_deadlock, 120)
     free(ov->url);
     tu_shared_free(ov, sizeof *ov);
 }
-END_TEST
 
 /* kill -9 of a process holding a multi-lock: every member comes back
  * (file: at once; otherwise when the lease ends) and a forever waiter
@@ -280,7 +276,6 @@ TU_TEST(kill9_holder, 60)
     dlock_client_close(c);
     ct_holder_close(&h);
 }
-END_TEST
 
 /* A member taken away by an operator: the multi-lock's callback names
  * it, and the release gives the others back and says DLOCK_ELOST. File:
@@ -323,7 +318,6 @@ TU_TEST(member_lost, 60)
     dlock_multi_free(m);
     TU_CLOSE_CLIENTS(c, d);
 }
-END_TEST
 
 /* A member taken away before the set's release: the release says
  * DLOCK_ELOST (naming it) and still gives every other member back, and a
@@ -370,7 +364,6 @@ TU_TEST(release_lost_member_wakes_waiters, 90)
     TU_FREE_LOCKS(l[0], l[1], l[2]);
     TU_CLOSE_CLIENTS(c, d);
 }
-END_TEST
 
 /* ============================================= one request for the set */
 
@@ -480,7 +473,6 @@ TU_TEST(redis_one_script, 60)
     redisFree(raw);
     fx_redis_stop(&r);
 }
-END_TEST
 #endif
 
 #ifdef DLOCK_HAVE_ETCD
@@ -570,7 +562,6 @@ TU_TEST(etcd_one_txn, 120)
     free(u);
     etcdf_stop(&f);
 }
-END_TEST
 #endif
 
 /* The contract on every fixture; the counted one-request tests, which

@@ -278,7 +278,6 @@ TU_TEST(acquire_release_token_inspect, 60)
     dlock_client_close(c);
     stop_server();
 }
-END_TEST
 
 struct waiter_arg {
     dlock_lock *l;
@@ -328,7 +327,6 @@ TU_TEST(thread_waits_for_thread, 60)
     redisFree(ctx);
     served_close(&s);
 }
-END_TEST
 
 static long long numsub(redisContext *ctx, const char *chan)
 {
@@ -371,7 +369,6 @@ TU_TEST(cancel_a_wait, 60)
     TU_CLOSE_CLIENTS(c, c2);
     stop_server();
 }
-END_TEST
 
 /* Threads of one client and of two clients fight over one name: never
  * two inside, nobody stuck. Exercises the subscriber's subscribe /
@@ -394,7 +391,6 @@ TU_TEST(threads_fight_over_one_name, 60)
     TU_CLOSE_CLIENTS(c1, c2);
     stop_server();
 }
-END_TEST
 
 /* Many threads of one client wait on one name: each release wakes one of
  * them, not the herd. Counted on the server: script calls per hand-off. */
@@ -435,7 +431,6 @@ TU_TEST(one_waiter_woken_per_release, 60)
     free(url);
     stop_server();
 }
-END_TEST
 
 /* ----------------------------------------------------- interoperability */
 
@@ -540,7 +535,6 @@ TU_TEST(redisson_semaphore_on_the_wire, 60)
     dlock_client_close(c);
     served_raw_close(ctx);
 }
-END_TEST
 
 /* Play a Redisson client on the wire: its hash field, PEXPIRE, and the "0"
  * message on full release; and see that it observes dlock the same way. */
@@ -615,7 +609,6 @@ TU_TEST(redisson_on_the_wire, 60)
     dlock_client_close(c);
     served_raw_close(ctx);
 }
-END_TEST
 
 /* A Redisson RReadWriteLock client played on the wire: the scripts below
  * do what RedissonReadLock and RedissonWriteLock do to the keys (the hash
@@ -764,7 +757,6 @@ TU_TEST(redisson_rw_unlock_wakes_writer, 90)
     dlock_client_close(c);
     served_raw_close(ctx);
 }
-END_TEST
 
 /* Redisson's RReadWriteLock and dlock on one name: readers of both share,
  * a writer of either excludes every reader and writer of the other, and
@@ -857,7 +849,6 @@ TU_TEST(redisson_rwlock_on_the_wire, 60)
     dlock_client_close(c);
     served_raw_close(ctx);
 }
-END_TEST
 
 /* Every reader of one client waiting behind a writer comes in when the
  * writer releases (within their 20 s waits, the writer's lease being
@@ -890,7 +881,6 @@ TU_TEST(readers_of_one_client_all_woken, 60)
     TU_CLOSE_CLIENTS(r, w);
     served_raw_close(ctx);
 }
-END_TEST
 
 /* How many reader timeout keys of lock NAME exist. */
 static long long timeout_keys(redisContext *ctx, const char *name)
@@ -942,7 +932,6 @@ TU_TEST(killed_reader_among_readers_expires, 60)
     free(dir);
     stop_server();
 }
-END_TEST
 
 /* Play a redis-py / redsync client (SET NX PX, compare-and-delete). */
 TU_TEST(simple_layout_on_the_wire, 60)
@@ -998,7 +987,6 @@ TU_TEST(simple_layout_on_the_wire, 60)
     dlock_client_close(c);
     served_raw_close(ctx);
 }
-END_TEST
 
 /* --------------------------------------------------------------- faults */
 
@@ -1040,7 +1028,6 @@ TU_TEST(wrongtype_left_intact, 60)
     free(url);
     served_raw_close(ctx);
 }
-END_TEST
 
 TU_TEST(auth_password_and_acl_user, 60)
 {
@@ -1089,7 +1076,6 @@ TU_TEST(auth_password_and_acl_user, 60)
     free(bob);
     stop_server();
 }
-END_TEST
 
 TU_TEST(unreachable_and_silent_servers, 60)
 {
@@ -1111,7 +1097,6 @@ TU_TEST(unreachable_and_silent_servers, 60)
     free(where);
     free(silent);
 }
-END_TEST
 
 TU_TEST(server_killed_while_held, 60)
 {
@@ -1138,7 +1123,6 @@ TU_TEST(server_killed_while_held, 60)
     dlock_lock_free(l2);
     served_close(&s);
 }
-END_TEST
 
 /* A server that stops answering without refusing connections (SIGSTOP):
  * renewals get no reply, the hold is declared lost (the renewal's I/O is
@@ -1164,7 +1148,6 @@ TU_TEST(server_paused_holds_lost, 60)
     tu_acquire_release(s.l, 10000);
     served_close(&s);
 }
-END_TEST
 
 TU_TEST(script_flush_is_invisible, 60)
 {
@@ -1180,7 +1163,6 @@ TU_TEST(script_flush_is_invisible, 60)
     redisFree(ctx);
     served_close(&s);
 }
-END_TEST
 
 TU_TEST(out_of_memory_is_reported, 60)
 {
@@ -1200,7 +1182,6 @@ TU_TEST(out_of_memory_is_reported, 60)
     dlock_client_close(c);
     stop_server();
 }
-END_TEST
 
 /* A renewal that finds the hold gone fires the callback once and the
  * release reports the loss; force_release wakes waiters. */
@@ -1224,7 +1205,6 @@ TU_TEST(force_release_and_lost, 60)
     free(url);
     stop_server();
 }
-END_TEST
 
 /* A fault-injecting TCP proxy in front of the real server: it relays
  * bytes both ways, and when told to, forwards a lock script call to the
@@ -1542,13 +1522,11 @@ TU_TEST(lost_replies_redisson_layout, 60)
 {
     lost_replies_through_proxy("redisson");
 }
-END_TEST
 
 TU_TEST(lost_replies_simple_layout, 60)
 {
     lost_replies_through_proxy("simple");
 }
-END_TEST
 
 /* Every attempt of an acquire is held back by the proxy and the client's
  * connection closed: the acquire fails (DLOCK_ECONN) and undoes what it
@@ -1581,13 +1559,11 @@ TU_TEST(late_acquire_redisson_layout, 60)
 {
     late_acquire_through_proxy("redisson");
 }
-END_TEST
 
 TU_TEST(late_acquire_simple_layout, 60)
 {
     late_acquire_through_proxy("simple");
 }
-END_TEST
 
 /* One thread (one owner): an acquire, then, once told, another. */
 struct acquire_thread {
@@ -1640,7 +1616,6 @@ TU_TEST(lost_acquire_cancel_does_not_hold_the_caller, 60)
     tu_solo_close(&via);
     stop_server();
 }
-END_TEST
 
 /* An acquire that never got its request onto a connection (the dial
  * failed: here AUTH meets a closed connection) has nothing to undo: it
@@ -1666,7 +1641,6 @@ TU_TEST(no_undo_when_nothing_was_sent, 60)
                   atomic_load(&px.accepts));
     stop_server();
 }
-END_TEST
 
 /* fork(); the child has SIGPIPE's default action in force (not ignored,
  * not blocked), as a program that never touched it. */
@@ -1862,7 +1836,6 @@ TU_TEST(huge_reply_is_capped, 60)
      * gigabyte is buffered */
     ck_assert_msg(grown_mib < 512, "the client's memory grew by %ld MiB on a 1 GiB reply", grown_mib);
 }
-END_TEST
 
 /* A server that trickles its reply one byte per 100 ms: each byte comes
  * well within the timeout, but the request as a whole does not, and that
@@ -1876,7 +1849,6 @@ TU_TEST(trickled_reply_times_out, 60)
     ck_assert_msg(strstr(msg, "no reply within") != NULL, "%s", msg);
     ck_assert_int_ge(atomic_load(&fs.misbehaved), 1);
 }
-END_TEST
 
 /* A server that closes the connection while a large command is being
  * written to it (an 8 MiB password): in a program with SIGPIPE's default
@@ -1908,7 +1880,6 @@ TU_TEST(server_closing_mid_write_survived, 60)
     fake_stop(&fs);
     ck_assert_int_ge(atomic_load(&fs.misbehaved), 1);
 }
-END_TEST
 
 /* A program that keeps SIGPIPE's default action survives a server that
  * closes a pooled connection (FIN, then a reset): the next request's
@@ -1946,7 +1917,6 @@ TU_TEST(sigpipe_default_action_survives, 60)
     assert_child_lived(pid);
     stop_server();
 }
-END_TEST
 
 /* A busy reply whose TTL is absurd (a server or proxy answering
  * :-9223372036854775808): the waiter's safety-net sleep is clamped, not
@@ -1967,7 +1937,6 @@ TU_TEST(absurd_busy_reply_is_clamped, 60)
     dlock_release(s.l);
     served_close(&s);
 }
-END_TEST
 
 /* Fencing tokens keep growing across a restart that loses the data (no
  * persistence): an absent counter starts from the server's clock in
@@ -1994,7 +1963,6 @@ TU_TEST(tokens_survive_a_data_losing_restart, 60)
     redisFree(ctx);
     served_close(&s);
 }
-END_TEST
 
 /* Token arithmetic at the edges of the counter, in both layouts: tokens
  * of 15 digits and more are written exactly (Lua formats 1e14 as
@@ -2054,13 +2022,11 @@ TU_TEST(token_edges_redisson_layout, 60)
 {
     token_edges("redisson");
 }
-END_TEST
 
 TU_TEST(token_edges_simple_layout, 60)
 {
     token_edges("simple");
 }
-END_TEST
 
 /* force release, status and list act only on keys of a lock's shape:
  * every hash field "<uuid>:<digits>" (redisson), a value
@@ -2107,7 +2073,6 @@ TU_TEST(force_status_list_touch_only_locks, 60)
     }
     served_raw_close(ctx);
 }
-END_TEST
 
 /* Names that fall in dlock's own key space (another lock's token counter,
  * channel or cancellation record) are refused, naming the space. */
@@ -2138,7 +2103,6 @@ TU_TEST(own_key_space_names_refused, 60)
     redisFree(ctx);
     served_close(&s);
 }
-END_TEST
 
 /* The reply of an acquire or release lost to a timeout (CLIENT PAUSE
  * holds the scripts on the server longer than the client's operation
@@ -2165,7 +2129,6 @@ TU_TEST(timed_out_replies_fail_cleanly, 60)
     redisFree(ctx);
     served_close(&s);
 }
-END_TEST
 
 /* Connections the server accepted so far (INFO stats), asked on a fresh
  * connection of its own: it is accepted after every connection the
@@ -2211,7 +2174,6 @@ TU_TEST(stalled_server_costs_one_op_timeout, 60)
                                "with a timeout of its own", dialed);
     served_close(&s);
 }
-END_TEST
 
 /* Keep the server busy MS ms in a script sent on a connection of its
  * own (returned, to free), and wait until it runs: a PING on a fresh
@@ -2301,7 +2263,6 @@ TU_TEST(writer_wait_ends_on_time_on_a_stalled_server, 60)
 {
     writer_gives_up_on_a_stalled_server(false);
 }
-END_TEST
 
 /* (The unwait of a canceled wait was sent in the caller's thread within
  * what was left of a wait forever, the op timeout: the cancel returned
@@ -2310,7 +2271,6 @@ TU_TEST(canceled_writer_wait_ends_on_a_stalled_server, 60)
 {
     writer_gives_up_on_a_stalled_server(true);
 }
-END_TEST
 
 /* The reply of a downgrade lost after the script ran (the proxy drops it
  * and closes the connection): the script ran (mode "read", readers
@@ -2347,7 +2307,6 @@ TU_TEST(lost_downgrade_reply, 60)
     tu_solo_close(&s);
     stop_server();
 }
-END_TEST
 
 /* A downgrade with no reply at all (the server busy past the call's budget)
  * may have run: the hold is given up (DLOCK_ELOST), never kept as an
@@ -2377,7 +2336,6 @@ TU_TEST(unanswered_downgrade_gives_up, 60)
     redisFree(ctx);
     served_close(&s);
 }
-END_TEST
 
 /* A multi-lock's release whose first reply is lost (the proxy drops it
  * after the server ran it, and closes the connection) is sent once more,
@@ -2405,7 +2363,6 @@ TU_TEST(multi_release_lost_reply_retried, 60)
     tu_solo_close(&via);
     stop_server();
 }
-END_TEST
 
 struct busy_later {
     int after_ms, busy_ms;
@@ -2458,7 +2415,6 @@ TU_TEST(sem_release_retry_tells_lost, 60)
     tu_solo_close(&via);
     stop_server();
 }
-END_TEST
 
 /* A waiting semaphore acquire whose try reached the server but got no
  * reply (server busy past the timeout) tries again with new permit ids:
@@ -2534,7 +2490,6 @@ TU_TEST(sem_wait_lost_reply_new_ids, 60)
     TU_CLOSE_CLIENTS(a, b);
     free(url);
 }
-END_TEST
 
 /* Redisson's prefixName(): a name that has a hash tag keeps it. */
 TU_TEST(hash_tag_names, 60)
@@ -2548,7 +2503,6 @@ TU_TEST(hash_tag_names, 60)
     redisFree(ctx);
     served_close(&s);
 }
-END_TEST
 
 /* Connections dropped by the server (CLIENT KILL) while holding and
  * waiting: renewals resume on new connections, no hold is lost, and the
@@ -2583,7 +2537,6 @@ TU_TEST(connections_killed_renewals_resume, 60)
     free(url);
     stop_server();
 }
-END_TEST
 
 /* The server restarts while a thread waits: the subscriber connection is
  * redialed, the waiter is woken to try again, and gets the lock (the
@@ -2608,7 +2561,6 @@ TU_TEST(server_restart_while_waiting, 60)
     dlock_client_close(c);
     served_raw_close(ctx);
 }
-END_TEST
 
 /* ------------------------------------------------------------ at scale */
 
@@ -2691,7 +2643,6 @@ TU_TEST(thousand_names_waited_at_once, 60)
     dlock_client_close(c);
     stop_server();
 }
-END_TEST
 
 /* Renewing many holds costs a handful of script calls per period, not one
  * per hold: counted on the server (INFO commandstats). */
@@ -2726,7 +2677,6 @@ TU_TEST(renewal_is_batched, 60)
     free(url);
     stop_server();
 }
-END_TEST
 
 /* -------------------------------------------- URLs, list, db, unix socket */
 
@@ -2795,7 +2745,6 @@ TU_TEST(urls_db_prefix_unix_and_list, 60)
     dlock_client_close(c);
     served_raw_close(ctx);
 }
-END_TEST
 
 /* ------------------------------------------------------------------ TLS */
 
@@ -2840,7 +2789,6 @@ TU_TEST(names_resolved_within_the_connect_timeout, 60)
     close(ns);
     free(byname);
 }
-END_TEST
 
 /* rediss:// against a server that wants client certificates: verified
  * against tls_ca, by name (SNI + the certificate's DNS entry) or by
@@ -2884,7 +2832,6 @@ TU_TEST(tls_verification_and_client_certs, 60)
     free(certs);
     stop_server();
 }
-END_TEST
 
 /* Whether this process has libssl mapped (/proc/self/maps). */
 static bool libssl_mapped(void)
@@ -2920,7 +2867,6 @@ TU_TEST(openssl_loaded_by_the_first_rediss_client, 60)
     tu_file_fixture_end(&dir, &file_url);
     stop_server();
 }
-END_TEST
 
 /* sha1.c: the digest EVALSHA names a script by. */
 void dlock__redis_sha1_hex(const void *data, size_t len, char out[41]);
@@ -2951,7 +2897,6 @@ TU_TEST(script_digests_match_the_server, 60)
     redisFree(ctx);
     stop_server();
 }
-END_TEST
 
 /* ------------------------------------------------------- replica sync */
 
@@ -3047,7 +2992,6 @@ TU_TEST(sync_multi_undo_owed_past_the_budget, 60)
     redisFree(ctx);
     stop_server();
 }
-END_TEST
 
 /* sync=1 with no replica: WAIT answers 0 at sync_timeout and the acquire
  * is undone. Writes paused on the master (CLIENT PAUSE WRITE, longer than
@@ -3082,7 +3026,6 @@ TU_TEST(sync_undo_owed_past_the_budget, 60)
     redisFree(ctx);
     stop_server();
 }
-END_TEST
 
 /* ?sync=N: the acquire script and WAIT N go in one round trip. With the
  * replica acknowledging, acquire and release work; with the replica
@@ -3137,7 +3080,6 @@ TU_TEST(sync_acquire_needs_replica_acks, 60)
     fx_redis_stop(&rep);
     stop_server();
 }
-END_TEST
 
 /* The free count and the held ids of semaphore NAME on the master. */
 static void expect_sem_on_master(redisContext *ctx, const char *name, long long free_permits,
@@ -3205,7 +3147,6 @@ TU_TEST(sync_semaphore_needs_replica_acks, 60)
     fx_redis_stop(&rep);
     stop_server();
 }
-END_TEST
 
 /* -------------------------------------------------------------- Sentinel */
 
@@ -3287,7 +3228,6 @@ TU_TEST(sentinel_failover_holding_and_waiting, 120)
     free(url);
     fx_sentinels_stop(&sen);
 }
-END_TEST
 
 /* The confirmed renewals of C so far (dlock_client_stats). */
 static uint64_t renewals_of(dlock_client *c)
@@ -3347,7 +3287,6 @@ TU_TEST(sentinel_master_killed_under_sync, 150)
     free(url);
     fx_sentinels_stop(&sen);
 }
-END_TEST
 
 /* `dlock status` on a sentinel URL names the master the sentinels name
  * now: the old one before SENTINEL FAILOVER, the new one after (a new
@@ -3395,7 +3334,6 @@ TU_TEST(sentinel_status_names_the_new_master, 150)
         fx_sentinels_stop(&sen);
     }
 }
-END_TEST
 
 /* The connections sentinel I accepted so far (INFO stats; a sentinel
  * keeps no commandstats): each lookup of a client dials every sentinel
@@ -3441,7 +3379,6 @@ TU_TEST(sentinel_stopped_is_asked_beside_the_others, 60)
     tu_solo_close(&s); /* frees URL */
     fx_sentinels_stop(&sen);
 }
-END_TEST
 
 /* Sentinels that want a password (requirepass): refused without one
  * (DLOCK_EAUTH saying what to give) or with a wrong one; served with
@@ -3469,7 +3406,6 @@ TU_TEST(sentinel_password_from_url_and_environment, 60)
     free(right);
     fx_sentinels_stop(&sen);
 }
-END_TEST
 
 /* A proxy on the replication link between a replica and the master:
  * while FROZEN it stops passing the master's stream on, so the replica
@@ -3594,7 +3530,6 @@ TU_TEST(sentinel_failover_loses_unsynced_hold, 180)
     link_proxy_stop(&links[0]);
     link_proxy_stop(&links[1]);
 }
-END_TEST
 
 /* ------------------------------------------------------------------ CLI */
 
@@ -3665,7 +3600,6 @@ TU_TEST(cli_on_redis_urls, 60)
     dlock_client_close(c);
     stop_server();
 }
-END_TEST
 
 /* `dlock run` on a redis URL: the lease is renewed while the command runs
  * and ends soon after the CLI is killed with SIGKILL. */
@@ -3695,7 +3629,6 @@ TU_TEST(cli_holder_renewed_then_killed, 60)
     redisFree(ctx);
     stop_server();
 }
-END_TEST
 
 int main(void)
 {

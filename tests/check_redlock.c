@@ -173,7 +173,6 @@ TU_TEST(minority_down_still_works, 60)
     TU_CLOSE_CLIENTS(a, b);
     stop_nodes();
 }
-END_TEST
 
 /* A black-holed port: a socket listening with a backlog of 0 whose queue
  * is filled by connections nobody accepts, so the kernel drops further
@@ -224,7 +223,6 @@ TU_TEST(black_holed_node_dialed_beside_the_others, 60)
     close(hole);
     stop_nodes();
 }
-END_TEST
 
 /* A node named by a name whose name server never answers, first in the
  * URL: the names are resolved side by side with the other nodes' dials,
@@ -255,7 +253,6 @@ TU_TEST(unresolved_node_name_resolved_beside_the_others, 60)
     stop_nodes();
     close(ns);
 }
-END_TEST
 
 /* Two of three nodes down: an acquire fails with DLOCK_EUNAVAIL at its
  * first attempt (a bounded wait does not wait it out), naming how many
@@ -287,7 +284,6 @@ TU_TEST(majority_down_unavailable, 60)
     free(url);
     stop_nodes();
 }
-END_TEST
 
 /* A node stopped (SIGSTOP) while the lock is acquired and held past its
  * lease: the acquire, the renewals and the release answer from the other
@@ -311,7 +307,6 @@ TU_TEST(node_stopped_during_acquire_and_hold, 60)
     ck_assert_uint_gt(next_owner_token(DLOCK_TRY), first);
     job_close(&a);
 }
-END_TEST
 
 /* A majority stopped while the lock is held: no renewal reaches Q nodes,
  * the hold is declared lost at its validity deadline (the callback once),
@@ -335,7 +330,6 @@ TU_TEST(majority_stopped_while_held_is_lost, 60)
     ck_assert_int_eq(atomic_load(&lost.fired), 1);
     stop_nodes();
 }
-END_TEST
 
 /* Acquisitions granted by different majorities (a different node stopped
  * each time) get growing tokens even though the nodes' counters started
@@ -365,7 +359,6 @@ TU_TEST(tokens_grow_across_majorities, 60)
     dlock_client_close(c);
     stop_nodes();
 }
-END_TEST
 
 /* The condition of the token, both sides, with the same sequence: the
  * counters agree at T0; node 0 saves a snapshot; node 2 is stopped while
@@ -411,13 +404,11 @@ TU_TEST(token_regresses_without_persistence, 60)
 {
     token_after_restart(false);
 }
-END_TEST
 
 TU_TEST(token_grows_with_appendfsync_always, 60)
 {
     token_after_restart(true);
 }
-END_TEST
 
 /* node-redlock's scripts and redsync's commands, played on the nodes,
  * against dlock with layout=simple on the same names. */
@@ -477,7 +468,6 @@ TU_TEST(redlock_simple_interop, 60)
     dlock_client_close(c);
     stop_nodes();
 }
-END_TEST
 
 /* The leader election over the majority: a value proclaimed while one
  * node was stopped (so that node keeps the old one) is what observers
@@ -552,7 +542,6 @@ TU_TEST(election_over_the_majority, 90)
     dlock_client_close(b);
     stop_nodes();
 }
-END_TEST
 
 /* The same election in the simple layout, where each node's lock value
  * carries that node's own token ("<owner>:<token>", and the nodes' tokens
@@ -580,7 +569,6 @@ TU_TEST(election_simple_layout, 60)
     dlock_client_close(b);
     stop_nodes();
 }
-END_TEST
 
 /* ------------------------------------------------------- shared holds */
 
@@ -663,7 +651,6 @@ TU_TEST(readers_share_writer_excluded, 60)
         ck_assert_int_eq(node_int(i, "EXISTS job"), 0);
     readers_close(&r);
 }
-END_TEST
 
 /* One of three nodes down: readers still share on the two others, a
  * writer is still refused, and gets in once they left. */
@@ -680,7 +667,6 @@ TU_TEST(readers_with_minority_down, 60)
     tu_acquire_release(r.wc, DLOCK_TRY);
     readers_close(&r);
 }
-END_TEST
 
 /* layout=simple (one owner per key) has no shared mode, on Redlock as on
  * one node: DLOCK_ENOTSUP naming the layout. */
@@ -696,7 +682,6 @@ TU_TEST(readers_need_the_redisson_layout, 60)
     dlock_client_close(a);
     stop_nodes();
 }
-END_TEST
 
 /* No semaphores on Redlock, and the message says why: permits counted
  * per node over majorities let three holders share two permits. */
@@ -712,7 +697,6 @@ TU_TEST(semaphores_refused_with_the_reason, 60)
     dlock_client_close(c);
     stop_nodes();
 }
-END_TEST
 
 /* dlock bench on redlock:// measures, in the same rounds, the raw floor
  * of the same work without dlock: hiredis on every node at once, on the

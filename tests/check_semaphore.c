@@ -167,7 +167,6 @@ TU_TEST(acquire_release_token, 30)
     dlock_semaphore_free(sb);
     TU_CLOSE_CLIENTS(a, b);
 }
-END_TEST
 
 /* N+1 processes (and two threads each) over N permits: never more than
  * N holders at once, counted in shared memory by the holders. */
@@ -245,7 +244,6 @@ TU_TEST(never_exceed, 120)
     free(sc->url);
     tu_shared_free(sc, sizeof *sc);
 }
-END_TEST
 
 /* Try, timed and forever waits; a release wakes a waiter; cancels. */
 TU_TEST(waits_cancel, 30)
@@ -283,7 +281,6 @@ TU_TEST(waits_cancel, 30)
     dlock_semaphore_free(sb);
     TU_CLOSE_CLIENTS(a, b);
 }
-END_TEST
 
 /* A count other than the stored one is refused, naming both. */
 TU_TEST(wrong_count, 30)
@@ -319,7 +316,6 @@ TU_TEST(wrong_count, 30)
     dlock_semaphore_free(s5);
     dlock_client_close(c);
 }
-END_TEST
 
 /* A child holding permits (K of them in one object, and one more), then
  * killed or paused. It writes DIR/held with its first token; unless
@@ -389,7 +385,6 @@ TU_TEST(kill9_holder, 60)
     dlock_client_close(c);
     ct_holder_close(&h);
 }
-END_TEST
 
 /* A holder stopped (SIGSTOP) past its lease: its permits come back to
  * others; resumed, it is told of each loss once, its releases say
@@ -432,7 +427,6 @@ TU_TEST(paused_holder, 90)
     dlock_client_close(c);
     ct_holder_close(&h);
 }
-END_TEST
 
 /* Renewals keep a permit past several leases (the sleep is the subject:
  * time passing without a loss). */
@@ -471,7 +465,6 @@ TU_TEST(lease_renewed, 60)
     dlock_semaphore_free(sb);
     TU_CLOSE_CLIENTS(a, b);
 }
-END_TEST
 
 /* Permits freed while a waiter of more of them sleeps go to a later
  * waiter of one client that wants fewer: a release message woke the
@@ -500,7 +493,6 @@ TU_TEST(smaller_waiter_served, 120)
     dlock_semaphore_free(s);
     dlock_client_close(c);
 }
-END_TEST
 
 /* Freeing a semaphore gives back the permits still held through it, and
  * closing the client does too. */
@@ -522,7 +514,6 @@ TU_TEST(free_releases, 30)
     dlock_semaphore_free(sb);
     dlock_client_close(b);
 }
-END_TEST
 
 /* dlock run --permits N: busy when the N permits are held (the conflict
  * code), runs when one is free, refuses another count; dlock status
@@ -568,7 +559,6 @@ TU_TEST(cli_run_permits, 60)
     dlock_client_close(c);
     free(url);
 }
-END_TEST
 
 /* dlock list shows the semaphores held beside the locks (name, kind,
  * holders and free permits; --json with "kind"), not one used and given
@@ -610,7 +600,6 @@ TU_TEST(cli_list_shows_semaphores, 60)
     dlock_client_close(c);
     free(url);
 }
-END_TEST
 
 /* dlock bench semaphore: W clients over N permits beside the same
  * clients on one lock, in the same run; never more than N holders seen
@@ -630,7 +619,6 @@ TU_TEST(cli_bench_semaphore, 60)
     free(err);
     free(url);
 }
-END_TEST
 
 /* A backend without semaphores says so, naming itself. */
 TU_TEST(not_supported, 30)
@@ -644,7 +632,6 @@ TU_TEST(not_supported, 30)
     EXPECT_RC(dlock_semaphore_inspect(c, "x", 2, &i), DLOCK_ENOTSUP);
     dlock_client_close(c);
 }
-END_TEST
 
 /* The semaphore tests run on a backend that has semaphores, not_supported
  * on the others. */

@@ -405,7 +405,6 @@ TU_TEST_IN(standalone, acquire_release_token, 90)
     dlock_lock_free(l);
     zk_close(&zt);
 }
-END_TEST
 
 /* Waiters in their own clients (threads here), each recording the order in
  * which it acquired. */
@@ -481,7 +480,6 @@ TU_TEST_IN(standalone, waiters_fifo_and_inspect, 90)
     dlock_lock_free(l);
     zk_close(&zt);
 }
-END_TEST
 
 /* An acquire of L that waits forever in a thread of its own and keeps
  * what it gets. */
@@ -507,7 +505,6 @@ TU_TEST_IN(standalone, validity_is_the_negotiated_session, 90)
     dlock_lock_free(f);
     tu_solo_close(&d);
 }
-END_TEST
 
 /* ======================================================= Curator's part */
 
@@ -589,7 +586,6 @@ TU_TEST_IN(standalone, curator_semaphore_interop, 90)
     dlock_semaphore_free(s);
     zk_close(&zt);
 }
-END_TEST
 
 struct sem_lost {
     atomic_int fired;
@@ -635,7 +631,6 @@ TU_TEST_IN(standalone, sem_keeper_checks_every_lease, 90)
     dlock_semaphore_free(s);
     zk_close(&zt);
 }
-END_TEST
 
 TU_TEST_IN(standalone, curator_interop, 90)
 {
@@ -696,7 +691,6 @@ TU_TEST_IN(standalone, curator_interop, 90)
     dlock_lock_free(l);
     zk_close(&zt);
 }
-END_TEST
 
 /* Curator's LeaderLatch on the same path, its nodes played with the raw
  * client ("_c_<uuid>-latch-<seq>", EPHEMERAL_SEQUENTIAL, the participant
@@ -775,7 +769,6 @@ TU_TEST_IN(standalone, curator_leader_latch_interop, 90)
     dlock_election_free(e);
     zk_close(&zt);
 }
-END_TEST
 
 /* Curator's InterProcessReadWriteLock on the same path, its nodes played
  * with the raw client: a Curator reader shares with dlock's readers and
@@ -853,7 +846,6 @@ TU_TEST_IN(standalone, curator_rwlock_interop, 90)
     TU_FREE_LOCKS(ro, w, r);
     zk_close(&zt);
 }
-END_TEST
 
 /* The downgrade with a writer queued between: A holds the write lock, B's
  * writer queues behind it, then A takes a read level and releases its
@@ -898,7 +890,6 @@ TU_TEST_IN(standalone, downgrade_behind_queued_writer_keeps_it_out, 90)
     TU_CLOSE_CLIENTS(b, a);
     free(url);
 }
-END_TEST
 
 /* A node whose create reply was lost is found again by its guid: a
  * Curator-protected node left by the same client in the queue is
@@ -953,7 +944,6 @@ TU_TEST_IN(standalone, foreign_children_ignored, 90)
     dlock_lock_free(l);
     zk_close(&zt);
 }
-END_TEST
 
 /* ================================================================ names */
 
@@ -1001,7 +991,6 @@ TU_TEST_IN(standalone, hostile_names, 90)
     tu_free_names(listed);
     zk_close(&zt);
 }
-END_TEST
 
 TU_TEST_IN(standalone, list_and_prefix, 90)
 {
@@ -1030,7 +1019,6 @@ TU_TEST_IN(standalone, list_and_prefix, 90)
     free(url);
     free(url2);
 }
-END_TEST
 
 /* A waiter paused past its session timeout loses its place (the server
  * deletes its node) and, resumed, queues again with a new session and
@@ -1083,7 +1071,6 @@ TU_TEST_IN(standalone, paused_waiter_requeues, 90)
     dlock_client_close(c);
     tu_rmrf(dir);
 }
-END_TEST
 
 /* =============================================================== errors */
 
@@ -1112,7 +1099,6 @@ TU_TEST_IN(standalone, missing_chroot, 90)
     zookeeper_close(zh);
     free(url);
 }
-END_TEST
 
 TU_TEST_IN(standalone, bad_urls, 90)
 {
@@ -1152,7 +1138,6 @@ TU_TEST_IN(standalone, bad_urls, 90)
     tu_acquire_release(s.l, DLOCK_TRY);
     tu_solo_close(&s);
 }
-END_TEST
 
 TU_TEST_IN(standalone, auth_and_acl, 90)
 {
@@ -1215,7 +1200,6 @@ TU_TEST_IN(standalone, auth_and_acl, 90)
     free(bob);
     free(url);
 }
-END_TEST
 
 /* ===================================================== server faults */
 
@@ -1242,7 +1226,6 @@ TU_TEST_IN(restart, server_restart_keeps_hold, 120)
     ck_assert_int_eq(dlock_release(d.l), DLOCK_OK);
     tu_solo_close(&d);
 }
-END_TEST
 
 TU_TEST_IN(outage, server_down_hold_lost, 120)
 {
@@ -1271,7 +1254,6 @@ TU_TEST_IN(outage, server_down_hold_lost, 120)
     dlock_lock_free(l2);
     tu_solo_close(&d);
 }
-END_TEST
 
 /* A server that stops answering (SIGSTOP: its sockets stay open, so the
  * client library believes it is connected until 2/3 of the session
@@ -1302,7 +1284,6 @@ TU_TEST_IN(stopped, stopped_server_bounds_short_waits, 50)
     ck_assert_int_eq(dlock_release(d.l), DLOCK_OK);
     tu_solo_close(&d);
 }
-END_TEST
 
 /* ============================================================= ensemble */
 
@@ -1319,7 +1300,6 @@ TU_TEST_IN(ensemble, ensemble_basic, 180)
     TU_CLOSE_CLIENTS(a, b);
     free(url);
 }
-END_TEST
 
 TU_TEST_IN(ensemble, leader_killed_never_two_holders, 180)
 {
@@ -1359,7 +1339,6 @@ TU_TEST_IN(ensemble, leader_killed_never_two_holders, 180)
     free(dir);
     free(url);
 }
-END_TEST
 
 /* ============================================== a fault-injecting proxy */
 
@@ -1569,7 +1548,6 @@ TU_TEST_IN(standalone, lost_create_reply_leaves_no_node, 90)
     tu_solo_close(&other);
     proxied_close(&f);
 }
-END_TEST
 
 /* A release whose request never reaches the server: the caller hears
  * DLOCK_ECONN and the hold is gone for it, so the node must go too, as
@@ -1598,7 +1576,6 @@ TU_TEST_IN(standalone, lost_release_leaves_no_node, 90)
     zookeeper_close(zh);
     proxied_close(&f);
 }
-END_TEST
 
 /* Waits (from a helper thread) until LOCKPATH has exactly WANT children on
  * the server, then lets replies through again (the proxy cuts the
@@ -1653,7 +1630,6 @@ TU_TEST_IN(standalone, release_reply_lost_then_reconnect, 90)
     tu_acquire_release(f.l, DLOCK_TRY);
     proxied_close(&f);
 }
-END_TEST
 
 /* A create executed on the server whose reply is lost to a cut
  * connection, the connection back within the op timeout: the node is
@@ -1691,7 +1667,6 @@ TU_TEST_IN(standalone, create_reply_lost_node_found_by_guid, 90)
     }
     proxied_close(&f);
 }
-END_TEST
 
 /* A waiting acquire whose create lost its reply retries the create while
  * the server cannot be reached (each try fails at once: connection
@@ -1727,7 +1702,6 @@ TU_TEST_IN(standalone, cancel_during_create_retries, 60)
     ck_assert_msg(n == 0, "the node of the canceled create stays in the queue");
     proxied_close(&f);
 }
-END_TEST
 
 struct other_taker {
     const char *url, *name;
@@ -1814,7 +1788,6 @@ TU_TEST_IN(standalone, partitioned_holder_lost_before_other_holds, 90)
     free(direct);
     proxied_close(&f);
 }
-END_TEST
 
 /* A waiter cut off from the server past its session timeout while the
  * lock changes hands: its node went with its session, so once the
@@ -1864,7 +1837,6 @@ TU_TEST_IN(standalone, partitioned_waiter_requeues, 90)
     free(direct);
     free(purl);
 }
-END_TEST
 
 /* An acquire that waits while the client cannot reach the server (its
  * session reconnecting) honours its cancel and its deadline: ECANCELED /
@@ -1889,7 +1861,6 @@ TU_TEST_IN(standalone, wait_while_disconnected_honours_cancel_and_deadline, 90)
     ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
     proxied_close(&f);
 }
-END_TEST
 
 /* A waiting acquire whose create meets a disconnect (no reply within the
  * op timeout) keeps waiting, as a queued waiter does: once the
@@ -1933,7 +1904,6 @@ TU_TEST_IN(standalone, wait_survives_disconnect_during_create, 90)
     ck_assert_int_eq(raw_contenders(zh, "/dlock/blip"), 0);
     zookeeper_close(zh);
 }
-END_TEST
 
 /* A waiter canceled while its client is cut off (and knows it: the
  * session is reconnecting) returns at once: the delete of its node cannot
@@ -1974,7 +1944,6 @@ TU_TEST_IN(standalone, cancel_while_disconnected_returns_at_once, 90)
     proxied_close(&f);
     tu_solo_close(&holder);
 }
-END_TEST
 
 /* A session closed by someone else (another process that took it over
  * with its id and password, as Curator's KillSession does): the client
@@ -2019,7 +1988,6 @@ TU_TEST_IN(standalone, session_closed_elsewhere_reported_lost_at_once, 90)
     ck_assert_int_eq(atomic_load(&hold_lost.fired), 1);
     proxied_close(&f);
 }
-END_TEST
 
 /* "<fd> <link>" lines for the descriptors open in this process. */
 static char *own_fds(void)
@@ -2103,7 +2071,6 @@ TU_TEST_IN(standalone, descriptors_not_inherited_by_exec, 90)
     free(before);
     free(url);
 }
-END_TEST
 
 /* ================================================================== CLI */
 
@@ -2215,7 +2182,6 @@ TU_TEST_IN(standalone, cli_run_status_list_release, 90)
     free(dir);
     free(url);
 }
-END_TEST
 
 TU_TEST_IN(standalone, cli_curator_holder_and_errors, 90)
 {
@@ -2251,7 +2217,6 @@ TU_TEST_IN(standalone, cli_curator_holder_and_errors, 90)
     zookeeper_close(zh);
     free(url);
 }
-END_TEST
 
 /* ============================================================== suite */
 

@@ -42,49 +42,41 @@ TU_TEST(file, 60)
 {
     run_backend("file", 6);
 }
-END_TEST
 
 TU_TEST(redis, 120)
 {
     run_backend("redis", 20);
 }
-END_TEST
 
 TU_TEST(redis_simple, 120)
 {
     run_backend("redis-simple", 20);
 }
-END_TEST
 
 TU_TEST(sentinel, 120)
 {
     run_backend("sentinel", 30);
 }
-END_TEST
 
 TU_TEST(sentinel_sync, 120)
 {
     run_backend("sentinel-sync", 30);
 }
-END_TEST
 
 TU_TEST(redlock, 120)
 {
     run_backend("redlock", 16);
 }
-END_TEST
 
 TU_TEST(etcd, 120)
 {
     run_backend("etcd", 18);
 }
-END_TEST
 
 TU_TEST(zk, 120)
 {
     run_backend("zk", 18);
 }
-END_TEST
 
 int main(void)
 {

@@ -893,12 +893,10 @@ static void kill9_case(const char *name, dlock_mode mode)
         tu_acquire_release(r, DLOCK_TRY);
         dlock_lock_free(r);
     }
-    kill(h.pid, SIGKILL);
-    tu_wait_exit(h.pid);
+    ct_holder_kill(&h);
     TU_ACQUIRE_OK(l, DLOCK_FOREVER); /* the test's time limit fails a hang */
     ck_assert_uint_gt(token_of(l), t1);
-    EXPECT_RC(dlock_release(l), DLOCK_OK);
-    dlock_lock_free(l);
+    TU_RELEASE_FREE(l);
     dlock_client_close(c);
     ct_holder_close(&h);
 }

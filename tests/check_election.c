@@ -244,8 +244,7 @@ TU_TEST(kill9_leader, 60)
     dlock_election *e = election(c, "k9");
     struct campaigner k;
     campaigner_start(&k, e, "heir", DLOCK_FOREVER, NULL);
-    kill(h.pid, SIGKILL);
-    tu_wait_exit(h.pid);
+    ct_holder_kill(&h);
     EXPECT_RC(campaigner_join(&k), DLOCK_OK); /* the test's time limit fails a hang */
     uint64_t t2 = token_of(e);
     ck_assert_uint_gt(t2, t1);

@@ -856,12 +856,8 @@ TU_TEST_IN(single, semaphore_keys_apart_from_locks, 90)
     dlock_lock *job = tu_lock(fx.a, "jobs"), *sub = tu_lock(fx.b, "jobs/sem");
     TU_ACQUIRE_OK(job, DLOCK_TRY);
     TU_ACQUIRE_OK(sub, DLOCK_TRY);
-    dlock_semaphore *s = NULL, *ssub = NULL;
-    ck_assert_int_eq(dlock_semaphore_new(fx.a, "jobs", 1, 0, &s), DLOCK_OK);
-    ck_assert_int_eq(dlock_semaphore_new(fx.b, "jobs/sem", 1, 0, &ssub), DLOCK_OK);
-    dlock_permit *p = NULL, *psub = NULL;
-    ck_assert_int_eq(dlock_semaphore_acquire(s, 1, DLOCK_TRY, NULL, &p), DLOCK_OK);
-    ck_assert_int_eq(dlock_semaphore_acquire(ssub, 1, DLOCK_TRY, NULL, &psub), DLOCK_OK);
+    dlock_semaphore *s = tu_semaphore(fx.a, "jobs", 1), *ssub = tu_semaphore(fx.b, "jobs/sem", 1);
+    dlock_permit *p = tu_permit(s, 1, DLOCK_TRY), *psub = tu_permit(ssub, 1, DLOCK_TRY);
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_semaphore_inspect(fx.b, "jobs", 1, &info), DLOCK_OK);
     ck_assert_uint_eq(dlock_info_holder_count(info), 1);
@@ -885,11 +881,9 @@ TU_TEST_IN(single, semaphore_keys_apart_from_locks, 90)
     free(out);
     ck_assert_int_eq(dlock_permit_release(p), DLOCK_OK);
     ck_assert_int_eq(dlock_permit_release(psub), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(job), DLOCK_OK);
-    ck_assert_int_eq(dlock_release(sub), DLOCK_OK);
+    TU_RELEASE_FREE(job, sub);
     dlock_semaphore_free(s);
     dlock_semaphore_free(ssub);
-    TU_FREE_LOCKS(job, sub);
     frame_close(&fx);
 }
 
@@ -900,12 +894,8 @@ TU_TEST_IN(single, semaphore_keys_apart_from_locks, 90)
 TU_TEST_IN(single, semaphore_waiter_woken_by_any_holder, 60)
 {
     struct etcd_frame fx = frame_open(NULL, "lease=300s", 2);
-    dlock_semaphore *sa = NULL, *sb = NULL;
-    ck_assert_int_eq(dlock_semaphore_new(fx.a, "wake", 2, 0, &sa), DLOCK_OK);
-    ck_assert_int_eq(dlock_semaphore_new(fx.b, "wake", 2, 0, &sb), DLOCK_OK);
-    dlock_permit *oldest = NULL, *newest = NULL;
-    ck_assert_int_eq(dlock_semaphore_acquire(sa, 1, DLOCK_TRY, NULL, &oldest), DLOCK_OK);
-    ck_assert_int_eq(dlock_semaphore_acquire(sa, 1, DLOCK_TRY, NULL, &newest), DLOCK_OK);
+    dlock_semaphore *sa = tu_semaphore(fx.a, "wake", 2), *sb = tu_semaphore(fx.b, "wake", 2);
+    dlock_permit *oldest = tu_permit(sa, 1, DLOCK_TRY), *newest = tu_permit(sa, 1, DLOCK_TRY);
     struct tu_sem_taker t;
     tu_sem_taker_start(&t, sb, 1, DLOCK_FOREVER, NULL);
     ck_assert_msg(tu_wait_thread_asleep(&t.tid, 30000), "the taker never went to sleep");
@@ -1419,8 +1409,7 @@ TU_TEST_IN(single, rw_force_release_ends_every_reader, 90)
     TU_ACQUIRE_OK(w, DLOCK_TRY);
     ck_assert_int_eq(dlock_release(ra), DLOCK_ELOST);
     ck_assert_int_eq(dlock_release(rb), DLOCK_ELOST);
-    ck_assert_int_eq(dlock_release(w), DLOCK_OK);
-    dlock_lock_free(w);
+    TU_RELEASE_FREE(w);
     dlock_client_close(c);
     TU_FREE_LOCKS(rb, ra);
     tu_pair_close(&p);
@@ -1592,9 +1581,7 @@ TU_TEST_IN(auth, auth, 90)
     dlock_client_close(c);
     free(url);
     char *wrong = tu_fmt("etcd://locker:nope@%s", F.endpoints);
-    c = NULL;
-    ck_assert_int_eq(dlock_open(wrong, &c), DLOCK_EAUTH);
-    ck_assert_msg(strstr(dlock_errmsg(), "authentication failed"), "%s", dlock_errmsg());
+    TU_OPEN_FAILS(wrong, DLOCK_EAUTH, "authentication failed");
     free(wrong);
 
     /* right password; a waiter's watch works with the token too */

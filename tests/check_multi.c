@@ -265,8 +265,7 @@ TU_TEST(kill9_holder, 60)
         ck_assert_msg(tu_held(c, names[k]), "member '%s' not held", names[k]);
     dlock_multi *m = multi(c, names, 3);
     EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_EBUSY);
-    kill(h.pid, SIGKILL);
-    tu_wait_exit(h.pid);
+    ct_holder_kill(&h);
     EXPECT_RC(dlock_multi_acquire(m, DLOCK_FOREVER, NULL), DLOCK_OK); /* the time limit fails a hang */
     uint64_t t = 0;
     EXPECT_RC(dlock_token(dlock_multi_lock(m, 0), &t), DLOCK_OK);

@@ -52,23 +52,6 @@ static bool leases(void)
 
 /* ------------------------------------------------------------- helpers */
 
-static dlock_semaphore *sem(dlock_client *c, const char *name, unsigned permits)
-{
-    dlock_semaphore *s = NULL;
-    EXPECT_RC(dlock_semaphore_new(c, name, permits, 0, &s), DLOCK_OK);
-    return s;
-}
-
-/* Acquire K permits of S waiting WAIT, asserting it worked. */
-static dlock_permit *take(dlock_semaphore *s, unsigned k, int64_t wait)
-{
-    dlock_permit *p = NULL;
-    EXPECT_RC(dlock_semaphore_acquire(s, k, wait, NULL, &p), DLOCK_OK);
-    ck_assert_ptr_nonnull(p);
-    ck_assert_uint_eq(dlock_permit_count(p), k);
-    return p;
-}
-
 static void expect_busy(dlock_semaphore *s, unsigned k)
 {
     dlock_permit *p = (dlock_permit *)1;
@@ -114,11 +97,11 @@ static void taker_start(struct tu_sem_taker *t, dlock_semaphore *s, unsigned k, 
 TU_TEST(acquire_release_token, 30)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
-    dlock_semaphore *sa = sem(a, "jobs", 3), *sb = sem(b, "jobs", 3);
+    dlock_semaphore *sa = tu_semaphore(a, "jobs", 3), *sb = tu_semaphore(b, "jobs", 3);
     ck_assert_str_eq(dlock_semaphore_name(sa), "jobs");
     ck_assert_uint_eq(dlock_semaphore_permits(sa), 3);
     expect_free(b, "jobs", 3, 3);
-    dlock_permit *p1 = take(sa, 1, DLOCK_TRY), *p2 = take(sb, 1, DLOCK_TRY);
+    dlock_permit *p1 = tu_permit(sa, 1, DLOCK_TRY), *p2 = tu_permit(sb, 1, DLOCK_TRY);
     ck_assert_uint_gt(token_of(p2), token_of(p1));
     ck_assert_str_ne(dlock_permit_id(p1), dlock_permit_id(p2));
     int64_t v = dlock_permit_validity_ms(p1);
@@ -126,7 +109,7 @@ TU_TEST(acquire_release_token, 30)
                   "validity %" PRId64, v);
     expect_busy(sb, 2); /* one free, two asked: none taken */
     expect_free(a, "jobs", 3, 1);
-    dlock_permit *p3 = take(sa, 1, DLOCK_TRY); /* the same client twice: no reentrancy */
+    dlock_permit *p3 = tu_permit(sa, 1, DLOCK_TRY); /* the same client twice: no reentrancy */
     expect_busy(sb, 1);
     dlock_info *i = look(b, "jobs", 3);
     ck_assert_uint_eq(dlock_info_permits(i), 3);
@@ -142,7 +125,7 @@ TU_TEST(acquire_release_token, 30)
     EXPECT_RC(dlock_permit_release(p1), DLOCK_OK);
     EXPECT_RC(dlock_permit_release(p2), DLOCK_OK);
     /* Two at once, in one permit object, from the other client. */
-    dlock_permit *p4 = take(sb, 2, DLOCK_TRY);
+    dlock_permit *p4 = tu_permit(sb, 2, DLOCK_TRY);
     ck_assert_uint_gt(token_of(p4), token_of(p3));
     expect_free(a, "jobs", 3, 0);
     i = look(a, "jobs", 3);
@@ -249,8 +232,8 @@ TU_TEST(never_exceed, 120)
 TU_TEST(waits_cancel, 30)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
-    dlock_semaphore *sa = sem(a, "w", 2), *sb = sem(b, "w", 2);
-    dlock_permit *p = take(sa, 2, DLOCK_TRY);
+    dlock_semaphore *sa = tu_semaphore(a, "w", 2), *sb = tu_semaphore(b, "w", 2);
+    dlock_permit *p = tu_permit(sa, 2, DLOCK_TRY);
     expect_busy(sb, 1);
     dlock_permit *q = (dlock_permit *)1;
     EXPECT_RC(dlock_semaphore_acquire(sb, 1, 100, NULL, &q), DLOCK_ETIMEDOUT);
@@ -261,7 +244,7 @@ TU_TEST(waits_cancel, 30)
     EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
     EXPECT_RC(tu_sem_taker_join(&t), DLOCK_OK);
     /* dlock_semaphore_cancel ends a forever wait. */
-    p = take(sa, 2, DLOCK_TRY);
+    p = tu_permit(sa, 2, DLOCK_TRY);
     taker_start(&t, sb, 1, DLOCK_FOREVER, NULL);
     EXPECT_RC(dlock_semaphore_cancel(sb), DLOCK_OK);
     EXPECT_RC(tu_sem_taker_join(&t), DLOCK_ECANCELED);
@@ -286,11 +269,11 @@ TU_TEST(waits_cancel, 30)
 TU_TEST(wrong_count, 30)
 {
     dlock_client *c = ct_open_test(NULL);
-    dlock_semaphore *s3 = sem(c, "n", 3), *s5 = sem(c, "n", 5);
-    dlock_permit *p = take(s3, 1, DLOCK_TRY), *q = (dlock_permit *)1;
+    dlock_semaphore *s3 = tu_semaphore(c, "n", 3), *s5 = tu_semaphore(c, "n", 5);
+    dlock_permit *p = tu_permit(s3, 1, DLOCK_TRY), *q = (dlock_permit *)1;
     if (!stores_count()) {
         /* Nothing to check against: each client's own count rules. */
-        q = take(s5, 1, DLOCK_TRY);
+        q = tu_permit(s5, 1, DLOCK_TRY);
         EXPECT_RC(dlock_permit_release(q), DLOCK_OK);
         EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
         dlock_semaphore_free(s3);
@@ -374,11 +357,10 @@ TU_TEST(kill9_holder, 60)
     h.pid = fork_holder(h.url, "k9", 3, h.dir, true);
     uint64_t t1 = ct_holder_wait(&h);
     dlock_client *c = tu_open(h.url);
-    dlock_semaphore *s = sem(c, "k9", 3);
+    dlock_semaphore *s = tu_semaphore(c, "k9", 3);
     expect_busy(s, 1);
-    kill(h.pid, SIGKILL);
-    tu_wait_exit(h.pid);
-    dlock_permit *p = take(s, 3, DLOCK_FOREVER); /* the test's time limit fails a hang */
+    ct_holder_kill(&h);
+    dlock_permit *p = tu_permit(s, 3, DLOCK_FOREVER); /* the test's time limit fails a hang */
     ck_assert_uint_gt(token_of(p), t1);
     EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
     dlock_semaphore_free(s);
@@ -397,10 +379,10 @@ TU_TEST(paused_holder, 90)
     ct_holder_wait(&h);
     kill(h.pid, SIGSTOP);
     dlock_client *c = tu_open(h.url);
-    dlock_semaphore *s = sem(c, "pz", 2);
+    dlock_semaphore *s = tu_semaphore(c, "pz", 2);
     dlock_permit *p = NULL;
     if (leases()) {
-        p = take(s, 2, DLOCK_FOREVER);
+        p = tu_permit(s, 2, DLOCK_FOREVER);
     } else {
         dlock_permit *q = NULL;
         EXPECT_RC(dlock_semaphore_acquire(s, 1, 100, NULL, &q), DLOCK_ETIMEDOUT);
@@ -433,13 +415,13 @@ TU_TEST(paused_holder, 90)
 TU_TEST(lease_renewed, 60)
 {
     dlock_client *a = ct_open_test("lease=900ms"), *b = ct_open_test(NULL);
-    dlock_semaphore *sa = sem(a, "r", 1), *sb = sem(b, "r", 1);
-    dlock_permit *p = take(sa, 1, DLOCK_TRY);
+    dlock_semaphore *sa = tu_semaphore(a, "r", 1), *sb = tu_semaphore(b, "r", 1);
+    dlock_permit *p = tu_permit(sa, 1, DLOCK_TRY);
     tu_sleep_ms(2500);
     ck_assert_int_gt(dlock_permit_validity_ms(p), 0);
     expect_busy(sb, 1);
     EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
-    dlock_permit *q = take(sb, 1, DLOCK_TRY);
+    dlock_permit *q = tu_permit(sb, 1, DLOCK_TRY);
     EXPECT_RC(dlock_permit_release(q), DLOCK_OK);
     /* A fixed lease is not renewed: the permit comes back by itself
      * (zk: refused, a permit lasts as long as the session). */
@@ -451,9 +433,9 @@ TU_TEST(lease_renewed, 60)
         return;
     }
     EXPECT_RC(dlock_semaphore_set_lease(sa, 600, DLOCK_LEASE_FIXED), DLOCK_OK);
-    p = take(sa, 1, DLOCK_TRY);
+    p = tu_permit(sa, 1, DLOCK_TRY);
     if (leases()) {
-        q = take(sb, 1, DLOCK_FOREVER);
+        q = tu_permit(sb, 1, DLOCK_FOREVER);
         ck_assert_int_eq(dlock_permit_validity_ms(p), 0);
         EXPECT_RC(dlock_permit_release(p), DLOCK_ELOST);
         EXPECT_RC(dlock_permit_release(q), DLOCK_OK);
@@ -476,11 +458,11 @@ TU_TEST(lease_renewed, 60)
 TU_TEST(smaller_waiter_served, 120)
 {
     dlock_client *c = ct_open_test(NULL);
-    dlock_semaphore *s = sem(c, "m", 3);
+    dlock_semaphore *s = tu_semaphore(c, "m", 3);
     if (leases())
         EXPECT_RC(dlock_semaphore_set_lease(s, 120000, 0), DLOCK_OK);
     /* Redis: releasing the 2 publishes "2" (a "1" would wake everyone). */
-    dlock_permit *p2 = take(s, 2, DLOCK_TRY), *p1 = take(s, 1, DLOCK_TRY);
+    dlock_permit *p2 = tu_permit(s, 2, DLOCK_TRY), *p1 = tu_permit(s, 1, DLOCK_TRY);
     struct tu_sem_taker all, one;
     taker_start(&all, s, 3, DLOCK_FOREVER, NULL);
     bool in_order = strcmp(CT->name, "zk") == 0 || strcmp(CT->name, "etcd") == 0;
@@ -499,17 +481,17 @@ TU_TEST(smaller_waiter_served, 120)
 TU_TEST(free_releases, 30)
 {
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
-    dlock_semaphore *sa = sem(a, "f", 2), *sb = sem(b, "f", 2);
-    take(sa, 1, DLOCK_TRY);
-    take(sa, 1, DLOCK_TRY);
+    dlock_semaphore *sa = tu_semaphore(a, "f", 2), *sb = tu_semaphore(b, "f", 2);
+    tu_permit(sa, 1, DLOCK_TRY);
+    tu_permit(sa, 1, DLOCK_TRY);
     expect_busy(sb, 1);
     dlock_semaphore_free(sa);
     expect_free(b, "f", 2, 2);
-    sa = sem(a, "f", 2);
-    take(sa, 2, DLOCK_TRY);
+    sa = tu_semaphore(a, "f", 2);
+    tu_permit(sa, 2, DLOCK_TRY);
     dlock_client_close(a);
     dlock_semaphore_free(sa); /* after close: frees only */
-    dlock_permit *p = take(sb, 2, DLOCK_TRY);
+    dlock_permit *p = tu_permit(sb, 2, DLOCK_TRY);
     EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
     dlock_semaphore_free(sb);
     dlock_client_close(b);
@@ -522,13 +504,13 @@ TU_TEST(cli_run_permits, 60)
 {
     char *url = ct_test_url(NULL);
     dlock_client *c = tu_open(url);
-    dlock_semaphore *s = sem(c, "cli", 2);
-    dlock_permit *p = take(s, 2, DLOCK_TRY);
+    dlock_semaphore *s = tu_semaphore(c, "cli", 2);
+    dlock_permit *p = tu_permit(s, 2, DLOCK_TRY);
     ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "run", "-n", "--permits", "2", "cli",
                               "true"),
                      1);
     EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
-    p = take(s, 1, DLOCK_TRY);
+    p = tu_permit(s, 1, DLOCK_TRY);
     char *out = NULL;
     ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "run", "-n", "--permits", "2", "cli",
                               "--", "sh", "-c", "echo token=$DLOCK_TOKEN"),
@@ -567,9 +549,9 @@ TU_TEST(cli_list_shows_semaphores, 60)
 {
     char *url = ct_test_url(NULL);
     dlock_client *c = tu_open(url);
-    dlock_semaphore *s = sem(c, "lst-sem", 3), *f = sem(c, "lst-free", 2);
-    dlock_permit *p = take(s, 2, DLOCK_TRY);
-    EXPECT_RC(dlock_permit_release(take(f, 1, DLOCK_TRY)), DLOCK_OK);
+    dlock_semaphore *s = tu_semaphore(c, "lst-sem", 3), *f = tu_semaphore(c, "lst-free", 2);
+    dlock_permit *p = tu_permit(s, 2, DLOCK_TRY);
+    EXPECT_RC(dlock_permit_release(tu_permit(f, 1, DLOCK_TRY)), DLOCK_OK);
     dlock_lock *l = tu_lock(c, "lst-lock");
     TU_ACQUIRE_OK(l, DLOCK_TRY);
     char *out = NULL;

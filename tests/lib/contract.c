@@ -648,6 +648,12 @@ uint64_t ct_holder_wait(const struct ct_holder *h)
     return token;
 }
 
+void ct_holder_kill(const struct ct_holder *h)
+{
+    kill(h->pid, SIGKILL);
+    tu_wait_exit(h->pid);
+}
+
 void ct_holder_close(struct ct_holder *h)
 {
     tu_rmrf(h->dir);

@@ -114,8 +114,8 @@ struct dlock_client *ct_open_test(const char *extra);
  * markers; the test forks its holder into PID; ct_holder_wait() waits
  * until it holds and returns its token; ct_holder_resume() lets the
  * stopped holder go on (DIR/go, SIGCONT) and reads DIR/done into *RC,
- * *RC2, *FIRED, *ZERO; ct_holder_close() removes the directory and frees
- * the URL. */
+ * *RC2, *FIRED, *ZERO; ct_holder_kill() kills it (SIGKILL, a crash) and
+ * reaps it; ct_holder_close() removes the directory and frees the URL. */
 void ct_holder_held(const char *dir, uint64_t token, bool kill_only);
 void ct_holder_done(const char *dir, int rc, int rc2, int fired, int zero);
 struct ct_holder {
@@ -125,6 +125,7 @@ struct ct_holder {
 struct ct_holder ct_holder_open(const char *opts, const char *tag);
 uint64_t ct_holder_wait(const struct ct_holder *h);
 void ct_holder_resume(const struct ct_holder *h, int *rc, int *rc2, int *fired, int *zero);
+void ct_holder_kill(const struct ct_holder *h);
 void ct_holder_close(struct ct_holder *h);
 
 /* Assert that CALL returns WANT; the message names the call, the code

@@ -802,11 +802,31 @@ void tu_sem_full(dlock_client *c, dlock_semaphore *s, const char *name, unsigned
     dlock_info_free(info);
 }
 
+dlock_semaphore *tu_semaphore(dlock_client *c, const char *name, unsigned permits)
+{
+    dlock_semaphore *s = NULL;
+    int rc = dlock_semaphore_new(c, name, permits, 0, &s);
+    ck_assert_msg(rc == DLOCK_OK, "semaphore_new '%s': %s: %s", name, dlock_err_name(rc),
+                  dlock_errmsg());
+    return s;
+}
+
+dlock_permit *tu_permit(dlock_semaphore *s, unsigned k, int64_t wait)
+{
+    dlock_permit *p = NULL;
+    int rc = dlock_semaphore_acquire(s, k, wait, NULL, &p);
+    ck_assert_msg(rc == DLOCK_OK, "semaphore_acquire '%s' of %u: %s: %s", dlock_semaphore_name(s),
+                  k, dlock_err_name(rc), dlock_errmsg());
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(dlock_permit_count(p), k);
+    return p;
+}
+
 struct tu_sem_pair tu_sem_pair_open(const char *url, const char *name, unsigned permits)
 {
     struct tu_sem_pair p = {tu_open(url), tu_open(url), NULL, NULL};
-    ck_assert_int_eq(dlock_semaphore_new(p.a, name, permits, 0, &p.sa), DLOCK_OK);
-    ck_assert_int_eq(dlock_semaphore_new(p.b, name, permits, 0, &p.sb), DLOCK_OK);
+    p.sa = tu_semaphore(p.a, name, permits);
+    p.sb = tu_semaphore(p.b, name, permits);
     return p;
 }
 

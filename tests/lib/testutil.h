@@ -172,6 +172,18 @@ long tu_waiters(struct dlock_client *c, const char *name);
                       dlock_err_name(rc_), dlock_errmsg());                                   \
     } while (0)
 
+/* dlock_open(URL) asserted to fail with WANT (a dlock code) and a message
+ * that holds TEXT. */
+#define TU_OPEN_FAILS(url, want, text)                                                        \
+    do {                                                                                      \
+        struct dlock_client *c_ = NULL;                                                       \
+        int rc_ = dlock_open((url), &c_);                                                     \
+        ck_assert_msg(rc_ == (want) && strstr(dlock_errmsg(), (text)) != NULL,                \
+                      "open '%s': %s, not %s with '%s': %s", (url), dlock_err_name(rc_),      \
+                      dlock_err_name(want), (text), dlock_errmsg());                          \
+        dlock_client_close(c_);                                                               \
+    } while (0)
+
 /* dlock_acquire(L, WAIT) asserted to return WANT (a dlock code; the
  * message names WHAT, the step of the test, the code it returned and
  * dlock_errmsg()). */
@@ -201,8 +213,12 @@ uint64_t tu_next_token(struct dlock_client *c, const char *name, uint64_t last);
     tu_close_clients((struct dlock_client *[]){__VA_ARGS__}, \
                      sizeof((struct dlock_client *[]){__VA_ARGS__}) / sizeof(struct dlock_client *))
 void tu_free_locks(struct dlock_lock *const *l, size_t n);
-/* Release each of the N held handles of L (asserting DLOCK_OK) and free it. */
+/* Release each of the N held handles of L (asserting DLOCK_OK) and free
+ * it; TU_RELEASE_FREE(a, b, ...) does so with the handles written in place. */
 void tu_release_free_all(struct dlock_lock *const *l, size_t n);
+#define TU_RELEASE_FREE(...) \
+    tu_release_free_all((struct dlock_lock *[]){__VA_ARGS__}, \
+                        sizeof((struct dlock_lock *[]){__VA_ARGS__}) / sizeof(struct dlock_lock *))
 void tu_close_clients(struct dlock_client *const *c, size_t n);
 
 /* The frames of the backend tests, written once here; each test file
@@ -302,6 +318,12 @@ struct tu_sem_taker {
 void tu_sem_taker_start(struct tu_sem_taker *t, struct dlock_semaphore *s, unsigned k,
                         int64_t wait, struct dlock_cancel *cancel);
 int tu_sem_taker_join(struct tu_sem_taker *t);
+/* A handle on semaphore NAME of PERMITS through C (tu_semaphore), and K
+ * of its permits, waiting at most WAIT (tu_permit), each asserted to work
+ * (the message names the call, the error and dlock_errmsg()). */
+struct dlock_permit;
+struct dlock_semaphore *tu_semaphore(struct dlock_client *c, const char *name, unsigned permits);
+struct dlock_permit *tu_permit(struct dlock_semaphore *s, unsigned k, int64_t wait);
 /* Assert that semaphore S (NAME of PERMITS, asked through C) is full:
  * a try is busy, and inspect shows HOLDERS holders and no free permit. */
 void tu_sem_full(struct dlock_client *c, struct dlock_semaphore *s, const char *name,

@@ -469,6 +469,38 @@ TU_TEST(redlock_simple_interop, 60)
     stop_nodes();
 }
 
+/* An election on three nodes: A (a client with QUERY) campaigns for
+ * "boss" with VALUE through E, B (another) looks at it. */
+struct boss_election {
+    dlock_client *a, *b;
+    dlock_election *e;
+};
+
+static struct boss_election boss_campaign(const char *query, const char *value)
+{
+    start_nodes(3, NULL);
+    struct boss_election x = {rl_open(query), rl_open(query), NULL};
+    ck_assert_int_eq(dlock_election_new(x.a, "boss", 0, &x.e), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign(x.e, value, DLOCK_TRY, NULL), DLOCK_OK);
+    return x;
+}
+
+static void boss_election_end(struct boss_election *x)
+{
+    dlock_election_free(x->e);
+    TU_CLOSE_CLIENTS(x->a, x->b);
+    stop_nodes();
+}
+
+/* The leader of "boss" as B sees it, asserting that the look worked. */
+static dlock_leader *boss_seen_by(dlock_client *b)
+{
+    dlock_leader *l = NULL;
+    int rc = dlock_election_leader(b, "boss", &l);
+    ck_assert_msg(rc == DLOCK_OK, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    return l;
+}
+
 /* The leader election over the majority: a value proclaimed while one
  * node was stopped (so that node keeps the old one) is what observers
  * read, whichever majority answers them -- every majority meets the one
@@ -477,11 +509,9 @@ TU_TEST(redlock_simple_interop, 60)
  * naming the nodes that answered, rather than report a stale leader. */
 TU_TEST(election_over_the_majority, 90)
 {
-    start_nodes(3, NULL);
-    dlock_client *a = rl_open("node_timeout=1s"), *b = rl_open("node_timeout=1s");
-    dlock_election *e = NULL;
-    ck_assert_int_eq(dlock_election_new(a, "boss", 0, &e), DLOCK_OK);
-    ck_assert_int_eq(dlock_election_campaign(e, "v1", DLOCK_TRY, NULL), DLOCK_OK);
+    struct boss_election x = boss_campaign("node_timeout=1s", "v1");
+    dlock_client *b = x.b;
+    dlock_election *e = x.e;
     uint64_t token = 0;
     ck_assert_int_eq(dlock_election_token(e, &token), DLOCK_OK);
     /* Node 2 keeps v1: writes paused there, the proclaim's connection
@@ -524,8 +554,7 @@ TU_TEST(election_over_the_majority, 90)
     dlock_leader_free(l);
     fx_redis_kill(&nodes[0]); /* a minority down: the election goes on */
     ck_assert_int_eq(dlock_election_proclaim(e, "v4"), DLOCK_OK);
-    l = NULL;
-    ck_assert_int_eq(dlock_election_leader(b, "boss", &l), DLOCK_OK);
+    l = boss_seen_by(b);
     ck_assert_str_eq(dlock_leader_value(l), "v4");
     dlock_leader_free(l);
     fx_redis_kill(&nodes[1]); /* a majority down */
@@ -537,10 +566,7 @@ TU_TEST(election_over_the_majority, 90)
     ck_assert_msg(rc == DLOCK_EUNAVAIL && strstr(dlock_errmsg(), "1 of 3 nodes answered"),
                   "%s: %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_ptr_null(l);
-    dlock_election_free(e);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    stop_nodes();
+    boss_election_end(&x);
 }
 
 /* The same election in the simple layout, where each node's lock value
@@ -548,26 +574,16 @@ TU_TEST(election_over_the_majority, 90)
  * differ): the nodes still agree on one leader. */
 TU_TEST(election_simple_layout, 60)
 {
-    start_nodes(3, NULL);
-    dlock_client *a = rl_open("layout=simple"), *b = rl_open("layout=simple");
-    dlock_election *e = NULL;
-    ck_assert_int_eq(dlock_election_new(a, "boss", 0, &e), DLOCK_OK);
-    ck_assert_int_eq(dlock_election_campaign(e, "s1", DLOCK_TRY, NULL), DLOCK_OK);
-    dlock_leader *l = NULL;
-    int rc = dlock_election_leader(b, "boss", &l);
-    ck_assert_msg(rc == DLOCK_OK, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    struct boss_election x = boss_campaign("layout=simple", "s1");
+    dlock_leader *l = boss_seen_by(x.b);
     ck_assert_int_eq(dlock_leader_held(l), 1);
     ck_assert_str_eq(dlock_leader_value(l), "s1");
     dlock_leader_free(l);
-    ck_assert_int_eq(dlock_election_resign(e), DLOCK_OK);
-    l = NULL;
-    ck_assert_int_eq(dlock_election_leader(b, "boss", &l), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_resign(x.e), DLOCK_OK);
+    l = boss_seen_by(x.b);
     ck_assert_int_eq(dlock_leader_held(l), 0);
     dlock_leader_free(l);
-    dlock_election_free(e);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    stop_nodes();
+    boss_election_end(&x);
 }
 
 /* ------------------------------------------------------- shared holds */

@@ -75,6 +75,62 @@ static void stop_holder(pid_t pid)
     tu_stop(pid, 2000);
 }
 
+#ifdef DLOCK_HAVE_REDIS
+/* A redis-server for this test in *R (fx_redis_stop() ends it), asserting
+ * that it started. */
+static void start_redis(struct fx_redis *r)
+{
+    *r = (struct fx_redis){0};
+    ck_assert_msg(fx_redis_start(r, NULL), "redis-server could not be started");
+}
+
+/* The frame of the tests of a job that `dlock run` stops when its lock is
+ * lost, on a redis-server of its own (R): in the test's directory, the
+ * job's marks -- STARTED once it runs, TERMED when it got SIGTERM -- and
+ * dlock's LOG. */
+struct lost_job {
+    struct fx_redis r;
+    char *started, *termed, *log;
+};
+
+static void lost_job_begin(struct lost_job *j)
+{
+    start_redis(&j->r);
+    j->started = tu_fmt("%s/started", dir);
+    j->termed = tu_fmt("%s/termed", dir);
+    j->log = tu_fmt("%s/dlock.log", dir);
+}
+
+/* dlock ARGV started, its output to the log: returns once the job runs. */
+static pid_t lost_job_spawn(struct lost_job *j, const char *const argv[])
+{
+    pid_t d = tu_spawn(argv, j->log);
+    ck_assert_msg(tu_wait_file(j->started, 20000), "COMMAND never started");
+    return d;
+}
+
+/* Reap dlock D, asserting that it exited 75 (a lock lost) and that the
+ * job got SIGTERM first; returns dlock's log (caller frees). */
+static char *lost_job_reap(struct lost_job *j, pid_t d)
+{
+    int st;
+    waitpid(d, &st, 0);
+    char *out = tu_read_file(j->log);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75, "status %#x: %s", st, out);
+    ck_assert_msg(access(j->termed, F_OK) == 0, "COMMAND was killed without a SIGTERM first: %s",
+                  out);
+    return out;
+}
+
+static void lost_job_end(struct lost_job *j)
+{
+    free(j->log);
+    free(j->termed);
+    free(j->started);
+    fx_redis_stop(&j->r);
+}
+#endif
+
 TU_TEST(conflict_codes, 120)
 {
     pid_t h = start_holder("busy", "");
@@ -793,14 +849,12 @@ TU_TEST(command_fds_file, 120)
 #ifdef DLOCK_HAVE_REDIS
 TU_TEST(command_fds_redis, 120)
 {
-    struct fx_redis r = {0};
-    ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
+    struct fx_redis r;
+    start_redis(&r);
     check_command_fds(r.url, 0);
     fx_redis_stop(&r);
 }
-#endif
 
-#ifdef DLOCK_HAVE_REDIS
 /* Renewals fail (the server is stopped): COMMAND, which shrugs off
  * SIGTERM, is told and killed before the lease ends on the server --
  * proved by order of events, not by clocks: COMMAND is dead while the
@@ -809,60 +863,49 @@ TU_TEST(command_fds_redis, 120)
  * the old behaviour COMMAND got SIGTERM only once the lease had ended. */
 TU_TEST(lost_grace_redis, 120)
 {
-    struct fx_redis r = {0};
-    ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
-    char *started = tu_fmt("%s/started", dir), *termed = tu_fmt("%s/termed", dir);
-    char *pidfile = tu_fmt("%s/cmd.pid", dir), *log = tu_fmt("%s/dlock.log", dir);
+    struct lost_job j;
+    lost_job_begin(&j);
+    char *pidfile = tu_fmt("%s/cmd.pid", dir);
     char *cmd = tu_fmt("echo $$ > %s; trap 'touch %s' TERM; touch %s; "
                        "while :; do sleep 0.05; done",
-                       pidfile, termed, started);
+                       pidfile, j.termed, j.started);
     /* A 9 s lease: the default grace is 1.5 s, and --kill-after 0.3
      * leaves 1.2 s of lease after the kill for the test to resume the
      * server in. */
-    const char *argv[] = {tu_dlock_bin(), "-u", r.url, "run", "-v", "--lease", "9",
+    const char *argv[] = {tu_dlock_bin(), "-u", j.r.url, "run", "-v", "--lease", "9",
                           "--kill-after", "0.3", "atrisk", "-c", cmd, NULL};
-    pid_t d = tu_spawn(argv, log);
-    ck_assert_msg(tu_wait_file(started, 20000), "COMMAND never started");
+    pid_t d = lost_job_spawn(&j, argv);
     char *text = tu_read_file(pidfile);
     pid_t cmd_pid = text ? (pid_t)atoi(text) : 0;
     free(text);
     ck_assert_int_gt(cmd_pid, 0);
-    kill(r.pid, SIGSTOP); /* every renewal from now on fails */
+    kill(j.r.pid, SIGSTOP); /* every renewal from now on fails */
     bool gone = false;
     for (int i = 0; i < 6000 && !gone; i++) { /* at most 60 s; the test's limit is 120 */
         gone = kill(cmd_pid, 0) < 0;
         if (!gone)
             tu_sleep_ms(10);
     }
-    kill(r.pid, SIGCONT);
+    kill(j.r.pid, SIGCONT);
     ck_assert_msg(gone, "COMMAND still runs");
-    ck_assert_msg(access(termed, F_OK) == 0, "COMMAND was killed without a SIGTERM first");
-    int st;
-    waitpid(d, &st, 0);
-    char *out = tu_read_file(log);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75, "status %#x: %s", st, out);
+    char *out = lost_job_reap(&j, d);
     ck_assert_msg(strstr(out, "at risk"), "%s", out);
     ck_assert_msg(strstr(out, "released 'atrisk'"),
                   "the release did not find the lock its own: COMMAND outlived the lease\n%s",
                   out);
     free(out);
     free(cmd);
-    free(log);
     free(pidfile);
-    free(termed);
-    free(started);
-    fx_redis_stop(&r);
+    lost_job_end(&j);
 }
-#endif
 
-#ifdef DLOCK_HAVE_REDIS
 /* The release fails after COMMAND succeeded (COMMAND stops the server, so
  * the release times out): the job did run under the lock, so its status
  * stands and the failure is a line on stderr; --strict-release fails. */
 TU_TEST(release_failure_redis, 120)
 {
-    struct fx_redis r = {0};
-    ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
+    struct fx_redis r;
+    start_redis(&r);
     char *u = tu_fmt("%s?timeout=300ms", r.url), *stop = tu_fmt("kill -STOP %d", (int)r.pid);
     for (int strict = 0; strict < 2; strict++) {
         char *err;
@@ -964,31 +1007,21 @@ TU_TEST(multi_busy_env, 120)
  * stderr names that member, and the exit status is 75. */
 TU_TEST(multi_lost_member_redis, 120)
 {
-    struct fx_redis r = {0};
-    ck_assert_msg(fx_redis_start(&r, NULL), "redis-server could not be started");
-    char *started = tu_fmt("%s/started", dir), *termed = tu_fmt("%s/termed", dir);
-    char *log = tu_fmt("%s/dlock.log", dir);
+    struct lost_job j;
+    lost_job_begin(&j);
     char *cmd = tu_fmt("trap 'touch %s; exit 0' TERM; touch %s; while :; do sleep 0.05; done",
-                       termed, started);
-    const char *argv[] = {tu_dlock_bin(), "-u", r.url, "run", "--lease", "3", "-m", "lx", "ly",
+                       j.termed, j.started);
+    const char *argv[] = {tu_dlock_bin(), "-u", j.r.url, "run", "--lease", "3", "-m", "lx", "ly",
                           "-c", cmd, NULL};
-    pid_t d = tu_spawn(argv, log);
-    ck_assert_msg(tu_wait_file(started, 20000), "COMMAND never started");
-    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", r.url, "release", "--force", "ly"), 0);
-    int st;
-    waitpid(d, &st, 0);
-    char *out = tu_read_file(log);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75, "status %#x: %s", st, out);
-    ck_assert_msg(access(termed, F_OK) == 0, "COMMAND was not sent SIGTERM: %s", out);
+    pid_t d = lost_job_spawn(&j, argv);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", j.r.url, "release", "--force", "ly"), 0);
+    char *out = lost_job_reap(&j, d);
     ck_assert_msg(strstr(out, "lock 'ly' lost"), "%s", out);
     /* The other member was released: free now. */
-    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", r.url, "run", "-n", "lx", "true"), 0);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", j.r.url, "run", "-n", "lx", "true"), 0);
     free(out);
     free(cmd);
-    free(log);
-    free(termed);
-    free(started);
-    fx_redis_stop(&r);
+    lost_job_end(&j);
 }
 #endif
 

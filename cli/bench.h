@@ -52,11 +52,28 @@ struct dlock_bench_baseline {
  * baselines that take the user, password or path apart themselves. */
 void dlock_bench_pct_decode(char *s);
 
+/* The handles of a baseline that measures dlock itself on another URL
+ * (redlock://: the first node alone; redis+cluster://: every name on one
+ * master), one per name as the dlock side keeps, made on first use in an
+ * open-addressing table (cli/bench_handles.c). */
+#define DLOCK_BENCH_HANDLES 4096
+struct dlock_client;
+struct dlock_lock;
+struct dlock_bench_handles {
+    char *names[DLOCK_BENCH_HANDLES];
+    struct dlock_lock *locks[DLOCK_BENCH_HANDLES];
+};
+/* acquire(TRY) + release of the handle through C on NAME with SUFFIX
+ * appended (may be ""): returns as lock_unlock does. */
+int dlock_bench_handles_lock_unlock(struct dlock_bench_handles *t, struct dlock_client *c,
+                                    const char *name, const char *suffix);
+/* Free every handle of T (before closing their client). */
+void dlock_bench_handles_free(struct dlock_bench_handles *t);
+
 #ifdef DLOCK_HAVE_REDIS
 struct redisContext;
-/* Lock scripts (EVALSHA, EVAL) the server of CTX has run so far, from
- * INFO commandstats; -1 when it cannot tell (cli/bench_redis.c). */
-long long dlock_bench_redis_script_calls(struct redisContext *ctx);
+/* One PING round trip on CTX: 0, or -1 (cli/bench_redis.c). */
+int dlock_bench_redis_ping(struct redisContext *ctx);
 extern const struct dlock_bench_baseline dlock_bench_redis_baseline;
 extern const struct dlock_bench_baseline dlock_bench_redis_unix_baseline;
 /* redlock://: dlock on the first node alone (cli/bench_redlock.c) */

@@ -22,8 +22,6 @@
 #include "bench.h"
 #include "dlock.h"
 
-#define HANDLES 4096 /* names a thread keeps a handle for (open addressing) */
-
 /* The client every baseline thread shares, and the tag of the master. */
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
 static dlock_client *shared_client;
@@ -32,8 +30,7 @@ static char shared_tag[16];
 
 struct one_master {
     redisContext *ctx; /* PING to the master */
-    char *names[HANDLES];
-    dlock_lock *locks[HANDLES];
+    struct dlock_bench_handles handles;
 };
 
 /* The first host:port of a redis[s]+cluster:// URL. */
@@ -129,10 +126,7 @@ static void *master_connect(const char *url, char *err, size_t errlen)
 static void master_disconnect(void *conn)
 {
     struct one_master *b = conn;
-    for (size_t i = 0; i < HANDLES; i++) {
-        dlock_lock_free(b->locks[i]);
-        free(b->names[i]);
-    }
+    dlock_bench_handles_free(&b->handles);
     redisFree(b->ctx);
     free(b);
     pthread_mutex_lock(&shared_mu);
@@ -143,50 +137,17 @@ static void master_disconnect(void *conn)
     pthread_mutex_unlock(&shared_mu);
 }
 
-/* The handle of NAME + the master's tag, made on first use; NULL when
- * the table is full. */
-static dlock_lock *handle_of(struct one_master *b, const char *name)
-{
-    unsigned h = 2166136261u;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    for (size_t i = 0; i < HANDLES; i++) {
-        size_t k = (h + i) % HANDLES;
-        if (b->names[k] && strcmp(b->names[k], name) == 0)
-            return b->locks[k];
-        if (!b->names[k]) {
-            char tagged[128];
-            snprintf(tagged, sizeof tagged, "%s%s", name, shared_tag);
-            if (dlock_lock_new(shared_client, tagged, DLOCK_EXCLUSIVE, 0, &b->locks[k]))
-                return NULL;
-            b->names[k] = strdup(name);
-            return b->locks[k];
-        }
-    }
-    return NULL;
-}
-
+/* NAME + the master's tag, taken and given back by the shared client. */
 static int master_lock_unlock(void *conn, const char *name)
 {
-    dlock_lock *l = handle_of(conn, name);
-    if (!l)
-        return -1;
-    int rc = dlock_acquire(l, DLOCK_TRY);
-    if (rc == DLOCK_EBUSY)
-        return 1;
-    if (rc)
-        return -1;
-    return dlock_release(l) ? -1 : 0;
+    struct one_master *b = conn;
+    return dlock_bench_handles_lock_unlock(&b->handles, shared_client, name, shared_tag);
 }
 
 static int master_round_trip(void *conn)
 {
     struct one_master *b = conn;
-    redisReply *r = redisCommand(b->ctx, "PING");
-    int rc = r && r->type == REDIS_REPLY_STATUS ? 0 : -1;
-    if (r)
-        freeReplyObject(r);
-    return rc;
+    return dlock_bench_redis_ping(b->ctx);
 }
 
 static long long master_server_calls(void *conn)

@@ -17,6 +17,7 @@
 #include <hiredis/hiredis.h>
 
 #include "bench.h"
+#include "redis_info.h"
 
 static const char CAD_SCRIPT[] =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
@@ -171,59 +172,37 @@ static int raw_lock_unlock(void *conn, const char *name)
     return rc;
 }
 
-static int raw_round_trip(void *conn)
+int dlock_bench_redis_ping(struct redisContext *ctx)
 {
-    struct raw_conn *k = conn;
-    redisReply *r = redisCommand(k->ctx, "PING");
+    redisReply *r = redisCommand(ctx, "PING");
     int rc = r && r->type == REDIS_REPLY_STATUS ? 0 : -1;
     if (r)
         freeReplyObject(r);
     return rc;
 }
 
-long long dlock_bench_redis_script_calls(struct redisContext *ctx)
+static int raw_round_trip(void *conn)
 {
-    redisReply *r = redisCommand(ctx, "INFO commandstats");
-    if (!r || r->type != REDIS_REPLY_STRING) {
-        if (r)
-            freeReplyObject(r);
-        return -1;
-    }
-    long long total = 0;
-    const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
-    for (size_t i = 0; i < 2; i++) {
-        const char *p = strstr(r->str, names[i]);
-        if (p)
-            total += strtoll(p + strlen(names[i]), NULL, 10);
-    }
-    freeReplyObject(r);
-    return total;
+    struct raw_conn *k = conn;
+    return dlock_bench_redis_ping(k->ctx);
 }
 
 static long long raw_server_calls(void *conn)
 {
     struct raw_conn *k = conn;
-    return dlock_bench_redis_script_calls(k->ctx);
+    return redis_info_script_calls(k->ctx);
 }
 
-const struct dlock_bench_baseline dlock_bench_redis_baseline = {
-    .scheme = "redis",
-    .what = "hiredis: SET NX PX 30000 + EVALSHA compare-and-delete; PING",
-    .connect = raw_connect,
-    .disconnect = raw_disconnect,
-    .lock_unlock = raw_lock_unlock,
-    .round_trip = raw_round_trip,
-    .server_calls = raw_server_calls,
-};
-
-const struct dlock_bench_baseline dlock_bench_redis_unix_baseline = {
-    .scheme = "redis+unix",
-    .what = "hiredis: SET NX PX 30000 + EVALSHA compare-and-delete; PING",
-    .connect = raw_connect,
-    .disconnect = raw_disconnect,
-    .lock_unlock = raw_lock_unlock,
-    .round_trip = raw_round_trip,
-    .server_calls = raw_server_calls,
-};
+/* The same baseline over TCP (redis://) and a unix socket (redis+unix://). */
+#define RAW_BASELINE(scheme_)                                                                \
+    {                                                                                        \
+        .scheme = scheme_,                                                                   \
+        .what = "hiredis: SET NX PX 30000 + EVALSHA compare-and-delete; PING",               \
+        .connect = raw_connect, .disconnect = raw_disconnect,                                \
+        .lock_unlock = raw_lock_unlock, .round_trip = raw_round_trip,                        \
+        .server_calls = raw_server_calls,                                                    \
+    }
+const struct dlock_bench_baseline dlock_bench_redis_baseline = RAW_BASELINE("redis");
+const struct dlock_bench_baseline dlock_bench_redis_unix_baseline = RAW_BASELINE("redis+unix");
 
 #endif /* DLOCK_HAVE_REDIS */

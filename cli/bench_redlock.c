@@ -31,8 +31,8 @@
 
 #include "bench.h"
 #include "dlock.h"
+#include "redis_info.h"
 
-#define HANDLES 4096 /* names a connection keeps a handle for (open addressing) */
 #define FLOOR_NODES 16
 
 static const char CAD_SCRIPT[] =
@@ -46,8 +46,7 @@ struct one_node {
     size_t late[FLOOR_NODES];       /* replies a connection owes from earlier requests */
     size_t nraw;
     char sha[41], value[64];
-    char *names[HANDLES];
-    dlock_lock *locks[HANDLES];
+    struct dlock_bench_handles handles;
 };
 
 /* redlock[s]://[userinfo@]h1[:p1],h2...[?query] -> redis[s]://[userinfo@]h1[:p1][?query
@@ -181,10 +180,7 @@ static void *node_connect(const char *url, char *err, size_t errlen)
 static void node_disconnect(void *conn)
 {
     struct one_node *b = conn;
-    for (size_t i = 0; i < HANDLES; i++) {
-        dlock_lock_free(b->locks[i]);
-        free(b->names[i]);
-    }
+    dlock_bench_handles_free(&b->handles);
     for (size_t i = 0; i < b->nraw; i++)
         redisFree(b->raw[i]);
     redisFree(b->ctx);
@@ -192,48 +188,16 @@ static void node_disconnect(void *conn)
     free(b);
 }
 
-/* The handle of NAME, made on first use (as the dlock side keeps one per
- * name); NULL when the table is full. */
-static dlock_lock *handle_of(struct one_node *b, const char *name)
-{
-    unsigned h = 2166136261u;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    for (size_t i = 0; i < HANDLES; i++) {
-        size_t k = (h + i) % HANDLES;
-        if (b->names[k] && strcmp(b->names[k], name) == 0)
-            return b->locks[k];
-        if (!b->names[k]) {
-            if (dlock_lock_new(b->c, name, DLOCK_EXCLUSIVE, 0, &b->locks[k]))
-                return NULL;
-            b->names[k] = strdup(name);
-            return b->locks[k];
-        }
-    }
-    return NULL;
-}
-
 static int node_lock_unlock(void *conn, const char *name)
 {
-    dlock_lock *l = handle_of(conn, name);
-    if (!l)
-        return -1;
-    int rc = dlock_acquire(l, DLOCK_TRY);
-    if (rc == DLOCK_EBUSY)
-        return 1;
-    if (rc)
-        return -1;
-    return dlock_release(l) ? -1 : 0;
+    struct one_node *b = conn;
+    return dlock_bench_handles_lock_unlock(&b->handles, b->c, name, "");
 }
 
 static int node_round_trip(void *conn)
 {
     struct one_node *b = conn;
-    redisReply *r = redisCommand(b->ctx, "PING");
-    int rc = r && r->type == REDIS_REPLY_STATUS ? 0 : -1;
-    if (r)
-        freeReplyObject(r);
-    return rc;
+    return dlock_bench_redis_ping(b->ctx);
 }
 
 /* The command appended to each of the N first floor connections sent at
@@ -321,7 +285,7 @@ static long long node_server_calls(void *conn)
     struct one_node *b = conn;
     long long total = 0;
     for (size_t i = 0; i < b->nraw; i++) {
-        long long one = dlock_bench_redis_script_calls(b->raw[i]);
+        long long one = redis_info_script_calls(b->raw[i]);
         if (one < 0)
             return -1;
         total += one;

@@ -99,7 +99,7 @@ static void wait_grant_channels(redisContext *ctx, size_t n)
 /* Script calls the server ran so far (EVALSHA and EVAL). */
 static long long script_calls(redisContext *ctx)
 {
-    long long n = fx_redis_script_calls(ctx);
+    long long n = redis_info_script_calls(ctx);
     ck_assert_msg(n >= 0, "INFO commandstats: %s", ctx->errstr);
     return n;
 }

@@ -186,6 +186,18 @@ static char *reply_str(redisReply *r)
     return s;
 }
 
+/* The number after "KEY:" in INFO SECTION of the server on CTX; -1 when
+ * absent. */
+static long long info_number(redisContext *ctx, const char *section, const char *key)
+{
+    redisReply *r = redisCommand(ctx, "INFO %s", section);
+    char *field = tu_fmt("%s:", key);
+    long long n = redis_info_number(r ? r->str : NULL, field);
+    free(field);
+    freeReplyObject(r);
+    return n;
+}
+
 /* The next message SUB (subscribed) receives is PAYLOAD; SUB is closed. */
 static void expect_message(redisContext *sub, const char *payload)
 {
@@ -228,7 +240,7 @@ static long long owner_count(redisContext *ctx, const char *key)
 /* Sum of "calls=" for the script commands in INFO commandstats. */
 static long long script_calls(redisContext *ctx)
 {
-    long long n = fx_redis_script_calls(ctx);
+    long long n = redis_info_script_calls(ctx);
     ck_assert_msg(n >= 0, "INFO commandstats: %s", ctx->errstr);
     return n;
 }
@@ -2141,11 +2153,8 @@ TU_TEST(timed_out_replies_fail_cleanly, 60)
 static long long connections_received(void)
 {
     redisContext *ctx = raw();
-    char *info = reply_str(cmd(ctx, "INFO stats"));
-    const char *p = strstr(info, "total_connections_received:");
-    ck_assert_msg(p != NULL, "INFO stats has no total_connections_received");
-    long long n = atoll(p + strlen("total_connections_received:"));
-    free(info);
+    long long n = info_number(ctx, "stats", "total_connections_received");
+    ck_assert_msg(n >= 0, "INFO stats has no total_connections_received");
     redisFree(ctx);
     return n;
 }
@@ -2936,19 +2945,6 @@ static dlock_client *sync_open(struct fx_redis *rep, redisContext **ctx)
     start_replica(rep);
     *ctx = raw();
     return open_with("sync=1&sync_timeout=1s&lease=1500ms");
-}
-
-/* The number after "KEY:" in INFO SECTION of the server on CTX; -1 when
- * absent. */
-static long long info_number(redisContext *ctx, const char *section, const char *key)
-{
-    redisReply *r = redisCommand(ctx, "INFO %s", section);
-    char *want = tu_fmt("%s:", key);
-    const char *at = r && r->str ? strstr(r->str, want) : NULL;
-    long long n = at ? strtoll(at + strlen(want), NULL, 10) : -1;
-    free(want);
-    freeReplyObject(r);
-    return n;
 }
 
 /* A multi-lock's acquire in a thread of its own. */

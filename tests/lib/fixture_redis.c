@@ -470,24 +470,6 @@ redisContext *fx_redis_raw(const struct fx_redis *r, const char *password)
     return ctx;
 }
 
-long long fx_redis_script_calls(redisContext *ctx)
-{
-    redisReply *r = redisCommand(ctx, "INFO commandstats");
-    long long total = -1;
-    if (r && r->str) {
-        total = 0;
-        const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
-        for (size_t i = 0; i < 2; i++) {
-            const char *p = strstr(r->str, names[i]);
-            if (p)
-                total += strtoll(p + strlen(names[i]), NULL, 10);
-        }
-    }
-    if (r)
-        freeReplyObject(r);
-    return total;
-}
-
 long long fx_redis_lock_subscribers(int port, const char *name, bool sharded)
 {
     redisReply *r = raw_at(port, NULL, "PUBSUB %s redisson_lock__channel:{%s}",

@@ -14,6 +14,10 @@
 
 #ifdef DLOCK_HAVE_REDIS
 #include <hiredis/hiredis.h>
+
+/* redis_info_number(), redis_info_script_calls(): read INFO as `dlock
+ * bench` does */
+#include "../../cli/redis_info.h"
 #endif
 
 #define FX_REDIS_MAX_ARGS 16
@@ -135,9 +139,6 @@ redisReply *fx_cluster_raw(int port, const char *fmt, ...);
 /* A raw connection to the server (AUTH with PASSWORD when not NULL);
  * NULL when it cannot connect. Free with redisFree(). */
 redisContext *fx_redis_raw(const struct fx_redis *r, const char *password);
-/* The script calls (EVALSHA and EVAL) the server on CTX ran so far, from
- * INFO commandstats; -1 when it did not answer. */
-long long fx_redis_script_calls(redisContext *ctx);
 /* Subscribers of the release channel of lock NAME
  * ("redisson_lock__channel:{NAME}") on the server at PORT (plain) --
  * sharded ones (SSUBSCRIBE, a cluster's) when SHARDED -- or -1 when it

@@ -614,7 +614,9 @@ int tu_solo_open_quiet(const char *url, const char *name, struct tu_solo *s)
 {
     *s = (struct tu_solo){0};
     int rc = dlock_open(url, &s->c);
-    if (rc == DLOCK_OK && (rc = dlock_lock_new(s->c, name, DLOCK_EXCLUSIVE, 0, &s->l)) != DLOCK_OK) {
+    if (rc == DLOCK_OK)
+        rc = dlock_lock_new(s->c, name, DLOCK_EXCLUSIVE, 0, &s->l);
+    if (rc != DLOCK_OK) {
         dlock_client_close(s->c);
         s->c = NULL;
     }

@@ -173,7 +173,8 @@ static bool same_holder(const struct redlock *rl, const char *a, const char *b)
     return la == lb && memcmp(a, b, la) == 0;
 }
 
-/* One look at every node: OUT as a majority says it (*CONSISTENT false
+/* One look at every node (once a majority answered, the others get the
+ * grace only): OUT as a majority says it (*CONSISTENT false
  * when no majority says anything yet), *TTL the shortest remaining lease
  * of the lock among the nodes that hold it (-2: none). DLOCK_EUNAVAIL when
  * fewer than a majority answered. */
@@ -195,7 +196,7 @@ static int rl_look(const struct dlock__redis_observer *ob, int64_t deadline,
     char what[600];
     snprintf(what, sizeof what, "read the leader of election '%s'", name);
     int64_t until = dlock__time_left(deadline, rl->node_timeout_ms);
-    dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + until, false, what, rl->n);
+    dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + until, false, what, rl->quorum);
     struct dlock_leader seen[RL_MAX_NODES];
     bool ok[RL_MAX_NODES] = {false}, cons[RL_MAX_NODES] = {false};
     size_t answered = 0, free_nodes = 0;

@@ -29,7 +29,7 @@
 #include <string.h>
 
 /* KEYS: lock, value hash, leader channel, token counter. ARGV: our hash
- * field, our token, the value, and the version (redlock.c: numbered by
+ * field, our token, the value, and the version (redlock_election.c: numbered by
  * the leader, the same on every node; absent: counted here). 1 written,
  * 0 no longer ours. */
 const char dlock__redis_leader_write_src[] =

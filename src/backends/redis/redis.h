@@ -10,7 +10,9 @@
  * whose replies were lost), mutex.c (the lock recipe: acquire, release,
  * renew, inspect, force, list, and the backend table) and rwlock.c (what
  * shared holds add: Redisson's RReadWriteLock layout); cluster.c routes each
- * request of a redis+cluster:// URL to its slot's master. Everything here is
+ * request of a redis+cluster:// URL to its slot's master, and redlock.c
+ * with its neighbours (redlock.h) runs one lock over N nodes, each a
+ * whole state of this backend. Everything here is
  * private to those files; the core sees only the table.
  */
 #ifndef DLOCK_REDIS_H
@@ -639,7 +641,7 @@ int dlock__redis_scan(struct redis_state *s, const char *match, const char *type
                       int (*each)(struct redis_state *s, struct rconn *k, const redisReply *key,
                                   void *arg, int *err),
                       void *arg);
-/* One node's inspect, force release and list (redlock.c asks each). */
+/* One node's inspect, force release and list (redlock_nodes.c asks each). */
 int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info);
 int dlock__redis_force_release(void *state, const char *name);
 int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
@@ -702,7 +704,7 @@ struct leader_keys {
 };
 int dlock__redis_leader_keys(struct redis_state *s, const char *name, struct leader_keys *lk);
 void dlock__redis_leader_keys_free(struct leader_keys *lk);
-/* The scripts of one node (redlock.c runs them on each): write the
+/* The scripts of one node (redlock_election.c runs them on each): write the
  * leader's value (KEYS lock, value hash, channel, token counter; ARGV
  * field, token, value, and optionally the version, else counted by the
  * node: 1 written, 0 the lock is not ours there), and read
@@ -710,7 +712,7 @@ void dlock__redis_leader_keys_free(struct leader_keys *lk);
 extern const char dlock__redis_leader_write_src[];
 extern const char dlock__redis_leader_read_src[];
 /* A campaign's recipe, on one node (election.c) or on Redlock's majority
- * (redlock.c), through OPS: take the lock, write the campaign's value,
+ * (redlock_election.c), through OPS: take the lock, write the campaign's value,
  * and give the lock back when the write fails (its failure returned);
  * and a proclaim: write VALUE, and report H lost (client C) when the
  * write finds the lock no longer ours (DLOCK_ELOST). */
@@ -808,7 +810,7 @@ int dlock__redis_sem_renew_reply(struct redis_state *s, const redisReply *r, con
 /* semaphore inspect of PERMITS (0: any) into INFO. */
 int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys *k,
                                    const redisReply *r, unsigned permits, struct dlock_info *info);
-/* election (election.c; each node of redlock.c): the read script's reply
+/* election (election.c; each node of redlock_election.c): the read script's reply
  * is dlock__redis_leader_parse(), above. */
 
 /* -------------------------------------------------------- semaphore.c */

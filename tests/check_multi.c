@@ -563,6 +563,152 @@ TU_TEST(etcd_one_txn, 120)
 }
 #endif
 
+#ifdef DLOCK_HAVE_REDIS
+/* ================================ the give-back within the wait (Redis) */
+
+/* A set {gb-a, gb-b} on a redis-server of its own (op timeout 30 s),
+ * "gb-b" held by another client D: the multi acquire (WAIT, with a cancel
+ * object when CANCEL) takes "gb-a" and waits for "gb-b" in a thread; the
+ * server is then stopped (SIGSTOP) and, with CANCEL, the cancel fired. */
+struct stalled_give_back {
+    struct fx_redis r;
+    dlock_client *c, *d;
+    dlock_lock *b;
+    struct multi_waiter w;
+};
+
+static void give_back_start(struct stalled_give_back *g, int64_t wait, bool cancel)
+{
+    *g = (struct stalled_give_back){.w = {.wait = wait, .rc = 1}};
+    ck_assert_msg(fx_redis_start(&g->r, NULL), "redis-server could not be started");
+    char *u = tu_fmt("%s?timeout=30s&lease=60s", g->r.url);
+    g->c = tu_open(u);
+    g->d = tu_open(u);
+    free(u);
+    g->b = tu_lock(g->d, "gb-b");
+    TU_ACQUIRE_OK(g->b, DLOCK_TRY);
+    const char *names[] = {"gb-a", "gb-b"};
+    g->w.m = multi(g->c, names, 2);
+    if (cancel)
+        EXPECT_RC(dlock_cancel_new(&g->w.cancel), DLOCK_OK);
+    ck_assert_int_eq(pthread_create(&g->w.thread, NULL, multi_waiter_main, &g->w), 0);
+    while (!tu_held(g->d, "gb-a"))
+        tu_sleep_ms(5);
+    ck_assert_msg(tu_wait_thread_asleep(&g->w.tid, 30000), "the multi waiter never went to sleep");
+    tu_pause(g->r.pid);
+    if (cancel)
+        EXPECT_RC(dlock_cancel_fire(g->w.cancel), DLOCK_OK);
+}
+
+/* Whether the multi acquire returned while the server was still stopped:
+ * given 15 s (far past the wait's end, half the op timeout a give-back
+ * sent in the caller's thread would wait for). The server stays stopped. */
+static bool give_back_returned_while_stopped(struct stalled_give_back *g)
+{
+    for (int i = 0; i < 1500; i++) {
+        if (atomic_load(&g->w.rc) != 1)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+/* The server continued, the multi waiter joined: its result. */
+static int give_back_continue(struct stalled_give_back *g)
+{
+    kill(g->r.pid, SIGCONT);
+    pthread_join(g->w.thread, NULL);
+    return atomic_load(&g->w.rc);
+}
+
+static void give_back_close(struct stalled_give_back *g)
+{
+    dlock_multi_free(g->w.m);
+    dlock_cancel_free(g->w.cancel);
+    TU_FREE_LOCKS(g->b);
+    TU_CLOSE_CLIENTS(g->c, g->d);
+    fx_redis_stop(&g->r);
+}
+
+/* Until NAME is free, seen through C (false after 30 s): the give-back
+ * the keeper owes done. */
+static bool becomes_free(dlock_client *c, const char *name)
+{
+    for (int i = 0; i < 3000; i++) {
+        if (!tu_held(c, name))
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+/* A bounded multi acquire that times out while the server is stopped
+ * returns at its end, not once the server answers: "gb-a", taken before,
+ * is given back within what is left of the wait (nothing) and owed to the
+ * keeper, which gives it back once the server is continued. (The
+ * give-back was a release in the caller's thread with the op timeout.) */
+TU_TEST(multi_wait_ends_on_time_on_a_stalled_server, 90)
+{
+    struct stalled_give_back g;
+    give_back_start(&g, 4000, false);
+    bool returned = give_back_returned_while_stopped(&g);
+    int rc = give_back_continue(&g);
+    ck_assert_msg(returned, "the 4 s multi wait returned only once the stopped server was "
+                            "continued (%s)", dlock_err_name(rc));
+    EXPECT_RC(rc, DLOCK_ETIMEDOUT);
+    ck_assert_int_eq(dlock_multi_held(g.w.m), 0);
+    ck_assert_msg(becomes_free(g.d, "gb-a"), "the keeper never gave 'gb-a' back");
+    give_back_close(&g);
+}
+END_TEST
+
+/* The same for a cancel of a wait forever: nothing is left of a canceled
+ * wait, the give-back is owed at once. */
+TU_TEST(canceled_multi_wait_ends_on_a_stalled_server, 90)
+{
+    struct stalled_give_back g;
+    give_back_start(&g, DLOCK_FOREVER, true);
+    bool returned = give_back_returned_while_stopped(&g);
+    int rc = give_back_continue(&g);
+    ck_assert_msg(returned, "the canceled multi wait returned only once the stopped server was "
+                            "continued (%s)", dlock_err_name(rc));
+    EXPECT_RC(rc, DLOCK_ECANCELED);
+    ck_assert_msg(becomes_free(g.d, "gb-a"), "the keeper never gave 'gb-a' back");
+    give_back_close(&g);
+}
+END_TEST
+
+/* The owed give-back never ends a later hold of the same owner: while it
+ * is still owed (the server stopped), the member's own handle takes
+ * "gb-a" again; once the server is continued that acquire sends the owed
+ * cancel first (its record is on the server), then holds, and the hold
+ * stays: held, released with DLOCK_OK (not DLOCK_ELOST). */
+TU_TEST(owed_give_back_spares_a_later_hold, 90)
+{
+    struct stalled_give_back g;
+    give_back_start(&g, DLOCK_FOREVER, true);
+    ck_assert_msg(give_back_returned_while_stopped(&g), "the canceled multi wait did not return "
+                                                        "while the server was stopped");
+    dlock_lock *la = dlock_multi_lock(g.w.m, 0);
+    struct tu_waiter again;
+    tu_waiter_start_ex(&again, la, 60000, NULL, true);
+    EXPECT_RC(give_back_continue(&g), DLOCK_ECANCELED);
+    EXPECT_RC(tu_waiter_join(&again), DLOCK_OK);
+    redisContext *raw = fx_redis_raw(&g.r, NULL);
+    ck_assert_ptr_nonnull(raw);
+    redisReply *rep = redisCommand(raw, "HLEN dlock_canceled:{gb-a}");
+    ck_assert_msg(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer >= 1,
+                  "no cancel recorded for 'gb-a': the owed give-back was not sent first");
+    freeReplyObject(rep);
+    redisFree(raw);
+    ck_assert_msg(tu_held(g.d, "gb-a"), "the later hold of 'gb-a' is gone");
+    ck_assert_int_eq(dlock_hold_count(la), 1);
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    give_back_close(&g);
+}
+END_TEST
+#endif
+
 /* The contract on every fixture; the counted one-request tests, which
  * start servers of their own, once (in the case of their backend). */
 static bool runs_on(const struct ct_fixture *f, const char *test)
@@ -571,6 +717,8 @@ static bool runs_on(const struct ct_fixture *f, const char *test)
         return strcmp(f->name, "redis") == 0;
     if (strcmp(test, "etcd_one_txn") == 0)
         return strcmp(f->name, "etcd") == 0;
+    if (strstr(test, "stalled_server") || strcmp(test, "owed_give_back_spares_a_later_hold") == 0)
+        return strcmp(f->name, "redis") == 0;
     return true;
 }
 

@@ -441,10 +441,10 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 10 /* 2: downgrade; 3: the sem_* functions; 4: share;
+#define DLOCK__BACKEND_VERSION 11 /* 2: downgrade; 3: the sem_* functions; 4: share;
                                      5: the elect_* functions; 6: master; 7: sem_list;
                                      8: multi_acquire; 9: no_semaphores_why;
-                                     10: multi_release */
+                                     10: multi_release; 11: release_within */
 
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
@@ -610,6 +610,17 @@ struct dlock__backend {
      * once, and the core calls release() for each member. NULL: member
      * by member. */
     int (*multi_release)(void *state, struct dlock__hold **hs, size_t n, int *rcs);
+
+    /* Version 11: give H (a plain lock's hold of one level, exclusive or
+     * shared) up as release() does, but within DEADLINE (monotonic ms;
+     * one already past: send nothing) -- the give-back of a multi-lock's
+     * members when its wait ends, which must end at the wait's end even
+     * while the server stalls. What the server did not answer by then is
+     * owed to the cleanup queue (the keeper sends it), and an owed
+     * give-back must never end a later hold of the same owner on
+     * H->name. DLOCK_OK when given back or owed, DLOCK_ELOST as
+     * release(). Frees h->bdata. NULL: release(), with its own timeout. */
+    int (*release_within)(void *state, struct dlock__hold *h, int64_t deadline);
 };
 
 /* The backend's acquire of H: sem_acquire or elect_acquire for a
@@ -618,6 +629,11 @@ int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct
 
 /* The backend's release of H: sem_release for a semaphore's hold. */
 int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);
+
+/* Release L (lock.c) as dlock_release() does, but a plain hold's last
+ * level within DEADLINE where the backend has release_within (the rest
+ * is owed to the keeper); DLOCK__NEVER, or any other hold: dlock_release(). */
+int dlock__release_within(struct dlock_lock *l, int64_t deadline);
 
 /* ---------------------------------------------------------------- clients */
 

@@ -737,6 +737,29 @@ int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs)
     return first ? dlock__errmsg_restore(first, msg) : DLOCK_OK;
 }
 
+int dlock__release_within(dlock_lock *l, int64_t deadline)
+{
+    dlock_client *c = l->c;
+    const struct dlock__backend *be = c->be;
+    if (deadline == DLOCK__NEVER || be->version < 11 || !be->release_within ||
+        dlock__check_client(c))
+        return dlock_release(l);
+    dlock__msg_clear();
+    pthread_mutex_lock(&c->mu);
+    struct dlock__hold *h = hold_of(l->e, owner_of(l));
+    if (!h || h->count != 1 || h->sem || h->elect || h->shared_levels ||
+        (h->state != DLOCK__HELD && h->state != DLOCK__LOST)) {
+        pthread_mutex_unlock(&c->mu);
+        return dlock_release(l);
+    }
+    struct hold_ending end;
+    hold_end_begin(c, h, &end);
+    pthread_mutex_unlock(&c->mu);
+    int rc = hold_end_finish(c, h, &end, be->release_within(c->bstate, h, deadline));
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 /* The owner's last exclusive level of H goes through L while shared
  * levels remain: turn H into a shared hold at the backend, with no
  * moment unlocked (mutex held; dropped meanwhile). The keeper leaves H

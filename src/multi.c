@@ -9,7 +9,10 @@
  * Each member's acquire gets the time left of the one deadline of the
  * whole set, and the caller's cancel object. Any failure releases, in
  * reverse order, what was taken before it, so a failed acquire leaves
- * nothing held. Handle-owned holds let any thread release the set, and
+ * nothing held: after a timeout or a cancel within what is left of the
+ * wait (lock.c's dlock__release_within, the backend's release_within),
+ * what the server did not answer owed to the keeper, so the wait's bound
+ * holds even while a server stalls. Handle-owned holds let any thread release the set, and
  * the members' renewals, validity, tokens and lost callbacks are those of
  * ordinary holds (the lost callback goes through a trampoline that names
  * the multi-lock).
@@ -137,14 +140,17 @@ void dlock_multi_free(dlock_multi *m)
     free_members(m, m->n);
 }
 
-/* Release members [0, N) in reverse order; the first failure, else
- * DLOCK_OK. Keeps the calling thread's message of that failure. */
-static int release_members(dlock_multi *m, size_t n)
+/* Release members [0, N) in reverse order, within DEADLINE (what the
+ * server did not answer by then owed to the keeper: lock.c's
+ * dlock__release_within; DLOCK__NEVER: each with its own timeout); the
+ * first failure, else DLOCK_OK. Keeps the calling thread's message of
+ * that failure. */
+static int release_members(dlock_multi *m, size_t n, int64_t deadline)
 {
     int first = DLOCK_OK;
     char msg[DLOCK__MSG_MAX] = "";
     for (size_t k = n; k-- > 0;) {
-        int rc = dlock_release(m->member[k]);
+        int rc = dlock__release_within(m->member[k], deadline);
         if (rc && !first) {
             first = rc;
             dlock__errmsg_save(msg);
@@ -275,11 +281,20 @@ int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
             rc = DLOCK_ETIMEDOUT;
         char why[DLOCK__MSG_MAX];
         dlock__errmsg_save(why);
-        release_members(m, k);
+        /* The members taken before it go back within what is left of a
+         * bounded wait, nothing of a canceled one (the caller asked to
+         * stop now): the wait ends at its end even while the server
+         * stalls, and the keeper gives back what was not answered by
+         * then. A try and a wait forever give them back as
+         * dlock_release() does. */
+        int64_t give_back = rc == DLOCK_ECANCELED ? dlock__now_ms()
+                            : wait_ms > 0        ? deadline
+                                                 : DLOCK__NEVER;
+        release_members(m, k, give_back);
         return dlock__err(rc, "multi-lock member '%s' (%zu of %zu): %s%s",
                           dlock_lock_name(m->member[k]), k + 1, m->n,
                           why[0] ? why : dlock_strerror(rc),
-                          k ? "; the members taken before it were released" : "");
+                          k ? "; the members taken before it were given back" : "");
     }
     __atomic_store_n(&m->held, 1, __ATOMIC_RELEASE);
     return DLOCK_OK;
@@ -296,7 +311,7 @@ int dlock_multi_release(dlock_multi *m)
     int *rcs = calloc(m->n, sizeof *rcs);
     int rc = rcs ? dlock__release_set(m->member, m->n, rcs) : DLOCK_ENOTSUP;
     free(rcs);
-    return rc == DLOCK_ENOTSUP ? release_members(m, m->n) : rc;
+    return rc == DLOCK_ENOTSUP ? release_members(m, m->n, DLOCK__NEVER) : rc;
 }
 
 int dlock_multi_held(const dlock_multi *m)

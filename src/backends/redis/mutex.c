@@ -246,7 +246,9 @@ int dlock__redis_release_reply(struct redis_state *s, const redisReply *r, const
                       (unsigned long long)token);
 }
 
-static int release_lock(struct redis_state *s, struct dlock__hold *h)
+/* Give H up on the server, an exclusive hold's script bounded by
+ * DEADLINE (DLOCK__NEVER: the op timeout). */
+static int release_lock(struct redis_state *s, struct dlock__hold *h, int64_t deadline)
 {
     if (h->mode == DLOCK_SHARED)
         return dlock__redis_rw_release(s, h);
@@ -264,7 +266,7 @@ static int release_lock(struct redis_state *s, struct dlock__hold *h)
     size_t lens[] = {k.lock_len, k.chan_len, k.token_len, k.rwchan_len, (size_t)vl, (size_t)tl};
     redisReply *r;
     bool retried;
-    rc = dlock__redis_eval(s, DLOCK__NEVER, S_RELEASE, 4, 6, args, lens, true, NULL, NULL, "release", &r,
+    rc = dlock__redis_eval(s, deadline, S_RELEASE, 4, 6, args, lens, true, NULL, NULL, "release", &r,
                     NULL, &retried, NULL);
     if (!rc) {
         rc = dlock__redis_release_reply(s, r, h->name, &k, h->token, retried);
@@ -276,8 +278,33 @@ static int release_lock(struct redis_state *s, struct dlock__hold *h)
 
 static int redis_release(void *state, struct dlock__hold *h)
 {
-    int rc = release_lock(state, h);
+    int rc = release_lock(state, h, DLOCK__NEVER);
     free(h->bdata); /* Sentinel: the master that confirmed it last */
+    h->bdata = NULL;
+    return rc;
+}
+
+/* The backend's release_within (core.h): an exclusive hold of the
+ * default or simple layout is released by its script within DEADLINE;
+ * what is not answered by then -- and a fair or shared hold, whose
+ * releases have no deadline, at once -- is owed as the cancel of every
+ * request of H's owner on the name so far (cancel.c): once the server
+ * answers, it takes the owner's field away (a fair lock's: leaves and
+ * passes the lock on), and the owner's next acquire of the name sends it
+ * first, so it never ends a later hold. */
+static int redis_release_within(void *state, struct dlock__hold *h, int64_t deadline)
+{
+    struct redis_state *s = state;
+    int rc = DLOCK_ETIMEDOUT;
+    if (h->mode == DLOCK_EXCLUSIVE && !dlock__redis_fair(s, h) &&
+        dlock__time_left(deadline, s->op_timeout_ms) > 0)
+        rc = release_lock(s, h, deadline);
+    if (rc == DLOCK_ECONN || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNAVAIL) {
+        dlock__redis_cancel_lost_acquire(s, h, __atomic_load_n(&s->requests, __ATOMIC_RELAXED),
+                                         h->lease_ms);
+        rc = DLOCK_OK;
+    }
+    free(h->bdata);
     h->bdata = NULL;
     return rc;
 }
@@ -816,5 +843,6 @@ const struct dlock__backend dlock__backend_redis = {
     .master = dlock__redis_master,
     .multi_acquire = dlock__redis_multi_acquire,
     .multi_release = dlock__redis_multi_release,
+    .release_within = redis_release_within,
 };
 

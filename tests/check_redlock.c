@@ -738,7 +738,6 @@ TU_TEST(bench_prints_the_raw_floor, 60)
     free(url);
     stop_nodes();
 }
-END_TEST
 
 /* Until no node records a writer waiting for "job" (false after 30 s). */
 static bool no_writer_waits(void)
@@ -838,7 +837,6 @@ TU_TEST(wait_ends_on_time_with_a_node_stopped, 60)
 {
     writer_gives_up_with_nodes_stopped(false);
 }
-END_TEST
 
 /* (A canceled wait forever sent it within the node timeout, and waited
  * for a majority: past the test's limit with two nodes stopped.) */
@@ -846,7 +844,6 @@ TU_TEST(canceled_wait_ends_with_nodes_stopped, 60)
 {
     writer_gives_up_with_nodes_stopped(true);
 }
-END_TEST
 
 /* With one node stopped, a campaign, a proclaim and an observer's look
  * end once a majority answered (the stopped node gets the grace, as every
@@ -880,7 +877,6 @@ TU_TEST(election_goes_on_with_a_node_stopped, 60)
     TU_CLOSE_CLIENTS(a, b);
     stop_nodes();
 }
-END_TEST
 
 int main(void)
 {

@@ -407,36 +407,52 @@ static int64_t stop_job(struct cli_job *j, const struct policy *p, int64_t kill_
     return kill_by < at ? kill_by : at;
 }
 
+/* The grace P asks for on a hold whose lease is LEASE ms: --lost-grace,
+ * else a sixth of the lease; at most half of it (renewals go out at a
+ * third). */
+static int64_t grace_for(const struct policy *p, int64_t lease)
+{
+    int64_t grace = p->grace_ms < 0 ? lease / 6 : p->grace_ms;
+    return grace > lease / 2 ? lease / 2 : grace;
+}
+
 /* Wait for the job to end (COMMAND and every process it left), applying
  * --on-lost to all of them: when the keeper reports the lock lost, and
  * before that when renewals fail, once the hold's validity falls to the
  * grace (the job is then told, and killed half the grace before the end
  * of the validity: before the lease can end on the server and be granted
- * to someone else). Sets *AT_RISK when it acted on failing renewals.
- * Returns COMMAND's wait status, or -1 when the guardian vanished. */
+ * to someone else). The grace is reckoned on the lease, taken as the
+ * longest validity seen: right after acquiring that is the lease, except
+ * for a fair lock handed over, granted for the waiter's short queue lease
+ * and extended to its lease at the first renewal -- so a --lost-grace of
+ * more than half the lease is reported once a renewal has shown the
+ * lease (or when the job is stopped). Sets *AT_RISK when it acted on
+ * failing renewals. Returns COMMAND's wait status, or -1 when the
+ * guardian vanished. */
 static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
 {
-    int64_t kill_at = -1, grace = p->grace_ms;
-    bool acted = false;
+    int64_t kill_at = -1, grace = 0, lease = 0, last_until = CLI_NEVER;
+    bool acted = false, renewed = false, warned = !p->grace_given;
     const char *who = R.name;
-    int64_t until = valid_until(NULL);
-    if (until != CLI_NEVER) {
-        int64_t lease = until - now_ms(); /* about the lease, just after acquiring */
-        if (grace < 0)
-            grace = lease / 6;
-        if (grace > lease / 2) {
-            if (p->grace_given)
-                fprintf(stderr,
-                        "dlock run: --lost-grace is more than half the lease (%" PRId64
-                        " ms): using %" PRId64 " ms\n",
-                        lease, lease / 2);
-            grace = lease / 2;
-        }
-    }
     for (;;) {
-        until = acted || p->on_lost == LOST_IGNORE ? CLI_NEVER : valid_until(&who);
+        int64_t until = acted || p->on_lost == LOST_IGNORE ? CLI_NEVER : valid_until(&who);
         int64_t now = now_ms();
-        if (until != CLI_NEVER && until - grace <= now) {
+        if (until != CLI_NEVER) {
+            if (until - now > lease)
+                lease = until - now;
+            renewed |= last_until != CLI_NEVER && until > last_until;
+            last_until = until;
+            grace = grace_for(p, lease);
+        }
+        bool risk = until != CLI_NEVER && until - grace <= now;
+        if (!warned && (renewed || risk) && p->grace_ms > lease / 2) {
+            fprintf(stderr,
+                    "dlock run: --lost-grace is more than half the lease (%" PRId64
+                    " ms): using %" PRId64 " ms\n",
+                    lease, grace);
+            warned = true;
+        }
+        if (risk) {
             /* Not renewed, and the lease could end on the server soon. */
             acted = *at_risk = true;
             fprintf(stderr,

@@ -111,6 +111,16 @@ static int setup_check(struct redis_state *s, struct rconn *k, int n, int rc)
     return rc;
 }
 
+/* Close *K, dialed but not set up for lack of memory: *K NULL, *RC and
+ * MSG say why. */
+static void drop_out_of_memory(struct rconn **k, int *rc, char *msg)
+{
+    *rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    dlock__errmsg_save(msg);
+    dlock__redis_conn_free(*k);
+    *k = NULL;
+}
+
 /* Dial A[i] for SS[i], every one at once (net.c; NEED: see
  * dlock__redis_conn_dial_many), then their AUTH and SELECT pipelined in
  * one exchange over all of them (one round trip, the same quorum),
@@ -133,19 +143,23 @@ static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a,
     dlock__redis_conn_dial_many(a, n, dlock__now_ms() + cto, need, out, rc, msg);
     struct rconn *stack[8], **ks = n <= 8 ? stack : calloc(n, sizeof *ks);
     int nstack[8], *nsetup = n <= 8 ? nstack : calloc(n, sizeof *nsetup);
+    if (!ks || !nsetup) { /* no room to set any up: every connection fails */
+        for (size_t i = 0; i < n; i++)
+            if (out[i])
+                drop_out_of_memory(&out[i], &rc[i], msg[i]);
+        free(ks != stack ? ks : NULL);
+        free(nsetup != nstack ? nsetup : NULL);
+        return;
+    }
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         if (!out[i])
             continue;
-        nsetup[i] = ks && nsetup ? setup_append(ss[i], out[i], select_db) : -1;
-        if (nsetup[i] < 0) {
-            rc[i] = dlock__err(DLOCK_ENOMEM, "out of memory");
-            dlock__errmsg_save(msg[i]);
-            dlock__redis_conn_free(out[i]);
-            out[i] = NULL;
-        } else if (nsetup[i] > 0) {
+        nsetup[i] = setup_append(ss[i], out[i], select_db);
+        if (nsetup[i] < 0)
+            drop_out_of_memory(&out[i], &rc[i], msg[i]);
+        else if (nsetup[i] > 0)
             ks[m++] = out[i];
-        }
     }
     size_t ready = 0; /* connected, nothing to set up */
     for (size_t i = 0; i < n; i++)

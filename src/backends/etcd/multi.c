@@ -76,9 +76,10 @@ static json_t *set_txn(struct etcd_backend *s, struct dlock__hold **hs, const st
                                                      mb[i].pfx_b64, "range_end", mb[i].end_b64,
                                                      "create_revision", "0")) &&
                !json_array_append_new(ok, json_pack("{s:{s:s, s:s, s:s}}", "request_put", "key",
-                                                    mb[i].kb, "value", vb, "lease", ls)) &&
-               !json_array_append_new(fail, json_pack("{s:o}", "request_range", range));
-        if (!good && range && !vb)
+                                                    mb[i].kb, "value", vb, "lease", ls));
+        if (good) /* range is the pack's now, packed or not */
+            good = !json_array_append_new(fail, json_pack("{s:o}", "request_range", range));
+        else
             json_decref(range);
         free(vb);
     }

@@ -25,9 +25,12 @@ struct dlock_election {
 
 int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w)
 {
-    if (h->elect)
-        return c->be->elect_acquire(c->bstate, h, w);
-    return h->sem ? c->be->sem_acquire(c->bstate, h, w) : c->be->acquire(c->bstate, h, w);
+    struct dlock__wait *was = dlock__wait_set_current(w);
+    int rc = h->elect ? c->be->elect_acquire(c->bstate, h, w)
+             : h->sem ? c->be->sem_acquire(c->bstate, h, w)
+                      : c->be->acquire(c->bstate, h, w);
+    dlock__wait_set_current(was);
+    return rc;
 }
 
 bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader *b)

@@ -440,6 +440,58 @@ TU_TEST(slot_migrated_while_held, 120)
     free(url);
 }
 
+/* Errors ERR (e.g. "TRYAGAIN") the node on PORT has answered so far. */
+static long long errors_answered(int port, const char *err)
+{
+    redisReply *r = must(port, "INFO errorstats");
+    char *tag = tu_fmt("errorstat_%s:count=", err);
+    const char *at = strstr(r->str, tag);
+    long long n = at ? atoll(at + strlen(tag)) : 0;
+    free(tag);
+    freeReplyObject(r);
+    return n;
+}
+
+/* An acquire waiting forever while the cluster answers TRYAGAIN (its
+ * slot set migrating with no key moved yet: the token key is there, the
+ * lock key is not, so the source refuses the script) is canceled in its
+ * pause between two tries: it returns DLOCK_ECANCELED. Before, the pause
+ * did not see the cancel: it went on trying until the 60 s op timeout
+ * and returned that TRYAGAIN (DLOCK_EUNAVAIL). */
+TU_TEST(canceled_wait_ends_a_tryagain_pause, 120)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    char name[64];
+    name_on(ports[0], "paused", name, sizeof name);
+    unsigned slot = fx_cluster_keyslot(&cl, name);
+    char *url = tu_fmt("%s?timeout=60s", cl.url);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, name);
+    tu_acquire_release(l, DLOCK_TRY); /* the map is known, the token key exists */
+    char *from_id = node_id(ports[0]), *to_id = node_id(ports[1]);
+    run_on(ports[1], "CLUSTER SETSLOT %u IMPORTING %s", slot, from_id);
+    run_on(ports[0], "CLUSTER SETSLOT %u MIGRATING %s", slot, to_id);
+    long long before = errors_answered(ports[0], "TRYAGAIN");
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct tu_waiter w = {0};
+    tu_waiter_start_ex(&w, l, DLOCK_FOREVER, k, false);
+    for (int i = 0; i < 6000 && errors_answered(ports[0], "TRYAGAIN") == before; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(errors_answered(ports[0], "TRYAGAIN") > before, "no TRYAGAIN answered");
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    int rc = tu_waiter_join(&w);
+    ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
+    dlock_cancel_free(k);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(from_id);
+    free(to_id);
+    free(url);
+}
+END_TEST
+
 int main(void)
 {
     return tu_main("cluster", start_cluster, stop_cluster);

@@ -348,12 +348,14 @@ void dlock__redis_route_init(struct dlock__redis_route *rt)
 }
 
 /* Pause before trying RT's request again (the cluster is between two
- * states), within what is left of DEADLINE: false when no time is left. */
-static bool route_pause(struct redis_state *f, struct dlock__redis_route *rt, int64_t deadline)
+ * states), within what is left of DEADLINE, and within the wait of the
+ * acquire this thread is in: DLOCK_OK to try again, DLOCK_ETIMEDOUT when
+ * no time is left, DLOCK_ECANCELED when that wait was canceled. */
+static int route_pause(struct redis_state *f, struct dlock__redis_route *rt, int64_t deadline)
 {
     if (!rt->until)
         rt->until = dlock__now_ms() + dlock__time_left(deadline, f->op_timeout_ms);
-    return dlock__wait_retry(NULL, &rt->backoff, rt->until) == DLOCK_OK;
+    return dlock__wait_retry(dlock__wait_current(), &rt->backoff, rt->until);
 }
 
 int dlock__redis_cluster_get(struct redis_state *f, struct dlock__redis_route *rt, int nkeys,
@@ -417,20 +419,23 @@ int dlock__redis_cluster_get(struct redis_state *f, struct dlock__redis_route *r
         rt->ask = false;
         char why[DLOCK__MSG_MAX];
         dlock__errmsg_save(why);
-        if (!route_pause(f, rt, deadline))
+        int paused = route_pause(f, rt, deadline);
+        if (paused == DLOCK_ECANCELED)
+            return paused;
+        if (paused)
             return dlock__errmsg_restore(rc, why);
     }
 }
 
-bool dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_route *rt,
-                                   const redisReply *r, int64_t deadline)
+int dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_route *rt,
+                                  const redisReply *r, int64_t deadline)
 {
     if (r->type != REDIS_REPLY_ERROR)
-        return false;
+        return 0;
     bool moved = strncmp(r->str, "MOVED ", 6) == 0, ask = strncmp(r->str, "ASK ", 4) == 0;
     if (moved || ask) {
         if (rt->hops++ >= CLUSTER_MAX_HOPS)
-            return false;
+            return 0;
         /* "MOVED <slot> <host>:<port>" ("" host: the node that answered) */
         const char *p = strchr(r->str, ' ') + 1;
         char *end;
@@ -438,13 +443,13 @@ bool dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_ro
         const char *addr = end + (*end == ' ');
         const char *colon = strrchr(addr, ':');
         if (*end != ' ' || slot < 0 || slot >= CLUSTER_SLOTS || !colon)
-            return false;
+            return 0;
         char host[256];
         snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
         int port = atoi(colon + 1);
         int idx = node_index(f, *host ? host : "127.0.0.1", port);
         if (idx < 0)
-            return false;
+            return 0;
         if (moved) {
             pthread_mutex_lock(&f->cluster->mu);
             f->cluster->slot[slot] = (int16_t)idx;
@@ -453,11 +458,11 @@ bool dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_ro
         }
         rt->node = ask ? idx : -1;
         rt->ask = ask;
-        return true;
+        return 1;
     }
     bool down = strncmp(r->str, "CLUSTERDOWN", 11) == 0;
     if (!down && strncmp(r->str, "TRYAGAIN", 8) != 0)
-        return false;
+        return 0;
     /* CLUSTERDOWN: a master failed and no replica took over yet;
      * TRYAGAIN: the slot's keys are split between the two nodes of a
      * migration. Both pass. */
@@ -465,7 +470,8 @@ bool dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_ro
         dlock__redis_cluster_stale(f);
     rt->node = -1;
     rt->ask = false;
-    return route_pause(f, rt, deadline);
+    int paused = route_pause(f, rt, deadline);
+    return paused == DLOCK_ECANCELED ? paused : paused == DLOCK_OK;
 }
 
 int dlock__redis_keyed_command(struct redis_state *s, int64_t deadline, const char *key, int argc,
@@ -487,8 +493,12 @@ int dlock__redis_keyed_command(struct redis_state *s, int64_t deadline, const ch
         dlock__redis_pool_put(ns, k, rc != DLOCK_OK);
         if (rc)
             return rc;
-        if (s->cluster && dlock__redis_cluster_redirect(s, &rt, *out, deadline)) {
+        int redirected = s->cluster ? dlock__redis_cluster_redirect(s, &rt, *out, deadline) : 0;
+        if (redirected) {
             freeReplyObject(*out);
+            *out = NULL;
+            if (redirected < 0)
+                return redirected;
             continue;
         }
         if ((*out)->type == REDIS_REPLY_ERROR) {

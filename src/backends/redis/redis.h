@@ -344,15 +344,18 @@ void dlock__redis_route_init(struct dlock__redis_route *rt);
 /* A connection (*OUT, from the pool of *NS) to the master serving the
  * slot of KEYS (all in one slot, else DLOCK_EINVAL), or to the node RT
  * names, within DEADLINE; a master that cannot be reached marks the map
- * stale and is retried (after a refresh) within the call's time left. */
+ * stale and is retried (after a refresh) within the call's time left and
+ * the wait of the acquire this thread is in (DLOCK_ECANCELED). */
 int dlock__redis_cluster_get(struct redis_state *s, struct dlock__redis_route *rt, int nkeys,
                              const char **keys, const size_t *lens, int64_t deadline,
                              struct redis_state **ns, struct rconn **out);
-/* Whether reply R redirects the request (MOVED, ASK) or asks it to pass
- * (TRYAGAIN, CLUSTERDOWN: after a pause within DEADLINE): then RT says
- * where to send it again. */
-bool dlock__redis_cluster_redirect(struct redis_state *s, struct dlock__redis_route *rt,
-                                   const redisReply *r, int64_t deadline);
+/* 1 when reply R redirects the request (MOVED, ASK) or asks it to pass
+ * (TRYAGAIN, CLUSTERDOWN: after a pause within DEADLINE and the wait of
+ * the acquire this thread is in): then RT says where to send it again;
+ * 0 when R is the answer; DLOCK_ECANCELED when that wait was canceled
+ * during the pause. */
+int dlock__redis_cluster_redirect(struct redis_state *s, struct dlock__redis_route *rt,
+                                  const redisReply *r, int64_t deadline);
 /* One command ARGV about KEY on S's server, or on a cluster the master
  * serving KEY's slot (redirects followed), within DEADLINE: *OUT the
  * reply; an error reply becomes its code with the server's words. */

@@ -450,10 +450,13 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum scrip
             }
             continue;
         }
-        if (s->cluster && dlock__redis_cluster_redirect(s, &route, r, deadline)) {
+        int redirected = s->cluster ? dlock__redis_cluster_redirect(s, &route, r, deadline) : 0;
+        if (redirected) {
             /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN: nothing ran; not a retry */
             freeReplyObject(r);
             dlock__redis_pool_put(ns, k, false);
+            if (redirected < 0)
+                return redirected; /* canceled in the pause */
             attempt--;
             continue;
         }

@@ -74,10 +74,13 @@ static int master_name(int i, const char *prefix, char *name, size_t size)
     return ports[i];
 }
 
-/* One raw command on the node on PORT that must not fail, its arguments
- * split on spaces (none here holds one); the reply (caller frees). */
-static redisReply *must(int port, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static redisReply *must(int port, const char *fmt, ...)
+/* One raw command on the node on HOST:PORT that must not fail, its
+ * arguments split on spaces (none here holds one); the reply (caller
+ * frees). must(): on 127.0.0.1, where the fixture's nodes listen. */
+static redisReply *must_at(const char *host, int port, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define must(...) must_at("127.0.0.1", __VA_ARGS__)
+static redisReply *must_at(const char *host, int port, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -93,25 +96,27 @@ static redisReply *must(int port, const char *fmt, ...)
         argc++;
     }
     struct timeval tv = {5, 0};
-    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
-    ck_assert_msg(ctx && !ctx->err, "no connection to :%d", port);
+    redisContext *ctx = redisConnectWithTimeout(host, port, tv);
+    ck_assert_msg(ctx && !ctx->err, "no connection to %s:%d", host, port);
     redisReply *r = redisCommandArgv(ctx, argc, argv, argl);
-    ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "'%s' on :%d: %s", argv[0], port,
+    ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "'%s' on %s:%d: %s", argv[0], host, port,
                   r ? r->str : ctx->errstr);
     redisFree(ctx);
     return r;
 }
 
 #define run_on(...) freeReplyObject(must(__VA_ARGS__))
+#define run_at(...) freeReplyObject(must_at(__VA_ARGS__))
 
-static char *node_id(int port)
+#define node_id(port) node_id_at("127.0.0.1", port)
+static char *node_id_at(const char *host, int port)
 {
     /* CLUSTER MYID is 7.2's: the "myself" line of CLUSTER NODES */
-    redisReply *r = must(port, "CLUSTER NODES");
+    redisReply *r = must_at(host, port, "CLUSTER NODES");
     char *line = strstr(r->str, "myself");
     while (line && line > r->str && line[-1] != '\n')
         line--;
-    ck_assert_msg(line != NULL, "no myself in CLUSTER NODES of :%d", port);
+    ck_assert_msg(line != NULL, "no myself in CLUSTER NODES of %s:%d", host, port);
     char *id = strndup(line, 40);
     freeReplyObject(r);
     return id;
@@ -490,7 +495,132 @@ TU_TEST(canceled_wait_ends_a_tryagain_pause, 120)
     free(to_id);
     free(url);
 }
-END_TEST
+
+/* ------------------------------------------ a cluster on another address */
+
+/* Two masters listening on 127.0.0.2 alone, made by hand (the first
+ * serves every slot), whose redirects name no host (cluster-preferred-
+ * endpoint-type unknown-endpoint: "ASK <slot> :<port>", meaning the host
+ * the client reached the answering node at). Not the fixture's cluster:
+ * its nodes are on 127.0.0.1, where a wrong guess of that host works. */
+#define FAR_HOST "127.0.0.2"
+
+struct far_cluster {
+    pid_t pid[2];
+    int port[2];
+    char *dir[2];
+};
+
+/* Whether the node on FAR_HOST:PORT says cluster_state:ok and knows N
+ * nodes. */
+static bool far_ok(int port, int n)
+{
+    struct timeval tv = {5, 0};
+    redisContext *ctx = redisConnectWithTimeout(FAR_HOST, port, tv);
+    redisReply *r = ctx && !ctx->err ? redisCommand(ctx, "CLUSTER INFO") : NULL;
+    char known[64];
+    snprintf(known, sizeof known, "cluster_known_nodes:%d\r", n);
+    bool ok = r && r->str && strstr(r->str, "cluster_state:ok") && strstr(r->str, known);
+    if (r)
+        freeReplyObject(r);
+    if (ctx)
+        redisFree(ctx);
+    return ok;
+}
+
+static void far_start(struct far_cluster *f)
+{
+    char port[2][16], bus[2][16];
+    for (int i = 0; i < 2; i++) {
+        f->dir[i] = tu_tmpdir("far");
+        f->port[i] = tu_free_port();
+        snprintf(port[i], sizeof port[i], "%d", f->port[i]);
+        snprintf(bus[i], sizeof bus[i], "%d", tu_free_port());
+        char *log = tu_fmt("%s/redis.log", f->dir[i]);
+        const char *argv[] = {"redis-server", "--bind", FAR_HOST, "--port", port[i],
+                              "--protected-mode", "no", "--save", "", "--appendonly", "no",
+                              "--dir", f->dir[i], "--cluster-enabled", "yes",
+                              "--cluster-config-file", "nodes.conf", "--cluster-port", bus[i],
+                              "--cluster-node-timeout", "1000", "--cluster-announce-ip",
+                              FAR_HOST, /* not the source address of its bus links */
+                              "--cluster-preferred-endpoint-type", "unknown-endpoint", NULL};
+        f->pid[i] = tu_spawn(argv, log);
+        free(log);
+        redisReply *r = NULL;
+        for (int t = 0; t < 1000 && !r; t++) {
+            redisContext *ctx = redisConnect(FAR_HOST, f->port[i]);
+            r = ctx && !ctx->err ? redisCommand(ctx, "PING") : NULL;
+            if (ctx)
+                redisFree(ctx);
+            if (!r)
+                tu_sleep_ms(10);
+        }
+        ck_assert_msg(r != NULL, "redis-server on %s:%d never answered", FAR_HOST, f->port[i]);
+        freeReplyObject(r);
+    }
+    run_at(FAR_HOST, f->port[0], "CLUSTER ADDSLOTSRANGE 0 16383");
+    run_at(FAR_HOST, f->port[0], "CLUSTER MEET %s %d %s", FAR_HOST, f->port[1], bus[1]);
+    bool ok = false;
+    for (int t = 0; t < 3000 && !ok; t++) {
+        ok = far_ok(f->port[0], 2) && far_ok(f->port[1], 2);
+        if (!ok)
+            tu_sleep_ms(10);
+    }
+    ck_assert_msg(ok, "the cluster on %s never became ok", FAR_HOST);
+}
+
+static void far_stop(struct far_cluster *f)
+{
+    for (int i = 0; i < 2; i++) {
+        tu_stop(f->pid[i], 2000);
+        tu_rmrf(f->dir[i]);
+        free(f->dir[i]);
+    }
+}
+
+TU_CASE(far, NULL, NULL, TU_AROUND_EACH)
+
+/* A held lock's slot is being migrated (its keys moved to the second
+ * node): the first node answers its renewal "ASK <slot> :<port>", and
+ * the renewal is sent, after ASKING, to that port on the host the client
+ * reached the first node at -- so the hold is renewed, never lost; once
+ * the slot is the second node's, the release follows "MOVED <slot>
+ * :<port>" there. Before, a host-less redirect went to 127.0.0.1, where
+ * nothing listens: the renewal never got through. */
+TU_TEST_IN(far, hostless_ask_goes_to_the_answering_nodes_host, 120)
+{
+    struct far_cluster f;
+    far_start(&f);
+    char *url = tu_fmt("redis+cluster://%s:%d?lease=6s", FAR_HOST, f.port[0]);
+    struct tu_pair p = tu_pair_of(tu_open(url), tu_open(url), "far");
+    tu_pair_watch_lost(&p);
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    redisReply *r = must_at(FAR_HOST, f.port[0], "CLUSTER KEYSLOT far");
+    long long slot = r->integer;
+    freeReplyObject(r);
+    char *from = node_id_at(FAR_HOST, f.port[0]), *to = node_id_at(FAR_HOST, f.port[1]);
+    run_at(FAR_HOST, f.port[1], "CLUSTER SETSLOT %lld IMPORTING %s", slot, from);
+    run_at(FAR_HOST, f.port[0], "CLUSTER SETSLOT %lld MIGRATING %s", slot, to);
+    r = must_at(FAR_HOST, f.port[0], "CLUSTER GETKEYSINSLOT %lld 100", slot);
+    ck_assert_int_gt(r->elements, 0);
+    for (size_t i = 0; i < r->elements; i++)
+        run_at(FAR_HOST, f.port[0], "MIGRATE %s %d %s 0 5000", FAR_HOST, f.port[1],
+               r->element[i]->str);
+    freeReplyObject(r);
+    r = must_at(FAR_HOST, f.port[0], "CLUSTER COUNTKEYSINSLOT %lld", slot);
+    ck_assert_int_eq(r->integer, 0); /* all moved: the next renewal is ASKed over */
+    freeReplyObject(r);
+    wait_renewed(&p);
+    /* the slot is the second node's: the release is MOVED there (":<port>") */
+    run_at(FAR_HOST, f.port[1], "CLUSTER SETSLOT %lld NODE %s", slot, to);
+    run_at(FAR_HOST, f.port[0], "CLUSTER SETSLOT %lld NODE %s", slot, to);
+    TU_RELEASE_OK(p.la);
+    tu_pair_close(&p);
+    free(from);
+    free(to);
+    free(url);
+    far_stop(&f);
+}
 
 int main(void)
 {

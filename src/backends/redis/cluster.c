@@ -267,7 +267,8 @@ static int ask_slots(struct redis_state *f, struct redis_state *n, int64_t deadl
             !reply_is(e->element[0], REDIS_REPLY_INTEGER) ||
             !reply_is(e->element[1], REDIS_REPLY_INTEGER) ||
             !reply_is(e->element[2], REDIS_REPLY_ARRAY) || e->element[2]->elements < 2 ||
-            !reply_is(e->element[2]->element[0], REDIS_REPLY_STRING) ||
+            !(reply_is(e->element[2]->element[0], REDIS_REPLY_STRING) ||
+              reply_is(e->element[2]->element[0], REDIS_REPLY_NIL)) ||
             !reply_is(e->element[2]->element[1], REDIS_REPLY_INTEGER)) {
             rc = dlock__err(DLOCK_EPROTO, "%s: CLUSTER SLOTS: unexpected entry %zu", n->where, i);
             break;
@@ -275,8 +276,9 @@ static int ask_slots(struct redis_state *f, struct redis_state *n, int64_t deadl
         long long lo = e->element[0]->integer, hi = e->element[1]->integer;
         const char *host = e->element[2]->element[0]->str;
         int port = (int)e->element[2]->element[1]->integer;
-        /* "" or "?": the master's endpoint is unknown, i.e. the node we asked */
-        if (!*host || strcmp(host, "?") == 0)
+        /* nil (unknown-endpoint), "" or "?" (hostname, none set): the
+         * master's endpoint is unknown, i.e. the host we reached N at */
+        if (!host || !*host || strcmp(host, "?") == 0)
             host = n->host;
         int idx = node_index_locked(f, host, port);
         if (idx < 0 || lo < 0 || hi >= CLUSTER_SLOTS || lo > hi) {
@@ -428,7 +430,8 @@ int dlock__redis_cluster_get(struct redis_state *f, struct dlock__redis_route *r
 }
 
 int dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_route *rt,
-                                  const redisReply *r, int64_t deadline)
+                                  const struct redis_state *from, const redisReply *r,
+                                  int64_t deadline)
 {
     if (r->type != REDIS_REPLY_ERROR)
         return 0;
@@ -436,7 +439,9 @@ int dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_rou
     if (moved || ask) {
         if (rt->hops++ >= CLUSTER_MAX_HOPS)
             return 0;
-        /* "MOVED <slot> <host>:<port>" ("" host: the node that answered) */
+        /* "MOVED <slot> <host>:<port>"; a host "" (unknown-endpoint) or "?"
+         * (hostname, none set) is the node that answered's, as in
+         * CLUSTER SLOTS */
         const char *p = strchr(r->str, ' ') + 1;
         char *end;
         long slot = strtol(p, &end, 10);
@@ -447,7 +452,7 @@ int dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_rou
         char host[256];
         snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
         int port = atoi(colon + 1);
-        int idx = node_index(f, *host ? host : "127.0.0.1", port);
+        int idx = node_index(f, *host && strcmp(host, "?") != 0 ? host : from->host, port);
         if (idx < 0)
             return 0;
         if (moved) {
@@ -493,7 +498,8 @@ int dlock__redis_keyed_command(struct redis_state *s, int64_t deadline, const ch
         dlock__redis_pool_put(ns, k, rc != DLOCK_OK);
         if (rc)
             return rc;
-        int redirected = s->cluster ? dlock__redis_cluster_redirect(s, &rt, *out, deadline) : 0;
+        int redirected =
+            s->cluster ? dlock__redis_cluster_redirect(s, &rt, ns, *out, deadline) : 0;
         if (redirected) {
             freeReplyObject(*out);
             *out = NULL;

@@ -349,13 +349,15 @@ void dlock__redis_route_init(struct dlock__redis_route *rt);
 int dlock__redis_cluster_get(struct redis_state *s, struct dlock__redis_route *rt, int nkeys,
                              const char **keys, const size_t *lens, int64_t deadline,
                              struct redis_state **ns, struct rconn **out);
-/* 1 when reply R redirects the request (MOVED, ASK) or asks it to pass
+/* 1 when reply R, from node FROM, redirects the request (MOVED, ASK:
+ * to FROM's host when the reply names none) or asks it to pass
  * (TRYAGAIN, CLUSTERDOWN: after a pause within DEADLINE and the wait of
  * the acquire this thread is in): then RT says where to send it again;
  * 0 when R is the answer; DLOCK_ECANCELED when that wait was canceled
  * during the pause. */
 int dlock__redis_cluster_redirect(struct redis_state *s, struct dlock__redis_route *rt,
-                                  const redisReply *r, int64_t deadline);
+                                  const struct redis_state *from, const redisReply *r,
+                                  int64_t deadline);
 /* One command ARGV about KEY on S's server, or on a cluster the master
  * serving KEY's slot (redirects followed), within DEADLINE: *OUT the
  * reply; an error reply becomes its code with the server's words. */

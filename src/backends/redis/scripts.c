@@ -450,7 +450,8 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum scrip
             }
             continue;
         }
-        int redirected = s->cluster ? dlock__redis_cluster_redirect(s, &route, r, deadline) : 0;
+        int redirected =
+            s->cluster ? dlock__redis_cluster_redirect(s, &route, ns, r, deadline) : 0;
         if (redirected) {
             /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN: nothing ran; not a retry */
             freeReplyObject(r);

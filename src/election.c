@@ -123,14 +123,11 @@ int dlock_election_new(dlock_client *c, const char *name, unsigned flags, dlock_
     dlock_lock *l = NULL;
     /* Handle-owned: the campaign belongs to the handle; the caller makes
      * its holds campaigns (l->elect). */
-    int rc = dlock__handle_new(c, name, DLOCK_LOCK_HANDLE_OWNED, check_election, 0, flags, &l);
-    if (rc)
+    int rc;
+    dlock_election *e = dlock__handle_wrap(c, name, DLOCK_LOCK_HANDLE_OWNED, check_election, 0,
+                                           flags, sizeof *e, &l, &rc);
+    if (!e)
         return rc;
-    dlock_election *e = calloc(1, sizeof *e);
-    if (!e) {
-        dlock_lock_free(l);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
     e->c = c;
     e->l = l;
     pthread_mutex_lock(&c->mu);

@@ -194,6 +194,22 @@ int dlock__handle_new(dlock_client *c, const char *name, unsigned lock_flags,
     return rc;
 }
 
+void *dlock__handle_wrap(dlock_client *c, const char *name, unsigned lock_flags,
+                         dlock__kind_check_fn check, unsigned count, unsigned flags, size_t size,
+                         dlock_lock **base, int *rc)
+{
+    *rc = dlock__handle_new(c, name, lock_flags, check, count, flags, base);
+    if (*rc)
+        return NULL;
+    void *wrapper = calloc(1, size);
+    if (!wrapper) {
+        dlock_lock_free(*base);
+        *base = NULL;
+        *rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    return wrapper;
+}
+
 int dlock__handle_probe(dlock_client *c, const char *name, dlock__kind_check_fn check,
                         unsigned count, unsigned flags)
 {

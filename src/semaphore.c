@@ -121,15 +121,12 @@ int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits, uns
         return dlock__err(DLOCK_EINVAL, "dlock_semaphore_new: out is NULL");
     *out = NULL;
     dlock_lock *base = NULL;
+    int rc;
     /* The client and name checks of a lock handle, and the entry. */
-    int rc = dlock__handle_new(c, name, 0, check_semaphore, permits, flags, &base);
-    if (rc)
+    dlock_semaphore *s = dlock__handle_wrap(c, name, 0, check_semaphore, permits, flags,
+                                            sizeof *s, &base, &rc);
+    if (!s)
         return rc;
-    dlock_semaphore *s = calloc(1, sizeof *s);
-    if (!s) {
-        dlock_lock_free(base);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
     s->c = c;
     s->base = base;
     s->permits = permits;

@@ -131,12 +131,17 @@ void dlock__callbacks_stop(dlock_client *c)
     cb->running = false;
 }
 
-void dlock__user_lost_set(dlock_client *c, struct dlock__user_lost *u, void (*fn)(void), void *arg)
+int dlock__user_lost_set(dlock_client *c, struct dlock__user_lost *u, const char *what,
+                         void (*fn)(void), void *arg)
 {
+    dlock__msg_clear();
+    if (!u)
+        return dlock__err(DLOCK_EINVAL, "%s is NULL", what);
     pthread_mutex_lock(&c->mu);
     u->fn = fn;
     u->arg = arg;
     pthread_mutex_unlock(&c->mu);
+    return DLOCK_OK;
 }
 
 struct dlock__user_lost dlock__user_lost_get(dlock_client *c, const struct dlock__user_lost *u)

@@ -162,11 +162,8 @@ int dlock_election_set_lease(dlock_election *e, int64_t lease_ms, unsigned flags
 
 int dlock_election_on_lost(dlock_election *e, dlock_election_lost_fn fn, void *arg)
 {
-    dlock__msg_clear();
-    if (!e)
-        return dlock__err(DLOCK_EINVAL, "election is NULL");
-    dlock__user_lost_set(e->c, &e->lost, (void (*)(void))fn, arg);
-    return DLOCK_OK;
+    return dlock__user_lost_set(e ? e->c : NULL, e ? &e->lost : NULL, "election",
+                                (void (*)(void))fn, arg);
 }
 
 /* E's hold, if it leads or has lost its leadership (client mutex held). */

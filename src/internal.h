@@ -150,7 +150,10 @@ struct dlock__user_lost {
     void (*fn)(void);
     void *arg;
 };
-void dlock__user_lost_set(dlock_client *c, struct dlock__user_lost *u, void (*fn)(void), void *arg);
+/* The whole of dlock_semaphore_on_lost() and dlock_election_on_lost():
+ * FN and ARG into U (NULL: the object, a WHAT, is NULL: DLOCK_EINVAL). */
+int dlock__user_lost_set(dlock_client *c, struct dlock__user_lost *u, const char *what,
+                         void (*fn)(void), void *arg);
 struct dlock__user_lost dlock__user_lost_get(dlock_client *c, const struct dlock__user_lost *u);
 
 /* Inspecting (info.c): *I a new snapshot with everything unknown (-1)

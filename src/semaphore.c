@@ -153,11 +153,8 @@ int dlock_semaphore_set_lease(dlock_semaphore *s, int64_t lease_ms, unsigned fla
 
 int dlock_semaphore_on_lost(dlock_semaphore *s, dlock_permit_lost_fn fn, void *arg)
 {
-    dlock__msg_clear();
-    if (!s)
-        return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
-    dlock__user_lost_set(s->c, &s->lost, (void (*)(void))fn, arg);
-    return DLOCK_OK;
+    return dlock__user_lost_set(s ? s->c : NULL, s ? &s->lost : NULL, "semaphore",
+                                (void (*)(void))fn, arg);
 }
 
 const char *dlock_semaphore_name(const dlock_semaphore *s)

@@ -480,7 +480,7 @@ int dlock__file_wait_take(struct file_state *s, const char *full, const char *su
     struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 100};
     int rc = dlock__file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
     while (!rc) {
-        rc = try_take(s, fd, fname, w, fresh, arg);
+        rc = try_take(s, fd, fname, full, w, fresh, arg);
         fresh = false;
         if (rc && rc != DLOCK_EBUSY)
             break;
@@ -549,9 +549,10 @@ struct lock_try {
     bool gated; /* we hold the gate (a waiting writer) */
 };
 
-static int lock_try(struct file_state *s, int fd, const char *fname, struct dlock__wait *w,
-                    bool fresh, void *arg)
+static int lock_try(struct file_state *s, int fd, const char *fname, const char *full,
+                    struct dlock__wait *w, bool fresh, void *arg)
 {
+    (void)full;
     struct lock_try *t = arg;
     if (fresh)
         t->gated = false; /* a new descriptor holds no gate */

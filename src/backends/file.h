@@ -91,10 +91,11 @@ int dlock__file_read_header(struct file_state *s, int fd, const char *path, cons
 int dlock__file_inotify_borrow(struct file_state *s);
 void dlock__file_inotify_return(struct file_state *s, int fd, int wd);
 
-/* One try at taking what the caller wants of the file FD has open:
- * DLOCK_OK (taken), DLOCK_EBUSY (not now), or a failure. FRESH: the
- * first try on this descriptor (the file was opened again). */
-typedef int (*file_try_fn)(struct file_state *s, int fd, const char *fname,
+/* One try at taking what the caller wants of the file FD has open (FULL:
+ * the prefixed name it is the file of): DLOCK_OK (taken), DLOCK_EBUSY
+ * (not now), or a failure. FRESH: the first try on this descriptor (the
+ * file was opened again). */
+typedef int (*file_try_fn)(struct file_state *s, int fd, const char *fname, const char *full,
                            struct dlock__wait *w, bool fresh, void *arg);
 /* Open the file of FULL + SUFFIX for writing (creating it) and call
  * TRY_TAKE until it answers anything but DLOCK_EBUSY, sleeping between

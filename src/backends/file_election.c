@@ -139,8 +139,8 @@ static int read_value(struct file_state *s, const char *full, struct value_heade
 /* The campaign's try: the lock byte taken and the token issued under the
  * metadata byte's write lock, which readers take too, so a reader never
  * sees the new leader's lock with the old leader's token (and value). */
-static int campaign_try(struct file_state *s, int fd, const char *fname, struct dlock__wait *w,
-                        bool fresh, void *arg)
+static int campaign_try(struct file_state *s, int fd, const char *fname, const char *full,
+                        struct dlock__wait *w, bool fresh, void *arg)
 {
     (void)fresh;
     struct dlock__hold *h = arg;
@@ -148,10 +148,7 @@ static int campaign_try(struct file_state *s, int fd, const char *fname, struct 
     if (rc)
         return rc;
     if (dlock__file_range_lock(fd, F_WRLCK, LOCK_BYTE) == 0) {
-        char *full = dlock__file_full_name(s, h->name);
-        rc = full ? dlock__file_stamp(s, fd, fname, full, DLOCK_EXCLUSIVE, w, &h->token)
-                  : dlock__err(DLOCK_ENOMEM, "out of memory");
-        free(full);
+        rc = dlock__file_stamp(s, fd, fname, full, DLOCK_EXCLUSIVE, w, &h->token);
         if (rc)
             dlock__file_range_lock(fd, F_UNLCK, LOCK_BYTE);
     } else if (errno == EAGAIN || errno == EACCES) {

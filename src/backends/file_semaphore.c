@@ -111,18 +111,15 @@ static int stamp_sem(struct file_state *s, int fd, const char *fname, const char
 
 /* The semaphore's try, under the metadata byte: DLOCK_OK (K slots taken
  * and stamped), DLOCK_EBUSY (fewer free), or a failure. */
-static int try_take(struct file_state *s, int fd, const char *fname, struct dlock__wait *w,
-                    bool fresh, void *arg)
+static int try_take(struct file_state *s, int fd, const char *fname, const char *full,
+                    struct dlock__wait *w, bool fresh, void *arg)
 {
     (void)fresh;
     struct dlock__hold *hold = arg;
     unsigned permits = hold->sem->permits, k = hold->sem->k;
-    char *full = dlock__file_full_name(s, hold->name);
-    int rc = full ? dlock__file_meta_lock(s, fd, fname, F_WRLCK, w) : dlock__err(DLOCK_ENOMEM, "out of memory");
-    if (rc) {
-        free(full);
+    int rc = dlock__file_meta_lock(s, fd, fname, F_WRLCK, w);
+    if (rc)
         return rc;
-    }
     struct header h;
     unsigned *slots = calloc(k, sizeof *slots);
     rc = slots ? sem_header(s, fd, fname, full, permits, &h)
@@ -133,7 +130,6 @@ static int try_take(struct file_state *s, int fd, const char *fname, struct dloc
         for (unsigned j = 0; j < k; j++)
             dlock__file_range_lock(fd, F_UNLCK, slot_byte(slots[j]));
     free(slots);
-    free(full);
     dlock__file_range_lock(fd, F_UNLCK, META_BYTE);
     return rc;
 }

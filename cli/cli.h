@@ -71,6 +71,8 @@ struct cli_job {
     /* set by cli_job_start() */
     pid_t guardian, pgid;   /* pgid: COMMAND's pid and process group */
     int ctl_fd, report_fd;
+    pid_t *before;          /* dlock's children before the job, not the job's (a */
+    size_t nbefore;         /* program that exec'd dlock may have left some) */
 };
 enum { JOB_STARTED = 1, JOB_FAILED, JOB_EXEC_FAILED, JOB_EXITED, JOB_DONE };
 /* What the guardian reports: JOB_STARTED (value: COMMAND's pid),
@@ -87,11 +89,12 @@ int cli_job_read(struct cli_job *j, struct cli_job_report *r);
 /* Send SIG to every process of the job (through the guardian). Any
  * thread; async-signal-safe. */
 void cli_job_signal(struct cli_job *j, int sig);
-/* Close the pipes (a guardian still running then kills the job) and reap
- * the guardian. */
+/* Close the pipes (a guardian still running then kills the job), reap
+ * the guardian and free what cli_job_start() kept. */
 void cli_job_end(struct cli_job *j);
 /* The guardian vanished (killed from outside): reap it and SIGKILL every
- * process left of the job, which dlock, their subreaper, now parents. */
+ * process left of the job, which dlock, their subreaper, now parents --
+ * every child of dlock but those it had before the job began. */
 void cli_job_kill_orphans(struct cli_job *j);
 
 int cmd_run(const char *url, int argc, char **argv);

@@ -139,18 +139,16 @@ static void signal_pid(pid_t pid, int pfd, int sig)
     kill(pid, sig);
 }
 
-/* Send SIG to every descendant of PARENT found through
- * /proc/PARENT/task/TID/children, the deepest first, but those in process
- * group PGID (signalled with the group already: once is enough). Each is
- * signalled through a pidfd taken while it is still PARENT's child, so a
- * pid reused meanwhile by another process is never hit. */
-static void signal_tree(pid_t parent, pid_t pgid, int sig, int depth)
+/* Call FN(KID, ARG) for each child of PARENT that
+ * /proc/PARENT/task/TID/children lists (PARENT's threads each have a
+ * list); false when PARENT's tasks cannot be read. */
+static bool each_child(pid_t parent, void (*fn)(pid_t kid, void *arg), void *arg)
 {
     char path[96];
     snprintf(path, sizeof path, "/proc/%d/task", (int)parent);
-    DIR *d = depth < 64 ? opendir(path) : NULL;
+    DIR *d = opendir(path);
     if (!d)
-        return;
+        return false;
     struct dirent *de;
     while ((de = readdir(d))) {
         if (de->d_name[0] == '.')
@@ -168,22 +166,49 @@ static void signal_tree(pid_t parent, pid_t pgid, int sig, int depth)
             long kid = strtol(p, &end, 10);
             if (end == p)
                 break;
-            int pfd = -1;
-#ifdef SYS_pidfd_open
-            pfd = (int)syscall(SYS_pidfd_open, (pid_t)kid, 0);
-            if (pfd < 0 && errno != ENOSYS)
-                continue; /* gone already */
-#endif
-            if (parent_of((pid_t)kid) == parent) {
-                signal_tree((pid_t)kid, pgid, sig, depth + 1);
-                if (getpgid((pid_t)kid) != pgid) /* else it had SIG with the group */
-                    signal_pid((pid_t)kid, pfd, sig);
-            }
-            if (pfd >= 0)
-                close(pfd);
+            fn((pid_t)kid, arg);
         }
     }
     closedir(d);
+    return true;
+}
+
+struct tree_signal {
+    pid_t parent, pgid;
+    int sig, depth;
+};
+
+static void signal_tree(pid_t parent, pid_t pgid, int sig, int depth);
+
+/* signal_tree() of child KID of T->parent, then KID itself. */
+static void signal_subtree(pid_t kid, void *arg)
+{
+    const struct tree_signal *t = arg;
+    int pfd = -1;
+#ifdef SYS_pidfd_open
+    pfd = (int)syscall(SYS_pidfd_open, kid, 0);
+    if (pfd < 0 && errno != ENOSYS)
+        return; /* gone already */
+#endif
+    if (parent_of(kid) == t->parent) {
+        signal_tree(kid, t->pgid, t->sig, t->depth + 1);
+        if (getpgid(kid) != t->pgid) /* else it had SIG with the group */
+            signal_pid(kid, pfd, t->sig);
+    }
+    if (pfd >= 0)
+        close(pfd);
+}
+
+/* Send SIG to every descendant of PARENT found through
+ * /proc/PARENT/task/TID/children, the deepest first, but those in process
+ * group PGID (signalled with the group already: once is enough). Each is
+ * signalled through a pidfd taken while it is still PARENT's child, so a
+ * pid reused meanwhile by another process is never hit. */
+static void signal_tree(pid_t parent, pid_t pgid, int sig, int depth)
+{
+    struct tree_signal t = {parent, pgid, sig, depth};
+    if (depth < 64)
+        each_child(parent, signal_subtree, &t);
 }
 
 /* SIG to the whole job: COMMAND's group, then every process below us. */
@@ -321,6 +346,26 @@ static int cmp_int(const void *a, const void *b)
     return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
 }
 
+/* A list of pids that grows (out of memory: it holds only some). */
+struct pids {
+    pid_t *v;
+    size_t n, cap;
+};
+
+static void pids_add(pid_t pid, void *arg)
+{
+    struct pids *s = arg;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 8;
+        pid_t *v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = pid;
+}
+
 int cli_job_start(struct cli_job *j)
 {
     int ctl[2] = {-1, -1}, rep[2] = {-1, -1};
@@ -349,6 +394,13 @@ int cli_job_start(struct cli_job *j)
     if (j->tty_fd >= 0)
         keep[g.nkeep++] = j->tty_fd;
     qsort(keep, g.nkeep, sizeof *keep, cmp_int);
+    /* Children dlock has already were left by the program that exec'd it
+     * (`sleep 9 & exec dlock run ...`): not the job's, whatever happens
+     * to it. They are never reaped here, so their pids stay theirs. */
+    struct pids before = {0};
+    each_child(getpid(), pids_add, &before);
+    j->before = before.v;
+    j->nbefore = before.n;
     struct rlimit rl;
     unsigned limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
                          ? (unsigned)rl.rlim_cur
@@ -401,19 +453,46 @@ void cli_job_signal(struct cli_job *j, int sig)
     (void)n; /* the guardian is gone: so is the job */
 }
 
+/* What kill_orphan() is given: the children to spare, and how many of
+ * the job's it has killed and reaped this pass. */
+struct orphans {
+    const pid_t *spare;
+    size_t nspare, reaped;
+};
+
+/* Child KID of dlock, unless it is one to spare: SIGKILL to it and to
+ * everything below it, then reap it. */
+static void kill_orphan(pid_t kid, void *arg)
+{
+    struct orphans *o = arg;
+    for (size_t i = 0; i < o->nspare; i++)
+        if (o->spare[i] == kid)
+            return;
+    signal_tree(kid, 0, SIGKILL, 0);
+    kill(kid, SIGKILL); /* ours and not reaped: its pid is its own */
+    while (waitpid(kid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    o->reaped++;
+}
+
 void cli_job_kill_orphans(struct cli_job *j)
 {
-    cli_job_end(j); /* once it is reaped, its children are ours */
-    /* Until no child is left: a process of the job whose parent is still
-     * exiting (COMMAND, on its parent-death signal) is not ours yet when
-     * one pass looks, and would go to init once dlock exits. Each child
-     * reaped hands us its own children first, so when none is left,
-     * nothing of the job is. */
-    for (;;) {
-        signal_tree(getpid(), 0, SIGKILL, 0);
-        if (waitpid(-1, NULL, 0) < 0 && errno != EINTR)
-            break; /* ECHILD */
-    }
+    struct orphans o = {j->before, j->nbefore, 0};
+    j->before = NULL; /* kept past cli_job_end() */
+    cli_job_end(j);   /* once it is reaped, its children are ours */
+    /* Until a pass finds no child of the job: a process of the job whose
+     * parent is still exiting (COMMAND, on its parent-death signal) is
+     * not ours yet when one pass looks, and would go to init once dlock
+     * exits. A child reaped has handed us its own children (a zombie
+     * child is still one) before its wait returns, so when a pass finds
+     * none, nothing of the job is left. The children dlock had before the
+     * job are spared, and not waited for. */
+    do {
+        o.reaped = 0;
+        if (!each_child(getpid(), kill_orphan, &o))
+            break;
+    } while (o.reaped);
+    free((void *)o.spare);
 }
 
 void cli_job_end(struct cli_job *j)
@@ -427,4 +506,7 @@ void cli_job_end(struct cli_job *j)
         while (waitpid(j->guardian, NULL, 0) < 0 && errno == EINTR)
             ;
     j->guardian = 0;
+    free(j->before);
+    j->before = NULL;
+    j->nbefore = 0;
 }

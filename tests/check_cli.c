@@ -732,12 +732,19 @@ TU_TEST(signal_running, 120)
     free(marker);
 }
 
-/* The one child of PID (its first, as /proc lists them), or 0. */
-static pid_t child_of(pid_t pid)
+/* The first child of PID (as /proc lists them) that is not EXCEPT, or 0. */
+static pid_t child_of(pid_t pid, pid_t except)
 {
     char *path = tu_fmt("/proc/%d/task/%d/children", (int)pid, (int)pid);
     char *text = tu_read_file(path);
-    pid_t kid = text ? (pid_t)strtol(text, NULL, 10) : 0;
+    pid_t kid = 0;
+    for (char *p = text, *end; p && *p && !kid; p = end) {
+        long k = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (k != except)
+            kid = (pid_t)k;
+    }
     free(text);
     free(path);
     return kid;
@@ -755,6 +762,24 @@ static bool exited(pid_t pid)
     return gone;
 }
 
+/* Kill the guardian of `dlock run` D (its child other than EXCEPT) from
+ * outside, reap D, which fails then, and say whether the job's process
+ * JOB exited too (within a bound so that a survivor fails the test, not
+ * a claim on time; a survivor is killed). */
+static bool guardian_killed_ends(pid_t d, pid_t except, pid_t job)
+{
+    pid_t guardian = child_of(d, except);
+    ck_assert_int_gt(guardian, 0);
+    kill(guardian, SIGKILL);
+    ck_assert_int_ne(tu_wait_exit(d), 0);
+    bool gone = false;
+    for (int i = 0; i < 2000 && !(gone = exited(job)); i++)
+        tu_sleep_ms(10);
+    if (!gone)
+        kill(job, SIGKILL);
+    return gone;
+}
+
 /* The guardian killed from outside (kill -9 of it alone): dlock kills
  * what is left of the job -- here a process COMMAND started in a session
  * of its own, which its process group never reached -- and does it
@@ -769,21 +794,42 @@ TU_TEST(guardian_killed, 60)
     pid_t d = tu_spawn(argv, NULL);
     ck_assert(tu_wait_file(pidfile, 30000));
     char *text = tu_read_file(pidfile);
-    pid_t escaped = (pid_t)strtol(text, NULL, 10), guardian = child_of(d);
+    pid_t escaped = (pid_t)strtol(text, NULL, 10);
     ck_assert_int_gt(escaped, 0);
-    ck_assert_int_gt(guardian, 0);
-    kill(guardian, SIGKILL);
-    ck_assert_int_ne(tu_wait_exit(d), 0);
-    bool gone = false;
-    for (int i = 0; i < 2000 && !(gone = exited(escaped)); i++)
-        tu_sleep_ms(10); /* a bound so a survivor fails the test, not a claim on time */
-    if (!gone)
-        kill(escaped, SIGKILL);
-    ck_assert_msg(gone, "a process of the job outlived its guardian and dlock");
+    ck_assert_msg(guardian_killed_ends(d, 0, escaped),
+                  "a process of the job outlived its guardian and dlock");
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "guarded", "true"), 0);
     free(text);
     free(cmd);
     free(pidfile);
+}
+
+/* dlock run exec'd by a shell that left a child behind (`sleep 1000 &
+ * exec dlock run ...`): when the guardian is killed from outside, dlock
+ * kills what is left of the job (COMMAND) and spares that child, which
+ * was never the job's -- and exits without waiting for it. Before, every
+ * child of dlock was killed. */
+TU_TEST(guardian_killed_spares_children_from_before, 60)
+{
+    char *before = tu_fmt("%s/before", dir), *command = tu_fmt("%s/command", dir);
+    char *cmd = tu_fmt("sleep 1000 & echo $! > %s.tmp && mv %s.tmp %s; exec %s -u %s run spared "
+                       "-c 'echo $$ > %s.tmp && mv %s.tmp %s; exec sleep 1000'",
+                       before, before, before, tu_dlock_bin(), url, command, command, command);
+    const char *argv[] = {"sh", "-c", cmd, NULL};
+    pid_t d = tu_spawn(argv, NULL);
+    ck_assert(tu_wait_file(before, 30000));
+    ck_assert(tu_wait_file(command, 30000));
+    pid_t old = (pid_t)tu_read_u64(before), job = (pid_t)tu_read_u64(command);
+    ck_assert_int_gt(old, 0);
+    ck_assert_int_gt(job, 0);
+    bool job_gone = guardian_killed_ends(d, old, job);
+    bool old_alive = !exited(old);
+    kill(old, SIGKILL);
+    ck_assert_msg(job_gone, "COMMAND outlived its guardian and dlock");
+    ck_assert_msg(old_alive, "dlock killed a child it had before the job");
+    free(cmd);
+    free(command);
+    free(before);
 }
 
 TU_TEST(shared, 120)

@@ -577,25 +577,54 @@ TU_TEST(etcd_one_txn, 120)
 }
 #endif
 
-#ifdef DLOCK_HAVE_REDIS
-/* ================================ the give-back within the wait (Redis) */
+/* ========================= the give-back within the wait (Redis, etcd) */
 
-/* A set {gb-a, gb-b} on a redis-server of its own (op timeout 30 s),
- * "gb-b" held by another client D: the multi acquire (WAIT, with a cancel
+/* A set {gb-a, gb-b} on a server of its own (op timeout 30 s), "gb-b"
+ * held by another client D: the multi acquire (WAIT, with a cancel
  * object when CANCEL) takes "gb-a" and waits for "gb-b" in a thread; the
  * server is then stopped (SIGSTOP) and, with CANCEL, the cancel fired. */
 struct stalled_give_back {
-    struct fx_redis r;
+    bool etcd;
+    pid_t server;
     dlock_client *c, *d;
     dlock_lock *b;
     struct multi_waiter w;
+#ifdef DLOCK_HAVE_REDIS
+    struct fx_redis r;
+#endif
+#ifdef DLOCK_HAVE_ETCD
+    struct etcdf e;
+#endif
 };
 
-static void give_back_start(struct stalled_give_back *g, int64_t wait, bool cancel)
+/* Start G's server (etcd with ETCD, else redis-server): its URL with the
+ * frame's options. */
+static char *give_back_serve(struct stalled_give_back *g, bool etcd)
+{
+    const char *opts = "timeout=30s&lease=60s";
+    g->etcd = etcd;
+#ifdef DLOCK_HAVE_ETCD
+    if (etcd) {
+        ck_assert_msg(etcdf_start(&g->e, 1), "etcd: %s", g->e.error);
+        g->server = g->e.m[0].pid;
+        return etcdf_url(&g->e, NULL, opts);
+    }
+#endif
+#ifdef DLOCK_HAVE_REDIS
+    if (!etcd) {
+        ck_assert_msg(fx_redis_start(&g->r, NULL), "redis-server could not be started");
+        g->server = g->r.pid;
+        return tu_fmt("%s?%s", g->r.url, opts);
+    }
+#endif
+    ck_abort_msg("no %s in this build", etcd ? "etcd" : "redis");
+    return NULL;
+}
+
+static void give_back_start(struct stalled_give_back *g, bool etcd, int64_t wait, bool cancel)
 {
     *g = (struct stalled_give_back){.w = {.wait = wait, .rc = 1}};
-    ck_assert_msg(fx_redis_start(&g->r, NULL), "redis-server could not be started");
-    char *u = tu_fmt("%s?timeout=30s&lease=60s", g->r.url);
+    char *u = give_back_serve(g, etcd);
     g->c = tu_open(u);
     g->d = tu_open(u);
     free(u);
@@ -609,7 +638,7 @@ static void give_back_start(struct stalled_give_back *g, int64_t wait, bool canc
     while (!tu_held(g->d, "gb-a"))
         tu_sleep_ms(5);
     ck_assert_msg(tu_wait_thread_asleep(&g->w.tid, 30000), "the multi waiter never went to sleep");
-    tu_pause(g->r.pid);
+    tu_pause(g->server);
     if (cancel)
         EXPECT_RC(dlock_cancel_fire(g->w.cancel), DLOCK_OK);
 }
@@ -630,7 +659,7 @@ static bool give_back_returned_while_stopped(struct stalled_give_back *g)
 /* The server continued, the multi waiter joined: its result. */
 static int give_back_continue(struct stalled_give_back *g)
 {
-    kill(g->r.pid, SIGCONT);
+    kill(g->server, SIGCONT);
     pthread_join(g->w.thread, NULL);
     return atomic_load(&g->w.rc);
 }
@@ -641,18 +670,27 @@ static void give_back_close(struct stalled_give_back *g)
     dlock_cancel_free(g->w.cancel);
     TU_FREE_LOCKS(g->b);
     TU_CLOSE_CLIENTS(g->c, g->d);
-    fx_redis_stop(&g->r);
+#ifdef DLOCK_HAVE_ETCD
+    if (g->etcd)
+        etcdf_stop(&g->e);
+#endif
+#ifdef DLOCK_HAVE_REDIS
+    if (!g->etcd)
+        fx_redis_stop(&g->r);
+#endif
 }
 
 /* A bounded multi acquire that times out while the server is stopped
  * returns at its end, not once the server answers: "gb-a", taken before,
  * is given back within what is left of the wait (nothing) and owed to the
- * keeper, which gives it back once the server is continued. (The
- * give-back was a release in the caller's thread with the op timeout.) */
-static void multi_gives_up_on_a_stalled_server(bool cancel)
+ * keeper, which gives it back once the server is continued. With CANCEL
+ * a wait forever is canceled instead: nothing is left of a canceled
+ * wait, the give-back is owed at once. (The give-back was a release in
+ * the caller's thread with the op timeout.) */
+static void multi_gives_up_on_a_stalled_server(bool etcd, bool cancel)
 {
     struct stalled_give_back g;
-    give_back_start(&g, cancel ? DLOCK_FOREVER : 4000, cancel);
+    give_back_start(&g, etcd, cancel ? DLOCK_FOREVER : 4000, cancel);
     bool returned = give_back_returned_while_stopped(&g);
     int rc = give_back_continue(&g);
     ck_assert_msg(returned, "the %s returned only once the stopped server was continued (%s)",
@@ -664,27 +702,16 @@ static void multi_gives_up_on_a_stalled_server(bool cancel)
     give_back_close(&g);
 }
 
-TU_TEST(multi_wait_ends_on_time_on_a_stalled_server, 90)
-{
-    multi_gives_up_on_a_stalled_server(false);
-}
-
-/* The same for a cancel of a wait forever: nothing is left of a canceled
- * wait, the give-back is owed at once. */
-TU_TEST(canceled_multi_wait_ends_on_a_stalled_server, 90)
-{
-    multi_gives_up_on_a_stalled_server(true);
-}
-
 /* The owed give-back never ends a later hold of the same owner: while it
  * is still owed (the server stopped), the member's own handle takes
- * "gb-a" again; once the server is continued that acquire sends the owed
- * cancel first (its record is on the server), then holds, and the hold
- * stays: held, released with DLOCK_OK (not DLOCK_ELOST). */
-TU_TEST(owed_give_back_spares_a_later_hold, 90)
+ * "gb-a" again; once the server is continued that acquire does what is
+ * owed first (Redis: sends the cancel, recorded on the server; etcd:
+ * forgets the key's owed delete), then holds, and the hold stays: held,
+ * released with DLOCK_OK (not DLOCK_ELOST). */
+static void owed_give_back_spares_a_later_hold(bool etcd)
 {
     struct stalled_give_back g;
-    give_back_start(&g, DLOCK_FOREVER, true);
+    give_back_start(&g, etcd, DLOCK_FOREVER, true);
     ck_assert_msg(give_back_returned_while_stopped(&g), "the canceled multi wait did not return "
                                                         "while the server was stopped");
     dlock_lock *la = dlock_multi_lock(g.w.m, 0);
@@ -692,17 +719,54 @@ TU_TEST(owed_give_back_spares_a_later_hold, 90)
     tu_waiter_start_ex(&again, la, 60000, NULL, true);
     EXPECT_RC(give_back_continue(&g), DLOCK_ECANCELED);
     EXPECT_RC(tu_waiter_join(&again), DLOCK_OK);
-    redisContext *raw = fx_redis_raw(&g.r, NULL);
-    ck_assert_ptr_nonnull(raw);
-    redisReply *rep = redisCommand(raw, "HLEN dlock_canceled:{gb-a}");
-    ck_assert_msg(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer >= 1,
-                  "no cancel recorded for 'gb-a': the owed give-back was not sent first");
-    freeReplyObject(rep);
-    redisFree(raw);
+#ifdef DLOCK_HAVE_REDIS
+    if (!etcd) {
+        redisContext *raw = fx_redis_raw(&g.r, NULL);
+        ck_assert_ptr_nonnull(raw);
+        redisReply *rep = redisCommand(raw, "HLEN dlock_canceled:{gb-a}");
+        ck_assert_msg(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer >= 1,
+                      "no cancel recorded for 'gb-a': the owed give-back was not sent first");
+        freeReplyObject(rep);
+        redisFree(raw);
+    }
+#endif
     ck_assert_msg(tu_held(g.d, "gb-a"), "the later hold of 'gb-a' is gone");
     ck_assert_int_eq(dlock_hold_count(la), 1);
     EXPECT_RC(dlock_release(la), DLOCK_OK);
     give_back_close(&g);
+}
+
+#ifdef DLOCK_HAVE_REDIS
+TU_TEST(multi_wait_ends_on_time_on_a_stalled_server, 90)
+{
+    multi_gives_up_on_a_stalled_server(false, false);
+}
+
+TU_TEST(canceled_multi_wait_ends_on_a_stalled_server, 90)
+{
+    multi_gives_up_on_a_stalled_server(false, true);
+}
+
+TU_TEST(owed_give_back_spares_a_later_hold, 90)
+{
+    owed_give_back_spares_a_later_hold(false);
+}
+#endif
+
+#ifdef DLOCK_HAVE_ETCD
+TU_TEST(etcd_multi_wait_ends_on_time_on_a_stalled_server, 120)
+{
+    multi_gives_up_on_a_stalled_server(true, false);
+}
+
+TU_TEST(etcd_canceled_multi_wait_ends_on_a_stalled_server, 120)
+{
+    multi_gives_up_on_a_stalled_server(true, true);
+}
+
+TU_TEST(etcd_owed_give_back_spares_a_later_hold, 120)
+{
+    owed_give_back_spares_a_later_hold(true);
 }
 #endif
 
@@ -714,8 +778,8 @@ static bool runs_on(const struct ct_fixture *f, const char *test)
         return strcmp(f->name, "redis") == 0;
     if (strcmp(test, "etcd_one_txn") == 0)
         return strcmp(f->name, "etcd") == 0;
-    if (strstr(test, "stalled_server") || strcmp(test, "owed_give_back_spares_a_later_hold") == 0)
-        return strcmp(f->name, "redis") == 0;
+    if (strstr(test, "stalled_server") || strstr(test, "owed_give_back_spares_a_later_hold"))
+        return strcmp(f->name, strncmp(test, "etcd_", 5) == 0 ? "etcd" : "redis") == 0;
     return true;
 }
 

@@ -767,6 +767,48 @@ int dlock__etcd_release(void *state, struct dlock__hold *h)
     return rc;
 }
 
+/* The backend's release_within (core.h): the release txn, only while
+ * DEADLINE leaves time; what is not answered by then, or not sent, is
+ * owed -- the key remembered as an orphan the keeper deletes (lease.c),
+ * which an acquire of the same key by this client forgets first, so it
+ * never ends a later hold. An own lease is revoked within DEADLINE only,
+ * else it expires by its TTL, carrying nothing once the key is gone. */
+static int etcd_release_within(void *state, struct dlock__hold *h, int64_t deadline)
+{
+    struct etcd_backend *s = state;
+    struct etcd_hold *eh = h->bdata;
+    if (!eh)
+        return DLOCK_OK;
+    h->bdata = NULL;
+    struct etcd_limits lim = {deadline, NULL};
+    json_t *req = (dlock__time_left(deadline, 1) > 0) ? dlock__etcd_release_txn(eh) : NULL;
+    json_t *reply = NULL;
+    int rc = DLOCK_ETIMEDOUT;
+    if (req) {
+        char what[1200];
+        snprintf(what, sizeof what, "release '%s' (key %s)", h->name, eh->key);
+        bool resent = false;
+        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, NULL, &resent, &lim);
+        if (rc == DLOCK_OK)
+            rc = dlock__etcd_release_answer(s, h, eh, rc,
+                                            json_is_true(json_object_get(reply, "succeeded")),
+                                            resent);
+    }
+    json_decref(req);
+    json_decref(reply);
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    if (rc == DLOCK_ETIMEDOUT || dlock__etcd_transient(rc)) {
+        dlock__etcd_delete_key(s, eh->key, dlock__now_ms(), NULL); /* owed: nothing sent now */
+        rc = DLOCK_OK;
+    }
+    if (eh->own_lease && (dlock__time_left(deadline, 1) > 0))
+        dlock__etcd_lease_revoke(s, eh->lease, &lim);
+    free(eh->key);
+    free(eh);
+    return dlock__errmsg_restore(rc, msg);
+}
+
 static const char *const etcd_schemes[] = {"etcd", "etcd+https", NULL};
 
 const struct dlock__backend dlock__backend_etcd = {
@@ -797,4 +839,5 @@ const struct dlock__backend dlock__backend_etcd = {
     .sem_list = dlock__etcd_sem_list,
     .multi_acquire = dlock__etcd_multi_acquire,
     .multi_release = dlock__etcd_multi_release,
+    .release_within = etcd_release_within,
 };

@@ -577,54 +577,65 @@ TU_TEST(etcd_one_txn, 120)
 }
 #endif
 
-/* ========================= the give-back within the wait (Redis, etcd) */
+/* ================ the give-back within the wait (Redis, Redlock, etcd) */
 
-/* A set {gb-a, gb-b} on a server of its own (op timeout 30 s), "gb-b"
+/* Where the frame's servers come from. */
+enum give_back_servers { GB_REDIS, GB_REDLOCK, GB_ETCD };
+#define GB_REDLOCK_NODES 3
+
+/* A set {gb-a, gb-b} on servers of its own (op timeout 30 s), "gb-b"
  * held by another client D: the multi acquire (WAIT, with a cancel
  * object when CANCEL) takes "gb-a" and waits for "gb-b" in a thread; the
- * server is then stopped (SIGSTOP) and, with CANCEL, the cancel fired. */
+ * servers are then stopped (SIGSTOP) and, with CANCEL, the cancel fired. */
 struct stalled_give_back {
-    bool etcd;
-    pid_t server;
+    enum give_back_servers kind;
+    pid_t server[GB_REDLOCK_NODES];
+    size_t nservers;
     dlock_client *c, *d;
     dlock_lock *b;
     struct multi_waiter w;
 #ifdef DLOCK_HAVE_REDIS
-    struct fx_redis r;
+    struct fx_redis r[GB_REDLOCK_NODES];
 #endif
 #ifdef DLOCK_HAVE_ETCD
     struct etcdf e;
 #endif
 };
 
-/* Start G's server (etcd with ETCD, else redis-server): its URL with the
- * frame's options. */
-static char *give_back_serve(struct stalled_give_back *g, bool etcd)
+/* Start G's servers (KIND): its URL with the frame's options. */
+static char *give_back_serve(struct stalled_give_back *g, enum give_back_servers kind)
 {
-    const char *opts = "timeout=30s&lease=60s";
-    g->etcd = etcd;
+    const char *opts = "timeout=30s&node_timeout=30s&lease=60s";
+    g->kind = kind;
 #ifdef DLOCK_HAVE_ETCD
-    if (etcd) {
+    if (kind == GB_ETCD) {
         ck_assert_msg(etcdf_start(&g->e, 1), "etcd: %s", g->e.error);
-        g->server = g->e.m[0].pid;
-        return etcdf_url(&g->e, NULL, opts);
+        g->server[g->nservers++] = g->e.m[0].pid;
+        return etcdf_url(&g->e, NULL, "timeout=30s&lease=60s");
     }
 #endif
 #ifdef DLOCK_HAVE_REDIS
-    if (!etcd) {
-        ck_assert_msg(fx_redis_start(&g->r, NULL), "redis-server could not be started");
-        g->server = g->r.pid;
-        return tu_fmt("%s?%s", g->r.url, opts);
+    if (kind != GB_ETCD) {
+        char hosts[200] = "";
+        for (size_t i = 0; i < (kind == GB_REDLOCK ? GB_REDLOCK_NODES : 1); i++) {
+            ck_assert_msg(fx_redis_start(&g->r[i], NULL), "redis-server could not be started");
+            g->server[g->nservers++] = g->r[i].pid;
+            size_t at = strlen(hosts);
+            snprintf(hosts + at, sizeof hosts - at, "%s127.0.0.1:%d", i ? "," : "", g->r[i].port);
+        }
+        return kind == GB_REDLOCK ? tu_fmt("redlock://%s?%s", hosts, opts)
+                                  : tu_fmt("%s?timeout=30s&lease=60s", g->r[0].url);
     }
 #endif
-    ck_abort_msg("no %s in this build", etcd ? "etcd" : "redis");
+    ck_abort_msg("no server of kind %d in this build", (int)kind);
     return NULL;
 }
 
-static void give_back_start(struct stalled_give_back *g, bool etcd, int64_t wait, bool cancel)
+static void give_back_start(struct stalled_give_back *g, enum give_back_servers kind, int64_t wait,
+                            bool cancel)
 {
     *g = (struct stalled_give_back){.w = {.wait = wait, .rc = 1}};
-    char *u = give_back_serve(g, etcd);
+    char *u = give_back_serve(g, kind);
     g->c = tu_open(u);
     g->d = tu_open(u);
     free(u);
@@ -638,7 +649,8 @@ static void give_back_start(struct stalled_give_back *g, bool etcd, int64_t wait
     while (!tu_held(g->d, "gb-a"))
         tu_sleep_ms(5);
     ck_assert_msg(tu_wait_thread_asleep(&g->w.tid, 30000), "the multi waiter never went to sleep");
-    tu_pause(g->server);
+    for (size_t i = 0; i < g->nservers; i++)
+        tu_pause(g->server[i]);
     if (cancel)
         EXPECT_RC(dlock_cancel_fire(g->w.cancel), DLOCK_OK);
 }
@@ -659,7 +671,8 @@ static bool give_back_returned_while_stopped(struct stalled_give_back *g)
 /* The server continued, the multi waiter joined: its result. */
 static int give_back_continue(struct stalled_give_back *g)
 {
-    kill(g->server, SIGCONT);
+    for (size_t i = 0; i < g->nservers; i++)
+        kill(g->server[i], SIGCONT);
     pthread_join(g->w.thread, NULL);
     return atomic_load(&g->w.rc);
 }
@@ -671,12 +684,12 @@ static void give_back_close(struct stalled_give_back *g)
     TU_FREE_LOCKS(g->b);
     TU_CLOSE_CLIENTS(g->c, g->d);
 #ifdef DLOCK_HAVE_ETCD
-    if (g->etcd)
+    if (g->kind == GB_ETCD)
         etcdf_stop(&g->e);
 #endif
 #ifdef DLOCK_HAVE_REDIS
-    if (!g->etcd)
-        fx_redis_stop(&g->r);
+    for (size_t i = 0; g->kind != GB_ETCD && i < g->nservers; i++)
+        fx_redis_stop(&g->r[i]);
 #endif
 }
 
@@ -687,10 +700,10 @@ static void give_back_close(struct stalled_give_back *g)
  * a wait forever is canceled instead: nothing is left of a canceled
  * wait, the give-back is owed at once. (The give-back was a release in
  * the caller's thread with the op timeout.) */
-static void multi_gives_up_on_a_stalled_server(bool etcd, bool cancel)
+static void multi_gives_up_on_a_stalled_server(enum give_back_servers kind, bool cancel)
 {
     struct stalled_give_back g;
-    give_back_start(&g, etcd, cancel ? DLOCK_FOREVER : 4000, cancel);
+    give_back_start(&g, kind, cancel ? DLOCK_FOREVER : 4000, cancel);
     bool returned = give_back_returned_while_stopped(&g);
     int rc = give_back_continue(&g);
     ck_assert_msg(returned, "the %s returned only once the stopped server was continued (%s)",
@@ -705,13 +718,13 @@ static void multi_gives_up_on_a_stalled_server(bool etcd, bool cancel)
 /* The owed give-back never ends a later hold of the same owner: while it
  * is still owed (the server stopped), the member's own handle takes
  * "gb-a" again; once the server is continued that acquire does what is
- * owed first (Redis: sends the cancel, recorded on the server; etcd:
- * forgets the key's owed delete), then holds, and the hold stays: held,
- * released with DLOCK_OK (not DLOCK_ELOST). */
-static void owed_give_back_spares_a_later_hold(bool etcd)
+ * owed first (Redis, Redlock: sends the cancel, recorded on each node;
+ * etcd: forgets the key's owed delete), then holds, and the hold stays:
+ * held, released with DLOCK_OK (not DLOCK_ELOST). */
+static void owed_give_back_spares_a_later_hold(enum give_back_servers kind)
 {
     struct stalled_give_back g;
-    give_back_start(&g, etcd, DLOCK_FOREVER, true);
+    give_back_start(&g, kind, DLOCK_FOREVER, true);
     ck_assert_msg(give_back_returned_while_stopped(&g), "the canceled multi wait did not return "
                                                         "while the server was stopped");
     dlock_lock *la = dlock_multi_lock(g.w.m, 0);
@@ -720,8 +733,8 @@ static void owed_give_back_spares_a_later_hold(bool etcd)
     EXPECT_RC(give_back_continue(&g), DLOCK_ECANCELED);
     EXPECT_RC(tu_waiter_join(&again), DLOCK_OK);
 #ifdef DLOCK_HAVE_REDIS
-    if (!etcd) {
-        redisContext *raw = fx_redis_raw(&g.r, NULL);
+    for (size_t i = 0; kind != GB_ETCD && i < g.nservers; i++) {
+        redisContext *raw = fx_redis_raw(&g.r[i], NULL);
         ck_assert_ptr_nonnull(raw);
         redisReply *rep = redisCommand(raw, "HLEN dlock_canceled:{gb-a}");
         ck_assert_msg(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer >= 1,
@@ -739,34 +752,49 @@ static void owed_give_back_spares_a_later_hold(bool etcd)
 #ifdef DLOCK_HAVE_REDIS
 TU_TEST(multi_wait_ends_on_time_on_a_stalled_server, 90)
 {
-    multi_gives_up_on_a_stalled_server(false, false);
+    multi_gives_up_on_a_stalled_server(GB_REDIS, false);
 }
 
 TU_TEST(canceled_multi_wait_ends_on_a_stalled_server, 90)
 {
-    multi_gives_up_on_a_stalled_server(false, true);
+    multi_gives_up_on_a_stalled_server(GB_REDIS, true);
 }
 
 TU_TEST(owed_give_back_spares_a_later_hold, 90)
 {
-    owed_give_back_spares_a_later_hold(false);
+    owed_give_back_spares_a_later_hold(GB_REDIS);
+}
+
+TU_TEST(redlock_multi_wait_ends_on_time_on_a_stalled_server, 120)
+{
+    multi_gives_up_on_a_stalled_server(GB_REDLOCK, false);
+}
+
+TU_TEST(redlock_canceled_multi_wait_ends_on_a_stalled_server, 120)
+{
+    multi_gives_up_on_a_stalled_server(GB_REDLOCK, true);
+}
+
+TU_TEST(redlock_owed_give_back_spares_a_later_hold, 120)
+{
+    owed_give_back_spares_a_later_hold(GB_REDLOCK);
 }
 #endif
 
 #ifdef DLOCK_HAVE_ETCD
 TU_TEST(etcd_multi_wait_ends_on_time_on_a_stalled_server, 120)
 {
-    multi_gives_up_on_a_stalled_server(true, false);
+    multi_gives_up_on_a_stalled_server(GB_ETCD, false);
 }
 
 TU_TEST(etcd_canceled_multi_wait_ends_on_a_stalled_server, 120)
 {
-    multi_gives_up_on_a_stalled_server(true, true);
+    multi_gives_up_on_a_stalled_server(GB_ETCD, true);
 }
 
 TU_TEST(etcd_owed_give_back_spares_a_later_hold, 120)
 {
-    owed_give_back_spares_a_later_hold(true);
+    owed_give_back_spares_a_later_hold(GB_ETCD);
 }
 #endif
 
@@ -779,6 +807,7 @@ static bool runs_on(const struct ct_fixture *f, const char *test)
     if (strcmp(test, "etcd_one_txn") == 0)
         return strcmp(f->name, "etcd") == 0;
     if (strstr(test, "stalled_server") || strstr(test, "owed_give_back_spares_a_later_hold"))
+        /* etcd_*: the etcd case; the others (redlock_* too) the redis one */
         return strcmp(f->name, strncmp(test, "etcd_", 5) == 0 ? "etcd" : "redis") == 0;
     return true;
 }

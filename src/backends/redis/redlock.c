@@ -445,9 +445,15 @@ static int hold_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_hold 
     return dlock__redis_keys_make(rl->node[0], h->name, k);
 }
 
-int dlock__redlock_release(void *state, struct dlock__hold *h)
+/* Give H up on every node at once within DEADLINE (DLOCK__NEVER: the
+ * node timeout; none sent once it has passed). With OWE, a node that has
+ * not answered by then is owed the cancel of every request of H's owner
+ * so far (cancel.c: the keeper sends it), which the owner's next attempt
+ * sends that node first -- a node that cannot take it sits the attempt
+ * out -- so it never ends a later hold; too few answers are then no
+ * failure. */
+static int release_hold(struct redlock *rl, struct dlock__hold *h, int64_t deadline, bool owe)
 {
-    struct redlock *rl = state;
     struct rl_hold *bd;
     struct lock_keys k;
     int rc = hold_nodes(rl, h, &bd, &k);
@@ -460,14 +466,18 @@ int dlock__redlock_release(void *state, struct dlock__hold *h)
     for (size_t i = 0; i < rl->n; i++)
         held += bd->state[i] == NODE_YES;
     struct rl_round rd;
-    int frc = release_nodes(rl, h, bd, &k, DLOCK__NEVER, &released, &gone, &rd);
+    int frc = release_nodes(rl, h, bd, &k, deadline, &released, &gone, &rd);
+    uint64_t last = __atomic_load_n(&rl->requests, __ATOMIC_RELAXED);
+    for (size_t i = 0; owe && i < rl->n; i++)
+        if (bd->state[i] == NODE_YES)
+            dlock__redis_cancel_lost_acquire(rl->node[i], h, last, h->lease_ms);
     if (released >= rl->quorum)
         rc = DLOCK_OK;
     else if (held < rl->quorum || gone > held - rl->quorum)
         rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: released on %zu of %zu nodes, "
                                      "another owner or none on %zu (our token was %llu)",
                         rl->where, h->name, released, rl->n, gone, (unsigned long long)h->token);
-    else
+    else if (!owe)
         rc = dlock__err(frc ? frc : DLOCK_ECONN, "%s: lock '%s': released on %zu of %zu nodes, "
                                                  "%zu needed (%s); the others expire with the lease",
                         rl->where, h->name, released, rl->n, rl->quorum,
@@ -475,6 +485,17 @@ int dlock__redlock_release(void *state, struct dlock__hold *h)
     free(bd);
     dlock__redis_keys_free(&k);
     return rc;
+}
+
+int dlock__redlock_release(void *state, struct dlock__hold *h)
+{
+    return release_hold(state, h, DLOCK__NEVER, false);
+}
+
+/* The backend's release_within (core.h). */
+static int rl_release_within(void *state, struct dlock__hold *h, int64_t deadline)
+{
+    return release_hold(state, h, deadline, true);
 }
 
 /* The backend's downgrade: exclusive hold H becomes shared in place on
@@ -839,4 +860,5 @@ const struct dlock__backend dlock__backend_redlock = {
     .elect_release = dlock__redlock_elect_release,
     .elect_proclaim = dlock__redlock_elect_proclaim,
     .elect_observe = dlock__redlock_elect_observe,
+    .release_within = rl_release_within,
 };

@@ -382,19 +382,7 @@ int dlock__redis_fair_release(struct redis_state *s, struct dlock__hold *h)
     rc = fair_eval(s, &f, h->owner, "release", 2, args, NULL, DLOCK__NEVER, "release", &r, NULL,
                    &retried, NULL, NULL);
     if (!rc) {
-        long long status;
-        const char *type_name;
-        rc = dlock__redis_script_reply(s, r, &status, &type_name);
-        if (!rc && type_name)
-            rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' now holds a %s",
-                            s->where, h->name, f.k.lock, type_name);
-        else if (!rc && !(status == 1 || (status == 2 && retried)))
-            rc = dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: key '%s' is %s (our token was "
-                                         "%llu)",
-                            s->where, h->name, f.k.lock,
-                            status == 2 ? "free, its lease had expired"
-                                        : "held by another owner or expired",
-                            (unsigned long long)h->token);
+        rc = dlock__redis_release_reply(s, r, h->name, &f.k, h->token, retried);
         freeReplyObject(r);
     }
     fair_keys_free(&f);

@@ -67,12 +67,9 @@ int dlock__redis_acquire_result(struct redis_state *s, const redisReply *r,
                                 const struct lock_keys *k, uint64_t *token, int64_t *ttl_ms)
 {
     long long value;
-    const char *type_name;
-    int rc = dlock__redis_script_reply(s, r, &value, &type_name);
+    int rc = dlock__redis_status_reply(s, r, k, &value);
     if (rc)
         return rc;
-    if (type_name)
-        return dlock__redis_wrongtype(s, k, type_name);
     if (value >= 0) {
         *token = (uint64_t)value;
         return DLOCK_OK;

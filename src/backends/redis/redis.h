@@ -775,7 +775,7 @@ int dlock__redis_elect_observe(void *state, const char *name, const struct dlock
  * DLOCK_EWRONGTYPE / DLOCK_EPROTO naming K's lock. */
 int dlock__redis_acquire_result(struct redis_state *s, const redisReply *r,
                                 const struct lock_keys *k, uint64_t *token, int64_t *ttl_ms);
-/* release (mutex.c) of lock NAME held with TOKEN: DLOCK_OK, or
+/* release (mutex.c; fair.c's too) of lock NAME held with TOKEN: DLOCK_OK, or
  * DLOCK_ELOST; RETRIED: the first attempt's reply was lost, so "free"
  * means it ran. */
 int dlock__redis_release_reply(struct redis_state *s, const redisReply *r, const char *name,
@@ -786,7 +786,7 @@ int dlock__redis_renew_reply(struct redis_state *s, const redisReply *r, size_t 
 /* inspect (mutex.c) into INFO (whose key is set; the caller frees it). */
 int dlock__redis_inspect_reply(struct redis_state *s, const redisReply *r, const struct lock_keys *k,
                                struct dlock_info *info);
-/* force release, the read-write scripts (rwlock.c): the integer in
+/* acquire, force release, the read-write scripts (rwlock.c): the integer in
  * *VALUE, or DLOCK_EWRONGTYPE naming K's lock, or DLOCK_EPROTO. (cancel
  * reads its reply with dlock__redis_script_reply alone.) */
 int dlock__redis_status_reply(struct redis_state *s, const redisReply *r, const struct lock_keys *k,

@@ -151,6 +151,13 @@ int64_t dlock__wait_deadline(const struct dlock__wait *w);
  * left until DEADLINE (monotonic ms; 0 = try once and DLOCK__NEVER leave
  * CAP_MS whole). 0 means the deadline has passed: send nothing. */
 int64_t dlock__time_left(int64_t deadline, int64_t cap_ms);
+/* The end (monotonic ms) of one call's time budget: CAP_MS from now, cut
+ * to DEADLINE as dlock__time_left() cuts it (now when it has passed).
+ * Every request of the call -- a dial, AUTH, the request, its retry
+ * after a lost reply, a cancel owed before an acquire, a redirect --
+ * takes this as its deadline, so a stalled server costs the call one
+ * CAP_MS, not one per request. */
+int64_t dlock__time_budget(int64_t deadline, int64_t cap_ms);
 
 /* Exponential backoff between MIN_MS and MAX_MS for retries and
  * reconnects: next() returns the delay to sleep now and doubles it;

@@ -208,6 +208,11 @@ int64_t dlock__time_left(int64_t deadline, int64_t cap_ms)
     return cap_ms > 0 && cap_ms < left ? cap_ms : left;
 }
 
+int64_t dlock__time_budget(int64_t deadline, int64_t cap_ms)
+{
+    return dlock__now_ms() + dlock__time_left(deadline, cap_ms);
+}
+
 int64_t dlock__backoff_next(struct dlock__backoff *b)
 {
     int64_t lo = b->min_ms > 0 ? b->min_ms : 1, hi = b->max_ms > lo ? b->max_ms : lo;

@@ -356,7 +356,7 @@ void dlock__redis_route_init(struct dlock__redis_route *rt)
 static int route_pause(struct redis_state *f, struct dlock__redis_route *rt, int64_t deadline)
 {
     if (!rt->until)
-        rt->until = dlock__now_ms() + dlock__time_left(deadline, f->op_timeout_ms);
+        rt->until = dlock__time_budget(deadline, f->op_timeout_ms);
     return dlock__wait_retry(dlock__wait_current(), &rt->backoff, rt->until);
 }
 
@@ -484,7 +484,8 @@ int dlock__redis_keyed_command(struct redis_state *s, int64_t deadline, const ch
 {
     struct dlock__redis_route rt;
     dlock__redis_route_init(&rt);
-    deadline = dlock__redis_budget(s, deadline); /* redirects and pauses share it */
+    /* redirects and pauses share one budget */
+    deadline = dlock__time_budget(deadline, s->op_timeout_ms);
     size_t key_len = strlen(key);
     for (;;) {
         struct redis_state *ns = s;

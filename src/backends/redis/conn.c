@@ -217,11 +217,6 @@ int dlock__redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bo
     return rc ? dlock__errmsg_restore(rc, msg[0]) : DLOCK_OK;
 }
 
-int64_t dlock__redis_budget(struct redis_state *s, int64_t deadline)
-{
-    return dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms);
-}
-
 /* The first half of a pool_get: an idle connection of S's current
  * generation into *OUT, or *OUT NULL and *GEN the generation a dial is
  * for; a failure when DEADLINE has passed or a BACKGROUND caller must

@@ -129,7 +129,8 @@ static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct f
                     const char *stage, const char *wait_id, int64_t deadline, int64_t *ttl_ms,
                     int64_t *sent_ms, uint64_t *last)
 {
-    deadline = dlock__redis_budget(s, deadline); /* the cancel owed and the acquire share it */
+    /* the cancel owed and the acquire share one budget */
+    deadline = dlock__time_budget(deadline, s->op_timeout_ms);
     int rc = dlock__redis_cancel_owed(s, h, deadline);
     if (rc)
         return rc;

@@ -126,7 +126,8 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
         if (dlock__redis_fair(s, hs[i]))
             return DLOCK_ENOTSUP; /* a fair lock's queue decides (fair.c) */
     int64_t deadline = dlock__wait_deadline(w);
-    int64_t budget = dlock__redis_budget(s, deadline); /* an undo owed (sync=N) stays within it */
+    /* an undo owed (sync=N) stays within the budget */
+    int64_t budget = dlock__time_budget(deadline, s->op_timeout_ms);
     size_t nargs = 3 * n + 4 + 2 * n;
     struct lock_keys *keys = calloc(n, sizeof *keys);
     struct member_args *ma = calloc(n, sizeof *ma);

@@ -112,7 +112,8 @@ void dlock__redis_acquire_args(struct acquire_args *a, bool simple, const struct
 static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
                        int64_t lease_ms, int64_t deadline, const char *stage, int64_t *ttl_ms)
 {
-    deadline = dlock__redis_budget(s, deadline); /* the cancel owed and the acquire share it */
+    /* the cancel owed and the acquire share one budget */
+    deadline = dlock__time_budget(deadline, s->op_timeout_ms);
     int rc = dlock__redis_cancel_owed(s, h, deadline);
     if (rc)
         return rc;

@@ -207,13 +207,6 @@ int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline, s
 /* The same to the address A (Sentinel: a master candidate). */
 int dlock__redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
                     int64_t deadline, struct rconn **out);
-/* The end (monotonic ms) of one call's time budget: the op timeout from
- * now, cut to DEADLINE (the wait's; 0 or DLOCK__NEVER: the op timeout
- * whole). Every request of the call -- a dial, AUTH, the request, its
- * retry after a lost reply, a cancel owed before an acquire -- gets this
- * as its deadline, so a stalled server costs the call one op timeout,
- * not one per request. */
-int64_t dlock__redis_budget(struct redis_state *s, int64_t deadline);
 /* Take an idle connection or dial a new one, its request bound (until)
  * set to now + dlock__time_left(DEADLINE, op timeout). BACKGROUND callers (keeper)
  * respect the reconnect backoff; callers' own requests always dial.
@@ -453,11 +446,12 @@ const char *dlock__redis_own_key_space(const char *key, size_t len);
  * error or timeout, once more on a fresh connection (the scripts are
  * written so a repeat is harmless) with RETRY_ARGS (NULL: ARGS again; an
  * acquire's retry carries another request number), every attempt within
- * one budget (dlock__redis_budget of DEADLINE): a retry gets what the
- * first attempt left, none after a timeout. *SENT_MS (may be NULL) = send time of the attempt that
- * answered; *RETRIED tells whether a second attempt answered; *REACHED
- * (may be NULL) whether a request was written whole, so that the server
- * may have run it even when the call failed. */
+ * one budget (dlock__time_budget of DEADLINE and the op timeout): a
+ * retry gets what the first attempt left, none after a timeout. *SENT_MS
+ * (may be NULL) = send time of the attempt that answered; *RETRIED tells
+ * whether a second attempt answered; *REACHED (may be NULL) whether a
+ * request was written whole, so that the server may have run it even when
+ * the call failed. */
 int dlock__redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
                const char **args, const size_t *lens, bool retry, const char **retry_args,
                const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,

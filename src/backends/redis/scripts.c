@@ -393,7 +393,8 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum scrip
                       int *acked)
 {
     *out = NULL;
-    deadline = dlock__redis_budget(s, deadline); /* the retry shares it: no second timeout */
+    /* the retry shares the budget: no second timeout */
+    deadline = dlock__time_budget(deadline, s->op_timeout_ms);
     int acks = -1;
     if (acked)
         *acked = -1;

@@ -113,8 +113,7 @@ static void ask_sentinels(struct redis_state *s, int64_t deadline, char **host, 
         live[nlive++] = k[i];
     }
     if (nlive)
-        dlock__redis_exchange_quorum(live, nlive,
-                                     dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms),
+        dlock__redis_exchange_quorum(live, nlive, dlock__time_budget(deadline, s->op_timeout_ms),
                                      "SENTINEL get-master-addr-by-name", 1);
     for (size_t i = 0; i < n; i++) {
         if (!k[i] || rc[i])
@@ -145,7 +144,7 @@ static int check_role(struct redis_state *s, const char *host, int port, int64_t
         return rc;
     const char *role[] = {"ROLE"};
     redisReply *r;
-    k->until = dlock__now_ms() + dlock__time_left(deadline, s->op_timeout_ms);
+    k->until = dlock__time_budget(deadline, s->op_timeout_ms);
     rc = dlock__redis_command(k, 1, role, NULL, "ROLE", &r, NULL);
     if (!rc) {
         if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||

@@ -39,6 +39,7 @@
 #include "dlock.h"
 #include "fixture_etcd.h"
 #include "fixture_redis.h"
+#include "fixture_zk.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------- helpers */
@@ -577,10 +578,10 @@ TU_TEST(etcd_one_txn, 120)
 }
 #endif
 
-/* ================ the give-back within the wait (Redis, Redlock, etcd) */
+/* ============ the give-back within the wait (Redis, Redlock, etcd, zk) */
 
 /* Where the frame's servers come from. */
-enum give_back_servers { GB_REDIS, GB_REDLOCK, GB_ETCD };
+enum give_back_servers { GB_REDIS, GB_REDLOCK, GB_ETCD, GB_ZK };
 #define GB_REDLOCK_NODES 3
 
 /* A set {gb-a, gb-b} on servers of its own (op timeout 30 s), "gb-b"
@@ -600,6 +601,7 @@ struct stalled_give_back {
 #ifdef DLOCK_HAVE_ETCD
     struct etcdf e;
 #endif
+    struct zkf z;
 };
 
 /* Start G's servers (KIND): its URL with the frame's options. */
@@ -607,6 +609,11 @@ static char *give_back_serve(struct stalled_give_back *g, enum give_back_servers
 {
     const char *opts = "timeout=30s&node_timeout=30s&lease=60s";
     g->kind = kind;
+    if (kind == GB_ZK) {
+        ck_assert_msg(zkf_start(&g->z, 1), "zookeeper: %s", g->z.error);
+        g->server[g->nservers++] = g->z.s[0].pid;
+        return zkf_url(&g->z, NULL, "timeout=30s&lease=60s");
+    }
 #ifdef DLOCK_HAVE_ETCD
     if (kind == GB_ETCD) {
         ck_assert_msg(etcdf_start(&g->e, 1), "etcd: %s", g->e.error);
@@ -615,7 +622,7 @@ static char *give_back_serve(struct stalled_give_back *g, enum give_back_servers
     }
 #endif
 #ifdef DLOCK_HAVE_REDIS
-    if (kind != GB_ETCD) {
+    if (kind == GB_REDIS || kind == GB_REDLOCK) {
         char hosts[200] = "";
         for (size_t i = 0; i < (kind == GB_REDLOCK ? GB_REDLOCK_NODES : 1); i++) {
             ck_assert_msg(fx_redis_start(&g->r[i], NULL), "redis-server could not be started");
@@ -683,12 +690,14 @@ static void give_back_close(struct stalled_give_back *g)
     dlock_cancel_free(g->w.cancel);
     TU_FREE_LOCKS(g->b);
     TU_CLOSE_CLIENTS(g->c, g->d);
+    if (g->kind == GB_ZK)
+        zkf_stop(&g->z);
 #ifdef DLOCK_HAVE_ETCD
     if (g->kind == GB_ETCD)
         etcdf_stop(&g->e);
 #endif
 #ifdef DLOCK_HAVE_REDIS
-    for (size_t i = 0; g->kind != GB_ETCD && i < g->nservers; i++)
+    for (size_t i = 0; (g->kind == GB_REDIS || g->kind == GB_REDLOCK) && i < g->nservers; i++)
         fx_redis_stop(&g->r[i]);
 #endif
 }
@@ -719,8 +728,9 @@ static void multi_gives_up_on_a_stalled_server(enum give_back_servers kind, bool
  * is still owed (the server stopped), the member's own handle takes
  * "gb-a" again; once the server is continued that acquire does what is
  * owed first (Redis, Redlock: sends the cancel, recorded on each node;
- * etcd: forgets the key's owed delete), then holds, and the hold stays:
- * held, released with DLOCK_OK (not DLOCK_ELOST). */
+ * etcd: forgets the key's owed delete; zk: a new node, never the one
+ * owed), then holds, and the hold stays: held, released with DLOCK_OK
+ * (not DLOCK_ELOST). */
 static void owed_give_back_spares_a_later_hold(enum give_back_servers kind)
 {
     struct stalled_give_back g;
@@ -733,7 +743,7 @@ static void owed_give_back_spares_a_later_hold(enum give_back_servers kind)
     EXPECT_RC(give_back_continue(&g), DLOCK_ECANCELED);
     EXPECT_RC(tu_waiter_join(&again), DLOCK_OK);
 #ifdef DLOCK_HAVE_REDIS
-    for (size_t i = 0; kind != GB_ETCD && i < g.nservers; i++) {
+    for (size_t i = 0; (kind == GB_REDIS || kind == GB_REDLOCK) && i < g.nservers; i++) {
         redisContext *raw = fx_redis_raw(&g.r[i], NULL);
         ck_assert_ptr_nonnull(raw);
         redisReply *rep = redisCommand(raw, "HLEN dlock_canceled:{gb-a}");
@@ -781,6 +791,21 @@ TU_TEST(redlock_owed_give_back_spares_a_later_hold, 120)
 }
 #endif
 
+TU_TEST(zk_multi_wait_ends_on_time_on_a_stalled_server, 120)
+{
+    multi_gives_up_on_a_stalled_server(GB_ZK, false);
+}
+
+TU_TEST(zk_canceled_multi_wait_ends_on_a_stalled_server, 120)
+{
+    multi_gives_up_on_a_stalled_server(GB_ZK, true);
+}
+
+TU_TEST(zk_owed_give_back_spares_a_later_hold, 120)
+{
+    owed_give_back_spares_a_later_hold(GB_ZK);
+}
+
 #ifdef DLOCK_HAVE_ETCD
 TU_TEST(etcd_multi_wait_ends_on_time_on_a_stalled_server, 120)
 {
@@ -807,8 +832,11 @@ static bool runs_on(const struct ct_fixture *f, const char *test)
     if (strcmp(test, "etcd_one_txn") == 0)
         return strcmp(f->name, "etcd") == 0;
     if (strstr(test, "stalled_server") || strstr(test, "owed_give_back_spares_a_later_hold"))
-        /* etcd_*: the etcd case; the others (redlock_* too) the redis one */
-        return strcmp(f->name, strncmp(test, "etcd_", 5) == 0 ? "etcd" : "redis") == 0;
+        /* etcd_*, zk_*: that backend's case; the others (redlock_* too)
+         * the redis one */
+        return strcmp(f->name, strncmp(test, "etcd_", 5) == 0 ? "etcd"
+                               : strncmp(test, "zk_", 3) == 0 ? "zk"
+                                                              : "redis") == 0;
     return true;
 }
 

@@ -978,14 +978,13 @@ DLOCK_EXTERN void dlock_multi_free(dlock_multi *m);
  * (a release that fails at the backend leaves that member's server record
  * to its lease, as dlock_release() does). After DLOCK_ETIMEDOUT and
  * DLOCK_ECANCELED the call still returns at the wait's end (at the
- * cancel) when a server stalls: on Redis (Redlock too) and etcd the
- * members go back within what was left of the wait (nothing after a
- * timeout or a cancel), and what the server did not answer by then is
- * owed to the client's keeper thread, so another client may find a
- * member held for a moment more; the same owner taking a member again is
- * never undone by that owed give-back (docs/protocol-redis.md,
- * docs/protocol-etcd.md, "Multi-locks"). Other backends give members
- * back as dlock_release() does. Threads: any. */
+ * cancel) when a server stalls: the members go back within what was
+ * left of the wait (nothing after a timeout or a cancel), and what the
+ * server did not answer by then is owed to the client's keeper thread,
+ * so another client may find a member held for a moment more; the same
+ * owner taking a member again is never undone by that owed give-back
+ * (docs/protocol-*.md, "Multi-locks"). The file backend (no server)
+ * gives them back at once. Threads: any. */
 DLOCK_EXTERN int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel);
 
 /* Release every member, all of them whatever one returns: in one request

@@ -168,12 +168,18 @@ void dlock__zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const ch
 void dlock__zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
                         struct dlock__wait *w)
 {
+    dlock__zk_delete_own_node_by(zb, s, path, dlock__wait_deadline(w), w);
+}
+
+void dlock__zk_delete_own_node_by(struct zk_backend *zb, struct zk_session *s, const char *path,
+                                  int64_t until, struct dlock__wait *w)
+{
     pthread_mutex_lock(&zb->mu);
     bool usable = dlock__zk_session_usable(s), connected = usable && s->state == ZOO_CONNECTED_STATE;
     pthread_mutex_unlock(&zb->mu);
     if (!usable)
         return; /* the session ended: its nodes went with it */
-    int64_t deadline = connected ? dlock__zk_call_deadline(zb, dlock__wait_deadline(w)) : 0;
+    int64_t deadline = connected ? dlock__zk_call_deadline(zb, until) : 0;
     struct dlock__backoff backoff = {.min_ms = ZK_RETRY_MIN_MS, .max_ms = ZK_RETRY_MAX_MS};
     while (deadline) {
         int rc = dlock__zk_rq_delete(zb, s->zh, path, deadline);

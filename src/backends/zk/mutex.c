@@ -533,7 +533,12 @@ restart:
 out_delete:
     if (mine) {
         dlock__errmsg_save(msg);
-        dlock__zk_delete_own_node(zb, s, mine, w);
+        /* a canceled wait sends nothing more (the caller asked to stop
+         * now): the delete is owed to the cleanup queue at once */
+        if (err == DLOCK_ECANCELED)
+            dlock__zk_delete_own_node_by(zb, s, mine, dlock__now_ms(), NULL);
+        else
+            dlock__zk_delete_own_node(zb, s, mine, w);
         err = dlock__errmsg_restore(err, msg);
     }
 out:
@@ -600,6 +605,38 @@ int dlock__zk_release(void *state, struct dlock__hold *h)
 }
 
 
+/* The backend's release_within (core.h): the hold's node (and a shadow
+ * read node) deleted within DEADLINE by cleanup.c's
+ * dlock__zk_delete_own_node_by -- nothing is sent once it has passed or
+ * while the session is not connected, and a delete not done by then is
+ * owed to the cleanup queue (the keeper does it; the session's end takes
+ * the node anyway). The node is this hold's own sequential node: a later
+ * hold of the same owner has a node of its own, which the owed delete
+ * never touches. A node found already gone is not reported lost here. */
+static int zk_release_within(void *state, struct dlock__hold *h, int64_t deadline)
+{
+    struct zk_backend *zb = state;
+    struct zk_hold *zh = h->bdata;
+    if (!zh)
+        return dlock__zk_release(state, h);
+    h->bdata = NULL;
+    int err = DLOCK_OK;
+    struct zk_session *s = dlock__zk_session_of_hold(zb, zh);
+    if (!s) {
+        err = dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
+                         zb->servers, h->name, zh->path);
+    } else {
+        if (zh->shadow) /* before the write node: never a reader left alone */
+            dlock__zk_delete_own_node_by(zb, s, zh->shadow, deadline, NULL);
+        dlock__zk_delete_own_node_by(zb, s, zh->path, deadline, NULL);
+        dlock__zk_session_put(zb, s);
+    }
+    free(zh->shadow);
+    free(zh->path);
+    free(zh);
+    return err;
+}
+
 /* ----------------------------------------------------------------- table */
 
 static const char *const zk_schemes[] = {"zk", NULL};
@@ -630,4 +667,5 @@ const struct dlock__backend dlock__backend_zk = {
     .elect_proclaim = dlock__zk_elect_proclaim,
     .elect_observe = dlock__zk_elect_observe,
     .sem_list = dlock__zk_list, /* the base's nodes, locks and semaphores alike */
+    .release_within = zk_release_within,
 };

@@ -189,6 +189,10 @@ void dlock__zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const ch
                     const char *guid, const char *keep);
 void dlock__zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
                         struct dlock__wait *w);
+/* The same, no later than UNTIL instead of W's deadline (W may be NULL:
+ * no cancel). */
+void dlock__zk_delete_own_node_by(struct zk_backend *zb, struct zk_session *s, const char *path,
+                                  int64_t until, struct dlock__wait *w);
 
 /* ------------------------------------------------------------- session.c */
 

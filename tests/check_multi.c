@@ -655,6 +655,14 @@ static void give_back_start(struct stalled_give_back *g, enum give_back_servers 
     ck_assert_int_eq(pthread_create(&g->w.thread, NULL, multi_waiter_main, &g->w), 0);
     while (!tu_held(g->d, "gb-a"))
         tu_sleep_ms(5);
+    /* Asleep in its wait for "gb-b", with no request of its own left
+     * unserved: a request the server has not served when it stops (a
+     * thread asleep in poll() for a reply looks asleep too) would hold the
+     * waiter until the request's own timeout, which a cancel does not cut
+     * short. So: asleep, then a round trip of D's through the server
+     * (which serves what came before it), then asleep again. */
+    ck_assert_msg(tu_wait_thread_asleep(&g->w.tid, 30000), "the multi waiter never went to sleep");
+    ck_assert_msg(tu_held(g->d, "gb-b"), "'gb-b' is not held");
     ck_assert_msg(tu_wait_thread_asleep(&g->w.tid, 30000), "the multi waiter never went to sleep");
     for (size_t i = 0; i < g->nservers; i++)
         tu_pause(g->server[i]);

@@ -733,23 +733,24 @@ static void multi_gives_up_on_a_stalled_server(enum give_back_servers kind, bool
 }
 
 /* The owed give-back never ends a later hold of the same owner: while it
- * is still owed (the server stopped), the member's own handle takes
- * "gb-a" again; once the server is continued that acquire does what is
- * owed first (Redis, Redlock: sends the cancel, recorded on each node;
- * etcd: forgets the key's owed delete; zk: a new node, never the one
- * owed), then holds, and the hold stays: held, released with DLOCK_OK
- * (not DLOCK_ELOST). */
+ * is still owed (the server stopped), the same multi-lock is acquired
+ * again (60 s); once the server is continued (and "gb-b" released) that
+ * acquire does what is owed first (Redis, Redlock: sends the cancel,
+ * recorded on each node; etcd: forgets the key's owed delete; zk: a new
+ * node, never the one owed), then holds the set, and "gb-a"'s hold
+ * stays: held, the set released with DLOCK_OK (not DLOCK_ELOST). */
 static void owed_give_back_spares_a_later_hold(enum give_back_servers kind)
 {
     struct stalled_give_back g;
     give_back_start(&g, kind, DLOCK_FOREVER, true);
     ck_assert_msg(give_back_returned_while_stopped(&g), "the canceled multi wait did not return "
                                                         "while the server was stopped");
-    dlock_lock *la = dlock_multi_lock(g.w.m, 0);
-    struct tu_waiter again;
-    tu_waiter_start_ex(&again, la, 60000, NULL, true);
+    struct multi_waiter again = {.m = g.w.m, .wait = 60000, .rc = 1};
+    ck_assert_int_eq(pthread_create(&again.thread, NULL, multi_waiter_main, &again), 0);
     EXPECT_RC(give_back_continue(&g), DLOCK_ECANCELED);
-    EXPECT_RC(tu_waiter_join(&again), DLOCK_OK);
+    TU_RELEASE_OK(g.b);
+    pthread_join(again.thread, NULL);
+    EXPECT_RC(atomic_load(&again.rc), DLOCK_OK);
 #ifdef DLOCK_HAVE_REDIS
     for (size_t i = 0; (kind == GB_REDIS || kind == GB_REDLOCK) && i < g.nservers; i++) {
         redisContext *raw = fx_redis_raw(&g.r[i], NULL);
@@ -762,8 +763,8 @@ static void owed_give_back_spares_a_later_hold(enum give_back_servers kind)
     }
 #endif
     ck_assert_msg(tu_held(g.d, "gb-a"), "the later hold of 'gb-a' is gone");
-    ck_assert_int_eq(dlock_hold_count(la), 1);
-    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    ck_assert_int_eq(dlock_multi_held(g.w.m), 1);
+    EXPECT_RC(dlock_multi_release(g.w.m), DLOCK_OK);
     give_back_close(&g);
 }
 

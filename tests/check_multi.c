@@ -832,13 +832,63 @@ TU_TEST(etcd_owed_give_back_spares_a_later_hold, 120)
 }
 #endif
 
+#ifdef DLOCK_HAVE_ETCD
+/* A set that times out owes the deletes of the members it took (nothing
+ * was left of the wait to send them in), and the keeper's sweep deletes
+ * them one after another. A member the client takes again at once (any
+ * handle: an exclusive hold's key is the client's lease), while the
+ * sweep is still busy with the members before it, is forgotten by the
+ * sweep: the key is the later hold's now. (The sweep took the whole
+ * list off the client at once, so that acquire did not find the owed
+ * delete to forget, and the sweep deleted the later hold's key after it
+ * was put: another client then took the name beside it.) */
+#define SWEPT_MEMBERS DLOCK_MULTI_MAX
+TU_TEST(etcd_owed_deletes_spare_a_member_taken_again, 120)
+{
+    struct etcdf f = {0};
+    ck_assert_msg(etcdf_start(&f, 1), "etcd: %s", f.error);
+    char *u = etcdf_url(&f, NULL, NULL);
+    dlock_client *c = tu_open(u), *d = tu_open(u);
+    char buf[SWEPT_MEMBERS][16];
+    const char *names[SWEPT_MEMBERS];
+    for (size_t i = 0; i < SWEPT_MEMBERS; i++) {
+        snprintf(buf[i], sizeof buf[i], "sw-%02zu", i); /* canonical order: as given */
+        names[i] = buf[i];
+    }
+    /* the last member busy: the set times out holding the others */
+    dlock_lock *busy = tu_lock(d, names[SWEPT_MEMBERS - 1]);
+    TU_ACQUIRE_OK(busy, DLOCK_TRY);
+    dlock_multi *m = multi(c, names, SWEPT_MEMBERS);
+    EXPECT_RC(dlock_multi_acquire(m, 2000, NULL), DLOCK_ETIMEDOUT);
+    /* The members go back last first, and the keeper's first sweep takes
+     * those owed by the time it wakes; the next one the rest, member 0
+     * first. Once that one has begun, a member half way along it is taken
+     * again long before the sweep gets there. */
+    const char *first[] = {names[0]}, *taken_again = names[SWEPT_MEMBERS / 2];
+    wait_none_held(d, first, 1, NULL);
+    dlock_lock *again = tu_lock(c, taken_again); /* the same key: the client's lease */
+    TU_ACQUIRE_OK(again, 30000);
+    wait_none_held(d, names, SWEPT_MEMBERS - 1, taken_again); /* the sweeps are done */
+    ck_assert_msg(tu_held(d, taken_again), "the owed delete ended the later hold");
+    dlock_lock *other = tu_lock(d, taken_again);
+    EXPECT_RC(dlock_acquire(other, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(again), DLOCK_OK);
+    dlock_multi_free(m);
+    TU_FREE_LOCKS(busy, other, again);
+    TU_CLOSE_CLIENTS(c, d);
+    free(u);
+    etcdf_stop(&f);
+}
+#endif
+
 /* The contract on every fixture; the counted one-request tests, which
  * start servers of their own, once (in the case of their backend). */
 static bool runs_on(const struct ct_fixture *f, const char *test)
 {
     if (strcmp(test, "redis_one_script") == 0)
         return strcmp(f->name, "redis") == 0;
-    if (strcmp(test, "etcd_one_txn") == 0)
+    if (strcmp(test, "etcd_one_txn") == 0 ||
+        strcmp(test, "etcd_owed_deletes_spare_a_member_taken_again") == 0)
         return strcmp(f->name, "etcd") == 0;
     if (strstr(test, "stalled_server") || strstr(test, "owed_give_back_spares_a_later_hold"))
         /* etcd_*, zk_*: that backend's case; the others (redlock_* too)

@@ -347,7 +347,10 @@ bool dlock__etcd_delete_key(struct etcd_backend *s, const char *key, int64_t dea
 /* Retry the deletes that failed before, none running past DEADLINE. One
  * sweep at a time: a second one gives way at once. No lock is held while
  * a delete is on the wire; the key in flight is s->deleting, which
- * dlock__etcd_orphan_forget() waits for. */
+ * dlock__etcd_orphan_forget() waits for. The keys are taken off the list
+ * one at a time, as each is sent: one still waiting its turn stays where
+ * an acquire of it forgets it (orphan_drop), so the sweep never deletes
+ * the key a later hold put. */
 static void orphans_sweep(struct etcd_backend *s, int64_t deadline)
 {
     pthread_mutex_lock(&s->mu);
@@ -356,20 +359,12 @@ static void orphans_sweep(struct etcd_backend *s, int64_t deadline)
         return;
     }
     s->sweeping = true;
-    struct etcd_orphan *list = s->orphans;
-    s->orphans = NULL;
-    bool reachable = true;
-    while (list) {
-        struct etcd_orphan *o = list;
-        list = o->next;
-        if (!reachable) { /* the cluster is not answering: keep the rest for later */
-            orphan_add(s, o->key);
-            free(o);
-            continue;
-        }
+    struct etcd_orphan *o;
+    while ((o = s->orphans)) {
+        s->orphans = o->next;
         s->deleting = o->key;
         pthread_mutex_unlock(&s->mu);
-        reachable = delete_once(s, o->key, deadline, NULL);
+        bool reachable = delete_once(s, o->key, deadline, NULL);
         pthread_mutex_lock(&s->mu);
         s->deleting = NULL;
         if (reachable)
@@ -378,6 +373,8 @@ static void orphans_sweep(struct etcd_backend *s, int64_t deadline)
             orphan_add(s, o->key);
         free(o);
         dlock__waitset_wake_all(&s->forget_ws);
+        if (!reachable)
+            break; /* the cluster is not answering: the rest stay for later */
     }
     s->sweeping = false;
     pthread_mutex_unlock(&s->mu);

@@ -461,30 +461,25 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
                                      8: multi_acquire; 9: no_semaphores_why;
                                      10: multi_release; 11: release_within */
 
+/* What a backend's functions cannot say by being there. Whether it can
+ * do an operation at all is its function pointer (with the table's
+ * version for the later fields): the core refuses with DLOCK_ENOTSUP, or
+ * falls back, where the pointer is NULL -- force_release, list,
+ * sem_list, the sem_* functions (dlock_semaphore_new()), the elect_*
+ * functions (dlock_election_new()), multi_acquire / multi_release (the
+ * members one by one). A bit says how it does what it does. */
 enum {
     DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
     DLOCK__CAP_SHARED = 1u << 1,       /* shared mode */
     DLOCK__CAP_FAIR = 1u << 2,         /* first come, first served */
-    DLOCK__CAP_LIST = 1u << 3,         /* list() */
-    DLOCK__CAP_LEASES = 1u << 4,       /* holds expire unless renewed */
-    DLOCK__CAP_FORCE = 1u << 5,        /* force_release() */
-    DLOCK__CAP_CLIENT_OWNER = 1u << 6, /* the server sees one owner per
+    DLOCK__CAP_LEASES = 1u << 3,       /* holds expire unless renewed */
+    DLOCK__CAP_CLIENT_OWNER = 1u << 4, /* the server sees one owner per
         client and name (etcd lease, zk session): the core queues threads
         of the client locally so only one of them goes to the backend */
-    DLOCK__CAP_FIXED_LEASE = 1u << 7, /* a hold can have a lease nothing
+    DLOCK__CAP_FIXED_LEASE = 1u << 5, /* a hold can have a lease nothing
         renews (DLOCK_LEASE_FIXED); without it the core refuses one (zk:
         a hold lasts as long as the session). Backends without leases set
         it: a fixed lease is then simply unused, as every lease is. */
-    DLOCK__CAP_SEMAPHORE = 1u << 8, /* counting semaphores (the sem_*
-        functions, table version 3); without it dlock_semaphore_new()
-        answers DLOCK_ENOTSUP */
-    DLOCK__CAP_ELECTION = 1u << 9, /* leader election (the elect_*
-        functions, table version 5); without it dlock_election_new()
-        answers DLOCK_ENOTSUP */
-    DLOCK__CAP_MULTI = 1u << 10, /* a multi-lock's set in one request
-        (multi_acquire, table version 8) and released in one request
-        (multi_release, version 10); without it the core takes and gives
-        the members back one by one */
 };
 
 struct dlock__backend {
@@ -539,9 +534,10 @@ struct dlock__backend {
      * exclusive until their last level is released. */
     int (*downgrade)(void *state, struct dlock__hold *h);
 
-    /* Version 3: counting semaphores, with DLOCK__CAP_SEMAPHORE. The
-     * core calls them only for holds with h->sem set, with the rules of
-     * acquire/release above; renew() receives such holds too.
+    /* Version 3: counting semaphores (NULL: none, and
+     * dlock_semaphore_new() answers DLOCK_ENOTSUP). The core calls them
+     * only for holds with h->sem set, with the rules of acquire/release
+     * above; renew() receives such holds too.
      * sem_acquire takes h->sem->k of the semaphore h->name's permits
      * (all or none), checks h->sem->permits against the stored count
      * (DLOCK_EINVAL naming both), sets h->owner to the permit's id and
@@ -561,7 +557,8 @@ struct dlock__backend {
      * nothing to prepare. */
     void (*share)(void *state, struct dlock__hold *h);
 
-    /* Version 5: leader election, with DLOCK__CAP_ELECTION. A campaign
+    /* Version 5: leader election (NULL: none, and dlock_election_new()
+     * answers DLOCK_ENOTSUP). A campaign
      * is an exclusive hold with h->elect set: elect_acquire/elect_release
      * follow acquire/release's rules (and renew() receives such holds),
      * and elect_acquire makes h->elect->value the leader's value when it
@@ -584,34 +581,34 @@ struct dlock__backend {
      * on this backend. */
     int (*master)(void *state, char *buf, size_t size);
 
-    /* Version 7, with DLOCK__CAP_SEMAPHORE and DLOCK__CAP_LIST: list()
+    /* Version 7, for a backend with the sem_* functions: list()
      * for semaphores -- FN for each semaphore name matching PATTERN
      * (fnmatch; NULL all) the backend knows, at least every one with a
      * permit held; names nobody holds may come too (the caller
      * inspects). NULL: semaphores are not enumerated. */
     int (*sem_list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
-    /* Version 8, with DLOCK__CAP_MULTI: one attempt at the holds
-     * HS[0..N) (a multi-lock's members, N >= 2, distinct names in the
-     * canonical order, one mode, each with its own owner h->tid) all or
-     * nothing, in one request where the layout allows it. Each hold as
-     * acquire() would take it: on DLOCK_OK every one has its token and
-     * owner and was confirmed. It never waits for a busy member:
-     * DLOCK_EBUSY with *BUSY the index of one held elsewhere, nothing
-     * taken. W bounds the requests (its deadline; a try-once W: the op
-     * timeout) and cancels them; the core waits, if the caller wants to,
-     * member by member. DLOCK_ENOTSUP, nothing sent or nothing left: this
-     * set cannot be taken at once (a mode, lease or key placement the
-     * request cannot cover); the core then takes it member by member.
-     * Any other failure leaves nothing held, as acquire(). */
+    /* Version 8: one attempt at the holds HS[0..N) (a multi-lock's
+     * members, N >= 2, distinct names in the canonical order, one mode,
+     * each with its own owner h->tid) all or nothing, in one request
+     * where the layout allows it. Each hold as acquire() would take it:
+     * on DLOCK_OK every one has its token and owner and was confirmed. It
+     * never waits for a busy member: DLOCK_EBUSY with *BUSY the index of
+     * one held elsewhere, nothing taken. W bounds the requests (its
+     * deadline; a try-once W: the op timeout) and cancels them; the core
+     * waits, if the caller wants to, member by member. DLOCK_ENOTSUP,
+     * nothing sent or nothing left: this set cannot be taken at once (a
+     * mode, lease or key placement the request cannot cover); the core
+     * then takes it member by member. Any other failure leaves nothing
+     * held, as acquire(). NULL: member by member. */
     int (*multi_acquire)(void *state, struct dlock__hold **hs, size_t n, struct dlock__wait *w,
                          size_t *busy);
 
-    /* Version 9: without DLOCK__CAP_SEMAPHORE, why (for the message of
+    /* Version 9: without the sem_* functions, why (for the message of
      * dlock_semaphore_new()'s DLOCK_ENOTSUP); NULL: "no semaphores yet". */
     const char *no_semaphores_why;
 
-    /* Version 10, with DLOCK__CAP_MULTI: give up the holds HS[0..N) (a
+    /* Version 10: give up the holds HS[0..N) (a
      * multi-lock's members, N >= 2, distinct names in the canonical
      * order, plain exclusive or shared holds of one level) in one request
      * where the layout allows it, each checked against its own owner and

@@ -59,8 +59,8 @@ bool dlock__observe_done(const struct dlock_leader *known, const struct dlock_le
 
 static bool has_elections(const dlock_client *c)
 {
-    return c->be->version >= 5 && (c->be->caps & DLOCK__CAP_ELECTION) && c->be->elect_acquire &&
-           c->be->elect_release && c->be->elect_proclaim && c->be->elect_observe;
+    return c->be->version >= 5 && c->be->elect_acquire && c->be->elect_release &&
+           c->be->elect_proclaim && c->be->elect_observe;
 }
 
 static int no_elections(const dlock_client *c, const char *name)

@@ -22,14 +22,14 @@ static int check_args(dlock_client *c, const char *name)
     return DLOCK_OK;
 }
 
-/* check_args(), and the backend can do WHAT: it has the operation (HAVE)
- * and says so (CAP); DLOCK_ENOTSUP otherwise. */
-static int check_op(dlock_client *c, const char *name, bool have, unsigned cap, const char *what)
+/* check_args(), and the backend can do WHAT: it has the operation (HAVE);
+ * DLOCK_ENOTSUP otherwise. */
+static int check_op(dlock_client *c, const char *name, bool have, const char *what)
 {
     int rc = check_args(c, name);
     if (rc)
         return rc;
-    if (!have || !(c->be->caps & cap))
+    if (!have)
         return dlock__err(DLOCK_ENOTSUP, "the %s backend cannot %s", c->be->name, what);
     return DLOCK_OK;
 }
@@ -170,8 +170,7 @@ int dlock_force_release(dlock_client *c, const char *name)
     dlock__msg_clear();
     if (!name)
         return dlock__err(DLOCK_EINVAL, "dlock_force_release: name is NULL");
-    int rc = check_op(c, name, c->be->force_release != NULL, DLOCK__CAP_FORCE,
-                      "force-release locks");
+    int rc = check_op(c, name, c->be->force_release != NULL, "force-release locks");
     if (rc)
         return rc;
     return c->be->force_release(c->bstate, name);
@@ -182,10 +181,7 @@ int dlock_semaphore_list(dlock_client *c, const char *pattern, dlock_list_fn fn,
     dlock__msg_clear();
     if (!fn)
         return dlock__err(DLOCK_EINVAL, "dlock_semaphore_list: callback is NULL");
-    int rc = check_op(c, NULL,
-                      c && c->be->version >= 7 && c->be->sem_list &&
-                          (c->be->caps & DLOCK__CAP_SEMAPHORE),
-                      DLOCK__CAP_LIST, "list semaphores");
+    int rc = check_op(c, NULL, c && c->be->version >= 7 && c->be->sem_list, "list semaphores");
     if (rc)
         return rc;
     return c->be->sem_list(c->bstate, pattern, fn, arg);
@@ -196,7 +192,7 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg
     dlock__msg_clear();
     if (!fn)
         return dlock__err(DLOCK_EINVAL, "dlock_list: callback is NULL");
-    int rc = check_op(c, NULL, c->be->list != NULL, DLOCK__CAP_LIST, "list locks");
+    int rc = check_op(c, NULL, c->be->list != NULL, "list locks");
     if (rc)
         return rc;
     return c->be->list(c->bstate, pattern, fn, arg);

@@ -696,8 +696,7 @@ int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs)
 {
     dlock_client *c = ls[0]->c;
     const struct dlock__backend *be = c->be;
-    if (n < 2 || be->version < 10 || !(be->caps & DLOCK__CAP_MULTI) || !be->multi_release ||
-        dlock__check_client(c))
+    if (n < 2 || be->version < 10 || !be->multi_release || dlock__check_client(c))
         return DLOCK_ENOTSUP;
     struct dlock__hold **hs = calloc(n, sizeof *hs);
     struct hold_ending *ends = calloc(n, sizeof *ends);

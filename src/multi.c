@@ -168,7 +168,7 @@ static int acquire_at_once(dlock_multi *m, int64_t deadline, dlock_cancel *cance
 {
     dlock_client *c = m->member[0]->c;
     const struct dlock__backend *be = c->be;
-    if (m->n < 2 || be->version < 8 || !(be->caps & DLOCK__CAP_MULTI) || !be->multi_acquire)
+    if (m->n < 2 || be->version < 8 || !be->multi_acquire)
         return DLOCK_ENOTSUP;
     struct dlock__hold **hs = calloc(m->n, sizeof *hs);
     if (!hs)

@@ -50,8 +50,7 @@ int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h)
 
 static bool has_semaphores(const dlock_client *c)
 {
-    return c->be->version >= 3 && (c->be->caps & DLOCK__CAP_SEMAPHORE) && c->be->sem_acquire &&
-           c->be->sem_release && c->be->sem_inspect;
+    return c->be->version >= 3 && c->be->sem_acquire && c->be->sem_release && c->be->sem_inspect;
 }
 
 static int no_semaphores(const dlock_client *c, const char *name)

@@ -784,8 +784,7 @@ const struct dlock__backend dlock__backend_file = {
     .version = DLOCK__BACKEND_VERSION,
     .name = "file",
     .schemes = file_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LIST | DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE |
-            DLOCK__CAP_SEMAPHORE | DLOCK__CAP_ELECTION,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_FIXED_LEASE,
     .default_port = 0,
     .open = file_open,
     .close = file_close,

@@ -815,10 +815,8 @@ const struct dlock__backend dlock__backend_etcd = {
     .version = DLOCK__BACKEND_VERSION,
     .name = "etcd",
     .schemes = etcd_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
-            DLOCK__CAP_FORCE | DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER |
-            DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_ELECTION |
-            DLOCK__CAP_SEMAPHORE | DLOCK__CAP_MULTI,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR |
+            DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_FIXED_LEASE,
     .default_port = ETCD_DEFAULT_PORT,
     .open = dlock__etcd_open,
     .close = dlock__etcd_close,

@@ -817,9 +817,8 @@ const struct dlock__backend dlock__backend_redis = {
     .version = DLOCK__BACKEND_VERSION,
     .name = "redis",
     .schemes = redis_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
-            DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_SEMAPHORE |
-            DLOCK__CAP_ELECTION | DLOCK__CAP_FAIR | DLOCK__CAP_MULTI,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FIXED_LEASE |
+            DLOCK__CAP_FAIR,
     .default_port = REDIS_DEFAULT_PORT,
     .open = dlock__redis_open,
     .close = dlock__redis_close,

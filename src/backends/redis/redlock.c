@@ -839,8 +839,7 @@ const struct dlock__backend dlock__backend_redlock = {
     .version = DLOCK__BACKEND_VERSION,
     .name = "redlock",
     .schemes = redlock_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_LIST |
-            DLOCK__CAP_FORCE | DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_ELECTION,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FIXED_LEASE,
     .default_port = REDIS_DEFAULT_PORT,
     /* docs/protocol-redis.md, "Redlock": no semaphores */
     .no_semaphores_why = "permits counted per node over majorities do not bound the holders once "

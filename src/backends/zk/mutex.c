@@ -645,9 +645,8 @@ const struct dlock__backend dlock__backend_zk = {
     .version = DLOCK__BACKEND_VERSION,
     .name = "zk",
     .schemes = zk_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_LEASES | DLOCK__CAP_LIST | DLOCK__CAP_FORCE |
-            DLOCK__CAP_FAIR | DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_SEMAPHORE |
-            DLOCK__CAP_SHARED | DLOCK__CAP_ELECTION,
+    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR |
+            DLOCK__CAP_CLIENT_OWNER,
     .default_port = ZK_DEFAULT_PORT,
     .open = dlock__zk_open,
     .close = dlock__zk_close,

@@ -205,6 +205,15 @@ int cmd_leader(const char *url, int argc, char **argv)
                 print_leader(name, l, json);
             }
             code = rc == DLOCK_ECANCELED ? 0 : cli_fail(rc, "leader");
+            /* The watch is over, and stop_watch is freed below: a signal
+             * from now on (the second of a kill to the group and to the
+             * pid) has nothing to stop and must not fire it. A handler
+             * running on another thread meanwhile (the client's) ends
+             * before dlock_client_close() has joined that thread. */
+            sa.sa_handler = SIG_IGN;
+            sigaction(SIGINT, &sa, NULL);
+            sigaction(SIGTERM, &sa, NULL);
+            sigaction(SIGHUP, &sa, NULL);
         }
     } else {
         code = dlock_leader_held(l) ? 0 : EXIT_FREE;

@@ -418,7 +418,10 @@ DLOCK_EXTERN int dlock_cancel_fire(dlock_cancel *k);
 /* 1 once K was fired, else 0 (also for NULL). Any thread. */
 DLOCK_EXTERN int dlock_cancel_fired(const dlock_cancel *k);
 
-/* Free K. No acquire may be using it. NULL is a no-op. */
+/* Free K. No acquire may be using it, and nothing may fire it any more:
+ * ignore or reset the signals whose handler fires it first (a kill to a
+ * process group and to the pid is two signals; the second may come while
+ * the program ends). NULL is a no-op. */
 DLOCK_EXTERN void dlock_cancel_free(dlock_cancel *k);
 
 /* dlock_acquire() with a cancel object (NULL: none, = dlock_acquire()).

@@ -991,27 +991,20 @@ TU_TEST_IN(single, queue_pages_past_other_keys, 90)
     ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "--prefix", "pg/", NULL), 0);
 }
 
-/* A child process waiting forever on lock NAME (PERMITS 0) or for one
- * permit of semaphore NAME of PERMITS, until it is killed. */
-static pid_t fork_waiter(const char *url, const char *name, unsigned permits)
+/* A process waiting forever on lock NAME (PERMITS 0) or for one permit
+ * of semaphore NAME of PERMITS, until it is killed: `dlock run`, a fresh
+ * program. A child forked from this test's process, whose clients'
+ * threads may be inside malloc at the fork, can hang in its first
+ * malloc under gcc 12's ASan (which takes no allocator lock around
+ * fork): under SAN=1 "the waiters never queued" twice in CI runs. */
+static pid_t spawn_waiter(const char *url, const char *name, unsigned permits)
 {
-    pid_t pid = tu_fork();
-    if (pid > 0)
-        return pid;
-    dlock_client *c = NULL;
-    dlock_lock *l = NULL;
-    dlock_semaphore *s = NULL;
-    dlock_permit *p = NULL;
-    if (dlock_open(url, &c))
-        _exit(10);
-    if (permits ? dlock_semaphore_new(c, name, permits, 0, &s)
-                : dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l))
-        _exit(10);
-    if (permits)
-        dlock_semaphore_acquire(s, 1, DLOCK_FOREVER, NULL, &p);
-    else
-        dlock_acquire(l, DLOCK_FOREVER);
-    _exit(11); /* never reached: killed while waiting */
+    char n[16];
+    snprintf(n, sizeof n, "%u", permits);
+    const char *lock[] = {tu_dlock_bin(), "-u", url, "run", name, "--", "sleep", "1000", NULL};
+    const char *sem[] = {tu_dlock_bin(), "-u", url,   "run",   "--permits", n,
+                         name,           "--", "sleep", "1000", NULL};
+    return tu_spawn(permits ? sem : lock, NULL);
 }
 
 /* The same for a semaphore: killed waiters' keys wait on the short
@@ -1027,7 +1020,7 @@ TU_TEST_IN(single, killed_sem_waiters_do_not_stall, 90)
     enum { NW = 4 };
     pid_t kids[NW];
     for (int i = 0; i < NW; i++)
-        kids[i] = fork_waiter(url, "ksw", 1);
+        kids[i] = spawn_waiter(url, "ksw", 1);
     ck_assert_msg(wait_key_count("ksw/sem/", NW + 1), "the waiters never queued");
     /* A permit's key is created on the hold's lease (one round trip when a
      * permit is free) and moved to the waiters' lease before it waits:
@@ -1064,7 +1057,7 @@ TU_TEST_IN(single, killed_waiters_do_not_stall_the_queue, 90)
     enum { NW = 20 };
     pid_t kids[NW];
     for (int i = 0; i < NW; i++)
-        kids[i] = fork_waiter(url, "kw", 0);
+        kids[i] = spawn_waiter(url, "kw", 0);
     ck_assert_msg(wait_key_count("kw/", NW + 1), "the waiters never queued");
     /* Only the holder's key was ever on a hold lease: a waiter's key
      * created there stalled the queue for it when its process was killed

@@ -923,6 +923,25 @@ TU_TEST(capabilities, 60)
     dlock_client_close(c);
 }
 
+/* The calls that look at names without a lock handle refuse a NULL
+ * client with DLOCK_EINVAL, as dlock.h says, before reading its backend. */
+static int list_nothing(const char *name, void *arg)
+{
+    (void)name;
+    (void)arg;
+    return 0;
+}
+
+TU_TEST(null_client_refused, 60)
+{
+    dlock_info *i = NULL;
+    ck_assert_int_eq(dlock_inspect(NULL, "n", &i), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_force_release(NULL, "n"), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_list(NULL, NULL, list_nothing, NULL), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_semaphore_list(NULL, NULL, list_nothing, NULL), DLOCK_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "client is NULL"));
+}
+
 /* ------------------------------------------------- log hook, counters */
 
 /* What a client's log hook was told, for the tests to wait on. */

@@ -22,16 +22,10 @@ static int check_args(dlock_client *c, const char *name)
     return DLOCK_OK;
 }
 
-/* check_args(), and the backend can do WHAT: it has the operation (HAVE);
- * DLOCK_ENOTSUP otherwise. */
-static int check_op(dlock_client *c, const char *name, bool have, const char *what)
+/* The backend of C, known good by check_args(), cannot do WHAT. */
+static int cannot(const dlock_client *c, const char *what)
 {
-    int rc = check_args(c, name);
-    if (rc)
-        return rc;
-    if (!have)
-        return dlock__err(DLOCK_ENOTSUP, "the %s backend cannot %s", c->be->name, what);
-    return DLOCK_OK;
+    return dlock__err(DLOCK_ENOTSUP, "the %s backend cannot %s", c->be->name, what);
 }
 
 int dlock_inspect(dlock_client *c, const char *name, dlock_info **out)
@@ -170,30 +164,36 @@ int dlock_force_release(dlock_client *c, const char *name)
     dlock__msg_clear();
     if (!name)
         return dlock__err(DLOCK_EINVAL, "dlock_force_release: name is NULL");
-    int rc = check_op(c, name, c->be->force_release != NULL, "force-release locks");
+    int rc = check_args(c, name);
+    if (!rc && !c->be->force_release)
+        rc = cannot(c, "force-release locks");
+    return rc ? rc : c->be->force_release(c->bstate, name);
+}
+
+/* dlock_list (SEMS false) and dlock_semaphore_list (SEMS true), named API
+ * in messages: the table's list is chosen once C is known good. */
+static int list_names(dlock_client *c, const char *api, bool sems, const char *pattern,
+                      dlock_list_fn fn, void *arg)
+{
+    dlock__msg_clear();
+    if (!fn)
+        return dlock__err(DLOCK_EINVAL, "%s: callback is NULL", api);
+    int rc = check_args(c, NULL);
     if (rc)
         return rc;
-    return c->be->force_release(c->bstate, name);
+    int (*list)(void *, const char *, dlock_list_fn, void *) =
+        !sems ? c->be->list : c->be->version >= 7 ? c->be->sem_list : NULL;
+    if (!list)
+        return cannot(c, sems ? "list semaphores" : "list locks");
+    return list(c->bstate, pattern, fn, arg);
 }
 
 int dlock_semaphore_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg)
 {
-    dlock__msg_clear();
-    if (!fn)
-        return dlock__err(DLOCK_EINVAL, "dlock_semaphore_list: callback is NULL");
-    int rc = check_op(c, NULL, c && c->be->version >= 7 && c->be->sem_list, "list semaphores");
-    if (rc)
-        return rc;
-    return c->be->sem_list(c->bstate, pattern, fn, arg);
+    return list_names(c, "dlock_semaphore_list", true, pattern, fn, arg);
 }
 
 int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *arg)
 {
-    dlock__msg_clear();
-    if (!fn)
-        return dlock__err(DLOCK_EINVAL, "dlock_list: callback is NULL");
-    int rc = check_op(c, NULL, c->be->list != NULL, "list locks");
-    if (rc)
-        return rc;
-    return c->be->list(c->bstate, pattern, fn, arg);
+    return list_names(c, "dlock_list", false, pattern, fn, arg);
 }

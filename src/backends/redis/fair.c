@@ -62,15 +62,13 @@ static int fair_keys_make(struct redis_state *s, const char *name, struct fair_k
     int rc = dlock__redis_keys_make(s, name, &f->k);
     if (rc)
         return rc;
-    f->queue = dlock__sprintf("dlock_fair_queue:%s", f->k.tbase);
-    f->waiters = dlock__sprintf("dlock_fair_waiters:%s", f->k.tbase);
+    f->queue = dlock__redis_tagged_key("dlock_fair_queue:", f->k.lock, "", &f->queue_len);
+    f->waiters = dlock__redis_tagged_key("dlock_fair_waiters:", f->k.lock, "", &f->waiters_len);
     f->chan = dlock__sprintf("dlock_fair__channel:%s", s->uuid);
     if (!f->queue || !f->waiters || !f->chan) {
         fair_keys_free(f);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
-    f->queue_len = strlen(f->queue);
-    f->waiters_len = strlen(f->waiters);
     f->chan_len = strlen(f->chan);
     return DLOCK_OK;
 }

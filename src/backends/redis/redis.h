@@ -423,6 +423,11 @@ int dlock__redis_scripts_take(struct redis_state *s, struct rconn *k, int rc);
 /* The lock's key (prefix + NAME), token key and channel, in one block. */
 int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k);
 void dlock__redis_keys_free(struct lock_keys *k);
+/* BEFORE + KEY in braces + AFTER (Redisson's prefixName/suffixName, so
+ * the key shares KEY's cluster slot), KEY bare when it carries a hash tag
+ * already; malloc'd, its length in *LEN. NULL without memory. */
+char *dlock__redis_tagged_key(const char *before, const char *key, const char *after,
+                              size_t *len);
 /* The buffers of one renewal batch (redis_renew, rl_renew): ARGS
  * argument slots (argv, argl), VALS owner values, HOLDS lease strings and
  * key sets. dlock__redis_renew_bufs_new() gives DLOCK_OK or DLOCK_ENOMEM

@@ -176,6 +176,17 @@ static size_t put_prefixed(char *p, const char *prefix, const char *key, size_t 
     return n;
 }
 
+char *dlock__redis_tagged_key(const char *before, const char *key, const char *after,
+                              size_t *len)
+{
+    bool tagged = strchr(key, '{') != NULL;
+    char *k = dlock__sprintf("%s%s%s%s%s", before, tagged ? "" : "{", key, tagged ? "" : "}",
+                             after);
+    if (k)
+        *len = strlen(k);
+    return k;
+}
+
 const char *dlock__redis_own_key_space(const char *key, size_t len)
 {
     static const char *const spaces[] = {"redisson_lock_token:", "redisson_lock__channel:",

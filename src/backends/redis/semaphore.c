@@ -61,22 +61,16 @@ static int sem_keys_make(struct redis_state *s, const char *name, struct sem_key
     memset(k, 0, sizeof *k);
     k->name = dlock__sprintf("%s%s", s->prefix ? s->prefix : "", name);
     if (k->name) {
-        bool tagged = strchr(k->name, '{') != NULL;
-        const char *open = tagged ? "" : "{", *close = tagged ? "" : "}";
-        k->timeout = dlock__sprintf("%s%s%s:timeout", open, k->name, close);
-        k->chan = dlock__sprintf("redisson_sc:%s%s%s", open, k->name, close);
-        k->token = dlock__sprintf("dlock_sem_token:%s%s%s", open, k->name, close);
-        k->released = dlock__sprintf("dlock_sem_released:%s%s%s", open, k->name, close);
+        k->name_len = strlen(k->name);
+        k->timeout = dlock__redis_tagged_key("", k->name, ":timeout", &k->timeout_len);
+        k->chan = dlock__redis_tagged_key("redisson_sc:", k->name, "", &k->chan_len);
+        k->token = dlock__redis_tagged_key("dlock_sem_token:", k->name, "", &k->token_len);
+        k->released = dlock__redis_tagged_key("dlock_sem_released:", k->name, "", &k->released_len);
     }
     if (!k->name || !k->timeout || !k->chan || !k->token || !k->released) {
         sem_keys_free(k);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
-    k->name_len = strlen(k->name);
-    k->timeout_len = strlen(k->timeout);
-    k->chan_len = strlen(k->chan);
-    k->token_len = strlen(k->token);
-    k->released_len = strlen(k->released);
     return DLOCK_OK;
 }
 

@@ -181,11 +181,10 @@ static uint64_t reply_u64(const redisReply *r)
 
 /* One look at the election on its node into OUT; *CONSISTENT false while
  * a new leader has not written its value yet; *TTL the lock's PTTL. */
-static int look(const struct dlock__redis_observer *ob, int64_t deadline, struct dlock_leader *out,
-                bool *consistent, int64_t *ttl)
+static int look(const struct dlock__redis_observer *ob, const struct leader_keys *lk,
+                int64_t deadline, struct dlock_leader *out, bool *consistent, int64_t *ttl)
 {
     struct redis_state *s = ob->nodes[0];
-    const struct leader_keys *lk = ob->lk;
     const char *args[] = {"3", lk->k.lock, lk->value, lk->k.token};
     redisReply *r = NULL;
     char what[600];
@@ -229,14 +228,17 @@ int dlock__redis_leader_parse(struct redis_state *s, const redisReply *r, const 
 int dlock__redis_observe(const struct dlock__redis_observer *ob, const struct dlock_leader *known,
                          struct dlock__wait *w, struct dlock_leader *out)
 {
-    const char *chan = ob->lk->chan;
+    struct leader_keys lk;
+    int rc = dlock__redis_leader_keys(ob->nodes[0], ob->name, &lk);
+    if (rc)
+        return rc;
+    const char *chan = lk.chan;
     size_t chan_len = strlen(chan), joined = 0;
-    int rc;
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
         bool consistent = false;
         int64_t ttl = -2;
-        rc = ob->look(ob, dlock__wait_deadline(w), out, &consistent, &ttl);
+        rc = ob->look(ob, &lk, dlock__wait_deadline(w), out, &consistent, &ttl);
         if (rc)
             break;
         if (dlock__observe_done(known, out, consistent, w, &rc))
@@ -252,7 +254,7 @@ int dlock__redis_observe(const struct dlock__redis_observer *ob, const struct dl
          * publishes nothing); none held, or no expiry: IDLE_MS. */
         int64_t bound = ttl >= 0 ? ttl : ob->idle_ms;
         rc = dlock__redis_wait_sleep(w, seq, bound, ob->idle_ms, NULL, DLOCK_ECONN, ob->where,
-                                     ob->lk->k.lock);
+                                     lk.k.lock);
         if (rc)
             break;
         for (size_t i = 0; i < joined; i++)
@@ -260,6 +262,7 @@ int dlock__redis_observe(const struct dlock__redis_observer *ob, const struct dl
     }
     for (size_t i = 0; i < joined; i++)
         dlock__redis_hub_leave(ob->nodes[i], chan, chan_len, w, true);
+    dlock__redis_leader_keys_free(&lk);
     return rc;
 }
 
@@ -267,15 +270,9 @@ int dlock__redis_elect_observe(void *state, const char *name, const struct dlock
                                struct dlock__wait *w, struct dlock_leader *out)
 {
     struct redis_state *s = state;
-    struct leader_keys lk;
-    int rc = dlock__redis_leader_keys(s, name, &lk);
-    if (rc)
-        return rc;
     struct redis_state *const nodes[] = {s};
     const struct dlock__redis_observer ob = {.nodes = nodes, .n = 1, .name = name,
-                                             .where = s->where, .lk = &lk,
-                                             .idle_ms = s->op_timeout_ms, .look = look};
-    rc = dlock__redis_observe(&ob, known, w, out);
-    dlock__redis_leader_keys_free(&lk);
-    return rc;
+                                             .where = s->where, .idle_ms = s->op_timeout_ms,
+                                             .look = look};
+    return dlock__redis_observe(&ob, known, w, out);
 }

@@ -734,24 +734,24 @@ int dlock__redis_proclaim(void *state, struct dlock_client *c, struct dlock__hol
  * leader has not written its value there, *TTL the lock's PTTL. */
 int dlock__redis_leader_parse(struct redis_state *s, const redisReply *r, const char *what,
                               struct dlock_leader *out, bool *consistent, int64_t *ttl);
-/* An observer of election NAME (keys LK), on one node (election.c) or on
- * Redlock's N (redlock_election.c): the nodes whose hubs carry its leader
- * channel, and LOOK, one look at the election by DEADLINE into OUT
+/* An observer of election NAME, on one node (election.c) or on Redlock's
+ * N (redlock_election.c): the nodes whose hubs carry its leader channel,
+ * and LOOK, one look at the election (keys LK) by DEADLINE into OUT
  * (*CONSISTENT false while no settled answer is seen, *TTL the lock's
  * remaining lease, -2 when none is held) with ARG, the look's own. */
 struct dlock__redis_observer {
     struct redis_state *const *nodes;
     size_t n;
     const char *name, *where; /* the election's, and the backend's for messages */
-    const struct leader_keys *lk;
     int64_t idle_ms; /* a sleep's bound while no lock with a lease is seen */
-    int (*look)(const struct dlock__redis_observer *ob, int64_t deadline, struct dlock_leader *out,
-                bool *consistent, int64_t *ttl);
+    int (*look)(const struct dlock__redis_observer *ob, const struct leader_keys *lk,
+                int64_t deadline, struct dlock_leader *out, bool *consistent, int64_t *ttl);
     void *arg;
 };
-/* The elect_observe loop of both: look, and until dlock__observe_done(),
- * listen on every node's leader channel and sleep until a message or the
- * lock's remaining lease (an expiry publishes nothing), then look again. */
+/* The elect_observe of both: the election's keys (as NODES[0] names
+ * them), then look, and until dlock__observe_done(), listen on every
+ * node's leader channel and sleep until a message or the lock's remaining
+ * lease (an expiry publishes nothing), then look again. */
 int dlock__redis_observe(const struct dlock__redis_observer *ob, const struct dlock_leader *known,
                          struct dlock__wait *w, struct dlock_leader *out);
 

@@ -748,6 +748,8 @@ static int rl_open(struct dlock_client *c, void **state)
     }
     rl->node_timeout_ms = nt;
     dlock__redlock_sha1_hex(RAISE_SRC, rl->raise_sha);
+    dlock__redlock_sha1_hex(dlock__redis_leader_write_src, rl->leader_write_sha);
+    dlock__redlock_sha1_hex(dlock__redis_leader_read_src, rl->leader_read_sha);
     for (size_t i = 0; i < rl->n; i++) {
         void *s;
         int rc = dlock__redis_open_node(c, (int)i, &s);

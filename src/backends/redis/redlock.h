@@ -26,6 +26,7 @@ struct redlock {
     int64_t node_timeout_ms;
     char where[64]; /* "redlock (3 nodes)" */
     char raise_sha[41];
+    char leader_write_sha[41], leader_read_sha[41]; /* election.c's scripts */
     uint64_t requests; /* acquire request numbers (atomic) */
 };
 

@@ -37,25 +37,6 @@
  * the nodes keeping their keys and counters (docs/protocol-redis.md,
  * "Redlock"). */
 
-/* The per-node keys and script digests of election NAME's leader on
- * RL's nodes. */
-struct rl_leader {
-    struct redlock *rl;
-    struct leader_keys lk;
-    char write_sha[41], read_sha[41];
-};
-
-static int rl_leader_make(struct redlock *rl, const char *name, struct rl_leader *ld)
-{
-    ld->rl = rl;
-    int rc = dlock__redis_leader_keys(rl->node[0], name, &ld->lk);
-    if (!rc) {
-        dlock__redlock_sha1_hex(dlock__redis_leader_write_src, ld->write_sha);
-        dlock__redlock_sha1_hex(dlock__redis_leader_read_src, ld->read_sha);
-    }
-    return rc;
-}
-
 /* Write VALUE as leader H's on every node at once (once a majority
  * answered, the others get the grace only: a stopped node does not hold
  * a campaign or a proclaim for the node timeout): DLOCK_OK when a
@@ -65,8 +46,8 @@ static int rl_leader_make(struct redlock *rl, const char *name, struct rl_leader
 static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
 {
     struct redlock *rl = state;
-    struct rl_leader ld;
-    int rc = rl_leader_make(rl, h->name, &ld);
+    struct leader_keys lk;
+    int rc = dlock__redis_leader_keys(rl->node[0], h->name, &lk);
     if (rc)
         return rc;
     /* The leader numbers its writes, so the newest is the highest on any
@@ -75,15 +56,14 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
     char token[24], version[24];
     int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
     int vl = snprintf(version, sizeof version, "%llu", (unsigned long long)++bd->version);
-    const struct lock_keys *k = &ld.lk.k;
-    const char *args[] = {k->lock, ld.lk.value, ld.lk.chan, k->token, h->owner, token, value,
-                          version};
-    size_t lens[] = {k->lock_len, strlen(ld.lk.value), strlen(ld.lk.chan), k->token_len,
+    const struct lock_keys *k = &lk.k;
+    const char *args[] = {k->lock, lk.value, lk.chan, k->token, h->owner, token, value, version};
+    size_t lens[] = {k->lock_len, strlen(lk.value), strlen(lk.chan), k->token_len,
                      strlen(h->owner), (size_t)tl, strlen(value), (size_t)vl};
     struct rl_call calls[RL_MAX_NODES];
     for (size_t i = 0; i < rl->n; i++)
         calls[i] = (struct rl_call){.node = i, .src = dlock__redis_leader_write_src,
-                                    .sha = ld.write_sha, .nkeys = 4, .nargs = 8, .args = args,
+                                    .sha = rl->leader_write_sha, .nkeys = 4, .nargs = 8, .args = args,
                                     .lens = lens};
     struct rl_round rd;
     dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + rl->node_timeout_ms, false,
@@ -109,7 +89,7 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
                                         "nodes, %zu needed (%s)",
                         rl->where, h->name, taken, rl->n, rl->quorum,
                         dlock__redlock_first_failure(&rd, rl->n));
-    dlock__redis_leader_keys_free(&ld.lk);
+    dlock__redis_leader_keys_free(&lk);
     return rc;
 }
 
@@ -126,14 +106,14 @@ int dlock__redlock_elect_acquire(void *state, struct dlock__hold *h, struct dloc
 static void rl_leader_publish(struct redlock *rl, const char *name)
 {
     static const char src[] = "redis.call('publish', KEYS[1], '1') return 1";
-    struct rl_leader ld;
+    struct leader_keys lk;
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
-    if (rl_leader_make(rl, name, &ld) == DLOCK_OK) {
+    if (dlock__redis_leader_keys(rl->node[0], name, &lk) == DLOCK_OK) {
         char sha[41];
         dlock__redlock_sha1_hex(src, sha);
-        const char *args[] = {ld.lk.chan};
-        size_t lens[] = {strlen(ld.lk.chan)};
+        const char *args[] = {lk.chan};
+        size_t lens[] = {strlen(lk.chan)};
         struct rl_call calls[RL_MAX_NODES];
         for (size_t i = 0; i < rl->n; i++)
             calls[i] = (struct rl_call){.node = i, .src = src, .sha = sha, .nkeys = 1,
@@ -142,7 +122,7 @@ static void rl_leader_publish(struct redlock *rl, const char *name)
         dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + rl->node_timeout_ms, false,
                              "publish", rl->quorum);
         dlock__redlock_calls_free(calls, rl->n);
-        dlock__redis_leader_keys_free(&ld.lk);
+        dlock__redis_leader_keys_free(&lk);
     }
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
@@ -178,19 +158,18 @@ static bool same_holder(const struct redlock *rl, const char *a, const char *b)
  * when no majority says anything yet), *TTL the shortest remaining lease
  * of the lock among the nodes that hold it (-2: none). DLOCK_EUNAVAIL when
  * fewer than a majority answered. */
-static int rl_look(const struct dlock__redis_observer *ob, int64_t deadline,
-                   struct dlock_leader *out, bool *consistent, int64_t *ttl)
+static int rl_look(const struct dlock__redis_observer *ob, const struct leader_keys *lk,
+                   int64_t deadline, struct dlock_leader *out, bool *consistent, int64_t *ttl)
 {
-    const struct rl_leader *ld = ob->arg;
-    struct redlock *rl = ld->rl;
+    struct redlock *rl = ob->arg;
     const char *name = ob->name;
-    const struct lock_keys *k = &ld->lk.k;
-    const char *args[] = {k->lock, ld->lk.value, k->token};
-    size_t lens[] = {k->lock_len, strlen(ld->lk.value), k->token_len};
+    const struct lock_keys *k = &lk->k;
+    const char *args[] = {k->lock, lk->value, k->token};
+    size_t lens[] = {k->lock_len, strlen(lk->value), k->token_len};
     struct rl_call calls[RL_MAX_NODES];
     for (size_t i = 0; i < rl->n; i++)
         calls[i] = (struct rl_call){.node = i, .src = dlock__redis_leader_read_src,
-                                    .sha = ld->read_sha, .nkeys = 3, .nargs = 3, .args = args,
+                                    .sha = rl->leader_read_sha, .nkeys = 3, .nargs = 3, .args = args,
                                     .lens = lens};
     struct rl_round rd;
     char what[600];
@@ -259,17 +238,10 @@ int dlock__redlock_elect_observe(void *state, const char *name, const struct dlo
                                  struct dlock__wait *w, struct dlock_leader *out)
 {
     struct redlock *rl = state;
-    struct rl_leader ld;
-    int rc = rl_leader_make(rl, name, &ld);
-    if (rc)
-        return rc;
     /* the shortest remaining lease among the nodes bounds each sleep;
      * none held: the node timeout */
     const struct dlock__redis_observer ob = {.nodes = rl->node, .n = rl->n, .name = name,
-                                             .where = rl->where, .lk = &ld.lk,
-                                             .idle_ms = rl->node_timeout_ms, .look = rl_look,
-                                             .arg = &ld};
-    rc = dlock__redis_observe(&ob, known, w, out);
-    dlock__redis_leader_keys_free(&ld.lk);
-    return rc;
+                                             .where = rl->where, .idle_ms = rl->node_timeout_ms,
+                                             .look = rl_look, .arg = rl};
+    return dlock__redis_observe(&ob, known, w, out);
 }

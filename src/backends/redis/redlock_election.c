@@ -37,6 +37,19 @@
  * the nodes keeping their keys and counters (docs/protocol-redis.md,
  * "Redlock"). */
 
+/* Call ONE (its script and arguments) on every node at once by DEADLINE,
+ * once a majority answered the others get the grace only; WHAT names it
+ * in messages. CALLS[i] is node i's (free with dlock__redlock_calls_free). */
+static void on_every_node(struct redlock *rl, struct rl_round *rd, struct rl_call *calls,
+                          struct rl_call one, int64_t deadline, const char *what)
+{
+    for (size_t i = 0; i < rl->n; i++) {
+        calls[i] = one;
+        calls[i].node = i;
+    }
+    dlock__redlock_round(rl, rd, calls, rl->n, deadline, false, what, rl->quorum);
+}
+
 /* Write VALUE as leader H's on every node at once (once a majority
  * answered, the others get the grace only: a stopped node does not hold
  * a campaign or a proclaim for the node timeout): DLOCK_OK when a
@@ -61,13 +74,11 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
     size_t lens[] = {k->lock_len, strlen(lk.value), strlen(lk.chan), k->token_len,
                      strlen(h->owner), (size_t)tl, strlen(value), (size_t)vl};
     struct rl_call calls[RL_MAX_NODES];
-    for (size_t i = 0; i < rl->n; i++)
-        calls[i] = (struct rl_call){.node = i, .src = dlock__redis_leader_write_src,
-                                    .sha = rl->leader_write_sha, .nkeys = 4, .nargs = 8, .args = args,
-                                    .lens = lens};
     struct rl_round rd;
-    dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + rl->node_timeout_ms, false,
-                         "write the leader's value", rl->quorum);
+    on_every_node(rl, &rd, calls,
+                  (struct rl_call){.src = dlock__redis_leader_write_src, .sha = rl->leader_write_sha,
+                                   .nkeys = 4, .nargs = 8, .args = args, .lens = lens},
+                  dlock__now_ms() + rl->node_timeout_ms, "write the leader's value");
     size_t taken = 0, refused = 0;
     for (size_t i = 0; i < rl->n; i++) {
         const redisReply *r = calls[i].reply;
@@ -115,12 +126,11 @@ static void rl_leader_publish(struct redlock *rl, const char *name)
         const char *args[] = {lk.chan};
         size_t lens[] = {strlen(lk.chan)};
         struct rl_call calls[RL_MAX_NODES];
-        for (size_t i = 0; i < rl->n; i++)
-            calls[i] = (struct rl_call){.node = i, .src = src, .sha = sha, .nkeys = 1,
-                                        .nargs = 1, .args = args, .lens = lens};
         struct rl_round rd;
-        dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + rl->node_timeout_ms, false,
-                             "publish", rl->quorum);
+        on_every_node(rl, &rd, calls,
+                      (struct rl_call){.src = src, .sha = sha, .nkeys = 1, .nargs = 1, .args = args,
+                                       .lens = lens},
+                      dlock__now_ms() + rl->node_timeout_ms, "publish");
         dlock__redlock_calls_free(calls, rl->n);
         dlock__redis_leader_keys_free(&lk);
     }
@@ -167,15 +177,14 @@ static int rl_look(const struct dlock__redis_observer *ob, const struct leader_k
     const char *args[] = {k->lock, lk->value, k->token};
     size_t lens[] = {k->lock_len, strlen(lk->value), k->token_len};
     struct rl_call calls[RL_MAX_NODES];
-    for (size_t i = 0; i < rl->n; i++)
-        calls[i] = (struct rl_call){.node = i, .src = dlock__redis_leader_read_src,
-                                    .sha = rl->leader_read_sha, .nkeys = 3, .nargs = 3, .args = args,
-                                    .lens = lens};
     struct rl_round rd;
     char what[600];
     snprintf(what, sizeof what, "read the leader of election '%s'", name);
     int64_t until = dlock__time_left(deadline, rl->node_timeout_ms);
-    dlock__redlock_round(rl, &rd, calls, rl->n, dlock__now_ms() + until, false, what, rl->quorum);
+    on_every_node(rl, &rd, calls,
+                  (struct rl_call){.src = dlock__redis_leader_read_src, .sha = rl->leader_read_sha,
+                                   .nkeys = 3, .nargs = 3, .args = args, .lens = lens},
+                  dlock__now_ms() + until, what);
     struct dlock_leader seen[RL_MAX_NODES];
     bool ok[RL_MAX_NODES] = {false}, cons[RL_MAX_NODES] = {false};
     size_t answered = 0, free_nodes = 0;

@@ -439,8 +439,9 @@ static void *con_main(void *arg)
     return NULL;
 }
 
-static int bench_contended(const struct bench_opts *o)
+static int bench_contended(const struct bench_opts *o, dlock_client *opened)
 {
+    (void)opened; /* its own clients */
     printf("contended: %d threads (one client each) on one name, 2 x %.1f s\n", o->waiters, o->duration);
     struct con_shared sh = {.o = o};
     pthread_mutex_init(&sh.mu, NULL);
@@ -720,8 +721,9 @@ static void close_clients(dlock_client **c, int n)
     free(c);
 }
 
-static int bench_readers(const struct bench_opts *o)
+static int bench_readers(const struct bench_opts *o, dlock_client *opened)
 {
+    (void)opened; /* its own clients */
     double secs = 2 * o->duration / UNC_ROUNDS;
     int n = o->readers + o->writers;
     printf("readers: %d reader(s)%s%.0d%s, one client each, on one name, acquire(SHARED)+release,\n"
@@ -839,8 +841,9 @@ static int sem_run(const struct bench_opts *o, dlock_client **c, bool lock, doub
     return thread_failure(0, "", sh.run.err);
 }
 
-static int bench_semaphore(const struct bench_opts *o)
+static int bench_semaphore(const struct bench_opts *o, dlock_client *opened)
 {
+    (void)opened; /* its own clients */
     double secs = 2 * o->duration / UNC_ROUNDS;
     printf("semaphore: %d threads (one client each) on %d permits, acquire(1)+release,\n"
            "  beside the same threads on one lock; %d x %.2f s each side, taking turns\n",
@@ -979,8 +982,9 @@ static double cpu_ms(void)
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
 }
 
-static int bench_renewal(const struct bench_opts *o)
+static int bench_renewal(const struct bench_opts *o, dlock_client *opened)
 {
+    (void)opened; /* its own clients */
     printf("renewal: %d locks held by one client, lease %lld ms (period %lld ms), %d periods\n", o->locks,
            (long long)o->lease_ms, (long long)o->lease_ms / 3, o->periods);
     dlock_client *c = NULL;
@@ -1005,13 +1009,13 @@ static int bench_renewal(const struct bench_opts *o)
     /* settle: the first renewals merge holds acquired at different times */
     struct timespec settle = {(time_t)(o->lease_ms / 1000), (long)(o->lease_ms % 1000) * 1000000L};
     nanosleep(&settle, NULL);
-    long long calls0 = raw ? o->base->server_calls(raw) : -1;
+    long long calls0 = raw && o->base->server_calls ? o->base->server_calls(raw) : -1;
     double cpu0 = cpu_ms();
     int64_t span_ms = o->lease_ms / 3 * o->periods;
     struct timespec ts = {(time_t)(span_ms / 1000), (long)(span_ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
     double cpu1 = cpu_ms();
-    long long calls1 = raw ? o->base->server_calls(raw) : -1;
+    long long calls1 = raw && o->base->server_calls ? o->base->server_calls(raw) : -1;
     /* the raw connection's own INFO is not a script call */
     int lost = 0;
     for (int i = 0; i < o->locks; i++)
@@ -1039,6 +1043,16 @@ out:
 }
 
 /* --------------------------------------------------------------- main */
+
+/* The modes, in the order `all` (and no mode named) runs them; each gets
+ * the client dlock_cli_bench opened. */
+static const struct bench_mode {
+    const char *name;
+    int (*run)(const struct bench_opts *o, dlock_client *c);
+} modes[] = {{"uncontended", bench_uncontended}, {"contended", bench_contended},
+             {"renewal", bench_renewal},         {"readers", bench_readers},
+             {"semaphore", bench_semaphore},     {"multi", bench_multi}};
+#define NMODES (sizeof modes / sizeof modes[0])
 
 int dlock_cli_bench(const char *url, int argc, char **argv)
 {
@@ -1080,33 +1094,21 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
                         "permits 1 to %d, members 2 to %d\n", DLOCK_PERMITS_MAX, DLOCK_MULTI_MAX);
         return EXIT_USAGE;
     }
-    bool want[6] = {false, false, false, false, false, false};
-    bool any = false;
+    bool want[NMODES] = {false}, all = optind >= argc;
     for (int i = optind; i < argc; i++) {
-        const char *m = argv[i];
-        if (strcmp(m, "all") == 0)
-            want[0] = want[1] = want[2] = want[3] = want[4] = want[5] = true;
-        else if (strcmp(m, "uncontended") == 0)
-            want[0] = true;
-        else if (strcmp(m, "contended") == 0)
-            want[1] = true;
-        else if (strcmp(m, "renewal") == 0)
-            want[2] = true;
-        else if (strcmp(m, "readers") == 0)
-            want[3] = true;
-        else if (strcmp(m, "semaphore") == 0)
-            want[4] = true;
-        else if (strcmp(m, "multi") == 0)
-            want[5] = true;
-        else {
+        size_t m = 0;
+        while (m < NMODES && strcmp(argv[i], modes[m].name) != 0)
+            m++;
+        if (m < NMODES) {
+            want[m] = true;
+        } else if (strcmp(argv[i], "all") == 0) {
+            all = true;
+        } else {
             fprintf(stderr, "dlock bench: unknown mode '%s' (uncontended, contended, renewal, readers, "
-                            "semaphore, multi, all)\n", m);
+                            "semaphore, multi, all)\n", argv[i]);
             return EXIT_USAGE;
         }
-        any = true;
     }
-    if (!any)
-        want[0] = want[1] = want[2] = want[3] = want[4] = want[5] = true;
 
     dlock_client *c = NULL;
     int rc = dlock_open(url, &c);
@@ -1124,18 +1126,9 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
     printf("dlock bench on %s (%s backend), %ld cores\n", dlock_client_url(c), dlock_client_backend(c),
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("baseline: %s\n", o.base ? o.base->what : "none for this backend");
-    if (want[0])
-        rc = bench_uncontended(&o, c);
-    if (!rc && want[1])
-        rc = bench_contended(&o);
-    if (!rc && want[2])
-        rc = bench_renewal(&o);
-    if (!rc && want[3])
-        rc = bench_readers(&o);
-    if (!rc && want[4])
-        rc = bench_semaphore(&o);
-    if (!rc && want[5])
-        rc = bench_multi(&o, c);
+    for (size_t m = 0; !rc && m < NMODES; m++)
+        if (all || want[m])
+            rc = modes[m].run(&o, c);
     dlock_client_close(c);
     return rc;
 }

@@ -36,7 +36,7 @@ struct dlock_bench_baseline {
     /* One round trip to the server: 0 or -1. */
     int (*round_trip)(void *conn);
     /* Lock commands the server has run so far (for counting renewal
-     * calls); -1 when unknown. */
+     * calls); -1 when unknown. NULL: never known. */
     long long (*server_calls)(void *conn);
     /* Raw floors measured in the same rounds of `bench uncontended`
      * (redlock: the same raw work on all N nodes at once, and on the
@@ -74,6 +74,8 @@ void dlock_bench_handles_free(struct dlock_bench_handles *t);
 struct redisContext;
 /* One PING round trip on CTX: 0, or -1 (cli/bench_redis.c). */
 int dlock_bench_redis_ping(struct redisContext *ctx);
+/* A connection to HOST:PORT, or NULL with ERR saying why. */
+struct redisContext *dlock_bench_redis_dial(const char *host, int port, char *err, size_t errlen);
 extern const struct dlock_bench_baseline dlock_bench_redis_baseline;
 extern const struct dlock_bench_baseline dlock_bench_redis_unix_baseline;
 /* redlock://: dlock on the first node alone (cli/bench_redlock.c) */

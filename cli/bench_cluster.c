@@ -79,6 +79,8 @@ static int find_master_tag(redisContext *seed, char *host, size_t hostlen, int *
     return -1;
 }
 
+static void master_disconnect(void *conn);
+
 static void *master_connect(const char *url, char *err, size_t errlen)
 {
     char host[256];
@@ -89,10 +91,8 @@ static void *master_connect(const char *url, char *err, size_t errlen)
         free(b);
         return NULL;
     }
-    redisContext *seed = redisConnect(host, port);
-    if (!seed || seed->err) {
-        snprintf(err, errlen, "%s:%d: %s", host, port, seed ? seed->errstr : "out of memory");
-        redisFree(seed);
+    redisContext *seed = dlock_bench_redis_dial(host, port, err, errlen);
+    if (!seed) {
         free(b);
         return NULL;
     }
@@ -109,15 +109,13 @@ static void *master_connect(const char *url, char *err, size_t errlen)
     }
     pthread_mutex_unlock(&shared_mu);
     redisFree(seed);
-    if (!rc) {
-        b->ctx = redisConnect(host, port);
-        if (!b->ctx || b->ctx->err)
-            rc = snprintf(err, errlen, "%s:%d: %s", host, port,
-                          b->ctx ? b->ctx->errstr : "out of memory");
-    }
     if (rc) {
-        redisFree(b->ctx);
         free(b);
+        return NULL;
+    }
+    b->ctx = dlock_bench_redis_dial(host, port, err, errlen);
+    if (!b->ctx) {
+        master_disconnect(b); /* gives its use of the shared client back */
         return NULL;
     }
     return b;
@@ -150,12 +148,6 @@ static int master_round_trip(void *conn)
     return dlock_bench_redis_ping(b->ctx);
 }
 
-static long long master_server_calls(void *conn)
-{
-    (void)conn;
-    return -1;
-}
-
 const struct dlock_bench_baseline dlock_bench_cluster_baseline = {
     .scheme = "redis+cluster",
     .what = "dlock on the same cluster, every name tagged onto the master of slot 0: "
@@ -164,7 +156,6 @@ const struct dlock_bench_baseline dlock_bench_cluster_baseline = {
     .disconnect = master_disconnect,
     .lock_unlock = master_lock_unlock,
     .round_trip = master_round_trip,
-    .server_calls = master_server_calls,
 };
 
 #endif /* DLOCK_HAVE_REDIS */

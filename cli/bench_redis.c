@@ -172,6 +172,17 @@ static int raw_lock_unlock(void *conn, const char *name)
     return rc;
 }
 
+redisContext *dlock_bench_redis_dial(const char *host, int port, char *err, size_t errlen)
+{
+    redisContext *ctx = redisConnect(host, port);
+    if (!ctx || ctx->err) {
+        snprintf(err, errlen, "%s:%d: %s", host, port, ctx ? ctx->errstr : "out of memory");
+        redisFree(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
 int dlock_bench_redis_ping(struct redisContext *ctx)
 {
     redisReply *r = redisCommand(ctx, "PING");

@@ -112,12 +112,9 @@ static int floor_connect(struct one_node *b, const char *url, char *err, size_t 
         const char *colon = memchr(h, ':', hl);
         char host[256];
         snprintf(host, sizeof host, "%.*s", (int)(colon ? (size_t)(colon - h) : hl), h);
-        redisContext *ctx = redisConnect(host, colon ? atoi(colon + 1) : 6379);
-        if (!ctx || ctx->err) {
-            snprintf(err, errlen, "%s: %s", host, ctx ? ctx->errstr : "out of memory");
-            redisFree(ctx);
+        redisContext *ctx = dlock_bench_redis_dial(host, colon ? atoi(colon + 1) : 6379, err, errlen);
+        if (!ctx)
             return -1;
-        }
         b->raw[b->nraw++] = ctx;
         redisReply *r = NULL;
         if (pass[0]) {
@@ -162,10 +159,8 @@ static void *node_connect(const char *url, char *err, size_t errlen)
         return NULL;
     }
     free(single);
-    b->ctx = redisConnect(host, port);
-    if (!b->ctx || b->ctx->err) {
-        snprintf(err, errlen, "%s:%d: %s", host, port, b->ctx ? b->ctx->errstr : "out of memory");
-        redisFree(b->ctx);
+    b->ctx = dlock_bench_redis_dial(host, port, err, errlen);
+    if (!b->ctx) {
         dlock_client_close(b->c);
         free(b);
         return NULL;

@@ -127,12 +127,6 @@ static int zk_raw_round_trip(void *conn)
     return zoo_exists(r->zh, "/", 0, &st) == ZOK ? 0 : -1;
 }
 
-static long long zk_raw_server_calls(void *conn)
-{
-    (void)conn;
-    return -1;
-}
-
 const struct dlock_bench_baseline dlock_bench_zk_baseline = {
     .scheme = "zk",
     .what = "libzookeeper_mt: create EPHEMERAL <base>/<name>.raw + delete "
@@ -141,7 +135,6 @@ const struct dlock_bench_baseline dlock_bench_zk_baseline = {
     .disconnect = zk_raw_disconnect,
     .lock_unlock = zk_raw_lock_unlock,
     .round_trip = zk_raw_round_trip,
-    .server_calls = zk_raw_server_calls,
 };
 
 #endif /* DLOCK_HAVE_ZK */

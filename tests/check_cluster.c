@@ -6,7 +6,8 @@
  * "redis-cluster"); here are what only a cluster has: names on every
  * master, a stale slot map (MOVED), a slot migrated while held (ASK,
  * TRYAGAIN, then MOVED), a manual failover and a master killed while a
- * lock is held and waited for, and the CLI on a cluster URL.
+ * lock is held and waited for, the CLI on a cluster URL, and redirects
+ * followed over TLS (rediss+cluster://, case "tls").
  */
 #include <check.h>
 #include <signal.h>
@@ -131,11 +132,13 @@ static void migrate_start(unsigned slot, int from, int to)
     char *from_id = node_id(from), *to_id = node_id(to);
     run_on(to, "CLUSTER SETSLOT %u IMPORTING %s", slot, from_id);
     run_on(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to_id);
+    /* a TLS cluster (tls-cluster) migrates over TLS */
+    int dest = cl.tls ? fx_cluster_server(&cl, to)->tls_port : to;
     for (;;) {
         redisReply *r = must(from, "CLUSTER GETKEYSINSLOT %u 100", slot);
         size_t n = r->elements;
         for (size_t i = 0; i < n; i++) /* no key here holds a space */
-            run_on(from, "MIGRATE 127.0.0.1 %d %s 0 5000", to, r->element[i]->str);
+            run_on(from, "MIGRATE 127.0.0.1 %d %s 0 5000", dest, r->element[i]->str);
         freeReplyObject(r);
         if (n == 0)
             break;
@@ -493,6 +496,69 @@ TU_TEST(canceled_wait_ends_a_tryagain_pause, 120)
     dlock_client_close(c);
     free(from_id);
     free(to_id);
+    free(url);
+}
+
+/* ------------------------------------------------- a cluster over TLS */
+
+/* Three masters serving TLS to clients, on the cluster bus and for
+ * replication (tls-cluster), as `cl`: the helpers above keep looking
+ * through the plain ports, the client under test uses rediss+cluster://
+ * alone, so every connection it makes -- the first CLUSTER SLOTS, each
+ * master's pool, a redirect's target, the sharded subscriber -- is TLS
+ * with the URL's CA. */
+static void start_tls_cluster(void)
+{
+    cl.tls = true;
+    ck_assert_msg(fx_cluster_start(&cl, 3, 0), "the TLS cluster could not be started");
+}
+
+static void stop_tls_cluster(void)
+{
+    stop_cluster();
+    cl.tls = false;
+}
+
+TU_CASE(tls, start_tls_cluster, stop_tls_cluster, TU_AROUND_EACH)
+
+/* rediss+cluster://: a name on each master taken and refused to another
+ * client; then a held and waited-for lock's slot migrated: the renewal
+ * follows ASK, a client with the old map follows MOVED (a TLS client is
+ * redirected to the TLS port), the waiter subscribes on the new master,
+ * and the hand-over works -- all over TLS. */
+TU_TEST_IN(tls, redirects_followed_over_tls, 120)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    ck_assert_msg(strncmp(cl.url, "rediss+cluster://", 17) == 0, "%s", cl.url);
+    char *url = tu_fmt("%s&lease=6s", cl.url);
+    dlock_client *a = tu_open(url), *c = tu_open(url);
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        name_on(ports[i], "tls", name, sizeof name);
+        dlock_lock *la = tu_lock(a, name), *lc = tu_lock(c, name);
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
+        ck_assert_int_eq(dlock_acquire(lc, DLOCK_TRY), DLOCK_EBUSY);
+        TU_RELEASE_OK(la);
+        TU_FREE_LOCKS(la, lc);
+    }
+    char name[64];
+    name_on(ports[0], "tls-moved", name, sizeof name);
+    unsigned slot = fx_cluster_keyslot(&cl, name);
+    dlock_lock *l = tu_lock(c, name);
+    struct tu_pair p;
+    struct tu_waiter w;
+    uint64_t first = hold_and_wait(&p, &w, url, name, ports[0]);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY); /* C knows the slot's master */
+    migrate_start(slot, ports[0], ports[1]);
+    wait_renewed(&p); /* through ASK */
+    migrate_end(slot, ports[1]);
+    wait_shardnumsub_at(ports[1], name, 1); /* the waiter followed the slot */
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY); /* MOVED */
+    hand_over(&p, &w, first);
+    dlock_lock_free(l);
+    TU_CLOSE_CLIENTS(a, c);
+    tu_pair_close(&p);
     free(url);
 }
 

@@ -142,8 +142,9 @@ static struct ct_fixture fx_file = {
 /* Every Redis form: one redis-server in either layout (plain or TLS),
  * Sentinel (1 master, 1 replica, 1 sentinel: the URL form; failovers are
  * check_redis's), plain or over TLS (rediss+sentinel://: the sentinels,
- * the master and the replica all on TLS, one CA), or Redlock (three
- * independent redis-servers, one redlock:// URL over them). */
+ * the master and the replica all on TLS, one CA), Redlock (three
+ * independent redis-servers, one redlock:// URL over them), or Cluster,
+ * plain or over TLS (below). */
 struct redis_priv {
     struct fx_redis srv;
     const char *query; /* the layout's own option */
@@ -152,9 +153,10 @@ struct redis_priv {
 static struct fx_sentinels sentinel_topology, tls_sentinel_topology = {.tls = true};
 #define REDLOCK_NODES 3
 static struct fx_redis redlock_nodes[REDLOCK_NODES];
-/* Redis Cluster: three masters, no replicas (failovers are check_cluster's) */
+/* Redis Cluster: three masters, no replicas (failovers are check_cluster's),
+ * plain or over TLS (rediss+cluster://: clients, cluster bus and all) */
 #define CLUSTER_MASTERS 3
-static struct fx_cluster cluster_nodes;
+static struct fx_cluster cluster_nodes, tls_cluster_nodes = {.tls = true};
 
 /* OK; when not, F's error says that WHAT did not start. */
 static bool started(struct ct_fixture *f, bool ok, const char *what)
@@ -250,19 +252,18 @@ static char *redlock_unreachable(const struct ct_fixture *f, int port)
 
 static bool cluster_start(struct ct_fixture *f)
 {
-    return started(f, fx_cluster_start(&cluster_nodes, CLUSTER_MASTERS, 0), "the cluster");
+    return started(f, fx_cluster_start(f->priv, CLUSTER_MASTERS, 0), "the cluster");
 }
 
 static void cluster_stop(struct ct_fixture *f)
 {
-    (void)f;
-    fx_cluster_stop(&cluster_nodes);
+    fx_cluster_stop(f->priv);
 }
 
 static char *cluster_url(const struct ct_fixture *f, const char *query)
 {
-    (void)f;
-    return with_query(cluster_nodes.url, query);
+    const struct fx_cluster *t = f->priv;
+    return with_query(t->url, query);
 }
 
 static char *cluster_unreachable(const struct ct_fixture *f, int port)
@@ -323,9 +324,9 @@ static long waiters_on(const struct fx_redis *srv, const char *prefix, const cha
 static size_t redis_servers(const struct ct_fixture *f, const struct fx_redis *out[REDLOCK_NODES])
 {
     _Static_assert(CLUSTER_MASTERS <= REDLOCK_NODES, "OUT holds the cluster's masters");
-    if (strcmp(f->scheme, "redis+cluster") == 0) {
+    if (strstr(f->scheme, "+cluster")) {
         for (int i = 0; i < CLUSTER_MASTERS; i++)
-            out[i] = &cluster_nodes.node[i];
+            out[i] = &((const struct fx_cluster *)f->priv)->node[i];
         return CLUSTER_MASTERS;
     }
     if (strcmp(f->scheme, "redlock") == 0) {
@@ -348,7 +349,7 @@ static long redis_waiters(const struct ct_fixture *f, dlock_client *c, const cha
 {
     (void)c;
     const struct fx_redis *srv[REDLOCK_NODES];
-    bool sum = strcmp(f->scheme, "redis+cluster") == 0;
+    bool sum = strstr(f->scheme, "+cluster") != NULL;
     long least = -1, total = 0;
     for (size_t i = 0, n = redis_servers(f, srv); i < n; i++) {
         long k = waiters_on(srv[i], prefix, name);
@@ -414,8 +415,10 @@ static struct ct_fixture fx_redlock =
     REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS | CT_SHARED, NULL);
 /* not CT_FAIR: a fair lock's grants go to a per-client channel outside the
  * lock's slot (DLOCK_ENOTSUP on a cluster) */
-static struct ct_fixture fx_redis_cluster =
-    REDIS_FIXTURE(cluster, "redis-cluster", "redis+cluster", REDIS_CAPS | CT_SHARED, NULL);
+static struct ct_fixture fx_redis_cluster = REDIS_FIXTURE(
+    cluster, "redis-cluster", "redis+cluster", REDIS_CAPS | CT_SHARED, &cluster_nodes);
+static struct ct_fixture fx_rediss_cluster = REDIS_FIXTURE(
+    cluster, "rediss-cluster", "rediss+cluster", REDIS_CAPS | CT_SHARED, &tls_cluster_nodes);
 #endif
 
 /* ------------------------------------------------------------ etcd, zk */
@@ -489,6 +492,7 @@ struct ct_fixture *const ct_fixtures[] = {
     &fx_redis_sentinel,
     &fx_rediss_sentinel,
     &fx_redis_cluster,
+    &fx_rediss_cluster,
     &fx_redlock,
 #endif
 #ifdef DLOCK_HAVE_ETCD
@@ -542,10 +546,11 @@ FIXTURE_HOOKS(7)
 FIXTURE_HOOKS(8)
 FIXTURE_HOOKS(9)
 FIXTURE_HOOKS(10)
+FIXTURE_HOOKS(11)
 static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4, begin_5,
-                                       begin_6, begin_7, begin_8, begin_9, begin_10};
+                                       begin_6, begin_7, begin_8, begin_9, begin_10, begin_11};
 static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5,
-                                     end_6, end_7, end_8, end_9, end_10};
+                                     end_6, end_7, end_8, end_9, end_10, end_11};
 
 /* Checked setup, in the test's own process. */
 static void test_begin(void)

@@ -569,30 +569,47 @@ bool fx_cluster_wait_ok(struct fx_cluster *t)
 
 bool fx_cluster_start(struct fx_cluster *t, size_t nmasters, size_t replicas)
 {
+    bool tls = t->tls;
     memset(t, 0, sizeof *t);
+    t->tls = tls;
     size_t n = nmasters * (1 + replicas);
     if (nmasters < 3 || n > FX_CLUSTER_MAX)
         return false;
-    const char *argv[8 + FX_CLUSTER_MAX];
+    if (tls && (!(t->certs = tu_tmpdir("redis-cluster-certs")) || !make_certs(t->certs)))
+        return false;
+    char *ca = tls ? tu_fmt("%s/ca.crt", t->certs) : NULL;
+    const char *argv[11 + FX_CLUSTER_MAX];
     size_t a = 0;
     argv[a++] = "redis-cli";
+    if (tls) {
+        argv[a++] = "--tls";
+        argv[a++] = "--cacert";
+        argv[a++] = ca;
+    }
     argv[a++] = "--cluster";
     argv[a++] = "create";
     char *addr[FX_CLUSTER_MAX];
-    size_t ul = (size_t)snprintf(t->url, sizeof t->url, "redis+cluster://");
+    size_t ul = (size_t)snprintf(t->url, sizeof t->url, tls ? "rediss+cluster://" : "redis+cluster://");
     for (t->n = 0; t->n < n; t->n++) {
         const char *extra[] = {"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
                                "--cluster-config-file", "nodes.conf", "--cluster-port",
-                               t->bus_port[t->n], NULL};
+                               t->bus_port[t->n], tls ? "--tls-cluster" : NULL, "yes",
+                               "--tls-replication", "yes", NULL};
         snprintf(t->bus_port[t->n], sizeof t->bus_port[t->n], "%d", tu_free_port());
         memcpy(t->extra[t->n], extra, sizeof extra);
-        if (!fx_redis_start(&t->node[t->n], t->extra[t->n]))
+        struct fx_redis *r = &t->node[t->n];
+        if (!(tls ? fx_redis_start_tls_with(r, t->certs, t->extra[t->n])
+                  : fx_redis_start(r, t->extra[t->n]))) {
+            free(ca);
             return false;
-        addr[t->n] = tu_fmt("127.0.0.1:%d", t->node[t->n].port);
+        }
+        addr[t->n] = tu_fmt("127.0.0.1:%d", tls ? r->tls_port : r->port);
         argv[a++] = addr[t->n];
         ul += (size_t)snprintf(t->url + ul, sizeof t->url - ul, "%s%s", t->n ? "," : "",
                                addr[t->n]);
     }
+    if (tls)
+        snprintf(t->url + ul, sizeof t->url - ul, "?tls_ca=%s", ca);
     char reps[16];
     snprintf(reps, sizeof reps, "%zu", replicas);
     argv[a++] = "--cluster-replicas";
@@ -604,6 +621,7 @@ bool fx_cluster_start(struct fx_cluster *t, size_t nmasters, size_t replicas)
     if (rc != 0)
         fprintf(stderr, "redis-cli --cluster create: exit %d\n%s\n%s\n", rc, out ? out : "",
                 err ? err : "");
+    free(ca);
     for (size_t i = 0; i < n; i++)
         free(addr[i]);
     free(out);
@@ -709,7 +727,12 @@ void fx_cluster_stop(struct fx_cluster *t)
 {
     for (size_t i = 0; i < t->n; i++)
         fx_redis_stop(&t->node[i]);
+    if (t->certs)
+        tu_rmrf(t->certs);
+    free(t->certs);
+    bool tls = t->tls;
     memset(t, 0, sizeof *t);
+    t->tls = tls; /* for a start again */
 }
 
 #endif /* DLOCK_HAVE_REDIS */

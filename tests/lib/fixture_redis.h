@@ -110,8 +110,16 @@ struct fx_cluster {
     struct fx_redis node[FX_CLUSTER_MAX]; /* the masters first, then the replicas */
     size_t n;
     char bus_port[FX_CLUSTER_MAX][16]; /* --cluster-port: a free port, not port + 10000 */
-    const char *extra[FX_CLUSTER_MAX][10];
+    const char *extra[FX_CLUSTER_MAX][14];
     char url[1024]; /* "redis+cluster://127.0.0.1:P1,127.0.0.1:P2,..." (every node) */
+    /* set before start: every node also serves TLS (one CA, in CERTS),
+     * on the cluster bus and between master and replica too (tls-cluster,
+     * tls-replication), the cluster is made over the TLS ports and URL is
+     * "rediss+cluster://<the TLS ports>?tls_ca=CA". The plain ports stay
+     * for the fixture's own looks: a node names its plain ports to a
+     * plain client (CLUSTER SLOTS, MOVED), its TLS ports to a TLS one. */
+    bool tls;
+    char *certs;
 };
 
 bool fx_cluster_start(struct fx_cluster *t, size_t nmasters, size_t replicas);

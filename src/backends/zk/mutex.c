@@ -557,15 +557,13 @@ out:
 int dlock__zk_release(void *state, struct dlock__hold *h)
 {
     struct zk_backend *zb = state;
+    struct zk_session *s;
+    int err = dlock__zk_hold_session(zb, h, &s);
     struct zk_hold *zh = h->bdata;
     h->bdata = NULL;
     if (!zh)
-        return dlock__err(DLOCK_ELOST, "%s: lock '%s' has no node", zb->servers, h->name);
-    int err = DLOCK_OK;
-    struct zk_session *s = dlock__zk_session_of_hold(zb, zh);
+        return err;
     if (!s) {
-        err = dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
-                         zb->servers, h->name, zh->path);
         dlock__zk_shadow_drop(zb, NULL, zh); /* it went with the session */
     } else {
         dlock__zk_shadow_drop(zb, s, zh); /* before the write node: never a reader left alone */
@@ -617,24 +615,18 @@ static int zk_release_within(void *state, struct dlock__hold *h, int64_t deadlin
 {
     struct zk_backend *zb = state;
     struct zk_hold *zh = h->bdata;
-    if (!zh)
-        return dlock__zk_release(state, h);
+    struct zk_session *s;
+    if (dlock__zk_hold_session(zb, h, &s))
+        return dlock__zk_release(state, h); /* nothing to send: it says why */
     h->bdata = NULL;
-    int err = DLOCK_OK;
-    struct zk_session *s = dlock__zk_session_of_hold(zb, zh);
-    if (!s) {
-        err = dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
-                         zb->servers, h->name, zh->path);
-    } else {
-        if (zh->shadow) /* before the write node: never a reader left alone */
-            dlock__zk_delete_own_node_by(zb, s, zh->shadow, deadline, NULL);
-        dlock__zk_delete_own_node_by(zb, s, zh->path, deadline, NULL);
-        dlock__zk_session_put(zb, s);
-    }
+    if (zh->shadow) /* before the write node: never a reader left alone */
+        dlock__zk_delete_own_node_by(zb, s, zh->shadow, deadline, NULL);
+    dlock__zk_delete_own_node_by(zb, s, zh->path, deadline, NULL);
+    dlock__zk_session_put(zb, s);
     free(zh->shadow);
     free(zh->path);
     free(zh);
-    return err;
+    return DLOCK_OK;
 }
 
 /* ----------------------------------------------------------------- table */

@@ -117,13 +117,10 @@ int dlock__zk_downgrade(void *state, struct dlock__hold *h)
 {
     struct zk_backend *zb = state;
     struct zk_hold *zh = h->bdata;
-    if (!zh)
-        return dlock__err(DLOCK_ELOST, "%s: lock '%s' has no node", zb->servers, h->name);
-    struct zk_session *s = dlock__zk_session_of_hold(zb, zh);
-    if (!s)
-        return dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
-                          zb->servers, h->name, zh->path);
-    int err = DLOCK_OK;
+    struct zk_session *s;
+    int err = dlock__zk_hold_session(zb, h, &s);
+    if (err)
+        return err;
     if (!zh->shadow && !shadow_make(zb, s, zh)) {
         dlock__err(DLOCK_OK, "%s", ""); /* no read node: the write node stays (see above) */
         goto out;

@@ -323,6 +323,19 @@ struct zk_session *dlock__zk_session_of_hold(struct zk_backend *zb, const struct
     return same ? s : NULL;
 }
 
+int dlock__zk_hold_session(struct zk_backend *zb, const struct dlock__hold *h,
+                           struct zk_session **out)
+{
+    const struct zk_hold *zh = h->bdata;
+    *out = zh ? dlock__zk_session_of_hold(zb, zh) : NULL;
+    if (!zh)
+        return dlock__err(DLOCK_ELOST, "%s: lock '%s' has no node", zb->servers, h->name);
+    if (!*out)
+        return dlock__err(DLOCK_ELOST, "%s: lock '%s': the session that held node %s expired",
+                          zb->servers, h->name, zh->path);
+    return DLOCK_OK;
+}
+
 int dlock__zk_session_get(struct zk_backend *zb, struct zk_session **out)
 {
     return dlock__zk_session_get_w(zb, out, NULL);

@@ -204,6 +204,11 @@ void dlock__zk_session_put(struct zk_backend *zb, struct zk_session *s);
 /* The current session with a reference when it is the one hold ZH's
  * nodes live in, else NULL (it ended: they went with it). */
 struct zk_session *dlock__zk_session_of_hold(struct zk_backend *zb, const struct zk_hold *zh);
+/* The same for hold H (h->bdata its zk_hold) into *OUT: DLOCK_OK, or
+ * DLOCK_ELOST with the message (*OUT NULL) when H has no node or the
+ * session that made it ended. */
+int dlock__zk_hold_session(struct zk_backend *zb, const struct dlock__hold *h,
+                           struct zk_session **out);
 int dlock__zk_open(struct dlock_client *c, void **state);
 void dlock__zk_close(void *state);
 int dlock__zk_renew(void *state, struct dlock__renew_batch *b);

@@ -30,6 +30,7 @@
 
 #include "dlock.h"
 #include "fixture_etcd.h"
+#include "relay.h"
 #include "testutil.h"
 
 static struct etcdf F;
@@ -2233,6 +2234,103 @@ TU_TEST_IN(stall, stalled_member_bounded_wait_behind_grant, 120)
     ck_assert_msg(first_still_stuck, "the first thread's grant ended before the 100 ms acquire");
     ck_assert_msg(done1, "a canceled acquire stuck in its grant still ran");
     grant_race_close(&g, DLOCK_ETIMEDOUT);
+}
+
+/* ========================================================= late requests */
+
+/* Client A of the single member through two relays, its requests going to
+ * LATE first -- the path the test holds, so what A sends there lands only
+ * when the test lets it, however long A has given up on it -- then to
+ * FRESH, which refuses until the test opens it (lease 60 s, timeout 1 s:
+ * while LATE holds, a request is cut there after 1 s and a bounded one,
+ * as the keeper's owed deletes are, is not sent again). B goes straight
+ * to the member. A holds NAME (its key KEY) and releases it while LATE
+ * holds: neither the release nor the delete then owed reach the member
+ * (DLOCK_EUNAVAIL), and the keeper retries that delete through LATE too. */
+struct late_frame {
+    struct tu_relay late, fresh;
+    struct tu_solo a, b;
+    char *prefix, *key;
+};
+
+static void late_open(struct late_frame *f, const char *name)
+{
+    REQUIRE_SERVERS();
+    tu_relay_start(&f->late, F.m[0].client_port, TU_RELAY_PASS);
+    tu_relay_start(&f->fresh, F.m[0].client_port, TU_RELAY_REFUSE);
+    f->a = tu_solo_open(tu_fmt("etcd://127.0.0.1:%d,127.0.0.1:%d?lease=60s&timeout=1s&"
+                               "connect_timeout=1s",
+                               f->late.port, f->fresh.port),
+                        name);
+    f->b = solo_open(NULL, name);
+    f->prefix = tu_fmt("%s/", name);
+    TU_ACQUIRE_OK(f->a.l, DLOCK_TRY);
+    f->key = ctl_keys(f->prefix);
+    ck_assert_int_eq(count_lines(f->key), 1);
+    *strchr(f->key, '\n') = 0;
+    tu_relay_set(&f->late, TU_RELAY_HOLD);
+    int rc = dlock_release(f->a.l);
+    ck_assert_msg(rc == DLOCK_EUNAVAIL || rc == DLOCK_ECONN, "release: %s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+}
+
+/* A takes NAME again, through FRESH: the same key (A's lease). Then what
+ * LATE held lands, and the later hold must still be there: its key with
+ * the create revision that is its token, B's try DLOCK_EBUSY. */
+static void late_requests_land(struct late_frame *f)
+{
+    tu_relay_set(&f->fresh, TU_RELAY_PASS);
+    TU_ACQUIRE_OK(f->a.l, 30000);
+    char *keys = ctl_keys(f->prefix);
+    ck_assert_msg(strncmp(keys, f->key, strlen(f->key)) == 0 && count_lines(keys) == 1,
+                  "the later hold's key is not %s: %s", f->key, keys);
+    free(keys);
+    uint64_t token = tu_token(f->a.l);
+    tu_relay_set(&f->late, TU_RELAY_PASS);
+    ck_assert_msg(tu_relay_wait_served(&f->late, 20000), "the held requests were never served");
+    uint64_t rev = ctl_create_rev(f->key);
+    ck_assert_msg(rev == token, "a late request ended the later hold: key %s has create revision "
+                  "%llu, the hold's token is %llu",
+                  f->key, (unsigned long long)rev, (unsigned long long)token);
+    ck_assert_int_eq(dlock_acquire(f->b.l, DLOCK_TRY), DLOCK_EBUSY);
+    TU_RELEASE_OK(f->a.l);
+    tu_solo_close(&f->a);
+    tu_solo_close(&f->b);
+    tu_relay_stop(&f->late);
+    tu_relay_stop(&f->fresh);
+    free(f->prefix);
+    free(f->key);
+}
+
+/* The delete A owes for its key after the failed release (the release's
+ * own follow-up and the keeper's retries, all cut short at LATE) reaches
+ * the member only after A took the name again with the same key, once B
+ * force-released the old one: it must not end the later hold. (Those
+ * deletes were unconditional: the late one deleted the later hold's key
+ * and another client could take the name beside A.) */
+TU_TEST_IN(single, late_owed_delete_spares_a_later_hold, 90)
+{
+    struct late_frame f;
+    late_open(&f, "late-owed");
+    ck_assert_int_eq(dlock_force_release(f.b.c, "late-owed"), DLOCK_OK);
+    ck_assert_msg(wait_key_count(f.prefix, 0), "the force-released key stayed");
+    late_requests_land(&f);
+}
+
+/* The same with the old key still there (its release never arrived): A's
+ * acquire finds it, through FRESH after its first send was cut at LATE,
+ * and must not take it for the key its first send put -- that key's
+ * release and owed deletes, compared on its create revision, would end
+ * the hold when they land. It is deleted and put anew: a new create
+ * revision, a greater token. (It was adopted, and the late release
+ * deleted it under the hold.) */
+TU_TEST_IN(single, late_release_spares_the_key_taken_again, 90)
+{
+    struct late_frame f;
+    late_open(&f, "late-again");
+    uint64_t old = ctl_create_rev(f.key);
+    ck_assert_uint_ne(old, 0);
+    late_requests_land(&f);
 }
 
 /* Each case's tests share its members (an unchecked fixture).

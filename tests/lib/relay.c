@@ -1,0 +1,168 @@
+/* relay.c -- a TCP relay a test can hold, so that a request its client
+ * gave up on reaches the server late (see relay.h for why).
+ */
+#include "relay.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define RELAY_MAX 128
+
+/* One relayed connection: CLI from the client (-1 once the client has
+ * gone: the server side stays open, so the server never takes what came
+ * from it for a canceled request), SRV to the server; AWAITING while what
+ * passed to the server has had no reply since. */
+struct relayed {
+    int cli, srv;
+    bool awaiting;
+};
+
+static int dial_loopback(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static bool send_all(int fd, const char *buf, ssize_t len)
+{
+    while (len > 0) {
+        ssize_t w = send(fd, buf, (size_t)len, MSG_NOSIGNAL);
+        if (w <= 0)
+            return false;
+        buf += w;
+        len -= w;
+    }
+    return true;
+}
+
+/* Move what is ready on C (POLLED: the revents of its client and server
+ * sides); false once the server side is gone (C is to be dropped). */
+static bool relay_move(struct relayed *c, short cli_ev, short srv_ev)
+{
+    char buf[65536];
+    if (c->cli >= 0 && (cli_ev & (POLLIN | POLLHUP | POLLERR))) {
+        ssize_t got = read(c->cli, buf, sizeof buf);
+        if (got > 0) {
+            if (!send_all(c->srv, buf, got))
+                return false;
+            c->awaiting = true;
+        } else {
+            close(c->cli); /* gone: what it sent is with the server now */
+            c->cli = -1;
+        }
+    }
+    if (srv_ev & (POLLIN | POLLHUP | POLLERR)) {
+        ssize_t got = read(c->srv, buf, sizeof buf);
+        if (got <= 0)
+            return false;
+        c->awaiting = false;
+        if (c->cli >= 0 && !send_all(c->cli, buf, got)) {
+            close(c->cli);
+            c->cli = -1;
+        }
+    }
+    return true;
+}
+
+static void *relay_main(void *arg)
+{
+    struct tu_relay *r = arg;
+    struct relayed c[RELAY_MAX];
+    int n = 0;
+    while (!atomic_load(&r->stop)) {
+        unsigned pass = atomic_fetch_add(&r->passes, 1) + 1;
+        int mode = atomic_load(&r->mode);
+        bool from_clients = mode != TU_RELAY_HOLD;
+        struct pollfd pf[1 + 2 * RELAY_MAX];
+        pf[0] = (struct pollfd){.fd = from_clients ? r->listen_fd : -1, .events = POLLIN};
+        bool awaiting = false;
+        for (int i = 0; i < n; i++) {
+            pf[1 + 2 * i] = (struct pollfd){.fd = from_clients ? c[i].cli : -1, .events = POLLIN};
+            pf[2 + 2 * i] = (struct pollfd){.fd = c[i].srv, .events = POLLIN};
+            awaiting |= c[i].awaiting;
+        }
+        int polled = n;
+        int ready = poll(pf, (nfds_t)(1 + 2 * n), 20);
+        if (ready == 0 && mode == TU_RELAY_PASS && !awaiting)
+            atomic_store(&r->settled_at, pass);
+        if (ready <= 0)
+            continue;
+        if (pf[0].revents & POLLIN) {
+            int fd = accept4(r->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            int srv = fd >= 0 && mode == TU_RELAY_PASS && n < RELAY_MAX ? dial_loopback(r->target)
+                                                                        : -1;
+            if (srv >= 0)
+                c[n++] = (struct relayed){fd, srv, false};
+            else if (fd >= 0)
+                close(fd);
+        }
+        /* (last first: a dropped one's place takes one already moved, or
+         * one accepted just now) */
+        for (int i = polled - 1; i >= 0; i--) {
+            if (relay_move(&c[i], pf[1 + 2 * i].revents, pf[2 + 2 * i].revents))
+                continue;
+            if (c[i].cli >= 0)
+                close(c[i].cli);
+            close(c[i].srv);
+            c[i] = c[--n];
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (c[i].cli >= 0)
+            close(c[i].cli);
+        close(c[i].srv);
+    }
+    return NULL;
+}
+
+void tu_relay_start(struct tu_relay *r, int target, enum tu_relay_mode mode)
+{
+    memset(r, 0, sizeof *r);
+    r->target = target;
+    atomic_store(&r->mode, mode);
+    r->listen_fd = tu_listen_loopback(&r->port, RELAY_MAX);
+    ck_assert_int_ge(r->listen_fd, 0);
+    ck_assert_int_eq(pthread_create(&r->thread, NULL, relay_main, r), 0);
+}
+
+void tu_relay_set(struct tu_relay *r, enum tu_relay_mode mode)
+{
+    atomic_store(&r->mode, mode);
+    /* In force once the loop that may have read the old mode is over: the
+     * next one reads the new one. */
+    unsigned now = atomic_load(&r->passes);
+    while (atomic_load(&r->passes) <= now)
+        tu_sleep_ms(1);
+}
+
+bool tu_relay_wait_served(struct tu_relay *r, int timeout_ms)
+{
+    unsigned from = atomic_load(&r->passes);
+    for (int waited = 0; waited < timeout_ms; waited += 10) {
+        if (atomic_load(&r->settled_at) > from)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+void tu_relay_stop(struct tu_relay *r)
+{
+    atomic_store(&r->stop, 1);
+    pthread_join(r->thread, NULL);
+    close(r->listen_fd);
+}

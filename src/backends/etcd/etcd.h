@@ -306,6 +306,8 @@ int64_t dlock__etcd_int(const json_t *obj, const char *field);
  * while our lease lives on. */
 struct etcd_orphan {
     char *key;
+    int64_t rev; /* its create revision when we made it; 0 = not known (a
+                    put whose reply was lost): read before the delete */
     struct etcd_orphan *next;
 };
 
@@ -430,11 +432,16 @@ char *dlock__etcd_contender_name(struct etcd_backend *s, const json_t *kv);
 
 /* ============================================================= lease.c */
 
-/* Delete KEY within (DEADLINE, W); on failure remember it as an orphan to
- * try again later. True when the key is gone (or can never be deleted by
- * us: no permission). */
-bool dlock__etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
-                     struct dlock__wait *w);
+/* Delete KEY within (DEADLINE, W) if its create revision is still REV,
+ * the one we created it at (0: not known, a put whose reply was lost --
+ * the key is read first and the delete compared on what that read
+ * found); on failure remember it as an orphan to try again later. A
+ * delete that lands late (its reply lost, or retried by the keeper)
+ * thus never takes a later hold's key: the same key name (our lease),
+ * another create revision. True when the key is gone or no longer the
+ * one we made (or can never be deleted by us: no permission). */
+bool dlock__etcd_delete_key(struct etcd_backend *s, const char *key, int64_t rev,
+                            int64_t deadline, struct dlock__wait *w);
 /* KEY is about to be ours again (put by an acquire): it is no orphan any
  * more. When a sweep's delete of it is in flight, wait until it is done
  * (it must not land after our put) within W's deadline and cancel:
@@ -444,6 +451,14 @@ int dlock__etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dl
 
 /* ============================================================ mutex.c */
 
+/* The transaction "delete KEY if its create revision is REV" (NULL: out
+ * of memory): how every delete of a key of ours is sent -- a release, a
+ * withdrawn waiter, an owed delete -- so one that reaches etcd late never
+ * takes a later hold's key (same name, another create revision). */
+json_t *dlock__etcd_delete_if_txn(const char *key, int64_t rev);
+/* Send it within LIM (WHAT names it in errors). */
+int dlock__etcd_delete_if_rev(struct etcd_backend *s, const char *key, int64_t rev,
+                              const char *what, const struct etcd_limits *lim);
 /* Send REQ (taken over; NULL: out of memory, said so) as a transaction
  * to /v3/kv/txn, the reply into *REPLY; WHAT, *CODE and LIM as
  * dlock__etcd_call_lim's. */
@@ -501,7 +516,7 @@ void dlock__etcd_lease_dead(struct etcd_backend *s, const struct lease_ref *lr);
 int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
                               struct dlock__wait *w, size_t *busy);
 /* The backend's multi_release: every member's guarded delete
- * (dlock__etcd_release_txn) nested in one transaction. */
+ * (dlock__etcd_delete_if_txn) nested in one transaction. */
 int dlock__etcd_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs);
 
 /* ========================================================== rwmutex.c */
@@ -529,13 +544,11 @@ int dlock__etcd_sem_inspect(void *state, const char *name, unsigned permits,
 /* mutex.c's release(): deletes a hold's key if it is still the one made
  * (the same for a permit's key). */
 int dlock__etcd_release(void *state, struct dlock__hold *h);
-/* Its pieces, shared with a multi-lock's release (multi.c): the txn that
- * deletes EH's key if it is still the one made (NULL: out of memory);
- * the hold's result from the call's RC and whether that txn SUCCEEDED
+/* Its pieces, shared with a multi-lock's release (multi.c): the hold's
+ * result from the call's RC and whether that txn SUCCEEDED
  * (RESENT: sent again after a lost reply, so a key found gone was most
  * likely ours deleted), a transient failure's delete remembered for
  * later; and EH freed, its own lease revoked (the message of RC kept). */
-json_t *dlock__etcd_release_txn(const struct etcd_hold *eh);
 int dlock__etcd_release_answer(struct etcd_backend *s, struct dlock__hold *h,
                                const struct etcd_hold *eh, int rc, bool succeeded, bool resent);
 void dlock__etcd_hold_drop(struct etcd_backend *s, struct etcd_hold *eh, int rc);

@@ -91,18 +91,10 @@ int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info)
  * one that reply saw (not a newer owner that came meanwhile). */
 static int force_delete(struct etcd_backend *s, json_t *kv, const char *what)
 {
-    const char *kb = json_string_value(json_object_get(kv, "key"));
-    char *rev = dlock__etcd_i64s(dlock__etcd_int(kv, "create_revision"));
     char *key = dlock__etcd_kv_key(kv);
-    json_t *del = kb && rev && key
-                      ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "result",
-                                  "EQUAL", "target", "CREATE", "key", kb, "create_revision", rev,
-                                  "success", "request_delete_range", dlock__etcd_range(key, false))
-                      : NULL;
-    json_t *dreply = NULL;
-    int rc = dlock__etcd_txn(s, del, &dreply, what, NULL, NULL);
-    json_decref(dreply);
-    free(rev);
+    int rc = key ? dlock__etcd_delete_if_rev(s, key, dlock__etcd_int(kv, "create_revision"), what,
+                                             NULL)
+                 : dlock__etcd_nomem(s);
     free(key);
     return rc;
 }

@@ -271,8 +271,9 @@ int dlock__etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
 
 /* --------------------------------------------------------------- orphans */
 
-/* Put KEY (ours now) on the orphan list (mu held). */
-static void orphan_add(struct etcd_backend *s, char *key)
+/* Put KEY (ours now; created at REV, 0 = not known) on the orphan list
+ * (mu held). */
+static void orphan_add(struct etcd_backend *s, char *key, int64_t rev)
 {
     struct etcd_orphan *o = calloc(1, sizeof *o);
     if (!o) {
@@ -280,23 +281,53 @@ static void orphan_add(struct etcd_backend *s, char *key)
         return;
     }
     o->key = key;
+    o->rev = rev;
     o->next = s->orphans;
     s->orphans = o;
 }
 
-/* One delete of KEY within (DEADLINE, W): true when the key is gone (or
- * can never be deleted by us: no permission). */
-static bool delete_once(struct etcd_backend *s, const char *key, int64_t deadline,
-                        struct dlock__wait *w)
+/* The create revision of KEY now (*REV; 0 = absent), read within LIM. */
+static int read_create_rev(struct etcd_backend *s, const char *key, int64_t *rev,
+                           const char *what, const struct etcd_limits *lim)
 {
     json_t *req = dlock__etcd_range(key, false), *reply = NULL;
+    if (req && json_object_set_new(req, "keys_only", json_true())) {
+        json_decref(req);
+        req = NULL;
+    }
+    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/range", req, &reply, what, NULL, NULL, lim)
+                 : dlock__etcd_nomem(s);
+    if (!rc)
+        *rev = dlock__etcd_int(json_array_get(json_object_get(reply, "kvs"), 0),
+                               "create_revision");
+    json_decref(req);
+    json_decref(reply);
+    return rc;
+}
+
+/* One delete of KEY within (DEADLINE, W), compared on its create
+ * revision *REV (0 = not known: read first, and *REV set to what the read
+ * found): true when the key is gone or another one now (or can never be
+ * deleted by us: no permission). The read comes before any later acquire
+ * of KEY puts it again: that acquire forgets the orphan, or waits for the
+ * sweep's delete of it in flight (dlock__etcd_orphan_forget). */
+static bool delete_once(struct etcd_backend *s, const char *key, int64_t *rev, int64_t deadline,
+                        struct dlock__wait *w)
+{
     struct etcd_limits lim = {deadline, w};
     char what[1200];
     snprintf(what, sizeof what, "delete own key %s", key);
-    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/deleterange", req, &reply, what, NULL, NULL, &lim)
-                 : DLOCK_ENOMEM;
-    json_decref(req);
-    json_decref(reply);
+    int rc = DLOCK_OK;
+    if (*rev <= 0) {
+        int64_t now_rev = 0;
+        rc = read_create_rev(s, key, &now_rev, what, &lim);
+        if (!rc && !now_rev)
+            return true; /* not there: nothing of ours to delete */
+        if (!rc)
+            *rev = now_rev;
+    }
+    if (!rc)
+        rc = dlock__etcd_delete_if_rev(s, key, *rev, what, &lim);
     return rc == DLOCK_OK || rc == DLOCK_EAUTH;
 }
 
@@ -317,16 +348,16 @@ static int orphans_cleanup(void *state, void *arg, int64_t deadline)
     return left ? DLOCK_EUNAVAIL : DLOCK_OK;
 }
 
-bool dlock__etcd_delete_key(struct etcd_backend *s, const char *key, int64_t deadline,
-                     struct dlock__wait *w)
+bool dlock__etcd_delete_key(struct etcd_backend *s, const char *key, int64_t rev,
+                            int64_t deadline, struct dlock__wait *w)
 {
-    if (delete_once(s, key, deadline, w))
+    if (delete_once(s, key, &rev, deadline, w))
         return true;
     char *copy = strdup(key);
     if (!copy)
         return false;
     pthread_mutex_lock(&s->mu);
-    orphan_add(s, copy);
+    orphan_add(s, copy, rev);
     bool queue = !s->sweep_queued;
     s->sweep_queued = true;
     pthread_mutex_unlock(&s->mu);
@@ -349,8 +380,10 @@ bool dlock__etcd_delete_key(struct etcd_backend *s, const char *key, int64_t dea
  * a delete is on the wire; the key in flight is s->deleting, which
  * dlock__etcd_orphan_forget() waits for. The keys are taken off the list
  * one at a time, as each is sent: one still waiting its turn stays where
- * an acquire of it forgets it (orphan_drop), so the sweep never deletes
- * the key a later hold put. */
+ * an acquire of it forgets it (orphan_drop). And each delete is compared
+ * on the create revision the key was made at: one cut short by its
+ * deadline, which a member applies afterwards, finds a later hold's key
+ * (same name, our lease; another create revision) and leaves it. */
 static void orphans_sweep(struct etcd_backend *s, int64_t deadline)
 {
     pthread_mutex_lock(&s->mu);
@@ -364,13 +397,13 @@ static void orphans_sweep(struct etcd_backend *s, int64_t deadline)
         s->orphans = o->next;
         s->deleting = o->key;
         pthread_mutex_unlock(&s->mu);
-        bool reachable = delete_once(s, o->key, deadline, NULL);
+        bool reachable = delete_once(s, o->key, &o->rev, deadline, NULL);
         pthread_mutex_lock(&s->mu);
         s->deleting = NULL;
         if (reachable)
             free(o->key);
         else
-            orphan_add(s, o->key);
+            orphan_add(s, o->key, o->rev); /* (with the revision a read found) */
         free(o);
         dlock__waitset_wake_all(&s->forget_ws);
         if (!reachable)

@@ -96,13 +96,14 @@ static json_t *set_txn(struct etcd_backend *s, struct dlock__hold **hs, const st
 }
 
 /* Take the keys of the set back (a put that may have happened, or the
- * first of two sends that did), within DEADLINE; what is not done now is
+ * first of two sends that did: their create revision is not known, each
+ * is read before its delete), within DEADLINE; what is not done now is
  * remembered and done later (dlock__etcd_delete_key). */
 static void withdraw_all(struct etcd_backend *s, const struct member *mb, size_t n,
                          int64_t deadline)
 {
     for (size_t i = 0; i < n; i++)
-        dlock__etcd_delete_key(s, mb[i].key, deadline, NULL);
+        dlock__etcd_delete_key(s, mb[i].key, 0, deadline, NULL);
 }
 
 int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
@@ -169,10 +170,10 @@ int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
         for (size_t i = 0; !rc && i < n; i++) {
             struct etcd_hold *eh = calloc(1, sizeof *eh);
             if (!eh) { /* the others are registered: the core releases them */
-                dlock__etcd_delete_key(s, mb[i].key, dlock__now_ms() + 1000, NULL);
+                dlock__etcd_delete_key(s, mb[i].key, rev, dlock__now_ms() + 1000, NULL);
                 rc = dlock__etcd_nomem(s);
                 for (size_t j = i + 1; j < n; j++)
-                    dlock__etcd_delete_key(s, mb[j].key, dlock__now_ms() + 1000, NULL);
+                    dlock__etcd_delete_key(s, mb[j].key, rev, dlock__now_ms() + 1000, NULL);
                 for (size_t j = 0; j < i; j++)
                     dlock__etcd_release(s, hs[j]);
                 break;
@@ -224,7 +225,8 @@ int dlock__etcd_multi_release(void *state, struct dlock__hold **hs, size_t n, in
     json_t *ops = json_array();
     bool good = ops != NULL;
     for (size_t i = 0; good && i < n; i++) {
-        json_t *one = dlock__etcd_release_txn(hs[i]->bdata);
+        const struct etcd_hold *eh = hs[i]->bdata;
+        json_t *one = dlock__etcd_delete_if_txn(eh->key, eh->rev);
         good = one && !json_array_append_new(ops, json_pack("{s:o}", "request_txn", one));
     }
     json_t *req = good ? json_pack("{s:o}", "success", ops) : NULL;

@@ -48,9 +48,7 @@ char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name)
 
 /* ---------------------------------------------------------------- acquire */
 
-/* Delete KEY if its create revision is still REV (one transaction). */
-static int delete_if_rev(struct etcd_backend *s, const char *key, int64_t rev, const char *what,
-                         const struct etcd_limits *lim)
+json_t *dlock__etcd_delete_if_txn(const char *key, int64_t rev)
 {
     char *kb = dlock__etcd_b64(key, strlen(key));
     char *rs = dlock__etcd_i64s(rev);
@@ -61,8 +59,14 @@ static int delete_if_rev(struct etcd_backend *s, const char *key, int64_t rev, c
                         "request_delete_range", dlock__etcd_range(key, false));
     free(kb);
     free(rs);
+    return req;
+}
+
+int dlock__etcd_delete_if_rev(struct etcd_backend *s, const char *key, int64_t rev,
+                              const char *what, const struct etcd_limits *lim)
+{
     json_t *reply = NULL;
-    int rc = dlock__etcd_txn(s, req, &reply, what, NULL, lim);
+    int rc = dlock__etcd_txn(s, dlock__etcd_delete_if_txn(key, rev), &reply, what, NULL, lim);
     json_decref(reply);
     return rc;
 }
@@ -81,10 +85,13 @@ int dlock__etcd_txn(struct etcd_backend *s, json_t *req, json_t **reply, const c
  * and read the oldest contender it waits for (*OWNER_REV; our own
  * revision when none is older), in one transaction (Go's tryAcquire).
  * The core calls acquire only for an owner that holds nothing here, so
- * a KEY that already exists when our request was not sent twice is a
- * leftover of a release that did not reach the member: it is deleted
- * and put anew (a new create revision: a new, greater token), never
- * adopted with its old token. */
+ * a KEY that already exists is a leftover -- of a release that did not
+ * reach the member, or of our own first send when the request went out
+ * twice (the two cannot be told apart): it is deleted, compared on its
+ * create revision, and put anew (a new create revision: a new, greater
+ * token), never adopted. An adopted leftover would keep the revision its
+ * release, or an owed delete of it, is compared on: landing late, that
+ * delete would take the new hold's key. */
 static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *h,
                               const char *key, const char *pfx, int64_t lease, int64_t *my_rev,
                               int64_t *owner_rev, int *code, const struct etcd_limits *lim)
@@ -112,19 +119,20 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "acquire '%s' (key %s)", name, key);
-    bool resent = false, created = false;
+    bool created = false;
     int rc;
     for (int round = 0;; round++) {
-        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, &resent, lim);
+        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
         if (rc)
             break;
         created = json_is_true(json_object_get(reply, "succeeded"));
-        if (created || resent || round > 0)
-            break;
+        if (created || round > 0)
+            break; /* (found again: put by this round's first send, its
+                      reply lost -- no delete was ever sent for it) */
         int64_t stale = dlock__etcd_int(dlock__etcd_txn_kv(reply, 0), "create_revision");
         json_decref(reply);
         reply = NULL;
-        if ((rc = delete_if_rev(s, key, stale, what, lim)))
+        if ((rc = dlock__etcd_delete_if_rev(s, key, stale, what, lim)))
             break;
     }
     json_decref(req);
@@ -148,7 +156,8 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
  * lease -- no contender holds or queues: the lock is ours in this one
  * round trip, the common case -- and otherwise read the oldest contender
  * without putting anything: *MY_REV is the key's create revision, 0 when
- * it was not put; then *BUSY says whether a contender other than our own
+ * it was not put (or only maybe, by a first send whose reply was lost);
+ * then *BUSY says whether a contender other than our own
  * leftover KEY is in the queue (we would wait). A key that will wait is
  * thus never created on the hold's lease, which a process killed before
  * it could move the key to the waiters' lease would leave in the queue
@@ -178,8 +187,7 @@ static int put_if_alone(struct etcd_backend *s, const struct dlock__hold *h, con
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "acquire '%s' (key %s)", h->name, key);
-    bool resent = false;
-    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, &resent, lim)
+    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim)
                  : dlock__etcd_nomem(s);
     json_decref(req);
     if (rc)
@@ -198,11 +206,9 @@ static int put_if_alone(struct etcd_backend *s, const struct dlock__hold *h, con
     char *owner_key = owner ? dlock__etcd_kv_key(owner) : NULL;
     if (owner && !owner_key && !rc)
         rc = dlock__etcd_nomem(s);
+    /* (our own key first: a leftover, or our request's first send when
+     * it went out twice -- put_and_read_owner() puts it anew) */
     *busy = owner_key && strcmp(owner_key, key) != 0;
-    /* Our own key first: a request sent again whose first went through
-     * put it (ours); else it is a leftover, put_and_read_owner()'s job */
-    if (owner_key && !*busy && resent)
-        *my_rev = dlock__etcd_int(owner, "create_revision");
     free(owner_key);
     json_decref(owner);
     return rc;
@@ -268,8 +274,11 @@ static int look(struct etcd_backend *s, const struct dlock__hold *h, const char 
     return rc;
 }
 
-/* Give up a contention: remove our key (and our own lease) without
- * outliving the caller's bound. A wait that timed out or was canceled
+/* Give up a contention: remove our key (created at REV, 0 = not known:
+ * a put whose reply was lost) and our own lease, without outliving the
+ * caller's bound. The delete is compared on the key's create revision
+ * (dlock__etcd_delete_key), so one that lands late leaves a later hold's
+ * key alone. A wait that timed out or was canceled
  * (RC) sends nothing: the delete goes to the core's cleanup queue and the
  * keeper does it. Otherwise it is sent now, cut to the wait's deadline
  * and to GRACE_MS: a whole WITHDRAW_GRACE_MS while the member answers
@@ -277,8 +286,8 @@ static int look(struct etcd_backend *s, const struct dlock__hold *h, const char 
  * last request (it will not answer now either). A delete that fails or
  * is not sent is remembered and done later; an own lease not revoked
  * expires by its TTL, carrying nothing once the key is gone. */
-static void withdraw(struct etcd_backend *s, const char *key, const struct lease_ref *lr,
-                     struct dlock__wait *w, int rc, int64_t grace_ms)
+static void withdraw(struct etcd_backend *s, const char *key, int64_t rev,
+                     const struct lease_ref *lr, struct dlock__wait *w, int rc, int64_t grace_ms)
 {
     int64_t now = dlock__now_ms(), deadline = now + grace_ms;
     int64_t until = dlock__wait_deadline(w);
@@ -289,7 +298,7 @@ static void withdraw(struct etcd_backend *s, const char *key, const struct lease
     struct etcd_limits lim = {deadline, NULL};
     if (lr->own && dlock__time_left(deadline, 1) > 0)
         dlock__etcd_lease_revoke(s, lr->id, &lim); /* takes the key with it */
-    dlock__etcd_delete_key(s, key, deadline, NULL);
+    dlock__etcd_delete_key(s, key, rev, deadline, NULL);
 }
 
 /* A failure RC of a request cut short by the wait W's deadline is that
@@ -588,7 +597,7 @@ restart:
         /* A put that may have happened: the member did not answer, so it
          * gets no more than a slice for the delete. */
         if (dlock__etcd_put_failed(w, &rc, msg))
-            withdraw(s, key, &lr, w, rc, WITHDRAW_SLICE_MS);
+            withdraw(s, key, my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
         else if (own)
             dlock__etcd_lease_revoke(s, lr.id, NULL);
         free(pfx);
@@ -596,7 +605,7 @@ restart:
         return dlock__errmsg_restore(rc, msg);
     }
     if (owner_rev != my_rev && dlock__wait_try_once(w)) {
-        withdraw(s, key, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
+        withdraw(s, key, my_rev, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
         free(pfx);
         free(key);
         return DLOCK_EBUSY;
@@ -620,7 +629,7 @@ restart:
             rc = wait_turn(s, h, w, key, pfx, my_rev, &lr, &wl, &moved_back, msg);
         if (rc == RESTART) {
             if (on_waiters_lease) /* (a key on the waiters' lease outlives a lost hold lease) */
-                dlock__etcd_delete_key(s, key, dlock__wait_deadline(w), w);
+                dlock__etcd_delete_key(s, key, my_rev, dlock__wait_deadline(w), w);
             if (restarts++ < 5)
                 goto restart;
             rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing while "
@@ -632,7 +641,7 @@ restart:
              * any: an outage; none says the other owner kept it) */
             bool answering;
             rc = dlock__etcd_wait_failed(w, rc, msg, &answering);
-            withdraw(s, key, &lr, w, rc, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
+            withdraw(s, key, my_rev, &lr, w, rc, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
             free(pfx);
             free(key);
             return dlock__errmsg_restore(rc, msg);
@@ -654,7 +663,7 @@ restart:
         if (rc == DLOCK_ELOST) { /* the hold's lease is gone; our key, maybe not */
             dlock__etcd_lease_dead(s, &lr);
             if (on_waiters_lease)
-                dlock__etcd_delete_key(s, key, dlock__wait_deadline(w), w);
+                dlock__etcd_delete_key(s, key, my_rev, dlock__wait_deadline(w), w);
         }
         goto restart;
     }
@@ -664,7 +673,7 @@ restart:
                             s->label, h->name, key);
         rc = dlock__etcd_timed_out(w, rc);
         dlock__errmsg_save(msg);
-        withdraw(s, key, &lr, w, rc, WITHDRAW_SLICE_MS);
+        withdraw(s, key, my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
         free(pfx);
         free(key);
         return dlock__errmsg_restore(rc, msg);
@@ -672,7 +681,7 @@ restart:
     free(pfx);
     struct etcd_hold *eh = calloc(1, sizeof *eh);
     if (!eh) {
-        withdraw(s, key, &lr, w, DLOCK_ENOMEM, WITHDRAW_GRACE_MS);
+        withdraw(s, key, my_rev, &lr, w, DLOCK_ENOMEM, WITHDRAW_GRACE_MS);
         free(key);
         return dlock__etcd_nomem(s);
     }
@@ -696,20 +705,6 @@ void dlock__etcd_hold_keep(struct etcd_backend *s, struct dlock__hold *h, struct
 
 /* ---------------------------------------------------------------- release */
 
-json_t *dlock__etcd_release_txn(const struct etcd_hold *eh)
-{
-    char *kb = dlock__etcd_b64(eh->key, strlen(eh->key));
-    char *rev = dlock__etcd_i64s(eh->rev);
-    json_t *req = NULL;
-    if (kb && rev)
-        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "result", "EQUAL",
-                        "target", "CREATE", "key", kb, "create_revision", rev, "success",
-                        "request_delete_range", dlock__etcd_range(eh->key, false));
-    free(kb);
-    free(rev);
-    return req;
-}
-
 int dlock__etcd_release_answer(struct etcd_backend *s, struct dlock__hold *h,
                                const struct etcd_hold *eh, int rc, bool succeeded, bool resent)
 {
@@ -722,7 +717,7 @@ int dlock__etcd_release_answer(struct etcd_backend *s, struct dlock__hold *h,
     if (rc && dlock__etcd_transient(rc)) {
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
-        dlock__etcd_delete_key(s, eh->key, 0, NULL); /* remembered for a later retry */
+        dlock__etcd_delete_key(s, eh->key, eh->rev, 0, NULL); /* remembered for a later retry */
         dlock__errmsg_restore(rc, msg);
     }
     return rc;
@@ -748,7 +743,7 @@ int dlock__etcd_release(void *state, struct dlock__hold *h)
         return DLOCK_OK;
     h->bdata = NULL;
     /* Delete the key only if it is still the one we created. */
-    json_t *req = dlock__etcd_release_txn(eh);
+    json_t *req = dlock__etcd_delete_if_txn(eh->key, eh->rev);
     int rc;
     json_t *reply = NULL;
     if (!req) {
@@ -781,7 +776,7 @@ static int etcd_release_within(void *state, struct dlock__hold *h, int64_t deadl
         return DLOCK_OK;
     h->bdata = NULL;
     struct etcd_limits lim = {deadline, NULL};
-    json_t *req = (dlock__time_left(deadline, 1) > 0) ? dlock__etcd_release_txn(eh) : NULL;
+    json_t *req = (dlock__time_left(deadline, 1) > 0) ? dlock__etcd_delete_if_txn(eh->key, eh->rev) : NULL;
     json_t *reply = NULL;
     int rc = DLOCK_ETIMEDOUT;
     if (req) {
@@ -799,7 +794,7 @@ static int etcd_release_within(void *state, struct dlock__hold *h, int64_t deadl
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     if (rc == DLOCK_ETIMEDOUT || dlock__etcd_transient(rc)) {
-        dlock__etcd_delete_key(s, eh->key, dlock__now_ms(), NULL); /* owed: nothing sent now */
+        dlock__etcd_delete_key(s, eh->key, eh->rev, dlock__now_ms(), NULL); /* owed: nothing sent now */
         rc = DLOCK_OK;
     }
     if (eh->own_lease && (dlock__time_left(deadline, 1) > 0))

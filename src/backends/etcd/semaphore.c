@@ -156,6 +156,21 @@ static bool holds_in(const char *dir, json_t *resp, int64_t my_rev, unsigned k, 
     return *mine && before + k <= n;
 }
 
+/* The create revision of the key whose base64 is KB in range response
+ * RESP; 0 when it is not there. */
+static int64_t create_rev_in(json_t *resp, const char *kb)
+{
+    size_t i;
+    json_t *kv;
+    json_array_foreach(json_object_get(resp, "kvs"), i, kv)
+    {
+        const char *key = json_string_value(json_object_get(kv, "key"));
+        if (key && strcmp(key, kb) == 0)
+            return dlock__etcd_int(kv, "create_revision");
+    }
+    return 0;
+}
+
 /* The stored count of range response RESP (0 when absent); *TEXT gets its
  * value for messages. */
 static unsigned long stored_count(json_t *resp, char text[32])
@@ -226,10 +241,15 @@ static int put_key(struct etcd_backend *s, const struct dlock__hold *h, const st
         if (rc)
             break;
         if (json_is_true(json_object_get(reply, "succeeded"))) {
-            *my_rev = *at = dlock__etcd_header_rev(reply);
+            json_t *queue = dlock__etcd_txn_range(reply, attempt % 2 ? 2 : 1);
+            *at = dlock__etcd_header_rev(reply);
+            /* (our put's revision unless a first send, its reply lost,
+             * had made the key: the put keeps its create revision) */
+            *my_rev = create_rev_in(queue, kb);
+            if (!*my_rev)
+                *my_rev = *at;
             bool mine;
-            *held = holds_in(k->dir, dlock__etcd_txn_range(reply, attempt % 2 ? 2 : 1), *my_rev,
-                             h->sem->k, n, &mine);
+            *held = holds_in(k->dir, queue, *my_rev, h->sem->k, n, &mine);
             json_decref(reply);
             break;
         }
@@ -357,16 +377,18 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
     return rc;
 }
 
-/* Give KEY up: deleted now within GRACE_MS while the member answers (a
- * waiter's key in front would hold others up), else by the keeper. */
-static void give_up(struct etcd_backend *s, const char *key, const struct lease_ref *lr,
-                    int64_t grace_ms)
+/* Give KEY up (created at REV, 0 = not known: a put whose reply was
+ * lost): deleted now within GRACE_MS while the member answers (a waiter's
+ * key in front would hold others up), else by the keeper; compared on
+ * its create revision either way (dlock__etcd_delete_key). */
+static void give_up(struct etcd_backend *s, const char *key, int64_t rev,
+                    const struct lease_ref *lr, int64_t grace_ms)
 {
     int64_t deadline = dlock__now_ms() + grace_ms;
     struct etcd_limits lim = {deadline, NULL};
     if (lr->own && grace_ms > 0)
         dlock__etcd_lease_revoke(s, lr->id, &lim); /* takes the key with it */
-    dlock__etcd_delete_key(s, key, deadline, NULL);
+    dlock__etcd_delete_key(s, key, rev, deadline, NULL);
 }
 
 int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
@@ -385,6 +407,7 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
     for (int restarts = 0;; restarts++) {
         free(key);
         key = NULL;
+        my_rev = 0;
         if (own && lr.id)
             dlock__etcd_lease_revoke(s, lr.id, &lim);
         rc = own ? DLOCK_EBUSY : dlock__etcd_session_lease(s, h->name, &lr, &lim);
@@ -415,14 +438,14 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
         if (rc) {
             /* A put that may have happened: the keeper deletes the key. */
             if (dlock__etcd_put_failed(w, &rc, msg))
-                give_up(s, key, &lr, 0);
+                give_up(s, key, my_rev, &lr, 0);
             else if (own)
                 dlock__etcd_lease_revoke(s, lr.id, NULL);
             dlock__errmsg_restore(rc, msg);
             break;
         }
         if (!held && dlock__wait_try_once(w)) {
-            give_up(s, key, &lr, GIVE_UP_GRACE_MS);
+            give_up(s, key, my_rev, &lr, GIVE_UP_GRACE_MS);
             rc = dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': fewer than %u of its %u permits "
                                          "free", s->label, h->name, h->sem->k, h->sem->permits);
             break;
@@ -456,7 +479,7 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
             rc = RESTART;
         }
         if (rc == RESTART && restarts < 5) {
-            give_up(s, key, &lr, 0);
+            give_up(s, key, my_rev, &lr, 0);
             continue;
         }
         if (rc == RESTART)
@@ -469,7 +492,7 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
                 snprintf(msg, sizeof msg, "%s: semaphore '%s': %s", s->label, h->name,
                          rc == DLOCK_ECANCELED ? "wait canceled"
                                                : "timed out waiting for a permit");
-            give_up(s, key, &lr, answering ? GIVE_UP_GRACE_MS : 0);
+            give_up(s, key, my_rev, &lr, answering ? GIVE_UP_GRACE_MS : 0);
             dlock__errmsg_restore(rc, msg);
         }
         break;
@@ -477,7 +500,7 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
     sem_keys_free(&k);
     struct etcd_hold *eh = rc ? NULL : calloc(1, sizeof *eh);
     if (!rc && !eh) {
-        give_up(s, key, &lr, GIVE_UP_GRACE_MS);
+        give_up(s, key, my_rev, &lr, GIVE_UP_GRACE_MS);
         rc = dlock__etcd_nomem(s);
     }
     if (rc) {

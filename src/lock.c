@@ -112,6 +112,13 @@ static const char *owner_word(const dlock_lock *l)
     return l->owner ? "handle" : "thread";
 }
 
+/* DLOCK_ENOTOWNER, said: L's owner holds nothing on its name. */
+static int not_held(const dlock_lock *l)
+{
+    return dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
+                      owner_word(l));
+}
+
 static void hold_free(struct dlock__hold *h)
 {
     if (h) {
@@ -834,8 +841,7 @@ int dlock_release(dlock_lock *l)
     pthread_mutex_lock(&c->mu);
     struct dlock__hold *h = hold_of(l->e, owner_of(l));
     if (!h)
-        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
-                        owner_word(l));
+        rc = not_held(l);
     else if (h->count > 1 && h->state == DLOCK__HELD && h->shared_levels &&
              l->mode == DLOCK_SHARED) {
         h->count--; /* a read level of a writer */
@@ -934,8 +940,7 @@ int dlock_lock_inherit_fd(dlock_lock *l, int *fd)
     pthread_mutex_lock(&l->c->mu);
     struct dlock__hold *h = hold_of(l->e, owner_of(l));
     if (!h)
-        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
-                        owner_word(l));
+        rc = not_held(l);
     else if ((*fd = dlock__file_inherit_fd(h)) < 0)
         rc = DLOCK_EIO;
     pthread_mutex_unlock(&l->c->mu);
@@ -953,8 +958,7 @@ int dlock_token(dlock_lock *l, uint64_t *token)
     if (h)
         *token = h->token;
     else
-        rc = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
-                        owner_word(l));
+        rc = not_held(l);
     pthread_mutex_unlock(&l->c->mu);
     return rc;
 }
@@ -968,8 +972,7 @@ int64_t dlock_validity_ms(dlock_lock *l)
     pthread_mutex_lock(&l->c->mu);
     struct dlock__hold *h = hold_of(l->e, owner_of(l));
     if (!h)
-        v = dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
-                       owner_word(l));
+        v = not_held(l);
     else if (h->state == DLOCK__LOST)
         v = 0;
     else if (h->valid_until == DLOCK__NEVER)

@@ -28,7 +28,7 @@
 #include "fixture_redis.h"
 #include "testutil.h"
 
-#define MAX_NODES 5
+#define MAX_NODES 7
 
 static struct fx_redis nodes[MAX_NODES];
 static int nnodes;
@@ -876,6 +876,49 @@ TU_TEST(election_goes_on_with_a_node_stopped, 60)
     dlock_election_free(e);
     TU_CLOSE_CLIENTS(a, b);
     stop_nodes();
+}
+
+/* Three of seven nodes stopped: the acquire they never answered leaves
+ * the owner a cancel owed to each, which must reach a node before the
+ * owner's next acquire there. The next acquires, each within a 700 ms
+ * wait, are granted by the four others, which answer first: the owing
+ * nodes sit them out (their cancels are the keeper's). Before, each
+ * owing node held every attempt up to 250 ms for its cancel, one after
+ * another, so the wait was spent before the acquire was sent
+ * (DLOCK_EUNAVAIL, "the deadline passed"). Once the nodes are continued
+ * their cancels go through and they are asked again: an acquire is
+ * granted by all seven. */
+TU_TEST(owed_cancels_do_not_hold_the_majority, 60)
+{
+    start_nodes(7, NULL);
+    struct tu_solo s = job_client("timeout=1s");
+    tu_acquire_release(s.l, DLOCK_TRY); /* a pooled connection to every node */
+    for (int i = 4; i < 7; i++)
+        node_signal(i, SIGSTOP);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY); /* written to 4-6, never answered: a cancel owed to each */
+    TU_RELEASE_OK(s.l);
+    for (int round = 0; round < 3; round++) {
+        int rc = dlock_acquire(s.l, 700);
+        ck_assert_msg(rc == DLOCK_OK, "acquire %d with three owing nodes stopped: %s: %s", round,
+                      dlock_err_name(rc), dlock_errmsg());
+        for (int i = 0; i < 4; i++)
+            ck_assert_int_eq(node_int(i, "EXISTS job"), 1);
+        TU_RELEASE_OK(s.l);
+    }
+    for (int i = 4; i < 7; i++)
+        node_signal(i, SIGCONT);
+    bool everywhere = false;
+    for (int round = 0; round < 800 && !everywhere; round++) {
+        TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+        everywhere = true;
+        for (int i = 4; i < 7; i++)
+            everywhere &= node_int(i, "EXISTS job") == 1;
+        TU_RELEASE_OK(s.l);
+        if (!everywhere)
+            tu_sleep_ms(25);
+    }
+    ck_assert_msg(everywhere, "the continued nodes were never asked again");
+    job_close(&s);
 }
 
 int main(void)

@@ -135,6 +135,73 @@ static int release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_ho
     return rc;
 }
 
+/* The acquire script call of attempt A on node I. */
+static struct rl_call acquire_call(struct redlock *rl, size_t i, struct acquire_args *a)
+{
+    struct redis_state *s = rl->node[i];
+    return (struct rl_call){.node = i, .src = s->src[S_ACQUIRE], .sha = s->sha[S_ACQUIRE],
+                            .nkeys = 5, .nargs = 12, .args = a->v, .lens = a->len};
+}
+
+/* The nodes in OWES, still owed the cancel of an earlier lost acquire of
+ * H's owner, after the others answered attempt A in RD (CALLS[0..*N)):
+ * when those already granted a majority, or refused so many that none is
+ * possible, the owing nodes sit the attempt out (the keeper sends their
+ * cancels) -- a stopped node no longer holds every attempt for the wait
+ * on its cancel (250 ms each); otherwise each gets its cancel first,
+ * within 250 ms (a node that cannot take it, stopped, sits out), and the
+ * attempt, in a second round, appended to CALLS and merged into RD. A
+ * node that sits out gets its code in OWED_RC and its message in OWED. */
+static void ask_owing_nodes(struct redlock *rl, struct dlock__hold *h, struct acquire_args *a,
+                            const bool *owes, struct rl_call *calls, size_t *n,
+                            struct rl_round *rd, int64_t deadline, int *owed_rc,
+                            char (*owed)[300])
+{
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    size_t granted = 0, refused = 0, m = 0;
+    for (size_t j = 0; j < *n; j++) {
+        const redisReply *r = calls[j].reply;
+        if (r && r->type == REDIS_REPLY_INTEGER)
+            r->integer >= 0 ? granted++ : refused++;
+    }
+    bool settled = granted >= rl->quorum || refused > rl->n - rl->quorum;
+    struct rl_call *more = calls + *n;
+    for (size_t i = 0; i < rl->n; i++) {
+        if (!owes[i])
+            continue;
+        if (settled) {
+            owed_rc[i] = dlock__err(DLOCK_ECONN, "%s: not asked: still owed the cancel of an "
+                                                 "earlier lost acquire of '%s', and the others "
+                                                 "answered without it",
+                                    rl->node[i]->where, h->name);
+        } else {
+            int64_t owed_by =
+                dlock__now_ms() + (rl->node_timeout_ms < 250 ? rl->node_timeout_ms : 250);
+            owed_rc[i] = dlock__redis_cancel_owed(rl->node[i], h,
+                                                  owed_by < deadline || !deadline ? owed_by
+                                                                                  : deadline);
+        }
+        if (owed_rc[i])
+            snprintf(owed[i], sizeof owed[i], "%s", dlock_errmsg());
+        else
+            more[m++] = acquire_call(rl, i, a);
+    }
+    dlock__errmsg_restore(DLOCK_OK, msg);
+    if (!m)
+        return;
+    struct rl_round rb;
+    dlock__redlock_round(rl, &rb, more, m, deadline, false, "acquire",
+                         rl->quorum > granted ? rl->quorum - granted : 1);
+    for (size_t x = 0; x < m; x++) {
+        size_t i = more[x].node;
+        rd->rc[i] = rb.rc[i];
+        rd->written[i] = rb.written[i];
+        memcpy(rd->err[i], rb.err[i], sizeof rd->err[i]);
+    }
+    *n += m;
+}
+
 /* One attempt on every node within DEADLINE: DLOCK_OK (h->token, the
  * nodes in BD, the hold confirmed), DLOCK_EBUSY (*TTL_MS: when the
  * holder's lease ends on the nodes that refused; *SPLIT: nodes were
@@ -160,24 +227,29 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     struct rl_round rd;
     char owed[RL_MAX_NODES][300];
     int owed_rc[RL_MAX_NODES] = {0};
-    size_t n = 0;
+    bool owes[RL_MAX_NODES] = {false};
+    size_t n = 0, nowing = 0;
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
     for (size_t i = 0; i < rl->n; i++) {
-        struct redis_state *s = rl->node[i];
-        /* A cancel this owner still owes the node on the name (an earlier
-         * reply lost there, cancel.c) goes first, within 250 ms:
-         * a node that cannot take it now (stopped) sits this attempt out
-         * rather than hold it for the node timeout; the keeper sends it. */
-        int64_t owed_by = dlock__now_ms() + (rl->node_timeout_ms < 250 ? rl->node_timeout_ms : 250);
-        if ((owed_rc[i] = dlock__redis_cancel_owed(s, h, owed_by < deadline || !deadline
-                                                             ? owed_by : deadline))) {
-            snprintf(owed[i], sizeof owed[i], "%s", dlock_errmsg());
+        /* A node still owed the cancel of this owner's earlier lost
+         * acquire of the name (cancel.c) must get it before a new acquire
+         * (or that cancel, arriving late, would end the new hold there):
+         * asked after the others, below. A deadline of now sends nothing,
+         * it only says whether one is owed. */
+        if (dlock__redis_cancel_owed(rl->node[i], h, dlock__now_ms())) {
+            owes[i] = true;
+            nowing++;
             continue;
         }
-        calls[n++] = (struct rl_call){.node = i, .src = s->src[S_ACQUIRE], .sha = s->sha[S_ACQUIRE],
-                                      .nkeys = 5, .nargs = 12, .args = a.v, .lens = a.len};
+        calls[n++] = acquire_call(rl, i, &a);
     }
+    dlock__errmsg_restore(DLOCK_OK, msg);
     int64_t start = dlock__now_ms();
-    dlock__redlock_round(rl, &rd, calls, n, deadline, false, "acquire", rl->quorum);
+    dlock__redlock_round(rl, &rd, calls, n, deadline, false, "acquire",
+                         rl->quorum > nowing ? rl->quorum - nowing : 1);
+    if (nowing)
+        ask_owing_nodes(rl, h, &a, owes, calls, &n, &rd, deadline, owed_rc, owed);
     for (size_t i = 0; i < rl->n; i++)
         if (owed_rc[i]) {
             rd.rc[i] = owed_rc[i];

@@ -65,6 +65,15 @@ static int masters(int *ports, int max)
     return n;
 }
 
+/* The three masters' ports into PORTS, a name PREFIX-<n> the first of
+ * them serves into NAME, and that name's slot (to move it to another). */
+static unsigned slot_on_first_master(int ports[8], const char *prefix, char *name, size_t size)
+{
+    ck_assert_int_eq(masters(ports, 8), 3);
+    name_on(ports[0], prefix, name, size);
+    return fx_cluster_keyslot(&cl, name);
+}
+
 /* The port of the I-th of the three masters, and a name PREFIX-<n> on it
  * into NAME. */
 static int master_name(int i, const char *prefix, char *name, size_t size)
@@ -308,13 +317,11 @@ TU_TEST(sync_waits_for_the_masters_replica, 60)
 TU_TEST(moved_slot_followed, 120)
 {
     int ports[8];
-    ck_assert_int_eq(masters(ports, 8), 3);
-    dlock_client *c = tu_open(cl.url);
     char name[64];
-    name_on(ports[0], "moved", name, sizeof name);
+    unsigned slot = slot_on_first_master(ports, "moved", name, sizeof name);
+    dlock_client *c = tu_open(cl.url);
     dlock_lock *l = tu_lock(c, name);
     tu_acquire_release(l, DLOCK_TRY); /* the map is known, the token key exists */
-    unsigned slot = fx_cluster_keyslot(&cl, name);
     migrate_start(slot, ports[0], ports[1]);
     migrate_end(slot, ports[1]);
     TU_ACQUIRE_OK(l, DLOCK_TRY);
@@ -416,10 +423,8 @@ TU_TEST(failover_holding_and_waiting, 180)
 TU_TEST(slot_migrated_while_held, 120)
 {
     int ports[8];
-    ck_assert_int_eq(masters(ports, 8), 3);
     char name[64];
-    name_on(ports[0], "migrated", name, sizeof name);
-    unsigned slot = fx_cluster_keyslot(&cl, name);
+    unsigned slot = slot_on_first_master(ports, "migrated", name, sizeof name);
     char *url = tu_fmt("%s?lease=6s", cl.url);
     struct tu_pair p;
     struct tu_waiter w;
@@ -469,10 +474,8 @@ static long long errors_answered(int port, const char *err)
 TU_TEST(canceled_wait_ends_a_tryagain_pause, 120)
 {
     int ports[8];
-    ck_assert_int_eq(masters(ports, 8), 3);
     char name[64];
-    name_on(ports[0], "paused", name, sizeof name);
-    unsigned slot = fx_cluster_keyslot(&cl, name);
+    unsigned slot = slot_on_first_master(ports, "paused", name, sizeof name);
     char *url = tu_fmt("%s?timeout=60s", cl.url);
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, name);

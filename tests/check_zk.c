@@ -587,20 +587,6 @@ TU_TEST_IN(standalone, curator_semaphore_interop, 90)
     zk_close(&zt);
 }
 
-struct sem_lost {
-    atomic_int fired;
-    char why[512];
-};
-
-static void on_sem_lost(dlock_semaphore *s, dlock_permit *p, const char *why, void *arg)
-{
-    (void)s;
-    (void)p;
-    struct sem_lost *l = arg;
-    snprintf(l->why, sizeof l->why, "%s", why);
-    atomic_fetch_add(&l->fired, 1);
-}
-
 /* A permit of 2 is 2 lease nodes; deleting the second (not the one the
  * permit's id and token name) loses the permit: the keeper checks every
  * lease node of a permit, not only the first. */
@@ -610,8 +596,8 @@ TU_TEST_IN(standalone, sem_keeper_checks_every_lease, 90)
     const char *leases = "/dlock/k2/leases";
     dlock_semaphore *s = NULL;
     ck_assert_int_eq(dlock_semaphore_new(zt.c, "k2", 3, 0, &s), DLOCK_OK);
-    struct sem_lost lost = {0};
-    ck_assert_int_eq(dlock_semaphore_on_lost(s, on_sem_lost, &lost), DLOCK_OK);
+    struct tu_lost lost = {0};
+    ck_assert_int_eq(dlock_semaphore_on_lost(s, tu_on_permit_lost, &lost), DLOCK_OK);
     dlock_permit *p = NULL;
     ck_assert_int_eq(dlock_semaphore_acquire(s, 2, DLOCK_TRY, NULL, &p), DLOCK_OK);
     int n = 0;
@@ -621,10 +607,8 @@ TU_TEST_IN(standalone, sem_keeper_checks_every_lease, 90)
     char *second = tu_fmt("%s/%s", leases, kids[1]);
     free_strings(kids, n);
     ck_assert_int_eq(zoo_delete(zt.zh, second, -1), ZOK);
-    for (int i = 0; i < 600 && !atomic_load(&lost.fired); i++)
-        tu_sleep_ms(50);
-    ck_assert_msg(atomic_load(&lost.fired) == 1, "deleting the 2nd lease node of a permit of 2 "
-                                                 "was never reported lost");
+    ck_assert_msg(tu_wait_lost(&lost, 1, 30000) && atomic_load(&lost.fired) == 1,
+                  "deleting the 2nd lease node of a permit of 2 was never reported lost");
     ck_assert_msg(strstr(lost.why, second) && strstr(lost.why, "is gone"), "%s", lost.why);
     ck_assert_int_eq(dlock_permit_release(p), DLOCK_ELOST);
     free(second);

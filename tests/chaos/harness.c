@@ -242,31 +242,11 @@ static bool redis_spawn(struct run *r, int i, const char *const *extra, bool res
     "nft add table ip chaosnat && "                                                                \
     "nft 'add chain ip chaosnat pre { type nat hook prerouting priority -100; }'"
 
-/* A raw command to the server or sentinel on PORT (1 s to connect and
- * answer: it may be frozen), its reply (NULL: no answer). */
-static redisReply *raw_cmd(int port, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static redisReply *raw_cmd(int port, const char *fmt, ...)
-{
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (!c || c->err) {
-        if (c)
-            redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    redisFree(c);
-    return rep;
-}
-
 /* The index of the server sentinel 0 names as master now (-1: none). */
 static int sentinel_master(struct run *r)
 {
-    redisReply *rep = raw_cmd(r->sentinel_port[0], "SENTINEL get-master-addr-by-name dlockm");
+    redisReply *rep =
+        fx_redis_raw_at(r->sentinel_port[0], NULL, "SENTINEL get-master-addr-by-name dlockm");
     int port = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 ? atoi(rep->element[1]->str) : 0;
     if (rep)
         freeReplyObject(rep);
@@ -281,7 +261,7 @@ static int sentinel_master(struct run *r)
 static bool sentinel_healed(struct run *r)
 {
     int m = sentinel_master(r);
-    redisReply *rep = m >= 0 ? raw_cmd(r->redis[m].port, "INFO replication") : NULL;
+    redisReply *rep = m >= 0 ? fx_redis_raw_at(r->redis[m].port, NULL, "INFO replication") : NULL;
     bool whole = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "role:master") &&
                  strstr(rep->str, "connected_slaves:2");
     for (const char *p = whole ? rep->str : NULL; p && (p = strstr(p, "\nslave")); p++) {
@@ -297,7 +277,7 @@ static bool sentinel_healed(struct run *r)
 static bool sentinels_ready(struct run *r)
 {
     for (int i = 0; i < 3; i++) {
-        redisReply *rep = raw_cmd(r->sentinel_port[i], "SENTINEL master dlockm");
+        redisReply *rep = fx_redis_raw_at(r->sentinel_port[i], NULL, "SENTINEL master dlockm");
         long slaves = -1, others = -1;
         for (size_t k = 0; rep && rep->type == REDIS_REPLY_ARRAY && k + 1 < rep->elements; k += 2) {
             if (strcmp(rep->element[k]->str, "num-slaves") == 0)
@@ -867,6 +847,22 @@ static void nft_flush(void)
     sh("nft flush chain inet chaos in && nft flush chain inet chaos out");
 }
 
+/* The leader of the run's etcd or ZooKeeper ensemble now (-1: none). */
+static int ensemble_leader(struct run *r)
+{
+    return strcmp(r->kind, "etcd") == 0 ? etcdf_leader(&r->etcd) : zkf_leader(&r->zk);
+}
+
+/* A->member = MEMBER, the server a fault is aimed at; false when there is
+ * none (-1), and then the fault is not counted. */
+static bool fault_member(struct run *r, struct active *a, int member)
+{
+    a->member = member;
+    if (member < 0)
+        r->res->phase[r->phase].faults--;
+    return member >= 0;
+}
+
 /* Start one event of the phase's fault; A records what to undo. */
 static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
 {
@@ -915,21 +911,15 @@ static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
         break;
     }
     case FAULT_LEADER_KILL:
-        a->member = strcmp(r->kind, "etcd") == 0 ? etcdf_leader(&r->etcd) : zkf_leader(&r->zk);
-        if (a->member < 0) {
-            r->res->phase[r->phase].faults--;
+        if (!fault_member(r, a, ensemble_leader(r)))
             break;
-        }
         a->until = now + between(r, r->lease, 3 * r->lease);
         say(r, "kill -9 leader %d for %lld ms", a->member, (long long)(a->until - now));
         member_kill(r, a->member);
         break;
     case FAULT_LEADER_PARTITION:
-        a->member = strcmp(r->kind, "etcd") == 0 ? etcdf_leader(&r->etcd) : zkf_leader(&r->zk);
-        if (a->member < 0) {
-            r->res->phase[r->phase].faults--;
+        if (!fault_member(r, a, ensemble_leader(r)))
             break;
-        }
         /* past ZooKeeper's syncLimit (20 ticks of 250 ms), so that its
          * followers too give the leader up, not only the leader them */
         a->until = now + between(r, 3 * r->lease, 8 * r->lease);
@@ -937,16 +927,15 @@ static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
         sh("ip link set cm%d down", a->member);
         break;
     case FAULT_MASTER_KILL:
-        if ((a->member = sentinel_master(r)) < 0) {
-            r->res->phase[r->phase].faults--;
+        if (!fault_member(r, a, sentinel_master(r)))
             break;
-        }
         a->until = now + between(r, 3 * r->lease / 2, 4 * r->lease);
         say(r, "kill -9 master %d for %lld ms", a->member, (long long)(a->until - now));
         fx_redis_kill(&r->redis[a->member]);
         break;
     case FAULT_FAILOVER: {
-        redisReply *rep = raw_cmd(r->sentinel_port[between(r, 0, 2)], "SENTINEL FAILOVER dlockm");
+        redisReply *rep =
+            fx_redis_raw_at(r->sentinel_port[between(r, 0, 2)], NULL, "SENTINEL FAILOVER dlockm");
         say(r, "SENTINEL FAILOVER: %s", rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "started");
         if (!rep || rep->type == REDIS_REPLY_ERROR)
             r->res->phase[r->phase].faults--;
@@ -957,10 +946,8 @@ static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
         break;
     }
     case FAULT_MASTER_PARTITION:
-        if ((a->member = sentinel_master(r)) < 0) {
-            r->res->phase[r->phase].faults--;
+        if (!fault_member(r, a, sentinel_master(r)))
             break;
-        }
         a->until = now + between(r, 3 * r->lease / 2, 4 * r->lease);
         say(r, "master %d cut off from replicas and sentinels for %lld ms", a->member,
             (long long)(a->until - now));

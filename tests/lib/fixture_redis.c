@@ -228,7 +228,7 @@ static redisReply *raw_vat(int port, const char *password, int timeout_s, const 
     return r;
 }
 
-static redisReply *raw_at(int port, const char *password, const char *fmt, ...)
+redisReply *fx_redis_raw_at(int port, const char *password, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -240,7 +240,8 @@ static redisReply *raw_at(int port, const char *password, const char *fmt, ...)
 /* The master's port sentinel PORT names, 0 when none. */
 static int sentinel_says(int port, const char *password)
 {
-    redisReply *r = raw_at(port, password, "SENTINEL get-master-addr-by-name %s", FX_SENTINEL_MASTER);
+    redisReply *r =
+        fx_redis_raw_at(port, password, "SENTINEL get-master-addr-by-name %s", FX_SENTINEL_MASTER);
     int master = 0;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
         master = atoi(r->element[1]->str);
@@ -252,7 +253,7 @@ static int sentinel_says(int port, const char *password)
 /* Whether the server on PORT says ROLE master. */
 static bool role_is_master(int port)
 {
-    redisReply *r = raw_at(port, NULL, "ROLE");
+    redisReply *r = fx_redis_raw_at(port, NULL, "ROLE");
     bool yes = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
                strcmp(r->element[0]->str, "master") == 0;
     if (r)
@@ -263,7 +264,7 @@ static bool role_is_master(int port)
 /* A field of SENTINEL master NAME on sentinel PORT, as a number (-1). */
 static long sentinel_field(int port, const char *password, const char *field)
 {
-    redisReply *r = raw_at(port, password, "SENTINEL master %s", FX_SENTINEL_MASTER);
+    redisReply *r = fx_redis_raw_at(port, password, "SENTINEL master %s", FX_SENTINEL_MASTER);
     long v = -1;
     for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
         if (strcmp(r->element[i]->str, field) == 0)
@@ -279,7 +280,7 @@ static bool replicas_online(int master_port, size_t n)
     char want[32];
     snprintf(want, sizeof want, "connected_slaves:%zu", n);
     for (int i = 0; i < 400; i++) {
-        redisReply *r = raw_at(master_port, NULL, "INFO replication");
+        redisReply *r = fx_redis_raw_at(master_port, NULL, "INFO replication");
         bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, want);
         for (size_t k = 0; ok && k < n; k++) {
             char slave[32];
@@ -412,8 +413,8 @@ static int plain_port(struct fx_sentinels *t, int port)
 int fx_sentinels_failover(struct fx_sentinels *t)
 {
     int old = fx_sentinels_master_port(t);
-    redisReply *r = raw_at(t->sentinel_port[0], t->sentinel_password, "SENTINEL FAILOVER %s",
-                           FX_SENTINEL_MASTER);
+    redisReply *r = fx_redis_raw_at(t->sentinel_port[0], t->sentinel_password,
+                                    "SENTINEL FAILOVER %s", FX_SENTINEL_MASTER);
     bool started = r && r->type != REDIS_REPLY_ERROR;
     if (r && !started)
         fprintf(stderr, "SENTINEL FAILOVER: %s\n", r->str);
@@ -472,8 +473,8 @@ redisContext *fx_redis_raw(const struct fx_redis *r, const char *password)
 
 long long fx_redis_lock_subscribers(int port, const char *name, bool sharded)
 {
-    redisReply *r = raw_at(port, NULL, "PUBSUB %s redisson_lock__channel:{%s}",
-                           sharded ? "SHARDNUMSUB" : "NUMSUB", name);
+    redisReply *r = fx_redis_raw_at(port, NULL, "PUBSUB %s redisson_lock__channel:{%s}",
+                                    sharded ? "SHARDNUMSUB" : "NUMSUB", name);
     long long n = -1;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[1]->type == REDIS_REPLY_INTEGER)

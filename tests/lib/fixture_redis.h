@@ -141,6 +141,11 @@ bool fx_cluster_failover(struct fx_cluster *t, int replica);
 /* A raw command to the node on PORT (NULL when it does not answer). */
 #ifdef DLOCK_HAVE_REDIS
 redisReply *fx_cluster_raw(int port, const char *fmt, ...);
+/* A raw command to the server or sentinel on 127.0.0.1:PORT, after AUTH
+ * PASSWORD when not NULL, 1 s to connect and to answer (it may be
+ * frozen): the reply (caller frees), NULL when it does not answer. */
+redisReply *fx_redis_raw_at(int port, const char *password, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 #endif
 
 #ifdef DLOCK_HAVE_REDIS

@@ -638,6 +638,13 @@ void tu_on_lost(dlock_lock *l, const char *why, void *arg)
     atomic_fetch_add(&f->fired, 1);
 }
 
+void tu_on_permit_lost(dlock_semaphore *s, dlock_permit *p, const char *why, void *arg)
+{
+    (void)s;
+    (void)p;
+    tu_on_lost(NULL, why, arg);
+}
+
 bool tu_wait_lost(struct tu_lost *f, int n, int timeout_ms)
 {
     for (int waited = 0; waited < timeout_ms && atomic_load(&f->fired) < n; waited += 10)

@@ -247,6 +247,11 @@ struct tu_lost {
     char why[512];
 };
 void tu_on_lost(struct dlock_lock *l, const char *why, void *arg);
+/* The same for a semaphore's permits (a dlock_permit_lost_fn). */
+struct dlock_semaphore;
+struct dlock_permit;
+void tu_on_permit_lost(struct dlock_semaphore *s, struct dlock_permit *p, const char *why,
+                       void *arg);
 bool tu_wait_lost(struct tu_lost *f, int n, int timeout_ms);
 
 /* tu_pair: two clients (A and B, taken over) with a handle each on NAME
@@ -304,7 +309,6 @@ void tu_exclusion_run(struct dlock_lock *const *l, size_t n, int threads, int ro
  * of its own, which releases what it got. RC is 1 until the acquire
  * returns; TID is the thread's id (for tu_wait_thread_asleep()).
  * tu_sem_taker_join() joins the thread and returns RC. */
-struct dlock_semaphore;
 struct tu_sem_taker {
     struct dlock_semaphore *s;
     unsigned k;
@@ -320,7 +324,6 @@ int tu_sem_taker_join(struct tu_sem_taker *t);
 /* A handle on semaphore NAME of PERMITS through C (tu_semaphore), and K
  * of its permits, waiting at most WAIT (tu_permit), each asserted to work
  * (the message names the call, the error and dlock_errmsg()). */
-struct dlock_permit;
 struct dlock_semaphore *tu_semaphore(struct dlock_client *c, const char *name, unsigned permits);
 struct dlock_permit *tu_permit(struct dlock_semaphore *s, unsigned k, int64_t wait);
 /* Assert that semaphore S (NAME of PERMITS, asked through C) is full:

@@ -362,7 +362,9 @@ TU_TEST(cancel_and_bounds, 60)
 /* Leadership taken away (a forced release of the election's key): the
  * lost callback fires once, the token is refused, resign says DLOCK_ELOST
  * and the handle campaigns again. File: the kernel holds the lock, the
- * force is refused and the leader stays. */
+ * force is refused and the leader stays. The leader's lease is 5 s: the
+ * keeper finds the loss at its next renewal, a third of the lease on
+ * (the default 30 s lease kept each fixture waiting 10 s). */
 struct lost_seen {
     atomic_int fired;
     dlock_election *e;
@@ -378,7 +380,7 @@ static void on_lost(dlock_election *e, const char *why, void *arg)
 
 TU_TEST(lost_callback, 60)
 {
-    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_client *a = ct_open_test("lease=5s"), *b = ct_open_test(NULL);
     dlock_election *e = election(a, "lost");
     struct lost_seen seen = {.e = e};
     EXPECT_RC(dlock_election_on_lost(e, on_lost, &seen), DLOCK_OK);

@@ -2,7 +2,10 @@
 # run-tests.sh -- runs each test binary given (Check suites, every test in
 # its own process with a time limit), shows their output, and ends with the
 # one summary line CI reads: "N passed, N failed", after each failed
-# test's line again (a log's tail then says which test failed).
+# test's line again (a log's tail then says which test failed). Each
+# binary's "-- NAME: N s" line names its three longest tests (from Check's
+# XML log), and a line above the summary gives every binary's time,
+# longest first: where a run's time goes.
 #
 # A test that fails is run once more, alone (DLOCK_TEST=its name). The
 # suites start real servers and kill, pause and partition them on a shared
@@ -19,7 +22,7 @@
 # DLOCK_TEST=<substring or glob of "case/test"> runs only the matching
 # tests of every binary (tests/lib/testutil.h), e.g. DLOCK_TEST=cancel.
 set -u
-passed=0 failed=0 broken=() failures=() flaky=()
+passed=0 failed=0 broken=() failures=() flaky=() times=()
 
 # run_bin BIN LOG: runs one binary (its way) with its output in LOG
 run_bin() {
@@ -37,6 +40,14 @@ run_bin() {
   fi
 }
 
+# slowest XML: the three longest tests of Check's XML log, "case/test N.N s"
+slowest() {
+  [ -s "$1" ] || return 0
+  awk -F'[<>]' '/<id>/ { id = $3 } /<duration>/ { d = $3 }
+    /<description>/ { printf "%.1f %s/%s\n", d, $3, id }' "$1" |
+    sort -rn | head -3 | awk '{ printf "%s%s %s s", (NR > 1 ? ", " : ""), $2, $1 }'
+}
+
 # summary LOG: Check's "NN%: Checks: T, Failures: F, Errors: E" as "T F E"
 summary() {
   grep -E '^[0-9]+%: Checks: [0-9]+' "$1" | tail -1 |
@@ -46,12 +57,15 @@ summary() {
 for bin in "$@"; do
   name=$(basename "$bin")
   echo "== $name"
-  log=$(mktemp)
+  log=$(mktemp) xml=$(mktemp)
   start=$SECONDS
-  run_bin "$bin" "$log"
+  CK_XML_LOG_FILE_NAME=${CK_XML_LOG_FILE_NAME:-$xml} run_bin "$bin" "$log"
   rc=$?
   cat "$log"
-  echo "-- $name: $((SECONDS - start)) s"
+  took=$((SECONDS - start)) top=$(slowest "$xml")
+  rm -f "$xml"
+  echo "-- $name: $took s${top:+ (slowest: $top)}"
+  times+=("$took $name")
   read -r t f e <<<"$(summary "$log")"
   # Check's line for a failed test: "file:line:F:case:test:0: message"
   mapfile -t lost < <(grep -E '^[^ ]+:[0-9]+:[FE]:' "$log")
@@ -88,7 +102,9 @@ for bin in "$@"; do
   done
   [ $again_failed = 1 ] || unset 'broken[-1]'
 done
-# the failures again at the end, where a log's tail shows them
+# where the time went, then the failures again, where a log's tail shows them
+[ ${#times[@]} -gt 1 ] &&
+  echo "time per binary: $(printf '%s\n' "${times[@]}" | sort -rn | awk '{ printf "%s%s %s s", (NR > 1 ? ", " : ""), $2, $1 }')"
 for f in "${flaky[@]}"; do echo "flaky (failed, then passed alone): $f"; done
 for f in "${failures[@]}"; do echo "failed: $f"; done
 [ ${#broken[@]} -gt 0 ] && echo "failing binaries: ${broken[*]}"

@@ -1237,6 +1237,9 @@ struct proxy {
      * its connection closed) until release_held is set, then send them to
      * the server: a late original. held_done counts those that ran. */
     atomic_int hold_acquire, release_held, held_done;
+    /* hold_release: the same for that many release-like calls (they name
+     * the channel: release, cancel), counted in held_done too */
+    atomic_int hold_release;
     atomic_int reject;  /* close every new connection at once */
     /* forge_acquire: answer every acquire call (after the server ran it)
      * with forged_reply instead; forged counts them. */
@@ -1357,7 +1360,8 @@ static void *proxy_conn_main(void *arg)
                     break;
                 continue;
             }
-            if (is_acquire && take_one(&px->hold_acquire)) {
+            if ((is_acquire && take_one(&px->hold_acquire)) ||
+                (is_release && take_one(&px->hold_release))) {
                 proxy_hold(px, c, sv, buf, (size_t)n);
                 free(buf);
                 return NULL;
@@ -1580,6 +1584,99 @@ TU_TEST(late_acquire_redisson_layout, 60)
 TU_TEST(late_acquire_simple_layout, 60)
 {
     late_acquire_through_proxy("simple");
+}
+
+/* Once PX lets the N calls it holds back reach the server, NAME must
+ * still be held by VIA's later hold: a delayed copy of a release or a
+ * cancel meant for an earlier hold of the same owner (the same field)
+ * must do nothing. */
+static void later_hold_survives_held_calls(redisContext *ctx, struct proxy *px, struct tu_solo *via,
+                                           const char *name, int n)
+{
+    atomic_store(&px->release_held, 1);
+    for (int waited = 0; atomic_load(&px->held_done) < n && waited < 10000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(atomic_load(&px->held_done), n);
+    ck_assert_msg(cmd_int(ctx, "EXISTS %s", name) == 1,
+                  "a late copy of an earlier hold's release or cancel ended the later hold of '%s'",
+                  name);
+    int rc = dlock_release(via->l);
+    ck_assert_msg(rc == DLOCK_OK, "release of the later hold: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+}
+
+/* A release whose first copy is held back on a connection the client
+ * saw closed (in the kernel or the network, on a server that stalled):
+ * the client sends it again on a new connection and goes on, then the
+ * same owner takes the name again. The old copy reaches the server
+ * after that: it must not end the later hold (same owner field; the
+ * token differs). */
+static void late_release_through_proxy(const char *layout)
+{
+    struct proxy px;
+    struct tu_solo via = layout_proxied(&px, layout, "lrel");
+    redisContext *ctx = raw();
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    uint64_t t1 = tu_token(via.l);
+    atomic_store(&px.hold_release, 1);
+    int rc = dlock_release(via.l);
+    ck_assert_msg(rc == DLOCK_OK, "release sent again: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(atomic_load(&px.hold_release), 0); /* the first copy is held */
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    ck_assert_uint_gt(tu_token(via.l), t1);
+    later_hold_survives_held_calls(ctx, &px, &via, "lrel", 1);
+    redisFree(ctx);
+    tu_solo_close(&via);
+    stop_server();
+}
+
+TU_TEST(late_release_spares_a_later_hold_redisson_layout, 60)
+{
+    late_release_through_proxy("redisson");
+}
+
+TU_TEST(late_release_spares_a_later_hold_simple_layout, 60)
+{
+    late_release_through_proxy("simple");
+}
+
+/* An acquire whose replies are lost owes a cancel; the keeper's first
+ * copy of it is held back on a connection the client saw closed, the
+ * copy sent again runs. The owner then takes the name again, and only
+ * after that do the held calls (both acquire attempts and the first
+ * cancel) reach the server: the late cancel must not end the later hold
+ * (the same owner field: what differs is the request number). */
+static void late_cancel_through_proxy(const char *layout)
+{
+    struct proxy px;
+    struct tu_solo via = layout_proxied(&px, layout, "lcan");
+    redisContext *ctx = raw();
+    atomic_store(&px.hold_acquire, 2);
+    atomic_store(&px.hold_release, 1);
+    int rc = dlock_acquire(via.l, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_ECONN, "acquire with every reply lost: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    /* the keeper's cancel: its first copy held, another one recorded */
+    for (int waited = 0; waited < 10000 && cmd_int(ctx, "EXISTS dlock_canceled:{lcan}") == 0;
+         waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS dlock_canceled:{lcan}"), 1);
+    ck_assert_int_eq(atomic_load(&px.hold_release), 0);
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    later_hold_survives_held_calls(ctx, &px, &via, "lcan", 3);
+    redisFree(ctx);
+    tu_solo_close(&via);
+    stop_server();
+}
+
+TU_TEST(late_cancel_spares_a_later_hold_redisson_layout, 60)
+{
+    late_cancel_through_proxy("redisson");
+}
+
+TU_TEST(late_cancel_spares_a_later_hold_simple_layout, 60)
+{
+    late_cancel_through_proxy("simple");
 }
 
 /* One thread (one owner): an acquire, then, once told, another. */

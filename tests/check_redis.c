@@ -1240,6 +1240,7 @@ struct proxy {
     /* hold_release: the same for that many release-like calls (they name
      * the channel: release, cancel), counted in held_done too */
     atomic_int hold_release;
+    atomic_int hold_downgrade; /* the same for that many downgrades */
     atomic_int reject;  /* close every new connection at once */
     /* forge_acquire: answer every acquire call (after the server ran it)
      * with forged_reply instead; forged counts them. */
@@ -1345,6 +1346,12 @@ static void *proxy_conn_main(void *arg)
             bool is_release = is_script && chunk_has(buf, (size_t)n, chan);
             bool is_acquire = is_script && !is_release && chunk_has(buf, (size_t)n, tok);
             bool is_downgrade = is_script && !is_release && chunk_has(buf, (size_t)n, rwchan);
+            if (is_script && chunk_has(buf, (size_t)n, "dlock_fair_queue:")) {
+                /* fair_lock.lua names the channel in every op: its op says */
+                is_acquire = chunk_has(buf, (size_t)n, "\r\nacquire\r\n");
+                is_release = chunk_has(buf, (size_t)n, "\r\nrelease\r\n") ||
+                             chunk_has(buf, (size_t)n, "\r\nleave\r\n");
+            }
             if (is_release && take_one(&px->stall_release)) {
                 atomic_fetch_add(&px->stalled, 1);
                 while (!atomic_load(&px->release_stalled))
@@ -1361,7 +1368,8 @@ static void *proxy_conn_main(void *arg)
                 continue;
             }
             if ((is_acquire && take_one(&px->hold_acquire)) ||
-                (is_release && take_one(&px->hold_release))) {
+                (is_release && take_one(&px->hold_release)) ||
+                (is_downgrade && take_one(&px->hold_downgrade))) {
                 proxy_hold(px, c, sv, buf, (size_t)n);
                 free(buf);
                 return NULL;
@@ -1611,10 +1619,14 @@ static void later_hold_survives_held_calls(redisContext *ctx, struct proxy *px, 
  * same owner takes the name again. The old copy reaches the server
  * after that: it must not end the later hold (same owner field; the
  * token differs). */
-static void late_release_through_proxy(const char *layout)
+static void late_release_through_proxy(const char *layout, int mode)
 {
     struct proxy px;
     struct tu_solo via = layout_proxied(&px, layout, "lrel");
+    if (mode == DLOCK_SHARED) { /* a reader's release (rw_release_read.lua) */
+        dlock_lock_free(via.l);
+        via.l = tu_lock_mode(via.c, "lrel", DLOCK_SHARED, 0);
+    }
     redisContext *ctx = raw();
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
     uint64_t t1 = tu_token(via.l);
@@ -1632,12 +1644,57 @@ static void late_release_through_proxy(const char *layout)
 
 TU_TEST(late_release_spares_a_later_hold_redisson_layout, 60)
 {
-    late_release_through_proxy("redisson");
+    late_release_through_proxy("redisson", DLOCK_EXCLUSIVE);
 }
 
 TU_TEST(late_release_spares_a_later_hold_simple_layout, 60)
 {
-    late_release_through_proxy("simple");
+    late_release_through_proxy("simple", DLOCK_EXCLUSIVE);
+}
+
+TU_TEST(late_release_spares_a_later_hold_fair_layout, 60)
+{
+    late_release_through_proxy("fair", DLOCK_EXCLUSIVE);
+}
+
+TU_TEST(late_shared_release_spares_a_later_hold, 60)
+{
+    late_release_through_proxy("redisson", DLOCK_SHARED);
+}
+
+/* A downgrade (the last write level released while a read level is
+ * held) whose first copy the proxy holds back, the copy sent again ran;
+ * the owner then gives the name up and takes it again, exclusive. The
+ * old copy reaching the server after that must not turn the later
+ * exclusive hold into a shared one (readers would come in beside it). */
+TU_TEST(late_downgrade_spares_a_later_hold, 60)
+{
+    struct proxy px;
+    struct tu_solo via = layout_proxied(&px, "redisson", "ldg");
+    dlock_lock *r = tu_lock_mode(via.c, "ldg", DLOCK_SHARED, 0);
+    redisContext *ctx = raw();
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    atomic_store(&px.hold_downgrade, 1);
+    int rc = dlock_release(via.l); /* the last write level: a downgrade */
+    ck_assert_msg(rc == DLOCK_OK, "downgrade sent again: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(atomic_load(&px.hold_downgrade), 0); /* the first copy is held */
+    ck_assert_int_eq(dlock_release(r), DLOCK_OK);
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    atomic_store(&px.release_held, 1);
+    for (int waited = 0; atomic_load(&px.held_done) < 1 && waited < 10000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(atomic_load(&px.held_done), 1);
+    char *mode = reply_str(cmd(ctx, "HGET %s mode", "ldg"));
+    ck_assert_msg(mode && strcmp(mode, "write") == 0,
+                  "a late copy of an earlier hold's downgrade made the later exclusive hold '%s'",
+                  mode ? mode : "(gone)");
+    free(mode);
+    ck_assert_int_eq(dlock_release(via.l), DLOCK_OK);
+    dlock_lock_free(r);
+    redisFree(ctx);
+    tu_solo_close(&via);
+    stop_server();
 }
 
 /* An acquire whose replies are lost owes a cancel; the keeper's first
@@ -1677,6 +1734,11 @@ TU_TEST(late_cancel_spares_a_later_hold_redisson_layout, 60)
 TU_TEST(late_cancel_spares_a_later_hold_simple_layout, 60)
 {
     late_cancel_through_proxy("simple");
+}
+
+TU_TEST(late_cancel_spares_a_later_hold_fair_layout, 60)
+{
+    late_cancel_through_proxy("fair");
 }
 
 /* One thread (one owner): an acquire, then, once told, another. */

@@ -78,9 +78,11 @@ int dlock__redis_rw_release(struct redis_state *s, struct dlock__hold *h)
         return rc;
     const char *keys[] = {k.lock, k.chan, k.rwchan, k.tbase};
     size_t lens[] = {k.lock_len, k.chan_len, k.rwchan_len, k.tbase_len};
-    const char *args[] = {h->owner};
+    char token[24];
+    snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
+    const char *args[] = {h->owner, token}; /* a later hold of ours has another token */
     long long status = 0;
-    rc = rw_eval(s, DLOCK__NEVER, S_RW_RELEASE_READ, "release", keys, lens, 4, args, 1, &status, &k);
+    rc = rw_eval(s, DLOCK__NEVER, S_RW_RELEASE_READ, "release", keys, lens, 4, args, 2, &status, &k);
     if (rc == DLOCK_EWRONGTYPE)
         rc = dlock__err(DLOCK_ELOST, "%s: shared lock '%s' was lost: %s", s->where, h->name,
                         dlock_errmsg());
@@ -103,12 +105,13 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
     char lease[24], token[24];
     snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
     snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
-    const char *keys[] = {k.lock, k.rwchan, k.tbase};
-    size_t lens[] = {k.lock_len, k.rwchan_len, k.tbase_len};
+    /* the token key: a later hold of ours has the same field, another token */
+    const char *keys[] = {k.lock, k.rwchan, k.tbase, k.token};
+    size_t lens[] = {k.lock_len, k.rwchan_len, k.tbase_len, k.token_len};
     const char *args[] = {h->owner, lease, token};
     long long status = 0;
     int64_t sent = dlock__now_ms();
-    rc = rw_eval(s, DLOCK__NEVER, S_RW_DOWNGRADE, "downgrade", keys, lens, 3, args, 3, &status, &k);
+    rc = rw_eval(s, DLOCK__NEVER, S_RW_DOWNGRADE, "downgrade", keys, lens, 4, args, 3, &status, &k);
     if (rc == DLOCK_EWRONGTYPE || (!rc && status != 1))
         rc = dlock__err(DLOCK_ELOST,
                         "%s: lock '%s' was lost before its downgrade to shared: key '%s' has no "

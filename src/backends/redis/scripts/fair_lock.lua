@@ -148,6 +148,15 @@ if op == 'acquire' then
   end
   return -3 - redis.call('pttl', KEYS[1])
 elseif op == 'release' then
+  -- Our field is our hold only while the token key holds our token (or
+  -- is gone): a later hold of the same owner has the same field and a
+  -- greater token, and a late copy of this release leaves it, and that
+  -- owner's queue record, alone ("Late releases and cancels").
+  local counter = redis.call('get', KEYS[2])
+  if counter and counter ~= ARGV[4] then
+    if redis.call('hget', KEYS[5], 'r:' .. owner) == ARGV[4] then return 2 end
+    return 0
+  end
   redis.call('hdel', KEYS[5], owner) -- the record of a grant we learned by message
   if redis.call('hdel', KEYS[1], owner) == 1 then
     redis.call('del', KEYS[1])
@@ -163,7 +172,12 @@ elseif op == 'release' then
   if redis.call('hget', KEYS[5], 'r:' .. owner) == ARGV[4] then return 2 end
   return 0
 elseif op == 'leave' then
-  if ARGV[4] ~= '0' then cancel_upto(KEYS[3], owner, ARGV[4], ARGV[5]) end
+  if ARGV[4] ~= '0' then
+    -- only the copy that raises the record acts: once a leave of number L
+    -- ran, a field or queue entry of ours is a later wait's or hold's
+    if canceled_upto(KEYS[3], owner) >= tonumber(ARGV[4]) then return 1 end
+    cancel_upto(KEYS[3], owner, ARGV[4], ARGV[5])
+  end
   redis.call('zrem', KEYS[4], owner)
   redis.call('hdel', KEYS[5], owner)
   local r = 1

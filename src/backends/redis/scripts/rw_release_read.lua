@@ -1,7 +1,12 @@
 -- release of a shared hold, Redisson's RReadWriteLock layout (its read
 -- lock's unlock). KEYS: lock, channel, read-write channel, timeout base
--- ({N}). ARGV: owner field.
--- Takes our field and our timeout key away. If other readers' timeout keys
+-- ({N}). ARGV: owner field, and on one server our token.
+-- Takes our field and our timeout key away. dlock's reader has one level,
+-- whose timeout key holds the hold's token: given our token, a timeout
+-- key of ours holding another one is a later hold of the same owner (the
+-- same field), which a late copy of this release leaves alone
+-- (docs/protocol-redis.md, "Late releases and cancels"); one that expired
+-- leaves the field to us. (Redlock's nodes do not pass it.) If other readers' timeout keys
 -- still run, the hash lives as long as the longest of them; otherwise the
 -- lock is free: the hash goes (with the fields of readers that died, whose
 -- timeout keys expired) and "0" is published on both channels.
@@ -11,6 +16,8 @@
 local mode = redis.pcall('hget', KEYS[1], 'mode')
 if type(mode) == 'table' then return redis.call('type', KEYS[1]).ok end
 if mode == false or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 2 end
+local level1 = redis.call('get', KEYS[4] .. ':' .. ARGV[1] .. ':rwlock_timeout:1')
+if ARGV[2] and level1 and level1 ~= ARGV[2] then return 2 end
 local counter = redis.call('hincrby', KEYS[1], ARGV[1], -1)
 if counter <= 0 then redis.call('hdel', KEYS[1], ARGV[1]) end
 redis.call('del', KEYS[4] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. (counter + 1))

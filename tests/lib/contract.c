@@ -589,6 +589,8 @@ int ct_main(const char *suite, const char *tag,
         abort();
     Suite *s = suite_create(suite);
     for (size_t i = 0; ct_fixtures[i]; i++) {
+        if (tu_fixture_skipped(suite, ct_fixtures[i]->name))
+            continue;
         size_t k = 0;
         for (size_t j = 0; j < n; j++)
             if (!runs || runs(ct_fixtures[i], all[j].name))

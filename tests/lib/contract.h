@@ -90,8 +90,9 @@ extern char ct_prefix[64];
  * testutil.h) for which RUNS(fixture, test name) is true (RUNS NULL:
  * every test), that DLOCK_TEST lets through; the fixture's server started
  * once around the case (a start that fails fails each test, naming why)
- * and a fresh prefix beginning with TAG around each test. Returns what
- * tu_run_suite() does. */
+ * and a fresh prefix beginning with TAG around each test; a fixture
+ * $DLOCK_SKIP_FIXTURES names (tu_fixture_skipped) has no case in this
+ * run. Returns what tu_run_suite() does. */
 int ct_main(const char *suite, const char *tag,
             bool (*runs)(const struct ct_fixture *f, const char *test));
 

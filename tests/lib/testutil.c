@@ -983,6 +983,38 @@ struct tu_test *tu_registered(const struct tu_case *tcase, size_t *n)
     return t;
 }
 
+/* Whether the first LEN characters of A name B, '_' and '-' alike. */
+static bool same_fixture(const char *a, size_t len, const char *b)
+{
+    for (size_t i = 0; i < len; i++, b++)
+        if (!*b || (a[i] != *b && !(strchr("-_", a[i]) && strchr("-_", *b))))
+            return false;
+    return *b == 0;
+}
+
+bool tu_fixture_skipped(const char *suite, const char *fixture)
+{
+    const char *p = getenv("DLOCK_SKIP_FIXTURES");
+    while (p && *(p += strspn(p, " ,"))) {
+        size_t len = strcspn(p, " ,");
+        if (same_fixture(p, len, fixture)) {
+            fprintf(stderr, "%s: %s left out of this run (DLOCK_SKIP_FIXTURES)\n", suite, fixture);
+            return true;
+        }
+        p += len;
+    }
+    return false;
+}
+
+void tu_skip_fixture_tests(const char *suite)
+{
+    for (struct tu_reg **at = &registered; *at;)
+        if (!(*at)->tcase && tu_fixture_skipped(suite, (*at)->tt->name))
+            *at = (*at)->next;
+        else
+            at = &(*at)->next;
+}
+
 /* The tests registered in TCASE as Check's test case NAME, with SETUP and
  * TEARDOWN around each test (EACH) or around the case. */
 static void add_registered(Suite *s, const char *name, const struct tu_case *tcase,

@@ -414,6 +414,16 @@ void tu_register_case(struct tu_case *c);
  * does. */
 int tu_main(const char *suite, void (*setup)(void), void (*teardown)(void));
 
+/* Whether $DLOCK_SKIP_FIXTURES (names separated by spaces or commas)
+ * names FIXTURE, a backend's fixture ('_' in it read as '-'): the suites
+ * run over every backend leave such a fixture out of the run (make
+ * check-san-ci: README, testing), saying so on stderr, prefixed with
+ * SUITE. tu_skip_fixture_tests(SUITE): the same for the tests of the
+ * binary's own case, each named after its backend (check_chaos), taken
+ * out before tu_main() adds them. */
+bool tu_fixture_skipped(const char *suite, const char *fixture);
+void tu_skip_fixture_tests(const char *suite);
+
 /* One registered test: its name (what DLOCK_TEST matches), its Check
  * function and its time limit in seconds (0 = 60). */
 struct tu_test {

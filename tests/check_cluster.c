@@ -180,19 +180,24 @@ static void wait_shardnumsub_at(int port, const char *name, long long want)
 }
 
 /* Wait until L's hold is renewed (its validity grows), and assert it was
- * not reported lost meanwhile. */
-static void wait_renewed(struct tu_pair *p)
+ * not reported lost (to LOST) meanwhile. */
+static void wait_lock_renewed(dlock_lock *l, struct tu_lost *lost)
 {
-    int64_t before = dlock_validity_ms(p->la);
+    int64_t before = dlock_validity_ms(l);
     for (int i = 0; i < 800; i++) {
-        ck_assert_msg(atomic_load(&p->lost.fired) == 0, "the hold was lost: %s", p->lost.why);
-        int64_t now = dlock_validity_ms(p->la);
+        ck_assert_msg(atomic_load(&lost->fired) == 0, "the hold was lost: %s", lost->why);
+        int64_t now = dlock_validity_ms(l);
         if (now > before)
             return;
         before = now;
         tu_sleep_ms(25);
     }
     ck_abort_msg("the hold was never renewed");
+}
+
+static void wait_renewed(struct tu_pair *p)
+{
+    wait_lock_renewed(p->la, &p->lost);
 }
 
 /* P: two clients on URL and their handles on NAME; the first holds it,
@@ -450,6 +455,47 @@ TU_TEST(slot_migrated_while_held, 120)
     dlock_client_close(c);
     free(short_url);
     tu_pair_close(&p);
+    free(url);
+}
+
+/* One client holding a name on each master; one master at a time paused
+ * for writes (CLIENT PAUSE WRITE: the renew script waits, the cluster bus
+ * goes on, so nothing fails over): the holds on the other two are renewed
+ * and never lost. The lease (3 s) is shorter than the request timeout, so
+ * a renewal sent to the paused master waits until the batch's deadline;
+ * the masters renewed one after another, those after it were sent nothing
+ * in time and their holds were lost with its. */
+TU_TEST(renewals_go_on_with_a_master_paused, 120)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    char *url = tu_fmt("%s?lease=3s", cl.url);
+    for (int paused = 0; paused < 3; paused++) {
+        dlock_client *c = tu_open(url);
+        dlock_lock *l[3];
+        struct tu_lost lost[3];
+        memset(lost, 0, sizeof lost);
+        for (int i = 0; i < 3; i++) {
+            char name[64];
+            name_on(ports[i], "paused", name, sizeof name);
+            l[i] = tu_lock(c, name);
+            ck_assert_int_eq(dlock_lock_on_lost(l[i], tu_on_lost, &lost[i]), DLOCK_OK);
+            TU_ACQUIRE_OK(l[i], DLOCK_TRY);
+        }
+        run_on(ports[paused], "CLIENT PAUSE 60000 WRITE");
+        for (int i = 0; i < 3; i++)
+            if (i != paused)
+                wait_lock_renewed(l[i], &lost[i]);
+        run_on(ports[paused], "CLIENT UNPAUSE");
+        for (int i = 0; i < 3; i++) {
+            if (i != paused)
+                TU_RELEASE_OK(l[i]);
+            else
+                dlock_release(l[i]); /* may be lost: no renewal reached it in time */
+            dlock_lock_free(l[i]);
+        }
+        dlock_client_close(c);
+    }
     free(url);
 }
 

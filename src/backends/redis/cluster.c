@@ -17,7 +17,8 @@
  * backoff within the call's time left). A master that cannot be reached
  * marks the map stale too, so requests after a failover find the
  * promoted replica. The keeper's renewals are grouped per master (one
- * pipeline each, one script call per slot); list scans every master.
+ * pipeline each, one script call per slot, the masters at once); list
+ * scans every master.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -562,6 +563,41 @@ static int renew_item_cmp(const void *a, const void *b)
     return x->at < y->at ? -1 : x->at > y->at;
 }
 
+/* One master's share of the keeper's batch, renewed in a thread of its
+ * own. */
+struct renew_group {
+    struct redis_state *node;
+    struct dlock__renew_batch sub;
+    int (*renew)(void *state, struct dlock__renew_batch *b);
+    pthread_t thread;
+    bool started;
+};
+
+static void *renew_group_main(void *arg)
+{
+    struct renew_group *g = arg;
+    g->renew(g->node, &g->sub);
+    return NULL;
+}
+
+/* Renew the N groups G at once: each but the last in a thread of its
+ * own, the last (and one whose thread does not start) in the caller's;
+ * back when all are done. So a master that does not answer holds its own
+ * holds' renewals until the batch's deadline, not the other masters'
+ * (one after another, those came after it with no time left, and their
+ * holds were lost with the silent master's). */
+static void renew_groups(struct renew_group *g, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++)
+        g[i].started = pthread_create(&g[i].thread, NULL, renew_group_main, &g[i]) == 0;
+    for (size_t i = 0; i < n; i++)
+        if (!g[i].started)
+            g[i].renew(g[i].node, &g[i].sub);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (g[i].started)
+            pthread_join(g[i].thread, NULL);
+}
+
 int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch *b,
                                int (*renew)(void *state, struct dlock__renew_batch *b))
 {
@@ -579,11 +615,14 @@ int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch 
     struct dlock__hold **holds = calloc(n, sizeof *holds);
     int *result = calloc(n, sizeof *result);
     char(*why)[DLOCK__WHY_MAX] = calloc(n, sizeof *why);
-    if (!it || !holds || !result || !why) {
+    struct renew_group *groups = calloc(n, sizeof *groups);
+    size_t ngroups = 0;
+    if (!it || !holds || !result || !why || !groups) {
         free(it);
         free(holds);
         free(result);
         free(why);
+        free(groups);
         int rc = dlock__err(DLOCK_ENOMEM, "out of memory");
         for (size_t i = 0; i < n; i++)
             dlock__renew_result(b, i, rc);
@@ -596,8 +635,8 @@ int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch 
         it[i].at = i;
     }
     pthread_mutex_unlock(&cl->mu);
-    /* one pipeline per master, its holds in slot order: mutex.c's renewal
-     * makes one script call per slot */
+    /* one pipeline per master, its holds in slot order (mutex.c's renewal
+     * makes one script call per slot), the masters at once */
     qsort(it, n, sizeof *it, renew_item_cmp);
     for (size_t i = 0; i < n; i++)
         holds[i] = b->holds[it[i].at];
@@ -614,9 +653,11 @@ int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch 
             for (size_t i = 0; i < sub.n; i++)
                 dlock__renew_result(&sub, i, rc);
         } else {
-            renew(node_at(cl, it[g].node), &sub);
+            groups[ngroups++] =
+                (struct renew_group){.node = node_at(cl, it[g].node), .sub = sub, .renew = renew};
         }
     }
+    renew_groups(groups, ngroups);
     for (size_t i = 0; i < n; i++) {
         /* A lock hold whose master did not renew it (a slot being
          * migrated: ASK; moved: MOVED; a master gone) is tried once more
@@ -637,6 +678,7 @@ int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch 
     free(holds);
     free(result);
     free(why);
+    free(groups);
     return DLOCK_OK;
 }
 

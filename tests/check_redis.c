@@ -1249,6 +1249,9 @@ struct proxy {
      * channel: release, cancel) back, the connection open, until
      * release_stalled is set; stalled counts them. */
     atomic_int stall_release, stalled, release_stalled;
+    /* stall_unwait: the same for that many writers' unwaits (they name
+     * the writers key and not the token key), counted in stalled too */
+    atomic_int stall_unwait;
     const char *forged_reply;
     /* drop_named: drop the reply of that many calls whose request holds
      * NEEDLE, after the server ran them (then close the connection) */
@@ -1329,8 +1332,9 @@ static void *proxy_conn_main(void *arg)
         atomic_fetch_sub(&px->open_conns, 1);
         return NULL;
     }
-    char tok[160], chan[160], rwchan[160];
+    char tok[160], chan[160], rwchan[160], writers[160];
     snprintf(tok, sizeof tok, "redisson_lock_token:{%s}", px->name);
+    snprintf(writers, sizeof writers, "dlock_writers:{%s}", px->name);
     snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", px->name);
     snprintf(rwchan, sizeof rwchan, "redisson_rwlock:{%s}", px->name);
     char *buf = malloc(65536);
@@ -1352,7 +1356,10 @@ static void *proxy_conn_main(void *arg)
                 is_release = chunk_has(buf, (size_t)n, "\r\nrelease\r\n") ||
                              chunk_has(buf, (size_t)n, "\r\nleave\r\n");
             }
-            if (is_release && take_one(&px->stall_release)) {
+            bool is_unwait = is_script && !is_release && !is_acquire &&
+                             chunk_has(buf, (size_t)n, writers);
+            if ((is_release && take_one(&px->stall_release)) ||
+                (is_unwait && take_one(&px->stall_unwait))) {
                 atomic_fetch_add(&px->stalled, 1);
                 while (!atomic_load(&px->release_stalled))
                     tu_sleep_ms(5);
@@ -1789,6 +1796,57 @@ TU_TEST(lost_acquire_cancel_does_not_hold_the_caller, 60)
     late_attempts_do_nothing(ctx, &px, "stall", 20000);
     tu_acquire_release(via.l, DLOCK_TRY);
     redisFree(ctx);
+    tu_solo_close(&via);
+    stop_server();
+}
+
+/* Until ZCARD dlock_writers:{NAME} is WANT (false after 20 s). */
+static bool writers_become(redisContext *ctx, const char *name, long long want)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (cmd_int(ctx, "ZCARD dlock_writers:{%s}", name) == want)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+/* A writer's unwait owed to the keeper (its wait timed out) goes out
+ * before the same owner's next request on the name: the keeper's is held
+ * in the proxy, so the owner's next wait sends it first and here cannot
+ * finish within its 1 s (DLOCK_ETIMEDOUT, as an owed cancel). Sent after
+ * that wait, the unwait would take away the record of a later wait
+ * (readers then overtake it), or leave the old record while the owner
+ * holds and after, keeping readers out. (The wait went out first: it took
+ * the lock beside the old record, readers kept out after its release.) */
+TU_TEST(owed_unwait_goes_before_the_next_wait, 60)
+{
+    start_server(NULL);
+    struct proxy px;
+    struct tu_solo via = proxied_open(&px, NULL, "timeout=30s&lease=60s", "uwo");
+    dlock_client *d = open_with("lease=60s");
+    dlock_lock *holder = tu_lock(d, "uwo");
+    dlock_lock *reader = tu_lock_mode(d, "uwo", DLOCK_SHARED, 0);
+    redisContext *ctx = raw();
+    TU_ACQUIRE_OK(holder, DLOCK_TRY);
+    atomic_store(&px.stall_unwait, 1);
+    TU_ACQUIRE_EXPECT(via.l, 300, DLOCK_ETIMEDOUT, "a writer's wait behind a holder");
+    ck_assert_msg(wait_flag(&px.stalled, 20000), "the keeper never sent the owed unwait");
+    ck_assert_int_eq(cmd_int(ctx, "ZCARD dlock_writers:{uwo}"), 1); /* the old wait's record */
+    TU_RELEASE_OK(holder);
+    int rc = dlock_acquire(via.l, 1000);
+    long long records = cmd_int(ctx, "ZCARD dlock_writers:{uwo}");
+    if (rc == DLOCK_OK)
+        TU_RELEASE_OK(via.l);
+    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "the next wait went out before the owed unwait: %s, "
+                  "%lld writer record(s) left (readers kept out)", dlock_err_name(rc), records);
+    atomic_store(&px.release_stalled, 1);
+    ck_assert_msg(writers_become(ctx, "uwo", 0), "the owed unwait never ran");
+    tu_acquire_release(via.l, 1000);
+    tu_acquire_release(reader, DLOCK_TRY); /* no record left to keep it out */
+    redisFree(ctx);
+    TU_FREE_LOCKS(holder, reader);
+    TU_CLOSE_CLIENTS(d);
     tu_solo_close(&via);
     stop_server();
 }
@@ -2374,17 +2432,6 @@ static redisContext *server_busy(int ms)
     }
     ck_abort_msg("the server never got busy");
     return busy;
-}
-
-/* Until ZCARD dlock_writers:{NAME} is WANT (false after 20 s). */
-static bool writers_become(redisContext *ctx, const char *name, long long want)
-{
-    for (int i = 0; i < 2000; i++) {
-        if (cmd_int(ctx, "ZCARD dlock_writers:{%s}", name) == want)
-            return true;
-        tu_sleep_ms(10);
-    }
-    return false;
 }
 
 /* A writer's wait (default layout) that ends while the server is stalled

@@ -1,5 +1,5 @@
 /* cancel.c -- the Redis backend's cancel of acquires whose replies were
- * lost.
+ * lost, and the other work an owner owes the server on a name.
  *
  * An acquire that gives up after losing its replies may still have run on
  * the server, or may run there later (a request on its way through the
@@ -63,12 +63,14 @@ static int send_cancel(struct redis_state *s, const char *name, const char *owne
     return rc;
 }
 
-/* A cancel owed for one owner (thread) and name, after an acquire whose
- * replies were lost. The caller does not wait for it: it goes on the
- * core's cleanup queue, which the keeper drains (and close once more). The
- * owner's next acquire of that name sends it first itself: otherwise that
- * acquire could find the lost attempt's field, take it as its own hold,
- * and then lose it to the queued cancel. */
+/* Work owed for one owner (thread) and name: the cancel of an acquire
+ * whose replies were lost, or a waiting writer's unwait. The caller does
+ * not wait for it: it goes on the core's cleanup queue, which the keeper
+ * drains (and close once more). The owner's next acquire of that name
+ * sends it first itself: otherwise that acquire could find the lost
+ * attempt's field, take it as its own hold, and then lose it to the
+ * queued cancel; or record a new wait that the queued unwait would then
+ * take away (readers would overtake that wait). */
 struct pending_cancel {
     struct redis_state *s;
     struct pending_cancel *next; /* s->cancels, under s->cancel_mu */
@@ -78,6 +80,7 @@ struct pending_cancel {
     uint64_t last;               /* under s->cancel_mu: the highest number to cancel */
     int64_t lease_ms;
     bool fair;                   /* a fair lock's acquire (fair.c) */
+    bool unwait;                 /* a writer's unwait (rwlock.c), not a cancel */
     char owner[96];
     char name[];
 };
@@ -118,9 +121,9 @@ static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t 
 {
     int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
     if (left == 0 || !dlock__timed_mutex_lock(&e->run, dlock__now_ms() + left))
-        return dlock__err(DLOCK_ETIMEDOUT, "%s: the cancel of an earlier lost acquire of '%s' is "
-                                           "still being sent",
-                          s->where, e->name);
+        return dlock__err(DLOCK_ETIMEDOUT, "%s: the %s of '%s' is still being sent", s->where,
+                          e->unwait ? "unwait of an earlier wait" : "cancel of an earlier lost acquire",
+                          e->name);
     int rc = DLOCK_OK;
     for (;;) {
         pthread_mutex_lock(&s->cancel_mu);
@@ -129,7 +132,8 @@ static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t 
         pthread_mutex_unlock(&s->cancel_mu);
         if (done)
             break;
-        rc = send_cancel(s, e->name, e->owner, last, e->lease_ms, e->fair, deadline);
+        rc = e->unwait ? dlock__redis_rw_send_unwait(s, e->name, e->owner, deadline)
+                       : send_cancel(s, e->name, e->owner, last, e->lease_ms, e->fair, deadline);
         if (rc)
             break;
         pthread_mutex_lock(&s->cancel_mu);
@@ -148,41 +152,46 @@ static int pending_cleanup(void *bstate, void *arg, int64_t deadline)
     return pending_run(e->s, e, deadline);
 }
 
-/* Before H's owner acquires NAME: send a cancel it still owes there. */
+/* Before H's owner acquires NAME: send what it still owes there (a
+ * cancel, an unwait), one after the other. */
 int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline)
 {
-    if (!__atomic_load_n(&s->cancels, __ATOMIC_ACQUIRE))
-        return DLOCK_OK;
-    pthread_mutex_lock(&s->cancel_mu);
-    struct pending_cancel *e = s->cancels;
-    while (e && (e->done || strcmp(e->owner, h->owner) != 0 || strcmp(e->name, h->name) != 0))
-        e = e->next;
-    if (e)
-        e->refs++;
-    pthread_mutex_unlock(&s->cancel_mu);
-    if (!e)
-        return DLOCK_OK;
-    int rc = pending_run(s, e, deadline);
-    pthread_mutex_lock(&s->cancel_mu);
-    pending_unref_locked(e);
-    pthread_mutex_unlock(&s->cancel_mu);
-    return rc;
+    for (;;) {
+        if (!__atomic_load_n(&s->cancels, __ATOMIC_ACQUIRE))
+            return DLOCK_OK;
+        pthread_mutex_lock(&s->cancel_mu);
+        struct pending_cancel *e = s->cancels;
+        while (e && (e->done || strcmp(e->owner, h->owner) != 0 || strcmp(e->name, h->name) != 0))
+            e = e->next;
+        if (e)
+            e->refs++;
+        pthread_mutex_unlock(&s->cancel_mu);
+        if (!e)
+            return DLOCK_OK;
+        int rc = pending_run(s, e, deadline); /* DLOCK_OK: E is done, the next one */
+        pthread_mutex_lock(&s->cancel_mu);
+        pending_unref_locked(e);
+        pthread_mutex_unlock(&s->cancel_mu);
+        if (rc)
+            return rc;
+    }
 }
 
-/* An acquire whose replies were lost (timeout, connection reset) may have
- * run on the server, or may still run there later (a request on its way
- * through the network or a proxy): owe a cancel of every request of H's
- * owner on K up to number LAST. Keeps the caller's error message. */
-void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
-                               int64_t lease_ms)
+/* Owe the server, for H's owner on H->name, the cancel of its requests
+ * up to number LAST (UNWAIT false) or its unwait (UNWAIT true): one
+ * entry of that kind not sent yet covers the new one too. Keeps the
+ * caller's error message. */
+static void owe(struct redis_state *s, const struct dlock__hold *h, bool unwait, uint64_t last,
+                int64_t lease_ms)
 {
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     pthread_mutex_lock(&s->cancel_mu);
     struct pending_cancel *e = s->cancels;
-    while (e && (e->done || strcmp(e->owner, h->owner) != 0 || strcmp(e->name, h->name) != 0))
+    while (e && (e->done || e->unwait != unwait || strcmp(e->owner, h->owner) != 0 ||
+                 strcmp(e->name, h->name) != 0))
         e = e->next;
-    if (e) { /* not sent yet: one cancel covers both */
+    if (e) { /* not sent yet: one covers both */
         if (e->last < last)
             e->last = last;
         pthread_mutex_unlock(&s->cancel_mu);
@@ -197,7 +206,8 @@ void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock_
         e->refs = 1;
         e->last = last;
         e->lease_ms = lease_ms;
-        e->fair = dlock__redis_fair(s, h);
+        e->fair = !unwait && dlock__redis_fair(s, h);
+        e->unwait = unwait;
         snprintf(e->owner, sizeof e->owner, "%s", h->owner);
         memcpy(e->name, h->name, nl + 1);
         e->next = s->cancels;
@@ -205,12 +215,31 @@ void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock_
     }
     pthread_mutex_unlock(&s->cancel_mu);
     char what[160];
-    snprintf(what, sizeof what, "cancel lost acquires of '%.100s'", h->name);
+    snprintf(what, sizeof what, "%s '%.100s'", unwait ? "give up waiting for" : "cancel lost acquires of",
+             h->name);
     if (!e || dlock__cleanup_add(s->c, what, pending_cleanup, e, pending_release) != DLOCK_OK) {
         /* out of memory: send it now, as best we can */
-        send_cancel(s, h->name, h->owner, last, lease_ms, dlock__redis_fair(s, h), DLOCK__NEVER);
+        if (unwait)
+            dlock__redis_rw_send_unwait(s, h->name, h->owner, DLOCK__NEVER);
+        else
+            send_cancel(s, h->name, h->owner, last, lease_ms, dlock__redis_fair(s, h), DLOCK__NEVER);
     }
     dlock__errmsg_restore(DLOCK_OK, msg);
+}
+
+/* An acquire whose replies were lost (timeout, connection reset) may have
+ * run on the server, or may still run there later (a request on its way
+ * through the network or a proxy): owe a cancel of every request of H's
+ * owner on K up to number LAST. Keeps the caller's error message. */
+void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
+                               int64_t lease_ms)
+{
+    owe(s, h, false, last, lease_ms);
+}
+
+void dlock__redis_rw_unwait_owe(struct redis_state *s, const struct dlock__hold *h)
+{
+    owe(s, h, true, 0, 0);
 }
 
 int dlock__redis_undo_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,

@@ -493,8 +493,14 @@ int64_t dlock__redis_cancel_life_ms(int64_t lease_ms);
  * the caller does not wait). Keeps the caller's message. */
 void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock__hold *h, uint64_t last,
                                int64_t lease_ms);
-/* Before H's owner sends an acquire of H->name: send a cancel it still
- * owes there, within DEADLINE. DLOCK_OK, or why it could not. */
+/* A writer's unwait (rwlock.c) owed to the cleanup queue at once, sent
+ * by the keeper (Redlock: to a node that did not answer in time), or by
+ * H's owner before its next acquire of H->name, whichever comes first.
+ * Keeps the message. */
+void dlock__redis_rw_unwait_owe(struct redis_state *s, const struct dlock__hold *h);
+/* Before H's owner sends an acquire of H->name: send what it still owes
+ * there (a cancel, an unwait), within DEADLINE. DLOCK_OK, or why it
+ * could not. */
 int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
 /* Undo an acquisition of H (request numbers up to LAST) that too few
  * replicas acknowledged (sync=N): owe the cancel of those requests, then
@@ -530,9 +536,12 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h);
  * the wait, else owe it to the core's cleanup queue (the keeper sends it;
  * best effort: the record lapses anyway). Keeps the caller's message. */
 void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
-/* The same unwait owed to the cleanup queue at once, sent by the keeper
- * (Redlock: to a node that did not answer in time). Keeps the message. */
-void dlock__redis_rw_unwait_owe(struct redis_state *s, const struct dlock__hold *h);
+/* Send OWNER's unwait of NAME (scripts/rw_unwait.lua) within DEADLINE:
+ * DLOCK_OK once done, or when the server answered with an error (it
+ * would answer the same again); else the failure of a reply that did not
+ * come. */
+int dlock__redis_rw_send_unwait(struct redis_state *s, const char *name, const char *owner,
+                                int64_t deadline);
 /* A lock waiter W of H (keys K) with the subscriber hub: listen on the
  * channels releases of H's name are announced on (readers: RReadWriteLock's;
  * writers: RLock's, and on the Redisson layout RReadWriteLock's too, where

@@ -128,9 +128,8 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
     return rc;
 }
 
-/* Send OWNER's unwait of NAME (scripts/rw_unwait.lua) within DEADLINE. */
-static int send_unwait(struct redis_state *s, const char *name, const char *owner,
-                       int64_t deadline)
+int dlock__redis_rw_send_unwait(struct redis_state *s, const char *name, const char *owner,
+                                int64_t deadline)
 {
     struct lock_keys k;
     int rc = dlock__redis_keys_make(s, name, &k);
@@ -142,42 +141,9 @@ static int send_unwait(struct redis_state *s, const char *name, const char *owne
     long long removed;
     rc = rw_eval(s, deadline, S_RW_UNWAIT, "give up waiting", keys, lens, 2, args, 1, &removed, &k);
     dlock__redis_keys_free(&k);
-    return rc;
-}
-
-/* An unwait owed to the core's cleanup queue. */
-struct owed_unwait {
-    struct redis_state *s; /* the node it is owed to (a Redlock bstate is not one) */
-    char owner[96];
-    char name[];
-};
-
-static int owed_unwait_send(void *bstate, void *arg, int64_t deadline)
-{
-    (void)bstate;
-    struct owed_unwait *u = arg;
-    int rc = send_unwait(u->s, u->name, u->owner, deadline);
     /* only a reply that did not come is worth another try: a server's
      * error would answer the same again */
     return rc == DLOCK_ECONN || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNAVAIL ? rc : DLOCK_OK;
-}
-
-void dlock__redis_rw_unwait_owe(struct redis_state *s, const struct dlock__hold *h)
-{
-    char msg[DLOCK__MSG_MAX];
-    dlock__errmsg_save(msg);
-    size_t nl = strlen(h->name);
-    struct owed_unwait *u = calloc(1, sizeof *u + nl + 1);
-    char what[160];
-    snprintf(what, sizeof what, "give up waiting for '%.100s'", h->name);
-    if (u) {
-        u->s = s;
-        snprintf(u->owner, sizeof u->owner, "%s", h->owner);
-        memcpy(u->name, h->name, nl + 1);
-    }
-    if (!u || dlock__cleanup_add(s->c, what, owed_unwait_send, u, free) != DLOCK_OK)
-        (void)send_unwait(s, h->name, h->owner, DLOCK__NEVER); /* out of memory: now */
-    dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
 void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, int64_t deadline)
@@ -190,8 +156,8 @@ void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, 
      * sends what could not be sent by then (a record left behind only
      * keeps readers out until it lapses) */
     if (dlock__time_left(deadline, s->op_timeout_ms) == 0 ||
-        send_unwait(s, h->name, h->owner, deadline) != DLOCK_OK)
-        dlock__redis_rw_unwait_owe(s, h);
+        dlock__redis_rw_send_unwait(s, h->name, h->owner, deadline) != DLOCK_OK)
+        dlock__redis_rw_unwait_owe(s, h); /* cancel.c: before the owner's next request too */
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
 

@@ -1269,6 +1269,83 @@ TU_TEST_IN(stopped, stopped_server_bounds_short_waits, 50)
     tu_solo_close(&d);
 }
 
+/* Until PATH has WANT children of ours ("_c_"); false after 20 s. */
+static bool contenders_become(zhandle_t *zh, const char *path, int want)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (raw_contenders(zh, path) == want)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+/* A semaphore wait (for the one permit another client holds) that ends
+ * while the server is stopped returns at its end, not once the server
+ * answers: its lease node and Curator's mutex node under P/locks are
+ * deleted within what is left of the wait (nothing) and owed to the
+ * cleanup queue; the keeper deletes them once the server is continued.
+ * With CANCEL a wait forever is canceled once the server is stopped: the
+ * caller asked to stop now, nothing is sent. (They were deleted in the
+ * caller's thread with the op timeout, 30 s each.) The acquire is given
+ * 15 s, half an op timeout, far past the 4 s wait. */
+static void sem_wait_gives_up_on_a_stopped_server(const char *name, bool cancel)
+{
+    struct zk_frame zt = zk_open("timeout=30s&lease=60s", true);
+    dlock_client *d = tu_open(zt.url);
+    dlock_semaphore *s = NULL, *sd = NULL;
+    ck_assert_int_eq(dlock_semaphore_new(zt.c, name, 1, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(d, name, 1, 0, &sd), DLOCK_OK);
+    dlock_permit *held = NULL;
+    ck_assert_int_eq(dlock_semaphore_acquire(sd, 1, DLOCK_TRY, NULL, &held), DLOCK_OK);
+    char *leases = tu_fmt("/dlock/%s/leases", name), *locks = tu_fmt("/dlock/%s/locks", name);
+    dlock_cancel *k = NULL;
+    if (cancel)
+        ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct tu_sem_taker t;
+    tu_sem_taker_start(&t, s, 1, cancel ? DLOCK_FOREVER : 4000, k);
+    ck_assert_msg(contenders_become(zt.zh, leases, 2), "the waiter never made its lease node");
+    /* asleep in its wait with no request left unserved: asleep, a round
+     * trip of another session through the server, asleep again */
+    ck_assert(tu_wait_thread_asleep(&t.tid, 30000));
+    ck_assert_int_eq(raw_contenders(zt.zh, locks), 1);
+    ck_assert(tu_wait_thread_asleep(&t.tid, 30000));
+    tu_pause(F.s[0].pid);
+    if (cancel)
+        ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    bool returned = false;
+    for (int i = 0; i < 1500 && !returned; i++) {
+        returned = atomic_load(&t.rc) != 1;
+        tu_sleep_ms(10);
+    }
+    ck_assert_int_eq(kill(F.s[0].pid, SIGCONT), 0);
+    int rc = tu_sem_taker_join(&t);
+    ck_assert_msg(returned, "the %s returned only once the stopped server was continued (%s)",
+                  cancel ? "canceled semaphore wait" : "4 s semaphore wait", dlock_err_name(rc));
+    ck_assert_int_eq(rc, cancel ? DLOCK_ECANCELED : DLOCK_ETIMEDOUT);
+    /* the keeper deleted what was owed: D's lease alone, the mutex free */
+    ck_assert_msg(contenders_become(zt.zh, leases, 1), "the waiter's lease node was never deleted");
+    ck_assert_msg(contenders_become(zt.zh, locks, 0), "the waiter's mutex node was never deleted");
+    ck_assert_int_eq(dlock_permit_release(held), DLOCK_OK);
+    dlock_cancel_free(k);
+    free(leases);
+    free(locks);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(sd);
+    dlock_client_close(d);
+    zk_close(&zt);
+}
+
+TU_TEST_IN(stopped, sem_wait_ends_on_time_on_a_stopped_server, 90)
+{
+    sem_wait_gives_up_on_a_stopped_server("sem-stopped-bounded", false);
+}
+
+TU_TEST_IN(stopped, canceled_sem_wait_ends_on_a_stopped_server, 90)
+{
+    sem_wait_gives_up_on_a_stopped_server("sem-stopped-canceled", true);
+}
+
 /* ============================================================= ensemble */
 
 TU_TEST_IN(ensemble, ensemble_basic, 180)

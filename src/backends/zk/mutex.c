@@ -611,7 +611,7 @@ int dlock__zk_release(void *state, struct dlock__hold *h)
  * the node anyway). The node is this hold's own sequential node: a later
  * hold of the same owner has a node of its own, which the owed delete
  * never touches. A node found already gone is not reported lost here. */
-static int zk_release_within(void *state, struct dlock__hold *h, int64_t deadline)
+int dlock__zk_release_within(void *state, struct dlock__hold *h, int64_t deadline)
 {
     struct zk_backend *zb = state;
     struct zk_hold *zh = h->bdata;
@@ -658,5 +658,5 @@ const struct dlock__backend dlock__backend_zk = {
     .elect_proclaim = dlock__zk_elect_proclaim,
     .elect_observe = dlock__zk_elect_observe,
     .sem_list = dlock__zk_list, /* the base's nodes, locks and semaphores alike */
-    .release_within = zk_release_within,
+    .release_within = dlock__zk_release_within,
 };

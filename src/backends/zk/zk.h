@@ -267,6 +267,9 @@ int dlock__zk_create_container(struct zk_backend *zb, struct zk_session *s, cons
 int dlock__zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
                   struct dlock__hold *h, struct dlock__wait *w);
 int dlock__zk_release(void *state, struct dlock__hold *h);
+/* The backend's release_within: H's node deleted no later than DEADLINE,
+ * what is not done by then owed to the cleanup queue (frees h->bdata). */
+int dlock__zk_release_within(void *state, struct dlock__hold *h, int64_t deadline);
 
 /* ------------------------------------------------------------ election.c */
 

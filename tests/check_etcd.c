@@ -1892,6 +1892,58 @@ static void member_resume(int i)
     kill(F.m[i].pid, SIGCONT);
 }
 
+/* An acquire whose first send got no reply (the member it went to is
+ * stopped) is sent again to another member, and finds our key there --
+ * but not one its first send put: a leftover of ours on another lease (a
+ * waiter's key on the client's waiters' lease whose delete was owed,
+ * then forgotten by this acquire; played here with a lease of the
+ * test's). Taking that key for the hold put it on a lease nothing keeps
+ * alive for the hold: when the lease ended, the key went and another
+ * client took the lock beside a holder with most of its validity left.
+ * The leftover must be replaced by a key on the hold's lease. */
+TU_TEST_IN(cluster, resent_acquire_never_adopts_a_key_on_another_lease, 240)
+{
+    revive_all();
+    /* the stopped member is a follower, first in the URL: the request goes
+     * there first and the others keep their leader */
+    int leader = etcdf_leader(&F);
+    ck_assert_int_ge(leader, 0);
+    int stalled = leader == 0 ? 1 : 0, o1 = -1, o2 = -1;
+    for (int i = 0; i < F.n; i++)
+        if (i != stalled && o1 < 0)
+            o1 = i;
+        else if (i != stalled)
+            o2 = i;
+    char *url = tu_fmt("etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d"
+                       "?lease=60s&timeout=1s&connect_timeout=1s",
+                       F.m[stalled].client_port, F.m[o1].client_port, F.m[o2].client_port);
+    struct tu_pair p = pair_at(url, "adopt");
+    /* our key's name (the session lease's), then the leftover under it */
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    char *key = ctl_keys("adopt/");
+    ck_assert_int_eq(count_lines(key), 1);
+    key[strcspn(key, "\n")] = 0;
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
+    char *lease = ctl_lease(60), *opt = tu_fmt("--lease=%s", lease);
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", opt, key, "leftover", NULL), 0);
+
+    member_pause(stalled);
+    int rc = dlock_acquire(p.la, 20000);
+    member_resume(stalled);
+    ck_assert_msg(rc == DLOCK_OK, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(keys_on_hold_lease("adopt/", false), 1);
+    /* the leftover's lease ends: the hold stays, nobody else gets in */
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "lease", "revoke", lease, NULL), 0);
+    ck_assert_int_gt(dlock_validity_ms(p.la), 0);
+    ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
+    tu_pair_close(&p);
+    free(opt);
+    free(lease);
+    free(key);
+    free(url);
+}
+
 /* Bytes sent to member I that it has not read: the request a stalled
  * member sits on (its established sockets' receive queues, from
  * /proc/net/tcp and tcp6). */

@@ -590,6 +590,7 @@ enum give_back_servers { GB_REDIS, GB_REDLOCK, GB_ETCD, GB_ZK };
  * servers are then stopped (SIGSTOP) and, with CANCEL, the cancel fired. */
 struct stalled_give_back {
     enum give_back_servers kind;
+    const char *lease; /* the clients' lease */
     pid_t server[GB_REDLOCK_NODES];
     size_t nservers;
     dlock_client *c, *d;
@@ -607,18 +608,19 @@ struct stalled_give_back {
 /* Start G's servers (KIND): its URL with the frame's options. */
 static char *give_back_serve(struct stalled_give_back *g, enum give_back_servers kind)
 {
-    const char *opts = "timeout=30s&node_timeout=30s&lease=60s";
+    char *one = tu_fmt("timeout=30s&lease=%s", g->lease), *url = NULL;
+    char *opts = tu_fmt("%s&node_timeout=30s", one);
     g->kind = kind;
     if (kind == GB_ZK) {
         ck_assert_msg(zkf_start(&g->z, 1), "zookeeper: %s", g->z.error);
         g->server[g->nservers++] = g->z.s[0].pid;
-        return zkf_url(&g->z, NULL, "timeout=30s&lease=60s");
+        url = zkf_url(&g->z, NULL, one);
     }
 #ifdef DLOCK_HAVE_ETCD
     if (kind == GB_ETCD) {
         ck_assert_msg(etcdf_start(&g->e, 1), "etcd: %s", g->e.error);
         g->server[g->nservers++] = g->e.m[0].pid;
-        return etcdf_url(&g->e, NULL, "timeout=30s&lease=60s");
+        url = etcdf_url(&g->e, NULL, one);
     }
 #endif
 #ifdef DLOCK_HAVE_REDIS
@@ -630,18 +632,22 @@ static char *give_back_serve(struct stalled_give_back *g, enum give_back_servers
             size_t at = strlen(hosts);
             snprintf(hosts + at, sizeof hosts - at, "%s127.0.0.1:%d", i ? "," : "", g->r[i].port);
         }
-        return kind == GB_REDLOCK ? tu_fmt("redlock://%s?%s", hosts, opts)
-                                  : tu_fmt("%s?timeout=30s&lease=60s", g->r[0].url);
+        url = kind == GB_REDLOCK ? tu_fmt("redlock://%s?%s", hosts, opts)
+                                 : tu_fmt("%s?%s", g->r[0].url, one);
     }
 #endif
-    ck_abort_msg("no server of kind %d in this build", (int)kind);
-    return NULL;
+    ck_assert_msg(url, "no server of kind %d in this build", (int)kind);
+    free(one);
+    free(opts);
+    return url;
 }
 
-static void give_back_start(struct stalled_give_back *g, enum give_back_servers kind, int64_t wait,
-                            bool cancel)
+/* The frame up to the stop: its clients' lease LEASE; the servers
+ * stopped, the cancel not fired yet. */
+static void give_back_stop(struct stalled_give_back *g, enum give_back_servers kind, int64_t wait,
+                           bool cancel, const char *lease)
 {
-    *g = (struct stalled_give_back){.w = {.wait = wait, .rc = 1}};
+    *g = (struct stalled_give_back){.lease = lease, .w = {.wait = wait, .rc = 1}};
     char *u = give_back_serve(g, kind);
     g->c = tu_open(u);
     g->d = tu_open(u);
@@ -666,6 +672,12 @@ static void give_back_start(struct stalled_give_back *g, enum give_back_servers 
     ck_assert_msg(tu_wait_thread_asleep(&g->w.tid, 30000), "the multi waiter never went to sleep");
     for (size_t i = 0; i < g->nservers; i++)
         tu_pause(g->server[i]);
+}
+
+static void give_back_start(struct stalled_give_back *g, enum give_back_servers kind, int64_t wait,
+                            bool cancel)
+{
+    give_back_stop(g, kind, wait, cancel, "60s");
     if (cancel)
         EXPECT_RC(dlock_cancel_fire(g->w.cancel), DLOCK_OK);
 }
@@ -768,7 +780,41 @@ static void owed_give_back_spares_a_later_hold(enum give_back_servers kind)
     give_back_close(&g);
 }
 
+/* The give-back of a member whose renewal the keeper has under way does
+ * not wait for that renewal: "gb-a" (lease 30 s) is renewed a third of
+ * its lease after it was taken, against the stopped server, a request
+ * that waits until the hold's validity ends (some 19 s on); the canceled
+ * multi wait fired meanwhile must still return at once, owing the
+ * give-back, and the keeper gives "gb-a" back once the server is
+ * continued. (The give-back waited for the renewal to return.) */
+static void give_back_beside_a_renewal(enum give_back_servers kind)
+{
+    struct stalled_give_back g;
+    give_back_stop(&g, kind, DLOCK_FOREVER, true, "30s");
+    dlock_lock *a = dlock_multi_lock(g.w.m, 0);
+    ck_assert_str_eq(dlock_lock_name(a), "gb-a");
+    /* a second past the renewal's due time: the keeper has sent it */
+    while (dlock_validity_ms(a) > 19000)
+        tu_sleep_ms(20);
+    EXPECT_RC(dlock_cancel_fire(g.w.cancel), DLOCK_OK);
+    bool returned = give_back_returned_while_stopped(&g);
+    int rc = give_back_continue(&g);
+    ck_assert_msg(returned, "the canceled multi wait returned only once the keeper's renewal "
+                            "of 'gb-a' did (%s)",
+                  dlock_err_name(rc));
+    EXPECT_RC(rc, DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_multi_held(g.w.m), 0);
+    const char *names[] = {"gb-a"};
+    wait_none_held(g.d, names, 1, NULL);
+    give_back_close(&g);
+}
+
 #ifdef DLOCK_HAVE_REDIS
+TU_TEST(give_back_beside_a_renewal, 120)
+{
+    give_back_beside_a_renewal(GB_REDIS);
+}
+
 TU_TEST(multi_wait_ends_on_time_on_a_stalled_server, 90)
 {
     multi_gives_up_on_a_stalled_server(GB_REDIS, false);
@@ -890,7 +936,8 @@ static bool runs_on(const struct ct_fixture *f, const char *test)
     if (strcmp(test, "etcd_one_txn") == 0 ||
         strcmp(test, "etcd_owed_deletes_spare_a_member_taken_again") == 0)
         return strcmp(f->name, "etcd") == 0;
-    if (strstr(test, "stalled_server") || strstr(test, "owed_give_back_spares_a_later_hold"))
+    if (strstr(test, "stalled_server") || strstr(test, "owed_give_back_spares_a_later_hold") ||
+        strstr(test, "give_back_beside_a_renewal"))
         /* etcd_*, zk_*: that backend's case; the others (redlock_* too)
          * the redis one */
         return strcmp(f->name, strncmp(test, "etcd_", 5) == 0 ? "etcd"

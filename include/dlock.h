@@ -983,8 +983,11 @@ DLOCK_EXTERN void dlock_multi_free(dlock_multi *m);
  * DLOCK_ECANCELED the call still returns at the wait's end (at the
  * cancel) when a server stalls: the members go back within what was
  * left of the wait (nothing after a timeout or a cancel), and what the
- * server did not answer by then is owed to the client's keeper thread,
- * so another client may find a member held for a moment more; the same
+ * server did not answer by then is owed to the client's keeper thread
+ * (a member whose renewal the keeper has under way right then is given
+ * back by the keeper once that renewal returns; a new acquire of M
+ * waits for that member until then), so
+ * another client may find a member held for a moment more; the same
  * owner taking a member again is never undone by that owed give-back
  * (docs/protocol-*.md, "Multi-locks"). The file backend (no server)
  * gives them back at once. Threads: any. */

@@ -339,6 +339,10 @@ struct dlock__hold {
                                          backend's elect_* functions */
     bool fair; /* taken through a DLOCK_LOCK_FAIR handle (backends with
                   DLOCK__CAP_FAIR whose order is chosen per lock: redis) */
+    bool give_back; /* given up by dlock__release_within() while renew()
+                       had it: the keeper gives it back (release_within,
+                       nothing sent, the rest owed) once renew() returns;
+                       no owner finds it meanwhile (lock.c's hold_of) */
 };
 
 /* What a campaign's hold asks of the backend (election.c): lead election
@@ -646,6 +650,10 @@ int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);
  * level within DEADLINE where the backend has release_within (the rest
  * is owed to the keeper); DLOCK__NEVER, or any other hold: dlock_release(). */
 int dlock__release_within(struct dlock_lock *l, int64_t deadline);
+/* The keeper, once renew() returned H marked give_back: end H as
+ * dlock__release_within() would have, owing what is not sent (mutex
+ * held; dropped meanwhile). */
+void dlock__hold_give_back(struct dlock_client *c, struct dlock__hold *h);
 
 /* ---------------------------------------------------------------- clients */
 

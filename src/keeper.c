@@ -242,6 +242,14 @@ static void *keeper_main(void *arg)
             for (size_t i = 0; i < ndue; i++) {
                 struct dlock__hold *h = due[i];
                 h->renewing = false;
+                if (h->give_back) {
+                    /* its owner gave it up meanwhile (lock.c's
+                     * dlock__release_within): no loss to report, no
+                     * renewal to note; the holds after it stay ours
+                     * (renewing) while the mutex is dropped */
+                    dlock__hold_give_back(c, h);
+                    continue;
+                }
                 if (results[i] == DLOCK_ELOST)
                     mark_lost(c, h, whys[i][0] ? whys[i] : "the backend reports the lock gone");
                 else if (results[i] != DLOCK_OK) {

@@ -87,10 +87,12 @@ size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes)
     return n;
 }
 
+/* The hold of owner TID on E; never one being given back by the keeper
+ * (give_back): its owner gave it up. */
 static struct dlock__hold *hold_of(struct dlock__entry *e, long tid)
 {
     for (struct dlock__hold *h = e->holds; h; h = h->next)
-        if (h->tid == tid)
+        if (h->tid == tid && !h->give_back)
             return h;
     return NULL;
 }
@@ -774,12 +776,38 @@ int dlock__release_within(dlock_lock *l, int64_t deadline)
         pthread_mutex_unlock(&c->mu);
         return dlock_release(l);
     }
+    if (h->renewing && h->via && h->via->owner && h->tid == h->via->owner) {
+        /* The keeper is renewing it (one level, no shared one: no
+         * caller's share or downgrade has it): waiting for that renewal
+         * (until the hold's validity ends on a stalled server) would
+         * overrun DEADLINE, so the keeper gives it back once renew()
+         * returns.
+         * Its handle stays busy (releasing) until then: an acquire
+         * through it, which carries the same owner id, waits for the
+         * give-back, never a Redis re-entry of the dying hold; and the
+         * name stays claimed by this client (CLIENT_OWNER) until then. */
+        h->give_back = true;
+        h->via->releasing = true;
+        pthread_mutex_unlock(&c->mu);
+        return DLOCK_OK;
+    }
     struct hold_ending end;
     hold_end_begin(c, h, &end);
     pthread_mutex_unlock(&c->mu);
     int rc = hold_end_finish(c, h, &end, be->release_within(c->bstate, h, deadline));
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+void dlock__hold_give_back(dlock_client *c, struct dlock__hold *h)
+{
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    struct hold_ending end;
+    hold_end_begin(c, h, &end);
+    pthread_mutex_unlock(&c->mu);
+    hold_end_finish(c, h, &end, c->be->release_within(c->bstate, h, dlock__now_ms()));
+    dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
 /* The owner's last exclusive level of H goes through L while shared
@@ -863,8 +891,11 @@ void dlock__release_all(dlock_client *c)
     for (size_t b = 0; b < DLOCK__BUCKETS; b++) {
         struct dlock__entry *e = c->buckets[b];
         while (e) {
-            if (e->holds) {
-                hold_end(c, e->holds);
+            struct dlock__hold *h = e->holds;
+            while (h && h->give_back) /* the keeper's to end */
+                h = h->next;
+            if (h) {
+                hold_end(c, h);
                 e = c->buckets[b]; /* the chain may have changed */
                 continue;
             }
@@ -893,9 +924,10 @@ void dlock_lock_free(dlock_lock *l)
         while (!c->closed) { /* closing ended every hold already */
             /* ... and a handle's own holds (handle-owned) end with it. */
             for (h = l->e->holds;
-                 h && !(last && (h->via == l || !h->via)) && !(l->owner && h->tid == l->owner);
+                 h && (h->give_back || (!(last && (h->via == l || !h->via)) &&
+                                        !(l->owner && h->tid == l->owner)));
                  h = h->next)
-                ;
+                ; /* (one being given back is the keeper's to end) */
             if (!h)
                 break;
             hold_end(c, h);

@@ -642,9 +642,9 @@ static char *give_back_serve(struct stalled_give_back *g, enum give_back_servers
     return url;
 }
 
-/* The frame up to the stop: its clients' lease LEASE; the servers
- * stopped, the cancel not fired yet. */
-static void give_back_stop(struct stalled_give_back *g, enum give_back_servers kind, int64_t wait,
+/* The frame up to the stop: its clients' lease LEASE, the multi waiter
+ * asleep in its wait for "gb-b". */
+static void give_back_open(struct stalled_give_back *g, enum give_back_servers kind, int64_t wait,
                            bool cancel, const char *lease)
 {
     *g = (struct stalled_give_back){.lease = lease, .w = {.wait = wait, .rc = 1}};
@@ -670,6 +670,13 @@ static void give_back_stop(struct stalled_give_back *g, enum give_back_servers k
     ck_assert_msg(tu_wait_thread_asleep(&g->w.tid, 30000), "the multi waiter never went to sleep");
     ck_assert_msg(tu_held(g->d, "gb-b"), "'gb-b' is not held");
     ck_assert_msg(tu_wait_thread_asleep(&g->w.tid, 30000), "the multi waiter never went to sleep");
+}
+
+/* give_back_open(), then the servers stopped; the cancel not fired yet. */
+static void give_back_stop(struct stalled_give_back *g, enum give_back_servers kind, int64_t wait,
+                           bool cancel, const char *lease)
+{
+    give_back_open(g, kind, wait, cancel, lease);
     for (size_t i = 0; i < g->nservers; i++)
         tu_pause(g->server[i]);
 }
@@ -809,7 +816,41 @@ static void give_back_beside_a_renewal(enum give_back_servers kind)
     give_back_close(&g);
 }
 
+/* A member taken before is lost while the set waits for a later one (an
+ * operator's force release here; a server stalled past the lease alike)
+ * and another client takes it: the set is not held, so the acquire must
+ * not say DLOCK_OK once the later member is free -- it takes the set
+ * again within what is left of its wait, and times out, "gb-a" being
+ * D's. (It said DLOCK_OK, "gb-a" held by D and lost to M.) */
+static void lost_member_is_taken_again(enum give_back_servers kind)
+{
+    struct stalled_give_back g;
+    give_back_open(&g, kind, 15000, false, "2s");
+    dlock_lock *a = dlock_multi_lock(g.w.m, 0);
+    ck_assert_str_eq(dlock_lock_name(a), "gb-a");
+    EXPECT_RC(dlock_force_release(g.d, "gb-a"), DLOCK_OK);
+    while (atomic_load(&g.w.rc) == 1 && dlock_validity_ms(a) != 0) /* the keeper finds it lost */
+        tu_sleep_ms(10);
+    dlock_lock *taker = tu_lock(g.d, "gb-a"); /* (waits out a give-back of a set that gave up) */
+    TU_ACQUIRE_OK(taker, 20000);
+    TU_RELEASE_OK(g.b); /* the set's wait goes on */
+    pthread_join(g.w.thread, NULL);
+    int rc = atomic_load(&g.w.rc);
+    ck_assert_msg(rc != DLOCK_OK, "the set says every member is held, 'gb-a' too, which D holds");
+    EXPECT_RC(rc, DLOCK_ETIMEDOUT);
+    ck_assert_int_eq(dlock_multi_held(g.w.m), 0);
+    ck_assert_uint_eq(dlock_hold_count(a), 0);
+    ck_assert_uint_eq(dlock_hold_count(taker), 1);
+    TU_RELEASE_FREE(taker);
+    give_back_close(&g);
+}
+
 #ifdef DLOCK_HAVE_REDIS
+TU_TEST(lost_member_is_taken_again, 120)
+{
+    lost_member_is_taken_again(GB_REDIS);
+}
+
 TU_TEST(give_back_beside_a_renewal, 120)
 {
     give_back_beside_a_renewal(GB_REDIS);
@@ -937,7 +978,7 @@ static bool runs_on(const struct ct_fixture *f, const char *test)
         strcmp(test, "etcd_owed_deletes_spare_a_member_taken_again") == 0)
         return strcmp(f->name, "etcd") == 0;
     if (strstr(test, "stalled_server") || strstr(test, "owed_give_back_spares_a_later_hold") ||
-        strstr(test, "give_back_beside_a_renewal"))
+        strstr(test, "give_back_beside_a_renewal") || strstr(test, "lost_member_is_taken_again"))
         /* etcd_*, zk_*: that backend's case; the others (redlock_* too)
          * the redis one */
         return strcmp(f->name, strncmp(test, "etcd_", 5) == 0 ? "etcd"

@@ -972,6 +972,10 @@ DLOCK_EXTERN void dlock_multi_free(dlock_multi *m);
  * the member that found it gone was tried once); DLOCK_FOREVER waits
  * until all are taken. CANCEL (NULL: none) as in dlock_acquire_ex(): a
  * fire ends the wait of whichever member is waiting.
+ * A member taken before that is lost while the set waits for a later
+ * one (its lease ran out unrenewed, a force release) is taken again,
+ * with the members after it, within the same wait: DLOCK_OK is never
+ * returned with a member known lost.
  * Returns DLOCK_OK (every member held); DLOCK_EBUSY, DLOCK_ETIMEDOUT,
  * DLOCK_ECANCELED; DLOCK_EMISUSE (M already holds: release first; after
  * fork or close; a cancel object of the parent); DLOCK_EINVAL (M NULL,

@@ -650,6 +650,9 @@ int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);
  * level within DEADLINE where the backend has release_within (the rest
  * is owed to the keeper); DLOCK__NEVER, or any other hold: dlock_release(). */
 int dlock__release_within(struct dlock_lock *l, int64_t deadline);
+/* Whether L's owner holds L's name only as a hold marked lost, or past
+ * its validity deadline (not held for sure; false when nothing is held). */
+bool dlock__lock_lost(struct dlock_lock *l);
 /* The keeper, once renew() returned H marked give_back: end H as
  * dlock__release_within() would have, owing what is not sent (mutex
  * held; dropped meanwhile). */

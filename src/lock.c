@@ -945,6 +945,17 @@ void dlock_lock_free(dlock_lock *l)
     dlock__client_unref(c); /* after close, the last handle frees the client */
 }
 
+bool dlock__lock_lost(dlock_lock *l)
+{
+    pthread_mutex_lock(&l->c->mu);
+    struct dlock__hold *h = hold_of(l->e, owner_of(l));
+    bool lost = h && (h->state == DLOCK__LOST ||
+                      (h->lease_ms && h->valid_until != DLOCK__NEVER &&
+                       h->valid_until <= dlock__now_ms()));
+    pthread_mutex_unlock(&l->c->mu);
+    return lost;
+}
+
 unsigned dlock_hold_count(dlock_lock *l)
 {
     if (!l)

@@ -140,16 +140,16 @@ void dlock_multi_free(dlock_multi *m)
     free_members(m, m->n);
 }
 
-/* Release members [0, N) in reverse order, within DEADLINE (what the
+/* Release members [FROM, N) in reverse order, within DEADLINE (what the
  * server did not answer by then owed to the keeper: lock.c's
  * dlock__release_within; DLOCK__NEVER: each with its own timeout); the
  * first failure, else DLOCK_OK. Keeps the calling thread's message of
  * that failure. */
-static int release_members(dlock_multi *m, size_t n, int64_t deadline)
+static int release_members(dlock_multi *m, size_t from, size_t n, int64_t deadline)
 {
     int first = DLOCK_OK;
     char msg[DLOCK__MSG_MAX] = "";
-    for (size_t k = n; k-- > 0;) {
+    for (size_t k = n; k-- > from;) {
         int rc = dlock__release_within(m->member[k], deadline);
         if (rc && !first) {
             first = rc;
@@ -234,6 +234,16 @@ static int acquire_at_once(dlock_multi *m, int64_t deadline, dlock_cancel *cance
     return dlock__errmsg_restore(kept, msg);
 }
 
+/* The first member whose hold is lost or past its validity (a set whose
+ * members are all held: M->n). */
+static size_t lost_member(dlock_multi *m)
+{
+    size_t k = 0;
+    while (k < m->n && !dlock__lock_lost(m->member[k]))
+        k++;
+    return k;
+}
+
 int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
 {
     dlock__msg_clear();
@@ -263,40 +273,51 @@ int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
         return dlock__err(rc, "multi-lock of %zu names: %s", m->n,
                           why[0] ? why : dlock_strerror(rc));
     }
-    /* Member by member, in the canonical order. */
-    for (size_t k = 0; k < m->n; k++) {
-        /* The time left of the whole set; once it is gone, the remaining
-         * members are tried once and a busy one is the set's timeout. */
-        int64_t wait = wait_ms;
-        bool out_of_time = false;
-        if (wait_ms > 0) {
-            wait = deadline - dlock__now_ms();
-            if (wait <= 0) {
-                wait = DLOCK_TRY;
-                out_of_time = true;
+    /* Member by member, in the canonical order; then again from the
+     * first member found lost, until none is. */
+    size_t k = 0;
+    while (k < m->n) {
+        for (; k < m->n; k++) {
+            /* The time left of the whole set; once it is gone, the remaining
+             * members are tried once and a busy one is the set's timeout. */
+            int64_t wait = wait_ms;
+            bool out_of_time = false;
+            if (wait_ms > 0) {
+                wait = deadline - dlock__now_ms();
+                if (wait <= 0) {
+                    wait = DLOCK_TRY;
+                    out_of_time = true;
+                }
             }
+            rc = dlock_acquire_ex(m->member[k], wait, cancel);
+            if (rc == DLOCK_OK)
+                continue;
+            if (rc == DLOCK_EBUSY && out_of_time)
+                rc = DLOCK_ETIMEDOUT;
+            char why[DLOCK__MSG_MAX];
+            dlock__errmsg_save(why);
+            /* The members taken before it go back within what is left of a
+             * bounded wait, nothing of a canceled one (the caller asked to
+             * stop now): the wait ends at its end even while the server
+             * stalls, and the keeper gives back what was not answered by
+             * then. A try and a wait forever give them back as
+             * dlock_release() does. */
+            int64_t give_back = rc == DLOCK_ECANCELED ? dlock__now_ms()
+                                : wait_ms > 0        ? deadline
+                                                     : DLOCK__NEVER;
+            release_members(m, 0, k, give_back);
+            return dlock__err(rc, "multi-lock member '%s' (%zu of %zu): %s%s",
+                              dlock_lock_name(m->member[k]), k + 1, m->n,
+                              why[0] ? why : dlock_strerror(rc),
+                              k ? "; the members taken before it were given back" : "");
         }
-        rc = dlock_acquire_ex(m->member[k], wait, cancel);
-        if (rc == DLOCK_OK)
-            continue;
-        if (rc == DLOCK_EBUSY && out_of_time)
-            rc = DLOCK_ETIMEDOUT;
-        char why[DLOCK__MSG_MAX];
-        dlock__errmsg_save(why);
-        /* The members taken before it go back within what is left of a
-         * bounded wait, nothing of a canceled one (the caller asked to
-         * stop now): the wait ends at its end even while the server
-         * stalls, and the keeper gives back what was not answered by
-         * then. A try and a wait forever give them back as
-         * dlock_release() does. */
-        int64_t give_back = rc == DLOCK_ECANCELED ? dlock__now_ms()
-                            : wait_ms > 0        ? deadline
-                                                 : DLOCK__NEVER;
-        release_members(m, k, give_back);
-        return dlock__err(rc, "multi-lock member '%s' (%zu of %zu): %s%s",
-                          dlock_lock_name(m->member[k]), k + 1, m->n,
-                          why[0] ? why : dlock_strerror(rc),
-                          k ? "; the members taken before it were given back" : "");
+        /* A member taken before may have been lost while the set
+         * waited for a later one (its lease ran out unrenewed, a force
+         * release): the set is not held. It and the members after it
+         * go back (no member is waited for while a later one is held)
+         * and are taken again within what is left of the wait. */
+        if ((k = lost_member(m)) < m->n)
+            release_members(m, k, m->n, wait_ms > 0 ? deadline : DLOCK__NEVER);
     }
     __atomic_store_n(&m->held, 1, __ATOMIC_RELEASE);
     return DLOCK_OK;
@@ -313,7 +334,7 @@ int dlock_multi_release(dlock_multi *m)
     int *rcs = calloc(m->n, sizeof *rcs);
     int rc = rcs ? dlock__release_set(m->member, m->n, rcs) : DLOCK_ENOTSUP;
     free(rcs);
-    return rc == DLOCK_ENOTSUP ? release_members(m, m->n, DLOCK__NEVER) : rc;
+    return rc == DLOCK_ENOTSUP ? release_members(m, 0, m->n, DLOCK__NEVER) : rc;
 }
 
 int dlock_multi_held(const dlock_multi *m)

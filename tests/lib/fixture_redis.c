@@ -41,6 +41,10 @@ static bool spawn(struct fx_redis *r)
     argv[n++] = "no";
     argv[n++] = "--dir";
     argv[n++] = r->dir;
+    /* a replica's sync starts at once, not after 5 s (Redis 7's default
+     * waits for more replicas to share one transfer) */
+    argv[n++] = "--repl-diskless-sync-delay";
+    argv[n++] = "0";
     char *cert = NULL, *key = NULL;
     if (r->tls_port) {
         cert = tu_fmt("%s/server.crt", r->certs);

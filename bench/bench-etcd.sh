@@ -29,7 +29,7 @@ etcd --name b0 --data-dir "$dir/data" \
   --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
   --initial-cluster "b0=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || :; rm -rf "$dir"' EXIT
 for _ in $(seq 1 200); do
   etcdctl --endpoints "127.0.0.1:$port" --dial-timeout 1s endpoint health >/dev/null 2>&1 && break
   sleep 0.05

@@ -18,7 +18,7 @@ done
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
   >"$dir/redis.log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || :; rm -rf "$dir"' EXIT
 for _ in $(seq 1 100); do
   (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
   sleep 0.05

@@ -34,7 +34,7 @@ java -Xmx512m -XX:+UseSerialGC -Dzookeeper.admin.enableServer=false \
   -cp "$jar:/usr/share/java/slf4j-simple.jar" \
   org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || :; rm -rf "$dir"' EXIT
 for _ in $(seq 1 300); do
   [ "$( (exec 3<>/dev/tcp/127.0.0.1/$port && printf ruok >&3 && head -c4 <&3) 2>/dev/null)" = imok ] && break
   sleep 0.1

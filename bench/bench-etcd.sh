@@ -13,27 +13,19 @@ secs=${ETCD_BENCH_SECONDS:-3}
 runs=${ETCD_BENCH_RUNS:-100}
 command -v etcd >/dev/null || { echo "bench-etcd: etcd not installed" >&2; exit 1; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-etcd-XXXXXX")
-free_port() {
-  local p
-  for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && [ "$p" != "${1:-}" ]; then
-      echo "$p"; return 0
-    fi
-  done
-  return 1
+. "$(dirname "$0")/lib.sh"
+start_etcd() {
+  port=$(bench_free_port) && peer=$(bench_free_port "$port") || return 1
+  etcd --name b0 --data-dir "$dir/data.$port" \
+    --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "b0=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
+  pid=$!
 }
-port=$(free_port) && peer=$(free_port "$port") || { echo "bench-etcd: no free port" >&2; exit 1; }
-etcd --name b0 --data-dir "$dir/data" \
-  --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
-  --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-  --initial-cluster "b0=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || :; rm -rf "$dir"' EXIT
-for _ in $(seq 1 200); do
-  etcdctl --endpoints "127.0.0.1:$port" --dial-timeout 1s endpoint health >/dev/null 2>&1 && break
-  sleep 0.05
-done
+etcd_up() { etcdctl --endpoints "127.0.0.1:$port" --dial-timeout 1s endpoint health >/dev/null 2>&1; }
+pid=
+trap 'kill $pid 2>/dev/null || :; wait $pid 2>/dev/null || :; rm -rf "$dir"' EXIT
+bench_serve etcd "$dir/etcd.log" start_etcd etcd_up
 url="etcd://127.0.0.1:$port"
 echo "== etcd $(etcd --version | sed -n 's/^etcd Version: //p') on $url"
 "$DLOCK_BIN" -u "$url" bench uncontended -t 1 -m 1024 -d "$secs"

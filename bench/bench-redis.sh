@@ -9,20 +9,17 @@ set -euo pipefail
 secs=${REDIS_BENCH_SECONDS:-3}
 command -v redis-server >/dev/null || { echo "bench-redis: redis-server not installed" >&2; exit 1; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-redis-XXXXXX")
-port=
-for _ in $(seq 1 50); do
-  p=$((20000 + RANDOM % 40000))
-  if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then port=$p; break; fi
-done
-[ -n "$port" ] || { echo "bench-redis: no free port" >&2; exit 1; }
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-  >"$dir/redis.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || :; rm -rf "$dir"' EXIT
-for _ in $(seq 1 100); do
-  (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
-  sleep 0.05
-done
+. "$(dirname "$0")/lib.sh"
+start_redis() {
+  port=$(bench_free_port) || return 1
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+    >"$dir/redis.log" 2>&1 &
+  pid=$!
+}
+redis_up() { (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; }
+pid=
+trap 'kill $pid 2>/dev/null || :; wait $pid 2>/dev/null || :; rm -rf "$dir"' EXIT
+bench_serve redis "$dir/redis.log" start_redis redis_up
 url="redis://127.0.0.1:$port"
 echo "== redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $url"
 "$DLOCK_BIN" -u "$url" bench uncontended -t 1 -m 1024 -d "$secs"

@@ -12,13 +12,10 @@ secs=${ZK_BENCH_SECONDS:-3}
 jar=/usr/share/java/zookeeper.jar
 [ -r "$jar" ] || { echo "bench-zk: $jar missing (Debian's zookeeper package)" >&2; exit 1; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench-zk-XXXXXX")
-port=
-for _ in $(seq 1 50); do
-  p=$((20000 + RANDOM % 40000))
-  if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then port=$p; break; fi
-done
-[ -n "$port" ] || { echo "bench-zk: no free port" >&2; exit 1; }
-cat >"$dir/zoo.cfg" <<CFG
+. "$(dirname "$0")/lib.sh"
+start_zk() {
+  port=$(bench_free_port) || return 1
+  cat >"$dir/zoo.cfg" <<CFG
 tickTime=250
 initLimit=40
 syncLimit=20
@@ -30,15 +27,15 @@ maxSessionTimeout=60000
 admin.enableServer=false
 4lw.commands.whitelist=*
 CFG
-java -Xmx512m -XX:+UseSerialGC -Dzookeeper.admin.enableServer=false \
-  -cp "$jar:/usr/share/java/slf4j-simple.jar" \
-  org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || :; rm -rf "$dir"' EXIT
-for _ in $(seq 1 300); do
-  [ "$( (exec 3<>/dev/tcp/127.0.0.1/$port && printf ruok >&3 && head -c4 <&3) 2>/dev/null)" = imok ] && break
-  sleep 0.1
-done
+  java -Xmx512m -XX:+UseSerialGC -Dzookeeper.admin.enableServer=false \
+    -cp "$jar:/usr/share/java/slf4j-simple.jar" \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
+  pid=$!
+}
+zk_up() { [ "$( (exec 3<>/dev/tcp/127.0.0.1/"$port" && printf ruok >&3 && head -c4 <&3) 2>/dev/null)" = imok ]; }
+pid=
+trap 'kill $pid 2>/dev/null || :; wait $pid 2>/dev/null || :; rm -rf "$dir"' EXIT
+bench_serve zk "$dir/zk.log" start_zk zk_up
 url="zk://127.0.0.1:$port"
 echo "== ZooKeeper standalone on $url"
 "$DLOCK_BIN" -u "$url" bench uncontended -t 1 -m 64 -d "$secs"

@@ -178,14 +178,6 @@ void dlock__backoff_reset(struct dlock__backoff *b);
  * UNTIL or W's deadline has passed, stop retrying; DLOCK_ECANCELED. */
 int dlock__wait_retry(struct dlock__wait *w, struct dlock__backoff *b, int64_t until);
 
-/* The wait of the acquire the calling thread is in, NULL outside one: the
- * core sets it around a backend's acquire (set_current returns the one
- * it replaces, to put back), for a retry pause deep in a request that no
- * wait is handed down to (a Redis cluster between two states), so that
- * a cancel or the wait's deadline ends it too. */
-struct dlock__wait *dlock__wait_current(void);
-struct dlock__wait *dlock__wait_set_current(struct dlock__wait *w);
-
 /* ---------------------------------------------------------------- waitsets */
 
 /* A first-come, first-served set of waits: the one registry of waiters

@@ -25,12 +25,9 @@ struct dlock_election {
 
 int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w)
 {
-    struct dlock__wait *was = dlock__wait_set_current(w);
-    int rc = h->elect ? c->be->elect_acquire(c->bstate, h, w)
-             : h->sem ? c->be->sem_acquire(c->bstate, h, w)
-                      : c->be->acquire(c->bstate, h, w);
-    dlock__wait_set_current(was);
-    return rc;
+    return h->elect ? c->be->elect_acquire(c->bstate, h, w)
+           : h->sem ? c->be->sem_acquire(c->bstate, h, w)
+                    : c->be->acquire(c->bstate, h, w);
 }
 
 bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader *b)

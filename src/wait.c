@@ -172,20 +172,6 @@ int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
     }
 }
 
-static _Thread_local struct dlock__wait *current_wait;
-
-struct dlock__wait *dlock__wait_current(void)
-{
-    return current_wait;
-}
-
-struct dlock__wait *dlock__wait_set_current(struct dlock__wait *w)
-{
-    struct dlock__wait *was = current_wait;
-    current_wait = w;
-    return was;
-}
-
 /* ------------------------------------------------------ time left, backoff */
 
 bool dlock__wait_try_once(const struct dlock__wait *w)

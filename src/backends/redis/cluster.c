@@ -14,7 +14,8 @@
  * (MOVED: the slot moved, remembered and the map refreshed; ASK: a slot
  * being migrated, ASKING then the same script on the target; TRYAGAIN and
  * CLUSTERDOWN: the cluster is between two states, tried again with a
- * backoff within the call's time left). A master that cannot be reached
+ * backoff within the call's time left and the wait of the acquire it
+ * serves, which the route carries). A master that cannot be reached
  * marks the map stale too, so requests after a failover find the
  * promoted replica. The keeper's renewals are grouped per master (one
  * pipeline each, one script call per slot, the masters at once); list
@@ -342,23 +343,24 @@ static int refresh(struct redis_state *f, unsigned epoch, int64_t deadline)
 
 /* ============================================================= routing */
 
-void dlock__redis_route_init(struct dlock__redis_route *rt)
+void dlock__redis_route_init(struct dlock__redis_route *rt, struct dlock__wait *w)
 {
     memset(rt, 0, sizeof *rt);
     rt->node = -1;
+    rt->wait = w;
     rt->backoff.min_ms = 10;
     rt->backoff.max_ms = 500;
 }
 
 /* Pause before trying RT's request again (the cluster is between two
- * states), within what is left of DEADLINE, and within the wait of the
- * acquire this thread is in: DLOCK_OK to try again, DLOCK_ETIMEDOUT when
- * no time is left, DLOCK_ECANCELED when that wait was canceled. */
+ * states), within what is left of DEADLINE and within RT's wait:
+ * DLOCK_OK to try again, DLOCK_ETIMEDOUT when no time is left,
+ * DLOCK_ECANCELED when the wait was canceled. */
 static int route_pause(struct redis_state *f, struct dlock__redis_route *rt, int64_t deadline)
 {
     if (!rt->until)
         rt->until = dlock__time_budget(deadline, f->op_timeout_ms);
-    return dlock__wait_retry(dlock__wait_current(), &rt->backoff, rt->until);
+    return dlock__wait_retry(rt->wait, &rt->backoff, rt->until);
 }
 
 int dlock__redis_cluster_get(struct redis_state *f, struct dlock__redis_route *rt, int nkeys,
@@ -484,7 +486,7 @@ int dlock__redis_keyed_command(struct redis_state *s, int64_t deadline, const ch
                                const char **argv, const char *what, redisReply **out)
 {
     struct dlock__redis_route rt;
-    dlock__redis_route_init(&rt);
+    dlock__redis_route_init(&rt, NULL);
     /* redirects and pauses share one budget */
     deadline = dlock__time_budget(deadline, s->op_timeout_ms);
     size_t key_len = strlen(key);

@@ -114,8 +114,9 @@ static int fair_eval(struct redis_state *s, const struct fair_keys *f, const cha
         l[nh + i] = strlen(a[nh + i]);
         rl[nh + i] = strlen(ra[nh + i]);
     }
-    return dlock__redis_eval_synced(s, deadline, S_FAIR, NKEYS, nh + n, a, l, true, ra, rl, what,
-                                    out, sent, retried, reached, acked);
+    /* no wait: W serves a cluster's pauses, and no cluster serves fair locks */
+    return dlock__redis_eval_synced(s, deadline, NULL, S_FAIR, NKEYS, nh + n, a, l, true, ra, rl,
+                                    what, out, sent, retried, reached, acked);
 }
 
 /* One acquire attempt of a fair lock (the mutex's try_acquire, with the

@@ -110,10 +110,10 @@ void dlock__redis_acquire_args(struct acquire_args *a, bool simple, const struct
 }
 
 static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
-                       int64_t lease_ms, int64_t deadline, const char *stage, int64_t *ttl_ms)
+                       int64_t lease_ms, struct dlock__wait *w, const char *stage, int64_t *ttl_ms)
 {
     /* the cancel owed and the acquire share one budget */
-    deadline = dlock__time_budget(deadline, s->op_timeout_ms);
+    int64_t deadline = dlock__time_budget(dlock__wait_deadline(w), s->op_timeout_ms);
     int rc = dlock__redis_cancel_owed(s, h, deadline);
     if (rc)
         return rc;
@@ -125,8 +125,8 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     int64_t sent;
     bool reached = false;
     int acked;
-    rc = dlock__redis_eval_synced(s, deadline, S_ACQUIRE, 5, 12, first.v, first.len, true, retry.v,
-                                  retry.len, "acquire", &r, &sent, NULL, &reached, &acked);
+    rc = dlock__redis_eval_synced(s, deadline, w, S_ACQUIRE, 5, 12, first.v, first.len, true,
+                                  retry.v, retry.len, "acquire", &r, &sent, NULL, &reached, &acked);
     if (rc == DLOCK_ECONN && reached)
         dlock__redis_cancel_lost_acquire(s, h, n + 1, lease_ms);
     if (rc) {
@@ -173,8 +173,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
     int64_t lease = h->lease_ms;
     int64_t ttl = 0;
 
-    rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), dlock__wait_try_once(w) ? "0" : "1",
-                     &ttl);
+    rc = try_acquire(s, h, &k, lease, w, dlock__wait_try_once(w) ? "0" : "1", &ttl);
     if (rc != DLOCK_EBUSY || dlock__wait_try_once(w))
         goto out;
 
@@ -194,7 +193,7 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
          * so the first sleep lasts until the confirmation wakes us. */
         if (!first || dlock__redis_rw_listening(s, h, &k)) {
             dlock__redis_rw_heard(s, h, &k, w);
-            rc = try_acquire(s, h, &k, lease, dlock__wait_deadline(w), "2", &ttl);
+            rc = try_acquire(s, h, &k, lease, w, "2", &ttl);
             if (rc == DLOCK_ECONN && !outage.ms &&
                 dlock__time_left(dlock__wait_deadline(w), 1) == 0) {
                 /* the wait's own deadline cut the request short: a wait
@@ -388,7 +387,7 @@ int dlock__redis_renew_one(struct redis_state *s, struct dlock__hold *h, int64_t
     redisReply *r;
     int64_t sent;
     int acked;
-    rc = dlock__redis_eval_synced(s, deadline, S_RENEW, 1, 4, args, lens, true, NULL, NULL,
+    rc = dlock__redis_eval_synced(s, deadline, NULL, S_RENEW, 1, 4, args, lens, true, NULL, NULL,
                                   "renew", &r, &sent, NULL, NULL, &acked);
     if (!rc) {
         bool renewed = false;

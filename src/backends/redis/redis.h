@@ -325,29 +325,31 @@ int dlock__redis_cluster_start(struct redis_state *s);
 void dlock__redis_cluster_free(struct redis_state *s);
 /* Where one request of a cluster goes: the master of its slot, or the
  * node a redirect named; retries of a cluster between two states end at
- * UNTIL (set at the first). Initialise with dlock__redis_route_init(). */
+ * UNTIL (set at the first), or at WAIT's cancel or deadline. Initialise
+ * with dlock__redis_route_init(RT, W): W the wait of the acquire the
+ * request serves, NULL for none (a release, the keeper's work). */
 struct dlock__redis_route {
     int node; /* -1: the slot map's */
     bool ask; /* ASKING first (a slot being migrated) */
     unsigned hops;
     int64_t until;
     struct dlock__backoff backoff;
+    struct dlock__wait *wait;
 };
-void dlock__redis_route_init(struct dlock__redis_route *rt);
+void dlock__redis_route_init(struct dlock__redis_route *rt, struct dlock__wait *w);
 /* A connection (*OUT, from the pool of *NS) to the master serving the
  * slot of KEYS (all in one slot, else DLOCK_EINVAL), or to the node RT
  * names, within DEADLINE; a master that cannot be reached marks the map
  * stale and is retried (after a refresh) within the call's time left and
- * the wait of the acquire this thread is in (DLOCK_ECANCELED). */
+ * RT's wait (DLOCK_ECANCELED). */
 int dlock__redis_cluster_get(struct redis_state *s, struct dlock__redis_route *rt, int nkeys,
                              const char **keys, const size_t *lens, int64_t deadline,
                              struct redis_state **ns, struct rconn **out);
 /* 1 when reply R, from node FROM, redirects the request (MOVED, ASK:
  * to FROM's host when the reply names none) or asks it to pass
- * (TRYAGAIN, CLUSTERDOWN: after a pause within DEADLINE and the wait of
- * the acquire this thread is in): then RT says where to send it again;
- * 0 when R is the answer; DLOCK_ECANCELED when that wait was canceled
- * during the pause. */
+ * (TRYAGAIN, CLUSTERDOWN: after a pause within DEADLINE and RT's wait):
+ * then RT says where to send it again; 0 when R is the answer;
+ * DLOCK_ECANCELED when RT's wait was canceled during the pause. */
 int dlock__redis_cluster_redirect(struct redis_state *s, struct dlock__redis_route *rt,
                                   const struct redis_state *from, const redisReply *r,
                                   int64_t deadline);
@@ -465,12 +467,15 @@ int dlock__redis_eval(struct redis_state *s, int64_t deadline, enum script_id id
  * the same round trip: *ACKED (may be NULL) = how many replicas
  * acknowledged the write, -1 when not asked (no ?sync, or a script that
  * only reads). The caller decides what too few acknowledgements mean
- * (an acquire is undone). */
-int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys,
-                      int nargs, const char **args, const size_t *lens, bool retry,
-                      const char **retry_args, const size_t *retry_lens, const char *what,
-                      redisReply **out, int64_t *sent_ms, bool *retried, bool *reached,
-                      int *acked);
+ * (an acquire is undone). W (NULL: none): the wait of the acquire the
+ * script serves; a cluster's pause between two tries (TRYAGAIN,
+ * CLUSTERDOWN, a master unreachable) ends at its cancel
+ * (DLOCK_ECANCELED) or deadline. dlock__redis_eval() has none. */
+int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlock__wait *w,
+                             enum script_id id, int nkeys, int nargs, const char **args,
+                             const size_t *lens, bool retry, const char **retry_args,
+                             const size_t *retry_lens, const char *what, redisReply **out,
+                             int64_t *sent_ms, bool *retried, bool *reached, int *acked);
 /* With ?sync=N: append WAIT N to K, its timeout sync_timeout cut to what
  * K's request has left; false when sync is off (nothing appended). */
 bool dlock__redis_sync_append(struct redis_state *s, struct rconn *k);

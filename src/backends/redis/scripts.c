@@ -393,15 +393,16 @@ int dlock__redis_eval(struct redis_state *s, int64_t deadline, enum script_id id
                const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,
                bool *retried, bool *reached)
 {
-    return dlock__redis_eval_synced(s, deadline, id, nkeys, nargs, args, lens, retry, retry_args,
-                             retry_lens, what, out, sent_ms, retried, reached, NULL);
+    return dlock__redis_eval_synced(s, deadline, NULL, id, nkeys, nargs, args, lens, retry,
+                                    retry_args, retry_lens, what, out, sent_ms, retried, reached,
+                                    NULL);
 }
 
-int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys,
-                      int nargs, const char **args, const size_t *lens, bool retry,
-                      const char **retry_args, const size_t *retry_lens, const char *what,
-                      redisReply **out, int64_t *sent_ms, bool *retried, bool *reached,
-                      int *acked)
+int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlock__wait *w,
+                             enum script_id id, int nkeys, int nargs, const char **args,
+                             const size_t *lens, bool retry, const char **retry_args,
+                             const size_t *retry_lens, const char *what, redisReply **out,
+                             int64_t *sent_ms, bool *retried, bool *reached, int *acked)
 {
     *out = NULL;
     /* the retry shares the budget: no second timeout */
@@ -414,7 +415,7 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, enum scrip
     bool written = false;
     char lost[DLOCK__MSG_MAX];
     struct dlock__redis_route route; /* a cluster's: the master of the keys' slot */
-    dlock__redis_route_init(&route);
+    dlock__redis_route_init(&route, w);
     for (int attempt = 0;; attempt++) {
         struct rconn *k;
         struct redis_state *ns = s; /* K's pool: S's, or a cluster master's */

@@ -225,8 +225,9 @@ int dlock__redis_sem_acquire_reply(struct redis_state *s, const struct sem_keys 
                       k->name, want);
 }
 
-static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct redis_try *t)
+static int try_take(struct redis_state *s, void *arg, struct dlock__wait *w, struct redis_try *t)
 {
+    int64_t deadline = dlock__wait_deadline(w);
     struct dlock__hold *h = ((struct sem_try_arg *)arg)->h;
     const struct sem_keys *k = ((struct sem_try_arg *)arg)->k;
     char n[16], kk[16], lease[24], prefix[ID_PREFIX];
@@ -246,8 +247,8 @@ static int try_take(struct redis_state *s, void *arg, int64_t deadline, struct r
     int64_t sent;
     bool reached = false;
     int acked;
-    int rc = dlock__redis_eval_synced(s, deadline, S_SEM_ACQUIRE, 4, 8, args, lens, false, NULL,
-                                      NULL, "semaphore acquire", &r, &sent, NULL, &reached,
+    int rc = dlock__redis_eval_synced(s, deadline, w, S_SEM_ACQUIRE, 4, 8, args, lens, false,
+                                      NULL, NULL, "semaphore acquire", &r, &sent, NULL, &reached,
                                       &acked);
     if (rc == DLOCK_ECONN && reached) {
         /* It may have run: owe the server a release of those ids. */
@@ -318,7 +319,7 @@ static int wait_on(struct redis_state *s, const char *chan, size_t chan_len, con
          * so the first sleep lasts until the confirmation wakes us. */
         if (!first || dlock__redis_hub_subscribed(s, chan, chan_len)) {
             dlock__redis_hub_ack(s, chan, chan_len, w);
-            rc = try_take(s, arg, dlock__wait_deadline(w), t);
+            rc = try_take(s, arg, w, t);
             /* EUNAVAIL is transient too: too few replicas acknowledged
              * (the permits were given back), a failover under way */
             if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL)
@@ -358,7 +359,7 @@ int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__w
         return rc;
     struct sem_try_arg a = {h, &k};
     struct redis_try t = {0};
-    rc = try_take(s, &a, dlock__wait_deadline(w), &t);
+    rc = try_take(s, &a, w, &t);
     if (rc == DLOCK_EBUSY && !dlock__wait_try_once(w)) {
         char what[DLOCK_NAME_MAX + 300];
         snprintf(what, sizeof what, "semaphore '%s'", k.name);
@@ -423,8 +424,8 @@ static void sem_renew(struct redis_state *s, struct dlock__renew_batch *b)
         redisReply *r;
         int64_t sent;
         int acked;
-        rc = dlock__redis_eval_synced(s, b->deadline, S_SEM_RENEW, 3, 6, args, lens, true, NULL,
-                                      NULL, "semaphore renew", &r, &sent, NULL, NULL, &acked);
+        rc = dlock__redis_eval_synced(s, b->deadline, NULL, S_SEM_RENEW, 3, 6, args, lens, true,
+                                      NULL, NULL, "semaphore renew", &r, &sent, NULL, NULL, &acked);
         if (!rc) {
             rc = dlock__redis_sem_renew_reply(s, r, h->owner, h->name);
             if (!rc && acked >= 0 && acked < s->sync_replicas) {

@@ -548,6 +548,93 @@ TU_TEST(canceled_wait_ends_a_tryagain_pause, 120)
     free(url);
 }
 
+/* The id of a client of the node on PORT blocked in WAIT (a write that
+ * ran, its reply held back until a replica acknowledges it), 0 while
+ * there is none. */
+static long long client_blocked_in_wait(int port)
+{
+    redisReply *r = must(port, "CLIENT LIST");
+    long long id = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(r->str, "\n", &save); line && !id;
+         line = strtok_r(NULL, "\n", &save)) {
+        const char *flags = strstr(line, " flags="), *cmd = strstr(line, " cmd=wait ");
+        if (cmd && flags && strcspn(flags + 7, " b") < strcspn(flags + 7, " "))
+            id = atoll(line + 3); /* "id=<n> ..." */
+    }
+    freeReplyObject(r);
+    return id;
+}
+
+/* An acquire whose first attempt ran on the master but lost its reply
+ * (sync=1: the connection killed while the reply waited for the paused
+ * replica), and whose retry then met TRYAGAIN (the slot set migrating
+ * meanwhile: the lock key is there, the canceled key is not) and was
+ * canceled in that pause: it returns DLOCK_ECANCELED and owes the cancel
+ * of its requests, which the keeper sends once the slot is stable again,
+ * so the name is free long before the 10 min lease of the attempt that
+ * ran. Before, nothing was owed: the name stayed held by nobody for the
+ * whole lease. */
+TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
+{
+    int ports[8];
+    ck_assert_int_eq(masters(ports, 8), 3);
+    char name[64];
+    name_on(ports[0], "lostretry", name, sizeof name);
+    unsigned slot = fx_cluster_keyslot(&cl, name);
+    char *url = tu_fmt("%s?timeout=60s&lease=600s&sync=1&sync_timeout=60s", cl.url);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, name);
+    /* the map is known, the token key exists, every write so far is
+     * acknowledged (a pooled connection's WAIT answers at once) */
+    tu_acquire_release(l, DLOCK_TRY);
+    struct fx_redis *replica = fx_cluster_server(&cl, fx_cluster_replica_of(&cl, ports[0]));
+    ck_assert_ptr_nonnull(replica);
+    tu_pause(replica->pid);
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct tu_waiter w = {0};
+    tu_waiter_start_ex(&w, l, DLOCK_FOREVER, k, false);
+    long long id = 0;
+    for (int i = 0; i < 6000 && !(id = client_blocked_in_wait(ports[0])); i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(id != 0, "the acquire never waited for the replica");
+    redisReply *r = fx_cluster_raw(ports[0], "EXISTS %s", name);
+    ck_assert_int_eq(r->integer, 1); /* it ran: the lock key is there */
+    freeReplyObject(r);
+    char *from_id = node_id(ports[0]), *to_id = node_id(ports[1]);
+    run_on(ports[1], "CLUSTER SETSLOT %u IMPORTING %s", slot, from_id);
+    run_on(ports[0], "CLUSTER SETSLOT %u MIGRATING %s", slot, to_id);
+    long long before = errors_answered(ports[0], "TRYAGAIN");
+    run_on(ports[0], "CLIENT KILL ID %lld", id); /* the reply is lost */
+    for (int i = 0; i < 6000 && errors_answered(ports[0], "TRYAGAIN") == before; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(errors_answered(ports[0], "TRYAGAIN") > before, "no TRYAGAIN answered");
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    int rc = tu_waiter_join(&w);
+    ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
+    kill(replica->pid, SIGCONT);
+    run_on(ports[0], "CLUSTER SETSLOT %u STABLE", slot);
+    run_on(ports[1], "CLUSTER SETSLOT %u STABLE", slot);
+    dlock_client *other = tu_open(cl.url);
+    dlock_lock *ol = tu_lock(other, name);
+    rc = DLOCK_EBUSY;
+    for (int i = 0; i < 2000 && rc == DLOCK_EBUSY; i++) /* 20 s and more, the test's limit */
+        if ((rc = dlock_acquire(ol, DLOCK_TRY)) == DLOCK_EBUSY)
+            tu_sleep_ms(10);
+    ck_assert_msg(rc == DLOCK_OK, "the name is still held (lease 10 min): %s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    TU_RELEASE_OK(ol);
+    dlock_lock_free(ol);
+    dlock_client_close(other);
+    dlock_cancel_free(k);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(from_id);
+    free(to_id);
+    free(url);
+}
+
 /* ------------------------------------------------- a cluster over TLS */
 
 /* Three masters serving TLS to clients, on the cluster bus and for

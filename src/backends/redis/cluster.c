@@ -441,7 +441,7 @@ int dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_rou
     bool moved = strncmp(r->str, "MOVED ", 6) == 0, ask = strncmp(r->str, "ASK ", 4) == 0;
     if (moved || ask) {
         if (rt->hops++ >= CLUSTER_MAX_HOPS)
-            return 0;
+            return DLOCK_EUNAVAIL;
         /* "MOVED <slot> <host>:<port>"; a host "" (unknown-endpoint) or "?"
          * (hostname, none set) is the node that answered's, as in
          * CLUSTER SLOTS */
@@ -451,13 +451,13 @@ int dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_rou
         const char *addr = end + (*end == ' ');
         const char *colon = strrchr(addr, ':');
         if (*end != ' ' || slot < 0 || slot >= CLUSTER_SLOTS || !colon)
-            return 0;
+            return DLOCK_EUNAVAIL;
         char host[256];
         snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
         int port = atoi(colon + 1);
         int idx = node_index(f, *host && strcmp(host, "?") != 0 ? host : from->host, port);
         if (idx < 0)
-            return 0;
+            return DLOCK_EUNAVAIL;
         if (moved) {
             pthread_mutex_lock(&f->cluster->mu);
             f->cluster->slot[slot] = (int16_t)idx;
@@ -479,7 +479,7 @@ int dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_rou
     rt->node = -1;
     rt->ask = false;
     int paused = route_pause(f, rt, deadline);
-    return paused == DLOCK_ECANCELED ? paused : paused == DLOCK_OK;
+    return paused == DLOCK_OK ? 1 : paused == DLOCK_ECANCELED ? paused : DLOCK_EUNAVAIL;
 }
 
 int dlock__redis_keyed_command(struct redis_state *s, int64_t deadline, const char *key, int argc,
@@ -504,11 +504,9 @@ int dlock__redis_keyed_command(struct redis_state *s, int64_t deadline, const ch
             return rc;
         int redirected =
             s->cluster ? dlock__redis_cluster_redirect(s, &rt, ns, *out, deadline) : 0;
-        if (redirected) {
+        if (redirected > 0) {
             freeReplyObject(*out);
             *out = NULL;
-            if (redirected < 0)
-                return redirected;
             continue;
         }
         if ((*out)->type == REDIS_REPLY_ERROR) {

@@ -178,7 +178,7 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
         rc = dlock__redis_eval_synced(s, deadline, w, S_ACQUIRE_MULTI, (int)(3 * n), (int)nargs,
                                       args, lens, true, args + nargs, lens + nargs,
                                       "acquire (multi-lock)", &r, &sent, NULL, &reached, &acked);
-        if (rc == DLOCK_ECONN && reached)
+        if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && reached)
             for (size_t i = 0; i < n; i++)
                 dlock__redis_cancel_lost_acquire(s, hs[i], num + 1, hs[i]->lease_ms);
         /* keys in several slots of a cluster: nothing ran; one by one */

@@ -127,7 +127,7 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     int acked;
     rc = dlock__redis_eval_synced(s, deadline, w, S_ACQUIRE, 5, 12, first.v, first.len, true,
                                   retry.v, retry.len, "acquire", &r, &sent, NULL, &reached, &acked);
-    if (rc == DLOCK_ECONN && reached)
+    if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && reached)
         dlock__redis_cancel_lost_acquire(s, h, n + 1, lease_ms);
     if (rc) {
         if (rc == DLOCK_EWRONGTYPE) {

@@ -348,8 +348,10 @@ int dlock__redis_cluster_get(struct redis_state *s, struct dlock__redis_route *r
 /* 1 when reply R, from node FROM, redirects the request (MOVED, ASK:
  * to FROM's host when the reply names none) or asks it to pass
  * (TRYAGAIN, CLUSTERDOWN: after a pause within DEADLINE and RT's wait):
- * then RT says where to send it again; 0 when R is the answer;
- * DLOCK_ECANCELED when RT's wait was canceled during the pause. */
+ * then RT says where to send it again; 0 when R is the answer; a
+ * redirect not followed: DLOCK_EUNAVAIL (too many hops, no time left:
+ * R's words are the message to give), DLOCK_ECANCELED (RT's wait was
+ * canceled in the pause). Either way the request did not run. */
 int dlock__redis_cluster_redirect(struct redis_state *s, struct dlock__redis_route *rt,
                                   const struct redis_state *from, const redisReply *r,
                                   int64_t deadline);
@@ -456,9 +458,12 @@ const char *dlock__redis_own_key_space(const char *key, size_t len);
  * one budget (dlock__time_budget of DEADLINE and the op timeout): a
  * retry gets what the first attempt left, none after a timeout. *SENT_MS
  * (may be NULL) = send time of the attempt that answered; *RETRIED tells
- * whether a second attempt answered; *REACHED (may be NULL) whether a
- * request was written whole, so that the server may have run it even when
- * the call failed. */
+ * whether a second attempt answered; *REACHED (may be NULL) whether an
+ * attempt was written whole and not refused unrun (a cluster's redirect,
+ * a demoted master's READONLY), so that the server may have run it even
+ * when the call failed: DLOCK_ECONN (the reply lost), or DLOCK_ECANCELED
+ * (dlock__redis_eval_synced's W canceled while the retry of a lost reply
+ * paused) -- the caller owes what a run would have left. */
 int dlock__redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
                const char **args, const size_t *lens, bool retry, const char **retry_args,
                const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,

@@ -398,6 +398,18 @@ int dlock__redis_eval(struct redis_state *s, int64_t deadline, enum script_id id
                                     NULL);
 }
 
+/* How a call ends whose first attempt lost its reply (LOST: that
+ * message) when its retry gets no answer either (RC): DLOCK_ECANCELED
+ * when the caller's wait was canceled in a pause, else DLOCK_ECONN --
+ * the first attempt may have run all the same (*REACHED says so). */
+static int retry_unanswered(struct redis_state *s, int rc, const char *lost, const char *what)
+{
+    if (rc == DLOCK_ECANCELED)
+        return dlock__err(rc, "%s: %s: canceled while retrying after a lost reply (%s)", s->where,
+                          what, lost);
+    return dlock__errmsg_restore(DLOCK_ECONN, lost);
+}
+
 int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlock__wait *w,
                              enum script_id id, int nkeys, int nargs, const char **args,
                              const size_t *lens, bool retry, const char **retry_args,
@@ -412,7 +424,9 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlo
         *acked = -1;
     if (retried)
         *retried = false;
-    bool written = false;
+    if (reached)
+        *reached = false;
+    bool written = false; /* an attempt the server may have run */
     char lost[DLOCK__MSG_MAX];
     struct dlock__redis_route route; /* a cluster's: the master of the keys' slot */
     dlock__redis_route_init(&route, w);
@@ -422,13 +436,16 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlo
         int rc = s->cluster ? dlock__redis_cluster_get(s, &route, nkeys, args, lens, deadline, &ns, &k)
                             : dlock__redis_pool_get(s, false, deadline, &k);
         if (rc && attempt > 0) /* the first attempt's lost reply is the story */
-            return dlock__errmsg_restore(DLOCK_ECONN, lost);
+            return retry_unanswered(s, rc, lost, what);
         if (rc)
             return rc;
         if (sent_ms)
             *sent_ms = dlock__now_ms();
         redisReply *r = NULL;
-        rc = eval_on(s, k, id, nkeys, nargs, args, lens, what, &r, &written, &acks);
+        bool wrote = false;
+        rc = eval_on(s, k, id, nkeys, nargs, args, lens, what, &r, &wrote, &acks);
+        if (rc) /* lost: it may have run (an answer may say it did not: below) */
+            written |= wrote;
         if (reached)
             *reached = written;
         if (rc == DLOCK_ENOMEM) {
@@ -466,14 +483,23 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlo
         int redirected =
             s->cluster ? dlock__redis_cluster_redirect(s, &route, ns, r, deadline) : 0;
         if (redirected) {
-            /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN: nothing ran; not a retry */
+            /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN: nothing ran; not a retry,
+             * unless not followed (canceled in the pause, no time left) */
+            rc = redirected > 0 || redirected == DLOCK_ECANCELED
+                     ? redirected
+                     : dlock__redis_server_error(ns, r->str, what);
             freeReplyObject(r);
             dlock__redis_pool_put(ns, k, false);
-            if (redirected < 0)
-                return redirected; /* canceled in the pause */
-            attempt--;
-            continue;
+            if (redirected > 0) {
+                attempt--;
+                continue;
+            }
+            /* after a lost reply, that first attempt may have run */
+            return attempt > 0 ? retry_unanswered(s, rc, lost, what) : rc;
         }
+        written |= wrote;
+        if (reached)
+            *reached = written;
         dlock__redis_pool_put(ns, k, false);
         if (r->type == REDIS_REPLY_ERROR) {
             rc = dlock__redis_server_error(ns, r->str, what);

@@ -250,7 +250,7 @@ static int try_take(struct redis_state *s, void *arg, struct dlock__wait *w, str
     int rc = dlock__redis_eval_synced(s, deadline, w, S_SEM_ACQUIRE, 4, 8, args, lens, false,
                                       NULL, NULL, "semaphore acquire", &r, &sent, NULL, &reached,
                                       &acked);
-    if (rc == DLOCK_ECONN && reached) {
+    if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && reached) {
         /* It may have run: owe the server a release of those ids. */
         struct lost_acquire *a = calloc(1, sizeof *a);
         char what[300];

@@ -132,15 +132,24 @@ static char *node_id_at(const char *host, int port)
     return id;
 }
 
-/* Start moving SLOT from the master on FROM to the one on TO (IMPORTING
- * on TO, MIGRATING on FROM), and MIGRATE every key of the slot over, as
- * `redis-cli --cluster reshard` does (the source makes no new key in a
- * migrating slot, so the loop ends). */
-static void migrate_start(unsigned slot, int from, int to)
+/* Mark SLOT as leaving the master on FROM for the one on TO (IMPORTING
+ * on TO, MIGRATING on FROM), no key moved yet. */
+static void slot_migrating(unsigned slot, int from, int to)
 {
     char *from_id = node_id(from), *to_id = node_id(to);
     run_on(to, "CLUSTER SETSLOT %u IMPORTING %s", slot, from_id);
     run_on(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to_id);
+    free(from_id);
+    free(to_id);
+}
+
+/* Start moving SLOT from the master on FROM to the one on TO, and
+ * MIGRATE every key of the slot over, as `redis-cli --cluster reshard`
+ * does (the source makes no new key in a migrating slot, so the loop
+ * ends). */
+static void migrate_start(unsigned slot, int from, int to)
+{
+    slot_migrating(slot, from, to);
     /* a TLS cluster (tls-cluster) migrates over TLS */
     int dest = cl.tls ? fx_cluster_server(&cl, to)->tls_port : to;
     for (;;) {
@@ -152,8 +161,6 @@ static void migrate_start(unsigned slot, int from, int to)
         if (n == 0)
             break;
     }
-    free(from_id);
-    free(to_id);
 }
 
 /* Finish the move: SLOT belongs to TO, as every master is told. */
@@ -511,6 +518,19 @@ static long long errors_answered(int port, const char *err)
     return n;
 }
 
+/* Once the node on PORT has answered TRYAGAIN more than BEFORE times,
+ * so that W's acquire pauses between two tries, fire W's cancel object:
+ * the acquire returns DLOCK_ECANCELED. */
+static void cancel_in_tryagain_pause(struct tu_waiter *w, int port, long long before)
+{
+    for (int i = 0; i < 6000 && errors_answered(port, "TRYAGAIN") == before; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(errors_answered(port, "TRYAGAIN") > before, "no TRYAGAIN answered");
+    ck_assert_int_eq(dlock_cancel_fire(w->cancel), DLOCK_OK);
+    int rc = tu_waiter_join(w);
+    ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
+}
+
 /* An acquire waiting forever while the cluster answers TRYAGAIN (its
  * slot set migrating with no key moved yet: the token key is there, the
  * lock key is not, so the source refuses the script) is canceled in its
@@ -526,25 +546,16 @@ TU_TEST(canceled_wait_ends_a_tryagain_pause, 120)
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, name);
     tu_acquire_release(l, DLOCK_TRY); /* the map is known, the token key exists */
-    char *from_id = node_id(ports[0]), *to_id = node_id(ports[1]);
-    run_on(ports[1], "CLUSTER SETSLOT %u IMPORTING %s", slot, from_id);
-    run_on(ports[0], "CLUSTER SETSLOT %u MIGRATING %s", slot, to_id);
+    slot_migrating(slot, ports[0], ports[1]);
     long long before = errors_answered(ports[0], "TRYAGAIN");
     dlock_cancel *k;
     ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
     struct tu_waiter w = {0};
     tu_waiter_start_ex(&w, l, DLOCK_FOREVER, k, false);
-    for (int i = 0; i < 6000 && errors_answered(ports[0], "TRYAGAIN") == before; i++)
-        tu_sleep_ms(10);
-    ck_assert_msg(errors_answered(ports[0], "TRYAGAIN") > before, "no TRYAGAIN answered");
-    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
-    int rc = tu_waiter_join(&w);
-    ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
+    cancel_in_tryagain_pause(&w, ports[0], before);
     dlock_cancel_free(k);
     dlock_lock_free(l);
     dlock_client_close(c);
-    free(from_id);
-    free(to_id);
     free(url);
 }
 
@@ -602,23 +613,16 @@ TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
     redisReply *r = fx_cluster_raw(ports[0], "EXISTS %s", name);
     ck_assert_int_eq(r->integer, 1); /* it ran: the lock key is there */
     freeReplyObject(r);
-    char *from_id = node_id(ports[0]), *to_id = node_id(ports[1]);
-    run_on(ports[1], "CLUSTER SETSLOT %u IMPORTING %s", slot, from_id);
-    run_on(ports[0], "CLUSTER SETSLOT %u MIGRATING %s", slot, to_id);
+    slot_migrating(slot, ports[0], ports[1]);
     long long before = errors_answered(ports[0], "TRYAGAIN");
     run_on(ports[0], "CLIENT KILL ID %lld", id); /* the reply is lost */
-    for (int i = 0; i < 6000 && errors_answered(ports[0], "TRYAGAIN") == before; i++)
-        tu_sleep_ms(10);
-    ck_assert_msg(errors_answered(ports[0], "TRYAGAIN") > before, "no TRYAGAIN answered");
-    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
-    int rc = tu_waiter_join(&w);
-    ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
+    cancel_in_tryagain_pause(&w, ports[0], before);
     kill(replica->pid, SIGCONT);
     run_on(ports[0], "CLUSTER SETSLOT %u STABLE", slot);
     run_on(ports[1], "CLUSTER SETSLOT %u STABLE", slot);
     dlock_client *other = tu_open(cl.url);
     dlock_lock *ol = tu_lock(other, name);
-    rc = DLOCK_EBUSY;
+    int rc = DLOCK_EBUSY;
     for (int i = 0; i < 2000 && rc == DLOCK_EBUSY; i++) /* 20 s and more, the test's limit */
         if ((rc = dlock_acquire(ol, DLOCK_TRY)) == DLOCK_EBUSY)
             tu_sleep_ms(10);
@@ -630,8 +634,6 @@ TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
     dlock_cancel_free(k);
     dlock_lock_free(l);
     dlock_client_close(c);
-    free(from_id);
-    free(to_id);
     free(url);
 }
 

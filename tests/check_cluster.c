@@ -589,10 +589,8 @@ static long long client_blocked_in_wait(int port)
 TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
 {
     int ports[8];
-    ck_assert_int_eq(masters(ports, 8), 3);
     char name[64];
-    name_on(ports[0], "lostretry", name, sizeof name);
-    unsigned slot = fx_cluster_keyslot(&cl, name);
+    unsigned slot = slot_on_first_master(ports, "lostretry", name, sizeof name);
     char *url = tu_fmt("%s?timeout=60s&lease=600s&sync=1&sync_timeout=60s", cl.url);
     dlock_client *c = tu_open(url);
     dlock_lock *l = tu_lock(c, name);

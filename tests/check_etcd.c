@@ -2391,6 +2391,54 @@ TU_TEST_IN(single, late_release_spares_the_key_taken_again, 90)
     late_requests_land(&f);
 }
 
+/* A's acquire of NAME, its put held at LATE, ends with its wait
+ * (DLOCK_ETIMEDOUT) and the delete it owes finds no key; the put, let
+ * through, then lands: A's key on A's session lease, which A keeps alive
+ * holding another lock (OTHER). Nobody holds NAME and B must be able to
+ * take it while A's lease lives (60 s; B waits 30 s at most). (The key
+ * stayed: the name was taken until A closed.) */
+TU_TEST_IN(single, late_put_leaves_no_stray_key, 120)
+{
+    struct late_frame f;
+    REQUIRE_SERVERS();
+    tu_relay_start(&f.late, F.m[0].client_port, TU_RELAY_PASS);
+    tu_relay_start(&f.fresh, F.m[0].client_port, TU_RELAY_REFUSE);
+    f.a = tu_solo_open(tu_fmt("etcd://127.0.0.1:%d,127.0.0.1:%d?lease=60s&timeout=1s&"
+                              "connect_timeout=1s",
+                              f.late.port, f.fresh.port),
+                       "late-put-other");
+    f.b = solo_open(NULL, "late-put");
+    TU_ACQUIRE_OK(f.a.l, DLOCK_TRY);
+    dlock_lock *l = NULL;
+    ck_assert_int_eq(dlock_lock_new(f.a.c, "late-put", DLOCK_EXCLUSIVE, 0, &l), DLOCK_OK);
+    tu_relay_set(&f.late, TU_RELAY_HOLD);
+    int rc = dlock_acquire(l, 500);
+    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    /* A's requests go to FRESH from now on (an inspect, cut at LATE,
+     * answered there), and so does the read of the owed delete, which
+     * finds nothing (the put is still held): wait for its reply. */
+    tu_relay_set(&f.fresh, TU_RELAY_PASS);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(f.a.c, "late-put", &info), DLOCK_OK);
+    dlock_info_free(info);
+    unsigned seen = atomic_load(&f.fresh.replies);
+    for (int i = 0; i < 3000 && atomic_load(&f.fresh.replies) == seen; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(atomic_load(&f.fresh.replies) > seen, "A's owed delete never went out");
+    tu_relay_set(&f.late, TU_RELAY_PASS);
+    ck_assert_msg(tu_relay_wait_served(&f.late, 20000), "the held requests were never served");
+    rc = dlock_acquire(f.b.l, 30000);
+    ck_assert_msg(rc == DLOCK_OK, "B could not take the name nobody holds (%s: %s); under it: %s",
+                  dlock_err_name(rc), dlock_errmsg(), ctl_keys("late-put/"));
+    TU_RELEASE_OK(f.b.l);
+    TU_RELEASE_OK(f.a.l);
+    dlock_lock_free(l);
+    tu_solo_close(&f.a);
+    tu_solo_close(&f.b);
+    tu_relay_stop(&f.late);
+    tu_relay_stop(&f.fresh);
+}
+
 /* Each case's tests share its members (an unchecked fixture).
  * DLOCK_TEST=<text> runs the tests whose "case/name" contains it; a case
  * with none selected starts no member. */

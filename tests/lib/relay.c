@@ -51,7 +51,7 @@ static bool send_all(int fd, const char *buf, ssize_t len)
 
 /* Move what is ready on C (POLLED: the revents of its client and server
  * sides); false once the server side is gone (C is to be dropped). */
-static bool relay_move(struct relayed *c, short cli_ev, short srv_ev)
+static bool relay_move(struct tu_relay *r, struct relayed *c, short cli_ev, short srv_ev)
 {
     char buf[65536];
     if (c->cli >= 0 && (cli_ev & (POLLIN | POLLHUP | POLLERR))) {
@@ -69,6 +69,8 @@ static bool relay_move(struct relayed *c, short cli_ev, short srv_ev)
         ssize_t got = read(c->srv, buf, sizeof buf);
         if (got <= 0)
             return false;
+        if (c->awaiting && c->cli >= 0)
+            atomic_fetch_add(&r->replies, 1);
         c->awaiting = false;
         if (c->cli >= 0 && !send_all(c->cli, buf, got)) {
             close(c->cli);
@@ -113,7 +115,7 @@ static void *relay_main(void *arg)
         /* (last first: a dropped one's place takes one already moved, or
          * one accepted just now) */
         for (int i = polled - 1; i >= 0; i--) {
-            if (relay_move(&c[i], pf[1 + 2 * i].revents, pf[2 + 2 * i].revents))
+            if (relay_move(r, &c[i], pf[1 + 2 * i].revents, pf[2 + 2 * i].revents))
                 continue;
             if (c[i].cli >= 0)
                 close(c[i].cli);

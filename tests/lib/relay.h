@@ -32,6 +32,7 @@ struct tu_relay {
     atomic_uint passes; /* loops of the relay's thread so far */
     atomic_uint settled_at; /* the last loop that found nothing to move and
                                every request that passed answered */
+    atomic_uint replies;    /* replies that reached a client still waiting */
     pthread_t thread;
 };
 

@@ -2311,7 +2311,8 @@ struct late_frame {
     char *prefix, *key;
 };
 
-static void late_open(struct late_frame *f, const char *name)
+/* The relays, and A and B with a handle of NAME each. */
+static void late_frame_start(struct late_frame *f, const char *name)
 {
     REQUIRE_SERVERS();
     tu_relay_start(&f->late, F.m[0].client_port, TU_RELAY_PASS);
@@ -2321,6 +2322,19 @@ static void late_open(struct late_frame *f, const char *name)
                                f->late.port, f->fresh.port),
                         name);
     f->b = solo_open(NULL, name);
+}
+
+static void late_frame_end(struct late_frame *f)
+{
+    tu_solo_close(&f->a);
+    tu_solo_close(&f->b);
+    tu_relay_stop(&f->late);
+    tu_relay_stop(&f->fresh);
+}
+
+static void late_open(struct late_frame *f, const char *name)
+{
+    late_frame_start(f, name);
     f->prefix = tu_fmt("%s/", name);
     TU_ACQUIRE_OK(f->a.l, DLOCK_TRY);
     f->key = ctl_keys(f->prefix);
@@ -2352,10 +2366,7 @@ static void late_requests_land(struct late_frame *f)
                   f->key, (unsigned long long)rev, (unsigned long long)token);
     ck_assert_int_eq(dlock_acquire(f->b.l, DLOCK_TRY), DLOCK_EBUSY);
     TU_RELEASE_OK(f->a.l);
-    tu_solo_close(&f->a);
-    tu_solo_close(&f->b);
-    tu_relay_stop(&f->late);
-    tu_relay_stop(&f->fresh);
+    late_frame_end(f);
     free(f->prefix);
     free(f->key);
 }
@@ -2391,52 +2402,72 @@ TU_TEST_IN(single, late_release_spares_the_key_taken_again, 90)
     late_requests_land(&f);
 }
 
-/* A's acquire of NAME, its put held at LATE, ends with its wait
- * (DLOCK_ETIMEDOUT) and the delete it owes finds no key; the put, let
- * through, then lands: A's key on A's session lease, which A keeps alive
- * holding another lock (OTHER). Nobody holds NAME and B must be able to
- * take it while A's lease lives (60 s; B waits 30 s at most). (The key
- * stayed: the name was taken until A closed.) */
-TU_TEST_IN(single, late_put_leaves_no_stray_key, 120)
+/* A's acquire through AL (a handle of NAME), its put held at LATE, ends
+ * with its wait (DLOCK_ETIMEDOUT) and the delete it owes finds no key;
+ * the put, let through, then lands: A's key on A's session lease, which
+ * A keeps alive holding another lock (OTHER). Nobody holds NAME, and B
+ * must be able to take it through BL while A's lease lives (60 s; B
+ * waits 30 s at most). (The key stayed: the name was taken until A
+ * closed.) F's A and B are opened here: A of OTHER, B of NAME. */
+static void late_put_lands(struct late_frame *f, const char *name,
+                           int (*handle)(dlock_client *c, const char *name, dlock_lock **out))
 {
-    struct late_frame f;
-    REQUIRE_SERVERS();
-    tu_relay_start(&f.late, F.m[0].client_port, TU_RELAY_PASS);
-    tu_relay_start(&f.fresh, F.m[0].client_port, TU_RELAY_REFUSE);
-    f.a = tu_solo_open(tu_fmt("etcd://127.0.0.1:%d,127.0.0.1:%d?lease=60s&timeout=1s&"
-                              "connect_timeout=1s",
-                              f.late.port, f.fresh.port),
-                       "late-put-other");
-    f.b = solo_open(NULL, "late-put");
-    TU_ACQUIRE_OK(f.a.l, DLOCK_TRY);
-    dlock_lock *l = NULL;
-    ck_assert_int_eq(dlock_lock_new(f.a.c, "late-put", DLOCK_EXCLUSIVE, 0, &l), DLOCK_OK);
-    tu_relay_set(&f.late, TU_RELAY_HOLD);
-    int rc = dlock_acquire(l, 500);
+    late_frame_start(f, "late-put-other");
+    dlock_lock *al = NULL, *bl = NULL;
+    ck_assert_int_eq(handle(f->a.c, name, &al), DLOCK_OK);
+    ck_assert_int_eq(handle(f->b.c, name, &bl), DLOCK_OK);
+    TU_ACQUIRE_OK(bl, DLOCK_TRY); /* (a semaphore's count is stored: A's put is sent) */
+    TU_RELEASE_OK(bl);
+    TU_ACQUIRE_OK(f->a.l, DLOCK_TRY);
+    tu_relay_set(&f->late, TU_RELAY_HOLD);
+    int rc = dlock_acquire(al, 500);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
     /* A's requests go to FRESH from now on (an inspect, cut at LATE,
      * answered there), and so does the read of the owed delete, which
      * finds nothing (the put is still held): wait for its reply. */
-    tu_relay_set(&f.fresh, TU_RELAY_PASS);
+    tu_relay_set(&f->fresh, TU_RELAY_PASS);
     dlock_info *info = NULL;
-    ck_assert_int_eq(dlock_inspect(f.a.c, "late-put", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_inspect(f->a.c, name, &info), DLOCK_OK);
     dlock_info_free(info);
-    unsigned seen = atomic_load(&f.fresh.replies);
-    for (int i = 0; i < 3000 && atomic_load(&f.fresh.replies) == seen; i++)
+    unsigned seen = atomic_load(&f->fresh.replies);
+    for (int i = 0; i < 3000 && atomic_load(&f->fresh.replies) == seen; i++)
         tu_sleep_ms(10);
-    ck_assert_msg(atomic_load(&f.fresh.replies) > seen, "A's owed delete never went out");
-    tu_relay_set(&f.late, TU_RELAY_PASS);
-    ck_assert_msg(tu_relay_wait_served(&f.late, 20000), "the held requests were never served");
-    rc = dlock_acquire(f.b.l, 30000);
-    ck_assert_msg(rc == DLOCK_OK, "B could not take the name nobody holds (%s: %s); under it: %s",
-                  dlock_err_name(rc), dlock_errmsg(), ctl_keys("late-put/"));
-    TU_RELEASE_OK(f.b.l);
-    TU_RELEASE_OK(f.a.l);
-    dlock_lock_free(l);
-    tu_solo_close(&f.a);
-    tu_solo_close(&f.b);
-    tu_relay_stop(&f.late);
-    tu_relay_stop(&f.fresh);
+    ck_assert_msg(atomic_load(&f->fresh.replies) > seen, "A's owed delete never went out");
+    tu_relay_set(&f->late, TU_RELAY_PASS);
+    ck_assert_msg(tu_relay_wait_served(&f->late, 20000), "the held requests were never served");
+    rc = dlock_acquire(bl, 30000);
+    ck_assert_msg(rc == DLOCK_OK, "B could not take '%s', which nobody holds (%s: %s); under "
+                  "it: %s",
+                  name, dlock_err_name(rc), dlock_errmsg(), ctl_keys(tu_fmt("%s/", name)));
+    TU_RELEASE_OK(bl);
+    TU_RELEASE_OK(f->a.l);
+    dlock_lock_free(al);
+    dlock_lock_free(bl);
+    late_frame_end(f);
+}
+
+static int exclusive_handle(dlock_client *c, const char *name, dlock_lock **out)
+{
+    return dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, out);
+}
+
+static int one_permit_handle(dlock_client *c, const char *name, dlock_lock **out)
+{
+    return dlock_lock_new_permits(c, name, 1, 0, out);
+}
+
+TU_TEST_IN(single, late_put_leaves_no_stray_key, 120)
+{
+    struct late_frame f;
+    late_put_lands(&f, "late-put", exclusive_handle);
+}
+
+/* The same with a semaphore's permit key (one permit): its late put
+ * would take the permit for as long as A lives. */
+TU_TEST_IN(single, late_permit_put_leaves_no_stray_key, 120)
+{
+    struct late_frame f;
+    late_put_lands(&f, "late-permit", one_permit_handle);
 }
 
 /* Each case's tests share its members (an unchecked fixture).

@@ -4,7 +4,8 @@
  *   http.c   the transport: etcd v3's JSON gateway over libcurl
  *   watch.c  watch streams, driven by one thread per client
  *   lease.c  open/close, the session lease and its keepalive (renew()),
- *            the waiters' lease, the deletes a lost reply left owing
+ *            the waiters' lease, the deletes a lost reply left owing, the
+ *            keys a late put may make
  *   queue.c  which keys are a lock's contenders, finding in the queue,
  *            JSON request builders
  *   mutex.c  the lock recipe (Go's concurrency.Mutex) and the backend
@@ -311,6 +312,19 @@ struct etcd_orphan {
     struct etcd_orphan *next;
 };
 
+/* A put that creates KEY on LEASE and may still reach etcd after we gave
+ * it up (its reply lost, or a first send whose second was answered): it
+ * would make KEY again, a contender nobody holds, kept alive with LEASE.
+ * The keeper deletes such a key (see dlock__etcd_late_put) until LEASE is
+ * gone. */
+struct etcd_stray {
+    char *key;
+    int64_t lease;
+    int64_t spare; /* the create revision of our hold of KEY (its put's
+                      answered send), never deleted; 0 = none */
+    struct etcd_stray *next;
+};
+
 struct etcd_backend {
     struct dlock_client *c;
     struct etcd_conn *k;
@@ -335,6 +349,8 @@ struct etcd_backend {
     int64_t wlease_ttl_ms;
     int64_t wlease_confirmed;
     struct etcd_orphan *orphans;
+    struct etcd_stray *strays;  /* (mu) keys late puts may make */
+    bool strays_queued;         /* (mu) their check is on the cleanup queue */
 };
 
 /* A lease as an acquire uses it. */
@@ -442,6 +458,22 @@ char *dlock__etcd_contender_name(struct etcd_backend *s, const json_t *kv);
  * one we made (or can never be deleted by us: no permission). */
 bool dlock__etcd_delete_key(struct etcd_backend *s, const char *key, int64_t rev,
                             int64_t deadline, struct dlock__wait *w);
+/* A put of KEY on LEASE may still land after we gave it up (cut short by
+ * a deadline, a cancel or an outage, or sent twice; SPARE: the create
+ * revision of the hold the acquire made of KEY, 0 = none). LEASE is
+ * retired -- no later acquire of this client puts anything on it, so a
+ * key of ours on it is KEY made by that late put (or SPARE's hold) -- and
+ * the keeper, until etcd no longer knows LEASE (after which no put on it
+ * can land) or the client closes (which revokes it), deletes KEY when it
+ * finds it on LEASE at another create revision than SPARE, compared on
+ * that revision. Without this the late put leaves a contender nobody
+ * holds on a lease we keep alive: the name is taken until we close. */
+void dlock__etcd_late_put(struct etcd_backend *s, const char *key, int64_t lease, int64_t spare);
+/* A put answered with RC (RESENT: sent twice) may still land later: its
+ * reply was lost (RC an outage, a timeout, a cancel) or its first send's
+ * was (mutex.c). */
+bool dlock__etcd_put_may_land(int rc, bool resent);
+
 /* KEY is about to be ours again (put by an acquire): it is no orphan any
  * more. When a sweep's delete of it is in flight, wait until it is done
  * (it must not land after our put) within W's deadline and cancel:

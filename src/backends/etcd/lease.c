@@ -2,8 +2,10 @@
  * per client that carries every hold (granted on first use, kept alive by
  * the keeper through renew(), which also checks each held key is still
  * ours), the short lease waiting keys hang on (kept alive by the waiting
- * threads), and the deletes a lost reply left owing (orphans), retried by
- * later acquires and by the keeper.
+ * threads), the deletes a lost reply left owing (orphans), retried by
+ * later acquires and by the keeper, and the keys a put that lands late
+ * may make (strays) on a lease then retired, deleted by the keeper while
+ * etcd knows that lease.
  */
 #include "etcd.h"
 
@@ -118,6 +120,16 @@ void dlock__etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct e
     json_decref(reply);
 }
 
+/* A put on lease ID may land late (dlock__etcd_late_put): no new key goes
+ * on it (mu held). */
+static bool lease_retired(const struct etcd_backend *s, int64_t id)
+{
+    for (const struct etcd_stray *st = s->strays; st; st = st->next)
+        if (st->lease == id)
+            return true;
+    return false;
+}
+
 /* Forget the session lease ID (it was lost): the next acquire grants one. */
 void dlock__etcd_session_lease_dead(struct etcd_backend *s, int64_t id)
 {
@@ -201,8 +213,11 @@ int dlock__etcd_session_lease(struct etcd_backend *s, const char *name, struct l
         rc = dlock__etcd_lease_grant(s, name, ttl_ms, lr, lim);
     if (!rc) {
         pthread_mutex_lock(&s->mu);
-        s->lease = lr->id;
-        s->lease_confirmed = lr->confirmed;
+        if (!lease_retired(s, lr->id)) { /* (retired meanwhile: this acquire may
+                                             still use it, no later one) */
+            s->lease = lr->id;
+            s->lease_confirmed = lr->confirmed;
+        }
         pthread_mutex_unlock(&s->mu);
     }
     grant_leave(s);
@@ -242,9 +257,11 @@ int dlock__etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t m
     }
     if (!rc) {
         pthread_mutex_lock(&s->mu);
-        s->wlease = lr->id;
-        s->wlease_ttl_ms = lr->ttl_ms;
-        s->wlease_confirmed = lr->confirmed;
+        if (!lease_retired(s, lr->id)) {
+            s->wlease = lr->id;
+            s->wlease_ttl_ms = lr->ttl_ms;
+            s->wlease_confirmed = lr->confirmed;
+        }
         pthread_mutex_unlock(&s->mu);
     }
     grant_leave(s);
@@ -286,9 +303,10 @@ static void orphan_add(struct etcd_backend *s, char *key, int64_t rev)
     s->orphans = o;
 }
 
-/* The create revision of KEY now (*REV; 0 = absent), read within LIM. */
+/* The create revision of KEY now (*REV; 0 = absent) and, when LEASE is
+ * not NULL, the lease it hangs on, read within LIM. */
 static int read_create_rev(struct etcd_backend *s, const char *key, int64_t *rev,
-                           const char *what, const struct etcd_limits *lim)
+                           int64_t *lease, const char *what, const struct etcd_limits *lim)
 {
     json_t *req = dlock__etcd_range(key, false), *reply = NULL;
     if (req && json_object_set_new(req, "keys_only", json_true())) {
@@ -297,9 +315,12 @@ static int read_create_rev(struct etcd_backend *s, const char *key, int64_t *rev
     }
     int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/range", req, &reply, what, NULL, NULL, lim)
                  : dlock__etcd_nomem(s);
-    if (!rc)
-        *rev = dlock__etcd_int(json_array_get(json_object_get(reply, "kvs"), 0),
-                               "create_revision");
+    if (!rc) {
+        json_t *kv = json_array_get(json_object_get(reply, "kvs"), 0);
+        *rev = dlock__etcd_int(kv, "create_revision");
+        if (lease)
+            *lease = dlock__etcd_int(kv, "lease");
+    }
     json_decref(req);
     json_decref(reply);
     return rc;
@@ -320,7 +341,7 @@ static bool delete_once(struct etcd_backend *s, const char *key, int64_t *rev, i
     int rc = DLOCK_OK;
     if (*rev <= 0) {
         int64_t now_rev = 0;
-        rc = read_create_rev(s, key, &now_rev, what, &lim);
+        rc = read_create_rev(s, key, &now_rev, NULL, what, &lim);
         if (!rc && !now_rev)
             return true; /* not there: nothing of ours to delete */
         if (!rc)
@@ -455,6 +476,128 @@ int dlock__etcd_orphan_forget(struct etcd_backend *s, const char *key, struct dl
     return rc;
 }
 
+/* ------------------------------------------------------------- late puts */
+
+/* Does etcd still know lease ID? *GONE when not (expired or revoked: no
+ * put naming it can be applied any more, and its keys went with it).
+ * /v3/lease/timetolive reads it without keeping it alive. */
+static int lease_gone(struct etcd_backend *s, int64_t id, bool *gone,
+                      const struct etcd_limits *lim)
+{
+    char *ids = dlock__etcd_i64s(id);
+    json_t *req = ids ? json_pack("{s:s}", "ID", ids) : NULL, *reply = NULL;
+    free(ids);
+    char what[80];
+    snprintf(what, sizeof what, "look at lease %llx", (unsigned long long)id);
+    int code = 0;
+    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/lease/timetolive", req, &reply, what, &code,
+                                        NULL, lim)
+                 : dlock__etcd_nomem(s);
+    json_decref(req);
+    *gone = rc == DLOCK_OK ? dlock__etcd_int(reply, "TTL") < 0
+                           : rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND;
+    json_decref(reply);
+    return *gone ? DLOCK_OK : rc;
+}
+
+/* Take the strays on lease ID off the list (mu held). */
+static void strays_drop(struct etcd_backend *s, int64_t id)
+{
+    for (struct etcd_stray **p = &s->strays; *p;) {
+        struct etcd_stray *st = *p;
+        if (st->lease == id) {
+            *p = st->next;
+            free(st->key);
+            free(st);
+        } else {
+            p = &st->next;
+        }
+    }
+}
+
+/* The core's cleanup work for the strays (the keeper runs it, retried
+ * with backoff up to the op timeout while any is left): for each lease a
+ * late put may still land on, ask etcd whether it still knows it -- gone,
+ * its strays are done -- and else read each stray's key: found on that
+ * lease at another create revision than the spared hold's, it was made
+ * by the late put (no acquire of ours puts anything on a retired lease),
+ * and is deleted compared on that revision. */
+static int strays_cleanup(void *state, void *arg, int64_t deadline)
+{
+    (void)arg;
+    struct etcd_backend *s = state;
+    struct etcd_limits lim = {deadline, NULL};
+    /* (only this work removes entries, and it never runs twice at once:
+     * the ones after the head read here stay while it runs) */
+    pthread_mutex_lock(&s->mu);
+    struct etcd_stray *first = s->strays;
+    pthread_mutex_unlock(&s->mu);
+    int64_t gone[16];
+    size_t ngone = 0;
+    for (struct etcd_stray *st = first; st; st = st->next) {
+        bool dead = false;
+        for (size_t i = 0; i < ngone && !dead; i++)
+            dead = gone[i] == st->lease;
+        if (dead)
+            continue;
+        char what[1200];
+        snprintf(what, sizeof what, "delete key %s a late put may have made", st->key);
+        int64_t rev = 0, lease = 0;
+        if (lease_gone(s, st->lease, &dead, &lim) || dead) {
+            if (dead && ngone < sizeof gone / sizeof gone[0])
+                gone[ngone++] = st->lease;
+            continue;
+        }
+        if (read_create_rev(s, st->key, &rev, &lease, what, &lim) == DLOCK_OK && rev &&
+            lease == st->lease && rev != st->spare)
+            dlock__etcd_delete_if_rev(s, st->key, rev, what, &lim);
+    }
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < ngone; i++)
+        strays_drop(s, gone[i]);
+    bool left = s->strays != NULL;
+    if (!left)
+        s->strays_queued = false;
+    pthread_mutex_unlock(&s->mu);
+    return left ? DLOCK_EUNAVAIL : DLOCK_OK;
+}
+
+void dlock__etcd_late_put(struct etcd_backend *s, const char *key, int64_t lease, int64_t spare)
+{
+    struct etcd_stray *st = calloc(1, sizeof *st);
+    char *copy = strdup(key);
+    pthread_mutex_lock(&s->mu);
+    /* retired: the next acquire takes a fresh lease (its keys another
+     * name); holds on this one are still kept alive */
+    if (s->lease == lease)
+        s->lease = 0;
+    if (s->wlease == lease)
+        s->wlease = 0;
+    if (st && copy) {
+        *st = (struct etcd_stray){copy, lease, spare, s->strays};
+        s->strays = st;
+        st = NULL;
+        copy = NULL;
+    }
+    bool queue = s->strays && !s->strays_queued;
+    if (queue)
+        s->strays_queued = true;
+    pthread_mutex_unlock(&s->mu);
+    free(st);
+    free(copy);
+    if (queue) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        if (dlock__cleanup_add(s->c, "delete etcd keys late puts may make", strays_cleanup,
+                               NULL, NULL)) {
+            pthread_mutex_lock(&s->mu);
+            s->strays_queued = false;
+            pthread_mutex_unlock(&s->mu);
+        }
+        dlock__errmsg_restore(DLOCK_OK, msg);
+    }
+}
+
 /* ------------------------------------------------------------------ renew */
 
 /* Check that the key of each hold of B[from..to) whose lease was kept
@@ -574,6 +717,8 @@ static void backend_free(struct etcd_backend *s)
         free(o->key);
         free(o);
     }
+    while (s->strays)
+        strays_drop(s, s->strays->lease);
     free(s->prefix);
     dlock__waitset_destroy(&s->grant_ws);
     dlock__waitset_destroy(&s->forget_ws);
@@ -596,6 +741,12 @@ void dlock__etcd_close(void *state)
         dlock__etcd_lease_revoke(s, lease, NULL); /* waiters behind us need not wait for the TTL */
     if (wlease)
         dlock__etcd_lease_revoke(s, wlease, NULL);
+    /* and the retired leases a late put may still land on: revoked, none
+     * can, and what one made goes */
+    while (s->strays) {
+        dlock__etcd_lease_revoke(s, s->strays->lease, NULL);
+        strays_drop(s, s->strays->lease);
+    }
     backend_free(s);
 }
 

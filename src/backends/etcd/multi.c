@@ -147,6 +147,15 @@ int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
     if (!rc) {
         int code = 0;
         rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, &code, &resent, &lim);
+        if (dlock__etcd_put_may_land(rc, resent)) {
+            /* (a first send may put the keys after the set gave them up:
+             * the keeper deletes them; held now, the holds are spared) */
+            int64_t spare = !rc && json_is_true(json_object_get(reply, "succeeded"))
+                                ? dlock__etcd_header_rev(reply)
+                                : 0;
+            for (size_t i = 0; i < n; i++)
+                dlock__etcd_late_put(s, mb[i].key, lr.id, spare);
+        }
         char msg[DLOCK__MSG_MAX];
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
             /* "requested lease not found": it expired under us; the

@@ -91,10 +91,12 @@ int dlock__etcd_txn(struct etcd_backend *s, json_t *req, json_t **reply, const c
  * create revision, and put anew (a new create revision: a new, greater
  * token), never adopted. An adopted leftover would keep the revision its
  * release, or an owed delete of it, is compared on: landing late, that
- * delete would take the new hold's key. */
+ * delete would take the new hold's key. *RESENT turns true when a send
+ * went out twice (the first may still land). */
 static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *h,
                               const char *key, const char *pfx, int64_t lease, int64_t *my_rev,
-                              int64_t *owner_rev, int *code, const struct etcd_limits *lim)
+                              int64_t *owner_rev, int *code, bool *resent,
+                              const struct etcd_limits *lim)
 {
     const char *name = h->name, *value = dlock__etcd_hold_value(s, h);
     bool shared = h->mode == DLOCK_SHARED; /* waits for writers only */
@@ -122,7 +124,9 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
     bool created = false;
     int rc;
     for (int round = 0;; round++) {
-        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim);
+        bool again = false;
+        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, &again, lim);
+        *resent |= again;
         if (rc)
             break;
         created = json_is_true(json_object_get(reply, "succeeded"));
@@ -161,10 +165,11 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
  * leftover KEY is in the queue (we would wait). A key that will wait is
  * thus never created on the hold's lease, which a process killed before
  * it could move the key to the waiters' lease would leave in the queue
- * for a whole hold lease. *CODE as dlock__etcd_call's. */
+ * for a whole hold lease. *CODE as dlock__etcd_call's; *RESENT turns true
+ * when the txn went out twice (the first send may still land). */
 static int put_if_alone(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
                         const char *pfx, int64_t lease, int64_t *my_rev, bool *busy, int *code,
-                        const struct etcd_limits *lim)
+                        bool *resent, const struct etcd_limits *lim)
 {
     *my_rev = 0;
     *busy = false;
@@ -187,7 +192,7 @@ static int put_if_alone(struct etcd_backend *s, const struct dlock__hold *h, con
     json_t *reply = NULL;
     char what[1200];
     snprintf(what, sizeof what, "acquire '%s' (key %s)", h->name, key);
-    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, NULL, lim)
+    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, resent, lim)
                  : dlock__etcd_nomem(s);
     json_decref(req);
     if (rc)
@@ -506,6 +511,34 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
     return rc;
 }
 
+/* The leases a put of the acquire's key was sent on that may still land
+ * later (its reply lost, or sent twice), settled once the acquire is done
+ * with the key (dlock__etcd_late_put): SPARE is the create revision of
+ * the hold it made of the key, 0 when none. */
+struct late_puts {
+    int64_t lease[2];
+    int n;
+};
+
+bool dlock__etcd_put_may_land(int rc, bool resent)
+{
+    return resent || dlock__etcd_transient(rc) || rc == DLOCK_ECANCELED || rc == DLOCK_ETIMEDOUT;
+}
+
+static void late_note(struct late_puts *lp, int64_t lease, int rc, bool resent)
+{
+    if (dlock__etcd_put_may_land(rc, resent) && lp->n < 2 && (lp->n == 0 || lp->lease[0] != lease))
+        lp->lease[lp->n++] = lease;
+}
+
+static void late_settle(struct etcd_backend *s, struct late_puts *lp, const char *key,
+                        int64_t spare)
+{
+    for (int i = 0; i < lp->n; i++)
+        dlock__etcd_late_put(s, key, lp->lease[i], spare);
+    lp->n = 0;
+}
+
 static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct etcd_backend *s = state;
@@ -521,8 +554,11 @@ static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *
     struct lease_ref lr = {0};
     int rc = DLOCK_OK, restarts = 0;
     char msg[DLOCK__MSG_MAX];
+    struct late_puts late = {{0}, 0};
 
 restart:
+    if (key)
+        late_settle(s, &late, key, 0);
     free(key);
     key = NULL;
     if (own && lr.id)
@@ -565,12 +601,15 @@ restart:
      * the queue busy creates it there; a reader, or a race with another
      * contender, creates it on the hold's lease and moves it there. */
     struct lease_ref wl = {0};
-    bool busy = false, on_waiters_lease = false, moved_back = false;
-    if (h->mode != DLOCK_SHARED)
-        rc = put_if_alone(s, h, key, pfx, lr.id, &my_rev, &busy, &code, &lim);
+    bool busy = false, on_waiters_lease = false, moved_back = false, resent = false;
+    if (h->mode != DLOCK_SHARED) {
+        rc = put_if_alone(s, h, key, pfx, lr.id, &my_rev, &busy, &code, &resent, &lim);
+        late_note(&late, lr.id, rc, resent);
+    }
     if (!rc && busy && dlock__wait_try_once(w)) {
         if (own)
             dlock__etcd_lease_revoke(s, lr.id, NULL); /* nothing was put on it */
+        late_settle(s, &late, key, 0);
         free(pfx);
         free(key);
         return DLOCK_EBUSY;
@@ -582,9 +621,12 @@ restart:
     }
     if (!rc && my_rev)
         owner_rev = my_rev; /* put by put_if_alone(): nobody else was there */
-    else if (!rc)
+    else if (!rc) {
+        resent = false;
         rc = put_and_read_owner(s, h, key, pfx, on_waiters_lease ? wl.id : lr.id, &my_rev,
-                                &owner_rev, &code, &lim);
+                                &owner_rev, &code, &resent, &lim);
+        late_note(&late, on_waiters_lease ? wl.id : lr.id, rc, resent);
+    }
     if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND && restarts++ < 3) {
         /* "requested lease not found": it expired under us. */
         if (on_waiters_lease)
@@ -600,12 +642,14 @@ restart:
             withdraw(s, key, my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
         else if (own)
             dlock__etcd_lease_revoke(s, lr.id, NULL);
+        late_settle(s, &late, key, 0);
         free(pfx);
         free(key);
         return dlock__errmsg_restore(rc, msg);
     }
     if (owner_rev != my_rev && dlock__wait_try_once(w)) {
         withdraw(s, key, my_rev, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
+        late_settle(s, &late, key, 0);
         free(pfx);
         free(key);
         return DLOCK_EBUSY;
@@ -642,6 +686,7 @@ restart:
             bool answering;
             rc = dlock__etcd_wait_failed(w, rc, msg, &answering);
             withdraw(s, key, my_rev, &lr, w, rc, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
+            late_settle(s, &late, key, 0);
             free(pfx);
             free(key);
             return dlock__errmsg_restore(rc, msg);
@@ -674,6 +719,7 @@ restart:
         rc = dlock__etcd_timed_out(w, rc);
         dlock__errmsg_save(msg);
         withdraw(s, key, my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
+        late_settle(s, &late, key, 0);
         free(pfx);
         free(key);
         return dlock__errmsg_restore(rc, msg);
@@ -682,9 +728,11 @@ restart:
     struct etcd_hold *eh = calloc(1, sizeof *eh);
     if (!eh) {
         withdraw(s, key, my_rev, &lr, w, DLOCK_ENOMEM, WITHDRAW_GRACE_MS);
+        late_settle(s, &late, key, 0);
         free(key);
         return dlock__etcd_nomem(s);
     }
+    late_settle(s, &late, key, my_rev);
     dlock__etcd_hold_keep(s, h, eh, key, my_rev, &lr, own, key);
     return DLOCK_OK;
 }

@@ -200,10 +200,11 @@ static char *sem_value(const struct etcd_backend *s, const struct dlock__hold *h
 /* Put KEY (VALUE, on LEASE) if the stored count is N -- storing it first
  * when there is none -- and read the queue in the same transaction:
  * *MY_REV is the key's create revision, *AT the revision read, *HELD
- * whether it holds K permits. */
+ * whether it holds K permits. *LATE turns true when a send of the put may
+ * still land later (its reply lost, or sent twice). */
 static int put_key(struct etcd_backend *s, const struct dlock__hold *h, const struct sem_keys *k,
                    const char *key, int64_t lease, int64_t *my_rev, int64_t *at, bool *held,
-                   const struct etcd_limits *lim)
+                   bool *late, const struct etcd_limits *lim)
 {
     unsigned n = h->sem->permits;
     char ns[16];
@@ -235,7 +236,12 @@ static int put_key(struct etcd_backend *s, const struct dlock__hold *h, const st
                         "failure", "request_range", dlock__etcd_range(k->count, false));
         json_t *reply = NULL;
         int code = 0;
-        rc = dlock__etcd_txn(s, req, &reply, what, &code, lim);
+        bool resent = false;
+        rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, &code, &resent,
+                                        lim)
+                 : dlock__etcd_nomem(s);
+        json_decref(req);
+        *late |= req && dlock__etcd_put_may_land(rc, resent);
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
             rc = RESTART; /* "requested lease not found": it expired under us */
         if (rc)
@@ -404,7 +410,11 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
     struct lease_ref lr = {0};
     char *key = NULL, msg[DLOCK__MSG_MAX];
     int64_t my_rev = 0;
+    bool late = false; /* a put of KEY may land later (dlock__etcd_late_put) */
     for (int restarts = 0;; restarts++) {
+        if (late)
+            dlock__etcd_late_put(s, key, lr.id, 0);
+        late = false;
         free(key);
         key = NULL;
         my_rev = 0;
@@ -426,7 +436,7 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
         }
         int64_t at = 0;
         bool held = false;
-        rc = put_key(s, h, &k, key, lr.id, &my_rev, &at, &held, &lim);
+        rc = put_key(s, h, &k, key, lr.id, &my_rev, &at, &held, &late, &lim);
         if (rc == RESTART && !own && restarts < 3) {
             dlock__etcd_session_lease_dead(s, lr.id);
             continue;
@@ -503,6 +513,8 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
         give_up(s, key, my_rev, &lr, GIVE_UP_GRACE_MS);
         rc = dlock__etcd_nomem(s);
     }
+    if (late) /* (the key is this acquire's alone: a serial of its own) */
+        dlock__etcd_late_put(s, key, lr.id, rc ? 0 : my_rev);
     if (rc) {
         free(key);
         return rc;

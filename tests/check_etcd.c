@@ -1714,6 +1714,23 @@ TU_TEST_IN(restart, server_restart_keeps_hold, 120)
     tu_solo_close(&b);
 }
 
+static void restart_member(void *arg)
+{
+    (void)arg;
+    etcdf_member_stop(&F, 0, SIGKILL);
+    ck_assert(etcdf_member_start(&F, 0, 20000));
+}
+
+/* `dlock leader --watch` across the member's restart: the observer
+ * retries while it is down and reports the leader elected afterwards. */
+TU_TEST_IN(restart, observe_goes_on_across_a_restart, 120)
+{
+    revive_all();
+    char *url = members_url("lease=5s&timeout=1s&connect_timeout=1s");
+    tu_watch_across_restart(url, "watched", restart_member, NULL);
+    free(url);
+}
+
 /* The only member is gone for longer than the lease: the hold is
  * reported lost (never silently kept), and an acquire fails quickly with
  * a connection error instead of a false "acquired". */

@@ -1141,6 +1141,24 @@ TU_TEST(server_killed_while_held, 60)
     served_close(&s);
 }
 
+static void restart_server(void *arg)
+{
+    (void)arg;
+    fx_redis_kill(&srv);
+    ck_assert_msg(fx_redis_restart(&srv), "restart failed");
+}
+
+/* `dlock leader --watch` across a server restart: the observer retries
+ * the refused and reset connections and reports the leader elected
+ * afterwards (it ended at the first error). */
+TU_TEST(observe_goes_on_across_a_restart, 60)
+{
+    char *url = served_url(NULL);
+    tu_watch_across_restart(url, "watched", restart_server, NULL);
+    free(url);
+    stop_server();
+}
+
 /* A server that stops answering without refusing connections (SIGSTOP):
  * renewals get no reply, the hold is declared lost (the renewal's I/O is
  * cut to the hold's validity deadline), and after the server resumes the

@@ -65,11 +65,12 @@ static void teardown_servers(void)
 }
 
 /* Each case's servers are started once around the case. A server a test
- * stops and starts again is that test's alone (restart, outage: the
+ * stops and starts again is that test's alone (restart, watch, outage: the
  * restarted JVM is the forked test's child and ends with it; stopped: its
  * server is stopped (SIGSTOP) and continued by the test). */
 TU_CASE(standalone, setup_standalone, teardown_servers, TU_AROUND_CASE)
 TU_CASE(restart, setup_standalone, teardown_servers, TU_AROUND_CASE)
+TU_CASE(watch, setup_standalone, teardown_servers, TU_AROUND_CASE)
 TU_CASE(outage, setup_standalone, teardown_servers, TU_AROUND_CASE)
 TU_CASE(stopped, setup_standalone, teardown_servers, TU_AROUND_CASE)
 TU_CASE(ensemble, setup_ensemble, teardown_servers, TU_AROUND_CASE)
@@ -1209,6 +1210,22 @@ TU_TEST_IN(restart, server_restart_keeps_hold, 120)
     ck_assert_uint_eq(tu_token(d.l), t);
     ck_assert_int_eq(dlock_release(d.l), DLOCK_OK);
     tu_solo_close(&d);
+}
+
+static void restart_server(void *arg)
+{
+    (void)arg;
+    zkf_server_stop(&F, 0, SIGKILL);
+    ck_assert_msg(zkf_server_start(&F, 0, 60000), "server did not come back");
+}
+
+/* `dlock leader --watch` across the server's restart: the observer
+ * retries the lost connection and reports the leader elected afterwards. */
+TU_TEST_IN(watch, observe_goes_on_across_a_restart, 120)
+{
+    char *url = url_with(NULL, "lease=5000");
+    tu_watch_across_restart(url, "watched", restart_server, NULL);
+    free(url);
 }
 
 TU_TEST_IN(outage, server_down_hold_lost, 120)

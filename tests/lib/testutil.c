@@ -652,6 +652,58 @@ bool tu_wait_lost(struct tu_lost *f, int n, int timeout_ms)
     return atomic_load(&f->fired) >= n;
 }
 
+struct watch {
+    dlock_client *c;
+    const char *name;
+    atomic_int ready; /* the first reading is taken */
+    int rc;
+    char msg[512];
+};
+
+static void *watch_main(void *arg)
+{
+    struct watch *w = arg;
+    dlock_leader *known = NULL;
+    w->rc = dlock_election_leader(w->c, w->name, &known);
+    atomic_store(&w->ready, 1);
+    while (!w->rc && strcmp(dlock_leader_value(known), "after") != 0) {
+        dlock_leader *next = NULL;
+        w->rc = dlock_election_observe(w->c, w->name, known, DLOCK_FOREVER, NULL, &next);
+        dlock_leader_free(known);
+        known = next;
+    }
+    if (w->rc)
+        snprintf(w->msg, sizeof w->msg, "%s", dlock_errmsg());
+    dlock_leader_free(known);
+    return NULL;
+}
+
+void tu_watch_across_restart(const char *url, const char *name, void (*restart)(void *arg),
+                             void *arg)
+{
+    dlock_client *a = tu_open(url), *b = tu_open(url), *o = tu_open(url);
+    dlock_election *ea = NULL, *eb = NULL;
+    ck_assert_int_eq(dlock_election_new(a, name, 0, &ea), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_new(b, name, 0, &eb), DLOCK_OK);
+    int rc = dlock_election_campaign(ea, "before", DLOCK_TRY, NULL);
+    ck_assert_msg(rc == DLOCK_OK, "campaign: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    struct watch w = {.c = o, .name = name};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, watch_main, &w), 0);
+    while (!atomic_load(&w.ready))
+        tu_sleep_ms(10);
+    restart(arg);
+    (void)dlock_election_resign(ea);
+    rc = dlock_election_campaign(eb, "after", DLOCK_FOREVER, NULL); /* the test's limit */
+    ck_assert_msg(rc == DLOCK_OK, "campaign after the restart: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    pthread_join(th, NULL);
+    ck_assert_msg(w.rc == DLOCK_OK, "the watch ended: %s: %s", dlock_err_name(w.rc), w.msg);
+    dlock_election_free(ea);
+    dlock_election_free(eb);
+    TU_CLOSE_CLIENTS(a, b, o);
+}
+
 struct tu_pair tu_pair_of(dlock_client *a, dlock_client *b, const char *name)
 {
     struct tu_pair p = {.a = a, .b = b};

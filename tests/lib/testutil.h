@@ -254,6 +254,18 @@ void tu_on_permit_lost(struct dlock_semaphore *s, struct dlock_permit *p, const 
                        void *arg);
 bool tu_wait_lost(struct tu_lost *f, int n, int timeout_ms);
 
+/* An election watched across a server restart (what `dlock leader
+ * --watch` does): client A of URL leads election NAME with "before", an
+ * observer client follows it in a thread of its own
+ * (dlock_election_observe with DLOCK_FOREVER from each leader it sees),
+ * RESTART(ARG) restarts the server; then A resigns (its rc ignored: the
+ * restart may have taken its hold) and client B campaigns with "after".
+ * Asserts that the observer reported B as leader, every observe of its
+ * loop returning DLOCK_OK meanwhile (a transient error is retried, not
+ * the end of the watch). */
+void tu_watch_across_restart(const char *url, const char *name, void (*restart)(void *arg),
+                             void *arg);
+
 /* tu_pair: two clients (A and B, taken over) with a handle each on NAME
  * -- a test of one client against another; LOST records la's lost
  * callback once tu_pair_watch_lost() registered it. tu_pair_close() frees

@@ -906,9 +906,15 @@ DLOCK_EXTERN int dlock_election_leader(dlock_client *c, const char *name, dlock_
  * one at once) and return it as dlock_election_leader() does. WAIT_MS and
  * CANCEL as in dlock_election_campaign(); the wait sleeps until the
  * backend reports a change (file: inotify on the lock and value files;
- * etcd: a watch on the election's prefix), never on a timer. Returns
- * DLOCK_OK, DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or dlock_election_leader()'s
- * codes. Loop on it to follow an election. Threads: any. */
+ * etcd: a watch on the election's prefix), never on a timer. A
+ * transient failure (DLOCK_ECONN: the server restarting, a connection
+ * refused or reset; DLOCK_EUNAVAIL: a server loading, no etcd leader) is
+ * retried with a backoff (10 ms doubling up to 1 s) until WAIT_MS or
+ * CANCEL ends the wait, which then returns that failure (or
+ * DLOCK_ECANCELED); other failures (DLOCK_EAUTH...) end it at once.
+ * Returns DLOCK_OK, DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or
+ * dlock_election_leader()'s codes. Loop on it to follow an election.
+ * Threads: any. */
 DLOCK_EXTERN int dlock_election_observe(dlock_client *c, const char *name, const dlock_leader *known,
                                         int64_t wait_ms, dlock_cancel *cancel, dlock_leader **out);
 

@@ -363,6 +363,18 @@ bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader 
  * change and look again. */
 bool dlock__observe_done(const struct dlock_leader *known, const struct dlock_leader *out,
                          bool consistent, const struct dlock__wait *w, int *rc);
+/* The one retry rule of every backend's elect_observe loop, after a look
+ * (or a watch, a session) that returned *RC: true when it is to be tried
+ * again now -- *RC is transient (DLOCK_ECONN: refused, reset, no reply;
+ * DLOCK_EUNAVAIL: a server loading, no leader or quorum), the observer
+ * follows a change (KNOWN not NULL, W no try-once wait) and the pause of
+ * B's next delay (dlock__wait_retry) ended before W's deadline or cancel.
+ * False: *RC stands -- DLOCK_OK (B is reset), a permanent error, the
+ * transient error once W's deadline has passed (with its message), or
+ * DLOCK_ECANCELED. B starts as DLOCK__OBSERVE_BACKOFF. */
+#define DLOCK__OBSERVE_BACKOFF {.min_ms = 10, .max_ms = 1000}
+bool dlock__observe_retry(const struct dlock_leader *known, struct dlock__wait *w,
+                          struct dlock__backoff *b, int *rc);
 
 /* What a semaphore hold asks of the backend (semaphore.c): K of the
  * semaphore's PERMITS. The backend keeps its ids in h->owner (the first

@@ -54,6 +54,27 @@ bool dlock__observe_done(const struct dlock_leader *known, const struct dlock_le
     return true;
 }
 
+bool dlock__observe_retry(const struct dlock_leader *known, struct dlock__wait *w,
+                          struct dlock__backoff *b, int *rc)
+{
+    if (*rc == DLOCK_OK) {
+        dlock__backoff_reset(b);
+        return false;
+    }
+    if ((*rc != DLOCK_ECONN && *rc != DLOCK_EUNAVAIL) || !known || dlock__wait_try_once(w))
+        return false;
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    int pause = dlock__wait_retry(w, b, DLOCK__NEVER);
+    if (pause == DLOCK_OK)
+        return true;
+    if (pause == DLOCK_ECANCELED)
+        *rc = DLOCK_ECANCELED;
+    else
+        dlock__errmsg_restore(*rc, msg);
+    return false;
+}
+
 static bool has_elections(const dlock_client *c)
 {
     return c->be->version >= 5 && c->be->elect_acquire && c->be->elect_release &&

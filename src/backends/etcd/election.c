@@ -89,15 +89,16 @@ int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_
         return dlock__etcd_nomem(s);
     struct etcd_limits lim = {dlock__wait_deadline(w), w};
     struct etcd_watch *wt = NULL;
+    struct dlock__backoff backoff = DLOCK__OBSERVE_BACKOFF;
     int rc;
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
         /* A watch confirmed before this look sees every change after it. */
         bool covered = wt && dlock__etcd_watch_live(wt);
         rc = read_leader(s, name, pfx, out, &lim);
-        if (rc)
-            break;
-        if (dlock__observe_done(known, out, true, w, &rc))
+        if (dlock__observe_retry(known, w, &backoff, &rc))
+            continue; /* a member restarting, no leader for now */
+        if (rc || dlock__observe_done(known, out, true, w, &rc))
             break;
         if (!covered) {
             /* A new watch from now on (one that fired, or that etcd has
@@ -105,7 +106,10 @@ int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_
              * confirmation wakes us, then we look again. */
             dlock__etcd_watch_stop(wt);
             wt = NULL;
-            if ((rc = dlock__etcd_watch_prefix(s->k, pfx, w, &wt)))
+            rc = dlock__etcd_watch_prefix(s->k, pfx, w, &wt);
+            if (dlock__observe_retry(known, w, &backoff, &rc))
+                continue;
+            if (rc)
                 break;
         }
         rc = dlock__wait_sleep(w, seq, dlock__now_ms() + OBSERVE_SAFETY_MS);

@@ -234,20 +234,23 @@ int dlock__redis_observe(const struct dlock__redis_observer *ob, const struct dl
         return rc;
     const char *chan = lk.chan;
     size_t chan_len = strlen(chan), joined = 0;
+    struct dlock__backoff backoff = DLOCK__OBSERVE_BACKOFF;
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
         bool consistent = false;
         int64_t ttl = -2;
         rc = ob->look(ob, &lk, dlock__wait_deadline(w), out, &consistent, &ttl);
-        if (rc)
-            break;
-        if (dlock__observe_done(known, out, consistent, w, &rc))
+        if (dlock__observe_retry(known, w, &backoff, &rc))
+            continue; /* a server restarting, loading, failing over */
+        if (rc || dlock__observe_done(known, out, consistent, w, &rc))
             break;
         /* Every node's leader channel: a subscription's confirmation
          * wakes us, and then we look again. */
         for (; joined < ob->n; joined++)
             if ((rc = dlock__redis_hub_join(ob->nodes[joined], chan, chan_len, w)))
                 break;
+        if (dlock__observe_retry(known, w, &backoff, &rc))
+            continue;
         if (rc)
             break;
         /* Until a message, or the lock's remaining lease (an expiry

@@ -111,18 +111,14 @@ int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_le
     char *lockpath = dlock__zk_lock_path(zb, name);
     if (!lockpath)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    struct zk_session *s = NULL;
-    int err = dlock__zk_session_get_w(zb, &s, w);
+    /* registered before the look: a change between it and the sleep wakes */
+    int err = dlock__waitset_add(&zb->waiters, w);
     if (err) {
         free(lockpath);
         return err;
     }
-    /* registered before the look: a change between it and the sleep wakes */
-    if ((err = dlock__waitset_add(&zb->waiters, w))) {
-        dlock__zk_session_put(zb, s);
-        free(lockpath);
-        return err;
-    }
+    struct dlock__backoff backoff = DLOCK__OBSERVE_BACKOFF;
+    struct zk_session *s = NULL;
     int64_t until = dlock__wait_deadline(w);
     char *watched = NULL; /* the leader's node, our wait's key meanwhile */
     for (;;) {
@@ -130,8 +126,12 @@ int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_le
         dlock__waitset_set_key(&zb->waiters, w, lockpath);
         free(watched); /* the key is lockpath's now */
         watched = NULL;
-        int rc = look(zb, s, lockpath, w, out, &watched, until);
-        if (rc == ZNONODE) {
+        err = DLOCK_OK;
+        int rc = ZOK;
+        if (!s) {
+            if (!(err = dlock__zk_session_get_w(zb, &s, w)))
+                continue; /* then look */
+        } else if ((rc = look(zb, s, lockpath, w, out, &watched, until)) == ZNONODE) {
             /* No lock node (or the first child went between the listing
              * and the read): look again once something is created. */
             struct Stat st;
@@ -143,9 +143,17 @@ int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_le
         }
         if (rc != ZOK) {
             err = dlock__zk_fail(zb, rc, "observe", lockpath);
-            break;
+            if (dlock__zk_rc_session_gone(rc)) { /* a new session serves the next look */
+                char msg[DLOCK__MSG_MAX];
+                dlock__errmsg_save(msg);
+                err = dlock__errmsg_restore(DLOCK_ECONN, msg);
+                dlock__zk_session_put(zb, s);
+                s = NULL;
+            }
         }
-        if (dlock__observe_done(known, out, true, w, &err))
+        if (dlock__observe_retry(known, w, &backoff, &err))
+            continue; /* a server restarting, a session lost with it */
+        if (err || dlock__observe_done(known, out, true, w, &err))
             break;
         pthread_mutex_lock(&zb->mu);
         int64_t timeout = s->timeout_ms > 0 ? s->timeout_ms : zb->c->opts.lease_ms;
@@ -156,7 +164,8 @@ int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_le
     dlock__waitset_set_key(&zb->waiters, w, NULL);
     dlock__waitset_remove(&zb->waiters, w);
     free(watched);
-    dlock__zk_session_put(zb, s);
+    if (s)
+        dlock__zk_session_put(zb, s);
     free(lockpath);
     return err;
 }

@@ -2487,6 +2487,37 @@ TU_TEST_IN(single, late_permit_put_leaves_no_stray_key, 120)
     late_put_lands(&f, "late-permit", one_permit_handle);
 }
 
+/* A try-once that finds the lock busy revokes the lease of its own it
+ * granted for the hold (nothing was put on it) within a grace, never the
+ * op timeout: with that revoke held at a relay (a member that stopped
+ * answering right then; timeout 60 s), the try returns DLOCK_EBUSY
+ * before the relay lets the revoke pass. */
+TU_TEST_IN(single, busy_try_once_revoke_ends_on_a_stalled_server, 90)
+{
+    REQUIRE_SERVERS();
+    struct tu_relay relay;
+    tu_relay_start(&relay, F.m[0].client_port, TU_RELAY_PASS);
+    struct tu_solo a = tu_solo_open(tu_fmt("etcd://127.0.0.1:%d?timeout=60s&connect_timeout=1s",
+                                           relay.port),
+                                    "try-revoke");
+    struct tu_solo b = solo_open(NULL, "try-revoke");
+    TU_ACQUIRE_OK(b.l, DLOCK_TRY);
+    ck_assert_int_eq(dlock_lock_set_lease(a.l, 7000, 0), DLOCK_OK); /* a lease of its own */
+    tu_relay_hold_at(&relay, "/v3/lease/revoke");
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, a.l, DLOCK_TRY, NULL, false);
+    bool done = tu_waiter_wait_done(&w, 20000);
+    tu_relay_set(&relay, TU_RELAY_PASS);
+    ck_assert_msg(done, "a busy try-once still revoking its lease at a member that does not answer");
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_EBUSY);
+    TU_RELEASE_OK(b.l);
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    TU_RELEASE_OK(a.l);
+    tu_solo_close(&a);
+    tu_solo_close(&b);
+    tu_relay_stop(&relay);
+}
+
 /* Each case's tests share its members (an unchecked fixture).
  * DLOCK_TEST=<text> runs the tests whose "case/name" contains it; a case
  * with none selected starts no member. */

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,6 +24,8 @@
 struct relayed {
     int cli, srv;
     bool awaiting;
+    char *held; /* what came with tu_relay_hold_at()'s marker (malloc'd) */
+    ssize_t held_len;
 };
 
 static int dial_loopback(int port)
@@ -56,7 +59,14 @@ static bool relay_move(struct tu_relay *r, struct relayed *c, short cli_ev, shor
     char buf[65536];
     if (c->cli >= 0 && (cli_ev & (POLLIN | POLLHUP | POLLERR))) {
         ssize_t got = read(c->cli, buf, sizeof buf);
-        if (got > 0) {
+        const char *marker = atomic_load(&r->hold_at);
+        if (got > 0 && marker && memmem(buf, (size_t)got, marker, strlen(marker)) &&
+            (c->held = malloc((size_t)got))) {
+            memcpy(c->held, buf, (size_t)got); /* kept until PASS */
+            c->held_len = got;
+            atomic_store(&r->mode, TU_RELAY_HOLD);
+            atomic_store(&r->hold_at, NULL);
+        } else if (got > 0) {
             if (!send_all(c->srv, buf, got))
                 return false;
             c->awaiting = true;
@@ -89,6 +99,12 @@ static void *relay_main(void *arg)
         unsigned pass = atomic_fetch_add(&r->passes, 1) + 1;
         int mode = atomic_load(&r->mode);
         bool from_clients = mode != TU_RELAY_HOLD;
+        for (int i = 0; i < n && from_clients; i++) /* what tu_relay_hold_at() kept */
+            if (c[i].held) {
+                c[i].awaiting = send_all(c[i].srv, c[i].held, c[i].held_len);
+                free(c[i].held);
+                c[i].held = NULL;
+            }
         struct pollfd pf[1 + 2 * RELAY_MAX];
         pf[0] = (struct pollfd){.fd = from_clients ? r->listen_fd : -1, .events = POLLIN};
         bool awaiting = false;
@@ -108,7 +124,7 @@ static void *relay_main(void *arg)
             int srv = fd >= 0 && mode == TU_RELAY_PASS && n < RELAY_MAX ? dial_loopback(r->target)
                                                                         : -1;
             if (srv >= 0)
-                c[n++] = (struct relayed){fd, srv, false};
+                c[n++] = (struct relayed){.cli = fd, .srv = srv};
             else if (fd >= 0)
                 close(fd);
         }
@@ -120,6 +136,7 @@ static void *relay_main(void *arg)
             if (c[i].cli >= 0)
                 close(c[i].cli);
             close(c[i].srv);
+            free(c[i].held);
             c[i] = c[--n];
         }
     }
@@ -127,6 +144,7 @@ static void *relay_main(void *arg)
         if (c[i].cli >= 0)
             close(c[i].cli);
         close(c[i].srv);
+        free(c[i].held);
     }
     return NULL;
 }
@@ -149,6 +167,12 @@ void tu_relay_set(struct tu_relay *r, enum tu_relay_mode mode)
     unsigned now = atomic_load(&r->passes);
     while (atomic_load(&r->passes) <= now)
         tu_sleep_ms(1);
+}
+
+void tu_relay_hold_at(struct tu_relay *r, const char *marker)
+{
+    atomic_store(&r->hold_at, marker);
+    tu_relay_set(r, TU_RELAY_PASS);
 }
 
 bool tu_relay_wait_served(struct tu_relay *r, int timeout_ms)

@@ -33,6 +33,7 @@ struct tu_relay {
     atomic_uint settled_at; /* the last loop that found nothing to move and
                                every request that passed answered */
     atomic_uint replies;    /* replies that reached a client still waiting */
+    const char *_Atomic hold_at; /* tu_relay_hold_at()'s marker, NULL once met */
     pthread_t thread;
 };
 
@@ -41,6 +42,11 @@ struct tu_relay {
 void tu_relay_start(struct tu_relay *r, int target, enum tu_relay_mode mode);
 /* Switch R to MODE; returns once it is in force. */
 void tu_relay_set(struct tu_relay *r, enum tu_relay_mode mode);
+/* Pass until a client sends MARKER (a string in its request, such as
+ * the path "/v3/lease/revoke"), then HOLD from that request on: it waits
+ * at the relay, whatever its client sent before it having passed, until
+ * tu_relay_set(PASS). One marker at a time; returns once in force. */
+void tu_relay_hold_at(struct tu_relay *r, const char *marker);
 /* Wait (up to TIMEOUT_MS) until the relay, passing, has moved everything
  * its clients sent (even those that have gone since) and the server has
  * answered every request it passed: what was held has been served. */

@@ -397,7 +397,11 @@ int dlock__etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t tt
  * etcd no longer knows it, or a transport error. */
 int dlock__etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
                          const struct etcd_limits *lim);
-void dlock__etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim);
+int dlock__etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim);
+/* Revoke lease ID (one that carries nothing any longer) by DEADLINE
+ * (monotonic ms; nothing is sent once it has passed); one not answered by
+ * then is owed to the core's cleanup queue, which the keeper drains. */
+void dlock__etcd_lease_revoke_by(struct etcd_backend *s, int64_t id, int64_t deadline);
 /* Forget the session lease ID (it was lost): the next acquire grants one. */
 void dlock__etcd_session_lease_dead(struct etcd_backend *s, int64_t id);
 /* The session lease, granted or freshened as needed, into *LR. */

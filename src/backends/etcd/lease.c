@@ -108,16 +108,40 @@ int dlock__etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sen
     return DLOCK_OK;
 }
 
-void dlock__etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim)
+int dlock__etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim)
 {
     char *ids = dlock__etcd_i64s(id);
     json_t *req = ids ? json_pack("{s:s}", "ID", ids) : NULL;
     free(ids);
     json_t *reply = NULL;
-    if (req)
-        dlock__etcd_call_lim(s->k, "/v3/lease/revoke", req, &reply, "revoke the lease", NULL, NULL, lim);
+    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/lease/revoke", req, &reply, "revoke the lease",
+                                        NULL, NULL, lim)
+                 : DLOCK_ENOMEM;
     json_decref(req);
     json_decref(reply);
+    return rc;
+}
+
+static int revoke_owed(void *state, void *arg, int64_t deadline)
+{
+    struct etcd_limits lim = {deadline, NULL};
+    int rc = dlock__etcd_lease_revoke(state, *(int64_t *)arg, &lim);
+    return dlock__etcd_transient(rc) || rc == DLOCK_ENOMEM ? rc : DLOCK_OK; /* (not found: gone) */
+}
+
+void dlock__etcd_lease_revoke_by(struct etcd_backend *s, int64_t id, int64_t deadline)
+{
+    int64_t *arg = malloc(sizeof *arg);
+    if (!arg)
+        return; /* its TTL ends it */
+    *arg = id;
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    if (dlock__time_left(deadline, 1) == 0 || revoke_owed(s, arg, deadline) != DLOCK_OK)
+        dlock__cleanup_add(s->c, "revoke an etcd lease", revoke_owed, arg, free);
+    else
+        free(arg);
+    dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
 /* A put on lease ID may land late (dlock__etcd_late_put): no new key goes

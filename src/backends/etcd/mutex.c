@@ -291,13 +291,25 @@ static int look(struct etcd_backend *s, const struct dlock__hold *h, const char 
  * last request (it will not answer now either). A delete that fails or
  * is not sent is remembered and done later; an own lease not revoked
  * expires by its TTL, carrying nothing once the key is gone. */
+/* The end of a give-up's cleanup: GRACE_MS from now, cut to W's
+ * deadline (none for a try-once). */
+static int64_t give_up_deadline(const struct dlock__wait *w, int64_t grace_ms)
+{
+    int64_t deadline = dlock__now_ms() + grace_ms, until = dlock__wait_deadline(w);
+    return until != 0 && until < deadline ? until : deadline;
+}
+
+/* The end of the revoke of a lease of our own that carries nothing: a
+ * WITHDRAW_GRACE_MS, cut to W's deadline, never the op timeout. */
+static int64_t grace_deadline(const struct dlock__wait *w)
+{
+    return give_up_deadline(w, WITHDRAW_GRACE_MS);
+}
+
 static void withdraw(struct etcd_backend *s, const char *key, int64_t rev,
                      const struct lease_ref *lr, struct dlock__wait *w, int rc, int64_t grace_ms)
 {
-    int64_t now = dlock__now_ms(), deadline = now + grace_ms;
-    int64_t until = dlock__wait_deadline(w);
-    if (until != 0 && until < deadline)
-        deadline = until;
+    int64_t now = dlock__now_ms(), deadline = give_up_deadline(w, grace_ms);
     if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED)
         deadline = now; /* time is up: nothing is sent, the keeper deletes it */
     struct etcd_limits lim = {deadline, NULL};
@@ -607,8 +619,8 @@ restart:
         late_note(&late, lr.id, rc, resent);
     }
     if (!rc && busy && dlock__wait_try_once(w)) {
-        if (own)
-            dlock__etcd_lease_revoke(s, lr.id, NULL); /* nothing was put on it */
+        if (own) /* nothing was put on it */
+            dlock__etcd_lease_revoke_by(s, lr.id, grace_deadline(w));
         late_settle(s, &late, key, 0);
         free(pfx);
         free(key);
@@ -641,7 +653,7 @@ restart:
         if (dlock__etcd_put_failed(w, &rc, msg))
             withdraw(s, key, my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
         else if (own)
-            dlock__etcd_lease_revoke(s, lr.id, NULL);
+            dlock__etcd_lease_revoke_by(s, lr.id, grace_deadline(w));
         late_settle(s, &late, key, 0);
         free(pfx);
         free(key);

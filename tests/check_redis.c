@@ -1265,8 +1265,11 @@ struct proxy {
     atomic_int forge_acquire, forged;
     /* stall_release: keep that many release-like calls (they name the
      * channel: release, cancel) back, the connection open, until
-     * release_stalled is set; stalled counts them. */
-    atomic_int stall_release, stalled, release_stalled;
+     * release_stalled is set; stalled counts them, stalled_done those
+     * the server then answered (the client may have given up on them:
+     * a late request on a connection it abandoned). stall_downgrade: the
+     * same for downgrades. */
+    atomic_int stall_release, stall_downgrade, stalled, release_stalled, stalled_done;
     /* stall_unwait: the same for that many writers' unwaits (they name
      * the writers key and not the token key), counted in stalled too */
     atomic_int stall_unwait;
@@ -1377,10 +1380,19 @@ static void *proxy_conn_main(void *arg)
             bool is_unwait = is_script && !is_release && !is_acquire &&
                              chunk_has(buf, (size_t)n, writers);
             if ((is_release && take_one(&px->stall_release)) ||
-                (is_unwait && take_one(&px->stall_unwait))) {
+                (is_unwait && take_one(&px->stall_unwait)) ||
+                (is_downgrade && take_one(&px->stall_downgrade))) {
                 atomic_fetch_add(&px->stalled, 1);
                 while (!atomic_load(&px->release_stalled))
                     tu_sleep_ms(5);
+                char reply[4096];
+                ssize_t got;
+                if (write(sv, buf, (size_t)n) != n || (got = read(sv, reply, sizeof reply)) <= 0)
+                    break;
+                atomic_fetch_add(&px->stalled_done, 1);
+                if (send(c, reply, (size_t)got, MSG_NOSIGNAL) != got)
+                    break; /* the client gave up on it */
+                continue;
             }
             if (is_acquire && atomic_load(&px->forge_acquire)) {
                 char reply[4096];
@@ -1662,6 +1674,85 @@ static void late_release_through_proxy(const char *layout, int mode)
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
     ck_assert_uint_gt(tu_token(via.l), t1);
     later_hold_survives_held_calls(ctx, &px, &via, "lrel", 1);
+    redisFree(ctx);
+    tu_solo_close(&via);
+    stop_server();
+}
+
+/* Once PX lets the calls it stalled reach the server and the server has
+ * answered them (STALLED of them), NAME must still be held by L's later
+ * hold; L is released. */
+static void later_hold_survives_stalled_calls(redisContext *ctx, struct proxy *px, dlock_lock *l,
+                                              const char *name, int stalled)
+{
+    atomic_store(&px->release_stalled, 1);
+    for (int waited = 0; atomic_load(&px->stalled_done) < stalled && waited < 10000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(atomic_load(&px->stalled_done), stalled);
+    ck_assert_msg(cmd_int(ctx, "EXISTS %s", name) == 1,
+                  "a late request of an earlier hold ended the later hold of '%s'", name);
+    int rc = dlock_release(l);
+    ck_assert_msg(rc == DLOCK_OK, "release of the later hold: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+}
+
+/* A release that times out on a stalled server (here the proxy keeps it
+ * back on the open connection) is abandoned with its connection: the
+ * call fails DLOCK_ECONN and the hold is dropped. The same owner then
+ * takes the name again on a new connection, and only then does the old
+ * request reach the server: it must not end the later hold. */
+TU_TEST(timed_out_release_spares_a_later_hold, 60)
+{
+    start_server(NULL);
+    struct proxy px;
+    struct tu_solo via = proxied_open(&px, NULL, "timeout=1s&lease=60s", "lrt");
+    redisContext *ctx = raw();
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    uint64_t t1 = tu_token(via.l);
+    atomic_store(&px.stall_release, 1);
+    int rc = dlock_release(via.l);
+    ck_assert_msg(rc == DLOCK_ECONN, "release on a stalled server: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_int_eq(atomic_load(&px.stalled), 1);
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY); /* replaces the field the release left */
+    ck_assert_uint_gt(tu_token(via.l), t1);
+    later_hold_survives_stalled_calls(ctx, &px, via.l, "lrt", 1);
+    redisFree(ctx);
+    tu_solo_close(&via);
+    stop_server();
+}
+
+/* A downgrade that times out (the proxy keeps it back) gives the hold up
+ * (DLOCK_ELOST), which sends the exclusive release; that release's first
+ * copy is held back too (its connection closed, the copy sent again
+ * runs). The owner then takes the name again as a reader, and only then
+ * do the old downgrade and the old release reach the server: neither
+ * may end the later read hold (the same field; its timeout key holds its
+ * own token). */
+TU_TEST(late_release_of_a_downgrade_spares_a_later_read_hold, 60)
+{
+    start_server(NULL);
+    struct proxy px;
+    struct tu_solo via = proxied_open(&px, NULL, "timeout=1s&lease=60s", "ldr");
+    dlock_lock *r = tu_lock_mode(via.c, "ldr", DLOCK_SHARED, 0);
+    redisContext *ctx = raw();
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    atomic_store(&px.stall_downgrade, 1);
+    atomic_store(&px.hold_release, 1);
+    int rc = dlock_release(via.l); /* the last write level: a downgrade */
+    ck_assert_msg(rc == DLOCK_ELOST, "downgrade on a stalled server: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_int_eq(atomic_load(&px.stalled), 1);
+    ck_assert_int_eq(atomic_load(&px.hold_release), 0); /* the give-up's first copy is held */
+    ck_assert_uint_eq(dlock_hold_count(r), 0);
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    atomic_store(&px.release_held, 1);
+    for (int waited = 0; atomic_load(&px.held_done) < 1 && waited < 10000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(atomic_load(&px.held_done), 1);
+    later_hold_survives_stalled_calls(ctx, &px, r, "ldr", 1);
+    dlock_lock_free(r);
     redisFree(ctx);
     tu_solo_close(&via);
     stop_server();

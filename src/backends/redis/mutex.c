@@ -259,11 +259,14 @@ static int release_lock(struct redis_state *s, struct dlock__hold *h, int64_t de
     int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
     int vl = s->simple ? snprintf(value, sizeof value, "%s:%llu", h->owner, (unsigned long long)h->token)
                        : snprintf(value, sizeof value, "%s", h->owner);
-    const char *args[] = {k.lock, k.chan, k.token, k.rwchan, value, token};
-    size_t lens[] = {k.lock_len, k.chan_len, k.token_len, k.rwchan_len, (size_t)vl, (size_t)tl};
+    /* the timeout base: a hold our downgrade may have made shared is ours
+     * only while our timeout key holds our token */
+    const char *args[] = {k.lock, k.chan, k.token, k.rwchan, k.tbase, value, token};
+    size_t lens[] = {k.lock_len, k.chan_len,  k.token_len, k.rwchan_len,
+                     k.tbase_len, (size_t)vl, (size_t)tl};
     redisReply *r;
     bool retried;
-    rc = dlock__redis_eval(s, deadline, S_RELEASE, 4, 6, args, lens, true, NULL, NULL, "release", &r,
+    rc = dlock__redis_eval(s, deadline, S_RELEASE, 5, 7, args, lens, true, NULL, NULL, "release", &r,
                     NULL, &retried, NULL);
     if (!rc) {
         rc = dlock__redis_release_reply(s, r, h->name, &k, h->token, retried);

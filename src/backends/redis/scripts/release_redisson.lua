@@ -1,6 +1,6 @@
 -- release, Redisson layout (an exclusive hold; rw_release_read.lua gives a
--- shared one back). KEYS: lock, channel, token key, read-write channel.
--- ARGV: owner field, our token. Full release deletes the hash (with its
+-- shared one back). KEYS: lock, channel, token key, read-write channel,
+-- and on one server the timeout base ({N}). ARGV: owner field, our token. Full release deletes the hash (with its
 -- "mode" field) and publishes Redisson's unlock message "0" on the lock's
 -- channel (an exclusive lock has one owner field, so removing ours is a
 -- full release) and READ_UNLOCK_MESSAGE "1" on RReadWriteLock's, which
@@ -19,7 +19,11 @@ if type(mine) == 'table' then return redis.call('type', KEYS[1]).ok end
 local counter = redis.call('get', KEYS[3])
 if mine == 1 and redis.call('hget', KEYS[1], 'mode') == 'read' then
   -- A downgrade that may have run (its reply lost) is given up as this
-  -- release: in read mode, other readers' fields stay with the hash.
+  -- release: in read mode, other readers' fields stay with the hash. The
+  -- downgrade wrote our timeout key with our token: holding another one,
+  -- it is a later read hold of ours (one that expired leaves it to us).
+  local level1 = KEYS[5] and redis.call('get', KEYS[5] .. ':' .. ARGV[1] .. ':rwlock_timeout:1')
+  if level1 and level1 ~= ARGV[2] then return 0 end
   redis.call('hdel', KEYS[1], ARGV[1])
   if redis.call('hlen', KEYS[1]) > 1 then return 1 end
   mine = 2

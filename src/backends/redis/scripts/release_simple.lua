@@ -1,6 +1,7 @@
 -- release, simple layout: the classic compare-and-delete, plus the wake-up
 -- message for dlock waiters. KEYS: lock, channel, token key, read-write
--- channel (unused: no shared mode here). ARGV: our value, our token.
+-- channel and timeout base (both unused: no shared mode here). ARGV: our
+-- value, our token.
 -- Returns as release_redisson.lua does.
 local v = redis.pcall('get', KEYS[1])
 if type(v) == 'table' then return redis.call('type', KEYS[1]).ok end

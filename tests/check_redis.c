@@ -1631,23 +1631,31 @@ TU_TEST(late_acquire_simple_layout, 60)
     late_acquire_through_proxy("simple");
 }
 
-/* Once PX lets the N calls it holds back reach the server, NAME must
- * still be held by VIA's later hold: a delayed copy of a release or a
- * cancel meant for an earlier hold of the same owner (the same field)
- * must do nothing. */
-static void later_hold_survives_held_calls(redisContext *ctx, struct proxy *px, struct tu_solo *via,
-                                           const char *name, int n)
+/* Let the calls a proxy keeps back go (*GO set) and wait until the
+ * server has answered N of them (*SERVED): late requests, arriving now. */
+static void let_late_calls_run(atomic_int *go, atomic_int *served, int n)
 {
-    atomic_store(&px->release_held, 1);
-    for (int waited = 0; atomic_load(&px->held_done) < n && waited < 10000; waited += 5)
+    atomic_store(go, 1);
+    for (int waited = 0; atomic_load(served) < n && waited < 10000; waited += 5)
         tu_sleep_ms(5);
-    ck_assert_int_eq(atomic_load(&px->held_done), n);
+    ck_assert_int_eq(atomic_load(served), n);
+}
+
+/* The end of a late-request test: after requests meant for an earlier
+ * hold of the same owner (the same field) ran, NAME must still be held
+ * by L's later hold. L is released, CTX freed, VIA closed, the server
+ * stopped. */
+static void later_hold_survives(redisContext *ctx, struct tu_solo *via, dlock_lock *l,
+                                const char *name)
+{
     ck_assert_msg(cmd_int(ctx, "EXISTS %s", name) == 1,
-                  "a late copy of an earlier hold's release or cancel ended the later hold of '%s'",
-                  name);
-    int rc = dlock_release(via->l);
+                  "a late request of an earlier hold ended the later hold of '%s'", name);
+    int rc = dlock_release(l);
     ck_assert_msg(rc == DLOCK_OK, "release of the later hold: %s: %s", dlock_err_name(rc),
                   dlock_errmsg());
+    redisFree(ctx);
+    tu_solo_close(via);
+    stop_server();
 }
 
 /* A release whose first copy is held back on a connection the client
@@ -1656,10 +1664,13 @@ static void later_hold_survives_held_calls(redisContext *ctx, struct proxy *px, 
  * same owner takes the name again. The old copy reaches the server
  * after that: it must not end the later hold (same owner field; the
  * token differs). */
-static void late_release_through_proxy(const char *layout, int mode)
+static void late_release_through_proxy(const char *layout, int mode, bool timed_out)
 {
     struct proxy px;
-    struct tu_solo via = layout_proxied(&px, layout, "lrel");
+    start_server(NULL);
+    char *q = tu_fmt("layout=%s&lease=60s%s", layout, timed_out ? "&timeout=1s" : "");
+    struct tu_solo via = proxied_open(&px, NULL, q, "lrel");
+    free(q);
     if (mode == DLOCK_SHARED) { /* a reader's release (rw_release_read.lua) */
         dlock_lock_free(via.l);
         via.l = tu_lock_mode(via.c, "lrel", DLOCK_SHARED, 0);
@@ -1667,33 +1678,40 @@ static void late_release_through_proxy(const char *layout, int mode)
     redisContext *ctx = raw();
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
     uint64_t t1 = tu_token(via.l);
-    atomic_store(&px.hold_release, 1);
+    atomic_store(timed_out ? &px.stall_release : &px.hold_release, 1);
     int rc = dlock_release(via.l);
-    ck_assert_msg(rc == DLOCK_OK, "release sent again: %s: %s", dlock_err_name(rc), dlock_errmsg());
-    ck_assert_int_eq(atomic_load(&px.hold_release), 0); /* the first copy is held */
-    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
+    ck_assert_msg(rc == (timed_out ? DLOCK_ECONN : DLOCK_OK), "release: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    /* the first copy is kept back */
+    ck_assert_int_eq(atomic_load(timed_out ? &px.stalled : &px.held_done), timed_out ? 1 : 0);
+    ck_assert_int_eq(atomic_load(&px.hold_release), 0);
+    TU_ACQUIRE_OK(via.l, DLOCK_TRY); /* a timed-out release left our field: replaced */
     ck_assert_uint_gt(tu_token(via.l), t1);
-    later_hold_survives_held_calls(ctx, &px, &via, "lrel", 1);
-    redisFree(ctx);
-    tu_solo_close(&via);
-    stop_server();
+    if (timed_out)
+        let_late_calls_run(&px.release_stalled, &px.stalled_done, 1);
+    else
+        let_late_calls_run(&px.release_held, &px.held_done, 1);
+    later_hold_survives(ctx, &via, via.l, "lrel");
 }
 
-/* Once PX lets the calls it stalled reach the server and the server has
- * answered them (STALLED of them), NAME must still be held by L's later
- * hold; L is released. */
-static void later_hold_survives_stalled_calls(redisContext *ctx, struct proxy *px, dlock_lock *l,
-                                              const char *name, int stalled)
+TU_TEST(late_release_spares_a_later_hold_redisson_layout, 60)
 {
-    atomic_store(&px->release_stalled, 1);
-    for (int waited = 0; atomic_load(&px->stalled_done) < stalled && waited < 10000; waited += 5)
-        tu_sleep_ms(5);
-    ck_assert_int_eq(atomic_load(&px->stalled_done), stalled);
-    ck_assert_msg(cmd_int(ctx, "EXISTS %s", name) == 1,
-                  "a late request of an earlier hold ended the later hold of '%s'", name);
-    int rc = dlock_release(l);
-    ck_assert_msg(rc == DLOCK_OK, "release of the later hold: %s: %s", dlock_err_name(rc),
-                  dlock_errmsg());
+    late_release_through_proxy("redisson", DLOCK_EXCLUSIVE, false);
+}
+
+TU_TEST(late_release_spares_a_later_hold_simple_layout, 60)
+{
+    late_release_through_proxy("simple", DLOCK_EXCLUSIVE, false);
+}
+
+TU_TEST(late_release_spares_a_later_hold_fair_layout, 60)
+{
+    late_release_through_proxy("fair", DLOCK_EXCLUSIVE, false);
+}
+
+TU_TEST(late_shared_release_spares_a_later_hold, 60)
+{
+    late_release_through_proxy("redisson", DLOCK_SHARED, false);
 }
 
 /* A release that times out on a stalled server (here the proxy keeps it
@@ -1703,23 +1721,7 @@ static void later_hold_survives_stalled_calls(redisContext *ctx, struct proxy *p
  * request reach the server: it must not end the later hold. */
 TU_TEST(timed_out_release_spares_a_later_hold, 60)
 {
-    start_server(NULL);
-    struct proxy px;
-    struct tu_solo via = proxied_open(&px, NULL, "timeout=1s&lease=60s", "lrt");
-    redisContext *ctx = raw();
-    TU_ACQUIRE_OK(via.l, DLOCK_TRY);
-    uint64_t t1 = tu_token(via.l);
-    atomic_store(&px.stall_release, 1);
-    int rc = dlock_release(via.l);
-    ck_assert_msg(rc == DLOCK_ECONN, "release on a stalled server: %s: %s", dlock_err_name(rc),
-                  dlock_errmsg());
-    ck_assert_int_eq(atomic_load(&px.stalled), 1);
-    TU_ACQUIRE_OK(via.l, DLOCK_TRY); /* replaces the field the release left */
-    ck_assert_uint_gt(tu_token(via.l), t1);
-    later_hold_survives_stalled_calls(ctx, &px, via.l, "lrt", 1);
-    redisFree(ctx);
-    tu_solo_close(&via);
-    stop_server();
+    late_release_through_proxy("redisson", DLOCK_EXCLUSIVE, true);
 }
 
 /* A downgrade that times out (the proxy keeps it back) gives the hold up
@@ -1747,36 +1749,15 @@ TU_TEST(late_release_of_a_downgrade_spares_a_later_read_hold, 60)
     ck_assert_int_eq(atomic_load(&px.hold_release), 0); /* the give-up's first copy is held */
     ck_assert_uint_eq(dlock_hold_count(r), 0);
     TU_ACQUIRE_OK(r, DLOCK_TRY);
-    atomic_store(&px.release_held, 1);
-    for (int waited = 0; atomic_load(&px.held_done) < 1 && waited < 10000; waited += 5)
-        tu_sleep_ms(5);
-    ck_assert_int_eq(atomic_load(&px.held_done), 1);
-    later_hold_survives_stalled_calls(ctx, &px, r, "ldr", 1);
+    let_late_calls_run(&px.release_held, &px.held_done, 1);
+    let_late_calls_run(&px.release_stalled, &px.stalled_done, 1);
+    later_hold_survives(ctx, &via, r, "ldr");
     dlock_lock_free(r);
-    redisFree(ctx);
-    tu_solo_close(&via);
-    stop_server();
 }
 
-TU_TEST(late_release_spares_a_later_hold_redisson_layout, 60)
-{
-    late_release_through_proxy("redisson", DLOCK_EXCLUSIVE);
-}
 
-TU_TEST(late_release_spares_a_later_hold_simple_layout, 60)
-{
-    late_release_through_proxy("simple", DLOCK_EXCLUSIVE);
-}
 
-TU_TEST(late_release_spares_a_later_hold_fair_layout, 60)
-{
-    late_release_through_proxy("fair", DLOCK_EXCLUSIVE);
-}
 
-TU_TEST(late_shared_release_spares_a_later_hold, 60)
-{
-    late_release_through_proxy("redisson", DLOCK_SHARED);
-}
 
 /* A downgrade (the last write level released while a read level is
  * held) whose first copy the proxy holds back, the copy sent again ran;
@@ -1797,10 +1778,7 @@ TU_TEST(late_downgrade_spares_a_later_hold, 60)
     ck_assert_int_eq(atomic_load(&px.hold_downgrade), 0); /* the first copy is held */
     ck_assert_int_eq(dlock_release(r), DLOCK_OK);
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
-    atomic_store(&px.release_held, 1);
-    for (int waited = 0; atomic_load(&px.held_done) < 1 && waited < 10000; waited += 5)
-        tu_sleep_ms(5);
-    ck_assert_int_eq(atomic_load(&px.held_done), 1);
+    let_late_calls_run(&px.release_held, &px.held_done, 1);
     char *mode = reply_str(cmd(ctx, "HGET %s mode", "ldg"));
     ck_assert_msg(mode && strcmp(mode, "write") == 0,
                   "a late copy of an earlier hold's downgrade made the later exclusive hold '%s'",
@@ -1836,10 +1814,8 @@ static void late_cancel_through_proxy(const char *layout)
     ck_assert_int_eq(cmd_int(ctx, "EXISTS dlock_canceled:{lcan}"), 1);
     ck_assert_int_eq(atomic_load(&px.hold_release), 0);
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
-    later_hold_survives_held_calls(ctx, &px, &via, "lcan", 3);
-    redisFree(ctx);
-    tu_solo_close(&via);
-    stop_server();
+    let_late_calls_run(&px.release_held, &px.held_done, 3);
+    later_hold_survives(ctx, &via, via.l, "lcan");
 }
 
 TU_TEST(late_cancel_spares_a_later_hold_redisson_layout, 60)

@@ -518,14 +518,21 @@ static long long errors_answered(int port, const char *err)
     return n;
 }
 
+/* Wait until the node on PORT has answered TRYAGAIN more than BEFORE
+ * times. */
+static void wait_tryagain(int port, long long before)
+{
+    for (int i = 0; i < 6000 && errors_answered(port, "TRYAGAIN") == before; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(errors_answered(port, "TRYAGAIN") > before, "no TRYAGAIN answered");
+}
+
 /* Once the node on PORT has answered TRYAGAIN more than BEFORE times,
  * so that W's acquire pauses between two tries, fire W's cancel object:
  * the acquire returns DLOCK_ECANCELED. */
 static void cancel_in_tryagain_pause(struct tu_waiter *w, int port, long long before)
 {
-    for (int i = 0; i < 6000 && errors_answered(port, "TRYAGAIN") == before; i++)
-        tu_sleep_ms(10);
-    ck_assert_msg(errors_answered(port, "TRYAGAIN") > before, "no TRYAGAIN answered");
+    wait_tryagain(port, before);
     ck_assert_int_eq(dlock_cancel_fire(w->cancel), DLOCK_OK);
     int rc = tu_waiter_join(w);
     ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
@@ -580,13 +587,15 @@ static long long client_blocked_in_wait(int port)
 /* An acquire whose first attempt ran on the master but lost its reply
  * (sync=1: the connection killed while the reply waited for the paused
  * replica), and whose retry then met TRYAGAIN (the slot set migrating
- * meanwhile: the lock key is there, the canceled key is not) and was
- * canceled in that pause: it returns DLOCK_ECANCELED and owes the cancel
- * of its requests, which the keeper sends once the slot is stable again,
- * so the name is free long before the 10 min lease of the attempt that
- * ran. Before, nothing was owed: the name stayed held by nobody for the
- * whole lease. */
-TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
+ * meanwhile: the lock key is there, the canceled key is not) and never
+ * got past it: CANCELED in that pause, it returns DLOCK_ECANCELED; else
+ * its wait (WAIT_MS) runs out there, and it returns the first attempt's
+ * DLOCK_ECONN. Either way it owes the cancel of its requests, which the
+ * keeper sends once the slot is stable again, so the name is free long
+ * before the 10 min lease of the attempt that ran. Before, nothing was
+ * owed (DLOCK_ECANCELED, or the TRYAGAIN's DLOCK_EUNAVAIL): the name
+ * stayed held by nobody for the whole lease. */
+static void retry_of_a_lost_acquire_ends_in_tryagain(bool canceled, int64_t wait_ms)
 {
     int ports[8];
     char name[64];
@@ -600,10 +609,10 @@ TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
     struct fx_redis *replica = fx_cluster_server(&cl, fx_cluster_replica_of(&cl, ports[0]));
     ck_assert_ptr_nonnull(replica);
     tu_pause(replica->pid);
-    dlock_cancel *k;
-    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(canceled ? dlock_cancel_new(&k) : DLOCK_OK, DLOCK_OK);
     struct tu_waiter w = {0};
-    tu_waiter_start_ex(&w, l, DLOCK_FOREVER, k, false);
+    tu_waiter_start_ex(&w, l, canceled ? DLOCK_FOREVER : wait_ms, k, false);
     long long id = 0;
     for (int i = 0; i < 6000 && !(id = client_blocked_in_wait(ports[0])); i++)
         tu_sleep_ms(10);
@@ -614,7 +623,13 @@ TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
     slot_migrating(slot, ports[0], ports[1]);
     long long before = errors_answered(ports[0], "TRYAGAIN");
     run_on(ports[0], "CLIENT KILL ID %lld", id); /* the reply is lost */
-    cancel_in_tryagain_pause(&w, ports[0], before);
+    if (canceled) {
+        cancel_in_tryagain_pause(&w, ports[0], before);
+    } else {
+        wait_tryagain(ports[0], before);
+        int rc = tu_waiter_join(&w);
+        ck_assert_msg(rc == DLOCK_ECONN, "%s", dlock_err_name(rc));
+    }
     kill(replica->pid, SIGCONT);
     run_on(ports[0], "CLUSTER SETSLOT %u STABLE", slot);
     run_on(ports[1], "CLUSTER SETSLOT %u STABLE", slot);
@@ -633,6 +648,18 @@ TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
     dlock_lock_free(l);
     dlock_client_close(c);
     free(url);
+}
+
+TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
+{
+    retry_of_a_lost_acquire_ends_in_tryagain(true, DLOCK_FOREVER);
+}
+
+/* The wait outlasts the time it takes to see the first attempt wait
+ * for the replica (about a round trip), by far. */
+TU_TEST(timed_out_retry_of_a_lost_acquire_owes_its_cancel, 150)
+{
+    retry_of_a_lost_acquire_ends_in_tryagain(false, 15000);
 }
 
 /* ------------------------------------------------- a cluster over TLS */

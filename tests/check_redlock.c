@@ -26,6 +26,7 @@
 
 #include "dlock.h"
 #include "fixture_redis.h"
+#include "relay.h"
 #include "testutil.h"
 
 #define MAX_NODES 7
@@ -875,6 +876,54 @@ TU_TEST(election_goes_on_with_a_node_stopped, 60)
     ck_assert_int_eq(dlock_election_resign(e), DLOCK_OK);
     dlock_election_free(e);
     TU_CLOSE_CLIENTS(a, b);
+    stop_nodes();
+}
+
+/* Every node stops answering right after a campaign's acquire: the
+ * leader's value write, held at a relay in front of each node (node
+ * timeout 120 s), ends with the campaign's wait (1.5 s), not at the node
+ * timeout, and the campaign gives the lock back within that wait, owing
+ * the nodes that did not answer the cancel of its requests: once they
+ * answer again, another client leads. */
+TU_TEST(campaign_ends_on_time_with_nodes_stopped_after_the_acquire, 60)
+{
+    start_nodes(3, NULL);
+    struct tu_relay relay[3];
+    char hosts[3 * 24] = "";
+    size_t len = 0;
+    for (int i = 0; i < 3; i++) {
+        tu_relay_start(&relay[i], nodes[i].port, TU_RELAY_PASS);
+        len += (size_t)snprintf(hosts + len, sizeof hosts - len, "%s127.0.0.1:%d", i ? "," : "",
+                                relay[i].port);
+    }
+    char *url = tu_fmt("redlock://%s?node_timeout=120s&lease=5s", hosts);
+    dlock_client *a = tu_open(url);
+    dlock_lock *l = NULL;
+    ck_assert_int_eq(dlock_lock_new_campaign(a, "boss", "v1", 0, &l), DLOCK_OK);
+    for (int i = 0; i < 3; i++) /* the write names the leader hash; the acquire does not */
+        tu_relay_hold_at(&relay[i], "dlock_leader:");
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, l, 1500, NULL, false);
+    bool done = tu_waiter_wait_done(&w, 20000);
+    for (int i = 0; i < 3; i++)
+        tu_relay_set(&relay[i], TU_RELAY_PASS);
+    ck_assert_msg(done, "the campaign still writing its value to nodes that do not answer");
+    int rc = tu_waiter_join(&w);
+    ck_assert_msg(rc != DLOCK_OK, "a campaign whose value no node took leads");
+    dlock_client *b = rl_open(NULL);
+    dlock_election *e = NULL;
+    ck_assert_int_eq(dlock_election_new(b, "boss", 0, &e), DLOCK_OK);
+    rc = dlock_election_campaign(e, "v2", 30000, NULL);
+    ck_assert_msg(rc == DLOCK_OK, "campaign after: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    dlock_leader *seen = boss_seen_by(b);
+    ck_assert_str_eq(dlock_leader_value(seen), "v2");
+    dlock_leader_free(seen);
+    dlock_election_free(e);
+    dlock_lock_free(l);
+    TU_CLOSE_CLIENTS(a, b);
+    for (int i = 0; i < 3; i++)
+        tu_relay_stop(&relay[i]);
+    free(url);
     stop_nodes();
 }
 

@@ -87,8 +87,9 @@ static int eval(struct redis_state *s, int64_t deadline, const char *script, int
     return dlock__redis_keyed_command(s, deadline, args[1], 2 + argc, argv, what, out);
 }
 
-/* Write VALUE as H's (the leader's): DLOCK_ELOST when H no longer holds. */
-static int write_value(void *state, struct dlock__hold *h, const char *value)
+/* Write VALUE as H's (the leader's) by DEADLINE (a wait's): DLOCK_ELOST
+ * when H no longer holds. */
+static int write_value(void *state, struct dlock__hold *h, const char *value, int64_t deadline)
 {
     struct redis_state *s = state;
     struct leader_keys lk;
@@ -101,7 +102,8 @@ static int write_value(void *state, struct dlock__hold *h, const char *value)
     redisReply *r = NULL;
     char what[600];
     snprintf(what, sizeof what, "write the value of election '%s'", h->name);
-    rc = eval(s, dlock__now_ms() + s->op_timeout_ms, dlock__redis_leader_write_src, 8, args, what, &r);
+    rc = eval(s, dlock__time_budget(deadline, s->op_timeout_ms), dlock__redis_leader_write_src, 8,
+              args, what, &r);
     if (!rc && (r->type != REDIS_REPLY_INTEGER || r->integer != 1))
         rc = dlock__err(DLOCK_ELOST, "%s: election '%s': lock %s is no longer ours (token %s)",
                         s->where, h->name, lk.k.lock, token);
@@ -117,11 +119,12 @@ int dlock__redis_campaign(void *state, struct dlock__hold *h, struct dlock__wait
     int rc = ops->acquire(state, h, w);
     if (rc)
         return rc;
-    rc = ops->write(state, h, h->elect->value);
+    int64_t deadline = dlock__wait_deadline(w);
+    rc = ops->write(state, h, h->elect->value, deadline);
     if (rc) {
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
-        ops->release(state, h);
+        ops->give_up(state, h, deadline);
         return dlock__errmsg_restore(rc, msg);
     }
     return DLOCK_OK;
@@ -130,14 +133,21 @@ int dlock__redis_campaign(void *state, struct dlock__hold *h, struct dlock__wait
 int dlock__redis_proclaim(void *state, struct dlock_client *c, struct dlock__hold *h,
                           const char *value, const struct dlock__redis_leader_ops *ops)
 {
-    int rc = ops->write(state, h, value);
+    int rc = ops->write(state, h, value, DLOCK__NEVER);
     if (rc == DLOCK_ELOST)
         dlock__hold_lost(c, h, dlock_errmsg());
     return rc;
 }
 
-static const struct dlock__redis_leader_ops node_ops = {dlock__redis_acquire,
-                                                        dlock__redis_release_hold, write_value};
+/* The single node's give-up: its release (the request timeout). */
+static int give_up(void *state, struct dlock__hold *h, int64_t deadline)
+{
+    (void)deadline;
+    return dlock__redis_release_hold(state, h);
+}
+
+static const struct dlock__redis_leader_ops node_ops = {dlock__redis_acquire, give_up,
+                                                        write_value};
 
 int dlock__redis_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {

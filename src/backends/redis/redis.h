@@ -736,13 +736,16 @@ extern const char dlock__redis_leader_write_src[];
 extern const char dlock__redis_leader_read_src[];
 /* A campaign's recipe, on one node (election.c) or on Redlock's majority
  * (redlock_election.c), through OPS: take the lock, write the campaign's value,
- * and give the lock back when the write fails (its failure returned);
- * and a proclaim: write VALUE, and report H lost (client C) when the
- * write finds the lock no longer ours (DLOCK_ELOST). */
+ * and give the lock back when the write fails (its failure returned),
+ * both by the campaign's wait (its deadline: 0, a try-once, and
+ * DLOCK__NEVER leave the request timeout whole; give_up owes what is not
+ * answered by then); and a proclaim: write VALUE (the request timeout),
+ * and report H lost (client C) when the write finds the lock no longer
+ * ours (DLOCK_ELOST). */
 struct dlock__redis_leader_ops {
     int (*acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
-    int (*release)(void *state, struct dlock__hold *h);
-    int (*write)(void *state, struct dlock__hold *h, const char *value);
+    int (*give_up)(void *state, struct dlock__hold *h, int64_t deadline);
+    int (*write)(void *state, struct dlock__hold *h, const char *value, int64_t deadline);
 };
 int dlock__redis_campaign(void *state, struct dlock__hold *h, struct dlock__wait *w,
                           const struct dlock__redis_leader_ops *ops);

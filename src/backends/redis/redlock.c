@@ -564,6 +564,11 @@ int dlock__redlock_release(void *state, struct dlock__hold *h)
     return release_hold(state, h, DLOCK__NEVER, false);
 }
 
+int dlock__redlock_release_by(void *state, struct dlock__hold *h, int64_t deadline, bool owe)
+{
+    return release_hold(state, h, deadline, owe);
+}
+
 /* The backend's release_within (core.h). */
 static int rl_release_within(void *state, struct dlock__hold *h, int64_t deadline)
 {

@@ -84,6 +84,11 @@ int dlock__redlock_list(void *state, const char *pattern, dlock_list_fn fn, void
 
 int dlock__redlock_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redlock_release(void *state, struct dlock__hold *h);
+/* Give H up on every node at once by DEADLINE (a wait's: 0 and
+ * DLOCK__NEVER leave the node timeout whole; none sent once it has
+ * passed); with OWE a node that did not answer is owed the cancel of the
+ * owner's requests so far, and too few answers are no failure. */
+int dlock__redlock_release_by(void *state, struct dlock__hold *h, int64_t deadline, bool owe);
 /* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT. */
 void dlock__redlock_sha1_hex(const char *src, char out[41]);
 

@@ -56,7 +56,7 @@ static void on_every_node(struct redlock *rl, struct rl_round *rd, struct rl_cal
  * majority took it; DLOCK_ELOST when so many nodes refused (the lock is
  * no longer ours there) that no majority can; else DLOCK_EUNAVAIL naming
  * a node's failure. */
-static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
+static int rl_write_value(void *state, struct dlock__hold *h, const char *value, int64_t deadline)
 {
     struct redlock *rl = state;
     struct leader_keys lk;
@@ -78,7 +78,7 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
     on_every_node(rl, &rd, calls,
                   (struct rl_call){.src = dlock__redis_leader_write_src, .sha = rl->leader_write_sha,
                                    .nkeys = 4, .nargs = 8, .args = args, .lens = lens},
-                  dlock__now_ms() + rl->node_timeout_ms, "write the leader's value");
+                  deadline, "write the leader's value");
     size_t taken = 0, refused = 0;
     for (size_t i = 0; i < rl->n; i++) {
         const redisReply *r = calls[i].reply;
@@ -104,17 +104,24 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value)
     return rc;
 }
 
-static const struct dlock__redis_leader_ops rl_leader_ops = {
-    dlock__redlock_acquire, dlock__redlock_release, rl_write_value};
+/* A campaign's give-up: every node at once by DEADLINE, a node that did
+ * not answer by then owed the cancel of the owner's requests (redlock.c). */
+static int rl_give_up(void *state, struct dlock__hold *h, int64_t deadline)
+{
+    return dlock__redlock_release_by(state, h, deadline, true);
+}
+
+static const struct dlock__redis_leader_ops rl_leader_ops = {dlock__redlock_acquire, rl_give_up,
+                                                             rl_write_value};
 
 int dlock__redlock_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     return dlock__redis_campaign(state, h, w, &rl_leader_ops);
 }
 
-/* Publish on every node's leader channel of NAME (best effort: an
- * observer that misses it wakes at the lease's end). */
-static void rl_leader_publish(struct redlock *rl, const char *name)
+/* Publish on every node's leader channel of NAME by DEADLINE (best
+ * effort: an observer that misses it wakes at the lease's end). */
+static void rl_leader_publish(struct redlock *rl, const char *name, int64_t deadline)
 {
     static const char src[] = "redis.call('publish', KEYS[1], '1') return 1";
     struct leader_keys lk;
@@ -130,7 +137,7 @@ static void rl_leader_publish(struct redlock *rl, const char *name)
         on_every_node(rl, &rd, calls,
                       (struct rl_call){.src = src, .sha = sha, .nkeys = 1, .nargs = 1, .args = args,
                                        .lens = lens},
-                      dlock__now_ms() + rl->node_timeout_ms, "publish");
+                      deadline, "publish");
         dlock__redlock_calls_free(calls, rl->n);
         dlock__redis_leader_keys_free(&lk);
     }
@@ -139,10 +146,13 @@ static void rl_leader_publish(struct redlock *rl, const char *name)
 
 int dlock__redlock_elect_release(void *state, struct dlock__hold *h)
 {
-    int rc = dlock__redlock_release(state, h);
+    struct redlock *rl = state;
+    /* one node timeout for the release and the publish after it */
+    int64_t deadline = dlock__now_ms() + rl->node_timeout_ms;
+    int rc = dlock__redlock_release_by(state, h, deadline, false);
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
-    rl_leader_publish(state, h->name);
+    rl_leader_publish(state, h->name, deadline);
     return dlock__errmsg_restore(rc, msg);
 }
 

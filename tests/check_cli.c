@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -801,6 +803,50 @@ TU_TEST(guardian_killed, 60)
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "guarded", "true"), 0);
     free(text);
     free(cmd);
+    free(pidfile);
+}
+
+/* A process of the job that SIGKILL does not end (here held at its exit
+ * by the test, its tracer with PTRACE_O_TRACEEXIT: what a process in
+ * uninterruptible sleep does, a hung NFS read, made on demand): when the
+ * guardian is killed from outside, dlock kills it, gives up waiting for
+ * it after a bound, names it, and exits. Before, dlock waited for it in
+ * a blocking waitpid(): `dlock run` hung as long as it did. */
+TU_TEST(guardian_killed_with_a_process_that_does_not_end, 60)
+{
+    char *pidfile = tu_fmt("%s/held", dir), *log = tu_fmt("%s/held.log", dir);
+    char *cmd = tu_fmt("setsid sleep 1000 & echo $! > %s.tmp && mv %s.tmp %s; exec sleep 1000",
+                       pidfile, pidfile, pidfile);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "held", "-c", cmd, NULL};
+    pid_t d = tu_spawn(argv, log);
+    ck_assert(tu_wait_file(pidfile, 30000));
+    pid_t held = (pid_t)tu_read_u64(pidfile);
+    ck_assert_int_gt(held, 0);
+    ck_assert_msg(ptrace(PTRACE_SEIZE, held, NULL, (void *)PTRACE_O_TRACEEXIT) == 0,
+                  "ptrace(PTRACE_SEIZE, %d): %s", (int)held, strerror(errno));
+    pid_t guardian = child_of(d, 0);
+    ck_assert_int_gt(guardian, 0);
+    kill(guardian, SIGKILL);
+    /* dlock must exit while HELD is still held at its exit stop */
+    bool dlock_exited = false;
+    for (int i = 0; i < 3000 && !(dlock_exited = waitpid(d, NULL, WNOHANG) == d); i++)
+        tu_sleep_ms(10);
+    bool held_stopped = !exited(held);
+    ptrace(PTRACE_DETACH, held, NULL, NULL); /* (at its exit stop: it exits now) */
+    kill(held, SIGKILL);
+    if (!dlock_exited) {
+        kill(d, SIGKILL);
+        tu_wait_exit(d);
+    }
+    ck_assert_msg(held_stopped, "the traced process was not held at its exit");
+    ck_assert_msg(dlock_exited, "dlock run still waiting for a process SIGKILL did not end");
+    char *text = tu_read_file(log), *named = tu_fmt("process %d of the job", (int)held);
+    ck_assert_msg(text && strstr(text, named), "dlock's stderr does not name %d: %s", (int)held,
+                  text ? text : "(none)");
+    free(named);
+    free(text);
+    free(cmd);
+    free(log);
     free(pidfile);
 }
 

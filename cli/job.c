@@ -68,6 +68,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -453,31 +454,72 @@ void cli_job_signal(struct cli_job *j, int sig)
     (void)n; /* the guardian is gone: so is the job */
 }
 
-/* What kill_orphan() is given: the children to spare, and how many of
- * the job's it has killed and reaped this pass. */
+/* How long dlock waits, in all, for the job's processes it killed to
+ * end: SIGKILL ends a process at once, unless it sleeps uninterruptibly
+ * (D state: a hung NFS server or disk) or a tracer holds it at its exit
+ * (ptrace): dlock then exits without it rather than hang. */
+#define ORPHANS_REAP_MS 5000
+
+/* What kill_orphan() is given: the children to spare, how many of the
+ * job's it has killed and reaped this pass, the end of the wait for them
+ * (monotonic ms) and those it gave up on (spared by the next passes). */
 struct orphans {
     const pid_t *spare;
     size_t nspare, reaped;
+    int64_t until;
+    pid_t stuck[64];
+    size_t nstuck;
 };
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Reap child KID, polling until UNTIL: false when it has not ended by then. */
+static bool reap_until(pid_t kid, int64_t until)
+{
+    for (;;) {
+        pid_t got = waitpid(kid, NULL, WNOHANG);
+        if (got == kid || (got < 0 && errno != EINTR))
+            return true; /* (ECHILD: reaped already) */
+        if (got == 0 && mono_ms() >= until)
+            return false;
+        if (got == 0)
+            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000000}, NULL);
+    }
+}
+
 /* Child KID of dlock, unless it is one to spare: SIGKILL to it and to
- * everything below it, then reap it. */
+ * everything below it, then reap it (until O->until). */
 static void kill_orphan(pid_t kid, void *arg)
 {
     struct orphans *o = arg;
     for (size_t i = 0; i < o->nspare; i++)
         if (o->spare[i] == kid)
             return;
+    for (size_t i = 0; i < o->nstuck; i++)
+        if (o->stuck[i] == kid)
+            return;
     signal_tree(kid, 0, SIGKILL, 0);
     kill(kid, SIGKILL); /* ours and not reaped: its pid is its own */
-    while (waitpid(kid, NULL, 0) < 0 && errno == EINTR)
-        ;
-    o->reaped++;
+    if (reap_until(kid, o->until)) {
+        o->reaped++;
+        return;
+    }
+    fprintf(stderr, "dlock run: process %d of the job has not ended %d s after SIGKILL "
+                    "(uninterruptible sleep, or held by a tracer); not waiting for it\n",
+            (int)kid, ORPHANS_REAP_MS / 1000);
+    if (o->nstuck < sizeof o->stuck / sizeof o->stuck[0])
+        o->stuck[o->nstuck++] = kid;
 }
 
 void cli_job_kill_orphans(struct cli_job *j)
 {
-    struct orphans o = {j->before, j->nbefore, 0};
+    struct orphans o = {.spare = j->before, .nspare = j->nbefore,
+                        .until = mono_ms() + ORPHANS_REAP_MS};
     j->before = NULL; /* kept past cli_job_end() */
     cli_job_end(j);   /* once it is reaped, its children are ours */
     /* Until a pass finds no child of the job: a process of the job whose
@@ -486,7 +528,8 @@ void cli_job_kill_orphans(struct cli_job *j)
      * exits. A child reaped has handed us its own children (a zombie
      * child is still one) before its wait returns, so when a pass finds
      * none, nothing of the job is left. The children dlock had before the
-     * job are spared, and not waited for. */
+     * job are spared, and not waited for; one of the job's that has not
+     * ended ORPHANS_REAP_MS after the first kill is named and left. */
     do {
         o.reaped = 0;
         if (!each_child(getpid(), kill_orphan, &o))

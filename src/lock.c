@@ -684,6 +684,7 @@ static int hold_end_finish(dlock_client *c, struct dlock__hold *h, struct hold_e
     if (end->owner) {
         end->owner->releasing = false;
         dlock__waitset_wake_all(&end->owner->turn);
+        pthread_cond_broadcast(&c->renew_cv); /* a dlock_lock_free() of it waits */
     }
     if ((c->be->caps & DLOCK__CAP_CLIENT_OWNER) && !h->sem)
         local_dequeue(e, h->mode == DLOCK_SHARED);
@@ -932,9 +933,19 @@ void dlock_lock_free(dlock_lock *l)
                 break;
             hold_end(c, h);
         }
+        bool given_back_later = false;
         for (h = l->e->holds; h; h = h->next)
-            if (h->via == l)
+            if (h->via == l) {
+                given_back_later |= h->give_back;
                 h->via = NULL;
+            }
+        /* A hold the keeper is giving back right now (already unlinked,
+         * the mutex dropped around release_within) still ends through L:
+         * hold_end_finish() clears L's releasing flag. Wait for it, or
+         * it would write to L freed. One still listed no longer names L
+         * (via cleared above), so nothing of it will touch L. */
+        while (!given_back_later && l->owner && l->releasing && !c->closed)
+            pthread_cond_wait(&c->renew_cv, &c->mu);
         entry_put(c, l->e);
         pthread_mutex_unlock(&c->mu);
     }

@@ -1277,6 +1277,10 @@ struct proxy {
     /* stall_unwait: the same for that many writers' unwaits (they name
      * the writers key and not the token key), counted in stalled too */
     atomic_int stall_unwait;
+    /* stall_acquire: the same for that many acquire calls, counted in
+     * stalled too; once let through, each one's reply is passed on (when
+     * the client is still there) and counted in stalled_ran */
+    atomic_int stall_acquire, stalled_ran;
     const char *forged_reply;
     /* drop_named: drop the reply of that many calls whose request holds
      * NEEDLE, after the server ran them (then close the connection) */
@@ -1396,6 +1400,17 @@ static void *proxy_conn_main(void *arg)
                 atomic_fetch_add(&px->stalled_done, 1);
                 if (send(c, reply, (size_t)got, MSG_NOSIGNAL) != got)
                     break; /* the client gave up on it */
+                continue;
+            }
+            if (is_acquire && take_one(&px->stall_acquire)) {
+                atomic_fetch_add(&px->stalled, 1);
+                while (!atomic_load(&px->release_stalled))
+                    tu_sleep_ms(5);
+                char reply[4096];
+                ssize_t r = write(sv, buf, (size_t)n) == n ? read(sv, reply, sizeof reply) : -1;
+                atomic_fetch_add(&px->stalled_ran, 1);
+                if (r <= 0 || write(c, reply, (size_t)r) != r)
+                    break;
                 continue;
             }
             if (is_acquire && atomic_load(&px->forge_acquire)) {
@@ -1936,6 +1951,50 @@ TU_TEST(owed_unwait_goes_before_the_next_wait, 60)
     redisFree(ctx);
     TU_FREE_LOCKS(holder, reader);
     TU_CLOSE_CLIENTS(d);
+    tu_solo_close(&via);
+    stop_server();
+}
+
+/* A cancel ends a wait whose request is in flight: here the acquire's
+ * script is held in the proxy (the connection open, no reply) when the
+ * wait's cancel object fires. The acquire returns DLOCK_ECANCELED then,
+ * not after the op timeout (30 s; given 15 s), and owes the cancel of
+ * that request, which was sent and may still run: once the keeper's
+ * cancel is recorded, the held request reaches the server and takes
+ * nothing, spends no token. (The request in flight did not see the
+ * cancel: the acquire returned only once the proxy let it through.) */
+TU_TEST(cancel_ends_a_request_in_flight, 60)
+{
+    start_server(NULL);
+    struct proxy px;
+    struct tu_solo via = proxied_open(&px, NULL, "timeout=30s&lease=60s", "infl");
+    redisContext *ctx = raw();
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    atomic_store(&px.stall_acquire, 1);
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, via.l, DLOCK_FOREVER, k, false);
+    ck_assert_msg(wait_flag(&px.stalled, 20000), "the acquire never reached the proxy");
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    bool returned = tu_waiter_wait_done(&w, 15000);
+    if (!returned)
+        atomic_store(&px.release_stalled, 1);
+    int rc = tu_waiter_join(&w);
+    ck_assert_msg(returned, "the canceled acquire returned only once its request was answered (%s)",
+                  dlock_err_name(rc));
+    ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
+    for (int i = 0; i < 2000 && cmd_int(ctx, "EXISTS dlock_canceled:{infl}") == 0; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(cmd_int(ctx, "EXISTS dlock_canceled:{infl}") == 1,
+                  "the request in flight was never canceled on the server");
+    atomic_store(&px.release_stalled, 1);
+    ck_assert_msg(wait_flag(&px.stalled_ran, 20000), "the held request never ran");
+    ck_assert_msg(cmd_int(ctx, "EXISTS infl") == 0, "the canceled acquire's request took the lock");
+    ck_assert_msg(cmd_int(ctx, "GET redisson_lock_token:{infl}") == -1000,
+                  "the canceled acquire's request spent a token");
+    tu_acquire_release(via.l, DLOCK_TRY);
+    dlock_cancel_free(k);
+    redisFree(ctx);
     tu_solo_close(&via);
     stop_server();
 }

@@ -139,6 +139,13 @@ int dlock__wait_sleep(struct dlock__wait *w, unsigned seq, int64_t until);
  * eventfd: DLOCK_OK when FD is ready or UNTIL passed. */
 int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until);
 
+/* The eventfd that W's cancel makes readable, in *FD, for a backend that
+ * polls its own sockets (the cancel object, if any, armed): DLOCK_OK;
+ * DLOCK_ECANCELED when W is canceled already; else why not (*FD -1). */
+int dlock__wait_cancel_fd(struct dlock__wait *w, int *fd);
+/* Whether W (may be NULL) was canceled. */
+bool dlock__wait_canceled(struct dlock__wait *w);
+
 /* True for a try-once wait (DLOCK_TRY): every backend asks this, never
  * w->deadline itself. */
 bool dlock__wait_try_once(const struct dlock__wait *w);

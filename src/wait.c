@@ -135,8 +135,9 @@ int dlock__wait_retry(struct dlock__wait *w, struct dlock__backoff *b, int64_t u
     return dlock__now_ms() >= until ? DLOCK_ETIMEDOUT : DLOCK_OK;
 }
 
-int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
+int dlock__wait_cancel_fd(struct dlock__wait *w, int *fd)
 {
+    *fd = -1;
     if (w->cancel) {
         int rc = dlock__cancel_arm(w->cancel);
         if (rc)
@@ -146,12 +147,31 @@ int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
     if (w->cancel_fd < 0)
         w->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     bool canceled = w->canceled;
-    int cfd = w->cancel_fd;
+    *fd = w->cancel_fd;
     pthread_mutex_unlock(&w->mu);
     if (canceled)
         return DLOCK_ECANCELED;
-    if (cfd < 0)
+    if (*fd < 0)
         return dlock__errno(DLOCK_EIO, errno, "eventfd");
+    return DLOCK_OK;
+}
+
+bool dlock__wait_canceled(struct dlock__wait *w)
+{
+    if (!w)
+        return false;
+    pthread_mutex_lock(&w->mu);
+    bool canceled = w->canceled;
+    pthread_mutex_unlock(&w->mu);
+    return canceled;
+}
+
+int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
+{
+    int cfd;
+    int rc = dlock__wait_cancel_fd(w, &cfd);
+    if (rc)
+        return rc;
     for (;;) {
         int64_t now = dlock__now_ms();
         if (now >= w->deadline)

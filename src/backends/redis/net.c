@@ -701,12 +701,69 @@ int dlock__redis_exchange(struct rconn **ks, size_t n, int64_t until, const char
     return dlock__redis_exchange_quorum(ks, n, until, what, n);
 }
 
+/* A request that serves an acquire's wait (a connection's WAIT, set by
+ * dlock__redis_eval_synced) ends at that wait's cancel too, as a lost
+ * reply: the caller owes what a request that was sent may still do, as
+ * after a timeout. The wait's eventfd is asked for only once a request
+ * has taken CANCEL_WATCH_AFTER_MS: nearly every reply comes sooner and
+ * costs no eventfd (a system call pair, ~10% of an acquire); a cancel in
+ * those first milliseconds is seen when they end. */
+#define CANCEL_WATCH_AFTER_MS 10
+
+struct cancel_watch {
+    struct dlock__wait *w; /* NULL: not in a wait */
+    int fd;                /* its eventfd once asked for, else -1 */
+    int64_t arm_at;        /* when to ask for it (DLOCK__NEVER: done) */
+    bool canceled;
+};
+
+static void cancel_watch_start(struct cancel_watch *cw, struct rconn **ks, size_t n, int64_t now)
+{
+    cw->w = NULL;
+    for (size_t i = 0; i < n && !cw->w; i++)
+        cw->w = ks[i]->wait;
+    cw->fd = -1;
+    cw->canceled = false;
+    cw->arm_at = cw->w ? now + CANCEL_WATCH_AFTER_MS : DLOCK__NEVER;
+}
+
+/* Ask for CW's eventfd once it is time (CW->canceled set when the wait
+ * was canceled meanwhile); the poll's timeout, LEFT ms at most, ends
+ * when it is time. */
+static int cancel_watch_timeout(struct cancel_watch *cw, int64_t left)
+{
+    int64_t now = dlock__now_ms();
+    if (cw->arm_at != DLOCK__NEVER && now >= cw->arm_at) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        cw->canceled = dlock__wait_cancel_fd(cw->w, &cw->fd) == DLOCK_ECANCELED;
+        dlock__errmsg_restore(DLOCK_OK, msg);
+        cw->arm_at = DLOCK__NEVER;
+    }
+    if (cw->arm_at != DLOCK__NEVER && cw->arm_at - now < left)
+        left = cw->arm_at - now;
+    return (int)(left > 1000000 ? 1000000 : left);
+}
+
+/* Fail every connection of KS[0..N) that still owes something: the wait
+ * was canceled (the reply of what was sent is lost to the caller). */
+static void fail_canceled(struct rconn **ks, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (conn_busy(ks[i]))
+            dlock__redis_conn_fail(ks[i], ks[i]->out_off < ks[i]->out_len
+                                              ? "the wait was canceled before it was sent"
+                                              : "the wait was canceled before the reply came");
+}
+
 int dlock__redis_exchange_quorum(struct rconn **ks, size_t n, int64_t until, const char *what,
                                  size_t need)
 {
     int64_t budget = ms_until(until), start = dlock__now_ms();
     bool quorum = false; /* NEED answered: UNTIL is now the grace's end */
-    struct pollfd stack[8], *p = n <= 8 ? stack : calloc(n, sizeof *p);
+    struct cancel_watch cw;
+    cancel_watch_start(&cw, ks, n, start);
+    struct pollfd stack[9], *p = n < 9 ? stack : calloc(n + 1, sizeof *p);
     if (!p)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
@@ -744,7 +801,13 @@ int dlock__redis_exchange_quorum(struct rconn **ks, size_t n, int64_t until, con
                                            (long long)(quorum ? dlock__now_ms() - start : budget));
             break;
         }
-        int got = poll(p, (nfds_t)n, (int)(left > 1000000 ? 1000000 : left));
+        int timeout = cancel_watch_timeout(&cw, left);
+        if (cw.canceled) {
+            fail_canceled(ks, n);
+            break;
+        }
+        p[n] = (struct pollfd){.fd = cw.fd, .events = POLLIN};
+        int got = poll(p, (nfds_t)(n + (cw.fd >= 0)), timeout);
         if (got < 0 && errno != EINTR) {
             for (size_t i = 0; i < n; i++)
                 if (p[i].fd >= 0)
@@ -754,6 +817,10 @@ int dlock__redis_exchange_quorum(struct rconn **ks, size_t n, int64_t until, con
         for (size_t i = 0; got > 0 && i < n; i++)
             if (p[i].fd >= 0 && p[i].revents)
                 dlock__redis_conn_pump(ks[i], p[i].revents);
+        if (got > 0 && cw.fd >= 0 && p[n].revents) {
+            fail_canceled(ks, n); /* a reply that came with it is kept */
+            break;
+        }
     }
     if (p != stack)
         free(p);

@@ -90,6 +90,9 @@ struct rconn {
 
     unsigned gen; /* pool generation when dialed (conn.c) */
     int64_t until; /* the current request ends by then (monotonic ms) */
+    /* the wait of the acquire the current request serves (its cancel
+     * ends the request: net.c), or NULL */
+    struct dlock__wait *wait;
     struct rconn *next;
 };
 

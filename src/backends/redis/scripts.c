@@ -443,7 +443,9 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlo
             *sent_ms = dlock__now_ms();
         redisReply *r = NULL;
         bool wrote = false;
+        k->wait = w; /* its cancel ends the request (net.c) */
         rc = eval_on(s, k, id, nkeys, nargs, args, lens, what, &r, &wrote, &acks);
+        k->wait = NULL;
         if (rc) /* lost: it may have run (an answer may say it did not: below) */
             written |= wrote;
         if (reached)
@@ -451,6 +453,16 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlo
         if (rc == DLOCK_ENOMEM) {
             dlock__redis_pool_put(ns, k, true);
             return rc;
+        }
+        if (rc && dlock__wait_canceled(w)) {
+            /* cut short by the cancel (or lost as it came): no retry;
+             * the caller owes what an attempt that was sent may do */
+            char why[DLOCK__MSG_MAX];
+            dlock__errmsg_save(why);
+            dlock__redis_pool_put(ns, k, true);
+            return dlock__err(DLOCK_ECANCELED, "%s: %s: wait canceled with the request in flight "
+                                               "(%s)",
+                              s->where, what, why);
         }
         if (rc) {
             dlock__redis_pool_put(ns, k, true);

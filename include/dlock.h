@@ -835,7 +835,10 @@ DLOCK_EXTERN int dlock_election_on_lost(dlock_election *e, dlock_election_lost_f
 /* Campaign for E's election with VALUE (any text, "" allowed; copied)
  * and return once E leads, waiting as dlock_acquire() does: WAIT_MS
  * DLOCK_TRY (0) tries once, > 0 waits up to that many ms, DLOCK_FOREVER
- * until elected; CANCEL (NULL: none) as in dlock_acquire_ex(). A waiting
+ * until elected, the write of VALUE included (Redis, Redlock: a lock
+ * taken whose value could not be written by then is given back; Redlock
+ * owes the nodes that did not answer to the keeper); CANCEL (NULL: none) as in
+ * dlock_acquire_ex(). A waiting
  * campaign sleeps until the backend reports the leader gone, never on a
  * timer (etcd: a follower watches only the key before its own, in
  * arrival order). On success VALUE is the leader's value.

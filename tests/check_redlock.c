@@ -970,6 +970,59 @@ TU_TEST(owed_cancels_do_not_hold_the_majority, 60)
     job_close(&s);
 }
 
+/* The sha of the counter raise (redlock.c's RAISE_SRC) node I ran, from
+ * its slow log (every command logged): the EVALSHA whose first key is
+ * the token key and which is neither an acquire (5 keys) nor a release
+ * (4). */
+static char *raise_sha_from_slowlog(int i)
+{
+    redisReply *r = node_cmd(i, "SLOWLOG GET -1");
+    char *sha = NULL;
+    for (size_t e = 0; r->type == REDIS_REPLY_ARRAY && e < r->elements && !sha; e++) {
+        const redisReply *argv = r->element[e]->element[3];
+        if (argv->elements >= 4 && strcmp(argv->element[0]->str, "EVALSHA") == 0 &&
+            strcmp(argv->element[3]->str, "redisson_lock_token:{job}") == 0 &&
+            strcmp(argv->element[2]->str, "5") != 0 && strcmp(argv->element[2]->str, "4") != 0)
+            sha = strdup(argv->element[1]->str);
+    }
+    freeReplyObject(r);
+    ck_assert_msg(sha != NULL, "node %d ran no counter raise", i);
+    return sha;
+}
+
+/* Another client's raise of the token counter (the second round of an
+ * acquire whose majority came back with different tokens, redlock.c's
+ * RAISE_SRC) reaches two of the three nodes late, after that client gave
+ * its grants back and this one took the name there: it must not push the
+ * counters past this hold's token, or the release, which frees our field
+ * only while the counter holds our token (release_redisson.lua), does
+ * nothing there (DLOCK_ELOST, the name held until the lease ends). Played
+ * by the library's own raise script (node 0's counter set ahead, so our
+ * acquire raises nodes 1 and 2 and they cache it), sent again with the
+ * other client's owner field. */
+TU_TEST(late_raise_of_another_client_spares_our_release, 60)
+{
+    start_nodes(3, NULL);
+    freeReplyObject(node_cmd(0, "SET redisson_lock_token:{job} 4000000000000000"));
+    for (int i = 1; i < 3; i++)
+        freeReplyObject(node_cmd(i, "CONFIG SET slowlog-log-slower-than 0"));
+    struct tu_solo s = job_client("lease=60s");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    uint64_t t = tu_token(s.l);
+    for (int i = 1; i < 3; i++) {
+        char *sha = raise_sha_from_slowlog(i);
+        freeReplyObject(node_cmd(i, "EVALSHA %s 2 redisson_lock_token:{job} job %llu %s", sha,
+                                 (unsigned long long)t + 1000, "another-client-uuid:1"));
+        free(sha);
+    }
+    int rc = dlock_release(s.l);
+    ck_assert_msg(rc == DLOCK_OK, "release after a late raise: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
+    job_close(&s);
+}
+
 int main(void)
 {
     return tu_main("redlock", NULL, stop_nodes);

@@ -44,9 +44,20 @@
 #define RL_SPLIT_MIN_MS 2
 #define RL_SPLIT_MAX_MS 100
 
-/* Raise a node's token counter to the acquisition's token (KEYS: the
- * token key; ARGV: the token). Returns 1. Inline: Redis caches it. */
+/* Raise a node's token counter to the acquisition's token, only while
+ * the lock there is still ours (KEYS: the token key, the lock; ARGV: the
+ * token, our value: the owner field in Redisson's layout, the whole value
+ * in the simple one). A raise that arrives late, after its acquisition
+ * was given back and another client took the name, would otherwise push
+ * the counter past that hold's token and make its release miss
+ * (release_redisson.lua frees our field only while the counter holds our
+ * token). Returns 1 = raised (or already there), 0 = not ours. Inline:
+ * Redis caches it. */
 static const char RAISE_SRC[] =
+    "local t = redis.call('type', KEYS[2]).ok\n"
+    "local mine = (t == 'hash' and redis.call('hexists', KEYS[2], ARGV[2]) == 1)\n"
+    "  or (t == 'string' and redis.call('get', KEYS[2]) == ARGV[2])\n"
+    "if not mine then return 0 end\n"
     "local v = tonumber(redis.call('get', KEYS[1]) or '0') or 0\n"
     "if v < tonumber(ARGV[1]) then redis.call('set', KEYS[1], ARGV[1]) end\n"
     "return 1\n";
@@ -77,9 +88,9 @@ static int release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_ho
                          size_t *gone, struct rl_round *rd)
 {
     struct rl_call calls[RL_MAX_NODES];
-    char vals[RL_MAX_NODES][160], toks[RL_MAX_NODES][24];
-    const char *args[RL_MAX_NODES][6];
-    size_t lens[RL_MAX_NODES][6];
+    char vals[RL_MAX_NODES][160], toks[RL_MAX_NODES][24], asked[RL_MAX_NODES][24];
+    const char *args[RL_MAX_NODES][7];
+    size_t lens[RL_MAX_NODES][7];
     size_t n = 0;
     bool reader = h->mode == DLOCK_SHARED;
     for (size_t i = 0; i < rl->n; i++) {
@@ -97,13 +108,19 @@ static int release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_ho
             continue;
         }
         int vl = node_value(rl, h, bd->token[i], vals[i], sizeof vals[i]);
+        /* The node's token key holds the token it gave us, or the one
+         * our raise asked for when that raise ran with its reply lost:
+         * either is ours (release_redisson.lua's ARGV[2], ARGV[3]). */
         int tl = snprintf(toks[i], sizeof toks[i], "%llu", (unsigned long long)bd->counter[i]);
-        const char *a[] = {k->lock, k->chan, k->token, k->rwchan, vals[i], toks[i]};
-        size_t l[] = {k->lock_len, k->chan_len, k->token_len, k->rwchan_len, (size_t)vl, (size_t)tl};
+        int al = snprintf(asked[i], sizeof asked[i], "%llu",
+                          (unsigned long long)(bd->asked[i] ? bd->asked[i] : bd->counter[i]));
+        const char *a[] = {k->lock, k->chan, k->token, k->rwchan, vals[i], toks[i], asked[i]};
+        size_t l[] = {k->lock_len,   k->chan_len, k->token_len, k->rwchan_len,
+                      (size_t)vl,    (size_t)tl,  (size_t)al};
         memcpy(args[i], a, sizeof a);
         memcpy(lens[i], l, sizeof l);
         calls[n++] = (struct rl_call){.node = i, .src = s->src[S_RELEASE], .sha = s->sha[S_RELEASE],
-                                      .nkeys = 4, .nargs = 6, .args = args[i], .lens = lens[i]};
+                                      .nkeys = 4, .nargs = 7, .args = args[i], .lens = lens[i]};
     }
     size_t ok = 0, lost = 0;
     dlock__redlock_round(rl, rd, calls, n, deadline, false, "release", rl->quorum);
@@ -306,19 +323,28 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     for (size_t i = 0; i < rl->n; i++)
         at_top += bd->state[i] == NODE_YES && bd->token[i] == top;
     if (granted >= rl->quorum && at_top < rl->quorum) {
-        char stop[24];
+        char stop[24], vals[RL_MAX_NODES][160];
         int tl = snprintf(stop, sizeof stop, "%llu", (unsigned long long)top);
-        const char *rargs[] = {k->token, stop};
-        size_t rlens[] = {k->token_len, (size_t)tl};
+        const char *rargs[RL_MAX_NODES][4];
+        size_t rlens[RL_MAX_NODES][4];
         size_t m = 0;
         for (size_t i = 0; i < rl->n; i++)
-            if (bd->state[i] == NODE_YES && bd->token[i] < top)
+            if (bd->state[i] == NODE_YES && bd->token[i] < top) {
+                int vl = node_value(rl, h, bd->token[i], vals[i], sizeof vals[i]);
+                const char *ra[] = {k->token, k->lock, stop, vals[i]};
+                size_t rl_len[] = {k->token_len, k->lock_len, (size_t)tl, (size_t)vl};
+                memcpy(rargs[i], ra, sizeof ra);
+                memcpy(rlens[i], rl_len, sizeof rl_len);
+                bd->asked[i] = top;
                 calls[m++] = (struct rl_call){.node = i, .src = RAISE_SRC, .sha = rl->raise_sha,
-                                              .nkeys = 1, .nargs = 2, .args = rargs, .lens = rlens};
+                                              .nkeys = 2, .nargs = 4, .args = rargs[i],
+                                              .lens = rlens[i]};
+            }
         struct rl_round rr;
         dlock__redlock_round(rl, &rr, calls, m, deadline, false, "raise the token counter", m);
         for (size_t j = 0; j < m; j++)
-            if (calls[j].reply && calls[j].reply->type == REDIS_REPLY_INTEGER) {
+            if (calls[j].reply && calls[j].reply->type == REDIS_REPLY_INTEGER &&
+                calls[j].reply->integer == 1) {
                 at_top++;
                 bd->counter[calls[j].node] = top;
             }

@@ -1,6 +1,8 @@
 -- release, Redisson layout (an exclusive hold; rw_release_read.lua gives a
 -- shared one back). KEYS: lock, channel, token key, read-write channel,
--- and on one server the timeout base ({N}). ARGV: owner field, our token. Full release deletes the hash (with its
+-- and on one server the timeout base ({N}). ARGV: owner field, our token,
+-- and on a Redlock node (optional) a second token that is ours too: the one
+-- our counter raise asked for, its reply lost (redlock.c). Full release deletes the hash (with its
 -- "mode" field) and publishes Redisson's unlock message "0" on the lock's
 -- channel (an exclusive lock has one owner field, so removing ours is a
 -- full release) and READ_UNLOCK_MESSAGE "1" on RReadWriteLock's, which
@@ -27,7 +29,7 @@ if mine == 1 and redis.call('hget', KEYS[1], 'mode') == 'read' then
   redis.call('hdel', KEYS[1], ARGV[1])
   if redis.call('hlen', KEYS[1]) > 1 then return 1 end
   mine = 2
-elseif mine == 1 and (counter == ARGV[2] or counter == false) then
+elseif mine == 1 and (counter == ARGV[2] or counter == ARGV[3] or counter == false) then
   redis.call('hdel', KEYS[1], ARGV[1])
   mine = 2
 end
@@ -37,7 +39,7 @@ if mine == 2 then
   redis.call('publish', KEYS[4], '1')
   return 1
 end
-if redis.call('exists', KEYS[1]) == 0 and counter == ARGV[2] then
+if redis.call('exists', KEYS[1]) == 0 and (counter == ARGV[2] or counter == ARGV[3]) then
   return 2
 end
 return 0

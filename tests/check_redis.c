@@ -1999,6 +1999,36 @@ TU_TEST(cancel_ends_a_request_in_flight, 60)
     stop_server();
 }
 
+/* A bounded wait whose first request the wait's own end cuts short (the
+ * acquire held in the proxy past the 300 ms wait, the op timeout 30 s)
+ * returns DLOCK_ETIMEDOUT, the reply's loss in the message, as the tries
+ * after the first already did: a wait that ran out, not an outage -- a
+ * slow reply under load made check_contract's time_bound see DLOCK_ECONN.
+ * What the held request may do is owed as ever: let through after the
+ * keeper's cancel is recorded, it takes nothing. */
+TU_TEST(first_try_cut_by_the_wait_times_out, 60)
+{
+    start_server(NULL);
+    struct proxy px;
+    struct tu_solo via = proxied_open(&px, NULL, "timeout=30s&lease=60s", "cut");
+    redisContext *ctx = raw();
+    atomic_store(&px.stall_acquire, 1);
+    int rc = dlock_acquire(via.l, 300);
+    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(strstr(dlock_errmsg(), "no reply within"), "%s", dlock_errmsg());
+    for (int i = 0; i < 2000 && cmd_int(ctx, "EXISTS dlock_canceled:{cut}") == 0; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(cmd_int(ctx, "EXISTS dlock_canceled:{cut}") == 1,
+                  "the cut request was never canceled on the server");
+    atomic_store(&px.release_stalled, 1);
+    ck_assert_msg(wait_flag(&px.stalled_ran, 20000), "the held request never ran");
+    ck_assert_msg(cmd_int(ctx, "EXISTS cut") == 0, "the cut request took the lock");
+    tu_acquire_release(via.l, DLOCK_TRY);
+    redisFree(ctx);
+    tu_solo_close(&via);
+    stop_server();
+}
+
 /* An acquire that never got its request onto a connection (the dial
  * failed: here AUTH meets a closed connection) has nothing to undo: it
  * must not dial again to undo it. */

@@ -160,6 +160,21 @@ int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
     return rc;
 }
 
+/* RC of a try of wait W (on KEY) whose request the wait's own end cut
+ * short (DLOCK_ECONN, no time left): a wait that ran out, not an outage
+ * (a slow reply under load): DLOCK_ETIMEDOUT, the loss in the message.
+ * Any other RC as it is. */
+static int cut_by_the_wait(struct redis_state *s, struct dlock__wait *w, const char *key, int rc)
+{
+    if (rc != DLOCK_ECONN || dlock__wait_try_once(w) ||
+        dlock__time_left(dlock__wait_deadline(w), 1) != 0)
+        return rc;
+    char why[DLOCK__MSG_MAX];
+    dlock__errmsg_save(why);
+    return dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s' (%s)", s->where, key,
+                      why);
+}
+
 static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct redis_state *s = state;
@@ -174,6 +189,9 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
     int64_t ttl = 0;
 
     rc = try_acquire(s, h, &k, lease, w, dlock__wait_try_once(w) ? "0" : "1", &ttl);
+    rc = cut_by_the_wait(s, w, k.lock, rc);
+    if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && !dlock__wait_try_once(w))
+        goto unwait; /* a first try cut short may have recorded a waiting writer */
     if (rc != DLOCK_EBUSY || dlock__wait_try_once(w))
         goto out;
 
@@ -195,14 +213,8 @@ static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait 
             dlock__redis_rw_heard(s, h, &k, w);
             rc = try_acquire(s, h, &k, lease, w, "2", &ttl);
             if (rc == DLOCK_ECONN && !outage.ms &&
-                dlock__time_left(dlock__wait_deadline(w), 1) == 0) {
-                /* the wait's own deadline cut the request short: a wait
-                 * that ran out, not an outage (a slow reply under load) */
-                dlock__errmsg_save(outage.msg);
-                rc = dlock__err(DLOCK_ETIMEDOUT, "%s: timed out waiting for lock '%s' (%s)",
-                                s->where, k.lock, outage.msg);
+                (rc = cut_by_the_wait(s, w, k.lock, rc)) == DLOCK_ETIMEDOUT)
                 break;
-            }
             /* EUNAVAIL is transient too: a failover under way (READONLY,
              * a sentinel's stale answer), LOADING, too few replicas */
             if (!dlock__redis_outage_note(&outage, rc, true))

@@ -1871,16 +1871,26 @@ static void *acquire_thread_main(void *p)
     return NULL;
 }
 
+/* The server started, a client through PX (op timeout 30 s, lease 60 s)
+ * with a handle on NAME, and a raw connection in *CTX: the frame of the
+ * tests that hold a request in the proxy. */
+static struct tu_solo served_proxied(struct proxy *px, const char *name, redisContext **ctx)
+{
+    start_server(NULL);
+    struct tu_solo via = proxied_open(px, NULL, "timeout=30s&lease=60s", name);
+    *ctx = raw();
+    return via;
+}
+
 /* The cancel that an acquire with lost replies owes goes on the client's
  * cleanup queue: the caller gets its DLOCK_ECONN at once, even when the
  * cancel itself is stalled (here held by the proxy), and the keeper sends
  * it -- before the late attempts arrive, which then do nothing. */
 TU_TEST(lost_acquire_cancel_does_not_hold_the_caller, 60)
 {
-    start_server(NULL);
     struct proxy px;
-    struct tu_solo via = proxied_open(&px, NULL, "timeout=30s&lease=60s", "stall");
-    redisContext *ctx = raw();
+    redisContext *ctx;
+    struct tu_solo via = served_proxied(&px, "stall", &ctx);
     atomic_store(&px.hold_acquire, 2);
     atomic_store(&px.stall_release, 1);
     struct acquire_thread a = {.l = via.l, .rc = -99};
@@ -1955,6 +1965,22 @@ TU_TEST(owed_unwait_goes_before_the_next_wait, 60)
     stop_server();
 }
 
+/* Once the keeper's cancel of the acquire of NAME that PX holds back
+ * (stall_acquire) is recorded on the server, the held request is let
+ * through: it must take nothing and spend no token. */
+static void held_acquire_does_nothing(redisContext *ctx, struct proxy *px, const char *name)
+{
+    for (int i = 0; i < 2000 && cmd_int(ctx, "EXISTS dlock_canceled:{%s}", name) == 0; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(cmd_int(ctx, "EXISTS dlock_canceled:{%s}", name) == 1,
+                  "the held acquire of '%s' was never canceled on the server", name);
+    atomic_store(&px->release_stalled, 1);
+    ck_assert_msg(wait_flag(&px->stalled_ran, 20000), "the held request never ran");
+    ck_assert_msg(cmd_int(ctx, "EXISTS %s", name) == 0, "the held acquire took '%s'", name);
+    ck_assert_msg(cmd_int(ctx, "GET redisson_lock_token:{%s}", name) == -1000,
+                  "the held acquire of '%s' spent a token", name);
+}
+
 /* A cancel ends a wait whose request is in flight: here the acquire's
  * script is held in the proxy (the connection open, no reply) when the
  * wait's cancel object fires. The acquire returns DLOCK_ECANCELED then,
@@ -1965,10 +1991,9 @@ TU_TEST(owed_unwait_goes_before_the_next_wait, 60)
  * cancel: the acquire returned only once the proxy let it through.) */
 TU_TEST(cancel_ends_a_request_in_flight, 60)
 {
-    start_server(NULL);
     struct proxy px;
-    struct tu_solo via = proxied_open(&px, NULL, "timeout=30s&lease=60s", "infl");
-    redisContext *ctx = raw();
+    redisContext *ctx;
+    struct tu_solo via = served_proxied(&px, "infl", &ctx);
     dlock_cancel *k = NULL;
     ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
     atomic_store(&px.stall_acquire, 1);
@@ -1983,15 +2008,7 @@ TU_TEST(cancel_ends_a_request_in_flight, 60)
     ck_assert_msg(returned, "the canceled acquire returned only once its request was answered (%s)",
                   dlock_err_name(rc));
     ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
-    for (int i = 0; i < 2000 && cmd_int(ctx, "EXISTS dlock_canceled:{infl}") == 0; i++)
-        tu_sleep_ms(10);
-    ck_assert_msg(cmd_int(ctx, "EXISTS dlock_canceled:{infl}") == 1,
-                  "the request in flight was never canceled on the server");
-    atomic_store(&px.release_stalled, 1);
-    ck_assert_msg(wait_flag(&px.stalled_ran, 20000), "the held request never ran");
-    ck_assert_msg(cmd_int(ctx, "EXISTS infl") == 0, "the canceled acquire's request took the lock");
-    ck_assert_msg(cmd_int(ctx, "GET redisson_lock_token:{infl}") == -1000,
-                  "the canceled acquire's request spent a token");
+    held_acquire_does_nothing(ctx, &px, "infl");
     tu_acquire_release(via.l, DLOCK_TRY);
     dlock_cancel_free(k);
     redisFree(ctx);
@@ -2008,21 +2025,14 @@ TU_TEST(cancel_ends_a_request_in_flight, 60)
  * keeper's cancel is recorded, it takes nothing. */
 TU_TEST(first_try_cut_by_the_wait_times_out, 60)
 {
-    start_server(NULL);
     struct proxy px;
-    struct tu_solo via = proxied_open(&px, NULL, "timeout=30s&lease=60s", "cut");
-    redisContext *ctx = raw();
+    redisContext *ctx;
+    struct tu_solo via = served_proxied(&px, "cut", &ctx);
     atomic_store(&px.stall_acquire, 1);
     int rc = dlock_acquire(via.l, 300);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "%s: %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "no reply within"), "%s", dlock_errmsg());
-    for (int i = 0; i < 2000 && cmd_int(ctx, "EXISTS dlock_canceled:{cut}") == 0; i++)
-        tu_sleep_ms(10);
-    ck_assert_msg(cmd_int(ctx, "EXISTS dlock_canceled:{cut}") == 1,
-                  "the cut request was never canceled on the server");
-    atomic_store(&px.release_stalled, 1);
-    ck_assert_msg(wait_flag(&px.stalled_ran, 20000), "the held request never ran");
-    ck_assert_msg(cmd_int(ctx, "EXISTS cut") == 0, "the cut request took the lock");
+    held_acquire_does_nothing(ctx, &px, "cut");
     tu_acquire_release(via.l, DLOCK_TRY);
     redisFree(ctx);
     tu_solo_close(&via);

@@ -589,8 +589,9 @@ static long long client_blocked_in_wait(int port)
  * replica), and whose retry then met TRYAGAIN (the slot set migrating
  * meanwhile: the lock key is there, the canceled key is not) and never
  * got past it: CANCELED in that pause, it returns DLOCK_ECANCELED; else
- * its wait (WAIT_MS) runs out there, and it returns the first attempt's
- * DLOCK_ECONN. Either way it owes the cancel of its requests, which the
+ * its wait (WAIT_MS) runs out there, and it returns DLOCK_ETIMEDOUT (a
+ * wait that ran out, since a174f07; the first attempt's lost reply is in
+ * the message). Either way it owes the cancel of its requests, which the
  * keeper sends once the slot is stable again, so the name is free long
  * before the 10 min lease of the attempt that ran. Before, nothing was
  * owed (DLOCK_ECANCELED, or the TRYAGAIN's DLOCK_EUNAVAIL): the name
@@ -628,7 +629,7 @@ static void retry_of_a_lost_acquire_ends_in_tryagain(bool canceled, int64_t wait
     } else {
         wait_tryagain(ports[0], before);
         int rc = tu_waiter_join(&w);
-        ck_assert_msg(rc == DLOCK_ECONN, "%s", dlock_err_name(rc));
+        ck_assert_msg(rc == DLOCK_ETIMEDOUT, "%s", dlock_err_name(rc));
     }
     kill(replica->pid, SIGCONT);
     run_on(ports[0], "CLUSTER SETSLOT %u STABLE", slot);

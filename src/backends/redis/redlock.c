@@ -564,6 +564,7 @@ static int release_hold(struct redlock *rl, struct dlock__hold *h, int64_t deadl
     for (size_t i = 0; i < rl->n; i++)
         held += bd->state[i] == NODE_YES;
     struct rl_round rd;
+    char shortfall[RL_SHORTFALL_MAX];
     int frc = release_nodes(rl, h, bd, &k, deadline, &released, &gone, &rd);
     uint64_t last = __atomic_load_n(&rl->requests, __ATOMIC_RELAXED);
     for (size_t i = 0; owe && i < rl->n; i++)
@@ -576,10 +577,9 @@ static int release_hold(struct redlock *rl, struct dlock__hold *h, int64_t deadl
                                      "another owner or none on %zu (our token was %llu)",
                         rl->where, h->name, released, rl->n, gone, (unsigned long long)h->token);
     else if (!owe)
-        rc = dlock__err(frc ? frc : DLOCK_ECONN, "%s: lock '%s': released on %zu of %zu nodes, "
-                                                 "%zu needed (%s); the others expire with the lease",
-                        rl->where, h->name, released, rl->n, rl->quorum,
-                        dlock__redlock_first_failure(&rd, rl->n));
+        rc = dlock__err(frc ? frc : DLOCK_ECONN,
+                        "%s: lock '%s': released on %s; the others expire with the lease", rl->where,
+                        h->name, dlock__redlock_shortfall(rl, &rd, released, shortfall));
     free(bd);
     dlock__redis_keys_free(&k);
     return rc;
@@ -632,6 +632,7 @@ static int rl_downgrade(void *state, struct dlock__hold *h)
     }
     int64_t sent = dlock__now_ms();
     struct rl_round rd;
+    char shortfall[RL_SHORTFALL_MAX];
     dlock__redlock_round(rl, &rd, calls, n, DLOCK__NEVER, false, "downgrade", rl->quorum);
     for (size_t j = 0; j < n; j++) {
         const redisReply *r = calls[j].reply;
@@ -644,10 +645,10 @@ static int rl_downgrade(void *state, struct dlock__hold *h)
     if (done >= rl->quorum)
         dlock__hold_confirmed(rl->c, h, sent); /* the timeout keys' leases run from now */
     else
-        rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': downgraded to shared on %zu of %zu nodes, %zu "
-                                     "needed (%s); the hold can no longer be trusted exclusive",
-                        rl->where, h->name, done, rl->n, rl->quorum,
-                        dlock__redlock_first_failure(&rd, rl->n));
+        rc = dlock__err(DLOCK_ELOST,
+                        "%s: lock '%s': downgraded to shared on %s; the hold can no longer be "
+                        "trusted exclusive",
+                        rl->where, h->name, dlock__redlock_shortfall(rl, &rd, done, shortfall));
     dlock__redis_keys_free(&k);
     return rc;
 }

@@ -75,6 +75,12 @@ void dlock__redlock_calls_free(struct rl_call *calls, size_t n);
 void dlock__redlock_node_failed(struct rl_round *rd, size_t i, int rc);
 /* The first failure among the first N nodes, for a message: "<node>: why". */
 const char *dlock__redlock_first_failure(const struct rl_round *rd, size_t n);
+/* How a request that GOT of RL's nodes did fell short of the quorum, for
+ * a message: "<GOT> of <n> nodes, <quorum> needed (<RD's first
+ * failure>)", into BUF. Returns BUF. */
+#define RL_SHORTFALL_MAX 400
+const char *dlock__redlock_shortfall(const struct redlock *rl, const struct rl_round *rd, size_t got,
+                                     char buf[RL_SHORTFALL_MAX]);
 
 /* The operator's calls, each node asked in turn. */
 int dlock__redlock_inspect(void *state, const char *name, struct dlock_info *info);

@@ -75,6 +75,7 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value,
                      strlen(h->owner), (size_t)tl, strlen(value), (size_t)vl};
     struct rl_call calls[RL_MAX_NODES];
     struct rl_round rd;
+    char shortfall[RL_SHORTFALL_MAX];
     on_every_node(rl, &rd, calls,
                   (struct rl_call){.src = dlock__redis_leader_write_src, .sha = rl->leader_write_sha,
                                    .nkeys = 4, .nargs = 8, .args = args, .lens = lens},
@@ -96,10 +97,8 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value,
                                      "nodes (token %s)",
                         rl->where, h->name, refused, rl->n, token);
     else
-        rc = dlock__err(DLOCK_EUNAVAIL, "%s: election '%s': the value was written on %zu of %zu "
-                                        "nodes, %zu needed (%s)",
-                        rl->where, h->name, taken, rl->n, rl->quorum,
-                        dlock__redlock_first_failure(&rd, rl->n));
+        rc = dlock__err(DLOCK_EUNAVAIL, "%s: election '%s': the value was written on %s", rl->where,
+                        h->name, dlock__redlock_shortfall(rl, &rd, taken, shortfall));
     dlock__redis_leader_keys_free(&lk);
     return rc;
 }

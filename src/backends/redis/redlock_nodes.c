@@ -232,6 +232,14 @@ const char *dlock__redlock_first_failure(const struct rl_round *rd, size_t n)
     return "";
 }
 
+const char *dlock__redlock_shortfall(const struct redlock *rl, const struct rl_round *rd, size_t got,
+                                     char buf[RL_SHORTFALL_MAX])
+{
+    snprintf(buf, RL_SHORTFALL_MAX, "%zu of %zu nodes, %zu needed (%s)", got, rl->n, rl->quorum,
+             dlock__redlock_first_failure(rd, rl->n));
+    return buf;
+}
+
 /* ============================================== inspect, force, list */
 
 /* Ask each node in turn (operators' calls, not a hot path). The lock is

@@ -1023,6 +1023,50 @@ TU_TEST(late_raise_of_another_client_spares_our_release, 60)
     job_close(&s);
 }
 
+/* A client of the three nodes with a handle on "job" whose requests to
+ * node 2 go through RELAY (started here, in front of it), options QUERY. */
+static struct tu_solo relayed_job(struct tu_relay *relay, const char *query)
+{
+    tu_relay_start(relay, nodes[2].port, TU_RELAY_PASS);
+    return tu_solo_open(tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?%s",
+                               nodes[0].port, nodes[1].port, relay->port, query),
+                        "job");
+}
+
+/* Our own raise of node 2's counter for one hold reaches the node late
+ * (its call timed out, the request kept at a relay in front of the node),
+ * after that hold was given back and we took the name again: nodes 0 and
+ * 1 agreed on the later hold's token, so node 2 was not raised for it and
+ * its counter holds what it gave that hold, below the old raise. The old
+ * raise must leave it so, or the later release, which frees our field
+ * only while the counter holds our token there, misses on node 2 and the
+ * name stays held there until the lease ends. */
+TU_TEST(late_raise_of_our_earlier_hold_spares_our_release, 60)
+{
+    start_nodes(3, NULL);
+    struct tu_relay relay;
+    struct tu_solo s = relayed_job(&relay, "lease=60s&node_timeout=2s");
+    freeReplyObject(node_cmd(2, "CONFIG SET slowlog-log-slower-than 0"));
+    /* node 0's counter ahead: nodes 1 and 2 are raised (and cache the raise) */
+    freeReplyObject(node_cmd(0, "SET redisson_lock_token:{job} 4000000000000000"));
+    tu_acquire_release(s.l, DLOCK_TRY);
+    char *sha = raise_sha_from_slowlog(2);
+    freeReplyObject(node_cmd(0, "SET redisson_lock_token:{job} 8000000000000000"));
+    tu_relay_keep_at(&relay, sha);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY); /* node 2's raise kept: its call times out */
+    ck_assert_msg(atomic_load(&relay.kept) == 1, "the raise never reached node 2's relay");
+    TU_RELEASE_OK(s.l);
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY); /* nodes 0 and 1 agree: no raise */
+    tu_relay_let_kept(&relay);
+    ck_assert_msg(tu_relay_wait_served(&relay, 20000), "the kept raise was never served");
+    TU_RELEASE_OK(s.l);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
+    free(sha);
+    tu_relay_stop(&relay);
+    job_close(&s);
+}
+
 int main(void)
 {
     return tu_main("redlock", NULL, stop_nodes);

@@ -64,7 +64,10 @@ static bool relay_move(struct tu_relay *r, struct relayed *c, short cli_ev, shor
             (c->held = malloc((size_t)got))) {
             memcpy(c->held, buf, (size_t)got); /* kept until PASS */
             c->held_len = got;
-            atomic_store(&r->mode, TU_RELAY_HOLD);
+            if (atomic_load(&r->keeping))
+                atomic_fetch_add(&r->kept, 1); /* this one alone, until let */
+            else
+                atomic_store(&r->mode, TU_RELAY_HOLD);
             atomic_store(&r->hold_at, NULL);
         } else if (got > 0) {
             if (!send_all(c->srv, buf, got))
@@ -99,7 +102,9 @@ static void *relay_main(void *arg)
         unsigned pass = atomic_fetch_add(&r->passes, 1) + 1;
         int mode = atomic_load(&r->mode);
         bool from_clients = mode != TU_RELAY_HOLD;
-        for (int i = 0; i < n && from_clients; i++) /* what tu_relay_hold_at() kept */
+        bool keeping = atomic_load(&r->keeping);
+        /* what tu_relay_hold_at() held, tu_relay_keep_at() kept */
+        for (int i = 0; i < n && from_clients && !keeping; i++)
             if (c[i].held) {
                 c[i].awaiting = send_all(c[i].srv, c[i].held, c[i].held_len);
                 free(c[i].held);
@@ -109,7 +114,9 @@ static void *relay_main(void *arg)
         pf[0] = (struct pollfd){.fd = from_clients ? r->listen_fd : -1, .events = POLLIN};
         bool awaiting = false;
         for (int i = 0; i < n; i++) {
-            pf[1 + 2 * i] = (struct pollfd){.fd = from_clients ? c[i].cli : -1, .events = POLLIN};
+            /* (a connection whose request is kept sends nothing after it) */
+            pf[1 + 2 * i] = (struct pollfd){.fd = from_clients && !c[i].held ? c[i].cli : -1,
+                                            .events = POLLIN};
             pf[2 + 2 * i] = (struct pollfd){.fd = c[i].srv, .events = POLLIN};
             awaiting |= c[i].awaiting;
         }
@@ -172,6 +179,18 @@ void tu_relay_set(struct tu_relay *r, enum tu_relay_mode mode)
 void tu_relay_hold_at(struct tu_relay *r, const char *marker)
 {
     atomic_store(&r->hold_at, marker);
+    tu_relay_set(r, TU_RELAY_PASS);
+}
+
+void tu_relay_keep_at(struct tu_relay *r, const char *marker)
+{
+    atomic_store(&r->keeping, 1);
+    tu_relay_hold_at(r, marker);
+}
+
+void tu_relay_let_kept(struct tu_relay *r)
+{
+    atomic_store(&r->keeping, 0);
     tu_relay_set(r, TU_RELAY_PASS);
 }
 

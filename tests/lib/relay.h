@@ -34,6 +34,8 @@ struct tu_relay {
                                every request that passed answered */
     atomic_uint replies;    /* replies that reached a client still waiting */
     const char *_Atomic hold_at; /* tu_relay_hold_at()'s marker, NULL once met */
+    atomic_int keeping; /* tu_relay_keep_at(): the marked request alone waits */
+    atomic_uint kept;   /* requests kept back by tu_relay_keep_at() so far */
     pthread_t thread;
 };
 
@@ -47,6 +49,15 @@ void tu_relay_set(struct tu_relay *r, enum tu_relay_mode mode);
  * at the relay, whatever its client sent before it having passed, until
  * tu_relay_set(PASS). One marker at a time; returns once in force. */
 void tu_relay_hold_at(struct tu_relay *r, const char *marker);
+/* Pass, but keep back the first request a client sends with MARKER (and
+ * whatever its connection sends after it) until tu_relay_let_kept(),
+ * while every other connection flows: one request of a node that is late,
+ * the node answering the others. R->kept counts the requests kept. One
+ * marker at a time; returns once in force. */
+void tu_relay_keep_at(struct tu_relay *r, const char *marker);
+/* Send what tu_relay_keep_at() kept on to the server; returns once in
+ * force (tu_relay_wait_served() says when it was served). */
+void tu_relay_let_kept(struct tu_relay *r);
 /* Wait (up to TIMEOUT_MS) until the relay, passing, has moved everything
  * its clients sent (even those that have gone since) and the server has
  * answered every request it passed: what was held has been served. */

@@ -973,7 +973,8 @@ TU_TEST(owed_cancels_do_not_hold_the_majority, 60)
 /* The sha of the counter raise (redlock.c's RAISE_SRC) node I ran, from
  * its slow log (every command logged): the EVALSHA whose first key is
  * the token key and which is neither an acquire (5 keys) nor a release
- * (4). */
+ * (4); its keys are the token key, the lock and a reader's timeout key,
+ * its arguments the token, the owner and the token the node gave. */
 static char *raise_sha_from_slowlog(int i)
 {
     redisReply *r = node_cmd(i, "SLOWLOG GET -1");
@@ -1011,8 +1012,10 @@ TU_TEST(late_raise_of_another_client_spares_our_release, 60)
     uint64_t t = tu_token(s.l);
     for (int i = 1; i < 3; i++) {
         char *sha = raise_sha_from_slowlog(i);
-        freeReplyObject(node_cmd(i, "EVALSHA %s 2 redisson_lock_token:{job} job %llu %s", sha,
-                                 (unsigned long long)t + 1000, "another-client-uuid:1"));
+        freeReplyObject(node_cmd(i, "EVALSHA %s 3 redisson_lock_token:{job} job %s %llu %s %llu",
+                                 sha, "{job}:another-client-uuid:1:rwlock_timeout:1",
+                                 (unsigned long long)t + 1000, "another-client-uuid:1",
+                                 (unsigned long long)t - 1));
         free(sha);
     }
     int rc = dlock_release(s.l);

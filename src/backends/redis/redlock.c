@@ -45,18 +45,32 @@
 #define RL_SPLIT_MAX_MS 100
 
 /* Raise a node's token counter to the acquisition's token, only while
- * the lock there is still ours (KEYS: the token key, the lock; ARGV: the
- * token, our value: the owner field in Redisson's layout, the whole value
- * in the simple one). A raise that arrives late, after its acquisition
- * was given back and another client took the name, would otherwise push
- * the counter past that hold's token and make its release miss
- * (release_redisson.lua frees our field only while the counter holds our
- * token). Returns 1 = raised (or already there), 0 = not ours. Inline:
- * Redis caches it. */
+ * the hold the node granted us is still there (KEYS: the token key, the
+ * lock, our reader's timeout key; ARGV: the token, our value -- the owner
+ * field in Redisson's layout, the whole value in the simple one -- and
+ * the token the node gave us). A raise can arrive late (its call timed
+ * out, the request in flight), and the counter must then be left alone:
+ * after its acquisition was given back and another client took the name
+ * (our field is gone), or the same owner did (the same field, a later
+ * hold: release_redisson.lua frees our field only while the counter holds
+ * the token the node gave that hold, and a raise past it would make that
+ * release miss). So in Redisson's layout the hold is the one we were
+ * granted while the node has granted nothing since: a writer's counter
+ * still holds the token it gave us (nobody acquires there while we hold
+ * it, a later hold of ours INCRs it), a reader's timeout key holds it
+ * (other readers move the counter; a later read hold of ours rewrites the
+ * key). The simple layout's value carries the token already. Returns 1 =
+ * raised (or already there), 0 = not that hold. Inline: Redis caches
+ * it. */
 static const char RAISE_SRC[] =
     "local t = redis.call('type', KEYS[2]).ok\n"
-    "local mine = (t == 'hash' and redis.call('hexists', KEYS[2], ARGV[2]) == 1)\n"
-    "  or (t == 'string' and redis.call('get', KEYS[2]) == ARGV[2])\n"
+    "local mine = false\n"
+    "if t == 'hash' and redis.call('hexists', KEYS[2], ARGV[2]) == 1 then\n"
+    "  local seen = redis.call('hget', KEYS[2], 'mode') == 'read' and KEYS[3] or KEYS[1]\n"
+    "  mine = redis.call('get', seen) == ARGV[3]\n"
+    "elseif t == 'string' then\n"
+    "  mine = redis.call('get', KEYS[2]) == ARGV[2]\n"
+    "end\n"
     "if not mine then return 0 end\n"
     "local v = tonumber(redis.call('get', KEYS[1]) or '0') or 0\n"
     "if v < tonumber(ARGV[1]) then redis.call('set', KEYS[1], ARGV[1]) end\n"
@@ -323,25 +337,36 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     for (size_t i = 0; i < rl->n; i++)
         at_top += bd->state[i] == NODE_YES && bd->token[i] == top;
     if (granted >= rl->quorum && at_top < rl->quorum) {
-        char stop[24], vals[RL_MAX_NODES][160];
+        char stop[24], vals[RL_MAX_NODES][160], seen[RL_MAX_NODES][24];
         int tl = snprintf(stop, sizeof stop, "%llu", (unsigned long long)top);
-        const char *rargs[RL_MAX_NODES][4];
-        size_t rlens[RL_MAX_NODES][4];
+        /* a reader's timeout key ("" for a writer) */
+        size_t tsize = k->tbase_len + sizeof h->owner + 32;
+        char *timeout = malloc(tsize);
+        int xl = timeout ? dlock__redis_rw_timeout_key(k, h, timeout, tsize) : 0;
+        if (!timeout && !hard) { /* no raise: what was granted is given back below */
+            hard = dlock__err(DLOCK_ENOMEM, "out of memory");
+            dlock__errmsg_save(hard_msg);
+        }
+        const char *rargs[RL_MAX_NODES][6];
+        size_t rlens[RL_MAX_NODES][6];
         size_t m = 0;
-        for (size_t i = 0; i < rl->n; i++)
+        for (size_t i = 0; timeout && i < rl->n; i++)
             if (bd->state[i] == NODE_YES && bd->token[i] < top) {
                 int vl = node_value(rl, h, bd->token[i], vals[i], sizeof vals[i]);
-                const char *ra[] = {k->token, k->lock, stop, vals[i]};
-                size_t rl_len[] = {k->token_len, k->lock_len, (size_t)tl, (size_t)vl};
+                int sl = snprintf(seen[i], sizeof seen[i], "%llu", (unsigned long long)bd->token[i]);
+                const char *ra[] = {k->token, k->lock, timeout, stop, vals[i], seen[i]};
+                size_t rl_len[] = {k->token_len, k->lock_len, (size_t)xl,
+                                   (size_t)tl,   (size_t)vl,  (size_t)sl};
                 memcpy(rargs[i], ra, sizeof ra);
                 memcpy(rlens[i], rl_len, sizeof rl_len);
                 bd->asked[i] = top;
                 calls[m++] = (struct rl_call){.node = i, .src = RAISE_SRC, .sha = rl->raise_sha,
-                                              .nkeys = 2, .nargs = 4, .args = rargs[i],
+                                              .nkeys = 3, .nargs = 6, .args = rargs[i],
                                               .lens = rlens[i]};
             }
         struct rl_round rr;
-        dlock__redlock_round(rl, &rr, calls, m, deadline, false, "raise the token counter", m);
+        if (m)
+            dlock__redlock_round(rl, &rr, calls, m, deadline, false, "raise the token counter", m);
         for (size_t j = 0; j < m; j++)
             if (calls[j].reply && calls[j].reply->type == REDIS_REPLY_INTEGER &&
                 calls[j].reply->integer == 1) {
@@ -349,6 +374,7 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
                 bd->counter[calls[j].node] = top;
             }
         dlock__redlock_calls_free(calls, m);
+        free(timeout);
     }
 
     int64_t elapsed = dlock__now_ms() - start;

@@ -970,25 +970,30 @@ TU_TEST(owed_cancels_do_not_hold_the_majority, 60)
     job_close(&s);
 }
 
-/* The sha of the counter raise (redlock.c's RAISE_SRC) node I ran, from
- * its slow log (every command logged): the EVALSHA whose first key is
- * the token key and which is neither an acquire (5 keys) nor a release
- * (4); its keys are the token key, the lock and a reader's timeout key,
- * its arguments the token, the owner and the token the node gave. */
-static char *raise_sha_from_slowlog(int i)
+/* The sha of the script node I ran (its slow log logs every command)
+ * by EVALSHA with NKEYS keys, the K-th of them (from 0) KEY. */
+static char *sha_from_slowlog(int i, const char *nkeys, size_t k, const char *key)
 {
     redisReply *r = node_cmd(i, "SLOWLOG GET -1");
     char *sha = NULL;
     for (size_t e = 0; r->type == REDIS_REPLY_ARRAY && e < r->elements && !sha; e++) {
         const redisReply *argv = r->element[e]->element[3];
-        if (argv->elements >= 4 && strcmp(argv->element[0]->str, "EVALSHA") == 0 &&
-            strcmp(argv->element[3]->str, "redisson_lock_token:{job}") == 0 &&
-            strcmp(argv->element[2]->str, "5") != 0 && strcmp(argv->element[2]->str, "4") != 0)
+        if (argv->elements > 3 + k && strcmp(argv->element[0]->str, "EVALSHA") == 0 &&
+            strcmp(argv->element[2]->str, nkeys) == 0 &&
+            strcmp(argv->element[3 + k]->str, key) == 0)
             sha = strdup(argv->element[1]->str);
     }
     freeReplyObject(r);
-    ck_assert_msg(sha != NULL, "node %d ran no counter raise", i);
+    ck_assert_msg(sha != NULL, "node %d ran no script of %s keys with '%s'", i, nkeys, key);
     return sha;
+}
+
+/* The sha of the counter raise (redlock.c's RAISE_SRC) node I ran: its
+ * keys are the token key, the lock and a reader's timeout key, its
+ * arguments the token, the owner and the token the node gave. */
+static char *raise_sha_from_slowlog(int i)
+{
+    return sha_from_slowlog(i, "3", 0, "redisson_lock_token:{job}");
 }
 
 /* Another client's raise of the token counter (the second round of an
@@ -1065,6 +1070,41 @@ TU_TEST(late_raise_of_our_earlier_hold_spares_our_release, 60)
     TU_RELEASE_OK(s.l);
     for (int i = 0; i < 3; i++)
         ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
+    free(sha);
+    tu_relay_stop(&relay);
+    job_close(&s);
+}
+
+/* A reader's release reaches node 2 late (kept at the relay in front of
+ * it until the call timed out; the release is done on the other two),
+ * after the same owner took the name again as a reader there (its
+ * leftover field taken anew): it must leave that later read hold on node
+ * 2 alone, as a late release on one server does
+ * (late_shared_release_spares_a_later_hold in check_redis). */
+TU_TEST(late_shared_release_spares_a_later_read_hold, 60)
+{
+    start_nodes(3, NULL);
+    struct tu_relay relay;
+    struct tu_solo s = relayed_job(&relay, "lease=60s&node_timeout=2s");
+    freeReplyObject(node_cmd(2, "CONFIG SET slowlog-log-slower-than 0"));
+    dlock_lock *r = NULL;
+    ck_assert_int_eq(dlock_lock_new(s.c, "job", DLOCK_SHARED, 0, &r), DLOCK_OK);
+    tu_acquire_release(r, DLOCK_TRY);
+    /* rw_release_read.lua: lock, channel, read-write channel, timeout base */
+    char *sha = sha_from_slowlog(2, "4", 2, "redisson_rwlock:{job}");
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    tu_relay_keep_at(&relay, sha);
+    TU_RELEASE_OK(r); /* node 2's copy kept: its call times out */
+    ck_assert_msg(atomic_load(&relay.kept) == 1, "the release never reached node 2's relay");
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
+    tu_relay_let_kept(&relay);
+    ck_assert_msg(tu_relay_wait_served(&relay, 20000), "the kept release was never served");
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(node_int(i, "EXISTS job") == 1, "node %d lost the later read hold", i);
+    TU_RELEASE_OK(r);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
+    dlock_lock_free(r);
     free(sha);
     tu_relay_stop(&relay);
     job_close(&s);

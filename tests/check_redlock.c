@@ -971,7 +971,8 @@ TU_TEST(owed_cancels_do_not_hold_the_majority, 60)
 }
 
 /* The sha of the script node I ran (its slow log logs every command)
- * by EVALSHA with NKEYS keys, the K-th of them (from 0) KEY. */
+ * by EVALSHA with NKEYS keys (NULL: any number), the K-th of them (from
+ * 0) KEY. */
 static char *sha_from_slowlog(int i, const char *nkeys, size_t k, const char *key)
 {
     redisReply *r = node_cmd(i, "SLOWLOG GET -1");
@@ -979,7 +980,7 @@ static char *sha_from_slowlog(int i, const char *nkeys, size_t k, const char *ke
     for (size_t e = 0; r->type == REDIS_REPLY_ARRAY && e < r->elements && !sha; e++) {
         const redisReply *argv = r->element[e]->element[3];
         if (argv->elements > 3 + k && strcmp(argv->element[0]->str, "EVALSHA") == 0 &&
-            strcmp(argv->element[2]->str, nkeys) == 0 &&
+            (!nkeys || strcmp(argv->element[2]->str, nkeys) == 0) &&
             strcmp(argv->element[3 + k]->str, key) == 0)
             sha = strdup(argv->element[1]->str);
     }
@@ -1102,6 +1103,47 @@ TU_TEST(late_shared_release_spares_a_later_read_hold, 60)
     for (int i = 0; i < 3; i++)
         ck_assert_msg(node_int(i, "EXISTS job") == 1, "node %d lost the later read hold", i);
     TU_RELEASE_OK(r);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
+    dlock_lock_free(r);
+    free(sha);
+    tu_relay_stop(&relay);
+    job_close(&s);
+}
+
+/* A downgrade (the last write level released, a read level kept)
+ * reaches node 2 late (kept at the relay until its call timed out; done
+ * on the other two), after the owner gave the name back and took it
+ * again exclusively there: it must leave that later hold exclusive on
+ * node 2 ("mode" "write"), or readers could come in there beside it. */
+TU_TEST(late_downgrade_spares_a_later_exclusive_hold, 60)
+{
+    start_nodes(3, NULL);
+    struct tu_relay relay;
+    struct tu_solo s = relayed_job(&relay, "lease=60s&node_timeout=2s");
+    freeReplyObject(node_cmd(2, "CONFIG SET slowlog-log-slower-than 0"));
+    dlock_lock *r = tu_lock_mode(s.c, "job", DLOCK_SHARED, 0);
+    char *sha = NULL;
+    for (int round = 0; round < 2; round++) {
+        TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+        TU_ACQUIRE_OK(r, DLOCK_TRY);
+        if (round == 1) { /* rw_downgrade.lua: lock, read-write channel, ... */
+            sha = sha_from_slowlog(2, NULL, 1, "redisson_rwlock:{job}");
+            tu_relay_keep_at(&relay, sha);
+        }
+        TU_RELEASE_OK(s.l); /* the last write level: a downgrade */
+        TU_RELEASE_OK(r);
+    }
+    ck_assert_msg(atomic_load(&relay.kept) == 1, "the downgrade never reached node 2's relay");
+    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+    tu_relay_let_kept(&relay);
+    ck_assert_msg(tu_relay_wait_served(&relay, 20000), "the kept downgrade was never served");
+    redisReply *mode = node_cmd(2, "HGET job mode");
+    ck_assert_msg(mode->type == REDIS_REPLY_STRING && strcmp(mode->str, "write") == 0,
+                  "a late downgrade of an earlier hold made the later exclusive hold '%s' on "
+                  "node 2", mode->type == REDIS_REPLY_STRING ? mode->str : "(gone)");
+    freeReplyObject(mode);
+    TU_RELEASE_OK(s.l);
     for (int i = 0; i < 3; i++)
         ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
     dlock_lock_free(r);

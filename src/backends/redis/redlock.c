@@ -92,6 +92,25 @@ static int node_value(struct redlock *rl, const struct dlock__hold *h, uint64_t 
                                : snprintf(buf, size, "%s", h->owner);
 }
 
+/* What node I's token key holds while BD's hold is ours there, as
+ * strings for a script: COUNTER, the value we know (the token the node
+ * gave us, or the one our raise set), and ALSO, the one our raise asked
+ * for when its reply was lost (it may have run; COUNTER again when no
+ * raise was left in doubt). Nobody else acquires there meanwhile. */
+struct node_counter {
+    char counter[24], also[24];
+    size_t counter_len, also_len;
+};
+
+static void node_counter_of(const struct rl_hold *bd, size_t i, struct node_counter *nc)
+{
+    nc->counter_len = (size_t)snprintf(nc->counter, sizeof nc->counter, "%llu",
+                                       (unsigned long long)bd->counter[i]);
+    nc->also_len = (size_t)snprintf(nc->also, sizeof nc->also, "%llu",
+                                    (unsigned long long)(bd->asked[i] ? bd->asked[i]
+                                                                      : bd->counter[i]));
+}
+
 /* Give back what H holds on the nodes marked in BD (NODE_YES), every node
  * at once; a node whose outcome is unknown gets a cancel queued instead
  * (cancel.c). *RELEASED / *GONE (may be NULL) count the nodes that let it
@@ -102,39 +121,47 @@ static int release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_ho
                          size_t *gone, struct rl_round *rd)
 {
     struct rl_call calls[RL_MAX_NODES];
-    char vals[RL_MAX_NODES][160], toks[RL_MAX_NODES][24], asked[RL_MAX_NODES][24];
-    const char *args[RL_MAX_NODES][7];
-    size_t lens[RL_MAX_NODES][7];
+    char vals[RL_MAX_NODES][160], readt[RL_MAX_NODES][24];
+    struct node_counter nc[RL_MAX_NODES];
+    const char *args[RL_MAX_NODES][8];
+    size_t lens[RL_MAX_NODES][8];
     size_t n = 0;
     bool reader = h->mode == DLOCK_SHARED;
     for (size_t i = 0; i < rl->n; i++) {
         if (bd->state[i] != NODE_YES)
             continue;
         struct redis_state *s = rl->node[i];
-        if (reader) { /* RReadWriteLock's read unlock (scripts/rw_release_read.lua) */
-            const char *a[] = {k->lock, k->chan, k->rwchan, k->tbase, h->owner};
-            size_t l[] = {k->lock_len, k->chan_len, k->rwchan_len, k->tbase_len, strlen(h->owner)};
+        if (reader) {
+            /* RReadWriteLock's read unlock (scripts/rw_release_read.lua),
+             * given what our timeout key there holds: holding another
+             * token, it is a later read hold of ours, which a late copy of
+             * this release leaves alone */
+            int tl = snprintf(readt[i], sizeof readt[i], "%llu",
+                               (unsigned long long)bd->read_token[i]);
+            const char *a[] = {k->lock, k->chan, k->rwchan, k->tbase, h->owner, readt[i]};
+            size_t l[] = {k->lock_len,  k->chan_len,      k->rwchan_len,
+                          k->tbase_len, strlen(h->owner), (size_t)tl};
             memcpy(args[i], a, sizeof a);
             memcpy(lens[i], l, sizeof l);
             calls[n++] = (struct rl_call){.node = i, .src = s->src[S_RW_RELEASE_READ],
-                                          .sha = s->sha[S_RW_RELEASE_READ], .nkeys = 4, .nargs = 5,
+                                          .sha = s->sha[S_RW_RELEASE_READ], .nkeys = 4, .nargs = 6,
                                           .args = args[i], .lens = lens[i]};
             continue;
         }
         int vl = node_value(rl, h, bd->token[i], vals[i], sizeof vals[i]);
-        /* The node's token key holds the token it gave us, or the one
-         * our raise asked for when that raise ran with its reply lost:
-         * either is ours (release_redisson.lua's ARGV[2], ARGV[3]). */
-        int tl = snprintf(toks[i], sizeof toks[i], "%llu", (unsigned long long)bd->counter[i]);
-        int al = snprintf(asked[i], sizeof asked[i], "%llu",
-                          (unsigned long long)(bd->asked[i] ? bd->asked[i] : bd->counter[i]));
-        const char *a[] = {k->lock, k->chan, k->token, k->rwchan, vals[i], toks[i], asked[i]};
-        size_t l[] = {k->lock_len,   k->chan_len, k->token_len, k->rwchan_len,
-                      (size_t)vl,    (size_t)tl,  (size_t)al};
+        /* either value of the token key is ours (release_redisson.lua's
+         * ARGV[2], ARGV[3]); a field of ours in read mode (a downgrade
+         * given up) is ours while our timeout key holds what the
+         * downgrade wrote, the first (KEYS[5]: the timeout base) */
+        node_counter_of(bd, i, &nc[i]);
+        const char *a[] = {k->lock,  k->chan,          k->token,     k->rwchan,
+                           k->tbase, vals[i], nc[i].counter, nc[i].also};
+        size_t l[] = {k->lock_len,  k->chan_len, k->token_len,       k->rwchan_len,
+                      k->tbase_len, (size_t)vl,  nc[i].counter_len, nc[i].also_len};
         memcpy(args[i], a, sizeof a);
         memcpy(lens[i], l, sizeof l);
         calls[n++] = (struct rl_call){.node = i, .src = s->src[S_RELEASE], .sha = s->sha[S_RELEASE],
-                                      .nkeys = 4, .nargs = 7, .args = args[i], .lens = lens[i]};
+                                      .nkeys = 5, .nargs = 8, .args = args[i], .lens = lens[i]};
     }
     size_t ok = 0, lost = 0;
     dlock__redlock_round(rl, rd, calls, n, deadline, false, "release", rl->quorum);
@@ -316,6 +343,8 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
         if (!rc) {
             bd->state[i] = NODE_YES;
             bd->token[i] = bd->counter[i] = v;
+            if (h->mode == DLOCK_SHARED) /* the acquire wrote it in our timeout key */
+                bd->read_token[i] = v;
             if (v > top)
                 top = v;
             granted++;
@@ -642,19 +671,30 @@ static int rl_downgrade(void *state, struct dlock__hold *h)
     int rc = hold_nodes(rl, h, &bd, &k);
     if (rc)
         return rc;
-    char lease[24], token[24];
+    /* Per node: the token key, and what it holds while the hold is ours
+     * (either value, rw_downgrade.lua's ARGV[3], ARGV[4]), the first
+     * written in our timeout key there. */
+    char lease[24];
     int ll = snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
-    int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
-    const char *args[] = {k.lock, k.rwchan, k.tbase, h->owner, lease, token};
-    size_t lens[] = {k.lock_len, k.rwchan_len, k.tbase_len, strlen(h->owner), (size_t)ll, (size_t)tl};
+    struct node_counter nc[RL_MAX_NODES];
+    const char *args[RL_MAX_NODES][8];
+    size_t lens[RL_MAX_NODES][8];
     struct rl_call calls[RL_MAX_NODES];
     size_t n = 0, done = 0;
     for (size_t i = 0; i < rl->n; i++) {
         struct redis_state *s = rl->node[i];
-        if (bd->state[i] == NODE_YES)
-            calls[n++] = (struct rl_call){.node = i, .src = s->src[S_RW_DOWNGRADE],
-                                          .sha = s->sha[S_RW_DOWNGRADE], .nkeys = 3, .nargs = 6,
-                                          .args = args, .lens = lens};
+        if (bd->state[i] != NODE_YES)
+            continue;
+        node_counter_of(bd, i, &nc[i]);
+        const char *a[] = {k.lock,   k.rwchan, k.tbase,       k.token,
+                           h->owner, lease,    nc[i].counter, nc[i].also};
+        size_t l[] = {k.lock_len,       k.rwchan_len, k.tbase_len,       k.token_len,
+                      strlen(h->owner), (size_t)ll,   nc[i].counter_len, nc[i].also_len};
+        memcpy(args[i], a, sizeof a);
+        memcpy(lens[i], l, sizeof l);
+        calls[n++] = (struct rl_call){.node = i, .src = s->src[S_RW_DOWNGRADE],
+                                      .sha = s->sha[S_RW_DOWNGRADE], .nkeys = 4, .nargs = 8,
+                                      .args = args[i], .lens = lens[i]};
     }
     int64_t sent = dlock__now_ms();
     struct rl_round rd;
@@ -662,9 +702,10 @@ static int rl_downgrade(void *state, struct dlock__hold *h)
     dlock__redlock_round(rl, &rd, calls, n, DLOCK__NEVER, false, "downgrade", rl->quorum);
     for (size_t j = 0; j < n; j++) {
         const redisReply *r = calls[j].reply;
-        if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+        if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
             done++;
-        else
+            bd->read_token[calls[j].node] = bd->counter[calls[j].node];
+        } else
             bd->state[calls[j].node] = r ? NODE_NO : NODE_UNKNOWN;
     }
     dlock__redlock_calls_free(calls, n);

@@ -37,6 +37,8 @@ struct rl_hold {
     uint64_t token[RL_MAX_NODES];   /* what the node's INCR gave (its value's suffix) */
     uint64_t counter[RL_MAX_NODES]; /* its token key after our acquisition */
     uint64_t asked[RL_MAX_NODES];   /* what our raise asked it for (0: no raise sent) */
+    uint64_t read_token[RL_MAX_NODES]; /* shared: what our timeout key there holds (the
+                                          node's token, or what our downgrade wrote) */
     uint64_t version; /* a campaign's: the number of its last value written */
 };
 

@@ -1,6 +1,6 @@
 -- release, Redisson layout (an exclusive hold; rw_release_read.lua gives a
 -- shared one back). KEYS: lock, channel, token key, read-write channel,
--- and on one server the timeout base ({N}). ARGV: owner field, our token,
+-- timeout base ({N}). ARGV: owner field, our token,
 -- and on a Redlock node (optional) a second token that is ours too: the one
 -- our counter raise asked for, its reply lost (redlock.c). Full release deletes the hash (with its
 -- "mode" field) and publishes Redisson's unlock message "0" on the lock's

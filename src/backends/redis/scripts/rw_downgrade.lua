@@ -1,12 +1,13 @@
 -- downgrade, Redisson's RReadWriteLock layout: our exclusive hold becomes
 -- a shared one in place (the hash is never without an owner). KEYS: lock,
--- read-write channel, timeout base ({N}), and on one server the token
--- key. ARGV: owner field, lease ms, token. With the token key, our field
--- is our hold only while it still holds our token (or is gone): a later
--- hold of the same owner has the same field and a greater token, and a
--- late copy of this downgrade leaves it alone (docs/protocol-redis.md,
--- "Late releases and cancels"; Redlock's nodes each keep their own
--- counter and do not pass it).
+-- read-write channel, timeout base ({N}), token key. ARGV: owner field,
+-- lease ms, token, and on a Redlock node (optional) a second value of the
+-- token key that is ours too (redlock.c: the one our counter raise asked
+-- for, its reply lost; ARGV[3] is then what that node's key holds for us,
+-- its own counter). Our field is our hold only while the token key still
+-- holds our token (or is gone): a later hold of the same owner has the
+-- same field and a greater token, and a late copy of this downgrade
+-- leaves it alone (docs/protocol-redis.md, "Late releases and cancels").
 -- Our field (count 1) stays and becomes a reader's; "mode" turns
 -- "read"; our timeout key is written (its value is the hold's token); the
 -- readers waiting are woken with Redisson's READ_UNLOCK_MESSAGE "1".
@@ -22,7 +23,7 @@ if mode == 'read' then
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end
 local counter = KEYS[4] and redis.call('get', KEYS[4])
-if counter and counter ~= ARGV[3] then return 0 end
+if counter and counter ~= ARGV[3] and counter ~= ARGV[4] then return 0 end
 redis.call('hset', KEYS[1], 'mode', 'read')
 redis.call('set', KEYS[3] .. ':' .. ARGV[1] .. ':rwlock_timeout:1', ARGV[3], 'px', ARGV[2])
 redis.call('publish', KEYS[2], '1')

@@ -1,12 +1,14 @@
 -- release of a shared hold, Redisson's RReadWriteLock layout (its read
 -- lock's unlock). KEYS: lock, channel, read-write channel, timeout base
--- ({N}). ARGV: owner field, and on one server our token.
+-- ({N}). ARGV: owner field, our token (on a Redlock node, what our
+-- timeout key there holds: the token that node gave us, or the value our
+-- downgrade wrote; optional).
 -- Takes our field and our timeout key away. dlock's reader has one level,
 -- whose timeout key holds the hold's token: given our token, a timeout
 -- key of ours holding another one is a later hold of the same owner (the
 -- same field), which a late copy of this release leaves alone
 -- (docs/protocol-redis.md, "Late releases and cancels"); one that expired
--- leaves the field to us. (Redlock's nodes do not pass it.) If other readers' timeout keys
+-- leaves the field to us. If other readers' timeout keys
 -- still run, the hash lives as long as the longest of them; otherwise the
 -- lock is free: the hash goes (with the fields of readers that died, whose
 -- timeout keys expired) and "0" is published on both channels.

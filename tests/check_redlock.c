@@ -1032,14 +1032,51 @@ TU_TEST(late_raise_of_another_client_spares_our_release, 60)
     job_close(&s);
 }
 
-/* A client of the three nodes with a handle on "job" whose requests to
- * node 2 go through RELAY (started here, in front of it), options QUERY. */
-static struct tu_solo relayed_job(struct tu_relay *relay, const char *query)
+/* A client of the three nodes with a handle on "job" (S) whose requests
+ * to node 2 go through RELAY, which can keep one of them back: a call to
+ * that node whose reply never came (its call timed out) and which lands
+ * late, the node answering the others meanwhile. */
+struct late_node {
+    struct tu_relay relay;
+    struct tu_solo s;
+    char *sha; /* the script of the call kept */
+};
+
+static void late_node_start(struct late_node *f)
 {
-    tu_relay_start(relay, nodes[2].port, TU_RELAY_PASS);
-    return tu_solo_open(tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?%s",
-                               nodes[0].port, nodes[1].port, relay->port, query),
+    start_nodes(3, NULL);
+    tu_relay_start(&f->relay, nodes[2].port, TU_RELAY_PASS);
+    f->s = tu_solo_open(tu_fmt("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d"
+                               "?lease=60s&node_timeout=2s",
+                               nodes[0].port, nodes[1].port, f->relay.port),
                         "job");
+    f->sha = NULL;
+    freeReplyObject(node_cmd(2, "CONFIG SET slowlog-log-slower-than 0"));
+}
+
+/* Keep the next call of script SHA (taken over) to node 2 back. */
+static void late_node_keep(struct late_node *f, char *sha)
+{
+    f->sha = sha;
+    tu_relay_keep_at(&f->relay, sha);
+}
+
+/* The call kept (a WHAT) lands on node 2 now, and is served. */
+static void late_node_land(struct late_node *f, const char *what)
+{
+    ck_assert_msg(atomic_load(&f->relay.kept) == 1, "the %s never reached node 2's relay", what);
+    tu_relay_let_kept(&f->relay);
+    ck_assert_msg(tu_relay_wait_served(&f->relay, 20000), "the kept %s was never served", what);
+}
+
+/* Every hold given back: the name must be free on every node. Ends F. */
+static void late_node_end(struct late_node *f)
+{
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
+    free(f->sha);
+    tu_relay_stop(&f->relay);
+    job_close(&f->s);
 }
 
 /* Our own raise of node 2's counter for one hold reaches the node late
@@ -1052,28 +1089,19 @@ static struct tu_solo relayed_job(struct tu_relay *relay, const char *query)
  * name stays held there until the lease ends. */
 TU_TEST(late_raise_of_our_earlier_hold_spares_our_release, 60)
 {
-    start_nodes(3, NULL);
-    struct tu_relay relay;
-    struct tu_solo s = relayed_job(&relay, "lease=60s&node_timeout=2s");
-    freeReplyObject(node_cmd(2, "CONFIG SET slowlog-log-slower-than 0"));
+    struct late_node f;
+    late_node_start(&f);
     /* node 0's counter ahead: nodes 1 and 2 are raised (and cache the raise) */
     freeReplyObject(node_cmd(0, "SET redisson_lock_token:{job} 4000000000000000"));
-    tu_acquire_release(s.l, DLOCK_TRY);
-    char *sha = raise_sha_from_slowlog(2);
+    tu_acquire_release(f.s.l, DLOCK_TRY);
     freeReplyObject(node_cmd(0, "SET redisson_lock_token:{job} 8000000000000000"));
-    tu_relay_keep_at(&relay, sha);
-    TU_ACQUIRE_OK(s.l, DLOCK_TRY); /* node 2's raise kept: its call times out */
-    ck_assert_msg(atomic_load(&relay.kept) == 1, "the raise never reached node 2's relay");
-    TU_RELEASE_OK(s.l);
-    TU_ACQUIRE_OK(s.l, DLOCK_TRY); /* nodes 0 and 1 agree: no raise */
-    tu_relay_let_kept(&relay);
-    ck_assert_msg(tu_relay_wait_served(&relay, 20000), "the kept raise was never served");
-    TU_RELEASE_OK(s.l);
-    for (int i = 0; i < 3; i++)
-        ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
-    free(sha);
-    tu_relay_stop(&relay);
-    job_close(&s);
+    late_node_keep(&f, raise_sha_from_slowlog(2));
+    TU_ACQUIRE_OK(f.s.l, DLOCK_TRY); /* node 2's raise kept: its call times out */
+    TU_RELEASE_OK(f.s.l);
+    TU_ACQUIRE_OK(f.s.l, DLOCK_TRY); /* nodes 0 and 1 agree: no raise */
+    late_node_land(&f, "raise");
+    TU_RELEASE_OK(f.s.l);
+    late_node_end(&f);
 }
 
 /* A reader's release reaches node 2 late (kept at the relay in front of
@@ -1084,31 +1112,21 @@ TU_TEST(late_raise_of_our_earlier_hold_spares_our_release, 60)
  * (late_shared_release_spares_a_later_hold in check_redis). */
 TU_TEST(late_shared_release_spares_a_later_read_hold, 60)
 {
-    start_nodes(3, NULL);
-    struct tu_relay relay;
-    struct tu_solo s = relayed_job(&relay, "lease=60s&node_timeout=2s");
-    freeReplyObject(node_cmd(2, "CONFIG SET slowlog-log-slower-than 0"));
-    dlock_lock *r = NULL;
-    ck_assert_int_eq(dlock_lock_new(s.c, "job", DLOCK_SHARED, 0, &r), DLOCK_OK);
+    struct late_node f;
+    late_node_start(&f);
+    dlock_lock *r = tu_lock_mode(f.s.c, "job", DLOCK_SHARED, 0);
     tu_acquire_release(r, DLOCK_TRY);
+    TU_ACQUIRE_OK(r, DLOCK_TRY);
     /* rw_release_read.lua: lock, channel, read-write channel, timeout base */
-    char *sha = sha_from_slowlog(2, "4", 2, "redisson_rwlock:{job}");
-    TU_ACQUIRE_OK(r, DLOCK_TRY);
-    tu_relay_keep_at(&relay, sha);
+    late_node_keep(&f, sha_from_slowlog(2, "4", 2, "redisson_rwlock:{job}"));
     TU_RELEASE_OK(r); /* node 2's copy kept: its call times out */
-    ck_assert_msg(atomic_load(&relay.kept) == 1, "the release never reached node 2's relay");
     TU_ACQUIRE_OK(r, DLOCK_TRY);
-    tu_relay_let_kept(&relay);
-    ck_assert_msg(tu_relay_wait_served(&relay, 20000), "the kept release was never served");
+    late_node_land(&f, "release");
     for (int i = 0; i < 3; i++)
         ck_assert_msg(node_int(i, "EXISTS job") == 1, "node %d lost the later read hold", i);
     TU_RELEASE_OK(r);
-    for (int i = 0; i < 3; i++)
-        ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
     dlock_lock_free(r);
-    free(sha);
-    tu_relay_stop(&relay);
-    job_close(&s);
+    late_node_end(&f);
 }
 
 /* A downgrade (the last write level released, a read level kept)
@@ -1118,38 +1136,27 @@ TU_TEST(late_shared_release_spares_a_later_read_hold, 60)
  * node 2 ("mode" "write"), or readers could come in there beside it. */
 TU_TEST(late_downgrade_spares_a_later_exclusive_hold, 60)
 {
-    start_nodes(3, NULL);
-    struct tu_relay relay;
-    struct tu_solo s = relayed_job(&relay, "lease=60s&node_timeout=2s");
-    freeReplyObject(node_cmd(2, "CONFIG SET slowlog-log-slower-than 0"));
-    dlock_lock *r = tu_lock_mode(s.c, "job", DLOCK_SHARED, 0);
-    char *sha = NULL;
+    struct late_node f;
+    late_node_start(&f);
+    dlock_lock *r = tu_lock_mode(f.s.c, "job", DLOCK_SHARED, 0);
     for (int round = 0; round < 2; round++) {
-        TU_ACQUIRE_OK(s.l, DLOCK_TRY);
+        TU_ACQUIRE_OK(f.s.l, DLOCK_TRY);
         TU_ACQUIRE_OK(r, DLOCK_TRY);
-        if (round == 1) { /* rw_downgrade.lua: lock, read-write channel, ... */
-            sha = sha_from_slowlog(2, NULL, 1, "redisson_rwlock:{job}");
-            tu_relay_keep_at(&relay, sha);
-        }
-        TU_RELEASE_OK(s.l); /* the last write level: a downgrade */
+        if (round == 1) /* rw_downgrade.lua: lock, read-write channel, ... */
+            late_node_keep(&f, sha_from_slowlog(2, NULL, 1, "redisson_rwlock:{job}"));
+        TU_RELEASE_OK(f.s.l); /* the last write level: a downgrade */
         TU_RELEASE_OK(r);
     }
-    ck_assert_msg(atomic_load(&relay.kept) == 1, "the downgrade never reached node 2's relay");
-    TU_ACQUIRE_OK(s.l, DLOCK_TRY);
-    tu_relay_let_kept(&relay);
-    ck_assert_msg(tu_relay_wait_served(&relay, 20000), "the kept downgrade was never served");
+    TU_ACQUIRE_OK(f.s.l, DLOCK_TRY);
+    late_node_land(&f, "downgrade");
     redisReply *mode = node_cmd(2, "HGET job mode");
     ck_assert_msg(mode->type == REDIS_REPLY_STRING && strcmp(mode->str, "write") == 0,
                   "a late downgrade of an earlier hold made the later exclusive hold '%s' on "
                   "node 2", mode->type == REDIS_REPLY_STRING ? mode->str : "(gone)");
     freeReplyObject(mode);
-    TU_RELEASE_OK(s.l);
-    for (int i = 0; i < 3; i++)
-        ck_assert_msg(node_int(i, "EXISTS job") == 0, "node %d still has the lock", i);
+    TU_RELEASE_OK(f.s.l);
     dlock_lock_free(r);
-    free(sha);
-    tu_relay_stop(&relay);
-    job_close(&s);
+    late_node_end(&f);
 }
 
 int main(void)

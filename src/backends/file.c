@@ -436,6 +436,28 @@ bool dlock__file_still_linked(struct file_state *s, int fd, const char *fname)
            a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
+int dlock__file_write_stamp(struct file_state *s, int fd, const char *fname, const char *full,
+                            struct header *h, dlock_mode mode, uint32_t permits)
+{
+    size_t len = strlen(full);
+    bool fresh = h->magic[0] == 0;
+    memcpy(h->magic, MAGIC, 8);
+    h->token++;
+    h->mode = mode;
+    h->pid = (uint32_t)getpid();
+    h->since_ms = dlock__wall_ms();
+    memcpy(h->host, s->host, HOST_MAX);
+    h->name_len = (uint32_t)len;
+    h->permits = permits;
+    /* One write: a crash or a reader never sees a header without its
+     * name. */
+    struct iovec iov[2] = {{h, sizeof *h}, {(void *)full, fresh ? len : 0}};
+    if (pwritev(fd, iov, 2, 0) != (ssize_t)(sizeof *h + (fresh ? len : 0)))
+        return dlock__errno(dlock__errno_code(errno), errno, "%s file %s/%s: write",
+                            permits ? "semaphore" : "lock", s->dir, fname);
+    return DLOCK_OK;
+}
+
 /* Issue the next token and record the holder. Shared holders may do this
  * at the same time, so they take the meta lock; an exclusive holder is
  * alone by definition and skips it (two syscalls off the hand-off path). */
@@ -449,21 +471,7 @@ int dlock__file_stamp(struct file_state *s, int fd, const char *fname, const cha
     struct header h;
     rc = dlock__file_read_header(s, fd, fname, full, &h);
     if (!rc) {
-        size_t len = strlen(full);
-        bool fresh = h.magic[0] == 0;
-        memcpy(h.magic, MAGIC, 8);
-        h.token++;
-        h.mode = mode;
-        h.pid = (uint32_t)getpid();
-        h.since_ms = dlock__wall_ms();
-        memcpy(h.host, s->host, HOST_MAX);
-        h.name_len = (uint32_t)len;
-        /* One write: a crash or a reader never sees a header without its
-         * name. */
-        struct iovec iov[2] = {{&h, sizeof h}, {(void *)full, fresh ? len : 0}};
-        if (pwritev(fd, iov, 2, 0) != (ssize_t)(sizeof h + (fresh ? len : 0)))
-            rc = dlock__errno(dlock__errno_code(errno), errno, "lock file %s/%s: write", s->dir,
-                              fname);
+        rc = dlock__file_write_stamp(s, fd, fname, full, &h, mode, 0);
         *token = h.token;
     }
     if (meta)
@@ -541,25 +549,34 @@ int dlock__file_wait_take(struct file_state *s, const char *full, const char *su
     return rc;
 }
 
-/* The lock's try: byte 0 in TYPE. A reader finding the gate closed (a
- * writer waits) does not try: the writer goes first. A writer that will
- * wait closes the gate (unless another waiting writer has it). */
+/* The lock's try: byte 0 in TYPE, then the token issued. A reader
+ * finding the gate closed (a writer waits) does not try: the writer goes
+ * first. A writer that will wait closes the gate (unless another waiting
+ * writer has it), and opens it again once byte 0 keeps readers out. */
 struct lock_try {
     short type;
-    bool gated; /* we hold the gate (a waiting writer) */
+    dlock_mode mode;
+    uint64_t *token; /* the hold's: set once taken */
+    bool gated;      /* we hold the gate (a waiting writer) */
 };
 
 static int lock_try(struct file_state *s, int fd, const char *fname, const char *full,
                     struct dlock__wait *w, bool fresh, void *arg)
 {
-    (void)full;
     struct lock_try *t = arg;
     if (fresh)
         t->gated = false; /* a new descriptor holds no gate */
     if (t->type == F_RDLCK && gate_closed(fd))
         return DLOCK_EBUSY;
-    if (dlock__file_range_lock(fd, t->type, LOCK_BYTE) == 0)
-        return DLOCK_OK;
+    if (dlock__file_range_lock(fd, t->type, LOCK_BYTE) == 0) {
+        if (t->gated)
+            dlock__file_range_lock(fd, F_UNLCK, GATE_BYTE); /* byte 0 keeps readers out now */
+        t->gated = false;
+        int rc = dlock__file_stamp(s, fd, fname, full, t->mode, w, t->token);
+        if (rc)
+            dlock__file_range_lock(fd, F_UNLCK, LOCK_BYTE);
+        return rc;
+    }
     if (errno != EAGAIN && errno != EACCES)
         return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
     if (t->type == F_WRLCK && !t->gated && !dlock__wait_try_once(w))
@@ -567,8 +584,16 @@ static int lock_try(struct file_state *s, int fd, const char *fname, const char 
     return DLOCK_EBUSY;
 }
 
-int dlock__file_hold_keep(struct dlock__hold *hold, int fd, int rc)
+int dlock__file_acquire_by(struct file_state *s, struct dlock__hold *hold, const char *suffix,
+                           struct dlock__wait *w, file_try_fn try_take, void *arg)
 {
+    char fname[NAME_MAX + 1];
+    char *full = dlock__file_full_name(s, hold->name);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    int fd = -1;
+    int rc = dlock__file_wait_take(s, full, suffix, w, try_take, arg, fname, &fd);
+    free(full);
     struct file_hold *fh = NULL;
     if (!rc && !(fh = calloc(1, sizeof *fh)))
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
@@ -584,20 +609,9 @@ int dlock__file_hold_keep(struct dlock__hold *hold, int fd, int rc)
 
 static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
 {
-    struct file_state *s = state;
-    char fname[NAME_MAX + 1];
-    char *full = dlock__file_full_name(s, hold->name);
-    if (!full)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    int fd = -1;
-    struct lock_try t = {.type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK};
-    int rc = dlock__file_wait_take(s, full, ".lock", w, lock_try, &t, fname, &fd);
-    if (!rc && t.gated)
-        dlock__file_range_lock(fd, F_UNLCK, GATE_BYTE); /* byte 0 keeps readers out now */
-    if (!rc)
-        rc = dlock__file_stamp(s, fd, fname, full, hold->mode, w, &hold->token);
-    free(full);
-    rc = dlock__file_hold_keep(hold, fd, rc);
+    struct lock_try t = {.type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK,
+                         .mode = hold->mode, .token = &hold->token};
+    int rc = dlock__file_acquire_by(state, hold, ".lock", w, lock_try, &t);
     if (!rc)
         dlock__identity(hold->owner, sizeof hold->owner);
     return rc;

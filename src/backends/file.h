@@ -108,18 +108,25 @@ typedef int (*file_try_fn)(struct file_state *s, int fd, const char *fname, cons
 int dlock__file_wait_take(struct file_state *s, const char *full, const char *suffix,
                    struct dlock__wait *w, file_try_fn try_take, void *arg, char *fname, int *fdp);
 
-/* The end of every acquire: with RC DLOCK_OK, HOLD keeps FD (the
- * descriptor dlock__file_wait_take() gave) until its release; otherwise,
- * or when memory runs out, FD (if any) is closed, which gives back what
- * it locked, and the failure is returned. */
-int dlock__file_hold_keep(struct dlock__hold *hold, int fd, int rc);
+/* The frame of every acquire: the file of HOLD's name (prefixed) with
+ * SUFFIX taken by TRY_TAKE with ARG, waiting as dlock__file_wait_take()
+ * does, and its descriptor kept by HOLD (h->bdata) until the release.
+ * TRY_TAKE does all the taking, the token included; on a failure the
+ * descriptor (if any) is closed, which gives back what it locked. */
+int dlock__file_acquire_by(struct file_state *s, struct dlock__hold *hold, const char *suffix,
+                           struct dlock__wait *w, file_try_fn try_take, void *arg);
 
-/* file.c: the lock, for the election built on it. dlock__file_dlock__file_stamp(): issue the
+/* file.c: the lock, for the election built on it. dlock__file_stamp(): issue the
  * next token into *TOKEN and record the holder in FD's header (the
  * metadata byte taken inside for a shared MODE; an exclusive caller that
  * holds it already keeps it). */
 int dlock__file_stamp(struct file_state *s, int fd, const char *fname, const char *full, dlock_mode mode,
           struct dlock__wait *w, uint64_t *token);
+/* The header write every acquire ends with: H (as read) stamped with
+ * the next token, MODE, PERMITS (0 for a lock file) and us, written to
+ * FD at offset 0 with FULL after it when the file is new. */
+int dlock__file_write_stamp(struct file_state *s, int fd, const char *fname, const char *full,
+                            struct header *h, dlock_mode mode, uint32_t permits);
 int dlock__file_release(void *state, struct dlock__hold *hold);
 int dlock__file_inspect(void *state, const char *name, struct dlock_info *info);
 

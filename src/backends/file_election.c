@@ -162,17 +162,9 @@ static int campaign_try(struct file_state *s, int fd, const char *fname, const c
 
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
-    struct file_state *s = state;
-    char fname[NAME_MAX + 1];
-    char *full = dlock__file_full_name(s, h->name);
-    if (!full)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    int fd = -1;
-    int rc = dlock__file_wait_take(s, full, ".lock", w, campaign_try, h, fname, &fd);
-    free(full);
-    if (!rc)
-        rc = write_value(s, h->name, h->token, h->elect->value);
-    rc = dlock__file_hold_keep(h, fd, rc);
+    int rc = dlock__file_acquire_by(state, h, ".lock", w, campaign_try, h);
+    if (!rc && (rc = write_value(state, h->name, h->token, h->elect->value)))
+        dlock__file_release(state, h); /* no value, no lead (the message stays the write's) */
     if (!rc)
         dlock__identity(h->owner, sizeof h->owner);
     return rc;

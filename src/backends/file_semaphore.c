@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -82,20 +81,9 @@ static int stamp_sem(struct file_state *s, int fd, const char *fname, const char
                      struct header *h, unsigned permits, const unsigned *slots, unsigned k,
                      struct dlock__hold *hold)
 {
-    bool fresh = h->magic[0] == 0;
-    size_t len = strlen(full);
-    memcpy(h->magic, MAGIC, 8);
-    h->token++;
-    h->mode = DLOCK_EXCLUSIVE;
-    h->pid = (uint32_t)getpid();
-    h->since_ms = dlock__wall_ms();
-    memcpy(h->host, s->host, HOST_MAX);
-    h->name_len = (uint32_t)len;
-    h->permits = permits;
-    struct iovec iov[2] = {{h, sizeof *h}, {(void *)full, fresh ? len : 0}};
-    if (pwritev(fd, iov, 2, 0) != (ssize_t)(sizeof *h + (fresh ? len : 0)))
-        return dlock__errno(dlock__errno_code(errno), errno, "semaphore file %s/%s: write",
-                            s->dir, fname);
+    int rc = dlock__file_write_stamp(s, fd, fname, full, h, DLOCK_EXCLUSIVE, permits);
+    if (rc)
+        return rc;
     char rec[REC_SIZE] = {0};
     char who[REC_SIZE - 16];
     dlock__identity(who, sizeof who);
@@ -137,18 +125,11 @@ static int try_take(struct file_state *s, int fd, const char *fname, const char 
 int dlock__file_sem_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
 {
     struct file_state *s = state;
-    char fname[NAME_MAX + 1];
-    char *full = dlock__file_full_name(s, hold->name);
-    if (!full)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    int fd = -1, rc = DLOCK_OK;
-    if (sizeof(struct header) + strlen(full) > REC_OFFSET)
-        rc = dlock__err(DLOCK_EINVAL, "semaphore '%.40s...': prefix and name are longer than %zu "
-                                      "bytes", full, REC_OFFSET - sizeof(struct header));
-    if (!rc)
-        rc = dlock__file_wait_take(s, full, SUFFIX, w, try_take, hold, fname, &fd);
-    free(full);
-    return dlock__file_hold_keep(hold, fd, rc); /* a close gives back the slots */
+    size_t full_len = (s->prefix ? strlen(s->prefix) : 0) + strlen(hold->name);
+    if (sizeof(struct header) + full_len > REC_OFFSET)
+        return dlock__err(DLOCK_EINVAL, "semaphore '%.40s...': prefix and name are longer than %zu "
+                                        "bytes", hold->name, REC_OFFSET - sizeof(struct header));
+    return dlock__file_acquire_by(s, hold, SUFFIX, w, try_take, hold); /* a close gives back the slots */
 }
 
 int dlock__file_sem_release(void *state, struct dlock__hold *hold)

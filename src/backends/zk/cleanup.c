@@ -15,60 +15,92 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The session GEN with a reference, when it is the current one and
- * connected: ZOK. ZSESSIONEXPIRED when it has ended (its nodes are gone:
- * nothing left to do), ZCONNECTIONLOSS while it is not connected. */
-static int session_of(struct zk_backend *zb, unsigned gen, struct zk_session **out)
+/* The session GEN with a reference into *OUT, when it is the current one
+ * and connected: DLOCK_OK. DLOCK_OK with *OUT NULL when it has ended (its
+ * nodes went with it: nothing left to do); while it is not connected, the
+ * failure of WHAT on PATH, to be tried again. */
+static int session_of(struct zk_backend *zb, unsigned gen, const char *what, const char *path,
+                      struct zk_session **out)
 {
     *out = NULL;
     pthread_mutex_lock(&zb->mu);
     struct zk_session *s = zb->cur;
-    int rc = !s || s->gen != gen || !dlock__zk_session_usable(s) ? ZSESSIONEXPIRED
-             : s->state != ZOO_CONNECTED_STATE            ? ZCONNECTIONLOSS
-                                                          : ZOK;
-    if (rc == ZOK) {
+    bool ended = !s || s->gen != gen || !dlock__zk_session_usable(s);
+    bool connected = !ended && s->state == ZOO_CONNECTED_STATE;
+    if (connected) {
         s->refs++;
         *out = s;
     }
     pthread_mutex_unlock(&zb->mu);
+    return ended || connected ? DLOCK_OK : dlock__zk_fail(zb, ZCONNECTIONLOSS, what, path);
+}
+
+/* A piece of work owed to the cleanup queue: an orphan's delete or a
+ * suspect's sweep, done on the session that made the node(s). */
+struct zk_owed {
+    /* The work on live session S by DEADLINE: a dlock__cleanup_fn's result. */
+    int (*work)(struct zk_backend *zb, struct zk_session *s, struct zk_owed *o, int64_t deadline);
+    const char *what; /* its request, for messages: "delete", "list" */
+    char *path;       /* orphan: the node; suspect: the lock node */
+    unsigned gen;     /* the session that made it */
+    /* a suspect's */
+    char guid[37];
+    char *keep;    /* node name we hold or wait with, or NULL */
+    int64_t added; /* monotonic ms */
+};
+
+static void owed_free(void *arg)
+{
+    struct zk_owed *o = arg;
+    free(o->path);
+    free(o->keep);
+    free(o);
+}
+
+/* One try at owed work ARG by DEADLINE (a dlock__cleanup_fn). */
+static int owed_run(void *bstate, void *arg, int64_t deadline)
+{
+    struct zk_backend *zb = bstate;
+    struct zk_owed *o = arg;
+    struct zk_session *s;
+    int rc = session_of(zb, o->gen, o->what, o->path, &s);
+    if (rc || !s)
+        return rc;
+    rc = o->work(zb, s, o, deadline);
+    dlock__zk_session_put(zb, s);
     return rc;
 }
 
-/* Queue FN(ARG) on the core's cleanup queue, named WHAT and TARGET in
- * messages ("delete /dlock/x/_c_...-lock-7"). */
-static void queue(struct zk_backend *zb, const char *what, const char *target,
-                  dlock__cleanup_fn fn, void *arg, void (*free_arg)(void *))
+/* A new piece of owed work of session S on PATH (NULL when out of memory:
+ * the node goes with the session). */
+static struct zk_owed *owed_new(struct zk_session *s, const char *what, const char *path)
 {
-    char *text = dlock__sprintf("%s %s", what, target);
-    dlock__cleanup_add(zb->c, text ? text : target, fn, arg, free_arg);
-    free(text);
+    struct zk_owed *o = calloc(1, sizeof *o);
+    if (!o || !(o->path = dlock__strdup(path))) {
+        free(o);
+        return NULL;
+    }
+    o->what = what;
+    o->gen = s->gen;
+    return o;
+}
+
+/* Queue O on the core's cleanup queue, named TEXT and its path in
+ * messages ("delete /dlock/x/_c_...-lock-7"). */
+static void owe(struct zk_backend *zb, struct zk_owed *o, const char *text)
+{
+    char *name = dlock__sprintf("%s %s", text, o->path);
+    dlock__cleanup_add(zb->c, name ? name : o->path, owed_run, o, owed_free);
+    free(name);
 }
 
 /* ---------------------------------------------------------------- orphans */
 
-struct zk_orphan {
-    char *path;
-    unsigned gen; /* the session that created it */
-};
-
-static void orphan_free(void *arg)
+/* An orphan's delete. */
+static int orphan_delete(struct zk_backend *zb, struct zk_session *s, struct zk_owed *o,
+                         int64_t deadline)
 {
-    struct zk_orphan *o = arg;
-    free(o->path);
-    free(o);
-}
-
-/* One try at deleting orphan ARG by DEADLINE (a dlock__cleanup_fn). */
-static int orphan_delete(void *bstate, void *arg, int64_t deadline)
-{
-    struct zk_backend *zb = bstate;
-    struct zk_orphan *o = arg;
-    struct zk_session *s;
-    int rc = session_of(zb, o->gen, &s);
-    if (rc == ZOK) {
-        rc = dlock__zk_rq_delete(zb, s->zh, o->path, deadline);
-        dlock__zk_session_put(zb, s);
-    }
+    int rc = dlock__zk_rq_delete(zb, s->zh, o->path, deadline);
     if (rc == ZOK || rc == ZNONODE || dlock__zk_rc_session_gone(rc))
         return DLOCK_OK;
     return dlock__zk_fail(zb, rc, "delete", o->path);
@@ -76,86 +108,60 @@ static int orphan_delete(void *bstate, void *arg, int64_t deadline)
 
 void dlock__zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path)
 {
-    struct zk_orphan *o = calloc(1, sizeof *o);
-    if (!o || !(o->path = dlock__strdup(path))) {
-        free(o);
-        return; /* the node goes with the session */
-    }
-    o->gen = s->gen;
-    queue(zb, "delete", path, orphan_delete, o, orphan_free);
+    struct zk_owed *o = owed_new(s, "delete", path);
+    if (!o)
+        return;
+    o->work = orphan_delete;
+    owe(zb, o, "delete");
 }
 
 /* --------------------------------------------------------------- suspects */
 
-struct zk_suspect {
-    char *lockpath;
-    char guid[37];
-    char *keep;    /* node name we hold or wait with, or NULL */
-    unsigned gen;  /* the session that sent the create */
-    int64_t added; /* monotonic ms */
-};
-
-static void suspect_free(void *arg)
+/* A suspect's sweep: delete every child of lock node O->path with its
+ * guid but O->keep. Done once a listing sent an op timeout after the
+ * create (which may still have been in flight) finds none. */
+static int suspect_sweep(struct zk_backend *zb, struct zk_session *s, struct zk_owed *q,
+                         int64_t deadline)
 {
-    struct zk_suspect *q = arg;
-    free(q->lockpath);
-    free(q->keep);
-    free(q);
-}
-
-/* One sweep of suspect ARG by DEADLINE (a dlock__cleanup_fn): delete
- * every child with its guid but KEEP. Done once a listing sent an op
- * timeout after the create (which may still have been in flight) finds
- * none. */
-static int suspect_sweep(void *bstate, void *arg, int64_t deadline)
-{
-    struct zk_backend *zb = bstate;
-    struct zk_suspect *q = arg;
-    struct zk_session *s;
-    int rc = session_of(zb, q->gen, &s);
-    if (rc != ZOK)
-        return dlock__zk_rc_session_gone(rc) ? DLOCK_OK : dlock__zk_fail(zb, rc, "list", q->lockpath);
     int64_t issued = dlock__now_ms();
     struct String_vector kids = {0, NULL};
-    rc = dlock__zk_rq_children(zb, s->zh, q->lockpath, &kids, deadline);
+    int rc = dlock__zk_rq_children(zb, s->zh, q->path, &kids, deadline);
     bool found = false;
     for (int32_t i = 0; rc == ZOK && i < kids.count; i++) {
         const char *kid = kids.data[i];
         if (!dlock__zk_node_has_guid(kid, q->guid) || (q->keep && strcmp(kid, q->keep) == 0))
             continue;
         found = true;
-        char *path = dlock__sprintf("%s/%s", q->lockpath, kid);
+        char *path = dlock__sprintf("%s/%s", q->path, kid);
         int drc = path ? dlock__zk_rq_delete(zb, s->zh, path, deadline) : ZSYSTEMERROR;
         if (drc != ZOK && drc != ZNONODE)
             rc = drc;
         free(path);
     }
     deallocate_String_vector(&kids);
-    dlock__zk_session_put(zb, s);
     if (dlock__zk_rc_session_gone(rc))
         return DLOCK_OK;
     if (rc != ZOK && rc != ZNONODE)
-        return dlock__zk_fail(zb, rc, "sweep", q->lockpath);
+        return dlock__zk_fail(zb, rc, "sweep", q->path);
     if (found || issued - q->added < zb->c->opts.op_timeout_ms)
         return dlock__err(DLOCK_EBUSY, "%s: create of %s under %s may still be in flight",
-                          zb->servers, q->guid, q->lockpath);
+                          zb->servers, q->guid, q->path);
     return DLOCK_OK;
 }
 
 void dlock__zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                     const char *guid, const char *keep)
 {
-    struct zk_suspect *q = calloc(1, sizeof *q);
-    if (!q || !(q->lockpath = dlock__strdup(lockpath)) ||
-        (keep && !(q->keep = dlock__strdup(keep)))) {
+    struct zk_owed *q = owed_new(s, "list", lockpath);
+    if (!q || (keep && !(q->keep = dlock__strdup(keep)))) {
         if (q)
-            suspect_free(q);
+            owed_free(q);
         return;
     }
+    q->work = suspect_sweep;
     snprintf(q->guid, sizeof q->guid, "%s", guid);
-    q->gen = s->gen;
     q->added = dlock__now_ms();
-    queue(zb, "sweep for our guid", q->lockpath, suspect_sweep, q, suspect_free);
+    owe(zb, q, "sweep for our guid");
 }
 
 /* Delete our node PATH, retrying on disconnects up to the op timeout and
@@ -189,4 +195,19 @@ void dlock__zk_delete_own_node_by(struct zk_backend *zb, struct zk_session *s, c
             break;
     }
     dlock__zk_orphan_add(zb, s, path);
+}
+
+int64_t dlock__zk_give_up_deadline(const struct dlock__wait *w, int err)
+{
+    return err == DLOCK_ECANCELED ? dlock__now_ms() : dlock__wait_deadline(w);
+}
+
+void dlock__zk_give_back_node(struct zk_backend *zb, struct zk_session *s, const char *path,
+                              struct dlock__wait *w, int err)
+{
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    dlock__zk_delete_own_node_by(zb, s, path, dlock__zk_give_up_deadline(w, err),
+                                 err == DLOCK_ECANCELED ? NULL : w);
+    dlock__errmsg_restore(err, msg);
 }

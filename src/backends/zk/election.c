@@ -144,9 +144,7 @@ int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_le
         if (rc != ZOK) {
             err = dlock__zk_fail(zb, rc, "observe", lockpath);
             if (dlock__zk_rc_session_gone(rc)) { /* a new session serves the next look */
-                char msg[DLOCK__MSG_MAX];
-                dlock__errmsg_save(msg);
-                err = dlock__errmsg_restore(DLOCK_ECONN, msg);
+                err = DLOCK_ECONN; /* (with the failure's message) */
                 dlock__zk_session_put(zb, s);
                 s = NULL;
             }

@@ -531,16 +531,8 @@ restart:
     }
 
 out_delete:
-    if (mine) {
-        dlock__errmsg_save(msg);
-        /* a canceled wait sends nothing more (the caller asked to stop
-         * now): the delete is owed to the cleanup queue at once */
-        if (err == DLOCK_ECANCELED)
-            dlock__zk_delete_own_node_by(zb, s, mine, dlock__now_ms(), NULL);
-        else
-            dlock__zk_delete_own_node(zb, s, mine, w);
-        err = dlock__errmsg_restore(err, msg);
-    }
+    if (mine)
+        dlock__zk_give_back_node(zb, s, mine, w, err);
 out:
     dlock__waitset_remove(&zb->waiters, w);
     deallocate_String_vector(&first);

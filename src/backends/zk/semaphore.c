@@ -65,23 +65,14 @@ static int create_lease(struct zk_backend *zb, struct zk_session *s, const char 
     return rc;
 }
 
-/* How long a wait W that failed with ERR may still spend giving back
- * what it made: nothing once canceled (the caller asked to stop now),
- * else until its deadline (a try-once: the op timeout). */
-static int64_t give_up_deadline(const struct dlock__wait *w, int err)
-{
-    return err == DLOCK_ECANCELED ? dlock__now_ms() : dlock__wait_deadline(w);
-}
-
 /* Give up the lease nodes PATHS[0..N) (and free them) of wait W that
- * failed with ERR: each deleted within what is left of it, else owed to
- * the cleanup queue (cleanup.c), so the caller never waits past it. */
+ * failed with ERR (dlock__zk_give_back_node), so the caller never waits
+ * past it. */
 static void delete_leases(struct zk_backend *zb, struct zk_session *s, char **paths, unsigned n,
                           struct dlock__wait *w, int err)
 {
-    int64_t until = give_up_deadline(w, err);
     for (unsigned i = 0; i < n; i++) {
-        dlock__zk_delete_own_node_by(zb, s, paths[i], until, err == DLOCK_ECANCELED ? NULL : w);
+        dlock__zk_give_back_node(zb, s, paths[i], w, err);
         free(paths[i]);
     }
 }
@@ -151,12 +142,10 @@ static int take_leases(struct zk_backend *zb, struct dlock__hold *h, const char 
     if (!err && !sh)
         err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     if (err) {
-        char msg[DLOCK__MSG_MAX];
-        dlock__errmsg_save(msg);
         delete_leases(zb, s, paths, made, w, err);
         free(paths);
         dlock__zk_session_put(zb, s);
-        return dlock__errmsg_restore(err, msg);
+        return err;
     }
     sh->base.path = paths[0];
     sh->base.gen = s->gen;
@@ -200,7 +189,7 @@ int dlock__zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait
         /* a wait that failed lets the mutex go within what is left of
          * it, like its leases: the rest is owed to the cleanup queue */
         if (err)
-            dlock__zk_release_within(zb, &mutex, give_up_deadline(w, err));
+            dlock__zk_release_within(zb, &mutex, dlock__zk_give_up_deadline(w, err));
         else
             dlock__zk_release(zb, &mutex);
         dlock__errmsg_restore(err, msg);

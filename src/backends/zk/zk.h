@@ -193,6 +193,16 @@ void dlock__zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, cons
  * no cancel). */
 void dlock__zk_delete_own_node_by(struct zk_backend *zb, struct zk_session *s, const char *path,
                                   int64_t until, struct dlock__wait *w);
+/* How long wait W, ended by ERR, may still spend giving back what it
+ * made: nothing once canceled (the caller asked to stop now: what is left
+ * is owed to the cleanup queue at once), else until W's deadline (a
+ * try-once: the op timeout). */
+int64_t dlock__zk_give_up_deadline(const struct dlock__wait *w, int err);
+/* Give back our node PATH, made by wait W that ended with ERR, within
+ * dlock__zk_give_up_deadline() (the rest owed to the cleanup queue),
+ * keeping the thread's message (ERR's). */
+void dlock__zk_give_back_node(struct zk_backend *zb, struct zk_session *s, const char *path,
+                              struct dlock__wait *w, int err);
 
 /* ------------------------------------------------------------- session.c */
 

@@ -154,15 +154,6 @@ static bool lease_retired(const struct etcd_backend *s, int64_t id)
     return false;
 }
 
-/* Forget the session lease ID (it was lost): the next acquire grants one. */
-void dlock__etcd_session_lease_dead(struct etcd_backend *s, int64_t id)
-{
-    pthread_mutex_lock(&s->mu);
-    if (s->lease == id)
-        s->lease = 0;
-    pthread_mutex_unlock(&s->mu);
-}
-
 /* Become the one thread that grants or freshens the session lease. While
  * another one does (its request may hang on a stalled member for the
  * whole request timeout), sleep on our wait W: its deadline ends the
@@ -206,21 +197,44 @@ static void grant_leave(struct etcd_backend *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* The session lease, granted if there is none and freshened with a
- * keepalive when its last confirmation is older than a third of its TTL
- * (so a new hold starts with nearly its whole validity). While another
- * thread does that, wait for it within LIM->w (see grant_enter()). */
-int dlock__etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
-                         const struct etcd_limits *lim)
+/* Forget the shared lease ID of kind WAITER (the waiters', else the
+ * session's): it was lost, the next acquire grants one. */
+static void shared_lease_dead(struct etcd_backend *s, bool waiter, int64_t id)
 {
-    int64_t ttl_ms = (s->c->opts.lease_ms + 999) / 1000 * 1000;
+    pthread_mutex_lock(&s->mu);
+    int64_t *slot = waiter ? &s->wlease : &s->lease;
+    if (*slot == id)
+        *slot = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dlock__etcd_session_lease_dead(struct etcd_backend *s, int64_t id)
+{
+    shared_lease_dead(s, false, id);
+}
+
+void dlock__etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id)
+{
+    shared_lease_dead(s, true, id);
+}
+
+/* The client's shared lease of kind WAITER (the waiters', else the
+ * session's) into *LR: granted with TTL_MS if there is none, and
+ * freshened with a keepalive when its last confirmation is older than a
+ * third of its TTL (so a new hold or waiting key starts with nearly its
+ * whole validity). While another thread does that, wait for it within
+ * LIM->w (see grant_enter()). */
+static int shared_lease(struct etcd_backend *s, const char *name, bool waiter, int64_t ttl_ms,
+                        struct lease_ref *lr, const struct etcd_limits *lim)
+{
     int rc = grant_enter(s, name, lim->w);
     if (rc)
         return rc;
     pthread_mutex_lock(&s->mu);
-    *lr = (struct lease_ref){s->lease, ttl_ms, s->lease_confirmed, false, false};
+    *lr = waiter ? (struct lease_ref){s->wlease, s->wlease_ttl_ms, s->wlease_confirmed, false, true}
+                 : (struct lease_ref){s->lease, ttl_ms, s->lease_confirmed, false, false};
     pthread_mutex_unlock(&s->mu);
-    if (lr->id && dlock__now_ms() - lr->confirmed > ttl_ms / 3) {
+    if (lr->id && dlock__now_ms() - lr->confirmed > lr->ttl_ms / 3) {
         int64_t sent;
         rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, lim);
         if (rc && rc != DLOCK_ELOST) {
@@ -233,14 +247,22 @@ int dlock__etcd_session_lease(struct etcd_backend *s, const char *name, struct l
         else if (rc == DLOCK_ELOST)
             lr->id = 0, rc = DLOCK_OK;
     }
-    if (!rc && !lr->id)
+    if (!rc && !lr->id) {
         rc = dlock__etcd_lease_grant(s, name, ttl_ms, lr, lim);
+        lr->waiter = waiter;
+    }
     if (!rc) {
         pthread_mutex_lock(&s->mu);
         if (!lease_retired(s, lr->id)) { /* (retired meanwhile: this acquire may
                                              still use it, no later one) */
-            s->lease = lr->id;
-            s->lease_confirmed = lr->confirmed;
+            if (waiter) {
+                s->wlease = lr->id;
+                s->wlease_ttl_ms = lr->ttl_ms;
+                s->wlease_confirmed = lr->confirmed;
+            } else {
+                s->lease = lr->id;
+                s->lease_confirmed = lr->confirmed;
+            }
         }
         pthread_mutex_unlock(&s->mu);
     }
@@ -248,48 +270,19 @@ int dlock__etcd_session_lease(struct etcd_backend *s, const char *name, struct l
     return rc;
 }
 
-void dlock__etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id)
+int dlock__etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
+                              const struct etcd_limits *lim)
 {
-    pthread_mutex_lock(&s->mu);
-    if (s->wlease == id)
-        s->wlease = 0;
-    pthread_mutex_unlock(&s->mu);
+    int64_t ttl_ms = (s->c->opts.lease_ms + 999) / 1000 * 1000;
+    return shared_lease(s, name, false, ttl_ms, lr, lim);
 }
 
 int dlock__etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_ms,
-                      struct lease_ref *lr, const struct etcd_limits *lim)
+                             struct lease_ref *lr, const struct etcd_limits *lim)
 {
     int64_t ttl_ms = max_ttl_ms < WAITER_LEASE_MS ? max_ttl_ms : WAITER_LEASE_MS;
     ttl_ms = ttl_ms < 1000 ? 1000 : (ttl_ms + 999) / 1000 * 1000;
-    int rc = grant_enter(s, name, lim->w);
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&s->mu);
-    *lr = (struct lease_ref){s->wlease, s->wlease_ttl_ms, s->wlease_confirmed, false, true};
-    pthread_mutex_unlock(&s->mu);
-    if (lr->id && dlock__now_ms() - lr->confirmed > lr->ttl_ms / 3) {
-        int64_t sent;
-        rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, lim);
-        if (rc == DLOCK_OK)
-            lr->confirmed = sent;
-        else if (rc == DLOCK_ELOST)
-            lr->id = 0, rc = DLOCK_OK;
-    }
-    if (!rc && !lr->id) {
-        rc = dlock__etcd_lease_grant(s, name, ttl_ms, lr, lim);
-        lr->waiter = true;
-    }
-    if (!rc) {
-        pthread_mutex_lock(&s->mu);
-        if (!lease_retired(s, lr->id)) {
-            s->wlease = lr->id;
-            s->wlease_ttl_ms = lr->ttl_ms;
-            s->wlease_confirmed = lr->confirmed;
-        }
-        pthread_mutex_unlock(&s->mu);
-    }
-    grant_leave(s);
-    return rc;
+    return shared_lease(s, name, true, ttl_ms, lr, lim);
 }
 
 /* Keep LR alive while a wait goes on; note the confirmation time. */

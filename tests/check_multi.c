@@ -661,6 +661,14 @@ static void give_back_open(struct stalled_give_back *g, enum give_back_servers k
     ck_assert_int_eq(pthread_create(&g->w.thread, NULL, multi_waiter_main, &g->w), 0);
     while (!tu_held(g->d, "gb-a"))
         tu_sleep_ms(5);
+#ifdef DLOCK_HAVE_REDIS
+    /* Subscribed to "gb-b"'s releases on every server: the subscription's
+     * confirmation wakes the waiter, whose try then goes to every server
+     * (a Redlock round, which a cancel does not cut short), so asleep
+     * before it says nothing. */
+    for (size_t i = 0; (kind == GB_REDIS || kind == GB_REDLOCK) && i < g->nservers; i++)
+        ck_assert_int_eq(fx_redis_wait_lock_subscribers(g->r[i].port, "gb-b", false, 1), 1);
+#endif
     /* Asleep in its wait for "gb-b", with no request of its own left
      * unserved: a request the server has not served when it stops (a
      * thread asleep in poll() for a reply looks asleep too) would hold the

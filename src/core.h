@@ -341,7 +341,7 @@ struct dlock__hold {
     bool give_back; /* given up by dlock__release_within() while renew()
                        had it: the keeper gives it back (release_within,
                        nothing sent, the rest owed) once renew() returns;
-                       no owner finds it meanwhile (lock.c's hold_of) */
+                       no owner finds it meanwhile (dlock__hold_of) */
 };
 
 /* What a campaign's hold asks of the backend (election.c): lead election
@@ -657,7 +657,7 @@ int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct
 /* The backend's release of H: sem_release for a semaphore's hold. */
 int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);
 
-/* Release L (lock.c) as dlock_release() does, but a plain hold's last
+/* Release L (release.c) as dlock_release() does, but a plain hold's last
  * level within DEADLINE where the backend has release_within (the rest
  * is owed to the keeper); DLOCK__NEVER, or any other hold: dlock_release(). */
 int dlock__release_within(struct dlock_lock *l, int64_t deadline);

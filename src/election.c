@@ -5,10 +5,10 @@
  * struct dlock__elect_req (the value to lead with), so the registry, the
  * keeper's renewals, validity, cancel objects and the lost callback
  * (through the handle's lost_fn) serve elections with no code of their
- * own: lock.c only calls the backend's elect_* functions for such holds
- * (dlock__backend_acquire / dlock__backend_release). What is new here is
- * the value: proclaimed while leading, and read or followed by anyone
- * through the backend's elect_observe.
+ * own: lock.c and release.c only call the backend's elect_* functions
+ * for such holds (dlock__backend_acquire / dlock__backend_release). What
+ * is new here is the value: proclaimed while leading, and read or
+ * followed by anyone through the backend's elect_observe.
  */
 #include <stdlib.h>
 #include <string.h>

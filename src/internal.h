@@ -114,6 +114,26 @@ size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);
 int dlock__acquire_claim_now(dlock_lock *l);
 struct dlock__hold *dlock__hold_make(dlock_lock *l);
 int dlock__acquire_end(dlock_lock *l, struct dlock__hold *h, int rc, bool claimed);
+/* What of the registry lock.c shares with release.c, all with the
+ * client's mutex held. dlock__hold_of(): owner TID's hold on E, never one
+ * the keeper is giving back (NULL: none); dlock__owner_of(): who holds
+ * through L when the calling thread acts (the handle's owner id or the
+ * thread's); dlock__not_held(): DLOCK_ENOTOWNER, said for L; frees of a
+ * hold out of the registry (NULL: no-op) and of a reference on E (the
+ * entry goes once nothing uses it); on CLIENT_OWNER backends, the name's
+ * local turn taken or given up in SHARED or exclusive mode (giving it up
+ * wakes the next local waiter). */
+struct dlock__hold *dlock__hold_of(struct dlock__entry *e, long tid);
+long dlock__owner_of(const dlock_lock *l);
+int dlock__not_held(const dlock_lock *l);
+void dlock__hold_free(struct dlock__hold *h);
+void dlock__entry_put(dlock_client *c, struct dlock__entry *e);
+void dlock__local_claim(struct dlock__entry *e, bool shared);
+void dlock__local_dequeue(struct dlock__entry *e, bool shared);
+/* End H (release.c): give it up at the backend and free it (mutex held;
+ * dropped meanwhile). The backend's result, or DLOCK_ELOST for a hold
+ * lost before. */
+int dlock__hold_end(dlock_client *c, struct dlock__hold *h);
 /* A multi-lock's release (multi.c) of the holds of LS[0..N) (one client,
  * canonical order) in one backend request (multi_release): RCS[k] each
  * member's result as dlock_release() would give it; returns the last

@@ -243,7 +243,7 @@ static void *keeper_main(void *arg)
                 struct dlock__hold *h = due[i];
                 h->renewing = false;
                 if (h->give_back) {
-                    /* its owner gave it up meanwhile (lock.c's
+                    /* its owner gave it up meanwhile (release.c's
                      * dlock__release_within): no loss to report, no
                      * renewal to note; the holds after it stay ours
                      * (renewing) while the mutex is dropped */

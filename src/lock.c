@@ -1,5 +1,6 @@
-/* lock.c -- lock handles, the per-name registry, reentrancy and the local
- * queue.
+/* lock.c -- lock handles, the per-name registry, reentrancy, the local
+ * queue and the acquire. How a hold ends (release, downgrade, the
+ * keeper's give-back, closing) is release.c's.
  *
  * Holds are kept per (client, name, thread) in the client's registry, not
  * per handle: two handles on one name used by one thread re-enter rather
@@ -56,7 +57,7 @@ static struct dlock__entry *entry_get(dlock_client *c, const char *name)
 }
 
 /* Drop a reference; free the entry once nothing uses it (mutex held). */
-static void entry_put(dlock_client *c, struct dlock__entry *e)
+void dlock__entry_put(dlock_client *c, struct dlock__entry *e)
 {
     if (--e->refs || e->holds || e->busy || e->readers)
         return;
@@ -89,7 +90,7 @@ size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes)
 
 /* The hold of owner TID on E; never one being given back by the keeper
  * (give_back): its owner gave it up. */
-static struct dlock__hold *hold_of(struct dlock__entry *e, long tid)
+struct dlock__hold *dlock__hold_of(struct dlock__entry *e, long tid)
 {
     for (struct dlock__hold *h = e->holds; h; h = h->next)
         if (h->tid == tid && !h->give_back)
@@ -104,7 +105,7 @@ static atomic_long next_handle_owner = (long)1 << (sizeof(long) > 4 ? 40 : 30);
 
 /* Who holds through L when the calling thread acts: the handle or the
  * thread. */
-static long owner_of(const dlock_lock *l)
+long dlock__owner_of(const dlock_lock *l)
 {
     return l->owner ? l->owner : dlock__tid();
 }
@@ -115,13 +116,13 @@ static const char *owner_word(const dlock_lock *l)
 }
 
 /* DLOCK_ENOTOWNER, said: L's owner holds nothing on its name. */
-static int not_held(const dlock_lock *l)
+int dlock__not_held(const dlock_lock *l)
 {
     return dlock__err(DLOCK_ENOTOWNER, "lock '%s' is not held by this %s", l->e->name,
                       owner_word(l));
 }
 
-static void hold_free(struct dlock__hold *h)
+void dlock__hold_free(struct dlock__hold *h)
 {
     if (h) {
         free(h->lost_why);
@@ -303,7 +304,7 @@ static bool local_free(const struct dlock__entry *e, bool shared)
     return !e->busy && (shared || !e->readers);
 }
 
-static void local_claim(struct dlock__entry *e, bool shared)
+void dlock__local_claim(struct dlock__entry *e, bool shared)
 {
     if (shared)
         e->readers++;
@@ -314,7 +315,7 @@ static void local_claim(struct dlock__entry *e, bool shared)
 /* A thread of the name's local holders is done with it (held or gave up
  * acquiring): wake the longest waiting thread to see whether its turn
  * came (mutex held). */
-static void local_dequeue(struct dlock__entry *e, bool shared)
+void dlock__local_dequeue(struct dlock__entry *e, bool shared)
 {
     if (shared)
         e->readers--;
@@ -328,14 +329,14 @@ static void local_dequeue(struct dlock__entry *e, bool shared)
  * acquiring it; for a reader, no writer), then claim it (mutex held on
  * entry and exit). Only the longest waiting thread claims, so nobody
  * overtakes: a reader behind a waiting writer waits too. A release wakes
- * the first waiter (local_dequeue); a reader that claims wakes the next,
+ * the first waiter (dlock__local_dequeue); a reader that claims wakes the next,
  * which may be a reader too; one that leaves (timeout, cancel) wakes the
  * next if it was first or had been woken, so a turn is never lost. */
 static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wait *w,
                        bool shared)
 {
     if (local_free(e, shared) && !dlock__waitset_count(&e->local)) {
-        local_claim(e, shared);
+        dlock__local_claim(e, shared);
         return DLOCK_OK;
     }
     int rc = dlock__waitset_add(&e->local, w);
@@ -344,7 +345,7 @@ static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wa
         dlock__waitset_consume(&e->local, w);
         if (local_free(e, shared) && dlock__waitset_first(&e->local) == w) {
             dlock__waitset_remove(&e->local, w);
-            local_claim(e, shared);
+            dlock__local_claim(e, shared);
             if (shared)
                 dlock__waitset_wake_one(&e->local); /* another reader may join */
             return DLOCK_OK;
@@ -370,7 +371,7 @@ static int local_queue(dlock_client *c, struct dlock__entry *e, struct dlock__wa
 static int handle_turn(dlock_client *c, dlock_lock *l, struct dlock__wait *w)
 {
     int rc = DLOCK_OK;
-    while (!rc && ((l->acquiring && !hold_of(l->e, l->owner)) || l->releasing)) {
+    while (!rc && ((l->acquiring && !dlock__hold_of(l->e, l->owner)) || l->releasing)) {
         unsigned seq = dlock__wait_seq(w);
         if ((rc = dlock__waitset_add(&l->turn, w)))
             break;
@@ -486,7 +487,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
                           e->name, (long long)wait_ms);
     if (dlock_cancel_fired(cancel))
         return dlock__err(DLOCK_ECANCELED, "lock '%s': canceled before the acquire began", e->name);
-    long owner = owner_of(l);
+    long owner = dlock__owner_of(l);
     bool client_owner = c->be->caps & DLOCK__CAP_CLIENT_OWNER;
     struct dlock__wait w;
     int64_t started = dlock__now_ms();
@@ -506,7 +507,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     l->waits = &ref;
     if (l->owner)
         rc = handle_turn(c, l, &w);
-    struct dlock__hold *h = rc ? NULL : hold_of(e, owner);
+    struct dlock__hold *h = rc ? NULL : dlock__hold_of(e, owner);
     if (rc || h) {
         if (h)
             rc = reenter(l, h);
@@ -562,7 +563,7 @@ struct dlock__hold *dlock__hold_make(dlock_lock *l)
     h->entry = l->e;
     h->name = l->e->name;
     h->mode = l->mode;
-    h->tid = owner_of(l);
+    h->tid = dlock__owner_of(l);
     h->count = 1;
     h->via = l;
     h->sem = l->sem;
@@ -580,14 +581,14 @@ struct dlock__hold *dlock__hold_make(dlock_lock *l)
 int dlock__acquire_claim_now(dlock_lock *l)
 {
     struct dlock__entry *e = l->e;
-    if ((l->owner && (l->acquiring || l->releasing)) || hold_of(e, owner_of(l)))
+    if ((l->owner && (l->acquiring || l->releasing)) || dlock__hold_of(e, dlock__owner_of(l)))
         return dlock__err(DLOCK_EBUSY, "lock '%s': this handle is busy", e->name);
     bool shared = l->mode == DLOCK_SHARED;
     if ((l->c->be->caps & DLOCK__CAP_CLIENT_OWNER) && !l->sem) {
         if (!local_free(e, shared) || dlock__waitset_count(&e->local))
             return dlock__err(DLOCK_EBUSY, "lock '%s': another thread of this client has it",
                               e->name);
-        local_claim(e, shared);
+        dlock__local_claim(e, shared);
     }
     e->refs++;
     if (l->owner)
@@ -615,296 +616,25 @@ int dlock__acquire_end(dlock_lock *l, struct dlock__hold *h, int rc, bool claime
                 pthread_mutex_unlock(&c->mu);
                 dlock__backend_release(c, h);
                 pthread_mutex_lock(&c->mu);
-                hold_free(h);
+                dlock__hold_free(h);
                 h = NULL;
                 rc = dlock__err(rc, "%s", msg);
             }
         }
     } else {
-        hold_free(h);
+        dlock__hold_free(h);
         h = NULL;
     }
     if (rc && claimed)
-        local_dequeue(e, l->mode == DLOCK_SHARED);
+        dlock__local_dequeue(e, l->mode == DLOCK_SHARED);
     if (l->owner) {
         l->acquiring = false;
         dlock__waitset_wake_all(&l->turn);
     }
-    entry_put(c, e);
+    dlock__entry_put(c, e);
     return rc;
 }
 
-/* Take H out of its entry: wait for a renew() in flight to finish first,
- * so the keeper never uses a freed hold (mutex held). */
-static void hold_unlink(dlock_client *c, struct dlock__hold *h)
-{
-    while (h->renewing)
-        pthread_cond_wait(&c->renew_cv, &c->mu);
-    struct dlock__hold **p = &h->entry->holds;
-    while (*p != h)
-        p = &(*p)->next;
-    *p = h->next;
-    if (h->lease_ms)
-        c->nholds--;
-}
-
-/* What hold_end_begin() took out of a hold for hold_end_finish(). */
-struct hold_ending {
-    bool lost;
-    char *why;
-    dlock_lock *owner; /* the handle-owned handle whose hold this is */
-};
-
-/* The first half of ending H (mutex held): unlinked from its entry, its
- * loss noted in END, its handle-owned handle marked releasing. The
- * caller then drops the mutex and gives H up at the backend. */
-static void hold_end_begin(dlock_client *c, struct dlock__hold *h, struct hold_ending *end)
-{
-    hold_unlink(c, h);
-    h->entry->refs++;
-    end->lost = h->state == DLOCK__LOST;
-    end->why = h->lost_why;
-    h->lost_why = NULL;
-    end->owner = h->via && h->via->owner && h->tid == h->via->owner ? h->via : NULL;
-    if (end->owner)
-        end->owner->releasing = true;
-}
-
-/* The second half (mutex not held on entry, held on return): the result
- * RC of the backend's release, or DLOCK_ELOST for a hold lost before it;
- * H freed and its handle's waiting threads woken. */
-static int hold_end_finish(dlock_client *c, struct dlock__hold *h, struct hold_ending *end, int rc)
-{
-    struct dlock__entry *e = h->entry;
-    if (end->lost)
-        rc = dlock__err(DLOCK_ELOST, "lock '%s' was lost before this release: %s", e->name,
-                        end->why ? end->why : "no reason given");
-    free(end->why);
-    pthread_mutex_lock(&c->mu);
-    if (end->owner) {
-        end->owner->releasing = false;
-        dlock__waitset_wake_all(&end->owner->turn);
-        pthread_cond_broadcast(&c->renew_cv); /* a dlock_lock_free() of it waits */
-    }
-    if ((c->be->caps & DLOCK__CAP_CLIENT_OWNER) && !h->sem)
-        local_dequeue(e, h->mode == DLOCK_SHARED);
-    hold_free(h);
-    entry_put(c, e);
-    return rc;
-}
-
-/* Give H up at the backend and free it (mutex held; dropped meanwhile). */
-static int hold_end(dlock_client *c, struct dlock__hold *h)
-{
-    struct hold_ending end;
-    hold_end_begin(c, h, &end);
-    pthread_mutex_unlock(&c->mu);
-    return hold_end_finish(c, h, &end, dlock__backend_release(c, h));
-}
-
-int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs)
-{
-    dlock_client *c = ls[0]->c;
-    const struct dlock__backend *be = c->be;
-    if (n < 2 || be->version < 10 || !be->multi_release || dlock__check_client(c))
-        return DLOCK_ENOTSUP;
-    struct dlock__hold **hs = calloc(n, sizeof *hs);
-    struct hold_ending *ends = calloc(n, sizeof *ends);
-    if (!hs || !ends) {
-        free(hs);
-        free(ends);
-        return DLOCK_ENOTSUP; /* member by member needs no memory */
-    }
-    pthread_mutex_lock(&c->mu);
-    size_t k = 0;
-    for (; k < n; k++) {
-        hs[k] = hold_of(ls[k]->e, owner_of(ls[k]));
-        /* only holds this release ends: one level, a plain lock's */
-        if (!hs[k] || hs[k]->count != 1 || hs[k]->sem || hs[k]->elect || hs[k]->shared_levels ||
-            (hs[k]->state != DLOCK__HELD && hs[k]->state != DLOCK__LOST))
-            break;
-    }
-    if (k < n) {
-        pthread_mutex_unlock(&c->mu);
-        free(hs);
-        free(ends);
-        return DLOCK_ENOTSUP;
-    }
-    for (k = 0; k < n; k++)
-        hold_end_begin(c, hs[k], &ends[k]);
-    pthread_mutex_unlock(&c->mu);
-    /* The backend's message is its last failing member's, as is the
-     * set's (release_members in multi.c goes in reverse order too). */
-    char said[DLOCK__MSG_MAX] = "", msg[DLOCK__MSG_MAX] = "";
-    dlock__err(DLOCK_OK, "%s", "");
-    int rc = be->multi_release(c->bstate, hs, n, rcs);
-    if (rc == DLOCK_ENOTSUP) { /* nothing sent: each as dlock_release() gives it up */
-        for (k = 0; k < n; k++)
-            if ((rcs[k] = dlock__backend_release(c, hs[k])))
-                dlock__errmsg_save(said);
-    } else {
-        dlock__errmsg_save(said);
-    }
-    int first = DLOCK_OK;
-    for (k = n; k-- > 0;) {
-        rcs[k] = hold_end_finish(c, hs[k], &ends[k], rcs[k]);
-        pthread_mutex_unlock(&c->mu);
-        if (rcs[k] && !first) {
-            first = rcs[k];
-            if (ends[k].lost)
-                dlock__errmsg_save(msg);
-            else
-                snprintf(msg, sizeof msg, "%s", said);
-        }
-    }
-    free(hs);
-    free(ends);
-    return first ? dlock__errmsg_restore(first, msg) : DLOCK_OK;
-}
-
-int dlock__release_within(dlock_lock *l, int64_t deadline)
-{
-    dlock_client *c = l->c;
-    const struct dlock__backend *be = c->be;
-    if (deadline == DLOCK__NEVER || be->version < 11 || !be->release_within ||
-        dlock__check_client(c))
-        return dlock_release(l);
-    dlock__msg_clear();
-    pthread_mutex_lock(&c->mu);
-    struct dlock__hold *h = hold_of(l->e, owner_of(l));
-    if (!h || h->count != 1 || h->sem || h->elect || h->shared_levels ||
-        (h->state != DLOCK__HELD && h->state != DLOCK__LOST)) {
-        pthread_mutex_unlock(&c->mu);
-        return dlock_release(l);
-    }
-    if (h->renewing && h->via && h->via->owner && h->tid == h->via->owner) {
-        /* The keeper is renewing it (one level, no shared one: no
-         * caller's share or downgrade has it): waiting for that renewal
-         * (until the hold's validity ends on a stalled server) would
-         * overrun DEADLINE, so the keeper gives it back once renew()
-         * returns.
-         * Its handle stays busy (releasing) until then: an acquire
-         * through it, which carries the same owner id, waits for the
-         * give-back, never a Redis re-entry of the dying hold; and the
-         * name stays claimed by this client (CLIENT_OWNER) until then. */
-        h->give_back = true;
-        h->via->releasing = true;
-        pthread_mutex_unlock(&c->mu);
-        return DLOCK_OK;
-    }
-    struct hold_ending end;
-    hold_end_begin(c, h, &end);
-    pthread_mutex_unlock(&c->mu);
-    int rc = hold_end_finish(c, h, &end, be->release_within(c->bstate, h, deadline));
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-void dlock__hold_give_back(dlock_client *c, struct dlock__hold *h)
-{
-    char msg[DLOCK__MSG_MAX];
-    dlock__errmsg_save(msg);
-    struct hold_ending end;
-    hold_end_begin(c, h, &end);
-    pthread_mutex_unlock(&c->mu);
-    hold_end_finish(c, h, &end, c->be->release_within(c->bstate, h, dlock__now_ms()));
-    dlock__errmsg_restore(DLOCK_OK, msg);
-}
-
-/* The owner's last exclusive level of H goes through L while shared
- * levels remain: turn H into a shared hold at the backend, with no
- * moment unlocked (mutex held; dropped meanwhile). The keeper leaves H
- * alone meanwhile (renewing), and so do acquires through a handle-owned
- * L (releasing). A backend without downgrade keeps H exclusive until
- * its last level goes. A lost hold is dropped (DLOCK_ELOST); any other
- * failure leaves H exclusive with every level, to release again. */
-static int hold_downgrade(dlock_client *c, dlock_lock *l, struct dlock__hold *h)
-{
-    if (c->be->version < 2 || !c->be->downgrade) {
-        h->count--;
-        h->shared_levels--; /* levels are just counted, as before */
-        return DLOCK_OK;
-    }
-    while (h->renewing)
-        pthread_cond_wait(&c->renew_cv, &c->mu);
-    h->renewing = true;
-    dlock_lock *owner = l->owner && h->tid == l->owner ? l : NULL;
-    if (owner)
-        owner->releasing = true;
-    pthread_mutex_unlock(&c->mu);
-    dlock__err(DLOCK_OK, "%s", "");
-    int rc = c->be->downgrade(c->bstate, h);
-    pthread_mutex_lock(&c->mu);
-    h->renewing = false;
-    pthread_cond_broadcast(&c->renew_cv);
-    if (owner) {
-        owner->releasing = false;
-        dlock__waitset_wake_all(&owner->turn);
-    }
-    if (rc == DLOCK_OK) {
-        h->mode = DLOCK_SHARED;
-        h->count = h->shared_levels;
-        h->shared_levels = 0;
-        if (c->be->caps & DLOCK__CAP_CLIENT_OWNER) {
-            local_dequeue(h->entry, false); /* the client's readers may join */
-            local_claim(h->entry, true);
-        }
-    } else if (rc == DLOCK_ELOST) {
-        char msg[DLOCK__MSG_MAX];
-        dlock__errmsg_save(msg);
-        hold_end(c, h);
-        rc = dlock__errmsg_restore(DLOCK_ELOST, msg);
-    }
-    return rc;
-}
-
-int dlock_release(dlock_lock *l)
-{
-    dlock__msg_clear();
-    if (!l)
-        return dlock__err(DLOCK_EINVAL, "lock is NULL");
-    dlock_client *c = l->c;
-    int rc = dlock__check_client(c);
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&c->mu);
-    struct dlock__hold *h = hold_of(l->e, owner_of(l));
-    if (!h)
-        rc = not_held(l);
-    else if (h->count > 1 && h->state == DLOCK__HELD && h->shared_levels &&
-             l->mode == DLOCK_SHARED) {
-        h->count--; /* a read level of a writer */
-        h->shared_levels--;
-    } else if (h->count > 1 && h->state == DLOCK__HELD && h->shared_levels &&
-               h->count - h->shared_levels == 1)
-        rc = hold_downgrade(c, l, h); /* the last write level, reads remain */
-    else if (h->count > 1 && h->state == DLOCK__HELD)
-        h->count--;
-    else
-        rc = hold_end(c, h);
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-void dlock__release_all(dlock_client *c)
-{
-    pthread_mutex_lock(&c->mu);
-    for (size_t b = 0; b < DLOCK__BUCKETS; b++) {
-        struct dlock__entry *e = c->buckets[b];
-        while (e) {
-            struct dlock__hold *h = e->holds;
-            while (h && h->give_back) /* the keeper's to end */
-                h = h->next;
-            if (h) {
-                hold_end(c, h);
-                e = c->buckets[b]; /* the chain may have changed */
-                continue;
-            }
-            e = e->next;
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
-}
 
 void dlock_lock_free(dlock_lock *l)
 {
@@ -931,7 +661,7 @@ void dlock_lock_free(dlock_lock *l)
                 ; /* (one being given back is the keeper's to end) */
             if (!h)
                 break;
-            hold_end(c, h);
+            dlock__hold_end(c, h);
         }
         bool given_back_later = false;
         for (h = l->e->holds; h; h = h->next)
@@ -946,7 +676,7 @@ void dlock_lock_free(dlock_lock *l)
          * (via cleared above), so nothing of it will touch L. */
         while (!given_back_later && l->owner && l->releasing && !c->closed)
             pthread_cond_wait(&c->renew_cv, &c->mu);
-        entry_put(c, l->e);
+        dlock__entry_put(c, l->e);
         pthread_mutex_unlock(&c->mu);
     }
     if (l->owner)
@@ -959,7 +689,7 @@ void dlock_lock_free(dlock_lock *l)
 bool dlock__lock_lost(dlock_lock *l)
 {
     pthread_mutex_lock(&l->c->mu);
-    struct dlock__hold *h = hold_of(l->e, owner_of(l));
+    struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     bool lost = h && (h->state == DLOCK__LOST ||
                       (h->lease_ms && h->valid_until != DLOCK__NEVER &&
                        h->valid_until <= dlock__now_ms()));
@@ -972,7 +702,7 @@ unsigned dlock_hold_count(dlock_lock *l)
     if (!l)
         return 0;
     pthread_mutex_lock(&l->c->mu);
-    struct dlock__hold *h = hold_of(l->e, owner_of(l));
+    struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     unsigned n = h ? h->count : 0;
     pthread_mutex_unlock(&l->c->mu);
     return n;
@@ -992,9 +722,9 @@ int dlock_lock_inherit_fd(dlock_lock *l, int *fd)
                           l->e->name, l->c->be->name);
     int rc = DLOCK_OK;
     pthread_mutex_lock(&l->c->mu);
-    struct dlock__hold *h = hold_of(l->e, owner_of(l));
+    struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     if (!h)
-        rc = not_held(l);
+        rc = dlock__not_held(l);
     else if ((*fd = dlock__file_inherit_fd(h)) < 0)
         rc = DLOCK_EIO;
     pthread_mutex_unlock(&l->c->mu);
@@ -1008,11 +738,11 @@ int dlock_token(dlock_lock *l, uint64_t *token)
         return dlock__err(DLOCK_EINVAL, "dlock_token: NULL argument");
     int rc = DLOCK_OK;
     pthread_mutex_lock(&l->c->mu);
-    struct dlock__hold *h = hold_of(l->e, owner_of(l));
+    struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     if (h)
         *token = h->token;
     else
-        rc = not_held(l);
+        rc = dlock__not_held(l);
     pthread_mutex_unlock(&l->c->mu);
     return rc;
 }
@@ -1024,9 +754,9 @@ int64_t dlock_validity_ms(dlock_lock *l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     int64_t v;
     pthread_mutex_lock(&l->c->mu);
-    struct dlock__hold *h = hold_of(l->e, owner_of(l));
+    struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     if (!h)
-        v = not_held(l);
+        v = dlock__not_held(l);
     else if (h->state == DLOCK__LOST)
         v = 0;
     else if (h->valid_until == DLOCK__NEVER)

@@ -10,7 +10,7 @@
  * whole set, and the caller's cancel object. Any failure releases, in
  * reverse order, what was taken before it, so a failed acquire leaves
  * nothing held: after a timeout or a cancel within what is left of the
- * wait (lock.c's dlock__release_within, the backend's release_within),
+ * wait (release.c's dlock__release_within, the backend's release_within),
  * what the server did not answer owed to the keeper, so the wait's bound
  * holds even while a server stalls. Handle-owned holds let any thread release the set, and
  * the members' renewals, validity, tokens and lost callbacks are those of
@@ -29,7 +29,7 @@
  * (pub/sub, watch) within the set's one deadline.
  *
  * The release is one request too where the backend allows it (its
- * multi_release, through lock.c's dlock__release_set: one script, one
+ * multi_release, through release.c's dlock__release_set: one script, one
  * transaction), each member checked as its own release checks it, so a
  * member lost meanwhile is DLOCK_ELOST and the others are still given
  * back; elsewhere, or for a member re-entered through its handle, the
@@ -141,7 +141,7 @@ void dlock_multi_free(dlock_multi *m)
 }
 
 /* Release members [FROM, N) in reverse order, within DEADLINE (what the
- * server did not answer by then owed to the keeper: lock.c's
+ * server did not answer by then owed to the keeper: release.c's
  * dlock__release_within; DLOCK__NEVER: each with its own timeout); the
  * first failure, else DLOCK_OK. Keeps the calling thread's message of
  * that failure. */

@@ -5,10 +5,11 @@
  * struct dlock__sem_req (K of the semaphore's N permits). So the
  * registry, the keeper's batched renewals, validity, the drift margin,
  * cancel objects and the lost callback (through the handle's lost_fn)
- * serve permits with no code of their own; lock.c only calls the
- * backend's sem_* functions for such holds and keeps them out of the
- * per-client local queue (each permit is its own owner, so N of them may
- * be held by one client at once, as N clients would).
+ * serve permits with no code of their own; the core's acquire and
+ * release (lock.c, release.c) only call the backend's sem_* functions
+ * for such holds and keep them out of the per-client local queue (each
+ * permit is its own owner, so N of them may be held by one client at
+ * once, as N clients would).
  *
  * The semaphore handle keeps what applies to its future permits (lease,
  * lost callback), a plain handle on the name (so the name's registry

@@ -13,6 +13,7 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -718,6 +719,44 @@ TU_TEST_IN(redis, handle_owned_turns, 120)
         ck_assert_msg(!t[i].bad_acquire && !t[i].bad_release,
                       "thread %d: acquire %s, release %s", i, dlock_err_name(t[i].bad_acquire),
                       dlock_err_name(t[i].bad_release));
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    TU_CLOSE_CLIENTS(c, op);
+    fx_redis_stop(&srv);
+}
+
+/* Whether the keeper has L's one hold in a renewal (renew() running). */
+static bool renewing(dlock_lock *l)
+{
+    pthread_mutex_lock(&l->c->mu);
+    bool r = l->e->holds && l->e->holds->renewing;
+    pthread_mutex_unlock(&l->c->mu);
+    return r;
+}
+
+/* A hold already lost, given up within a deadline while the keeper's
+ * renewal of it is under way (a canceled multi wait's give-back): the
+ * keeper gives it back once renew() returns, and the release reports the
+ * loss, DLOCK_ELOST with its reason, as dlock_release() does. The server
+ * is stopped so the renewal (a third of the 10 s lease on) waits; the
+ * loss is reported as a backend's own thread does (a zk session expiry).
+ * (It said DLOCK_OK.) */
+TU_TEST_IN(redis, lost_hold_given_back, 60)
+{
+    dlock_client *op, *c = open_redis("10s", &op);
+    dlock_lock *l = NULL;
+    ck_assert_int_eq(dlock_lock_new(c, "given-back", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &l),
+                     DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    tu_pause(srv.pid);
+    ck_assert_msg(WAIT_UNTIL(renewing(l), 30000), "the keeper never renewed the hold");
+    report_from_thread(c, NULL, "session 0x2c expired");
+    int rc = dlock__release_within(l, dlock__now_ms() + 100);
+    char msg[DLOCK__MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    kill(srv.pid, SIGCONT);
+    ck_assert_msg(rc == DLOCK_ELOST, "release of a lost hold: %s (%s)", dlock_err_name(rc), msg);
+    ck_assert_msg(strstr(msg, "session 0x2c expired"), "%s", msg);
     ck_assert_uint_eq(dlock_hold_count(l), 0);
     dlock_lock_free(l);
     TU_CLOSE_CLIENTS(c, op);

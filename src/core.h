@@ -659,7 +659,9 @@ int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);
 
 /* Release L (release.c) as dlock_release() does, but a plain hold's last
  * level within DEADLINE where the backend has release_within (the rest
- * is owed to the keeper); DLOCK__NEVER, or any other hold: dlock_release(). */
+ * is owed to the keeper); DLOCK__NEVER, or any other hold: dlock_release().
+ * A hold lost before is DLOCK_ELOST, also when the keeper's renewal of it
+ * is under way and the keeper is left to give it back. */
 int dlock__release_within(struct dlock_lock *l, int64_t deadline);
 /* Whether L's owner holds L's name only as a hold marked lost, or past
  * its validity deadline (not held for sure; false when nothing is held). */

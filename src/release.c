@@ -37,6 +37,14 @@ static void hold_unlink(dlock_client *c, struct dlock__hold *h)
         c->nholds--;
 }
 
+/* DLOCK_ELOST, said: NAME's hold was lost (WHY, may be NULL) before the
+ * release that is ending it. */
+static int lost_before_release(const char *name, const char *why)
+{
+    return dlock__err(DLOCK_ELOST, "lock '%s' was lost before this release: %s", name,
+                      why ? why : "no reason given");
+}
+
 /* What hold_end_begin() took out of a hold for hold_end_finish(). */
 struct hold_ending {
     bool lost;
@@ -66,8 +74,7 @@ static int hold_end_finish(dlock_client *c, struct dlock__hold *h, struct hold_e
 {
     struct dlock__entry *e = h->entry;
     if (end->lost)
-        rc = dlock__err(DLOCK_ELOST, "lock '%s' was lost before this release: %s", e->name,
-                        end->why ? end->why : "no reason given");
+        rc = lost_before_release(e->name, end->why);
     free(end->why);
     pthread_mutex_lock(&c->mu);
     if (end->owner) {
@@ -175,11 +182,14 @@ int dlock__release_within(dlock_lock *l, int64_t deadline)
          * Its handle stays busy (releasing) until then: an acquire
          * through it, which carries the same owner id, waits for the
          * give-back, never a Redis re-entry of the dying hold; and the
-         * name stays claimed by this client (CLIENT_OWNER) until then. */
+         * name stays claimed by this client (CLIENT_OWNER) until then.
+         * A hold already lost says so now, as dlock_release() does (a
+         * loss the renewal finds is the keeper's to drop). */
         h->give_back = true;
         h->via->releasing = true;
+        int rc = h->state == DLOCK__LOST ? lost_before_release(h->name, h->lost_why) : DLOCK_OK;
         pthread_mutex_unlock(&c->mu);
-        return DLOCK_OK;
+        return rc;
     }
     struct hold_ending end;
     hold_end_begin(c, h, &end);

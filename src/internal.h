@@ -95,6 +95,10 @@ void *dlock__handle_wrap(dlock_client *c, const char *name, unsigned lock_flags,
  * dlock__handle_new()'s, the handle freed at once. */
 int dlock__handle_probe(dlock_client *c, const char *name, dlock__kind_check_fn check,
                         unsigned count, unsigned flags);
+/* dlock_lock_cancel() of L with the client's mutex held: every acquire
+ * in progress through L ends with DLOCK_ECANCELED (a semaphore cancels
+ * each permit's handle so, all under one lock). */
+void dlock__lock_cancel_waits(dlock_lock *l);
 /* Test hook: threads of L's client queued locally on its name, and
  * (WAKES, may be NULL) how many wakes the local queue has handed out. */
 size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);

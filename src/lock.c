@@ -284,14 +284,19 @@ static void waitref_remove(struct dlock__waitref **list, struct dlock__waitref *
         *list = r->next;
 }
 
+void dlock__lock_cancel_waits(dlock_lock *l)
+{
+    for (struct dlock__waitref *r = l->waits; r; r = r->next)
+        dlock__wait_cancel(r->w);
+}
+
 int dlock_lock_cancel(dlock_lock *l)
 {
     dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     pthread_mutex_lock(&l->c->mu);
-    for (struct dlock__waitref *r = l->waits; r; r = r->next)
-        dlock__wait_cancel(r->w);
+    dlock__lock_cancel_waits(l);
     pthread_mutex_unlock(&l->c->mu);
     return DLOCK_OK;
 }

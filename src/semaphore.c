@@ -277,8 +277,7 @@ int dlock_semaphore_cancel(dlock_semaphore *s)
         return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
     pthread_mutex_lock(&s->c->mu);
     for (dlock_permit *p = s->head; p; p = p->next)
-        for (struct dlock__waitref *r = p->l->waits; r; r = r->next)
-            dlock__wait_cancel(r->w);
+        dlock__lock_cancel_waits(p->l);
     pthread_mutex_unlock(&s->c->mu);
     return DLOCK_OK;
 }

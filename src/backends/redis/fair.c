@@ -37,20 +37,19 @@
  * skipped once it runs out. */
 #define FAIR_QUEUE_LEASE_MS 5000
 
-/* The keys of a fair lock: the mutex's, the queue, the waiters' records,
- * and the channel where this client hears its grants (one per client, for
- * every fair lock: kept subscribed, so a wait costs no subscription). */
+/* The keys of a fair lock: the mutex's (the queue and the waiters'
+ * records among them), and the channel where this client hears its
+ * grants (one per client, for every fair lock: kept subscribed, so a wait
+ * costs no subscription). */
 struct fair_keys {
     struct lock_keys k;
-    char *queue, *waiters, *chan;
-    size_t queue_len, waiters_len, chan_len;
+    char *chan;
+    size_t chan_len;
 };
 
 static void fair_keys_free(struct fair_keys *f)
 {
     dlock__redis_keys_free(&f->k);
-    free(f->queue);
-    free(f->waiters);
     free(f->chan);
     memset(f, 0, sizeof *f);
 }
@@ -62,10 +61,8 @@ static int fair_keys_make(struct redis_state *s, const char *name, struct fair_k
     int rc = dlock__redis_keys_make(s, name, &f->k);
     if (rc)
         return rc;
-    f->queue = dlock__redis_tagged_key("dlock_fair_queue:", f->k.lock, "", &f->queue_len);
-    f->waiters = dlock__redis_tagged_key("dlock_fair_waiters:", f->k.lock, "", &f->waiters_len);
     f->chan = dlock__sprintf("dlock_fair__channel:%s", s->uuid);
-    if (!f->queue || !f->waiters || !f->chan) {
+    if (!f->chan) {
         fair_keys_free(f);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
@@ -98,10 +95,10 @@ static int fair_eval(struct redis_state *s, const struct fair_keys *f, const cha
     enum { NKEYS = 6, MAX = 16 };
     const char *a[MAX], *ra[MAX];
     size_t l[MAX], rl[MAX];
-    const char *head[] = {f->k.lock, f->k.token, f->k.canceled, f->queue, f->waiters, f->k.chan,
+    const char *head[] = {f->k.lock, f->k.token, f->k.canceled, f->k.queue, f->k.waiters, f->k.chan,
                           op, owner, strcmp(op, "acquire") == 0 ? f->chan : ""};
-    size_t head_len[] = {f->k.lock_len, f->k.token_len, f->k.canceled_len, f->queue_len,
-                         f->waiters_len, f->k.chan_len, strlen(op), strlen(owner), 0};
+    size_t head_len[] = {f->k.lock_len, f->k.token_len, f->k.canceled_len, f->k.queue_len,
+                         f->k.waiters_len, f->k.chan_len, strlen(op), strlen(owner), 0};
     int nh = (int)(sizeof head / sizeof head[0]);
     head_len[nh - 1] = strlen(head[nh - 1]);
     for (int i = 0; i < nh; i++) {

@@ -175,10 +175,12 @@ struct redis_state {
 /* The keys of one lock: the lock, its token counter, its channel and the
  * record of canceled acquires; for read-write locks RReadWriteLock's
  * channel, the record of waiting writers and the base of the readers'
- * timeout keys, "{name}" (docs/protocol-redis.md). */
+ * timeout keys, "{name}"; for fair locks the queue and the waiters'
+ * records (docs/protocol-redis.md). */
 struct lock_keys {
-    char *lock, *token, *chan, *canceled, *rwchan, *writers, *tbase;
-    size_t lock_len, token_len, chan_len, canceled_len, rwchan_len, writers_len, tbase_len;
+    char *lock, *token, *chan, *canceled, *rwchan, *writers, *queue, *waiters, *tbase;
+    size_t lock_len, token_len, chan_len, canceled_len, rwchan_len, writers_len, queue_len,
+        waiters_len, tbase_len;
 };
 
 /* ------------------------------------------------------------- conn.c */
@@ -427,14 +429,25 @@ int dlock__redis_load_scripts(struct redis_state *s);
  * take the digests from the replies and give K back to S's pool. */
 int dlock__redis_scripts_append(struct redis_state *s, struct rconn *k);
 int dlock__redis_scripts_take(struct redis_state *s, struct rconn *k, int rc);
-/* The lock's key (prefix + NAME), token key and channel, in one block. */
+/* Lock NAME's keys (prefix + NAME and the rest of struct lock_keys), in
+ * one block. */
 int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k);
 void dlock__redis_keys_free(struct lock_keys *k);
-/* BEFORE + KEY in braces + AFTER (Redisson's prefixName/suffixName, so
- * the key shares KEY's cluster slot), KEY bare when it carries a hash tag
- * already; malloc'd, its length in *LEN. NULL without memory. */
-char *dlock__redis_tagged_key(const char *before, const char *key, const char *after,
-                              size_t *len);
+/* One key made from a base key: BEFORE + the base in braces + AFTER
+ * (Redisson's prefixName/suffixName, so the key shares the base's cluster
+ * slot), the base bare when it carries a hash tag already; where it is
+ * made in *KEY, its length in *LEN. */
+struct key_part {
+    const char *before, *after;
+    char **key;
+    size_t *len;
+};
+/* The base key of NAME (S's prefix + NAME) into *BASE, its length in
+ * *BASE_LEN, and PARTS[0..N) made from it, all in one malloc'd block that
+ * starts at *BASE: free(*BASE) frees them all. DLOCK_ENOMEM (message set)
+ * when out of memory. */
+int dlock__redis_key_block(const struct redis_state *s, const char *name, char **base,
+                           size_t *base_len, const struct key_part *parts, size_t n);
 /* The buffers of one renewal batch (redis_renew, rl_renew): ARGS
  * argument slots (argv, argl), VALS owner values, HOLDS lease strings and
  * key sets. dlock__redis_renew_bufs_new() gives DLOCK_OK or DLOCK_ENOMEM
@@ -836,7 +849,7 @@ int dlock__redis_sem_release_reply(struct redis_state *s, const struct sem_keys 
 /* semaphore renew of permit OWNER of NAME: DLOCK_OK or DLOCK_ELOST. */
 int dlock__redis_sem_renew_reply(struct redis_state *s, const redisReply *r, const char *owner,
                                  const char *name);
-/* semaphore inspect of PERMITS (0: any) into INFO. */
+/* semaphore inspect of PERMITS (0: any) into INFO, its key K's name. */
 int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys *k,
                                    const redisReply *r, unsigned permits, struct dlock_info *info);
 /* election (election.c; each node of redlock_election.c): the read script's reply

@@ -156,35 +156,41 @@ int dlock__redis_load_scripts(struct redis_state *s)
 
 /* =================================================================== keys */
 
-/* Append Redisson's prefixName(PREFIX, KEY) at P: "<prefix>:{<key>}", or
- * "<prefix>:<key>" when the key already carries a hash tag. Returns the
- * length written (P has room: see dlock__redis_keys_make). */
-static size_t put_prefixed(char *p, const char *prefix, const char *key, size_t key_len)
+int dlock__redis_key_block(const struct redis_state *s, const char *name, char **base,
+                          size_t *base_len, const struct key_part *parts, size_t n)
 {
-    bool tagged = memchr(key, '{', key_len) != NULL;
-    size_t pl = strlen(prefix), n = 0;
-    memcpy(p, prefix, pl);
-    n += pl;
-    p[n++] = ':';
-    if (!tagged)
-        p[n++] = '{';
-    memcpy(p + n, key, key_len);
-    n += key_len;
-    if (!tagged)
-        p[n++] = '}';
-    p[n] = 0;
-    return n;
-}
-
-char *dlock__redis_tagged_key(const char *before, const char *key, const char *after,
-                              size_t *len)
-{
-    bool tagged = strchr(key, '{') != NULL;
-    char *k = dlock__sprintf("%s%s%s%s%s", before, tagged ? "" : "{", key, tagged ? "" : "}",
-                             after);
-    if (k)
-        *len = strlen(k);
-    return k;
+    size_t pl = s->prefix ? strlen(s->prefix) : 0, nl = strlen(name), kl = pl + nl;
+    size_t size = kl + 1;
+    for (size_t i = 0; i < n; i++) /* before + "{" base "}" + after + NUL */
+        size += strlen(parts[i].before) + kl + 2 + strlen(parts[i].after) + 1;
+    char *block = malloc(size);
+    if (!block)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (pl)
+        memcpy(block, s->prefix, pl);
+    memcpy(block + pl, name, nl + 1);
+    *base = block;
+    *base_len = kl;
+    bool tagged = memchr(block, '{', kl) != NULL;
+    char *p = block + kl + 1;
+    for (size_t i = 0; i < n; i++) {
+        size_t bl = strlen(parts[i].before), al = strlen(parts[i].after);
+        char *key = p;
+        memcpy(p, parts[i].before, bl);
+        p += bl;
+        if (!tagged)
+            *p++ = '{';
+        memcpy(p, block, kl);
+        p += kl;
+        if (!tagged)
+            *p++ = '}';
+        memcpy(p, parts[i].after, al + 1);
+        p += al;
+        *parts[i].key = key;
+        *parts[i].len = (size_t)(p - key);
+        p++;
+    }
+    return DLOCK_OK;
 }
 
 const char *dlock__redis_own_key_space(const char *key, size_t len)
@@ -234,56 +240,32 @@ void dlock__redis_renew_bufs_free(struct renew_bufs *r)
     memset(r, 0, sizeof *r);
 }
 
-/* The lock's key (prefix + name), token key, channel, canceled key,
- * read-write channel, writers key and timeout base, in one block: this
- * runs for every acquire and release. */
+/* The lock's keys (struct lock_keys) in one block: this runs for every
+ * acquire and release. */
 int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k)
 {
-    static const char TOKEN[] = "redisson_lock_token", CHAN[] = "redisson_lock__channel",
-                      CANCELED[] = "dlock_canceled", RWCHAN[] = "redisson_rwlock",
-                      WRITERS[] = "dlock_writers";
-    size_t pl = s->prefix ? strlen(s->prefix) : 0, nl = strlen(name), kl = pl + nl;
     memset(k, 0, sizeof *k);
-    /* each part: key + NUL; each prefixed one adds ":{" "}" */
-    char *block = malloc(7 * (kl + 1) + sizeof TOKEN + sizeof CHAN + sizeof CANCELED +
-                         sizeof RWCHAN + sizeof WRITERS + 24);
-    if (!block)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    k->lock = block;
-    if (pl)
-        memcpy(k->lock, s->prefix, pl);
-    memcpy(k->lock + pl, name, nl + 1);
-    k->lock_len = kl;
-    k->token = k->lock + kl + 1;
-    k->token_len = put_prefixed(k->token, TOKEN, k->lock, kl);
-    k->chan = k->token + k->token_len + 1;
-    k->chan_len = put_prefixed(k->chan, CHAN, k->lock, kl);
-    k->canceled = k->chan + k->chan_len + 1;
-    k->canceled_len = put_prefixed(k->canceled, CANCELED, k->lock, kl);
-    k->rwchan = k->canceled + k->canceled_len + 1;
-    k->rwchan_len = put_prefixed(k->rwchan, RWCHAN, k->lock, kl);
-    k->writers = k->rwchan + k->rwchan_len + 1;
-    k->writers_len = put_prefixed(k->writers, WRITERS, k->lock, kl);
-    /* Redisson's suffixName() base: "{name}", or the name when it carries
-     * a hash tag already. */
-    k->tbase = k->writers + k->writers_len + 1;
-    bool tagged = memchr(k->lock, '{', kl) != NULL;
-    char *t = k->tbase;
-    if (!tagged)
-        *t++ = '{';
-    memcpy(t, k->lock, kl);
-    t += kl;
-    if (!tagged)
-        *t++ = '}';
-    *t = 0;
-    k->tbase_len = (size_t)(t - k->tbase);
-    const char *space = dlock__redis_own_key_space(k->lock, kl);
+    const struct key_part parts[] = {
+        {"redisson_lock_token:", "", &k->token, &k->token_len},
+        {"redisson_lock__channel:", "", &k->chan, &k->chan_len},
+        {"dlock_canceled:", "", &k->canceled, &k->canceled_len},
+        {"redisson_rwlock:", "", &k->rwchan, &k->rwchan_len},
+        {"dlock_writers:", "", &k->writers, &k->writers_len},
+        {"dlock_fair_queue:", "", &k->queue, &k->queue_len},
+        {"dlock_fair_waiters:", "", &k->waiters, &k->waiters_len},
+        {"", "", &k->tbase, &k->tbase_len}, /* Redisson's suffixName() base */
+    };
+    int rc = dlock__redis_key_block(s, name, &k->lock, &k->lock_len, parts,
+                                    sizeof parts / sizeof parts[0]);
+    if (rc)
+        return rc;
+    const char *space = dlock__redis_own_key_space(k->lock, k->lock_len);
     if (space) {
-        int rc = dlock__err(DLOCK_EINVAL,
-                            "%s: lock name '%s' (key '%s') falls in dlock's own key space '%s...' "
-                            "(the token counters, channels and canceled-acquire records of "
-                            "other locks); refused",
-                            s->where, name, k->lock, space);
+        rc = dlock__err(DLOCK_EINVAL,
+                        "%s: lock name '%s' (key '%s') falls in dlock's own key space '%s...' "
+                        "(the token counters, channels and canceled-acquire records of "
+                        "other locks); refused",
+                        s->where, name, k->lock, space);
         dlock__redis_keys_free(k);
         return rc;
     }

@@ -45,33 +45,24 @@
 
 static void sem_keys_free(struct sem_keys *k)
 {
-    free(k->name);
-    free(k->timeout);
-    free(k->chan);
-    free(k->token);
-    free(k->released);
+    free(k->name); /* one block holds them all */
     memset(k, 0, sizeof *k);
 }
 
-/* Redisson's keys of semaphore NAME (prefix applied): suffixName(name,
- * "timeout") and prefixName("redisson_sc", name), which keep a hash tag
- * the name already has. */
+/* Redisson's keys of semaphore NAME (prefix applied), in one block:
+ * suffixName(name, "timeout") and prefixName("redisson_sc", name), which
+ * keep a hash tag the name already has, and dlock's two. */
 static int sem_keys_make(struct redis_state *s, const char *name, struct sem_keys *k)
 {
     memset(k, 0, sizeof *k);
-    k->name = dlock__sprintf("%s%s", s->prefix ? s->prefix : "", name);
-    if (k->name) {
-        k->name_len = strlen(k->name);
-        k->timeout = dlock__redis_tagged_key("", k->name, ":timeout", &k->timeout_len);
-        k->chan = dlock__redis_tagged_key("redisson_sc:", k->name, "", &k->chan_len);
-        k->token = dlock__redis_tagged_key("dlock_sem_token:", k->name, "", &k->token_len);
-        k->released = dlock__redis_tagged_key("dlock_sem_released:", k->name, "", &k->released_len);
-    }
-    if (!k->name || !k->timeout || !k->chan || !k->token || !k->released) {
-        sem_keys_free(k);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
-    return DLOCK_OK;
+    const struct key_part parts[] = {
+        {"", ":timeout", &k->timeout, &k->timeout_len},
+        {"redisson_sc:", "", &k->chan, &k->chan_len},
+        {"dlock_sem_token:", "", &k->token, &k->token_len},
+        {"dlock_sem_released:", "", &k->released, &k->released_len},
+    };
+    return dlock__redis_key_block(s, name, &k->name, &k->name_len, parts,
+                                  sizeof parts / sizeof parts[0]);
 }
 
 /* H's id prefix, from the hex of its first id in h->owner. */
@@ -587,6 +578,9 @@ int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys 
                           "%s: WRONGTYPE: keys '%s' (%s) and '%s' (%s) are not a semaphore of "
                           "Redisson's RPermitExpirableSemaphore layout",
                           s->where, k->name, t1, k->timeout, t2);
+    int rc = dlock__info_set_key(info, k->name);
+    if (rc)
+        return rc;
     long long free_now = strtoll(r->element[2]->str, NULL, 10);
     long long now = strtoll(r->element[3]->str, NULL, 10);
     info->token = strtoull(r->element[4]->str, NULL, 10);
@@ -606,7 +600,6 @@ int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys 
                           "%s: semaphore '%s' has %u permits (free + held in '%s' and '%s'), not %u",
                           s->where, k->name, info->permits, k->name, k->timeout, permits);
     info->free_permits = free_now;
-    int rc = DLOCK_OK;
     for (size_t i = 0; !rc && i < nids; i++) {
         const redisReply *id = r->element[5 + 2 * i];
         long long expiry = strtoll(r->element[6 + 2 * i]->str, NULL, 10);
@@ -644,17 +637,15 @@ int dlock__redis_sem_inspect(void *state, const char *name, unsigned permits, st
     int rc = sem_keys_make(s, name, &k);
     if (rc)
         return rc;
-    dlock__info_set_key(info, k.name);
     const char *args[] = {k.name, k.timeout, k.token};
     size_t lens[] = {k.name_len, k.timeout_len, k.token_len};
     redisReply *r;
     rc = dlock__redis_eval(s, DLOCK__NEVER, S_SEM_INSPECT, 3, 3, args, lens, true, NULL, NULL,
-                    "semaphore inspect", &r, NULL, NULL, NULL);
-    if (rc)
-        goto out;
-    rc = dlock__redis_sem_inspect_reply(s, &k, r, permits, info);
-    freeReplyObject(r);
-out:
+                           "semaphore inspect", &r, NULL, NULL, NULL);
+    if (!rc) {
+        rc = dlock__redis_sem_inspect_reply(s, &k, r, permits, info);
+        freeReplyObject(r);
+    }
     sem_keys_free(&k);
     return rc;
 }

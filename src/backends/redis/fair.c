@@ -43,31 +43,20 @@
  * costs no subscription). */
 struct fair_keys {
     struct lock_keys k;
-    char *chan;
+    char chan[sizeof "dlock_fair__channel:" + sizeof ((struct redis_state *)0)->uuid];
     size_t chan_len;
 };
 
 static void fair_keys_free(struct fair_keys *f)
 {
     dlock__redis_keys_free(&f->k);
-    free(f->chan);
-    memset(f, 0, sizeof *f);
 }
 
 /* The keys of lock NAME. */
 static int fair_keys_make(struct redis_state *s, const char *name, struct fair_keys *f)
 {
-    memset(f, 0, sizeof *f);
-    int rc = dlock__redis_keys_make(s, name, &f->k);
-    if (rc)
-        return rc;
-    f->chan = dlock__sprintf("dlock_fair__channel:%s", s->uuid);
-    if (!f->chan) {
-        fair_keys_free(f);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
-    f->chan_len = strlen(f->chan);
-    return DLOCK_OK;
+    f->chan_len = (size_t)snprintf(f->chan, sizeof f->chan, "dlock_fair__channel:%s", s->uuid);
+    return dlock__redis_keys_make(s, name, &f->k);
 }
 
 bool dlock__redis_fair(const struct redis_state *s, const struct dlock__hold *h)

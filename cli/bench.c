@@ -32,8 +32,9 @@
  *   the baseline is one PING round trip measured meanwhile (same load),
  *   and, for reference, on the idle server before.
  * renewal: one client holds K locks; over P periods (lease/3), the lock
- *   scripts the server ran per period (each a pipelined batch) and the
- *   client's CPU time per period.
+ *   scripts the server ran per period (each a pipelined batch), the
+ *   client's CPU time per period and the renewals' mean latency (send to
+ *   confirm, per hold: what the slowest backend request of a batch costs).
  * readers: R threads, each with its own client, loop acquire(SHARED)+
  *   release on one name (N writers, if any, acquire EXCLUSIVE among them);
  *   reads/s beside ONE reader alone on the same name, taking turns in 10
@@ -1010,6 +1011,8 @@ static int bench_renewal(const struct bench_opts *o, dlock_client *opened)
     struct timespec settle = {(time_t)(o->lease_ms / 1000), (long)(o->lease_ms % 1000) * 1000000L};
     nanosleep(&settle, NULL);
     long long calls0 = raw && o->base->server_calls ? o->base->server_calls(raw) : -1;
+    dlock_stats st0 = {.size = sizeof st0};
+    dlock_client_stats(c, &st0);
     double cpu0 = cpu_ms();
     int64_t span_ms = o->lease_ms / 3 * o->periods;
     struct timespec ts = {(time_t)(span_ms / 1000), (long)(span_ms % 1000) * 1000000L};
@@ -1029,6 +1032,13 @@ static int bench_renewal(const struct bench_opts *o, dlock_client *opened)
     printf("  client CPU per period   %8.2f ms (%.2f us per lock)\n", (cpu1 - cpu0) / o->periods,
            (cpu1 - cpu0) * 1000.0 / o->periods / o->locks);
     printf("  holds lost meanwhile    %8d\n", lost);
+    dlock_stats st = {.size = sizeof st};
+    if (dlock_client_stats(c, &st) == DLOCK_OK && st.renewals > st0.renewals)
+        printf("  renewal latency         %8.1f ms mean (send to confirm; %llu ms max since the "
+               "start), %llu failed\n",
+               (double)(st.renewal_ms - st0.renewal_ms) / (double)(st.renewals - st0.renewals),
+               (unsigned long long)st.renewal_max_ms,
+               (unsigned long long)(st.renewal_failures - st0.renewal_failures));
     if (raw)
         o->base->disconnect(raw);
 out:

@@ -960,16 +960,23 @@ TU_TEST_IN(single, application_keys_are_not_contenders, 90)
     free(url);
 }
 
+/* N application keys PREFIX00, PREFIX01, ... (none of them a lock's
+ * contender), put with etcdctl. */
+static void put_app_keys(const char *prefix, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s%02d", prefix, i);
+        ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", key, "x", NULL), 0);
+    }
+}
+
 /* More non-contender keys than one page of the queue (16) before the
  * contenders: acquire, the wait, status and force-release page past them. */
 TU_TEST_IN(single, queue_pages_past_other_keys, 90)
 {
     REQUIRE_SERVERS();
-    for (int i = 0; i < 40; i++) {
-        char key[32];
-        snprintf(key, sizeof key, "pg/junk%02d", i);
-        ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", key, "x", NULL), 0);
-    }
+    put_app_keys("pg/junk", 40);
     struct tu_pair p = pair_open(NULL, "pg");
     TU_ACQUIRE_OK(p.la, DLOCK_TRY);
     ck_assert_int_eq(dlock_acquire(p.lb, DLOCK_TRY), DLOCK_EBUSY);
@@ -1191,20 +1198,28 @@ TU_TEST_IN(single, oversized_reply_says_so, 90)
     free(url);
 }
 
+/* C takes each of the N locks NAMES[i] through L[i], its losses counted
+ * in LOST[i]. */
+static void hold_each(dlock_client *c, const char *const *names, int n, dlock_lock **l,
+                      struct tu_lost *lost)
+{
+    for (int i = 0; i < n; i++) {
+        l[i] = tu_lock(c, names[i]);
+        dlock_lock_on_lost(l[i], tu_on_lost, &lost[i]);
+        TU_ACQUIRE_OK(l[i], DLOCK_TRY);
+    }
+}
+
 /* Revoking the client's lease (etcdctl lease revoke) loses every hold of
  * the client, each callback fires once, and the next acquire runs on a
  * fresh lease. */
 TU_TEST_IN(single, lease_revoked_loses_every_hold, 90)
 {
     struct etcd_frame fx = frame_open(NULL, "lease=2s", 1);
-    const char *names[] = {"revoke1", "revoke2", "revoke3"};
+    const char *const names[] = {"revoke1", "revoke2", "revoke3"};
     dlock_lock *l[3];
     static struct tu_lost lost[3];
-    for (int i = 0; i < 3; i++) {
-        l[i] = tu_lock(fx.a, names[i]);
-        dlock_lock_on_lost(l[i], tu_on_lost, &lost[i]);
-        TU_ACQUIRE_OK(l[i], DLOCK_TRY);
-    }
+    hold_each(fx.a, names, 3, l, lost);
     char *keys = ctl_keys("revoke1/");
     keys[strcspn(keys, "\n")] = 0;
     char *lease = strdup(strchr(keys, '/') + 1); /* the key ends in the lease id */
@@ -1233,6 +1248,57 @@ TU_TEST_IN(single, lease_revoked_loses_every_hold, 90)
     free(lease);
     free(keys);
     frame_close(&fx);
+}
+
+/* The key of the hold on NAME (etcdctl's view; caller frees). */
+static char *ctl_hold_key(const char *name)
+{
+    char *pfx = tu_fmt("%s/", name), *keys = ctl_keys(pfx);
+    free(pfx);
+    ck_assert_int_eq(count_lines(keys), 1);
+    keys[strcspn(keys, "\n")] = 0;
+    return keys;
+}
+
+/* A renewal reads the keys of its holds in one range over their span,
+ * cut at a limit: five holds of one client with 40 application keys
+ * between the third's key and the fourth's (so the range decides the
+ * first three, and the fourth and fifth are read one key each). The keys
+ * of the second and the fifth deleted out of band lose exactly those two
+ * holds, once each; the other three stay held. */
+TU_TEST_IN(single, renewal_loses_exactly_the_deleted_keys, 90)
+{
+    REQUIRE_SERVERS();
+    put_app_keys("rspan-c0app", 40); /* "rspan-c/<lease>" < "rspan-c0..." < "rspan-d/" */
+    struct etcd_frame fx = frame_open(NULL, "lease=5s", 1);
+    const char *const names[] = {"rspan-a", "rspan-b", "rspan-c", "rspan-d", "rspan-e"};
+    const bool deleted[] = {false, true, false, false, true};
+    dlock_lock *l[5];
+    static struct tu_lost lost[5];
+    hold_each(fx.a, names, 5, l, lost);
+    for (int i = 0; i < 5; i++) {
+        if (!deleted[i])
+            continue;
+        char *key = ctl_hold_key(names[i]);
+        ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", key, NULL), 0);
+        free(key);
+    }
+    for (int i = 0; i < 5; i++)
+        if (deleted[i])
+            ck_assert_msg(tu_wait_lost(&lost[i], 1, 20000), "the hold on %s whose key was deleted "
+                                                           "was never reported lost",
+                          names[i]);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_msg(atomic_load(&lost[i].fired) == (deleted[i] ? 1 : 0), "%s: lost %d times",
+                      names[i], atomic_load(&lost[i].fired));
+        if (!deleted[i])
+            ck_assert_msg(dlock_validity_ms(l[i]) > 0, "the hold on %s has no validity left",
+                          names[i]);
+        ck_assert_int_eq(dlock_release(l[i]), deleted[i] ? DLOCK_ELOST : DLOCK_OK);
+        dlock_lock_free(l[i]);
+    }
+    frame_close(&fx);
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "del", "--prefix", "rspan-c0app", NULL), 0);
 }
 
 /* A waiter keeps its own lease alive: waiting three times longer than

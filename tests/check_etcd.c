@@ -2377,6 +2377,69 @@ TU_TEST_IN(stall, stalled_member_bounded_wait_behind_grant, 120)
     grant_race_close(&g, DLOCK_ETIMEDOUT);
 }
 
+/* dlock_client_close() of C in a thread of its own: close_start()
+ * starts it, close_done() waits up to TIMEOUT_MS for its end. */
+struct bg_close {
+    dlock_client *c;
+    atomic_int done;
+    pthread_t th;
+};
+
+static void *bg_close_main(void *arg)
+{
+    struct bg_close *b = arg;
+    dlock_client_close(b->c);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+static void close_start(struct bg_close *b, dlock_client *c)
+{
+    b->c = c;
+    atomic_store(&b->done, 0);
+    ck_assert_int_eq(pthread_create(&b->th, NULL, bg_close_main, b), 0);
+}
+
+static bool close_done(struct bg_close *b, int timeout_ms)
+{
+    for (int waited = 0; !atomic_load(&b->done) && waited < timeout_ms; waited += 25)
+        tu_sleep_ms(25);
+    return atomic_load(&b->done);
+}
+
+/* Close revokes the client's leases -- the session lease and the retired
+ * ones a late put may still land on -- within one op timeout in all: a
+ * client with eight retired leases (each an acquire whose put was cut
+ * short at the stopped member, made again) closes while the member stops,
+ * and returns long before eight timeouts of 3 s (with the cleanups the
+ * keeper and close run first: three in all). (It revoked each lease with
+ * the whole timeout: 3 s a lease.) */
+TU_TEST_IN(stall, stalled_close_revokes_within_one_timeout, 120)
+{
+    revive_all();
+    struct tu_solo a = solo_open("lease=60s&timeout=3s&connect_timeout=1s", "stall-close");
+    dlock_lock *late = tu_lock(a.c, "stall-close-late");
+    for (int i = 0; i < 8; i++) {
+        TU_ACQUIRE_OK(a.l, DLOCK_TRY); /* a session lease: the last one was retired */
+        TU_RELEASE_OK(a.l);
+        member_pause(0);
+        int rc = dlock_acquire(late, 300); /* its put cut short: the lease retired */
+        member_resume(0);
+        ck_assert_msg(rc == DLOCK_ETIMEDOUT, "acquire: %s: %s", dlock_err_name(rc),
+                      dlock_errmsg());
+    }
+    dlock_lock_free(late);
+    dlock_lock_free(a.l);
+    member_pause(0);
+    struct bg_close bc;
+    close_start(&bc, a.c);
+    bool done = close_done(&bc, 20000);
+    member_resume(0);
+    ck_assert_msg(done, "close still revoking leases 20 s after the member stopped");
+    pthread_join(bc.th, NULL);
+    free(a.url);
+}
+
 /* ========================================================= late requests */
 
 /* Client A of the single member through two relays, its requests going to

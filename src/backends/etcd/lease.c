@@ -850,27 +850,44 @@ static void backend_free(struct etcd_backend *s)
     free(s);
 }
 
+/* Close's revoke of lease ID (0: none) within LIM; one not done is
+ * logged, left to its TTL (etcd's refusal: it knows the lease no more). */
+static void close_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim)
+{
+    int rc = id ? dlock__etcd_lease_revoke(s, id, lim) : DLOCK_OK;
+    if (rc != DLOCK_OK && rc != DLOCK_EBACKEND)
+        dlock__log(s->c, DLOCK_LOG_WARN, "%s: close: lease %llx left to its TTL: %s", s->label,
+                   (unsigned long long)id, dlock_errmsg());
+}
+
 void dlock__etcd_close(void *state)
 {
     struct etcd_backend *s = state;
     if (!s)
         return;
     /* (the orphans' deletes were tried once more by the core's cleanup
-     * queue; what is left goes with our leases, revoked now) */
+     * queue; what is left goes with our leases, revoked now: the session
+     * lease first -- waiters behind us need not wait for its TTL -- then
+     * the waiters' lease, then the retired leases a late put may still
+     * land on: revoked, none can, and what one made goes). Every revoke
+     * shares one deadline, an op timeout from now: a member that stopped
+     * answering holds close up that long in all, not that long per lease.
+     * A lease not revoked by then ends with its TTL, and its keys with it. */
     pthread_mutex_lock(&s->mu);
     int64_t lease = s->lease, wlease = s->wlease;
     s->lease = s->wlease = 0;
     pthread_mutex_unlock(&s->mu);
-    if (lease)
-        dlock__etcd_lease_revoke(s, lease, NULL); /* waiters behind us need not wait for the TTL */
-    if (wlease)
-        dlock__etcd_lease_revoke(s, wlease, NULL);
-    /* and the retired leases a late put may still land on: revoked, none
-     * can, and what one made goes */
+    struct etcd_limits lim = {dlock__now_ms() + s->c->opts.op_timeout_ms, NULL};
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    close_revoke(s, lease, &lim);
+    close_revoke(s, wlease, &lim);
     while (s->strays) {
-        dlock__etcd_lease_revoke(s, s->strays->lease, NULL);
-        strays_drop(s, s->strays->lease);
+        int64_t id = s->strays->lease;
+        close_revoke(s, id, &lim);
+        strays_drop(s, id);
     }
+    dlock__errmsg_restore(DLOCK_OK, msg);
     backend_free(s);
 }
 

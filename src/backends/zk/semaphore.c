@@ -13,7 +13,8 @@
  * at once. A release deletes the lease nodes; a dead client's go with its
  * session. The fencing token is the first lease node's czxid; the
  * keeper checks that node as it checks a lock's (session.c), and the
- * other K - 1 with it (dlock__zk_sem_check_rest): a permit of K is lost
+ * other K - 1 with it (dlock__zk_sem_check_send/_end, in the same
+ * pipeline as the batch's other checks): a permit of K is lost
  * when any of its nodes is.
  *
  * Curator stores no permit count (each client brings its own maxLeases),
@@ -222,27 +223,33 @@ int dlock__zk_sem_release(void *state, struct dlock__hold *h)
     return dlock__zk_release(state, h); /* the first node; frees SH */
 }
 
-int dlock__zk_sem_check_rest(struct zk_backend *zb, zhandle_t *zh, const struct dlock__hold *h,
-                             int64_t session_id, int64_t deadline)
+int dlock__zk_sem_check_send(struct zk_backend *zb, zhandle_t *zh, const struct dlock__hold *h,
+                             struct zk_call ***calls)
 {
     const struct zk_sem_hold *sh = h->bdata;
+    *calls = NULL;
     if (!sh || !sh->nmore)
         return DLOCK_OK;
-    struct zk_call **calls = calloc(sh->nmore, sizeof *calls);
-    if (!calls)
+    if (!(*calls = calloc(sh->nmore, sizeof **calls)))
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    int err = DLOCK_OK;
-    for (unsigned i = 0; i < sh->nmore && !err; i++) { /* all sent, then all read */
+    for (unsigned i = 0; i < sh->nmore; i++) {
         struct zk_call *k = dlock__zk_call_new(zh);
         int rc = k ? zoo_aexists(zh, sh->more[i], 0, dlock__zk_on_stat, k) : ZSYSTEMERROR;
-        if (k && rc != ZOK)
-            dlock__zk_call_dead(k, rc);
-        else
-            calls[i] = k;
-        if (rc != ZOK)
-            err = dlock__zk_fail(zb, rc, "check", sh->more[i]);
+        if (rc != ZOK) {
+            if (k)
+                dlock__zk_call_dead(k, rc);
+            return dlock__zk_fail(zb, rc, "check", sh->more[i]);
+        }
+        (*calls)[i] = k;
     }
-    for (unsigned i = 0; i < sh->nmore; i++) {
+    return DLOCK_OK;
+}
+
+int dlock__zk_sem_check_end(struct zk_backend *zb, const struct dlock__hold *h,
+                            struct zk_call **calls, int err, int64_t session_id, int64_t deadline)
+{
+    const struct zk_sem_hold *sh = h->bdata;
+    for (unsigned i = 0; calls && i < sh->nmore; i++) {
         if (!calls[i])
             continue;
         struct Stat st;

@@ -545,12 +545,14 @@ int dlock__zk_open(struct dlock_client *c, void **state)
 /* ----------------------------------------------------------------- renew */
 
 /* Confirm each hold's node still exists in the same session: a sync,
- * then one exists per hold, pipelined on the session (one round trip plus
- * the hop from our server to the leader). The sync matters in an
- * ensemble: a follower cut off from the leader still answers reads for a
- * while (up to syncLimit ticks) after the leader expired our session;
- * reads ordered after a sync come from a follower the leader still talks
- * to, and so do the session touches that keep the session alive. */
+ * then one exists per hold (and per other lease node of a permit of K),
+ * all pipelined on the session before any reply is waited for (one round
+ * trip plus the hop from our server to the leader, however many holds).
+ * The sync matters in an ensemble: a follower cut off from the leader
+ * still answers reads for a while (up to syncLimit ticks) after the
+ * leader expired our session; reads ordered after a sync come from a
+ * follower the leader still talks to, and so do the session touches that
+ * keep the session alive. */
 int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
 {
     struct zk_backend *zb = state;
@@ -565,8 +567,13 @@ int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
         s->refs++;
     pthread_mutex_unlock(&zb->mu);
 
-    struct zk_call **calls = calloc(n ? n : 1, sizeof *calls);
-    if (!calls) {
+    /* each hold's requests in flight: its node's exists, a permit's others */
+    struct hold_check {
+        struct zk_call *node;
+        struct zk_call **rest;
+        int rest_rc;
+    } *checks = calloc(n ? n : 1, sizeof *checks);
+    if (!checks) {
         dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
         for (size_t i = 0; i < n; i++)
             dlock__renew_result(b, i, DLOCK_ENOMEM);
@@ -613,25 +620,29 @@ int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
             dlock__zk_call_dead(k, rc);
             k = NULL;
         }
-        calls[i] = k;
+        checks[i].node = k;
         if (!k)
             dlock__renew_result(b, i, dlock__zk_fail(zb, rc, "check", zh->path));
+        else if (h->sem)
+            checks[i].rest_rc = dlock__zk_sem_check_send(zb, s->zh, h, &checks[i].rest);
     }
     if (barrier)
         barrier_rc = dlock__zk_call_wait(barrier, deadline, NULL, NULL, NULL);
     for (size_t i = 0; i < n; i++) {
-        if (!calls[i])
+        if (!checks[i].node)
             continue;
         struct dlock__hold *h = holds[i];
         struct zk_hold *zh = h->bdata;
         struct Stat st;
-        int rc = dlock__zk_call_wait(calls[i], deadline, &st, NULL, NULL);
+        int rc = dlock__zk_call_wait(checks[i].node, deadline, &st, NULL, NULL);
+        /* a permit of K: its other lease nodes too (semaphore.c) */
+        int rest = h->sem ? dlock__zk_sem_check_end(zb, h, checks[i].rest, checks[i].rest_rc,
+                                                    session_id, deadline)
+                          : DLOCK_OK;
         if (rc == ZOK && barrier_rc != ZOK) {
             /* read, but not known to be current: no confirmation */
             dlock__renew_result(b, i, dlock__zk_fail(zb, barrier_rc, "sync before checking", zh->path));
         } else if (rc == ZOK && st.czxid == zh->czxid && st.ephemeralOwner == session_id) {
-            /* a permit of K: its other lease nodes too (semaphore.c) */
-            int rest = h->sem ? dlock__zk_sem_check_rest(zb, s->zh, h, session_id, deadline) : 0;
             if (rest == DLOCK_OK)
                 dlock__hold_confirmed(zb->c, h, sent);
             dlock__renew_result(b, i, rest);
@@ -649,7 +660,7 @@ int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
             dlock__renew_result(b, i, dlock__zk_fail(zb, rc, "check", zh->path));
         }
     }
-    free(calls);
+    free(checks);
     if (s)
         dlock__zk_session_put(zb, s);
     return DLOCK_OK;

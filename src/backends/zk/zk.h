@@ -294,11 +294,18 @@ int dlock__zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait
 int dlock__zk_sem_release(void *state, struct dlock__hold *h);
 int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
 /* The keeper's check of a permit of K beyond its first lease node (which
- * session.c checks as a lock's): the other K - 1 exist and belong to
- * SESSION_ID, on ZH, by DEADLINE. DLOCK_OK, DLOCK_ELOST naming the node
- * gone, or the failure. */
-int dlock__zk_sem_check_rest(struct zk_backend *zb, zhandle_t *zh, const struct dlock__hold *h,
-                             int64_t session_id, int64_t deadline);
+ * session.c checks as a lock's), in two halves so that a renewal batch
+ * sends every request before it waits for any reply. _send asks on ZH
+ * whether H's other K - 1 nodes exist, the requests into *CALLS (NULL
+ * when there are none): DLOCK_OK, or the failure (those sent before it
+ * stay in *CALLS). _end waits for them by DEADLINE and frees CALLS,
+ * keeping ERR (_send's result) when it is a failure, else DLOCK_OK when
+ * every node belongs to SESSION_ID, DLOCK_ELOST naming the node gone, or
+ * the failure. */
+int dlock__zk_sem_check_send(struct zk_backend *zb, zhandle_t *zh, const struct dlock__hold *h,
+                             struct zk_call ***calls);
+int dlock__zk_sem_check_end(struct zk_backend *zb, const struct dlock__hold *h,
+                            struct zk_call **calls, int err, int64_t session_id, int64_t deadline);
 
 /* -------------------------------------------------------------- rwlock.c */
 

@@ -1230,7 +1230,7 @@ TU_TEST_IN(watch, observe_goes_on_across_a_restart, 120)
 
 TU_TEST_IN(outage, server_down_hold_lost, 120)
 {
-    struct tu_solo d = direct_open("lease=1500&timeout=500&connect_timeout=1000", "outage");
+    struct tu_solo d = direct_open("lease=1500", "outage");
     dlock_lock *l = d.l;
     watch_lost(l);
     ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);

@@ -448,7 +448,7 @@ struct key_part {
  * when out of memory. */
 int dlock__redis_key_block(const struct redis_state *s, const char *name, char **base,
                            size_t *base_len, const struct key_part *parts, size_t n);
-/* The buffers of one renewal batch (redis_renew, rl_renew): ARGS
+/* The buffers of one renewal batch (redis_renew, dlock__redlock_renew): ARGS
  * argument slots (argv, argl), VALS owner values, HOLDS lease strings and
  * key sets. dlock__redis_renew_bufs_new() gives DLOCK_OK or DLOCK_ENOMEM
  * (with the message set); dlock__redis_renew_bufs_free() frees what was

@@ -1,9 +1,10 @@
 /* redlock.h -- what the files of the Redlock backend (redlock://, one lock
  * over N independent masters) share, and nothing else.
  *
- * The backend is split by concern: redlock.c is the lock recipe (acquire
- * with its quorum and token, release, downgrade, renew), the client's
- * open and close, and the backend table; redlock_nodes.c is how a request
+ * The backend is split by concern: redlock.c is the lock's acquire (its
+ * quorum and token), the client's open and close, and the backend table;
+ * redlock_hold.c is what is done with a granted hold (release, downgrade,
+ * renew); redlock_nodes.c is how a request
  * reaches the nodes (one round to all N at once, which every recipe
  * step goes through, and the operator's calls asked of each node in
  * turn: inspect, force release, list); redlock_election.c builds
@@ -92,14 +93,33 @@ int dlock__redlock_list(void *state, const char *pattern, dlock_list_fn fn, void
 /* -------------------------------------------------------- the lock (redlock.c) */
 
 int dlock__redlock_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+/* The value a node holds for H in the simple layout ("<owner>:<token>"),
+ * or the owner field in Redisson's. */
+int dlock__redlock_node_value(struct redlock *rl, const struct dlock__hold *h, uint64_t token,
+                              char *buf, size_t size);
+/* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT. */
+void dlock__redlock_sha1_hex(const char *src, char out[41]);
+
+/* ------------------------------------------------- a granted hold (redlock_hold.c) */
+
+/* Give back what H holds on the nodes marked in BD (NODE_YES), every node
+ * at once by DEADLINE; a node whose outcome is unknown gets a cancel
+ * queued instead. *RELEASED / *GONE (may be NULL) count the nodes that
+ * let it go and those where it was no longer ours. Returns the round's
+ * first failure code (0 when every node answered). */
+int dlock__redlock_release_nodes(struct redlock *rl, struct dlock__hold *h, struct rl_hold *bd,
+                                 const struct lock_keys *k, int64_t deadline, size_t *released,
+                                 size_t *gone, struct rl_round *rd);
 int dlock__redlock_release(void *state, struct dlock__hold *h);
 /* Give H up on every node at once by DEADLINE (a wait's: 0 and
  * DLOCK__NEVER leave the node timeout whole; none sent once it has
  * passed); with OWE a node that did not answer is owed the cancel of the
  * owner's requests so far, and too few answers are no failure. */
 int dlock__redlock_release_by(void *state, struct dlock__hold *h, int64_t deadline, bool owe);
-/* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT. */
-void dlock__redlock_sha1_hex(const char *src, char out[41]);
+/* The backend's release_within (core.h): release_by with OWE. */
+int dlock__redlock_release_within(void *state, struct dlock__hold *h, int64_t deadline);
+int dlock__redlock_downgrade(void *state, struct dlock__hold *h);
+int dlock__redlock_renew(void *state, struct dlock__renew_batch *b);
 
 /* --------------------------------------------- elections (redlock_election.c) */
 

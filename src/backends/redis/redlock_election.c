@@ -104,7 +104,8 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value,
 }
 
 /* A campaign's give-up: every node at once by DEADLINE, a node that did
- * not answer by then owed the cancel of the owner's requests (redlock.c). */
+ * not answer by then owed the cancel of the owner's requests
+ * (redlock_hold.c). */
 static int rl_give_up(void *state, struct dlock__hold *h, int64_t deadline)
 {
     return dlock__redlock_release_by(state, h, deadline, true);

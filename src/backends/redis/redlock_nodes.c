@@ -1,10 +1,11 @@
 /* redlock_nodes.c -- how Redlock's requests reach its N nodes.
  *
- * Why it is a file of its own: every step of the lock recipe (redlock.c)
- * and of elections (redlock_election.c) is one round sent to all N nodes
- * at once -- one connection per node, every call appended, one poll loop
- * over all of them (net.c's dlock__redis_exchange_quorum) bounded by the
- * node timeout cut to the caller's deadline -- and its repairs (a pooled
+ * Why it is a file of its own: every step of the lock recipe (redlock.c,
+ * redlock_hold.c) and of elections (redlock_election.c) is one round
+ * sent to all N nodes at once -- one connection per node, every call
+ * appended, one poll loop over all of them (net.c's
+ * dlock__redis_exchange_quorum) bounded by the node timeout cut to the
+ * caller's deadline -- and its repairs (a pooled
  * connection the node closed, NOSCRIPT) are the same for each. The
  * recipe reads the replies and counts the quorum; this file only carries
  * them. The operator's calls (inspect, force release, list) are here

@@ -2039,6 +2039,91 @@ TU_TEST(first_try_cut_by_the_wait_times_out, 60)
     stop_server();
 }
 
+/* Fill the accept queue of the stopped server on PORT (started with
+ * --tcp-backlog 0) with connects of our own, until one no longer
+ * completes: the kernel then drops further SYNs, so a dial's connect
+ * hangs as to a host behind a firewall that drops. The sockets, until
+ * the server is continued, into FDS[0..MAX); how many. */
+static int fill_accept_queue(int port, int *fds, int max)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int n = 0; n < max; n++) {
+        int c = fds[n] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        ck_assert_int_ge(c, 0);
+        if (connect(c, (struct sockaddr *)&a, sizeof a) == 0)
+            continue;
+        struct pollfd p = {.fd = c, .events = POLLOUT};
+        if (poll(&p, 1, 500) == 0)
+            return n + 1; /* this one hangs: so will the client's */
+    }
+    ck_abort_msg("the accept queue of port %d never filled", port);
+    return max;
+}
+
+/* A cancel ends a wait whose connection is being set up on a stalled
+ * server: the pooled connection killed (CLIENT KILL) and the server
+ * stopped (SIGSTOP), a wait's acquire finds the connection closed and
+ * dials again -- in AUTH the connect completes (the kernel queues it)
+ * and AUTH gets no answer; in CONNECT (--tcp-backlog 0, the accept queue
+ * filled) the connect itself hangs. Canceled once the waiter is seen
+ * blocked, it must return DLOCK_ECANCELED while the server is still
+ * stopped, not after the connect or op timeout (30 s; given 15 s). Once
+ * the server is continued, what the lost attempt owes is sent and the
+ * name is free. */
+enum stalled_setup { STALLED_AUTH, STALLED_CONNECT };
+
+static void cancel_ends_a_stalled_setup(enum stalled_setup step)
+{
+    const char *auth[] = {"--requirepass", "pw", NULL};
+    const char *connect_args[] = {"--tcp-backlog", "0", NULL};
+    start_server(step == STALLED_AUTH ? auth : connect_args);
+    const char *pw = step == STALLED_AUTH ? "pw" : NULL;
+    char *url = tu_fmt("redis://%s127.0.0.1:%d?timeout=30s&connect_timeout=30s&lease=60s",
+                       pw ? ":pw@" : "", srv.port);
+    struct tu_solo s = tu_solo_open(url, "setup");
+    redisContext *ctx = fx_redis_raw(&srv, pw);
+    ck_assert_ptr_nonnull(ctx);
+    freeReplyObject(cmd(ctx, "CLIENT KILL TYPE normal SKIPME yes")); /* the pooled connection */
+    tu_pause(srv.pid);
+    int fillers[64], nfill = 0;
+    if (step == STALLED_CONNECT)
+        nfill = fill_accept_queue(srv.port, fillers, 64);
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, s.l, DLOCK_FOREVER, k, false);
+    ck_assert_msg(tu_wait_thread_asleep(&w.tid, 20000), "the acquire never blocked");
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    bool returned = tu_waiter_wait_done(&w, 15000);
+    kill(srv.pid, SIGCONT);
+    int rc = tu_waiter_join(&w);
+    ck_assert_msg(returned, "the canceled acquire returned only once the stalled %s ended (%s)",
+                  step == STALLED_AUTH ? "AUTH" : "connect", dlock_err_name(rc));
+    ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
+    for (int i = 0; i < nfill; i++)
+        close(fillers[i]);
+    tu_acquire_release(s.l, 20000); /* sends what is owed first */
+    dlock_cancel_free(k);
+    redisFree(ctx);
+    tu_solo_close(&s);
+    stop_server();
+}
+
+/* (AUTH was sent with the op timeout, whatever the wait's cancel: the
+ * canceled acquire returned 30 s later.) */
+TU_TEST(cancel_ends_a_stalled_auth, 90)
+{
+    cancel_ends_a_stalled_setup(STALLED_AUTH);
+}
+
+/* (The dial's poll watched the socket only: the canceled acquire
+ * returned after the connect timeout.) */
+TU_TEST(cancel_ends_a_stalled_connect, 90)
+{
+    cancel_ends_a_stalled_setup(STALLED_CONNECT);
+}
+
 /* An acquire that never got its request onto a connection (the dial
  * failed: here AUTH meets a closed connection) has nothing to undo: it
  * must not dial again to undo it. */

@@ -839,6 +839,40 @@ TU_TEST(canceled_wait_ends_on_a_stalled_server, 60)
     gives_up_on_a_stalled_server(true);
 }
 
+/* A cancel ends a fair acquire whose request is in flight: the server
+ * stopped (SIGSTOP) before the wait's first try, that try's script gets
+ * no reply; canceled once the waiter is seen blocked, the wait must
+ * return DLOCK_ECANCELED while the server is still stopped, not after
+ * the op timeout (30 s; given 15 s). What the request may still do (it
+ * runs once the server is continued) is undone by the leave the keeper
+ * owes: the name is free and nobody is queued. */
+TU_TEST(cancel_ends_a_fair_request_in_flight, 60)
+{
+    char *url = start_fair("timeout=30s&queue_lease=60s");
+    dlock_client *c = tu_open(url), *other = tu_open(url);
+    dlock_lock *l = tu_lock(c, "infl"), *ol = tu_lock(other, "infl");
+    redisContext *ctx = raw();
+    tu_pause(srv.pid);
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, l, DLOCK_FOREVER, k, false);
+    ck_assert_msg(tu_wait_thread_asleep(&w.tid, 20000), "the acquire never blocked");
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    bool returned = tu_waiter_wait_done(&w, 15000);
+    kill(srv.pid, SIGCONT);
+    int rc = tu_waiter_join(&w);
+    ck_assert_msg(returned, "the canceled acquire returned only once the server answered (%s)",
+                  dlock_err_name(rc));
+    ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
+    tu_acquire_release(ol, 20000); /* free once the owed leave ran */
+    wait_queued(ctx, "infl", 0);
+    dlock_cancel_free(k);
+    TU_FREE_LOCKS(l, ol);
+    TU_CLOSE_CLIENTS(c, other);
+    stop_fair(ctx, url);
+}
+
 /* The script itself, played on the wire: an owner's leftover field (a
  * release that never reached the server) is dropped by that owner's next
  * acquire even when another waiter is queued first, which then gets the

@@ -392,8 +392,9 @@ DLOCK_EXTERN int dlock_acquire(dlock_lock *l, int64_t wait_ms);
  * returns DLOCK_ECANCELED -- at once when it starts after the fire (before
  * anything is sent or queued, re-entries included), or as soon as it
  * waits when the fire comes during the acquire (on redis also while its
- * acquire request is in flight: what that request may still do is undone
- * later by the client's keeper thread) -- and holds nothing. An
+ * acquire request is in flight or its connection is being dialed and
+ * authenticated: what a request sent may still do is undone later by the
+ * client's keeper thread) -- and holds nothing. An
  * acquire that had already succeeded when the fire came keeps its hold
  * (DLOCK_OK). There is no race to lose: fire it whenever the caller gives
  * up (a signal, a shutdown), whether or not the acquire has begun.

@@ -398,7 +398,7 @@ int dlock__redis_cluster_get(struct redis_state *f, struct dlock__redis_route *r
                             f->where, slot);
         if (!rc) {
             *ns = node_at(cl, idx);
-            rc = dlock__redis_pool_get(*ns, false, deadline, out);
+            rc = dlock__redis_pool_get_for(*ns, deadline, rt->wait, out);
         }
         if (!rc && rt->ask) {
             /* the target of a migration serves the slot's keys only
@@ -531,7 +531,7 @@ int dlock__redis_cluster_owner(struct redis_state *s, const char *key, size_t le
 
 int dlock__redis_cluster_dial_node(struct redis_state *s, int i, int64_t deadline, struct rconn **out)
 {
-    return dlock__redis_dial(node_at(s->cluster, i), false, deadline, out);
+    return dlock__redis_dial(node_at(s->cluster, i), false, deadline, NULL, out);
 }
 
 void dlock__redis_cluster_refresh_stale(struct redis_state *s)

@@ -128,8 +128,8 @@ static void drop_out_of_memory(struct rconn **k, int *rc, char *msg)
  * SS[0], then its op timeout: the nodes of one URL share them). OUT[i] is
  * the connection, or NULL with RC[i] and MSG[i]. */
 static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a, size_t n,
-                            size_t need, bool select_db, int64_t deadline, struct rconn **out,
-                            int *rc, char (*msg)[DLOCK__MSG_MAX])
+                            size_t need, bool select_db, int64_t deadline, struct dlock__wait *w,
+                            struct rconn **out, int *rc, char (*msg)[DLOCK__MSG_MAX])
 {
     int64_t cto = dlock__time_left(deadline, ss[0]->connect_timeout_ms);
     if (cto == 0) {
@@ -140,7 +140,7 @@ static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a,
         }
         return;
     }
-    dlock__redis_conn_dial_many(a, n, dlock__now_ms() + cto, need, out, rc, msg);
+    dlock__redis_conn_dial_many(a, n, dlock__now_ms() + cto, need, w, out, rc, msg);
     struct rconn *stack[8], **ks = n <= 8 ? stack : calloc(n, sizeof *ks);
     int nstack[8], *nsetup = n <= 8 ? nstack : calloc(n, sizeof *nsetup);
     if (!ks || !nsetup) { /* no room to set any up: every connection fails */
@@ -158,8 +158,10 @@ static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a,
         nsetup[i] = setup_append(ss[i], out[i], select_db);
         if (nsetup[i] < 0)
             drop_out_of_memory(&out[i], &rc[i], msg[i]);
-        else if (nsetup[i] > 0)
+        else if (nsetup[i] > 0) {
+            out[i]->wait = w; /* its cancel ends the setup too (net.c) */
             ks[m++] = out[i];
+        }
     }
     size_t ready = 0; /* connected, nothing to set up */
     for (size_t i = 0; i < n; i++)
@@ -171,8 +173,10 @@ static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a,
     for (size_t i = 0; i < n; i++) {
         if (!out[i] || nsetup[i] == 0)
             continue;
+        out[i]->wait = NULL;
+        int broken = !out[i]->broken ? 0 : dlock__wait_canceled(w) ? DLOCK_ECANCELED : DLOCK_ECONN;
         rc[i] = left == 0 ? deadline_passed(ss[i], ss[i]->password ? "AUTH" : "SELECT")
-                          : setup_check(ss[i], out[i], nsetup[i], out[i]->broken ? DLOCK_ECONN : 0);
+                          : setup_check(ss[i], out[i], nsetup[i], broken);
         if (rc[i]) {
             dlock__errmsg_save(msg[i]);
             dlock__redis_conn_free(out[i]);
@@ -185,11 +189,12 @@ static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a,
         free(nsetup);
 }
 
-int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out)
+int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline,
+                      struct dlock__wait *w, struct rconn **out)
 {
     if (!s->sentinel) {
         struct redis_addr a = {.host = s->host, .port = s->port, .sock = s->sock, .tls = s->tls};
-        return dlock__redis_dial_addr(s, &a, select_db, deadline, out);
+        return dlock__redis_dial_addr(s, &a, select_db, deadline, w, out);
     }
     /* Sentinel: the master as last resolved; when it cannot be reached,
      * ask the sentinels once more (a failover may have moved it). */
@@ -201,7 +206,7 @@ int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline, s
         if (rc)
             return rc;
         struct redis_addr a = {.host = host, .port = port, .tls = s->tls};
-        rc = dlock__redis_dial_addr(s, &a, select_db, deadline, out);
+        rc = dlock__redis_dial_addr(s, &a, select_db, deadline, w, out);
         if (rc != DLOCK_ECONN || round > 0)
             return rc;
         dlock__redis_sentinel_stale(s);
@@ -209,11 +214,11 @@ int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline, s
 }
 
 int dlock__redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
-                    int64_t deadline, struct rconn **out)
+                           int64_t deadline, struct dlock__wait *w, struct rconn **out)
 {
     int rc;
     char msg[1][DLOCK__MSG_MAX];
-    dial_setup_many(&s, a, 1, 1, select_db, deadline, out, &rc, msg);
+    dial_setup_many(&s, a, 1, 1, select_db, deadline, w, out, &rc, msg);
     return rc ? dlock__errmsg_restore(rc, msg[0]) : DLOCK_OK;
 }
 
@@ -261,7 +266,9 @@ static int pool_dialed(struct redis_state *s, unsigned gen, int rc, int64_t dead
                        struct rconn **k)
 {
     pthread_mutex_lock(&s->pool_mu);
-    if (rc) {
+    if (rc == DLOCK_ECANCELED) {
+        /* the caller gave up: says nothing of the server */
+    } else if (rc) {
         s->next_dial_ms = dlock__now_ms() + dlock__backoff_next(&s->backoff);
     } else {
         dlock__backoff_reset(&s->backoff);
@@ -290,14 +297,27 @@ static int pool_dialed(struct redis_state *s, unsigned gen, int rc, int64_t dead
     return DLOCK_OK;
 }
 
-int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out)
+/* dlock__redis_pool_get(), a dial ending at W's cancel too. */
+static int pool_get(struct redis_state *s, bool background, int64_t deadline,
+                    struct dlock__wait *w, struct rconn **out)
 {
     unsigned gen;
     int rc = pool_take(s, background, deadline, out, &gen);
     if (rc || *out)
         return rc;
-    rc = dlock__redis_dial(s, true, deadline, out);
+    rc = dlock__redis_dial(s, true, deadline, w, out);
     return pool_dialed(s, gen, rc, deadline, out);
+}
+
+int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out)
+{
+    return pool_get(s, background, deadline, NULL, out);
+}
+
+int dlock__redis_pool_get_for(struct redis_state *s, int64_t deadline, struct dlock__wait *w,
+                              struct rconn **out)
+{
+    return pool_get(s, false, deadline, w, out);
 }
 
 void dlock__redis_pool_get_many(struct redis_state **ss, size_t n, bool background,
@@ -335,8 +355,8 @@ void dlock__redis_pool_get_many(struct redis_state **ss, size_t n, bool backgrou
         }
         return;
     }
-    dial_setup_many(dial_s, dial_a, m, need > idle ? need - idle : 0, true, deadline, dialed,
-                    dial_rc, dial_msg);
+    dial_setup_many(dial_s, dial_a, m, need > idle ? need - idle : 0, true, deadline, NULL,
+                    dialed, dial_rc, dial_msg);
     for (size_t j = 0; j < m; j++) {
         size_t i = which[j];
         if (dial_rc[j])

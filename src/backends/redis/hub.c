@@ -319,7 +319,7 @@ static void *hub_main(void *arg)
             pthread_mutex_unlock(&hb->mu);
             struct rconn *k;
             int rc = s->cluster ? dlock__redis_cluster_dial_node(s, (int)i, DLOCK__NEVER, &k)
-                                : dlock__redis_dial(s, false, DLOCK__NEVER, &k);
+                                : dlock__redis_dial(s, false, DLOCK__NEVER, NULL, &k);
             pthread_mutex_lock(&hb->mu);
             if (rc) {
                 hc[i].next_dial = dlock__now_ms() + dlock__backoff_next(&hc[i].backoff);

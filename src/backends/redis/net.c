@@ -194,6 +194,51 @@ static int resolve_take(struct resolve_job *j, struct addrinfo **res)
     return gai;
 }
 
+/* ========================================================= a wait's cancel */
+
+/* A dial or request that serves an acquire's wait (a connection's WAIT,
+ * set by dlock__redis_eval_synced; the wait given to a dial) ends at that
+ * wait's cancel too: a request as a lost reply (the caller owes what a
+ * request that was sent may still do, as after a timeout), a dial as a
+ * dial that failed. The wait's eventfd is asked for only once a request
+ * or dial has taken CANCEL_WATCH_AFTER_MS: nearly every reply comes
+ * sooner and costs no eventfd (a system call pair, ~10% of an acquire);
+ * a cancel in those first milliseconds is seen when they end. */
+#define CANCEL_WATCH_AFTER_MS 10
+
+struct cancel_watch {
+    struct dlock__wait *w; /* NULL: not in a wait */
+    int fd;                /* its eventfd once asked for, else -1 */
+    int64_t arm_at;        /* when to ask for it (DLOCK__NEVER: done) */
+    bool canceled;
+};
+
+static void cancel_watch_start(struct cancel_watch *cw, struct dlock__wait *w, int64_t now)
+{
+    cw->w = w;
+    cw->fd = -1;
+    cw->canceled = false;
+    cw->arm_at = w ? now + CANCEL_WATCH_AFTER_MS : DLOCK__NEVER;
+}
+
+/* Ask for CW's eventfd once it is time (CW->canceled set when the wait
+ * was canceled meanwhile); the poll's timeout, LEFT ms at most, ends
+ * when it is time. */
+static int cancel_watch_timeout(struct cancel_watch *cw, int64_t left)
+{
+    int64_t now = dlock__now_ms();
+    if (cw->arm_at != DLOCK__NEVER && now >= cw->arm_at) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        cw->canceled = dlock__wait_cancel_fd(cw->w, &cw->fd) == DLOCK_ECANCELED;
+        dlock__errmsg_restore(DLOCK_OK, msg);
+        cw->arm_at = DLOCK__NEVER;
+    }
+    if (cw->arm_at != DLOCK__NEVER && cw->arm_at - now < left)
+        left = cw->arm_at - now;
+    return (int)(left > 1000000 ? 1000000 : left);
+}
+
 /* ================================================================ dialing */
 
 /* One dial of dlock__redis_conn_dial_many(): its connection, the
@@ -412,13 +457,31 @@ static void dial_start(struct dialing *d, const struct redis_addr *a, char *msg)
     dial_next(d);
 }
 
+/* Fail every dial of D[0..N) still under way: its wait was canceled. */
+static void dials_canceled(struct dialing *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (d[i].state == D_RESOLVING) {
+            resolve_unref(d[i].job); /* the thread frees it when it is done */
+            d[i].job = NULL;
+        }
+        if (d[i].state == D_RESOLVING || d[i].state == D_CONNECTING || d[i].state == D_HANDSHAKE)
+            dial_failed(&d[i], dlock__err(DLOCK_ECANCELED, "%s: the wait was canceled while "
+                                                           "connecting",
+                                          d[i].k->where));
+    }
+}
+
 void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t until, size_t need,
-                                 struct rconn **out, int *rc, char (*msg)[DLOCK__MSG_MAX])
+                                 struct dlock__wait *w, struct rconn **out, int *rc,
+                                 char (*msg)[DLOCK__MSG_MAX])
 {
     int64_t budget = ms_until(until), start = dlock__now_ms();
     bool quorum = false; /* NEED connected: UNTIL is now the grace's end */
+    struct cancel_watch cw;
+    cancel_watch_start(&cw, w, start);
     struct dialing stack[8], *d = n <= 8 ? stack : calloc(n, sizeof *d);
-    struct pollfd pstack[8], *p = n <= 8 ? pstack : calloc(n, sizeof *p);
+    struct pollfd pstack[9], *p = n < 9 ? pstack : calloc(n + 1, sizeof *p);
     if (!d || !p) {
         for (size_t i = 0; i < n; i++) {
             out[i] = NULL;
@@ -487,7 +550,13 @@ void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t u
             }
             break;
         }
-        int got = poll(p, (nfds_t)n, (int)(left > 1000000 ? 1000000 : left));
+        int timeout = cancel_watch_timeout(&cw, left);
+        if (cw.canceled) {
+            dials_canceled(d, n);
+            break;
+        }
+        p[n] = (struct pollfd){.fd = cw.fd, .events = POLLIN};
+        int got = poll(p, (nfds_t)(n + (cw.fd >= 0)), timeout);
         if (got < 0 && errno != EINTR) {
             int e = errno;
             for (size_t i = 0; i < n; i++) {
@@ -503,6 +572,10 @@ void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t u
         for (size_t i = 0; got > 0 && i < n; i++)
             if (p[i].fd >= 0 && p[i].revents)
                 dial_ready(&d[i]);
+        if (got > 0 && cw.fd >= 0 && p[n].revents) {
+            dials_canceled(d, n); /* a dial done with it is kept */
+            break;
+        }
     }
     for (size_t i = 0; i < n; i++) {
         if (d[i].res)
@@ -520,7 +593,7 @@ int dlock__redis_conn_dial(const struct redis_addr *a, int64_t until, struct rco
 {
     int rc;
     char msg[1][DLOCK__MSG_MAX];
-    dlock__redis_conn_dial_many(a, 1, until, 1, out, &rc, msg);
+    dlock__redis_conn_dial_many(a, 1, until, 1, NULL, out, &rc, msg);
     return rc ? dlock__errmsg_restore(rc, msg[0]) : DLOCK_OK;
 }
 
@@ -701,50 +774,6 @@ int dlock__redis_exchange(struct rconn **ks, size_t n, int64_t until, const char
     return dlock__redis_exchange_quorum(ks, n, until, what, n);
 }
 
-/* A request that serves an acquire's wait (a connection's WAIT, set by
- * dlock__redis_eval_synced) ends at that wait's cancel too, as a lost
- * reply: the caller owes what a request that was sent may still do, as
- * after a timeout. The wait's eventfd is asked for only once a request
- * has taken CANCEL_WATCH_AFTER_MS: nearly every reply comes sooner and
- * costs no eventfd (a system call pair, ~10% of an acquire); a cancel in
- * those first milliseconds is seen when they end. */
-#define CANCEL_WATCH_AFTER_MS 10
-
-struct cancel_watch {
-    struct dlock__wait *w; /* NULL: not in a wait */
-    int fd;                /* its eventfd once asked for, else -1 */
-    int64_t arm_at;        /* when to ask for it (DLOCK__NEVER: done) */
-    bool canceled;
-};
-
-static void cancel_watch_start(struct cancel_watch *cw, struct rconn **ks, size_t n, int64_t now)
-{
-    cw->w = NULL;
-    for (size_t i = 0; i < n && !cw->w; i++)
-        cw->w = ks[i]->wait;
-    cw->fd = -1;
-    cw->canceled = false;
-    cw->arm_at = cw->w ? now + CANCEL_WATCH_AFTER_MS : DLOCK__NEVER;
-}
-
-/* Ask for CW's eventfd once it is time (CW->canceled set when the wait
- * was canceled meanwhile); the poll's timeout, LEFT ms at most, ends
- * when it is time. */
-static int cancel_watch_timeout(struct cancel_watch *cw, int64_t left)
-{
-    int64_t now = dlock__now_ms();
-    if (cw->arm_at != DLOCK__NEVER && now >= cw->arm_at) {
-        char msg[DLOCK__MSG_MAX];
-        dlock__errmsg_save(msg);
-        cw->canceled = dlock__wait_cancel_fd(cw->w, &cw->fd) == DLOCK_ECANCELED;
-        dlock__errmsg_restore(DLOCK_OK, msg);
-        cw->arm_at = DLOCK__NEVER;
-    }
-    if (cw->arm_at != DLOCK__NEVER && cw->arm_at - now < left)
-        left = cw->arm_at - now;
-    return (int)(left > 1000000 ? 1000000 : left);
-}
-
 /* Fail every connection of KS[0..N) that still owes something: the wait
  * was canceled (the reply of what was sent is lost to the caller). */
 static void fail_canceled(struct rconn **ks, size_t n)
@@ -762,7 +791,10 @@ int dlock__redis_exchange_quorum(struct rconn **ks, size_t n, int64_t until, con
     int64_t budget = ms_until(until), start = dlock__now_ms();
     bool quorum = false; /* NEED answered: UNTIL is now the grace's end */
     struct cancel_watch cw;
-    cancel_watch_start(&cw, ks, n, start);
+    struct dlock__wait *w = NULL;
+    for (size_t i = 0; i < n && !w; i++)
+        w = ks[i]->wait;
+    cancel_watch_start(&cw, w, start);
     struct pollfd stack[9], *p = n < 9 ? stack : calloc(n + 1, sizeof *p);
     if (!p)
         return dlock__err(DLOCK_ENOMEM, "out of memory");

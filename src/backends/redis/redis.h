@@ -205,18 +205,25 @@ int dlock__redis_command(struct rconn *k, int argc, const char **argv, const siz
                   const char *what, redisReply **out, bool *written);
 /* Dial, authenticate, select the db (SELECT_DB), every step within what
  * is left until DEADLINE (monotonic ms; 0 or DLOCK__NEVER: the connect
- * and op timeouts whole). On failure *OUT is NULL and the message names
- * host:port and the server's words; DLOCK_ETIMEDOUT when DEADLINE passed
- * before anything was sent. */
-int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline, struct rconn **out);
+ * and op timeouts whole) and until W's cancel (W may be NULL: the wait of
+ * the acquire the connection is dialed for; DLOCK_ECANCELED). On failure
+ * *OUT is NULL and the message names host:port and the server's words;
+ * DLOCK_ETIMEDOUT when DEADLINE passed before anything was sent. */
+int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline,
+                      struct dlock__wait *w, struct rconn **out);
 /* The same to the address A (Sentinel: a master candidate). */
 int dlock__redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bool select_db,
-                    int64_t deadline, struct rconn **out);
+                           int64_t deadline, struct dlock__wait *w, struct rconn **out);
 /* Take an idle connection or dial a new one, its request bound (until)
  * set to now + dlock__time_left(DEADLINE, op timeout). BACKGROUND callers (keeper)
  * respect the reconnect backoff; callers' own requests always dial.
  * DLOCK_ETIMEDOUT when DEADLINE has passed: nothing is sent. */
 int dlock__redis_pool_get(struct redis_state *s, bool background, int64_t deadline, struct rconn **out);
+/* dlock__redis_pool_get() for a caller's request that serves the wait W
+ * (an acquire's): a dial, when one is needed, ends at W's cancel too
+ * (DLOCK_ECANCELED, nothing sent). */
+int dlock__redis_pool_get_for(struct redis_state *s, int64_t deadline, struct dlock__wait *w,
+                              struct rconn **out);
 /* dlock__redis_pool_get() for the N nodes SS[0..N) of one URL (Redlock,
  * not Sentinel) at once: those with no idle connection are dialed
  * together (dlock__redis_conn_dial_many), and once NEED nodes have a
@@ -239,10 +246,12 @@ int dlock__redis_conn_dial(const struct redis_addr *a, int64_t until, struct rco
  * handshake) under way together in one poll loop ending at UNTIL; once
  * NEED of them are connected, the others get a grace (four times what
  * those took, at least 25 ms and a quarter of the bound), so a node that
- * does not answer costs the others little. OUT[i] is the connection, or
- * NULL with RC[i] and MSG[i] saying why. */
+ * does not answer costs the others little. W (may be NULL): the wait the
+ * dials serve, whose cancel fails those still under way (DLOCK_ECANCELED).
+ * OUT[i] is the connection, or NULL with RC[i] and MSG[i] saying why. */
 void dlock__redis_conn_dial_many(const struct redis_addr *a, size_t n, int64_t until, size_t need,
-                                 struct rconn **out, int *rc, char (*msg)[DLOCK__MSG_MAX]);
+                                 struct dlock__wait *w, struct rconn **out, int *rc,
+                                 char (*msg)[DLOCK__MSG_MAX]);
 /* A connection with no socket yet (fd -1) and its reply reader; NULL
  * when out of memory. */
 struct rconn *dlock__redis_conn_new(void);

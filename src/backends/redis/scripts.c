@@ -416,7 +416,7 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlo
         struct rconn *k;
         struct redis_state *ns = s; /* K's pool: S's, or a cluster master's */
         int rc = s->cluster ? dlock__redis_cluster_get(s, &route, nkeys, args, lens, deadline, &ns, &k)
-                            : dlock__redis_pool_get(s, false, deadline, &k);
+                            : dlock__redis_pool_get_for(s, deadline, w, &k);
         if (rc && attempt > 0) /* the first attempt's lost reply is the story */
             return retry_unanswered(s, rc, lost, what);
         if (rc)

@@ -97,7 +97,7 @@ static void ask_sentinels(struct redis_state *s, int64_t deadline, char **host, 
     for (size_t i = 0; i < n; i++)
         a[i] = (struct redis_addr){.host = s->sentinels[i].host, .port = s->sentinels[i].port,
                                    .tls = s->tls};
-    dlock__redis_conn_dial_many(a, n, dlock__now_ms() + cto, 1, k, rc, msg);
+    dlock__redis_conn_dial_many(a, n, dlock__now_ms() + cto, 1, NULL, k, rc, msg);
     const char *auth[] = {"AUTH", s->sentinel_password};
     const char *ask[] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
     size_t nlive = 0;
@@ -139,7 +139,7 @@ static int check_role(struct redis_state *s, const char *host, int port, int64_t
 {
     struct redis_addr a = {.host = host, .port = port, .tls = s->tls};
     struct rconn *k;
-    int rc = dlock__redis_dial_addr(s, &a, false, deadline, &k);
+    int rc = dlock__redis_dial_addr(s, &a, false, deadline, NULL, &k);
     if (rc)
         return rc;
     const char *role[] = {"ROLE"};

@@ -75,11 +75,12 @@ static int64_t queue_lease_ms(const struct redis_state *s, int64_t lease_ms)
 
 /* Run fair_lock.lua's OP with the lock's six keys, the owner and (for an
  * acquire) our channel first, then the N arguments ARGS (and RETRY_ARGS for a retry, NULL: the
- * same), within DEADLINE. */
+ * same), within DEADLINE and, for an acquire, until its wait W's cancel
+ * (NULL: none; DLOCK_ECANCELED, the request in flight or not sent). */
 static int fair_eval(struct redis_state *s, const struct fair_keys *f, const char *owner,
                      const char *op, int n, const char **args, const char **retry_args,
-                     int64_t deadline, const char *what, redisReply **out, int64_t *sent,
-                     bool *retried, bool *reached, int *acked)
+                     int64_t deadline, struct dlock__wait *w, const char *what, redisReply **out,
+                     int64_t *sent, bool *retried, bool *reached, int *acked)
 {
     enum { NKEYS = 6, MAX = 16 };
     const char *a[MAX], *ra[MAX];
@@ -100,22 +101,22 @@ static int fair_eval(struct redis_state *s, const struct fair_keys *f, const cha
         l[nh + i] = strlen(a[nh + i]);
         rl[nh + i] = strlen(ra[nh + i]);
     }
-    /* no wait: W serves a cluster's pauses, and no cluster serves fair locks */
-    return dlock__redis_eval_synced(s, deadline, NULL, S_FAIR, NKEYS, nh + n, a, l, true, ra, rl,
+    return dlock__redis_eval_synced(s, deadline, w, S_FAIR, NKEYS, nh + n, a, l, true, ra, rl,
                                     what, out, sent, retried, reached, acked);
 }
 
 /* One acquire attempt of a fair lock (the mutex's try_acquire, with the
- * queue): DLOCK_OK (h->token set, the hold confirmed), DLOCK_EBUSY with
- * *TTL_MS the holder's remaining lease and, when STAGE queues, *SENT_MS
- * the send time of the try that saw us queued; or a failure. *LAST is the
- * highest request number used so far (what a leave must cancel). */
+ * queue) for wait W: DLOCK_OK (h->token set, the hold confirmed),
+ * DLOCK_EBUSY with *TTL_MS the holder's remaining lease and, when STAGE
+ * queues, *SENT_MS the send time of the try that saw us queued; or a
+ * failure (DLOCK_ECANCELED: W's cancel cut the request short). *LAST is
+ * the highest request number used so far (what a leave must cancel). */
 static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct fair_keys *f,
-                    const char *stage, const char *wait_id, int64_t deadline, int64_t *ttl_ms,
-                    int64_t *sent_ms, uint64_t *last)
+                    const char *stage, const char *wait_id, struct dlock__wait *w,
+                    int64_t *ttl_ms, int64_t *sent_ms, uint64_t *last)
 {
     /* the cancel owed and the acquire share one budget */
-    deadline = dlock__time_budget(deadline, s->op_timeout_ms);
+    int64_t deadline = dlock__time_budget(dlock__wait_deadline(w), s->op_timeout_ms);
     int rc = dlock__redis_cancel_owed(s, h, deadline);
     if (rc)
         return rc;
@@ -133,9 +134,9 @@ static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct f
     int64_t sent;
     bool reached = false;
     int acked;
-    rc = fair_eval(s, f, h->owner, "acquire", 7, args, retry_args, deadline, "acquire", &r, &sent,
-                   NULL, &reached, &acked);
-    if (rc == DLOCK_ECONN && reached)
+    rc = fair_eval(s, f, h->owner, "acquire", 7, args, retry_args, deadline, w, "acquire", &r,
+                   &sent, NULL, &reached, &acked);
+    if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && reached)
         dlock__redis_cancel_lost_acquire(s, h, n + 1, h->lease_ms);
     if (rc)
         return rc;
@@ -173,8 +174,8 @@ int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char
     snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease_ms));
     const char *args[] = {num, life};
     redisReply *r = NULL;
-    rc = fair_eval(s, &f, owner, "leave", 2, args, NULL, deadline, "leave the queue", &r, NULL,
-                   NULL, NULL, NULL);
+    rc = fair_eval(s, &f, owner, "leave", 2, args, NULL, deadline, NULL, "leave the queue", &r,
+                   NULL, NULL, NULL, NULL);
     if (!rc) {
         long long n;
         const char *type_name;
@@ -255,8 +256,7 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
         goto out;
     }
     bool subscribed = !once && dlock__redis_hub_subscribed(s, f.chan, f.chan_len);
-    rc = fair_try(s, h, &f, once ? "0" : "1", wait_id, dlock__wait_deadline(w), &ttl, &queued_at,
-                  &last);
+    rc = fair_try(s, h, &f, once ? "0" : "1", wait_id, w, &ttl, &queued_at, &last);
     if (once)
         goto out;
     if (rc != DLOCK_EBUSY)
@@ -296,8 +296,7 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
                      (unsigned long long)__atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED));
             dlock__redis_hub_rekey(s, f.chan, f.chan_len, w, next, wait_id);
             wait_id = next;
-            rc = fair_try(s, h, &f, "2", wait_id, dlock__wait_deadline(w), &ttl, &queued_at,
-                          &last);
+            rc = fair_try(s, h, &f, "2", wait_id, w, &ttl, &queued_at, &last);
             if (rc == DLOCK_ECONN && !outage.ms &&
                 dlock__time_left(dlock__wait_deadline(w), 1) == 0) {
                 dlock__errmsg_save(outage.msg);
@@ -338,8 +337,8 @@ int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dl
     if (rc)
         return rc;
     redisReply *r = NULL;
-    rc = fair_eval(s, &f, "", "waiters", 0, NULL, NULL, DLOCK__NEVER, "inspect the queue", &r,
-                   NULL, NULL, NULL, NULL);
+    rc = fair_eval(s, &f, "", "waiters", 0, NULL, NULL, DLOCK__NEVER, NULL, "inspect the queue",
+                   &r, NULL, NULL, NULL, NULL);
     if (!rc && r->type == REDIS_REPLY_NIL && s->fair)
         info->nwaiters = 0; /* nobody queued; on another layout: not known */
     if (!rc && r->type == REDIS_REPLY_ARRAY) {
@@ -365,8 +364,8 @@ int dlock__redis_fair_release(struct redis_state *s, struct dlock__hold *h)
     const char *args[] = {token, life};
     redisReply *r;
     bool retried;
-    rc = fair_eval(s, &f, h->owner, "release", 2, args, NULL, DLOCK__NEVER, "release", &r, NULL,
-                   &retried, NULL, NULL);
+    rc = fair_eval(s, &f, h->owner, "release", 2, args, NULL, DLOCK__NEVER, NULL, "release", &r,
+                   NULL, &retried, NULL, NULL);
     if (!rc) {
         rc = dlock__redis_release_reply(s, r, h->name, &f.k, h->token, retried);
         freeReplyObject(r);

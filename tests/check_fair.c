@@ -853,21 +853,13 @@ TU_TEST(cancel_ends_a_fair_request_in_flight, 60)
     dlock_lock *l = tu_lock(c, "infl"), *ol = tu_lock(other, "infl");
     redisContext *ctx = raw();
     tu_pause(srv.pid);
-    dlock_cancel *k = NULL;
-    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
-    struct tu_waiter w;
-    tu_waiter_start_ex(&w, l, DLOCK_FOREVER, k, false);
-    ck_assert_msg(tu_wait_thread_asleep(&w.tid, 20000), "the acquire never blocked");
-    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
-    bool returned = tu_waiter_wait_done(&w, 15000);
-    kill(srv.pid, SIGCONT);
-    int rc = tu_waiter_join(&w);
+    int rc;
+    bool returned = tu_canceled_wait_returns(l, false, srv.pid, 15000, &rc);
     ck_assert_msg(returned, "the canceled acquire returned only once the server answered (%s)",
                   dlock_err_name(rc));
     ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
     tu_acquire_release(ol, 20000); /* free once the owed leave ran */
     wait_queued(ctx, "infl", 0);
-    dlock_cancel_free(k);
     TU_FREE_LOCKS(l, ol);
     TU_CLOSE_CLIENTS(c, other);
     stop_fair(ctx, url);

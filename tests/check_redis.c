@@ -2089,22 +2089,14 @@ static void cancel_ends_a_stalled_setup(enum stalled_setup step)
     int fillers[64], nfill = 0;
     if (step == STALLED_CONNECT)
         nfill = fill_accept_queue(srv.port, fillers, 64);
-    dlock_cancel *k = NULL;
-    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
-    struct tu_waiter w;
-    tu_waiter_start_ex(&w, s.l, DLOCK_FOREVER, k, false);
-    ck_assert_msg(tu_wait_thread_asleep(&w.tid, 20000), "the acquire never blocked");
-    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
-    bool returned = tu_waiter_wait_done(&w, 15000);
-    kill(srv.pid, SIGCONT);
-    int rc = tu_waiter_join(&w);
+    int rc;
+    bool returned = tu_canceled_wait_returns(s.l, false, srv.pid, 15000, &rc);
     ck_assert_msg(returned, "the canceled acquire returned only once the stalled %s ended (%s)",
                   step == STALLED_AUTH ? "AUTH" : "connect", dlock_err_name(rc));
     ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
     for (int i = 0; i < nfill; i++)
         close(fillers[i]);
     tu_acquire_release(s.l, 20000); /* sends what is owed first */
-    dlock_cancel_free(k);
     redisFree(ctx);
     tu_solo_close(&s);
     stop_server();

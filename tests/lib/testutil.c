@@ -391,12 +391,13 @@ void tu_thread_detached(void *(*fn)(void *), void *arg)
     pthread_detach(th);
 }
 
-bool tu_wait_thread_asleep(const atomic_long *tid, int timeout_ms)
+/* tu_wait_thread_asleep(), a clock_nanosleep counted too when TIMED. */
+static bool wait_thread_asleep(const atomic_long *tid, int timeout_ms, bool timed)
 {
     int seen = 0; /* reads in a row that found it asleep */
     for (int64_t end = tu_mono_ms() + timeout_ms; tu_mono_ms() < end; tu_sleep_ms(5)) {
         long nr = *tid ? thread_syscall(*tid) : -1;
-        bool asleep = nr == SYS_futex || nr == SYS_ppoll;
+        bool asleep = nr == SYS_futex || nr == SYS_ppoll || (timed && nr == SYS_clock_nanosleep);
 #ifdef SYS_poll
         asleep = asleep || nr == SYS_poll;
 #endif
@@ -405,6 +406,28 @@ bool tu_wait_thread_asleep(const atomic_long *tid, int timeout_ms)
             return true;
     }
     return false;
+}
+
+bool tu_wait_thread_asleep(const atomic_long *tid, int timeout_ms)
+{
+    return wait_thread_asleep(tid, timeout_ms, false);
+}
+
+bool tu_canceled_wait_returns(struct dlock_lock *l, bool timed_sleeps, pid_t pid, int timeout_ms,
+                              int *rc)
+{
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, l, DLOCK_FOREVER, k, false);
+    ck_assert_msg(wait_thread_asleep(&w.tid, 20000, timed_sleeps), "the acquire never blocked");
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    bool returned = tu_waiter_wait_done(&w, timeout_ms);
+    if (pid > 0)
+        kill(pid, SIGCONT);
+    *rc = tu_waiter_join(&w);
+    dlock_cancel_free(k);
+    return returned;
 }
 
 int64_t tu_mono_ms(void)

@@ -307,6 +307,13 @@ int tu_waiter_join(struct tu_waiter *w);
 void tu_waiter_cancel_until_returned(struct tu_waiter *w);
 /* Wait up to TIMEOUT_MS until W's thread is done. */
 bool tu_waiter_wait_done(struct tu_waiter *w, int timeout_ms);
+/* A wait forever of L (tu_waiter) with a cancel object fired once its
+ * thread is seen blocked (tu_wait_thread_asleep; with TIMED_SLEEPS a
+ * clock_nanosleep counts too); then PID (a stopped server; 0: none) is
+ * continued after TIMEOUT_MS at the most. Whether the wait returned
+ * before that; its code in *RC. */
+bool tu_canceled_wait_returns(struct dlock_lock *l, bool timed_sleeps, pid_t pid, int timeout_ms,
+                              int *rc);
 
 /* THREADS threads take turns on the handles L[0..N) (thread i on
  * L[i % N]): ROUNDS acquires (each waiting at most WAIT) and releases.

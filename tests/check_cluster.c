@@ -584,6 +584,20 @@ static long long client_blocked_in_wait(int port)
     return id;
 }
 
+/* A wait forever of L, while its owner still owes a cancel the cluster
+ * answers TRYAGAIN to, canceled once it is blocked: it returns
+ * DLOCK_ECANCELED while the slot is still migrating (given 15 s, the op
+ * timeout 60 s). */
+static void canceled_wait_ends_while_its_cancel_is_owed(dlock_lock *l)
+{
+    int rc; /* a TRYAGAIN pause sent without the wait sleeps in clock_nanosleep */
+    bool returned = tu_canceled_wait_returns(l, true, 0, 15000, &rc);
+    ck_assert_msg(returned, "the canceled wait returned only when its budget for the owed "
+                            "cancel ran out (%s)",
+                  dlock_err_name(rc));
+    ck_assert_msg(rc == DLOCK_ECANCELED, "%s", dlock_err_name(rc));
+}
+
 /* An acquire whose first attempt ran on the master but lost its reply
  * (sync=1: the connection killed while the reply waited for the paused
  * replica), and whose retry then met TRYAGAIN (the slot set migrating
@@ -596,14 +610,22 @@ static long long client_blocked_in_wait(int port)
  * before the 10 min lease of the attempt that ran. Before, nothing was
  * owed (DLOCK_ECANCELED, or the TRYAGAIN's DLOCK_EUNAVAIL): the name
  * stayed held by nobody for the whole lease. */
-static void retry_of_a_lost_acquire_ends_in_tryagain(bool canceled, int64_t wait_ms)
+enum after_the_cancel { NOTHING_MORE, WAIT_AGAIN };
+
+static void retry_of_a_lost_acquire_ends_in_tryagain(bool canceled, int64_t wait_ms,
+                                                     enum after_the_cancel then)
 {
     int ports[8];
     char name[64];
     unsigned slot = slot_on_first_master(ports, "lostretry", name, sizeof name);
-    char *url = tu_fmt("%s?timeout=60s&lease=600s&sync=1&sync_timeout=60s", cl.url);
+    /* WAIT_AGAIN: the simple layout, whose canceled wait owes no
+     * writer's unwait: the next wait owes only the cancel */
+    char *url = tu_fmt("%s?timeout=60s&lease=600s&sync=1&sync_timeout=60s%s", cl.url,
+                       then == WAIT_AGAIN ? "&layout=simple" : "");
     dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, name);
+    /* held by the handle: a wait in another thread owes what this one owed */
+    dlock_lock *l = tu_lock_mode(c, name, DLOCK_EXCLUSIVE,
+                                 then == WAIT_AGAIN ? DLOCK_LOCK_HANDLE_OWNED : 0);
     /* the map is known, the token key exists, every write so far is
      * acknowledged (a pooled connection's WAIT answers at once) */
     tu_acquire_release(l, DLOCK_TRY);
@@ -626,6 +648,12 @@ static void retry_of_a_lost_acquire_ends_in_tryagain(bool canceled, int64_t wait
     run_on(ports[0], "CLIENT KILL ID %lld", id); /* the reply is lost */
     if (canceled) {
         cancel_in_tryagain_pause(&w, ports[0], before);
+        if (then == WAIT_AGAIN) {
+            /* writes answered again: what holds the next wait is the
+             * owed cancel's TRYAGAIN alone */
+            kill(replica->pid, SIGCONT);
+            canceled_wait_ends_while_its_cancel_is_owed(l);
+        }
     } else {
         wait_tryagain(ports[0], before);
         int rc = tu_waiter_join(&w);
@@ -634,7 +662,9 @@ static void retry_of_a_lost_acquire_ends_in_tryagain(bool canceled, int64_t wait
     kill(replica->pid, SIGCONT);
     run_on(ports[0], "CLUSTER SETSLOT %u STABLE", slot);
     run_on(ports[1], "CLUSTER SETSLOT %u STABLE", slot);
-    dlock_client *other = tu_open(cl.url);
+    char *other_url = tu_fmt("%s%s", cl.url, then == WAIT_AGAIN ? "?layout=simple" : "");
+    dlock_client *other = tu_open(other_url); /* the layout of the name */
+    free(other_url);
     dlock_lock *ol = tu_lock(other, name);
     int rc = DLOCK_EBUSY;
     for (int i = 0; i < 2000 && rc == DLOCK_EBUSY; i++) /* 20 s and more, the test's limit */
@@ -653,14 +683,26 @@ static void retry_of_a_lost_acquire_ends_in_tryagain(bool canceled, int64_t wait
 
 TU_TEST(canceled_retry_of_a_lost_acquire_owes_its_cancel, 150)
 {
-    retry_of_a_lost_acquire_ends_in_tryagain(true, DLOCK_FOREVER);
+    retry_of_a_lost_acquire_ends_in_tryagain(true, DLOCK_FOREVER, NOTHING_MORE);
+}
+
+/* The same frame, then the owner's next wait while its cancel is still
+ * owed (the slot still migrating: the cancel too meets TRYAGAIN, sent by
+ * the keeper or by that wait first) is canceled once blocked: it must
+ * return DLOCK_ECANCELED then, not after the 60 s op timeout. (The owed
+ * cancel was sent, or waited for while the keeper sent it, without the
+ * wait: neither the TRYAGAIN pauses nor the wait for the keeper saw its
+ * cancel.) */
+TU_TEST(canceled_wait_ends_while_its_cancel_meets_tryagain, 150)
+{
+    retry_of_a_lost_acquire_ends_in_tryagain(true, DLOCK_FOREVER, WAIT_AGAIN);
 }
 
 /* The wait outlasts the time it takes to see the first attempt wait
  * for the replica (about a round trip), by far. */
 TU_TEST(timed_out_retry_of_a_lost_acquire_owes_its_cancel, 150)
 {
-    retry_of_a_lost_acquire_ends_in_tryagain(false, 15000);
+    retry_of_a_lost_acquire_ends_in_tryagain(false, 15000, NOTHING_MORE);
 }
 
 /* ------------------------------------------------- a cluster over TLS */

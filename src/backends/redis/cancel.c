@@ -30,14 +30,15 @@ int64_t dlock__redis_cancel_life_ms(int64_t lease_ms)
 }
 
 /* Send the cancel of OWNER's acquires of NAME up to request number LAST
- * (scripts/cancel_*.lua), within DEADLINE: record on the server that they
- * are canceled, so that one arriving later does nothing, and take the
- * owner's field away if one did run. */
+ * (scripts/cancel_*.lua), within DEADLINE and until the cancel of W (the
+ * owner's wait that sends it first; NULL: the keeper): record on the
+ * server that they are canceled, so that one arriving later does
+ * nothing, and take the owner's field away if one did run. */
 static int send_cancel(struct redis_state *s, const char *name, const char *owner_id, uint64_t last,
-                       int64_t lease_ms, bool fair, int64_t deadline)
+                       int64_t lease_ms, bool fair, int64_t deadline, struct dlock__wait *w)
 {
     if (fair) /* a fair lock's: leave the queue too, passing on a lock handed over */
-        return dlock__redis_fair_cancel(s, name, owner_id, last, lease_ms, deadline);
+        return dlock__redis_fair_cancel(s, name, owner_id, last, lease_ms, deadline, w);
     struct lock_keys k;
     int rc = dlock__redis_keys_make(s, name, &k);
     if (rc)
@@ -51,8 +52,8 @@ static int send_cancel(struct redis_state *s, const char *name, const char *owne
     const char *args[] = {k.lock, k.chan, k.canceled, owner, num, life};
     size_t lens[] = {k.lock_len, k.chan_len, k.canceled_len, (size_t)ol, (size_t)nl, (size_t)ll};
     redisReply *r = NULL;
-    rc = dlock__redis_eval(s, deadline, S_CANCEL, 3, 6, args, lens, true, NULL, NULL,
-                    "cancel a lost acquire", &r, NULL, NULL, NULL);
+    rc = dlock__redis_eval_synced(s, deadline, w, S_CANCEL, 3, 6, args, lens, true, NULL, NULL,
+                                  "cancel a lost acquire", &r, NULL, NULL, NULL, NULL);
     if (!rc) {
         long long n;
         const char *type_name;
@@ -71,10 +72,13 @@ static int send_cancel(struct redis_state *s, const char *name, const char *owne
  * attempt's field, take it as its own hold, and then lose it to the
  * queued cancel; or record a new wait that the queued unwait would then
  * take away (readers would overtake that wait). */
+struct run_waiter; /* below */
+
 struct pending_cancel {
     struct redis_state *s;
     struct pending_cancel *next; /* s->cancels, under s->cancel_mu */
     struct dlock__timed_mutex run; /* held while it is being sent */
+    struct run_waiter *waiters;  /* under s->cancel_mu: owners' waits for RUN */
     unsigned refs;               /* under s->cancel_mu: the queue's, and lookups */
     bool done;                   /* under s->cancel_mu */
     uint64_t last;               /* under s->cancel_mu: the highest number to cancel */
@@ -116,15 +120,75 @@ static void pending_release(void *arg)
     pthread_mutex_unlock(&s->cancel_mu);
 }
 
-/* Send E unless it was sent already, within DEADLINE; DLOCK_OK once sent. */
-static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t deadline)
+/* An owner's wait asleep until E's run is let go (run_unlock wakes it),
+ * so that its cancel ends the wait for the keeper's send too. */
+struct run_waiter {
+    struct dlock__wait *w;
+    struct run_waiter *next;
+};
+
+/* Take E's run by UNTIL. A wait W (an owner's acquire; NULL: the keeper)
+ * sleeps on itself meanwhile, so its cancel ends this too: DLOCK_OK,
+ * DLOCK_ETIMEDOUT or DLOCK_ECANCELED. */
+static int run_lock(struct redis_state *s, struct pending_cancel *e, int64_t until,
+                    struct dlock__wait *w)
+{
+    if (!w || dlock__wait_try_once(w)) /* a try-once has no wait to sleep on */
+        return dlock__timed_mutex_lock(&e->run, until) ? DLOCK_OK : DLOCK_ETIMEDOUT;
+    struct run_waiter me = {.w = w};
+    pthread_mutex_lock(&s->cancel_mu);
+    me.next = e->waiters;
+    e->waiters = &me;
+    pthread_mutex_unlock(&s->cancel_mu);
+    int rc;
+    for (;;) {
+        unsigned seq = dlock__wait_seq(w); /* before the try: a let-go after it wakes us */
+        if (dlock__timed_mutex_lock(&e->run, 0)) {
+            rc = DLOCK_OK;
+            break;
+        }
+        if ((rc = dlock__wait_sleep(w, seq, until)))
+            break;
+        if (dlock__now_ms() >= until) {
+            rc = DLOCK_ETIMEDOUT;
+            break;
+        }
+    }
+    pthread_mutex_lock(&s->cancel_mu);
+    for (struct run_waiter **p = &e->waiters; *p; p = &(*p)->next)
+        if (*p == &me) {
+            *p = me.next;
+            break;
+        }
+    pthread_mutex_unlock(&s->cancel_mu);
+    return rc;
+}
+
+/* Let go of E's run, waking the owners' waits for it. */
+static void run_unlock(struct redis_state *s, struct pending_cancel *e)
+{
+    dlock__timed_mutex_unlock(&e->run);
+    pthread_mutex_lock(&s->cancel_mu);
+    for (struct run_waiter *x = e->waiters; x; x = x->next)
+        dlock__wait_wake(x->w);
+    pthread_mutex_unlock(&s->cancel_mu);
+}
+
+/* Send E unless it was sent already, within DEADLINE and until W's cancel
+ * (W: the owner's wait that sends it first; NULL: the keeper); DLOCK_OK
+ * once sent. */
+static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t deadline,
+                       struct dlock__wait *w)
 {
     int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
-    if (left == 0 || !dlock__timed_mutex_lock(&e->run, dlock__now_ms() + left))
+    int rc = left == 0 ? DLOCK_ETIMEDOUT : run_lock(s, e, dlock__now_ms() + left, w);
+    const char *what = e->unwait ? "unwait of an earlier wait" : "cancel of an earlier lost acquire";
+    if (rc == DLOCK_ECANCELED)
+        return dlock__err(rc, "%s: wait canceled while the %s of '%s' was being sent", s->where,
+                          what, e->name);
+    if (rc)
         return dlock__err(DLOCK_ETIMEDOUT, "%s: the %s of '%s' is still being sent", s->where,
-                          e->unwait ? "unwait of an earlier wait" : "cancel of an earlier lost acquire",
-                          e->name);
-    int rc = DLOCK_OK;
+                          what, e->name);
     for (;;) {
         pthread_mutex_lock(&s->cancel_mu);
         bool done = e->done;
@@ -132,15 +196,15 @@ static int pending_run(struct redis_state *s, struct pending_cancel *e, int64_t 
         pthread_mutex_unlock(&s->cancel_mu);
         if (done)
             break;
-        rc = e->unwait ? dlock__redis_rw_send_unwait(s, e->name, e->owner, deadline)
-                       : send_cancel(s, e->name, e->owner, last, e->lease_ms, e->fair, deadline);
+        rc = e->unwait ? dlock__redis_rw_send_unwait(s, e->name, e->owner, deadline, w)
+                       : send_cancel(s, e->name, e->owner, last, e->lease_ms, e->fair, deadline, w);
         if (rc)
             break;
         pthread_mutex_lock(&s->cancel_mu);
         e->done = e->last == last; /* else one more lost acquire since: again */
         pthread_mutex_unlock(&s->cancel_mu);
     }
-    dlock__timed_mutex_unlock(&e->run);
+    run_unlock(s, e);
     return rc;
 }
 
@@ -149,12 +213,13 @@ static int pending_cleanup(void *bstate, void *arg, int64_t deadline)
 {
     (void)bstate;
     struct pending_cancel *e = arg;
-    return pending_run(e->s, e, deadline);
+    return pending_run(e->s, e, deadline, NULL);
 }
 
 /* Before H's owner acquires NAME: send what it still owes there (a
  * cancel, an unwait), one after the other. */
-int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline)
+int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline,
+                             struct dlock__wait *w)
 {
     for (;;) {
         if (!__atomic_load_n(&s->cancels, __ATOMIC_ACQUIRE))
@@ -168,7 +233,7 @@ int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h,
         pthread_mutex_unlock(&s->cancel_mu);
         if (!e)
             return DLOCK_OK;
-        int rc = pending_run(s, e, deadline); /* DLOCK_OK: E is done, the next one */
+        int rc = pending_run(s, e, deadline, w); /* DLOCK_OK: E is done, the next one */
         pthread_mutex_lock(&s->cancel_mu);
         pending_unref_locked(e);
         pthread_mutex_unlock(&s->cancel_mu);
@@ -220,9 +285,10 @@ static void owe(struct redis_state *s, const struct dlock__hold *h, bool unwait,
     if (!e || dlock__cleanup_add(s->c, what, pending_cleanup, e, pending_release) != DLOCK_OK) {
         /* out of memory: send it now, as best we can */
         if (unwait)
-            dlock__redis_rw_send_unwait(s, h->name, h->owner, DLOCK__NEVER);
+            dlock__redis_rw_send_unwait(s, h->name, h->owner, DLOCK__NEVER, NULL);
         else
-            send_cancel(s, h->name, h->owner, last, lease_ms, dlock__redis_fair(s, h), DLOCK__NEVER);
+            send_cancel(s, h->name, h->owner, last, lease_ms, dlock__redis_fair(s, h), DLOCK__NEVER,
+                        NULL);
     }
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
@@ -246,5 +312,5 @@ int dlock__redis_undo_acquire(struct redis_state *s, const struct dlock__hold *h
                               int64_t deadline)
 {
     dlock__redis_cancel_lost_acquire(s, h, last, h->lease_ms);
-    return dlock__redis_cancel_owed(s, h, deadline);
+    return dlock__redis_cancel_owed(s, h, deadline, NULL);
 }

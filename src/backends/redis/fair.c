@@ -117,7 +117,7 @@ static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct f
 {
     /* the cancel owed and the acquire share one budget */
     int64_t deadline = dlock__time_budget(dlock__wait_deadline(w), s->op_timeout_ms);
-    int rc = dlock__redis_cancel_owed(s, h, deadline);
+    int rc = dlock__redis_cancel_owed(s, h, deadline, w);
     if (rc)
         return rc;
     char lease[24], first[24], second[24], life[24], qlease[24];
@@ -163,7 +163,8 @@ static bool grant_taken(struct redis_state *s, const struct fair_keys *f, const 
 }
 
 int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char *owner,
-                             uint64_t last, int64_t lease_ms, int64_t deadline)
+                             uint64_t last, int64_t lease_ms, int64_t deadline,
+                             struct dlock__wait *w)
 {
     struct fair_keys f;
     int rc = fair_keys_make(s, name, &f);
@@ -174,7 +175,7 @@ int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char
     snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease_ms));
     const char *args[] = {num, life};
     redisReply *r = NULL;
-    rc = fair_eval(s, &f, owner, "leave", 2, args, NULL, deadline, NULL, "leave the queue", &r,
+    rc = fair_eval(s, &f, owner, "leave", 2, args, NULL, deadline, w, "leave the queue", &r,
                    NULL, NULL, NULL, NULL);
     if (!rc) {
         long long n;
@@ -201,7 +202,8 @@ static void fair_give_up(struct redis_state *s, struct dlock__hold *h, uint64_t 
      * caller's wait_ms holds even when the server stalls; the keeper
      * sends what could not be sent by then */
     if (dlock__time_left(deadline, s->op_timeout_ms) == 0 ||
-        dlock__redis_fair_cancel(s, h->name, h->owner, last, h->lease_ms, deadline) != DLOCK_OK)
+        dlock__redis_fair_cancel(s, h->name, h->owner, last, h->lease_ms, deadline, NULL) !=
+            DLOCK_OK)
         dlock__redis_cancel_lost_acquire(s, h, last, h->lease_ms);
     dlock__errmsg_restore(DLOCK_OK, msg);
 }

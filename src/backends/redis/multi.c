@@ -142,7 +142,7 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
         snprintf(h->owner, sizeof h->owner, "%s:%ld", s->uuid, h->tid);
         snprintf(ma[made].owner, sizeof ma[made].owner, s->simple ? "%s:" : "%s", h->owner);
         snprintf(ma[made].lease, sizeof ma[made].lease, "%lld", (long long)h->lease_ms);
-        rc = dlock__redis_cancel_owed(s, h, deadline);
+        rc = dlock__redis_cancel_owed(s, h, deadline, w);
     }
     uint64_t num = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* num, num + 1 */
     char first[24], second[24], life[24];

@@ -114,7 +114,7 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
 {
     /* the cancel owed and the acquire share one budget */
     int64_t deadline = dlock__time_budget(dlock__wait_deadline(w), s->op_timeout_ms);
-    int rc = dlock__redis_cancel_owed(s, h, deadline);
+    int rc = dlock__redis_cancel_owed(s, h, deadline, w);
     if (rc)
         return rc;
     uint64_t n = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* n and n + 1 */

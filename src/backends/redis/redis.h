@@ -534,9 +534,12 @@ void dlock__redis_cancel_lost_acquire(struct redis_state *s, const struct dlock_
  * Keeps the message. */
 void dlock__redis_rw_unwait_owe(struct redis_state *s, const struct dlock__hold *h);
 /* Before H's owner sends an acquire of H->name: send what it still owes
- * there (a cancel, an unwait), within DEADLINE. DLOCK_OK, or why it
- * could not. */
-int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
+ * there (a cancel, an unwait), within DEADLINE and until the cancel of
+ * the acquire's wait W (may be NULL): its requests, a cluster's pauses
+ * and the wait while the keeper sends the same end there
+ * (DLOCK_ECANCELED). DLOCK_OK, or why it could not. */
+int dlock__redis_cancel_owed(struct redis_state *s, const struct dlock__hold *h, int64_t deadline,
+                             struct dlock__wait *w);
 /* Undo an acquisition of H (request numbers up to LAST) that too few
  * replicas acknowledged (sync=N): owe the cancel of those requests, then
  * send it within DEADLINE, the call's budget. DLOCK_OK once sent; else
@@ -571,12 +574,13 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h);
  * the wait, else owe it to the core's cleanup queue (the keeper sends it;
  * best effort: the record lapses anyway). Keeps the caller's message. */
 void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, int64_t deadline);
-/* Send OWNER's unwait of NAME (scripts/rw_unwait.lua) within DEADLINE:
- * DLOCK_OK once done, or when the server answered with an error (it
- * would answer the same again); else the failure of a reply that did not
- * come. */
+/* Send OWNER's unwait of NAME (scripts/rw_unwait.lua) within DEADLINE
+ * and until W's cancel (W may be NULL: the owner's next wait, which sends
+ * it first): DLOCK_OK once done, or when the server answered with an
+ * error (it would answer the same again); else the failure of a reply
+ * that did not come (DLOCK_ECANCELED: W canceled). */
 int dlock__redis_rw_send_unwait(struct redis_state *s, const char *name, const char *owner,
-                                int64_t deadline);
+                                int64_t deadline, struct dlock__wait *w);
 /* A lock waiter W of H (keys K) with the subscriber hub: listen on the
  * channels releases of H's name are announced on (readers: RReadWriteLock's;
  * writers: RLock's, and on the Redisson layout RReadWriteLock's too, where
@@ -738,9 +742,11 @@ int dlock__redis_fair_release(struct redis_state *s, struct dlock__hold *h);
  * count and their owner ids. */
 int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dlock_info *info);
 /* cancel.c's cancel for a fair lock: OWNER leaves NAME's queue, its
- * requests up to LAST canceled, a lock handed to it passed on. */
+ * requests up to LAST canceled, a lock handed to it passed on; within
+ * DEADLINE and until W's cancel (W may be NULL). */
 int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char *owner,
-                             uint64_t last, int64_t lease_ms, int64_t deadline);
+                             uint64_t last, int64_t lease_ms, int64_t deadline,
+                             struct dlock__wait *w);
 
 /* --------------------------------------------------------- election.c */
 

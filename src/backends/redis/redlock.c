@@ -137,7 +137,8 @@ static void ask_owing_nodes(struct redlock *rl, struct dlock__hold *h, struct ac
                 dlock__now_ms() + (rl->node_timeout_ms < 250 ? rl->node_timeout_ms : 250);
             owed_rc[i] = dlock__redis_cancel_owed(rl->node[i], h,
                                                   owed_by < deadline || !deadline ? owed_by
-                                                                                  : deadline);
+                                                                                  : deadline,
+                                                  NULL);
         }
         if (owed_rc[i])
             snprintf(owed[i], sizeof owed[i], "%s", dlock_errmsg());
@@ -194,7 +195,7 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
          * (or that cancel, arriving late, would end the new hold there):
          * asked after the others, below. A deadline of now sends nothing,
          * it only says whether one is owed. */
-        if (dlock__redis_cancel_owed(rl->node[i], h, dlock__now_ms())) {
+        if (dlock__redis_cancel_owed(rl->node[i], h, dlock__now_ms(), NULL)) {
             owes[i] = true;
             nowing++;
             continue;

@@ -43,7 +43,8 @@ int dlock__redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__h
 
 /* Run script ID on K with NKEYS keys and ARGS after them (at most 3), as
  * WHAT; its integer reply in *VALUE. */
-static int rw_eval(struct redis_state *s, int64_t deadline, enum script_id id, const char *what,
+static int rw_eval(struct redis_state *s, int64_t deadline, struct dlock__wait *w,
+                   enum script_id id, const char *what,
                    const char **keys, const size_t *key_lens, int nkeys, const char **args,
                    int nargs, long long *value, const struct lock_keys *k)
 {
@@ -59,8 +60,8 @@ static int rw_eval(struct redis_state *s, int64_t deadline, enum script_id id, c
     }
     redisReply *r;
     bool retried = false;
-    int rc = dlock__redis_eval(s, deadline, id, nkeys, nkeys + nargs, argv, argl, true, NULL, NULL,
-                        what, &r, NULL, &retried, NULL);
+    int rc = dlock__redis_eval_synced(s, deadline, w, id, nkeys, nkeys + nargs, argv, argl, true,
+                                      NULL, NULL, what, &r, NULL, &retried, NULL, NULL);
     if (rc)
         return rc;
     rc = dlock__redis_status_reply(s, r, k, value);
@@ -82,7 +83,7 @@ int dlock__redis_rw_release(struct redis_state *s, struct dlock__hold *h)
     snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
     const char *args[] = {h->owner, token}; /* a later hold of ours has another token */
     long long status = 0;
-    rc = rw_eval(s, DLOCK__NEVER, S_RW_RELEASE_READ, "release", keys, lens, 4, args, 2, &status, &k);
+    rc = rw_eval(s, DLOCK__NEVER, NULL, S_RW_RELEASE_READ, "release", keys, lens, 4, args, 2, &status, &k);
     if (rc == DLOCK_EWRONGTYPE)
         rc = dlock__err(DLOCK_ELOST, "%s: shared lock '%s' was lost: %s", s->where, h->name,
                         dlock_errmsg());
@@ -111,7 +112,7 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
     const char *args[] = {h->owner, lease, token};
     long long status = 0;
     int64_t sent = dlock__now_ms();
-    rc = rw_eval(s, DLOCK__NEVER, S_RW_DOWNGRADE, "downgrade", keys, lens, 4, args, 3, &status, &k);
+    rc = rw_eval(s, DLOCK__NEVER, NULL, S_RW_DOWNGRADE, "downgrade", keys, lens, 4, args, 3, &status, &k);
     if (rc == DLOCK_EWRONGTYPE || (!rc && status != 1))
         rc = dlock__err(DLOCK_ELOST,
                         "%s: lock '%s' was lost before its downgrade to shared: key '%s' has no "
@@ -129,7 +130,7 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
 }
 
 int dlock__redis_rw_send_unwait(struct redis_state *s, const char *name, const char *owner,
-                                int64_t deadline)
+                                int64_t deadline, struct dlock__wait *w)
 {
     struct lock_keys k;
     int rc = dlock__redis_keys_make(s, name, &k);
@@ -139,11 +140,15 @@ int dlock__redis_rw_send_unwait(struct redis_state *s, const char *name, const c
     size_t lens[] = {k.writers_len, k.rwchan_len};
     const char *args[] = {owner};
     long long removed;
-    rc = rw_eval(s, deadline, S_RW_UNWAIT, "give up waiting", keys, lens, 2, args, 1, &removed, &k);
+    rc = rw_eval(s, deadline, w, S_RW_UNWAIT, "give up waiting", keys, lens, 2, args, 1, &removed,
+                 &k);
     dlock__redis_keys_free(&k);
     /* only a reply that did not come is worth another try: a server's
      * error would answer the same again */
-    return rc == DLOCK_ECONN || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNAVAIL ? rc : DLOCK_OK;
+    return rc == DLOCK_ECONN || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNAVAIL ||
+                   rc == DLOCK_ECANCELED
+               ? rc
+               : DLOCK_OK;
 }
 
 void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, int64_t deadline)
@@ -156,7 +161,7 @@ void dlock__redis_rw_unwait(struct redis_state *s, const struct dlock__hold *h, 
      * sends what could not be sent by then (a record left behind only
      * keeps readers out until it lapses) */
     if (dlock__time_left(deadline, s->op_timeout_ms) == 0 ||
-        dlock__redis_rw_send_unwait(s, h->name, h->owner, deadline) != DLOCK_OK)
+        dlock__redis_rw_send_unwait(s, h->name, h->owner, deadline, NULL) != DLOCK_OK)
         dlock__redis_rw_unwait_owe(s, h); /* cancel.c: before the owner's next request too */
     dlock__errmsg_restore(DLOCK_OK, msg);
 }

@@ -21,7 +21,8 @@
 #                        schedules by hand, as root; docs/safety.md
 #   make fuzz FUZZ_SECONDS=60  the libFuzzer targets of tests/fuzz/ (clang)
 #   make install PREFIX=/usr/local DESTDIR=   (and make uninstall): the
-#                        library, header, dlock(1), dlock.pc, man3 pages
+#                        library, header, dlock(1), dlock.pc, man3 pages,
+#                        bash and zsh completion (cli/completion/)
 #   make check-symbols   libdlock.a defines no global outside dlock_/dlock__
 
 VERSION_PART = $(shell sed -n 's/^\#define DLOCK_VERSION_$(1) \([0-9]*\).*/\1/p' include/dlock.h)
@@ -33,6 +34,8 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 
 CC ?= cc
 CFLAGS ?= -O2 -g
@@ -345,6 +348,9 @@ install: all
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdlock.so
 	install -m 755 $(CLI) $(DESTDIR)$(BINDIR)/
 	install -m 644 docs/dlock.1 $(DESTDIR)$(MANDIR)/man1/
+	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
+	install -m 644 cli/completion/dlock.bash $(DESTDIR)$(BASHCOMPDIR)/dlock
+	install -m 644 cli/completion/_dlock $(DESTDIR)$(ZSHCOMPDIR)/_dlock
 	install -m 644 $(MAN3) $(DESTDIR)$(MANDIR)/man3/
 	@$(foreach p,$(MAN3),$(foreach n,$(filter-out $(basename $(notdir $(p))),$(call man3_names,$(p))),\
 	  echo '.so man3/$(notdir $(p))' > $(DESTDIR)$(MANDIR)/man3/$(n).3;))
@@ -355,7 +361,7 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/dlock.h $(DESTDIR)$(LIBDIR)/libdlock.a $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	      $(DESTDIR)$(LIBDIR)/libdlock.so $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc $(DESTDIR)$(BINDIR)/dlock \
-	      $(DESTDIR)$(MANDIR)/man1/dlock.1
+	      $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(BASHCOMPDIR)/dlock $(DESTDIR)$(ZSHCOMPDIR)/_dlock
 	rm -f $(foreach p,$(MAN3),$(foreach n,$(call man3_names,$(p)),$(DESTDIR)$(MANDIR)/man3/$(n).3))
 
 clean:

@@ -1203,6 +1203,56 @@ TU_TEST(help_man, 120)
     free(out);
 }
 
+/* The shell completions (cli/completion/) offer every command --help
+ * names, run's options, the URL schemes and, past --, COMMAND; zsh's file
+ * parses. Options come from `dlock help` at completion time, so what is
+ * checked here is that the words are found where a user types them. */
+TU_TEST(completion_offers_commands_options_and_schemes, 60)
+{
+    const char *script =
+        "source cli/completion/dlock.bash\n"
+        "t() { COMP_WORDS=(\"$DLOCK_BIN\" \"$@\"); COMP_CWORD=$#; COMPREPLY=(); _dlock;\n"
+        "      echo \"$*: ${COMPREPLY[*]}\"; }\n"
+        "t ''; t r; t -u ''; t -u redis://h run --le; t hold --on; t run --on-lost k;\n"
+        "t run n -- ech; t help s; t run ./\n";
+    char *out, *err, *help;
+    int rc = tu_run((const char *[]){"bash", "-c", script, NULL}, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "bash: %d %s", rc, err);
+    const char *expect[] = {
+        ": run hold elect leader status release list bench help\n",
+        "r: run release\n",
+        "redis+cluster:// ",
+        "-u redis://h run --le: --lease\n",
+        "hold --on: --on-lost\n",
+        "run --on-lost k: kill\n",
+        "run n -- ech: echo",
+        "help s: status\n",
+        "run ./: ./",
+    };
+    for (size_t i = 0; i < sizeof expect / sizeof *expect; i++)
+        ck_assert_msg(strstr(out, expect[i]), "completion lacks '%s' in:\n%s", expect[i], out);
+    /* every command --help's usage lines name is offered */
+    ck_assert_int_eq(DLOCK(&help, NULL, "--help"), 0);
+    char *first = strstr(out, ": ");
+    ck_assert_ptr_nonnull(first);
+    for (const char *u = help; (u = strstr(u, "dlock [-u URL] ")); u++) {
+        char cmd[16];
+        if (sscanf(u + strlen("dlock [-u URL] "), "%15[a-z]", cmd) == 1) {
+            char *word = tu_fmt(" %s ", cmd), *line = tu_fmt(" %.*s ", (int)strcspn(first + 1, "\n"), first + 1);
+            ck_assert_msg(strstr(line, word), "--help names '%s', completion does not", cmd);
+            free(word);
+            free(line);
+        }
+    }
+    free(help);
+    free(out);
+    free(err);
+    rc = tu_run((const char *[]){"zsh", "-n", "cli/completion/_dlock", NULL}, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "zsh -n cli/completion/_dlock: %d %s", rc, err);
+    free(out);
+    free(err);
+}
+
 int main(void)
 {
     if (getenv(TERM_COUNTER_ENV))

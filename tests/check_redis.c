@@ -2463,6 +2463,96 @@ TU_TEST(tokens_survive_a_data_losing_restart, 60)
     served_close(&s);
 }
 
+/* Every counter dlock keeps on Redis follows the lock's rule: absent (a
+ * new name, data lost in a restart) or below 10^15, it goes on from the
+ * server's clock in microseconds. Semaphore tokens: 1 2 3, then after a
+ * restart without persistence 1 2 again, before the rule reached
+ * sem_acquire.lua; and a new name's first token was 1. */
+/* K=1 of S within 10 s; a try on a connection the restart closed fails
+ * DLOCK_ECONN (a semaphore acquire whose reply is lost is not sent
+ * again: its ids go to the cleanup queue), so such a try is made again. */
+static dlock_permit *permit_after_restart(dlock_semaphore *s)
+{
+    dlock_permit *p = NULL;
+    int rc = DLOCK_ECONN;
+    for (int tries = 0; tries < 20 && rc == DLOCK_ECONN; tries++)
+        rc = dlock_semaphore_acquire(s, 1, 10000, NULL, &p);
+    ck_assert_msg(rc == DLOCK_OK, "semaphore acquire: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    return p;
+}
+
+TU_TEST(semaphore_tokens_survive_a_data_losing_restart, 60)
+{
+    start_server(NULL);
+    dlock_client *c = open_with(NULL);
+    dlock_semaphore *s = tu_semaphore(c, "stok", 3);
+    uint64_t last = 0;
+    for (int round = 0; round < 2; round++) {
+        dlock_permit *p[3];
+        for (int i = 0; i < 3; i++) {
+            p[i] = permit_after_restart(s);
+            uint64_t t = 0;
+            ck_assert_int_eq(dlock_permit_token(p[i], &t), DLOCK_OK);
+            ck_assert_msg(t > last, "round %d permit %d: token %llu after %llu", round, i,
+                          (unsigned long long)t, (unsigned long long)last);
+            ck_assert_msg(t < (1ull << 53), "token %llu is past 2^53", (unsigned long long)t);
+            last = t;
+        }
+        for (int i = 0; i < 3; i++)
+            ck_assert_int_eq(dlock_permit_release(p[i]), DLOCK_OK);
+        if (round == 0)
+            ck_assert(fx_redis_restart(&srv));
+    }
+    /* a new name starts above what the other names issued */
+    dlock_semaphore *fresh = tu_semaphore(c, "snew", 2);
+    dlock_permit *p = tu_permit(fresh, 1, DLOCK_TRY);
+    uint64_t t = 0;
+    ck_assert_int_eq(dlock_permit_token(p, &t), DLOCK_OK);
+    ck_assert_msg(t > last, "new semaphore: first token %llu, %llu issued before",
+                  (unsigned long long)t, (unsigned long long)last);
+    ck_assert_int_eq(dlock_permit_release(p), DLOCK_OK);
+    dlock_semaphore_free(fresh);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+    stop_server();
+}
+
+/* The version of an election's value, the same rule: it went on from 1
+ * after a data-losing restart (and began at 1), so a reader that kept a
+ * version saw the same number again for another value. */
+TU_TEST(election_versions_survive_a_data_losing_restart, 60)
+{
+    start_server(NULL);
+    dlock_client *c = open_with(NULL);
+    uint64_t last = 0;
+    for (int round = 0; round < 2; round++) {
+        dlock_election *e = NULL;
+        ck_assert_int_eq(dlock_election_new(c, "ever", 0, &e), DLOCK_OK);
+        ck_assert_int_eq(dlock_election_campaign(e, "a", 10000, NULL), DLOCK_OK);
+        for (int i = 0; i < 2; i++) {
+            if (i)
+                ck_assert_int_eq(dlock_election_proclaim(e, "b"), DLOCK_OK);
+            dlock_leader *l = NULL;
+            ck_assert_int_eq(dlock_election_leader(c, "ever", &l), DLOCK_OK);
+            uint64_t v = dlock_leader_version(l);
+            ck_assert_msg(v > last, "round %d write %d: version %llu after %llu", round, i,
+                          (unsigned long long)v, (unsigned long long)last);
+            ck_assert_msg(v < (1ull << 53), "version %llu is past 2^53", (unsigned long long)v);
+            last = v;
+            dlock_leader_free(l);
+        }
+        if (round == 0) {
+            ck_assert(fx_redis_restart(&srv));
+            dlock_election_resign(e); /* its lock went with the data */
+        } else {
+            ck_assert_int_eq(dlock_election_resign(e), DLOCK_OK);
+        }
+        dlock_election_free(e);
+    }
+    dlock_client_close(c);
+    stop_server();
+}
+
 /* Token arithmetic at the edges of the counter, in both layouts: tokens
  * of 15 digits and more are written exactly (Lua formats 1e14 as
  * "1e+14"); a counter past 2^53 (where Lua numbers stop being exact and

@@ -570,6 +570,32 @@ TU_TEST(election_over_the_majority, 90)
     boss_election_end(&x);
 }
 
+/* The leader numbers its writes, and the numbers keep growing from one
+ * leadership to the next, as every counter dlock keeps on Redis: they
+ * began at 1 at every campaign, so a reader that kept a version saw the
+ * same number again for another leader's value (version 1 after 2). */
+TU_TEST(election_versions_keep_growing, 60)
+{
+    struct boss_election x = boss_campaign(NULL, "v1");
+    ck_assert_int_eq(dlock_election_proclaim(x.e, "v2"), DLOCK_OK);
+    dlock_leader *l = boss_seen_by(x.b);
+    ck_assert_str_eq(dlock_leader_value(l), "v2");
+    uint64_t before = dlock_leader_version(l);
+    dlock_leader_free(l);
+    ck_assert_int_eq(dlock_election_resign(x.e), DLOCK_OK);
+    dlock_election *e = NULL;
+    ck_assert_int_eq(dlock_election_new(x.b, "boss", 0, &e), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign(e, "w1", 10000, NULL), DLOCK_OK);
+    l = boss_seen_by(x.a);
+    ck_assert_str_eq(dlock_leader_value(l), "w1");
+    ck_assert_msg(dlock_leader_version(l) > before, "version %llu after %llu",
+                  (unsigned long long)dlock_leader_version(l), (unsigned long long)before);
+    dlock_leader_free(l);
+    ck_assert_int_eq(dlock_election_resign(e), DLOCK_OK);
+    dlock_election_free(e);
+    boss_election_end(&x);
+}
+
 /* The same election in the simple layout, where each node's lock value
  * carries that node's own token ("<owner>:<token>", and the nodes' tokens
  * differ): the nodes still agree on one leader. */

@@ -6,7 +6,9 @@
  * token (INCR of redisson_lock_token:{NAME}) is the leader's token. Beside
  * it, the HASH dlock_leader:{NAME} (same hash tag, so same cluster slot)
  * holds the value the leader wrote (field value), its token (field token)
- * and a version bumped by every write (field version). The leader writes
+ * and a version bumped by every write (field version; absent or below
+ * 10^15 it goes on from the server's clock in microseconds, as the token
+ * counter does). The leader writes
  * it right after winning and at each proclaim, in a script that first
  * checks the lock is still its own (held, and the token counter still at
  * its token: any later acquisition would have moved it), and publishes on
@@ -30,15 +32,25 @@
 
 /* KEYS: lock, value hash, leader channel, token counter. ARGV: our hash
  * field, our token, the value, and the version (redlock_election.c: numbered by
- * the leader, the same on every node; absent: counted here). 1 written,
- * 0 no longer ours. */
+ * the leader, the same on every node; absent: counted here, by the token
+ * counter's rule -- below 10^15, as after a data-losing restart or for a
+ * new name, it goes on from the server's clock in microseconds, so
+ * versions keep growing; lib_acquire.lua's new_token). 1 written, 0 no
+ * longer ours. */
 const char dlock__redis_leader_write_src[] =
     "local t = redis.call('type', KEYS[1]).ok\n"
     "if t == 'none' or redis.call('get', KEYS[4]) ~= ARGV[2] then return 0 end\n"
     "if t == 'hash' and redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
     "redis.call('hset', KEYS[2], 'token', ARGV[2], 'value', ARGV[3])\n"
     "if ARGV[4] then redis.call('hset', KEYS[2], 'version', ARGV[4])\n"
-    "else redis.call('hincrby', KEYS[2], 'version', 1) end\n"
+    "else\n"
+    "  local v = redis.call('hincrby', KEYS[2], 'version', 1)\n"
+    "  if v < 1e15 then\n"
+    "    local c = redis.call('time')\n"
+    "    local now = tonumber(c[1]) * 1000000 + tonumber(c[2])\n"
+    "    if now > v then redis.call('hset', KEYS[2], 'version', string.format('%d', now)) end\n"
+    "  end\n"
+    "end\n"
     "redis.call('publish', KEYS[3], '1')\n"
     "return 1\n";
 

@@ -64,11 +64,16 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value,
     if (rc)
         return rc;
     /* The leader numbers its writes, so the newest is the highest on any
-     * node, whichever writes a node missed. */
+     * node, whichever writes a node missed; from its clock in
+     * microseconds when that is ahead (a campaign's first write), so the
+     * numbers keep growing from one leadership to the next while the
+     * leaders' clocks agree, as the nodes' token counters do. */
     struct rl_hold *bd = h->bdata;
+    uint64_t clock_us = (uint64_t)dlock__wall_ms() * 1000;
+    bd->version = bd->version + 1 > clock_us ? bd->version + 1 : clock_us;
     char token[24], version[24];
     int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
-    int vl = snprintf(version, sizeof version, "%llu", (unsigned long long)++bd->version);
+    int vl = snprintf(version, sizeof version, "%llu", (unsigned long long)bd->version);
     const struct lock_keys *k = &lk.k;
     const char *args[] = {k->lock, lk.value, lk.chan, k->token, h->owner, token, value, version};
     size_t lens[] = {k->lock_len, strlen(lk.value), strlen(lk.chan), k->token_len,

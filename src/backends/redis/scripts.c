@@ -63,7 +63,7 @@ EMBED_SCRIPT(redis_lua_cancel_simple, "cancel_simple.lua");
 EMBED_SCRIPT(redis_lua_rw_release_read, "rw_release_read.lua");
 EMBED_SCRIPT(redis_lua_rw_downgrade, "rw_downgrade.lua");
 EMBED_SCRIPT(redis_lua_rw_unwait, "rw_unwait.lua");
-EMBED_SCRIPT(redis_lua_sem_acquire, "sem_acquire.lua");
+EMBED_ACQUIRE_SCRIPT(redis_lua_sem_acquire, "sem_acquire.lua");
 EMBED_SCRIPT(redis_lua_sem_release, "sem_release.lua");
 EMBED_SCRIPT(redis_lua_sem_renew, "sem_renew.lua");
 EMBED_SCRIPT(redis_lua_sem_inspect, "sem_inspect.lua");

@@ -1,10 +1,11 @@
 -- lib_acquire.lua: what the acquire scripts share (acquire_redisson.lua,
--- acquire_simple.lua, fair_lock.lua, acquire_multi.lua). EVAL takes one script, so scripts.c
--- embeds this file in front of each of them; to run one by hand, put it in
--- front too: cat lib_acquire.lua acquire_simple.lua > /tmp/a.lua, then
--- redis-cli --eval /tmp/a.lua ... A token key counts a lock's fencing
--- tokens; a canceled key is a hash: owner field = highest canceled
--- request number (see "Ambiguous replies" in docs/protocol-redis.md).
+-- acquire_simple.lua, fair_lock.lua, acquire_multi.lua, sem_acquire.lua).
+-- EVAL takes one script, so scripts.c embeds this file in front of each of
+-- them; to run one by hand, put it in front too: cat lib_acquire.lua
+-- acquire_simple.lua > /tmp/a.lua, then redis-cli --eval /tmp/a.lua ... A
+-- token key counts a lock's (or a semaphore's) fencing tokens; a canceled
+-- key is a hash: owner field = highest canceled request number (see
+-- "Ambiguous replies" in docs/protocol-redis.md).
 
 -- The server's clock in milliseconds.
 local function now_ms()

@@ -9,7 +9,11 @@
 -- 'count:<stored count>' when the semaphore has another count than N;
 -- 'type:<type>' when a key is not of this layout (nothing written then).
 -- Expired permits are given back first, as Redisson does (one message).
--- Run by hand: redis-cli --eval sem_acquire.lua s {s}:timeout redisson_sc:{s} dlock_sem_token:{s} , 3 1 30000 abcdefghijklmn
+-- The token counter follows the lock's rule (lib_acquire.lua's new_token:
+-- absent or below 10^15, it goes on from the server's clock in
+-- microseconds), and is counted before anything is taken, so a counter
+-- that cannot count fails the acquire with nothing written.
+-- Run by hand (with lib_acquire.lua in front): redis-cli --eval /tmp/a.lua s {s}:timeout redisson_sc:{s} dlock_sem_token:{s} , 3 1 30000 abcdefghijklmn
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local free = redis.pcall('get', KEYS[1])
 if type(free) == 'table' then return 'type:' .. redis.call('type', KEYS[1]).ok end
@@ -39,9 +43,11 @@ if free < k then
   if v[2] and tonumber(v[2]) < 922337203685477 then return {-1, tonumber(v[2]) - now} end
   return {-1, -1}
 end
+local token = new_token(KEYS[4])
+if type(token) == 'table' then return token end
 redis.call('decrby', KEYS[1], k)
 local expiry = now + tonumber(ARGV[3])
 for i = 0, k - 1 do
   redis.call('zadd', KEYS[2], expiry, ARGV[4] .. string.char(math.floor(i / 256), i % 256))
 end
-return {redis.call('incr', KEYS[4]), free - k}
+return {token, free - k}

@@ -405,6 +405,56 @@ TU_TEST(no_password_in_any_error, 60)
         }
 }
 
+/* Every option that holds a secret is left out of dlock_client_url() and
+ * of every message, not only password=: sentinel_password= (it reached
+ * COMMAND's DLOCK_URL and every "bad URL" message), and the value of a key
+ * no backend knows -- a misspelled or mis-cased password (?Password=,
+ * passw0rd=) -- is never echoed: the message names the key alone. */
+TU_TEST(no_secret_option_shown, 60)
+{
+    static const struct {
+        const char *in;
+        int rc;           /* of dlock_client_new() */
+        const char *shown; /* dlock_client_url(), or a word the message names */
+    } cases[] = {
+        {"redis+sentinel://h:26379/m?sentinel_password=hunter2", DLOCK_OK,
+         "redis+sentinel://h:26379/m"},
+        {"redis+sentinel://h:26379/m?lease=10s&sentinel_password=hunter2&db=2", DLOCK_OK,
+         "redis+sentinel://h:26379/m?lease=10s&db=2"},
+        {"rediss+sentinel://h/m?sentinel_password=hun%74er2", DLOCK_OK, "rediss+sentinel://h/m"},
+        {"redis+sentinel://h:0/m?sentinel_password=hunter2", DLOCK_EBADURL, "port"},
+        {"redis+sentinel://h/m?sentinel_password=hunter2&lease=soon", DLOCK_EBADURL, "lease"},
+        {"redis+sentinel://h/m?sentinel_password=hunter2&sentinel_password=hunter2",
+         DLOCK_EBADURL, "twice"},
+        {"redis://h?Password=hunter2", DLOCK_EBADURL, "'Password'"},
+        {"redis://h?PASSWORD=hunter2", DLOCK_EBADURL, "'PASSWORD'"},
+        {"redis://h?passw0rd=hunter2", DLOCK_EBADURL, "'passw0rd'"},
+        {"redis://h?sentinel_pasword=hunter2", DLOCK_EBADURL, "'sentinel_pasword'"},
+        {"etcd://h?api_token=hunter2", DLOCK_EBADURL, "'api_token'"},
+        {"zk://h?secret=hunter2", DLOCK_EBADURL, "'secret'"},
+        {"file:///tmp?Password=hunter2", DLOCK_EBADURL, "'Password'"},
+        {"redis://h?hunter2", DLOCK_EBADURL, "key=value"},
+        {"redis://h?lease=1s&hunter2&db=1", DLOCK_EBADURL, "key=value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        dlock_client *c = NULL;
+        int rc = dlock_client_new(cases[i].in, &c);
+        if (rc == DLOCK_ENOTBUILT)
+            continue;
+        ck_assert_msg(rc == cases[i].rc, "%s: %s (%s)", cases[i].in, dlock_err_name(rc),
+                      dlock_errmsg());
+        if (rc == DLOCK_OK) {
+            ck_assert_str_eq(dlock_client_url(c), cases[i].shown);
+            dlock_client_close(c);
+        } else {
+            ck_assert_msg(strstr(dlock_errmsg(), cases[i].shown), "%s: %s", cases[i].in,
+                          dlock_errmsg());
+        }
+        ck_assert_msg(!strstr(dlock_errmsg(), "hunter2") && !strstr(dlock_errmsg(), "hun%74"),
+                      "%s: the message shows the secret: %s", cases[i].in, dlock_errmsg());
+    }
+}
+
 /* A '@' after a '/' where the text before it is a valid host list can be
  * read both ways: refused, quoting nothing before the '@'. */
 TU_TEST(ambiguous_at, 60)

@@ -510,6 +510,29 @@ TU_TEST(env_tokens, 120)
     }
 }
 
+/* The passwords dlock reads from its environment are dlock's, not
+ * COMMAND's: `dlock run` leaves DLOCK_*_PASSWORD out of COMMAND's
+ * environment (they reached it, and whatever COMMAND starts, logs or
+ * dumps). Everything else in the environment still reaches it. */
+TU_TEST(no_password_in_command_env, 60)
+{
+    const char *env[] = {env_url,
+                         "DLOCK_REDIS_PASSWORD=pw-redis-hunter2",
+                         "DLOCK_ETCD_PASSWORD=pw-etcd-hunter2",
+                         "DLOCK_REDIS_SENTINEL_PASSWORD=pw-sentinel-hunter2",
+                         "DLOCK_SOMETHING_PASSWORD=pw-other-hunter2",
+                         "NOT_DLOCKS_PASSWORD=kept",
+                         NULL};
+    char *out, *err;
+    ck_assert_int_eq(TU_DLOCK(&out, &err, env, "run", "n", "env"), 0);
+    ck_assert_msg(!strstr(out, "hunter2"), "COMMAND saw a password:\n%s", out);
+    ck_assert_msg(strstr(out, "NOT_DLOCKS_PASSWORD=kept"), "%s", out);
+    ck_assert_msg(strstr(out, "DLOCK_NAME=n"), "%s", out);
+    ck_assert_str_eq(err, "");
+    free(out);
+    free(err);
+}
+
 TU_TEST(counter_8x200, 120)
 {
     char *counter = tu_fmt("%s/counter", dir);
@@ -945,6 +968,33 @@ TU_TEST(command_fds_redis, 120)
     start_redis(&r);
     check_command_fds(r.url, 0);
     fx_redis_stop(&r);
+}
+
+/* sentinel_password given in the URL never shows: not in COMMAND's
+ * DLOCK_URL or environment, not in -v's lines, not in an error about the
+ * same URL; nor does a mis-cased password option's value. */
+TU_TEST(sentinel_password_not_shown, 120)
+{
+    struct fx_sentinels sen = {.sentinel_password = "hunter2"};
+    ck_assert_msg(fx_sentinels_start(&sen, 0, 1), "the Sentinel topology did not start");
+    char *u = tu_fmt("%s?sentinel_password=hunter2", sen.url);
+    char *out, *err;
+    ck_assert_int_eq(DLOCK(&out, &err, "-u", u, "run", "-v", "n", "env"), 0);
+    ck_assert_msg(strstr(out, "DLOCK_URL=redis+sentinel://"), "%s", out);
+    ck_assert_msg(!strstr(out, "hunter2"), "COMMAND saw the password:\n%s", out);
+    ck_assert_msg(!strstr(err, "hunter2"), "stderr shows the password:\n%s", err);
+    free(out);
+    free(err);
+    char *bad[] = {tu_fmt("%s&lease=soon", u), tu_fmt("%s?Password=hunter2", sen.url),
+                   tu_fmt("%s&colour=blue", u)};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_int_eq(DLOCK(NULL, &err, "-u", bad[i], "run", "n", "true"), 78);
+        ck_assert_msg(*err && !strstr(err, "hunter2"), "%s: %s", bad[i], err);
+        free(err);
+        free(bad[i]);
+    }
+    free(u);
+    fx_sentinels_stop(&sen);
 }
 
 /* Renewals fail (the server is stopped): COMMAND, which shrugs off

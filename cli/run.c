@@ -244,6 +244,17 @@ static bool env_is_ours(const char *entry)
     return false;
 }
 
+/* A password dlock reads from its environment (DLOCK_REDIS_PASSWORD,
+ * DLOCK_ETCD_PASSWORD, DLOCK_REDIS_SENTINEL_PASSWORD, any DLOCK_*_PASSWORD):
+ * dlock's, not COMMAND's, so it is not passed on (the *_PASSWORD_FILE
+ * ones, paths, are). */
+static bool env_is_password(const char *entry)
+{
+    size_t name = strcspn(entry, "="), suffix = sizeof "_PASSWORD" - 1;
+    return strncmp(entry, "DLOCK_", 6) == 0 && name > 6 + suffix &&
+           strncmp(entry + name - suffix, "_PASSWORD", suffix) == 0;
+}
+
 static char **child_env(const char *const *names, const uint64_t *tokens, size_t nset,
                         const char *url, const char *etcd_key)
 {
@@ -254,7 +265,7 @@ static char **child_env(const char *const *names, const uint64_t *tokens, size_t
     if (!env)
         return NULL;
     for (size_t i = 0; i < n; i++)
-        if (!env_is_ours(environ[i]))
+        if (!env_is_ours(environ[i]) && !env_is_password(environ[i]))
             env[k++] = environ[i];
     if (asprintf(&env[k++], "DLOCK_NAME=%s", names[0]) < 0 ||
         (tokens && asprintf(&env[k++], "DLOCK_TOKEN=%" PRIu64, tokens[0]) < 0) ||

@@ -157,7 +157,10 @@ typedef enum dlock_option {
  * (redis://admin:hun/ter2@host, etcd://root:pa?ss@host), and a URL that
  * reads two ways (an '@' in the path after a host list:
  * redis://admin:12/ter2@host) is refused. No message and no
- * dlock_client_url() ever shows a password.
+ * dlock_client_url() ever shows a secret: the userinfo's password, an
+ * option whose key names one (password, sentinel_password, any key
+ * holding "pass", "pwd", "secret", "token", "cred" or "auth", in any case)
+ * or the value of an option no backend knows (a misspelled ?Password=).
  * Returns DLOCK_OK; DLOCK_EBADURL (malformed URL, unknown scheme or
  * option, bad duration); DLOCK_ENOTBUILT (the scheme's backend is not in
  * this build); DLOCK_ENOMEM; DLOCK_EINVAL (OUT is NULL). Any thread. */
@@ -200,8 +203,9 @@ DLOCK_EXTERN int dlock_client_connect(dlock_client *c);
  * both. On failure *OUT is NULL and the client is freed. Any thread. */
 DLOCK_EXTERN int dlock_open(const char *url, dlock_client **out);
 
-/* The client's URL with any password removed (the ":password" part and
- * any password= option); owned by the client. NULL for NULL. Any thread. */
+/* The client's URL with its secrets removed (the ":password" part, and
+ * password=, sentinel_password= and every option dlock_client_new() says
+ * is a secret); owned by the client. NULL for NULL. Any thread. */
 DLOCK_EXTERN const char *dlock_client_url(const dlock_client *c);
 
 /* The backend's name: "file", "redis", "etcd", "zk". NULL for NULL. Any

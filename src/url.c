@@ -29,6 +29,11 @@
  *     in a password as %2F, an '@' in a path as %40).
  * The redacted form (messages, dlock_client_url()) is made from the same
  * reading, so no message ever quotes what lies between "//" and that '@'.
+ *
+ * What else is a secret: url_value_secret() is the one list redact()
+ * reads -- an option whose key names one, and any option no backend
+ * knows (a misspelled ?Password= or passw0rd= is a password all the
+ * same). No message of this file quotes an option's value either.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -136,9 +141,9 @@ static int parse_query(const char *text, const char *q, struct dlock__url *u)
             if (u->nparams == DLOCK__MAX_PARAMS)
                 return bad(text, "too many options");
             const char *eq = memchr(q, '=', len);
-            if (!eq || eq == q)
-                return dlock__err(DLOCK_EBADURL, "bad URL '%s': option '%.*s' is not key=value",
-                                  text, (int)strcspn(q, "=&"), q);
+            if (!eq || eq == q) /* not quoted: it may be a password pasted there */
+                return dlock__err(DLOCK_EBADURL, "bad URL '%s': option %zu is not key=value",
+                                  text, u->nparams + 1);
             struct dlock__param *p = &u->params[u->nparams++];
             p->key = decode(q, (size_t)(eq - q));
             p->value = decode(eq + 1, len - (size_t)(eq + 1 - q));
@@ -251,11 +256,34 @@ static struct userinfo find_userinfo(const char *scheme, const char *rest)
     return ui;
 }
 
-/* The URL with the password left out: the ":password" of the userinfo
- * (found as the parser finds it) and every query option whose decoded key
- * is "password". Error messages quote this, never the text as given. A
- * text without "://" that holds an '@' shows only what precedes its first
- * ':' (it cannot be parsed, so where a password ends is unknown). */
+/* The words that make an option's key name a secret, in any case:
+ * password=, sentinel_password= and whatever is added later (an
+ * auth_token=, a client_secret=). */
+static const char *const secret_words[] = {"pass", "pwd", "secret", "token", "cred", "auth"};
+
+/* Whether the value of option KEY (decoded) of a SCHEME URL (lower case)
+ * must never be shown: its key names a secret, or no backend knows it.
+ * A known option that names a file (password_file=, tls_key=) is shown:
+ * the path is not the secret, and COMMAND's DLOCK_URL keeps working. */
+static bool url_value_secret(const char *scheme, const char *key)
+{
+    if (!dlock__option_known(scheme, key))
+        return true;
+    size_t len = strlen(key);
+    if (len > 5 && strcmp(key + len - 5, "_file") == 0)
+        return false;
+    for (size_t i = 0; i < sizeof secret_words / sizeof *secret_words; i++)
+        if (strcasestr(key, secret_words[i]))
+            return true;
+    return false;
+}
+
+/* The URL with its secrets left out: the ":password" of the userinfo
+ * (found as the parser finds it) and every query option whose value
+ * url_value_secret() hides. Error messages quote this, never the text as
+ * given. A text without "://" that holds an '@' shows only what precedes
+ * its first ':' (it cannot be parsed, so where a password ends is
+ * unknown); one without "://" shows no option. */
 static char *redact(const char *text)
 {
     size_t len = strlen(text);
@@ -269,17 +297,16 @@ static char *redact(const char *text)
         strcpy(o + keep, ":...");
         return r;
     }
+    char *scheme = strndup(text, sep ? (size_t)(sep - text) : 0);
+    if (!scheme) {
+        free(r);
+        return NULL;
+    }
+    for (char *c = scheme; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
     if (sep) {
         const char *rest = sep + 3;
-        char *scheme = strndup(text, (size_t)(sep - text));
-        if (!scheme) {
-            free(r);
-            return NULL;
-        }
-        for (char *c = scheme; *c; c++)
-            *c = (char)tolower((unsigned char)*c);
         struct userinfo ui = find_userinfo(scheme, rest);
-        free(scheme);
         size_t keep = (size_t)(rest - text) + (ui.found ? ui.colon : 0);
         memcpy(o, text, keep);
         o += keep;
@@ -296,7 +323,7 @@ static char *redact(const char *text)
             size_t seg = strcspn(q, "&");
             size_t klen = strcspn(q, "=&");
             char *key = decode(q, klen);
-            bool secret = !key || strcmp(key, "password") == 0;
+            bool secret = !key || url_value_secret(scheme, key);
             free(key);
             if (seg && !secret) {
                 *o++ = lead;
@@ -308,6 +335,7 @@ static char *redact(const char *text)
         }
     }
     *o = 0;
+    free(scheme);
     return r;
 }
 

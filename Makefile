@@ -186,6 +186,15 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(STATIC)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -Itests/lib $(ALL_CFLAGS) $(shell pkg-config --cflags check) \
 	  $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(STATIC) $(shell pkg-config --libs check) $(LIBS)
 
+# check_cli preloads this into `dlock run` to make its threads fail to
+# start (tests/preload/no_threads.c): plain, no sanitizer runtime.
+NO_THREADS_SO := $(BUILD)/tests/no_threads.so
+$(NO_THREADS_SO): tests/preload/no_threads.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -O2 -Wall -o $@ $<
+$(BUILD)/tests/check_cli: $(NO_THREADS_SO)
+$(BUILD)/tests/check_cli: CPPFLAGS += -DCLI_NO_THREADS_SO='"$(CURDIR)/$(NO_THREADS_SO)"'
+
 # The fault harness (tests/chaos/, issue 13): its short fixed-seed run is
 # a test binary of `make check`, `make chaos` runs long schedules by hand.
 # It drives every backend, so it is built only when all are.

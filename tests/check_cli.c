@@ -757,6 +757,34 @@ TU_TEST(signal_running, 120)
     free(marker);
 }
 
+/* The signal thread cannot start (every pthread_create() fails, as under a
+ * thread or memory limit: tests/preload/no_threads.c): `dlock run` must
+ * fail cleanly -- one line naming the thread, exit 70, COMMAND not run,
+ * the lock left free -- on a name and on a path alike. Before, the
+ * failure went unchecked: COMMAND ran with SIGTERM, SIGINT and SIGHUP
+ * blocked in dlock and nobody to pass them on. */
+TU_TEST(signal_thread_cannot_start, 60)
+{
+    char *ran = tu_fmt("%s/ran", dir), *cmd = tu_fmt("touch %s", ran);
+    char *path = tu_fmt("%s/path-lock", dir);
+    const char *preload[] = {env_url, "LD_PRELOAD=" CLI_NO_THREADS_SO,
+                             "ASAN_OPTIONS=verify_asan_link_order=0", NULL};
+    const char *names[] = {"nothread", path};
+    for (size_t i = 0; i < 2; i++) {
+        char *err;
+        int rc = TU_DLOCK(NULL, &err, preload, "run", names[i], "-c", cmd);
+        ck_assert_msg(rc == 70 && strstr(err, "signal thread") && count_lines(err) == 1,
+                      "%s: exit %d: %s", names[i], rc, err);
+        ck_assert_msg(access(ran, F_OK) != 0, "%s: COMMAND ran without a signal thread",
+                      names[i]);
+        ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", names[i], "true"), 0);
+        free(err);
+    }
+    free(path);
+    free(cmd);
+    free(ran);
+}
+
 /* The first child of PID (as /proc lists them) that is not EXCEPT, or 0. */
 static pid_t child_of(pid_t pid, pid_t except)
 {

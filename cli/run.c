@@ -191,6 +191,23 @@ static void note_inherited_fds(void)
 /* "run" or "hold": the command being parsed, for messages. */
 static const char *verb = "run";
 
+/* Start the signal thread, or return EXIT_SOFTWARE after saying why (a
+ * thread or memory limit): without it SIGTERM, SIGINT and SIGHUP would
+ * be blocked for the whole run and never passed on, so nothing is taken
+ * or run. */
+static int start_signal_thread(void)
+{
+    pthread_t st;
+    int e = pthread_create(&st, NULL, signal_thread, NULL);
+    if (e) {
+        fprintf(stderr, "dlock %s: cannot start the signal thread: %s; nothing was run\n", verb,
+                strerror(e));
+        return EXIT_SOFTWARE;
+    }
+    pthread_detach(st);
+    return 0;
+}
+
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
 {
     va_list ap;
@@ -904,9 +921,12 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     }
     R.name = name;
     R.label = label;
-    pthread_t st;
-    pthread_create(&st, NULL, signal_thread, NULL);
-    pthread_detach(st);
+    if ((code = start_signal_thread())) {
+        free(label);
+        free_held();
+        dlock_client_close(c);
+        return code;
+    }
 
     int64_t t0 = now_ms();
     if (verbose && wait_ms != DLOCK_TRY) {
@@ -1188,9 +1208,11 @@ static int path_lock_and_run(const struct run_opts *o, const char *path, char **
     R.name = path;
     R.label = quoted_list(&path, 1); /* freed at exit */
     R.wait_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    pthread_t st;
-    pthread_create(&st, NULL, signal_thread, NULL);
-    pthread_detach(st);
+    int code = start_signal_thread();
+    if (code) {
+        close(fd);
+        return code;
+    }
     int64_t t0 = now_ms();
     int rc = path_acquire(o, path, fd);
     pthread_mutex_lock(&R.mu);
@@ -1210,7 +1232,6 @@ static int path_lock_and_run(const struct run_opts *o, const char *path, char **
     if (o->verbose)
         vlog("holding '%s' (%s, flock(2), waited %" PRId64 " ms)", path,
              o->mode == DLOCK_SHARED ? "shared" : "exclusive", now_ms() - t0);
-    int code;
     if (!cmd) {
         code = hold_until_done(path, NULL, o->mode, NULL);
     } else {

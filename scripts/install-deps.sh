@@ -22,7 +22,7 @@ test=(
   etcd-server etcd-client                             # etcd
   zookeeper default-jre-headless                      # ZooKeeper
   util-linux hyperfine valgrind                       # flock(1), benchmarks, valgrind
-  bash zsh                                            # the shell completions (check_cli)
+  bash zsh man-db groff-base                         # completions, dlock(1) rendered (check_cli)
   iproute2 clang                                      # fault harness (ip, tc), fuzzing
   nftables                                            # fault harness: packet loss and reorder
   postgresql                                          # the fencing recipe's test (check_fencing_pg)

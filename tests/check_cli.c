@@ -1331,6 +1331,87 @@ TU_TEST(completion_offers_commands_options_and_schemes, 60)
     free(err);
 }
 
+/* The next argument of a roff macro line at *P ("quoted" with "" for a
+ * quote, or up to a space) into BUF; false at the line's end. */
+static bool roff_arg(const char **p, char *buf, size_t size)
+{
+    const char *s = *p;
+    size_t n = 0;
+    while (*s == ' ')
+        s++;
+    if (!*s || *s == '\n')
+        return false;
+    if (*s == '"') {
+        for (s++; *s && *s != '\n'; s++) {
+            if (*s == '"' && s[1] != '"')
+                break;
+            s += *s == '"'; /* "" is one quote */
+            if (n + 1 < size)
+                buf[n++] = *s;
+        }
+        s += *s == '"';
+    } else {
+        for (; *s && *s != ' ' && *s != '\n'; s++)
+            if (n + 1 < size)
+                buf[n++] = *s;
+    }
+    buf[n] = 0;
+    *p = s;
+    return true;
+}
+
+/* Lines of PAGE where an alternating-font macro (.BR, .IR, .BI, ...) runs
+ * two words together: its arguments are set with no space between them,
+ * so ".BR flock (2). On Redis" renders "flock(2).OnRedis". */
+static void assert_no_glued_words(const char *path)
+{
+    char *page = tu_read_file(path);
+    ck_assert_msg(page, "cannot read %s", path);
+    int line = 1;
+    for (const char *l = page; *l; line++) {
+        static const char *const macros[] = {".BR ", ".RB ", ".BI ", ".IB ", ".RI ", ".IR "};
+        for (size_t k = 0; k < sizeof macros / sizeof *macros; k++) {
+            if (strncmp(l, macros[k], 4))
+                continue;
+            const char *p = l + 4;
+            char prev[256] = "", arg[256];
+            while (roff_arg(&p, arg, sizeof arg)) {
+                size_t n = strlen(prev);
+                bool glued = n && (isalnum((unsigned char)prev[n - 1]) || strchr(".,;:)", prev[n - 1])) &&
+                             isalnum((unsigned char)arg[0]);
+                ck_assert_msg(!glued, "%s:%d: '%s' and '%s' render as one word", path, line, prev,
+                              arg);
+                snprintf(prev, sizeof prev, "%s", arg);
+            }
+        }
+        l += strcspn(l, "\n");
+        l += *l == '\n';
+    }
+    free(page);
+}
+
+/* dlock(1) renders with man(1) without a warning, and no alternating-font
+ * line of it or of the man3 pages glues words together. */
+TU_TEST(man_pages_render_without_glued_words, 60)
+{
+    char *out, *err;
+    int rc = tu_run((const char *[]){"man", "--warnings=w", "-l", "docs/dlock.1", NULL},
+                    (const char *[]){"MANWIDTH=80", "MAN_KEEP_FORMATTING=", NULL}, &out, &err);
+    ck_assert_msg(rc == 0 && !*err, "man -l docs/dlock.1: exit %d: %s", rc, err);
+    ck_assert_ptr_nonnull(strstr(out, "DESCRIPTION"));
+    free(out);
+    free(err);
+    assert_no_glued_words("docs/dlock.1");
+    char *list;
+    rc = tu_run((const char *[]){"sh", "-c", "ls docs/man3/*.3", NULL}, NULL, &list, &err);
+    ck_assert_int_eq(rc, 0);
+    char *save, *tok;
+    for (tok = strtok_r(list, "\n", &save); tok; tok = strtok_r(NULL, "\n", &save))
+        assert_no_glued_words(tok);
+    free(list);
+    free(err);
+}
+
 int main(void)
 {
     if (getenv(TERM_COUNTER_ENV))

@@ -1,12 +1,14 @@
 /* dlock.h -- the whole public API of libdlock, distributed locks for C.
  *
  * This header is the specification: what is not written here is not API.
- * One client talks to one backend, chosen by URL (file://, redis://,
- * redis+sentinel://, redlock://, etcd://, zk://). Every backend keeps the
- * same contract: exclusion, leases renewed by a background keeper thread,
- * a callback when a hold is lost, a fencing token per acquisition,
- * per-thread reentrancy, waits that sleep until the backend reports a
- * release, and errors that say what failed in the backend's own words.
+ * One client talks to one backend, chosen by URL (file://; redis://,
+ * rediss://, redis+unix://, redis+sentinel://, redis+cluster:// and their
+ * TLS forms, redlock://, redlocks://; etcd://, etcd+https://; zk://).
+ * Every backend keeps the same contract: exclusion, leases renewed by a
+ * background keeper thread, a callback when a hold is lost, a fencing
+ * token per acquisition, per-thread reentrancy, waits that sleep until
+ * the backend reports a release, and errors that say what failed in the
+ * backend's own words.
  *
  * Conventions used at every function below:
  *  - Functions returning int return DLOCK_OK (0) or a negative DLOCK_E*
@@ -175,9 +177,10 @@ DLOCK_EXTERN int dlock_client_new(const char *url, dlock_client **out);
  * Threads: not against other calls on the same client.
  * Backends: each reads the options it needs when connecting and ignores
  * the others (file: only KEY_PREFIX; TLS: etcd+https and rediss only --
- * redis:// and etcd:// answer DLOCK_EBADURL, zk DLOCK_ENOTSUP at connect; LAYOUT: redis "redisson" or "simple",
- * etcd "concurrency" or "etcdctl", zk "curator"; LEASE_MS: zk asks it as
- * the session timeout, etcd rounds it up to whole seconds). */
+ * redis:// and etcd:// answer DLOCK_EBADURL, zk DLOCK_ENOTSUP at connect;
+ * LAYOUT: redis "redisson", "simple" or "fair" (not on redlock://), etcd
+ * "concurrency" or "etcdctl", zk "curator" or "curator-rw"; LEASE_MS: zk
+ * asks it as the session timeout, etcd rounds it up to whole seconds). */
 DLOCK_EXTERN int dlock_client_setopt_int(dlock_client *c, dlock_option opt, int64_t value);
 DLOCK_EXTERN int dlock_client_setopt_str(dlock_client *c, dlock_option opt, const char *value);
 

@@ -2693,6 +2693,75 @@ TU_TEST(own_key_space_names_refused, 60)
     served_close(&s);
 }
 
+/* Names that would be, or share, the keys dlock derives from another
+ * name are refused by every primitive, naming the name and why, with
+ * nothing written: a lock named dlock_sem_token:{smz} was semaphore smz's
+ * counter (whose acquire then failed after it had taken a permit), a lock
+ * named dlock_leader:{elz} shared one hash with election elz, and
+ * semaphores x and {x} shared {x}:timeout (as locks x and {x} shared
+ * redisson_lock_token:{x}). Names merely like them are taken. */
+TU_TEST(names_aliasing_derived_keys_refused, 60)
+{
+    start_server(NULL);
+    dlock_client *c = open_with(NULL);
+    redisContext *ctx = raw();
+    const char *refused[] = {
+        "dlock_sem_token:{smz}", "dlock_sem_released:{smz}", "redisson_sc:{smz}",
+        "{smz}:timeout", "a{b}:timeout", "dlock_leader:{elz}", "dlock_leader__channel:{elz}",
+        "dlock_fair_queue:{f}", "dlock_fair_waiters:{f}", "dlock_fair__channel:u",
+        "{rw}:0b7e5d64-6f1c-4c6a-9d41-1d7f3f3c8a21:1:rwlock_timeout:1", "{x}", "{x}}",
+        "{x}y}", "redisson_lock_token:{x}"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const char *n = refused[i];
+        dlock_lock *l = tu_lock(c, n);
+        int rc = dlock_acquire(l, DLOCK_TRY);
+        ck_assert_msg(rc == DLOCK_EINVAL && strstr(dlock_errmsg(), n), "lock '%s': %s: %s", n,
+                      dlock_err_name(rc), dlock_errmsg());
+        dlock_lock_free(l);
+        dlock_semaphore *sem = tu_semaphore(c, n, 2);
+        dlock_permit *p = NULL;
+        rc = dlock_semaphore_acquire(sem, 1, DLOCK_TRY, NULL, &p);
+        ck_assert_msg(rc == DLOCK_EINVAL && strstr(dlock_errmsg(), n), "semaphore '%s': %s: %s",
+                      n, dlock_err_name(rc), dlock_errmsg());
+        dlock_info *info = NULL;
+        ck_assert_int_eq(dlock_semaphore_inspect(c, n, 2, &info), DLOCK_EINVAL);
+        dlock_semaphore_free(sem);
+        dlock_election *e = NULL;
+        ck_assert_int_eq(dlock_election_new(c, n, 0, &e), DLOCK_OK);
+        rc = dlock_election_campaign(e, "v", DLOCK_TRY, NULL);
+        ck_assert_msg(rc == DLOCK_EINVAL, "election '%s': %s: %s", n, dlock_err_name(rc),
+                      dlock_errmsg());
+        dlock_election_free(e);
+        ck_assert_msg(cmd_int(ctx, "DBSIZE") == 0, "'%s' wrote a key", n);
+    }
+    const char *taken[] = {"job:timeout", "a{b}", "{a}b", "x", "x}", "dlock_semx", "x:{y}z"};
+    for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+        dlock_lock *l = tu_lock(c, taken[i]);
+        TU_ACQUIRE_OK(l, DLOCK_TRY);
+        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+        dlock_semaphore *sem = tu_semaphore(c, taken[i], 2);
+        dlock_permit *p = tu_permit(sem, 1, DLOCK_TRY);
+        ck_assert_int_eq(dlock_permit_release(p), DLOCK_OK);
+        dlock_semaphore_free(sem);
+    }
+    /* a token counter that cannot count fails the acquire before any
+     * permit is taken */
+    freeReplyObject(cmd(ctx, "HSET %s a 1", "dlock_sem_token:{smz}"));
+    dlock_semaphore *sem = tu_semaphore(c, "smz", 2);
+    dlock_permit *p = NULL;
+    int rc = dlock_semaphore_acquire(sem, 1, DLOCK_TRY, NULL, &p);
+    ck_assert_msg(rc != DLOCK_OK, "acquire took a permit");
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_semaphore_inspect(c, "smz", 2, &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_free_permits(info), 2);
+    dlock_info_free(info);
+    dlock_semaphore_free(sem);
+    redisFree(ctx);
+    dlock_client_close(c);
+    stop_server();
+}
+
 /* The reply of an acquire or release lost to a timeout (CLIENT PAUSE
  * holds the scripts on the server longer than the client's operation
  * timeout): the first attempt spent the call's budget, so the call fails

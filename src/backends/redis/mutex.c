@@ -712,8 +712,8 @@ static bool key_is_lock(struct redis_state *s, struct rconn *k, const char *key,
 {
     const char *argv[2] = {s->simple ? "GET" : "HKEYS", key};
     size_t argl[2] = {strlen(argv[0]), len};
-    if (dlock__redis_own_key_space(key, len))
-        return false; /* a token counter or a record of canceled acquires */
+    if (dlock__redis_derived_key(key, len))
+        return false; /* a token counter, a record of canceled acquires... */
     if (s->simple) {
         /* a string of dlock's shape: "<uuid>:<thread>:<token>" */
         redisReply *r;

@@ -472,10 +472,17 @@ struct renew_bufs {
 };
 int dlock__redis_renew_bufs_new(struct renew_bufs *r, size_t args, size_t vals, size_t holds);
 void dlock__redis_renew_bufs_free(struct renew_bufs *r);
-/* The prefix of the key space KEY falls in when it is one of the keys
- * dlock makes beside a lock (token counter, channel, canceled acquires):
- * "redisson_lock_token:"...; NULL for any other key. */
-const char *dlock__redis_own_key_space(const char *key, size_t len);
+/* What KEY (LEN bytes) is when it is, or can be, one of the keys dlock
+ * makes from a name (a token counter, a channel, a record, a semaphore's
+ * expiries, a name's "{N}" base...): "a semaphore's token counter
+ * (dlock_sem_token:{N})"...; NULL for any other key. A lock, election or
+ * semaphore whose key is one would meet another name's keys
+ * (docs/protocol-redis.md, "Names that alias dlock's keys"). */
+const char *dlock__redis_derived_key(const char *key, size_t len);
+/* DLOCK_EINVAL, naming NAME (a KIND: "lock", "semaphore"), its KEY
+ * (prefix + name) and why, when KEY is such a key; else DLOCK_OK. */
+int dlock__redis_name_check(const struct redis_state *s, const char *kind, const char *name,
+                            const char *key, size_t len);
 /* Run script ID once, or, when RETRY and the reply was lost to an I/O
  * error or timeout, once more on a fresh connection (the scripts are
  * written so a repeat is harmless) with RETRY_ARGS (NULL: ARGS again; an

@@ -193,18 +193,60 @@ int dlock__redis_key_block(const struct redis_state *s, const char *name, char *
     return DLOCK_OK;
 }
 
-const char *dlock__redis_own_key_space(const char *key, size_t len)
+/* KEY (LEN bytes) ends with SUFFIX and has a '{' before it: then it is
+ * key base + SUFFIX of the name whose base it starts with. */
+static bool tagged_with_suffix(const char *key, size_t len, const char *suffix)
 {
-    static const char *const spaces[] = {"redisson_lock_token:", "redisson_lock__channel:",
-                                         "dlock_canceled:", "redisson_rwlock:",
-                                         "dlock_writers:", "dlock_fair_queue:",
-                                         "dlock_fair_waiters:", "dlock_fair__channel:"};
-    for (size_t i = 0; i < sizeof spaces / sizeof spaces[0]; i++) {
-        size_t sl = strlen(spaces[i]);
-        if (len >= sl && memcmp(key, spaces[i], sl) == 0)
-            return spaces[i];
+    size_t sl = strlen(suffix);
+    return len > sl && memcmp(key + len - sl, suffix, sl) == 0 && memchr(key, '{', len - sl);
+}
+
+const char *dlock__redis_derived_key(const char *key, size_t len)
+{
+    static const struct {
+        const char *prefix, *what;
+    } families[] = {
+        {"redisson_lock_token:", "a lock's token counter (redisson_lock_token:{N})"},
+        {"redisson_lock__channel:", "a lock's channel (redisson_lock__channel:{N})"},
+        {"dlock_canceled:", "a lock's record of canceled acquires (dlock_canceled:{N})"},
+        {"redisson_rwlock:", "a read-write lock's channel (redisson_rwlock:{N})"},
+        {"dlock_writers:", "a read-write lock's waiting writers (dlock_writers:{N})"},
+        {"dlock_fair_queue:", "a fair lock's queue (dlock_fair_queue:{N})"},
+        {"dlock_fair_waiters:", "a fair lock's waiters (dlock_fair_waiters:{N})"},
+        {"dlock_fair__channel:", "a fair client's channel (dlock_fair__channel:<uuid>)"},
+        {"dlock_leader:", "an election's value (dlock_leader:{N})"},
+        {"dlock_leader__channel:", "an election's channel (dlock_leader__channel:{N})"},
+        {"dlock_sem_token:", "a semaphore's token counter (dlock_sem_token:{N})"},
+        {"dlock_sem_released:", "a semaphore's record of releases (dlock_sem_released:{N})"},
+        {"redisson_sc:", "a semaphore's channel (redisson_sc:{N})"},
+    };
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+        size_t pl = strlen(families[i].prefix);
+        if (len >= pl && memcmp(key, families[i].prefix, pl) == 0)
+            return families[i].what;
     }
+    if (tagged_with_suffix(key, len, ":timeout"))
+        return "a semaphore's permit expiries ({N}:timeout)";
+    if (tagged_with_suffix(key, len, ":rwlock_timeout:1"))
+        return "a reader's lease ({N}:<owner>:rwlock_timeout:1)";
+    /* "{N}" is the base of N's keys (redisson_lock_token:{N}, {N}:timeout...)
+     * and, holding a '{', its own base too: the two would share them all */
+    if (len >= 2 && key[0] == '{' && key[len - 1] == '}' && !memchr(key + 1, '{', len - 2))
+        return "the base of the keys of the name inside its braces ({N}: both names' "
+               "token counters, channels, records and permit expiries would be one)";
     return NULL;
+}
+
+int dlock__redis_name_check(const struct redis_state *s, const char *kind, const char *name,
+                            const char *key, size_t len)
+{
+    const char *what = dlock__redis_derived_key(key, len);
+    if (!what)
+        return DLOCK_OK;
+    return dlock__err(DLOCK_EINVAL,
+                      "%s: %s name '%s' (key '%s') would be %s, a key dlock makes for another "
+                      "name; refused",
+                      s->where, kind, name, key, what);
 }
 
 void dlock__redis_keys_free(struct lock_keys *k)
@@ -259,17 +301,9 @@ int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_
                                     sizeof parts / sizeof parts[0]);
     if (rc)
         return rc;
-    const char *space = dlock__redis_own_key_space(k->lock, k->lock_len);
-    if (space) {
-        rc = dlock__err(DLOCK_EINVAL,
-                        "%s: lock name '%s' (key '%s') falls in dlock's own key space '%s...' "
-                        "(the token counters, channels and canceled-acquire records of "
-                        "other locks); refused",
-                        s->where, name, k->lock, space);
+    if ((rc = dlock__redis_name_check(s, "lock", name, k->lock, k->lock_len)))
         dlock__redis_keys_free(k);
-        return rc;
-    }
-    return DLOCK_OK;
+    return rc;
 }
 
 /* ======================================================== running scripts */

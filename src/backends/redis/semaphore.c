@@ -61,8 +61,11 @@ static int sem_keys_make(struct redis_state *s, const char *name, struct sem_key
         {"dlock_sem_token:", "", &k->token, &k->token_len},
         {"dlock_sem_released:", "", &k->released, &k->released_len},
     };
-    return dlock__redis_key_block(s, name, &k->name, &k->name_len, parts,
-                                  sizeof parts / sizeof parts[0]);
+    int rc = dlock__redis_key_block(s, name, &k->name, &k->name_len, parts,
+                                    sizeof parts / sizeof parts[0]);
+    if (!rc && (rc = dlock__redis_name_check(s, "semaphore", name, k->name, k->name_len)))
+        sem_keys_free(k);
+    return rc;
 }
 
 /* H's id prefix, from the hex of its first id in h->owner. */
@@ -501,7 +504,12 @@ static char *sem_of_timeout_key(struct redis_state *s, struct rconn *k, const re
             continue;
         char *name = dlock__sprintf("%.*s", (int)(len - plen), full + plen);
         struct sem_keys keys;
-        if (!name || sem_keys_make(s, name, &keys)) {
+        int made = name ? sem_keys_make(s, name, &keys) : DLOCK_ENOMEM;
+        if (made == DLOCK_EINVAL) { /* "{x}": x's keys, not a name of its own */
+            free(name);
+            continue;
+        }
+        if (made) {
             free(name);
             *err = dlock__err(DLOCK_ENOMEM, "out of memory");
             return NULL;

@@ -11,12 +11,14 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -724,6 +726,107 @@ TU_TEST(meta_byte_foreign, 60)
     dlock_lock_free(l);
     dlock_client_close(c);
     free(marker);
+    free(path);
+}
+
+/* An observe of election NAME through C waiting forever with a cancel
+ * object, in a thread of its own (value_file_foreign). */
+struct observer {
+    dlock_client *c;
+    const char *name;
+    dlock_cancel *cancel;
+    atomic_int rc;
+    atomic_long tid;
+    pthread_t th;
+};
+
+static void *observer_main(void *arg)
+{
+    struct observer *o = arg;
+    o->tid = syscall(SYS_gettid);
+    dlock_leader *l = NULL;
+    o->rc = dlock_election_observe(o->c, o->name, NULL, DLOCK_FOREVER, o->cancel, &l);
+    dlock_leader_free(l);
+    return NULL;
+}
+
+/* Anyone who can open an election's value file (NAME.leader) can hold
+ * its lock byte: a campaign, a proclaim, a leader query and an observer
+ * are not hung by it -- a bounded call ends at its bound, a try-once one
+ * at once, an unbounded one at its cancel -- and the failed campaign
+ * leaves nobody leading. An OFD lock of another open file description of
+ * this process stands in for the other process. */
+TU_TEST(value_file_foreign, 60)
+{
+    dlock_client *c = tu_open(url);
+    dlock_election *e = NULL;
+    ck_assert_int_eq(dlock_election_new(c, "el", 0, &e), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign(e, "one", DLOCK_TRY, NULL), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_resign(e), DLOCK_OK);
+    char *path = tu_fmt("%s/el.leader", dir);
+    int fd = open(path, O_RDWR);
+    ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+    /* A reader's lock keeps every writer out. */
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    ck_assert_int_eq(fcntl(fd, F_OFD_SETLK, &fl), 0);
+    ck_assert_int_eq(dlock_election_campaign(e, "two", 300, NULL), DLOCK_ETIMEDOUT);
+    ck_assert_msg(strstr(dlock_errmsg(), "el.leader"), "%s", dlock_errmsg());
+    ck_assert_int_eq(dlock_election_campaign(e, "two", DLOCK_TRY, NULL), DLOCK_EBUSY);
+    dlock_lock *campaign = NULL;
+    ck_assert_int_eq(dlock_lock_new_campaign(c, "el", "three", 0, &campaign), DLOCK_OK);
+    struct tu_waiter t;
+    tu_waiter_start(&t, campaign, DLOCK_FOREVER);
+    tu_waiter_cancel_until_returned(&t);
+    ck_assert_int_eq(t.rc, DLOCK_ECANCELED);
+    ck_assert_uint_eq(dlock_hold_count(campaign), 0);
+    dlock_leader *l = NULL;
+    ck_assert_int_eq(dlock_election_leader(c, "el", &l), DLOCK_OK);
+    ck_assert_int_eq(dlock_leader_held(l), 0); /* no campaign kept the lead */
+    dlock_leader_free(l);
+    /* A writer's lock keeps the readers out too. */
+    fl.l_type = F_WRLCK;
+    ck_assert_int_eq(fcntl(fd, F_OFD_SETLK, &fl), 0);
+    /* A one-shot read waits up to the op timeout (for a leader caught
+     * between winning and writing its value). */
+    char *short_url = tu_fmt("%s?timeout=200ms", url);
+    dlock_client *cs = tu_open(short_url);
+    l = (dlock_leader *)1;
+    ck_assert_int_eq(dlock_election_leader(cs, "el", &l), DLOCK_ETIMEDOUT);
+    ck_assert_msg(strstr(dlock_errmsg(), "el.leader"), "%s", dlock_errmsg());
+    ck_assert_ptr_null(l);
+    struct observer o = {.c = c, .name = "el"};
+    ck_assert_int_eq(dlock_cancel_new(&o.cancel), DLOCK_OK);
+    ck_assert_int_eq(pthread_create(&o.th, NULL, observer_main, &o), 0);
+    ck_assert(tu_wait_thread_asleep(&o.tid, 10000));
+    ck_assert_int_eq(dlock_cancel_fire(o.cancel), DLOCK_OK);
+    pthread_join(o.th, NULL);
+    ck_assert_int_eq(o.rc, DLOCK_ECANCELED);
+    dlock_cancel_free(o.cancel);
+    /* The command line honours -w. */
+    const char *elect[] = {"-u", url, "elect", "-w", "1", "el", "--", "true", NULL};
+    ck_assert_int_eq(tu_dlock(NULL, NULL, NULL, elect), 1);
+    /* A leader's proclaim is bounded by the op timeout. */
+    close(fd);
+    dlock_election *es = NULL;
+    ck_assert_int_eq(dlock_election_new(cs, "el", 0, &es), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign(es, "four", DLOCK_TRY, NULL), DLOCK_OK);
+    fd = open(path, O_RDONLY);
+    fl.l_type = F_RDLCK;
+    ck_assert_int_eq(fcntl(fd, F_OFD_SETLK, &fl), 0);
+    ck_assert_int_eq(dlock_election_proclaim(es, "five"), DLOCK_ETIMEDOUT);
+    ck_assert_msg(strstr(dlock_errmsg(), "el.leader"), "%s", dlock_errmsg());
+    close(fd);
+    ck_assert_int_eq(dlock_election_proclaim(es, "five"), DLOCK_OK);
+    l = NULL;
+    ck_assert_int_eq(dlock_election_leader(c, "el", &l), DLOCK_OK);
+    ck_assert_str_eq(dlock_leader_value(l), "five");
+    dlock_leader_free(l);
+    dlock_election_free(es);
+    dlock_client_close(cs);
+    free(short_url);
+    dlock_lock_free(campaign);
+    dlock_election_free(e);
+    dlock_client_close(c);
     free(path);
 }
 

@@ -132,25 +132,26 @@ static void sleep_ms(int64_t ms)
         ;
 }
 
-/* Take the metadata byte in TYPE. Its legitimate holders keep it for a
- * pread and a pwrite, but anyone who can open the file can hold it
- * forever, so it is tried on a backoff of 1 to 50 ms: within W's deadline
- * and cancellable for an acquire that waits, for META_TRY_MS for a
- * try-once acquire (then DLOCK_EBUSY), and for the op timeout when W is
- * NULL (inspect; then DLOCK_ETIMEDOUT). */
-int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short type,
-                     struct dlock__wait *w)
+/* Take B's byte. Its legitimate holders keep it for a few syscalls (a
+ * pread and a pwrite), but anyone who can open the file can hold it
+ * forever, so it is never waited for in the kernel (F_OFD_SETLKW would
+ * ignore the deadline and the cancel): it is tried on a backoff of 1 to
+ * 50 ms, within W's deadline and cancellable for a call that waits, for
+ * META_TRY_MS for a try-once call (then DLOCK_EBUSY), and for the op
+ * timeout when W is NULL (inspect, proclaim; then DLOCK_ETIMEDOUT). */
+int dlock__file_byte_lock(struct file_state *s, const struct file_byte *b, struct dlock__wait *w)
 {
-    struct dlock__backoff b = {.min_ms = 1, .max_ms = 50};
+    struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 50};
     bool own_clock = !w || dlock__wait_try_once(w);
     int64_t op_ms = s->c->opts.op_timeout_ms > 0 ? s->c->opts.op_timeout_ms : 5000;
     int64_t until = dlock__now_ms() + (w ? META_TRY_MS : op_ms);
     for (;;) {
-        if (dlock__file_range_lock(fd, type, META_BYTE) == 0)
+        if (dlock__file_range_lock(b->fd, b->type, b->byte) == 0)
             return DLOCK_OK;
         if (errno != EAGAIN && errno != EACCES && errno != EINTR)
-            return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: meta lock", s->dir, fname);
-        int64_t delay = dlock__backoff_next(&b);
+            return dlock__errno(DLOCK_EIO, errno, "%s %s/%s: lock of its %s", b->what, s->dir,
+                                b->fname, b->role);
+        int64_t delay = dlock__backoff_next(&backoff);
         int rc = DLOCK_OK;
         if (own_clock) {
             int64_t left = until - dlock__now_ms();
@@ -162,13 +163,21 @@ int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short
             rc = dlock__wait_sleep(w, dlock__wait_seq(w), dlock__now_ms() + delay);
         }
         if (rc == DLOCK_ECANCELED)
-            return dlock__err(rc, "lock file %s/%s: canceled while its metadata byte was locked "
-                                  "by another process", s->dir, fname);
+            return dlock__err(rc, "%s %s/%s: canceled while its %s was locked by another process",
+                              b->what, s->dir, b->fname, b->role);
         if (rc)
-            return dlock__err(rc, "lock file %s/%s: its metadata byte (byte 1) stays locked by "
-                                  "another process (a lock file readable by others can be held "
-                                  "this way: it should be mode 0600 or 0660)", s->dir, fname);
+            return dlock__err(rc, "%s %s/%s: its %s stays locked by another process (a file "
+                                  "others can open can be held this way: it should be mode 0600 "
+                                  "or 0660)", b->what, s->dir, b->fname, b->role);
     }
+}
+
+int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short type,
+                          struct dlock__wait *w)
+{
+    struct file_byte b = {.fd = fd, .fname = fname, .what = "lock file",
+                          .role = "metadata byte (byte 1)", .byte = META_BYTE, .type = type};
+    return dlock__file_byte_lock(s, &b, w);
 }
 
 /* Read the header (and, when FULL is given, check the stored name) in
@@ -680,7 +689,12 @@ int dlock__file_inspect_open(struct file_state *s, const char *full, const char 
 
 int dlock__file_inspect(void *state, const char *name, struct dlock_info *info)
 {
-    struct file_state *s = state;
+    return dlock__file_inspect_within(state, name, info, NULL);
+}
+
+int dlock__file_inspect_within(struct file_state *s, const char *name, struct dlock_info *info,
+                               struct dlock__wait *w)
+{
     char fname[NAME_MAX + 1];
     char *full = dlock__file_full_name(s, name);
     if (!full)
@@ -700,7 +714,7 @@ int dlock__file_inspect(void *state, const char *name, struct dlock_info *info)
         rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
     struct header h;
     if (!rc)
-        rc = dlock__file_meta_lock(s, fd, fname, F_RDLCK, NULL);
+        rc = dlock__file_meta_lock(s, fd, fname, F_RDLCK, w);
     if (!rc) {
         rc = dlock__file_read_header(s, fd, fname, full, &h);
         dlock__file_range_lock(fd, F_UNLCK, META_BYTE);

@@ -79,8 +79,22 @@ int dlock__file_inspect_open(struct file_state *s, const char *full, const char 
 bool dlock__file_still_linked(struct file_state *s, int fd, const char *fname);
 /* Try (never wait for) an OFD lock of TYPE on byte START. */
 int dlock__file_range_lock(int fd, short type, off_t start);
-/* Take the metadata byte (byte 1) in TYPE within W's deadline (W NULL:
- * the op timeout; try-once: META_TRY_MS, then DLOCK_EBUSY). */
+/* A byte of an open file to take with dlock__file_byte_lock(), and
+ * what to call it in messages. */
+struct file_byte {
+    int fd;
+    const char *fname; /* the file's name in the directory */
+    const char *what;  /* "lock file", "value file" */
+    const char *role;  /* "metadata byte (byte 1)" */
+    off_t byte;
+    short type;        /* F_RDLCK, F_WRLCK */
+};
+/* Take B's byte by tries on a backoff, never a wait in the kernel: within
+ * W's deadline and cancel (W NULL: the op timeout, then DLOCK_ETIMEDOUT;
+ * try-once: META_TRY_MS, then DLOCK_EBUSY). Every byte lock that may
+ * have to wait goes through here. */
+int dlock__file_byte_lock(struct file_state *s, const struct file_byte *b, struct dlock__wait *w);
+/* The metadata byte (byte 1) of lock file FD in TYPE, as above. */
 int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short type, struct dlock__wait *w);
 /* Read the header (checking the stored name against FULL when given);
  * all zero for a new empty file; DLOCK_EWRONGTYPE for another file. */
@@ -129,6 +143,10 @@ int dlock__file_write_stamp(struct file_state *s, int fd, const char *fname, con
                             struct header *h, dlock_mode mode, uint32_t permits);
 int dlock__file_release(void *state, struct dlock__hold *hold);
 int dlock__file_inspect(void *state, const char *name, struct dlock_info *info);
+/* dlock__file_inspect() within W's bound (the metadata byte's wait; NULL:
+ * the op timeout). */
+int dlock__file_inspect_within(struct file_state *s, const char *name, struct dlock_info *info,
+                               struct dlock__wait *w);
 
 /* file_election.c */
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);

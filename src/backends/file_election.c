@@ -9,7 +9,9 @@
  * while its token is the lock's current token and the lock is held, so
  * what a resigned or dead leader left behind is never read as current.
  * Writers and readers take an OFD lock on byte 0 of NAME.leader around
- * each write or read, so a reader never sees half a value.
+ * each write or read, so a reader never sees half a value. Anyone who can
+ * open the file can hold that byte, so it is tried within the caller's
+ * bound and cancel, never waited for in the kernel.
  *
  * The campaign takes the lock and issues its token under the lock file's
  * metadata byte (readers take it too), so a reader sees either no leader
@@ -46,27 +48,31 @@ struct value_header {
     uint32_t pad;
 };
 
-/* Byte 0 of the value file in TYPE, waiting (a write or a read is a
- * handful of syscalls). */
-static int value_lock(int fd, short type)
+/* Take byte 0 of the value file FD (FNAME) in TYPE, or let it go
+ * (F_UNLCK). Its holders keep it for a read or a write, but anyone who
+ * can open the file can hold it, so it is tried within W's bound, as the
+ * lock file's metadata byte is (dlock__file_byte_lock). */
+static int value_lock(struct file_state *s, int fd, const char *fname, short type,
+                      struct dlock__wait *w)
 {
-    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    int r;
-    while ((r = fcntl(fd, F_OFD_SETLKW, &fl)) < 0 && errno == EINTR)
-        ;
-    return r;
+    if (type == F_UNLCK)
+        return dlock__file_range_lock(fd, F_UNLCK, 0) < 0 ? DLOCK_EIO : DLOCK_OK;
+    struct file_byte b = {.fd = fd, .fname = fname, .what = "value file",
+                          .role = "lock byte (byte 0)", .byte = 0, .type = type};
+    return dlock__file_byte_lock(s, &b, w);
 }
 
 /* Open FULL's value file with FLAGS (its name into FNAME) and take its
- * lock of TYPE (F_RDLCK, F_WRLCK); DLOCK_ENOENT (no message) when absent. */
-static int open_value(struct file_state *s, const char *full, int flags, short type, char *fname,
-                      int *fd)
+ * lock within W's bound: a read lock when read-only, else a write lock;
+ * DLOCK_ENOENT (no message) when absent. */
+static int open_value(struct file_state *s, const char *full, int flags, struct dlock__wait *w,
+                      char *fname, int *fd)
 {
     int rc = dlock__file_open_named(s, full, SUFFIX, flags, fname, fd);
     if (rc)
         return rc;
-    if (value_lock(*fd, type) < 0) {
-        rc = dlock__errno(DLOCK_EIO, errno, "value file %s/%s: lock", s->dir, fname);
+    short type = (flags & O_ACCMODE) == O_RDONLY ? F_RDLCK : F_WRLCK;
+    if ((rc = value_lock(s, *fd, fname, type, w))) {
         close(*fd);
         *fd = -1;
     }
@@ -74,8 +80,9 @@ static int open_value(struct file_state *s, const char *full, int flags, short t
 }
 
 /* Write VALUE as the leader's with TOKEN into NAME.leader (the caller
- * holds lock NAME). */
-static int write_value(struct file_state *s, const char *name, uint64_t token, const char *value)
+ * holds lock NAME) within W's bound (NULL: the op timeout). */
+static int write_value(struct file_state *s, const char *name, uint64_t token, const char *value,
+                       struct dlock__wait *w)
 {
     size_t len = strlen(value);
     if (len > VALUE_MAX)
@@ -86,7 +93,7 @@ static int write_value(struct file_state *s, const char *name, uint64_t token, c
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     char fname[NAME_MAX + 1];
     int fd = -1;
-    int rc = open_value(s, full, O_RDWR | O_CREAT, F_WRLCK, fname, &fd);
+    int rc = open_value(s, full, O_RDWR | O_CREAT, w, fname, &fd);
     free(full);
     if (rc)
         return rc;
@@ -102,22 +109,22 @@ static int write_value(struct file_state *s, const char *name, uint64_t token, c
         ftruncate(fd, (off_t)(sizeof h + len)) < 0)
         rc = dlock__errno(dlock__errno_code(errno), errno, "value file %s/%s: write", s->dir,
                           fname);
-    value_lock(fd, F_UNLCK);
+    value_lock(s, fd, fname, F_UNLCK, NULL);
     close(fd); /* IN_CLOSE_WRITE: observers look again */
     return rc;
 }
 
-/* Read NAME.leader into *H and *VALUE (malloc'd); an absent or foreign
- * file reads as token 0 and "". */
+/* Read NAME.leader into *H and *VALUE (malloc'd) within W's bound; an
+ * absent or foreign file reads as token 0 and "". */
 static int read_value(struct file_state *s, const char *full, struct value_header *h,
-                      char **value)
+                      char **value, struct dlock__wait *w)
 {
     memset(h, 0, sizeof *h);
     *value = NULL;
     char fname[NAME_MAX + 1];
     int fd = -1;
     /* Read-only: closing it raises no IN_CLOSE_WRITE for the observers. */
-    int rc = open_value(s, full, O_RDONLY, F_RDLCK, fname, &fd);
+    int rc = open_value(s, full, O_RDONLY, w, fname, &fd);
     if (rc == DLOCK_ENOENT) {
         return (*value = dlock__strdup("")) ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
     }
@@ -131,7 +138,7 @@ static int read_value(struct file_state *s, const char *full, struct value_heade
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
     else if (h->len && pread(fd, *value, h->len, sizeof *h) != (ssize_t)h->len)
         memset(h, 0, sizeof *h), (*value)[0] = 0; /* cut short: no value */
-    value_lock(fd, F_UNLCK);
+    value_lock(s, fd, fname, F_UNLCK, NULL);
     close(fd);
     return rc;
 }
@@ -163,7 +170,7 @@ static int campaign_try(struct file_state *s, int fd, const char *fname, const c
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     int rc = dlock__file_acquire_by(state, h, ".lock", w, campaign_try, h);
-    if (!rc && (rc = write_value(state, h->name, h->token, h->elect->value)))
+    if (!rc && (rc = write_value(state, h->name, h->token, h->elect->value, w)))
         dlock__file_release(state, h); /* no value, no lead (the message stays the write's) */
     if (!rc)
         dlock__identity(h->owner, sizeof h->owner);
@@ -172,23 +179,27 @@ int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__
 
 int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value)
 {
-    return write_value(state, h->name, h->token, value);
+    return write_value(state, h->name, h->token, value, NULL);
 }
 
-/* One look at election NAME: *CONSISTENT false while a new leader holds
- * the lock but has not written its value yet. */
-static int look(struct file_state *s, const char *name, const char *full, struct dlock_leader *out,
-                bool *consistent)
+/* One look at election NAME within W's bound: *CONSISTENT false while a
+ * new leader holds the lock but has not written its value yet. */
+static int look(struct file_state *s, const char *name, struct dlock__wait *w,
+                struct dlock_leader *out, bool *consistent)
 {
     dlock_info *info = calloc(1, sizeof *info);
     if (!info)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     info->nwaiters = -1;
-    int rc = dlock__file_inspect(s, name, info);
+    int rc = dlock__file_inspect_within(s, name, info, w);
+    char *full = rc ? NULL : dlock__file_full_name(s, name);
+    if (!rc && !full)
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
     struct value_header vh;
     char *value = NULL;
     if (!rc)
-        rc = read_value(s, full, &vh, &value);
+        rc = read_value(s, full, &vh, &value, w);
+    free(full);
     free(out->value);
     memset(out, 0, sizeof *out);
     if (!rc) {
@@ -211,9 +222,6 @@ int dlock__file_elect_observe(void *state, const char *name, const struct dlock_
                        struct dlock__wait *w, struct dlock_leader *out)
 {
     struct file_state *s = state;
-    char *full = dlock__file_full_name(s, name);
-    if (!full)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
     int ifd = dlock__file_inotify_borrow(s), wd = -1;
     if (ifd >= 0)
         wd = inotify_add_watch(ifd, s->dir,
@@ -225,7 +233,7 @@ int dlock__file_elect_observe(void *state, const char *name, const struct dlock_
     for (;;) {
         bool consistent = false;
         /* The watch is set before the look: a change after it is seen. */
-        rc = look(s, name, full, out, &consistent);
+        rc = look(s, name, w, out, &consistent);
         if (rc)
             break;
         if (dlock__observe_done(known, out, consistent, w, &rc))
@@ -244,6 +252,5 @@ int dlock__file_elect_observe(void *state, const char *name, const struct dlock_
     }
     if (ifd >= 0)
         dlock__file_inotify_return(s, ifd, wd);
-    free(full);
     return rc;
 }

@@ -973,6 +973,38 @@ TU_TEST(capabilities, 60)
     dlock_client_close(c);
 }
 
+/* dlock_lock_inherit_fd() is a lock op only the file backend has: a
+ * descriptor of the lock file there; elsewhere DLOCK_ENOTSUP, said by
+ * the core before anything reaches the backend. */
+TU_TEST(inherit_fd_only_where_a_kernel_lock, 60)
+{
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock_mode(c, "inherit", DLOCK_EXCLUSIVE, 0);
+    int fd = -1;
+    ck_assert_int_eq(dlock_lock_inherit_fd(l, &fd), DLOCK_ENOTOWNER);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_inherit_fd(l, &fd), DLOCK_OK);
+    ck_assert_int_ge(fd, 3);
+    close(fd);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+#ifdef DLOCK_HAVE_REDIS
+    struct fx_redis r = {0};
+    ck_assert(fx_redis_start(&r, NULL));
+    c = tu_open(r.url);
+    l = tu_lock_mode(c, "inherit", DLOCK_EXCLUSIVE, 0);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_inherit_fd(l, &fd), DLOCK_ENOTSUP);
+    ck_assert_str_eq(dlock_errmsg(), "lock 'inherit': a redis hold is no kernel lock a child "
+                                     "could inherit (only the file backend's is)");
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    fx_redis_stop(&r);
+#endif
+}
+
 /* The calls that look at names without a lock handle refuse a NULL
  * client with DLOCK_EINVAL, as dlock.h says, before reading its backend. */
 static int list_nothing(const char *name, void *arg)

@@ -335,10 +335,10 @@ int dlock_client_master(dlock_client *c, char *buf, size_t size)
         return rc;
     if (!c->connected)
         return dlock__err(DLOCK_EMISUSE, "%s: connect the client first", c->url.redacted);
-    if (c->be->version < 6 || !c->be->master)
+    if (!DLOCK__OP(c->be, admin, master))
         return dlock__err(DLOCK_ENOTSUP, "%s: the %s backend has no master to show",
                           c->url.redacted, c->be->name);
-    return c->be->master(c->bstate, buf, size);
+    return c->be->admin->master(c->bstate, buf, size);
 }
 
 /* Free C's memory: the last reference is gone (client_close and every

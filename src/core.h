@@ -6,10 +6,13 @@
  * client, deadline arithmetic, cancellation, the keeper thread that renews
  * leases in batches and declares holds lost, and error messages.
  *
- * A backend is one file under src/backends/ defining one
- * `const struct dlock__backend`, a versioned table of functions: fields
- * are only appended, and the core checks `version` before calling a field
- * that came later. Backends do I/O; the core does bookkeeping.
+ * A backend is a folder under src/backends/ defining one
+ * `const struct dlock__backend`: its identity, open/close, renewal, and
+ * one small table of ops per primitive (locks, multi-locks, semaphores,
+ * elections, administration). Every backend is compiled in, so the
+ * tables carry no version: what a backend cannot do is a NULL table or
+ * member, which the core answers with DLOCK_ENOTSUP before calling
+ * anything. Backends do I/O; the core does bookkeeping.
  */
 #ifndef DLOCK_CORE_H
 #define DLOCK_CORE_H
@@ -20,8 +23,6 @@
 #include <sys/types.h>
 
 #include "dlock.h"
-
-#define DLOCK__HIDDEN __attribute__((visibility("hidden")))
 
 /* ------------------------------------------------------------------ time */
 
@@ -331,11 +332,11 @@ struct dlock__hold {
     /* Appended fields. */
     const struct dlock__sem_req *sem; /* a semaphore's permits, NULL for a
                                          lock: the core then calls the
-                                         backend's sem_* functions, and
+                                         backend's semaphore ops, and
                                          renew() must renew it as one */
     const struct dlock__elect_req *elect; /* a campaign (election.c), NULL
                                          for a lock: the core then calls the
-                                         backend's elect_* functions */
+                                         backend's election ops */
     bool fair; /* taken through a DLOCK_LOCK_FAIR handle (backends with
                   DLOCK__CAP_FAIR whose order is chosen per lock: redis) */
     bool give_back; /* given up by dlock__release_within() while renew()
@@ -362,7 +363,7 @@ struct dlock_leader {
 };
 /* Whether A and B describe the same leader with the same value. */
 bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader *b);
-/* The rule of every backend's elect_observe loop, after a look that read
+/* The rule of every backend's election observe loop, after a look that read
  * OUT (CONSISTENT false while a new leader has not written its value
  * yet): true when the loop is done, with *RC DLOCK_OK for a leader other
  * than KNOWN (any leader when KNOWN is NULL), or DLOCK_ETIMEDOUT when W
@@ -370,7 +371,7 @@ bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader 
  * change and look again. */
 bool dlock__observe_done(const struct dlock_leader *known, const struct dlock_leader *out,
                          bool consistent, const struct dlock__wait *w, int *rc);
-/* The one retry rule of every backend's elect_observe loop, after a look
+/* The one retry rule of every backend's election observe loop, after a look
  * (or a watch, a session) that returned *RC: true when it is to be tried
  * again now -- *RC is transient (DLOCK_ECONN: refused, reset, no reply;
  * DLOCK_EUNAVAIL: a server loading, no leader or quorum), the observer
@@ -438,11 +439,6 @@ void dlock__hold_confirmed_short(struct dlock_client *c, struct dlock__hold *h, 
  * with a release is ignored. Holds already lost are left as they are. */
 void dlock__hold_lost(struct dlock_client *c, struct dlock__hold *h, const char *why);
 
-/* File backend (backends/file.c), for dlock_lock_inherit_fd(): a new
- * descriptor of H's lock file without close-on-exec; from then on its
- * release only closes. -1 with a message on failure. */
-int dlock__file_inherit_fd(struct dlock__hold *h);
-
 /* ------------------------------------------------------------ inspecting */
 
 struct dlock__who {
@@ -471,45 +467,27 @@ int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */
 
-#define DLOCK__BACKEND_VERSION 11 /* 2: downgrade; 3: the sem_* functions; 4: share;
-                                     5: the elect_* functions; 6: master; 7: sem_list;
-                                     8: multi_acquire; 9: no_semaphores_why;
-                                     10: multi_release; 11: release_within */
-
 /* What a backend's functions cannot say by being there. Whether it can
- * do an operation at all is its function pointer (with the table's
- * version for the later fields): the core refuses with DLOCK_ENOTSUP, or
- * falls back, where the pointer is NULL -- force_release, list,
- * sem_list, the sem_* functions (dlock_semaphore_new()), the elect_*
- * functions (dlock_election_new()), multi_acquire / multi_release (the
- * members one by one). A bit says how it does what it does. */
+ * do an operation at all is its function pointer in one of the tables
+ * below (a NULL table or member: the core answers DLOCK_ENOTSUP with a
+ * message before calling anything, or falls back). A bit says how it
+ * does what it does. */
 enum {
-    DLOCK__CAP_FENCING = 1u << 0,      /* tokens */
-    DLOCK__CAP_SHARED = 1u << 1,       /* shared mode */
-    DLOCK__CAP_FAIR = 1u << 2,         /* first come, first served */
-    DLOCK__CAP_LEASES = 1u << 3,       /* holds expire unless renewed */
-    DLOCK__CAP_CLIENT_OWNER = 1u << 4, /* the server sees one owner per
+    DLOCK__CAP_SHARED = 1u << 0,       /* shared mode */
+    DLOCK__CAP_FAIR = 1u << 1,         /* first come, first served */
+    DLOCK__CAP_LEASES = 1u << 2,       /* holds expire unless renewed */
+    DLOCK__CAP_CLIENT_OWNER = 1u << 3, /* the server sees one owner per
         client and name (etcd lease, zk session): the core queues threads
         of the client locally so only one of them goes to the backend */
-    DLOCK__CAP_FIXED_LEASE = 1u << 5, /* a hold can have a lease nothing
+    DLOCK__CAP_FIXED_LEASE = 1u << 4, /* a hold can have a lease nothing
         renews (DLOCK_LEASE_FIXED); without it the core refuses one (zk:
         a hold lasts as long as the session). Backends without leases set
         it: a fixed lease is then simply unused, as every lease is. */
 };
 
-struct dlock__backend {
-    unsigned version; /* DLOCK__BACKEND_VERSION when written */
-    const char *name; /* "file", "redis", ... */
-    const char *const *schemes; /* NULL-terminated URL schemes */
-    unsigned caps;
-    int default_port; /* used when a host has none; 0 = no hosts */
-
-    /* Validate c->url and c->opts, consume own URL params, connect. On
-     * success set *state. Errors name the URL (dlock_client_url(c)). */
-    int (*open)(struct dlock_client *c, void **state);
-    /* Disconnect and free. Holds are already released. */
-    void (*close)(void *state);
-
+/* Locks: plain exclusive or shared holds (h->sem and h->elect NULL).
+ * acquire and release are every backend's; the rest may be NULL. */
+struct dlock__lock_ops {
     /* Take H->name in H->mode for the calling thread, waiting as W says
      * (w->deadline 0 = try once). On DLOCK_OK set h->token and h->owner,
      * h->bdata if needed, and call dlock__hold_confirmed() (leases).
@@ -521,7 +499,152 @@ struct dlock__backend {
      * Free h->bdata. */
     int (*release)(void *state, struct dlock__hold *h);
 
-    /* Renew B->n leases in as few round trips as possible, answering by
+    /* Give H (a plain lock's hold of one level, exclusive or shared) up
+     * as release() does, but within DEADLINE (monotonic ms; one already
+     * past: send nothing) -- the give-back of a multi-lock's members when
+     * its wait ends, which must end at the wait's end even while the
+     * server stalls. What the server did not answer by then is owed to
+     * the cleanup queue (the keeper sends it), and an owed give-back must
+     * never end a later hold of the same owner on H->name. DLOCK_OK when
+     * given back or owed, DLOCK_ELOST as release(). Frees h->bdata.
+     * NULL: release(), with its own timeout. */
+    int (*release_within)(void *state, struct dlock__hold *h, int64_t deadline);
+
+    /* Turn exclusive hold H into a shared one on the server with no
+     * moment unlocked (the owner released its last exclusive level and
+     * keeps shared ones: dlock.h "Modes and owners"); wake the waiters
+     * that may now share it. H->mode is still DLOCK_EXCLUSIVE; the core
+     * sets DLOCK_SHARED after DLOCK_OK. The keeper does not renew H
+     * meanwhile. DLOCK_ELOST when H was no longer ours; any other failure
+     * leaves H exclusive on the server. NULL: holds stay exclusive until
+     * their last level is released. */
+    int (*downgrade)(void *state, struct dlock__hold *h);
+
+    /* Exclusive hold H just gained its first shared level (the owner
+     * re-entered it through a shared handle): a downgrade may follow,
+     * and a backend whose layout must prepare for it now (zk: a read
+     * node queued right behind the write node, before any other writer
+     * can come between) does so. Best effort: the result is only a hint,
+     * a failure leaves the downgrade to do without. Called with no core
+     * lock held; the keeper does not renew H meanwhile. NULL: nothing to
+     * prepare. */
+    void (*share)(void *state, struct dlock__hold *h);
+
+    /* For dlock_lock_inherit_fd(): a new descriptor of H's kernel lock
+     * without close-on-exec, which a child keeps across exec; from then
+     * on H's release only closes. -1 with a message on failure. Called
+     * with the client's mutex held. NULL: no hold of this backend is a
+     * kernel lock (only the file backend's is). */
+    int (*inherit_fd)(void *state, struct dlock__hold *h);
+};
+
+/* Multi-locks (multi.c): a set of plain holds taken or given up in one
+ * request. NULL table or member: member by member. */
+struct dlock__multi_ops {
+    /* One attempt at the holds HS[0..N) (a multi-lock's members, N >= 2,
+     * distinct names in the canonical order, one mode, each with its own
+     * owner h->tid) all or nothing, in one request where the layout
+     * allows it. Each hold as the lock ops' acquire() would take it: on
+     * DLOCK_OK every one has its token and owner and was confirmed. It
+     * never waits for a busy member: DLOCK_EBUSY with *BUSY the index of
+     * one held elsewhere, nothing taken. W bounds the requests (its
+     * deadline; a try-once W: the op timeout) and cancels them; the core
+     * waits, if the caller wants to, member by member. DLOCK_ENOTSUP,
+     * nothing sent or nothing left: this set cannot be taken at once (a
+     * mode, lease or key placement the request cannot cover); the core
+     * then takes it member by member. Any other failure leaves nothing
+     * held, as acquire(). */
+    int (*acquire)(void *state, struct dlock__hold **hs, size_t n, struct dlock__wait *w,
+                   size_t *busy);
+
+    /* Give up the holds HS[0..N) (a multi-lock's members, N >= 2,
+     * distinct names in the canonical order, plain exclusive or shared
+     * holds of one level) in one request where the layout allows it,
+     * each checked against its own owner and token as release() checks
+     * it, its waiters woken as release() wakes them. RCS[k]: each
+     * member's result as release() would give it (DLOCK_ELOST for one no
+     * longer ours, the others still released; a lost reply handled as
+     * release() handles it), the message that of the last member that
+     * failed; return DLOCK_OK when sent, else a failure copied into RCS.
+     * Frees each h->bdata. DLOCK_ENOTSUP, nothing sent and nothing freed:
+     * this set cannot be given up at once, and the core calls release()
+     * for each member. */
+    int (*release)(void *state, struct dlock__hold **hs, size_t n, int *rcs);
+};
+
+/* Counting semaphores (semaphore.c; NULL table or one of acquire,
+ * release, inspect: none, and dlock_semaphore_new() answers
+ * DLOCK_ENOTSUP). The core calls them only for holds with h->sem set,
+ * with the rules of the lock ops' acquire/release; the backend's renew()
+ * receives such holds too. */
+struct dlock__sem_ops {
+    /* Take h->sem->k of the semaphore h->name's permits (all or none),
+     * check h->sem->permits against the stored count (DLOCK_EINVAL naming
+     * both), set h->owner to the permit's id and h->token. */
+    int (*acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
+    int (*release)(void *state, struct dlock__hold *h);
+    /* Fill INFO (permits, free_permits, a holder per permit object);
+     * PERMITS 0 = no count to check. */
+    int (*inspect)(void *state, const char *name, unsigned permits, struct dlock_info *info);
+    /* FN for each semaphore name matching PATTERN (fnmatch; NULL all) the
+     * backend knows, at least every one with a permit held; names nobody
+     * holds may come too (the caller inspects). NULL: semaphores are not
+     * enumerated. */
+    int (*list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+};
+
+/* Leader election (election.c; NULL table or member: none, and
+ * dlock_election_new() answers DLOCK_ENOTSUP). A campaign is an
+ * exclusive hold with h->elect set: acquire/release follow the lock ops'
+ * rules (and renew() receives such holds), and acquire makes
+ * h->elect->value the leader's value when it wins. */
+struct dlock__elect_ops {
+    int (*acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
+    int (*release)(void *state, struct dlock__hold *h);
+    /* Replace the value of H, which leads: DLOCK_ELOST when it no longer
+     * does. */
+    int (*proclaim)(void *state, struct dlock__hold *h, const char *value);
+    /* Read election NAME's leader into OUT (zeroed by the core; the
+     * backend mallocs out->value): at once when W is a try-once wait or
+     * KNOWN is NULL, else when the leader or its value differs from KNOWN
+     * (dlock__leader_same), sleeping until the backend reports a change
+     * (never on a timer): DLOCK_ETIMEDOUT, DLOCK_ECANCELED as W says. */
+    int (*observe)(void *state, const char *name, const struct dlock_leader *known,
+                   struct dlock__wait *w, struct dlock_leader *out);
+};
+
+/* Administration (info.c, client.c): looking at names without taking
+ * them. NULL member: the core answers DLOCK_ENOTSUP. */
+struct dlock__admin_ops {
+    /* Fill INFO for NAME (the plain lock name; the backend applies
+     * c->opts.key_prefix as it does in acquire). */
+    int (*inspect)(void *state, const char *name, struct dlock_info *info);
+    int (*force_release)(void *state, const char *name);
+    int (*list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+    /* The master the client talks to now as "host:port" in BUF of SIZE
+     * bytes (redis+sentinel://: asked of the sentinels when unknown or
+     * stale); DLOCK_ENOTSUP for a URL without one. NULL: none on this
+     * backend. */
+    int (*master)(void *state, char *buf, size_t size);
+};
+
+/* A backend: its identity, open/close, the renewal of every kind of
+ * hold, and one table per primitive. Every backend is compiled in, so
+ * there is no version: a member a backend does not have is NULL. */
+struct dlock__backend {
+    const char *name; /* "file", "redis", ... */
+    const char *const *schemes; /* NULL-terminated URL schemes */
+    unsigned caps;
+    int default_port; /* used when a host has none; 0 = no hosts */
+
+    /* Validate c->url and c->opts, consume own URL params, connect. On
+     * success set *state. Errors name the URL (dlock_client_url(c)). */
+    int (*open)(struct dlock_client *c, void **state);
+    /* Disconnect and free. Holds are already released. */
+    void (*close)(void *state);
+
+    /* Renew B->n leases -- holds of every kind: locks, permits,
+     * campaigns -- in as few round trips as possible, answering by
      * B->deadline (monotonic ms, the earliest validity deadline of the
      * batch, computed by the core; DLOCK__NEVER when none): no request may
      * outlive it. Set B->result[k] with dlock__renew_result(): DLOCK_OK
@@ -533,132 +656,32 @@ struct dlock__backend {
      * renew_at...). NULL without leases. */
     int (*renew)(void *state, struct dlock__renew_batch *b);
 
-    /* Fill INFO for NAME (the plain lock name; the backend applies
-     * c->opts.key_prefix as it does in acquire). */
-    int (*inspect)(void *state, const char *name, struct dlock_info *info);
-    int (*force_release)(void *state, const char *name);
-    int (*list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+    const struct dlock__lock_ops *locks;
+    const struct dlock__multi_ops *multi;
+    const struct dlock__sem_ops *semaphores;
+    const struct dlock__elect_ops *elections;
+    const struct dlock__admin_ops *admin;
 
-    /* Version 2. Turn exclusive hold H into a shared one on the server
-     * with no moment unlocked (the owner released its last exclusive
-     * level and keeps shared ones: dlock.h "Modes and owners"); wake the
-     * waiters that may now share it. H->mode is still DLOCK_EXCLUSIVE;
-     * the core sets DLOCK_SHARED after DLOCK_OK. The keeper does not
-     * renew H meanwhile. DLOCK_ELOST when H was no longer ours; any other
-     * failure leaves H exclusive on the server. NULL: holds stay
-     * exclusive until their last level is released. */
-    int (*downgrade)(void *state, struct dlock__hold *h);
-
-    /* Version 3: counting semaphores (NULL: none, and
-     * dlock_semaphore_new() answers DLOCK_ENOTSUP). The core calls them
-     * only for holds with h->sem set, with the rules of acquire/release
-     * above; renew() receives such holds too.
-     * sem_acquire takes h->sem->k of the semaphore h->name's permits
-     * (all or none), checks h->sem->permits against the stored count
-     * (DLOCK_EINVAL naming both), sets h->owner to the permit's id and
-     * h->token. sem_inspect fills INFO (permits, free_permits, a holder
-     * per permit object); PERMITS 0 = no count to check. */
-    int (*sem_acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
-    int (*sem_release)(void *state, struct dlock__hold *h);
-    int (*sem_inspect)(void *state, const char *name, unsigned permits, struct dlock_info *info);
-
-    /* Version 4. Exclusive hold H just gained its first shared level (the
-     * owner re-entered it through a shared handle): a downgrade may
-     * follow, and a backend whose layout must prepare for it now (zk: a
-     * read node queued right behind the write node, before any other
-     * writer can come between) does so. Best effort: the result is only
-     * a hint, a failure leaves the downgrade to do without. Called with
-     * no core lock held; the keeper does not renew H meanwhile. NULL:
-     * nothing to prepare. */
-    void (*share)(void *state, struct dlock__hold *h);
-
-    /* Version 5: leader election (NULL: none, and dlock_election_new()
-     * answers DLOCK_ENOTSUP). A campaign
-     * is an exclusive hold with h->elect set: elect_acquire/elect_release
-     * follow acquire/release's rules (and renew() receives such holds),
-     * and elect_acquire makes h->elect->value the leader's value when it
-     * wins. elect_proclaim replaces the value of H, which leads:
-     * DLOCK_ELOST when it no longer does. elect_observe reads election
-     * NAME's leader into OUT (zeroed by the core; the backend mallocs
-     * out->value): at once when W is a try-once wait or KNOWN is NULL,
-     * else when the leader or its value differs from KNOWN
-     * (dlock__leader_same), sleeping until the backend reports a change
-     * (never on a timer): DLOCK_ETIMEDOUT, DLOCK_ECANCELED as W says. */
-    int (*elect_acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
-    int (*elect_release)(void *state, struct dlock__hold *h);
-    int (*elect_proclaim)(void *state, struct dlock__hold *h, const char *value);
-    int (*elect_observe)(void *state, const char *name, const struct dlock_leader *known,
-                         struct dlock__wait *w, struct dlock_leader *out);
-
-    /* Version 6. The master the client talks to now as "host:port" in
-     * BUF of SIZE bytes (redis+sentinel://: asked of the sentinels when
-     * unknown or stale); DLOCK_ENOTSUP for a URL without one. NULL: none
-     * on this backend. */
-    int (*master)(void *state, char *buf, size_t size);
-
-    /* Version 7, for a backend with the sem_* functions: list()
-     * for semaphores -- FN for each semaphore name matching PATTERN
-     * (fnmatch; NULL all) the backend knows, at least every one with a
-     * permit held; names nobody holds may come too (the caller
-     * inspects). NULL: semaphores are not enumerated. */
-    int (*sem_list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
-
-    /* Version 8: one attempt at the holds HS[0..N) (a multi-lock's
-     * members, N >= 2, distinct names in the canonical order, one mode,
-     * each with its own owner h->tid) all or nothing, in one request
-     * where the layout allows it. Each hold as acquire() would take it:
-     * on DLOCK_OK every one has its token and owner and was confirmed. It
-     * never waits for a busy member: DLOCK_EBUSY with *BUSY the index of
-     * one held elsewhere, nothing taken. W bounds the requests (its
-     * deadline; a try-once W: the op timeout) and cancels them; the core
-     * waits, if the caller wants to, member by member. DLOCK_ENOTSUP,
-     * nothing sent or nothing left: this set cannot be taken at once (a
-     * mode, lease or key placement the request cannot cover); the core
-     * then takes it member by member. Any other failure leaves nothing
-     * held, as acquire(). NULL: member by member. */
-    int (*multi_acquire)(void *state, struct dlock__hold **hs, size_t n, struct dlock__wait *w,
-                         size_t *busy);
-
-    /* Version 9: without the sem_* functions, why (for the message of
-     * dlock_semaphore_new()'s DLOCK_ENOTSUP); NULL: "no semaphores yet". */
+    /* Without semaphores, why (for the message of dlock_semaphore_new()'s
+     * DLOCK_ENOTSUP); NULL: "no semaphores yet". */
     const char *no_semaphores_why;
-
-    /* Version 10: give up the holds HS[0..N) (a
-     * multi-lock's members, N >= 2, distinct names in the canonical
-     * order, plain exclusive or shared holds of one level) in one request
-     * where the layout allows it, each checked against its own owner and
-     * token as release() checks it, its waiters woken as release() wakes
-     * them. RCS[k]: each member's result as release() would give it
-     * (DLOCK_ELOST for one no longer ours, the others still released; a
-     * lost reply handled as release() handles it), the message that of
-     * the last member that failed; return DLOCK_OK when sent, else a
-     * failure copied into RCS. Frees each h->bdata. DLOCK_ENOTSUP,
-     * nothing sent and nothing freed: this set cannot be given up at
-     * once, and the core calls release() for each member. NULL: member
-     * by member. */
-    int (*multi_release)(void *state, struct dlock__hold **hs, size_t n, int *rcs);
-
-    /* Version 11: give H (a plain lock's hold of one level, exclusive or
-     * shared) up as release() does, but within DEADLINE (monotonic ms;
-     * one already past: send nothing) -- the give-back of a multi-lock's
-     * members when its wait ends, which must end at the wait's end even
-     * while the server stalls. What the server did not answer by then is
-     * owed to the cleanup queue (the keeper sends it), and an owed
-     * give-back must never end a later hold of the same owner on
-     * H->name. DLOCK_OK when given back or owed, DLOCK_ELOST as
-     * release(). Frees h->bdata. NULL: release(), with its own timeout. */
-    int (*release_within)(void *state, struct dlock__hold *h, int64_t deadline);
 };
 
-/* The backend's acquire of H: sem_acquire or elect_acquire for a
- * semaphore's or a campaign's hold. */
+/* Member M of table T of backend BE, NULL when the backend has no such
+ * table: what the core tests before it calls an op that may be missing. */
+#define DLOCK__OP(be, t, m) ((be)->t ? (be)->t->m : NULL)
+
+/* The dispatch (dispatch.c), the one place that chooses a hold's ops by
+ * its kind: the backend's acquire of H -- the semaphore ops' for a
+ * permit (h->sem), the election ops' for a campaign (h->elect), else the
+ * lock ops'. */
 int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w);
 
-/* The backend's release of H: sem_release for a semaphore's hold. */
+/* The backend's release of H, chosen as dlock__backend_acquire() does. */
 int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);
 
 /* Release L (release.c) as dlock_release() does, but a plain hold's last
- * level within DEADLINE where the backend has release_within (the rest
+ * level within DEADLINE where the lock ops have release_within (the rest
  * is owed to the keeper); DLOCK__NEVER, or any other hold: dlock_release().
  * A hold lost before is DLOCK_ELOST, also when the keeper's renewal of it
  * is under way and the keeper is left to give it back. */

@@ -5,10 +5,9 @@
  * struct dlock__elect_req (the value to lead with), so the registry, the
  * keeper's renewals, validity, cancel objects and the lost callback
  * (through the handle's lost_fn) serve elections with no code of their
- * own: lock.c and release.c only call the backend's elect_* functions
- * for such holds (dlock__backend_acquire / dlock__backend_release). What
- * is new here is the value: proclaimed while leading, and read or
- * followed by anyone through the backend's elect_observe.
+ * own: the dispatch (dispatch.c) calls the backend's election ops for
+ * such holds. What is new here is the value: proclaimed while leading,
+ * and read or followed by anyone through the election ops' observe.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +21,6 @@ struct dlock_election {
     struct dlock__elect_req req;
     struct dlock__user_lost lost; /* dlock_election_lost_fn */
 };
-
-int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w)
-{
-    return h->elect ? c->be->elect_acquire(c->bstate, h, w)
-           : h->sem ? c->be->sem_acquire(c->bstate, h, w)
-                    : c->be->acquire(c->bstate, h, w);
-}
 
 bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader *b)
 {
@@ -77,8 +69,8 @@ bool dlock__observe_retry(const struct dlock_leader *known, struct dlock__wait *
 
 static bool has_elections(const dlock_client *c)
 {
-    return c->be->version >= 5 && c->be->elect_acquire && c->be->elect_release &&
-           c->be->elect_proclaim && c->be->elect_observe;
+    const struct dlock__elect_ops *ops = c->be->elections;
+    return ops && ops->acquire && ops->release && ops->proclaim && ops->observe;
 }
 
 static int no_elections(const dlock_client *c, const char *name)
@@ -301,7 +293,7 @@ int dlock_election_proclaim(dlock_election *e, const char *value)
     }
     /* The caller does not resign meanwhile (one call at a time per
      * handle), so H stays ours while the backend writes. */
-    rc = c->be->elect_proclaim(c->bstate, h, copy);
+    rc = c->be->elections->proclaim(c->bstate, h, copy);
     if (rc) {
         free(copy);
         return rc;
@@ -368,7 +360,7 @@ int dlock_election_observe(dlock_client *c, const char *name, const dlock_leader
         return rc == DLOCK_ECANCELED ? dlock__err(rc, "election '%s': canceled", name) : rc;
     }
     w.cancel = cancel;
-    rc = c->be->elect_observe(c->bstate, name, known, &w, l);
+    rc = c->be->elections->observe(c->bstate, name, known, &w, l);
     if (cancel)
         dlock__cancel_detach(cancel, &cref);
     dlock__wait_destroy(&w);

@@ -40,7 +40,11 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_info **out)
     dlock_info *i = NULL;
     if ((rc = dlock__info_new(&i)))
         return rc;
-    return dlock__info_give(i, c->be->inspect(c->bstate, name, i), out);
+    if (!DLOCK__OP(c->be, admin, inspect)) {
+        dlock_info_free(i);
+        return cannot(c, "inspect locks");
+    }
+    return dlock__info_give(i, c->be->admin->inspect(c->bstate, name, i), out);
 }
 
 int dlock__info_new(dlock_info **i)
@@ -165,9 +169,9 @@ int dlock_force_release(dlock_client *c, const char *name)
     if (!name)
         return dlock__err(DLOCK_EINVAL, "dlock_force_release: name is NULL");
     int rc = check_args(c, name);
-    if (!rc && !c->be->force_release)
+    if (!rc && !DLOCK__OP(c->be, admin, force_release))
         rc = cannot(c, "force-release locks");
-    return rc ? rc : c->be->force_release(c->bstate, name);
+    return rc ? rc : c->be->admin->force_release(c->bstate, name);
 }
 
 /* dlock_list (SEMS false) and dlock_semaphore_list (SEMS true), named API
@@ -182,7 +186,7 @@ static int list_names(dlock_client *c, const char *api, bool sems, const char *p
     if (rc)
         return rc;
     int (*list)(void *, const char *, dlock_list_fn, void *) =
-        !sems ? c->be->list : c->be->version >= 7 ? c->be->sem_list : NULL;
+        sems ? DLOCK__OP(c->be, semaphores, list) : DLOCK__OP(c->be, admin, list);
     if (!list)
         return cannot(c, sems ? "list semaphores" : "list locks");
     return list(c->bstate, pattern, fn, arg);

@@ -139,7 +139,7 @@ void dlock__local_dequeue(struct dlock__entry *e, bool shared);
  * lost before. */
 int dlock__hold_end(dlock_client *c, struct dlock__hold *h);
 /* A multi-lock's release (multi.c) of the holds of LS[0..N) (one client,
- * canonical order) in one backend request (multi_release): RCS[k] each
+ * canonical order) in one backend request (the multi ops' release): RCS[k] each
  * member's result as dlock_release() would give it; returns the last
  * member's failure with its message, or DLOCK_OK. DLOCK_ENOTSUP, nothing
  * done: the backend has no such op, or a member is not a plain one-level

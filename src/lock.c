@@ -416,7 +416,7 @@ static int reenter(const dlock_lock *l, struct dlock__hold *h)
  * keeper kept off H as for a renewal (mutex held; dropped meanwhile). */
 static void hold_share(dlock_client *c, struct dlock__hold *h)
 {
-    if (c->be->version < 4 || !c->be->share)
+    if (!c->be->locks->share)
         return;
     while (h->renewing)
         pthread_cond_wait(&c->renew_cv, &c->mu);
@@ -424,7 +424,7 @@ static void hold_share(dlock_client *c, struct dlock__hold *h)
     pthread_mutex_unlock(&c->mu);
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
-    c->be->share(c->bstate, h);
+    c->be->locks->share(c->bstate, h);
     dlock__errmsg_restore(DLOCK_OK, msg);
     pthread_mutex_lock(&c->mu);
     h->renewing = false;
@@ -713,14 +713,12 @@ unsigned dlock_hold_count(dlock_lock *l)
     return n;
 }
 
-extern const struct dlock__backend dlock__backend_file; /* backends.c's table */
-
 int dlock_lock_inherit_fd(dlock_lock *l, int *fd)
 {
     dlock__msg_clear();
     if (!l || !fd)
         return dlock__err(DLOCK_EINVAL, "dlock_lock_inherit_fd: NULL argument");
-    if (l->c->be != &dlock__backend_file)
+    if (!l->c->be->locks->inherit_fd)
         return dlock__err(DLOCK_ENOTSUP,
                           "lock '%s': a %s hold is no kernel lock a child could inherit (only "
                           "the file backend's is)",
@@ -730,7 +728,7 @@ int dlock_lock_inherit_fd(dlock_lock *l, int *fd)
     struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     if (!h)
         rc = dlock__not_held(l);
-    else if ((*fd = dlock__file_inherit_fd(h)) < 0)
+    else if ((*fd = l->c->be->locks->inherit_fd(l->c->bstate, h)) < 0)
         rc = DLOCK_EIO;
     pthread_mutex_unlock(&l->c->mu);
     return rc;

@@ -18,7 +18,7 @@
  * the multi-lock).
  *
  * Where the backend can take a whole set in one request (its
- * multi_acquire: one Lua script on Redis, one transaction on etcd), the
+ * the multi ops' acquire: one Lua script on Redis, one transaction on etcd), the
  * first attempt is that request, with the members' holds made here as
  * dlock_acquire_ex() makes them (lock.c's pieces: claim, make, end), so
  * an uncontended set costs one round trip. A request is all or nothing,
@@ -29,7 +29,7 @@
  * (pub/sub, watch) within the set's one deadline.
  *
  * The release is one request too where the backend allows it (its
- * multi_release, through release.c's dlock__release_set: one script, one
+ * the multi ops' release, through release.c's dlock__release_set: one script, one
  * transaction), each member checked as its own release checks it, so a
  * member lost meanwhile is DLOCK_ELOST and the others are still given
  * back; elsewhere, or for a member re-entered through its handle, the
@@ -159,7 +159,7 @@ static int release_members(dlock_multi *m, size_t from, size_t n, int64_t deadli
     return first ? dlock__errmsg_restore(first, msg) : DLOCK_OK;
 }
 
-/* The backend's one attempt at every member (multi_acquire), bounded by
+/* The backend's one attempt at every member (the multi ops' acquire), bounded by
  * DEADLINE and CANCEL: DLOCK_OK (all held), DLOCK_EBUSY (*BUSY: a member
  * held elsewhere; nothing held), DLOCK_ENOTSUP (not at once: a backend
  * without the op, a set it cannot cover, a member another thread of this
@@ -168,7 +168,7 @@ static int acquire_at_once(dlock_multi *m, int64_t deadline, dlock_cancel *cance
 {
     dlock_client *c = m->member[0]->c;
     const struct dlock__backend *be = c->be;
-    if (m->n < 2 || be->version < 8 || !be->multi_acquire)
+    if (m->n < 2 || !DLOCK__OP(be, multi, acquire))
         return DLOCK_ENOTSUP;
     struct dlock__hold **hs = calloc(m->n, sizeof *hs);
     if (!hs)
@@ -197,7 +197,7 @@ static int acquire_at_once(dlock_multi *m, int64_t deadline, dlock_cancel *cance
     if (!rc) {
         int64_t sent = dlock__now_ms();
         dlock__err(DLOCK_OK, "%s", ""); /* so a backend's own words show */
-        rc = be->multi_acquire(c->bstate, hs, m->n, &w, busy);
+        rc = be->multi->acquire(c->bstate, hs, m->n, &w, busy);
         for (size_t j = 0; !rc && j < m->n; j++)
             if (hs[j]->lease_ms && hs[j]->valid_until == DLOCK__NEVER)
                 dlock__hold_confirmed(c, hs[j], sent); /* as dlock_acquire_ex() */

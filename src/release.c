@@ -102,7 +102,7 @@ int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs)
 {
     dlock_client *c = ls[0]->c;
     const struct dlock__backend *be = c->be;
-    if (n < 2 || be->version < 10 || !be->multi_release || dlock__check_client(c))
+    if (n < 2 || !DLOCK__OP(be, multi, release) || dlock__check_client(c))
         return DLOCK_ENOTSUP;
     struct dlock__hold **hs = calloc(n, sizeof *hs);
     struct hold_ending *ends = calloc(n, sizeof *ends);
@@ -133,7 +133,7 @@ int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs)
      * set's (release_members in multi.c goes in reverse order too). */
     char said[DLOCK__MSG_MAX] = "", msg[DLOCK__MSG_MAX] = "";
     dlock__err(DLOCK_OK, "%s", "");
-    int rc = be->multi_release(c->bstate, hs, n, rcs);
+    int rc = be->multi->release(c->bstate, hs, n, rcs);
     if (rc == DLOCK_ENOTSUP) { /* nothing sent: each as dlock_release() gives it up */
         for (k = 0; k < n; k++)
             if ((rcs[k] = dlock__backend_release(c, hs[k])))
@@ -162,8 +162,7 @@ int dlock__release_within(dlock_lock *l, int64_t deadline)
 {
     dlock_client *c = l->c;
     const struct dlock__backend *be = c->be;
-    if (deadline == DLOCK__NEVER || be->version < 11 || !be->release_within ||
-        dlock__check_client(c))
+    if (deadline == DLOCK__NEVER || !be->locks->release_within || dlock__check_client(c))
         return dlock_release(l);
     dlock__msg_clear();
     pthread_mutex_lock(&c->mu);
@@ -194,7 +193,7 @@ int dlock__release_within(dlock_lock *l, int64_t deadline)
     struct hold_ending end;
     hold_end_begin(c, h, &end);
     pthread_mutex_unlock(&c->mu);
-    int rc = hold_end_finish(c, h, &end, be->release_within(c->bstate, h, deadline));
+    int rc = hold_end_finish(c, h, &end, be->locks->release_within(c->bstate, h, deadline));
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -206,7 +205,7 @@ void dlock__hold_give_back(dlock_client *c, struct dlock__hold *h)
     struct hold_ending end;
     hold_end_begin(c, h, &end);
     pthread_mutex_unlock(&c->mu);
-    hold_end_finish(c, h, &end, c->be->release_within(c->bstate, h, dlock__now_ms()));
+    hold_end_finish(c, h, &end, c->be->locks->release_within(c->bstate, h, dlock__now_ms()));
     dlock__errmsg_restore(DLOCK_OK, msg);
 }
 
@@ -219,7 +218,7 @@ void dlock__hold_give_back(dlock_client *c, struct dlock__hold *h)
  * failure leaves H exclusive with every level, to release again. */
 static int hold_downgrade(dlock_client *c, dlock_lock *l, struct dlock__hold *h)
 {
-    if (c->be->version < 2 || !c->be->downgrade) {
+    if (!c->be->locks->downgrade) {
         h->count--;
         h->shared_levels--; /* levels are just counted, as before */
         return DLOCK_OK;
@@ -232,7 +231,7 @@ static int hold_downgrade(dlock_client *c, dlock_lock *l, struct dlock__hold *h)
         owner->releasing = true;
     pthread_mutex_unlock(&c->mu);
     dlock__err(DLOCK_OK, "%s", "");
-    int rc = c->be->downgrade(c->bstate, h);
+    int rc = c->be->locks->downgrade(c->bstate, h);
     pthread_mutex_lock(&c->mu);
     h->renewing = false;
     pthread_cond_broadcast(&c->renew_cv);

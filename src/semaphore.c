@@ -5,9 +5,9 @@
  * struct dlock__sem_req (K of the semaphore's N permits). So the
  * registry, the keeper's batched renewals, validity, the drift margin,
  * cancel objects and the lost callback (through the handle's lost_fn)
- * serve permits with no code of their own; the core's acquire and
- * release (lock.c, release.c) only call the backend's sem_* functions
- * for such holds and keep them out of the per-client local queue (each
+ * serve permits with no code of their own; the dispatch (dispatch.c)
+ * calls the backend's semaphore ops for such holds, and the core's
+ * acquire and release (lock.c, release.c) keep them out of the per-client local queue (each
  * permit is its own owner, so N of them may be held by one client at
  * once, as N clients would).
  *
@@ -42,21 +42,15 @@ struct dlock_permit {
     struct dlock_permit *next;
 };
 
-int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h)
-{
-    if (h->elect)
-        return c->be->elect_release(c->bstate, h);
-    return h->sem ? c->be->sem_release(c->bstate, h) : c->be->release(c->bstate, h);
-}
-
 static bool has_semaphores(const dlock_client *c)
 {
-    return c->be->version >= 3 && c->be->sem_acquire && c->be->sem_release && c->be->sem_inspect;
+    const struct dlock__sem_ops *ops = c->be->semaphores;
+    return ops && ops->acquire && ops->release && ops->inspect;
 }
 
 static int no_semaphores(const dlock_client *c, const char *name)
 {
-    if (c->be->version >= 9 && c->be->no_semaphores_why)
+    if (c->be->no_semaphores_why)
         return dlock__err(DLOCK_ENOTSUP, "semaphore '%s': the %s backend has no semaphores: %s",
                           name, c->be->name, c->be->no_semaphores_why);
     return dlock__err(DLOCK_ENOTSUP, "semaphore '%s': the %s backend has no semaphores yet", name,
@@ -64,7 +58,7 @@ static int no_semaphores(const dlock_client *c, const char *name)
 }
 
 /* A handle-owned lock handle on NAME whose hold is K of the semaphore's
- * PERMITS permits (the core calls the backend's sem_* for it), after
+ * PERMITS permits (the dispatch calls the backend's semaphore ops for it), after
  * CHECK (NULL: none) with FLAGS. */
 static int make_permits_handle(dlock_client *c, const char *name, unsigned permits, unsigned k,
                                dlock__kind_check_fn check, unsigned flags, dlock_lock **out)
@@ -370,7 +364,7 @@ int dlock_semaphore_inspect(dlock_client *c, const char *name, unsigned permits,
     dlock_info *i = NULL;
     if ((rc = dlock__info_new(&i)))
         return rc;
-    return dlock__info_give(i, c->be->sem_inspect(c->bstate, name, permits, i), out);
+    return dlock__info_give(i, c->be->semaphores->inspect(c->bstate, name, permits, i), out);
 }
 
 unsigned dlock_info_permits(const dlock_info *i)

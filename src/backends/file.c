@@ -663,8 +663,9 @@ static int file_downgrade(void *state, struct dlock__hold *hold)
  * without close-on-exec, for children to inherit as flock(1)'s COMMAND
  * does. An OFD lock belongs to the open file, so it lasts until the last
  * copy is closed. Returns the descriptor, or -1 with a message. */
-int dlock__file_inherit_fd(struct dlock__hold *h)
+static int file_inherit_fd(void *state, struct dlock__hold *h)
 {
+    (void)state;
     struct file_hold *fh = h->bdata;
     int fd = fh ? fcntl(fh->fd, F_DUPFD, 3) : -1;
     if (fd < 0)
@@ -808,27 +809,42 @@ static int file_sem_list(void *state, const char *pattern, dlock_list_fn fn, voi
 
 static const char *const file_schemes[] = {"file", NULL};
 
-const struct dlock__backend dlock__backend_file = {
-    .version = DLOCK__BACKEND_VERSION,
-    .name = "file",
-    .schemes = file_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_FIXED_LEASE,
-    .default_port = 0,
-    .open = file_open,
-    .close = file_close,
+static const struct dlock__lock_ops file_lock_ops = {
     .acquire = file_acquire,
     .release = dlock__file_release,
-    .renew = NULL,
+    .downgrade = file_downgrade,
+    .inherit_fd = file_inherit_fd,
+};
+
+static const struct dlock__sem_ops file_sem_ops = {
+    .acquire = dlock__file_sem_acquire,
+    .release = dlock__file_sem_release,
+    .inspect = dlock__file_sem_inspect,
+    .list = file_sem_list,
+};
+
+static const struct dlock__elect_ops file_elect_ops = {
+    .acquire = dlock__file_elect_acquire,
+    .release = dlock__file_release,
+    .proclaim = dlock__file_elect_proclaim,
+    .observe = dlock__file_elect_observe,
+};
+
+static const struct dlock__admin_ops file_admin_ops = {
     .inspect = dlock__file_inspect,
     .force_release = file_force_release,
     .list = file_list,
-    .downgrade = file_downgrade,
-    .sem_acquire = dlock__file_sem_acquire,
-    .sem_release = dlock__file_sem_release,
-    .sem_inspect = dlock__file_sem_inspect,
-    .elect_acquire = dlock__file_elect_acquire,
-    .elect_release = dlock__file_release,
-    .elect_proclaim = dlock__file_elect_proclaim,
-    .elect_observe = dlock__file_elect_observe,
-    .sem_list = file_sem_list,
+};
+
+const struct dlock__backend dlock__backend_file = {
+    .name = "file",
+    .schemes = file_schemes,
+    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_FIXED_LEASE,
+    .default_port = 0,
+    .open = file_open,
+    .close = file_close,
+    .locks = &file_lock_ops,
+    .semaphores = &file_sem_ops,
+    .elections = &file_elect_ops,
+    .admin = &file_admin_ops,
 };

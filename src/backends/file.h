@@ -56,7 +56,7 @@ struct file_state {
 
 struct file_hold {
     int fd;
-    bool inherited; /* dlock__file_inherit_fd gave children a copy */
+    bool inherited; /* file_inherit_fd gave children a copy */
 };
 
 enum { LOCK_BYTE = 0, META_BYTE = 1, GATE_BYTE = 2 };

@@ -866,31 +866,50 @@ static int etcd_release_within(void *state, struct dlock__hold *h, int64_t deadl
 
 static const char *const etcd_schemes[] = {"etcd", "etcd+https", NULL};
 
+static const struct dlock__lock_ops etcd_lock_ops = {
+    .acquire = etcd_acquire,
+    .release = dlock__etcd_release,
+    .release_within = etcd_release_within,
+    .downgrade = dlock__etcd_downgrade,
+};
+
+static const struct dlock__multi_ops etcd_multi_ops = {
+    .acquire = dlock__etcd_multi_acquire,
+    .release = dlock__etcd_multi_release,
+};
+
+static const struct dlock__sem_ops etcd_sem_ops = {
+    .acquire = dlock__etcd_sem_acquire,
+    .release = dlock__etcd_release, /* a permit's key goes as a lock's */
+    .inspect = dlock__etcd_sem_inspect,
+    .list = dlock__etcd_sem_list,
+};
+
+static const struct dlock__elect_ops etcd_elect_ops = {
+    .acquire = etcd_acquire, /* Go's Election is the Mutex's layout */
+    .release = dlock__etcd_release,
+    .proclaim = dlock__etcd_elect_proclaim,
+    .observe = dlock__etcd_elect_observe,
+};
+
+static const struct dlock__admin_ops etcd_admin_ops = {
+    .inspect = dlock__etcd_inspect,
+    .force_release = dlock__etcd_force_release,
+    .list = dlock__etcd_list,
+};
+
 const struct dlock__backend dlock__backend_etcd = {
-    .version = DLOCK__BACKEND_VERSION,
     .name = "etcd",
     .schemes = etcd_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR |
+    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR |
             DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_FIXED_LEASE,
     .default_port = ETCD_DEFAULT_PORT,
     .open = dlock__etcd_open,
     .close = dlock__etcd_close,
-    .acquire = etcd_acquire,
-    .release = dlock__etcd_release,
     .renew = dlock__etcd_renew,
-    .inspect = dlock__etcd_inspect,
-    .force_release = dlock__etcd_force_release,
-    .list = dlock__etcd_list,
-    .downgrade = dlock__etcd_downgrade,
-    .elect_acquire = etcd_acquire, /* Go's Election is the Mutex's layout */
-    .elect_release = dlock__etcd_release,
-    .elect_proclaim = dlock__etcd_elect_proclaim,
-    .elect_observe = dlock__etcd_elect_observe,
-    .sem_acquire = dlock__etcd_sem_acquire,
-    .sem_release = dlock__etcd_release, /* a permit's key goes as a lock's */
-    .sem_inspect = dlock__etcd_sem_inspect,
-    .sem_list = dlock__etcd_sem_list,
-    .multi_acquire = dlock__etcd_multi_acquire,
-    .multi_release = dlock__etcd_multi_release,
-    .release_within = etcd_release_within,
+    .locks = &etcd_lock_ops,
+    .multi = &etcd_multi_ops,
+    .semaphores = &etcd_sem_ops,
+    .elections = &etcd_elect_ops,
+    .admin = &etcd_admin_ops,
 };

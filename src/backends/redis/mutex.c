@@ -827,33 +827,52 @@ static const char *const redis_schemes[] = {"redis",          "rediss",         
                                             "redis+sentinel", "rediss+sentinel", "redis+cluster",
                                             "rediss+cluster", NULL};
 
+static const struct dlock__lock_ops redis_lock_ops = {
+    .acquire = redis_acquire,
+    .release = redis_release,
+    .release_within = redis_release_within,
+    .downgrade = dlock__redis_rw_downgrade,
+};
+
+static const struct dlock__multi_ops redis_multi_ops = {
+    .acquire = dlock__redis_multi_acquire,
+    .release = dlock__redis_multi_release,
+};
+
+static const struct dlock__sem_ops redis_sem_ops = {
+    .acquire = dlock__redis_sem_acquire,
+    .release = dlock__redis_sem_release,
+    .inspect = dlock__redis_sem_inspect,
+    .list = dlock__redis_sem_list,
+};
+
+static const struct dlock__elect_ops redis_elect_ops = {
+    .acquire = dlock__redis_elect_acquire,
+    .release = dlock__redis_elect_release,
+    .proclaim = dlock__redis_elect_proclaim,
+    .observe = dlock__redis_elect_observe,
+};
+
+static const struct dlock__admin_ops redis_admin_ops = {
+    .inspect = dlock__redis_inspect,
+    .force_release = dlock__redis_force_release,
+    .list = dlock__redis_list,
+    .master = dlock__redis_master,
+};
+
 const struct dlock__backend dlock__backend_redis = {
-    .version = DLOCK__BACKEND_VERSION,
     .name = "redis",
     .schemes = redis_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FIXED_LEASE |
+    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FIXED_LEASE |
             DLOCK__CAP_FAIR,
     .default_port = REDIS_DEFAULT_PORT,
     .open = dlock__redis_open,
     .close = dlock__redis_close,
-    .acquire = redis_acquire,
-    .release = redis_release,
     .renew = redis_renew,
-    .inspect = dlock__redis_inspect,
-    .force_release = dlock__redis_force_release,
-    .list = dlock__redis_list,
-    .downgrade = dlock__redis_rw_downgrade,
-    .sem_acquire = dlock__redis_sem_acquire,
-    .sem_release = dlock__redis_sem_release,
-    .sem_inspect = dlock__redis_sem_inspect,
-    .sem_list = dlock__redis_sem_list,
-    .elect_acquire = dlock__redis_elect_acquire,
-    .elect_release = dlock__redis_elect_release,
-    .elect_proclaim = dlock__redis_elect_proclaim,
-    .elect_observe = dlock__redis_elect_observe,
-    .master = dlock__redis_master,
-    .multi_acquire = dlock__redis_multi_acquire,
-    .multi_release = dlock__redis_multi_release,
-    .release_within = redis_release_within,
+    .locks = &redis_lock_ops,
+    .multi = &redis_multi_ops,
+    .semaphores = &redis_sem_ops,
+    .elections = &redis_elect_ops,
+    .admin = &redis_admin_ops,
 };
 

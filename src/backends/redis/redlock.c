@@ -629,29 +629,40 @@ static int rl_open(struct dlock_client *c, void **state)
 
 static const char *const redlock_schemes[] = {"redlock", "redlocks", NULL};
 
+static const struct dlock__lock_ops redlock_lock_ops = {
+    .acquire = dlock__redlock_acquire,
+    .release = dlock__redlock_release,
+    .release_within = dlock__redlock_release_within,
+    .downgrade = dlock__redlock_downgrade,
+};
+
+static const struct dlock__elect_ops redlock_elect_ops = {
+    .acquire = dlock__redlock_elect_acquire,
+    .release = dlock__redlock_elect_release,
+    .proclaim = dlock__redlock_elect_proclaim,
+    .observe = dlock__redlock_elect_observe,
+};
+
+static const struct dlock__admin_ops redlock_admin_ops = {
+    .inspect = dlock__redlock_inspect,
+    .force_release = dlock__redlock_force_release,
+    .list = dlock__redlock_list,
+};
+
 const struct dlock__backend dlock__backend_redlock = {
-    .version = DLOCK__BACKEND_VERSION,
     .name = "redlock",
     .schemes = redlock_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FIXED_LEASE,
+    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FIXED_LEASE,
     .default_port = REDIS_DEFAULT_PORT,
+    .open = rl_open,
+    .close = rl_close,
+    .renew = dlock__redlock_renew,
+    .locks = &redlock_lock_ops,
+    .elections = &redlock_elect_ops,
+    .admin = &redlock_admin_ops,
     /* docs/protocol-redis.md, "Redlock": no semaphores */
     .no_semaphores_why = "permits counted per node over majorities do not bound the holders once "
                          "there are 2 or more (3 nodes, 2 permits: holders on {a,b}, {b,c} and "
                          "{a,c} each took a majority, every node counts 2, and 3 hold at once); "
                          "use etcd:// or zk:// for a semaphore across servers",
-    .open = rl_open,
-    .close = rl_close,
-    .acquire = dlock__redlock_acquire,
-    .release = dlock__redlock_release,
-    .downgrade = dlock__redlock_downgrade,
-    .renew = dlock__redlock_renew,
-    .inspect = dlock__redlock_inspect,
-    .force_release = dlock__redlock_force_release,
-    .list = dlock__redlock_list,
-    .elect_acquire = dlock__redlock_elect_acquire,
-    .elect_release = dlock__redlock_elect_release,
-    .elect_proclaim = dlock__redlock_elect_proclaim,
-    .elect_observe = dlock__redlock_elect_observe,
-    .release_within = dlock__redlock_release_within,
 };

@@ -625,30 +625,45 @@ int dlock__zk_release_within(void *state, struct dlock__hold *h, int64_t deadlin
 
 static const char *const zk_schemes[] = {"zk", NULL};
 
+static const struct dlock__lock_ops zk_lock_ops = {
+    .acquire = zk_acquire,
+    .release = dlock__zk_release,
+    .release_within = dlock__zk_release_within,
+    .downgrade = dlock__zk_downgrade,
+    .share = dlock__zk_share,
+};
+
+static const struct dlock__sem_ops zk_sem_ops = {
+    .acquire = dlock__zk_sem_acquire,
+    .release = dlock__zk_sem_release,
+    .inspect = dlock__zk_sem_inspect,
+    .list = dlock__zk_list, /* the base's nodes, locks and semaphores alike */
+};
+
+static const struct dlock__elect_ops zk_elect_ops = {
+    .acquire = dlock__zk_elect_acquire,
+    .release = dlock__zk_release,
+    .proclaim = dlock__zk_elect_proclaim,
+    .observe = dlock__zk_elect_observe,
+};
+
+static const struct dlock__admin_ops zk_admin_ops = {
+    .inspect = dlock__zk_inspect,
+    .force_release = dlock__zk_force_release,
+    .list = dlock__zk_list,
+};
+
 const struct dlock__backend dlock__backend_zk = {
-    .version = DLOCK__BACKEND_VERSION,
     .name = "zk",
     .schemes = zk_schemes,
-    .caps = DLOCK__CAP_FENCING | DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR |
+    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR |
             DLOCK__CAP_CLIENT_OWNER,
     .default_port = ZK_DEFAULT_PORT,
     .open = dlock__zk_open,
     .close = dlock__zk_close,
-    .acquire = zk_acquire,
-    .release = dlock__zk_release,
     .renew = dlock__zk_renew,
-    .inspect = dlock__zk_inspect,
-    .force_release = dlock__zk_force_release,
-    .list = dlock__zk_list,
-    .downgrade = dlock__zk_downgrade,
-    .share = dlock__zk_share,
-    .sem_acquire = dlock__zk_sem_acquire,
-    .sem_release = dlock__zk_sem_release,
-    .sem_inspect = dlock__zk_sem_inspect,
-    .elect_acquire = dlock__zk_elect_acquire,
-    .elect_release = dlock__zk_release,
-    .elect_proclaim = dlock__zk_elect_proclaim,
-    .elect_observe = dlock__zk_elect_observe,
-    .sem_list = dlock__zk_list, /* the base's nodes, locks and semaphores alike */
-    .release_within = dlock__zk_release_within,
+    .locks = &zk_lock_ops,
+    .semaphores = &zk_sem_ops,
+    .elections = &zk_elect_ops,
+    .admin = &zk_admin_ops,
 };

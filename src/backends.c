@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "core.h"
+#include "internal.h"
 
 extern const struct dlock__backend dlock__backend_file;
 #ifdef DLOCK_HAVE_REDIS

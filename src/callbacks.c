@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
 #include "internal.h"
 
 struct dlock__lost_call {

@@ -31,7 +31,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "core.h"
 #include "internal.h"
 
 /* dlock_cancel_fire() stores the flag from signal handlers: only a

@@ -3,7 +3,7 @@
  * A create whose reply was lost may have left a key or node on the server;
  * a delete that timed out may not have happened. The backend cannot wait
  * for the server to come back in the caller's thread, and must not forget
- * it either: it queues the work here (dlock__cleanup_add, see core.h) and
+ * it either: it queues the work here (dlock__cleanup_add, see toolbox.h) and
  * the keeper does it between renewals, in bounded slices, retrying with
  * backoff; closing the client tries what is left once more. One queue per
  * client, FIFO, under the client's mutex; the work itself runs without it.
@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
 #include "internal.h"
 
 struct dlock__cleanup {

@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core.h"
 #include "internal.h"
 
 #define DEFAULT_LEASE_MS 30000

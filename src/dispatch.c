@@ -3,13 +3,13 @@
  *
  * A hold is a lock's, a semaphore permit's (h->sem) or an election
  * campaign's (h->elect); each kind has its own table of ops in the
- * backend (core.h). The lock machinery (lock.c, release.c, multi.c)
+ * backend (backend.h). The lock machinery (lock.c, release.c, multi.c)
  * takes and gives up holds of every kind without knowing which: it calls
  * down here, and this file calls the backend. The primitives (semaphore.c,
  * election.c) check, before making a handle, that their table is there,
  * so a hold of theirs never reaches a backend without the ops for it.
  */
-#include "core.h"
+#include "internal.h"
 
 int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w)
 {

@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "core.h"
+#include "toolbox.h"
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 

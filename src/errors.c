@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core.h"
+#include "toolbox.h"
 
 static _Thread_local char last_msg[1024];
 

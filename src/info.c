@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
 #include "internal.h"
 
 static int check_args(dlock_client *c, const char *name)

@@ -1,9 +1,57 @@
 /* internal.h -- core-private structures: what backends never touch.
- * (Backends see src/core.h only.) */
+ * (Backends see src/backend.h and src/toolbox.h only.) */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
 
-#include "core.h"
+#include "backend.h"
+
+/* The dispatch (dispatch.c), the one place that chooses a hold's ops by
+ * its kind: the backend's acquire of H -- the semaphore ops' for a
+ * permit (h->sem), the election ops' for a campaign (h->elect), else the
+ * lock ops'. */
+int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w);
+
+/* The backend's release of H, chosen as dlock__backend_acquire() does. */
+int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);
+
+/* Release L (release.c) as dlock_release() does, but a plain hold's last
+ * level within DEADLINE where the lock ops have release_within (the rest
+ * is owed to the keeper); DLOCK__NEVER, or any other hold: dlock_release().
+ * A hold lost before is DLOCK_ELOST, also when the keeper's renewal of it
+ * is under way and the keeper is left to give it back. */
+int dlock__release_within(struct dlock_lock *l, int64_t deadline);
+/* Whether L's owner holds L's name only as a hold marked lost, or past
+ * its validity deadline (not held for sure; false when nothing is held). */
+bool dlock__lock_lost(struct dlock_lock *l);
+/* The keeper, once renew() returned H marked give_back: end H as
+ * dlock__release_within() would have, owing what is not sent (mutex
+ * held; dropped meanwhile). */
+void dlock__hold_give_back(struct dlock_client *c, struct dlock__hold *h);
+
+/* Find the backend for SCHEME: NULL with DLOCK_EBADURL/ENOTBUILT set. */
+const struct dlock__backend *dlock__backend_find(const char *scheme, int *err);
+
+/* Check the caller is the process that made C (fork). */
+int dlock__check_client(const struct dlock_client *c);
+
+/* Start the keeper thread if not running (client mutex held). */
+int dlock__keeper_start(struct dlock_client *c);
+void dlock__keeper_stop(struct dlock_client *c);
+/* Wake the keeper only if new hold H is due before its next pass (mutex
+ * held): a new hold then costs no keeper wake-up in the common case. */
+void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h);
+
+/* The URL query options SCHEME's backend reads itself (NULL-terminated;
+ * never NULL), kept in src/backends.c beside the scheme so the core can
+ * refuse an unknown option before the backend dials anything. A backend
+ * that reads a new option with dlock__url_param() adds it there. */
+const char *const *dlock__backend_params(const char *scheme);
+/* Whether KEY is a URL option for SCHEME: one the core reads (lease,
+ * timeout, prefix, user, password, tls_*...) or one of the backend's. */
+bool dlock__option_known(const char *scheme, const char *key);
+/* Parse TEXT into U (url.c); free what it holds. */
+int dlock__url_parse(const char *text, struct dlock__url *u);
+void dlock__url_free(struct dlock__url *u);
 
 /* One name of one client: the holds of its threads, and, for backends
  * whose server sees one owner per client (DLOCK__CAP_CLIENT_OWNER), the

@@ -18,7 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "core.h"
 #include "internal.h"
 
 void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms)

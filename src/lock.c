@@ -27,7 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
 #include "internal.h"
 
 unsigned dlock__hash(const char *s)

@@ -38,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
 #include "internal.h"
 
 struct dlock_multi {

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "toolbox.h"
 
 int dlock__hexval(int ch)
 {

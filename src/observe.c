@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core.h"
 #include "internal.h"
 
 int dlock_client_set_log(dlock_client *c, dlock_log_fn fn, void *arg, dlock_log_level max_level)

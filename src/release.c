@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core.h"
 #include "internal.h"
 
 /* Take H out of its entry: wait for a renew() in flight to finish first,

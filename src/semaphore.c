@@ -22,7 +22,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
 #include "internal.h"
 
 struct dlock_semaphore {

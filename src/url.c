@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "internal.h"
 
 static int hexval(int ch)
 {

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "toolbox.h"
 
 int64_t dlock__now_ms(void)
 {

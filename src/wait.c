@@ -15,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
 #include "internal.h"
 
 void dlock__wait_init(struct dlock__wait *w, int64_t deadline)

@@ -4,7 +4,7 @@
  * Every place that keeps waiters (the core's local queue of one client's
  * threads per name, a backend's waiters per name or per watch) keeps them
  * here, so first come is first served everywhere and a wake handed to a
- * waiter that is leaving is passed on instead of lost (see core.h). A
+ * waiter that is leaving is passed on instead of lost (see toolbox.h). A
  * waiter may carry a key (what it waits for: ZooKeeper's predecessor
  * node), so that the event of that key wakes it alone. The
  * set is a small array: a name rarely has more than a few local waiters,
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "toolbox.h"
 
 /* W's slot in WS, NULL when absent (ws->mu held). */
 static struct dlock__waitset_slot *slot_of(struct dlock__waitset *ws, const struct dlock__wait *w)

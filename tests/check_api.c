@@ -7,7 +7,7 @@
  * documents every function of dlock.h with its prototype.
  *
  * White-box where a promise is internal (dlock__parse_duration, the
- * parsed URL): the test includes src/core.h for those. Each test runs in
+ * parsed URL): the test includes src/internal.h for those. Each test runs in
  * its own process (Check's fork mode) with a time limit.
  */
 #include <check.h>
@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "internal.h"
 #include "dlock.h"
 #include "fixture_etcd.h"
 #include "fixture_redis.h"

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "internal.h"
 #include "dlock.h"
 #include "internal.h"
 #include "testutil.h"

@@ -56,7 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "backend.h"
 #include "file.h"
 
 /* ------------------------------------------------------------ names */

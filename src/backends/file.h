@@ -9,7 +9,7 @@
 #include <limits.h>
 #include <sys/types.h>
 
-#include "core.h"
+#include "backend.h"
 
 #define MAGIC "DLOCKv1\n"
 #define HOST_MAX 64

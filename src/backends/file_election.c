@@ -33,7 +33,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "backend.h"
 #include "file.h"
 
 #define SUFFIX ".leader"

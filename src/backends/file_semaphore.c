@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "backend.h"
 #include "file.h"
 
 #define SUFFIX ".sem"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "internal.h"
 #include "dlock.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "internal.h"
 #include "backends/zk/zk.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core.h"
+#include "backend.h"
 
 #define ETCD_DEFAULT_PORT 2379
 #define ETCD_MAX_REPLY (64u << 20) /* a reply larger than this is refused (EPROTO) */
@@ -546,12 +546,12 @@ void dlock__etcd_lease_dead(struct etcd_backend *s, const struct lease_ref *lr);
 
 /* ============================================================ multi.c */
 
-/* The backend's multi_acquire: an exclusive set in one transaction
- * (core.h); DLOCK_ENOTSUP for a shared one or members on leases of their
+/* The multi ops' acquire: an exclusive set in one transaction
+ * (backend.h); DLOCK_ENOTSUP for a shared one or members on leases of their
  * own. */
 int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
                               struct dlock__wait *w, size_t *busy);
-/* The backend's multi_release: every member's guarded delete
+/* The multi ops' release: every member's guarded delete
  * (dlock__etcd_delete_if_txn) nested in one transaction. */
 int dlock__etcd_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs);
 
@@ -594,7 +594,7 @@ void dlock__etcd_hold_drop(struct etcd_backend *s, struct etcd_hold *eh, int rc)
 int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info);
 int dlock__etcd_force_release(void *state, const char *name);
 int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
-/* The backend's sem_list: the names of the semaphores with a permit key. */
+/* The semaphore ops' list: the names of the semaphores with a permit key. */
 int dlock__etcd_sem_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 
 /* ============================================================= lease.c */

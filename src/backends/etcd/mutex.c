@@ -822,7 +822,7 @@ int dlock__etcd_release(void *state, struct dlock__hold *h)
     return rc;
 }
 
-/* The backend's release_within (core.h): the release txn, only while
+/* The lock ops' release_within (backend.h): the release txn, only while
  * DEADLINE leaves time; what is not answered by then, or not sent, is
  * owed -- the key remembered as an orphan the keeper deletes (lease.c),
  * which an acquire of the same key by this client forgets first, so it

@@ -296,7 +296,7 @@ static int redis_release(void *state, struct dlock__hold *h)
     return rc;
 }
 
-/* The backend's release_within (core.h): an exclusive hold of the
+/* The lock ops' release_within (backend.h): an exclusive hold of the
  * default or simple layout is released by its script within DEADLINE;
  * what is not answered by then -- and a fair or shared hold, whose
  * releases have no deadline, at once -- is owed as the cancel of every

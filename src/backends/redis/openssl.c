@@ -3,7 +3,7 @@
 #define DLOCK__OPENSSL_TABLE
 #include "openssl.h"
 
-#include "core.h"
+#include "backend.h"
 
 struct dlock__openssl_api dlock__openssl;
 

@@ -25,7 +25,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "core.h"
+#include "backend.h"
 
 struct ssl_ctx_st; /* OpenSSL's SSL_CTX, SSL (tls.c): no OpenSSL header here */
 struct ssl_st;
@@ -557,11 +557,11 @@ int dlock__redis_undo_acquire(struct redis_state *s, const struct dlock__hold *h
 
 /* ------------------------------------------------------------ multi.c */
 
-/* The backend's multi_acquire: an exclusive set in one script call
- * (core.h); DLOCK_ENOTSUP for a shared one. */
+/* The multi ops' acquire: an exclusive set in one script call
+ * (backend.h); DLOCK_ENOTSUP for a shared one. */
 int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
                                struct dlock__wait *w, size_t *busy);
-/* The backend's multi_release: an exclusive set's release in one script
+/* The multi ops' release: an exclusive set's release in one script
  * call (scripts/release_multi.lua), each member checked as the single
  * release checks it. */
 int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs);
@@ -882,7 +882,7 @@ int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys 
 int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redis_sem_release(void *state, struct dlock__hold *h);
 int dlock__redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
-/* The backend's sem_list: the semaphores with a permit held (their
+/* The semaphore ops' list: the semaphores with a permit held (their
  * {NAME}:timeout ZSETs). */
 int dlock__redis_sem_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 /* When B holds semaphore permits: renew them (one script call each) and

@@ -116,7 +116,7 @@ int dlock__redlock_release(void *state, struct dlock__hold *h);
  * passed); with OWE a node that did not answer is owed the cancel of the
  * owner's requests so far, and too few answers are no failure. */
 int dlock__redlock_release_by(void *state, struct dlock__hold *h, int64_t deadline, bool owe);
-/* The backend's release_within (core.h): release_by with OWE. */
+/* The lock ops' release_within (backend.h): release_by with OWE. */
 int dlock__redlock_release_within(void *state, struct dlock__hold *h, int64_t deadline);
 int dlock__redlock_downgrade(void *state, struct dlock__hold *h);
 int dlock__redlock_renew(void *state, struct dlock__renew_batch *b);

@@ -186,7 +186,7 @@ int dlock__redlock_release_by(void *state, struct dlock__hold *h, int64_t deadli
     return release_hold(state, h, deadline, owe);
 }
 
-/* The backend's release_within (core.h). */
+/* The lock ops' release_within (backend.h). */
 int dlock__redlock_release_within(void *state, struct dlock__hold *h, int64_t deadline)
 {
     return release_hold(state, h, deadline, true);

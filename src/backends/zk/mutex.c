@@ -595,7 +595,7 @@ int dlock__zk_release(void *state, struct dlock__hold *h)
 }
 
 
-/* The backend's release_within (core.h): the hold's node (and a shadow
+/* The lock ops' release_within (backend.h): the hold's node (and a shadow
  * read node) deleted within DEADLINE by cleanup.c's
  * dlock__zk_delete_own_node_by -- nothing is sent once it has passed or
  * while the session is not connected, and a delete not done by then is

@@ -37,7 +37,7 @@
 #ifndef DLOCK_BACKEND_ZK_H
 #define DLOCK_BACKEND_ZK_H
 
-#include "core.h"
+#include "backend.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -329,7 +329,7 @@ struct dlock__elect_ops {
                    struct dlock__wait *w, struct dlock_leader *out);
 };
 
-/* Administration (info.c, client.c): looking at names without taking
+/* Administration (admin.c, client.c): looking at names without taking
  * them. NULL member: the core answers DLOCK_ENOTSUP. */
 struct dlock__admin_ops {
     /* Fill INFO for NAME (the plain lock name; the backend applies

@@ -21,51 +21,6 @@ struct dlock_election {
     struct dlock__user_lost lost; /* dlock_election_lost_fn */
 };
 
-bool dlock__leader_same(const struct dlock_leader *a, const struct dlock_leader *b)
-{
-    if (a->held != b->held)
-        return false;
-    if (!a->held)
-        return true;
-    return a->token == b->token && a->version == b->version &&
-           strcmp(a->value ? a->value : "", b->value ? b->value : "") == 0;
-}
-
-bool dlock__observe_done(const struct dlock_leader *known, const struct dlock_leader *out,
-                         bool consistent, const struct dlock__wait *w, int *rc)
-{
-    if (!consistent)
-        return false;
-    if (!known || !dlock__leader_same(known, out))
-        *rc = DLOCK_OK;
-    else if (dlock__wait_try_once(w))
-        *rc = DLOCK_ETIMEDOUT;
-    else
-        return false;
-    return true;
-}
-
-bool dlock__observe_retry(const struct dlock_leader *known, struct dlock__wait *w,
-                          struct dlock__backoff *b, int *rc)
-{
-    if (*rc == DLOCK_OK) {
-        dlock__backoff_reset(b);
-        return false;
-    }
-    if ((*rc != DLOCK_ECONN && *rc != DLOCK_EUNAVAIL) || !known || dlock__wait_try_once(w))
-        return false;
-    char msg[DLOCK__MSG_MAX];
-    dlock__errmsg_save(msg);
-    int pause = dlock__wait_retry(w, b, DLOCK__NEVER);
-    if (pause == DLOCK_OK)
-        return true;
-    if (pause == DLOCK_ECANCELED)
-        *rc = DLOCK_ECANCELED;
-    else
-        dlock__errmsg_restore(*rc, msg);
-    return false;
-}
-
 static bool has_elections(const dlock_client *c)
 {
     const struct dlock__elect_ops *ops = c->be->elections;

@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -928,6 +929,132 @@ TU_TEST(guardian_killed_spares_children_from_before, 60)
     free(command);
     free(before);
 }
+
+/* The parent of PID by /proc/PID/stat, 0 when it is gone. */
+static pid_t parent_pid(pid_t pid)
+{
+    char *path = tu_fmt("/proc/%d/stat", (int)pid);
+    char *text = tu_read_file(path);
+    const char *close = text ? strrchr(text, ')') : NULL;
+    int ppid = 0;
+    if (!close || sscanf(close + 1, " %*c %d", &ppid) != 1)
+        ppid = 0;
+    free(text);
+    free(path);
+    return (pid_t)ppid;
+}
+
+/* Whether PID is ROOT or below it. */
+static bool in_tree(pid_t pid, pid_t root)
+{
+    for (int depth = 0; pid > 1 && depth < 64; depth++, pid = parent_pid(pid))
+        if (pid == root)
+            return true;
+    return false;
+}
+
+/* What `killall -9 dlock` / `pkill -9 dlock` (WHAT "dlock": a process
+ * whose name, /proc/PID/comm, holds it) or `pkill -9 -f PATTERN` (WHAT
+ * any other string: its command line, arguments joined by spaces, holds
+ * it) do, kept to ROOT and the processes below it so that no other
+ * test's dlock is hit: every match is found first, then all are killed.
+ * Returns how many. */
+static int kill_by_name(pid_t root, const char *what)
+{
+    bool by_comm = strcmp(what, "dlock") == 0;
+    pid_t hit[64];
+    int n = 0;
+    DIR *d = opendir("/proc");
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *de; (de = readdir(d)) && n < 64;) {
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (pid <= 0 || !in_tree(pid, root))
+            continue;
+        char *path = tu_fmt("/proc/%d/%s", (int)pid, by_comm ? "comm" : "cmdline");
+        int fd = open(path, O_RDONLY);
+        char buf[8192];
+        ssize_t len = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        free(path);
+        if (len <= 0)
+            continue;
+        for (ssize_t i = 0; i < len; i++)
+            buf[i] = buf[i] ? buf[i] : ' ';
+        buf[len] = 0;
+        if (strstr(buf, what))
+            hit[n++] = pid;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        kill(hit[i], SIGKILL);
+    return n;
+}
+
+/* `dlock run NAME` on URL (LEASE: --lease, or NULL) whose COMMAND leaves
+ * a loop writing A lines to a file in the background, then every dlock
+ * process killed by name as kill_by_name(WHAT) does: the loop must end
+ * (a bounded wait; a survivor fails the test, not a claim on time), and
+ * the next holder's section, B to C in the same file, must see no A.
+ * Before, `killall -9 dlock` hit the guardian too (same name): COMMAND
+ * died with it and the loop, reparented above dlock, wrote on unlocked
+ * -- on the file backend keeping the lock from the next holder, on Redis
+ * beside it once the lease ended. */
+static void killed_by_name(const char *u, const char *lease, const char *name, const char *what)
+{
+    char *out = tu_fmt("%s/%s.out", dir, name), *pidfile = tu_fmt("%s/%s.pid", dir, name);
+    char *cmd = tu_fmt("sh -c 'while :; do echo A >> %s; sleep 0.05; done' & "
+                       "echo $! > %s.tmp && mv %s.tmp %s; exec sleep 1000",
+                       out, pidfile, pidfile, pidfile);
+    const char *argv[] = {tu_dlock_bin(), "-u", u, "run", "--lease", lease ? lease : "",
+                          name, "-c", cmd, NULL};
+    if (!lease) /* no --lease */
+        memmove(&argv[4], &argv[6], 4 * sizeof *argv);
+    pid_t d = tu_spawn(argv, NULL);
+    ck_assert(tu_wait_file(pidfile, 30000));
+    ck_assert(tu_wait_file(out, 30000));
+    pid_t loop = (pid_t)tu_read_u64(pidfile);
+    ck_assert_int_gt(loop, 0);
+    char *pattern = strcmp(what, "dlock") == 0 ? tu_fmt("%s", what) : tu_fmt("-u %s run", u);
+    int killed = kill_by_name(d, pattern);
+    tu_wait_exit(d);
+    bool gone = false;
+    for (int i = 0; i < 2000 && !(gone = exited(loop)); i++)
+        tu_sleep_ms(10);
+    char *next = tu_fmt("echo B >> %s; sleep 0.3; echo C >> %s", out, out);
+    int rc = TU_DLOCK(NULL, NULL, NULL, "-u", u, "run", "-w", "30", name, "-c", next);
+    kill(loop, SIGKILL);
+    char *text = tu_read_file(out), *b = text ? strstr(text, "B\n") : NULL;
+    char *c = b ? strstr(b, "C\n") : NULL;
+    bool overlap = b && c && memchr(b, 'A', (size_t)(c - b));
+    ck_assert_msg(gone, "%s: a process of the job outlived dlock killed by name ('%s', %d killed)",
+                  name, pattern, killed);
+    ck_assert_msg(rc == 0 && b && c, "%s: the next holder did not run (exit %d)", name, rc);
+    ck_assert_msg(!overlap, "%s: the killed job wrote inside the next holder's section", name);
+    free(text);
+    free(next);
+    free(pattern);
+    free(cmd);
+    free(pidfile);
+    free(out);
+}
+
+TU_TEST(killed_by_name_file, 120)
+{
+    killed_by_name(url, NULL, "byname", "dlock");
+    killed_by_name(url, NULL, "bycmdline", "cmdline");
+}
+
+#ifdef DLOCK_HAVE_REDIS
+TU_TEST(killed_by_name_redis, 120)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    killed_by_name(r.url, "2", "byname", "dlock");
+    killed_by_name(r.url, "2", "bycmdline", "cmdline");
+    fx_redis_stop(&r);
+}
+#endif
 
 TU_TEST(shared, 120)
 {

@@ -82,6 +82,14 @@ enum { JOB_STARTED = 1, JOB_FAILED, JOB_EXEC_FAILED, JOB_EXITED, JOB_DONE };
 struct cli_job_report {
     int event, value;
 };
+/* The name the guardian goes by (/proc/PID/comm and its command line), in
+ * which "dlock" does not appear: `killall dlock`, `pkill dlock` and
+ * `pkill -f dlock` leave it, so it outlives dlock killed by name and
+ * kills the job. */
+#define CLI_GUARDIAN_NAME "dl-guardian"
+/* Note where main()'s ARGC arguments lie, so that the guardian can
+ * write its name over them (its command line); called first thing. */
+void cli_job_note_args(int argc, char **argv);
 /* Start J. Returns 0, or -(exit code) after printing why. */
 int cli_job_start(struct cli_job *j);
 /* The next report: 1, or 0 when the guardian is gone without a word. */

@@ -39,7 +39,11 @@
  * The guardian has a process group of its own too, so that a SIGKILL to
  * dlock's group (timeout(1), a CI runner, `kill -9 -PGID`) leaves it
  * alive to kill the job, rather than killing the guardian beside dlock and
- * orphaning COMMAND's descendants.
+ * orphaning COMMAND's descendants. For the same reason it goes by another
+ * name (CLI_GUARDIAN_NAME: comm and command line), which `killall dlock`,
+ * `pkill dlock` and `pkill -f dlock` do not match. Killing both by pid
+ * still orphans COMMAND's descendants (to init): only a PID namespace,
+ * refused above, would take them along.
  *
  * A process group, not a session: a new session would cut COMMAND off
  * its terminal (/dev/tty prompts of ssh or sudo). When dlock runs in the
@@ -239,8 +243,40 @@ static void continue_job(const struct cli_job *j, pid_t pgid)
         tcsetpgrp(j->tty_fd, pgid);
 }
 
+/* main()'s arguments, contiguous as the kernel lays them out: what
+ * /proc/PID/cmdline shows, which the guardian writes its name over. */
+static char *args_area;
+static size_t args_len;
+
+void cli_job_note_args(int argc, char **argv)
+{
+    if (argc < 1 || !argv[0])
+        return;
+    char *end = argv[0];
+    for (int k = 0; k < argc && argv[k] == end; k++)
+        end = argv[k] + strlen(argv[k]) + 1;
+    args_area = argv[0];
+    args_len = (size_t)(end - argv[0]);
+}
+
+/* Go by CLI_GUARDIAN_NAME from now on: the process name (comm, what
+ * killall and pkill match) and the command line (pkill -f, ps). Only
+ * main()'s argument strings are written over: COMMAND's are copies. */
+static void take_guardian_name(void)
+{
+    prctl(PR_SET_NAME, CLI_GUARDIAN_NAME);
+    if (!args_len)
+        return;
+    size_t n = strlen(CLI_GUARDIAN_NAME);
+    if (n >= args_len)
+        n = args_len - 1;
+    memset(args_area, 0, args_len);
+    memcpy(args_area, CLI_GUARDIAN_NAME, n);
+}
+
 static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsigned limit)
 {
+    take_guardian_name();
     setpgid(0, 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     close_all_but(j->keep, j->nkeep, limit);
@@ -367,16 +403,44 @@ static void pids_add(pid_t pid, void *arg)
     s->v[s->n++] = pid;
 }
 
+static void free_argv(char **argv)
+{
+    for (size_t i = 0; argv && argv[i]; i++)
+        free(argv[i]);
+    free(argv);
+}
+
+/* ARGV (NULL-terminated) copied, strings and all; NULL when out of
+ * memory. */
+static char **copy_argv(char *const *argv)
+{
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    char **copy = calloc(n + 1, sizeof *copy);
+    for (size_t i = 0; copy && i < n; i++)
+        if (!(copy[i] = strdup(argv[i]))) {
+            free_argv(copy);
+            return NULL;
+        }
+    return copy;
+}
+
 int cli_job_start(struct cli_job *j)
 {
     int ctl[2] = {-1, -1}, rep[2] = {-1, -1};
     /* What the guardian keeps: what COMMAND inherits, its pipe ends and
-     * the terminal, worked out before fork. */
+     * the terminal, worked out before fork; and COMMAND's arguments as
+     * copies, since the guardian writes its name over dlock's. */
     int *keep = NULL;
+    char **argv = NULL;
     const char *failed = pipe2(ctl, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0 ? strerror(errno)
-                         : !(keep = calloc(j->nkeep + 3, sizeof *keep))         ? "out of memory"
-                                                                                 : NULL;
+                         : !(keep = calloc(j->nkeep + 3, sizeof *keep)) ||
+                                 !(argv = copy_argv(j->argv))
+                             ? "out of memory"
+                             : NULL;
     if (failed) { /* nothing left open: the first pipe of two made */
+        free(keep);
         fprintf(stderr, "dlock run: cannot start the job: %s\n", failed);
         for (int i = 0; i < 2; i++) {
             if (ctl[i] >= 0)
@@ -389,6 +453,7 @@ int cli_job_start(struct cli_job *j)
     memcpy(keep, j->keep, j->nkeep * sizeof *keep);
     struct cli_job g = *j;
     g.keep = keep;
+    g.argv = argv;
     g.parent_pgrp = getpgrp();
     keep[g.nkeep++] = ctl[0];
     keep[g.nkeep++] = rep[1];
@@ -416,6 +481,7 @@ int cli_job_start(struct cli_job *j)
     if (pid == 0)
         guardian(&g, ctl[0], rep[1], limit);
     free(keep);
+    free_argv(argv);
     close(ctl[0]);
     close(rep[1]);
     if (pid < 0) {

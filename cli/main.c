@@ -693,6 +693,7 @@ int main(int argc, char **argv)
                                           {"version", no_argument, NULL, 'V'},
                                           {0, 0, 0, 0}};
     const char *url = NULL;
+    cli_job_note_args(argc, argv); /* the guardian renames itself there */
     int ch;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "+u:hV", longs, NULL)) != -1) {

@@ -1039,6 +1039,42 @@ static void killed_by_name(const char *u, const char *lease, const char *name, c
     free(out);
 }
 
+/* dlock stopped on the file backend, where a hold has no lease: the
+ * job goes on (its guardian has no deadline to keep), the name stays
+ * held, and once dlock is continued a SIGTERM to it ends the job as
+ * usual (143), with no word of a lock at risk. */
+TU_TEST(paused_dlock_file, 60)
+{
+    char *out = tu_fmt("%s/paused.out", dir), *log = tu_fmt("%s/paused.log", dir);
+    char *cmd = tu_fmt("while :; do echo A >> %s; sleep 0.05; done", out);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "pausedf", "-c", cmd, NULL};
+    pid_t d = tu_spawn(argv, log);
+    ck_assert(tu_wait_file(out, 30000));
+    tu_pause(d);
+    char *text = tu_read_file(out);
+    int lines = text ? count_lines(text) : 0, now = lines;
+    for (int i = 0; i < 3000 && now < lines + 20; i++) {
+        tu_sleep_ms(10);
+        free(text);
+        text = tu_read_file(out);
+        now = text ? count_lines(text) : 0;
+    }
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "pausedf", "true"), 1);
+    kill(d, SIGCONT);
+    kill(d, SIGTERM);
+    int code = tu_wait_exit(d);
+    char *said = tu_read_file(log);
+    ck_assert_msg(now >= lines + 20, "the job stopped while dlock was stopped (%d lines, then %d)",
+                  lines, now);
+    ck_assert_msg(code == 143 && !(said && strstr(said, "at risk")), "dlock exit %d: %s", code,
+                  said ? said : "");
+    free(said);
+    free(text);
+    free(cmd);
+    free(log);
+    free(out);
+}
+
 TU_TEST(killed_by_name_file, 120)
 {
     killed_by_name(url, NULL, "byname", "dlock");
@@ -1194,6 +1230,53 @@ TU_TEST(lost_grace_redis, 120)
     free(cmd);
     free(pidfile);
     lost_job_end(&j);
+}
+
+/* dlock itself stopped (SIGSTOP: a debugger, a frozen parent) while its
+ * job, a loop writing A lines, runs under a 2 s Redis lease: nothing
+ * renews the lease, and the next holder's section (B..C in the same
+ * file, after a wait of up to 30 s) must see no A -- the guardian, which
+ * is not stopped, ends the job before the validity dlock last told it
+ * runs out. Continued, dlock says the lock was at risk and exits 75.
+ * Before, the job ran on beside the next holder until dlock was
+ * continued. */
+TU_TEST(paused_dlock_redis, 120)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    char *out = tu_fmt("%s/paused.out", dir), *pidfile = tu_fmt("%s/paused.pid", dir);
+    char *log = tu_fmt("%s/paused.log", dir);
+    char *cmd = tu_fmt("echo $$ > %s.tmp && mv %s.tmp %s; "
+                       "while :; do echo A >> %s; sleep 0.05; done",
+                       pidfile, pidfile, pidfile, out);
+    const char *argv[] = {tu_dlock_bin(), "-u", r.url, "run", "--lease", "2", "paused", "-c",
+                          cmd, NULL};
+    pid_t d = tu_spawn(argv, log);
+    ck_assert(tu_wait_file(pidfile, 30000));
+    ck_assert(tu_wait_file(out, 30000));
+    pid_t job = (pid_t)tu_read_u64(pidfile);
+    ck_assert_int_gt(job, 0);
+    tu_pause(d);
+    char *next = tu_fmt("echo B >> %s; sleep 0.3; echo C >> %s", out, out);
+    int rc = TU_DLOCK(NULL, NULL, NULL, "-u", r.url, "run", "-w", "30", "paused", "-c", next);
+    kill(d, SIGCONT);
+    int code = tu_wait_exit(d);
+    kill(job, SIGKILL);
+    char *text = tu_read_file(out), *b = text ? strstr(text, "B\n") : NULL;
+    char *c = b ? strstr(b, "C\n") : NULL, *said = tu_read_file(log);
+    ck_assert_msg(rc == 0 && b && c, "the next holder did not run (exit %d)", rc);
+    ck_assert_msg(!memchr(b, 'A', (size_t)(c - b)),
+                  "the job of the stopped dlock wrote inside the next holder's section");
+    ck_assert_msg(code == 75 && said && strstr(said, "at risk"), "dlock exit %d: %s", code,
+                  said ? said : "");
+    free(said);
+    free(text);
+    free(next);
+    free(cmd);
+    free(log);
+    free(pidfile);
+    free(out);
+    fx_redis_stop(&r);
 }
 
 /* The release fails after COMMAND succeeded (COMMAND stops the server, so

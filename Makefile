@@ -64,12 +64,10 @@ LDFLAGS += -fsanitize=address,undefined
 endif
 
 # ------------------------------------------------------------ backends
-# A backend is src/backends/NAME.c (plus src/backends/NAME_*.c helpers),
-# or a folder src/backends/NAME/ with one file per concern.
+# A backend is a folder src/backends/NAME/ with one file per concern;
+# src/backends/registry.c, the table of them all, is built with the core.
 have = $(shell pkg-config --exists $(1) 2>/dev/null && echo y)
-BACKEND_SOURCES := $(wildcard src/backends/*.c)
-BACKEND_DIRS := $(patsubst src/backends/%/,%,$(dir $(wildcard src/backends/*/*.c)))
-ALL_BACKENDS := $(sort $(notdir $(basename $(foreach s,$(BACKEND_SOURCES),$(if $(findstring _,$(notdir $(s))),,$(s))))) $(BACKEND_DIRS))
+ALL_BACKENDS := $(sort $(patsubst src/backends/%/,%,$(dir $(wildcard src/backends/*/*.c))))
 
 # What this machine can build: every backend whose client library is found.
 AVAILABLE_BACKENDS = file
@@ -117,8 +115,8 @@ MISSING_BACKENDS := $(filter-out $(BUILT_BACKENDS),$(ALL_BACKENDS))
 BACKEND_DEFS = $(foreach b,$(BUILT_BACKENDS),-DDLOCK_HAVE_$(shell echo $(b) | tr a-z A-Z))
 
 # ------------------------------------------------------------- sources
-CORE_SRC := $(wildcard src/*.c)
-LIB_SRC := $(CORE_SRC) $(foreach b,$(BUILT_BACKENDS),$(wildcard src/backends/$(b).c src/backends/$(b)_*.c src/backends/$(b)/*.c))
+CORE_SRC := $(wildcard src/*.c) src/backends/registry.c
+LIB_SRC := $(CORE_SRC) $(foreach b,$(BUILT_BACKENDS),$(wildcard src/backends/$(b)/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 CLI_SRC := $(wildcard cli/*.c)
 CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
@@ -153,7 +151,7 @@ LIBS = $(DEP_LIBS) -pthread
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLE_BIN)
 	@echo "dlock: backends built: $(BUILT_BACKENDS)$(if $(MISSING_BACKENDS), -- left out: $(MISSING_BACKENDS))"
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*.h src/backends/*/*.h cli/*.h tests/lib/*.h) Makefile
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*/*.h cli/*.h tests/lib/*.h) Makefile
 	@mkdir -p $(dir $@)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 

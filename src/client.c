@@ -159,7 +159,7 @@ int dlock_client_setopt_str(dlock_client *c, dlock_option opt, const char *value
 }
 
 /* The generic URL options, consumed here; backends consume their own
- * (listed per scheme in backends.c). */
+ * (listed per scheme in backends/registry.c). */
 static const struct {
     const char *key;
     dlock_option opt;

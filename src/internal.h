@@ -42,7 +42,7 @@ void dlock__keeper_stop(struct dlock_client *c);
 void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h);
 
 /* The URL query options SCHEME's backend reads itself (NULL-terminated;
- * never NULL), kept in src/backends.c beside the scheme so the core can
+ * never NULL), kept in src/backends/registry.c beside the scheme so the core can
  * refuse an unknown option before the backend dials anything. A backend
  * that reads a new option with dlock__url_param() adds it there. */
 const char *const *dlock__backend_params(const char *scheme);

@@ -1,8 +1,9 @@
-/* backends.c -- the table of backends this library was built with.
+/* registry.c -- the table of backends this library was built with, the
+ * one place that names them (the core never does).
  *
- * Every backend DESIGN.md names has a row, built or not: a URL for a
- * backend left out of the build (its client library was missing) gives
- * DLOCK_ENOTBUILT naming what to install, never "unknown scheme".
+ * Every backend docs/architecture.md names has a row, built or not: a URL
+ * for a backend left out of the build (its client library was missing)
+ * gives DLOCK_ENOTBUILT naming what to install, never "unknown scheme".
  */
 #include <string.h>
 

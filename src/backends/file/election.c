@@ -1,4 +1,4 @@
-/* file_election.c -- the file backend's leader election: the lock plus
+/* election.c -- the file backend's leader election: the lock plus
  * a value file beside it.
  *
  * Election NAME is lock NAME (NAME.lock: whoever holds it leads, its

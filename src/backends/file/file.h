@@ -1,8 +1,9 @@
 /* file.h -- what the file backend's files share: the lock directory's
  * state, the header every lock and semaphore file starts with, and the
  * helpers that open such files safely, lock their bytes and watch them.
- * file.c is the lock (and the backend's table); file_semaphore.c the
- * counting semaphore, one .sem file per name. */
+ * mutex.c is the lock (and the backend's table); semaphore.c the
+ * counting semaphore, one .sem file per name; election.c the leader
+ * election, a value file beside the lock. */
 #ifndef DLOCK_FILE_H
 #define DLOCK_FILE_H
 
@@ -130,7 +131,7 @@ int dlock__file_wait_take(struct file_state *s, const char *full, const char *su
 int dlock__file_acquire_by(struct file_state *s, struct dlock__hold *hold, const char *suffix,
                            struct dlock__wait *w, file_try_fn try_take, void *arg);
 
-/* file.c: the lock, for the election built on it. dlock__file_stamp(): issue the
+/* mutex.c: the lock, for the election built on it. dlock__file_stamp(): issue the
  * next token into *TOKEN and record the holder in FD's header (the
  * metadata byte taken inside for a shared MODE; an exclusive caller that
  * holds it already keeps it). */
@@ -148,13 +149,13 @@ int dlock__file_inspect(void *state, const char *name, struct dlock_info *info);
 int dlock__file_inspect_within(struct file_state *s, const char *name, struct dlock_info *info,
                                struct dlock__wait *w);
 
-/* file_election.c */
+/* election.c */
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
 int dlock__file_elect_observe(void *state, const char *name, const struct dlock_leader *known,
                        struct dlock__wait *w, struct dlock_leader *out);
 
-/* file_semaphore.c */
+/* semaphore.c */
 int dlock__file_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__file_sem_release(void *state, struct dlock__hold *h);
 int dlock__file_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);

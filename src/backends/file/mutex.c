@@ -1,4 +1,4 @@
-/* file.c -- the embedded default backend: locks between processes of one
+/* mutex.c -- the embedded default backend: locks between processes of one
  * machine, made real by the kernel.
  *
  * Each name is a file in the lock directory. The lock itself is an

@@ -1,4 +1,4 @@
-/* file_semaphore.c -- the file backend's counting semaphore: one file,
+/* semaphore.c -- the file backend's counting semaphore: one file,
  * one kernel byte lock per permit.
  *
  * Semaphore NAME is the file NAME.sem beside the lock files (the name

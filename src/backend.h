@@ -354,7 +354,7 @@ struct dlock__backend {
     int default_port; /* used when a host has none; 0 = no hosts */
 
     /* Validate c->url and c->opts, consume own URL params, connect. On
-     * success set *state. Errors name the URL (dlock_client_url(c)). */
+     * success set *state. Errors name the URL (c->url.redacted). */
     int (*open)(struct dlock_client *c, void **state);
     /* Disconnect and free. Holds are already released. */
     void (*close)(void *state);

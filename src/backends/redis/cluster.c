@@ -735,7 +735,7 @@ int dlock__redis_cluster_scan(struct redis_state *f, const char *match, const ch
 
 int dlock__redis_cluster_parse(struct redis_state *s, struct dlock_client *c)
 {
-    const char *url = dlock_client_url(c);
+    const char *url = c->url.redacted;
     if (c->url.nhosts < 1)
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': %s://h1:7000,h2:7001 needs at least one "
                                          "node",

@@ -426,7 +426,7 @@ static int parse_db(struct redis_state *s, const char *text, const char *from)
     long db = strtol(text, &end, 10);
     if (!*text || *end || errno || db < 0 || db > 1000000)
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': %s '%s' is not a database number",
-                          dlock_client_url(s->c), from, text);
+                          s->c->url.redacted, from, text);
     s->db = (int)db;
     return DLOCK_OK;
 }
@@ -457,7 +457,7 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
     struct redis_state *s = dlock__redis_state_new(c);
     if (!s)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
-    const char *url = dlock_client_url(c);
+    const char *url = c->url.redacted;
     int rc = DLOCK_OK;
 
     const char *db_param = dlock__url_param(&c->url, "db");

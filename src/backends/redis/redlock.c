@@ -506,7 +506,7 @@ void dlock__redlock_sha1_hex(const char *src, char out[41])
 
 static int rl_open(struct dlock_client *c, void **state)
 {
-    const char *url = dlock_client_url(c);
+    const char *url = c->url.redacted;
     if (c->url.nhosts < 1 || (c->url.nhosts == 1 && !c->url.hosts[0].host[0]))
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': %s:// needs its nodes, e.g. "
                                          "redlock://h1:6379,h2:6379,h3:6379",

@@ -328,7 +328,7 @@ int dlock__redis_master(void *state, char *buf, size_t size)
 
 int dlock__redis_sentinel_parse(struct redis_state *s, struct dlock_client *c)
 {
-    const char *url = dlock_client_url(c);
+    const char *url = c->url.redacted;
     const char *path = c->url.path;
     if (c->url.nhosts < 1 || !path || strlen(path) < 2)
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': %s://s1:26379,s2:26379/MASTERNAME[/db] "

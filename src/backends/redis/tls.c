@@ -104,7 +104,7 @@ int dlock__redis_tls_context(struct redis_state *s, const char *ca, const char *
     char why[256];
     if ((cert == NULL) != (key == NULL))
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': tls_cert and tls_key go together",
-                          dlock_client_url(s->c));
+                          s->c->url.redacted);
     int rc = dlock__openssl_load();
     if (rc)
         return rc;

@@ -429,7 +429,7 @@ static char *host_list(const struct dlock__url *u)
 
 int dlock__zk_open(struct dlock_client *c, void **state)
 {
-    const char *url = dlock_client_url(c);
+    const char *url = c->url.redacted;
     *state = NULL;
     if (c->url.nhosts == 0)
         return dlock__err(DLOCK_EBADURL, "%s: no ZooKeeper server given (zk://host:port)", url);

@@ -1,4 +1,4 @@
-/* check_contract.c -- the lock contract of DESIGN.md §2, written once and
+/* check_contract.c -- the lock contract of docs/architecture.md, written once and
  * run against every backend and URL form: file, redis (Redisson layout),
  * redis ?layout=simple, etcd and ZooKeeper.
  *

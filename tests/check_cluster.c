@@ -10,6 +10,7 @@
  * followed over TLS (rediss+cluster://, case "tls").
  */
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -582,6 +583,113 @@ static long long client_blocked_in_wait(int port)
     }
     freeReplyObject(r);
     return id;
+}
+
+/* Names whose keys the layouts put in different slots (a '}' without a
+ * '{', a lone '{', an empty tag '{}'), which every other URL form takes,
+ * work on a cluster too: a lock excludes a second client and is handed
+ * on, a semaphore and an election on the name work, and list shows the
+ * names as they are. They were refused ("fall in different slots"). */
+TU_TEST(every_name_works, 120)
+{
+    static const char *const names[] = {"a}b", "}", "{", "{}", "a{}b", "x{y", "{}{x}", "}{", "%7D"};
+    dlock_client *a = tu_open(cl.url), *b = tu_open(cl.url);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *n = names[i];
+        dlock_lock *la = tu_lock(a, n), *lb = tu_lock(b, n);
+        int rc = dlock_acquire(la, DLOCK_TRY);
+        ck_assert_msg(rc == DLOCK_OK, "'%s': %s: %s", n, dlock_err_name(rc), dlock_errmsg());
+        uint64_t first = tu_token(la);
+        ck_assert_int_eq(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+        struct tu_waiter w = {0};
+        tu_waiter_start(&w, lb, 20000);
+        ck_assert(tu_wait_thread_asleep(&w.tid, 10000));
+        TU_RELEASE_OK(la);
+        ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+        ck_assert_uint_gt(w.token, first);
+        /* a semaphore and a lock of one name share its key: other names */
+        char *sn = tu_fmt("%s-s", n);
+        dlock_semaphore *s = tu_semaphore(a, sn, 2);
+        dlock_permit *p = tu_permit(s, 1, DLOCK_TRY);
+        ck_assert_int_eq(dlock_permit_release(p), DLOCK_OK);
+        dlock_semaphore_free(s);
+        free(sn);
+        dlock_election *e = NULL;
+        char *en = tu_fmt("%s-e", n);
+        ck_assert_int_eq(dlock_election_new(b, en, 0, &e), DLOCK_OK);
+        rc = dlock_election_campaign(e, "v", DLOCK_TRY, NULL);
+        ck_assert_msg(rc == DLOCK_OK, "election '%s': %s: %s", en, dlock_err_name(rc),
+                      dlock_errmsg());
+        dlock_leader *l = NULL;
+        ck_assert_int_eq(dlock_election_leader(a, en, &l), DLOCK_OK);
+        ck_assert_str_eq(dlock_leader_value(l), "v");
+        dlock_leader_free(l);
+        ck_assert_int_eq(dlock_election_resign(e), DLOCK_OK);
+        dlock_election_free(e);
+        free(en);
+        char *listed = tu_list_text(a, n, "|");
+        ck_assert_str_eq(listed, ""); /* released */
+        free(listed);
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
+        listed = tu_list_text(b, NULL, "|");
+        char *want = tu_fmt("|%s|", n), *all = tu_fmt("|%s", listed);
+        ck_assert_msg(strstr(all, want), "list shows '%s', not '%s'", listed, n);
+        free(want);
+        free(all);
+        free(listed);
+        TU_RELEASE_OK(la);
+        TU_FREE_LOCKS(la, lb);
+    }
+    TU_CLOSE_CLIENTS(a, b);
+}
+
+/* A release whose slot is being migrated meets TRYAGAIN until the
+ * migration ends (its script names keys that never exist, which a
+ * migrating slot refuses): it is tried again within its time (timeout
+ * 20 s here), and frees the name once the slot has moved. It gave up
+ * after 16 ASK redirects, about 5 s of pauses, whatever its time, and
+ * left the name held until its lease ran out. */
+struct releaser {
+    dlock_lock *l;
+    atomic_int rc, done;
+};
+
+static void *release_main(void *arg)
+{
+    struct releaser *r = arg;
+    atomic_store(&r->rc, dlock_release(r->l));
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+TU_TEST(release_waits_out_a_slot_migration, 120)
+{
+    int ports[8];
+    char name[64];
+    unsigned slot = slot_on_first_master(ports, "released", name, sizeof name);
+    char *url = tu_fmt("%s?timeout=20s&lease=60s", cl.url);
+    dlock_client *c = tu_open(url);
+    struct releaser r = {0};
+    ck_assert_int_eq(dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &r.l),
+                     DLOCK_OK);
+    TU_ACQUIRE_OK(r.l, DLOCK_TRY);
+    migrate_start(slot, ports[0], ports[1]);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, release_main, &r), 0);
+    for (int i = 0; i < 80 && !atomic_load(&r.done); i++)
+        tu_sleep_ms(100);
+    int early = atomic_load(&r.done) ? atomic_load(&r.rc) : -1;
+    migrate_end(slot, ports[1]);
+    pthread_join(th, NULL);
+    ck_assert_msg(early == -1, "the release returned while the slot migrated: %s",
+                  dlock_err_name(early));
+    ck_assert_msg(atomic_load(&r.rc) == DLOCK_OK, "release: %s", dlock_err_name(atomic_load(&r.rc)));
+    redisReply *x = fx_cluster_raw(ports[1], "EXISTS %s", name);
+    ck_assert_int_eq(x->integer, 0);
+    freeReplyObject(x);
+    dlock_lock_free(r.l);
+    dlock_client_close(c);
+    free(url);
 }
 
 /* A wait forever of L, while its owner still owes a cancel the cluster

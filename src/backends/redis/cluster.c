@@ -81,10 +81,12 @@ unsigned dlock__redis_cluster_slot(const char *key, size_t len)
 
 unsigned dlock__redis_cluster_name_slot(const struct redis_state *s, const char *name)
 {
-    char buf[DLOCK_NAME_MAX + 512];
-    int n = snprintf(buf, sizeof buf, "%s%s", s->prefix ? s->prefix : "", name);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
-    return dlock__redis_cluster_slot(buf, len);
+    size_t len = 0;
+    char *key = dlock__redis_name_key(s, name, &len);
+    /* without memory: any slot; the renewal routed there is redirected */
+    unsigned slot = key ? dlock__redis_cluster_slot(key, len) : 0;
+    free(key);
+    return slot;
 }
 
 /* ============================================================= pub/sub */
@@ -377,7 +379,7 @@ int dlock__redis_cluster_get(struct redis_state *f, struct dlock__redis_route *r
         if (dlock__redis_cluster_slot(keys[i], lens[i]) != slot)
             return dlock__err(DLOCK_EINVAL,
                               "%s: keys '%.*s' and '%.*s' of one request fall in different "
-                              "slots (a name with an empty hash tag '{}'?); refused",
+                              "slots; refused",
                               f->where, (int)lens[0], keys[0], (int)lens[i], keys[i]);
     for (;;) {
         pthread_mutex_lock(&cl->mu);
@@ -479,6 +481,11 @@ int dlock__redis_cluster_redirect(struct redis_state *f, struct dlock__redis_rou
     rt->node = -1;
     rt->ask = false;
     int paused = route_pause(f, rt, deadline);
+    /* The hops bound redirects that follow one another at once (a loop);
+     * after a pause the time left bounds them: a slot migrating answers
+     * ASK then TRYAGAIN to every try until it ends, and a request gave up
+     * after 16 of them (5 s of pauses) whatever its time. */
+    rt->hops = 0;
     return paused == DLOCK_OK ? 1 : paused == DLOCK_ECANCELED ? paused : DLOCK_EUNAVAIL;
 }
 

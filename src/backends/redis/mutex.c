@@ -783,31 +783,46 @@ int dlock__redis_scan(struct redis_state *s, const char *match, const char *type
     return rc;
 }
 
-/* dlock__redis_list's walk: FN for each key that is a lock. */
+/* dlock__redis_list's walk: FN for each key that is a lock; in the
+ * ENCODED pass, only a cluster's encoded names' (scripts.c), decoded and
+ * matched against PATTERN here (SCAN saw their encoded form), else only
+ * the others. */
 struct list_walk {
     dlock_list_fn fn;
     void *arg;
+    const char *pattern;
+    bool encoded;
 };
 
 static int list_each(struct redis_state *s, struct rconn *k, const redisReply *key, void *arg,
                      int *err)
 {
     struct list_walk *lw = arg;
-    size_t plen = s->prefix ? strlen(s->prefix) : 0;
-    if (key->len < plen || !key_is_lock(s, k, key->str, key->len, err))
+    if (dlock__redis_key_encoded(s, key->str, key->len) != lw->encoded ||
+        !key_is_lock(s, k, key->str, key->len, err))
         return 0;
-    return lw->fn(key->str + plen, lw->arg);
+    char *name = dlock__redis_key_name(s, key->str, key->len);
+    bool match = name && (!lw->encoded || dlock__glob(lw->pattern, name));
+    int stop = match ? lw->fn(name, lw->arg) : 0;
+    free(name);
+    return stop;
 }
 
 int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
 {
     struct redis_state *s = state;
-    char *match = match_pattern(s->prefix, pattern);
-    if (!match)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    struct list_walk lw = {fn, arg};
-    int rc = dlock__redis_scan(s, match, s->simple ? "string" : "hash", list_each, &lw);
-    free(match);
+    const char *type = s->simple ? "string" : "hash";
+    struct list_walk lw = {fn, arg, pattern, false};
+    int rc = DLOCK_OK;
+    /* then, on a cluster, the names kept encoded ("dlock_name:{...}") */
+    for (int pass = 0; pass < (s->cluster ? 2 : 1) && !rc; pass++) {
+        char *match = match_pattern(s->prefix, pass ? "dlock_name:{*" : pattern);
+        if (!match)
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        lw.encoded = pass == 1;
+        rc = dlock__redis_scan(s, match, type, list_each, &lw);
+        free(match);
+    }
     return rc;
 }
 

@@ -479,10 +479,23 @@ void dlock__redis_renew_bufs_free(struct renew_bufs *r);
  * semaphore whose key is one would meet another name's keys
  * (docs/protocol-redis.md, "Names that alias dlock's keys"). */
 const char *dlock__redis_derived_key(const char *key, size_t len);
-/* DLOCK_EINVAL, naming NAME (a KIND: "lock", "semaphore"), its KEY
- * (prefix + name) and why, when KEY is such a key; else DLOCK_OK. */
-int dlock__redis_name_check(const struct redis_state *s, const char *kind, const char *name,
-                            const char *key, size_t len);
+/* DLOCK_EINVAL, naming NAME (a KIND: "lock", "semaphore"), its key
+ * (prefix + name) and why, when that key is such a key or NAME is one a
+ * cluster's encoded names would meet ("dlock_name:..."); else DLOCK_OK. */
+int dlock__redis_name_check(const struct redis_state *s, const char *kind, const char *name);
+/* NAME's base key (malloc'd, its length in *LEN; NULL without memory):
+ * S's prefix + NAME, or on a cluster, when the keys made from that would
+ * fall in different slots (a '}' without a '{' before it, a '{' without a
+ * '}' after it, an empty tag "{}"), prefix + "dlock_name:{" + NAME + "}"
+ * with '{', '}', '%' and bytes outside printable ASCII as %XX (both
+ * parts): one tag, one slot (docs/protocol-redis.md, "Cluster"). */
+char *dlock__redis_name_key(const struct redis_state *s, const char *name, size_t *len);
+/* The name whose base key KEY (LEN bytes, starting with S's prefix) is:
+ * the rest after the prefix, decoded when encoded; NULL without memory
+ * or when KEY is shorter than the prefix. */
+char *dlock__redis_key_name(const struct redis_state *s, const char *key, size_t len);
+/* Whether KEY (starting with S's prefix) is a cluster's encoded name's. */
+bool dlock__redis_key_encoded(const struct redis_state *s, const char *key, size_t len);
 /* Run script ID once, or, when RETRY and the reply was lost to an I/O
  * error or timeout, once more on a fresh connection (the scripts are
  * written so a repeat is harmless) with RETRY_ARGS (NULL: ARGS again; an

@@ -154,21 +154,90 @@ int dlock__redis_load_scripts(struct redis_state *s)
     return dlock__redis_scripts_take(s, k, rc);
 }
 
+/* ====================================================== names on a cluster */
+
+/* The marker of a name a cluster keeps encoded (docs/protocol-redis.md,
+ * "Cluster"). */
+#define ENCODED_NAME "dlock_name:"
+
+/* Whether every key made from base key KEY (LEN bytes) falls in KEY's own
+ * slot: a tag that is not empty at its first '{' (every key made from it
+ * carries that tag), or no brace at all (the keys made from it carry
+ * "{KEY}", whose tag is KEY). */
+static bool slot_safe(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+    if (!open)
+        return !memchr(key, '}', len);
+    const char *close = memchr(open + 1, '}', len - (size_t)(open + 1 - key));
+    return close && close > open + 1;
+}
+
+/* Every printable ASCII byte but '{', '}' and '%': what an encoded name
+ * keeps as it is (dlock__name_encode). */
+static const char encode_keep[] = " !\"#$&'()*+,./:;<=>?@[\\]^`|~";
+
+char *dlock__redis_name_key(const struct redis_state *s, const char *name, size_t *len)
+{
+    const char *prefix = s->prefix ? s->prefix : "";
+    char *key = dlock__sprintf("%s%s", prefix, name);
+    if (!key || !s->cluster || slot_safe(key, strlen(key))) {
+        if (key)
+            *len = strlen(key);
+        return key;
+    }
+    free(key);
+    char *p = dlock__name_encode(prefix, encode_keep, 0);
+    char *n = dlock__name_encode(name, encode_keep, 0);
+    key = p && n ? dlock__sprintf("%s" ENCODED_NAME "{%s}", p, n) : NULL;
+    free(p);
+    free(n);
+    if (key)
+        *len = strlen(key);
+    return key;
+}
+
+char *dlock__redis_key_name(const struct redis_state *s, const char *key, size_t len)
+{
+    size_t pl = s->prefix ? strlen(s->prefix) : 0, ml = strlen(ENCODED_NAME "{");
+    if (len < pl)
+        return NULL;
+    key += pl;
+    len -= pl;
+    if (!s->cluster || len < ml + 2 || memcmp(key, ENCODED_NAME "{", ml) != 0 ||
+        key[len - 1] != '}')
+        return dlock__sprintf("%.*s", (int)len, key);
+    char *enc = dlock__sprintf("%.*s", (int)(len - ml - 1), key + ml);
+    char *name = enc ? dlock__name_decode(enc) : NULL;
+    free(enc);
+    return name;
+}
+
+bool dlock__redis_key_encoded(const struct redis_state *s, const char *key, size_t len)
+{
+    size_t pl = s->prefix ? strlen(s->prefix) : 0, ml = strlen(ENCODED_NAME "{");
+    return s->cluster && len >= pl + ml && memcmp(key + pl, ENCODED_NAME "{", ml) == 0;
+}
+
 /* =================================================================== keys */
 
 int dlock__redis_key_block(const struct redis_state *s, const char *name, char **base,
                           size_t *base_len, const struct key_part *parts, size_t n)
 {
-    size_t pl = s->prefix ? strlen(s->prefix) : 0, nl = strlen(name), kl = pl + nl;
+    size_t kl;
+    char *full = dlock__redis_name_key(s, name, &kl);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
     size_t size = kl + 1;
     for (size_t i = 0; i < n; i++) /* before + "{" base "}" + after + NUL */
         size += strlen(parts[i].before) + kl + 2 + strlen(parts[i].after) + 1;
     char *block = malloc(size);
-    if (!block)
+    if (!block) {
+        free(full);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
-    if (pl)
-        memcpy(block, s->prefix, pl);
-    memcpy(block + pl, name, nl + 1);
+    }
+    memcpy(block, full, kl + 1);
+    free(full);
     *base = block;
     *base_len = kl;
     bool tagged = memchr(block, '{', kl) != NULL;
@@ -231,22 +300,29 @@ const char *dlock__redis_derived_key(const char *key, size_t len)
         return "a reader's lease ({N}:<owner>:rwlock_timeout:1)";
     /* "{N}" is the base of N's keys (redisson_lock_token:{N}, {N}:timeout...)
      * and, holding a '{', its own base too: the two would share them all */
-    if (len >= 2 && key[0] == '{' && key[len - 1] == '}' && !memchr(key + 1, '{', len - 2))
+    if (len > 2 && key[0] == '{' && key[len - 1] == '}' && !memchr(key + 1, '{', len - 2))
         return "the base of the keys of the name inside its braces ({N}: both names' "
                "token counters, channels, records and permit expiries would be one)";
     return NULL;
 }
 
-int dlock__redis_name_check(const struct redis_state *s, const char *kind, const char *name,
-                            const char *key, size_t len)
+int dlock__redis_name_check(const struct redis_state *s, const char *kind, const char *name)
 {
-    const char *what = dlock__redis_derived_key(key, len);
-    if (!what)
-        return DLOCK_OK;
-    return dlock__err(DLOCK_EINVAL,
-                      "%s: %s name '%s' (key '%s') would be %s, a key dlock makes for another "
-                      "name; refused",
-                      s->where, kind, name, key, what);
+    char *key = dlock__sprintf("%s%s", s->prefix ? s->prefix : "", name);
+    if (!key)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    const char *what = dlock__redis_derived_key(key, strlen(key));
+    if (!what && strncmp(name, ENCODED_NAME, strlen(ENCODED_NAME)) == 0)
+        what = "a cluster's key for a name its slots cannot hold as it is (" ENCODED_NAME
+               "{<name, braces and '%' as %XX>})";
+    int rc = DLOCK_OK;
+    if (what)
+        rc = dlock__err(DLOCK_EINVAL,
+                        "%s: %s name '%s' (key '%s') would be %s, a key dlock makes for another "
+                        "name; refused",
+                        s->where, kind, name, key, what);
+    free(key);
+    return rc;
 }
 
 void dlock__redis_keys_free(struct lock_keys *k)
@@ -301,7 +377,7 @@ int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_
                                     sizeof parts / sizeof parts[0]);
     if (rc)
         return rc;
-    if ((rc = dlock__redis_name_check(s, "lock", name, k->lock, k->lock_len)))
+    if ((rc = dlock__redis_name_check(s, "lock", name)))
         dlock__redis_keys_free(k);
     return rc;
 }

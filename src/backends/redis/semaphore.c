@@ -63,7 +63,7 @@ static int sem_keys_make(struct redis_state *s, const char *name, struct sem_key
     };
     int rc = dlock__redis_key_block(s, name, &k->name, &k->name_len, parts,
                                     sizeof parts / sizeof parts[0]);
-    if (!rc && (rc = dlock__redis_name_check(s, "semaphore", name, k->name, k->name_len)))
+    if (!rc && (rc = dlock__redis_name_check(s, "semaphore", name)))
         sem_keys_free(k);
     return rc;
 }
@@ -486,9 +486,9 @@ bool dlock__redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_bat
 /* ------------------------------------------------------------- list */
 
 /* The semaphore whose timeout ZSET is KEY ("{NAME}:timeout", or
- * "NAME:timeout" for a name with a hash tag), its free count a STRING;
- * NULL for any other key (caller frees). "{x}:timeout" could be either
- * of two names' ("x" and "{x}", Redisson names them alike): the first. */
+ * "NAME:timeout" for a name with a hash tag; a cluster's encoded name
+ * decoded), its free count a STRING; NULL for any other key (caller
+ * frees). "{x}:timeout" is x's: the name "{x}" is refused. */
 static char *sem_of_timeout_key(struct redis_state *s, struct rconn *k, const redisReply *key,
                                 int *err)
 {
@@ -502,7 +502,7 @@ static char *sem_of_timeout_key(struct redis_state *s, struct rconn *k, const re
         size_t len = tagged ? fl : fl - 2;
         if (len <= plen || (plen && strncmp(full, s->prefix, plen) != 0))
             continue;
-        char *name = dlock__sprintf("%.*s", (int)(len - plen), full + plen);
+        char *name = dlock__redis_key_name(s, full, len); /* a cluster's encoded one decoded */
         struct sem_keys keys;
         int made = name ? sem_keys_make(s, name, &keys) : DLOCK_ENOMEM;
         if (made == DLOCK_EINVAL) { /* "{x}": x's keys, not a name of its own */

@@ -4,7 +4,9 @@
  *   build/tests/chaos/chaos [-s SEED] [-d SECONDS] [-l LEASE_MS] [-w WORKERS]
  *                           [-f FAULT,...] [-j FILE.json] [-v] BACKEND...
  *
- * BACKEND: file, redis (layout=redisson), redis-simple, redis-fair, sentinel
+ * BACKEND: file, redis (layout=redisson), redis-simple, redis-fair,
+ * redis-sem (a semaphore of one permit a name, Redisson's layout, through
+ * lock handles; no repeated token is part of what it must keep), sentinel
  * (redis+sentinel://: a master, two replicas, three sentinels),
  * sentinel-sync (the same with ?sync=1), sentinel-sync2 (?sync=2: both
  * replicas), redlock (three masters; a server restart is one of them),
@@ -49,7 +51,7 @@ int main(int argc, char **argv)
         }
     }
     if (optind == argc) {
-        fprintf(stderr, "%s: name the backends (file redis redis-simple redis-fair sentinel sentinel-sync "
+        fprintf(stderr, "%s: name the backends (file redis redis-simple redis-fair redis-sem sentinel sentinel-sync "
                         "sentinel-sync2 redlock etcd etcd3 zk zk3)\n", argv[0]);
         return 2;
     }

@@ -75,8 +75,8 @@ struct chaos_counts {
 };
 
 struct chaos_config {
-    const char *backend;   /* file, redis, redis-simple, redis-fair, sentinel, sentinel-sync,
-                              redlock, etcd, etcd3, zk, zk3 */
+    const char *backend;   /* file, redis, redis-simple, redis-fair, redis-sem, sentinel,
+                              sentinel-sync, redlock, etcd, etcd3, zk, zk3 */
     uint64_t seed;
     int duration_s;        /* whole run, split among the phases */
     int lease_ms;          /* 0: 1000 */
@@ -96,6 +96,7 @@ struct chaos_result {
     struct chaos_counts total;
     bool safe_claimed;     /* the backend promises exclusion the fence need not rescue */
     bool tokens_claimed;   /* ... and tokens that never go back (not Sentinel without sync) */
+    bool repeats_claimed;  /* ... and none given again, even to its last owner (semaphores) */
     char error[512];       /* set when the run itself could not be made */
 };
 
@@ -104,7 +105,8 @@ struct chaos_result {
 bool chaos_run(const struct chaos_config *cfg, struct chaos_result *res);
 
 /* The safety verdict CI asserts: no overlap the store accepted, no token
- * regression, no lost update, no hang. Writes why not into WHY. */
+ * regression (nor a repeat, where claimed), no lost update, no hang.
+ * Writes why not into WHY. */
 bool chaos_safe(const struct chaos_result *res, char *why, size_t len);
 
 /* The table (text) and one JSON object, to OUT. */
@@ -159,6 +161,7 @@ struct chaos_worker {
     int names;
     int lease_ms;
     bool careless;       /* never checks its hold before writing */
+    unsigned permits;    /* 0: lock handles; N: semaphores of N permits (dlock_lock_new_permits) */
     uint64_t seed;
     volatile int *stop;
     volatile int64_t *call_since; /* [threads] */

@@ -1,10 +1,12 @@
 /* check_chaos.c -- the short fixed-seed run of the fault harness that
  * `make check` runs: every backend (file, redis in both layouts,
- * redis+sentinel:// without and with ?sync=1, redlock, etcd, zk) through
+ * redis+sentinel:// without and with ?sync=1, redlock, etcd, zk; a Redis
+ * semaphore through data-losing restarts) through
  * each of its faults for a couple of seconds, asserting only
  * what must hold whatever the timing: no overlap the fenced store
  * accepted (backends that claim safety), no token regression and no lost
- * update (but on Sentinel with less than every replica synced), no dlock
+ * update (but on Sentinel with less than every replica synced), no
+ * repeated semaphore token, no dlock
  * call that hung. The counts are printed, not asserted
  * (a loaded machine changes them); docs/safety.md has the long runs.
  * CHAOS_SEED and CHAOS_SECONDS replay another schedule;
@@ -17,7 +19,9 @@
 #include "chaos.h"
 #include "testutil.h"
 
-static void run_backend(const char *backend, int seconds)
+/* BACKEND for SECONDS through the faults ONLY ("none,partition"; NULL:
+ * all of its faults). */
+static void run_faults(const char *backend, int seconds, const char *only)
 {
     const char *seed = getenv("CHAOS_SEED"), *secs = getenv("CHAOS_SECONDS");
     struct chaos_config cfg = {
@@ -25,6 +29,7 @@ static void run_backend(const char *backend, int seconds)
         .seed = seed ? strtoull(seed, NULL, 0) : 13,
         .duration_s = secs ? atoi(secs) : seconds,
         .lease_ms = 1000,
+        .only = only,
         .log = stdout,
     };
     struct chaos_result res;
@@ -37,6 +42,11 @@ static void run_backend(const char *backend, int seconds)
                   (unsigned long long)res.seed, why);
     /* the run did work: a harness that measured nothing proves nothing */
     ck_assert_msg(res.total.writes > 0, "chaos %s: no write reached the store", backend);
+}
+
+static void run_backend(const char *backend, int seconds)
+{
+    run_faults(backend, seconds, NULL);
 }
 
 TU_TEST(file, 60)
@@ -52,6 +62,13 @@ TU_TEST(redis, 120)
 TU_TEST(redis_simple, 120)
 {
     run_backend("redis-simple", 20);
+}
+
+/* A semaphore (one permit a name) through restarts that lose the data:
+ * its tokens must never go back nor repeat (they began again at 1). */
+TU_TEST(redis_semaphore, 120)
+{
+    run_faults("redis-sem", 12, "none,worker-kill,server-restart-empty");
 }
 
 TU_TEST(sentinel, 120)

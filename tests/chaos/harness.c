@@ -95,6 +95,7 @@ struct run {
                                  first master and its two replicas */
     bool redlock;
     bool sentinel;      /* redis+sentinel:// (sentinel.c in tests/chaos) */
+    unsigned permits;   /* redis-sem: each name a semaphore of so many permits */
     const char *redis_args[3][12]; /* each server's arguments (outlive it) */
     char replicaof_port[16];
     pid_t sentinel_pid[3];
@@ -657,6 +658,7 @@ static void spawn_worker(struct run *r, int k)
             .names = r->cfg->names ? r->cfg->names : 3,
             .lease_ms = r->lease,
             .careless = k == 2,
+            .permits = r->permits,
             .seed = r->cfg->seed ^ ((uint64_t)s->spawn << 32),
             .stop = &r->sh->stop,
             .call_since = r->sh->call_since[k],
@@ -1276,6 +1278,13 @@ static void backend_kind(struct run *r, const char *b)
     } else if (strcmp(b, "redis") == 0 || strcmp(b, "redis-simple") == 0 || strcmp(b, "redis-fair") == 0) {
         r->kind = "redis";
         r->query = strcmp(b, "redis") == 0 ? "layout=redisson" : b[6] == 's' ? "layout=simple" : "layout=fair";
+    } else if (strcmp(b, "redis-sem") == 0) {
+        /* Redisson's RPermitExpirableSemaphore of one permit a name,
+         * through lock handles (dlock_lock_new_permits): its token
+         * counter is dlock_sem_token:{N}, reseeded as the lock's */
+        r->kind = "redis";
+        r->query = "layout=redisson";
+        r->permits = 1;
     } else if (strncmp(b, "etcd", 4) == 0) {
         r->kind = "etcd";
         r->members = b[4] == '3' ? 3 : 1;
@@ -1315,6 +1324,9 @@ bool chaos_run(const struct chaos_config *cfg, struct chaos_result *res)
      * the promoted replica may be the one that did not acknowledge */
     res->safe_claimed = strncmp(cfg->backend, "redis", 5) != 0 && strcmp(cfg->backend, "sentinel") != 0;
     res->tokens_claimed = strncmp(cfg->backend, "sentinel", 8) != 0 || strcmp(cfg->backend, "sentinel-sync2") == 0;
+    /* a permit's token is a new INCR at every acquire: never one seen
+     * before, not even by its own worker (a lock's leftover can be) */
+    res->repeats_claimed = strcmp(cfg->backend, "redis-sem") == 0;
     r->clockshift = clockshift_lib();
     phases_of(r, cfg->backend);
     if (res->nphases == 0) {
@@ -1481,6 +1493,8 @@ bool chaos_safe(const struct chaos_result *res, char *why, size_t len)
         snprintf(why, len, "%ld dlock call(s) hung", t->hangs);
     else if (res->tokens_claimed && t->token_regressions)
         snprintf(why, len, "%ld token regression(s)", t->token_regressions);
+    else if (res->repeats_claimed && t->token_repeats)
+        snprintf(why, len, "%ld repeated token(s)", t->token_repeats);
     else if (res->tokens_claimed && t->lost_updates)
         snprintf(why, len, "%ld lost update(s)", t->lost_updates);
     else if (res->safe_claimed && t->overlaps_accepted)

@@ -1,7 +1,8 @@
 /* worker.c -- a worker process of the fault harness: THREADS threads on
  * one dlock client, each looping acquire -> fenced read-modify-write ->
- * release on names drawn from a small set, and telling the store (store.c)
- * every step, so the store, not dlock, decides what happened.
+ * release on names drawn from a small set (locks, or semaphores of PERMITS
+ * through lock handles), and telling the store (store.c) every step, so
+ * the store, not dlock, decides what happened.
  *
  * A worker behaves as a careful user would: before each store operation
  * it checks that its hold is neither reported lost (the lost callback)
@@ -172,8 +173,8 @@ void chaos_worker_exec(const struct chaos_worker *w, int shm_fd, int slot, char 
     for (int i = 0; env && env[i]; i++)
         putenv(env[i]);
     char spec[256];
-    snprintf(spec, sizeof spec, "%d %d %d %d %d %llu %d %d", w->wid, w->threads, w->names, w->lease_ms,
-             (int)w->careless, (unsigned long long)w->seed, shm_fd, slot);
+    snprintf(spec, sizeof spec, "%d %d %d %d %d %llu %d %d %u", w->wid, w->threads, w->names,
+             w->lease_ms, (int)w->careless, (unsigned long long)w->seed, shm_fd, slot, w->permits);
     setenv("DLOCK_CHAOS_WORKER", spec, 1);
     setenv("DLOCK_CHAOS_URL", w->url, 1);
     setenv("DLOCK_CHAOS_STORE", w->store_path, 1);
@@ -193,8 +194,8 @@ __attribute__((constructor)) static void worker_from_environment(void)
     int careless = 0, fd = -1, slot = 0;
     unsigned long long seed = 0;
     if (!url || !store ||
-        sscanf(spec, "%d %d %d %d %d %llu %d %d", &w.wid, &w.threads, &w.names, &w.lease_ms, &careless, &seed,
-               &fd, &slot) != 8 ||
+        sscanf(spec, "%d %d %d %d %d %llu %d %d %u", &w.wid, &w.threads, &w.names, &w.lease_ms,
+               &careless, &seed, &fd, &slot, &w.permits) != 9 ||
         slot < 0 || slot >= CHAOS_MAX_WORKERS || w.threads > CHAOS_MAX_THREADS)
         _exit(6);
     struct chaos_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -245,7 +246,9 @@ void chaos_worker_main(const struct chaos_worker *w)
         for (int k = 0; k < w->names && k < MAX_NAMES; k++) {
             char name[32];
             snprintf(name, sizeof name, "chaos-%d", k);
-            if (dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &x[t].h[k]) != DLOCK_OK)
+            int rc = w->permits ? dlock_lock_new_permits(c, name, w->permits, 0, &x[t].h[k])
+                                : dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &x[t].h[k]);
+            if (rc != DLOCK_OK)
                 _exit(4);
             dlock_lock_on_lost(x[t].h[k], on_lost, &x[t]);
         }

@@ -947,6 +947,39 @@ TU_TEST(release_unreachable, 60)
     dlock_client_close(c);
 }
 
+/* dlock_client_close() with every server stopped spends at most one
+ * bounded attempt (an op timeout) on what it owes -- a lock still held,
+ * the cancel or delete owed by an acquire that timed out meanwhile --
+ * and leaves the rest to the lease. It took two to four op timeouts (a
+ * 5 s one: redis 15.0 s, etcd 20.0 s, zk 11.5 s -- the release, the
+ * keeper's attempt at the owed cleanup that close waited for, close's
+ * own attempt, etcd's lease revokes, ZooKeeper's wait for its session's
+ * close). The bound (an op timeout and 3 s of slack) is the point of the
+ * test, generous for a loaded machine. */
+TU_TEST(close_bounded_on_stalled_server, 90)
+{
+    if (!has(CT_SERVER))
+        return;
+    ck_assert_msg(CT->pause, "fixture %s cannot stop its server", CT->name);
+    const int64_t op_timeout_ms = 5000;
+    dlock_client *c = ct_open_test("timeout=5s&lease=60s");
+    dlock_lock *held = tu_lock(c, "close-held"), *owed = tu_lock(c, "close-owed");
+    TU_ACQUIRE_OK(held, DLOCK_FOREVER);
+    CT->pause(CT, true);
+    int rc = dlock_acquire(owed, 300); /* gives up while the server is stopped: owes */
+    ck_assert_msg(rc != DLOCK_OK, "acquire with the server stopped: DLOCK_OK");
+    int64_t t0 = tu_mono_ms();
+    dlock_client_close(c);
+    int64_t took = tu_mono_ms() - t0;
+    CT->pause(CT, false);
+    dlock_lock_free(owed);
+    dlock_lock_free(held);
+    ck_assert_msg(took <= op_timeout_ms + 3000,
+                  "%s: dlock_client_close() with the server stopped took %lld ms (op timeout "
+                  "%lld ms)",
+                  CT->name, (long long)took, (long long)op_timeout_ms);
+}
+
 /* A holder of two locks stopped (SIGSTOP) past its lease: another client
  * gets both, with a greater token; the holder, resumed, is told of each
  * loss (a callback each), its releases say DLOCK_ELOST, and its client

@@ -2,7 +2,9 @@
  * backend: every exit code, the environment COMMAND sees, tokens across
  * runs, 8 processes x 200 increments through `dlock run`, kill -9 of a
  * holder, signals while waiting and while running, status/list/release,
- * and --help agreeing with the man page.
+ * and --help agreeing with the man page; on Redis, etcd and ZooKeeper
+ * servers that stop answering, -w and -n bounding the whole run and a
+ * signal ending a connect.
  */
 #include <check.h>
 #include <ctype.h>
@@ -21,7 +23,9 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "fixture_etcd.h"
 #include "fixture_redis.h"
+#include "fixture_zk.h"
 #include "testutil.h"
 
 static char *dir, *url, *env_url;
@@ -1402,6 +1406,146 @@ TU_TEST(multi_lost_member_redis, 120)
     free(out);
     free(cmd);
     lost_job_end(&j);
+}
+#endif
+
+/* ------------------------------------------- -w and -n bound the run */
+
+/* `dlock -u U run OPT [ARG] bound true` against a server that does not
+ * answer must end as dlock(1) says a run that cannot get its lock in
+ * time ends -- exit 1 (timed out) or 69 (unavailable) -- within BOUND_MS:
+ * -w bounds the whole run, connection and close included. The bound (4x
+ * the wait and 3 s) is the point of these tests, generous for a loaded
+ * machine; without it the runs took the connect timeout, or the wait and
+ * then an op timeout for the owed cancel and another for the close. */
+static void run_is_bounded(const char *u, const char *const opts[], int64_t bound_ms,
+                           const char *what)
+{
+    const char *argv[16] = {tu_dlock_bin(), "-u", u, "run"};
+    size_t n = 4;
+    char shown[64] = "";
+    for (size_t i = 0; opts[i] && n < 12; i++) {
+        argv[n++] = opts[i];
+        snprintf(shown + strlen(shown), sizeof shown - strlen(shown), "%s%s", i ? " " : "",
+                 opts[i]);
+    }
+    argv[n++] = "bound";
+    argv[n++] = "true";
+    argv[n] = NULL;
+    char *err = NULL;
+    int64_t t0 = tu_mono_ms();
+    int st = tu_run(argv, NULL, NULL, &err);
+    int64_t took = tu_mono_ms() - t0;
+    ck_assert_msg(st == 1 || st == 69, "%s: run %s: exit %d, not 1 or 69: %s", what, shown, st,
+                  err);
+    ck_assert_msg(took <= bound_ms, "%s: run %s took %lld ms, past its bound of %lld ms: %s",
+                  what, shown, (long long)took, (long long)bound_ms, err);
+    free(err);
+}
+#define RUN_IS_BOUNDED(u, bound_ms, what, ...)                                                 \
+    run_is_bounded(u, (const char *const[]){__VA_ARGS__, NULL}, bound_ms, what)
+
+/* -w's bound for a wait of WAIT_MS: 4x it and 3 s. */
+static int64_t bound_of(int64_t wait_ms)
+{
+    return 4 * wait_ms + 3000;
+}
+
+#ifdef DLOCK_HAVE_REDIS
+/* Redis taking no writes (CLIENT PAUSE WRITE: connecting works, the
+ * acquire's script waits): -w 1 took 11 s (the wait, then the owed
+ * cancel's op timeout, then close's), -v -w 1 15 s (its try-once before
+ * the wait had the op timeout), -n 15 s (the try, the cancel, the close;
+ * -n's bound is one op timeout, the try's, and a short close). A stopped server
+ * (SIGSTOP) stalls the connect: -w 0.3 took the connect timeout, 5 s. */
+TU_TEST(wait_bounds_run_redis, 120)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    redisReply *rep = fx_redis_raw_at(r.port, NULL, "CLIENT PAUSE 60000 WRITE");
+    ck_assert_ptr_nonnull(rep);
+    freeReplyObject(rep);
+    const char *u = r.url; /* the op timeout: 5 s */
+    RUN_IS_BOUNDED(u, bound_of(1000), "redis paused", "-w", "1");
+    RUN_IS_BOUNDED(u, bound_of(1000), "redis paused", "-v", "-w", "1");
+    /* -n: one try, within the op timeout, and a short close */
+    RUN_IS_BOUNDED(u, 5000 + 3000, "redis paused", "-n");
+    rep = fx_redis_raw_at(r.port, NULL, "CLIENT UNPAUSE");
+    freeReplyObject(rep);
+    tu_pause(r.pid);
+    RUN_IS_BOUNDED(r.url, bound_of(300), "redis stopped", "-w", "0.3");
+    kill(r.pid, SIGCONT);
+    fx_redis_stop(&r);
+}
+#endif
+
+#ifdef DLOCK_HAVE_ETCD
+/* A stopped etcd member (SIGSTOP): -w 0.3 took the connect timeout, 5 s. */
+TU_TEST(wait_bounds_run_etcd, 120)
+{
+    struct etcdf f = {0};
+    ck_assert_msg(etcdf_start(&f, 1), "%s", f.error);
+    char *u = etcdf_url(&f, NULL, NULL);
+    tu_pause(f.m[0].pid);
+    RUN_IS_BOUNDED(u, bound_of(300), "etcd stopped", "-w", "0.3");
+    kill(f.m[0].pid, SIGCONT);
+    free(u);
+    etcdf_stop(&f);
+}
+#endif
+
+#ifdef DLOCK_HAVE_ZK
+/* ZooKeeper stopped (SIGSTOP), then down (nothing on its port): -w 0.3
+ * took the connect timeout, 5 s, both ways. */
+TU_TEST(wait_bounds_run_zk, 180)
+{
+    struct zkf f = {0};
+    ck_assert_msg(zkf_start(&f, 1), "%s", f.error);
+    char *u = zkf_url(&f, NULL, NULL);
+    tu_pause(f.s[0].pid);
+    RUN_IS_BOUNDED(u, bound_of(300), "zk stopped", "-w", "0.3");
+    kill(f.s[0].pid, SIGCONT);
+    zkf_server_stop(&f, 0, SIGKILL);
+    RUN_IS_BOUNDED(u, bound_of(300), "zk down", "-w", "0.3");
+    free(u);
+    zkf_stop(&f);
+}
+#endif
+
+#ifdef DLOCK_HAVE_REDIS
+/* SIGINT or SIGTERM while connecting ends the run at once, 128 + the
+ * signal, as while waiting: it was ignored until the connect timeout
+ * (here 40 s, past the test's limit; then exit 69). */
+static void signal_while_connecting(int sig)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    tu_pause(r.pid); /* the connection is accepted, nothing answers */
+    char *u = tu_fmt("%s?connect_timeout=40s", r.url);
+    const char *argv[] = {tu_dlock_bin(), "-u", u, "run", "connecting", "true", NULL};
+    char *log = tu_fmt("%s/connecting.log", dir);
+    pid_t d = tu_spawn(argv, log);
+    ck_assert(wait_blocked(d, sig, 20000));
+    tu_sleep_ms(300); /* inside the connect, most likely; before it, the same */
+    kill(d, sig);
+    int st = tu_wait_exit(d);
+    char *out = tu_read_file(log);
+    ck_assert_msg(st == 128 + sig, "status %d, not %d: %s", st, 128 + sig, out);
+    kill(r.pid, SIGCONT);
+    free(out);
+    free(log);
+    free(u);
+    fx_redis_stop(&r);
+}
+
+TU_TEST(sigint_connecting, 60)
+{
+    signal_while_connecting(SIGINT);
+}
+
+TU_TEST(sigterm_connecting, 60)
+{
+    signal_while_connecting(SIGTERM);
 }
 #endif
 

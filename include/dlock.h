@@ -226,7 +226,14 @@ DLOCK_EXTERN int dlock_client_master(dlock_client *c, char *buf, size_t size);
 
 /* Release every hold of the client (best effort), stop its threads
  * (keeper, callbacks: a lost callback still queued runs first), close the
- * connection and free the client. Handles left over stay valid for
+ * connection and free the client. What it sends the server (releases,
+ * cleanups owed by ambiguous replies, etcd's lease revokes, ZooKeeper's
+ * session close) shares one deadline, DLOCK_OPT_OP_TIMEOUT_MS from the
+ * call: against a stalled server it returns after about one op timeout,
+ * leaving what was not sent to the lease (zk: the session's timeout).
+ * Not within it: a renewal in flight (up to the hold's validity) and the
+ * release of a permit, a leadership or a re-entered or shared-level hold
+ * (an op timeout each). Handles left over stay valid for
  * dlock_lock_free() alone (every other call on them returns
  * DLOCK_EMISUSE); the client's memory goes with the last of them, as
  * sqlite3_close_v2() does with statements. A lost callback may close its

@@ -427,6 +427,10 @@ struct dlock_client {
     unsigned refs;
     bool closed; /* dlock_client_close() began: every call but freeing
                     handles is DLOCK_EMISUSE */
+    int64_t close_deadline; /* set as closing begins (under mu): one op timeout
+                               from then, the bound of everything close does
+                               for the server -- releases, owed cleanups, the
+                               backend's own close (dlock__close_deadline) */
 
     /* observability (observe.c): the log hook under log_mu (log_level
      * also read without it, atomically), counters updated atomically */

@@ -5,7 +5,8 @@
  * for the server to come back in the caller's thread, and must not forget
  * it either: it queues the work here (dlock__cleanup_add, see toolbox.h) and
  * the keeper does it between renewals, in bounded slices, retrying with
- * backoff; closing the client tries what is left once more. One queue per
+ * backoff; closing the client tries what is left once more, within what
+ * is left of close's one op timeout (dlock__close_deadline). One queue per
  * client, FIFO, under the client's mutex; the work itself runs without it.
  */
 #include <stdlib.h>
@@ -115,7 +116,7 @@ int64_t dlock__cleanup_next(const dlock_client *c)
     return next;
 }
 
-void dlock__cleanup_close(dlock_client *c, bool run)
+void dlock__cleanup_close(dlock_client *c, bool run, int64_t deadline)
 {
     /* dlock__cleanup_add appends under the mutex; a child after fork
      * (RUN false) must not take it: another thread may have held it. */
@@ -125,7 +126,6 @@ void dlock__cleanup_close(dlock_client *c, bool run)
     c->cleanup_head = c->cleanup_tail = NULL;
     if (run)
         pthread_mutex_unlock(&c->mu);
-    int64_t deadline = dlock__now_ms() + c->opts.op_timeout_ms;
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     while (it) {

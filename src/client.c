@@ -345,7 +345,7 @@ int dlock_client_master(dlock_client *c, char *buf, size_t size)
  * callback). */
 static void client_free(dlock_client *c)
 {
-    dlock__cleanup_close(c, false); /* a child after fork: free only */
+    dlock__cleanup_close(c, false, DLOCK__NEVER); /* a child after fork: free only */
     if (c->buckets) {
         for (size_t i = 0; i < DLOCK__BUCKETS; i++)
             while (c->buckets[i]) {
@@ -379,6 +379,12 @@ void dlock__client_unref(dlock_client *c)
         client_free(c);
 }
 
+int64_t dlock__close_deadline(const struct dlock_client *c)
+{
+    int64_t deadline = __atomic_load_n(&c->close_deadline, __ATOMIC_ACQUIRE);
+    return deadline && c->pid == getpid() ? deadline : DLOCK__NEVER;
+}
+
 /* Closing ends what the client does -- holds, threads, connection -- but
  * its memory stays while handles remain (they may be freed later, as
  * sqlite3_close_v2 allows statements to be), so a dlock_lock_free() after
@@ -388,14 +394,18 @@ void dlock_client_close(dlock_client *c)
     if (!c)
         return;
     if (c->pid == getpid()) {
+        /* One deadline for all of it: at most one bounded attempt at what
+         * is owed (a keeper's slice in flight counts as that attempt). */
+        int64_t deadline = dlock__now_ms() + c->opts.op_timeout_ms;
         pthread_mutex_lock(&c->mu);
+        __atomic_store_n(&c->close_deadline, deadline, __ATOMIC_RELEASE);
         __atomic_store_n(&c->closed, true, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&c->mu);
         if (c->connected)
-            dlock__release_all(c);
+            dlock__release_all(c, deadline);
         dlock__keeper_stop(c);
         dlock__callbacks_stop(c);
-        dlock__cleanup_close(c, true);
+        dlock__cleanup_close(c, true, deadline);
         if (c->bstate)
             c->be->close(c->bstate);
     }

@@ -193,8 +193,10 @@ int dlock__hold_end(dlock_client *c, struct dlock__hold *h);
  * done: the backend has no such op, or a member is not a plain one-level
  * hold of its handle (the caller releases member by member). */
 int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs);
-/* Release every hold of C (closing). */
-void dlock__release_all(dlock_client *c);
+/* Release every hold of C (closing): a plain hold within DEADLINE where
+ * the backend has release_within (what is not sent by then is owed to
+ * the cleanup queue), any other with the backend's release. */
+void dlock__release_all(dlock_client *c, int64_t deadline);
 
 /* Take / drop a reference on C's memory (client.c); the last drop frees
  * it. Any thread, no lock needed. */
@@ -242,7 +244,7 @@ bool dlock__cleanup_run(dlock_client *c, int64_t deadline);
 /* When the next queued piece is due (mutex held); DLOCK__NEVER if none. */
 int64_t dlock__cleanup_next(const dlock_client *c);
 /* Closing, keeper stopped: run each piece once more (when RUN: not in a
- * child after fork) within one op timeout in all, then free them all. */
-void dlock__cleanup_close(dlock_client *c, bool run);
+ * child after fork) until DEADLINE (close's), then free them all. */
+void dlock__cleanup_close(dlock_client *c, bool run, int64_t deadline);
 
 #endif

@@ -270,12 +270,15 @@ static void *keeper_main(void *arg)
         if (ndue)
             continue;
         /* Owed cleanups in a bounded slice: at most an op timeout, never
-         * past the next renewal or validity deadline. */
+         * past the next renewal or validity deadline, nor past close's
+         * deadline once the client is closing. */
         if (c->cleanup_head) {
             int64_t now = dlock__now_ms();
             int64_t slice = now + c->opts.op_timeout_ms;
             if (next < slice)
                 slice = next;
+            if (c->close_deadline && c->close_deadline < slice)
+                slice = c->close_deadline;
             if (slice > now && dlock__cleanup_run(c, slice))
                 continue;
             int64_t due_at = dlock__cleanup_next(c);

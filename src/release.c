@@ -157,6 +157,14 @@ int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs)
     return first ? dlock__errmsg_restore(first, msg) : DLOCK_OK;
 }
 
+/* Whether H is one the backend's release_within can end: a plain hold
+ * of one level, held or lost (mutex held). */
+static bool ends_within(const dlock_client *c, const struct dlock__hold *h)
+{
+    return c->be->locks->release_within && h->count == 1 && !h->sem &&
+           !h->elect && !h->shared_levels && (h->state == DLOCK__HELD || h->state == DLOCK__LOST);
+}
+
 int dlock__release_within(dlock_lock *l, int64_t deadline)
 {
     dlock_client *c = l->c;
@@ -166,8 +174,7 @@ int dlock__release_within(dlock_lock *l, int64_t deadline)
     dlock__msg_clear();
     pthread_mutex_lock(&c->mu);
     struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
-    if (!h || h->count != 1 || h->sem || h->elect || h->shared_levels ||
-        (h->state != DLOCK__HELD && h->state != DLOCK__LOST)) {
+    if (!h || !ends_within(c, h)) {
         pthread_mutex_unlock(&c->mu);
         return dlock_release(l);
     }
@@ -283,7 +290,7 @@ int dlock_release(dlock_lock *l)
     return rc;
 }
 
-void dlock__release_all(dlock_client *c)
+void dlock__release_all(dlock_client *c, int64_t deadline)
 {
     pthread_mutex_lock(&c->mu);
     for (size_t b = 0; b < DLOCK__BUCKETS; b++) {
@@ -292,6 +299,14 @@ void dlock__release_all(dlock_client *c)
             struct dlock__hold *h = e->holds;
             while (h && h->give_back) /* the keeper's to end */
                 h = h->next;
+            if (h && ends_within(c, h)) {
+                struct hold_ending end;
+                hold_end_begin(c, h, &end);
+                pthread_mutex_unlock(&c->mu);
+                hold_end_finish(c, h, &end, c->be->locks->release_within(c->bstate, h, deadline));
+                e = c->buckets[b]; /* the chain may have changed */
+                continue;
+            }
             if (h) {
                 dlock__hold_end(c, h);
                 e = c->buckets[b]; /* the chain may have changed */

@@ -298,6 +298,13 @@ void dlock__identity(char *buf, size_t size);
 
 /* ------------------------------------------------------------ log, misc */
 
+/* While C closes, the deadline every step of dlock_client_close() shares
+ * (the keeper's cleanup slices and a backend's close included): one op
+ * timeout from its start, so that close spends at most one bounded
+ * attempt on what it owes and leaves the rest to the lease. Before
+ * closing (or in a child after fork): DLOCK__NEVER. Any thread. */
+int64_t dlock__close_deadline(const struct dlock_client *c);
+
 /* Tell C's log hook, if it wants LEVEL (dlock_log_level), the message
  * FMT... Cheap when off. Any thread, any lock held; the calling thread's
  * message is left alone. */

@@ -870,14 +870,19 @@ void dlock__etcd_close(void *state)
      * lease first -- waiters behind us need not wait for its TTL -- then
      * the waiters' lease, then the retired leases a late put may still
      * land on: revoked, none can, and what one made goes). Every revoke
-     * shares one deadline, an op timeout from now: a member that stopped
-     * answering holds close up that long in all, not that long per lease.
-     * A lease not revoked by then ends with its TTL, and its keys with it. */
+     * shares one deadline, dlock_client_close()'s (one op timeout from
+     * its start, releases and owed deletes included): a member that
+     * stopped answering holds close up that long in all, not that long
+     * per lease. A lease not revoked by then ends with its TTL, and its
+     * keys with it. */
     pthread_mutex_lock(&s->mu);
     int64_t lease = s->lease, wlease = s->wlease;
     s->lease = s->wlease = 0;
     pthread_mutex_unlock(&s->mu);
-    struct etcd_limits lim = {dlock__now_ms() + s->c->opts.op_timeout_ms, NULL};
+    int64_t deadline = dlock__close_deadline(s->c);
+    struct etcd_limits lim = {deadline != DLOCK__NEVER ? deadline
+                                                       : dlock__now_ms() + s->c->opts.op_timeout_ms,
+                              NULL};
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     close_revoke(s, lease, &lim);

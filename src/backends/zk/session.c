@@ -94,6 +94,10 @@ void dlock__zk_watcher(zhandle_t *zh, int type, int state, const char *path, voi
         return;
     struct zk_backend *zb = s->zb;
     pthread_mutex_lock(&zb->mu);
+    if (zb->closing) { /* the client may be gone: nobody is left to tell */
+        pthread_mutex_unlock(&zb->mu);
+        return;
+    }
     if (type == ZOO_SESSION_EVENT) {
         if (state == ZOO_CONNECTED_STATE && s->session_id) /* connected before */
             dlock__reconnected(zb->c, "zk session 0x%llx: reconnected", (unsigned long long)s->session_id);
@@ -394,6 +398,76 @@ static void zk_backend_free(struct zk_backend *zb)
     free(zb);
 }
 
+/* A session's close in a thread of its own (dlock__zk_close): the
+ * client library sends the close and waits for the server's answer, up
+ * to a third of the session timeout, past the deadline of a client's
+ * close on a server that stopped answering. The thread frees the
+ * session and the backend; the closing thread waits for it until its
+ * deadline only. */
+struct zk_closer {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    struct zk_backend *zb;
+    struct zk_session *s;
+    bool done, abandoned; /* under mu */
+};
+
+static void zk_closer_free(struct zk_closer *k)
+{
+    zk_backend_free(k->zb);
+    pthread_cond_destroy(&k->cv);
+    pthread_mutex_destroy(&k->mu);
+    free(k);
+}
+
+static void *zk_closer_main(void *arg)
+{
+    struct zk_closer *k = arg;
+    zk_session_destroy(k->s);
+    pthread_mutex_lock(&k->mu);
+    k->done = true;
+    bool abandoned = k->abandoned;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    if (abandoned)
+        zk_closer_free(k);
+    return NULL;
+}
+
+/* Close S and free ZB within DEADLINE (dlock_client_close()'s); what is
+ * not done by then finishes in the closer thread, which touches neither
+ * the client nor anything of it (the watcher is off: zb->closing).
+ * False, nothing done, when that thread cannot start. */
+static bool zk_close_within(struct zk_backend *zb, struct zk_session *s, int64_t deadline)
+{
+    struct zk_closer *k = calloc(1, sizeof *k);
+    if (!k)
+        return false;
+    pthread_mutex_init(&k->mu, NULL);
+    dlock__cond_init_monotonic(&k->cv);
+    k->zb = zb;
+    k->s = s;
+    pthread_t t;
+    if (pthread_create(&t, NULL, zk_closer_main, k) != 0) {
+        k->zb = NULL;
+        pthread_cond_destroy(&k->cv);
+        pthread_mutex_destroy(&k->mu);
+        free(k);
+        return false;
+    }
+    pthread_detach(t);
+    struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
+    pthread_mutex_lock(&k->mu);
+    while (!k->done && pthread_cond_timedwait(&k->cv, &k->mu, &ts) != ETIMEDOUT)
+        ;
+    bool done = k->done;
+    k->abandoned = !done;
+    pthread_mutex_unlock(&k->mu);
+    if (done)
+        zk_closer_free(k);
+    return true;
+}
+
 void dlock__zk_close(void *state)
 {
     struct zk_backend *zb = state;
@@ -404,7 +478,13 @@ void dlock__zk_close(void *state)
     if (zb->cur)
         last = zk_session_unref_locked(zb->cur);
     zb->cur = NULL;
+    zb->closing = true;
     pthread_mutex_unlock(&zb->mu);
+    /* Within dlock_client_close()'s deadline: a stopped server's session
+     * is left to expire (its ephemeral nodes go then). */
+    int64_t deadline = dlock__close_deadline(zb->c);
+    if (last && deadline != DLOCK__NEVER && zk_close_within(zb, last, deadline))
+        return;
     zk_session_destroy(last);
     zk_backend_free(zb);
 }

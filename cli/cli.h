@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "dlock.h"
@@ -30,6 +31,30 @@ int cli_fail(int err, const char *what);
 /* Open the client for URL (NULL: $DLOCK_URL, then the default), with an
  * optional lease in ms (0 = default). Prints the failure. */
 int cli_open(const char *url, int64_t lease_ms, dlock_client **out);
+/* cli_open()'s client before it connects: made, lease and log hook set.
+ * Returns a library code (the failure not printed). */
+int cli_client_new(const char *url, int64_t lease_ms, dlock_client **out);
+
+/* The bound of `run -w` (bound.c): one deadline for the whole run. */
+#define CLI_NEVER INT64_MAX /* no deadline */
+/* The monotonic clock in ms. */
+int64_t cli_now_ms(void);
+/* Flush stdio and _exit(CODE) at once: a thread may still be inside the
+ * library (a connect or close left behind), which exit() must not race. */
+void cli_exit_now(int code) __attribute__((noreturn));
+/* cli_open() whose connect ends at DEADLINE (CLI_NEVER: none) or when
+ * WAKE_FD (-1: none) becomes readable (a signal came), whichever is
+ * first. Returns 0 (*OUT connected), an exit code after printing the
+ * failure, or, with the connect still running in a thread of its own,
+ * CLI_WOKEN (woken; nothing printed) or CLI_OUT_OF_TIME (printed): the
+ * caller must then leave through cli_exit_now(). */
+enum { CLI_WOKEN = -1, CLI_OUT_OF_TIME = -2 };
+int cli_open_within(const char *url, int64_t lease_ms, int64_t deadline, int wake_fd,
+                    dlock_client **out);
+/* dlock_client_close(C), waited for until DEADLINE or, when that is
+ * (nearly) spent, a short grace; a close still running then is left
+ * behind through cli_exit_now(CODE). For a client that holds nothing. */
+void cli_close_within(dlock_client *c, int64_t deadline, int code);
 /* How many -v were given to run/hold: clients cli_open() makes then log
  * the library's events on stderr with the time of day (1: losses, renewal
  * trouble, disconnects and reconnects; 2: also every acquisition and

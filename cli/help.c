@@ -22,7 +22,8 @@ static const struct {
      "dlock [-u URL] run [options] -m NAME... -- COMMAND [ARG...]   (or -c)",
      "Hold lock NAME while COMMAND runs, then release it.\n"
      "  -n, --nonblock        fail at once if NAME is held (exit CODE)\n"
-     "  -w, --wait, --timeout SECONDS  give up after SECONDS (2, 2.5, .5; 0 = -n)\n"
+     "  -w, --wait, --timeout SECONDS  give up after SECONDS (2, 2.5, .5; 0 = -n),\n"
+     "                        connecting included\n"
      "  -E, --conflict-exit-code CODE  exit code when busy or timed out (default 1);\n"
      "                        busy or timed out is silent unless -v, as with flock(1)\n"
      "  -s, --shared          shared mode: many holders, no exclusive one\n"

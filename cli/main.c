@@ -103,7 +103,7 @@ static void log_to_stderr(dlock_client *c, dlock_log_level level, const char *ms
             msg);
 }
 
-int cli_open(const char *url, int64_t lease_ms, dlock_client **out)
+int cli_client_new(const char *url, int64_t lease_ms, dlock_client **out)
 {
     if (!url)
         url = getenv("DLOCK_URL");
@@ -114,6 +114,16 @@ int cli_open(const char *url, int64_t lease_ms, dlock_client **out)
     if (!rc && cli_verbosity)
         rc = dlock_client_set_log(c, log_to_stderr, NULL,
                                   cli_verbosity > 1 ? DLOCK_LOG_DEBUG : DLOCK_LOG_INFO);
+    if (rc && c)
+        dlock_client_close(c); /* leaves dlock_errmsg() alone */
+    *out = rc ? NULL : c;
+    return rc;
+}
+
+int cli_open(const char *url, int64_t lease_ms, dlock_client **out)
+{
+    dlock_client *c = NULL;
+    int rc = cli_client_new(url, lease_ms, &c);
     if (!rc)
         rc = dlock_client_connect(c);
     if (rc) {

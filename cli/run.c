@@ -61,7 +61,8 @@ struct run {
     int pending; /* received after acquiring, before COMMAND started */
     int lost_fd; /* eventfd: the lock was lost */
     int wake_fd; /* eventfd: a signal came while holding without COMMAND */
-    int wait_fd; /* eventfd: a signal came while waiting for a path's flock */
+    int wait_fd; /* eventfd: a signal came while connecting or waiting for a path's flock */
+    bool out_of_time; /* the cancel was fired at -w's deadline, not by a signal */
     const char *name;  /* the lock's, for messages */
     const char *label; /* what is held, quoted for messages: 'a' or 'a', 'b' */
     bool lost;
@@ -404,7 +405,6 @@ static dlock_lock *held_lock(size_t k)
  * lease; for a set (run -m), its member's that ends first, which *WHO
  * (may be NULL) then names. Asked from the thread that acquired: holds
  * are per thread. */
-#define CLI_NEVER INT64_MAX
 static int64_t valid_until(const char **who)
 {
     int64_t until = CLI_NEVER, now = now_ms();
@@ -818,6 +818,24 @@ static void on_member_lost(dlock_multi *m, dlock_lock *member, const char *why, 
     on_lost(member, why, arg);
 }
 
+/* -w's deadline, in a thread of its own: a step of the wait that the
+ * library does not bound by the wait -- the try-once of -v before it,
+ * which has the op timeout -- is canceled then (as a signal would). */
+static void *deadline_thread(void *arg)
+{
+    int64_t deadline = *(const int64_t *)arg;
+    struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+    pthread_mutex_lock(&R.mu);
+    if (R.phase == WAITING && R.cancel) {
+        R.out_of_time = true;
+        dlock_cancel_fire(R.cancel);
+    }
+    pthread_mutex_unlock(&R.mu);
+    return NULL;
+}
+
 /* Acquire, release and free what R holds: the set or the lock. */
 static int take_held(int64_t wait_ms, dlock_cancel *cancel)
 {
@@ -892,8 +910,28 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     pthread_sigmask(SIG_BLOCK, &set, &oldmask);
     signal(SIGPIPE, SIG_IGN);
 
+    /* -w bounds the whole run up to COMMAND, connecting included: one
+     * deadline, each step gets what is left of it. -n: one try, each step
+     * within the library's timeouts, the close after a failure a grace. */
+    static int64_t deadline; /* static: the deadline thread reads it */
+    int64_t t0 = now_ms();
+    deadline = wait_ms > 0 ? t0 + wait_ms : CLI_NEVER;
+    int64_t close_by = wait_ms == DLOCK_TRY ? t0 : deadline;
+    /* A signal while connecting ends the run at once (the signal thread
+     * wakes the connect's wait through R.wait_fd). */
+    R.wait_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if ((code = start_signal_thread()))
+        return code;
     dlock_client *c;
-    code = cli_open(url, lease_ms, &c);
+    code = cli_open_within(url, lease_ms, deadline, R.wait_fd, &c);
+    if (code == CLI_WOKEN || code == CLI_OUT_OF_TIME) {
+        pthread_mutex_lock(&R.mu);
+        int sig = R.signal;
+        pthread_mutex_unlock(&R.mu);
+        if (code == CLI_WOKEN)
+            fprintf(stderr, "dlock %s: interrupted by signal %d while connecting\n", verb, sig);
+        cli_exit_now(code == CLI_WOKEN ? 128 + sig : EXIT_UNAVAILABLE);
+    }
     if (code)
         return code;
     char *label = quoted_list(names, n);
@@ -921,14 +959,10 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     }
     R.name = name;
     R.label = label;
-    if ((code = start_signal_thread())) {
-        free(label);
-        free_held();
-        dlock_client_close(c);
-        return code;
-    }
+    pthread_t dt;
+    if (deadline != CLI_NEVER && pthread_create(&dt, NULL, deadline_thread, &deadline) == 0)
+        pthread_detach(dt);
 
-    int64_t t0 = now_ms();
     if (verbose && wait_ms != DLOCK_TRY) {
         /* Say who holds it before waiting: one try, then the wait. */
         rc = take_held(DLOCK_TRY, R.cancel);
@@ -937,15 +971,18 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
                 log_set_holder(c, wait_ms);
             else
                 log_holder(c, name, wait_ms);
-            int64_t left = wait_ms - (now_ms() - t0);
+            int64_t left = deadline - now_ms();
             rc = take_held(wait_ms < 0 ? wait_ms : left > 0 ? left : 1, R.cancel);
         }
     } else {
-        rc = take_held(wait_ms, R.cancel);
+        int64_t left = deadline - now_ms();
+        rc = take_held(wait_ms <= 0 ? wait_ms : left > 0 ? left : 1, R.cancel);
     }
     int64_t waited = now_ms() - t0;
     pthread_mutex_lock(&R.mu);
     int sig = R.signal;
+    if (rc == DLOCK_ECANCELED && !sig && R.out_of_time)
+        rc = DLOCK_ETIMEDOUT; /* cut at -w's deadline: a wait that timed out */
     R.phase = rc ? DONE : RUNNING;
     pthread_mutex_unlock(&R.mu);
     dlock_cancel_free(R.cancel); /* the signal thread fires it only while WAITING */
@@ -961,11 +998,11 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
             fprintf(stderr, "dlock %s: interrupted by signal %d while waiting for %s\n", verb,
                     sig, label);
         else if (busy && verbose) /* silent otherwise, as flock(1): cron mails nothing */
-            vlog("%s", dlock_errmsg());
+            vlog("%s", R.out_of_time ? "no answer within the bound of -w" : dlock_errmsg());
         code = sig ? 128 + sig : busy ? o->conflict : cli_fail(rc, verb);
         free_held();
         free(label);
-        dlock_client_close(c);
+        cli_close_within(c, sig ? CLI_NEVER : close_by, code); /* what is owed: the lease's */
         return code;
     }
     uint64_t tokens[DLOCK_MULTI_MAX] = {0};

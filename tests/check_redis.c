@@ -2762,6 +2762,38 @@ TU_TEST(names_aliasing_derived_keys_refused, 60)
     stop_server();
 }
 
+/* A semaphore and a lock of one name share its key, as in Redisson (one
+ * name, one object): each refuses the other as the wrong type, with
+ * nothing written. The simple layout's lock value is a string too, which
+ * the semaphore took for its count (a Lua error, DLOCK_EBACKEND). */
+TU_TEST(semaphore_refuses_a_simple_lock_of_its_name, 60)
+{
+    start_server(NULL);
+    dlock_client *c = open_with("layout=simple");
+    dlock_lock *l = tu_lock(c, "shared");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    redisContext *ctx = raw();
+    char *before = reply_str(cmd(ctx, "GET shared"));
+    dlock_semaphore *sem = tu_semaphore(c, "shared", 2);
+    dlock_permit *p = NULL;
+    int rc = dlock_semaphore_acquire(sem, 1, DLOCK_TRY, NULL, &p);
+    ck_assert_msg(rc == DLOCK_EWRONGTYPE, "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    char *after = reply_str(cmd(ctx, "GET shared"));
+    ck_assert_str_eq(after, before);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", "{shared}:timeout"), 0);
+    dlock_info *info = NULL;
+    rc = dlock_semaphore_inspect(c, "shared", 2, &info);
+    ck_assert_msg(rc == DLOCK_EWRONGTYPE, "inspect: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    free(before);
+    free(after);
+    dlock_semaphore_free(sem);
+    TU_RELEASE_OK(l);
+    dlock_lock_free(l);
+    redisFree(ctx);
+    dlock_client_close(c);
+    stop_server();
+}
+
 /* The reply of an acquire or release lost to a timeout (CLIENT PAUSE
  * holds the scripts on the server longer than the client's operation
  * timeout): the first attempt spent the call's budget, so the call fails

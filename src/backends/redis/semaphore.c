@@ -586,10 +586,17 @@ int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys 
                           "%s: WRONGTYPE: keys '%s' (%s) and '%s' (%s) are not a semaphore of "
                           "Redisson's RPermitExpirableSemaphore layout",
                           s->where, k->name, t1, k->timeout, t2);
+    char *end = NULL;
+    long long free_now = strtoll(r->element[2]->str, &end, 10);
+    if (!strcmp(t1, "string") && (end == r->element[2]->str || *end))
+        return dlock__err(DLOCK_EWRONGTYPE,
+                          "%s: WRONGTYPE: key '%s' holds a string that is not a count of free "
+                          "permits (a simple-layout lock of that name?), not a semaphore of "
+                          "Redisson's RPermitExpirableSemaphore layout",
+                          s->where, k->name);
     int rc = dlock__info_set_key(info, k->name);
     if (rc)
         return rc;
-    long long free_now = strtoll(r->element[2]->str, NULL, 10);
     long long now = strtoll(r->element[3]->str, NULL, 10);
     info->token = strtoull(r->element[4]->str, NULL, 10);
     size_t nids = (r->elements - 5) / 2;

@@ -7,7 +7,8 @@
 -- Returns {token, free permits left} when taken; {-1, ms until the
 -- nearest expiry, -1 when none will expire} when fewer than K are free;
 -- 'count:<stored count>' when the semaphore has another count than N;
--- 'type:<type>' when a key is not of this layout (nothing written then).
+-- 'type:<type>' when a key is not of this layout, or the name a string that
+-- is not a count (nothing written then).
 -- Expired permits are given back first, as Redisson does (one message).
 -- The token counter follows the lock's rule (lib_acquire.lua's new_token:
 -- absent or below 10^15, it goes on from the server's clock in
@@ -17,6 +18,8 @@
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local free = redis.pcall('get', KEYS[1])
 if type(free) == 'table' then return 'type:' .. redis.call('type', KEYS[1]).ok end
+-- a string that is no count: a simple-layout lock of the name (its value)
+if free and not string.match(free, '^%-?%d+$') then return 'type:string that is not a count' end
 local zt = redis.call('type', KEYS[2]).ok
 if zt ~= 'zset' and zt ~= 'none' then return 'type:' .. zt end
 local t = redis.call('time')

@@ -99,11 +99,13 @@ struct cli_job {
     pid_t *before;          /* dlock's children before the job, not the job's (a */
     size_t nbefore;         /* program that exec'd dlock may have left some) */
 };
-enum { JOB_STARTED = 1, JOB_FAILED, JOB_EXEC_FAILED, JOB_EXITED, JOB_DONE };
+enum { JOB_STARTED = 1, JOB_FAILED, JOB_EXEC_FAILED, JOB_EXITED, JOB_DONE, JOB_AT_RISK };
 /* What the guardian reports: JOB_STARTED (value: COMMAND's pid),
  * JOB_FAILED (errno: could not fork), JOB_EXEC_FAILED (errno), JOB_EXITED
  * (COMMAND's wait status; processes it started live on), JOB_DONE
- * (COMMAND's wait status; the last process of the job has exited). */
+ * (COMMAND's wait status; the last process of the job has exited),
+ * JOB_AT_RISK (the deadline dlock last gave came before a newer one: the
+ * job is being stopped; value 0). */
 struct cli_job_report {
     int event, value;
 };
@@ -122,6 +124,18 @@ int cli_job_read(struct cli_job *j, struct cli_job_report *r);
 /* Send SIG to every process of the job (through the guardian). Any
  * thread; async-signal-safe. */
 void cli_job_signal(struct cli_job *j, int sig);
+/* A time on CLOCK_MONOTONIC in ms that never comes. */
+#define CLI_NEVER INT64_MAX
+/* The hold's deadline, which the guardian keeps even while dlock is
+ * stopped or frozen: unless a newer one comes first, at FIRST_AT
+ * (CLOCK_MONOTONIC ms, the same on both sides) it sends SIG to every
+ * process of the job and reports JOB_AT_RISK, and at KILL_AT it sends
+ * SIGKILL (CLI_NEVER: none). FIRST_AT CLI_NEVER: no deadline. Ignored
+ * once the job is being stopped. */
+void cli_job_deadline(struct cli_job *j, int sig, int64_t first_at, int64_t kill_at);
+/* Stop the job: SIG to every process of it now, SIGKILL at KILL_AT
+ * (CLI_NEVER: none), and no deadline from then on. */
+void cli_job_stop(struct cli_job *j, int sig, int64_t kill_at);
 /* Close the pipes (a guardian still running then kills the job), reap
  * the guardian and free what cli_job_start() kept. */
 void cli_job_end(struct cli_job *j);

@@ -22,6 +22,11 @@
  *   inherited copy of the lock's descriptor (dlock_lock_inherit_fd), so
  *   the kernel keeps the lock until the last of them has exited, never
  *   "as dlock dies, before its job does".
+ * - dlock gives the guardian the hold's deadline, anew as renewals extend
+ *   it (cli_job_deadline), and the guardian keeps it: SIGTERM (or what
+ *   --on-lost says) when it comes, SIGKILL a little later, and a report
+ *   (JOB_AT_RISK). So the job is stopped before the lease can end even
+ *   when dlock itself is stopped (SIGSTOP, a debugger) or frozen.
  * - COMMAND has PR_SET_PDEATHSIG = SIGKILL against the guardian, should the
  *   guardian itself be killed; dlock is a child subreaper too, so what is
  *   left of the job then is reparented to dlock, which kills it through
@@ -274,6 +279,94 @@ static void take_guardian_name(void)
     memcpy(args_area, CLI_GUARDIAN_NAME, n);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* What dlock writes on the ctl pipe (one write each, atomic): pass a
+ * signal on, the hold's deadline, or stop the job now. */
+enum { ORDER_SIGNAL = 1, ORDER_DEADLINE, ORDER_STOP };
+struct order {
+    int kind, sig;
+    int64_t first_at, kill_at; /* CLOCK_MONOTONIC ms, CLI_NEVER: none */
+};
+
+static void send_order(struct cli_job *j, struct order o)
+{
+    if (j->ctl_fd < 0)
+        return;
+    ssize_t n = write(j->ctl_fd, &o, sizeof o);
+    (void)n; /* the guardian is gone: so is the job */
+}
+
+/* The guardian's timers, set by dlock's orders: the deadline's first
+ * signal (SIG at FIRST_AT, until the job is being stopped: STOPPING) and
+ * SIGKILL at KILL_AT. */
+struct timers {
+    int sig;
+    int64_t first_at, kill_at;
+    bool stopping;
+};
+
+/* Fire the timers of T that are due, as signals to the job (COMMAND's
+ * group PGID and all below); a deadline passed is reported on REP.
+ * Returns the poll timeout until the next, -1 for none. Sets *KILLING
+ * once SIGKILL went out. */
+static int fire_timers(struct timers *t, pid_t pgid, int rep, bool *killing)
+{
+    int64_t now = mono_ms();
+    if (!t->stopping && t->first_at <= now) {
+        signal_job(pgid, t->sig);
+        *killing |= t->sig == SIGKILL;
+        t->stopping = true;
+        report(rep, JOB_AT_RISK, 0); /* dlock may be stopped: it reads this later */
+    }
+    if (t->kill_at <= now) {
+        signal_job(pgid, SIGKILL);
+        *killing = true;
+        t->kill_at = CLI_NEVER;
+    }
+    int64_t next = t->kill_at;
+    if (!t->stopping && t->first_at < next)
+        next = t->first_at;
+    return next == CLI_NEVER ? -1 : next - now > 1000000 ? 1000000 : (int)(next - now);
+}
+
+/* Carry out dlock's order O for job J (COMMAND's group PGID) with timers
+ * T; sets *KILLING once SIGKILL went out. */
+static void obey(const struct cli_job *j, pid_t pgid, const struct order *o, struct timers *t,
+                 bool *killing)
+{
+    switch (o->kind) {
+    case ORDER_SIGNAL:
+        if (o->sig == 0)
+            return;
+        if (o->sig == SIGCONT)
+            continue_job(j, pgid);
+        signal_job(pgid, o->sig);
+        *killing |= o->sig == SIGKILL;
+        return;
+    case ORDER_DEADLINE:
+        if (t->stopping)
+            return; /* the job is being stopped: no later deadline saves it */
+        t->sig = o->sig;
+        t->first_at = o->first_at;
+        t->kill_at = o->first_at == CLI_NEVER ? CLI_NEVER : o->kill_at;
+        return;
+    case ORDER_STOP:
+        if (o->sig)
+            signal_job(pgid, o->sig);
+        *killing |= o->sig == SIGKILL;
+        t->stopping = true;
+        if (o->kill_at < t->kill_at)
+            t->kill_at = o->kill_at;
+        return;
+    }
+}
+
 static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsigned limit)
 {
     take_guardian_name();
@@ -330,6 +423,7 @@ static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsign
     report(rep, JOB_STARTED, pid);
     int status = 0;
     bool exited = false, told = false, killing = false, ctl_open = true;
+    struct timers timers = {0, CLI_NEVER, CLI_NEVER, false};
     for (;;) {
         int st;
         pid_t p;
@@ -350,18 +444,16 @@ static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsign
         }
         if (killing) /* the orphans of those just killed came to us */
             signal_job(pid, SIGKILL);
+        int timeout = fire_timers(&timers, pid, rep, &killing);
         struct pollfd fds[2] = {{.fd = ctl_open ? ctl : -1, .events = POLLIN},
                                 {.fd = sfd, .events = POLLIN}};
-        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+        if (poll(fds, 2, timeout) < 0 && errno != EINTR)
             killing = true;
         if (fds[0].revents) {
-            int sig;
-            n = read(ctl, &sig, sizeof sig);
-            if (n == (ssize_t)sizeof sig && sig > 0 && sig < NSIG) {
-                if (sig == SIGCONT)
-                    continue_job(j, pid);
-                signal_job(pid, sig);
-                killing |= sig == SIGKILL;
+            struct order o;
+            n = read(ctl, &o, sizeof o);
+            if (n == (ssize_t)sizeof o && o.sig >= 0 && o.sig < NSIG) {
+                obey(j, pid, &o, &timers, &killing);
             } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
                 ctl_open = false; /* dlock is gone, and with it the lock */
                 killing = true;
@@ -519,10 +611,17 @@ int cli_job_read(struct cli_job *j, struct cli_job_report *r)
 
 void cli_job_signal(struct cli_job *j, int sig)
 {
-    if (j->ctl_fd < 0)
-        return;
-    ssize_t n = write(j->ctl_fd, &sig, sizeof sig);
-    (void)n; /* the guardian is gone: so is the job */
+    send_order(j, (struct order){ORDER_SIGNAL, sig, CLI_NEVER, CLI_NEVER});
+}
+
+void cli_job_deadline(struct cli_job *j, int sig, int64_t first_at, int64_t kill_at)
+{
+    send_order(j, (struct order){ORDER_DEADLINE, sig, first_at, kill_at});
+}
+
+void cli_job_stop(struct cli_job *j, int sig, int64_t kill_at)
+{
+    send_order(j, (struct order){ORDER_STOP, sig, CLI_NEVER, kill_at});
 }
 
 /* How long dlock waits, in all, for the job's processes it killed to
@@ -541,13 +640,6 @@ struct orphans {
     pid_t stuck[64];
     size_t nstuck;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Reap child KID, polling until UNTIL: false when it has not ended by then. */
 static bool reap_until(pid_t kid, int64_t until)

@@ -419,19 +419,21 @@ static int64_t valid_until(const char **who)
     return until;
 }
 
-/* Signal the job as P says; KILL_BY is the latest time it may live
- * (CLI_NEVER: --kill-after alone decides). Returns when to SIGKILL, -1 for
- * never. */
-static int64_t stop_job(struct cli_job *j, const struct policy *p, int64_t kill_by)
+/* The first signal P sends a job that is to stop: SIGTERM (then SIGKILL
+ * after --kill-after), SIGKILL, or none (--on-lost ignore). */
+static int stop_signal(const struct policy *p)
 {
-    if (p->on_lost == LOST_KILL) {
-        cli_job_signal(j, SIGKILL);
-        return -1;
-    }
+    return p->on_lost == LOST_KILL ? SIGKILL : p->on_lost == LOST_TERM ? SIGTERM : 0;
+}
+
+/* When P has a job sent its first signal at AT killed, at the latest at
+ * KILL_BY (CLI_NEVER: --kill-after alone decides); CLI_NEVER when the
+ * first signal is SIGKILL or none. */
+static int64_t kill_time(const struct policy *p, int64_t at, int64_t kill_by)
+{
     if (p->on_lost != LOST_TERM)
-        return -1;
-    cli_job_signal(j, SIGTERM);
-    int64_t at = now_ms() + p->kill_after_ms;
+        return CLI_NEVER;
+    at += p->kill_after_ms;
     return kill_by < at ? kill_by : at;
 }
 
@@ -449,17 +451,20 @@ static int64_t grace_for(const struct policy *p, int64_t lease)
  * before that when renewals fail, once the hold's validity falls to the
  * grace (the job is then told, and killed half the grace before the end
  * of the validity: before the lease can end on the server and be granted
- * to someone else). The grace is reckoned on the lease, taken as the
- * longest validity seen: right after acquiring that is the lease, except
- * for a fair lock handed over, granted for the waiter's short queue lease
- * and extended to its lease at the first renewal -- so a --lost-grace of
- * more than half the lease is reported once a renewal has shown the
- * lease (or when the job is stopped). Sets *AT_RISK when it acted on
- * failing renewals. Returns COMMAND's wait status, or -1 when the
- * guardian vanished. */
+ * to someone else). That deadline is the guardian's to keep (job.c): it
+ * is told each new validity, looked up every tenth of the lease, so it
+ * stops the job in time even when dlock itself is stopped or frozen (a
+ * debugger, SIGSTOP), and reports it. The grace is reckoned on the lease,
+ * taken as the longest validity seen: right after acquiring that is the
+ * lease, except for a fair lock handed over, granted for the waiter's
+ * short queue lease and extended to its lease at the first renewal -- so
+ * a --lost-grace of more than half the lease is reported once a renewal
+ * has shown the lease (or when the job is stopped). Sets *AT_RISK when
+ * the job was stopped on failing renewals. Returns COMMAND's wait
+ * status, or -1 when the guardian vanished. */
 static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
 {
-    int64_t kill_at = -1, grace = 0, lease = 0, last_until = CLI_NEVER;
+    int64_t grace = 0, lease = 0, last_until = CLI_NEVER, told_until = CLI_NEVER, told_grace = 0;
     bool acted = false, renewed = false, warned = !p->grace_given;
     const char *who = R.name;
     for (;;) {
@@ -480,26 +485,20 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
                     lease, grace);
             warned = true;
         }
-        if (risk) {
-            /* Not renewed, and the lease could end on the server soon. */
-            acted = *at_risk = true;
-            fprintf(stderr,
-                    "dlock run: lock '%s' at risk: not renewed, %" PRId64
-                    " ms of its lease left; %s the command\n",
-                    who, until > now ? until - now : 0,
-                    p->on_lost == LOST_KILL ? "killing" : "stopping");
-            /* Dead half the grace before the validity ends, so neither a
-             * late wake-up of ours nor the kill's own delivery can take
-             * the job past it. */
-            kill_at = stop_job(j, p, until - grace / 2);
-            continue;
+        if (!acted && until != CLI_NEVER && until > now &&
+            (until != told_until || grace != told_grace)) {
+            /* Killed half the grace before the validity ends, so neither
+             * a late wake-up nor the kill's own delivery can take the job
+             * past it. A validity of 0 (a hold lost, its callback on the
+             * way) is not told: the loss is --on-lost's, below. */
+            int64_t first_at = until - grace;
+            cli_job_deadline(j, stop_signal(p), first_at,
+                             kill_time(p, first_at, until - grace / 2));
+            told_until = until;
+            told_grace = grace;
         }
-        int64_t wake = kill_at >= 0 ? kill_at : CLI_NEVER;
-        if (until != CLI_NEVER && until - grace < wake)
-            wake = until - grace;
-        int timeout = wake == CLI_NEVER ? -1
-                      : wake <= now  ? 0
-                                     : (int)(wake - now > 1000000 ? 1000000 : wake - now);
+        int64_t tick = lease / 10 > 10 ? lease / 10 : 10;
+        int timeout = until == CLI_NEVER ? -1 : tick > 1000000 ? 1000000 : (int)tick;
         struct pollfd fds[2] = {{.fd = j->report_fd, .events = POLLIN},
                                 {.fd = R.lost_fd, .events = POLLIN}};
         if (poll(fds, 2, timeout) < 0 && errno != EINTR)
@@ -523,6 +522,17 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
                         "dlock run: the command exited; holding %s until the processes it "
                         "started exit too\n",
                         R.label);
+            if (r.event == JOB_AT_RISK) {
+                /* Not renewed, and the lease could end on the server soon:
+                 * the guardian is stopping the job. */
+                now = now_ms();
+                fprintf(stderr,
+                        "dlock run: lock '%s' at risk: not renewed, %" PRId64
+                        " ms of its lease left; %s the command\n",
+                        who, last_until > now ? last_until - now : 0,
+                        p->on_lost == LOST_KILL ? "killing" : "stopping");
+                acted = *at_risk = true;
+            }
         }
         if (fds[1].revents) {
             uint64_t v;
@@ -532,13 +542,9 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
             fprintf(stderr, "dlock run: lock '%s' lost while the command ran: %s\n",
                     R.lost_name, R.lost_why);
             pthread_mutex_unlock(&R.mu);
-            if (!acted)
-                kill_at = stop_job(j, p, CLI_NEVER);
+            if (!acted && p->on_lost != LOST_IGNORE)
+                cli_job_stop(j, stop_signal(p), kill_time(p, now_ms(), CLI_NEVER));
             acted = true;
-        }
-        if (kill_at >= 0 && now_ms() >= kill_at) {
-            cli_job_signal(j, SIGKILL);
-            kill_at = -1;
         }
     }
 }

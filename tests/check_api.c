@@ -923,6 +923,33 @@ TU_TEST(cancel_freed_by_child_keeps_parent_working, 60)
     busy_close(&busy);
 }
 
+/* A child that fires its parent's cancel object (a signal handler both
+ * inherited) fires only its own copy: the parent's object is not fired,
+ * and a later fire in the parent still ends a wait there (the child's
+ * fire used to take the parent's one wake-up of the object, so that fire
+ * never reached the wait). */
+TU_TEST(cancel_fired_by_child_keeps_parent_working, 60)
+{
+    dlock_cancel *k = NULL;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    arm_by_waiting(k, "cg0"); /* the canceler thread watches k */
+    pid_t pid = tu_fork();
+    if (pid == 0)
+        _exit(dlock_cancel_fire(k) == DLOCK_OK && dlock_cancel_fired(k) ? 0 : 1);
+    ck_assert_int_eq(tu_wait_exit(pid), 0);
+    ck_assert_int_eq(dlock_cancel_fired(k), 0);
+    struct busy_name busy = busy_open("cg", 0);
+    struct in_thread a = {.l = busy.l, .wait_ms = 20000, .cancel = k, .what = DO_ACQUIRE};
+    pthread_t ta;
+    ck_assert_int_eq(pthread_create(&ta, NULL, run_in_thread, &a), 0);
+    wait_until_polling(&a.tid);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    pthread_join(ta, NULL);
+    ck_assert_msg(a.rc == DLOCK_ECANCELED, "the parent's wait: %s", dlock_err_name(a.rc));
+    dlock_cancel_free(k);
+    busy_close(&busy);
+}
+
 /* -------------------------------------------------- modes, capabilities */
 
 /* Holding exclusive, a shared acquire re-enters (the hold stays

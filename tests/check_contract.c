@@ -469,6 +469,73 @@ TU_TEST(fork_misuse, 30)
     dlock_client_close(c);
 }
 
+/* A handle and its client, for a forked child. */
+struct client_handle {
+    dlock_client *c;
+    dlock_lock *l;
+};
+
+/* In a forked child (tu_fork_bounded): every call on the parent's handle
+ * is DLOCK_EMISUSE and changes nothing, then the handle is freed and the
+ * client closed. Returns 0, or a bit for each check that failed. */
+static int child_frees_parents(void *arg)
+{
+    const struct client_handle *ch = arg;
+    dlock_lock *l = ch->l;
+    uint64_t t;
+    int bad = 0;
+    bad |= (dlock_acquire(l, DLOCK_TRY) != DLOCK_EMISUSE) << 0;
+    bad |= (dlock_release(l) != DLOCK_EMISUSE) << 1;
+    bad |= (dlock_token(l, &t) != DLOCK_EMISUSE) << 2;
+    bad |= (dlock_validity_ms(l) != DLOCK_EMISUSE) << 3;
+    bad |= (dlock_hold_count(l) != 0) << 4;
+    bad |= (dlock_lock_cancel(l) != DLOCK_EMISUSE) << 5;
+    bad |= (dlock_lock_on_lost(l, NULL, NULL) != DLOCK_EMISUSE) << 6;
+    dlock_lock_free(l);
+    dlock_client_close(ch->c);
+    return bad;
+}
+
+/* A child after fork() that frees its handles and closes the client it
+ * inherited (a pre-fork server, fork + cleanup + exec) ends at once, and
+ * changes nothing: the client had held and released a lock, so its
+ * keeper sleeps on a condition variable the child must not destroy. */
+TU_TEST(fork_child_frees_and_closes, 90)
+{
+    dlock_client *c = ct_open_test(NULL);
+    dlock_lock *l = tu_lock(c, "fc");
+    tu_acquire_release(l, DLOCK_TRY);
+    tu_fork_bounded(child_frees_parents, &(struct client_handle){c, l});
+    tu_acquire_release(l, DLOCK_TRY); /* the parent's client still works */
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* The same while the parent holds the lock, forked again and again while
+ * the keeper renews a short lease (a fork may catch it mid-renewal, with
+ * the client's mutex taken): the parent's hold stays, with its token,
+ * seen held by another client, and is released by the parent alone. */
+TU_TEST(fork_child_frees_a_held_lock, 90)
+{
+    dlock_client *c = ct_open_test("lease=2s"), *c2 = ct_open_test(NULL);
+    dlock_lock *l = tu_lock(c, "fh"), *l2 = tu_lock(c2, "fh");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = token_of(l);
+    for (int i = 0; i < 20; i++) {
+        tu_fork_bounded(child_frees_parents, &(struct client_handle){c, l});
+        tu_sleep_ms(i * 7 % 50);
+    }
+    ck_assert_uint_eq(dlock_hold_count(l), 1);
+    ck_assert_uint_eq(token_of(l), t);
+    EXPECT_RC(dlock_acquire(l2, DLOCK_TRY), DLOCK_EBUSY);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    tu_acquire_release(l2, DLOCK_TRY);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_client_close(c);
+    dlock_client_close(c2);
+}
+
 /* Freeing a handle releases what it holds; the client makes new ones. */
 TU_TEST(free_releases, 30)
 {

@@ -180,6 +180,48 @@ struct shared_count {
     struct tu_inside leaders;
 };
 
+/* A forked child's side of fork_child_frees: the parent's election
+ * refuses it (DLOCK_EMISUSE), then it frees it and closes the client,
+ * under an alarm. 0, or a bit per failed check. */
+struct election_of_parent {
+    dlock_client *c;
+    dlock_election *e;
+};
+
+static int child_frees_election(void *arg)
+{
+    const struct election_of_parent *ep = arg;
+    uint64_t t;
+    int bad = 0;
+    bad |= (dlock_election_proclaim(ep->e, "child") != DLOCK_EMISUSE) << 0;
+    bad |= (dlock_election_resign(ep->e) != DLOCK_EMISUSE) << 1;
+    bad |= (dlock_election_token(ep->e, &t) != DLOCK_EMISUSE) << 2;
+    bad |= (dlock_election_cancel(ep->e) != DLOCK_EMISUSE) << 3;
+    dlock_election_free(ep->e);
+    dlock_client_close(ep->c);
+    return bad;
+}
+
+/* A child after fork() that frees the election and closes the client it
+ * inherited, while the parent leads with a lease its keeper renews, ends
+ * at once and changes nothing: the parent still leads, with its value and
+ * token, and resigns itself. */
+TU_TEST(fork_child_frees, 60)
+{
+    dlock_client *a = ct_open_test("lease=2s"), *b = ct_open_test(NULL);
+    dlock_election *ea = election(a, "fk");
+    EXPECT_RC(dlock_election_campaign(ea, "parent", DLOCK_TRY, NULL), DLOCK_OK);
+    uint64_t t = token_of(ea);
+    tu_fork_bounded(child_frees_election, &(struct election_of_parent){a, ea});
+    ck_assert_uint_eq(token_of(ea), t);
+    expect_leader(b, "fk", "parent", t);
+    EXPECT_RC(dlock_election_resign(ea), DLOCK_OK);
+    expect_leader(b, "fk", NULL, 0);
+    dlock_election_free(ea);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* Process P (a tu_fork_all child): LEADER_ROUNDS campaigns, each
  * counted in SC while it leads. */
 static int campaign_rounds(int p, void *arg)

@@ -135,6 +135,51 @@ TU_TEST(acquire_release_order, 30)
     TU_CLOSE_CLIENTS(c, d);
 }
 
+/* A forked child's side of fork_child_frees: the parent's multi-lock
+ * refuses it (DLOCK_EMISUSE), then it frees it and closes the client,
+ * under an alarm. 0, or a bit per failed check. */
+struct multi_of_parent {
+    dlock_client *c;
+    dlock_multi *m, *idle; /* held by the parent, not held */
+};
+
+static int child_frees_multi(void *arg)
+{
+    const struct multi_of_parent *mp = arg;
+    int bad = 0;
+    bad |= (dlock_multi_acquire(mp->m, DLOCK_TRY, NULL) != DLOCK_EMISUSE) << 0;
+    bad |= (dlock_multi_release(mp->m) != DLOCK_EMISUSE) << 1;
+    bad |= (dlock_multi_acquire(mp->idle, DLOCK_TRY, NULL) != DLOCK_EMISUSE) << 2;
+    dlock_multi_free(mp->m);
+    dlock_multi_free(mp->idle);
+    dlock_client_close(mp->c);
+    return bad;
+}
+
+/* A child after fork() that frees the multi-locks and closes the client
+ * it inherited, while the parent holds one with leases its keeper renews,
+ * ends at once and changes nothing: every member stays held until the
+ * parent releases them, and the other set is not taken. */
+TU_TEST(fork_child_frees, 60)
+{
+    dlock_client *c = ct_open_test("lease=2s"), *d = ct_open_test(NULL);
+    const char *names[] = {"fa", "fb"}, *idle_names[] = {"fc", "fd"};
+    dlock_multi *m = multi(c, names, 2), *idle = multi(c, idle_names, 2);
+    EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_OK);
+    tu_fork_bounded(child_frees_multi, &(struct multi_of_parent){c, m, idle});
+    ck_assert_int_eq(dlock_multi_held(m), 1);
+    for (size_t k = 0; k < 2; k++)
+        ck_assert_msg(tu_held(d, names[k]), "member '%s' not held", names[k]);
+    expect_none_held(d, idle_names, 2, NULL);
+    EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
+    expect_none_held(d, names, 2, NULL);
+    tu_acquire_release(dlock_multi_lock(idle, 0), DLOCK_TRY);
+    dlock_multi_free(m);
+    dlock_multi_free(idle);
+    dlock_client_close(c);
+    dlock_client_close(d);
+}
+
 /* One member held elsewhere: a try is DLOCK_EBUSY, a timed wait
  * DLOCK_ETIMEDOUT, and either way nothing of the set stays held -- the
  * member before it ("a") was taken and given back. */

@@ -514,6 +514,50 @@ TU_TEST(free_releases, 30)
     dlock_client_close(b);
 }
 
+/* A forked child's side of fork_child_frees: the parent's semaphore and
+ * permit refuse it (DLOCK_EMISUSE), then it frees them and closes the
+ * client, under an alarm. 0, or a bit per failed check. */
+struct sem_of_parent {
+    dlock_client *c;
+    dlock_semaphore *s;
+    dlock_permit *p;
+};
+
+static int child_frees_semaphore(void *arg)
+{
+    const struct sem_of_parent *sp = arg;
+    dlock_permit *q = NULL;
+    uint64_t t;
+    int bad = 0;
+    bad |= (dlock_semaphore_acquire(sp->s, 1, DLOCK_TRY, NULL, &q) != DLOCK_EMISUSE) << 0;
+    bad |= (dlock_permit_token(sp->p, &t) != DLOCK_EMISUSE) << 1;
+    bad |= (dlock_semaphore_cancel(sp->s) != DLOCK_EMISUSE) << 2;
+    bad |= (dlock_permit_release(sp->p) != DLOCK_EMISUSE) << 3; /* frees the child's copy */
+    dlock_semaphore_free(sp->s);
+    dlock_client_close(sp->c);
+    return bad;
+}
+
+/* A child after fork() that frees the semaphore and closes the client it
+ * inherited, while the parent holds a permit renewed by its keeper, ends
+ * at once and changes nothing: the parent's permit stays, with its token. */
+TU_TEST(fork_child_frees, 60)
+{
+    dlock_client *a = ct_open_test("lease=2s"), *b = ct_open_test(NULL);
+    dlock_semaphore *sa = tu_semaphore(a, "fk", 1), *sb = tu_semaphore(b, "fk", 1);
+    dlock_permit *p = tu_permit(sa, 1, DLOCK_TRY);
+    uint64_t t = token_of(p);
+    tu_fork_bounded(child_frees_semaphore, &(struct sem_of_parent){a, sa, p});
+    ck_assert_uint_eq(token_of(p), t);
+    expect_busy(sb, 1);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    EXPECT_RC(dlock_permit_release(tu_permit(sb, 1, DLOCK_TRY)), DLOCK_OK);
+    dlock_semaphore_free(sa);
+    dlock_semaphore_free(sb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* dlock run --permits N: busy when the N permits are held (the conflict
  * code), runs when one is free, refuses another count; dlock status
  * --permits shows the holders and the free permits. */

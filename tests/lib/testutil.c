@@ -345,6 +345,19 @@ void tu_fork_all(int n, int (*child)(int i, void *arg), void *arg)
     free(pids);
 }
 
+void tu_fork_bounded(int (*child)(void *arg), void *arg)
+{
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        signal(SIGALRM, SIG_DFL);
+        alarm(30);
+        _exit(child(arg));
+    }
+    int st = tu_wait_exit(pid);
+    ck_assert_msg(st == 0, "child: %s %#x",
+                  st == 128 + SIGALRM ? "hung, ended by SIGALRM," : "exit status", st);
+}
+
 void *tu_shared_new(size_t size)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

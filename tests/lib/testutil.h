@@ -106,6 +106,11 @@ int tu_wait_exit(pid_t pid);
  * what it returns (0: it passed); returns once every one has ended,
  * asserting that each exited 0. */
 void tu_fork_all(int n, int (*child)(int i, void *arg), void *arg);
+/* One child running CHILD(ARG) under a 30 s alarm (SIGALRM's default
+ * action, not Check's timeout handler, which kills the whole group) and
+ * exiting with what it returns; asserts that it exited 0, saying "hung"
+ * when the alarm ended it. For a child doing what must never block. */
+void tu_fork_bounded(int (*child)(void *arg), void *arg);
 /* SIZE zeroed bytes shared with the children the test forks (counters
  * they raise and lower); tu_shared_free(P, SIZE) unmaps them. */
 void *tu_shared_new(size_t size);

@@ -17,7 +17,11 @@
  *  - Handles are opaque. Free functions accept NULL as a harmless no-op.
  *  - A client and its lock handles may be used from many threads at once.
  *    A child process after fork() must not use its parent's client: every
- *    call there returns DLOCK_EMISUSE.
+ *    call there returns DLOCK_EMISUSE. Freeing its handles and closing it
+ *    there is harmless and returns at once: nothing is sent, released or
+ *    stopped, and the memory is left as it is (shared copy-on-write with
+ *    the parent), since the parent's threads may have held its mutexes
+ *    at the fork.
  *  - Strings passed in are copied; strings returned stay owned by the
  *    library and live as long as the object they came from.
  *  - Flag bits not defined here are reserved and must be 0.
@@ -237,7 +241,9 @@ DLOCK_EXTERN int dlock_client_master(dlock_client *c, char *buf, size_t size);
  * dlock_lock_free() alone (every other call on them returns
  * DLOCK_EMISUSE); the client's memory goes with the last of them, as
  * sqlite3_close_v2() does with statements. A lost callback may close its
- * client. NULL is a no-op. No other thread may use c or its handles
+ * client. In a child after fork() it only marks the parent's client
+ * closed there (no release, no thread, no connection touched; the memory
+ * stays, shared with the parent). NULL is a no-op. No other thread may use c or its handles
  * meanwhile; calling it twice is an error. */
 DLOCK_EXTERN void dlock_client_close(dlock_client *c);
 
@@ -322,7 +328,8 @@ DLOCK_EXTERN int dlock_lock_new(dlock_client *c, const char *name, dlock_mode mo
  * always for a handle-owned handle's holds. NULL is a no-op. No other
  * thread may use L then.
  * Also after dlock_client_close() (the holds are gone already): it frees
- * the handle, and the client's memory with the last handle. See
+ * the handle, and the client's memory with the last handle. In a child
+ * after fork() it releases nothing: the parent keeps its holds. See
  * dlock_lock_on_lost() for handles whose lost callback runs. */
 DLOCK_EXTERN void dlock_lock_free(dlock_lock *l);
 
@@ -428,7 +435,9 @@ DLOCK_EXTERN int dlock_cancel_new(dlock_cancel **out);
 /* Fire K: sticky, idempotent. Async-signal-safe (it stores a flag and
  * writes to an eventfd; errno is preserved), so it may be called from a
  * signal handler, a lost callback or any thread. Waits already sleeping
- * are woken by the canceler thread a moment later. DLOCK_OK, or
+ * are woken by the canceler thread a moment later. In a child after
+ * fork(), an object made in the parent is fired in the child only (the
+ * parent's stays unfired; no wait of the child can use it). DLOCK_OK, or
  * DLOCK_EINVAL for NULL (no message is set: not signal-safe). */
 DLOCK_EXTERN int dlock_cancel_fire(dlock_cancel *k);
 

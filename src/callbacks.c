@@ -136,6 +136,9 @@ int dlock__user_lost_set(dlock_client *c, struct dlock__user_lost *u, const char
     dlock__msg_clear();
     if (!u)
         return dlock__err(DLOCK_EINVAL, "%s is NULL", what);
+    int rc = dlock__check_fork(c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&c->mu);
     u->fn = fn;
     u->arg = arg;

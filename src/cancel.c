@@ -229,9 +229,15 @@ int dlock_cancel_fire(dlock_cancel *k)
         return DLOCK_EINVAL;
     int saved = errno;
     atomic_store(&k->fired, true);
-    uint64_t one = 1;
-    ssize_t n = write(k->efd, &one, sizeof one);
-    (void)n; /* only EAGAIN at a counter of 2^64-2: readable anyway */
+    /* In a child after fork() the eventfd is the parent's too, and its
+     * canceler takes one wake-up per object (EPOLLONESHOT): a write here
+     * would spend it, and the parent's own fire would never reach its
+     * waits. The child's copy is fired; no wait of the child can use it. */
+    if (k->pid == getpid()) {
+        uint64_t one = 1;
+        ssize_t n = write(k->efd, &one, sizeof one);
+        (void)n; /* only EAGAIN at a counter of 2^64-2: readable anyway */
+    }
     errno = saved;
     return DLOCK_OK;
 }
@@ -273,7 +279,8 @@ void dlock_cancel_free(dlock_cancel *k)
     if (epfd >= 0)
         canceler_stop(thread, epfd, stopfd);
     close(k->efd);
-    pthread_mutex_destroy(&k->mu);
+    if (k->pid == getpid()) /* in a child, a parent's thread may have held it */
+        pthread_mutex_destroy(&k->mu);
     free(k);
 }
 

@@ -17,15 +17,28 @@
 #define DEFAULT_LEASE_MS 30000
 #define DEFAULT_TIMEOUT_MS 5000
 
-int dlock__check_client(const struct dlock_client *c)
+bool dlock__forked(const dlock_client *c)
 {
-    if (!c)
-        return dlock__err(DLOCK_EINVAL, "client is NULL");
-    if (c->pid != getpid())
+    return c->pid != getpid();
+}
+
+int dlock__check_fork(const dlock_client *c)
+{
+    if (dlock__forked(c))
         return dlock__err(DLOCK_EMISUSE,
                           "client for %s was made by process %d; a child after fork() must "
                           "open its own client",
                           c->url.redacted, (int)c->pid);
+    return DLOCK_OK;
+}
+
+int dlock__check_client(const struct dlock_client *c)
+{
+    if (!c)
+        return dlock__err(DLOCK_EINVAL, "client is NULL");
+    int rc = dlock__check_fork(c);
+    if (rc)
+        return rc;
     if (__atomic_load_n(&c->closed, __ATOMIC_ACQUIRE)) /* a callback may ask as it closes */
         return dlock__err(DLOCK_EMISUSE, "client for %s was closed: only dlock_lock_free() "
                                          "may still be called on its handles",
@@ -342,10 +355,17 @@ int dlock_client_master(dlock_client *c, char *buf, size_t size)
 
 /* Free C's memory: the last reference is gone (client_close and every
  * handle, and the callback thread when it outlived a close made from a
- * callback). */
+ * callback). In a child after fork() nothing is freed: the client's
+ * mutexes and condition variables may have been held or waited on by
+ * the parent's threads at the fork (glibc's pthread_cond_destroy() then
+ * waits for a waiter the child does not have, forever), and what its
+ * queued work frees may be too. Its memory stays, shared copy-on-write
+ * with the parent, as its connection does. */
 static void client_free(dlock_client *c)
 {
-    dlock__cleanup_close(c, false, DLOCK__NEVER); /* a child after fork: free only */
+    if (dlock__forked(c))
+        return;
+    dlock__cleanup_close(c, false, DLOCK__NEVER); /* no thread is left to race: free only */
     if (c->buckets) {
         for (size_t i = 0; i < DLOCK__BUCKETS; i++)
             while (c->buckets[i]) {
@@ -393,7 +413,7 @@ void dlock_client_close(dlock_client *c)
 {
     if (!c)
         return;
-    if (c->pid == getpid()) {
+    if (!dlock__forked(c)) {
         /* One deadline for all of it: at most one bounded attempt at what
          * is owed (a keeper's slice in flight counts as that attempt). */
         int64_t deadline = dlock__now_ms() + c->opts.op_timeout_ms;

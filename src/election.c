@@ -209,15 +209,18 @@ int dlock_election_resign(dlock_election *e)
     if (!e)
         return dlock__err(DLOCK_EINVAL, "election is NULL");
     const char *name = dlock_lock_name(e->l);
+    int rc = dlock__check_fork(e->c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&e->c->mu);
     bool leads = leadership(e) != NULL;
     pthread_mutex_unlock(&e->c->mu);
     if (!leads) {
-        int rc = dlock__check_client(e->c);
+        rc = dlock__check_client(e->c);
         return rc ? rc : dlock__err(DLOCK_ENOTOWNER, "election '%s': this handle does not lead",
                                     name);
     }
-    int rc = dlock_release(e->l);
+    rc = dlock_release(e->l);
     if (rc == DLOCK_ELOST) {
         /* "lock 'NAME' was lost before this release: WHY" */
         const char *was = strstr(dlock_errmsg(), " was lost");

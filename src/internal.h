@@ -198,6 +198,16 @@ int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs);
  * the cleanup queue), any other with the backend's release. */
 void dlock__release_all(dlock_client *c, int64_t deadline);
 
+/* True in a child after fork(): C is its parent's, whose threads (keeper,
+ * callbacks, the backend's) the child does not have. There nothing may
+ * touch C's mutexes, condition variables or connection -- one of those
+ * threads may have held or waited on them at the fork -- so every call
+ * checks this before taking the client's mutex, and freeing leaves them
+ * alone. dlock__check_fork(): DLOCK_EMISUSE said of C there, else
+ * DLOCK_OK. */
+bool dlock__forked(const dlock_client *c);
+int dlock__check_fork(const dlock_client *c);
+
 /* Take / drop a reference on C's memory (client.c); the last drop frees
  * it. Any thread, no lock needed. */
 void dlock__client_ref(dlock_client *c);

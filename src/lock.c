@@ -246,6 +246,9 @@ int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags)
                           "lock '%s': lease %lld ms must be 0 (the client's) or longer than the "
                           "drift margin (%lld ms) and at most a year",
                           l->e->name, (long long)lease_ms, (long long)l->c->opts.drift_ms);
+    int rc = dlock__check_fork(l->c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&l->c->mu);
     l->lease_ms = lease_ms;
     l->fixed_lease = flags & DLOCK_LEASE_FIXED;
@@ -258,6 +261,9 @@ int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg)
     dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
+    int rc = dlock__check_fork(l->c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&l->c->mu);
     l->lost_fn = fn;
     l->lost_arg = arg;
@@ -294,6 +300,9 @@ int dlock_lock_cancel(dlock_lock *l)
     dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
+    int rc = dlock__check_fork(l->c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&l->c->mu);
     dlock__lock_cancel_waits(l);
     pthread_mutex_unlock(&l->c->mu);
@@ -645,7 +654,8 @@ void dlock_lock_free(dlock_lock *l)
     if (!l)
         return;
     dlock_client *c = l->c;
-    if (c->pid == getpid()) {
+    bool forked = dlock__forked(c); /* then only the handle's own memory goes */
+    if (!forked) {
         pthread_mutex_lock(&c->mu);
         /* Its queued lost callbacks go; a running one ends first (unless
          * this is the callback thread: it may be that very callback). */
@@ -683,7 +693,7 @@ void dlock_lock_free(dlock_lock *l)
         dlock__entry_put(c, l->e);
         pthread_mutex_unlock(&c->mu);
     }
-    if (l->owner)
+    if (l->owner && !forked)
         dlock__waitset_destroy(&l->turn);
     free(l->elect_req.value);
     free(l);
@@ -703,7 +713,7 @@ bool dlock__lock_lost(dlock_lock *l)
 
 unsigned dlock_hold_count(dlock_lock *l)
 {
-    if (!l)
+    if (!l || dlock__forked(l->c))
         return 0;
     pthread_mutex_lock(&l->c->mu);
     struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
@@ -722,7 +732,9 @@ int dlock_lock_inherit_fd(dlock_lock *l, int *fd)
                           "lock '%s': a %s hold is no kernel lock a child could inherit (only "
                           "the file backend's is)",
                           l->e->name, l->c->be->name);
-    int rc = DLOCK_OK;
+    int rc = dlock__check_fork(l->c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&l->c->mu);
     struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     if (!h)
@@ -738,7 +750,9 @@ int dlock_token(dlock_lock *l, uint64_t *token)
     dlock__msg_clear();
     if (!l || !token)
         return dlock__err(DLOCK_EINVAL, "dlock_token: NULL argument");
-    int rc = DLOCK_OK;
+    int rc = dlock__check_fork(l->c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&l->c->mu);
     struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     if (h)
@@ -754,7 +768,9 @@ int64_t dlock_validity_ms(dlock_lock *l)
     dlock__msg_clear();
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
-    int64_t v;
+    int64_t v = dlock__check_fork(l->c);
+    if (v)
+        return v;
     pthread_mutex_lock(&l->c->mu);
     struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     if (!h)

@@ -248,12 +248,15 @@ int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
         return dlock__err(DLOCK_EINVAL, "dlock_multi_acquire: m is NULL");
     if (wait_ms < 0 && wait_ms != DLOCK_FOREVER)
         return dlock__err(DLOCK_EINVAL, "dlock_multi_acquire: wait %lld ms", (long long)wait_ms);
+    int rc = dlock__check_client(m->member[0]->c); /* not after fork or close */
+    if (rc)
+        return rc;
     if (__atomic_load_n(&m->held, __ATOMIC_ACQUIRE))
         return dlock__err(DLOCK_EMISUSE,
                           "dlock_multi_acquire: the multi-lock is held already (release first)");
     int64_t deadline = dlock__deadline(wait_ms);
     size_t busy = 0;
-    int rc = dlock_cancel_fired(cancel) ? DLOCK_ENOTSUP /* the loop says so */
+    rc = dlock_cancel_fired(cancel) ? DLOCK_ENOTSUP /* the loop says so */
                                         : acquire_at_once(m, deadline, cancel, &busy);
     if (rc == DLOCK_OK) {
         __atomic_store_n(&m->held, 1, __ATOMIC_RELEASE);

@@ -19,6 +19,9 @@ int dlock_client_set_log(dlock_client *c, dlock_log_fn fn, void *arg, dlock_log_
     if (max_level < DLOCK_LOG_ERROR || max_level > DLOCK_LOG_DEBUG)
         return dlock__err(DLOCK_EINVAL, "dlock_client_set_log: level %d is not a dlock_log_level",
                           (int)max_level);
+    int rc = dlock__check_fork(c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&c->log_mu);
     c->log_fn = fn;
     c->log_arg = arg;

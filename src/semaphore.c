@@ -185,7 +185,7 @@ static void permit_unlink(dlock_permit *p)
 static void permit_free(dlock_permit *p)
 {
     dlock_client *c = p->s->c;
-    bool ours = c->pid == getpid();
+    bool ours = !dlock__forked(c);
     if (ours)
         pthread_mutex_lock(&c->mu);
     permit_unlink(p);
@@ -268,6 +268,9 @@ int dlock_semaphore_cancel(dlock_semaphore *s)
     dlock__msg_clear();
     if (!s)
         return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
+    int rc = dlock__check_fork(s->c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&s->c->mu);
     for (dlock_permit *p = s->head; p; p = p->next)
         dlock__lock_cancel_waits(p->l);
@@ -331,7 +334,7 @@ void dlock_semaphore_free(dlock_semaphore *s)
     dlock_client *c = s->c;
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg); /* freeing leaves the message alone */
-    bool ours = c->pid == getpid();
+    bool ours = !dlock__forked(c);
     for (;;) {
         if (ours)
             pthread_mutex_lock(&c->mu);

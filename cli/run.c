@@ -951,8 +951,17 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     if (!rc)
         rc = R.multi ? dlock_multi_on_lost(R.multi, on_member_lost, NULL)
                      : dlock_lock_on_lost(R.lock, on_lost, NULL);
-    if (!rc)
-        rc = dlock_cancel_new(&R.cancel);
+    dlock_cancel *cancel = NULL;
+    if (!rc && !(rc = dlock_cancel_new(&cancel))) {
+        /* The signal thread runs since before the connect: a signal that
+         * came once the connect was over, before this cancel object
+         * existed, fires it now (else the wait would not end). */
+        pthread_mutex_lock(&R.mu);
+        R.cancel = cancel;
+        if (R.signal)
+            dlock_cancel_fire(cancel);
+        pthread_mutex_unlock(&R.mu);
+    }
     if (rc) {
         code = rc == DLOCK_EIO ? (fprintf(stderr, "dlock %s: eventfd: %s\n", verb,
                                           strerror(errno)),

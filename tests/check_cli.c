@@ -279,6 +279,42 @@ TU_TEST(path_form_flock, 120)
     free(path);
 }
 
+/* A path in a directory others may write to (/tmp, 1777) is never a
+ * symbolic link: one planted there would make dlock (root, say) create or
+ * lock another file, so it is refused with 77 and a message naming it,
+ * and its target is not made. A link in a directory only its owner
+ * writes is followed, as flock(1) follows it. A FIFO planted there does
+ * not hang the open (flock(2) locks it as any file). */
+TU_TEST(path_form_planted_link, 60)
+{
+    char *pub = tu_fmt("%s/pub", dir), *own = tu_fmt("%s/own", dir);
+    ck_assert_int_eq(mkdir(pub, 0700), 0);
+    ck_assert_int_eq(chmod(pub, 01777), 0);
+    ck_assert_int_eq(mkdir(own, 0700), 0);
+    char *target = tu_fmt("%s/victim", own), *link = tu_fmt("%s/job.lock", pub);
+    ck_assert_int_eq(symlink(target, link), 0);
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-n", link, "true"), 77);
+    ck_assert_msg(strstr(err, link) && strstr(err, "symbolic link"), "%s", err);
+    ck_assert_msg(count_lines(err) == 1, "%s", err);
+    free(err);
+    ck_assert_msg(access(target, F_OK) != 0, "the link's target was created");
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", "-s", link, "true"), 77);
+    char *own_link = tu_fmt("%s/ok.lock", own);
+    ck_assert_int_eq(symlink(target, own_link), 0);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", own_link, "true"), 0);
+    ck_assert_msg(access(target, F_OK) == 0, "a link in a private directory was not followed");
+    char *fifo = tu_fmt("%s/fifo.lock", pub);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "-n", fifo, "true"), 0);
+    free(fifo);
+    free(own_link);
+    free(link);
+    free(target);
+    free(own);
+    free(pub);
+}
+
 /* A lock directory shared by two users through a group (chgrp G DIR;
  * chmod 2770 DIR): root and nobody (given group G with setpriv) exclude
  * each other both ways, the lock file is 0660 in group G, and a user

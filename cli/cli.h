@@ -80,6 +80,12 @@ struct cli_flock_info {
     long waiters;
 };
 int cli_flock_info(const char *path, struct cli_flock_info *out);
+/* Open PATH to flock(2) it as flock(1) does (flock.c): created when
+ * missing (0666 less the umask), read-only, a directory too, never
+ * blocking on a FIFO or a device. In a directory others may write to,
+ * PATH may not be a symbolic link. Returns the descriptor, or -1 with
+ * errno (ELOOP: such a link, refused). */
+int cli_path_open(const char *path);
 #define DLOCK__CLI_STR2(x) #x
 #define DLOCK__CLI_STR(x) DLOCK__CLI_STR2(x)
 

@@ -1246,11 +1246,15 @@ static int path_lock_and_run(const struct run_opts *o, const char *path, char **
     signal_set(&set);
     pthread_sigmask(SIG_BLOCK, &set, &oldmask);
     signal(SIGPIPE, SIG_IGN);
-    /* As flock(1): created when missing (0666 less the umask), opened
-     * read-only, so a file one may only read can be locked too. */
-    int fd = open(path, O_RDONLY | O_CREAT | O_NOCTTY | O_CLOEXEC, 0666);
-    if (fd < 0 && errno == EISDIR)
-        fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* As flock(1): created when missing, opened read-only, so a file one
+     * may only read can be locked too; no link followed in /tmp. */
+    int fd = cli_path_open(path);
+    if (fd < 0 && errno == ELOOP) {
+        fprintf(stderr, "dlock %s: %s is a symbolic link in a directory others may write to: "
+                        "refused (it may have been planted to make dlock create or lock another "
+                        "file; name the file itself)\n", verb, path);
+        return EXIT_NOPERM;
+    }
     if (fd < 0) {
         int e = errno;
         fprintf(stderr, "dlock %s: cannot open %s: %s\n", verb, path, strerror(e));

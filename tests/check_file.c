@@ -110,33 +110,10 @@ TU_TEST(url_options, 60)
     dlock_client_close(NULL); /* harmless */
 }
 
-TU_TEST(default_dir, 60)
-{
-    char *xdg = tu_fmt("%s/xdg", dir);
-    mkdir(xdg, 0700);
-    setenv("XDG_RUNTIME_DIR", xdg, 1);
-    dlock_client *c;
-    ck_assert_int_eq(dlock_open(NULL, &c), DLOCK_OK);
-    char *expect = tu_fmt("file://%s/dlock", xdg);
-    ck_assert_str_eq(dlock_client_url(c), expect);
-    struct stat st;
-    char *made = tu_fmt("%s/dlock", xdg);
-    ck_assert_int_eq(stat(made, &st), 0);
-    ck_assert(S_ISDIR(st.st_mode));
-    ck_assert_int_eq(st.st_mode & 0777, 0700);
-    dlock_lock *l = tu_lock_mode(c, "x", DLOCK_EXCLUSIVE, 0);
-    tu_acquire_release(l, DLOCK_TRY);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    free(made);
-    free(expect);
-    free(xdg);
-}
-
 static char *default_url(void)
 {
     dlock_client *c;
-    ck_assert_int_eq(dlock_client_new(NULL, &c), DLOCK_OK);
+    ck_assert_msg(dlock_client_new(NULL, &c) == DLOCK_OK, "%s", dlock_errmsg());
     char *u = strdup(dlock_client_url(c));
     dlock_client_close(c);
     return u;
@@ -150,12 +127,9 @@ static void write_proc(const char *path, const char *text)
     close(fd);
 }
 
-/* Without XDG_RUNTIME_DIR the default directory is where tmp cleaners do
- * not age files out: /run/user/<uid>/dlock when that is ours, else
- * /run/lock/dlock-<uid> when /run/lock is sticky and world-writable, else
- * /var/tmp/dlock-<uid>. Each case is made in a private mount namespace
- * with an empty tmpfs on /run. */
-TU_TEST(default_dir_choice, 60)
+/* A private mount namespace with an empty tmpfs on /run (and, with
+ * VAR_TMP, on /var/tmp), where the default directory's cases are made. */
+static void private_run(bool var_tmp)
 {
     unsigned uid = (unsigned)getuid();
     gid_t gid = getgid();
@@ -173,10 +147,25 @@ TU_TEST(default_dir_choice, 60)
     ck_assert_int_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
     ck_assert_msg(mount("tmpfs", "/run", "tmpfs", 0, "mode=0755") == 0, "mount: %s",
                   strerror(errno));
-    unsetenv("XDG_RUNTIME_DIR");
+    if (var_tmp)
+        ck_assert_msg(mount("tmpfs", "/var/tmp", "tmpfs", 0, "mode=1777") == 0, "mount: %s",
+                      strerror(errno));
+}
+
+/* The default directory is one place per user whatever the session: a
+ * login shell's XDG_RUNTIME_DIR and logind's /run/user/<uid> (deleted at
+ * the last logout) change nothing, so a cron job and the same job from a
+ * shell exclude each other. /run/lock/dlock-<uid> when /run/lock is a
+ * sticky world-writable directory (or one only we may write, as root);
+ * else /var/tmp/dlock-<uid>. */
+TU_TEST(default_dir_choice, 60)
+{
+    unsigned uid = (unsigned)geteuid();
+    private_run(false);
+    unsetenv("DLOCK_URL");
     char *var_tmp = tu_fmt("file:///var/tmp/dlock-%u", uid);
     char *run_lock = tu_fmt("file:///run/lock/dlock-%u", uid);
-    char *run_user = tu_fmt("file:///run/user/%u/dlock", uid);
+    unsetenv("XDG_RUNTIME_DIR");
     char *u = default_url();
     ck_assert_str_eq(u, var_tmp); /* no /run/lock */
     free(u);
@@ -186,6 +175,20 @@ TU_TEST(default_dir_choice, 60)
     ck_assert_str_eq(u, var_tmp); /* not sticky: anyone could swap our directory */
     free(u);
     chmod("/run/lock", 01777);
+    u = default_url();
+    ck_assert_str_eq(u, run_lock);
+    free(u);
+    /* The session's directories change nothing. */
+    char *xdg = tu_fmt("%s/xdg", dir);
+    ck_assert_int_eq(mkdir(xdg, 0700), 0);
+    setenv("XDG_RUNTIME_DIR", xdg, 1);
+    u = default_url();
+    ck_assert_str_eq(u, run_lock);
+    free(u);
+    char *rundir = tu_fmt("/run/user/%u", uid);
+    ck_assert_int_eq(mkdir("/run/user", 0755), 0);
+    ck_assert_int_eq(mkdir(rundir, 0700), 0);
+    unsetenv("XDG_RUNTIME_DIR");
     u = default_url();
     ck_assert_str_eq(u, run_lock);
     free(u);
@@ -204,33 +207,105 @@ TU_TEST(default_dir_choice, 60)
     made = tu_fmt("/run/lock/dlock-%u", uid);
     ck_assert_int_eq(stat(made, &st), 0);
     ck_assert_uint_eq(st.st_mode & 0777, 0700);
-    free(made);
-    char *rundir = tu_fmt("/run/user/%u", uid);
-    ck_assert_int_eq(mkdir("/run/user", 0755), 0);
-    ck_assert_int_eq(mkdir(rundir, 0700), 0);
+    /* The command line: a holder started with XDG_RUNTIME_DIR set keeps a
+     * run without it out (issue 22's reproduction). */
+    char *marker = tu_fmt("%s/held", dir), *cmd = tu_fmt("touch %s; exec sleep 60", marker);
+    setenv("XDG_RUNTIME_DIR", xdg, 1);
+    const char *hold[] = {tu_dlock_bin(), "run", "nightly", "-c", cmd, NULL};
+    pid_t h = tu_spawn(hold, NULL);
+    unsetenv("XDG_RUNTIME_DIR");
+    ck_assert_msg(tu_wait_file(marker, 30000), "the holder never ran");
+    const char *again[] = {"run", "-n", "nightly", "true", NULL};
+    ck_assert_int_eq(tu_dlock(NULL, NULL, NULL, again), 1);
+    tu_stop(h, 2000);
+    /* As root, a /run/lock only root may write (Fedora, Arch: 0755) is
+     * root's to use. */
     if (uid == 0) {
-        /* Someone else's runtime directory is not ours to use. */
-        ck_assert_int_eq(chown(rundir, 65534, 65534), 0);
+        ck_assert_int_eq(rename(made, "/run/old-lock-dir"), 0);
+        chmod("/run/lock", 0755);
         u = default_url();
         ck_assert_str_eq(u, run_lock);
         free(u);
-        ck_assert_int_eq(chown(rundir, 0, 0), 0);
     }
-    u = default_url();
-    ck_assert_str_eq(u, run_user);
-    free(u);
-    char *xdg = tu_fmt("%s/xdg", dir);
-    setenv("XDG_RUNTIME_DIR", xdg, 1);
-    u = default_url();
-    char *want = tu_fmt("file://%s/dlock", xdg);
-    ck_assert_str_eq(u, want);
-    free(want);
-    free(u);
-    free(xdg);
+    free(cmd);
+    free(marker);
+    free(made);
     free(rundir);
-    free(run_user);
+    free(xdg);
     free(run_lock);
     free(var_tmp);
+}
+
+/* A directory of ours in PARENT named NAME, as another user (65534) made
+ * it to squat the name. */
+static void squat(const char *parent, const char *name)
+{
+    char *path = tu_fmt("%s/%s", parent, name);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    ck_assert_int_eq(chown(path, 65534, 65534), 0);
+    free(path);
+}
+
+/* Another local user who makes /run/lock/dlock-<uid> first (anyone may
+ * write in /run/lock) does not lock that user out: the default moves to
+ * the first free fallback name, dlock-<uid>.1 (.2, ... .7), and stays on
+ * the highest one of ours even once the squatter removes its directory
+ * (or the user's processes would part ways). With every name squatted,
+ * the message names them and says how to recover. Needs root (to make a
+ * directory owned by another user). */
+TU_TEST(default_dir_squatted, 60)
+{
+    ck_assert_msg(getuid() == 0, "this test needs root (to squat a directory as nobody)");
+    private_run(true);
+    unsetenv("XDG_RUNTIME_DIR");
+    unsetenv("DLOCK_URL");
+    ck_assert_int_eq(mkdir("/run/lock", 01777), 0);
+    chmod("/run/lock", 01777);
+    squat("/run/lock", "dlock-0");
+    char *u = default_url();
+    ck_assert_str_eq(u, "file:///run/lock/dlock-0.1");
+    free(u);
+    dlock_client *c;
+    ck_assert_msg(dlock_open(NULL, &c) == DLOCK_OK, "%s", dlock_errmsg());
+    dlock_lock *l = tu_lock_mode(c, "x", DLOCK_EXCLUSIVE, 0);
+    tu_acquire_release(l, DLOCK_TRY);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    struct stat st;
+    ck_assert_int_eq(stat("/run/lock/dlock-0.1/x.lock", &st), 0);
+    ck_assert_int_eq(lstat("/run/lock/dlock-0.1", &st), 0);
+    ck_assert_uint_eq(st.st_uid, 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0700);
+    /* The squatter gives up its name: we stay where our locks are. */
+    ck_assert_int_eq(rmdir("/run/lock/dlock-0"), 0);
+    u = default_url();
+    ck_assert_str_eq(u, "file:///run/lock/dlock-0.1");
+    free(u);
+    /* A symlink squatting a name is skipped too, never followed. */
+    ck_assert_int_eq(rename("/run/lock/dlock-0.1", "/run/old-0.1"), 0);
+    ck_assert_int_eq(symlink("/run/old-0.1", "/run/lock/dlock-0"), 0);
+    ck_assert_int_eq(lchown("/run/lock/dlock-0", 65534, 65534), 0);
+    u = default_url();
+    ck_assert_str_eq(u, "file:///run/lock/dlock-0.1");
+    free(u);
+    /* Every name squatted: refused, naming them and the way out. */
+    for (int i = 1; i <= 7; i++) {
+        char *name = tu_fmt("dlock-0.%d", i);
+        squat("/run/lock", name);
+        free(name);
+    }
+    c = (dlock_client *)1;
+    ck_assert_int_eq(dlock_open(NULL, &c), DLOCK_EACCES);
+    ck_assert_ptr_null(c);
+    const char *msg = dlock_errmsg();
+    ck_assert_msg(strstr(msg, "/run/lock/dlock-0") && strstr(msg, "dlock-0.7") &&
+                      strstr(msg, "uid 65534") && strstr(msg, "DLOCK_URL"),
+                  "%s", msg);
+    char *err = NULL;
+    const char *run[] = {"run", "x", "true", NULL};
+    ck_assert_int_eq(tu_dlock(NULL, &err, NULL, run), 77);
+    ck_assert_msg(strstr(err, "/run/lock/dlock-0"), "%s", err);
+    free(err);
 }
 
 TU_TEST(unwritable_dir, 60)

@@ -1027,8 +1027,9 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
         dlock_token(R.lock, &tokens[0]);
     if (verbose)
         for (size_t k = 0; k < n; k++)
-            vlog("holding '%s' (%s, token %" PRIu64 ", waited %" PRId64 " ms)", names[k],
-                 mode == DLOCK_SHARED ? "shared" : "exclusive", tokens[k], waited);
+            vlog("holding '%s' on %s (%s, token %" PRIu64 ", waited %" PRId64 " ms)", names[k],
+                 dlock_client_url(c), mode == DLOCK_SHARED ? "shared" : "exclusive", tokens[k],
+                 waited);
     /* One lock on etcd: ETCD_LOCK_KEY as etcdctl lock sets it. */
     char *etcd_key = R.multi ? NULL : etcd_key_of(c, name, tokens[0]);
     if (!cmd) {

@@ -144,10 +144,13 @@ typedef enum dlock_option {
                                      validity, default 2 + lease/100 */
 } dlock_option;
 
-/* Parse URL (NULL or "" = the file backend in the default directory:
- * $XDG_RUNTIME_DIR/dlock, else /run/user/<uid>/dlock, /run/lock/dlock-<uid>
- * or /var/tmp/dlock-<uid>, the first that can be) and make a client that is
- * not yet connected. Nothing is dialed, opened or created. On success
+/* Parse URL (NULL or "" = the file backend in the default directory, one
+ * per user whatever the environment: /run/lock/dlock-<uid>, or the highest
+ * of dlock-<uid>.1 ... .7 that is the user's when another user took that
+ * name, or /var/tmp/dlock-<uid> where /run/lock is not open to the user;
+ * DLOCK_EACCES when every name is taken) and make a client that is not yet
+ * connected. Nothing is dialed, opened or created (the default directory
+ * is made at the connect). On success
  * *out owns a client to give to dlock_client_close(). On failure *out is
  * NULL and dlock_errmsg() says what is wrong with the URL.
  *

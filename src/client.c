@@ -9,7 +9,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -46,35 +45,15 @@ int dlock__check_client(const struct dlock_client *c)
     return DLOCK_OK;
 }
 
-/* The file backend's default directory, in a place tmp cleaners leave
- * alone (a lock file aged out of /tmp is a second holder and a token
- * counter back at 1): $XDG_RUNTIME_DIR/dlock; else /run/user/<uid>/dlock
- * when that runtime directory is ours; else /run/lock/dlock-<uid> when
- * /run/lock is a sticky world-writable directory (the FHS place for lock
- * files, a tmpfs emptied at boot only); else /var/tmp/dlock-<uid>. */
-char *dlock__default_dir(void)
+static int default_url(char **out)
 {
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    if (xdg && *xdg == '/')
-        return dlock__sprintf("%s/dlock", xdg);
-    unsigned uid = (unsigned)getuid();
-    char run_user[64];
-    snprintf(run_user, sizeof run_user, "/run/user/%u", uid);
-    struct stat st;
-    if (lstat(run_user, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid)
-        return dlock__sprintf("%s/dlock", run_user);
-    if (lstat("/run/lock", &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) &&
-        (st.st_mode & S_IWOTH))
-        return dlock__sprintf("/run/lock/dlock-%u", uid);
-    return dlock__sprintf("/var/tmp/dlock-%u", uid);
-}
-
-static char *default_url(void)
-{
-    char *dir = dlock__default_dir();
-    char *url = dir ? dlock__sprintf("file://%s", dir) : NULL;
+    char *dir;
+    int rc = dlock__file_default_dir(&dir);
+    if (rc)
+        return rc;
+    *out = dlock__sprintf("file://%s", dir);
     free(dir);
-    return url;
+    return *out ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
 }
 
 static int set_str(char **slot, const char *value)
@@ -243,8 +222,9 @@ int dlock_client_new(const char *url, dlock_client **out)
     *out = NULL;
     char *def = NULL;
     if (!url || !*url) {
-        if (!(def = default_url()))
-            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        int rc = default_url(&def);
+        if (rc)
+            return rc;
         url = def;
     }
     dlock_client *c = calloc(1, sizeof *c);

@@ -317,9 +317,10 @@ void dlock__reconnected(struct dlock_client *c, const char *fmt, ...)
 /* The calling thread's id (Linux tid). */
 long dlock__tid(void);
 
-/* The file backend's default directory (client.c says which; caller
- * frees). */
-char *dlock__default_dir(void);
+/* The file backend's default directory (backends/file/dir.c says which
+ * and why; nothing is made here) into *OUT (caller frees): the URL with
+ * no URL given is file://<it>. */
+int dlock__file_default_dir(char **out);
 
 /* Small helpers used by several backends. */
 char *dlock__strdup(const char *s);

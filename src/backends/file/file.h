@@ -3,7 +3,7 @@
  * helpers that open such files safely, lock their bytes and watch them.
  * mutex.c is the lock (and the backend's table); semaphore.c the
  * counting semaphore, one .sem file per name; election.c the leader
- * election, a value file beside the lock. */
+ * election, a value file beside the lock; dir.c the default directory. */
 #ifndef DLOCK_FILE_H
 #define DLOCK_FILE_H
 
@@ -154,6 +154,13 @@ int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__
 int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
 int dlock__file_elect_observe(void *state, const char *name, const struct dlock_leader *known,
                        struct dlock__wait *w, struct dlock_leader *out);
+
+/* dir.c: whether DIR is (one of the names of) our default directory,
+ * which is made when missing and held to stricter checks; and making it
+ * (mode 0700) at the connect, checking that it still is the one
+ * dlock__file_default_dir() picks. */
+bool dlock__file_is_default_dir(const char *dir);
+int dlock__file_make_default_dir(const char *dir);
 
 /* semaphore.c */
 int dlock__file_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);

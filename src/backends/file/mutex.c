@@ -212,9 +212,9 @@ int dlock__file_read_header(struct file_state *s, int fd, const char *path, cons
 
 static int check_dir(struct file_state *s, bool is_default)
 {
-    if (is_default && mkdir(s->dir, 0700) < 0 && errno != EEXIST)
-        return dlock__errno(dlock__errno_code(errno), errno, "cannot create lock directory %s",
-                            s->dir);
+    int rc = is_default ? dlock__file_make_default_dir(s->dir) : DLOCK_OK;
+    if (rc)
+        return rc;
     /* Open first, then look at what was opened: no window to swap it. The
      * default directory may not be a symlink (someone could plant one in
      * /tmp); a directory named in a URL may. */
@@ -235,11 +235,11 @@ static int check_dir(struct file_state *s, bool is_default)
     struct stat st;
     if (fstat(s->dirfd, &st) < 0)
         return dlock__errno(DLOCK_EIO, errno, "lock directory %s", s->dir);
-    if (is_default && st.st_uid != getuid())
+    if (is_default && st.st_uid != geteuid())
         return dlock__err(DLOCK_EACCES,
                           "default lock directory %s belongs to uid %u, not to you (uid %u); "
                           "refusing to use it",
-                          s->dir, (unsigned)st.st_uid, (unsigned)getuid());
+                          s->dir, (unsigned)st.st_uid, (unsigned)geteuid());
     if (is_default && (st.st_mode & 022))
         return dlock__err(DLOCK_EACCES,
                           "default lock directory %s is writable by others (mode %03o); "
@@ -331,9 +331,7 @@ static int file_open(dlock_client *c, void **state)
     s->host[HOST_MAX - 1] = 0;
     /* Only the default directory is made when missing: a directory named
      * in a URL that does not exist is more likely a typo than a wish. */
-    char *def = dlock__default_dir();
-    bool is_default = def && s->dir && strcmp(def, s->dir) == 0;
-    free(def);
+    bool is_default = s->dir && dlock__file_is_default_dir(s->dir);
     int rc = s->dir ? check_dir(s, is_default) : dlock__err(DLOCK_ENOMEM, "out of memory");
     if (rc) {
         file_close(s);

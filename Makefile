@@ -218,7 +218,7 @@ $(CHAOS_BIN): $(BUILD)/tests/chaos/chaos.o $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC)
 
 SEED ?= 1
 DURATION ?= 300
-CHAOS_BACKENDS ?= file redis redis-simple redis-fair redis-sem sentinel sentinel-sync sentinel-sync2 redlock etcd zk
+CHAOS_BACKENDS ?= file file-election redis redis-simple redis-fair redis-sem sentinel sentinel-sync sentinel-sync2 redlock etcd zk
 chaos: all $(CHAOS_BIN)
 	$(CHAOS_BIN) -s $(SEED) -d $(DURATION) -j $(BUILD)/chaos.json $(CHAOS_BACKENDS)
 

@@ -51,7 +51,7 @@ int main(int argc, char **argv)
         }
     }
     if (optind == argc) {
-        fprintf(stderr, "%s: name the backends (file redis redis-simple redis-fair redis-sem sentinel sentinel-sync "
+        fprintf(stderr, "%s: name the backends (file file-election redis redis-simple redis-fair redis-sem sentinel sentinel-sync "
                         "sentinel-sync2 redlock etcd etcd3 zk zk3)\n", argv[0]);
         return 2;
     }

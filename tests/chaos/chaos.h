@@ -48,6 +48,8 @@ enum chaos_fault {
     FAULT_LEADER_PARTITION, /* etcd3, zk3: the leader's own namespace cut off from the other
                                members and the workers, 3-8 leases (by hand only:
                                -f leader-partition) */
+    FAULT_VALUE_LOCK,    /* file-election: another process holds the lock byte of an
+                            election's value file (NAME.leader) for 4-5 leases */
     FAULT_COUNT
 };
 const char *chaos_fault_name(enum chaos_fault f);
@@ -75,8 +77,8 @@ struct chaos_counts {
 };
 
 struct chaos_config {
-    const char *backend;   /* file, redis, redis-simple, redis-fair, redis-sem, sentinel,
-                              sentinel-sync, redlock, etcd, etcd3, zk, zk3 */
+    const char *backend;   /* file, file-election, redis, redis-simple, redis-fair, redis-sem,
+                              sentinel, sentinel-sync, redlock, etcd, etcd3, zk, zk3 */
     uint64_t seed;
     int duration_s;        /* whole run, split among the phases */
     int lease_ms;          /* 0: 1000 */
@@ -162,6 +164,9 @@ struct chaos_worker {
     int lease_ms;
     bool careless;       /* never checks its hold before writing */
     unsigned permits;    /* 0: lock handles; N: semaphores of N permits (dlock_lock_new_permits) */
+    bool elect;          /* campaigns for elections (dlock_lock_new_campaign) instead of
+                            taking locks, reads the leader after each try, and reports
+                            a call that overran its own bound (HUNG) */
     uint64_t seed;
     volatile int *stop;
     volatile int64_t *call_since; /* [threads] */

@@ -58,7 +58,7 @@ const char *chaos_fault_name(enum chaos_fault f)
         "none", "worker-kill", "worker-stop", "server-stop", "server-restart",
         "server-restart-empty", "leader-kill", "partition", "slow-link", "master-kill",
         "failover", "master-partition", "node-partition", "packet-loss", "packet-reorder",
-        "packet-delay", "clock-step", "clock-back-empty", "leader-partition"};
+        "packet-delay", "clock-step", "clock-back-empty", "leader-partition", "value-lock"};
     return f < FAULT_COUNT ? names[f] : "?";
 }
 
@@ -94,6 +94,7 @@ struct run {
     struct fx_redis redis[3]; /* one, redlock's three masters, or Sentinel's
                                  first master and its two replicas */
     bool redlock;
+    bool elect;         /* file-election: the workers campaign (worker.c) */
     bool sentinel;      /* redis+sentinel:// (sentinel.c in tests/chaos) */
     unsigned permits;   /* redis-sem: each name a semaphore of so many permits */
     const char *redis_args[3][12]; /* each server's arguments (outlive it) */
@@ -659,6 +660,7 @@ static void spawn_worker(struct run *r, int k)
             .lease_ms = r->lease,
             .careless = k == 2,
             .permits = r->permits,
+            .elect = r->elect,
             .seed = r->cfg->seed ^ ((uint64_t)s->spawn << 32),
             .stop = &r->sh->stop,
             .call_since = r->sh->call_since[k],
@@ -750,6 +752,7 @@ struct active {
     char *clocks[MAX_WORKERS + 1]; /* clock-step: the offset files stepped */
     int nclocks;
     long step_s;
+    int value_fd;       /* value-lock: the value file whose byte 0 is held, -1: none */
 };
 
 static int pick_worker(struct run *r)
@@ -886,6 +889,28 @@ static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
             kill(r->w[k].pid, SIGKILL);
         }
         break;
+    case FAULT_VALUE_LOCK: {
+        /* as any process of the user may (the same uid, a group member in
+         * a 2770 directory, a frozen reader): the byte that every write of
+         * the value (a campaign's, a proclaim) and, in write mode, every
+         * read waits for -- in the kernel, before issue 22's item 3 */
+        int name = (int)between(r, 0, (r->cfg->names ? r->cfg->names : 3) - 1);
+        char *path = tu_fmt("%s/locks/chaos-%d.leader", r->dir, name);
+        bool write = rnd(r) % 2;
+        a->value_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        struct flock fl = {.l_type = write ? F_WRLCK : F_RDLCK, .l_whence = SEEK_SET, .l_len = 1};
+        if (a->value_fd >= 0 && fcntl(a->value_fd, F_OFD_SETLK, &fl) == 0) {
+            a->until = now + between(r, 4 * r->lease, 5 * r->lease);
+            say(r, "%s lock on %s for %lld ms", write ? "write" : "read", path,
+                (long long)(a->until - now));
+        } else {
+            if (a->value_fd >= 0)
+                close(a->value_fd);
+            r->res->phase[r->phase].faults--;
+        }
+        free(path);
+        break;
+    }
     case FAULT_WORKER_STOP:
         if ((k = pick_worker(r)) >= 0) {
             a->until = now + between(r, r->lease / 2, 3 * r->lease);
@@ -1092,6 +1117,9 @@ static void fault_end(struct run *r, struct active *a)
     r->healing = r->healing || (r->sentinel && (a->kind == FAULT_SERVER_STOP || a->kind == FAULT_MASTER_KILL ||
                                                 a->kind == FAULT_FAILOVER || a->kind == FAULT_MASTER_PARTITION));
     switch (a->kind) {
+    case FAULT_VALUE_LOCK:
+        close(a->value_fd); /* gives the byte back */
+        break;
     case FAULT_WORKER_STOP:
         for (int k = 0; k < r->nworkers; k++)
             if (a->workers[k] && r->w[k].pid == a->pid[k]) {
@@ -1168,7 +1196,10 @@ static void phases_of(struct run *r, const char *backend)
     int n = 0;
     list[n++] = FAULT_NONE;
     list[n++] = FAULT_WORKER_KILL;
-    list[n++] = FAULT_WORKER_STOP;
+    if (r->elect) /* elections: what only they have, beside a holder's death */
+        list[n++] = FAULT_VALUE_LOCK;
+    else
+        list[n++] = FAULT_WORKER_STOP;
     if (r->net) {
         list[n++] = FAULT_SERVER_STOP;
         if (r->sentinel) {
@@ -1190,7 +1221,7 @@ static void phases_of(struct run *r, const char *backend)
         list[n++] = FAULT_REORDER;
         list[n++] = FAULT_DELAY;
     }
-    if (r->clockshift)
+    if (r->clockshift && !r->elect)
         list[n++] = FAULT_CLOCK_STEP;
     /* by hand only (it breaks what the CI run asserts on Redis alone) */
     if (r->clockshift && strcmp(r->kind, "redis") == 0 && r->cfg->only && strstr(r->cfg->only, "clock-back-empty"))
@@ -1261,8 +1292,9 @@ static void backend_kind(struct run *r, const char *b)
 {
     r->members = 1;
     r->query = "";
-    if (strcmp(b, "file") == 0) {
+    if (strcmp(b, "file") == 0 || strcmp(b, "file-election") == 0) {
         r->kind = "file";
+        r->elect = b[4] != 0;
     } else if (strcmp(b, "redlock") == 0) {
         r->kind = "redis";
         r->redlock = true;

@@ -312,6 +312,8 @@ static void handle(struct store *s, int conn, char *line, char *out, size_t len)
         cur(s)->errors++;
     } else if (strncmp(line, "BUSY", 4) == 0) {
         cur(s)->contention++;
+    } else if (strncmp(line, "HUNG", 4) == 0) {
+        cur(s)->hangs++; /* a call past its own bound, seen by the worker */
     } else if (strncmp(line, "HELLO ", 6) == 0) {
         snprintf(s->who[conn], sizeof s->who[conn], "%s", line + 6);
     } else {
@@ -489,7 +491,7 @@ bool chaos_store_analyse(const char *dump_path, int nphases, struct chaos_result
         long faults = res->phase[k].faults, hangs = res->phase[k].hangs;
         res->phase[k] = c[k];
         res->phase[k].faults = faults;
-        res->phase[k].hangs = hangs;
+        res->phase[k].hangs = hangs + c[k].hangs; /* the orchestrator's and the workers' */
     }
     return true;
 }

@@ -15,6 +15,13 @@
  * mostly short and sometimes longer than the lease (the keeper renews
  * them). Each thread marks when it entered a dlock call so that the
  * orchestrator can see a call that never returns.
+ *
+ * An election worker (file-election) campaigns instead: its handles come
+ * from dlock_lock_new_campaign(), so a section is a term as leader (the
+ * token fences it as a lock's does), and after each try it reads the
+ * leader once. It also times its own calls: one that returns later than
+ * its bound (the wait; a one-shot read: the op timeout, one lease) plus
+ * a lease and OVERRUN_SLACK_MS is reported to the store as HUNG.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -30,9 +37,11 @@
 #include "testutil.h"
 
 #define MAX_NAMES 16
+#define OVERRUN_SLACK_MS 1500
 
 struct thr {
     const struct chaos_worker *w;
+    dlock_client *c;
     int t;
     int fd;                  /* this thread's store connection */
     uint64_t rng;
@@ -143,6 +152,31 @@ static void section(struct thr *x, dlock_lock *l, int name, int64_t asked)
         call(x, reply, sizeof reply, "ERR %ld", (long)rc);
 }
 
+/* An election worker's check of a call that began at SINCE with a bound
+ * of BOUND_MS: HUNG to the store when it returned too late. */
+static void check_overrun(struct thr *x, int64_t since, int64_t bound_ms)
+{
+    char reply[64];
+    if (x->w->elect && chaos_now_ms() - since > bound_ms + x->w->lease_ms + OVERRUN_SLACK_MS)
+        call(x, reply, sizeof reply, "HUNG");
+}
+
+/* An election worker's one-shot read of election NAME's leader. */
+static void read_leader(struct thr *x, int name)
+{
+    char label[32], reply[64];
+    snprintf(label, sizeof label, "chaos-%d", name);
+    dlock_leader *l = NULL;
+    in_call(x, true);
+    int64_t since = chaos_now_ms();
+    int rc = dlock_election_leader(x->c, label, &l);
+    in_call(x, false);
+    check_overrun(x, since, x->w->lease_ms); /* the op timeout */
+    if (rc != DLOCK_OK && rc != DLOCK_ETIMEDOUT && rc != DLOCK_EBUSY)
+        call(x, reply, sizeof reply, "ERR %ld", (long)rc);
+    dlock_leader_free(l);
+}
+
 static void *thread_main(void *arg)
 {
     struct thr *x = arg;
@@ -155,6 +189,7 @@ static void *thread_main(void *arg)
         int64_t asked = chaos_now_ms();
         int rc = dlock_acquire(x->h[name], wait);
         in_call(x, false);
+        check_overrun(x, asked, wait);
         if (rc == DLOCK_OK) {
             section(x, x->h[name], name, asked);
         } else if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
@@ -163,6 +198,8 @@ static void *thread_main(void *arg)
             call(x, reply, sizeof reply, "ERR %ld", (long)rc);
             tu_sleep_ms((int)chaos_between(&x->rng, 10, 100)); /* a failure: do not spin on it */
         }
+        if (w->elect)
+            read_leader(x, name);
         tu_sleep_ms((int)chaos_between(&x->rng, 0, 15));
     }
     return NULL;
@@ -173,8 +210,9 @@ void chaos_worker_exec(const struct chaos_worker *w, int shm_fd, int slot, char 
     for (int i = 0; env && env[i]; i++)
         putenv(env[i]);
     char spec[256];
-    snprintf(spec, sizeof spec, "%d %d %d %d %d %llu %d %d %u", w->wid, w->threads, w->names,
-             w->lease_ms, (int)w->careless, (unsigned long long)w->seed, shm_fd, slot, w->permits);
+    snprintf(spec, sizeof spec, "%d %d %d %d %d %d %llu %d %d %u", w->wid, w->threads, w->names,
+             w->lease_ms, (int)w->careless, (int)w->elect, (unsigned long long)w->seed, shm_fd, slot,
+             w->permits);
     setenv("DLOCK_CHAOS_WORKER", spec, 1);
     setenv("DLOCK_CHAOS_URL", w->url, 1);
     setenv("DLOCK_CHAOS_STORE", w->store_path, 1);
@@ -191,11 +229,11 @@ __attribute__((constructor)) static void worker_from_environment(void)
     if (!spec)
         return;
     struct chaos_worker w = {.url = url, .store_path = store};
-    int careless = 0, fd = -1, slot = 0;
+    int careless = 0, elect = 0, fd = -1, slot = 0;
     unsigned long long seed = 0;
     if (!url || !store ||
-        sscanf(spec, "%d %d %d %d %d %llu %d %d %u", &w.wid, &w.threads, &w.names, &w.lease_ms,
-               &careless, &seed, &fd, &slot, &w.permits) != 9 ||
+        sscanf(spec, "%d %d %d %d %d %d %llu %d %d %u", &w.wid, &w.threads, &w.names, &w.lease_ms,
+               &careless, &elect, &seed, &fd, &slot, &w.permits) != 10 ||
         slot < 0 || slot >= CHAOS_MAX_WORKERS || w.threads > CHAOS_MAX_THREADS)
         _exit(6);
     struct chaos_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -203,6 +241,7 @@ __attribute__((constructor)) static void worker_from_environment(void)
         _exit(6);
     close(fd);
     w.careless = careless != 0;
+    w.elect = elect != 0;
     w.seed = seed;
     w.stop = &sh->stop;
     w.call_since = sh->call_since[slot];
@@ -238,6 +277,7 @@ void chaos_worker_main(const struct chaos_worker *w)
     pthread_t *tid = calloc((size_t)w->threads, sizeof *tid);
     for (int t = 0; t < w->threads; t++) {
         x[t].w = w;
+        x[t].c = c;
         x[t].t = t;
         x[t].fd = t == 0 ? fd0 : chaos_store_connect(w->store_path);
         x[t].rng = rng ^ (0x9e37u * (uint64_t)(t + 1));
@@ -246,7 +286,10 @@ void chaos_worker_main(const struct chaos_worker *w)
         for (int k = 0; k < w->names && k < MAX_NAMES; k++) {
             char name[32];
             snprintf(name, sizeof name, "chaos-%d", k);
+            char value[32];
+            snprintf(value, sizeof value, "worker %d.%d", w->wid, t);
             int rc = w->permits ? dlock_lock_new_permits(c, name, w->permits, 0, &x[t].h[k])
+                     : w->elect ? dlock_lock_new_campaign(c, name, value, 0, &x[t].h[k])
                                 : dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &x[t].h[k]);
             if (rc != DLOCK_OK)
                 _exit(4);

@@ -377,6 +377,95 @@ TU_TEST(status_exit, 60)
     ck_assert_int_eq(DLOCK(NULL, NULL, "status", "--json", "st"), 1);
 }
 
+/* status prints a valid UTF-8 name as it is and escapes only control
+ * characters and bytes that are not UTF-8; --json carries no "client"
+ * object (a fresh client's counters, always zero). */
+TU_TEST(status_utf8_name_no_client, 60)
+{
+    char *out;
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "caf\xc3\xa9-\xe6\x97\xa5"), 1);
+    ck_assert_msg(strstr(out, "name:     caf\xc3\xa9-\xe6\x97\xa5\n"), "%s", out);
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "a\xff\x01" "b"), 1);
+    ck_assert_msg(strstr(out, "name:     a\\xff\\x01b\n"), "%s", out);
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "back\\slash"), 1);
+    ck_assert_msg(strstr(out, "name:     back\\x5cslash\n"), "%s", out);
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "--json", "caf\xc3\xa9"), 1);
+    ck_assert_msg(!strstr(out, "\"client\""), "%s", out);
+    free(out);
+}
+
+/* The token line tells the last token issued where the backend keeps it
+ * (held, or a counter beside the name: file, redis) and is left out where
+ * it does not (etcd, zk: a free name's last token is gone; a name never
+ * used): no "token: 0 (last issued)". JSON: null. TOKEN_KEPT: the
+ * backend keeps a counter. */
+static void status_token_on(const char *u, bool token_kept)
+{
+    char *out;
+    ck_assert_int_eq(DLOCK(&out, NULL, "-u", u, "status", "never-used"), 1);
+    ck_assert_msg(!strstr(out, "token:"), "%s", out);
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "-u", u, "status", "--json", "never-used"), 1);
+    ck_assert_msg(strstr(out, "\"token\":null"), "%s", out);
+    free(out);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", u, "run", "issued", "true"), 0);
+    ck_assert_int_eq(DLOCK(&out, NULL, "-u", u, "status", "issued"), 1);
+    if (token_kept) {
+        unsigned long long t = 0;
+        const char *line = strstr(out, "token:");
+        ck_assert_msg(line && sscanf(line, "token: %llu (last issued)", &t) == 1 && t > 0, "%s",
+                      out);
+    } else
+        ck_assert_msg(!strstr(out, "token:"), "%s", out);
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "-u", u, "status", "--json", "issued"), 1);
+    ck_assert_msg(token_kept ? !strstr(out, "\"token\":null") : !!strstr(out, "\"token\":null"),
+                  "%s", out);
+    free(out);
+}
+
+TU_TEST(status_token_file, 60)
+{
+    status_token_on(url, true);
+}
+
+#ifdef DLOCK_HAVE_REDIS
+TU_TEST(status_token_redis, 60)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    status_token_on(r.url, true);
+    fx_redis_stop(&r);
+}
+#endif
+
+#ifdef DLOCK_HAVE_ETCD
+TU_TEST(status_token_etcd, 120)
+{
+    struct etcdf f = {0};
+    ck_assert_msg(etcdf_start(&f, 1), "%s", f.error);
+    char *u = etcdf_url(&f, NULL, NULL);
+    status_token_on(u, false);
+    free(u);
+    etcdf_stop(&f);
+}
+#endif
+
+#ifdef DLOCK_HAVE_ZK
+TU_TEST(status_token_zk, 180)
+{
+    struct zkf f = {0};
+    ck_assert_msg(zkf_start(&f, 1), "%s", f.error);
+    char *u = zkf_url(&f, NULL, NULL);
+    status_token_on(u, false);
+    free(u);
+    zkf_stop(&f);
+}
+#endif
+
 /* `dlock hold NAME` as a script uses it with coproc: stdin and stdout are
  * pipes; it prints what it holds once held, holds while stdin is open,
  * and releases at end of input or on SIGTERM. */

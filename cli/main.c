@@ -169,28 +169,38 @@ static size_t utf8_seq(const unsigned char *s)
     return cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0 : n;
 }
 
+/* Write S with valid UTF-8 sequences as they are and each other byte
+ * through PUT_BYTE (n 0: not part of valid UTF-8, 1: ASCII). */
+static void put_text(const char *s, void (*put_byte)(unsigned ch, size_t n))
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t n = utf8_seq(p);
+        if (n > 1)
+            fwrite(p, 1, n, stdout);
+        else
+            put_byte(*p, n);
+        p += n ? n : 1;
+    }
+}
+
+static void json_byte(unsigned ch, size_t n)
+{
+    if (ch == '"' || ch == '\\')
+        printf("\\%c", ch);
+    else if (n == 0 || ch < 0x20 || ch == 0x7f)
+        printf("\\u%04x", ch);
+    else
+        putchar((int)ch);
+}
+
 /* S as a JSON string: valid UTF-8 as it is, control characters and each
  * byte that is not part of valid UTF-8 as \u00XX (names are bytes: the
  * exact ones are in name_hex). */
 static void json_string(const char *s)
 {
-    const unsigned char *p = (const unsigned char *)s;
     putchar('"');
-    while (*p) {
-        size_t n = utf8_seq(p);
-        if (n > 1) {
-            fwrite(p, 1, n, stdout);
-            p += n;
-            continue;
-        }
-        unsigned ch = *p++;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (n == 0 || ch < 0x20 || ch == 0x7f)
-            printf("\\u%04x", ch);
-        else
-            putchar((int)ch);
-    }
+    put_text(s, json_byte);
     putchar('"');
 }
 
@@ -303,16 +313,19 @@ static void json_holder(const char *id, unsigned count)
     free(f.host);
 }
 
-/* A name for the terminal: non-printable bytes as \xHH. */
+static void terminal_byte(unsigned ch, size_t n)
+{
+    if (n == 0 || ch < 0x20 || ch == 0x7f || ch == '\\')
+        printf("\\x%02x", ch);
+    else
+        putchar((int)ch);
+}
+
+/* A name for the terminal: valid UTF-8 as it is; control characters,
+ * the backslash and bytes that are not part of valid UTF-8 as \xHH. */
 static void print_name(const char *s)
 {
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch < 0x20 || ch >= 0x7f || ch == '\\')
-            printf("\\x%02x", ch);
-        else
-            putchar(ch);
-    }
+    put_text(s, terminal_byte);
 }
 
 /* Options after the command: -u URL and --json. Returns the index of the
@@ -410,7 +423,7 @@ static int path_status(const char *path, int json)
     return held ? 0 : EXIT_FREE;
 }
 
-/* One lock as JSON, without its closing brace (status adds "client"):
+/* One lock as JSON, without its closing brace (status adds "master"):
  * name, name_hex, backend, kind, key, held, mode, token, ttl_ms, holders,
  * [permits, free_permits,] waiters, waiter_count. */
 static void json_lock(const char *name, const char *backend, const dlock_info *info,
@@ -430,7 +443,7 @@ static void json_lock(const char *name, const char *backend, const dlock_info *i
         json_string(dlock_info_mode(info) == DLOCK_SHARED ? "shared" : "exclusive");
     else
         printf("null");
-    printf(",\"token\":%" PRIu64, dlock_info_token(info));
+    json_int_or_null("token", dlock_info_token(info) ? (long long)dlock_info_token(info) : -1);
     json_int_or_null("ttl_ms", ttl == DLOCK_VALID_FOREVER ? -1 : ttl);
     printf(",\"holders\":[");
     for (size_t k = 0; k < dlock_info_holder_count(info); k++) {
@@ -455,20 +468,6 @@ static void json_lock(const char *name, const char *backend, const dlock_info *i
         printf("]");
     }
     json_int_or_null("waiter_count", nw);
-}
-
-/* ,"client":{...}: the counters of the client that made the request
- * (dlock_client_stats), the shape a service exports to its metrics. */
-static void json_client_stats(dlock_client *c)
-{
-    dlock_stats st = {.size = sizeof st};
-    if (dlock_client_stats(c, &st))
-        return;
-    printf(",\"client\":{\"acquisitions\":%" PRIu64 ",\"waits\":%" PRIu64 ",\"wait_ms\":%" PRIu64
-           ",\"renewals\":%" PRIu64 ",\"renewal_ms\":%" PRIu64 ",\"renewal_max_ms\":%" PRIu64
-           ",\"renewal_failures\":%" PRIu64 ",\"losses\":%" PRIu64 ",\"reconnects\":%" PRIu64 "}",
-           st.acquisitions, st.waits, st.wait_ms, st.renewals, st.renewal_ms, st.renewal_max_ms,
-           st.renewal_failures, st.losses, st.reconnects);
 }
 
 int cmd_status(const char *url, int argc, char **argv)
@@ -513,7 +512,6 @@ int cmd_status(const char *url, int argc, char **argv)
         json_lock(name, dlock_client_backend(c), info, o.semaphore);
         printf(",\"master\":");
         json_string_or_null(*master ? master : NULL);
-        json_client_stats(c);
         printf("}\n");
     } else {
         printf("name:     ");
@@ -542,8 +540,9 @@ int cmd_status(const char *url, int argc, char **argv)
         if (o.semaphore)
             printf("permits:  %u, %ld free\n", dlock_info_permits(info),
                    dlock_info_free_permits(info));
-        printf("token:    %" PRIu64 "%s\n", dlock_info_token(info),
-               held ? "" : " (last issued)");
+        if (dlock_info_token(info)) /* 0: none kept (never issued; etcd, zk: free) */
+            printf("token:    %" PRIu64 "%s\n", dlock_info_token(info),
+                   held ? "" : " (last issued)");
         if (ttl == DLOCK_VALID_FOREVER)
             printf("ttl:      none (held until released or its process exits)\n");
         else if (ttl >= 0)

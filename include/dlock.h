@@ -556,7 +556,9 @@ DLOCK_EXTERN void dlock_info_free(dlock_info *i);
 
 DLOCK_EXTERN int dlock_info_held(const dlock_info *i);          /* 1 held, 0 free */
 DLOCK_EXTERN dlock_mode dlock_info_mode(const dlock_info *i);
-DLOCK_EXTERN uint64_t dlock_info_token(const dlock_info *i);    /* last token, 0 none */
+/* The holder's token, or a free name's last one where the backend keeps a
+ * counter (file, redis); 0 none known (never issued; etcd, zk: free). */
+DLOCK_EXTERN uint64_t dlock_info_token(const dlock_info *i);
 /* Remaining lease in ms: DLOCK_VALID_FOREVER without lease, -1 unknown. */
 DLOCK_EXTERN int64_t dlock_info_ttl_ms(const dlock_info *i);
 /* Where the lock lives in the backend: file path, key, node path. */

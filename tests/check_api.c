@@ -1179,8 +1179,8 @@ TU_TEST(stats_and_log_redis, 90)
 }
 
 /* The CLI: `run -v` prints the library's events on stderr (here the loss
- * a force-release causes, found by the next renewal), `status --json`
- * the client's counters. */
+ * a force-release causes, found by the next renewal); `status --json`
+ * carries no "client" counters (its fresh client's would all be zero). */
 TU_TEST(cli_log_and_stats_redis, 60)
 {
     struct fx_redis r = {0};
@@ -1194,8 +1194,7 @@ TU_TEST(cli_log_and_stats_redis, 60)
     ck_assert_msg(strstr(err, " dlock: error: lock 'cli-watched' lost: "), "stderr: %s", err);
     free(err);
     ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", r.url, "status", "--json", "cli-watched"), 1);
-    ck_assert_msg(strstr(out, ",\"client\":{\"acquisitions\":0,\"waits\":0,"), "%s", out);
-    ck_assert_msg(strstr(out, "\"losses\":0,\"reconnects\":0}}"), "%s", out);
+    ck_assert_msg(!strstr(out, "\"client\"") && strstr(out, "\"master\":null}\n"), "%s", out);
     free(out);
     free(release);
     fx_redis_stop(&r);

@@ -86,7 +86,7 @@ TU_TEST(urls, 60)
     expect_bad_url("file://otherhost/tmp", DLOCK_EBADURL, "otherhost");
     expect_bad_url("file:///tmp?lease=soon", DLOCK_EBADURL, "lease=soon");
     expect_bad_url("file:///tmp?color=blue", DLOCK_EBADURL, "color");
-    expect_bad_url("file:///tmp?novalue", DLOCK_EBADURL, "novalue");
+    expect_bad_url("file:///tmp?novalue", DLOCK_EBADURL, "option 1 is not key=value");
     expect_bad_url("file:///tm%zzp", DLOCK_EBADURL, "escape");
     expect_bad_url("file:///definitely/not/here", DLOCK_ENOENT, "/definitely/not/here");
 }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -453,6 +454,89 @@ TU_TEST(no_secret_option_shown, 60)
         ck_assert_msg(!strstr(dlock_errmsg(), "hunter2") && !strstr(dlock_errmsg(), "hun%74"),
                       "%s: the message shows the secret: %s", cases[i].in, dlock_errmsg());
     }
+}
+
+/* PATH written with TEXT and MODE (chmod, past the umask). */
+static void write_secret(const char *path, const char *text, mode_t mode)
+{
+    tu_write_file(path, text);
+    ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+/* dlock_client_new(URL) fails with WANT, its message naming WORD and never
+ * the password hunter2. */
+static void new_fails(const char *u, int want, const char *word)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_client_new(u, &c);
+    ck_assert_msg(rc == want && strstr(dlock_errmsg(), word), "%s: %s, not %s naming '%s': %s", u,
+                  dlock_err_name(rc), dlock_err_name(want), word, dlock_errmsg());
+    ck_assert_ptr_null(c);
+    ck_assert_msg(!strstr(dlock_errmsg(), "hunter2"), "%s", dlock_errmsg());
+}
+
+/* ?password_file=PATH: the password is the file's first line, read by
+ * dlock_client_new() (so every API user has it, not only the CLI), and the
+ * path stays in dlock_client_url() -- it is not the secret. The file is
+ * refused as ssh refuses a key: readable or writable by group or others,
+ * not owned by this user, not a regular file; the message names it. */
+TU_TEST(password_file_option, 60)
+{
+    char *pw = tu_fmt("%s/redis.pass", dir), *crlf = tu_fmt("%s/crlf.pass", dir);
+    write_secret(pw, "hunter2\nnot the password\n", 0600);
+    write_secret(crlf, "hunter2\r\n", 0400);
+    const char *schemes[] = {"file", "redis", "etcd", "zk"};
+    for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++) {
+        char *u = tu_fmt(strcmp(schemes[i], "file") ? "%s://bob@h?password_file=%s"
+                                                    : "%s:///tmp?password_file=%s",
+                         schemes[i], i % 2 ? crlf : pw);
+        dlock_client *c = NULL;
+        int rc = dlock_client_new(u, &c);
+        if (rc == DLOCK_ENOTBUILT) {
+            free(u);
+            continue;
+        }
+        ck_assert_msg(rc == DLOCK_OK, "%s: %s (%s)", u, dlock_err_name(rc), dlock_errmsg());
+        ck_assert_str_eq(c->opts.password, "hunter2");
+        ck_assert_str_eq(dlock_client_url(c), u);
+        dlock_client_close(c);
+        free(u);
+    }
+    char *u = tu_fmt("file:///tmp?password_file=%s", pw);
+    static const mode_t lax[] = {0644, 0640, 0604, 0620, 0602, 0660};
+    for (size_t m = 0; m < sizeof lax / sizeof *lax; m++) {
+        ck_assert_int_eq(chmod(pw, lax[m]), 0);
+        new_fails(u, DLOCK_EACCES, pw);
+        ck_assert_msg(strstr(dlock_errmsg(), "group or others"), "%s", dlock_errmsg());
+    }
+    ck_assert_int_eq(chmod(pw, 0600), 0);
+    if (geteuid() == 0) { /* another user's file, as ssh refuses it */
+        ck_assert_int_eq(chown(pw, 65534, 65534), 0);
+        new_fails(u, DLOCK_EACCES, pw);
+        ck_assert_msg(strstr(dlock_errmsg(), "owned by"), "%s", dlock_errmsg());
+        ck_assert_int_eq(chown(pw, 0, 0), 0);
+    }
+    free(u);
+    char *missing = tu_fmt("file:///tmp?password_file=%s/none", dir);
+    new_fails(missing, DLOCK_ENOENT, "/none");
+    free(missing);
+    char *empty = tu_fmt("%s/empty.pass", dir), *eu = tu_fmt("file:///tmp?password_file=%s", empty);
+    write_secret(empty, "\nhunter2\n", 0600);
+    new_fails(eu, DLOCK_EINVAL, empty);
+    char *dir_url = tu_fmt("file:///tmp?password_file=%s", dir);
+    new_fails(dir_url, DLOCK_EINVAL, dir);
+    /* one password, from one place */
+    char *both = tu_fmt("redis://:hunter2@h?password_file=%s", pw);
+    new_fails(both, DLOCK_EBADURL, "password_file");
+    free(both);
+    both = tu_fmt("redis://h?password=hunter2&password_file=%s", pw);
+    new_fails(both, DLOCK_EBADURL, "password_file");
+    free(both);
+    free(dir_url);
+    free(eu);
+    free(empty);
+    free(crlf);
+    free(pw);
 }
 
 /* A '@' after a '/' where the text before it is a valid host list can be

@@ -663,6 +663,191 @@ TU_TEST(no_password_in_command_env, 60)
     free(err);
 }
 
+/* Write TEXT to the configuration file at PATH, mode 0644 (as
+ * /etc/dlock/dlock.conf would be), making its directory. */
+static void write_config(const char *path, const char *text)
+{
+    char *parent = strdup(path);
+    for (char *p = parent + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(parent, 0755);
+            *p = '/';
+        }
+    free(parent);
+    tu_write_file(path, text);
+    ck_assert_int_eq(chmod(path, 0644), 0);
+}
+
+/* The URL COMMAND saw (its DLOCK_URL) when dlock ran with ENV and ARGS
+ * before `run n sh -c ...`, asserting that it ran; caller frees. */
+static char *url_seen(const char *const env[], const char *u)
+{
+    char *out;
+    int rc = u ? TU_DLOCK(&out, NULL, env, "-u", u, "run", "n", "sh", "-c", "echo \"$DLOCK_URL\"")
+               : TU_DLOCK(&out, NULL, env, "run", "n", "sh", "-c", "echo \"$DLOCK_URL\"");
+    ck_assert_msg(rc == 0, "dlock run: %d", rc);
+    out[strcspn(out, "\n")] = 0;
+    return out;
+}
+
+/* A configuration file gives the URL a crontab line would otherwise need
+ * -u for: key = value lines (url, then any URL option), # comments.
+ * DLOCK_CONFIG names it (tests write no /etc), else
+ * $XDG_CONFIG_HOME/dlock/dlock.conf, else ~/.config/dlock/dlock.conf,
+ * else /etc/dlock/dlock.conf; DLOCK_URL and -u override it; -v says which
+ * file and which URL were used. */
+TU_TEST(config_file, 60)
+{
+    char *conf = tu_fmt("%s/etc/dlock.conf", dir), *locks = tu_fmt("%s/fromconf", dir);
+    mkdir(locks, 0700);
+    char *text = tu_fmt("# the nightly jobs' locks\n\n  url = file://%s\nlease=30s\n"
+                        "   # indented comment\ntimeout = 2s\n", locks);
+    write_config(conf, text);
+    char *env_conf = tu_fmt("DLOCK_CONFIG=%s", conf);
+    const char *env[] = {env_conf, NULL};
+    char *want = tu_fmt("file://%s?lease=30s&timeout=2s", locks);
+    char *seen = url_seen(env, NULL);
+    ck_assert_str_eq(seen, want);
+    free(seen);
+    char *err;
+    /* -v: the file and the URL */
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env, "run", "-v", "n", "true"), 0);
+    ck_assert_msg(strstr(err, conf) && strstr(err, want), "%s", err);
+    free(err);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env, "-v", "status", "n"), 1);
+    ck_assert_msg(strstr(err, conf) && strstr(err, want), "%s", err);
+    free(err);
+    /* DLOCK_URL, then -u, override the file */
+    const char *env_both[] = {env_conf, env_url, NULL};
+    seen = url_seen(env_both, NULL);
+    ck_assert_str_eq(seen, url);
+    free(seen);
+    char *other = tu_fmt("file://%s", locks);
+    seen = url_seen(env_both, other);
+    ck_assert_str_eq(seen, other);
+    free(seen);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env_both, "run", "-v", "n", "true"), 0);
+    ck_assert_msg(strstr(err, "DLOCK_URL") && !strstr(err, conf), "%s", err);
+    free(err);
+    /* $XDG_CONFIG_HOME/dlock/dlock.conf, else ~/.config/dlock/dlock.conf */
+    char *xdg = tu_fmt("%s/xdg", dir), *xdg_conf = tu_fmt("%s/xdg/dlock/dlock.conf", dir);
+    char *home = tu_fmt("%s/home", dir), *home_conf = tu_fmt("%s/home/.config/dlock/dlock.conf", dir);
+    write_config(xdg_conf, "url = file:///tmp\n");
+    write_config(home_conf, text);
+    char *env_xdg = tu_fmt("XDG_CONFIG_HOME=%s", xdg), *env_home = tu_fmt("HOME=%s", home);
+    const char *env_user[] = {"DLOCK_CONFIG", env_xdg, env_home, NULL}; /* DLOCK_CONFIG unset */
+    seen = url_seen(env_user, NULL);
+    ck_assert_str_eq(seen, "file:///tmp");
+    free(seen);
+    const char *env_noxdg[] = {"DLOCK_CONFIG", "XDG_CONFIG_HOME=", env_home, NULL};
+    seen = url_seen(env_noxdg, NULL);
+    ck_assert_str_eq(seen, want);
+    free(seen);
+    /* an empty DLOCK_CONFIG reads no file: the library's default */
+    const char *env_none[] = {"DLOCK_CONFIG=", env_home, NULL};
+    seen = url_seen(env_none, NULL);
+    ck_assert_msg(strncmp(seen, "file://", 7) == 0 && !strstr(seen, "fromconf"), "%s", seen);
+    free(seen);
+    free(env_home);
+    free(env_xdg);
+    free(home_conf);
+    free(home);
+    free(xdg_conf);
+    free(xdg);
+    free(other);
+    free(want);
+    free(env_conf);
+    free(text);
+    free(locks);
+    free(conf);
+}
+
+/* What is wrong with a configuration file is said with its path and line,
+ * exit 78; a password is not kept in one (password_file = instead). */
+TU_TEST(config_file_errors, 60)
+{
+    char *conf = tu_fmt("%s/dlock.conf", dir), *env_conf = tu_fmt("DLOCK_CONFIG=%s", conf);
+    const char *env[] = {env_conf, NULL};
+    static const struct {
+        const char *text, *word;
+    } bad[] = {
+        {"url = file:///tmp\nthis line has no equals sign\n", "dlock.conf:2"},
+        {"url = file:///tmp\ncolour = blue\n", "colour"},
+        {"url = file:///tmp\nlease = 1s\nlease = 2s\n", "dlock.conf:3"},
+        {"lease = 30s\n", "url"},
+        {"url = \n", "dlock.conf:1"},
+        {"url = file:///tmp\npassword = hunter2\n", "password_file"},
+        {"url = redis://:hunter2@127.0.0.1:1\n", "password_file"},
+        {"url = redis://127.0.0.1:1?sentinel_password=hunter2\n", "password_file"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_config(conf, bad[i].text);
+        char *err;
+        int rc = TU_DLOCK(NULL, &err, env, "run", "n", "true");
+        ck_assert_msg(rc == 78 && strstr(err, conf) && strstr(err, bad[i].word) &&
+                          !strstr(err, "hunter2"),
+                      "'%s': %d %s", bad[i].text, rc, err);
+        free(err);
+    }
+    /* DLOCK_CONFIG names a file that is not there: said, not ignored */
+    char *missing = tu_fmt("DLOCK_CONFIG=%s/none.conf", dir);
+    const char *env_missing[] = {missing, NULL};
+    char *err;
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env_missing, "run", "n", "true"), 78);
+    ck_assert_msg(strstr(err, "none.conf"), "%s", err);
+    free(err);
+    /* -u overrides a broken file without reading it */
+    write_config(conf, "nonsense\n");
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, env, "-u", url, "run", "n", "true"), 0);
+    free(missing);
+    free(env_conf);
+    free(conf);
+}
+
+/* A password in -u is visible to every user in ps: said on stderr (and
+ * the run goes on); password_file= in the URL is not warned about. A
+ * password file the configuration names is checked as the library checks
+ * it (here: readable by others, refused naming it). */
+TU_TEST(password_in_argv_warned, 60)
+{
+    char *u = tu_fmt("%s?password=hunter2", url);
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, &err, "-u", u, "run", "n", "true"), 0);
+    ck_assert_msg(strstr(err, "warning") && strstr(err, "ps") && strstr(err, "password_file") &&
+                      !strstr(err, "hunter2"),
+                  "%s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "-u", u, "n", "true"), 0);
+    ck_assert_msg(strstr(err, "warning"), "%s", err);
+    free(err);
+    char *pw = tu_fmt("%s/pw", dir);
+    tu_write_file(pw, "hunter2\n");
+    ck_assert_int_eq(chmod(pw, 0600), 0);
+    char *uf = tu_fmt("%s?password_file=%s", url, pw);
+    ck_assert_int_eq(DLOCK(NULL, &err, "-u", uf, "run", "n", "true"), 0);
+    ck_assert_str_eq(err, "");
+    free(err);
+    /* the same file named by a configuration file, then made readable */
+    char *conf = tu_fmt("%s/dlock.conf", dir), *env_conf = tu_fmt("DLOCK_CONFIG=%s", conf);
+    char *text = tu_fmt("url = %s\npassword_file = %s\n", url, pw);
+    write_config(conf, text);
+    const char *env[] = {env_conf, NULL};
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env, "run", "n", "true"), 0);
+    ck_assert_str_eq(err, "");
+    free(err);
+    ck_assert_int_eq(chmod(pw, 0644), 0);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env, "run", "n", "true"), 77);
+    ck_assert_msg(strstr(err, pw) && strstr(err, "group or others"), "%s", err);
+    free(err);
+    free(text);
+    free(env_conf);
+    free(conf);
+    free(uf);
+    free(pw);
+    free(u);
+}
+
 TU_TEST(counter_8x200, 120)
 {
     char *counter = tu_fmt("%s/counter", dir);
@@ -1290,6 +1475,46 @@ TU_TEST(command_fds_redis, 120)
     fx_redis_stop(&r);
 }
 
+/* A server that wants a password and got none: exit 77, the message says
+ * how to give one. DLOCK_REDIS_PASSWORD_FILE and ?password_file= give it
+ * (no warning: nothing secret in argv); a file others can read is
+ * refused, naming it. */
+TU_TEST(password_file_redis, 120)
+{
+    struct fx_redis r = {0};
+    const char *extra[] = {"--requirepass", "hunter2", NULL};
+    ck_assert_msg(fx_redis_start(&r, extra), "redis-server could not be started");
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, &err, "-u", r.url, "run", "n", "true"), 77);
+    ck_assert_msg(strstr(err, "password_file") && strstr(err, "DLOCK_REDIS_PASSWORD_FILE"), "%s",
+                  err);
+    free(err);
+    char *pw = tu_fmt("%s/redis.pass", dir), *env_pw = tu_fmt("DLOCK_REDIS_PASSWORD_FILE=%s", pw);
+    tu_write_file(pw, "hunter2\n");
+    ck_assert_int_eq(chmod(pw, 0600), 0);
+    const char *env[] = {env_pw, NULL};
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env, "-u", r.url, "run", "n", "true"), 0);
+    ck_assert_str_eq(err, "");
+    free(err);
+    char *uf = tu_fmt("%s?password_file=%s", r.url, pw);
+    ck_assert_int_eq(DLOCK(NULL, &err, "-u", uf, "run", "n", "true"), 0);
+    ck_assert_str_eq(err, "");
+    free(err);
+    /* both the variable and its _FILE: which one is meant is not guessed */
+    const char *env_both[] = {env_pw, "DLOCK_REDIS_PASSWORD=hunter2", NULL};
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env_both, "-u", r.url, "run", "n", "true"), 78);
+    ck_assert_msg(strstr(err, "DLOCK_REDIS_PASSWORD_FILE"), "%s", err);
+    free(err);
+    ck_assert_int_eq(chmod(pw, 0640), 0);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env, "-u", r.url, "run", "n", "true"), 77);
+    ck_assert_msg(strstr(err, pw) && strstr(err, "DLOCK_REDIS_PASSWORD_FILE"), "%s", err);
+    free(err);
+    free(uf);
+    free(env_pw);
+    free(pw);
+    fx_redis_stop(&r);
+}
+
 /* sentinel_password given in the URL never shows: not in COMMAND's
  * DLOCK_URL or environment, not in -v's lines, not in an error about the
  * same URL; nor does a mis-cased password option's value. */
@@ -1313,6 +1538,25 @@ TU_TEST(sentinel_password_not_shown, 120)
         free(err);
         free(bad[i]);
     }
+    /* from a file: ?sentinel_password_file=, DLOCK_REDIS_SENTINEL_PASSWORD_FILE */
+    char *pw = tu_fmt("%s/sentinel.pass", dir);
+    tu_write_file(pw, "hunter2\n");
+    ck_assert_int_eq(chmod(pw, 0600), 0);
+    char *uf = tu_fmt("%s?sentinel_password_file=%s", sen.url, pw);
+    ck_assert_int_eq(DLOCK(NULL, &err, "-u", uf, "run", "n", "true"), 0);
+    ck_assert_str_eq(err, "");
+    free(err);
+    char *env_pw = tu_fmt("DLOCK_REDIS_SENTINEL_PASSWORD_FILE=%s", pw);
+    const char *env[] = {env_pw, NULL};
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, env, "-u", sen.url, "run", "n", "true"), 0);
+    ck_assert_str_eq(err, "");
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, &err, "-u", sen.url, "run", "n", "true"), 77);
+    ck_assert_msg(strstr(err, "sentinel_password_file"), "%s", err);
+    free(err);
+    free(env_pw);
+    free(uf);
+    free(pw);
     free(u);
     fx_sentinels_stop(&sen);
 }

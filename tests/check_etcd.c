@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1683,6 +1684,17 @@ TU_TEST_IN(auth, auth, 90)
     free(err);
     const char *noenv[] = {"DLOCK_ETCD_PASSWORD=wrong", NULL};
     ck_assert_int_eq(tu_run(argv, noenv, NULL, NULL), 77);
+    /* from a file: $DLOCK_ETCD_PASSWORD_FILE (mode 0600, as ssh wants a key) */
+    char *pwfile = tu_fmt("%s/etcd.pass", F.dir);
+    tu_write_file(pwfile, "lockpw\n");
+    ck_assert_int_eq(chmod(pwfile, 0600), 0);
+    char *env_file = tu_fmt("DLOCK_ETCD_PASSWORD_FILE=%s", pwfile);
+    const char *fileenv[] = {env_file, NULL};
+    rc = tu_run(argv, fileenv, NULL, &err);
+    ck_assert_msg(rc == 0, "dlock run with DLOCK_ETCD_PASSWORD_FILE: %d %s", rc, err);
+    free(err);
+    free(env_file);
+    free(pwfile);
     free(envurl);
 
     tu_pair_close(&p);

@@ -103,9 +103,9 @@ int cli_open_within(const char *url, int64_t lease_ms, int64_t deadline, int wak
 {
     *out = NULL;
     dlock_client *c;
-    int rc = cli_client_new(url, lease_ms, &c);
-    if (rc)
-        return cli_fail(rc, NULL);
+    int rc, code = cli_client_new(url, lease_ms, &c);
+    if (code)
+        return code;
     struct client_step *s = calloc(1, sizeof *s);
     if (!s) {
         dlock_client_close(c);

@@ -28,11 +28,25 @@ enum {
 int cli_exit_code(int err);
 /* Print "dlock: WHAT: <dlock_errmsg()>" and return cli_exit_code(err). */
 int cli_fail(int err, const char *what);
-/* Open the client for URL (NULL: $DLOCK_URL, then the default), with an
- * optional lease in ms (0 = default). Prints the failure. */
+/* The URL to use and where it came from (config.c): the -u one (GIVEN),
+ * else $DLOCK_URL (unless empty), else the configuration file's, else
+ * none (URL NULL: the library's default). FROM names the source for -v:
+ * "-u", "DLOCK_URL", the file's path, or a sentence. */
+struct cli_url {
+    const char *url, *from;
+    bool from_argv, from_config;
+};
+/* 0, or EXIT_CONFIG after printing (unless QUIET) what is wrong with the
+ * configuration file. */
+int cli_choose_url(const char *given, bool quiet, struct cli_url *out);
+/* Open the client for URL (NULL: cli_choose_url()'s), with an optional
+ * lease in ms (0 = default). Prints the failure; warns when a -u URL holds
+ * a password (ps shows it), refuses a configuration file that holds one;
+ * under -v says which URL, from where. */
 int cli_open(const char *url, int64_t lease_ms, dlock_client **out);
-/* cli_open()'s client before it connects: made, lease and log hook set.
- * Returns a library code (the failure not printed). */
+/* cli_open()'s client before it connects: made, lease and log hook set,
+ * the URL chosen, warned about, refused and said as cli_open() says.
+ * Returns 0, or an exit code after printing the failure. */
 int cli_client_new(const char *url, int64_t lease_ms, dlock_client **out);
 
 /* The bound of `run -w` (bound.c): one deadline for the whole run. */
@@ -69,7 +83,7 @@ int64_t cli_seconds(const char *s);
  * a usage error for command CMD and return EXIT_USAGE. */
 int cli_check_name(const char *cmd, const char *name);
 /* Whether NAME names a file to lock as flock(1) does: it starts with '/',
- * "./" or "../", and URL (NULL: $DLOCK_URL) is a file URL or none. */
+ * "./" or "../", and URL (NULL: cli_choose_url()'s) is a file URL or none. */
 bool cli_is_path(const char *url, const char *name);
 /* Who holds PATH's flock(2) (flock.c, from /proc/locks): held, in which
  * mode, the holders' pids (space-separated) and how many wait. Returns 0

@@ -105,31 +105,59 @@ static void log_to_stderr(dlock_client *c, dlock_log_level level, const char *ms
 
 int cli_client_new(const char *url, int64_t lease_ms, dlock_client **out)
 {
-    if (!url)
-        url = getenv("DLOCK_URL");
+    struct cli_url from;
+    *out = NULL;
+    int code = cli_choose_url(url, false, &from);
+    if (code)
+        return code;
     dlock_client *c;
-    int rc = dlock_client_new(url, &c);
-    if (!rc && lease_ms > 0)
+    int rc = dlock_client_new(from.url, &c);
+    if (rc)
+        return cli_fail(rc, from.from_config ? from.from : NULL);
+    /* The library leaves a URL as it was given but for its secrets: one it
+     * changed holds a password. */
+    bool secret = from.url && strcmp(dlock_client_url(c), from.url) != 0;
+    if (secret && from.from_config) {
+        fprintf(stderr, "dlock: %s: holds a password, which every user it serves can read: keep "
+                        "it in a file of its own (mode 600) named by password_file = FILE\n",
+                from.from);
+        dlock_client_close(c);
+        return EXIT_CONFIG;
+    }
+    if (secret && from.from_argv)
+        fprintf(stderr, "dlock: warning: the -u URL holds a password, which every user can read "
+                        "in ps: give it with password_file=FILE (in the URL or a configuration "
+                        "file) or a DLOCK_*_PASSWORD_FILE variable\n");
+    if (cli_verbosity) {
+        char when[32];
+        cli_time_of_day(when, sizeof when);
+        fprintf(stderr, "%s dlock: info: URL %s (from %s)\n", when, dlock_client_url(c),
+                from.from);
+    }
+    if (lease_ms > 0)
         rc = dlock_client_setopt_int(c, DLOCK_OPT_LEASE_MS, lease_ms);
     if (!rc && cli_verbosity)
         rc = dlock_client_set_log(c, log_to_stderr, NULL,
                                   cli_verbosity > 1 ? DLOCK_LOG_DEBUG : DLOCK_LOG_INFO);
-    if (rc && c)
-        dlock_client_close(c); /* leaves dlock_errmsg() alone */
-    *out = rc ? NULL : c;
-    return rc;
+    if (rc) {
+        code = cli_fail(rc, NULL);
+        dlock_client_close(c);
+        return code;
+    }
+    *out = c;
+    return 0;
 }
 
 int cli_open(const char *url, int64_t lease_ms, dlock_client **out)
 {
     dlock_client *c = NULL;
-    int rc = cli_client_new(url, lease_ms, &c);
-    if (!rc)
-        rc = dlock_client_connect(c);
+    int code = cli_client_new(url, lease_ms, &c);
+    if (code)
+        return code;
+    int rc = dlock_client_connect(c);
     if (rc) {
-        int code = cli_fail(rc, NULL);
-        if (c)
-            dlock_client_close(c);
+        code = cli_fail(rc, NULL);
+        dlock_client_close(c);
         *out = NULL;
         return code;
     }
@@ -700,15 +728,19 @@ int main(int argc, char **argv)
     static const struct option longs[] = {{"url", required_argument, NULL, 'u'},
                                           {"help", no_argument, NULL, 'h'},
                                           {"version", no_argument, NULL, 'V'},
+                                          {"verbose", no_argument, NULL, 'v'},
                                           {0, 0, 0, 0}};
     const char *url = NULL;
     cli_job_note_args(argc, argv); /* the guardian renames itself there */
     int ch;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "+u:hV", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+u:hVv", longs, NULL)) != -1) {
         switch (ch) {
         case 'u':
             url = optarg;
+            break;
+        case 'v': /* every command: the URL used and whence, the library's events */
+            cli_verbosity++;
             break;
         case 'h':
             return cli_help(NULL, 0);

@@ -1161,9 +1161,9 @@ int cmd_hold(const char *url, int argc, char **argv)
 
 bool cli_is_path(const char *url, const char *name)
 {
-    if (!url)
-        url = getenv("DLOCK_URL");
-    if (url && *url && strncmp(url, "file:", 5) != 0)
+    struct cli_url from;
+    if (cli_choose_url(url, true, &from) == 0 && from.url && *from.url &&
+        strncmp(from.url, "file:", 5) != 0)
         return false;
     return name[0] == '/' || strncmp(name, "./", 2) == 0 || strncmp(name, "../", 3) == 0;
 }

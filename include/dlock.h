@@ -156,10 +156,18 @@ typedef enum dlock_option {
  *
  * URL: scheme://[user[:password]@]host[:port][,host[:port]...][/path]
  * [?key=value&...]. Every query option must be one the core reads (lease,
- * connect_timeout, timeout, drift, prefix, layout, user, password, tls_ca,
- * tls_cert, tls_key) or one the scheme's backend reads (redis: db; zk:
- * base, acl; docs/backends.md): any other is refused here, before a
- * backend dials. Durations are DIGITS[.DIGITS][ms|s|m|h] (a plain number
+ * connect_timeout, timeout, drift, prefix, layout, user, password,
+ * password_file, tls_ca, tls_cert, tls_key) or one the scheme's backend
+ * reads (redis: db, sentinel_password[_file]; zk: base, acl;
+ * docs/backends.md): any other is refused here, before a backend dials.
+ * password_file=PATH is read here: the password is the file's first line,
+ * and the file is refused as ssh refuses a key -- not a regular file owned
+ * by the effective user, or any group or other permission set
+ * (DLOCK_EACCES, naming it); missing (DLOCK_ENOENT), empty (DLOCK_EINVAL);
+ * beside another password, DLOCK_EBADURL. At connect a backend with no
+ * password in the URL reads DLOCK_REDIS_PASSWORD or
+ * DLOCK_REDIS_PASSWORD_FILE (etcd: DLOCK_ETCD_PASSWORD[_FILE], with a
+ * user), checked alike; both set is DLOCK_EINVAL. Durations are DIGITS[.DIGITS][ms|s|m|h] (a plain number
  * is ms), from 1 ms (drift: 0) to a year, as with setopt.
  * Passwords: percent-encode '/', '?' and '@' (%2F, %3F, %40) to be sure;
  * raw ones are read as the password when the URL allows no other reading
@@ -172,7 +180,8 @@ typedef enum dlock_option {
  * or the value of an option no backend knows (a misspelled ?Password=).
  * Returns DLOCK_OK; DLOCK_EBADURL (malformed URL, unknown scheme or
  * option, bad duration); DLOCK_ENOTBUILT (the scheme's backend is not in
- * this build); DLOCK_ENOMEM; DLOCK_EINVAL (OUT is NULL). Any thread. */
+ * this build); DLOCK_ENOMEM; DLOCK_EINVAL (OUT is NULL); password_file's
+ * DLOCK_EACCES, DLOCK_ENOENT, DLOCK_EINVAL, DLOCK_EIO. Any thread. */
 DLOCK_EXTERN int dlock_client_new(const char *url, dlock_client **out);
 
 /* Set an option of a client not yet connected; it overrides the URL's.
@@ -215,7 +224,9 @@ DLOCK_EXTERN int dlock_open(const char *url, dlock_client **out);
 
 /* The client's URL with its secrets removed (the ":password" part, and
  * password=, sentinel_password= and every option dlock_client_new() says
- * is a secret); owned by the client. NULL for NULL. Any thread. */
+ * is a secret); the rest as given, byte for byte, so a URL without a
+ * secret comes back unchanged. Owned by the client. NULL for NULL. Any
+ * thread. */
 DLOCK_EXTERN const char *dlock_client_url(const dlock_client *c);
 
 /* The backend's name: "file", "redis", "etcd", "zk". NULL for NULL. Any

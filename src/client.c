@@ -172,6 +172,8 @@ bool dlock__option_known(const char *scheme, const char *key)
     for (size_t i = 0; i < sizeof url_strings / sizeof *url_strings; i++)
         if (strcmp(url_strings[i].key, key) == 0)
             return true;
+    if (strcmp(key, "password_file") == 0) /* read by apply_url_options() */
+        return true;
     for (const char *const *p = dlock__backend_params(scheme); *p; p++)
         if (strcmp(*p, key) == 0)
             return true;
@@ -204,6 +206,18 @@ static int apply_url_options(dlock_client *c)
         const char *v = dlock__url_param(&c->url, url_strings[i].key);
         if (v && set_str(str_slot(c, url_strings[i].opt), v))
             return DLOCK_ENOMEM;
+    }
+    /* password_file=: read here, so that every user of the library has it
+     * (secret.c says how a password file is checked) */
+    const char *password_file = dlock__url_param(&c->url, "password_file");
+    if (password_file) {
+        if (c->opts.password)
+            return dlock__err(DLOCK_EBADURL, "bad URL '%s': password_file and a password both "
+                                             "given: give one",
+                              c->url.redacted);
+        int rc = dlock__password_file(password_file, "password_file", &c->opts.password);
+        if (rc)
+            return rc;
     }
     /* Before any network I/O: an option neither the core nor this
      * backend reads is a typo or a URL meant for another backend. */

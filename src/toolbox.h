@@ -91,11 +91,26 @@ struct dlock__url {
     char *path; /* percent-decoded, starts with '/', NULL if absent */
     struct dlock__param params[DLOCK__MAX_PARAMS];
     size_t nparams;
-    char *redacted; /* the URL with any password replaced by nothing */
+    char *redacted; /* the URL as given, its secrets left out (url.c) */
 };
 
 /* Value of query parameter KEY, marking it used; NULL when absent. */
 const char *dlock__url_param(struct dlock__url *u, const char *key);
+
+/* Passwords from files (secret.c). The first line of the file at PATH
+ * into *OUT (caller frees), refused as ssh refuses a key: not a regular
+ * file owned by this user, or any group or other permission bit set
+ * (DLOCK_EACCES); missing (DLOCK_ENOENT); empty (DLOCK_EINVAL). FROM names
+ * what gave PATH ("password_file", "DLOCK_REDIS_PASSWORD_FILE") in the
+ * message. */
+int dlock__password_file(const char *path, const char *from, char **out);
+/* The password in environment variable VAR, else in the file VAR_FILE
+ * names; *OUT NULL when neither is set (or set empty); both set:
+ * DLOCK_EINVAL. */
+int dlock__password_env(const char *var, char **out);
+/* The secret of U's option KEY, else of the file its KEY_file names (both:
+ * DLOCK_EBADURL), else dlock__password_env(VAR) (VAR NULL: none). */
+int dlock__secret_option(struct dlock__url *u, const char *key, const char *var, char **out);
 
 /* ---------------------------------------------------------------- options */
 

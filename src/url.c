@@ -280,8 +280,9 @@ static bool url_value_secret(const char *scheme, const char *key)
 
 /* The URL with its secrets left out: the ":password" of the userinfo
  * (found as the parser finds it) and every query option whose value
- * url_value_secret() hides. Error messages quote this, never the text as
- * given. A text without "://" that holds an '@' shows only what precedes
+ * url_value_secret() hides; the rest is kept byte for byte, so a URL
+ * without a secret comes back unchanged. Error messages quote this,
+ * never the text as given. A text without "://" that holds an '@' shows only what precedes
  * its first ':' (it cannot be parsed, so where a password ends is
  * unknown); one without "://" shows no option. */
 static char *redact(const char *text)
@@ -317,21 +318,26 @@ static char *redact(const char *text)
     size_t before = q ? (size_t)(q - p) : strlen(p);
     memcpy(o, p, before);
     o += before;
-    if (q) {
+    if (q) { /* every '&'-separated piece, empty ones too: a URL without
+              * a secret comes back as it was given */
         char lead = '?';
-        for (q++; *q;) {
+        for (q++;; q++) {
             size_t seg = strcspn(q, "&");
-            size_t klen = strcspn(q, "=&");
-            char *key = decode(q, klen);
-            bool secret = !key || url_value_secret(scheme, key);
-            free(key);
-            if (seg && !secret) {
+            bool secret = false;
+            if (seg) {
+                char *key = decode(q, strcspn(q, "=&"));
+                secret = !key || url_value_secret(scheme, key);
+                free(key);
+            }
+            if (!secret) {
                 *o++ = lead;
                 memcpy(o, q, seg);
                 o += seg;
                 lead = '&';
             }
-            q += seg + (q[seg] == '&');
+            q += seg;
+            if (!*q)
+                break;
         }
     }
     *o = 0;

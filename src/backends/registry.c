@@ -29,7 +29,9 @@ extern const struct dlock__backend dlock__backend_zk;
  * every scheme's options is in one place; dlock_client_connect() still
  * refuses an option a backend did not consume, as a second line.) */
 static const char *const no_params[] = {NULL};
-static const char *const redis_params[] = {"db", "sync", "sync_timeout", "sentinel_password", "queue_lease",
+static const char *const redis_params[] = {"db",          "sync",
+                                           "sync_timeout", "sentinel_password",
+                                           "sentinel_password_file", "queue_lease",
                                            NULL};
 static const char *const redlock_params[] = {"db", "node_timeout", NULL};
 static const char *const zk_params[] = {"base", "acl", NULL};

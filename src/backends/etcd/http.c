@@ -488,7 +488,12 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
                               text,
                               strstr(text, "user name is empty")
                                   ? " (the server has authentication enabled: give "
-                                    "etcd://USER:PASSWORD@...)"
+                                    "etcd://USER@... and the password with ?password_file=FILE, "
+                                    "DLOCK_ETCD_PASSWORD_FILE=FILE or DLOCK_ETCD_PASSWORD)"
+                              : strstr(text, "authentication failed")
+                                  ? " (check the user and the password: the URL's, its "
+                                    "password_file's, DLOCK_ETCD_PASSWORD_FILE's or "
+                                    "DLOCK_ETCD_PASSWORD)"
                                   : "");
         return dlock__err(DLOCK_EBACKEND, "%s: %s: %s", where(k, ep, at, sizeof at), what, text);
     }

@@ -957,8 +957,15 @@ int dlock__etcd_open(struct dlock_client *c, void **state)
     snprintf(s->ident, sizeof s->ident, "dlock %s", who);
     snprintf(s->shared_ident, sizeof s->shared_ident, ETCD_SHARED_MARK "%s", who);
     const char *password = c->opts.password;
-    if (c->opts.user && !password)
-        password = getenv("DLOCK_ETCD_PASSWORD");
+    char *env_password = NULL; /* DLOCK_ETCD_PASSWORD or its _FILE's */
+    if (c->opts.user && !password) {
+        int rc = dlock__password_env("DLOCK_ETCD_PASSWORD", &env_password);
+        if (rc) {
+            backend_free(s);
+            return rc;
+        }
+        password = env_password;
+    }
     struct etcd_conn_config cfg = {
         .hosts = c->url.hosts,
         .nhosts = c->url.nhosts,
@@ -974,6 +981,7 @@ int dlock__etcd_open(struct dlock_client *c, void **state)
         .label = label,
     };
     int rc = s->prefix ? dlock__etcd_conn_new(&cfg, &s->k) : dlock__err(DLOCK_ENOMEM, "out of memory");
+    free(env_password); /* the connection keeps its own copy */
     if (rc) {
         backend_free(s);
         return rc;

@@ -18,6 +18,12 @@
 
 /* ================================================================ errors */
 
+/* How to give the server a password, for the messages of a server that
+ * wants one (NOAUTH) or refused the one given. */
+#define PASSWORD_HOW                                                                              \
+    "?password_file=FILE, DLOCK_REDIS_PASSWORD_FILE=FILE or DLOCK_REDIS_PASSWORD (a password "    \
+    "in the URL shows in ps)"
+
 /* Map a server error reply to a code, with the server's words. */
 int dlock__redis_server_error(struct redis_state *s, const char *text, const char *what)
 {
@@ -40,6 +46,9 @@ int dlock__redis_server_error(struct redis_state *s, const char *text, const cha
     }
     else if (strstr(text, "not an integer"))
         code = DLOCK_EWRONGTYPE;
+    if (strncmp(text, "NOAUTH", 6) == 0 && !s->password)
+        return dlock__err(code, "%s: %s: %s (the server wants a password: give it with "
+                                PASSWORD_HOW ")", s->where, what, text);
     return dlock__err(code, "%s: %s: %s", s->where, what, text);
 }
 
@@ -102,8 +111,10 @@ static int setup_check(struct redis_state *s, struct rconn *k, int n, int rc)
             break;
         bool is_auth = s->password && i == 0;
         if (!rc && r->type == REDIS_REPLY_ERROR && is_auth)
-            rc = dlock__err(DLOCK_EAUTH, "%s: AUTH%s%s refused: %s", s->where, s->user ? " as " : "",
-                            s->user ? s->user : "", r->str);
+            rc = dlock__err(DLOCK_EAUTH, "%s: AUTH%s%s refused: %s (check the password: the "
+                                         "URL's, its password_file's, DLOCK_REDIS_PASSWORD_FILE's "
+                                         "or DLOCK_REDIS_PASSWORD)",
+                            s->where, s->user ? " as " : "", s->user ? s->user : "", r->str);
         else if (!rc && r->type == REDIS_REPLY_ERROR)
             rc = dlock__redis_server_error(s, r->str, is_auth ? "AUTH" : "SELECT");
         freeReplyObject(r);
@@ -413,6 +424,8 @@ void dlock__redis_close(void *state)
     dlock__redis_tls_context_free(s->tls);
     dlock__timed_mutex_destroy(&s->resolve_mu);
     free(s->sentinels);
+    free(s->sentinel_password);
+    free(s->env_password);
     free(s->master_name);
     free(s->host);
     free(s->sock);
@@ -571,8 +584,14 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
     s->fair = c->opts.layout && strcmp(c->opts.layout, "fair") == 0;
     s->user = c->opts.user;
     s->password = c->opts.password;
-    if (!s->password && getenv("DLOCK_REDIS_PASSWORD") && *getenv("DLOCK_REDIS_PASSWORD"))
-        s->password = getenv("DLOCK_REDIS_PASSWORD");
+    if (!s->password) { /* DLOCK_REDIS_PASSWORD or the file DLOCK_REDIS_PASSWORD_FILE names */
+        rc = dlock__password_env("DLOCK_REDIS_PASSWORD", &s->env_password);
+        s->password = s->env_password;
+        if (rc) {
+            dlock__redis_close(s);
+            return rc;
+        }
+    }
     s->connect_timeout_ms = c->opts.connect_timeout_ms > 0 ? c->opts.connect_timeout_ms : 5000;
     s->op_timeout_ms = c->opts.op_timeout_ms > 0 ? c->opts.op_timeout_ms : 5000;
     s->prefix = c->opts.key_prefix;

@@ -126,6 +126,7 @@ struct redis_state {
     char *sock;
     int db;
     const char *user, *password;
+    char *env_password; /* password's storage when it came from the environment */
     struct ssl_ctx_st *tls; /* rediss://: the TLS context; NULL: plain */
     int64_t connect_timeout_ms, op_timeout_ms;
     const char *prefix;
@@ -156,7 +157,7 @@ struct redis_state {
     struct redis_sentinel_addr *sentinels;
     size_t sentinel_first; /* atomic: the one that answered last, asked first */
     size_t nsentinels;
-    const char *sentinel_password;
+    char *sentinel_password; /* the URL's, a file's or the environment's */
     struct dlock__timed_mutex resolve_mu; /* one resolution at a time */
     bool master_stale;          /* under pool_mu: ask the sentinels again */
     unsigned master_epoch;      /* under pool_mu: bumped by each resolution */

@@ -51,7 +51,9 @@ static int sentinel_answer(struct redis_state *s, struct rconn *k, bool authed, 
                         "%s: SENTINEL get-master-addr-by-name %s: %s%s", k->where, s->master_name,
                         r->str,
                         strncmp(r->str, "NOAUTH", 6) == 0
-                            ? " (give sentinel_password or DLOCK_REDIS_SENTINEL_PASSWORD)"
+                            ? " (the sentinels want a password: give it with "
+                              "?sentinel_password_file=FILE, DLOCK_REDIS_SENTINEL_PASSWORD_FILE=FILE "
+                              "or DLOCK_REDIS_SENTINEL_PASSWORD)"
                             : "");
     else if (r->type == REDIS_REPLY_NIL)
         rc = dlock__err(DLOCK_ENOENT, "%s: this sentinel monitors no master named '%s'", k->where,
@@ -349,10 +351,11 @@ int dlock__redis_sentinel_parse(struct redis_state *s, struct dlock_client *c)
     if (!*s->master_name)
         return dlock__err(DLOCK_EBADURL, "bad URL '%s': the master's name is empty", url);
     snprintf(s->where, sizeof s->where, "%s master '%s'", c->url.scheme, s->master_name);
-    s->sentinel_password = dlock__url_param(&c->url, "sentinel_password");
-    const char *env = getenv("DLOCK_REDIS_SENTINEL_PASSWORD");
-    if (!s->sentinel_password && env && *env)
-        s->sentinel_password = env;
+    /* ?sentinel_password=, ?sentinel_password_file=, else the environment's */
+    int rc = dlock__secret_option(&c->url, "sentinel_password", "DLOCK_REDIS_SENTINEL_PASSWORD",
+                                  &s->sentinel_password);
+    if (rc)
+        return rc;
     s->sentinel = true;
     return DLOCK_OK;
 }

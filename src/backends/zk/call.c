@@ -334,7 +334,9 @@ int dlock__zk_fail(struct zk_backend *zb, int rc, const char *what, const char *
     case ZNOAUTH:
         return dlock__err(DLOCK_EAUTH, "%s: %s %s: %s (the node's ACL denies this client%s)",
                           zb->servers, what, path, words,
-                          zb->auth ? "" : "; no user:password given in the URL");
+                          zb->auth ? ""
+                                   : "; no user:password given: zk://USER@..., the password "
+                                     "in the URL or its ?password_file=FILE");
     case ZAUTHFAILED:
         return dlock__err(DLOCK_EAUTH, "%s: %s %s: %s", zb->servers, what, path, words);
     case ZCONNECTIONLOSS:

@@ -427,6 +427,40 @@ TU_TEST(time_bound, 30)
     tu_pair_close(&p);
 }
 
+/* Bounded waits of 1 to 20 ms against a held lock, on a fresh name each
+ * time (so some end while their first request is still on its way) and
+ * on the same one: every one ends DLOCK_ETIMEDOUT -- never a backend
+ * error for a request its own deadline cut short -- for a plain handle
+ * and, where the backend has them, a fair one. The code alone is
+ * asserted, never the time. */
+TU_TEST(tiny_waits_time_out, 120)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_lock *same = tu_lock(a, "tiny");
+    TU_ACQUIRE_OK(same, DLOCK_TRY);
+    for (int fair = 0; fair <= has(CT_FAIR); fair++)
+        for (int i = 0; i < 60; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "tiny%d-%d", fair, i);
+            bool fresh = i % 2;
+            dlock_lock *holder = fresh ? tu_lock(a, name) : NULL;
+            if (holder)
+                TU_ACQUIRE_OK(holder, DLOCK_TRY);
+            dlock_lock *l = tu_lock_mode(b, fresh ? name : "tiny", DLOCK_EXCLUSIVE,
+                                         fair ? DLOCK_LOCK_FAIR : 0);
+            int64_t wait = 1 + i % 20;
+            int rc = dlock_acquire(l, wait);
+            ck_assert_msg(rc == DLOCK_ETIMEDOUT, "%s wait %d of %" PRId64 " ms on '%s': %s (%s)",
+                          fair ? "fair" : "plain", i, wait, dlock_lock_name(l), dlock_err_name(rc),
+                          dlock_errmsg());
+            TU_FREE_LOCKS(l, holder);
+        }
+    EXPECT_RC(dlock_release(same), DLOCK_OK);
+    dlock_lock_free(same);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* A cancel from another thread ends a wait the backend sees (or, where it
  * cannot tell, a cancel repeated until the acquire returns, which only a
  * cancel that reached the wait can make it do). */

@@ -372,7 +372,9 @@ DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned 
  * is sent -- see "Modes and owners" below for a different mode.
  * Returns DLOCK_OK (held; dlock_token() has its token); contention:
  * DLOCK_EBUSY, DLOCK_ETIMEDOUT (the message keeps the backend's reason
- * when it had one, e.g. disconnected), DLOCK_ECANCELED; DLOCK_ELOST (the
+ * when it had one, e.g. disconnected; also a wait whose request its own
+ * end cut short -- "no reply within 1 ms", a quorum not reached in time
+ * -- on every backend), DLOCK_ECANCELED; DLOCK_ELOST (the
  * owner's hold was lost and not yet released: release it first);
  * DLOCK_EMISUSE (an upgrade from shared, after fork or close); DLOCK_EINVAL
  * (L NULL, hold count overflow, a negative WAIT_MS other than

@@ -109,6 +109,13 @@ static inline void dlock__msg_clear(void)
 void dlock__wait_init(struct dlock__wait *w, int64_t deadline);
 void dlock__wait_destroy(struct dlock__wait *w);
 void dlock__wait_cancel(struct dlock__wait *w);
+/* The code of an acquire through W that the backend answered RC: a
+ * request cut short by W's own deadline (DLOCK_ECONN "no reply within 1
+ * ms", DLOCK_EUNAVAIL "no quorum" of nodes the deadline cut, once it has
+ * passed) is W's timeout, DLOCK_ETIMEDOUT, whatever the backend and URL
+ * form (the message, kept, says what was cut); never for a try once or a
+ * wait forever. Any other RC as it is. */
+int dlock__wait_outcome(const struct dlock__wait *w, int rc);
 
 /* The cancel object's side of an acquire (cancel.c): attach the wait of
  * R so a fire cancels it (DLOCK_ECANCELED at once when already fired,

@@ -547,7 +547,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     if (!rc) {
         int64_t sent = dlock__now_ms();
         dlock__err(DLOCK_OK, "%s", ""); /* so a backend's own words show */
-        rc = dlock__backend_acquire(c, h, &w);
+        rc = dlock__wait_outcome(&w, dlock__backend_acquire(c, h, &w));
         /* A backend that did not confirm: count validity from before the
          * request, which is never later than the truth. */
         if (!rc && h->lease_ms && h->valid_until == DLOCK__NEVER)

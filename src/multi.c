@@ -196,7 +196,7 @@ static int acquire_at_once(dlock_multi *m, int64_t deadline, dlock_cancel *cance
     if (!rc) {
         int64_t sent = dlock__now_ms();
         dlock__err(DLOCK_OK, "%s", ""); /* so a backend's own words show */
-        rc = be->multi->acquire(c->bstate, hs, m->n, &w, busy);
+        rc = dlock__wait_outcome(&w, be->multi->acquire(c->bstate, hs, m->n, &w, busy));
         for (size_t j = 0; !rc && j < m->n; j++)
             if (hs[j]->lease_ms && hs[j]->valid_until == DLOCK__NEVER)
                 dlock__hold_confirmed(c, hs[j], sent); /* as dlock_acquire_ex() */

@@ -203,6 +203,13 @@ int64_t dlock__wait_deadline(const struct dlock__wait *w)
     return w ? w->deadline : 0;
 }
 
+int dlock__wait_outcome(const struct dlock__wait *w, int rc)
+{
+    if ((rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL) && dlock__time_left(w->deadline, 1) == 0)
+        return DLOCK_ETIMEDOUT;
+    return rc;
+}
+
 int64_t dlock__time_left(int64_t deadline, int64_t cap_ms)
 {
     if (deadline == 0 || deadline == DLOCK__NEVER)

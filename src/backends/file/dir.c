@@ -41,17 +41,19 @@
 static const char *const bases[] = {"/run/lock", "/var/tmp"};
 
 /* Whether BASE can hold our directory: a directory (not a link) of
- * root's that is sticky and world-writable, or that only root may write
- * and we are root. *PUBLIC: others may write there. */
+ * root's (or ours: the root of a user namespace) that is sticky and
+ * world-writable, or that only we may write. Its owner may rename what is
+ * in it, so no other owner is trusted. *PUBLIC: others may write there. */
 static bool usable_base(const char *base, bool *public)
 {
     struct stat st;
-    if (lstat(base, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0)
+    uid_t me = geteuid();
+    if (lstat(base, &st) < 0 || !S_ISDIR(st.st_mode) || (st.st_uid != 0 && st.st_uid != me))
         return false;
     *public = (st.st_mode & S_IWOTH) != 0;
     if (*public)
         return (st.st_mode & S_ISVTX) != 0;
-    return !(st.st_mode & S_IWGRP) && geteuid() == 0;
+    return !(st.st_mode & S_IWGRP) && st.st_uid == me;
 }
 
 static void candidate(char *out, size_t size, const char *base, unsigned uid, int i)

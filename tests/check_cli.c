@@ -2004,6 +2004,27 @@ TU_TEST(help_man, 120)
     free(out);
 }
 
+/* --version names the backends this build has, as `make backends` does:
+ * the tests are compiled with the same DLOCK_HAVE_* as the library. */
+TU_TEST(version_lists_backends, 60)
+{
+    char *out;
+    ck_assert_int_eq(DLOCK(&out, NULL, "--version"), 0);
+    char want[128] = "(backends: file";
+#ifdef DLOCK_HAVE_REDIS
+    strcat(want, " redis");
+#endif
+#ifdef DLOCK_HAVE_ETCD
+    strcat(want, " etcd");
+#endif
+#ifdef DLOCK_HAVE_ZK
+    strcat(want, " zk");
+#endif
+    strcat(want, ")\n");
+    ck_assert_msg(strstr(out, want), "--version says '%s', not '%s'", out, want);
+    free(out);
+}
+
 /* The shell completions (cli/completion/) offer every command --help
  * names, run's options, the URL schemes and, past --, COMMAND; zsh's file
  * parses. Options come from `dlock help` at completion time, so what is

@@ -124,7 +124,7 @@ static const char *general =
     "                        whatever the session\n"
     "  -v, --verbose         say which URL is used and whence; the library's events\n"
     "  -h, --help            this text\n"
-    "  -V, --version         print the version\n"
+    "  -V, --version         print the version and the backends built\n"
     "\n"
     "URLs: file:///DIR  redis://[USER[:PASS]@]HOST[:PORT][/DB]  redis+unix:///SOCKET\n"
     "      redis+sentinel://S1:PORT[,...]/MASTER  redis+cluster://H1:PORT[,H2:PORT...]\n"

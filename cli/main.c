@@ -723,6 +723,25 @@ int cmd_list(const char *url, int argc, char **argv)
     return code;
 }
 
+/* "dlock 0.1.0 (backends: file redis etcd zk)": the backends are asked of
+ * the library linked (a scheme it was built without is DLOCK_ENOTBUILT at
+ * dlock_client_new(), which dials nothing), not of the CLI's own build. */
+static int print_version(void)
+{
+    static const char *const probes[][2] = {
+        {"file", "file:///"}, {"redis", "redis://127.0.0.1"}, {"etcd", "etcd://127.0.0.1"},
+        {"zk", "zk://127.0.0.1"}};
+    printf("dlock %s (backends:", dlock_version());
+    for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
+        dlock_client *c = NULL;
+        if (dlock_client_new(probes[i][1], &c) != DLOCK_ENOTBUILT)
+            printf(" %s", probes[i][0]);
+        dlock_client_close(c);
+    }
+    printf(")\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longs[] = {{"url", required_argument, NULL, 'u'},
@@ -745,8 +764,7 @@ int main(int argc, char **argv)
         case 'h':
             return cli_help(NULL, 0);
         case 'V':
-            printf("dlock %s\n", dlock_version());
-            return 0;
+            return print_version();
         default:
             if (optopt == 'u')
                 fprintf(stderr, "dlock: -u needs a URL\n");

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -31,6 +32,7 @@
 
 #include "dlock.h"
 #include "fixture_etcd.h"
+#include "hostile_http.h"
 #include "relay.h"
 #include "testutil.h"
 
@@ -2658,6 +2660,158 @@ TU_TEST_IN(single, busy_try_once_revoke_ends_on_a_stalled_server, 90)
     tu_solo_close(&a);
     tu_solo_close(&b);
     tu_relay_stop(&relay);
+}
+
+/* ------------------------------------------------ a hostile server
+ *
+ * etcd behind tests/lib/hostile_http.c, whose replies the test rewrites:
+ * a broken or hostile server (or a proxy) must not make dlock take a
+ * grant it was not given, nor reach the terminal with its words. */
+
+enum hostile_mode {
+    HOSTILE_OFF,
+    HOSTILE_TXN_NO_RESPONSES, /* a txn that succeeded: its responses left out */
+    HOSTILE_GRANT_TTL,        /* a lease grant: its TTL replaced by TEXT */
+    HOSTILE_KEEPALIVE_TTL,    /* a keepalive: its TTL replaced by TEXT */
+    HOSTILE_TXN_REFUSED,      /* a txn: refused, in the words TEXT */
+};
+
+struct hostile {
+    enum hostile_mode mode;
+    const char *text;
+};
+
+static char *hostile_rewrite(void *arg, const char *path, const char *request, int *status,
+                             const char *reply)
+{
+    (void)request;
+    struct hostile *hs = arg;
+    json_t *j = *status == 200 ? json_loads(reply, 0, NULL) : NULL;
+    char *out = NULL;
+    if (hs->mode == HOSTILE_TXN_NO_RESPONSES && strcmp(path, "/v3/kv/txn") == 0 &&
+        json_is_true(json_object_get(j, "succeeded"))) {
+        json_object_del(j, "responses");
+        out = json_dumps(j, JSON_COMPACT);
+    } else if (hs->mode == HOSTILE_GRANT_TTL && strcmp(path, "/v3/lease/grant") == 0 && j) {
+        json_object_set_new(j, "TTL", json_string(hs->text));
+        out = json_dumps(j, JSON_COMPACT);
+    } else if (hs->mode == HOSTILE_KEEPALIVE_TTL && strcmp(path, "/v3/lease/keepalive") == 0 &&
+               json_is_object(json_object_get(j, "result"))) {
+        json_object_set_new(json_object_get(j, "result"), "TTL", json_string(hs->text));
+        out = json_dumps(j, JSON_COMPACT);
+    } else if (hs->mode == HOSTILE_TXN_REFUSED && strcmp(path, "/v3/kv/txn") == 0) {
+        json_t *r = json_pack("{s:i, s:s}", "code", 3, "message", hs->text);
+        out = json_dumps(r, JSON_COMPACT);
+        json_decref(r);
+        *status = 400;
+    }
+    json_decref(j);
+    return out;
+}
+
+/* A client of etcd through a hostile proxy (*H), its rewrite HS. */
+static dlock_client *hostile_open(struct tu_hostile_http *h, struct hostile *hs)
+{
+    REQUIRE_SERVERS();
+    tu_hostile_http_start(h, F.m[0].client_port, hostile_rewrite, hs);
+    char *url = tu_fmt("etcd://127.0.0.1:%d?timeout=5s", h->port);
+    dlock_client *c = tu_open(url);
+    free(url);
+    return c;
+}
+
+/* Set HS's mode under the proxy's lock (its threads read it). */
+static void hostile_set(struct tu_hostile_http *h, struct hostile *hs, enum hostile_mode mode,
+                        const char *text)
+{
+    pthread_mutex_lock(&h->mu);
+    hs->mode = mode;
+    hs->text = text;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Acquire NAME through C: it must fail with ERR, its message naming
+ * WORD. */
+static void assert_acquire_refused(dlock_client *c, const char *name, int err, const char *word)
+{
+    dlock_lock *l = tu_lock(c, name);
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    ck_assert_msg(rc == err, "acquire '%s': %s (%s), expected %s", name, dlock_err_name(rc),
+                  dlock_errmsg(), dlock_err_name(err));
+    ck_assert_msg(strstr(dlock_errmsg(), word), "the message does not name %s: %s", word,
+                  dlock_errmsg());
+    dlock_lock_free(l);
+}
+
+/* A txn that "succeeded" with no responses is no grant: the put it
+ * claims to have made is not in the reply. */
+TU_TEST_IN(single, txn_success_without_responses_is_no_grant, 60)
+{
+    struct tu_hostile_http h;
+    struct hostile hs = {HOSTILE_TXN_NO_RESPONSES, NULL};
+    dlock_client *c = hostile_open(&h, &hs);
+    assert_acquire_refused(c, "hostile-txn", DLOCK_EPROTO, "responses");
+    ck_assert_uint_ge(atomic_load(&h.rewritten), 1);
+    hostile_set(&h, &hs, HOSTILE_OFF, NULL);
+    dlock_client_close(c);
+    tu_hostile_http_stop(&h);
+}
+
+/* A lease granted with a TTL of -1, or of 20 digits (past int64), is no
+ * lease: the acquire fails naming the TTL. */
+TU_TEST_IN(single, lease_grant_with_a_bad_ttl_is_refused, 60)
+{
+    static const char *const bad[] = {"-1", "0", "99999999999999999999", "12abc", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct tu_hostile_http h;
+        struct hostile hs = {HOSTILE_GRANT_TTL, bad[i]};
+        dlock_client *c = hostile_open(&h, &hs);
+        assert_acquire_refused(c, "hostile-ttl", DLOCK_EPROTO, "TTL");
+        hostile_set(&h, &hs, HOSTILE_OFF, NULL);
+        dlock_client_close(c);
+        tu_hostile_http_stop(&h);
+    }
+}
+
+/* A keepalive answered with a TTL past int64 renews nothing: the hold,
+ * no longer renewed, is reported lost, not kept on a number that is not
+ * one. */
+TU_TEST_IN(single, keepalive_with_a_bad_ttl_renews_nothing, 60)
+{
+    struct tu_hostile_http h;
+    struct hostile hs = {HOSTILE_OFF, NULL};
+    dlock_client *c = hostile_open(&h, &hs);
+    dlock_lock *l = tu_lock(c, "hostile-keepalive");
+    ck_assert_int_eq(dlock_lock_set_lease(l, 2000, 0), DLOCK_OK);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    hostile_set(&h, &hs, HOSTILE_KEEPALIVE_TTL, "99999999999999999999");
+    int64_t left = 0;
+    for (int k = 0; k < 200 && (left = dlock_validity_ms(l)) > 0; k++)
+        tu_sleep_ms(50);
+    ck_assert_msg(left <= 0, "a hold renewed by keepalives whose TTL is no number: %lld ms left",
+                  (long long)left);
+    hostile_set(&h, &hs, HOSTILE_OFF, NULL);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_hostile_http_stop(&h);
+}
+
+/* etcd's words reach dlock_errmsg() (and the terminal) with their
+ * control characters escaped: an escape sequence in a refusal's message
+ * cannot retitle or clear the terminal of whoever reads it. */
+TU_TEST_IN(single, server_text_reaches_the_message_escaped, 60)
+{
+    struct tu_hostile_http h;
+    struct hostile hs = {HOSTILE_TXN_REFUSED, "no\x1b]0;pwned\x07\x1b[2J\x7f\xc2\x9b" "31m way"};
+    dlock_client *c = hostile_open(&h, &hs);
+    assert_acquire_refused(c, "hostile-text", DLOCK_EBACKEND, "\\x1b]0;pwned\\x07\\x1b[2J");
+    for (const unsigned char *p = (const unsigned char *)dlock_errmsg(); *p; p++)
+        ck_assert_msg(*p >= 0x20 && *p != 0x7f && !(p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0),
+                      "a control character (%#x) in the message: %s", *p, dlock_errmsg());
+    hostile_set(&h, &hs, HOSTILE_OFF, NULL);
+    dlock_client_close(c);
+    tu_hostile_http_stop(&h);
 }
 
 /* Each case's tests share its members (an unchecked fixture).

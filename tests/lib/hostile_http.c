@@ -1,0 +1,256 @@
+/* hostile_http.c -- an HTTP proxy in front of etcd whose replies a test
+ * rewrites (see hostile_http.h for why). Each request of a client goes to
+ * etcd as HTTP/1.0 on a connection of its own, so etcd answers with the
+ * whole body and closes (no chunks to decode); the client gets it back,
+ * rewritten or not, as HTTP/1.1 with its length, on its kept-alive
+ * connection.
+ */
+#include "hostile_http.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define POLL_MS 100
+
+struct conn {
+    struct tu_hostile_http *h;
+    int fd;
+};
+
+static int dial(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static bool send_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+        if (w <= 0)
+            return false;
+        buf += w;
+        len -= (size_t)w;
+    }
+    return true;
+}
+
+/* Read from FD into *BUF (*LEN used, grown as needed) once; false at EOF,
+ * on an error or when the proxy stops. */
+static bool read_some(struct tu_hostile_http *h, int fd, char **buf, size_t *len, size_t *cap)
+{
+    for (;;) {
+        if (atomic_load(&h->stop))
+            return false;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, POLL_MS) == 0)
+            continue;
+        if (*cap - *len < 65536) {
+            *cap = *cap * 2 + 65536;
+            *buf = realloc(*buf, *cap + 1);
+            ck_assert_ptr_nonnull(*buf);
+        }
+        ssize_t n = recv(fd, *buf + *len, *cap - *len, 0);
+        if (n <= 0)
+            return false;
+        *len += (size_t)n;
+        (*buf)[*len] = 0;
+        return true;
+    }
+}
+
+/* The value of header NAME in the header block HDRS (NULL if none). */
+static const char *header(const char *hdrs, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *l = strstr(hdrs, "\r\n"); l; l = strstr(l + 2, "\r\n"))
+        if (strncasecmp(l + 2, name, n) == 0 && l[2 + n] == ':')
+            return l + 3 + n + strspn(l + 3 + n, " ");
+    return NULL;
+}
+
+/* Relay both ways between A and B until one side closes. */
+static void pump(struct tu_hostile_http *h, int a, int b)
+{
+    char buf[65536];
+    while (!atomic_load(&h->stop)) {
+        struct pollfd p[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
+        if (poll(p, 2, POLL_MS) <= 0)
+            continue;
+        for (int i = 0; i < 2; i++) {
+            if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
+            if (n <= 0 || !send_all(p[1 - i].fd, buf, (size_t)n))
+                return;
+        }
+    }
+}
+
+/* Ask etcd: REQ's method and path, HDRS' auth token, BODY; the reply's
+ * status and body into *STATUS and *REPLY (malloc'd). False when etcd
+ * could not be asked. */
+static bool ask_etcd(struct tu_hostile_http *h, const char *method, const char *path,
+                     const char *hdrs, const char *body, size_t body_len, int *status,
+                     char **reply)
+{
+    int fd = dial(h->target);
+    if (fd < 0)
+        return false;
+    const char *auth = header(hdrs, "Authorization");
+    char *head = tu_fmt("%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        "%s%.*s%sContent-Length: %zu\r\n\r\n",
+                        method, path, auth ? "Authorization: " : "",
+                        auth ? (int)strcspn(auth, "\r") : 0, auth ? auth : "",
+                        auth ? "\r\n" : "", body_len);
+    bool ok = send_all(fd, head, strlen(head)) && send_all(fd, body, body_len);
+    free(head);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    while (ok && read_some(h, fd, &buf, &len, &cap))
+        ;
+    close(fd);
+    char *end = buf ? strstr(buf, "\r\n\r\n") : NULL;
+    if (!ok || !end || sscanf(buf, "HTTP/%*s %d", status) != 1) {
+        free(buf);
+        return false;
+    }
+    *reply = strdup(end + 4);
+    free(buf);
+    return true;
+}
+
+/* Serve one client connection's requests, one after the other. */
+static void *serve(void *arg)
+{
+    struct conn *c = arg;
+    struct tu_hostile_http *h = c->h;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        char *end;
+        while (!(end = buf ? strstr(buf, "\r\n\r\n") : NULL))
+            if (!read_some(h, c->fd, &buf, &len, &cap))
+                goto done;
+        char method[16], path[256];
+        if (sscanf(buf, "%15s %255s", method, path) != 2)
+            goto done;
+        size_t hdr_len = (size_t)(end + 4 - buf);
+        char *hdrs = strndup(buf, hdr_len);
+        const char *cl = header(hdrs, "Content-Length"), *expect = header(hdrs, "Expect");
+        size_t body_len = cl ? strtoul(cl, NULL, 10) : 0;
+        if (expect && strncasecmp(expect, "100-continue", 12) == 0 &&
+            !send_all(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25)) {
+            free(hdrs);
+            goto done;
+        }
+        if (strcmp(path, "/v3/watch") == 0) { /* a stream: relayed as it is */
+            int up = dial(h->target);
+            if (up >= 0 && send_all(up, buf, len))
+                pump(h, c->fd, up);
+            if (up >= 0)
+                close(up);
+            free(hdrs);
+            goto done;
+        }
+        while (len < hdr_len + body_len)
+            if (!read_some(h, c->fd, &buf, &len, &cap)) {
+                free(hdrs);
+                goto done;
+            }
+        char *body = strndup(buf + hdr_len, body_len);
+        memmove(buf, buf + hdr_len + body_len, len - hdr_len - body_len + 1);
+        len -= hdr_len + body_len;
+        int status = 0;
+        char *reply = NULL;
+        bool asked = ask_etcd(h, method, path, hdrs, body, body_len, &status, &reply);
+        free(hdrs);
+        if (!asked) {
+            free(body);
+            goto done;
+        }
+        pthread_mutex_lock(&h->mu);
+        char *instead = h->rewrite(h->arg, path, body, &status, reply);
+        pthread_mutex_unlock(&h->mu);
+        free(body);
+        if (instead) {
+            atomic_fetch_add(&h->rewritten, 1);
+            free(reply);
+            reply = instead;
+        }
+        char *head = tu_fmt("HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                            "Content-Length: %zu\r\n\r\n",
+                            status, strlen(reply));
+        bool sent = send_all(c->fd, head, strlen(head)) && send_all(c->fd, reply, strlen(reply));
+        free(head);
+        free(reply);
+        if (!sent)
+            goto done;
+    }
+done:
+    free(buf);
+    close(c->fd);
+    free(c);
+    return NULL;
+}
+
+static void *accept_loop(void *arg)
+{
+    struct tu_hostile_http *h = arg;
+    while (!atomic_load(&h->stop)) {
+        struct pollfd p = {.fd = h->listen_fd, .events = POLLIN};
+        if (poll(&p, 1, POLL_MS) <= 0)
+            continue;
+        int fd = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        struct conn *c = malloc(sizeof *c);
+        ck_assert_ptr_nonnull(c);
+        *c = (struct conn){h, fd};
+        pthread_t t;
+        ck_assert_int_eq(pthread_create(&t, NULL, serve, c), 0);
+        pthread_detach(t);
+    }
+    return NULL;
+}
+
+void tu_hostile_http_start(struct tu_hostile_http *h, int target, tu_http_rewrite_fn rewrite,
+                           void *arg)
+{
+    *h = (struct tu_hostile_http){.target = target, .rewrite = rewrite, .arg = arg};
+    pthread_mutex_init(&h->mu, NULL);
+    h->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(h->listen_fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    ck_assert_int_eq(bind(h->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(h->listen_fd, 64), 0);
+    ck_assert_int_eq(getsockname(h->listen_fd, (struct sockaddr *)&a, &alen), 0);
+    h->port = ntohs(a.sin_port);
+    ck_assert_int_eq(pthread_create(&h->thread, NULL, accept_loop, h), 0);
+}
+
+void tu_hostile_http_stop(struct tu_hostile_http *h)
+{
+    atomic_store(&h->stop, 1);
+    pthread_join(h->thread, NULL);
+    close(h->listen_fd);
+}

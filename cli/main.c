@@ -545,9 +545,14 @@ int cmd_status(const char *url, int argc, char **argv)
         printf("name:     ");
         print_name(name);
         printf("\nbackend:  %s\n", dlock_client_backend(c));
-        if (*master)
-            printf("master:   %s\n", master);
-        printf("key:      %s\n", dlock_info_key(info));
+        if (*master) {
+            printf("master:   ");
+            print_name(master);
+            putchar('\n');
+        }
+        printf("key:      ");
+        print_name(dlock_info_key(info));
+        putchar('\n');
         if (o.semaphore)
             held = held && dlock_info_free_permits(info) == 0 ? 2 : held; /* 2: all held */
         printf("state:    %s%s%s%s\n",
@@ -559,11 +564,11 @@ int cmd_status(const char *url, int argc, char **argv)
         for (size_t k = 0; k < dlock_info_holder_count(info); k++) {
             unsigned count;
             const char *who = dlock_info_holder(info, k, &count);
+            printf("holder:   "); /* the server's words, like names */
+            print_name(who);
             if (count)
-                printf("holder:   %s (%s %u)\n", who, o.semaphore ? "permits" : "hold count",
-                       count);
-            else
-                printf("holder:   %s\n", who);
+                printf(" (%s %u)", o.semaphore ? "permits" : "hold count", count);
+            putchar('\n');
         }
         if (o.semaphore)
             printf("permits:  %u, %ld free\n", dlock_info_permits(info),
@@ -579,8 +584,11 @@ int cmd_status(const char *url, int argc, char **argv)
             printf("waiters:  unknown to this backend\n");
         else {
             printf("waiters:  %ld\n", nw);
-            for (long k = 0; k < nw; k++)
-                printf("  %ld. %s\n", k + 1, dlock_info_waiter(info, (size_t)k));
+            for (long k = 0; k < nw; k++) {
+                printf("  %ld. ", k + 1);
+                print_name(dlock_info_waiter(info, (size_t)k));
+                putchar('\n');
+            }
         }
     }
     dlock_info_free(info);

@@ -119,7 +119,9 @@ DLOCK_EXTERN const char *dlock_err_name(int err);
  * next dlock call on this thread. Every call that returns a code clears
  * it first, so it never describes an earlier call; the free and close
  * functions leave it alone (read it after cleaning up). "" when the last
- * such call did not fail. */
+ * such call did not fail. Control characters in it (C0, DEL, C1: from a
+ * server's words or a name) are written as \xHH, so a message can go to
+ * a terminal as it is. */
 DLOCK_EXTERN const char *dlock_errmsg(void);
 
 /* ---------------------------------------------------------------- clients */
@@ -1096,7 +1098,8 @@ typedef enum dlock_log_level {
 /* Log hook: FN(C, LEVEL, MSG, ARG) for each event of client C at LEVEL or
  * more severe than MAX_LEVEL, e.g. "lock 'jobs' lost: ...", "redis
  * 127.0.0.1:6379: reconnected". Off by default (FN NULL turns it off
- * again). MSG is one line without newline, valid during the call.
+ * again). MSG is one line without newline, its control characters
+ * written as \xHH (as dlock_errmsg()'s), valid during the call.
  * FN runs on whichever thread found the event (the keeper, a backend's
  * own thread, a caller of dlock_acquire()), one call at a time per
  * client, possibly while the library holds the client's locks: it must

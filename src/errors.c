@@ -5,6 +5,11 @@
  * the last failure lives in thread-local storage: a client is shared by
  * threads, so a per-client message would be overwritten by another
  * thread's failure before the first one read it.
+ *
+ * Messages quote what servers say and the names callers gave, and end up
+ * on terminals: every control character in them is escaped here, once
+ * (dlock__escape_text), so no server text can carry an escape sequence
+ * to whoever reads the message.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -50,9 +55,41 @@ const char *dlock_errmsg(void)
     return last_msg;
 }
 
+size_t dlock__escape_text(char *dst, size_t size, const char *src)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t w = 0;
+    if (!size)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)src; *p; p++) {
+        /* C0, DEL, and C1 (U+0080-U+009F, 0xc2 0x80-0x9f in UTF-8: 0x9b
+         * is a CSI to some terminals) */
+        size_t n = *p < 0x20 || *p == 0x7f ? 1 : p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0 ? 2 : 0;
+        if (!n) {
+            if (w + 1 >= size)
+                break;
+            dst[w++] = (char)*p;
+            continue;
+        }
+        if (w + 4 * n >= size)
+            break;
+        for (size_t k = 0; k < n; k++, w += 4) {
+            dst[w] = '\\';
+            dst[w + 1] = 'x';
+            dst[w + 2] = hex[p[k] >> 4];
+            dst[w + 3] = hex[p[k] & 15];
+        }
+        p += n - 1;
+    }
+    dst[w] = 0;
+    return w;
+}
+
 static void vset(const char *fmt, va_list ap)
 {
-    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    char raw[sizeof last_msg]; /* (an argument may be last_msg itself) */
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    dlock__escape_text(last_msg, sizeof last_msg, raw);
 }
 
 int dlock__err(int err, const char *fmt, ...)

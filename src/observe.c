@@ -32,11 +32,12 @@ int dlock_client_set_log(dlock_client *c, dlock_log_fn fn, void *arg, dlock_log_
 
 static void vlog(struct dlock_client *c, int level, const char *fmt, va_list ap)
 {
-    char msg[1024];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    for (char *p = msg; *p; p++) /* one line, as promised */
+    char raw[1024], msg[1024];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    for (char *p = raw; *p; p++) /* one line, as promised */
         if (*p == '\n' || *p == '\r')
             *p = ' ';
+    dlock__escape_text(msg, sizeof msg, raw); /* server text and names quoted */
     pthread_mutex_lock(&c->log_mu);
     if (c->log_fn && level <= c->log_level)
         c->log_fn(c, (dlock_log_level)level, msg, c->log_arg);

@@ -59,6 +59,12 @@ int dlock__err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* Same, with ": strerror(errnum)" appended. */
 int dlock__errno(int err, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* SRC into DST (SIZE bytes, always NUL-terminated, cut before an escape
+ * that does not fit) with every control character -- C0, DEL, C1 --
+ * written as \xHH: what every message and log line goes through, so
+ * that server text and names cannot reach a terminal raw. Returns the
+ * length written. */
+size_t dlock__escape_text(char *dst, size_t size, const char *src);
 /* Map an errno from open/mkdir/... to a DLOCK_E* code. */
 int dlock__errno_code(int errnum);
 /* Keep the calling thread's message aside across a call that may

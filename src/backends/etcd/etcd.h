@@ -2,6 +2,7 @@
  *
  *   curl.c   libcurl, loaded with dlopen() on first use (why: below)
  *   http.c   the transport: etcd v3's JSON gateway over libcurl
+ *   reply.c  every reply checked against its request (DLOCK_EPROTO)
  *   watch.c  watch streams, driven by one thread per client
  *   lease.c  open/close, the session lease and its keepalive (renew()),
  *            the waiters' lease, the deletes a lost reply left owing, the
@@ -297,8 +298,19 @@ char *dlock__etcd_unb64(const char *text, size_t *len);
  * key") for an empty prefix. Caller frees. */
 char *dlock__etcd_prefix_end_b64(const char *prefix);
 /* An int64 field of a gateway reply (encoded as a JSON string, or absent
- * when zero). */
+ * when zero), of a reply dlock__etcd_check_reply() let through. */
 int64_t dlock__etcd_int(const json_t *obj, const char *field);
+/* The same, strictly: false (*OUT = 0) for anything but an integer or a
+ * string of digits within int64 (reply.c). */
+bool dlock__etcd_int_of(const json_t *obj, const char *field, int64_t *out);
+/* DLOCK_OK when REPLY, etcd's answer at PATH to REQ, has every field a
+ * decision rests on, well formed: a txn's responses one per operation of
+ * the branch it took, ranges' kvs with keys and revisions, a lease's ID
+ * and a TTL etcd could give (a grant's at least the one asked), a header
+ * revision. Else DLOCK_EPROTO naming the field (LABEL, WHAT as in the
+ * call's messages). dlock__etcd_call_lim() checks every reply so. */
+int dlock__etcd_check_reply(const char *label, const char *what, const char *path,
+                            const json_t *req, const json_t *reply);
 
 /* ============================================================= lease.c */
 

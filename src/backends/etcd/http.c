@@ -539,6 +539,10 @@ int dlock__etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, jso
                                 lim);
     }
     free(body);
+    if (!rc && (rc = dlock__etcd_check_reply(k->label, what, path, req, *reply))) {
+        json_decref(*reply);
+        *reply = NULL;
+    }
     return rc;
 }
 

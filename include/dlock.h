@@ -418,7 +418,13 @@ DLOCK_EXTERN int dlock_acquire(dlock_lock *l, int64_t wait_ms);
  * refuse or deadlock).
  * Writers are not starved: once a writer waits, new readers of other
  * owners wait behind it (a re-entry of a reader already holding does
- * not), so a stream of readers cannot keep it out. Mind the cost of that
+ * not), so a stream of readers cannot keep it out. Readers are not
+ * protected the same way everywhere: etcd and ZooKeeper queue readers and
+ * writers in arrival order, so a waiting reader gets in once the writers
+ * queued before it are done; the file backend, redis and Redlock let any
+ * waiting writer keep new readers out, so under a stream of writers with
+ * one always waiting a reader waits as long as the stream lasts (measured:
+ * 7 reader sections beside 337 writer ones in 15 s). Mind the cost of that
  * order: a reader that waits for another thread which needs a new read
  * hold of the same name deadlocks behind a waiting writer, as with
  * Java's fair ReentrantReadWriteLock. docs/protocol-<backend>.md says how

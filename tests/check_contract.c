@@ -371,6 +371,109 @@ TU_TEST(shared_writer_not_starved, 60)
     tu_pair_close(&p);
 }
 
+/* A reader among a stream of writers: two writers take turns, each
+ * releasing only once the other waits, so a writer always waits; then a
+ * reader asks. etcd and ZooKeeper queue everyone in arrival order: the
+ * reader gets in once the writers queued before it had their turn --
+ * asserted (CT_READERS_BOUNDED): within READER_BOUND writer sections of
+ * the backend seeing it wait. The file backend, redis and Redlock keep
+ * new readers out while a writer waits (so that readers cannot starve
+ * writers), and with one always waiting the reader may wait as long as
+ * the stream lasts (dlock.h, docs/backends.md): measured and printed,
+ * and the reader must get in once the writers stop. */
+#define READER_BOUND 3
+#define READER_PATIENCE 30 /* writer sections watched before giving up */
+
+struct lone_reader {
+    struct relay *r;
+    dlock_lock *l;
+    bool done;
+    int rc;
+    long in_at; /* the writers' rounds when it got in */
+};
+
+/* Wait on CV (MU held) for at most MS milliseconds. */
+static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void *lone_reader_main(void *arg)
+{
+    struct lone_reader *a = arg;
+    int rc = dlock_acquire(a->l, DLOCK_FOREVER);
+    pthread_mutex_lock(&a->r->mu);
+    a->in_at = a->r->rounds;
+    a->rc = rc;
+    a->done = true;
+    pthread_cond_broadcast(&a->r->cv);
+    pthread_mutex_unlock(&a->r->mu);
+    if (!rc)
+        EXPECT_RC(dlock_release(a->l), DLOCK_OK);
+    return NULL;
+}
+
+TU_TEST(shared_reader_among_writers, 120)
+{
+    if (!has(CT_SHARED))
+        return;
+    dlock_client *c[3] = {ct_open_test(NULL), ct_open_test(NULL), ct_open_test(NULL)};
+    struct relay r = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct relay_arg args[2];
+    for (int i = 0; i < 2; i++) {
+        r.l[i] = tu_lock(c[i], "rstream");
+        args[i] = (struct relay_arg){&r, i};
+        ck_assert_int_eq(pthread_create(&r.th[i], NULL, relay_main, &args[i]), 0);
+    }
+    pthread_mutex_lock(&r.mu);
+    while (r.rounds < 4 && !r.rc)
+        pthread_cond_wait(&r.cv, &r.mu); /* the writers' stream runs */
+    pthread_mutex_unlock(&r.mu);
+    struct lone_reader rd = {&r, tu_lock_mode(c[2], "rstream", DLOCK_SHARED, 0), false, 0, 0};
+    pthread_t rt;
+    ck_assert_int_eq(pthread_create(&rt, NULL, lone_reader_main, &rd), 0);
+    if (has(CT_WAITERS_EXACT)) /* queued: besides it, at most one writer waits */
+        for (int k = 0; k < 3000 && CT->waiters(CT, c[2], ct_prefix, "rstream") < 2; k++) {
+            pthread_mutex_lock(&r.mu);
+            bool in = rd.done;
+            pthread_mutex_unlock(&r.mu);
+            if (in)
+                break;
+            tu_sleep_ms(10);
+        }
+    pthread_mutex_lock(&r.mu);
+    long from = r.rounds;
+    int64_t until = tu_mono_ms() + 60000;
+    while (!rd.done && !r.rc && r.rounds - from <= READER_PATIENCE && tu_mono_ms() < until)
+        cond_wait_ms(&r.cv, &r.mu, 100);
+    bool in = rd.done;
+    long sections = in ? (rd.in_at > from ? rd.in_at - from : 0) : r.rounds - from;
+    r.stop = true;
+    pthread_cond_broadcast(&r.cv);
+    pthread_mutex_unlock(&r.mu);
+    for (int i = 0; i < 2; i++)
+        pthread_join(r.th[i], NULL);
+    pthread_join(rt, NULL); /* (the writers stopped: it gets in now) */
+    fprintf(stderr, "%s: a reader behind a stream of writers %s %ld writer section(s)\n", CT->name,
+            in ? "got in after" : "still waited after", sections);
+    ck_assert_msg(r.rc == 0, "a writer failed: %s", dlock_err_name(r.rc));
+    ck_assert_msg(rd.rc == 0, "the reader failed: %s", dlock_err_name(rd.rc));
+    if (has(CT_READERS_BOUNDED))
+        ck_assert_msg(in && sections <= READER_BOUND,
+                      "%s: the reader %s %ld writer sections after it queued (the bound: %d)",
+                      CT->name, in ? "got in" : "still waited", sections, READER_BOUND);
+    dlock_lock_free(rd.l);
+    for (int i = 0; i < 2; i++)
+        dlock_lock_free(r.l[i]);
+    for (int i = 0; i < 3; i++)
+        dlock_client_close(c[i]);
+}
+
 /* ============================================= threads of one client */
 
 TU_TEST(threads_exclude, 60)

@@ -473,13 +473,14 @@ static struct ct_fixture fx_rediss_cluster = REDIS_FIXTURE(
 #ifdef DLOCK_HAVE_ETCD
 SERVER_FIXTURE(etcd, etcdf, m, "1s",
                CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE |
-                   CT_FAIR | CT_SHARED)
+                   CT_FAIR | CT_SHARED | CT_READERS_BOUNDED)
 #endif
 
 #ifdef DLOCK_HAVE_ZK
 /* A node lives as long as its session: no fixed lease (DLOCK_ENOTSUP). */
 SERVER_FIXTURE(zk, zkf, s, "700ms",
-               CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FAIR | CT_SHARED)
+               CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FAIR | CT_SHARED |
+                   CT_READERS_BOUNDED)
 #endif
 
 struct ct_fixture *const ct_fixtures[] = {

@@ -39,6 +39,13 @@ enum ct_caps {
                                  it ("a" under "a/b") as a contender, as Go's
                                  concurrency.Mutex does (no backend today: etcd
                                  takes only keys NAME/<hex> as contenders) */
+    CT_READERS_BOUNDED = 1u << 8, /* a reader waiting behind a stream of writers
+                                     gets in once the writers queued before it
+                                     had their turn (etcd, zk: one queue in
+                                     arrival order); without it a waiting writer
+                                     keeps new readers out, and with one always
+                                     waiting a reader waits as long as the
+                                     stream lasts (file, redis, Redlock) */
 };
 
 struct ct_fixture {

@@ -824,12 +824,19 @@ static void on_member_lost(dlock_multi *m, dlock_lock *member, const char *why, 
     on_lost(member, why, arg);
 }
 
+/* How long after -w's deadline the deadline thread cancels: the wait
+ * itself is bounded by the library and ends at the deadline with its own
+ * reason ("still held by another owner after ..."); the thread is the
+ * backstop for the steps it does not bound, and firing at the same
+ * instant would race the wait's own answer. */
+#define DEADLINE_SLACK_MS 50
+
 /* -w's deadline, in a thread of its own: a step of the wait that the
  * library does not bound by the wait -- the try-once of -v before it,
  * which has the op timeout -- is canceled then (as a signal would). */
 static void *deadline_thread(void *arg)
 {
-    int64_t deadline = *(const int64_t *)arg;
+    int64_t deadline = *(const int64_t *)arg + DEADLINE_SLACK_MS;
     struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
@@ -996,7 +1003,8 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     int64_t waited = now_ms() - t0;
     pthread_mutex_lock(&R.mu);
     int sig = R.signal;
-    if (rc == DLOCK_ECANCELED && !sig && R.out_of_time)
+    bool cut = rc == DLOCK_ECANCELED && !sig && R.out_of_time;
+    if (cut)
         rc = DLOCK_ETIMEDOUT; /* cut at -w's deadline: a wait that timed out */
     R.phase = rc ? DONE : RUNNING;
     pthread_mutex_unlock(&R.mu);
@@ -1013,7 +1021,9 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
             fprintf(stderr, "dlock %s: interrupted by signal %d while waiting for %s\n", verb,
                     sig, label);
         else if (busy && verbose) /* silent otherwise, as flock(1): cron mails nothing */
-            vlog("%s", R.out_of_time ? "no answer within the bound of -w" : dlock_errmsg());
+            vlog("%s", cut ? "not acquired within -w's bound: still held, or no answer from "
+                             "the backend"
+                           : dlock_errmsg());
         code = sig ? 128 + sig : busy ? o->conflict : cli_fail(rc, verb);
         free_held();
         free(label);

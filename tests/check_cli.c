@@ -2004,6 +2004,24 @@ TU_TEST(help_man, 120)
     free(out);
 }
 
+/* run's --permits entry in --help names every backend with semaphores, as
+ * dlock(1) does (the man page names each one's stored count). */
+TU_TEST(help_permits_names_every_semaphore_backend, 60)
+{
+    char *out;
+    ck_assert_int_eq(DLOCK(&out, NULL, "help", "run"), 0);
+    char *entry = strstr(out, "  --permits N");
+    ck_assert_ptr_nonnull(entry);
+    char *end = strstr(entry + 1, "\n  -");
+    if (end)
+        *end = '\0';
+    static const char *const backends[] = {"file", "redis", "etcd", "zk"};
+    for (size_t i = 0; i < sizeof backends / sizeof *backends; i++)
+        ck_assert_msg(strstr(entry, backends[i]), "--permits in --help omits %s: %s", backends[i],
+                      entry);
+    free(out);
+}
+
 /* --version names the backends this build has, as `make backends` does:
  * the tests are compiled with the same DLOCK_HAVE_* as the library. */
 TU_TEST(version_lists_backends, 60)

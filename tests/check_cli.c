@@ -2004,6 +2004,29 @@ TU_TEST(help_man, 120)
     free(out);
 }
 
+/* --json given twice, before and after the operand or both after it, is
+ * still the option: never taken as a NAME or PATTERN. */
+TU_TEST(duplicated_json_is_not_an_operand, 60)
+{
+    const char *const forms[][5] = {
+        {"status", "--json", "dupjson", "--json", NULL},
+        {"status", "dupjson", "--json", "--json", NULL},
+        {"list", "--json", "--json", NULL, NULL},
+        {"list", "dup*", "--json", "--json", NULL},
+        {"list", "--json", "dup*", "--json", NULL},
+    };
+    for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+        char *out, *err;
+        int code = tu_dlock(&out, &err, (const char *[]){env_url, NULL}, forms[f]);
+        ck_assert_msg(code == 0 || (code == 1 && !strcmp(forms[f][0], "status")),
+                      "%s form %zu: exit %d, stderr %s", forms[f][0], f, code, err);
+        ck_assert_msg(out[0] == '{' || out[0] == '[', "%s form %zu printed no JSON: %s%s",
+                      forms[f][0], f, out, err);
+        free(out);
+        free(err);
+    }
+}
+
 /* run's --permits entry in --help names every backend with semaphores, as
  * dlock(1) does (the man page names each one's stored count). */
 TU_TEST(help_permits_names_every_semaphore_backend, 60)

@@ -365,6 +365,15 @@ struct sub_opts {
     bool semaphore;
 };
 
+/* --json may also follow the operand, any number of times: the count of
+ * arguments left once the trailing ones from FIRST on are taken off. */
+static int trailing_json(int first, int argc, char **argv, struct sub_opts *o)
+{
+    while (argc > first && strcmp(argv[argc - 1], "--json") == 0)
+        o->json = 1, argc--;
+    return argc;
+}
+
 static int sub_parse(const char *cmd, int argc, char **argv, struct sub_opts *o, bool force_ok)
 {
     static const struct option longs[] = {{"json", no_argument, NULL, 'j'},
@@ -504,9 +513,7 @@ int cmd_status(const char *url, int argc, char **argv)
     int i = sub_parse("status", argc, argv, &o, false);
     if (i < 0)
         return EXIT_USAGE;
-    /* --json may also follow the name */
-    if (i < argc && i + 2 == argc && strcmp(argv[i + 1], "--json") == 0)
-        o.json = 1, argc--;
+    argc = trailing_json(i + 1, argc, argv, &o);
     if (i + 1 != argc) {
         fprintf(stderr, "dlock status: expected exactly one NAME\n");
         cli_print_usage_line("status");
@@ -676,8 +683,7 @@ int cmd_list(const char *url, int argc, char **argv)
     int i = sub_parse("list", argc, argv, &o, false);
     if (i < 0)
         return EXIT_USAGE;
-    if (i < argc && strcmp(argv[argc - 1], "--json") == 0)
-        o.json = 1, argc--;
+    argc = trailing_json(i, argc, argv, &o);
     if (argc - i > 1) {
         fprintf(stderr, "dlock list: expected at most one PATTERN\n");
         cli_print_usage_line("list");

@@ -588,6 +588,40 @@ TU_TEST_IN(standalone, curator_semaphore_interop, 90)
     zk_close(&zt);
 }
 
+/* Inspect while a waiter waits: Curator's waiter creates its lease
+ * nodes before it is let in (it waits, holding the mutex, for P/leases
+ * to have at most N children), so they are not a holder's: one holder
+ * (mine), no free permit, the waiter queued on P/locks as a waiter. */
+TU_TEST_IN(standalone, sem_inspect_waiter_not_holder, 90)
+{
+    struct zk_frame zt = zk_open(NULL, true);
+    const char *leases = "/dlock/sw/leases";
+    dlock_semaphore *s = tu_semaphore(zt.c, "sw", 1);
+    dlock_permit *mine = tu_permit(s, 1, DLOCK_TRY);
+    struct tu_sem_taker a;
+    tu_sem_taker_start(&a, s, 1, 30000, NULL);
+    ck_assert(tu_wait_thread_asleep(&a.tid, 30000));
+    int n = 0;
+    for (int k = 0; k < 500 && n < 2; k++) {
+        free_strings(raw_children(zt.zh, leases, &n), n);
+        if (n < 2)
+            tu_sleep_ms(20);
+    }
+    ck_assert_int_eq(n, 2); /* the waiter's lease node is there */
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_semaphore_inspect(zt.c, "sw", 1, &info), DLOCK_OK);
+    ck_assert_uint_eq(dlock_info_holder_count(info), 1);
+    ck_assert_str_eq(dlock_info_holder(info, 0, NULL), dlock_permit_id(mine));
+    ck_assert_int_eq(dlock_info_free_permits(info), 0);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 1);
+    ck_assert_ptr_nonnull(strstr(dlock_info_waiter(info, 0), "-lock-")); /* its mutex node */
+    dlock_info_free(info);
+    ck_assert_int_eq(dlock_permit_release(mine), DLOCK_OK);
+    ck_assert_int_eq(tu_sem_taker_join(&a), DLOCK_OK);
+    dlock_semaphore_free(s);
+    zk_close(&zt);
+}
+
 /* A permit of 2 is 2 lease nodes; deleting the second (not the one the
  * permit's id and token name) loses the permit: the keeper checks every
  * lease node of a permit, not only the first. */

@@ -785,7 +785,10 @@ DLOCK_EXTERN int64_t dlock_permit_validity_ms(dlock_permit *p);
  * permit object, the id of dlock_permit_id() and its count K; ttl: the
  * longest remaining lease (-1 none held), DLOCK_VALID_FOREVER on file;
  * token: the last
- * one issued; waiters: unknown, -1) and the two below. PERMITS is the
+ * one issued; waiters: unknown, -1, but on etcd the queue and on zk the
+ * acquirers queued on the semaphore's mutex, in order: the first of them
+ * waits with lease nodes made, not counted as held; zk tells those apart
+ * only with PERMITS, as it stores no count) and the two below. PERMITS is the
  * count to check against the stored one (0: take the stored count, or
  * report 0 permits when the semaphore was never used).
  * Returns DLOCK_OK; DLOCK_EINVAL (NULL argument, bad name, a stored count

@@ -272,6 +272,58 @@ int dlock__zk_sem_check_end(struct zk_backend *zb, const struct dlock__hold *h,
     return err;
 }
 
+/* The sequence of lease node KID: what follows its last '-' (ZooKeeper's
+ * ten zero-padded digits, so they compare as strings). */
+static const char *lease_seq(const char *kid)
+{
+    const char *dash = strrchr(kid, '-');
+    return dash ? dash + 1 : kid;
+}
+
+/* Whether lease nodes A and B are of one permit object (one guid). */
+static bool same_permit(const char *a, const char *b)
+{
+    size_t pl = strlen(ZK_PROTECTED);
+    return strncmp(a, ZK_PROTECTED, pl) == 0 && strncmp(a, b, pl + 36) == 0;
+}
+
+/* The lease node of KIDS a waiter made (NULL: none waits). Curator's
+ * waiter creates its nodes before it is let in, holding the mutex, and
+ * waits until P/leases has at most PERMITS children: with more, the
+ * newest node's permit object is that waiter's (only the mutex holder
+ * creates). Unknown without PERMITS (Curator stores no count). */
+static const char *waiting_lease(const struct String_vector *kids, unsigned permits)
+{
+    if (!permits || kids->count <= (int32_t)permits)
+        return NULL;
+    const char *newest = kids->data[0];
+    for (int32_t i = 1; i < kids->count; i++)
+        if (strcmp(lease_seq(kids->data[i]), lease_seq(newest)) > 0)
+            newest = kids->data[i];
+    return newest;
+}
+
+/* The acquirers queued on P/locks, in order, as the waiters of INFO: the
+ * first of them is the one waiting for a permit with its lease nodes. */
+static int sem_waiters(struct zk_backend *zb, struct zk_session *s, const char *path,
+                       struct dlock_info *info)
+{
+    char *locks = dlock__sprintf("%s/locks", path);
+    if (!locks)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    struct String_vector kids = {0, NULL};
+    int err = DLOCK_OK, rc = dlock__zk_rq_children(zb, s->zh, locks, &kids, DLOCK__NEVER);
+    if (rc != ZOK && rc != ZNONODE)
+        err = dlock__zk_fail(zb, rc, "list", locks);
+    info->nwaiters = 0;
+    dlock__zk_sort_lock_nodes(&kids);
+    for (int32_t i = 0; !err && i < kids.count; i++)
+        err = dlock__info_add_waiter(info, kids.data[i]);
+    deallocate_String_vector(&kids);
+    free(locks);
+    return err;
+}
+
 int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
 {
     struct zk_backend *zb = state;
@@ -290,13 +342,15 @@ int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struc
     int rc = err ? ZOK : dlock__zk_rq_children(zb, s->zh, leases, &kids, DLOCK__NEVER);
     if (!err && rc != ZOK && rc != ZNONODE)
         err = dlock__zk_fail(zb, rc, "list", leases);
+    const char *waiter = err ? NULL : waiting_lease(&kids, permits);
     /* One holder per permit object: its lease nodes share a guid. */
     for (int32_t i = 0; !err && i < kids.count; i++) {
         const char *kid = kids.data[i];
-        size_t pl = strlen(ZK_PROTECTED);
+        if (waiter && (kid == waiter || same_permit(kid, waiter)))
+            continue; /* a waiter's, not held yet */
         bool counted = false;
-        for (size_t j = 0; j < info->nholders && strncmp(kid, ZK_PROTECTED, pl) == 0; j++)
-            if (strncmp(info->holders[j].id, kid, pl + 36) == 0) {
+        for (size_t j = 0; j < info->nholders; j++)
+            if (same_permit(kid, info->holders[j].id)) {
                 info->holders[j].count++;
                 counted = true;
                 /* its id is its first node's (dlock_permit_id), the lowest
@@ -313,8 +367,10 @@ int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struc
         if (permits)
             info->free_permits--;
     }
-    if (info->free_permits < -1 || (permits && info->free_permits < 0))
-        info->free_permits = 0;
+    if (permits && info->free_permits < 0)
+        info->free_permits = 0; /* more held than this count says: none free */
+    if (!err)
+        err = sem_waiters(zb, s, path, info);
     deallocate_String_vector(&kids);
     if (s)
         dlock__zk_session_put(zb, s);

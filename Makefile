@@ -301,7 +301,8 @@ endif
 # plain pass, and their own code (tls.c, sentinel.c, cluster.c,
 # redlock*.c) runs under the sanitizers in check_redis, check_cluster and
 # check_redlock. That is 5 of the SAN pass's 22 minutes.
-SAN_CI_SKIP = rediss redis-sentinel rediss-sentinel redis-cluster rediss-cluster redlock sentinel sentinel-sync
+SAN_CI_SKIP = rediss redis-sentinel rediss-sentinel redis-cluster rediss-cluster redlock \
+  sentinel-nosync-measured sentinel-sync1-of-2-measured sentinel-sync-every-replica
 
 ifeq ($(MISSING_BACKENDS),)
 check: all check-symbols $(TEST_BIN)

@@ -97,8 +97,10 @@ struct chaos_result {
     struct chaos_counts phase[FAULT_COUNT];
     struct chaos_counts total;
     bool safe_claimed;     /* the backend promises exclusion the fence need not rescue */
-    bool tokens_claimed;   /* ... and tokens that never go back (not Sentinel without sync) */
+    bool tokens_claimed;   /* ... and tokens that never go back (not Sentinel without
+                              sync=<every replica>) */
     bool repeats_claimed;  /* ... and none given again, even to its last owner (semaphores) */
+    const char *promise;   /* what the URL form promises under these faults, in words */
     char error[512];       /* set when the run itself could not be made */
 };
 
@@ -106,9 +108,10 @@ struct chaos_result {
  * be made (servers did not start, no namespaces): res->error says why. */
 bool chaos_run(const struct chaos_config *cfg, struct chaos_result *res);
 
-/* The safety verdict CI asserts: no overlap the store accepted, no token
- * regression (nor a repeat, where claimed), no lost update, no hang.
- * Writes why not into WHY. */
+/* The safety verdict CI asserts: no hang; no token regression (nor a
+ * repeat, where claimed) and no lost update where tokens are claimed; no
+ * overlap the store accepted where exclusion is (res->promise says
+ * which). Writes why not into WHY. */
 bool chaos_safe(const struct chaos_result *res, char *why, size_t len);
 
 /* The table (text) and one JSON object, to OUT. */

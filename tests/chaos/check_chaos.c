@@ -1,15 +1,20 @@
 /* check_chaos.c -- the short fixed-seed run of the fault harness that
  * `make check` runs: every backend (file, redis in both layouts,
- * redis+sentinel:// without and with ?sync=1, redlock, etcd, zk; a Redis
- * semaphore through data-losing restarts; the file backend's elections,
- * a value file's byte held by another process among their faults)
- * through each of its faults for a couple of seconds, asserting only
- * what must hold whatever the timing: no overlap the fenced store
- * accepted (backends that claim safety), no token regression and no lost
- * update (but on Sentinel with less than every replica synced), no
- * repeated semaphore token, no dlock
- * call that hung. The counts are printed, not asserted
- * (a loaded machine changes them); docs/safety.md has the long runs.
+ * redis+sentinel:// without sync, with ?sync=1 and with ?sync=2 -- every
+ * replica of the two --, redlock, etcd, zk; a Redis semaphore through
+ * data-losing restarts; the file backend's elections, a value file's
+ * byte held by another process among their faults) through each of its
+ * faults for a couple of
+ * seconds, asserting only what each URL form promises whatever the
+ * timing (each test's name says it, and the table's "promises:" line):
+ * no overlap the fenced store accepted (file, etcd, zk, redlock,
+ * Sentinel with sync=<every replica>), no token regression and no lost
+ * update (all but Sentinel with fewer replicas synced), no repeated
+ * semaphore token, no dlock call that hung (all). Sentinel without sync
+ * and with sync=1 of two replicas lose holds and tokens at a failover,
+ * by design (docs/protocol-redis.md, "Replica sync"): their overlaps are
+ * measured and printed, not asserted. The counts are printed (a loaded
+ * machine changes them); docs/safety.md has the long runs.
  * CHAOS_SEED and CHAOS_SECONDS replay another schedule;
  * DLOCK_SKIP_FIXTURES leaves backends out (make check-san-ci: README).
  */
@@ -39,8 +44,8 @@ static void run_faults(const char *backend, int seconds, const char *only)
     fflush(stdout);
     ck_assert_msg(made, "chaos %s: %s", backend, res.error);
     char why[256];
-    ck_assert_msg(chaos_safe(&res, why, sizeof why), "chaos %s seed %llu: %s", backend,
-                  (unsigned long long)res.seed, why);
+    ck_assert_msg(chaos_safe(&res, why, sizeof why), "chaos %s seed %llu: %s (it promises %s)",
+                  backend, (unsigned long long)res.seed, why, res.promise);
     /* the run did work: a harness that measured nothing proves nothing */
     ck_assert_msg(res.total.writes > 0, "chaos %s: no write reached the store", backend);
 }
@@ -81,14 +86,24 @@ TU_TEST(redis_semaphore, 120)
     run_faults("redis-sem", 12, "none,worker-kill,server-restart-empty");
 }
 
-TU_TEST(sentinel, 120)
+/* redis+sentinel:// without sync: only no hang is asserted */
+TU_TEST(sentinel_nosync_measured, 120)
 {
-    run_backend("sentinel", 30);
+    run_backend("sentinel", 20);
 }
 
-TU_TEST(sentinel_sync, 120)
+/* ?sync=1 with two replicas: a failover may promote the replica that did
+ * not acknowledge (CI once saw seed 13 accept an overlap so): no hang is
+ * asserted, the rest measured */
+TU_TEST(sentinel_sync1_of_2_measured, 120)
 {
-    run_backend("sentinel-sync", 30);
+    run_backend("sentinel-sync", 20);
+}
+
+/* ?sync=2, every replica: no accepted overlap, no token regression */
+TU_TEST(sentinel_sync_every_replica, 120)
+{
+    run_backend("sentinel-sync2", 30);
 }
 
 TU_TEST(redlock, 120)

@@ -2176,6 +2176,7 @@ enum fake_mode {
     FAKE_HUGE_BULK, /* announce a 1 GiB bulk string and stream it as fast as it goes */
     FAKE_TRICKLE,   /* announce a reply, then send it one byte per 100 ms, forever */
     FAKE_CLOSE,     /* read a little of the command, then close the connection */
+    FAKE_ZERO_TOKEN, /* answer the acquire's script with :0, a grant of token 0 */
 };
 
 struct fake_server {
@@ -2219,6 +2220,8 @@ static void fake_misbehave(struct fake_server *fs, int fd)
             return;
         while (!atomic_load(&fs->stop) && fake_send(fd, "x", 1))
             tu_sleep_ms(100);
+    } else if (fs->mode == FAKE_ZERO_TOKEN) {
+        fake_send(fd, ":0\r\n", 4);
     }
     /* FAKE_CLOSE: the caller closes with the command half read */
 }
@@ -2346,6 +2349,20 @@ TU_TEST(trickled_reply_times_out, 60)
     int rc = acquire_from_fake(&fs, FAKE_TRICKLE, "timeout=1s", msg, sizeof msg);
     ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), msg);
     ck_assert_msg(strstr(msg, "no reply within") != NULL, "%s", msg);
+    ck_assert_int_ge(atomic_load(&fs.misbehaved), 1);
+}
+
+/* A server that answers the acquire's script with 0: the script answers
+ * a grant with its token, which is never 0 (the counter starts at 1, or
+ * from the server's clock), so 0 is a reply dlock's script never gives,
+ * not a grant. */
+TU_TEST(zero_token_is_no_grant, 60)
+{
+    struct fake_server fs;
+    char msg[512];
+    int rc = acquire_from_fake(&fs, FAKE_ZERO_TOKEN, "timeout=5s", msg, sizeof msg);
+    ck_assert_msg(rc == DLOCK_EPROTO, "%s: %s", dlock_err_name(rc), msg);
+    ck_assert_msg(strstr(msg, "token 0") != NULL, "%s", msg);
     ck_assert_int_ge(atomic_load(&fs.misbehaved), 1);
 }
 

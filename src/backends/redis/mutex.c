@@ -70,10 +70,14 @@ int dlock__redis_acquire_result(struct redis_state *s, const redisReply *r,
     int rc = dlock__redis_status_reply(s, r, k, &value);
     if (rc)
         return rc;
-    if (value >= 0) {
+    if (value > 0) {
         *token = (uint64_t)value;
         return DLOCK_OK;
     }
+    if (value == 0) /* tokens start at 1 (INCR) or the server's clock */
+        return dlock__err(DLOCK_EPROTO, "%s: acquire '%s': the server answered a grant with "
+                                        "token 0, a reply dlock's script never gives",
+                          s->where, k->lock);
     if (value == -1) /* only a request canceled before it ran gets this */
         return dlock__err(DLOCK_EPROTO, "%s: acquire '%s': the server found the request canceled",
                           s->where, k->lock);

@@ -2192,36 +2192,24 @@ struct fake_conn {
     int fd;
 };
 
-static bool fake_send(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-        if (n <= 0)
-            return false;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return true;
-}
-
 static void fake_misbehave(struct fake_server *fs, int fd)
 {
     atomic_fetch_add(&fs->misbehaved, 1);
     if (fs->mode == FAKE_HUGE_BULK) {
         static char zeros[64 * 1024];
         const char *head = "$1073741824\r\n";
-        if (!fake_send(fd, head, strlen(head)))
+        if (!tu_send_all(fd, head, strlen(head)))
             return;
         for (size_t sent = 0; sent < (1u << 30) && !atomic_load(&fs->stop); sent += sizeof zeros)
-            if (!fake_send(fd, zeros, sizeof zeros))
+            if (!tu_send_all(fd, zeros, sizeof zeros))
                 return;
     } else if (fs->mode == FAKE_TRICKLE) {
-        if (!fake_send(fd, "$1000\r\n", 7))
+        if (!tu_send_all(fd, "$1000\r\n", 7))
             return;
-        while (!atomic_load(&fs->stop) && fake_send(fd, "x", 1))
+        while (!atomic_load(&fs->stop) && tu_send_all(fd, "x", 1))
             tu_sleep_ms(100);
     } else if (fs->mode == FAKE_ZERO_TOKEN) {
-        fake_send(fd, ":0\r\n", 4);
+        tu_send_all(fd, ":0\r\n", 4);
     }
     /* FAKE_CLOSE: the caller closes with the command half read */
 }
@@ -2247,7 +2235,7 @@ static void *fake_conn_main(void *arg)
             if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
                 strcasecmp(r->element[0]->str, "SCRIPT") == 0) {
                 const char *sha = "$40\r\n0123456789012345678901234567890123456789\r\n";
-                done = !fake_send(fc->fd, sha, strlen(sha));
+                done = !tu_send_all(fc->fd, sha, strlen(sha));
             } else {
                 fake_misbehave(fs, fc->fd);
                 done = true;

@@ -7,12 +7,9 @@
  */
 #include "hostile_http.h"
 
-#include <arpa/inet.h>
 #include <check.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,30 +25,6 @@ struct conn {
     struct tu_hostile_http *h;
     int fd;
 };
-
-static int dial(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
-static bool send_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
-        if (w <= 0)
-            return false;
-        buf += w;
-        len -= (size_t)w;
-    }
-    return true;
-}
 
 /* Read from FD into *BUF (*LEN used, grown as needed) once; false at EOF,
  * on an error or when the proxy stops. */
@@ -99,7 +72,7 @@ static void pump(struct tu_hostile_http *h, int a, int b)
             if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
             ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
-            if (n <= 0 || !send_all(p[1 - i].fd, buf, (size_t)n))
+            if (n <= 0 || !tu_send_all(p[1 - i].fd, buf, (size_t)n))
                 return;
         }
     }
@@ -112,7 +85,7 @@ static bool ask_etcd(struct tu_hostile_http *h, const char *method, const char *
                      const char *hdrs, const char *body, size_t body_len, int *status,
                      char **reply)
 {
-    int fd = dial(h->target);
+    int fd = tu_dial_loopback(h->target);
     if (fd < 0)
         return false;
     const char *auth = header(hdrs, "Authorization");
@@ -121,7 +94,7 @@ static bool ask_etcd(struct tu_hostile_http *h, const char *method, const char *
                         method, path, auth ? "Authorization: " : "",
                         auth ? (int)strcspn(auth, "\r") : 0, auth ? auth : "",
                         auth ? "\r\n" : "", body_len);
-    bool ok = send_all(fd, head, strlen(head)) && send_all(fd, body, body_len);
+    bool ok = tu_send_all(fd, head, strlen(head)) && tu_send_all(fd, body, body_len);
     free(head);
     char *buf = NULL;
     size_t len = 0, cap = 0;
@@ -158,13 +131,13 @@ static void *serve(void *arg)
         const char *cl = header(hdrs, "Content-Length"), *expect = header(hdrs, "Expect");
         size_t body_len = cl ? strtoul(cl, NULL, 10) : 0;
         if (expect && strncasecmp(expect, "100-continue", 12) == 0 &&
-            !send_all(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25)) {
+            !tu_send_all(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25)) {
             free(hdrs);
             goto done;
         }
         if (strcmp(path, "/v3/watch") == 0) { /* a stream: relayed as it is */
-            int up = dial(h->target);
-            if (up >= 0 && send_all(up, buf, len))
+            int up = tu_dial_loopback(h->target);
+            if (up >= 0 && tu_send_all(up, buf, len))
                 pump(h, c->fd, up);
             if (up >= 0)
                 close(up);
@@ -199,7 +172,7 @@ static void *serve(void *arg)
         char *head = tu_fmt("HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
                             "Content-Length: %zu\r\n\r\n",
                             status, strlen(reply));
-        bool sent = send_all(c->fd, head, strlen(head)) && send_all(c->fd, reply, strlen(reply));
+        bool sent = tu_send_all(c->fd, head, strlen(head)) && tu_send_all(c->fd, reply, strlen(reply));
         free(head);
         free(reply);
         if (!sent)
@@ -237,14 +210,7 @@ void tu_hostile_http_start(struct tu_hostile_http *h, int target, tu_http_rewrit
 {
     *h = (struct tu_hostile_http){.target = target, .rewrite = rewrite, .arg = arg};
     pthread_mutex_init(&h->mu, NULL);
-    h->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(h->listen_fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof a;
-    ck_assert_int_eq(bind(h->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(listen(h->listen_fd, 64), 0);
-    ck_assert_int_eq(getsockname(h->listen_fd, (struct sockaddr *)&a, &alen), 0);
-    h->port = ntohs(a.sin_port);
+    h->listen_fd = tu_listen_loopback(&h->port, 64);
     ck_assert_int_eq(pthread_create(&h->thread, NULL, accept_loop, h), 0);
 }
 

@@ -28,30 +28,6 @@ struct relayed {
     ssize_t held_len;
 };
 
-static int dial_loopback(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
-static bool send_all(int fd, const char *buf, ssize_t len)
-{
-    while (len > 0) {
-        ssize_t w = send(fd, buf, (size_t)len, MSG_NOSIGNAL);
-        if (w <= 0)
-            return false;
-        buf += w;
-        len -= w;
-    }
-    return true;
-}
-
 /* Move what is ready on C (POLLED: the revents of its client and server
  * sides); false once the server side is gone (C is to be dropped). */
 static bool relay_move(struct tu_relay *r, struct relayed *c, short cli_ev, short srv_ev)
@@ -70,7 +46,7 @@ static bool relay_move(struct tu_relay *r, struct relayed *c, short cli_ev, shor
                 atomic_store(&r->mode, TU_RELAY_HOLD);
             atomic_store(&r->hold_at, NULL);
         } else if (got > 0) {
-            if (!send_all(c->srv, buf, got))
+            if (!tu_send_all(c->srv, buf, (size_t)got))
                 return false;
             c->awaiting = true;
         } else {
@@ -85,7 +61,7 @@ static bool relay_move(struct tu_relay *r, struct relayed *c, short cli_ev, shor
         if (c->awaiting && c->cli >= 0)
             atomic_fetch_add(&r->replies, 1);
         c->awaiting = false;
-        if (c->cli >= 0 && !send_all(c->cli, buf, got)) {
+        if (c->cli >= 0 && !tu_send_all(c->cli, buf, (size_t)got)) {
             close(c->cli);
             c->cli = -1;
         }
@@ -106,7 +82,7 @@ static void *relay_main(void *arg)
         /* what tu_relay_hold_at() held, tu_relay_keep_at() kept */
         for (int i = 0; i < n && from_clients && !keeping; i++)
             if (c[i].held) {
-                c[i].awaiting = send_all(c[i].srv, c[i].held, c[i].held_len);
+                c[i].awaiting = tu_send_all(c[i].srv, c[i].held, (size_t)c[i].held_len);
                 free(c[i].held);
                 c[i].held = NULL;
             }
@@ -128,7 +104,7 @@ static void *relay_main(void *arg)
             continue;
         if (pf[0].revents & POLLIN) {
             int fd = accept4(r->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-            int srv = fd >= 0 && mode == TU_RELAY_PASS && n < RELAY_MAX ? dial_loopback(r->target)
+            int srv = fd >= 0 && mode == TU_RELAY_PASS && n < RELAY_MAX ? tu_dial_loopback(r->target)
                                                                         : -1;
             if (srv >= 0)
                 c[n++] = (struct relayed){.cli = fd, .srv = srv};

@@ -132,6 +132,30 @@ int tu_listen_loopback(int *port, int backlog)
     return fd;
 }
 
+int tu_dial_loopback(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+bool tu_send_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+        if (w <= 0)
+            return false;
+        buf += w;
+        len -= (size_t)w;
+    }
+    return true;
+}
+
 const char *tu_listen_addr(void)
 {
     const char *a = getenv("DLOCK_TEST_LISTEN");

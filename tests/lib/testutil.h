@@ -32,6 +32,10 @@ int tu_free_port(void);
  * never accepting unless the caller does: a silent server, a proxy's
  * front, or (BACKLOG 0, its queue filled) a port that drops SYNs. */
 int tu_listen_loopback(int *port, int backlog);
+/* A connection to 127.0.0.1:PORT (close-on-exec), -1 when refused. */
+int tu_dial_loopback(int port);
+/* Send all LEN bytes of BUF on FD (no SIGPIPE); false when it breaks. */
+bool tu_send_all(int fd, const char *buf, size_t len);
 /* A name server that never answers, for this process (and the children
  * it starts after) only: private mount and network namespaces (a user
  * namespace too when not root), loopback up, /etc/resolv.conf naming a

@@ -2004,6 +2004,32 @@ TU_TEST(help_man, 120)
     free(out);
 }
 
+/* A usage error is its one line then a pointer to the command's help,
+ * exit 64: never the whole usage text on stderr. */
+TU_TEST(usage_error_is_one_line_and_a_pointer, 60)
+{
+    const char *const forms[][6] = {
+        {"run", "-w", "soon", "u", "true", NULL},
+        {"run", "u", NULL},
+        {"run", NULL},
+        {"hold", "--bogus", "u", NULL},
+        {"status", NULL},
+        {"list", "a", "b", NULL},
+        {"release", "--bogus", "u", NULL},
+    };
+    for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+        char *err;
+        int code = tu_dlock(NULL, &err, (const char *[]){env_url, NULL}, forms[f]);
+        ck_assert_msg(code == 64, "%s form %zu: exit %d", forms[f][0], f, code);
+        char want[64];
+        snprintf(want, sizeof want, "try 'dlock help %s'\n", forms[f][0]);
+        char *nl = strchr(err, '\n');
+        ck_assert_msg(nl && strcmp(nl + 1, want) == 0,
+                      "%s form %zu: stderr is not one line then %s: %s", forms[f][0], f, want, err);
+        free(err);
+    }
+}
+
 /* --json given twice, before and after the operand or both after it, is
  * still the option: never taken as a NAME or PATTERN. */
 TU_TEST(duplicated_json_is_not_an_operand, 60)

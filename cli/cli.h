@@ -178,8 +178,8 @@ int cmd_leader(const char *url, int argc, char **argv);
 /* Help: the whole text, or one command's. Returns 0, or EXIT_USAGE for an
  * unknown command. */
 int cli_help(const char *command, int to_stderr);
-/* The option and command words the help text mentions (for the test that
- * holds dlock(1) and --help together). */
+/* The line that ends a usage error of COMMAND on stderr: "try 'dlock help
+ * COMMAND'" (the error is one line; the usage text would drown it). */
 void cli_print_usage_line(const char *command);
 
 #endif

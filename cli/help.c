@@ -184,7 +184,5 @@ int cli_help(const char *command, int to_stderr)
 
 void cli_print_usage_line(const char *command)
 {
-    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        if (strcmp(command, commands[i].name) == 0)
-            fprintf(stderr, "Usage: %s\n", commands[i].usage);
+    fprintf(stderr, "try 'dlock help %s'\n", command);
 }

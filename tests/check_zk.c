@@ -1119,6 +1119,32 @@ TU_TEST_IN(standalone, missing_chroot, 90)
     free(url);
 }
 
+/* A server that refuses connections (nothing on its port) fails the open
+ * at once with DLOCK_ECONN, as Redis does, not after the connect timeout:
+ * the C client retries a refused server without telling its caller, so
+ * `dlock run -n` against a ZooKeeper that is down took the whole
+ * connect_timeout (5 s by default; 20 s here, which the bound, 5 s, is
+ * far below: the bound is the point of the test). Two hosts, both
+ * refusing, the same. */
+TU_TEST_IN(standalone, refused_open_fails_at_once, 60)
+{
+    int p1 = tu_free_port(), p2 = tu_free_port();
+    char *forms[] = {tu_fmt("zk://127.0.0.1:%d?connect_timeout=20s", p1),
+                     tu_fmt("zk://127.0.0.1:%d,127.0.0.1:%d?connect_timeout=20s", p1, p2)};
+    for (size_t i = 0; i < 2; i++) {
+        char *u = forms[i];
+        dlock_client *c = NULL;
+        int64_t t0 = tu_mono_ms();
+        int rc = dlock_open(u, &c);
+        int64_t took = tu_mono_ms() - t0;
+        ck_assert_msg(rc == DLOCK_ECONN, "%s: %s: %s", u, dlock_err_name(rc), dlock_errmsg());
+        ck_assert_msg(strstr(dlock_errmsg(), "refused"), "%s: message %s", u, dlock_errmsg());
+        ck_assert_msg(took <= 5000, "%s: open took %lld ms with every server refusing", u,
+                      (long long)took);
+        free(u);
+    }
+}
+
 TU_TEST_IN(standalone, bad_urls, 90)
 {
     REQUIRE_SERVERS();

@@ -211,8 +211,10 @@ DLOCK_EXTERN int dlock_client_setopt_str(dlock_client *c, dlock_option opt, cons
  * in the server's reserved /zookeeper);
  * DLOCK_ENOTSUP (TLS on zk); DLOCK_EINVAL (a drift margin not
  * shorter than the lease, a TLS file that does not load); DLOCK_ECONN
- * (unreachable; a TLS handshake or certificate refused, the verification
- * error named); DLOCK_EMISUSE (already connected, after fork);
+ * (unreachable -- a refused connection at once; zk: once every server,
+ * given by address, refused -- else after the connect timeout; a TLS
+ * handshake or certificate refused, the verification error named);
+ * DLOCK_EMISUSE (already connected, after fork);
  * DLOCK_ENOMEM; backend failures (DLOCK_ENOENT: the file directory is
  * missing; a missing zk chroot is DLOCK_EBADURL). The message names what was tried (path, host:port).
  * After a failure the client is still unconnected and keeps its options:

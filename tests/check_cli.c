@@ -1865,7 +1865,7 @@ TU_TEST(wait_bounds_run_etcd, 120)
 
 #ifdef DLOCK_HAVE_ZK
 /* ZooKeeper stopped (SIGSTOP), then down (nothing on its port): -w 0.3
- * took the connect timeout, 5 s, both ways. */
+ * took the connect timeout, 5 s, both ways, and so did -n when down. */
 TU_TEST(wait_bounds_run_zk, 180)
 {
     struct zkf f = {0};
@@ -1876,6 +1876,7 @@ TU_TEST(wait_bounds_run_zk, 180)
     kill(f.s[0].pid, SIGCONT);
     zkf_server_stop(&f, 0, SIGKILL);
     RUN_IS_BOUNDED(u, bound_of(300), "zk down", "-w", "0.3");
+    RUN_IS_BOUNDED(u, bound_of(0), "zk down", "-n"); /* every server refused: at once */
     free(u);
     zkf_stop(&f);
 }

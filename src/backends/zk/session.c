@@ -24,6 +24,61 @@
 static pthread_mutex_t zk_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char zk_log_last[256];
 
+/* The servers that refused a connection lately, as the client library
+ * names them in its "Socket ADDR zk retcode=..., errno=111(...)" lines
+ * (under zk_log_mu): an open whose every server refused fails at once
+ * (zk_all_refused_since), as a Redis one does, instead of letting the
+ * client library retry until the connect timeout. */
+#define ZK_REFUSALS 16
+static struct {
+    char addr[80]; /* "127.0.0.1:2181" */
+    int64_t at;    /* monotonic ms */
+} zk_refused[ZK_REFUSALS];
+static unsigned zk_refused_next;
+
+/* Note a refusal TEXT tells of (zk_log_mu held). */
+static void zk_note_refusal(const char *text)
+{
+    char refused[32];
+    snprintf(refused, sizeof refused, "errno=%d(", ECONNREFUSED);
+    if (strncmp(text, "Socket ", 7) != 0 || !strstr(text, refused))
+        return;
+    const char *addr = text + 7;
+    size_t len = strcspn(addr, " ");
+    unsigned k = 0;
+    while (k < ZK_REFUSALS && !(strlen(zk_refused[k].addr) == len &&
+                                strncmp(zk_refused[k].addr, addr, len) == 0))
+        k++; /* the same server again (the library retries in a loop) */
+    if (k == ZK_REFUSALS) {
+        k = zk_refused_next++ % ZK_REFUSALS;
+        snprintf(zk_refused[k].addr, sizeof zk_refused[k].addr, "%.*s", (int)len, addr);
+    }
+    zk_refused[k].at = dlock__now_ms();
+}
+
+/* Whether every server of ZB's connect string ("h1:p1,h2:p2[/chroot]")
+ * refused a connection at SINCE or later. A server named by a host name
+ * is never matched (the library names addresses): such an open waits
+ * for its connect timeout, as before. */
+static bool zk_all_refused_since(const struct zk_backend *zb, int64_t since)
+{
+    bool all = true;
+    pthread_mutex_lock(&zk_log_mu);
+    for (const char *h = zb->connect; all && *h && *h != '/';) {
+        size_t len = strcspn(h, ",/");
+        bool found = false;
+        for (unsigned k = 0; k < ZK_REFUSALS && !found; k++)
+            found = zk_refused[k].at >= since && strlen(zk_refused[k].addr) == len &&
+                    strncmp(zk_refused[k].addr, h, len) == 0;
+        all = found;
+        h += len;
+        if (*h == ',')
+            h++;
+    }
+    pthread_mutex_unlock(&zk_log_mu);
+    return all;
+}
+
 static void zk_log(const char *message)
 {
     const char *file = getenv("DLOCK_ZK_LOG");
@@ -45,6 +100,7 @@ static void zk_log(const char *message)
             text = colon + 2;
     }
     pthread_mutex_lock(&zk_log_mu);
+    zk_note_refusal(text);
     snprintf(zk_log_last, sizeof zk_log_last, "%s", text);
     size_t n = strlen(zk_log_last);
     while (n && (zk_log_last[n - 1] == '\n' || zk_log_last[n - 1] == ' '))
@@ -237,6 +293,8 @@ int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, stru
     *out = NULL;
     pthread_mutex_lock(&zb->mu);
     for (int starts = 0;; ) {
+        int64_t since = dlock__now_ms(); /* refusals from now on count */
+        bool refused = false;
         if (!dlock__zk_session_usable(zb->cur)) {
             err = session_start_locked(zb, &to_close[nclose]);
             if (err != DLOCK_OK)
@@ -265,8 +323,17 @@ int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, stru
                     break;
                 continue;
             }
-            struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
+            /* Opening: look every 50 ms whether every server refused. */
+            int64_t until = deadline;
+            if (zb->opening && until - dlock__now_ms() > 50)
+                until = dlock__now_ms() + 50;
+            struct timespec ts = {(time_t)(until / 1000), (long)(until % 1000) * 1000000L};
             pthread_cond_timedwait(&zb->cv, &zb->mu, &ts);
+            if (zb->opening && s->state != ZOO_CONNECTED_STATE &&
+                zk_all_refused_since(zb, since)) {
+                refused = true;
+                break;
+            }
         }
         if (werr == DLOCK_OK && s->state == ZOO_CONNECTED_STATE && dlock__zk_session_usable(s))
             break;
@@ -282,6 +349,11 @@ int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, stru
         } else if (werr != DLOCK_OK) {
             err = dlock__err(werr, "%s: timed out waiting for a connection (%s)", zb->servers,
                              zk_state_name(s->state));
+        } else if (refused) {
+            char last[256];
+            zk_log_take(last, sizeof last);
+            err = dlock__err(DLOCK_ECONN, "%s: every server refused the connection%s%s",
+                             zb->servers, last[0] ? ": " : "", last);
         } else if (!retry) {
             char last[256];
             zk_log_take(last, sizeof last);
@@ -595,7 +667,9 @@ int dlock__zk_open(struct dlock_client *c, void **state)
     }
 
     struct zk_session *s;
+    zb->opening = true;
     int err = dlock__zk_session_get(zb, &s);
+    zb->opening = false;
     if (err != DLOCK_OK) {
         dlock__zk_close(zb);
         return err;

@@ -96,6 +96,8 @@ struct zk_backend {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* session state changed (CLOCK_MONOTONIC) */
     bool closing;      /* dlock__zk_close began: the watcher leaves c alone */
+    bool opening;      /* dlock__zk_open's first connect: every server refusing
+                          fails it at once */
     struct zk_session *cur;
     unsigned last_gen;
     /* acquires of this client, each keyed by the path of the node it

@@ -63,6 +63,7 @@ struct run {
     int wake_fd; /* eventfd: a signal came while holding without COMMAND */
     int wait_fd; /* eventfd: a signal came while connecting or waiting for a path's flock */
     bool out_of_time; /* the cancel was fired at -w's deadline, not by a signal */
+    bool trying;      /* -v's try-once before the wait is under way */
     const char *name;  /* the lock's, for messages */
     const char *label; /* what is held, quoted for messages: 'a' or 'a', 'b' */
     bool lost;
@@ -831,6 +832,13 @@ static void on_member_lost(dlock_multi *m, dlock_lock *member, const char *why, 
  * instant would race the wait's own answer. */
 #define DEADLINE_SLACK_MS 50
 
+static void set_trying(bool on)
+{
+    pthread_mutex_lock(&R.mu);
+    R.trying = on;
+    pthread_mutex_unlock(&R.mu);
+}
+
 /* -w's deadline, in a thread of its own: a step of the wait that the
  * library does not bound by the wait -- the try-once of -v before it,
  * which has the op timeout -- is canceled then (as a signal would). */
@@ -841,7 +849,7 @@ static void *deadline_thread(void *arg)
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
     pthread_mutex_lock(&R.mu);
-    if (R.phase == WAITING && R.cancel) {
+    if (R.phase == WAITING && R.cancel && R.trying) { /* the wait itself ends on its own */
         R.out_of_time = true;
         dlock_cancel_fire(R.cancel);
     }
@@ -987,7 +995,9 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
 
     if (verbose && wait_ms != DLOCK_TRY) {
         /* Say who holds it before waiting: one try, then the wait. */
+        set_trying(true);
         rc = take_held(DLOCK_TRY, R.cancel);
+        set_trying(false);
         if (rc == DLOCK_EBUSY) {
             if (R.multi)
                 log_set_holder(c, wait_ms);

@@ -72,6 +72,24 @@ static void expect_bad_url(const char *u, int code, const char *needle)
                   dlock_errmsg(), needle);
 }
 
+/* Options the file backend has no use for (no server, no layouts) are
+ * refused naming the option and the backend, as redis, etcd and zk
+ * refuse theirs: file:///dir?layout=fair is not quietly a plain lock. */
+TU_TEST(urls_unused_options_refused, 60)
+{
+    static const char *const unused[] = {"layout=fair", "tls_ca=/etc/ssl/ca.pem",
+                                         "tls_cert=/c.pem", "tls_key=/k.pem", "user=u",
+                                         "password=p"};
+    for (size_t i = 0; i < sizeof unused / sizeof *unused; i++) {
+        char bad[128], key[32];
+        snprintf(bad, sizeof bad, "file:///tmp?%s", unused[i]);
+        snprintf(key, sizeof key, "'%.*s'", (int)strcspn(unused[i], "="), unused[i]);
+        expect_bad_url(bad, DLOCK_EBADURL, key);
+        ck_assert_msg(strstr(dlock_errmsg(), "file backend"), "%s: '%s' names no backend", bad,
+                      dlock_errmsg());
+    }
+}
+
 TU_TEST(urls, 60)
 {
     expect_bad_url("nosuch://x", DLOCK_EBADURL, "nosuch");

@@ -317,6 +317,20 @@ static int file_open(dlock_client *c, void **state)
         return dlock__err(DLOCK_EBADURL,
                           "bad URL '%s': a file URL needs a directory, e.g. file:///run/lock/myapp",
                           u->redacted);
+    /* No server to log in to or speak TLS with, one layout: an option of
+     * those is a URL meant for another backend, refused as they refuse
+     * theirs (the durations are accepted and unused: no lease here). */
+    const char *unused = c->opts.layout     ? "layout"
+                         : c->opts.tls_ca   ? "tls_ca"
+                         : c->opts.tls_cert ? "tls_cert"
+                         : c->opts.tls_key  ? "tls_key"
+                         : c->opts.user     ? "user"
+                         : c->opts.password ? "password"
+                                            : NULL;
+    if (unused)
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': option '%s' is not used by the file backend "
+                                         "(a local directory: no server, one layout)",
+                          u->redacted, unused);
     struct file_state *s = calloc(1, sizeof *s);
     if (!s)
         return dlock__err(DLOCK_ENOMEM, "out of memory");

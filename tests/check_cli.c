@@ -1353,6 +1353,45 @@ static void killed_by_name(const char *u, const char *lease, const char *name, c
     free(out);
 }
 
+/* -o (--close) as flock(1) means it: dlock returns when COMMAND exits,
+ * with COMMAND's status and without a word on stderr, and leaves the
+ * processes COMMAND started alone -- here one waiting for a file -- which
+ * never had the lock's descriptor: the name is free at once. Before, -o
+ * was accepted and ignored: dlock held the lock until that process
+ * exited, and said so on stderr. */
+TU_TEST(close_returns_when_command_exits, 60)
+{
+    char *pidfile = tu_fmt("%s/left.pid", dir), *go = tu_fmt("%s/left.go", dir);
+    char *log = tu_fmt("%s/left.log", dir);
+    char *cmd = tu_fmt("sh -c 'while [ ! -e %s ]; do sleep 0.05; done' & "
+                       "echo $! > %s.tmp && mv %s.tmp %s; exit 3",
+                       go, pidfile, pidfile, pidfile);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "-o", "left", "-c", cmd, NULL};
+    pid_t d = tu_spawn(argv, log);
+    int st = 0;
+    bool returned = false;
+    for (int i = 0; i < 2000 && !(returned = waitpid(d, &st, WNOHANG) == d); i++)
+        tu_sleep_ms(10);
+    ck_assert(tu_wait_file(pidfile, 30000));
+    pid_t left = (pid_t)tu_read_u64(pidfile);
+    bool alive = left > 0 && !exited(left);
+    int busy = DLOCK(NULL, NULL, "run", "-n", "left", "true");
+    tu_write_file(go, "");
+    if (!returned)
+        waitpid(d, &st, 0);
+    char *said = tu_read_file(log);
+    ck_assert_msg(returned, "dlock run -o waited for a process COMMAND left behind");
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 3, "status %#x", st);
+    ck_assert_msg(alive, "the process COMMAND left behind was not left alone");
+    ck_assert_msg(busy == 0, "the name is still held after COMMAND exited (exit %d)", busy);
+    ck_assert_msg(!said || !*said, "a line on stderr without -v: %s", said);
+    free(said);
+    free(cmd);
+    free(log);
+    free(go);
+    free(pidfile);
+}
+
 /* dlock stopped on the file backend, where a hold has no lease: the
  * job goes on (its guardian has no deadline to keep), the name stays
  * held, and once dlock is continued a SIGTERM to it ends the job as

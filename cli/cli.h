@@ -112,6 +112,8 @@ struct cli_job {
     const int *keep;        /* descriptors COMMAND inherits (ascending) */
     size_t nkeep;
     int tty_fd;             /* a terminal to hand to COMMAND's group, or -1 */
+    bool leave_rest;        /* -o: the job ends with COMMAND; what it started is
+                               left alone (unless the job is being stopped) */
     pid_t parent_pgrp;      /* dlock's process group (set by cli_job_start) */
     /* set by cli_job_start() */
     pid_t guardian, pgid;   /* pgid: COMMAND's pid and process group */

@@ -438,6 +438,8 @@ static _Noreturn void guardian(const struct cli_job *j, int ctl, int rep, unsign
         }
         if (p < 0 && errno == ECHILD)
             break; /* the last process of the job is gone */
+        if (exited && j->leave_rest && !timers.stopping && !killing)
+            break; /* -o: what COMMAND started is left alone */
         if (exited && !told) {
             report(rep, JOB_EXITED, status); /* and some of its processes live on */
             told = true;

@@ -518,11 +518,9 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
             }
             if (r.event == JOB_DONE)
                 return r.value;
-            if (r.event == JOB_EXITED)
-                fprintf(stderr,
-                        "dlock run: the command exited; holding %s until the processes it "
-                        "started exit too\n",
-                        R.label);
+            if (r.event == JOB_EXITED && cli_verbosity)
+                vlog("the command exited; holding %s until the processes it started exit too",
+                     R.label);
             if (r.event == JOB_AT_RISK) {
                 /* Not renewed, and the lease could end on the server soon:
                  * the guardian is stopping the job. */
@@ -559,6 +557,8 @@ struct run_opts {
     const char *shell_cmd;
     unsigned permits; /* --permits N: a permit of an N-permit semaphore */
     bool multi;       /* -m: the operands up to -- or -c are a set of NAMEs */
+    bool close;       /* -o: flock's --close: the job ends with COMMAND, which gets
+                         no copy of the lock's descriptor */
 };
 
 /* Parse the options of run and hold (flock(1)'s spellings beside ours)
@@ -567,7 +567,7 @@ struct run_opts {
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
     *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false}, 1, 0, 0,
-                           DLOCK_EXCLUSIVE, NULL, 0, false};
+                           DLOCK_EXCLUSIVE, NULL, 0, false, false};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
         {"nb", no_argument, NULL, 'n'},
@@ -618,7 +618,8 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             o->mode = DLOCK_EXCLUSIVE;
             break;
         case 'o':
-            break; /* flock's --close: COMMAND never gets a backend's descriptor */
+            o->close = true;
+            break;
         case 'F':
             return -usage_error("-F (--no-fork) is refused: dlock stays COMMAND's parent's "
                                 "parent to renew the lock, to stop the job when the lock is "
@@ -791,20 +792,22 @@ int cmd_run(const char *url, int argc, char **argv)
 }
 
 /* Run CMD with ENV (freed here) as a job (job.c) under the lock held
- * now, LOCK_FDS[0..NLOCK) inherited beside what dlock was given, and wait
- * for its end, applying O's --on-lost. Returns the exit status from
- * COMMAND's wait status; sets *AT_RISK as supervise() does. */
+ * now, LOCK_FDS[0..NLOCK) inherited beside what dlock was given (not with
+ * -o), and wait for its end (with -o, COMMAND's), applying O's --on-lost.
+ * Returns the exit status from COMMAND's wait status; sets *AT_RISK as
+ * supervise() does. */
 static int run_job(const struct run_opts *o, char **cmd, char **env, const int *lock_fds,
                    size_t nlock, const sigset_t *oldmask, bool *at_risk)
 {
     int keep[MAX_INHERITED + DLOCK_MULTI_MAX];
     size_t nkeep = ninherited;
     memcpy(keep, inherited, nkeep * sizeof *keep);
-    for (size_t k = 0; k < nlock; k++)
+    for (size_t k = 0; k < nlock && !o->close; k++)
         keep[nkeep++] = lock_fds[k];
     qsort(keep, nkeep, sizeof *keep, cmp_int);
     struct cli_job job = {.argv = cmd, .env = env, .sigmask = oldmask, .keep = keep,
-                          .nkeep = nkeep, .ctl_fd = -1, .report_fd = -1};
+                          .nkeep = nkeep, .leave_rest = o->close, .ctl_fd = -1,
+                          .report_fd = -1};
     int code = env ? -start_job(&job) : EXIT_SOFTWARE;
     free_env(env);
     if (!code) {

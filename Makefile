@@ -155,8 +155,25 @@ $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/backends/*/*.h cli/*.h test
 	@mkdir -p $(dir $@)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
-# The Redis backend embeds its Lua scripts (.incbin in scripts.c).
-$(BUILD)/src/backends/redis/scripts.o: $(wildcard src/backends/redis/scripts/*.lua)
+# The Redis backend embeds its Lua scripts (.incbin in scripts.c) with
+# their EVALSHA digests, computed here: redis_script_digests.h defines
+# REDIS_SHA_<name> for each scripts/<name>.lua, the SHA-1 of what
+# scripts.c embeds (lib_acquire.lua in front of those it names with
+# EMBED_ACQUIRE_SCRIPT). Test: script_digests_match_the_server.
+REDIS_LUA = $(sort $(wildcard src/backends/redis/scripts/*.lua))
+REDIS_DIGESTS = $(BUILD)/gen/redis_script_digests.h
+$(REDIS_DIGESTS): $(REDIS_LUA) src/backends/redis/scripts.c Makefile
+	@mkdir -p $(dir $@)
+	@echo GEN $@; \
+	acquire=" $$(sed -n 's/^EMBED_ACQUIRE_SCRIPT(\([a-z_]*\)).*/\1/p' src/backends/redis/scripts.c | tr '\n' ' ')"; \
+	for f in $(REDIS_LUA); do \
+	    n=$$(basename $$f .lua); lib=; \
+	    case "$$acquire" in *" $$n "*) lib=src/backends/redis/scripts/lib_acquire.lua;; esac; \
+	    sha=$$(cat $$lib $$f | sha1sum | cut -c1-40) || exit 1; \
+	    printf '#define REDIS_SHA_%s "%s"\n' $$n $$sha; \
+	done > $@.tmp && mv $@.tmp $@
+$(BUILD)/src/backends/redis/scripts.o: $(REDIS_LUA) $(REDIS_DIGESTS)
+$(BUILD)/src/backends/redis/scripts.o: CPPFLAGS += -I$(BUILD)/gen
 
 # Every object is compiled with -DDLOCK_HAVE_<backend> for the set of
 # built backends (the backend table, the CLI's benchmarks, the tests): a

@@ -1015,7 +1015,7 @@ static char *sha_from_slowlog(int i, const char *nkeys, size_t k, const char *ke
     return sha;
 }
 
-/* The sha of the counter raise (redlock.c's RAISE_SRC) node I ran: its
+/* The sha of the counter raise (scripts/redlock_raise.lua) node I ran: its
  * keys are the token key, the lock and a reader's timeout key, its
  * arguments the token, the owner and the token the node gave. */
 static char *raise_sha_from_slowlog(int i)
@@ -1024,8 +1024,8 @@ static char *raise_sha_from_slowlog(int i)
 }
 
 /* Another client's raise of the token counter (the second round of an
- * acquire whose majority came back with different tokens, redlock.c's
- * RAISE_SRC) reaches two of the three nodes late, after that client gave
+ * acquire whose majority came back with different tokens,
+ * redlock_raise.lua) reaches two of the three nodes late, after that client gave
  * its grants back and this one took the name there: it must not push the
  * counters past this hold's token, or the release, which frees our field
  * only while the counter holds our token (release_redisson.lua), does

@@ -597,7 +597,7 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
     s->prefix = c->opts.key_prefix;
     dlock__uuid(s->uuid);
     for (int i = 0; i < S_COUNT; i++)
-        s->src[i] = dlock__redis_script_source((enum script_id)i, s->simple);
+        s->src[i] = dlock__redis_script((enum script_id)i, s->simple)->src;
 
     s->hub.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->hub.efd < 0) {

@@ -30,41 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* KEYS: lock, value hash, leader channel, token counter. ARGV: our hash
- * field, our token, the value, and the version (redlock_election.c: numbered by
- * the leader, the same on every node; absent: counted here, by the token
- * counter's rule -- below 10^15, as after a data-losing restart or for a
- * new name, it goes on from the server's clock in microseconds, so
- * versions keep growing; lib_acquire.lua's new_token). 1 written, 0 no
- * longer ours. */
-const char dlock__redis_leader_write_src[] =
-    "local t = redis.call('type', KEYS[1]).ok\n"
-    "if t == 'none' or redis.call('get', KEYS[4]) ~= ARGV[2] then return 0 end\n"
-    "if t == 'hash' and redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
-    "redis.call('hset', KEYS[2], 'token', ARGV[2], 'value', ARGV[3])\n"
-    "if ARGV[4] then redis.call('hset', KEYS[2], 'version', ARGV[4])\n"
-    "else\n"
-    "  local v = redis.call('hincrby', KEYS[2], 'version', 1)\n"
-    "  if v < 1e15 then\n"
-    "    local c = redis.call('time')\n"
-    "    local now = tonumber(c[1]) * 1000000 + tonumber(c[2])\n"
-    "    if now > v then redis.call('hset', KEYS[2], 'version', string.format('%d', now)) end\n"
-    "  end\n"
-    "end\n"
-    "redis.call('publish', KEYS[3], '1')\n"
-    "return 1\n";
-
-/* KEYS: lock, value hash, token counter. {held, holder, counter, value's
- * token, version, value, lock's PTTL}. */
-const char dlock__redis_leader_read_src[] =
-    "local t = redis.call('type', KEYS[1]).ok\n"
-    "local holder = ''\n"
-    "if t == 'hash' then local f = redis.call('hkeys', KEYS[1]); holder = f[1] or ''\n"
-    "elseif t == 'string' then holder = redis.call('get', KEYS[1]) end\n"
-    "local v = redis.call('hmget', KEYS[2], 'token', 'version', 'value')\n"
-    "return {t == 'none' and 0 or 1, holder, redis.call('get', KEYS[3]) or '0',\n"
-    "        v[1] or '0', v[2] or '0', v[3] or '', redis.call('pttl', KEYS[1])}\n";
-
 int dlock__redis_leader_keys(struct redis_state *s, const char *name, struct leader_keys *lk)
 {
     int rc = dlock__redis_keys_make(s, name, &lk->k);
@@ -114,7 +79,7 @@ static int write_value(void *state, struct dlock__hold *h, const char *value, in
     redisReply *r = NULL;
     char what[600];
     snprintf(what, sizeof what, "write the value of election '%s'", h->name);
-    rc = eval(s, dlock__time_budget(deadline, s->op_timeout_ms), dlock__redis_leader_write_src, 8,
+    rc = eval(s, dlock__time_budget(deadline, s->op_timeout_ms), dlock__redis_leader_write_script.src, 8,
               args, what, &r);
     if (!rc && (r->type != REDIS_REPLY_INTEGER || r->integer != 1))
         rc = dlock__err(DLOCK_ELOST, "%s: election '%s': lock %s is no longer ours (token %s)",
@@ -211,7 +176,7 @@ static int look(const struct dlock__redis_observer *ob, const struct leader_keys
     redisReply *r = NULL;
     char what[600];
     snprintf(what, sizeof what, "read the leader of election '%s'", ob->name);
-    int rc = eval(s, deadline, dlock__redis_leader_read_src, 4, args, what, &r);
+    int rc = eval(s, deadline, dlock__redis_leader_read_script.src, 4, args, what, &r);
     free(out->value);
     memset(out, 0, sizeof *out);
     if (rc)

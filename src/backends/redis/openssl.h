@@ -5,8 +5,8 @@
  * `dlock --version` took 2.1x as long (docs/benchmarks.md). So tls.c
  * (rediss://, redlocks://) reaches OpenSSL through this table, filled by
  * dlopen("libssl.so.3") (src/dlsym.c; libcrypto comes with it) when the
- * first TLS client opens (Redlock's script digests are sha1.c's). The names
- * below map the ordinary calls onto it -- OpenSSL's macros too, which
+ * first TLS client opens (Redlock's script digests are computed at
+ * build time, not by libcrypto). The names below map the ordinary calls onto it -- OpenSSL's macros too, which
  * expand to these functions -- so the code reads as plain OpenSSL; a call
  * missing from the list fails the link (libdlock links no OpenSSL).
  */

@@ -422,16 +422,23 @@ int dlock__redis_tls_step(struct rconn *k, short *events);
 ssize_t dlock__redis_tls_io(struct rconn *k, char *buf, size_t len, bool write);
 void dlock__redis_tls_free(struct rconn *k);
 
-/* ------------------------------------------------------------- sha1.c */
-
-/* The SHA-1 of DATA[0..LEN) in lower-case hex, as EVALSHA names a
- * script. */
-void dlock__redis_sha1_hex(const void *data, size_t len, char out[41]);
-
 /* ---------------------------------------------------------- scripts.c */
 
-/* The source of script ID for the layout (SIMPLE or Redisson's). */
-const char *dlock__redis_script_source(enum script_id id, bool simple);
+/* A Lua script as embedded from scripts/NAME.lua (NUL-terminated), with
+ * its EVALSHA digest (lower-case hex, computed at build time). */
+struct redis_script {
+    const char *name, *src, *sha;
+};
+
+/* Script ID for the layout (SIMPLE or Redisson's). */
+const struct redis_script *dlock__redis_script(enum script_id id, bool simple);
+/* Every embedded script, by index I from 0 (for the digest test): false
+ * past the last. */
+bool dlock__redis_script_nth(size_t i, const char **name, const char **src, const char **sha);
+/* Redlock's token raise (redlock.c) and a publish on one channel
+ * (redlock_election.c). */
+extern const struct redis_script dlock__redis_raise_script;
+extern const struct redis_script dlock__redis_leader_publish_script;
 /* Load the scripts once so EVALSHA has their digests. */
 int dlock__redis_load_scripts(struct redis_state *s);
 /* The same in two halves, for several nodes in one exchange (Redlock):
@@ -784,8 +791,8 @@ void dlock__redis_leader_keys_free(struct leader_keys *lk);
  * field, token, value, and optionally the version, else counted by the
  * node: 1 written, 0 the lock is not ours there), and read
  * the leader (KEYS lock, value hash, token counter). */
-extern const char dlock__redis_leader_write_src[];
-extern const char dlock__redis_leader_read_src[];
+extern const struct redis_script dlock__redis_leader_write_script;
+extern const struct redis_script dlock__redis_leader_read_script;
 /* A campaign's recipe, on one node (election.c) or on Redlock's majority
  * (redlock_election.c), through OPS: take the lock, write the campaign's value,
  * and give the lock back when the write fails (its failure returned),

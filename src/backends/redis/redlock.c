@@ -44,37 +44,6 @@
 #define RL_SPLIT_MIN_MS 2
 #define RL_SPLIT_MAX_MS 100
 
-/* Raise a node's token counter to the acquisition's token, only while
- * the hold the node granted us is still there (KEYS: the token key, the
- * lock, our reader's timeout key; ARGV: the token, our value -- the owner
- * field in Redisson's layout, the whole value in the simple one -- and
- * the token the node gave us). A raise can arrive late (its call timed
- * out, the request in flight), and the counter must then be left alone:
- * after its acquisition was given back and another client took the name
- * (our field is gone), or the same owner did (the same field, a later
- * hold: release_redisson.lua frees our field only while the counter holds
- * the token the node gave that hold, and a raise past it would make that
- * release miss). So in Redisson's layout the hold is the one we were
- * granted while the node has granted nothing since: a writer's counter
- * still holds the token it gave us (nobody acquires there while we hold
- * it, a later hold of ours INCRs it), a reader's timeout key holds it
- * (other readers move the counter; a later read hold of ours rewrites the
- * key). The simple layout's value carries the token already. Returns 1 =
- * raised (or already there), 0 = not that hold. Inline: Redis caches
- * it. */
-static const char RAISE_SRC[] =
-    "local t = redis.call('type', KEYS[2]).ok\n"
-    "local mine = false\n"
-    "if t == 'hash' and redis.call('hexists', KEYS[2], ARGV[2]) == 1 then\n"
-    "  local seen = redis.call('hget', KEYS[2], 'mode') == 'read' and KEYS[3] or KEYS[1]\n"
-    "  mine = redis.call('get', seen) == ARGV[3]\n"
-    "elseif t == 'string' then\n"
-    "  mine = redis.call('get', KEYS[2]) == ARGV[2]\n"
-    "end\n"
-    "if not mine then return 0 end\n"
-    "local v = tonumber(redis.call('get', KEYS[1]) or '0') or 0\n"
-    "if v < tonumber(ARGV[1]) then redis.call('set', KEYS[1], ARGV[1]) end\n"
-    "return 1\n";
 
 /* ============================================================== acquire */
 
@@ -289,7 +258,8 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
                 memcpy(rargs[i], ra, sizeof ra);
                 memcpy(rlens[i], rl_len, sizeof rl_len);
                 bd->asked[i] = top;
-                calls[m++] = (struct rl_call){.node = i, .src = RAISE_SRC, .sha = rl->raise_sha,
+                calls[m++] = (struct rl_call){.node = i, .src = dlock__redis_raise_script.src,
+                                              .sha = dlock__redis_raise_script.sha,
                                               .nkeys = 3, .nargs = 6, .args = rargs[i],
                                               .lens = rlens[i]};
             }
@@ -498,12 +468,6 @@ static void rl_close(void *state)
     free(rl);
 }
 
-/* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT. */
-void dlock__redlock_sha1_hex(const char *src, char out[41])
-{
-    dlock__redis_sha1_hex(src, strlen(src), out);
-}
-
 static int rl_open(struct dlock_client *c, void **state)
 {
     const char *url = c->url.redacted;
@@ -539,9 +503,6 @@ static int rl_open(struct dlock_client *c, void **state)
         }
     }
     rl->node_timeout_ms = nt;
-    dlock__redlock_sha1_hex(RAISE_SRC, rl->raise_sha);
-    dlock__redlock_sha1_hex(dlock__redis_leader_write_src, rl->leader_write_sha);
-    dlock__redlock_sha1_hex(dlock__redis_leader_read_src, rl->leader_read_sha);
     for (size_t i = 0; i < rl->n; i++) {
         void *s;
         int rc = dlock__redis_open_node(c, (int)i, &s);
@@ -561,7 +522,7 @@ static int rl_open(struct dlock_client *c, void **state)
         if (i > 0) /* one owner identity on every node */
             memcpy(ns->uuid, rl->node[0]->uuid, sizeof ns->uuid);
         for (int id = 0; id < S_COUNT; id++)
-            dlock__redlock_sha1_hex(ns->src[id], ns->sha[id]);
+            memcpy(ns->sha[id], dlock__redis_script(id, ns->simple)->sha, sizeof ns->sha[id]);
     }
     /* Reach the nodes now (loading the scripts), so a URL nobody answers
      * fails here as a single node's does: a majority must answer. All at

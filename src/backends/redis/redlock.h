@@ -26,8 +26,6 @@ struct redlock {
     struct redis_state *node[RL_MAX_NODES];
     int64_t node_timeout_ms;
     char where[64]; /* "redlock (3 nodes)" */
-    char raise_sha[41];
-    char leader_write_sha[41], leader_read_sha[41]; /* election.c's scripts */
     uint64_t requests; /* acquire request numbers (atomic) */
 };
 
@@ -98,7 +96,6 @@ int dlock__redlock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
 int dlock__redlock_node_value(struct redlock *rl, const struct dlock__hold *h, uint64_t token,
                               char *buf, size_t size);
 /* The SHA-1 of SRC in hex (EVALSHA's digest) into OUT. */
-void dlock__redlock_sha1_hex(const char *src, char out[41]);
 
 /* ------------------------------------------------- a granted hold (redlock_hold.c) */
 

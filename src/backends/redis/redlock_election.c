@@ -82,7 +82,8 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value,
     struct rl_round rd;
     char shortfall[RL_SHORTFALL_MAX];
     on_every_node(rl, &rd, calls,
-                  (struct rl_call){.src = dlock__redis_leader_write_src, .sha = rl->leader_write_sha,
+                  (struct rl_call){.src = dlock__redis_leader_write_script.src,
+                                   .sha = dlock__redis_leader_write_script.sha,
                                    .nkeys = 4, .nargs = 8, .args = args, .lens = lens},
                   deadline, "write the leader's value");
     size_t taken = 0, refused = 0;
@@ -128,20 +129,18 @@ int dlock__redlock_elect_acquire(void *state, struct dlock__hold *h, struct dloc
  * effort: an observer that misses it wakes at the lease's end). */
 static void rl_leader_publish(struct redlock *rl, const char *name, int64_t deadline)
 {
-    static const char src[] = "redis.call('publish', KEYS[1], '1') return 1";
+    const struct redis_script *sc = &dlock__redis_leader_publish_script;
     struct leader_keys lk;
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     if (dlock__redis_leader_keys(rl->node[0], name, &lk) == DLOCK_OK) {
-        char sha[41];
-        dlock__redlock_sha1_hex(src, sha);
         const char *args[] = {lk.chan};
         size_t lens[] = {strlen(lk.chan)};
         struct rl_call calls[RL_MAX_NODES];
         struct rl_round rd;
         on_every_node(rl, &rd, calls,
-                      (struct rl_call){.src = src, .sha = sha, .nkeys = 1, .nargs = 1, .args = args,
-                                       .lens = lens},
+                      (struct rl_call){.src = sc->src, .sha = sc->sha, .nkeys = 1, .nargs = 1,
+                                       .args = args, .lens = lens},
                       deadline, "publish");
         dlock__redlock_calls_free(calls, rl->n);
         dlock__redis_leader_keys_free(&lk);
@@ -197,7 +196,8 @@ static int rl_look(const struct dlock__redis_observer *ob, const struct leader_k
     snprintf(what, sizeof what, "read the leader of election '%s'", name);
     int64_t until = dlock__time_left(deadline, rl->node_timeout_ms);
     on_every_node(rl, &rd, calls,
-                  (struct rl_call){.src = dlock__redis_leader_read_src, .sha = rl->leader_read_sha,
+                  (struct rl_call){.src = dlock__redis_leader_read_script.src,
+                                   .sha = dlock__redis_leader_read_script.sha,
                                    .nkeys = 3, .nargs = 3, .args = args, .lens = lens},
                   dlock__now_ms() + until, what);
     struct dlock_leader seen[RL_MAX_NODES];

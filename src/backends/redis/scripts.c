@@ -3,11 +3,12 @@
  * Every lock operation is one Lua script, so acquire, release and a whole
  * batch of renewals each cost one round trip. The scripts live in
  * scripts/NAME.lua, readable and runnable with `redis-cli --eval`, and are
- * embedded here at build time (.incbin: no generated file, no copy to keep
- * in step); the acquire scripts get lib_acquire.lua, what they share, in
- * front. They are SCRIPT LOADed once per client and sent by EVALSHA,
- * with EVAL when the server answers NOSCRIPT after a restart or SCRIPT
- * FLUSH.
+ * embedded here at build time (.incbin: no copy to keep in step), each
+ * with its SHA-1 digest computed by the Makefile; the acquire scripts get
+ * lib_acquire.lua, what they share, in front. They are SCRIPT LOADed once
+ * per client and sent by EVALSHA, with EVAL when the server answers
+ * NOSCRIPT after a restart or SCRIPT FLUSH; Redlock, which cannot ask a
+ * node that is down at open, takes the digests as built.
  *
  * Every lock script returns one integer, or a string naming the type of a
  * key that is not a lock of this layout (WRONGTYPE; nothing written).
@@ -41,75 +42,127 @@
             ".popsection\n");                                                     \
     extern const char sym[] __attribute__((visibility("hidden")))
 
-/* scripts/FILE as SYM. */
-#define EMBED_SCRIPT(sym, file) EMBED_FILES(sym, SCRIPT_FILE(file))
+/* scripts/NAME.lua as redis_lua_NAME. */
+#define EMBED_SCRIPT(name) EMBED_FILES(redis_lua_##name, SCRIPT_FILE(#name ".lua"))
 
-/* scripts/FILE with lib_acquire.lua (the token counter and the canceled
- * key, which every acquire script uses) in front: EVAL takes one script,
- * so the two become one here rather than two copies in the sources. */
-#define EMBED_ACQUIRE_SCRIPT(sym, file)                                           \
-    EMBED_FILES(sym, SCRIPT_FILE("lib_acquire.lua") SCRIPT_FILE(file))
+/* scripts/NAME.lua with lib_acquire.lua (the token counter and the
+ * canceled key, which every acquire script uses) in front: EVAL takes one
+ * script, so the two become one here rather than two copies in the
+ * sources. The Makefile reads these lines to digest the same text. */
+#define EMBED_ACQUIRE_SCRIPT(name)                                                \
+    EMBED_FILES(redis_lua_##name, SCRIPT_FILE("lib_acquire.lua") SCRIPT_FILE(#name ".lua"))
 
-EMBED_ACQUIRE_SCRIPT(redis_lua_acquire_redisson, "acquire_redisson.lua");
-EMBED_SCRIPT(redis_lua_release_redisson, "release_redisson.lua");
-EMBED_SCRIPT(redis_lua_renew_redisson, "renew_redisson.lua");
-EMBED_ACQUIRE_SCRIPT(redis_lua_acquire_simple, "acquire_simple.lua");
-EMBED_SCRIPT(redis_lua_release_simple, "release_simple.lua");
-EMBED_SCRIPT(redis_lua_renew_simple, "renew_simple.lua");
-EMBED_SCRIPT(redis_lua_inspect, "inspect.lua");
-EMBED_SCRIPT(redis_lua_force, "force.lua");
-EMBED_SCRIPT(redis_lua_cancel_redisson, "cancel_redisson.lua");
-EMBED_SCRIPT(redis_lua_cancel_simple, "cancel_simple.lua");
-EMBED_SCRIPT(redis_lua_rw_release_read, "rw_release_read.lua");
-EMBED_SCRIPT(redis_lua_rw_downgrade, "rw_downgrade.lua");
-EMBED_SCRIPT(redis_lua_rw_unwait, "rw_unwait.lua");
-EMBED_ACQUIRE_SCRIPT(redis_lua_sem_acquire, "sem_acquire.lua");
-EMBED_SCRIPT(redis_lua_sem_release, "sem_release.lua");
-EMBED_SCRIPT(redis_lua_sem_renew, "sem_renew.lua");
-EMBED_SCRIPT(redis_lua_sem_inspect, "sem_inspect.lua");
-EMBED_ACQUIRE_SCRIPT(redis_lua_fair_lock, "fair_lock.lua");
-EMBED_ACQUIRE_SCRIPT(redis_lua_acquire_multi, "acquire_multi.lua");
-EMBED_SCRIPT(redis_lua_release_multi, "release_multi.lua");
+/* redis_lua_NAME with its digest, REDIS_SHA_NAME from the generated
+ * redis_script_digests.h (the Makefile: sha1sum of the same files). */
+#define SCRIPT(name) {#name, redis_lua_##name, REDIS_SHA_##name}
 
-const char *dlock__redis_script_source(enum script_id id, bool simple)
+#include "redis_script_digests.h"
+
+EMBED_ACQUIRE_SCRIPT(acquire_redisson);
+EMBED_SCRIPT(release_redisson);
+EMBED_SCRIPT(renew_redisson);
+EMBED_ACQUIRE_SCRIPT(acquire_simple);
+EMBED_SCRIPT(release_simple);
+EMBED_SCRIPT(renew_simple);
+EMBED_SCRIPT(inspect);
+EMBED_SCRIPT(force);
+EMBED_SCRIPT(cancel_redisson);
+EMBED_SCRIPT(cancel_simple);
+EMBED_SCRIPT(rw_release_read);
+EMBED_SCRIPT(rw_downgrade);
+EMBED_SCRIPT(rw_unwait);
+EMBED_ACQUIRE_SCRIPT(sem_acquire);
+EMBED_SCRIPT(sem_release);
+EMBED_SCRIPT(sem_renew);
+EMBED_SCRIPT(sem_inspect);
+EMBED_ACQUIRE_SCRIPT(fair_lock);
+EMBED_ACQUIRE_SCRIPT(acquire_multi);
+EMBED_SCRIPT(release_multi);
+
+/* scripts/redlock_raise.lua: raise a node's token counter to the
+ * acquisition's token, only while the hold the node granted us is still
+ * there (KEYS: the token key, the lock, our reader's timeout key; ARGV: the
+ * token, our value -- the owner field in Redisson's layout, the whole
+ * value in the simple one -- and the token the node gave us). A raise can
+ * arrive late (its call timed out, the request in flight), and the
+ * counter must then be left alone: after its acquisition was given back
+ * and another client took the name (our field is gone), or the same owner
+ * did (the same field, a later hold: release_redisson.lua frees our field
+ * only while the counter holds the token the node gave that hold, and a
+ * raise past it would make that release miss). So in Redisson's layout
+ * the hold is the one we were granted while the node has granted nothing
+ * since: a writer's counter still holds the token it gave us (nobody
+ * acquires there while we hold it, a later hold of ours INCRs it), a
+ * reader's timeout key holds it (other readers move the counter; a later
+ * read hold of ours rewrites the key). The simple layout's value carries
+ * the token already. Returns 1 = raised (or already there), 0 = not that
+ * hold. (Redlock's and the election's scripts carry no comment of their
+ * own: their text, and so their digests, stay as they were when they
+ * were C strings.) */
+EMBED_SCRIPT(redlock_raise);
+/* scripts/leader_write.lua (election.c, redlock_election.c). KEYS: lock,
+ * value hash, leader channel, token counter. ARGV: our hash field, our
+ * token, the value, and the version (redlock_election.c: numbered by the
+ * leader, the same on every node; absent: counted by the node, by the
+ * token counter's rule -- below 10^15, as after a data-losing restart or for a
+ * new name, it goes on from the server's clock in microseconds, so
+ * versions keep growing; lib_acquire.lua's new_token). 1 written, 0 no
+ * longer ours. */
+EMBED_SCRIPT(leader_write);
+/* scripts/leader_read.lua (election.c, redlock_election.c). KEYS: lock,
+ * value hash, token counter. {held, holder, counter, value's token,
+ * version, value, lock's PTTL}. */
+EMBED_SCRIPT(leader_read);
+/* scripts/leader_publish.lua: "1" on channel KEYS[1] (redlock_election.c). */
+EMBED_SCRIPT(leader_publish);
+
+/* Script ID in Redisson's layout ([0]) and the simple one ([1]). */
+static const struct redis_script by_id[S_COUNT][2] = {
+    [S_ACQUIRE] = {SCRIPT(acquire_redisson), SCRIPT(acquire_simple)},
+    [S_RELEASE] = {SCRIPT(release_redisson), SCRIPT(release_simple)},
+    [S_RENEW] = {SCRIPT(renew_redisson), SCRIPT(renew_simple)},
+    [S_INSPECT] = {SCRIPT(inspect), SCRIPT(inspect)},
+    [S_FORCE] = {SCRIPT(force), SCRIPT(force)},
+    [S_CANCEL] = {SCRIPT(cancel_redisson), SCRIPT(cancel_simple)},
+    /* shared holds: the Redisson layout only */
+    [S_RW_RELEASE_READ] = {SCRIPT(rw_release_read), SCRIPT(rw_release_read)},
+    [S_RW_DOWNGRADE] = {SCRIPT(rw_downgrade), SCRIPT(rw_downgrade)},
+    [S_RW_UNWAIT] = {SCRIPT(rw_unwait), SCRIPT(rw_unwait)},
+    [S_SEM_ACQUIRE] = {SCRIPT(sem_acquire), SCRIPT(sem_acquire)},
+    [S_SEM_RELEASE] = {SCRIPT(sem_release), SCRIPT(sem_release)},
+    [S_SEM_RENEW] = {SCRIPT(sem_renew), SCRIPT(sem_renew)},
+    [S_SEM_INSPECT] = {SCRIPT(sem_inspect), SCRIPT(sem_inspect)},
+    [S_FAIR] = {SCRIPT(fair_lock), SCRIPT(fair_lock)},
+    /* both layouts: one script */
+    [S_ACQUIRE_MULTI] = {SCRIPT(acquire_multi), SCRIPT(acquire_multi)},
+    [S_RELEASE_MULTI] = {SCRIPT(release_multi), SCRIPT(release_multi)},
+};
+
+const struct redis_script dlock__redis_raise_script = SCRIPT(redlock_raise);
+const struct redis_script dlock__redis_leader_write_script = SCRIPT(leader_write);
+const struct redis_script dlock__redis_leader_read_script = SCRIPT(leader_read);
+const struct redis_script dlock__redis_leader_publish_script = SCRIPT(leader_publish);
+
+const struct redis_script *dlock__redis_script(enum script_id id, bool simple)
 {
-    switch (id) {
-    case S_ACQUIRE:
-        return simple ? redis_lua_acquire_simple : redis_lua_acquire_redisson;
-    case S_RELEASE:
-        return simple ? redis_lua_release_simple : redis_lua_release_redisson;
-    case S_RENEW:
-        return simple ? redis_lua_renew_simple : redis_lua_renew_redisson;
-    case S_INSPECT:
-        return redis_lua_inspect;
-    case S_FORCE:
-        return redis_lua_force;
-    case S_CANCEL:
-        return simple ? redis_lua_cancel_simple : redis_lua_cancel_redisson;
-    case S_RW_RELEASE_READ: /* shared holds: the Redisson layout only */
-        return redis_lua_rw_release_read;
-    case S_RW_DOWNGRADE:
-        return redis_lua_rw_downgrade;
-    case S_RW_UNWAIT:
-        return redis_lua_rw_unwait;
-    case S_SEM_ACQUIRE:
-        return redis_lua_sem_acquire;
-    case S_SEM_RELEASE:
-        return redis_lua_sem_release;
-    case S_SEM_RENEW:
-        return redis_lua_sem_renew;
-    case S_SEM_INSPECT:
-        return redis_lua_sem_inspect;
-    case S_FAIR:
-        return redis_lua_fair_lock;
-    case S_ACQUIRE_MULTI: /* both layouts: one script */
-        return redis_lua_acquire_multi;
-    case S_RELEASE_MULTI:
-        return redis_lua_release_multi;
-    case S_COUNT:
-        break;
-    }
-    return NULL;
+    return id < S_COUNT ? &by_id[id][simple] : NULL;
+}
+
+bool dlock__redis_script_nth(size_t i, const char **name, const char **src, const char **sha)
+{
+    static const struct redis_script *const others[] = {
+        &dlock__redis_raise_script, &dlock__redis_leader_write_script,
+        &dlock__redis_leader_read_script, &dlock__redis_leader_publish_script};
+    size_t n_others = sizeof others / sizeof others[0];
+    const struct redis_script *sc = i < 2 * S_COUNT ? &by_id[i / 2][i % 2]
+                                    : i < 2 * S_COUNT + n_others ? others[i - 2 * S_COUNT]
+                                                                 : NULL;
+    if (!sc)
+        return false;
+    *name = sc->name;
+    *src = sc->src;
+    *sha = sc->sha;
+    return true;
 }
 
 /* Append to K a SCRIPT LOAD of every script (pipelined: one round trip). */

@@ -1,0 +1,1 @@
+redis.call('publish', KEYS[1], '1') return 1

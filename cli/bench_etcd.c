@@ -13,67 +13,27 @@
  */
 #ifdef DLOCK_HAVE_ETCD
 
-#include <curl/curl.h>
-#include <dlfcn.h>
-#include <pthread.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/etcd/etcd.h"
 #include "bench.h"
 #include "dlock.h"
 
 /* libcurl is not linked (loading it costs every dlock process start ~3.5
- * ms, see src/backends/etcd/etcd.h): the library dlopen()s it for its own
- * calls, and the baseline takes the seven functions it uses the same way. */
-static struct {
-    CURL *(*easy_init)(void);
-    void (*easy_cleanup)(CURL *h);
-    CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
-    CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
-    CURLcode (*easy_perform)(CURL *h);
-    struct curl_slist *(*slist_append)(struct curl_slist *list, const char *s);
-    void (*slist_free_all)(struct curl_slist *list);
-} raw_curl;
-
-#undef curl_easy_setopt
-#undef curl_easy_getinfo
-#define curl_easy_init raw_curl.easy_init
-#define curl_easy_cleanup raw_curl.easy_cleanup
-#define curl_easy_setopt raw_curl.easy_setopt
-#define curl_easy_getinfo raw_curl.easy_getinfo
-#define curl_easy_perform raw_curl.easy_perform
-#define curl_slist_append raw_curl.slist_append
-#define curl_slist_free_all raw_curl.slist_free_all
-
-/* Loaded once for every connection of the run (its threads connect at
- * once: each loading it wrote raw_curl beside the others, a race
- * ThreadSanitizer reported); raw_curl_error says why it could not be. */
-static pthread_once_t raw_curl_once = PTHREAD_ONCE_INIT;
-static char raw_curl_error[256];
-
-static void raw_curl_load_once(void)
-{
-    void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-    /* (POSIX's dlsym idiom: the slot is written as a void *) */
-#define LOAD(field) (*(void **)&raw_curl.field = lib ? dlsym(lib, "curl_" #field) : NULL)
-    if (!LOAD(easy_init) || !LOAD(easy_cleanup) || !LOAD(easy_setopt) || !LOAD(easy_getinfo) ||
-        !LOAD(easy_perform) || !LOAD(slist_append) || !LOAD(slist_free_all)) {
-        const char *why = dlerror();
-        snprintf(raw_curl_error, sizeof raw_curl_error, "the etcd baseline needs libcurl: %s",
-                 why ? why : "?");
-    }
-#undef LOAD
-}
-
+ * ms, see src/backends/etcd/etcd.h): the baseline's curl_* calls go
+ * through the library's own table (etcd.h maps them onto dlock__curl),
+ * loaded once by dlock__curl_load() -- one dlopen() for both. False, with
+ * the reason in ERR, when libcurl cannot be loaded. */
 static bool raw_curl_load(char *err, size_t errlen)
 {
-    pthread_once(&raw_curl_once, raw_curl_load_once);
-    if (raw_curl_error[0])
-        snprintf(err, errlen, "%s", raw_curl_error);
-    return !raw_curl_error[0];
+    if (dlock__curl_load() == DLOCK_OK)
+        return true;
+    snprintf(err, errlen, "the etcd baseline needs libcurl: %s", dlock_errmsg());
+    return false;
 }
 
 struct etcd_raw {

@@ -2263,6 +2263,67 @@ TU_TEST(man_pages_render_without_glued_words, 60)
     free(err);
 }
 
+/* --min-hold (ShedLock's lockAtLeastFor) on URL U: a job that ends at
+ * once keeps its lock for the time asked, so the copy another host starts
+ * a moment later, its clock a few seconds off, finds it busy. SIGTERM
+ * ends the hold early, with COMMAND's status (3); with KILL9 dlock is
+ * killed instead, and a network backend keeps the name until its lease. */
+static void min_hold(const char *u, bool kill9)
+{
+    char *log = tu_fmt("%s/minhold.log", dir);
+    const char *argv[] = {tu_dlock_bin(), "-u", u, "run", "-v", "--min-hold", "300",
+                          "nightly", "-c", "exit 3", NULL};
+    pid_t p = tu_spawn(argv, log);
+    char *text = NULL;
+    for (int i = 0; i < 400 && !(text && strstr(text, "(--min-hold)")); i++) {
+        free(text);
+        usleep(50000);
+        text = tu_read_file(log);
+    }
+    ck_assert_msg(text && strstr(text, "(--min-hold)"), "no --min-hold line: %s",
+                  text ? text : "(no log)");
+    free(text);
+    /* the job has ended; the name is still held */
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", u, "run", "-n", "nightly", "true"), 1);
+    int status = 0;
+    if (kill9) {
+        kill(p, SIGKILL);
+        waitpid(p, &status, 0);
+        ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", u, "run", "-n", "nightly", "true"), 1);
+        ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", u, "release", "--force", "nightly"), 0);
+    } else {
+        status = tu_stop(p, 20000);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 3,
+                      "status %#x: not COMMAND's 3", status);
+    }
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", u, "run", "-n", "nightly", "true"), 0);
+    unlink(log);
+    free(log);
+}
+
+TU_TEST(min_hold_file, 120)
+{
+    min_hold(url, false);
+    /* a path NAME has no hold without a process: refused */
+    char *err;
+    char *path = tu_fmt("%s/pathlock", dir);
+    ck_assert_int_eq(DLOCK(NULL, &err, "run", "--min-hold", "5", path, "true"), 64);
+    ck_assert_ptr_nonnull(strstr(err, "--min-hold"));
+    free(err);
+    free(path);
+}
+
+#ifdef DLOCK_HAVE_REDIS
+TU_TEST(min_hold_redis, 120)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    min_hold(r.url, false);
+    min_hold(r.url, true);
+    fx_redis_stop(&r);
+}
+#endif
+
 int main(void)
 {
     if (getenv(TERM_COUNTER_ENV))

@@ -16,8 +16,8 @@ static const struct {
     {"run",
      "dlock [-u URL] run [-n | -w SECONDS] [-E CODE] [-s] [--lease SECONDS]\n"
      "                  [--on-lost term|kill|ignore] [--kill-after SECONDS]\n"
-     "                  [--lost-grace SECONDS] [--strict-release] [--permits N] [-v]\n"
-     "                  NAME [--] COMMAND [ARG...]\n"
+     "                  [--lost-grace SECONDS] [--strict-release] [--permits N]\n"
+     "                  [--min-hold SECONDS] [-v] NAME [--] COMMAND [ARG...]\n"
      "dlock [-u URL] run [options] NAME -c 'SHELL COMMAND'\n"
      "dlock [-u URL] run [options] -m NAME... -- COMMAND [ARG...]   (or -c)",
      "Hold lock NAME while COMMAND runs, then release it.\n"
@@ -42,6 +42,10 @@ static const struct {
      "                        of the lease are left (default a sixth of the lease),\n"
      "                        so COMMAND is stopped before the lease can pass on\n"
      "  -c, --command CMD     run CMD with $SHELL -c (/bin/sh when unset), as flock(1)\n"
+     "  --min-hold SECONDS    keep the lock at least SECONDS after it was taken, even\n"
+     "                        when COMMAND ends sooner (SIGTERM ends it early): copies\n"
+     "                        of a short job that other hosts start a little later find\n"
+     "                        it busy -- once per period, not just one at a time\n"
      "  --strict-release      a failed release fails the run (default: reported on\n"
      "                        stderr, COMMAND's status kept)\n"
      "  --permits N           take one of N permits of the semaphore NAME instead of\n"

@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -67,6 +68,8 @@ struct run {
     const char *name;  /* the lock's, for messages */
     const char *label; /* what is held, quoted for messages: 'a' or 'a', 'b' */
     bool lost;
+    bool lost_after_job; /* lost during --min-hold, once COMMAND had ended */
+    bool passed_signal;  /* a signal was passed on to the job */
     char lost_why[512];
     char lost_name[256]; /* the lock lost (run -m: which member), for messages */
 };
@@ -119,6 +122,7 @@ static void *signal_thread(void *arg)
              * on to the whole job (one from a terminal that dlock was
              * given reaches dlock's group, not COMMAND's). */
             if (R.job) {
+                R.passed_signal = true;
                 cli_job_signal(R.job, sig);
             } else {
                 R.pending = sig; /* COMMAND not started yet, or none: dlock hold */
@@ -559,6 +563,7 @@ struct run_opts {
     bool multi;       /* -m: the operands up to -- or -c are a set of NAMEs */
     bool close;       /* -o: flock's --close: the job ends with COMMAND, which gets
                          no copy of the lock's descriptor */
+    int64_t min_hold_ms; /* --min-hold: held at least this long after it was taken */
 };
 
 /* Parse the options of run and hold (flock(1)'s spellings beside ours)
@@ -567,7 +572,7 @@ struct run_opts {
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
     *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false}, 1, 0, 0,
-                           DLOCK_EXCLUSIVE, NULL, 0, false, false};
+                           DLOCK_EXCLUSIVE, NULL, 0, false, false, 0};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
         {"nb", no_argument, NULL, 'n'},
@@ -587,6 +592,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"strict-release", no_argument, NULL, 'R'},
         {"permits", required_argument, NULL, 'P'},
         {"multi", no_argument, NULL, 'm'},
+        {"min-hold", required_argument, NULL, 'M'},
         {"url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
@@ -671,6 +677,13 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             o->permits = (unsigned)v;
             break;
         }
+        case 'M':
+            if (strcmp(verb, "hold") == 0)
+                return -usage_error("%s", "--min-hold is for a job (run, elect): a hold ends "
+                                          "when its script says so");
+            if ((o->min_hold_ms = cli_seconds(optarg)) < 0)
+                return -usage_error("--min-hold needs SECONDS, not '%s'", optarg);
+            break;
         case 'm':
             if (strcmp(verb, "run") != 0)
                 return -usage_error("%s", "-m (a set of NAMEs) is run's alone");
@@ -682,13 +695,16 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         case 'h':
             exit(cli_help(verb, 0));
         default:
-            if (optopt && strchr("wEcuLOKGP", optopt))
+            if (optopt && strchr("wEcuLOKGPM", optopt))
                 return -usage_error("option '%s' needs a value", argv[optind - 1]);
             return -usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind >= argc)
         return -usage_error("%s", "missing NAME");
+    if (o->min_hold_ms && cli_is_path(o->url, argv[optind]))
+        return -usage_error("%s", "--min-hold needs a lock NAME, not a path: flock(2) holds a "
+                                  "file only while a process keeps it open");
     if (o->permits && o->multi)
         return -usage_error("%s", "--permits takes a permit of one semaphore, not with -m");
     if (o->permits && (o->mode == DLOCK_SHARED || cli_is_path(o->url, argv[optind])))
@@ -702,6 +718,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, char **cmd);
 static int path_lock_and_run(const struct run_opts *o, const char *path, char **cmd);
 static int finish(const struct run_opts *o, dlock_client *c, int code, bool at_risk);
+static void hold_at_least(const struct run_opts *o, int64_t acquired_at);
 static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
                            const char *etcd_key);
 
@@ -1043,6 +1060,7 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
         cli_close_within(c, sig ? CLI_NEVER : close_by, code); /* what is owed: the lease's */
         return code;
     }
+    int64_t acquired_at = now_ms();
     uint64_t tokens[DLOCK_MULTI_MAX] = {0};
     if (R.multi)
         set_tokens(names, n, tokens);
@@ -1085,7 +1103,49 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     code = run_job(o, cmd, env, lock_fds, nlock, &oldmask, &at_risk);
     for (size_t k = 0; k < nlock; k++)
         close(lock_fds[k]);
+    if (!at_risk)
+        hold_at_least(o, acquired_at);
     return finish(o, c, code, at_risk);
+}
+
+/* --min-hold: once the job has ended, keep what is held (renewed as
+ * before) until O->min_hold_ms after it was taken, as ShedLock's
+ * lockAtLeastFor: copies of a short job that other hosts start a little
+ * later, their clocks seconds apart, find it busy instead of running it
+ * again. A signal (SIGTERM: stop now) or a loss ends it early; a loss
+ * then is not the job's, whose status stands. If dlock is killed
+ * meanwhile, a network backend keeps the name until its lease ends. */
+static void hold_at_least(const struct run_opts *o, int64_t acquired_at)
+{
+    int64_t until = acquired_at + o->min_hold_ms;
+    if (!o->min_hold_ms || now_ms() >= until)
+        return;
+    pthread_mutex_lock(&R.mu);
+    bool skip = R.lost || R.passed_signal || R.pending;
+    if (R.wake_fd < 0)
+        R.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    R.job = NULL; /* ended: a signal now wakes the wait below */
+    if (!skip && R.wake_fd >= 0)
+        R.phase = RUNNING;
+    pthread_mutex_unlock(&R.mu);
+    if (skip || R.wake_fd < 0)
+        return;
+    if (o->verbose)
+        vlog("the command exited; holding %s %.3f s more (--min-hold)", R.label,
+             (double)(until - now_ms()) / 1000);
+    for (int64_t left; (left = until - now_ms()) > 0;) {
+        struct pollfd fds[2] = {{.fd = R.lost_fd, .events = POLLIN},
+                                {.fd = R.wake_fd, .events = POLLIN}};
+        int n = poll(fds, 2, left > INT_MAX ? INT_MAX : (int)left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != 0)
+            break; /* lost, a signal, or poll failing: release now */
+    }
+    pthread_mutex_lock(&R.mu);
+    R.phase = DONE;
+    R.lost_after_job = R.lost;
+    pthread_mutex_unlock(&R.mu);
 }
 
 /* Release what is held after the job (or the hold) ended with CODE,
@@ -1096,9 +1156,13 @@ static int finish(const struct run_opts *o, dlock_client *c, int code, bool at_r
 {
     int rc = release_held();
     pthread_mutex_lock(&R.mu);
-    bool lost = R.lost;
+    bool lost = R.lost, after_job = R.lost_after_job;
     pthread_mutex_unlock(&R.mu);
-    if (rc == DLOCK_ELOST || lost) {
+    if (after_job) {
+        /* lost during --min-hold: the job ran under the lock */
+        if (o->verbose)
+            vlog("lost during --min-hold, after the command ended: %s", R.lost_why);
+    } else if (rc == DLOCK_ELOST || lost) {
         if (!lost)
             fprintf(stderr, "dlock %s: %s\n", verb, dlock_errmsg());
         code = EXIT_LOST;

@@ -2332,6 +2332,84 @@ TU_TEST(min_hold_redis, 120)
 }
 #endif
 
+/* The recipe README and docs/recipes.md give for `hold` in a script, run
+ * as written (DLOCK and URL from the environment; a marker per step):
+ * busy, it exits with hold's status and runs no step; on a loss (the
+ * lock freed by force while a step runs) hold stops the script's process
+ * group, the later step never runs; done, the lock is free again. */
+static const char hold_recipe[] =
+    "exec {lock}< <(exec \"$DLOCK\" -u \"$URL\" hold --pid $$ --lease 2 $HOLD_OPTS deploy)\n"
+    "read -r held <&\"$lock\" || { wait $!; exit; }   # busy, timed out or failed\n"
+    "touch \"$MARK.1\"; sleep \"$STEP\"; touch \"$MARK.2\"\n"
+    "exec {lock}<&-; wait $!                          # release now: 0, or 75 if lost\n";
+
+static int run_hold_recipe(const char *u, const char *opts, const char *step, const char *mark)
+{
+    char *script = tu_fmt("%s/recipe.sh", dir);
+    tu_write_file(script, hold_recipe);
+    char *e_dlock = tu_fmt("DLOCK=%s", tu_dlock_bin()), *e_url = tu_fmt("URL=%s", u),
+         *e_opts = tu_fmt("HOLD_OPTS=%s", opts), *e_step = tu_fmt("STEP=%s", step),
+         *e_mark = tu_fmt("MARK=%s", mark);
+    const char *env[] = {e_dlock, e_url, e_opts, e_step, e_mark, NULL};
+    int rc = tu_run((const char *[]){"setsid", "-w", "bash", script, NULL}, env, NULL, NULL);
+    free(e_dlock), free(e_url), free(e_opts), free(e_step), free(e_mark);
+    free(script);
+    return rc;
+}
+
+static void hold_recipe_busy_and_done(const char *u)
+{
+    char *mark = tu_fmt("%s/step", dir), *m1 = tu_fmt("%s.1", mark), *m2 = tu_fmt("%s.2", mark);
+    const char *argv[] = {tu_dlock_bin(), "-u", u, "run", "deploy", "-c", "exec sleep 120", NULL};
+    pid_t h = tu_spawn(argv, NULL);
+    int busy = 1;
+    for (int i = 0; i < 200 && busy; i++) { /* until the holder holds */
+        busy = TU_DLOCK(NULL, NULL, NULL, "-u", u, "status", "deploy") != 0;
+        if (busy)
+            usleep(50000);
+    }
+    ck_assert_int_eq(run_hold_recipe(u, "-n", "0", mark), 1);
+    ck_assert_msg(access(m1, F_OK) != 0, "a step ran although the lock was busy");
+    tu_stop(h, 5000);
+    ck_assert_int_eq(run_hold_recipe(u, "-n", "0", mark), 0);
+    ck_assert_msg(access(m2, F_OK) == 0, "the steps did not run");
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", u, "run", "-n", "deploy", "true"), 0);
+    unlink(m1), unlink(m2);
+    free(m1), free(m2), free(mark);
+}
+
+TU_TEST(hold_recipe_file, 120)
+{
+    hold_recipe_busy_and_done(url);
+}
+
+#ifdef DLOCK_HAVE_REDIS
+TU_TEST(hold_recipe_redis, 180)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    hold_recipe_busy_and_done(r.url);
+    /* lost while a step runs: the script's group is stopped by SIGTERM */
+    char *mark = tu_fmt("%s/lost", dir), *m1 = tu_fmt("%s.1", mark), *m2 = tu_fmt("%s.2", mark);
+    pid_t killer = fork();
+    if (killer == 0) {
+        for (int i = 0; i < 600 && access(m1, F_OK) != 0; i++)
+            usleep(50000);
+        _exit(TU_DLOCK(NULL, NULL, NULL, "-u", r.url, "release", "--force", "deploy"));
+    }
+    int rc = run_hold_recipe(r.url, "", "60", mark);
+    int st;
+    waitpid(killer, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the forced release failed: %#x", st);
+    ck_assert_msg(access(m1, F_OK) == 0, "the first step never ran");
+    ck_assert_msg(access(m2, F_OK) != 0, "the step after the loss ran");
+    ck_assert_msg(rc == 128 + SIGTERM, "the script ended %d, not by SIGTERM", rc);
+    unlink(m1);
+    free(m1), free(m2), free(mark);
+    fx_redis_stop(&r);
+}
+#endif
+
 int main(void)
 {
     if (getenv(TERM_COUNTER_ENV))

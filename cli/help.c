@@ -73,11 +73,21 @@ static const struct {
      "timed out; 75 if the lock was lost (or at risk) while it ran; 130/143 if interrupted\n"
      "while waiting."},
     {"hold",
-     "dlock [-u URL] hold [-n | -w SECONDS] [-E CODE] [-s] [--lease SECONDS] [-v] NAME",
+     "dlock [-u URL] hold [-n | -w SECONDS] [-E CODE] [-s] [--lease SECONDS] [--pid PID]\n"
+     "                   [-v] NAME",
      "Take lock NAME and hold it until standard input ends or a signal comes\n"
-     "(SIGTERM, SIGINT, SIGHUP), as etcdctl lock without a command does; for\n"
-     "scripts, with coproc. Prints one line once held: token=N mode=MODE\n"
-     "[key=KEY (etcd)] name=NAME. The options are run's (dlock help run).\n"
+     "(SIGTERM, SIGINT, SIGHUP), as etcdctl lock without a command does.\n"
+     "Prints one line once held: token=N mode=MODE [key=KEY (etcd)] name=NAME.\n"
+     "  --pid PID             hold for process PID (a script: --pid $$): until it\n"
+     "                        exits or closes its end of the pipe hold prints to,\n"
+     "                        not stdin's end; a loss sends --on-lost's signal\n"
+     "                        (SIGTERM by default) to PID's process group when PID\n"
+     "                        leads one, else to PID\n"
+     "The other options are run's (dlock help run). In a script:\n"
+     "  exec {lock}< <(exec dlock hold --pid $$ -w 60 deploy)\n"
+     "  read -r held <&\"$lock\" || { wait $!; exit; }   # busy, timed out, failed\n"
+     "  ./step1; ./step2                  # a loss stops the script (SIGTERM)\n"
+     "  exec {lock}<&-; wait $!           # release now (exiting does too)\n"
      "Exit status: 0 once released; CODE when busy or timed out; 75 if the lock\n"
      "was lost while held."},
     {"elect",

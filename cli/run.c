@@ -36,6 +36,7 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -564,6 +565,7 @@ struct run_opts {
     bool close;       /* -o: flock's --close: the job ends with COMMAND, which gets
                          no copy of the lock's descriptor */
     int64_t min_hold_ms; /* --min-hold: held at least this long after it was taken */
+    pid_t pid;           /* hold --pid: held for this process, told of a loss */
 };
 
 /* Parse the options of run and hold (flock(1)'s spellings beside ours)
@@ -572,7 +574,7 @@ struct run_opts {
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
     *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false}, 1, 0, 0,
-                           DLOCK_EXCLUSIVE, NULL, 0, false, false, 0};
+                           DLOCK_EXCLUSIVE, NULL, 0, false, false, 0, 0};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
         {"nb", no_argument, NULL, 'n'},
@@ -593,6 +595,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"permits", required_argument, NULL, 'P'},
         {"multi", no_argument, NULL, 'm'},
         {"min-hold", required_argument, NULL, 'M'},
+        {"pid", required_argument, NULL, 'p'},
         {"url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
@@ -684,6 +687,16 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             if ((o->min_hold_ms = cli_seconds(optarg)) < 0)
                 return -usage_error("--min-hold needs SECONDS, not '%s'", optarg);
             break;
+        case 'p': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (strcmp(verb, "hold") != 0)
+                return -usage_error("%s", "--pid is hold's: run and elect hold for COMMAND");
+            if (end == optarg || *end || v < 1 || v > INT_MAX)
+                return -usage_error("--pid needs a process id, not '%s'", optarg);
+            o->pid = (pid_t)v;
+            break;
+        }
         case 'm':
             if (strcmp(verb, "run") != 0)
                 return -usage_error("%s", "-m (a set of NAMEs) is run's alone");
@@ -695,7 +708,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         case 'h':
             exit(cli_help(verb, 0));
         default:
-            if (optopt && strchr("wEcuLOKGPM", optopt))
+            if (optopt && strchr("wEcuLOKGPMp", optopt))
                 return -usage_error("option '%s' needs a value", argv[optind - 1]);
             return -usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -1184,9 +1197,30 @@ static int finish(const struct run_opts *o, dlock_client *c, int code, bool at_r
     return code;
 }
 
+/* hold --pid: the process held for (0: none), its pidfd, and the signal
+ * a loss sends it (--on-lost: SIGTERM, SIGKILL, or 0 for ignore). */
+static struct {
+    pid_t pid;
+    int pidfd;
+    int signal;
+} held_for = {0, -1, 0};
+
+/* Tell the process held for that the lock was lost: its process group
+ * when it leads one (a script started from a terminal, by cron or by
+ * setsid: its steps stop with it), else itself. */
+static void tell_held_for(void)
+{
+    if (!held_for.pid || !held_for.signal)
+        return;
+    pid_t target = getpgid(held_for.pid) == held_for.pid ? -held_for.pid : held_for.pid;
+    kill(target, held_for.signal);
+}
+
 /* dlock hold: print what is held (one line, key=value, NAME last), then
  * hold it until stdin reaches its end, a signal comes (0) or the lock is
- * lost (75). */
+ * lost (75). With --pid: until that process exits or the reader of
+ * standard output (a pipe) closes it, instead of stdin's end; a loss is
+ * signalled to it. */
 static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
                            const char *etcd_key)
 {
@@ -1195,11 +1229,15 @@ static int hold_until_done(const char *name, const uint64_t *token, dlock_mode m
     printf("mode=%s%s%s name=%s\n", mode == DLOCK_SHARED ? "shared" : "exclusive",
            etcd_key ? " key=" : "", etcd_key ? etcd_key : "", name);
     fflush(stdout);
+    struct stat out;
+    bool out_is_pipe = fstat(1, &out) == 0 && S_ISFIFO(out.st_mode);
     for (;;) {
-        struct pollfd fds[3] = {{.fd = 0, .events = POLLIN},
+        /* stdin, or with --pid the process's pidfd and stdout's reader */
+        struct pollfd fds[4] = {{.fd = held_for.pid ? held_for.pidfd : 0, .events = POLLIN},
                                 {.fd = R.lost_fd, .events = POLLIN},
-                                {.fd = R.wake_fd, .events = POLLIN}};
-        if (poll(fds, 3, -1) < 0) {
+                                {.fd = R.wake_fd, .events = POLLIN},
+                                {.fd = held_for.pid && out_is_pipe ? 1 : -1, .events = 0}};
+        if (poll(fds, 4, -1) < 0) {
             if (errno == EINTR)
                 continue;
             return EXIT_SOFTWARE;
@@ -1208,11 +1246,15 @@ static int hold_until_done(const char *name, const uint64_t *token, dlock_mode m
             pthread_mutex_lock(&R.mu);
             fprintf(stderr, "dlock hold: lock '%s' lost: %s\n", name, R.lost_why);
             pthread_mutex_unlock(&R.mu);
+            tell_held_for();
             return EXIT_LOST;
         }
         if (fds[2].revents)
             return 0; /* signalled: the usual way to end a hold */
-        if (fds[0].revents) {
+        if (held_for.pid) {
+            if (fds[0].revents || fds[3].revents)
+                return 0; /* the process exited, or closed its end: done with the lock */
+        } else if (fds[0].revents) {
             char buf[4096];
             ssize_t n = read(0, buf, sizeof buf);
             if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN) ||
@@ -1234,6 +1276,18 @@ int cmd_hold(const char *url, int argc, char **argv)
         return usage_error("takes no COMMAND ('%s'): it holds NAME until stdin ends or a "
                            "signal comes; use run for a command",
                            o.shell_cmd ? o.shell_cmd : argv[i]);
+    if (o.pid) {
+        held_for.pid = o.pid;
+        held_for.pidfd = (int)syscall(SYS_pidfd_open, o.pid, 0);
+        if (held_for.pidfd < 0) {
+            fprintf(stderr, "dlock hold: --pid %d: %s\n", (int)o.pid, strerror(errno));
+            return errno == ESRCH ? EXIT_USAGE : EXIT_SOFTWARE;
+        }
+        held_for.signal = o.policy.on_lost == LOST_KILL   ? SIGKILL
+                          : o.policy.on_lost == LOST_TERM ? SIGTERM
+                                                          : 0;
+        setpgid(0, 0); /* out of the group a loss may signal */
+    }
     R.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (R.wake_fd < 0) {
         fprintf(stderr, "dlock hold: eventfd: %s\n", strerror(errno));

@@ -23,6 +23,7 @@ test=(
   zookeeper default-jre-headless                      # ZooKeeper
   util-linux hyperfine valgrind                       # flock(1), benchmarks, valgrind
   bash zsh man-db groff-base                         # completions, dlock(1) rendered (check_cli)
+  systemd                                             # docs/recipes.md units verified (check_cli)
   iproute2 clang                                      # fault harness (ip, tc), fuzzing
   nftables                                            # fault harness: packet loss and reorder
   postgresql                                          # the fencing recipe's test (check_fencing_pg)

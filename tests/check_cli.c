@@ -2410,6 +2410,20 @@ TU_TEST(hold_recipe_redis, 180)
 }
 #endif
 
+/* docs/recipes.md's recipes run as written (tests/recipes.sh): the crontab
+ * line once per night across two "hosts", the systemd units verified, the
+ * elected service and the pod's command leading, the deploy script. */
+TU_TEST(recipes_run_as_written, 120)
+{
+    char *out, *err;
+    int rc = tu_run((const char *[]){"bash", "tests/recipes.sh", "docs/recipes.md", NULL}, NULL,
+                    &out, &err);
+    ck_assert_msg(rc == 0, "tests/recipes.sh: exit %d\n%s%s", rc, out, err);
+    ck_assert_ptr_nonnull(strstr(out, "recipe pod-command: ok"));
+    free(out);
+    free(err);
+}
+
 int main(void)
 {
     if (getenv(TERM_COUNTER_ENV))

@@ -469,7 +469,16 @@ TU_TEST(status_token_zk, 180)
 /* `dlock hold NAME` as a script uses it with coproc: stdin and stdout are
  * pipes; it prints what it holds once held, holds while stdin is open,
  * and releases at end of input or on SIGTERM. */
+static pid_t start_piped(const char *const args[], int *in, int *out);
 static pid_t start_hold(const char *name, int *in, int *out)
+{
+    const char *const args[] = {"hold", name, NULL};
+    return start_piped(args, in, out);
+}
+
+/* dlock -u URL ARGS... with stdin and stdout pipes (*IN to write, *OUT
+ * to read). */
+static pid_t start_piped(const char *const args[], int *in, int *out)
 {
     int pi[2], po[2];
     ck_assert_int_eq(pipe(pi), 0);
@@ -482,7 +491,10 @@ static pid_t start_hold(const char *name, int *in, int *out)
         close(pi[1]);
         close(po[0]);
         close(po[1]);
-        execl(tu_dlock_bin(), "dlock", "-u", url, "hold", name, (char *)NULL);
+        const char *argv[16] = {"dlock", "-u", url};
+        for (size_t i = 0; args[i] && i + 4 < sizeof argv / sizeof *argv; i++)
+            argv[3 + i] = args[i];
+        execv(tu_dlock_bin(), (char **)argv);
         _exit(127);
     }
     close(pi[0]);
@@ -524,6 +536,39 @@ TU_TEST(hold_coproc, 60)
     /* A command is run's business. */
     ck_assert_int_eq(DLOCK(NULL, NULL, "hold", "held", "true"), 64);
     ck_assert_int_eq(DLOCK(NULL, NULL, "hold", "-c", "true", "held"), 64);
+}
+
+/* `dlock elect NAME` without COMMAND campaigns and, once leading, holds
+ * the leadership as hold holds a lock (etcdctl elect NAME VALUE): one
+ * line saying what it leads, then held until stdin ends. */
+TU_TEST(elect_without_command_holds, 60)
+{
+    int in, out;
+    const char *const args[] = {"elect", "--value", "host a", "chief", NULL};
+    pid_t d = start_piped(args, &in, &out);
+    char line[512] = "";
+    FILE *f = fdopen(out, "r");
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    unsigned long long token;
+    ck_assert_msg(sscanf(line, "token=%llu ", &token) == 1, "%s", line);
+    ck_assert_msg(strstr(line, " name=chief value=host a\n"), "%s", line);
+    char *got;
+    ck_assert_int_eq(DLOCK(&got, NULL, "leader", "chief"), 0);
+    ck_assert_msg(strstr(got, "value=host a"), "%s", got);
+    free(got);
+    /* Input is read and ignored; end of input resigns. */
+    ck_assert_int_eq(write(in, "x\n", 2), 2);
+    close(in);
+    ck_assert_int_eq(tu_wait_exit(d), 0);
+    fclose(f);
+    ck_assert_int_eq(DLOCK(&got, NULL, "leader", "chief"), 1);
+    ck_assert_str_eq(got, "none\n");
+    free(got);
+    /* No NAME: elect's own message and help. */
+    char *err;
+    ck_assert_int_eq(DLOCK(NULL, &err, "elect"), 64);
+    ck_assert_str_eq(err, "dlock elect: missing NAME\ntry 'dlock help elect'\n");
+    free(err);
 }
 
 TU_TEST(command_status, 120)

@@ -5,7 +5,9 @@
  * whose hold is a campaign in election NAME (dlock_lock_new_campaign):
  * COMMAND starts once elected and runs only while leading, with run's
  * job, guardian, signals, DLOCK_TOKEN and --on-lost (run.c does it all;
- * this file only takes --value out of the arguments). `dlock leader NAME
+ * this file only takes --value out of the arguments). Without COMMAND it
+ * is `dlock hold` for the leadership, as `etcdctl elect NAME VALUE`:
+ * one line once leading, then led until stdin ends or a signal comes. `dlock leader NAME
  * [--watch] [--json]` prints the leader, and with --watch every change
  * until a signal ends it.
  */
@@ -24,7 +26,7 @@ static bool takes_value(const char *a)
     static const char *const with_value[] = {"-w", "--wait", "--timeout", "-E",
                                              "--conflict-exit-code", "--lease", "--on-lost",
                                              "--kill-after", "--lost-grace", "-c", "--command",
-                                             NULL};
+                                             "--min-hold", "--pid", "-u", "--url", NULL};
     for (size_t i = 0; with_value[i]; i++)
         if (strcmp(a, with_value[i]) == 0)
             return true;

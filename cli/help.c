@@ -91,11 +91,13 @@ static const struct {
      "Exit status: 0 once released; CODE when busy or timed out; 75 if the lock\n"
      "was lost while held."},
     {"elect",
-     "dlock [-u URL] elect [--value VALUE] [run's options] NAME [--] COMMAND [ARG...]",
+     "dlock [-u URL] elect [--value VALUE] [run's options] NAME [[--] COMMAND [ARG...]]",
      "Campaign in election NAME with VALUE (default empty) and run COMMAND once\n"
      "elected, only while leading: one active instance across hosts. A leader that\n"
      "dies or stops renewing is replaced (file: at once; others: when its lease or\n"
-     "session ends).\n"
+     "session ends). Without COMMAND (etcdctl elect NAME VALUE): once leading, print\n"
+     "token=T name=NAME value=VALUE and lead until stdin ends or a signal comes, as\n"
+     "hold holds a lock (--pid PID too); 75 if leadership is lost.\n"
      "  --value VALUE         the leader's value others read with dlock leader (its\n"
      "                        address, say); etcd: the proposal etcdctl elect -l shows\n"
      "run's options apply (-n, -w, --lease, --on-lost, --kill-after, ...; not -s\n"

@@ -690,8 +690,9 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         case 'p': {
             char *end;
             long v = strtol(optarg, &end, 10);
-            if (strcmp(verb, "hold") != 0)
-                return -usage_error("%s", "--pid is hold's: run and elect hold for COMMAND");
+            if (strcmp(verb, "run") == 0)
+                return -usage_error("%s", "--pid is hold's (and elect's without COMMAND): run "
+                                          "holds for COMMAND");
             if (end == optarg || *end || v < 1 || v > INT_MAX)
                 return -usage_error("--pid needs a process id, not '%s'", optarg);
             o->pid = (pid_t)v;
@@ -734,6 +735,7 @@ static int finish(const struct run_opts *o, dlock_client *c, int code, bool at_r
 static void hold_at_least(const struct run_opts *o, int64_t acquired_at);
 static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
                            const char *etcd_key);
+static int prepare_hold(const struct run_opts *o);
 
 /* dlock elect (elect.c): run's job under leadership of election NAME
  * campaigning with this value instead of under the lock; NULL for run. */
@@ -756,8 +758,6 @@ static int set_names(const struct run_opts *o, int argc, char **argv, int i, siz
     while (i + (int)k < argc && strcmp(argv[i + k], "--") != 0 &&
            strcmp(argv[i + k], "-c") != 0 && strcmp(argv[i + k], "--command") != 0)
         k++;
-    if (campaign_value)
-        return usage_error("%s", "-m: an election has one NAME");
     if (k > DLOCK_MULTI_MAX)
         return usage_error("-m takes at most %d NAMEs, not %zu", DLOCK_MULTI_MAX, k);
     for (size_t a = 0; a < k; a++) {
@@ -779,7 +779,7 @@ static int set_names(const struct run_opts *o, int argc, char **argv, int i, siz
 int cmd_run(const char *url, int argc, char **argv)
 {
     struct run_opts o = {.url = url};
-    verb = "run";
+    verb = campaign_value ? "elect" : "run";
     note_inherited_fds();
     int i = parse_opts(argc, argv, &o);
     if (i < 0)
@@ -812,6 +812,17 @@ int cmd_run(const char *url, int argc, char **argv)
     if (o.shell_cmd && i < argc)
         return usage_error("give either -c 'SHELL COMMAND' or COMMAND [ARG...], not both (%s)",
                            argv[i]);
+    if (o.pid && (o.shell_cmd || i < argc))
+        return usage_error("%s", "--pid is for elect without COMMAND: with one, elect holds "
+                                 "for COMMAND");
+    if (campaign_value && !o.shell_cmd && i >= argc) {
+        /* elect NAME: lead until stdin ends or a signal, as hold holds */
+        if (o.min_hold_ms)
+            return usage_error("%s", "--min-hold is for a COMMAND: without one, elect leads "
+                                     "until its stdin ends or a signal comes");
+        int code = prepare_hold(&o);
+        return code ? code : lock_and_run(&o, names, 1, NULL);
+    }
     if (!o.shell_cmd && i >= argc)
         return usage_error("%s", o.multi ? "missing COMMAND (with -m the NAMEs end at --: "
                                            "run -m NAME1 NAME2 -- COMMAND)"
@@ -1084,8 +1095,9 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
             vlog("holding '%s' on %s (%s, token %" PRIu64 ", waited %" PRId64 " ms)", names[k],
                  dlock_client_url(c), mode == DLOCK_SHARED ? "shared" : "exclusive", tokens[k],
                  waited);
-    /* One lock on etcd: ETCD_LOCK_KEY as etcdctl lock sets it. */
-    char *etcd_key = R.multi ? NULL : etcd_key_of(c, name, tokens[0]);
+    /* One lock on etcd: ETCD_LOCK_KEY as etcdctl lock sets it (not a
+     * leadership: its key is the election's, which dlock_inspect does not read). */
+    char *etcd_key = R.multi || campaign_value ? NULL : etcd_key_of(c, name, tokens[0]);
     if (!cmd) {
         code = hold_until_done(name, &tokens[0], mode, etcd_key);
         free(etcd_key);
@@ -1216,18 +1228,24 @@ static void tell_held_for(void)
     kill(target, held_for.signal);
 }
 
-/* dlock hold: print what is held (one line, key=value, NAME last), then
- * hold it until stdin reaches its end, a signal comes (0) or the lock is
- * lost (75). With --pid: until that process exits or the reader of
- * standard output (a pipe) closes it, instead of stdin's end; a loss is
- * signalled to it. */
+/* dlock hold, and elect without COMMAND: print what is held (one line,
+ * key=value; a lock's NAME last, a leadership's value after its NAME:
+ * either may hold spaces), then hold it until stdin reaches its end, a
+ * signal comes (0) or the lock is lost (75). With --pid: until that
+ * process exits or the reader of standard output (a pipe) closes it,
+ * instead of stdin's end; a loss is signalled to it. */
 static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
                            const char *etcd_key)
 {
     if (token)
         printf("token=%" PRIu64 " ", *token);
-    printf("mode=%s%s%s name=%s\n", mode == DLOCK_SHARED ? "shared" : "exclusive",
-           etcd_key ? " key=" : "", etcd_key ? etcd_key : "", name);
+    if (!campaign_value)
+        printf("mode=%s ", mode == DLOCK_SHARED ? "shared" : "exclusive");
+    printf("%s%s%sname=%s", etcd_key ? "key=" : "", etcd_key ? etcd_key : "",
+           etcd_key ? " " : "", name);
+    if (campaign_value)
+        printf(" value=%s", campaign_value);
+    printf("\n");
     fflush(stdout);
     struct stat out;
     bool out_is_pipe = fstat(1, &out) == 0 && S_ISFIFO(out.st_mode);
@@ -1244,7 +1262,8 @@ static int hold_until_done(const char *name, const uint64_t *token, dlock_mode m
         }
         if (fds[1].revents) {
             pthread_mutex_lock(&R.mu);
-            fprintf(stderr, "dlock hold: lock '%s' lost: %s\n", name, R.lost_why);
+            fprintf(stderr, "dlock %s: %s '%s' lost: %s\n", verb,
+                    campaign_value ? "leadership of" : "lock", name, R.lost_why);
             pthread_mutex_unlock(&R.mu);
             tell_held_for();
             return EXIT_LOST;
@@ -1264,6 +1283,31 @@ static int hold_until_done(const char *name, const uint64_t *token, dlock_mode m
     }
 }
 
+/* What hold_until_done() needs before the lock is taken: with --pid, the
+ * process's pidfd and the signal a loss sends it; the eventfd a signal
+ * wakes it by. Returns 0 or the exit code, the failure printed. */
+static int prepare_hold(const struct run_opts *o)
+{
+    if (o->pid) {
+        held_for.pid = o->pid;
+        held_for.pidfd = (int)syscall(SYS_pidfd_open, o->pid, 0);
+        if (held_for.pidfd < 0) {
+            fprintf(stderr, "dlock %s: --pid %d: %s\n", verb, (int)o->pid, strerror(errno));
+            return errno == ESRCH ? EXIT_USAGE : EXIT_SOFTWARE;
+        }
+        held_for.signal = o->policy.on_lost == LOST_KILL   ? SIGKILL
+                          : o->policy.on_lost == LOST_TERM ? SIGTERM
+                                                           : 0;
+        setpgid(0, 0); /* out of the group a loss may signal */
+    }
+    R.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (R.wake_fd < 0) {
+        fprintf(stderr, "dlock %s: eventfd: %s\n", verb, strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+    return 0;
+}
+
 int cmd_hold(const char *url, int argc, char **argv)
 {
     struct run_opts o = {.url = url};
@@ -1276,23 +1320,9 @@ int cmd_hold(const char *url, int argc, char **argv)
         return usage_error("takes no COMMAND ('%s'): it holds NAME until stdin ends or a "
                            "signal comes; use run for a command",
                            o.shell_cmd ? o.shell_cmd : argv[i]);
-    if (o.pid) {
-        held_for.pid = o.pid;
-        held_for.pidfd = (int)syscall(SYS_pidfd_open, o.pid, 0);
-        if (held_for.pidfd < 0) {
-            fprintf(stderr, "dlock hold: --pid %d: %s\n", (int)o.pid, strerror(errno));
-            return errno == ESRCH ? EXIT_USAGE : EXIT_SOFTWARE;
-        }
-        held_for.signal = o.policy.on_lost == LOST_KILL   ? SIGKILL
-                          : o.policy.on_lost == LOST_TERM ? SIGTERM
-                                                          : 0;
-        setpgid(0, 0); /* out of the group a loss may signal */
-    }
-    R.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (R.wake_fd < 0) {
-        fprintf(stderr, "dlock hold: eventfd: %s\n", strerror(errno));
-        return EXIT_SOFTWARE;
-    }
+    int code = prepare_hold(&o);
+    if (code)
+        return code;
     if (cli_is_path(o.url, name))
         return path_lock_and_run(&o, name, NULL);
     return lock_and_run(&o, &name, 1, NULL);

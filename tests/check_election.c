@@ -597,6 +597,104 @@ TU_TEST(cli_elect, 90)
     free(url);
 }
 
+/* Until election NAME has a campaigner queued behind its leader, read
+ * through C (a bound only; a backend that does not count waiters, -1,
+ * cannot say). */
+static void wait_queued(dlock_client *c, const char *name)
+{
+    for (int i = 0; i < 3000; i++) {
+        dlock_info *info = NULL;
+        EXPECT_RC(dlock_inspect(c, name, &info), DLOCK_OK);
+        long n = dlock_info_waiter_count(info);
+        dlock_info_free(info);
+        if (n != 0)
+            return;
+        tu_sleep_ms(10);
+    }
+    ck_abort_msg("the second campaigner never queued");
+}
+
+/* Check that the lines of LOG (a leader --watch's output) end, in order,
+ * with WANT's N texts; a "none?" may be missing. */
+static void expect_lines(const char *log, const char *const *want, size_t n)
+{
+    char *got = tu_read_file(log);
+    ck_assert_ptr_nonnull(got);
+    const char *line = got;
+    for (size_t i = 0; i < n; i++) {
+        bool optional = strcmp(want[i], "none?") == 0;
+        size_t len = optional ? 4 : strlen(want[i]);
+        const char *eol = strchr(line, '\n');
+        bool match = eol && (size_t)(eol - line) >= len && memcmp(eol - len, want[i], len) == 0;
+        if (optional && !match)
+            continue;
+        ck_assert_msg(match, "line %zu is not '...%s' (one line per change):\n%s", i + 1,
+                      want[i], got);
+        line = eol + 1;
+    }
+    free(got);
+}
+
+/* `dlock leader --watch` prints one line per change, never one twice:
+ * nobody, a campaign, a proclaim, HANDOVERS times a queued campaigner
+ * taking over at the leader's resign (etcd moves its key to the session
+ * lease then: a put that changes nothing an observer sees, printed again
+ * when the watcher read the leader before it), a resign, and a last
+ * campaign that marks the end (the lines up to it are complete by then).
+ * Between leaders a "none" may show where the handover is not one
+ * write. */
+enum { HANDOVERS = 6 };
+TU_TEST(cli_watch_once_per_change, 120)
+{
+    char *url = ct_test_url(NULL), *dir = tu_tmpdir("elect-watch");
+    char *wlog = tu_fmt("%s/watch.log", dir);
+    const char *watch[] = {tu_dlock_bin(), "-u", url, "leader", "once", "--watch", NULL};
+    pid_t watcher = tu_spawn(watch, wlog);
+    ck_assert_msg(log_has(wlog, "none\n"), "watch never showed no leader");
+    dlock_client *c[2] = {ct_open_test(NULL), ct_open_test(NULL)};
+    dlock_election *e[2] = {election(c[0], "once"), election(c[1], "once")};
+    const char *want[4 + 2 * HANDOVERS + 2] = {"none", "value=first", "value=second"};
+    size_t n = 3;
+    EXPECT_RC(dlock_election_campaign(e[0], "first", DLOCK_TRY, NULL), DLOCK_OK);
+    ck_assert_msg(log_has(wlog, "value=first\n"), "watch never showed the campaign");
+    EXPECT_RC(dlock_election_proclaim(e[0], "second"), DLOCK_OK);
+    ck_assert_msg(log_has(wlog, "value=second\n"), "watch never showed the proclaim");
+    char values[HANDOVERS][32];
+    int leader = 0;
+    for (int r = 0; r < HANDOVERS; r++) {
+        snprintf(values[r], sizeof values[r], "value=heir%d", r);
+        struct campaigner heir;
+        campaigner_start(&heir, e[!leader], values[r] + 6, DLOCK_FOREVER, NULL);
+        wait_queued(c[leader], "once");
+        EXPECT_RC(dlock_election_resign(e[leader]), DLOCK_OK);
+        EXPECT_RC(campaigner_join(&heir), DLOCK_OK);
+        leader = !leader;
+        char *seen = tu_fmt("%s\n", values[r]);
+        ck_assert_msg(log_has(wlog, seen), "watch never showed %s", values[r]);
+        free(seen);
+        want[n++] = "none?";
+        want[n++] = values[r];
+    }
+    EXPECT_RC(dlock_election_resign(e[leader]), DLOCK_OK);
+    char *gone = tu_fmt("%s\nnone\n", values[HANDOVERS - 1]);
+    ck_assert_msg(log_has(wlog, gone), "watch never showed the last resign");
+    free(gone);
+    EXPECT_RC(dlock_election_campaign(e[!leader], "end", DLOCK_TRY, NULL), DLOCK_OK);
+    ck_assert_msg(log_has(wlog, "value=end\n"), "watch never showed the last campaign");
+    want[n++] = "none";
+    want[n++] = "value=end";
+    tu_stop(watcher, 5000);
+    expect_lines(wlog, want, n);
+    EXPECT_RC(dlock_election_resign(e[!leader]), DLOCK_OK);
+    dlock_election_free(e[0]);
+    dlock_election_free(e[1]);
+    TU_CLOSE_CLIENTS(c[0], c[1]);
+    tu_rmrf(dir);
+    free(dir);
+    free(wlog);
+    free(url);
+}
+
 TU_TEST(not_supported, 30)
 {
     dlock_client *c = ct_open_test(NULL);

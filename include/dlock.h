@@ -966,7 +966,8 @@ DLOCK_EXTERN int dlock_election_leader(dlock_client *c, const char *name, dlock_
  * one at once) and return it as dlock_election_leader() does. WAIT_MS and
  * CANCEL as in dlock_election_campaign(); the wait sleeps until the
  * backend reports a change (file: inotify on the lock and value files;
- * etcd: a watch on the election's prefix), never on a timer. A
+ * etcd: a watch on the election's prefix), never on a timer; on etcd a
+ * proclaim of the value already there is not a change. A
  * transient failure (DLOCK_ECONN: the server restarting, a connection
  * refused or reset; DLOCK_EUNAVAIL: a server loading, no etcd leader) is
  * retried with a backoff (10 ms doubling up to 1 s) until WAIT_MS or

@@ -17,7 +17,8 @@
  * - Observe: the first contender under the prefix by create revision,
  *   its value, create revision (the token) and mod revision (the
  *   version), followed through a watch on the whole prefix (Go's Observe
- *   watches the prefix for a leader and then the leader's key).
+ *   watches the prefix for a leader and then the leader's key). A put
+ *   that keeps the leader's value is not reported (as_observed).
  */
 #include "etcd.h"
 
@@ -75,6 +76,25 @@ static int read_leader(struct etcd_backend *s, const char *name, const char *pfx
     return DLOCK_OK;
 }
 
+/* OUT as an observer compares it with KNOWN: a put of the leader's key
+ * that kept its value is no change, so a leader with KNOWN's token and
+ * value counts as KNOWN's version. Such a put is mutex.c's move_key: a
+ * campaigner that waited hangs its key on the session lease once it
+ * leads, and an observer that read the leader before that put would
+ * report the same leader twice. A proclaim of the value already there is
+ * one too, and goes unreported. Returns OUT, or SEEN filled. */
+static const struct dlock_leader *as_observed(const struct dlock_leader *known,
+                                              const struct dlock_leader *out,
+                                              struct dlock_leader *seen)
+{
+    if (!known || !known->held || !out->held || known->token != out->token ||
+        strcmp(known->value ? known->value : "", out->value ? out->value : "") != 0)
+        return out;
+    *seen = *out;
+    seen->version = known->version;
+    return seen;
+}
+
 /* How long an observer sleeps before it looks again without news: a
  * safety net for a watch etcd never confirms (an auth token that expired
  * on the way), not the way changes are learned. */
@@ -90,6 +110,7 @@ int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_
     struct etcd_limits lim = {dlock__wait_deadline(w), w};
     struct etcd_watch *wt = NULL;
     struct dlock__backoff backoff = DLOCK__OBSERVE_BACKOFF;
+    struct dlock_leader seen;
     int rc;
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
@@ -98,7 +119,7 @@ int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_
         rc = read_leader(s, name, pfx, out, &lim);
         if (dlock__observe_retry(known, w, &backoff, &rc))
             continue; /* a member restarting, no leader for now */
-        if (rc || dlock__observe_done(known, out, true, w, &rc))
+        if (rc || dlock__observe_done(known, as_observed(known, out, &seen), true, w, &rc))
             break;
         if (!covered) {
             /* A new watch from now on (one that fired, or that etcd has

@@ -2469,6 +2469,41 @@ TU_TEST(recipes_run_as_written, 120)
     free(err);
 }
 
+#ifdef DLOCK_HAVE_REDIS
+/* Under -v every line around a loss carries the time of day, and the
+ * loss is said once (the library's own line of it and run's were both
+ * printed, run's without a time). */
+TU_TEST(loss_said_once_with_a_time, 120)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    char *log = tu_fmt("%s/loss.log", dir), *mark = tu_fmt("%s/loss.started", dir);
+    char *cmd = tu_fmt("touch %s; exec sleep 60", mark);
+    const char *argv[] = {tu_dlock_bin(), "-u", r.url, "run", "-v", "--lease", "2", "lx",
+                          "-c", cmd, NULL};
+    pid_t p = tu_spawn(argv, log);
+    ck_assert_msg(tu_wait_file(mark, 20000), "the command never started");
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", r.url, "release", "--force", "lx"), 0);
+    int status;
+    waitpid(p, &status, 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 75, "status %#x, not 75", status);
+    char *text = tu_read_file(log);
+    ck_assert_ptr_nonnull(text);
+    int losses = 0;
+    for (char *line = text, *end; *line; line = end + (*end == '\n')) {
+        end = line + strcspn(line, "\n");
+        int h, m, sec, ms;
+        ck_assert_msg(sscanf(line, "%2d:%2d:%2d.%3d ", &h, &m, &sec, &ms) == 4,
+                      "a -v line without the time: %.*s", (int)(end - line), line);
+        char *lost = strstr(line, " lost");
+        losses += lost && lost < end;
+    }
+    ck_assert_msg(losses == 1, "the loss said %d times:\n%s", losses, text);
+    free(text), free(cmd), free(mark), free(log);
+    fx_redis_stop(&r);
+}
+#endif
+
 int main(void)
 {
     if (getenv(TERM_COUNTER_ENV))

@@ -74,6 +74,10 @@ void cli_close_within(dlock_client *c, int64_t deadline, int code);
  * trouble, disconnects and reconnects; 2: also every acquisition and
  * renewal). */
 extern int cli_verbosity;
+/* run, hold and elect print a loss themselves (time-stamped under -v):
+ * the library's own line of it (DLOCK_LOG_ERROR) is left out then, so a
+ * loss is said once. */
+extern bool cli_reports_losses;
 /* The time of day as "HH:MM:SS.mmm", how -v lines begin (SIZE >= 13). */
 void cli_time_of_day(char *buf, size_t size);
 /* Parse SECONDS ("1.5", "2", ".5": digits and an optional fraction,

@@ -80,6 +80,7 @@ int cli_check_name(const char *cmd, const char *name)
 }
 
 int cli_verbosity;
+bool cli_reports_losses;
 
 void cli_time_of_day(char *buf, size_t size)
 {
@@ -97,6 +98,8 @@ static void log_to_stderr(dlock_client *c, dlock_log_level level, const char *ms
     static const char *const level_names[] = {"", "error", "warning", "info", "debug"};
     (void)c;
     (void)arg;
+    if (level == DLOCK_LOG_ERROR && cli_reports_losses)
+        return; /* the loss: said by run, hold or elect */
     char when[32];
     cli_time_of_day(when, sizeof when);
     fprintf(stderr, "%s dlock: %s: %s\n", when, level_names[level <= DLOCK_LOG_DEBUG ? level : 0],

@@ -241,6 +241,23 @@ __attribute__((format(printf, 1, 2))) static void vlog(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+/* A line printed with or without -v (a loss, a risk, a failed release):
+ * under -v time-stamped like the -v lines around it. */
+__attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
+{
+    char when[32] = "";
+    if (cli_verbosity) {
+        cli_time_of_day(when, sizeof when - 1);
+        strcat(when, " ");
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%sdlock %s: ", when, verb);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
 /* COMMAND's environment: ours plus DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL, and
  * on etcd ETCD_LOCK_KEY and ETCD_LOCK_REV as `etcdctl lock` sets them
  * (ETCD_KEY: NULL elsewhere). NAMES[0] and TOKENS[0] are the lock's;
@@ -485,10 +502,9 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
         }
         bool risk = until != CLI_NEVER && until - grace <= now;
         if (!warned && (renewed || risk) && p->grace_ms > lease / 2) {
-            fprintf(stderr,
-                    "dlock run: --lost-grace is more than half the lease (%" PRId64
-                    " ms): using %" PRId64 " ms\n",
-                    lease, grace);
+            say("--lost-grace is more than half the lease (%" PRId64 " ms): using %" PRId64
+                " ms",
+                lease, grace);
             warned = true;
         }
         if (!acted && until != CLI_NEVER && until > now &&
@@ -517,8 +533,7 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
                  * killed through pidfds, not by its process group (empty
                  * by now, its number may be another's). */
                 cli_job_kill_orphans(j);
-                fprintf(stderr, "dlock run: the guardian of the command died; what was left "
-                                "of the job was killed\n");
+                say("the guardian of the command died; what was left of the job was killed");
                 return -1;
             }
             if (r.event == JOB_DONE)
@@ -530,10 +545,9 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
                 /* Not renewed, and the lease could end on the server soon:
                  * the guardian is stopping the job. */
                 now = now_ms();
-                fprintf(stderr,
-                        "dlock run: lock '%s' at risk: not renewed, %" PRId64
-                        " ms of its lease left; %s the command\n",
-                        who, last_until > now ? last_until - now : 0,
+                say("lock '%s' at risk: not renewed, %" PRId64
+                    " ms of its lease left; %s the command",
+                    who, last_until > now ? last_until - now : 0,
                         p->on_lost == LOST_KILL ? "killing" : "stopping");
                 acted = *at_risk = true;
             }
@@ -543,8 +557,7 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
             ssize_t r = read(R.lost_fd, &v, sizeof v);
             (void)r;
             pthread_mutex_lock(&R.mu);
-            fprintf(stderr, "dlock run: lock '%s' lost while the command ran: %s\n",
-                    R.lost_name, R.lost_why);
+            say("lock '%s' lost while the command ran: %s", R.lost_name, R.lost_why);
             pthread_mutex_unlock(&R.mu);
             if (!acted && p->on_lost != LOST_IGNORE)
                 cli_job_stop(j, stop_signal(p), kill_time(p, now_ms(), CLI_NEVER));
@@ -966,6 +979,7 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
 {
     const char *url = o->url, *name = names[0];
     int64_t wait_ms = o->wait_ms, lease_ms = o->lease_ms;
+    cli_reports_losses = true;
     dlock_mode mode = o->mode;
     int code, verbose = o->verbose;
     /* Block the signals before any thread starts, so only the signal
@@ -1189,14 +1203,13 @@ static int finish(const struct run_opts *o, dlock_client *c, int code, bool at_r
             vlog("lost during --min-hold, after the command ended: %s", R.lost_why);
     } else if (rc == DLOCK_ELOST || lost) {
         if (!lost)
-            fprintf(stderr, "dlock %s: %s\n", verb, dlock_errmsg());
+            say("%s", dlock_errmsg());
         code = EXIT_LOST;
     } else if (rc) {
         /* The job ran under the lock: its status stands, unless asked. */
-        fprintf(stderr, "dlock %s: release of %s failed%s: %s\n", verb, R.label,
-                o->strict_release || code ? ""
-                                          : " (the command's status kept; see --strict-release)",
-                dlock_errmsg());
+        say("release of %s failed%s: %s", R.label,
+            o->strict_release || code ? "" : " (the command's status kept; see --strict-release)",
+            dlock_errmsg());
         if (o->strict_release && !code)
             code = cli_exit_code(rc);
     } else if (o->verbose) {
@@ -1262,8 +1275,8 @@ static int hold_until_done(const char *name, const uint64_t *token, dlock_mode m
         }
         if (fds[1].revents) {
             pthread_mutex_lock(&R.mu);
-            fprintf(stderr, "dlock %s: %s '%s' lost: %s\n", verb,
-                    campaign_value ? "leadership of" : "lock", name, R.lost_why);
+            say("%s '%s' lost: %s", campaign_value ? "leadership of" : "lock", name,
+                R.lost_why);
             pthread_mutex_unlock(&R.mu);
             tell_held_for();
             return EXIT_LOST;

@@ -622,6 +622,34 @@ TU_TEST_IN(standalone, sem_inspect_waiter_not_holder, 90)
     zk_close(&zt);
 }
 
+/* `dlock status --permits 0` on a semaphore whose count zk does not
+ * store: the free permits are unknown, so the plain output says so and
+ * JSON gives null, never -1 (nor a count of 0 permits). */
+TU_TEST_IN(standalone, cli_status_unknown_free_permits, 90)
+{
+    struct zk_frame zt = zk_open(NULL, false);
+    dlock_semaphore *s = tu_semaphore(zt.c, "su", 2);
+    dlock_permit *mine = tu_permit(s, 1, DLOCK_TRY);
+    char *out = NULL;
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", zt.url, "status", "--permits", "0", "su"),
+                     0);
+    ck_assert_msg(strstr(out, dlock_permit_id(mine)), "status: %s", out);
+    ck_assert_msg(!strstr(out, "-1 free") &&
+                      strstr(out, "permits:  unknown (count not stored), free unknown\n"),
+                  "status: %s", out);
+    free(out);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", zt.url, "status", "--permits", "0", "su",
+                              "--json"),
+                     0);
+    ck_assert_msg(!strstr(out, "\"free_permits\":-1") &&
+                      strstr(out, "\"permits\":null,\"free_permits\":null,"),
+                  "status --json: %s", out);
+    free(out);
+    ck_assert_int_eq(dlock_permit_release(mine), DLOCK_OK);
+    dlock_semaphore_free(s);
+    zk_close(&zt);
+}
+
 /* A permit of 2 is 2 lease nodes; deleting the second (not the one the
  * permit's id and token name) loses the permit: the keeper checks every
  * lease node of a permit, not only the first. */

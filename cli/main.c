@@ -493,9 +493,11 @@ static void json_lock(const char *name, const char *backend, const dlock_info *i
         json_holder(who, count);
     }
     printf("]");
-    if (semaphore)
-        printf(",\"permits\":%u,\"free_permits\":%ld", dlock_info_permits(info),
-               dlock_info_free_permits(info));
+    if (semaphore) { /* 0 permits, -1 free: not stored (zk), unknown: null */
+        unsigned permits = dlock_info_permits(info);
+        json_int_or_null("permits", permits ? (long long)permits : -1);
+        json_int_or_null("free_permits", dlock_info_free_permits(info));
+    }
     printf(",\"waiters\":");
     if (nw < 0)
         printf("null");
@@ -508,6 +510,23 @@ static void json_lock(const char *name, const char *backend, const dlock_info *i
         printf("]");
     }
     json_int_or_null("waiter_count", nw);
+}
+
+/* status's "permits:" line: the count and the free permits, each
+ * "unknown" where the backend cannot tell (zk stores no count: 0 permits,
+ * -1 free). */
+static void print_permit_count(const dlock_info *info)
+{
+    printf("permits:  ");
+    if (dlock_info_permits(info))
+        printf("%u, ", dlock_info_permits(info));
+    else
+        printf("unknown (count not stored), ");
+    long free_now = dlock_info_free_permits(info);
+    if (free_now >= 0)
+        printf("%ld free\n", free_now);
+    else
+        printf("free unknown\n");
 }
 
 int cmd_status(const char *url, int argc, char **argv)
@@ -581,8 +600,7 @@ int cmd_status(const char *url, int argc, char **argv)
             putchar('\n');
         }
         if (o.semaphore)
-            printf("permits:  %u, %ld free\n", dlock_info_permits(info),
-                   dlock_info_free_permits(info));
+            print_permit_count(info);
         if (dlock_info_token(info)) /* 0: none kept (never issued; etcd, zk: free) */
             printf("token:    %" PRIu64 "%s\n", dlock_info_token(info),
                    held ? "" : " (last issued)");

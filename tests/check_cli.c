@@ -647,6 +647,21 @@ TU_TEST(usage_config, 120)
     ck_assert_msg(strstr(err, "at least 1 s"), "%s", err);
     free(err);
     ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--lease", "1", "n", "true"), 0);
+    /* The URL's lease has the same floor, from -u as from DLOCK_URL, so
+     * that ?lease=500ms and --lease 0.5 agree; --lease overrides it. */
+    char *short_url = tu_fmt("%s?lease=500ms", url), *short_env = tu_fmt("DLOCK_URL=%s", short_url);
+    ck_assert_int_eq(DLOCK(NULL, &err, "-u", short_url, "run", "n", "true"), 64);
+    ck_assert_msg(strstr(err, "lease=500ms") && strstr(err, "at least 1 s"), "%s", err);
+    free(err);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, ((const char *[]){short_env, NULL}), "hold", "n"), 64);
+    ck_assert_msg(strstr(err, "at least 1 s"), "%s", err);
+    free(err);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", short_url, "run", "--lease", "2", "n", "true"), 0);
+    free(short_url);
+    free(short_env);
+    char *ok_url = tu_fmt("%s?timeout=2s&lease=1s", url);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", ok_url, "run", "n", "true"), 0);
+    free(ok_url);
     /* A file where the lock directory should be: configuration, not permission. */
     char *file = tu_fmt("%s/plain", dir), *furl = tu_fmt("file://%s", file);
     tu_write_file(file, "");

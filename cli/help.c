@@ -33,7 +33,7 @@ static const struct {
      "  -F, --no-fork         refused: dlock must stay above COMMAND to renew the lock\n"
      "                        and stop the job when it is lost\n"
      "  --lease SECONDS       lease on backends with leases, renewed while COMMAND runs\n"
-     "                        (at least 1)\n"
+     "                        (at least 1, as the URL's lease=, which it overrides)\n"
      "  --on-lost ACTION      when the lock is lost: term (SIGTERM, then SIGKILL\n"
      "                        after --kill-after; the default), kill, or ignore\n"
      "  --kill-after SECONDS  grace between SIGTERM and SIGKILL (default 10), cut to\n"

@@ -43,13 +43,18 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "internal.h" /* the library's URL and duration parsers: its reading of lease= */
 
 extern char **environ;
 
 enum phase { WAITING, RUNNING, DONE };
-/* The shortest --lease: a renewal goes out at a third of the lease and
- * must be answered, or retried and answered, before it ends. */
+/* The shortest lease, from --lease or the URL's lease= alike: a renewal
+ * goes out at a third of the lease and must be answered, or retried and
+ * answered, before it ends. */
 #define MIN_LEASE_MS 1000
+#define LEASE_TOO_SHORT                                                                            \
+    "is too short: at least %d s, so that a renewal (at a third of the lease) has time for its " \
+    "round trip and a retry"
 enum on_lost { LOST_TERM, LOST_KILL, LOST_IGNORE };
 
 struct run {
@@ -581,6 +586,29 @@ struct run_opts {
     pid_t pid;           /* hold --pid: held for this process, told of a loss */
 };
 
+/* The lease the URL (-u, DLOCK_URL or the configuration file's) asks
+ * for, read by the library's own parsers, its text into VALUE (SIZE
+ * bytes); INT64_MAX when it sets none or does not parse (the library
+ * reports that when the client opens). */
+static int64_t url_lease_ms(const char *given, char *value, size_t size)
+{
+    struct cli_url from;
+    if (cli_choose_url(given, true, &from) || !from.url || !strstr(from.url, "lease="))
+        return INT64_MAX;
+    struct dlock__url u;
+    int64_t ms = INT64_MAX;
+    if (dlock__url_parse(from.url, &u) == DLOCK_OK) {
+        const char *text = dlock__url_param(&u, "lease");
+        int64_t parsed = text ? dlock__parse_duration(text) : -1;
+        if (parsed >= 0) {
+            ms = parsed;
+            snprintf(value, size, "%s", text);
+        }
+    }
+    dlock__url_free(&u);
+    return ms;
+}
+
 /* Parse the options of run and hold (flock(1)'s spellings beside ours)
  * into O, with the defaults first. Returns the index of NAME, or -(exit
  * code) after printing why. */
@@ -650,10 +678,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             if ((o->lease_ms = cli_seconds(optarg)) < 0)
                 return -usage_error("--lease needs SECONDS, not '%s'", optarg);
             if (o->lease_ms < MIN_LEASE_MS)
-                return -usage_error("--lease %s is too short: at least %d s, so that a renewal "
-                                    "(at a third of the lease) has time for its round trip and "
-                                    "a retry",
-                                    optarg, MIN_LEASE_MS / 1000);
+                return -usage_error("--lease %s " LEASE_TOO_SHORT, optarg, MIN_LEASE_MS / 1000);
             break;
         case 'O':
             if (strcmp(optarg, "term") == 0)
@@ -729,6 +754,9 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
     }
     if (optind >= argc)
         return -usage_error("%s", "missing NAME");
+    char url_lease[32];
+    if (!o->lease_ms && url_lease_ms(o->url, url_lease, sizeof url_lease) < MIN_LEASE_MS)
+        return -usage_error("the URL's lease=%s " LEASE_TOO_SHORT, url_lease, MIN_LEASE_MS / 1000);
     if (o->min_hold_ms && cli_is_path(o->url, argv[optind]))
         return -usage_error("%s", "--min-hold needs a lock NAME, not a path: flock(2) holds a "
                                   "file only while a process keeps it open");

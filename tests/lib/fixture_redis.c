@@ -600,11 +600,20 @@ bool fx_cluster_start(struct fx_cluster *t, size_t nmasters, size_t replicas)
                                "--cluster-config-file", "nodes.conf", "--cluster-port",
                                t->bus_port[t->n], tls ? "--tls-cluster" : NULL, "yes",
                                "--tls-replication", "yes", NULL};
-        snprintf(t->bus_port[t->n], sizeof t->bus_port[t->n], "%d", tu_free_port());
         memcpy(t->extra[t->n], extra, sizeof extra);
         struct fx_redis *r = &t->node[t->n];
-        if (!(tls ? fx_redis_start_tls_with(r, t->certs, t->extra[t->n])
-                  : fx_redis_start(r, t->extra[t->n]))) {
+        /* The data and bus ports are each free when chosen, not when the
+         * node binds them (another test's client may take one, or the
+         * two choices meet): a node that cannot bind gets new ones. */
+        bool started = false;
+        for (int attempt = 0; attempt < 3 && !started; attempt++) {
+            if (attempt)
+                fx_redis_stop(r);
+            snprintf(t->bus_port[t->n], sizeof t->bus_port[t->n], "%d", tu_free_port());
+            started = tls ? fx_redis_start_tls_with(r, t->certs, t->extra[t->n])
+                          : fx_redis_start(r, t->extra[t->n]);
+        }
+        if (!started) {
             free(ca);
             return false;
         }

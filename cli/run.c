@@ -234,33 +234,34 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
 
 /* -v lines: wall-clock time first, so a log shows when dlock started to
  * wait and when it got the lock. */
+__attribute__((format(printf, 2, 0))) static void vline(bool timed, const char *fmt, va_list ap)
+{
+    char when[32] = "";
+    if (timed) {
+        cli_time_of_day(when, sizeof when - 1);
+        strcat(when, " ");
+    }
+    fprintf(stderr, "%sdlock %s: ", when, verb);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 __attribute__((format(printf, 1, 2))) static void vlog(const char *fmt, ...)
 {
-    char when[32];
-    cli_time_of_day(when, sizeof when);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s dlock %s: ", when, verb);
-    vfprintf(stderr, fmt, ap);
+    vline(true, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 /* A line printed with or without -v (a loss, a risk, a failed release):
  * under -v time-stamped like the -v lines around it. */
 __attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
 {
-    char when[32] = "";
-    if (cli_verbosity) {
-        cli_time_of_day(when, sizeof when - 1);
-        strcat(when, " ");
-    }
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%sdlock %s: ", when, verb);
-    vfprintf(stderr, fmt, ap);
+    vline(cli_verbosity > 0, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 /* COMMAND's environment: ours plus DLOCK_NAME, DLOCK_TOKEN, DLOCK_URL, and

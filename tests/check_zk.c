@@ -603,7 +603,8 @@ TU_TEST_IN(standalone, sem_inspect_waiter_not_holder, 90)
     ck_assert(tu_wait_thread_asleep(&a.tid, 30000));
     int n = 0;
     for (int k = 0; k < 500 && n < 2; k++) {
-        free_strings(raw_children(zt.zh, leases, &n), n);
+        char **kids = raw_children(zt.zh, leases, &n);
+        free_strings(kids, n); /* n is set by the call above: not in one expression */
         if (n < 2)
             tu_sleep_ms(20);
     }

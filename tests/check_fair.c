@@ -703,7 +703,7 @@ static void sub_relay_start(struct sub_relay *rl, int target_port)
 
 /* A grant that reaches its waiter only after its lease ran out and the
  * lock went to the next waiter never makes a second owner. w (a 1 s
- * lease, refreshing its queue entry every 20 s, behind a relay that holds
+ * lease, refreshing its queue entry every 10 s, behind a relay that holds
  * its grant message up) is handed the lock; the grant's lease runs out
  * untold, a try of a's hands the lock to c, queued behind, and w's next
  * refresh finds its grant gone and queues again. Then the old message
@@ -714,19 +714,19 @@ TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
     char *url = start_fair("lease=60s&queue_lease=60s");
     struct sub_relay rl;
     sub_relay_start(&rl, srv.port);
-    char *url_w = tu_fmt("redis://127.0.0.1:%d?layout=fair&lease=1s&queue_lease=60s", rl.port);
+    char *url_w = tu_fmt("redis://127.0.0.1:%d?layout=fair&lease=1s&queue_lease=30s", rl.port);
     redisContext *ctx = raw();
     dlock_client *a = tu_open(url), *b = tu_open(url_w), *c = tu_open(url);
     dlock_lock *la = tu_lock(a, "late"), *lw = tu_lock(b, "late"),
                *lc = tu_lock_mode(c, "late", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
     TU_ACQUIRE_OK(la, DLOCK_TRY);
     struct tu_waiter ww, wc;
-    tu_waiter_start_ex(&ww, lw, 45000, NULL, true);
+    tu_waiter_start_ex(&ww, lw, 25000, NULL, true); /* past its refresh, 10 s in */
     wait_queued(ctx, "late", 1);
     tu_waiter_start_ex(&wc, lc, DLOCK_FOREVER, NULL, true);
     wait_queued(ctx, "late", 2);
     wait_grant_channels(ctx, 2); /* both clients': w's through the relay */
-    /* w asleep after its tries: its next one is 20 s away (a try between
+    /* w asleep after its tries: its next one is 10 s away (a try between
      * the release and the grant's end would take the lock from its reply) */
     ck_assert(tu_wait_thread_asleep(&ww.tid, 60000));
     atomic_store(&rl.stall, 1);

@@ -1127,6 +1127,25 @@ void tu_skip_fixture_tests(const char *suite)
             at = &(*at)->next;
 }
 
+bool tu_long(void)
+{
+    const char *v = getenv("DLOCK_LONG");
+    return v && strcmp(v, "1") == 0;
+}
+
+void tu_long_only(const char *suite, const char *test)
+{
+    if (tu_long())
+        return;
+    for (struct tu_reg **at = &registered; *at; at = &(*at)->next)
+        if (!(*at)->tcase && strcmp((*at)->tt->name, test) == 0) {
+            fprintf(stderr, "%s: %s left out of this run (a long schedule: make check-long)\n",
+                    suite, test);
+            *at = (*at)->next;
+            return;
+        }
+}
+
 /* The tests registered in TCASE as Check's test case NAME, with SETUP and
  * TEARDOWN around each test (EACH) or around the case. */
 static void add_registered(Suite *s, const char *name, const struct tu_case *tcase,

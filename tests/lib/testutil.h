@@ -452,6 +452,15 @@ int tu_main(const char *suite, void (*setup)(void), void (*teardown)(void));
 bool tu_fixture_skipped(const char *suite, const char *fixture);
 void tu_skip_fixture_tests(const char *suite);
 
+/* Long schedules: `make check` (and so CI) runs a short one of a test
+ * whose whole schedule takes minutes; `make check-long` sets DLOCK_LONG=1
+ * and runs the whole. tu_long() says which this run is.
+ * tu_long_only(SUITE, TEST): a test of the binary's own case that only
+ * the long run has, taken out otherwise (saying so on stderr) before
+ * tu_main() adds it. */
+bool tu_long(void);
+void tu_long_only(const char *suite, const char *test);
+
 /* One registered test: its name (what DLOCK_TEST matches), its Check
  * function and its time limit in seconds (0 = 60). */
 struct tu_test {

@@ -999,16 +999,37 @@ bool tu_wait_file(const char *path, int timeout_ms)
 
 static size_t tests_added;
 
+/* Whether "TCASE/NAME" is what PATTERN names: a glob, or else a
+ * substring of it. */
+static bool name_matches(const char *pattern, const char *tcase, const char *name)
+{
+    char *full = tu_fmt("%s/%s", tcase, name);
+    bool glob = strpbrk(pattern, "*?[") != NULL;
+    bool ok = glob ? fnmatch(pattern, full, 0) == 0 : strstr(full, pattern) != NULL;
+    free(full);
+    return ok;
+}
+
+/* DLOCK_TEST picks tests; DLOCK_SKIP_TESTS (globs or substrings separated
+ * by spaces) leaves some out, saying so on stderr. */
 static bool name_selected(const char *tcase, const char *name)
 {
     const char *want = getenv("DLOCK_TEST");
-    if (!want || !*want)
-        return true;
-    char *full = tu_fmt("%s/%s", tcase, name);
-    bool glob = strpbrk(want, "*?[") != NULL;
-    bool ok = glob ? fnmatch(want, full, 0) == 0 : strstr(full, want) != NULL;
-    free(full);
-    return ok;
+    if (want && *want && !name_matches(want, tcase, name))
+        return false;
+    const char *skip = getenv("DLOCK_SKIP_TESTS");
+    while (skip && *(skip += strspn(skip, " "))) {
+        size_t len = strcspn(skip, " ");
+        char *pattern = tu_fmt("%.*s", (int)len, skip);
+        bool left_out = name_matches(pattern, tcase, name);
+        free(pattern);
+        if (left_out) {
+            fprintf(stderr, "%s/%s left out of this run (DLOCK_SKIP_TESTS)\n", tcase, name);
+            return false;
+        }
+        skip += len;
+    }
+    return true;
 }
 
 TCase *tu_add_tests(Suite *s, const char *tcase, const struct tu_test *tests, size_t n)

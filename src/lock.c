@@ -256,15 +256,28 @@ int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned flags)
     return DLOCK_OK;
 }
 
-int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg)
+/* The opening of a public call on L that reads or sets what its client
+ * guards: clears the thread's message, refuses a NULL L or another NULL
+ * argument (!ARGS_OK; FN, if given, is named) and a forked child's call,
+ * then takes the client's mutex. Nonzero: the code, no mutex taken. */
+static int lock_enter(dlock_lock *l, bool args_ok, const char *fn)
 {
     dlock__msg_clear();
+    if ((!l || !args_ok) && fn)
+        return dlock__err(DLOCK_EINVAL, "%s: NULL argument", fn);
     if (!l)
         return dlock__err(DLOCK_EINVAL, "lock is NULL");
     int rc = dlock__check_fork(l->c);
+    if (!rc)
+        pthread_mutex_lock(&l->c->mu);
+    return rc;
+}
+
+int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg)
+{
+    int rc = lock_enter(l, true, NULL);
     if (rc)
         return rc;
-    pthread_mutex_lock(&l->c->mu);
     l->lost_fn = fn;
     l->lost_arg = arg;
     pthread_mutex_unlock(&l->c->mu);
@@ -297,13 +310,9 @@ void dlock__lock_cancel_waits(dlock_lock *l)
 
 int dlock_lock_cancel(dlock_lock *l)
 {
-    dlock__msg_clear();
-    if (!l)
-        return dlock__err(DLOCK_EINVAL, "lock is NULL");
-    int rc = dlock__check_fork(l->c);
+    int rc = lock_enter(l, true, NULL);
     if (rc)
         return rc;
-    pthread_mutex_lock(&l->c->mu);
     dlock__lock_cancel_waits(l);
     pthread_mutex_unlock(&l->c->mu);
     return DLOCK_OK;
@@ -747,13 +756,9 @@ int dlock_lock_inherit_fd(dlock_lock *l, int *fd)
 
 int dlock_token(dlock_lock *l, uint64_t *token)
 {
-    dlock__msg_clear();
-    if (!l || !token)
-        return dlock__err(DLOCK_EINVAL, "dlock_token: NULL argument");
-    int rc = dlock__check_fork(l->c);
+    int rc = lock_enter(l, token != NULL, "dlock_token");
     if (rc)
         return rc;
-    pthread_mutex_lock(&l->c->mu);
     struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     if (h)
         *token = h->token;
@@ -765,13 +770,9 @@ int dlock_token(dlock_lock *l, uint64_t *token)
 
 int64_t dlock_validity_ms(dlock_lock *l)
 {
-    dlock__msg_clear();
-    if (!l)
-        return dlock__err(DLOCK_EINVAL, "lock is NULL");
-    int64_t v = dlock__check_fork(l->c);
+    int64_t v = lock_enter(l, true, NULL);
     if (v)
         return v;
-    pthread_mutex_lock(&l->c->mu);
     struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     if (!h)
         v = dlock__not_held(l);

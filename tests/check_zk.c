@@ -37,6 +37,7 @@
 
 #include "dlock.h"
 #include "fixture_zk.h"
+#include "relay.h"
 #include "testutil.h"
 
 static struct zkf F;
@@ -1509,141 +1510,26 @@ TU_TEST_IN(ensemble, leader_killed_never_two_holders, 180)
 
 /* ============================================== a fault-injecting proxy */
 
-/* A TCP proxy on a loopback port in front of the standalone server, run by
- * a thread of the test. In DISCARD mode it keeps passing the client's
- * bytes to the server but throws the server's replies away: requests are
+/* The fault relay (tests/lib/relay.h) as a proxy in front of the
+ * standalone server. TU_RELAY_DROP keeps passing the client's bytes to
+ * the server but throws the server's replies away: requests are
  * executed, their replies are lost. BLACKHOLE drops both directions.
  * REFUSE closes every connection at once and each new one as it comes
  * (a server that is down: requests fail fast with a connection loss).
- * Entering REFUSE, and leaving DISCARD or BLACKHOLE, closes the proxied
- * connections (their streams are cut mid-reply) so the client reconnects
- * through the proxy, to the same session. */
-enum proxy_mode { PROXY_FORWARD, PROXY_DISCARD, PROXY_BLACKHOLE, PROXY_REFUSE };
-
-struct proxy {
-    int listen_fd, port, target;
-    atomic_int mode;
-    atomic_int stop;
-    pthread_t thread;
-};
-
-#define PROXY_MAX 16
-
-static void *proxy_main(void *arg)
+ * Entering REFUSE, and leaving DROP or BLACKHOLE, closes the proxied
+ * connections (their streams are cut mid-reply, before a reply after the
+ * lost ones could reach the client with an xid it does not expect:
+ * ZRUNTIMEINCONSISTENCY) so the client reconnects through the proxy, to
+ * the same session. A client that goes takes its server side along. */
+static void proxy_start(struct tu_relay *px, int target)
 {
-    struct proxy *px = arg;
-    int cli[PROXY_MAX], srv[PROXY_MAX];
-    int n = 0;
-    int last = PROXY_FORWARD;
-    while (!atomic_load(&px->stop)) {
-        /* One mode per pass, and the cut that a change of mode asks for
-         * comes before anything moves in the new mode: a reply forwarded
-         * after dropped ones would reach the client out of order (an xid
-         * it does not expect: ZRUNTIMEINCONSISTENCY). */
-        int mode = atomic_load(&px->mode);
-        bool cut = mode != last && (mode == PROXY_REFUSE ||
-                                    (mode == PROXY_FORWARD && last != PROXY_REFUSE));
-        last = mode;
-        if (cut) {
-            for (int i = 0; i < n; i++) {
-                close(cli[i]);
-                close(srv[i]);
-            }
-            n = 0;
-        }
-        struct pollfd pf[1 + 2 * PROXY_MAX];
-        pf[0] = (struct pollfd){.fd = px->listen_fd, .events = POLLIN};
-        for (int i = 0; i < n; i++) {
-            pf[1 + 2 * i] = (struct pollfd){.fd = cli[i], .events = POLLIN};
-            pf[2 + 2 * i] = (struct pollfd){.fd = srv[i], .events = POLLIN};
-        }
-        if (poll(pf, (nfds_t)(1 + 2 * n), 20) <= 0)
-            continue;
-        if (atomic_load(&px->mode) != mode)
-            continue; /* changed while we polled: the next pass, first */
-        int polled = n;
-        if ((pf[0].revents & POLLIN) && n < PROXY_MAX) {
-            int c = accept4(px->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-            int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)px->target),
-                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-            if (mode == PROXY_REFUSE) {
-                if (c >= 0)
-                    close(c);
-                close(t);
-            } else if (c >= 0 && t >= 0 && connect(t, (struct sockaddr *)&a, sizeof a) == 0) {
-                cli[n] = c;
-                srv[n] = t;
-                n++;
-            } else {
-                if (c >= 0)
-                    close(c);
-                if (t >= 0)
-                    close(t);
-            }
-        }
-        for (int i = 0; i < polled; i++) {
-            char buf[65536];
-            bool dead = false;
-            if (pf[1 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) {
-                ssize_t r = read(cli[i], buf, sizeof buf);
-                dead = r <= 0;
-                if (!dead && mode != PROXY_BLACKHOLE)
-                    dead = write(srv[i], buf, (size_t)r) != r;
-            }
-            if (!dead && (pf[2 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))) {
-                ssize_t r = read(srv[i], buf, sizeof buf);
-                dead = r <= 0;
-                if (!dead && mode == PROXY_FORWARD)
-                    dead = write(cli[i], buf, (size_t)r) != r;
-            }
-            if (dead) {
-                close(cli[i]);
-                close(srv[i]);
-                cli[i] = cli[n - 1];
-                srv[i] = srv[n - 1];
-                n--;
-                break; /* pf indexes changed: poll again */
-            }
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        close(cli[i]);
-        close(srv[i]);
-    }
-    return NULL;
-}
-
-static void proxy_start(struct proxy *px, int target)
-{
-    memset(px, 0, sizeof *px);
-    px->target = target;
-    px->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert(bind(px->listen_fd, (struct sockaddr *)&a, sizeof a) == 0);
-    ck_assert(getsockname(px->listen_fd, (struct sockaddr *)&a, &len) == 0);
-    ck_assert(listen(px->listen_fd, 16) == 0);
-    px->port = ntohs(a.sin_port);
-    pthread_create(&px->thread, NULL, proxy_main, px);
-}
-
-static void proxy_set(struct proxy *px, enum proxy_mode mode)
-{
-    atomic_store(&px->mode, mode);
-}
-
-static void proxy_stop(struct proxy *px)
-{
-    atomic_store(&px->stop, 1);
-    pthread_join(px->thread, NULL);
-    close(px->listen_fd);
+    tu_relay_start_with(px, &(struct tu_relay_config){.target = target, .close_with_client = true});
 }
 
 /* A client of the standalone server through a fresh proxy (QUERY: the
  * URL's options), with a handle on NAME: the frame of the proxy tests. */
 struct proxied {
-    struct proxy px;
+    struct tu_relay px;
     char *url;
     dlock_client *c;
     dlock_lock *l;
@@ -1679,7 +1565,7 @@ static void proxied_close(struct proxied *f)
         zookeeper_close(f->zh);
     dlock_lock_free(f->l);
     dlock_client_close(f->c);
-    proxy_stop(&f->px);
+    tu_relay_stop(&f->px);
     free(f->url);
 }
 
@@ -1692,7 +1578,7 @@ TU_TEST_IN(standalone, lost_create_reply_leaves_no_node, 90)
     struct proxied f;
     proxied_open_kept(&f, "lease=6000&timeout=400", "lost-reply");
     dlock_lock *warm = f.l;
-    proxy_set(&f.px, PROXY_DISCARD);
+    tu_relay_set(&f.px, TU_RELAY_DROP);
     TU_ACQUIRE_EXPECT(warm, DLOCK_TRY, DLOCK_ECONN, "acquire without replies");
     /* the server did create it */
     int n = 0;
@@ -1702,7 +1588,7 @@ TU_TEST_IN(standalone, lost_create_reply_leaves_no_node, 90)
         n = raw_contenders(f.zh, "/dlock/lost-reply");
     }
     ck_assert_msg(n >= 1, "the create never reached the server (acquire: %s)", dlock_errmsg());
-    proxy_set(&f.px, PROXY_FORWARD);
+    tu_relay_set(&f.px, TU_RELAY_PASS);
     /* reconnected: the stray node goes, without any further call */
     for (int i = 0; i < 400 && n > 0; i++) {
         tu_sleep_ms(25);
@@ -1725,7 +1611,7 @@ TU_TEST_IN(standalone, lost_release_leaves_no_node, 90)
     proxied_open(&f, "lease=6000&timeout=400", "lost-release");
     ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
     zhandle_t *zh = raw_open(NULL);
-    proxy_set(&f.px, PROXY_BLACKHOLE);
+    tu_relay_set(&f.px, TU_RELAY_BLACKHOLE);
     int rc = dlock_release(f.l);
     ck_assert_msg(rc == DLOCK_ECONN, "release unheard: %s %s", dlock_err_name(rc), dlock_errmsg());
     ck_assert_msg(strstr(dlock_errmsg(), "lost-release"), "message: %s", dlock_errmsg());
@@ -1733,7 +1619,7 @@ TU_TEST_IN(standalone, lost_release_leaves_no_node, 90)
     char **kids = raw_children(zh, "/dlock/lost-release", &n);
     ck_assert_int_eq(n, 1); /* still there: the delete never arrived */
     free_strings(kids, n);
-    proxy_set(&f.px, PROXY_FORWARD);
+    tu_relay_set(&f.px, TU_RELAY_PASS);
     for (int i = 0; i < 400 && n > 0; i++) {
         tu_sleep_ms(25);
         kids = raw_children(zh, "/dlock/lost-release", &n);
@@ -1748,7 +1634,7 @@ TU_TEST_IN(standalone, lost_release_leaves_no_node, 90)
  * the server, then lets replies through again (the proxy cuts the
  * connections: the client reconnects to the same session). */
 struct heal_arg {
-    struct proxy *px;
+    struct tu_relay *px;
     const char *lockpath;
     int want;
     bool seen;
@@ -1770,7 +1656,7 @@ static void *heal_when(void *p)
         else
             tu_sleep_ms(10);
     }
-    proxy_set(a->px, PROXY_FORWARD);
+    tu_relay_set(a->px, TU_RELAY_PASS);
     zookeeper_close(zh);
     return NULL;
 }
@@ -1785,7 +1671,7 @@ TU_TEST_IN(standalone, release_reply_lost_then_reconnect, 90)
     proxied_open(&f, "lease=6000&timeout=4000", "release-reply");
     ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
     struct heal_arg ha = {.px = &f.px, .lockpath = "/dlock/release-reply", .want = 0};
-    proxy_set(&f.px, PROXY_DISCARD);
+    tu_relay_set(&f.px, TU_RELAY_DROP);
     pthread_t th;
     pthread_create(&th, NULL, heal_when, &ha);
     int rc = dlock_release(f.l);
@@ -1809,7 +1695,7 @@ TU_TEST_IN(standalone, create_reply_lost_node_found_by_guid, 90)
     proxied_open_kept(&f, "lease=6000&timeout=4000", "create-reply");
     for (int round = 0; round < 3; round++) {
         struct heal_arg ha = {.px = &f.px, .lockpath = "/dlock/create-reply", .want = 1};
-        proxy_set(&f.px, PROXY_DISCARD);
+        tu_relay_set(&f.px, TU_RELAY_DROP);
         pthread_t th;
         pthread_create(&th, NULL, heal_when, &ha);
         int rc = dlock_acquire(f.l, DLOCK_TRY);
@@ -1846,7 +1732,7 @@ TU_TEST_IN(standalone, cancel_during_create_retries, 60)
 {
     struct proxied f;
     proxied_open_kept(&f, "lease=6000&timeout=120000&connect_timeout=120000", "create-retry");
-    proxy_set(&f.px, PROXY_DISCARD);
+    tu_relay_set(&f.px, TU_RELAY_DROP);
     struct tu_waiter arg;
     forever_waiter(&arg, f.l);
     int n = 0;
@@ -1856,12 +1742,12 @@ TU_TEST_IN(standalone, cancel_during_create_retries, 60)
         n = raw_contenders(f.zh, "/dlock/create-retry");
     }
     ck_assert_msg(n == 1, "the create never reached the server");
-    proxy_set(&f.px, PROXY_REFUSE); /* the reply is lost; every retry fails */
+    tu_relay_set(&f.px, TU_RELAY_REFUSE); /* the reply is lost; every retry fails */
     ck_assert_int_eq(dlock_lock_cancel(f.l), DLOCK_OK);
     tu_waiter_join(&arg);
     ck_assert_msg(arg.rc == DLOCK_ECANCELED, "canceled during create retries: %s",
                   dlock_err_name(arg.rc));
-    proxy_set(&f.px, PROXY_FORWARD);
+    tu_relay_set(&f.px, TU_RELAY_PASS);
     for (int i = 0; i < 800 && n > 0; i++) {
         tu_sleep_ms(25);
         n = raw_contenders(f.zh, "/dlock/create-retry");
@@ -1926,7 +1812,7 @@ TU_TEST_IN(standalone, partitioned_holder_lost_before_other_holds, 90)
     struct other_taker a = {.url = direct, .name = "partitioned", .wait = 30000,
                             .watch = &hold_lost.fired, .hold = true, .rc = -1};
     pthread_t th;
-    proxy_set(&f.px, PROXY_BLACKHOLE);
+    tu_relay_set(&f.px, TU_RELAY_BLACKHOLE);
     pthread_create(&th, NULL, other_taker_main, &a);
     /* the other client gets the lock once our session expired */
     for (int i = 0; i < 3000 && !atomic_load(&a.done); i++)
@@ -1935,7 +1821,7 @@ TU_TEST_IN(standalone, partitioned_holder_lost_before_other_holds, 90)
     ck_assert_msg(a.rc == DLOCK_OK, "the other client: %s", dlock_err_name(a.rc));
     ck_assert_msg(a.seen == 1,
                   "the other client held the lock before our loss was reported");
-    proxy_set(&f.px, PROXY_FORWARD);
+    tu_relay_set(&f.px, TU_RELAY_PASS);
     /* the next acquire opens a new session, even one made while the
      * client is still learning that the old one expired (a waiting one:
      * a try-once does not wait for a connection) */
@@ -1964,7 +1850,7 @@ TU_TEST_IN(standalone, partitioned_holder_lost_before_other_holds, 90)
 TU_TEST_IN(standalone, partitioned_waiter_requeues, 90)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
+    struct tu_relay px;
     proxy_start(&px, F.s[0].port);
     char *purl = tu_fmt("zk://127.0.0.1:%d?lease=2000&timeout=1000&connect_timeout=3000",
                         px.port);
@@ -1979,13 +1865,13 @@ TU_TEST_IN(standalone, partitioned_waiter_requeues, 90)
     pthread_create(&th, NULL, other_taker_main, &a);
     expect_waiters(h, "pwait", 1, 4000);
     /* cut the waiter off; the lock goes to another client meanwhile */
-    proxy_set(&px, PROXY_BLACKHOLE);
+    tu_relay_set(&px, TU_RELAY_BLACKHOLE);
     atomic_store(&other_holds, 1);
     ck_assert_int_eq(dlock_release(lh), DLOCK_OK);
     int rc = dlock_acquire(lo, 20000); /* once the waiter's session expired */
     ck_assert_msg(rc == DLOCK_OK, "%s %s", dlock_err_name(rc), dlock_errmsg());
     uint64_t to = tu_token(lo);
-    proxy_set(&px, PROXY_FORWARD);
+    tu_relay_set(&px, TU_RELAY_PASS);
     /* the waiter comes back, finds its session expired, queues again */
     for (int k = 0; k < 300 && tu_waiters(o, "pwait") < 1 && !atomic_load(&a.done); k++)
         tu_sleep_ms(20);
@@ -2000,7 +1886,7 @@ TU_TEST_IN(standalone, partitioned_waiter_requeues, 90)
     ck_assert_uint_gt(a.token, to);
     TU_FREE_LOCKS(lh, lo);
     TU_CLOSE_CLIENTS(h, o);
-    proxy_stop(&px);
+    tu_relay_stop(&px);
     free(direct);
     free(purl);
 }
@@ -2013,7 +1899,7 @@ TU_TEST_IN(standalone, wait_while_disconnected_honours_cancel_and_deadline, 90)
 {
     struct proxied f;
     proxied_open(&f, "lease=2000&timeout=1000&connect_timeout=30000", "offline");
-    proxy_set(&f.px, PROXY_BLACKHOLE);
+    tu_relay_set(&f.px, TU_RELAY_BLACKHOLE);
     tu_sleep_ms(2500); /* the client library notices (2/3 of the session) */
     struct tu_waiter arg;
     forever_waiter(&arg, f.l);
@@ -2023,7 +1909,7 @@ TU_TEST_IN(standalone, wait_while_disconnected_honours_cancel_and_deadline, 90)
     ck_assert_msg(arg.rc == DLOCK_ECANCELED, "canceled wait while disconnected: %s",
                   dlock_err_name(arg.rc));
     TU_ACQUIRE_EXPECT(f.l, 500, DLOCK_ETIMEDOUT, "bounded wait while disconnected");
-    proxy_set(&f.px, PROXY_FORWARD);
+    tu_relay_set(&f.px, TU_RELAY_PASS);
     TU_ACQUIRE_EXPECT(f.l, 20000, DLOCK_OK, "after reconnecting");
     ck_assert_int_eq(dlock_release(f.l), DLOCK_OK);
     proxied_close(&f);
@@ -2040,11 +1926,11 @@ TU_TEST_IN(standalone, wait_survives_disconnect_during_create, 90)
     dlock_lock *l = f.l;
     zhandle_t *zh = raw_open(NULL);
     raw_keep_lock_node(zh, "/dlock/blip");
-    proxy_set(&f.px, PROXY_BLACKHOLE);
+    tu_relay_set(&f.px, TU_RELAY_BLACKHOLE);
     struct tu_waiter arg;
     forever_waiter(&arg, l); /* waits forever */
     tu_sleep_ms(1200); /* past the op timeout of its create */
-    proxy_set(&f.px, PROXY_FORWARD);
+    tu_relay_set(&f.px, TU_RELAY_PASS);
     /* its acquire returns holding the lock; a cancel only for one that
      * never gets there (a cancel 200 ms after the lock showed held could
      * reach an acquire still on its way back on a loaded machine) */
@@ -2080,7 +1966,7 @@ TU_TEST_IN(standalone, cancel_while_disconnected_returns_at_once, 90)
     forever_waiter(&arg, l);
     expect_waiters(holder.c, "cut-cancel", 1, 10000);
 
-    proxy_set(&f.px, PROXY_BLACKHOLE);
+    tu_relay_set(&f.px, TU_RELAY_BLACKHOLE);
     /* short waits until the client library gives the connection up */
     bool reconnecting = false;
     for (int i = 0; i < 2000 && !reconnecting; i++) {
@@ -2093,7 +1979,7 @@ TU_TEST_IN(standalone, cancel_while_disconnected_returns_at_once, 90)
     tu_waiter_join(&arg);
     ck_assert_int_eq(arg.rc, DLOCK_ECANCELED);
 
-    proxy_set(&f.px, PROXY_FORWARD);
+    tu_relay_set(&f.px, TU_RELAY_PASS);
     /* its node goes once reconnected (or with its session) */
     expect_waiters(holder.c, "cut-cancel", 0, 30000);
     ck_assert_int_eq(dlock_release(lh), DLOCK_OK);
@@ -2122,7 +2008,7 @@ TU_TEST_IN(standalone, session_closed_elsewhere_reported_lost_at_once, 90)
     uint64_t t = tu_token(l);
     ck_assert_int_gt(dlock_validity_ms(l), 60000);
 
-    proxy_set(&f.px, PROXY_BLACKHOLE);
+    tu_relay_set(&f.px, TU_RELAY_BLACKHOLE);
     zhandle_t *thief = zookeeper_init2(F.hosts, raw_watcher, 600000, &id, NULL, 0, raw_quiet);
     ck_assert_ptr_nonnull(thief);
     for (int i = 0; i < 400 && zoo_state(thief) != ZOO_CONNECTED_STATE; i++)
@@ -2131,7 +2017,7 @@ TU_TEST_IN(standalone, session_closed_elsewhere_reported_lost_at_once, 90)
     ck_assert(zoo_client_id(thief)->client_id == id.client_id);
     zookeeper_close(thief); /* ends the session: its nodes go */
     ck_assert_int_eq(atomic_load(&hold_lost.fired), 0);
-    proxy_set(&f.px, PROXY_FORWARD);
+    tu_relay_set(&f.px, TU_RELAY_PASS);
 
     tu_wait_lost(&hold_lost, 1, 30000);
     ck_assert_msg(atomic_load(&hold_lost.fired) == 1,
@@ -2206,7 +2092,7 @@ static char *inherited_of_ours(const char *before)
 TU_TEST_IN(standalone, descriptors_not_inherited_by_exec, 90)
 {
     REQUIRE_SERVERS();
-    struct proxy px;
+    struct tu_relay px;
     proxy_start(&px, F.s[0].port);
     char *before = own_fds();
     char *url = tu_fmt("zk://127.0.0.1:%d?timeout=2000&connect_timeout=10000", px.port);
@@ -2217,14 +2103,14 @@ TU_TEST_IN(standalone, descriptors_not_inherited_by_exec, 90)
     ck_assert_msg(!leak, "inherited across exec after an acquire: %s", leak ? leak : "");
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
 
-    proxy_set(&px, PROXY_FORWARD); /* cuts the connection: the client reconnects */
+    tu_relay_set(&px, TU_RELAY_PASS); /* cuts the connection: the client reconnects */
     ck_assert_int_eq(dlock_acquire(l, 20000), DLOCK_OK);
     leak = inherited_of_ours(before);
     ck_assert_msg(!leak, "inherited across exec after a reconnection: %s", leak ? leak : "");
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
-    proxy_stop(&px);
+    tu_relay_stop(&px);
     free(before);
     free(url);
 }

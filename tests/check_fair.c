@@ -25,6 +25,7 @@
 
 #include "dlock.h"
 #include "fixture_redis.h"
+#include "relay.h"
 #include "testutil.h"
 
 static struct fx_redis srv;
@@ -623,82 +624,25 @@ TU_TEST(grant_to_a_waiter_that_gave_up_is_passed_on, 120)
     stop_fair(ctx, url);
 }
 
-/* A TCP relay in front of the server that, while STALL is set, stops
- * passing the server's bytes to the subscriber connections (those whose
- * client sent a SUBSCRIBE): a grant message held up on the way, as by a
- * slow or lossy path, while the client's requests go through. */
-struct sub_relay {
-    int listen_fd, port, target_port;
-    atomic_int stall;
-    atomic_int holding; /* subscriber connections passing nothing now */
-};
-
-struct sub_relay_conn {
-    struct sub_relay *rl;
-    int client;
-};
-
-static void *sub_relay_conn_main(void *arg)
+/* The fault relay (tests/lib/relay.h) in front of the server that, in
+ * TU_RELAY_FREEZE, stops passing the server's bytes to the subscriber
+ * connections (those whose client sent a SUBSCRIBE): a grant message
+ * held up on the way, as by a slow or lossy path, while the client's
+ * requests go through. */
+static enum tu_relay_action mark_subscriber(struct tu_relay *r, struct tu_relay_conn *c,
+                                            const char *req, size_t len)
 {
-    struct sub_relay_conn *rc = arg;
-    struct sub_relay *rl = rc->rl;
-    int c = rc->client;
-    free(rc);
-    int sv = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rl->target_port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bool subscriber = false;
-    char buf[65536];
-    if (connect(sv, (struct sockaddr *)&a, sizeof a) == 0) {
-        for (bool was_held = false;; ) {
-            bool held = subscriber && atomic_load(&rl->stall);
-            if (held != was_held)
-                atomic_fetch_add(&rl->holding, held ? 1 : -1);
-            was_held = held;
-            struct pollfd p[2] = {{.fd = c, .events = POLLIN},
-                                  {.fd = sv, .events = held ? 0 : POLLIN}};
-            if (poll(p, 2, 10) < 0 && errno != EINTR)
-                break;
-            if (p[0].revents) {
-                ssize_t n = read(c, buf, sizeof buf);
-                if (n <= 0)
-                    break;
-                subscriber = subscriber || memmem(buf, (size_t)n, "SUBSCRIBE", 9);
-                if (write(sv, buf, (size_t)n) != n)
-                    break;
-            }
-            if (p[1].revents) {
-                ssize_t n = read(sv, buf, sizeof buf);
-                if (n <= 0 || write(c, buf, (size_t)n) != n)
-                    break;
-                subscriber = subscriber || memmem(buf, (size_t)n, "subscribe", 9);
-            }
-        }
-    }
-    close(c);
-    close(sv);
-    return NULL;
+    (void)r;
+    c->marked = c->marked || memmem(req, len, "SUBSCRIBE", 9);
+    return TU_RELAY_FORWARD;
 }
 
-static void *sub_relay_main(void *arg)
+static void sub_relay_start(struct tu_relay *rl, int target_port)
 {
-    struct sub_relay *rl = arg;
-    for (;;) {
-        int c = accept(rl->listen_fd, NULL, NULL);
-        if (c < 0)
-            return NULL;
-        struct sub_relay_conn *rc = malloc(sizeof *rc);
-        *rc = (struct sub_relay_conn){.rl = rl, .client = c};
-        tu_thread_detached(sub_relay_conn_main, rc);
-    }
-}
-
-static void sub_relay_start(struct sub_relay *rl, int target_port)
-{
-    memset(rl, 0, sizeof *rl);
-    rl->target_port = target_port;
-    rl->listen_fd = tu_listen_loopback(&rl->port, 16);
-    tu_thread_detached(sub_relay_main, rl);
+    tu_relay_start_with(rl, &(struct tu_relay_config){.target = target_port,
+                                                      .close_with_client = true,
+                                                      .freeze_marked = true,
+                                                      .on_request = mark_subscriber});
 }
 
 /* A grant that reaches its waiter only after its lease ran out and the
@@ -712,7 +656,7 @@ static void sub_relay_start(struct sub_relay *rl, int target_port)
 TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
 {
     char *url = start_fair("lease=60s&queue_lease=60s");
-    struct sub_relay rl;
+    struct tu_relay rl;
     sub_relay_start(&rl, srv.port);
     char *url_w = tu_fmt("redis://127.0.0.1:%d?layout=fair&lease=1s&queue_lease=30s", rl.port);
     redisContext *ctx = raw();
@@ -729,10 +673,10 @@ TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
     /* w asleep after its tries: its next one is 10 s away (a try between
      * the release and the grant's end would take the lock from its reply) */
     ck_assert(tu_wait_thread_asleep(&ww.tid, 60000));
-    atomic_store(&rl.stall, 1);
-    for (int i = 0; i < 6000 && atomic_load(&rl.holding) < 1; i++)
+    tu_relay_set(&rl, TU_RELAY_FREEZE);
+    for (int i = 0; i < 6000 && atomic_load(&rl.frozen) < 1; i++)
         tu_sleep_ms(10);
-    ck_assert_int_eq(atomic_load(&rl.holding), 1);
+    ck_assert_int_eq(atomic_load(&rl.frozen), 1);
     TU_RELEASE_OK(la); /* handed to w, whose message is held up */
     wait_queued(ctx, "late", 1);
     for (int i = 0; i < 6000 && raw_int(ctx, "EXISTS late") == 1; i++)
@@ -741,7 +685,7 @@ TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
     ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_EBUSY); /* hands it to c */
     ck_assert_int_eq(tu_waiter_join(&wc), DLOCK_OK);
     wait_queued(ctx, "late", 1); /* w's refresh: queued again */
-    atomic_store(&rl.stall, 0);  /* the old grant arrives */
+    tu_relay_set(&rl, TU_RELAY_PASS); /* the old grant arrives */
     int rc = tu_waiter_join(&ww);
     ck_assert_msg(rc != DLOCK_OK, "w took a late grant (token %llu) while c holds the lock "
                                   "(token %llu): two owners",
@@ -752,6 +696,7 @@ TU_TEST(late_grant_after_its_lease_is_not_taken, 120)
     TU_RELEASE_OK(lc);
     TU_FREE_LOCKS(la, lw, lc);
     TU_CLOSE_CLIENTS(a, b, c);
+    tu_relay_stop(&rl);
     free(url_w);
     stop_fair(ctx, url);
 }

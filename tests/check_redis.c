@@ -38,6 +38,7 @@
 
 #include "dlock.h"
 #include "fixture_redis.h"
+#include "relay.h"
 #include "testutil.h"
 
 static struct fx_redis srv;
@@ -4071,63 +4072,16 @@ TU_TEST(sentinel_password_from_url_and_environment, 60)
     fx_sentinels_stop(&sen);
 }
 
-/* A proxy on the replication link between a replica and the master:
- * while FROZEN it stops passing the master's stream on, so the replica
- * stays connected and up to its sentinels but receives no more writes. */
-struct link_proxy {
-    int listen_fd, port, target;
-    atomic_int frozen, stop;
-    atomic_int frozen_seen; /* the thread polls without the master's side */
-    pthread_t th;
-};
-
-static void *link_main(void *arg)
+/* The fault relay (tests/lib/relay.h) on the replication link between a
+ * replica and the master: in TU_RELAY_FREEZE it stops passing the
+ * master's stream on, so the replica stays connected and up to its
+ * sentinels but receives no more writes. */
+static int link_relay_start(int master_port, size_t i, void *arg)
 {
-    struct link_proxy *lp = arg;
-    char buf[16384];
-    while (!atomic_load(&lp->stop)) {
-        struct pollfd a = {.fd = lp->listen_fd, .events = POLLIN};
-        if (poll(&a, 1, 100) <= 0)
-            continue;
-        int c = accept(lp->listen_fd, NULL, NULL), sv = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)lp->target),
-                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        bool up = c >= 0 && sv >= 0 && connect(sv, (struct sockaddr *)&to, sizeof to) == 0;
-        while (up && !atomic_load(&lp->stop)) {
-            bool frozen = atomic_load(&lp->frozen);
-            atomic_store(&lp->frozen_seen, frozen);
-            struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = sv, .events = frozen ? 0 : POLLIN}};
-            if (poll(p, 2, 100) <= 0)
-                continue;
-            for (int i = 0; i < 2 && up; i++) {
-                if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                    continue;
-                ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
-                up = n > 0 && send(p[1 - i].fd, buf, (size_t)n, MSG_NOSIGNAL) == n;
-            }
-        }
-        if (c >= 0)
-            close(c);
-        if (sv >= 0)
-            close(sv);
-    }
-    return NULL;
-}
-
-static int link_proxy_start(int master_port, size_t i, void *arg)
-{
-    struct link_proxy *lp = &((struct link_proxy *)arg)[i];
-    lp->target = master_port;
-    lp->listen_fd = listen_loopback(&lp->port);
-    pthread_create(&lp->th, NULL, link_main, lp);
-    return lp->port;
-}
-
-static void link_proxy_stop(struct link_proxy *lp)
-{
-    atomic_store(&lp->stop, 1);
-    pthread_join(lp->th, NULL);
-    close(lp->listen_fd);
+    struct tu_relay *lr = &((struct tu_relay *)arg)[i];
+    tu_relay_start_with(lr, &(struct tu_relay_config){.target = master_port,
+                                                      .close_with_client = true});
+    return lr->port;
 }
 
 /* The failover loss, shown: replication held back (the replicas stay up
@@ -4142,12 +4096,12 @@ static void link_proxy_stop(struct link_proxy *lp)
  * the second owner's hold is untouched (never re-created over it). */
 TU_TEST(sentinel_failover_loses_unsynced_hold, 180)
 {
-    struct link_proxy links[2] = {0};
-    ck_assert_msg(fx_sentinels_start_via(&sen, 2, 3, link_proxy_start, links),
+    struct tu_relay links[2];
+    ck_assert_msg(fx_sentinels_start_via(&sen, 2, 3, link_relay_start, links),
                   "the Sentinel topology did not start");
     for (int i = 0; i < 2; i++) {
-        atomic_store(&links[i].frozen, 1);
-        while (!atomic_load(&links[i].frozen_seen))
+        tu_relay_set(&links[i], TU_RELAY_FREEZE);
+        while (atomic_load(&links[i].frozen) < 1)
             tu_sleep_ms(10);
     }
     /* a lease longer than the failover: the first owner renews only after */
@@ -4191,8 +4145,8 @@ TU_TEST(sentinel_failover_loses_unsynced_hold, 180)
     free(plain_url);
     free(sync_url);
     fx_sentinels_stop(&sen);
-    link_proxy_stop(&links[0]);
-    link_proxy_stop(&links[1]);
+    tu_relay_stop(&links[0]);
+    tu_relay_stop(&links[1]);
 }
 
 /* ------------------------------------------------------------------ CLI */

@@ -1130,6 +1130,7 @@ TU_TEST(null_client_refused, 60)
     dlock_info *i = NULL;
     ck_assert_int_eq(dlock_inspect(NULL, "n", &i), DLOCK_EINVAL);
     ck_assert_int_eq(dlock_force_release(NULL, "n"), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_check(NULL, "n", 1), DLOCK_EINVAL);
     ck_assert_int_eq(dlock_list(NULL, NULL, list_nothing, NULL), DLOCK_EINVAL);
     ck_assert_int_eq(dlock_semaphore_list(NULL, NULL, list_nothing, NULL), DLOCK_EINVAL);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "client is NULL"));

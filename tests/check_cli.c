@@ -700,6 +700,47 @@ TU_TEST(env_tokens, 120)
     }
 }
 
+/* check NAME TOKEN, as a service handed a holder's DLOCK_TOKEN uses it:
+ * exit 0 and "current" while that hold is the newest and alive (asked
+ * from inside the run), 1 and "stale: ..." once it ended or another run
+ * holds the name; a token never issued (0, 2^64 - 1) is stale, never an
+ * error; a TOKEN that is no decimal number below 2^64 is a usage error,
+ * a flock(2) path has no token (69), an unreachable backend 69. */
+TU_TEST(check_exit, 60)
+{
+    char *tok_path = tu_fmt("%s/tok", dir);
+    char *cmd = tu_fmt("\"%s\" check ck \"$DLOCK_TOKEN\" >%s.out && echo \"$DLOCK_TOKEN\" >%s",
+                       tu_dlock_bin(), tok_path, tok_path);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "ck", "-c", cmd), 0);
+    char *tok = tu_read_file(tok_path), *inner = tu_fmt("%s.out", tok_path);
+    char *inner_out = tu_read_file(inner);
+    ck_assert_msg(tok && inner_out && !strcmp(inner_out, "current\n"), "%s", inner_out);
+    tok[strcspn(tok, "\n")] = 0;
+    char *out;
+    ck_assert_int_eq(DLOCK(&out, NULL, "check", "ck", tok), 1);
+    ck_assert_msg(!strncmp(out, "stale: ", 7) && strstr(out, "'ck'"), "%s", out);
+    free(out);
+    pid_t h = start_holder("ck", "");
+    ck_assert_int_eq(DLOCK(NULL, NULL, "check", "ck", tok), 1);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "check", "ck", "0"), 1);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "check", "ck", "18446744073709551615"), 1);
+    stop_holder(h);
+    static const char *const bad[] = {"", "x", "1x", "-1", "+1", " 1", "18446744073709551616"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        ck_assert_msg(DLOCK(NULL, NULL, "check", "ck", bad[i]) == 64, "TOKEN '%s'", bad[i]);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "check", "ck"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "check", "ck", "1", "2"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "check", "/tmp/ck", "1"), 69);
+    char *down = tu_fmt("redis://127.0.0.1:%d?connect_timeout=1s", tu_free_port());
+    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", down, "check", "ck", "1"), 69);
+    free(down);
+    free(inner_out);
+    free(inner);
+    free(tok);
+    free(cmd);
+    free(tok_path);
+}
+
 /* The passwords dlock reads from its environment are dlock's, not
  * COMMAND's: `dlock run` leaves DLOCK_*_PASSWORD out of COMMAND's
  * environment (they reached it, and whatever COMMAND starts, logs or
@@ -2129,6 +2170,8 @@ TU_TEST(usage_error_is_one_line_and_a_pointer, 60)
         {"status", NULL},
         {"list", "a", "b", NULL},
         {"release", "--bogus", "u", NULL},
+        {"check", "u", NULL},
+        {"check", "u", "x", NULL},
     };
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
         char *err;

@@ -1116,6 +1116,96 @@ TU_TEST(kill9_reader, 60)
         kill9_case("kill9r", DLOCK_SHARED);
 }
 
+/* ------------------------------------------------------ checking a token */
+
+/* dlock_check(C, NAME, TOKEN) asserted to return WANT. */
+#define EXPECT_CHECK(c, name, token, want) EXPECT_RC(dlock_check((c), (name), (token)), (want))
+
+/* dlock_check(), Chubby's CheckSequencer, asked by the holder's client and
+ * another: a fresh hold's token is current; tokens never issued (0, one
+ * past the holder's, UINT64_MAX) are stale, never an error; after the
+ * release the token is stale; after another owner took the name the old
+ * token is stale and the new one current. */
+TU_TEST(check_token, 60)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    EXPECT_CHECK(b, "chk", 1, DLOCK_ELOST); /* never held */
+    ck_assert_msg(strstr(dlock_errmsg(), "'chk'"), "%s", dlock_errmsg());
+    dlock_lock *la = tu_lock(a, "chk"), *lb = tu_lock(b, "chk");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t t1 = token_of(la);
+    EXPECT_CHECK(a, "chk", t1, DLOCK_OK);
+    EXPECT_CHECK(b, "chk", t1, DLOCK_OK);
+    EXPECT_CHECK(b, "chk", 0, DLOCK_ELOST);
+    EXPECT_CHECK(b, "chk", t1 + 1, DLOCK_ELOST);
+    EXPECT_CHECK(b, "chk", UINT64_MAX, DLOCK_ELOST);
+    EXPECT_CHECK(b, "chk-other", t1, DLOCK_ELOST);
+    TU_RELEASE_OK(la);
+    EXPECT_CHECK(b, "chk", t1, DLOCK_ELOST);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY);
+    uint64_t t2 = token_of(lb);
+    ck_assert_uint_gt(t2, t1);
+    EXPECT_CHECK(a, "chk", t1, DLOCK_ELOST);
+    EXPECT_CHECK(a, "chk", t2, DLOCK_OK);
+    TU_RELEASE_OK(lb);
+    EXPECT_CHECK(a, "chk", t2, DLOCK_ELOST);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
+/* Held shared: an earlier reader's token is stale (it is not the newest
+ * hold) and the newest reader's current where the backend keeps a token
+ * per reader (etcd, zk); file and the Redis forms keep one counter, so
+ * for the newest reader's token they answer DLOCK_ENOTSUP, never a guess.
+ * Once the newest reader left, its token is stale on etcd and zk. */
+TU_TEST(check_token_shared, 60)
+{
+    if (!has(CT_SHARED))
+        return;
+    bool per_reader = !strcmp(CT->scheme, "etcd") || !strcmp(CT->scheme, "zk");
+    int newest = per_reader ? DLOCK_OK : DLOCK_ENOTSUP;
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_lock *ra = tu_lock_mode(a, "chks", DLOCK_SHARED, 0);
+    dlock_lock *rb = tu_lock_mode(b, "chks", DLOCK_SHARED, 0);
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    TU_ACQUIRE_OK(rb, DLOCK_TRY);
+    uint64_t t1 = token_of(ra), t2 = token_of(rb);
+    ck_assert_uint_gt(t2, t1);
+    EXPECT_CHECK(a, "chks", t1, DLOCK_ELOST);
+    EXPECT_CHECK(a, "chks", t2, newest);
+    TU_RELEASE_OK(rb);
+    EXPECT_CHECK(a, "chks", t2, per_reader ? DLOCK_ELOST : DLOCK_ENOTSUP);
+    TU_RELEASE_OK(ra);
+    EXPECT_CHECK(a, "chks", t1, DLOCK_ELOST);
+    TU_FREE_LOCKS(ra, rb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
+/* A holder killed with SIGKILL: its token is current while the backend
+ * still counts the hold alive -- until the lease (redis, etcd) or the
+ * session (zk) ends; on file not once after the kill (the kernel lets
+ * go) -- and then stale, never an error in between. */
+TU_TEST(check_token_of_killed_holder, 60)
+{
+    struct ct_holder h = ct_holder_open("lease=1s", "contract-check9");
+    h.pid = fork_holder(h.url, "chk9", DLOCK_EXCLUSIVE, h.dir, true);
+    uint64_t t = ct_holder_wait(&h);
+    dlock_client *c = tu_open(h.url);
+    EXPECT_CHECK(c, "chk9", t, DLOCK_OK);
+    ct_holder_kill(&h);
+    int rc, current = 0;
+    while ((rc = dlock_check(c, "chk9", t)) == DLOCK_OK) { /* the test's time limit fails a hang */
+        current++;
+        usleep(50 * 1000);
+    }
+    ck_assert_msg(rc == DLOCK_ELOST, "check after the kill: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
+    if (!has(CT_LEASES))
+        ck_assert_int_eq(current, 0);
+    dlock_client_close(c);
+    ct_holder_close(&h);
+}
+
 /* A release the server never got (every server process stopped: the
  * release fails, the core drops the hold) leaves the owner's entry on
  * the server. The same owner's next acquire of the name, once the server

@@ -175,6 +175,37 @@ TU_TEST(minority_down_still_works, 60)
     stop_nodes();
 }
 
+/* dlock_check over Redlock: a token is current while a majority of the
+ * nodes hold the name with it, also with 2 of 5 nodes down; once only 2
+ * of the 3 answering still hold it (an operator's DEL on the third), it
+ * is stale; with 2 of 5 answering nothing is known: an error naming the
+ * count, never "stale". */
+TU_TEST(check_needs_a_majority, 60)
+{
+    start_nodes(5, NULL);
+    dlock_client *a = rl_open("node_timeout=1s"), *b = rl_open("node_timeout=1s");
+    dlock_lock *l = tu_lock(a, "job");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = tu_token(l);
+    ck_assert_int_eq(dlock_check(b, "job", t), DLOCK_OK);
+    fx_redis_kill(&nodes[3]);
+    fx_redis_kill(&nodes[4]);
+    int rc = dlock_check(b, "job", t);
+    ck_assert_msg(rc == DLOCK_OK, "3 of 5 hold it: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_int_eq(node_int(0, "DEL job"), 1);
+    rc = dlock_check(b, "job", t);
+    ck_assert_msg(rc == DLOCK_ELOST, "2 of 5 hold it: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    fx_redis_kill(&nodes[2]);
+    rc = dlock_check(b, "job", t);
+    ck_assert_msg(rc != DLOCK_OK && rc != DLOCK_ELOST &&
+                      strstr(dlock_errmsg(), "only 2 of 5 nodes answered, 3 needed"),
+                  "2 of 5 answer: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    dlock_release(l); /* lost or unreachable: either way given up */
+    TU_FREE_LOCKS(l);
+    TU_CLOSE_CLIENTS(a, b);
+    stop_nodes();
+}
+
 /* A black-holed port: a socket listening with a backlog of 0 whose queue
  * is filled by connections nobody accepts, so the kernel drops further
  * SYNs and a connect to *PORT hangs until its timeout, as to a host

@@ -13,6 +13,7 @@
 /* Exit codes (sysexits.h where one fits; see dlock(1)). */
 enum {
     EXIT_FREE = 1,         /* status: NAME is not held (0: held) */
+    EXIT_STALE = 1,        /* check: TOKEN is not the newest live hold (0: it is) */
     EXIT_USAGE = 64,       /* EX_USAGE: bad command line */
     EXIT_DATAERR = 65,     /* EX_DATAERR: the name holds something that is not a lock */
     EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error */
@@ -173,6 +174,7 @@ void cli_job_kill_orphans(struct cli_job *j);
 int cmd_run(const char *url, int argc, char **argv);
 int cmd_hold(const char *url, int argc, char **argv);
 int cmd_status(const char *url, int argc, char **argv);
+int cmd_check(const char *url, int argc, char **argv);
 int cmd_release(const char *url, int argc, char **argv);
 int cmd_list(const char *url, int argc, char **argv);
 /* run with ARGV (run's options, NAME, COMMAND) campaigning in election

@@ -120,6 +120,12 @@ static const struct {
      "                        its permit holders and free permits\n"
      "  --json                one JSON object on stdout\n"
      "Exit status: 0 when NAME is held, 1 when it is free."},
+    {"check", "dlock [-u URL] check NAME TOKEN",
+     "Whether TOKEN (a holder's DLOCK_TOKEN) is still the newest hold on NAME\n"
+     "and that hold alive: a service given a token refuses a stale holder.\n"
+     "Prints \"current\", or \"stale: \" and why. Alive means: file, the holder's\n"
+     "process lives; redis, etcd, its lease has not ended; zk, its session.\n"
+     "Exit status: 0 when current, 1 when stale or NAME is free."},
     {"release", "dlock [-u URL] release --force NAME",
      "Operator's tool: free NAME whoever holds it (backends with leases).\n"
      "  --force               required: says you mean it"},
@@ -154,8 +160,9 @@ static const char *general =
     "             mode 600 (or ?password_file=FILE in the URL); DLOCK_ZK_LOG\n"
     "             (ZooKeeper client log file).\n"
     "\n"
-    "Exit codes: 1 busy (run, hold) or free (status), 64 usage (also an empty or\n"
-    "            over-long NAME), 65 NAME holds something that is not a lock,\n"
+    "Exit codes: 1 busy (run, hold), free (status) or stale (check), 64 usage\n"
+    "            (also an empty or over-long NAME), 65 NAME holds something\n"
+    "            that is not a lock,\n"
     "            69 backend unavailable, 70 internal error, 75 lock lost,\n"
     "            77 permission or authentication, 78 bad URL or configuration,\n"
     "            126/127 COMMAND not executable / not found.\n";
@@ -182,7 +189,7 @@ int cli_help(const char *command, int to_stderr)
             return 0;
         }
     if (command) {
-        fprintf(stderr, "dlock: no command '%s' (commands: run, hold, elect, leader, status, release, list, bench)\n",
+        fprintf(stderr, "dlock: no command '%s' (commands: run, hold, elect, leader, status, check, release, list, bench)\n",
                 command);
         return EXIT_USAGE;
     }

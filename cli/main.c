@@ -1,5 +1,5 @@
 /* main.c -- the dlock command: global options, dispatch, and the small
- * commands (status, release, list). `run` lives in run.c. Every failure
+ * commands (status, check, release, list). `run` lives in run.c. Every failure
  * prints one line to stderr saying what failed and why, and exits with a
  * code from cli.h's table.
  */
@@ -624,6 +624,53 @@ int cmd_status(const char *url, int argc, char **argv)
     return held ? 0 : EXIT_FREE;
 }
 
+/* check NAME TOKEN: whether TOKEN (decimal, as DLOCK_TOKEN and status
+ * print it) is still the newest hold on NAME and that hold alive
+ * (dlock_check): exit 0 and "current", or 1 and "stale: why"; errors as
+ * every command's. */
+int cmd_check(const char *url, int argc, char **argv)
+{
+    struct sub_opts o = {url, 0, 0, 0, false};
+    int i = sub_parse("check", argc, argv, &o, false);
+    if (i < 0)
+        return EXIT_USAGE;
+    if (i + 2 != argc || o.json) {
+        fprintf(stderr, "dlock check: %s\n",
+                o.json ? "--json is not an option of check" : "expected NAME and TOKEN");
+        cli_print_usage_line("check");
+        return EXIT_USAGE;
+    }
+    const char *name = argv[i], *text = argv[i + 1];
+    int code = cli_check_name("check", name);
+    if (code)
+        return code;
+    char *end;
+    errno = 0;
+    unsigned long long token = strtoull(text, &end, 10);
+    if (!*text || *end || errno || strspn(text, "0123456789") != strlen(text)) {
+        fprintf(stderr, "dlock check: TOKEN '%s' is not a decimal number below 2^64\n", text);
+        cli_print_usage_line("check");
+        return EXIT_USAGE;
+    }
+    if (cli_is_path(o.url, name)) {
+        fprintf(stderr, "dlock check: %s is a file locked with flock(2), which has no token\n",
+                name);
+        return EXIT_UNAVAILABLE;
+    }
+    dlock_client *c;
+    code = cli_open(o.url, 0, &c);
+    if (code)
+        return code;
+    int rc = dlock_check(c, name, (uint64_t)token);
+    if (rc == DLOCK_OK)
+        printf("current\n");
+    else if (rc == DLOCK_ELOST)
+        printf("stale: %s\n", dlock_errmsg());
+    code = rc == DLOCK_OK ? 0 : rc == DLOCK_ELOST ? EXIT_STALE : cli_fail(rc, "check");
+    dlock_client_close(c);
+    return code;
+}
+
 int cmd_release(const char *url, int argc, char **argv)
 {
     struct sub_opts o = {url, 0, 0, 0, false};
@@ -822,7 +869,7 @@ int main(int argc, char **argv)
     } commands[] = {
         {"run", cmd_run},         {"hold", cmd_hold},   {"status", cmd_status},
         {"release", cmd_release}, {"list", cmd_list},   {"elect", cmd_elect},
-        {"leader", cmd_leader},
+        {"leader", cmd_leader},   {"check", cmd_check},
     };
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (strcmp(cmd, commands[i].name) == 0)
@@ -831,7 +878,7 @@ int main(int argc, char **argv)
         return dlock_cli_bench(url ? url : getenv("DLOCK_URL"), sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0)
         return cli_help(sub_argc > 1 ? sub_argv[1] : NULL, 0);
-    fprintf(stderr, "dlock: unknown command '%s' (commands: run, hold, elect, leader, status, release, list, bench)\n",
+    fprintf(stderr, "dlock: unknown command '%s' (commands: run, hold, elect, leader, status, check, release, list, bench)\n",
             cmd);
     return EXIT_USAGE;
 }

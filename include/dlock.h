@@ -603,6 +603,37 @@ DLOCK_EXTERN const char *dlock_info_waiter(const dlock_info *i, size_t k);
  * unless the message says so). Threads: any. */
 DLOCK_EXTERN int dlock_force_release(dlock_client *c, const char *name);
 
+/* Check a fencing token a request carries (Chubby's CheckSequencer): is
+ * TOKEN still the token of the newest hold on NAME, and is that hold
+ * alive now? For a service that receives requests carrying a holder's
+ * token (dlock_token()) and wants to refuse a stale holder without a
+ * fenced store of its own. Returns DLOCK_OK: NAME is held and TOKEN is
+ * its holder's (held shared: the newest reader's; an earlier reader's
+ * token is stale on every backend); DLOCK_ELOST: stale -- NAME is free,
+ * or held with another token (the message says which); a token never
+ * issued (0, UINT64_MAX) is stale too, never an error; DLOCK_ENOTSUP for
+ * the newest reader's token on file, redis and redlock, which keep one
+ * counter and no token per reader, so cannot tell whether that reader
+ * still holds (an exclusive hold is always told); DLOCK_EINVAL,
+ * DLOCK_EMISUSE as dlock_inspect(); backend failures (then nothing is
+ * known: refuse the request, or ask again). Nothing is taken or changed;
+ * any client may check any name. The answer is a snapshot: a hold may
+ * end just after it, so a service that must never act for a stale holder
+ * also checks the token in the store it writes. Threads: any. Backends
+ * (what a check sends, and what "alive" means there): file, the kernel
+ * lock and the lock file's counter (F_OFD_GETLK and a read: alive = the
+ * holder's process holds its descriptor, so a killed holder is stale at
+ * once); redis and every Redis URL form, one script
+ * reading the lock key and the token counter (alive = the key's lease has
+ * not ended: a holder killed -9 reads as current until its lease runs
+ * out; a Redisson RLock that takes no token leaves the counter of the
+ * last fenced hold); redlock, every node in turn, current when a majority
+ * hold NAME with TOKEN; etcd, one range of NAME's keys (alive = the
+ * holder's lease, as etcd counts it); zk, the children of NAME's node and
+ * the stat of each holder (two requests for an exclusive hold; alive = the
+ * holder's session, until ZooKeeper expires it). */
+DLOCK_EXTERN int dlock_check(dlock_client *c, const char *name, uint64_t token);
+
 /* Call FN for each lock name known to the backend that matches PATTERN
  * (fnmatch glob; NULL = all), on the calling thread. FN returning
  * non-zero stops the walk (DLOCK_OK). Returns DLOCK_OK; DLOCK_EINVAL (FN

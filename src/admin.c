@@ -1,9 +1,10 @@
-/* admin.c -- looking at names without taking them: inspect, list, and
- * the operator's force-release. Each checks the client and the name,
- * then calls the backend's administration ops (or, for semaphores, the
- * semaphore ops' list); a backend without one is answered
- * DLOCK_ENOTSUP here, before anything is sent. The snapshot an inspect
- * fills is info.c's. */
+/* admin.c -- looking at names without taking them: inspect, list,
+ * dlock_check()'s look at a token, and the operator's force-release.
+ * Each checks the client and the name, then calls the backend's
+ * administration ops (or, for semaphores, the semaphore ops' list); a
+ * backend without one is answered DLOCK_ENOTSUP here, before anything is
+ * sent. The snapshot an inspect fills is info.c's. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,33 @@ int dlock_force_release(dlock_client *c, const char *name)
     if (!rc && !DLOCK__OP(c->be, admin, force_release))
         rc = cannot(c, "force-release locks");
     return rc ? rc : c->be->admin->force_release(c->bstate, name);
+}
+
+int dlock_check(dlock_client *c, const char *name, uint64_t token)
+{
+    dlock__msg_clear();
+    if (!name)
+        return dlock__err(DLOCK_EINVAL, "dlock_check: name is NULL");
+    int rc = check_args(c, name);
+    if (!rc && !DLOCK__OP(c->be, admin, check))
+        rc = cannot(c, "check tokens");
+    struct dlock__check_view v = {0};
+    if (rc || (rc = c->be->admin->check(c->bstate, name, &v)))
+        return rc;
+    if (!v.held)
+        return dlock__err(DLOCK_ELOST, "lock '%s' is not held: token %" PRIu64 " is stale", name,
+                          token);
+    if (v.token == token && v.reader_unknown)
+        return dlock__err(DLOCK_ENOTSUP, "lock '%s' is held shared and token %" PRIu64 " is the "
+                          "newest reader's, but the %s backend keeps no token per reader: "
+                          "whether that reader still holds is unknown", name, token, c->be->name);
+    if (v.token != token && v.token)
+        return dlock__err(DLOCK_ELOST, "lock '%s': token %" PRIu64 " is stale: the newest hold has "
+                          "token %" PRIu64, name, token, v.token);
+    if (v.token != token)
+        return dlock__err(DLOCK_ELOST, "lock '%s': token %" PRIu64 " is stale: its holder took "
+                          "no token (a foreign client's lock)", name, token);
+    return DLOCK_OK;
 }
 
 /* dlock_list (SEMS false) and dlock_semaphore_list (SEMS true), named API

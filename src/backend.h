@@ -177,6 +177,15 @@ struct dlock_info {
     long free_permits; /* -1 unknown */
 };
 
+/* What a backend saw of a name for dlock_check() (admin ops' check). */
+struct dlock__check_view {
+    bool held;
+    uint64_t token; /* the newest hold's; 0: none known */
+    bool reader_unknown; /* held shared, TOKEN the counter's: whether the
+                            reader that took it still holds is not kept
+                            (file, redis: one counter, no token per reader) */
+};
+
 int dlock__info_set_key(struct dlock_info *i, const char *key);
 int dlock__info_add_holder(struct dlock_info *i, const char *id, unsigned count);
 int dlock__info_add_waiter(struct dlock_info *i, const char *id);
@@ -336,6 +345,12 @@ struct dlock__admin_ops {
      * c->opts.key_prefix as it does in acquire). */
     int (*inspect)(void *state, const char *name, struct dlock_info *info);
     int (*force_release)(void *state, const char *name);
+    /* What dlock_check() compares its token with: whether NAME (as
+     * inspect names it) is held now and the token of its newest hold
+     * (shared: the newest reader's; 0 when the holder took none, a
+     * foreign client's lock), in one request where the layout allows.
+     * The core decides and words the answer. */
+    int (*check)(void *state, const char *name, struct dlock__check_view *view);
     int (*list)(void *state, const char *pattern, dlock_list_fn fn, void *arg);
     /* The master the client talks to now as "host:port" in BUF of SIZE
      * bytes (redis+sentinel://: asked of the sentinels when unknown or

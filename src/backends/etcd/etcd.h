@@ -604,6 +604,8 @@ void dlock__etcd_hold_drop(struct etcd_backend *s, struct etcd_hold *eh, int rc)
 /* ========================================================== inspect.c */
 
 int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info);
+/* dlock_check()'s look (admin ops): one range of NAME's keys. */
+int dlock__etcd_check(void *state, const char *name, struct dlock__check_view *view);
 int dlock__etcd_force_release(void *state, const char *name);
 int dlock__etcd_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 /* The semaphore ops' list: the names of the semaphores with a permit key. */

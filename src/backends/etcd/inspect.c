@@ -9,9 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info)
+/* NAME's keys in one range, into INFO; *NEWEST the greatest create
+ * revision among the holders (the newest reader of a shared hold); with
+ * WANT_TTL the holder's lease's time to live too (a second request). */
+static int inspect_range(struct etcd_backend *s, const char *name, struct dlock_info *info,
+                         uint64_t *newest, bool want_ttl)
 {
-    struct etcd_backend *s = state;
     char *pfx = dlock__etcd_lock_prefix(s, name);
     json_t *req = pfx ? dlock__etcd_range(pfx, true) : NULL;
     if (!req) {
@@ -56,10 +59,13 @@ int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info)
             info->mode = dlock__etcd_is_shared(kv) ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
             info->token = (uint64_t)dlock__etcd_int(kv, "create_revision");
             holder_lease = dlock__etcd_int(kv, "lease");
+            *newest = info->token;
             rc = dlock__info_set_key(info, key);
             if (!rc)
                 rc = dlock__info_add_holder(info, text, 1);
         } else if (holding && info->mode == DLOCK_SHARED && dlock__etcd_is_shared(kv)) {
+            uint64_t rev = (uint64_t)dlock__etcd_int(kv, "create_revision");
+            *newest = rev > *newest ? rev : *newest;
             rc = dlock__info_add_holder(info, text, 1); /* another reader */
         } else {
             holding = false;
@@ -72,7 +78,7 @@ int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info)
     json_decref(reply);
     if (!rc && !info->held)
         rc = dlock__info_set_key(info, pfx);
-    if (!rc && holder_lease) {
+    if (!rc && holder_lease && want_ttl) {
         char *ids = dlock__etcd_i64s(holder_lease);
         json_t *treq = ids ? json_pack("{s:s}", "ID", ids) : NULL, *treply = NULL;
         free(ids);
@@ -84,6 +90,27 @@ int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info)
         json_decref(treply);
     }
     free(pfx);
+    return rc;
+}
+
+int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info)
+{
+    uint64_t newest = 0;
+    return inspect_range(state, name, info, &newest, true);
+}
+
+/* The range alone: a key lives as long as its lease (etcd deletes it when
+ * the lease ends), so a holder whose key is there is alive as etcd sees it. */
+int dlock__etcd_check(void *state, const char *name, struct dlock__check_view *view)
+{
+    struct dlock_info *info = calloc(1, sizeof *info);
+    if (!info)
+        return dlock__etcd_nomem(state);
+    uint64_t newest = 0;
+    int rc = inspect_range(state, name, info, &newest, false);
+    if (!rc)
+        *view = (struct dlock__check_view){.held = info->held, .token = newest};
+    dlock_info_free(info);
     return rc;
 }
 

@@ -894,6 +894,7 @@ static const struct dlock__elect_ops etcd_elect_ops = {
 
 static const struct dlock__admin_ops etcd_admin_ops = {
     .inspect = dlock__etcd_inspect,
+    .check = dlock__etcd_check,
     .force_release = dlock__etcd_force_release,
     .list = dlock__etcd_list,
 };

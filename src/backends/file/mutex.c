@@ -748,6 +748,22 @@ int dlock__file_inspect_within(struct file_state *s, const char *name, struct dl
     return rc;
 }
 
+/* dlock_check()'s look: inspect's, which asks the kernel whether byte 0
+ * is locked (a dead holder's lock is gone at once) and reads the counter,
+ * the newest hold's token. */
+static int file_check(void *state, const char *name, struct dlock__check_view *view)
+{
+    struct dlock_info *info = calloc(1, sizeof *info);
+    int rc = info ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (!rc)
+        rc = dlock__file_inspect(state, name, info);
+    if (!rc)
+        *view = (struct dlock__check_view){.held = info->held, .token = info->token,
+                                           .reader_unknown = info->mode == DLOCK_SHARED};
+    dlock_info_free(info);
+    return rc;
+}
+
 static int file_force_release(void *state, const char *name)
 {
     struct dlock_info info = {.nwaiters = -1};
@@ -844,6 +860,7 @@ static const struct dlock__elect_ops file_elect_ops = {
 
 static const struct dlock__admin_ops file_admin_ops = {
     .inspect = dlock__file_inspect,
+    .check = file_check,
     .force_release = file_force_release,
     .list = file_list,
 };

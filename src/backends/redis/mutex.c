@@ -649,9 +649,10 @@ int dlock__redis_inspect_reply(struct redis_state *s, const redisReply *r, const
     return rc;
 }
 
-int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
+/* The inspect script's look at NAME into INFO; with QUEUE the fair
+ * queue's waiters too (a second request), which a check does without. */
+static int inspect_lock(struct redis_state *s, const char *name, struct dlock_info *info, bool queue)
 {
-    struct redis_state *s = state;
     struct lock_keys k;
     int rc = dlock__redis_keys_make(s, name, &k);
     if (rc)
@@ -664,11 +665,39 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
     if (rc)
         goto out;
     rc = dlock__redis_inspect_reply(s, r, &k, info);
-    if (!rc && !s->simple) /* the fair queue, in order, when there is one (fair.c) */
+    if (!rc && queue && !s->simple) /* the fair queue, in order, when there is one (fair.c) */
         rc = dlock__redis_fair_waiters(s, name, info);
     freeReplyObject(r);
 out:
     dlock__redis_keys_free(&k);
+    return rc;
+}
+
+int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
+{
+    return inspect_lock(state, name, info, true);
+}
+
+int dlock__redis_check(void *state, const char *name, struct dlock__check_view *view)
+{
+    struct redis_state *s = state;
+    struct dlock_info *info = calloc(1, sizeof *info);
+    int rc = info ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (!rc)
+        rc = inspect_lock(s, name, info, false);
+    if (!rc) {
+        view->held = info->held;
+        view->token = info->token;
+        view->reader_unknown = info->held && info->mode == DLOCK_SHARED;
+        if (s->simple && info->held) {
+            /* the holder's own token, the end of "<uuid>:<tid>:<token>"
+             * (a foreign value carries none) */
+            const char *v = info->nholders ? info->holders[0].id : "";
+            const char *colon = strrchr(v, ':');
+            view->token = lock_value_like(v, strlen(v)) && colon ? strtoull(colon + 1, NULL, 10) : 0;
+        }
+    }
+    dlock_info_free(info);
     return rc;
 }
 
@@ -874,6 +903,7 @@ static const struct dlock__elect_ops redis_elect_ops = {
 
 static const struct dlock__admin_ops redis_admin_ops = {
     .inspect = dlock__redis_inspect,
+    .check = dlock__redis_check,
     .force_release = dlock__redis_force_release,
     .list = dlock__redis_list,
     .master = dlock__redis_master,

@@ -723,6 +723,8 @@ int dlock__redis_scan(struct redis_state *s, const char *match, const char *type
                       void *arg);
 /* One node's inspect, force release and list (redlock_nodes.c asks each). */
 int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info);
+/* dlock_check()'s look (admin ops): the inspect script alone, one request. */
+int dlock__redis_check(void *state, const char *name, struct dlock__check_view *view);
 int dlock__redis_force_release(void *state, const char *name);
 int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 

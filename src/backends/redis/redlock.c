@@ -606,6 +606,7 @@ static const struct dlock__elect_ops redlock_elect_ops = {
 
 static const struct dlock__admin_ops redlock_admin_ops = {
     .inspect = dlock__redlock_inspect,
+    .check = dlock__redlock_check,
     .force_release = dlock__redlock_force_release,
     .list = dlock__redlock_list,
 };

@@ -85,6 +85,7 @@ const char *dlock__redlock_shortfall(const struct redlock *rl, const struct rl_r
 
 /* The operator's calls, each node asked in turn. */
 int dlock__redlock_inspect(void *state, const char *name, struct dlock_info *info);
+int dlock__redlock_check(void *state, const char *name, struct dlock__check_view *view);
 int dlock__redlock_force_release(void *state, const char *name);
 int dlock__redlock_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 

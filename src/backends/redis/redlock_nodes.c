@@ -243,6 +243,22 @@ const char *dlock__redlock_shortfall(const struct redlock *rl, const struct rl_r
 
 /* ============================================== inspect, force, list */
 
+/* Whether *RC, a node's answer to an operator's call, says it could not
+ * be reached: then it is the first such failure (*FIRST_RC and its
+ * message in FIRST_MSG) unless one was, and *RC becomes DLOCK_OK -- the
+ * call counts the nodes that answered. */
+static bool unreached(int *rc, int *first_rc, char first_msg[DLOCK__MSG_MAX])
+{
+    if (*rc != DLOCK_ECONN && *rc != DLOCK_ETIMEDOUT && *rc != DLOCK_EUNAVAIL)
+        return false;
+    if (!*first_rc) {
+        *first_rc = *rc;
+        dlock__errmsg_save(first_msg);
+    }
+    *rc = DLOCK_OK;
+    return true;
+}
+
 /* Ask each node in turn (operators' calls, not a hot path). The lock is
  * held when a majority of the nodes hold it; the token shown is the
  * largest counter among them (the holder's), the TTL the shortest. */
@@ -259,12 +275,8 @@ int dlock__redlock_inspect(void *state, const char *name, struct dlock_info *inf
         one->nwaiters = -1;
         one->free_permits = -1;
         int rc = dlock__redis_inspect(rl->node[i], name, one);
-        if (rc == DLOCK_ECONN || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EUNAVAIL) {
-            if (!first_rc) {
-                first_rc = rc;
-                dlock__errmsg_save(first_msg);
-            }
-            rc = DLOCK_OK;
+        if (unreached(&rc, &first_rc, first_msg)) {
+            /* not counted */
         } else if (!rc) {
             answered++;
             if (!info->key && one->key)
@@ -300,6 +312,47 @@ int dlock__redlock_inspect(void *state, const char *name, struct dlock_info *inf
         info->nholders = 0;
     }
     return DLOCK_OK;
+}
+
+/* dlock_check()'s look: each node's (one request each, in turn). NAME is
+ * held with token T when a majority of the nodes hold it with T: the
+ * granting nodes' counters agree once the acquire raised them (see
+ * "Redlock" in docs/protocol-redis.md), and the other nodes never count
+ * for another holder. A node that does not answer is not counted; with
+ * fewer than a majority answering, nothing is known: DLOCK_EUNAVAIL or
+ * the first node's failure. */
+int dlock__redlock_check(void *state, const char *name, struct dlock__check_view *view)
+{
+    struct redlock *rl = state;
+    uint64_t tokens[RL_MAX_NODES] = {0}; /* 0: not held there */
+    bool shared = false;
+    size_t answered = 0;
+    int rc = DLOCK_OK, first_rc = DLOCK_OK;
+    char first_msg[DLOCK__MSG_MAX] = "";
+    for (size_t i = 0; i < rl->n && !rc; i++) {
+        struct dlock__check_view one = {0};
+        rc = dlock__redis_check(rl->node[i], name, &one);
+        if (unreached(&rc, &first_rc, first_msg)) {
+            /* not counted */
+        } else if (!rc) {
+            answered++;
+            tokens[i] = one.held ? one.token : 0;
+            shared |= one.reader_unknown;
+        }
+    }
+    if (!rc && answered < rl->quorum)
+        rc = dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL, "%s: check '%s': only %zu of %zu "
+                                                              "nodes answered, %zu needed (%s)",
+                        rl->where, name, answered, rl->n, rl->quorum, first_msg);
+    for (size_t i = 0; !rc && !view->held && i < rl->n; i++) {
+        size_t same = 0;
+        for (size_t j = 0; tokens[i] && j < rl->n; j++)
+            same += tokens[j] == tokens[i];
+        if (same >= rl->quorum)
+            *view = (struct dlock__check_view){.held = true, .token = tokens[i],
+                                               .reader_unknown = shared};
+    }
+    return rc;
 }
 
 /* Every node; done when a majority did it (the others' copies expire). */

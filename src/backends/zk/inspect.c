@@ -1,8 +1,8 @@
 /* inspect.c -- what the ZooKeeper backend tells about locks it does not
  * hold: status (the lock children in queue order: the holder -- or the
  * readers before the first writer, holding together --, then the
- * waiters), force-release (delete the holders' nodes) and list (the lock
- * nodes under the base). They read the same lock children as acquire
+ * waiters), dlock_check()'s look (each holder's czxid), force-release
+ * (delete the holders' nodes) and list (the lock nodes under the base). They read the same lock children as acquire
  * (dlock__zk_sort_lock_nodes), so status and acquire always agree on who holds.
  */
 #include "zk.h"
@@ -124,27 +124,69 @@ int dlock__zk_inspect(void *state, const char *name, struct dlock_info *info)
     return on_lock_path(state, name, inspect_nodes, info);
 }
 
-static int delete_holder_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                              void *arg)
+/* FN on the path of each holder node of LOCKPATH (the sorted children's
+ * holders_of), in order, until it fails: what check and force-release
+ * share. A lock node that is not there has no holder. */
+typedef int holder_fn(struct zk_backend *zb, struct zk_session *s, const char *path, void *arg);
+static int for_each_holder(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                           holder_fn *fn, void *arg)
 {
-    (void)arg;
     int err = DLOCK_OK;
     struct String_vector kids = {0, NULL};
     int rc = dlock__zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER);
     if (rc == ZOK) {
         dlock__zk_sort_lock_nodes(&kids);
         for (int32_t i = 0, n = holders_of(&kids); i < n && err == DLOCK_OK; i++) {
-            char *owner = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
-            rc = owner ? dlock__zk_rq_delete(zb, s->zh, owner, DLOCK__NEVER) : ZSYSTEMERROR;
-            if (rc != ZOK && rc != ZNONODE)
-                err = dlock__zk_fail(zb, rc, "delete", owner ? owner : lockpath);
-            free(owner);
+            char *path = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
+            err = path ? fn(zb, s, path, arg)
+                       : dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+            free(path);
         }
     } else if (rc != ZNONODE) {
         err = dlock__zk_fail(zb, rc, "list", lockpath);
     }
     deallocate_String_vector(&kids);
     return err;
+}
+
+/* dlock_check()'s look, per holder node: its stat for the czxid (after
+ * the children, one request each: an exclusive hold has one). A holder
+ * node lives as long as its session, so a node there is a holder
+ * ZooKeeper still counts alive; one gone meanwhile is not counted. */
+static int check_holder(struct zk_backend *zb, struct zk_session *s, const char *path, void *arg)
+{
+    struct dlock__check_view *view = arg;
+    struct Stat st;
+    int rc = dlock__zk_rq_exists(zb, s->zh, path, NULL, NULL, &st, DLOCK__NEVER);
+    if (rc == ZOK) {
+        view->held = true;
+        if ((uint64_t)st.czxid > view->token)
+            view->token = (uint64_t)st.czxid;
+    }
+    return rc == ZOK || rc == ZNONODE ? DLOCK_OK : dlock__zk_fail(zb, rc, "stat", path);
+}
+
+static int check_nodes(struct zk_backend *zb, struct zk_session *s, const char *lockpath, void *arg)
+{
+    return for_each_holder(zb, s, lockpath, check_holder, arg);
+}
+
+int dlock__zk_check(void *state, const char *name, struct dlock__check_view *view)
+{
+    return on_lock_path(state, name, check_nodes, view);
+}
+
+static int delete_holder(struct zk_backend *zb, struct zk_session *s, const char *path, void *arg)
+{
+    (void)arg;
+    int rc = dlock__zk_rq_delete(zb, s->zh, path, DLOCK__NEVER);
+    return rc == ZOK || rc == ZNONODE ? DLOCK_OK : dlock__zk_fail(zb, rc, "delete", path);
+}
+
+static int delete_holder_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                              void *arg)
+{
+    return for_each_holder(zb, s, lockpath, delete_holder, arg);
 }
 
 int dlock__zk_force_release(void *state, const char *name)

@@ -649,6 +649,7 @@ static const struct dlock__elect_ops zk_elect_ops = {
 
 static const struct dlock__admin_ops zk_admin_ops = {
     .inspect = dlock__zk_inspect,
+    .check = dlock__zk_check,
     .force_release = dlock__zk_force_release,
     .list = dlock__zk_list,
 };

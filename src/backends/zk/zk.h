@@ -323,6 +323,8 @@ void dlock__zk_shadow_drop(struct zk_backend *zb, struct zk_session *s, struct z
 /* ------------------------------------------------------------- inspect.c */
 
 int dlock__zk_inspect(void *state, const char *name, struct dlock_info *info);
+/* dlock_check()'s look (admin ops): the children, then each holder's stat. */
+int dlock__zk_check(void *state, const char *name, struct dlock__check_view *view);
 int dlock__zk_force_release(void *state, const char *name);
 int dlock__zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -252,6 +253,56 @@ struct reporter {
     struct dlock__hold *h;
     const char *why;
 };
+
+/* A client library that takes long to initialize: its init says it
+ * started, then sleeps, so a fork lands while another thread is inside
+ * dlock__dl_load(). */
+static atomic_int slow_init_started;
+static void slow_init(void)
+{
+    atomic_store(&slow_init_started, 1);
+    tu_sleep_ms(500);
+}
+static const struct dlock__dl_sym no_syms[1];
+static struct dlock__dl_lib slow_lib = {
+    .soname = "libc.so.6", .user = "a test", .package = "libc6",
+    .syms = no_syms, .nsyms = 0, .init = slow_init,
+};
+static struct dlock__dl_lib other_lib = {
+    .soname = "libm.so.6", .user = "a test", .package = "libc6",
+    .syms = no_syms, .nsyms = 0,
+};
+
+static void *load_slow_lib(void *arg)
+{
+    (void)arg;
+    dlock__dl_load(&slow_lib);
+    return NULL;
+}
+
+/* fork() while another thread loads a client library (the etcd
+ * backend's libcurl, OpenSSL for rediss://): the child loads one of its
+ * own. It hung for good: the child's copy of the loader's mutex was
+ * locked by a thread the child does not have. */
+TU_TEST(fork_while_loading_a_library, 30)
+{
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, load_slow_lib, NULL), 0);
+    while (!atomic_load(&slow_init_started))
+        tu_sleep_ms(1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGALRM, SIG_DFL); /* not Check's handler, which kills the test */
+        alarm(5);                 /* a hang ends the child with SIGALRM */
+        _exit(dlock__dl_load(&other_lib) == DLOCK_OK ? 0 : 1);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    pthread_join(t, NULL);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the child's library load %s",
+                  WIFSIGNALED(status) ? "hung (killed by its alarm)" : "failed");
+}
 
 /* Plays a backend's own thread (a ZooKeeper watcher). */
 static void *report_lost(void *arg)

@@ -15,6 +15,23 @@
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* fork() while another thread loads a library would leave the child's
+ * copy of load_lock locked for good: it is held across fork (a load in
+ * progress finishes first), then released on both sides. */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void lock_for_fork(void)
+{
+    pthread_mutex_lock(&load_lock);
+}
+static void unlock_after_fork(void)
+{
+    pthread_mutex_unlock(&load_lock);
+}
+static void register_atfork(void)
+{
+    pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+}
+
 static void load(struct dlock__dl_lib *lib)
 {
     void *h = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL);
@@ -33,6 +50,7 @@ static void load(struct dlock__dl_lib *lib)
 
 int dlock__dl_load(struct dlock__dl_lib *lib)
 {
+    pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&load_lock);
     if (!lib->tried) {
         lib->tried = true;

@@ -2797,6 +2797,60 @@ TU_TEST_IN(single, keepalive_with_a_bad_ttl_renews_nothing, 60)
     tu_hostile_http_stop(&h);
 }
 
+/* A keepalive answered with a TTL shorter than the lease shortens the
+ * hold's validity: etcd will end the lease that soon, whatever dlock
+ * asked for, so reporting the longer validity would let the next holder
+ * in while this one still believes it holds. (Before: the TTL was not
+ * read, and the hold kept its 6 s.) */
+TU_TEST_IN(single, keepalive_with_a_short_ttl_shortens_validity, 60)
+{
+    struct tu_hostile_http h;
+    struct hostile hs = {HOSTILE_OFF, NULL};
+    dlock_client *c = hostile_open(&h, &hs);
+    dlock_lock *l = tu_lock(c, "hostile-short");
+    ck_assert_int_eq(dlock_lock_set_lease(l, 6000, 0), DLOCK_OK);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    unsigned before = atomic_load(&h.rewritten);
+    hostile_set(&h, &hs, HOSTILE_KEEPALIVE_TTL, "1");
+    /* the keeper renews at a third of the lease: wait for two renewals
+     * answered with TTL 1, then the validity is at most that second */
+    for (int k = 0; k < 400 && atomic_load(&h.rewritten) < before + 2; k++)
+        tu_sleep_ms(25);
+    ck_assert_uint_ge(atomic_load(&h.rewritten), before + 2);
+    int64_t left = dlock_validity_ms(l);
+    ck_assert_msg(left <= 1000, "a keepalive said TTL 1 s, the hold still counts %lld ms",
+                  (long long)left);
+    hostile_set(&h, &hs, HOSTILE_OFF, NULL);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_hostile_http_stop(&h);
+}
+
+/* A keepalive answered with a TTL <= 0 says the lease is gone: the hold
+ * is lost at once, as etcd's own TTL 0 ("not found"), not kept until
+ * its validity runs out as if the server had not answered. */
+TU_TEST_IN(single, keepalive_with_a_negative_ttl_loses_the_hold, 60)
+{
+    struct tu_hostile_http h;
+    struct hostile hs = {HOSTILE_OFF, NULL};
+    struct tu_lost lost = {0};
+    dlock_client *c = hostile_open(&h, &hs);
+    dlock_lock *l = tu_lock(c, "hostile-gone");
+    dlock_lock_on_lost(l, tu_on_lost, &lost);
+    ck_assert_int_eq(dlock_lock_set_lease(l, 3000, 0), DLOCK_OK);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    hostile_set(&h, &hs, HOSTILE_KEEPALIVE_TTL, "-1");
+    ck_assert(tu_wait_lost(&lost, 1, 20000));
+    ck_assert_msg(strstr(lost.why, "expired or was revoked"),
+                  "a keepalive with TTL -1 is a lost lease, the hold was lost for: %s", lost.why);
+    hostile_set(&h, &hs, HOSTILE_OFF, NULL);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_hostile_http_stop(&h);
+}
+
 /* etcd's words reach dlock_errmsg() (and the terminal) with their
  * control characters escaped: an escape sequence in a refusal's message
  * cannot retitle or clear the terminal of whoever reads it. */

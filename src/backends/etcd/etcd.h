@@ -356,6 +356,7 @@ struct etcd_backend {
     pthread_mutex_t mu;       /* these fields and the ones below; never
                                  held across a request */
     int64_t lease;            /* session lease, 0 = none (yet, or lost) */
+    int64_t lease_ttl_ms;     /* its TTL: asked, or lower as etcd answered */
     int64_t lease_confirmed;  /* send time of its last grant / keepalive */
     int64_t wlease;           /* waiters' lease, 0 = none (yet, or lost) */
     int64_t wlease_ttl_ms;
@@ -368,7 +369,8 @@ struct etcd_backend {
 /* A lease as an acquire uses it. */
 struct lease_ref {
     int64_t id;
-    int64_t ttl_ms;    /* what we asked for, in ms (whole seconds) */
+    int64_t ttl_ms;    /* what we asked for, in ms (whole seconds), or
+                          less when a keepalive's TTL said so */
     int64_t confirmed; /* send time of the last grant or keepalive */
     bool own;          /* a lease of this hold only (fixed / other TTL) */
     bool waiter;       /* the client's waiters' lease */
@@ -405,10 +407,15 @@ bool dlock__etcd_transient(int rc);
 /* Grant a lease of TTL_MS (rounded up to whole seconds) for lock NAME. */
 int dlock__etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
                      struct lease_ref *out, const struct etcd_limits *lim);
-/* One keepalive of lease ID: DLOCK_OK with *SENT set, DLOCK_ELOST when
- * etcd no longer knows it, or a transport error. */
+/* One keepalive of lease ID: DLOCK_OK with *SENT set (and *TTL_MS, when
+ * not NULL, to the TTL etcd answered: how long the lease lasts from
+ * now), DLOCK_ELOST when etcd no longer knows it (a TTL <= 0), or a
+ * transport error. */
 int dlock__etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
-                         const struct etcd_limits *lim);
+                                int64_t *ttl_ms, const struct etcd_limits *lim);
+/* *TTL_MS lowered to SAID_MS when that is shorter (and positive): etcd
+ * ends a lease when its own TTL says, whatever was asked. */
+void dlock__etcd_lease_lower_ttl(int64_t *ttl_ms, int64_t said_ms);
 int dlock__etcd_lease_revoke(struct etcd_backend *s, int64_t id, const struct etcd_limits *lim);
 /* Revoke lease ID (one that carries nothing any longer) by DEADLINE
  * (monotonic ms; nothing is sent once it has passed); one not answered by

@@ -81,10 +81,8 @@ int dlock__etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t tt
     return DLOCK_OK;
 }
 
-/* One keepalive of lease ID: DLOCK_OK with *SENT set, DLOCK_ELOST when
- * etcd no longer knows it, or a transport error. */
 int dlock__etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sent,
-                           const struct etcd_limits *lim)
+                                int64_t *ttl_ms, const struct etcd_limits *lim)
 {
     char *ids = dlock__etcd_i64s(id);
     json_t *req = ids ? json_pack("{s:s}", "ID", ids) : NULL;
@@ -101,9 +99,12 @@ int dlock__etcd_lease_keepalive(struct etcd_backend *s, int64_t id, int64_t *sen
         return rc;
     int64_t ttl = dlock__etcd_int(json_object_get(reply, "result"), "TTL");
     json_decref(reply);
-    if (ttl <= 0)
-        return dlock__err(DLOCK_ELOST, "%s: lease %llx expired or was revoked", s->label,
-                          (unsigned long long)id);
+    if (ttl <= 0) /* etcd's 0 for a lease it does not know; below: the same */
+        return dlock__err(DLOCK_ELOST, "%s: lease %llx expired or was revoked (keepalive "
+                                       "answered TTL %lld)",
+                          s->label, (unsigned long long)id, (long long)ttl);
+    if (ttl_ms) /* (reply.c bounds it: at most etcd's 9000000000 s) */
+        *ttl_ms = ttl * 1000;
     return DLOCK_OK;
 }
 
@@ -196,6 +197,12 @@ static void grant_leave(struct etcd_backend *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+void dlock__etcd_lease_lower_ttl(int64_t *ttl_ms, int64_t said_ms)
+{
+    if (said_ms > 0 && said_ms < *ttl_ms)
+        *ttl_ms = said_ms;
+}
+
 /* Forget the shared lease ID of kind WAITER (the waiters', else the
  * session's): it was lost, the next acquire grants one. */
 static void shared_lease_dead(struct etcd_backend *s, bool waiter, int64_t id)
@@ -232,10 +239,13 @@ static int shared_lease(struct etcd_backend *s, const char *name, bool waiter, i
     pthread_mutex_lock(&s->mu);
     *lr = waiter ? (struct lease_ref){s->wlease, s->wlease_ttl_ms, s->wlease_confirmed, false, true}
                  : (struct lease_ref){s->lease, ttl_ms, s->lease_confirmed, false, false};
+    if (!waiter)
+        dlock__etcd_lease_lower_ttl(&lr->ttl_ms, s->lease_ttl_ms);
     pthread_mutex_unlock(&s->mu);
     if (lr->id && dlock__now_ms() - lr->confirmed > lr->ttl_ms / 3) {
-        int64_t sent;
-        rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, lim);
+        int64_t sent, said = 0;
+        rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, &said, lim);
+        dlock__etcd_lease_lower_ttl(&lr->ttl_ms, said);
         if (rc && rc != DLOCK_ELOST) {
             char msg[DLOCK__MSG_MAX];
             dlock__errmsg_save(msg);
@@ -260,6 +270,7 @@ static int shared_lease(struct etcd_backend *s, const char *name, bool waiter, i
                 s->wlease_confirmed = lr->confirmed;
             } else {
                 s->lease = lr->id;
+                s->lease_ttl_ms = lr->ttl_ms;
                 s->lease_confirmed = lr->confirmed;
             }
         }
@@ -288,16 +299,22 @@ int dlock__etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t m
 int dlock__etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
                          const struct etcd_limits *lim)
 {
-    int64_t sent;
-    int rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, lim);
+    int64_t sent, said = 0;
+    int rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, &said, lim);
     if (rc)
         return rc;
     lr->confirmed = sent;
+    dlock__etcd_lease_lower_ttl(&lr->ttl_ms, said);
     pthread_mutex_lock(&s->mu);
-    if (lr->waiter && s->wlease == lr->id && sent > s->wlease_confirmed)
-        s->wlease_confirmed = sent;
-    else if (!lr->own && !lr->waiter && s->lease == lr->id && sent > s->lease_confirmed)
-        s->lease_confirmed = sent;
+    if (lr->waiter && s->wlease == lr->id) {
+        dlock__etcd_lease_lower_ttl(&s->wlease_ttl_ms, said);
+        if (sent > s->wlease_confirmed)
+            s->wlease_confirmed = sent;
+    } else if (!lr->own && !lr->waiter && s->lease == lr->id) {
+        dlock__etcd_lease_lower_ttl(&s->lease_ttl_ms, said);
+        if (sent > s->lease_confirmed)
+            s->lease_confirmed = sent;
+    }
     pthread_mutex_unlock(&s->mu);
     return DLOCK_OK;
 }
@@ -651,10 +668,17 @@ static int held_key_cmp(const void *x, const void *y)
     return bytes_cmp(a->key, a->len, b->key, b->len);
 }
 
+/* A renewal's keepalive of a hold's lease: sent when, answered with what
+ * TTL. */
+struct keepalive_said {
+    int64_t sent, ttl_ms;
+};
+
 /* Hold I of B, its key read as KV (NULL: not there), its lease kept alive
- * by a keepalive sent at SENT: confirmed, or lost. */
+ * by the keepalive SAID: confirmed (for no longer than the TTL etcd
+ * answered), or lost. */
 static void key_checked(struct etcd_backend *s, struct dlock__renew_batch *b, size_t i,
-                        const json_t *kv, int64_t sent)
+                        const json_t *kv, struct keepalive_said said)
 {
     struct etcd_hold *eh = b->holds[i]->bdata;
     if (!kv || dlock__etcd_int(kv, "create_revision") != eh->rev) {
@@ -663,14 +687,14 @@ static void key_checked(struct etcd_backend *s, struct dlock__renew_batch *b, si
                    s->label, b->holds[i]->name, eh->key, (long long)eh->rev);
         dlock__renew_result(b, i, DLOCK_ELOST);
     } else {
-        dlock__hold_confirmed(s->c, b->holds[i], sent);
+        dlock__hold_confirmed_short(s->c, b->holds[i], said.sent, said.ttl_ms);
     }
 }
 
 /* Check the N keys of HK one range op each, TXN_MAX_OPS to a read-only
  * txn. Sets each hold's result. */
 static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b,
-                       const struct held_key *hk, size_t n, const int64_t *sent_at,
+                       const struct held_key *hk, size_t n, const struct keepalive_said *said,
                        const struct etcd_limits *lim)
 {
     for (size_t from = 0; from < n; from += TXN_MAX_OPS) {
@@ -695,7 +719,7 @@ static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b,
                 dlock__renew_result(b, hk[j].i, rc);
             else
                 key_checked(s, b, hk[j].i, dlock__etcd_txn_kv(reply, j - from),
-                            sent_at[hk[j].i]);
+                            said[hk[j].i]);
         }
         json_decref(reply);
     }
@@ -706,7 +730,7 @@ static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b,
  * decides (its request's failure, if it failed) and returns how many of
  * HK it decided: those after them lie past the cut. */
 static size_t check_span(struct etcd_backend *s, struct dlock__renew_batch *b,
-                         const struct held_key *hk, size_t n, const int64_t *sent_at,
+                         const struct held_key *hk, size_t n, const struct keepalive_said *said,
                          const struct etcd_limits *lim)
 {
     /* the range end: the smallest key after the last, that key + "\0" */
@@ -748,7 +772,7 @@ static size_t check_span(struct etcd_backend *s, struct dlock__renew_batch *b,
         }
         if (rc || (r == nkv && cut))
             break; /* past the cut: not decided here */
-        key_checked(s, b, hk[j].i, c == 0 ? json_array_get(kvs, r) : NULL, sent_at[hk[j].i]);
+        key_checked(s, b, hk[j].i, c == 0 ? json_array_get(kvs, r) : NULL, said[hk[j].i]);
     }
     free(rk);
     json_decref(reply);
@@ -763,10 +787,10 @@ int dlock__etcd_renew(void *state, struct dlock__renew_batch *b)
 {
     struct etcd_backend *s = state;
     size_t n = b->n;
-    int64_t *sent_at = calloc(n ? n : 1, sizeof *sent_at);
+    struct keepalive_said *said = calloc(n ? n : 1, sizeof *said);
     bool *done = calloc(n ? n : 1, sizeof *done);
-    if (!sent_at || !done) {
-        free(sent_at);
+    if (!said || !done) {
+        free(said);
         free(done);
         return dlock__etcd_nomem(s);
     }
@@ -780,8 +804,8 @@ int dlock__etcd_renew(void *state, struct dlock__renew_batch *b)
         if (done[i])
             continue;
         struct etcd_hold *eh = b->holds[i]->bdata;
-        int64_t sent = 0;
-        int rc = eh ? dlock__etcd_lease_keepalive(s, eh->lease, &sent, &lim)
+        int64_t sent = 0, ttl_ms = 0;
+        int rc = eh ? dlock__etcd_lease_keepalive(s, eh->lease, &sent, &ttl_ms, &lim)
                     : dlock__err(DLOCK_ELOST, "%s: lock '%s' has no key", s->label,
                                  b->holds[i]->name);
         if (rc == DLOCK_ELOST && eh && !eh->own_lease) {
@@ -790,13 +814,15 @@ int dlock__etcd_renew(void *state, struct dlock__renew_batch *b)
             pthread_mutex_lock(&s->mu);
             if (s->lease == eh->lease && sent > s->lease_confirmed)
                 s->lease_confirmed = sent;
+            if (s->lease == eh->lease)
+                dlock__etcd_lease_lower_ttl(&s->lease_ttl_ms, ttl_ms);
             pthread_mutex_unlock(&s->mu);
         }
         for (size_t j = i; j < n; j++) {
             struct etcd_hold *ej = b->holds[j]->bdata;
             if (!done[j] && (j == i || (ej && eh && ej->lease == eh->lease))) {
                 done[j] = true;
-                sent_at[j] = sent;
+                said[j] = (struct keepalive_said){sent, ttl_ms};
                 dlock__renew_result(b, j, rc);
             }
         }
@@ -814,8 +840,8 @@ int dlock__etcd_renew(void *state, struct dlock__renew_batch *b)
         qsort(hk, m, sizeof *hk, held_key_cmp);
     for (size_t from = 0; from < m; from += SPAN_KEYS) {
         size_t cnt = m - from < SPAN_KEYS ? m - from : SPAN_KEYS;
-        size_t decided = check_span(s, b, hk + from, cnt, sent_at, &lim);
-        check_keys(s, b, hk + from + decided, cnt - decided, sent_at, &lim);
+        size_t decided = check_span(s, b, hk + from, cnt, said, &lim);
+        check_keys(s, b, hk + from + decided, cnt - decided, said, &lim);
     }
     if (!hk) {
         int rc = dlock__etcd_nomem(s);
@@ -824,7 +850,7 @@ int dlock__etcd_renew(void *state, struct dlock__renew_batch *b)
                 dlock__renew_result(b, i, rc);
     }
     free(hk);
-    free(sent_at);
+    free(said);
     return DLOCK_OK;
 }
 

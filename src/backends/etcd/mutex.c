@@ -473,7 +473,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
              * process, long outage) or someone deleted it. Start again at
              * the end of the queue with a live lease. */
             int64_t sent;
-            if (dlock__etcd_lease_keepalive(s, wl->id, &sent, &lim) == DLOCK_ELOST)
+            if (dlock__etcd_lease_keepalive(s, wl->id, &sent, NULL, &lim) == DLOCK_ELOST)
                 dlock__etcd_lease_dead(s, wl);
             free(pred);
             rc = RESTART;
@@ -760,7 +760,7 @@ void dlock__etcd_hold_keep(struct etcd_backend *s, struct dlock__hold *h, struct
     h->bdata = eh;
     h->token = (uint64_t)rev;
     snprintf(h->owner, sizeof h->owner, "%s", owner);
-    dlock__hold_confirmed(s->c, h, lr->confirmed);
+    dlock__hold_confirmed_short(s->c, h, lr->confirmed, lr->ttl_ms);
 }
 
 /* ---------------------------------------------------------------- release */

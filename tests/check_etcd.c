@@ -2674,12 +2674,53 @@ enum hostile_mode {
     HOSTILE_GRANT_TTL,        /* a lease grant: its TTL replaced by TEXT */
     HOSTILE_KEEPALIVE_TTL,    /* a keepalive: its TTL replaced by TEXT */
     HOSTILE_TXN_REFUSED,      /* a txn: refused, in the words TEXT */
+    HOSTILE_WATCH,            /* a watch's message garbled as TEXT names */
 };
 
 struct hostile {
     enum hostile_mode mode;
     const char *text;
+    atomic_int watch_messages; /* watch messages seen (any mode) */
 };
+
+/* The created message J of a watch whose request is REQUEST, garbled as
+ * WHAT says: "created_id" (watch_id -1 without canceled), or followed by
+ * a deletion event of the watched key, itself garbled: "no_kv", "key"
+ * (another key), "mod_rev" (-5), "header_rev" (going back to 1),
+ * "not_json". NULL when J is no created message. */
+static char *garble_watch(const char *what, const char *request, json_t *j)
+{
+    json_t *result = json_object_get(j, "result");
+    if (!json_is_true(json_object_get(result, "created")))
+        return NULL;
+    if (strcmp(what, "created_id") == 0) {
+        json_object_set_new(result, "watch_id", json_string("-1"));
+        return json_dumps(j, JSON_COMPACT);
+    }
+    json_t *req = json_loads(request, 0, NULL), *header = json_object_get(result, "header");
+    json_t *ev = json_pack("{s:s, s:{s:O, s:O}}", "type", "DELETE", "kv", "key",
+                           json_object_get(json_object_get(req, "create_request"), "key"),
+                           "mod_revision", json_object_get(header, "revision"));
+    json_t *msg = json_pack("{s:{s:o, s:[o]}}", "result", "header", json_deep_copy(header),
+                            "events", ev);
+    json_decref(req);
+    ck_assert_ptr_nonnull(msg);
+    if (strcmp(what, "no_kv") == 0)
+        json_object_del(ev, "kv");
+    else if (strcmp(what, "key") == 0)
+        json_object_set_new(json_object_get(ev, "kv"), "key", json_string("ZWxzZXdoZXJl"));
+    else if (strcmp(what, "mod_rev") == 0)
+        json_object_set_new(json_object_get(ev, "kv"), "mod_revision", json_string("-5"));
+    else if (strcmp(what, "header_rev") == 0)
+        json_object_set_new(json_object_get(json_object_get(msg, "result"), "header"),
+                            "revision", json_string("1"));
+    char *created = json_dumps(j, JSON_COMPACT), *event = json_dumps(msg, JSON_COMPACT);
+    char *out = tu_fmt("%s\n%s", created, strcmp(what, "not_json") == 0 ? "<html>not etcd" : event);
+    free(created);
+    free(event);
+    json_decref(msg);
+    return out;
+}
 
 static char *hostile_rewrite(void *arg, const char *path, const char *request, int *status,
                              const char *reply)
@@ -2688,7 +2729,12 @@ static char *hostile_rewrite(void *arg, const char *path, const char *request, i
     struct hostile *hs = arg;
     json_t *j = *status == 200 ? json_loads(reply, 0, NULL) : NULL;
     char *out = NULL;
-    if (hs->mode == HOSTILE_TXN_NO_RESPONSES && strcmp(path, "/v3/kv/txn") == 0 &&
+    if (strcmp(path, "/v3/watch") == 0) {
+        /* (the first watch only: a client that took it for news and
+         * watches again gets etcd's own messages) */
+        if (atomic_fetch_add(&hs->watch_messages, 1) == 0 && hs->mode == HOSTILE_WATCH && j)
+            out = garble_watch(hs->text, request, j);
+    } else if (hs->mode == HOSTILE_TXN_NO_RESPONSES && strcmp(path, "/v3/kv/txn") == 0 &&
         json_is_true(json_object_get(j, "succeeded"))) {
         json_object_del(j, "responses");
         out = json_dumps(j, JSON_COMPACT);
@@ -2748,7 +2794,7 @@ static void assert_acquire_refused(dlock_client *c, const char *name, int err, c
 TU_TEST_IN(single, txn_success_without_responses_is_no_grant, 60)
 {
     struct tu_hostile_http h;
-    struct hostile hs = {HOSTILE_TXN_NO_RESPONSES, NULL};
+    struct hostile hs = {HOSTILE_TXN_NO_RESPONSES, NULL, 0};
     dlock_client *c = hostile_open(&h, &hs);
     assert_acquire_refused(c, "hostile-txn", DLOCK_EPROTO, "responses");
     ck_assert_uint_ge(atomic_load(&h.rewritten), 1);
@@ -2764,7 +2810,7 @@ TU_TEST_IN(single, lease_grant_with_a_bad_ttl_is_refused, 60)
     static const char *const bad[] = {"-1", "0", "99999999999999999999", "12abc", ""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         struct tu_hostile_http h;
-        struct hostile hs = {HOSTILE_GRANT_TTL, bad[i]};
+        struct hostile hs = {HOSTILE_GRANT_TTL, bad[i], 0};
         dlock_client *c = hostile_open(&h, &hs);
         assert_acquire_refused(c, "hostile-ttl", DLOCK_EPROTO, "TTL");
         hostile_set(&h, &hs, HOSTILE_OFF, NULL);
@@ -2779,7 +2825,7 @@ TU_TEST_IN(single, lease_grant_with_a_bad_ttl_is_refused, 60)
 TU_TEST_IN(single, keepalive_with_a_bad_ttl_renews_nothing, 60)
 {
     struct tu_hostile_http h;
-    struct hostile hs = {HOSTILE_OFF, NULL};
+    struct hostile hs = {HOSTILE_OFF, NULL, 0};
     dlock_client *c = hostile_open(&h, &hs);
     dlock_lock *l = tu_lock(c, "hostile-keepalive");
     ck_assert_int_eq(dlock_lock_set_lease(l, 2000, 0), DLOCK_OK);
@@ -2805,7 +2851,7 @@ TU_TEST_IN(single, keepalive_with_a_bad_ttl_renews_nothing, 60)
 TU_TEST_IN(single, keepalive_with_a_short_ttl_shortens_validity, 60)
 {
     struct tu_hostile_http h;
-    struct hostile hs = {HOSTILE_OFF, NULL};
+    struct hostile hs = {HOSTILE_OFF, NULL, 0};
     dlock_client *c = hostile_open(&h, &hs);
     dlock_lock *l = tu_lock(c, "hostile-short");
     ck_assert_int_eq(dlock_lock_set_lease(l, 6000, 0), DLOCK_OK);
@@ -2833,7 +2879,7 @@ TU_TEST_IN(single, keepalive_with_a_short_ttl_shortens_validity, 60)
 TU_TEST_IN(single, keepalive_with_a_negative_ttl_loses_the_hold, 60)
 {
     struct tu_hostile_http h;
-    struct hostile hs = {HOSTILE_OFF, NULL};
+    struct hostile hs = {HOSTILE_OFF, NULL, 0};
     struct tu_lost lost = {0};
     dlock_client *c = hostile_open(&h, &hs);
     dlock_lock *l = tu_lock(c, "hostile-gone");
@@ -2851,13 +2897,87 @@ TU_TEST_IN(single, keepalive_with_a_negative_ttl_loses_the_hold, 60)
     tu_hostile_http_stop(&h);
 }
 
+/* An acquire in a thread of its own, its code and message kept. */
+struct acquire_thread {
+    dlock_lock *l;
+    int64_t wait;
+    int rc;
+    char msg[512];
+    atomic_int done;
+    pthread_t th;
+};
+
+static void *acquire_run(void *arg)
+{
+    struct acquire_thread *a = arg;
+    a->rc = dlock_acquire(a->l, a->wait);
+    snprintf(a->msg, sizeof a->msg, "%s", dlock_errmsg());
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* A watch message etcd never sends -- an event without its kv, of another
+ * key, with a negative mod_revision, a header revision going back, a line
+ * that is not JSON, a created watch_id -1 not canceled -- ends the wait
+ * with DLOCK_EPROTO naming the server and the field, never a grant. (Before:
+ * each was taken as "look again", and the look granted.) */
+TU_TEST_IN(single, watch_event_etcd_never_sends_is_an_error, 120)
+{
+    static const char *const garbles[][2] = {
+        {"no_kv", "kv"},
+        {"key", "kv.key"},
+        {"mod_rev", "kv.mod_revision"},
+        {"header_rev", "header.revision"},
+        {"not_json", "not JSON"},
+        {"created_id", "watch_id -1"},
+    };
+    for (size_t i = 0; i < sizeof garbles / sizeof *garbles; i++) {
+        struct tu_hostile_http h;
+        struct hostile hs = {HOSTILE_WATCH, garbles[i][0], 0};
+        dlock_client *b = hostile_open(&h, &hs);
+        char *url = etcdf_url(&F, NULL, NULL);
+        dlock_client *a = tu_open(url);
+        free(url);
+        char *name = tu_fmt("hostile-watch-%zu", i);
+        dlock_lock *la = tu_lock(a, name), *lb = tu_lock(b, name);
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
+        struct acquire_thread at = {.l = lb, .wait = 30000};
+        ck_assert_int_eq(pthread_create(&at.th, NULL, acquire_run, &at), 0);
+        /* b waits on a's key: its watch's created message came by, with
+         * the garbled one; b is given 3 s to take it for an error before
+         * a lets go (then a b that took it for news gets the lock) */
+        for (int k = 0; k < 400 && atomic_load(&hs.watch_messages) < 1; k++)
+            tu_sleep_ms(25);
+        ck_assert_int_ge(atomic_load(&hs.watch_messages), 1);
+        for (int k = 0; k < 120 && !atomic_load(&at.done); k++)
+            tu_sleep_ms(25);
+        ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+        pthread_join(at.th, NULL);
+        ck_assert_msg(at.rc == DLOCK_EPROTO, "%s: a watch message etcd never sends: %s (%s)",
+                      garbles[i][0], dlock_err_name(at.rc), at.msg);
+        char *port = tu_fmt("127.0.0.1:%d", h.port);
+        ck_assert_msg(strstr(at.msg, garbles[i][1]) && strstr(at.msg, port),
+                      "%s: the message names neither %s nor the server %s: %s", garbles[i][0],
+                      garbles[i][1], port, at.msg);
+        free(port);
+        if (at.rc == DLOCK_OK)
+            dlock_release(lb);
+        hostile_set(&h, &hs, HOSTILE_OFF, NULL);
+        TU_FREE_LOCKS(la, lb);
+        free(name);
+        dlock_client_close(a);
+        dlock_client_close(b);
+        tu_hostile_http_stop(&h);
+    }
+}
+
 /* etcd's words reach dlock_errmsg() (and the terminal) with their
  * control characters escaped: an escape sequence in a refusal's message
  * cannot retitle or clear the terminal of whoever reads it. */
 TU_TEST_IN(single, server_text_reaches_the_message_escaped, 60)
 {
     struct tu_hostile_http h;
-    struct hostile hs = {HOSTILE_TXN_REFUSED, "no\x1b]0;pwned\x07\x1b[2J\x7f\xc2\x9b" "31m way"};
+    struct hostile hs = {HOSTILE_TXN_REFUSED, "no\x1b]0;pwned\x07\x1b[2J\x7f\xc2\x9b" "31m way", 0};
     dlock_client *c = hostile_open(&h, &hs);
     assert_acquire_refused(c, "hostile-text", DLOCK_EBACKEND, "\\x1b]0;pwned\\x07\\x1b[2J");
     for (const unsigned char *p = (const unsigned char *)dlock_errmsg(); *p; p++)

@@ -3,7 +3,8 @@
  * etcd as HTTP/1.0 on a connection of its own, so etcd answers with the
  * whole body and closes (no chunks to decode); the client gets it back,
  * rewritten or not, as HTTP/1.1 with its length, on its kept-alive
- * connection.
+ * connection. A watch's stream comes back a message (line) at a time,
+ * each through the rewrite, as chunks.
  */
 #include "hostile_http.h"
 
@@ -60,22 +61,27 @@ static const char *header(const char *hdrs, const char *name)
     return NULL;
 }
 
-/* Relay both ways between A and B until one side closes. */
-static void pump(struct tu_hostile_http *h, int a, int b)
+/* Send etcd a request on a connection of its own: METHOD and PATH, HDRS'
+ * auth token, BODY, as HTTP/1.0. The connection, or -1. */
+static int send_etcd(struct tu_hostile_http *h, const char *method, const char *path,
+                     const char *hdrs, const char *body, size_t body_len)
 {
-    char buf[65536];
-    while (!atomic_load(&h->stop)) {
-        struct pollfd p[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
-        if (poll(p, 2, POLL_MS) <= 0)
-            continue;
-        for (int i = 0; i < 2; i++) {
-            if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
-            if (n <= 0 || !tu_send_all(p[1 - i].fd, buf, (size_t)n))
-                return;
-        }
+    int fd = tu_dial_loopback(h->target);
+    if (fd < 0)
+        return -1;
+    const char *auth = header(hdrs, "Authorization");
+    char *head = tu_fmt("%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        "%s%.*s%sContent-Length: %zu\r\n\r\n",
+                        method, path, auth ? "Authorization: " : "",
+                        auth ? (int)strcspn(auth, "\r") : 0, auth ? auth : "",
+                        auth ? "\r\n" : "", body_len);
+    bool ok = tu_send_all(fd, head, strlen(head)) && tu_send_all(fd, body, body_len);
+    free(head);
+    if (!ok) {
+        close(fd);
+        return -1;
     }
+    return fd;
 }
 
 /* Ask etcd: REQ's method and path, HDRS' auth token, BODY; the reply's
@@ -85,17 +91,10 @@ static bool ask_etcd(struct tu_hostile_http *h, const char *method, const char *
                      const char *hdrs, const char *body, size_t body_len, int *status,
                      char **reply)
 {
-    int fd = tu_dial_loopback(h->target);
+    int fd = send_etcd(h, method, path, hdrs, body, body_len);
     if (fd < 0)
         return false;
-    const char *auth = header(hdrs, "Authorization");
-    char *head = tu_fmt("%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                        "%s%.*s%sContent-Length: %zu\r\n\r\n",
-                        method, path, auth ? "Authorization: " : "",
-                        auth ? (int)strcspn(auth, "\r") : 0, auth ? auth : "",
-                        auth ? "\r\n" : "", body_len);
-    bool ok = tu_send_all(fd, head, strlen(head)) && tu_send_all(fd, body, body_len);
-    free(head);
+    bool ok = true;
     char *buf = NULL;
     size_t len = 0, cap = 0;
     while (ok && read_some(h, fd, &buf, &len, &cap))
@@ -109,6 +108,70 @@ static bool ask_etcd(struct tu_hostile_http *h, const char *method, const char *
     *reply = strdup(end + 4);
     free(buf);
     return true;
+}
+
+/* Send the client on FD one chunk: LINE and its newline. */
+static bool send_line(int fd, const char *line, size_t len)
+{
+    char *head = tu_fmt("%zx\r\n", len + 1);
+    bool ok = tu_send_all(fd, head, strlen(head)) && tu_send_all(fd, line, len) &&
+              tu_send_all(fd, "\n\r\n", 3);
+    free(head);
+    return ok;
+}
+
+/* A watch: its request (HDRS, BODY) to etcd, etcd's stream back to the
+ * client on FD one message (line) at a time, each through the rewrite
+ * (path "/v3/watch", REQUEST the watch's body), as chunks, until either
+ * side closes. */
+static void relay_watch(struct tu_hostile_http *h, int fd, const char *hdrs, const char *body,
+                        size_t body_len)
+{
+    int up = send_etcd(h, "POST", "/v3/watch", hdrs, body, body_len);
+    char *buf = NULL, *end = NULL;
+    size_t len = 0, cap = 0;
+    int status = 0;
+    while (up >= 0 && !(end = buf ? strstr(buf, "\r\n\r\n") : NULL))
+        if (!read_some(h, up, &buf, &len, &cap))
+            break;
+    if (!end || sscanf(buf, "HTTP/%*s %d", &status) != 1)
+        goto done;
+    char *head = tu_fmt("HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                        "Transfer-Encoding: chunked\r\n\r\n",
+                        status);
+    bool ok = tu_send_all(fd, head, strlen(head));
+    free(head);
+    len -= (size_t)(end + 4 - buf);
+    memmove(buf, end + 4, len + 1);
+    while (ok && !atomic_load(&h->stop)) {
+        char *nl;
+        while (ok && (nl = memchr(buf, '\n', len))) {
+            *nl = 0;
+            pthread_mutex_lock(&h->mu);
+            char *instead = h->rewrite(h->arg, "/v3/watch", body, &status, buf);
+            pthread_mutex_unlock(&h->mu);
+            if (instead)
+                atomic_fetch_add(&h->rewritten, 1);
+            ok = send_line(fd, instead ? instead : buf, strlen(instead ? instead : buf));
+            free(instead);
+            len -= (size_t)(nl + 1 - buf);
+            memmove(buf, nl + 1, len + 1);
+        }
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = up, .events = POLLIN}};
+        if (!ok || poll(p, 2, POLL_MS) < 0)
+            break;
+        char scrap[256];
+        if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && recv(fd, scrap, sizeof scrap, 0) <= 0)
+            break; /* the client stopped watching */
+        if ((p[1].revents & (POLLIN | POLLHUP | POLLERR)) && !read_some(h, up, &buf, &len, &cap)) {
+            tu_send_all(fd, "0\r\n\r\n", 5); /* etcd ended the stream */
+            break;
+        }
+    }
+done:
+    free(buf);
+    if (up >= 0)
+        close(up);
 }
 
 /* Serve one client connection's requests, one after the other. */
@@ -135,15 +198,6 @@ static void *serve(void *arg)
             free(hdrs);
             goto done;
         }
-        if (strcmp(path, "/v3/watch") == 0) { /* a stream: relayed as it is */
-            int up = tu_dial_loopback(h->target);
-            if (up >= 0 && tu_send_all(up, buf, len))
-                pump(h, c->fd, up);
-            if (up >= 0)
-                close(up);
-            free(hdrs);
-            goto done;
-        }
         while (len < hdr_len + body_len)
             if (!read_some(h, c->fd, &buf, &len, &cap)) {
                 free(hdrs);
@@ -152,6 +206,12 @@ static void *serve(void *arg)
         char *body = strndup(buf + hdr_len, body_len);
         memmove(buf, buf + hdr_len + body_len, len - hdr_len - body_len + 1);
         len -= hdr_len + body_len;
+        if (strcmp(path, "/v3/watch") == 0) { /* a stream, to its end */
+            relay_watch(h, c->fd, hdrs, body, body_len);
+            free(hdrs);
+            free(body);
+            goto done;
+        }
         int status = 0;
         char *reply = NULL;
         bool asked = ask_etcd(h, method, path, hdrs, body, body_len, &status, &reply);

@@ -7,8 +7,9 @@
  * sequence. etcd itself stays real: what the client did before and after
  * the bad reply changed the server as it would have.
  *
- * One thread accepts; each connection gets a thread of its own. Watch
- * streams (/v3/watch) are relayed untouched, both ways.
+ * One thread accepts; each connection gets a thread of its own. A watch
+ * stream (/v3/watch) goes through the rewrite one message at a time: its
+ * PATH "/v3/watch", its REQUEST the watch's body, its REPLY one line.
  */
 #ifndef DLOCK_TEST_HOSTILE_HTTP_H
 #define DLOCK_TEST_HOSTILE_HTTP_H

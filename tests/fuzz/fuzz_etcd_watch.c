@@ -8,8 +8,9 @@
  * byte at a time and in two chunks cut where the input says gives the
  * same lines, the same meaning for each and the same bytes left over; a
  * refusal's text is one line; base64 decodes back to its bytes.
- * Input: first byte the watch's kind (bit 0 any, bit 1 to_shared), second
- * the cut, then the stream. Corpus: tests/fuzz/corpus/etcd_watch/.
+ * Input: first byte the watch's kind (bit 0 a prefix watch of "lock/", else
+ * of that key; bit 1 to_shared; the rest its start revision), second the
+ * cut, then the stream. A message etcd never sends says why. Corpus: tests/fuzz/corpus/etcd_watch/.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,15 +24,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 struct seen {
     char *text; /* each line, then a NUL and its meaning as a digit */
     size_t len, cap;
-    bool any, to_shared;
+    struct etcd_watch_state st;
 };
 
 static void on_line(void *arg, const char *line, size_t len)
 {
     struct seen *s = arg;
-    unsigned what = dlock__etcd_watch_message(line, len, s->any, s->to_shared);
-    if (what & ~(unsigned)(ETCD_WATCH_CREATED | ETCD_WATCH_FIRE))
+    char why[200];
+    unsigned what = dlock__etcd_watch_message(&s->st, line, len, why, sizeof why);
+    if (what & ~(unsigned)(ETCD_WATCH_CREATED | ETCD_WATCH_FIRE | ETCD_WATCH_BAD))
         abort();
+    if ((what & ETCD_WATCH_BAD) && (!(what & ETCD_WATCH_FIRE) || !memchr(why, '\0', sizeof why)))
+        abort(); /* a bad message fires, and says why */
     if (s->len + len + 2 > s->cap) {
         s->cap = 2 * (s->len + len + 2);
         s->text = realloc(s->text, s->cap);
@@ -78,11 +82,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2)
         return 0;
     bool any = data[0] & 1, to_shared = data[0] & 2;
+    char key[] = "lock/";
     size_t cut = data[1];
     const char *p = (const char *)data + 2;
     size_t n = size - 2;
 
-    struct seen whole = {.any = any, .to_shared = to_shared};
+    struct seen whole = {.st = {.key = key, .prefix = any, .any = any, .to_shared = to_shared,
+                                .noput = !any && !to_shared, .start_rev = data[0] >> 2}};
     struct seen bytes = whole, two = whole;
     struct etcd_stream rest_whole, rest_bytes, rest_two;
     feed(p, n, 0, n ? n : 1, &whole, &rest_whole);

@@ -121,6 +121,8 @@ int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_
             continue; /* a member restarting, no leader for now */
         if (rc || dlock__observe_done(known, as_observed(known, out, &seen), true, w, &rc))
             break;
+        if ((rc = dlock__etcd_watch_error(wt)))
+            break;
         if (!covered) {
             /* A new watch from now on (one that fired, or that etcd has
              * not confirmed since last turn, is replaced): its
@@ -134,7 +136,7 @@ int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_
                 break;
         }
         rc = dlock__wait_sleep(w, seq, dlock__now_ms() + OBSERVE_SAFETY_MS);
-        if (rc)
+        if (rc || (rc = dlock__etcd_watch_error(wt)))
             break;
     }
     dlock__etcd_watch_stop(wt);

@@ -207,16 +207,31 @@ struct etcd_stream {
     size_t len, cap;
 };
 
+/* What a watch asked for, and what its stream said so far: each message
+ * is checked against both (dlock__etcd_watch_message). */
+struct etcd_watch_state {
+    char *key;         /* the key watched, or the prefix (PREFIX) */
+    bool prefix;       /* every key starting with KEY */
+    bool to_shared;    /* a put that makes the key shared fires it too */
+    bool any;          /* any event under the prefix fires it */
+    bool noput;        /* etcd filters puts out (NOPUT) */
+    int64_t start_rev; /* 0: from the moment etcd creates it */
+    bool created;      /* etcd said so */
+    int64_t id;        /* the watch_id etcd gave it */
+    int64_t header_rev, mod_rev; /* the last ones seen: they never go back */
+};
+
 struct etcd_watch {
     struct etcd_conn *k;
     CURL *easy;
     struct curl_slist *headers;
     char *body;
     struct etcd_stream stream;
+    struct etcd_watch_state st;
+    const char *endpoint; /* "127.0.0.1:2379", the member it went to (k's) */
+    char bad[200];        /* what was wrong with a message etcd never sends */
     struct dlock__wait *w;
     bool added, done, created, fired, stopped;
-    bool to_shared; /* a put that makes the key shared fires it too */
-    bool any;       /* a prefix watch: any event under it fires it */
     struct etcd_watch *next;
 };
 
@@ -276,14 +291,27 @@ bool dlock__etcd_watch_fired(struct etcd_watch *wt);
  * ON(ARG, TEXT, LEN) for each line now whole (without its newline; empty
  * lines skipped), in order; false when a line passes 16 MiB or memory
  * runs out (the stream is then given up). dlock__etcd_watch_message()
- * says what one line means to a watch: ETCD_WATCH_* bits. ANY: a prefix
- * watch (any event fires it); TO_SHARED: as dlock__etcd_watch_start_for. */
-enum { ETCD_WATCH_CREATED = 1, ETCD_WATCH_FIRE = 2 };
+ * says what one line means to the watch ST (which it updates): ETCD_WATCH_*
+ * bits; ETCD_WATCH_BAD (with FIRE) for a message etcd never sends, what
+ * was wrong with it in WHY (WHY_SIZE bytes; the field named): one that is
+ * not JSON, the wrong watch_id, created twice or not first, a created
+ * watch_id -1 not canceled, a header.revision that is not positive or
+ * goes back, an event without a kv, of another key, of an unknown type,
+ * a PUT on a NOPUT watch, a mod_revision not positive, going back, before
+ * the start revision or past the header's, a PUT's create_revision or
+ * version not positive. Nothing is decided on a message before it holds
+ * up. */
+enum { ETCD_WATCH_CREATED = 1, ETCD_WATCH_FIRE = 2, ETCD_WATCH_BAD = 4 };
 bool dlock__etcd_stream_feed(struct etcd_stream *s, const char *p, size_t n,
                              void (*on)(void *arg, const char *text, size_t len), void *arg);
-unsigned dlock__etcd_watch_message(const char *text, size_t len, bool any, bool to_shared);
+unsigned dlock__etcd_watch_message(struct etcd_watch_state *st, const char *text, size_t len,
+                                   char *why, size_t why_size);
 /* Confirmed by etcd and not fired. */
 bool dlock__etcd_watch_live(struct etcd_watch *wt);
+/* DLOCK_OK, or DLOCK_EPROTO naming the server, the key and the field when
+ * WT (may be NULL) was sent a message etcd never sends: the waiter stops
+ * there, it decides nothing on such a stream. */
+int dlock__etcd_watch_error(struct etcd_watch *wt);
 /* Stop and forget the watch: after this returns W is never touched again. */
 void dlock__etcd_watch_stop(struct etcd_watch *wt);
 

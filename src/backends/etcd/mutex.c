@@ -487,6 +487,8 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
             until = wl_due;
         if (until < now + 200)
             until = now + 500; /* the last keepalive failed: not in a hot loop */
+        if (rc == DLOCK_OK) /* a watch sent what etcd never sends: no more waits on it */
+            rc = dlock__etcd_watch_error(wt);
         if (rc == DLOCK_OK) {
             /* Keep a watch on the same key that etcd confirmed and that
              * has not fired. One started last turn and still unconfirmed
@@ -513,7 +515,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
         if (rc)
             break;
         rc = dlock__wait_sleep(w, seq, until);
-        if (rc) /* ETIMEDOUT or ECANCELED */
+        if (rc || (rc = dlock__etcd_watch_error(wt))) /* ETIMEDOUT, ECANCELED, EPROTO */
             break;
         if ((rc = dlock__etcd_waiter_keepalive(s, wl, lr, msg, &lim)))
             break;

@@ -354,7 +354,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
                     rc = RESTART; /* our lease expired, or the key was deleted */
                     break;
                 }
-                if (held)
+                if (held || (rc = dlock__etcd_watch_error(wt)))
                     break;
                 need_look = false;
                 dlock__etcd_watch_stop(wt);
@@ -372,7 +372,8 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
             break;
         if (until < now + 200)
             until = now + 500; /* the last keepalive failed: not in a hot loop */
-        if ((rc = dlock__wait_sleep(w, seq, until))) /* ETIMEDOUT or ECANCELED */
+        if ((rc = dlock__wait_sleep(w, seq, until)) || /* ETIMEDOUT or ECANCELED */
+            (rc = dlock__etcd_watch_error(wt)))        /* a stream etcd never sends */
             break;
         if ((rc = dlock__etcd_waiter_keepalive(s, wl, lr, msg, &lim)))
             break;

@@ -7,6 +7,7 @@
  */
 #include "etcd.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,31 +22,124 @@ static void watch_fire(struct etcd_watch *wt)
         dlock__wait_wake(wt->w);
 }
 
+/* WHY (WHY_SIZE bytes) says what was wrong; a bad message fires. */
+static unsigned bad(char *why, size_t why_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static unsigned bad(char *why, size_t why_size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_size, fmt, ap);
+    va_end(ap);
+    return ETCD_WATCH_BAD | ETCD_WATCH_FIRE;
+}
+
+/* Field FIELD of OBJ: an int64 (absent = 0) of at least MIN into *OUT. */
+static bool int_min(const json_t *obj, const char *field, int64_t min, int64_t *out)
+{
+    return dlock__etcd_int_of(obj, field, out) && *out >= min;
+}
+
+/* A flag FIELD of OBJ: absent (false) or a boolean. */
+static bool flag(const json_t *obj, const char *field, bool *out)
+{
+    json_t *v = json_object_get(obj, field);
+    *out = json_is_true(v);
+    return !v || json_is_boolean(v);
+}
+
+/* Event I of a message checked against ST (HEADER_REV the message's):
+ * 0, or what bad() says. *FIRE set when it concerns the waiter. */
+static unsigned check_event(struct etcd_watch_state *st, const json_t *ev, size_t i,
+                            int64_t header_rev, bool *fire, char *why, size_t why_size)
+{
+    const json_t *kv = json_object_get(ev, "kv"), *type = json_object_get(ev, "type");
+    bool del = json_is_string(type) && strcmp(json_string_value(type), "DELETE") == 0;
+    if (!json_is_object(ev) || !json_is_object(kv))
+        return bad(why, why_size, "events[%zu] without a kv", i);
+    if (type && !del && !(json_is_string(type) && strcmp(json_string_value(type), "PUT") == 0))
+        return bad(why, why_size, "events[%zu].type neither PUT nor DELETE", i);
+    if (!del && st->noput)
+        return bad(why, why_size, "events[%zu] a PUT on a watch of deletions only", i);
+    size_t klen = 0, want = strlen(st->key);
+    const char *k64 = json_string_value(json_object_get(kv, "key"));
+    char *key = k64 ? dlock__etcd_unb64(k64, &klen) : NULL;
+    bool ours = key && (st->prefix ? klen >= want : klen == want) && memcmp(key, st->key, want) == 0;
+    free(key);
+    if (!ours)
+        return bad(why, why_size, "events[%zu].kv.key not the key%s watched", i,
+                   st->prefix ? " prefix" : "");
+    int64_t mod, create, version;
+    if (!int_min(kv, "mod_revision", 1, &mod))
+        return bad(why, why_size, "events[%zu].kv.mod_revision missing or not positive", i);
+    if (mod < st->mod_rev || mod < st->start_rev || mod > header_rev)
+        return bad(why, why_size, "events[%zu].kv.mod_revision %lld %s %lld", i, (long long)mod,
+                   mod > header_rev ? "past the header's revision" : mod < st->mod_rev
+                                                                     ? "going back from"
+                                                                     : "before the start revision",
+                   (long long)(mod > header_rev ? header_rev : mod < st->mod_rev ? st->mod_rev
+                                                                                 : st->start_rev));
+    if (!del && (!int_min(kv, "create_revision", 1, &create) || create > mod ||
+                 !int_min(kv, "version", 1, &version) ||
+                 (json_object_get(kv, "value") && !json_is_string(json_object_get(kv, "value")))))
+        return bad(why, why_size, "events[%zu].kv (a PUT) without a valid create_revision, "
+                                  "version or value", i);
+    st->mod_rev = mod;
+    if (del || st->any || (st->to_shared && dlock__etcd_is_shared(kv)))
+        *fire = true; /* a deletion; a prefix watch's put; a downgrade */
+    return 0;
+}
+
 /* One message of the watch stream. The first says "created"; later ones
  * carry events; "canceled" (compaction, permission) ends the watch. */
-unsigned dlock__etcd_watch_message(const char *text, size_t len, bool any, bool to_shared)
+unsigned dlock__etcd_watch_message(struct etcd_watch_state *st, const char *text, size_t len,
+                                   char *why, size_t why_size)
 {
     json_error_t jerr;
     json_t *j = json_loadb(text, len, 0, &jerr);
-    json_t *result = json_object_get(j, "result");
-    bool fire = !result; /* an "error" object, or garbage */
-    unsigned what = json_is_true(json_object_get(result, "created")) ? ETCD_WATCH_CREATED : 0;
-    if (result) {
-        if (json_is_true(json_object_get(result, "canceled")) ||
-            dlock__etcd_int(result, "compact_revision") > 0)
-            fire = true;
-        json_t *events = json_object_get(result, "events");
+    json_t *result = json_object_get(j, "result"), *header = json_object_get(result, "header");
+    json_t *events = json_object_get(result, "events");
+    unsigned what = 0;
+    bool created = false, canceled = false, fire = false;
+    int64_t rev = 0, id = 0, compact = 0;
+    if (!result && json_is_object(json_object_get(j, "error")))
+        what = ETCD_WATCH_FIRE; /* the stream's refusal: the look says what */
+    else if (!json_is_object(result))
+        what = bad(why, why_size, "%s", j ? "a message without a result" : "a line that is not JSON");
+    else if (!json_is_object(header) || !int_min(header, "revision", 1, &rev))
+        what = bad(why, why_size, "result.header.revision missing or not positive");
+    else if (rev < st->header_rev)
+        what = bad(why, why_size, "result.header.revision %lld going back from %lld",
+                   (long long)rev, (long long)st->header_rev);
+    else if (!flag(result, "created", &created) || !flag(result, "canceled", &canceled) ||
+             !dlock__etcd_int_of(result, "watch_id", &id) ||
+             !int_min(result, "compact_revision", 0, &compact) || (events && !json_is_array(events)))
+        what = bad(why, why_size, "result.created, canceled, watch_id, compact_revision or "
+                                  "events not of their type");
+    else if (created && st->created)
+        what = bad(why, why_size, "result.created a second time");
+    else if (!created && !st->created)
+        what = bad(why, why_size, "result without created first");
+    else if (created && (id < -1 || (id == -1 && !canceled) || json_array_size(events)))
+        what = bad(why, why_size, "result.created with watch_id %lld%s", (long long)id,
+                   json_array_size(events) ? " and events" : id == -1 ? " and not canceled" : "");
+    else if (!created && id != st->id)
+        what = bad(why, why_size, "result.watch_id %lld, not the watch's %lld", (long long)id,
+                   (long long)st->id);
+    if (!what && json_is_object(result)) {
+        st->header_rev = rev;
+        if (created) {
+            st->created = true;
+            st->id = id;
+            what = ETCD_WATCH_CREATED;
+        }
+        fire = canceled || compact > 0;
         size_t i;
         json_t *ev;
         json_array_foreach(events, i, ev)
         {
-            const char *type = json_string_value(json_object_get(ev, "type"));
-            if (type && strcmp(type, "DELETE") == 0)
-                fire = true;
-            else if (any)
-                fire = true; /* a prefix watch: every put counts */
-            else if (to_shared && dlock__etcd_is_shared(json_object_get(ev, "kv")))
-                fire = true; /* a PUT (etcd leaves the type out: 0) */
+            if ((what = check_event(st, ev, i, rev, &fire, why, why_size)))
+                break;
         }
     }
     json_decref(j);
@@ -74,11 +168,12 @@ bool dlock__etcd_stream_feed(struct etcd_stream *s, const char *p, size_t n,
 static void watch_message(void *arg, const char *text, size_t len)
 {
     struct etcd_watch *wt = arg;
-    unsigned what = dlock__etcd_watch_message(text, len, wt->any, wt->to_shared);
-    if (!what)
-        return;
+    char why[sizeof wt->bad];
     pthread_mutex_lock(&wt->k->wmu);
-    if (what & ETCD_WATCH_CREATED) {
+    unsigned what = wt->fired ? 0 : dlock__etcd_watch_message(&wt->st, text, len, why, sizeof why);
+    if (what & ETCD_WATCH_BAD)
+        memcpy(wt->bad, why, sizeof why);
+    if ((what & ETCD_WATCH_CREATED) && !(what & ETCD_WATCH_BAD)) {
         wt->created = true;
         if (!wt->stopped)
             dlock__wait_wake(wt->w);
@@ -103,6 +198,7 @@ static void watch_free(struct etcd_watch *wt)
         curl_easy_cleanup(wt->easy);
     curl_slist_free_all(wt->headers);
     free(wt->body);
+    free(wt->st.key);
     free(wt->stream.line);
     free(wt);
 }
@@ -216,11 +312,17 @@ static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, 
     json_decref(req);
     wt->k = k;
     wt->w = w;
-    wt->to_shared = to_shared;
-    wt->any = prefix;
+    wt->st = (struct etcd_watch_state){.key = strdup(key), .prefix = prefix,
+                                       .to_shared = to_shared, .any = prefix,
+                                       .noput = !to_shared && !prefix, .start_rev = start_rev};
+    if (!wt->st.key) {
+        watch_free(wt);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
     pthread_mutex_lock(&k->mu);
     size_t ep = k->cur;
     pthread_mutex_unlock(&k->mu);
+    wt->endpoint = k->eps[ep].name;
     char *url = dlock__sprintf("%s/v3/watch", k->eps[ep].base);
     wt->headers = dlock__etcd_headers_for(k, true);
     dlock__etcd_easy_common(k, wt->easy, NULL);
@@ -261,6 +363,21 @@ bool dlock__etcd_watch_live(struct etcd_watch *wt)
     bool live = wt->created && !wt->fired;
     pthread_mutex_unlock(&wt->k->wmu);
     return live;
+}
+
+int dlock__etcd_watch_error(struct etcd_watch *wt)
+{
+    if (!wt)
+        return DLOCK_OK;
+    char bad[sizeof wt->bad];
+    pthread_mutex_lock(&wt->k->wmu);
+    memcpy(bad, wt->bad, sizeof bad);
+    pthread_mutex_unlock(&wt->k->wmu);
+    if (!bad[0])
+        return DLOCK_OK;
+    return dlock__err(DLOCK_EPROTO, "%s: watch of %s%s at %s: /v3/watch sent %s (not a watch "
+                                    "event etcd sends)",
+                      wt->k->label, wt->st.key, wt->st.prefix ? "*" : "", wt->endpoint, bad);
 }
 
 bool dlock__etcd_watch_fired(struct etcd_watch *wt)
@@ -309,7 +426,7 @@ int dlock__etcd_watch_prefix_deletes(struct etcd_conn *k, const char *prefix, in
     int rc = watch_start(k, prefix, start_rev, false, true, w, out);
     if (rc == DLOCK_OK) {
         pthread_mutex_lock(&k->wmu);
-        (*out)->any = false; /* puts stream by, ignored: deletions fire it */
+        (*out)->st.any = false; /* puts stream by, ignored: deletions fire it */
         pthread_mutex_unlock(&k->wmu);
     }
     return rc;

@@ -2819,28 +2819,50 @@ TU_TEST_IN(single, lease_grant_with_a_bad_ttl_is_refused, 60)
     }
 }
 
+/* A hold of NAME with lease LEASE_MS (its lost callback LOST, may be
+ * NULL) through a hostile proxy that leaves replies alone so far. */
+struct hostile_hold {
+    struct tu_hostile_http h;
+    struct hostile hs;
+    dlock_client *c;
+    dlock_lock *l;
+};
+
+static void hostile_hold_open(struct hostile_hold *x, const char *name, int64_t lease_ms,
+                              struct tu_lost *lost)
+{
+    x->hs = (struct hostile){HOSTILE_OFF, NULL, 0};
+    x->c = hostile_open(&x->h, &x->hs);
+    x->l = tu_lock(x->c, name);
+    if (lost)
+        dlock_lock_on_lost(x->l, tu_on_lost, lost);
+    ck_assert_int_eq(dlock_lock_set_lease(x->l, lease_ms, 0), DLOCK_OK);
+    TU_ACQUIRE_OK(x->l, DLOCK_TRY);
+}
+
+static void hostile_hold_close(struct hostile_hold *x)
+{
+    hostile_set(&x->h, &x->hs, HOSTILE_OFF, NULL);
+    dlock_release(x->l);
+    dlock_lock_free(x->l);
+    dlock_client_close(x->c);
+    tu_hostile_http_stop(&x->h);
+}
+
 /* A keepalive answered with a TTL past int64 renews nothing: the hold,
  * no longer renewed, is reported lost, not kept on a number that is not
  * one. */
 TU_TEST_IN(single, keepalive_with_a_bad_ttl_renews_nothing, 60)
 {
-    struct tu_hostile_http h;
-    struct hostile hs = {HOSTILE_OFF, NULL, 0};
-    dlock_client *c = hostile_open(&h, &hs);
-    dlock_lock *l = tu_lock(c, "hostile-keepalive");
-    ck_assert_int_eq(dlock_lock_set_lease(l, 2000, 0), DLOCK_OK);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    hostile_set(&h, &hs, HOSTILE_KEEPALIVE_TTL, "99999999999999999999");
+    struct hostile_hold x;
+    hostile_hold_open(&x, "hostile-keepalive", 2000, NULL);
+    hostile_set(&x.h, &x.hs, HOSTILE_KEEPALIVE_TTL, "99999999999999999999");
     int64_t left = 0;
-    for (int k = 0; k < 200 && (left = dlock_validity_ms(l)) > 0; k++)
+    for (int k = 0; k < 200 && (left = dlock_validity_ms(x.l)) > 0; k++)
         tu_sleep_ms(50);
     ck_assert_msg(left <= 0, "a hold renewed by keepalives whose TTL is no number: %lld ms left",
                   (long long)left);
-    hostile_set(&h, &hs, HOSTILE_OFF, NULL);
-    dlock_release(l);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    tu_hostile_http_stop(&h);
+    hostile_hold_close(&x);
 }
 
 /* A keepalive answered with a TTL shorter than the lease shortens the
@@ -2850,27 +2872,19 @@ TU_TEST_IN(single, keepalive_with_a_bad_ttl_renews_nothing, 60)
  * read, and the hold kept its 6 s.) */
 TU_TEST_IN(single, keepalive_with_a_short_ttl_shortens_validity, 60)
 {
-    struct tu_hostile_http h;
-    struct hostile hs = {HOSTILE_OFF, NULL, 0};
-    dlock_client *c = hostile_open(&h, &hs);
-    dlock_lock *l = tu_lock(c, "hostile-short");
-    ck_assert_int_eq(dlock_lock_set_lease(l, 6000, 0), DLOCK_OK);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    unsigned before = atomic_load(&h.rewritten);
-    hostile_set(&h, &hs, HOSTILE_KEEPALIVE_TTL, "1");
+    struct hostile_hold x;
+    hostile_hold_open(&x, "hostile-short", 6000, NULL);
+    unsigned before = atomic_load(&x.h.rewritten);
+    hostile_set(&x.h, &x.hs, HOSTILE_KEEPALIVE_TTL, "1");
     /* the keeper renews at a third of the lease: wait for two renewals
      * answered with TTL 1, then the validity is at most that second */
-    for (int k = 0; k < 400 && atomic_load(&h.rewritten) < before + 2; k++)
+    for (int k = 0; k < 400 && atomic_load(&x.h.rewritten) < before + 2; k++)
         tu_sleep_ms(25);
-    ck_assert_uint_ge(atomic_load(&h.rewritten), before + 2);
-    int64_t left = dlock_validity_ms(l);
+    ck_assert_uint_ge(atomic_load(&x.h.rewritten), before + 2);
+    int64_t left = dlock_validity_ms(x.l);
     ck_assert_msg(left <= 1000, "a keepalive said TTL 1 s, the hold still counts %lld ms",
                   (long long)left);
-    hostile_set(&h, &hs, HOSTILE_OFF, NULL);
-    dlock_release(l);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    tu_hostile_http_stop(&h);
+    hostile_hold_close(&x);
 }
 
 /* A keepalive answered with a TTL <= 0 says the lease is gone: the hold
@@ -2878,23 +2892,14 @@ TU_TEST_IN(single, keepalive_with_a_short_ttl_shortens_validity, 60)
  * its validity runs out as if the server had not answered. */
 TU_TEST_IN(single, keepalive_with_a_negative_ttl_loses_the_hold, 60)
 {
-    struct tu_hostile_http h;
-    struct hostile hs = {HOSTILE_OFF, NULL, 0};
+    struct hostile_hold x;
     struct tu_lost lost = {0};
-    dlock_client *c = hostile_open(&h, &hs);
-    dlock_lock *l = tu_lock(c, "hostile-gone");
-    dlock_lock_on_lost(l, tu_on_lost, &lost);
-    ck_assert_int_eq(dlock_lock_set_lease(l, 3000, 0), DLOCK_OK);
-    TU_ACQUIRE_OK(l, DLOCK_TRY);
-    hostile_set(&h, &hs, HOSTILE_KEEPALIVE_TTL, "-1");
+    hostile_hold_open(&x, "hostile-gone", 3000, &lost);
+    hostile_set(&x.h, &x.hs, HOSTILE_KEEPALIVE_TTL, "-1");
     ck_assert(tu_wait_lost(&lost, 1, 20000));
     ck_assert_msg(strstr(lost.why, "expired or was revoked"),
                   "a keepalive with TTL -1 is a lost lease, the hold was lost for: %s", lost.why);
-    hostile_set(&h, &hs, HOSTILE_OFF, NULL);
-    dlock_release(l);
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    tu_hostile_http_stop(&h);
+    hostile_hold_close(&x);
 }
 
 /* An acquire in a thread of its own, its code and message kept. */

@@ -51,14 +51,15 @@ static int send_cancel(struct redis_state *s, const char *name, const char *owne
     int ll = snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease_ms));
     const char *args[] = {k.lock, k.chan, k.canceled, owner, num, life};
     size_t lens[] = {k.lock_len, k.chan_len, k.canceled_len, (size_t)ol, (size_t)nl, (size_t)ll};
-    redisReply *r = NULL;
-    rc = dlock__redis_eval_synced(s, deadline, w, S_CANCEL, 3, 6, args, lens, true, NULL, NULL,
-                                  "cancel a lost acquire", &r, NULL, NULL, NULL, NULL);
+    struct redis_request rq = {.script = S_CANCEL, .nkeys = 3, .nargs = 6, .args = args,
+                               .lens = lens, .what = "cancel a lost acquire", .wait = w,
+                               .deadline = deadline};
+    rc = dlock__redis_eval(s, &rq);
     if (!rc) {
         long long n;
         const char *type_name;
-        rc = dlock__redis_script_reply(s, r, &n, &type_name);
-        freeReplyObject(r); /* a key of another type: recorded, nothing else to undo */
+        rc = dlock__redis_script_reply(s, rq.out.reply, &n, &type_name);
+        freeReplyObject(rq.out.reply); /* a key of another type: recorded, nothing else to undo */
     }
     dlock__redis_keys_free(&k);
     return rc;

@@ -9,7 +9,7 @@
  * election.c: the URL's front state (what the core holds) keeps the
  * owner id, the scripts and the waiters; each master gets a state of its
  * own (conn.c's pool, dial and reconnect backoff) created as the slot map
- * names it. dlock__redis_eval_synced() asks here for a connection to the
+ * names it. dlock__redis_eval() asks here for a connection to the
  * master of its first key's slot and hands back each reply that redirects
  * (MOVED: the slot moved, remembered and the map refreshed; ASK: a slot
  * being migrated, ASKING then the same script on the target; TRYAGAIN and

@@ -74,15 +74,17 @@ static int64_t queue_lease_ms(const struct redis_state *s, int64_t lease_ms)
 }
 
 /* Run fair_lock.lua's OP with the lock's six keys, the owner and (for an
- * acquire) our channel first, then the N arguments ARGS (and RETRY_ARGS for a retry, NULL: the
- * same), within DEADLINE and, for an acquire, until its wait W's cancel
- * (NULL: none; DLOCK_ECANCELED, the request in flight or not sent). */
+ * acquire) our channel first, then RQ's nargs arguments (NUL-terminated
+ * strings, lens unused; retry_args for a retry, NULL: the same), within
+ * RQ's deadline and, for an acquire, until its wait's cancel
+ * (DLOCK_ECANCELED, the request in flight or not sent); what came of it
+ * in rq->out. */
 static int fair_eval(struct redis_state *s, const struct fair_keys *f, const char *owner,
-                     const char *op, int n, const char **args, const char **retry_args,
-                     int64_t deadline, struct dlock__wait *w, const char *what, redisReply **out,
-                     int64_t *sent, bool *retried, bool *reached, int *acked)
+                     const char *op, struct redis_request *rq)
 {
     enum { NKEYS = 6, MAX = 16 };
+    int n = rq->nargs;
+    const char **args = rq->args, **retry_args = rq->retry_args;
     const char *a[MAX], *ra[MAX];
     size_t l[MAX], rl[MAX];
     const char *head[] = {f->k.lock, f->k.token, f->k.canceled, f->k.queue, f->k.waiters, f->k.chan,
@@ -101,8 +103,17 @@ static int fair_eval(struct redis_state *s, const struct fair_keys *f, const cha
         l[nh + i] = strlen(a[nh + i]);
         rl[nh + i] = strlen(ra[nh + i]);
     }
-    return dlock__redis_eval_synced(s, deadline, w, S_FAIR, NKEYS, nh + n, a, l, true, ra, rl,
-                                    what, out, sent, retried, reached, acked);
+    struct redis_request full = *rq;
+    full.script = S_FAIR;
+    full.nkeys = NKEYS;
+    full.nargs = nh + n;
+    full.args = a;
+    full.lens = l;
+    full.retry_args = ra;
+    full.retry_lens = rl;
+    int rc = dlock__redis_eval(s, &full);
+    rq->out = full.out;
+    return rc;
 }
 
 /* One acquire attempt of a fair lock (the mutex's try_acquire, with the
@@ -130,19 +141,17 @@ static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct f
     snprintf(qlease, sizeof qlease, "%lld", (long long)queue_lease_ms(s, h->lease_ms));
     const char *args[] = {lease, first, "0", life, qlease, stage, wait_id};
     const char *retry_args[] = {lease, second, first, life, qlease, stage, wait_id};
-    redisReply *r;
-    int64_t sent;
-    bool reached = false;
-    int acked;
-    rc = fair_eval(s, f, h->owner, "acquire", 7, args, retry_args, deadline, w, "acquire", &r,
-                   &sent, NULL, &reached, &acked);
-    if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && reached)
+    struct redis_request rq = {.nargs = 7, .args = args, .retry_args = retry_args,
+                               .what = "acquire", .wait = w, .deadline = deadline};
+    rc = fair_eval(s, f, h->owner, "acquire", &rq);
+    if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && rq.out.reached)
         dlock__redis_cancel_lost_acquire(s, h, n + 1, h->lease_ms);
     if (rc)
         return rc;
-    rc = dlock__redis_acquire_reply(s, h, &f->k, r, sent, acked, deadline, n + 1, ttl_ms);
+    rc = dlock__redis_acquire_reply(s, h, &f->k, rq.out.reply, rq.out.sent_ms, rq.out.acked,
+                                    deadline, n + 1, ttl_ms);
     if (rc == DLOCK_EBUSY)
-        *sent_ms = sent;
+        *sent_ms = rq.out.sent_ms;
     return rc;
 }
 
@@ -174,14 +183,14 @@ int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char
     snprintf(num, sizeof num, "%llu", (unsigned long long)last);
     snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(lease_ms));
     const char *args[] = {num, life};
-    redisReply *r = NULL;
-    rc = fair_eval(s, &f, owner, "leave", 2, args, NULL, deadline, w, "leave the queue", &r,
-                   NULL, NULL, NULL, NULL);
+    struct redis_request rq = {.nargs = 2, .args = args, .what = "leave the queue", .wait = w,
+                               .deadline = deadline};
+    rc = fair_eval(s, &f, owner, "leave", &rq);
     if (!rc) {
         long long n;
         const char *type_name;
-        rc = dlock__redis_script_reply(s, r, &n, &type_name);
-        freeReplyObject(r); /* a key of another type: nothing of ours to undo */
+        rc = dlock__redis_script_reply(s, rq.out.reply, &n, &type_name);
+        freeReplyObject(rq.out.reply); /* a key of another type: nothing of ours to undo */
     }
     fair_keys_free(&f);
     return rc;
@@ -338,9 +347,9 @@ int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dl
     int rc = fair_keys_make(s, name, &f);
     if (rc)
         return rc;
-    redisReply *r = NULL;
-    rc = fair_eval(s, &f, "", "waiters", 0, NULL, NULL, DLOCK__NEVER, NULL, "inspect the queue",
-                   &r, NULL, NULL, NULL, NULL);
+    struct redis_request rq = {.what = "inspect the queue", .deadline = DLOCK__NEVER};
+    rc = fair_eval(s, &f, "", "waiters", &rq);
+    redisReply *r = rq.out.reply;
     if (!rc && r->type == REDIS_REPLY_NIL && s->fair)
         info->nwaiters = 0; /* nobody queued; on another layout: not known */
     if (!rc && r->type == REDIS_REPLY_ARRAY) {
@@ -364,13 +373,12 @@ int dlock__redis_fair_release(struct redis_state *s, struct dlock__hold *h)
     snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
     snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(h->lease_ms));
     const char *args[] = {token, life};
-    redisReply *r;
-    bool retried;
-    rc = fair_eval(s, &f, h->owner, "release", 2, args, NULL, DLOCK__NEVER, NULL, "release", &r,
-                   NULL, &retried, NULL, NULL);
+    struct redis_request rq = {.nargs = 2, .args = args, .what = "release",
+                               .deadline = DLOCK__NEVER};
+    rc = fair_eval(s, &f, h->owner, "release", &rq);
     if (!rc) {
-        rc = dlock__redis_release_reply(s, r, h->name, &f.k, h->token, retried);
-        freeReplyObject(r);
+        rc = dlock__redis_release_reply(s, rq.out.reply, h->name, &f.k, h->token, rq.out.retried);
+        freeReplyObject(rq.out.reply);
     }
     fair_keys_free(&f);
     return rc;

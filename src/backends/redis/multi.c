@@ -171,14 +171,16 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
             for (size_t i = 3 * n; i < nargs; i++)
                 l[i] = strlen(a[i]);
         }
-        redisReply *r = NULL;
-        int64_t sent = 0;
-        bool reached = false;
-        int acked = -1;
-        rc = dlock__redis_eval_synced(s, deadline, w, S_ACQUIRE_MULTI, (int)(3 * n), (int)nargs,
-                                      args, lens, true, args + nargs, lens + nargs,
-                                      "acquire (multi-lock)", &r, &sent, NULL, &reached, &acked);
-        if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && reached)
+        struct redis_request rq = {.script = S_ACQUIRE_MULTI, .nkeys = (int)(3 * n),
+                                   .nargs = (int)nargs, .args = args, .lens = lens,
+                                   .retry_args = args + nargs, .retry_lens = lens + nargs,
+                                   .what = "acquire (multi-lock)", .wait = w,
+                                   .deadline = deadline};
+        rc = dlock__redis_eval(s, &rq);
+        redisReply *r = rq.out.reply;
+        int64_t sent = rq.out.sent_ms;
+        int acked = rq.out.acked;
+        if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && rq.out.reached)
             for (size_t i = 0; i < n; i++)
                 dlock__redis_cancel_lost_acquire(s, hs[i], num + 1, hs[i]->lease_ms);
         /* keys in several slots of a cluster: nothing ran; one by one */
@@ -246,12 +248,13 @@ int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, i
     }
     for (size_t i = 4 * n; i < nargs; i++)
         lens[i] = args[i] ? strlen(args[i]) : 0;
-    redisReply *r = NULL;
-    bool retried = false, reached = false;
+    struct redis_request rq = {.script = S_RELEASE_MULTI, .nkeys = (int)(4 * n),
+                               .nargs = (int)nargs, .args = args, .lens = lens,
+                               .what = "release (multi-lock)", .deadline = DLOCK__NEVER};
     if (!rc)
-        rc = dlock__redis_eval(s, DLOCK__NEVER, S_RELEASE_MULTI, (int)(4 * n), (int)nargs,
-                               args, lens, true, NULL, NULL, "release (multi-lock)", &r, NULL,
-                               &retried, &reached);
+        rc = dlock__redis_eval(s, &rq);
+    redisReply *r = rq.out.reply;
+    bool retried = rq.out.retried, reached = rq.out.reached;
     /* keys in several slots of a cluster, or out of memory before the
      * script was sent: nothing ran; one by one. Out of memory once it was
      * sent (by either attempt), it may have run: member by member would

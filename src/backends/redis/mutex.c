@@ -125,13 +125,11 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     struct acquire_args first, retry;
     dlock__redis_acquire_args(&first, s->simple, h, k, lease_ms, n, 0, stage);
     dlock__redis_acquire_args(&retry, s->simple, h, k, lease_ms, n + 1, n, stage);
-    redisReply *r;
-    int64_t sent;
-    bool reached = false;
-    int acked;
-    rc = dlock__redis_eval_synced(s, deadline, w, S_ACQUIRE, 5, 12, first.v, first.len, true,
-                                  retry.v, retry.len, "acquire", &r, &sent, NULL, &reached, &acked);
-    if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && reached)
+    struct redis_request rq = {.script = S_ACQUIRE, .nkeys = 5, .nargs = 12, .args = first.v,
+                               .lens = first.len, .retry_args = retry.v, .retry_lens = retry.len,
+                               .what = "acquire", .wait = w, .deadline = deadline};
+    rc = dlock__redis_eval(s, &rq);
+    if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && rq.out.reached)
         dlock__redis_cancel_lost_acquire(s, h, n + 1, lease_ms);
     if (rc) {
         if (rc == DLOCK_EWRONGTYPE) {
@@ -143,7 +141,8 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
         }
         return rc;
     }
-    return dlock__redis_acquire_reply(s, h, k, r, sent, acked, deadline, n + 1, ttl_ms);
+    return dlock__redis_acquire_reply(s, h, k, rq.out.reply, rq.out.sent_ms, rq.out.acked,
+                                      deadline, n + 1, ttl_ms);
 }
 
 int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
@@ -280,13 +279,12 @@ static int release_lock(struct redis_state *s, struct dlock__hold *h, int64_t de
     const char *args[] = {k.lock, k.chan, k.token, k.rwchan, k.tbase, value, token};
     size_t lens[] = {k.lock_len, k.chan_len,  k.token_len, k.rwchan_len,
                      k.tbase_len, (size_t)vl, (size_t)tl};
-    redisReply *r;
-    bool retried;
-    rc = dlock__redis_eval(s, deadline, S_RELEASE, 5, 7, args, lens, true, NULL, NULL, "release", &r,
-                    NULL, &retried, NULL);
+    struct redis_request rq = {.script = S_RELEASE, .nkeys = 5, .nargs = 7, .args = args,
+                               .lens = lens, .what = "release", .deadline = deadline};
+    rc = dlock__redis_eval(s, &rq);
     if (!rc) {
-        rc = dlock__redis_release_reply(s, r, h->name, &k, h->token, retried);
-        freeReplyObject(r);
+        rc = dlock__redis_release_reply(s, rq.out.reply, h->name, &k, h->token, rq.out.retried);
+        freeReplyObject(rq.out.reply);
     }
     dlock__redis_keys_free(&k);
     return rc;
@@ -403,17 +401,15 @@ int dlock__redis_renew_one(struct redis_state *s, struct dlock__hold *h, int64_t
     const char *args[] = {k.lock, val, lease, timeout};
     size_t lens[4] = {k.lock_len};
     renew_args(s, h, &k, val, lease, timeout, lens + 1);
-    redisReply *r;
-    int64_t sent;
-    int acked;
-    rc = dlock__redis_eval_synced(s, deadline, NULL, S_RENEW, 1, 4, args, lens, true, NULL, NULL,
-                                  "renew", &r, &sent, NULL, NULL, &acked);
+    struct redis_request rq = {.script = S_RENEW, .nkeys = 1, .nargs = 4, .args = args,
+                               .lens = lens, .what = "renew", .deadline = deadline};
+    rc = dlock__redis_eval(s, &rq);
     if (!rc) {
         bool renewed = false;
-        rc = dlock__redis_renew_reply(s, r, 1, &renewed);
+        rc = dlock__redis_renew_reply(s, rq.out.reply, 1, &renewed);
         if (!rc)
-            rc = renew_outcome(s, h, renewed, acked, sent, s->where);
-        freeReplyObject(r);
+            rc = renew_outcome(s, h, renewed, rq.out.acked, rq.out.sent_ms, s->where);
+        freeReplyObject(rq.out.reply);
     }
     dlock__redis_keys_free(&k);
     return rc;
@@ -659,11 +655,12 @@ static int inspect_lock(struct redis_state *s, const char *name, struct dlock_in
         return rc;
     const char *args[] = {k.lock, k.token};
     size_t lens[] = {k.lock_len, k.token_len};
-    redisReply *r;
-    rc = dlock__redis_eval(s, DLOCK__NEVER, S_INSPECT, 2, 2, args, lens, true, NULL, NULL, "inspect", &r, NULL,
-                    NULL, NULL);
+    struct redis_request rq = {.script = S_INSPECT, .nkeys = 2, .nargs = 2, .args = args,
+                               .lens = lens, .what = "inspect", .deadline = DLOCK__NEVER};
+    rc = dlock__redis_eval(s, &rq);
     if (rc)
         goto out;
+    redisReply *r = rq.out.reply;
     rc = dlock__redis_inspect_reply(s, r, &k, info);
     if (!rc && queue && !s->simple) /* the fair queue, in order, when there is one (fair.c) */
         rc = dlock__redis_fair_waiters(s, name, info);
@@ -711,13 +708,13 @@ int dlock__redis_force_release(void *state, const char *name)
     const char *type = s->simple ? "string" : "hash";
     const char *args[] = {k.lock, k.chan, type};
     size_t lens[] = {k.lock_len, k.chan_len, strlen(type)};
-    redisReply *r;
-    rc = dlock__redis_eval(s, DLOCK__NEVER, S_FORCE, 2, 3, args, lens, true, NULL, NULL, "force release", &r,
-                    NULL, NULL, NULL);
+    struct redis_request rq = {.script = S_FORCE, .nkeys = 2, .nargs = 3, .args = args,
+                               .lens = lens, .what = "force release", .deadline = DLOCK__NEVER};
+    rc = dlock__redis_eval(s, &rq);
     if (!rc) {
         long long status;
-        rc = dlock__redis_status_reply(s, r, &k, &status);
-        freeReplyObject(r);
+        rc = dlock__redis_status_reply(s, rq.out.reply, &k, &status);
+        freeReplyObject(rq.out.reply);
     }
     dlock__redis_keys_free(&k);
     return rc;

@@ -197,7 +197,7 @@ static int resolve_take(struct resolve_job *j, struct addrinfo **res)
 /* ========================================================= a wait's cancel */
 
 /* A dial or request that serves an acquire's wait (a connection's WAIT,
- * set by dlock__redis_eval_synced; the wait given to a dial) ends at that
+ * set by dlock__redis_eval from its request; the wait given to a dial) ends at that
  * wait's cancel too: a request as a lost reply (the caller owes what a
  * request that was sent may still do, as after a timeout), a dial as a
  * dial that failed. The wait's eventfd is asked for only once a request

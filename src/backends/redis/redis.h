@@ -504,36 +504,54 @@ char *dlock__redis_name_key(const struct redis_state *s, const char *name, size_
 char *dlock__redis_key_name(const struct redis_state *s, const char *key, size_t len);
 /* Whether KEY (starting with S's prefix) is a cluster's encoded name's. */
 bool dlock__redis_key_encoded(const struct redis_state *s, const char *key, size_t len);
-/* Run script ID once, or, when RETRY and the reply was lost to an I/O
- * error or timeout, once more on a fresh connection (the scripts are
- * written so a repeat is harmless) with RETRY_ARGS (NULL: ARGS again; an
- * acquire's retry carries another request number), every attempt within
- * one budget (dlock__time_budget of DEADLINE and the op timeout): a
- * retry gets what the first attempt left, none after a timeout. *SENT_MS
- * (may be NULL) = send time of the attempt that answered; *RETRIED tells
- * whether a second attempt answered; *REACHED (may be NULL) whether an
- * attempt was written whole and not refused unrun (a cluster's redirect,
- * a demoted master's READONLY), so that the server may have run it even
- * when the call failed: DLOCK_ECONN (the reply lost), or DLOCK_ECANCELED
- * (dlock__redis_eval_synced's W canceled while the retry of a lost reply
- * paused) -- the caller owes what a run would have left. */
-int dlock__redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
-               const char **args, const size_t *lens, bool retry, const char **retry_args,
-               const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,
-               bool *retried, bool *reached);
-/* dlock__redis_eval(), and with ?sync=N a WAIT N behind a script that writes, in
- * the same round trip: *ACKED (may be NULL) = how many replicas
- * acknowledged the write, -1 when not asked (no ?sync, or a script that
- * only reads). The caller decides what too few acknowledgements mean
- * (an acquire is undone). W (NULL: none): the wait of the acquire the
- * script serves; a cluster's pause between two tries (TRYAGAIN,
- * CLUSTERDOWN, a master unreachable) ends at its cancel
- * (DLOCK_ECANCELED) or deadline. dlock__redis_eval() has none. */
-int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlock__wait *w,
-                             enum script_id id, int nkeys, int nargs, const char **args,
-                             const size_t *lens, bool retry, const char **retry_args,
-                             const size_t *retry_lens, const char *what, redisReply **out,
-                             int64_t *sent_ms, bool *retried, bool *reached, int *acked);
+/* One script request: what to send, the one bound it runs within, and
+ * what came of it. The caller fills the first part (a designated
+ * initializer: what it leaves out is 0, NULL or false), the call `out`. */
+struct redis_request {
+    enum script_id script;
+    int nkeys, nargs; /* args[0..nargs), the first nkeys of them keys */
+    const char **args;
+    const size_t *lens;
+    /* The arguments of a second attempt (an acquire's carries another
+     * request number); NULL: args again. */
+    const char **retry_args;
+    const size_t *retry_lens;
+    bool once; /* no second attempt after a lost reply */
+    const char *what; /* for messages: "acquire", "release", ... */
+    /* The wait of the acquire the request serves (NULL: none): its cancel
+     * ends the request at once (DLOCK_ECANCELED), and a cluster's pause
+     * between two tries (TRYAGAIN, CLUSTERDOWN, a master unreachable)
+     * at its cancel or deadline; what a run would leave is the caller's
+     * to owe the keeper. */
+    struct dlock__wait *wait;
+    /* The backend call's one deadline (monotonic ms; 0, a try-once, and
+     * DLOCK__NEVER: the op timeout whole), cut to the op timeout. */
+    int64_t deadline;
+    struct {
+        redisReply *reply; /* the answer (the caller frees it) */
+        int64_t sent_ms; /* send time of the attempt that answered */
+        bool retried; /* a second attempt answered */
+        /* an attempt was written whole and not refused unrun (a
+         * cluster's redirect, a demoted master's READONLY), so that the
+         * server may have run it even when the call failed */
+        bool reached;
+        /* with ?sync=N: how many replicas acknowledged the write, -1
+         * when not asked (no ?sync, or a script that only reads) */
+        int acked;
+    } out;
+};
+/* Run RQ's script once, or, unless rq->once, when the reply was lost to
+ * an I/O error or timeout, once more on a fresh connection (the scripts
+ * are written so a repeat is harmless) with the retry arguments, every
+ * attempt within one budget (dlock__time_budget of rq->deadline and the
+ * op timeout): a retry gets what the first attempt left, none after a
+ * timeout. With ?sync=N a WAIT N goes behind a script that writes, in the
+ * same round trip; the caller decides what too few acknowledgements mean
+ * (an acquire is undone). A failure with rq->out.reached set
+ * (DLOCK_ECONN: the reply lost; DLOCK_ECANCELED: the wait canceled with
+ * the request in flight, or while the retry of a lost reply paused)
+ * may have run: the caller owes what a run would have left. */
+int dlock__redis_eval(struct redis_state *s, struct redis_request *rq);
 /* With ?sync=N: append WAIT N to K, its timeout sync_timeout cut to what
  * K's request has left; false when sync is off (nothing appended). */
 bool dlock__redis_sync_append(struct redis_state *s, struct rconn *k);

@@ -41,33 +41,18 @@ int dlock__redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__h
     return n < (int)size ? n : (int)size - 1;
 }
 
-/* Run script ID on K with NKEYS keys and ARGS after them (at most 3), as
- * WHAT; its integer reply in *VALUE. */
-static int rw_eval(struct redis_state *s, int64_t deadline, struct dlock__wait *w,
-                   enum script_id id, const char *what,
-                   const char **keys, const size_t *key_lens, int nkeys, const char **args,
-                   int nargs, long long *value, const struct lock_keys *k)
+/* Run RQ (a read-write script on lock K's keys): its integer reply in
+ * *VALUE. */
+static int rw_eval(struct redis_state *s, struct redis_request *rq, const struct lock_keys *k,
+                   long long *value)
 {
-    const char *argv[8];
-    size_t argl[8];
-    for (int i = 0; i < nkeys; i++) {
-        argv[i] = keys[i];
-        argl[i] = key_lens[i];
-    }
-    for (int i = 0; i < nargs; i++) {
-        argv[nkeys + i] = args[i];
-        argl[nkeys + i] = strlen(args[i]);
-    }
-    redisReply *r;
-    bool retried = false;
-    int rc = dlock__redis_eval_synced(s, deadline, w, id, nkeys, nkeys + nargs, argv, argl, true,
-                                      NULL, NULL, what, &r, NULL, &retried, NULL, NULL);
+    int rc = dlock__redis_eval(s, rq);
     if (rc)
         return rc;
-    rc = dlock__redis_status_reply(s, r, k, value);
-    if (!rc && retried && *value == 2)
+    rc = dlock__redis_status_reply(s, rq->out.reply, k, value);
+    if (!rc && rq->out.retried && *value == 2)
         *value = 1; /* the first attempt ran: our field was gone by then */
-    freeReplyObject(r);
+    freeReplyObject(rq->out.reply);
     return rc;
 }
 
@@ -77,13 +62,16 @@ int dlock__redis_rw_release(struct redis_state *s, struct dlock__hold *h)
     int rc = dlock__redis_keys_make(s, h->name, &k);
     if (rc)
         return rc;
-    const char *keys[] = {k.lock, k.chan, k.rwchan, k.tbase};
-    size_t lens[] = {k.lock_len, k.chan_len, k.rwchan_len, k.tbase_len};
     char token[24];
-    snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
-    const char *args[] = {h->owner, token}; /* a later hold of ours has another token */
+    int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
+    /* the keys, then the owner and token: a later hold of ours has another token */
+    const char *args[] = {k.lock, k.chan, k.rwchan, k.tbase, h->owner, token};
+    size_t lens[] = {k.lock_len,   k.chan_len,       k.rwchan_len,
+                     k.tbase_len, strlen(h->owner), (size_t)tl};
+    struct redis_request rq = {.script = S_RW_RELEASE_READ, .nkeys = 4, .nargs = 6, .args = args,
+                               .lens = lens, .what = "release", .deadline = DLOCK__NEVER};
     long long status = 0;
-    rc = rw_eval(s, DLOCK__NEVER, NULL, S_RW_RELEASE_READ, "release", keys, lens, 4, args, 2, &status, &k);
+    rc = rw_eval(s, &rq, &k, &status);
     if (rc == DLOCK_EWRONGTYPE)
         rc = dlock__err(DLOCK_ELOST, "%s: shared lock '%s' was lost: %s", s->where, h->name,
                         dlock_errmsg());
@@ -104,15 +92,17 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
     if (rc)
         return rc;
     char lease[24], token[24];
-    snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
-    snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
+    int ll = snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
+    int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
     /* the token key: a later hold of ours has the same field, another token */
-    const char *keys[] = {k.lock, k.rwchan, k.tbase, k.token};
-    size_t lens[] = {k.lock_len, k.rwchan_len, k.tbase_len, k.token_len};
-    const char *args[] = {h->owner, lease, token};
+    const char *args[] = {k.lock, k.rwchan, k.tbase, k.token, h->owner, lease, token};
+    size_t lens[] = {k.lock_len,       k.rwchan_len, k.tbase_len, k.token_len,
+                     strlen(h->owner), (size_t)ll,   (size_t)tl};
+    struct redis_request rq = {.script = S_RW_DOWNGRADE, .nkeys = 4, .nargs = 7, .args = args,
+                               .lens = lens, .what = "downgrade", .deadline = DLOCK__NEVER};
     long long status = 0;
     int64_t sent = dlock__now_ms();
-    rc = rw_eval(s, DLOCK__NEVER, NULL, S_RW_DOWNGRADE, "downgrade", keys, lens, 4, args, 3, &status, &k);
+    rc = rw_eval(s, &rq, &k, &status);
     if (rc == DLOCK_EWRONGTYPE || (!rc && status != 1))
         rc = dlock__err(DLOCK_ELOST,
                         "%s: lock '%s' was lost before its downgrade to shared: key '%s' has no "
@@ -136,12 +126,13 @@ int dlock__redis_rw_send_unwait(struct redis_state *s, const char *name, const c
     int rc = dlock__redis_keys_make(s, name, &k);
     if (rc)
         return rc;
-    const char *keys[] = {k.writers, k.rwchan};
-    size_t lens[] = {k.writers_len, k.rwchan_len};
-    const char *args[] = {owner};
+    const char *args[] = {k.writers, k.rwchan, owner};
+    size_t lens[] = {k.writers_len, k.rwchan_len, strlen(owner)};
+    struct redis_request rq = {.script = S_RW_UNWAIT, .nkeys = 2, .nargs = 3, .args = args,
+                               .lens = lens, .what = "give up waiting", .wait = w,
+                               .deadline = deadline};
     long long removed;
-    rc = rw_eval(s, deadline, w, S_RW_UNWAIT, "give up waiting", keys, lens, 2, args, 1, &removed,
-                 &k);
+    rc = rw_eval(s, &rq, &k, &removed);
     dlock__redis_keys_free(&k);
     /* only a reply that did not come is worth another try: a server's
      * error would answer the same again */

@@ -466,22 +466,31 @@ int dlock__redis_sync_acked(const redisReply *r)
     return r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : 0;
 }
 
-/* Send script ID with NKEYS keys then the other args, on K: EVALSHA, and EVAL
- * when the server has forgotten the script; with ?sync, a WAIT behind it
- * in the same round trip (*ACKED: how many replicas acknowledged, -1 when
- * not asked: ?sync is off, or the script only reads). *OUT and *WRITTEN
- * as dlock__redis_command() says. */
-static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, int nkeys,
-                   int nargs, const char **args, const size_t *lens, const char *what,
-                   redisReply **out, bool *written, int *acked)
+/* One attempt of a request on one connection (eval_on): the arguments
+ * it sends (the request's, or its retry's), and what came of it. */
+struct attempt {
+    const char **args;
+    const size_t *lens;
+    redisReply *reply;
+    bool written; /* as dlock__redis_command() says */
+    int acked; /* as struct redis_request says */
+};
+
+/* Send RQ's script with A's arguments on K: EVALSHA, and EVAL when the
+ * server has forgotten the script; with ?sync, a WAIT behind it in the
+ * same round trip. */
+static int eval_on(struct redis_state *s, struct rconn *k, const struct redis_request *rq,
+                   struct attempt *a)
 {
     const char *argv[MAX_SCRIPT_ARGS + 3];
     size_t argl[MAX_SCRIPT_ARGS + 3];
     char nk[16];
+    enum script_id id = rq->script;
+    int nargs = rq->nargs;
     if (nargs > MAX_SCRIPT_ARGS)
         return dlock__err(DLOCK_EINVAL, "%s: %s: %d script arguments (at most %d)", s->where,
-                          what, nargs, MAX_SCRIPT_ARGS);
-    snprintf(nk, sizeof nk, "%d", nkeys);
+                          rq->what, nargs, MAX_SCRIPT_ARGS);
+    snprintf(nk, sizeof nk, "%d", rq->nkeys);
     argv[0] = "EVALSHA";
     argv[1] = s->sha[id];
     argv[2] = nk;
@@ -489,11 +498,11 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
     argl[1] = 40;
     argl[2] = strlen(nk);
     for (int i = 0; i < nargs; i++) {
-        argv[3 + i] = args[i];
-        argl[3 + i] = lens[i];
+        argv[3 + i] = a->args[i];
+        argl[3 + i] = a->lens[i];
     }
     redisReply *r = NULL;
-    *acked = -1;
+    a->acked = -1;
     for (int pass = 0; pass < 2; pass++) {
         if (pass) { /* the server forgot the script: EVAL reloads it */
             argv[0] = "EVAL";
@@ -511,9 +520,9 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
             rc = dlock__redis_conn_append(k, 3 + nargs, argv, argl);
         bool sync = !rc && id != S_INSPECT && id != S_SEM_INSPECT && dlock__redis_sync_append(s, k);
         if (!rc)
-            rc = dlock__redis_exchange(&k, 1, k->until, what);
+            rc = dlock__redis_exchange(&k, 1, k->until, rq->what);
         if (dlock__redis_conn_sent(k))
-            *written = true;
+            a->written = true;
         if (rc)
             return rc;
         if (ask)
@@ -521,7 +530,7 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
         r = dlock__redis_conn_take(k);
         redisReply *w = sync ? dlock__redis_conn_take(k) : NULL;
         if (sync)
-            *acked = dlock__redis_sync_acked(w);
+            a->acked = dlock__redis_sync_acked(w);
         freeReplyObject(w);
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && !pass) {
             freeReplyObject(r);
@@ -529,24 +538,14 @@ static int eval_on(struct redis_state *s, struct rconn *k, enum script_id id, in
         }
         break;
     }
-    *out = r;
+    a->reply = r;
     return DLOCK_OK;
-}
-
-int dlock__redis_eval(struct redis_state *s, int64_t deadline, enum script_id id, int nkeys, int nargs,
-               const char **args, const size_t *lens, bool retry, const char **retry_args,
-               const size_t *retry_lens, const char *what, redisReply **out, int64_t *sent_ms,
-               bool *retried, bool *reached)
-{
-    return dlock__redis_eval_synced(s, deadline, NULL, id, nkeys, nargs, args, lens, retry,
-                                    retry_args, retry_lens, what, out, sent_ms, retried, reached,
-                                    NULL);
 }
 
 /* How a call ends whose first attempt lost its reply (LOST: that
  * message) when its retry gets no answer either (RC): DLOCK_ECANCELED
  * when the caller's wait was canceled in a pause, else DLOCK_ECONN --
- * the first attempt may have run all the same (*REACHED says so). */
+ * the first attempt may have run all the same (out.reached says so). */
 static int retry_unanswered(struct redis_state *s, int rc, const char *lost, const char *what)
 {
     if (rc == DLOCK_ECANCELED)
@@ -555,46 +554,51 @@ static int retry_unanswered(struct redis_state *s, int rc, const char *lost, con
     return dlock__errmsg_restore(DLOCK_ECONN, lost);
 }
 
-int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlock__wait *w,
-                             enum script_id id, int nkeys, int nargs, const char **args,
-                             const size_t *lens, bool retry, const char **retry_args,
-                             const size_t *retry_lens, const char *what, redisReply **out,
-                             int64_t *sent_ms, bool *retried, bool *reached, int *acked)
+/* The next attempt of RQ sends its retry arguments, when it has some. */
+static void use_retry_args(const struct redis_request *rq, struct attempt *a)
 {
-    *out = NULL;
+    if (rq->retry_args) {
+        a->args = rq->retry_args;
+        a->lens = rq->retry_lens;
+    }
+}
+
+int dlock__redis_eval(struct redis_state *s, struct redis_request *rq)
+{
+    rq->out.reply = NULL;
+    rq->out.sent_ms = 0;
+    rq->out.retried = false;
+    rq->out.reached = false;
+    rq->out.acked = -1;
+    const char *what = rq->what;
+    struct dlock__wait *w = rq->wait;
     /* the retry shares the budget: no second timeout */
-    deadline = dlock__time_budget(deadline, s->op_timeout_ms);
-    int acks = -1;
-    if (acked)
-        *acked = -1;
-    if (retried)
-        *retried = false;
-    if (reached)
-        *reached = false;
+    int64_t deadline = dlock__time_budget(rq->deadline, s->op_timeout_ms);
     bool written = false; /* an attempt the server may have run */
     char lost[DLOCK__MSG_MAX];
     struct dlock__redis_route route; /* a cluster's: the master of the keys' slot */
     dlock__redis_route_init(&route, w);
+    struct attempt a = {.args = rq->args, .lens = rq->lens};
     for (int attempt = 0;; attempt++) {
         struct rconn *k;
         struct redis_state *ns = s; /* K's pool: S's, or a cluster master's */
-        int rc = s->cluster ? dlock__redis_cluster_get(s, &route, nkeys, args, lens, deadline, &ns, &k)
+        int rc = s->cluster ? dlock__redis_cluster_get(s, &route, rq->nkeys, a.args, a.lens,
+                                                       deadline, &ns, &k)
                             : dlock__redis_pool_get_for(s, deadline, w, &k);
         if (rc && attempt > 0) /* the first attempt's lost reply is the story */
             return retry_unanswered(s, rc, lost, what);
         if (rc)
             return rc;
-        if (sent_ms)
-            *sent_ms = dlock__now_ms();
-        redisReply *r = NULL;
-        bool wrote = false;
+        rq->out.sent_ms = dlock__now_ms();
+        a.reply = NULL;
+        a.written = false;
         k->wait = w; /* its cancel ends the request (net.c) */
-        rc = eval_on(s, k, id, nkeys, nargs, args, lens, what, &r, &wrote, &acks);
+        rc = eval_on(s, k, rq, &a);
         k->wait = NULL;
+        redisReply *r = a.reply;
         if (rc) /* lost: it may have run (an answer may say it did not: below) */
-            written |= wrote;
-        if (reached)
-            *reached = written;
+            written |= a.written;
+        rq->out.reached = written;
         if (rc == DLOCK_ENOMEM) {
             dlock__redis_pool_put(ns, k, true);
             return rc;
@@ -611,14 +615,10 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlo
         }
         if (rc) {
             dlock__redis_pool_put(ns, k, true);
-            if (retry && attempt == 0) {
-                if (retried)
-                    *retried = true;
+            if (!rq->once && attempt == 0) {
+                rq->out.retried = true;
                 dlock__errmsg_save(lost);
-                if (retry_args) {
-                    args = retry_args;
-                    lens = retry_lens;
-                }
+                use_retry_args(rq, &a);
                 continue;
             }
             return rc;
@@ -631,10 +631,7 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlo
             freeReplyObject(r);
             dlock__redis_pool_put(ns, k, true);
             dlock__errmsg_save(lost);
-            if (retry_args) {
-                args = retry_args;
-                lens = retry_lens;
-            }
+            use_retry_args(rq, &a);
             continue;
         }
         int redirected =
@@ -654,18 +651,16 @@ int dlock__redis_eval_synced(struct redis_state *s, int64_t deadline, struct dlo
             /* after a lost reply, that first attempt may have run */
             return attempt > 0 ? retry_unanswered(s, rc, lost, what) : rc;
         }
-        written |= wrote;
-        if (reached)
-            *reached = written;
+        written |= a.written;
+        rq->out.reached = written;
         dlock__redis_pool_put(ns, k, false);
         if (r->type == REDIS_REPLY_ERROR) {
             rc = dlock__redis_server_error(ns, r->str, what);
             freeReplyObject(r);
             return rc;
         }
-        if (acked)
-            *acked = acks;
-        *out = r;
+        rq->out.acked = a.acked;
+        rq->out.reply = r;
         return DLOCK_OK;
     }
 }

@@ -163,12 +163,14 @@ static int release_ids(struct redis_state *s, const char *name, const char prefi
                                 kk,        prefix,       memory,    "1"};
     size_t lens[] = {keys.name_len, keys.timeout_len, keys.chan_len, keys.released_len,
                      (size_t)kl,    ID_PREFIX,        (size_t)ml,    1};
-    redisReply *r;
-    rc = dlock__redis_eval(s, deadline, S_SEM_RELEASE, 4, 8, args, lens, retry, retry_args, lens,
-                           "semaphore release", &r, NULL, NULL, NULL);
+    struct redis_request rq = {.script = S_SEM_RELEASE, .nkeys = 4, .nargs = 8, .args = args,
+                               .lens = lens, .retry_args = retry_args, .retry_lens = lens,
+                               .once = !retry, .what = "semaphore release",
+                               .deadline = deadline};
+    rc = dlock__redis_eval(s, &rq);
     if (!rc) {
-        rc = dlock__redis_sem_release_reply(s, &keys, r, removed);
-        freeReplyObject(r);
+        rc = dlock__redis_sem_release_reply(s, &keys, rq.out.reply, removed);
+        freeReplyObject(rq.out.reply);
     }
     sem_keys_free(&keys);
     return rc;
@@ -237,14 +239,14 @@ static int try_take(struct redis_state *s, void *arg, struct dlock__wait *w, str
     const char *args[] = {k->name, k->timeout, k->chan, k->token, n, kk, lease, prefix};
     size_t lens[] = {k->name_len, k->timeout_len, k->chan_len, k->token_len,
                      (size_t)nl,  (size_t)kl,     (size_t)ll,  ID_PREFIX};
-    redisReply *r;
-    int64_t sent;
-    bool reached = false;
-    int acked;
-    int rc = dlock__redis_eval_synced(s, deadline, w, S_SEM_ACQUIRE, 4, 8, args, lens, false,
-                                      NULL, NULL, "semaphore acquire", &r, &sent, NULL, &reached,
-                                      &acked);
-    if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && reached) {
+    struct redis_request rq = {.script = S_SEM_ACQUIRE, .nkeys = 4, .nargs = 8, .args = args,
+                               .lens = lens, .once = true, .what = "semaphore acquire",
+                               .wait = w, .deadline = deadline};
+    int rc = dlock__redis_eval(s, &rq);
+    redisReply *r = rq.out.reply;
+    int64_t sent = rq.out.sent_ms;
+    int acked = rq.out.acked;
+    if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && rq.out.reached) {
         /* It may have run: owe the server a release of those ids. */
         struct lost_acquire *a = calloc(1, sizeof *a);
         char what[300];
@@ -415,11 +417,13 @@ static void sem_renew(struct redis_state *s, struct dlock__renew_batch *b)
         id_prefix(h, prefix);
         const char *args[] = {k.name, k.timeout, k.chan, kk, prefix, lease};
         size_t lens[] = {k.name_len, k.timeout_len, k.chan_len, (size_t)kl, ID_PREFIX, (size_t)ll};
-        redisReply *r;
-        int64_t sent;
-        int acked;
-        rc = dlock__redis_eval_synced(s, b->deadline, NULL, S_SEM_RENEW, 3, 6, args, lens, true,
-                                      NULL, NULL, "semaphore renew", &r, &sent, NULL, NULL, &acked);
+        struct redis_request rq = {.script = S_SEM_RENEW, .nkeys = 3, .nargs = 6, .args = args,
+                                   .lens = lens, .what = "semaphore renew",
+                                   .deadline = b->deadline};
+        rc = dlock__redis_eval(s, &rq);
+        redisReply *r = rq.out.reply;
+        int64_t sent = rq.out.sent_ms;
+        int acked = rq.out.acked;
         if (!rc) {
             rc = dlock__redis_sem_renew_reply(s, r, h->owner, h->name);
             if (!rc && acked >= 0 && acked < s->sync_replicas) {
@@ -654,12 +658,13 @@ int dlock__redis_sem_inspect(void *state, const char *name, unsigned permits, st
         return rc;
     const char *args[] = {k.name, k.timeout, k.token};
     size_t lens[] = {k.name_len, k.timeout_len, k.token_len};
-    redisReply *r;
-    rc = dlock__redis_eval(s, DLOCK__NEVER, S_SEM_INSPECT, 3, 3, args, lens, true, NULL, NULL,
-                           "semaphore inspect", &r, NULL, NULL, NULL);
+    struct redis_request rq = {.script = S_SEM_INSPECT, .nkeys = 3, .nargs = 3, .args = args,
+                               .lens = lens, .what = "semaphore inspect",
+                               .deadline = DLOCK__NEVER};
+    rc = dlock__redis_eval(s, &rq);
     if (!rc) {
-        rc = dlock__redis_sem_inspect_reply(s, &k, r, permits, info);
-        freeReplyObject(r);
+        rc = dlock__redis_sem_inspect_reply(s, &k, rq.out.reply, permits, info);
+        freeReplyObject(rq.out.reply);
     }
     sem_keys_free(&k);
     return rc;

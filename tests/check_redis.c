@@ -1246,57 +1246,54 @@ TU_TEST(force_release_and_lost, 60)
     stop_server();
 }
 
-/* A fault-injecting TCP proxy in front of the real server: it relays
- * bytes both ways, and when told to, forwards a lock script call to the
- * server, waits for the server's reply (so the script did run), throws
- * the reply away and closes the client's connection. The client sees a
- * reset after its request ran: the ambiguous case, made deterministic. */
+/* A fault-injecting proxy in front of the real server: the fault relay
+ * (tests/lib/relay.h) with a callback that reads the lock script calls
+ * on one name (RESP-aware) and picks those a test asked to play with. It
+ * can forward a call to the server, wait for the server's reply (so the
+ * script did run), throw the reply away and close the client's
+ * connection: the client sees a reset after its request ran, the
+ * ambiguous case, made deterministic. Each counter below says how many
+ * of the next such calls meet that fault. */
 struct proxy {
-    int listen_fd, port, target_port;
+    struct tu_relay r;
     atomic_int drop_acquire, drop_release;
     atomic_int drop_downgrade; /* the same for a downgrade (it names only the rwlock channel) */
-    const char *name; /* the lock whose calls are dropped */
+    const char *name; /* the lock whose calls are played with */
     /* hold_acquire: keep that many acquire calls back (the client sees
-     * its connection closed) until release_held is set, then send them to
-     * the server: a late original. held_done counts those that ran. */
-    atomic_int hold_acquire, release_held, held_done;
+     * its connection closed) until gate GATE_HELD opens, then send them
+     * to the server: a late original. r.served[GATE_HELD] counts those
+     * that ran. */
+    atomic_int hold_acquire;
     /* hold_release: the same for that many release-like calls (they name
-     * the channel: release, cancel), counted in held_done too */
+     * the channel: release, cancel) */
     atomic_int hold_release;
     atomic_int hold_downgrade; /* the same for that many downgrades */
-    atomic_int reject;  /* close every new connection at once */
     /* forge_acquire: answer every acquire call (after the server ran it)
-     * with forged_reply instead; forged counts them. */
-    atomic_int forge_acquire, forged;
+     * with r.cf.forged instead; r.forged counts them. */
+    atomic_int forge_acquire;
     /* stall_release: keep that many release-like calls (they name the
-     * channel: release, cancel) back, the connection open, until
-     * release_stalled is set; stalled counts them, stalled_done those
-     * the server then answered (the client may have given up on them:
-     * a late request on a connection it abandoned). stall_downgrade: the
-     * same for downgrades. */
-    atomic_int stall_release, stall_downgrade, stalled, release_stalled, stalled_done;
+     * channel: release, cancel) back, the connection open, until gate
+     * GATE_STALLED opens; stalled counts them, r.served[GATE_STALLED]
+     * those the server then answered (the client may have given up on
+     * them: a late request on a connection it abandoned). stall_downgrade:
+     * the same for downgrades. */
+    atomic_int stall_release, stall_downgrade, stalled;
     /* stall_unwait: the same for that many writers' unwaits (they name
      * the writers key and not the token key), counted in stalled too */
     atomic_int stall_unwait;
     /* stall_acquire: the same for that many acquire calls, counted in
      * stalled too; once let through, each one's reply is passed on (when
-     * the client is still there) and counted in stalled_ran */
-    atomic_int stall_acquire, stalled_ran;
-    const char *forged_reply;
+     * the client is still there) */
+    atomic_int stall_acquire;
     /* drop_named: drop the reply of that many calls whose request holds
      * NEEDLE, after the server ran them (then close the connection) */
     atomic_int drop_named;
     const char *needle;
-    atomic_int accepts; /* connections accepted */
-    atomic_int open_conns;
-    pthread_mutex_t mu;
-    int clients[64]; /* client sockets of live connections, -1 = free */
+    char tok[160], chan[160], rwchan[160], writers[160]; /* the keys that tell calls apart */
 };
 
-struct proxy_conn {
-    struct proxy *px;
-    int client;
-};
+#define GATE_STALLED 0 /* the relay's gate of TU_RELAY_KEEP */
+#define GATE_HELD 1    /* and of TU_RELAY_KEEP_CUT */
 
 static bool chunk_has(const char *buf, size_t n, const char *needle)
 {
@@ -1312,185 +1309,67 @@ static bool take_one(atomic_int *counter)
     return false;
 }
 
-static void proxy_track(struct proxy *px, int fd, bool add)
+/* The relay's callback: which call BUF is, and the fault it meets. */
+static enum tu_relay_action proxy_judge(struct tu_relay *r, struct tu_relay_conn *c,
+                                        const char *buf, size_t n)
 {
-    pthread_mutex_lock(&px->mu);
-    for (size_t i = 0; i < sizeof px->clients / sizeof px->clients[0]; i++) {
-        if (add && px->clients[i] < 0) {
-            px->clients[i] = fd;
-            break;
-        }
-        if (!add && px->clients[i] == fd) {
-            px->clients[i] = -1;
-            break;
-        }
+    (void)c;
+    struct proxy *px = r->cf.arg;
+    bool is_script = chunk_has(buf, n, "EVAL");
+    bool is_release = is_script && chunk_has(buf, n, px->chan);
+    bool is_acquire = is_script && !is_release && chunk_has(buf, n, px->tok);
+    bool is_downgrade = is_script && !is_release && chunk_has(buf, n, px->rwchan);
+    if (is_script && chunk_has(buf, n, "dlock_fair_queue:")) {
+        /* fair_lock.lua names the channel in every op: its op says */
+        is_acquire = chunk_has(buf, n, "\r\nacquire\r\n");
+        is_release = chunk_has(buf, n, "\r\nrelease\r\n") || chunk_has(buf, n, "\r\nleave\r\n");
     }
-    pthread_mutex_unlock(&px->mu);
+    bool is_unwait = is_script && !is_release && !is_acquire && chunk_has(buf, n, px->writers);
+    if ((is_release && take_one(&px->stall_release)) ||
+        (is_unwait && take_one(&px->stall_unwait)) ||
+        (is_downgrade && take_one(&px->stall_downgrade)) ||
+        (is_acquire && take_one(&px->stall_acquire))) {
+        atomic_fetch_add(&px->stalled, 1);
+        return TU_RELAY_KEEP;
+    }
+    if (is_acquire && atomic_load(&px->forge_acquire))
+        return TU_RELAY_FORGE;
+    if ((is_acquire && take_one(&px->hold_acquire)) ||
+        (is_release && take_one(&px->hold_release)) ||
+        (is_downgrade && take_one(&px->hold_downgrade)))
+        return TU_RELAY_KEEP_CUT;
+    if ((is_acquire && take_one(&px->drop_acquire)) ||
+        (is_release && take_one(&px->drop_release)) ||
+        (is_downgrade && take_one(&px->drop_downgrade)) ||
+        (px->needle && chunk_has(buf, n, px->needle) && take_one(&px->drop_named)))
+        return TU_RELAY_DROP_REPLY;
+    return TU_RELAY_FORWARD;
 }
 
-/* An acquire call held back: the client's connection is closed now, the
- * call goes to the server once the test sets release_held. */
-static void proxy_hold(struct proxy *px, int c, int sv, const char *buf, size_t n)
-{
-    proxy_track(px, c, false);
-    close(c);
-    atomic_fetch_sub(&px->open_conns, 1);
-    while (!atomic_load(&px->release_held))
-        tu_sleep_ms(5);
-    if (write(sv, buf, n) == (ssize_t)n) {
-        char reply[4096];
-        if (read(sv, reply, sizeof reply) <= 0) { /* ran or not, the test looks at the keys */
-        }
-    }
-    close(sv);
-    atomic_fetch_add(&px->held_done, 1);
-}
-
-static void *proxy_conn_main(void *arg)
-{
-    struct proxy_conn *pc = arg;
-    struct proxy *px = pc->px;
-    int c = pc->client;
-    free(pc);
-    int sv = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)px->target_port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(sv, (struct sockaddr *)&a, sizeof a) < 0) {
-        proxy_track(px, c, false);
-        close(c);
-        close(sv);
-        atomic_fetch_sub(&px->open_conns, 1);
-        return NULL;
-    }
-    char tok[160], chan[160], rwchan[160], writers[160];
-    snprintf(tok, sizeof tok, "redisson_lock_token:{%s}", px->name);
-    snprintf(writers, sizeof writers, "dlock_writers:{%s}", px->name);
-    snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", px->name);
-    snprintf(rwchan, sizeof rwchan, "redisson_rwlock:{%s}", px->name);
-    char *buf = malloc(65536);
-    for (;;) {
-        struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = sv, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0 && errno != EINTR)
-            break;
-        if (p[0].revents) {
-            ssize_t n = read(c, buf, 65536);
-            if (n <= 0)
-                break;
-            bool is_script = chunk_has(buf, (size_t)n, "EVAL");
-            bool is_release = is_script && chunk_has(buf, (size_t)n, chan);
-            bool is_acquire = is_script && !is_release && chunk_has(buf, (size_t)n, tok);
-            bool is_downgrade = is_script && !is_release && chunk_has(buf, (size_t)n, rwchan);
-            if (is_script && chunk_has(buf, (size_t)n, "dlock_fair_queue:")) {
-                /* fair_lock.lua names the channel in every op: its op says */
-                is_acquire = chunk_has(buf, (size_t)n, "\r\nacquire\r\n");
-                is_release = chunk_has(buf, (size_t)n, "\r\nrelease\r\n") ||
-                             chunk_has(buf, (size_t)n, "\r\nleave\r\n");
-            }
-            bool is_unwait = is_script && !is_release && !is_acquire &&
-                             chunk_has(buf, (size_t)n, writers);
-            if ((is_release && take_one(&px->stall_release)) ||
-                (is_unwait && take_one(&px->stall_unwait)) ||
-                (is_downgrade && take_one(&px->stall_downgrade))) {
-                atomic_fetch_add(&px->stalled, 1);
-                while (!atomic_load(&px->release_stalled))
-                    tu_sleep_ms(5);
-                char reply[4096];
-                ssize_t got;
-                if (write(sv, buf, (size_t)n) != n || (got = read(sv, reply, sizeof reply)) <= 0)
-                    break;
-                atomic_fetch_add(&px->stalled_done, 1);
-                if (send(c, reply, (size_t)got, MSG_NOSIGNAL) != got)
-                    break; /* the client gave up on it */
-                continue;
-            }
-            if (is_acquire && take_one(&px->stall_acquire)) {
-                atomic_fetch_add(&px->stalled, 1);
-                while (!atomic_load(&px->release_stalled))
-                    tu_sleep_ms(5);
-                char reply[4096];
-                ssize_t r = write(sv, buf, (size_t)n) == n ? read(sv, reply, sizeof reply) : -1;
-                atomic_fetch_add(&px->stalled_ran, 1);
-                if (r <= 0 || write(c, reply, (size_t)r) != r)
-                    break;
-                continue;
-            }
-            if (is_acquire && atomic_load(&px->forge_acquire)) {
-                char reply[4096];
-                if (write(sv, buf, (size_t)n) != n || read(sv, reply, sizeof reply) <= 0)
-                    break;
-                atomic_fetch_add(&px->forged, 1);
-                size_t fl = strlen(px->forged_reply);
-                if (write(c, px->forged_reply, fl) != (ssize_t)fl)
-                    break;
-                continue;
-            }
-            if ((is_acquire && take_one(&px->hold_acquire)) ||
-                (is_release && take_one(&px->hold_release)) ||
-                (is_downgrade && take_one(&px->hold_downgrade))) {
-                proxy_hold(px, c, sv, buf, (size_t)n);
-                free(buf);
-                return NULL;
-            }
-            if ((is_acquire && take_one(&px->drop_acquire)) ||
-                (is_release && take_one(&px->drop_release)) ||
-                (is_downgrade && take_one(&px->drop_downgrade)) ||
-                (px->needle && chunk_has(buf, (size_t)n, px->needle) &&
-                 take_one(&px->drop_named))) {
-                if (write(sv, buf, (size_t)n) != n)
-                    break;
-                char reply[4096];
-                if (read(sv, reply, sizeof reply) <= 0) { /* it ran; the reply is lost */
-                }
-                break;
-            }
-            if (write(sv, buf, (size_t)n) != n)
-                break;
-        }
-        if (p[1].revents) {
-            ssize_t n = read(sv, buf, 65536);
-            if (n <= 0 || write(c, buf, (size_t)n) != n)
-                break;
-        }
-    }
-    free(buf);
-    proxy_track(px, c, false);
-    close(c);
-    close(sv);
-    atomic_fetch_sub(&px->open_conns, 1);
-    return NULL;
-}
-
-static void *proxy_main(void *arg)
-{
-    struct proxy *px = arg;
-    for (;;) {
-        int c = accept(px->listen_fd, NULL, NULL);
-        if (c < 0)
-            return NULL;
-        atomic_fetch_add(&px->accepts, 1);
-        if (atomic_load(&px->reject)) {
-            close(c);
-            continue;
-        }
-        atomic_fetch_add(&px->open_conns, 1);
-        proxy_track(px, c, true);
-        struct proxy_conn *pc = malloc(sizeof *pc);
-        pc->px = px;
-        pc->client = c;
-        tu_thread_detached(proxy_conn_main, pc);
-    }
-}
-
+/* PX in front of 127.0.0.1:TARGET_PORT, playing with the calls on NAME;
+ * it dies with the test. */
 static void proxy_start(struct proxy *px, int target_port, const char *name)
 {
     memset(px, 0, sizeof *px);
-    pthread_mutex_init(&px->mu, NULL);
-    for (size_t i = 0; i < sizeof px->clients / sizeof px->clients[0]; i++)
-        px->clients[i] = -1;
-    px->target_port = target_port;
     px->name = name;
-    px->listen_fd = listen_loopback(&px->port);
-    tu_thread_detached(proxy_main, px);
+    snprintf(px->tok, sizeof px->tok, "redisson_lock_token:{%s}", name);
+    snprintf(px->writers, sizeof px->writers, "dlock_writers:{%s}", name);
+    snprintf(px->chan, sizeof px->chan, "redisson_lock__channel:{%s}", name);
+    snprintf(px->rwchan, sizeof px->rwchan, "redisson_rwlock:{%s}", name);
+    tu_relay_start_with(&px->r, &(struct tu_relay_config){.target = target_port,
+                                                          .close_with_client = true,
+                                                          .gates_shut = true,
+                                                          .on_request = proxy_judge,
+                                                          .arg = px});
+}
+
+/* Open GATE of PX; wait until N calls it kept were served. */
+static void let_late_calls_run(struct proxy *px, int gate, int n)
+{
+    tu_relay_gate(&px->r, gate, false);
+    for (int waited = 0; atomic_load(&px->r.served[gate]) < n && waited < 10000; waited += 5)
+        tu_sleep_ms(5);
+    ck_assert_int_eq(atomic_load(&px->r.served[gate]), n);
 }
 
 /* Once the keeper's cancel of the lost acquire of NAME is recorded on
@@ -1504,10 +1383,7 @@ static void late_attempts_do_nothing(redisContext *ctx, struct proxy *px, const 
          waited += 5)
         tu_sleep_ms(5);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS %s", canceled), 1);
-    atomic_store(&px->release_held, 1);
-    for (int waited = 0; atomic_load(&px->held_done) < 2 && waited < 10000; waited += 5)
-        tu_sleep_ms(5);
-    ck_assert_int_eq(atomic_load(&px->held_done), 2);
+    let_late_calls_run(px, GATE_HELD, 2);
     ck_assert_msg(cmd_int(ctx, "EXISTS %s", name) == 0, "a late acquire took the lock '%s'", name);
     free(canceled);
 }
@@ -1520,7 +1396,7 @@ static struct tu_solo proxied_open(struct proxy *px, const char *userinfo, const
                                    const char *name)
 {
     proxy_start(px, srv.port, name);
-    return tu_solo_open(tu_fmt("redis://%s127.0.0.1:%d%s%s", userinfo ? userinfo : "", px->port,
+    return tu_solo_open(tu_fmt("redis://%s127.0.0.1:%d%s%s", userinfo ? userinfo : "", px->r.port,
                                query ? "?" : "", query ? query : ""),
                         name);
 }
@@ -1533,31 +1409,6 @@ static struct tu_solo layout_proxied(struct proxy *px, const char *layout, const
     struct tu_solo via = proxied_open(px, NULL, q, name);
     free(q);
     return via;
-}
-
-/* Close every live client connection and wait until they are gone. With
- * RESET, the proxy's side sends a FIN and then a reset: the client's
- * next write on such a socket fails with EPIPE (and raises SIGPIPE unless
- * the writer prevents it), as against a server killed mid-conversation. */
-static bool proxy_close_all(struct proxy *px, bool reset)
-{
-    pthread_mutex_lock(&px->mu);
-    for (size_t i = 0; i < sizeof px->clients / sizeof px->clients[0]; i++) {
-        if (px->clients[i] < 0)
-            continue;
-        if (reset) {
-            struct linger lg = {.l_onoff = 1, .l_linger = 0};
-            setsockopt(px->clients[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-        }
-        shutdown(px->clients[i], SHUT_RDWR);
-    }
-    pthread_mutex_unlock(&px->mu);
-    for (int waited = 0; atomic_load(&px->open_conns) > 0; waited += 5) {
-        if (waited > 10000)
-            return false;
-        tu_sleep_ms(5);
-    }
-    return true;
 }
 
 /* Replies lost after the script ran, through the proxy: one lost acquire
@@ -1651,16 +1502,6 @@ TU_TEST(late_acquire_simple_layout, 60)
     late_acquire_through_proxy("simple");
 }
 
-/* Let the calls a proxy keeps back go (*GO set) and wait until the
- * server has answered N of them (*SERVED): late requests, arriving now. */
-static void let_late_calls_run(atomic_int *go, atomic_int *served, int n)
-{
-    atomic_store(go, 1);
-    for (int waited = 0; atomic_load(served) < n && waited < 10000; waited += 5)
-        tu_sleep_ms(5);
-    ck_assert_int_eq(atomic_load(served), n);
-}
-
 /* The end of a late-request test: after requests meant for an earlier
  * hold of the same owner (the same field) ran, NAME must still be held
  * by L's later hold. L is released, CTX freed, VIA closed, the server
@@ -1703,14 +1544,14 @@ static void late_release_through_proxy(const char *layout, int mode, bool timed_
     ck_assert_msg(rc == (timed_out ? DLOCK_ECONN : DLOCK_OK), "release: %s: %s", dlock_err_name(rc),
                   dlock_errmsg());
     /* the first copy is kept back */
-    ck_assert_int_eq(atomic_load(timed_out ? &px.stalled : &px.held_done), timed_out ? 1 : 0);
+    ck_assert_int_eq(atomic_load(timed_out ? &px.stalled : &px.r.served[GATE_HELD]), timed_out ? 1 : 0);
     ck_assert_int_eq(atomic_load(&px.hold_release), 0);
     TU_ACQUIRE_OK(via.l, DLOCK_TRY); /* a timed-out release left our field: replaced */
     ck_assert_uint_gt(tu_token(via.l), t1);
     if (timed_out)
-        let_late_calls_run(&px.release_stalled, &px.stalled_done, 1);
+        let_late_calls_run(&px, GATE_STALLED, 1);
     else
-        let_late_calls_run(&px.release_held, &px.held_done, 1);
+        let_late_calls_run(&px, GATE_HELD, 1);
     later_hold_survives(ctx, &via, via.l, "lrel");
 }
 
@@ -1769,8 +1610,8 @@ TU_TEST(late_release_of_a_downgrade_spares_a_later_read_hold, 60)
     ck_assert_int_eq(atomic_load(&px.hold_release), 0); /* the give-up's first copy is held */
     ck_assert_uint_eq(dlock_hold_count(r), 0);
     TU_ACQUIRE_OK(r, DLOCK_TRY);
-    let_late_calls_run(&px.release_held, &px.held_done, 1);
-    let_late_calls_run(&px.release_stalled, &px.stalled_done, 1);
+    let_late_calls_run(&px, GATE_HELD, 1);
+    let_late_calls_run(&px, GATE_STALLED, 1);
     later_hold_survives(ctx, &via, r, "ldr");
     dlock_lock_free(r);
 }
@@ -1798,7 +1639,7 @@ TU_TEST(late_downgrade_spares_a_later_hold, 60)
     ck_assert_int_eq(atomic_load(&px.hold_downgrade), 0); /* the first copy is held */
     ck_assert_int_eq(dlock_release(r), DLOCK_OK);
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
-    let_late_calls_run(&px.release_held, &px.held_done, 1);
+    let_late_calls_run(&px, GATE_HELD, 1);
     char *mode = reply_str(cmd(ctx, "HGET %s mode", "ldg"));
     ck_assert_msg(mode && strcmp(mode, "write") == 0,
                   "a late copy of an earlier hold's downgrade made the later exclusive hold '%s'",
@@ -1834,7 +1675,7 @@ static void late_cancel_through_proxy(const char *layout)
     ck_assert_int_eq(cmd_int(ctx, "EXISTS dlock_canceled:{lcan}"), 1);
     ck_assert_int_eq(atomic_load(&px.hold_release), 0);
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
-    let_late_calls_run(&px.release_held, &px.held_done, 3);
+    let_late_calls_run(&px, GATE_HELD, 3);
     later_hold_survives(ctx, &via, via.l, "lcan");
 }
 
@@ -1907,7 +1748,7 @@ TU_TEST(lost_acquire_cancel_does_not_hold_the_caller, 60)
     atomic_store(&a.go, 1);
     pthread_join(th, NULL);
     ck_assert_msg(a.rc2 == DLOCK_ETIMEDOUT, "acquire while a cancel is owed: %s", dlock_err_name(a.rc2));
-    atomic_store(&px.release_stalled, 1);
+    tu_relay_gate(&px.r, GATE_STALLED, false);
     late_attempts_do_nothing(ctx, &px, "stall", 20000);
     tu_acquire_release(via.l, DLOCK_TRY);
     redisFree(ctx);
@@ -1955,7 +1796,7 @@ TU_TEST(owed_unwait_goes_before_the_next_wait, 60)
         TU_RELEASE_OK(via.l);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "the next wait went out before the owed unwait: %s, "
                   "%lld writer record(s) left (readers kept out)", dlock_err_name(rc), records);
-    atomic_store(&px.release_stalled, 1);
+    tu_relay_gate(&px.r, GATE_STALLED, false);
     ck_assert_msg(writers_become(ctx, "uwo", 0), "the owed unwait never ran");
     tu_acquire_release(via.l, 1000);
     tu_acquire_release(reader, DLOCK_TRY); /* no record left to keep it out */
@@ -1975,8 +1816,8 @@ static void held_acquire_does_nothing(redisContext *ctx, struct proxy *px, const
         tu_sleep_ms(10);
     ck_assert_msg(cmd_int(ctx, "EXISTS dlock_canceled:{%s}", name) == 1,
                   "the held acquire of '%s' was never canceled on the server", name);
-    atomic_store(&px->release_stalled, 1);
-    ck_assert_msg(wait_flag(&px->stalled_ran, 20000), "the held request never ran");
+    tu_relay_gate(&px->r, GATE_STALLED, false);
+    ck_assert_msg(wait_flag(&px->r.served[GATE_STALLED], 20000), "the held request never ran");
     ck_assert_msg(cmd_int(ctx, "EXISTS %s", name) == 0, "the held acquire took '%s'", name);
     ck_assert_msg(cmd_int(ctx, "GET redisson_lock_token:{%s}", name) == -1000,
                   "the held acquire of '%s' spent a token", name);
@@ -2004,7 +1845,7 @@ TU_TEST(cancel_ends_a_request_in_flight, 60)
     ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
     bool returned = tu_waiter_wait_done(&w, 15000);
     if (!returned)
-        atomic_store(&px.release_stalled, 1);
+        tu_relay_gate(&px.r, GATE_STALLED, false);
     int rc = tu_waiter_join(&w);
     ck_assert_msg(returned, "the canceled acquire returned only once its request was answered (%s)",
                   dlock_err_name(rc));
@@ -2126,19 +1967,18 @@ TU_TEST(no_undo_when_nothing_was_sent, 60)
     start_server(extra);
     struct proxy px;
     struct tu_solo via = proxied_open(&px, ":pw@", NULL, "unsent");
-    atomic_store(&px.reject, 1);
-    ck_assert(proxy_close_all(&px, false));
+    tu_relay_set(&px.r, TU_RELAY_REFUSE); /* closes every live connection */
     /* the pooled connection is dead: a status sends on it and retires it
      * (an acquire would owe a cancel, which the keeper would dial for) */
     dlock_info *info = NULL;
     ck_assert_int_eq(dlock_inspect(via.c, "unsent", &info), DLOCK_ECONN);
-    atomic_store(&px.accepts, 0);
+    atomic_store(&px.r.accepts, 0);
     int rc = dlock_acquire(via.l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_ECONN, "%s: %s", dlock_err_name(rc), dlock_errmsg());
     tu_solo_close(&via); /* the close runs any cancel still queued once more */
-    ck_assert_msg(atomic_load(&px.accepts) == 1,
+    ck_assert_msg(atomic_load(&px.r.accepts) == 1,
                   "%d connections for one acquire whose dial failed (an undo dialed again)",
-                  atomic_load(&px.accepts));
+                  atomic_load(&px.r.accepts));
     stop_server();
 }
 
@@ -2398,7 +2238,7 @@ TU_TEST(sigpipe_default_action_survives, 60)
     if (pid == 0) {
         struct proxy px;
         proxy_start(&px, srv.port, "pipe");
-        char *url = tu_fmt("redis://127.0.0.1:%d", px.port);
+        char *url = tu_fmt("redis://127.0.0.1:%d", px.r.port);
         dlock_client *c = NULL;
         if (dlock_open(url, &c) != DLOCK_OK)
             _exit(2);
@@ -2407,8 +2247,7 @@ TU_TEST(sigpipe_default_action_survives, 60)
             _exit(2);
         if (dlock_acquire(l, DLOCK_TRY) != DLOCK_OK || dlock_release(l) != DLOCK_OK)
             _exit(3);
-        if (!proxy_close_all(&px, true))
-            _exit(4);
+        tu_relay_cut(&px.r, true);
         int rc = dlock_acquire(l, DLOCK_TRY);
         if (rc != DLOCK_OK) {
             fprintf(stderr, "acquire after the reset: %s: %s\n", dlock_err_name(rc), dlock_errmsg());
@@ -2432,12 +2271,12 @@ TU_TEST(absurd_busy_reply_is_clamped, 60)
     TU_ACQUIRE_OK(s.l, DLOCK_TRY);
     struct proxy px;
     struct tu_solo via = proxied_open(&px, NULL, NULL, "spin");
-    px.forged_reply = ":-9223372036854775808\r\n";
+    px.r.cf.forged = ":-9223372036854775808\r\n";
     atomic_store(&px.forge_acquire, 1);
     int rc = dlock_acquire(via.l, 500);
     ck_assert_msg(rc == DLOCK_ETIMEDOUT, "%s: %s", dlock_err_name(rc), dlock_errmsg());
-    ck_assert_msg(atomic_load(&px.forged) <= 4, "%d acquire calls in one 500 ms wait: the sleep "
-                  "until the holder's TTL overflowed", atomic_load(&px.forged));
+    ck_assert_msg(atomic_load(&px.r.forged) <= 4, "%d acquire calls in one 500 ms wait: the sleep "
+                  "until the holder's TTL overflowed", atomic_load(&px.r.forged));
     tu_solo_close(&via);
     dlock_release(s.l);
     served_close(&s);

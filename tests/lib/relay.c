@@ -216,7 +216,8 @@ static bool conn_move(struct tu_relay *r, struct tu_relay_conn *c, int mode, sho
                       short srv_ev)
 {
     char buf[65536];
-    if (c->cli >= 0 && (cli_ev & (POLLIN | POLLHUP | POLLERR))) {
+    if (c->cli >= 0 && !c->kept && mode != TU_RELAY_HOLD &&
+        (cli_ev & (POLLIN | POLLHUP | POLLERR))) {
         ssize_t got = read(c->cli, buf, sizeof buf);
         if (got > 0)
             from_client(r, c, mode, buf, (size_t)got);
@@ -308,8 +309,8 @@ static void relay_loop(struct tu_relay *r)
                 else if (k->q[dir] && k->q[dir]->due < next)
                     next = k->q[dir]->due;
             /* (a connection whose request is kept reads nothing after it) */
-            pf[1 + 2 * i] = (struct pollfd){.fd = k->cli, .events = cli_ev};
-            pf[2 + 2 * i] = (struct pollfd){.fd = k->srv, .events = srv_ev};
+            pf[1 + 2 * i] = (struct pollfd){.fd = cli_ev ? k->cli : -1, .events = cli_ev};
+            pf[2 + 2 * i] = (struct pollfd){.fd = srv_ev ? k->srv : -1, .events = srv_ev};
             busy |= k->awaiting || k->kept || k->q[TO_SERVER] || k->q[TO_CLIENT];
         }
         atomic_store(&r->frozen, frozen_now);
@@ -340,6 +341,8 @@ static void relay_init(struct tu_relay *r, const struct tu_relay_config *cf)
     memset(r, 0, sizeof *r);
     r->cf = *cf;
     atomic_store(&r->mode, cf->mode);
+    atomic_store(&r->gate_shut[0], cf->gates_shut);
+    atomic_store(&r->gate_shut[1], cf->gates_shut);
     r->listen_fd = cf->listen_fd > 0 ? cf->listen_fd : tu_listen_loopback(&r->port, RELAY_MAX);
     ck_assert_int_ge(r->listen_fd, 0);
 }

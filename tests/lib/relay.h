@@ -91,6 +91,7 @@ struct tu_relay_config {
     bool close_with_client; /* a client that goes takes its server side along
                                once nothing it sent awaits a reply */
     bool freeze_marked;     /* FREEZE holds up marked connections only */
+    bool gates_shut;        /* the KEEP actions' gates start shut */
     /* Called with every request a client sends (in PASS, FREEZE, DROP):
      * the action. NULL: forward them all. */
     enum tu_relay_action (*on_request)(struct tu_relay *r, struct tu_relay_conn *c,

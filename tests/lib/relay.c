@@ -38,6 +38,16 @@ enum reply_fate {
     FATE_SERVED,   /* counted in served[] of the kept request's gate */
 };
 
+/* MALLOC or abort: the relay's loop runs in a relay process too, where
+ * Check's asserts cannot report (and even passing ones end it). */
+static void *must_alloc(size_t size)
+{
+    void *p = malloc(size);
+    if (!p)
+        abort();
+    return p;
+}
+
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -63,8 +73,7 @@ static void queue_free(struct tu_relay_conn *c, int dir)
 static void enqueue(struct tu_relay *r, struct tu_relay_conn *c, int dir, const char *buf,
                     size_t len)
 {
-    struct tu_relay_chunk *k = malloc(sizeof *k + len);
-    ck_assert_ptr_nonnull(k);
+    struct tu_relay_chunk *k = must_alloc(sizeof *k + len);
     k->due = now_ms() + (r->cf.delay_of ? r->cf.delay_of(r, c) : 0);
     if (c->q_tail[dir] && k->due < c->q_tail[dir]->due)
         k->due = c->q_tail[dir]->due;
@@ -138,8 +147,7 @@ static void from_client(struct tu_relay *r, struct tu_relay_conn *c, int mode, c
         return;
     enum tu_relay_action act = judge(r, c, buf, len);
     if (act == TU_RELAY_KEEP || act == TU_RELAY_KEEP_CUT) {
-        c->kept = malloc(len);
-        ck_assert_ptr_nonnull(c->kept);
+        c->kept = must_alloc(len);
         memcpy(c->kept, buf, len);
         c->kept_len = len;
         c->kept_gate = act == TU_RELAY_KEEP_CUT;
@@ -277,8 +285,7 @@ static void let_kept(struct tu_relay *r, struct tu_relay_conn *c, int n, int mod
 
 static void relay_loop(struct tu_relay *r)
 {
-    struct tu_relay_conn *c = calloc(RELAY_MAX, sizeof *c);
-    ck_assert_ptr_nonnull(c);
+    struct tu_relay_conn *c = must_alloc(RELAY_MAX * sizeof *c);
     int n = 0, last = atomic_load(&r->mode);
     while (!atomic_load(&r->stop)) {
         unsigned pass = atomic_fetch_add(&r->passes, 1) + 1;
@@ -344,7 +351,6 @@ static void relay_init(struct tu_relay *r, const struct tu_relay_config *cf)
     atomic_store(&r->gate_shut[0], cf->gates_shut);
     atomic_store(&r->gate_shut[1], cf->gates_shut);
     r->listen_fd = cf->listen_fd > 0 ? cf->listen_fd : tu_listen_loopback(&r->port, RELAY_MAX);
-    ck_assert_int_ge(r->listen_fd, 0);
 }
 
 static void *relay_main(void *arg)
@@ -356,6 +362,7 @@ static void *relay_main(void *arg)
 void tu_relay_start_with(struct tu_relay *r, const struct tu_relay_config *cf)
 {
     relay_init(r, cf);
+    ck_assert_int_ge(r->listen_fd, 0);
     ck_assert_int_eq(pthread_create(&r->thread, NULL, relay_main, r), 0);
 }
 
@@ -367,6 +374,8 @@ void tu_relay_start(struct tu_relay *r, int target, enum tu_relay_mode mode)
 void tu_relay_serve(struct tu_relay *r, const struct tu_relay_config *cf)
 {
     relay_init(r, cf);
+    if (r->listen_fd < 0)
+        abort();
     relay_loop(r);
 }
 

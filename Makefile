@@ -329,13 +329,27 @@ SAN_CI_SKIP = rediss redis-sentinel rediss-sentinel redis-cluster rediss-cluster
 SAN_CI_SKIP_TESTS = redis/sentinel_failover_* redis/sentinel_status_names_the_new_master
 SAN_CI_BIN = $(filter-out %/check_chaos,$(TEST_BIN))
 
+# make check runs CHECK_JOBS test binaries at a time (tests/run-tests.sh:
+# DLOCK_JOBS), the longest first so the last to end is a short one;
+# under valgrind one at a time.
+ifeq ($(VALGRIND),1)
+CHECK_JOBS ?= 1
+else
+CHECK_JOBS ?= 2
+endif
+LONGEST_FIRST = check_contract check_chaos check_redis check_etcd check_semaphore check_cli \
+  check_cluster check_multi check_fair check_zk check_election
+longest_first = $(foreach n,$(LONGEST_FIRST),$(filter %/$(n),$(1))) \
+  $(filter-out $(addprefix %/,$(LONGEST_FIRST)),$(1))
+
 ifeq ($(MISSING_BACKENDS),)
 check: all check-symbols $(TEST_BIN)
-	$(CHECK_ENV) DLOCK_BIN=$(CURDIR)/$(CLI) DLOCK_VALGRIND=$(VALGRIND) tests/run-tests.sh $(TEST_BIN)
+	$(CHECK_ENV) DLOCK_BIN=$(CURDIR)/$(CLI) DLOCK_VALGRIND=$(VALGRIND) DLOCK_JOBS=$(CHECK_JOBS) \
+	  tests/run-tests.sh $(call longest_first,$(TEST_BIN))
 ifeq ($(SAN),1)
 check-san-ci: all check-symbols $(SAN_CI_BIN)
 	DLOCK_SKIP_FIXTURES='$(SAN_CI_SKIP)' DLOCK_SKIP_TESTS='$(SAN_CI_SKIP_TESTS)' \
-	  DLOCK_BIN=$(CURDIR)/$(CLI) tests/run-tests.sh $(SAN_CI_BIN)
+	  DLOCK_BIN=$(CURDIR)/$(CLI) DLOCK_JOBS=$(CHECK_JOBS) tests/run-tests.sh $(call longest_first,$(SAN_CI_BIN))
 else
 check-san-ci:
 	$(MAKE) SAN=1 check-san-ci

@@ -466,6 +466,46 @@ TU_TEST(status_token_zk, 180)
 }
 #endif
 
+/* The holder of a lock names its host and the pid of the dlock that
+ * holds it, in status's plain and JSON output, on every backend that
+ * stores them beside the hold: on Redis a client record
+ * (dlock_client:<uuid>) beside Redisson's own keys. */
+static void status_names_holder_host_pid(const char *u)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    char *mark = tu_fmt("%s/hp.started", dir), *cmd = tu_fmt("touch %s; exec sleep 60", mark);
+    const char *argv[] = {tu_dlock_bin(), "-u", u, "run", "hp", "-c", cmd, NULL};
+    pid_t p = tu_spawn(argv, NULL);
+    ck_assert_msg(tu_wait_file(mark, 20000), "the holder never started");
+    char *want = tu_fmt("%ld@%s", (long)p, host), *out;
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", u, "status", "hp"), 0);
+    ck_assert_msg(strstr(out, want), "no %s in:\n%s", want, out);
+    free(out);
+    char *pid_field = tu_fmt("\"pid\":%ld,", (long)p), *host_field = tu_fmt("\"host\":\"%s\"", host);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", u, "status", "--json", "hp"), 0);
+    ck_assert_msg(strstr(out, pid_field) && strstr(out, host_field), "no %s and %s in %s",
+                  pid_field, host_field, out);
+    free(out);
+    tu_stop(p, 5000);
+    free(pid_field), free(host_field), free(want), free(cmd), free(mark);
+}
+
+TU_TEST(status_holder_host_pid_file, 60)
+{
+    status_names_holder_host_pid(url);
+}
+
+#ifdef DLOCK_HAVE_REDIS
+TU_TEST(status_holder_host_pid_redis, 60)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    status_names_holder_host_pid(r.url);
+    fx_redis_stop(&r);
+}
+#endif
+
 /* `dlock hold NAME` as a script uses it with coproc: stdin and stdout are
  * pipes; it prints what it holds once held, holds while stdin is open,
  * and releases at end of input or on SIGTERM. */

@@ -572,8 +572,9 @@ typedef struct dlock_info dlock_info;
  * Threads: any. Backends: TTL is DLOCK_VALID_FOREVER on file, the key's
  * PTTL on redis, the lease's on etcd, unknown (-1) on zk; waiters are
  * known in order on etcd and zk, unknown (-1) on file and redis; holder
- * identities: "pid@host" (file), "<uuid>:<id>" fields (redis), the
- * holder's key or node name (etcd, zk). */
+ * identities: "pid@host" (file), "<uuid>:<id>" fields (redis; with
+ * " (dlock pid@host)" from a dlock holder's client record), the holder's
+ * key or node name (etcd, zk). */
 DLOCK_EXTERN int dlock_inspect(dlock_client *c, const char *name, dlock_info **out);
 DLOCK_EXTERN void dlock_info_free(dlock_info *i);
 

@@ -482,7 +482,8 @@ static void status_names_holder_host_pid(const char *u)
     ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", u, "status", "hp"), 0);
     ck_assert_msg(strstr(out, want), "no %s in:\n%s", want, out);
     free(out);
-    char *pid_field = tu_fmt("\"pid\":%ld,", (long)p), *host_field = tu_fmt("\"host\":\"%s\"", host);
+    char *pid_field = tu_fmt("\"pid\":%ld,", (long)p);
+    char *host_field = tu_fmt("\"host\":\"%s\"", host);
     ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", u, "status", "--json", "hp"), 0);
     ck_assert_msg(strstr(out, pid_field) && strstr(out, host_field), "no %s and %s in %s",
                   pid_field, host_field, out);

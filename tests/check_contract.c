@@ -1556,9 +1556,9 @@ static void assert_lock_json(json_t *o, const char *name, bool held, bool status
     {
         assert_json_fields(h, holder_fields);
         json_t *pid = json_object_get(h, "pid");
-        mine = json_is_null(pid) ? strncmp(CT->name, "redis", 5) == 0 ||
-                                       strcmp(CT->name, "rediss") == 0 ||
-                                       strcmp(CT->name, "redlock") == 0
+        /* Redis: from the holder's client record, which redlock://
+         * holds do not write */
+        mine = json_is_null(pid) ? strcmp(CT->name, "redlock") == 0
                                  : json_integer_value(pid) == getpid();
         if (!json_is_null(pid))
             assert_json_type(h, "host", JSON_STRING, false);

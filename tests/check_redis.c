@@ -2554,6 +2554,7 @@ TU_TEST(names_aliasing_derived_keys_refused, 60)
         "dlock_sem_token:{smz}", "dlock_sem_released:{smz}", "redisson_sc:{smz}",
         "{smz}:timeout", "a{b}:timeout", "dlock_leader:{elz}", "dlock_leader__channel:{elz}",
         "dlock_fair_queue:{f}", "dlock_fair_waiters:{f}", "dlock_fair__channel:u",
+        "dlock_client:u",
         "{rw}:0b7e5d64-6f1c-4c6a-9d41-1d7f3f3c8a21:1:rwlock_timeout:1", "{x}", "{x}}",
         "{x}y}", "redisson_lock_token:{x}", "dlock_name:{x}"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {

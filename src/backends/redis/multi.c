@@ -193,6 +193,8 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
         }
         freeReplyObject(r);
     }
+    if (rc == DLOCK_OK) /* where the new holder runs, for inspect (record.c) */
+        dlock__redis_record_touch(s, hs[0]->lease_ms, DLOCK__NEVER);
     for (size_t i = 0; i < made && keys; i++)
         dlock__redis_keys_free(&keys[i]);
     free(keys);

@@ -178,11 +178,9 @@ static int cut_by_the_wait(struct redis_state *s, struct dlock__wait *w, const c
                       why);
 }
 
-static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+static int acquire_lock(struct redis_state *s, struct dlock__hold *h, struct dlock__wait *w)
 {
-    struct redis_state *s = state;
     struct lock_keys k;
-    owner_of(s, h);
     if (dlock__redis_fair(s, h)) /* waiters in arrival order (fair.c) */
         return dlock__redis_fair_acquire(s, h, w);
     int rc = dlock__redis_rw_check_layout(s, h);
@@ -235,6 +233,16 @@ unwait:
         dlock__redis_rw_unwait(s, h, dlock__redis_give_up_deadline(w, rc));
 out:
     dlock__redis_keys_free(&k);
+    return rc;
+}
+
+static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct redis_state *s = state;
+    owner_of(s, h);
+    int rc = acquire_lock(s, h, w);
+    if (rc == DLOCK_OK) /* where the new holder runs, for inspect (record.c) */
+        dlock__redis_record_touch(s, h->lease_ms, DLOCK__NEVER);
     return rc;
 }
 
@@ -418,12 +426,12 @@ int dlock__redis_renew_one(struct redis_state *s, struct dlock__hold *h, int64_t
 /* The keeper's batch: RENEW_BATCH holds per script call, every call of
  * the batch pipelined on one connection, so N holds cost one round trip
  * and ceil(N / RENEW_BATCH) commands (a cluster: per master, cluster.c). */
-static int redis_renew(void *state, struct dlock__renew_batch *b)
+static int renew_holds(void *state, struct dlock__renew_batch *b)
 {
     struct redis_state *s = state;
     if (s->cluster && !s->cluster_node)
-        return dlock__redis_cluster_renew(s, b, redis_renew);
-    if (dlock__redis_sem_renew_apart(s, b, redis_renew)) /* semaphore permits (semaphore.c) */
+        return dlock__redis_cluster_renew(s, b, renew_holds);
+    if (dlock__redis_sem_renew_apart(s, b, renew_holds)) /* semaphore permits (semaphore.c) */
         return DLOCK_OK;
     struct dlock__hold **holds = b->holds;
     size_t n = b->n;
@@ -541,6 +549,20 @@ out:
     return rc;
 }
 
+/* The backend's renew: the holds, then, while some hold was renewed,
+ * the client record that names where they are held (record.c). */
+static int redis_renew(void *state, struct dlock__renew_batch *b)
+{
+    struct redis_state *s = state;
+    int rc = renew_holds(s, b);
+    int64_t lease = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->result[i] == DLOCK_OK && b->holds[i]->lease_ms > lease)
+            lease = b->holds[i]->lease_ms;
+    dlock__redis_record_touch(s, lease, b->deadline);
+    return rc;
+}
+
 /* ============================================================ inspecting */
 
 /* "<uuid>:<digits>": the shape of a Redisson / dlock hash field. */
@@ -645,8 +667,9 @@ int dlock__redis_inspect_reply(struct redis_state *s, const redisReply *r, const
     return rc;
 }
 
-/* The inspect script's look at NAME into INFO; with QUEUE the fair
- * queue's waiters too (a second request), which a check does without. */
+/* The inspect script's look at NAME into INFO; with QUEUE the holders'
+ * client records and the fair queue's waiters too (more requests), which
+ * a check does without. */
 static int inspect_lock(struct redis_state *s, const char *name, struct dlock_info *info, bool queue)
 {
     struct lock_keys k;
@@ -662,6 +685,8 @@ static int inspect_lock(struct redis_state *s, const char *name, struct dlock_in
         goto out;
     redisReply *r = rq.out.reply;
     rc = dlock__redis_inspect_reply(s, r, &k, info);
+    if (!rc && queue) /* where each holder runs, from its client record (record.c) */
+        rc = dlock__redis_record_names(s, info);
     if (!rc && queue && !s->simple) /* the fair queue, in order, when there is one (fair.c) */
         rc = dlock__redis_fair_waiters(s, name, info);
     freeReplyObject(r);

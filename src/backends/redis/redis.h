@@ -136,6 +136,7 @@ struct redis_state {
     int sync_replicas; /* ?sync=N: replicas that must acknowledge a write (0: off) */
     int64_t sync_timeout_ms; /* ?sync_timeout: WAIT's timeout */
     char uuid[37];
+    int64_t record_until_ms; /* atomic: our client record lives until then (record.c) */
     char where[300]; /* "redis 127.0.0.1:6379", for messages */
 
     const char *src[S_COUNT];
@@ -795,6 +796,19 @@ int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dl
 int dlock__redis_fair_cancel(struct redis_state *s, const char *name, const char *owner,
                              uint64_t last, int64_t lease_ms, int64_t deadline,
                              struct dlock__wait *w);
+
+/* ----------------------------------------------------------- record.c */
+
+/* The client record dlock_client:<uuid> = "dlock <pid>@<host>": written
+ * (SET PX LEASE_MS, within DEADLINE) when what is left of its life is
+ * under half of LEASE_MS -- by an acquire that succeeded, by the keeper
+ * after a renewal -- else nothing sent. Best effort: a failure changes
+ * neither the caller's outcome nor its message. */
+void dlock__redis_record_touch(struct redis_state *s, int64_t lease_ms, int64_t deadline);
+/* INFO's holders "<uuid>:<thread>..." whose client record is there
+ * become "<uuid>:<thread>... (dlock <pid>@<host>)" (at most the first
+ * 64; a lookup that fails ends the lookups). DLOCK_OK or DLOCK_ENOMEM. */
+int dlock__redis_record_names(struct redis_state *s, struct dlock_info *info);
 
 /* --------------------------------------------------------- election.c */
 

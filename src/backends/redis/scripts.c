@@ -336,6 +336,7 @@ const char *dlock__redis_derived_key(const char *key, size_t len)
         {"dlock_fair_queue:", "a fair lock's queue (dlock_fair_queue:{N})"},
         {"dlock_fair_waiters:", "a fair lock's waiters (dlock_fair_waiters:{N})"},
         {"dlock_fair__channel:", "a fair client's channel (dlock_fair__channel:<uuid>)"},
+        {"dlock_client:", "a client's record of its host and pid (dlock_client:<uuid>)"},
         {"dlock_leader:", "an election's value (dlock_leader:{N})"},
         {"dlock_leader__channel:", "an election's channel (dlock_leader__channel:{N})"},
         {"dlock_sem_token:", "a semaphore's token counter (dlock_sem_token:{N})"},

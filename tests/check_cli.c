@@ -1799,6 +1799,34 @@ TU_TEST(lost_grace_redis, 120)
     lost_job_end(&j);
 }
 
+/* A stopped redis-server (SIGSTOP) still accepts connections (the
+ * kernel's backlog) but answers nothing: the keeper's redials after a
+ * failed renewal connect, and -v said "reconnected" each time although
+ * no reply ever came. The job ends with the lease (75); no line may say
+ * reconnected. */
+TU_TEST(reconnected_only_once_answered, 120)
+{
+    struct lost_job j;
+    lost_job_begin(&j);
+    char *u = tu_fmt("%s?timeout=300ms", j.r.url);
+    char *cmd = tu_fmt("trap 'touch %s; exit 0' TERM; touch %s; while :; do sleep 0.05; done",
+                       j.termed, j.started);
+    const char *argv[] = {tu_dlock_bin(), "-u", u, "run", "-v", "--lease", "2", "silent", "-c",
+                          cmd, NULL};
+    pid_t d = lost_job_spawn(&j, argv);
+    kill(j.r.pid, SIGSTOP); /* accepts, never answers */
+    int st;
+    waitpid(d, &st, 0);
+    kill(j.r.pid, SIGCONT);
+    char *out = tu_read_file(j.log);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75, "status %#x: %s", st, out);
+    ck_assert_msg(strstr(out, "renewal failed"), "no failed renewal: %s", out);
+    ck_assert_msg(!strstr(out, "reconnected"), "reconnected to a server that never answered:\n%s",
+                  out);
+    free(out), free(cmd), free(u);
+    lost_job_end(&j);
+}
+
 /* dlock itself stopped (SIGSTOP: a debugger, a frozen parent) while its
  * job, a loop writing A lines, runs under a 2 s Redis lease: nothing
  * renews the lease, and the next holder's section (B..C in the same

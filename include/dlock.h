@@ -1169,7 +1169,9 @@ typedef struct dlock_stats {
     uint64_t renewal_failures; /* renewals that failed and were retried */
     uint64_t losses;           /* holds and permits lost */
     uint64_t reconnects;       /* connections or sessions that came back after breaking
-                                  (redis, zk; etcd's HTTP/2 reconnects are libcurl's) */
+                                  (redis: once the server answered on the new one, not
+                                  at the connect; zk; etcd's HTTP/2 reconnects are
+                                  libcurl's) */
 } dlock_stats;
 
 /* Fill ST's first ST->size bytes with C's counters (read one by one, not

@@ -271,8 +271,20 @@ static int pool_take(struct redis_state *s, bool background, int64_t deadline, s
     return DLOCK_OK;
 }
 
+/* "reconnected" (-v) and the reconnect count, the caller's message kept. */
+static void say_reconnected(struct redis_state *s)
+{
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    dlock__reconnected(s->c, "%s: reconnected", s->where);
+    dlock__errmsg_restore(DLOCK_OK, msg);
+}
+
 /* The second half: the dial for generation GEN ended with RC and *K:
- * the reconnect backoff, "reconnected", and K's request bound. */
+ * the reconnect backoff, "reconnected", and K's request bound. A
+ * connect is not an answer (a stopped server's kernel accepts it): a
+ * dial that exchanged nothing (no AUTH, no SELECT) leaves "reconnected"
+ * to the first reply on K (dlock__redis_pool_put). */
 static int pool_dialed(struct redis_state *s, unsigned gen, int rc, int64_t deadline,
                        struct rconn **k)
 {
@@ -289,14 +301,11 @@ static int pool_dialed(struct redis_state *s, unsigned gen, int rc, int64_t dead
     if (!rc)
         s->dialed_gen = gen + 1;
     pthread_mutex_unlock(&s->pool_mu);
-    if (again) {
-        char msg[DLOCK__MSG_MAX];
-        dlock__errmsg_save(msg);
-        dlock__reconnected(s->c, "%s: reconnected", s->where);
-        dlock__errmsg_restore(DLOCK_OK, msg);
-    }
     if (rc)
         return rc;
+    (*k)->unannounced = again && (*k)->nreplies == 0;
+    if (again && !(*k)->unannounced)
+        say_reconnected(s);
     (*k)->gen = gen;
     int64_t left = dlock__time_left(deadline, s->op_timeout_ms);
     if (left == 0) {
@@ -386,6 +395,10 @@ void dlock__redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
 {
     if (!k)
         return;
+    if (k->unannounced && k->nreplies > 0) { /* the server answered the reconnect */
+        k->unannounced = false;
+        say_reconnected(s);
+    }
     pthread_mutex_lock(&s->pool_mu);
     if (broken || k->broken || k->want > 0 || k->out_off < k->out_len || k->ngot > 0) {
         if (k->gen == s->gen)

@@ -89,6 +89,7 @@ struct rconn {
     char where[300]; /* "redis 127.0.0.1:6379", for messages */
 
     unsigned gen; /* pool generation when dialed (conn.c) */
+    bool unannounced; /* a reconnect, said once the server answers on it (conn.c) */
     int64_t until; /* the current request ends by then (monotonic ms) */
     /* the wait of the acquire the current request serves (its cancel
      * ends the request: net.c), or NULL */

@@ -697,11 +697,12 @@ TU_TEST(usage_config, 120)
     ck_assert_int_eq(TU_DLOCK(NULL, &err, ((const char *[]){short_env, NULL}), "hold", "n"), 64);
     ck_assert_msg(strstr(err, "at least 1 s"), "%s", err);
     free(err);
-    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", short_url, "run", "--lease", "2", "n", "true"), 0);
+    /* past the floor (not 64), the file backend refuses a lease= (78) */
+    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", short_url, "run", "--lease", "2", "n", "true"), 78);
     free(short_url);
     free(short_env);
     char *ok_url = tu_fmt("%s?timeout=2s&lease=1s", url);
-    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", ok_url, "run", "n", "true"), 0);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", ok_url, "run", "n", "true"), 78);
     free(ok_url);
     /* A file where the lock directory should be: configuration, not permission. */
     char *file = tu_fmt("%s/plain", dir), *furl = tu_fmt("file://%s", file);
@@ -833,6 +834,39 @@ static char *url_seen(const char *const env[], const char *u)
     return out;
 }
 
+/* The file backend has no lease and no server to time out: a file URL's
+ * lease=, timeout= or connect_timeout= (from -u, DLOCK_URL or a
+ * configuration file) is a URL meant for another backend, or a lease
+ * believed in that does not exist; refused in one line naming the option,
+ * as layout= and tls_*= are. --lease stays accepted (documented: "on
+ * backends with leases"), so one script runs against any DLOCK_URL. */
+TU_TEST(file_url_unused_options_refused, 60)
+{
+    static const char *const opts[] = {"lease=10s", "timeout=2s", "connect_timeout=1s"};
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++) {
+        char *u = tu_fmt("%s?%s", url, opts[i]), *e = tu_fmt("DLOCK_URL=%s", u), *err;
+        char *option = tu_fmt("'%.*s'", (int)strcspn(opts[i], "="), opts[i]);
+        ck_assert_int_eq(DLOCK(NULL, &err, "-u", u, "run", "n", "true"), 78);
+        ck_assert_msg(strstr(err, option) && strstr(err, "file backend") && count_lines(err) == 1,
+                      "%s", err);
+        free(err);
+        ck_assert_int_eq(TU_DLOCK(NULL, &err, ((const char *[]){e, NULL}), "status", "n"), 78);
+        ck_assert_msg(strstr(err, option), "%s", err);
+        free(err);
+        free(option), free(e), free(u);
+    }
+    char *conf = tu_fmt("%s/lease.conf", dir), *env_conf = tu_fmt("DLOCK_CONFIG=%s", conf), *err;
+    char *text = tu_fmt("url = %s\nlease = 30s\n", url);
+    tu_write_file(conf, text);
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, ((const char *[]){env_conf, NULL}), "run", "n", "true"),
+                     78);
+    ck_assert_msg(strstr(err, "'lease'") && strstr(err, conf), "%s", err);
+    free(err), free(text), free(env_conf), free(conf);
+    char *pfx = tu_fmt("%s?prefix=app-", url);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "-u", pfx, "run", "--lease", "2", "n", "true"), 0);
+    free(pfx);
+}
+
 /* A configuration file gives the URL a crontab line would otherwise need
  * -u for: key = value lines (url, then any URL option), # comments.
  * DLOCK_CONFIG names it (tests write no /etc), else
@@ -843,12 +877,12 @@ TU_TEST(config_file, 60)
 {
     char *conf = tu_fmt("%s/etc/dlock.conf", dir), *locks = tu_fmt("%s/fromconf", dir);
     mkdir(locks, 0700);
-    char *text = tu_fmt("# the nightly jobs' locks\n\n  url = file://%s\nlease=30s\n"
-                        "   # indented comment\ntimeout = 2s\n", locks);
+    char *text = tu_fmt("# the nightly jobs' locks\n\n  url = file://%s\n"
+                        "   # indented comment\nprefix = nightly-\n", locks);
     write_config(conf, text);
     char *env_conf = tu_fmt("DLOCK_CONFIG=%s", conf);
     const char *env[] = {env_conf, NULL};
-    char *want = tu_fmt("file://%s?lease=30s&timeout=2s", locks);
+    char *want = tu_fmt("file://%s?prefix=nightly-", locks);
     char *seen = url_seen(env, NULL);
     ck_assert_str_eq(seen, want);
     free(seen);

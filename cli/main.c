@@ -17,6 +17,7 @@
 #include "cli.h"
 
 #include "bench.h"
+#include "internal.h" /* the library's URL parser: a file URL's options */
 
 int cli_exit_code(int err)
 {
@@ -106,6 +107,25 @@ static void log_to_stderr(dlock_client *c, dlock_log_level level, const char *ms
             msg);
 }
 
+/* The first of the options the file backend has no use for that the
+ * file URL U sets, or NULL. The library takes them on every backend, so
+ * that a program's one option string opens any URL (its contract tests
+ * do); a URL an operator writes for the file backend with a lease= or a
+ * timeout= believes in a lease or a server that is not there. */
+static const char *file_unused_option(const char *u)
+{
+    static const char *const unused[] = {"lease", "timeout", "connect_timeout"};
+    struct dlock__url parsed;
+    const char *found = NULL;
+    if (!u || dlock__url_parse(u, &parsed) != DLOCK_OK)
+        return NULL; /* the library has said what is wrong */
+    for (size_t i = 0; i < sizeof unused / sizeof *unused && !found; i++)
+        if (dlock__url_param(&parsed, unused[i]))
+            found = unused[i];
+    dlock__url_free(&parsed);
+    return found;
+}
+
 int cli_client_new(const char *url, int64_t lease_ms, dlock_client **out)
 {
     struct cli_url from;
@@ -124,6 +144,17 @@ int cli_client_new(const char *url, int64_t lease_ms, dlock_client **out)
         fprintf(stderr, "dlock: %s: holds a password, which every user it serves can read: keep "
                         "it in a file of its own (mode 600) named by password_file = FILE\n",
                 from.from);
+        dlock_client_close(c);
+        return EXIT_CONFIG;
+    }
+    const char *unused = strcmp(dlock_client_backend(c), "file") == 0
+                             ? file_unused_option(from.url)
+                             : NULL;
+    if (unused) {
+        fprintf(stderr, "dlock: bad URL '%s' (from %s): option '%s' is not used by the file "
+                        "backend (no lease: a lock lasts until its holder releases it or exits; no "
+                        "server to time out)\n",
+                dlock_client_url(c), from.from, unused);
         dlock_client_close(c);
         return EXIT_CONFIG;
     }

@@ -2482,6 +2482,39 @@ TU_TEST(man_pages_render_without_glued_words, 60)
     free(err);
 }
 
+/* The man pages and README say what dlock does, not what it did: a
+ * history note ("(Before, such a name silently became ...)") promises
+ * a changelog that is not there and reads as current behaviour to whom
+ * skims. Phrases of a change log are refused, with file and line. */
+TU_TEST(docs_carry_no_changelog_text, 60)
+{
+    static const char *const phrases[] = {"(Before,", "Before this", "used to ", "Previously",
+                                          "previously", "formerly", "changelog", "ChangeLog",
+                                          "in earlier versions", "since version"};
+    char *list, *err;
+    int rc = tu_run((const char *[]){"sh", "-c", "ls docs/dlock.1 docs/man3/*.3 README.md", NULL},
+                    NULL, &list, &err);
+    ck_assert_int_eq(rc, 0);
+    char *save, *path;
+    for (path = strtok_r(list, "\n", &save); path; path = strtok_r(NULL, "\n", &save)) {
+        char *text = tu_read_file(path);
+        ck_assert_msg(text, "cannot read %s", path);
+        int line = 1;
+        for (char *l = text, *end; *l; l = end + (*end == '\n'), line++) {
+            end = l + strcspn(l, "\n");
+            char keep = *end;
+            *end = 0;
+            for (size_t k = 0; k < sizeof phrases / sizeof *phrases; k++)
+                ck_assert_msg(!strstr(l, phrases[k]), "%s:%d: '%s' tells history: %s", path, line,
+                              phrases[k], l);
+            *end = keep;
+        }
+        free(text);
+    }
+    free(list);
+    free(err);
+}
+
 /* --min-hold (ShedLock's lockAtLeastFor) on URL U: a job that ends at
  * once keeps its lock for the time asked, so the copy another host starts
  * a moment later, its clock a few seconds off, finds it busy. SIGTERM

@@ -695,6 +695,37 @@ TU_TEST(cli_watch_once_per_change, 120)
     free(url);
 }
 
+/* The leader's id and value are the server's text to whoever runs
+ * `dlock leader`: a value holding an escape sequence (any campaigner,
+ * or anyone who can write the server, sets it) reaches the terminal with
+ * its control characters (C0, DEL, C1 as U+009B) written as \xHH, on
+ * one line, not raw. */
+TU_TEST(cli_leader_text_escaped, 60)
+{
+    char *url = ct_test_url(NULL);
+    dlock_client *c = ct_open_test(NULL);
+    dlock_election *e = election(c, "esc");
+    const char *value = "a\x1b]0;pwned\x07\x1b[2J\nfake=1\x7f\xc2\x9b" "31m";
+    EXPECT_RC(dlock_election_campaign(e, value, DLOCK_TRY, NULL), DLOCK_OK);
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "leader", "esc", NULL};
+    char *out = NULL;
+    ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+    for (const char *p = out; *p; p++)
+        ck_assert_msg((unsigned char)*p >= 0x20 && *p != 0x7f &&
+                              !((unsigned char)p[0] == 0xc2 && (unsigned char)p[1] < 0xa0)
+                          ? true
+                          : p[0] == '\n' && !p[1],
+                      "a control character (%#x) in `dlock leader`'s line: %s", (unsigned char)*p,
+                      out);
+    ck_assert_msg(strstr(out, "value=a\\x1b]0;pwned\\x07\\x1b[2J\\x0afake=1\\x7f\\xc2\\x9b31m\n"),
+                  "the value not escaped as \\xHH: %s", out);
+    free(out);
+    EXPECT_RC(dlock_election_resign(e), DLOCK_OK);
+    dlock_election_free(e);
+    TU_CLOSE_CLIENTS(c);
+    free(url);
+}
+
 TU_TEST(not_supported, 30)
 {
     dlock_client *c = ct_open_test(NULL);

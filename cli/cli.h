@@ -87,6 +87,11 @@ int64_t cli_seconds(const char *s);
 /* 0 when NAME can be a lock name (1 to DLOCK_NAME_MAX bytes); else print
  * a usage error for command CMD and return EXIT_USAGE. */
 int cli_check_name(const char *cmd, const char *name);
+/* Server text (a name, a holder, a leader's value) for the terminal:
+ * valid UTF-8 as it is; control characters (C0, DEL, C1), the backslash
+ * and bytes that are not part of valid UTF-8 as \xHH, so no escape
+ * sequence reaches the terminal and the line stays one line. */
+void cli_print_text(const char *s);
 /* Whether NAME names a file to lock as flock(1) does: it starts with '/',
  * "./" or "../", and URL (NULL: cli_choose_url()'s) is a file URL or none. */
 bool cli_is_path(const char *url, const char *name);

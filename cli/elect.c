@@ -117,8 +117,11 @@ static void print_leader(const char *name, const dlock_leader *l, int json)
         }
         printf("}\n");
     } else if (dlock_leader_held(l)) {
-        printf("token=%" PRIu64 " id=%s value=%s\n", dlock_leader_token(l), dlock_leader_id(l),
-               dlock_leader_value(l));
+        printf("token=%" PRIu64 " id=", dlock_leader_token(l));
+        cli_print_text(dlock_leader_id(l));
+        printf(" value=");
+        cli_print_text(dlock_leader_value(l));
+        putchar('\n');
     } else {
         printf("none\n");
     }

@@ -232,13 +232,18 @@ static size_t utf8_seq(const unsigned char *s)
 }
 
 /* Write S with valid UTF-8 sequences as they are and each other byte
- * through PUT_BYTE (n 0: not part of valid UTF-8, 1: ASCII). */
-static void put_text(const char *s, void (*put_byte)(unsigned ch, size_t n))
+ * through PUT_BYTE (n 0: not part of valid UTF-8, 1: ASCII); with
+ * C1_BYTES, a C1 control (U+0080..U+009F: CSI is one) goes through
+ * PUT_BYTE too, byte by byte (n 0). */
+static void put_text(const char *s, void (*put_byte)(unsigned ch, size_t n), bool c1_bytes)
 {
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
         size_t n = utf8_seq(p);
-        if (n > 1)
+        if (c1_bytes && n == 2 && p[0] == 0xc2 && p[1] < 0xa0) {
+            put_byte(p[0], 0);
+            put_byte(p[1], 0);
+        } else if (n > 1)
             fwrite(p, 1, n, stdout);
         else
             put_byte(*p, n);
@@ -262,7 +267,7 @@ static void json_byte(unsigned ch, size_t n)
 static void json_string(const char *s)
 {
     putchar('"');
-    put_text(s, json_byte);
+    put_text(s, json_byte, false);
     putchar('"');
 }
 
@@ -383,11 +388,9 @@ static void terminal_byte(unsigned ch, size_t n)
         putchar((int)ch);
 }
 
-/* A name for the terminal: valid UTF-8 as it is; control characters,
- * the backslash and bytes that are not part of valid UTF-8 as \xHH. */
-static void print_name(const char *s)
+void cli_print_text(const char *s)
 {
-    put_text(s, terminal_byte);
+    put_text(s, terminal_byte, true);
 }
 
 /* Options after the command: -u URL and --json. Returns the index of the
@@ -484,7 +487,7 @@ static int path_status(const char *path, int json)
         printf("],\"waiters\":null,\"waiter_count\":%ld}\n", waiters);
     } else {
         printf("name:     ");
-        print_name(path);
+        cli_print_text(path);
         printf("\nbackend:  flock(2) on the file itself\nstate:    %s%s%s\n",
                held ? "held (" : "free", held ? mode : "", held ? ")" : "");
         if (held)
@@ -603,15 +606,15 @@ int cmd_status(const char *url, int argc, char **argv)
         printf("}\n");
     } else {
         printf("name:     ");
-        print_name(name);
+        cli_print_text(name);
         printf("\nbackend:  %s\n", dlock_client_backend(c));
         if (*master) {
             printf("master:   ");
-            print_name(master);
+            cli_print_text(master);
             putchar('\n');
         }
         printf("key:      ");
-        print_name(dlock_info_key(info));
+        cli_print_text(dlock_info_key(info));
         putchar('\n');
         if (o.semaphore)
             held = held && dlock_info_free_permits(info) == 0 ? 2 : held; /* 2: all held */
@@ -625,7 +628,7 @@ int cmd_status(const char *url, int argc, char **argv)
             unsigned count;
             const char *who = dlock_info_holder(info, k, &count);
             printf("holder:   "); /* the server's words, like names */
-            print_name(who);
+            cli_print_text(who);
             if (count)
                 printf(" (%s %u)", o.semaphore ? "permits" : "hold count", count);
             putchar('\n');
@@ -645,7 +648,7 @@ int cmd_status(const char *url, int argc, char **argv)
             printf("waiters:  %ld\n", nw);
             for (long k = 0; k < nw; k++) {
                 printf("  %ld. ", k + 1);
-                print_name(dlock_info_waiter(info, (size_t)k));
+                cli_print_text(dlock_info_waiter(info, (size_t)k));
                 putchar('\n');
             }
         }
@@ -816,7 +819,7 @@ int cmd_list(const char *url, int argc, char **argv)
                     json_lock(name, dlock_client_backend(c), info, sem);
                     putchar('}');
                 } else {
-                    print_name(name);
+                    cli_print_text(name);
                     if (sem)
                         print_permits(info);
                     putchar('\n');

@@ -2976,6 +2976,37 @@ TU_TEST_IN(single, watch_event_etcd_never_sends_is_an_error, 120)
     }
 }
 
+/* A holder's value is the server's text in `dlock -v run`'s "is held by"
+ * line: a value holding an escape sequence (anyone who can write the key
+ * sets it) reaches the terminal with its control characters as \xHH.
+ * (Before: the -v line printed it raw.) */
+TU_TEST_IN(single, cli_verbose_holder_text_escaped, 60)
+{
+    struct etcd_frame fx = frame_open(NULL, NULL, 1);
+    dlock_lock *l = tu_lock(fx.a, "vesc");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(fx.a, "vesc", &info), DLOCK_OK);
+    char *key = strdup(dlock_info_key(info));
+    dlock_info_free(info);
+    ck_assert_int_eq(etcdf_ctl(&F, NULL, NULL, "put", "--ignore-lease", key,
+                               "evil\x1b]0;pwned\x07\xc2\x9b" "2J", NULL),
+                     0);
+    char *err = NULL;
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", fx.url, "run", "-v", "-w", "0.3", "vesc",
+                              "--", "true"),
+                     1);
+    ck_assert_msg(strstr(err, "evil\\x1b]0;pwned\\x07\\xc2\\x9b2J"), "-v: %s", err);
+    for (const unsigned char *p = (const unsigned char *)err; *p; p++)
+        ck_assert_msg(*p == '\n' || (*p >= 0x20 && *p != 0x7f && !(p[0] == 0xc2 && p[1] < 0xa0)),
+                      "a control character (%#x) on stderr: %s", *p, err);
+    free(err);
+    free(key);
+    dlock_release(l);
+    dlock_lock_free(l);
+    frame_close(&fx);
+}
+
 /* etcd's words reach dlock_errmsg() (and the terminal) with their
  * control characters escaped: an escape sequence in a refusal's message
  * cannot retitle or clear the terminal of whoever reads it. */

@@ -233,16 +233,28 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
 }
 
 /* -v lines: wall-clock time first, so a log shows when dlock started to
- * wait and when it got the lock. */
+ * wait and when it got the lock. Their text holds the server's (who
+ * holds a lock, why it was lost): each control character (C0, DEL, C1)
+ * is written as \xHH, so no escape sequence reaches the terminal and a
+ * line stays one line. */
 __attribute__((format(printf, 2, 0))) static void vline(bool timed, const char *fmt, va_list ap)
 {
-    char when[32] = "";
+    char when[32] = "", text[4096];
     if (timed) {
         cli_time_of_day(when, sizeof when - 1);
         strcat(when, " ");
     }
+    vsnprintf(text, sizeof text, fmt, ap);
     fprintf(stderr, "%sdlock %s: ", when, verb);
-    vfprintf(stderr, fmt, ap);
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0)) {
+            fprintf(stderr, "\\x%02x", *p);
+            if (*p == 0xc2)
+                fprintf(stderr, "\\x%02x", *++p);
+        } else {
+            fputc(*p, stderr);
+        }
+    }
     fputc('\n', stderr);
 }
 

@@ -548,6 +548,50 @@ DLOCK_EXTERN int64_t dlock_validity_ms(dlock_lock *l);
 typedef void (*dlock_lost_fn)(dlock_lock *l, const char *why, void *arg);
 DLOCK_EXTERN int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg);
 
+/* At risk: FN(L, VALIDITY_MS, WHY, ARG) is called when a hold taken
+ * through L has gone unrenewed until only MARGIN_MS of its validity
+ * (dlock_validity_ms()) are left -- its renewals failed, or the one sent
+ * is still unanswered (a stalled server, a cut network, a ZooKeeper
+ * session disconnected) -- so the application can stop using what the
+ * lock guards before the lease can end on the server, not after (the
+ * DynamoDB lock client's session monitor, client-go's renew deadline).
+ * VALIDITY_MS is what was left when it was found (> 0 and <= the
+ * margin); WHY, valid during the call, says what the renewals met
+ * ("renewal failing: <the backend's words>", "a renewal is unanswered").
+ * The margin is watched on a timer, not on a renewal's outcome, so the
+ * call comes on time while a renewal hangs. It runs on the client's
+ * callback thread with the rules of the lost callback
+ * (dlock_lock_on_lost()): one at a time, in the order found, never on
+ * the keeper. Once per hold until a renewal of it is confirmed: after
+ * that, falling below the margin again calls FN again. Never for a hold
+ * already lost (its lost callback, which follows an at-risk call when no
+ * renewal comes in time) or released (a call still queued for a hold
+ * that is released or lost meanwhile is dropped); freeing L drops its
+ * queued calls as with the lost callback.
+ * A margin counts as at most half the validity the hold was last
+ * granted (renewals go out a third into the lease, so a larger margin
+ * would report a hold before its renewal was even due); a
+ * DLOCK_LEASE_FIXED hold, which nothing renews, is reported once
+ * MARGIN_MS of its lease are left. FN and the margin apply to L's holds
+ * at once, those already taken included; FN NULL turns it off (MARGIN_MS
+ * then ignored). Starts the client's callback thread if it is not
+ * running.
+ * Returns DLOCK_OK; DLOCK_EINVAL (L NULL, a MARGIN_MS under 1 ms or over
+ * a year with FN set); DLOCK_ENOTSUP (the file backend: its holds have
+ * no lease and are never at risk); DLOCK_EMISUSE (after fork or close);
+ * DLOCK_ENOMEM (no callback thread). Any thread.
+ * Backends (what "renewals failed" is there): redis (every URL form):
+ * the PEXPIRE script unanswered or refused; redlock: no majority of
+ * nodes renewed; etcd: the lease's keep-alive; zk: the check of the
+ * hold's node in its session -- there the validity is the session
+ * timeout reckoned from the last confirmed check, and a session
+ * disconnected (reconnecting) is at risk once that much is left. Any
+ * handle made by dlock_lock_new(), dlock_lock_new_permits(),
+ * dlock_lock_new_campaign() or dlock_multi_lock() works. */
+typedef void (*dlock_at_risk_fn)(dlock_lock *l, int64_t validity_ms, const char *why, void *arg);
+DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_at_risk_fn fn,
+                                       void *arg);
+
 /* Cancel every wait in progress on this handle, from any thread: those
  * dlock_acquire() calls return DLOCK_ECANCELED and hold nothing. Waits
  * that start after this call are not affected: to cancel an acquire that

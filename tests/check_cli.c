@@ -1861,6 +1861,50 @@ TU_TEST(reconnected_only_once_answered, 120)
     lost_job_end(&j);
 }
 
+/* dlock run -v says when the lock is at risk (the library's at-risk
+ * callback, with --lost-grace as its margin): renewals unanswered (the
+ * server stopped), one line naming the lock and the lease left, while
+ * COMMAND runs on under --on-lost ignore; the server back, a renewal is
+ * confirmed, nothing is lost and the run ends as COMMAND does (0).
+ * Before, -v said nothing until the loss, and under --on-lost ignore
+ * nothing at all. */
+TU_TEST(at_risk_line_redis, 120)
+{
+    struct lost_job j;
+    lost_job_begin(&j);
+    char *go = tu_fmt("%s/go", dir);
+    char *cmd = tu_fmt("touch %s; while [ ! -e %s ]; do sleep 0.05; done", j.started, go);
+    /* A 6 s lease, a 3 s grace: the line comes 3 s after the last
+     * confirmed renewal was sent, leaving 3 s to continue the server. */
+    const char *argv[] = {tu_dlock_bin(), "-u", j.r.url, "run", "-v", "--on-lost", "ignore",
+                          "--lease", "6", "--lost-grace", "3", "risky", "-c", cmd, NULL};
+    pid_t d = lost_job_spawn(&j, argv);
+    kill(j.r.pid, SIGSTOP); /* every renewal from now on is unanswered */
+    bool said = false;
+    for (int i = 0; i < 3000 && !said; i++) { /* at most 30 s */
+        char *text = tu_read_file(j.log);
+        said = text && strstr(text, "at risk");
+        free(text);
+        if (!said)
+            tu_sleep_ms(10);
+    }
+    kill(j.r.pid, SIGCONT);
+    tu_write_file(go, "");
+    int st;
+    waitpid(d, &st, 0);
+    char *out = tu_read_file(j.log);
+    ck_assert_msg(said, "no at-risk line with the server stopped:\n%s", out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x:\n%s", st, out);
+    char *line = strstr(out, "at risk");
+    ck_assert_msg(strstr(out, "lock 'risky' at risk") && strstr(line, "ms of its lease left") &&
+                      !strstr(line + 1, "at risk") && !strstr(out, "lost"),
+                  "not one at-risk line naming the lock and the lease left:\n%s", out);
+    free(out);
+    free(cmd);
+    free(go);
+    lost_job_end(&j);
+}
+
 /* dlock itself stopped (SIGSTOP: a debugger, a frozen parent) while its
  * job, a loop writing A lines, runs under a 2 s Redis lease: nothing
  * renews the lease, and the next holder's section (B..C in the same

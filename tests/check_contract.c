@@ -628,6 +628,7 @@ static int child_frees_parents(void *arg)
     bad |= (dlock_hold_count(l) != 0) << 4;
     bad |= (dlock_lock_cancel(l) != DLOCK_EMISUSE) << 5;
     bad |= (dlock_lock_on_lost(l, NULL, NULL) != DLOCK_EMISUSE) << 6;
+    bad |= (dlock_lock_on_at_risk(l, 1000, NULL, NULL) != DLOCK_EMISUSE) << 7;
     dlock_lock_free(l);
     dlock_client_close(ch->c);
     return bad;
@@ -937,6 +938,157 @@ TU_TEST(fixed_lease, 60)
         ck_assert_int_eq(atomic_load(&p.lost.fired), 1);
     }
     tu_pair_close(&p);
+}
+
+/* ============================================================= at risk */
+
+/* What one handle's at-risk and lost callbacks saw, in order. */
+struct risk_watch {
+    atomic_int at_risk, lost;
+    atomic_int risk_at_loss;       /* at-risk calls made when the loss came */
+    atomic_llong validity[4];      /* each at-risk call's VALIDITY_MS */
+    char why[512];                 /* the last at-risk call's WHY */
+};
+
+static void risk_seen(dlock_lock *l, int64_t validity_ms, const char *why, void *arg)
+{
+    (void)l;
+    struct risk_watch *w = arg;
+    int k = atomic_load(&w->at_risk);
+    if (k < 4)
+        atomic_store(&w->validity[k], validity_ms);
+    snprintf(w->why, sizeof w->why, "%s", why ? why : "(NULL)");
+    atomic_fetch_add(&w->at_risk, 1);
+}
+
+static void risk_lost(dlock_lock *l, const char *why, void *arg)
+{
+    (void)l;
+    (void)why;
+    struct risk_watch *w = arg;
+    atomic_store(&w->risk_at_loss, atomic_load(&w->at_risk));
+    atomic_fetch_add(&w->lost, 1);
+}
+
+/* Wait up to TIMEOUT_MS until *N reaches WANT. */
+static bool wait_count(atomic_int *n, int want, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms && atomic_load(n) < want; waited += 10)
+        tu_sleep_ms(10);
+    return atomic_load(n) >= want;
+}
+
+/* A handle on NAME whose at-risk (MARGIN_MS) and lost callbacks report to W. */
+static dlock_lock *risk_lock(dlock_client *c, const char *name, int64_t margin_ms,
+                             struct risk_watch *w)
+{
+    dlock_lock *l = tu_lock(c, name);
+    EXPECT_RC(dlock_lock_on_at_risk(l, margin_ms, risk_seen, w), DLOCK_OK);
+    EXPECT_RC(dlock_lock_on_lost(l, risk_lost, w), DLOCK_OK);
+    return l;
+}
+
+/* At-risk call K of W was made with a validity in (0, MARGIN_MS]. */
+static void risk_validity_within(struct risk_watch *w, int k, int64_t margin_ms)
+{
+    long long v = atomic_load(&w->validity[k]);
+    ck_assert_msg(v > 0 && v <= margin_ms, "%s: at-risk call %d with a validity of %lld ms (margin %lld)",
+                  CT->name, k + 1, v, (long long)margin_ms);
+}
+
+/* The at-risk signal is the core's (the callback thread's timer on each
+ * hold's validity) and the same for every URL form of a backend: it runs
+ * on one form of each. */
+static bool at_risk_runs(void)
+{
+    const char *forms[] = {"file", "redis", "etcd", "zk"};
+    for (size_t i = 0; i < TU_COUNT(forms); i++)
+        if (strcmp(CT->name, forms[i]) == 0)
+            return true;
+    return false;
+}
+
+/* dlock_lock_on_at_risk(): every server stopped (CT->pause), a renewal
+ * goes unanswered and the handle is told once, with a validity in (0,
+ * margin], before anything is lost; the server back, a confirmed renewal
+ * re-arms it, and the next stop tells it again, then the loss follows,
+ * the at-risk call before it and none after. A hold released before the
+ * stops is never reported. A fixed lease (nothing renews it), the
+ * callback set once it is held, is reported before it ends. File:
+ * DLOCK_ENOTSUP (no lease). Before: no such call. */
+TU_TEST(at_risk, 90)
+{
+    if (!at_risk_runs())
+        return;
+    /* A 5 s lease: validity 4948 ms; a renewal due at 1.7 s; the margin,
+     * 2.2 s, is reached 2.7 s after the last confirmed renewal was sent
+     * and leaves the test 2.2 s to let the server go on. */
+    const int64_t margin = 2200;
+    dlock_client *c = ct_open_test("lease=5s");
+    struct risk_watch w = {0}, released = {0}, fixed = {0};
+    dlock_lock *l = tu_lock(c, "risk");
+    EXPECT_RC(dlock_lock_on_at_risk(NULL, margin, risk_seen, &w), DLOCK_EINVAL);
+    int rc = dlock_lock_on_at_risk(l, margin, risk_seen, &w);
+    if (!has(CT_LEASES)) {
+        ck_assert_msg(rc == DLOCK_ENOTSUP, "at-risk on %s: %s", CT->name, dlock_err_name(rc));
+        ck_assert_msg(strstr(dlock_errmsg(), "lease"), "message: %s", dlock_errmsg());
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        return;
+    }
+    EXPECT_RC(rc, DLOCK_OK);
+    EXPECT_RC(dlock_lock_on_at_risk(l, 0, risk_seen, &w), DLOCK_EINVAL);
+    EXPECT_RC(dlock_lock_on_lost(l, risk_lost, &w), DLOCK_OK);
+    ck_assert_msg(CT->pause, "fixture %s cannot stop its server", CT->name);
+    dlock_lock *done = risk_lock(c, "risk-released", margin, &released);
+    TU_ACQUIRE_OK(done, DLOCK_TRY);
+    TU_RELEASE_OK(done);
+
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    CT->pause(CT, true);
+    bool told = wait_count(&w.at_risk, 1, 30000);
+    int lost_then = atomic_load(&w.lost);
+    CT->pause(CT, false);
+    ck_assert_msg(told, "%s: never told at risk with the server stopped", CT->name);
+    ck_assert_msg(lost_then == 0, "%s: lost before the server came back", CT->name);
+    risk_validity_within(&w, 0, margin);
+    ck_assert_msg(strstr(w.why, "'risk'"), "WHY does not name the lock: %s", w.why);
+    /* A renewal confirmed: the validity is above the margin again. */
+    int64_t v = 0;
+    for (int i = 0; i < 3000 && (v = dlock_validity_ms(l)) <= margin; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(v > margin, "%s: no renewal confirmed once the server was back (validity %lld)",
+                  CT->name, (long long)v);
+    ck_assert_int_eq(atomic_load(&w.at_risk), 1);
+
+    CT->pause(CT, true);
+    told = wait_count(&w.lost, 1, 30000);
+    CT->pause(CT, false);
+    ck_assert_msg(told, "%s: the hold was never lost with the server stopped", CT->name);
+    ck_assert_msg(atomic_load(&w.risk_at_loss) == 2,
+                  "%s: %d at-risk call(s) before the loss, expected 2 (one after the renewal)",
+                  CT->name, atomic_load(&w.risk_at_loss));
+    risk_validity_within(&w, 1, margin);
+    EXPECT_RC(dlock_release(l), DLOCK_ELOST);
+    ck_assert_int_eq(atomic_load(&w.at_risk), 2);
+    ck_assert_int_eq(atomic_load(&released.at_risk), 0);
+
+    if (has(CT_FIXED_LEASE)) {
+        dlock_lock *f = tu_lock(c, "risk-fixed");
+        EXPECT_RC(dlock_lock_set_lease(f, 1500, DLOCK_LEASE_FIXED), DLOCK_OK);
+        EXPECT_RC(dlock_lock_on_lost(f, risk_lost, &fixed), DLOCK_OK);
+        TU_ACQUIRE_OK(f, DLOCK_TRY);
+        EXPECT_RC(dlock_lock_on_at_risk(f, 1000, risk_seen, &fixed), DLOCK_OK);
+        ck_assert_msg(wait_count(&fixed.lost, 1, 30000), "the fixed lease never ended");
+        ck_assert_msg(atomic_load(&fixed.risk_at_loss) == 1,
+                      "%s: %d at-risk call(s) before a fixed lease ended, expected 1", CT->name,
+                      atomic_load(&fixed.risk_at_loss));
+        risk_validity_within(&fixed, 0, 1000);
+        EXPECT_RC(dlock_release(f), DLOCK_ELOST);
+        dlock_lock_free(f);
+    }
+    TU_FREE_LOCKS(l, done);
+    dlock_client_close(c);
 }
 
 /* ================================================================ names */

@@ -245,6 +245,7 @@ __attribute__((format(printf, 2, 0))) static void vline(bool timed, const char *
         strcat(when, " ");
     }
     vsnprintf(text, sizeof text, fmt, ap);
+    flockfile(stderr); /* one line, also beside the library's callback thread */
     fprintf(stderr, "%sdlock %s: ", when, verb);
     for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
         if (*p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0)) {
@@ -256,6 +257,7 @@ __attribute__((format(printf, 2, 0))) static void vline(bool timed, const char *
         }
     }
     fputc('\n', stderr);
+    funlockfile(stderr);
 }
 
 __attribute__((format(printf, 1, 2))) static void vlog(const char *fmt, ...)
@@ -485,6 +487,26 @@ static int64_t grace_for(const struct policy *p, int64_t lease)
 {
     int64_t grace = p->grace_ms < 0 ? lease / 6 : p->grace_ms;
     return grace > lease / 2 ? lease / 2 : grace;
+}
+
+/* The library found a hold at risk (-v): one line each time it falls at
+ * risk. Stopping the job then is the guardian's (supervise()). */
+static void on_at_risk(dlock_lock *l, int64_t validity_ms, const char *why, void *arg)
+{
+    (void)l;
+    (void)arg;
+    vlog("%s (%" PRId64 " ms of its lease left)", why, validity_ms);
+}
+
+/* -v: have the library tell when L, just taken, is at risk, at P's grace
+ * (as supervise() reckons it, on the validity L starts with). Backends
+ * without leases (file) have nothing to tell. */
+static void watch_at_risk(dlock_lock *l, const struct policy *p)
+{
+    int64_t validity = dlock_validity_ms(l);
+    if (validity > 0 && validity != DLOCK_VALID_FOREVER)
+        dlock_lock_on_at_risk(l, grace_for(p, validity) > 0 ? grace_for(p, validity) : 1,
+                              on_at_risk, NULL);
 }
 
 /* Wait for the job to end (COMMAND and every process it left), applying
@@ -1146,10 +1168,12 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     else
         dlock_token(R.lock, &tokens[0]);
     if (verbose)
-        for (size_t k = 0; k < n; k++)
+        for (size_t k = 0; k < n; k++) {
             vlog("holding '%s' on %s (%s, token %" PRIu64 ", waited %" PRId64 " ms)", names[k],
                  dlock_client_url(c), mode == DLOCK_SHARED ? "shared" : "exclusive", tokens[k],
                  waited);
+            watch_at_risk(held_lock(k), &o->policy);
+        }
     /* One lock on etcd: ETCD_LOCK_KEY as etcdctl lock sets it (not a
      * leadership: its key is the election's, which dlock_inspect does not read). */
     char *etcd_key = R.multi || campaign_value ? NULL : etcd_key_of(c, name, tokens[0]);

@@ -5,10 +5,10 @@
  * rediss://, redis+unix://, redis+sentinel://, redis+cluster:// and their
  * TLS forms, redlock://, redlocks://; etcd://, etcd+https://; zk://).
  * Every backend keeps the same contract: exclusion, leases renewed by a
- * background keeper thread, a callback when a hold is lost, a fencing
- * token per acquisition, per-thread reentrancy, waits that sleep until
- * the backend reports a release, and errors that say what failed in the
- * backend's own words.
+ * background keeper thread, callbacks when a hold is at risk and when it
+ * is lost, a fencing token per acquisition, per-thread reentrancy, waits
+ * that sleep until the backend reports a release, and errors that say
+ * what failed in the backend's own words.
  *
  * Conventions used at every function below:
  *  - Functions returning int return DLOCK_OK (0) or a negative DLOCK_E*
@@ -562,8 +562,9 @@ DLOCK_EXTERN int dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg);
  * call comes on time while a renewal hangs. It runs on the client's
  * callback thread with the rules of the lost callback
  * (dlock_lock_on_lost()): one at a time, in the order found, never on
- * the keeper. Once per hold until a renewal of it is confirmed: after
- * that, falling below the margin again calls FN again. Never for a hold
+ * the keeper. Once per hold until a confirmed renewal lifts its validity
+ * above the margin again; falling to it after that calls FN again (a
+ * renewal confirmed too late to do so calls nothing). Never for a hold
  * already lost (its lost callback, which follows an at-risk call when no
  * renewal comes in time) or released (a call still queued for a hold
  * that is released or lost meanwhile is dropped); freeing L drops its

@@ -42,6 +42,11 @@ struct dlock__hold {
     enum dlock__hold_state state;
     bool lost_reported;  /* the callback ran (or is running) */
     char *lost_why;
+    int64_t valid_for;   /* the validity the last confirmation granted (ms) */
+    bool at_risk;        /* told at risk, and no renewal has lifted it
+                            above the margin since (callbacks.c) */
+    char *renew_why;     /* the last renewal failure since that
+                            confirmation, NULL: none */
     bool renewing;       /* handed to the backend's renew() right now */
     struct dlock_lock *via; /* the handle it was taken through */
     void *bdata;         /* backend's own per-hold data */
@@ -428,13 +433,16 @@ struct dlock_client {
     /* cleanup queue (cleanup.c), under mu */
     struct dlock__cleanup *cleanup_head, *cleanup_tail;
 
-    /* lost callbacks' thread (callbacks.c), under mu */
+    /* lost and at-risk callbacks' thread (callbacks.c), under mu */
     struct dlock__callbacks {
         pthread_t thread;
         bool running, stop;
-        pthread_cond_t cv; /* a call queued, a call ended, stop */
-        struct dlock__lost_call *head, *tail;
+        pthread_cond_t cv; /* a call queued, a call ended, stop, a hold to
+                              time (CLOCK_MONOTONIC) */
+        struct dlock__call *head, *tail;
         struct dlock_lock *current; /* whose callback runs now */
+        unsigned watchers; /* handles with an at-risk callback: while
+                              any, the thread times their holds' margins */
     } cb;
 
     /* lifetime: the client's own reference (dropped by close), one per

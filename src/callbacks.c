@@ -1,5 +1,6 @@
-/* callbacks.c -- the thread that runs lost callbacks, one per client,
- * started with the first callback.
+/* callbacks.c -- the thread that runs lost and at-risk callbacks, one
+ * per client, started with the first callback or the first handle given
+ * an at-risk callback.
  *
  * The keeper only queues a callback when it declares a hold lost; this
  * thread runs them one after another. So a callback that blocks delays
@@ -7,21 +8,122 @@
  * the same batch finds that handle's call still queued and drops it
  * instead of waiting for a keeper that waits for it. dlock_lock_free()
  * waits for a running callback of its handle, unless it is called from
- * that very callback (see dlock_lock_on_lost() in dlock.h). The queue and
+ * that very callback (see dlock_lock_on_lost() in dlock.h).
+ *
+ * The at-risk signal (dlock_lock_on_at_risk()) is timed here, not in the
+ * keeper: the keeper sits in the backend's renew() while a renewal hangs
+ * on a stalled server -- exactly when a hold falls at risk -- so this
+ * thread sleeps until the first margin of a hold whose handle asked for
+ * one, and queues the call behind any loss already queued. The queue and
  * the thread's state live under the client's mutex.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
-struct dlock__lost_call {
-    dlock_lost_fn fn;
+/* One queued call: a loss (HOLD NULL) or hold HOLD at risk (its identity
+ * only, never read: dlock__callback_forget_hold drops the call before the
+ * hold goes). */
+struct dlock__call {
     dlock_lock *l;
+    const struct dlock__hold *hold;
+    dlock_lost_fn lost_fn;
+    dlock_at_risk_fn at_risk_fn;
     void *arg;
+    int64_t validity_ms;
     char *why;
-    struct dlock__lost_call *next;
+    struct dlock__call *next;
 };
+
+/* A new call on L with WHY, NULL when out of memory. */
+static struct dlock__call *call_new(dlock_lock *l, const char *why)
+{
+    struct dlock__call *call = calloc(1, sizeof *call);
+    if (call && !(call->why = strdup(why && *why ? why : "no reason given"))) {
+        free(call);
+        return NULL;
+    }
+    if (call)
+        call->l = l;
+    return call;
+}
+
+static void call_append(struct dlock__callbacks *cb, struct dlock__call *call)
+{
+    if (cb->tail)
+        cb->tail->next = call;
+    else
+        cb->head = call;
+    cb->tail = call;
+    pthread_cond_broadcast(&cb->cv);
+}
+
+/* Hold H's margin: its handle's, at most half the validity it was last
+ * granted (a renewal goes out a third of the way in). */
+static int64_t margin_of(const struct dlock__hold *h)
+{
+    int64_t m = h->via->at_risk_margin_ms;
+    return h->valid_for > 0 && m > h->valid_for / 2 ? h->valid_for / 2 : m;
+}
+
+/* Queue H's at-risk call, VALIDITY ms left; false when out of memory. */
+static bool queue_at_risk(dlock_client *c, struct dlock__hold *h, int64_t validity)
+{
+    char why[DLOCK__WHY_MAX + 128];
+    const char *what = h->sem ? "semaphore permit of" : "lock";
+    if (h->fixed_lease)
+        snprintf(why, sizeof why, "%s '%s' at risk: its fixed lease of %lld ms is not renewed",
+                 what, h->name, (long long)h->lease_ms);
+    else if (h->renew_why)
+        snprintf(why, sizeof why, "%s '%s' at risk: renewal failing: %s", what, h->name,
+                 h->renew_why);
+    else if (h->renewing)
+        snprintf(why, sizeof why, "%s '%s' at risk: its renewal is unanswered", what, h->name);
+    else
+        snprintf(why, sizeof why, "%s '%s' at risk: no renewal confirmed in time", what, h->name);
+    struct dlock__call *call = call_new(h->via, why);
+    if (!call)
+        return false;
+    call->hold = h;
+    call->at_risk_fn = h->via->at_risk_fn;
+    call->arg = h->via->at_risk_arg;
+    call->validity_ms = validity;
+    call_append(&c->cb, call);
+    return true;
+}
+
+/* Queue the at-risk call of every hold whose validity fell to its
+ * handle's margin (mutex held); when the next one is due. A hold told
+ * stays told until a confirmed renewal lifts it above the margin again
+ * (the keeper wakes this thread then). A hold past its validity is the
+ * keeper's to declare lost: no call (a validity of 0 is no warning). */
+static int64_t at_risk_scan(dlock_client *c)
+{
+    int64_t now = dlock__now_ms(), next = DLOCK__NEVER;
+    for (size_t b = 0; b < DLOCK__BUCKETS; b++)
+        for (struct dlock__entry *e = c->buckets[b]; e; e = e->next)
+            for (struct dlock__hold *h = e->holds; h; h = h->next) {
+                if (h->state != DLOCK__HELD || !h->lease_ms || h->give_back || !h->via ||
+                    !h->via->at_risk_fn || h->valid_until == DLOCK__NEVER)
+                    continue;
+                int64_t left = h->valid_until - now, margin = margin_of(h);
+                if (left > margin) {
+                    h->at_risk = false;
+                    if (h->valid_until - margin < next)
+                        next = h->valid_until - margin;
+                } else if (h->at_risk || left <= 0) {
+                    continue;
+                } else if (queue_at_risk(c, h, left)) {
+                    h->at_risk = true;
+                } else if (now + 100 < next) {
+                    next = now + 100; /* no memory: try again */
+                }
+            }
+    return next;
+}
 
 static void *callbacks_main(void *arg)
 {
@@ -29,11 +131,17 @@ static void *callbacks_main(void *arg)
     struct dlock__callbacks *cb = &c->cb;
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        struct dlock__lost_call *call = cb->head;
+        int64_t next = cb->watchers && !cb->stop ? at_risk_scan(c) : DLOCK__NEVER;
+        struct dlock__call *call = cb->head;
         if (!call) {
             if (cb->stop)
                 break;
-            pthread_cond_wait(&cb->cv, &c->mu);
+            if (next == DLOCK__NEVER) {
+                pthread_cond_wait(&cb->cv, &c->mu);
+            } else {
+                struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000L};
+                pthread_cond_timedwait(&cb->cv, &c->mu, &ts);
+            }
             continue;
         }
         cb->head = call->next;
@@ -41,7 +149,10 @@ static void *callbacks_main(void *arg)
             cb->tail = NULL;
         cb->current = call->l;
         pthread_mutex_unlock(&c->mu);
-        call->fn(call->l, call->why, call->arg);
+        if (call->at_risk_fn)
+            call->at_risk_fn(call->l, call->validity_ms, call->why, call->arg);
+        else
+            call->lost_fn(call->l, call->why, call->arg);
         /* The handle may be gone now (the callback freed it): never
          * touch call->l again. */
         free(call->why);
@@ -56,35 +167,56 @@ static void *callbacks_main(void *arg)
     return NULL;
 }
 
-int dlock__callback_queue(dlock_client *c, dlock_lock *l, const char *why)
+/* Start C's callback thread if it is not running (mutex held). */
+static int callbacks_start(dlock_client *c)
 {
     struct dlock__callbacks *cb = &c->cb;
-    struct dlock__lost_call *call = calloc(1, sizeof *call);
-    if (!call || !(call->why = strdup(why && *why ? why : "no reason given"))) {
+    if (cb->running)
+        return DLOCK_OK;
+    cb->stop = false;
+    dlock__client_ref(c); /* the thread's, dropped as it ends */
+    int err = pthread_create(&cb->thread, NULL, callbacks_main, c);
+    if (err) {
+        __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* never the last */
+        return dlock__errno(DLOCK_ENOMEM, err, "%s: cannot start the callback thread",
+                            c->url.redacted);
+    }
+    cb->running = true;
+    return DLOCK_OK;
+}
+
+int dlock__callback_queue(dlock_client *c, dlock_lock *l, const char *why)
+{
+    struct dlock__call *call = call_new(l, why);
+    if (!call || callbacks_start(c)) {
+        if (call)
+            free(call->why);
         free(call);
         return DLOCK_ENOMEM;
     }
-    if (!cb->running) {
-        cb->stop = false;
-        dlock__client_ref(c); /* the thread's, dropped as it ends */
-        if (pthread_create(&cb->thread, NULL, callbacks_main, c)) {
-            __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* never the last */
+    call->lost_fn = l->lost_fn;
+    call->arg = l->lost_arg;
+    call_append(&c->cb, call);
+    return DLOCK_OK;
+}
+
+/* Drop the queued calls of handle L (NULL: any) for hold H (NULL: any,
+ * the losses included). */
+static void drop_calls(struct dlock__callbacks *cb, const dlock_lock *l,
+                       const struct dlock__hold *h)
+{
+    struct dlock__call **p = &cb->head, *call;
+    cb->tail = NULL;
+    while ((call = *p)) {
+        if ((!l || call->l == l) && (!h || call->hold == h)) {
+            *p = call->next;
             free(call->why);
             free(call);
-            return DLOCK_ENOMEM;
+        } else {
+            cb->tail = call;
+            p = &call->next;
         }
-        cb->running = true;
     }
-    call->fn = l->lost_fn;
-    call->l = l;
-    call->arg = l->lost_arg;
-    if (cb->tail)
-        cb->tail->next = call;
-    else
-        cb->head = call;
-    cb->tail = call;
-    pthread_cond_broadcast(&cb->cv);
-    return DLOCK_OK;
 }
 
 bool dlock__callback_thread(const dlock_client *c)
@@ -95,22 +227,56 @@ bool dlock__callback_thread(const dlock_client *c)
 void dlock__callback_forget(dlock_client *c, dlock_lock *l)
 {
     struct dlock__callbacks *cb = &c->cb;
-    struct dlock__lost_call **p = &cb->head, *call;
-    cb->tail = NULL;
-    while ((call = *p)) {
-        if (call->l == l) {
-            *p = call->next;
-            free(call->why);
-            free(call);
-        } else {
-            cb->tail = call;
-            p = &call->next;
-        }
-    }
+    if (l->at_risk_fn)
+        cb->watchers--;
+    l->at_risk_fn = NULL;
+    drop_calls(cb, l, NULL);
     if (dlock__callback_thread(c))
         return; /* from a callback: it may be L's own, which cannot end first */
     while (cb->current == l)
         pthread_cond_wait(&cb->cv, &c->mu);
+}
+
+void dlock__callback_forget_hold(dlock_client *c, const struct dlock__hold *h)
+{
+    drop_calls(&c->cb, NULL, h);
+}
+
+void dlock__callback_watch(dlock_client *c, const struct dlock__hold *h)
+{
+    if (h->via && h->via->at_risk_fn && c->cb.running)
+        pthread_cond_broadcast(&c->cb.cv);
+}
+
+int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_at_risk_fn fn, void *arg)
+{
+    dlock__msg_clear();
+    if (!l)
+        return dlock__err(DLOCK_EINVAL, "dlock_lock_on_at_risk: the lock is NULL");
+    dlock_client *c = l->c;
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (!(c->be->caps & DLOCK__CAP_LEASES))
+        return dlock__err(DLOCK_ENOTSUP,
+                          "lock '%s': the %s backend's holds have no lease to run out, so none "
+                          "is ever at risk",
+                          l->e->name, c->be->name);
+    if (fn && (margin_ms < 1 || margin_ms > 365LL * 86400000))
+        return dlock__err(DLOCK_EINVAL,
+                          "lock '%s': an at-risk margin of %lld ms is not from 1 ms to a year",
+                          l->e->name, (long long)margin_ms);
+    pthread_mutex_lock(&c->mu);
+    rc = fn ? callbacks_start(c) : DLOCK_OK;
+    if (!rc) {
+        c->cb.watchers += (fn != NULL) - (l->at_risk_fn != NULL);
+        l->at_risk_fn = fn;
+        l->at_risk_arg = arg;
+        l->at_risk_margin_ms = margin_ms;
+        pthread_cond_broadcast(&c->cb.cv); /* time its holds now */
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 void dlock__callbacks_stop(dlock_client *c)

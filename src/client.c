@@ -256,7 +256,7 @@ int dlock_client_new(const char *url, dlock_client **out)
     pthread_mutex_init(&c->log_mu, NULL);
     dlock__cond_init_monotonic(&c->keeper_cv);
     dlock__cond_init_monotonic(&c->renew_cv);
-    pthread_cond_init(&c->cb.cv, NULL);
+    dlock__cond_init_monotonic(&c->cb.cv);
     c->buckets = calloc(DLOCK__BUCKETS, sizeof *c->buckets);
     int rc = c->buckets ? dlock__url_parse(url, &c->url) : dlock__err(DLOCK_ENOMEM, "out of memory");
     free(def);

@@ -81,6 +81,9 @@ struct dlock_lock {
     bool fixed_lease;
     dlock_lost_fn lost_fn;
     void *lost_arg;
+    dlock_at_risk_fn at_risk_fn; /* dlock_lock_on_at_risk() (callbacks.c) */
+    void *at_risk_arg;
+    int64_t at_risk_margin_ms;
     struct dlock__waitref *waits; /* acquires in progress, for cancel */
     long owner;        /* DLOCK_LOCK_HANDLE_OWNED: the handle's owner id
                           (above every thread id); 0 = holds per thread */
@@ -220,15 +223,22 @@ int dlock__check_fork(const dlock_client *c);
 void dlock__client_ref(dlock_client *c);
 void dlock__client_unref(dlock_client *c);
 
-/* Lost callbacks (callbacks.c), all under the client's mutex. Queue L's
- * lost callback with WHY and start the thread if needed; DLOCK_ENOMEM
- * when neither memory nor a thread could be had (try again later). */
+/* Lost and at-risk callbacks (callbacks.c), all under the client's
+ * mutex. Queue L's lost callback with WHY and start the thread if
+ * needed; DLOCK_ENOMEM when neither memory nor a thread could be had (try
+ * again later). */
 int dlock__callback_queue(dlock_client *c, dlock_lock *l, const char *why);
 /* True on the client's callback thread. */
 bool dlock__callback_thread(const dlock_client *c);
 /* L is being freed: drop its queued callbacks, and wait for its running
  * one unless called from the callback thread (mutex held; may wait). */
 void dlock__callback_forget(dlock_client *c, dlock_lock *l);
+/* H is lost or leaves the registry: drop its queued at-risk call, so
+ * none is made after the loss or the release (mutex held). */
+void dlock__callback_forget_hold(dlock_client *c, const struct dlock__hold *h);
+/* Hold H was registered: when its handle has an at-risk callback, wake
+ * the callback thread to time H's margin (mutex held). */
+void dlock__callback_watch(dlock_client *c, const struct dlock__hold *h);
 /* Closing: run what is queued, then stop the thread (takes the mutex).
  * From the callback thread itself (a callback closing the client) the
  * thread is detached instead and ends after that callback, dropping its

@@ -10,7 +10,10 @@
  * ambiguous replies (cleanup.c) between renewals. It sleeps on a condition variable until the
  * next renewal or deadline is due, so an idle client costs nothing.
  * Started with the first leased hold or queued cleanup; stopped when the
- * client closes.
+ * client closes. It notes what a renewal failed with and clears it, with
+ * the at-risk mark, when one is confirmed; the at-risk calls themselves
+ * are timed by the callback thread (callbacks.c), since this one may sit
+ * in a renewal that hangs just when a hold falls at risk.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,12 +23,26 @@
 
 #include "internal.h"
 
+/* H confirmed, valid until VALID_UNTIL (mutex held): no renewal failing;
+ * a hold told at risk is looked at again by the callback thread, which
+ * stopped timing it then (callbacks.c: above its margin now, it is
+ * timed again). */
+static void confirm(dlock_client *c, struct dlock__hold *h, int64_t sent_ms, int64_t valid_until)
+{
+    h->valid_until = valid_until;
+    h->valid_for = valid_until - sent_ms;
+    if (h->at_risk)
+        pthread_cond_broadcast(&c->cb.cv);
+    free(h->renew_why);
+    h->renew_why = NULL;
+}
+
 void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms)
 {
     if (!h->lease_ms)
         return;
     pthread_mutex_lock(&c->mu);
-    h->valid_until = sent_ms + h->lease_ms - c->opts.drift_ms;
+    confirm(c, h, sent_ms, sent_ms + h->lease_ms - c->opts.drift_ms);
     h->renew_at = h->fixed_lease ? DLOCK__NEVER : sent_ms + h->lease_ms / 3;
     pthread_mutex_unlock(&c->mu);
 }
@@ -49,7 +66,7 @@ void dlock__hold_confirmed_short(struct dlock_client *c, struct dlock__hold *h, 
     }
     pthread_mutex_lock(&c->mu);
     /* the drift margin in proportion to the shorter time */
-    h->valid_until = sent_ms + granted_ms - c->opts.drift_ms * granted_ms / h->lease_ms;
+    confirm(c, h, sent_ms, sent_ms + granted_ms - c->opts.drift_ms * granted_ms / h->lease_ms);
     /* renewed as a lease that short would be (a hold released sooner,
      * the usual case, costs no renewal), which extends it to the lease */
     h->renew_at = sent_ms + granted_ms / 3;
@@ -61,6 +78,7 @@ static void mark_lost(dlock_client *c, struct dlock__hold *h, const char *why)
     if (h->state == DLOCK__LOST)
         return;
     h->state = DLOCK__LOST;
+    dlock__callback_forget_hold(c, h); /* no at-risk call after the loss */
     free(h->lost_why);
     h->lost_why = strdup(why && *why ? why : "no reason given");
     DLOCK__COUNT(c, losses, 1);
@@ -255,6 +273,8 @@ static void *keeper_main(void *arg)
                     /* Transient: try again soon, until the deadline. */
                     int64_t retry = h->lease_ms / 10 < 1000 ? h->lease_ms / 10 : 1000;
                     h->renew_at = now + (retry > 10 ? retry : 10);
+                    free(h->renew_why); /* what an at-risk call will say */
+                    h->renew_why = strdup(whys[i][0] ? whys[i] : "no reason given");
                     DLOCK__COUNT(c, renewal_failures, 1);
                     dlock__log(c, DLOCK_LOG_WARN,
                                "lock '%s': renewal failed, %lld ms before its validity deadline, "

@@ -125,6 +125,7 @@ void dlock__hold_free(struct dlock__hold *h)
 {
     if (h) {
         free(h->lost_why);
+        free(h->renew_why);
         free(h);
     }
 }
@@ -629,6 +630,7 @@ int dlock__acquire_end(dlock_lock *l, struct dlock__hold *h, int rc, bool claime
             c->nholds++;
             rc = dlock__keeper_start(c);
             dlock__keeper_kick_for(c, h);
+            dlock__callback_watch(c, h);
             if (rc) {
                 /* No keeper, no renewals: say so rather than hold blindly. */
                 char msg[512];

@@ -34,6 +34,7 @@ static void hold_unlink(dlock_client *c, struct dlock__hold *h)
     *p = h->next;
     if (h->lease_ms)
         c->nholds--;
+    dlock__callback_forget_hold(c, h); /* no at-risk call after the release */
 }
 
 /* DLOCK_ELOST, said: NAME's hold was lost (WHY, may be NULL) before the

@@ -1721,6 +1721,87 @@ TU_TEST_IN(standalone, create_reply_lost_node_found_by_guid, 90)
     proxied_close(&f);
 }
 
+/* impostor_when: once the node of a create whose reply is lost shows up
+ * under LOCKPATH ("_c_<guid>-lock-<seq>"), a raw client puts a persistent
+ * node beside it with the same guid and a lower sequence (anyone who can
+ * list the directory can copy the guid), deletes ours, then lets replies
+ * through: the one node with our guid is not ours. */
+struct impostor_arg {
+    struct tu_relay *px;
+    const char *lockpath;
+    bool made;
+};
+
+static void *impostor_when(void *p)
+{
+    struct impostor_arg *a = p;
+    zhandle_t *zh = raw_open(NULL);
+    char ours[128] = "";
+    for (int i = 0; i < 800 && !ours[0]; i++) {
+        struct String_vector v = {0, NULL};
+        if (zoo_get_children(zh, a->lockpath, 0, &v) == ZOK)
+            for (int32_t k = 0; k < v.count; k++)
+                if (strncmp(v.data[k], "_c_", 3) == 0 && strlen(v.data[k]) < sizeof ours)
+                    snprintf(ours, sizeof ours, "%s", v.data[k]);
+        deallocate_String_vector(&v);
+        if (!ours[0])
+            tu_sleep_ms(10);
+    }
+    if (ours[0]) {
+        char *path = tu_fmt("%s/%.39s-lock-0000000000", a->lockpath, ours);
+        char *mine = tu_fmt("%s/%s", a->lockpath, ours);
+        a->made = zoo_create(zh, path, "impostor", 8, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL,
+                             0) == ZOK &&
+                  zoo_delete(zh, mine, -1) == ZOK;
+        free(path);
+        free(mine);
+    }
+    tu_relay_set(a->px, TU_RELAY_PASS);
+    zookeeper_close(zh);
+    return NULL;
+}
+
+/* A create whose reply is lost is found again by its guid -- but a node
+ * that carries the guid and is not our session's ephemeral node is not
+ * ours, whatever its name says. Here the one node with our guid is a
+ * persistent impostor: adopting it makes a try-once "hold" the lock on a
+ * node that is not ours (before: DLOCK_OK, the impostor's czxid as the
+ * token); refused, the create is tried again and ours stands behind it:
+ * DLOCK_EBUSY. */
+TU_TEST_IN(standalone, create_reply_lost_impostor_not_adopted, 90)
+{
+    struct proxied f;
+    proxied_open_kept(&f, "lease=6000&timeout=4000", "impostor");
+    struct impostor_arg ia = {.px = &f.px, .lockpath = "/dlock/impostor"};
+    for (int k = 0; k < 4; k++) { /* our sequence past the impostor's */
+        char made[256];
+        ck_assert_int_eq(zoo_create(f.zh, "/dlock/impostor/x-", NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                                    ZOO_EPHEMERAL_SEQUENTIAL, made, sizeof made),
+                         ZOK);
+        ck_assert_int_eq(zoo_delete(f.zh, made, -1), ZOK);
+    }
+    tu_relay_set(&f.px, TU_RELAY_DROP);
+    pthread_t th;
+    pthread_create(&th, NULL, impostor_when, &ia);
+    int rc = dlock_acquire(f.l, DLOCK_TRY);
+    pthread_join(th, NULL);
+    ck_assert_msg(ia.made, "the impostor was not put in place");
+    ck_assert_msg(rc == DLOCK_EBUSY, "try-once whose create reply was lost, an impostor with "
+                  "our guid: %s %s (token %llu)", dlock_err_name(rc), dlock_errmsg(),
+                  (unsigned long long)(rc == DLOCK_OK ? tu_token(f.l) : 0));
+    if (rc == DLOCK_OK)
+        dlock_release(f.l);
+    int n = 0;
+    char **kids = raw_children(f.zh, "/dlock/impostor", &n);
+    for (int i = 0; i < n; i++) {
+        char *path = tu_fmt("/dlock/impostor/%s", kids[i]);
+        zoo_delete(f.zh, path, -1);
+        free(path);
+    }
+    free_strings(kids, n);
+    proxied_close(&f);
+}
+
 /* A waiting acquire whose create lost its reply retries the create while
  * the server cannot be reached (each try fails at once: connection
  * refused); a cancel during those retries ends the acquire at once. The

@@ -212,22 +212,45 @@ static int make_parents(struct zk_backend *zb, struct zk_session *s, const char 
     return rc;
 }
 
-/* Find the child of LOCKPATH carrying GUID after an ambiguous create.
- * Returns ZOK and sets *node (owned), ZNONODE when none, or an error. */
+/* Find our node under LOCKPATH after an ambiguous create: the child
+ * carrying GUID that is a lock node of MARK's kind and our session's
+ * ephemeral node. The guid alone is no proof: anyone who can list the
+ * directory can copy it into a node of their own (a persistent one, with
+ * a lower sequence), and adopting that would make us "hold" on a node
+ * that is not ours. Returns ZOK and sets *node (owned) and *czxid,
+ * ZNONODE when none, or an error. */
 static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                          const char *guid, char **node, int64_t until)
+                          const char *guid, const char *mark, char **node, int64_t *czxid,
+                          int64_t until)
 {
     struct String_vector kids;
     int rc = dlock__zk_rq_children(zb, s->zh, lockpath, &kids, until);
     if (rc != ZOK)
         return rc;
+    pthread_mutex_lock(&zb->mu);
+    int64_t session_id = s->session_id; /* (the watcher writes it) */
+    pthread_mutex_unlock(&zb->mu);
+    char probe[64]; /* "<mark><10 digits>": the kind our node is of */
+    snprintf(probe, sizeof probe, "%s0000000000", mark);
+    enum zk_kind want = dlock__zk_node_kind(probe);
     rc = ZNONODE;
-    for (int32_t i = 0; i < kids.count; i++) {
-        if (dlock__zk_node_has_guid(kids.data[i], guid)) {
-            *node = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
-            rc = *node ? ZOK : ZSYSTEMERROR;
+    for (int32_t i = 0; i < kids.count && rc == ZNONODE; i++) {
+        if (!dlock__zk_node_has_guid(kids.data[i], guid) ||
+            dlock__zk_node_kind(kids.data[i]) != want)
+            continue;
+        char *path = dlock__sprintf("%s/%s", lockpath, kids.data[i]);
+        struct Stat st;
+        int erc = path ? dlock__zk_rq_exists(zb, s->zh, path, NULL, NULL, &st, until)
+                       : ZSYSTEMERROR;
+        if (erc == ZOK && st.ephemeralOwner == session_id && session_id) {
+            *node = path;
+            *czxid = st.czxid;
+            rc = ZOK;
             break;
         }
+        free(path);
+        if (erc != ZOK && erc != ZNONODE)
+            rc = erc;
     }
     deallocate_String_vector(&kids);
     return rc;
@@ -285,16 +308,12 @@ int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, cons
         if (dlock__zk_rc_transient(rc) && dlock__now_ms() < deadline) {
             /* The reply was lost: the node may exist. Look for our guid. */
             char *found = NULL;
-            int frc = find_guid_node(zb, s, lockpath, guid, &found, deadline);
-            if (frc == ZOK) {
-                struct Stat fst;
-                frc = dlock__zk_rq_exists(zb, s->zh, found, NULL, NULL, &fst, deadline);
-                if (frc == ZOK) {
-                    *mine = found;
-                    *czxid = fst.czxid;
-                    break;
-                }
-                free(found);
+            int64_t found_czxid = 0;
+            if (find_guid_node(zb, s, lockpath, guid, mark, &found, &found_czxid, deadline) ==
+                ZOK) {
+                *mine = found;
+                *czxid = found_czxid;
+                break;
             }
             int r = dlock__wait_retry(w, &backoff, deadline);
             if (r == DLOCK_OK)

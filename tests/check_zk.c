@@ -1640,22 +1640,32 @@ struct heal_arg {
     bool seen;
 };
 
+/* Wait (up to 8 s) until LOCKPATH has exactly WANT protected children
+ * ("_c_..."), through ZH; the last one's name into NAME (SIZE bytes; may
+ * be NULL). Whether it came to that. */
+static bool wait_protected(zhandle_t *zh, const char *lockpath, int want, char *name,
+                           size_t size)
+{
+    for (int i = 0; i < 800; i++) {
+        struct String_vector v = {0, NULL};
+        int rc = zoo_get_children(zh, lockpath, 0, &v);
+        int n = rc == ZOK ? 0 : rc == ZNONODE ? 0 : -1;
+        for (int32_t k = 0; rc == ZOK && k < v.count; k++)
+            if (strncmp(v.data[k], "_c_", 3) == 0 && ++n && name)
+                snprintf(name, size, "%s", v.data[k]);
+        deallocate_String_vector(&v);
+        if (n == want)
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
 static void *heal_when(void *p)
 {
     struct heal_arg *a = p;
     zhandle_t *zh = raw_open(NULL);
-    for (int i = 0; i < 800 && !a->seen; i++) {
-        struct String_vector v = {0, NULL};
-        int rc = zoo_get_children(zh, a->lockpath, 0, &v);
-        int n = rc == ZOK ? 0 : rc == ZNONODE ? 0 : -1;
-        for (int32_t k = 0; rc == ZOK && k < v.count; k++)
-            n += strncmp(v.data[k], "_c_", 3) == 0;
-        deallocate_String_vector(&v);
-        if (n == a->want)
-            a->seen = true;
-        else
-            tu_sleep_ms(10);
-    }
+    a->seen = wait_protected(zh, a->lockpath, a->want, NULL, 0);
     tu_relay_set(a->px, TU_RELAY_PASS);
     zookeeper_close(zh);
     return NULL;
@@ -1737,17 +1747,7 @@ static void *impostor_when(void *p)
     struct impostor_arg *a = p;
     zhandle_t *zh = raw_open(NULL);
     char ours[128] = "";
-    for (int i = 0; i < 800 && !ours[0]; i++) {
-        struct String_vector v = {0, NULL};
-        if (zoo_get_children(zh, a->lockpath, 0, &v) == ZOK)
-            for (int32_t k = 0; k < v.count; k++)
-                if (strncmp(v.data[k], "_c_", 3) == 0 && strlen(v.data[k]) < sizeof ours)
-                    snprintf(ours, sizeof ours, "%s", v.data[k]);
-        deallocate_String_vector(&v);
-        if (!ours[0])
-            tu_sleep_ms(10);
-    }
-    if (ours[0]) {
+    if (wait_protected(zh, a->lockpath, 1, ours, sizeof ours)) {
         char *path = tu_fmt("%s/%.39s-lock-0000000000", a->lockpath, ours);
         char *mine = tu_fmt("%s/%s", a->lockpath, ours);
         a->made = zoo_create(zh, path, "impostor", 8, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL,

@@ -1581,6 +1581,61 @@ TU_TEST(close_returns_when_command_exits, 60)
     free(pidfile);
 }
 
+/* --no-wait-children, flock(1)'s default behaviour: dlock returns when
+ * COMMAND exits, with its status and without a word on stderr, and leaves what
+ * COMMAND started alone -- which, on the file backend and the path form,
+ * kept the lock's inherited descriptor: NAME stays held while that
+ * process lives and is free once it exits. U_NAME is the name or path. */
+static void leave_keeps_lock_with_descendants(const char *u_name)
+{
+    char *pidfile = tu_fmt("%s/leave.pid", dir), *go = tu_fmt("%s/leave.go", dir);
+    char *log = tu_fmt("%s/leave.log", dir);
+    char *cmd = tu_fmt("sh -c 'while [ ! -e %s ]; do sleep 0.05; done' & "
+                       "echo $! > %s.tmp && mv %s.tmp %s; exit 3",
+                       go, pidfile, pidfile, pidfile);
+    const char *argv[] = {tu_dlock_bin(), "-u", url,   "run", "--no-wait-children",
+                          u_name,         "-c", cmd,   NULL};
+    pid_t d = tu_spawn(argv, log);
+    int st = 0;
+    bool returned = false;
+    for (int i = 0; i < 2000 && !(returned = waitpid(d, &st, WNOHANG) == d); i++)
+        tu_sleep_ms(10);
+    ck_assert(tu_wait_file(pidfile, 30000));
+    pid_t left = (pid_t)tu_read_u64(pidfile);
+    bool alive = left > 0 && !exited(left);
+    int busy = DLOCK(NULL, NULL, "run", "-n", u_name, "true");
+    tu_write_file(go, "");
+    if (!returned)
+        waitpid(d, &st, 0);
+    char *said = tu_read_file(log);
+    ck_assert_msg(returned, "dlock run --no-wait-children waited for a process left behind: %s",
+                  said ? said : "");
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 3, "status %#x: %s", st, said ? said : "");
+    ck_assert_msg(alive, "the process COMMAND left behind was not left alone");
+    ck_assert_msg(busy == 1, "%s is not held by what COMMAND left behind (exit %d)", u_name, busy);
+    ck_assert_msg(!said || !*said, "a line on stderr without -v: %s", said);
+    int free_now = 1;
+    for (int i = 0; i < 600 && free_now; i++) { /* free once it exits */
+        free_now = exited(left) ? DLOCK(NULL, NULL, "run", "-n", u_name, "true") : 1;
+        if (free_now)
+            tu_sleep_ms(50);
+    }
+    ck_assert_msg(free_now == 0, "%s still held after the last process exited", u_name);
+    free(said), free(cmd), free(log), free(go), free(pidfile);
+}
+
+TU_TEST(leave_keeps_lock_with_descendants_file, 60)
+{
+    leave_keeps_lock_with_descendants("leave");
+}
+
+TU_TEST(leave_keeps_lock_with_descendants_path, 60)
+{
+    char *path = tu_fmt("%s/leave.path", dir);
+    leave_keeps_lock_with_descendants(path);
+    free(path);
+}
+
 /* dlock stopped on the file backend, where a hold has no lease: the
  * job goes on (its guardian has no deadline to keep), the name stays
  * held, and once dlock is continued a SIGTERM to it ends the job as

@@ -76,6 +76,7 @@ struct run {
     bool lost;
     bool lost_after_job; /* lost during --min-hold, once COMMAND had ended */
     bool passed_signal;  /* a signal was passed on to the job */
+    bool left_held;      /* --no-wait-children: processes of the job keep the lock's descriptor */
     char lost_why[512];
     char lost_name[256]; /* the lock lost (run -m: which member), for messages */
 };
@@ -617,6 +618,8 @@ struct run_opts {
     bool multi;       /* -m: the operands up to -- or -c are a set of NAMEs */
     bool close;       /* -o: flock's --close: the job ends with COMMAND, which gets
                          no copy of the lock's descriptor */
+    bool leave;       /* --no-wait-children: the job ends with COMMAND; what it started keeps
+                         its copy of the descriptor (file, path), as under flock(1) */
     int64_t min_hold_ms; /* --min-hold: held at least this long after it was taken */
     pid_t pid;           /* hold --pid: held for this process, told of a loss */
 };
@@ -650,7 +653,7 @@ static int64_t url_lease_ms(const char *given, char *value, size_t size)
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
     *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false}, 1, 0, 0,
-                           DLOCK_EXCLUSIVE, NULL, 0, false, false, 0, 0};
+                           DLOCK_EXCLUSIVE, NULL, 0, false, false, false, 0, 0};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
         {"nb", no_argument, NULL, 'n'},
@@ -660,6 +663,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"shared", no_argument, NULL, 's'},
         {"exclusive", no_argument, NULL, 'x'},
         {"close", no_argument, NULL, 'o'},
+        {"no-wait-children", no_argument, NULL, 'D'},
         {"no-fork", no_argument, NULL, 'F'},
         {"lease", required_argument, NULL, 'L'},
         {"on-lost", required_argument, NULL, 'O'},
@@ -704,6 +708,9 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             break;
         case 'o':
             o->close = true;
+            break;
+        case 'D':
+            o->leave = true;
             break;
         case 'F':
             return -usage_error("-F (--no-fork) is refused: dlock stays COMMAND's parent's "
@@ -910,7 +917,8 @@ int cmd_run(const char *url, int argc, char **argv)
 
 /* Run CMD with ENV (freed here) as a job (job.c) under the lock held
  * now, LOCK_FDS[0..NLOCK) inherited beside what dlock was given (not with
- * -o), and wait for its end (with -o, COMMAND's), applying O's --on-lost.
+ * -o), and wait for its end (with -o or --no-wait-children, COMMAND's), applying O's
+ * --on-lost.
  * Returns the exit status from COMMAND's wait status; sets *AT_RISK as
  * supervise() does. */
 static int run_job(const struct run_opts *o, char **cmd, char **env, const int *lock_fds,
@@ -923,7 +931,7 @@ static int run_job(const struct run_opts *o, char **cmd, char **env, const int *
         keep[nkeep++] = lock_fds[k];
     qsort(keep, nkeep, sizeof *keep, cmp_int);
     struct cli_job job = {.argv = cmd, .env = env, .sigmask = oldmask, .keep = keep,
-                          .nkeep = nkeep, .leave_rest = o->close, .ctl_fd = -1,
+                          .nkeep = nkeep, .leave_rest = o->close || o->leave, .ctl_fd = -1,
                           .report_fd = -1};
     int code = env ? -start_job(&job) : EXIT_SOFTWARE;
     free_env(env);
@@ -1205,6 +1213,7 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     free(etcd_key);
     bool at_risk = false;
     code = run_job(o, cmd, env, lock_fds, nlock, &oldmask, &at_risk);
+    R.left_held = o->leave && nlock > 0;
     for (size_t k = 0; k < nlock; k++)
         close(lock_fds[k]);
     if (!at_risk)
@@ -1278,7 +1287,9 @@ static int finish(const struct run_opts *o, dlock_client *c, int code, bool at_r
         if (o->strict_release && !code)
             code = cli_exit_code(rc);
     } else if (o->verbose) {
-        vlog("released %s", R.label);
+        vlog(R.left_held ? "left %s to what COMMAND started (it keeps the lock's descriptor)"
+                         : "released %s",
+             R.label);
     }
     if (at_risk) /* stopped because the lease could not be kept */
         code = EXIT_LOST;
@@ -1549,6 +1560,8 @@ static int path_lock_and_run(const struct run_opts *o, const char *path, char **
     }
     close(fd);
     if (o->verbose)
-        vlog("released '%s'", path);
+        vlog(o->leave && cmd ? "left '%s' to what COMMAND started (it keeps the lock's descriptor)"
+                             : "released '%s'",
+             path);
     return code;
 }

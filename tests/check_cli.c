@@ -1542,59 +1542,19 @@ static void killed_by_name(const char *u, const char *lease, const char *name, c
     free(out);
 }
 
-/* -o (--close) as flock(1) means it: dlock returns when COMMAND exits,
- * with COMMAND's status and without a word on stderr, and leaves the
- * processes COMMAND started alone -- here one waiting for a file -- which
- * never had the lock's descriptor: the name is free at once. Before, -o
- * was accepted and ignored: dlock held the lock until that process
- * exited, and said so on stderr. */
-TU_TEST(close_returns_when_command_exits, 60)
+/* dlock run OPT U_NAME with a COMMAND that leaves behind a process
+ * waiting for a file and exits 3: dlock returns when COMMAND exits, with
+ * its status and without a word on stderr, and leaves that process
+ * alone; U_NAME is then busy (HELD_BY_IT) until that process exits, or
+ * free at once. */
+static void left_behind(const char *opt, const char *u_name, bool held_by_it)
 {
     char *pidfile = tu_fmt("%s/left.pid", dir), *go = tu_fmt("%s/left.go", dir);
     char *log = tu_fmt("%s/left.log", dir);
     char *cmd = tu_fmt("sh -c 'while [ ! -e %s ]; do sleep 0.05; done' & "
                        "echo $! > %s.tmp && mv %s.tmp %s; exit 3",
                        go, pidfile, pidfile, pidfile);
-    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", "-o", "left", "-c", cmd, NULL};
-    pid_t d = tu_spawn(argv, log);
-    int st = 0;
-    bool returned = false;
-    for (int i = 0; i < 2000 && !(returned = waitpid(d, &st, WNOHANG) == d); i++)
-        tu_sleep_ms(10);
-    ck_assert(tu_wait_file(pidfile, 30000));
-    pid_t left = (pid_t)tu_read_u64(pidfile);
-    bool alive = left > 0 && !exited(left);
-    int busy = DLOCK(NULL, NULL, "run", "-n", "left", "true");
-    tu_write_file(go, "");
-    if (!returned)
-        waitpid(d, &st, 0);
-    char *said = tu_read_file(log);
-    ck_assert_msg(returned, "dlock run -o waited for a process COMMAND left behind");
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 3, "status %#x", st);
-    ck_assert_msg(alive, "the process COMMAND left behind was not left alone");
-    ck_assert_msg(busy == 0, "the name is still held after COMMAND exited (exit %d)", busy);
-    ck_assert_msg(!said || !*said, "a line on stderr without -v: %s", said);
-    free(said);
-    free(cmd);
-    free(log);
-    free(go);
-    free(pidfile);
-}
-
-/* --no-wait-children, flock(1)'s default behaviour: dlock returns when
- * COMMAND exits, with its status and without a word on stderr, and leaves what
- * COMMAND started alone -- which, on the file backend and the path form,
- * kept the lock's inherited descriptor: NAME stays held while that
- * process lives and is free once it exits. U_NAME is the name or path. */
-static void leave_keeps_lock_with_descendants(const char *u_name)
-{
-    char *pidfile = tu_fmt("%s/leave.pid", dir), *go = tu_fmt("%s/leave.go", dir);
-    char *log = tu_fmt("%s/leave.log", dir);
-    char *cmd = tu_fmt("sh -c 'while [ ! -e %s ]; do sleep 0.05; done' & "
-                       "echo $! > %s.tmp && mv %s.tmp %s; exit 3",
-                       go, pidfile, pidfile, pidfile);
-    const char *argv[] = {tu_dlock_bin(), "-u", url,   "run", "--no-wait-children",
-                          u_name,         "-c", cmd,   NULL};
+    const char *argv[] = {tu_dlock_bin(), "-u", url, "run", opt, u_name, "-c", cmd, NULL};
     pid_t d = tu_spawn(argv, log);
     int st = 0;
     bool returned = false;
@@ -1608,11 +1568,14 @@ static void leave_keeps_lock_with_descendants(const char *u_name)
     if (!returned)
         waitpid(d, &st, 0);
     char *said = tu_read_file(log);
-    ck_assert_msg(returned, "dlock run --no-wait-children waited for a process left behind: %s",
+    ck_assert_msg(returned, "dlock run %s waited for a process COMMAND left behind: %s", opt,
                   said ? said : "");
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 3, "status %#x: %s", st, said ? said : "");
     ck_assert_msg(alive, "the process COMMAND left behind was not left alone");
-    ck_assert_msg(busy == 1, "%s is not held by what COMMAND left behind (exit %d)", u_name, busy);
+    ck_assert_msg(busy == (held_by_it ? 1 : 0), "%s: %s after COMMAND exited (exit %d)", opt,
+                  held_by_it ? "the name is not held by what COMMAND left behind"
+                             : "the name is still held",
+                  busy);
     ck_assert_msg(!said || !*said, "a line on stderr without -v: %s", said);
     int free_now = 1;
     for (int i = 0; i < 600 && free_now; i++) { /* free once it exits */
@@ -1622,6 +1585,23 @@ static void leave_keeps_lock_with_descendants(const char *u_name)
     }
     ck_assert_msg(free_now == 0, "%s still held after the last process exited", u_name);
     free(said), free(cmd), free(log), free(go), free(pidfile);
+}
+
+/* -o (--close) as flock(1) means it: what COMMAND started never had the
+ * lock's descriptor: the name is free at once. Before, -o was accepted
+ * and ignored: dlock held the lock until that process exited, and said
+ * so on stderr. */
+TU_TEST(close_returns_when_command_exits, 60)
+{
+    left_behind("-o", "left", false);
+}
+
+/* --no-wait-children, flock(1)'s default behaviour: on the file backend
+ * and the path form what COMMAND started kept the lock's inherited
+ * descriptor: the name stays held while that process lives. */
+static void leave_keeps_lock_with_descendants(const char *u_name)
+{
+    left_behind("--no-wait-children", u_name, true);
 }
 
 TU_TEST(leave_keeps_lock_with_descendants_file, 60)

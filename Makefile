@@ -125,8 +125,8 @@ CLI_SRC := $(wildcard cli/*.c)
 CLI_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CLI_SRC))
 TESTLIB_SRC := $(wildcard tests/lib/*.c)
 TESTLIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TESTLIB_SRC))
-# A test binary per tests/check_*.c; backend tests only when built.
-TEST_SRC := $(foreach t,$(wildcard tests/check_*.c),$(if $(filter $(MISSING_BACKENDS),$(patsubst tests/check_%.c,%,$(t))),,$(t)))
+# A test binary per tests/check_*.c; backend tests (check_BACKEND*.c) only when built.
+TEST_SRC := $(foreach t,$(wildcard tests/check_*.c),$(if $(filter $(MISSING_BACKENDS),$(firstword $(subst _, ,$(patsubst tests/check_%.c,%,$(t))))),,$(t)))
 # The contract, semaphore, election and multi-lock suites run against every backend, and the
 # PostgreSQL fencing recipe needs Redis: built only when all backends are
 # (make check refuses a build that lacks one anyway).
@@ -203,6 +203,9 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)
 	@echo CC $<; $(CC) $(CPPFLAGS) $(BACKEND_DEFS) $(DEP_CFLAGS) -Itests/lib $(ALL_CFLAGS) $(shell pkg-config --cflags check) \
 	  $(LDFLAGS) -o $@ $< $(TESTLIB_OBJ) $(STATIC) $(shell pkg-config --libs check) $(LIBS)
+
+# The Redis suite's binaries share tests/redis_suite.h.
+$(filter %/check_redis %/check_redis_%,$(TEST_BIN)): tests/redis_suite.h
 
 # check_cli preloads this into `dlock run` to make its threads fail to
 # start (tests/preload/no_threads.c): plain, no sanitizer runtime.
@@ -320,10 +323,10 @@ endif
 # (DLOCK_SKIP_FIXTURES, tests/lib/testutil.h), and check_chaos is left
 # out whole. Those run in full in the plain pass, and their own code
 # (tls.c, sentinel.c, cluster.c, redlock*.c) runs under the sanitizers in
-# check_redis, check_cluster and check_redlock; the fault harness drives
+# check_redis*, check_cluster and check_redlock; the fault harness drives
 # the same library calls the suites do. The fixtures are 5 of the SAN
 # pass's 22 minutes, check_chaos 2.
-# check_redis's three Sentinel failovers (85 s under SAN) are left out
+# check_redis_sentinel's three Sentinel failovers (85 s under SAN) are left out
 # too: the rest of its Sentinel tests run sentinel.c under SAN.
 SAN_CI_SKIP = rediss redis-sentinel rediss-sentinel redis-cluster rediss-cluster redlock
 SAN_CI_SKIP_TESTS = redis/sentinel_failover_* redis/sentinel_status_names_the_new_master
@@ -337,7 +340,7 @@ CHECK_JOBS ?= 1
 else
 CHECK_JOBS ?= 2
 endif
-LONGEST_FIRST = check_contract check_chaos check_redis check_etcd check_semaphore check_cli \
+LONGEST_FIRST = check_contract check_chaos check_redis_sentinel check_etcd check_semaphore check_cli \
   check_cluster check_multi check_fair check_zk check_election
 longest_first = $(foreach n,$(LONGEST_FIRST),$(filter %/$(n),$(1))) \
   $(filter-out $(addprefix %/,$(LONGEST_FIRST)),$(1))

@@ -1166,7 +1166,7 @@ TU_TEST(late_raise_of_our_earlier_hold_spares_our_release, 60)
  * after the same owner took the name again as a reader there (its
  * leftover field taken anew): it must leave that later read hold on node
  * 2 alone, as a late release on one server does
- * (late_shared_release_spares_a_later_hold in check_redis). */
+ * (late_shared_release_spares_a_later_hold in check_redis_faults). */
 TU_TEST(late_shared_release_spares_a_later_read_hold, 60)
 {
     struct late_node f;

@@ -141,7 +141,7 @@ static struct ct_fixture fx_file = {
 #ifdef DLOCK_HAVE_REDIS
 /* Every Redis form: one redis-server in either layout (plain or TLS),
  * Sentinel (1 master, 1 replica, 1 sentinel: the URL form; failovers are
- * check_redis's), plain or over TLS (rediss+sentinel://: the sentinels,
+ * check_redis_sentinel's), plain or over TLS (rediss+sentinel://: the sentinels,
  * the master and the replica all on TLS, one CA), Redlock (three
  * independent redis-servers, one redlock:// URL over them), or Cluster,
  * plain or over TLS (below). */

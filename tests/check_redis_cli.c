@@ -1,0 +1,107 @@
+/* check_redis_cli.c -- the dlock command on redis URLs.
+ */
+#include "redis_suite.h"
+
+/* ------------------------------------------------------------------ CLI */
+
+TU_TEST(cli_on_redis_urls, 60)
+{
+    start_server(NULL);
+    const char *dl = tu_dlock_bin();
+    {
+        const char *argv[] = {dl, "-u", srv.url, "run", "-n", "clijob", "true", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+    }
+    {
+        const char *argv[] = {dl, "-u", srv.url, "run", "-n", "clijob", "sh", "-c", "exit 7", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 7);
+    }
+    {
+        char *out = NULL;
+        const char *argv[] = {dl, "-u", srv.url, "run", "clijob", "--", "sh", "-c", "echo $DLOCK_TOKEN", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+        redisContext *ctx = raw();
+        ck_assert_int_eq(strtoll(out, NULL, 10), cmd_int(ctx, "GET %s", "redisson_lock_token:{clijob}"));
+        redisFree(ctx);
+        free(out);
+    }
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "clijob");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    {
+        const char *argv[] = {dl, "-u", srv.url, "run", "-n", "clijob", "true", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 1);
+    }
+    {
+        char *out = NULL;
+        const char *argv[] = {dl, "-u", srv.url, "status", "clijob", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+        ck_assert_msg(out && strstr(out, "4"), "status: %s", out ? out : "");
+        free(out);
+    }
+    {
+        char *out = NULL;
+        const char *argv[] = {dl, "-u", srv.url, "list", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
+        ck_assert_msg(out && strstr(out, "clijob"), "list: %s", out ? out : "");
+        free(out);
+    }
+    {
+        const char *argv[] = {dl, "-u", srv.url, "release", "--force", "clijob", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+    }
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    {
+        char *bad = tu_fmt("redis://127.0.0.1:%d", tu_free_port());
+        char *err = NULL;
+        const char *argv[] = {dl, "-u", bad, "run", "-n", "x", "true", NULL};
+        ck_assert_int_eq(tu_run(argv, NULL, NULL, &err), 69);
+        ck_assert_msg(err && strstr(err, "127.0.0.1:"), "%s", err ? err : "");
+        free(err);
+        free(bad);
+    }
+    {
+        const char *extra_env[] = {NULL};
+        char *u = tu_fmt("%s?layout=nope", srv.url);
+        const char *argv[] = {dl, "-u", u, "run", "-n", "x", "true", NULL};
+        ck_assert_int_eq(tu_run(argv, extra_env, NULL, NULL), 78);
+        free(u);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_server();
+}
+
+/* `dlock run` on a redis URL: the lease is renewed while the command runs
+ * and ends soon after the CLI is killed with SIGKILL. */
+TU_TEST(cli_holder_renewed_then_killed, 60)
+{
+    start_server(NULL);
+    const char *argv[] = {tu_dlock_bin(), "-u", srv.url, "run", "--lease", "1.5", "clik9", "--", "sleep", "60", NULL};
+    pid_t pid = tu_spawn(argv, NULL);
+    redisContext *ctx = raw();
+    for (int i = 0; i < 500 && cmd_int(ctx, "EXISTS clik9") != 1; i++)
+        tu_sleep_ms(10);
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS clik9"), 1);
+    long long held_token = cmd_int(ctx, "GET %s", "redisson_lock_token:{clik9}");
+    tu_sleep_ms(3000); /* two leases: only renewals keep it */
+    ck_assert_int_eq(cmd_int(ctx, "EXISTS clik9"), 1);
+    long long ttl = cmd_int(ctx, "PTTL clik9");
+    ck_assert_msg(ttl > 0 && ttl <= 1500, "pttl %lld", ttl);
+    kill(-pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "clik9");
+    TU_ACQUIRE_OK(l, 20000);
+    ck_assert_uint_eq(tu_token(l), (uint64_t)held_token + 1);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    redisFree(ctx);
+    stop_server();
+}
+
+int main(void)
+{
+    return tu_main("redis", NULL, NULL);
+}

@@ -1477,6 +1477,13 @@ bool chaos_run(const struct chaos_config *cfg, struct chaos_result *res)
         snprintf(res->error, sizeof res->error, "the store gave no records");
     waitpid(r->store_pid, NULL, 0);
     r->store_pid = 0;
+    /* a relay that died took packet-delay's workers off the servers: the
+     * run measured the wrong fault (it lives until killed below) */
+    if (ok && r->relay_pid > 0 && waitpid(r->relay_pid, NULL, WNOHANG) != 0) {
+        r->relay_pid = 0;
+        ok = false;
+        snprintf(res->error, sizeof res->error, "the delaying relay (relay.c) ended during the run");
+    }
 out:
     for (int k = 0; k < r->nworkers; k++)
         if (r->w[k].pid > 0) {

@@ -148,7 +148,7 @@ static struct redis_state *node_new(struct redis_state *f, const char *host, int
     if (!n)
         return NULL;
     if (!(n->host = dlock__strdup(host))) {
-        dlock__redis_close(n);
+        dlock__redis_state_free(n);
         return NULL;
     }
     n->port = port;
@@ -176,7 +176,7 @@ static void node_free(struct redis_state *n)
 {
     n->tls = NULL; /* the front's */
     n->cluster = NULL;
-    dlock__redis_close(n);
+    dlock__redis_state_free(n);
 }
 
 /* The index of the node at HOST:PORT, added when new (cluster mutex

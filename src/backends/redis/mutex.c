@@ -1,5 +1,5 @@
 /* mutex.c -- the Redis backend's lock recipe: a Redisson-compatible
- * reentrant, fenced mutex, and the backend table.
+ * reentrant, fenced mutex.
  *
  * Why it is shaped so. Most users already run Redis and trust Redisson's
  * RLock/RFencedLock, so the default layout is Redisson's own wire format
@@ -236,7 +236,7 @@ out:
     return rc;
 }
 
-static int redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+int dlock__redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct redis_state *s = state;
     owner_of(s, h);
@@ -298,7 +298,7 @@ static int release_lock(struct redis_state *s, struct dlock__hold *h, int64_t de
     return rc;
 }
 
-static int redis_release(void *state, struct dlock__hold *h)
+int dlock__redis_release_hold(void *state, struct dlock__hold *h)
 {
     int rc = release_lock(state, h, DLOCK__NEVER);
     free(h->bdata); /* Sentinel: the master that confirmed it last */
@@ -314,7 +314,7 @@ static int redis_release(void *state, struct dlock__hold *h)
  * answers, it takes the owner's field away (a fair lock's: leaves and
  * passes the lock on), and the owner's next acquire of the name sends it
  * first, so it never ends a later hold. */
-static int redis_release_within(void *state, struct dlock__hold *h, int64_t deadline)
+int dlock__redis_release_within(void *state, struct dlock__hold *h, int64_t deadline)
 {
     struct redis_state *s = state;
     int rc = DLOCK_ETIMEDOUT;
@@ -551,7 +551,7 @@ out:
 
 /* The backend's renew: the holds, then, while some hold was renewed,
  * the client record that names where they are held (record.c). */
-static int redis_renew(void *state, struct dlock__renew_batch *b)
+int dlock__redis_renew(void *state, struct dlock__renew_batch *b)
 {
     struct redis_state *s = state;
     int rc = renew_holds(s, b);
@@ -880,70 +880,3 @@ int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
     }
     return rc;
 }
-
-/* ================================================================ table */
-
-int dlock__redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
-{
-    return redis_acquire(state, h, w);
-}
-
-int dlock__redis_release_hold(void *state, struct dlock__hold *h)
-{
-    return redis_release(state, h);
-}
-
-static const char *const redis_schemes[] = {"redis",          "rediss",          "redis+unix",
-                                            "redis+sentinel", "rediss+sentinel", "redis+cluster",
-                                            "rediss+cluster", NULL};
-
-static const struct dlock__lock_ops redis_lock_ops = {
-    .acquire = redis_acquire,
-    .release = redis_release,
-    .release_within = redis_release_within,
-    .downgrade = dlock__redis_rw_downgrade,
-};
-
-static const struct dlock__multi_ops redis_multi_ops = {
-    .acquire = dlock__redis_multi_acquire,
-    .release = dlock__redis_multi_release,
-};
-
-static const struct dlock__sem_ops redis_sem_ops = {
-    .acquire = dlock__redis_sem_acquire,
-    .release = dlock__redis_sem_release,
-    .inspect = dlock__redis_sem_inspect,
-    .list = dlock__redis_sem_list,
-};
-
-static const struct dlock__elect_ops redis_elect_ops = {
-    .acquire = dlock__redis_elect_acquire,
-    .release = dlock__redis_elect_release,
-    .proclaim = dlock__redis_elect_proclaim,
-    .observe = dlock__redis_elect_observe,
-};
-
-static const struct dlock__admin_ops redis_admin_ops = {
-    .inspect = dlock__redis_inspect,
-    .check = dlock__redis_check,
-    .force_release = dlock__redis_force_release,
-    .list = dlock__redis_list,
-    .master = dlock__redis_master,
-};
-
-const struct dlock__backend dlock__backend_redis = {
-    .name = "redis",
-    .schemes = redis_schemes,
-    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FIXED_LEASE |
-            DLOCK__CAP_FAIR,
-    .default_port = REDIS_DEFAULT_PORT,
-    .open = dlock__redis_open,
-    .close = dlock__redis_close,
-    .renew = redis_renew,
-    .locks = &redis_lock_ops,
-    .multi = &redis_multi_ops,
-    .semaphores = &redis_sem_ops,
-    .elections = &redis_elect_ops,
-    .admin = &redis_admin_ops,
-};
-

@@ -1,19 +1,44 @@
 /* redis.h -- what the files of the Redis backend share, and nothing else.
  *
- * The backend is split by concern: net.c (our sockets: dialing, one
- * bounded poll loop per request over one or more connections, the reply
- * cap), tls.c (rediss:// through OpenSSL), conn.c (the URL, AUTH/SELECT, the connection pool and its
- * reconnect backoff), scripts.c (the lock's
- * keys and the Lua scripts of scripts/NAME.lua, embedded at build time, run by
- * EVALSHA), hub.c (the subscriber thread that turns release messages into
- * wake-ups of waiting threads), cancel.c (the cancel owed after an acquire
- * whose replies were lost), mutex.c (the lock recipe: acquire, release,
- * renew, inspect, force, list, and the backend table) and rwlock.c (what
- * shared holds add: Redisson's RReadWriteLock layout); cluster.c routes each
- * request of a redis+cluster:// URL to its slot's master, and redlock.c
- * with its neighbours (redlock.h) runs one lock over N nodes, each a
- * whole state of this backend. Everything here is
- * private to those files; the core sees only the table.
+ * The backend stands in layers; a file calls its own layer or those
+ * below it, never one above:
+ *
+ *   redlock    redlock.c, redlock_hold.c, redlock_nodes.c,
+ *              redlock_election.c (redlock.h): one lock over N nodes,
+ *              each node a whole client of the layers below
+ *   backend    backend.c       a client assembled from its URL (open,
+ *                              open_node, close) and the backend table
+ *   recipes    mutex.c (the lock: acquire, release, renew, inspect,
+ *              force, list), rwlock.c (shared holds: Redisson's
+ *              RReadWriteLock layout), fair.c (?layout=fair),
+ *              semaphore.c, election.c, multi.c, cancel.c (what is owed
+ *              after an acquire whose replies were lost), record.c (the
+ *              client record: where a holder runs)
+ *   hub        hub.c           the subscriber thread that turns release
+ *                              messages into wake-ups of waiting threads
+ *   scripts    scripts.c       the lock's keys, the Lua scripts of
+ *                              scripts/NAME.lua (embedded at build time,
+ *                              run by EVALSHA), and dlock__redis_eval():
+ *                              one struct redis_request, one deadline
+ *   routing    sentinel.c      redis+sentinel://: where the master is
+ *              cluster.c       redis+cluster://: each request to its
+ *                              slot's master, redirects followed
+ *   pool       conn.c          a server's state, dialing with AUTH and
+ *                              SELECT, the connection pool and its
+ *                              reconnect backoff
+ *   sockets    net.c, tls.c    our sockets: dialing, one bounded poll
+ *                              loop per request over one or more
+ *                              connections, the reply cap; rediss://
+ *                              through OpenSSL (openssl.c, openssl.h)
+ *
+ * Where a call still runs up (docs/architecture.md, "The Redis
+ * backend"): the pool's dial asks the sentinels where the master is and
+ * an error reply marks the routing stale (conn.c -> sentinel.c,
+ * cluster.c); a cluster loads the scripts on its first master and names
+ * keys as scripts.c does (cluster.c -> scripts.c), and renews a hold a
+ * master did not renew by the lock's own path (cluster.c -> mutex.c).
+ * Everything here is private to those files; the core sees only the
+ * table.
  */
 #ifndef DLOCK_REDIS_H
 #define DLOCK_REDIS_H
@@ -100,7 +125,7 @@ struct rconn {
 struct hub_chan;       /* hub.c */
 struct hub_conn;       /* hub.c */
 struct redis_cluster;  /* cluster.c */
-struct pending_cancel; /* mutex.c */
+struct pending_cancel; /* cancel.c */
 
 /* The subscriber hub: one connection and thread per client (hub.c). */
 struct hub {
@@ -170,7 +195,7 @@ struct redis_state {
     struct redis_cluster *cluster;
     bool cluster_node;
 
-    /* cancels of lost acquires not yet sent (mutex.c) */
+    /* cancels of lost acquires not yet sent (cancel.c) */
     pthread_mutex_t cancel_mu;
     struct pending_cancel *cancels;
 };
@@ -186,7 +211,7 @@ struct lock_keys {
         waiters_len, tbase_len;
 };
 
-/* ------------------------------------------------------------- conn.c */
+/* ---------------------------------------------------------- backend.c */
 
 int dlock__redis_open(struct dlock_client *c, void **state);
 /* The state of host NODE of C's URL, one node of a multi-node URL
@@ -195,9 +220,17 @@ int dlock__redis_open(struct dlock_client *c, void **state);
  * fills s->sha, and EVALSHA falls back to EVAL. */
 int dlock__redis_open_node(struct dlock_client *c, int node, void **state);
 void dlock__redis_close(void *state);
+extern const struct dlock__backend dlock__backend_redis;
+
+/* ------------------------------------------------------------- conn.c */
+
 /* A state for client C with nothing dialed or parsed yet, its locks and
- * backoff set up (dlock__redis_close frees it); NULL without memory. */
+ * backoff set up; NULL without memory. dlock__redis_state_free() closes
+ * its idle connections and frees what it holds (the TLS context too:
+ * a state that borrows another's clears s->tls first); a client's state
+ * is freed by dlock__redis_close(), which stops its hub first. */
 struct redis_state *dlock__redis_state_new(struct dlock_client *c);
+void dlock__redis_state_free(struct redis_state *s);
 /* Map a server error reply to a code, with the server's words. */
 int dlock__redis_server_error(struct redis_state *s, const char *text, const char *what);
 /* One command on K within K->until (ARGL may be NULL: strlen): *OUT is
@@ -606,7 +639,6 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
  * call (scripts/release_multi.lua), each member checked as the single
  * release checks it. */
 int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs);
-extern const struct dlock__backend dlock__backend_redis;
 
 /* ----------------------------------------------------------- rwlock.c */
 
@@ -776,9 +808,13 @@ int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
  * DLOCK_ELOST, or why it could not be renewed. */
 int dlock__redis_renew_one(struct redis_state *s, struct dlock__hold *h, int64_t deadline);
 
-/* The lock's acquire and release (mutex.c), for the election on it. */
+/* The lock ops' acquire, release and release_within (backend.h), the
+ * election's on its lock too; and the backend's renew (the keeper's
+ * batch). */
 int dlock__redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redis_release_hold(void *state, struct dlock__hold *h);
+int dlock__redis_release_within(void *state, struct dlock__hold *h, int64_t deadline);
+int dlock__redis_renew(void *state, struct dlock__renew_batch *b);
 
 /* ------------------------------------------------------------- fair.c */
 

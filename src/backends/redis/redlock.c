@@ -3,8 +3,8 @@
  * fencing token that only grows.
  *
  * Why it is shaped so. Each node is a whole single-node state of this
- * backend (conn.c: its pool, its subscriber hub, its queue of owed
- * cancels) running the same Lua scripts in the same layouts, so a fleet
+ * backend (backend.c's open_node: its pool, its subscriber hub, its queue
+ * of owed cancels) running the same Lua scripts in the same layouts, so a fleet
  * of node-redlock or redsync clients (layout=simple) or of Redisson
  * clients on the same nodes excludes dlock and the other way round. What
  * Redlock adds is the quorum, here: every request goes to all N nodes at

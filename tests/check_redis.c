@@ -64,6 +64,30 @@ TU_TEST(acquire_release_token_inspect, 60)
 
 /* Threads of one process are distinct owners ("<uuid>:<tid>"), and a
  * release wakes a waiting thread through the subscriber connection. */
+/* The token counter is what dlock_check() and status read a token from:
+ * a counter that is no number ("<T>abc", left by a broken server or any
+ * writer of the key) is DLOCK_EPROTO naming it, not read as T (before:
+ * strtoull took the digits in front, and dlock_check said T current). */
+TU_TEST(garbled_token_counter_is_an_error, 60)
+{
+    start_server(NULL);
+    dlock_client *c = tu_open(srv.url);
+    dlock_lock *l = tu_lock(c, "gtok");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = tu_token(l);
+    redisContext *ctx = raw();
+    freeReplyObject(cmd(ctx, "SET %s %lluabc", "redisson_lock_token:{gtok}", (unsigned long long)t));
+    int rc = dlock_check(c, "gtok", t);
+    ck_assert_msg(rc == DLOCK_EPROTO && strstr(dlock_errmsg(), "redisson_lock_token:{gtok}"),
+                  "check against a garbled counter: %s (%s)", dlock_err_name(rc), dlock_errmsg());
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, "gtok", &info), DLOCK_EPROTO);
+    redisFree(ctx);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 TU_TEST(thread_waits_for_thread, 60)
 {
     struct tu_solo s = served_open("lease=60s", "t");

@@ -22,6 +22,7 @@
  * double-counts, leaks or misreports a hold. A contended acquire sleeps on
  * the subscriber hub (hub.c) until a release message or the holder's lease.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -610,6 +611,18 @@ static bool lock_value_like(const char *v, size_t len)
     return owner_field_like(v, (size_t)(colon - v));
 }
 
+bool dlock__redis_parse_u64(const char *text, size_t len, uint64_t *out)
+{
+    if (len == 0 || len > 20 || strspn(text, "0123456789") != len)
+        return false;
+    errno = 0;
+    unsigned long long v = strtoull(text, NULL, 10);
+    if (errno == ERANGE)
+        return false;
+    *out = v;
+    return true;
+}
+
 /* The holder inspect shows for a simple-layout value that is not dlock's:
  * a foreign client's lock (redis-py) or an application's string, whose
  * value is not ours to print. */
@@ -628,8 +641,11 @@ int dlock__redis_inspect_reply(struct redis_state *s, const redisReply *r, const
         return rc;
     info->mode = DLOCK_EXCLUSIVE;
     info->nwaiters = -1;
-    if (r->element[2]->type == REDIS_REPLY_STRING)
-        info->token = strtoull(r->element[2]->str, NULL, 10);
+    if (r->element[2]->type == REDIS_REPLY_STRING && r->element[2]->len && /* "": none */
+        !dlock__redis_parse_u64(r->element[2]->str, r->element[2]->len, &info->token))
+        return dlock__err(DLOCK_EPROTO, "%s: inspect '%s': the token counter %s holds '%.40s', "
+                                        "not a number",
+                          s->where, k->lock, k->token, r->element[2]->str);
     const char *want = s->simple ? "string" : "hash";
     if (strcmp(type, "none") == 0) {
         info->held = 0;

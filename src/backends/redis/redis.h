@@ -200,6 +200,11 @@ struct redis_state {
     struct pending_cancel *cancels;
 };
 
+/* A counter's decimal text (LEN bytes) as a uint64 into *OUT: false for
+ * anything else (no digits, other bytes, past 2^64 - 1), which a reader
+ * must refuse rather than take the digits in front. */
+bool dlock__redis_parse_u64(const char *text, size_t len, uint64_t *out);
+
 /* The keys of one lock: the lock, its token counter, its channel and the
  * record of canceled acquires; for read-write locks RReadWriteLock's
  * channel, the record of waiting writers and the base of the readers'

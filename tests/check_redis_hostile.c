@@ -361,6 +361,56 @@ TU_TEST(semaphore_tokens_survive_a_data_losing_restart, 60)
     stop_server();
 }
 
+/* The leader's token is the lock's token counter; the value hash keeps
+ * the token and version its writer had. A counter or hash field that is
+ * no number ("<T>abc", left by a broken server or another writer of the
+ * keys) is DLOCK_EPROTO naming the key, not read as T (before: strtoull
+ * took the digits in front, and the leader was reported with token T). */
+TU_TEST(garbled_leader_numbers_are_an_error, 60)
+{
+    start_server(NULL);
+    dlock_client *c = open_with(NULL);
+    dlock_election *e = NULL;
+    ck_assert_int_eq(dlock_election_new(c, "gled", 0, &e), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign(e, "v", 10000, NULL), DLOCK_OK);
+    uint64_t t = 0;
+    ck_assert_int_eq(dlock_election_token(e, &t), DLOCK_OK);
+    redisContext *ctx = raw();
+    const char *garble[][3] = {
+        {"SET", "redisson_lock_token:{gled}", "abc"},
+        {"HSET", "dlock_leader:{gled}", "token"},
+        {"HSET", "dlock_leader:{gled}", "version"},
+    };
+    for (size_t i = 0; i < sizeof garble / sizeof *garble; i++) {
+        char *keep = NULL;
+        if (!strcmp(garble[i][0], "SET")) {
+            freeReplyObject(cmd(ctx, "SET %s %llu%s", garble[i][1], (unsigned long long)t,
+                                garble[i][2]));
+        } else {
+            redisReply *old = cmd(ctx, "HGET %s %s", garble[i][1], garble[i][2]);
+            keep = old->type == REDIS_REPLY_STRING ? strdup(old->str) : NULL;
+            freeReplyObject(old);
+            ck_assert_msg(keep, "no field %s in %s", garble[i][2], garble[i][1]);
+            freeReplyObject(cmd(ctx, "HSET %s %s %sabc", garble[i][1], garble[i][2], keep));
+        }
+        dlock_leader *l = NULL;
+        int rc = dlock_election_leader(c, "gled", &l);
+        ck_assert_msg(rc == DLOCK_EPROTO && strstr(dlock_errmsg(), garble[i][1]),
+                      "leader with %s %s garbled: %s (%s)", garble[i][1],
+                      garble[i][2] ? garble[i][2] : "", dlock_err_name(rc), dlock_errmsg());
+        dlock_leader_free(l);
+        if (keep) /* mended for the next round */
+            freeReplyObject(cmd(ctx, "HSET %s %s %s", garble[i][1], garble[i][2], keep));
+        else
+            freeReplyObject(cmd(ctx, "SET %s %llu", garble[i][1], (unsigned long long)t));
+        free(keep);
+    }
+    redisFree(ctx);
+    dlock_election_resign(e);
+    dlock_election_free(e);
+    dlock_client_close(c);
+}
+
 /* The version of an election's value, the same rule: it went on from 1
  * after a data-losing restart (and began at 1), so a reader that kept a
  * version saw the same number again for another value. */

@@ -159,11 +159,15 @@ int dlock__redis_elect_proclaim(void *state, struct dlock__hold *h, const char *
     return dlock__redis_proclaim(state, s->c, h, value, &node_ops);
 }
 
-static uint64_t reply_u64(const redisReply *r)
+/* The number in R (a string of digits below 2^64, or an integer >= 0)
+ * into *OUT: false for anything else ("12abc" is no 12). */
+static bool reply_u64(const redisReply *r, uint64_t *out)
 {
-    return r->type == REDIS_REPLY_STRING ? strtoull(r->str, NULL, 10)
-           : r->type == REDIS_REPLY_INTEGER ? (uint64_t)r->integer
-                                            : 0;
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) {
+        *out = (uint64_t)r->integer;
+        return true;
+    }
+    return r->type == REDIS_REPLY_STRING && dlock__redis_parse_u64(r->str, r->len, out);
 }
 
 /* One look at the election on its node into OUT; *CONSISTENT false while
@@ -192,14 +196,26 @@ int dlock__redis_leader_parse(struct redis_state *s, const redisReply *r, const 
     int rc = DLOCK_OK;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 7)
         return dlock__err(DLOCK_EPROTO, "%s: %s: unexpected reply", s->where, what);
-    bool held = reply_u64(r->element[0]) == 1;
-    uint64_t counter = reply_u64(r->element[2]), vtoken = reply_u64(r->element[3]);
+    /* the lock's token counter, then the token and version the value's
+     * writer had (leader_read.lua) */
+    static const char *const field[] = {"token counter", "value's token", "value's version"};
+    uint64_t n[3], held = 0;
+    for (int i = 0; i < 3; i++)
+        if (!reply_u64(r->element[2 + i], &n[i]))
+            return dlock__err(DLOCK_EPROTO, "%s: %s: its %s is '%.40s', not a number", s->where,
+                              what, field[i],
+                              r->element[2 + i]->type == REDIS_REPLY_STRING
+                                  ? r->element[2 + i]->str
+                                  : "(no string)");
+    if (!reply_u64(r->element[0], &held))
+        return dlock__err(DLOCK_EPROTO, "%s: %s: unexpected reply", s->where, what);
+    uint64_t counter = n[0], vtoken = n[1];
     *ttl = r->element[6]->type == REDIS_REPLY_INTEGER ? r->element[6]->integer : -2;
-    *consistent = !held || vtoken == counter;
-    if (held && *consistent) {
+    *consistent = held != 1 || vtoken == counter;
+    if (held == 1 && *consistent) {
         out->held = true;
         out->token = counter;
-        out->version = reply_u64(r->element[4]);
+        out->version = n[2];
         out->value = r->element[5]->type == REDIS_REPLY_STRING
                          ? strndup(r->element[5]->str, r->element[5]->len)
                          : dlock__strdup("");

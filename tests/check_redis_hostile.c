@@ -17,6 +17,7 @@ enum fake_mode {
     FAKE_TRICKLE,   /* announce a reply, then send it one byte per 100 ms, forever */
     FAKE_CLOSE,     /* read a little of the command, then close the connection */
     FAKE_ZERO_TOKEN, /* answer the acquire's script with :0, a grant of token 0 */
+    FAKE_SENTINEL_BAD_PORT, /* a sentinel naming its master at port "abc" */
 };
 
 struct fake_server {
@@ -50,6 +51,9 @@ static void fake_misbehave(struct fake_server *fs, int fd)
             tu_sleep_ms(100);
     } else if (fs->mode == FAKE_ZERO_TOKEN) {
         tu_send_all(fd, ":0\r\n", 4);
+    } else if (fs->mode == FAKE_SENTINEL_BAD_PORT) {
+        const char *addr = "*2\r\n$9\r\n127.0.0.1\r\n$3\r\nabc\r\n";
+        tu_send_all(fd, addr, strlen(addr));
     }
     /* FAKE_CLOSE: the caller closes with the command half read */
 }
@@ -143,6 +147,23 @@ static int acquire_from_fake(struct fake_server *fs, enum fake_mode mode, const 
     fake_stop(fs);
     free(url);
     return rc;
+}
+
+/* A sentinel that names its master's port as "abc" (or 0, or past
+ * 65535): DLOCK_EPROTO naming what it said, not a dial to port 0 (before:
+ * atoi made it 0, and the open failed with a refused connection). */
+TU_TEST(sentinel_bad_master_port_is_an_error, 60)
+{
+    struct fake_server fs;
+    fake_start(&fs, FAKE_SENTINEL_BAD_PORT);
+    char *url = tu_fmt("redis+sentinel://127.0.0.1:%d/m?timeout=5s", fs.port);
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_EPROTO && strstr(dlock_errmsg(), "'abc'"),
+                  "a sentinel naming port 'abc': %s (%s)", dlock_err_name(rc), dlock_errmsg());
+    dlock_client_close(c);
+    fake_stop(&fs);
+    free(url);
 }
 
 /* A server that announces a 1 GiB bulk string and streams it: the reply

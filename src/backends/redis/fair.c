@@ -116,15 +116,22 @@ static int fair_eval(struct redis_state *s, const struct fair_keys *f, const cha
     return rc;
 }
 
+/* What the tries of one fair wait share: the id the latest try records
+ * in our queue entry (a grant names it), and what the tries saw. */
+struct fair_wait {
+    const char *wait_id;
+    int64_t ttl_ms; /* the holder's remaining lease */
+    int64_t queued_at; /* the send time of the latest try that saw us queued */
+    uint64_t last; /* the highest request number used (what a leave must cancel) */
+};
+
 /* One acquire attempt of a fair lock (the mutex's try_acquire, with the
- * queue) for wait W: DLOCK_OK (h->token set, the hold confirmed),
- * DLOCK_EBUSY with *TTL_MS the holder's remaining lease and, when STAGE
- * queues, *SENT_MS the send time of the try that saw us queued; or a
- * failure (DLOCK_ECANCELED: W's cancel cut the request short). *LAST is
- * the highest request number used so far (what a leave must cancel). */
+ * queue) for wait W, at STAGE: DLOCK_OK (h->token set, the hold
+ * confirmed), DLOCK_EBUSY with fw->ttl_ms and, when STAGE queues,
+ * fw->queued_at; or a failure (DLOCK_ECANCELED: W's cancel cut the
+ * request short). fw->last is set once a request number is taken. */
 static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct fair_keys *f,
-                    const char *stage, const char *wait_id, struct dlock__wait *w,
-                    int64_t *ttl_ms, int64_t *sent_ms, uint64_t *last)
+                    const char *stage, struct dlock__wait *w, struct fair_wait *fw)
 {
     /* the cancel owed and the acquire share one budget */
     int64_t deadline = dlock__time_budget(dlock__wait_deadline(w), s->op_timeout_ms);
@@ -133,14 +140,14 @@ static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct f
         return rc;
     char lease[24], first[24], second[24], life[24], qlease[24];
     uint64_t n = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* n and n + 1 */
-    *last = n + 1;
+    fw->last = n + 1;
     snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
     snprintf(first, sizeof first, "%llu", (unsigned long long)n);
     snprintf(second, sizeof second, "%llu", (unsigned long long)n + 1);
     snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(h->lease_ms));
     snprintf(qlease, sizeof qlease, "%lld", (long long)queue_lease_ms(s, h->lease_ms));
-    const char *args[] = {lease, first, "0", life, qlease, stage, wait_id};
-    const char *retry_args[] = {lease, second, first, life, qlease, stage, wait_id};
+    const char *args[] = {lease, first, "0", life, qlease, stage, fw->wait_id};
+    const char *retry_args[] = {lease, second, first, life, qlease, stage, fw->wait_id};
     struct redis_request rq = {.nargs = 7, .args = args, .retry_args = retry_args,
                                .what = "acquire", .wait = w, .deadline = deadline};
     rc = fair_eval(s, f, h->owner, "acquire", &rq);
@@ -148,10 +155,9 @@ static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct f
         dlock__redis_cancel_lost_acquire(s, h, n + 1, h->lease_ms);
     if (rc)
         return rc;
-    rc = dlock__redis_acquire_reply(s, h, &f->k, rq.out.reply, rq.out.sent_ms, rq.out.acked,
-                                    deadline, n + 1, ttl_ms);
+    rc = dlock__redis_acquire_reply(s, h, &f->k, &rq, n + 1, &fw->ttl_ms);
     if (rc == DLOCK_EBUSY)
-        *sent_ms = rq.out.sent_ms;
+        fw->queued_at = rq.out.sent_ms;
     return rc;
 }
 
@@ -246,18 +252,18 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
      * found us queued again (its lease ran out untold, or a lost reply's
      * retry passed it on) is no longer ours. Two buffers: the hub reads
      * the current one under its mutex while the next is written. */
-    char ids[2][48], *wait_id = ids[0];
+    char ids[2][48];
+    struct fair_wait fw = {.wait_id = ids[0]};
     unsigned long long wait_no = __atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED);
-    snprintf(wait_id, sizeof ids[0], "%llu.%llu", wait_no, wait_no);
-    int64_t ttl = 0, queued_at = 0, qlease = queue_lease_ms(s, h->lease_ms);
-    uint64_t last = 0;
+    snprintf(ids[0], sizeof ids[0], "%llu.%llu", wait_no, wait_no);
+    int64_t qlease = queue_lease_ms(s, h->lease_ms);
     bool once = dlock__wait_try_once(w);
     /* A wait listens before it queues: a grant may reach the hub before
      * the reply of the try that queued us. The channel is kept subscribed
      * once it was (one per client), so only a client's first wait sends a
      * SUBSCRIBE; until it is confirmed a grant may be missed, so the first
      * try after the confirmation looks for one. */
-    if (!once && (rc = dlock__redis_hub_join_keyed(s, f.chan, f.chan_len, w, wait_id)))
+    if (!once && (rc = dlock__redis_hub_join_keyed(s, f.chan, f.chan_len, w, fw.wait_id)))
         goto out;
     /* and, quietly, on the lock's channel: a release that hands nothing
      * on (a force release, a client of another layout) wakes one waiter
@@ -267,7 +273,7 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
         goto out;
     }
     bool subscribed = !once && dlock__redis_hub_subscribed(s, f.chan, f.chan_len);
-    rc = fair_try(s, h, &f, once ? "0" : "1", wait_id, w, &ttl, &queued_at, &last);
+    rc = fair_try(s, h, &f, once ? "0" : "1", w, &fw);
     if (once)
         goto out;
     if (rc != DLOCK_EBUSY)
@@ -282,7 +288,7 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
         uint64_t token;
-        if (grant_taken(s, &f, wait_id, &token)) {
+        if (grant_taken(s, &f, fw.wait_id, &token)) {
             /* handed over: the grant names our latest try, so it ran
              * after that try (and after the last one that saw us queued):
              * its lease -- our queue lease only, all the releaser knew of
@@ -290,7 +296,7 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
              * extends it to ours at a third of it */
             dlock__redis_hub_ack(s, f.chan, f.chan_len, w);
             h->token = token;
-            dlock__hold_confirmed_short(s->c, h, queued_at,
+            dlock__hold_confirmed_short(s->c, h, fw.queued_at,
                                         qlease < h->lease_ms ? qlease : h->lease_ms);
             rc = DLOCK_OK;
             break;
@@ -302,12 +308,12 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
         if (try_now) {
             dlock__redis_hub_ack(s, f.chan, f.chan_len, w);
             dlock__redis_hub_ack(s, f.k.chan, f.k.chan_len, w);
-            char *next = wait_id == ids[0] ? ids[1] : ids[0];
+            char *next = fw.wait_id == ids[0] ? ids[1] : ids[0];
             snprintf(next, sizeof ids[0], "%llu.%llu", wait_no,
                      (unsigned long long)__atomic_add_fetch(&s->requests, 1, __ATOMIC_RELAXED));
-            dlock__redis_hub_rekey(s, f.chan, f.chan_len, w, next, wait_id);
-            wait_id = next;
-            rc = fair_try(s, h, &f, "2", wait_id, w, &ttl, &queued_at, &last);
+            dlock__redis_hub_rekey(s, f.chan, f.chan_len, w, next, fw.wait_id);
+            fw.wait_id = next;
+            rc = fair_try(s, h, &f, "2", w, &fw);
             if (rc == DLOCK_ECONN && !outage.ms &&
                 dlock__time_left(dlock__wait_deadline(w), 1) == 0) {
                 dlock__errmsg_save(outage.msg);
@@ -319,7 +325,7 @@ int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, stru
                 break;
         }
         /* the safety net: the holder's lease, and our queue entry's refresh */
-        int64_t nap = ttl >= 0 && ttl < qlease / 3 ? ttl : qlease / 3;
+        int64_t nap = fw.ttl_ms >= 0 && fw.ttl_ms < qlease / 3 ? fw.ttl_ms : qlease / 3;
         rc = dlock__redis_wait_sleep(w, seq, nap, h->lease_ms, &outage, DLOCK_ECONN, s->where,
                                      f.k.lock);
         if (rc != DLOCK_OK)
@@ -333,9 +339,9 @@ leave:
     dlock__redis_hub_leave(s, f.chan, f.chan_len, w, rc == DLOCK_OK);
     dlock__redis_hub_leave(s, f.k.chan, f.k.chan_len, w, rc == DLOCK_OK);
     uint64_t late;
-    grant_taken(s, &f, wait_id, &late); /* drop one kept after the last look: the leave passes it on */
-    if (rc != DLOCK_OK && last)
-        fair_give_up(s, h, last, dlock__redis_give_up_deadline(w, rc));
+    grant_taken(s, &f, fw.wait_id, &late); /* drop one kept after the last look: the leave passes it on */
+    if (rc != DLOCK_OK && fw.last)
+        fair_give_up(s, h, fw.last, dlock__redis_give_up_deadline(w, rc));
 out:
     fair_keys_free(&f);
     return rc;

@@ -142,25 +142,26 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
         }
         return rc;
     }
-    return dlock__redis_acquire_reply(s, h, k, rq.out.reply, rq.out.sent_ms, rq.out.acked,
-                                      deadline, n + 1, ttl_ms);
+    return dlock__redis_acquire_reply(s, h, k, &rq, n + 1, ttl_ms);
 }
 
 int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
-                               const struct lock_keys *k, redisReply *r, int64_t sent, int acked,
-                               int64_t deadline, uint64_t last, int64_t *ttl_ms)
+                               const struct lock_keys *k, struct redis_request *rq, uint64_t last,
+                               int64_t *ttl_ms)
 {
     uint64_t token = 0;
-    int rc = dlock__redis_acquire_result(s, r, k, &token, ttl_ms);
+    int acked = rq->out.acked;
+    int rc = dlock__redis_acquire_result(s, rq->out.reply, k, &token, ttl_ms);
     if (!rc && acked >= 0 && acked < s->sync_replicas) {
         h->token = token;
-        rc = undo_unsynced(s, h, acked, deadline, last);
+        rc = undo_unsynced(s, h, acked, rq->deadline, last);
     } else if (!rc) {
         h->token = token;
-        dlock__hold_confirmed(s->c, h, sent);
+        dlock__hold_confirmed(s->c, h, rq->out.sent_ms);
         dlock__redis_sentinel_confirmed(s, h);
     }
-    freeReplyObject(r);
+    freeReplyObject(rq->out.reply);
+    rq->out.reply = NULL;
     return rc;
 }
 

@@ -798,16 +798,15 @@ struct acquire_args {
 void dlock__redis_acquire_args(struct acquire_args *a, bool simple, const struct dlock__hold *h,
                                const struct lock_keys *k, int64_t lease_ms, uint64_t number,
                                uint64_t retries, const char *stage);
-/* Decode (and free) R, the reply of an acquire script of H on K sent at
- * SENT (ACKED replicas acknowledged it, -1 not asked): DLOCK_OK with
- * h->token set and the hold confirmed, DLOCK_EBUSY with *TTL_MS the
- * holder's remaining lease, or a failure with its message. Too few
- * acknowledgements (sync=N): the acquire (request numbers up to LAST)
- * is undone within DEADLINE, the call's budget, or owed to the cleanup
- * queue. */
+/* Decode (and free) RQ's reply, that of an acquire script of H on K (its
+ * send time and acknowledgements in rq->out): DLOCK_OK with h->token set
+ * and the hold confirmed, DLOCK_EBUSY with *TTL_MS the holder's remaining
+ * lease, or a failure with its message. Too few acknowledgements
+ * (sync=N): the acquire (request numbers up to LAST) is undone within
+ * rq->deadline, the call's budget, or owed to the cleanup queue. */
 int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
-                               const struct lock_keys *k, redisReply *r, int64_t sent, int acked,
-                               int64_t deadline, uint64_t last, int64_t *ttl_ms);
+                               const struct lock_keys *k, struct redis_request *rq, uint64_t last,
+                               int64_t *ttl_ms);
 /* Renew the lock hold H alone, within DEADLINE, through the routed
  * script path (a cluster: redirects followed): DLOCK_OK (confirmed),
  * DLOCK_ELOST, or why it could not be renewed. */

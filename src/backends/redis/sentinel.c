@@ -33,6 +33,16 @@ void dlock__redis_sentinel_stale(struct redis_state *s)
     pthread_mutex_unlock(&s->pool_mu);
 }
 
+/* TEXT, all digits, as a TCP port (1-65535) into *PORT. */
+static bool parse_port(const char *text, int *port)
+{
+    size_t n = strspn(text, "0123456789");
+    if (n == 0 || n > 5 || text[n])
+        return false;
+    *port = atoi(text);
+    return *port >= 1 && *port <= 65535;
+}
+
 /* What sentinel K answered to SENTINEL get-master-addr-by-name (after
  * AUTH when AUTHED): DLOCK_OK with *HOST (caller frees) and *PORT, or
  * why not (the message names the sentinel). Takes K's replies. */
@@ -62,12 +72,12 @@ static int sentinel_answer(struct redis_state *s, struct rconn *k, bool authed, 
              r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
         rc = dlock__err(DLOCK_EPROTO, "%s: SENTINEL get-master-addr-by-name: unexpected reply",
                         k->where);
-    else {
-        *host = dlock__strdup(r->element[0]->str);
-        *port = atoi(r->element[1]->str);
-        if (!*host)
-            rc = DLOCK_ENOMEM;
-    }
+    else if (!parse_port(r->element[1]->str, port))
+        rc = dlock__err(DLOCK_EPROTO,
+                        "%s: SENTINEL get-master-addr-by-name %s: port '%.20s' is no port",
+                        k->where, s->master_name, r->element[1]->str);
+    else if (!(*host = dlock__strdup(r->element[0]->str)))
+        rc = DLOCK_ENOMEM;
     freeReplyObject(ra);
     freeReplyObject(r);
     return rc;

@@ -347,6 +347,29 @@ static dlock_permit *permit_after_restart(dlock_semaphore *s)
     return p;
 }
 
+/* A semaphore's token counter that is no number ("<T>abc") is
+ * DLOCK_EPROTO naming the key when inspected (status), not read as T
+ * (before: strtoull took the digits in front). */
+TU_TEST(garbled_semaphore_token_counter_is_an_error, 60)
+{
+    start_server(NULL);
+    dlock_client *c = open_with(NULL);
+    dlock_semaphore *s = tu_semaphore(c, "sgar", 2);
+    dlock_permit *p = tu_permit(s, 1, DLOCK_TRY);
+    redisContext *ctx = raw();
+    freeReplyObject(cmd(ctx, "SET %s 7abc", "dlock_sem_token:{sgar}"));
+    dlock_info *info = NULL;
+    int rc = dlock_semaphore_inspect(c, "sgar", 2, &info);
+    ck_assert_msg(rc == DLOCK_EPROTO && strstr(dlock_errmsg(), "dlock_sem_token:{sgar}"),
+                  "inspect with a garbled token counter: %s (%s)", dlock_err_name(rc),
+                  dlock_errmsg());
+    dlock_info_free(info);
+    redisFree(ctx);
+    dlock_permit_release(p);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+}
+
 TU_TEST(semaphore_tokens_survive_a_data_losing_restart, 60)
 {
     start_server(NULL);

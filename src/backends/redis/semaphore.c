@@ -602,7 +602,11 @@ int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys 
     if (rc)
         return rc;
     long long now = strtoll(r->element[3]->str, NULL, 10);
-    info->token = strtoull(r->element[4]->str, NULL, 10);
+    if (r->element[4]->len && /* "": no counter yet */
+        !dlock__redis_parse_u64(r->element[4]->str, r->element[4]->len, &info->token))
+        return dlock__err(DLOCK_EPROTO, "%s: semaphore '%s': the token counter %s holds '%.40s', "
+                                        "not a number",
+                          s->where, k->name, k->token ? k->token : "", r->element[4]->str);
     size_t nids = (r->elements - 5) / 2;
     info->ttl_ms = -1;
     if (!strcmp(t1, "none") && !nids) { /* never used */

@@ -40,7 +40,8 @@ static int first_host(const char *url, char *host, size_t hostlen, int *port)
     if (!rest)
         return -1;
     rest += 3;
-    const char *at = strchr(rest, '@'), *hosts = at && at < rest + strcspn(rest, "/?") ? at + 1 : rest;
+    const char *at = strchr(rest, '@'),
+               *hosts = at && at < rest + strcspn(rest, "/?") ? at + 1 : rest;
     size_t hl = strcspn(hosts, ",/?");
     const char *colon = memchr(hosts, ':', hl);
     snprintf(host, hostlen, "%.*s", (int)(colon ? (size_t)(colon - hosts) : hl), hosts);

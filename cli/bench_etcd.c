@@ -245,7 +245,8 @@ static long long etcd_raw_server_calls(void *conn)
         const char *end = strchr(line, '\n');
         size_t n = end ? (size_t)(end - line) : strlen(line);
         if (strncmp(line, "grpc_server_msg_received_total{", 31) == 0 &&
-            (memmem(line, n, "etcdserverpb.KV\"", 16) || memmem(line, n, "etcdserverpb.Lease\"", 19))) {
+            (memmem(line, n, "etcdserverpb.KV\"", 16) ||
+             memmem(line, n, "etcdserverpb.Lease\"", 19))) {
             const char *sp = memchr(line, ' ', n);
             if (sp) {
                 if (total < 0)

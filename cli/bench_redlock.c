@@ -41,7 +41,7 @@ static const char CAD_SCRIPT[] =
 
 struct one_node {
     dlock_client *c;
-    redisContext *ctx; /* for PING */
+    redisContext *ctx;              /* for PING */
     redisContext *raw[FLOOR_NODES]; /* the floors' connections, one per node */
     size_t late[FLOOR_NODES];       /* replies a connection owes from earlier requests */
     size_t nraw;
@@ -112,13 +112,15 @@ static int floor_connect(struct one_node *b, const char *url, char *err, size_t 
         const char *colon = memchr(h, ':', hl);
         char host[256];
         snprintf(host, sizeof host, "%.*s", (int)(colon ? (size_t)(colon - h) : hl), h);
-        redisContext *ctx = dlock_bench_redis_dial(host, colon ? atoi(colon + 1) : 6379, err, errlen);
+        redisContext *ctx =
+            dlock_bench_redis_dial(host, colon ? atoi(colon + 1) : 6379, err, errlen);
         if (!ctx)
             return -1;
         b->raw[b->nraw++] = ctx;
         redisReply *r = NULL;
         if (pass[0]) {
-            r = user[0] ? redisCommand(ctx, "AUTH %s %s", user, pass) : redisCommand(ctx, "AUTH %s", pass);
+            r = user[0] ? redisCommand(ctx, "AUTH %s %s", user, pass)
+                        : redisCommand(ctx, "AUTH %s", pass);
             if (!r || r->type == REDIS_REPLY_ERROR)
                 goto refused;
             freeReplyObject(r);

@@ -86,7 +86,8 @@ static void *zk_raw_connect(const char *url, char *err, size_t errlen)
         zoo_add_auth(r->zh, "digest", auth, (int)strlen(auth), NULL, NULL);
     free(rest);
     if (*r->base) {
-        int rc = zoo_create(r->zh, r->base, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+        int rc =
+            zoo_create(r->zh, r->base, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
         if (rc != ZOK && rc != ZNODEEXISTS) {
             snprintf(err, errlen, "create %s: %s", r->base, zerror(rc));
             zookeeper_close(r->zh);

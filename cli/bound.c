@@ -122,8 +122,7 @@ int cli_open_within(const char *url, int64_t lease_ms, int64_t deadline, int wak
     if (over == 0)
         return CLI_WOKEN;
     if (over < 0) {
-        fprintf(stderr, "dlock: %s: no connection within the bound of -w\n",
-                dlock_client_url(c));
+        fprintf(stderr, "dlock: %s: no connection within the bound of -w\n", dlock_client_url(c));
         return CLI_OUT_OF_TIME;
     }
     rc = s->rc;

@@ -448,7 +448,7 @@ static int sub_parse(const char *cmd, int argc, char **argv, struct sub_opts *o,
             cli_help(cmd, 0);
             exit(0);
         default:
-        bad:
+bad:
             fprintf(stderr, "dlock %s: unknown option '%s'\n", cmd, argv[optind - 1]);
             cli_print_usage_line(cmd);
             return -1;

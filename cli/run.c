@@ -589,7 +589,7 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
                 say("lock '%s' at risk: not renewed, %" PRId64
                     " ms of its lease left; %s the command",
                     who, last_until > now ? last_until - now : 0,
-                        p->on_lost == LOST_KILL ? "killing" : "stopping");
+                    p->on_lost == LOST_KILL ? "killing" : "stopping");
                 acted = *at_risk = true;
             }
         }
@@ -939,7 +939,7 @@ static int run_job(const struct run_opts *o, char **cmd, char **env, const int *
         int status = supervise(&job, &o->policy, at_risk);
         code = status < 0              ? EXIT_SOFTWARE
                : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-                                       : WEXITSTATUS(status);
+                                     : WEXITSTATUS(status);
     }
     set_phase(DONE);
     cli_job_end(&job);

@@ -5,7 +5,8 @@
 #
 #   scripts/install-deps.sh           build + test: every backend's client
 #                                     library and server (Redis, etcd, ZooKeeper
-#                                     and its Java), valgrind, clang, ...
+#                                     and its Java), valgrind, clang,
+#                                     clang-format, ...
 #   scripts/install-deps.sh --build   build only: a compiler and the client
 #                                     libraries (what `make` and `make demo` need)
 set -euo pipefail
@@ -25,6 +26,7 @@ test=(
   bash zsh man-db groff-base                         # completions, dlock(1) rendered (check_cli)
   systemd                                             # docs/recipes.md units verified (check_cli)
   iproute2 clang                                      # fault harness (ip, tc), fuzzing
+  clang-format                                        # make format-check (.clang-format)
   nftables                                            # fault harness: packet loss and reorder
   postgresql                                          # the fencing recipe's test (check_fencing_pg)
 )

@@ -27,7 +27,7 @@ static const struct code_row {
 } codes[] = {
     {DLOCK_OK, "DLOCK_OK", "success"},
 #define DLOCK__ERR_ROW(name, code, text) {DLOCK_##name, "DLOCK_" #name, text},
-    DLOCK_ERRNO_MAP(DLOCK__ERR_ROW)
+             DLOCK_ERRNO_MAP(DLOCK__ERR_ROW)
 #undef DLOCK__ERR_ROW
 };
 

@@ -123,7 +123,8 @@ void dlock__keeper_kick_for(struct dlock_client *c, const struct dlock__hold *h)
  * before the validity deadline it pushed back; one that came with less
  * than a sixth of the lease left is worth a warning (a slow or flapping
  * backend: the next one may not make it). */
-static void note_renewal(dlock_client *c, const struct dlock__hold *h, int64_t latency, int64_t left)
+static void note_renewal(dlock_client *c, const struct dlock__hold *h, int64_t latency,
+                         int64_t left)
 {
     uint64_t ms = latency > 0 ? (uint64_t)latency : 0;
     DLOCK__COUNT(c, renewals, 1);

@@ -257,14 +257,15 @@ int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
     int64_t deadline = dlock__deadline(wait_ms);
     size_t busy = 0;
     rc = dlock_cancel_fired(cancel) ? DLOCK_ENOTSUP /* the loop says so */
-                                        : acquire_at_once(m, deadline, cancel, &busy);
+                                    : acquire_at_once(m, deadline, cancel, &busy);
     if (rc == DLOCK_OK) {
         __atomic_store_n(&m->held, 1, __ATOMIC_RELEASE);
         return DLOCK_OK;
     }
     if (rc == DLOCK_EBUSY && busy < m->n && wait_ms == DLOCK_TRY)
-        return dlock__err(DLOCK_EBUSY, "multi-lock member '%s' (%zu of %zu): lock '%s' is held "
-                                       "by another owner",
+        return dlock__err(DLOCK_EBUSY,
+                          "multi-lock member '%s' (%zu of %zu): lock '%s' is held "
+                          "by another owner",
                           dlock_lock_name(m->member[busy]), busy + 1, m->n,
                           dlock_lock_name(m->member[busy]));
     if (rc != DLOCK_EBUSY && rc != DLOCK_ENOTSUP) {
@@ -303,8 +304,8 @@ int dlock_multi_acquire(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel)
              * then. A try and a wait forever give them back as
              * dlock_release() does. */
             int64_t give_back = rc == DLOCK_ECANCELED ? dlock__now_ms()
-                                : wait_ms > 0        ? deadline
-                                                     : DLOCK__NEVER;
+                                : wait_ms > 0         ? deadline
+                                                      : DLOCK__NEVER;
             release_members(m, 0, k, give_back);
             return dlock__err(rc, "multi-lock member '%s' (%zu of %zu): %s%s",
                               dlock_lock_name(m->member[k]), k + 1, m->n,

@@ -65,8 +65,8 @@ char *dlock__name_decode(const char *enc)
         return NULL;
     for (size_t i = 0; i < n; i++) {
         int hi, lo;
-        if (enc[i] == '%' && i + 2 < n &&
-            (hi = dlock__hexval(enc[i + 1])) >= 0 && (lo = dlock__hexval(enc[i + 2])) >= 0) {
+        if (enc[i] == '%' && i + 2 < n && (hi = dlock__hexval(enc[i + 1])) >= 0 &&
+            (lo = dlock__hexval(enc[i + 2])) >= 0) {
             *p++ = (char)(hi * 16 + lo);
             i += 2;
         } else {

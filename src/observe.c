@@ -72,10 +72,13 @@ int dlock_client_stats(const dlock_client *c, dlock_stats *st)
         return dlock__err(DLOCK_EINVAL, "dlock_client_stats: a NULL argument");
     size_t size = st->size;
     if (size < offsetof(dlock_stats, waits))
-        return dlock__err(DLOCK_EINVAL, "dlock_client_stats: size %zu is too small (set it to "
-                                        "sizeof(dlock_stats))", size);
+        return dlock__err(DLOCK_EINVAL,
+                          "dlock_client_stats: size %zu is too small (set it to "
+                          "sizeof(dlock_stats))",
+                          size);
     dlock_stats now;
-    const uint64_t *from = (const uint64_t *)((const char *)&c->stats + offsetof(dlock_stats, acquisitions));
+    const uint64_t *from =
+        (const uint64_t *)((const char *)&c->stats + offsetof(dlock_stats, acquisitions));
     uint64_t *to = (uint64_t *)((char *)&now + offsetof(dlock_stats, acquisitions));
     for (size_t i = 0; i < (sizeof now - offsetof(dlock_stats, acquisitions)) / sizeof *to; i++)
         to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);

@@ -162,8 +162,8 @@ int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs)
  * of one level, held or lost (mutex held). */
 static bool ends_within(const dlock_client *c, const struct dlock__hold *h)
 {
-    return c->be->locks->release_within && h->count == 1 && !h->sem &&
-           !h->elect && !h->shared_levels && (h->state == DLOCK__HELD || h->state == DLOCK__LOST);
+    return c->be->locks->release_within && h->count == 1 && !h->sem && !h->elect &&
+           !h->shared_levels && (h->state == DLOCK__HELD || h->state == DLOCK__LOST);
 }
 
 int dlock__release_within(dlock_lock *l, int64_t deadline)

@@ -142,8 +142,8 @@ static int parse_query(const char *text, const char *q, struct dlock__url *u)
                 return bad(text, "too many options");
             const char *eq = memchr(q, '=', len);
             if (!eq || eq == q) /* not quoted: it may be a password pasted there */
-                return dlock__err(DLOCK_EBADURL, "bad URL '%s': option %zu is not key=value",
-                                  text, u->nparams + 1);
+                return dlock__err(DLOCK_EBADURL, "bad URL '%s': option %zu is not key=value", text,
+                                  u->nparams + 1);
             struct dlock__param *p = &u->params[u->nparams++];
             p->key = decode(q, (size_t)(eq - q));
             p->value = decode(eq + 1, len - (size_t)(eq + 1 - q));
@@ -152,8 +152,8 @@ static int parse_query(const char *text, const char *q, struct dlock__url *u)
                                   text, (int)(eq - q), q);
             for (size_t i = 0; i + 1 < u->nparams; i++)
                 if (strcmp(u->params[i].key, p->key) == 0)
-                    return dlock__err(DLOCK_EBADURL, "bad URL '%s': option '%s' given twice",
-                                      text, p->key);
+                    return dlock__err(DLOCK_EBADURL, "bad URL '%s': option '%s' given twice", text,
+                                      p->key);
         }
         q += len + (q[len] == '&');
     }

@@ -559,8 +559,8 @@ TU_TEST(cli_elect, 90)
     char *script = tu_fmt("echo \"$DLOCK_TOKEN\" > %s.tmp && mv %s.tmp %s; "
                           "while [ ! -e %s ]; do sleep 0.05; done",
                           tok, tok, tok, go);
-    const char *elect[] = {tu_dlock_bin(), "-u", url, "elect", "--value", "node one", "cli",
-                           "--", "sh", "-c", script, NULL};
+    const char *elect[] = {tu_dlock_bin(), "-u", url,  "elect", "--value", "node one",
+                           "cli",          "--", "sh", "-c",    script,    NULL};
     pid_t leader = tu_spawn(elect, log);
     ck_assert_msg(tu_wait_file(tok, 30000), "dlock elect never ran its command");
     uint64_t token = tu_read_u64(tok);
@@ -628,8 +628,8 @@ static void expect_lines(const char *log, const char *const *want, size_t n)
         bool match = eol && (size_t)(eol - line) >= len && memcmp(eol - len, want[i], len) == 0;
         if (optional && !match)
             continue;
-        ck_assert_msg(match, "line %zu is not '...%s' (one line per change):\n%s", i + 1,
-                      want[i], got);
+        ck_assert_msg(match, "line %zu is not '...%s' (one line per change):\n%s", i + 1, want[i],
+                      got);
         line = eol + 1;
     }
     free(got);
@@ -705,7 +705,8 @@ TU_TEST(cli_leader_text_escaped, 60)
     char *url = ct_test_url(NULL);
     dlock_client *c = ct_open_test(NULL);
     dlock_election *e = election(c, "esc");
-    const char *value = "a\x1b]0;pwned\x07\x1b[2J\nfake=1\x7f\xc2\x9b" "31m";
+    const char *value = "a\x1b]0;pwned\x07\x1b[2J\nfake=1\x7f\xc2\x9b"
+                        "31m";
     EXPECT_RC(dlock_election_campaign(e, value, DLOCK_TRY, NULL), DLOCK_OK);
     const char *argv[] = {tu_dlock_bin(), "-u", url, "leader", "esc", NULL};
     char *out = NULL;

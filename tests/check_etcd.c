@@ -2735,7 +2735,7 @@ static char *hostile_rewrite(void *arg, const char *path, const char *request, i
         if (atomic_fetch_add(&hs->watch_messages, 1) == 0 && hs->mode == HOSTILE_WATCH && j)
             out = garble_watch(hs->text, request, j);
     } else if (hs->mode == HOSTILE_TXN_NO_RESPONSES && strcmp(path, "/v3/kv/txn") == 0 &&
-        json_is_true(json_object_get(j, "succeeded"))) {
+               json_is_true(json_object_get(j, "succeeded"))) {
         json_object_del(j, "responses");
         out = json_dumps(j, JSON_COMPACT);
     } else if (hs->mode == HOSTILE_GRANT_TTL && strcmp(path, "/v3/lease/grant") == 0 && j) {

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile long shift_s;          /* the offset in force */
+static volatile long shift_s;           /* the offset in force */
 static volatile long long next_read_ns; /* monotonic time of the next look at the file */
 
 static long long mono_ns(void)

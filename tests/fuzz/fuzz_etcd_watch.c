@@ -87,8 +87,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *p = (const char *)data + 2;
     size_t n = size - 2;
 
-    struct seen whole = {.st = {.key = key, .prefix = any, .any = any, .to_shared = to_shared,
-                                .noput = !any && !to_shared, .start_rev = data[0] >> 2}};
+    struct seen whole = {.st = {.key = key,
+                                .prefix = any,
+                                .any = any,
+                                .to_shared = to_shared,
+                                .noput = !any && !to_shared,
+                                .start_rev = data[0] >> 2}};
     struct seen bytes = whole, two = whole;
     struct etcd_stream rest_whole, rest_bytes, rest_two;
     feed(p, n, 0, n ? n : 1, &whole, &rest_whole);

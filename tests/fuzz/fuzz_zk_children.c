@@ -2,8 +2,8 @@
  * reading of a lock node's children (src/backends/zk/mutex.c): Curator's
  * shapes "<mark><10 digits>" and "_c_<uuid>-<mark><10 digits>", where
  * <mark> is InterProcessMutex's "lock-" or InterProcessReadWriteLock's
- * "__WRIT__" / "__READ__" or LeaderLatch's "latch-", among foreign names. Each input line is a child name. After
- * dlock__zk_sort_lock_nodes() the kept children are exactly the inputs of those
+ * "__WRIT__" / "__READ__" or LeaderLatch's "latch-", among foreign names. Each input line is a
+ * child name. After dlock__zk_sort_lock_nodes() the kept children are exactly the inputs of those
  * shapes (checked against a matcher written here, independently), sorted
  * by sequence number, the owner first; dlock__zk_node_has_guid() with the first
  * line as the guid never reads past a name. Corpus:

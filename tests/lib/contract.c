@@ -304,7 +304,7 @@ static long waiters_on(const struct fx_redis *srv, const char *prefix, const cha
             freeReplyObject(r);
     }
     redisReply *r = redisCommand(ctx, "ZCARD dlock_fair_queue:%s%s%s", tagged ? "" : "{", fullname,
-                     tagged ? "" : "}");
+                                 tagged ? "" : "}");
     if (n >= 0 && r && r->type == REDIS_REPLY_INTEGER)
         n += (long)r->integer > lock_subs ? (long)r->integer : lock_subs;
     else if (n >= 0)

@@ -233,7 +233,7 @@ static bool start_members(struct etcdf *f, int n)
         char *eps = tu_fmt("%s%s127.0.0.1:%d", f->endpoints, i ? "," : "", m->client_port);
         free(f->endpoints);
         f->endpoints = eps;
-    next:;
+next:;
     }
     for (int i = 0; i < n; i++)
         f->m[i].pid = spawn_member(f, i);

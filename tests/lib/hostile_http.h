@@ -21,8 +21,8 @@
  * of PATH with body REQUEST: a malloc'd body (*STATUS may be changed too),
  * or NULL to pass etcd's reply as it is. Called from the proxy's
  * connection threads, one call at a time. */
-typedef char *(*tu_http_rewrite_fn)(void *arg, const char *path, const char *request,
-                                    int *status, const char *reply);
+typedef char *(*tu_http_rewrite_fn)(void *arg, const char *path, const char *request, int *status,
+                                    const char *reply);
 
 struct tu_hostile_http {
     int listen_fd, port, target;

@@ -244,8 +244,7 @@ static bool conn_move(struct tu_relay *r, struct tu_relay_conn *c, int mode, sho
         return false;
     flush(r, c, TO_CLIENT, now);
     /* a client gone, nothing of it on the way: its server side too */
-    return !(c->cli < 0 && r->cf.close_with_client && !c->awaiting && !c->q[TO_SERVER] &&
-             !c->kept);
+    return !(c->cli < 0 && r->cf.close_with_client && !c->awaiting && !c->q[TO_SERVER] && !c->kept);
 }
 
 static void relay_accept(struct tu_relay *r, struct tu_relay_conn *c, int *n, int mode)
@@ -294,8 +293,8 @@ static void relay_loop(struct tu_relay *r)
         int mode = atomic_load(&r->mode);
         int cut = atomic_exchange(&r->cut, 0);
         if (cut || (mode != last && (mode == TU_RELAY_REFUSE ||
-                                     (mode == TU_RELAY_PASS && (last == TU_RELAY_DROP ||
-                                                                last == TU_RELAY_BLACKHOLE)))))
+                                     (mode == TU_RELAY_PASS &&
+                                      (last == TU_RELAY_DROP || last == TU_RELAY_BLACKHOLE)))))
             cut_live(r, c, &n, cut == 2);
         last = mode;
         let_kept(r, c, n, mode);

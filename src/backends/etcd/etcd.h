@@ -136,12 +136,12 @@ const char *dlock__etcd_conn_label(const struct etcd_conn *k);
  * DLOCK_EBACKEND (etcd refused: its message), DLOCK_EPROTO. *GRPC_CODE,
  * when not NULL, gets etcd's gRPC status code of a refusal (else 0). */
 int dlock__etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
-              const char *what, int *grpc_code);
+                     const char *what, int *grpc_code);
 /* The same; *RESENT turns true when the request went out to an endpoint
  * whose reply was lost and was then sent again to another: the answer
  * may describe a state our first attempt already changed. */
 int dlock__etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
-                     const char *what, int *grpc_code, bool *resent);
+                            const char *what, int *grpc_code, bool *resent);
 
 /* Limits of one call beyond the connection's own timeouts. */
 struct etcd_limits {
@@ -270,7 +270,7 @@ struct etcd_watch;
  * fails -- then the watch has fired (dlock__etcd_watch_fired() turns true) and
  * the caller should look again. */
 int dlock__etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
-                     struct dlock__wait *w, struct etcd_watch **out);
+                            struct dlock__wait *w, struct etcd_watch **out);
 /* The same; with TO_SHARED, a put that makes KEY a shared hold's key (its
  * value starts with ETCD_SHARED_MARK: a downgrade) fires it too. */
 int dlock__etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
@@ -434,7 +434,7 @@ bool dlock__etcd_transient(int rc);
 
 /* Grant a lease of TTL_MS (rounded up to whole seconds) for lock NAME. */
 int dlock__etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
-                     struct lease_ref *out, const struct etcd_limits *lim);
+                            struct lease_ref *out, const struct etcd_limits *lim);
 /* One keepalive of lease ID: DLOCK_OK with *SENT set (and *TTL_MS, when
  * not NULL, to the TTL etcd answered: how long the lease lasts from
  * now), DLOCK_ELOST when etcd no longer knows it (a TTL <= 0), or a
@@ -453,16 +453,16 @@ void dlock__etcd_lease_revoke_by(struct etcd_backend *s, int64_t id, int64_t dea
 void dlock__etcd_session_lease_dead(struct etcd_backend *s, int64_t id);
 /* The session lease, granted or freshened as needed, into *LR. */
 int dlock__etcd_session_lease(struct etcd_backend *s, const char *name, struct lease_ref *lr,
-                       const struct etcd_limits *lim);
+                              const struct etcd_limits *lim);
 /* The lease waiting keys hang on (see mutex.c): short (WAITER_LEASE_MS,
  * at most MAX_TTL_MS), one per client, granted or freshened as needed. */
 int dlock__etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t max_ttl_ms,
-                      struct lease_ref *lr, const struct etcd_limits *lim);
+                             struct lease_ref *lr, const struct etcd_limits *lim);
 /* Forget the waiters' lease ID (it was lost). */
 void dlock__etcd_waiter_lease_dead(struct etcd_backend *s, int64_t id);
 /* Keep LR alive while a wait goes on; note the confirmation time. */
 int dlock__etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
-                       const struct etcd_limits *lim);
+                              const struct etcd_limits *lim);
 
 /* ============================================================= queue.c */
 
@@ -486,8 +486,8 @@ json_t *dlock__etcd_txn_range(json_t *reply, size_t k);
  * with a request), paging on as needed. *OUT is a new reference, NULL
  * when there is none. */
 int dlock__etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
-                    int64_t bound_rev, json_t **out, const char *what,
-                    const struct etcd_limits *lim);
+                           int64_t bound_rev, json_t **out, const char *what,
+                           const struct etcd_limits *lim);
 /* The same; with WRITERS, the first contender that is not shared (RESP
  * made by dlock__etcd_queue_range_for with WRITERS). */
 int dlock__etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,

@@ -506,13 +506,13 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
 }
 
 int dlock__etcd_call(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
-              const char *what, int *grpc_code)
+                     const char *what, int *grpc_code)
 {
     return dlock__etcd_call_resent(k, path, req, reply, what, grpc_code, NULL);
 }
 
 int dlock__etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
-                     const char *what, int *grpc_code, bool *resent)
+                            const char *what, int *grpc_code, bool *resent)
 {
     return dlock__etcd_call_lim(k, path, req, reply, what, grpc_code, resent, NULL);
 }

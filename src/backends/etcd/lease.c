@@ -37,7 +37,7 @@ static void random_bytes(void *buf, size_t n)
  * ourselves, so a grant retried after a lost reply is recognised ("lease
  * already exists") instead of leaving a second lease behind. */
 int dlock__etcd_lease_grant(struct etcd_backend *s, const char *name, int64_t ttl_ms,
-                       struct lease_ref *out, const struct etcd_limits *lim)
+                            struct lease_ref *out, const struct etcd_limits *lim)
 {
     uint64_t id = 0;
     int64_t ttl_s = (ttl_ms + 999) / 1000, sent = 0;
@@ -297,7 +297,7 @@ int dlock__etcd_waiter_lease(struct etcd_backend *s, const char *name, int64_t m
 
 /* Keep LR alive while a wait goes on; note the confirmation time. */
 int dlock__etcd_lease_refresh(struct etcd_backend *s, struct lease_ref *lr,
-                         const struct etcd_limits *lim)
+                              const struct etcd_limits *lim)
 {
     int64_t sent, said = 0;
     int rc = dlock__etcd_lease_keepalive(s, lr->id, &sent, &said, lim);

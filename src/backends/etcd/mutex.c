@@ -384,7 +384,7 @@ void dlock__etcd_lease_dead(struct etcd_backend *s, const struct lease_ref *lr)
 }
 
 int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
-                   int64_t lease, const char *what, int *code, const struct etcd_limits *lim)
+                          int64_t lease, const char *what, int *code, const struct etcd_limits *lim)
 {
     char *kb = dlock__etcd_b64(key, strlen(key));
     char *vb = dlock__etcd_b64(value, strlen(value));

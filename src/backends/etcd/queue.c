@@ -82,7 +82,6 @@ bool dlock__etcd_transient(int rc)
     return rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL || rc == DLOCK_EIO;
 }
 
-
 /* ----------------------------------------------------------------- queue */
 
 /* TEXT is 1 to 16 lowercase hex digits (N bytes of it). */
@@ -123,7 +122,8 @@ json_t *dlock__etcd_queue_range(const char *pfx, bool ascending, int64_t bound_r
     return dlock__etcd_queue_range_for(pfx, ascending, bound_rev, false);
 }
 
-json_t *dlock__etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev, bool writers)
+json_t *dlock__etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev,
+                                    bool writers)
 {
     json_t *r = dlock__etcd_range(pfx, true);
     if (!r)
@@ -174,15 +174,15 @@ static json_t *pick(const char *pfx, json_t *resp, bool writers, int64_t *last_r
 }
 
 int dlock__etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
-                    int64_t bound_rev, json_t **out, const char *what,
-                    const struct etcd_limits *lim)
+                           int64_t bound_rev, json_t **out, const char *what,
+                           const struct etcd_limits *lim)
 {
     return dlock__etcd_queue_find_for(s, pfx, resp, ascending, bound_rev, false, out, what, lim);
 }
 
-int dlock__etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
-                        int64_t bound_rev, bool writers, json_t **out, const char *what,
-                        const struct etcd_limits *lim)
+int dlock__etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp,
+                               bool ascending, int64_t bound_rev, bool writers, json_t **out,
+                               const char *what, const struct etcd_limits *lim)
 {
     *out = NULL;
     json_t *reply = NULL;

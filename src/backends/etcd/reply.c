@@ -173,7 +173,7 @@ static int check_lease(const char *label, const char *what, const char *path,
     /* (a keepalive's TTL <= 0: the lease is gone, lease.c's to say) */
     int64_t min_ttl = grant                         ? (asked_ttl > 1 ? asked_ttl : 1)
                       : strstr(path, "timetolive") ? -1
-                                                    : INT64_MIN;
+                                                   : INT64_MIN;
     if (!int_in(lease, "TTL", min_ttl, ETCD_MAX_LEASE_TTL, &ttl))
         return bad(label, what, path, "a TTL that is no number or is out of range "
                                       "(below %lld or past %lld s)",

@@ -32,8 +32,7 @@
 char *dlock__etcd_hold_key(const char *pfx, int64_t lease, const struct dlock__hold *h)
 {
     if (h->mode == DLOCK_SHARED)
-        return dlock__sprintf("%s%llx-%lx", pfx, (unsigned long long)lease,
-                              (unsigned long)h->tid);
+        return dlock__sprintf("%s%llx-%lx", pfx, (unsigned long long)lease, (unsigned long)h->tid);
     return dlock__sprintf("%s%llx", pfx, (unsigned long long)lease);
 }
 
@@ -51,8 +50,9 @@ int dlock__etcd_downgrade(void *state, struct dlock__hold *h)
     int rc = dlock__etcd_hold_put_again(s, h, s->shared_ident, "downgrade", NULL, NULL);
     const struct etcd_hold *eh = h->bdata;
     if (rc == ETCD_KEY_GONE)
-        rc = dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) was gone before the "
-                                     "downgrade (lease expired or force-released)",
+        rc = dlock__err(DLOCK_ELOST,
+                        "%s: lock '%s': key %s (token %lld) was gone before the "
+                        "downgrade (lease expired or force-released)",
                         s->label, h->name, eh->key, (long long)eh->rev);
     else if (rc && dlock__etcd_transient(rc))
         /* The put may have been applied: readers may be in already, so

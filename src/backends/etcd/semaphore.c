@@ -93,7 +93,7 @@ char *dlock__etcd_sem_name(struct etcd_backend *s, const json_t *kv)
     size_t pl = strlen(s->prefix);
     const char *dir = NULL; /* the last "/sem/" of KEY ends the name */
     for (const char *p = key && strncmp(key, s->prefix, pl) == 0 ? strstr(key + pl, "/" SEM_DIR)
-                                                                  : NULL;
+                                                                 : NULL;
          p; p = strstr(p + 1, "/" SEM_DIR))
         dir = p;
     char *queue = dir && dir > key + pl ? dlock__sprintf("%.*s", (int)(dir - key) + 5, key) : NULL;

@@ -262,7 +262,7 @@ static void *watch_thread(void *arg)
 }
 
 int dlock__etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
-                     struct dlock__wait *w, struct etcd_watch **out)
+                            struct dlock__wait *w, struct etcd_watch **out)
 {
     return dlock__etcd_watch_start_for(k, key, start_rev, false, w, out);
 }

@@ -219,7 +219,7 @@ static int look(struct file_state *s, const char *name, struct dlock__wait *w,
 }
 
 int dlock__file_elect_observe(void *state, const char *name, const struct dlock_leader *known,
-                       struct dlock__wait *w, struct dlock_leader *out)
+                              struct dlock__wait *w, struct dlock_leader *out)
 {
     struct file_state *s = state;
     int ifd = dlock__file_inotify_borrow(s), wd = -1;

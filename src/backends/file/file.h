@@ -69,7 +69,7 @@ char *dlock__file_full_name(struct file_state *s, const char *name);
  * what is not a regular file and, in a directory others may write to, a
  * file of an untrusted owner. DLOCK_ENOENT (no message) when absent. */
 int dlock__file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
-                    char *fname, int *fd);
+                           char *fname, int *fd);
 /* The start of an inspect of FULL's file with SUFFIX: opened read-only
  * (closing it raises no IN_CLOSE_WRITE for the waiters), INFO's key its
  * path and its ttl DLOCK_VALID_FOREVER; returns dlock__file_open_named()'s
@@ -100,7 +100,7 @@ int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short
 /* Read the header (checking the stored name against FULL when given);
  * all zero for a new empty file; DLOCK_EWRONGTYPE for another file. */
 int dlock__file_read_header(struct file_state *s, int fd, const char *path, const char *full,
-                struct header *h);
+                            struct header *h);
 /* An inotify instance with no watch and no pending event, and giving it
  * back with its watch WD. */
 int dlock__file_inotify_borrow(struct file_state *s);
@@ -153,7 +153,7 @@ int dlock__file_inspect_within(struct file_state *s, const char *name, struct dl
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
 int dlock__file_elect_observe(void *state, const char *name, const struct dlock_leader *known,
-                       struct dlock__wait *w, struct dlock_leader *out);
+                              struct dlock__wait *w, struct dlock_leader *out);
 
 /* dir.c: whether DIR is (one of the names of) our default directory,
  * which is made when missing and held to stricter checks; and making it

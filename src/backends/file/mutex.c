@@ -184,7 +184,7 @@ int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short
  * one pread; all zero for a new empty file. DLOCK_EWRONGTYPE for a file
  * that is not ours or belongs to another name (hash collision). */
 int dlock__file_read_header(struct file_state *s, int fd, const char *path, const char *full,
-                       struct header *h)
+                            struct header *h)
 {
     size_t len = full ? strlen(full) : 0;
     char buf[sizeof *h + DLOCK_NAME_MAX + 512];
@@ -385,7 +385,7 @@ static void set_file_mode(struct file_state *s, int fd, const struct stat *st, b
  * its name in FNAME. Refuses what is not a regular file and, in a
  * directory others may write to, a file of an untrusted owner. */
 int dlock__file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
-                    char *fname, int *fd)
+                           char *fname, int *fd)
 {
     int rc = file_name(full, suffix, fname);
     if (rc)
@@ -483,7 +483,7 @@ int dlock__file_write_stamp(struct file_state *s, int fd, const char *fname, con
  * at the same time, so they take the meta lock; an exclusive holder is
  * alone by definition and skips it (two syscalls off the hand-off path). */
 int dlock__file_stamp(struct file_state *s, int fd, const char *fname, const char *full,
-          dlock_mode mode, struct dlock__wait *w, uint64_t *token)
+                      dlock_mode mode, struct dlock__wait *w, uint64_t *token)
 {
     bool meta = mode == DLOCK_SHARED;
     int rc = meta ? dlock__file_meta_lock(s, fd, fname, F_WRLCK, w) : DLOCK_OK;

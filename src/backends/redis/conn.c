@@ -59,7 +59,7 @@ static int deadline_passed(struct redis_state *s, const char *what)
 /* ============================================================ connections */
 
 int dlock__redis_command(struct rconn *k, int argc, const char **argv, const size_t *argl,
-                  const char *what, redisReply **out, bool *written)
+                         const char *what, redisReply **out, bool *written)
 {
     *out = NULL;
     int rc = dlock__redis_conn_append(k, argc, argv, argl);

@@ -677,7 +677,7 @@ static void parse_replies(struct rconn *k)
     }
     if (!k->broken && k->partial > REDIS_MAX_REPLY)
         dlock__redis_conn_fail(k, "a reply larger than %u MiB (dlock's cap); connection closed",
-                  REDIS_MAX_REPLY >> 20);
+                               REDIS_MAX_REPLY >> 20);
 }
 
 void dlock__redis_conn_feed(struct rconn *k, const char *buf, size_t n)

@@ -14,7 +14,8 @@ int dlock__openssl_load(void)
         DLOCK__OPENSSL_FUNCS(SYM)
 #undef SYM
     };
-    static struct dlock__dl_lib lib = DLOCK__DL_LIB(
-        "libssl.so.3", "the Redis backend (rediss://, redlocks://)", "libssl3", syms, NULL);
+    static struct dlock__dl_lib lib =
+        DLOCK__DL_LIB("libssl.so.3", "the Redis backend (rediss://, redlocks://)", "libssl3", syms,
+                      NULL);
     return dlock__dl_load(&lib);
 }

@@ -243,7 +243,7 @@ int dlock__redis_server_error(struct redis_state *s, const char *text, const cha
  * WHAT and K is broken. *WRITTEN (may be NULL) is set true once the whole
  * command was written, so the server may have run it. */
 int dlock__redis_command(struct rconn *k, int argc, const char **argv, const size_t *argl,
-                  const char *what, redisReply **out, bool *written);
+                         const char *what, redisReply **out, bool *written);
 /* Dial, authenticate, select the db (SELECT_DB), every step within what
  * is left until DEADLINE (monotonic ms; 0 or DLOCK__NEVER: the connect
  * and op timeouts whole) and until W's cancel (W may be NULL: the wait of
@@ -600,7 +600,7 @@ int dlock__redis_sync_acked(const redisReply *r);
 /* Decode a lock script's reply: *VALUE, or *TYPE_NAME for a key of the
  * wrong type. */
 int dlock__redis_script_reply(struct redis_state *s, const redisReply *r, long long *value,
-                       const char **type_name);
+                              const char **type_name);
 /* DLOCK_EWRONGTYPE naming the lock key K and the TYPE_NAME it holds. */
 int dlock__redis_wrongtype(struct redis_state *s, const struct lock_keys *k, const char *type_name);
 
@@ -683,7 +683,7 @@ void dlock__redis_rw_unlisten(struct redis_state *s, const struct dlock__hold *h
 /* H's reader timeout key, "{name}:<owner>:rwlock_timeout:1", into BUF;
  * "" for an exclusive hold. Returns its length. */
 int dlock__redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h, char *buf,
-                         size_t size);
+                                size_t size);
 
 /* -------------------------------------------------------------- hub.c */
 
@@ -985,6 +985,6 @@ int dlock__redis_sem_list(void *state, const char *pattern, dlock_list_fn fn, vo
  * the locks through RENEW_LOCKS, each hold's result in B, and return
  * true; false (nothing done) when B holds locks only. */
 bool dlock__redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_batch *b,
-                           int (*renew_locks)(void *state, struct dlock__renew_batch *b));
+                                  int (*renew_locks)(void *state, struct dlock__renew_batch *b));
 
 #endif /* DLOCK_REDIS_H */

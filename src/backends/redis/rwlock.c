@@ -31,7 +31,7 @@ int dlock__redis_rw_check_layout(struct redis_state *s, const struct dlock__hold
 }
 
 int dlock__redis_rw_timeout_key(const struct lock_keys *k, const struct dlock__hold *h, char *buf,
-                         size_t size)
+                                size_t size)
 {
     if (h->mode != DLOCK_SHARED) {
         buf[0] = 0;

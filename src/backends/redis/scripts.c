@@ -275,7 +275,7 @@ bool dlock__redis_key_encoded(const struct redis_state *s, const char *key, size
 /* =================================================================== keys */
 
 int dlock__redis_key_block(const struct redis_state *s, const char *name, char **base,
-                          size_t *base_len, const struct key_part *parts, size_t n)
+                           size_t *base_len, const struct key_part *parts, size_t n)
 {
     size_t kl;
     char *full = dlock__redis_name_key(s, name, &kl);
@@ -669,7 +669,7 @@ int dlock__redis_eval(struct redis_state *s, struct redis_request *rq)
 /* Decode a lock script's reply: *VALUE, or *TYPE_NAME for a key of the
  * wrong type (see the scripts). */
 int dlock__redis_script_reply(struct redis_state *s, const redisReply *r, long long *value,
-                        const char **type_name)
+                              const char **type_name)
 {
     *value = 0;
     *type_name = NULL;

@@ -444,7 +444,7 @@ static void sem_renew(struct redis_state *s, struct dlock__renew_batch *b)
 }
 
 bool dlock__redis_sem_renew_apart(struct redis_state *s, struct dlock__renew_batch *b,
-                           int (*renew_locks)(void *state, struct dlock__renew_batch *b))
+                                  int (*renew_locks)(void *state, struct dlock__renew_batch *b))
 {
     size_t nsem = 0;
     for (size_t i = 0; i < b->n; i++)

@@ -99,7 +99,8 @@ static const char *ssl_error_text(char *buf, size_t len)
     return buf;
 }
 
-int dlock__redis_tls_context(struct redis_state *s, const char *ca, const char *cert, const char *key)
+int dlock__redis_tls_context(struct redis_state *s, const char *ca, const char *cert,
+                             const char *key)
 {
     char why[256];
     if ((cert == NULL) != (key == NULL))
@@ -201,7 +202,8 @@ int dlock__redis_tls_step(struct rconn *k, short *events)
     unsigned long first = ERR_peek_error();
     if (!first)
         return dlock__err(DLOCK_ECONN, "%s: TLS handshake: the server closed the connection%s",
-                          k->where, errno ? "" : " (is it a plain, non-TLS port? then use redis://)");
+                          k->where,
+                          errno ? "" : " (is it a plain, non-TLS port? then use redis://)");
     return dlock__err(DLOCK_ECONN, "%s: TLS handshake failed: %s (is it a TLS port?)", k->where,
                       ssl_error_text(why, sizeof why));
 }

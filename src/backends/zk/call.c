@@ -151,7 +151,7 @@ static void zk_on_created(int rc, const char *value, const struct Stat *stat, co
  * reference. Returns the request's code, or ZOPERATIONTIMEOUT. Copies
  * the results out first through the OUT pointers that are not NULL. */
 int dlock__zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value,
-                 struct String_vector *kids)
+                        struct String_vector *kids)
 {
     pthread_mutex_lock(&k->mu);
     while (!k->done) {
@@ -249,7 +249,7 @@ static const struct ACL_vector *zk_node_acl(struct zk_backend *zb)
 }
 
 int dlock__zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
-                 int mode, char **created, struct Stat *stat, int64_t until)
+                        int mode, char **created, struct Stat *stat, int64_t until)
 {
     struct zk_call *k;
     int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
@@ -261,7 +261,7 @@ int dlock__zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, 
 }
 
 int dlock__zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
-                 void *watch_ctx, struct Stat *stat, int64_t until)
+                        void *watch_ctx, struct Stat *stat, int64_t until)
 {
     struct zk_call *k;
     int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
@@ -273,7 +273,7 @@ int dlock__zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, 
 }
 
 int dlock__zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
-              struct Stat *stat, int64_t until)
+                     struct Stat *stat, int64_t until)
 {
     struct zk_call *k;
     int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
@@ -294,7 +294,7 @@ int dlock__zk_rq_set(struct zk_backend *zb, zhandle_t *zh, const char *path, con
 }
 
 int dlock__zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                   struct String_vector *kids, int64_t until)
+                          struct String_vector *kids, int64_t until)
 {
     struct zk_call *k;
     int rc = zk_calls_start(zb, zh, until, &k, 1, kids);
@@ -305,8 +305,8 @@ int dlock__zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path
 }
 
 int dlock__zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                         watcher_fn watcher, void *watch_ctx, struct String_vector *kids,
-                         int64_t until)
+                                watcher_fn watcher, void *watch_ctx, struct String_vector *kids,
+                                int64_t until)
 {
     struct zk_call *k;
     int rc = zk_calls_start(zb, zh, until, &k, 1, kids);
@@ -390,9 +390,9 @@ static int zk_list_behind(zhandle_t *zh, struct zk_call **k, int sent, const cha
  * so the listing already shows the new node. Returns the create's code;
  * *listed tells whether KIDS was filled (caller frees). */
 int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                          const char *data, const char *lockpath, char **created,
-                          struct Stat *stat, struct String_vector *kids, bool *listed,
-                          int64_t until)
+                                 const char *data, const char *lockpath, char **created,
+                                 struct Stat *stat, struct String_vector *kids, bool *listed,
+                                 int64_t until)
 {
     if (!data)
         data = zb->ident;
@@ -426,7 +426,7 @@ int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const cha
  * not, with a validity counted from now. The sync goes through the
  * leader, and reads after it are at least as new. */
 int dlock__zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                          struct String_vector *kids, int64_t until)
+                                 struct String_vector *kids, int64_t until)
 {
     struct zk_call *k[2];
     int rc = zk_calls_start(zb, zh, until, k, 2, kids);

@@ -150,7 +150,7 @@ static int suspect_sweep(struct zk_backend *zb, struct zk_session *s, struct zk_
 }
 
 void dlock__zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                    const char *guid, const char *keep)
+                           const char *guid, const char *keep)
 {
     struct zk_owed *q = owed_new(s, "list", lockpath);
     if (!q || (keep && !(q->keep = dlock__strdup(keep)))) {
@@ -172,7 +172,7 @@ void dlock__zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const ch
  * deletes it, at once when connected), so a caller that gives up never
  * waits for it. */
 void dlock__zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
-                        struct dlock__wait *w)
+                               struct dlock__wait *w)
 {
     dlock__zk_delete_own_node_by(zb, s, path, dlock__wait_deadline(w), w);
 }
@@ -181,7 +181,8 @@ void dlock__zk_delete_own_node_by(struct zk_backend *zb, struct zk_session *s, c
                                   int64_t until, struct dlock__wait *w)
 {
     pthread_mutex_lock(&zb->mu);
-    bool usable = dlock__zk_session_usable(s), connected = usable && s->state == ZOO_CONNECTED_STATE;
+    bool usable = dlock__zk_session_usable(s),
+         connected = usable && s->state == ZOO_CONNECTED_STATE;
     pthread_mutex_unlock(&zb->mu);
     if (!usable)
         return; /* the session ended: its nodes went with it */

@@ -61,8 +61,7 @@ int dlock__zk_elect_proclaim(void *state, struct dlock__hold *h, const char *val
 /* One look at LOCKPATH's first child (leaving a child watch), into OUT.
  * A ZooKeeper code; ZNONODE for a lock node that does not exist (yet). */
 static int look(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                struct dlock__wait *w, struct dlock_leader *out, char **leader_path,
-                int64_t until)
+                struct dlock__wait *w, struct dlock_leader *out, char **leader_path, int64_t until)
 {
     free(out->value);
     memset(out, 0, sizeof *out);
@@ -144,7 +143,7 @@ int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_le
         if (rc != ZOK) {
             err = dlock__zk_fail(zb, rc, "observe", lockpath);
             if (dlock__zk_rc_session_gone(rc)) { /* a new session serves the next look */
-                err = DLOCK_ECONN; /* (with the failure's message) */
+                err = DLOCK_ECONN;               /* (with the failure's message) */
                 dlock__zk_session_put(zb, s);
                 s = NULL;
             }

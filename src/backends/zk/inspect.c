@@ -2,8 +2,8 @@
  * hold: status (the lock children in queue order: the holder -- or the
  * readers before the first writer, holding together --, then the
  * waiters), dlock_check()'s look (each holder's czxid), force-release
- * (delete the holders' nodes) and list (the lock nodes under the base). They read the same lock children as acquire
- * (dlock__zk_sort_lock_nodes), so status and acquire always agree on who holds.
+ * (delete the holders' nodes) and list (the lock nodes under the base). They read the same lock
+ * children as acquire (dlock__zk_sort_lock_nodes), so status and acquire always agree on who holds.
  */
 #include "zk.h"
 
@@ -63,7 +63,8 @@ static int inspect_nodes(struct zk_backend *zb, struct zk_session *s, const char
     info->nwaiters = 0;
     int err = dlock__info_set_key(info, lockpath);
     struct String_vector kids = {0, NULL};
-    int rc = err == DLOCK_OK ? dlock__zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER) : ZOK;
+    int rc =
+        err == DLOCK_OK ? dlock__zk_rq_children(zb, s->zh, lockpath, &kids, DLOCK__NEVER) : ZOK;
     if (err != DLOCK_OK) {
         /* message set */
     } else if (rc == ZNONODE) {

@@ -162,7 +162,7 @@ bool dlock__zk_node_has_guid(const char *node, const char *guid)
 /* Create the lock node LOCKPATH as a container (persistent when the
  * server has no containers). ZNODEEXISTS counts as done. */
 int dlock__zk_create_container(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                        int64_t until)
+                               int64_t until)
 {
     pthread_mutex_lock(&zb->mu); /* threads acquiring other names too */
     int mode = zb->no_containers ? ZOO_PERSISTENT : ZOO_CONTAINER;
@@ -264,8 +264,8 @@ static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const cha
  * for up to the op timeout, and never past W's deadline (as zk_rq_* take
  * it); the pauses between tries end at W's cancel (DLOCK_ECANCELED). */
 int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                        const char *mark, const char *data, char **mine, int64_t *czxid,
-                        struct String_vector *kids, bool *listed, struct dlock__wait *w)
+                               const char *mark, const char *data, char **mine, int64_t *czxid,
+                               struct String_vector *kids, bool *listed, struct dlock__wait *w)
 {
     int64_t until = dlock__wait_deadline(w);
     struct dlock__backoff backoff = {.min_ms = ZK_RETRY_MIN_MS, .max_ms = ZK_RETRY_MAX_MS};
@@ -396,7 +396,7 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 }
 
 int dlock__zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
-                  struct dlock__hold *h, struct dlock__wait *w)
+                         struct dlock__hold *h, struct dlock__wait *w)
 {
 
     struct zk_session *s = NULL;

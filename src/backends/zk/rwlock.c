@@ -53,7 +53,7 @@ static bool shadow_make(struct zk_backend *zb, struct zk_session *s, struct zk_h
     int64_t czxid = 0;
     char *data = dlock__sprintf("%s" ZK_SHADOW_TAG, zb->ident);
     int rc = data ? dlock__zk_create_contender(zb, s, lockpath, ZK_READ_MARK, data, &node, &czxid,
-                                        &kids, &listed, NULL)
+                                               &kids, &listed, NULL)
                   : dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     free(data);
     deallocate_String_vector(&kids);
@@ -127,14 +127,15 @@ int dlock__zk_downgrade(void *state, struct dlock__hold *h)
     }
     char *lockpath = lock_path_of(zh->path);
     bool between = true;
-    int rc = lockpath ? writer_between(zb, s, lockpath, base_of(zh->path), base_of(zh->shadow),
-                                       &between)
-                      : ZSYSTEMERROR;
+    int rc = lockpath
+                 ? writer_between(zb, s, lockpath, base_of(zh->path), base_of(zh->shadow), &between)
+                 : ZSYSTEMERROR;
     free(lockpath);
     if (rc == ZNONODE) {
         dlock__zk_shadow_drop(zb, s, zh);
-        err = dlock__err(DLOCK_ELOST, "%s: lock '%s': node %s was gone before the downgrade "
-                                      "(force-released?)",
+        err = dlock__err(DLOCK_ELOST,
+                         "%s: lock '%s': node %s was gone before the downgrade "
+                         "(force-released?)",
                          zb->servers, h->name, zh->path);
         goto out;
     }

@@ -146,7 +146,7 @@ struct zk_call {
  * is not sent and returns ZOPERATIONTIMEOUT. They return ZooKeeper codes. */
 struct zk_call *dlock__zk_call_new(zhandle_t *zh);
 int dlock__zk_call_wait(struct zk_call *k, int64_t deadline, struct Stat *stat, char **value,
-                 struct String_vector *kids);
+                        struct String_vector *kids);
 int dlock__zk_call_dead(struct zk_call *k, int rc);
 int64_t dlock__zk_call_deadline(struct zk_backend *zb, int64_t until);
 void dlock__zk_on_ignored(int rc, const void *data);
@@ -154,28 +154,28 @@ void dlock__zk_on_stat(int rc, const struct Stat *stat, const void *data);
 void dlock__zk_on_synced(int rc, const char *value, const void *data);
 
 int dlock__zk_rq_create(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
-                 int mode, char **created, struct Stat *stat, int64_t until);
+                        int mode, char **created, struct Stat *stat, int64_t until);
 int dlock__zk_rq_exists(struct zk_backend *zb, zhandle_t *zh, const char *path, watcher_fn watcher,
-                 void *watch_ctx, struct Stat *stat, int64_t until);
+                        void *watch_ctx, struct Stat *stat, int64_t until);
 int dlock__zk_rq_get(struct zk_backend *zb, zhandle_t *zh, const char *path, char **data,
-              struct Stat *stat, int64_t until);
+                     struct Stat *stat, int64_t until);
 int dlock__zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                   struct String_vector *kids, int64_t until);
+                          struct String_vector *kids, int64_t until);
 /* The children of PATH, leaving WATCHER (with WATCH_CTX) to be called
  * when they change (a child created or deleted). */
 int dlock__zk_rq_children_watch(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                         watcher_fn watcher, void *watch_ctx, struct String_vector *kids,
-                         int64_t until);
+                                watcher_fn watcher, void *watch_ctx, struct String_vector *kids,
+                                int64_t until);
 int dlock__zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, int64_t until);
 /* Set PATH's data to DATA (any version), *STAT (may be NULL) its new stat. */
 int dlock__zk_rq_set(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
                      struct Stat *stat, int64_t until);
 int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                          const char *data, const char *lockpath, char **created,
-                          struct Stat *stat, struct String_vector *kids, bool *listed,
-                          int64_t until);
+                                 const char *data, const char *lockpath, char **created,
+                                 struct Stat *stat, struct String_vector *kids, bool *listed,
+                                 int64_t until);
 int dlock__zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                          struct String_vector *kids, int64_t until);
+                                 struct String_vector *kids, int64_t until);
 
 /* A failed request as a DLOCK_E* code with a message; the kinds of codes. */
 int dlock__zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path);
@@ -189,9 +189,9 @@ bool dlock__zk_rc_session_gone(int rc);
  * session while it lives. */
 void dlock__zk_orphan_add(struct zk_backend *zb, struct zk_session *s, const char *path);
 void dlock__zk_suspect_add(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                    const char *guid, const char *keep);
+                           const char *guid, const char *keep);
 void dlock__zk_delete_own_node(struct zk_backend *zb, struct zk_session *s, const char *path,
-                        struct dlock__wait *w);
+                               struct dlock__wait *w);
 /* The same, no later than UNTIL instead of W's deadline (W may be NULL:
  * no cancel). */
 void dlock__zk_delete_own_node_by(struct zk_backend *zb, struct zk_session *s, const char *path,
@@ -255,8 +255,8 @@ const char *dlock__zk_mark(const struct zk_backend *zb, dlock_mode mode);
  * under LOCKPATH (see mutex.c); W may be NULL (no wait: retries within
  * the op timeout). */
 int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                        const char *mark, const char *data, char **mine, int64_t *czxid,
-                        struct String_vector *kids, bool *listed, struct dlock__wait *w);
+                               const char *mark, const char *data, char **mine, int64_t *czxid,
+                               struct String_vector *kids, bool *listed, struct dlock__wait *w);
 /* What follows our identity in the data of a read node queued behind a
  * write hold for its downgrade (rwlock.c): while it waits there, status
  * leaves it out (it is part of that hold, not a waiter). */
@@ -272,13 +272,13 @@ void dlock__zk_sort_lock_nodes(struct String_vector *kids);
 /* Create LOCKPATH as a container (persistent when the server has none);
  * ZNODEEXISTS counts as done. A ZooKeeper code. */
 int dlock__zk_create_container(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                        int64_t until);
+                               int64_t until);
 /* The recipe on the lock node LOCKPATH for H with a node named MARK
  * (dlock__zk_mark: InterProcessMutex's, or the read-write lock's read or write),
  * waiting as W says (the backend's acquire on dlock__zk_lock_path(h->name)); and
  * the release of a hold it gave (frees h->bdata). */
 int dlock__zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
-                  struct dlock__hold *h, struct dlock__wait *w);
+                         struct dlock__hold *h, struct dlock__wait *w);
 int dlock__zk_release(void *state, struct dlock__hold *h);
 /* The backend's release_within: H's node deleted no later than DEADLINE,
  * what is not done by then owed to the cleanup queue (frees h->bdata). */

@@ -84,14 +84,17 @@ int dlock_election_new(dlock_client *c, const char *name, unsigned flags, dlock_
     if (!out)
         return dlock__err(DLOCK_EINVAL, "dlock_election_new: out is NULL");
     *out = NULL;
-    dlock_lock *l = NULL;
     /* Handle-owned: the campaign belongs to the handle; the caller makes
      * its holds campaigns (l->elect). */
-    int rc;
-    dlock_election *e = dlock__handle_wrap(c, name, DLOCK_LOCK_HANDLE_OWNED, check_election, 0,
-                                           flags, sizeof *e, &l, &rc);
+    struct dlock__handle_request rq = {.name = name,
+                                       .lock_flags = DLOCK_LOCK_HANDLE_OWNED,
+                                       .check = check_election,
+                                       .flags = flags,
+                                       .size = sizeof(dlock_election)};
+    dlock_election *e = dlock__handle_wrap(c, &rq);
     if (!e)
-        return rc;
+        return rq.out.rc;
+    dlock_lock *l = rq.out.base;
     e->c = c;
     e->l = l;
     pthread_mutex_lock(&c->mu);

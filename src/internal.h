@@ -143,12 +143,23 @@ typedef int (*dlock__kind_check_fn)(const dlock_client *c, const char *name, uns
  * either fails nothing is left made (*OUT NULL). */
 int dlock__handle_new(dlock_client *c, const char *name, unsigned lock_flags,
                       dlock__kind_check_fn check, unsigned count, unsigned flags, dlock_lock **out);
-/* A kind's object of SIZE zeroed bytes around a new handle *BASE
- * (dlock__handle_new's arguments): the semaphore, the election. NULL with
- * *RC when either could not be made (nothing left made). */
-void *dlock__handle_wrap(dlock_client *c, const char *name, unsigned lock_flags,
-                         dlock__kind_check_fn check, unsigned count, unsigned flags, size_t size,
-                         dlock_lock **base, int *rc);
+/* The making of a kind's object around its handle: dlock__handle_new()'s
+ * arguments, the object's SIZE, and what was made. */
+struct dlock__handle_request {
+    const char *name;
+    unsigned lock_flags;
+    dlock__kind_check_fn check; /* NULL: none */
+    unsigned count, flags;
+    size_t size; /* of the kind's object */
+    struct {
+        dlock_lock *base; /* the new handle */
+        int rc;           /* why nothing was made */
+    } out;
+};
+/* A kind's object of RQ->size zeroed bytes around a new handle
+ * RQ->out.base: the semaphore, the election. NULL with RQ->out.rc when
+ * either could not be made (nothing left made). */
+void *dlock__handle_wrap(dlock_client *c, struct dlock__handle_request *rq);
 /* The checks of a call on NAME that makes no handle (inspect, observe):
  * dlock__handle_new()'s, the handle freed at once. */
 int dlock__handle_probe(dlock_client *c, const char *name, dlock__kind_check_fn check,

@@ -204,18 +204,18 @@ int dlock__handle_new(dlock_client *c, const char *name, unsigned lock_flags,
     return rc;
 }
 
-void *dlock__handle_wrap(dlock_client *c, const char *name, unsigned lock_flags,
-                         dlock__kind_check_fn check, unsigned count, unsigned flags, size_t size,
-                         dlock_lock **base, int *rc)
+void *dlock__handle_wrap(dlock_client *c, struct dlock__handle_request *rq)
 {
-    *rc = dlock__handle_new(c, name, lock_flags, check, count, flags, base);
-    if (*rc)
+    rq->out.base = NULL;
+    rq->out.rc = dlock__handle_new(c, rq->name, rq->lock_flags, rq->check, rq->count, rq->flags,
+                                   &rq->out.base);
+    if (rq->out.rc)
         return NULL;
-    void *wrapper = calloc(1, size);
+    void *wrapper = calloc(1, rq->size);
     if (!wrapper) {
-        dlock_lock_free(*base);
-        *base = NULL;
-        *rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+        dlock_lock_free(rq->out.base);
+        rq->out.base = NULL;
+        rq->out.rc = dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     return wrapper;
 }

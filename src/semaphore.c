@@ -113,15 +113,17 @@ int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits, uns
     if (!out)
         return dlock__err(DLOCK_EINVAL, "dlock_semaphore_new: out is NULL");
     *out = NULL;
-    dlock_lock *base = NULL;
-    int rc;
     /* The client and name checks of a lock handle, and the entry. */
-    dlock_semaphore *s = dlock__handle_wrap(c, name, 0, check_semaphore, permits, flags,
-                                            sizeof *s, &base, &rc);
+    struct dlock__handle_request rq = {.name = name,
+                                       .check = check_semaphore,
+                                       .count = permits,
+                                       .flags = flags,
+                                       .size = sizeof(dlock_semaphore)};
+    dlock_semaphore *s = dlock__handle_wrap(c, &rq);
     if (!s)
-        return rc;
+        return rq.out.rc;
     s->c = c;
-    s->base = base;
+    s->base = rq.out.base;
     s->permits = permits;
     *out = s;
     return DLOCK_OK;

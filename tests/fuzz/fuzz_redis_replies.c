@@ -82,11 +82,16 @@ static int interpret(struct redis_state *s, enum script which, bool retried, con
         rc = dlock__redis_script_reply(s, r, &value, &type_name);
         break;
     }
-    case SEM_ACQUIRE:
-        rc = dlock__redis_sem_acquire_reply(s, &sk, r, 3, 2, 30000, &token, &flag, &ms);
+    case SEM_ACQUIRE: {
+        struct sem_acquire_reply q = {.permits = 3, .want = 2, .lease_ms = 30000};
+        rc = dlock__redis_sem_acquire_reply(s, &sk, r, &q);
+        token = q.out.token;
+        flag = q.out.pass_on;
+        ms = q.out.sleep_ms;
         if (rc == DLOCK_EBUSY && (ms < 1 || ms > 30000))
             abort(); /* a sleep outside (0, lease] */
         break;
+    }
     case SEM_RELEASE:
         rc = dlock__redis_sem_release_reply(s, &sk, r, &value);
         break;

@@ -75,24 +75,32 @@ static unsigned take_slots(int fd, unsigned permits, unsigned k, unsigned *slots
     return got;
 }
 
-/* With the metadata byte held and SLOTS taken: issue the next token, keep
- * the count, and write the holder's record beside each slot. */
+/* What stamp_sem() writes: the semaphore file's header H as read, its
+ * PERMITS, and the K slots taken. */
+struct sem_stamp {
+    struct header *h;
+    unsigned permits;
+    const unsigned *slots;
+    unsigned k;
+};
+
+/* With the metadata byte held and ST's slots taken: issue the next token,
+ * keep the count, and write the holder's record beside each slot. */
 static int stamp_sem(struct file_state *s, int fd, const char *fname, const char *full,
-                     struct header *h, unsigned permits, const unsigned *slots, unsigned k,
-                     struct dlock__hold *hold)
+                     const struct sem_stamp *st, struct dlock__hold *hold)
 {
-    int rc = dlock__file_write_stamp(s, fd, fname, full, h, DLOCK_EXCLUSIVE, permits);
+    int rc = dlock__file_write_stamp(s, fd, fname, full, st->h, DLOCK_EXCLUSIVE, st->permits);
     if (rc)
         return rc;
     char rec[REC_SIZE] = {0};
     char who[REC_SIZE - 16];
     dlock__identity(who, sizeof who);
-    snprintf(rec, sizeof rec, "%s#%u", who, slots[0]);
-    for (unsigned j = 0; j < k; j++)
-        if (pwrite(fd, rec, sizeof rec, REC_OFFSET + (off_t)slots[j] * REC_SIZE) != REC_SIZE)
+    snprintf(rec, sizeof rec, "%s#%u", who, st->slots[0]);
+    for (unsigned j = 0; j < st->k; j++)
+        if (pwrite(fd, rec, sizeof rec, REC_OFFSET + (off_t)st->slots[j] * REC_SIZE) != REC_SIZE)
             return dlock__errno(dlock__errno_code(errno), errno, "semaphore file %s/%s: write",
                                 s->dir, fname);
-    hold->token = h->token;
+    hold->token = st->h->token;
     snprintf(hold->owner, sizeof hold->owner, "%s", rec);
     return DLOCK_OK;
 }
@@ -114,7 +122,8 @@ static int try_take(struct file_state *s, int fd, const char *fname, const char 
                : dlock__err(DLOCK_ENOMEM, "out of memory");
     if (!rc && !take_slots(fd, permits, k, slots))
         rc = DLOCK_EBUSY;
-    if (!rc && (rc = stamp_sem(s, fd, fname, full, &h, permits, slots, k, hold)))
+    struct sem_stamp st = {.h = &h, .permits = permits, .slots = slots, .k = k};
+    if (!rc && (rc = stamp_sem(s, fd, fname, full, &st, hold)))
         for (unsigned j = 0; j < k; j++)
             dlock__file_range_lock(fd, F_UNLCK, slot_byte(slots[j]));
     free(slots);

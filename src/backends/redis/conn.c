@@ -130,16 +130,39 @@ static void drop_out_of_memory(struct rconn **k, int *rc, char *msg)
     *k = NULL;
 }
 
-/* Dial A[i] for SS[i], every one at once (net.c; NEED: see
- * dlock__redis_conn_dial_many), then their AUTH and SELECT pipelined in
- * one exchange over all of them (one round trip, the same quorum),
- * every step within what is left until DEADLINE (the connect timeout of
- * SS[0], then its op timeout: the nodes of one URL share them). OUT[i] is
- * the connection, or NULL with RC[i] and MSG[i]. */
-static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a, size_t n,
-                            size_t need, bool select_db, int64_t deadline, struct dlock__wait *w,
-                            struct rconn **out, int *rc, char (*msg)[DLOCK__MSG_MAX])
+/* What dial_setup_many() dials: A[i] for SS[i], i < N, NEED of them
+ * for a quorum (see dlock__redis_conn_dial_many), SELECT_DB to send the
+ * URL's SELECT, all within DEADLINE, W's cancel ending it (NULL: none);
+ * out, for each i, the connection CONN[i], or NULL with RC[i] and
+ * MSG[i]. */
+struct dial_setup {
+    struct redis_state **ss;
+    const struct redis_addr *a;
+    size_t n, need;
+    bool select_db;
+    int64_t deadline;
+    struct dlock__wait *w;
+    struct {
+        struct rconn **conn;
+        int *rc;
+        char (*msg)[DLOCK__MSG_MAX];
+    } out;
+};
+
+/* Dial every address of D at once (net.c), then their AUTH and SELECT
+ * pipelined in one exchange over all of them (one round trip, the same
+ * quorum), every step within what is left until the deadline (the
+ * connect timeout of SS[0], then its op timeout: the nodes of one URL
+ * share them). D->out gets each connection or why there is none. */
+static void dial_setup_many(const struct dial_setup *d)
 {
+    struct redis_state **ss = d->ss;
+    size_t n = d->n, need = d->need;
+    int64_t deadline = d->deadline;
+    struct dlock__wait *w = d->w;
+    struct rconn **out = d->out.conn;
+    int *rc = d->out.rc;
+    char(*msg)[DLOCK__MSG_MAX] = d->out.msg;
     int64_t cto = dlock__time_left(deadline, ss[0]->connect_timeout_ms);
     if (cto == 0) {
         for (size_t i = 0; i < n; i++) {
@@ -149,7 +172,7 @@ static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a,
         }
         return;
     }
-    dlock__redis_conn_dial_many(a, n, dlock__now_ms() + cto, need, w, out, rc, msg);
+    dlock__redis_conn_dial_many(d->a, n, dlock__now_ms() + cto, need, w, out, rc, msg);
     struct rconn *stack[8], **ks = n <= 8 ? stack : calloc(n, sizeof *ks);
     int nstack[8], *nsetup = n <= 8 ? nstack : calloc(n, sizeof *nsetup);
     if (!ks || !nsetup) { /* no room to set any up: every connection fails */
@@ -164,7 +187,7 @@ static void dial_setup_many(struct redis_state **ss, const struct redis_addr *a,
     for (size_t i = 0; i < n; i++) {
         if (!out[i])
             continue;
-        nsetup[i] = setup_append(ss[i], out[i], select_db);
+        nsetup[i] = setup_append(ss[i], out[i], d->select_db);
         if (nsetup[i] < 0)
             drop_out_of_memory(&out[i], &rc[i], msg[i]);
         else if (nsetup[i] > 0) {
@@ -227,7 +250,15 @@ int dlock__redis_dial_addr(struct redis_state *s, const struct redis_addr *a, bo
 {
     int rc;
     char msg[1][DLOCK__MSG_MAX];
-    dial_setup_many(&s, a, 1, 1, select_db, deadline, w, out, &rc, msg);
+    struct dial_setup d = {.ss = &s,
+                           .a = a,
+                           .n = 1,
+                           .need = 1,
+                           .select_db = select_db,
+                           .deadline = deadline,
+                           .w = w,
+                           .out = {.conn = out, .rc = &rc, .msg = msg}};
+    dial_setup_many(&d);
     return rc ? dlock__errmsg_restore(rc, msg[0]) : DLOCK_OK;
 }
 
@@ -373,8 +404,14 @@ void dlock__redis_pool_get_many(struct redis_state **ss, size_t n, bool backgrou
         }
         return;
     }
-    dial_setup_many(dial_s, dial_a, m, need > idle ? need - idle : 0, true, deadline, NULL,
-                    dialed, dial_rc, dial_msg);
+    struct dial_setup d = {.ss = dial_s,
+                           .a = dial_a,
+                           .n = m,
+                           .need = need > idle ? need - idle : 0,
+                           .select_db = true,
+                           .deadline = deadline,
+                           .out = {.conn = dialed, .rc = dial_rc, .msg = dial_msg}};
+    dial_setup_many(&d);
     for (size_t j = 0; j < m; j++) {
         size_t i = which[j];
         if (dial_rc[j])

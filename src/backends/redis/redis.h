@@ -952,15 +952,23 @@ struct sem_keys {
     char *name, *timeout, *chan, *token, *released;
     size_t name_len, timeout_len, chan_len, token_len, released_len;
 };
-/* semaphore acquire of WANT of PERMITS permits with a lease of LEASE_MS:
- * DLOCK_OK with *TOKEN and *PASS_ON (permits are left: wake the next),
- * DLOCK_EBUSY with *SLEEP_MS (until the nearest expiry, at most the
- * lease), DLOCK_EINVAL (another permit count), DLOCK_EWRONGTYPE,
- * DLOCK_EPROTO. */
+/* A semaphore acquire's reply to read: WANT of PERMITS permits with a
+ * lease of LEASE_MS; out, what it said. */
+struct sem_acquire_reply {
+    unsigned permits, want;
+    int64_t lease_ms;
+    struct {
+        uint64_t token; /* DLOCK_OK: the acquire's */
+        bool pass_on;   /* DLOCK_OK: permits are left, wake the next */
+        int64_t sleep_ms; /* DLOCK_EBUSY: until the nearest expiry, at most the lease */
+    } out;
+};
+/* semaphore acquire of Q: DLOCK_OK with Q->out.token and .pass_on,
+ * DLOCK_EBUSY with Q->out.sleep_ms, DLOCK_EINVAL (another permit count),
+ * DLOCK_EWRONGTYPE, DLOCK_EPROTO; what a code does not name is left as
+ * it was. */
 int dlock__redis_sem_acquire_reply(struct redis_state *s, const struct sem_keys *k,
-                                   const redisReply *r, unsigned permits, unsigned want,
-                                   int64_t lease_ms, uint64_t *token, bool *pass_on,
-                                   int64_t *sleep_ms);
+                                   const redisReply *r, struct sem_acquire_reply *q);
 /* semaphore release: DLOCK_OK with *REMOVED, the ids it gave back. */
 int dlock__redis_sem_release_reply(struct redis_state *s, const struct sem_keys *k,
                                    const redisReply *r, long long *removed);

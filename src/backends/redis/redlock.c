@@ -69,20 +69,41 @@ static struct rl_call acquire_call(struct redlock *rl, size_t i, struct acquire_
                             .nkeys = 5, .nargs = 12, .args = a->v, .lens = a->len};
 }
 
-/* The nodes in OWES, still owed the cancel of an earlier lost acquire of
- * H's owner, after the others answered attempt A in RD (CALLS[0..*N)):
- * when those already granted a majority, or refused so many that none is
- * possible, the owing nodes sit the attempt out (the keeper sends their
- * cancels) -- a stopped node no longer holds every attempt for the wait
- * on its cancel (250 ms each); otherwise each gets its cancel first,
- * within 250 ms (a node that cannot take it, stopped, sits out), and the
- * attempt, in a second round, appended to CALLS and merged into RD. A
- * node that sits out gets its code in OWED_RC and its message in OWED. */
-static void ask_owing_nodes(struct redlock *rl, struct dlock__hold *h, struct acquire_args *a,
-                            const bool *owes, struct rl_call *calls, size_t *n,
-                            struct rl_round *rd, int64_t deadline, int *owed_rc,
-                            char (*owed)[300])
+/* One attempt's nodes still owed a cancel, for ask_owing_nodes(): the
+ * attempt A, the nodes in OWES, the calls made so far CALLS[0..*N) and
+ * their round RD (both grown there), the attempt's DEADLINE; out: the
+ * code and message of each node that sits out (0: asked). */
+struct owing_nodes {
+    struct acquire_args *a;
+    const bool *owes;
+    struct rl_call *calls;
+    size_t *n;
+    struct rl_round *rd;
+    int64_t deadline;
+    struct {
+        int rc[RL_MAX_NODES];
+        char msg[RL_MAX_NODES][300];
+    } out;
+};
+
+/* The nodes in OW->owes, still owed the cancel of an earlier lost
+ * acquire of H's owner, after the others answered attempt OW->a in
+ * OW->rd (OW->calls[0..*OW->n)): when those already granted a majority,
+ * or refused so many that none is possible, the owing nodes sit the
+ * attempt out (the keeper sends their cancels) -- a stopped node no
+ * longer holds every attempt for the wait on its cancel (250 ms each);
+ * otherwise each gets its cancel first, within 250 ms (a node that
+ * cannot take it, stopped, sits out), and the attempt, in a second
+ * round, appended to the calls and merged into the round. A node that
+ * sits out gets its code and message in OW->out. */
+static void ask_owing_nodes(struct redlock *rl, struct dlock__hold *h, struct owing_nodes *ow)
 {
+    struct rl_call *calls = ow->calls;
+    size_t *n = ow->n;
+    struct rl_round *rd = ow->rd;
+    int64_t deadline = ow->deadline;
+    int *owed_rc = ow->out.rc;
+    char(*owed)[300] = ow->out.msg;
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     size_t granted = 0, refused = 0, m = 0;
@@ -94,7 +115,7 @@ static void ask_owing_nodes(struct redlock *rl, struct dlock__hold *h, struct ac
     bool settled = granted >= rl->quorum || refused > rl->n - rl->quorum;
     struct rl_call *more = calls + *n;
     for (size_t i = 0; i < rl->n; i++) {
-        if (!owes[i])
+        if (!ow->owes[i])
             continue;
         if (settled) {
             owed_rc[i] = dlock__err(DLOCK_ECONN, "%s: not asked: still owed the cancel of an "
@@ -112,7 +133,7 @@ static void ask_owing_nodes(struct redlock *rl, struct dlock__hold *h, struct ac
         if (owed_rc[i])
             snprintf(owed[i], sizeof owed[i], "%s", dlock_errmsg());
         else
-            more[m++] = acquire_call(rl, i, a);
+            more[m++] = acquire_call(rl, i, ow->a);
     }
     dlock__errmsg_restore(DLOCK_OK, msg);
     if (!m)
@@ -152,8 +173,6 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     dlock__redis_acquire_args(&a, rl->node[0]->simple, h, k, lease, reqno, 0, stage);
     struct rl_call calls[RL_MAX_NODES];
     struct rl_round rd;
-    char owed[RL_MAX_NODES][300];
-    int owed_rc[RL_MAX_NODES] = {0};
     bool owes[RL_MAX_NODES] = {false};
     size_t n = 0, nowing = 0;
     char msg[DLOCK__MSG_MAX];
@@ -175,12 +194,14 @@ static int acquire_once(struct redlock *rl, struct dlock__hold *h, struct rl_hol
     int64_t start = dlock__now_ms();
     dlock__redlock_round(rl, &rd, calls, n, deadline, false, "acquire",
                          rl->quorum > nowing ? rl->quorum - nowing : 1);
+    struct owing_nodes ow = {
+        .a = &a, .owes = owes, .calls = calls, .n = &n, .rd = &rd, .deadline = deadline};
     if (nowing)
-        ask_owing_nodes(rl, h, &a, owes, calls, &n, &rd, deadline, owed_rc, owed);
+        ask_owing_nodes(rl, h, &ow);
     for (size_t i = 0; i < rl->n; i++)
-        if (owed_rc[i]) {
-            rd.rc[i] = owed_rc[i];
-            memcpy(rd.err[i], owed[i], sizeof rd.err[i]);
+        if (ow.out.rc[i]) {
+            rd.rc[i] = ow.out.rc[i];
+            memcpy(rd.err[i], ow.out.msg[i], sizeof rd.err[i]);
         }
     size_t granted = 0, busy = 0, failed = 0;
     uint64_t top = 0;

@@ -203,22 +203,20 @@ struct sem_try_arg {
 };
 
 int dlock__redis_sem_acquire_reply(struct redis_state *s, const struct sem_keys *k,
-                                   const redisReply *r, unsigned permits, unsigned want,
-                                   int64_t lease_ms, uint64_t *token, bool *pass_on,
-                                   int64_t *sleep_ms)
+                                   const redisReply *r, struct sem_acquire_reply *q)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER)
-        return odd_reply(s, k, r, permits);
+        return odd_reply(s, k, r, q->permits);
     long long a = r->element[0]->integer, b = r->element[1]->integer;
     if (a >= 0) {
-        *token = (uint64_t)a;
-        *pass_on = b > 0;
+        q->out.token = (uint64_t)a;
+        q->out.pass_on = b > 0;
         return DLOCK_OK;
     }
-    *sleep_ms = b >= 0 && b < lease_ms ? b + 1 : lease_ms;
+    q->out.sleep_ms = b >= 0 && b < q->lease_ms ? b + 1 : q->lease_ms;
     return dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': fewer than %u permits free", s->where,
-                      k->name, want);
+                      k->name, q->want);
 }
 
 static int try_take(struct redis_state *s, void *arg, struct dlock__wait *w, struct redis_try *t)
@@ -264,10 +262,12 @@ static int try_take(struct redis_state *s, void *arg, struct dlock__wait *w, str
     }
     if (rc)
         return rc;
-    uint64_t token = 0;
-    bool pass_on = false;
-    rc = dlock__redis_sem_acquire_reply(s, k, r, h->sem->permits, h->sem->k, h->lease_ms, &token,
-                                        &pass_on, &t->sleep_ms);
+    struct sem_acquire_reply q = {.permits = h->sem->permits,
+                                  .want = h->sem->k,
+                                  .lease_ms = h->lease_ms,
+                                  .out = {.sleep_ms = t->sleep_ms}};
+    rc = dlock__redis_sem_acquire_reply(s, k, r, &q);
+    t->sleep_ms = q.out.sleep_ms;
     if (!rc) {
         if (acked >= 0 && acked < s->sync_replicas) {
             /* ?sync=N: a permit a failover could forget is given back */
@@ -281,8 +281,8 @@ static int try_take(struct redis_state *s, void *arg, struct dlock__wait *w, str
                             undo ? "the undo failed too: they come back when their lease ends"
                                  : "undone");
         } else {
-            h->token = token;
-            t->pass_on = pass_on;
+            h->token = q.out.token;
+            t->pass_on = q.out.pass_on;
             dlock__hold_confirmed(s->c, h, sent);
         }
     }

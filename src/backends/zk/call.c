@@ -385,34 +385,32 @@ static int zk_list_behind(zhandle_t *zh, struct zk_call **k, int sent, const cha
     return ZOK;
 }
 
-/* Create PATH (EPHEMERAL_SEQUENTIAL) with DATA (NULL: our identity) and,
- * in the same round trip, list LOCKPATH's children: the server handles a session's requests in order,
- * so the listing already shows the new node. Returns the create's code;
- * *listed tells whether KIDS was filled (caller frees). */
-int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                                 const char *data, const char *lockpath, char **created,
-                                 struct Stat *stat, struct String_vector *kids, bool *listed,
-                                 int64_t until)
+/* Create RQ->path (EPHEMERAL_SEQUENTIAL) with its data (NULL: our
+ * identity) and, in the same round trip, list RQ->lockpath's children:
+ * the server handles a session's requests in order, so the listing
+ * already shows the new node. Returns the create's code; RQ->out.listed
+ * tells whether RQ->kids was filled (caller frees). */
+int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, struct zk_create_list *rq)
 {
-    if (!data)
-        data = zb->ident;
-    *listed = false;
+    const char *data = rq->data ? rq->data : zb->ident;
+    struct String_vector *kids = rq->kids;
+    rq->out.listed = false;
     struct zk_call *k[2];
-    int rc = zk_calls_start(zb, zh, until, k, 2, kids);
+    int rc = zk_calls_start(zb, zh, rq->until, k, 2, kids);
     if (rc != ZOK)
         return rc;
     int64_t deadline = k[0]->deadline;
-    rc = zoo_acreate2(zh, path, data, (int)strlen(data), zk_node_acl(zb),
+    rc = zoo_acreate2(zh, rq->path, data, (int)strlen(data), zk_node_acl(zb),
                       ZOO_EPHEMERAL_SEQUENTIAL, zk_on_created, k[0]);
     int lrc;
-    rc = zk_list_behind(zh, k, rc, lockpath, &lrc);
+    rc = zk_list_behind(zh, k, rc, rq->lockpath, &lrc);
     if (rc != ZOK)
         return rc;
-    rc = dlock__zk_call_wait(k[0], deadline, stat, created, NULL);
+    rc = dlock__zk_call_wait(k[0], deadline, &rq->out.stat, &rq->out.created, NULL);
     if (lrc == ZOK) {
         lrc = dlock__zk_call_wait(k[1], deadline, NULL, NULL, kids);
-        *listed = rc == ZOK && lrc == ZOK;
-        if (!*listed)
+        rq->out.listed = rc == ZOK && lrc == ZOK;
+        if (!rq->out.listed)
             deallocate_String_vector(kids);
     }
     return rc;

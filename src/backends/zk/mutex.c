@@ -256,17 +256,17 @@ static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const cha
     return rc;
 }
 
-/* Create our contender node, named MARK (dlock__zk_mark), with DATA (NULL: our
- * identity) under LOCKPATH:
- * *mine = its full path,
- * *czxid its creation zxid; *listed says whether KIDS holds a listing of
- * the children made right after (caller frees it). Retries a lost reply
- * for up to the op timeout, and never past W's deadline (as zk_rq_* take
- * it); the pauses between tries end at W's cancel (DLOCK_ECANCELED). */
-int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                               const char *mark, const char *data, char **mine, int64_t *czxid,
-                               struct String_vector *kids, bool *listed, struct dlock__wait *w)
+/* Create our contender node, named RQ->mark (dlock__zk_mark), with
+ * RQ->data (NULL: our identity) under RQ->lockpath: RQ->out.node = its
+ * full path, RQ->out.czxid its creation zxid; RQ->out.listed says
+ * whether RQ->kids holds a listing of the children made right after
+ * (caller frees it). Retries a lost reply for up to the op timeout, and
+ * never past W's deadline (as zk_rq_* take it); the pauses between
+ * tries end at W's cancel (DLOCK_ECANCELED). */
+int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s,
+                               struct zk_contender *rq, struct dlock__wait *w)
 {
+    const char *lockpath = rq->lockpath, *mark = rq->mark;
     int64_t until = dlock__wait_deadline(w);
     struct dlock__backoff backoff = {.min_ms = ZK_RETRY_MIN_MS, .max_ms = ZK_RETRY_MAX_MS};
     char guid[37];
@@ -283,13 +283,16 @@ int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, cons
     int err = DLOCK_OK;
     bool ambiguous = false; /* a create of ours may have happened unseen */
     for (int attempt = 0;; attempt++) {
-        struct Stat st;
-        char *created = NULL;
-        int rc = dlock__zk_rq_create_and_list(zb, s->zh, prefix, data, lockpath, &created, &st, kids,
-                                       listed, deadline);
+        struct zk_create_list cl = {.path = prefix,
+                                    .data = rq->data,
+                                    .lockpath = lockpath,
+                                    .kids = rq->kids,
+                                    .until = deadline};
+        int rc = dlock__zk_rq_create_and_list(zb, s->zh, &cl);
+        rq->out.listed = cl.out.listed;
         if (rc == ZOK) {
-            *mine = created;
-            *czxid = st.czxid;
+            rq->out.node = cl.out.created;
+            rq->out.czxid = cl.out.stat.czxid;
             break;
         }
         if (rc == ZNONODE && attempt < 5) {
@@ -311,8 +314,8 @@ int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, cons
             int64_t found_czxid = 0;
             if (find_guid_node(zb, s, lockpath, guid, mark, &found, &found_czxid, deadline) ==
                 ZOK) {
-                *mine = found;
-                *czxid = found_czxid;
+                rq->out.node = found;
+                rq->out.czxid = found_czxid;
                 break;
             }
             int r = dlock__wait_retry(w, &backoff, deadline);
@@ -328,26 +331,45 @@ int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, cons
         break;
     }
     if (ambiguous)
-        dlock__zk_suspect_add(zb, s, lockpath, guid, err == DLOCK_OK ? zk_basename_of(*mine) : NULL);
+        dlock__zk_suspect_add(zb, s, lockpath, guid,
+                              err == DLOCK_OK ? zk_basename_of(rq->out.node) : NULL);
     free(prefix);
     return err;
 }
 
-/* One pass of the recipe: list the contenders and see where MINE stands.
- * Returns ZOK with *pos = 0 (ours) or the index, and the node to wait for
- * in *pred (owned, full path) when not ours; ZNONODE when our node is
- * gone; or an error code. *holder names the first node (owned). A writer
- * (a "lock-" or "__WRIT__" node) waits for the node just before it, of
- * either kind; a reader ("__READ__") only for the closest writer before
- * it, and holds beside the readers before it (Curator's read lock). */
-static int queue_position(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                          const char *mine, struct String_vector *given, int *pos, char **pred,
-                          char **holder, int64_t until)
+/* Where a contender stands (queue_position): its node MINE under
+ * LOCKPATH, the listing GIVEN with its create (NULL: none; taken when
+ * it shows MINE), within UNTIL; out: its place, the node to wait for
+ * and the first node. */
+struct queue_look {
+    const char *lockpath, *mine;
+    struct String_vector *given;
+    int64_t until;
+    struct {
+        int pos;      /* 0: ours, else our index */
+        char *pred;   /* owned, full path; when not ours */
+        char *holder; /* owned, the first node's name */
+    } out;
+};
+
+/* One pass of the recipe: list the contenders and see where Q->mine
+ * stands. Returns ZOK with Q->out.pos = 0 (ours) or the index, and the
+ * node to wait for in Q->out.pred when not ours; ZNONODE when our node
+ * is gone; or an error code. Q->out.holder names the first node. A
+ * writer (a "lock-" or "__WRIT__" node) waits for the node just before
+ * it, of either kind; a reader ("__READ__") only for the closest writer
+ * before it, and holds beside the readers before it (Curator's read
+ * lock). */
+static int queue_position(struct zk_backend *zb, struct zk_session *s, struct queue_look *q)
 {
+    const char *lockpath = q->lockpath;
+    struct String_vector *given = q->given;
+    int *pos = &q->out.pos;
+    char **pred = &q->out.pred, **holder = &q->out.holder;
     struct String_vector kids;
     *pred = NULL;
     *holder = NULL;
-    const char *me = zk_basename_of(mine);
+    const char *me = zk_basename_of(q->mine);
     bool in_given = false;
     for (int32_t i = 0; given && i < given->count && !in_given; i++)
         in_given = strcmp(given->data[i], me) == 0;
@@ -357,7 +379,7 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, const cha
         given->count = 0;
         given->data = NULL;
     } else {
-        rc = dlock__zk_rq_children_synced(zb, s->zh, lockpath, &kids, until);
+        rc = dlock__zk_rq_children_synced(zb, s->zh, lockpath, &kids, q->until);
     }
     if (rc != ZOK)
         return rc;
@@ -429,9 +451,14 @@ restart:
     first = (struct String_vector){0, NULL};
     created_at = dlock__now_ms();
     unsigned create_seq = dlock__wait_seq(w);
-    err = dlock__zk_create_contender(zb, s, lockpath, mark, h->elect ? h->elect->value : NULL,
-                              &mine, &czxid,
-                              &first, &have_first, w);
+    struct zk_contender contender = {.lockpath = lockpath,
+                                     .mark = mark,
+                                     .data = h->elect ? h->elect->value : NULL,
+                                     .kids = &first};
+    err = dlock__zk_create_contender(zb, s, &contender, w);
+    mine = contender.out.node;
+    czxid = contender.out.czxid;
+    have_first = contender.out.listed;
     if ((err == DLOCK_ECONN || err == DLOCK_ETIMEDOUT) && !try_once) {
         /* The create met a disconnect (any node it may have left is a
          * suspect, queued for cleanup): a waiting acquire goes on waiting, as a queued
@@ -453,12 +480,15 @@ restart:
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
         int64_t sent = have_first ? created_at : dlock__now_ms();
-        int pos = 0;
         dlock__waitset_set_key(&zb->waiters, w, NULL); /* pred is about to be freed */
         free(pred);
         free(holder);
-        int rc = queue_position(zb, s, lockpath, mine, have_first ? &first : NULL, &pos, &pred,
-                                &holder, until);
+        struct queue_look look = {
+            .lockpath = lockpath, .mine = mine, .given = have_first ? &first : NULL, .until = until};
+        int rc = queue_position(zb, s, &look);
+        int pos = look.out.pos;
+        pred = look.out.pred;
+        holder = look.out.holder;
         have_first = false;
         if (rc == ZNONODE || dlock__zk_rc_session_gone(rc)) {
             /* Our node vanished (session expired, or someone deleted it

@@ -48,20 +48,20 @@ static bool shadow_make(struct zk_backend *zb, struct zk_session *s, struct zk_h
         return false;
     }
     struct String_vector kids = {0, NULL};
-    bool listed = false;
-    char *node = NULL;
-    int64_t czxid = 0;
     char *data = dlock__sprintf("%s" ZK_SHADOW_TAG, zb->ident);
-    int rc = data ? dlock__zk_create_contender(zb, s, lockpath, ZK_READ_MARK, data, &node, &czxid,
-                                               &kids, &listed, NULL)
+    struct zk_contender rq = {.lockpath = lockpath,
+                              .mark = ZK_READ_MARK,
+                              .data = data,
+                              .kids = &kids};
+    int rc = data ? dlock__zk_create_contender(zb, s, &rq, NULL)
                   : dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     free(data);
     deallocate_String_vector(&kids);
     free(lockpath);
     if (rc != DLOCK_OK)
         return false;
-    zh->shadow = node;
-    zh->shadow_czxid = czxid;
+    zh->shadow = rq.out.node;
+    zh->shadow_czxid = rq.out.czxid;
     return true;
 }
 

@@ -170,10 +170,21 @@ int dlock__zk_rq_delete(struct zk_backend *zb, zhandle_t *zh, const char *path, 
 /* Set PATH's data to DATA (any version), *STAT (may be NULL) its new stat. */
 int dlock__zk_rq_set(struct zk_backend *zb, zhandle_t *zh, const char *path, const char *data,
                      struct Stat *stat, int64_t until);
-int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, const char *path,
-                                 const char *data, const char *lockpath, char **created,
-                                 struct Stat *stat, struct String_vector *kids, bool *listed,
-                                 int64_t until);
+/* A node's create with its directory's listing in the same round trip
+ * (call.c): PATH (EPHEMERAL_SEQUENTIAL) with DATA (NULL: our identity),
+ * LOCKPATH's children into KIDS, within UNTIL; out: the node made, its
+ * stat, and whether KIDS was filled (caller frees). */
+struct zk_create_list {
+    const char *path, *data, *lockpath;
+    struct String_vector *kids;
+    int64_t until;
+    struct {
+        char *created;
+        struct Stat stat;
+        bool listed;
+    } out;
+};
+int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, struct zk_create_list *rq);
 int dlock__zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
                                  struct String_vector *kids, int64_t until);
 
@@ -251,12 +262,23 @@ void dlock__zk_fds_cloexec_sockets(const int *ports, size_t nports);
 enum zk_kind dlock__zk_node_kind(const char *node);
 /* The mark of the node a hold in MODE creates (ZK_READ_MARK...). */
 const char *dlock__zk_mark(const struct zk_backend *zb, dlock_mode mode);
-/* Create a contender node named MARK with DATA (NULL: our identity)
- * under LOCKPATH (see mutex.c); W may be NULL (no wait: retries within
- * the op timeout). */
-int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
-                               const char *mark, const char *data, char **mine, int64_t *czxid,
-                               struct String_vector *kids, bool *listed, struct dlock__wait *w);
+/* A contender node to create: named MARK with DATA (NULL: our identity)
+ * under LOCKPATH, the children listed along with it into KIDS; out: the
+ * node's full path (owned), its creation zxid, and whether KIDS was
+ * filled (caller frees). */
+struct zk_contender {
+    const char *lockpath, *mark, *data;
+    struct String_vector *kids;
+    struct {
+        char *node;
+        int64_t czxid;
+        bool listed;
+    } out;
+};
+/* Create RQ's contender node (see mutex.c); W may be NULL (no wait:
+ * retries within the op timeout). */
+int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s,
+                               struct zk_contender *rq, struct dlock__wait *w);
 /* What follows our identity in the data of a read node queued behind a
  * write hold for its downgrade (rwlock.c): while it waits there, status
  * leaves it out (it is part of that hold, not a waiter). */

@@ -50,8 +50,13 @@ static int read_leader(struct etcd_backend *s, const char *name, const char *pfx
 {
     char what[1200];
     snprintf(what, sizeof what, "leader of election '%s'", name);
-    json_t *kv = NULL;
-    int rc = dlock__etcd_queue_find_for(s, pfx, NULL, true, 0, true, &kv, what, lim);
+    struct etcd_queue_search leader = {.pfx = pfx,
+                                       .ascending = true,
+                                       .writers = true,
+                                       .what = what,
+                                       .lim = lim};
+    int rc = dlock__etcd_queue_find(s, &leader);
+    json_t *kv = leader.out.kv;
     free(out->value);
     memset(out, 0, sizeof *out);
     if (rc || !kv)

@@ -481,18 +481,27 @@ json_t *dlock__etcd_queue_range(const char *pfx, bool ascending, int64_t bound_r
 json_t *dlock__etcd_queue_range_for(const char *pfx, bool ascending, int64_t bound_rev, bool writers);
 /* The range response K of a txn reply. */
 json_t *dlock__etcd_txn_range(json_t *reply, size_t k);
-/* The first contender in the order of RESP (a page made by
- * dlock__etcd_queue_range with the same ASCENDING and BOUND_REV; NULL to start
- * with a request), paging on as needed. *OUT is a new reference, NULL
- * when there is none. */
-int dlock__etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
-                           int64_t bound_rev, json_t **out, const char *what,
-                           const struct etcd_limits *lim);
-/* The same; with WRITERS, the first contender that is not shared (RESP
- * made by dlock__etcd_queue_range_for with WRITERS). */
-int dlock__etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
-                        int64_t bound_rev, bool writers, json_t **out, const char *what,
-                        const struct etcd_limits *lim);
+/* A search of the queue under PFX for its first contender in create
+ * order, ASCENDING from after BOUND_REV or descending from before it (0:
+ * from the start / the end); with WRITERS, the first that is not shared.
+ * RESP is a page already read (made by dlock__etcd_queue_range_for with
+ * the same ASCENDING, BOUND_REV and WRITERS), NULL to start with a
+ * request. WHAT names it in messages; LIM bounds its requests (NULL =
+ * none). */
+struct etcd_queue_search {
+    const char *pfx;
+    json_t *resp;
+    bool ascending;
+    int64_t bound_rev;
+    bool writers;
+    const char *what;
+    const struct etcd_limits *lim;
+    struct {
+        json_t *kv; /* the contender found (a new reference), NULL = none */
+    } out;
+};
+/* Run search Q, paging on as needed. */
+int dlock__etcd_queue_find(struct etcd_backend *s, struct etcd_queue_search *q);
 /* The lock name of contender KV under the client's prefix (caller frees);
  * NULL for any other key. */
 char *dlock__etcd_contender_name(struct etcd_backend *s, const json_t *kv);

@@ -279,13 +279,47 @@ bool dlock__etcd_wait_canceled(struct dlock__wait *w)
     return w && dlock__wait_sleep(w, dlock__wait_seq(w) + 1, 0) == DLOCK_ECANCELED;
 }
 
-/* One POST to one endpoint. Returns 0 and sets *STATUS and B on an HTTP
- * answer, or the CURLcode of a transport failure (ERRBUF says why). */
-static CURLcode post_once(struct etcd_conn *k, size_t ep, const char *path, const char *body,
-                          bool with_token, long *status, struct buf *b, char *errbuf,
-                          bool *connected, const struct etcd_limits *lim, long *timeout_used,
-                          struct etcd_sock *sk)
+/* One request to the gateway, tried on each endpoint in turn: BODY
+ * POSTed to PATH (with the auth token when WITH_TOKEN), within LIM (NULL
+ * = none); WHAT names it in messages. */
+struct gateway_post {
+    const char *path, *body;
+    bool with_token;
+    const char *what;
+    const struct etcd_limits *lim;
+    struct {
+        json_t *reply;      /* the answer (a JSON object), caller's */
+        int grpc_code;      /* etcd's code of a refusal, 0 = none */
+        bool token_expired; /* refused for a stale token: authenticate again */
+        bool resent;        /* a send before the answered one may have landed */
+    } out;
+};
+
+/* What one POST to one endpoint brought back. */
+struct post_answer {
+    long status;                  /* HTTP status of an answer */
+    struct buf b;                 /* its body */
+    char errbuf[CURL_ERROR_SIZE]; /* why a transport failure failed */
+    bool connected;               /* the request went out */
+    long timeout_used;            /* the timeout it was given, ms */
+    struct etcd_sock sk;          /* the socket's open error, if any */
+};
+
+/* One POST of P to endpoint EP. Returns 0 and sets A's status and body on
+ * an HTTP answer, or the CURLcode of a transport failure (A's errbuf says
+ * why). */
+static CURLcode post_once(struct etcd_conn *k, size_t ep, const struct gateway_post *p,
+                          struct post_answer *a)
 {
+    const char *path = p->path, *body = p->body;
+    bool with_token = p->with_token;
+    const struct etcd_limits *lim = p->lim;
+    long *status = &a->status, *timeout_used = &a->timeout_used;
+    struct buf *b = &a->b;
+    char *errbuf = a->errbuf;
+    bool *connected = &a->connected;
+    struct etcd_sock *sk = &a->sk;
+
     CURL *e = easy_take(k);
     if (!e) {
         snprintf(errbuf, CURL_ERROR_SIZE, "out of memory");
@@ -386,17 +420,20 @@ bool dlock__etcd_refusal(const char *data, size_t len, long status, char *text, 
     return from_etcd;
 }
 
-static int call_endpoints(struct etcd_conn *k, const char *path, const char *body,
-                          bool with_token, json_t **reply, const char *what, int *grpc_code,
-                          bool *token_expired, bool *resent, const struct etcd_limits *lim)
+/* Send P to the endpoints in turn, from the last that answered, until
+ * one answers; the results go to P's out. */
+static int call_endpoints(struct etcd_conn *k, struct gateway_post *p)
 {
+    const char *path = p->path, *what = p->what;
+    bool with_token = p->with_token;
+    const struct etcd_limits *lim = p->lim;
     struct attempt a = {.len = 0};
     bool maybe_applied = false; /* a request went out and its reply was lost */
     char at[1200];
     pthread_mutex_lock(&k->mu);
     size_t start = k->cur;
     pthread_mutex_unlock(&k->mu);
-    *token_expired = false;
+    p->out.token_expired = false;
     for (size_t i = 0; i < k->neps; i++) {
         size_t ep = (start + i) % k->neps;
         if (dlock__time_left(lim ? lim->deadline : 0, k->op_timeout_ms) == 0) {
@@ -407,14 +444,13 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
             attempt_add(&a, k->eps[ep].name, "not tried: out of time");
             break;
         }
-        struct buf b = {.limit = k->max_reply};
-        char errbuf[CURL_ERROR_SIZE];
-        long status = 0;
-        bool connected = false;
-        long used = k->op_timeout_ms;
-        struct etcd_sock sk = {0};
-        CURLcode rc = post_once(k, ep, path, body, with_token, &status, &b, errbuf, &connected,
-                                lim, &used, &sk);
+        struct post_answer ans = {.b = {.limit = k->max_reply}, .timeout_used = k->op_timeout_ms};
+        CURLcode rc = post_once(k, ep, p, &ans);
+        struct buf b = ans.b;
+        long status = ans.status, used = ans.timeout_used;
+        bool connected = ans.connected;
+        const char *errbuf = ans.errbuf;
+        struct etcd_sock sk = ans.sk;
         if (b.too_big) { /* another member would say as much */
             free(b.data);
             return dlock__err(DLOCK_EPROTO, "%s: %s: reply larger than %zu bytes (max_reply)",
@@ -446,8 +482,8 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
             free(b.data);
             continue;
         }
-        if (resent && maybe_applied)
-            *resent = true;
+        if (maybe_applied)
+            p->out.resent = true;
         if (status == 200) {
             json_error_t jerr;
             json_t *j = json_loadb(b.data ? b.data : "", b.len, 0, &jerr);
@@ -460,7 +496,7 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
             pthread_mutex_lock(&k->mu);
             k->cur = ep;
             pthread_mutex_unlock(&k->mu);
-            *reply = j;
+            p->out.reply = j;
             return DLOCK_OK;
         }
         char text[512];
@@ -469,10 +505,9 @@ static int call_endpoints(struct etcd_conn *k, const char *path, const char *bod
         free(b.data);
         if (!from_etcd)
             return dlock__err(DLOCK_EPROTO, "%s: %s: %s", where(k, ep, at, sizeof at), what, text);
-        if (grpc_code)
-            *grpc_code = code;
+        p->out.grpc_code = code;
         if (code == GRPC_UNAUTHENTICATED && with_token && k->user) {
-            *token_expired = true;
+            p->out.token_expired = true;
             return dlock__err(DLOCK_EAUTH, "%s: %s: %s", where(k, ep, at, sizeof at), what, text);
         }
         if (code == GRPC_UNAVAILABLE || status == 503 || strstr(text, "no leader") ||
@@ -528,17 +563,22 @@ int dlock__etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, jso
     char *body = json_dumps(req, JSON_COMPACT);
     if (!body)
         return dlock__err(DLOCK_ENOMEM, "%s: %s: out of memory", k->label, what);
-    bool expired = false;
-    int rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired, resent, lim);
-    if (rc && expired) {
+    struct gateway_post p = {.path = path, .body = body, .with_token = true, .what = what,
+                             .lim = lim};
+    int rc = call_endpoints(k, &p);
+    if (rc && p.out.token_expired) {
         /* The auth token timed out (etcd forgets simple tokens after
          * --auth-token-ttl): get a fresh one and try again once. */
         rc = authenticate(k);
         if (!rc)
-            rc = call_endpoints(k, path, body, true, reply, what, grpc_code, &expired, resent,
-                                lim);
+            rc = call_endpoints(k, &p);
     }
     free(body);
+    *reply = p.out.reply;
+    if (resent)
+        *resent = p.out.resent;
+    if (grpc_code)
+        *grpc_code = p.out.grpc_code;
     if (!rc && (rc = dlock__etcd_check_reply(k->label, what, path, req, *reply))) {
         json_decref(*reply);
         *reply = NULL;
@@ -557,12 +597,11 @@ static int authenticate(struct etcd_conn *k)
     json_decref(req);
     if (!body)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", k->label);
-    json_t *reply = NULL;
-    bool expired;
     char what[300];
     snprintf(what, sizeof what, "authenticate as '%s'", k->user);
-    int rc = call_endpoints(k, "/v3/auth/authenticate", body, false, &reply, what, NULL, &expired,
-                            NULL, NULL);
+    struct gateway_post p = {.path = "/v3/auth/authenticate", .body = body, .what = what};
+    int rc = call_endpoints(k, &p);
+    json_t *reply = p.out.reply;
     free(body);
     if (rc == DLOCK_EBACKEND && strstr(dlock_errmsg(), "authentication is not enabled"))
         return DLOCK_OK; /* a user on a server without auth: nothing to do */

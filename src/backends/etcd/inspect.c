@@ -136,18 +136,24 @@ int dlock__etcd_force_release(void *state, const char *name)
     snprintf(what, sizeof what, "force-release '%s' (keys %s*)", name, pfx);
     /* The holders: the first contender, and when it is shared, every
      * shared one after it up to the first writer. */
-    json_t *holder = NULL;
-    int rc = dlock__etcd_queue_find_for(s, pfx, NULL, true, 0, true, &holder, what, NULL);
-    json_t *first = NULL;
+    struct etcd_queue_search writer = {.pfx = pfx, .ascending = true, .writers = true,
+                                       .what = what};
+    int rc = dlock__etcd_queue_find(s, &writer);
+    json_t *holder = writer.out.kv;
+    struct etcd_queue_search oldest = {.pfx = pfx, .ascending = true, .what = what};
     if (!rc)
-        rc = dlock__etcd_queue_find(s, pfx, NULL, true, 0, &first, what, NULL);
+        rc = dlock__etcd_queue_find(s, &oldest);
+    json_t *first = oldest.out.kv;
     if (!rc && first &&
         (!holder || dlock__etcd_int(first, "create_revision") < dlock__etcd_int(holder, "create_revision"))) {
         /* Readers hold (before the first writer, if any): each goes. */
         int64_t from = 0, upto = holder ? dlock__etcd_int(holder, "create_revision") : INT64_MAX;
         json_t *kv = NULL;
         while (!rc) {
-            rc = dlock__etcd_queue_find(s, pfx, NULL, true, from, &kv, what, NULL);
+            struct etcd_queue_search next = {.pfx = pfx, .ascending = true, .bound_rev = from,
+                                             .what = what};
+            rc = dlock__etcd_queue_find(s, &next);
+            kv = next.out.kv;
             if (rc || !kv || dlock__etcd_int(kv, "create_revision") >= upto)
                 break;
             from = dlock__etcd_int(kv, "create_revision");

@@ -200,9 +200,11 @@ int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
          * from the failure branch's ranges. */
         rc = DLOCK_ENOTSUP;
         for (size_t i = 0; i < n && rc == DLOCK_ENOTSUP; i++) {
-            json_t *owner = NULL;
-            int found = dlock__etcd_queue_find_for(s, mb[i].pfx, dlock__etcd_txn_range(reply, i),
-                                                   true, 0, false, &owner, what, &lim);
+            struct etcd_queue_search oldest = {.pfx = mb[i].pfx,
+                                               .resp = dlock__etcd_txn_range(reply, i),
+                                               .ascending = true, .what = what, .lim = &lim};
+            int found = dlock__etcd_queue_find(s, &oldest);
+            json_t *owner = oldest.out.kv;
             char *first = owner ? dlock__etcd_kv_key(owner) : NULL;
             if (found)
                 rc = found;

@@ -81,9 +81,28 @@ int dlock__etcd_txn(struct etcd_backend *s, json_t *req, json_t **reply, const c
     return rc;
 }
 
-/* Put hold H's key KEY (under PFX, attached to LEASE) unless it exists,
- * and read the oldest contender it waits for (*OWNER_REV; our own
- * revision when none is older), in one transaction (Go's tryAcquire).
+/* One contender in the queue of a lock: hold H's key KEY under the
+ * queue's prefix PFX, and the limits LIM of every request made for it
+ * (the requests below put, look at and wait on it). OUT collects what
+ * they learn. */
+struct contender {
+    struct etcd_backend *s;
+    const struct dlock__hold *h;
+    const char *key, *pfx;
+    const struct etcd_limits *lim;
+    struct {
+        int64_t my_rev;    /* KEY's create revision, 0 = not put (or not known) */
+        int64_t owner_rev; /* the oldest contender's, ours when none is older */
+        bool busy;         /* another contender is queued (put_if_alone) */
+        int code;          /* as dlock__etcd_call's */
+        bool resent;       /* a put went out twice (the first may still land) */
+    } out;
+};
+
+/* Put contender C's key (hold H's KEY under PFX) on LEASE unless it
+ * exists, and read the oldest contender it waits for (C's owner_rev; our
+ * own revision, C's my_rev, when none is older), in one transaction
+ * (Go's tryAcquire).
  * The core calls acquire only for an owner that holds nothing here, so
  * a KEY that already exists is a leftover -- of a release that did not
  * reach the member, or of our own first send when the request went out
@@ -91,13 +110,17 @@ int dlock__etcd_txn(struct etcd_backend *s, json_t *req, json_t **reply, const c
  * create revision, and put anew (a new create revision: a new, greater
  * token), never adopted. An adopted leftover would keep the revision its
  * release, or an owed delete of it, is compared on: landing late, that
- * delete would take the new hold's key. *RESENT turns true when a send
- * went out twice (the first may still land). */
-static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *h,
-                              const char *key, const char *pfx, int64_t lease, int64_t *my_rev,
-                              int64_t *owner_rev, int *code, bool *resent,
-                              const struct etcd_limits *lim)
+ * delete would take the new hold's key. C's resent turns true when a
+ * send went out twice (the first may still land). */
+static int put_and_read_owner(struct contender *c, int64_t lease)
 {
+    struct etcd_backend *s = c->s;
+    const struct dlock__hold *h = c->h;
+    const char *key = c->key, *pfx = c->pfx;
+    const struct etcd_limits *lim = c->lim;
+    int64_t *my_rev = &c->out.my_rev, *owner_rev = &c->out.owner_rev;
+    int *code = &c->out.code;
+    bool *resent = &c->out.resent;
     const char *name = h->name, *value = dlock__etcd_hold_value(s, h);
     bool shared = h->mode == DLOCK_SHARED; /* waits for writers only */
     char *kb = dlock__etcd_b64(key, strlen(key));
@@ -143,9 +166,11 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
     if (rc)
         return rc;
     *my_rev = created ? dlock__etcd_header_rev(reply) : dlock__etcd_int(dlock__etcd_txn_kv(reply, 0), "create_revision");
-    json_t *owner = NULL;
-    rc = dlock__etcd_queue_find_for(s, pfx, dlock__etcd_txn_range(reply, 1), true, 0, shared, &owner, what,
-                             lim);
+    struct etcd_queue_search oldest = {.pfx = pfx, .resp = dlock__etcd_txn_range(reply, 1),
+                                       .ascending = true, .writers = shared, .what = what,
+                                       .lim = lim};
+    rc = dlock__etcd_queue_find(s, &oldest);
+    json_t *owner = oldest.out.kv;
     *owner_rev = owner ? dlock__etcd_int(owner, "create_revision") : *my_rev;
     if (*owner_rev > *my_rev)
         *owner_rev = *my_rev; /* (a reader: the oldest writer came after us) */
@@ -156,21 +181,27 @@ static int put_and_read_owner(struct etcd_backend *s, const struct dlock__hold *
     return rc;
 }
 
-/* Put exclusive hold H's KEY on LEASE only when no key under PFX has a
- * lease -- no contender holds or queues: the lock is ours in this one
- * round trip, the common case -- and otherwise read the oldest contender
- * without putting anything: *MY_REV is the key's create revision, 0 when
- * it was not put (or only maybe, by a first send whose reply was lost);
- * then *BUSY says whether a contender other than our own
+/* Put contender C's key (exclusive hold H's KEY) on LEASE only when no
+ * key under PFX has a lease -- no contender holds or queues: the lock is
+ * ours in this one round trip, the common case -- and otherwise read the
+ * oldest contender without putting anything: C's my_rev is the key's
+ * create revision, 0 when it was not put (or only maybe, by a first send whose reply was lost);
+ * then C's busy says whether a contender other than our own
  * leftover KEY is in the queue (we would wait). A key that will wait is
  * thus never created on the hold's lease, which a process killed before
  * it could move the key to the waiters' lease would leave in the queue
- * for a whole hold lease. *CODE as dlock__etcd_call's; *RESENT turns true
- * when the txn went out twice (the first send may still land). */
-static int put_if_alone(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
-                        const char *pfx, int64_t lease, int64_t *my_rev, bool *busy, int *code,
-                        bool *resent, const struct etcd_limits *lim)
+ * for a whole hold lease. C's code as dlock__etcd_call's; C's resent
+ * turns true when the txn went out twice (the first send may still land). */
+static int put_if_alone(struct contender *c, int64_t lease)
 {
+    struct etcd_backend *s = c->s;
+    const struct dlock__hold *h = c->h;
+    const char *key = c->key, *pfx = c->pfx;
+    const struct etcd_limits *lim = c->lim;
+    int64_t *my_rev = &c->out.my_rev;
+    bool *busy = &c->out.busy;
+    int *code = &c->out.code;
+    bool *resent = &c->out.resent;
     *my_rev = 0;
     *busy = false;
     const char *value = dlock__etcd_hold_value(s, h);
@@ -204,9 +235,10 @@ static int put_if_alone(struct etcd_backend *s, const struct dlock__hold *h, con
                            : dlock__err(DLOCK_EPROTO, "%s: %s: the reply has no revision",
                                         s->label, what);
     }
-    json_t *owner = NULL;
-    rc = dlock__etcd_queue_find(s, pfx, dlock__etcd_txn_range(reply, 0), true, 0, &owner, what,
-                                lim);
+    struct etcd_queue_search oldest = {.pfx = pfx, .resp = dlock__etcd_txn_range(reply, 0),
+                                       .ascending = true, .what = what, .lim = lim};
+    rc = dlock__etcd_queue_find(s, &oldest);
+    json_t *owner = oldest.out.kv;
     json_decref(reply);
     char *owner_key = owner ? dlock__etcd_kv_key(owner) : NULL;
     if (owner && !owner_key && !rc)
@@ -219,17 +251,32 @@ static int put_if_alone(struct etcd_backend *s, const struct dlock__hold *h, con
     return rc;
 }
 
-/* Look at the queue: does hold H's KEY still exist, and which contender
- * it waits for was created just before ours (*PRED, caller frees; NULL =
- * we own the lock)?
- * *AT is the revision the answer is from. In the same transaction, when
- * no key under PFX is older than ours (the common case: no other key
- * there), the lock is ours and our key moves to HOLD_LEASE (*MOVED): the
- * hand-off costs no round trip more than the look. *CODE as dlock__etcd_call's. */
-static int look(struct etcd_backend *s, const struct dlock__hold *h, const char *key,
-                const char *pfx, int64_t my_rev, int64_t hold_lease, bool *mine_exists,
-                char **pred, bool *moved, int64_t *at, int *code, const struct etcd_limits *lim)
+/* What a look at the queue found (look()). */
+struct queue_look {
+    bool mine_exists; /* our key is still there */
+    char *pred;       /* the contender just before ours, caller frees; NULL = ours */
+    bool moved;       /* ours, and our key moved to the hold's lease */
+    int64_t at;       /* the revision the answer is from */
+    int code;         /* as dlock__etcd_call's */
+};
+
+/* Look at the queue: does contender C's key (created at C's my_rev) still
+ * exist, and which contender it waits for was created just before ours
+ * (L's pred)? In the same transaction, when no key under the prefix is
+ * older than ours (the common case: no other key there), the lock is ours
+ * and our key moves to HOLD_LEASE (L's moved): the hand-off costs no
+ * round trip more than the look. */
+static int look(const struct contender *c, int64_t hold_lease, struct queue_look *l)
 {
+    struct etcd_backend *s = c->s;
+    const struct dlock__hold *h = c->h;
+    const char *key = c->key, *pfx = c->pfx;
+    const struct etcd_limits *lim = c->lim;
+    int64_t my_rev = c->out.my_rev;
+    bool *mine_exists = &l->mine_exists, *moved = &l->moved;
+    char **pred = &l->pred;
+    int64_t *at = &l->at;
+    int *code = &l->code;
     *pred = NULL;
     *moved = false;
     const char *name = h->name, *value = dlock__etcd_hold_value(s, h);
@@ -269,9 +316,11 @@ static int look(struct etcd_backend *s, const struct dlock__hold *h, const char 
     }
     json_t *kv = dlock__etcd_txn_kv(reply, 0);
     *mine_exists = kv && dlock__etcd_int(kv, "create_revision") == my_rev;
-    json_t *before = NULL;
-    rc = dlock__etcd_queue_find_for(s, pfx, dlock__etcd_txn_range(reply, 1), false, my_rev, shared, &before,
-                             what, lim);
+    struct etcd_queue_search prev = {.pfx = pfx, .resp = dlock__etcd_txn_range(reply, 1),
+                                     .bound_rev = my_rev, .writers = shared, .what = what,
+                                     .lim = lim};
+    rc = dlock__etcd_queue_find(s, &prev);
+    json_t *before = prev.out.kv;
     if (before && !(*pred = dlock__etcd_kv_key(before)))
         rc = dlock__etcd_nomem(s);
     json_decref(before);
@@ -432,7 +481,8 @@ static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const c
     return rc == ETCD_KEY_GONE ? RESTART : rc;
 }
 
-/* Sleep until our key (create revision MY_REV) is the oldest under PFX.
+/* Sleep until contender C's key (create revision C's my_rev) is the
+ * oldest under its prefix.
  * Go's waitDeletes, with a watch created "from now" on the key just before
  * ours: once etcd confirms the watch we look again (a deletion between our
  * look and the watch's creation is seen then), and sleep until the watch
@@ -443,23 +493,27 @@ static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const c
  * (ours; *MOVED when the look that said so moved our key to LR),
  * RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. MSG
  * keeps the failure of our last request, "" when it was answered. */
-static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct dlock__wait *w,
-                     const char *key, const char *pfx, int64_t my_rev, struct lease_ref *lr,
+static int wait_turn(const struct contender *c, struct dlock__wait *w, struct lease_ref *lr,
                      struct lease_ref *wl, bool *moved, char msg[DLOCK__MSG_MAX])
 {
+    struct etcd_backend *s = c->s;
+    const struct dlock__hold *h = c->h;
     struct etcd_watch *wt = NULL;
     char *watched = NULL;
     int rc;
     /* No request outlives the wait's deadline, and a cancel aborts one in
      * flight: a stalled member must not hold the caller past either. */
     struct etcd_limits lim = {dlock__wait_deadline(w), w};
+    struct contender looker = *c;
+    looker.lim = &lim;
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
-        bool mine = false;
-        char *pred = NULL;
-        int64_t at = 0;
-        int code = 0;
-        rc = look(s, h, key, pfx, my_rev, lr->id, &mine, &pred, moved, &at, &code, &lim);
+        struct queue_look l = {0};
+        rc = look(&looker, lr->id, &l);
+        bool mine = l.mine_exists;
+        char *pred = l.pred;
+        int code = l.code;
+        *moved = l.moved;
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
             /* "requested lease not found": the hold's lease expired */
             dlock__etcd_lease_dead(s, lr);
@@ -607,20 +661,19 @@ restart:
         free(key);
         return dlock__etcd_timed_out(w, rc);
     }
-    int64_t my_rev = 0, owner_rev = 0;
-    int code = 0;
+    struct contender c = {.s = s, .h = h, .key = key, .pfx = pfx, .lim = &lim};
     /* Our key is on the waiters' short lease whenever it waits
      * (on_waiters_lease): a waiter killed meanwhile holds the queue up
      * for that lease, not for the hold's. An exclusive hold that finds
      * the queue busy creates it there; a reader, or a race with another
      * contender, creates it on the hold's lease and moves it there. */
     struct lease_ref wl = {0};
-    bool busy = false, on_waiters_lease = false, moved_back = false, resent = false;
+    bool on_waiters_lease = false, moved_back = false;
     if (h->mode != DLOCK_SHARED) {
-        rc = put_if_alone(s, h, key, pfx, lr.id, &my_rev, &busy, &code, &resent, &lim);
-        late_note(&late, lr.id, rc, resent);
+        rc = put_if_alone(&c, lr.id);
+        late_note(&late, lr.id, rc, c.out.resent);
     }
-    if (!rc && busy && dlock__wait_try_once(w)) {
+    if (!rc && c.out.busy && dlock__wait_try_once(w)) {
         if (own) /* nothing was put on it */
             dlock__etcd_lease_revoke_by(s, lr.id, grace_deadline(w));
         late_settle(s, &late, key, 0);
@@ -628,20 +681,19 @@ restart:
         free(key);
         return DLOCK_EBUSY;
     }
-    if (!rc && busy) {
+    if (!rc && c.out.busy) {
         msg[0] = 0;
         rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
         on_waiters_lease = rc == DLOCK_OK;
     }
-    if (!rc && my_rev)
-        owner_rev = my_rev; /* put by put_if_alone(): nobody else was there */
+    if (!rc && c.out.my_rev)
+        c.out.owner_rev = c.out.my_rev; /* put by put_if_alone(): nobody else was there */
     else if (!rc) {
-        resent = false;
-        rc = put_and_read_owner(s, h, key, pfx, on_waiters_lease ? wl.id : lr.id, &my_rev,
-                                &owner_rev, &code, &resent, &lim);
-        late_note(&late, on_waiters_lease ? wl.id : lr.id, rc, resent);
+        c.out.resent = false;
+        rc = put_and_read_owner(&c, on_waiters_lease ? wl.id : lr.id);
+        late_note(&late, on_waiters_lease ? wl.id : lr.id, rc, c.out.resent);
     }
-    if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND && restarts++ < 3) {
+    if (rc == DLOCK_EBACKEND && c.out.code == GRPC_NOT_FOUND && restarts++ < 3) {
         /* "requested lease not found": it expired under us. */
         if (on_waiters_lease)
             dlock__etcd_waiter_lease_dead(s, wl.id);
@@ -653,7 +705,7 @@ restart:
         /* A put that may have happened: the member did not answer, so it
          * gets no more than a slice for the delete. */
         if (dlock__etcd_put_failed(w, &rc, msg))
-            withdraw(s, key, my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
+            withdraw(s, key, c.out.my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
         else if (own)
             dlock__etcd_lease_revoke_by(s, lr.id, grace_deadline(w));
         late_settle(s, &late, key, 0);
@@ -661,33 +713,33 @@ restart:
         free(key);
         return dlock__errmsg_restore(rc, msg);
     }
-    if (owner_rev != my_rev && dlock__wait_try_once(w)) {
-        withdraw(s, key, my_rev, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
+    if (c.out.owner_rev != c.out.my_rev && dlock__wait_try_once(w)) {
+        withdraw(s, key, c.out.my_rev, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
         late_settle(s, &late, key, 0);
         free(pfx);
         free(key);
         return DLOCK_EBUSY;
     }
 
-    if (owner_rev != my_rev) {
+    if (c.out.owner_rev != c.out.my_rev) {
         /* Wait our turn, our key on the waiters' short lease. */
         if (!on_waiters_lease) {
             msg[0] = 0;
             rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
             if (!rc) {
-                rc = move_key(s, h, key, my_rev, wl.id, &code, &lim);
+                rc = move_key(s, h, key, c.out.my_rev, wl.id, &c.out.code, &lim);
                 on_waiters_lease = rc == DLOCK_OK;
-                if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
+                if (rc == DLOCK_EBACKEND && c.out.code == GRPC_NOT_FOUND) {
                     dlock__etcd_waiter_lease_dead(s, wl.id); /* expired just now */
                     rc = RESTART;
                 }
             }
         }
         if (!rc)
-            rc = wait_turn(s, h, w, key, pfx, my_rev, &lr, &wl, &moved_back, msg);
+            rc = wait_turn(&c, w, &lr, &wl, &moved_back, msg);
         if (rc == RESTART) {
             if (on_waiters_lease) /* (a key on the waiters' lease outlives a lost hold lease) */
-                dlock__etcd_delete_key(s, key, my_rev, dlock__wait_deadline(w), w);
+                dlock__etcd_delete_key(s, key, c.out.my_rev, dlock__wait_deadline(w), w);
             if (restarts++ < 5)
                 goto restart;
             rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing while "
@@ -699,7 +751,8 @@ restart:
              * any: an outage; none says the other owner kept it) */
             bool answering;
             rc = dlock__etcd_wait_failed(w, rc, msg, &answering);
-            withdraw(s, key, my_rev, &lr, w, rc, answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
+            withdraw(s, key, c.out.my_rev, &lr, w, rc,
+                     answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
             late_settle(s, &late, key, 0);
             free(pfx);
             free(key);
@@ -714,15 +767,15 @@ restart:
     if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
         rc = dlock__etcd_lease_refresh(s, &lr, &lim);
     if (!rc && on_waiters_lease && !moved_back) {
-        rc = move_key(s, h, key, my_rev, lr.id, &code, &lim);
-        if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
+        rc = move_key(s, h, key, c.out.my_rev, lr.id, &c.out.code, &lim);
+        if (rc == DLOCK_EBACKEND && c.out.code == GRPC_NOT_FOUND)
             rc = DLOCK_ELOST;
     }
     if ((rc == DLOCK_ELOST || rc == RESTART) && restarts++ < 5) {
         if (rc == DLOCK_ELOST) { /* the hold's lease is gone; our key, maybe not */
             dlock__etcd_lease_dead(s, &lr);
             if (on_waiters_lease)
-                dlock__etcd_delete_key(s, key, my_rev, dlock__wait_deadline(w), w);
+                dlock__etcd_delete_key(s, key, c.out.my_rev, dlock__wait_deadline(w), w);
         }
         goto restart;
     }
@@ -732,7 +785,7 @@ restart:
                             s->label, h->name, key);
         rc = dlock__etcd_timed_out(w, rc);
         dlock__errmsg_save(msg);
-        withdraw(s, key, my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
+        withdraw(s, key, c.out.my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
         late_settle(s, &late, key, 0);
         free(pfx);
         free(key);
@@ -741,13 +794,13 @@ restart:
     free(pfx);
     struct etcd_hold *eh = calloc(1, sizeof *eh);
     if (!eh) {
-        withdraw(s, key, my_rev, &lr, w, DLOCK_ENOMEM, WITHDRAW_GRACE_MS);
+        withdraw(s, key, c.out.my_rev, &lr, w, DLOCK_ENOMEM, WITHDRAW_GRACE_MS);
         late_settle(s, &late, key, 0);
         free(key);
         return dlock__etcd_nomem(s);
     }
-    late_settle(s, &late, key, my_rev);
-    dlock__etcd_hold_keep(s, h, eh, key, my_rev, &lr, own, key);
+    late_settle(s, &late, key, c.out.my_rev);
+    dlock__etcd_hold_keep(s, h, eh, key, c.out.my_rev, &lr, own, key);
     return DLOCK_OK;
 }
 

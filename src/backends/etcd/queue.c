@@ -173,36 +173,31 @@ static json_t *pick(const char *pfx, json_t *resp, bool writers, int64_t *last_r
     return NULL;
 }
 
-int dlock__etcd_queue_find(struct etcd_backend *s, const char *pfx, json_t *resp, bool ascending,
-                           int64_t bound_rev, json_t **out, const char *what,
-                           const struct etcd_limits *lim)
+int dlock__etcd_queue_find(struct etcd_backend *s, struct etcd_queue_search *q)
 {
-    return dlock__etcd_queue_find_for(s, pfx, resp, ascending, bound_rev, false, out, what, lim);
-}
-
-int dlock__etcd_queue_find_for(struct etcd_backend *s, const char *pfx, json_t *resp,
-                               bool ascending, int64_t bound_rev, bool writers, json_t **out,
-                               const char *what, const struct etcd_limits *lim)
-{
-    *out = NULL;
+    const char *pfx = q->pfx;
+    json_t *resp = q->resp;
+    int64_t bound_rev = q->bound_rev;
+    q->out.kv = NULL;
     json_t *reply = NULL;
     int rc = DLOCK_OK;
     for (;;) {
         int64_t last = 0;
         bool more = false;
-        json_t *kv = resp ? pick(pfx, resp, writers, &last, &more) : NULL;
+        json_t *kv = resp ? pick(pfx, resp, q->writers, &last, &more) : NULL;
         if (kv) {
-            *out = json_incref(kv);
+            q->out.kv = json_incref(kv);
             break;
         }
         if (resp && !more)
             break;
         if (resp)
             bound_rev = last;
-        json_t *req = dlock__etcd_queue_range_for(pfx, ascending, bound_rev, writers);
+        json_t *req = dlock__etcd_queue_range_for(pfx, q->ascending, bound_rev, q->writers);
         json_decref(reply);
         reply = NULL;
-        rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/range", req, &reply, what, NULL, NULL, lim)
+        rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/range", req, &reply, q->what, NULL, NULL,
+                                        q->lim)
                  : dlock__etcd_nomem(s);
         json_decref(req);
         if (rc)

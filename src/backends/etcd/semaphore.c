@@ -197,15 +197,34 @@ static char *sem_value(const struct etcd_backend *s, const struct dlock__hold *h
     return dlock__sprintf("%u %s", h->sem->k, s->ident);
 }
 
-/* Put KEY (VALUE, on LEASE) if the stored count is N -- storing it first
- * when there is none -- and read the queue in the same transaction:
- * *MY_REV is the key's create revision, *AT the revision read, *HELD
- * whether it holds K permits. *LATE turns true when a send of the put may
- * still land later (its reply lost, or sent twice). */
-static int put_key(struct etcd_backend *s, const struct dlock__hold *h, const struct sem_keys *k,
-                   const char *key, int64_t lease, int64_t *my_rev, int64_t *at, bool *held,
-                   bool *late, const struct etcd_limits *lim)
+/* One contender for a semaphore: hold H's key KEY in the queue of the
+ * semaphore's keys K. OUT collects what the requests below learn. */
+struct sem_contender {
+    struct etcd_backend *s;
+    const struct dlock__hold *h;
+    const struct sem_keys *k;
+    const char *key;
+    struct {
+        int64_t my_rev; /* KEY's create revision, 0 = not known */
+        int64_t at;     /* the revision the queue was read at */
+        bool held;      /* KEY holds its permits */
+        bool late;      /* a send of the put may still land later */
+    } out;
+};
+
+/* Put C's key (its value, on LEASE) if the stored count is N -- storing
+ * it first when there is none -- and read the queue in the same
+ * transaction: C's my_rev is the key's create revision, at the revision
+ * read, held whether it holds K permits. C's late turns true when a send
+ * of the put may still land later (its reply lost, or sent twice). */
+static int put_key(struct sem_contender *c, int64_t lease, const struct etcd_limits *lim)
 {
+    struct etcd_backend *s = c->s;
+    const struct dlock__hold *h = c->h;
+    const struct sem_keys *k = c->k;
+    const char *key = c->key;
+    int64_t *my_rev = &c->out.my_rev, *at = &c->out.at;
+    bool *held = &c->out.held, *late = &c->out.late;
     unsigned n = h->sem->permits;
     char ns[16];
     snprintf(ns, sizeof ns, "%u", n);
@@ -260,10 +279,10 @@ static int put_key(struct etcd_backend *s, const struct dlock__hold *h, const st
             break;
         }
         char stored[32];
-        unsigned long c = stored_count(dlock__etcd_txn_range(reply, 0), stored);
+        unsigned long count = stored_count(dlock__etcd_txn_range(reply, 0), stored);
         bool absent = json_array_size(json_object_get(dlock__etcd_txn_range(reply, 0), "kvs")) == 0;
         json_decref(reply);
-        if (!absent && c != n)
+        if (!absent && count != n)
             rc = wrong_count(s, h->name, k, stored, n);
         else if (attempt >= 3)
             rc = dlock__err(DLOCK_EBACKEND, "%s: semaphore '%s': its count %s keeps changing",
@@ -277,12 +296,16 @@ static int put_key(struct etcd_backend *s, const struct dlock__hold *h, const st
     return rc;
 }
 
-/* Look again: does KEY (create revision MY_REV) still exist, and does it
- * hold its permits now? *AT the revision read. */
-static int look(struct etcd_backend *s, const struct dlock__hold *h, const struct sem_keys *k,
-                const char *key, int64_t my_rev, bool *mine, bool *held, int64_t *at,
-                const struct etcd_limits *lim)
+/* Look again: does C's key (create revision C's my_rev) still exist,
+ * and does it hold its permits now? *AT the revision read. */
+static int look(const struct sem_contender *c, const struct etcd_limits *lim, bool *mine,
+                bool *held, int64_t *at)
 {
+    struct etcd_backend *s = c->s;
+    const struct dlock__hold *h = c->h;
+    const struct sem_keys *k = c->k;
+    const char *key = c->key;
+    int64_t my_rev = c->out.my_rev;
     char *kb = dlock__etcd_b64(key, strlen(key)), *rs = dlock__etcd_i64s(my_rev);
     json_t *req = kb && rs ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare",
                                        "result", "EQUAL", "target", "CREATE", "key", kb,
@@ -326,15 +349,17 @@ static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const c
     return rc == ETCD_KEY_GONE ? RESTART : rc;
 }
 
-/* Wait until KEY holds its permits: a prefix watch from the revision
- * after each look, the leases LR (the hold's) and WL (the waiters',
- * KEY's while it waits) kept alive meanwhile. DLOCK_OK, RESTART,
+/* Wait until C's key holds its permits: a prefix watch from the revision
+ * after each look (the first after C's at), the leases LR (the hold's)
+ * and WL (the waiters', the key's while it waits) kept alive meanwhile. DLOCK_OK, RESTART,
  * DLOCK_ETIMEDOUT / DLOCK_ECANCELED or a failure; MSG keeps the failure
  * of the last request, "" when it was answered. */
-static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct dlock__wait *w,
-                     const struct sem_keys *k, const char *key, int64_t my_rev, int64_t at,
-                     struct lease_ref *lr, struct lease_ref *wl, char msg[DLOCK__MSG_MAX])
+static int wait_turn(const struct sem_contender *c, struct dlock__wait *w, struct lease_ref *lr,
+                     struct lease_ref *wl, char msg[DLOCK__MSG_MAX])
 {
+    struct etcd_backend *s = c->s;
+    const struct sem_keys *k = c->k;
+    int64_t at = c->out.at;
     struct etcd_limits lim = {dlock__wait_deadline(w), w};
     struct etcd_watch *wt = NULL;
     bool need_look = false;
@@ -347,7 +372,7 @@ static int wait_turn(struct etcd_backend *s, const struct dlock__hold *h, struct
             until = wl_due;
         if (need_look) {
             bool mine = false, held = false;
-            rc = look(s, h, k, key, my_rev, &mine, &held, &at, &lim);
+            rc = look(c, &lim, &mine, &held, &at);
             if (rc == DLOCK_OK) {
                 msg[0] = 0;
                 if (!mine) {
@@ -410,15 +435,15 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
         return rc;
     struct lease_ref lr = {0};
     char *key = NULL, msg[DLOCK__MSG_MAX];
-    int64_t my_rev = 0;
-    bool late = false; /* a put of KEY may land later (dlock__etcd_late_put) */
+    /* (its late: a put of KEY may land later, dlock__etcd_late_put) */
+    struct sem_contender c = {.s = s, .h = h, .k = &k};
     for (int restarts = 0;; restarts++) {
-        if (late)
+        if (c.out.late)
             dlock__etcd_late_put(s, key, lr.id, 0);
-        late = false;
+        c.out.late = false;
         free(key);
         key = NULL;
-        my_rev = 0;
+        c.out.my_rev = 0;
         if (own && lr.id)
             dlock__etcd_lease_revoke(s, lr.id, &lim);
         rc = own ? DLOCK_EBUSY : dlock__etcd_session_lease(s, h->name, &lr, &lim);
@@ -435,9 +460,10 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
             rc = dlock__etcd_nomem(s);
             break;
         }
-        int64_t at = 0;
-        bool held = false;
-        rc = put_key(s, h, &k, key, lr.id, &my_rev, &at, &held, &late, &lim);
+        c.key = key;
+        c.out.at = 0;
+        c.out.held = false;
+        rc = put_key(&c, lr.id, &lim);
         if (rc == RESTART && !own && restarts < 3) {
             dlock__etcd_session_lease_dead(s, lr.id);
             continue;
@@ -449,20 +475,20 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
         if (rc) {
             /* A put that may have happened: the keeper deletes the key. */
             if (dlock__etcd_put_failed(w, &rc, msg))
-                give_up(s, key, my_rev, &lr, 0);
+                give_up(s, key, c.out.my_rev, &lr, 0);
             else if (own)
                 dlock__etcd_lease_revoke(s, lr.id, NULL);
             dlock__errmsg_restore(rc, msg);
             break;
         }
-        if (!held && dlock__wait_try_once(w)) {
-            give_up(s, key, my_rev, &lr, GIVE_UP_GRACE_MS);
+        if (!c.out.held && dlock__wait_try_once(w)) {
+            give_up(s, key, c.out.my_rev, &lr, GIVE_UP_GRACE_MS);
             rc = dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': fewer than %u of its %u permits "
                                          "free", s->label, h->name, h->sem->k, h->sem->permits);
             break;
         }
         msg[0] = 0;
-        if (!held) {
+        if (!c.out.held) {
             /* Wait our turn with the key on the waiters' short lease: a
              * waiter killed meanwhile holds the queue up for that lease,
              * not for the hold's; once in, the key goes back to the
@@ -470,18 +496,18 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
             struct lease_ref wl = {0};
             rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
             if (!rc) {
-                rc = move_key(s, h, key, my_rev, wl.id, &lim);
+                rc = move_key(s, h, key, c.out.my_rev, wl.id, &lim);
                 if (rc == DLOCK_ELOST) {
                     dlock__etcd_waiter_lease_dead(s, wl.id); /* expired just now */
                     rc = RESTART;
                 }
             }
             if (!rc)
-                rc = wait_turn(s, h, w, &k, key, my_rev, at, &lr, &wl, msg);
+                rc = wait_turn(&c, w, &lr, &wl, msg);
             if (!rc && dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
                 rc = dlock__etcd_lease_refresh(s, &lr, &lim);
             if (!rc)
-                rc = move_key(s, h, key, my_rev, lr.id, &lim);
+                rc = move_key(s, h, key, c.out.my_rev, lr.id, &lim);
         }
         if (!rc && dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
             rc = dlock__etcd_lease_refresh(s, &lr, &lim);
@@ -490,7 +516,7 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
             rc = RESTART;
         }
         if (rc == RESTART && restarts < 5) {
-            give_up(s, key, my_rev, &lr, 0);
+            give_up(s, key, c.out.my_rev, &lr, 0);
             continue;
         }
         if (rc == RESTART)
@@ -503,7 +529,7 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
                 snprintf(msg, sizeof msg, "%s: semaphore '%s': %s", s->label, h->name,
                          rc == DLOCK_ECANCELED ? "wait canceled"
                                                : "timed out waiting for a permit");
-            give_up(s, key, my_rev, &lr, answering ? GIVE_UP_GRACE_MS : 0);
+            give_up(s, key, c.out.my_rev, &lr, answering ? GIVE_UP_GRACE_MS : 0);
             dlock__errmsg_restore(rc, msg);
         }
         break;
@@ -511,17 +537,17 @@ int dlock__etcd_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wa
     sem_keys_free(&k);
     struct etcd_hold *eh = rc ? NULL : calloc(1, sizeof *eh);
     if (!rc && !eh) {
-        give_up(s, key, my_rev, &lr, GIVE_UP_GRACE_MS);
+        give_up(s, key, c.out.my_rev, &lr, GIVE_UP_GRACE_MS);
         rc = dlock__etcd_nomem(s);
     }
-    if (late) /* (the key is this acquire's alone: a serial of its own) */
-        dlock__etcd_late_put(s, key, lr.id, rc ? 0 : my_rev);
+    if (c.out.late) /* (the key is this acquire's alone: a serial of its own) */
+        dlock__etcd_late_put(s, key, lr.id, rc ? 0 : c.out.my_rev);
     if (rc) {
         free(key);
         return rc;
     }
     const char *id = strrchr(key, '/');
-    dlock__etcd_hold_keep(s, h, eh, key, my_rev, &lr, own, id ? id + 1 : key);
+    dlock__etcd_hold_keep(s, h, eh, key, c.out.my_rev, &lr, own, id ? id + 1 : key);
     return DLOCK_OK;
 }
 

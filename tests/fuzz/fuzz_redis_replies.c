@@ -45,7 +45,6 @@ static int interpret(struct redis_state *s, enum script which, bool retried, con
     uint64_t token = 0;
     int64_t ms = 0;
     long long value = 0;
-    bool flag = false;
     switch (which) {
     case ACQUIRE:
         rc = dlock__redis_acquire_result(s, r, &k, &token, &ms);
@@ -86,7 +85,6 @@ static int interpret(struct redis_state *s, enum script which, bool retried, con
         struct sem_acquire_reply q = {.permits = 3, .want = 2, .lease_ms = 30000};
         rc = dlock__redis_sem_acquire_reply(s, &sk, r, &q);
         token = q.out.token;
-        flag = q.out.pass_on;
         ms = q.out.sleep_ms;
         if (rc == DLOCK_EBUSY && (ms < 1 || ms > 30000))
             abort(); /* a sleep outside (0, lease] */

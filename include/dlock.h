@@ -17,7 +17,9 @@
  *  - Handles are opaque. Free functions accept NULL as a harmless no-op.
  *  - A client and its lock handles may be used from many threads at once.
  *    A child process after fork() must not use its parent's client: every
- *    call there returns DLOCK_EMISUSE. Freeing its handles and closing it
+ *    call there returns DLOCK_EMISUSE (a child made by fork(), which
+ *    runs the library's pthread_atfork handler; not by a raw clone() or
+ *    _Fork()). Freeing its handles and closing it
  *    there is harmless and returns at once: nothing is sent, released or
  *    stopped, and the memory is left as it is (shared copy-on-write with
  *    the parent), since the parent's threads may have held its mutexes

@@ -10,7 +10,7 @@
  * hold the ops take and give up, what a semaphore's or a campaign's hold
  * asks, the keeper's renew batch, the inspect snapshot, the calls by
  * which a backend confirms a hold or reports it lost, and the client as
- * a backend sees it (it reads c->url, c->opts and c->pid; the rest is
+ * a backend sees it (it reads c->url, c->opts, c->pid and c->fork_gen; the rest is
  * the core's). The tools a backend uses are toolbox.h's. Backends do
  * I/O; the core does bookkeeping.
  */
@@ -416,7 +416,8 @@ struct dlock_client {
     void *bstate;
     struct dlock__url url;
     struct dlock__opts opts;
-    pid_t pid; /* the creating process: fork detection */
+    pid_t pid;         /* the creating process, for messages */
+    uint64_t fork_gen; /* dlock__fork_gen() when made: fork detection */
     bool connected;
 
     pthread_mutex_t mu; /* registry, holds, keeper state */

@@ -42,7 +42,8 @@ struct dlock_cancel {
     int efd;     /* readable once fired; never read, so it stays so */
     uint64_t id; /* epoll's key: an id, not a pointer, so a late event for
                     a freed object finds nothing instead of freed memory */
-    pid_t pid;   /* the process that made it (fork) */
+    pid_t pid;         /* the process that made it, for messages */
+    uint64_t fork_gen; /* dlock__fork_gen() when made: fork detection */
     atomic_bool armed; /* on the canceler's list (g_mu to change it) */
     pthread_mutex_t mu;           /* waits */
     struct dlock__waitref *waits; /* acquires using it right now */
@@ -56,7 +57,7 @@ static size_t g_count;
 static uint64_t g_next_id = 1;
 static int g_epfd = -1, g_stopfd = -1; /* the stop eventfd's key is 0 */
 static pthread_t g_thread;
-static pid_t g_pid;
+static uint64_t g_fork_gen; /* the process the state above belongs to */
 
 /* fork() while another thread holds g_mu would leave the child's copy
  * locked for good: hold it across fork (the child then starts afresh in
@@ -163,7 +164,8 @@ int dlock_cancel_new(dlock_cancel **out)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     atomic_init(&k->fired, false);
     atomic_init(&k->armed, false);
-    k->pid = getpid();
+    k->pid = dlock__pid();
+    k->fork_gen = dlock__fork_gen();
     k->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (k->efd < 0) {
         int err = errno;
@@ -186,7 +188,7 @@ int dlock__cancel_arm(dlock_cancel *k)
         pthread_mutex_unlock(&g_mu);
         return DLOCK_OK;
     }
-    if (g_pid != getpid()) {
+    if (g_fork_gen != dlock__fork_gen()) {
         /* A child after fork(): the parent's thread and objects are not
          * ours. The epoll set and stop eventfd are shared with the parent:
          * close our copies (closing never affects the parent's). */
@@ -197,7 +199,7 @@ int dlock__cancel_arm(dlock_cancel *k)
         g_list = NULL;
         g_count = 0;
         g_epfd = g_stopfd = -1;
-        g_pid = getpid();
+        g_fork_gen = dlock__fork_gen();
     }
     int rc = g_count ? DLOCK_OK : canceler_start();
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT};
@@ -233,7 +235,7 @@ int dlock_cancel_fire(dlock_cancel *k)
      * canceler takes one wake-up per object (EPOLLONESHOT): a write here
      * would spend it, and the parent's own fire would never reach its
      * waits. The child's copy is fired; no wait of the child can use it. */
-    if (k->pid == getpid()) {
+    if (k->fork_gen == dlock__fork_gen()) {
         uint64_t one = 1;
         ssize_t n = write(k->efd, &one, sizeof one);
         (void)n; /* only EAGAIN at a counter of 2^64-2: readable anyway */
@@ -254,11 +256,11 @@ void dlock_cancel_free(dlock_cancel *k)
     int epfd = -1, stopfd = -1;
     pthread_t thread;
     pthread_mutex_lock(&g_mu);
-    /* In a child after fork() the process-wide state (g_pid still the
+    /* In a child after fork() the process-wide state (g_fork_gen still the
      * parent's until the child makes an object) is the parent's: freeing
      * an inherited object only closes our copy of its eventfd, never
      * touches the shared epoll set nor stops the parent's thread. */
-    if (atomic_load(&k->armed) && k->pid == g_pid && k->pid == getpid()) {
+    if (atomic_load(&k->armed) && k->fork_gen == g_fork_gen && k->fork_gen == dlock__fork_gen()) {
         struct dlock_cancel **p = &g_list;
         while (*p && *p != k)
             p = &(*p)->next;
@@ -279,7 +281,7 @@ void dlock_cancel_free(dlock_cancel *k)
     if (epfd >= 0)
         canceler_stop(thread, epfd, stopfd);
     close(k->efd);
-    if (k->pid == getpid()) /* in a child, a parent's thread may have held it */
+    if (k->fork_gen == dlock__fork_gen()) /* in a child, a parent's thread may have held it */
         pthread_mutex_destroy(&k->mu);
     free(k);
 }
@@ -288,7 +290,7 @@ void dlock_cancel_free(dlock_cancel *k)
 
 int dlock__cancel_attach(dlock_cancel *k, struct dlock__waitref *r)
 {
-    if (k->pid != getpid())
+    if (k->fork_gen != dlock__fork_gen())
         return dlock__err(DLOCK_EMISUSE, "this cancel object was made by process %d; a child "
                                          "after fork() must make its own",
                           (int)k->pid);

@@ -18,7 +18,7 @@
 
 bool dlock__forked(const dlock_client *c)
 {
-    return c->pid != getpid();
+    return c->fork_gen != dlock__fork_gen(); /* a load: no getpid() per request */
 }
 
 int dlock__check_fork(const dlock_client *c)
@@ -246,7 +246,8 @@ int dlock_client_new(const char *url, dlock_client **out)
         free(def);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
-    c->pid = getpid();
+    c->pid = dlock__pid();
+    c->fork_gen = dlock__fork_gen();
     c->refs = 1; /* dlock_client_close's */
     c->opts.lease_ms = DEFAULT_LEASE_MS;
     c->opts.connect_timeout_ms = DEFAULT_TIMEOUT_MS;
@@ -396,7 +397,7 @@ void dlock__client_unref(dlock_client *c)
 int64_t dlock__close_deadline(const struct dlock_client *c)
 {
     int64_t deadline = __atomic_load_n(&c->close_deadline, __ATOMIC_ACQUIRE);
-    return deadline && c->pid == getpid() ? deadline : DLOCK__NEVER;
+    return deadline && !dlock__forked(c) ? deadline : DLOCK__NEVER;
 }
 
 /* Closing ends what the client does -- holds, threads, connection -- but

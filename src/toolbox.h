@@ -337,6 +337,16 @@ void dlock__reconnected(struct dlock_client *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* The calling thread's id (Linux tid). */
 long dlock__tid(void);
+/* This process's id, without a system call: cached, and refreshed in a
+ * child by a pthread_atfork handler. */
+pid_t dlock__pid(void);
+/* How many fork()s separate this process from the one that loaded the
+ * library: 0 there, one more in each child (a pthread_atfork handler
+ * counts). A client or cancel object records it when made; a different
+ * value later means "used in a child after fork()" -- a load, not a
+ * getpid() per request. A child made without the fork handlers (a raw
+ * clone(), _Fork()) is not seen, as it runs none of the library's. */
+uint64_t dlock__fork_gen(void);
 
 /* The file backend's default directory (backends/file/dir.c says which
  * and why; nothing is made here) into *OUT (caller frees): the URL with

@@ -122,26 +122,44 @@ int64_t dlock__parse_duration(const char *s)
 }
 
 static _Thread_local long cached_tid;
-static pthread_once_t tid_once = PTHREAD_ONCE_INIT;
+static pid_t cached_pid;
+static uint64_t fork_gen;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
-/* The forking thread's copy in the child still holds the parent's id. */
-static void forget_tid(void)
+/* In the child, only the forking thread runs: its cached thread id and
+ * the process id are the parent's until refreshed here. */
+static void after_fork_in_child(void)
 {
     cached_tid = 0;
+    __atomic_store_n(&cached_pid, getpid(), __ATOMIC_RELAXED);
+    __atomic_add_fetch(&fork_gen, 1, __ATOMIC_RELAXED);
 }
 
-static void register_forget_tid(void)
+static void watch_forks(void)
 {
-    pthread_atfork(NULL, NULL, forget_tid);
+    __atomic_store_n(&cached_pid, getpid(), __ATOMIC_RELAXED);
+    pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
 long dlock__tid(void)
 {
     if (!cached_tid) {
-        pthread_once(&tid_once, register_forget_tid);
+        pthread_once(&fork_once, watch_forks);
         cached_tid = (long)syscall(SYS_gettid);
     }
     return cached_tid;
+}
+
+pid_t dlock__pid(void)
+{
+    pthread_once(&fork_once, watch_forks);
+    return __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);
+}
+
+uint64_t dlock__fork_gen(void)
+{
+    pthread_once(&fork_once, watch_forks);
+    return __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
 }
 
 char *dlock__strdup(const char *s)

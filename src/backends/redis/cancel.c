@@ -104,7 +104,7 @@ static void pending_release(void *arg)
 {
     struct pending_cancel *e = arg;
     struct redis_state *s = e->s;
-    if (getpid() != s->c->pid) {
+    if (s->c->fork_gen != dlock__fork_gen()) {
         /* A child after fork() freeing its parent's client: no other
          * thread runs here, and the mutexes may have been held by one of
          * the parent's at the fork. */

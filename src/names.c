@@ -77,11 +77,23 @@ char *dlock__name_decode(const char *enc)
     return out;
 }
 
+/* The host name, read once per process: an acquire names its owner
+ * without a system call (a host renamed while the process runs keeps
+ * the old name in its owner strings). */
+static char identity_host[65] = "localhost";
+static pthread_once_t identity_host_once = PTHREAD_ONCE_INIT;
+
+static void read_identity_host(void)
+{
+    char host[sizeof identity_host];
+    if (gethostname(host, sizeof host - 1) == 0) {
+        host[sizeof host - 1] = 0;
+        memcpy(identity_host, host, sizeof host);
+    }
+}
+
 void dlock__identity(char *buf, size_t size)
 {
-    char host[65] = "localhost";
-    if (gethostname(host, sizeof host - 1) < 0)
-        strcpy(host, "localhost");
-    host[sizeof host - 1] = 0;
-    snprintf(buf, size, "%ld@%s", (long)getpid(), host);
+    pthread_once(&identity_host_once, read_identity_host);
+    snprintf(buf, size, "%ld@%s", (long)dlock__pid(), identity_host);
 }

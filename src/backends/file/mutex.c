@@ -465,7 +465,7 @@ int dlock__file_write_stamp(struct file_state *s, int fd, const char *fname, con
     memcpy(h->magic, MAGIC, 8);
     h->token++;
     h->mode = mode;
-    h->pid = (uint32_t)getpid();
+    h->pid = (uint32_t)dlock__pid();
     h->since_ms = dlock__wall_ms();
     memcpy(h->host, s->host, HOST_MAX);
     h->name_len = (uint32_t)len;

@@ -1131,6 +1131,10 @@ TU_TEST(null_client_refused, 60)
     ck_assert_int_eq(dlock_inspect(NULL, "n", &i), DLOCK_EINVAL);
     ck_assert_int_eq(dlock_force_release(NULL, "n"), DLOCK_EINVAL);
     ck_assert_int_eq(dlock_check(NULL, "n", 1), DLOCK_EINVAL);
+    size_t len = 0;
+    ck_assert_int_eq(dlock_value_get(NULL, "n", NULL, &len, NULL), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_value_set(NULL, "v", 1), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_release_ex(NULL, 0), DLOCK_EINVAL);
     ck_assert_int_eq(dlock_list(NULL, NULL, list_nothing, NULL), DLOCK_EINVAL);
     ck_assert_int_eq(dlock_semaphore_list(NULL, NULL, list_nothing, NULL), DLOCK_EINVAL);
     ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "client is NULL"));

@@ -1358,6 +1358,172 @@ TU_TEST(check_token_of_killed_holder, 60)
     ct_holder_close(&h);
 }
 
+/* ------------------------------------------------------ a lock's value */
+
+/* NAME's value through C asserted to be WANT (a string, "" with TOKEN 0:
+ * no value) written by the hold of TOKEN. */
+static void expect_value(dlock_client *c, const char *name, const char *want, uint64_t token)
+{
+    char buf[DLOCK_VALUE_MAX];
+    size_t len = sizeof buf;
+    uint64_t t = 12345;
+    EXPECT_RC(dlock_value_get(c, name, buf, &len, &t), DLOCK_OK);
+    ck_assert_msg(len == strlen(want) && !memcmp(buf, want, len), "value of '%s': '%.*s', want '%s'",
+                  name, (int)len, buf, want);
+    ck_assert_uint_eq(t, token);
+}
+
+/* A backend that declares no lock value (CT_NO_VALUE) answers
+ * DLOCK_ENOTSUP naming itself, for the write and the read; true then. */
+static bool value_unsupported(dlock_client *c, dlock_lock *held)
+{
+    if (!has(CT_NO_VALUE))
+        return false;
+    char buf[8];
+    size_t len = sizeof buf;
+    EXPECT_RC(dlock_value_set(held, "x", 1), DLOCK_ENOTSUP);
+    EXPECT_RC(dlock_value_get(c, "val", buf, &len, NULL), DLOCK_ENOTSUP);
+    ck_assert_msg(strstr(dlock_errmsg(), dlock_client_backend(c)), "%s", dlock_errmsg());
+    return true;
+}
+
+/* The holder writes, another client reads it with the hold's token:
+ * text, bytes with a NUL, the empty value (a value, token and all), the
+ * largest; a buffer too small is DLOCK_EINVAL with the length needed;
+ * nothing held, a shared hold and a value too long are refused. */
+TU_TEST(value_set_get, 60)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "val"), *lb = tu_lock(b, "val");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    if (value_unsupported(a, la))
+        goto done;
+    EXPECT_RC(dlock_value_set(lb, "x", 1), DLOCK_ENOTOWNER);
+    uint64_t t = token_of(la);
+    expect_value(b, "val", "", 0); /* never written */
+    EXPECT_RC(dlock_value_set(la, "10.0.0.7:8080", 13), DLOCK_OK);
+    expect_value(b, "val", "10.0.0.7:8080", t);
+    expect_value(a, "val", "10.0.0.7:8080", t);
+    char small[4];
+    size_t len = sizeof small;
+    EXPECT_RC(dlock_value_get(b, "val", small, &len, NULL), DLOCK_EINVAL);
+    ck_assert_uint_eq(len, 13);
+    const char bytes[] = {'a', 0, '\n', (char)0xff, 'z'};
+    EXPECT_RC(dlock_value_set(la, bytes, sizeof bytes), DLOCK_OK);
+    char buf[DLOCK_VALUE_MAX];
+    len = sizeof buf;
+    EXPECT_RC(dlock_value_get(b, "val", buf, &len, NULL), DLOCK_OK);
+    ck_assert(len == sizeof bytes && !memcmp(buf, bytes, len));
+    EXPECT_RC(dlock_value_set(la, NULL, 0), DLOCK_OK);
+    expect_value(b, "val", "", t);
+    char *big = malloc(DLOCK_VALUE_MAX + 1);
+    memset(big, 'v', DLOCK_VALUE_MAX + 1);
+    EXPECT_RC(dlock_value_set(la, big, DLOCK_VALUE_MAX + 1), DLOCK_EINVAL);
+    EXPECT_RC(dlock_value_set(la, big, DLOCK_VALUE_MAX), DLOCK_OK);
+    len = sizeof buf;
+    EXPECT_RC(dlock_value_get(b, "val", buf, &len, NULL), DLOCK_OK);
+    ck_assert(len == DLOCK_VALUE_MAX && !memcmp(buf, big, len));
+    free(big);
+    expect_value(b, "val-other", "", 0);
+    if (has(CT_SHARED)) {
+        dlock_lock *r = tu_lock_mode(b, "val-shared", DLOCK_SHARED, 0);
+        TU_ACQUIRE_OK(r, DLOCK_TRY);
+        EXPECT_RC(dlock_value_set(r, "x", 1), DLOCK_EMISUSE);
+        TU_RELEASE_OK(r);
+        TU_FREE_LOCKS(r);
+    }
+done:
+    TU_RELEASE_OK(la);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
+/* The value outlives the release; the next holder (another client) reads
+ * what the last one left, with the last one's token, and writes its own;
+ * DLOCK_RELEASE_CLEAR_VALUE on an inner level clears nothing, on the
+ * last level clears it (no value, token 0). */
+TU_TEST(value_handed_on, 60)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "handoff"), *lb = tu_lock(b, "handoff");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    if (value_unsupported(a, la)) {
+        TU_RELEASE_OK(la);
+        goto done;
+    }
+    uint64_t t1 = token_of(la);
+    EXPECT_RC(dlock_value_set(la, "checkpoint 41", 13), DLOCK_OK);
+    TU_RELEASE_OK(la);
+    expect_value(a, "handoff", "checkpoint 41", t1);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY);
+    uint64_t t2 = token_of(lb);
+    ck_assert_uint_gt(t2, t1);
+    expect_value(b, "handoff", "checkpoint 41", t1);
+    EXPECT_RC(dlock_value_set(lb, "checkpoint 42", 13), DLOCK_OK);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY); /* a re-entry */
+    EXPECT_RC(dlock_release_ex(lb, DLOCK_RELEASE_CLEAR_VALUE), DLOCK_OK);
+    expect_value(a, "handoff", "checkpoint 42", t2);
+    EXPECT_RC(dlock_release_ex(lb, 2), DLOCK_EINVAL);
+    ck_assert_uint_eq(dlock_hold_count(lb), 1);
+    EXPECT_RC(dlock_release_ex(lb, DLOCK_RELEASE_CLEAR_VALUE), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(lb), 0);
+    expect_value(a, "handoff", "", 0);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    expect_value(a, "handoff", "", 0);
+    TU_RELEASE_OK(la);
+done:
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
+/* A write after the hold was lost fails with DLOCK_ELOST in the
+ * backend's own check and changes nothing: the hold force-released
+ * (servers), its lock file removed (file); a later holder's value stays
+ * its own; the old holder's release says DLOCK_ELOST. Then a fixed lease
+ * that ran out: DLOCK_ELOST as well, nothing written. */
+TU_TEST(value_after_loss, 60)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "gone"), *lb = tu_lock(b, "gone");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    if (value_unsupported(a, la)) {
+        TU_RELEASE_OK(la);
+        goto done;
+    }
+    uint64_t t1 = token_of(la);
+    EXPECT_RC(dlock_value_set(la, "before", 6), DLOCK_OK);
+    if (has(CT_FORCE_LIVE)) {
+        EXPECT_RC(dlock_force_release(b, "gone"), DLOCK_OK);
+    } else {
+        dlock_info *i = NULL;
+        EXPECT_RC(dlock_inspect(b, "gone", &i), DLOCK_OK);
+        ck_assert_int_eq(unlink(dlock_info_key(i)), 0);
+        dlock_info_free(i);
+    }
+    EXPECT_RC(dlock_value_set(la, "after", 5), DLOCK_ELOST);
+    ck_assert_msg(strstr(dlock_errmsg(), "gone"), "%s", dlock_errmsg());
+    expect_value(b, "gone", "before", t1);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY);
+    uint64_t t2 = token_of(lb);
+    EXPECT_RC(dlock_value_set(lb, "new holder", 10), DLOCK_OK);
+    EXPECT_RC(dlock_value_set(la, "stale", 5), DLOCK_ELOST);
+    EXPECT_RC(dlock_release_ex(la, DLOCK_RELEASE_CLEAR_VALUE), DLOCK_ELOST);
+    expect_value(a, "gone", "new holder", t2);
+    TU_RELEASE_OK(lb);
+    if (has(CT_LEASES) && has(CT_FIXED_LEASE)) {
+        ck_assert_int_eq(dlock_lock_set_lease(la, 300, DLOCK_LEASE_FIXED), DLOCK_OK);
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
+        while (dlock_validity_ms(la) > 0) /* the test's time limit fails a hang */
+            usleep(20 * 1000);
+        EXPECT_RC(dlock_value_set(la, "late", 4), DLOCK_ELOST);
+        expect_value(b, "gone", "new holder", t2);
+        EXPECT_RC(dlock_release(la), DLOCK_ELOST);
+    }
+done:
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
 /* A release the server never got (every server process stopped: the
  * release fails, the core drops the hold) leaves the owner's entry on
  * the server. The same owner's next acquire of the name, once the server

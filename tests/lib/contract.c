@@ -392,7 +392,8 @@ static void redis_pause(const struct ct_fixture *f, bool stop)
         .pause = redis_pause,                                                                \
     }
 /* What every Redis form does: a server, leases that renew, force. */
-#define REDIS_CAPS (CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE)
+#define REDIS_CAPS \
+    (CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_NO_VALUE)
 
 static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
                          tls_priv = {.tls = true}, fair_priv = {.query = "layout=fair"};
@@ -473,14 +474,14 @@ static struct ct_fixture fx_rediss_cluster = REDIS_FIXTURE(
 #ifdef DLOCK_HAVE_ETCD
 SERVER_FIXTURE(etcd, etcdf, m, "1s",
                CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE |
-                   CT_FAIR | CT_SHARED | CT_READERS_BOUNDED)
+                   CT_FAIR | CT_SHARED | CT_READERS_BOUNDED | CT_NO_VALUE)
 #endif
 
 #ifdef DLOCK_HAVE_ZK
 /* A node lives as long as its session: no fixed lease (DLOCK_ENOTSUP). */
 SERVER_FIXTURE(zk, zkf, s, "700ms",
                CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FAIR | CT_SHARED |
-                   CT_READERS_BOUNDED)
+                   CT_READERS_BOUNDED | CT_NO_VALUE)
 #endif
 
 struct ct_fixture *const ct_fixtures[] = {

@@ -46,6 +46,9 @@ enum ct_caps {
                                      keeps new readers out, and with one always
                                      waiting a reader waits as long as the
                                      stream lasts (file, redis, Redlock) */
+    CT_NO_VALUE = 1u << 9, /* keeps no lock value: dlock_value_set() and
+                              dlock_value_get() answer DLOCK_ENOTSUP naming
+                              the backend (every other fixture must keep one) */
 };
 
 struct ct_fixture {

@@ -607,6 +607,68 @@ DLOCK_EXTERN int dlock_lock_cancel(dlock_lock *l);
 DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *l);
 DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
 
+/* ------------------------------------------------------- a lock's value */
+
+/* A lock's value: each lock name may carry a small value (up to
+ * DLOCK_VALUE_MAX bytes, any bytes: a leader's endpoint, a job's
+ * checkpoint, "last run at"), stored in the backend beside the lock. Only
+ * the holder writes it, and the write is atomic with the check, in the
+ * backend itself, that the hold is still the writer's: a write after the
+ * hold was lost (its lease ended, a force release) fails with
+ * DLOCK_ELOST and changes nothing. Anyone reads it, with the token of the
+ * hold that wrote it, so the next holder reads what the last one left. A
+ * release keeps it; dlock_release_ex() with DLOCK_RELEASE_CLEAR_VALUE
+ * clears it. The value of a name is the lock's only: a semaphore or an
+ * election of the same name has none. Where it is stored: file, NAME.value
+ * beside NAME.lock; redis, the HASH dlock_value:{NAME} (docs/protocol-*.md
+ * per backend). */
+#define DLOCK_VALUE_MAX 4096
+
+/* Write LEN bytes at VALUE (NULL with LEN 0: the empty value, which is a
+ * value, unlike a cleared one) as the value of L's name, with the token of
+ * the owner's hold, in one request checked in the backend against that
+ * hold (file: under its kernel lock; redis: a script that finds the
+ * hold's field; etcd: a transaction comparing the hold's key's create
+ * revision; zk: a multi checking the hold's node).
+ * Returns DLOCK_OK; DLOCK_ENOTOWNER (the owner holds nothing here);
+ * DLOCK_ELOST (the hold was lost, before or as the backend checked it:
+ * nothing was written; release it); DLOCK_EMISUSE (a shared hold: only an
+ * exclusive holder writes; after fork or close); DLOCK_EINVAL (L NULL,
+ * VALUE NULL with LEN > 0, LEN above DLOCK_VALUE_MAX); DLOCK_ENOTSUP (the
+ * backend or URL form keeps no value -- redlock: no one request checks a
+ * majority; the message names it -- or L is a permit's or a campaign's
+ * handle); DLOCK_ENOMEM; backend failures (the value may or may not
+ * have been written; the hold is unchanged). Threads: the holding thread,
+ * any thread for a handle-owned hold; not while the owner releases it. */
+DLOCK_EXTERN int dlock_value_set(dlock_lock *l, const void *value, size_t len);
+
+/* Read the value of lock NAME into BUF: *LEN in, BUF's size (a buffer of
+ * DLOCK_VALUE_MAX bytes is always enough); out, the value's length.
+ * *TOKEN (TOKEN may be NULL) is the token of the hold that wrote it, or 0
+ * when NAME has no value (never written, or cleared), *LEN then 0. Any
+ * client may read any name, held or not; nothing is taken. One request.
+ * Returns DLOCK_OK; DLOCK_EINVAL (C, NAME, LEN NULL, BUF NULL with *LEN
+ * > 0, a bad name, a value longer than *LEN: *LEN is then its length and
+ * BUF untouched); DLOCK_ENOTSUP, DLOCK_EMISUSE as dlock_value_set();
+ * DLOCK_ENOMEM; backend failures (*LEN 0, *TOKEN 0). Threads: any. */
+DLOCK_EXTERN int dlock_value_get(dlock_client *c, const char *name, void *buf, size_t *len,
+                                 uint64_t *token);
+
+/* dlock_release_ex() flag: the release that ends the hold first clears
+ * the name's value, guarded by the hold as dlock_value_set() is. */
+#define DLOCK_RELEASE_CLEAR_VALUE 1u
+
+/* dlock_release() with FLAGS (0: the same as dlock_release()). With
+ * DLOCK_RELEASE_CLEAR_VALUE, when this release ends the hold (its last
+ * level) the value is cleared first, in the backend's guarded request,
+ * then the hold released; a release of an inner level clears nothing.
+ * Returns dlock_release()'s codes, and DLOCK_EINVAL for an unknown flag
+ * (nothing released); a clear that fails (DLOCK_ENOTSUP, a backend
+ * failure; DLOCK_ELOST: the hold was lost and nothing was cleared) is
+ * returned with its message, and the hold is released all the same.
+ * Threads: as dlock_release(). */
+DLOCK_EXTERN int dlock_release_ex(dlock_lock *l, unsigned flags);
+
 /* ------------------------------------------------------ inspecting names */
 
 typedef struct dlock_info dlock_info;

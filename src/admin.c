@@ -10,7 +10,7 @@
 
 #include "internal.h"
 
-static int check_args(dlock_client *c, const char *name)
+int dlock__check_name_call(dlock_client *c, const char *name)
 {
     int rc = dlock__check_client(c);
     if (rc)
@@ -25,7 +25,7 @@ static int check_args(dlock_client *c, const char *name)
     return DLOCK_OK;
 }
 
-/* The backend of C, known good by check_args(), cannot do WHAT. */
+/* The backend of C, known good by dlock__check_name_call(), cannot do WHAT. */
 static int cannot(const dlock_client *c, const char *what)
 {
     return dlock__err(DLOCK_ENOTSUP, "the %s backend cannot %s", c->be->name, what);
@@ -37,7 +37,7 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_info **out)
     if (!out || !name)
         return dlock__err(DLOCK_EINVAL, "dlock_inspect: NULL argument");
     *out = NULL;
-    int rc = check_args(c, name);
+    int rc = dlock__check_name_call(c, name);
     if (rc)
         return rc;
     dlock_info *i = NULL;
@@ -55,7 +55,7 @@ int dlock_force_release(dlock_client *c, const char *name)
     dlock__msg_clear();
     if (!name)
         return dlock__err(DLOCK_EINVAL, "dlock_force_release: name is NULL");
-    int rc = check_args(c, name);
+    int rc = dlock__check_name_call(c, name);
     if (!rc && !DLOCK__OP(c->be, admin, force_release))
         rc = cannot(c, "force-release locks");
     return rc ? rc : c->be->admin->force_release(c->bstate, name);
@@ -66,7 +66,7 @@ int dlock_check(dlock_client *c, const char *name, uint64_t token)
     dlock__msg_clear();
     if (!name)
         return dlock__err(DLOCK_EINVAL, "dlock_check: name is NULL");
-    int rc = check_args(c, name);
+    int rc = dlock__check_name_call(c, name);
     if (!rc && !DLOCK__OP(c->be, admin, check))
         rc = cannot(c, "check tokens");
     struct dlock__check_view v = {0};
@@ -96,7 +96,7 @@ static int list_names(dlock_client *c, const char *api, bool sems, const char *p
     dlock__msg_clear();
     if (!fn)
         return dlock__err(DLOCK_EINVAL, "%s: callback is NULL", api);
-    int rc = check_args(c, NULL);
+    int rc = dlock__check_name_call(c, NULL);
     if (rc)
         return rc;
     int (*list)(void *, const char *, dlock_list_fn, void *) =

@@ -343,6 +343,32 @@ struct dlock__elect_ops {
                    struct dlock__wait *w, struct dlock_leader *out);
 };
 
+/* A lock's value (value.c): what a lock's holder wrote for the name, as
+ * stored beside the lock. get() fills one (DATA malloc'd by the backend,
+ * LEN bytes and a NUL after them); set() writes what the caller gives. */
+struct dlock__value {
+    char *data;
+    size_t len;
+    uint64_t token; /* the hold that wrote it; 0: no value (LEN 0, DATA NULL) */
+};
+
+/* Lock values (value.c; NULL table or member: the core answers
+ * DLOCK_ENOTSUP naming the backend before calling anything). The core
+ * calls set() only for an exclusive plain lock hold (h->sem and h->elect
+ * NULL) that it has not seen lost, with the keeper kept off it
+ * (h->renewing) and the owner not releasing it. */
+struct dlock__value_ops {
+    /* Write V->len bytes at V->data with h->token (V NULL: clear the
+     * value) as h->name's value, in one request atomic with the check
+     * that H is still the server's holder: DLOCK_ELOST with nothing
+     * written when it is not. DLOCK_ENOTSUP with a message when this URL
+     * form cannot check it (redlock). */
+    int (*set)(void *state, struct dlock__hold *h, const struct dlock__value *v);
+    /* Read NAME's value (OUT zeroed by the core; token 0: none), in one
+     * request where the layout allows. */
+    int (*get)(void *state, const char *name, struct dlock__value *out);
+};
+
 /* Administration (admin.c, client.c): looking at names without taking
  * them. NULL member: the core answers DLOCK_ENOTSUP. */
 struct dlock__admin_ops {
@@ -397,6 +423,7 @@ struct dlock__backend {
     const struct dlock__sem_ops *semaphores;
     const struct dlock__elect_ops *elections;
     const struct dlock__admin_ops *admin;
+    const struct dlock__value_ops *values;
 
     /* Without semaphores, why (for the message of dlock_semaphore_new()'s
      * DLOCK_ENOTSUP); NULL: "no semaphores yet". */

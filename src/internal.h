@@ -219,6 +219,14 @@ int dlock__release_set(dlock_lock *const *ls, size_t n, int *rcs);
  * the cleanup queue), any other with the backend's release. */
 void dlock__release_all(dlock_client *c, int64_t deadline);
 
+/* The checks of a call naming NAME through client C (admin.c): a good
+ * client, connected, and a good name (NULL: no name to check). */
+int dlock__check_name_call(dlock_client *c, const char *name);
+/* dlock_release_ex()'s clear (value.c): when the owner's hold through L
+ * is at its last level, clear the name's value through it, guarded as
+ * dlock_value_set() is; DLOCK_OK when not held or not the last level. */
+int dlock__value_clear_last(dlock_lock *l);
+
 /* True in a child after fork(): C is its parent's, whose threads (keeper,
  * callbacks, the backend's) the child does not have. There nothing may
  * touch C's mutexes, condition variables or connection -- one of those

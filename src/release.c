@@ -291,6 +291,23 @@ int dlock_release(dlock_lock *l)
     return rc;
 }
 
+int dlock_release_ex(dlock_lock *l, unsigned flags)
+{
+    dlock__msg_clear();
+    if (!l)
+        return dlock__err(DLOCK_EINVAL, "lock is NULL");
+    if (flags & ~DLOCK_RELEASE_CLEAR_VALUE)
+        return dlock__err(DLOCK_EINVAL, "lock '%s': unknown release flags 0x%x", l->e->name,
+                          flags & ~DLOCK_RELEASE_CLEAR_VALUE);
+    int clear = flags ? dlock__value_clear_last(l) : DLOCK_OK;
+    if (clear == DLOCK_OK || clear == DLOCK_ELOST) /* a lost hold: the release says so */
+        return dlock_release(l);
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    dlock_release(l); /* released all the same; the clear's failure is the news */
+    return dlock__errmsg_restore(clear, msg);
+}
+
 void dlock__release_all(dlock_client *c, int64_t deadline)
 {
     pthread_mutex_lock(&c->mu);

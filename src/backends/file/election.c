@@ -4,14 +4,10 @@
  * Election NAME is lock NAME (NAME.lock: whoever holds it leads, its
  * counter is the leader's token, the kernel frees it when the leader
  * dies) plus NAME.leader, which the leader writes under the lock when it
- * wins and at every proclaim: a small header (magic, the leader's token,
- * a version bumped by every write) and the value. The value counts only
+ * wins and at every proclaim: a value file (value.c: the leader's token,
+ * a version bumped by every write, the value). The value counts only
  * while its token is the lock's current token and the lock is held, so
  * what a resigned or dead leader left behind is never read as current.
- * Writers and readers take an OFD lock on byte 0 of NAME.leader around
- * each write or read, so a reader never sees half a value. Anyone who can
- * open the file can hold that byte, so it is tried within the caller's
- * bound and cancel, never waited for in the kernel.
  *
  * The campaign takes the lock and issues its token under the lock file's
  * metadata byte (readers take it too), so a reader sees either no leader
@@ -30,117 +26,23 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "file.h"
 
-#define SUFFIX ".leader"
-#define VALUE_MAGIC "DLOCKel\n"
-#define VALUE_MAX (1u << 20) /* a value longer than 1 MiB is refused */
-
-struct value_header {
-    char magic[8];
-    uint64_t token;   /* the lock's token when this value was written */
-    uint64_t version; /* bumped by every write, whoever writes */
-    uint32_t len;     /* the value's bytes follow */
-    uint32_t pad;
-};
-
-/* Take byte 0 of the value file FD (FNAME) in TYPE, or let it go
- * (F_UNLCK). Its holders keep it for a read or a write, but anyone who
- * can open the file can hold it, so it is tried within W's bound, as the
- * lock file's metadata byte is (dlock__file_byte_lock). */
-static int value_lock(struct file_state *s, int fd, const char *fname, short type,
-                      struct dlock__wait *w)
-{
-    if (type == F_UNLCK)
-        return dlock__file_range_lock(fd, F_UNLCK, 0) < 0 ? DLOCK_EIO : DLOCK_OK;
-    struct file_byte b = {.fd = fd, .fname = fname, .what = "value file",
-                          .role = "lock byte (byte 0)", .byte = 0, .type = type};
-    return dlock__file_byte_lock(s, &b, w);
-}
-
-/* Open FULL's value file with FLAGS (its name into FNAME) and take its
- * lock within W's bound: a read lock when read-only, else a write lock;
- * DLOCK_ENOENT (no message) when absent. */
-static int open_value(struct file_state *s, const char *full, int flags, struct dlock__wait *w,
-                      char *fname, int *fd)
-{
-    int rc = dlock__file_open_named(s, full, SUFFIX, flags, fname, fd);
-    if (rc)
-        return rc;
-    short type = (flags & O_ACCMODE) == O_RDONLY ? F_RDLCK : F_WRLCK;
-    if ((rc = value_lock(s, *fd, fname, type, w))) {
-        close(*fd);
-        *fd = -1;
-    }
-    return rc;
-}
+/* An election's value file: NAME.leader. */
+static const struct file_value_kind leader_value = {
+    .suffix = ".leader", .magic = "DLOCKel\n", .max = 1u << 20, .what = "election"};
 
 /* Write VALUE as the leader's with TOKEN into NAME.leader (the caller
  * holds lock NAME) within W's bound (NULL: the op timeout). */
 static int write_value(struct file_state *s, const char *name, uint64_t token, const char *value,
                        struct dlock__wait *w)
 {
-    size_t len = strlen(value);
-    if (len > VALUE_MAX)
-        return dlock__err(DLOCK_EINVAL, "election '%s': a value of %zu bytes (at most %u)", name,
-                          len, VALUE_MAX);
-    char *full = dlock__file_full_name(s, name);
-    if (!full)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    char fname[NAME_MAX + 1];
-    int fd = -1;
-    int rc = open_value(s, full, O_RDWR | O_CREAT, w, fname, &fd);
-    free(full);
-    if (rc)
-        return rc;
-    struct value_header h = {0};
-    if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h.magic, VALUE_MAGIC, 8) != 0)
-        h.version = 0; /* new (or not ours: rewritten) */
-    memcpy(h.magic, VALUE_MAGIC, 8);
-    h.token = token;
-    h.version++;
-    h.len = (uint32_t)len;
-    struct iovec iov[2] = {{&h, sizeof h}, {(void *)value, len}};
-    if (pwritev(fd, iov, 2, 0) != (ssize_t)(sizeof h + len) ||
-        ftruncate(fd, (off_t)(sizeof h + len)) < 0)
-        rc = dlock__errno(dlock__errno_code(errno), errno, "value file %s/%s: write", s->dir,
-                          fname);
-    value_lock(s, fd, fname, F_UNLCK, NULL);
-    close(fd); /* IN_CLOSE_WRITE: observers look again */
-    return rc;
-}
-
-/* Read NAME.leader into *H and *VALUE (malloc'd) within W's bound; an
- * absent or foreign file reads as token 0 and "". */
-static int read_value(struct file_state *s, const char *full, struct value_header *h,
-                      char **value, struct dlock__wait *w)
-{
-    memset(h, 0, sizeof *h);
-    *value = NULL;
-    char fname[NAME_MAX + 1];
-    int fd = -1;
-    /* Read-only: closing it raises no IN_CLOSE_WRITE for the observers. */
-    int rc = open_value(s, full, O_RDONLY, w, fname, &fd);
-    if (rc == DLOCK_ENOENT) {
-        return (*value = dlock__strdup("")) ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");
-    }
-    if (rc)
-        return rc;
-    if (pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h || memcmp(h->magic, VALUE_MAGIC, 8) ||
-        h->len > VALUE_MAX)
-        memset(h, 0, sizeof *h);
-    *value = calloc(1, h->len + 1);
-    if (!*value)
-        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
-    else if (h->len && pread(fd, *value, h->len, sizeof *h) != (ssize_t)h->len)
-        memset(h, 0, sizeof *h), (*value)[0] = 0; /* cut short: no value */
-    value_lock(s, fd, fname, F_UNLCK, NULL);
-    close(fd);
-    return rc;
+    struct file_value_req r = {.kind = &leader_value, .name = name, .token = token,
+                               .data = value, .len = strlen(value), .w = w};
+    return dlock__file_value_write(s, &r);
 }
 
 /* The campaign's try: the lock byte taken and the token issued under the
@@ -195,10 +97,10 @@ static int look(struct file_state *s, const char *name, struct dlock__wait *w,
     char *full = rc ? NULL : dlock__file_full_name(s, name);
     if (!rc && !full)
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
-    struct value_header vh;
-    char *value = NULL;
+    struct file_value vh = {0};
     if (!rc)
-        rc = read_value(s, full, &vh, &value, w);
+        rc = dlock__file_value_read(s, &leader_value, full, &vh, w);
+    char *value = vh.data;
     free(full);
     free(out->value);
     memset(out, 0, sizeof *out);

@@ -3,7 +3,8 @@
  * helpers that open such files safely, lock their bytes and watch them.
  * mutex.c is the lock (and the backend's table); semaphore.c the
  * counting semaphore, one .sem file per name; election.c the leader
- * election, a value file beside the lock; dir.c the default directory. */
+ * election, a value file beside the lock; value.c the value files (an
+ * election's, a lock's value); dir.c the default directory. */
 #ifndef DLOCK_FILE_H
 #define DLOCK_FILE_H
 
@@ -148,6 +149,43 @@ int dlock__file_inspect(void *state, const char *name, struct dlock_info *info);
  * the op timeout). */
 int dlock__file_inspect_within(struct file_state *s, const char *name, struct dlock_info *info,
                                struct dlock__wait *w);
+
+/* value.c: value files, a small file beside a lock file its holder
+ * writes and anyone reads (a lock's NAME.value, an election's
+ * NAME.leader), and the lock value ops. */
+struct file_value_kind {
+    const char *suffix; /* ".value", ".leader" */
+    const char *magic;  /* 8 bytes */
+    size_t max;         /* the longest value */
+    const char *what;   /* "lock", "election": in messages */
+};
+extern const struct file_value_kind dlock__file_lock_value;
+/* A write of a value file: NAME's file of KIND gets DATA (LEN bytes)
+ * with TOKEN, within W's bound (NULL: the op timeout); GUARD (NULL:
+ * none), called with the file's byte held, refuses the write when it
+ * returns a failure. */
+struct file_value_req {
+    const struct file_value_kind *kind;
+    const char *name;
+    uint64_t token;
+    const void *data;
+    size_t len;
+    struct dlock__wait *w;
+    int (*guard)(struct file_state *s, const char *full, void *arg);
+    void *guard_arg;
+};
+int dlock__file_value_write(struct file_state *s, const struct file_value_req *r);
+/* What a value file holds: DATA malloc'd (LEN bytes and a NUL), the
+ * writer's TOKEN and the VERSION; an absent or foreign file reads as
+ * token 0 and "". */
+struct file_value {
+    char *data;
+    size_t len;
+    uint64_t token, version;
+};
+int dlock__file_value_read(struct file_state *s, const struct file_value_kind *k, const char *full,
+                           struct file_value *out, struct dlock__wait *w);
+extern const struct dlock__value_ops dlock__file_value_ops;
 
 /* election.c */
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);

@@ -876,4 +876,5 @@ const struct dlock__backend dlock__backend_file = {
     .semaphores = &file_sem_ops,
     .elections = &file_elect_ops,
     .admin = &file_admin_ops,
+    .values = &dlock__file_value_ops,
 };

@@ -1,0 +1,147 @@
+/* value.c -- a lock's value: a few bytes the holder of a name writes
+ * beside the lock and anyone reads, with the token of the hold that wrote
+ * them (dlock_value_set, dlock_value_get, dlock_release_ex's clear).
+ *
+ * Why it is a file of its own: the write is guarded by a hold, but it is
+ * no hold's acquire or release. The core finds the owner's hold, refuses
+ * what the backend would be asked in vain (a shared, permit or campaign
+ * hold; one already lost or past its validity), keeps the keeper and a
+ * release off the hold while the backend writes (h->renewing, as a
+ * downgrade does), and turns the backend's DLOCK_ELOST into the hold's
+ * loss. The check that the hold is still ours is the backend's, in the
+ * same request as the write (backend.h, struct dlock__value_ops).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* The backend of C keeps no lock values: DLOCK_ENOTSUP naming it. */
+static int no_values(const dlock_client *c, const char *name)
+{
+    return dlock__err(DLOCK_ENOTSUP, "lock '%s': the %s backend keeps no lock values", name,
+                      c->be->name);
+}
+
+/* Whether H, the owner's hold through L, may have its value written
+ * (mutex held): DLOCK_OK, or why not, said. */
+static int writable(dlock_lock *l, const struct dlock__hold *h)
+{
+    const char *name = l->e->name;
+    if (!h)
+        return dlock__not_held(l);
+    if (h->sem || h->elect)
+        return dlock__err(DLOCK_ENOTSUP, "lock '%s': a %s's hold carries no lock value", name,
+                          h->sem ? "semaphore" : "campaign");
+    if (h->state == DLOCK__LOST)
+        return dlock__err(DLOCK_ELOST, "lock '%s' was lost: %s; its value is not written", name,
+                          h->lost_why ? h->lost_why : "no reason given");
+    if (h->lease_ms && h->valid_until != DLOCK__NEVER && h->valid_until <= dlock__now_ms())
+        return dlock__err(DLOCK_ELOST,
+                          "lock '%s': its validity has passed; its value is not "
+                          "written",
+                          name);
+    if (h->mode != DLOCK_EXCLUSIVE)
+        return dlock__err(DLOCK_EMISUSE,
+                          "lock '%s' is held shared: only an exclusive holder "
+                          "writes its value",
+                          name);
+    return DLOCK_OK;
+}
+
+/* Write V (NULL: clear) as the value of L's name through the owner's
+ * hold, guarded by it in the backend. */
+static int value_write(dlock_lock *l, const struct dlock__value *v)
+{
+    dlock_client *c = l->c;
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (!DLOCK__OP(c->be, values, set))
+        return no_values(c, l->e->name);
+    pthread_mutex_lock(&c->mu);
+    struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
+    while (h && h->renewing) { /* the keeper's renewal, or another write */
+        pthread_cond_wait(&c->renew_cv, &c->mu);
+        h = dlock__hold_of(l->e, dlock__owner_of(l));
+    }
+    if ((rc = writable(l, h))) {
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    h->renewing = true; /* the keeper and a release wait for the write */
+    pthread_mutex_unlock(&c->mu);
+    rc = c->be->values->set(c->bstate, h, v);
+    if (rc == DLOCK_ELOST) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        dlock__hold_lost(c, h, msg);
+        dlock__errmsg_restore(rc, msg);
+    }
+    pthread_mutex_lock(&c->mu);
+    h->renewing = false;
+    pthread_cond_broadcast(&c->renew_cv);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int dlock_value_set(dlock_lock *l, const void *value, size_t len)
+{
+    dlock__msg_clear();
+    if (!l || (!value && len))
+        return dlock__err(DLOCK_EINVAL, "dlock_value_set: NULL argument");
+    if (len > DLOCK_VALUE_MAX)
+        return dlock__err(DLOCK_EINVAL, "lock '%s': a value of %zu bytes (at most %d)", l->e->name,
+                          len, DLOCK_VALUE_MAX);
+    int rc = dlock__check_fork(l->c);
+    if (rc)
+        return rc;
+    struct dlock__value v = {.data = (char *)(value ? value : ""), .len = len};
+    return value_write(l, &v);
+}
+
+int dlock_value_get(dlock_client *c, const char *name, void *buf, size_t *len, uint64_t *token)
+{
+    dlock__msg_clear();
+    if (token)
+        *token = 0;
+    if (!name || !len || (!buf && *len))
+        return dlock__err(DLOCK_EINVAL, "dlock_value_get: NULL argument");
+    size_t size = *len;
+    *len = 0;
+    int rc = dlock__check_name_call(c, name);
+    if (rc)
+        return rc;
+    if (!DLOCK__OP(c->be, values, get))
+        return no_values(c, name);
+    struct dlock__value v = {0};
+    if ((rc = c->be->values->get(c->bstate, name, &v))) {
+        free(v.data);
+        return rc;
+    }
+    if (v.len > size) {
+        *len = v.len;
+        free(v.data);
+        return dlock__err(DLOCK_EINVAL, "lock '%s': its value has %zu bytes, the buffer %zu", name,
+                          v.len, size);
+    }
+    if (v.len)
+        memcpy(buf, v.data, v.len);
+    *len = v.len;
+    if (token)
+        *token = v.token;
+    free(v.data);
+    return DLOCK_OK;
+}
+
+int dlock__value_clear_last(dlock_lock *l)
+{
+    int rc = dlock__check_fork(l->c);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&l->c->mu);
+    struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
+    bool last = h && h->count == 1;
+    pthread_mutex_unlock(&l->c->mu);
+    return last ? value_write(l, NULL) : DLOCK_OK;
+}

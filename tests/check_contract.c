@@ -1511,7 +1511,7 @@ TU_TEST(value_after_loss, 60)
     expect_value(a, "gone", "new holder", t2);
     TU_RELEASE_OK(lb);
     if (has(CT_LEASES) && has(CT_FIXED_LEASE)) {
-        ck_assert_int_eq(dlock_lock_set_lease(la, 300, DLOCK_LEASE_FIXED), DLOCK_OK);
+        ck_assert_int_eq(dlock_lock_set_lease(la, 1000, DLOCK_LEASE_FIXED), DLOCK_OK);
         TU_ACQUIRE_OK(la, DLOCK_TRY);
         while (dlock_validity_ms(la) > 0) /* the test's time limit fails a hang */
             usleep(20 * 1000);

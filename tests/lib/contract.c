@@ -392,8 +392,7 @@ static void redis_pause(const struct ct_fixture *f, bool stop)
         .pause = redis_pause,                                                                \
     }
 /* What every Redis form does: a server, leases that renew, force. */
-#define REDIS_CAPS \
-    (CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_NO_VALUE)
+#define REDIS_CAPS (CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE)
 
 static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
                          tls_priv = {.tls = true}, fair_priv = {.query = "layout=fair"};
@@ -413,7 +412,7 @@ static struct ct_fixture fx_rediss_sentinel =
     REDIS_FIXTURE(sentinel, "rediss-sentinel", "rediss+sentinel",
                   REDIS_CAPS | CT_SHARED | CT_FAIR, &tls_sentinel_topology);
 static struct ct_fixture fx_redlock =
-    REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS | CT_SHARED, NULL);
+    REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS | CT_SHARED | CT_NO_VALUE, NULL);
 /* not CT_FAIR: a fair lock's grants go to a per-client channel outside the
  * lock's slot (DLOCK_ENOTSUP on a cluster) */
 static struct ct_fixture fx_redis_cluster = REDIS_FIXTURE(

@@ -256,5 +256,6 @@ const struct dlock__backend dlock__backend_redis = {
     .semaphores = &redis_sem_ops,
     .elections = &redis_elect_ops,
     .admin = &redis_admin_ops,
+    .values = &dlock__redis_value_ops,
 };
 

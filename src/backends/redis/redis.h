@@ -13,7 +13,8 @@
  *              RReadWriteLock layout), fair.c (?layout=fair),
  *              semaphore.c, election.c, multi.c, cancel.c (what is owed
  *              after an acquire whose replies were lost), record.c (the
- *              client record: where a holder runs)
+ *              client record: where a holder runs), value.c (a lock's
+ *              value, written only while held)
  *   hub        hub.c           the subscriber thread that turns release
  *                              messages into wake-ups of waiting threads
  *   scripts    scripts.c       the lock's keys, the Lua scripts of
@@ -71,6 +72,7 @@ enum script_id {
     S_SEM_ACQUIRE, S_SEM_RELEASE, S_SEM_RENEW, S_SEM_INSPECT, /* semaphore.c */
     S_FAIR, /* fair.c */
     S_ACQUIRE_MULTI, S_RELEASE_MULTI, /* multi.c */
+    S_VALUE_SET, /* value.c */
     S_COUNT
 };
 
@@ -784,6 +786,12 @@ int dlock__redis_inspect(void *state, const char *name, struct dlock_info *info)
 int dlock__redis_check(void *state, const char *name, struct dlock__check_view *view);
 int dlock__redis_force_release(void *state, const char *name);
 int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+
+/* ------------------------------------------------------------ value.c */
+
+/* A lock's value: the HASH dlock_value:{NAME}, written by a script that
+ * finds the hold (every URL form but redlock). */
+extern const struct dlock__value_ops dlock__redis_value_ops;
 
 /* The 5 keys and 7 arguments of an acquire_*.lua call (see the script),
  * the strings kept in the struct: hold H (its lease LEASE_MS, owner and

@@ -78,6 +78,7 @@ EMBED_SCRIPT(sem_inspect);
 EMBED_ACQUIRE_SCRIPT(fair_lock);
 EMBED_ACQUIRE_SCRIPT(acquire_multi);
 EMBED_SCRIPT(release_multi);
+EMBED_SCRIPT(value_set);
 
 /* scripts/redlock_raise.lua: raise a node's token counter to the
  * acquisition's token, only while the hold the node granted us is still
@@ -136,6 +137,7 @@ static const struct redis_script by_id[S_COUNT][2] = {
     /* both layouts: one script */
     [S_ACQUIRE_MULTI] = {SCRIPT(acquire_multi), SCRIPT(acquire_multi)},
     [S_RELEASE_MULTI] = {SCRIPT(release_multi), SCRIPT(release_multi)},
+    [S_VALUE_SET] = {SCRIPT(value_set), SCRIPT(value_set)},
 };
 
 const struct redis_script dlock__redis_raise_script = SCRIPT(redlock_raise);

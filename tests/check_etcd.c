@@ -471,6 +471,38 @@ TU_TEST_IN(single, etcdctl_holds_dlock_waits, 90)
     free(dir);
 }
 
+/* A lock's value lives outside the lock's prefix: `etcdctl lock NAME`
+ * (Go's Mutex, which takes every key under NAME/ for a contender and
+ * waits for the older ones to go) gets the lock at once after dlock's
+ * holder wrote a value and released, and etcdctl reads the value key. */
+TU_TEST_IN(single, value_key_outside_the_lock_prefix, 90)
+{
+    REQUIRE_SERVERS();
+    char *url = etcdf_url(&F, NULL, NULL);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "interop-v");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = 0;
+    ck_assert_int_eq(dlock_token(l, &t), DLOCK_OK);
+    ck_assert_int_eq(dlock_value_set(l, "10.0.0.7:80", 11), DLOCK_OK);
+    TU_RELEASE_OK(l);
+    char *keys = ctl_keys("interop-v/");
+    ck_assert_int_eq(count_lines(keys), 0);
+    free(keys);
+    char *out = NULL;
+    ck_assert_int_eq(etcdf_ctl(&F, &out, NULL, "get", "--print-value-only", "dlock_value:interop-v",
+                               NULL), 0);
+    char *want = tu_fmt("%" PRIu64 "\n10.0.0.7:80", t);
+    ck_assert_msg(!strncmp(out, want, strlen(want)), "value key holds '%s'", out);
+    pid_t ctl = etcdctl_lock("interop-v", "true", NULL);
+    ck_assert_int_eq(tu_wait_exit(ctl), 0); /* the test's time limit fails a hang */
+    free(want);
+    free(out);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+
 /* dlock holds; `etcdctl lock` waits until dlock releases, and the next
  * dlock waiter (who came after etcdctl) waits for etcdctl in turn. */
 TU_TEST_IN(single, dlock_holds_etcdctl_waits_in_order, 90)

@@ -14,6 +14,8 @@
  *   rwmutex.c  shared holds beside it: their keys, values and downgrade
  *   semaphore.c  counting semaphores: a key per permit object
  *   inspect.c  status, force-release and list
+ *   value.c  a lock's value: a key beside the lock, written in a
+ *            transaction guarded by the hold's key
  *
  * docs/protocol-etcd.md tells the whole story.
  */
@@ -556,6 +558,9 @@ int dlock__etcd_delete_if_rev(struct etcd_backend *s, const char *key, int64_t r
  * dlock__etcd_call_lim's. */
 int dlock__etcd_txn(struct etcd_backend *s, json_t *req, json_t **reply, const char *what,
                     int *code, const struct etcd_limits *lim);
+
+/* value.c: lock values (the key "<prefix>dlock_value:NAME"). */
+extern const struct dlock__value_ops dlock__etcd_value_ops;
 
 /* "<prefix>NAME/": where lock NAME's keys live (caller frees). */
 char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name);

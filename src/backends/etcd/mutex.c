@@ -968,4 +968,5 @@ const struct dlock__backend dlock__backend_etcd = {
     .semaphores = &etcd_sem_ops,
     .elections = &etcd_elect_ops,
     .admin = &etcd_admin_ops,
+    .values = &dlock__etcd_value_ops,
 };

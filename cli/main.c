@@ -519,6 +519,8 @@ static void json_lock(const char *name, const char *backend, const dlock_info *i
         printf("null");
     json_int_or_null("token", dlock_info_token(info) ? (long long)dlock_info_token(info) : -1);
     json_int_or_null("ttl_ms", ttl == DLOCK_VALID_FOREVER ? -1 : ttl);
+    if (!semaphore) /* the lock-delay left, 0 when none */
+        printf(",\"delay_ms\":%lld", (long long)dlock_info_delay_ms(info));
     printf(",\"holders\":[");
     for (size_t k = 0; k < dlock_info_holder_count(info); k++) {
         unsigned count;
@@ -561,6 +563,23 @@ static void print_permit_count(const dlock_info *info)
         printf("%ld free\n", free_now);
     else
         printf("free unknown\n");
+}
+
+/* status's "delay:" line, for a name in its lock-delay (a hold ended
+ * without a clean release): how long is left, as the backend times it,
+ * and until when by this host's clock. */
+static void print_delay(const dlock_info *info)
+{
+    int64_t left = dlock_info_delay_ms(info);
+    if (left <= 0)
+        return;
+    time_t until = time(NULL) + (time_t)((left + 999) / 1000);
+    struct tm tm;
+    char when[32] = "";
+    if (localtime_r(&until, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    printf("delay:    %" PRId64 " ms left, until %s (lock-delay: the last hold ended without "
+           "a clean release)\n", left, when);
 }
 
 int cmd_status(const char *url, int argc, char **argv)
@@ -642,6 +661,7 @@ int cmd_status(const char *url, int argc, char **argv)
             printf("ttl:      none (held until released or its process exits)\n");
         else if (ttl >= 0)
             printf("ttl:      %" PRId64 " ms\n", ttl);
+        print_delay(info);
         if (nw < 0)
             printf("waiters:  unknown to this backend\n");
         else {

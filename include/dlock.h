@@ -144,8 +144,19 @@ typedef enum dlock_option {
     DLOCK_OPT_TLS_CA,             /* str: CA bundle path */
     DLOCK_OPT_TLS_CERT,           /* str: client certificate path */
     DLOCK_OPT_TLS_KEY,            /* str: client key path */
-    DLOCK_OPT_DRIFT_MS            /* int: clock drift margin taken off each
+    DLOCK_OPT_DRIFT_MS,           /* int: clock drift margin taken off each
                                      validity, default 2 + lease/100 */
+    DLOCK_OPT_LOCK_DELAY_MS       /* int: lock-delay, default 0 (off): an
+                                     exclusive hold taken by this client that
+                                     ends without a clean release (lease
+                                     expiry, session loss, the holder killed)
+                                     keeps the name from every acquirer for
+                                     this long, timed by the backend; a clean
+                                     release frees it at once. file, redis
+                                     (redisson and simple layouts, one master
+                                     or a cluster), etcd, zk; any other:
+                                     DLOCK_ENOTSUP at connect
+                                     (docs/choosing-a-backend.md) */
 } dlock_option;
 
 /* Parse URL (NULL or "" = the file backend in the default directory, one
@@ -160,7 +171,7 @@ typedef enum dlock_option {
  *
  * URL: scheme://[user[:password]@]host[:port][,host[:port]...][/path]
  * [?key=value&...]. Every query option must be one the core reads (lease,
- * connect_timeout, timeout, drift, prefix, layout, user, password,
+ * connect_timeout, timeout, drift, lock_delay, prefix, layout, user, password,
  * password_file, tls_ca, tls_cert, tls_key) or one the scheme's backend
  * reads (redis: db, sentinel_password[_file]; zk: base, acl;
  * docs/backends.md): any other is refused here, before a backend dials.
@@ -172,7 +183,7 @@ typedef enum dlock_option {
  * password in the URL reads DLOCK_REDIS_PASSWORD or
  * DLOCK_REDIS_PASSWORD_FILE (etcd: DLOCK_ETCD_PASSWORD[_FILE], with a
  * user), checked alike; both set is DLOCK_EINVAL. Durations are DIGITS[.DIGITS][ms|s|m|h] (a plain number
- * is ms), from 1 ms (drift: 0) to a year, as with setopt.
+ * is ms), from 1 ms (drift, lock_delay: 0) to a year, as with setopt.
  * Passwords: percent-encode '/', '?' and '@' (%2F, %3F, %40) to be sure;
  * raw ones are read as the password when the URL allows no other reading
  * (redis://admin:hun/ter2@host, etcd://root:pa?ss@host), and a URL that
@@ -190,7 +201,8 @@ DLOCK_EXTERN int dlock_client_new(const char *url, dlock_client **out);
 
 /* Set an option of a client not yet connected; it overrides the URL's.
  * The _str form copies VALUE; NULL resets the option. Integer options are
- * milliseconds from 1 to a year (DLOCK_OPT_DRIFT_MS: from 0).
+ * milliseconds from 1 to a year (DLOCK_OPT_DRIFT_MS, DLOCK_OPT_LOCK_DELAY_MS:
+ * from 0).
  * Returns DLOCK_OK; DLOCK_EINVAL (C NULL, an option of the other type, a
  * value out of range); DLOCK_EMISUSE (connected, or after fork);
  * DLOCK_ENOMEM. After a failure the option keeps its value.
@@ -211,7 +223,8 @@ DLOCK_EXTERN int dlock_client_setopt_str(dlock_client *c, dlock_option opt, cons
  * or its options: a file URL with a host, redis with two hosts or a bad
  * db, an unknown layout, a zk base or chroot that is not a path or lies
  * in the server's reserved /zookeeper);
- * DLOCK_ENOTSUP (TLS on zk); DLOCK_EINVAL (a drift margin not
+ * DLOCK_ENOTSUP (TLS on zk; a lock-delay on a backend or layout without
+ * one, naming it); DLOCK_EINVAL (a drift margin not
  * shorter than the lease, a TLS file that does not load); DLOCK_ECONN
  * (unreachable -- a refused connection at once; zk: once every server,
  * given by address, refused -- else after the connect timeout; a TLS
@@ -703,6 +716,12 @@ DLOCK_EXTERN const char *dlock_info_holder(const dlock_info *i, size_t k, unsign
 /* Waiters in order, where the backend knows them; -1 = unknown. */
 DLOCK_EXTERN long dlock_info_waiter_count(const dlock_info *i);
 DLOCK_EXTERN const char *dlock_info_waiter(const dlock_info *i, size_t k);
+/* The name's lock-delay (DLOCK_OPT_LOCK_DELAY_MS): ms left before it may
+ * be granted again after a hold that ended without a clean release, as the
+ * backend times it; 0 when it is in no delay. File: a holder that died and
+ * that no acquirer has found yet shows its whole delay (it starts at the
+ * next acquire's look). */
+DLOCK_EXTERN int64_t dlock_info_delay_ms(const dlock_info *i);
 
 /* Operator's tool: free NAME whoever holds it. The old holder is not told
  * until its next renewal or release (then DLOCK_ELOST and its lost

@@ -180,6 +180,7 @@ struct dlock_info {
     /* Semaphores (0 / -1 for a lock). */
     unsigned permits;
     long free_permits; /* -1 unknown */
+    int64_t delay_ms; /* lock-delay left (dlock_info_delay_ms); 0: none */
 };
 
 /* What a backend saw of a name for dlock_check() (admin ops' check). */
@@ -213,6 +214,13 @@ enum {
         renews (DLOCK_LEASE_FIXED); without it the core refuses one (zk:
         a hold lasts as long as the session). Backends without leases set
         it: a fixed lease is then simply unused, as every lease is. */
+    DLOCK__CAP_LOCK_DELAY = 1u << 5, /* honours c->opts.lock_delay_ms: an
+        exclusive lock hold that ends without a clean release leaves a
+        marker the backend times, and every acquire of the name (with the
+        option or not) is refused until it is gone (DLOCK_EBUSY for a try,
+        a sleep until its end otherwise). Without it the core refuses the
+        option at connect. A backend whose layout cannot keep it (redis
+        fair, Redlock) refuses it itself in open(). */
 };
 
 /* Locks: plain exclusive or shared holds (h->sem and h->elect NULL).

@@ -84,6 +84,7 @@ static const struct {
     {DLOCK_OPT_CONNECT_TIMEOUT_MS, false, offsetof(struct dlock__opts, connect_timeout_ms)},
     {DLOCK_OPT_OP_TIMEOUT_MS, false, offsetof(struct dlock__opts, op_timeout_ms)},
     {DLOCK_OPT_DRIFT_MS, false, offsetof(struct dlock__opts, drift_ms)},
+    {DLOCK_OPT_LOCK_DELAY_MS, false, offsetof(struct dlock__opts, lock_delay_ms)},
 };
 
 static void *slot_of(dlock_client *c, dlock_option opt, bool is_str)
@@ -104,11 +105,18 @@ static int64_t *int_slot(dlock_client *c, dlock_option opt)
     return slot_of(c, opt, false);
 }
 
+/* Whether an integer option may be 0: the drift margin, and the
+ * lock-delay (0 is off). */
+static bool int_opt_zero_ok(dlock_option opt)
+{
+    return opt == DLOCK_OPT_DRIFT_MS || opt == DLOCK_OPT_LOCK_DELAY_MS;
+}
+
 /* The range of an integer option, the same from setopt and from the URL:
- * 1 ms to a year (the drift margin may be 0). */
+ * 1 ms to a year (or 0 where int_opt_zero_ok). */
 static bool int_opt_in_range(dlock_option opt, int64_t ms)
 {
-    return ms >= (opt == DLOCK_OPT_DRIFT_MS ? 0 : 1) && ms <= DLOCK__MAX_DURATION_MS;
+    return ms >= (int_opt_zero_ok(opt) ? 0 : 1) && ms <= DLOCK__MAX_DURATION_MS;
 }
 
 /* What both setopt functions check first: a usable, unconnected client. */
@@ -158,7 +166,8 @@ static const struct {
 } url_durations[] = {{"lease", DLOCK_OPT_LEASE_MS},
                      {"connect_timeout", DLOCK_OPT_CONNECT_TIMEOUT_MS},
                      {"timeout", DLOCK_OPT_OP_TIMEOUT_MS},
-                     {"drift", DLOCK_OPT_DRIFT_MS}},
+                     {"drift", DLOCK_OPT_DRIFT_MS},
+                     {"lock_delay", DLOCK_OPT_LOCK_DELAY_MS}},
   url_strings[] = {{"prefix", DLOCK_OPT_KEY_PREFIX}, {"layout", DLOCK_OPT_LAYOUT},
                    {"user", DLOCK_OPT_USER},         {"password", DLOCK_OPT_PASSWORD},
                    {"tls_ca", DLOCK_OPT_TLS_CA},     {"tls_cert", DLOCK_OPT_TLS_CERT},
@@ -199,7 +208,7 @@ static int apply_url_options(dlock_client *c)
             return dlock__err(DLOCK_EBADURL,
                               "bad URL '%s': %s=%s is out of range (%s to a year)",
                               c->url.redacted, url_durations[i].key, v,
-                              url_durations[i].opt == DLOCK_OPT_DRIFT_MS ? "0" : "1ms");
+                              int_opt_zero_ok(url_durations[i].opt) ? "0" : "1ms");
         *int_slot(c, url_durations[i].opt) = ms;
     }
     for (size_t i = 0; i < sizeof url_strings / sizeof *url_strings; i++) {
@@ -286,6 +295,14 @@ int dlock_client_connect(dlock_client *c)
     if (c->opts.drift_ms >= c->opts.lease_ms)
         return dlock__err(DLOCK_EINVAL, "%s: drift margin %lld ms is not shorter than the lease",
                           c->url.redacted, (long long)c->opts.drift_ms);
+    /* A core option, as every backend that keeps it keeps it the same
+     * way (a marker the backend times); one without it refuses here,
+     * before dialing. */
+    if (c->opts.lock_delay_ms && !(c->be->caps & DLOCK__CAP_LOCK_DELAY))
+        return dlock__err(DLOCK_ENOTSUP,
+                          "%s: lock_delay: the %s backend has no lock-delay (file, redis, etcd "
+                          "and zk have one: docs/backends.md)",
+                          c->url.redacted, c->be->name);
     for (size_t i = 0; i < c->url.nhosts; i++)
         if (!c->url.hosts[i].port)
             c->url.hosts[i].port = c->be->default_port;

@@ -123,3 +123,8 @@ const char *dlock_info_waiter(const dlock_info *i, size_t k)
         return NULL;
     return i->waiters[k];
 }
+
+int64_t dlock_info_delay_ms(const dlock_info *i)
+{
+    return i ? i->delay_ms : 0;
+}

@@ -122,6 +122,7 @@ int dlock__secret_option(struct dlock__url *u, const char *key, const char *var,
 
 struct dlock__opts {
     int64_t lease_ms, connect_timeout_ms, op_timeout_ms, drift_ms;
+    int64_t lock_delay_ms; /* 0: off (DLOCK__CAP_LOCK_DELAY) */
     char *key_prefix, *user, *password, *layout, *tls_ca, *tls_cert, *tls_key;
 };
 

@@ -2255,6 +2255,151 @@ TU_TEST(exec_inherits_no_descriptor, 30)
     tu_pair_close(&p);
 }
 
+/* ============================================================ lock-delay */
+
+/* A backend without a lock-delay refuses ?lock_delay= at connect,
+ * naming the option: true when this fixture's is such a backend (and
+ * that was checked), so a lock-delay test has nothing more to do. */
+static bool lock_delay_refused(void)
+{
+    if (has(CT_LOCK_DELAY))
+        return false;
+    char *url = ct_test_url("lock_delay=1s");
+    dlock_client *c = NULL;
+    EXPECT_RC(dlock_client_new(url, &c), DLOCK_OK);
+    EXPECT_RC(dlock_client_connect(c), DLOCK_ENOTSUP);
+    ck_assert_msg(strstr(dlock_errmsg(), "lock_delay"), "message without the option: %s",
+                  dlock_errmsg());
+    dlock_client_close(c);
+    free(url);
+    return true;
+}
+
+/* Try L once, again and again, until the name is refused for its
+ * lock-delay (DLOCK_EBUSY with a message naming it): a grant first is a
+ * name given again without its delay. The test's time limit fails a
+ * backend that never says so. Then dlock_inspect() through C shows the
+ * name free and in its delay. */
+static void until_in_delay(dlock_client *c, dlock_lock *l)
+{
+    for (;;) {
+        int rc = dlock_acquire(l, DLOCK_TRY);
+        ck_assert_msg(rc == DLOCK_EBUSY, "try during the hold or its delay: %s (%s)",
+                      dlock_err_name(rc), dlock_errmsg());
+        if (strstr(dlock_errmsg(), "lock-delay"))
+            break;
+        tu_sleep_ms(20);
+    }
+    dlock_info *info = NULL;
+    EXPECT_RC(dlock_inspect(c, dlock_lock_name(l), &info), DLOCK_OK);
+    ck_assert_msg(!dlock_info_held(info) && dlock_info_delay_ms(info) > 0,
+                  "inspect in the delay: held %d, delay %lld ms", dlock_info_held(info),
+                  (long long)dlock_info_delay_ms(info));
+    dlock_info_free(info);
+}
+
+/* lock_delay=: a holder killed holding (kill -9: no clean release) keeps
+ * its name from the next acquirer for the delay once its lease or
+ * session let go (file: at once), timed by the backend: a try then is
+ * DLOCK_EBUSY naming the lock-delay, inspect shows it, and a waiting
+ * acquire sleeps it out and gets the name; its clean release grants the
+ * name again at once. No timing is asserted. */
+TU_TEST(lock_delay_after_kill, 60)
+{
+    if (lock_delay_refused())
+        return;
+    struct ct_holder h = ct_holder_open("lease=1s&lock_delay=2s", "contract-delay");
+    h.pid = fork_holder(h.url, "dl", DLOCK_EXCLUSIVE, h.dir, true);
+    ct_holder_wait(&h);
+    ct_holder_kill(&h);
+    dlock_client *c = ct_open_test(NULL); /* no lock_delay: the holder's counts */
+    dlock_lock *l = tu_lock(c, "dl");
+    until_in_delay(c, l);
+    TU_ACQUIRE_OK(l, 30000);
+    TU_RELEASE_OK(l);
+    dlock_client *c2 = ct_open_test("lock_delay=2s");
+    dlock_lock *l2 = tu_lock(c2, "dl");
+    TU_ACQUIRE_OK(l2, DLOCK_TRY);
+    TU_RELEASE_OK(l2);
+    TU_FREE_LOCKS(l, l2);
+    TU_CLOSE_CLIENTS(c, c2);
+    ct_holder_close(&h);
+}
+
+/* lock_delay=: a fixed lease that ran out (nothing renews it, nothing
+ * released it) ends the hold without a clean release: tries are refused
+ * for the delay, then granted; the late release is DLOCK_ELOST. File: no
+ * lease; zk: no fixed lease (a session's end is the kill case). */
+TU_TEST(lock_delay_after_lease_expiry, 60)
+{
+    if (lock_delay_refused() || !has(CT_LEASES) || !has(CT_FIXED_LEASE))
+        return;
+    dlock_client *a = ct_open_test("lock_delay=2s"), *b = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "dle"), *lb = tu_lock(b, "dle");
+    EXPECT_RC(dlock_lock_set_lease(la, 1000, DLOCK_LEASE_FIXED), DLOCK_OK);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    until_in_delay(b, lb);
+    int rc;
+    while ((rc = dlock_acquire(lb, DLOCK_TRY)) == DLOCK_EBUSY)
+        tu_sleep_ms(20);
+    ck_assert_msg(rc == DLOCK_OK, "try after the delay: %s (%s)", dlock_err_name(rc),
+                  dlock_errmsg());
+    EXPECT_RC(dlock_release(la), DLOCK_ELOST);
+    TU_RELEASE_OK(lb);
+    TU_ACQUIRE_OK(la, DLOCK_TRY); /* a clean release: no delay */
+    TU_RELEASE_OK(la);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
+/* lock_delay=: a clean release grants the name at once, whoever asks
+ * next, with or without the option. */
+TU_TEST(lock_delay_clean_release, 30)
+{
+    if (lock_delay_refused())
+        return;
+    dlock_client *a = ct_open_test("lock_delay=1m"), *b = ct_open_test("lock_delay=1m");
+    dlock_lock *la = tu_lock(a, "dlc"), *lb = tu_lock(b, "dlc");
+    for (int i = 0; i < 2; i++) {
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
+        TU_RELEASE_OK(la);
+        TU_ACQUIRE_OK(lb, DLOCK_TRY);
+        TU_RELEASE_OK(lb);
+    }
+    dlock_info *info = NULL;
+    EXPECT_RC(dlock_inspect(a, "dlc", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_delay_ms(info), 0);
+    dlock_info_free(info);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
+/* lock_delay=: a wait for a name in its delay sleeps until the delay's
+ * end and a cancel ends it at once (DLOCK_ECANCELED, the delay of a
+ * minute not waited out), as a bounded wait that ends first is
+ * DLOCK_ETIMEDOUT. */
+TU_TEST(lock_delay_cancel, 60)
+{
+    if (lock_delay_refused())
+        return;
+    struct ct_holder h = ct_holder_open("lease=1s&lock_delay=1m", "contract-delayc");
+    h.pid = fork_holder(h.url, "dlx", DLOCK_EXCLUSIVE, h.dir, true);
+    ct_holder_wait(&h);
+    ct_holder_kill(&h);
+    dlock_client *c = ct_open_test(NULL);
+    dlock_lock *l = tu_lock(c, "dlx");
+    until_in_delay(c, l);
+    TU_ACQUIRE_EXPECT(l, 300, DLOCK_ETIMEDOUT, "a wait shorter than the delay");
+    int rc;
+    ck_assert_msg(tu_canceled_wait_returns(l, true, 0, 20000, &rc),
+                  "a canceled wait in the delay did not return");
+    ck_assert_msg(rc == DLOCK_ECANCELED, "canceled wait: %s (%s)", dlock_err_name(rc),
+                  dlock_errmsg());
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    ct_holder_close(&h);
+}
+
 /* ================================================================ suite */
 
 /* Cases a backend is known to fail on main, each with its reason: left

@@ -128,7 +128,7 @@ static long inspect_waiters(const struct ct_fixture *f, dlock_client *c, const c
 static struct ct_fixture fx_file = {
     .name = "file",
     .scheme = "file",
-    .caps = CT_SHARED,
+    .caps = CT_SHARED | CT_LOCK_DELAY,
     .start = file_start,
     .stop = file_stop,
     .url = file_url,

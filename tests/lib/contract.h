@@ -49,6 +49,10 @@ enum ct_caps {
     CT_NO_VALUE = 1u << 9, /* keeps no lock value: dlock_value_set() and
                               dlock_value_get() answer DLOCK_ENOTSUP naming
                               the backend (every other fixture must keep one) */
+    CT_LOCK_DELAY = 1u << 10,  /* ?lock_delay= kept: a hold ended without a
+                                 clean release keeps the name from every
+                                 acquirer for the delay (else DLOCK_ENOTSUP
+                                 at connect, naming the option) */
 };
 
 struct ct_fixture {

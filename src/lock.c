@@ -450,10 +450,17 @@ static void hold_share(dlock_client *c, struct dlock__hold *h)
 }
 
 /* The message of a contention outcome RC of an acquire of E's name that
- * waited WAIT_MS; other codes pass through with their message. */
-static int acquire_outcome(struct dlock__entry *e, int rc, int64_t wait_ms)
+ * waited WAIT_MS, the name's lock-delay ending at DELAY_UNTIL (monotonic
+ * ms; 0: none seen); other codes pass through with their message. */
+static int acquire_outcome(struct dlock__entry *e, int rc, int64_t wait_ms, int64_t delay_until)
 {
-    if (rc == DLOCK_ETIMEDOUT && wait_ms == 0)
+    int64_t delay_left = delay_until ? delay_until - dlock__now_ms() : 0;
+    if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_EBUSY) && delay_left > 0)
+        rc = dlock__err(wait_ms == 0 ? DLOCK_EBUSY : rc,
+                        "lock '%s' is in its lock-delay for %lld ms more (its last hold ended "
+                        "without a clean release)",
+                        e->name, (long long)delay_left);
+    else if (rc == DLOCK_ETIMEDOUT && wait_ms == 0)
         rc = dlock__err(DLOCK_EBUSY, "lock '%s' is held by another owner", e->name);
     else if (rc == DLOCK_ETIMEDOUT && *dlock_errmsg()) {
         /* The backend said why (disconnected, say): keep its words. */
@@ -542,7 +549,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         if (cancel)
             dlock__cancel_detach(cancel, &cref);
         dlock__wait_destroy(&w);
-        return acquire_outcome(e, rc, wait_ms);
+        return acquire_outcome(e, rc, wait_ms, 0);
     }
     e->refs++;
     if (l->owner)
@@ -572,7 +579,7 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
         dlock__cancel_detach(cancel, &cref);
     note_acquire(c, e, &w, rc, started);
     dlock__wait_destroy(&w);
-    return acquire_outcome(e, rc, wait_ms);
+    return acquire_outcome(e, rc, wait_ms, w.delay_until);
 }
 
 struct dlock__hold *dlock__hold_make(dlock_lock *l)

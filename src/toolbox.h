@@ -143,6 +143,9 @@ struct dlock__wait {
     struct dlock_cancel *cancel; /* the acquire's cancel object (core's) */
     struct dlock__wait *next; /* the handle's list of waits */
     bool slept; /* the acquire slept at least once (dlock_stats.waits) */
+    int64_t delay_until; /* monotonic ms the name's lock-delay ends, as the
+                            backend's last look saw it; 0: none seen
+                            (dlock__wait_in_delay) */
 };
 
 unsigned dlock__wait_seq(struct dlock__wait *w);
@@ -161,6 +164,13 @@ int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
  * polls its own sockets (the cancel object, if any, armed): DLOCK_OK;
  * DLOCK_ECANCELED when W is canceled already; else why not (*FD -1). */
 int dlock__wait_cancel_fd(struct dlock__wait *w, int *fd);
+/* The backend's last look found the name in its lock-delay (a hold that
+ * ended without a clean release, DLOCK__CAP_LOCK_DELAY) for LEFT_MS more,
+ * as the backend times it (0: not, or no longer): an acquire refused or
+ * timed out then says so, with what is left. The backend sleeps until the
+ * delay's end itself (dlock__wait_sleep's UNTIL, never a poll). */
+void dlock__wait_in_delay(struct dlock__wait *w, int64_t left_ms);
+
 /* Whether W (may be NULL) was canceled. */
 bool dlock__wait_canceled(struct dlock__wait *w);
 

@@ -28,6 +28,7 @@ void dlock__wait_init(struct dlock__wait *w, int64_t deadline)
     w->cancel = NULL;
     w->next = NULL;
     w->slept = false;
+    w->delay_until = 0;
 }
 
 void dlock__wait_destroy(struct dlock__wait *w)
@@ -192,6 +193,12 @@ int dlock__wait_poll(struct dlock__wait *w, int fd, short events, int64_t until)
 }
 
 /* ------------------------------------------------------ time left, backoff */
+
+void dlock__wait_in_delay(struct dlock__wait *w, int64_t left_ms)
+{
+    if (w)
+        w->delay_until = left_ms > 0 ? dlock__now_ms() + left_ms : 0;
+}
 
 bool dlock__wait_try_once(const struct dlock__wait *w)
 {

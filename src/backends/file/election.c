@@ -49,9 +49,9 @@ static int write_value(struct file_state *s, const char *name, uint64_t token, c
  * metadata byte's write lock, which readers take too, so a reader never
  * sees the new leader's lock with the old leader's token (and value). */
 static int campaign_try(struct file_state *s, int fd, const char *fname, const char *full,
-                        struct dlock__wait *w, bool fresh, void *arg)
+                        struct dlock__wait *w, struct file_turn *turn, void *arg)
 {
-    (void)fresh;
+    (void)turn;
     struct dlock__hold *h = arg;
     int rc = dlock__file_meta_lock(s, fd, fname, F_WRLCK, w);
     if (rc)

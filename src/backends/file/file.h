@@ -4,7 +4,8 @@
  * mutex.c is the lock (and the backend's table); semaphore.c the
  * counting semaphore, one .sem file per name; election.c the leader
  * election, a value file beside the lock; value.c the value files (an
- * election's, a lock's value); dir.c the default directory. */
+ * election's, a lock's value); delay.c the lock-delay, a record after the
+ * lock file's name; dir.c the default directory. */
 #ifndef DLOCK_FILE_H
 #define DLOCK_FILE_H
 
@@ -54,11 +55,13 @@ struct file_state {
     mode_t file_mode;
     char host[HOST_MAX];
     const char *prefix;
+    char boot_id[40]; /* this boot's (delay.c) */
 };
 
 struct file_hold {
     int fd;
     bool inherited; /* file_inherit_fd gave children a copy */
+    off_t delay_at; /* where its lock-delay record is; 0: it wrote none */
 };
 
 enum { LOCK_BYTE = 0, META_BYTE = 1, GATE_BYTE = 2 };
@@ -107,12 +110,20 @@ int dlock__file_read_header(struct file_state *s, int fd, const char *path, cons
 int dlock__file_inotify_borrow(struct file_state *s);
 void dlock__file_inotify_return(struct file_state *s, int fd, int wd);
 
+/* One try's frame in dlock__file_wait_take(). FRESH: the first try on
+ * this descriptor (the file was opened again). RETRY_AT: DLOCK__NEVER
+ * before each try; a try answering DLOCK_EBUSY for a reason no close of
+ * the file ends (a lock-delay) sets when to try again at the latest
+ * (monotonic ms). */
+struct file_turn {
+    bool fresh;
+    int64_t retry_at;
+};
 /* One try at taking what the caller wants of the file FD has open (FULL:
  * the prefixed name it is the file of): DLOCK_OK (taken), DLOCK_EBUSY
- * (not now), or a failure. FRESH: the first try on this descriptor (the
- * file was opened again). */
+ * (not now), or a failure. */
 typedef int (*file_try_fn)(struct file_state *s, int fd, const char *fname, const char *full,
-                           struct dlock__wait *w, bool fresh, void *arg);
+                           struct dlock__wait *w, struct file_turn *turn, void *arg);
 /* Open the file of FULL + SUFFIX for writing (creating it) and call
  * TRY_TAKE until it answers anything but DLOCK_EBUSY, sleeping between
  * tries until a writer closes the file (a release, a holder's death:
@@ -186,6 +197,29 @@ struct file_value {
 int dlock__file_value_read(struct file_state *s, const struct file_value_kind *k, const char *full,
                            struct file_value *out, struct dlock__wait *w);
 extern const struct dlock__value_ops dlock__file_value_ops;
+
+/* delay.c: the lock-delay record of the lock file FD has open (FNAME,
+ * FULL as for dlock__file_read_header). */
+struct file_delay_req {
+    int fd;
+    const char *fname, *full;
+    bool start; /* an acquirer holding byte 0: a hold found ended without
+                   its clean release starts its delay now (inspect: false,
+                   nothing written) */
+};
+/* *LEFT: the ms left of the name's lock-delay (0: none), from the record
+ * of the file's last hold. */
+int dlock__file_delay_look(struct file_state *s, const struct file_delay_req *q, int64_t *left);
+/* Record that the exclusive hold of TOKEN (just stamped) has a delay of
+ * DELAY_MS should it end without a clean release; *AT: where, for
+ * dlock__file_delay_release(). */
+int dlock__file_delay_arm(struct file_state *s, const struct file_delay_req *q, uint64_t token,
+                          int64_t delay_ms, off_t *at);
+/* The clean end of the hold whose record is at AT in FD (its holder still
+ * holds byte 0 exclusively). */
+void dlock__file_delay_release(int fd, off_t at);
+/* This boot's id (/proc/sys/kernel/random/boot_id; "" without /proc). */
+void dlock__file_boot_id(char out[40]);
 
 /* election.c */
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);

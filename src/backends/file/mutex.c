@@ -343,6 +343,7 @@ static int file_open(dlock_client *c, void **state)
     if (gethostname(s->host, sizeof s->host) < 0)
         strcpy(s->host, "localhost");
     s->host[HOST_MAX - 1] = 0;
+    dlock__file_boot_id(s->boot_id);
     /* Only the default directory is made when missing: a directory named
      * in a URL that does not exist is more likely a typo than a wish. */
     bool is_default = s->dir && dlock__file_is_default_dir(s->dir);
@@ -505,12 +506,13 @@ int dlock__file_wait_take(struct file_state *s, const char *full, const char *su
 {
     int fd = -1, ifd = -1, wd = -1;
     bool degraded = false; /* no inotify to be had: backoff retries */
-    bool fresh = true;     /* the next try is the first on this descriptor */
+    struct file_turn turn = {.fresh = true}; /* the next try is the first on this descriptor */
     struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 100};
     int rc = dlock__file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
     while (!rc) {
-        rc = try_take(s, fd, fname, full, w, fresh, arg);
-        fresh = false;
+        turn.retry_at = DLOCK__NEVER;
+        rc = try_take(s, fd, fname, full, w, &turn, arg);
+        turn.fresh = false;
         if (rc && rc != DLOCK_EBUSY)
             break;
         if (!dlock__file_still_linked(s, fd, fname)) {
@@ -521,7 +523,7 @@ int dlock__file_wait_take(struct file_state *s, const char *full, const char *su
             if (ifd >= 0)
                 dlock__file_inotify_return(s, ifd, wd);
             ifd = wd = -1;
-            fresh = true;
+            turn.fresh = true;
             rc = dlock__file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
             continue;
         }
@@ -553,11 +555,11 @@ int dlock__file_wait_take(struct file_state *s, const char *full, const char *su
             continue;
         }
         if (degraded) {
-            rc = dlock__wait_sleep(w, dlock__wait_seq(w),
-                                   dlock__now_ms() + dlock__backoff_next(&backoff));
+            int64_t next = dlock__now_ms() + dlock__backoff_next(&backoff);
+            rc = dlock__wait_sleep(w, dlock__wait_seq(w), next < turn.retry_at ? next : turn.retry_at);
             continue;
         }
-        rc = dlock__wait_poll(w, ifd, POLLIN, DLOCK__NEVER);
+        rc = dlock__wait_poll(w, ifd, POLLIN, turn.retry_at); /* a lock-delay: until its end */
         char buf[4096];
         ssize_t drained = read(ifd, buf, sizeof buf); /* one read takes all queued */
         (void)drained;
@@ -582,18 +584,31 @@ struct lock_try {
 };
 
 static int lock_try(struct file_state *s, int fd, const char *fname, const char *full,
-                    struct dlock__wait *w, bool fresh, void *arg)
+                    struct dlock__wait *w, struct file_turn *turn, void *arg)
 {
     struct lock_try *t = arg;
-    if (fresh)
+    if (turn->fresh)
         t->gated = false; /* a new descriptor holds no gate */
     if (t->type == F_RDLCK && gate_closed(fd))
         return DLOCK_EBUSY;
     if (dlock__file_range_lock(fd, t->type, LOCK_BYTE) == 0) {
+        /* Byte 0 ours: the last hold is over. Did it end cleanly? If not,
+         * its lock-delay (delay.c) keeps the name, gate and all, until its
+         * end; a close of the file meanwhile (another try) wakes us early,
+         * nothing else does. */
+        struct file_delay_req q = {.fd = fd, .fname = fname, .full = full, .start = true};
+        int64_t left = 0;
+        int rc = dlock__file_delay_look(s, &q, &left);
+        dlock__wait_in_delay(w, left);
+        if (rc || left > 0) {
+            dlock__file_range_lock(fd, F_UNLCK, LOCK_BYTE);
+            turn->retry_at = dlock__now_ms() + left;
+            return rc ? rc : DLOCK_EBUSY;
+        }
         if (t->gated)
             dlock__file_range_lock(fd, F_UNLCK, GATE_BYTE); /* byte 0 keeps readers out now */
         t->gated = false;
-        int rc = dlock__file_stamp(s, fd, fname, full, t->mode, w, t->token);
+        rc = dlock__file_stamp(s, fd, fname, full, t->mode, w, t->token);
         if (rc)
             dlock__file_range_lock(fd, F_UNLCK, LOCK_BYTE);
         return rc;
@@ -628,11 +643,33 @@ int dlock__file_acquire_by(struct file_state *s, struct dlock__hold *hold, const
     return DLOCK_OK;
 }
 
+/* An exclusive hold just taken by a client with a lock-delay: its record
+ * says "held" until its clean release (delay.c). Before the acquire
+ * returns, so a holder that dies in between has done nothing under the
+ * lock yet. A failure gives the lock back. */
+static int arm_delay(struct file_state *s, struct dlock__hold *hold)
+{
+    struct file_hold *fh = hold->bdata;
+    char fname[NAME_MAX + 1] = "";
+    char *full = dlock__file_full_name(s, hold->name);
+    int rc = full ? file_name(full, ".lock", fname) : dlock__err(DLOCK_ENOMEM, "out of memory");
+    struct file_delay_req q = {.fd = fh->fd, .fname = fname, .full = full};
+    if (!rc)
+        rc = dlock__file_delay_arm(s, &q, hold->token, s->c->opts.lock_delay_ms, &fh->delay_at);
+    free(full);
+    if (rc)
+        dlock__file_release(s, hold);
+    return rc;
+}
+
 static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
 {
     struct lock_try t = {.type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK,
                          .mode = hold->mode, .token = &hold->token};
-    int rc = dlock__file_acquire_by(state, hold, ".lock", w, lock_try, &t);
+    struct file_state *s = state;
+    int rc = dlock__file_acquire_by(s, hold, ".lock", w, lock_try, &t);
+    if (!rc && hold->mode == DLOCK_EXCLUSIVE && s->c->opts.lock_delay_ms)
+        rc = arm_delay(s, hold);
     if (!rc)
         dlock__identity(hold->owner, sizeof hold->owner);
     return rc;
@@ -648,6 +685,9 @@ int dlock__file_release(void *state, struct dlock__hold *hold)
      * raises IN_CLOSE_WRITE for the waiters. Once children inherited a
      * copy, only closing ours: an unlock would end the lock under them,
      * and the kernel ends it when the last copy closes. */
+    if (fh->delay_at) /* a clean release: no lock-delay (children that
+                         inherited the lock keep it while they live) */
+        dlock__file_delay_release(fh->fd, fh->delay_at);
     if (!fh->inherited)
         dlock__file_range_lock(fh->fd, F_UNLCK, LOCK_BYTE);
     close(fh->fd);
@@ -664,6 +704,9 @@ static int file_downgrade(void *state, struct dlock__hold *hold)
 {
     struct file_state *s = state;
     struct file_hold *fh = hold->bdata;
+    if (fh->delay_at) /* the exclusive hold ends cleanly here */
+        dlock__file_delay_release(fh->fd, fh->delay_at);
+    fh->delay_at = 0;
     if (dlock__file_range_lock(fh->fd, F_RDLCK, LOCK_BYTE) < 0)
         return dlock__errno(DLOCK_EIO, errno, "lock '%s' in %s: downgrade to shared", hold->name,
                             s->dir);
@@ -732,6 +775,9 @@ int dlock__file_inspect_within(struct file_state *s, const char *name, struct dl
         rc = dlock__file_read_header(s, fd, fname, full, &h);
         dlock__file_range_lock(fd, F_UNLCK, META_BYTE);
     }
+    struct file_delay_req q = {.fd = fd, .fname = fname, .full = full};
+    if (!rc && fl.l_type == F_UNLCK) /* free: in a lock-delay? */
+        rc = dlock__file_delay_look(s, &q, &info->delay_ms);
     if (!rc) {
         info->token = h.token;
         info->held = fl.l_type != F_UNLCK;
@@ -868,7 +914,7 @@ static const struct dlock__admin_ops file_admin_ops = {
 const struct dlock__backend dlock__backend_file = {
     .name = "file",
     .schemes = file_schemes,
-    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_FIXED_LEASE,
+    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_FIXED_LEASE | DLOCK__CAP_LOCK_DELAY,
     .default_port = 0,
     .open = file_open,
     .close = file_close,

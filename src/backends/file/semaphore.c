@@ -108,9 +108,9 @@ static int stamp_sem(struct file_state *s, int fd, const char *fname, const char
 /* The semaphore's try, under the metadata byte: DLOCK_OK (K slots taken
  * and stamped), DLOCK_EBUSY (fewer free), or a failure. */
 static int try_take(struct file_state *s, int fd, const char *fname, const char *full,
-                    struct dlock__wait *w, bool fresh, void *arg)
+                    struct dlock__wait *w, struct file_turn *turn, void *arg)
 {
-    (void)fresh;
+    (void)turn;
     struct dlock__hold *hold = arg;
     unsigned permits = hold->sem->permits, k = hold->sem->k;
     int rc = dlock__file_meta_lock(s, fd, fname, F_WRLCK, w);

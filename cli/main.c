@@ -476,7 +476,8 @@ static int path_status(const char *path, int json)
         json_name(path);
         printf(",\"backend\":\"flock\",\"key\":");
         json_string(path);
-        printf(",\"held\":%s,\"mode\":%s%s%s,\"token\":null,\"ttl_ms\":null,\"holders\":[",
+        printf(",\"held\":%s,\"mode\":%s%s%s,\"token\":null,\"ttl_ms\":null,\"delay_ms\":0,"
+               "\"holders\":[",
                held ? "true" : "false", held ? "\"" : "", held ? mode : "null", held ? "\"" : "");
         char *save, *tok, *copy = strdup(holders);
         for (tok = copy ? strtok_r(copy, " ", &save) : NULL; tok; tok = strtok_r(NULL, " ", &save))
@@ -519,8 +520,7 @@ static void json_lock(const char *name, const char *backend, const dlock_info *i
         printf("null");
     json_int_or_null("token", dlock_info_token(info) ? (long long)dlock_info_token(info) : -1);
     json_int_or_null("ttl_ms", ttl == DLOCK_VALID_FOREVER ? -1 : ttl);
-    if (!semaphore) /* the lock-delay left, 0 when none */
-        printf(",\"delay_ms\":%lld", (long long)dlock_info_delay_ms(info));
+    printf(",\"delay_ms\":%lld", (long long)dlock_info_delay_ms(info)); /* 0: none */
     printf(",\"holders\":[");
     for (size_t k = 0; k < dlock_info_holder_count(info); k++) {
         unsigned count;

@@ -1828,6 +1828,7 @@ static void assert_lock_json(json_t *o, const char *name, bool held, bool status
         {"key", JSON_STRING, false},     {"held", ANY_TYPE, false},
         {"mode", JSON_STRING, !held},
         {"token", JSON_INTEGER, !held},  {"ttl_ms", JSON_INTEGER, true},
+        {"delay_ms", JSON_INTEGER, false},
         {"holders", JSON_ARRAY, false},  {"waiters", JSON_ARRAY, true},
         {"waiter_count", JSON_INTEGER, true},
         {status ? "master" : NULL, JSON_STRING, !sentinel},

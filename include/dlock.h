@@ -633,8 +633,10 @@ DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
  * release keeps it; dlock_release_ex() with DLOCK_RELEASE_CLEAR_VALUE
  * clears it. The value of a name is the lock's only: a semaphore or an
  * election of the same name has none. Where it is stored: file, NAME.value
- * beside NAME.lock; redis, the HASH dlock_value:{NAME} (docs/protocol-*.md
- * per backend). */
+ * beside NAME.lock; redis (every URL form but redlock), the HASH
+ * dlock_value:{NAME}; etcd, the key <prefix>dlock_value:NAME, outside the
+ * lock's prefix; zk, the child _dlock_value of the lock node
+ * (docs/protocol-*.md per backend). */
 #define DLOCK_VALUE_MAX 4096
 
 /* Write LEN bytes at VALUE (NULL with LEN 0: the empty value, which is a

@@ -360,6 +360,14 @@ struct dlock__value {
     uint64_t token; /* the hold that wrote it; 0: no value (LEN 0, DATA NULL) */
 };
 
+/* The stored form of V written by the hold of TOKEN where a backend keeps
+ * a value as one blob (etcd, zk): TOKEN in decimal, a newline, the bytes.
+ * dlock__value_encode(): malloc'd, its length into *LEN (NULL: out of
+ * memory). dlock__value_decode(): TEXT's LEN bytes into OUT (data
+ * malloc'd), false when they are no such form or out of memory. */
+char *dlock__value_encode(const struct dlock__value *v, uint64_t token, size_t *len);
+bool dlock__value_decode(const char *text, size_t len, struct dlock__value *out);
+
 /* Lock values (value.c; NULL table or member: the core answers
  * DLOCK_ENOTSUP naming the backend before calling anything). The core
  * calls set() only for an exclusive plain lock hold (h->sem and h->elect

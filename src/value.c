@@ -11,6 +11,8 @@
  * loss. The check that the hold is still ours is the backend's, in the
  * same request as the write (backend.h, struct dlock__value_ops).
  */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,4 +146,39 @@ int dlock__value_clear_last(dlock_lock *l)
     bool last = h && h->count == 1;
     pthread_mutex_unlock(&l->c->mu);
     return last ? value_write(l, NULL) : DLOCK_OK;
+}
+
+char *dlock__value_encode(const struct dlock__value *v, uint64_t token, size_t *len)
+{
+    char head[24];
+    int hl = snprintf(head, sizeof head, "%" PRIu64 "\n", token);
+    char *out = malloc((size_t)hl + v->len + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, head, (size_t)hl);
+    memcpy(out + hl, v->data, v->len);
+    out[(size_t)hl + v->len] = 0;
+    *len = (size_t)hl + v->len;
+    return out;
+}
+
+bool dlock__value_decode(const char *text, size_t len, struct dlock__value *out)
+{
+    const char *nl = memchr(text, '\n', len);
+    if (!nl || nl == text || nl - text > 20)
+        return false;
+    uint64_t t = 0;
+    for (const char *p = text; p < nl; p++) {
+        if (*p < '0' || *p > '9' || t > (UINT64_MAX - 9) / 10)
+            return false;
+        t = t * 10 + (uint64_t)(*p - '0');
+    }
+    size_t n = len - (size_t)(nl + 1 - text);
+    if (!t || n > DLOCK_VALUE_MAX || !(out->data = malloc(n + 1)))
+        return false;
+    memcpy(out->data, nl + 1, n);
+    out->data[n] = 0;
+    out->len = n;
+    out->token = t;
+    return true;
 }

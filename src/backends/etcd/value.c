@@ -37,16 +37,8 @@ static json_t *guarded_txn(const struct etcd_hold *eh, const char *vkey,
     char *rs = dlock__etcd_i64s(eh->rev);
     char *body = NULL, *bb = NULL;
     size_t blen = 0;
-    if (v) {
-        char head[24];
-        int hl = snprintf(head, sizeof head, "%" PRIu64 "\n", token);
-        blen = (size_t)hl + v->len;
-        if ((body = malloc(blen + 1))) {
-            memcpy(body, head, (size_t)hl);
-            memcpy(body + hl, v->data, v->len);
-            bb = dlock__etcd_b64(body, blen);
-        }
-    }
+    if (v && (body = dlock__value_encode(v, token, &blen)))
+        bb = dlock__etcd_b64(body, blen);
     json_t *req = NULL;
     if (kb && vkb && rs && (!v || bb)) {
         json_t *op = v ? json_pack("{s:{s:s, s:s}}", "request_put", "key", vkb, "value", bb)
@@ -90,29 +82,6 @@ static int etcd_value_set(void *state, struct dlock__hold *h, const struct dlock
     return rc;
 }
 
-/* Parse the stored value TEXT (LEN bytes: "<token>\n<bytes>") into OUT;
- * false for anything else. */
-static bool parse_value(const char *text, size_t len, struct dlock__value *out)
-{
-    const char *nl = memchr(text, '\n', len);
-    if (!nl || nl == text || nl - text > 20)
-        return false;
-    uint64_t t = 0;
-    for (const char *p = text; p < nl; p++) {
-        if (*p < '0' || *p > '9' || t > (UINT64_MAX - 9) / 10)
-            return false;
-        t = t * 10 + (uint64_t)(*p - '0');
-    }
-    size_t n = len - (size_t)(nl + 1 - text);
-    if (!t || n > DLOCK_VALUE_MAX || !(out->data = malloc(n + 1)))
-        return false;
-    memcpy(out->data, nl + 1, n);
-    out->data[n] = 0;
-    out->len = n;
-    out->token = t;
-    return true;
-}
-
 static int etcd_value_get(void *state, const char *name, struct dlock__value *out)
 {
     struct etcd_backend *s = state;
@@ -132,7 +101,7 @@ static int etcd_value_get(void *state, const char *name, struct dlock__value *ou
         const char *vb = json_string_value(json_object_get(kv, "value"));
         size_t len = 0;
         char *text = vb ? dlock__etcd_unb64(vb, &len) : NULL;
-        if (!text || !parse_value(text, len, out))
+        if (!text || !dlock__value_decode(text, len, out))
             rc = dlock__err(DLOCK_EPROTO,
                             "%s: key %s holds no dlock value (a token, a newline "
                             "and at most %d bytes)",

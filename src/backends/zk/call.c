@@ -293,6 +293,36 @@ int dlock__zk_rq_set(struct zk_backend *zb, zhandle_t *zh, const char *path, con
     return zk_call_sent(k, rc, stat, NULL, NULL);
 }
 
+int dlock__zk_rq_check_then(struct zk_backend *zb, zhandle_t *zh, struct zk_guarded_write *gw,
+                            int64_t until)
+{
+    gw->errs[0] = gw->errs[1] = ZRUNTIMEINCONSISTENCY;
+    struct zk_call *k;
+    int rc = zk_calls_start(zb, zh, until, &k, 1, NULL);
+    if (rc != ZOK)
+        return rc;
+    zoo_op_t ops[2];
+    zoo_check_op_init(&ops[0], gw->check, -1);
+    if (gw->create)
+        zoo_create_op_init(&ops[1], gw->path, gw->data, (int)gw->len, zk_node_acl(zb), 0, NULL, 0);
+    else
+        zoo_set_op_init(&ops[1], gw->path, gw->data, (int)gw->len, -1, &k->multi_stat);
+    k->refs++; /* ours, to read the results after the wait let go of its own */
+    rc = zoo_amulti(zh, 2, ops, k->multi, zk_on_void, k);
+    if (rc != ZOK) {
+        zk_call_unref(k);
+        return dlock__zk_call_dead(k, rc);
+    }
+    rc = dlock__zk_call_wait(k, k->deadline, NULL, NULL, NULL);
+    pthread_mutex_lock(&k->mu);
+    if (k->done)
+        for (int i = 0; i < 2; i++)
+            gw->errs[i] = k->multi[i].err;
+    pthread_mutex_unlock(&k->mu);
+    zk_call_unref(k);
+    return rc;
+}
+
 int dlock__zk_rq_children(struct zk_backend *zb, zhandle_t *zh, const char *path,
                           struct String_vector *kids, int64_t until)
 {

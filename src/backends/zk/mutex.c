@@ -716,4 +716,5 @@ const struct dlock__backend dlock__backend_zk = {
     .semaphores = &zk_sem_ops,
     .elections = &zk_elect_ops,
     .admin = &zk_admin_ops,
+    .values = &dlock__zk_value_ops,
 };

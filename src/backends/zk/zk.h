@@ -31,7 +31,9 @@
  * orphans and suspects), fds.c (close-on-exec for the client library's
  * descriptors), mutex.c (the InterProcessMutex recipe, the read and
  * write acquires, and the backend table), rwlock.c (the downgrade),
- * inspect.c (status, force-release, list). Every function shared
+ * inspect.c (status, force-release, list), value.c (a lock's value:
+ * a child of the lock node, written in a multi guarded by the hold's
+ * node). Every function shared
  * between them starts with zk_.
  */
 #ifndef DLOCK_BACKEND_ZK_H
@@ -133,6 +135,11 @@ struct zk_call {
     int value_len;
     struct String_vector kids;
     zhandle_t *zh;
+    /* a check-then-write multi (dlock__zk_rq_check_then): what the
+     * library fills in at its completion, which may come after the caller
+     * gave up */
+    zoo_op_result_t multi[2];
+    struct Stat multi_stat;
 };
 
 
@@ -189,6 +196,21 @@ int dlock__zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const cha
                                  struct String_vector *kids, int64_t until);
 
 /* A failed request as a DLOCK_E* code with a message; the kinds of codes. */
+/* A write guarded by a node (value.c): one multi of "CHECK exists, then
+ * WRITE" -- LEN bytes at DATA set on PATH, or PATH created (persistent)
+ * with them when CREATE. ERRS[0] the check's result, ERRS[1] the write's
+ * (ZOK both when applied; ZRUNTIMEINCONSISTENCY for the one after the op
+ * that failed); returns the multi's code (ZOPERATIONTIMEOUT: unknown). */
+struct zk_guarded_write {
+    const char *check;
+    const char *path;
+    const char *data;
+    size_t len;
+    bool create;
+    int errs[2];
+};
+int dlock__zk_rq_check_then(struct zk_backend *zb, zhandle_t *zh, struct zk_guarded_write *gw,
+                            int64_t until);
 int dlock__zk_fail(struct zk_backend *zb, int rc, const char *what, const char *path);
 bool dlock__zk_rc_transient(int rc);
 bool dlock__zk_rc_session_gone(int rc);
@@ -307,6 +329,9 @@ int dlock__zk_release(void *state, struct dlock__hold *h);
 int dlock__zk_release_within(void *state, struct dlock__hold *h, int64_t deadline);
 
 /* ------------------------------------------------------------ election.c */
+
+/* value.c */
+extern const struct dlock__value_ops dlock__zk_value_ops;
 
 int dlock__zk_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__zk_elect_proclaim(void *state, struct dlock__hold *h, const char *value);

@@ -5,7 +5,8 @@
  * draws them): this file is the top one, the only one that calls into
  * every layer -- the pool's state, the routing's parse and start
  * (sentinel.c, cluster.c), the scripts' load, the hub's thread -- so that
- * no file below has to call up to put a client together.
+ * no file below has to call up to put a client together. It also hands
+ * the pool its way up, the routing's callbacks (struct redis_routing).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +18,18 @@
 #include "redis.h"
 
 /* ============================================================ open/close */
+
+/* What the pool asks of the routing of a redis+sentinel:// or
+ * redis+cluster:// client (conn.c, struct redis_routing): so the pool,
+ * below the routing, reaches it only through the state it is given. */
+static const struct redis_routing sentinel_routing = {
+    .master = dlock__redis_sentinel_master,
+    .master_moved = dlock__redis_sentinel_stale,
+};
+
+static const struct redis_routing cluster_routing = {
+    .slots_moved = dlock__redis_cluster_stale,
+};
 
 void dlock__redis_close(void *state)
 {
@@ -73,6 +86,7 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
             rc = parse_db(s, db_param, "db");
     } else if (strstr(c->url.scheme, "+sentinel")) {
         rc = dlock__redis_sentinel_parse(s, c);
+        s->routing = &sentinel_routing;
         const char *name_end = !rc ? strchr(c->url.path + 1, '/') : NULL;
         if (!rc && name_end && db_param)
             rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': the db is given twice (path and ?db=)",
@@ -83,6 +97,7 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
             rc = parse_db(s, db_param, "db");
     } else if (strstr(c->url.scheme, "+cluster")) {
         rc = dlock__redis_cluster_parse(s, c);
+        s->routing = &cluster_routing; /* each master's state takes it too (cluster.c) */
     } else {
         size_t hi = node < 0 ? 0 : (size_t)node;
         if (node < 0 && c->url.nhosts != 1)
@@ -189,7 +204,7 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
         return rc;
     }
     if (s->cluster)
-        rc = dlock__redis_cluster_start(s); /* the slot map, then the scripts */
+        rc = dlock__redis_cluster_start(s, dlock__redis_load_scripts); /* the map, the scripts */
     else
         rc = node < 0 ? dlock__redis_load_scripts(s) : DLOCK_OK; /* a node may be down now */
     if (!rc && s->sentinel)

@@ -166,6 +166,7 @@ static struct redis_state *node_new(struct redis_state *f, const char *host, int
     memcpy(n->sha, f->sha, sizeof n->sha);
     n->cluster = f->cluster;
     n->cluster_node = true;
+    n->routing = f->routing;
     snprintf(n->where, sizeof n->where,
              strchr(host, ':') ? "redis+cluster node [%s]:%d" : "redis+cluster node %s:%d", host,
              port);
@@ -606,7 +607,7 @@ static void renew_groups(struct renew_group *g, size_t n)
 }
 
 int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch *b,
-                               int (*renew)(void *state, struct dlock__renew_batch *b))
+                               const struct redis_renewer *renew)
 {
     struct redis_cluster *cl = f->cluster;
     size_t n = b->n;
@@ -661,7 +662,7 @@ int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch 
                 dlock__renew_result(&sub, i, rc);
         } else {
             groups[ngroups++] =
-                (struct renew_group){.node = node_at(cl, it[g].node), .sub = sub, .renew = renew};
+                (struct renew_group){.node = node_at(cl, it[g].node), .sub = sub, .renew = renew->batch};
         }
     }
     renew_groups(groups, ngroups);
@@ -672,7 +673,7 @@ int dlock__redis_cluster_renew(struct redis_state *f, struct dlock__renew_batch 
         if (result[i] != DLOCK_OK && result[i] != DLOCK_ELOST && !holds[i]->sem &&
             dlock__time_left(b->deadline, 1) > 0) {
             dlock__redis_cluster_stale(f);
-            int rc = dlock__redis_renew_one(f, holds[i], b->deadline);
+            int rc = renew->one(f, holds[i], b->deadline);
             result[i] = rc;
             if (rc)
                 snprintf(why[i], sizeof why[i], "%s", dlock_errmsg());
@@ -772,7 +773,7 @@ int dlock__redis_cluster_parse(struct redis_state *s, struct dlock_client *c)
     return DLOCK_OK;
 }
 
-int dlock__redis_cluster_start(struct redis_state *f)
+int dlock__redis_cluster_start(struct redis_state *f, int (*load_scripts)(struct redis_state *n))
 {
     struct redis_cluster *cl = f->cluster;
     struct dlock_client *c = f->c;
@@ -789,7 +790,7 @@ int dlock__redis_cluster_start(struct redis_state *f)
     /* the digests are the same on every master; each loads a script on
      * its first EVAL (NOSCRIPT) */
     struct redis_state *n = node_at(cl, (int)cl->last_ok);
-    rc = dlock__redis_load_scripts(n);
+    rc = load_scripts(n);
     if (rc)
         return rc;
     memcpy(f->sha, n->sha, sizeof f->sha);

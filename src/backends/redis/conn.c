@@ -1,6 +1,8 @@
 /* conn.c -- the Redis backend's pool: a server's state, dialing with AUTH
  * and SELECT (net.c does the sockets), and the connections kept between
- * requests. A client is assembled from its URL above it (backend.c).
+ * requests. A client is assembled from its URL above it (backend.c),
+ * which hands the pool its routing (struct redis_routing): where the
+ * master is, and whom to tell when it or the slots moved.
  *
  * A connection serves one request at a time, so the backend keeps a small
  * pool of connections, one per concurrently busy thread (callers and the
@@ -25,6 +27,7 @@
 /* Map a server error reply to a code, with the server's words. */
 int dlock__redis_server_error(struct redis_state *s, const char *text, const char *what)
 {
+    const struct redis_routing *route = s->routing;
     int code = DLOCK_EBACKEND;
     if (strstr(text, "NOAUTH") || strstr(text, "WRONGPASS") || strstr(text, "NOPERM") ||
         strstr(text, "invalid password") || strstr(text, "invalid username-password"))
@@ -36,11 +39,13 @@ int dlock__redis_server_error(struct redis_state *s, const char *text, const cha
     else if (strstr(text, "CLUSTERDOWN") || !strncmp(text, "MOVED ", 6) ||
              !strncmp(text, "ASK ", 4) || !strncmp(text, "TRYAGAIN", 8)) {
         code = DLOCK_EUNAVAIL; /* a cluster between two states: ask for its map again */
-        dlock__redis_cluster_stale(s);
+        if (route && route->slots_moved)
+            route->slots_moved(s);
     }
     else if (strncmp(text, "READONLY", 8) == 0) { /* a replica: a master demoted by a failover */
         code = DLOCK_EUNAVAIL;
-        dlock__redis_sentinel_stale(s);
+        if (route && route->master_moved)
+            route->master_moved(s);
     }
     else if (strstr(text, "not an integer"))
         code = DLOCK_EWRONGTYPE;
@@ -224,7 +229,8 @@ static void dial_setup_many(const struct dial_setup *d)
 int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline,
                       struct dlock__wait *w, struct rconn **out)
 {
-    if (!s->sentinel) {
+    const struct redis_routing *route = s->routing;
+    if (!route || !route->master) {
         struct redis_addr a = {.host = s->host, .port = s->port, .sock = s->sock, .tls = s->tls};
         return dlock__redis_dial_addr(s, &a, select_db, deadline, w, out);
     }
@@ -234,14 +240,15 @@ int dlock__redis_dial(struct redis_state *s, bool select_db, int64_t deadline,
         char host[256];
         int port;
         unsigned epoch;
-        int rc = dlock__redis_sentinel_master(s, deadline, host, sizeof host, &port, &epoch);
+        int rc = route->master(s, deadline, host, sizeof host, &port, &epoch);
         if (rc)
             return rc;
         struct redis_addr a = {.host = host, .port = port, .tls = s->tls};
         rc = dlock__redis_dial_addr(s, &a, select_db, deadline, w, out);
         if (rc != DLOCK_ECONN || round > 0)
             return rc;
-        dlock__redis_sentinel_stale(s);
+        if (route->master_moved)
+            route->master_moved(s);
     }
 }
 
@@ -438,9 +445,10 @@ void dlock__redis_pool_put(struct redis_state *s, struct rconn *k, bool broken)
     if (broken || k->broken || k->want > 0 || k->out_off < k->out_len || k->ngot > 0) {
         if (k->gen == s->gen)
             s->gen++;
-        if (s->sentinel && k->gen + 1 == s->gen)
-            s->master_stale = true; /* the master may have moved */
+        bool latest = k->gen + 1 == s->gen; /* not one retired before */
         pthread_mutex_unlock(&s->pool_mu);
+        if (latest && s->routing && s->routing->master_moved)
+            s->routing->master_moved(s); /* Sentinel: a failover closes its connections */
         dlock__redis_conn_free(k);
         return;
     }

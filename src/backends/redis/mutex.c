@@ -401,7 +401,10 @@ static void renew_args(struct redis_state *s, const struct dlock__hold *h,
     lens[2] = (size_t)dlock__redis_rw_timeout_key(k, h, timeout, DLOCK_NAME_MAX + 256);
 }
 
-int dlock__redis_renew_one(struct redis_state *s, struct dlock__hold *h, int64_t deadline)
+/* Renew the lock hold H alone, within DEADLINE, through the routed
+ * script path (a cluster: redirects followed): DLOCK_OK (confirmed),
+ * DLOCK_ELOST, or why it could not be renewed. */
+static int renew_one(struct redis_state *s, struct dlock__hold *h, int64_t deadline)
 {
     struct lock_keys k;
     int rc = dlock__redis_keys_make(s, h->name, &k);
@@ -430,9 +433,10 @@ int dlock__redis_renew_one(struct redis_state *s, struct dlock__hold *h, int64_t
  * and ceil(N / RENEW_BATCH) commands (a cluster: per master, cluster.c). */
 static int renew_holds(void *state, struct dlock__renew_batch *b)
 {
+    static const struct redis_renewer renewer = {.batch = renew_holds, .one = renew_one};
     struct redis_state *s = state;
     if (s->cluster && !s->cluster_node)
-        return dlock__redis_cluster_renew(s, b, renew_holds);
+        return dlock__redis_cluster_renew(s, b, &renewer);
     if (dlock__redis_sem_renew_apart(s, b, renew_holds)) /* semaphore permits (semaphore.c) */
         return DLOCK_OK;
     struct dlock__hold **holds = b->holds;

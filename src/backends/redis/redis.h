@@ -17,13 +17,16 @@
  *              value, written only while held)
  *   hub        hub.c           the subscriber thread that turns release
  *                              messages into wake-ups of waiting threads
- *   scripts    scripts.c       the lock's keys, the Lua scripts of
- *                              scripts/NAME.lua (embedded at build time,
- *                              run by EVALSHA), and dlock__redis_eval():
- *                              one struct redis_request, one deadline
+ *   scripts    scripts.c       the Lua scripts of scripts/NAME.lua
+ *                              (embedded at build time, run by EVALSHA),
+ *                              and dlock__redis_eval(): one struct
+ *                              redis_request, one deadline
  *   routing    sentinel.c      redis+sentinel://: where the master is
  *              cluster.c       redis+cluster://: each request to its
  *                              slot's master, redirects followed
+ *   keys       keys.c          the keys of a name (a cluster's encoded
+ *                              names too), names that alias another's
+ *                              refused; no I/O
  *   pool       conn.c          a server's state, dialing with AUTH and
  *                              SELECT, the connection pool and its
  *                              reconnect backoff
@@ -32,14 +35,14 @@
  *                              connections, the reply cap; rediss://
  *                              through OpenSSL (openssl.c, openssl.h)
  *
- * Where a call still runs up (docs/architecture.md, "The Redis
- * backend"): the pool's dial asks the sentinels where the master is and
- * an error reply marks the routing stale (conn.c -> sentinel.c,
- * cluster.c); a cluster loads the scripts on its first master and names
- * keys as scripts.c does (cluster.c -> scripts.c), and renews a hold a
- * master did not renew by the lock's own path (cluster.c -> mutex.c).
- * Everything here is private to those files; the core sees only the
- * table.
+ * Where a layer needs one above, it is handed a way up rather than
+ * calling it (docs/architecture.md, "The Redis backend"): the pool asks
+ * s->routing (struct redis_routing, set by backend.c) where the master
+ * is and tells it when the master or the slots moved; a cluster loads
+ * its scripts by the loader backend.c passes to its start, and renews a
+ * hold its master did not renew by the renewer mutex.c passes (struct
+ * redis_renewer). Everything here is private to those files; the core
+ * sees only the table.
  */
 #ifndef DLOCK_REDIS_H
 #define DLOCK_REDIS_H
@@ -124,6 +127,7 @@ struct rconn {
     struct rconn *next;
 };
 
+struct redis_routing;  /* conn.c */
 struct hub_chan;       /* hub.c */
 struct hub_conn;       /* hub.c */
 struct redis_cluster;  /* cluster.c */
@@ -177,6 +181,7 @@ struct redis_state {
     struct dlock__backoff backoff; /* background reconnects */
     int64_t next_dial_ms;
     unsigned dialed_gen; /* gen + 1 of the last pool dial, 0 none: a reconnect (stats) */
+    const struct redis_routing *routing; /* the pool's way up (conn.c); NULL: one server */
 
     struct hub hub;
 
@@ -238,7 +243,24 @@ extern const struct dlock__backend dlock__backend_redis;
  * is freed by dlock__redis_close(), which stops its hub first. */
 struct redis_state *dlock__redis_state_new(struct dlock_client *c);
 void dlock__redis_state_free(struct redis_state *s);
-/* Map a server error reply to a code, with the server's words. */
+/* What the pool needs of the routing above it (sentinel.c, cluster.c),
+ * so that conn.c calls only down: backend.c sets s->routing when it
+ * assembles a client (a cluster master's state takes its front's), NULL
+ * for one server. A member a routing does without is NULL. */
+struct redis_routing {
+    /* Where the master is now (HOST, *PORT; *EPOCH the resolution it came
+     * from), within DEADLINE: Sentinel asks the sentinels when stale. NULL:
+     * s->host and s->port. */
+    int (*master)(struct redis_state *s, int64_t deadline, char *host, size_t host_len, int *port,
+                  unsigned *epoch);
+    /* The master may have moved: a dial to it failed, a connection to it
+     * broke, or it refused a write with READONLY (a replica now). */
+    void (*master_moved)(struct redis_state *s);
+    /* The slots may have moved: MOVED, ASK, TRYAGAIN or CLUSTERDOWN. */
+    void (*slots_moved)(struct redis_state *s);
+};
+/* Map a server error reply to a code, with the server's words; a reply
+ * saying the master or the slots moved tells s->routing. */
 int dlock__redis_server_error(struct redis_state *s, const char *text, const char *what);
 /* One command on K within K->until (ARGL may be NULL: strlen): *OUT is
  * the reply (an error reply too), or the failure is DLOCK_ECONN naming
@@ -375,10 +397,12 @@ void dlock__redis_sentinel_lost_note(struct redis_state *s, const struct dlock__
 unsigned dlock__redis_cluster_slot(const char *key, size_t len);
 unsigned dlock__redis_cluster_name_slot(const struct redis_state *s, const char *name);
 /* Read a redis+cluster:// URL of C into S; then, once S is set up, learn
- * the slot map and load the scripts (start). free: every master's state
- * and the map (a master's state: nothing). */
+ * the slot map and load the scripts (start: LOAD_SCRIPTS on the master
+ * that answered, whose digests every master's state then shares;
+ * backend.c passes scripts.c's loader). free: every master's state and
+ * the map (a master's state: nothing). */
 int dlock__redis_cluster_parse(struct redis_state *s, struct dlock_client *c);
-int dlock__redis_cluster_start(struct redis_state *s);
+int dlock__redis_cluster_start(struct redis_state *s, int (*load_scripts)(struct redis_state *n));
 void dlock__redis_cluster_free(struct redis_state *s);
 /* Where one request of a cluster goes: the master of its slot, or the
  * node a redirect named; retries of a cluster between two states end at
@@ -432,10 +456,20 @@ const char *dlock__redis_publish_command(const struct redis_state *s);
 /* Mark S's slot map stale (a redirect, a master gone). No-op without a
  * cluster. */
 void dlock__redis_cluster_stale(struct redis_state *s);
-/* The backend's renew and SCAN over every master: RENEW (SCAN) run on
- * each master's state with its holds (on its keys). */
+/* How the recipes renew holds (mutex.c passes its own): BATCH, the
+ * holds of one server, pipelined; ONE, a lock hold alone within DEADLINE
+ * by the routed script path (redirects followed): DLOCK_OK (confirmed),
+ * DLOCK_ELOST, or why it could not be renewed. */
+struct redis_renewer {
+    int (*batch)(void *state, struct dlock__renew_batch *b);
+    int (*one)(struct redis_state *s, struct dlock__hold *h, int64_t deadline);
+};
+/* The backend's renew and SCAN over every master: RENEW->batch (SCAN)
+ * run on each master's state with its holds (on its keys); a lock hold
+ * its master did not renew (moved, migrating, gone) tried once more by
+ * RENEW->one. */
 int dlock__redis_cluster_renew(struct redis_state *s, struct dlock__renew_batch *b,
-                               int (*renew)(void *state, struct dlock__renew_batch *b));
+                               const struct redis_renewer *renew);
 typedef int dlock__redis_scan_each(struct redis_state *s, struct rconn *k, const redisReply *key,
                                    void *arg, int *err);
 int dlock__redis_cluster_scan(struct redis_state *f, const char *match, const char *type,
@@ -464,30 +498,8 @@ int dlock__redis_tls_step(struct rconn *k, short *events);
 ssize_t dlock__redis_tls_io(struct rconn *k, char *buf, size_t len, bool write);
 void dlock__redis_tls_free(struct rconn *k);
 
-/* ---------------------------------------------------------- scripts.c */
+/* ------------------------------------------------------------- keys.c */
 
-/* A Lua script as embedded from scripts/NAME.lua (NUL-terminated), with
- * its EVALSHA digest (lower-case hex, computed at build time). */
-struct redis_script {
-    const char *name, *src, *sha;
-};
-
-/* Script ID for the layout (SIMPLE or Redisson's). */
-const struct redis_script *dlock__redis_script(enum script_id id, bool simple);
-/* Every embedded script, by index I from 0 (for the digest test): false
- * past the last. */
-bool dlock__redis_script_nth(size_t i, const char **name, const char **src, const char **sha);
-/* Redlock's token raise (redlock.c) and a publish on one channel
- * (redlock_election.c). */
-extern const struct redis_script dlock__redis_raise_script;
-extern const struct redis_script dlock__redis_leader_publish_script;
-/* Load the scripts once so EVALSHA has their digests. */
-int dlock__redis_load_scripts(struct redis_state *s);
-/* The same in two halves, for several nodes in one exchange (Redlock):
- * append every SCRIPT LOAD to K; then, once the exchange ended with RC,
- * take the digests from the replies and give K back to S's pool. */
-int dlock__redis_scripts_append(struct redis_state *s, struct rconn *k);
-int dlock__redis_scripts_take(struct redis_state *s, struct rconn *k, int rc);
 /* Lock NAME's keys (prefix + NAME and the rest of struct lock_keys), in
  * one block. */
 int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_keys *k);
@@ -507,21 +519,6 @@ struct key_part {
  * when out of memory. */
 int dlock__redis_key_block(const struct redis_state *s, const char *name, char **base,
                            size_t *base_len, const struct key_part *parts, size_t n);
-/* The buffers of one renewal batch (redis_renew, dlock__redlock_renew): ARGS
- * argument slots (argv, argl), VALS owner values, HOLDS lease strings and
- * key sets. dlock__redis_renew_bufs_new() gives DLOCK_OK or DLOCK_ENOMEM
- * (with the message set); dlock__redis_renew_bufs_free() frees what was
- * made, each key set too, and may be called after either. */
-struct renew_bufs {
-    const char **argv;
-    size_t *argl;
-    char (*vals)[160];
-    char (*leases)[24];
-    struct lock_keys *keys;
-    size_t holds;
-};
-int dlock__redis_renew_bufs_new(struct renew_bufs *r, size_t args, size_t vals, size_t holds);
-void dlock__redis_renew_bufs_free(struct renew_bufs *r);
 /* What KEY (LEN bytes) is when it is, or can be, one of the keys dlock
  * makes from a name (a token counter, a channel, a record, a semaphore's
  * expiries, a name's "{N}" base...): "a semaphore's token counter
@@ -546,6 +543,46 @@ char *dlock__redis_name_key(const struct redis_state *s, const char *name, size_
 char *dlock__redis_key_name(const struct redis_state *s, const char *key, size_t len);
 /* Whether KEY (starting with S's prefix) is a cluster's encoded name's. */
 bool dlock__redis_key_encoded(const struct redis_state *s, const char *key, size_t len);
+
+/* ---------------------------------------------------------- scripts.c */
+
+/* A Lua script as embedded from scripts/NAME.lua (NUL-terminated), with
+ * its EVALSHA digest (lower-case hex, computed at build time). */
+struct redis_script {
+    const char *name, *src, *sha;
+};
+
+/* Script ID for the layout (SIMPLE or Redisson's). */
+const struct redis_script *dlock__redis_script(enum script_id id, bool simple);
+/* Every embedded script, by index I from 0 (for the digest test): false
+ * past the last. */
+bool dlock__redis_script_nth(size_t i, const char **name, const char **src, const char **sha);
+/* Redlock's token raise (redlock.c) and a publish on one channel
+ * (redlock_election.c). */
+extern const struct redis_script dlock__redis_raise_script;
+extern const struct redis_script dlock__redis_leader_publish_script;
+/* Load the scripts once so EVALSHA has their digests. */
+int dlock__redis_load_scripts(struct redis_state *s);
+/* The same in two halves, for several nodes in one exchange (Redlock):
+ * append every SCRIPT LOAD to K; then, once the exchange ended with RC,
+ * take the digests from the replies and give K back to S's pool. */
+int dlock__redis_scripts_append(struct redis_state *s, struct rconn *k);
+int dlock__redis_scripts_take(struct redis_state *s, struct rconn *k, int rc);
+/* The buffers of one renewal batch (redis_renew, dlock__redlock_renew): ARGS
+ * argument slots (argv, argl), VALS owner values, HOLDS lease strings and
+ * key sets. dlock__redis_renew_bufs_new() gives DLOCK_OK or DLOCK_ENOMEM
+ * (with the message set); dlock__redis_renew_bufs_free() frees what was
+ * made, each key set too, and may be called after either. */
+struct renew_bufs {
+    const char **argv;
+    size_t *argl;
+    char (*vals)[160];
+    char (*leases)[24];
+    struct lock_keys *keys;
+    size_t holds;
+};
+int dlock__redis_renew_bufs_new(struct renew_bufs *r, size_t args, size_t vals, size_t holds);
+void dlock__redis_renew_bufs_free(struct renew_bufs *r);
 /* One script request: what to send, the one bound it runs within, and
  * what came of it. The caller fills the first part (a designated
  * initializer: what it leaves out is 0, NULL or false), the call `out`. */
@@ -815,10 +852,6 @@ void dlock__redis_acquire_args(struct acquire_args *a, bool simple, const struct
 int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
                                const struct lock_keys *k, struct redis_request *rq, uint64_t last,
                                int64_t *ttl_ms);
-/* Renew the lock hold H alone, within DEADLINE, through the routed
- * script path (a cluster: redirects followed): DLOCK_OK (confirmed),
- * DLOCK_ELOST, or why it could not be renewed. */
-int dlock__redis_renew_one(struct redis_state *s, struct dlock__hold *h, int64_t deadline);
 
 /* The lock ops' acquire, release and release_within (backend.h), the
  * election's on its lock too; and the backend's renew (the keeper's

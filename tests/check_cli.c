@@ -783,6 +783,62 @@ TU_TEST(check_exit, 60)
     free(tok_path);
 }
 
+/* A lock's value from the command line: `dlock value NAME` prints it
+ * (exit 1 and nothing when there is none); `run --value` hands COMMAND
+ * the value (DLOCK_VALUE, DLOCK_VALUE_TOKEN: the token of the hold that
+ * wrote it, 0 for none) and a file holding it (DLOCK_VALUE_FILE), and
+ * writes what the file holds when COMMAND ends, if it changed, before the
+ * release; a value too long is refused (65) and nothing changes; `status`
+ * shows it. Usage errors as every command's. */
+TU_TEST(value_command_run_and_status, 60)
+{
+    char *out = NULL;
+    ck_assert_int_eq(DLOCK(&out, NULL, "value", "vv"), 1);
+    ck_assert_str_eq(out, "");
+    free(out);
+    char *seen = tu_fmt("%s/vv.seen", dir);
+    char *cmd = tu_fmt("printf '%%s|%%s' \"$DLOCK_VALUE_TOKEN\" \"$DLOCK_VALUE\" >%s; "
+                       "printf 'step 1' >\"$DLOCK_VALUE_FILE\"", seen);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--value", "vv", "-c", cmd), 0);
+    char *text = tu_read_file(seen);
+    ck_assert_str_eq(text, "0|");
+    free(text);
+    ck_assert_int_eq(DLOCK(&out, NULL, "value", "vv"), 0);
+    ck_assert_str_eq(out, "step 1");
+    free(out);
+    free(cmd);
+    /* a COMMAND that leaves the file alone changes nothing */
+    cmd = tu_fmt("printf '%%s|%%s|' \"$DLOCK_VALUE_TOKEN\" \"$DLOCK_VALUE\" >%s; "
+                 "cat \"$DLOCK_VALUE_FILE\" >>%s",
+                 seen, seen);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--value", "vv", "-c", cmd), 0);
+    text = tu_read_file(seen);
+    ck_assert_msg(text && strtoull(text, NULL, 10) > 0 && strstr(text, "|step 1|step 1"), "%s",
+                  text);
+    free(text);
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "vv"), 1);
+    ck_assert_msg(strstr(out, "\nvalue:    step 1 (written by token "), "%s", out);
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "status", "vv", "--json"), 1);
+    ck_assert_msg(strstr(out, "\"value\":\"step 1\",\"value_token\":"), "%s", out);
+    free(out);
+    free(cmd);
+    /* longer than DLOCK_VALUE_MAX: refused, the value stays */
+    cmd = strdup("head -c 5000 /dev/zero | tr '\\0' x >\"$DLOCK_VALUE_FILE\"");
+    ck_assert_int_eq(DLOCK(NULL, &out, "run", "--value", "vv", "-c", cmd), 65);
+    ck_assert_msg(strstr(out, "5000 bytes"), "%s", out);
+    free(out);
+    ck_assert_int_eq(DLOCK(&out, NULL, "value", "vv"), 0);
+    ck_assert_str_eq(out, "step 1");
+    free(out);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "value"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "value", "a", "b"), 64);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "value", "/tmp/vv"), 69);
+    ck_assert_int_eq(DLOCK(NULL, NULL, "run", "--value", "-m", "a", "b", "--", "true"), 64);
+    free(cmd);
+    free(seen);
+}
+
 /* The passwords dlock reads from its environment are dlock's, not
  * COMMAND's: `dlock run` leaves DLOCK_*_PASSWORD out of COMMAND's
  * environment (they reached it, and whatever COMMAND starts, logs or
@@ -2446,7 +2502,7 @@ TU_TEST(completion_offers_commands_options_and_schemes, 60)
     int rc = tu_run((const char *[]){"bash", "-c", script, NULL}, NULL, &out, &err);
     ck_assert_msg(rc == 0, "bash: %d %s", rc, err);
     const char *expect[] = {
-        ": run hold elect leader status check release list bench help\n",
+        ": run hold elect leader status check value release list bench help\n",
         "r: run release\n",
         "redis+cluster:// ",
         "-u redis://h run --le: --lease\n",

@@ -17,7 +17,7 @@ static const struct {
      "dlock [-u URL] run [-n | -w SECONDS] [-E CODE] [-s] [--lease SECONDS]\n"
      "                  [--on-lost term|kill|ignore] [--kill-after SECONDS]\n"
      "                  [--lost-grace SECONDS] [--strict-release] [--permits N]\n"
-     "                  [--min-hold SECONDS] [-o | --no-wait-children] [-v]\n"
+     "                  [--min-hold SECONDS] [-o | --no-wait-children] [--value] [-v]\n"
      "                  NAME [--] COMMAND [ARG...]\n"
      "dlock [-u URL] run [options] NAME -c 'SHELL COMMAND'\n"
      "dlock [-u URL] run [options] -m NAME... -- COMMAND [ARG...]   (or -c)",
@@ -56,6 +56,11 @@ static const struct {
      "  --permits N           take one of N permits of the semaphore NAME instead of\n"
      "                        the lock: at most N commands at once (file, redis,\n"
      "                        etcd, zk)\n"
+     "  --value               hand COMMAND the lock's value (DLOCK_VALUE, its writer's\n"
+     "                        DLOCK_VALUE_TOKEN, 0 for none) and a file holding it\n"
+     "                        (DLOCK_VALUE_FILE); what the file holds when COMMAND\n"
+     "                        ends, if changed, becomes the value before the release\n"
+     "                        (at most 4096 bytes; file, redis, etcd, zk; not with -m)\n"
      "  -m, --multi           take every NAME up to -- (or -c) all or nothing: a set\n"
      "                        of locks (at most 64), taken in one order (bytewise\n"
      "                        sorted) so that sets overlapping in any order never\n"
@@ -122,7 +127,8 @@ static const struct {
      "Exit status: 0 when someone leads, 1 when nobody does (--watch: 0 at a signal)."},
     {"status", "dlock [-u URL] status [--permits N] NAME [--json]",
      "Show whether NAME is held, in which mode, by whom, with which token,\n"
-     "the remaining lease and the waiters where the backend knows them.\n"
+     "the remaining lease and the waiters where the backend knows them, and the\n"
+     "lock's value when it has one.\n"
      "  --permits N           NAME is a semaphore of N permits (0: its stored count):\n"
      "                        its permit holders and free permits\n"
      "  --json                one JSON object on stdout\n"
@@ -133,6 +139,10 @@ static const struct {
      "Prints \"current\", or \"stale: \" and why. Alive means: file, the holder's\n"
      "process lives; redis, etcd, its lease has not ended; zk, its session.\n"
      "Exit status: 0 when current, 1 when stale or NAME is free."},
+    {"value", "dlock [-u URL] value NAME",
+     "Print lock NAME's value as it is, without a newline: what its holders wrote\n"
+     "with run --value (or dlock_value_set), the last one's; anyone may read it.\n"
+     "Exit status: 0 when printed, 1 when NAME has no value."},
     {"release", "dlock [-u URL] release --force NAME",
      "Operator's tool: free NAME whoever holds it (backends with leases).\n"
      "  --force               required: says you mean it"},
@@ -167,9 +177,9 @@ static const char *general =
     "             mode 600 (or ?password_file=FILE in the URL); DLOCK_ZK_LOG\n"
     "             (ZooKeeper client log file).\n"
     "\n"
-    "Exit codes: 1 busy (run, hold), free (status) or stale (check), 64 usage\n"
-    "            (also an empty or over-long NAME), 65 NAME holds something\n"
-    "            that is not a lock,\n"
+    "Exit codes: 1 busy (run, hold), free (status), stale (check) or no value\n"
+    "            (value), 64 usage (also an empty or over-long NAME), 65 NAME\n"
+    "            holds something that is not a lock, or a value too long,\n"
     "            69 backend unavailable, 70 internal error, 75 lock lost,\n"
     "            77 permission or authentication, 78 bad URL or configuration,\n"
     "            126/127 COMMAND not executable / not found.\n";
@@ -196,7 +206,7 @@ int cli_help(const char *command, int to_stderr)
             return 0;
         }
     if (command) {
-        fprintf(stderr, "dlock: no command '%s' (commands: run, hold, elect, leader, status, check, release, list, bench)\n",
+        fprintf(stderr, "dlock: no command '%s' (commands: run, hold, elect, leader, status, check, value, release, list, bench)\n",
                 command);
         return EXIT_USAGE;
     }

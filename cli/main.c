@@ -1,5 +1,5 @@
 /* main.c -- the dlock command: global options, dispatch, and the small
- * commands (status, check, release, list). `run` lives in run.c. Every failure
+ * commands (status, check, value, release, list). `run` lives in run.c. Every failure
  * prints one line to stderr saying what failed and why, and exits with a
  * code from cli.h's table.
  */
@@ -582,6 +582,32 @@ static void print_delay(const dlock_info *info)
            "a clean release)\n", left, when);
 }
 
+/* status: lock NAME's value, if the backend keeps values and NAME has
+ * one: a line of text, or (JSON) ,"value":...,"value_token":... (null
+ * both without one). */
+static void print_value(dlock_client *c, const char *name, int json)
+{
+    char buf[DLOCK_VALUE_MAX + 1];
+    size_t len = DLOCK_VALUE_MAX;
+    uint64_t token = 0;
+    if (dlock_value_get(c, name, buf, &len, &token))
+        token = 0; /* no value to show: a backend without values, a failure */
+    buf[len] = 0;
+    bool text = memchr(buf, 0, len) == NULL;
+    if (json) {
+        printf(",\"value\":");
+        json_string_or_null(token && text ? buf : NULL);
+        json_int_or_null("value_token", token ? (long long)token : -1);
+    } else if (token) {
+        printf("value:    ");
+        if (text)
+            cli_print_text(buf);
+        else
+            printf("(%zu bytes, not text)", len);
+        printf(" (written by token %" PRIu64 ")\n", token);
+    }
+}
+
 int cmd_status(const char *url, int argc, char **argv)
 {
     struct sub_opts o = {url, 0, 0, 0, false};
@@ -622,6 +648,8 @@ int cmd_status(const char *url, int argc, char **argv)
         json_lock(name, dlock_client_backend(c), info, o.semaphore);
         printf(",\"master\":");
         json_string_or_null(*master ? master : NULL);
+        if (!o.semaphore)
+            print_value(c, name, 1);
         printf("}\n");
     } else {
         printf("name:     ");
@@ -662,6 +690,8 @@ int cmd_status(const char *url, int argc, char **argv)
         else if (ttl >= 0)
             printf("ttl:      %" PRId64 " ms\n", ttl);
         print_delay(info);
+        if (!o.semaphore)
+            print_value(c, name, 0);
         if (nw < 0)
             printf("waiters:  unknown to this backend\n");
         else {
@@ -676,6 +706,46 @@ int cmd_status(const char *url, int argc, char **argv)
     dlock_info_free(info);
     dlock_client_close(c);
     return held ? 0 : EXIT_FREE;
+}
+
+/* value NAME: lock NAME's value on stdout as it is (no newline added):
+ * exit 0, or 1 and nothing when it has none; errors as every command's. */
+int cmd_value(const char *url, int argc, char **argv)
+{
+    struct sub_opts o = {url, 0, 0, 0, false};
+    int i = sub_parse("value", argc, argv, &o, false);
+    if (i < 0)
+        return EXIT_USAGE;
+    if (i + 1 != argc || o.json) {
+        fprintf(stderr, "dlock value: %s\n",
+                o.json ? "--json is not an option of value" : "expected exactly one NAME");
+        cli_print_usage_line("value");
+        return EXIT_USAGE;
+    }
+    const char *name = argv[i];
+    int code = cli_check_name("value", name);
+    if (code)
+        return code;
+    if (cli_is_path(o.url, name)) {
+        fprintf(stderr, "dlock value: %s is a file locked with flock(2), which has no value\n",
+                name);
+        return EXIT_UNAVAILABLE;
+    }
+    dlock_client *c;
+    if ((code = cli_open(o.url, 0, &c)))
+        return code;
+    char buf[DLOCK_VALUE_MAX];
+    size_t len = sizeof buf;
+    uint64_t token = 0;
+    int rc = dlock_value_get(c, name, buf, &len, &token);
+    if (rc)
+        code = cli_fail(rc, "value");
+    else if (!token)
+        code = EXIT_NOVALUE;
+    else if (fwrite(buf, 1, len, stdout) != len || fflush(stdout))
+        code = EXIT_SOFTWARE;
+    dlock_client_close(c);
+    return code;
 }
 
 /* check NAME TOKEN: whether TOKEN (decimal, as DLOCK_TOKEN and status
@@ -923,7 +993,7 @@ int main(int argc, char **argv)
     } commands[] = {
         {"run", cmd_run},         {"hold", cmd_hold},   {"status", cmd_status},
         {"release", cmd_release}, {"list", cmd_list},   {"elect", cmd_elect},
-        {"leader", cmd_leader},   {"check", cmd_check},
+        {"leader", cmd_leader},   {"check", cmd_check}, {"value", cmd_value},
     };
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (strcmp(cmd, commands[i].name) == 0)
@@ -932,7 +1002,7 @@ int main(int argc, char **argv)
         return dlock_cli_bench(url ? url : getenv("DLOCK_URL"), sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0)
         return cli_help(sub_argc > 1 ? sub_argv[1] : NULL, 0);
-    fprintf(stderr, "dlock: unknown command '%s' (commands: run, hold, elect, leader, status, check, release, list, bench)\n",
+    fprintf(stderr, "dlock: unknown command '%s' (commands: run, hold, elect, leader, status, check, value, release, list, bench)\n",
             cmd);
     return EXIT_USAGE;
 }

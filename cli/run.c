@@ -292,7 +292,8 @@ static bool env_is_ours(const char *entry)
 {
     static const char *const fixed[] = {"DLOCK_NAME=",   "DLOCK_TOKEN=",    "DLOCK_URL=",
                                         "DLOCK_TOKENS=", "DLOCK_COUNT=",    "ETCD_LOCK_KEY=",
-                                        "ETCD_LOCK_REV="};
+                                        "ETCD_LOCK_REV=", "DLOCK_VALUE=",   "DLOCK_VALUE_TOKEN=",
+                                        "DLOCK_VALUE_FILE="};
     for (size_t j = 0; j < sizeof fixed / sizeof *fixed; j++)
         if (strncmp(entry, fixed[j], strlen(fixed[j])) == 0)
             return true;
@@ -323,7 +324,7 @@ static char **child_env(const char *const *names, const uint64_t *tokens, size_t
     size_t n = 0, k = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 8 + 2 * nset, sizeof *env);
+    char **env = calloc(n + 11 + 2 * nset, sizeof *env); /* 3 for run --value */
     if (!env)
         return NULL;
     for (size_t i = 0; i < n; i++)
@@ -359,6 +360,101 @@ static void free_env(char **env)
         if (env_is_ours(env[i]))
             free(env[i]);
     free(env);
+}
+
+/* run --value: the lock's value as COMMAND was given it, and the file
+ * (DLOCK_VALUE_FILE) whose content, if COMMAND changed it, becomes the
+ * value before the release. */
+struct run_value {
+    char *path; /* NULL: no --value */
+    char data[DLOCK_VALUE_MAX + 1];
+    size_t len;
+    uint64_t token; /* the writer's; 0: no value */
+};
+
+/* Read lock NAME's value through C into V and write it to a new file
+ * for COMMAND (under $TMPDIR, else /tmp; mode 0600): 0, or the exit code
+ * of a failure (said). */
+static int value_prepare(dlock_client *c, const char *name, struct run_value *v)
+{
+    v->len = DLOCK_VALUE_MAX;
+    int rc = dlock_value_get(c, name, v->data, &v->len, &v->token);
+    if (rc)
+        return cli_fail(rc, verb);
+    v->data[v->len] = 0;
+    const char *tmp = getenv("TMPDIR");
+    if (asprintf(&v->path, "%s/dlock-value-XXXXXX", tmp && *tmp ? tmp : "/tmp") < 0) {
+        v->path = NULL;
+        say("--value: out of memory");
+        return EXIT_SOFTWARE;
+    }
+    int fd = mkstemp(v->path);
+    bool ok = fd >= 0 && write(fd, v->data, v->len) == (ssize_t)v->len;
+    if (!ok)
+        say("--value: the value file %s: %s", v->path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    if (!ok) {
+        unlink(v->path);
+        free(v->path);
+        v->path = NULL;
+        return EXIT_UNAVAILABLE;
+    }
+    return 0;
+}
+
+/* ENV (from child_env, which keeps room) with DLOCK_VALUE (when the
+ * value is text), DLOCK_VALUE_TOKEN and DLOCK_VALUE_FILE added: false
+ * when out of memory. */
+static bool value_env(char **env, const struct run_value *v)
+{
+    size_t k = 0;
+    while (env[k])
+        k++;
+    if (!memchr(v->data, 0, v->len) && asprintf(&env[k++], "DLOCK_VALUE=%s", v->data) < 0)
+        return false;
+    return asprintf(&env[k++], "DLOCK_VALUE_TOKEN=%" PRIu64, v->token) >= 0 &&
+           asprintf(&env[k++], "DLOCK_VALUE_FILE=%s", v->path) >= 0;
+}
+
+/* After COMMAND (whose exit code is CODE): what V's file holds, if it
+ * differs from the value COMMAND was given, becomes the value through L
+ * (a file COMMAND removed changes nothing); the file is removed. Returns
+ * CODE, or, when CODE is 0, the exit code of a value not written (said
+ * either way): 65 too long, 75 the lock was lost, a backend's failure. */
+static int value_apply(dlock_lock *l, struct run_value *v, int code)
+{
+    if (!v->path)
+        return code;
+    int fd = open(v->path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    char *data = NULL;
+    ssize_t len = -1;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size <= DLOCK_VALUE_MAX &&
+        (data = malloc((size_t)st.st_size + 1)))
+        len = read(fd, data, (size_t)st.st_size + 1);
+    int rc = DLOCK_OK, fail = 0;
+    if (fd < 0) {
+        /* removed: nothing to write */
+    } else if (st.st_size > DLOCK_VALUE_MAX) {
+        say("--value: the value COMMAND wrote to %s is %lld bytes, at most %d: not written",
+            v->path, (long long)st.st_size, DLOCK_VALUE_MAX);
+        fail = EXIT_DATAERR;
+    } else if (len < 0) {
+        say("--value: reading %s: %s", v->path, data ? strerror(errno) : "out of memory");
+        fail = EXIT_SOFTWARE;
+    } else if ((size_t)len != v->len || memcmp(data, v->data, v->len) != 0) {
+        if ((rc = dlock_value_set(l, data, (size_t)len)) == DLOCK_ELOST)
+            say("--value: not written: %s", dlock_errmsg());
+        fail = rc == DLOCK_ELOST ? EXIT_LOST : rc ? cli_fail(rc, verb) : 0;
+    }
+    if (fd >= 0)
+        close(fd);
+    free(data);
+    unlink(v->path);
+    free(v->path);
+    v->path = NULL;
+    return code ? code : fail;
 }
 
 /* On etcd, the key of our hold (NAME/<lease hex>, as `etcdctl lock`
@@ -622,6 +718,7 @@ struct run_opts {
                          its copy of the descriptor (file, path), as under flock(1) */
     int64_t min_hold_ms; /* --min-hold: held at least this long after it was taken */
     pid_t pid;           /* hold --pid: held for this process, told of a loss */
+    bool value;          /* --value: COMMAND gets the lock's value and may write one */
 };
 
 /* The lease the URL (-u, DLOCK_URL or the configuration file's) asks
@@ -653,7 +750,7 @@ static int64_t url_lease_ms(const char *given, char *value, size_t size)
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
     *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false}, 1, 0, 0,
-                           DLOCK_EXCLUSIVE, NULL, 0, false, false, false, 0, 0};
+                           DLOCK_EXCLUSIVE, NULL, 0, false, false, false, 0, 0, false};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
         {"nb", no_argument, NULL, 'n'},
@@ -676,6 +773,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"multi", no_argument, NULL, 'm'},
         {"min-hold", required_argument, NULL, 'M'},
         {"pid", required_argument, NULL, 'p'},
+        {"value", no_argument, NULL, 'V'},
         {"url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
@@ -778,6 +876,12 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             o->pid = (pid_t)v;
             break;
         }
+        case 'V':
+            if (strcmp(verb, "run") != 0)
+                return -usage_error("%s", "--value is run's: COMMAND reads and writes the "
+                                          "lock's value");
+            o->value = true;
+            break;
         case 'm':
             if (strcmp(verb, "run") != 0)
                 return -usage_error("%s", "-m (a set of NAMEs) is run's alone");
@@ -802,6 +906,11 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
     if (o->min_hold_ms && cli_is_path(o->url, argv[optind]))
         return -usage_error("%s", "--min-hold needs a lock NAME, not a path: flock(2) holds a "
                                   "file only while a process keeps it open");
+    if (o->value && (o->multi || o->permits || cli_is_path(o->url, argv[optind])))
+        return -usage_error("--value hands COMMAND one lock's value: %s",
+                            o->multi     ? "not with -m"
+                            : o->permits ? "not with --permits (a permit has none)"
+                                         : "NAME is a path (flock(2) keeps no value)");
     if (o->permits && o->multi)
         return -usage_error("%s", "--permits takes a permit of one semaphore, not with -m");
     if (o->permits && (o->mode == DLOCK_SHARED || cli_is_path(o->url, argv[optind])))
@@ -1046,6 +1155,20 @@ static void set_tokens(const char *const *names, size_t n, uint64_t *tokens)
 /* Take the lock (or, with -m, the set NAMES[0..N)) as O says and run CMD
  * under it (NULL: hold it until stdin closes or a signal comes: `dlock
  * hold`). */
+/* A run that took its locks ends before COMMAND starts: the descriptors
+ * FDS[0..N) closed, the locks released, LABEL freed, C closed; returns
+ * CODE. */
+static int abandon_run(dlock_client *c, char *label, const int *fds, size_t n, int code)
+{
+    for (size_t k = 0; k < n; k++)
+        close(fds[k]);
+    release_held();
+    free_held();
+    free(label);
+    dlock_client_close(c);
+    return code;
+}
+
 static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, char **cmd)
 {
     const char *url = o->url, *name = names[0];
@@ -1199,20 +1322,26 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
         if ((rc = dlock_lock_inherit_fd(held_lock(nlock), &lock_fds[nlock])))
             break;
     if (rc && rc != DLOCK_ENOTSUP) {
-        code = cli_fail(rc, verb);
         free(etcd_key);
-        for (size_t k = 0; k < nlock; k++)
-            close(lock_fds[k]);
-        release_held();
-        free_held();
-        free(label);
-        dlock_client_close(c);
-        return code;
+        return abandon_run(c, label, lock_fds, nlock, cli_fail(rc, verb));
     }
-    char **env = child_env(names, tokens, R.multi ? n : 0, dlock_client_url(c), etcd_key);
+    struct run_value value = {0};
+    code = o->value ? value_prepare(c, name, &value) : 0;
+    char **env = code ? NULL
+                      : child_env(names, tokens, R.multi ? n : 0, dlock_client_url(c), etcd_key);
     free(etcd_key);
+    if (!code && (!env || (o->value && !value_env(env, &value)))) {
+        say("out of memory");
+        code = EXIT_SOFTWARE;
+    }
+    if (code) {
+        free_env(env);
+        value_apply(R.lock, &value, code); /* removes the file */
+        return abandon_run(c, label, lock_fds, nlock, code);
+    }
     bool at_risk = false;
     code = run_job(o, cmd, env, lock_fds, nlock, &oldmask, &at_risk);
+    code = value_apply(R.lock, &value, code);
     R.left_held = o->leave && nlock > 0;
     for (size_t k = 0; k < nlock; k++)
         close(lock_fds[k]);

@@ -84,6 +84,9 @@ endif
 ifneq ($(wildcard /usr/include/zookeeper/zookeeper.h),)
 AVAILABLE_BACKENDS += zk
 endif
+ifeq ($(call have,libpq),y)
+AVAILABLE_BACKENDS += postgres
+endif
 AVAILABLE_BACKENDS := $(filter $(ALL_BACKENDS),$(AVAILABLE_BACKENDS))
 
 # BACKENDS="file redis" builds only those; by default every available one.
@@ -109,6 +112,11 @@ ifneq ($(filter etcd,$(BUILT_BACKENDS)),)
 # its headers are needed here, its thirty libraries at start-up are not.
 DEP_CFLAGS += $(shell pkg-config --cflags libcurl jansson)
 DEP_LIBS += $(shell pkg-config --libs jansson)
+endif
+ifneq ($(filter postgres,$(BUILT_BACKENDS)),)
+# libpq is dlopen()ed by the postgres backend on first use
+# (src/backends/postgres/pg.h): its headers only.
+DEP_CFLAGS += $(shell pkg-config --cflags libpq)
 endif
 ifneq ($(filter zk,$(BUILT_BACKENDS)),)
 DEP_CFLAGS += -I/usr/include/zookeeper

@@ -929,14 +929,14 @@ int cmd_list(const char *url, int argc, char **argv)
     return code;
 }
 
-/* "dlock 0.1.0 (backends: file redis etcd zk)": the backends are asked of
+/* "dlock 0.1.0 (backends: file redis etcd zk postgres)": the backends are asked of
  * the library linked (a scheme it was built without is DLOCK_ENOTBUILT at
  * dlock_client_new(), which dials nothing), not of the CLI's own build. */
 static int print_version(void)
 {
     static const char *const probes[][2] = {
         {"file", "file:///"}, {"redis", "redis://127.0.0.1"}, {"etcd", "etcd://127.0.0.1"},
-        {"zk", "zk://127.0.0.1"}};
+        {"zk", "zk://127.0.0.1"}, {"postgres", "postgres://127.0.0.1"}};
     printf("dlock %s (backends:", dlock_version());
     for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
         dlock_client *c = NULL;

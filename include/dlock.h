@@ -3,7 +3,8 @@
  * This header is the specification: what is not written here is not API.
  * One client talks to one backend, chosen by URL (file://; redis://,
  * rediss://, redis+unix://, redis+sentinel://, redis+cluster:// and their
- * TLS forms, redlock://, redlocks://; etcd://, etcd+https://; zk://).
+ * TLS forms, redlock://, redlocks://; etcd://, etcd+https://; zk://;
+ * postgres://, postgresql://).
  * Every backend keeps the same contract: exclusion, leases renewed by a
  * background keeper thread, callbacks when a hold is at risk and when it
  * is lost, a fencing token per acquisition, per-thread reentrancy, waits

@@ -15,7 +15,7 @@ build=(
   libhiredis-dev libssl-dev                           # Redis backend (rediss://)
   libcurl4-openssl-dev libjansson-dev                 # etcd backend
   libzookeeper-mt-dev                                 # ZooKeeper backend
-  libpq-dev                                           # examples/fence_pg.c (PostgreSQL fencing)
+  libpq-dev                                           # the postgres:// backend (headers; libpq5 dlopen()ed) and examples/fence_pg.c
 )
 test=(
   check libsubunit-dev                                # test framework
@@ -28,7 +28,7 @@ test=(
   iproute2 clang                                      # fault harness (ip, tc), fuzzing
   clang-format                                        # make format-check (.clang-format)
   nftables                                            # fault harness: packet loss and reorder
-  postgresql                                          # the fencing recipe's test (check_fencing_pg)
+  postgresql                                          # the postgres:// tests (check_postgres, the contract suites) and check_fencing_pg
 )
 case "${1:-}" in
   --build) packages=("${build[@]}") ;;

@@ -207,6 +207,9 @@ TU_TEST(unknown_option_before_dial, 60)
 #ifdef DLOCK_HAVE_ZK
         "zk",
 #endif
+#ifdef DLOCK_HAVE_POSTGRES
+        "postgres",
+#endif
     };
     for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++) {
         char *u = tu_fmt("%s://127.0.0.1:%d?connect_timeout=30s&colour=blue", schemes[i], port);
@@ -485,7 +488,7 @@ TU_TEST(password_file_option, 60)
     char *pw = tu_fmt("%s/redis.pass", dir), *crlf = tu_fmt("%s/crlf.pass", dir);
     write_secret(pw, "hunter2\nnot the password\n", 0600);
     write_secret(crlf, "hunter2\r\n", 0400);
-    const char *schemes[] = {"file", "redis", "etcd", "zk"};
+    const char *schemes[] = {"file", "redis", "etcd", "zk", "postgres"};
     for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++) {
         char *u = tu_fmt(strcmp(schemes[i], "file") ? "%s://bob@h?password_file=%s"
                                                     : "%s:///tmp?password_file=%s",

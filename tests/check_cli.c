@@ -2481,6 +2481,9 @@ TU_TEST(version_lists_backends, 60)
 #ifdef DLOCK_HAVE_ZK
     strcat(want, " zk");
 #endif
+#ifdef DLOCK_HAVE_POSTGRES
+    strcat(want, " postgres");
+#endif
     strcat(want, ")\n");
     ck_assert_msg(strstr(out, want), "--version says '%s', not '%s'", out, want);
     free(out);

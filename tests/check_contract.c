@@ -1307,14 +1307,16 @@ TU_TEST(check_token, 60)
 
 /* Held shared: an earlier reader's token is stale (it is not the newest
  * hold) and the newest reader's current where the backend keeps a token
- * per reader (etcd, zk); file and the Redis forms keep one counter, so
- * for the newest reader's token they answer DLOCK_ENOTSUP, never a guess.
- * Once the newest reader left, its token is stale on etcd and zk. */
+ * per reader (etcd, zk, postgres); file and the Redis forms keep one
+ * counter, so for the newest reader's token they answer DLOCK_ENOTSUP,
+ * never a guess. Once the newest reader left, its token is stale on
+ * etcd, zk and postgres. */
 TU_TEST(check_token_shared, 60)
 {
     if (!has(CT_SHARED))
         return;
-    bool per_reader = !strcmp(CT->scheme, "etcd") || !strcmp(CT->scheme, "zk");
+    bool per_reader =
+        !strcmp(CT->scheme, "etcd") || !strcmp(CT->scheme, "zk") || !strcmp(CT->scheme, "postgres");
     int newest = per_reader ? DLOCK_OK : DLOCK_ENOTSUP;
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
     dlock_lock *ra = tu_lock_mode(a, "chks", DLOCK_SHARED, 0);

@@ -20,6 +20,9 @@ extern const struct dlock__backend dlock__backend_etcd;
 #ifdef DLOCK_HAVE_ZK
 extern const struct dlock__backend dlock__backend_zk;
 #endif
+#ifdef DLOCK_HAVE_POSTGRES
+extern const struct dlock__backend dlock__backend_postgres;
+#endif
 
 /* The query options each backend reads itself with dlock__url_param(),
  * beyond the core's (client.c). The core refuses any other option in
@@ -36,6 +39,13 @@ static const char *const redis_params[] = {"db",          "sync",
 static const char *const redlock_params[] = {"db", "node_timeout", NULL};
 static const char *const zk_params[] = {"base", "acl", NULL};
 static const char *const etcd_params[] = {"max_reply", NULL};
+/* libpq's connection keywords that pass through as they are
+ * (src/backends/postgres/lock.c) */
+static const char *const postgres_params[] = {
+    "host",        "hostaddr",    "port",         "dbname",      "passfile",   "sslmode",
+    "sslrootcert", "sslcert",     "sslkey",       "sslpassword", "sslcrl",     "sslsni",
+    "requirepeer", "gssencmode",  "krbsrvname",   "channel_binding", "target_session_attrs",
+    "service",     "options",     "ssl_min_protocol_version", "ssl_max_protocol_version", NULL};
 
 static const struct {
     const char *scheme;
@@ -76,6 +86,13 @@ static const struct {
     {"zk", &dlock__backend_zk, NULL, zk_params},
 #else
     {"zk", NULL, "the ZooKeeper C client (libzookeeper-mt-dev)", zk_params},
+#endif
+#ifdef DLOCK_HAVE_POSTGRES
+    {"postgres", &dlock__backend_postgres, NULL, postgres_params},
+    {"postgresql", &dlock__backend_postgres, NULL, postgres_params},
+#else
+    {"postgres", NULL, "libpq's headers (libpq-dev)", postgres_params},
+    {"postgresql", NULL, "libpq's headers (libpq-dev)", postgres_params},
 #endif
 };
 
@@ -120,7 +137,8 @@ const struct dlock__backend *dlock__backend_find(const char *scheme, int *err)
     }
     *err = dlock__err(DLOCK_EBADURL,
                       "unknown URL scheme '%s://' (known: file, redis, redis+unix, "
-                      "redis+sentinel, redis+cluster, redlock, redlocks, etcd, etcd+https, zk)",
+                      "redis+sentinel, redis+cluster, redlock, redlocks, etcd, etcd+https, zk, "
+                      "postgres, postgresql)",
                       scheme);
     return NULL;
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "fixture_etcd.h"
+#include "fixture_pg.h"
 #include "fixture_redis.h"
 #include "fixture_zk.h"
 #include "testutil.h"
@@ -483,6 +484,52 @@ SERVER_FIXTURE(zk, zkf, s, "700ms",
                    CT_READERS_BOUNDED)
 #endif
 
+/* -------------------------------------------------------------- postgres */
+
+#ifdef DLOCK_HAVE_POSTGRES
+/* One PostgreSQL server (fixture_pg.c); its pause stops the postmaster
+ * and every backend. */
+static struct pgf pg_server;
+static bool pg_start(struct ct_fixture *f)
+{
+    if (pgf_start(&pg_server))
+        return true;
+    snprintf(f->error, sizeof f->error, "%s", pg_server.error);
+    return false;
+}
+static void pg_stop(struct ct_fixture *f)
+{
+    (void)f;
+    pgf_stop(&pg_server);
+}
+static char *pg_url(const struct ct_fixture *f, const char *query)
+{
+    (void)f;
+    return pgf_url(&pg_server, query);
+}
+static char *pg_unreachable(const struct ct_fixture *f, int port)
+{
+    return tu_fmt("%s://127.0.0.1:%d/postgres?connect_timeout=1s", f->scheme, port);
+}
+static void pg_pause(const struct ct_fixture *f, bool stop)
+{
+    (void)f;
+    pgf_pause(&pg_server, stop);
+}
+static struct ct_fixture fx_postgres = {
+    .name = "postgres",
+    .scheme = "postgres",
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED |
+            CT_NO_VALUE, /* lock values: not yet (docs/protocol-postgres.md) */
+    .start = pg_start,
+    .stop = pg_stop,
+    .url = pg_url,
+    .unreachable_url = pg_unreachable,
+    .waiters = inspect_waiters,
+    .pause = pg_pause,
+};
+#endif
+
 struct ct_fixture *const ct_fixtures[] = {
     &fx_file,
 #ifdef DLOCK_HAVE_REDIS
@@ -501,6 +548,9 @@ struct ct_fixture *const ct_fixtures[] = {
 #endif
 #ifdef DLOCK_HAVE_ZK
     &fx_zk,
+#endif
+#ifdef DLOCK_HAVE_POSTGRES
+    &fx_postgres,
 #endif
     NULL,
 };
@@ -548,10 +598,12 @@ FIXTURE_HOOKS(8)
 FIXTURE_HOOKS(9)
 FIXTURE_HOOKS(10)
 FIXTURE_HOOKS(11)
-static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4, begin_5,
-                                       begin_6, begin_7, begin_8, begin_9, begin_10, begin_11};
-static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4, end_5,
-                                     end_6, end_7, end_8, end_9, end_10, end_11};
+FIXTURE_HOOKS(12)
+static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4,
+                                       begin_5, begin_6, begin_7, begin_8, begin_9,
+                                       begin_10, begin_11, begin_12};
+static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4,  end_5, end_6,
+                                     end_7, end_8, end_9, end_10, end_11, end_12};
 
 /* Checked setup, in the test's own process. */
 static void test_begin(void)

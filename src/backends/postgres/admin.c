@@ -1,0 +1,204 @@
+/* admin.c -- looking at names without taking them: inspect, check, list,
+ * force release.
+ *
+ * pg_locks is the truth of who holds a key and who waits for it;
+ * pg_stat_activity names each session (application_name "dlock
+ * pid@host" for ours); the rows of dlock_holds beside them give the name
+ * and token of each of our holds. A row whose session no longer holds
+ * the key is stale and never counts (a session the server ended leaves
+ * its row; list deletes the rows of sessions that are gone). Force
+ * release ends the holders' sessions with pg_terminate_backend(), which
+ * the server allows a superuser, a member of pg_signal_backend or the
+ * sessions' own role: anything else is DLOCK_EACCES in the server's words.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg.h"
+
+/* The key of NAME (the client's prefix applied) and its pg_locks
+ * condition into WHERE. */
+static int key_of(struct pg_backend *b, const char *name, struct pg_key *k, char *where,
+                  size_t size)
+{
+    char *full = dlock__pg_full_name(b, name);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    dlock__pg_key(full, k);
+    free(full);
+    dlock__pg_key_where(k, where, size);
+    return DLOCK_OK;
+}
+
+/* The rows of pg_locks for NAME: granted, mode, holder, token (-1 none). */
+static int look(struct pg_backend *b, const char *name, PGresult **out)
+{
+    struct pg_key k;
+    char where[512];
+    int rc = key_of(b, name, &k, where, sizeof where);
+    if (rc)
+        return rc;
+    char *sql = dlock__sprintf(
+        "SELECT l.granted, l.mode, coalesce(a.application_name, ''), l.pid, coalesce(h.token, "
+        "-1) FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid LEFT JOIN " PG_TABLE
+        " h ON h.classid = l.classid::int8 AND h.objid = l.objid::int8 AND h.objsubid = "
+        "l.objsubid AND h.pid = l.pid WHERE %s ORDER BY l.granted DESC, h.token DESC NULLS LAST",
+        where);
+    if (!sql)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    char what[300];
+    snprintf(what, sizeof what, "inspect '%s'", name);
+    rc = dlock__pg_exec_pooled(b, sql, what, out);
+    free(sql);
+    return rc;
+}
+
+/* A session's name as a holder: "pid@host" for ours, "pid N" (the
+ * server's process) for another client's. */
+static void holder_id(const char *app, const char *pid, char *buf, size_t size)
+{
+    if (strncmp(app, "dlock ", 6) == 0)
+        snprintf(buf, size, "%s", app + 6);
+    else
+        snprintf(buf, size, "%s%sbackend %s", app, *app ? " " : "", pid);
+}
+
+int dlock__pg_inspect(void *state, const char *name, struct dlock_info *info)
+{
+    struct pg_backend *b = state;
+    PGresult *r = NULL;
+    struct pg_key k;
+    char where[512];
+    int rc = key_of(b, name, &k, where, sizeof where);
+    if (!rc)
+        rc = look(b, name, &r);
+    if (rc)
+        return rc;
+    char key[80];
+    if (k.objsubid == 2)
+        snprintf(key, sizeof key, "advisory %s", k.args);
+    else
+        snprintf(key, sizeof key, "advisory %" PRId64,
+                 (int64_t)(((uint64_t)k.classid << 32) | (uint64_t)k.objid));
+    rc = dlock__info_set_key(info, key);
+    info->ttl_ms = -1; /* the server's idle timeout, not a deadline it tells */
+    info->nwaiters = 0;
+    for (int i = 0; !rc && i < dlock__pq.ntuples(r); i++) {
+        char id[160];
+        holder_id(dlock__pq.getvalue(r, i, 2), dlock__pq.getvalue(r, i, 3), id, sizeof id);
+        if (dlock__pq.getvalue(r, i, 0)[0] == 't') {
+            info->held = 1;
+            info->mode = strcmp(dlock__pq.getvalue(r, i, 1), "ShareLock") == 0 ? DLOCK_SHARED
+                                                                               : DLOCK_EXCLUSIVE;
+            long long token = strtoll(dlock__pq.getvalue(r, i, 4), NULL, 10);
+            if (token > 0 && (uint64_t)token > info->token)
+                info->token = (uint64_t)token;
+            rc = dlock__info_add_holder(info, id, 1);
+        } else {
+            rc = dlock__info_add_waiter(info, id);
+        }
+    }
+    dlock__pq.clear(r);
+    return rc;
+}
+
+int dlock__pg_check(void *state, const char *name, struct dlock__check_view *view)
+{
+    struct pg_backend *b = state;
+    PGresult *r = NULL;
+    int rc = look(b, name, &r);
+    if (rc)
+        return rc;
+    memset(view, 0, sizeof *view);
+    for (int i = 0; i < dlock__pq.ntuples(r); i++) {
+        if (dlock__pq.getvalue(r, i, 0)[0] != 't')
+            continue;
+        view->held = true;
+        long long token = strtoll(dlock__pq.getvalue(r, i, 4), NULL, 10);
+        if (token > 0 && (uint64_t)token > view->token)
+            view->token = (uint64_t)token;
+    }
+    dlock__pq.clear(r);
+    return DLOCK_OK;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int dlock__pg_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    struct pg_backend *b = state;
+    static const char sql[] =
+        "DELETE FROM " PG_TABLE " WHERE pid NOT IN (SELECT pid FROM pg_stat_activity); "
+        "SELECT DISTINCT encode(h.name, 'hex') FROM " PG_TABLE " h JOIN pg_locks l ON "
+        "l.locktype = 'advisory' AND l.granted AND l.pid = h.pid AND l.classid::int8 = h.classid "
+        "AND l.objid::int8 = h.objid AND l.objsubid = h.objsubid AND l.database = (SELECT oid "
+        "FROM pg_database WHERE datname = current_database())";
+    PGresult *r = NULL;
+    int rc = dlock__pg_exec_pooled(b, sql, "list locks", &r);
+    if (rc)
+        return rc;
+    size_t plen = strlen(b->prefix), n = 0;
+    int rows = dlock__pq.ntuples(r);
+    char **names = calloc(rows ? (size_t)rows : 1, sizeof *names);
+    for (int i = 0; names && i < rows; i++) {
+        const char *hex = dlock__pq.getvalue(r, i, 0);
+        size_t len = strlen(hex) / 2;
+        char *full = malloc(len + 1);
+        if (!full)
+            break;
+        for (size_t j = 0; j < len; j++)
+            full[j] = (char)(dlock__hexval(hex[2 * j]) << 4 | dlock__hexval(hex[2 * j + 1]));
+        full[len] = '\0';
+        if (strlen(full) == len && len > plen && strncmp(full, b->prefix, plen) == 0 &&
+            dlock__glob(pattern, full + plen)) {
+            memmove(full, full + plen, len - plen + 1);
+            names[n++] = full;
+        } else {
+            free(full);
+        }
+    }
+    dlock__pq.clear(r);
+    if (!names)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (n > 1)
+        qsort(names, n, sizeof *names, cmp_str);
+    bool stop = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!stop && fn(names[i], arg))
+            stop = true;
+        free(names[i]);
+    }
+    free(names);
+    return DLOCK_OK;
+}
+
+int dlock__pg_force_release(void *state, const char *name)
+{
+    struct pg_backend *b = state;
+    struct pg_key k;
+    char where[512];
+    int rc = key_of(b, name, &k, where, sizeof where);
+    if (rc)
+        return rc;
+    /* pg_terminate_backend(pid, timeout) waits until the session is gone,
+     * so the lock is free when this returns */
+    char *sql = dlock__sprintf("SELECT pg_terminate_backend(l.pid, %lld) FROM pg_locks l WHERE "
+                               "%s AND l.granted AND l.pid <> pg_backend_pid()",
+                               (long long)b->c->opts.op_timeout_ms, where);
+    if (!sql)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    char what[300];
+    snprintf(what, sizeof what, "force release '%s' (pg_terminate_backend)", name);
+    PGresult *r = NULL;
+    rc = dlock__pg_exec_pooled(b, sql, what, &r);
+    free(sql);
+    if (rc)
+        return rc;
+    dlock__pq.clear(r);
+    return DLOCK_OK;
+}

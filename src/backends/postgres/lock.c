@@ -1,0 +1,563 @@
+/* lock.c -- the PostgreSQL backend: open/close, its two schema objects,
+ * locks on session advisory locks, the lease, and the backend table.
+ *
+ * A hold is a session advisory lock (pg_advisory_lock, ..._shared) taken
+ * on a session of its own, which the hold pins until it is released: the
+ * lock lives exactly as long as that session, so the release goes to it
+ * and nothing else can end the hold but the session's end. A wait sleeps
+ * in the server, in the blocking lock call, bounded by lock_timeout (the
+ * wait's deadline) and ended by a dlock cancel through PQcancel
+ * (conn.c). The lease is made real by the server: every session runs
+ * with idle_session_timeout = the lease, so a holder that stops talking
+ * -- frozen, cut off, dead -- has its session, and its locks, ended by
+ * the server one lease after its last statement, while the keeper pings
+ * each pinned session every lease/3 (renew()). The fencing token is
+ * nextval() of one sequence, taken in the statement that takes the lock;
+ * beside it, a row of an unlogged table records the name and the token
+ * for inspect and list (pg_locks knows only the key).
+ * docs/protocol-postgres.md tells the whole story.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg.h"
+
+static const char *const pg_schemes[] = {"postgres", "postgresql", NULL};
+
+/* The libpq keywords a URL may pass through as they are. */
+static const char *const passthrough[] = {"host",
+                                          "hostaddr",
+                                          "port",
+                                          "dbname",
+                                          "passfile",
+                                          "sslmode",
+                                          "sslrootcert",
+                                          "sslcert",
+                                          "sslkey",
+                                          "sslpassword",
+                                          "sslcrl",
+                                          "sslsni",
+                                          "requirepeer",
+                                          "gssencmode",
+                                          "krbsrvname",
+                                          "channel_binding",
+                                          "target_session_attrs",
+                                          "service",
+                                          "ssl_min_protocol_version",
+                                          "ssl_max_protocol_version",
+                                          NULL};
+
+struct pg_hold {
+    struct pg_conn *pc; /* the pinned session */
+    struct pg_key key;
+};
+
+/* ------------------------------------------------------------ open/close */
+
+static int add_kv(struct pg_backend *b, size_t *n, const char *key, char *value)
+{
+    if (!value)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (*n + 1 >= sizeof b->keys / sizeof *b->keys) {
+        free(value);
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': too many options", b->c->url.redacted);
+    }
+    b->keys[*n] = key;
+    b->values[*n] = value;
+    (*n)++;
+    return DLOCK_OK;
+}
+
+static void backend_free(struct pg_backend *b)
+{
+    if (!b)
+        return;
+    dlock__pg_pool_drain(b);
+    for (size_t i = 0; b->keys[i]; i++)
+        free(b->values[i]);
+    pthread_mutex_destroy(&b->pool_mu);
+    free(b);
+}
+
+/* The server settings that make the lease real (docs/protocol-postgres.md):
+ * idle sessions end one lease after their last statement, a dead peer is
+ * noticed within the lease by TCP and by the check during a statement. */
+static char *lease_options(const struct pg_backend *b, const char *user_options)
+{
+    long long lease = b->c->opts.lease_ms;
+    long long third_s = lease / 3000 > 0 ? lease / 3000 : 1;
+    long long check = lease / 3 > 0 ? lease / 3 : 1;
+    return dlock__sprintf("-c idle_session_timeout=%lld -c tcp_keepalives_idle=%lld "
+                          "-c tcp_keepalives_interval=%lld -c tcp_keepalives_count=3 "
+                          "-c tcp_user_timeout=%lld -c client_connection_check_interval=%lld%s%s",
+                          lease, third_s, third_s, lease, check, user_options ? " " : "",
+                          user_options ? user_options : "");
+}
+
+/* libpq's keywords and values for every dial of B. */
+static int make_conninfo(struct pg_backend *b)
+{
+    dlock_client *c = b->c;
+    struct dlock__url *u = &c->url;
+    size_t n = 0;
+    int rc = DLOCK_OK;
+    const char *host_param = dlock__url_param(u, "host");
+    const char *port_param = dlock__url_param(u, "port");
+    const char *db_param = dlock__url_param(u, "dbname");
+    if (!host_param && u->nhosts) {
+        char hosts[1024] = "", ports[256] = "";
+        size_t hl = 0, pl = 0;
+        for (size_t i = 0; i < u->nhosts; i++) {
+            hl += (size_t)snprintf(hosts + hl, hl < sizeof hosts ? sizeof hosts - hl : 0, "%s%s",
+                                   i ? "," : "", u->hosts[i].host);
+            pl += (size_t)snprintf(ports + pl, pl < sizeof ports ? sizeof ports - pl : 0, "%s%d",
+                                   i ? "," : "",
+                                   u->hosts[i].port ? u->hosts[i].port : PG_DEFAULT_PORT);
+        }
+        rc = add_kv(b, &n, "host", dlock__strdup(hosts));
+        if (!rc && !port_param)
+            rc = add_kv(b, &n, "port", dlock__strdup(ports));
+    }
+    if (!rc && !db_param && u->path && u->path[1])
+        rc = add_kv(b, &n, "dbname", dlock__strdup(u->path + 1));
+    if (!rc && c->opts.user)
+        rc = add_kv(b, &n, "user", dlock__strdup(c->opts.user));
+    if (!rc && c->opts.password)
+        rc = add_kv(b, &n, "password", dlock__strdup(c->opts.password));
+    if (!rc && c->opts.tls_ca)
+        rc = add_kv(b, &n, "sslrootcert", dlock__strdup(c->opts.tls_ca));
+    if (!rc && c->opts.tls_cert)
+        rc = add_kv(b, &n, "sslcert", dlock__strdup(c->opts.tls_cert));
+    if (!rc && c->opts.tls_key)
+        rc = add_kv(b, &n, "sslkey", dlock__strdup(c->opts.tls_key));
+    for (const char *const *k = passthrough; !rc && *k; k++) {
+        const char *v = dlock__url_param(u, *k);
+        if (v)
+            rc = add_kv(b, &n, *k, dlock__strdup(v));
+    }
+    long long connect_s = (c->opts.connect_timeout_ms + 999) / 1000;
+    if (!rc)
+        rc = add_kv(b, &n, "connect_timeout", dlock__sprintf("%lld", connect_s));
+    if (!rc)
+        rc = add_kv(b, &n, "application_name", dlock__strdup(b->ident));
+    if (!rc)
+        rc = add_kv(b, &n, "options", lease_options(b, dlock__url_param(u, "options")));
+    /* the client's side of the lease: keepalives and a send bound */
+    long long third_s = c->opts.lease_ms / 3000 > 0 ? c->opts.lease_ms / 3000 : 1;
+    if (!rc)
+        rc = add_kv(b, &n, "keepalives_idle", dlock__sprintf("%lld", third_s));
+    if (!rc)
+        rc = add_kv(b, &n, "keepalives_interval", dlock__sprintf("%lld", third_s));
+    if (!rc)
+        rc = add_kv(b, &n, "tcp_user_timeout", dlock__sprintf("%lld", (long long)c->opts.lease_ms));
+    return rc;
+}
+
+/* The sequence of tokens and the table of names, made if missing. */
+static int ensure_schema(struct pg_backend *b, struct pg_conn *pc, int64_t deadline)
+{
+    static const char look[] =
+        "SELECT pg_is_in_recovery(), to_regclass('" PG_SEQUENCE "') IS NOT NULL AND "
+        "to_regclass('" PG_TABLE "') IS NOT NULL";
+    static const char make[] =
+        "CREATE SEQUENCE IF NOT EXISTS " PG_SEQUENCE "; "
+        "CREATE UNLOGGED TABLE IF NOT EXISTS " PG_TABLE " (classid int8 NOT NULL, objid int8 NOT "
+        "NULL, objsubid int4 NOT NULL, pid int4 NOT NULL, name bytea NOT NULL, token int8 NOT "
+        "NULL, PRIMARY KEY (classid, objid, objsubid, pid))";
+    for (int attempt = 0; attempt < 3; attempt++) {
+        PGresult *r = NULL;
+        struct pg_query q = {.sql = look, .what = "connect", .deadline = deadline};
+        int rc = dlock__pg_exec(b, pc, &q, &r);
+        if (rc)
+            return rc;
+        bool standby = dlock__pq.ntuples(r) == 1 && dlock__pq.getvalue(r, 0, 0)[0] == 't';
+        bool ready = dlock__pq.ntuples(r) == 1 && dlock__pq.getvalue(r, 0, 1)[0] == 't';
+        dlock__pq.clear(r);
+        if (standby)
+            return dlock__err(DLOCK_EUNAVAIL,
+                              "%s is a read-only standby (pg_is_in_recovery()): advisory locks "
+                              "and tokens need the primary (target_session_attrs=read-write "
+                              "picks it from a list of hosts)",
+                              b->label);
+        if (ready)
+            return DLOCK_OK;
+        struct pg_query mq = {.sql = make,
+                              .what = "create " PG_SEQUENCE " and " PG_TABLE,
+                              .deadline = deadline};
+        rc = dlock__pg_exec(b, pc, &mq, &r);
+        if (!rc) {
+            dlock__pq.clear(r);
+            return DLOCK_OK;
+        }
+        if (rc == DLOCK_EACCES)
+            return dlock__err(DLOCK_EACCES,
+                              "%s: cannot create the sequence " PG_SEQUENCE
+                              " and the table " PG_TABLE
+                              " dlock needs (no CREATE privilege on the schema): have the owner "
+                              "run docs/protocol-postgres.md's two statements once",
+                              b->label);
+        if (rc != DLOCK_EBACKEND) /* EBACKEND: another client made them at once: look again */
+            return rc;
+    }
+    return dlock__err(DLOCK_EBACKEND, "%s: could not create " PG_SEQUENCE " and " PG_TABLE,
+                      b->label);
+}
+
+static int pg_open(struct dlock_client *c, void **state)
+{
+    *state = NULL;
+    int rc = dlock__pq_load();
+    if (rc)
+        return rc;
+    if (c->opts.layout)
+        return dlock__err(DLOCK_EBADURL,
+                          "bad URL '%s': unknown layout '%s' for postgres (it has one layout: "
+                          "session advisory locks)",
+                          c->url.redacted, c->opts.layout);
+    struct pg_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    b->c = c;
+    pthread_mutex_init(&b->pool_mu, NULL);
+    b->prefix = c->opts.key_prefix ? c->opts.key_prefix : "";
+    char who[90];
+    dlock__identity(who, sizeof who);
+    snprintf(b->ident, sizeof b->ident, "dlock %s", who);
+    size_t len = (size_t)snprintf(b->label, sizeof b->label, "postgres");
+    for (size_t i = 0; i < c->url.nhosts && len < sizeof b->label; i++)
+        len += (size_t)snprintf(b->label + len, sizeof b->label - len,
+                                strchr(c->url.hosts[i].host, ':') ? "%s[%s]:%d" : "%s%s:%d",
+                                i ? "," : " ", c->url.hosts[i].host,
+                                c->url.hosts[i].port ? c->url.hosts[i].port : PG_DEFAULT_PORT);
+    if (len < sizeof b->label && c->url.path && c->url.path[1])
+        snprintf(b->label + len, sizeof b->label - len, "%s", c->url.path);
+    rc = make_conninfo(b);
+    int64_t deadline = dlock__time_budget(DLOCK__NEVER, c->opts.connect_timeout_ms);
+    struct pg_conn *pc = NULL;
+    if (!rc)
+        rc = dlock__pg_session(b, NULL, deadline, &pc);
+    if (!rc)
+        rc = ensure_schema(b, pc, dlock__time_budget(DLOCK__NEVER, c->opts.op_timeout_ms));
+    dlock__pg_session_put(b, pc);
+    if (rc) {
+        backend_free(b);
+        return rc;
+    }
+    *state = b;
+    return DLOCK_OK;
+}
+
+static void pg_close(void *state)
+{
+    backend_free(state);
+}
+
+/* ------------------------------------------------------------------ locks */
+
+static const char *lock_fn(dlock_mode mode, bool try_once)
+{
+    if (mode == DLOCK_SHARED)
+        return try_once ? "pg_try_advisory_lock_shared" : "pg_advisory_lock_shared";
+    return try_once ? "pg_try_advisory_lock" : "pg_advisory_lock";
+}
+
+/* Give up hold HB's lock on its session and forget its row: the
+ * statement of release(), and of an acquire canceled as it succeeded. */
+static int unlock_on(struct pg_backend *b, struct pg_hold *hb, dlock_mode mode, const char *name,
+                     int64_t deadline)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "DELETE FROM " PG_TABLE " WHERE classid = %" PRId64 " AND objid = %" PRId64
+             " AND objsubid = %d AND pid = pg_backend_pid(); SELECT %s(%s)",
+             hb->key.classid, hb->key.objid, hb->key.objsubid,
+             mode == DLOCK_SHARED ? "pg_advisory_unlock_shared" : "pg_advisory_unlock",
+             hb->key.args);
+    char what[300];
+    snprintf(what, sizeof what, "release '%s'", name);
+    struct pg_query q = {.sql = sql, .what = what, .deadline = deadline};
+    PGresult *r = NULL;
+    int rc = dlock__pg_exec(b, hb->pc, &q, &r);
+    if (rc == DLOCK_ECONN)
+        return dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended", name, b->label);
+    if (rc)
+        return rc;
+    bool released = dlock__pq.ntuples(r) == 1 && dlock__pq.getvalue(r, 0, 0)[0] == 't';
+    dlock__pq.clear(r);
+    if (!released)
+        return dlock__err(DLOCK_ELOST, "lock '%s' was no longer held by its session on %s", name,
+                          b->label);
+    return DLOCK_OK;
+}
+
+static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct pg_backend *b = state;
+    dlock_client *c = b->c;
+    bool try_once = dlock__wait_try_once(w);
+    bool waits = !try_once; /* a wait whose time ran out before its statement: ETIMEDOUT */
+    int64_t wait_deadline = dlock__wait_deadline(w);
+    int64_t lock_timeout = 0; /* 0: none (wait forever) */
+    if (!try_once && wait_deadline != DLOCK__NEVER) {
+        lock_timeout = wait_deadline - dlock__now_ms();
+        if (lock_timeout <= 0)
+            try_once = true;
+    }
+    struct pg_hold *hb = calloc(1, sizeof *hb);
+    char *full = dlock__pg_full_name(b, h->name);
+    char *hex = full ? dlock__pg_hex(full) : NULL;
+    if (!hb || !hex) {
+        free(hb);
+        free(full);
+        free(hex);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    dlock__pg_key(full, &hb->key);
+    free(full);
+    int rc = dlock__pg_session(b, w,
+                               dlock__time_budget(try_once ? 0 : wait_deadline,
+                                                  c->opts.connect_timeout_ms),
+                               &hb->pc);
+    if (rc) {
+        free(hex);
+        free(hb);
+        return rc;
+    }
+    struct pg_conn *pc = hb->pc;
+    char prelude[160] = "";
+    size_t pl = 0;
+    if (pc->idle_timeout_ms != h->lease_ms)
+        pl += (size_t)snprintf(prelude, sizeof prelude, "SET idle_session_timeout = %lld; ",
+                               (long long)h->lease_ms);
+    if (!try_once)
+        snprintf(prelude + pl, sizeof prelude - pl, "SET lock_timeout = %lld; ",
+                 (long long)lock_timeout);
+    char *sql = dlock__sprintf(
+        "%sWITH l AS (SELECT nextval('" PG_SEQUENCE "') AS t FROM %s(%s) AS got%s) "
+        "INSERT INTO " PG_TABLE " SELECT %" PRId64 ", %" PRId64 ", %d, pg_backend_pid(), "
+        "decode('%s', 'hex'), t FROM l ON CONFLICT (classid, objid, objsubid, pid) DO UPDATE "
+        "SET name = excluded.name, token = excluded.token RETURNING token",
+        prelude, lock_fn(h->mode, try_once), hb->key.args, try_once ? " WHERE got" : "",
+        hb->key.classid, hb->key.objid, hb->key.objsubid, hex);
+    free(hex);
+    if (!sql) {
+        dlock__pg_session_put(b, pc);
+        free(hb);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    char what[300];
+    snprintf(what, sizeof what, "lock '%s'", h->name);
+    /* the server ends a wait at its deadline (lock_timeout); the client
+     * gives it one op timeout more before giving up on the session */
+    int64_t deadline =
+        try_once || wait_deadline == DLOCK__NEVER
+            ? (try_once ? dlock__time_budget(0, c->opts.op_timeout_ms) : DLOCK__NEVER)
+            : wait_deadline + c->opts.op_timeout_ms;
+    struct pg_query q = {.sql = sql, .what = what, .w = try_once ? NULL : w, .deadline = deadline};
+    int64_t sent = dlock__now_ms();
+    PGresult *r = NULL;
+    rc = dlock__pg_exec(b, pc, &q, &r);
+    free(sql);
+    if (rc == DLOCK_ECANCELED && r) {
+        /* taken just as the cancel came: given back, canceled all the same */
+        dlock__pq.clear(r);
+        int urc = unlock_on(b, hb, h->mode, h->name,
+                            dlock__time_budget(DLOCK__NEVER, c->opts.op_timeout_ms));
+        if (urc)
+            pc->broken = true;
+        rc = dlock__err(DLOCK_ECANCELED, "lock '%s': canceled", h->name);
+    }
+    if (rc == DLOCK_ETIMEDOUT && !pc->broken)
+        rc = dlock__err(DLOCK_ETIMEDOUT,
+                        "lock '%s' still held by another session when the wait "
+                        "ended (%s)",
+                        h->name, b->label);
+    else if (rc && rc != DLOCK_ECANCELED)
+        pc->broken = true; /* what it holds is unknown: closing the session ends it */
+    if (!rc && dlock__pq.ntuples(r) != 1) {
+        dlock__pq.clear(r);
+        dlock__pg_session_put(b, pc);
+        free(hb);
+        if (waits)
+            return dlock__err(DLOCK_ETIMEDOUT,
+                              "lock '%s' still held by another session when the "
+                              "wait ended (%s)",
+                              h->name, b->label);
+        return dlock__err(DLOCK_EBUSY, "lock '%s' is held by another session", h->name);
+    }
+    if (rc) {
+        dlock__pg_session_put(b, pc);
+        free(hb);
+        return rc;
+    }
+    h->token = strtoull(dlock__pq.getvalue(r, 0, 0), NULL, 10);
+    dlock__pq.clear(r);
+    pc->idle_timeout_ms = h->lease_ms;
+    snprintf(h->owner, sizeof h->owner, "%s/%d", b->ident + 6, dlock__pq.backendPID(pc->pq));
+    h->bdata = hb;
+    /* A wait's session turns idle only when its lock was granted: the
+     * server's idle clock starts at the reply, which the client sees one
+     * trip later (inside the drift margin; docs/protocol-postgres.md). */
+    dlock__hold_confirmed(c, h, try_once ? sent : dlock__now_ms());
+    return DLOCK_OK;
+}
+
+static int pg_release(void *state, struct dlock__hold *h)
+{
+    struct pg_backend *b = state;
+    struct pg_hold *hb = h->bdata;
+    h->bdata = NULL;
+    if (!hb)
+        return dlock__err(DLOCK_ELOST, "lock '%s': no session", h->name);
+    pthread_mutex_lock(&hb->pc->mu);
+    int rc;
+    if (!hb->pc->pq || hb->pc->broken)
+        rc = dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended", h->name, b->label);
+    else
+        rc = unlock_on(b, hb, h->mode, h->name,
+                       dlock__time_budget(DLOCK__NEVER, b->c->opts.op_timeout_ms));
+    if (rc && rc != DLOCK_ELOST)
+        hb->pc->broken = true; /* closed: the session, and the lock, end with it */
+    pthread_mutex_unlock(&hb->pc->mu);
+    dlock__pg_session_put(b, hb->pc);
+    free(hb);
+    return rc;
+}
+
+/* Exclusive to shared on the pinned session with no moment unlocked: the
+ * session takes the shared lock beside its exclusive one (a session never
+ * conflicts with itself), then gives the exclusive one up. */
+static int pg_downgrade(void *state, struct dlock__hold *h)
+{
+    struct pg_backend *b = state;
+    struct pg_hold *hb = h->bdata;
+    if (!hb || !hb->pc->pq || hb->pc->broken)
+        return dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended", h->name, b->label);
+    char sql[256], what[300];
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_lock_shared(%s); SELECT pg_advisory_unlock(%s)",
+             hb->key.args, hb->key.args);
+    snprintf(what, sizeof what, "downgrade '%s'", h->name);
+    struct pg_query q = {.sql = sql,
+                         .what = what,
+                         .deadline = dlock__time_budget(DLOCK__NEVER, b->c->opts.op_timeout_ms)};
+    PGresult *r = NULL;
+    pthread_mutex_lock(&hb->pc->mu);
+    int rc = dlock__pg_exec(b, hb->pc, &q, &r);
+    pthread_mutex_unlock(&hb->pc->mu);
+    if (rc == DLOCK_ECONN)
+        return dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended", h->name, b->label);
+    if (rc)
+        return rc;
+    bool released = dlock__pq.ntuples(r) == 1 && dlock__pq.getvalue(r, 0, 0)[0] == 't';
+    dlock__pq.clear(r);
+    if (!released)
+        return dlock__err(DLOCK_ELOST, "lock '%s' was no longer held by its session on %s", h->name,
+                          b->label);
+    return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------------ lease */
+
+/* What ended a session, from the server's last words MSG. */
+static const char *session_end_cause(const char *msg)
+{
+    if (strstr(msg, "idle-session timeout"))
+        return "its lease expired on the server: idle_session_timeout";
+    if (strstr(msg, "administrator command"))
+        return "force-released (pg_terminate_backend) or the server shut down";
+    if (strstr(msg, "no answer"))
+        return "the server did not answer within the lease";
+    return "the connection ended";
+}
+
+/* One ping per pinned session, all sent before any answer is read. */
+static int pg_renew(void *state, struct dlock__renew_batch *batch)
+{
+    struct pg_backend *b = state;
+    int64_t *sent = calloc(batch->n ? batch->n : 1, sizeof *sent);
+    if (!sent)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    for (size_t k = 0; k < batch->n; k++) {
+        struct dlock__hold *h = batch->holds[k];
+        struct pg_hold *hb = h->bdata;
+        sent[k] = -1;
+        if (!hb || !hb->pc->pq || hb->pc->broken) {
+            dlock__renew_result(batch, k,
+                                dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended",
+                                           h->name, b->label));
+            continue;
+        }
+        pthread_mutex_lock(&hb->pc->mu);
+        struct pg_query q = {.sql = "SELECT 1", .what = "renew", .deadline = batch->deadline};
+        sent[k] = dlock__now_ms();
+        int rc = dlock__pg_send(b, hb->pc, &q);
+        if (rc) {
+            sent[k] = -1;
+            pthread_mutex_unlock(&hb->pc->mu);
+            dlock__renew_result(batch, k,
+                                dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended",
+                                           h->name, b->label));
+        }
+    }
+    for (size_t k = 0; k < batch->n; k++) {
+        if (sent[k] < 0)
+            continue;
+        struct dlock__hold *h = batch->holds[k];
+        struct pg_hold *hb = h->bdata;
+        char what[300];
+        snprintf(what, sizeof what, "renew '%s'", h->name);
+        struct pg_query q = {.sql = "SELECT 1", .what = what, .deadline = batch->deadline};
+        PGresult *r = NULL;
+        int rc = dlock__pg_finish(b, hb->pc, &q, &r);
+        if (r)
+            dlock__pq.clear(r);
+        if (!rc) {
+            dlock__hold_confirmed(b->c, h, sent[k]);
+        } else {
+            /* the session ended (the server's idle timeout, a restart,
+             * pg_terminate_backend) or did not answer within the lease: closed,
+             * so that whatever is left of it on the server ends too */
+            char msg[DLOCK__MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+            dlock__pq.finish(hb->pc->pq);
+            hb->pc->pq = NULL;
+            hb->pc->broken = true;
+            rc = dlock__err(DLOCK_ELOST, "lock '%s' lost with its session (%s): %s", h->name,
+                            session_end_cause(msg), msg);
+        }
+        pthread_mutex_unlock(&hb->pc->mu);
+        dlock__renew_result(batch, k, rc);
+    }
+    free(sent);
+    return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------------ table */
+
+static const struct dlock__lock_ops pg_lock_ops = {
+    .acquire = pg_acquire,
+    .release = pg_release,
+    .downgrade = pg_downgrade,
+};
+
+const struct dlock__admin_ops dlock__pg_admin_ops = {
+    .inspect = dlock__pg_inspect,
+    .force_release = dlock__pg_force_release,
+    .check = dlock__pg_check,
+    .list = dlock__pg_list,
+};
+
+const struct dlock__backend dlock__backend_postgres = {
+    .name = "postgres",
+    .schemes = pg_schemes,
+    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FIXED_LEASE,
+    .default_port = PG_DEFAULT_PORT,
+    .open = pg_open,
+    .close = pg_close,
+    .renew = pg_renew,
+    .locks = &pg_lock_ops,
+    .admin = &dlock__pg_admin_ops,
+    .no_semaphores_why = "no semaphores on postgres yet",
+};

@@ -1,0 +1,156 @@
+/* pg.h -- what the files of the PostgreSQL backend share, and nothing public.
+ *
+ *   libpq.c  libpq, loaded with dlopen() on the first postgres:// client
+ *   conn.c   sessions: dialing within a deadline, one statement within a
+ *            deadline (a cancel ends it through PQcancel), the pool of idle
+ *            sessions, the server's errors as dlock codes
+ *   key.c    a lock name as an advisory-lock key (numbers and "int,int" as
+ *            they are, anything else hashed)
+ *   lock.c   open/close, the schema (a sequence, a table), locks on session
+ *            advisory locks, the lease (renew() pings each pinned session)
+ *            and the backend table
+ *   admin.c  inspect, check, list, force release
+ *
+ * docs/protocol-postgres.md tells the whole story.
+ */
+#ifndef DLOCK_PG_H
+#define DLOCK_PG_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#define PG_DEFAULT_PORT 5432
+#define PG_POOL_MAX 4 /* idle sessions kept per client */
+#define PG_SEQUENCE "dlock_fence"
+#define PG_TABLE "dlock_holds"
+
+/* ============================================================= libpq.c
+ *
+ * libpq pulls OpenSSL, Kerberos and LDAP into a process: a program on
+ * another backend must not pay for them at start-up, so the backend
+ * reaches libpq through this table, filled by dlopen("libpq.so.5") when
+ * the first postgres:// client opens (as etcd does with libcurl). */
+struct dlock__pq_api {
+    PGconn *(*connectStartParams)(const char *const *keys, const char *const *values,
+                                  int expand_dbname);
+    PostgresPollingStatusType (*connectPoll)(PGconn *conn);
+    ConnStatusType (*status)(const PGconn *conn);
+    char *(*errorMessage)(const PGconn *conn);
+    void (*finish)(PGconn *conn);
+    int (*socket)(const PGconn *conn);
+    int (*sendQuery)(PGconn *conn, const char *query);
+    int (*consumeInput)(PGconn *conn);
+    int (*isBusy)(PGconn *conn);
+    PGresult *(*getResult)(PGconn *conn);
+    ExecStatusType (*resultStatus)(const PGresult *res);
+    char *(*resultErrorField)(const PGresult *res, int field);
+    char *(*resultErrorMessage)(const PGresult *res);
+    void (*clear)(PGresult *res);
+    int (*ntuples)(const PGresult *res);
+    char *(*getvalue)(const PGresult *res, int row, int col);
+    int (*getisnull)(const PGresult *res, int row, int col);
+    PGcancel *(*getCancel)(PGconn *conn);
+    void (*freeCancel)(PGcancel *cancel);
+    int (*cancel)(PGcancel *cancel, char *errbuf, int errbufsize);
+    int (*backendPID)(const PGconn *conn);
+    PQnoticeProcessor (*setNoticeProcessor)(PGconn *conn, PQnoticeProcessor proc, void *arg);
+};
+extern struct dlock__pq_api dlock__pq;
+
+/* Load libpq once (thread-safe): DLOCK_OK, or DLOCK_ENOTBUILT naming the
+ * library and the package to install. */
+int dlock__pq_load(void);
+
+/* ============================================================== conn.c */
+
+/* One session: a connection to the server, used by one thread at a time
+ * (mu), pinned to a hold while it holds, in the pool between uses. */
+struct pg_conn {
+    PGconn *pq;
+    pthread_mutex_t mu;
+    int64_t idle_timeout_ms; /* the session's idle_session_timeout now */
+    int64_t idle_since;      /* monotonic ms of its last statement */
+    bool broken;             /* the session is gone or unusable: close it */
+    struct pg_conn *next;    /* pool */
+};
+
+struct pg_backend {
+    dlock_client *c;
+    const char *prefix; /* c->opts.key_prefix or "" */
+    char label[256];    /* "postgres host:port/db", for messages */
+    char ident[100];    /* "dlock pid@host": every session's application_name */
+    /* libpq keywords and values of every dial (NULL-ended), the lease's
+     * server settings among them */
+    const char *keys[48];
+    char *values[48];
+    pthread_mutex_t pool_mu;
+    struct pg_conn *pool; /* idle sessions */
+    size_t npool;
+};
+
+/* A session from the pool, or a new one dialed by DEADLINE (monotonic
+ * ms) and W's cancel (W may be NULL). */
+int dlock__pg_session(struct pg_backend *b, struct dlock__wait *w, int64_t deadline,
+                      struct pg_conn **out);
+/* Give session PC back: to the pool when healthy, else closed. */
+void dlock__pg_session_put(struct pg_backend *b, struct pg_conn *pc);
+/* Close PC (PQfinish: the server ends the session, and its locks). */
+void dlock__pg_session_close(struct pg_conn *pc);
+/* Close every pooled session. */
+void dlock__pg_pool_drain(struct pg_backend *b);
+
+/* One statement (or several, ';'-separated: the simple query protocol)
+ * on PC: *OUT the last result (caller clears). Bounded by DEADLINE
+ * (monotonic ms): past it the session is marked broken (the caller
+ * closes it) and DLOCK_ETIMEDOUT returned. W (may be NULL) cancels: its
+ * cancel sends PQcancel and waits for the server's answer (by DEADLINE).
+ * A server error is the code of its SQLSTATE with the server's words;
+ * WHAT names the statement in messages. */
+struct pg_query {
+    const char *sql;
+    const char *what;
+    struct dlock__wait *w;
+    int64_t deadline;
+};
+int dlock__pg_exec(struct pg_backend *b, struct pg_conn *pc, const struct pg_query *q,
+                   PGresult **out);
+/* Send Q without waiting for its answer; dlock__pg_finish() collects it. */
+int dlock__pg_send(struct pg_backend *b, struct pg_conn *pc, const struct pg_query *q);
+int dlock__pg_finish(struct pg_backend *b, struct pg_conn *pc, const struct pg_query *q,
+                     PGresult **out);
+/* A statement on a pooled session, given back after: admin's reads. */
+int dlock__pg_exec_pooled(struct pg_backend *b, const char *sql, const char *what, PGresult **out);
+
+/* =============================================================== key.c */
+
+/* An advisory lock key as pg_locks shows it: (classid, objid, objsubid). */
+struct pg_key {
+    int64_t classid, objid;
+    int objsubid;  /* 1: one bigint key; 2: two int4 keys */
+    char args[48]; /* the lock functions' arguments: "123::int8" or "1, 2" */
+};
+/* The key of FULL (prefix and name): docs/protocol-postgres.md. */
+void dlock__pg_key(const char *full, struct pg_key *k);
+/* "prefix" + NAME, malloc'd. */
+char *dlock__pg_full_name(struct pg_backend *b, const char *name);
+/* The WHERE condition matching K's rows in pg_locks (alias l). */
+void dlock__pg_key_where(const struct pg_key *k, char *buf, size_t size);
+/* NAME's bytes as hex (for decode(..., 'hex')), malloc'd. */
+char *dlock__pg_hex(const char *name);
+
+/* ============================================================== lock.c */
+
+extern const struct dlock__admin_ops dlock__pg_admin_ops;
+
+/* ============================================================= admin.c */
+
+int dlock__pg_inspect(void *state, const char *name, struct dlock_info *info);
+int dlock__pg_check(void *state, const char *name, struct dlock__check_view *view);
+int dlock__pg_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+int dlock__pg_force_release(void *state, const char *name);
+
+#endif /* DLOCK_PG_H */

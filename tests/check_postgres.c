@@ -1,0 +1,498 @@
+/* check_postgres.c -- what only the postgres:// backend does, against real
+ * PostgreSQL servers (tests/lib/fixture_pg.h); the lock contract itself runs
+ * in check_contract's postgres case.
+ *
+ * The lease the server enforces (a SIGSTOPped holder, a holder cut off by
+ * the relay, a killed one: the next holder gets in with a greater token),
+ * a server restart (holds lost and told, tokens still growing), a cancel
+ * that ends a wait sleeping in the server, the errors that name what is
+ * wrong (credentials, database, a standby, a refused force release),
+ * names with every byte, numeric names joining an application's own
+ * advisory locks, and the CLI. Each test makes names of its own
+ * ("<pid>-..."), so the tests of the shared server never meet. No
+ * assertion on time beyond generous bounds.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "contract.h" /* EXPECT_RC */
+#include "dlock.h"
+#include "fixture_pg.h"
+#include "relay.h"
+#include "testutil.h"
+
+/* One server shared by the tests of the case "shared", started in the
+ * runner (which makes the template data directory once: the tests that
+ * start servers of their own copy it). */
+static struct pgf srv;
+static void srv_start(void)
+{
+    if (!pgf_start(&srv))
+        fprintf(stderr, "postgres fixture did not start: %s\n", srv.error);
+}
+static void srv_stop(void)
+{
+    pgf_stop(&srv);
+}
+TU_CASE(shared, srv_start, srv_stop, TU_AROUND_CASE)
+
+/* The shared server's URL with this test's prefix and EXTRA options. */
+static char *url_of(const struct pgf *f, const char *extra)
+{
+    ck_assert_msg(f->pid > 0, "the postgres server is not running: %s", f->error);
+    char *q = tu_fmt("prefix=%d-%s%s", (int)getpid(), extra ? "&" : "", extra ? extra : "");
+    char *u = pgf_url(f, q);
+    free(q);
+    return u;
+}
+
+static dlock_client *open_url(const char *url)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_open(url, &c);
+    ck_assert_msg(rc == DLOCK_OK, "%s: %s (%s)", url, dlock_err_name(rc), dlock_errmsg());
+    return c;
+}
+
+/* A holder in a child process: opens URL, takes NAME, writes its token
+ * to DIR/held, then sleeps until killed. */
+static pid_t fork_holder(const char *url, const char *name, const char *dir)
+{
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        dlock_client *c = NULL;
+        dlock_lock *l = NULL;
+        if (dlock_open(url, &c) || dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) ||
+            dlock_acquire(l, 30000)) {
+            fprintf(stderr, "holder: %s\n", dlock_errmsg());
+            _exit(1);
+        }
+        uint64_t t = 0;
+        dlock_token(l, &t);
+        char *path = tu_fmt("%s/held", dir), *text = tu_fmt("%" PRIu64, t);
+        tu_write_marker(path, text);
+        for (;;)
+            pause();
+    }
+    return pid;
+}
+
+static uint64_t wait_held(const char *dir)
+{
+    char *path = tu_fmt("%s/held", dir);
+    ck_assert_msg(tu_wait_file(path, 60000), "the holder never held");
+    uint64_t t = tu_read_u64(path);
+    free(path);
+    return t;
+}
+
+/* Another client takes NAME within WAIT_MS (generous) and returns its token. */
+static uint64_t next_holder_token(const char *url, const char *name, int64_t wait_ms)
+{
+    dlock_client *c = open_url(url);
+    dlock_lock *l = tu_lock(c, name);
+    EXPECT_RC(dlock_acquire(l, wait_ms), DLOCK_OK);
+    uint64_t t = tu_token(l);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return t;
+}
+
+/* ====================================================== the lease, for real */
+
+/* A holder frozen with SIGSTOP keeps its TCP connection (the kernel still
+ * answers for it) but sends nothing: the server's idle_session_timeout
+ * ends its session one lease after its last ping, and the next holder
+ * gets the lock with a greater token. */
+TU_TEST_IN(shared, sigstopped_holder_loses_lock, 90)
+{
+    char *url = url_of(&srv, "lease=1500ms"), *dir = tu_tmpdir("pg-stop");
+    pid_t pid = fork_holder(url, "frozen", dir);
+    uint64_t t1 = wait_held(dir);
+    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    int64_t t0 = tu_mono_ms();
+    uint64_t t2 = next_holder_token(url, "frozen", 60000);
+    int64_t took = tu_mono_ms() - t0;
+    ck_assert_msg(t2 > t1, "token %" PRIu64 " after the frozen holder's %" PRIu64, t2, t1);
+    /* about one lease; bounded generously for a loaded machine */
+    ck_assert_msg(took < 30000, "the frozen holder kept the lock %lld ms", (long long)took);
+    kill(pid, SIGKILL);
+    tu_wait_exit(pid);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+
+/* kill -9: the kernel closes the holder's socket, the server ends its
+ * session at once, and the lock with it. */
+TU_TEST_IN(shared, killed_holder_frees_lock, 60)
+{
+    char *url = url_of(&srv, "lease=60s"), *dir = tu_tmpdir("pg-kill");
+    pid_t pid = fork_holder(url, "killed", dir);
+    uint64_t t1 = wait_held(dir);
+    kill(pid, SIGKILL);
+    tu_wait_exit(pid);
+    /* a lease of a minute: only the closed socket can free it this soon */
+    uint64_t t2 = next_holder_token(url, "killed", 30000);
+    ck_assert_uint_gt(t2, t1);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+
+/* A holder cut off by the network (the relay throws everything away):
+ * its pings go unanswered, it is told it lost the lock, and the server,
+ * hearing nothing, ends its session so that a client on a working path
+ * gets in with a greater token. */
+TU_TEST_IN(shared, cut_off_holder_loses_lock, 90)
+{
+    struct tu_relay relay;
+    tu_relay_start_with(&relay, &(struct tu_relay_config){.target = srv.port});
+    char *q = tu_fmt("prefix=%d-&lease=1500ms&timeout=1s&connect_timeout=1s", (int)getpid());
+    char *via =
+        tu_fmt("postgres://postgres:" PGF_PASSWORD "@127.0.0.1:%d/postgres?%s", relay.port, q);
+    char *direct = url_of(&srv, NULL);
+    dlock_client *a = open_url(via);
+    dlock_lock *la = tu_lock(a, "cut");
+    struct tu_lost lost = {0};
+    EXPECT_RC(dlock_lock_on_lost(la, tu_on_lost, &lost), DLOCK_OK);
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    uint64_t t1 = tu_token(la);
+    tu_relay_set(&relay, TU_RELAY_BLACKHOLE);
+    uint64_t t2 = next_holder_token(direct, "cut", 60000);
+    ck_assert_uint_gt(t2, t1);
+    ck_assert_msg(tu_wait_lost(&lost, 1, 30000), "the cut-off holder was never told");
+    ck_assert_msg(strstr(lost.why, "'cut'"), "reason: %s", lost.why);
+    ck_assert_int_eq(dlock_validity_ms(la), 0);
+    EXPECT_RC(dlock_release(la), DLOCK_ELOST);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    tu_relay_stop(&relay);
+    free(q);
+    free(via);
+    free(direct);
+}
+
+/* ================================================================= restart */
+
+/* A server restart (an immediate shutdown: crash recovery on start) ends
+ * every session: the holder is told, its release is DLOCK_ELOST, and the
+ * tokens after it are still greater (the sequence is durable). */
+TU_TEST_IN(shared, restart_loses_holds_tokens_grow, 120)
+{
+    struct pgf f;
+    ck_assert_msg(pgf_start(&f), "%s", f.error);
+    char *url = pgf_url(&f, "lease=2s&timeout=2s&connect_timeout=2s");
+    dlock_client *c = open_url(url);
+    dlock_lock *l = tu_lock(c, "restart");
+    struct tu_lost lost = {0};
+    EXPECT_RC(dlock_lock_on_lost(l, tu_on_lost, &lost), DLOCK_OK);
+    EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    uint64_t t1 = tu_token(l);
+    ck_assert_msg(pgf_restart(&f), "%s", f.error);
+    ck_assert_msg(tu_wait_lost(&lost, 1, 30000), "the holder was never told of the restart");
+    ck_assert_msg(strstr(lost.why, "'restart'"), "reason: %s", lost.why);
+    EXPECT_RC(dlock_release(l), DLOCK_ELOST);
+    /* the same client acquires again on fresh sessions */
+    EXPECT_RC(dlock_acquire(l, 10000), DLOCK_OK);
+    uint64_t t2 = tu_token(l);
+    ck_assert_msg(t2 > t1, "token %" PRIu64 " after the restart, %" PRIu64 " before", t2, t1);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+    pgf_stop(&f);
+}
+
+/* ===================================================== waits in the server */
+
+/* Sessions of the server waiting for a lock (pg_stat_activity). */
+static long lock_waits(void)
+{
+    char *out = NULL;
+    ck_assert_int_eq(pgf_psql(&srv,
+                              "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                              "'Lock' AND wait_event = 'advisory'",
+                              &out),
+                     0);
+    long n = strtol(out, NULL, 10);
+    free(out);
+    return n;
+}
+
+/* A wait sleeps in the server (a backend waiting on an advisory lock,
+ * not a client polling) until a cancel ends it: at once, leaving no
+ * waiter behind. */
+TU_TEST_IN(shared, cancel_ends_server_side_wait, 60)
+{
+    char *url = url_of(&srv, NULL);
+    dlock_client *a = open_url(url), *b = open_url(url);
+    dlock_lock *la = tu_lock(a, "wait"), *lb = tu_lock(b, "wait");
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    long before = lock_waits();
+    struct tu_waiter w;
+    tu_waiter_start(&w, lb, DLOCK_FOREVER);
+    long n = 0;
+    for (int i = 0; i < 1000 && (n = lock_waits()) <= before; i++)
+        tu_sleep_ms(20);
+    ck_assert_msg(n > before, "no session ever waited in the server");
+    int64_t t0 = tu_mono_ms();
+    EXPECT_RC(dlock_lock_cancel(lb), DLOCK_OK);
+    ck_assert_msg(tu_waiter_wait_done(&w, 20000), "the cancel did not end the wait");
+    int64_t took = tu_mono_ms() - t0;
+    EXPECT_RC(tu_waiter_join(&w), DLOCK_ECANCELED);
+    ck_assert_msg(took < 10000, "the cancel took %lld ms", (long long)took);
+    for (int i = 0; i < 500 && lock_waits() > before; i++)
+        tu_sleep_ms(20);
+    ck_assert_int_le(lock_waits(), before);
+    /* the session that waited is usable again: the lock goes to b next */
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    EXPECT_RC(dlock_acquire(lb, 10000), DLOCK_OK);
+    EXPECT_RC(dlock_release(lb), DLOCK_OK);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+}
+
+/* ================================================================== errors */
+
+/* The role the server asks a password of (fixture_pg.h): the right one
+ * opens, a wrong one is DLOCK_EAUTH naming the user, never the password. */
+TU_TEST_IN(shared, bad_credentials_named, 30)
+{
+    char *out = NULL;
+    pgf_psql(
+        &srv,
+        "DO $$BEGIN CREATE ROLE " PGF_PASSWORD_USER " LOGIN PASSWORD 'right'; EXCEPTION WHEN "
+        "duplicate_object THEN NULL; END$$; GRANT USAGE, UPDATE ON SEQUENCE dlock_fence TO " PGF_PASSWORD_USER
+        "; GRANT SELECT, INSERT, UPDATE, DELETE ON dlock_holds TO " PGF_PASSWORD_USER,
+        &out);
+    free(out);
+    char *good = tu_fmt("postgres://" PGF_PASSWORD_USER ":right@127.0.0.1:%d/postgres", srv.port);
+    dlock_client *c = open_url(good);
+    dlock_client_close(c);
+    free(good);
+    char *url = tu_fmt("postgres://" PGF_PASSWORD_USER ":wrong@127.0.0.1:%d/postgres", srv.port);
+    c = (dlock_client *)1;
+    EXPECT_RC(dlock_open(url, &c), DLOCK_EAUTH);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(dlock_errmsg(), "password authentication failed") &&
+                      strstr(dlock_errmsg(), PGF_PASSWORD_USER),
+                  "%s", dlock_errmsg());
+    ck_assert_msg(!strstr(dlock_errmsg(), "wrong"), "the password shows: %s", dlock_errmsg());
+    free(url);
+    url = tu_fmt("postgres://nobody_here:x@127.0.0.1:%d/postgres", srv.port);
+    EXPECT_RC(dlock_open(url, &c), DLOCK_EAUTH); /* a role that does not exist */
+    ck_assert_msg(strstr(dlock_errmsg(), "nobody_here"), "%s", dlock_errmsg());
+    free(url);
+}
+
+TU_TEST_IN(shared, missing_database_named, 30)
+{
+    char *url = pgf_url(&srv, NULL);
+    char *missing =
+        tu_fmt("postgres://postgres:" PGF_PASSWORD "@127.0.0.1:%d/no_such_db", srv.port);
+    dlock_client *c = (dlock_client *)1;
+    EXPECT_RC(dlock_open(missing, &c), DLOCK_ENOENT);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(dlock_errmsg(), "no_such_db"), "%s", dlock_errmsg());
+    free(missing);
+    free(url);
+}
+
+/* A server in recovery (a standby: here one started with standby.signal
+ * and no primary) serves reads only: DLOCK_EUNAVAIL naming it. */
+TU_TEST_IN(shared, standby_refused, 60)
+{
+    struct pgf f;
+    ck_assert_msg(pgf_start(&f), "%s", f.error);
+    pgf_kill(&f);
+    char *signal_file = tu_fmt("%s/standby.signal", f.data);
+    tu_write_file(signal_file, "");
+    if (geteuid() == 0)
+        ck_assert_int_eq(chown(signal_file, 65534, 65534), 0);
+    ck_assert_msg(pgf_restart(&f), "%s", f.error);
+    char *url = pgf_url(&f, NULL);
+    dlock_client *c = (dlock_client *)1;
+    EXPECT_RC(dlock_open(url, &c), DLOCK_EUNAVAIL);
+    ck_assert_msg(strstr(dlock_errmsg(), "standby") && strstr(dlock_errmsg(), "127.0.0.1:"), "%s",
+                  dlock_errmsg());
+    free(url);
+    free(signal_file);
+    pgf_stop(&f);
+}
+
+/* A role that may not end the holder's session (a superuser's) gets the
+ * server's refusal as DLOCK_EACCES; the lock stays held. */
+TU_TEST_IN(shared, force_release_refused, 30)
+{
+    char *url = url_of(&srv, NULL);
+    dlock_client *a = open_url(url);
+    dlock_lock *la = tu_lock(a, "guarded");
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    char *role = tu_fmt("weak%d", (int)getpid());
+    char *sql = tu_fmt("CREATE ROLE %s LOGIN PASSWORD 'weakpw'; GRANT USAGE, UPDATE ON SEQUENCE "
+                       "dlock_fence TO %s; GRANT SELECT, INSERT, UPDATE, DELETE ON dlock_holds TO "
+                       "%s",
+                       role, role, role);
+    ck_assert_int_eq(pgf_psql(&srv, sql, NULL), 0);
+    char *weak = tu_fmt("postgres://%s:weakpw@127.0.0.1:%d/postgres?prefix=%d-", role, srv.port,
+                        (int)getpid());
+    dlock_client *b = open_url(weak);
+    EXPECT_RC(dlock_force_release(b, "guarded"), DLOCK_EACCES);
+    ck_assert_msg(strstr(dlock_errmsg(), "superuser") || strstr(dlock_errmsg(), "permission"), "%s",
+                  dlock_errmsg());
+    ck_assert_int_eq(tu_held(b, "guarded"), 1);
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    TU_CLOSE_CLIENTS(a, b);
+    free(role);
+    free(sql);
+    free(weak);
+    free(url);
+}
+
+/* =================================================================== names */
+
+/* Every byte but NUL in a name: taken, inspected and listed as it is
+ * (the table keeps it as bytea), and excluded from another client. */
+TU_TEST_IN(shared, names_with_every_byte, 60)
+{
+    char name[256];
+    for (int i = 1; i < 256; i++)
+        name[i - 1] = (char)i;
+    name[255] = '\0';
+    char *url = url_of(&srv, NULL);
+    dlock_client *a = open_url(url), *b = open_url(url);
+    dlock_lock *la = tu_lock(a, name), *lb = tu_lock(b, name);
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(tu_held(b, name), 1);
+    char **v = tu_list_names(b, NULL);
+    ck_assert_uint_eq(tu_count_names(v), 1);
+    ck_assert_msg(strcmp(v[0], name) == 0, "listed a different name");
+    tu_free_names(v);
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_OK);
+    EXPECT_RC(dlock_release(lb), DLOCK_OK);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+}
+
+/* A numeric name is that advisory-lock key: an application's own
+ * pg_advisory_lock(N) (here psql's) and dlock exclude each other, in
+ * both key forms; inspect names the foreign holder and force release
+ * ends its session. */
+TU_TEST_IN(shared, numeric_names_join_advisory_locks, 60)
+{
+    long long key = 7000000000LL + getpid(); /* beyond int4: the bigint form */
+    char *sql = tu_fmt("SELECT pg_advisory_lock(%lld); SELECT pg_sleep(120)", key);
+    char *port = tu_fmt("%d", srv.port), *log = tu_fmt("%s/psql.log", srv.dir);
+    const char *argv[] = {"psql", "-h",       srv.dir, "-p", port, "-U", "postgres",
+                          "-d",   "postgres", "-X",    "-q", "-c", sql,  NULL};
+    pid_t psql = tu_spawn(argv, log);
+    char *url = pgf_url(&srv, NULL), *name = tu_fmt("%lld", key);
+    dlock_client *c = open_url(url);
+    dlock_lock *l = tu_lock(c, name);
+    int rc = DLOCK_OK;
+    for (int i = 0; i < 500; i++) { /* until psql holds it */
+        if ((rc = dlock_acquire(l, DLOCK_TRY)) == DLOCK_EBUSY)
+            break;
+        EXPECT_RC(rc, DLOCK_OK);
+        EXPECT_RC(dlock_release(l), DLOCK_OK);
+        tu_sleep_ms(20);
+    }
+    EXPECT_RC(rc, DLOCK_EBUSY);
+    dlock_info *info = NULL;
+    EXPECT_RC(dlock_inspect(c, name, &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(info), 1);
+    ck_assert_msg(strstr(dlock_info_holder(info, 0, NULL), "psql"), "holder %s",
+                  dlock_info_holder(info, 0, NULL));
+    dlock_info_free(info);
+    /* force release ends psql's session (its own statement would sleep on) */
+    EXPECT_RC(dlock_force_release(c, name), DLOCK_OK);
+    EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    tu_stop(psql, 5000);
+
+    /* the two-int4 form, the other way round */
+    int a = getpid() % 100000, b = 17;
+    char *pair = tu_fmt("%d,%d", a, b), *out = NULL;
+    dlock_lock *lp = tu_lock(c, pair);
+    EXPECT_RC(dlock_acquire(lp, DLOCK_TRY), DLOCK_OK);
+    char *try_sql = tu_fmt("SELECT pg_try_advisory_lock(%d, %d)", a, b);
+    ck_assert_int_eq(pgf_psql(&srv, try_sql, &out), 0);
+    ck_assert_msg(out[0] == 'f', "psql took the lock dlock holds: %s", out);
+    free(out);
+    EXPECT_RC(dlock_release(lp), DLOCK_OK);
+    ck_assert_int_eq(pgf_psql(&srv, try_sql, &out), 0);
+    ck_assert_msg(out[0] == 't', "psql could not take the released lock: %s", out);
+    free(out);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    TU_FREE_LOCKS(l, lp);
+    dlock_client_close(c);
+    free(try_sql);
+    free(pair);
+    free(sql);
+    free(port);
+    free(log);
+    free(url);
+    free(name);
+}
+
+/* ===================================================================== CLI */
+
+/* dlock run on both schemes, hold + status + list while held. */
+TU_TEST_IN(shared, cli_run_hold_status_list, 60)
+{
+    char *url = url_of(&srv, NULL), *alt = tu_fmt("postgresql%s", strchr(url, ':'));
+    char *out = NULL, *err = NULL;
+    const char *run[] = {"-u", url, "run", "-n", "job", "--", "true", NULL};
+    ck_assert_msg(tu_dlock(&out, &err, NULL, run) == 0, "run: %s", err);
+    free(out);
+    free(err);
+    const char *run2[] = {"-u", alt, "run", "-n", "job", "--", "sh", "-c", "echo $DLOCK_TOKEN",
+                          NULL};
+    ck_assert_msg(tu_dlock(&out, &err, NULL, run2) == 0, "run: %s", err);
+    ck_assert_msg(strtoull(out, NULL, 10) > 0, "token: %s", out);
+    free(out);
+    free(err);
+    /* hold in the background, then status and list see it */
+    char *dir = tu_tmpdir("pg-cli"), *ready = tu_fmt("%s/ready", dir);
+    char *script = tu_fmt("touch %s; sleep 60", ready);
+    const char *hold[] = {tu_dlock_bin(), "-u", url,  "run",  "held-job",
+                          "--",           "sh", "-c", script, NULL};
+    char *log = tu_fmt("%s/hold.log", dir);
+    pid_t pid = tu_spawn(hold, log);
+    ck_assert_msg(tu_wait_file(ready, 30000), "dlock run never held");
+    const char *status[] = {"-u", url, "status", "held-job", NULL};
+    tu_dlock(&out, &err, NULL, status);
+    ck_assert_msg(out && strstr(out, "held"), "status: %s %s", out, err);
+    free(out);
+    free(err);
+    const char *list[] = {"-u", url, "list", NULL};
+    ck_assert_int_eq(tu_dlock(&out, &err, NULL, list), 0);
+    ck_assert_msg(strstr(out, "held-job"), "list: %s", out);
+    free(out);
+    free(err);
+    tu_stop(pid, 5000);
+    tu_rmrf(dir);
+    free(dir);
+    free(ready);
+    free(script);
+    free(log);
+    free(alt);
+    free(url);
+}
+
+int main(void)
+{
+    return tu_main("postgres", NULL, NULL);
+}

@@ -772,6 +772,27 @@ TU_TEST(semaphores_refused_with_the_reason, 60)
     stop_nodes();
 }
 
+/* No lock values on Redlock, and the message says why (no one request
+ * checks a majority), for the write as for the read. */
+TU_TEST(values_refused_with_the_reason, 60)
+{
+    start_nodes(3, NULL);
+    dlock_client *c = rl_open("node_timeout=2s");
+    dlock_lock *l = tu_lock(c, "val");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    int rc = dlock_value_set(l, "x", 1);
+    ck_assert_msg(rc == DLOCK_ENOTSUP && strstr(dlock_errmsg(), "majority of nodes"), "%s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    size_t len = 0;
+    rc = dlock_value_get(c, "val", NULL, &len, NULL);
+    ck_assert_msg(rc == DLOCK_ENOTSUP && strstr(dlock_errmsg(), "majority of nodes"), "%s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
+    TU_RELEASE_OK(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    stop_nodes();
+}
+
 /* dlock bench on redlock:// measures, in the same rounds, the raw floor
  * of the same work without dlock: hiredis on every node at once, on the
  * first alone, and answering at a majority, and prints dlock's ratio

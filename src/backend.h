@@ -444,6 +444,10 @@ struct dlock__backend {
     /* Without semaphores, why (for the message of dlock_semaphore_new()'s
      * DLOCK_ENOTSUP); NULL: "no semaphores yet". */
     const char *no_semaphores_why;
+    /* Without lock values (no values table), why (for the message of
+     * dlock_value_set()'s and dlock_value_get()'s DLOCK_ENOTSUP); NULL: the
+     * backend keeps none yet. */
+    const char *no_values_why;
 };
 
 /* Member M of table T of backend BE, NULL when the backend has no such

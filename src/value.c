@@ -21,8 +21,9 @@
 /* The backend of C keeps no lock values: DLOCK_ENOTSUP naming it. */
 static int no_values(const dlock_client *c, const char *name)
 {
-    return dlock__err(DLOCK_ENOTSUP, "lock '%s': the %s backend keeps no lock values", name,
-                      c->be->name);
+    const char *why = c->be->no_values_why;
+    return dlock__err(DLOCK_ENOTSUP, "lock '%s': the %s backend keeps no lock values%s%s", name,
+                      c->be->name, why ? ": " : "", why ? why : "");
 }
 
 /* Whether H, the owner's hold through L, may have its value written

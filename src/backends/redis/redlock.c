@@ -648,4 +648,8 @@ const struct dlock__backend dlock__backend_redlock = {
                          "there are 2 or more (3 nodes, 2 permits: holders on {a,b}, {b,c} and "
                          "{a,c} each took a majority, every node counts 2, and 3 hold at once); "
                          "use etcd:// or zk:// for a semaphore across servers",
+    /* docs/protocol-redis.md, "Lock values" */
+    .no_values_why = "no one request can check a hold on a majority of nodes, and a value "
+                     "written on some of them only would read differently from each; use "
+                     "redis://, etcd:// or zk:// for a lock's value",
 };

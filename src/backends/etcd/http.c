@@ -311,56 +311,47 @@ struct post_answer {
 static CURLcode post_once(struct etcd_conn *k, size_t ep, const struct gateway_post *p,
                           struct post_answer *a)
 {
-    const char *path = p->path, *body = p->body;
-    bool with_token = p->with_token;
-    const struct etcd_limits *lim = p->lim;
-    long *status = &a->status, *timeout_used = &a->timeout_used;
-    struct buf *b = &a->b;
-    char *errbuf = a->errbuf;
-    bool *connected = &a->connected;
-    struct etcd_sock *sk = &a->sk;
-
     CURL *e = easy_take(k);
     if (!e) {
-        snprintf(errbuf, CURL_ERROR_SIZE, "out of memory");
+        snprintf(a->errbuf, sizeof a->errbuf, "out of memory");
         return CURLE_OUT_OF_MEMORY;
     }
     curl_easy_reset(e);
-    dlock__etcd_easy_common(k, e, sk);
-    char *url = dlock__sprintf("%s%s", k->eps[ep].base, path);
-    struct curl_slist *hdrs = dlock__etcd_headers_for(k, with_token);
-    errbuf[0] = 0;
+    dlock__etcd_easy_common(k, e, &a->sk);
+    char *url = dlock__sprintf("%s%s", k->eps[ep].base, p->path);
+    struct curl_slist *hdrs = dlock__etcd_headers_for(k, p->with_token);
+    a->errbuf[0] = 0;
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, p->body);
     /* Both timeouts come from the one time-left function: the caps, cut
-     * to what is left of LIM's deadline (the caller made sure some is). */
-    int64_t deadline = lim ? lim->deadline : 0;
+     * to what is left of P's deadline (the caller made sure some is). */
+    int64_t deadline = p->lim ? p->lim->deadline : 0;
     long timeout = (long)dlock__time_left(deadline, k->op_timeout_ms);
     long connect_timeout = (long)dlock__time_left(deadline, k->connect_timeout_ms);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout > 0 ? connect_timeout : 1L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout > 0 ? timeout : 1L);
-    *timeout_used = timeout;
-    if (lim && lim->w) {
+    a->timeout_used = timeout;
+    if (p->lim && p->lim->w) {
         curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, cancel_check);
-        curl_easy_setopt(e, CURLOPT_XFERINFODATA, lim->w);
+        curl_easy_setopt(e, CURLOPT_XFERINFODATA, p->lim->w);
     }
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, buf_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, b);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &a->b);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, a->errbuf);
     CURLcode rc = curl_easy_perform(e);
     /* Did the request go out? (A reused connection has no connect time,
      * but every sent request has a pretransfer time.) */
     curl_off_t pretransfer_us = 0;
     curl_easy_getinfo(e, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_us);
-    *connected = pretransfer_us > 0;
-    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
-    if (rc && !errbuf[0])
-        snprintf(errbuf, CURL_ERROR_SIZE, "%s", curl_easy_strerror(rc));
+    a->connected = pretransfer_us > 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &a->status);
+    if (rc && !a->errbuf[0])
+        snprintf(a->errbuf, sizeof a->errbuf, "%s", curl_easy_strerror(rc));
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
-    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, NULL); /* SK is the caller's */
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, NULL); /* A's sk is the caller's */
     curl_slist_free_all(hdrs);
     free(url);
     if (rc)
@@ -424,9 +415,6 @@ bool dlock__etcd_refusal(const char *data, size_t len, long status, char *text, 
  * one answers; the results go to P's out. */
 static int call_endpoints(struct etcd_conn *k, struct gateway_post *p)
 {
-    const char *path = p->path, *what = p->what;
-    bool with_token = p->with_token;
-    const struct etcd_limits *lim = p->lim;
     struct attempt a = {.len = 0};
     bool maybe_applied = false; /* a request went out and its reply was lost */
     char at[1200];
@@ -436,62 +424,57 @@ static int call_endpoints(struct etcd_conn *k, struct gateway_post *p)
     p->out.token_expired = false;
     for (size_t i = 0; i < k->neps; i++) {
         size_t ep = (start + i) % k->neps;
-        if (dlock__time_left(lim ? lim->deadline : 0, k->op_timeout_ms) == 0) {
+        if (dlock__time_left(p->lim ? p->lim->deadline : 0, k->op_timeout_ms) == 0) {
             if (i == 0)
                 return dlock__err(DLOCK_ETIMEDOUT, "%s: %s: no time left to send it", k->label,
-                                  what);
+                                  p->what);
             a.unavailable |= maybe_applied;
             attempt_add(&a, k->eps[ep].name, "not tried: out of time");
             break;
         }
         struct post_answer ans = {.b = {.limit = k->max_reply}, .timeout_used = k->op_timeout_ms};
         CURLcode rc = post_once(k, ep, p, &ans);
-        struct buf b = ans.b;
-        long status = ans.status, used = ans.timeout_used;
-        bool connected = ans.connected;
-        const char *errbuf = ans.errbuf;
-        struct etcd_sock sk = ans.sk;
-        if (b.too_big) { /* another member would say as much */
-            free(b.data);
+        if (ans.b.too_big) { /* another member would say as much */
+            free(ans.b.data);
             return dlock__err(DLOCK_EPROTO, "%s: %s: reply larger than %zu bytes (max_reply)",
-                              where(k, ep, at, sizeof at), what, k->max_reply);
+                              where(k, ep, at, sizeof at), p->what, k->max_reply);
         }
         if (rc == CURLE_ABORTED_BY_CALLBACK) {
-            free(b.data);
+            free(ans.b.data);
             return dlock__err(DLOCK_ECANCELED, "%s: %s: canceled", where(k, ep, at, sizeof at),
-                              what);
+                              p->what);
         }
-        if (rc && (sk.err == EMFILE || sk.err == ENFILE)) {
-            free(b.data);
+        if (rc && (ans.sk.err == EMFILE || ans.sk.err == ENFILE)) {
+            free(ans.b.data);
             return dlock__err(DLOCK_EIO, "%s: %s: cannot open a connection: too many open files "
                                          "(%s: %s)",
-                              where(k, ep, at, sizeof at), what,
-                              sk.err == EMFILE ? "the process's limit, ulimit -n"
-                                               : "the system's limit",
-                              strerror(sk.err));
+                              where(k, ep, at, sizeof at), p->what,
+                              ans.sk.err == EMFILE ? "the process's limit, ulimit -n"
+                                                   : "the system's limit",
+                              strerror(ans.sk.err));
         }
         if (rc) {
-            maybe_applied |= connected;
-            if (rc == CURLE_OPERATION_TIMEDOUT && connected) {
+            maybe_applied |= ans.connected;
+            if (rc == CURLE_OPERATION_TIMEDOUT && ans.connected) {
                 a.unavailable = true;
-                attempt_add(&a, k->eps[ep].name, "no reply within %ld ms%s", used,
-                            used < k->op_timeout_ms ? " (the time left)" : "");
+                attempt_add(&a, k->eps[ep].name, "no reply within %ld ms%s", ans.timeout_used,
+                            ans.timeout_used < k->op_timeout_ms ? " (the time left)" : "");
             } else {
-                attempt_add(&a, k->eps[ep].name, "%s", errbuf);
+                attempt_add(&a, k->eps[ep].name, "%s", ans.errbuf);
             }
-            free(b.data);
+            free(ans.b.data);
             continue;
         }
         if (maybe_applied)
             p->out.resent = true;
-        if (status == 200) {
+        if (ans.status == 200) {
             json_error_t jerr;
-            json_t *j = json_loadb(b.data ? b.data : "", b.len, 0, &jerr);
-            free(b.data);
+            json_t *j = json_loadb(ans.b.data ? ans.b.data : "", ans.b.len, 0, &jerr);
+            free(ans.b.data);
             if (!json_is_object(j)) {
                 json_decref(j);
                 return dlock__err(DLOCK_EPROTO, "%s: %s: %s replied with something not JSON (%s)",
-                                  where(k, ep, at, sizeof at), what, path, jerr.text);
+                                  where(k, ep, at, sizeof at), p->what, p->path, jerr.text);
             }
             pthread_mutex_lock(&k->mu);
             k->cur = ep;
@@ -501,16 +484,19 @@ static int call_endpoints(struct etcd_conn *k, struct gateway_post *p)
         }
         char text[512];
         int code = 0;
-        bool from_etcd = dlock__etcd_refusal(b.data, b.len, status, text, sizeof text, &code);
-        free(b.data);
+        bool from_etcd =
+            dlock__etcd_refusal(ans.b.data, ans.b.len, ans.status, text, sizeof text, &code);
+        free(ans.b.data);
         if (!from_etcd)
-            return dlock__err(DLOCK_EPROTO, "%s: %s: %s", where(k, ep, at, sizeof at), what, text);
+            return dlock__err(DLOCK_EPROTO, "%s: %s: %s", where(k, ep, at, sizeof at), p->what,
+                              text);
         p->out.grpc_code = code;
-        if (code == GRPC_UNAUTHENTICATED && with_token && k->user) {
+        if (code == GRPC_UNAUTHENTICATED && p->with_token && k->user) {
             p->out.token_expired = true;
-            return dlock__err(DLOCK_EAUTH, "%s: %s: %s", where(k, ep, at, sizeof at), what, text);
+            return dlock__err(DLOCK_EAUTH, "%s: %s: %s", where(k, ep, at, sizeof at), p->what,
+                              text);
         }
-        if (code == GRPC_UNAVAILABLE || status == 503 || strstr(text, "no leader") ||
+        if (code == GRPC_UNAVAILABLE || ans.status == 503 || strstr(text, "no leader") ||
             strstr(text, "timed out") || strstr(text, "leader changed")) {
             a.unavailable = true;
             attempt_add(&a, k->eps[ep].name, "%s", text);
@@ -519,7 +505,7 @@ static int call_endpoints(struct etcd_conn *k, struct gateway_post *p)
         if (code == GRPC_UNAUTHENTICATED || code == GRPC_PERMISSION_DENIED ||
             strstr(text, "authentication failed") || strstr(text, "user name is empty") ||
             strstr(text, "permission denied"))
-            return dlock__err(DLOCK_EAUTH, "%s: %s: %s%s", where(k, ep, at, sizeof at), what,
+            return dlock__err(DLOCK_EAUTH, "%s: %s: %s%s", where(k, ep, at, sizeof at), p->what,
                               text,
                               strstr(text, "user name is empty")
                                   ? " (the server has authentication enabled: give "
@@ -530,13 +516,14 @@ static int call_endpoints(struct etcd_conn *k, struct gateway_post *p)
                                     "password_file's, DLOCK_ETCD_PASSWORD_FILE's or "
                                     "DLOCK_ETCD_PASSWORD)"
                                   : "");
-        return dlock__err(DLOCK_EBACKEND, "%s: %s: %s", where(k, ep, at, sizeof at), what, text);
+        return dlock__err(DLOCK_EBACKEND, "%s: %s: %s", where(k, ep, at, sizeof at), p->what,
+                          text);
     }
     if (a.unavailable)
         return dlock__err(DLOCK_EUNAVAIL, "%s: %s: no member could serve it (no leader or no "
                                           "quorum?): %s",
-                          k->label, what, a.text);
-    return dlock__err(DLOCK_ECONN, "%s: %s: cannot reach any endpoint: %s", k->label, what,
+                          k->label, p->what, a.text);
+    return dlock__err(DLOCK_ECONN, "%s: %s: cannot reach any endpoint: %s", k->label, p->what,
                       a.text);
 }
 

@@ -115,15 +115,9 @@ struct contender {
 static int put_and_read_owner(struct contender *c, int64_t lease)
 {
     struct etcd_backend *s = c->s;
-    const struct dlock__hold *h = c->h;
-    const char *key = c->key, *pfx = c->pfx;
-    const struct etcd_limits *lim = c->lim;
-    int64_t *my_rev = &c->out.my_rev, *owner_rev = &c->out.owner_rev;
-    int *code = &c->out.code;
-    bool *resent = &c->out.resent;
-    const char *name = h->name, *value = dlock__etcd_hold_value(s, h);
-    bool shared = h->mode == DLOCK_SHARED; /* waits for writers only */
-    char *kb = dlock__etcd_b64(key, strlen(key));
+    const char *value = dlock__etcd_hold_value(s, c->h);
+    bool shared = c->h->mode == DLOCK_SHARED; /* waits for writers only */
+    char *kb = dlock__etcd_b64(c->key, strlen(c->key));
     char *vb = dlock__etcd_b64(value, strlen(value));
     char *ls = dlock__etcd_i64s(lease);
     json_t *req = NULL;
@@ -133,9 +127,9 @@ static int put_and_read_owner(struct contender *c, int64_t lease)
                         "compare", "result", "EQUAL", "target", "CREATE", "key", kb,
                         "create_revision", "0",
                         "success", "request_put", "key", kb, "value", vb, "lease", ls,
-                        "request_range", dlock__etcd_queue_range_for(pfx, true, 0, shared),
-                        "failure", "request_range", dlock__etcd_range(key, false),
-                        "request_range", dlock__etcd_queue_range_for(pfx, true, 0, shared));
+                        "request_range", dlock__etcd_queue_range_for(c->pfx, true, 0, shared),
+                        "failure", "request_range", dlock__etcd_range(c->key, false),
+                        "request_range", dlock__etcd_queue_range_for(c->pfx, true, 0, shared));
     free(kb);
     free(vb);
     free(ls);
@@ -143,13 +137,14 @@ static int put_and_read_owner(struct contender *c, int64_t lease)
         return dlock__etcd_nomem(s);
     json_t *reply = NULL;
     char what[1200];
-    snprintf(what, sizeof what, "acquire '%s' (key %s)", name, key);
+    snprintf(what, sizeof what, "acquire '%s' (key %s)", c->h->name, c->key);
     bool created = false;
     int rc;
     for (int round = 0;; round++) {
         bool again = false;
-        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, &again, lim);
-        *resent |= again;
+        rc = dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, &c->out.code, &again,
+                                  c->lim);
+        c->out.resent |= again;
         if (rc)
             break;
         created = json_is_true(json_object_get(reply, "succeeded"));
@@ -159,24 +154,25 @@ static int put_and_read_owner(struct contender *c, int64_t lease)
         int64_t stale = dlock__etcd_int(dlock__etcd_txn_kv(reply, 0), "create_revision");
         json_decref(reply);
         reply = NULL;
-        if ((rc = dlock__etcd_delete_if_rev(s, key, stale, what, lim)))
+        if ((rc = dlock__etcd_delete_if_rev(s, c->key, stale, what, c->lim)))
             break;
     }
     json_decref(req);
     if (rc)
         return rc;
-    *my_rev = created ? dlock__etcd_header_rev(reply) : dlock__etcd_int(dlock__etcd_txn_kv(reply, 0), "create_revision");
-    struct etcd_queue_search oldest = {.pfx = pfx, .resp = dlock__etcd_txn_range(reply, 1),
+    c->out.my_rev = created ? dlock__etcd_header_rev(reply)
+                            : dlock__etcd_int(dlock__etcd_txn_kv(reply, 0), "create_revision");
+    struct etcd_queue_search oldest = {.pfx = c->pfx, .resp = dlock__etcd_txn_range(reply, 1),
                                        .ascending = true, .writers = shared, .what = what,
-                                       .lim = lim};
+                                       .lim = c->lim};
     rc = dlock__etcd_queue_find(s, &oldest);
     json_t *owner = oldest.out.kv;
-    *owner_rev = owner ? dlock__etcd_int(owner, "create_revision") : *my_rev;
-    if (*owner_rev > *my_rev)
-        *owner_rev = *my_rev; /* (a reader: the oldest writer came after us) */
+    c->out.owner_rev = owner ? dlock__etcd_int(owner, "create_revision") : c->out.my_rev;
+    if (c->out.owner_rev > c->out.my_rev)
+        c->out.owner_rev = c->out.my_rev; /* (a reader: the oldest writer came after us) */
     json_decref(owner);
     json_decref(reply);
-    if (!rc && *my_rev <= 0)
+    if (!rc && c->out.my_rev <= 0)
         return dlock__err(DLOCK_EPROTO, "%s: %s: the reply has no create revision", s->label, what);
     return rc;
 }
@@ -195,16 +191,9 @@ static int put_and_read_owner(struct contender *c, int64_t lease)
 static int put_if_alone(struct contender *c, int64_t lease)
 {
     struct etcd_backend *s = c->s;
-    const struct dlock__hold *h = c->h;
-    const char *key = c->key, *pfx = c->pfx;
-    const struct etcd_limits *lim = c->lim;
-    int64_t *my_rev = &c->out.my_rev;
-    bool *busy = &c->out.busy;
-    int *code = &c->out.code;
-    bool *resent = &c->out.resent;
-    *my_rev = 0;
-    *busy = false;
-    const char *value = dlock__etcd_hold_value(s, h);
+    const char *pfx = c->pfx, *key = c->key, *value = dlock__etcd_hold_value(s, c->h);
+    c->out.my_rev = 0;
+    c->out.busy = false;
     char *pb = dlock__etcd_b64(pfx, strlen(pfx)), *pe = dlock__etcd_prefix_end_b64(pfx);
     char *kb = dlock__etcd_b64(key, strlen(key)), *vb = dlock__etcd_b64(value, strlen(value));
     char *ls = dlock__etcd_i64s(lease);
@@ -222,21 +211,22 @@ static int put_if_alone(struct contender *c, int64_t lease)
     free(ls);
     json_t *reply = NULL;
     char what[1200];
-    snprintf(what, sizeof what, "acquire '%s' (key %s)", h->name, key);
-    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, code, resent, lim)
+    snprintf(what, sizeof what, "acquire '%s' (key %s)", c->h->name, key);
+    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/txn", req, &reply, what, &c->out.code,
+                                        &c->out.resent, c->lim)
                  : dlock__etcd_nomem(s);
     json_decref(req);
     if (rc)
         return rc;
     if (json_is_true(json_object_get(reply, "succeeded"))) {
-        *my_rev = dlock__etcd_header_rev(reply);
+        c->out.my_rev = dlock__etcd_header_rev(reply);
         json_decref(reply);
-        return *my_rev > 0 ? DLOCK_OK
-                           : dlock__err(DLOCK_EPROTO, "%s: %s: the reply has no revision",
-                                        s->label, what);
+        return c->out.my_rev > 0 ? DLOCK_OK
+                                 : dlock__err(DLOCK_EPROTO, "%s: %s: the reply has no revision",
+                                              s->label, what);
     }
     struct etcd_queue_search oldest = {.pfx = pfx, .resp = dlock__etcd_txn_range(reply, 0),
-                                       .ascending = true, .what = what, .lim = lim};
+                                       .ascending = true, .what = what, .lim = c->lim};
     rc = dlock__etcd_queue_find(s, &oldest);
     json_t *owner = oldest.out.kv;
     json_decref(reply);
@@ -245,7 +235,7 @@ static int put_if_alone(struct contender *c, int64_t lease)
         rc = dlock__etcd_nomem(s);
     /* (our own key first: a leftover, or our request's first send when
      * it went out twice -- put_and_read_owner() puts it anew) */
-    *busy = owner_key && strcmp(owner_key, key) != 0;
+    c->out.busy = owner_key && strcmp(owner_key, key) != 0;
     free(owner_key);
     json_decref(owner);
     return rc;
@@ -269,21 +259,15 @@ struct queue_look {
 static int look(const struct contender *c, int64_t hold_lease, struct queue_look *l)
 {
     struct etcd_backend *s = c->s;
-    const struct dlock__hold *h = c->h;
-    const char *key = c->key, *pfx = c->pfx;
-    const struct etcd_limits *lim = c->lim;
+    const char *pfx = c->pfx, *key = c->key, *value = dlock__etcd_hold_value(s, c->h);
     int64_t my_rev = c->out.my_rev;
-    bool *mine_exists = &l->mine_exists, *moved = &l->moved;
-    char **pred = &l->pred;
-    int64_t *at = &l->at;
-    int *code = &l->code;
-    *pred = NULL;
-    *moved = false;
-    const char *name = h->name, *value = dlock__etcd_hold_value(s, h);
-    bool shared = h->mode == DLOCK_SHARED;
+    l->pred = NULL;
+    l->moved = false;
+    bool shared = c->h->mode == DLOCK_SHARED;
     char *pb = dlock__etcd_b64(pfx, strlen(pfx)), *pe = dlock__etcd_prefix_end_b64(pfx);
     char *kb = dlock__etcd_b64(key, strlen(key)), *vb = dlock__etcd_b64(value, strlen(value));
-    char *older = dlock__etcd_i64s(my_rev - 1), *mine = dlock__etcd_i64s(my_rev), *ls = dlock__etcd_i64s(hold_lease);
+    char *older = dlock__etcd_i64s(my_rev - 1), *mine = dlock__etcd_i64s(my_rev);
+    char *ls = dlock__etcd_i64s(hold_lease);
     json_t *req = NULL;
     if (pb && pe && kb && vb && older && mine && ls)
         req = json_pack("{s:[{s:s, s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}],"
@@ -304,24 +288,24 @@ static int look(const struct contender *c, int64_t hold_lease, struct queue_look
     free(ls);
     json_t *reply = NULL;
     char what[1200];
-    snprintf(what, sizeof what, "wait for '%s' (key %s)", name, key);
-    int rc = dlock__etcd_txn(s, req, &reply, what, code, lim);
+    snprintf(what, sizeof what, "wait for '%s' (key %s)", c->h->name, key);
+    int rc = dlock__etcd_txn(s, req, &reply, what, &l->code, c->lim);
     if (rc)
         return rc;
-    *at = dlock__etcd_header_rev(reply);
+    l->at = dlock__etcd_header_rev(reply);
     if (json_is_true(json_object_get(reply, "succeeded"))) {
-        *mine_exists = *moved = true;
+        l->mine_exists = l->moved = true;
         json_decref(reply);
         return DLOCK_OK;
     }
     json_t *kv = dlock__etcd_txn_kv(reply, 0);
-    *mine_exists = kv && dlock__etcd_int(kv, "create_revision") == my_rev;
+    l->mine_exists = kv && dlock__etcd_int(kv, "create_revision") == my_rev;
     struct etcd_queue_search prev = {.pfx = pfx, .resp = dlock__etcd_txn_range(reply, 1),
                                      .bound_rev = my_rev, .writers = shared, .what = what,
-                                     .lim = lim};
+                                     .lim = c->lim};
     rc = dlock__etcd_queue_find(s, &prev);
     json_t *before = prev.out.kv;
-    if (before && !(*pred = dlock__etcd_kv_key(before)))
+    if (before && !(l->pred = dlock__etcd_kv_key(before)))
         rc = dlock__etcd_nomem(s);
     json_decref(before);
     json_decref(reply);
@@ -497,7 +481,6 @@ static int wait_turn(const struct contender *c, struct dlock__wait *w, struct le
                      struct lease_ref *wl, bool *moved, char msg[DLOCK__MSG_MAX])
 {
     struct etcd_backend *s = c->s;
-    const struct dlock__hold *h = c->h;
     struct etcd_watch *wt = NULL;
     char *watched = NULL;
     int rc;
@@ -510,11 +493,9 @@ static int wait_turn(const struct contender *c, struct dlock__wait *w, struct le
         unsigned seq = dlock__wait_seq(w);
         struct queue_look l = {0};
         rc = look(&looker, lr->id, &l);
-        bool mine = l.mine_exists;
-        char *pred = l.pred;
-        int code = l.code;
+        char *pred = l.pred; /* ours to free, or to keep as the key watched */
         *moved = l.moved;
-        if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND) {
+        if (rc == DLOCK_EBACKEND && l.code == GRPC_NOT_FOUND) {
             /* "requested lease not found": the hold's lease expired */
             dlock__etcd_lease_dead(s, lr);
             rc = RESTART;
@@ -522,7 +503,7 @@ static int wait_turn(const struct contender *c, struct dlock__wait *w, struct le
         }
         if (rc == DLOCK_OK)
             msg[0] = 0;
-        if (rc == DLOCK_OK && !mine) {
+        if (rc == DLOCK_OK && !l.mine_exists) {
             /* Our key is gone while we waited: our lease expired (paused
              * process, long outage) or someone deleted it. Start again at
              * the end of the queue with a live lease. */
@@ -556,7 +537,8 @@ static int wait_turn(const struct contender *c, struct dlock__wait *w, struct le
                 watched = pred;
                 pred = NULL;
                 /* (a reader also wakes when that writer downgrades) */
-                rc = dlock__etcd_watch_start_for(s->k, watched, 0, h->mode == DLOCK_SHARED, w, &wt);
+                rc = dlock__etcd_watch_start_for(s->k, watched, 0, c->h->mode == DLOCK_SHARED, w,
+                                                 &wt);
             }
         } else if (dlock__etcd_transient(rc) && !dlock__wait_try_once(w)) {
             /* Outage or election: try again shortly, within our wait. */

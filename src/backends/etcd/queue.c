@@ -175,8 +175,7 @@ static json_t *pick(const char *pfx, json_t *resp, bool writers, int64_t *last_r
 
 int dlock__etcd_queue_find(struct etcd_backend *s, struct etcd_queue_search *q)
 {
-    const char *pfx = q->pfx;
-    json_t *resp = q->resp;
+    json_t *resp = q->resp; /* the page and its bound move on as it pages */
     int64_t bound_rev = q->bound_rev;
     q->out.kv = NULL;
     json_t *reply = NULL;
@@ -184,7 +183,7 @@ int dlock__etcd_queue_find(struct etcd_backend *s, struct etcd_queue_search *q)
     for (;;) {
         int64_t last = 0;
         bool more = false;
-        json_t *kv = resp ? pick(pfx, resp, q->writers, &last, &more) : NULL;
+        json_t *kv = resp ? pick(q->pfx, resp, q->writers, &last, &more) : NULL;
         if (kv) {
             q->out.kv = json_incref(kv);
             break;
@@ -193,7 +192,7 @@ int dlock__etcd_queue_find(struct etcd_backend *s, struct etcd_queue_search *q)
             break;
         if (resp)
             bound_rev = last;
-        json_t *req = dlock__etcd_queue_range_for(pfx, q->ascending, bound_rev, q->writers);
+        json_t *req = dlock__etcd_queue_range_for(q->pfx, q->ascending, bound_rev, q->writers);
         json_decref(reply);
         reply = NULL;
         rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/range", req, &reply, q->what, NULL, NULL,

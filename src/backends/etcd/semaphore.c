@@ -222,20 +222,18 @@ static int put_key(struct sem_contender *c, int64_t lease, const struct etcd_lim
     struct etcd_backend *s = c->s;
     const struct dlock__hold *h = c->h;
     const struct sem_keys *k = c->k;
-    const char *key = c->key;
-    int64_t *my_rev = &c->out.my_rev, *at = &c->out.at;
-    bool *held = &c->out.held, *late = &c->out.late;
     unsigned n = h->sem->permits;
     char ns[16];
     snprintf(ns, sizeof ns, "%u", n);
     char *value = sem_value(s, h);
-    char *kb = dlock__etcd_b64(key, strlen(key)), *vb = value ? dlock__etcd_b64(value, strlen(value)) : NULL;
+    char *kb = dlock__etcd_b64(c->key, strlen(c->key));
+    char *vb = value ? dlock__etcd_b64(value, strlen(value)) : NULL;
     char *cb = dlock__etcd_b64(k->count, strlen(k->count)), *nb = dlock__etcd_b64(ns, strlen(ns));
     char *ls = dlock__etcd_i64s(lease);
     free(value);
     int rc = kb && vb && cb && nb && ls ? DLOCK_OK : dlock__etcd_nomem(s);
     char what[1200];
-    snprintf(what, sizeof what, "acquire semaphore '%s' (key %s)", h->name, key);
+    snprintf(what, sizeof what, "acquire semaphore '%s' (key %s)", h->name, c->key);
     for (int attempt = 0; !rc; attempt++) {
         /* The count stored and ours: put. None stored: store it and put. */
         json_t *req = attempt % 2 == 0
@@ -260,21 +258,21 @@ static int put_key(struct sem_contender *c, int64_t lease, const struct etcd_lim
                                         lim)
                  : dlock__etcd_nomem(s);
         json_decref(req);
-        *late |= req && dlock__etcd_put_may_land(rc, resent);
+        c->out.late |= req && dlock__etcd_put_may_land(rc, resent);
         if (rc == DLOCK_EBACKEND && code == GRPC_NOT_FOUND)
             rc = RESTART; /* "requested lease not found": it expired under us */
         if (rc)
             break;
         if (json_is_true(json_object_get(reply, "succeeded"))) {
             json_t *queue = dlock__etcd_txn_range(reply, attempt % 2 ? 2 : 1);
-            *at = dlock__etcd_header_rev(reply);
+            c->out.at = dlock__etcd_header_rev(reply);
             /* (our put's revision unless a first send, its reply lost,
              * had made the key: the put keeps its create revision) */
-            *my_rev = create_rev_in(queue, kb);
-            if (!*my_rev)
-                *my_rev = *at;
+            c->out.my_rev = create_rev_in(queue, kb);
+            if (!c->out.my_rev)
+                c->out.my_rev = c->out.at;
             bool mine;
-            *held = holds_in(k->dir, queue, *my_rev, h->sem->k, n, &mine);
+            c->out.held = holds_in(k->dir, queue, c->out.my_rev, h->sem->k, n, &mine);
             json_decref(reply);
             break;
         }
@@ -303,19 +301,16 @@ static int look(const struct sem_contender *c, const struct etcd_limits *lim, bo
 {
     struct etcd_backend *s = c->s;
     const struct dlock__hold *h = c->h;
-    const struct sem_keys *k = c->k;
-    const char *key = c->key;
-    int64_t my_rev = c->out.my_rev;
-    char *kb = dlock__etcd_b64(key, strlen(key)), *rs = dlock__etcd_i64s(my_rev);
+    char *kb = dlock__etcd_b64(c->key, strlen(c->key)), *rs = dlock__etcd_i64s(c->out.my_rev);
     json_t *req = kb && rs ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare",
                                        "result", "EQUAL", "target", "CREATE", "key", kb,
                                        "create_revision", rs, "success", "request_range",
-                                       queue_range(k->dir))
+                                       queue_range(c->k->dir))
                            : NULL;
     free(kb);
     free(rs);
     char what[1200];
-    snprintf(what, sizeof what, "wait for semaphore '%s' (key %s)", h->name, key);
+    snprintf(what, sizeof what, "wait for semaphore '%s' (key %s)", h->name, c->key);
     json_t *reply = NULL;
     int rc = dlock__etcd_txn(s, req, &reply, what, NULL, lim);
     if (rc)
@@ -323,7 +318,7 @@ static int look(const struct sem_contender *c, const struct etcd_limits *lim, bo
     *at = dlock__etcd_header_rev(reply);
     *mine = *held = false;
     if (json_is_true(json_object_get(reply, "succeeded")))
-        *held = holds_in(k->dir, dlock__etcd_txn_range(reply, 0), my_rev, h->sem->k,
+        *held = holds_in(c->k->dir, dlock__etcd_txn_range(reply, 0), c->out.my_rev, h->sem->k,
                          h->sem->permits, mine);
     json_decref(reply);
     return DLOCK_OK;
@@ -358,8 +353,7 @@ static int wait_turn(const struct sem_contender *c, struct dlock__wait *w, struc
                      struct lease_ref *wl, char msg[DLOCK__MSG_MAX])
 {
     struct etcd_backend *s = c->s;
-    const struct sem_keys *k = c->k;
-    int64_t at = c->out.at;
+    int64_t at = c->out.at; /* the revision the last look read */
     struct etcd_limits lim = {dlock__wait_deadline(w), w};
     struct etcd_watch *wt = NULL;
     bool need_look = false;
@@ -392,8 +386,8 @@ static int wait_turn(const struct sem_contender *c, struct dlock__wait *w, struc
                 break;
             }
         }
-        if (!need_look && !wt && (rc = dlock__etcd_watch_prefix_deletes(s->k, k->dir, at + 1, w,
-                                                                        &wt)))
+        if (!need_look && !wt &&
+            (rc = dlock__etcd_watch_prefix_deletes(s->k, c->k->dir, at + 1, w, &wt)))
             break;
         if (until < now + 200)
             until = now + 500; /* the last keepalive failed: not in a hot loop */

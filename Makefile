@@ -309,8 +309,8 @@ check-symbols: $(STATIC)
 # `make format FORMAT_FILES=file` has been applied and reread. Every
 # other file, new ones included, must be as clang-format writes it.
 FORMAT_PENDING = \
-	bench/file_handoff.c cli/bench.c cli/bench_redis.c cli/cli.h cli/config.c cli/elect.c \
-	cli/help.c cli/job.c cli/main.c cli/run.c examples/fence_pg.c include/dlock.h \
+	bench/file_handoff.c cli/bench.c cli/bench_redis.c cli/cli.h cli/config.c \
+	cli/help.c cli/job.c cli/main.c cli/run.c include/dlock.h \
 	src/admin.c src/backend.h src/backends/etcd/etcd.h src/backends/etcd/http.c \
 	src/backends/etcd/inspect.c src/backends/etcd/lease.c src/backends/etcd/multi.c \
 	src/backends/etcd/mutex.c src/backends/etcd/reply.c src/backends/etcd/semaphore.c \
@@ -320,14 +320,14 @@ FORMAT_PENDING = \
 	src/backends/redis/election.c src/backends/redis/fair.c src/backends/redis/hub.c \
 	src/backends/redis/multi.c src/backends/redis/mutex.c src/backends/redis/net.c \
 	src/backends/redis/openssl.h src/backends/redis/redis.h src/backends/redis/redlock.c \
-	src/backends/redis/redlock.h src/backends/redis/redlock_election.c \
+	src/backends/redis/redlock_election.c \
 	src/backends/redis/redlock_hold.c src/backends/redis/redlock_nodes.c \
 	src/backends/redis/rwlock.c src/backends/redis/scripts.c src/backends/redis/semaphore.c \
-	src/backends/redis/sentinel.c src/backends/registry.c src/backends/zk/call.c \
+	src/backends/redis/sentinel.c src/backends/registry.c \
 	src/backends/zk/mutex.c src/backends/zk/semaphore.c src/backends/zk/session.c \
 	src/backends/zk/zk.h src/cancel.c src/client.c src/election.c src/errors.c \
-	src/internal.h src/lock.c src/secret.c src/semaphore.c src/toolbox.h tests/chaos/chaos.c \
-	tests/chaos/chaos.h tests/chaos/harness.c tests/chaos/store.c tests/chaos/worker.c \
+	src/internal.h src/lock.c src/semaphore.c src/toolbox.h \
+	tests/chaos/chaos.h tests/chaos/harness.c tests/chaos/store.c \
 	tests/check_api.c tests/check_cli.c tests/check_cluster.c tests/check_contract.c \
 	tests/check_core.c tests/check_etcd.c tests/check_fair.c tests/check_fencing_pg.c \
 	tests/check_file.c tests/check_multi.c tests/check_redis.c tests/check_redis_cli.c \

@@ -23,10 +23,11 @@
 /* Whether A is one of run's options whose value is the next argument. */
 static bool takes_value(const char *a)
 {
-    static const char *const with_value[] = {"-w", "--wait", "--timeout", "-E",
-                                             "--conflict-exit-code", "--lease", "--on-lost",
-                                             "--kill-after", "--lost-grace", "-c", "--command",
-                                             "--min-hold", "--pid", "-u", "--url", NULL};
+    static const char *const with_value[] =
+        {"-w",        "--wait",     "--timeout",    "-E",           "--conflict-exit-code",
+         "--lease",   "--on-lost",  "--kill-after", "--lost-grace", "-c",
+         "--command", "--min-hold", "--pid",        "-u",           "--url",
+         NULL};
     for (size_t i = 0; with_value[i]; i++)
         if (strcmp(a, with_value[i]) == 0)
             return true;
@@ -109,8 +110,8 @@ static void print_leader(const char *name, const dlock_leader *l, int json)
         json_str(name);
         printf(",\"leader\":%s", dlock_leader_held(l) ? "true" : "false");
         if (dlock_leader_held(l)) {
-            printf(",\"token\":%" PRIu64 ",\"version\":%" PRIu64 ",\"id\":",
-                   dlock_leader_token(l), dlock_leader_version(l));
+            printf(",\"token\":%" PRIu64 ",\"version\":%" PRIu64 ",\"id\":", dlock_leader_token(l),
+                   dlock_leader_version(l));
             json_str(dlock_leader_id(l));
             printf(",\"value\":");
             json_str(dlock_leader_value(l));

@@ -43,10 +43,9 @@ static int fenced_debit(PGconn *pg, uint64_t token, int amount)
     snprintf(tok, sizeof tok, "%" PRIu64, token);
     snprintf(amt, sizeof amt, "%d", amount);
     const char *params[] = {tok, amt};
-    PGresult *res = PQexecParams(pg,
-                                 "UPDATE account SET balance = balance - $2::int, fence = $1::bigint "
-                                 "WHERE id = 1 AND fence < $1::bigint",
-                                 2, NULL, params, NULL, NULL, 0);
+    const char *debit = "UPDATE account SET balance = balance - $2::int, fence = $1::bigint "
+                        "WHERE id = 1 AND fence < $1::bigint";
+    PGresult *res = PQexecParams(pg, debit, 2, NULL, params, NULL, NULL, 0);
     int rc = -1;
     if (PQresultStatus(res) == PGRES_COMMAND_OK)
         rc = atoi(PQcmdTuples(res)) == 1; /* "1" landed, "0" refused */
@@ -101,7 +100,9 @@ int main(int argc, char **argv)
         return 1;
     }
     int wrote = debit_under_lock(l, pg, amount);
-    printf("%s\n", wrote == 1 ? "debited" : wrote == 0 ? "refused: a newer holder has written" : "error");
+    printf("%s\n", wrote == 1   ? "debited"
+                   : wrote == 0 ? "refused: a newer holder has written"
+                                : "error");
     dlock_lock_free(l);
     dlock_client_close(c);
     PQfinish(pg);

@@ -35,7 +35,7 @@ int dlock__password_file(const char *path, const char *from, char **out)
     /* O_NONBLOCK: a FIFO planted there must not block the open */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
-        return dlock__errno(errno == ENOENT ? DLOCK_ENOENT
+        return dlock__errno(errno == ENOENT                     ? DLOCK_ENOENT
                             : errno == EACCES || errno == EPERM ? DLOCK_EACCES
                                                                 : DLOCK_EIO,
                             errno, "password file '%s' (%s)", path, from);
@@ -68,15 +68,17 @@ int dlock__password_file(const char *path, const char *from, char **out)
     buf[got] = 0;
     size_t len = strcspn(buf, "\n");
     if (len == got && got == PASSWORD_MAX)
-        return dlock__err(DLOCK_EINVAL, "password file '%s' (%s): its first line is longer than "
-                                        "%d bytes", path, from, PASSWORD_MAX);
+        return dlock__err(DLOCK_EINVAL,
+                          "password file '%s' (%s): its first line is longer than %d bytes", path,
+                          from, PASSWORD_MAX);
     if (len && buf[len - 1] == '\r')
         len--;
     if (memchr(buf, 0, len))
         return dlock__err(DLOCK_EINVAL, "password file '%s' (%s) holds a NUL byte", path, from);
     if (!len)
-        return dlock__err(DLOCK_EINVAL, "password file '%s' (%s) holds no password (its first "
-                                        "line is empty)", path, from);
+        return dlock__err(DLOCK_EINVAL,
+                          "password file '%s' (%s) holds no password (its first line is empty)",
+                          path, from);
     *out = strndup(buf, len);
     explicit_bzero(buf, sizeof buf);
     return *out ? DLOCK_OK : dlock__err(DLOCK_ENOMEM, "out of memory");

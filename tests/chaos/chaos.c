@@ -45,14 +45,18 @@ int main(int argc, char **argv)
         case 'j': json = optarg; break;
         case 'v': cfg.verbose = true; break;
         default:
-            fprintf(stderr, "usage: %s [-s SEED] [-d SECONDS] [-l LEASE_MS] [-w WORKERS] "
-                            "[-f FAULT,...] [-j FILE.json] [-v] BACKEND...\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [-s SEED] [-d SECONDS] [-l LEASE_MS] [-w WORKERS] "
+                    "[-f FAULT,...] [-j FILE.json] [-v] BACKEND...\n",
+                    argv[0]);
             return 2;
         }
     }
     if (optind == argc) {
-        fprintf(stderr, "%s: name the backends (file file-election redis redis-simple redis-fair redis-sem sentinel sentinel-sync "
-                        "sentinel-sync2 redlock etcd etcd3 zk zk3)\n", argv[0]);
+        fprintf(stderr,
+                "%s: name the backends (file file-election redis redis-simple redis-fair "
+                "redis-sem sentinel sentinel-sync sentinel-sync2 redlock etcd etcd3 zk zk3)\n",
+                argv[0]);
         return 2;
     }
     FILE *jf = json ? fopen(json, "w") : NULL;

@@ -43,7 +43,7 @@ struct thr {
     const struct chaos_worker *w;
     dlock_client *c;
     int t;
-    int fd;                  /* this thread's store connection */
+    int fd; /* this thread's store connection */
     uint64_t rng;
     dlock_lock *h[MAX_NAMES];
     /* read by the lost callback, on the keeper's thread: atomic */
@@ -184,7 +184,8 @@ static void *thread_main(void *arg)
     char reply[64];
     while (!*w->stop) {
         int name = (int)chaos_between(&x->rng, 0, w->names - 1);
-        int64_t wait = chaos_rand(&x->rng) % 4 == 0 ? DLOCK_TRY : chaos_between(&x->rng, 100, 2 * w->lease_ms);
+        int64_t wait =
+            chaos_rand(&x->rng) % 4 == 0 ? DLOCK_TRY : chaos_between(&x->rng, 100, 2 * w->lease_ms);
         in_call(x, true);
         int64_t asked = chaos_now_ms();
         int rc = dlock_acquire(x->h[name], wait);
@@ -211,8 +212,8 @@ void chaos_worker_exec(const struct chaos_worker *w, int shm_fd, int slot, char 
         putenv(env[i]);
     char spec[256];
     snprintf(spec, sizeof spec, "%d %d %d %d %d %d %llu %d %d %u", w->wid, w->threads, w->names,
-             w->lease_ms, (int)w->careless, (int)w->elect, (unsigned long long)w->seed, shm_fd, slot,
-             w->permits);
+             w->lease_ms, (int)w->careless, (int)w->elect, (unsigned long long)w->seed, shm_fd,
+             slot, w->permits);
     setenv("DLOCK_CHAOS_WORKER", spec, 1);
     setenv("DLOCK_CHAOS_URL", w->url, 1);
     setenv("DLOCK_CHAOS_STORE", w->store_path, 1);
@@ -281,7 +282,8 @@ void chaos_worker_main(const struct chaos_worker *w)
         x[t].t = t;
         x[t].fd = t == 0 ? fd0 : chaos_store_connect(w->store_path);
         x[t].rng = rng ^ (0x9e37u * (uint64_t)(t + 1));
-        if (x[t].fd < 0 || !chaos_store_call(x[t].fd, reply, sizeof reply, "HELLO %d.%d", w->wid, t))
+        if (x[t].fd < 0 ||
+            !chaos_store_call(x[t].fd, reply, sizeof reply, "HELLO %d.%d", w->wid, t))
             _exit(3);
         for (int k = 0; k < w->names && k < MAX_NAMES; k++) {
             char name[32];

@@ -25,7 +25,7 @@ struct redlock {
     size_t n, quorum;
     struct redis_state *node[RL_MAX_NODES];
     int64_t node_timeout_ms;
-    char where[64]; /* "redlock (3 nodes)" */
+    char where[64];    /* "redlock (3 nodes)" */
     uint64_t requests; /* acquire request numbers (atomic) */
 };
 
@@ -33,12 +33,12 @@ struct redlock {
 enum { NODE_NO, NODE_YES, NODE_UNKNOWN };
 struct rl_hold {
     unsigned char state[RL_MAX_NODES];
-    uint64_t token[RL_MAX_NODES];   /* what the node's INCR gave (its value's suffix) */
-    uint64_t counter[RL_MAX_NODES]; /* its token key after our acquisition */
-    uint64_t asked[RL_MAX_NODES];   /* what our raise asked it for (0: no raise sent) */
+    uint64_t token[RL_MAX_NODES];      /* what the node's INCR gave (its value's suffix) */
+    uint64_t counter[RL_MAX_NODES];    /* its token key after our acquisition */
+    uint64_t asked[RL_MAX_NODES];      /* what our raise asked it for (0: no raise sent) */
     uint64_t read_token[RL_MAX_NODES]; /* shared: what our timeout key there holds (the
                                           node's token, or what our downgrade wrote) */
-    uint64_t version; /* a campaign's: the number of its last value written */
+    uint64_t version;                  /* a campaign's: the number of its last value written */
 };
 
 /* ---------------------------------------- a request on N nodes (redlock_nodes.c) */
@@ -80,8 +80,8 @@ const char *dlock__redlock_first_failure(const struct rl_round *rd, size_t n);
  * a message: "<GOT> of <n> nodes, <quorum> needed (<RD's first
  * failure>)", into BUF. Returns BUF. */
 #define RL_SHORTFALL_MAX 400
-const char *dlock__redlock_shortfall(const struct redlock *rl, const struct rl_round *rd, size_t got,
-                                     char buf[RL_SHORTFALL_MAX]);
+const char *dlock__redlock_shortfall(const struct redlock *rl, const struct rl_round *rd,
+                                     size_t got, char buf[RL_SHORTFALL_MAX]);
 
 /* The operator's calls, each node asked in turn. */
 int dlock__redlock_inspect(void *state, const char *name, struct dlock_info *info);

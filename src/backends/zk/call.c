@@ -78,7 +78,8 @@ void dlock__zk_on_stat(int rc, const struct Stat *stat, const void *data)
     zk_call_unref(k);
 }
 
-static void zk_on_data(int rc, const char *value, int len, const struct Stat *stat, const void *data)
+static void zk_on_data(int rc, const char *value, int len, const struct Stat *stat,
+                       const void *data)
 {
     struct zk_call *k = (struct zk_call *)data;
     pthread_mutex_lock(&k->mu);
@@ -210,8 +211,8 @@ int64_t dlock__zk_call_deadline(struct zk_backend *zb, int64_t until)
  * request's deadline (see dlock__zk_call_deadline); KIDS, when not NULL, emptied
  * for a listing to fill. ZOPERATIONTIMEOUT when UNTIL has passed,
  * ZSYSTEMERROR when out of memory (then no record is left), else ZOK. */
-static int zk_calls_start(struct zk_backend *zb, zhandle_t *zh, int64_t until,
-                          struct zk_call **k, int n, struct String_vector *kids)
+static int zk_calls_start(struct zk_backend *zb, zhandle_t *zh, int64_t until, struct zk_call **k,
+                          int n, struct String_vector *kids)
 {
     if (kids) {
         kids->count = 0;
@@ -382,8 +383,7 @@ int dlock__zk_fail(struct zk_backend *zb, int rc, const char *what, const char *
     case ZBADARGUMENTS:
         return dlock__err(DLOCK_EINVAL, "%s: %s %s: %s", zb->servers, what, path, words);
     default:
-        return dlock__err(DLOCK_EBACKEND, "%s: %s %s: %s (%d)", zb->servers, what, path,
-                          words, rc);
+        return dlock__err(DLOCK_EBACKEND, "%s: %s %s: %s (%d)", zb->servers, what, path, words, rc);
     }
 }
 

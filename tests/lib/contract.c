@@ -394,32 +394,35 @@ static void redis_pause(const struct ct_fixture *f, bool stop)
     }
 /* What every Redis form does: a server, leases that renew, force. */
 #define REDIS_CAPS (CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE)
+/* ... and the forms with a lock-delay: one server's scripts or one slot's
+ * (not layout=fair, not Redlock: DLOCK_ENOTSUP). */
+#define REDIS_DELAY_CAPS (REDIS_CAPS | CT_LOCK_DELAY)
 
 static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
                          tls_priv = {.tls = true}, fair_priv = {.query = "layout=fair"};
 static struct ct_fixture fx_redis =
-    REDIS_FIXTURE(redis, "redis", "redis", REDIS_CAPS | CT_SHARED | CT_FAIR, &redisson_priv);
+    REDIS_FIXTURE(redis, "redis", "redis", REDIS_DELAY_CAPS | CT_SHARED | CT_FAIR, &redisson_priv);
 static struct ct_fixture fx_redis_simple =
-    REDIS_FIXTURE(redis, "redis-simple", "redis", REDIS_CAPS, &simple_priv);
+    REDIS_FIXTURE(redis, "redis-simple", "redis", REDIS_DELAY_CAPS, &simple_priv);
 /* The fair layout (waiters queued in arrival order, direct hand-off). */
 static struct ct_fixture fx_redis_fair =
     REDIS_FIXTURE(redis, "redis-fair", "redis", REDIS_CAPS | CT_FAIR, &fair_priv);
 static struct ct_fixture fx_rediss =
-    REDIS_FIXTURE(redis, "rediss", "rediss", REDIS_CAPS | CT_SHARED | CT_FAIR, &tls_priv);
+    REDIS_FIXTURE(redis, "rediss", "rediss", REDIS_DELAY_CAPS | CT_SHARED | CT_FAIR, &tls_priv);
 static struct ct_fixture fx_redis_sentinel =
-    REDIS_FIXTURE(sentinel, "redis-sentinel", "redis+sentinel", REDIS_CAPS | CT_SHARED | CT_FAIR,
+    REDIS_FIXTURE(sentinel, "redis-sentinel", "redis+sentinel", REDIS_DELAY_CAPS | CT_SHARED | CT_FAIR,
                   &sentinel_topology);
 static struct ct_fixture fx_rediss_sentinel =
     REDIS_FIXTURE(sentinel, "rediss-sentinel", "rediss+sentinel",
-                  REDIS_CAPS | CT_SHARED | CT_FAIR, &tls_sentinel_topology);
+                  REDIS_DELAY_CAPS | CT_SHARED | CT_FAIR, &tls_sentinel_topology);
 static struct ct_fixture fx_redlock =
     REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS | CT_SHARED | CT_NO_VALUE, NULL);
 /* not CT_FAIR: a fair lock's grants go to a per-client channel outside the
  * lock's slot (DLOCK_ENOTSUP on a cluster) */
 static struct ct_fixture fx_redis_cluster = REDIS_FIXTURE(
-    cluster, "redis-cluster", "redis+cluster", REDIS_CAPS | CT_SHARED, &cluster_nodes);
+    cluster, "redis-cluster", "redis+cluster", REDIS_DELAY_CAPS | CT_SHARED, &cluster_nodes);
 static struct ct_fixture fx_rediss_cluster = REDIS_FIXTURE(
-    cluster, "rediss-cluster", "rediss+cluster", REDIS_CAPS | CT_SHARED, &tls_cluster_nodes);
+    cluster, "rediss-cluster", "rediss+cluster", REDIS_DELAY_CAPS | CT_SHARED, &tls_cluster_nodes);
 #endif
 
 /* ------------------------------------------------------------ etcd, zk */

@@ -300,8 +300,8 @@ int dlock_client_connect(dlock_client *c)
      * before dialing. */
     if (c->opts.lock_delay_ms && !(c->be->caps & DLOCK__CAP_LOCK_DELAY))
         return dlock__err(DLOCK_ENOTSUP,
-                          "%s: lock_delay: the %s backend has no lock-delay (file, redis, etcd "
-                          "and zk have one: docs/backends.md)",
+                          "%s: lock_delay: the %s backend has no lock-delay "
+                          "(docs/backends.md says which do)",
                           c->url.redacted, c->be->name);
     for (size_t i = 0; i < c->url.nhosts; i++)
         if (!c->url.hosts[i].port)

@@ -144,6 +144,7 @@ const char *dlock__redis_derived_key(const char *key, size_t len)
         {"dlock_writers:", "a read-write lock's waiting writers (dlock_writers:{N})"},
         {"dlock_fair_queue:", "a fair lock's queue (dlock_fair_queue:{N})"},
         {"dlock_fair_waiters:", "a fair lock's waiters (dlock_fair_waiters:{N})"},
+        {"dlock_delay:", "a lock's lock-delay marker (dlock_delay:{N})"},
         {"dlock_fair__channel:", "a fair client's channel (dlock_fair__channel:<uuid>)"},
         {"dlock_client:", "a client's record of its host and pid (dlock_client:<uuid>)"},
         {"dlock_leader:", "an election's value (dlock_leader:{N})"},
@@ -208,6 +209,7 @@ int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_
         {"dlock_fair_queue:", "", &k->queue, &k->queue_len},
         {"dlock_fair_waiters:", "", &k->waiters, &k->waiters_len},
         {"", "", &k->tbase, &k->tbase_len}, /* Redisson's suffixName() base */
+        {"dlock_delay:", "", &k->delay, &k->delay_len}, /* the lock-delay marker */
     };
     int rc = dlock__redis_key_block(s, name, &k->lock, &k->lock_len, parts,
                                     sizeof parts / sizeof parts[0]);

@@ -120,7 +120,8 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
                                struct dlock__wait *w, size_t *busy)
 {
     struct redis_state *s = state;
-    if (hs[0]->mode != DLOCK_EXCLUSIVE || !one_slot(s, hs, n))
+    /* with a lock-delay, member by member: each arms its marker */
+    if (hs[0]->mode != DLOCK_EXCLUSIVE || !one_slot(s, hs, n) || s->c->opts.lock_delay_ms)
         return DLOCK_ENOTSUP;
     for (size_t i = 0; i < n; i++)
         if (dlock__redis_fair(s, hs[i]))
@@ -207,7 +208,7 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
 int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, int *rcs)
 {
     struct redis_state *s = state;
-    if (!one_slot(s, hs, n))
+    if (!one_slot(s, hs, n) || s->c->opts.lock_delay_ms) /* each deletes its marker */
         return DLOCK_ENOTSUP;
     for (size_t i = 0; i < n; i++)
         if (hs[i]->mode != DLOCK_EXCLUSIVE || dlock__redis_fair(s, hs[i]))

@@ -64,6 +64,10 @@ static int undo_unsynced(struct redis_state *s, struct dlock__hold *h, int acked
                       undo ? why : "", undo ? ")" : "");
 }
 
+/* An acquire script's answer for a name in its lock-delay: -DELAY_REPLY
+ * - MS, MS the ms left (lib_acquire.lua's DELAY_REPLY, -2^50). */
+#define DELAY_REPLY 1125899906842624LL
+
 int dlock__redis_acquire_result(struct redis_state *s, const redisReply *r,
                                 const struct lock_keys *k, uint64_t *token, int64_t *ttl_ms)
 {
@@ -82,6 +86,12 @@ int dlock__redis_acquire_result(struct redis_state *s, const redisReply *r,
     if (value == -1) /* only a request canceled before it ran gets this */
         return dlock__err(DLOCK_EPROTO, "%s: acquire '%s': the server found the request canceled",
                           s->where, k->lock);
+    if (value <= -DELAY_REPLY) {
+        *ttl_ms = -DELAY_REPLY - value;
+        return dlock__err(DLOCK_EBUSY, "%s: lock '%s' is free but in its lock-delay for %lld ms "
+                                       "more (%s: its last hold ended without a clean release)",
+                          s->where, k->lock, (long long)*ttl_ms, k->delay);
+    }
     *ttl_ms = -3 - value; /* -1: a foreign lock without expiry */
     return dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by another owner (%lld ms of lease left)",
                       s->where, k->lock, (long long)*ttl_ms);
@@ -114,6 +124,32 @@ void dlock__redis_acquire_args(struct acquire_args *a, bool simple, const struct
     memcpy(a->len, len, sizeof len);
 }
 
+/* An acquire script's call A on one server, with the lock-delay's marker
+ * key after its five keys and H's delay after its arguments (the
+ * client's lock_delay for an exclusive hold, '0' otherwise): Redlock
+ * calls the script without either. */
+struct delay_args {
+    char delay[24];
+    const char *v[14];
+    size_t len[14];
+};
+
+static void with_delay(struct delay_args *d, const struct acquire_args *a,
+                       const struct redis_state *s, const struct dlock__hold *h,
+                       const struct lock_keys *k)
+{
+    int64_t ms = h->mode == DLOCK_EXCLUSIVE ? s->c->opts.lock_delay_ms : 0;
+    int dl = snprintf(d->delay, sizeof d->delay, "%lld", (long long)ms);
+    memcpy(d->v, a->v, 5 * sizeof *d->v);
+    memcpy(d->len, a->len, 5 * sizeof *d->len);
+    d->v[5] = k->delay;
+    d->len[5] = k->delay_len;
+    memcpy(d->v + 6, a->v + 5, 7 * sizeof *d->v);
+    memcpy(d->len + 6, a->len + 5, 7 * sizeof *d->len);
+    d->v[13] = d->delay;
+    d->len[13] = (size_t)dl;
+}
+
 static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
                        int64_t lease_ms, struct dlock__wait *w, const char *stage, int64_t *ttl_ms)
 {
@@ -126,8 +162,11 @@ static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struc
     struct acquire_args first, retry;
     dlock__redis_acquire_args(&first, s->simple, h, k, lease_ms, n, 0, stage);
     dlock__redis_acquire_args(&retry, s->simple, h, k, lease_ms, n + 1, n, stage);
-    struct redis_request rq = {.script = S_ACQUIRE, .nkeys = 5, .nargs = 12, .args = first.v,
-                               .lens = first.len, .retry_args = retry.v, .retry_lens = retry.len,
+    struct delay_args d1, d2;
+    with_delay(&d1, &first, s, h, k);
+    with_delay(&d2, &retry, s, h, k);
+    struct redis_request rq = {.script = S_ACQUIRE, .nkeys = 6, .nargs = 14, .args = d1.v,
+                               .lens = d1.len, .retry_args = d2.v, .retry_lens = d2.len,
                                .what = "acquire", .wait = w, .deadline = deadline};
     rc = dlock__redis_eval(s, &rq);
     if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && rq.out.reached)
@@ -152,6 +191,9 @@ int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
     uint64_t token = 0;
     int acked = rq->out.acked;
     int rc = dlock__redis_acquire_result(s, rq->out.reply, k, &token, ttl_ms);
+    if (rc == DLOCK_EBUSY && rq->out.reply->type == REDIS_REPLY_INTEGER &&
+        rq->out.reply->integer <= -DELAY_REPLY) /* free, in its lock-delay */
+        dlock__wait_in_delay(rq->wait, *ttl_ms);
     if (!rc && acked >= 0 && acked < s->sync_replicas) {
         h->token = token;
         rc = undo_unsynced(s, h, acked, rq->deadline, last);
@@ -183,6 +225,10 @@ static int cut_by_the_wait(struct redis_state *s, struct dlock__wait *w, const c
 static int acquire_lock(struct redis_state *s, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct lock_keys k;
+    if (dlock__redis_fair(s, h) && s->c->opts.lock_delay_ms)
+        return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': a fair lock (DLOCK_LOCK_FAIR) keeps no "
+                                         "lock-delay (lock_delay is set)",
+                          s->where, h->name);
     if (dlock__redis_fair(s, h)) /* waiters in arrival order (fair.c) */
         return dlock__redis_fair_acquire(s, h, w);
     int rc = dlock__redis_rw_check_layout(s, h);
@@ -286,10 +332,10 @@ static int release_lock(struct redis_state *s, struct dlock__hold *h, int64_t de
                        : snprintf(value, sizeof value, "%s", h->owner);
     /* the timeout base: a hold our downgrade may have made shared is ours
      * only while our timeout key holds our token */
-    const char *args[] = {k.lock, k.chan, k.token, k.rwchan, k.tbase, value, token};
-    size_t lens[] = {k.lock_len, k.chan_len,  k.token_len, k.rwchan_len,
-                     k.tbase_len, (size_t)vl, (size_t)tl};
-    struct redis_request rq = {.script = S_RELEASE, .nkeys = 5, .nargs = 7, .args = args,
+    const char *args[] = {k.lock, k.chan, k.token, k.rwchan, k.tbase, k.delay, value, token};
+    size_t lens[] = {k.lock_len,  k.chan_len,  k.token_len, k.rwchan_len,
+                     k.tbase_len, k.delay_len, (size_t)vl,  (size_t)tl};
+    struct redis_request rq = {.script = S_RELEASE, .nkeys = 6, .nargs = 8, .args = args,
                                .lens = lens, .what = "release", .deadline = deadline};
     rc = dlock__redis_eval(s, &rq);
     if (!rc) {
@@ -655,6 +701,8 @@ int dlock__redis_inspect_reply(struct redis_state *s, const redisReply *r, const
     if (strcmp(type, "none") == 0) {
         info->held = 0;
         info->ttl_ms = -1;
+        if (r->elements >= 4 && r->element[3]->type == REDIS_REPLY_INTEGER) /* lock-delay */
+            info->delay_ms = r->element[3]->integer;
     } else if (strcmp(type, want) != 0) {
         rc = dlock__redis_wrongtype(s, k, type);
     } else {
@@ -697,9 +745,9 @@ static int inspect_lock(struct redis_state *s, const char *name, struct dlock_in
     int rc = dlock__redis_keys_make(s, name, &k);
     if (rc)
         return rc;
-    const char *args[] = {k.lock, k.token};
-    size_t lens[] = {k.lock_len, k.token_len};
-    struct redis_request rq = {.script = S_INSPECT, .nkeys = 2, .nargs = 2, .args = args,
+    const char *args[] = {k.lock, k.token, k.delay};
+    size_t lens[] = {k.lock_len, k.token_len, k.delay_len};
+    struct redis_request rq = {.script = S_INSPECT, .nkeys = 3, .nargs = 3, .args = args,
                                .lens = lens, .what = "inspect", .deadline = DLOCK__NEVER};
     rc = dlock__redis_eval(s, &rq);
     if (rc)

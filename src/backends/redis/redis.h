@@ -218,9 +218,9 @@ bool dlock__redis_parse_u64(const char *text, size_t len, uint64_t *out);
  * timeout keys, "{name}"; for fair locks the queue and the waiters'
  * records (docs/protocol-redis.md). */
 struct lock_keys {
-    char *lock, *token, *chan, *canceled, *rwchan, *writers, *queue, *waiters, *tbase;
+    char *lock, *token, *chan, *canceled, *rwchan, *writers, *queue, *waiters, *tbase, *delay;
     size_t lock_len, token_len, chan_len, canceled_len, rwchan_len, writers_len, queue_len,
-        waiters_len, tbase_len;
+        waiters_len, tbase_len, delay_len;
 };
 
 /* ---------------------------------------------------------- backend.c */

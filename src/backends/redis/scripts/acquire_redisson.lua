@@ -1,13 +1,16 @@
 -- acquire, Redisson layout: an exclusive hold as RLock / RFencedLock take it
 -- (plus RReadWriteLock's "mode" = "write", so Redisson's read-write locks
 -- see it), a shared one as RReadWriteLock's read lock. KEYS: lock, token
--- key, canceled key, writers key (dlock_writers:{N}), timeout base ({N}).
--- ARGV: lease ms, owner field, request number, the number of the attempt
--- this one retries (0 for a first attempt), life ms of a cancellation
--- record, 'write' or 'read', and for a writer its stage: '0' try once, '1'
--- the first try of a wait, '2' a later try of it.
+-- key, canceled key, writers key (dlock_writers:{N}), timeout base ({N}),
+-- and (optional: not on Redlock nodes) the lock-delay marker
+-- (dlock_delay:{N}). ARGV: lease ms, owner field, request number, the
+-- number of the attempt this one retries (0 for a first attempt), life ms
+-- of a cancellation record, 'write' or 'read', for a writer its stage: '0'
+-- try once, '1' the first try of a wait, '2' a later try of it; then
+-- (with the marker) the hold's lock-delay in ms, '0' for none.
 -- Returns the token (>= 0) when taken; -3 - MS (< -1) when busy, MS being
 -- how long the holder's lease (or the waiting writer's record) still runs;
+-- DELAY_REPLY - MS when free but in its lock-delay for MS more;
 -- -1 when this request was canceled (nothing written); a type name when
 -- the lock key is not a hash (nothing written).
 -- A field of ours that already exists is a leftover of a release that
@@ -33,12 +36,18 @@ end
 if ARGV[6] == 'write' then
   local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
   if type(mine) == 'table' then return redis.call('type', KEYS[1]).ok end
-  if redis.call('exists', KEYS[1]) == 0 or (mine == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read') then
+  local free = redis.call('exists', KEYS[1]) == 0
+  if free then
+    local left = delay_left(KEYS[6])
+    if left > 0 then return DELAY_REPLY - left end
+  end
+  if free or (mine == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read') then
     local token = next_token()
     if token == nil then return -1 end
     if type(token) == 'table' then return token end
     redis.call('hset', KEYS[1], ARGV[2], 1, 'mode', 'write')
     redis.call('pexpire', KEYS[1], ARGV[1])
+    delay_arm(KEYS[6], token, ARGV[8])
     if ARGV[7] == '2' then redis.call('zrem', KEYS[4], ARGV[2]) end
     return token
   end
@@ -66,6 +75,10 @@ if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 if mode == 'write' or (mode == false and redis.call('exists', KEYS[1]) == 1) then
   return -3 - redis.call('pttl', KEYS[1]) -- a writer, or an RLock (no mode)
+end
+if mode == false then -- free: in a writer's lock-delay?
+  local left = delay_left(KEYS[6])
+  if left > 0 then return DELAY_REPLY - left end
 end
 local first = redis.call('zrange', KEYS[4], 0, 0, 'withscores')
 if #first > 0 then

@@ -1,9 +1,10 @@
 -- acquire, simple layout (SET NX PX): the value is "<uuid>:<tid>:<token>".
 -- KEYS: lock, token key, canceled key (then the Redisson layout's writers
--- key and timeout base, unused). ARGV: lease ms, owner prefix
--- "<uuid>:<tid>:", request number, the number of the attempt this one
--- retries (0 for a first attempt), life ms of a cancellation record (then
--- the Redisson layout's mode and writer stage: always 'write', unused).
+-- key and timeout base, unused), and (optional) the lock-delay marker.
+-- ARGV: lease ms, owner prefix "<uuid>:<tid>:", request number, the
+-- number of the attempt this one retries (0 for a first attempt), life ms
+-- of a cancellation record (then the Redisson layout's mode and writer
+-- stage: always 'write', unused), then the hold's lock-delay ms ('0').
 -- Returns as acquire_redisson.lua does; the canceled key's field is the
 -- owner prefix.
 if ARGV[4] ~= '0' then
@@ -16,11 +17,16 @@ end
 -- way it is replaced, with a new token.
 local v = redis.pcall('get', KEYS[1])
 if type(v) == 'table' then return redis.call('type', KEYS[1]).ok end
+if not v then
+  local left = delay_left(KEYS[6])
+  if left > 0 then return DELAY_REPLY - left end
+end
 if not v or string.sub(v, 1, #ARGV[2]) == ARGV[2] then
   if canceled_upto(KEYS[3], ARGV[2]) >= tonumber(ARGV[3]) then return -1 end
   local token = new_token(KEYS[2])
   if type(token) == 'table' then return token end
   redis.call('set', KEYS[1], ARGV[2] .. string.format('%d', token), 'px', ARGV[1])
+  delay_arm(KEYS[6], token, ARGV[8])
   return token
 end
 return -3 - redis.call('pttl', KEYS[1])

@@ -50,3 +50,40 @@ local function cancel_upto(canceled, owner, number, life)
     redis.call('pexpire', canceled, life)
   end
 end
+
+-- Lock-delay (docs/protocol-redis.md, "Lock-delay"): an exclusive hold
+-- taken with a delay leaves MARKER, a hash {token, delay} without expiry,
+-- that its clean release deletes. What an acquire answers while a name
+-- is in its delay: DELAY_REPLY - MS, MS the ms left (below every busy
+-- reply, -3 - MS).
+local DELAY_REPLY = -1125899906842624 -- -2^50
+
+-- The ms left of the delay MARKER keeps (0: none; MARKER nil: a script
+-- call without one, Redlock's). Found without expiry while the lock key
+-- is gone, the marker's hold ended without its clean release (its lease
+-- ran out, or someone forced it): its delay starts now, timed by this
+-- server's expiry, the same for every acquirer.
+local function delay_left(marker)
+  if not marker then return 0 end
+  local left = redis.call('pttl', marker)
+  if left == -1 then
+    left = tonumber(redis.call('hget', marker, 'delay') or '0') or 0
+    if left <= 0 then
+      redis.call('del', marker)
+      return 0
+    end
+    redis.call('pexpire', marker, left)
+  end
+  if left < 0 then return 0 end
+  return left
+end
+
+-- A new exclusive hold of TOKEN: MARKER says so until its clean release
+-- when it has a delay (DELAY_MS, '0' or nil: none; any old marker goes).
+local function delay_arm(marker, token, delay_ms)
+  if not marker then return end
+  redis.call('del', marker)
+  if delay_ms and delay_ms ~= '0' then
+    redis.call('hset', marker, 'token', string.format('%d', token), 'delay', delay_ms)
+  end
+end

@@ -1,6 +1,7 @@
 -- release, Redisson layout (an exclusive hold; rw_release_read.lua gives a
 -- shared one back). KEYS: lock, channel, token key, read-write channel,
--- timeout base ({N}). ARGV: owner field, our token,
+-- timeout base ({N}), and (optional) the lock-delay marker, which a clean
+-- release deletes when it is this hold's. ARGV: owner field, our token,
 -- and on a Redlock node (optional) a second token that is ours too: the one
 -- our counter raise asked for, its reply lost (redlock.c). Full release deletes the hash (with its
 -- "mode" field) and publishes Redisson's unlock message "0" on the lock's
@@ -35,6 +36,7 @@ elseif mine == 1 and (counter == ARGV[2] or counter == ARGV[3] or counter == fal
 end
 if mine == 2 then
   redis.call('del', KEYS[1])
+  if KEYS[6] and redis.call('hget', KEYS[6], 'token') == ARGV[2] then redis.call('del', KEYS[6]) end
   redis.call('publish', KEYS[2], '0')
   redis.call('publish', KEYS[4], '1')
   return 1

@@ -798,9 +798,16 @@ int dlock__redis_exchange_quorum(struct rconn **ks, size_t n, int64_t until, con
     struct pollfd stack[9], *p = n < 9 ? stack : calloc(n + 1, sizeof *p);
     if (!p)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
+    /* Send at once: the common case needs no poll to send. Plain TCP only
+     * sends here: a reply is not back before a round trip, so a recv now
+     * would cost one EAGAIN per request (strace: send, recv EAGAIN, poll,
+     * recv); the poll below says when it is there. TLS pumps both ways
+     * (a write may need a read first). */
     for (size_t i = 0; i < n; i++)
-        if (ks[i]->fd >= 0)
-            dlock__redis_conn_pump(ks[i], 0); /* write at once: the common case needs no poll to send */
+        if (ks[i]->fd >= 0 && ks[i]->tls)
+            dlock__redis_conn_pump(ks[i], 0);
+        else if (ks[i]->fd >= 0 && !ks[i]->broken)
+            pump_out(ks[i]);
     for (;;) {
         size_t busy = 0, answered = 0;
         for (size_t i = 0; i < n; i++) {

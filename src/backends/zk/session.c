@@ -24,6 +24,9 @@
 static pthread_mutex_t zk_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char zk_log_last[256];
 
+/* How often, at most, a connected session resolves its server names. */
+#define ZK_RESOLVE_EVERY_MS 1000
+
 /* The servers that refused a connection lately, as the client library
  * names them in its "Socket ADDR zk retcode=..., errno=111(...)" lines
  * (under zk_log_mu): an open whose every server refused fails at once
@@ -264,6 +267,13 @@ static int session_start_locked(struct zk_backend *zb, struct zk_session **to_cl
                             "%s: cannot start a ZooKeeper client for '%s'", zb->servers,
                             zb->connect);
     }
+    /* The client library resolves the server names again each time its
+     * I/O thread checks the socket -- per request and reply: a
+     * getaddrinfo() (a netlink socket, /etc/hosts, ~10 system calls),
+     * some 40 % of the CPU a held lock's renewal took. Once a second is
+     * enough to see a DNS change; a lost connection still resolves at
+     * once. */
+    zoo_set_servers_resolution_delay(s->zh, ZK_RESOLVE_EVERY_MS);
     /* Queued now, sent first on every (re)connect of this handle. A
      * rejection shows as ZOO_AUTH_FAILED_STATE in the watcher. */
     if (zb->auth)

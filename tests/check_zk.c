@@ -2113,6 +2113,82 @@ TU_TEST_IN(standalone, session_closed_elsewhere_reported_lost_at_once, 90)
     proxied_close(&f);
 }
 
+/* Wait (up to 30 s) until L's hold has been renewed TIMES times: its
+ * validity went up by more than it fell since the last look. */
+static void wait_renewed(dlock_lock *l, int times)
+{
+    int64_t last = dlock_validity_ms(l);
+    for (int i = 0; i < 1500 && times > 0; i++) {
+        tu_sleep_ms(20);
+        int64_t now = dlock_validity_ms(l);
+        if (now > last + 50)
+            times--;
+        last = now;
+    }
+    ck_assert_msg(times == 0, "the hold was not renewed");
+}
+
+/* The only node of the lock NAME's queue, deleted through ZH (another
+ * client's force-release); its path into PATH (SIZE bytes). */
+static void delete_only_node(zhandle_t *zh, const char *name, char *path, size_t size)
+{
+    char *lockpath = tu_fmt("/dlock/%s", name);
+    int n = 0;
+    char **kids = raw_children(zh, lockpath, &n);
+    ck_assert_int_eq(n, 1);
+    snprintf(path, size, "%s/%s", lockpath, kids[0]);
+    free_strings(kids, n);
+    free(lockpath);
+    ck_assert_int_eq(zoo_delete(zh, path, -1), ZOK);
+}
+
+/* After its first renewal a hold's node carries an exists watch and the
+ * renewals send nothing for it but the sync: deleting the node behind the
+ * client's back must still be reported (the watch's event makes the next
+ * renewal ask), as "gone", not as a lost session. */
+TU_TEST_IN(standalone, watched_hold_deleted_is_lost, 60)
+{
+    struct zk_frame zt = zk_open("lease=1500", true);
+    dlock_lock *l = tu_lock(zt.c, "watched");
+    watch_lost(l);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    wait_renewed(l, 3); /* checked, then confirmed by the watch */
+    char path[256];
+    delete_only_node(zt.zh, "watched", path, sizeof path);
+    ck_assert_msg(tu_wait_lost(&hold_lost, 1, 30000), "the deleted node's hold was never lost");
+    ck_assert_msg(strstr(hold_lost.why, path) && strstr(hold_lost.why, "is gone"), "%s",
+                  hold_lost.why);
+    ck_assert_int_eq(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    zk_close(&zt);
+}
+
+/* The same while the client's connection is cut off: the node's deletion
+ * and its watch event are lost on the way; the client reconnects to the
+ * same session, the client library sets its watches again and the server
+ * reports the deletion, so the hold is lost as "gone" -- never confirmed
+ * by a sync after the reconnect. */
+TU_TEST_IN(standalone, watched_hold_deleted_while_cut_off_is_lost, 60)
+{
+    struct proxied f;
+    proxied_open(&f, "lease=4500&timeout=1000", "watched-cut");
+    zhandle_t *zh = raw_open(NULL);
+    watch_lost(f.l);
+    ck_assert_int_eq(dlock_acquire(f.l, DLOCK_TRY), DLOCK_OK);
+    wait_renewed(f.l, 2);
+    tu_relay_set(&f.px, TU_RELAY_BLACKHOLE);
+    char path[256];
+    delete_only_node(zh, "watched-cut", path, sizeof path);
+    tu_sleep_ms(200);
+    tu_relay_set(&f.px, TU_RELAY_PASS); /* cuts the connection: the client reconnects */
+    ck_assert_msg(tu_wait_lost(&hold_lost, 1, 30000), "the deleted node's hold was never lost");
+    ck_assert_msg(strstr(hold_lost.why, path) && strstr(hold_lost.why, "is gone"), "%s",
+                  hold_lost.why);
+    ck_assert_int_eq(dlock_release(f.l), DLOCK_ELOST);
+    zookeeper_close(zh);
+    proxied_close(&f);
+}
+
 /* "<fd> <link>" lines for the descriptors open in this process. */
 static char *own_fds(void)
 {

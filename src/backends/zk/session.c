@@ -144,6 +144,40 @@ static void session_lost_locked(struct zk_backend *zb, struct zk_session *s, int
     dlock__hold_lost(zb->c, NULL, why);
 }
 
+/* Node events kept (the oldest half is dropped when full; a hold last
+ * checked before a dropped one is checked again): bounded memory while
+ * waiters' watches fire and nothing is renewed. */
+#define ZK_NODE_EVENTS_MAX 4096
+
+static uint64_t path_hash(const char *path)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return h;
+}
+
+/* The watcher saw an event for the node at PATH (zb->mu held). */
+static void note_node_event_locked(struct zk_backend *zb, const char *path)
+{
+    if (!zb->node_events) {
+        zb->node_events = malloc(ZK_NODE_EVENTS_MAX * sizeof *zb->node_events);
+        if (!zb->node_events) { /* count it as dropped */
+            zb->node_events_forgot = ++zb->node_event_seq;
+            return;
+        }
+    }
+    if (zb->n_node_events == ZK_NODE_EVENTS_MAX) {
+        size_t half = ZK_NODE_EVENTS_MAX / 2;
+        zb->node_events_forgot = zb->node_events[half - 1].seq;
+        memmove(zb->node_events, zb->node_events + half,
+                (ZK_NODE_EVENTS_MAX - half) * sizeof *zb->node_events);
+        zb->n_node_events -= half;
+    }
+    zb->node_events[zb->n_node_events++] =
+        (struct zk_node_event){path_hash(path), ++zb->node_event_seq};
+}
+
 /* Watcher of the session and of predecessor nodes: CTX is the session. */
 void dlock__zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
@@ -180,6 +214,7 @@ void dlock__zk_watcher(zhandle_t *zh, int type, int state, const char *path, voi
         dlock__waitset_wake_all(&zb->waiters); /* let them look at the new state */
     } else if (path) {
         dlock__waitset_wake_key(&zb->waiters, path);
+        note_node_event_locked(zb, path);
     }
     pthread_mutex_unlock(&zb->mu);
 }
@@ -475,6 +510,7 @@ static void zk_backend_free(struct zk_backend *zb)
         free(zb->auth);
     }
     dlock__waitset_destroy(&zb->waiters);
+    free(zb->node_events);
     pthread_mutex_destroy(&zb->mu);
     pthread_cond_destroy(&zb->cv);
     free(zb);
@@ -708,6 +744,88 @@ int dlock__zk_open(struct dlock_client *c, void **state)
 
 /* ----------------------------------------------------------------- renew */
 
+/* A copy of the node events seen so far, sorted by hash (then number),
+ * for node_event_for(); the caller frees .v. */
+struct node_events {
+    struct zk_node_event *v;
+    size_t n;
+    uint64_t last;   /* the last event's number: what a check now has seen */
+    uint64_t forgot; /* events up to this number are not in .v */
+};
+
+static int cmp_event(const void *a, const void *b)
+{
+    const struct zk_node_event *x = a, *y = b;
+    return x->hash != y->hash ? (x->hash < y->hash ? -1 : 1) : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static struct node_events take_node_events(struct zk_backend *zb)
+{
+    struct node_events ev = {0};
+    pthread_mutex_lock(&zb->mu);
+    ev.last = zb->node_event_seq;
+    ev.forgot = zb->node_events_forgot;
+    ev.v = zb->n_node_events ? malloc(zb->n_node_events * sizeof *ev.v) : NULL;
+    if (ev.v) {
+        memcpy(ev.v, zb->node_events, zb->n_node_events * sizeof *ev.v);
+        ev.n = zb->n_node_events;
+    } else if (zb->n_node_events) {
+        ev.forgot = ev.last; /* no memory: every hold is asked about */
+    }
+    pthread_mutex_unlock(&zb->mu);
+    qsort(ev.v, ev.n, sizeof *ev.v, cmp_event);
+    return ev;
+}
+
+/* Whether an event for ZH's node may have come after the one numbered
+ * SINCE (one of its path's is numbered above it, or some were dropped). */
+static bool node_event_for(const struct node_events *ev, const struct zk_hold *zh, uint64_t since)
+{
+    if (since < ev->forgot)
+        return true;
+    struct zk_node_event key = {path_hash(zh->path), UINT64_MAX};
+    size_t lo = 0, hi = ev->n; /* the first entry above KEY */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cmp_event(&ev->v[mid], &key) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && ev->v[lo - 1].hash == key.hash && ev->v[lo - 1].seq > since;
+}
+
+/* One hold's renewal requests in flight. */
+struct hold_check {
+    struct zk_call *node; /* its node's exists */
+    struct zk_call **rest; /* a permit's other lease nodes */
+    int rest_rc;
+    bool by_watch;     /* its watch stands: confirmed by the sync alone */
+    bool after_events; /* sent after the node events were taken */
+};
+
+/* Send HOLD's exists (a lock's with an exists watch of the session, so
+ * that the next renewals need not ask again) and a permit's others. */
+static void send_check(struct zk_backend *zb, struct zk_session *s, struct dlock__renew_batch *b,
+                       size_t i, struct hold_check *check)
+{
+    struct dlock__hold *h = b->holds[i];
+    struct zk_hold *zh = h->bdata;
+    struct zk_call *k = dlock__zk_call_new(s->zh);
+    int rc = !k        ? ZSYSTEMERROR
+             : h->sem ? zoo_aexists(s->zh, zh->path, 0, dlock__zk_on_stat, k)
+                      : zoo_awexists(s->zh, zh->path, dlock__zk_watcher, s, dlock__zk_on_stat, k);
+    if (k && rc != ZOK) {
+        dlock__zk_call_dead(k, rc);
+        k = NULL;
+    }
+    check->node = k;
+    if (!k)
+        dlock__renew_result(b, i, dlock__zk_fail(zb, rc, "check", zh->path));
+    else if (h->sem)
+        check->rest_rc = dlock__zk_sem_check_send(zb, s->zh, h, &check->rest);
+}
+
 /* Confirm each hold's node still exists in the same session: a sync,
  * then one exists per hold (and per other lease node of a permit of K),
  * all pipelined on the session before any reply is waited for (one round
@@ -716,7 +834,19 @@ int dlock__zk_open(struct dlock_client *c, void **state)
  * still answers reads for a while (up to syncLimit ticks) after the
  * leader expired our session; reads ordered after a sync come from a
  * follower the leader still talks to, and so do the session touches that
- * keep the session alive. */
+ * keep the session alive.
+ *
+ * A lock's exists leaves a watch on its node, and while no event came
+ * for that node its next renewals send nothing of their own: the sync
+ * alone confirms it. Why that is the same check: a node is only ever
+ * deleted (or recreated, which deletes it first) by a change the watch
+ * reports, and the session's watch events and replies arrive in the order
+ * the server made them -- also after a reconnect, where the client
+ * library sets its watches again and the server reports what changed
+ * meanwhile before it answers what follows -- so once the sync's reply
+ * is in, every event for a change before the sync has been noted. A
+ * renewal cost a request per held lock per period (45 us of CPU each, in
+ * the client library's threads); now a held lock costs a lookup. */
 int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
 {
     struct zk_backend *zb = state;
@@ -731,12 +861,7 @@ int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
         s->refs++;
     pthread_mutex_unlock(&zb->mu);
 
-    /* each hold's requests in flight: its node's exists, a permit's others */
-    struct hold_check {
-        struct zk_call *node;
-        struct zk_call **rest;
-        int rest_rc;
-    } *checks = calloc(n ? n : 1, sizeof *checks);
+    struct hold_check *checks = calloc(n ? n : 1, sizeof *checks);
     if (!checks) {
         dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
         for (size_t i = 0; i < n; i++)
@@ -753,6 +878,9 @@ int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
     int64_t deadline = dlock__zk_call_deadline(zb, b->deadline);
     struct zk_call *barrier = NULL;
     int barrier_rc = ZOK;
+    pthread_mutex_lock(&zb->mu);
+    uint64_t seq_at_send = zb->node_event_seq; /* events after it: after the checks sent now */
+    pthread_mutex_unlock(&zb->mu);
     if (connected && deadline && n > 0) {
         barrier = dlock__zk_call_new(s->zh);
         barrier_rc = barrier ? zoo_async(s->zh, "/", dlock__zk_on_synced, barrier) : ZSYSTEMERROR;
@@ -778,25 +906,40 @@ int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
                                                  why));
             continue;
         }
-        struct zk_call *k = dlock__zk_call_new(s->zh);
-        int rc = k ? zoo_aexists(s->zh, zh->path, 0, dlock__zk_on_stat, k) : ZSYSTEMERROR;
-        if (k && rc != ZOK) {
-            dlock__zk_call_dead(k, rc);
-            k = NULL;
-        }
-        checks[i].node = k;
-        if (!k)
-            dlock__renew_result(b, i, dlock__zk_fail(zb, rc, "check", zh->path));
-        else if (h->sem)
-            checks[i].rest_rc = dlock__zk_sem_check_send(zb, s->zh, h, &checks[i].rest);
+        if (zh->watched && !h->sem)
+            checks[i].by_watch = true; /* decided once the sync is answered */
+        else
+            send_check(zb, s, b, i, &checks[i]);
     }
     if (barrier)
         barrier_rc = dlock__zk_call_wait(barrier, deadline, NULL, NULL, NULL);
+    struct node_events ev = take_node_events(zb);
     for (size_t i = 0; i < n; i++) {
-        if (!checks[i].node)
+        struct zk_hold *zh = holds[i]->bdata;
+        if (!checks[i].by_watch || (barrier_rc == ZOK && !node_event_for(&ev, zh, zh->watch_seq)))
             continue;
+        /* an event came for its node (or the sync failed): ask */
+        checks[i].by_watch = zh->watched = false;
+        if (barrier_rc == ZOK) {
+            checks[i].after_events = true;
+            send_check(zb, s, b, i, &checks[i]);
+        } else {
+            dlock__renew_result(b, i, dlock__zk_fail(zb, barrier_rc, "sync before checking",
+                                                     zh->path));
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
         struct dlock__hold *h = holds[i];
         struct zk_hold *zh = h->bdata;
+        if (checks[i].by_watch) {
+            zh->watch_seq = ev.last;
+            dlock__hold_confirmed(zb->c, h, sent);
+            dlock__renew_result(b, i, DLOCK_OK);
+            continue;
+        }
+        if (!checks[i].node)
+            continue;
+        zh->watched = false;
         struct Stat st;
         int rc = dlock__zk_call_wait(checks[i].node, deadline, &st, NULL, NULL);
         /* a permit of K: its other lease nodes too (semaphore.c) */
@@ -810,6 +953,11 @@ int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
             if (rest == DLOCK_OK)
                 dlock__hold_confirmed(zb->c, h, sent);
             dlock__renew_result(b, i, rest);
+            /* its watch stands unless an event taken above may have
+             * spent it (one that came after this exists was sent) */
+            zh->watched = !h->sem && (checks[i].after_events ||
+                                      !node_event_for(&ev, zh, seq_at_send));
+            zh->watch_seq = ev.last;
         } else if (rc == ZOK || rc == ZNONODE) {
             dlock__renew_result(b, i, dlock__err(DLOCK_ELOST,
                                                  "%s: lock '%s': its node %s is gone (deleted "
@@ -824,6 +972,7 @@ int dlock__zk_renew(void *state, struct dlock__renew_batch *b)
             dlock__renew_result(b, i, dlock__zk_fail(zb, rc, "check", zh->path));
         }
     }
+    free(ev.v);
     free(checks);
     if (s)
         dlock__zk_session_put(zb, s);

@@ -105,6 +105,19 @@ struct zk_backend {
     /* acquires of this client, each keyed by the path of the node it
      * watches: its deletion wakes that one, a session event all */
     struct dlock__waitset waiters;
+    /* the last node events (deleted, data changed, ...) the session
+     * watcher saw, numbered: a watched hold with one after its last check
+     * is checked again (session.c, renew) */
+    struct zk_node_event *node_events;
+    size_t n_node_events;
+    uint64_t node_event_seq;     /* the last event's number */
+    uint64_t node_events_forgot; /* events up to this number were dropped */
+};
+
+/* One node event: the hash of its path and its number. */
+struct zk_node_event {
+    uint64_t hash;
+    uint64_t seq;
 };
 
 /* Per-hold data (h->bdata). */
@@ -112,6 +125,9 @@ struct zk_hold {
     char *path;    /* full node path, chroot-relative */
     unsigned gen;  /* the session that created it */
     int64_t czxid;
+    bool watched;  /* a renewal found the node and left an exists watch on
+                      it: until an event for it, it stands */
+    uint64_t watch_seq; /* node events up to this number were looked at */
     char *shadow;  /* an exclusive hold's read node queued right behind it
                       for a downgrade (rwlock.c), or NULL */
     int64_t shadow_czxid;

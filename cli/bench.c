@@ -83,6 +83,10 @@ static const struct dlock_bench_baseline *const baselines[] = {
 #ifdef DLOCK_HAVE_ETCD
     &dlock_bench_etcd_baseline,
 #endif
+#ifdef DLOCK_HAVE_POSTGRES
+    &dlock_bench_postgres_baseline,
+    &dlock_bench_postgresql_baseline,
+#endif
     NULL,
 };
 

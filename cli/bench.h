@@ -89,5 +89,10 @@ extern const struct dlock_bench_baseline dlock_bench_zk_baseline;
 #ifdef DLOCK_HAVE_ETCD
 extern const struct dlock_bench_baseline dlock_bench_etcd_baseline;
 #endif
+#ifdef DLOCK_HAVE_POSTGRES
+/* postgres:// and postgresql:// (cli/bench_postgres.c) */
+extern const struct dlock_bench_baseline dlock_bench_postgres_baseline;
+extern const struct dlock_bench_baseline dlock_bench_postgresql_baseline;
+#endif
 
 #endif

@@ -12,6 +12,8 @@ int dlock__pq_load(void)
 {
     static const struct dlock__dl_sym syms[] = {
 #define SYM(field, name) {(void **)&dlock__pq.field, name}
+        SYM(connectdb, "PQconnectdb"),
+        SYM(exec, "PQexec"),
         SYM(connectStartParams, "PQconnectStartParams"),
         SYM(connectPoll, "PQconnectPoll"),
         SYM(status, "PQstatus"),

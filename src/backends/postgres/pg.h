@@ -35,6 +35,8 @@
  * reaches libpq through this table, filled by dlopen("libpq.so.5") when
  * the first postgres:// client opens (as etcd does with libcurl). */
 struct dlock__pq_api {
+    PGconn *(*connectdb)(const char *conninfo);         /* dlock bench's baseline */
+    PGresult *(*exec)(PGconn *conn, const char *query); /* dlock bench's baseline */
     PGconn *(*connectStartParams)(const char *const *keys, const char *const *values,
                                   int expand_dbname);
     PostgresPollingStatusType (*connectPoll)(PGconn *conn);

@@ -1526,6 +1526,66 @@ done:
     TU_CLOSE_CLIENTS(a, b);
 }
 
+/* The other owner of value_write_races_a_takeover: force-releases the
+ * name, takes it (handle-owned, so the test releases it) and writes its
+ * own value. */
+struct takeover {
+    dlock_client *c;
+    dlock_lock *l;
+    uint64_t token;
+    int rc_force, rc_acquire, rc_set;
+    atomic_bool done;
+};
+
+static void *take_over(void *arg)
+{
+    struct takeover *t = arg;
+    t->rc_force = dlock_force_release(t->c, "race");
+    t->rc_acquire = dlock_acquire(t->l, 10000);
+    if (t->rc_acquire == DLOCK_OK) {
+        dlock_token(t->l, &t->token);
+        t->rc_set = dlock_value_set(t->l, "b", 1);
+    }
+    atomic_store(&t->done, true);
+    return NULL;
+}
+
+/* A holder writing its value in a loop while another client
+ * force-releases the name, takes it and writes its own: every write of
+ * the first holder is DLOCK_OK or DLOCK_ELOST, and none lands after the
+ * second owner's -- the value left is the second owner's, with its
+ * token (the backend checks the hold in the write's own request). */
+TU_TEST(value_write_races_a_takeover, 60)
+{
+    if (has(CT_NO_VALUE) || !has(CT_FORCE_LIVE))
+        return;
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "race");
+    struct takeover t = {.c = b, .l = tu_lock_mode(b, "race", DLOCK_EXCLUSIVE,
+                                                   DLOCK_LOCK_HANDLE_OWNED)};
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    EXPECT_RC(dlock_value_set(la, "a", 1), DLOCK_OK);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, take_over, &t), 0);
+    int rc, written = 0;
+    while ((rc = dlock_value_set(la, "a", 1)) == DLOCK_OK && !atomic_load(&t.done))
+        written++;
+    pthread_join(th, NULL);
+    if (rc == DLOCK_OK) /* the other owner wrote meanwhile: this write must fail */
+        rc = dlock_value_set(la, "a", 1);
+    ck_assert_msg(rc == DLOCK_ELOST, "write %d: %s: %s", written, dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_int_eq(t.rc_force, DLOCK_OK);
+    ck_assert_int_eq(t.rc_acquire, DLOCK_OK);
+    ck_assert_int_eq(t.rc_set, DLOCK_OK);
+    EXPECT_RC(dlock_value_set(la, "a", 1), DLOCK_ELOST);
+    expect_value(a, "race", "b", t.token);
+    EXPECT_RC(dlock_release(la), DLOCK_ELOST);
+    TU_RELEASE_OK(t.l);
+    TU_FREE_LOCKS(la, t.l);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
 /* A release the server never got (every server process stopped: the
  * release fails, the core drops the hold) leaves the owner's entry on
  * the server. The same owner's next acquire of the name, once the server

@@ -646,10 +646,10 @@ int cmd_status(const char *url, int argc, char **argv)
     dlock_client_master(c, master, sizeof master);
     if (o.json) {
         json_lock(name, dlock_client_backend(c), info, o.semaphore);
-        printf(",\"master\":");
-        json_string_or_null(*master ? master : NULL);
         if (!o.semaphore)
             print_value(c, name, 1);
+        printf(",\"master\":");
+        json_string_or_null(*master ? master : NULL);
         printf("}\n");
     } else {
         printf("name:     ");

@@ -820,7 +820,8 @@ TU_TEST(value_command_run_and_status, 60)
     ck_assert_msg(strstr(out, "\nvalue:    step 1 (written by token "), "%s", out);
     free(out);
     ck_assert_int_eq(DLOCK(&out, NULL, "status", "vv", "--json"), 1);
-    ck_assert_msg(strstr(out, "\"value\":\"step 1\",\"value_token\":"), "%s", out);
+    ck_assert_msg(strstr(out, "\"value\":\"step 1\",\"value_token\":") && strstr(out, "\"master\":null}\n"),
+                  "%s", out);
     free(out);
     free(cmd);
     /* longer than DLOCK_VALUE_MAX: refused, the value stays */

@@ -29,4 +29,5 @@ for i in 1 2 3; do
   done
   hosts="$hosts${hosts:+,}127.0.0.1:$port"
 done
+"$DLOCK_BIN" -u "redlock://$hosts" bench uncontended -t 1 -m 1024 -d "${REDIS_BENCH_SECONDS:-3}"
 "$BUILD/bench/redlock_stalled" "redlock://$hosts" "${pids[2]}" "${REDLOCK_STALLED_ROUNDS:-300}"

@@ -87,6 +87,9 @@ endif
 ifeq ($(call have,libpq),y)
 AVAILABLE_BACKENDS += postgres
 endif
+ifeq ($(call have,libmariadb),y)
+AVAILABLE_BACKENDS += mysql
+endif
 AVAILABLE_BACKENDS := $(filter $(ALL_BACKENDS),$(AVAILABLE_BACKENDS))
 
 # BACKENDS="file redis" builds only those; by default every available one.
@@ -117,6 +120,11 @@ ifneq ($(filter postgres,$(BUILT_BACKENDS)),)
 # libpq is dlopen()ed by the postgres backend on first use
 # (src/backends/postgres/pg.h): its headers only.
 DEP_CFLAGS += $(shell pkg-config --cflags libpq)
+endif
+ifneq ($(filter mysql,$(BUILT_BACKENDS)),)
+# libmariadb is dlopen()ed by the mysql backend on first use
+# (src/backends/mysql/mysql.h): its headers only, as libcurl's.
+DEP_CFLAGS += $(shell pkg-config --cflags libmariadb)
 endif
 ifneq ($(filter zk,$(BUILT_BACKENDS)),)
 DEP_CFLAGS += -I/usr/include/zookeeper

@@ -16,6 +16,7 @@ build=(
   libcurl4-openssl-dev libjansson-dev                 # etcd backend
   libzookeeper-mt-dev                                 # ZooKeeper backend
   libpq-dev                                           # the postgres:// backend (headers; libpq5 dlopen()ed) and examples/fence_pg.c
+  libmariadb-dev                                      # MySQL/MariaDB backend (headers; libmariadb3 dlopen()ed)
 )
 test=(
   check libsubunit-dev                                # test framework
@@ -29,6 +30,7 @@ test=(
   clang-format                                        # make format-check (.clang-format)
   nftables                                            # fault harness: packet loss and reorder
   postgresql                                          # the postgres:// tests (check_postgres, the contract suites) and check_fencing_pg
+  mariadb-server                                      # the mysql:// tests (check_mysql, the contract suites)
 )
 case "${1:-}" in
   --build) packages=("${build[@]}") ;;

@@ -23,6 +23,9 @@ extern const struct dlock__backend dlock__backend_zk;
 #ifdef DLOCK_HAVE_POSTGRES
 extern const struct dlock__backend dlock__backend_postgres;
 #endif
+#ifdef DLOCK_HAVE_MYSQL
+extern const struct dlock__backend dlock__backend_mysql;
+#endif
 
 /* The query options each backend reads itself with dlock__url_param(),
  * beyond the core's (client.c). The core refuses any other option in
@@ -46,6 +49,7 @@ static const char *const postgres_params[] = {
     "sslrootcert", "sslcert",     "sslkey",       "sslpassword", "sslcrl",     "sslsni",
     "requirepeer", "gssencmode",  "krbsrvname",   "channel_binding", "target_session_attrs",
     "service",     "options",     "ssl_min_protocol_version", "ssl_max_protocol_version", NULL};
+static const char *const mysql_params[] = {"socket", NULL};
 
 static const struct {
     const char *scheme;
@@ -94,6 +98,13 @@ static const struct {
     {"postgres", NULL, "libpq's headers (libpq-dev)", postgres_params},
     {"postgresql", NULL, "libpq's headers (libpq-dev)", postgres_params},
 #endif
+#ifdef DLOCK_HAVE_MYSQL
+    {"mysql", &dlock__backend_mysql, NULL, mysql_params},
+    {"mariadb", &dlock__backend_mysql, NULL, mysql_params},
+#else
+    {"mysql", NULL, "the MariaDB client library's headers (libmariadb-dev)", mysql_params},
+    {"mariadb", NULL, "the MariaDB client library's headers (libmariadb-dev)", mysql_params},
+#endif
 };
 
 const char *const *dlock__backend_params(const char *scheme)
@@ -138,7 +149,7 @@ const struct dlock__backend *dlock__backend_find(const char *scheme, int *err)
     *err = dlock__err(DLOCK_EBADURL,
                       "unknown URL scheme '%s://' (known: file, redis, redis+unix, "
                       "redis+sentinel, redis+cluster, redlock, redlocks, etcd, etcd+https, zk, "
-                      "postgres, postgresql)",
+                      "postgres, postgresql, mysql, mariadb)",
                       scheme);
     return NULL;
 }

@@ -17,6 +17,7 @@
 
 #include "fixture_etcd.h"
 #include "fixture_pg.h"
+#include "fixture_mysql.h"
 #include "fixture_redis.h"
 #include "fixture_zk.h"
 #include "testutil.h"
@@ -533,6 +534,54 @@ static struct ct_fixture fx_postgres = {
 };
 #endif
 
+#ifdef DLOCK_HAVE_MYSQL
+/* MariaDB: GET_LOCK on a session per hold; no shared mode, no fair one. */
+static struct fx_mysql mysql_server;
+
+static bool mysql_start(struct ct_fixture *f)
+{
+    if (fx_mysql_start(&mysql_server))
+        return true;
+    snprintf(f->error, sizeof f->error, "%s", mysql_server.error);
+    return false;
+}
+
+static void mysql_stop(struct ct_fixture *f)
+{
+    (void)f;
+    fx_mysql_stop(&mysql_server);
+}
+
+static char *mysql_url(const struct ct_fixture *f, const char *query)
+{
+    (void)f;
+    return with_query(mysql_server.url, query);
+}
+
+static char *mysql_unreachable(const struct ct_fixture *f, int port)
+{
+    return tu_fmt("%s://127.0.0.1:%d/dlock?connect_timeout=1s", f->scheme, port);
+}
+
+static void mysql_pause(const struct ct_fixture *f, bool stop)
+{
+    (void)f;
+    pause_pid(mysql_server.pid, stop);
+}
+
+static struct ct_fixture fx_mysql = {
+    .name = "mysql",
+    .scheme = "mysql",
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .start = mysql_start,
+    .stop = mysql_stop,
+    .url = mysql_url,
+    .unreachable_url = mysql_unreachable,
+    .waiters = inspect_waiters,
+    .pause = mysql_pause,
+};
+#endif
+
 struct ct_fixture *const ct_fixtures[] = {
     &fx_file,
 #ifdef DLOCK_HAVE_REDIS
@@ -554,6 +603,9 @@ struct ct_fixture *const ct_fixtures[] = {
 #endif
 #ifdef DLOCK_HAVE_POSTGRES
     &fx_postgres,
+#endif
+#ifdef DLOCK_HAVE_MYSQL
+    &fx_mysql,
 #endif
     NULL,
 };
@@ -602,11 +654,12 @@ FIXTURE_HOOKS(9)
 FIXTURE_HOOKS(10)
 FIXTURE_HOOKS(11)
 FIXTURE_HOOKS(12)
-static void (*const begins[])(void) = {begin_0, begin_1, begin_2, begin_3, begin_4,
-                                       begin_5, begin_6, begin_7, begin_8, begin_9,
-                                       begin_10, begin_11, begin_12};
-static void (*const ends[])(void) = {end_0, end_1, end_2, end_3, end_4,  end_5, end_6,
-                                     end_7, end_8, end_9, end_10, end_11, end_12};
+FIXTURE_HOOKS(13)
+static void (*const begins[])(void) = {begin_0,  begin_1,  begin_2,  begin_3,  begin_4,
+                                       begin_5,  begin_6,  begin_7,  begin_8,  begin_9,
+                                       begin_10, begin_11, begin_12, begin_13};
+static void (*const ends[])(void) = {end_0, end_1, end_2,  end_3,  end_4,  end_5,  end_6,
+                                     end_7, end_8, end_9, end_10, end_11, end_12, end_13};
 
 /* Checked setup, in the test's own process. */
 static void test_begin(void)

@@ -1,0 +1,453 @@
+/* mutex.c -- the MySQL/MariaDB backend: open and close, the locks
+ * (GET_LOCK and RELEASE_LOCK, each on a session of its own), their
+ * renewal, and the backend's table.
+ *
+ * A lock is taken on a session from the pool by
+ *
+ *   SELECT CASE GET_LOCK(name, timeout) WHEN 1 THEN ... WHEN 0 THEN 0 END
+ *
+ * -- the wait sleeps in the server -- and its fencing token comes from
+ * one row of an InnoDB table, UPDATEd on the same session right after
+ * the grant (durable at commit; a MariaDB SEQUENCE is not:
+ * docs/protocol-mysql.md). The
+ * session also keeps the token and the encoded name in user variables
+ * (@dlock_token, @dlock_name), where inspect and list read them
+ * (performance_schema.user_variables_by_thread: a hashed name is listed
+ * by its real one). The session then belongs to the hold until its
+ * release; its wait_timeout is the lease, and the keeper's renewal (a
+ * statement that checks the lock is still the session's) is what
+ * keeps it from idling out. A session the server ended is a lost hold.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mysql.h"
+
+/* Why a session a hold pinned may have ended: the server cannot tell
+ * the client which. */
+#define SESSION_ENDED                                                                   \
+    "(killed by another session -- force-released --, the server restarted, the lease " \
+    "passed while this process was frozen, or the connection broke)"
+
+/* A hold's session and its GET_LOCK name. */
+struct my_hold {
+    struct my_conn *k; /* NULL once the session ended */
+    char *name_sql;
+};
+
+static void hold_free(struct my_hold *mh)
+{
+    if (!mh)
+        return;
+    free(mh->name_sql);
+    free(mh);
+}
+
+/* ------------------------------------------------------------- acquire */
+
+/* GET_LOCK's timeout for wait deadline WD ("0" for try-once). */
+static void lock_timeout(const struct dlock__wait *w, char *buf, size_t size)
+{
+    int64_t wd = dlock__wait_deadline(w);
+    if (dlock__wait_try_once(w)) {
+        snprintf(buf, size, "0");
+    } else if (wd == DLOCK__NEVER) {
+        snprintf(buf, size, "%d", MYSQL_FOREVER_S);
+    } else {
+        int64_t left = wd - dlock__now_ms();
+        if (left < 0)
+            left = 0;
+        snprintf(buf, size, "%lld.%03lld", (long long)(left / 1000), (long long)(left % 1000));
+    }
+}
+
+/* Check that MH's lock is still its session's: the statement every
+ * renewal sends, and an acquire whose wait was long (its validity runs
+ * from this send). DLOCK_OK, DLOCK_ELOST, or a failure (*BROKEN: the
+ * session is unusable). */
+static int still_ours(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
+                      int64_t deadline, bool *broken)
+{
+    char *sql = dlock__sprintf("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", mh->name_sql);
+    if (!sql)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    struct my_io io = {.deadline = deadline, .cancel_fd = -1};
+    MYSQL_RES *res = NULL;
+    int rc = dlock__my_query(s, mh->k, sql, &io, &res, broken, "check a hold");
+    free(sql);
+    if (rc)
+        return rc;
+    unsigned long long v = 0;
+    dlock__my_first(res, &v, NULL);
+    mysql_free_result(res);
+    if (v != 1)
+        return dlock__err(DLOCK_ELOST,
+                          "%s: lock '%s' is no longer held by its session (connection %lu): "
+                          "force-released",
+                          s->label, h->name, mh->k->id);
+    return DLOCK_OK;
+}
+
+/* Release what a canceled GET_LOCK took after all. */
+static void give_back(struct my_backend *s, struct my_hold *mh, bool *broken)
+{
+    char *sql = dlock__sprintf("DO RELEASE_LOCK(%s)", mh->name_sql);
+    struct my_io io = {.deadline = dlock__now_ms() + s->c->opts.op_timeout_ms, .cancel_fd = -1};
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    if (!sql || dlock__my_query(s, mh->k, sql, &io, NULL, broken, "give back a canceled lock"))
+        *broken = true; /* closing the session frees it */
+    dlock__errmsg_restore(DLOCK_OK, msg);
+    free(sql);
+}
+
+/* The fencing token of the hold MH's session was just granted: one row
+ * of MYSQL_FENCE_TABLE, incremented in a transaction of its own (durable
+ * at commit with innodb_flush_log_at_trx_commit=1, the default), its new
+ * value through LAST_INSERT_ID() in the reply, and kept in @dlock_token
+ * for inspect. */
+static int next_token(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
+                      unsigned long long *token, bool *broken)
+{
+    struct my_io io = {.deadline = dlock__now_ms() + s->c->opts.op_timeout_ms, .cancel_fd = -1};
+    int rc = dlock__my_query(s, mh->k,
+                             "UPDATE " MYSQL_FENCE_TABLE " SET n = LAST_INSERT_ID(n + 1) WHERE "
+                             "id = 1 AND (@dlock_token := n + 1) > 0",
+                             &io, NULL, broken, "take the fencing token");
+    if (rc)
+        return rc;
+    *token = mysql_insert_id(mh->k->db);
+    if (!*token)
+        return dlock__err(DLOCK_EPROTO,
+                          "%s: lock '%s': the fencing counter " MYSQL_FENCE_TABLE
+                          " has no row 1 (was it emptied?)",
+                          s->label, h->name);
+    return DLOCK_OK;
+}
+
+static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct my_backend *s = state;
+    int cancel_fd = -1;
+    int rc = dlock__wait_cancel_fd(w, &cancel_fd);
+    if (rc == DLOCK_ECANCELED)
+        return rc;
+    struct my_hold *mh = calloc(1, sizeof *mh);
+    char *enc = NULL;
+    if (!mh || !(mh->name_sql = dlock__my_name_sql(s, h->name, &enc))) {
+        hold_free(mh);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    int64_t wd = dlock__wait_deadline(w);
+    rc = dlock__my_conn_get(s, h->lease_ms, dlock__time_budget(wd, s->c->opts.connect_timeout_ms),
+                            &mh->k);
+    if (rc) {
+        free(enc);
+        hold_free(mh);
+        return rc;
+    }
+    char timeout[32];
+    lock_timeout(w, timeout, sizeof timeout);
+    char *sql = dlock__sprintf("SELECT /*dlock-wait:%s*/ CASE GET_LOCK(%s, %s) WHEN 1 THEN "
+                               "LENGTH(@dlock_name := '%s') > 0 WHEN 0 THEN 0 END",
+                               enc, mh->name_sql, timeout, enc);
+    free(enc);
+    /* The server answers a wait by its end; the reply gets the op
+     * timeout beyond it. */
+    int64_t now = dlock__now_ms();
+    struct my_io io = {
+        .deadline = dlock__wait_try_once(w) || wd == DLOCK__NEVER ? now + s->c->opts.op_timeout_ms
+                                                                  : wd + s->c->opts.op_timeout_ms,
+        .cancel_fd = cancel_fd,
+    };
+    if (wd == DLOCK__NEVER && !dlock__wait_try_once(w))
+        io.deadline = DLOCK__NEVER;
+    MYSQL_RES *res = NULL;
+    bool broken = false, isnull = true;
+    unsigned long long token = 0;
+    rc = sql ? dlock__my_query(s, mh->k, sql, &io, &res, &broken, "GET_LOCK")
+             : dlock__err(DLOCK_ENOMEM, "out of memory");
+    free(sql);
+    if (!rc) {
+        dlock__my_first(res, &token, &isnull);
+        mysql_free_result(res);
+    }
+    if (io.canceled) {
+        if (!rc && token)
+            give_back(s, mh, &broken);
+        rc = dlock__err(DLOCK_ECANCELED, "lock '%s': wait canceled", h->name);
+    } else if (!rc && isnull) {
+        rc = dlock__err(DLOCK_EBACKEND,
+                        "%s: lock '%s': GET_LOCK answered NULL (the wait was "
+                        "killed by another session, or the server failed)",
+                        s->label, h->name);
+    } else if (!rc && !token) {
+        rc = dlock__wait_try_once(w)
+                 ? dlock__err(DLOCK_EBUSY, "lock '%s' is held by another session", h->name)
+                 : dlock__err(DLOCK_ETIMEDOUT,
+                              "lock '%s': still held by another session when "
+                              "the wait ended",
+                              h->name);
+    } else if (!rc) {
+        rc = next_token(s, h, mh, &token, &broken);
+    }
+    if (!rc && !io.canceled && dlock__now_ms() - now > h->lease_ms / 3) {
+        /* A long wait: the server's idle clock started when it answered,
+         * which may be long after our send; validity runs from a new one. */
+        now = dlock__now_ms();
+        rc = still_ours(s, h, mh, now + s->c->opts.op_timeout_ms, &broken);
+    }
+    if (rc) {
+        /* anything else went wrong after the grant: closing the session
+         * frees the lock */
+        dlock__my_conn_put(s, mh->k,
+                           broken || (rc != DLOCK_EBUSY && rc != DLOCK_ETIMEDOUT &&
+                                      rc != DLOCK_ECANCELED));
+        mh->k = NULL;
+        hold_free(mh);
+        return rc;
+    }
+    h->token = token;
+    h->bdata = mh;
+    snprintf(h->owner, sizeof h->owner, "%.70s/%lu", s->ident, mh->k->id);
+    dlock__hold_confirmed(s->c, h, now);
+    return DLOCK_OK;
+}
+
+/* ------------------------------------------------------------- release */
+
+static int my_release(void *state, struct dlock__hold *h)
+{
+    struct my_backend *s = state;
+    struct my_hold *mh = h->bdata;
+    h->bdata = NULL;
+    if (!mh)
+        return dlock__err(DLOCK_ELOST, "lock '%s': no session holds it", h->name);
+    if (!mh->k) {
+        hold_free(mh);
+        return dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: its session ended", s->label,
+                          h->name);
+    }
+    char *sql = dlock__sprintf("SELECT RELEASE_LOCK(%s)", mh->name_sql);
+    struct my_io io = {.deadline = dlock__now_ms() + s->c->opts.op_timeout_ms, .cancel_fd = -1};
+    MYSQL_RES *res = NULL;
+    bool broken = false;
+    int rc = sql ? dlock__my_query(s, mh->k, sql, &io, &res, &broken, "RELEASE_LOCK")
+                 : dlock__err(DLOCK_ENOMEM, "out of memory");
+    free(sql);
+    unsigned long long v = 0;
+    if (!rc) {
+        dlock__my_first(res, &v, NULL);
+        mysql_free_result(res);
+        if (v != 1)
+            rc = dlock__err(DLOCK_ELOST,
+                            "%s: lock '%s' was lost: its session (connection %lu) no longer "
+                            "held it (force-released)",
+                            s->label, h->name, mh->k->id);
+    } else if (broken) {
+        char why[DLOCK__MSG_MAX];
+        dlock__errmsg_save(why);
+        rc = dlock__err(DLOCK_ELOST, "lock '%s' was lost: its session ended " SESSION_ENDED " (%s)",
+                        h->name, why);
+    } else {
+        rc = DLOCK_OK; /* the session is closed below, and its lock with it */
+        broken = true;
+    }
+    dlock__my_conn_put(s, mh->k, broken);
+    mh->k = NULL;
+    hold_free(mh);
+    return rc;
+}
+
+/* --------------------------------------------------------------- renew */
+
+static int my_renew(void *state, struct dlock__renew_batch *b)
+{
+    struct my_backend *s = state;
+    for (size_t i = 0; i < b->n; i++) {
+        struct dlock__hold *h = b->holds[i];
+        struct my_hold *mh = h->bdata;
+        if (!mh || !mh->k) {
+            dlock__renew_result(b, i,
+                                dlock__err(DLOCK_ELOST,
+                                           "%s: lock '%s' was lost: its session "
+                                           "ended",
+                                           s->label, h->name));
+            continue;
+        }
+        int64_t sent = dlock__now_ms();
+        bool broken = false;
+        int rc = still_ours(s, h, mh, dlock__time_budget(b->deadline, s->c->opts.op_timeout_ms),
+                            &broken);
+        if (rc && broken) {
+            /* The session cannot be resumed: what it held is gone, or
+             * will be when the server ends it (its wait_timeout). */
+            char why[DLOCK__MSG_MAX];
+            dlock__errmsg_save(why);
+            rc = dlock__err(DLOCK_ELOST,
+                            "lock '%s' was lost: its session ended " SESSION_ENDED " (%s)", h->name,
+                            why);
+            dlock__my_conn_close(mh->k);
+            mh->k = NULL;
+        }
+        if (!rc)
+            dlock__hold_confirmed(s->c, h, sent);
+        dlock__renew_result(b, i, rc);
+    }
+    return DLOCK_OK;
+}
+
+/* ---------------------------------------------------------- open, close */
+
+static void backend_free(struct my_backend *s)
+{
+    if (!s)
+        return;
+    dlock__my_pool_drain(s);
+    pthread_mutex_destroy(&s->mu);
+    free(s->host);
+    free(s->socket);
+    free(s->user);
+    free(s->password);
+    free(s->db);
+    free(s->prefix);
+    free(s);
+}
+
+/* What the server is, refused when it cannot serve (Galera refuses
+ * GET_LOCK), and the fencing counter, made when missing. */
+static int check_server(struct my_backend *s)
+{
+    MYSQL_RES *res = NULL;
+    int rc = dlock__my_query_pooled(
+        s,
+        "SELECT VERSION(), (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
+        "WHERE VARIABLE_NAME = 'WSREP_ON'), (SELECT COUNT(*) FROM information_schema.TABLES "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" MYSQL_FENCE_TABLE "')",
+        &res, "read the server's version");
+    if (rc)
+        return rc;
+    MYSQL_ROW row = dlock__my_first(res, NULL, NULL);
+    char version[128] = "";
+    bool galera = false, have_fence = row && row[2] && strcmp(row[2], "0") != 0;
+    if (row && row[0])
+        dlock__escape_text(version, sizeof version, row[0]);
+    if (row && row[1])
+        galera = strcasecmp(row[1], "ON") == 0;
+    mysql_free_result(res);
+    if (galera)
+        return dlock__err(DLOCK_ENOTSUP,
+                          "%s: the server (%s) is a Galera cluster node (wsrep_on=ON): Galera "
+                          "does not replicate GET_LOCK's locks and refuses them; point the URL "
+                          "at a server outside the cluster",
+                          s->label, version);
+    /* Only when missing: creating it needs the CREATE privilege, using
+     * it only UPDATE. */
+    if (have_fence)
+        return DLOCK_OK;
+    rc = dlock__my_query_pooled(s,
+                                "CREATE TABLE IF NOT EXISTS " MYSQL_FENCE_TABLE
+                                " (id TINYINT PRIMARY KEY, n BIGINT UNSIGNED NOT NULL) "
+                                "ENGINE=InnoDB",
+                                NULL,
+                                "create the fencing counter " MYSQL_FENCE_TABLE
+                                " (needs the CREATE privilege once)");
+    if (!rc)
+        rc = dlock__my_query_pooled(s, "INSERT IGNORE INTO " MYSQL_FENCE_TABLE " VALUES (1, 0)",
+                                    NULL, "seed the fencing counter " MYSQL_FENCE_TABLE);
+    return rc;
+}
+
+static int my_open(struct dlock_client *c, void **state)
+{
+    *state = NULL;
+    const char *url = c->url.redacted;
+    int rc = dlock__mariadb_load();
+    if (rc)
+        return rc;
+    const char *socket = dlock__url_param(&c->url, "socket");
+    if (c->url.nhosts > 1)
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': one server only (mysql://HOST:PORT/DB)",
+                          url);
+    if (c->url.nhosts == 0 && !socket)
+        return dlock__err(DLOCK_EBADURL,
+                          "bad URL '%s': no server (mysql://HOST:PORT/DB, or ?socket=PATH)", url);
+    if (!c->url.path || !c->url.path[1] || strchr(c->url.path + 1, '/'))
+        return dlock__err(DLOCK_EBADURL,
+                          "bad URL '%s': name the database in the path (mysql://HOST/DB): the "
+                          "fencing counter lives there",
+                          url);
+    if (c->opts.tls_ca || c->opts.tls_cert || c->opts.tls_key)
+        return dlock__err(DLOCK_ENOTSUP, "%s: TLS is not supported by the mysql backend yet", url);
+    if (c->opts.layout)
+        return dlock__err(DLOCK_EBADURL, "bad URL '%s': the mysql backend has no layouts", url);
+    struct my_backend *s = calloc(1, sizeof *s);
+    if (!s)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    s->c = c;
+    pthread_mutex_init(&s->mu, NULL);
+    s->host = c->url.nhosts ? dlock__strdup(c->url.hosts[0].host) : NULL;
+    s->port =
+        c->url.nhosts && c->url.hosts[0].port ? (unsigned)c->url.hosts[0].port : MYSQL_DEFAULT_PORT;
+    s->socket = socket ? dlock__strdup(socket) : NULL;
+    s->user = c->opts.user ? dlock__strdup(c->opts.user) : NULL;
+    s->db = dlock__strdup(c->url.path + 1);
+    s->prefix = dlock__strdup(c->opts.key_prefix ? c->opts.key_prefix : "");
+    if (c->opts.password)
+        s->password = dlock__strdup(c->opts.password);
+    else if ((rc = dlock__password_env("DLOCK_MYSQL_PASSWORD", &s->password))) {
+        backend_free(s);
+        return rc;
+    }
+    if (s->socket)
+        snprintf(s->label, sizeof s->label, "mysql %s/%s", s->socket, s->db);
+    else
+        snprintf(s->label, sizeof s->label,
+                 strchr(s->host, ':') ? "mysql [%s]:%u/%s" : "mysql %s:%u/%s", s->host, s->port,
+                 s->db);
+    dlock__identity(s->ident, sizeof s->ident);
+    rc = check_server(s);
+    if (rc) {
+        backend_free(s);
+        return rc;
+    }
+    *state = s;
+    return DLOCK_OK;
+}
+
+static void my_close(void *state)
+{
+    backend_free(state);
+}
+
+/* --------------------------------------------------------------- table */
+
+static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
+
+static const struct dlock__lock_ops my_lock_ops = {
+    .acquire = my_acquire,
+    .release = my_release,
+};
+
+static const struct dlock__admin_ops my_admin_ops = {
+    .inspect = dlock__my_inspect,
+    .check = dlock__my_check,
+    .force_release = dlock__my_force_release,
+    .list = dlock__my_list,
+};
+
+const struct dlock__backend dlock__backend_mysql = {
+    .name = "mysql",
+    .schemes = my_schemes,
+    .caps = DLOCK__CAP_LEASES | DLOCK__CAP_FIXED_LEASE,
+    .default_port = MYSQL_DEFAULT_PORT,
+    .open = my_open,
+    .close = my_close,
+    .renew = my_renew,
+    .locks = &my_lock_ops,
+    .admin = &my_admin_ops,
+    .no_semaphores_why = "MySQL's user locks have no counting form (semaphores on it are not "
+                         "built yet)",
+};

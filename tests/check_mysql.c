@@ -1,0 +1,362 @@
+/* check_mysql.c -- the MySQL/MariaDB backend against a real mariadbd, for
+ * what only it does (the lock contract runs on it in check_contract).
+ *
+ * One server for the binary's case (tests/lib/fixture_mysql.h), started
+ * once; the restart test starts one of its own. Holders that are frozen
+ * or killed are forked children with their own client: a real SIGSTOP,
+ * a real SIGKILL. A relay (tests/lib/relay.h) cuts a holder off. No
+ * timing assertion is tight: "within about one lease" is checked with a
+ * generous bound.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "contract.h" /* EXPECT_RC */
+#include "dlock.h"
+#include "fixture_mysql.h"
+#include "relay.h"
+#include "testutil.h"
+
+static struct fx_mysql M;
+static bool M_ok;
+
+static void server_up(void)
+{
+    M_ok = fx_mysql_start(&M);
+    if (!M_ok)
+        fprintf(stderr, "fixture: %s\n", M.error);
+}
+
+static void server_down(void)
+{
+    fx_mysql_stop(&M);
+}
+
+TU_CASE(server, server_up, server_down, TU_AROUND_CASE)
+
+/* The server's URL with QUERY (may be NULL) and a fresh prefix. */
+static char *url_with(const char *query)
+{
+    ck_assert_msg(M_ok, "mariadbd did not start: %s", M.error);
+    static int serial;
+    return tu_fmt("%s?prefix=t%d-%d-%s%s", M.url, (int)getpid(), serial++, query ? "&" : "",
+                  query ? query : "");
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A child that holds NAME on URL, writes its token to DIR/held, and then
+ * sleeps until killed. */
+static pid_t fork_sleeping_holder(const char *url, const char *name, const char *dir)
+{
+    pid_t pid = tu_fork();
+    if (pid > 0)
+        return pid;
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    if (dlock_open(url, &c) || dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) ||
+        dlock_acquire(l, 30000))
+        _exit(10);
+    uint64_t t = 0;
+    dlock_token(l, &t);
+    char *path = tu_fmt("%s/held", dir), *text = tu_fmt("%" PRIu64 "\n", t);
+    tu_write_marker(path, text);
+    for (;;)
+        pause();
+}
+
+/* A holder frozen (SIGSTOP) or killed (SIGKILL) with SIG: the next
+ * holder gets the lock within about one lease, with a greater token. */
+static void holder_ends_with(int sig, const char *tag)
+{
+    char *url = url_with("lease=2s");
+    char *dir = tu_tmpdir(tag);
+    pid_t pid = fork_sleeping_holder(url, "frozen", dir);
+    char *held = tu_fmt("%s/held", dir);
+    ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
+    uint64_t t1 = tu_read_u64(held);
+    if (sig == SIGSTOP)
+        tu_pause(pid);
+    else
+        kill(pid, sig);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "frozen");
+    int64_t t0 = now_ms();
+    TU_ACQUIRE_OK(l, 30000);
+    int64_t took = now_ms() - t0;
+    /* about one lease (2 s, whole seconds on the server); bound generous */
+    ck_assert_msg(took < 20000, "the lock came back after %lld ms", (long long)took);
+    uint64_t t2 = 0;
+    dlock_token(l, &t2);
+    ck_assert_msg(t2 > t1, "token %" PRIu64 " after %" PRIu64, t2, t1);
+    TU_RELEASE_OK(l);
+    kill(pid, SIGKILL);
+    kill(pid, SIGCONT);
+    tu_wait_exit(pid);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(held);
+    free(dir);
+    free(url);
+}
+
+TU_TEST_IN(server, sigstopped_holder_loses_within_a_lease, 90)
+{
+    holder_ends_with(SIGSTOP, "mysql-stop");
+}
+
+TU_TEST_IN(server, killed_holder_frees_the_lock, 90)
+{
+    holder_ends_with(SIGKILL, "mysql-kill");
+}
+
+/* A cancel ends a wait that sleeps in the server at once: the server's
+ * process list no longer shows it (KILL QUERY), not only the client. */
+TU_TEST_IN(server, cancel_ends_the_server_side_wait, 60)
+{
+    char *url = url_with(NULL);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "c"), *lb = tu_lock(b, "c");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    struct tu_waiter w;
+    tu_waiter_start(&w, lb, DLOCK_FOREVER);
+    dlock_info *info = NULL;
+    long waiters = 0;
+    for (int i = 0; i < 1000 && waiters < 1; i++) {
+        EXPECT_RC(dlock_inspect(a, "c", &info), DLOCK_OK);
+        waiters = dlock_info_waiter_count(info);
+        dlock_info_free(info);
+        if (waiters < 1)
+            tu_sleep_ms(20);
+    }
+    ck_assert_int_eq(waiters, 1);
+    EXPECT_RC(dlock_lock_cancel(lb), DLOCK_OK);
+    tu_waiter_join(&w);
+    ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter: %s", dlock_err_name(w.rc));
+    EXPECT_RC(dlock_inspect(a, "c", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_waiter_count(info), 0); /* gone from the server */
+    dlock_info_free(info);
+    EXPECT_RC(dlock_acquire(lb, DLOCK_TRY), DLOCK_EBUSY);
+    TU_RELEASE_OK(la);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY); /* the canceled wait took nothing */
+    TU_RELEASE_OK(lb);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+}
+
+/* A holder cut off by the network (a relay that swallows everything):
+ * its renewals go unanswered, it is told it lost the lock, and the server
+ * ends its idle session, so another client gets the lock. */
+TU_TEST_IN(server, relay_cut_holder, 90)
+{
+    struct tu_relay r;
+    tu_relay_start(&r, M.port, TU_RELAY_PASS);
+    char *direct = url_with("lease=2s");
+    char *cut = tu_fmt("mysql://root@127.0.0.1:%d/dlock%s", r.port, strchr(direct, '?'));
+    dlock_client *a = tu_open(cut), *b = tu_open(direct);
+    dlock_lock *la = tu_lock(a, "cut"), *lb = tu_lock(b, "cut");
+    struct tu_lost lost = {0};
+    dlock_lock_on_lost(la, tu_on_lost, &lost);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t t1 = 0, t2 = 0;
+    dlock_token(la, &t1);
+    tu_relay_set(&r, TU_RELAY_BLACKHOLE);
+    TU_ACQUIRE_OK(lb, 30000);
+    dlock_token(lb, &t2);
+    ck_assert_msg(t2 > t1, "token %" PRIu64 " after %" PRIu64, t2, t1);
+    ck_assert_msg(tu_wait_lost(&lost, 1, 30000), "the cut-off holder was never told");
+    ck_assert_int_eq(dlock_validity_ms(la), 0);
+    TU_RELEASE_OK(lb);
+    EXPECT_RC(dlock_release(la), DLOCK_ELOST);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+    tu_relay_stop(&r);
+    free(cut);
+    free(direct);
+}
+
+/* Credentials the server refuses, a database it does not have: one clear
+ * error naming the thing. */
+TU_TEST_IN(server, bad_credentials_and_missing_database, 60)
+{
+    ck_assert_msg(M_ok, "mariadbd did not start: %s", M.error);
+    char *bad = tu_fmt("mysql://nobody:wrong@127.0.0.1:%d/dlock", M.port);
+    dlock_client *c = NULL;
+    EXPECT_RC(dlock_open(bad, &c), DLOCK_EAUTH);
+    ck_assert_msg(strstr(dlock_errmsg(), "'nobody'") && strstr(dlock_errmsg(), "Access denied"),
+                  "%s", dlock_errmsg());
+    char *missing = tu_fmt("mysql://root@127.0.0.1:%d/no_such_db", M.port);
+    EXPECT_RC(dlock_open(missing, &c), DLOCK_ENOENT);
+    ck_assert_msg(strstr(dlock_errmsg(), "database 'no_such_db' does not exist"), "%s",
+                  dlock_errmsg());
+    char *nodb = tu_fmt("mysql://root@127.0.0.1:%d", M.port);
+    EXPECT_RC(dlock_open(nodb, &c), DLOCK_EBADURL);
+    free(nodb);
+    free(missing);
+    free(bad);
+}
+
+/* Names of every byte (1..255), alone and all in one long name that is
+ * hashed: each a lock of its own, busy for another client, listed by its
+ * own name. In batches: each hold is a server connection of its own
+ * (max_connections is 151). */
+TU_TEST_IN(server, names_with_every_byte, 90)
+{
+    char *url = url_with(NULL);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    enum { N = 256, BATCH = 32 };
+    char *names[N];
+    char all[256];
+    for (int i = 1; i < 256; i++) {
+        names[i - 1] = tu_fmt("%c", i);
+        all[i - 1] = (char)i;
+    }
+    all[255] = 0;
+    names[N - 1] = tu_fmt("%s", all);
+    for (int from = 0; from < N; from += BATCH) {
+        dlock_lock *la[BATCH], *lb[BATCH];
+        for (int i = from; i < from + BATCH; i++) {
+            la[i - from] = tu_lock(a, names[i]);
+            lb[i - from] = tu_lock(b, names[i]);
+            ck_assert_msg(dlock_acquire(la[i - from], DLOCK_TRY) == DLOCK_OK, "name %d: %s", i,
+                          dlock_errmsg());
+        }
+        for (int i = from; i < from + BATCH; i++)
+            ck_assert_msg(dlock_acquire(lb[i - from], DLOCK_TRY) == DLOCK_EBUSY,
+                          "name %d not busy: %s", i, dlock_errmsg());
+        char **v = tu_list_names(a, NULL);
+        for (int i = from; i < from + BATCH; i++)
+            ck_assert_msg(tu_listed(v, names[i]), "list lost name %d", i);
+        ck_assert_uint_eq(tu_count_names(v), BATCH);
+        tu_free_names(v);
+        for (int i = 0; i < BATCH; i++) {
+            TU_RELEASE_OK(la[i]);
+            dlock_lock_free(la[i]);
+            dlock_lock_free(lb[i]);
+        }
+    }
+    for (int i = 0; i < N; i++)
+        free(names[i]);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+}
+
+static int count_name(const char *name, void *arg)
+{
+    (void)name;
+    ++*(int *)arg;
+    return 0;
+}
+
+/* force-release by a user the server does not let KILL the holder:
+ * DLOCK_EACCES with the server's words; list with the instrument off:
+ * DLOCK_ENOTSUP naming it. */
+TU_TEST_IN(server, force_release_refused_and_list_off, 60)
+{
+    char *url = url_with(NULL);
+    char *out = fx_mysql_sql(&M, "CREATE USER IF NOT EXISTS 'weak'@'127.0.0.1' IDENTIFIED BY "
+                                 "'weakpw'; GRANT SELECT ON dlock.* TO 'weak'@'127.0.0.1'");
+    ck_assert_msg(out, "could not create the user");
+    free(out);
+    dlock_client *a = tu_open(url);
+    dlock_lock *l = tu_lock(a, "kept");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    char *weak = tu_fmt("mysql://weak:weakpw@127.0.0.1:%d/dlock%s", M.port, strchr(url, '?'));
+    dlock_client *w = tu_open(weak);
+    EXPECT_RC(dlock_force_release(w, "kept"), DLOCK_EACCES);
+    ck_assert_msg(strstr(dlock_errmsg(), "not owner"), "%s", dlock_errmsg());
+    ck_assert_int_gt(dlock_validity_ms(l), 0);
+    out = fx_mysql_sql(&M, "UPDATE performance_schema.setup_instruments SET ENABLED = 'NO' "
+                           "WHERE NAME = 'wait/lock/metadata/sql/mdl'");
+    free(out);
+    int n = 0;
+    EXPECT_RC(dlock_list(a, NULL, count_name, &n), DLOCK_ENOTSUP);
+    ck_assert_msg(strstr(dlock_errmsg(), "wait/lock/metadata/sql/mdl"), "%s", dlock_errmsg());
+    out = fx_mysql_sql(&M, "UPDATE performance_schema.setup_instruments SET ENABLED = 'YES' "
+                           "WHERE NAME = 'wait/lock/metadata/sql/mdl'");
+    free(out);
+    TU_RELEASE_OK(l);
+    dlock_lock_free(l);
+    TU_CLOSE_CLIENTS(a, w);
+    free(weak);
+    free(url);
+}
+
+/* The CLI: run, hold, status, list. */
+TU_TEST_IN(server, cli_run_hold_status_list, 90)
+{
+    char *url = url_with(NULL);
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(TU_DLOCK(NULL, &err, NULL, "-u", url, "run", "-n", "job", "--", "true"), 0);
+    free(err);
+    char *inner = tu_fmt("%s -u '%s' status job && %s -u '%s' list && %s -u '%s' run -n job -- "
+                         "true; echo busy=$?",
+                         tu_dlock_bin(), url, tu_dlock_bin(), url, tu_dlock_bin(), url);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "run", "-n", "job", "--", "sh", "-c",
+                              inner),
+                     0);
+    ck_assert_msg(strstr(out, "held (exclusive)") && strstr(out, "token:") &&
+                      strstr(out, "\njob\n") && strstr(out, "busy=1"),
+                  "%s", out);
+    free(out);
+    free(inner);
+    /* hold: one line once held, released when stdin ends */
+    char *hold = tu_fmt("echo | %s -u '%s' hold job", tu_dlock_bin(), url);
+    const char *sh[] = {"sh", "-c", hold, NULL};
+    ck_assert_int_eq(tu_run(sh, NULL, &out, NULL), 0);
+    ck_assert_msg(strstr(out, "token=") && strstr(out, "name=job"), "%s", out);
+    free(out);
+    free(hold);
+    free(url);
+}
+
+/* ------------------------------------------------ a server of its own */
+
+/* The server restarts (a crash) under a holder: the holder is told it
+ * lost the lock, and the next holder's token is greater -- the sequence
+ * is durable. */
+TU_TEST(server_restart_token_grows, 120)
+{
+    struct fx_mysql own;
+    ck_assert_msg(fx_mysql_start(&own), "%s", own.error);
+    char *url = tu_fmt("%s?lease=2s", own.url);
+    dlock_client *a = tu_open(url);
+    dlock_lock *l = tu_lock(a, "r");
+    struct tu_lost lost = {0};
+    dlock_lock_on_lost(l, tu_on_lost, &lost);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t1 = 0, t2 = 0;
+    dlock_token(l, &t1);
+    ck_assert_msg(fx_mysql_restart(&own), "%s", own.error);
+    ck_assert_msg(tu_wait_lost(&lost, 1, 30000), "the holder was never told");
+    EXPECT_RC(dlock_release(l), DLOCK_ELOST);
+    dlock_client *b = tu_open(url);
+    dlock_lock *l2 = tu_lock(b, "r");
+    TU_ACQUIRE_OK(l2, 30000);
+    dlock_token(l2, &t2);
+    ck_assert_msg(t2 > t1, "token %" PRIu64 " after the restart, %" PRIu64 " before", t2, t1);
+    TU_RELEASE_OK(l2);
+    TU_FREE_LOCKS(l, l2);
+    TU_CLOSE_CLIENTS(a, b);
+    fx_mysql_stop(&own);
+    free(url);
+}
+
+int main(void)
+{
+    return tu_main("mysql", NULL, NULL);
+}

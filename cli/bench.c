@@ -87,6 +87,10 @@ static const struct dlock_bench_baseline *const baselines[] = {
     &dlock_bench_postgres_baseline,
     &dlock_bench_postgresql_baseline,
 #endif
+#ifdef DLOCK_HAVE_MYSQL
+    &dlock_bench_mysql_baseline,
+    &dlock_bench_mariadb_baseline,
+#endif
     NULL,
 };
 

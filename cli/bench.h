@@ -94,5 +94,10 @@ extern const struct dlock_bench_baseline dlock_bench_etcd_baseline;
 extern const struct dlock_bench_baseline dlock_bench_postgres_baseline;
 extern const struct dlock_bench_baseline dlock_bench_postgresql_baseline;
 #endif
+#ifdef DLOCK_HAVE_MYSQL
+/* mysql:// and mariadb:// (cli/bench_mysql.c) */
+extern const struct dlock_bench_baseline dlock_bench_mysql_baseline;
+extern const struct dlock_bench_baseline dlock_bench_mariadb_baseline;
+#endif
 
 #endif

@@ -8,7 +8,7 @@
 _dlock_commands="run hold elect leader status check value release list bench help"
 _dlock_schemes="file:// redis:// rediss:// redis+unix:// redis+sentinel://
 rediss+sentinel:// redis+cluster:// rediss+cluster:// redlock:// redlocks://
-etcd:// etcd+https:// zk:// postgres:// postgresql://"
+etcd:// etcd+https:// zk:// postgres:// postgresql:// mysql:// mariadb://"
 
 # _dlock_options CMD: the long and short options `dlock help CMD` prints
 # (hold and elect take run's options too, as their help says).

@@ -31,12 +31,6 @@
     "(killed by another session -- force-released --, the server restarted, the lease " \
     "passed while this process was frozen, or the connection broke)"
 
-/* A hold's session and its GET_LOCK name. */
-struct my_hold {
-    struct my_conn *k; /* NULL once the session ended */
-    char *name_sql;
-};
-
 static void hold_free(struct my_hold *mh)
 {
     if (!mh)
@@ -67,8 +61,8 @@ static void lock_timeout(const struct dlock__wait *w, char *buf, size_t size)
  * renewal sends, and an acquire whose wait was long (its validity runs
  * from this send). DLOCK_OK, DLOCK_ELOST, or a failure (*BROKEN: the
  * session is unusable). */
-static int still_ours(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
-                      int64_t deadline, bool *broken)
+int dlock__my_still_ours(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
+                         int64_t deadline, bool *broken)
 {
     char *sql = dlock__sprintf("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", mh->name_sql);
     if (!sql)
@@ -197,7 +191,7 @@ static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
         /* A long wait: the server's idle clock started when it answered,
          * which may be long after our send; validity runs from a new one. */
         now = dlock__now_ms();
-        rc = still_ours(s, h, mh, now + s->c->opts.op_timeout_ms, &broken);
+        rc = dlock__my_still_ours(s, h, mh, now + s->c->opts.op_timeout_ms, &broken);
     }
     if (rc) {
         /* anything else went wrong after the grant: closing the session
@@ -279,8 +273,9 @@ static int my_renew(void *state, struct dlock__renew_batch *b)
         }
         int64_t sent = dlock__now_ms();
         bool broken = false;
-        int rc = still_ours(s, h, mh, dlock__time_budget(b->deadline, s->c->opts.op_timeout_ms),
-                            &broken);
+        int rc = dlock__my_still_ours(s, h, mh,
+                                      dlock__time_budget(b->deadline, s->c->opts.op_timeout_ms),
+                                      &broken);
         if (rc && broken) {
             /* The session cannot be resumed: what it held is gone, or
              * will be when the server ends it (its wait_timeout). */
@@ -325,13 +320,14 @@ static int check_server(struct my_backend *s)
         s,
         "SELECT VERSION(), (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
         "WHERE VARIABLE_NAME = 'WSREP_ON'), (SELECT COUNT(*) FROM information_schema.TABLES "
-        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" MYSQL_FENCE_TABLE "')",
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('" MYSQL_FENCE_TABLE
+        "', '" MYSQL_VALUE_TABLE "'))",
         &res, "read the server's version");
     if (rc)
         return rc;
     MYSQL_ROW row = dlock__my_first(res, NULL, NULL);
     char version[128] = "";
-    bool galera = false, have_fence = row && row[2] && strcmp(row[2], "0") != 0;
+    bool galera = false, have_tables = row && row[2] && strcmp(row[2], "2") == 0;
     if (row && row[0])
         dlock__escape_text(version, sizeof version, row[0]);
     if (row && row[1])
@@ -343,9 +339,9 @@ static int check_server(struct my_backend *s)
                           "does not replicate GET_LOCK's locks and refuses them; point the URL "
                           "at a server outside the cluster",
                           s->label, version);
-    /* Only when missing: creating it needs the CREATE privilege, using
-     * it only UPDATE. */
-    if (have_fence)
+    /* Only when missing: creating them needs the CREATE privilege, using
+     * them only UPDATE, INSERT, DELETE, SELECT. */
+    if (have_tables)
         return DLOCK_OK;
     rc = dlock__my_query_pooled(s,
                                 "CREATE TABLE IF NOT EXISTS " MYSQL_FENCE_TABLE
@@ -357,6 +353,13 @@ static int check_server(struct my_backend *s)
     if (!rc)
         rc = dlock__my_query_pooled(s, "INSERT IGNORE INTO " MYSQL_FENCE_TABLE " VALUES (1, 0)",
                                     NULL, "seed the fencing counter " MYSQL_FENCE_TABLE);
+    if (!rc)
+        rc = dlock__my_query_pooled(s,
+                                    "CREATE TABLE IF NOT EXISTS " MYSQL_VALUE_TABLE
+                                    " (name VARCHAR(66) CHARACTER SET ascii COLLATE ascii_bin "
+                                    "PRIMARY KEY, token BIGINT UNSIGNED NOT NULL, value LONGBLOB "
+                                    "NOT NULL) ENGINE=InnoDB",
+                                    NULL, "create the lock values' table " MYSQL_VALUE_TABLE);
     return rc;
 }
 
@@ -431,6 +434,11 @@ static const struct dlock__lock_ops my_lock_ops = {
     .release = my_release,
 };
 
+static const struct dlock__value_ops my_value_ops = {
+    .set = dlock__my_value_set,
+    .get = dlock__my_value_get,
+};
+
 static const struct dlock__admin_ops my_admin_ops = {
     .inspect = dlock__my_inspect,
     .check = dlock__my_check,
@@ -448,6 +456,7 @@ const struct dlock__backend dlock__backend_mysql = {
     .renew = my_renew,
     .locks = &my_lock_ops,
     .admin = &my_admin_ops,
+    .values = &my_value_ops,
     .no_semaphores_why = "MySQL's user locks have no counting form (semaphores on it are not "
                          "built yet)",
 };

@@ -7,7 +7,8 @@
  *   names.c   a lock name as a GET_LOCK name (encoded, hashed past 64)
  *   mutex.c   open/close, the locks (GET_LOCK, RELEASE_LOCK), renewal,
  *             the backend table
- *   admin.c   inspect, list and force-release
+ *   admin.c   inspect, check, list and force-release
+ *   value.c   a lock's value: a row of dlock_value, written under the hold
  *
  * Every lock is a user-level lock, GET_LOCK(name, timeout), taken on a
  * session of its own: the session that waited for it keeps it (a hold
@@ -28,6 +29,7 @@
 
 #define MYSQL_DEFAULT_PORT 3306
 #define MYSQL_FENCE_TABLE "dlock_fence"
+#define MYSQL_VALUE_TABLE "dlock_value"
 /* GET_LOCK's longest name on MySQL 5.7+ (MariaDB takes longer ones): a
  * longer one is hashed (names.c). */
 #define MYSQL_LOCK_NAME_MAX 64
@@ -69,6 +71,12 @@ struct dlock__mariadb_api {
     unsigned int (*get_timeout_value_ms)(const MYSQL *m);
     unsigned long (*thread_id)(MYSQL *m);
     my_ulonglong (*insert_id)(MYSQL *m);
+    /* blocking forms, for cli/bench_mysql.c's raw baseline only */
+    MYSQL *(*real_connect)(MYSQL *m, const char *host, const char *user, const char *passwd,
+                           const char *db, unsigned int port, const char *unix_socket,
+                           unsigned long flags);
+    int (*real_query)(MYSQL *m, const char *q, unsigned long len);
+    MYSQL_RES *(*store_result)(MYSQL *m);
 };
 extern struct dlock__mariadb_api dlock__mariadb;
 
@@ -170,6 +178,25 @@ char *dlock__my_name_sql(const struct my_backend *s, const char *name, char **en
 /* The lock name of GET_LOCK name LOCK, if it is one of this client's
  * (the key prefix, not hashed); NULL otherwise. Caller frees. */
 char *dlock__my_name_of(const struct my_backend *s, const char *lock);
+
+/* ============================================================= mutex.c */
+
+/* A hold's session and its GET_LOCK name (h->bdata). */
+struct my_hold {
+    struct my_conn *k; /* NULL once the session ended */
+    char *name_sql;
+};
+
+/* Whether H's lock is still its session's, asked on that session
+ * (IS_USED_LOCK = CONNECTION_ID()) by DEADLINE: DLOCK_OK, DLOCK_ELOST,
+ * or a failure (*BROKEN: the session is unusable). */
+int dlock__my_still_ours(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
+                         int64_t deadline, bool *broken);
+
+/* ============================================================= value.c */
+
+int dlock__my_value_set(void *state, struct dlock__hold *h, const struct dlock__value *v);
+int dlock__my_value_get(void *state, const char *name, struct dlock__value *out);
 
 /* ============================================================= admin.c */
 

@@ -325,12 +325,12 @@ FORMAT_PENDING = \
 	src/backends/etcd/watch.c src/backends/file/election.c src/backends/file/file.h \
 	src/backends/file/mutex.c src/backends/file/semaphore.c src/backends/redis/backend.c \
 	src/backends/redis/cancel.c src/backends/redis/cluster.c src/backends/redis/conn.c \
-	src/backends/redis/election.c src/backends/redis/fair.c src/backends/redis/hub.c \
+	src/backends/redis/fair.c src/backends/redis/hub.c \
 	src/backends/redis/multi.c src/backends/redis/mutex.c src/backends/redis/net.c \
 	src/backends/redis/openssl.h src/backends/redis/redis.h src/backends/redis/redlock.c \
 	src/backends/redis/redlock_election.c \
 	src/backends/redis/redlock_hold.c src/backends/redis/redlock_nodes.c \
-	src/backends/redis/rwlock.c src/backends/redis/scripts.c src/backends/redis/semaphore.c \
+	src/backends/redis/scripts.c src/backends/redis/semaphore.c \
 	src/backends/redis/sentinel.c src/backends/registry.c \
 	src/backends/zk/mutex.c src/backends/zk/semaphore.c src/backends/zk/session.c \
 	src/backends/zk/zk.h src/cancel.c src/client.c src/election.c src/errors.c \
@@ -343,9 +343,8 @@ FORMAT_PENDING = \
 	tests/check_redlock.c tests/check_semaphore.c tests/check_zk.c \
 	tests/fuzz/fuzz_redis_replies.c tests/lib/contract.c tests/lib/contract.h \
 	tests/lib/fixture_etcd.c tests/lib/fixture_etcd.h tests/lib/fixture_redis.c \
-	tests/lib/fixture_redis.h tests/lib/fixture_zk.c tests/lib/fixture_zk.h \
-	tests/lib/hostile_http.c tests/lib/relay.h tests/lib/testutil.c tests/lib/testutil.h \
-	tests/redis_suite.h
+	tests/lib/fixture_redis.h tests/lib/fixture_zk.h \
+	tests/lib/relay.h tests/lib/testutil.h
 FORMAT_FILES := $(filter-out $(FORMAT_PENDING),$(sort $(wildcard $(addsuffix /*.[ch],include src src/backends src/backends/* cli tests tests/* examples bench))))
 CLANG_FORMAT ?= clang-format
 

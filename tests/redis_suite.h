@@ -187,7 +187,8 @@ static long long cmd_int(redisContext *ctx, const char *fmt, ...)
 static char *reply_str(redisReply *r)
 {
     char *s = NULL;
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR)
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
+        r->type == REDIS_REPLY_ERROR)
         s = strdup(r->str);
     freeReplyObject(r);
     return s;
@@ -282,7 +283,7 @@ struct proxy {
     struct tu_relay r;
     atomic_int drop_acquire, drop_release;
     atomic_int drop_downgrade; /* the same for a downgrade (it names only the rwlock channel) */
-    const char *name; /* the lock whose calls are played with */
+    const char *name;          /* the lock whose calls are played with */
     /* hold_acquire: keep that many acquire calls back (the client sees
      * its connection closed) until gate GATE_HELD opens, then send them
      * to the server: a late original. r.served[GATE_HELD] counts those
@@ -471,8 +472,8 @@ struct waiter_arg {
     int64_t wait_ms;
     int rc;
     uint64_t token;
-    bool release;         /* release at once after acquiring */
-    atomic_int *go;       /* or: release once *go is set (holds are per thread) */
+    bool release;   /* release at once after acquiring */
+    atomic_int *go; /* or: release once *go is set (holds are per thread) */
     atomic_int acquired;
     int release_rc;
 };
@@ -497,7 +498,8 @@ static long long numsub(redisContext *ctx, const char *chan)
 {
     redisReply *r = cmd(ctx, "PUBSUB NUMSUB %s", chan);
     long long n = -1;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_INTEGER)
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
         n = r->element[1]->integer;
     freeReplyObject(r);
     return n;

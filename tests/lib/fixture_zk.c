@@ -30,7 +30,8 @@ char *zkf_4lw(int port, const char *word)
     struct timeval tv = {2, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
         write(fd, word, strlen(word)) != (ssize_t)strlen(word)) {
@@ -113,19 +114,12 @@ static bool write_config(struct zkf *f, int i)
 static void spawn_server(struct zkf *f, int i)
 {
     struct zkf_server *s = &f->s[i];
-    const char *argv[] = {"java",
-                          "-Xmx256m",
-                          "-XX:+UseSerialGC",
-                          "-XX:TieredStopAtLevel=1",
+    const char *argv[] = {"java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                           "-Dzookeeper.jmx.log4j.disable=true",
                           "-Dzookeeper.admin.enableServer=false",
                           /* containers left empty go within a second */
-                          "-Dznode.container.checkIntervalMs=1000",
-                          "-cp",
-                          ZKF_JAR ":" ZKF_LOGGER,
-                          "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                          s->cfg,
-                          NULL};
+                          "-Dznode.container.checkIntervalMs=1000", "-cp", ZKF_JAR ":" ZKF_LOGGER,
+                          "org.apache.zookeeper.server.quorum.QuorumPeerMain", s->cfg, NULL};
     s->pid = tu_spawn(argv, s->log);
 }
 
@@ -194,8 +188,9 @@ bool zkf_start(struct zkf *f, int n)
     if (!zkf_wait_serving(f, 90000)) {
         char *log = tu_read_file(f->s[0].log);
         const char *tail = log && strlen(log) > 300 ? log + strlen(log) - 300 : log;
-        snprintf(f->error, sizeof f->error, "ZooKeeper (%d server%s, %s) did not serve within 90 s; %s: ...%s",
-                 n, n > 1 ? "s" : "", f->hosts, f->s[0].log, tail ? tail : "(no log)");
+        snprintf(f->error, sizeof f->error,
+                 "ZooKeeper (%d server%s, %s) did not serve within 90 s; %s: ...%s", n,
+                 n > 1 ? "s" : "", f->hosts, f->s[0].log, tail ? tail : "(no log)");
         free(log);
         return false;
     }

@@ -70,11 +70,11 @@ static int send_etcd(struct tu_hostile_http *h, const char *method, const char *
     if (fd < 0)
         return -1;
     const char *auth = header(hdrs, "Authorization");
-    char *head = tu_fmt("%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                        "%s%.*s%sContent-Length: %zu\r\n\r\n",
-                        method, path, auth ? "Authorization: " : "",
-                        auth ? (int)strcspn(auth, "\r") : 0, auth ? auth : "",
-                        auth ? "\r\n" : "", body_len);
+    char *head =
+        tu_fmt("%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               "%s%.*s%sContent-Length: %zu\r\n\r\n",
+               method, path, auth ? "Authorization: " : "", auth ? (int)strcspn(auth, "\r") : 0,
+               auth ? auth : "", auth ? "\r\n" : "", body_len);
     bool ok = tu_send_all(fd, head, strlen(head)) && tu_send_all(fd, body, body_len);
     free(head);
     if (!ok) {
@@ -88,8 +88,7 @@ static int send_etcd(struct tu_hostile_http *h, const char *method, const char *
  * status and body into *STATUS and *REPLY (malloc'd). False when etcd
  * could not be asked. */
 static bool ask_etcd(struct tu_hostile_http *h, const char *method, const char *path,
-                     const char *hdrs, const char *body, size_t body_len, int *status,
-                     char **reply)
+                     const char *hdrs, const char *body, size_t body_len, int *status, char **reply)
 {
     int fd = send_etcd(h, method, path, hdrs, body, body_len);
     if (fd < 0)
@@ -232,7 +231,8 @@ static void *serve(void *arg)
         char *head = tu_fmt("HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
                             "Content-Length: %zu\r\n\r\n",
                             status, strlen(reply));
-        bool sent = tu_send_all(c->fd, head, strlen(head)) && tu_send_all(c->fd, reply, strlen(reply));
+        bool sent =
+            tu_send_all(c->fd, head, strlen(head)) && tu_send_all(c->fd, reply, strlen(reply));
         free(head);
         free(reply);
         if (!sent)

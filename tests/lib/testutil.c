@@ -135,7 +135,8 @@ int tu_listen_loopback(int *port, int backlog)
 int tu_dial_loopback(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
         close(fd);
@@ -166,7 +167,8 @@ bool tu_wait_port(int port, int timeout_ms)
 {
     for (int waited = 0; waited <= timeout_ms; waited += 50) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
         close(fd);
@@ -1300,8 +1302,7 @@ uint64_t tu_fenced_stop(const pid_t *w, int n, const char *dir, const char *what
         char *text = tu_read_file(path);
         ck_assert_ptr_nonnull(text);
         total += strtoull(text, NULL, 10);
-        fprintf(stderr, "%s: worker %d: writes, turns, lost, failed acquires: %s\n", what, i,
-                text);
+        fprintf(stderr, "%s: worker %d: writes, turns, lost, failed acquires: %s\n", what, i, text);
         free(text);
         free(path);
     }
@@ -1330,7 +1331,8 @@ int tu_silent_name_server(void)
     ck_assert_int_eq(ioctl(fd, SIOCGIFFLAGS, &ifr), 0);
     ifr.ifr_flags |= IFF_UP;
     ck_assert_msg(ioctl(fd, SIOCSIFFLAGS, &ifr) == 0, "lo up: %s", strerror(errno));
-    struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons(53),
+    struct sockaddr_in at = {.sin_family = AF_INET,
+                             .sin_port = htons(53),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     ck_assert_msg(bind(fd, (struct sockaddr *)&at, sizeof at) == 0, "bind :53: %s",
                   strerror(errno));

@@ -79,8 +79,8 @@ static int write_value(void *state, struct dlock__hold *h, const char *value, in
     redisReply *r = NULL;
     char what[600];
     snprintf(what, sizeof what, "write the value of election '%s'", h->name);
-    rc = eval(s, dlock__time_budget(deadline, s->op_timeout_ms), dlock__redis_leader_write_script.src, 8,
-              args, what, &r);
+    rc = eval(s, dlock__time_budget(deadline, s->op_timeout_ms),
+              dlock__redis_leader_write_script.src, 8, args, what, &r);
     if (!rc && (r->type != REDIS_REPLY_INTEGER || r->integer != 1))
         rc = dlock__err(DLOCK_ELOST, "%s: election '%s': lock %s is no longer ours (token %s)",
                         s->where, h->name, lk.k.lock, token);
@@ -123,8 +123,7 @@ static int give_up(void *state, struct dlock__hold *h, int64_t deadline)
     return dlock__redis_release_hold(state, h);
 }
 
-static const struct dlock__redis_leader_ops node_ops = {dlock__redis_acquire, give_up,
-                                                        write_value};
+static const struct dlock__redis_leader_ops node_ops = {dlock__redis_acquire, give_up, write_value};
 
 int dlock__redis_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
@@ -204,9 +203,8 @@ int dlock__redis_leader_parse(struct redis_state *s, const redisReply *r, const 
         if (!reply_u64(r->element[2 + i], &n[i]))
             return dlock__err(DLOCK_EPROTO, "%s: %s: its %s is '%.40s', not a number", s->where,
                               what, field[i],
-                              r->element[2 + i]->type == REDIS_REPLY_STRING
-                                  ? r->element[2 + i]->str
-                                  : "(no string)");
+                              r->element[2 + i]->type == REDIS_REPLY_STRING ? r->element[2 + i]->str
+                                                                            : "(no string)");
     if (!reply_u64(r->element[0], &held))
         return dlock__err(DLOCK_EPROTO, "%s: %s: unexpected reply", s->where, what);
     uint64_t counter = n[0], vtoken = n[1];
@@ -220,8 +218,7 @@ int dlock__redis_leader_parse(struct redis_state *s, const redisReply *r, const 
                          ? strndup(r->element[5]->str, r->element[5]->len)
                          : dlock__strdup("");
         if (r->element[1]->type == REDIS_REPLY_STRING)
-            snprintf(out->id, sizeof out->id, "%.*s", (int)r->element[1]->len,
-                     r->element[1]->str);
+            snprintf(out->id, sizeof out->id, "%.*s", (int)r->element[1]->len, r->element[1]->str);
         if (!out->value)
             rc = dlock__err(DLOCK_ENOMEM, "out of memory");
     }
@@ -277,8 +274,11 @@ int dlock__redis_elect_observe(void *state, const char *name, const struct dlock
 {
     struct redis_state *s = state;
     struct redis_state *const nodes[] = {s};
-    const struct dlock__redis_observer ob = {.nodes = nodes, .n = 1, .name = name,
-                                             .where = s->where, .idle_ms = s->op_timeout_ms,
+    const struct dlock__redis_observer ob = {.nodes = nodes,
+                                             .n = 1,
+                                             .name = name,
+                                             .where = s->where,
+                                             .idle_ms = s->op_timeout_ms,
                                              .look = look};
     return dlock__redis_observe(&ob, known, w, out);
 }

@@ -66,10 +66,15 @@ int dlock__redis_rw_release(struct redis_state *s, struct dlock__hold *h)
     int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
     /* the keys, then the owner and token: a later hold of ours has another token */
     const char *args[] = {k.lock, k.chan, k.rwchan, k.tbase, h->owner, token};
-    size_t lens[] = {k.lock_len,   k.chan_len,       k.rwchan_len,
+    size_t lens[] = {k.lock_len,  k.chan_len,       k.rwchan_len,
                      k.tbase_len, strlen(h->owner), (size_t)tl};
-    struct redis_request rq = {.script = S_RW_RELEASE_READ, .nkeys = 4, .nargs = 6, .args = args,
-                               .lens = lens, .what = "release", .deadline = DLOCK__NEVER};
+    struct redis_request rq = {.script = S_RW_RELEASE_READ,
+                               .nkeys = 4,
+                               .nargs = 6,
+                               .args = args,
+                               .lens = lens,
+                               .what = "release",
+                               .deadline = DLOCK__NEVER};
     long long status = 0;
     rc = rw_eval(s, &rq, &k, &status);
     if (rc == DLOCK_EWRONGTYPE)
@@ -98,8 +103,13 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
     const char *args[] = {k.lock, k.rwchan, k.tbase, k.token, h->owner, lease, token};
     size_t lens[] = {k.lock_len,       k.rwchan_len, k.tbase_len, k.token_len,
                      strlen(h->owner), (size_t)ll,   (size_t)tl};
-    struct redis_request rq = {.script = S_RW_DOWNGRADE, .nkeys = 4, .nargs = 7, .args = args,
-                               .lens = lens, .what = "downgrade", .deadline = DLOCK__NEVER};
+    struct redis_request rq = {.script = S_RW_DOWNGRADE,
+                               .nkeys = 4,
+                               .nargs = 7,
+                               .args = args,
+                               .lens = lens,
+                               .what = "downgrade",
+                               .deadline = DLOCK__NEVER};
     long long status = 0;
     int64_t sent = dlock__now_ms();
     rc = rw_eval(s, &rq, &k, &status);
@@ -128,8 +138,13 @@ int dlock__redis_rw_send_unwait(struct redis_state *s, const char *name, const c
         return rc;
     const char *args[] = {k.writers, k.rwchan, owner};
     size_t lens[] = {k.writers_len, k.rwchan_len, strlen(owner)};
-    struct redis_request rq = {.script = S_RW_UNWAIT, .nkeys = 2, .nargs = 3, .args = args,
-                               .lens = lens, .what = "give up waiting", .wait = w,
+    struct redis_request rq = {.script = S_RW_UNWAIT,
+                               .nkeys = 2,
+                               .nargs = 3,
+                               .args = args,
+                               .lens = lens,
+                               .what = "give up waiting",
+                               .wait = w,
                                .deadline = deadline};
     long long removed;
     rc = rw_eval(s, &rq, &k, &removed);

@@ -208,7 +208,7 @@ int dlock__redis_keys_make(struct redis_state *s, const char *name, struct lock_
         {"dlock_writers:", "", &k->writers, &k->writers_len},
         {"dlock_fair_queue:", "", &k->queue, &k->queue_len},
         {"dlock_fair_waiters:", "", &k->waiters, &k->waiters_len},
-        {"", "", &k->tbase, &k->tbase_len}, /* Redisson's suffixName() base */
+        {"", "", &k->tbase, &k->tbase_len},             /* Redisson's suffixName() base */
         {"dlock_delay:", "", &k->delay, &k->delay_len}, /* the lock-delay marker */
     };
     int rc = dlock__redis_key_block(s, name, &k->lock, &k->lock_len, parts,

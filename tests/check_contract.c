@@ -1883,7 +1883,8 @@ static void assert_lock_json(json_t *o, const char *name, bool held, bool status
     /* redis+sentinel://, rediss+sentinel://: the master the sentinels
      * name; others none */
     bool sentinel = strstr(CT->scheme, "+sentinel") != NULL;
-    /* (the status fields come last: without STATUS the list ends there) */
+    /* (the status fields come last -- the lock's value, then the
+     * master: without STATUS the list ends there) */
     const struct json_field fields[] = {
         {"name", JSON_STRING, false},   {"name_hex", JSON_STRING, false},
         {"backend", JSON_STRING, false}, {"kind", JSON_STRING, false},
@@ -1893,7 +1894,9 @@ static void assert_lock_json(json_t *o, const char *name, bool held, bool status
         {"delay_ms", JSON_INTEGER, false},
         {"holders", JSON_ARRAY, false},  {"waiters", JSON_ARRAY, true},
         {"waiter_count", JSON_INTEGER, true},
-        {status ? "master" : NULL, JSON_STRING, !sentinel},
+        {status ? "value" : NULL, JSON_STRING, true},
+        {"value_token", JSON_INTEGER, true},
+        {"master", JSON_STRING, !sentinel},
         {NULL, 0, false},
     };
     static const struct json_field holder_fields[] = {

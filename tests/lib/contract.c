@@ -478,6 +478,7 @@ static struct ct_fixture fx_rediss_cluster = REDIS_FIXTURE(
 #ifdef DLOCK_HAVE_ETCD
 SERVER_FIXTURE(etcd, etcdf, m, "1s",
                CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE |
+                   CT_LOCK_DELAY |
                    CT_FAIR | CT_SHARED | CT_READERS_BOUNDED)
 #endif
 

@@ -412,6 +412,7 @@ struct etcd_hold {
     int64_t rev;   /* create revision = token */
     int64_t lease;
     bool own_lease;
+    int64_t delay_ms; /* the lock-delay its marker names (delay.c); 0: none */
 };
 
 /* The end of an acquire: hold H keeps EH (allocated by the caller), which
@@ -671,5 +672,39 @@ int dlock__etcd_renew(void *state, struct dlock__renew_batch *b);
 int dlock__etcd_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
 int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_leader *known,
                               struct dlock__wait *w, struct dlock_leader *out);
+
+/* ============================================================= delay.c */
+
+/* Lock NAME's lock-delay marker key (caller frees). */
+char *dlock__etcd_delay_key(struct etcd_backend *s, const char *name);
+/* How a look at a lock-delay marker reads one without a lease (its hold
+ * still holds, or ended without a clean release and nobody looked since). */
+enum etcd_delay_look {
+    ETCD_DELAY_RUNNING, /* as no delay: only a delay under way counts (an
+                           acquirer before queueing: the hold may live) */
+    ETCD_DELAY_START,   /* its hold ended: start its delay now, on a lease
+                           of the delay's TTL (an acquirer whose key came
+                           first in the queue) */
+    ETCD_DELAY_SHOW,    /* its whole delay, nothing written (inspect of a
+                           free name) */
+};
+/* *LEFT: the ms left of NAME's lock-delay (0: none), as HOW says. */
+int dlock__etcd_delay_look(struct etcd_backend *s, const char *name, enum etcd_delay_look how,
+                           int64_t *left, const struct etcd_limits *lim);
+/* Wait out NAME's lock-delay under way (ETCD_DELAY_RUNNING), sleeping
+ * until its end as etcd tells it:
+ * DLOCK_OK when there is none (left), DLOCK_EBUSY for a try-once W in one,
+ * else as W's sleep ends (DLOCK_ETIMEDOUT, DLOCK_ECANCELED). */
+int dlock__etcd_delay_pass(struct etcd_backend *s, const char *name, struct dlock__wait *w,
+                           const struct etcd_limits *lim);
+/* The marker of exclusive hold H (its token set), kept until its clean
+ * release: no lease. */
+int dlock__etcd_delay_arm(struct etcd_backend *s, const struct dlock__hold *h,
+                          const struct etcd_limits *lim);
+/* The clean release of the hold of TOKEN whose marker named DELAY_MS:
+ * its marker goes, if it is still that hold's (best effort; the calling
+ * thread's message is kept). */
+void dlock__etcd_delay_clear(struct etcd_backend *s, const char *name, uint64_t token,
+                             int64_t delay_ms, const struct etcd_limits *lim);
 
 #endif

@@ -96,7 +96,10 @@ static int inspect_range(struct etcd_backend *s, const char *name, struct dlock_
 int dlock__etcd_inspect(void *state, const char *name, struct dlock_info *info)
 {
     uint64_t newest = 0;
-    return inspect_range(state, name, info, &newest, true);
+    int rc = inspect_range(state, name, info, &newest, true);
+    if (!rc && !info->held) /* free: in a lock-delay? (delay.c) */
+        rc = dlock__etcd_delay_look(state, name, ETCD_DELAY_SHOW, &info->delay_ms, NULL);
+    return rc;
 }
 
 /* The range alone: a key lives as long as its lease (etcd deletes it when

@@ -110,7 +110,7 @@ int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
                               struct dlock__wait *w, size_t *busy)
 {
     struct etcd_backend *s = state;
-    if (hs[0]->mode != DLOCK_EXCLUSIVE)
+    if (hs[0]->mode != DLOCK_EXCLUSIVE || s->c->opts.lock_delay_ms) /* each arms its marker */
         return DLOCK_ENOTSUP;
     for (size_t i = 0; i < n; i++)
         if (hs[i]->fixed_lease || hs[i]->lease_ms != s->c->opts.lease_ms)
@@ -230,7 +230,7 @@ int dlock__etcd_multi_release(void *state, struct dlock__hold **hs, size_t n, in
     struct etcd_backend *s = state;
     for (size_t i = 0; i < n; i++) {
         const struct etcd_hold *eh = hs[i]->bdata;
-        if (!eh || eh->own_lease)
+        if (!eh || eh->own_lease || eh->delay_ms) /* a marker to clear: one by one */
             return DLOCK_ENOTSUP;
     }
     json_t *ops = json_array();

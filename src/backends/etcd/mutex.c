@@ -613,6 +613,13 @@ restart:
     key = NULL;
     if (own && lr.id)
         dlock__etcd_lease_revoke(s, lr.id, &lim); /* starting over: the old lease of our own goes */
+    /* A lock-delay (delay.c) is waited out before queueing: no key of
+     * ours holds the queue meanwhile. */
+    rc = dlock__etcd_delay_pass(s, h->name, w, &lim);
+    if (rc) {
+        free(pfx);
+        return dlock__etcd_timed_out(w, rc);
+    }
     if (!own) {
         rc = dlock__etcd_session_lease(s, h->name, &lr, &lim);
         /* (EBUSY: a try-once found another thread granting it) */
@@ -742,11 +749,20 @@ restart:
         }
     }
 
-    /* Ours. Make sure the validity we report starts from a fresh lease
+    /* Ours -- unless the hold before ours ended without its clean release
+     * while we queued: then its lock-delay runs, and we step out of the
+     * queue and wait it out from the start (our place is lost). */
+    int64_t delay_left = 0;
+    rc = dlock__etcd_delay_look(s, h->name, ETCD_DELAY_START, &delay_left, &lim);
+    if (!rc && delay_left > 0) {
+        withdraw(s, key, c.out.my_rev, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
+        goto restart;
+    }
+    /* Make sure the validity we report starts from a fresh lease
      * confirmation, and hang a key that waited back on the hold's lease
      * (same create revision: same token) unless the look that found it
      * ours did. */
-    if (dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
+    if (!rc && dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
         rc = dlock__etcd_lease_refresh(s, &lr, &lim);
     if (!rc && on_waiters_lease && !moved_back) {
         rc = move_key(s, h, key, c.out.my_rev, lr.id, &c.out.code, &lim);
@@ -783,6 +799,16 @@ restart:
     }
     late_settle(s, &late, key, c.out.my_rev);
     dlock__etcd_hold_keep(s, h, eh, key, c.out.my_rev, &lr, own, key);
+    if (h->mode == DLOCK_EXCLUSIVE && s->c->opts.lock_delay_ms) {
+        /* the marker a clean release deletes (delay.c) */
+        rc = dlock__etcd_delay_arm(s, h, &lim);
+        if (rc) {
+            dlock__errmsg_save(msg);
+            dlock__etcd_release(s, h);
+            return dlock__errmsg_restore(dlock__etcd_timed_out(w, rc), msg);
+        }
+        eh->delay_ms = s->c->opts.lock_delay_ms;
+    }
     return DLOCK_OK;
 }
 
@@ -855,6 +881,8 @@ int dlock__etcd_release(void *state, struct dlock__hold *h)
     }
     json_decref(req);
     json_decref(reply);
+    if (rc == DLOCK_OK && eh->delay_ms) /* a clean release: no lock-delay */
+        dlock__etcd_delay_clear(s, h->name, h->token, eh->delay_ms, NULL);
     dlock__etcd_hold_drop(s, eh, rc);
     return rc;
 }
@@ -888,6 +916,8 @@ static int etcd_release_within(void *state, struct dlock__hold *h, int64_t deadl
     }
     json_decref(req);
     json_decref(reply);
+    if (rc == DLOCK_OK && eh->delay_ms && dlock__time_left(deadline, 1) > 0)
+        dlock__etcd_delay_clear(s, h->name, h->token, eh->delay_ms, &lim);
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     if (rc == DLOCK_ETIMEDOUT || dlock__etcd_transient(rc)) {
@@ -939,7 +969,7 @@ static const struct dlock__admin_ops etcd_admin_ops = {
 const struct dlock__backend dlock__backend_etcd = {
     .name = "etcd",
     .schemes = etcd_schemes,
-    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR |
+    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR | DLOCK__CAP_LOCK_DELAY |
             DLOCK__CAP_CLIENT_OWNER | DLOCK__CAP_FIXED_LEASE,
     .default_port = ETCD_DEFAULT_PORT,
     .open = dlock__etcd_open,

@@ -486,6 +486,7 @@ SERVER_FIXTURE(etcd, etcdf, m, "1s",
 /* A node lives as long as its session: no fixed lease (DLOCK_ENOTSUP). */
 SERVER_FIXTURE(zk, zkf, s, "700ms",
                CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FAIR | CT_SHARED |
+                   CT_LOCK_DELAY |
                    CT_READERS_BOUNDED)
 #endif
 

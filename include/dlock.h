@@ -155,7 +155,7 @@ typedef enum dlock_option {
                                      this long, timed by the backend; a clean
                                      release frees it at once. file, redis
                                      (redisson and simple layouts, one master
-                                     or a cluster), etcd; any other:
+                                     or a cluster), etcd, zk; any other:
                                      DLOCK_ENOTSUP at connect
                                      (docs/choosing-a-backend.md) */
 } dlock_option;

@@ -120,9 +120,20 @@ static int inspect_nodes(struct zk_backend *zb, struct zk_session *s, const char
     return err;
 }
 
+/* A free name's lock-delay (delay.c), into INFO. */
+static int inspect_delay(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                         void *arg)
+{
+    struct dlock_info *info = arg;
+    return dlock__zk_delay_look(zb, s, lockpath, ZK_DELAY_SHOW, &info->delay_ms);
+}
+
 int dlock__zk_inspect(void *state, const char *name, struct dlock_info *info)
 {
-    return on_lock_path(state, name, inspect_nodes, info);
+    int err = on_lock_path(state, name, inspect_nodes, info);
+    if (!err && !info->held)
+        err = on_lock_path(state, name, inspect_delay, info);
+    return err;
 }
 
 /* FN on the path of each holder node of LOCKPATH (the sorted children's

@@ -406,13 +406,50 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, struct qu
     return rc;
 }
 
+/* The acquire of a lock and its lock-delay (delay.c): a delay under way
+ * is waited out before queueing; the contender that comes first and finds
+ * the last hold ended without its clean release starts that hold's delay,
+ * gives its node back (its place is lost) and waits it out too. */
 static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct zk_backend *zb = state;
     char *lockpath = dlock__zk_lock_path(zb, h->name);
     if (!lockpath)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    int err = dlock__zk_acquire_at(zb, lockpath, dlock__zk_mark(zb, h->mode), h, w);
+    int err;
+    for (;;) {
+        err = dlock__zk_delay_pass(zb, lockpath, w);
+        if (!err)
+            err = dlock__zk_acquire_at(zb, lockpath, dlock__zk_mark(zb, h->mode), h, w);
+        if (err)
+            break;
+        struct zk_session *s;
+        int64_t left = 0;
+        err = dlock__zk_hold_session(zb, h, &s);
+        if (!err && s) {
+            err = dlock__zk_delay_look(zb, s, lockpath, ZK_DELAY_START, &left);
+            dlock__zk_session_put(zb, s);
+        }
+        if (err || left > 0) {
+            char msg[DLOCK__MSG_MAX];
+            dlock__errmsg_save(msg);
+            dlock__zk_release(zb, h);
+            dlock__errmsg_restore(err, msg);
+        }
+        if (err || left <= 0)
+            break;
+    }
+    if (!err && h->mode == DLOCK_EXCLUSIVE && zb->c->opts.lock_delay_ms) {
+        err = dlock__zk_delay_arm(zb, h, lockpath);
+        if (err) {
+            char msg[DLOCK__MSG_MAX];
+            dlock__errmsg_save(msg);
+            dlock__zk_release(zb, h);
+            dlock__errmsg_restore(err, msg);
+        } else {
+            ((struct zk_hold *)h->bdata)->delay_armed = true;
+        }
+    }
     free(lockpath);
     return err;
 }
@@ -604,6 +641,12 @@ int dlock__zk_release(void *state, struct dlock__hold *h)
     h->bdata = NULL;
     if (!zh)
         return err;
+    if (s && zh->delay_armed) { /* a clean release: its marker goes first, while we hold */
+        char *lockpath = dlock__zk_lock_path(zb, h->name);
+        if (lockpath)
+            dlock__zk_delay_clear(zb, lockpath, h->token);
+        free(lockpath);
+    }
     if (!s) {
         dlock__zk_shadow_drop(zb, NULL, zh); /* it went with the session */
     } else {
@@ -706,7 +749,7 @@ static const struct dlock__admin_ops zk_admin_ops = {
 const struct dlock__backend dlock__backend_zk = {
     .name = "zk",
     .schemes = zk_schemes,
-    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR |
+    .caps = DLOCK__CAP_SHARED | DLOCK__CAP_LEASES | DLOCK__CAP_FAIR | DLOCK__CAP_LOCK_DELAY |
             DLOCK__CAP_CLIENT_OWNER,
     .default_port = ZK_DEFAULT_PORT,
     .open = dlock__zk_open,

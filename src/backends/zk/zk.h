@@ -131,6 +131,7 @@ struct zk_hold {
     char *shadow;  /* an exclusive hold's read node queued right behind it
                       for a downgrade (rwlock.c), or NULL */
     int64_t shadow_czxid;
+    bool delay_armed; /* it wrote a lock-delay marker (delay.c) */
 };
 
 /* ------------------------------------------------------ waiting on calls */
@@ -390,5 +391,30 @@ int dlock__zk_inspect(void *state, const char *name, struct dlock_info *info);
 int dlock__zk_check(void *state, const char *name, struct dlock__check_view *view);
 int dlock__zk_force_release(void *state, const char *name);
 int dlock__zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+
+/* ------------------------------------------------------------- delay.c */
+
+/* How a look at a lock-delay marker reads one still "held" (its hold
+ * still holds, or ended without a clean release and nobody looked since). */
+enum zk_delay_look {
+    ZK_DELAY_RUNNING, /* as no delay: only a delay under way counts (an
+                         acquirer before queueing) */
+    ZK_DELAY_START,   /* its hold ended: start its delay now (a contender
+                         that came first in the queue) */
+    ZK_DELAY_SHOW,    /* its whole delay, nothing written (inspect) */
+};
+/* *LEFT: the ms left of the lock-delay of lock node LOCKPATH (0: none),
+ * as HOW says, through session S. */
+int dlock__zk_delay_look(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
+                         enum zk_delay_look how, int64_t *left);
+/* Wait out LOCKPATH's lock-delay under way, sleeping until its end by the
+ * servers' clock: DLOCK_OK when none is (left), DLOCK_EBUSY for a
+ * try-once W in one, else as W's sleep ends. */
+int dlock__zk_delay_pass(struct zk_backend *zb, const char *lockpath, struct dlock__wait *w);
+/* The marker of exclusive hold H (its token set) on LOCKPATH: "held". */
+int dlock__zk_delay_arm(struct zk_backend *zb, const struct dlock__hold *h, const char *lockpath);
+/* Before the clean release of the hold of TOKEN: its marker goes (best
+ * effort; the calling thread's message is kept). */
+void dlock__zk_delay_clear(struct zk_backend *zb, const char *lockpath, uint64_t token);
 
 #endif /* DLOCK_BACKEND_ZK_H */

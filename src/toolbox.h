@@ -170,6 +170,11 @@ int dlock__wait_cancel_fd(struct dlock__wait *w, int *fd);
  * timed out then says so, with what is left. The backend sleeps until the
  * delay's end itself (dlock__wait_sleep's UNTIL, never a poll). */
 void dlock__wait_in_delay(struct dlock__wait *w, int64_t left_ms);
+/* An acquire's wait for a lock-delay of LEFT_MS (> 0) that a look begun
+ * at SEQ (dlock__wait_seq) found: recorded (dlock__wait_in_delay), then
+ * DLOCK_EBUSY for a try-once W, else W's sleep until the delay's end
+ * (DLOCK_OK: look again; DLOCK_ETIMEDOUT, DLOCK_ECANCELED). */
+int dlock__wait_delay(struct dlock__wait *w, unsigned seq, int64_t left_ms);
 
 /* Whether W (may be NULL) was canceled. */
 bool dlock__wait_canceled(struct dlock__wait *w);

@@ -200,6 +200,15 @@ void dlock__wait_in_delay(struct dlock__wait *w, int64_t left_ms)
         w->delay_until = left_ms > 0 ? dlock__now_ms() + left_ms : 0;
 }
 
+int dlock__wait_delay(struct dlock__wait *w, unsigned seq, int64_t left_ms)
+{
+    dlock__wait_in_delay(w, left_ms);
+    if (dlock__wait_try_once(w))
+        return DLOCK_EBUSY;
+    /* until the delay's end as the backend timed it: no event comes then */
+    return dlock__wait_sleep(w, seq, dlock__now_ms() + left_ms);
+}
+
 bool dlock__wait_try_once(const struct dlock__wait *w)
 {
     return w && w->deadline == 0;

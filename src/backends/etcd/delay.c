@@ -154,20 +154,14 @@ int dlock__etcd_delay_look(struct etcd_backend *s, const char *name, enum etcd_d
 int dlock__etcd_delay_pass(struct etcd_backend *s, const char *name, struct dlock__wait *w,
                            const struct etcd_limits *lim)
 {
-    for (;;) {
-        int64_t left = 0;
+    int rc = DLOCK_OK;
+    for (int64_t left = 1; !rc && left > 0;) {
         unsigned seq = dlock__wait_seq(w);
-        int rc = dlock__etcd_delay_look(s, name, ETCD_DELAY_RUNNING, &left, lim);
-        dlock__wait_in_delay(w, left);
-        if (rc || left <= 0)
-            return rc;
-        if (dlock__wait_try_once(w))
-            return DLOCK_EBUSY;
-        /* until the delay's end as etcd tells it: no message comes then */
-        rc = dlock__wait_sleep(w, seq, dlock__now_ms() + left);
-        if (rc)
-            return rc;
+        rc = dlock__etcd_delay_look(s, name, ETCD_DELAY_RUNNING, &left, lim);
+        if (!rc && left > 0)
+            rc = dlock__wait_delay(w, seq, left);
     }
+    return rc;
 }
 
 int dlock__etcd_delay_arm(struct etcd_backend *s, const struct dlock__hold *h,

@@ -107,25 +107,18 @@ int dlock__zk_delay_look(struct zk_backend *zb, struct zk_session *s, const char
 
 int dlock__zk_delay_pass(struct zk_backend *zb, const char *lockpath, struct dlock__wait *w)
 {
-    for (;;) {
+    int rc = DLOCK_OK;
+    for (int64_t left = 1; !rc && left > 0;) {
         struct zk_session *s;
-        int rc = dlock__zk_session_get_w(zb, &s, w);
-        if (rc)
-            return rc;
         unsigned seq = dlock__wait_seq(w);
-        int64_t left = 0;
+        if ((rc = dlock__zk_session_get_w(zb, &s, w)))
+            break;
         rc = dlock__zk_delay_look(zb, s, lockpath, ZK_DELAY_RUNNING, &left);
         dlock__zk_session_put(zb, s);
-        dlock__wait_in_delay(w, left);
-        if (rc || left <= 0)
-            return rc;
-        if (dlock__wait_try_once(w))
-            return DLOCK_EBUSY;
-        /* until the delay's end by the servers' clock: no event comes then */
-        rc = dlock__wait_sleep(w, seq, dlock__now_ms() + left);
-        if (rc)
-            return rc;
+        if (!rc && left > 0)
+            rc = dlock__wait_delay(w, seq, left);
     }
+    return rc;
 }
 
 int dlock__zk_delay_arm(struct zk_backend *zb, const struct dlock__hold *h, const char *lockpath)

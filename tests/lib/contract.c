@@ -525,8 +525,7 @@ static void pg_pause(const struct ct_fixture *f, bool stop)
 static struct ct_fixture fx_postgres = {
     .name = "postgres",
     .scheme = "postgres",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED |
-            CT_NO_VALUE, /* lock values: not yet (docs/protocol-postgres.md) */
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED,
     .start = pg_start,
     .stop = pg_stop,
     .url = pg_url,

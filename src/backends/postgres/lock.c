@@ -49,11 +49,6 @@ static const char *const passthrough[] = {"host",
                                           "ssl_max_protocol_version",
                                           NULL};
 
-struct pg_hold {
-    struct pg_conn *pc; /* the pinned session */
-    struct pg_key key;
-};
-
 /* ------------------------------------------------------------ open/close */
 
 static int add_kv(struct pg_backend *b, size_t *n, const char *key, char *value)
@@ -155,17 +150,20 @@ static int make_conninfo(struct pg_backend *b)
     return rc;
 }
 
-/* The sequence of tokens and the table of names, made if missing. */
+/* The sequence of tokens, the table of holds and the table of values,
+ * made if missing. */
 static int ensure_schema(struct pg_backend *b, struct pg_conn *pc, int64_t deadline)
 {
     static const char look[] =
         "SELECT pg_is_in_recovery(), to_regclass('" PG_SEQUENCE "') IS NOT NULL AND "
-        "to_regclass('" PG_TABLE "') IS NOT NULL";
+        "to_regclass('" PG_TABLE "') IS NOT NULL AND to_regclass('" PG_VALUES "') IS NOT NULL";
     static const char make[] =
         "CREATE SEQUENCE IF NOT EXISTS " PG_SEQUENCE "; "
         "CREATE UNLOGGED TABLE IF NOT EXISTS " PG_TABLE " (classid int8 NOT NULL, objid int8 NOT "
         "NULL, objsubid int4 NOT NULL, pid int4 NOT NULL, name bytea NOT NULL, token int8 NOT "
-        "NULL, PRIMARY KEY (classid, objid, objsubid, pid))";
+        "NULL, PRIMARY KEY (classid, objid, objsubid, pid)); "
+        "CREATE TABLE IF NOT EXISTS " PG_VALUES " (name bytea PRIMARY KEY, token int8 NOT NULL, "
+        "value bytea NOT NULL)";
     for (int attempt = 0; attempt < 3; attempt++) {
         PGresult *r = NULL;
         struct pg_query q = {.sql = look, .what = "connect", .deadline = deadline};
@@ -184,7 +182,7 @@ static int ensure_schema(struct pg_backend *b, struct pg_conn *pc, int64_t deadl
         if (ready)
             return DLOCK_OK;
         struct pg_query mq = {.sql = make,
-                              .what = "create " PG_SEQUENCE " and " PG_TABLE,
+                              .what = "create " PG_SEQUENCE ", " PG_TABLE " and " PG_VALUES,
                               .deadline = deadline};
         rc = dlock__pg_exec(b, pc, &mq, &r);
         if (!rc) {
@@ -194,14 +192,15 @@ static int ensure_schema(struct pg_backend *b, struct pg_conn *pc, int64_t deadl
         if (rc == DLOCK_EACCES)
             return dlock__err(DLOCK_EACCES,
                               "%s: cannot create the sequence " PG_SEQUENCE
-                              " and the table " PG_TABLE
+                              " and the tables " PG_TABLE " and " PG_VALUES
                               " dlock needs (no CREATE privilege on the schema): have the owner "
-                              "run docs/protocol-postgres.md's two statements once",
+                              "run docs/protocol-postgres.md's three statements once",
                               b->label);
         if (rc != DLOCK_EBACKEND) /* EBACKEND: another client made them at once: look again */
             return rc;
     }
-    return dlock__err(DLOCK_EBACKEND, "%s: could not create " PG_SEQUENCE " and " PG_TABLE,
+    return dlock__err(DLOCK_EBACKEND,
+                      "%s: could not create " PG_SEQUENCE ", " PG_TABLE " and " PG_VALUES,
                       b->label);
 }
 
@@ -559,5 +558,6 @@ const struct dlock__backend dlock__backend_postgres = {
     .renew = pg_renew,
     .locks = &pg_lock_ops,
     .admin = &dlock__pg_admin_ops,
+    .values = &dlock__pg_value_ops,
     .no_semaphores_why = "no semaphores on postgres yet",
 };

@@ -10,6 +10,7 @@
  *            advisory locks, the lease (renew() pings each pinned session)
  *            and the backend table
  *   admin.c  inspect, check, list, force release
+ *   value.c  a lock's value: a row of dlock_values written through the hold's session
  *
  * docs/protocol-postgres.md tells the whole story.
  */
@@ -27,6 +28,7 @@
 #define PG_POOL_MAX 4 /* idle sessions kept per client */
 #define PG_SEQUENCE "dlock_fence"
 #define PG_TABLE "dlock_holds"
+#define PG_VALUES "dlock_values"
 
 /* ============================================================= libpq.c
  *
@@ -146,7 +148,17 @@ char *dlock__pg_hex(const char *name);
 
 /* ============================================================== lock.c */
 
+/* The hold's own data (h->bdata). */
+struct pg_hold {
+    struct pg_conn *pc; /* the pinned session */
+    struct pg_key key;
+};
+
 extern const struct dlock__admin_ops dlock__pg_admin_ops;
+
+/* ============================================================= value.c */
+
+extern const struct dlock__value_ops dlock__pg_value_ops;
 
 /* ============================================================= admin.c */
 

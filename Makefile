@@ -317,7 +317,7 @@ check-symbols: $(STATIC)
 # `make format FORMAT_FILES=file` has been applied and reread. Every
 # other file, new ones included, must be as clang-format writes it.
 FORMAT_PENDING = \
-	bench/file_handoff.c cli/bench.c cli/bench_redis.c cli/cli.h cli/config.c \
+	cli/bench.c cli/bench_redis.c cli/cli.h \
 	cli/help.c cli/job.c cli/main.c cli/run.c include/dlock.h \
 	src/admin.c src/backend.h src/backends/etcd/etcd.h src/backends/etcd/http.c \
 	src/backends/etcd/inspect.c src/backends/etcd/lease.c src/backends/etcd/multi.c \
@@ -331,7 +331,7 @@ FORMAT_PENDING = \
 	src/backends/redis/redlock_election.c \
 	src/backends/redis/redlock_hold.c src/backends/redis/redlock_nodes.c \
 	src/backends/redis/scripts.c src/backends/redis/semaphore.c \
-	src/backends/redis/sentinel.c src/backends/registry.c \
+	src/backends/registry.c \
 	src/backends/zk/mutex.c src/backends/zk/semaphore.c src/backends/zk/session.c \
 	src/backends/zk/zk.h src/cancel.c src/client.c src/election.c src/errors.c \
 	src/internal.h src/lock.c src/semaphore.c src/toolbox.h \
@@ -339,7 +339,7 @@ FORMAT_PENDING = \
 	tests/check_api.c tests/check_cli.c tests/check_cluster.c tests/check_contract.c \
 	tests/check_core.c tests/check_etcd.c tests/check_fair.c tests/check_fencing_pg.c \
 	tests/check_file.c tests/check_multi.c tests/check_redis.c tests/check_redis_cli.c \
-	tests/check_redis_faults.c tests/check_redis_hostile.c tests/check_redis_sentinel.c \
+	tests/check_redis_hostile.c \
 	tests/check_redlock.c tests/check_semaphore.c tests/check_zk.c \
 	tests/fuzz/fuzz_redis_replies.c tests/lib/contract.c tests/lib/contract.h \
 	tests/lib/fixture_etcd.c tests/lib/fixture_etcd.h tests/lib/fixture_redis.c \

@@ -24,7 +24,7 @@
 #include "dlock.h"
 
 struct shared {
-    _Atomic int waiting[2];  /* process k is about to block */
+    _Atomic int waiting[2]; /* process k is about to block */
     _Atomic long released_ns;
     _Atomic int round;
     long lat_ns[];
@@ -43,10 +43,22 @@ struct locker {
     void *arg;
 };
 
-static int flock_acquire(void *arg) { return flock(*(int *)arg, LOCK_EX); }
-static int flock_release(void *arg) { return flock(*(int *)arg, LOCK_UN); }
-static int dl_acquire(void *arg) { return dlock_acquire(arg, DLOCK_FOREVER); }
-static int dl_release(void *arg) { return dlock_release(arg); }
+static int flock_acquire(void *arg)
+{
+    return flock(*(int *)arg, LOCK_EX);
+}
+static int flock_release(void *arg)
+{
+    return flock(*(int *)arg, LOCK_UN);
+}
+static int dl_acquire(void *arg)
+{
+    return dlock_acquire(arg, DLOCK_FOREVER);
+}
+static int dl_release(void *arg)
+{
+    return dlock_release(arg);
+}
 
 /* Process ME of two: take turns ROUNDS times in all. */
 static void play(struct shared *s, int me, int rounds, struct locker *lk)
@@ -88,8 +100,8 @@ static int cmp(const void *a, const void *b)
 static void measure(const char *label, int rounds, const char *dir, int use_dlock, double *median,
                     double *p99)
 {
-    struct shared *s = mmap(NULL, sizeof *s + (size_t)rounds * sizeof(long),
-                            PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    struct shared *s = mmap(NULL, sizeof *s + (size_t)rounds * sizeof(long), PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(s, 0, sizeof *s);
     pid_t kids[2];
     for (int k = 0; k < 2; k++) {

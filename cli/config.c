@@ -35,8 +35,8 @@
 /* The file read (once per process) and what it gave. */
 static struct {
     bool loaded;
-    char *path; /* NULL: no file */
-    char *url;  /* NULL: the file gives none */
+    char *path;  /* NULL: no file */
+    char *url;   /* NULL: the file gives none */
     char *error; /* what is wrong with it, "PATH[:LINE]: ..." */
 } conf;
 
@@ -124,8 +124,8 @@ static void config_read(void)
         size_t klen = strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789_");
         char *mark = fmt("\n%s\n", key);
         if (!*key || key[klen])
-            conf.error = fmt("%s:%zu: '%s' is not a key (lower case, digits, '_')",
-                                           conf.path, lineno, key);
+            conf.error =
+                fmt("%s:%zu: '%s' is not a key (lower case, digits, '_')", conf.path, lineno, key);
         else if (mark && strstr(seen, mark))
             conf.error = fmt("%s:%zu: %s given twice", conf.path, lineno, key);
         else if (!*value)
@@ -134,8 +134,8 @@ static void config_read(void)
         if (conf.error)
             break;
         size_t slen = strlen(seen);
-        bool ok = append_encoded(&seen, &slen, key, false) &&
-                  append_encoded(&seen, &slen, "\n", false);
+        bool ok =
+            append_encoded(&seen, &slen, key, false) && append_encoded(&seen, &slen, "\n", false);
         if (ok && strcmp(key, "url") == 0)
             ok = (url = strdup(value)) != NULL;
         else if (ok) /* ?key=value, '&' between: the library says what it makes of it */
@@ -154,9 +154,8 @@ static void config_read(void)
     if (!conf.error && options && !url)
         conf.error = fmt("%s: options without a url = line", conf.path);
     if (!conf.error && url)
-        conf.url = options ? fmt("%s%c%s", url, strchr(url, '?') ? '&' : '?',
-                                               options)
-                           : strdup(url);
+        conf.url =
+            options ? fmt("%s%c%s", url, strchr(url, '?') ? '&' : '?', options) : strdup(url);
     free(options);
     free(url);
 }
@@ -197,7 +196,7 @@ int cli_choose_url(const char *given, bool quiet, struct cli_url *out)
     if (conf.url)
         *out = (struct cli_url){conf.url, conf.path, false, true};
     else
-        *out = (struct cli_url){NULL, "the default: no -u, DLOCK_URL or configuration file",
-                                false, false};
+        *out = (struct cli_url){NULL, "the default: no -u, DLOCK_URL or configuration file", false,
+                                false};
     return 0;
 }

@@ -268,7 +268,8 @@ static void lost_replies_through_proxy(const char *layout)
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
     ck_assert_int_eq(atomic_load(&px.drop_acquire), 0); /* the fault did happen */
     uint64_t t1 = tu_token(via.l);
-    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"), (long long)t1); /* the last */
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{amb}"),
+                     (long long)t1); /* the last */
     if (!simple) {
         ck_assert_int_eq(cmd_int(ctx, "HLEN amb"), 2);
         ck_assert_int_eq(owner_count(ctx, "amb"), 1);
@@ -276,7 +277,8 @@ static void lost_replies_through_proxy(const char *layout)
 
     atomic_store(&px.drop_release, 1);
     int rc = dlock_release(via.l);
-    ck_assert_msg(rc == DLOCK_OK, "release after a lost reply: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(rc == DLOCK_OK, "release after a lost reply: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
     ck_assert_int_eq(atomic_load(&px.drop_release), 0);
     ck_assert_int_eq(cmd_int(ctx, "EXISTS amb"), 0);
 
@@ -326,7 +328,8 @@ static void late_acquire_through_proxy(const char *layout)
     ck_assert_msg(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}") == -1000,
                   "a late acquire spent a token");
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
-    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}"), (long long)tu_token(via.l));
+    ck_assert_int_eq(cmd_int(ctx, "GET %s", "redisson_lock_token:{late}"),
+                     (long long)tu_token(via.l));
     ck_assert_int_eq(dlock_release(via.l), DLOCK_OK);
     redisFree(ctx);
     tu_solo_close(&via);
@@ -385,7 +388,8 @@ static void late_release_through_proxy(const char *layout, int mode, bool timed_
     ck_assert_msg(rc == (timed_out ? DLOCK_ECONN : DLOCK_OK), "release: %s: %s", dlock_err_name(rc),
                   dlock_errmsg());
     /* the first copy is kept back */
-    ck_assert_int_eq(atomic_load(timed_out ? &px.stalled : &px.r.served[GATE_HELD]), timed_out ? 1 : 0);
+    ck_assert_int_eq(atomic_load(timed_out ? &px.stalled : &px.r.served[GATE_HELD]),
+                     timed_out ? 1 : 0);
     ck_assert_int_eq(atomic_load(&px.hold_release), 0);
     TU_ACQUIRE_OK(via.l, DLOCK_TRY); /* a timed-out release left our field: replaced */
     ck_assert_uint_gt(tu_token(via.l), t1);
@@ -472,7 +476,8 @@ TU_TEST(late_downgrade_spares_a_later_hold, 60)
     TU_ACQUIRE_OK(r, DLOCK_TRY);
     atomic_store(&px.hold_downgrade, 1);
     int rc = dlock_release(via.l); /* the last write level: a downgrade */
-    ck_assert_msg(rc == DLOCK_OK, "downgrade sent again: %s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(rc == DLOCK_OK, "downgrade sent again: %s: %s", dlock_err_name(rc),
+                  dlock_errmsg());
     ck_assert_int_eq(atomic_load(&px.hold_downgrade), 0); /* the first copy is held */
     ck_assert_int_eq(dlock_release(r), DLOCK_OK);
     TU_ACQUIRE_OK(via.l, DLOCK_TRY);
@@ -584,7 +589,8 @@ TU_TEST(lost_acquire_cancel_does_not_hold_the_caller, 60)
      * first, and here that cannot finish within its wait. */
     atomic_store(&a.go, 1);
     pthread_join(th, NULL);
-    ck_assert_msg(a.rc2 == DLOCK_ETIMEDOUT, "acquire while a cancel is owed: %s", dlock_err_name(a.rc2));
+    ck_assert_msg(a.rc2 == DLOCK_ETIMEDOUT, "acquire while a cancel is owed: %s",
+                  dlock_err_name(a.rc2));
     tu_relay_gate(&px.r, GATE_STALLED, false);
     late_attempts_do_nothing(ctx, &px, "stall", 20000);
     tu_acquire_release(via.l, DLOCK_TRY);
@@ -620,8 +626,10 @@ TU_TEST(owed_unwait_goes_before_the_next_wait, 60)
     long long records = cmd_int(ctx, "ZCARD dlock_writers:{uwo}");
     if (rc == DLOCK_OK)
         TU_RELEASE_OK(via.l);
-    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "the next wait went out before the owed unwait: %s, "
-                  "%lld writer record(s) left (readers kept out)", dlock_err_name(rc), records);
+    ck_assert_msg(rc == DLOCK_ETIMEDOUT,
+                  "the next wait went out before the owed unwait: %s, "
+                  "%lld writer record(s) left (readers kept out)",
+                  dlock_err_name(rc), records);
     tu_relay_gate(&px.r, GATE_STALLED, false);
     ck_assert_msg(writers_become(ctx, "uwo", 0), "the owed unwait never ran");
     tu_acquire_release(via.l, 1000);
@@ -714,7 +722,8 @@ TU_TEST(first_try_cut_by_the_wait_times_out, 60)
  * the server is continued, into FDS[0..MAX); how many. */
 static int fill_accept_queue(int port, int *fds, int max)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     for (int n = 0; n < max; n++) {
         int c = fds[n] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);

@@ -72,7 +72,8 @@ TU_TEST(tls_verification_and_client_certs, 60)
     u = tu_fmt("rediss://127.0.0.1:%d?tls_ca=%s/nowhere.crt", srv.tls_port, srv.dir);
     open_fails(u, DLOCK_EINVAL, "nowhere.crt");
     free(u);
-    u = tu_fmt("rediss://127.0.0.1:%d?tls_ca=%s&tls_cert=%s", srv.tls_port, srv.ca, srv.client_cert);
+    u = tu_fmt("rediss://127.0.0.1:%d?tls_ca=%s&tls_cert=%s", srv.tls_port, srv.ca,
+               srv.client_cert);
     open_fails(u, DLOCK_EBADURL, "tls_key");
     free(u);
     free(certs);
@@ -130,8 +131,9 @@ TU_TEST(script_digests_match_the_server, 60)
     size_t n = 0;
     for (; dlock__redis_script_nth(n, &name, &src, &sha); n++) {
         char *server = reply_str(cmd(ctx, "SCRIPT LOAD %s", src));
-        ck_assert_msg(server && strcmp(server, sha) == 0, "%s.lua: the server says %s, the build %s",
-                      name, server ? server : "nothing", sha);
+        ck_assert_msg(server && strcmp(server, sha) == 0,
+                      "%s.lua: the server says %s, the build %s", name, server ? server : "nothing",
+                      sha);
         free(server);
     }
     ck_assert_uint_ge(n, 36); /* 16 scripts in 2 layouts, Redlock's and the election's 4 */
@@ -201,8 +203,8 @@ TU_TEST(sync_multi_undo_owed_past_the_budget, 60)
     struct multi_try mt = {0};
     ck_assert_int_eq(dlock_multi_new(c, names, 2, DLOCK_EXCLUSIVE, 0, &mt.m), DLOCK_OK);
     ck_assert_int_eq(pthread_create(&mt.th, NULL, multi_try_main, &mt), 0);
-    for (int i = 0; i < 1000 && info_number(ctx, "clients", "blocked_clients") < 1 &&
-                    !atomic_load(&mt.done);
+    for (int i = 0;
+         i < 1000 && info_number(ctx, "clients", "blocked_clients") < 1 && !atomic_load(&mt.done);
          i++)
         tu_sleep_ms(5);
     ck_assert_msg(!atomic_load(&mt.done), "the acquire returned before its WAIT blocked");
@@ -236,7 +238,9 @@ TU_TEST(sync_undo_owed_past_the_budget, 60)
     dlock_lock *l = tu_lock(c, "undo");
     struct tu_waiter w = {0};
     tu_waiter_start(&w, l, DLOCK_TRY);
-    for (int i = 0; i < 1000 && info_number(ctx, "clients", "blocked_clients") < 1 && !atomic_load(&w.done); i++)
+    for (int i = 0;
+         i < 1000 && info_number(ctx, "clients", "blocked_clients") < 1 && !atomic_load(&w.done);
+         i++)
         tu_sleep_ms(5);
     ck_assert_msg(!atomic_load(&w.done), "the acquire returned before its WAIT blocked: %s",
                   dlock_err_name(atomic_load(&w.rc)));
@@ -246,8 +250,8 @@ TU_TEST(sync_undo_owed_past_the_budget, 60)
     /* the pause ends, the keeper's cleanup undoes it: a condition */
     for (int i = 0; i < 600 && cmd_int(ctx, "EXISTS undo") != 0; i++)
         tu_sleep_ms(50);
-    ck_assert_msg(cmd_int(ctx, "EXISTS undo") == 0, "the unsynced acquire was never undone (%lld "
-                                                   "ms of lease left)",
+    ck_assert_msg(cmd_int(ctx, "EXISTS undo") == 0,
+                  "the unsynced acquire was never undone (%lld ms of lease left)",
                   cmd_int(ctx, "PTTL undo"));
     dlock_lock_free(l);
     dlock_client_close(c);
@@ -388,7 +392,8 @@ static void wait_numsub_at(int port, const char *name, long long want)
     const struct fx_redis *server = fx_sentinels_server(&sen, port);
     ck_assert_msg(server != NULL, "no server of the topology on port %d", port);
     long long got = fx_redis_wait_lock_subscribers(server->port, name, false, want);
-    ck_assert_msg(got == want, "%lld subscribers of '%s' on port %d, not %lld", got, name, port, want);
+    ck_assert_msg(got == want, "%lld subscribers of '%s' on port %d, not %lld", got, name, port,
+                  want);
 }
 
 /* Wait until the sentinels name a master other than OLD (the one killed):
@@ -497,8 +502,9 @@ TU_TEST(sentinel_master_killed_under_sync, 150)
             lost ? "was reported lost" : "renewed on the new master"); /* informational */
     if (!lost) {
         ck_assert_msg(dlock_validity_ms(p.la) > 0, "renewed, yet no validity");
-        ck_assert_msg(!atomic_load(&w.done), "two owners: the waiter got the lock (%s) while "
-                                             "the holder still holds it",
+        ck_assert_msg(!atomic_load(&w.done),
+                      "two owners: the waiter got the lock (%s) while "
+                      "the holder still holds it",
                       dlock_err_name(w.rc));
         ck_assert_int_eq(dlock_release(p.la), DLOCK_OK);
     } else {

@@ -57,14 +57,14 @@ static int sentinel_answer(struct redis_state *s, struct rconn *k, bool authed, 
     else if (ra && ra->type == REDIS_REPLY_ERROR)
         rc = dlock__err(DLOCK_EAUTH, "%s: sentinel_password refused: %s", k->where, ra->str);
     else if (r->type == REDIS_REPLY_ERROR)
-        rc = dlock__err(strncmp(r->str, "NOAUTH", 6) == 0 ? DLOCK_EAUTH : DLOCK_EBACKEND,
-                        "%s: SENTINEL get-master-addr-by-name %s: %s%s", k->where, s->master_name,
-                        r->str,
-                        strncmp(r->str, "NOAUTH", 6) == 0
-                            ? " (the sentinels want a password: give it with "
-                              "?sentinel_password_file=FILE, DLOCK_REDIS_SENTINEL_PASSWORD_FILE=FILE "
-                              "or DLOCK_REDIS_SENTINEL_PASSWORD)"
-                            : "");
+        rc = dlock__err(
+            strncmp(r->str, "NOAUTH", 6) == 0 ? DLOCK_EAUTH : DLOCK_EBACKEND,
+            "%s: SENTINEL get-master-addr-by-name %s: %s%s", k->where, s->master_name, r->str,
+            strncmp(r->str, "NOAUTH", 6) == 0
+                ? " (the sentinels want a password: give it with "
+                  "?sentinel_password_file=FILE, DLOCK_REDIS_SENTINEL_PASSWORD_FILE=FILE "
+                  "or DLOCK_REDIS_SENTINEL_PASSWORD)"
+                : "");
     else if (r->type == REDIS_REPLY_NIL)
         rc = dlock__err(DLOCK_ENOENT, "%s: this sentinel monitors no master named '%s'", k->where,
                         s->master_name);
@@ -101,13 +101,14 @@ static void ask_sentinels(struct redis_state *s, int64_t deadline, char **host, 
     for (size_t i = 0; i < n; i++) {
         host[i] = NULL;
         rc[i] = !a || !k || !live ? DLOCK_ENOMEM : DLOCK_ETIMEDOUT;
-        snprintf(msg[i], DLOCK__MSG_MAX, "%s", !a || !k || !live ? "out of memory"
-                                                                   : "the deadline passed");
+        snprintf(msg[i], DLOCK__MSG_MAX, "%s",
+                 !a || !k || !live ? "out of memory" : "the deadline passed");
     }
     if (!a || !k || !live || cto == 0)
         goto out;
     for (size_t i = 0; i < n; i++)
-        a[i] = (struct redis_addr){.host = s->sentinels[i].host, .port = s->sentinels[i].port,
+        a[i] = (struct redis_addr){.host = s->sentinels[i].host,
+                                   .port = s->sentinels[i].port,
                                    .tls = s->tls};
     dlock__redis_conn_dial_many(a, n, dlock__now_ms() + cto, 1, NULL, k, rc, msg);
     const char *auth[] = {"AUTH", s->sentinel_password};
@@ -131,8 +132,8 @@ static void ask_sentinels(struct redis_state *s, int64_t deadline, char **host, 
         if (!k[i] || rc[i])
             continue;
         if (k[i]->broken)
-            rc[i] = dlock__err(DLOCK_ECONN, "%s: SENTINEL get-master-addr-by-name: %s",
-                               k[i]->where, k[i]->err);
+            rc[i] = dlock__err(DLOCK_ECONN, "%s: SENTINEL get-master-addr-by-name: %s", k[i]->where,
+                               k[i]->err);
         else
             rc[i] = sentinel_answer(s, k[i], s->sentinel_password != NULL, &host[i], &port[i]);
         if (rc[i])
@@ -163,8 +164,9 @@ static int check_role(struct redis_state *s, const char *host, int port, int64_t
             r->element[0]->type != REDIS_REPLY_STRING)
             rc = dlock__err(DLOCK_EPROTO, "%s: ROLE: unexpected reply", k->where);
         else if (strcmp(r->element[0]->str, "master") != 0)
-            rc = dlock__err(DLOCK_EUNAVAIL, "%s: the sentinel's master for '%s' says ROLE %s "
-                                            "(a stale answer: a failover is under way)",
+            rc = dlock__err(DLOCK_EUNAVAIL,
+                            "%s: the sentinel's master for '%s' says ROLE %s "
+                            "(a stale answer: a failover is under way)",
                             k->where, s->master_name, r->element[0]->str);
         freeReplyObject(r);
     }
@@ -177,8 +179,8 @@ int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t
     /* another thread may be asking: wait for it within our own bound */
     int64_t left = dlock__time_left(deadline, s->connect_timeout_ms + s->op_timeout_ms);
     if (left == 0 || !dlock__timed_mutex_lock(&s->resolve_mu, dlock__now_ms() + left))
-        return dlock__err(DLOCK_ECONN, "%s: no master yet: another thread is still asking the "
-                                       "sentinels",
+        return dlock__err(DLOCK_ECONN,
+                          "%s: no master yet: another thread is still asking the sentinels",
                           s->where);
     pthread_mutex_lock(&s->pool_mu);
     bool done = s->master_epoch != epoch && !s->master_stale; /* another thread did it */
@@ -250,12 +252,14 @@ int dlock__redis_sentinel_resolve(struct redis_state *s, unsigned epoch, int64_t
     free(host), free(msg), free(port), free(rcs);
     if (found < n || rc == DLOCK_ENOMEM)
         return rc;
-    return dlock__err(late ? DLOCK_ETIMEDOUT : auth ? DLOCK_EAUTH : DLOCK_ECONN,
+    return dlock__err(late   ? DLOCK_ETIMEDOUT
+                      : auth ? DLOCK_EAUTH
+                             : DLOCK_ECONN,
                       "%s: no sentinel named a reachable master: %s", s->where, why);
 }
 
-int dlock__redis_sentinel_master(struct redis_state *s, int64_t deadline, char *host, size_t host_len,
-                          int *port, unsigned *epoch)
+int dlock__redis_sentinel_master(struct redis_state *s, int64_t deadline, char *host,
+                                 size_t host_len, int *port, unsigned *epoch)
 {
     for (int round = 0;; round++) {
         pthread_mutex_lock(&s->pool_mu);
@@ -311,9 +315,10 @@ void dlock__redis_sentinel_lost_note(struct redis_state *s, const struct dlock__
     char now[300];
     master_now(s, now, sizeof now);
     if (*now && strcmp(h->bdata, now) != 0)
-        snprintf(buf, size, "lost in a Sentinel failover: master %s confirmed it last, the master "
-                            "now, %s, had not received it from there or gave it to another owner "
-                            "since",
+        snprintf(buf, size,
+                 "lost in a Sentinel failover: master %s confirmed it last, the master "
+                 "now, %s, had not received it from there or gave it to another owner "
+                 "since",
                  (const char *)h->bdata, now);
 }
 
@@ -343,8 +348,9 @@ int dlock__redis_sentinel_parse(struct redis_state *s, struct dlock_client *c)
     const char *url = c->url.redacted;
     const char *path = c->url.path;
     if (c->url.nhosts < 1 || !path || strlen(path) < 2)
-        return dlock__err(DLOCK_EBADURL, "bad URL '%s': %s://s1:26379,s2:26379/MASTERNAME[/db] "
-                                         "needs sentinels and the master's name",
+        return dlock__err(DLOCK_EBADURL,
+                          "bad URL '%s': %s://s1:26379,s2:26379/MASTERNAME[/db] "
+                          "needs sentinels and the master's name",
                           url, c->url.scheme);
     s->sentinels = calloc(c->url.nhosts, sizeof *s->sentinels);
     if (!s->sentinels)
@@ -380,9 +386,11 @@ int dlock__redis_sentinel_parse(struct redis_state *s, struct dlock_client *c)
  * a sentinel that does not answer is skipped for the next one. */
 struct rconn *dlock__redis_sentinel_watch(struct redis_state *s)
 {
-    size_t i = (__atomic_load_n(&s->sentinel_first, __ATOMIC_RELAXED) + s->watch_next++) %
-               s->nsentinels;
-    struct redis_addr a = {.host = s->sentinels[i].host, .port = s->sentinels[i].port, .tls = s->tls};
+    size_t i =
+        (__atomic_load_n(&s->sentinel_first, __ATOMIC_RELAXED) + s->watch_next++) % s->nsentinels;
+    struct redis_addr a = {.host = s->sentinels[i].host,
+                           .port = s->sentinels[i].port,
+                           .tls = s->tls};
     int64_t cto = s->connect_timeout_ms < 1000 ? s->connect_timeout_ms : 1000;
     struct rconn *k;
     if (dlock__redis_conn_dial(&a, dlock__now_ms() + cto, &k))

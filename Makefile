@@ -328,8 +328,7 @@ FORMAT_PENDING = \
 	src/backends/redis/fair.c src/backends/redis/hub.c \
 	src/backends/redis/multi.c src/backends/redis/mutex.c src/backends/redis/net.c \
 	src/backends/redis/openssl.h src/backends/redis/redis.h src/backends/redis/redlock.c \
-	src/backends/redis/redlock_election.c \
-	src/backends/redis/redlock_hold.c src/backends/redis/redlock_nodes.c \
+	src/backends/redis/redlock_hold.c \
 	src/backends/redis/scripts.c src/backends/redis/semaphore.c \
 	src/backends/registry.c \
 	src/backends/zk/mutex.c src/backends/zk/semaphore.c src/backends/zk/session.c \
@@ -340,7 +339,7 @@ FORMAT_PENDING = \
 	tests/check_core.c tests/check_etcd.c tests/check_fair.c tests/check_fencing_pg.c \
 	tests/check_file.c tests/check_multi.c tests/check_redis.c tests/check_redis_cli.c \
 	tests/check_redis_hostile.c \
-	tests/check_redlock.c tests/check_semaphore.c tests/check_zk.c \
+	tests/check_semaphore.c tests/check_zk.c \
 	tests/fuzz/fuzz_redis_replies.c tests/lib/contract.c tests/lib/contract.h \
 	tests/lib/fixture_etcd.c tests/lib/fixture_etcd.h tests/lib/fixture_redis.c \
 	tests/lib/fixture_redis.h tests/lib/fixture_zk.h \

@@ -214,7 +214,8 @@ TU_TEST(check_needs_a_majority, 60)
 static int black_hole(int *port)
 {
     int fd = tu_listen_loopback(port, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)*port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)*port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     /* fill the queue: until a connect no longer completes */
     for (int i = 0; i < 16; i++) {
@@ -374,8 +375,8 @@ TU_TEST(tokens_grow_across_majorities, 60)
     start_nodes(3, NULL);
     /* counters far apart, the highest on node 2 */
     for (int i = 0; i < 3; i++)
-        freeReplyObject(node_cmd(i, "SET redisson_lock_token:{job} %lld",
-                                 2000000000000000LL + 1000 * i));
+        freeReplyObject(
+            node_cmd(i, "SET redisson_lock_token:{job} %lld", 2000000000000000LL + 1000 * i));
     dlock_client *c = rl_open("lease=5s&node_timeout=30s");
     uint64_t last = tu_take_token(c, "job");
     ck_assert_uint_eq(last, 2000000000002001ULL);
@@ -461,7 +462,8 @@ TU_TEST(redlock_simple_interop, 60)
 
     /* node-redlock holds it on a majority: dlock is busy */
     for (int i = 0; i < 2; i++)
-        ck_assert_int_eq(node_int(i, "EVAL %s 1 resource %s 10000", NODE_REDLOCK_ACQUIRE, value), 1);
+        ck_assert_int_eq(node_int(i, "EVAL %s 1 resource %s 10000", NODE_REDLOCK_ACQUIRE, value),
+                         1);
     int rc = dlock_acquire(l, DLOCK_TRY);
     ck_assert_msg(rc == DLOCK_EBUSY, "over node-redlock's lock: %s: %s", dlock_err_name(rc),
                   dlock_errmsg());
@@ -479,7 +481,8 @@ TU_TEST(redlock_simple_interop, 60)
     /* dlock holds it: node-redlock's acquire and redsync's SET NX fail
      * on every node; their release scripts leave dlock's key alone */
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(node_int(i, "EVAL %s 1 resource %s 10000", NODE_REDLOCK_ACQUIRE, value), 0);
+        ck_assert_int_eq(node_int(i, "EVAL %s 1 resource %s 10000", NODE_REDLOCK_ACQUIRE, value),
+                         0);
         redisReply *r = node_cmd(i, "SET resource redsyncvalue== NX PX 8000");
         ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
         freeReplyObject(r);
@@ -595,8 +598,8 @@ TU_TEST(election_over_the_majority, 90)
                   dlock_err_name(rc), dlock_errmsg());
     l = NULL;
     rc = dlock_election_leader(b, "boss", &l);
-    ck_assert_msg(rc == DLOCK_EUNAVAIL && strstr(dlock_errmsg(), "1 of 3 nodes answered"),
-                  "%s: %s", dlock_err_name(rc), dlock_errmsg());
+    ck_assert_msg(rc == DLOCK_EUNAVAIL && strstr(dlock_errmsg(), "1 of 3 nodes answered"), "%s: %s",
+                  dlock_err_name(rc), dlock_errmsg());
     ck_assert_ptr_null(l);
     boss_election_end(&x);
 }
@@ -806,12 +809,13 @@ TU_TEST(bench_prints_the_raw_floor, 60)
     int code = TU_DLOCK(&out, &err, NULL, "-u", url, "bench", "uncontended", "-d", "0.2", "-t", "1",
                         "-m", "4");
     ck_assert_msg(code == 0, "exit %d: %s%s", code, out, err);
-    ck_assert_msg(strstr(out, "floor 0: ") && strstr(out, "floor 1: ") && strstr(out, "floor 2: ") &&
-                      strstr(out, "p50 ratio, same work"),
+    ck_assert_msg(strstr(out, "floor 0: ") && strstr(out, "floor 1: ") &&
+                      strstr(out, "floor 2: ") && strstr(out, "p50 ratio, same work"),
                   "%s", out);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(node_int(i, "EXISTS dlock-bench:floor:0 dlock-bench:floor:1 "
-                                     "dlock-bench:floor:2 dlock-bench:floor:3"), 0);
+                                     "dlock-bench:floor:2 dlock-bench:floor:3"),
+                         0);
     free(out);
     free(err);
     free(url);
@@ -900,8 +904,8 @@ static void writer_gives_up_with_nodes_stopped(bool cancel)
     }
     for (int i = 1; i <= stopped; i++)
         node_signal(i, SIGCONT);
-    ck_assert_msg(rc == (cancel ? DLOCK_ECANCELED : DLOCK_ETIMEDOUT), "%s: %s",
-                  dlock_err_name(rc), msg);
+    ck_assert_msg(rc == (cancel ? DLOCK_ECANCELED : DLOCK_ETIMEDOUT), "%s: %s", dlock_err_name(rc),
+                  msg);
     ck_assert_msg(no_writer_waits(), "the keeper never took the waiting record off every node");
     TU_RELEASE_OK(a.l);
     TU_ACQUIRE_OK(b.l, DLOCK_TRY);
@@ -1230,7 +1234,8 @@ TU_TEST(late_downgrade_spares_a_later_exclusive_hold, 60)
     redisReply *mode = node_cmd(2, "HGET job mode");
     ck_assert_msg(mode->type == REDIS_REPLY_STRING && strcmp(mode->str, "write") == 0,
                   "a late downgrade of an earlier hold made the later exclusive hold '%s' on "
-                  "node 2", mode->type == REDIS_REPLY_STRING ? mode->str : "(gone)");
+                  "node 2",
+                  mode->type == REDIS_REPLY_STRING ? mode->str : "(gone)");
     freeReplyObject(mode);
     TU_RELEASE_OK(f.s.l);
     dlock_lock_free(r);

@@ -76,15 +76,18 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value,
     int vl = snprintf(version, sizeof version, "%llu", (unsigned long long)bd->version);
     const struct lock_keys *k = &lk.k;
     const char *args[] = {k->lock, lk.value, lk.chan, k->token, h->owner, token, value, version};
-    size_t lens[] = {k->lock_len, strlen(lk.value), strlen(lk.chan), k->token_len,
-                     strlen(h->owner), (size_t)tl, strlen(value), (size_t)vl};
+    size_t lens[] = {k->lock_len,      strlen(lk.value), strlen(lk.chan), k->token_len,
+                     strlen(h->owner), (size_t)tl,       strlen(value),   (size_t)vl};
     struct rl_call calls[RL_MAX_NODES];
     struct rl_round rd;
     char shortfall[RL_SHORTFALL_MAX];
     on_every_node(rl, &rd, calls,
                   (struct rl_call){.src = dlock__redis_leader_write_script.src,
                                    .sha = dlock__redis_leader_write_script.sha,
-                                   .nkeys = 4, .nargs = 8, .args = args, .lens = lens},
+                                   .nkeys = 4,
+                                   .nargs = 8,
+                                   .args = args,
+                                   .lens = lens},
                   deadline, "write the leader's value");
     size_t taken = 0, refused = 0;
     for (size_t i = 0; i < rl->n; i++) {
@@ -99,8 +102,9 @@ static int rl_write_value(void *state, struct dlock__hold *h, const char *value,
     if (taken >= rl->quorum)
         rc = DLOCK_OK;
     else if (refused > rl->n - rl->quorum)
-        rc = dlock__err(DLOCK_ELOST, "%s: election '%s': the lock is no longer ours on %zu of %zu "
-                                     "nodes (token %s)",
+        rc = dlock__err(DLOCK_ELOST,
+                        "%s: election '%s': the lock is no longer ours on %zu of %zu "
+                        "nodes (token %s)",
                         rl->where, h->name, refused, rl->n, token);
     else
         rc = dlock__err(DLOCK_EUNAVAIL, "%s: election '%s': the value was written on %s", rl->where,
@@ -139,8 +143,12 @@ static void rl_leader_publish(struct redlock *rl, const char *name, int64_t dead
         struct rl_call calls[RL_MAX_NODES];
         struct rl_round rd;
         on_every_node(rl, &rd, calls,
-                      (struct rl_call){.src = sc->src, .sha = sc->sha, .nkeys = 1, .nargs = 1,
-                                       .args = args, .lens = lens},
+                      (struct rl_call){.src = sc->src,
+                                       .sha = sc->sha,
+                                       .nkeys = 1,
+                                       .nargs = 1,
+                                       .args = args,
+                                       .lens = lens},
                       deadline, "publish");
         dlock__redlock_calls_free(calls, rl->n);
         dlock__redis_leader_keys_free(&lk);
@@ -198,7 +206,10 @@ static int rl_look(const struct dlock__redis_observer *ob, const struct leader_k
     on_every_node(rl, &rd, calls,
                   (struct rl_call){.src = dlock__redis_leader_read_script.src,
                                    .sha = dlock__redis_leader_read_script.sha,
-                                   .nkeys = 3, .nargs = 3, .args = args, .lens = lens},
+                                   .nkeys = 3,
+                                   .nargs = 3,
+                                   .args = args,
+                                   .lens = lens},
                   dlock__now_ms() + until, what);
     struct dlock_leader seen[RL_MAX_NODES];
     bool ok[RL_MAX_NODES] = {false}, cons[RL_MAX_NODES] = {false};
@@ -209,10 +220,10 @@ static int rl_look(const struct dlock__redis_observer *ob, const struct leader_k
         memset(&seen[i], 0, sizeof seen[i]);
         const redisReply *r = calls[i].reply;
         int64_t t = -2;
-        int prc = !r                               ? rd.rc[i]
-                  : r->type == REDIS_REPLY_ERROR ? dlock__redis_server_error(rl->node[i], r->str,
-                                                                             what)
-                       : dlock__redis_leader_parse(rl->node[i], r, what, &seen[i], &cons[i], &t);
+        int prc = !r ? rd.rc[i]
+                  : r->type == REDIS_REPLY_ERROR
+                      ? dlock__redis_server_error(rl->node[i], r->str, what)
+                      : dlock__redis_leader_parse(rl->node[i], r, what, &seen[i], &cons[i], &t);
         if (prc) {
             if (r)
                 dlock__redlock_node_failed(&rd, i, prc);
@@ -264,8 +275,12 @@ int dlock__redlock_elect_observe(void *state, const char *name, const struct dlo
     struct redlock *rl = state;
     /* the shortest remaining lease among the nodes bounds each sleep;
      * none held: the node timeout */
-    const struct dlock__redis_observer ob = {.nodes = rl->node, .n = rl->n, .name = name,
-                                             .where = rl->where, .idle_ms = rl->node_timeout_ms,
-                                             .look = rl_look, .arg = rl};
+    const struct dlock__redis_observer ob = {.nodes = rl->node,
+                                             .n = rl->n,
+                                             .name = name,
+                                             .where = rl->where,
+                                             .idle_ms = rl->node_timeout_ms,
+                                             .look = rl_look,
+                                             .arg = rl};
     return dlock__redis_observe(&ob, known, w, out);
 }

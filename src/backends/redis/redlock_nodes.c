@@ -156,9 +156,11 @@ void dlock__redlock_round(struct redlock *rl, struct rl_round *rd, struct rl_cal
         if (left == 0) {
             for (size_t i = 0; i < rl->n; i++)
                 if (rd->k[i] && !rd->rc[i] && rd->k[i]->want > 0)
-                    dlock__redlock_node_failed(
-                        rd, i, dlock__err(DLOCK_ETIMEDOUT, "%s: %s: the deadline passed before it "
-                                                           "could be sent", rd->k[i]->where, what));
+                    dlock__redlock_node_failed(rd, i,
+                                               dlock__err(DLOCK_ETIMEDOUT,
+                                                          "%s: %s: the deadline passed before it "
+                                                          "could be sent",
+                                                          rd->k[i]->where, what));
             break;
         }
         for (size_t i = 0; i < rl->n; i++)
@@ -171,9 +173,9 @@ void dlock__redlock_round(struct redlock *rl, struct rl_round *rd, struct rl_cal
         for (size_t i = 0; i < rl->n; i++) {
             bool answered = used[i] && rd->k[i] && !rd->rc[i] && !redial[i];
             for (size_t j = 0; answered && j < n; j++)
-                answered = calls[j].node != i || (calls[j].reply &&
-                           !(calls[j].reply->type == REDIS_REPLY_ERROR &&
-                             strncmp(calls[j].reply->str, "NOSCRIPT", 8) == 0));
+                answered = calls[j].node != i ||
+                           (calls[j].reply && !(calls[j].reply->type == REDIS_REPLY_ERROR &&
+                                                strncmp(calls[j].reply->str, "NOSCRIPT", 8) == 0));
             done += answered;
         }
         size_t want = need > done ? need - done : 0;
@@ -233,8 +235,8 @@ const char *dlock__redlock_first_failure(const struct rl_round *rd, size_t n)
     return "";
 }
 
-const char *dlock__redlock_shortfall(const struct redlock *rl, const struct rl_round *rd, size_t got,
-                                     char buf[RL_SHORTFALL_MAX])
+const char *dlock__redlock_shortfall(const struct redlock *rl, const struct rl_round *rd,
+                                     size_t got, char buf[RL_SHORTFALL_MAX])
 {
     snprintf(buf, RL_SHORTFALL_MAX, "%zu of %zu nodes, %zu needed (%s)", got, rl->n, rl->quorum,
              dlock__redlock_first_failure(rd, rl->n));
@@ -297,8 +299,8 @@ int dlock__redlock_inspect(void *state, const char *name, struct dlock_info *inf
             return rc;
     }
     if (answered < rl->quorum)
-        return dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL, "%s: inspect '%s': only %zu of %zu "
-                                                                "nodes answered, %zu needed (%s)",
+        return dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL,
+                          "%s: inspect '%s': only %zu of %zu nodes answered, %zu needed (%s)",
                           rl->where, name, answered, rl->n, rl->quorum, first_msg);
     /* readers on a majority: shared (a writer and readers never share one) */
     info->mode = shared >= rl->quorum ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
@@ -341,15 +343,16 @@ int dlock__redlock_check(void *state, const char *name, struct dlock__check_view
         }
     }
     if (!rc && answered < rl->quorum)
-        rc = dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL, "%s: check '%s': only %zu of %zu "
-                                                              "nodes answered, %zu needed (%s)",
+        rc = dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL,
+                        "%s: check '%s': only %zu of %zu nodes answered, %zu needed (%s)",
                         rl->where, name, answered, rl->n, rl->quorum, first_msg);
     for (size_t i = 0; !rc && !view->held && i < rl->n; i++) {
         size_t same = 0;
         for (size_t j = 0; tokens[i] && j < rl->n; j++)
             same += tokens[j] == tokens[i];
         if (same >= rl->quorum)
-            *view = (struct dlock__check_view){.held = true, .token = tokens[i],
+            *view = (struct dlock__check_view){.held = true,
+                                               .token = tokens[i],
                                                .reader_unknown = shared};
     }
     return rc;
@@ -423,9 +426,9 @@ int dlock__redlock_list(void *state, const char *pattern, dlock_list_fn fn, void
             answered++;
     }
     if (answered < rl->quorum) {
-        rc = dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL, "%s: list: only %zu of %zu nodes "
-                                                               "answered, %zu needed (%s)",
-                        rl->where, answered, rl->n, rl->quorum, first_msg);
+        rc = dlock__err(first_rc ? first_rc : DLOCK_EUNAVAIL,
+                        "%s: list: only %zu of %zu nodes answered, %zu needed (%s)", rl->where,
+                        answered, rl->n, rl->quorum, first_msg);
     } else {
         rc = DLOCK_OK;
         if (ns.n)

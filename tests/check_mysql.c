@@ -296,6 +296,35 @@ TU_TEST_IN(server, force_release_refused_and_list_off, 60)
     free(url);
 }
 
+/* A server whose sessions start with autocommit off (SET GLOBAL, or a
+ * user's init_connect): dlock's sessions still commit what they write,
+ * so a holder's session that ends rolls back no token -- two holders in
+ * turn never share one. */
+TU_TEST_IN(server, autocommit_off_by_default_tokens_stay_unique, 60)
+{
+    char *url = url_with(NULL);
+    free(fx_mysql_sql(&M, "SET GLOBAL autocommit = 0"));
+    dlock_client *a = tu_open(url);
+    dlock_lock *la = tu_lock(a, "ac");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t t1 = 0, t2 = 0;
+    dlock_token(la, &t1);
+    TU_RELEASE_OK(la);
+    dlock_lock_free(la);
+    dlock_client_close(a); /* its sessions end */
+    dlock_client *b = tu_open(url);
+    dlock_lock *lb = tu_lock(b, "ac");
+    TU_ACQUIRE_OK(lb, 20000);
+    dlock_token(lb, &t2);
+    TU_RELEASE_OK(lb);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    free(fx_mysql_sql(&M, "SET GLOBAL autocommit = 1"));
+    ck_assert_msg(t2 > t1, "token %llu after %llu", (unsigned long long)t2,
+                  (unsigned long long)t1);
+    free(url);
+}
+
 /* The CLI: run, hold, status, list. */
 TU_TEST_IN(server, cli_run_hold_status_list, 90)
 {

@@ -1,8 +1,8 @@
 /* chaos.c -- `make chaos`: the fault harness by hand, for the long
  * schedules whose numbers docs/safety.md publishes.
  *
- *   build/tests/chaos/chaos [-s SEED] [-d SECONDS] [-l LEASE_MS] [-w WORKERS]
- *                           [-f FAULT,...] [-j FILE.json] [-v] BACKEND...
+ *   build/tests/chaos/chaos [-s SEED] [-d SECONDS] [-l LEASE_MS] [-D LOCK_DELAY_MS]
+ *                           [-w WORKERS] [-f FAULT,...] [-j FILE.json] [-v] BACKEND...
  *
  * BACKEND: file, redis (layout=redisson), redis-simple, redis-fair,
  * redis-sem (a semaphore of one permit a name, Redisson's layout, through
@@ -18,7 +18,9 @@
  * -f none,partition); the table goes to stdout, one JSON
  * object per backend to FILE. Exit 1 when a backend broke what the CI
  * short run asserts (chaos_safe), 2 when a run could not be made. Needs
- * root (network namespaces).
+ * root (network namespaces). -D: every worker's URL gets ?lock_delay=,
+ * to compare the overlaps of the workers that do not fence with and
+ * without a lock-delay (docs/safety.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,19 +37,20 @@ int main(int argc, char **argv)
     struct chaos_config cfg = {.seed = 1, .duration_s = 60, .log = stderr};
     const char *json = NULL;
     int opt;
-    while ((opt = getopt(argc, argv, "s:d:l:w:f:j:v")) != -1) {
+    while ((opt = getopt(argc, argv, "s:d:l:D:w:f:j:v")) != -1) {
         switch (opt) {
         case 's': cfg.seed = strtoull(optarg, NULL, 0); break;
         case 'd': cfg.duration_s = atoi(optarg); break;
         case 'l': cfg.lease_ms = atoi(optarg); break;
+        case 'D': cfg.lock_delay_ms = atoi(optarg); break;
         case 'w': cfg.workers = atoi(optarg); break;
         case 'f': cfg.only = optarg; break;
         case 'j': json = optarg; break;
         case 'v': cfg.verbose = true; break;
         default:
             fprintf(stderr,
-                    "usage: %s [-s SEED] [-d SECONDS] [-l LEASE_MS] [-w WORKERS] "
-                    "[-f FAULT,...] [-j FILE.json] [-v] BACKEND...\n",
+                    "usage: %s [-s SEED] [-d SECONDS] [-l LEASE_MS] [-D LOCK_DELAY_MS] "
+                    "[-w WORKERS] [-f FAULT,...] [-j FILE.json] [-v] BACKEND...\n",
                     argv[0]);
             return 2;
         }

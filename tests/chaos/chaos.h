@@ -82,6 +82,7 @@ struct chaos_config {
     uint64_t seed;
     int duration_s;        /* whole run, split among the phases */
     int lease_ms;          /* 0: 1000 */
+    int lock_delay_ms;     /* 0: off; else every worker's ?lock_delay= */
     int workers;           /* processes; 0: 3 */
     int names;             /* 0: 3 */
     const char *only;      /* NULL, or the faults to run: "worker-stop,partition" */

@@ -1382,9 +1382,11 @@ bool chaos_run(const struct chaos_config *cfg, struct chaos_result *res)
         snprintf(res->error, sizeof res->error, "no phase of %s is among '%s'", cfg->backend, cfg->only);
         return false;
     }
-    char query[128];
-    snprintf(query, sizeof query, "%s%slease=%d&timeout=%d&connect_timeout=%d", r->query,
-             *r->query ? "&" : "", r->lease, r->lease, r->lease);
+    char query[160];
+    int ql = snprintf(query, sizeof query, "%s%slease=%d&timeout=%d&connect_timeout=%d", r->query,
+                      *r->query ? "&" : "", r->lease, r->lease, r->lease);
+    if (cfg->lock_delay_ms > 0 && ql > 0 && (size_t)ql < sizeof query)
+        snprintf(query + ql, sizeof query - (size_t)ql, "&lock_delay=%d", cfg->lock_delay_ms);
     r->query = query;
 
     if (r->net) {

@@ -194,11 +194,18 @@ static int64_t wait_timeout_of(int64_t lease_ms)
     return t < 1 ? 1 : t;
 }
 
-/* Set K's wait_timeout (and interactive_timeout) to T seconds. */
+/* Set K's wait_timeout (and interactive_timeout) to T seconds, and what
+ * the server or the user's defaults may have set otherwise: autocommit
+ * on (a token written in a transaction left open would be rolled back
+ * when the session ends, and handed out again), and on MariaDB no
+ * max_statement_time (it would end a forever wait). The first call on a
+ * session is the one after its dial (its wait_timeout is 0 until then). */
 static int set_wait_timeout(struct my_backend *s, struct my_conn *k, int64_t t, int64_t deadline)
 {
-    char sql[128];
-    snprintf(sql, sizeof sql, "SET SESSION wait_timeout = %lld, interactive_timeout = %lld",
+    char sql[192];
+    snprintf(sql, sizeof sql,
+             "SET SESSION wait_timeout = %lld, interactive_timeout = %lld, autocommit = 1"
+             " /*M!100108 , max_statement_time = 0 */",
              (long long)t, (long long)t);
     struct my_io io = {.deadline = deadline, .cancel_fd = -1};
     bool broken;

@@ -2163,6 +2163,30 @@ TU_TEST_IN(standalone, watched_hold_deleted_is_lost, 60)
     zk_close(&zt);
 }
 
+/* A watched exclusive hold downgraded: its read node takes over (the
+ * hold's path changes) and must be checked, not confirmed by the write
+ * node's old watch; deleting it is reported lost. */
+TU_TEST_IN(standalone, watched_hold_downgraded_then_deleted_is_lost, 60)
+{
+    struct zk_frame zt = zk_open("lease=1500", true);
+    dlock_lock *l = tu_lock(zt.c, "wdown");
+    dlock_lock *r = tu_lock_mode(zt.c, "wdown", DLOCK_SHARED, 0);
+    watch_lost(r);
+    dlock_lock_on_lost(l, tu_on_lost, &hold_lost);
+    ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    wait_renewed(l, 3); /* checked, then confirmed by the watch */
+    ck_assert_int_eq(dlock_acquire(r, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK); /* the downgrade */
+    wait_renewed(r, 3);
+    char path[256];
+    delete_only_node(zt.zh, "wdown", path, sizeof path);
+    bool lost = tu_wait_lost(&hold_lost, 1, 15000);
+    ck_assert_msg(lost, "the deleted read node's hold was never lost");
+    ck_assert_int_eq(dlock_release(r), DLOCK_ELOST);
+    TU_FREE_LOCKS(l, r);
+    zk_close(&zt);
+}
+
 /* The same while the client's connection is cut off: the node's deletion
  * and its watch event are lost on the way; the client reconnects to the
  * same session, the client library sets its watches again and the server

@@ -156,6 +156,8 @@ int dlock__zk_downgrade(void *state, struct dlock__hold *h)
     zh->path = zh->shadow;
     zh->czxid = zh->shadow_czxid;
     zh->shadow = NULL;
+    zh->watched = false; /* the read node has no watch yet: the next
+                            renewal checks it and leaves one */
     snprintf(h->owner, sizeof h->owner, "%s", base_of(zh->path));
 out:
     dlock__zk_session_put(zb, s);

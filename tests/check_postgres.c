@@ -447,6 +447,78 @@ TU_TEST_IN(shared, numeric_names_join_advisory_locks, 60)
     free(name);
 }
 
+/* ================================================= layout=distributedlock */
+
+/* The key .NET's DistributedLock.Postgres gives NAME, derived here as that
+ * client does (its PostgresAdvisoryLockKey with hashing allowed), the
+ * SHA-1 taken from the server (pgcrypto's digest): the lock functions'
+ * arguments into ARGS. */
+static void dotnet_key(const char *name, char *args, size_t size)
+{
+    size_t len = strlen(name);
+    if (len <= 9) { /* 7-bit ASCII: packed, a 0 bit, then 1s */
+        unsigned long long v = 0;
+        for (size_t i = 0; i < len; i++)
+            v = v << 7 | (unsigned char)name[i];
+        v <<= 1;
+        for (size_t i = len; i < 9; i++)
+            v = v << 7 | 0x7f;
+        snprintf(args, size, "(%lld)::int8", (long long)v);
+        return;
+    }
+    if (len == 17 && name[8] == ',') { /* two 8-digit hex int4s */
+        unsigned a = (unsigned)strtoul(name, NULL, 16), b = (unsigned)strtoul(name + 9, NULL, 16);
+        snprintf(args, size, "%d, %d", (int)a, (int)b);
+        return;
+    }
+    char *sql = tu_fmt("CREATE EXTENSION IF NOT EXISTS pgcrypto; SELECT encode(digest('%s', "
+                       "'sha1'), 'hex')",
+                       name),
+         *out = NULL;
+    ck_assert_int_eq(pgf_psql(&srv, sql, &out), 0);
+    unsigned long long v = 0;
+    for (int i = 7; i >= 0; i--) { /* the first 8 bytes, little endian */
+        char byte[3] = {out[2 * i], out[2 * i + 1], 0};
+        v = v << 8 | strtoul(byte, NULL, 16);
+    }
+    snprintf(args, size, "(%lld)::int8", (long long)v);
+    free(sql);
+    free(out);
+}
+
+/* With layout=distributedlock dlock takes the key the .NET client takes
+ * for the same name -- a short ASCII name, a long one (hashed), the
+ * "hex,hex" form -- so each excludes the other (the other client played
+ * through psql with that key). */
+TU_TEST_IN(shared, distributedlock_layout_keys, 60)
+{
+    char *url = pgf_url(&srv, "layout=distributedlock");
+    dlock_client *c = open_url(url);
+    char *names[] = {tu_fmt("job%d", (int)getpid() % 100000),
+                     tu_fmt("a name longer than nine %d", (int)getpid()),
+                     tu_fmt("%08x,0000000b", (unsigned)getpid())};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char args[64], *out = NULL;
+        dotnet_key(names[i], args, sizeof args);
+        dlock_lock *l = tu_lock(c, names[i]);
+        EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+        char *try_sql = tu_fmt("SELECT pg_try_advisory_lock(%s)", args);
+        ck_assert_int_eq(pgf_psql(&srv, try_sql, &out), 0);
+        ck_assert_msg(out[0] == 'f', "'%s': the .NET key %s is not the one dlock holds", names[i],
+                      args);
+        free(out);
+        EXPECT_RC(dlock_release(l), DLOCK_OK);
+        ck_assert_int_eq(pgf_psql(&srv, try_sql, &out), 0);
+        ck_assert_msg(out[0] == 't', "'%s': key %s still held", names[i], args);
+        free(out);
+        dlock_lock_free(l);
+        free(try_sql);
+        free(names[i]);
+    }
+    dlock_client_close(c);
+    free(url);
+}
+
 /* ===================================================================== CLI */
 
 /* dlock run on both schemes, hold + status + list while held. */

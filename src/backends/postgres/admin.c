@@ -26,7 +26,7 @@ static int key_of(struct pg_backend *b, const char *name, struct pg_key *k, char
     char *full = dlock__pg_full_name(b, name);
     if (!full)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
-    dlock__pg_key(full, k);
+    dlock__pg_key_of(b, full, k);
     free(full);
     dlock__pg_key_where(k, where, size);
     return DLOCK_OK;

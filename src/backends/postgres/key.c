@@ -108,3 +108,129 @@ char *dlock__pg_hex(const char *name)
     out[2 * n] = '\0';
     return out;
 }
+
+/* -------------------------------------- layout=distributedlock (.NET) */
+
+/* SHA-1 of LEN bytes at DATA into OUT (FIPS 180-4): DistributedLock's
+ * hash of a long name. */
+static uint32_t rol(uint32_t x, int n)
+{
+    return (x << n) | (x >> (32 - n));
+}
+
+static void sha1_block(uint32_t h[5], const unsigned char *p)
+{
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 80; i++)
+        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20)
+            f = (b & c) | (~b & d), k = 0x5a827999;
+        else if (i < 40)
+            f = b ^ c ^ d, k = 0x6ed9eba1;
+        else if (i < 60)
+            f = (b & c) | (b & d) | (c & d), k = 0x8f1bbcdc;
+        else
+            f = b ^ c ^ d, k = 0xca62c1d6;
+        uint32_t t = rol(a, 5) + f + e + k + w[i];
+        e = d, d = c, c = rol(b, 30), b = a, a = t;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
+}
+
+static void sha1(const unsigned char *data, size_t len, unsigned char out[20])
+{
+    uint32_t h[5] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0};
+    size_t done = 0;
+    for (; len - done >= 64; done += 64)
+        sha1_block(h, data + done);
+    unsigned char tail[128] = {0};
+    size_t rest = len - done, n = rest < 56 ? 64 : 128;
+    memcpy(tail, data + done, rest);
+    tail[rest] = 0x80;
+    uint64_t bits = (uint64_t)len * 8;
+    for (int i = 0; i < 8; i++)
+        tail[n - 1 - i] = (unsigned char)(bits >> (8 * i));
+    for (size_t off = 0; off < n; off += 64)
+        sha1_block(h, tail + off);
+    for (int i = 0; i < 20; i++)
+        out[i] = (unsigned char)(h[i / 4] >> (24 - 8 * (i % 4)));
+}
+
+/* S's first 8 characters as a hexadecimal int32 (its 32 bits). */
+static bool hex8(const char *s, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        int d = dlock__hexval((unsigned char)s[i]);
+        if (d < 0)
+            return false;
+        v = v << 4 | (uint32_t)d;
+    }
+    *out = v;
+    return true;
+}
+
+static void set_single(struct pg_key *k, uint64_t u)
+{
+    k->classid = (int64_t)(u >> 32);
+    k->objid = (int64_t)(u & 0xffffffffu);
+    k->objsubid = 1;
+    snprintf(k->args, sizeof k->args, "(%lld)::int8", (long long)u);
+}
+
+/* The key DistributedLock's PostgresAdvisoryLockKey(name, allowHashing:
+ * true) gives FULL: up to 9 ASCII characters packed 7 bits each (then a
+ * 0 bit, then 1s); 16 hex digits as one bigint; "8 hex,8 hex" as the
+ * two-int4 form; anything else the first 8 bytes of its SHA-1, little
+ * endian (docs/protocol-postgres.md). */
+static void distributedlock_key(const char *full, struct pg_key *k)
+{
+    size_t len = strlen(full);
+    bool ascii = len <= 9;
+    for (size_t i = 0; ascii && i < len; i++)
+        ascii = (unsigned char)full[i] <= 127;
+    if (ascii) {
+        uint64_t v = 0;
+        for (size_t i = 0; i < len; i++)
+            v = v << 7 | (unsigned char)full[i];
+        v <<= 1;
+        for (size_t i = len; i < 9; i++)
+            v = v << 7 | 127;
+        set_single(k, v);
+        return;
+    }
+    uint32_t a, b;
+    if (len == 16 && hex8(full, &a) && hex8(full + 8, &b)) {
+        set_single(k, (uint64_t)a << 32 | b);
+        return;
+    }
+    if (len == 17 && full[8] == ',' && hex8(full, &a) && hex8(full + 9, &b)) {
+        k->classid = a;
+        k->objid = b;
+        k->objsubid = 2;
+        snprintf(k->args, sizeof k->args, "%d, %d", (int)(int32_t)a, (int)(int32_t)b);
+        return;
+    }
+    unsigned char digest[20];
+    sha1((const unsigned char *)full, len, digest);
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | digest[i];
+    set_single(k, v);
+}
+
+void dlock__pg_key_of(const struct pg_backend *b, const char *full, struct pg_key *k)
+{
+    if (b->distributedlock_keys) {
+        memset(k, 0, sizeof *k);
+        distributedlock_key(full, k);
+    } else {
+        dlock__pg_key(full, k);
+    }
+}

@@ -210,10 +210,12 @@ static int pg_open(struct dlock_client *c, void **state)
     int rc = dlock__pq_load();
     if (rc)
         return rc;
-    if (c->opts.layout)
+    if (c->opts.layout && strcmp(c->opts.layout, "dlock") != 0 &&
+        strcmp(c->opts.layout, "distributedlock") != 0)
         return dlock__err(DLOCK_EBADURL,
-                          "bad URL '%s': unknown layout '%s' for postgres (it has one layout: "
-                          "session advisory locks)",
+                          "bad URL '%s': unknown layout '%s' for postgres (the layouts: 'dlock', "
+                          "the default, and 'distributedlock', the keys of .NET's "
+                          "DistributedLock.Postgres)",
                           c->url.redacted, c->opts.layout);
     struct pg_backend *b = calloc(1, sizeof *b);
     if (!b)
@@ -221,6 +223,7 @@ static int pg_open(struct dlock_client *c, void **state)
     b->c = c;
     pthread_mutex_init(&b->pool_mu, NULL);
     b->prefix = c->opts.key_prefix ? c->opts.key_prefix : "";
+    b->distributedlock_keys = c->opts.layout && strcmp(c->opts.layout, "distributedlock") == 0;
     char who[90];
     dlock__identity(who, sizeof who);
     snprintf(b->ident, sizeof b->ident, "dlock %s", who);
@@ -313,7 +316,7 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
         free(hex);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
-    dlock__pg_key(full, &hb->key);
+    dlock__pg_key_of(b, full, &hb->key);
     free(full);
     int rc = dlock__pg_session(b, w,
                                dlock__time_budget(try_once ? 0 : wait_deadline,

@@ -5,7 +5,7 @@
  *            deadline (a cancel ends it through PQcancel), the pool of idle
  *            sessions, the server's errors as dlock codes
  *   key.c    a lock name as an advisory-lock key (numbers and "int,int" as
- *            they are, anything else hashed)
+ *            they are, anything else hashed; or DistributedLock's keys)
  *   lock.c   open/close, the schema (a sequence, a table), locks on session
  *            advisory locks, the lease (renew() pings each pinned session)
  *            and the backend table
@@ -84,9 +84,10 @@ struct pg_conn {
 
 struct pg_backend {
     dlock_client *c;
-    const char *prefix; /* c->opts.key_prefix or "" */
-    char label[256];    /* "postgres host:port/db", for messages */
-    char ident[100];    /* "dlock pid@host": every session's application_name */
+    const char *prefix;        /* c->opts.key_prefix or "" */
+    bool distributedlock_keys; /* layout=distributedlock: the .NET library's keys */
+    char label[256];           /* "postgres host:port/db", for messages */
+    char ident[100];           /* "dlock pid@host": every session's application_name */
     /* libpq keywords and values of every dial (NULL-ended), the lease's
      * server settings among them */
     const char *keys[48];
@@ -139,6 +140,9 @@ struct pg_key {
 };
 /* The key of FULL (prefix and name): docs/protocol-postgres.md. */
 void dlock__pg_key(const char *full, struct pg_key *k);
+/* The same in B's layout: dlock's own, or DistributedLock's
+ * (layout=distributedlock). */
+void dlock__pg_key_of(const struct pg_backend *b, const char *full, struct pg_key *k);
 /* "prefix" + NAME, malloc'd. */
 char *dlock__pg_full_name(struct pg_backend *b, const char *name);
 /* The WHERE condition matching K's rows in pg_locks (alias l). */

@@ -151,19 +151,6 @@ int dlock__etcd_delay_look(struct etcd_backend *s, const char *name, enum etcd_d
     return rc;
 }
 
-int dlock__etcd_delay_pass(struct etcd_backend *s, const char *name, struct dlock__wait *w,
-                           const struct etcd_limits *lim)
-{
-    int rc = DLOCK_OK;
-    for (int64_t left = 1; !rc && left > 0;) {
-        unsigned seq = dlock__wait_seq(w);
-        rc = dlock__etcd_delay_look(s, name, ETCD_DELAY_RUNNING, &left, lim);
-        if (!rc && left > 0)
-            rc = dlock__wait_delay(w, seq, left);
-    }
-    return rc;
-}
-
 int dlock__etcd_delay_arm(struct etcd_backend *s, const struct dlock__hold *h,
                           const struct etcd_limits *lim)
 {

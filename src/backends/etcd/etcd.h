@@ -680,8 +680,6 @@ char *dlock__etcd_delay_key(struct etcd_backend *s, const char *name);
 /* How a look at a lock-delay marker reads one without a lease (its hold
  * still holds, or ended without a clean release and nobody looked since). */
 enum etcd_delay_look {
-    ETCD_DELAY_RUNNING, /* as no delay: only a delay under way counts (an
-                           acquirer before queueing: the hold may live) */
     ETCD_DELAY_START,   /* its hold ended: start its delay now, on a lease
                            of the delay's TTL (an acquirer whose key came
                            first in the queue) */
@@ -691,12 +689,6 @@ enum etcd_delay_look {
 /* *LEFT: the ms left of NAME's lock-delay (0: none), as HOW says. */
 int dlock__etcd_delay_look(struct etcd_backend *s, const char *name, enum etcd_delay_look how,
                            int64_t *left, const struct etcd_limits *lim);
-/* Wait out NAME's lock-delay under way (ETCD_DELAY_RUNNING), sleeping
- * until its end as etcd tells it:
- * DLOCK_OK when there is none (left), DLOCK_EBUSY for a try-once W in one,
- * else as W's sleep ends (DLOCK_ETIMEDOUT, DLOCK_ECANCELED). */
-int dlock__etcd_delay_pass(struct etcd_backend *s, const char *name, struct dlock__wait *w,
-                           const struct etcd_limits *lim);
 /* The marker of exclusive hold H (its token set), kept until its clean
  * release: no lease. */
 int dlock__etcd_delay_arm(struct etcd_backend *s, const struct dlock__hold *h,

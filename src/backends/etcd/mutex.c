@@ -613,13 +613,6 @@ restart:
     key = NULL;
     if (own && lr.id)
         dlock__etcd_lease_revoke(s, lr.id, &lim); /* starting over: the old lease of our own goes */
-    /* A lock-delay (delay.c) is waited out before queueing: no key of
-     * ours holds the queue meanwhile. */
-    rc = dlock__etcd_delay_pass(s, h->name, w, &lim);
-    if (rc) {
-        free(pfx);
-        return dlock__etcd_timed_out(w, rc);
-    }
     if (!own) {
         rc = dlock__etcd_session_lease(s, h->name, &lr, &lim);
         /* (EBUSY: a try-once found another thread granting it) */
@@ -749,14 +742,23 @@ restart:
         }
     }
 
-    /* Ours -- unless the hold before ours ended without its clean release
-     * while we queued: then its lock-delay runs, and we step out of the
-     * queue and wait it out from the start (our place is lost). */
+    /* Ours -- unless the name is in a lock-delay (delay.c), or the hold
+     * before ours ended without its clean release and starts one now:
+     * then we step out of the queue, sleep until the delay's end and
+     * start over (our place is lost). Looked at once we won, so an
+     * acquire pays no request for it before. */
     int64_t delay_left = 0;
+    unsigned delay_seq = dlock__wait_seq(w);
     rc = dlock__etcd_delay_look(s, h->name, ETCD_DELAY_START, &delay_left, &lim);
     if (!rc && delay_left > 0) {
         withdraw(s, key, c.out.my_rev, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
-        goto restart;
+        rc = dlock__wait_delay(w, delay_seq, delay_left);
+        if (!rc)
+            goto restart;
+        late_settle(s, &late, key, 0);
+        free(pfx);
+        free(key);
+        return rc;
     }
     /* Make sure the validity we report starts from a fresh lease
      * confirmation, and hang a key that waited back on the hold's lease

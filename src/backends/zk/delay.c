@@ -105,22 +105,6 @@ int dlock__zk_delay_look(struct zk_backend *zb, struct zk_session *s, const char
     return rc;
 }
 
-int dlock__zk_delay_pass(struct zk_backend *zb, const char *lockpath, struct dlock__wait *w)
-{
-    int rc = DLOCK_OK;
-    for (int64_t left = 1; !rc && left > 0;) {
-        struct zk_session *s;
-        unsigned seq = dlock__wait_seq(w);
-        if ((rc = dlock__zk_session_get_w(zb, &s, w)))
-            break;
-        rc = dlock__zk_delay_look(zb, s, lockpath, ZK_DELAY_RUNNING, &left);
-        dlock__zk_session_put(zb, s);
-        if (!rc && left > 0)
-            rc = dlock__wait_delay(w, seq, left);
-    }
-    return rc;
-}
-
 int dlock__zk_delay_arm(struct zk_backend *zb, const struct dlock__hold *h, const char *lockpath)
 {
     struct zk_session *s;

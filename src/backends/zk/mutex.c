@@ -406,10 +406,11 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, struct qu
     return rc;
 }
 
-/* The acquire of a lock and its lock-delay (delay.c): a delay under way
- * is waited out before queueing; the contender that comes first and finds
- * the last hold ended without its clean release starts that hold's delay,
- * gives its node back (its place is lost) and waits it out too. */
+/* The acquire of a lock and its lock-delay (delay.c), looked at once the
+ * node came first (an acquire pays no request for it before): in a delay
+ * under way, or finding the last hold ended without its clean release
+ * (which starts its delay), the contender gives its node back (its place
+ * is lost), sleeps until the delay's end and starts over. */
 static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct zk_backend *zb = state;
@@ -418,13 +419,12 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
     int err;
     for (;;) {
-        err = dlock__zk_delay_pass(zb, lockpath, w);
-        if (!err)
-            err = dlock__zk_acquire_at(zb, lockpath, dlock__zk_mark(zb, h->mode), h, w);
+        err = dlock__zk_acquire_at(zb, lockpath, dlock__zk_mark(zb, h->mode), h, w);
         if (err)
             break;
         struct zk_session *s;
         int64_t left = 0;
+        unsigned seq = dlock__wait_seq(w);
         err = dlock__zk_hold_session(zb, h, &s);
         if (!err && s) {
             err = dlock__zk_delay_look(zb, s, lockpath, ZK_DELAY_START, &left);
@@ -436,6 +436,8 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
             dlock__zk_release(zb, h);
             dlock__errmsg_restore(err, msg);
         }
+        if (!err && left > 0)
+            err = dlock__wait_delay(w, seq, left);
         if (err || left <= 0)
             break;
     }

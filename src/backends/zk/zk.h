@@ -397,8 +397,6 @@ int dlock__zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg
 /* How a look at a lock-delay marker reads one still "held" (its hold
  * still holds, or ended without a clean release and nobody looked since). */
 enum zk_delay_look {
-    ZK_DELAY_RUNNING, /* as no delay: only a delay under way counts (an
-                         acquirer before queueing) */
     ZK_DELAY_START,   /* its hold ended: start its delay now (a contender
                          that came first in the queue) */
     ZK_DELAY_SHOW,    /* its whole delay, nothing written (inspect) */
@@ -407,10 +405,6 @@ enum zk_delay_look {
  * as HOW says, through session S. */
 int dlock__zk_delay_look(struct zk_backend *zb, struct zk_session *s, const char *lockpath,
                          enum zk_delay_look how, int64_t *left);
-/* Wait out LOCKPATH's lock-delay under way, sleeping until its end by the
- * servers' clock: DLOCK_OK when none is (left), DLOCK_EBUSY for a
- * try-once W in one, else as W's sleep ends. */
-int dlock__zk_delay_pass(struct zk_backend *zb, const char *lockpath, struct dlock__wait *w);
 /* The marker of exclusive hold H (its token set) on LOCKPATH: "held". */
 int dlock__zk_delay_arm(struct zk_backend *zb, const struct dlock__hold *h, const char *lockpath);
 /* Before the clean release of the hold of TOKEN: its marker goes (best

@@ -320,13 +320,13 @@ FORMAT_PENDING = \
 	cli/bench.c cli/bench_redis.c cli/cli.h \
 	cli/help.c cli/job.c cli/main.c cli/run.c include/dlock.h \
 	src/admin.c src/backend.h src/backends/etcd/etcd.h src/backends/etcd/http.c \
-	src/backends/etcd/inspect.c src/backends/etcd/lease.c src/backends/etcd/multi.c \
+	src/backends/etcd/lease.c \
 	src/backends/etcd/mutex.c src/backends/etcd/reply.c src/backends/etcd/semaphore.c \
 	src/backends/etcd/watch.c src/backends/file/election.c src/backends/file/file.h \
 	src/backends/file/mutex.c src/backends/file/semaphore.c src/backends/redis/backend.c \
 	src/backends/redis/cancel.c src/backends/redis/cluster.c src/backends/redis/conn.c \
 	src/backends/redis/fair.c src/backends/redis/hub.c \
-	src/backends/redis/multi.c src/backends/redis/mutex.c src/backends/redis/net.c \
+	src/backends/redis/mutex.c src/backends/redis/net.c \
 	src/backends/redis/openssl.h src/backends/redis/redis.h src/backends/redis/redlock.c \
 	src/backends/redis/redlock_hold.c \
 	src/backends/redis/scripts.c src/backends/redis/semaphore.c \
@@ -337,7 +337,7 @@ FORMAT_PENDING = \
 	tests/chaos/chaos.h tests/chaos/harness.c tests/chaos/store.c \
 	tests/check_api.c tests/check_cli.c tests/check_cluster.c tests/check_contract.c \
 	tests/check_core.c tests/check_etcd.c tests/check_fair.c tests/check_fencing_pg.c \
-	tests/check_file.c tests/check_multi.c tests/check_redis.c tests/check_redis_cli.c \
+	tests/check_file.c tests/check_redis.c tests/check_redis_cli.c \
 	tests/check_redis_hostile.c \
 	tests/check_semaphore.c tests/check_zk.c \
 	tests/fuzz/fuzz_redis_replies.c tests/lib/contract.c tests/lib/contract.h \

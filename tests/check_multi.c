@@ -67,8 +67,7 @@ static void expect_none_held(dlock_client *c, const char *const *names, size_t n
 static void wait_none_held(dlock_client *c, const char *const *names, size_t n, const char *skip)
 {
     for (size_t k = 0; k < n; k++)
-        for (int i = 0; i < 3000 && (!skip || strcmp(names[k], skip) != 0) &&
-                        tu_held(c, names[k]);
+        for (int i = 0; i < 3000 && (!skip || strcmp(names[k], skip) != 0) && tu_held(c, names[k]);
              i++)
             tu_sleep_ms(10);
     expect_none_held(c, names, n, skip);
@@ -326,7 +325,8 @@ TU_TEST(kill9_holder, 60)
     dlock_multi *m = multi(c, names, 3);
     EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_EBUSY);
     ct_holder_kill(&h);
-    EXPECT_RC(dlock_multi_acquire(m, DLOCK_FOREVER, NULL), DLOCK_OK); /* the time limit fails a hang */
+    /* the time limit fails a hang */
+    EXPECT_RC(dlock_multi_acquire(m, DLOCK_FOREVER, NULL), DLOCK_OK);
     uint64_t t = 0;
     EXPECT_RC(dlock_token(dlock_multi_lock(m, 0), &t), DLOCK_OK);
     ck_assert_uint_gt(t, t1);
@@ -444,9 +444,9 @@ static void redis_calls(redisContext *ctx, long long *all, long long *scripts)
         long long calls;
         if (sscanf(p, "cmdstat_%63[^:]:calls=%lld", cmd, &calls) != 2)
             continue;
-        static const char *const inside[] = {
-            "info", "hget", "hset", "hexists", "exists", "pexpire", "incr", "time",
-            "set",  "get",  "pttl", "type",    "hdel",   "del",     "hlen", "publish"};
+        static const char *const inside[] = {"info", "hget", "hset", "hexists", "exists", "pexpire",
+                                             "incr", "time", "set",  "get",     "pttl",   "type",
+                                             "hdel", "del",  "hlen", "publish"};
         bool own = true;
         for (size_t k = 0; k < TU_COUNT(inside); k++)
             own &= strcmp(cmd, inside[k]) != 0;
@@ -522,8 +522,8 @@ TU_TEST(redis_one_script, 60)
         dlock_multi_free(m);
         redis_calls(raw, &all1, &scripts1);
         ck_assert_msg(scripts1 - scripts0 == 1 && all1 - all0 == 1,
-                      "%lld script calls, %lld commands to free a held set of 8", scripts1 - scripts0,
-                      all1 - all0);
+                      "%lld script calls, %lld commands to free a held set of 8",
+                      scripts1 - scripts0, all1 - all0);
         expect_none_held(d, eight, 8, NULL);
         TU_FREE_LOCKS(e, warm);
         TU_CLOSE_CLIENTS(c, d);
@@ -588,8 +588,8 @@ TU_TEST(etcd_one_txn, 120)
     EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
     txn1 = etcd_handled(port, "Txn"), all1 = etcd_handled(port, "");
     ck_assert_msg(txn1 - txn0 == 1 && all1 - all0 == 1,
-                  "%lld Txn, %lld requests to release a set of 8 (1 and 1 expected)",
-                  txn1 - txn0, all1 - all0);
+                  "%lld Txn, %lld requests to release a set of 8 (1 and 1 expected)", txn1 - txn0,
+                  all1 - all0);
     expect_none_held(d, eight, 8, NULL);
     TU_ACQUIRE_OK(e, DLOCK_TRY);
     all0 = etcd_handled(port, "");
@@ -859,8 +859,9 @@ static void give_back_beside_a_renewal(enum give_back_servers kind)
     EXPECT_RC(dlock_cancel_fire(g.w.cancel), DLOCK_OK);
     bool returned = give_back_returned_while_stopped(&g);
     int rc = give_back_continue(&g);
-    ck_assert_msg(returned, "the canceled multi wait returned only once the keeper's renewal "
-                            "of 'gb-a' did (%s)",
+    ck_assert_msg(returned,
+                  "the canceled multi wait returned only once the keeper's renewal "
+                  "of 'gb-a' did (%s)",
                   dlock_err_name(rc));
     EXPECT_RC(rc, DLOCK_ECANCELED);
     ck_assert_int_eq(dlock_multi_held(g.w.m), 0);

@@ -49,8 +49,7 @@ static int inspect_range(struct etcd_backend *s, const char *name, struct dlock_
         const char *vb = json_string_value(json_object_get(kv, "value"));
         char *value = vb ? dlock__etcd_unb64(vb, NULL) : NULL;
         char *text = key ? dlock__sprintf("%s%s%s%s", key, value && *value ? " (" : "",
-                                          value && *value ? value : "",
-                                          value && *value ? ")" : "")
+                                          value && *value ? value : "", value && *value ? ")" : "")
                          : NULL;
         if (!text) {
             rc = dlock__etcd_nomem(s);
@@ -82,7 +81,8 @@ static int inspect_range(struct etcd_backend *s, const char *name, struct dlock_
         char *ids = dlock__etcd_i64s(holder_lease);
         json_t *treq = ids ? json_pack("{s:s}", "ID", ids) : NULL, *treply = NULL;
         free(ids);
-        if (treq && dlock__etcd_call(s->k, "/v3/lease/timetolive", treq, &treply, what, NULL) == 0) {
+        if (treq &&
+            dlock__etcd_call(s->k, "/v3/lease/timetolive", treq, &treply, what, NULL) == 0) {
             int64_t ttl = dlock__etcd_int(treply, "TTL");
             info->ttl_ms = ttl >= 0 ? ttl * 1000 : -1;
         }
@@ -122,9 +122,9 @@ int dlock__etcd_check(void *state, const char *name, struct dlock__check_view *v
 static int force_delete(struct etcd_backend *s, json_t *kv, const char *what)
 {
     char *key = dlock__etcd_kv_key(kv);
-    int rc = key ? dlock__etcd_delete_if_rev(s, key, dlock__etcd_int(kv, "create_revision"), what,
-                                             NULL)
-                 : dlock__etcd_nomem(s);
+    int rc =
+        key ? dlock__etcd_delete_if_rev(s, key, dlock__etcd_int(kv, "create_revision"), what, NULL)
+            : dlock__etcd_nomem(s);
     free(key);
     return rc;
 }
@@ -139,7 +139,9 @@ int dlock__etcd_force_release(void *state, const char *name)
     snprintf(what, sizeof what, "force-release '%s' (keys %s*)", name, pfx);
     /* The holders: the first contender, and when it is shared, every
      * shared one after it up to the first writer. */
-    struct etcd_queue_search writer = {.pfx = pfx, .ascending = true, .writers = true,
+    struct etcd_queue_search writer = {.pfx = pfx,
+                                       .ascending = true,
+                                       .writers = true,
                                        .what = what};
     int rc = dlock__etcd_queue_find(s, &writer);
     json_t *holder = writer.out.kv;
@@ -148,12 +150,15 @@ int dlock__etcd_force_release(void *state, const char *name)
         rc = dlock__etcd_queue_find(s, &oldest);
     json_t *first = oldest.out.kv;
     if (!rc && first &&
-        (!holder || dlock__etcd_int(first, "create_revision") < dlock__etcd_int(holder, "create_revision"))) {
+        (!holder ||
+         dlock__etcd_int(first, "create_revision") < dlock__etcd_int(holder, "create_revision"))) {
         /* Readers hold (before the first writer, if any): each goes. */
         int64_t from = 0, upto = holder ? dlock__etcd_int(holder, "create_revision") : INT64_MAX;
         json_t *kv = NULL;
         while (!rc) {
-            struct etcd_queue_search next = {.pfx = pfx, .ascending = true, .bound_rev = from,
+            struct etcd_queue_search next = {.pfx = pfx,
+                                             .ascending = true,
+                                             .bound_rev = from,
                                              .what = what};
             rc = dlock__etcd_queue_find(s, &next);
             kv = next.out.kv;
@@ -191,12 +196,13 @@ static int list_names(struct etcd_backend *s, const char *pattern, dlock_list_fn
     char *end = dlock__etcd_prefix_end_b64(s->prefix);
     while (!rc && from && end) {
         char *fb = *from ? dlock__etcd_b64(from, strlen(from)) : dlock__etcd_b64("", 1);
-        json_t *req = fb ? json_pack("{s:s, s:s, s:s, s:b}", "key", fb, "range_end", end,
-                                     "limit", "1000", "keys_only", 1)
+        json_t *req = fb ? json_pack("{s:s, s:s, s:s, s:b}", "key", fb, "range_end", end, "limit",
+                                     "1000", "keys_only", 1)
                          : NULL;
         free(fb);
         json_t *reply = NULL;
-        rc = req ? dlock__etcd_call(s->k, "/v3/kv/range", req, &reply, "list locks", NULL) : dlock__etcd_nomem(s);
+        rc = req ? dlock__etcd_call(s->k, "/v3/kv/range", req, &reply, "list locks", NULL)
+                 : dlock__etcd_nomem(s);
         json_decref(req);
         if (rc)
             break;
@@ -270,4 +276,3 @@ int dlock__etcd_sem_list(void *state, const char *pattern, dlock_list_fn fn, voi
 {
     return list_names(state, pattern, fn, arg, dlock__etcd_sem_name);
 }
-

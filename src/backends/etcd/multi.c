@@ -71,10 +71,10 @@ static json_t *set_txn(struct etcd_backend *s, struct dlock__hold **hs, const st
         char *vb = dlock__etcd_b64(value, strlen(value));
         json_t *range = dlock__etcd_queue_range_for(mb[i].pfx, true, 0, false);
         good = vb && range &&
-               !json_array_append_new(cmp, json_pack("{s:s, s:s, s:s, s:s, s:s}", "result",
-                                                     "EQUAL", "target", "CREATE", "key",
-                                                     mb[i].pfx_b64, "range_end", mb[i].end_b64,
-                                                     "create_revision", "0")) &&
+               !json_array_append_new(cmp, json_pack("{s:s, s:s, s:s, s:s, s:s}", "result", "EQUAL",
+                                                     "target", "CREATE", "key", mb[i].pfx_b64,
+                                                     "range_end", mb[i].end_b64, "create_revision",
+                                                     "0")) &&
                !json_array_append_new(ok, json_pack("{s:{s:s, s:s, s:s}}", "request_put", "key",
                                                     mb[i].kb, "value", vb, "lease", ls));
         if (good) /* range is the pack's now, packed or not */
@@ -84,9 +84,8 @@ static json_t *set_txn(struct etcd_backend *s, struct dlock__hold **hs, const st
         free(vb);
     }
     free(ls);
-    json_t *req = good ? json_pack("{s:o, s:o, s:o}", "compare", cmp, "success", ok, "failure",
-                                   fail)
-                       : NULL;
+    json_t *req =
+        good ? json_pack("{s:o, s:o, s:o}", "compare", cmp, "success", ok, "failure", fail) : NULL;
     if (!req) {
         json_decref(cmp);
         json_decref(ok);
@@ -106,8 +105,8 @@ static void withdraw_all(struct etcd_backend *s, const struct member *mb, size_t
         dlock__etcd_delete_key(s, mb[i].key, 0, deadline, NULL);
 }
 
-int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
-                              struct dlock__wait *w, size_t *busy)
+int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n, struct dlock__wait *w,
+                              size_t *busy)
 {
     struct etcd_backend *s = state;
     if (hs[0]->mode != DLOCK_EXCLUSIVE || s->c->opts.lock_delay_ms) /* each arms its marker */
@@ -164,9 +163,9 @@ int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
             rc = DLOCK_ENOTSUP;
         } else if (rc && dlock__etcd_put_failed(w, &rc, msg)) {
             /* (the member did not answer: a short slice for the deletes) */
-            withdraw_all(s, mb, n, rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED
-                                       ? dlock__now_ms()
-                                       : dlock__now_ms() + 50);
+            withdraw_all(s, mb, n,
+                         rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED ? dlock__now_ms()
+                                                                        : dlock__now_ms() + 50);
             dlock__errmsg_restore(rc, msg);
         }
     }
@@ -202,7 +201,9 @@ int dlock__etcd_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
         for (size_t i = 0; i < n && rc == DLOCK_ENOTSUP; i++) {
             struct etcd_queue_search oldest = {.pfx = mb[i].pfx,
                                                .resp = dlock__etcd_txn_range(reply, i),
-                                               .ascending = true, .what = what, .lim = &lim};
+                                               .ascending = true,
+                                               .what = what,
+                                               .lim = &lim};
             int found = dlock__etcd_queue_find(s, &oldest);
             json_t *owner = oldest.out.kv;
             char *first = owner ? dlock__etcd_kv_key(owner) : NULL;
@@ -260,8 +261,9 @@ int dlock__etcd_multi_release(void *state, struct dlock__hold **hs, size_t n, in
         json_t *txn = json_object_get(json_array_get(resps, i), "response_txn");
         if (rc)
             dlock__errmsg_restore(rc, said);
-        rcs[i] = dlock__etcd_release_answer(s, hs[i], eh, rc,
-                                            json_is_true(json_object_get(txn, "succeeded")), resent);
+        rcs[i] =
+            dlock__etcd_release_answer(s, hs[i], eh, rc,
+                                       json_is_true(json_object_get(txn, "succeeded")), resent);
         if (rcs[i])
             dlock__errmsg_save(msg); /* the last member that failed says */
         dlock__etcd_hold_drop(s, eh, rcs[i]);

@@ -66,9 +66,9 @@ static int undo_unsynced(struct redis_state *s, struct dlock__hold **hs, size_t 
         int rc = dlock__redis_undo_acquire(s, hs[i], last, deadline);
         undo = undo ? undo : rc;
     }
-    return dlock__err(DLOCK_EUNAVAIL, "%s: a multi-lock of %zu names was acquired on the master "
-                                      "but only %d of %d replicas acknowledged it within %lld ms "
-                                      "(sync=%d); %s",
+    return dlock__err(DLOCK_EUNAVAIL,
+                      "%s: a multi-lock of %zu names was acquired on the master "
+                      "but only %d of %d replicas acknowledged it within %lld ms (sync=%d); %s",
                       s->where, n, acked, s->sync_replicas, (long long)s->sync_timeout_ms,
                       s->sync_replicas,
                       undo ? "the undo did not fit in the call's bound and is queued, the keeper "
@@ -102,16 +102,16 @@ static int take_reply(struct redis_state *s, const redisReply *r, struct dlock__
     }
     if (status == 0 && at < n && r->elements == 3) {
         *busy = at;
-        return dlock__err(DLOCK_EBUSY, "%s: lock '%s' is held by another owner (%lld ms of lease "
-                                       "left)",
+        return dlock__err(DLOCK_EBUSY,
+                          "%s: lock '%s' is held by another owner (%lld ms of lease left)",
                           s->where, keys[at].lock, r->element[2]->integer);
     }
     if (status == 2 && at < n && r->elements == 3 &&
         (r->element[2]->type == REDIS_REPLY_STATUS || r->element[2]->type == REDIS_REPLY_STRING))
         return dlock__redis_wrongtype(s, &keys[at], r->element[2]->str);
     if (status == -1) /* only a request canceled before it ran gets this */
-        return dlock__err(DLOCK_EPROTO, "%s: multi-lock acquire: the server found the request "
-                                        "canceled",
+        return dlock__err(DLOCK_EPROTO,
+                          "%s: multi-lock acquire: the server found the request canceled",
                           s->where);
     return dlock__err(DLOCK_EPROTO, "%s: unexpected reply to the multi-lock script", s->where);
 }
@@ -172,10 +172,15 @@ int dlock__redis_multi_acquire(void *state, struct dlock__hold **hs, size_t n,
             for (size_t i = 3 * n; i < nargs; i++)
                 l[i] = strlen(a[i]);
         }
-        struct redis_request rq = {.script = S_ACQUIRE_MULTI, .nkeys = (int)(3 * n),
-                                   .nargs = (int)nargs, .args = args, .lens = lens,
-                                   .retry_args = args + nargs, .retry_lens = lens + nargs,
-                                   .what = "acquire (multi-lock)", .wait = w,
+        struct redis_request rq = {.script = S_ACQUIRE_MULTI,
+                                   .nkeys = (int)(3 * n),
+                                   .nargs = (int)nargs,
+                                   .args = args,
+                                   .lens = lens,
+                                   .retry_args = args + nargs,
+                                   .retry_lens = lens + nargs,
+                                   .what = "acquire (multi-lock)",
+                                   .wait = w,
                                    .deadline = deadline};
         rc = dlock__redis_eval(s, &rq);
         redisReply *r = rq.out.reply;
@@ -251,9 +256,13 @@ int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, i
     }
     for (size_t i = 4 * n; i < nargs; i++)
         lens[i] = args[i] ? strlen(args[i]) : 0;
-    struct redis_request rq = {.script = S_RELEASE_MULTI, .nkeys = (int)(4 * n),
-                               .nargs = (int)nargs, .args = args, .lens = lens,
-                               .what = "release (multi-lock)", .deadline = DLOCK__NEVER};
+    struct redis_request rq = {.script = S_RELEASE_MULTI,
+                               .nkeys = (int)(4 * n),
+                               .nargs = (int)nargs,
+                               .args = args,
+                               .lens = lens,
+                               .what = "release (multi-lock)",
+                               .deadline = DLOCK__NEVER};
     if (!rc)
         rc = dlock__redis_eval(s, &rq);
     redisReply *r = rq.out.reply;
@@ -265,9 +274,9 @@ int dlock__redis_multi_release(void *state, struct dlock__hold **hs, size_t n, i
     if (rc && ((rc == DLOCK_ENOMEM && !reached && !retried) || strstr(dlock_errmsg(), "CROSSSLOT")))
         rc = DLOCK_ENOTSUP;
     if (!rc && (r->type != REDIS_REPLY_ARRAY || r->elements != n))
-        rc = dlock__err(DLOCK_EPROTO, "%s: unexpected reply to the multi-lock release script "
-                                      "(type %d)",
-                        s->where, r->type);
+        rc = dlock__err(DLOCK_EPROTO,
+                        "%s: unexpected reply to the multi-lock release script (type %d)", s->where,
+                        r->type);
     char msg[DLOCK__MSG_MAX] = "";
     for (size_t i = 0; i < n; i++) {
         if (!rc && (rcs[i] = dlock__redis_release_reply(s, r->element[i], hs[i]->name, &keys[i],

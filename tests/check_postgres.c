@@ -261,6 +261,67 @@ TU_TEST_IN(shared, cancel_ends_server_side_wait, 60)
     free(url);
 }
 
+/* ================================================= what a failed wait leaves */
+
+/* Sessions of server F sleeping in pg_sleep (pg_stat_activity). */
+static long sleeping_sessions(const struct pgf *f)
+{
+    char *out = NULL;
+    ck_assert_int_eq(pgf_psql(f,
+                              "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'",
+                              &out),
+                     0);
+    long n = strtol(out, NULL, 10);
+    free(out);
+    return n;
+}
+
+/* A session advisory lock outlives the statement that took it: a wait
+ * granted its lock, then canceled while the rest of its statement ran
+ * (here a trigger on dlock_holds that sleeps), must close its session --
+ * pooled, the session would keep the lock with no hold to release it.
+ * Another client takes the name at once after the cancel. A server of
+ * its own: the trigger would slow every other test's acquires. */
+TU_TEST_IN(shared, canceled_after_grant_keeps_no_lock, 120)
+{
+    struct pgf f;
+    ck_assert_msg(pgf_start(&f), "%s", f.error);
+    char *url = pgf_url(&f, "lease=60s");
+    dlock_client *a = open_url(url), *b = open_url(url), *c = open_url(url);
+    dlock_lock *la = tu_lock(a, "granted"), *lb = tu_lock(b, "granted"),
+               *lc = tu_lock(c, "granted");
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(pgf_psql(&f,
+                              "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+                              "$$BEGIN PERFORM pg_sleep(60); RETURN NEW; END$$; "
+                              "CREATE TRIGGER slow BEFORE INSERT ON dlock_holds FOR EACH ROW "
+                              "EXECUTE FUNCTION slow()",
+                              NULL),
+                     0);
+    struct tu_waiter w;
+    tu_waiter_start(&w, lb, DLOCK_FOREVER);
+    for (int i = 0; i < 1500 && tu_waiters(a, "granted") < 1; i++)
+        tu_sleep_ms(20);
+    EXPECT_RC(dlock_release(la), DLOCK_OK); /* b is granted, its INSERT sleeps */
+    long n = 0;
+    for (int i = 0; i < 1500 && (n = sleeping_sessions(&f)) < 1; i++)
+        tu_sleep_ms(20);
+    ck_assert_msg(n >= 1, "the granted waiter never reached the trigger");
+    EXPECT_RC(dlock_lock_cancel(lb), DLOCK_OK);
+    ck_assert_msg(tu_waiter_wait_done(&w, 30000), "the cancel did not end the wait");
+    EXPECT_RC(tu_waiter_join(&w), DLOCK_ECANCELED);
+    ck_assert_int_eq(pgf_psql(&f, "DROP TRIGGER slow ON dlock_holds", NULL), 0);
+    int rc = DLOCK_EBUSY;
+    for (int i = 0; i < 100 && (rc = dlock_acquire(lc, DLOCK_TRY)) == DLOCK_EBUSY; i++)
+        tu_sleep_ms(50); /* the server ends a closed session a moment after */
+    EXPECT_RC(rc, DLOCK_OK);
+    EXPECT_RC(dlock_release(lc), DLOCK_OK);
+    TU_FREE_LOCKS(la, lb, lc);
+    TU_CLOSE_CLIENTS(a, b, c);
+    free(url);
+    pgf_stop(&f);
+}
+
 /* ================================================================== errors */
 
 /* The role the server asks a password of (fixture_pg.h): the right one

@@ -252,7 +252,7 @@ TU_TEST_IN(shared, cancel_ends_server_side_wait, 60)
     for (int i = 0; i < 500 && lock_waits() > before; i++)
         tu_sleep_ms(20);
     ck_assert_int_le(lock_waits(), before);
-    /* the session that waited is usable again: the lock goes to b next */
+    /* b takes the lock next (on a new session: the canceled one was closed) */
     EXPECT_RC(dlock_release(la), DLOCK_OK);
     EXPECT_RC(dlock_acquire(lb, 10000), DLOCK_OK);
     EXPECT_RC(dlock_release(lb), DLOCK_OK);

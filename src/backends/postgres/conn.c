@@ -234,6 +234,7 @@ int dlock__pg_finish(struct pg_backend *b, struct pg_conn *pc, const struct pg_q
     bool cancel_sent = false;
     int rc = DLOCK_OK;
     *out = NULL;
+    pc->sqlstate[0] = '\0';
     for (;;) {
         if (!dlock__pq.consumeInput(pc->pq)) {
             pc->broken = true;
@@ -295,6 +296,7 @@ int dlock__pg_finish(struct pg_backend *b, struct pg_conn *pc, const struct pg_q
         if (!msg)
             msg = dlock__pq.resultErrorMessage(failed);
         int code = sqlstate_code(state, cancel_sent);
+        snprintf(pc->sqlstate, sizeof pc->sqlstate, "%s", state ? state : "");
         if (dlock__pq.status(pc->pq) != CONNECTION_OK) {
             pc->broken = true;
             code = DLOCK_ECONN;

@@ -362,22 +362,28 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     PGresult *r = NULL;
     rc = dlock__pg_exec(b, pc, &q, &r);
     free(sql);
+    /* A session advisory lock outlives the statement that took it: a
+     * statement that failed after the grant (a cancel or a timeout during
+     * nextval, the INSERT, a trigger) leaves the session holding it. Only
+     * lock_timeout (55P03, raised only while waiting) surely took nothing;
+     * after any other failure the session is closed, which ends the lock. */
+    bool took_nothing = false;
     if (rc == DLOCK_ECANCELED && r) {
         /* taken just as the cancel came: given back, canceled all the same */
         dlock__pq.clear(r);
-        int urc = unlock_on(b, hb, h->mode, h->name,
-                            dlock__time_budget(DLOCK__NEVER, c->opts.op_timeout_ms));
-        if (urc)
-            pc->broken = true;
+        took_nothing = unlock_on(b, hb, h->mode, h->name,
+                                 dlock__time_budget(DLOCK__NEVER, c->opts.op_timeout_ms)) ==
+                       DLOCK_OK;
         rc = dlock__err(DLOCK_ECANCELED, "lock '%s': canceled", h->name);
-    }
-    if (rc == DLOCK_ETIMEDOUT && !pc->broken)
+    } else if (rc == DLOCK_ETIMEDOUT && !pc->broken && strcmp(pc->sqlstate, "55P03") == 0) {
+        took_nothing = true;
         rc = dlock__err(DLOCK_ETIMEDOUT,
                         "lock '%s' still held by another session when the wait "
                         "ended (%s)",
                         h->name, b->label);
-    else if (rc && rc != DLOCK_ECANCELED)
-        pc->broken = true; /* what it holds is unknown: closing the session ends it */
+    }
+    if (rc && !took_nothing)
+        pc->broken = true;
     if (!rc && dlock__pq.ntuples(r) != 1) {
         dlock__pq.clear(r);
         dlock__pg_session_put(b, pc);

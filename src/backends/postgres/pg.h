@@ -79,6 +79,7 @@ struct pg_conn {
     int64_t idle_timeout_ms; /* the session's idle_session_timeout now */
     int64_t idle_since;      /* monotonic ms of its last statement */
     bool broken;             /* the session is gone or unusable: close it */
+    char sqlstate[6];        /* of the last statement's error ("" for none) */
     struct pg_conn *next;    /* pool */
 };
 
@@ -113,8 +114,9 @@ void dlock__pg_pool_drain(struct pg_backend *b);
  * (monotonic ms): past it the session is marked broken (the caller
  * closes it) and DLOCK_ETIMEDOUT returned. W (may be NULL) cancels: its
  * cancel sends PQcancel and waits for the server's answer (by DEADLINE).
- * A server error is the code of its SQLSTATE with the server's words;
- * WHAT names the statement in messages. */
+ * A server error is the code of its SQLSTATE with the server's words
+ * (the SQLSTATE itself in PC->sqlstate); WHAT names the statement in
+ * messages. */
 struct pg_query {
     const char *sql;
     const char *what;

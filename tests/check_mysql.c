@@ -320,8 +320,7 @@ TU_TEST_IN(server, autocommit_off_by_default_tokens_stay_unique, 60)
     dlock_lock_free(lb);
     dlock_client_close(b);
     free(fx_mysql_sql(&M, "SET GLOBAL autocommit = 1"));
-    ck_assert_msg(t2 > t1, "token %llu after %llu", (unsigned long long)t2,
-                  (unsigned long long)t1);
+    ck_assert_msg(t2 > t1, "token %llu after %llu", (unsigned long long)t2, (unsigned long long)t1);
     free(url);
 }
 

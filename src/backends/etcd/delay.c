@@ -101,12 +101,12 @@ static int start_delay(struct etcd_backend *s, const char *name, const char *key
     char *kb = dlock__etcd_b64(key, strlen(key)), *ids = dlock__etcd_i64s(lr.id);
     char *mod = dlock__etcd_i64s(dlock__etcd_int(kv, "mod_revision"));
     const char *vb = json_string_value(json_object_get(kv, "value"));
-    json_t *req = kb && ids && vb && mod
-                      ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}]}", "compare",
-                                  "result", "EQUAL", "target", "MOD", "key", kb, "mod_revision",
-                                  mod, "success", "request_put", "key", kb, "value", vb, "lease",
-                                  ids)
-                      : NULL;
+    json_t *req =
+        kb && ids && vb && mod
+            ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}]}", "compare", "result",
+                        "EQUAL", "target", "MOD", "key", kb, "mod_revision", mod, "success",
+                        "request_put", "key", kb, "value", vb, "lease", ids)
+            : NULL;
     free(kb);
     free(ids);
     free(mod);
@@ -184,11 +184,11 @@ void dlock__etcd_delay_clear(struct etcd_backend *s, const char *name, uint64_t 
     char *value = marker_value(token, delay_ms);
     char *kb = key ? dlock__etcd_b64(key, strlen(key)) : NULL;
     char *vb = value ? dlock__etcd_b64(value, strlen(value)) : NULL;
-    json_t *req = kb && vb ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "result",
-                                       "EQUAL", "target", "VALUE", "key", kb, "value", vb,
-                                       "success", "request_delete_range",
-                                       dlock__etcd_range(key, false))
-                           : NULL;
+    json_t *req = kb && vb
+                      ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:o}]}", "compare", "result",
+                                  "EQUAL", "target", "VALUE", "key", kb, "value", vb, "success",
+                                  "request_delete_range", dlock__etcd_range(key, false))
+                      : NULL;
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     json_t *reply = NULL;

@@ -112,10 +112,10 @@ int dlock__zk_delay_arm(struct zk_backend *zb, const struct dlock__hold *h, cons
     if (rc)
         return rc;
     char *path = delay_path(lockpath);
-    char *data = dlock__sprintf("%" PRIu64 " %lld held", h->token,
-                                (long long)zb->c->opts.lock_delay_ms);
-    int zrc = path && data ? dlock__zk_rq_set(zb, s->zh, path, data, NULL, DLOCK__NEVER)
-                           : ZSYSTEMERROR;
+    char *data =
+        dlock__sprintf("%" PRIu64 " %lld held", h->token, (long long)zb->c->opts.lock_delay_ms);
+    int zrc =
+        path && data ? dlock__zk_rq_set(zb, s->zh, path, data, NULL, DLOCK__NEVER) : ZSYSTEMERROR;
     if (zrc == ZNONODE)
         zrc = dlock__zk_rq_create(zb, s->zh, path, data, 0, NULL, NULL, DLOCK__NEVER);
     if (zrc == ZNODEEXISTS) /* made meanwhile: ours to overwrite, we hold */

@@ -371,9 +371,9 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     if (rc == DLOCK_ECANCELED && r) {
         /* taken just as the cancel came: given back, canceled all the same */
         dlock__pq.clear(r);
-        took_nothing = unlock_on(b, hb, h->mode, h->name,
-                                 dlock__time_budget(DLOCK__NEVER, c->opts.op_timeout_ms)) ==
-                       DLOCK_OK;
+        took_nothing =
+            unlock_on(b, hb, h->mode, h->name,
+                      dlock__time_budget(DLOCK__NEVER, c->opts.op_timeout_ms)) == DLOCK_OK;
         rc = dlock__err(DLOCK_ECANCELED, "lock '%s': canceled", h->name);
     } else if (rc == DLOCK_ETIMEDOUT && !pc->broken && strcmp(pc->sqlstate, "55P03") == 0) {
         took_nothing = true;

@@ -322,6 +322,65 @@ TU_TEST_IN(shared, canceled_after_grant_keeps_no_lock, 120)
     pgf_stop(&f);
 }
 
+/* A waiter frozen (SIGSTOP) after the server granted its lock but before
+ * it read the grant: the server ends the idle session one lease after
+ * the grant and a third client takes the lock. Thawed, the waiter must
+ * not be told it holds the lock (OK with validity left) while the third
+ * client does: its validity counts from its request, and a wait that long
+ * is confirmed again with the server. */
+TU_TEST_IN(shared, waiter_frozen_after_grant_not_told_held, 90)
+{
+    char *url = url_of(&srv, "lease=2s"), *dir = tu_tmpdir("pg-thaw");
+    char *result = tu_fmt("%s/result", dir);
+    dlock_client *a = open_url(url);
+    dlock_lock *la = tu_lock(a, "thaw");
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    pid_t kid = tu_fork();
+    if (kid == 0) {
+        dlock_client *k = NULL;
+        dlock_lock *kl = NULL;
+        if (dlock_open(url, &k) || dlock_lock_new(k, "thaw", DLOCK_EXCLUSIVE, 0, &kl))
+            _exit(1);
+        int rc = dlock_acquire(kl, 60000);
+        long long validity = rc == DLOCK_OK ? (long long)dlock_validity_ms(kl) : 0;
+        char *text = tu_fmt("%d %lld", rc, validity);
+        tu_write_marker(result, text);
+        _exit(0);
+    }
+    for (int i = 0; i < 1500 && tu_waiters(a, "thaw") < 1; i++)
+        tu_sleep_ms(20);
+    ck_assert_int_ge(tu_waiters(a, "thaw"), 1);
+    ck_assert_int_eq(kill(kid, SIGSTOP), 0);
+    EXPECT_RC(dlock_release(la), DLOCK_OK); /* granted to the frozen waiter */
+    /* the server ends the frozen waiter's session one lease later */
+    dlock_client *c = open_url(url);
+    dlock_lock *lc = tu_lock(c, "thaw");
+    int rc = DLOCK_EBUSY;
+    for (int i = 0; i < 600 && (rc = dlock_acquire(lc, DLOCK_TRY)) == DLOCK_EBUSY; i++)
+        tu_sleep_ms(50);
+    EXPECT_RC(rc, DLOCK_OK);
+    ck_assert_int_eq(kill(kid, SIGCONT), 0);
+    ck_assert_msg(tu_wait_file(result, 60000), "the thawed waiter never returned");
+    char *text = tu_read_file(result);
+    int kid_rc = 1;
+    long long kid_validity = 0;
+    ck_assert_int_eq(sscanf(text, "%d %lld", &kid_rc, &kid_validity), 2);
+    ck_assert_msg(dlock_validity_ms(lc) > 0, "the third client lost its hold");
+    ck_assert_msg(kid_rc != DLOCK_OK || kid_validity <= 0,
+                  "the thawed waiter was told it holds (validity %lld ms) while another "
+                  "client does",
+                  kid_validity);
+    tu_wait_exit(kid);
+    EXPECT_RC(dlock_release(lc), DLOCK_OK);
+    TU_FREE_LOCKS(la, lc);
+    TU_CLOSE_CLIENTS(a, c);
+    tu_rmrf(dir);
+    free(text);
+    free(result);
+    free(dir);
+    free(url);
+}
+
 /* ================================================================== errors */
 
 /* The role the server asks a password of (fixture_pg.h): the right one

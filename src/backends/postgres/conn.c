@@ -22,11 +22,15 @@
 
 /* libpq's default notice processor prints to stderr: the warnings of a
  * pg_advisory_unlock of a lock no longer held are answered by its
- * result, so notices go nowhere. */
-static void no_notices(void *arg, const char *message)
+ * result, so notices are only kept, the last one per session -- a FATAL
+ * the server sends while the session is idle (idle_session_timeout,
+ * pg_terminate_backend) reaches libpq as a notice and names why the
+ * session ended. */
+static void keep_notice(void *arg, const char *message)
 {
-    (void)arg;
-    (void)message;
+    struct pg_conn *pc = arg;
+    snprintf(pc->last_words, sizeof pc->last_words, "%s", message ? message : "");
+    pc->last_words[strcspn(pc->last_words, "\n")] = '\0';
 }
 
 /* The first line of libpq's or the server's message, without its
@@ -107,12 +111,12 @@ static int dial(struct pg_backend *b, struct dlock__wait *w, int64_t deadline, s
         dlock__pq.finish(pq);
         return rc;
     }
-    dlock__pq.setNoticeProcessor(pq, no_notices, NULL);
     struct pg_conn *pc = calloc(1, sizeof *pc);
     if (!pc) {
         dlock__pq.finish(pq);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
+    dlock__pq.setNoticeProcessor(pq, keep_notice, pc);
     pc->pq = pq;
     pthread_mutex_init(&pc->mu, NULL);
     pc->idle_timeout_ms = b->c->opts.lease_ms;

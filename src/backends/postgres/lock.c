@@ -294,6 +294,52 @@ static int unlock_on(struct pg_backend *b, struct pg_hold *hb, dlock_mode mode, 
     return DLOCK_OK;
 }
 
+/* What ended a session, from the server's words MSG. */
+static const char *end_cause_of(const char *msg)
+{
+    if (strstr(msg, "idle-session timeout"))
+        return "its lease expired on the server: idle_session_timeout";
+    if (strstr(msg, "administrator command"))
+        return "force-released (pg_terminate_backend) or the server shut down";
+    if (strstr(msg, "no answer"))
+        return "the server did not answer within the lease";
+    return NULL;
+}
+
+/* What ended session PC, from the error MSG, else from the last notice
+ * (the FATAL the server sent while the session was idle). */
+static const char *session_end_cause(const struct pg_conn *pc, const char *msg)
+{
+    const char *cause = end_cause_of(msg);
+    if (!cause)
+        cause = end_cause_of(pc->last_words);
+    return cause ? cause : "the connection ended";
+}
+
+/* One statement on the session of a lock just granted after a wait:
+ * the grant may have waited unread (the client paused) while the server
+ * ended the session, and validity counts from this statement's send. */
+static int confirm_grant(struct pg_backend *b, struct pg_conn *pc, const char *name)
+{
+    char what[300];
+    snprintf(what, sizeof what, "confirm '%s'", name);
+    struct pg_query q = {.sql = "SELECT 1",
+                         .what = what,
+                         .deadline = dlock__time_budget(DLOCK__NEVER, b->c->opts.op_timeout_ms)};
+    PGresult *r = NULL;
+    int rc = dlock__pg_exec(b, pc, &q, &r);
+    if (r)
+        dlock__pq.clear(r);
+    if (!rc)
+        return DLOCK_OK;
+    char msg[DLOCK__MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    return dlock__err(DLOCK_ECONN,
+                      "lock '%s' was granted, but its session on %s ended before the grant was "
+                      "confirmed (%s): %s",
+                      name, b->label, session_end_cause(pc, msg), msg);
+}
+
 static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct pg_backend *b = state;
@@ -403,12 +449,24 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     h->token = strtoull(dlock__pq.getvalue(r, 0, 0), NULL, 10);
     dlock__pq.clear(r);
     pc->idle_timeout_ms = h->lease_ms;
+    /* Validity counts from the send: the server's idle clock starts when
+     * it grants, later. After a long wait the grant may have sat unread
+     * (the client paused) while the server ended the session: a ping
+     * confirms the session and validity counts from its send instead. */
+    int64_t confirmed_from = sent;
+    if (!try_once && h->lease_ms > 0 && dlock__now_ms() - sent > h->lease_ms / 3) {
+        confirmed_from = dlock__now_ms();
+        rc = confirm_grant(b, pc, h->name);
+        if (rc) {
+            pc->broken = true; /* closed: whatever is left of it ends */
+            dlock__pg_session_put(b, pc);
+            free(hb);
+            return rc;
+        }
+    }
     snprintf(h->owner, sizeof h->owner, "%s/%d", b->ident + 6, dlock__pq.backendPID(pc->pq));
     h->bdata = hb;
-    /* A wait's session turns idle only when its lock was granted: the
-     * server's idle clock starts at the reply, which the client sees one
-     * trip later (inside the drift margin; docs/protocol-postgres.md). */
-    dlock__hold_confirmed(c, h, try_once ? sent : dlock__now_ms());
+    dlock__hold_confirmed(c, h, confirmed_from);
     return DLOCK_OK;
 }
 
@@ -468,18 +526,6 @@ static int pg_downgrade(void *state, struct dlock__hold *h)
 
 /* ------------------------------------------------------------------ lease */
 
-/* What ended a session, from the server's last words MSG. */
-static const char *session_end_cause(const char *msg)
-{
-    if (strstr(msg, "idle-session timeout"))
-        return "its lease expired on the server: idle_session_timeout";
-    if (strstr(msg, "administrator command"))
-        return "force-released (pg_terminate_backend) or the server shut down";
-    if (strstr(msg, "no answer"))
-        return "the server did not answer within the lease";
-    return "the connection ended";
-}
-
 /* One ping per pinned session, all sent before any answer is read. */
 static int pg_renew(void *state, struct dlock__renew_batch *batch)
 {
@@ -533,7 +579,7 @@ static int pg_renew(void *state, struct dlock__renew_batch *batch)
             hb->pc->pq = NULL;
             hb->pc->broken = true;
             rc = dlock__err(DLOCK_ELOST, "lock '%s' lost with its session (%s): %s", h->name,
-                            session_end_cause(msg), msg);
+                            session_end_cause(hb->pc, msg), msg);
         }
         pthread_mutex_unlock(&hb->pc->mu);
         dlock__renew_result(batch, k, rc);

@@ -80,6 +80,7 @@ struct pg_conn {
     int64_t idle_since;      /* monotonic ms of its last statement */
     bool broken;             /* the session is gone or unusable: close it */
     char sqlstate[6];        /* of the last statement's error ("" for none) */
+    char last_words[256];    /* the server's last notice: a FATAL sent while idle */
     struct pg_conn *next;    /* pool */
 };
 

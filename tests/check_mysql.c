@@ -352,10 +352,75 @@ TU_TEST_IN(server, cli_run_hold_status_list, 90)
     free(url);
 }
 
+/* The token of one hold and release of NAME on C. */
+static uint64_t token_of_a_hold(dlock_client *c, const char *name)
+{
+    dlock_lock *l = tu_lock(c, name);
+    TU_ACQUIRE_OK(l, 30000);
+    uint64_t t = 0;
+    dlock_token(l, &t);
+    TU_RELEASE_OK(l);
+    dlock_lock_free(l);
+    return t;
+}
+
+/* The token counts in a MEMORY row; losing it (what a restart does)
+ * starts a new, greater epoch -- the token's high 24 bits. */
+TU_TEST_IN(server, lost_fence_row_starts_a_new_epoch, 60)
+{
+    char *url = url_with(NULL);
+    dlock_client *c = tu_open(url);
+    uint64_t t1 = token_of_a_hold(c, "e");
+    uint64_t t2 = token_of_a_hold(c, "e");
+    ck_assert_msg(t2 == t1 + 1, "token %" PRIu64 " after %" PRIu64 " in one epoch", t2, t1);
+    char *out = fx_mysql_sql(&M, "DELETE FROM dlock.dlock_fence_mem");
+    ck_assert_msg(out, "DELETE FROM dlock_fence_mem failed");
+    free(out);
+    uint64_t t3 = token_of_a_hold(c, "e");
+    ck_assert_msg(t3 > t2 && t3 >> 40 > t2 >> 40,
+                  "token %" PRIu64 " after the row was lost, %" PRIu64 " before", t3, t2);
+    dlock_client_close(c);
+    free(url);
+}
+
+/* ------------------------------------------------ a server of its own */
+
+/* A database the one-counter release used: its counter is read once, and
+ * the first epoch starts past its tokens. A restart (SIGKILL) between two
+ * holds loses the MEMORY row; the next token is in a greater epoch. */
+TU_TEST(restart_between_holds_starts_a_new_epoch, 120)
+{
+    struct fx_mysql own;
+    ck_assert_msg(fx_mysql_start(&own), "%s", own.error);
+    uint64_t old_token = (UINT64_C(3) << 40) + 5;
+    char *sql =
+        tu_fmt("CREATE TABLE dlock.dlock_fence (id TINYINT PRIMARY KEY, n BIGINT UNSIGNED "
+               "NOT NULL) ENGINE=InnoDB; INSERT INTO dlock.dlock_fence VALUES (1, %" PRIu64 ")",
+               old_token);
+    char *out = fx_mysql_sql(&own, sql);
+    ck_assert_msg(out, "%s failed", sql);
+    free(out);
+    free(sql);
+    dlock_client *a = tu_open(own.url);
+    uint64_t t1 = token_of_a_hold(a, "r");
+    ck_assert_msg(t1 > old_token, "token %" PRIu64 " after the old counter's %" PRIu64, t1,
+                  old_token);
+    for (int i = 0; i < 3; i++)
+        t1 = token_of_a_hold(a, "r");
+    dlock_client_close(a);
+    ck_assert_msg(fx_mysql_restart(&own), "%s", own.error);
+    dlock_client *b = tu_open(own.url);
+    uint64_t t2 = token_of_a_hold(b, "r");
+    ck_assert_msg(t2 > t1 && t2 >> 40 > t1 >> 40,
+                  "token %" PRIu64 " after the restart, %" PRIu64 " before", t2, t1);
+    dlock_client_close(b);
+    fx_mysql_stop(&own);
+}
+
 /* ------------------------------------------------ a server of its own */
 
 /* The server restarts (a crash) under a holder: the holder is told it
- * lost the lock, and the next holder's token is greater -- the sequence
+ * lost the lock, and the next holder's token is greater -- the epoch
  * is durable. */
 TU_TEST(server_restart_token_grows, 120)
 {

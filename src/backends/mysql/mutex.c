@@ -7,9 +7,9 @@
  *   SELECT CASE GET_LOCK(name, timeout) WHEN 1 THEN ... WHEN 0 THEN 0 END
  *
  * -- the wait sleeps in the server -- and its fencing token comes from
- * one row of an InnoDB table, UPDATEd on the same session right after
- * the grant (durable at commit; a MariaDB SEQUENCE is not:
- * docs/protocol-mysql.md). The
+ * one row of a MEMORY table, UPDATEd on the same session right after the
+ * grant: (epoch << 40) | n, the epoch a durable InnoDB counter bumped
+ * once per server lifetime (docs/protocol-mysql.md). The
  * session also keeps the token and the encoded name in user variables
  * (@dlock_token, @dlock_name), where inspect and list read them
  * (performance_schema.user_variables_by_thread: a hashed name is listed
@@ -97,28 +97,101 @@ static void give_back(struct my_backend *s, struct my_hold *mh, bool *broken)
     free(sql);
 }
 
-/* The fencing token of the hold MH's session was just granted: one row
- * of MYSQL_FENCE_TABLE, incremented in a transaction of its own (durable
- * at commit with innodb_flush_log_at_trx_commit=1, the default), its new
- * value through LAST_INSERT_ID() in the reply, and kept in @dlock_token
- * for inspect. */
+/* Run one statement of the token's on MH's session within the op
+ * timeout; its LAST_INSERT_ID() (0 when it set none) into *ID. */
+static int token_query(struct my_backend *s, struct my_hold *mh, const char *sql,
+                       unsigned long long *id, bool *broken, const char *what)
+{
+    struct my_io io = {.deadline = dlock__now_ms() + s->c->opts.op_timeout_ms, .cancel_fd = -1};
+    int rc = dlock__my_query(s, mh->k, sql, &io, NULL, broken, what);
+    if (!rc && id)
+        *id = mysql_insert_id(mh->k->db);
+    return rc;
+}
+
+/* The next token of this server lifetime: the MEMORY row's, plus one,
+ * unless the row is missing (the server restarted) or its epoch's 2^40
+ * are spent -- then 0. Kept in @dlock_token for inspect. */
+#define NEXT_IN_EPOCH                                                                      \
+    "UPDATE " MYSQL_FENCE_MEM_TABLE " SET tok = LAST_INSERT_ID(tok + 1) WHERE id = 1 AND " \
+    "(tok & " MYSQL_EPOCH_MASK ") < " MYSQL_EPOCH_MASK " AND (@dlock_token := tok + 1) > 0"
+
+/* A new epoch: under the internal user lock MYSQL_EPOCH_LOCK (so that
+ * two clients seeding at once cannot write the MEMORY row out of order),
+ * look again, and if the row is still missing or spent, bump the durable
+ * epoch (InnoDB, committed before the row is written) and write the row
+ * as EPOCH << 40. Then take the next token as usual. */
+static int new_epoch(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
+                     unsigned long long *token, bool *broken)
+{
+    struct my_io io = {.deadline = dlock__now_ms() + s->c->opts.op_timeout_ms, .cancel_fd = -1};
+    char *sql = dlock__sprintf("SELECT GET_LOCK('%s', %lld)", MYSQL_EPOCH_LOCK,
+                               (long long)(s->c->opts.op_timeout_ms + 999) / 1000);
+    MYSQL_RES *res = NULL;
+    int rc = sql ? dlock__my_query(s, mh->k, sql, &io, &res, broken, "lock the fencing epoch")
+                 : dlock__err(DLOCK_ENOMEM, "out of memory");
+    free(sql);
+    if (rc)
+        return rc;
+    unsigned long long got = 0;
+    dlock__my_first(res, &got, NULL);
+    mysql_free_result(res);
+    if (got != 1)
+        return dlock__err(DLOCK_ETIMEDOUT,
+                          "%s: lock '%s': the fencing epoch's lock '%s' stayed busy through "
+                          "the op timeout",
+                          s->label, h->name, MYSQL_EPOCH_LOCK);
+    unsigned long long epoch = 0;
+    rc = token_query(s, mh, NEXT_IN_EPOCH, token, broken, "take the fencing token");
+    if (!rc && !*token)
+        rc = token_query(s, mh,
+                         "UPDATE " MYSQL_EPOCH_TABLE " SET n = LAST_INSERT_ID(n + 1) WHERE id = 1",
+                         &epoch, broken, "start a fencing epoch in " MYSQL_EPOCH_TABLE);
+    if (!rc && !*token && !epoch)
+        rc = dlock__err(DLOCK_EPROTO,
+                        "%s: lock '%s': the fencing epoch " MYSQL_EPOCH_TABLE
+                        " has no row 1 (was it emptied?)",
+                        s->label, h->name);
+    if (!rc && !*token && epoch >= MYSQL_EPOCH_MAX)
+        rc = dlock__err(DLOCK_EPROTO, "%s: lock '%s': the fencing epoch %llu is past %u", s->label,
+                        h->name, epoch, MYSQL_EPOCH_MAX - 1);
+    if (!rc && !*token) {
+        sql = dlock__sprintf("REPLACE INTO " MYSQL_FENCE_MEM_TABLE " VALUES (1, %llu)",
+                             epoch << MYSQL_EPOCH_SHIFT);
+        rc = sql ? token_query(s, mh, sql, NULL, broken, "seed " MYSQL_FENCE_MEM_TABLE)
+                 : dlock__err(DLOCK_ENOMEM, "out of memory");
+        free(sql);
+        if (!rc)
+            rc = token_query(s, mh, NEXT_IN_EPOCH, token, broken, "take the fencing token");
+    }
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    bool unlock_broken = false;
+    if (token_query(s, mh, "DO RELEASE_LOCK('" MYSQL_EPOCH_LOCK "')", NULL, &unlock_broken,
+                    "unlock the fencing epoch"))
+        *broken = true; /* closing the session frees it */
+    dlock__errmsg_restore(rc, msg);
+    if (!rc && !*token)
+        rc = dlock__err(DLOCK_EPROTO,
+                        "%s: lock '%s': " MYSQL_FENCE_MEM_TABLE " has no row after its seeding",
+                        s->label, h->name);
+    return rc;
+}
+
+/* The fencing token of the hold MH's session was just granted:
+ * (epoch << 40) | n, where n counts in a MEMORY row (no disk write; its
+ * rows vanish when the server restarts) and the epoch is a durable InnoDB
+ * counter bumped only when a server lifetime's first token is asked
+ * (docs/protocol-mysql.md). The new value comes back as LAST_INSERT_ID()
+ * in the reply. */
 static int next_token(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
                       unsigned long long *token, bool *broken)
 {
-    struct my_io io = {.deadline = dlock__now_ms() + s->c->opts.op_timeout_ms, .cancel_fd = -1};
-    int rc = dlock__my_query(s, mh->k,
-                             "UPDATE " MYSQL_FENCE_TABLE " SET n = LAST_INSERT_ID(n + 1) WHERE "
-                             "id = 1 AND (@dlock_token := n + 1) > 0",
-                             &io, NULL, broken, "take the fencing token");
-    if (rc)
-        return rc;
-    *token = mysql_insert_id(mh->k->db);
-    if (!*token)
-        return dlock__err(DLOCK_EPROTO,
-                          "%s: lock '%s': the fencing counter " MYSQL_FENCE_TABLE
-                          " has no row 1 (was it emptied?)",
-                          s->label, h->name);
-    return DLOCK_OK;
+    *token = 0;
+    int rc = token_query(s, mh, NEXT_IN_EPOCH, token, broken, "take the fencing token");
+    if (!rc && !*token)
+        rc = new_epoch(s, h, mh, token, broken);
+    return rc;
 }
 
 static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
@@ -311,6 +384,46 @@ static void backend_free(struct my_backend *s)
     free(s);
 }
 
+/* The fencing token's tables (mutex.c's next_token), made when missing.
+ * A database a release before the epoch used keeps its one counter in
+ * MYSQL_FENCE_TABLE: the epoch then starts at (counter >> 40) + 1, so the
+ * first token, >= epoch << 40, is past every token it gave. */
+static int create_fence_tables(struct my_backend *s)
+{
+    MYSQL_RES *res = NULL;
+    int rc =
+        dlock__my_query_pooled(s,
+                               "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
+                               "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" MYSQL_FENCE_TABLE "'",
+                               &res, "look for the old fencing counter " MYSQL_FENCE_TABLE);
+    if (rc)
+        return rc;
+    unsigned long long old_counter = 0;
+    dlock__my_first(res, &old_counter, NULL);
+    mysql_free_result(res);
+    rc = dlock__my_query_pooled(s,
+                                "CREATE TABLE IF NOT EXISTS " MYSQL_EPOCH_TABLE
+                                " (id TINYINT PRIMARY KEY, n BIGINT UNSIGNED NOT NULL) "
+                                "ENGINE=InnoDB",
+                                NULL,
+                                "create the fencing epoch " MYSQL_EPOCH_TABLE
+                                " (needs the CREATE privilege once)");
+    if (!rc)
+        rc = dlock__my_query_pooled(
+            s,
+            old_counter ? "INSERT IGNORE INTO " MYSQL_EPOCH_TABLE
+                          " SELECT 1, COALESCE(MAX(n), 0) >> 40 FROM " MYSQL_FENCE_TABLE
+                        : "INSERT IGNORE INTO " MYSQL_EPOCH_TABLE " VALUES (1, 0)",
+            NULL, "seed the fencing epoch " MYSQL_EPOCH_TABLE);
+    if (!rc)
+        rc = dlock__my_query_pooled(s,
+                                    "CREATE TABLE IF NOT EXISTS " MYSQL_FENCE_MEM_TABLE
+                                    " (id TINYINT PRIMARY KEY, tok BIGINT UNSIGNED NOT NULL) "
+                                    "ENGINE=MEMORY",
+                                    NULL, "create the fencing counter " MYSQL_FENCE_MEM_TABLE);
+    return rc;
+}
+
 /* What the server is, refused when it cannot serve (Galera refuses
  * GET_LOCK), and the fencing counter, made when missing. */
 static int check_server(struct my_backend *s)
@@ -320,14 +433,14 @@ static int check_server(struct my_backend *s)
         s,
         "SELECT VERSION(), (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
         "WHERE VARIABLE_NAME = 'WSREP_ON'), (SELECT COUNT(*) FROM information_schema.TABLES "
-        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('" MYSQL_FENCE_TABLE
-        "', '" MYSQL_VALUE_TABLE "'))",
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('" MYSQL_EPOCH_TABLE
+        "', '" MYSQL_FENCE_MEM_TABLE "', '" MYSQL_VALUE_TABLE "'))",
         &res, "read the server's version");
     if (rc)
         return rc;
     MYSQL_ROW row = dlock__my_first(res, NULL, NULL);
     char version[128] = "";
-    bool galera = false, have_tables = row && row[2] && strcmp(row[2], "2") == 0;
+    bool galera = false, have_tables = row && row[2] && strcmp(row[2], "3") == 0;
     if (row && row[0])
         dlock__escape_text(version, sizeof version, row[0]);
     if (row && row[1])
@@ -343,16 +456,7 @@ static int check_server(struct my_backend *s)
      * them only UPDATE, INSERT, DELETE, SELECT. */
     if (have_tables)
         return DLOCK_OK;
-    rc = dlock__my_query_pooled(s,
-                                "CREATE TABLE IF NOT EXISTS " MYSQL_FENCE_TABLE
-                                " (id TINYINT PRIMARY KEY, n BIGINT UNSIGNED NOT NULL) "
-                                "ENGINE=InnoDB",
-                                NULL,
-                                "create the fencing counter " MYSQL_FENCE_TABLE
-                                " (needs the CREATE privilege once)");
-    if (!rc)
-        rc = dlock__my_query_pooled(s, "INSERT IGNORE INTO " MYSQL_FENCE_TABLE " VALUES (1, 0)",
-                                    NULL, "seed the fencing counter " MYSQL_FENCE_TABLE);
+    rc = create_fence_tables(s);
     if (!rc)
         rc = dlock__my_query_pooled(s,
                                     "CREATE TABLE IF NOT EXISTS " MYSQL_VALUE_TABLE

@@ -383,6 +383,33 @@ TU_TEST_IN(server, lost_fence_row_starts_a_new_epoch, 60)
     free(url);
 }
 
+/* An epoch is committed before its tokens are handed out, even on a
+ * server whose sessions start with autocommit off: another session sees
+ * it at once (else a restart, or the session's end, would roll it back
+ * and the epoch would be used again). */
+TU_TEST_IN(server, new_epoch_committed_with_autocommit_off, 60)
+{
+    char *url = url_with(NULL);
+    free(fx_mysql_sql(&M, "SET GLOBAL autocommit = 0"));
+    free(fx_mysql_sql(&M, "DELETE FROM dlock.dlock_fence_mem"));
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "ac-epoch");
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    uint64_t t = 0;
+    dlock_token(l, &t);
+    char *out = fx_mysql_sql(&M, "SELECT n FROM dlock.dlock_epoch WHERE id = 1");
+    free(fx_mysql_sql(&M, "SET GLOBAL autocommit = 1"));
+    ck_assert_msg(out, "SELECT FROM dlock_epoch failed");
+    uint64_t epoch = strtoull(out, NULL, 10);
+    free(out);
+    ck_assert_msg(epoch == t >> 40, "epoch %" PRIu64 " seen by another session, token %" PRIu64,
+                  epoch, t);
+    TU_RELEASE_OK(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+
 /* ------------------------------------------------ a server of its own */
 
 /* A database the one-counter release used: its counter is read once, and

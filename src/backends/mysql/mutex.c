@@ -147,6 +147,10 @@ static int new_epoch(struct my_backend *s, struct dlock__hold *h, struct my_hold
         rc = token_query(s, mh,
                          "UPDATE " MYSQL_EPOCH_TABLE " SET n = LAST_INSERT_ID(n + 1) WHERE id = 1",
                          &epoch, broken, "start a fencing epoch in " MYSQL_EPOCH_TABLE);
+    /* committed before any token of it leaves, autocommit or not (a
+     * server may start sessions with autocommit off) */
+    if (!rc && !*token)
+        rc = token_query(s, mh, "COMMIT", NULL, broken, "commit the fencing epoch");
     if (!rc && !*token && !epoch)
         rc = dlock__err(DLOCK_EPROTO,
                         "%s: lock '%s': the fencing epoch " MYSQL_EPOCH_TABLE

@@ -69,7 +69,16 @@ static int value_write(dlock_lock *l, const struct dlock__value *v)
         h = dlock__hold_of(l->e, dlock__owner_of(l));
     }
     if ((rc = writable(l, h))) {
+        /* refused for a validity that has passed: the hold is lost now,
+         * as the keeper would find it, so that its release says so too */
+        bool expired = rc == DLOCK_ELOST && h && h->state != DLOCK__LOST;
         pthread_mutex_unlock(&c->mu);
+        if (expired) {
+            char msg[DLOCK__MSG_MAX];
+            dlock__errmsg_save(msg);
+            dlock__hold_lost(c, h, msg);
+            dlock__errmsg_restore(rc, msg);
+        }
         return rc;
     }
     h->renewing = true; /* the keeper and a release wait for the write */

@@ -248,6 +248,10 @@ static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     if (io.canceled) {
         if (!rc && token)
             give_back(s, mh, &broken);
+        else if (rc)
+            broken = true; /* KILL QUERY may have landed after the grant (the
+                              server keeps the lock then, error 1317): closing
+                              the session frees it if so */
         rc = dlock__err(DLOCK_ECANCELED, "lock '%s': wait canceled", h->name);
     } else if (!rc && isnull) {
         rc = dlock__err(DLOCK_EBACKEND,

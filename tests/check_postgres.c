@@ -381,6 +381,37 @@ TU_TEST_IN(shared, waiter_frozen_after_grant_not_told_held, 90)
     free(url);
 }
 
+/* A role whose sessions get a statement_timeout (ALTER ROLE ... SET, common
+ * in production): dlock's sessions run with none, so a wait longer than
+ * it is ended by its own deadline or the holder's release, not by it. */
+TU_TEST_IN(shared, role_statement_timeout_does_not_end_waits, 60)
+{
+    char *url = url_of(&srv, NULL);
+    dlock_client *a = open_url(url); /* makes the schema the grants name */
+    char *role = tu_fmt("st%d", (int)getpid());
+    char *sql = tu_fmt("CREATE ROLE %s LOGIN; GRANT USAGE, UPDATE ON SEQUENCE dlock_fence TO %s; "
+                       "GRANT SELECT, INSERT, UPDATE, DELETE ON dlock_holds TO %s; "
+                       "ALTER ROLE %s SET statement_timeout = '1s'",
+                       role, role, role, role);
+    ck_assert_int_eq(pgf_psql(&srv, sql, NULL), 0);
+    char *as_role = tu_fmt("postgres://%s@127.0.0.1:%d/postgres?prefix=%d-", role, srv.port,
+                           (int)getpid());
+    dlock_client *b = open_url(as_role);
+    dlock_lock *la = tu_lock(a, "patient"), *lb = tu_lock(b, "patient");
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    struct tu_waiter w;
+    tu_waiter_start(&w, lb, 60000);
+    tu_sleep_ms(3000); /* three of the role's statement timeouts */
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    EXPECT_RC(tu_waiter_join(&w), DLOCK_OK);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+    free(as_role);
+    free(sql);
+    free(role);
+    free(url);
+}
+
 /* ================================================================== errors */
 
 /* The role the server asks a password of (fixture_pg.h): the right one

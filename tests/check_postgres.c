@@ -394,8 +394,8 @@ TU_TEST_IN(shared, role_statement_timeout_does_not_end_waits, 60)
                        "ALTER ROLE %s SET statement_timeout = '1s'",
                        role, role, role, role);
     ck_assert_int_eq(pgf_psql(&srv, sql, NULL), 0);
-    char *as_role = tu_fmt("postgres://%s@127.0.0.1:%d/postgres?prefix=%d-", role, srv.port,
-                           (int)getpid());
+    char *as_role =
+        tu_fmt("postgres://%s@127.0.0.1:%d/postgres?prefix=%d-", role, srv.port, (int)getpid());
     dlock_client *b = open_url(as_role);
     dlock_lock *la = tu_lock(a, "patient"), *lb = tu_lock(b, "patient");
     EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);

@@ -78,13 +78,16 @@ static void backend_free(struct pg_backend *b)
 
 /* The server settings that make the lease real (docs/protocol-postgres.md):
  * idle sessions end one lease after their last statement, a dead peer is
- * noticed within the lease by TCP and by the check during a statement. */
+ * noticed within the lease by TCP and by the check during a statement.
+ * No statement_timeout: a wait is bounded by its own lock_timeout, not by
+ * the role's or the database's statement_timeout. */
 static char *lease_options(const struct pg_backend *b, const char *user_options)
 {
     long long lease = b->c->opts.lease_ms;
     long long third_s = lease / 3000 > 0 ? lease / 3000 : 1;
     long long check = lease / 3 > 0 ? lease / 3 : 1;
-    return dlock__sprintf("-c idle_session_timeout=%lld -c tcp_keepalives_idle=%lld "
+    return dlock__sprintf("-c idle_session_timeout=%lld -c statement_timeout=0 "
+                          "-c tcp_keepalives_idle=%lld "
                           "-c tcp_keepalives_interval=%lld -c tcp_keepalives_count=3 "
                           "-c tcp_user_timeout=%lld -c client_connection_check_interval=%lld%s%s",
                           lease, third_s, third_s, lease, check, user_options ? " " : "",

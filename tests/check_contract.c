@@ -2440,6 +2440,34 @@ TU_TEST(lock_delay_clean_release, 30)
     TU_CLOSE_CLIENTS(a, b);
 }
 
+/* lock_delay=: a downgrade ends the exclusive part of a hold cleanly: a
+ * reader that joins the shared hold left, and a writer after the readers'
+ * clean releases, meet no lock-delay (review-core M1: redis, etcd and zk
+ * kept the marker, so the joining reader or the writer waited the whole
+ * delay). */
+TU_TEST(lock_delay_downgrade_clean, 60)
+{
+    if (lock_delay_refused() || !has(CT_SHARED))
+        return;
+    dlock_client *a = ct_open_test("lock_delay=1m"), *b = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "dld"), *ra = tu_lock_mode(a, "dld", DLOCK_SHARED, 0);
+    dlock_lock *lb = tu_lock(b, "dld"), *rb = tu_lock_mode(b, "dld", DLOCK_SHARED, 0);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(ra, DLOCK_TRY);
+    TU_RELEASE_OK(la); /* the downgrade */
+    int rc = dlock_acquire(rb, 5000);
+    ck_assert_msg(rc == DLOCK_OK, "a reader beside a downgraded hold: %s (%s)",
+                  dlock_err_name(rc), dlock_errmsg());
+    TU_RELEASE_OK(rb);
+    TU_RELEASE_OK(ra);
+    rc = dlock_acquire(lb, DLOCK_TRY);
+    ck_assert_msg(rc == DLOCK_OK, "a writer after clean releases: %s (%s)", dlock_err_name(rc),
+                  dlock_errmsg());
+    TU_RELEASE_OK(lb);
+    TU_FREE_LOCKS(la, ra, lb, rb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
 /* lock_delay=: a wait for a name in its delay sleeps until the delay's
  * end and a cancel ends it at once (DLOCK_ECANCELED, the delay of a
  * minute not waited out), as a bounded wait that ends first is

@@ -177,11 +177,10 @@ int dlock__etcd_delay_arm(struct etcd_backend *s, const struct dlock__hold *h,
     return rc;
 }
 
-void dlock__etcd_delay_clear(struct etcd_backend *s, const char *name, uint64_t token,
-                             int64_t delay_ms, const struct etcd_limits *lim)
+/* The txn that deletes the marker KEY when its value is still
+ * VALUE's (NULL: out of memory). */
+static json_t *clear_txn(const char *key, const char *value)
 {
-    char *key = dlock__etcd_delay_key(s, name);
-    char *value = marker_value(token, delay_ms);
     char *kb = key ? dlock__etcd_b64(key, strlen(key)) : NULL;
     char *vb = value ? dlock__etcd_b64(value, strlen(value)) : NULL;
     json_t *req = kb && vb
@@ -189,6 +188,28 @@ void dlock__etcd_delay_clear(struct etcd_backend *s, const char *name, uint64_t 
                                   "EQUAL", "target", "VALUE", "key", kb, "value", vb, "success",
                                   "request_delete_range", dlock__etcd_range(key, false))
                       : NULL;
+    free(kb);
+    free(vb);
+    return req;
+}
+
+json_t *dlock__etcd_delay_clear_op(struct etcd_backend *s, const char *name, uint64_t token,
+                                   int64_t delay_ms)
+{
+    char *key = dlock__etcd_delay_key(s, name);
+    char *value = marker_value(token, delay_ms);
+    json_t *txn = clear_txn(key, value);
+    free(value);
+    free(key);
+    return txn ? json_pack("{s:o}", "request_txn", txn) : NULL;
+}
+
+void dlock__etcd_delay_clear(struct etcd_backend *s, const char *name, uint64_t token,
+                             int64_t delay_ms, const struct etcd_limits *lim)
+{
+    char *key = dlock__etcd_delay_key(s, name);
+    char *value = marker_value(token, delay_ms);
+    json_t *req = clear_txn(key, value);
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     json_t *reply = NULL;
@@ -198,8 +219,6 @@ void dlock__etcd_delay_clear(struct etcd_backend *s, const char *name, uint64_t 
         dlock__etcd_txn(s, req, &reply, "delete the lock-delay marker", NULL, lim);
     json_decref(reply);
     dlock__errmsg_restore(DLOCK_OK, msg);
-    free(kb);
-    free(vb);
     free(value);
     free(key);
 }

@@ -571,6 +571,14 @@ char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name);
 #define ETCD_KEY_GONE 1
 int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
                    int64_t lease, const char *what, int *code, const struct etcd_limits *lim);
+/* The parts of dlock__etcd_put_again(), for a txn that does more (a
+ * downgrade): its txn (NULL: out of memory); OP (taken over; NULL: out of
+ * memory) added to a TXN's success branch (-1: not added, TXN to drop);
+ * TXN (taken over) sent, ETCD_KEY_GONE when its compare failed. */
+json_t *dlock__etcd_put_again_txn(const char *key, int64_t rev, const char *value, int64_t lease);
+int dlock__etcd_txn_also(json_t *txn, json_t *op);
+int dlock__etcd_put_again_run(struct etcd_backend *s, json_t *txn, const char *what, int *code,
+                              const struct etcd_limits *lim);
 /* dlock__etcd_put_again() of hold H's own key, on its own lease, with
  * VALUE (a proclaim, a downgrade: VERB says which in messages);
  * DLOCK_ELOST when H has no key. */
@@ -698,5 +706,11 @@ int dlock__etcd_delay_arm(struct etcd_backend *s, const struct dlock__hold *h,
  * thread's message is kept). */
 void dlock__etcd_delay_clear(struct etcd_backend *s, const char *name, uint64_t token,
                              int64_t delay_ms, const struct etcd_limits *lim);
+/* The op (NULL: out of memory) that deletes NAME's marker of a hold of
+ * TOKEN with DELAY_MS, if it is still that hold's: a nested txn, for the
+ * txn that ends the hold's exclusive part (a downgrade, a release) to do
+ * in the same step -- a contender woken by that txn never finds it. */
+json_t *dlock__etcd_delay_clear_op(struct etcd_backend *s, const char *name, uint64_t token,
+                                   int64_t delay_ms);
 
 #endif

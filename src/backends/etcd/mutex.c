@@ -416,8 +416,7 @@ void dlock__etcd_lease_dead(struct etcd_backend *s, const struct lease_ref *lr)
         dlock__etcd_session_lease_dead(s, lr->id);
 }
 
-int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
-                          int64_t lease, const char *what, int *code, const struct etcd_limits *lim)
+json_t *dlock__etcd_put_again_txn(const char *key, int64_t rev, const char *value, int64_t lease)
 {
     char *kb = dlock__etcd_b64(key, strlen(key));
     char *vb = dlock__etcd_b64(value, strlen(value));
@@ -431,12 +430,35 @@ int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, 
     free(vb);
     free(ls);
     free(rs);
+    return req;
+}
+
+int dlock__etcd_txn_also(json_t *txn, json_t *op)
+{
+    json_t *success = json_object_get(txn, "success");
+    if (!op || !success) {
+        json_decref(op);
+        return -1;
+    }
+    return json_array_append_new(success, op);
+}
+
+int dlock__etcd_put_again_run(struct etcd_backend *s, json_t *txn, const char *what, int *code,
+                              const struct etcd_limits *lim)
+{
     json_t *reply = NULL;
-    int rc = dlock__etcd_txn(s, req, &reply, what, code, lim);
+    int rc = dlock__etcd_txn(s, txn, &reply, what, code, lim);
     if (!rc && !json_is_true(json_object_get(reply, "succeeded")))
         rc = ETCD_KEY_GONE;
     json_decref(reply);
     return rc;
+}
+
+int dlock__etcd_put_again(struct etcd_backend *s, const char *key, int64_t rev, const char *value,
+                          int64_t lease, const char *what, int *code, const struct etcd_limits *lim)
+{
+    return dlock__etcd_put_again_run(s, dlock__etcd_put_again_txn(key, rev, value, lease), what,
+                                     code, lim);
 }
 
 int dlock__etcd_hold_put_again(struct etcd_backend *s, const struct dlock__hold *h,

@@ -46,10 +46,24 @@ const char *dlock__etcd_hold_value(struct etcd_backend *s, const struct dlock__h
 int dlock__etcd_downgrade(void *state, struct dlock__hold *h)
 {
     struct etcd_backend *s = state;
-    /* Same key, same lease, shared value: the create revision stays. */
-    int rc = dlock__etcd_hold_put_again(s, h, s->shared_ident, "downgrade", NULL, NULL);
-    const struct etcd_hold *eh = h->bdata;
-    if (rc == ETCD_KEY_GONE)
+    struct etcd_hold *eh = h->bdata;
+    if (!eh)
+        return dlock__err(DLOCK_ELOST, "%s: '%s': no key held to downgrade", s->label, h->name);
+    /* Same key, same lease, shared value: the create revision stays. The
+     * exclusive part ends cleanly, so the lock-delay marker goes (when
+     * still ours) in the same txn: no reader the put wakes finds it. */
+    json_t *txn = dlock__etcd_put_again_txn(eh->key, eh->rev, s->shared_ident, eh->lease);
+    if (txn && eh->delay_ms &&
+        dlock__etcd_txn_also(txn, dlock__etcd_delay_clear_op(s, h->name, h->token, eh->delay_ms))) {
+        json_decref(txn);
+        txn = NULL;
+    }
+    char what[1200];
+    snprintf(what, sizeof what, "downgrade '%s' (key %s)", h->name, eh->key);
+    int rc = dlock__etcd_put_again_run(s, txn, what, NULL, NULL);
+    if (rc == DLOCK_OK)
+        eh->delay_ms = 0; /* its marker is gone: nothing for the release to clear */
+    else if (rc == ETCD_KEY_GONE)
         rc = dlock__err(DLOCK_ELOST,
                         "%s: lock '%s': key %s (token %lld) was gone before the "
                         "downgrade (lease expired or force-released)",

@@ -99,13 +99,14 @@ int dlock__redis_rw_downgrade(void *state, struct dlock__hold *h)
     char lease[24], token[24];
     int ll = snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
     int tl = snprintf(token, sizeof token, "%llu", (unsigned long long)h->token);
-    /* the token key: a later hold of ours has the same field, another token */
-    const char *args[] = {k.lock, k.rwchan, k.tbase, k.token, h->owner, lease, token};
-    size_t lens[] = {k.lock_len,       k.rwchan_len, k.tbase_len, k.token_len,
-                     strlen(h->owner), (size_t)ll,   (size_t)tl};
+    /* the token key: a later hold of ours has the same field, another
+     * token; the lock-delay marker, which goes when it is this hold's */
+    const char *args[] = {k.lock, k.rwchan, k.tbase, k.token, k.delay, h->owner, lease, token};
+    size_t lens[] = {k.lock_len,  k.rwchan_len,     k.tbase_len, k.token_len,
+                     k.delay_len, strlen(h->owner), (size_t)ll,  (size_t)tl};
     struct redis_request rq = {.script = S_RW_DOWNGRADE,
-                               .nkeys = 4,
-                               .nargs = 7,
+                               .nkeys = 5,
+                               .nargs = 8,
                                .args = args,
                                .lens = lens,
                                .what = "downgrade",

@@ -130,6 +130,13 @@ int dlock__zk_downgrade(void *state, struct dlock__hold *h)
     int rc = lockpath
                  ? writer_between(zb, s, lockpath, base_of(zh->path), base_of(zh->shadow), &between)
                  : ZSYSTEMERROR;
+    if (rc == ZOK && !between && zh->delay_armed) {
+        /* The exclusive part ends cleanly: its lock-delay marker goes
+         * first, while the write node still holds (as a clean release),
+         * so no reader the delete lets in finds it (delay.c). */
+        dlock__zk_delay_clear(zb, lockpath, h->token);
+        zh->delay_armed = false;
+    }
     free(lockpath);
     if (rc == ZNONODE) {
         dlock__zk_shadow_drop(zb, s, zh);

@@ -412,6 +412,49 @@ TU_TEST_IN(shared, role_statement_timeout_does_not_end_waits, 60)
     free(url);
 }
 
+/* The token is nextval() of a sequence, which logs ahead only every 32
+ * values: a commit that does not wait for its WAL (synchronous_commit =
+ * off, set for the server, a database or a role) could, after a crash,
+ * hand out tokens again. dlock's sessions run with it on: a trigger on
+ * dlock_holds records the setting the acquire ran with. */
+TU_TEST_IN(shared, tokens_commit_synchronously, 60)
+{
+    int pid = (int)getpid();
+    char *url = url_of(&srv, NULL);
+    dlock_client_close(open_url(url)); /* makes the schema the grants name */
+    char *role = tu_fmt("sc%d", pid);
+    char *sql = tu_fmt(
+        "CREATE ROLE %s LOGIN; GRANT USAGE, UPDATE ON SEQUENCE dlock_fence TO %s; "
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON dlock_holds TO %s; "
+        "ALTER ROLE %s SET synchronous_commit = off; "
+        "CREATE TABLE seen%d (setting text); GRANT INSERT ON seen%d TO %s; "
+        "CREATE FUNCTION seen%d() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN IF current_user = "
+        "'%s' THEN INSERT INTO seen%d VALUES (current_setting('synchronous_commit')); END IF; "
+        "RETURN NEW; END$$; CREATE TRIGGER seen%d BEFORE INSERT ON dlock_holds FOR EACH ROW "
+        "EXECUTE FUNCTION seen%d()",
+        role, role, role, role, pid, pid, role, pid, role, pid, pid, pid);
+    ck_assert_int_eq(pgf_psql(&srv, sql, NULL), 0);
+    char *as_role = tu_fmt("postgres://%s@127.0.0.1:%d/postgres?prefix=%d-", role, srv.port, pid);
+    dlock_client *c = open_url(as_role);
+    dlock_lock *l = tu_lock(c, "durable");
+    EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+    EXPECT_RC(dlock_release(l), DLOCK_OK);
+    char *look = tu_fmt("SELECT string_agg(setting, ',') FROM seen%d", pid), *out = NULL;
+    ck_assert_int_eq(pgf_psql(&srv, look, &out), 0);
+    char *drop = tu_fmt("DROP TRIGGER seen%d ON dlock_holds", pid);
+    ck_assert_int_eq(pgf_psql(&srv, drop, NULL), 0);
+    ck_assert_msg(strncmp(out, "on", 2) == 0, "the acquire ran with synchronous_commit '%s'", out);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(out);
+    free(drop);
+    free(look);
+    free(as_role);
+    free(sql);
+    free(role);
+    free(url);
+}
+
 /* ================================================================== errors */
 
 /* The role the server asks a password of (fixture_pg.h): the right one

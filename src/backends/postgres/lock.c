@@ -80,13 +80,16 @@ static void backend_free(struct pg_backend *b)
  * idle sessions end one lease after their last statement, a dead peer is
  * noticed within the lease by TCP and by the check during a statement.
  * No statement_timeout: a wait is bounded by its own lock_timeout, not by
- * the role's or the database's statement_timeout. */
+ * the role's or the database's statement_timeout. synchronous_commit on:
+ * the token's sequence is logged ahead only every 32 values, and only a
+ * flushed commit keeps it from going back after a crash. */
 static char *lease_options(const struct pg_backend *b, const char *user_options)
 {
     long long lease = b->c->opts.lease_ms;
     long long third_s = lease / 3000 > 0 ? lease / 3000 : 1;
     long long check = lease / 3 > 0 ? lease / 3 : 1;
     return dlock__sprintf("-c idle_session_timeout=%lld -c statement_timeout=0 "
+                          "-c synchronous_commit=on "
                           "-c tcp_keepalives_idle=%lld "
                           "-c tcp_keepalives_interval=%lld -c tcp_keepalives_count=3 "
                           "-c tcp_user_timeout=%lld -c client_connection_check_interval=%lld%s%s",

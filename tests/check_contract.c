@@ -2468,6 +2468,40 @@ TU_TEST(lock_delay_downgrade_clean, 60)
     TU_CLOSE_CLIENTS(a, b);
 }
 
+/* lock_delay=: a clean release with a contender waiting hands it the
+ * name at once, round after round: the waiter, woken by the release,
+ * must never find the hold's marker still there and start its delay
+ * (review-core M2: etcd deleted the marker in a request after the key's
+ * delete). A rare race here; check_etcd's
+ * lock_delay_clean_release_slow_link shows it every time. */
+TU_TEST(lock_delay_clean_release_with_waiter, 120)
+{
+    if (lock_delay_refused())
+        return;
+    dlock_client *a = ct_open_test("lock_delay=1m"), *b = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "dlw");
+    dlock_lock *lb = tu_lock_mode(b, "dlw", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    int bad = 0, rounds = 20;
+    for (int i = 0; i < rounds; i++) {
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
+        struct tu_waiter wb;
+        tu_waiter_start_ex(&wb, lb, 4000, NULL, true);
+        wait_for_waiter(a, "dlw");
+        TU_RELEASE_OK(la);
+        tu_waiter_join(&wb);
+        if (wb.rc != DLOCK_OK) {
+            bad++;
+            fprintf(stderr, "round %d: the waiter got %s\n", i, dlock_err_name(wb.rc));
+            dlock_force_release(a, "dlw"); /* the next round starts free */
+            continue;
+        }
+        TU_RELEASE_OK(lb);
+    }
+    ck_assert_msg(bad == 0, "%d of %d waiters met a lock-delay after a clean release", bad, rounds);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
 /* lock_delay=: a wait for a name in its delay sleeps until the delay's
  * end and a cancel ends it at once (DLOCK_ECANCELED, the delay of a
  * minute not waited out), as a bounded wait that ends first is

@@ -2694,6 +2694,49 @@ TU_TEST_IN(single, busy_try_once_revoke_ends_on_a_stalled_server, 90)
     tu_relay_stop(&relay);
 }
 
+/* The delay every chunk on a relay's connections gets: the int (ms)
+ * the relay's arg points at, read at each chunk's arrival. */
+static int link_delay(struct tu_relay *r, const struct tu_relay_conn *c)
+{
+    (void)c;
+    return atomic_load((atomic_int *)r->cf.arg);
+}
+
+/* lock_delay=: a clean release hands a waiting contender the name at
+ * once, however slow the holder's link: the marker must go in the step
+ * that frees the lock. Holder A (lock_delay=1m) through a relay that,
+ * once A holds, delays every chunk 300 ms; B, straight to the member,
+ * waits up to 10 s (then releases). Before the fix (review-core M2) the release deleted
+ * the key, then the marker in a second request: B, woken by the delete,
+ * found the marker without a lease and started the whole minute. */
+TU_TEST_IN(single, lock_delay_clean_release_slow_link, 60)
+{
+    REQUIRE_SERVERS();
+    atomic_int slow = 0;
+    struct tu_relay relay;
+    struct tu_relay_config cf = {.target = F.m[0].client_port,
+                                 .mode = TU_RELAY_PASS,
+                                 .delay_of = link_delay,
+                                 .arg = &slow};
+    tu_relay_start_with(&relay, &cf);
+    struct tu_solo a = tu_solo_open(tu_fmt("etcd://127.0.0.1:%d?lock_delay=1m&timeout=10s",
+                                           relay.port),
+                                    "slow-release");
+    struct tu_solo b = solo_open(NULL, "slow-release");
+    TU_ACQUIRE_OK(a.l, DLOCK_TRY);
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, b.l, 10000, NULL, false);
+    tu_sleep_ms(500); /* B queues (if not, it comes after the release: the same) */
+    atomic_store(&slow, 300);
+    TU_RELEASE_OK(a.l);
+    int rc = tu_waiter_join(&w); /* it released at once */
+    ck_assert_msg(rc == DLOCK_OK, "the waiter after a clean release over a slow link: %s",
+                  dlock_err_name(rc));
+    tu_solo_close(&a);
+    tu_solo_close(&b);
+    tu_relay_stop(&relay);
+}
+
 /* ------------------------------------------------ a hostile server
  *
  * etcd behind tests/lib/hostile_http.c, whose replies the test rewrites:

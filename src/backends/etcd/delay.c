@@ -193,32 +193,19 @@ static json_t *clear_txn(const char *key, const char *value)
     return req;
 }
 
-json_t *dlock__etcd_delay_clear_op(struct etcd_backend *s, const char *name, uint64_t token,
-                                   int64_t delay_ms)
+json_t *dlock__etcd_delay_clear_in(struct etcd_backend *s, json_t *txn, const char *name,
+                                   uint64_t token, int64_t delay_ms)
 {
+    if (!txn || !delay_ms)
+        return txn;
     char *key = dlock__etcd_delay_key(s, name);
     char *value = marker_value(token, delay_ms);
-    json_t *txn = clear_txn(key, value);
+    json_t *clear = clear_txn(key, value);
     free(value);
     free(key);
-    return txn ? json_pack("{s:o}", "request_txn", txn) : NULL;
-}
-
-void dlock__etcd_delay_clear(struct etcd_backend *s, const char *name, uint64_t token,
-                             int64_t delay_ms, const struct etcd_limits *lim)
-{
-    char *key = dlock__etcd_delay_key(s, name);
-    char *value = marker_value(token, delay_ms);
-    json_t *req = clear_txn(key, value);
-    char msg[DLOCK__MSG_MAX];
-    dlock__errmsg_save(msg);
-    json_t *reply = NULL;
-    /* A failure leaves the marker: the next acquirer waits a delay it did
-     * not need to, never the other way round. */
-    if (req)
-        dlock__etcd_txn(s, req, &reply, "delete the lock-delay marker", NULL, lim);
-    json_decref(reply);
-    dlock__errmsg_restore(DLOCK_OK, msg);
-    free(value);
-    free(key);
+    if (dlock__etcd_txn_also(txn, clear ? json_pack("{s:o}", "request_txn", clear) : NULL)) {
+        json_decref(txn);
+        return NULL;
+    }
+    return txn;
 }

@@ -701,16 +701,13 @@ int dlock__etcd_delay_look(struct etcd_backend *s, const char *name, enum etcd_d
  * release: no lease. */
 int dlock__etcd_delay_arm(struct etcd_backend *s, const struct dlock__hold *h,
                           const struct etcd_limits *lim);
-/* The clean release of the hold of TOKEN whose marker named DELAY_MS:
- * its marker goes, if it is still that hold's (best effort; the calling
- * thread's message is kept). */
-void dlock__etcd_delay_clear(struct etcd_backend *s, const char *name, uint64_t token,
-                             int64_t delay_ms, const struct etcd_limits *lim);
-/* The op (NULL: out of memory) that deletes NAME's marker of a hold of
- * TOKEN with DELAY_MS, if it is still that hold's: a nested txn, for the
- * txn that ends the hold's exclusive part (a downgrade, a release) to do
- * in the same step -- a contender woken by that txn never finds it. */
-json_t *dlock__etcd_delay_clear_op(struct etcd_backend *s, const char *name, uint64_t token,
-                                   int64_t delay_ms);
+/* TXN (taken over; NULL: out of memory), the txn that ends the
+ * exclusive part of NAME's hold of TOKEN (a release, a downgrade), with
+ * that hold's lock-delay marker (DELAY_MS; 0: none, TXN as it is)
+ * deleted in its success branch if still the hold's -- a nested txn
+ * comparing the marker's value: a clean end leaves no delay, and no
+ * contender the txn wakes finds the marker first. NULL: out of memory. */
+json_t *dlock__etcd_delay_clear_in(struct etcd_backend *s, json_t *txn, const char *name,
+                                   uint64_t token, int64_t delay_ms);
 
 #endif

@@ -882,6 +882,18 @@ void dlock__etcd_hold_drop(struct etcd_backend *s, struct etcd_hold *eh, int rc)
     free(eh);
 }
 
+/* The txn that gives hold H (its key EH) up: the key deleted if it is
+ * still the one we created and, when the hold armed a lock-delay, its
+ * marker deleted in the same step if still its own (delay.c) -- a clean
+ * release leaves no delay, and no contender the delete wakes can find
+ * the marker first. NULL: out of memory. */
+static json_t *release_txn(struct etcd_backend *s, const struct dlock__hold *h,
+                           const struct etcd_hold *eh)
+{
+    return dlock__etcd_delay_clear_in(s, dlock__etcd_delete_if_txn(eh->key, eh->rev), h->name,
+                                      h->token, eh->delay_ms);
+}
+
 int dlock__etcd_release(void *state, struct dlock__hold *h)
 {
     struct etcd_backend *s = state;
@@ -890,7 +902,7 @@ int dlock__etcd_release(void *state, struct dlock__hold *h)
         return DLOCK_OK;
     h->bdata = NULL;
     /* Delete the key only if it is still the one we created. */
-    json_t *req = dlock__etcd_delete_if_txn(eh->key, eh->rev);
+    json_t *req = release_txn(s, h, eh);
     int rc;
     json_t *reply = NULL;
     if (!req) {
@@ -905,8 +917,6 @@ int dlock__etcd_release(void *state, struct dlock__hold *h)
     }
     json_decref(req);
     json_decref(reply);
-    if (rc == DLOCK_OK && eh->delay_ms) /* a clean release: no lock-delay */
-        dlock__etcd_delay_clear(s, h->name, h->token, eh->delay_ms, NULL);
     dlock__etcd_hold_drop(s, eh, rc);
     return rc;
 }
@@ -925,7 +935,7 @@ static int etcd_release_within(void *state, struct dlock__hold *h, int64_t deadl
         return DLOCK_OK;
     h->bdata = NULL;
     struct etcd_limits lim = {deadline, NULL};
-    json_t *req = (dlock__time_left(deadline, 1) > 0) ? dlock__etcd_delete_if_txn(eh->key, eh->rev) : NULL;
+    json_t *req = (dlock__time_left(deadline, 1) > 0) ? release_txn(s, h, eh) : NULL;
     json_t *reply = NULL;
     int rc = DLOCK_ETIMEDOUT;
     if (req) {
@@ -940,8 +950,6 @@ static int etcd_release_within(void *state, struct dlock__hold *h, int64_t deadl
     }
     json_decref(req);
     json_decref(reply);
-    if (rc == DLOCK_OK && eh->delay_ms && dlock__time_left(deadline, 1) > 0)
-        dlock__etcd_delay_clear(s, h->name, h->token, eh->delay_ms, &lim);
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
     if (rc == DLOCK_ETIMEDOUT || dlock__etcd_transient(rc)) {

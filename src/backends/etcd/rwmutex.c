@@ -52,9 +52,10 @@ int dlock__etcd_downgrade(void *state, struct dlock__hold *h)
     /* Same key, same lease, shared value: the create revision stays. The
      * exclusive part ends cleanly, so the lock-delay marker goes (when
      * still ours) in the same txn: no reader the put wakes finds it. */
-    json_t *txn = dlock__etcd_delay_clear_in(
-        s, dlock__etcd_put_again_txn(eh->key, eh->rev, s->shared_ident, eh->lease), h->name,
-        h->token, eh->delay_ms);
+    json_t *txn = dlock__etcd_delay_clear_in(s,
+                                             dlock__etcd_put_again_txn(eh->key, eh->rev,
+                                                                       s->shared_ident, eh->lease),
+                                             h->name, h->token, eh->delay_ms);
     char what[1200];
     snprintf(what, sizeof what, "downgrade '%s' (key %s)", h->name, eh->key);
     int rc = dlock__etcd_put_again_run(s, txn, what, NULL, NULL);

@@ -773,7 +773,8 @@ static struct node_events take_node_events(struct zk_backend *zb)
         ev.forgot = ev.last; /* no memory: every hold is asked about */
     }
     pthread_mutex_unlock(&zb->mu);
-    qsort(ev.v, ev.n, sizeof *ev.v, cmp_event);
+    if (ev.n) /* qsort() of NULL is undefined even for 0 entries */
+        qsort(ev.v, ev.n, sizeof *ev.v, cmp_event);
     return ev;
 }
 

@@ -113,8 +113,9 @@ static int inspect_nodes(struct zk_backend *zb, struct zk_session *s, const char
             }
             free(text);
         }
-        if (err == DLOCK_OK && !info->held)
-            info->nwaiters = 0;
+        if (err == DLOCK_OK && !info->held && info->nwaiters < 0)
+            info->nwaiters = 0; /* (waiters listed while the holder left stay:
+                                   zeroing the count leaked their strings) */
     }
     deallocate_String_vector(&kids);
     return err;

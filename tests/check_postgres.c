@@ -553,6 +553,55 @@ TU_TEST_IN(shared, force_release_refused, 30)
     free(url);
 }
 
+/* The backend (server process) of the session holding NAME under this
+ * test's prefix, from dlock_holds. */
+static pid_t holder_backend(const char *name)
+{
+    char *sql = tu_fmt("SELECT h.pid FROM dlock_holds h JOIN pg_locks l ON l.pid = h.pid AND "
+                       "l.granted AND l.locktype = 'advisory' WHERE h.name = "
+                       "convert_to('%d-%s', 'UTF8') LIMIT 1",
+                       (int)getpid(), name);
+    char *out = NULL;
+    ck_assert_int_eq(pgf_psql(&srv, sql, &out), 0);
+    pid_t pid = (pid_t)strtol(out, NULL, 10);
+    ck_assert_msg(pid > 0, "no backend holds '%s': %s", name, out);
+    free(out);
+    free(sql);
+    return pid;
+}
+
+/* Force release ends the holder's session with pg_terminate_backend(),
+ * which answers false when the session did not end within its timeout
+ * (here its backend is frozen with SIGSTOP, so the SIGTERM waits): the
+ * lock may still be held, so the answer is DLOCK_ETIMEDOUT naming the
+ * holder's session -- never DLOCK_OK -- and the session ends once the
+ * backend runs again. */
+TU_TEST_IN(shared, force_release_of_a_session_that_stays, 60)
+{
+    char *url = url_of(&srv, "timeout=2s");
+    dlock_client *a = open_url(url), *b = open_url(url);
+    dlock_lock *la = tu_lock(a, "stays");
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    pid_t backend = holder_backend("stays");
+    ck_assert_int_eq(kill(backend, SIGSTOP), 0);
+    int rc = dlock_force_release(b, "stays");
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    ck_assert_int_eq(kill(backend, SIGCONT), 0);
+    EXPECT_RC(rc, DLOCK_ETIMEDOUT);
+    char *pid_text = tu_fmt("%d", (int)backend);
+    ck_assert_msg(strstr(msg, "did not end") && strstr(msg, pid_text), "%s", msg);
+    free(pid_text);
+    int held = 1;
+    for (int i = 0; i < 200 && (held = tu_held(b, "stays")) == 1; i++)
+        tu_sleep_ms(50); /* the SIGTERM it had pending ends it now */
+    ck_assert_int_eq(held, 0);
+    EXPECT_RC(dlock_release(la), DLOCK_ELOST);
+    dlock_lock_free(la);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+}
+
 /* =================================================================== names */
 
 /* Every byte but NUL in a name: taken, inspected and listed as it is

@@ -185,11 +185,14 @@ int dlock__pg_force_release(void *state, const char *name)
     int rc = key_of(b, name, &k, where, sizeof where);
     if (rc)
         return rc;
-    /* pg_terminate_backend(pid, timeout) waits until the session is gone,
-     * so the lock is free when this returns */
-    char *sql = dlock__sprintf("SELECT pg_terminate_backend(l.pid, %lld) FROM pg_locks l WHERE "
-                               "%s AND l.granted AND l.pid <> pg_backend_pid()",
-                               (long long)b->c->opts.op_timeout_ms, where);
+    /* pg_terminate_backend(pid, timeout) waits until the session is gone
+     * and answers false when it was not gone by then (its backend did not
+     * run the SIGTERM): half the op timeout, so that the answer comes back
+     * before the client gives up on the statement */
+    long long server_ms = b->c->opts.op_timeout_ms / 2 > 0 ? b->c->opts.op_timeout_ms / 2 : 1;
+    char *sql = dlock__sprintf("SELECT l.pid, pg_terminate_backend(l.pid, %lld) FROM pg_locks l "
+                               "WHERE %s AND l.granted AND l.pid <> pg_backend_pid()",
+                               server_ms, where);
     if (!sql)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     char what[300];
@@ -199,6 +202,13 @@ int dlock__pg_force_release(void *state, const char *name)
     free(sql);
     if (rc)
         return rc;
+    for (int i = 0; !rc && i < dlock__pq.ntuples(r); i++)
+        if (dlock__pq.getvalue(r, i, 1)[0] != 't')
+            rc = dlock__err(DLOCK_ETIMEDOUT,
+                            "%s: %s: the holder's session (backend %s) did not end within %lld ms; "
+                            "it was told to and ends when its server process runs it, the lock "
+                            "with it",
+                            b->label, what, dlock__pq.getvalue(r, i, 0), server_ms);
     dlock__pq.clear(r);
-    return DLOCK_OK;
+    return rc;
 }

@@ -15,6 +15,7 @@
 #include <check.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +260,82 @@ TU_TEST_IN(shared, cancel_ends_server_side_wait, 60)
     TU_FREE_LOCKS(la, lb);
     TU_CLOSE_CLIENTS(a, b);
     free(url);
+}
+
+/* What slow_dial's relay saw: when the first request of a connection
+ * that came after the delay was turned on arrived, and when the
+ * statement with the wait's lock_timeout did, with its value. */
+static struct {
+    atomic_bool delay;
+    atomic_llong first_at, lock_at, lock_timeout;
+} slow_dial;
+
+static int slow_dial_delay(struct tu_relay *r, const struct tu_relay_conn *c)
+{
+    (void)r;
+    (void)c;
+    return atomic_load(&slow_dial.delay) ? 500 : 0;
+}
+
+static enum tu_relay_action slow_dial_seen(struct tu_relay *r, struct tu_relay_conn *c,
+                                           const char *req, size_t len)
+{
+    (void)r;
+    if (!atomic_load(&slow_dial.delay)) {
+        c->marked = true; /* a connection of before: not the dial */
+        return TU_RELAY_FORWARD;
+    }
+    long long unset = 0;
+    if (!c->marked)
+        atomic_compare_exchange_strong(&slow_dial.first_at, &unset, tu_mono_ms());
+    const char *at = memmem(req, len, "lock_timeout = ", 15);
+    if (at && !atomic_load(&slow_dial.lock_at)) {
+        atomic_store(&slow_dial.lock_timeout, strtoll(at + 15, NULL, 10));
+        atomic_store(&slow_dial.lock_at, tu_mono_ms());
+    }
+    return TU_RELAY_FORWARD;
+}
+
+/* A wait's bound covers the time its session took to connect: the
+ * lock_timeout the server is given is what is left of the wait once
+ * connected. The relay delays every chunk of the waiter's new session by
+ * 500 ms (its dial takes seconds); the lock_timeout sent may not exceed
+ * the wait less the time from the dial's first request to the lock
+ * statement (a second of slack for a loaded machine). */
+TU_TEST_IN(shared, wait_bound_counts_the_dial, 60)
+{
+    struct tu_relay relay;
+    tu_relay_start_with(&relay, &(struct tu_relay_config){.target = srv.port,
+                                                          .delay_of = slow_dial_delay,
+                                                          .on_request = slow_dial_seen});
+    char *via = tu_fmt("postgres://postgres:" PGF_PASSWORD "@127.0.0.1:%d/postgres?prefix=%d-",
+                       relay.port, (int)getpid());
+    char *direct = url_of(&srv, NULL);
+    dlock_client *a = open_url(direct), *b = open_url(via);
+    dlock_lock *la = tu_lock(a, "slow"), *pin = tu_lock(b, "pin"), *lb = tu_lock(b, "slow");
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    EXPECT_RC(dlock_acquire(pin, DLOCK_TRY), DLOCK_OK); /* pins b's pooled session */
+    atomic_store(&slow_dial.delay, true);
+    const int64_t wait = 20000;
+    struct tu_waiter w;
+    tu_waiter_start(&w, lb, wait);
+    for (int i = 0; i < 1500 && !atomic_load(&slow_dial.lock_at); i++)
+        tu_sleep_ms(20);
+    ck_assert_msg(atomic_load(&slow_dial.lock_at), "the wait's statement never came");
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    EXPECT_RC(tu_waiter_join(&w), DLOCK_OK);
+    long long dial = atomic_load(&slow_dial.lock_at) - atomic_load(&slow_dial.first_at);
+    long long sent = atomic_load(&slow_dial.lock_timeout);
+    ck_assert_msg(dial >= 1000, "the dial took only %lld ms", dial);
+    ck_assert_msg(sent <= wait - dial + 1000,
+                  "lock_timeout = %lld ms after a dial of %lld ms, for a wait of %lld ms", sent,
+                  dial, (long long)wait);
+    EXPECT_RC(dlock_release(pin), DLOCK_OK);
+    TU_FREE_LOCKS(la, lb, pin);
+    TU_CLOSE_CLIENTS(a, b);
+    tu_relay_stop(&relay);
+    free(via);
+    free(direct);
 }
 
 /* ================================================= what a failed wait leaves */

@@ -353,12 +353,8 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     bool try_once = dlock__wait_try_once(w);
     bool waits = !try_once; /* a wait whose time ran out before its statement: ETIMEDOUT */
     int64_t wait_deadline = dlock__wait_deadline(w);
-    int64_t lock_timeout = 0; /* 0: none (wait forever) */
-    if (!try_once && wait_deadline != DLOCK__NEVER) {
-        lock_timeout = wait_deadline - dlock__now_ms();
-        if (lock_timeout <= 0)
-            try_once = true;
-    }
+    if (!try_once && wait_deadline != DLOCK__NEVER && wait_deadline <= dlock__now_ms())
+        try_once = true;
     struct pg_hold *hb = calloc(1, sizeof *hb);
     char *full = dlock__pg_full_name(b, h->name);
     char *hex = full ? dlock__pg_hex(full) : NULL;
@@ -380,6 +376,13 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
         return rc;
     }
     struct pg_conn *pc = hb->pc;
+    /* what is left of the wait once connected: the dial took its part */
+    int64_t lock_timeout = 0; /* 0: none (wait forever) */
+    if (!try_once && wait_deadline != DLOCK__NEVER) {
+        lock_timeout = wait_deadline - dlock__now_ms();
+        if (lock_timeout <= 0)
+            try_once = true;
+    }
     char prelude[160] = "";
     size_t pl = 0;
     if (pc->idle_timeout_ms != h->lease_ms)

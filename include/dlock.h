@@ -609,6 +609,39 @@ typedef void (*dlock_at_risk_fn)(dlock_lock *l, int64_t validity_ms, const char 
 DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_at_risk_fn fn,
                                        void *arg);
 
+/* Contended: FN(L, WHO, ARG) is called when another owner starts waiting
+ * for a hold taken through L -- Chubby's conflicting-lock event, libdlm's
+ * blocking notice -- so that a coarse lock held for long (a leader, a
+ * migration) can be given up gracefully. WHO, valid during the call, is
+ * the waiter as the backend names it (its ZooKeeper node, its etcd key,
+ * its Redis wait). Once per waiter the backend sees while the hold lasts,
+ * those already waiting when it was taken included: a waiter that gave up
+ * and waits again, or another one, is told again; one that keeps waiting
+ * is not (at most the last 64 waiters are remembered per hold). Nothing is
+ * said when a waiter leaves, and the call is a hint, never a promise: a
+ * waiter may have gone by the time FN runs, and one the backend could not
+ * see (a connection lost while it came) goes untold. It runs on the
+ * client's callback thread with the rules of the lost callback
+ * (dlock_lock_on_lost()): one at a time, in the order found, never on the
+ * keeper; a call still queued for a hold that is released or lost
+ * meanwhile is dropped, as are the queued calls of a handle freed.
+ * FN (NULL: none) applies to holds taken through L after this call, by
+ * dlock_acquire() and dlock_acquire_ex(); set it before acquiring. The
+ * backend starts watching as the acquire returns (one request, on the
+ * acquiring thread) and stops with the release; a watch it could not set
+ * up is logged (DLOCK_LOG_WARN) and leaves the hold untold, the acquire
+ * still DLOCK_OK. Another thread of the same client waiting its turn in
+ * the client's own queue (etcd, zk: one owner per client) is not seen.
+ * Exclusive plain locks only.
+ * Returns DLOCK_OK; DLOCK_EINVAL (L NULL); DLOCK_ENOTSUP with the reason
+ * (a backend or URL form that cannot see its waiters, a shared handle, a
+ * semaphore's permit or a campaign); DLOCK_EMISUSE (after fork or close);
+ * DLOCK_ENOMEM (no callback thread). Any thread.
+ * How soon it is told (docs/backends.md): zk, pushed by a child watch
+ * on the lock node; others: DLOCK_ENOTSUP. */
+typedef void (*dlock_contended_fn)(dlock_lock *l, const char *who, void *arg);
+DLOCK_EXTERN int dlock_lock_on_contended(dlock_lock *l, dlock_contended_fn fn, void *arg);
+
 /* Cancel every wait in progress on this handle, from any thread: those
  * dlock_acquire() calls return DLOCK_ECANCELED and hold nothing. Waits
  * that start after this call are not affected: to cancel an acquire that

@@ -1997,6 +1997,59 @@ TU_TEST(at_risk_line_redis, 120)
     lost_job_end(&j);
 }
 
+/* run -v --on-contended term on URL: COMMAND runs until a second dlock
+ * starts waiting for its lock; then a -v line names the waiter, COMMAND
+ * is sent SIGTERM (its trap exits 7, which is the run's status), and the
+ * waiter gets the lock once it is released. A hold nobody waits for runs
+ * to its end untold. Before: --on-contended was an unknown option. */
+static void contended_term_on(const char *u)
+{
+    char *started = tu_fmt("%s/contend-started", dir), *log = tu_fmt("%s/contend.log", dir),
+         *wlog = tu_fmt("%s/contend-waiter.log", dir);
+    char *cmd = tu_fmt("trap 'exit 7' TERM; touch %s; while :; do sleep 0.05; done", started);
+    const char *alone[] = {tu_dlock_bin(), "-u", u, "run", "-v", "--on-contended", "term",
+                           "quiet", "true", NULL};
+    pid_t q = tu_spawn(alone, log);
+    int st = tu_wait_exit(q);
+    char *out = tu_read_file(log);
+    ck_assert_msg(st == 0 && !strstr(out, "contended"), "status %d, alone:\n%s", st, out);
+    free(out);
+    const char *holder[] = {tu_dlock_bin(), "-u", u, "run", "-v", "--on-contended", "term",
+                            "contended", "-c", cmd, NULL};
+    pid_t d = tu_spawn(holder, log);
+    ck_assert_msg(tu_wait_file(started, 30000), "COMMAND never started");
+    const char *waiter[] = {tu_dlock_bin(), "-u", u, "run", "-w", "60", "contended", "true",
+                            NULL};
+    pid_t w = tu_spawn(waiter, wlog);
+    st = tu_wait_exit(d);
+    out = tu_read_file(log);
+    ck_assert_msg(st == 7, "the holder's status %d, not 7 (COMMAND's on SIGTERM):\n%s", st, out);
+    ck_assert_msg(strstr(out, "lock 'contended' contended: ") && strstr(out, " waits") &&
+                      strstr(out, "stopping the command (SIGTERM)"),
+                  "no contended line:\n%s", out);
+    free(out);
+    st = tu_wait_exit(w);
+    out = tu_read_file(wlog);
+    ck_assert_msg(st == 0, "the waiter's status %d:\n%s", st, out);
+    free(out);
+    free(cmd);
+    free(wlog);
+    free(log);
+    free(started);
+}
+
+#ifdef DLOCK_HAVE_ZK
+TU_TEST(contended_term_zk, 180)
+{
+    struct zkf f = {0};
+    ck_assert_msg(zkf_start(&f, 1), "%s", f.error);
+    char *u = zkf_url(&f, NULL, NULL);
+    contended_term_on(u);
+    free(u);
+    zkf_stop(&f);
+}
+#endif
+
 /* dlock itself stopped (SIGSTOP: a debugger, a frozen parent) while its
  * job, a loop writing A lines, runs under a 2 s Redis lease: nothing
  * renews the lease, and the next holder's section (B..C in the same

@@ -629,6 +629,7 @@ static int child_frees_parents(void *arg)
     bad |= (dlock_lock_cancel(l) != DLOCK_EMISUSE) << 5;
     bad |= (dlock_lock_on_lost(l, NULL, NULL) != DLOCK_EMISUSE) << 6;
     bad |= (dlock_lock_on_at_risk(l, 1000, NULL, NULL) != DLOCK_EMISUSE) << 7;
+    bad |= (dlock_lock_on_contended(l, NULL, NULL) != DLOCK_EMISUSE) << 8;
     dlock_lock_free(l);
     dlock_client_close(ch->c);
     return bad;
@@ -1089,6 +1090,111 @@ TU_TEST(at_risk, 90)
     }
     TU_FREE_LOCKS(l, done);
     dlock_client_close(c);
+}
+
+/* =========================================================== contended */
+
+/* What one handle's contended callback saw, in order. */
+struct contend_watch {
+    atomic_int calls;
+    char who[8][256];
+};
+
+static void contended_seen(dlock_lock *l, const char *who, void *arg)
+{
+    (void)l;
+    struct contend_watch *w = arg;
+    int k = atomic_load(&w->calls);
+    if (k < 8)
+        snprintf(w->who[k], sizeof w->who[k], "%s", who ? who : "(NULL)");
+    atomic_fetch_add(&w->calls, 1);
+}
+
+/* The backends that tell a holder who waits (the others: DLOCK_ENOTSUP). */
+static bool contended_told(void)
+{
+    const char *forms[] = {"zk"};
+    for (size_t i = 0; i < TU_COUNT(forms); i++)
+        if (strcmp(CT->name, forms[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Wait until the backend counts N waiters on NAME (no-op where it cannot
+ * count them). */
+static void wait_waiters(dlock_client *c, const char *name, long n)
+{
+    long seen = -1;
+    for (int i = 0; i < 3000 && (seen = CT->waiters(CT, c, ct_prefix, name)) >= 0 && seen != n;
+         i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(seen < 0 || seen == n, "%ld waiter(s) on '%s', want %ld", seen, name, n);
+}
+
+/* dlock_lock_on_contended(): a holder is told once when another client
+ * starts waiting for its lock, not when someone waits for another name;
+ * a second waiter is told as another call naming another waiter; a
+ * waiter that gave up and waits again is told again. A hold nobody waits
+ * for is never told; nothing is told after the release. A shared handle
+ * is DLOCK_ENOTSUP, and so is every backend that cannot see its waiters,
+ * with a message. Before: no such call. */
+TU_TEST(contended, 90)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL), *c = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "contend"), *lb = tu_lock(b, "contend"),
+               *lc = tu_lock(c, "contend"), *quiet = tu_lock(a, "quiet"),
+               *other = tu_lock(a, "other"), *lbo = tu_lock(b, "other");
+    struct contend_watch w = {0}, wq = {0};
+    EXPECT_RC(dlock_lock_on_contended(NULL, contended_seen, &w), DLOCK_EINVAL);
+    int rc = dlock_lock_on_contended(la, contended_seen, &w);
+    if (!contended_told()) {
+        ck_assert_msg(rc == DLOCK_ENOTSUP, "contended on %s: %s", CT->name, dlock_err_name(rc));
+        ck_assert_msg(*dlock_errmsg(), "DLOCK_ENOTSUP without a message");
+        TU_FREE_LOCKS(la, lb, lc, quiet, other, lbo);
+        TU_CLOSE_CLIENTS(a, b, c);
+        return;
+    }
+    EXPECT_RC(rc, DLOCK_OK);
+    EXPECT_RC(dlock_lock_on_contended(quiet, contended_seen, &wq), DLOCK_OK);
+    if (has(CT_SHARED)) {
+        dlock_lock *rd;
+        EXPECT_RC(dlock_lock_new(a, "contend-r", DLOCK_SHARED, 0, &rd), DLOCK_OK);
+        EXPECT_RC(dlock_lock_on_contended(rd, contended_seen, &w), DLOCK_ENOTSUP);
+        dlock_lock_free(rd);
+    }
+    TU_ACQUIRE_OK(quiet, DLOCK_TRY);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    TU_ACQUIRE_OK(other, DLOCK_TRY);
+    /* someone waits for another name: nothing to tell */
+    struct tu_waiter wo, wb, wc;
+    tu_waiter_start(&wo, lbo, DLOCK_FOREVER);
+    wait_waiters(a, "other", 1);
+    tu_waiter_start(&wb, lb, DLOCK_FOREVER);
+    ck_assert_msg(wait_count(&w.calls, 1, 30000), "%s: never told of a waiter", CT->name);
+    ck_assert_msg(*w.who[0], "%s: told of a waiter with no name", CT->name);
+    /* a second waiter: told once more, of that one */
+    tu_waiter_start(&wc, lc, DLOCK_FOREVER);
+    ck_assert_msg(wait_count(&w.calls, 2, 30000), "%s: never told of a second waiter", CT->name);
+    ck_assert_msg(strcmp(w.who[0], w.who[1]) != 0, "%s: told of %s twice", CT->name, w.who[0]);
+    /* the second gives up and waits again: a new waiter, told again */
+    tu_waiter_cancel_until_returned(&wc);
+    ck_assert_int_eq(wc.rc, DLOCK_ECANCELED);
+    wait_waiters(a, "contend", 1);
+    tu_waiter_start(&wc, lc, DLOCK_FOREVER);
+    ck_assert_msg(wait_count(&w.calls, 3, 30000), "%s: a waiter back was not told", CT->name);
+    wait_waiters(a, "contend", 2);
+    /* released: the waiters get it in turn, and nothing more is told */
+    TU_RELEASE_OK(la);
+    ck_assert_int_eq(tu_waiter_join(&wb), DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&wc), DLOCK_OK);
+    TU_RELEASE_OK(other);
+    ck_assert_int_eq(tu_waiter_join(&wo), DLOCK_OK);
+    TU_RELEASE_OK(quiet);
+    ck_assert_msg(atomic_load(&w.calls) == 3, "%s: %d contended call(s), want 3", CT->name,
+                  atomic_load(&w.calls));
+    ck_assert_int_eq(atomic_load(&wq.calls), 0);
+    TU_FREE_LOCKS(la, lb, lc, quiet, other, lbo);
+    TU_CLOSE_CLIENTS(a, b, c);
 }
 
 /* ================================================================ names */

@@ -77,6 +77,7 @@ struct run {
     bool lost_after_job; /* lost during --min-hold, once COMMAND had ended */
     bool passed_signal;  /* a signal was passed on to the job */
     bool left_held;      /* --no-wait-children: processes of the job keep the lock's descriptor */
+    bool contended;      /* --on-contended term: told once; the job is sent SIGTERM */
     char lost_why[512];
     char lost_name[256]; /* the lock lost (run -m: which member), for messages */
 };
@@ -517,6 +518,8 @@ static int start_job(struct cli_job *j)
     R.job = j;
     if (R.pending)
         cli_job_signal(j, R.pending);
+    else if (R.contended)
+        cli_job_signal(j, SIGTERM); /* --on-contended term, told before COMMAND started */
     pthread_mutex_unlock(&R.mu);
     return 0;
 }
@@ -527,6 +530,7 @@ struct policy {
     int64_t kill_after_ms;
     int64_t grace_ms; /* act when validity falls to this; -1 = lease/6 */
     bool grace_given; /* --lost-grace was on the command line */
+    bool term_on_contended; /* --on-contended term */
 };
 
 /* The number of locks held (a set's members, or the one lock; 0 for a
@@ -749,7 +753,7 @@ static int64_t url_lease_ms(const char *given, char *value, size_t size)
  * code) after printing why. */
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
-    *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false}, 1, 0, 0,
+    *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false, false}, 1, 0, 0,
                            DLOCK_EXCLUSIVE, NULL, 0, false, false, false, 0, 0, false};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
@@ -766,6 +770,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"on-lost", required_argument, NULL, 'O'},
         {"kill-after", required_argument, NULL, 'K'},
         {"lost-grace", required_argument, NULL, 'G'},
+        {"on-contended", required_argument, NULL, 'T'},
         {"command", required_argument, NULL, 'c'},
         {"verbose", no_argument, NULL, 'v'},
         {"strict-release", no_argument, NULL, 'R'},
@@ -830,6 +835,14 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
             else
                 return -usage_error("--on-lost takes term, kill or ignore, not '%s'", optarg);
             break;
+        case 'T':
+            if (strcmp(optarg, "term") == 0)
+                o->policy.term_on_contended = true;
+            else if (strcmp(optarg, "ignore") == 0)
+                o->policy.term_on_contended = false;
+            else
+                return -usage_error("--on-contended takes term or ignore, not '%s'", optarg);
+            break;
         case 'K':
             if ((o->policy.kill_after_ms = cli_seconds(optarg)) < 0)
                 return -usage_error("--kill-after needs SECONDS, not '%s'", optarg);
@@ -893,7 +906,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         case 'h':
             exit(cli_help(verb, 0));
         default:
-            if (optopt && strchr("wEcuLOKGPMp", optopt))
+            if (optopt && strchr("wEcuLOKGPMpT", optopt))
                 return -usage_error("option '%s' needs a value", argv[optind - 1]);
             return -usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -913,6 +926,19 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
                                          : "NAME is a path (flock(2) keeps no value)");
     if (o->permits && o->multi)
         return -usage_error("%s", "--permits takes a permit of one semaphore, not with -m");
+    const char *no_contended = !o->policy.term_on_contended ? NULL
+                               : o->multi                   ? "not with -m"
+                               : o->permits                 ? "not with --permits"
+                               : o->mode == DLOCK_SHARED    ? "not with -s"
+                               : strcmp(verb, "elect") == 0 ? "not a leadership"
+                               : cli_is_path(o->url, argv[optind]) ? "NAME is a path"
+                               : strcmp(verb, "hold") == 0 && !o->pid ? "hold needs --pid"
+                                                                      : NULL;
+    if (no_contended)
+        return -usage_error("--on-contended term stops %s when another owner waits for one "
+                            "exclusive lock NAME: %s",
+                            strcmp(verb, "run") == 0 ? "COMMAND" : "the --pid process",
+                            no_contended);
     if (o->permits && (o->mode == DLOCK_SHARED || cli_is_path(o->url, argv[optind])))
         return -usage_error("--permits takes a permit of the semaphore NAME: %s",
                             o->mode == DLOCK_SHARED ? "not with -s (a permit has no mode)"
@@ -928,6 +954,7 @@ static void hold_at_least(const struct run_opts *o, int64_t acquired_at);
 static int hold_until_done(const char *name, const uint64_t *token, dlock_mode mode,
                            const char *etcd_key);
 static int prepare_hold(const struct run_opts *o);
+static int watch_contended(const struct policy *p, bool verbose, dlock_mode mode);
 
 /* dlock elect (elect.c): run's job under leadership of election NAME
  * campaigning with this value instead of under the lock; NULL for run. */
@@ -1218,6 +1245,8 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     if (!rc)
         rc = R.multi ? dlock_multi_on_lost(R.multi, on_member_lost, NULL)
                      : dlock_lock_on_lost(R.lock, on_lost, NULL);
+    if (!rc && !o->permits)
+        rc = watch_contended(&o->policy, verbose, mode);
     dlock_cancel *cancel = NULL;
     if (!rc && !(rc = dlock_cancel_new(&cancel))) {
         /* The signal thread runs since before the connect: a signal that
@@ -1444,6 +1473,46 @@ static void tell_held_for(void)
         return;
     pid_t target = getpgid(held_for.pid) == held_for.pid ? -held_for.pid : held_for.pid;
     kill(target, held_for.signal);
+}
+
+/* Another owner started waiting for the lock (dlock_lock_on_contended(),
+ * on the library's callback thread): a -v line for each waiter; with
+ * --on-contended term, the first one sends COMMAND's job (hold: the --pid
+ * process, as a loss would) SIGTERM, once, and the lock is held until
+ * the job ends. */
+static void on_contended(dlock_lock *l, const char *who, void *arg)
+{
+    const struct policy *p = arg;
+    if (cli_verbosity)
+        vlog("lock '%s' contended: %s waits", dlock_lock_name(l), who);
+    pthread_mutex_lock(&R.mu);
+    bool first = p->term_on_contended && !R.contended;
+    R.contended |= p->term_on_contended;
+    if (first) {
+        say("lock '%s' contended: another owner waits; stopping the %s (SIGTERM)",
+            dlock_lock_name(l), held_for.pid ? "--pid process" : "command");
+        if (R.job)
+            cli_job_signal(R.job, SIGTERM);
+    }
+    pthread_mutex_unlock(&R.mu);
+    if (first && held_for.pid) {
+        pid_t target = getpgid(held_for.pid) == held_for.pid ? -held_for.pid : held_for.pid;
+        kill(target, SIGTERM);
+    }
+}
+
+/* -v or --on-contended term: have the library tell when another owner
+ * waits for R.lock, before it is taken (an exclusive lock of its own,
+ * not a set, a permit or a leadership). -v alone on a backend that
+ * cannot tell says nothing; --on-contended term there fails the run.
+ * DLOCK_OK or the library's code. */
+static int watch_contended(const struct policy *p, bool verbose, dlock_mode mode)
+{
+    if ((!verbose && !p->term_on_contended) || !R.lock || mode != DLOCK_EXCLUSIVE ||
+        campaign_value)
+        return DLOCK_OK;
+    int rc = dlock_lock_on_contended(R.lock, on_contended, (void *)p);
+    return p->term_on_contended || rc == DLOCK_EMISUSE || rc == DLOCK_ENOMEM ? rc : DLOCK_OK;
 }
 
 /* dlock hold, and elect without COMMAND: print what is held (one line,

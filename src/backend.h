@@ -65,6 +65,10 @@ struct dlock__hold {
                        had it: the keeper gives it back (release_within,
                        nothing sent, the rest owed) once renew() returns;
                        no owner finds it meanwhile (dlock__hold_of) */
+    char **contenders;  /* the waiters its handle was told of (callbacks.c),
+                           oldest first; NULL: none */
+    size_t ncontenders;
+    struct dlock__hold *pending_next; /* the client's contend_pending list */
 };
 
 /* What a campaign's hold asks of the backend (election.c): lead election
@@ -159,6 +163,18 @@ void dlock__hold_confirmed_short(struct dlock_client *c, struct dlock__hold *h, 
  * acquire instead) and a released one no longer, so a report that races
  * with a release is ignored. Holds already lost are left as they are. */
 void dlock__hold_lost(struct dlock_client *c, struct dlock__hold *h, const char *why);
+
+/* A backend watching hold H for waiters (its contend ops) saw WHO (the
+ * waiter's id: a node, a key, a wait) waiting for it: the core tells H's
+ * handle once per WHO (dlock_lock_on_contended()). Any thread, the
+ * backend's own included, with no backend lock the core's callbacks
+ * could need; takes the client's mutex. H is matched, with TOKEN (the
+ * hold's h->token), against the holds registered now and never read
+ * otherwise, as dlock__hold_lost() does. WHO NULL: only ask. Returns
+ * whether H is still held and registered: false tells the backend to
+ * stop watching it (released, lost, or not yet registered). */
+bool dlock__hold_contended(struct dlock_client *c, const struct dlock__hold *h, uint64_t token,
+                           const char *who);
 
 /* ------------------------------------------------------------ inspecting */
 
@@ -385,6 +401,20 @@ struct dlock__value_ops {
     int (*get)(void *state, const char *name, struct dlock__value *out);
 };
 
+/* The contended signal (dlock_lock_on_contended(); NULL table: the core
+ * answers DLOCK_ENOTSUP with no_contend_why). */
+struct dlock__contend_ops {
+    /* Start watching exclusive plain lock hold H, just acquired (h->token
+     * set), for other owners waiting for it,
+     * reporting each with dlock__hold_contended() -- those waiting now
+     * too -- until the release, a loss or the client's close ends the
+     * watch (the backend's to tear down: a report answered false, its
+     * release, its close). Called on the acquiring thread with no core
+     * lock held, before the acquire registers H (a report meanwhile is
+     * kept for it). A failure (a message set) leaves H held and untold. */
+    int (*watch)(void *state, struct dlock__hold *h);
+};
+
 /* Administration (admin.c, client.c): looking at names without taking
  * them. NULL member: the core answers DLOCK_ENOTSUP. */
 struct dlock__admin_ops {
@@ -440,6 +470,7 @@ struct dlock__backend {
     const struct dlock__elect_ops *elections;
     const struct dlock__admin_ops *admin;
     const struct dlock__value_ops *values;
+    const struct dlock__contend_ops *contend;
 
     /* Without semaphores, why (for the message of dlock_semaphore_new()'s
      * DLOCK_ENOTSUP); NULL: "no semaphores yet". */
@@ -448,6 +479,9 @@ struct dlock__backend {
      * dlock_value_set()'s and dlock_value_get()'s DLOCK_ENOTSUP); NULL: the
      * backend keeps none yet. */
     const char *no_values_why;
+    /* Without the contend table, why no holder can be told of its
+     * waiters (dlock_lock_on_contended()'s DLOCK_ENOTSUP). */
+    const char *no_contend_why;
 };
 
 /* Member M of table T of backend BE, NULL when the backend has no such
@@ -492,6 +526,10 @@ struct dlock_client {
         unsigned watchers; /* handles with an at-risk callback: while
                               any, the thread times their holds' margins */
     } cb;
+
+    /* holds whose backend watch for waiters started before they were
+     * registered (callbacks.c, dlock__contend_watch), under mu */
+    struct dlock__hold *contend_pending;
 
     /* lifetime: the client's own reference (dropped by close), one per
      * handle, and the callback thread's; the last one frees (atomic) */

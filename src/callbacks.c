@@ -1,6 +1,6 @@
-/* callbacks.c -- the thread that runs lost and at-risk callbacks, one
- * per client, started with the first callback or the first handle given
- * an at-risk callback.
+/* callbacks.c -- the thread that runs lost, at-risk and contended
+ * callbacks, one per client, started with the first callback or the
+ * first handle given an at-risk or contended callback.
  *
  * The keeper only queues a callback when it declares a hold lost; this
  * thread runs them one after another. So a callback that blocks delays
@@ -16,6 +16,11 @@
  * thread sleeps until the first margin of a hold whose handle asked for
  * one, and queues the call behind any loss already queued. The queue and
  * the thread's state live under the client's mutex.
+ *
+ * The contended signal (dlock_lock_on_contended()) is the backend's to
+ * see -- a watch it sets up as the acquire returns, reporting each waiter
+ * from its own thread (dlock__hold_contended()) -- and this file's to
+ * tell once per waiter and hold, behind the calls already queued.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,14 +29,15 @@
 
 #include "internal.h"
 
-/* One queued call: a loss (HOLD NULL) or hold HOLD at risk (its identity
- * only, never read: dlock__callback_forget_hold drops the call before the
- * hold goes). */
+/* One queued call: a loss (HOLD NULL), or hold HOLD at risk or
+ * contended (its identity only, never read: dlock__callback_forget_hold
+ * drops the call before the hold goes). */
 struct dlock__call {
     dlock_lock *l;
     const struct dlock__hold *hold;
     dlock_lost_fn lost_fn;
     dlock_at_risk_fn at_risk_fn;
+    dlock_contended_fn contended_fn; /* WHY is the waiter */
     void *arg;
     int64_t validity_ms;
     char *why;
@@ -151,6 +157,8 @@ static void *callbacks_main(void *arg)
         pthread_mutex_unlock(&c->mu);
         if (call->at_risk_fn)
             call->at_risk_fn(call->l, call->validity_ms, call->why, call->arg);
+        else if (call->contended_fn)
+            call->contended_fn(call->l, call->why, call->arg);
         else
             call->lost_fn(call->l, call->why, call->arg);
         /* The handle may be gone now (the callback freed it): never
@@ -274,6 +282,136 @@ int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_at_risk_fn fn,
         l->at_risk_arg = arg;
         l->at_risk_margin_ms = margin_ms;
         pthread_cond_broadcast(&c->cb.cv); /* time its holds now */
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------ contended */
+
+/* Most waiters remembered per hold: one that comes back after more have
+ * come since is told again. */
+#define CONTENDERS_MAX 64
+
+/* Whether H's handle was told of WHO already; if not, note it (mutex
+ * held). False when out of memory: told again, never left untold. */
+static bool contender_known(struct dlock__hold *h, const char *who)
+{
+    for (size_t i = 0; i < h->ncontenders; i++)
+        if (strcmp(h->contenders[i], who) == 0)
+            return true;
+    char *copy = strdup(who);
+    if (!copy)
+        return false;
+    if (h->ncontenders == CONTENDERS_MAX) {
+        free(h->contenders[0]);
+        memmove(h->contenders, h->contenders + 1, --h->ncontenders * sizeof *h->contenders);
+    }
+    char **grown = realloc(h->contenders, (h->ncontenders + 1) * sizeof *grown);
+    if (!grown) {
+        free(copy);
+        return false;
+    }
+    h->contenders = grown;
+    h->contenders[h->ncontenders++] = copy;
+    return false;
+}
+
+/* H's hold of TOKEN, held, registered or about to be (mutex held); NULL:
+ * none. */
+static struct dlock__hold *registered(dlock_client *c, const struct dlock__hold *h, uint64_t token)
+{
+    for (struct dlock__hold *x = c->contend_pending; x; x = x->pending_next)
+        if (x == h)
+            return x->token == token ? x : NULL;
+    for (size_t b = 0; b < DLOCK__BUCKETS; b++)
+        for (struct dlock__entry *e = c->buckets[b]; e; e = e->next)
+            for (struct dlock__hold *x = e->holds; x; x = x->next)
+                if (x == h)
+                    return x->token == token && x->state == DLOCK__HELD && !x->give_back ? x : NULL;
+    return NULL;
+}
+
+bool dlock__hold_contended(struct dlock_client *c, const struct dlock__hold *h, uint64_t token,
+                           const char *who)
+{
+    pthread_mutex_lock(&c->mu);
+    struct dlock__hold *x = registered(c, h, token);
+    if (x && who && x->via && x->via->contended_fn && !c->closed && !contender_known(x, who)) {
+        struct dlock__call *call = call_new(x->via, who);
+        if (call && callbacks_start(c) == DLOCK_OK) {
+            call->hold = x;
+            call->contended_fn = x->via->contended_fn;
+            call->arg = x->via->contended_arg;
+            call_append(&c->cb, call);
+            dlock__log(c, DLOCK_LOG_INFO, "lock '%s' contended: %s waits", x->name, who);
+        } else if (call) {
+            free(call->why);
+            free(call);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return x != NULL;
+}
+
+void dlock__contend_watch(dlock_client *c, dlock_lock *l, struct dlock__hold *h)
+{
+    if (!DLOCK__OP(c->be, contend, watch) || h->sem || h->elect || h->mode != DLOCK_EXCLUSIVE)
+        return;
+    pthread_mutex_lock(&c->mu);
+    bool wanted = l->contended_fn != NULL;
+    if (wanted) {
+        h->pending_next = c->contend_pending;
+        c->contend_pending = h;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!wanted)
+        return;
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    if (c->be->contend->watch(c->bstate, h))
+        dlock__log(c, DLOCK_LOG_WARN, "lock '%s': its waiters are not watched: %s", h->name,
+                   dlock_errmsg());
+    dlock__errmsg_restore(DLOCK_OK, msg);
+}
+
+void dlock__contend_unpend(dlock_client *c, struct dlock__hold *h, bool registered_now)
+{
+    for (struct dlock__hold **p = &c->contend_pending; *p; p = &(*p)->pending_next)
+        if (*p == h) {
+            *p = h->pending_next;
+            h->pending_next = NULL;
+            if (!registered_now)
+                drop_calls(&c->cb, NULL, h);
+            return;
+        }
+}
+
+int dlock_lock_on_contended(dlock_lock *l, dlock_contended_fn fn, void *arg)
+{
+    dlock__msg_clear();
+    if (!l)
+        return dlock__err(DLOCK_EINVAL, "dlock_lock_on_contended: the lock is NULL");
+    dlock_client *c = l->c;
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (fn && !c->be->contend)
+        return dlock__err(DLOCK_ENOTSUP, "lock '%s': %s", l->e->name,
+                          c->be->no_contend_why ? c->be->no_contend_why
+                                                : "this backend cannot see who waits");
+    if (fn && (l->mode != DLOCK_EXCLUSIVE || l->sem || l->elect))
+        return dlock__err(DLOCK_ENOTSUP,
+                          "lock '%s': only exclusive plain locks are told who waits, not %s",
+                          l->e->name,
+                          l->sem     ? "a semaphore's permits"
+                          : l->elect ? "a campaign"
+                                     : "shared holds");
+    pthread_mutex_lock(&c->mu);
+    rc = fn ? callbacks_start(c) : DLOCK_OK;
+    if (!rc) {
+        l->contended_fn = fn;
+        l->contended_arg = arg;
     }
     pthread_mutex_unlock(&c->mu);
     return rc;

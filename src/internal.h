@@ -84,6 +84,8 @@ struct dlock_lock {
     dlock_at_risk_fn at_risk_fn; /* dlock_lock_on_at_risk() (callbacks.c) */
     void *at_risk_arg;
     int64_t at_risk_margin_ms;
+    dlock_contended_fn contended_fn; /* dlock_lock_on_contended() (callbacks.c) */
+    void *contended_arg;
     struct dlock__waitref *waits; /* acquires in progress, for cancel */
     long owner;        /* DLOCK_LOCK_HANDLE_OWNED: the handle's owner id
                           (above every thread id); 0 = holds per thread */
@@ -258,6 +260,13 @@ void dlock__callback_forget_hold(dlock_client *c, const struct dlock__hold *h);
 /* Hold H was registered: when its handle has an at-risk callback, wake
  * the callback thread to time H's margin (mutex held). */
 void dlock__callback_watch(dlock_client *c, const struct dlock__hold *h);
+/* Hold H, just acquired through L and not registered yet (no mutex
+ * held): when L wants the contended signal, have the backend watch H for
+ * waiters, H on the client's pending list until dlock__contend_unpend()
+ * (mutex held), which dlock__acquire_end() calls as it registers or frees
+ * H (dropping then what was queued for it). */
+void dlock__contend_watch(dlock_client *c, dlock_lock *l, struct dlock__hold *h);
+void dlock__contend_unpend(dlock_client *c, struct dlock__hold *h, bool registered);
 /* Closing: run what is queued, then stop the thread (takes the mutex).
  * From the callback thread itself (a callback closing the client) the
  * thread is detached instead and ends after that callback, dropping its

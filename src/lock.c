@@ -126,6 +126,9 @@ void dlock__hold_free(struct dlock__hold *h)
     if (h) {
         free(h->lost_why);
         free(h->renew_why);
+        for (size_t i = 0; i < h->ncontenders; i++)
+            free(h->contenders[i]);
+        free(h->contenders);
         free(h);
     }
 }
@@ -569,6 +572,8 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
          * request, which is never later than the truth. */
         if (!rc && h->lease_ms && h->valid_until == DLOCK__NEVER)
             dlock__hold_confirmed(c, h, sent);
+        if (!rc)
+            dlock__contend_watch(c, l, h);
     }
 
     pthread_mutex_lock(&c->mu);
@@ -630,6 +635,8 @@ int dlock__acquire_end(dlock_lock *l, struct dlock__hold *h, int rc, bool claime
 {
     dlock_client *c = l->c;
     struct dlock__entry *e = l->e;
+    if (h)
+        dlock__contend_unpend(c, h, rc == DLOCK_OK);
     if (rc == DLOCK_OK) {
         h->next = e->holds;
         e->holds = h;
@@ -647,6 +654,7 @@ int dlock__acquire_end(dlock_lock *l, struct dlock__hold *h, int rc, bool claime
                 pthread_mutex_unlock(&c->mu);
                 dlock__backend_release(c, h);
                 pthread_mutex_lock(&c->mu);
+                dlock__callback_forget_hold(c, h);
                 dlock__hold_free(h);
                 h = NULL;
                 rc = dlock__err(rc, "%s", msg);

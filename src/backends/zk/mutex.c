@@ -762,4 +762,5 @@ const struct dlock__backend dlock__backend_zk = {
     .elections = &zk_elect_ops,
     .admin = &zk_admin_ops,
     .values = &dlock__zk_value_ops,
+    .contend = &dlock__zk_contend_ops,
 };

@@ -252,6 +252,7 @@ static void zk_session_destroy(struct zk_session *s)
     if (!s)
         return;
     zookeeper_close(s->zh); /* ends the session: its ephemeral nodes go */
+    dlock__zk_contend_forget(s->zb, s->gen); /* no watcher runs any more */
     free(s);
 }
 

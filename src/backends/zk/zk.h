@@ -33,6 +33,7 @@
  * write acquires, and the backend table), rwlock.c (the downgrade),
  * inspect.c (status, force-release, list), value.c (a lock's value:
  * a child of the lock node, written in a multi guarded by the hold's
+ * node), contend.c (the contended signal: a child watch on the lock
  * node). Every function shared
  * between them starts with zk_.
  */
@@ -112,6 +113,7 @@ struct zk_backend {
     size_t n_node_events;
     uint64_t node_event_seq;     /* the last event's number */
     uint64_t node_events_forgot; /* events up to this number were dropped */
+    struct zk_contend *contends; /* holds watched for waiters (contend.c) */
 };
 
 /* One node event: the hash of its path and its number. */
@@ -349,6 +351,14 @@ int dlock__zk_release_within(void *state, struct dlock__hold *h, int64_t deadlin
 
 /* value.c */
 extern const struct dlock__value_ops dlock__zk_value_ops;
+
+/* ------------------------------------------------------------ contend.c */
+
+/* Holds told who queues behind them: a child watch on the lock node. */
+extern const struct dlock__contend_ops dlock__zk_contend_ops;
+/* Session GEN of ZB ended (zookeeper_close() returned): free what its
+ * watches for waiters left. */
+void dlock__zk_contend_forget(struct zk_backend *zb, unsigned gen);
 
 int dlock__zk_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__zk_elect_proclaim(void *state, struct dlock__hold *h, const char *value);

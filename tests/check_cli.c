@@ -2038,6 +2038,18 @@ static void contended_term_on(const char *u)
     free(started);
 }
 
+#ifdef DLOCK_HAVE_ETCD
+TU_TEST(contended_term_etcd, 120)
+{
+    struct etcdf f = {0};
+    ck_assert_msg(etcdf_start(&f, 1), "%s", f.error);
+    char *u = etcdf_url(&f, NULL, NULL);
+    contended_term_on(u);
+    free(u);
+    etcdf_stop(&f);
+}
+#endif
+
 #ifdef DLOCK_HAVE_ZK
 TU_TEST(contended_term_zk, 180)
 {

@@ -1113,7 +1113,7 @@ static void contended_seen(dlock_lock *l, const char *who, void *arg)
 /* The backends that tell a holder who waits (the others: DLOCK_ENOTSUP). */
 static bool contended_told(void)
 {
-    const char *forms[] = {"zk"};
+    const char *forms[] = {"zk", "etcd"};
     for (size_t i = 0; i < TU_COUNT(forms); i++)
         if (strcmp(CT->name, forms[i]) == 0)
             return true;

@@ -637,8 +637,10 @@ DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_a
  * (a backend or URL form that cannot see its waiters, a shared handle, a
  * semaphore's permit or a campaign); DLOCK_EMISUSE (after fork or close);
  * DLOCK_ENOMEM (no callback thread). Any thread.
- * How soon it is told (docs/backends.md): zk, pushed by a child watch
- * on the lock node; others: DLOCK_ENOTSUP. */
+ * How soon it is told (docs/backends.md): pushed, at once, on zk (a
+ * child watch on the lock node) and etcd (a watch of the lock's prefix
+ * from the hold's revision on, so those already waiting are replayed);
+ * others: DLOCK_ENOTSUP. */
 typedef void (*dlock_contended_fn)(dlock_lock *l, const char *who, void *arg);
 DLOCK_EXTERN int dlock_lock_on_contended(dlock_lock *l, dlock_contended_fn fn, void *arg);
 

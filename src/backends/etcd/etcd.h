@@ -16,6 +16,8 @@
  *   inspect.c  status, force-release and list
  *   value.c  a lock's value: a key beside the lock, written in a
  *            transaction guarded by the hold's key
+ *   contend.c  the contended signal: a holder's watch of its lock's
+ *            prefix (a tapped watch) for keys put behind its own
  *
  * docs/protocol-etcd.md tells the whole story.
  */
@@ -234,6 +236,11 @@ struct etcd_watch {
     char bad[200];        /* what was wrong with a message etcd never sends */
     struct dlock__wait *w;
     bool added, done, created, fired, stopped;
+    /* a tapped watch (dlock__etcd_watch_tap): its tap, told every event;
+     * NULL: a waiter's watch */
+    bool (*tap)(void *arg, const json_t *ev);
+    void (*tap_free)(void *arg);
+    void *tap_arg;
     struct etcd_watch *next;
 };
 
@@ -286,6 +293,19 @@ int dlock__etcd_watch_prefix(struct etcd_conn *k, const char *prefix, struct dlo
 int dlock__etcd_watch_prefix_deletes(struct etcd_conn *k, const char *prefix, int64_t start_rev,
                                      struct dlock__wait *w, struct etcd_watch **out);
 bool dlock__etcd_watch_fired(struct etcd_watch *wt);
+/* What a tapped watch does with its events: FN(ARG, EV) for each event of
+ * the stream, on the watch thread with no lock held, until it answers
+ * false; FREE(ARG) once the watch is over (that, a cancel by etcd, the
+ * stream's end, the client's close). */
+struct etcd_tap {
+    bool (*fn)(void *arg, const json_t *ev);
+    void (*free)(void *arg);
+    void *arg;
+};
+/* Watch every key under PREFIX from START_REV on with TAP (no waiter):
+ * DLOCK_OK, or the failure (TAP's argument freed then). */
+int dlock__etcd_watch_tap(struct etcd_conn *k, const char *prefix, int64_t start_rev,
+                          const struct etcd_tap *tap);
 
 /* Reading the stream, with nothing else (no watch, no lock, no I/O), so
  * that tests/fuzz/fuzz_etcd_watch.c feeds it any bytes cut anywhere:
@@ -562,6 +582,8 @@ int dlock__etcd_txn(struct etcd_backend *s, json_t *req, json_t **reply, const c
 
 /* value.c: lock values (the key "<prefix>dlock_value:NAME"). */
 extern const struct dlock__value_ops dlock__etcd_value_ops;
+/* contend.c */
+extern const struct dlock__contend_ops dlock__etcd_contend_ops;
 
 /* "<prefix>NAME/": where lock NAME's keys live (caller frees). */
 char *dlock__etcd_lock_prefix(struct etcd_backend *s, const char *name);

@@ -1013,4 +1013,5 @@ const struct dlock__backend dlock__backend_etcd = {
     .elections = &etcd_elect_ops,
     .admin = &etcd_admin_ops,
     .values = &dlock__etcd_value_ops,
+    .contend = &dlock__etcd_contend_ops,
 };

@@ -4,6 +4,12 @@
  * (dlock__wait_wake) when etcd confirms the watch, when the watched key is
  * deleted (or, for a reader's watch, made shared: a downgrade) and when the
  * stream ends; the waiter then looks again.
+ *
+ * A tapped watch (dlock__etcd_watch_tap: a holder's watch for waiters,
+ * contend.c) has no waiter: its tap is told each event of the stream, on
+ * the watch thread, and the watch ends -- freed by the thread, the tap's
+ * argument with it -- when the tap says so, when etcd cancels it or when
+ * the stream ends.
  */
 #include "etcd.h"
 
@@ -12,13 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Mark WT fired and wake its waiter (wmu held). */
+/* Mark WT fired and wake its waiter (wmu held); a tapped watch ends. */
 static void watch_fire(struct etcd_watch *wt)
 {
     if (wt->fired)
         return;
     wt->fired = true;
-    if (!wt->stopped)
+    if (wt->tap)
+        wt->stopped = true; /* the thread frees it on its next turn */
+    else if (!wt->stopped)
         dlock__wait_wake(wt->w);
 }
 
@@ -163,24 +171,53 @@ bool dlock__etcd_stream_feed(struct etcd_stream *s, const char *p, size_t n,
     return true;
 }
 
+/* Tell the tap of WT each event of message TEXT (LEN bytes), checked
+ * already; the watch thread, no lock held. False: the tap is done, or
+ * etcd canceled the watch (a compaction, a permission). */
+static bool watch_tap(struct etcd_watch *wt, const char *text, size_t len)
+{
+    json_t *j = json_loadb(text, len, 0, NULL);
+    json_t *result = json_object_get(j, "result"), *ev;
+    int64_t compact = 0;
+    bool more = json_is_object(result) && !json_is_true(json_object_get(result, "canceled")) &&
+                dlock__etcd_int_of(result, "compact_revision", &compact) && compact == 0;
+    size_t i;
+    json_array_foreach(json_object_get(result, "events"), i, ev)
+    {
+        if (more)
+            more = wt->tap(wt->tap_arg, ev);
+    }
+    json_decref(j);
+    return more;
+}
+
 /* What one whole message means to WT: wake its waiter once etcd confirms
- * the watch, fire it on a matching event or the stream's end. */
+ * the watch, fire it on a matching event or the stream's end; a tapped
+ * watch's tap is told every event instead. */
 static void watch_message(void *arg, const char *text, size_t len)
 {
     struct etcd_watch *wt = arg;
     char why[sizeof wt->bad];
     pthread_mutex_lock(&wt->k->wmu);
+    bool tap = wt->tap && !wt->fired && !wt->stopped;
     unsigned what = wt->fired ? 0 : dlock__etcd_watch_message(&wt->st, text, len, why, sizeof why);
     if (what & ETCD_WATCH_BAD)
         memcpy(wt->bad, why, sizeof why);
     if ((what & ETCD_WATCH_CREATED) && !(what & ETCD_WATCH_BAD)) {
         wt->created = true;
-        if (!wt->stopped)
+        if (!wt->stopped && !wt->tap)
             dlock__wait_wake(wt->w);
     }
-    if (what & ETCD_WATCH_FIRE)
+    tap &= !(what & ETCD_WATCH_BAD);
+    if ((what & ETCD_WATCH_FIRE) && (!wt->tap || (what & ETCD_WATCH_BAD)))
         watch_fire(wt);
     pthread_mutex_unlock(&wt->k->wmu);
+    /* The thread alone frees watches, and it is running this: WT stays. */
+    if (tap && !watch_tap(wt, text, len)) {
+        pthread_mutex_lock(&wt->k->wmu);
+        watch_fire(wt);
+        pthread_mutex_unlock(&wt->k->wmu);
+    }
 }
 
 static size_t watch_write(char *ptr, size_t size, size_t nmemb, void *arg)
@@ -200,6 +237,8 @@ static void watch_free(struct etcd_watch *wt)
     free(wt->body);
     free(wt->st.key);
     free(wt->stream.line);
+    if (wt->tap_free)
+        wt->tap_free(wt->tap_arg);
     free(wt);
 }
 
@@ -282,10 +321,11 @@ int dlock__etcd_watch_prefix(struct etcd_conn *k, const char *prefix, struct dlo
     return watch_start(k, prefix, 0, false, true, w, out);
 }
 
-static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
-                       bool prefix, struct dlock__wait *w, struct etcd_watch **out)
+/* A new watch as watch_start() describes it, not running yet; NULL with
+ * a message. */
+static struct etcd_watch *watch_new(struct etcd_conn *k, const char *key, int64_t start_rev,
+                                    bool to_shared, bool prefix)
 {
-    *out = NULL;
     struct etcd_watch *wt = calloc(1, sizeof *wt);
     char *kb = dlock__etcd_b64(key, strlen(key));
     json_t *req = kb ? json_pack("{s:{s:s}}", "create_request", "key", kb) : NULL;
@@ -307,17 +347,18 @@ static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, 
         !(wt->easy = curl_easy_init())) {
         json_decref(req);
         watch_free(wt);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
+        dlock__err(DLOCK_ENOMEM, "out of memory");
+        return NULL;
     }
     json_decref(req);
     wt->k = k;
-    wt->w = w;
     wt->st = (struct etcd_watch_state){.key = strdup(key), .prefix = prefix,
                                        .to_shared = to_shared, .any = prefix,
                                        .noput = !to_shared && !prefix, .start_rev = start_rev};
     if (!wt->st.key) {
         watch_free(wt);
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
+        dlock__err(DLOCK_ENOMEM, "out of memory");
+        return NULL;
     }
     pthread_mutex_lock(&k->mu);
     size_t ep = k->cur;
@@ -332,7 +373,13 @@ static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, 
     curl_easy_setopt(wt->easy, CURLOPT_WRITEFUNCTION, watch_write);
     curl_easy_setopt(wt->easy, CURLOPT_WRITEDATA, wt);
     free(url);
+    return wt;
+}
 
+/* Run WT, made by watch_new(), on K's watch thread (started if need be):
+ * DLOCK_OK, or the failure (WT freed). */
+static int watch_add(struct etcd_conn *k, struct etcd_watch *wt)
+{
     pthread_mutex_lock(&k->wmu);
     int rc = DLOCK_OK;
     if (!k->multi && !(k->multi = dlock__curl_multi_new()))
@@ -353,8 +400,36 @@ static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, 
     k->watches = wt;
     pthread_mutex_unlock(&k->wmu);
     curl_multi_wakeup(k->multi);
-    *out = wt;
     return DLOCK_OK;
+}
+
+static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
+                       bool prefix, struct dlock__wait *w, struct etcd_watch **out)
+{
+    *out = NULL;
+    struct etcd_watch *wt = watch_new(k, key, start_rev, to_shared, prefix);
+    if (!wt)
+        return DLOCK_ENOMEM;
+    wt->w = w;
+    int rc = watch_add(k, wt);
+    if (rc == DLOCK_OK)
+        *out = wt;
+    return rc;
+}
+
+int dlock__etcd_watch_tap(struct etcd_conn *k, const char *prefix, int64_t start_rev,
+                          const struct etcd_tap *tap)
+{
+    struct etcd_watch *wt = watch_new(k, prefix, start_rev, false, true);
+    if (!wt) {
+        tap->free(tap->arg);
+        return DLOCK_ENOMEM;
+    }
+    wt->st.any = false; /* events go to the tap; only the stream's end fires it */
+    wt->tap = tap->fn;
+    wt->tap_free = tap->free;
+    wt->tap_arg = tap->arg;
+    return watch_add(k, wt);
 }
 
 bool dlock__etcd_watch_live(struct etcd_watch *wt)

@@ -36,7 +36,7 @@ static bool has_elections(const struct ct_fixture *f)
 {
     return strcmp(f->name, "file") == 0 || strcmp(f->name, "etcd") == 0 ||
            strcmp(f->name, "zk") == 0 || strncmp(f->name, "redis", 5) == 0 ||
-           strcmp(f->name, "redlock") == 0;
+           strcmp(f->name, "redlock") == 0 || strcmp(f->name, "mysql") == 0;
 }
 
 /* ------------------------------------------------------------- helpers */

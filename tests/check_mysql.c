@@ -57,16 +57,20 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* A child that holds NAME on URL, writes its token to DIR/held, and then
+/* A child that holds NAME on URL -- a lock, or with PERMITS one permit of
+ * semaphore NAME of that many -- writes its token to DIR/held, and then
  * sleeps until killed. */
-static pid_t fork_sleeping_holder(const char *url, const char *name, const char *dir)
+static pid_t fork_sleeping_holder(const char *url, const char *name, unsigned permits,
+                                  const char *dir)
 {
     pid_t pid = tu_fork();
     if (pid > 0)
         return pid;
     dlock_client *c = NULL;
     dlock_lock *l = NULL;
-    if (dlock_open(url, &c) || dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l) ||
+    if (dlock_open(url, &c) ||
+        (permits ? dlock_lock_new_permits(c, name, permits, 0, &l)
+                 : dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &l)) ||
         dlock_acquire(l, 30000))
         _exit(10);
     uint64_t t = 0;
@@ -78,12 +82,13 @@ static pid_t fork_sleeping_holder(const char *url, const char *name, const char 
 }
 
 /* A holder frozen (SIGSTOP) or killed (SIGKILL) with SIG: the next
- * holder gets the lock within about one lease, with a greater token. */
-static void holder_ends_with(int sig, const char *tag)
+ * holder gets the lock (with PERMITS, a permit of a semaphore of that
+ * many, all of them held) within about one lease, with a greater token. */
+static void holder_ends_with(int sig, const char *tag, unsigned permits)
 {
     char *url = url_with("lease=2s");
     char *dir = tu_tmpdir(tag);
-    pid_t pid = fork_sleeping_holder(url, "frozen", dir);
+    pid_t pid = fork_sleeping_holder(url, "frozen", permits, dir);
     char *held = tu_fmt("%s/held", dir);
     ck_assert_msg(tu_wait_file(held, 30000), "the holder never held");
     uint64_t t1 = tu_read_u64(held);
@@ -92,7 +97,18 @@ static void holder_ends_with(int sig, const char *tag)
     else
         kill(pid, sig);
     dlock_client *c = tu_open(url);
-    dlock_lock *l = tu_lock(c, "frozen");
+    dlock_lock *l = tu_lock(c, "frozen"), *others = NULL;
+    if (permits) {
+        dlock_lock_free(l);
+        ck_assert_int_eq(dlock_lock_new_permits(c, "frozen", permits, 0, &l), 0);
+        if (permits > 1) {
+            /* the permits the frozen one left: held here meanwhile */
+            ck_assert_int_eq(dlock_lock_new_permits(c, "frozen", permits, 0, &others), 0);
+            TU_ACQUIRE_OK(others, DLOCK_TRY);
+        }
+        if (sig == SIGSTOP) /* a killed one's session ended at once */
+            EXPECT_RC(dlock_acquire(l, DLOCK_TRY), DLOCK_EBUSY);
+    }
     int64_t t0 = now_ms();
     TU_ACQUIRE_OK(l, 30000);
     int64_t took = now_ms() - t0;
@@ -102,10 +118,13 @@ static void holder_ends_with(int sig, const char *tag)
     dlock_token(l, &t2);
     ck_assert_msg(t2 > t1, "token %" PRIu64 " after %" PRIu64, t2, t1);
     TU_RELEASE_OK(l);
+    if (others)
+        TU_RELEASE_OK(others);
     kill(pid, SIGKILL);
     kill(pid, SIGCONT);
     tu_wait_exit(pid);
     dlock_lock_free(l);
+    dlock_lock_free(others);
     dlock_client_close(c);
     tu_rmrf(dir);
     free(held);
@@ -115,12 +134,24 @@ static void holder_ends_with(int sig, const char *tag)
 
 TU_TEST_IN(server, sigstopped_holder_loses_within_a_lease, 90)
 {
-    holder_ends_with(SIGSTOP, "mysql-stop");
+    holder_ends_with(SIGSTOP, "mysql-stop", 0);
 }
 
 TU_TEST_IN(server, killed_holder_frees_the_lock, 90)
 {
-    holder_ends_with(SIGKILL, "mysql-kill");
+    holder_ends_with(SIGKILL, "mysql-kill", 0);
+}
+
+/* The same for a semaphore's permit: its session idles out, its permit
+ * lock with it. */
+TU_TEST_IN(server, sigstopped_permit_holder_loses_within_a_lease, 90)
+{
+    holder_ends_with(SIGSTOP, "mysql-sem-stop", 2);
+}
+
+TU_TEST_IN(server, killed_permit_holder_frees_the_permit, 90)
+{
+    holder_ends_with(SIGKILL, "mysql-sem-kill", 2);
 }
 
 /* A cancel ends a wait that sleeps in the server at once: the server's
@@ -349,6 +380,48 @@ TU_TEST_IN(server, cli_run_hold_status_list, 90)
     ck_assert_msg(strstr(out, "token=") && strstr(out, "name=job"), "%s", out);
     free(out);
     free(hold);
+    free(url);
+}
+
+/* The CLI on the other primitives: run --permits N, run -m (a multi-lock,
+ * member by member), elect (its command runs while leading) and leader
+ * (what observers read). */
+TU_TEST_IN(server, cli_permits_multi_elect, 90)
+{
+    char *url = url_with(NULL);
+    const char *bin = tu_dlock_bin();
+    char *out = NULL;
+    char *inner = tu_fmt("%s -u '%s' run -n --permits 2 pool -- true; echo second=$?; %s -u '%s' "
+                         "run -n --permits 1 pool -- true; echo count=$?",
+                         bin, url, bin, url);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "run", "-n", "--permits", "2", "pool",
+                              "--", "sh", "-c", inner),
+                     0);
+    /* two permits: the second run holds the other; another count: 78 */
+    ck_assert_msg(strstr(out, "second=0") && strstr(out, "count=78"), "%s", out);
+    free(out);
+    free(inner);
+    inner = tu_fmt("%s -u '%s' run -n b -- true; echo b=$?; %s -u '%s' run -n c -- true; echo "
+                   "c=$?",
+                   bin, url, bin, url);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "run", "-n", "-m", "b", "a", "--", "sh",
+                              "-c", inner),
+                     0);
+    ck_assert_msg(strstr(out, "b=1") && strstr(out, "c=0"), "%s", out);
+    free(out);
+    free(inner);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "run", "-n", "-m", "a", "b", "--",
+                              "true"),
+                     0);
+    inner = tu_fmt("%s -u '%s' leader lead; %s -u '%s' elect -n lead -- true; echo second=$?", bin,
+                   url, bin, url);
+    ck_assert_int_eq(TU_DLOCK(&out, NULL, NULL, "-u", url, "elect", "--value", "me", "lead", "--",
+                              "sh", "-c", inner),
+                     0);
+    ck_assert_msg(strstr(out, "value=me") && strstr(out, "second=1"), "%s", out);
+    free(out);
+    free(inner);
+    ck_assert_int_eq(TU_DLOCK(NULL, NULL, NULL, "-u", url, "leader", "lead"), 1);
     free(url);
 }
 

@@ -832,7 +832,7 @@ DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
  *
  * The permit count is stored with the semaphore where the layout keeps
  * one (file: the file's header; redis: free + held, as Redisson counts;
- * etcd: the key NAME/sem-count;
+ * etcd: the key NAME/sem-count; mysql: a row of the table dlock_semaphore;
  * zk: none, Curator's layout keeps no count, so there each client's own
  * count rules its acquires): a semaphore made with another count than the one stored is
  * refused with DLOCK_EINVAL and a message naming both counts, never
@@ -846,7 +846,11 @@ DLOCK_EXTERN int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
  * shared with Curator clients; a permit lasts as long as the session, no
  * fixed lease; docs/protocol-zookeeper.md), etcd (a layout of our own:
  * a lease-bound key per permit object under NAME/sem/, queued by create
- * revision; docs/protocol-etcd.md); all four take K > 1 all at once. */
+ * revision; docs/protocol-etcd.md), mysql (permit i the user lock
+ * ENC#i, a permit object one session holding K of them; a waiter sleeps
+ * in GET_LOCK on one permit at most 500 ms, then tries them all again:
+ * not in arrival order; docs/protocol-mysql.md); all five take K > 1 all
+ * at once. */
 typedef struct dlock_semaphore dlock_semaphore;
 typedef struct dlock_permit dlock_permit;
 
@@ -1009,7 +1013,8 @@ DLOCK_EXTERN int dlock_semaphore_inspect(dlock_client *c, const char *name, unsi
  * DLOCK_EMISUSE; DLOCK_ENOMEM; backend failures. Threads: any. Backends:
  * file lists the .sem files, redis SCANs for the ZSETs of held permits
  * ({NAME}:timeout), etcd reads the permit keys (NAME/sem/...), zk lists
- * the children of the base node. */
+ * the children of the base node, mysql reads the held permit locks
+ * (performance_schema.metadata_locks, as dlock_list()). */
 DLOCK_EXTERN int dlock_semaphore_list(dlock_client *c, const char *pattern, dlock_list_fn fn,
                                       void *arg);
 /* The semaphore's permit count (0 for a lock's snapshot or an unused
@@ -1053,7 +1058,12 @@ DLOCK_EXTERN long dlock_info_free_permits(const dlock_info *i);
  * them; a proclaim that reaches fewer than a majority fails
  * (DLOCK_EUNAVAIL, or DLOCK_ELOST when too many nodes are no longer the
  * leader's), and so does a read (DLOCK_EUNAVAIL). As sound as Redlock's
- * lock, no more (docs/protocol-redis.md, "Redlock"). */
+ * lock, no more (docs/protocol-redis.md, "Redlock"). mysql: lock NAME
+ * plus a row of the table dlock_leader (token, version, connection,
+ * value) written by the leader's session in one statement that checks it
+ * holds the lock; a dead leader is replaced when its session ends;
+ * observers look again every 500 ms (MySQL has no notification;
+ * docs/protocol-mysql.md). */
 typedef struct dlock_election dlock_election;
 typedef struct dlock_leader dlock_leader;
 

@@ -153,8 +153,7 @@ int dlock__my_force_release(void *state, const char *name)
     return rc;
 }
 
-/* Why the server cannot list its user locks, or NULL when it can. */
-static int list_refused(struct my_backend *s)
+int dlock__my_list_refused(struct my_backend *s)
 {
     MYSQL_RES *res = NULL;
     int rc = dlock__my_query_pooled(s,
@@ -185,7 +184,7 @@ static int list_refused(struct my_backend *s)
 int dlock__my_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
 {
     struct my_backend *s = state;
-    int rc = list_refused(s);
+    int rc = dlock__my_list_refused(s);
     if (rc)
         return rc;
     MYSQL_RES *res = NULL;

@@ -34,6 +34,7 @@ int dlock__mariadb_load(void)
         SYM(get_timeout_value_ms, "mysql_get_timeout_value_ms"),
         SYM(thread_id, "mysql_thread_id"),
         SYM(insert_id, "mysql_insert_id"),
+        SYM(affected_rows, "mysql_affected_rows"),
         SYM(real_connect, "mysql_real_connect"),
         SYM(real_query, "mysql_real_query"),
         SYM(store_result, "mysql_store_result"),

@@ -31,18 +31,18 @@
     "(killed by another session -- force-released --, the server restarted, the lease " \
     "passed while this process was frozen, or the connection broke)"
 
-static void hold_free(struct my_hold *mh)
+void dlock__my_hold_free(struct my_hold *mh)
 {
     if (!mh)
         return;
     free(mh->name_sql);
+    free(mh->held_sql);
     free(mh);
 }
 
 /* ------------------------------------------------------------- acquire */
 
-/* GET_LOCK's timeout for wait deadline WD ("0" for try-once). */
-static void lock_timeout(const struct dlock__wait *w, char *buf, size_t size)
+void dlock__my_lock_timeout(const struct dlock__wait *w, char *buf, size_t size)
 {
     int64_t wd = dlock__wait_deadline(w);
     if (dlock__wait_try_once(w)) {
@@ -64,7 +64,9 @@ static void lock_timeout(const struct dlock__wait *w, char *buf, size_t size)
 int dlock__my_still_ours(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
                          int64_t deadline, bool *broken)
 {
-    char *sql = dlock__sprintf("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", mh->name_sql);
+    char *sql = mh->held_sql
+                    ? dlock__sprintf("SELECT %s", mh->held_sql)
+                    : dlock__sprintf("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", mh->name_sql);
     if (!sql)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     struct my_io io = {.deadline = deadline, .cancel_fd = -1};
@@ -188,8 +190,8 @@ static int new_epoch(struct my_backend *s, struct dlock__hold *h, struct my_hold
  * counter bumped only when a server lifetime's first token is asked
  * (docs/protocol-mysql.md). The new value comes back as LAST_INSERT_ID()
  * in the reply. */
-static int next_token(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
-                      unsigned long long *token, bool *broken)
+int dlock__my_next_token(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
+                         unsigned long long *token, bool *broken)
 {
     *token = 0;
     int rc = token_query(s, mh, NEXT_IN_EPOCH, token, broken, "take the fencing token");
@@ -198,7 +200,7 @@ static int next_token(struct my_backend *s, struct dlock__hold *h, struct my_hol
     return rc;
 }
 
-static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct my_backend *s = state;
     int cancel_fd = -1;
@@ -208,7 +210,7 @@ static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     struct my_hold *mh = calloc(1, sizeof *mh);
     char *enc = NULL;
     if (!mh || !(mh->name_sql = dlock__my_name_sql(s, h->name, &enc))) {
-        hold_free(mh);
+        dlock__my_hold_free(mh);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     int64_t wd = dlock__wait_deadline(w);
@@ -216,11 +218,11 @@ static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
                             &mh->k);
     if (rc) {
         free(enc);
-        hold_free(mh);
+        dlock__my_hold_free(mh);
         return rc;
     }
     char timeout[32];
-    lock_timeout(w, timeout, sizeof timeout);
+    dlock__my_lock_timeout(w, timeout, sizeof timeout);
     char *sql = dlock__sprintf("SELECT /*dlock-wait:%s*/ CASE GET_LOCK(%s, %s) WHEN 1 THEN "
                                "LENGTH(@dlock_name := '%s') > 0 WHEN 0 THEN 0 END",
                                enc, mh->name_sql, timeout, enc);
@@ -266,7 +268,7 @@ static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
                               "the wait ended",
                               h->name);
     } else if (!rc) {
-        rc = next_token(s, h, mh, &token, &broken);
+        rc = dlock__my_next_token(s, h, mh, &token, &broken);
     }
     if (!rc && !io.canceled && dlock__now_ms() - now > h->lease_ms / 3) {
         /* A long wait: the server's idle clock started when it answered,
@@ -281,7 +283,7 @@ static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
                            broken || (rc != DLOCK_EBUSY && rc != DLOCK_ETIMEDOUT &&
                                       rc != DLOCK_ECANCELED));
         mh->k = NULL;
-        hold_free(mh);
+        dlock__my_hold_free(mh);
         return rc;
     }
     h->token = token;
@@ -293,7 +295,7 @@ static int my_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 
 /* ------------------------------------------------------------- release */
 
-static int my_release(void *state, struct dlock__hold *h)
+int dlock__my_lock_release(void *state, struct dlock__hold *h)
 {
     struct my_backend *s = state;
     struct my_hold *mh = h->bdata;
@@ -301,11 +303,17 @@ static int my_release(void *state, struct dlock__hold *h)
     if (!mh)
         return dlock__err(DLOCK_ELOST, "lock '%s': no session holds it", h->name);
     if (!mh->k) {
-        hold_free(mh);
+        dlock__my_hold_free(mh);
         return dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: its session ended", s->label,
                           h->name);
     }
-    char *sql = dlock__sprintf("SELECT RELEASE_LOCK(%s)", mh->name_sql);
+    /* A semaphore's permits: checked, then all given back (the session
+     * holds nothing else); IF runs its condition first. */
+    char *sql = mh->held_sql ? dlock__sprintf("SELECT IF((%s) IS TRUE, RELEASE_ALL_LOCKS() >= 0, "
+                                              "RELEASE_ALL_LOCKS() < 0)",
+                                              mh->held_sql)
+                             : dlock__sprintf("SELECT RELEASE_LOCK(%s)", mh->name_sql);
+    const char *kind = h->sem ? "semaphore" : "lock";
     struct my_io io = {.deadline = dlock__now_ms() + s->c->opts.op_timeout_ms, .cancel_fd = -1};
     MYSQL_RES *res = NULL;
     bool broken = false;
@@ -318,21 +326,21 @@ static int my_release(void *state, struct dlock__hold *h)
         mysql_free_result(res);
         if (v != 1)
             rc = dlock__err(DLOCK_ELOST,
-                            "%s: lock '%s' was lost: its session (connection %lu) no longer "
+                            "%s: %s '%s' was lost: its session (connection %lu) no longer "
                             "held it (force-released)",
-                            s->label, h->name, mh->k->id);
+                            s->label, kind, h->name, mh->k->id);
     } else if (broken) {
         char why[DLOCK__MSG_MAX];
         dlock__errmsg_save(why);
-        rc = dlock__err(DLOCK_ELOST, "lock '%s' was lost: its session ended " SESSION_ENDED " (%s)",
-                        h->name, why);
+        rc = dlock__err(DLOCK_ELOST, "%s '%s' was lost: its session ended " SESSION_ENDED " (%s)",
+                        kind, h->name, why);
     } else {
         rc = DLOCK_OK; /* the session is closed below, and its lock with it */
         broken = true;
     }
     dlock__my_conn_put(s, mh->k, broken);
     mh->k = NULL;
-    hold_free(mh);
+    dlock__my_hold_free(mh);
     return rc;
 }
 
@@ -442,13 +450,14 @@ static int check_server(struct my_backend *s)
         "SELECT VERSION(), (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
         "WHERE VARIABLE_NAME = 'WSREP_ON'), (SELECT COUNT(*) FROM information_schema.TABLES "
         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('" MYSQL_EPOCH_TABLE
-        "', '" MYSQL_FENCE_MEM_TABLE "', '" MYSQL_VALUE_TABLE "'))",
+        "', '" MYSQL_FENCE_MEM_TABLE "', '" MYSQL_VALUE_TABLE "', '" MYSQL_SEM_TABLE
+        "', '" MYSQL_LEADER_TABLE "'))",
         &res, "read the server's version");
     if (rc)
         return rc;
     MYSQL_ROW row = dlock__my_first(res, NULL, NULL);
     char version[128] = "";
-    bool galera = false, have_tables = row && row[2] && strcmp(row[2], "3") == 0;
+    bool galera = false, have_tables = row && row[2] && strcmp(row[2], "5") == 0;
     if (row && row[0])
         dlock__escape_text(version, sizeof version, row[0]);
     if (row && row[1])
@@ -472,6 +481,10 @@ static int check_server(struct my_backend *s)
                                     "PRIMARY KEY, token BIGINT UNSIGNED NOT NULL, value LONGBLOB "
                                     "NOT NULL) ENGINE=InnoDB",
                                     NULL, "create the lock values' table " MYSQL_VALUE_TABLE);
+    if (!rc)
+        rc = dlock__my_sem_create_table(s);
+    if (!rc)
+        rc = dlock__my_elect_create_table(s);
     return rc;
 }
 
@@ -542,8 +555,8 @@ static void my_close(void *state)
 static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
 
 static const struct dlock__lock_ops my_lock_ops = {
-    .acquire = my_acquire,
-    .release = my_release,
+    .acquire = dlock__my_lock_acquire,
+    .release = dlock__my_lock_release,
 };
 
 static const struct dlock__value_ops my_value_ops = {
@@ -569,6 +582,6 @@ const struct dlock__backend dlock__backend_mysql = {
     .locks = &my_lock_ops,
     .admin = &my_admin_ops,
     .values = &my_value_ops,
-    .no_semaphores_why = "MySQL's user locks have no counting form (semaphores on it are not "
-                         "built yet)",
+    .semaphores = &dlock__my_sem_ops,
+    .elections = &dlock__my_elect_ops,
 };

@@ -9,6 +9,9 @@
  *             the backend table
  *   admin.c   inspect, check, list and force-release
  *   value.c   a lock's value: a row of dlock_value, written under the hold
+ *   semaphore.c  semaphores: N permits as N user locks, the count in
+ *             dlock_semaphore
+ *   election.c   elections: the lock plus the leader's row in dlock_leader
  *
  * Every lock is a user-level lock, GET_LOCK(name, timeout), taken on a
  * session of its own: the session that waited for it keeps it (a hold
@@ -42,6 +45,8 @@
 #define MYSQL_EPOCH_MASK "1099511627775" /* 2^40 - 1 */
 #define MYSQL_EPOCH_MAX (1u << 23)       /* epochs that fit in 63 bits */
 #define MYSQL_VALUE_TABLE "dlock_value"
+#define MYSQL_SEM_TABLE "dlock_semaphore" /* a semaphore's permit count */
+#define MYSQL_LEADER_TABLE "dlock_leader" /* an election's leader and value */
 /* GET_LOCK's longest name on MySQL 5.7+ (MariaDB takes longer ones): a
  * longer one is hashed (names.c). */
 #define MYSQL_LOCK_NAME_MAX 64
@@ -83,6 +88,7 @@ struct dlock__mariadb_api {
     unsigned int (*get_timeout_value_ms)(const MYSQL *m);
     unsigned long (*thread_id)(MYSQL *m);
     my_ulonglong (*insert_id)(MYSQL *m);
+    my_ulonglong (*affected_rows)(MYSQL *m);
     /* blocking forms, for cli/bench_mysql.c's raw baseline only */
     MYSQL *(*real_connect)(MYSQL *m, const char *host, const char *user, const char *passwd,
                            const char *db, unsigned int port, const char *unix_socket,
@@ -115,6 +121,7 @@ int dlock__mariadb_load(void);
 #define mysql_get_timeout_value_ms dlock__mariadb.get_timeout_value_ms
 #define mysql_thread_id dlock__mariadb.thread_id
 #define mysql_insert_id dlock__mariadb.insert_id
+#define mysql_affected_rows dlock__mariadb.affected_rows
 
 /* ============================================================== conn.c */
 
@@ -197,7 +204,26 @@ char *dlock__my_name_of(const struct my_backend *s, const char *lock);
 struct my_hold {
     struct my_conn *k; /* NULL once the session ended */
     char *name_sql;
+    char *held_sql; /* an SQL condition true while the session holds all
+                       the hold took (a semaphore's slots); NULL: the lock
+                       NAME_SQL is the session's */
 };
+
+void dlock__my_hold_free(struct my_hold *mh);
+
+/* Locks (the campaign of an election is one): mutex.c's acquire and
+ * release; the release gives back a semaphore's permits too (those of
+ * the hold's HELD_SQL). */
+int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__my_lock_release(void *state, struct dlock__hold *h);
+
+/* The next fencing token, taken on MH's session, which just got what H
+ * asked (*BROKEN: the session is unusable). */
+int dlock__my_next_token(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
+                         unsigned long long *token, bool *broken);
+
+/* GET_LOCK's timeout for W as SQL text ("0" for try-once), into BUF. */
+void dlock__my_lock_timeout(const struct dlock__wait *w, char *buf, size_t size);
 
 /* Whether H's lock is still its session's, asked on that session
  * (IS_USED_LOCK = CONNECTION_ID()) by DEADLINE: DLOCK_OK, DLOCK_ELOST,
@@ -207,6 +233,9 @@ int dlock__my_still_ours(struct my_backend *s, struct dlock__hold *h, struct my_
 
 /* ============================================================= value.c */
 
+/* The hex digits of LEN bytes at DATA (a X'...' literal's inside), malloc'd;
+ * NULL when out of memory. */
+char *dlock__my_hex(const char *data, size_t len);
 int dlock__my_value_set(void *state, struct dlock__hold *h, const struct dlock__value *v);
 int dlock__my_value_get(void *state, const char *name, struct dlock__value *out);
 
@@ -216,5 +245,34 @@ int dlock__my_inspect(void *state, const char *name, struct dlock_info *info);
 int dlock__my_check(void *state, const char *name, struct dlock__check_view *view);
 int dlock__my_force_release(void *state, const char *name);
 int dlock__my_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+/* DLOCK_OK when the server lists its user locks
+ * (performance_schema.metadata_locks), else DLOCK_ENOTSUP saying what is
+ * off. */
+int dlock__my_list_refused(struct my_backend *s);
+
+/* ========================================================= semaphore.c */
+
+/* Who session ID (an SQL expression) is, as h->owner names a hold: its
+ * dlock_id connection attribute ("pid@host", else "connection"), '/',
+ * and its connection id. */
+#define MYSQL_OWNER_ID(id)                                                            \
+    "CONCAT(COALESCE((SELECT LEFT(a.ATTR_VALUE, 70) FROM "                            \
+    "performance_schema.session_connect_attrs a WHERE a.PROCESSLIST_ID = " id " AND " \
+    "a.ATTR_NAME = 'dlock_id' LIMIT 1), 'connection'), '/', " id ")"
+
+/* How long a semaphore waiter sleeps in the server on one permit's lock,
+ * and an observer of an election between two looks, before it looks
+ * again: MySQL has no notification, and one user lock wait covers one
+ * permit only (semaphore.c, election.c). */
+#define MYSQL_RECHECK_MS 500
+
+/* The semaphore ops' table, and its permit-count table (made at open). */
+extern const struct dlock__sem_ops dlock__my_sem_ops;
+int dlock__my_sem_create_table(struct my_backend *s);
+
+/* ========================================================== election.c */
+
+extern const struct dlock__elect_ops dlock__my_elect_ops;
+int dlock__my_elect_create_table(struct my_backend *s);
 
 #endif

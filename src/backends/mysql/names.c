@@ -38,7 +38,9 @@ char *dlock__my_name_sql(const struct my_backend *s, const char *name, char **en
 
 char *dlock__my_name_of(const struct my_backend *s, const char *lock)
 {
-    if (strncmp(lock, "%h", 2) == 0)
+    /* '#' is encoded in every name: one there marks a semaphore's permit
+     * (semaphore.c) */
+    if (strncmp(lock, "%h", 2) == 0 || strchr(lock, '#'))
         return NULL;
     char *full = dlock__name_decode(lock);
     size_t plen = strlen(s->prefix);

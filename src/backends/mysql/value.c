@@ -14,8 +14,7 @@
 
 #include "mysql.h"
 
-/* The hex digits of LEN bytes at DATA (a X'...' literal's inside). */
-static char *hex_of(const char *data, size_t len)
+char *dlock__my_hex(const char *data, size_t len)
 {
     static const char digits[] = "0123456789abcdef";
     char *out = malloc(2 * len + 1);
@@ -37,7 +36,7 @@ int dlock__my_value_set(void *state, struct dlock__hold *h, const struct dlock__
                           h->name);
     bool broken = false;
     int rc = dlock__my_still_ours(s, h, mh, dlock__now_ms() + s->c->opts.op_timeout_ms, &broken);
-    char *hex = v ? hex_of(v->data, v->len) : NULL;
+    char *hex = v ? dlock__my_hex(v->data, v->len) : NULL;
     char *sql = NULL;
     if (!rc && v)
         sql = hex ? dlock__sprintf("INSERT INTO " MYSQL_VALUE_TABLE

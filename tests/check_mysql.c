@@ -293,6 +293,34 @@ static int count_name(const char *name, void *arg)
     return 0;
 }
 
+/* A long (hashed) semaphore name's permit taken on a pooled session that
+ * held a long lock name before: `dlock list` of the locks does not show
+ * the lock given back, and the semaphores' list shows the semaphore. */
+TU_TEST_IN(server, hashed_permit_on_a_reused_session_is_no_lock, 60)
+{
+    char *url = url_with(NULL);
+    dlock_client *c = tu_open(url);
+    char lock_name[81], sem_name[81];
+    memset(lock_name, 'L', 80);
+    memset(sem_name, 'S', 80);
+    lock_name[80] = sem_name[80] = 0;
+    dlock_lock *l = tu_lock(c, lock_name);
+    TU_ACQUIRE_OK(l, DLOCK_TRY);
+    TU_RELEASE_OK(l); /* its session goes back to the pool */
+    dlock_semaphore *s = tu_semaphore(c, sem_name, 2);
+    dlock_permit *p = tu_permit(s, 1, DLOCK_TRY); /* on that session */
+    int locks = 0, sems = 0;
+    EXPECT_RC(dlock_list(c, NULL, count_name, &locks), DLOCK_OK);
+    EXPECT_RC(dlock_semaphore_list(c, "SSS*", count_name, &sems), DLOCK_OK);
+    ck_assert_msg(locks == 0, "%d locks listed while only a permit is held", locks);
+    ck_assert_int_eq(sems, 1);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    dlock_semaphore_free(s);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+
 /* force-release by a user the server does not let KILL the holder:
  * DLOCK_EACCES with the server's words; list with the instrument off:
  * DLOCK_ENOTSUP naming it. */

@@ -25,7 +25,9 @@
  * permit comes back gets it, and a waiter of K > 1 permits can be passed
  * by waiters of one for as long as they keep coming (docs/protocol-mysql.md).
  * A waiter's statement carries the marker dlock-semwait:ENC, and its
- * session keeps ENC in @dlock_sem (what list reads for a hashed name).
+ * session keeps ENC in @dlock_sem (what list reads for a hashed name)
+ * and clears the @dlock_name a lock it held before left (else the locks'
+ * list would read a hashed permit as that lock).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,7 +116,8 @@ static char *attempt_sql(const struct sem_names *n, const struct attempt *a)
         return NULL;
     fprintf(f,
             "SELECT /*dlock-semwait:%s*/ @dlock_n := (SELECT permits FROM " MYSQL_SEM_TABLE
-            " WHERE name = %s), LENGTH(@dlock_sem := '%s') > 0, CONCAT_WS(',', "
+            " WHERE name = %s), LENGTH(CONCAT(@dlock_sem := '%s', COALESCE(@dlock_name := NULL, "
+            "''))) > 0, CONCAT_WS(',', "
             "IF((@dlock_need := IF(COALESCE(@dlock_n, %u) = %u, %u, -1)) < 0, NULL, NULL)",
             n->enc, n->base, n->enc, a->permits, a->permits, a->k - (a->held >= 0));
     for (unsigned i = 0; i < a->permits; i++) {

@@ -324,6 +324,35 @@ TU_TEST_IN(single, acquire_release_token, 90)
 }
 
 
+/* An uncontended acquire and release cost two Txn and no other request,
+ * for a client with ?lock_delay= too (beside its marker's Put): the
+ * acquire's own txn counts the lock-delay marker, which is read only
+ * when one is there (docs/protocol-etcd.md, "Lock-delay"). 20 pairs
+ * each, after a first pair granted the lease; one request of slack for
+ * a renewal's read. */
+TU_TEST_IN(single, uncontended_pair_is_two_txns, 90)
+{
+    const char *opts[] = {NULL, "lock_delay=1m"};
+    int port = F.m[0].client_port, pairs = 20;
+    for (int i = 0; i < 2; i++) {
+        char *url = members_url(opts[i]);
+        dlock_client *c = tu_open(url);
+        free(url);
+        dlock_lock *l = tu_lock(c, "pair-count");
+        tu_acquire_release(l, 5000);
+        long long txn0 = etcdf_handled(port, "Txn"), all0 = etcdf_handled(port, "");
+        for (int k = 0; k < pairs; k++)
+            tu_acquire_release(l, 5000);
+        long long txn = etcdf_handled(port, "Txn") - txn0, all = etcdf_handled(port, "") - all0;
+        long long other = all - txn - (opts[i] ? pairs : 0); /* (the markers' puts) */
+        ck_assert_msg(txn == 2 * pairs && other <= 1,
+                      "%s: %d pairs made %lld Txn and %lld other requests (%d and 0 expected)",
+                      opts[i] ? opts[i] : "no options", pairs, txn, other, 2 * pairs);
+        TU_FREE_LOCKS(l);
+        TU_CLOSE_CLIENTS(c);
+    }
+}
+
 /* Waiters queue first come first served; inspect shows holder, token,
  * TTL and waiters in order; a release wakes the next one at once. */
 TU_TEST_IN(single, fifo_and_inspect, 90)

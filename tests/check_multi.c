@@ -535,32 +535,6 @@ TU_TEST(redis_one_script, 60)
 #endif
 
 #ifdef DLOCK_HAVE_ETCD
-/* The sum of etcd's grpc_server_handled_total for METHOD ("" for every
- * method) on the member at 127.0.0.1:PORT, from its /metrics. */
-static long long etcd_handled(int port, const char *method)
-{
-    char *url = tu_fmt("http://127.0.0.1:%d/metrics", port);
-    const char *argv[] = {"curl", "-sS", "--max-time", "20", url, NULL};
-    char *out = NULL;
-    ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 0);
-    long long sum = 0;
-    char *want = tu_fmt("grpc_method=\"%s\"", method);
-    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        char *sp = strrchr(line, ' ');
-        if (strncmp(line, "grpc_server_handled_total{", 26) != 0 || !sp)
-            continue;
-        if (*method && !strstr(line, want))
-            continue;
-        if (!*method && (strstr(line, "\"Watch\"") || strstr(line, "\"LeaseKeepAlive\"")))
-            continue; /* streams, counted when they end */
-        sum += strtoll(sp + 1, NULL, 10);
-    }
-    free(want);
-    free(out);
-    free(url);
-    return sum;
-}
-
 /* An uncontended set of 8 on etcd is one Txn and no other request (after
  * a first acquire granted the client's session lease); a busy member
  * makes a try fail in one Txn too, with nothing written. */
@@ -574,9 +548,9 @@ TU_TEST(etcd_one_txn, 120)
     tu_acquire_release(warm, DLOCK_TRY);
     dlock_multi *m = multi(c, eight, 8);
     int port = f.m[0].client_port;
-    long long txn0 = etcd_handled(port, "Txn"), all0 = etcd_handled(port, "");
+    long long txn0 = etcdf_handled(port, "Txn"), all0 = etcdf_handled(port, "");
     EXPECT_RC(dlock_multi_acquire(m, 5000, NULL), DLOCK_OK);
-    long long txn1 = etcd_handled(port, "Txn"), all1 = etcd_handled(port, "");
+    long long txn1 = etcdf_handled(port, "Txn"), all1 = etcdf_handled(port, "");
     ck_assert_msg(txn1 - txn0 == 1 && all1 - all0 == 1,
                   "%lld Txn, %lld requests for a set of 8 (1 and 1 expected)", txn1 - txn0,
                   all1 - all0);
@@ -584,17 +558,17 @@ TU_TEST(etcd_one_txn, 120)
     EXPECT_RC(dlock_acquire(e, DLOCK_TRY), DLOCK_EBUSY);
     uint64_t t0;
     EXPECT_RC(dlock_token(dlock_multi_lock(m, 0), &t0), DLOCK_OK);
-    txn0 = etcd_handled(port, "Txn"), all0 = etcd_handled(port, "");
+    txn0 = etcdf_handled(port, "Txn"), all0 = etcdf_handled(port, "");
     EXPECT_RC(dlock_multi_release(m), DLOCK_OK);
-    txn1 = etcd_handled(port, "Txn"), all1 = etcd_handled(port, "");
+    txn1 = etcdf_handled(port, "Txn"), all1 = etcdf_handled(port, "");
     ck_assert_msg(txn1 - txn0 == 1 && all1 - all0 == 1,
                   "%lld Txn, %lld requests to release a set of 8 (1 and 1 expected)", txn1 - txn0,
                   all1 - all0);
     expect_none_held(d, eight, 8, NULL);
     TU_ACQUIRE_OK(e, DLOCK_TRY);
-    all0 = etcd_handled(port, "");
+    all0 = etcdf_handled(port, "");
     EXPECT_RC(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_EBUSY);
-    all1 = etcd_handled(port, "");
+    all1 = etcdf_handled(port, "");
     ck_assert_msg(strstr(dlock_errmsg(), "'rt-e'"), "%s", dlock_errmsg());
     ck_assert_msg(all1 - all0 == 1, "%lld requests for a busy try", all1 - all0);
     expect_none_held(d, eight, 8, "rt-e");

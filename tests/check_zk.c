@@ -349,6 +349,47 @@ static char *kept(char *p)
 
 /* ============================================================ the recipe */
 
+/* The requests the server received (its "srvr" count) from every client
+ * since it started. */
+static long long zk_received(void)
+{
+    char *srvr = zkf_4lw(F.s[0].port, "srvr");
+    const char *at = srvr ? strstr(srvr, "Received: ") : NULL;
+    ck_assert_msg(at, "srvr: %s", srvr ? srvr : "no answer");
+    long long n = strtoll(at + 10, NULL, 10);
+    free(srvr);
+    return n;
+}
+
+/* An uncontended acquire and release cost three requests (the create and
+ * the listing sent with it, the delete), for a client with ?lock_delay=
+ * too (beside its marker's four: the arm's setData and create, the
+ * release's read and delete): the lock-delay marker is a child
+ * of the lock node, seen in that listing, read only when it is there
+ * (docs/protocol-zookeeper.md, "Lock-delay"). 20 pairs each, after a
+ * first pair made the lock node; two requests of slack for pings. */
+TU_TEST_IN(standalone, uncontended_pair_is_three_requests, 60)
+{
+    const char *opts[] = {NULL, "lock_delay=1m"};
+    int pairs = 20;
+    for (int i = 0; i < 2; i++) {
+        char *url = url_with(NULL, opts[i]);
+        dlock_client *c = tu_open(url);
+        free(url);
+        dlock_lock *l = tu_lock(c, "pair-count");
+        tu_acquire_release(l, 5000);
+        long long before = zk_received();
+        for (int k = 0; k < pairs; k++)
+            tu_acquire_release(l, 5000);
+        long long other = zk_received() - before - 3 * pairs - (opts[i] ? 4 * pairs : 0);
+        ck_assert_msg(other >= 0 && other <= 2,
+                      "%s: %d pairs made %lld requests more than 3 each (0 expected)",
+                      opts[i] ? opts[i] : "no options", pairs, other);
+        TU_FREE_LOCKS(l);
+        TU_CLOSE_CLIENTS(c);
+    }
+}
+
 TU_TEST_IN(standalone, acquire_release_token, 90)
 {
     struct zk_frame zt = zk_open(NULL, true);

@@ -389,3 +389,31 @@ char *etcdf_url(const struct etcdf *f, const char *path, const char *query)
     return tu_fmt("%s://%s%s%s%s", f->cert_dir ? "etcd+https" : "etcd", f->endpoints, path ? path : "", query ? "?" : "",
                   query ? query : "");
 }
+
+long long etcdf_handled(int port, const char *method)
+{
+    char *url = tu_fmt("http://127.0.0.1:%d/metrics", port);
+    const char *argv[] = {"curl", "-sS", "--max-time", "20", url, NULL};
+    char *out = NULL;
+    if (tu_run(argv, NULL, &out, NULL) != 0) {
+        free(out);
+        free(url);
+        return -1;
+    }
+    long long sum = 0;
+    char *want = tu_fmt("grpc_method=\"%s\"", method);
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char *sp = strrchr(line, ' ');
+        if (strncmp(line, "grpc_server_handled_total{", 26) != 0 || !sp)
+            continue;
+        if (*method && !strstr(line, want))
+            continue;
+        if (!*method && (strstr(line, "\"Watch\"") || strstr(line, "\"LeaseKeepAlive\"")))
+            continue; /* streams, counted when they end */
+        sum += strtoll(sp + 1, NULL, 10);
+    }
+    free(want);
+    free(out);
+    free(url);
+    return sum;
+}

@@ -72,6 +72,13 @@ bool etcdf_wait_healthy(struct etcdf *f, int timeout_ms);
  * Returns the exit status. */
 int etcdf_ctl(const struct etcdf *f, char **out, char **err, ...);
 
+/* The sum of etcd's grpc_server_handled_total for METHOD ("Txn",
+ * "Range"; "" for every unary method: the streams Watch and
+ * LeaseKeepAlive are counted only when they end) on the member at
+ * 127.0.0.1:PORT, from its /metrics: how many requests it answered;
+ * -1 when the metrics cannot be read. */
+long long etcdf_handled(int port, const char *method);
+
 /* "etcd://127.0.0.1:p1,...[PATH][?QUERY]" (caller frees). */
 char *etcdf_url(const struct etcdf *f, const char *path, const char *query);
 

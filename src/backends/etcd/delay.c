@@ -28,6 +28,24 @@ char *dlock__etcd_delay_key(struct etcd_backend *s, const char *name)
     return dlock__sprintf("%sdlock_delay:%s", s->prefix, name);
 }
 
+json_t *dlock__etcd_delay_probe(struct etcd_backend *s, const char *name)
+{
+    char *key = dlock__etcd_delay_key(s, name);
+    json_t *range = key ? dlock__etcd_range(key, false) : NULL;
+    free(key);
+    if (range && json_object_set_new(range, "count_only", json_true())) {
+        json_decref(range);
+        return NULL;
+    }
+    return range;
+}
+
+bool dlock__etcd_delay_absent(json_t *reply, size_t k)
+{
+    json_t *resp = dlock__etcd_txn_range(reply, k);
+    return resp && dlock__etcd_int(resp, "count") == 0;
+}
+
 /* What the marker of a hold of TOKEN with DELAY_MS says (caller frees). */
 static char *marker_value(uint64_t token, int64_t delay_ms)
 {

@@ -521,6 +521,7 @@ struct etcd_queue_search {
     const struct etcd_limits *lim;
     struct {
         json_t *kv; /* the contender found (a new reference), NULL = none */
+        bool paged; /* a page past RESP was read (at a later revision) */
     } out;
 };
 /* Run search Q, paging on as needed. */
@@ -716,6 +717,13 @@ enum etcd_delay_look {
     ETCD_DELAY_SHOW,    /* its whole delay, nothing written (inspect of a
                            free name) */
 };
+/* The op (a request_range's body; NULL: out of memory) that counts
+ * NAME's lock-delay marker, put into the acquire's own txn: the txn that
+ * finds the key first tells in the same round trip whether the name may
+ * be in a delay, and only then is it looked at (delay_look). */
+json_t *dlock__etcd_delay_probe(struct etcd_backend *s, const char *name);
+/* Did response K of txn REPLY, a delay_probe's, count no marker? */
+bool dlock__etcd_delay_absent(json_t *reply, size_t k);
 /* *LEFT: the ms left of NAME's lock-delay (0: none), as HOW says. */
 int dlock__etcd_delay_look(struct etcd_backend *s, const char *name, enum etcd_delay_look how,
                            int64_t *left, const struct etcd_limits *lim);

@@ -96,6 +96,7 @@ struct contender {
         bool busy;         /* another contender is queued (put_if_alone) */
         int code;          /* as dlock__etcd_call's */
         bool resent;       /* a put went out twice (the first may still land) */
+        bool no_marker;    /* the txn that read owner_rev counted no lock-delay marker */
     } out;
 };
 
@@ -117,19 +118,22 @@ static int put_and_read_owner(struct contender *c, int64_t lease)
     struct etcd_backend *s = c->s;
     const char *value = dlock__etcd_hold_value(s, c->h);
     bool shared = c->h->mode == DLOCK_SHARED; /* waits for writers only */
+    c->out.no_marker = false;
     char *kb = dlock__etcd_b64(c->key, strlen(c->key));
     char *vb = dlock__etcd_b64(value, strlen(value));
     char *ls = dlock__etcd_i64s(lease);
     json_t *req = NULL;
     if (kb && vb && ls)
-        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, {s:o}],"
-                        " s:[{s:o}, {s:o}]}",
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, {s:o}, {s:o}],"
+                        " s:[{s:o}, {s:o}, {s:o}]}",
                         "compare", "result", "EQUAL", "target", "CREATE", "key", kb,
                         "create_revision", "0",
                         "success", "request_put", "key", kb, "value", vb, "lease", ls,
                         "request_range", dlock__etcd_queue_range_for(c->pfx, true, 0, shared),
+                        "request_range", dlock__etcd_delay_probe(s, c->h->name),
                         "failure", "request_range", dlock__etcd_range(c->key, false),
-                        "request_range", dlock__etcd_queue_range_for(c->pfx, true, 0, shared));
+                        "request_range", dlock__etcd_queue_range_for(c->pfx, true, 0, shared),
+                        "request_range", dlock__etcd_delay_probe(s, c->h->name));
     free(kb);
     free(vb);
     free(ls);
@@ -162,10 +166,12 @@ static int put_and_read_owner(struct contender *c, int64_t lease)
         return rc;
     c->out.my_rev = created ? dlock__etcd_header_rev(reply)
                             : dlock__etcd_int(dlock__etcd_txn_kv(reply, 0), "create_revision");
+    c->out.no_marker = dlock__etcd_delay_absent(reply, 2);
     struct etcd_queue_search oldest = {.pfx = c->pfx, .resp = dlock__etcd_txn_range(reply, 1),
                                        .ascending = true, .writers = shared, .what = what,
                                        .lim = c->lim};
     rc = dlock__etcd_queue_find(s, &oldest);
+    c->out.no_marker &= !oldest.out.paged; /* (counted at an earlier revision) */
     json_t *owner = oldest.out.kv;
     c->out.owner_rev = owner ? dlock__etcd_int(owner, "create_revision") : c->out.my_rev;
     if (c->out.owner_rev > c->out.my_rev)
@@ -193,16 +199,18 @@ static int put_if_alone(struct contender *c, int64_t lease)
     struct etcd_backend *s = c->s;
     const char *pfx = c->pfx, *key = c->key, *value = dlock__etcd_hold_value(s, c->h);
     c->out.my_rev = 0;
-    c->out.busy = false;
+    c->out.busy = c->out.no_marker = false;
     char *pb = dlock__etcd_b64(pfx, strlen(pfx)), *pe = dlock__etcd_prefix_end_b64(pfx);
     char *kb = dlock__etcd_b64(key, strlen(key)), *vb = dlock__etcd_b64(value, strlen(value));
     char *ls = dlock__etcd_i64s(lease);
     json_t *req = NULL;
     if (pb && pe && kb && vb && ls)
-        req = json_pack("{s:[{s:s, s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}], s:[{s:o}]}",
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, {s:o}],"
+                        " s:[{s:o}]}",
                         "compare", "result", "EQUAL", "target", "LEASE", "key", pb, "range_end",
                         pe, "lease", "0",
                         "success", "request_put", "key", kb, "value", vb, "lease", ls,
+                        "request_range", dlock__etcd_delay_probe(s, c->h->name),
                         "failure", "request_range", dlock__etcd_queue_range(pfx, true, 0));
     free(pb);
     free(pe);
@@ -220,6 +228,7 @@ static int put_if_alone(struct contender *c, int64_t lease)
         return rc;
     if (json_is_true(json_object_get(reply, "succeeded"))) {
         c->out.my_rev = dlock__etcd_header_rev(reply);
+        c->out.no_marker = dlock__etcd_delay_absent(reply, 1);
         json_decref(reply);
         return c->out.my_rev > 0 ? DLOCK_OK
                                  : dlock__err(DLOCK_EPROTO, "%s: %s: the reply has no revision",
@@ -246,6 +255,7 @@ struct queue_look {
     bool mine_exists; /* our key is still there */
     char *pred;       /* the contender just before ours, caller frees; NULL = ours */
     bool moved;       /* ours, and our key moved to the hold's lease */
+    bool no_marker;   /* no lock-delay marker was counted (delay_probe) */
     int64_t at;       /* the revision the answer is from */
     int code;         /* as dlock__etcd_call's */
 };
@@ -262,7 +272,7 @@ static int look(const struct contender *c, int64_t hold_lease, struct queue_look
     const char *pfx = c->pfx, *key = c->key, *value = dlock__etcd_hold_value(s, c->h);
     int64_t my_rev = c->out.my_rev;
     l->pred = NULL;
-    l->moved = false;
+    l->moved = l->no_marker = false;
     bool shared = c->h->mode == DLOCK_SHARED;
     char *pb = dlock__etcd_b64(pfx, strlen(pfx)), *pe = dlock__etcd_prefix_end_b64(pfx);
     char *kb = dlock__etcd_b64(key, strlen(key)), *vb = dlock__etcd_b64(value, strlen(value));
@@ -271,14 +281,16 @@ static int look(const struct contender *c, int64_t hold_lease, struct queue_look
     json_t *req = NULL;
     if (pb && pe && kb && vb && older && mine && ls)
         req = json_pack("{s:[{s:s, s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}],"
-                        " s:[{s:{s:s, s:s, s:s}}], s:[{s:o}, {s:o}]}",
+                        " s:[{s:{s:s, s:s, s:s}}, {s:o}], s:[{s:o}, {s:o}, {s:o}]}",
                         "compare", "result", "GREATER", "target", "CREATE", "key", pb,
                         "range_end", pe, "create_revision", older,
                         "result", "EQUAL", "target", "CREATE", "key", kb, "create_revision",
                         mine,
                         "success", "request_put", "key", kb, "value", vb, "lease", ls,
+                        "request_range", dlock__etcd_delay_probe(s, c->h->name),
                         "failure", "request_range", dlock__etcd_range(key, false), "request_range",
-                        dlock__etcd_queue_range_for(pfx, false, my_rev, shared));
+                        dlock__etcd_queue_range_for(pfx, false, my_rev, shared), "request_range",
+                        dlock__etcd_delay_probe(s, c->h->name));
     free(pb);
     free(pe);
     free(kb);
@@ -295,15 +307,18 @@ static int look(const struct contender *c, int64_t hold_lease, struct queue_look
     l->at = dlock__etcd_header_rev(reply);
     if (json_is_true(json_object_get(reply, "succeeded"))) {
         l->mine_exists = l->moved = true;
+        l->no_marker = dlock__etcd_delay_absent(reply, 1);
         json_decref(reply);
         return DLOCK_OK;
     }
     json_t *kv = dlock__etcd_txn_kv(reply, 0);
     l->mine_exists = kv && dlock__etcd_int(kv, "create_revision") == my_rev;
+    l->no_marker = dlock__etcd_delay_absent(reply, 2);
     struct etcd_queue_search prev = {.pfx = pfx, .resp = dlock__etcd_txn_range(reply, 1),
                                      .bound_rev = my_rev, .writers = shared, .what = what,
                                      .lim = c->lim};
     rc = dlock__etcd_queue_find(s, &prev);
+    l->no_marker &= !prev.out.paged; /* (counted at an earlier revision) */
     json_t *before = prev.out.kv;
     if (before && !(l->pred = dlock__etcd_kv_key(before)))
         rc = dlock__etcd_nomem(s);
@@ -496,11 +511,17 @@ static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const c
  * catch-up loop instead of at once.) Our key's lease WL (the waiters'
  * lease) and the lease LR the hold will hang on are kept alive meanwhile;
  * the keepalives also bound every sleep, as a safety net. Returns DLOCK_OK
- * (ours; *MOVED when the look that said so moved our key to LR),
+ * (ours; *TURN says what the look that said so did and saw),
  * RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. MSG
  * keeps the failure of our last request, "" when it was answered. */
+/* What the look that found our turn did and saw (wait_turn). */
+struct turn {
+    bool moved;     /* our key moved to the hold's lease */
+    bool no_marker; /* no lock-delay marker counted */
+};
+
 static int wait_turn(const struct contender *c, struct dlock__wait *w, struct lease_ref *lr,
-                     struct lease_ref *wl, bool *moved, char msg[DLOCK__MSG_MAX])
+                     struct lease_ref *wl, struct turn *turn, char msg[DLOCK__MSG_MAX])
 {
     struct etcd_backend *s = c->s;
     struct etcd_watch *wt = NULL;
@@ -516,7 +537,8 @@ static int wait_turn(const struct contender *c, struct dlock__wait *w, struct le
         struct queue_look l = {0};
         rc = look(&looker, lr->id, &l);
         char *pred = l.pred; /* ours to free, or to keep as the key watched */
-        *moved = l.moved;
+        turn->moved = l.moved;
+        turn->no_marker = l.no_marker;
         if (rc == DLOCK_EBACKEND && l.code == GRPC_NOT_FOUND) {
             /* "requested lease not found": the hold's lease expired */
             dlock__etcd_lease_dead(s, lr);
@@ -672,7 +694,8 @@ restart:
      * the queue busy creates it there; a reader, or a race with another
      * contender, creates it on the hold's lease and moves it there. */
     struct lease_ref wl = {0};
-    bool on_waiters_lease = false, moved_back = false;
+    bool on_waiters_lease = false;
+    struct turn turn = {false, false};
     if (h->mode != DLOCK_SHARED) {
         rc = put_if_alone(&c, lr.id);
         late_note(&late, lr.id, rc, c.out.resent);
@@ -740,7 +763,7 @@ restart:
             }
         }
         if (!rc)
-            rc = wait_turn(&c, w, &lr, &wl, &moved_back, msg);
+            rc = wait_turn(&c, w, &lr, &wl, &turn, msg);
         if (rc == RESTART) {
             if (on_waiters_lease) /* (a key on the waiters' lease outlives a lost hold lease) */
                 dlock__etcd_delete_key(s, key, c.out.my_rev, dlock__wait_deadline(w), w);
@@ -767,11 +790,15 @@ restart:
     /* Ours -- unless the name is in a lock-delay (delay.c), or the hold
      * before ours ended without its clean release and starts one now:
      * then we step out of the queue, sleep until the delay's end and
-     * start over (our place is lost). Looked at once we won, so an
-     * acquire pays no request for it before. */
+     * start over (our place is lost). The txn that found our key first
+     * counted the marker (delay_probe): only a marker found is looked
+     * at, so an acquire pays no request for the delay when none is
+     * there. */
     int64_t delay_left = 0;
     unsigned delay_seq = dlock__wait_seq(w);
-    rc = dlock__etcd_delay_look(s, h->name, ETCD_DELAY_START, &delay_left, &lim);
+    bool no_marker = c.out.owner_rev == c.out.my_rev ? c.out.no_marker : turn.no_marker;
+    if (!no_marker)
+        rc = dlock__etcd_delay_look(s, h->name, ETCD_DELAY_START, &delay_left, &lim);
     if (!rc && delay_left > 0) {
         withdraw(s, key, c.out.my_rev, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
         rc = dlock__wait_delay(w, delay_seq, delay_left);
@@ -788,7 +815,7 @@ restart:
      * ours did. */
     if (!rc && dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
         rc = dlock__etcd_lease_refresh(s, &lr, &lim);
-    if (!rc && on_waiters_lease && !moved_back) {
+    if (!rc && on_waiters_lease && !turn.moved) {
         rc = move_key(s, h, key, c.out.my_rev, lr.id, &c.out.code, &lim);
         if (rc == DLOCK_EBACKEND && c.out.code == GRPC_NOT_FOUND)
             rc = DLOCK_ELOST;

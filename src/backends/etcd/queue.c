@@ -178,6 +178,7 @@ int dlock__etcd_queue_find(struct etcd_backend *s, struct etcd_queue_search *q)
     json_t *resp = q->resp; /* the page and its bound move on as it pages */
     int64_t bound_rev = q->bound_rev;
     q->out.kv = NULL;
+    q->out.paged = false;
     json_t *reply = NULL;
     int rc = DLOCK_OK;
     for (;;) {
@@ -193,6 +194,7 @@ int dlock__etcd_queue_find(struct etcd_backend *s, struct etcd_queue_search *q)
         if (resp)
             bound_rev = last;
         json_t *req = dlock__etcd_queue_range_for(q->pfx, q->ascending, bound_rev, q->writers);
+        q->out.paged = true;
         json_decref(reply);
         reply = NULL;
         rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/range", req, &reply, q->what, NULL, NULL,

@@ -24,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DELAY_NODE "_dlock_delay"
-
 struct marker {
     unsigned long long token;
     long long delay_ms, start_ms; /* START_MS: servers' ms; 0: held */
@@ -34,7 +32,7 @@ struct marker {
 
 static char *delay_path(const char *lockpath)
 {
-    return dlock__sprintf("%s/" DELAY_NODE, lockpath);
+    return dlock__sprintf("%s/" ZK_DELAY_NODE, lockpath);
 }
 
 static int read_marker(struct zk_backend *zb, struct zk_session *s, const char *path,

@@ -349,6 +349,7 @@ struct queue_look {
         int pos;      /* 0: ours, else our index */
         char *pred;   /* owned, full path; when not ours */
         char *holder; /* owned, the first node's name */
+        bool marker;  /* a lock-delay marker is among the children */
     } out;
 };
 
@@ -383,6 +384,9 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, struct qu
     }
     if (rc != ZOK)
         return rc;
+    q->out.marker = false;
+    for (int32_t i = 0; i < kids.count && !q->out.marker; i++)
+        q->out.marker = strcmp(kids.data[i], ZK_DELAY_NODE) == 0;
     dlock__zk_sort_lock_nodes(&kids);
     rc = ZNONODE;
     bool reader = dlock__zk_node_kind(me) == ZK_KIND_READ;
@@ -407,10 +411,12 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, struct qu
 }
 
 /* The acquire of a lock and its lock-delay (delay.c), looked at once the
- * node came first (an acquire pays no request for it before): in a delay
- * under way, or finding the last hold ended without its clean release
- * (which starts its delay), the contender gives its node back (its place
- * is lost), sleeps until the delay's end and starts over. */
+ * node came first, and only when the listing that said so showed the
+ * marker among the lock node's children (an acquire pays no request for
+ * it otherwise): in a delay under way, or finding the last hold ended
+ * without its clean release (which starts its delay), the contender
+ * gives its node back (its place is lost), sleeps until the delay's end
+ * and starts over. */
 static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct zk_backend *zb = state;
@@ -427,7 +433,8 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
         unsigned seq = dlock__wait_seq(w);
         err = dlock__zk_hold_session(zb, h, &s);
         if (!err && s) {
-            err = dlock__zk_delay_look(zb, s, lockpath, ZK_DELAY_START, &left);
+            if (((struct zk_hold *)h->bdata)->delay_listed)
+                err = dlock__zk_delay_look(zb, s, lockpath, ZK_DELAY_START, &left);
             dlock__zk_session_put(zb, s);
         }
         if (err || left > 0) {
@@ -564,6 +571,7 @@ restart:
             mine = NULL;
             zh->gen = s->gen;
             zh->czxid = czxid;
+            zh->delay_listed = look.out.marker;
             h->bdata = zh;
             h->token = (uint64_t)czxid;
             snprintf(h->owner, sizeof h->owner, "%s", zk_basename_of(zh->path));

@@ -51,6 +51,7 @@
 #define ZK_DEFAULT_BASE "/dlock"
 #define ZK_PROTECTED "_c_"    /* Curator's protected-mode prefix */
 #define ZK_LOCK_MARK "lock-"  /* Curator's lock name, sorted on what follows */
+#define ZK_DELAY_NODE "_dlock_delay" /* a lock node's lock-delay marker (delay.c) */
 #define ZK_WRITE_MARK "__WRIT__" /* InterProcessReadWriteLock's write lock */
 #define ZK_READ_MARK "__READ__"  /* and its read lock */
 #define ZK_LATCH_MARK "latch-"   /* Curator's LeaderLatch (elections) */
@@ -134,6 +135,8 @@ struct zk_hold {
                       for a downgrade (rwlock.c), or NULL */
     int64_t shadow_czxid;
     bool delay_armed; /* it wrote a lock-delay marker (delay.c) */
+    bool delay_listed; /* the listing that found it first showed a
+                          lock-delay marker: look at it (delay.c) */
 };
 
 /* ------------------------------------------------------ waiting on calls */

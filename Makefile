@@ -156,6 +156,12 @@ EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*
 ifneq ($(call have,libpq),y)
 EXAMPLE_BIN := $(filter-out %/fence_pg,$(EXAMPLE_BIN))
 endif
+# examples/async_uv.c (the asynchronous calls on a libuv loop) needs
+# libuv1-dev; tests/check_async.c runs its loops on libuv and libevent
+# when they are installed.
+ifneq ($(call have,libuv),y)
+EXAMPLE_BIN := $(filter-out %/async_uv,$(EXAMPLE_BIN))
+endif
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
@@ -290,6 +296,16 @@ $(BUILD)/examples/%: examples/%.c $(SHARED)
 	$(CC) -Iinclude $(ALL_CFLAGS) $(EXAMPLE_CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD) -ldlock -Wl,-rpath,'$$ORIGIN/..' $(EXAMPLE_LIBS) -lpthread
 $(BUILD)/examples/fence_pg: private EXAMPLE_CFLAGS = $(shell pkg-config --cflags libpq)
 $(BUILD)/examples/fence_pg: private EXAMPLE_LIBS = $(shell pkg-config --libs libpq)
+$(BUILD)/examples/async_uv: private EXAMPLE_LIBS = $(shell pkg-config --libs libuv)
+ifeq ($(call have,libuv),y)
+$(BUILD)/tests/check_async: private DEP_CFLAGS += -DDLOCK_HAVE_LIBUV $(shell pkg-config --cflags libuv)
+$(BUILD)/tests/check_async: private LIBS += $(shell pkg-config --libs libuv)
+endif
+ifeq ($(call have,libevent),y)
+$(BUILD)/tests/check_async: private DEP_CFLAGS += -DDLOCK_HAVE_LIBEVENT $(shell pkg-config --cflags libevent)
+$(BUILD)/tests/check_async: private LIBS += $(shell pkg-config --libs libevent)
+endif
+$(BUILD)/tests/check_async: $(wildcard include/dlock/adapters/*.h)
 $(BUILD)/tests/check_fencing_pg: private DEP_CFLAGS += $(shell pkg-config --cflags libpq) -Iexamples
 $(BUILD)/tests/check_fencing_pg: private LIBS += $(shell pkg-config --libs libpq)
 $(BUILD)/tests/check_fencing_pg: examples/fence_pg.c
@@ -424,14 +440,16 @@ check-san-ci:
 	$(MAKE) SAN=1 check-san-ci
 endif
 # The part of `make check TSAN=1` CI runs (.ci/run): the core, the API,
-# the multi-lock suite, the contract on the file and redis fixtures, and
+# the asynchronous calls (16 s: their pool, parking and exactly-once
+# delivery), the multi-lock suite, the contract on the file and redis
+# fixtures, and
 # the cluster test whose keeper renews each master's holds in a thread of
 # its own (14 s under load; check_cluster whole is 90 s).
 # The whole suite under TSan takes about 27 minutes on the CI machine,
 # more than CI can give it: run `make check TSAN=1` by hand for a change
 # to threads.
 ifeq ($(TSAN),1)
-TSAN_CI_BIN = $(addprefix $(BUILD)/tests/,check_core check_api check_multi check_contract check_cluster)
+TSAN_CI_BIN = $(addprefix $(BUILD)/tests/,check_core check_api check_async check_multi check_contract check_cluster)
 check-tsan-ci: all check-symbols $(TSAN_CI_BIN)
 	$(CHECK_ENV) DLOCK_BIN=$(CURDIR)/$(CLI) tests/run-tests.sh $(filter-out %/check_contract %/check_cluster,$(TSAN_CI_BIN))
 	$(CHECK_ENV) DLOCK_BIN=$(CURDIR)/$(CLI) DLOCK_TEST='cluster/renewals_go_on_with_a_master_paused' tests/run-tests.sh $(BUILD)/tests/check_cluster
@@ -465,6 +483,8 @@ man3_names = $(shell sed -n '/^\.SH NAME/{n;s/ *\\-.*//;s/,/ /g;p;q}' $(1))
 install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3
 	install -m 644 include/dlock.h $(DESTDIR)$(INCLUDEDIR)/
+	install -d $(DESTDIR)$(INCLUDEDIR)/dlock/adapters
+	install -m 644 include/dlock/adapters/*.h $(DESTDIR)$(INCLUDEDIR)/dlock/adapters/
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdlock.so

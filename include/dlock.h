@@ -656,6 +656,95 @@ DLOCK_EXTERN int dlock_lock_cancel(dlock_lock *l);
 DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *l);
 DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
 
+/* ------------------------------------------------------ asynchronous calls */
+
+/* For event loops (libuv, libevent, epoll): an acquire that waits holds no
+ * thread, and its outcome comes to the loop's thread as a callback. The
+ * shape is libpq's and hiredis's: dlock_client_fd() is a descriptor the
+ * loop watches for reading; when it is readable, dlock_dispatch() runs the
+ * callbacks of the calls that ended, in the calling thread. Nothing runs
+ * user code on a library thread. include/dlock/adapters/libuv.h and
+ * libevent.h wire the descriptor into those loops (header-only).
+ *
+ * Asynchronous calls go through handles made with DLOCK_LOCK_HANDLE_OWNED:
+ * the hold belongs to the handle, so dlock_release(), dlock_token() and
+ * dlock_validity_ms() work from any thread, the callback's included. One
+ * asynchronous call per handle is in flight at a time.
+ *
+ * A start call that returns DLOCK_OK has started the call: its callback
+ * runs exactly once, from dlock_dispatch() (or from dlock_client_close(),
+ * which runs the callbacks still owed before it returns: none runs after).
+ * A start call that fails started nothing and no callback runs.
+ *
+ * What parks: while an acquire waits it holds no thread (the library's
+ * small pool -- two threads per client -- resumes it when the backend's
+ * push says the lock may be free: a Redis release message; or at the
+ * holder's lease end, at the wait's end, or on a cancel). Backends: a
+ * waiting acquire parks on redis (redis://, sentinel, cluster) for plain
+ * locks, exclusive and shared; DLOCK_LOCK_FAIR handles there, and every
+ * other backend (file, etcd, zk, postgres, mysql, redlock), answer a
+ * waiting acquire with DLOCK_ENOTSUP naming the backend -- DLOCK_TRY is
+ * asynchronous on every backend (a pool thread makes the one attempt). */
+
+/* The completion of an asynchronous call through handle L: RC is what the
+ * blocking call would have returned (its message is dlock_errmsg() in the
+ * callback). L is NULL when the handle was freed before the completion
+ * was dispatched (RC then DLOCK_ECANCELED; a hold taken ended with the
+ * handle). Runs in the thread calling dlock_dispatch(), or the one
+ * calling dlock_client_close(). It may call anything on the client:
+ * start another asynchronous call (its own callback comes from a later
+ * dispatch), release, free L -- but not dlock_dispatch() or
+ * dlock_client_close(). */
+typedef void (*dlock_done_fn)(dlock_lock *l, int rc, void *arg);
+
+/* dlock_acquire_ex() without blocking: start acquiring L, waiting up to
+ * WAIT_MS (DLOCK_TRY, a number of ms, DLOCK_FOREVER), cancelable by
+ * CANCEL (may be NULL) and by dlock_lock_cancel(L); DONE(L, rc, ARG) comes
+ * with its outcome -- every code of dlock_acquire_ex(): DLOCK_OK (held
+ * through the handle; dlock_token() has its token), DLOCK_EBUSY (a try),
+ * DLOCK_ETIMEDOUT, DLOCK_ECANCELED (also: the client closed, the handle
+ * freed), failures. Re-entry: a handle that holds L already re-enters
+ * (the count goes up) and DONE comes with DLOCK_OK.
+ * Returns DLOCK_OK (started); DLOCK_EINVAL (L or DONE NULL, a bad
+ * WAIT_MS, a handle made without DLOCK_LOCK_HANDLE_OWNED); DLOCK_EBUSY
+ * (an acquire or release through L is in progress); DLOCK_ECANCELED
+ * (CANCEL fired already); DLOCK_ENOTSUP (a wait, WAIT_MS != 0, on a
+ * backend whose waits cannot park yet: the message names it; a fair
+ * lock on redis is refused by its first attempt, so DONE gets that
+ * DLOCK_ENOTSUP); DLOCK_EMISUSE (after close or fork; a cancel object of the
+ * parent); DLOCK_ENOMEM; DLOCK_EIO (no eventfd, no pool thread). On
+ * failure nothing was started and L's state is unchanged.
+ * Threads: any; DONE runs as dlock_done_fn says. */
+DLOCK_EXTERN int dlock_acquire_async(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel,
+                                     dlock_done_fn done, void *arg);
+
+/* dlock_release() without blocking the caller on the server's reply:
+ * release one level of L's hold on a pool thread; DONE(L, rc, ARG) comes
+ * with dlock_release()'s code. Returns DLOCK_OK (started); DLOCK_EINVAL
+ * (L or DONE NULL, a handle made without DLOCK_LOCK_HANDLE_OWNED);
+ * DLOCK_ENOTOWNER (L holds nothing); DLOCK_EBUSY (an acquire or release
+ * through L is in progress); DLOCK_EMISUSE (after close or fork);
+ * DLOCK_ENOMEM; DLOCK_EIO. On failure nothing was started. Threads: any.
+ * (The blocking dlock_release() works on such holds too.) */
+DLOCK_EXTERN int dlock_release_async(dlock_lock *l, dlock_done_fn done, void *arg);
+
+/* The descriptor of C's completions: readable while completions wait for
+ * dlock_dispatch(). Watch it for reading only; never read, write or close
+ * it (dlock_client_close() closes it: stop watching first). The first
+ * call binds C's completions to the calling thread, the loop's: from
+ * then on dlock_dispatch() from another thread is DLOCK_EMISUSE. Returns
+ * the descriptor (>= 0), or DLOCK_EINVAL (C NULL), DLOCK_EMISUSE (after
+ * close or fork, not connected), DLOCK_ENOMEM, DLOCK_EIO (no eventfd). */
+DLOCK_EXTERN int dlock_client_fd(dlock_client *c);
+
+/* Run the callbacks of C's asynchronous calls that ended (those queued
+ * when it starts; one a callback starts comes later), in the calling
+ * thread, in the order they ended. Returns how many ran (>= 0), or
+ * DLOCK_EINVAL (C NULL), DLOCK_EMISUSE (after close or fork, from a
+ * thread other than the one dlock_client_fd() bound -- without it the
+ * first dispatching thread binds --, or from inside a callback). */
+DLOCK_EXTERN int dlock_dispatch(dlock_client *c);
+
 /* ------------------------------------------------------- a lock's value */
 
 /* A lock's value: each lock name may carry a small value (up to

@@ -284,6 +284,27 @@ struct dlock__lock_ops {
      * prepare. */
     void (*share)(void *state, struct dlock__hold *h);
 
+    /* The asynchronous acquire's attempt (async.c), which parks its wait
+     * between attempts instead of sleeping in a thread: one attempt at H
+     * that never sleeps. The first call (*PARK NULL) arms the wake-up
+     * first -- W registered where a release of H->name reaches it with
+     * dlock__wait_wake(): a subscription, a watch -- and sets *PARK to
+     * what disarm() undoes (it may set it even when failing). DLOCK_OK as
+     * acquire(); DLOCK_EBUSY: still held, W armed, a wake or W's retry
+     * time (dlock__wait_retry_at) brings the next attempt; any other
+     * code: a failure, nothing held. W's deadline bounds each request.
+     * NULL: the backend's waiting acquires need a thread (the core then
+     * answers an asynchronous acquire that may wait with DLOCK_ENOTSUP;
+     * DLOCK_TRY goes through acquire()). */
+    int (*try_armed)(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park);
+
+    /* The end of an asynchronous acquire that called try_armed(): undo
+     * the wake-up's registration and free PARK (NULL: nothing armed).
+     * RC is the acquire's outcome (DLOCK_OK: H is held); returns it,
+     * or a better-worded failure in its place (an outage that outlived
+     * the wait). Called once, from a core thread, no core lock held. */
+    int (*disarm)(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park, int rc);
+
     /* For dlock_lock_inherit_fd(): a new descriptor of H's kernel lock
      * without close-on-exec, which a child keeps across exec; from then
      * on H's release only closes. -1 with a message on failure. Called
@@ -540,6 +561,9 @@ struct dlock_client {
                                from then, the bound of everything close does
                                for the server -- releases, owed cleanups, the
                                backend's own close (dlock__close_deadline) */
+
+    struct dlock__async *async; /* asynchronous calls (async.c): made by
+                                   the first one, under mu; NULL: none yet */
 
     /* observability (observe.c): the log hook under log_mu (log_level
      * also read without it, atomically), counters updated atomically */

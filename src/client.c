@@ -378,6 +378,7 @@ static void client_free(dlock_client *c)
     if (dlock__forked(c))
         return;
     dlock__cleanup_close(c, false, DLOCK__NEVER); /* no thread is left to race: free only */
+    dlock__async_free(c);
     if (c->buckets) {
         for (size_t i = 0; i < DLOCK__BUCKETS; i++)
             while (c->buckets[i]) {
@@ -428,6 +429,7 @@ void dlock_client_close(dlock_client *c)
     if (!dlock__forked(c)) {
         /* One deadline for all of it: at most one bounded attempt at what
          * is owed (a keeper's slice in flight counts as that attempt). */
+        dlock__async_close(c); /* its completions run now, before anything ends */
         int64_t deadline = dlock__now_ms() + c->opts.op_timeout_ms;
         pthread_mutex_lock(&c->mu);
         __atomic_store_n(&c->close_deadline, deadline, __ATOMIC_RELEASE);

@@ -132,6 +132,25 @@ void dlock__cancel_detach(dlock_cancel *k, struct dlock__waitref *r);
  * runs): called by a wait using K before it sleeps. Idempotent. */
 int dlock__cancel_arm(dlock_cancel *k);
 
+/* lock.c's pieces of an acquire that async.c drives too: take R off
+ * LIST; re-enter the hold H its owner already has (mutex held); the
+ * message of outcome RC of an acquire of E that waited WAIT_MS (see
+ * lock.c). */
+void dlock__waitref_remove(struct dlock__waitref **list, struct dlock__waitref *r);
+int dlock__reenter(const dlock_lock *l, struct dlock__hold *h);
+int dlock__acquire_outcome(struct dlock__entry *e, int rc, int64_t wait_ms, int64_t delay_until);
+
+/* Asynchronous calls (async.c). dlock__async_close(): the first thing a
+ * client's close does -- no new call starts, every one in flight ends
+ * (DLOCK_ECANCELED when it was waiting), the pool stops and the
+ * completions not yet dispatched run in the closing thread.
+ * dlock__async_free(): the rest, as the client's memory goes.
+ * dlock__async_forget(): before handle L is freed, its calls in flight
+ * are canceled and awaited; their completions come with a NULL handle. */
+void dlock__async_close(dlock_client *c);
+void dlock__async_free(dlock_client *c);
+void dlock__async_forget(dlock_lock *l);
+
 unsigned dlock__hash(const char *s);
 /* Free an entry taken out of the registry (client closing). */
 void dlock__entry_free(struct dlock__entry *e);

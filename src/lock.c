@@ -298,7 +298,7 @@ dlock_mode dlock_lock_mode(const dlock_lock *l)
     return l ? l->mode : DLOCK_EXCLUSIVE;
 }
 
-static void waitref_remove(struct dlock__waitref **list, struct dlock__waitref *r)
+void dlock__waitref_remove(struct dlock__waitref **list, struct dlock__waitref *r)
 {
     while (*list && *list != r)
         list = &(*list)->next;
@@ -412,7 +412,7 @@ static int handle_turn(dlock_client *c, dlock_lock *l, struct dlock__wait *w)
 /* The owner acquiring through L already holds H: re-enter (mutex held).
  * Exclusive then shared re-enters the exclusive hold (a writer may read);
  * shared then exclusive is an upgrade: refused (dlock.h). */
-static int reenter(const dlock_lock *l, struct dlock__hold *h)
+int dlock__reenter(const dlock_lock *l, struct dlock__hold *h)
 {
     const char *name = l->e->name;
     if (h->state == DLOCK__LOST)
@@ -455,7 +455,7 @@ static void hold_share(dlock_client *c, struct dlock__hold *h)
 /* The message of a contention outcome RC of an acquire of E's name that
  * waited WAIT_MS, the name's lock-delay ending at DELAY_UNTIL (monotonic
  * ms; 0: none seen); other codes pass through with their message. */
-static int acquire_outcome(struct dlock__entry *e, int rc, int64_t wait_ms, int64_t delay_until)
+int dlock__acquire_outcome(struct dlock__entry *e, int rc, int64_t wait_ms, int64_t delay_until)
 {
     int64_t delay_left = delay_until ? delay_until - dlock__now_ms() : 0;
     if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_EBUSY) && delay_left > 0)
@@ -543,16 +543,16 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     struct dlock__hold *h = rc ? NULL : dlock__hold_of(e, owner);
     if (rc || h) {
         if (h)
-            rc = reenter(l, h);
+            rc = dlock__reenter(l, h);
         if (!rc && h && h->mode == DLOCK_EXCLUSIVE && l->mode == DLOCK_SHARED &&
             h->shared_levels == 1)
             hold_share(c, h);
-        waitref_remove(&l->waits, &ref);
+        dlock__waitref_remove(&l->waits, &ref);
         pthread_mutex_unlock(&c->mu);
         if (cancel)
             dlock__cancel_detach(cancel, &cref);
         dlock__wait_destroy(&w);
-        return acquire_outcome(e, rc, wait_ms, 0);
+        return dlock__acquire_outcome(e, rc, wait_ms, 0);
     }
     e->refs++;
     if (l->owner)
@@ -577,14 +577,14 @@ int dlock_acquire_ex(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel)
     }
 
     pthread_mutex_lock(&c->mu);
-    waitref_remove(&l->waits, &ref);
+    dlock__waitref_remove(&l->waits, &ref);
     rc = dlock__acquire_end(l, h, rc, claimed);
     pthread_mutex_unlock(&c->mu);
     if (cancel)
         dlock__cancel_detach(cancel, &cref);
     note_acquire(c, e, &w, rc, started);
     dlock__wait_destroy(&w);
-    return acquire_outcome(e, rc, wait_ms, w.delay_until);
+    return dlock__acquire_outcome(e, rc, wait_ms, w.delay_until);
 }
 
 struct dlock__hold *dlock__hold_make(dlock_lock *l)
@@ -681,6 +681,8 @@ void dlock_lock_free(dlock_lock *l)
         return;
     dlock_client *c = l->c;
     bool forked = dlock__forked(c); /* then only the handle's own memory goes */
+    if (!forked)
+        dlock__async_forget(l); /* its asynchronous calls end first */
     if (!forked) {
         pthread_mutex_lock(&c->mu);
         /* Its queued lost callbacks go; a running one ends first (unless

@@ -146,10 +146,21 @@ struct dlock__wait {
     int64_t delay_until; /* monotonic ms the name's lock-delay ends, as the
                             backend's last look saw it; 0: none seen
                             (dlock__wait_in_delay) */
+    /* A parked asynchronous acquire (async.c): called after every wake
+     * and cancel of the wait, with no lock of the wait's held; NULL for
+     * a wait a thread sleeps in. */
+    void (*on_wake)(struct dlock__wait *w);
+    int64_t retry_at; /* set by a backend's try_armed(): try again by
+                         then even without a wake (dlock__wait_retry_at) */
 };
 
 unsigned dlock__wait_seq(struct dlock__wait *w);
 void dlock__wait_wake(struct dlock__wait *w);
+/* For a backend's try_armed() (backend.h) that answers DLOCK_EBUSY: no
+ * wake may come before UNTIL (monotonic ms: the holder's lease end, a
+ * lock-delay's end, an outage's next retry), so the core tries again
+ * then. Without it the core waits for a wake or the deadline. */
+void dlock__wait_retry_at(struct dlock__wait *w, int64_t until);
 /* Sleep until woken since SEQ, canceled, the wait's deadline, or UNTIL
  * (monotonic ms, a safety net such as the lock's TTL; DLOCK__NEVER for
  * none). Returns DLOCK_OK (woken, or UNTIL passed: try again),

@@ -29,6 +29,8 @@ void dlock__wait_init(struct dlock__wait *w, int64_t deadline)
     w->next = NULL;
     w->slept = false;
     w->delay_until = 0;
+    w->on_wake = NULL;
+    w->retry_at = DLOCK__NEVER;
 }
 
 void dlock__wait_destroy(struct dlock__wait *w)
@@ -50,6 +52,8 @@ void dlock__wait_cancel(struct dlock__wait *w)
     }
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    if (w->on_wake)
+        w->on_wake(w);
 }
 
 unsigned dlock__wait_seq(struct dlock__wait *w)
@@ -66,6 +70,14 @@ void dlock__wait_wake(struct dlock__wait *w)
     w->seq++;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    if (w->on_wake)
+        w->on_wake(w);
+}
+
+void dlock__wait_retry_at(struct dlock__wait *w, int64_t until)
+{
+    if (until < w->retry_at)
+        w->retry_at = until;
 }
 
 static struct timespec abs_time(int64_t ms)

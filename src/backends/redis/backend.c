@@ -233,6 +233,8 @@ static const struct dlock__lock_ops redis_lock_ops = {
     .release = dlock__redis_release_hold,
     .release_within = dlock__redis_release_within,
     .downgrade = dlock__redis_rw_downgrade,
+    .try_armed = dlock__redis_try_armed,
+    .disarm = dlock__redis_disarm,
 };
 
 static const struct dlock__multi_ops redis_multi_ops = {

@@ -669,22 +669,25 @@ bool dlock__redis_outage_note(struct dlock__redis_outage *o, int rc, bool unavai
     return true;
 }
 
+int64_t dlock__redis_try_again_at(int64_t ttl_ms, int64_t lease_ms, int64_t outage_ms)
+{
+    int64_t now = dlock__now_ms();
+    if (outage_ms > 0)
+        return now + outage_ms;
+    if (ttl_ms == -1)
+        return now + lease_ms; /* a foreign lock without expiry */
+    if (ttl_ms < 0)
+        return now; /* vanished between the two calls: try at once */
+    /* PTTL rounds down; 0 = expiring now; an absurd TTL is clamped */
+    return now + (ttl_ms < DLOCK__MAX_DURATION_MS ? ttl_ms : DLOCK__MAX_DURATION_MS) + 1;
+}
+
 int dlock__redis_wait_sleep(struct dlock__wait *w, unsigned seq, int64_t ttl_ms, int64_t lease_ms,
                             const struct dlock__redis_outage *o, int outage_rc, const char *where,
                             const char *key)
 {
     int64_t outage_ms = o ? o->ms : 0;
-    int64_t now = dlock__now_ms();
-    int64_t until;
-    if (outage_ms > 0)
-        until = now + outage_ms;
-    else if (ttl_ms == -1)
-        until = now + lease_ms; /* a foreign lock without expiry */
-    else if (ttl_ms < 0)
-        until = now; /* vanished between the two calls: try at once */
-    else /* PTTL rounds down; 0 = expiring now; an absurd TTL is clamped */
-        until = now + (ttl_ms < DLOCK__MAX_DURATION_MS ? ttl_ms : DLOCK__MAX_DURATION_MS) + 1;
-    int rc = dlock__wait_sleep(w, seq, until);
+    int rc = dlock__wait_sleep(w, seq, dlock__redis_try_again_at(ttl_ms, lease_ms, outage_ms));
     if (rc == DLOCK_ETIMEDOUT && outage_ms > 0)
         return dlock__err(outage_rc, "%s (still failing when the wait for '%s' ended)", o->msg,
                           key);

@@ -34,7 +34,7 @@
 
 /* ================================================================= locks */
 
-static void owner_of(struct redis_state *s, struct dlock__hold *h)
+void dlock__redis_owner_of(struct redis_state *s, struct dlock__hold *h)
 {
     snprintf(h->owner, sizeof h->owner, "%s:%ld", s->uuid, h->tid);
 }
@@ -150,8 +150,9 @@ static void with_delay(struct delay_args *d, const struct acquire_args *a,
     d->len[13] = (size_t)dl;
 }
 
-static int try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
-                       int64_t lease_ms, struct dlock__wait *w, const char *stage, int64_t *ttl_ms)
+int dlock__redis_try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
+                             int64_t lease_ms, struct dlock__wait *w, const char *stage,
+                             int64_t *ttl_ms)
 {
     /* the cancel owed and the acquire share one budget */
     int64_t deadline = dlock__time_budget(dlock__wait_deadline(w), s->op_timeout_ms);
@@ -237,7 +238,7 @@ static int acquire_lock(struct redis_state *s, struct dlock__hold *h, struct dlo
     int64_t lease = h->lease_ms;
     int64_t ttl = 0;
 
-    rc = try_acquire(s, h, &k, lease, w, dlock__wait_try_once(w) ? "0" : "1", &ttl);
+    rc = dlock__redis_try_acquire(s, h, &k, lease, w, dlock__wait_try_once(w) ? "0" : "1", &ttl);
     rc = cut_by_the_wait(s, w, k.lock, rc);
     if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && !dlock__wait_try_once(w))
         goto unwait; /* a first try cut short may have recorded a waiting writer */
@@ -260,7 +261,7 @@ static int acquire_lock(struct redis_state *s, struct dlock__hold *h, struct dlo
          * so the first sleep lasts until the confirmation wakes us. */
         if (!first || dlock__redis_rw_listening(s, h, &k)) {
             dlock__redis_rw_heard(s, h, &k, w);
-            rc = try_acquire(s, h, &k, lease, w, "2", &ttl);
+            rc = dlock__redis_try_acquire(s, h, &k, lease, w, "2", &ttl);
             if (rc == DLOCK_ECONN && !outage.ms &&
                 (rc = cut_by_the_wait(s, w, k.lock, rc)) == DLOCK_ETIMEDOUT)
                 break;
@@ -287,7 +288,7 @@ out:
 int dlock__redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct redis_state *s = state;
-    owner_of(s, h);
+    dlock__redis_owner_of(s, h);
     int rc = acquire_lock(s, h, w);
     if (rc == DLOCK_OK) /* where the new holder runs, for inspect (record.c) */
         dlock__redis_record_touch(s, h->lease_ms, DLOCK__NEVER);

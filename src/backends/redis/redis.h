@@ -790,6 +790,11 @@ struct dlock__redis_outage {
  * ends it. True while the wait goes on (busy or outage), false for any
  * other RC (acquired, or a failure the caller returns). */
 bool dlock__redis_outage_note(struct dlock__redis_outage *o, int rc, bool unavail_too);
+/* When a waiter whom no release message wakes tries lock KEY again
+ * (monotonic ms): after O's pause OUTAGE_MS (> 0) in an outage, else at
+ * the end of the holder's lease TTL_MS as the try saw it (-1: a lock
+ * without expiry, LEASE_MS then; < -1: at once). */
+int64_t dlock__redis_try_again_at(int64_t ttl_ms, int64_t lease_ms, int64_t outage_ms);
 /* A waiter's sleep between two tries of lock KEY: W from SEQ until a
  * wake, or the holder's lease TTL_MS as the try saw it (-1: a lock
  * without expiry, LEASE_MS then; < -1: try at once), or O's pause while
@@ -857,6 +862,22 @@ int dlock__redis_acquire_reply(struct redis_state *s, struct dlock__hold *h,
  * election's on its lock too; and the backend's renew (the keeper's
  * batch). */
 int dlock__redis_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+/* The lock's pieces that async.c drives too: H's owner field from its
+ * owner id; one acquire attempt within W's deadline (STAGE "0" try once,
+ * "1" a wait's first try, "2" a later one: a waiting writer keeps new
+ * readers out), DLOCK_EBUSY with *TTL_MS the holder's lease left. */
+void dlock__redis_owner_of(struct redis_state *s, struct dlock__hold *h);
+int dlock__redis_try_acquire(struct redis_state *s, struct dlock__hold *h, const struct lock_keys *k,
+                             int64_t lease_ms, struct dlock__wait *w, const char *stage,
+                             int64_t *ttl_ms);
+/* ------------------------------------------------------------ async.c */
+
+/* The lock ops' try_armed and disarm (backend.h): an asynchronous
+ * acquire's attempts, parked by the core between them. */
+int dlock__redis_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park);
+int dlock__redis_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                        int rc);
+
 int dlock__redis_release_hold(void *state, struct dlock__hold *h);
 int dlock__redis_release_within(void *state, struct dlock__hold *h, int64_t deadline);
 int dlock__redis_renew(void *state, struct dlock__renew_batch *b);

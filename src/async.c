@@ -1,0 +1,670 @@
+/* async.c -- asynchronous acquire and release for event loops: a
+ * waiting acquire holds no thread, and completions reach the caller's
+ * loop through a descriptor and dlock_dispatch().
+ *
+ * A blocking acquire is a loop in the backend: try, sleep on the wait
+ * (a release message wakes it), try again. Here the core drives that
+ * loop instead. Each call is an op: the wait it would have slept in,
+ * with a hook (on_wake) that every wake and cancel of it calls. A small
+ * pool of threads per client runs the attempts through the backend's
+ * try_armed() (backend.h), which arms the wake-up on its first call (a
+ * Redis subscription) and never sleeps. A busy attempt parks the op:
+ * no thread holds it while it waits. A wake, a cancel, the backend's
+ * retry time (the holder's lease end) or the wait's deadline makes it
+ * runnable again; a pool thread takes it, tries again, and so on. When
+ * it ends, disarm() undoes the wake-up and the op goes on the completion
+ * queue, whose eventfd the loop watches; dlock_dispatch() runs the
+ * callbacks in the loop's thread.
+ *
+ * Every op ends exactly once: the pool finishes it (DONE) and only a
+ * dispatch -- or the client's close -- delivers and frees it. Close
+ * cancels what runs or waits, waits for the pool to finish it all, and
+ * delivers the rest itself, so no callback runs after close returns.
+ *
+ * Locks: the client's mutex (c->mu) before the async state's (a->mu),
+ * never the other way; a wait's own mutex is not held when its hook runs.
+ * The parked ops' times are found by a scan of the ops when a pool
+ * thread idles: fine for hundreds of waiters, a heap for ten thousand.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define POOL_THREADS 2
+
+enum op_kind { OP_ACQUIRE, OP_RELEASE };
+enum op_state { OP_RUNNABLE, OP_RUNNING, OP_PARKED, OP_DONE };
+
+struct op {
+    struct dlock__wait w; /* first: the wake hook finds the op from it */
+    struct dlock__async *a;
+    dlock_lock *l; /* NULL once the handle was freed before delivery */
+    dlock_done_fn done;
+    void *arg;
+    enum op_kind kind;
+    enum op_state state; /* under a->mu */
+    int64_t wait_ms;
+    int64_t until; /* PARKED: runnable by then (monotonic ms) */
+    dlock_cancel *cancel;
+    struct dlock__waitref ref, cref; /* on l->waits, on the cancel object */
+    struct dlock__hold *h;
+    bool claimed; /* the local claim of a CLIENT_OWNER backend */
+    bool armed;   /* try_armed() was called: disarm() is owed */
+    void *park;   /* the backend's, between try_armed() and disarm() */
+    int rc;
+    char msg[DLOCK__MSG_MAX];
+    struct op *next;                /* the run queue or the done queue */
+    struct op *all_prev, *all_next; /* every op not yet delivered */
+};
+
+struct dlock__async {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* an op runnable, a parked op's time, stop (monotonic) */
+    pthread_cond_t idle_cv; /* an op ended (close and forget wait on it) */
+    struct op *all;
+    struct op *run_head, *run_tail;
+    struct op *done_head, *done_tail;
+    int efd; /* readable while done ops wait */
+    pthread_t threads[POOL_THREADS];
+    unsigned nthreads;
+    bool stop;
+    bool closing;
+    long loop_tid;    /* the thread dispatching; 0: not bound yet */
+    bool dispatching; /* a dispatch runs callbacks now */
+};
+
+/* ------------------------------------------------------------------ queues */
+
+static void push(struct op **head, struct op **tail, struct op *op)
+{
+    op->next = NULL;
+    if (*tail)
+        (*tail)->next = op;
+    else
+        *head = op;
+    *tail = op;
+}
+
+static struct op *pop(struct op **head, struct op **tail)
+{
+    struct op *op = *head;
+    if (op && !(*head = op->next))
+        *tail = NULL;
+    return op;
+}
+
+static void all_unlink(struct dlock__async *a, struct op *op)
+{
+    if (op->all_prev)
+        op->all_prev->all_next = op->all_next;
+    else
+        a->all = op->all_next;
+    if (op->all_next)
+        op->all_next->all_prev = op->all_prev;
+}
+
+/* OP can run: queue it for the pool (a->mu held). */
+static void make_runnable(struct dlock__async *a, struct op *op)
+{
+    op->state = OP_RUNNABLE;
+    push(&a->run_head, &a->run_tail, op);
+    pthread_cond_signal(&a->cv);
+}
+
+/* Every wake and cancel of a parked op's wait: run it again. */
+static void op_woken(struct dlock__wait *w)
+{
+    struct op *op = (struct op *)w;
+    struct dlock__async *a = op->a;
+    pthread_mutex_lock(&a->mu);
+    if (op->state == OP_PARKED)
+        make_runnable(a, op);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* OP ended with RC and the calling thread's message: queue its
+ * completion for dispatch. */
+static void op_finish(struct op *op, int rc)
+{
+    struct dlock__async *a = op->a;
+    op->rc = rc;
+    dlock__errmsg_save(op->msg);
+    pthread_mutex_lock(&a->mu);
+    op->state = OP_DONE;
+    push(&a->done_head, &a->done_tail, op);
+    uint64_t one = 1;
+    ssize_t n = write(a->efd, &one, sizeof one);
+    (void)n; /* an eventfd's counter does not fill up at these numbers */
+    pthread_cond_broadcast(&a->idle_cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void op_free(struct op *op)
+{
+    dlock__wait_destroy(&op->w);
+    free(op);
+}
+
+/* -------------------------------------------------------------- attempts */
+
+/* The end of acquire OP with RC: the backend's wake-up undone, the hold
+ * registered or dropped as the blocking acquire does. */
+static void acquire_end(struct op *op, int rc)
+{
+    dlock_lock *l = op->l;
+    dlock_client *c = l->c;
+    if (op->armed)
+        rc = c->be->locks->disarm(c->bstate, op->h, &op->w, op->park, rc);
+    op->park = NULL;
+    if (!rc && op->h->lease_ms && op->h->valid_until == DLOCK__NEVER)
+        dlock__hold_confirmed(c, op->h, dlock__now_ms()); /* a backend that did not */
+    if (op->cancel)
+        dlock__cancel_detach(op->cancel, &op->cref);
+    struct dlock__entry *e = l->e; /* the handle keeps it */
+    pthread_mutex_lock(&c->mu);
+    dlock__waitref_remove(&l->waits, &op->ref);
+    rc = dlock__acquire_end(l, op->h, rc, op->claimed);
+    pthread_mutex_unlock(&c->mu);
+    op->h = NULL;
+    if (rc == DLOCK_OK)
+        DLOCK__COUNT(c, acquisitions, 1);
+    rc = dlock__acquire_outcome(e, rc, op->wait_ms, op->w.delay_until);
+    op_finish(op, rc);
+}
+
+/* Park OP after a busy attempt begun at wake count SEQ: until a wake,
+ * its retry time or its deadline. A wake since SEQ runs it at once. */
+static void park(struct op *op, unsigned seq)
+{
+    struct dlock__async *a = op->a;
+    int64_t until = op->w.retry_at < op->w.deadline ? op->w.retry_at : op->w.deadline;
+    pthread_mutex_lock(&a->mu);
+    op->w.slept = true;
+    op->until = until;
+    if (dlock__wait_seq(&op->w) != seq || dlock__wait_canceled(&op->w) ||
+        until <= dlock__now_ms()) {
+        make_runnable(a, op);
+    } else {
+        op->state = OP_PARKED;
+        pthread_cond_signal(&a->cv); /* an idle thread times it */
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* One step of acquire OP on a pool thread: an attempt, then park or end. */
+static void acquire_step(struct op *op)
+{
+    dlock_client *c = op->l->c;
+    unsigned seq = dlock__wait_seq(&op->w);
+    int rc;
+    dlock__msg_clear();
+    if (dlock__wait_canceled(&op->w)) {
+        rc = DLOCK_ECANCELED;
+    } else if (op->wait_ms == 0) {
+        rc = dlock__wait_outcome(&op->w, dlock__backend_acquire(c, op->h, &op->w));
+    } else if (op->armed && dlock__now_ms() >= op->w.deadline) {
+        rc = DLOCK_ETIMEDOUT; /* acquire_outcome words it */
+    } else {
+        op->w.retry_at = DLOCK__NEVER;
+        op->armed = true;
+        rc = c->be->locks->try_armed(c->bstate, op->h, &op->w, &op->park);
+        int armed = rc == DLOCK_EBUSY && op->cancel ? dlock__cancel_arm(op->cancel) : DLOCK_OK;
+        if (armed) /* else a fire from now on reaches the parked wait */
+            rc = armed;
+        if (rc == DLOCK_EBUSY) {
+            park(op, seq);
+            return;
+        }
+        rc = dlock__wait_outcome(&op->w, rc);
+        if (rc == DLOCK_ETIMEDOUT)
+            dlock__msg_clear();
+    }
+    acquire_end(op, rc);
+}
+
+static void release_step(struct op *op)
+{
+    dlock__msg_clear();
+    op_finish(op, dlock_release(op->l));
+}
+
+/* A pool thread: runs runnable ops, and times the parked ones. */
+static void *pool_main(void *arg)
+{
+    struct dlock__async *a = arg;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        struct op *op = pop(&a->run_head, &a->run_tail);
+        if (op) {
+            op->state = OP_RUNNING;
+            pthread_mutex_unlock(&a->mu);
+            if (op->kind == OP_ACQUIRE)
+                acquire_step(op);
+            else
+                release_step(op);
+            pthread_mutex_lock(&a->mu);
+            continue;
+        }
+        if (a->stop)
+            break;
+        int64_t now = dlock__now_ms(), next = DLOCK__NEVER;
+        for (struct op *p = a->all; p; p = p->all_next) {
+            if (p->state != OP_PARKED)
+                continue;
+            if (p->until <= now)
+                make_runnable(a, p);
+            else if (p->until < next)
+                next = p->until;
+        }
+        if (a->run_head)
+            continue;
+        if (next == DLOCK__NEVER) {
+            pthread_cond_wait(&a->cv, &a->mu);
+        } else {
+            struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000L};
+            pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ the client */
+
+/* Stop and join A's pool threads; no op may run or wait any more. */
+static void pool_stop(struct dlock__async *a)
+{
+    pthread_mutex_lock(&a->mu);
+    a->stop = true;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    for (unsigned i = 0; i < a->nthreads; i++)
+        pthread_join(a->threads[i], NULL);
+    a->nthreads = 0;
+}
+
+/* C's async state, made (eventfd, pool) by the first call (c->mu held). */
+static int async_get(dlock_client *c, struct dlock__async **out)
+{
+    struct dlock__async *a = c->async;
+    if (a) {
+        *out = a;
+        return a->closing ? dlock__err(DLOCK_EMISUSE, "%s: the client is closing", c->url.redacted)
+                          : DLOCK_OK;
+    }
+    a = calloc(1, sizeof *a);
+    if (!a)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (a->efd < 0) {
+        int rc = dlock__errno(DLOCK_EIO, errno, "%s: eventfd for completions", c->url.redacted);
+        free(a);
+        return rc;
+    }
+    pthread_mutex_init(&a->mu, NULL);
+    dlock__cond_init_monotonic(&a->cv);
+    dlock__cond_init_monotonic(&a->idle_cv);
+    /* Pool threads take no signals: the program's handlers run in its
+     * own threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = 0;
+    for (; !err && a->nthreads < POOL_THREADS; a->nthreads++)
+        err = pthread_create(&a->threads[a->nthreads], NULL, pool_main, a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err) {
+        a->nthreads--; /* the one that failed */
+        int rc =
+            dlock__errno(DLOCK_EIO, err, "%s: a thread for asynchronous calls", c->url.redacted);
+        pool_stop(a); /* no op was started */
+        c->async = a;
+        dlock__async_free(c);
+        return rc;
+    }
+    c->async = a;
+    *out = a;
+    return DLOCK_OK;
+}
+
+/* The checks every start call makes of L and DONE; C's async state into
+ * *A (c->mu held on success only). */
+static int start_enter(dlock_lock *l, dlock_done_fn done, const char *fn, struct dlock__async **a)
+{
+    dlock__msg_clear();
+    if (!l || !done)
+        return dlock__err(DLOCK_EINVAL, "%s: NULL argument", fn);
+    int rc = dlock__check_client(l->c);
+    if (rc)
+        return rc;
+    if (!l->owner)
+        return dlock__err(DLOCK_EINVAL,
+                          "lock '%s': %s needs a handle made with DLOCK_LOCK_HANDLE_OWNED (its "
+                          "hold belongs to the handle, not to a thread)",
+                          l->e->name, fn);
+    pthread_mutex_lock(&l->c->mu);
+    if ((rc = async_get(l->c, a)))
+        pthread_mutex_unlock(&l->c->mu);
+    else if (l->acquiring || l->releasing) {
+        pthread_mutex_unlock(&l->c->mu);
+        rc = dlock__err(DLOCK_EBUSY,
+                        "lock '%s': this handle is busy (an acquire or release "
+                        "through it is in progress)",
+                        l->e->name);
+    }
+    return rc;
+}
+
+static struct op *op_new(dlock_lock *l, struct dlock__async *a, enum op_kind kind, int64_t deadline)
+{
+    struct op *op = calloc(1, sizeof *op);
+    if (!op)
+        return NULL;
+    dlock__wait_init(&op->w, deadline);
+    op->w.on_wake = op_woken;
+    op->a = a;
+    op->l = l;
+    op->kind = kind;
+    op->ref.w = op->cref.w = &op->w;
+    return op;
+}
+
+/* Hand OP to the pool (or, DONE, to the completion queue). */
+static void op_start(struct dlock__async *a, struct op *op, bool done)
+{
+    pthread_mutex_lock(&a->mu);
+    op->all_next = a->all;
+    if (a->all)
+        a->all->all_prev = op;
+    a->all = op;
+    if (!done)
+        make_runnable(a, op);
+    pthread_mutex_unlock(&a->mu);
+    if (done)
+        op_finish(op, DLOCK_OK);
+}
+
+int dlock_acquire_async(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dlock_done_fn done,
+                        void *arg)
+{
+    dlock__msg_clear();
+    if (l && wait_ms < 0 && wait_ms != DLOCK_FOREVER)
+        return dlock__err(DLOCK_EINVAL,
+                          "lock '%s': wait of %lld ms: a wait is DLOCK_TRY (0), a number of ms, "
+                          "or DLOCK_FOREVER (-1)",
+                          l->e->name, (long long)wait_ms);
+    if (l && wait_ms != 0 && !l->c->be->locks->try_armed)
+        return dlock__err(DLOCK_ENOTSUP,
+                          "lock '%s': the %s backend cannot park a waiting acquire yet (an "
+                          "asynchronous acquire there is DLOCK_TRY only: use dlock_acquire() in "
+                          "a thread to wait)",
+                          l->e->name, l->c->be->name);
+    if (dlock_cancel_fired(cancel))
+        return dlock__err(DLOCK_ECANCELED, "lock '%s': canceled before the acquire began",
+                          l ? l->e->name : "?");
+    struct dlock__async *a;
+    int rc = start_enter(l, done, "dlock_acquire_async", &a);
+    if (rc)
+        return rc;
+    dlock_client *c = l->c;
+    struct op *op = op_new(l, a, OP_ACQUIRE, dlock__deadline(wait_ms));
+    if (!op) {
+        pthread_mutex_unlock(&c->mu);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    op->done = done;
+    op->arg = arg;
+    op->wait_ms = wait_ms;
+    struct dlock__hold *held = dlock__hold_of(l->e, l->owner);
+    if (held) { /* re-entry: no request, the completion is queued at once */
+        rc = dlock__reenter(l, held);
+        pthread_mutex_unlock(&c->mu);
+        if (rc) {
+            op_free(op);
+            return rc;
+        }
+        op_start(a, op, true);
+        return DLOCK_OK;
+    }
+    if (cancel && (rc = dlock__cancel_attach(cancel, &op->cref))) {
+        pthread_mutex_unlock(&c->mu);
+        op_free(op);
+        return rc == DLOCK_ECANCELED ? dlock__err(DLOCK_ECANCELED,
+                                                  "lock '%s': canceled before "
+                                                  "the acquire began",
+                                                  l->e->name)
+                                     : rc;
+    }
+    op->cancel = cancel;
+    op->w.cancel = cancel;
+    rc = dlock__acquire_claim_now(l);
+    if (!rc && !(op->h = dlock__hold_make(l)))
+        rc =
+            dlock__acquire_end(l, NULL, DLOCK_ENOMEM, (c->be->caps & DLOCK__CAP_CLIENT_OWNER) != 0);
+    if (rc) {
+        pthread_mutex_unlock(&c->mu);
+        if (cancel)
+            dlock__cancel_detach(cancel, &op->cref);
+        op_free(op);
+        return rc == DLOCK_ENOMEM ? dlock__err(rc, "out of memory") : rc;
+    }
+    op->claimed = (c->be->caps & DLOCK__CAP_CLIENT_OWNER) != 0;
+    op->ref.next = l->waits;
+    l->waits = &op->ref;
+    pthread_mutex_unlock(&c->mu);
+    op_start(a, op, false);
+    return DLOCK_OK;
+}
+
+int dlock_release_async(dlock_lock *l, dlock_done_fn done, void *arg)
+{
+    struct dlock__async *a;
+    int rc = start_enter(l, done, "dlock_release_async", &a);
+    if (rc)
+        return rc;
+    dlock_client *c = l->c;
+    struct op *op = NULL;
+    if (!dlock__hold_of(l->e, l->owner))
+        rc = dlock__not_held(l);
+    else if (!(op = op_new(l, a, OP_RELEASE, DLOCK__NEVER)))
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_unlock(&c->mu);
+    if (rc)
+        return rc;
+    op->done = done;
+    op->arg = arg;
+    op_start(a, op, false);
+    return DLOCK_OK;
+}
+
+int dlock_client_fd(dlock_client *c)
+{
+    dlock__msg_clear();
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    if (!c->connected)
+        return dlock__err(DLOCK_EMISUSE, "%s: connect the client first", c->url.redacted);
+    struct dlock__async *a;
+    pthread_mutex_lock(&c->mu);
+    if (!(rc = async_get(c, &a))) {
+        pthread_mutex_lock(&a->mu);
+        if (!a->loop_tid)
+            a->loop_tid = dlock__tid();
+        rc = a->efd;
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Run OP's callback and free it (a->mu not held). */
+static void deliver(struct op *op)
+{
+    dlock__err(op->rc, "%s", op->msg);
+    if (op->done)
+        op->done(op->l, op->rc, op->arg);
+    op_free(op);
+}
+
+/* The next done op to deliver, unlinked (a->mu held); NULL: none. */
+static struct op *take_done(struct dlock__async *a)
+{
+    struct op *op = pop(&a->done_head, &a->done_tail);
+    if (op)
+        all_unlink(a, op);
+    return op;
+}
+
+int dlock_dispatch(dlock_client *c)
+{
+    dlock__msg_clear();
+    int rc = dlock__check_client(c);
+    if (rc)
+        return rc;
+    struct dlock__async *a;
+    pthread_mutex_lock(&c->mu);
+    rc = async_get(c, &a);
+    pthread_mutex_unlock(&c->mu);
+    if (rc)
+        return rc;
+    long me = dlock__tid();
+    pthread_mutex_lock(&a->mu);
+    if (!a->loop_tid)
+        a->loop_tid = me;
+    if (a->loop_tid != me || a->dispatching) {
+        bool nested = a->loop_tid == me;
+        pthread_mutex_unlock(&a->mu);
+        return nested ? dlock__err(DLOCK_EMISUSE, "%s: dlock_dispatch() from inside a callback",
+                                   c->url.redacted)
+                      : dlock__err(DLOCK_EMISUSE,
+                                   "%s: dlock_dispatch() from thread %ld; the client's "
+                                   "completions belong to thread %ld (dlock_client_fd())",
+                                   c->url.redacted, me, a->loop_tid);
+    }
+    a->dispatching = true;
+    uint64_t count;
+    ssize_t got =
+        read(a->efd, &count, sizeof count); /* before taking: a later one stays readable */
+    (void)got;
+    struct op *batch = NULL, *tail = NULL, *op;
+    while ((op = pop(&a->done_head, &a->done_tail)))
+        push(&batch, &tail, op);
+    int n = 0;
+    while (batch) {
+        op = pop(&batch, &tail);
+        all_unlink(a, op);
+        pthread_mutex_unlock(&a->mu);
+        deliver(op);
+        n++;
+        pthread_mutex_lock(&a->mu);
+    }
+    a->dispatching = false;
+    pthread_mutex_unlock(&a->mu);
+    dlock__msg_clear();
+    return n;
+}
+
+/* --------------------------------------------------------- ending calls */
+
+/* Cancel the waits of the acquires not ended yet (all, or ONLY's), and
+ * wait until no op (all, or ONLY's) runs or waits any more (no lock
+ * held). A release is not canceled: it ends within the op timeout. */
+static void end_ops(dlock_client *c, struct dlock__async *a, const dlock_lock *only)
+{
+    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&a->mu);
+    size_t n = 0;
+    for (struct op *op = a->all; op; op = op->all_next)
+        n += op->kind == OP_ACQUIRE && op->state != OP_DONE && (!only || op->l == only);
+    struct dlock__wait **ws = n ? calloc(n, sizeof *ws) : NULL;
+    size_t k = 0;
+    for (struct op *op = a->all; ws && op; op = op->all_next)
+        if (op->kind == OP_ACQUIRE && op->state != OP_DONE && (!only || op->l == only))
+            ws[k++] = &op->w;
+    pthread_mutex_unlock(&a->mu);
+    /* An acquire ends (then is freed by a dispatch) only through c->mu,
+     * held here: none of these goes meanwhile. */
+    for (size_t i = 0; i < k; i++)
+        dlock__wait_cancel(ws[i]);
+    pthread_mutex_unlock(&c->mu);
+    free(ws);
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        bool busy = false;
+        for (struct op *op = a->all; op && !busy; op = op->all_next)
+            busy = op->state != OP_DONE && (!only || op->l == only);
+        if (!busy)
+            break;
+        pthread_cond_wait(&a->idle_cv, &a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+void dlock__async_forget(dlock_lock *l)
+{
+    dlock_client *c = l->c;
+    pthread_mutex_lock(&c->mu);
+    struct dlock__async *a = c->async;
+    pthread_mutex_unlock(&c->mu);
+    if (!a)
+        return;
+    end_ops(c, a, l);
+    pthread_mutex_lock(&a->mu);
+    for (struct op *op = a->all; op; op = op->all_next)
+        if (op->l == l) {
+            op->l = NULL;
+            op->rc = DLOCK_ECANCELED;
+            snprintf(op->msg, sizeof op->msg,
+                     "lock '%s': the handle was freed before its completion was dispatched",
+                     l->e->name);
+        }
+    pthread_mutex_unlock(&a->mu);
+}
+
+void dlock__async_close(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    struct dlock__async *a = c->async;
+    if (a) {
+        pthread_mutex_lock(&a->mu);
+        a->closing = true;
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!a)
+        return;
+    end_ops(c, a, NULL);
+    pool_stop(a);
+    /* The completions still owed run here: none after close returns. */
+    for (;;) {
+        pthread_mutex_lock(&a->mu);
+        struct op *op = take_done(a);
+        pthread_mutex_unlock(&a->mu);
+        if (!op)
+            break;
+        deliver(op);
+    }
+}
+
+void dlock__async_free(dlock_client *c)
+{
+    struct dlock__async *a = c->async;
+    if (!a)
+        return;
+    close(a->efd);
+    pthread_cond_destroy(&a->cv);
+    pthread_cond_destroy(&a->idle_cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+    c->async = NULL;
+}

@@ -1,0 +1,694 @@
+/* check_async.c -- the asynchronous calls (src/async.c): acquires that
+ * wait without a thread, completions through dlock_client_fd() and
+ * dlock_dispatch(), exactly once each, the close and free rules; on the
+ * file backend (a try, and the refusal of a wait it cannot park) and on
+ * a real redis-server (parked waits woken by release messages). Each
+ * test runs in its own process with a time limit; the only times
+ * checked are lower bounds or generous ones.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "testutil.h"
+#ifdef DLOCK_HAVE_REDIS
+#include "fixture_redis.h"
+#endif
+#ifdef DLOCK_HAVE_LIBUV
+#include "dlock/adapters/libuv.h"
+#endif
+#ifdef DLOCK_HAVE_LIBEVENT
+#include "dlock/adapters/libevent.h"
+#endif
+
+/* ------------------------------------------------------------- helpers */
+
+#define LOG_MAX 256
+
+/* What completions came: their handles and codes, in order. */
+struct done_log {
+    int n;
+    dlock_lock *l[LOG_MAX];
+    int rc[LOG_MAX];
+    char msg[LOG_MAX][128];
+};
+
+static void on_done(dlock_lock *l, int rc, void *arg)
+{
+    struct done_log *d = arg;
+    ck_assert_int_lt(d->n, LOG_MAX);
+    d->l[d->n] = l;
+    d->rc[d->n] = rc;
+    snprintf(d->msg[d->n], sizeof d->msg[0], "%s", dlock_errmsg());
+    d->n++;
+}
+
+/* The loop: wait on C's descriptor and dispatch, until *COUNT reaches
+ * WANT or MAX_MS passed. Returns whether it did. */
+static bool pump_until(dlock_client *c, const int *count, int want, int max_ms)
+{
+    int fd = dlock_client_fd(c);
+    ck_assert_int_ge(fd, 0);
+    int64_t end = tu_mono_ms() + max_ms;
+    while (*count < want) {
+        int64_t left = end - tu_mono_ms();
+        if (left <= 0)
+            return false;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(left < 100 ? left : 100)) > 0)
+            ck_assert_int_ge(dlock_dispatch(c), 0);
+    }
+    return true;
+}
+
+static dlock_lock *owned(dlock_client *c, const char *name)
+{
+    dlock_lock *l;
+    ck_assert_int_eq(dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &l),
+                     DLOCK_OK);
+    return l;
+}
+
+static int threads_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* The frame of a contended test: client C for the asynchronous side, and
+ * on another client a RIVAL handle on NAME, holding it when HELD. */
+struct contended {
+    dlock_client *c, *other;
+    dlock_lock *rival;
+};
+
+static void contended_open(struct contended *x, const char *server, const char *name, bool held)
+{
+    ck_assert_int_eq(dlock_open(server, &x->c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(server, &x->other), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_new(x->other, name, DLOCK_EXCLUSIVE, 0, &x->rival), DLOCK_OK);
+    if (held)
+        ck_assert_int_eq(dlock_acquire(x->rival, DLOCK_TRY), DLOCK_OK);
+}
+
+/* Frees the rival (its hold ends) and closes both clients. */
+static void contended_close(struct contended *x)
+{
+    dlock_lock_free(x->rival);
+    dlock_client_close(x->c);
+    dlock_client_close(x->other);
+}
+
+/* ------------------------------------------------------ the file backend */
+
+static char *dir, *url;
+
+static void setup(void)
+{
+    tu_file_fixture("async", &dir, &url);
+}
+
+static void teardown(void)
+{
+    tu_file_fixture_end(&dir, &url);
+}
+
+TU_TEST(file_try_takes_and_refuses, 30)
+{
+    struct contended x;
+    contended_open(&x, url, "job", false);
+    dlock_client *c = x.c;
+    dlock_lock *l = owned(c, "job"), *rival = x.rival;
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_TRY, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 10000));
+    ck_assert_int_eq(d.rc[0], DLOCK_OK);
+    ck_assert_ptr_eq(d.l[0], l);
+    uint64_t token;
+    ck_assert_int_eq(dlock_token(l, &token), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_EBUSY);
+
+    /* a wait cannot park on file: refused, naming the backend */
+    dlock_lock *l2 = owned(c, "job");
+    ck_assert_int_eq(dlock_acquire_async(l2, 1000, NULL, on_done, &d), DLOCK_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "file backend"));
+
+    /* a try of another handle is busy */
+    ck_assert_int_eq(dlock_acquire_async(l2, DLOCK_TRY, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 10000));
+    ck_assert_int_eq(d.rc[1], DLOCK_EBUSY);
+
+    ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 3, 10000));
+    ck_assert_int_eq(d.rc[2], DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_ENOTOWNER);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    contended_close(&x);
+    ck_assert_int_eq(d.n, 3);
+}
+
+TU_TEST(start_refusals, 30)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    dlock_lock *per_thread, *l = owned(c, "x");
+    ck_assert_int_eq(dlock_lock_new(c, "x", DLOCK_EXCLUSIVE, 0, &per_thread), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(per_thread, 0, NULL, on_done, &d), DLOCK_EINVAL);
+    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "DLOCK_LOCK_HANDLE_OWNED"));
+    ck_assert_int_eq(dlock_acquire_async(l, 0, NULL, NULL, &d), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_acquire_async(l, -7, NULL, on_done, &d), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_ENOTOWNER);
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l, 0, k, on_done, &d), DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_dispatch(NULL), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_client_fd(NULL), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_dispatch(c), 0);
+    ck_assert_int_eq(d.n, 0);
+    dlock_lock_free(l);
+    dlock_lock_free(per_thread);
+    dlock_cancel_free(k);
+    dlock_client_close(c);
+}
+
+/* Re-entry through the handle: queued at once, the count goes up. */
+TU_TEST(reentry_counts, 30)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    dlock_lock *l = owned(c, "r");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 0, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 10000));
+    ck_assert_int_eq(dlock_acquire_async(l, 0, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 10000));
+    ck_assert_int_eq(d.rc[1], DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(l), 2);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+struct other_thread {
+    dlock_client *c;
+    int rc;
+};
+
+static void *dispatch_there(void *arg)
+{
+    struct other_thread *t = arg;
+    t->rc = dlock_dispatch(t->c);
+    return NULL;
+}
+
+static void dispatch_inside(dlock_lock *l, int rc, void *arg)
+{
+    (void)l;
+    (void)rc;
+    struct other_thread *t = arg;
+    t->rc = dlock_dispatch(t->c);
+}
+
+/* The loop's thread alone dispatches, never from inside a callback. */
+TU_TEST(dispatch_thread_rules, 30)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    ck_assert_int_ge(dlock_client_fd(c), 0); /* binds this thread */
+    struct other_thread t = {c, 1};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, dispatch_there, &t), 0);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(t.rc, DLOCK_EMISUSE);
+    dlock_lock *l = owned(c, "d");
+    t.rc = 1;
+    ck_assert_int_eq(dlock_acquire_async(l, 0, NULL, dispatch_inside, &t), DLOCK_OK);
+    int fd = dlock_client_fd(c);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, 10000), 1);
+    ck_assert_int_eq(dlock_dispatch(c), 1);
+    ck_assert_int_eq(t.rc, DLOCK_EMISUSE);
+    dlock_client_close(c);
+    ck_assert_int_eq(dlock_dispatch(c), DLOCK_EMISUSE); /* its memory lives with L */
+    dlock_lock_free(l);
+}
+
+/* A handle freed with its completion not dispatched: the completion
+ * still comes, once, with no handle and DLOCK_ECANCELED. */
+TU_TEST(handle_freed_before_dispatch, 30)
+{
+    struct contended x;
+    contended_open(&x, url, "f", false);
+    dlock_client *c = x.c;
+    dlock_lock *l = owned(c, "f"), *rival = x.rival;
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 0, NULL, on_done, &d), DLOCK_OK);
+    int fd = dlock_client_fd(c);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, 10000), 1); /* ended, not dispatched */
+    dlock_lock_free(l);
+    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_OK); /* the hold ended */
+    ck_assert_int_eq(dlock_dispatch(c), 1);
+    ck_assert_int_eq(d.n, 1);
+    ck_assert_ptr_null(d.l[0]);
+    ck_assert_int_eq(d.rc[0], DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_dispatch(c), 0);
+    contended_close(&x);
+}
+
+/* ------------------------------------------------------------- on Redis */
+
+#ifdef DLOCK_HAVE_REDIS
+static struct fx_redis srv;
+
+static void redis_setup(void)
+{
+    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
+}
+
+static void redis_teardown(void)
+{
+    fx_redis_stop(&srv);
+}
+
+TU_CASE(redis, redis_setup, redis_teardown, TU_AROUND_EACH)
+
+/* A holder elsewhere: the asynchronous acquire waits (nothing comes)
+ * until the release, then holds with a newer token; the blocking side
+ * is kept out until its asynchronous release. */
+TU_TEST_IN(redis, waits_for_a_blocking_holder, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "w", true);
+    dlock_client *c = x.c;
+    dlock_lock *rival = x.rival, *l = owned(c, "w");
+    uint64_t t1, t2;
+    ck_assert_int_eq(dlock_token(rival, &t1), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 30000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 500)); /* held elsewhere: waits */
+    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_token(l, &t2), DLOCK_OK);
+    ck_assert_uint_gt(t2, t1);
+    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 20000));
+    ck_assert_int_eq(d.rc[1], DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
+/* The wait's bound: DLOCK_ETIMEDOUT, not before the bound. */
+TU_TEST_IN(redis, wait_bound, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "b", true);
+    dlock_client *c = x.c;
+    dlock_lock *l = owned(c, "b");
+    struct done_log d = {0};
+    int64_t t0 = tu_mono_ms();
+    ck_assert_int_eq(dlock_acquire_async(l, 300, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_int_ge(tu_mono_ms() - t0, 300);
+    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_ptr_nonnull(strstr(d.msg[0], "'b'"));
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
+/* A parked wait canceled by dlock_lock_cancel() and by a cancel object. */
+TU_TEST_IN(redis, cancel_while_parked, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "k", true);
+    dlock_client *c = x.c;
+    dlock_lock *rival = x.rival, *l = owned(c, "k"), *l2 = owned(c, "k");
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l2, DLOCK_FOREVER, k, on_done, &d), DLOCK_OK);
+    ck_assert_msg(!pump_until(c, &d.n, 1, 300), "%d: %s", d.rc[0], d.msg[0]); /* both parked */
+    ck_assert_int_eq(dlock_lock_cancel(l), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_ptr_eq(d.l[0], l);
+    ck_assert_int_eq(d.rc[0], DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 20000));
+    ck_assert_ptr_eq(d.l[1], l2);
+    ck_assert_int_eq(d.rc[1], DLOCK_ECANCELED);
+    /* nothing left behind: the rival's release is the only holder's */
+    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_TRY, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 3, 20000));
+    ck_assert_int_eq(d.rc[2], DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_cancel_free(k);
+    contended_close(&x);
+}
+
+#define PARKED 40
+
+/* Close with acquires parked: each completes exactly once, during the
+ * close, with DLOCK_ECANCELED; the waiters held no thread meanwhile. */
+TU_TEST_IN(redis, close_ends_each_once_and_waiters_hold_no_thread, 60)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(srv.url, &other), DLOCK_OK);
+    dlock_lock *rival, *ls[PARKED];
+    ck_assert_int_eq(dlock_lock_new(other, "c", DLOCK_EXCLUSIVE, 0, &rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_OK);
+    struct done_log d = {0};
+    ls[0] = owned(c, "c");
+    ck_assert_int_eq(dlock_acquire_async(ls[0], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 300)); /* the pool and the hub run now */
+    int before = threads_now();
+    for (int i = 1; i < PARKED; i++) {
+        ls[i] = owned(c, "c");
+        ck_assert_int_eq(dlock_acquire_async(ls[i], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    }
+    ck_assert(!pump_until(c, &d.n, 1, 500));
+    int during = threads_now();
+    ck_assert_msg(during - before <= 2, "%d threads before, %d with %d waiters parked", before,
+                  during, PARKED);
+    dlock_client_close(c);
+    ck_assert_int_eq(d.n, PARKED);
+    for (int i = 0; i < PARKED; i++) {
+        ck_assert_int_eq(d.rc[i], DLOCK_ECANCELED);
+        for (int j = 0; j < i; j++)
+            ck_assert_ptr_ne(d.l[i], d.l[j]);
+    }
+    for (int i = 0; i < PARKED; i++)
+        dlock_lock_free(ls[i]);
+    ck_assert_int_eq(d.n, PARKED);
+    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
+    dlock_lock_free(rival);
+    dlock_client_close(other);
+}
+
+/* Callbacks that go on: a taken lock is released from its callback,
+ * whose callback frees the handle and starts the next handle's acquire. */
+struct chain {
+    dlock_client *c;
+    dlock_lock *ls[3];
+    int step, done;
+    int rcs[8];
+};
+
+static void chain_released(dlock_lock *l, int rc, void *arg);
+
+static void chain_acquired(dlock_lock *l, int rc, void *arg)
+{
+    struct chain *ch = arg;
+    ch->rcs[ch->step++] = rc;
+    ck_assert_int_eq(dlock_release_async(l, chain_released, ch), DLOCK_OK);
+}
+
+static void chain_released(dlock_lock *l, int rc, void *arg)
+{
+    struct chain *ch = arg;
+    ch->rcs[ch->step++] = rc;
+    dlock_lock_free(l);
+    if (++ch->done < 3)
+        ck_assert_int_eq(dlock_acquire_async(ch->ls[ch->done], 10000, NULL, chain_acquired, ch),
+                         DLOCK_OK);
+}
+
+TU_TEST_IN(redis, callbacks_release_free_and_start, 60)
+{
+    struct chain ch = {0};
+    ck_assert_int_eq(dlock_open(srv.url, &ch.c), DLOCK_OK);
+    for (int i = 0; i < 3; i++)
+        ch.ls[i] = owned(ch.c, "chain");
+    ck_assert_int_eq(dlock_acquire_async(ch.ls[0], 10000, NULL, chain_acquired, &ch), DLOCK_OK);
+    ck_assert(pump_until(ch.c, &ch.done, 3, 20000));
+    ck_assert_int_eq(ch.step, 6);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(ch.rcs[i], DLOCK_OK);
+    dlock_client_close(ch.c);
+}
+
+/* Two asynchronous waiters and a blocking one on one name: never two
+ * holders at once (INSIDE, set by whoever holds), each served. */
+static atomic_int inside;
+
+struct blocking_turns {
+    const char *url;
+    int turns;
+    int rc, bad;
+};
+
+static void *blocking_main(void *arg)
+{
+    struct blocking_turns *b = arg;
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    b->rc = dlock_open(b->url, &c);
+    if (!b->rc)
+        b->rc = dlock_lock_new(c, "x", DLOCK_EXCLUSIVE, 0, &l);
+    for (int i = 0; !b->rc && i < b->turns; i++) {
+        if ((b->rc = dlock_acquire(l, 20000)))
+            break;
+        b->bad += atomic_fetch_add(&inside, 1) != 0;
+        usleep(2000);
+        atomic_fetch_sub(&inside, 1);
+        b->rc = dlock_release(l);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return NULL;
+}
+
+struct async_turns {
+    dlock_lock *l;
+    int left, done, bad;
+};
+
+static void turn_released(dlock_lock *l, int rc, void *arg);
+
+static void turn_acquired(dlock_lock *l, int rc, void *arg)
+{
+    struct async_turns *t = arg;
+    t->bad += rc != DLOCK_OK;
+    t->bad += atomic_fetch_add(&inside, 1) != 0;
+    usleep(1000);
+    atomic_fetch_sub(&inside, 1);
+    if (dlock_release_async(l, turn_released, t))
+        t->bad++;
+}
+
+static void turn_released(dlock_lock *l, int rc, void *arg)
+{
+    struct async_turns *t = arg;
+    t->bad += rc != DLOCK_OK;
+    if (--t->left == 0)
+        t->done = 1;
+    else if (dlock_acquire_async(l, 20000, NULL, turn_acquired, t))
+        t->bad++;
+}
+
+TU_TEST_IN(redis, exclusion_async_and_blocking, 60)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    struct blocking_turns b = {srv.url, 20, 0, 0};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, blocking_main, &b), 0);
+    int done = 0;
+    struct async_turns t[2] = {{owned(c, "x"), 20, 0, 0}, {owned(c, "x"), 20, 0, 0}};
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(dlock_acquire_async(t[i].l, 20000, NULL, turn_acquired, &t[i]), DLOCK_OK);
+    int64_t end = tu_mono_ms() + 50000;
+    while (!(t[0].done && t[1].done) && tu_mono_ms() < end)
+        pump_until(c, &done, 1, 100);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(b.rc, DLOCK_OK);
+    ck_assert_int_eq(b.bad, 0);
+    ck_assert(t[0].done && t[1].done);
+    ck_assert_int_eq(t[0].bad + t[1].bad, 0);
+    dlock_lock_free(t[0].l);
+    dlock_lock_free(t[1].l);
+    dlock_client_close(c);
+}
+
+/* A rival on another client holds NAME for HOLD_MS, then releases. */
+struct rival {
+    const char *url, *name;
+    int hold_ms;
+    pthread_t th;
+    dlock_client *c;
+    dlock_lock *l;
+};
+
+static void *rival_main(void *arg)
+{
+    struct rival *r = arg;
+    usleep((useconds_t)r->hold_ms * 1000);
+    ck_assert_int_eq(dlock_release(r->l), DLOCK_OK);
+    return NULL;
+}
+
+static void rival_start(struct rival *r)
+{
+    ck_assert_int_eq(dlock_open(r->url, &r->c), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_new(r->c, r->name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &r->l),
+                     DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(r->l, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(pthread_create(&r->th, NULL, rival_main, r), 0);
+}
+
+static void rival_end(struct rival *r)
+{
+    pthread_join(r->th, NULL);
+    dlock_lock_free(r->l);
+    dlock_client_close(r->c);
+}
+
+/* What a loop test saw: the timer's ticks when the acquire came. */
+struct loop_seen {
+    int ticks, ticks_at_acquire, rc, done;
+};
+
+#define LOOP_TICK_MS 50
+#define LOOP_HOLD_MS 1000
+/* The rival holds ~20 ticks; at least a quarter of them must fire while
+ * the acquire waits (a loop a waiting acquire blocked would see none). */
+#define LOOP_MIN_TICKS (LOOP_HOLD_MS / LOOP_TICK_MS / 4)
+
+static void loop_acquired(dlock_lock *l, int rc, void *arg)
+{
+    struct loop_seen *s = arg;
+    s->rc = rc;
+    s->ticks_at_acquire = s->ticks;
+    if (!rc)
+        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    s->done = 1;
+}
+#endif
+
+#if defined DLOCK_HAVE_REDIS && defined DLOCK_HAVE_LIBUV
+struct uv_test {
+    uv_timer_t tick;
+    struct loop_seen seen;
+    dlock_uv *watch;
+};
+
+static void uv_ticked(uv_timer_t *t)
+{
+    struct uv_test *u = t->data;
+    u->seen.ticks++;
+    if (u->seen.done || u->seen.ticks > 40 * LOOP_HOLD_MS / LOOP_TICK_MS) { /* done, or lost */
+        uv_timer_stop(t);
+        uv_close((uv_handle_t *)t, NULL);
+        dlock_uv_detach(u->watch);
+    }
+}
+
+/* A libuv loop's timer fires on while an acquire waits on it. */
+TU_TEST_IN(redis, libuv_loop_runs_while_acquire_waits, 60)
+{
+    struct rival r = {.url = srv.url, .name = "uv", .hold_ms = LOOP_HOLD_MS};
+    rival_start(&r);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    dlock_lock *l = owned(c, "uv");
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    struct uv_test u = {0};
+    ck_assert_int_eq(dlock_uv_attach(&loop, c, &u.watch), 0);
+    uv_timer_init(&loop, &u.tick);
+    u.tick.data = &u;
+    uv_timer_start(&u.tick, uv_ticked, LOOP_TICK_MS, LOOP_TICK_MS);
+    ck_assert_int_eq(dlock_acquire_async(l, 30000, NULL, loop_acquired, &u.seen), DLOCK_OK);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    ck_assert_int_eq(u.seen.done, 1);
+    ck_assert_int_eq(u.seen.rc, DLOCK_OK);
+    ck_assert_msg(u.seen.ticks_at_acquire >= LOOP_MIN_TICKS, "the timer fired %d times",
+                  u.seen.ticks_at_acquire);
+    rival_end(&r);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+#endif
+
+#if defined DLOCK_HAVE_REDIS && defined DLOCK_HAVE_LIBEVENT
+struct ev_test {
+    struct event *tick;
+    struct event_base *base;
+    struct loop_seen seen;
+    dlock_event *watch;
+};
+
+static void ev_ticked(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ev_test *e = arg;
+    e->seen.ticks++;
+    if (e->seen.done || e->seen.ticks > 40 * LOOP_HOLD_MS / LOOP_TICK_MS) {
+        event_del(e->tick);
+        dlock_event_detach(e->watch);
+        e->watch = NULL;
+    }
+}
+
+/* A libevent loop's timer fires on while an acquire waits on it. */
+TU_TEST_IN(redis, libevent_loop_runs_while_acquire_waits, 60)
+{
+    struct rival r = {.url = srv.url, .name = "ev", .hold_ms = LOOP_HOLD_MS};
+    rival_start(&r);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    dlock_lock *l = owned(c, "ev");
+    struct ev_test e = {0};
+    e.base = event_base_new();
+    ck_assert_ptr_nonnull(e.base);
+    ck_assert_int_eq(dlock_event_attach(e.base, c, &e.watch), 0);
+    e.tick = event_new(e.base, -1, EV_PERSIST, ev_ticked, &e);
+    struct timeval every = {0, LOOP_TICK_MS * 1000};
+    ck_assert_int_eq(event_add(e.tick, &every), 0);
+    ck_assert_int_eq(dlock_acquire_async(l, 30000, NULL, loop_acquired, &e.seen), DLOCK_OK);
+    ck_assert_int_eq(event_base_dispatch(e.base), 1); /* 1: no events left */
+    event_free(e.tick);
+    event_base_free(e.base);
+    ck_assert_int_eq(e.seen.done, 1);
+    ck_assert_int_eq(e.seen.rc, DLOCK_OK);
+    ck_assert_msg(e.seen.ticks_at_acquire >= LOOP_MIN_TICKS, "the timer fired %d times",
+                  e.seen.ticks_at_acquire);
+    rival_end(&r);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+#endif
+
+int main(void)
+{
+    return tu_main("async", setup, teardown);
+}

@@ -372,6 +372,36 @@ TU_TEST_IN(redis, cancel_while_parked, 60)
     contended_close(&x);
 }
 
+/* Shared holds: a reader elsewhere lets an asynchronous reader in at
+ * once and keeps an asynchronous writer parked until it goes. */
+TU_TEST_IN(redis, shared_readers_and_a_parked_writer, 60)
+{
+    struct contended x;
+    ck_assert_int_eq(dlock_open(srv.url, &x.c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(srv.url, &x.other), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_new(x.other, "rw", DLOCK_SHARED, 0, &x.rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_OK);
+    dlock_lock *reader, *writer = owned(x.c, "rw");
+    ck_assert_int_eq(dlock_lock_new(x.c, "rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED, &reader),
+                     DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(reader, 20000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_acquire_async(writer, 20000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(x.c, &d.n, 2, 500)); /* two readers hold */
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(!pump_until(x.c, &d.n, 2, 300)); /* one reader still holds */
+    ck_assert_int_eq(dlock_release(reader), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 2, 20000));
+    ck_assert_ptr_eq(d.l[1], writer);
+    ck_assert_msg(d.rc[1] == DLOCK_OK, "%d: %s", d.rc[1], d.msg[1]);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_lock_free(reader);
+    dlock_lock_free(writer);
+    contended_close(&x);
+}
+
 #define PARKED 40
 
 /* Close with acquires parked: each completes exactly once, during the

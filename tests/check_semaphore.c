@@ -36,7 +36,7 @@ static bool has_semaphores(const struct ct_fixture *f)
 {
     return strcmp(f->name, "file") == 0 || strncmp(f->name, "redis", 5) == 0 ||
            strcmp(f->name, "zk") == 0 || strncmp(f->name, "etcd", 4) == 0 ||
-           strcmp(f->name, "mysql") == 0;
+           strcmp(f->name, "mysql") == 0 || strcmp(f->name, "postgres") == 0;
 }
 
 /* Whether the layout stores the permit count (Curator's, on zk, keeps

@@ -129,17 +129,11 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int dlock__pg_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+int dlock__pg_list_names(struct pg_backend *b, const char *sql, const char *what,
+                         const char *pattern, dlock_list_fn fn, void *arg)
 {
-    struct pg_backend *b = state;
-    static const char sql[] =
-        "DELETE FROM " PG_TABLE " WHERE pid NOT IN (SELECT pid FROM pg_stat_activity); "
-        "SELECT DISTINCT encode(h.name, 'hex') FROM " PG_TABLE " h JOIN pg_locks l ON "
-        "l.locktype = 'advisory' AND l.granted AND l.pid = h.pid AND l.classid::int8 = h.classid "
-        "AND l.objid::int8 = h.objid AND l.objsubid = h.objsubid AND l.database = (SELECT oid "
-        "FROM pg_database WHERE datname = current_database())";
     PGresult *r = NULL;
-    int rc = dlock__pg_exec_pooled(b, sql, "list locks", &r);
+    int rc = dlock__pg_exec_pooled(b, sql, what, &r);
     if (rc)
         return rc;
     size_t plen = strlen(b->prefix), n = 0;
@@ -175,6 +169,17 @@ int dlock__pg_list(void *state, const char *pattern, dlock_list_fn fn, void *arg
     }
     free(names);
     return DLOCK_OK;
+}
+
+int dlock__pg_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
+{
+    static const char sql[] =
+        "DELETE FROM " PG_TABLE " WHERE pid NOT IN (SELECT pid FROM pg_stat_activity); "
+        "SELECT DISTINCT encode(h.name, 'hex') FROM " PG_TABLE " h JOIN pg_locks l ON "
+        "l.locktype = 'advisory' AND l.granted AND l.pid = h.pid AND l.classid::int8 = h.classid "
+        "AND l.objid::int8 = h.objid AND l.objsubid = h.objsubid AND l.database = (SELECT oid "
+        "FROM pg_database WHERE datname = current_database())";
+    return dlock__pg_list_names(state, sql, "list locks", pattern, fn, arg);
 }
 
 int dlock__pg_force_release(void *state, const char *name)

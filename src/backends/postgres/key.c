@@ -57,6 +57,16 @@ static uint64_t fnv1a64(const char *s)
     return h;
 }
 
+uint64_t dlock__pg_tagged_hash(const char *full, const char *tag)
+{
+    uint64_t h = fnv1a64(full) * 0x100000001b3ull; /* then the NUL: h ^= 0 */
+    for (const unsigned char *p = (const unsigned char *)tag; *p; p++) {
+        h ^= *p;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
 void dlock__pg_key(const char *full, struct pg_key *k)
 {
     memset(k, 0, sizeof *k);

@@ -36,6 +36,8 @@ int dlock__pq_load(void)
         SYM(cancel, "PQcancel"),
         SYM(backendPID, "PQbackendPID"),
         SYM(setNoticeProcessor, "PQsetNoticeProcessor"),
+        SYM(notifies, "PQnotifies"),
+        SYM(freemem, "PQfreemem"),
 #undef SYM
     };
     static struct dlock__dl_lib lib =

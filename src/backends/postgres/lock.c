@@ -622,6 +622,6 @@ const struct dlock__backend dlock__backend_postgres = {
     .renew = pg_renew,
     .locks = &pg_lock_ops,
     .admin = &dlock__pg_admin_ops,
+    .semaphores = &dlock__pg_sem_ops,
     .values = &dlock__pg_value_ops,
-    .no_semaphores_why = "no semaphores on postgres yet",
 };

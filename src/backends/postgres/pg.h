@@ -11,6 +11,12 @@
  *            and the backend table
  *   admin.c  inspect, check, list, force release
  *   value.c  a lock's value: a row of dlock_values written through the hold's session
+ *   schema.c the tables semaphores and elections add, made on their first use
+ *   notify.c LISTEN/NOTIFY: a channel per semaphore or election, and the
+ *            wait for a notification that wakes a semaphore's waiter or an
+ *            election's observer
+ *   semaphore.c  counting semaphores: a block of advisory keys per name
+ *   election.c   leader election: the name's lock, a watch key and a row
  *
  * docs/protocol-postgres.md tells the whole story.
  */
@@ -62,6 +68,8 @@ struct dlock__pq_api {
     int (*cancel)(PGcancel *cancel, char *errbuf, int errbufsize);
     int (*backendPID)(const PGconn *conn);
     PQnoticeProcessor (*setNoticeProcessor)(PGconn *conn, PQnoticeProcessor proc, void *arg);
+    PGnotify *(*notifies)(PGconn *conn);
+    void (*freemem)(void *ptr);
 };
 extern struct dlock__pq_api dlock__pq;
 
@@ -97,6 +105,7 @@ struct pg_backend {
     pthread_mutex_t pool_mu;
     struct pg_conn *pool; /* idle sessions */
     size_t npool;
+    int sem_tables, elect_tables; /* atomic: schema.c found them */
 };
 
 /* A session from the pool, or a new one dialed by DEADLINE (monotonic
@@ -152,6 +161,10 @@ char *dlock__pg_full_name(struct pg_backend *b, const char *name);
 void dlock__pg_key_where(const struct pg_key *k, char *buf, size_t size);
 /* NAME's bytes as hex (for decode(..., 'hex')), malloc'd. */
 char *dlock__pg_hex(const char *name);
+/* A key of FULL's own for TAG ("semaphore", "leader"): the 64-bit FNV-1a
+ * hash of FULL's bytes, a NUL byte, then TAG's -- bytes no lock name
+ * hashes (a name has no NUL), whatever the layout. */
+uint64_t dlock__pg_tagged_hash(const char *full, const char *tag);
 
 /* ============================================================== lock.c */
 
@@ -163,15 +176,59 @@ struct pg_hold {
 
 extern const struct dlock__admin_ops dlock__pg_admin_ops;
 
+/* ============================================================ schema.c */
+
+/* The objects a primitive adds beside the locks' (made on first use, so a
+ * database whose owner made the locks' three objects by hand keeps
+ * working for locks without CREATE). */
+struct pg_objects {
+    const char *what;   /* "semaphores", "elections": for messages */
+    const char *names;  /* "dlock_semaphores and dlock_permits": for messages */
+    const char *look;   /* SELECT of one boolean: all there */
+    const char *create; /* the statements that make them */
+};
+/* Make sure OBJ's objects exist: looked up once per client, *READY (a
+ * field of B, atomic) remembering that they do. */
+int dlock__pg_ensure(struct pg_backend *b, const struct pg_objects *obj, int *ready);
+
+/* ============================================================ notify.c */
+
+#define PG_CHANNEL_MAX 40
+/* The channel of the name whose key is KEY for KIND ("sem", "elect"):
+ * "dlock_<kind>_<key in hex>" into BUF. */
+void dlock__pg_channel(const char *kind, uint64_t key, char buf[PG_CHANNEL_MAX]);
+/* Whether a notification from another session than PC's own is queued
+ * on PC (read from its socket if READ); all queued ones are dropped. */
+bool dlock__pg_notified(struct pg_conn *pc, bool read);
+/* Sleep until one of the N sessions PCS is readable (a notification, or
+ * the answer of a statement sent on it), W is canceled or past its
+ * deadline, or UNTIL (monotonic ms) passes: the index of the session, N
+ * for UNTIL, or DLOCK_ETIMEDOUT / DLOCK_ECANCELED (< 0, never a message). */
+int dlock__pg_wait_readable(struct pg_conn *const *pcs, int n, struct dlock__wait *w,
+                            int64_t until);
+
 /* ============================================================= value.c */
 
 extern const struct dlock__value_ops dlock__pg_value_ops;
+
+/* ========================================================= semaphore.c */
+
+extern const struct dlock__sem_ops dlock__pg_sem_ops;
+
+/* ========================================================== election.c */
+
+extern const struct dlock__elect_ops dlock__pg_elect_ops;
 
 /* ============================================================= admin.c */
 
 int dlock__pg_inspect(void *state, const char *name, struct dlock_info *info);
 int dlock__pg_check(void *state, const char *name, struct dlock__check_view *view);
 int dlock__pg_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+/* FN for each name SQL (run on a pooled session; WHAT names it) answers
+ * as hex in its first column, the client's prefix taken off (names
+ * outside it left out), matching PATTERN, in order. */
+int dlock__pg_list_names(struct pg_backend *b, const char *sql, const char *what,
+                         const char *pattern, dlock_list_fn fn, void *arg);
 int dlock__pg_force_release(void *state, const char *name);
 
 #endif /* DLOCK_PG_H */

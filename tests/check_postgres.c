@@ -14,11 +14,13 @@
  */
 #include <check.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -881,6 +883,86 @@ TU_TEST_IN(shared, cli_run_hold_status_list, 60)
     free(script);
     free(log);
     free(alt);
+    free(url);
+}
+
+/* ============================================================ elections */
+
+/* An observer of election NAME through C, in a thread: OBSERVE with the
+ * leader KNOWN and a bound of WAIT_MS. */
+struct observer_thread {
+    dlock_client *c;
+    const char *name;
+    const dlock_leader *known;
+    int64_t wait_ms;
+    dlock_leader *next;
+    atomic_int rc;
+    atomic_long tid;
+    pthread_t th;
+};
+
+static void *observer_main(void *arg)
+{
+    struct observer_thread *o = arg;
+    atomic_store(&o->tid, (long)syscall(SYS_gettid));
+    atomic_store(&o->rc,
+                 dlock_election_observe(o->c, o->name, o->known, o->wait_ms, NULL, &o->next));
+    return NULL;
+}
+
+/* A leader killed (kill -9) while nobody campaigns sends no notification
+ * and leaves no successor: an observer asleep on the leader learns that
+ * nobody leads from the watch key, which the server grants it the moment
+ * the leader's session ends -- well before the observer's 5 s safety
+ * look, so within a bound of 4 s (generous: the push takes milliseconds). */
+TU_TEST_IN(shared, observer_learns_a_killed_leader_at_once, 60)
+{
+    char *url = url_of(&srv, "lease=30s"), *dir = tu_tmpdir("pg-elect-kill");
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        dlock_client *c = NULL;
+        dlock_election *e = NULL;
+        if (dlock_open(url, &c) || dlock_election_new(c, "dies", 0, &e) ||
+            dlock_election_campaign(e, "doomed", 30000, NULL))
+            _exit(1);
+        char *path = tu_fmt("%s/held", dir);
+        tu_write_marker(path, "1");
+        for (;;)
+            pause();
+    }
+    wait_held(dir);
+    dlock_client *c = open_url(url);
+    dlock_leader *known = NULL;
+    EXPECT_RC(dlock_election_leader(c, "dies", &known), DLOCK_OK);
+    ck_assert_str_eq(dlock_leader_value(known), "doomed");
+    struct observer_thread o = {.c = c, .name = "dies", .known = known, .wait_ms = 4000};
+    atomic_store(&o.rc, 1);
+    ck_assert_int_eq(pthread_create(&o.th, NULL, observer_main, &o), 0);
+    ck_assert_msg(tu_wait_thread_asleep(&o.tid, 30000), "the observer never went to sleep");
+    /* and it has looked: its session's last statement is the look, done */
+    bool looked = false;
+    for (int i = 0; i < 600 && !looked; i++) {
+        char *out = NULL;
+        pgf_psql(&srv,
+                 "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'dlock %' "
+                 "AND state = 'idle' AND query LIKE 'SELECT l.pid, coalesce%'",
+                 &out);
+        looked = out && atoi(out) > 0;
+        free(out);
+        if (!looked)
+            tu_sleep_ms(50);
+    }
+    ck_assert_msg(looked, "the observer never looked");
+    kill(pid, SIGKILL);
+    tu_wait_exit(pid);
+    pthread_join(o.th, NULL);
+    EXPECT_RC(atomic_load(&o.rc), DLOCK_OK);
+    ck_assert_int_eq(dlock_leader_held(o.next), 0);
+    dlock_leader_free(o.next);
+    dlock_leader_free(known);
+    dlock_client_close(c);
+    tu_rmrf(dir);
+    free(dir);
     free(url);
 }
 

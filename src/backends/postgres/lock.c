@@ -623,5 +623,6 @@ const struct dlock__backend dlock__backend_postgres = {
     .locks = &pg_lock_ops,
     .admin = &dlock__pg_admin_ops,
     .semaphores = &dlock__pg_sem_ops,
+    .elections = &dlock__pg_elect_ops,
     .values = &dlock__pg_value_ops,
 };

@@ -42,7 +42,8 @@ void dlock__my_hold_free(struct my_hold *mh)
 
 /* ------------------------------------------------------------- acquire */
 
-void dlock__my_lock_timeout(const struct dlock__wait *w, char *buf, size_t size)
+/* GET_LOCK's timeout for wait deadline WD ("0" for try-once). */
+static void lock_timeout(const struct dlock__wait *w, char *buf, size_t size)
 {
     int64_t wd = dlock__wait_deadline(w);
     if (dlock__wait_try_once(w)) {
@@ -222,7 +223,7 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
         return rc;
     }
     char timeout[32];
-    dlock__my_lock_timeout(w, timeout, sizeof timeout);
+    lock_timeout(w, timeout, sizeof timeout);
     char *sql = dlock__sprintf("SELECT /*dlock-wait:%s*/ CASE GET_LOCK(%s, %s) WHEN 1 THEN "
                                "LENGTH(@dlock_name := '%s') > 0 WHEN 0 THEN 0 END",
                                enc, mh->name_sql, timeout, enc);

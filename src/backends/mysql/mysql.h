@@ -222,9 +222,6 @@ int dlock__my_lock_release(void *state, struct dlock__hold *h);
 int dlock__my_next_token(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
                          unsigned long long *token, bool *broken);
 
-/* GET_LOCK's timeout for W as SQL text ("0" for try-once), into BUF. */
-void dlock__my_lock_timeout(const struct dlock__wait *w, char *buf, size_t size);
-
 /* Whether H's lock is still its session's, asked on that session
  * (IS_USED_LOCK = CONNECTION_ID()) by DEADLINE: DLOCK_OK, DLOCK_ELOST,
  * or a failure (*BROKEN: the session is unusable). */

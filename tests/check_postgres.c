@@ -886,6 +886,52 @@ TU_TEST_IN(shared, cli_run_hold_status_list, 60)
     free(url);
 }
 
+/* ============================================================ semaphores */
+
+/* A permit holder frozen with SIGSTOP: its session idles out one lease
+ * after its last ping, the server frees its permit's key, and a waiter
+ * (asleep on the semaphore's channel, which nobody notifies then) gets it
+ * at its next look, with a greater token. */
+TU_TEST_IN(shared, sigstopped_permit_holder_loses_permit, 90)
+{
+    char *url = url_of(&srv, "lease=1500ms"), *dir = tu_tmpdir("pg-sem-stop");
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        dlock_client *c = NULL;
+        dlock_semaphore *s = NULL;
+        dlock_permit *p = NULL;
+        uint64_t t = 0;
+        if (dlock_open(url, &c) || dlock_semaphore_new(c, "frozen-sem", 1, 0, &s) ||
+            dlock_semaphore_acquire(s, 1, 30000, NULL, &p) || dlock_permit_token(p, &t))
+            _exit(1);
+        char *path = tu_fmt("%s/held", dir), *text = tu_fmt("%" PRIu64, t);
+        tu_write_marker(path, text);
+        for (;;)
+            pause();
+    }
+    uint64_t t1 = wait_held(dir);
+    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    dlock_client *c = open_url(url);
+    dlock_semaphore *s = tu_semaphore(c, "frozen-sem", 1);
+    int64_t t0 = tu_mono_ms();
+    dlock_permit *p = NULL;
+    EXPECT_RC(dlock_semaphore_acquire(s, 1, 60000, NULL, &p), DLOCK_OK);
+    int64_t took = tu_mono_ms() - t0;
+    uint64_t t2 = 0;
+    EXPECT_RC(dlock_permit_token(p, &t2), DLOCK_OK);
+    ck_assert_msg(t2 > t1, "token %" PRIu64 " after the frozen holder's %" PRIu64, t2, t1);
+    /* about one lease and a re-check; bounded generously for a loaded machine */
+    ck_assert_msg(took < 30000, "the frozen holder kept its permit %lld ms", (long long)took);
+    EXPECT_RC(dlock_permit_release(p), DLOCK_OK);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+    kill(pid, SIGKILL);
+    tu_wait_exit(pid);
+    tu_rmrf(dir);
+    free(dir);
+    free(url);
+}
+
 /* ============================================================ elections */
 
 /* An observer of election NAME through C, in a thread: OBSERVE with the

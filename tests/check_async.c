@@ -208,6 +208,29 @@ TU_TEST(reentry_counts, 30)
     dlock_client_close(c);
 }
 
+/* One asynchronous call per handle until its callback ran: a second
+ * start is DLOCK_EBUSY, whatever the first one is. */
+TU_TEST(one_call_per_handle, 30)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    dlock_lock *l = owned(c, "one");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 0, NULL, on_done, &d), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l, 0, NULL, on_done, &d), DLOCK_EBUSY);
+    ck_assert(pump_until(c, &d.n, 1, 10000));
+    ck_assert_int_eq(d.rc[0], DLOCK_OK);
+    ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l, 0, NULL, on_done, &d), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_EBUSY);
+    ck_assert(pump_until(c, &d.n, 2, 10000));
+    ck_assert_int_eq(d.rc[1], DLOCK_OK);
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    ck_assert_int_eq(d.n, 2);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 struct other_thread {
     dlock_client *c;
     int rc;

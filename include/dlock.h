@@ -669,7 +669,8 @@ DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
  * Asynchronous calls go through handles made with DLOCK_LOCK_HANDLE_OWNED:
  * the hold belongs to the handle, so dlock_release(), dlock_token() and
  * dlock_validity_ms() work from any thread, the callback's included. One
- * asynchronous call per handle is in flight at a time.
+ * asynchronous call per handle at a time: the next starts once the
+ * previous one's callback runs (from that callback too).
  *
  * A start call that returns DLOCK_OK has started the call: its callback
  * runs exactly once, from dlock_dispatch() (or from dlock_client_close(),
@@ -707,7 +708,8 @@ typedef void (*dlock_done_fn)(dlock_lock *l, int rc, void *arg);
  * (the count goes up) and DONE comes with DLOCK_OK.
  * Returns DLOCK_OK (started); DLOCK_EINVAL (L or DONE NULL, a bad
  * WAIT_MS, a handle made without DLOCK_LOCK_HANDLE_OWNED); DLOCK_EBUSY
- * (an acquire or release through L is in progress); DLOCK_ECANCELED
+ * (an asynchronous call through L whose callback has not run yet, or an
+ * acquire or release through L in progress); DLOCK_ECANCELED
  * (CANCEL fired already); DLOCK_ENOTSUP (a wait, WAIT_MS != 0, on a
  * backend whose waits cannot park yet: the message names it; a fair
  * lock on redis is refused by its first attempt, so DONE gets that
@@ -722,8 +724,8 @@ DLOCK_EXTERN int dlock_acquire_async(dlock_lock *l, int64_t wait_ms, dlock_cance
  * release one level of L's hold on a pool thread; DONE(L, rc, ARG) comes
  * with dlock_release()'s code. Returns DLOCK_OK (started); DLOCK_EINVAL
  * (L or DONE NULL, a handle made without DLOCK_LOCK_HANDLE_OWNED);
- * DLOCK_ENOTOWNER (L holds nothing); DLOCK_EBUSY (an acquire or release
- * through L is in progress); DLOCK_EMISUSE (after close or fork);
+ * DLOCK_ENOTOWNER (L holds nothing); DLOCK_EBUSY (as for
+ * dlock_acquire_async()); DLOCK_EMISUSE (after close or fork);
  * DLOCK_ENOMEM; DLOCK_EIO. On failure nothing was started. Threads: any.
  * (The blocking dlock_release() works on such holds too.) */
 DLOCK_EXTERN int dlock_release_async(dlock_lock *l, dlock_done_fn done, void *arg);

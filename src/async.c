@@ -64,6 +64,7 @@ struct op {
     char msg[DLOCK__MSG_MAX];
     struct op *next;                /* the run queue or the done queue */
     struct op *all_prev, *all_next; /* every op not yet delivered */
+    struct op *cancel_next;         /* end_ops()'s list (a->mu) */
 };
 
 struct dlock__async {
@@ -354,11 +355,12 @@ static int start_enter(dlock_lock *l, dlock_done_fn done, const char *fn, struct
     pthread_mutex_lock(&l->c->mu);
     if ((rc = async_get(l->c, a)))
         pthread_mutex_unlock(&l->c->mu);
-    else if (l->acquiring || l->releasing) {
+    else if (l->acquiring || l->releasing || l->async_call) {
         pthread_mutex_unlock(&l->c->mu);
         rc = dlock__err(DLOCK_EBUSY,
-                        "lock '%s': this handle is busy (an acquire or release "
-                        "through it is in progress)",
+                        "lock '%s': this handle is busy (an asynchronous call through it has not "
+                        "had its callback yet, or an acquire or release through it is in "
+                        "progress)",
                         l->e->name);
     }
     return rc;
@@ -427,6 +429,7 @@ int dlock_acquire_async(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dl
     struct dlock__hold *held = dlock__hold_of(l->e, l->owner);
     if (held) { /* re-entry: no request, the completion is queued at once */
         rc = dlock__reenter(l, held);
+        l->async_call = !rc;
         pthread_mutex_unlock(&c->mu);
         if (rc) {
             op_free(op);
@@ -460,6 +463,7 @@ int dlock_acquire_async(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dl
     op->claimed = (c->be->caps & DLOCK__CAP_CLIENT_OWNER) != 0;
     op->ref.next = l->waits;
     l->waits = &op->ref;
+    l->async_call = true;
     pthread_mutex_unlock(&c->mu);
     op_start(a, op, false);
     return DLOCK_OK;
@@ -477,6 +481,8 @@ int dlock_release_async(dlock_lock *l, dlock_done_fn done, void *arg)
         rc = dlock__not_held(l);
     else if (!(op = op_new(l, a, OP_RELEASE, DLOCK__NEVER)))
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    else
+        l->async_call = true;
     pthread_mutex_unlock(&c->mu);
     if (rc)
         return rc;
@@ -510,6 +516,11 @@ int dlock_client_fd(dlock_client *c)
 /* Run OP's callback and free it (a->mu not held). */
 static void deliver(struct op *op)
 {
+    if (op->l) { /* the handle takes calls again, from its callback too */
+        pthread_mutex_lock(&op->l->c->mu);
+        op->l->async_call = false;
+        pthread_mutex_unlock(&op->l->c->mu);
+    }
     dlock__err(op->rc, "%s", op->msg);
     if (op->done)
         op->done(op->l, op->rc, op->arg);
@@ -583,21 +594,19 @@ static void end_ops(dlock_client *c, struct dlock__async *a, const dlock_lock *o
 {
     pthread_mutex_lock(&c->mu);
     pthread_mutex_lock(&a->mu);
-    size_t n = 0;
+    struct op *cancel = NULL;
     for (struct op *op = a->all; op; op = op->all_next)
-        n += op->kind == OP_ACQUIRE && op->state != OP_DONE && (!only || op->l == only);
-    struct dlock__wait **ws = n ? calloc(n, sizeof *ws) : NULL;
-    size_t k = 0;
-    for (struct op *op = a->all; ws && op; op = op->all_next)
-        if (op->kind == OP_ACQUIRE && op->state != OP_DONE && (!only || op->l == only))
-            ws[k++] = &op->w;
+        if (op->kind == OP_ACQUIRE && op->state != OP_DONE && (!only || op->l == only)) {
+            op->cancel_next = cancel;
+            cancel = op;
+        }
     pthread_mutex_unlock(&a->mu);
-    /* An acquire ends (then is freed by a dispatch) only through c->mu,
-     * held here: none of these goes meanwhile. */
-    for (size_t i = 0; i < k; i++)
-        dlock__wait_cancel(ws[i]);
+    /* None of these is freed meanwhile: only a delivery frees an op, once
+     * ended; dispatch is refused once closing, and a handle is freed with
+     * no other thread using it (dlock.h), so not while its ops deliver. */
+    for (struct op *op = cancel; op; op = op->cancel_next)
+        dlock__wait_cancel(&op->w);
     pthread_mutex_unlock(&c->mu);
-    free(ws);
     pthread_mutex_lock(&a->mu);
     for (;;) {
         bool busy = false;

@@ -97,6 +97,8 @@ struct dlock_lock {
     struct dlock__elect_req *elect;   /* a campaign's handle (election.c) */
     struct dlock__elect_req elect_req; /* dlock_lock_new_campaign's (freed with it) */
     bool fair; /* DLOCK_LOCK_FAIR */
+    bool async_call; /* an asynchronous call through it has not had its
+                        callback yet (async.c; client mutex) */
 };
 
 /* The first thing every public call that returns a code does: the

@@ -811,6 +811,74 @@ DLOCK_EXTERN int dlock_value_get(dlock_client *c, const char *name, void *buf, s
  * Threads: as dlock_release(). */
 DLOCK_EXTERN int dlock_release_ex(dlock_lock *l, unsigned flags);
 
+/* ------------------------------------------------------ guarded writes */
+
+/* Guarded writes: beside its value, each lock name has a store of keys
+ * the user names, kept in the lock's own backend, in a namespace of the
+ * name's own (two names never share a key, and no key is a lock key).
+ * Only the name's exclusive holder puts or deletes a key, each write in
+ * one request atomic with the backend's check that the hold is still the
+ * writer's -- "write this only if I still hold the lock", what etcd's
+ * IsOwner() transaction and Consul's check-session do: a write after the
+ * hold was lost (its lease ended while the holder was paused, a force
+ * release, a takeover) fails with DLOCK_ELOST and writes nothing, so
+ * data kept here needs no fencing token. Anyone reads a key, with the
+ * token of the hold that wrote it. Keys outlive holds; nothing expires
+ * them. A key is 1 to DLOCK_GUARDED_KEY_MAX bytes of letters, digits,
+ * '.', '_' and '-' ("." and ".." excluded); its data any bytes, at most
+ * DLOCK_GUARDED_MAX. Where keys live (docs/protocol-*.md): redis (every
+ * URL form but redlock; a cluster too, the name's hash tag keeping each
+ * key in the lock's slot), the HASH dlock_guarded:{NAME}:KEY; etcd, the
+ * key <prefix>dlock_guarded:NAME:KEY, outside the lock's prefix; zk, the
+ * node KEY under the child _dlock_keys of the lock node. DLOCK_ENOTSUP,
+ * the message saying why: file (the file backend has no store), redlock
+ * (no one request checks a majority), postgres and mysql (not yet). */
+#define DLOCK_GUARDED_KEY_MAX 128
+#define DLOCK_GUARDED_MAX 65536
+
+/* Put LEN bytes at DATA (NULL with LEN 0: empty data, which is a key
+ * unlike a deleted one) as KEY of L's name's store, with the token of the
+ * owner's hold, in one request the backend checks against that hold
+ * (redis: a script that finds the hold; etcd: a transaction comparing the
+ * hold's key's create revision; zk: a multi checking the hold's node).
+ * Returns DLOCK_OK; DLOCK_ENOTOWNER (the owner holds nothing here);
+ * DLOCK_ELOST (the hold was lost, before or as the backend checked it:
+ * nothing was written and the hold is lost; release it); DLOCK_EMISUSE
+ * (a shared hold: only an exclusive holder writes; after fork or close);
+ * DLOCK_EINVAL (L or KEY NULL, a bad key, DATA NULL with LEN > 0, LEN
+ * above DLOCK_GUARDED_MAX); DLOCK_ENOTSUP (the backend or URL form keeps
+ * no store, the message says why; or L is a permit's or a campaign's
+ * handle); DLOCK_ENOMEM; backend failures (the key may or may not have
+ * been written; the hold is unchanged). Threads: the holding thread, any
+ * thread for a handle-owned hold; not while the owner releases it. */
+DLOCK_EXTERN int dlock_guarded_put(dlock_lock *l, const char *key, const void *data, size_t len);
+
+/* Delete KEY of L's name's store, guarded as dlock_guarded_put() is (a
+ * key that is not there is deleted already: DLOCK_OK). Returns
+ * dlock_guarded_put()'s codes. */
+DLOCK_EXTERN int dlock_guarded_delete(dlock_lock *l, const char *key);
+
+/* A read of one key of a name's store: NAME, KEY and BUF of SIZE bytes
+ * in (a buffer of DLOCK_GUARDED_MAX bytes is always enough); LEN, the
+ * data's length, and TOKEN, the token of the hold that wrote it (0: no
+ * such key, LEN then 0), out. */
+typedef struct dlock_guarded_read {
+    const char *name;
+    const char *key;
+    void *buf;
+    size_t size;
+    size_t len;
+    uint64_t token;
+} dlock_guarded_read;
+
+/* Read R->key of lock R->name's store as R says, unguarded: any client
+ * reads any name's keys, held or not; nothing is taken. One request.
+ * Returns DLOCK_OK; DLOCK_EINVAL (C or R NULL, a bad name or key, BUF
+ * NULL with SIZE > 0, data longer than SIZE: R->len is then its length
+ * and BUF untouched); DLOCK_ENOTSUP, DLOCK_EMISUSE as dlock_guarded_put();
+ * DLOCK_ENOMEM; backend failures (R->len 0, R->token 0). Threads: any. */
+DLOCK_EXTERN int dlock_guarded_get(dlock_client *c, dlock_guarded_read *r);
+
 /* ------------------------------------------------------ inspecting names */
 
 typedef struct dlock_info dlock_info;

@@ -404,6 +404,9 @@ struct dlock__value {
  * malloc'd), false when they are no such form or out of memory. */
 char *dlock__value_encode(const struct dlock__value *v, uint64_t token, size_t *len);
 bool dlock__value_decode(const char *text, size_t len, struct dlock__value *out);
+/* dlock__value_decode() of data of at most MAX bytes (a guarded key's:
+ * DLOCK_GUARDED_MAX). */
+bool dlock__value_decode_max(const char *text, size_t len, size_t max, struct dlock__value *out);
 
 /* Lock values (value.c; NULL table or member: the core answers
  * DLOCK_ENOTSUP naming the backend before calling anything). The core
@@ -434,6 +437,22 @@ struct dlock__contend_ops {
      * lock held, before the acquire registers H (a report meanwhile is
      * kept for it). A failure (a message set) leaves H held and untold. */
     int (*watch)(void *state, struct dlock__hold *h);
+};
+
+/* Guarded writes (guard.c; NULL table or member: the core answers
+ * DLOCK_ENOTSUP naming the backend and no_guarded_why). KEY is checked
+ * by the core (letters, digits, '.', '_', '-'; not "." nor ".."), the
+ * data's length too (DLOCK_GUARDED_MAX). put() is called as the value
+ * ops' set() is: an exclusive plain lock hold not seen lost, the keeper
+ * kept off it. */
+struct dlock__guarded_ops {
+    /* Write V->len bytes at V->data with h->token (V NULL: delete) as KEY
+     * of h->name's store, in one request atomic with the check that H is
+     * still the server's holder: DLOCK_ELOST with nothing written when it
+     * is not. */
+    int (*put)(void *state, struct dlock__hold *h, const char *key, const struct dlock__value *v);
+    /* Read KEY of NAME's store (OUT zeroed by the core; token 0: none). */
+    int (*get)(void *state, const char *name, const char *key, struct dlock__value *out);
 };
 
 /* Administration (admin.c, client.c): looking at names without taking
@@ -492,6 +511,7 @@ struct dlock__backend {
     const struct dlock__admin_ops *admin;
     const struct dlock__value_ops *values;
     const struct dlock__contend_ops *contend;
+    const struct dlock__guarded_ops *guarded;
 
     /* Without semaphores, why (for the message of dlock_semaphore_new()'s
      * DLOCK_ENOTSUP); NULL: "no semaphores yet". */
@@ -503,6 +523,9 @@ struct dlock__backend {
     /* Without the contend table, why no holder can be told of its
      * waiters (dlock_lock_on_contended()'s DLOCK_ENOTSUP). */
     const char *no_contend_why;
+    /* Without guarded writes (no guarded table), why (for the message of
+     * dlock_guarded_*()'s DLOCK_ENOTSUP); NULL: the backend has none yet. */
+    const char *no_guarded_why;
 };
 
 /* Member M of table T of backend BE, NULL when the backend has no such

@@ -249,6 +249,13 @@ int dlock__check_name_call(dlock_client *c, const char *name);
  * is at its last level, clear the name's value through it, guarded as
  * dlock_value_set() is; DLOCK_OK when not held or not the last level. */
 int dlock__value_clear_last(dlock_lock *l);
+/* A write through the owner's hold on L's name (value.c), guarded by it
+ * in the backend: the lock's value (KEY NULL; V NULL clears it) or KEY
+ * of the name's store (guard.c; V NULL deletes it). The core's refusals
+ * first (nothing held, a shared, permit or campaign hold, one lost or
+ * past its validity); a backend's DLOCK_ELOST becomes the hold's loss.
+ * The client is checked and the backend known to have the op. */
+int dlock__held_write(dlock_lock *l, const char *key, const struct dlock__value *v);
 
 /* True in a child after fork(): C is its parent's, whose threads (keeper,
  * callbacks, the backend's) the child does not have. There nothing may

@@ -9,7 +9,9 @@
  * release off the hold while the backend writes (h->renewing, as a
  * downgrade does), and turns the backend's DLOCK_ELOST into the hold's
  * loss. The check that the hold is still ours is the backend's, in the
- * same request as the write (backend.h, struct dlock__value_ops).
+ * same request as the write (backend.h, struct dlock__value_ops). That
+ * write through a hold, dlock__held_write(), is guard.c's too: a guarded
+ * key is written exactly as the value is, through the guarded ops.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -26,49 +28,43 @@ static int no_values(const dlock_client *c, const char *name)
                       c->be->name, why ? ": " : "", why ? why : "");
 }
 
-/* Whether H, the owner's hold through L, may have its value written
- * (mutex held): DLOCK_OK, or why not, said. */
-static int writable(dlock_lock *l, const struct dlock__hold *h)
+/* Whether H, the owner's hold through L, may write WHAT ("its value", or
+ * "key 'K'" for guarded key KEY) (mutex held): DLOCK_OK, or why not,
+ * said. */
+static int writable(dlock_lock *l, const struct dlock__hold *h, const char *key, const char *what)
 {
     const char *name = l->e->name;
     if (!h)
         return dlock__not_held(l);
     if (h->sem || h->elect)
-        return dlock__err(DLOCK_ENOTSUP, "lock '%s': a %s's hold carries no lock value", name,
-                          h->sem ? "semaphore" : "campaign");
+        return dlock__err(DLOCK_ENOTSUP, "lock '%s': a %s's hold writes no %s", name,
+                          h->sem ? "semaphore" : "campaign", key ? "guarded key" : "lock value");
     if (h->state == DLOCK__LOST)
-        return dlock__err(DLOCK_ELOST, "lock '%s' was lost: %s; its value is not written", name,
-                          h->lost_why ? h->lost_why : "no reason given");
+        return dlock__err(DLOCK_ELOST, "lock '%s' was lost: %s; %s is not written", name,
+                          h->lost_why ? h->lost_why : "no reason given", what);
     if (h->lease_ms && h->valid_until != DLOCK__NEVER && h->valid_until <= dlock__now_ms())
-        return dlock__err(DLOCK_ELOST,
-                          "lock '%s': its validity has passed; its value is not "
-                          "written",
-                          name);
+        return dlock__err(DLOCK_ELOST, "lock '%s': its validity has passed; %s is not written",
+                          name, what);
     if (h->mode != DLOCK_EXCLUSIVE)
         return dlock__err(DLOCK_EMISUSE,
-                          "lock '%s' is held shared: only an exclusive holder "
-                          "writes its value",
-                          name);
+                          "lock '%s' is held shared: only an exclusive holder writes %s", name,
+                          what);
     return DLOCK_OK;
 }
 
-/* Write V (NULL: clear) as the value of L's name through the owner's
- * hold, guarded by it in the backend. */
-static int value_write(dlock_lock *l, const struct dlock__value *v)
+int dlock__held_write(dlock_lock *l, const char *key, const struct dlock__value *v)
 {
     dlock_client *c = l->c;
-    int rc = dlock__check_client(c);
-    if (rc)
-        return rc;
-    if (!DLOCK__OP(c->be, values, set))
-        return no_values(c, l->e->name);
+    int rc;
+    char what[DLOCK_GUARDED_KEY_MAX + 8];
+    snprintf(what, sizeof what, key ? "key '%s'" : "its value", key);
     pthread_mutex_lock(&c->mu);
     struct dlock__hold *h = dlock__hold_of(l->e, dlock__owner_of(l));
     while (h && h->renewing) { /* the keeper's renewal, or another write */
         pthread_cond_wait(&c->renew_cv, &c->mu);
         h = dlock__hold_of(l->e, dlock__owner_of(l));
     }
-    if ((rc = writable(l, h))) {
+    if ((rc = writable(l, h, key, what))) {
         /* refused for a validity that has passed: the hold is lost now,
          * as the keeper would find it, so that its release says so too */
         bool expired = rc == DLOCK_ELOST && h && h->state != DLOCK__LOST;
@@ -83,7 +79,7 @@ static int value_write(dlock_lock *l, const struct dlock__value *v)
     }
     h->renewing = true; /* the keeper and a release wait for the write */
     pthread_mutex_unlock(&c->mu);
-    rc = c->be->values->set(c->bstate, h, v);
+    rc = key ? c->be->guarded->put(c->bstate, h, key, v) : c->be->values->set(c->bstate, h, v);
     if (rc == DLOCK_ELOST) {
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
@@ -95,6 +91,18 @@ static int value_write(dlock_lock *l, const struct dlock__value *v)
     pthread_cond_broadcast(&c->renew_cv);
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+/* Write V (NULL: clear) as the value of L's name through the owner's
+ * hold, guarded by it in the backend. */
+static int value_write(dlock_lock *l, const struct dlock__value *v)
+{
+    int rc = dlock__check_client(l->c);
+    if (rc)
+        return rc;
+    if (!DLOCK__OP(l->c->be, values, set))
+        return no_values(l->c, l->e->name);
+    return dlock__held_write(l, NULL, v);
 }
 
 int dlock_value_set(dlock_lock *l, const void *value, size_t len)
@@ -174,6 +182,11 @@ char *dlock__value_encode(const struct dlock__value *v, uint64_t token, size_t *
 
 bool dlock__value_decode(const char *text, size_t len, struct dlock__value *out)
 {
+    return dlock__value_decode_max(text, len, DLOCK_VALUE_MAX, out);
+}
+
+bool dlock__value_decode_max(const char *text, size_t len, size_t max, struct dlock__value *out)
+{
     const char *nl = memchr(text, '\n', len);
     if (!nl || nl == text || nl - text > 20)
         return false;
@@ -184,7 +197,7 @@ bool dlock__value_decode(const char *text, size_t len, struct dlock__value *out)
         t = t * 10 + (uint64_t)(*p - '0');
     }
     size_t n = len - (size_t)(nl + 1 - text);
-    if (!t || n > DLOCK_VALUE_MAX || !(out->data = malloc(n + 1)))
+    if (!t || n > max || !(out->data = malloc(n + 1)))
         return false;
     memcpy(out->data, nl + 1, n);
     out->data[n] = 0;

@@ -1481,6 +1481,20 @@ static void expect_value(dlock_client *c, const char *name, const char *want, ui
     ck_assert_uint_eq(t, token);
 }
 
+/* Key KEY of NAME's store through C asserted to be WANT (a string; "" with
+ * TOKEN 0: no such key) written by the hold of TOKEN. */
+static void expect_key(dlock_client *c, const char *name, const char *key, const char *want,
+                       uint64_t token)
+{
+    char buf[256];
+    dlock_guarded_read r = {.name = name, .key = key, .buf = buf, .size = sizeof buf,
+                            .token = 12345};
+    EXPECT_RC(dlock_guarded_get(c, &r), DLOCK_OK);
+    ck_assert_msg(r.len == strlen(want) && !memcmp(buf, want, r.len),
+                  "key '%s' of '%s': '%.*s', want '%s'", key, name, (int)r.len, buf, want);
+    ck_assert_uint_eq(r.token, token);
+}
+
 /* A backend that declares no lock value (CT_NO_VALUE) answers
  * DLOCK_ENOTSUP naming itself, for the write and the read; true then. */
 static bool value_unsupported(dlock_client *c, dlock_lock *held)
@@ -1638,6 +1652,8 @@ done:
 struct takeover {
     dlock_client *c;
     dlock_lock *l;
+    const char *name; /* "race" when NULL */
+    const char *key;  /* a guarded key to put, not the value */
     uint64_t token;
     int rc_force, rc_acquire, rc_set;
     atomic_bool done;
@@ -1646,50 +1662,227 @@ struct takeover {
 static void *take_over(void *arg)
 {
     struct takeover *t = arg;
-    t->rc_force = dlock_force_release(t->c, "race");
+    t->rc_force = dlock_force_release(t->c, t->name ? t->name : "race");
     t->rc_acquire = dlock_acquire(t->l, 10000);
     if (t->rc_acquire == DLOCK_OK) {
         dlock_token(t->l, &t->token);
-        t->rc_set = dlock_value_set(t->l, "b", 1);
+        t->rc_set = t->key ? dlock_guarded_put(t->l, t->key, "b", 1) : dlock_value_set(t->l, "b", 1);
     }
     atomic_store(&t->done, true);
     return NULL;
 }
 
-/* A holder writing its value in a loop while another client
- * force-releases the name, takes it and writes its own: every write of
- * the first holder is DLOCK_OK or DLOCK_ELOST, and none lands after the
- * second owner's -- the value left is the second owner's, with its
- * token (the backend checks the hold in the write's own request). */
-TU_TEST(value_write_races_a_takeover, 60)
+/* One write of the race below through L: the value, or guarded key KEY. */
+static int race_write(dlock_lock *l, const char *key)
 {
-    if (has(CT_NO_VALUE) || !has(CT_FORCE_LIVE))
-        return;
+    return key ? dlock_guarded_put(l, key, "a", 1) : dlock_value_set(l, "a", 1);
+}
+
+/* A holder writing in a loop -- lock NAME's value, or guarded key KEY --
+ * while another client force-releases the name, takes it and writes its
+ * own: every write of the first holder is DLOCK_OK or DLOCK_ELOST, and
+ * none lands after the second owner's -- what is left is the second
+ * owner's, with its token (the backend checks the hold in the write's
+ * own request). */
+static void write_races_a_takeover(const char *name, const char *key)
+{
     dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
-    dlock_lock *la = tu_lock(a, "race");
-    struct takeover t = {.c = b, .l = tu_lock_mode(b, "race", DLOCK_EXCLUSIVE,
-                                                   DLOCK_LOCK_HANDLE_OWNED)};
+    dlock_lock *la = tu_lock(a, name);
+    struct takeover t = {.c = b,
+                         .name = name,
+                         .key = key,
+                         .l = tu_lock_mode(b, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED)};
     TU_ACQUIRE_OK(la, DLOCK_TRY);
-    EXPECT_RC(dlock_value_set(la, "a", 1), DLOCK_OK);
+    EXPECT_RC(race_write(la, key), DLOCK_OK);
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, take_over, &t), 0);
     int rc, written = 0;
-    while ((rc = dlock_value_set(la, "a", 1)) == DLOCK_OK && !atomic_load(&t.done))
+    while ((rc = race_write(la, key)) == DLOCK_OK && !atomic_load(&t.done))
         written++;
     pthread_join(th, NULL);
     if (rc == DLOCK_OK) /* the other owner wrote meanwhile: this write must fail */
-        rc = dlock_value_set(la, "a", 1);
+        rc = race_write(la, key);
     ck_assert_msg(rc == DLOCK_ELOST, "write %d: %s: %s", written, dlock_err_name(rc),
                   dlock_errmsg());
     ck_assert_int_eq(t.rc_force, DLOCK_OK);
     ck_assert_int_eq(t.rc_acquire, DLOCK_OK);
     ck_assert_int_eq(t.rc_set, DLOCK_OK);
-    EXPECT_RC(dlock_value_set(la, "a", 1), DLOCK_ELOST);
-    expect_value(a, "race", "b", t.token);
+    EXPECT_RC(race_write(la, key), DLOCK_ELOST);
+    if (key) {
+        EXPECT_RC(dlock_guarded_delete(la, key), DLOCK_ELOST);
+        expect_key(a, name, key, "b", t.token);
+        EXPECT_RC(dlock_guarded_delete(t.l, key), DLOCK_OK);
+    } else
+        expect_value(a, name, "b", t.token);
     EXPECT_RC(dlock_release(la), DLOCK_ELOST);
     TU_RELEASE_OK(t.l);
     TU_FREE_LOCKS(la, t.l);
     TU_CLOSE_CLIENTS(a, b);
+}
+
+TU_TEST(value_write_races_a_takeover, 60)
+{
+    if (has(CT_NO_VALUE) || !has(CT_FORCE_LIVE))
+        return;
+    write_races_a_takeover("race", NULL);
+}
+
+/* ------------------------------------------------------- guarded writes */
+
+
+/* A backend that declares no guarded keys (CT_NO_GUARDED) answers
+ * DLOCK_ENOTSUP naming itself, for put, delete and read; true then. */
+static bool guarded_unsupported(dlock_client *c, dlock_lock *held)
+{
+    if (!has(CT_NO_GUARDED))
+        return false;
+    char buf[8];
+    dlock_guarded_read r = {.name = "g", .key = "k", .buf = buf, .size = sizeof buf};
+    EXPECT_RC(dlock_guarded_put(held, "k", "x", 1), DLOCK_ENOTSUP);
+    ck_assert_msg(strstr(dlock_errmsg(), dlock_client_backend(c)), "%s", dlock_errmsg());
+    EXPECT_RC(dlock_guarded_delete(held, "k"), DLOCK_ENOTSUP);
+    EXPECT_RC(dlock_guarded_get(c, &r), DLOCK_ENOTSUP);
+    ck_assert_msg(strstr(dlock_errmsg(), dlock_client_backend(c)), "%s", dlock_errmsg());
+    return true;
+}
+
+/* The holder puts keys another client reads with the hold's token: text,
+ * bytes with a NUL, empty data (a key), the largest; a delete, twice;
+ * keys of two names and the name's value are apart; bad keys, a buffer
+ * too small, nothing held and a shared hold are refused; keys outlive
+ * the release and are no contender: the next acquirer gets the name. */
+TU_TEST(guarded_put_get, 60)
+{
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "g"), *lb = tu_lock(b, "g");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    if (guarded_unsupported(a, la)) {
+        TU_RELEASE_OK(la);
+        goto done;
+    }
+    EXPECT_RC(dlock_guarded_put(lb, "k", "x", 1), DLOCK_ENOTOWNER);
+    uint64_t t = token_of(la);
+    expect_key(b, "g", "k", "", 0); /* never written */
+    EXPECT_RC(dlock_guarded_put(la, "k", "leader=10.0.0.7", 15), DLOCK_OK);
+    expect_key(b, "g", "k", "leader=10.0.0.7", t);
+    expect_key(b, "g", "k2", "", 0);
+    expect_key(b, "g2", "k", "", 0); /* another name's store */
+    EXPECT_RC(dlock_guarded_put(la, "k2", NULL, 0), DLOCK_OK);
+    expect_key(a, "g", "k2", "", t); /* empty data: a key, with its token */
+    if (!has(CT_NO_VALUE))
+        expect_value(b, "g", "", 0); /* the value is not a key */
+    char small[4];
+    dlock_guarded_read r = {.name = "g", .key = "k", .buf = small, .size = sizeof small};
+    EXPECT_RC(dlock_guarded_get(b, &r), DLOCK_EINVAL);
+    ck_assert_uint_eq(r.len, 15);
+    const char bytes[] = {'a', 0, '\n', (char)0xff, 'z'};
+    EXPECT_RC(dlock_guarded_put(la, "bytes.v-1_x", bytes, sizeof bytes), DLOCK_OK);
+    char *big = malloc(DLOCK_GUARDED_MAX + 1), *back = malloc(DLOCK_GUARDED_MAX);
+    r = (dlock_guarded_read){.name = "g", .key = "bytes.v-1_x", .buf = back,
+                             .size = DLOCK_GUARDED_MAX};
+    EXPECT_RC(dlock_guarded_get(b, &r), DLOCK_OK);
+    ck_assert(r.len == sizeof bytes && !memcmp(back, bytes, r.len));
+    memset(big, 'v', DLOCK_GUARDED_MAX + 1);
+    EXPECT_RC(dlock_guarded_put(la, "big", big, DLOCK_GUARDED_MAX + 1), DLOCK_EINVAL);
+    EXPECT_RC(dlock_guarded_put(la, "big", big, DLOCK_GUARDED_MAX), DLOCK_OK);
+    r = (dlock_guarded_read){.name = "g", .key = "big", .buf = back, .size = DLOCK_GUARDED_MAX};
+    EXPECT_RC(dlock_guarded_get(b, &r), DLOCK_OK);
+    ck_assert(r.len == DLOCK_GUARDED_MAX && !memcmp(back, big, r.len));
+    free(big);
+    free(back);
+    char longkey[DLOCK_GUARDED_KEY_MAX + 2];
+    memset(longkey, 'k', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = 0;
+    const char *bad[] = {"", ".", "..", "a/b", "a:b", "a b", longkey};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        EXPECT_RC(dlock_guarded_put(la, bad[i], "x", 1), DLOCK_EINVAL);
+        r = (dlock_guarded_read){.name = "g", .key = bad[i], .buf = small, .size = sizeof small};
+        EXPECT_RC(dlock_guarded_get(b, &r), DLOCK_EINVAL);
+    }
+    longkey[DLOCK_GUARDED_KEY_MAX] = 0;
+    EXPECT_RC(dlock_guarded_put(la, longkey, "x", 1), DLOCK_OK);
+    expect_key(b, "g", longkey, "x", t);
+    EXPECT_RC(dlock_guarded_delete(la, longkey), DLOCK_OK);
+    expect_key(b, "g", longkey, "", 0);
+    EXPECT_RC(dlock_guarded_delete(la, longkey), DLOCK_OK); /* gone already */
+    EXPECT_RC(dlock_guarded_put(la, NULL, "x", 1), DLOCK_EINVAL);
+    if (has(CT_SHARED)) {
+        dlock_lock *sh = tu_lock_mode(b, "g-shared", DLOCK_SHARED, 0);
+        TU_ACQUIRE_OK(sh, DLOCK_TRY);
+        EXPECT_RC(dlock_guarded_put(sh, "k", "x", 1), DLOCK_EMISUSE);
+        TU_RELEASE_OK(sh);
+        TU_FREE_LOCKS(sh);
+    }
+    TU_RELEASE_OK(la);
+    expect_key(b, "g", "k", "leader=10.0.0.7", t);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY); /* the keys hold nothing up */
+    uint64_t t2 = token_of(lb);
+    EXPECT_RC(dlock_guarded_put(lb, "k", "next", 4), DLOCK_OK);
+    expect_key(a, "g", "k", "next", t2);
+    EXPECT_RC(dlock_guarded_delete(lb, "k"), DLOCK_OK);
+    EXPECT_RC(dlock_guarded_delete(lb, "k2"), DLOCK_OK);
+    EXPECT_RC(dlock_guarded_delete(lb, "big"), DLOCK_OK);
+    EXPECT_RC(dlock_guarded_delete(lb, "bytes.v-1_x"), DLOCK_OK);
+    expect_key(a, "g", "k", "", 0);
+    TU_RELEASE_OK(lb);
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    TU_RELEASE_OK(la);
+done:
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
+/* A put or a delete after the hold was lost fails with DLOCK_ELOST in
+ * the backend's own check and changes nothing: the hold force-released;
+ * the next holder's key stays its own; the old holder's release says
+ * DLOCK_ELOST. Then a fixed lease that ran out: DLOCK_ELOST, nothing
+ * written. */
+TU_TEST(guarded_after_loss, 60)
+{
+    if (has(CT_NO_GUARDED) || !has(CT_FORCE_LIVE))
+        return;
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_lock *la = tu_lock(a, "g-gone"), *lb = tu_lock(b, "g-gone");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    uint64_t t1 = token_of(la);
+    EXPECT_RC(dlock_guarded_put(la, "k", "before", 6), DLOCK_OK);
+    EXPECT_RC(dlock_force_release(b, "g-gone"), DLOCK_OK);
+    EXPECT_RC(dlock_guarded_put(la, "k", "after", 5), DLOCK_ELOST);
+    ck_assert_msg(strstr(dlock_errmsg(), "g-gone") && strstr(dlock_errmsg(), "'k'"), "%s",
+                  dlock_errmsg());
+    EXPECT_RC(dlock_guarded_delete(la, "k"), DLOCK_ELOST);
+    expect_key(b, "g-gone", "k", "before", t1);
+    TU_ACQUIRE_OK(lb, DLOCK_TRY);
+    uint64_t t2 = token_of(lb);
+    EXPECT_RC(dlock_guarded_put(lb, "k", "new holder", 10), DLOCK_OK);
+    EXPECT_RC(dlock_guarded_put(la, "k", "stale", 5), DLOCK_ELOST);
+    EXPECT_RC(dlock_guarded_delete(la, "k"), DLOCK_ELOST);
+    expect_key(a, "g-gone", "k", "new holder", t2);
+    EXPECT_RC(dlock_release(la), DLOCK_ELOST);
+    TU_RELEASE_OK(lb);
+    if (has(CT_LEASES) && has(CT_FIXED_LEASE)) {
+        ck_assert_int_eq(dlock_lock_set_lease(la, 1000, DLOCK_LEASE_FIXED), DLOCK_OK);
+        TU_ACQUIRE_OK(la, DLOCK_TRY);
+        while (dlock_validity_ms(la) > 0) /* the test's time limit fails a hang */
+            usleep(20 * 1000);
+        EXPECT_RC(dlock_guarded_put(la, "k", "late", 4), DLOCK_ELOST);
+        expect_key(b, "g-gone", "k", "new holder", t2);
+        EXPECT_RC(dlock_release(la), DLOCK_ELOST);
+    }
+    TU_ACQUIRE_OK(lb, DLOCK_TRY);
+    EXPECT_RC(dlock_guarded_delete(lb, "k"), DLOCK_OK);
+    TU_RELEASE_OK(lb);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+}
+
+/* value_write_races_a_takeover for a guarded key: none of the first
+ * holder's puts lands after the second owner's. */
+TU_TEST(guarded_write_races_a_takeover, 60)
+{
+    if (has(CT_NO_GUARDED) || !has(CT_FORCE_LIVE))
+        return;
+    write_races_a_takeover("g-race", "k");
 }
 
 /* A release the server never got (every server process stopped: the

@@ -639,7 +639,8 @@ TU_TEST(own_key_space_names_refused, 60)
  * counter (whose acquire then failed after it had taken a permit), a lock
  * named dlock_leader:{elz} shared one hash with election elz, and
  * semaphores x and {x} shared {x}:timeout (as locks x and {x} shared
- * redisson_lock_token:{x}). Names merely like them are taken. */
+ * redisson_lock_token:{x}), and a lock named dlock_guarded:{g}:k would
+ * be guarded key k of lock g. Names merely like them are taken. */
 TU_TEST(names_aliasing_derived_keys_refused, 60)
 {
     start_server(NULL);
@@ -651,7 +652,7 @@ TU_TEST(names_aliasing_derived_keys_refused, 60)
         "dlock_fair_queue:{f}", "dlock_fair_waiters:{f}", "dlock_fair__channel:u",
         "dlock_client:u",
         "{rw}:0b7e5d64-6f1c-4c6a-9d41-1d7f3f3c8a21:1:rwlock_timeout:1", "{x}", "{x}}",
-        "{x}y}", "redisson_lock_token:{x}", "dlock_name:{x}"};
+        "{x}y}", "redisson_lock_token:{x}", "dlock_name:{x}", "dlock_guarded:{g}:k"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const char *n = refused[i];
         dlock_lock *l = tu_lock(c, n);

@@ -130,7 +130,7 @@ static long inspect_waiters(const struct ct_fixture *f, dlock_client *c, const c
 static struct ct_fixture fx_file = {
     .name = "file",
     .scheme = "file",
-    .caps = CT_SHARED | CT_LOCK_DELAY,
+    .caps = CT_SHARED | CT_LOCK_DELAY | CT_NO_GUARDED,
     .start = file_start,
     .stop = file_stop,
     .url = file_url,
@@ -417,7 +417,8 @@ static struct ct_fixture fx_rediss_sentinel =
     REDIS_FIXTURE(sentinel, "rediss-sentinel", "rediss+sentinel",
                   REDIS_DELAY_CAPS | CT_SHARED | CT_FAIR, &tls_sentinel_topology);
 static struct ct_fixture fx_redlock =
-    REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS | CT_SHARED | CT_NO_VALUE, NULL);
+    REDIS_FIXTURE(redlock, "redlock", "redlock", REDIS_CAPS | CT_SHARED | CT_NO_VALUE | CT_NO_GUARDED,
+                  NULL);
 /* not CT_FAIR: a fair lock's grants go to a per-client channel outside the
  * lock's slot (DLOCK_ENOTSUP on a cluster) */
 static struct ct_fixture fx_redis_cluster = REDIS_FIXTURE(
@@ -525,7 +526,8 @@ static void pg_pause(const struct ct_fixture *f, bool stop)
 static struct ct_fixture fx_postgres = {
     .name = "postgres",
     .scheme = "postgres",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE | CT_SHARED |
+            CT_NO_GUARDED,
     .start = pg_start,
     .stop = pg_stop,
     .url = pg_url,
@@ -573,7 +575,8 @@ static void mysql_pause(const struct ct_fixture *f, bool stop)
 static struct ct_fixture fx_mysql = {
     .name = "mysql",
     .scheme = "mysql",
-    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE,
+    .caps = CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE |
+            CT_NO_GUARDED,
     .start = mysql_start,
     .stop = mysql_stop,
     .url = mysql_url,

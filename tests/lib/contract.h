@@ -53,6 +53,10 @@ enum ct_caps {
                                  clean release keeps the name from every
                                  acquirer for the delay (else DLOCK_ENOTSUP
                                  at connect, naming the option) */
+    CT_NO_GUARDED = 1u << 11, /* keeps no guarded keys: dlock_guarded_put(),
+                                 _delete() and _get() answer DLOCK_ENOTSUP
+                                 naming the backend (every other fixture must
+                                 keep them) */
 };
 
 struct ct_fixture {

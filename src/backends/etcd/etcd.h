@@ -583,6 +583,14 @@ int dlock__etcd_txn(struct etcd_backend *s, json_t *req, json_t **reply, const c
 
 /* value.c: lock values (the key "<prefix>dlock_value:NAME"). */
 extern const struct dlock__value_ops dlock__etcd_value_ops;
+/* The value's guarded write and read (KEY NULL) or a guarded key's
+ * (guard.c): one transaction comparing the hold's key's create revision,
+ * then a put or a delete; one range. */
+int dlock__etcd_stored_set(void *state, struct dlock__hold *h, const char *key,
+                           const struct dlock__value *v);
+int dlock__etcd_stored_get(void *state, const char *name, const char *key,
+                           struct dlock__value *out);
+extern const struct dlock__guarded_ops dlock__etcd_guarded_ops;
 /* contend.c */
 extern const struct dlock__contend_ops dlock__etcd_contend_ops;
 

@@ -1041,4 +1041,5 @@ const struct dlock__backend dlock__backend_etcd = {
     .admin = &etcd_admin_ops,
     .values = &dlock__etcd_value_ops,
     .contend = &dlock__etcd_contend_ops,
+    .guarded = &dlock__etcd_guarded_ops,
 };

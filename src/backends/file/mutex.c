@@ -923,4 +923,7 @@ const struct dlock__backend dlock__backend_file = {
     .elections = &file_elect_ops,
     .admin = &file_admin_ops,
     .values = &dlock__file_value_ops,
+    /* docs/protocol-file.md, "Guarded writes" */
+    .no_guarded_why = "the file backend has no store (a lock's value is all it keeps beside a "
+                      "lock); use redis://, etcd:// or zk:// for guarded writes",
 };

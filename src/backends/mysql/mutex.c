@@ -585,4 +585,7 @@ const struct dlock__backend dlock__backend_mysql = {
     .values = &my_value_ops,
     .semaphores = &dlock__my_sem_ops,
     .elections = &dlock__my_elect_ops,
+    /* docs/protocol-mysql.md, "Guarded writes" */
+    .no_guarded_why = "not yet (a table written in the hold's session is the plan); use "
+                      "redis://, etcd:// or zk:// for guarded writes",
 };

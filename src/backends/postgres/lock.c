@@ -625,4 +625,7 @@ const struct dlock__backend dlock__backend_postgres = {
     .semaphores = &dlock__pg_sem_ops,
     .elections = &dlock__pg_elect_ops,
     .values = &dlock__pg_value_ops,
+    /* docs/protocol-postgres.md, "Guarded writes" */
+    .no_guarded_why = "not yet (a table written in the hold's session is the plan); use "
+                      "redis://, etcd:// or zk:// for guarded writes",
 };

@@ -279,5 +279,6 @@ const struct dlock__backend dlock__backend_redis = {
     .elections = &redis_elect_ops,
     .admin = &redis_admin_ops,
     .values = &dlock__redis_value_ops,
+    .guarded = &dlock__redis_guarded_ops,
 };
 

@@ -145,6 +145,7 @@ const char *dlock__redis_derived_key(const char *key, size_t len)
         {"dlock_fair_queue:", "a fair lock's queue (dlock_fair_queue:{N})"},
         {"dlock_fair_waiters:", "a fair lock's waiters (dlock_fair_waiters:{N})"},
         {"dlock_delay:", "a lock's lock-delay marker (dlock_delay:{N})"},
+        {"dlock_guarded:", "a guarded key of a lock's store (dlock_guarded:{N}:<key>)"},
         {"dlock_fair__channel:", "a fair client's channel (dlock_fair__channel:<uuid>)"},
         {"dlock_client:", "a client's record of its host and pid (dlock_client:<uuid>)"},
         {"dlock_leader:", "an election's value (dlock_leader:{N})"},

@@ -834,6 +834,14 @@ int dlock__redis_list(void *state, const char *pattern, dlock_list_fn fn, void *
 /* A lock's value: the HASH dlock_value:{NAME}, written by a script that
  * finds the hold (every URL form but redlock). */
 extern const struct dlock__value_ops dlock__redis_value_ops;
+/* The value's write and read (KEY NULL) or a guarded key's (guard.c):
+ * one script that finds the hold, then HSET or DEL of the hash; one
+ * HMGET. */
+int dlock__redis_stored_set(void *state, struct dlock__hold *h, const char *key,
+                            const struct dlock__value *v);
+int dlock__redis_stored_get(void *state, const char *name, const char *key,
+                            struct dlock__value *out);
+extern const struct dlock__guarded_ops dlock__redis_guarded_ops;
 
 /* The 5 keys and 7 arguments of an acquire_*.lua call (see the script),
  * the strings kept in the struct: hold H (its lease LEASE_MS, owner and

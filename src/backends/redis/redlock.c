@@ -652,4 +652,8 @@ const struct dlock__backend dlock__backend_redlock = {
     .no_values_why = "no one request can check a hold on a majority of nodes, and a value "
                      "written on some of them only would read differently from each; use "
                      "redis://, etcd:// or zk:// for a lock's value",
+    /* docs/protocol-redis.md, "Guarded writes" */
+    .no_guarded_why = "no one request can check a hold on a majority of nodes, so a key "
+                      "could be written by a holder that lost the lock; use redis://, etcd:// "
+                      "or zk:// for guarded writes",
 };

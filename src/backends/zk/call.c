@@ -304,7 +304,9 @@ int dlock__zk_rq_check_then(struct zk_backend *zb, zhandle_t *zh, struct zk_guar
         return rc;
     zoo_op_t ops[2];
     zoo_check_op_init(&ops[0], gw->check, -1);
-    if (gw->create)
+    if (gw->remove)
+        zoo_delete_op_init(&ops[1], gw->path, -1);
+    else if (gw->create)
         zoo_create_op_init(&ops[1], gw->path, gw->data, (int)gw->len, zk_node_acl(zb), 0, NULL, 0);
     else
         zoo_set_op_init(&ops[1], gw->path, gw->data, (int)gw->len, -1, &k->multi_stat);

@@ -771,4 +771,5 @@ const struct dlock__backend dlock__backend_zk = {
     .admin = &zk_admin_ops,
     .values = &dlock__zk_value_ops,
     .contend = &dlock__zk_contend_ops,
+    .guarded = &dlock__zk_guarded_ops,
 };

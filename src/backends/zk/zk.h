@@ -220,7 +220,8 @@ int dlock__zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const cha
 /* A failed request as a DLOCK_E* code with a message; the kinds of codes. */
 /* A write guarded by a node (value.c): one multi of "CHECK exists, then
  * WRITE" -- LEN bytes at DATA set on PATH, or PATH created (persistent)
- * with them when CREATE. ERRS[0] the check's result, ERRS[1] the write's
+ * with them when CREATE, or PATH deleted when REMOVE (guard.c). ERRS[0]
+ * the check's result, ERRS[1] the write's
  * (ZOK both when applied; ZRUNTIMEINCONSISTENCY for the one after the op
  * that failed); returns the multi's code (ZOPERATIONTIMEOUT: unknown). */
 struct zk_guarded_write {
@@ -229,6 +230,7 @@ struct zk_guarded_write {
     const char *data;
     size_t len;
     bool create;
+    bool remove;
     int errs[2];
 };
 int dlock__zk_rq_check_then(struct zk_backend *zb, zhandle_t *zh, struct zk_guarded_write *gw,
@@ -354,6 +356,14 @@ int dlock__zk_release_within(void *state, struct dlock__hold *h, int64_t deadlin
 
 /* value.c */
 extern const struct dlock__value_ops dlock__zk_value_ops;
+/* The value's guarded write and read (KEY NULL) or a guarded key's
+ * (guard.c): one multi checking the hold's node, then a setData, create
+ * or delete; one getData. */
+int dlock__zk_stored_set(void *state, struct dlock__hold *h, const char *key,
+                         const struct dlock__value *v);
+int dlock__zk_stored_get(void *state, const char *name, const char *key,
+                         struct dlock__value *out);
+extern const struct dlock__guarded_ops dlock__zk_guarded_ops;
 
 /* ------------------------------------------------------------ contend.c */
 

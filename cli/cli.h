@@ -14,7 +14,7 @@
 enum {
     EXIT_FREE = 1,         /* status: NAME is not held (0: held) */
     EXIT_STALE = 1,        /* check: TOKEN is not the newest live hold (0: it is) */
-    EXIT_NOVALUE = 1,      /* value: NAME has no value (0: printed) */
+    EXIT_NOVALUE = 1,      /* value, get: NAME has no value, no such key (0: printed) */
     EXIT_USAGE = 64,       /* EX_USAGE: bad command line */
     EXIT_DATAERR = 65,     /* EX_DATAERR: the name holds something that is not a lock */
     EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: internal error */
@@ -182,6 +182,7 @@ int cmd_hold(const char *url, int argc, char **argv);
 int cmd_status(const char *url, int argc, char **argv);
 int cmd_check(const char *url, int argc, char **argv);
 int cmd_value(const char *url, int argc, char **argv);
+int cmd_get(const char *url, int argc, char **argv);
 int cmd_release(const char *url, int argc, char **argv);
 int cmd_list(const char *url, int argc, char **argv);
 /* run with ARGV (run's options, NAME, COMMAND) campaigning in election

@@ -18,7 +18,7 @@ static const struct {
      "                  [--on-lost term|kill|ignore] [--kill-after SECONDS]\n"
      "                  [--lost-grace SECONDS] [--on-contended term|ignore]\n"
      "                  [--strict-release] [--permits N] [--min-hold SECONDS]\n"
-     "                  [-o | --no-wait-children] [--value] [-v]\n"
+     "                  [-o | --no-wait-children] [--value] [--put KEY=VALUE]... [-v]\n"
      "                  NAME [--] COMMAND [ARG...]\n"
      "dlock [-u URL] run [options] NAME -c 'SHELL COMMAND'\n"
      "dlock [-u URL] run [options] -m NAME... -- COMMAND [ARG...]   (or -c)",
@@ -66,6 +66,10 @@ static const struct {
      "                        (DLOCK_VALUE_FILE); what the file holds when COMMAND\n"
      "                        ends, if changed, becomes the value before the release\n"
      "                        (at most 4096 bytes; file, redis, etcd, zk; not with -m)\n"
+     "  --put KEY=VALUE       once COMMAND exits 0, put VALUE as KEY of NAME's store,\n"
+     "                        guarded by the hold: a lock lost by then writes nothing\n"
+     "                        (exit 75); read it with dlock get (redis, etcd, zk; up\n"
+     "                        to 16; not with -m, -s, --permits)\n"
      "  -m, --multi           take every NAME up to -- (or -c) all or nothing: a set\n"
      "                        of locks (at most 64), taken in one order (bytewise\n"
      "                        sorted) so that sets overlapping in any order never\n"
@@ -150,6 +154,11 @@ static const struct {
      "Print lock NAME's value as it is, without a newline: what its holders wrote\n"
      "with run --value (or dlock_value_set), the last one's; anyone may read it.\n"
      "Exit status: 0 when printed, 1 when NAME has no value."},
+    {"get", "dlock [-u URL] get NAME KEY",
+     "Print key KEY of lock NAME's store as it is, without a newline: what its\n"
+     "holders put with run --put KEY=VALUE (or dlock_guarded_put), only while\n"
+     "they held NAME; anyone may read it.\n"
+     "Exit status: 0 when printed, 1 when there is no such key."},
     {"release", "dlock [-u URL] release --force NAME",
      "Operator's tool: free NAME whoever holds it (backends with leases).\n"
      "  --force               required: says you mean it"},

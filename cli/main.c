@@ -708,44 +708,63 @@ int cmd_status(const char *url, int argc, char **argv)
     return held ? 0 : EXIT_FREE;
 }
 
-/* value NAME: lock NAME's value on stdout as it is (no newline added):
- * exit 0, or 1 and nothing when it has none; errors as every command's. */
-int cmd_value(const char *url, int argc, char **argv)
+/* value NAME, get NAME KEY (CMD says which): lock NAME's value, or key
+ * KEY of its store (dlock_guarded_get), on stdout as it is (no newline
+ * added): exit 0, or 1 and nothing when there is none; errors as every
+ * command's. */
+static int print_stored(const char *cmd, const char *url, int argc, char **argv)
 {
+    bool get = strcmp(cmd, "get") == 0;
     struct sub_opts o = {url, 0, 0, 0, false};
-    int i = sub_parse("value", argc, argv, &o, false);
+    int i = sub_parse(cmd, argc, argv, &o, false);
     if (i < 0)
         return EXIT_USAGE;
-    if (i + 1 != argc || o.json) {
-        fprintf(stderr, "dlock value: %s\n",
-                o.json ? "--json is not an option of value" : "expected exactly one NAME");
-        cli_print_usage_line("value");
+    if (i + (get ? 2 : 1) != argc || o.json) {
+        fprintf(stderr, "dlock %s: %s\n", cmd,
+                o.json ? "--json is not an option here"
+                : get  ? "expected a NAME and a KEY"
+                       : "expected exactly one NAME");
+        cli_print_usage_line(cmd);
         return EXIT_USAGE;
     }
     const char *name = argv[i];
-    int code = cli_check_name("value", name);
+    int code = cli_check_name(cmd, name);
     if (code)
         return code;
     if (cli_is_path(o.url, name)) {
-        fprintf(stderr, "dlock value: %s is a file locked with flock(2), which has no value\n",
-                name);
+        fprintf(stderr, "dlock %s: %s is a file locked with flock(2), which has no %s\n", cmd,
+                name, get ? "store" : "value");
         return EXIT_UNAVAILABLE;
     }
     dlock_client *c;
     if ((code = cli_open(o.url, 0, &c)))
         return code;
-    char buf[DLOCK_VALUE_MAX];
-    size_t len = sizeof buf;
-    uint64_t token = 0;
-    int rc = dlock_value_get(c, name, buf, &len, &token);
+    char *buf = malloc(DLOCK_GUARDED_MAX);
+    dlock_guarded_read r = {.name = name, .key = get ? argv[i + 1] : NULL, .buf = buf,
+                            .size = get ? DLOCK_GUARDED_MAX : DLOCK_VALUE_MAX};
+    int rc = !buf    ? DLOCK_ENOMEM
+             : get ? dlock_guarded_get(c, &r)
+                   : dlock_value_get(c, name, buf, &r.size, &r.token);
+    r.len = get ? r.len : r.size;
     if (rc)
-        code = cli_fail(rc, "value");
-    else if (!token)
+        code = cli_fail(rc, cmd);
+    else if (!r.token)
         code = EXIT_NOVALUE;
-    else if (fwrite(buf, 1, len, stdout) != len || fflush(stdout))
+    else if (fwrite(buf, 1, r.len, stdout) != r.len || fflush(stdout))
         code = EXIT_SOFTWARE;
+    free(buf);
     dlock_client_close(c);
     return code;
+}
+
+int cmd_value(const char *url, int argc, char **argv)
+{
+    return print_stored("value", url, argc, argv);
+}
+
+int cmd_get(const char *url, int argc, char **argv)
+{
+    return print_stored("get", url, argc, argv);
 }
 
 /* check NAME TOKEN: whether TOKEN (decimal, as DLOCK_TOKEN and status
@@ -994,6 +1013,7 @@ int main(int argc, char **argv)
         {"run", cmd_run},         {"hold", cmd_hold},   {"status", cmd_status},
         {"release", cmd_release}, {"list", cmd_list},   {"elect", cmd_elect},
         {"leader", cmd_leader},   {"check", cmd_check}, {"value", cmd_value},
+        {"get", cmd_get},
     };
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (strcmp(cmd, commands[i].name) == 0)

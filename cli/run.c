@@ -707,6 +707,9 @@ static int supervise(struct cli_job *j, const struct policy *p, bool *at_risk)
     }
 }
 
+/* At most this many --put options to one run. */
+#define RUN_PUT_MAX 16
+
 struct run_opts {
     const char *url;
     int64_t wait_ms, lease_ms;
@@ -723,7 +726,28 @@ struct run_opts {
     int64_t min_hold_ms; /* --min-hold: held at least this long after it was taken */
     pid_t pid;           /* hold --pid: held for this process, told of a loss */
     bool value;          /* --value: COMMAND gets the lock's value and may write one */
+    const char *puts[RUN_PUT_MAX]; /* --put KEY=VALUE: put once COMMAND exits 0 (puts_apply) */
+    size_t nput;
 };
+
+/* After COMMAND (whose exit code is CODE): when CODE is 0, each of O's
+ * --put KEY=VALUE put as KEY of the name's store through L, in order,
+ * each guarded by the hold (dlock_guarded_put); the first that fails
+ * stops the rest, said. Returns CODE, or the exit code of a put not
+ * made: 75 the lock was lost (nothing written), a backend's failure. */
+static int puts_apply(dlock_lock *l, const struct run_opts *o, int code)
+{
+    for (size_t k = 0; !code && k < o->nput; k++) {
+        const char *eq = strchr(o->puts[k], '=');
+        char key[DLOCK_GUARDED_KEY_MAX + 1];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - o->puts[k]), o->puts[k]);
+        int rc = dlock_guarded_put(l, key, eq + 1, strlen(eq + 1));
+        if (rc == DLOCK_ELOST)
+            say("--put %s: not written: %s", key, dlock_errmsg());
+        code = rc == DLOCK_ELOST ? EXIT_LOST : rc ? cli_fail(rc, verb) : 0;
+    }
+    return code;
+}
 
 /* The lease the URL (-u, DLOCK_URL or the configuration file's) asks
  * for, read by the library's own parsers, its text into VALUE (SIZE
@@ -754,7 +778,7 @@ static int64_t url_lease_ms(const char *given, char *value, size_t size)
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
     *o = (struct run_opts){o->url, DLOCK_FOREVER, 0, {LOST_TERM, 10000, -1, false, false}, 1, 0, 0,
-                           DLOCK_EXCLUSIVE, NULL, 0, false, false, false, 0, 0, false};
+                           DLOCK_EXCLUSIVE, NULL, 0, false, false, false, 0, 0, false, {NULL}, 0};
     static const struct option longs[] = {
         {"nonblock", no_argument, NULL, 'n'},
         {"nb", no_argument, NULL, 'n'},
@@ -779,6 +803,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         {"min-hold", required_argument, NULL, 'M'},
         {"pid", required_argument, NULL, 'p'},
         {"value", no_argument, NULL, 'V'},
+        {"put", required_argument, NULL, 'Y'},
         {"url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0}};
@@ -895,6 +920,22 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
                                           "lock's value");
             o->value = true;
             break;
+        case 'Y': {
+            const char *eq = strchr(optarg, '=');
+            size_t kl = eq ? (size_t)(eq - optarg) : 0;
+            if (strcmp(verb, "run") != 0)
+                return -usage_error("%s", "--put is run's: it writes once COMMAND succeeded");
+            if (!kl || kl > DLOCK_GUARDED_KEY_MAX ||
+                strspn(optarg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+                    kl)
+                return -usage_error("--put needs KEY=VALUE, KEY 1 to %d letters, digits, '.', '_' "
+                                    "or '-', not '%s'",
+                                    DLOCK_GUARDED_KEY_MAX, optarg);
+            if (o->nput == RUN_PUT_MAX)
+                return -usage_error("at most %d --put options", RUN_PUT_MAX);
+            o->puts[o->nput++] = optarg;
+            break;
+        }
         case 'm':
             if (strcmp(verb, "run") != 0)
                 return -usage_error("%s", "-m (a set of NAMEs) is run's alone");
@@ -906,7 +947,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
         case 'h':
             exit(cli_help(verb, 0));
         default:
-            if (optopt && strchr("wEcuLOKGPMpT", optopt))
+            if (optopt && strchr("wEcuLOKGPMpTY", optopt))
                 return -usage_error("option '%s' needs a value", argv[optind - 1]);
             return -usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -924,6 +965,13 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
                             o->multi     ? "not with -m"
                             : o->permits ? "not with --permits (a permit has none)"
                                          : "NAME is a path (flock(2) keeps no value)");
+    if (o->nput && (o->multi || o->permits || o->mode == DLOCK_SHARED ||
+                    cli_is_path(o->url, argv[optind])))
+        return -usage_error("--put writes through one exclusive hold: %s",
+                            o->multi                     ? "not with -m"
+                            : o->permits                 ? "not with --permits"
+                            : o->mode == DLOCK_SHARED    ? "not with -s"
+                                                         : "NAME is a path (flock(2) has no store)");
     if (o->permits && o->multi)
         return -usage_error("%s", "--permits takes a permit of one semaphore, not with -m");
     const char *no_contended = !o->policy.term_on_contended ? NULL
@@ -1371,6 +1419,7 @@ static int lock_and_run(struct run_opts *o, const char *const *names, size_t n, 
     bool at_risk = false;
     code = run_job(o, cmd, env, lock_fds, nlock, &oldmask, &at_risk);
     code = value_apply(R.lock, &value, code);
+    code = puts_apply(R.lock, o, code);
     R.left_held = o->leave && nlock > 0;
     for (size_t k = 0; k < nlock; k++)
         close(lock_fds[k]);

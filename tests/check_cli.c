@@ -2571,7 +2571,7 @@ TU_TEST(completion_offers_commands_options_and_schemes, 60)
     int rc = tu_run((const char *[]){"bash", "-c", script, NULL}, NULL, &out, &err);
     ck_assert_msg(rc == 0, "bash: %d %s", rc, err);
     const char *expect[] = {
-        ": run hold elect leader status check value release list bench help\n",
+        ": run hold elect leader status check value get release list bench help\n",
         "r: run release\n",
         "redis+cluster:// ",
         "-u redis://h run --le: --lease\n",

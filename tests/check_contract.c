@@ -2287,6 +2287,51 @@ static void assert_cli_json(const char *url, const char *name, bool held)
     free(out);
 }
 
+/* `dlock run --put KEY=VALUE` puts once COMMAND succeeded, under the
+ * hold; `dlock get NAME KEY` prints it (1 and nothing when there is none).
+ * A failed COMMAND puts nothing; a lock force-released while COMMAND ran
+ * puts nothing and exits 75. Backends without a store: 69 for both. */
+TU_TEST(cli_run_put_get, 60)
+{
+    char *url = ct_test_url(has(CT_LEASES) ? "lease=5s" : NULL);
+    char *out = NULL, *err = NULL;
+    if (has(CT_NO_GUARDED)) {
+        ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "get", "cli-g", "k"), 69);
+        ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "--put", "k=v", "cli-g", "true"), 69);
+        free(url);
+        return;
+    }
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "get", "cli-g", "k"), 1);
+    ck_assert_str_eq(out, "");
+    free(out);
+    int rc = CLI(NULL, &err, "-u", url, "run", "--put", "k=done 1", "--put", "k2=", "cli-g", "true");
+    ck_assert_msg(rc == 0, "run --put: exit %d: %s", rc, err);
+    free(err);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "get", "cli-g", "k"), 0);
+    ck_assert_str_eq(out, "done 1");
+    free(out);
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "get", "cli-g", "k2"), 0); /* empty: a key */
+    ck_assert_str_eq(out, "");
+    free(out);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "--put", "k=again", "cli-g", "false"), 1);
+    if (has(CT_FORCE_LIVE)) {
+        char *force = tu_fmt("'%s' -u '%s' release --force cli-g", tu_dlock_bin(), url);
+        rc = CLI(NULL, &err, "-u", url, "run", "--on-lost", "ignore", "--put", "k=late", "cli-g",
+                 "-c", force);
+        ck_assert_msg(rc == 75 && strstr(err, "not written"), "exit %d: %s", rc, err);
+        free(err);
+        free(force);
+    }
+    ck_assert_int_eq(CLI(&out, NULL, "-u", url, "get", "cli-g", "k"), 0);
+    ck_assert_str_eq(out, "done 1");
+    free(out);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "--put", "k", "cli-g", "true"), 64);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "--put", "a/b=1", "cli-g", "true"), 64);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "run", "-s", "--put", "k=1", "cli-g", "true"), 64);
+    ck_assert_int_eq(CLI(NULL, NULL, "-u", url, "get", "cli-g"), 64);
+    free(url);
+}
+
 /* The CLI's URLs ask for a lease where holds have one: the command
  * refuses a lease= the file backend has no use for. */
 TU_TEST(cli_run_status_list_release, 60)

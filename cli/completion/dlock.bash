@@ -5,7 +5,7 @@
 # that every command and a sample of options complete). Installed by
 # `make install` as $(PREFIX)/share/bash-completion/completions/dlock.
 
-_dlock_commands="run hold elect leader status check value release list bench help"
+_dlock_commands="run hold elect leader status check value get release list bench help"
 _dlock_schemes="file:// redis:// rediss:// redis+unix:// redis+sentinel://
 rediss+sentinel:// redis+cluster:// rediss+cluster:// redlock:// redlocks://
 etcd:// etcd+https:// zk:// postgres:// postgresql:// mysql:// mariadb://"

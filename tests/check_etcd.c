@@ -2779,6 +2779,7 @@ enum hostile_mode {
     HOSTILE_KEEPALIVE_TTL,    /* a keepalive: its TTL replaced by TEXT */
     HOSTILE_TXN_REFUSED,      /* a txn: refused, in the words TEXT */
     HOSTILE_WATCH,            /* a watch's message garbled as TEXT names */
+    HOSTILE_RANGE_CREATE,     /* a range: each kv's create_revision replaced by TEXT */
 };
 
 struct hostile {
@@ -2848,6 +2849,12 @@ static char *hostile_rewrite(void *arg, const char *path, const char *request, i
     } else if (hs->mode == HOSTILE_KEEPALIVE_TTL && strcmp(path, "/v3/lease/keepalive") == 0 &&
                json_is_object(json_object_get(j, "result"))) {
         json_object_set_new(json_object_get(j, "result"), "TTL", json_string(hs->text));
+        out = json_dumps(j, JSON_COMPACT);
+    } else if (hs->mode == HOSTILE_RANGE_CREATE && strcmp(path, "/v3/kv/range") == 0 && j) {
+        size_t i;
+        json_t *kv;
+        json_array_foreach(json_object_get(j, "kvs"), i, kv)
+            json_object_set_new(kv, "create_revision", json_string(hs->text));
         out = json_dumps(j, JSON_COMPACT);
     } else if (hs->mode == HOSTILE_TXN_REFUSED && strcmp(path, "/v3/kv/txn") == 0) {
         json_t *r = json_pack("{s:i, s:s}", "code", 3, "message", hs->text);
@@ -2966,6 +2973,36 @@ TU_TEST_IN(single, keepalive_with_a_bad_ttl_renews_nothing, 60)
         tu_sleep_ms(50);
     ck_assert_msg(left <= 0, "a hold renewed by keepalives whose TTL is no number: %lld ms left",
                   (long long)left);
+    hostile_hold_close(&x);
+}
+
+/* The at-risk reason of a renewal (a dlock_at_risk_fn): ARG, a struct
+ * tu_lost, counts the calls and keeps the last reason. */
+static void at_risk_why(dlock_lock *l, int64_t validity_ms, const char *why, void *arg)
+{
+    (void)validity_ms;
+    tu_on_lost(l, why, arg);
+}
+
+/* The renewal's check that the held keys are still ours reads its range
+ * reply as text (span.c), checked as every other reply: a kv whose
+ * create revision is no number ("1x") renews nothing -- the renewal
+ * fails naming the field, and the hold is at risk -- rather than being
+ * read as some revision (the hold then lost as "gone or replaced") or
+ * confirmed. */
+TU_TEST_IN(single, renewal_range_with_a_bad_revision_renews_nothing, 60)
+{
+    struct hostile_hold x;
+    struct tu_lost lost = {0}, risk = {0};
+    hostile_hold_open(&x, "hostile-range", 3000, &lost);
+    ck_assert_int_eq(dlock_lock_on_at_risk(x.l, 2500, at_risk_why, &risk), DLOCK_OK);
+    hostile_set(&x.h, &x.hs, HOSTILE_RANGE_CREATE, "1x");
+    for (int k = 0; k < 400 && atomic_load(&risk.fired) == 0 && atomic_load(&lost.fired) == 0; k++)
+        tu_sleep_ms(25);
+    ck_assert_msg(atomic_load(&lost.fired) == 0, "lost on a reply that is no etcd's: %s",
+                  lost.why);
+    ck_assert_msg(atomic_load(&risk.fired) > 0 && strstr(risk.why, "without valid revisions"),
+                  "at risk %d time(s), for: %s", atomic_load(&risk.fired), risk.why);
     hostile_hold_close(&x);
 }
 

@@ -163,6 +163,11 @@ struct etcd_limits {
  * have been applied. */
 int dlock__etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
                   const char *what, int *grpc_code, bool *resent, const struct etcd_limits *lim);
+/* The same, the answer's body kept as text in *BODY (*LEN bytes, caller
+ * frees; NULL on failure), neither parsed nor checked: the caller checks
+ * it as dlock__etcd_check_reply() would (span.c). */
+int dlock__etcd_call_body(struct etcd_conn *k, const char *path, json_t *req, char **body,
+                          size_t *len, const char *what, const struct etcd_limits *lim);
 
 /* ------------------------------------------- shared by http.c and watch.c */
 
@@ -343,6 +348,10 @@ void dlock__etcd_watch_stop(struct etcd_watch *wt);
 char *dlock__etcd_b64(const void *data, size_t len);
 /* Decode base64 TEXT into a fresh NUL-terminated buffer (*LEN = bytes). */
 char *dlock__etcd_unb64(const char *text, size_t *len);
+/* Decode the N bytes of base64 at TEXT into OUT (room for N / 4 * 3 + 4
+ * bytes, NUL-terminated; *LEN = bytes). False on a byte that is no
+ * base64. */
+bool dlock__etcd_unb64_into(const char *text, size_t n, char *out, size_t *len);
 /* The smallest key greater than every key starting with PREFIX (etcd's
  * range_end for a prefix), base64-encoded; "AA==" (the \0 key, "every
  * key") for an empty prefix. Caller frees. */
@@ -359,6 +368,11 @@ bool dlock__etcd_int_of(const json_t *obj, const char *field, int64_t *out);
  * and a TTL etcd could give (a grant's at least the one asked), a header
  * revision. Else DLOCK_EPROTO naming the field (LABEL, WHAT as in the
  * call's messages). dlock__etcd_call_lim() checks every reply so. */
+/* DLOCK_EPROTO, the message saying what was wrong with the reply of
+ * PATH: "LABEL: WHAT: PATH replied with <FMT...> (not a reply etcd
+ * gives)". */
+int dlock__etcd_bad_reply(const char *label, const char *what, const char *path,
+                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int dlock__etcd_check_reply(const char *label, const char *what, const char *path,
                             const json_t *req, const json_t *reply);
 
@@ -711,6 +725,31 @@ int dlock__etcd_renew(void *state, struct dlock__renew_batch *b);
 int dlock__etcd_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
 int dlock__etcd_elect_observe(void *state, const char *name, const struct dlock_leader *known,
                               struct dlock__wait *w, struct dlock_leader *out);
+
+/* ============================================================== span.c */
+
+/* A kv of a range reply as dlock__etcd_span_scan() read it: its key's
+ * base64 text in the reply (KEY, KEY_LEN bytes; ESC: with a JSON escape,
+ * which etcd never writes) and its create revision. */
+struct etcd_span_kv {
+    const char *key;
+    size_t key_len;
+    bool esc;
+    int64_t create_rev;
+};
+/* A range reply as read: its kvs (N of them, caller frees KVS; LISTED:
+ * the elements of its list) and whether etcd has more. */
+struct etcd_span_reply {
+    struct etcd_span_kv *kvs;
+    size_t n, listed;
+    bool more;
+};
+/* Read BODY (LEN bytes), the reply to a /v3/kv/range request, into *R
+ * without a JSON tree, checked as dlock__etcd_check_reply() checks a
+ * range's (LABEL and WHAT as in its messages): DLOCK_OK or DLOCK_EPROTO.
+ * Free R->kvs either way. */
+int dlock__etcd_span_scan(const char *body, size_t len, const char *label, const char *what,
+                          struct etcd_span_reply *r);
 
 /* ============================================================= delay.c */
 

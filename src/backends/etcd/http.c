@@ -56,29 +56,29 @@ char *dlock__etcd_b64(const void *data, size_t len)
     return out;
 }
 
-static int b64val(char ch)
+/* The value of base64 digit CH, -1 for any other byte. (Compared, not
+ * looked up in b64chars: the renewal decodes every key of its ranges,
+ * 10,000 a period.) */
+static int b64val(unsigned char ch)
 {
-    const char *at = ch ? strchr(b64chars, ch) : NULL;
-    return at ? (int)(at - b64chars) : -1;
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
 }
 
-char *dlock__etcd_unb64(const char *text, size_t *len)
+bool dlock__etcd_unb64_into(const char *text, size_t n, char *out, size_t *len)
 {
-    size_t n = strlen(text);
-    char *out = malloc(n / 4 * 3 + 4);
     size_t o = 0;
     unsigned acc = 0;
     int bits = 0;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (text[i] == '=')
-            break;
-        int v = b64val(text[i]);
-        if (v < 0) {
-            free(out);
-            return NULL;
-        }
+    for (size_t i = 0; i < n && text[i] != '='; i++) {
+        int v = b64val((unsigned char)text[i]);
+        if (v < 0)
+            return false;
         acc = (acc << 6) | (unsigned)v;
         bits += 6;
         if (bits >= 8) {
@@ -87,8 +87,20 @@ char *dlock__etcd_unb64(const char *text, size_t *len)
         }
     }
     out[o] = 0;
-    if (len)
-        *len = o;
+    *len = o;
+    return true;
+}
+
+char *dlock__etcd_unb64(const char *text, size_t *len)
+{
+    size_t n = strlen(text), got = 0;
+    char *out = malloc(n / 4 * 3 + 4);
+    if (out && !dlock__etcd_unb64_into(text, n, out, &got)) {
+        free(out);
+        return NULL;
+    }
+    if (out && len)
+        *len = got;
     return out;
 }
 
@@ -287,8 +299,11 @@ struct gateway_post {
     bool with_token;
     const char *what;
     const struct etcd_limits *lim;
+    bool raw; /* keep the answer's body as it came (out.body), unparsed */
     struct {
         json_t *reply;      /* the answer (a JSON object), caller's */
+        char *body;         /* the same as text (RAW), caller's */
+        size_t len;
         int grpc_code;      /* etcd's code of a refusal, 0 = none */
         bool token_expired; /* refused for a stale token: authenticate again */
         bool resent;        /* a send before the answered one may have landed */
@@ -467,6 +482,16 @@ static int call_endpoints(struct etcd_conn *k, struct gateway_post *p)
         }
         if (maybe_applied)
             p->out.resent = true;
+        if (ans.status == 200 && p->raw) {
+            p->out.body = ans.b.data ? ans.b.data : dlock__strdup("");
+            p->out.len = ans.b.len;
+            pthread_mutex_lock(&k->mu);
+            k->cur = ep;
+            pthread_mutex_unlock(&k->mu);
+            return p->out.body ? DLOCK_OK
+                               : dlock__err(DLOCK_ENOMEM, "%s: %s: out of memory", k->label,
+                                            p->what);
+        }
         if (ans.status == 200) {
             json_error_t jerr;
             json_t *j = json_loadb(ans.b.data ? ans.b.data : "", ans.b.len, 0, &jerr);
@@ -539,6 +564,36 @@ int dlock__etcd_call_resent(struct etcd_conn *k, const char *path, json_t *req, 
     return dlock__etcd_call_lim(k, path, req, reply, what, grpc_code, resent, NULL);
 }
 
+/* REQ sent as P says (its body made here from REQ), with the auth token. */
+static int post_req(struct etcd_conn *k, json_t *req, struct gateway_post *p)
+{
+    char *body = json_dumps(req, JSON_COMPACT);
+    if (!body)
+        return dlock__err(DLOCK_ENOMEM, "%s: %s: out of memory", k->label, p->what);
+    p->body = body;
+    p->with_token = true;
+    int rc = call_endpoints(k, p);
+    if (rc && p->out.token_expired) {
+        /* The auth token timed out (etcd forgets simple tokens after
+         * --auth-token-ttl): get a fresh one and try again once. */
+        rc = authenticate(k);
+        if (!rc)
+            rc = call_endpoints(k, p);
+    }
+    free(body);
+    return rc;
+}
+
+int dlock__etcd_call_body(struct etcd_conn *k, const char *path, json_t *req, char **body,
+                          size_t *len, const char *what, const struct etcd_limits *lim)
+{
+    struct gateway_post p = {.path = path, .what = what, .lim = lim, .raw = true};
+    int rc = post_req(k, req, &p);
+    *body = p.out.body;
+    *len = p.out.len;
+    return rc;
+}
+
 int dlock__etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, json_t **reply,
                   const char *what, int *grpc_code, bool *resent, const struct etcd_limits *lim)
 {
@@ -547,20 +602,8 @@ int dlock__etcd_call_lim(struct etcd_conn *k, const char *path, json_t *req, jso
         *resent = false;
     if (grpc_code)
         *grpc_code = 0;
-    char *body = json_dumps(req, JSON_COMPACT);
-    if (!body)
-        return dlock__err(DLOCK_ENOMEM, "%s: %s: out of memory", k->label, what);
-    struct gateway_post p = {.path = path, .body = body, .with_token = true, .what = what,
-                             .lim = lim};
-    int rc = call_endpoints(k, &p);
-    if (rc && p.out.token_expired) {
-        /* The auth token timed out (etcd forgets simple tokens after
-         * --auth-token-ttl): get a fresh one and try again once. */
-        rc = authenticate(k);
-        if (!rc)
-            rc = call_endpoints(k, &p);
-    }
-    free(body);
+    struct gateway_post p = {.path = path, .what = what, .lim = lim};
+    int rc = post_req(k, req, &p);
     *reply = p.out.reply;
     if (resent)
         *resent = p.out.resent;

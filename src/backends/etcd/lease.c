@@ -674,14 +674,14 @@ struct keepalive_said {
     int64_t sent, ttl_ms;
 };
 
-/* Hold I of B, its key read as KV (NULL: not there), its lease kept alive
- * by the keepalive SAID: confirmed (for no longer than the TTL etcd
- * answered), or lost. */
+/* Hold I of B, its key read at create revision CREATE_REV (0: not
+ * there), its lease kept alive by the keepalive SAID: confirmed (for no
+ * longer than the TTL etcd answered), or lost. */
 static void key_checked(struct etcd_backend *s, struct dlock__renew_batch *b, size_t i,
-                        const json_t *kv, struct keepalive_said said)
+                        int64_t create_rev, struct keepalive_said said)
 {
     struct etcd_hold *eh = b->holds[i]->bdata;
-    if (!kv || dlock__etcd_int(kv, "create_revision") != eh->rev) {
+    if (create_rev != eh->rev) {
         dlock__err(DLOCK_ELOST, "%s: lock '%s': key %s (token %lld) is gone or replaced "
                                 "(force-released or deleted)",
                    s->label, b->holds[i]->name, eh->key, (long long)eh->rev);
@@ -718,7 +718,9 @@ static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b,
             if (rc)
                 dlock__renew_result(b, hk[j].i, rc);
             else
-                key_checked(s, b, hk[j].i, dlock__etcd_txn_kv(reply, j - from),
+                key_checked(s, b, hk[j].i,
+                            dlock__etcd_int(dlock__etcd_txn_kv(reply, j - from),
+                                            "create_revision"),
                             said[hk[j].i]);
         }
         json_decref(reply);
@@ -728,7 +730,8 @@ static void check_keys(struct etcd_backend *s, struct dlock__renew_batch *b,
 /* Check the N keys of HK (sorted) with one keys-only range from the first
  * to the last, cut at a limit. Sets the result of each hold the range
  * decides (its request's failure, if it failed) and returns how many of
- * HK it decided: those after them lie past the cut. */
+ * HK it decided: those after them lie past the cut. The reply is read
+ * as text (span.c): no JSON tree for its kvs. */
 static size_t check_span(struct etcd_backend *s, struct dlock__renew_batch *b,
                          const struct held_key *hk, size_t n, const struct keepalive_said *said,
                          const struct etcd_limits *lim)
@@ -749,33 +752,47 @@ static size_t check_span(struct etcd_backend *s, struct dlock__renew_batch *b,
     free(limit);
     char what[1200];
     snprintf(what, sizeof what, "check held keys (%zu from %.1000s)", n, hk[0].key);
-    json_t *reply = NULL;
-    int rc = req ? dlock__etcd_call_lim(s->k, "/v3/kv/range", req, &reply, what, NULL, NULL, lim)
+    char *body = NULL;
+    size_t len = 0;
+    struct etcd_span_reply reply = {0};
+    int rc = req ? dlock__etcd_call_body(s->k, "/v3/kv/range", req, &body, &len, what, lim)
                  : dlock__etcd_nomem(s);
     json_decref(req);
-    json_t *kvs = json_object_get(reply, "kvs");
-    size_t nkv = json_array_size(kvs), r = 0, j = 0;
-    bool cut = json_is_true(json_object_get(reply, "more"));
-    char *rk = NULL; /* the key of kvs[r], decoded */
-    size_t rklen = 0;
+    if (!rc)
+        rc = dlock__etcd_span_scan(body, len, s->label, what, &reply);
+    size_t r = 0, j = 0, rklen = 0, rkcap = 0;
+    char *rk = NULL; /* the key of kvs[r], decoded (rklen bytes), once decoded */
+    bool decoded = false;
     for (; !rc && j < n; j++) {
         /* (both in etcd's order: the reply's keys before ours are others') */
         int c = 1;
-        for (; r < nkv; r++, free(rk), rk = NULL) {
-            const char *text = json_string_value(json_object_get(json_array_get(kvs, r), "key"));
-            if (!rk && !(rk = dlock__etcd_unb64(text ? text : "", &rklen))) {
-                rc = dlock__etcd_nomem(s);
+        for (; r < reply.n; r++, decoded = false) {
+            const struct etcd_span_kv *kv = &reply.kvs[r];
+            if (!decoded && kv->key_len / 4 * 3 + 4 > rkcap) {
+                rkcap = kv->key_len / 4 * 3 + 64;
+                char *grown = realloc(rk, rkcap);
+                if (!grown) {
+                    rc = dlock__etcd_nomem(s);
+                    break;
+                }
+                rk = grown;
+            }
+            if (!decoded && (kv->esc || !dlock__etcd_unb64_into(kv->key, kv->key_len, rk, &rklen))) {
+                rc = dlock__etcd_bad_reply(s->label, what, "/v3/kv/range",
+                                           "the range.kvs[%zu].key not base64", r);
                 break;
             }
+            decoded = true;
             if ((c = bytes_cmp(rk, rklen, hk[j].key, hk[j].len)) >= 0)
                 break;
         }
-        if (rc || (r == nkv && cut))
+        if (rc || (r == reply.n && reply.more))
             break; /* past the cut: not decided here */
-        key_checked(s, b, hk[j].i, c == 0 ? json_array_get(kvs, r) : NULL, said[hk[j].i]);
+        key_checked(s, b, hk[j].i, c == 0 ? reply.kvs[r].create_rev : 0, said[hk[j].i]);
     }
     free(rk);
-    json_decref(reply);
+    free(reply.kvs);
+    free(body);
     if (!rc)
         return j;
     for (; j < n; j++)

@@ -53,10 +53,10 @@ bool dlock__etcd_int_of(const json_t *obj, const char *field, int64_t *out)
 }
 
 /* What was wrong, in the message: "the reply to acquire 'x' (txn):
- * responses[1] has no response_range". */
-static int bad(const char *label, const char *what, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int bad(const char *label, const char *what, const char *path, const char *fmt, ...)
+ * responses[1] has no response_range" (bad() in this file). */
+#define bad dlock__etcd_bad_reply
+int dlock__etcd_bad_reply(const char *label, const char *what, const char *path,
+                          const char *fmt, ...)
 {
     char why[200];
     va_list ap;

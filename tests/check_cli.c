@@ -2565,7 +2565,7 @@ TU_TEST(completion_offers_commands_options_and_schemes, 60)
         "source cli/completion/dlock.bash\n"
         "t() { COMP_WORDS=(\"$DLOCK_BIN\" \"$@\"); COMP_CWORD=$#; COMPREPLY=(); _dlock;\n"
         "      echo \"$*: ${COMPREPLY[*]}\"; }\n"
-        "t ''; t r; t -u ''; t -u redis://h run --le; t hold --on; t run --on-lost k;\n"
+        "t ''; t r; t -u ''; t -u redis://h run --le; t hold --on-l; t run --on-lost k;\n"
         "t run n -- ech; t help s; t run ./\n";
     char *out, *err, *help;
     int rc = tu_run((const char *[]){"bash", "-c", script, NULL}, NULL, &out, &err);
@@ -2575,7 +2575,7 @@ TU_TEST(completion_offers_commands_options_and_schemes, 60)
         "r: run release\n",
         "redis+cluster:// ",
         "-u redis://h run --le: --lease\n",
-        "hold --on: --on-lost\n",
+        "hold --on-l: --on-lost\n",
         "run --on-lost k: kill\n",
         "run n -- ech: echo",
         "help s: status\n",

@@ -340,6 +340,31 @@ TU_TEST_IN(shared, wait_bound_counts_the_dial, 60)
     free(direct);
 }
 
+/* A cancel toward a server that stalls (its postmaster frozen with
+ * SIGSTOP: the cancel request's connection is accepted by the kernel and
+ * never answered) still ends the wait within the op timeout: the
+ * session is closed instead, which ends the wait in the server. */
+TU_TEST_IN(shared, cancel_toward_a_stalled_server_returns, 90)
+{
+    struct pgf f;
+    ck_assert_msg(pgf_start(&f), "%s", f.error);
+    char *url = pgf_url(&f, "timeout=2s");
+    dlock_client *a = open_url(url), *b = open_url(url);
+    dlock_lock *la = tu_lock(a, "stalled"), *lb = tu_lock(b, "stalled");
+    EXPECT_RC(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(kill(f.pid, SIGSTOP), 0); /* b's wait runs on its pooled session */
+    int rc = DLOCK_OK;
+    bool returned = tu_canceled_wait_returns(lb, false, f.pid, 30000, &rc);
+    ck_assert_msg(returned, "the canceled wait hung on the stalled server (%s)",
+                  dlock_err_name(rc));
+    EXPECT_RC(rc, DLOCK_ECANCELED);
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+    pgf_stop(&f);
+}
+
 /* ================================================= what a failed wait leaves */
 
 /* Sessions of server F sleeping in pg_sleep (pg_stat_activity). */

@@ -8,15 +8,20 @@
  * statement ends by its deadline, and a wait that sleeps in the server
  * (a blocking pg_advisory_lock) is ended by a cancel through PQcancel --
  * the server answers the statement with query_canceled and the session
- * stays usable. A statement that outlives its deadline leaves its
+ * stays usable; libpq 15's PQcancel blocks with no timeout, so it runs in
+ * a thread of its own and a cancel it does not deliver in time closes
+ * the session instead. A statement that outlives its deadline leaves its
  * session broken: it is closed (PQfinish), which ends the session on the
  * server and every lock it had.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pg.h"
 
@@ -65,6 +70,72 @@ static int wait_fd(struct dlock__wait *w, int fd, short events, int64_t deadline
         if (n > 0)
             return DLOCK_OK;
     }
+}
+
+/* One PQcancel(), in a thread of its own: libpq 15 sends the cancel
+ * request on a connection of its own with blocking calls and no timeout,
+ * so a server that accepts the connection and then stalls would hold the
+ * canceling thread for ever. The thread holds one reference, the caller
+ * another; the last one frees. */
+struct cancel_call {
+    PGcancel *cancel;
+    int done[2]; /* a pipe: the thread writes a byte when PQcancel returned */
+    atomic_int refs;
+    atomic_bool sent; /* PQcancel's answer: the request was delivered */
+};
+
+static void cancel_call_drop(struct cancel_call *cc)
+{
+    if (atomic_fetch_sub(&cc->refs, 1) != 1)
+        return;
+    dlock__pq.freeCancel(cc->cancel);
+    close(cc->done[0]);
+    close(cc->done[1]);
+    free(cc);
+}
+
+static void *cancel_thread(void *arg)
+{
+    struct cancel_call *cc = arg;
+    char err[256];
+    atomic_store(&cc->sent, dlock__pq.cancel(cc->cancel, err, sizeof err) == 1);
+    ssize_t n;
+    do
+        n = write(cc->done[1], "", 1);
+    while (n < 0 && errno == EINTR);
+    cancel_call_drop(cc);
+    return NULL;
+}
+
+/* Ask the server to end the statement PC runs (PQcancel), giving up at
+ * DEADLINE: true when the request was delivered. A PQcancel still
+ * blocked then is left to finish in its thread. */
+static bool send_cancel(struct pg_conn *pc, int64_t deadline)
+{
+    struct cancel_call *cc = calloc(1, sizeof *cc);
+    if (!cc)
+        return false;
+    cc->cancel = dlock__pq.getCancel(pc->pq);
+    if (!cc->cancel || pipe2(cc->done, O_CLOEXEC) != 0) {
+        if (cc->cancel)
+            dlock__pq.freeCancel(cc->cancel);
+        free(cc);
+        return false;
+    }
+    atomic_init(&cc->refs, 2);
+    pthread_attr_t attr;
+    pthread_t th;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    bool started = pthread_create(&th, &attr, cancel_thread, cc) == 0;
+    pthread_attr_destroy(&attr);
+    if (!started)
+        atomic_fetch_sub(&cc->refs, 1); /* no thread: the caller's is the last */
+    bool sent = false;
+    if (started && wait_fd(NULL, cc->done[0], POLLIN, deadline, true) == 0)
+        sent = atomic_load(&cc->sent);
+    cancel_call_drop(cc);
+    return sent;
 }
 
 /* The code of a failed dial, from libpq's words. */
@@ -236,6 +307,7 @@ int dlock__pg_finish(struct pg_backend *b, struct pg_conn *pc, const struct pg_q
     char line[512];
     PGresult *last = NULL, *failed = NULL;
     bool cancel_sent = false;
+    int64_t deadline = q->deadline;
     int rc = DLOCK_OK;
     *out = NULL;
     pc->sqlstate[0] = '\0';
@@ -264,28 +336,30 @@ int dlock__pg_finish(struct pg_backend *b, struct pg_conn *pc, const struct pg_q
         }
         if (done)
             break;
-        rc = wait_fd(q->w, dlock__pq.socket(pc->pq), POLLIN, q->deadline, cancel_sent);
+        rc = wait_fd(q->w, dlock__pq.socket(pc->pq), POLLIN, deadline, cancel_sent);
         if (rc == DLOCK_ECANCELED) {
-            /* the server ends the statement and answers query_canceled */
-            PGcancel *cancel = dlock__pq.getCancel(pc->pq);
-            char err[256] = "";
-            if (!cancel || !dlock__pq.cancel(cancel, err, sizeof err)) {
-                pc->broken = true; /* closing it ends the wait in the server */
-                rc = dlock__err(DLOCK_ECANCELED, "%s: %s: canceled", b->label, q->what);
-            } else {
-                rc = DLOCK_OK;
-            }
-            if (cancel)
-                dlock__pq.freeCancel(cancel);
+            /* the server ends the statement and answers query_canceled:
+             * the request and that answer get the op timeout (within the
+             * statement's own deadline) */
+            deadline = dlock__time_budget(q->deadline, b->c->opts.op_timeout_ms);
             cancel_sent = true;
-            if (rc)
-                break;
-            continue;
+            if (send_cancel(pc, deadline))
+                continue;
+            pc->broken = true; /* closing it ends the wait in the server */
+            rc = dlock__err(DLOCK_ECANCELED,
+                            "%s: %s: canceled (the cancel request got no answer: "
+                            "the session is closed instead)",
+                            b->label, q->what);
+            break;
         }
         if (rc == DLOCK_ETIMEDOUT) {
             pc->broken = true;
-            rc = dlock__err(DLOCK_ETIMEDOUT, "%s: %s: no answer within the timeout", b->label,
-                            q->what);
+            rc = cancel_sent ? dlock__err(DLOCK_ECANCELED,
+                                          "%s: %s: canceled (no answer to the cancel within the "
+                                          "op timeout: the session is closed instead)",
+                                          b->label, q->what)
+                             : dlock__err(DLOCK_ETIMEDOUT, "%s: %s: no answer within the timeout",
+                                          b->label, q->what);
             break;
         }
         if (rc) {

@@ -123,7 +123,9 @@ void dlock__pg_pool_drain(struct pg_backend *b);
  * on PC: *OUT the last result (caller clears). Bounded by DEADLINE
  * (monotonic ms): past it the session is marked broken (the caller
  * closes it) and DLOCK_ETIMEDOUT returned. W (may be NULL) cancels: its
- * cancel sends PQcancel and waits for the server's answer (by DEADLINE).
+ * cancel sends PQcancel (from a thread of its own) and waits for the
+ * server's answer, both within the op timeout cut to DEADLINE; a cancel
+ * with no answer closes the session instead (DLOCK_ECANCELED).
  * A server error is the code of its SQLSTATE with the server's words
  * (the SQLSTATE itself in PC->sqlstate); WHAT names the statement in
  * messages. */

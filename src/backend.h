@@ -135,6 +135,18 @@ int dlock__renew_result(struct dlock__renew_batch *b, size_t k, int rc);
 /* Set by the backend's acquire or renew: the request confirming the hold
  * was sent at SENT_MS (monotonic); validity runs from there. */
 void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms);
+/* The same for an acquire whose grant was answered now to a request
+ * sent at SENT_MS, on a backend whose server starts a hold's lease when
+ * it grants (a session's idle timeout): validity runs from the send --
+ * the grant came later -- but only when the answer came within a third of
+ * H's lease. Later (a wait), the server may have granted long before the
+ * client read it (a paused process) and even ended the hold since:
+ * RECONFIRM(ARG) asks the server once more that the hold is still there,
+ * and validity runs from that request's send. RECONFIRM's failure is
+ * returned, with nothing confirmed (the backend ends what it took);
+ * DLOCK_OK once the hold is confirmed. */
+int dlock__hold_granted(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms,
+                        int (*reconfirm)(void *arg), void *arg);
 /* The same for a backend whose holds last what the server granted rather
  * than the lease asked for (zk: the negotiated session timeout): H's
  * lease becomes LEASE_MS (> 0) from now on. */

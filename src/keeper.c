@@ -47,6 +47,20 @@ void dlock__hold_confirmed(struct dlock_client *c, struct dlock__hold *h, int64_
     pthread_mutex_unlock(&c->mu);
 }
 
+int dlock__hold_granted(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms,
+                        int (*reconfirm)(void *arg), void *arg)
+{
+    if (h->lease_ms > 0 && dlock__now_ms() - sent_ms > h->lease_ms / 3) {
+        int64_t again = dlock__now_ms();
+        int rc = reconfirm(arg);
+        if (rc)
+            return rc;
+        sent_ms = again;
+    }
+    dlock__hold_confirmed(c, h, sent_ms);
+    return DLOCK_OK;
+}
+
 void dlock__hold_confirmed_lease(struct dlock_client *c, struct dlock__hold *h, int64_t sent_ms,
                                  int64_t lease_ms)
 {

@@ -87,6 +87,22 @@ int dlock__my_still_ours(struct my_backend *s, struct dlock__hold *h, struct my_
     return DLOCK_OK;
 }
 
+/* A lock just granted after a wait, on its session: what
+ * dlock__hold_granted() reconfirms. */
+struct grant {
+    struct my_backend *s;
+    struct dlock__hold *h;
+    struct my_hold *mh;
+    bool *broken;
+};
+
+static int still_ours_now(void *arg)
+{
+    const struct grant *g = arg;
+    return dlock__my_still_ours(g->s, g->h, g->mh, dlock__now_ms() + g->s->c->opts.op_timeout_ms,
+                                g->broken);
+}
+
 /* Release what a canceled GET_LOCK took after all. */
 static void give_back(struct my_backend *s, struct my_hold *mh, bool *broken)
 {
@@ -271,12 +287,11 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
     } else if (!rc) {
         rc = dlock__my_next_token(s, h, mh, &token, &broken);
     }
-    if (!rc && !io.canceled && dlock__now_ms() - now > h->lease_ms / 3) {
-        /* A long wait: the server's idle clock started when it answered,
-         * which may be long after our send; validity runs from a new one. */
-        now = dlock__now_ms();
-        rc = dlock__my_still_ours(s, h, mh, now + s->c->opts.op_timeout_ms, &broken);
-    }
+    /* the server's idle clock starts when it answers: after a long
+     * wait, a check first (keeper.c) */
+    if (!rc)
+        rc = dlock__hold_granted(s->c, h, now, still_ours_now,
+                                 &(struct grant){.s = s, .h = h, .mh = mh, .broken = &broken});
     if (rc) {
         /* anything else went wrong after the grant: closing the session
          * frees the lock */
@@ -290,7 +305,6 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
     h->token = token;
     h->bdata = mh;
     snprintf(h->owner, sizeof h->owner, "%.70s/%lu", s->ident, mh->k->id);
-    dlock__hold_confirmed(s->c, h, now);
     return DLOCK_OK;
 }
 

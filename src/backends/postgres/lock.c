@@ -322,11 +322,22 @@ static const char *session_end_cause(const struct pg_conn *pc, const char *msg)
     return cause ? cause : "the connection ended";
 }
 
-/* One statement on the session of a lock just granted after a wait:
- * the grant may have waited unread (the client paused) while the server
- * ended the session, and validity counts from this statement's send. */
-static int confirm_grant(struct pg_backend *b, struct pg_conn *pc, const char *name)
+/* A lock just granted after a wait, on its session: what
+ * dlock__hold_granted() reconfirms. */
+struct grant {
+    struct pg_backend *b;
+    struct pg_conn *pc;
+    const char *name;
+};
+
+/* One statement on the session of a grant: the grant may have waited
+ * unread (the client paused) while the server ended the session. */
+static int confirm_grant(void *arg)
 {
+    const struct grant *g = arg;
+    struct pg_backend *b = g->b;
+    struct pg_conn *pc = g->pc;
+    const char *name = g->name;
     char what[300];
     snprintf(what, sizeof what, "confirm '%s'", name);
     struct pg_query q = {.sql = "SELECT 1",
@@ -458,24 +469,18 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     h->token = strtoull(dlock__pq.getvalue(r, 0, 0), NULL, 10);
     dlock__pq.clear(r);
     pc->idle_timeout_ms = h->lease_ms;
-    /* Validity counts from the send: the server's idle clock starts when
-     * it grants, later. After a long wait the grant may have sat unread
-     * (the client paused) while the server ended the session: a ping
-     * confirms the session and validity counts from its send instead. */
-    int64_t confirmed_from = sent;
-    if (!try_once && h->lease_ms > 0 && dlock__now_ms() - sent > h->lease_ms / 3) {
-        confirmed_from = dlock__now_ms();
-        rc = confirm_grant(b, pc, h->name);
-        if (rc) {
-            pc->broken = true; /* closed: whatever is left of it ends */
-            dlock__pg_session_put(b, pc);
-            free(hb);
-            return rc;
-        }
+    /* the server's idle clock starts when it grants: after a long wait,
+     * a ping first (keeper.c) */
+    rc = dlock__hold_granted(c, h, sent, confirm_grant,
+                             &(struct grant){.b = b, .pc = pc, .name = h->name});
+    if (rc) {
+        pc->broken = true; /* closed: whatever is left of it ends */
+        dlock__pg_session_put(b, pc);
+        free(hb);
+        return rc;
     }
     snprintf(h->owner, sizeof h->owner, "%s/%d", b->ident + 6, dlock__pq.backendPID(pc->pq));
     h->bdata = hb;
-    dlock__hold_confirmed(c, h, confirmed_from);
     return DLOCK_OK;
 }
 

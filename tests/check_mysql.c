@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,96 @@ TU_TEST_IN(server, relay_cut_holder, 90)
     TU_CLOSE_CLIENTS(a, b);
     tu_relay_stop(&r);
     free(cut);
+    free(direct);
+}
+
+/* The name whose session stalled_one's relay freezes (its GET_LOCK
+ * marks the connection). */
+static const char *_Atomic stall_name;
+
+static enum tu_relay_action mark_stalled(struct tu_relay *r, struct tu_relay_conn *c,
+                                         const char *req, size_t len)
+{
+    (void)r;
+    const char *name = atomic_load(&stall_name);
+    if (name && memmem(req, len, "GET_LOCK", 8) && memmem(req, len, name, strlen(name)))
+        c->marked = true;
+    return TU_RELAY_FORWARD;
+}
+
+/* One round of stalled_renewal_loses_only_its_hold: a client through
+ * the relay holds "renew-x" and "renew-y", the session of STALLED's
+ * freezes (its renewal gets no reply), the other's flows. */
+static void stall_one_of_two(const char *stalled)
+{
+    struct tu_relay r;
+    tu_relay_start_with(&r, &(struct tu_relay_config){.target = M.port,
+                                                      .freeze_marked = true,
+                                                      .on_request = mark_stalled});
+    atomic_store(&stall_name, stalled);
+    char *direct = url_with("lease=3s&timeout=10s");
+    char *via = tu_fmt("mysql://root@127.0.0.1:%d/dlock%s", r.port, strchr(direct, '?'));
+    dlock_client *c = tu_open(via);
+    dlock_lock *lx = tu_lock(c, "renew-x"), *ly = tu_lock(c, "renew-y");
+    struct tu_lost lost_x = {0}, lost_y = {0};
+    dlock_lock_on_lost(lx, tu_on_lost, &lost_x);
+    dlock_lock_on_lost(ly, tu_on_lost, &lost_y);
+    TU_ACQUIRE_OK(lx, DLOCK_TRY);
+    TU_ACQUIRE_OK(ly, DLOCK_TRY);
+    tu_relay_set(&r, TU_RELAY_FREEZE);
+    bool x_stalls = strcmp(stalled, "renew-x") == 0;
+    struct tu_lost *gone = x_stalls ? &lost_x : &lost_y, *kept = x_stalls ? &lost_y : &lost_x;
+    dlock_lock *lkept = x_stalls ? ly : lx, *lgone = x_stalls ? lx : ly;
+    ck_assert_msg(tu_wait_lost(gone, 1, 30000), "the stalled hold was never told lost");
+    tu_sleep_ms(1500); /* a later renewal of the healthy one */
+    ck_assert_msg(!tu_wait_lost(kept, 1, 0), "'%s' was lost with the stalled session: %s",
+                  x_stalls ? "renew-y" : "renew-x", kept->why);
+    ck_assert_int_gt(dlock_validity_ms(lkept), 0);
+    tu_relay_set(&r, TU_RELAY_PASS);
+    TU_RELEASE_OK(lkept);
+    EXPECT_RC(dlock_release(lgone), DLOCK_ELOST);
+    TU_FREE_LOCKS(lx, ly);
+    dlock_client_close(c);
+    tu_relay_stop(&r);
+    atomic_store(&stall_name, NULL);
+    free(via);
+    free(direct);
+}
+
+/* The keeper renews both holds of a client in one batch, by the batch's
+ * deadline. A session that stalls costs its own hold, not the others':
+ * a healthy session renewed after it must still be confirmed (it was
+ * closed and reported lost when the renewals went one after another on
+ * one shared deadline). Which hold comes first in the batch is the
+ * registry's order, so each of the two stalls in turn. */
+TU_TEST_IN(server, stalled_renewal_loses_only_its_hold, 120)
+{
+    stall_one_of_two("renew-x");
+    stall_one_of_two("renew-y");
+}
+
+/* A release whose RELEASE_LOCK gets no reply in time (the relay freezes
+ * the server's stream) is a failure of the release -- DLOCK_ETIMEDOUT,
+ * the session closed, which frees the lock when the server notices --
+ * not DLOCK_ELOST: nothing says the hold was lost. */
+TU_TEST_IN(server, release_without_reply_times_out, 60)
+{
+    struct tu_relay r;
+    tu_relay_start(&r, M.port, TU_RELAY_PASS);
+    char *direct = url_with("timeout=1s");
+    char *via = tu_fmt("mysql://root@127.0.0.1:%d/dlock%s", r.port, strchr(direct, '?'));
+    dlock_client *a = tu_open(via), *b = tu_open(direct);
+    dlock_lock *la = tu_lock(a, "slow-release"), *lb = tu_lock(b, "slow-release");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    tu_relay_set(&r, TU_RELAY_FREEZE);
+    EXPECT_RC(dlock_release(la), DLOCK_ETIMEDOUT);
+    tu_relay_set(&r, TU_RELAY_PASS);
+    TU_ACQUIRE_OK(lb, 30000); /* freed once the server saw the session close */
+    TU_RELEASE_OK(lb);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+    tu_relay_stop(&r);
+    free(via);
     free(direct);
 }
 

@@ -79,8 +79,10 @@ static void kill_query(struct my_backend *s, const struct my_conn *k)
 }
 
 /* Wait for what libmariadb asked (STATUS, MYSQL_WAIT_* bits) within IO:
- * the status to go on with, or DLOCK_ETIMEDOUT at IO's deadline. A
- * cancel kills the statement and gives its reply the op timeout. */
+ * the status to go on with, or DLOCK_ETIMEDOUT at IO's deadline (what is
+ * already there is still taken then: the renewals of a batch are read
+ * one after another, each by its deadline). A cancel kills the statement
+ * and gives its reply the op timeout. */
 static int io_wait(struct my_backend *s, struct my_conn *k, int status, struct my_io *io)
 {
     int fd = mysql_get_socket(k->db);
@@ -92,16 +94,16 @@ static int io_wait(struct my_backend *s, struct my_conn *k, int status, struct m
                             : DLOCK__NEVER;
     for (;;) {
         int64_t now = dlock__now_ms();
-        if (io->deadline <= now)
-            return DLOCK_ETIMEDOUT;
-        if (lib_until <= now)
+        if (lib_until <= now && lib_until < io->deadline)
             return MYSQL_WAIT_TIMEOUT;
         int64_t until = io->deadline < lib_until ? io->deadline : lib_until;
-        int64_t ms = until == DLOCK__NEVER ? -1 : until - now;
+        int64_t ms = until == DLOCK__NEVER ? -1 : until > now ? until - now : 0;
         struct pollfd p[2] = {{fd, ev, 0}, {io->cancel_fd, POLLIN, 0}};
         int n = poll(p, io->cancel_fd >= 0 ? 2 : 1, ms > INT_MAX ? INT_MAX : (int)ms);
         if (n < 0 && errno != EINTR)
             return dlock__errno(DLOCK_EIO, errno, "%s: poll", s->label);
+        if (n == 0 && io->deadline <= dlock__now_ms())
+            return DLOCK_ETIMEDOUT;
         if (n <= 0)
             continue;
         if (io->cancel_fd >= 0 && p[1].revents) {
@@ -150,20 +152,29 @@ static int timed_out(struct my_backend *s, const char *what)
     return dlock__err(DLOCK_ETIMEDOUT, "%s: %s: no reply in time", s->label, what);
 }
 
-int dlock__my_query(struct my_backend *s, struct my_conn *k, const char *sql, struct my_io *io,
-                    MYSQL_RES **res, bool *broken, const char *what)
+int dlock__my_send(struct my_backend *s, struct my_conn *k, const char *sql, struct my_io *io,
+                   struct my_sent *out)
+{
+    out->err = 0;
+    out->status = mysql_real_query_start(&out->err, k->db, sql, strlen(sql));
+    int r = 0;
+    while ((out->status & MYSQL_WAIT_WRITE) && (r = io_wait(s, k, out->status, io)) >= 0)
+        out->status = mysql_real_query_cont(&out->err, k->db, r);
+    return r < 0 ? r : DLOCK_OK;
+}
+
+int dlock__my_finish(struct my_backend *s, struct my_conn *k, struct my_sent *sent,
+                     struct my_io *io, MYSQL_RES **res, bool *broken, const char *what)
 {
     *broken = false;
     if (res)
         *res = NULL;
-    int err = 0;
-    int rc = DRIVE(s, k, io, mysql_real_query_start(&err, k->db, sql, strlen(sql)),
-                   mysql_real_query_cont(&err, k->db, r_));
+    int rc = DRIVE(s, k, io, sent->status, mysql_real_query_cont(&sent->err, k->db, r_));
     if (rc) {
         *broken = true;
         return rc == DLOCK_ETIMEDOUT ? timed_out(s, what) : rc;
     }
-    if (err) {
+    if (sent->err) {
         *broken = breaks(mysql_errno(k->db));
         return dlock__my_fail(s, k, what);
     }
@@ -184,6 +195,20 @@ int dlock__my_query(struct my_backend *s, struct my_conn *k, const char *sql, st
     else if (r)
         mysql_free_result(r);
     return DLOCK_OK;
+}
+
+int dlock__my_query(struct my_backend *s, struct my_conn *k, const char *sql, struct my_io *io,
+                    MYSQL_RES **res, bool *broken, const char *what)
+{
+    struct my_sent sent;
+    int rc = dlock__my_send(s, k, sql, io, &sent);
+    if (rc) {
+        *broken = true;
+        if (res)
+            *res = NULL;
+        return rc == DLOCK_ETIMEDOUT ? timed_out(s, what) : rc;
+    }
+    return dlock__my_finish(s, k, &sent, io, res, broken, what);
 }
 
 /* The session's wait_timeout for LEASE_MS: whole seconds, rounded up

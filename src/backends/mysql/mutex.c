@@ -58,24 +58,18 @@ static void lock_timeout(const struct dlock__wait *w, char *buf, size_t size)
     }
 }
 
-/* Check that MH's lock is still its session's: the statement every
- * renewal sends, and an acquire whose wait was long (its validity runs
- * from this send). DLOCK_OK, DLOCK_ELOST, or a failure (*BROKEN: the
- * session is unusable). */
-int dlock__my_still_ours(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
-                         int64_t deadline, bool *broken)
+/* The statement that checks MH's lock is still its session's (malloc'd;
+ * NULL when out of memory). */
+static char *still_ours_sql(const struct my_hold *mh)
 {
-    char *sql = mh->held_sql
-                    ? dlock__sprintf("SELECT %s", mh->held_sql)
-                    : dlock__sprintf("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", mh->name_sql);
-    if (!sql)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    struct my_io io = {.deadline = deadline, .cancel_fd = -1};
-    MYSQL_RES *res = NULL;
-    int rc = dlock__my_query(s, mh->k, sql, &io, &res, broken, "check a hold");
-    free(sql);
-    if (rc)
-        return rc;
+    return mh->held_sql ? dlock__sprintf("SELECT %s", mh->held_sql)
+                        : dlock__sprintf("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", mh->name_sql);
+}
+
+/* Its answer RES (freed here): DLOCK_OK or DLOCK_ELOST. */
+static int still_ours_answer(struct my_backend *s, const struct dlock__hold *h,
+                             const struct my_hold *mh, MYSQL_RES *res)
+{
     unsigned long long v = 0;
     dlock__my_first(res, &v, NULL);
     mysql_free_result(res);
@@ -85,6 +79,23 @@ int dlock__my_still_ours(struct my_backend *s, struct dlock__hold *h, struct my_
                           "force-released",
                           s->label, h->name, mh->k->id);
     return DLOCK_OK;
+}
+
+/* Check that MH's lock is still its session's: the statement every
+ * renewal sends, and an acquire whose wait was long (its validity runs
+ * from this send). DLOCK_OK, DLOCK_ELOST, or a failure (*BROKEN: the
+ * session is unusable). */
+int dlock__my_still_ours(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
+                         int64_t deadline, bool *broken)
+{
+    char *sql = still_ours_sql(mh);
+    if (!sql)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    struct my_io io = {.deadline = deadline, .cancel_fd = -1};
+    MYSQL_RES *res = NULL;
+    int rc = dlock__my_query(s, mh->k, sql, &io, &res, broken, "check a hold");
+    free(sql);
+    return rc ? rc : still_ours_answer(s, h, mh, res);
 }
 
 /* A lock just granted after a wait, on its session: what
@@ -344,6 +355,15 @@ int dlock__my_lock_release(void *state, struct dlock__hold *h)
                             "%s: %s '%s' was lost: its session (connection %lu) no longer "
                             "held it (force-released)",
                             s->label, kind, h->name, mh->k->id);
+    } else if (rc == DLOCK_ETIMEDOUT) {
+        /* nothing says the hold was lost: the release failed, and closing
+         * the session frees the lock once the server notices */
+        char why[DLOCK__MSG_MAX];
+        dlock__errmsg_save(why);
+        rc = dlock__err(DLOCK_ETIMEDOUT,
+                        "%s '%s': release not answered in time (%s); its session is closed, "
+                        "which frees it when the server notices",
+                        kind, h->name, why);
     } else if (broken) {
         char why[DLOCK__MSG_MAX];
         dlock__errmsg_save(why);
@@ -361,40 +381,80 @@ int dlock__my_lock_release(void *state, struct dlock__hold *h)
 
 /* --------------------------------------------------------------- renew */
 
+/* A renewal that failed on session MH->k (BROKEN: unusable): the hold is
+ * lost with it, and the session closed. */
+static int renew_failed(struct dlock__hold *h, struct my_hold *mh, int rc, bool broken)
+{
+    if (!rc || !broken)
+        return rc;
+    /* The session cannot be resumed: what it held is gone, or will be
+     * when the server ends it (its wait_timeout). */
+    char why[DLOCK__MSG_MAX];
+    dlock__errmsg_save(why);
+    rc = dlock__err(DLOCK_ELOST, "lock '%s' was lost: its session ended " SESSION_ENDED " (%s)",
+                    h->name, why);
+    dlock__my_conn_close(mh->k);
+    mh->k = NULL;
+    return rc;
+}
+
+/* Every hold's check is sent before any reply is read, each with its own
+ * budget (the op timeout, cut to the batch's deadline): a session that
+ * stalls costs its own hold, not those read after it. */
 static int my_renew(void *state, struct dlock__renew_batch *b)
 {
     struct my_backend *s = state;
+    struct my_io *io = calloc(b->n ? b->n : 1, sizeof *io);
+    struct my_sent *sent = calloc(b->n ? b->n : 1, sizeof *sent);
+    int64_t *sent_at = calloc(b->n ? b->n : 1, sizeof *sent_at);
+    if (!io || !sent || !sent_at) {
+        free(io);
+        free(sent);
+        free(sent_at);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
     for (size_t i = 0; i < b->n; i++) {
         struct dlock__hold *h = b->holds[i];
         struct my_hold *mh = h->bdata;
+        sent_at[i] = -1;
         if (!mh || !mh->k) {
             dlock__renew_result(b, i,
-                                dlock__err(DLOCK_ELOST,
-                                           "%s: lock '%s' was lost: its session "
-                                           "ended",
+                                dlock__err(DLOCK_ELOST, "%s: lock '%s' was lost: its session ended",
                                            s->label, h->name));
             continue;
         }
-        int64_t sent = dlock__now_ms();
+        char *sql = still_ours_sql(mh);
+        io[i] =
+            (struct my_io){.deadline = dlock__time_budget(b->deadline, s->c->opts.op_timeout_ms),
+                           .cancel_fd = -1};
+        int64_t now = dlock__now_ms();
+        bool sendable = sql != NULL; /* a failed send leaves the session unusable */
+        int rc = sendable ? dlock__my_send(s, mh->k, sql, &io[i], &sent[i])
+                          : dlock__err(DLOCK_ENOMEM, "out of memory");
+        free(sql);
+        if (rc)
+            dlock__renew_result(b, i, renew_failed(h, mh, rc, sendable));
+        else
+            sent_at[i] = now;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (sent_at[i] < 0)
+            continue;
+        struct dlock__hold *h = b->holds[i];
+        struct my_hold *mh = h->bdata;
+        MYSQL_RES *res = NULL;
         bool broken = false;
-        int rc = dlock__my_still_ours(s, h, mh,
-                                      dlock__time_budget(b->deadline, s->c->opts.op_timeout_ms),
-                                      &broken);
-        if (rc && broken) {
-            /* The session cannot be resumed: what it held is gone, or
-             * will be when the server ends it (its wait_timeout). */
-            char why[DLOCK__MSG_MAX];
-            dlock__errmsg_save(why);
-            rc = dlock__err(DLOCK_ELOST,
-                            "lock '%s' was lost: its session ended " SESSION_ENDED " (%s)", h->name,
-                            why);
-            dlock__my_conn_close(mh->k);
-            mh->k = NULL;
-        }
+        int rc = dlock__my_finish(s, mh->k, &sent[i], &io[i], &res, &broken, "check a hold");
         if (!rc)
-            dlock__hold_confirmed(s->c, h, sent);
+            rc = still_ours_answer(s, h, mh, res);
+        rc = renew_failed(h, mh, rc, broken);
+        if (!rc)
+            dlock__hold_confirmed(s->c, h, sent_at[i]);
         dlock__renew_result(b, i, rc);
     }
+    free(io);
+    free(sent);
+    free(sent_at);
     return DLOCK_OK;
 }
 

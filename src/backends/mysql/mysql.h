@@ -176,6 +176,19 @@ void dlock__my_pool_drain(struct my_backend *s);
  * K unusable (*BROKEN true). WHAT names the request in messages. */
 int dlock__my_query(struct my_backend *s, struct my_conn *k, const char *sql, struct my_io *io,
                     MYSQL_RES **res, bool *broken, const char *what);
+/* The same in two halves, so that several sessions' statements can be
+ * on the way at once (the renewals of a batch): dlock__my_send() sends
+ * SQL on K within IO (a failure leaves K unusable), *OUT what the reply
+ * needs; dlock__my_finish() reads that reply within IO as
+ * dlock__my_query() does. */
+struct my_sent {
+    int status; /* what libmariadb waits for next (0: done) */
+    int err;    /* mysql_real_query's result once done */
+};
+int dlock__my_send(struct my_backend *s, struct my_conn *k, const char *sql, struct my_io *io,
+                   struct my_sent *out);
+int dlock__my_finish(struct my_backend *s, struct my_conn *k, struct my_sent *sent,
+                     struct my_io *io, MYSQL_RES **res, bool *broken, const char *what);
 /* Run SQL on a session of the pool (dialed if none) within the op
  * timeout, the result set into *RES when not NULL (caller frees). */
 int dlock__my_query_pooled(struct my_backend *s, const char *sql, MYSQL_RES **res,

@@ -506,6 +506,25 @@ static int pg_release(void *state, struct dlock__hold *h)
     return rc;
 }
 
+int dlock__pg_exec_held(struct pg_backend *b, struct dlock__hold *h, const char *sql,
+                        const char *what, PGresult **out)
+{
+    struct pg_hold *hb = h->bdata;
+    *out = NULL;
+    if (!hb || !hb->pc->pq || hb->pc->broken)
+        return dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended", h->name, b->label);
+    struct pg_query q = {.sql = sql,
+                         .what = what,
+                         .deadline = dlock__time_budget(DLOCK__NEVER, b->c->opts.op_timeout_ms)};
+    pthread_mutex_lock(&hb->pc->mu);
+    int rc = dlock__pg_exec(b, hb->pc, &q, out);
+    pthread_mutex_unlock(&hb->pc->mu);
+    if (rc == DLOCK_ECONN)
+        return dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended (%s: not done)",
+                          h->name, b->label, what);
+    return rc;
+}
+
 /* Exclusive to shared on the pinned session with no moment unlocked: the
  * session takes the shared lock beside its exclusive one (a session never
  * conflicts with itself), then gives the exclusive one up. */
@@ -513,21 +532,14 @@ static int pg_downgrade(void *state, struct dlock__hold *h)
 {
     struct pg_backend *b = state;
     struct pg_hold *hb = h->bdata;
-    if (!hb || !hb->pc->pq || hb->pc->broken)
-        return dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended", h->name, b->label);
-    char sql[256], what[300];
-    snprintf(sql, sizeof sql, "SELECT pg_advisory_lock_shared(%s); SELECT pg_advisory_unlock(%s)",
-             hb->key.args, hb->key.args);
+    char sql[256] = "", what[300];
+    if (hb) /* without it, dlock__pg_exec_held() answers DLOCK_ELOST */
+        snprintf(sql, sizeof sql,
+                 "SELECT pg_advisory_lock_shared(%s); SELECT pg_advisory_unlock(%s)", hb->key.args,
+                 hb->key.args);
     snprintf(what, sizeof what, "downgrade '%s'", h->name);
-    struct pg_query q = {.sql = sql,
-                         .what = what,
-                         .deadline = dlock__time_budget(DLOCK__NEVER, b->c->opts.op_timeout_ms)};
     PGresult *r = NULL;
-    pthread_mutex_lock(&hb->pc->mu);
-    int rc = dlock__pg_exec(b, hb->pc, &q, &r);
-    pthread_mutex_unlock(&hb->pc->mu);
-    if (rc == DLOCK_ECONN)
-        return dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended", h->name, b->label);
+    int rc = dlock__pg_exec_held(b, h, sql, what, &r);
     if (rc)
         return rc;
     bool released = dlock__pq.ntuples(r) == 1 && dlock__pq.getvalue(r, 0, 0)[0] == 't';

@@ -176,6 +176,12 @@ struct pg_hold {
     struct pg_key key;
 };
 
+/* SQL (named WHAT in messages) on hold H's pinned session, under its
+ * mutex, within the op timeout: as dlock__pg_exec(), but DLOCK_ELOST
+ * naming the hold when the session had ended or ends meanwhile. */
+int dlock__pg_exec_held(struct pg_backend *b, struct dlock__hold *h, const char *sql,
+                        const char *what, PGresult **out);
+
 extern const struct dlock__admin_ops dlock__pg_admin_ops;
 
 /* ============================================================ schema.c */

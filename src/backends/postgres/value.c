@@ -31,9 +31,6 @@ static char *hex_bytes(const char *data, size_t len)
 static int pg_value_set(void *state, struct dlock__hold *h, const struct dlock__value *v)
 {
     struct pg_backend *b = state;
-    struct pg_hold *hb = h->bdata;
-    if (!hb || !hb->pc->pq || hb->pc->broken)
-        return dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended", h->name, b->label);
     char *full = dlock__pg_full_name(b, h->name);
     char *name = full ? dlock__pg_hex(full) : NULL;
     char *value = v ? hex_bytes(v->data ? v->data : "", v->len) : NULL;
@@ -52,21 +49,11 @@ static int pg_value_set(void *state, struct dlock__hold *h, const struct dlock__
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     char what[300];
     snprintf(what, sizeof what, "write the value of '%s'", h->name);
-    struct pg_query q = {.sql = sql,
-                         .what = what,
-                         .deadline = dlock__time_budget(DLOCK__NEVER, b->c->opts.op_timeout_ms)};
     PGresult *r = NULL;
-    pthread_mutex_lock(&hb->pc->mu);
-    int rc = dlock__pg_exec(b, hb->pc, &q, &r);
-    pthread_mutex_unlock(&hb->pc->mu);
+    int rc = dlock__pg_exec_held(b, h, sql, what, &r);
     free(sql);
     if (r)
         dlock__pq.clear(r);
-    if (rc == DLOCK_ECONN)
-        return dlock__err(DLOCK_ELOST,
-                          "lock '%s': its session on %s has ended; the value is "
-                          "not written",
-                          h->name, b->label);
     return rc;
 }
 

@@ -29,8 +29,10 @@
 
 /* What the server shows of lock NAME: its holder's session, identity
  * and token, its waiters (one per line, longest waiting first) and its
- * GET_LOCK name, in one row. */
-static int look(struct my_backend *s, const char *name, MYSQL_RES **res)
+ * GET_LOCK name, in one row (*ROW, of *RES: the caller frees it); *FREE
+ * when nobody holds it. */
+static int look(struct my_backend *s, const char *name, MYSQL_RES **res, MYSQL_ROW *row,
+                bool *free_now)
 {
     char *enc = NULL;
     char *nsql = dlock__my_name_sql(s, name, &enc);
@@ -54,17 +56,21 @@ static int look(struct my_backend *s, const char *name, MYSQL_RES **res)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     int rc = dlock__my_query_pooled(s, sql, res, "inspect a lock");
     free(sql);
-    return rc;
+    if (rc)
+        return rc;
+    *free_now = true;
+    *row = dlock__my_first(*res, NULL, free_now);
+    return DLOCK_OK;
 }
 
 int dlock__my_inspect(void *state, const char *name, struct dlock_info *info)
 {
     MYSQL_RES *res = NULL;
-    int rc = look(state, name, &res);
+    MYSQL_ROW row = NULL;
+    bool free_now = true;
+    int rc = look(state, name, &res, &row, &free_now);
     if (rc)
         return rc;
-    bool free_now = true;
-    MYSQL_ROW row = dlock__my_first(res, NULL, &free_now);
     if (row && row[4])
         rc = dlock__info_set_key(info, row[4]);
     if (!rc && !free_now) {
@@ -86,11 +92,11 @@ int dlock__my_inspect(void *state, const char *name, struct dlock_info *info)
 int dlock__my_check(void *state, const char *name, struct dlock__check_view *view)
 {
     MYSQL_RES *res = NULL;
-    int rc = look(state, name, &res);
+    MYSQL_ROW row = NULL;
+    bool free_now = true;
+    int rc = look(state, name, &res, &row, &free_now);
     if (rc)
         return rc;
-    bool free_now = true;
-    MYSQL_ROW row = dlock__my_first(res, NULL, &free_now);
     view->held = !free_now;
     view->token = !free_now && row[2] ? strtoull(row[2], NULL, 10) : 0;
     mysql_free_result(res);

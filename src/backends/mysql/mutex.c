@@ -58,6 +58,16 @@ static void lock_timeout(const struct dlock__wait *w, char *buf, size_t size)
     }
 }
 
+/* The first column of RES's first row as a number (0 for none or NULL);
+ * RES is freed. */
+static unsigned long long number_of(MYSQL_RES *res)
+{
+    unsigned long long v = 0;
+    dlock__my_first(res, &v, NULL);
+    mysql_free_result(res);
+    return v;
+}
+
 /* The statement that checks MH's lock is still its session's (malloc'd;
  * NULL when out of memory). */
 static char *still_ours_sql(const struct my_hold *mh)
@@ -70,10 +80,7 @@ static char *still_ours_sql(const struct my_hold *mh)
 static int still_ours_answer(struct my_backend *s, const struct dlock__hold *h,
                              const struct my_hold *mh, MYSQL_RES *res)
 {
-    unsigned long long v = 0;
-    dlock__my_first(res, &v, NULL);
-    mysql_free_result(res);
-    if (v != 1)
+    if (number_of(res) != 1)
         return dlock__err(DLOCK_ELOST,
                           "%s: lock '%s' is no longer held by its session (connection %lu): "
                           "force-released",
@@ -163,10 +170,7 @@ static int new_epoch(struct my_backend *s, struct dlock__hold *h, struct my_hold
     free(sql);
     if (rc)
         return rc;
-    unsigned long long got = 0;
-    dlock__my_first(res, &got, NULL);
-    mysql_free_result(res);
-    if (got != 1)
+    if (number_of(res) != 1)
         return dlock__err(DLOCK_ETIMEDOUT,
                           "%s: lock '%s': the fencing epoch's lock '%s' stayed busy through "
                           "the op timeout",
@@ -346,11 +350,8 @@ int dlock__my_lock_release(void *state, struct dlock__hold *h)
     int rc = sql ? dlock__my_query(s, mh->k, sql, &io, &res, &broken, "RELEASE_LOCK")
                  : dlock__err(DLOCK_ENOMEM, "out of memory");
     free(sql);
-    unsigned long long v = 0;
     if (!rc) {
-        dlock__my_first(res, &v, NULL);
-        mysql_free_result(res);
-        if (v != 1)
+        if (number_of(res) != 1)
             rc = dlock__err(DLOCK_ELOST,
                             "%s: %s '%s' was lost: its session (connection %lu) no longer "
                             "held it (force-released)",
@@ -489,9 +490,7 @@ static int create_fence_tables(struct my_backend *s)
                                &res, "look for the old fencing counter " MYSQL_FENCE_TABLE);
     if (rc)
         return rc;
-    unsigned long long old_counter = 0;
-    dlock__my_first(res, &old_counter, NULL);
-    mysql_free_result(res);
+    unsigned long long old_counter = number_of(res);
     rc = dlock__my_query_pooled(s,
                                 "CREATE TABLE IF NOT EXISTS " MYSQL_EPOCH_TABLE
                                 " (id TINYINT PRIMARY KEY, n BIGINT UNSIGNED NOT NULL) "

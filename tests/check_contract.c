@@ -1509,17 +1509,46 @@ static bool value_unsupported(dlock_client *c, dlock_lock *held)
     return true;
 }
 
+/* Two clients of the backend and their handles on NAME, the first
+ * holding it: the start of the value tests. */
+struct value_pair {
+    dlock_client *a, *b;
+    dlock_lock *la, *lb;
+};
+
+static void value_pair_close(struct value_pair *p)
+{
+    TU_FREE_LOCKS(p->la, p->lb);
+    TU_CLOSE_CLIENTS(p->a, p->b);
+}
+
+/* Open P on NAME; false, with P closed and the hold released, where the
+ * backend keeps no values (value_unsupported() checked it says so). */
+static bool value_pair_open(struct value_pair *p, const char *name)
+{
+    p->a = ct_open_test(NULL);
+    p->b = ct_open_test(NULL);
+    p->la = tu_lock(p->a, name);
+    p->lb = tu_lock(p->b, name);
+    TU_ACQUIRE_OK(p->la, DLOCK_TRY);
+    if (!value_unsupported(p->a, p->la))
+        return true;
+    TU_RELEASE_OK(p->la);
+    value_pair_close(p);
+    return false;
+}
+
 /* The holder writes, another client reads it with the hold's token:
  * text, bytes with a NUL, the empty value (a value, token and all), the
  * largest; a buffer too small is DLOCK_EINVAL with the length needed;
  * nothing held, a shared hold and a value too long are refused. */
 TU_TEST(value_set_get, 60)
 {
-    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
-    dlock_lock *la = tu_lock(a, "val"), *lb = tu_lock(b, "val");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    if (value_unsupported(a, la))
-        goto done;
+    struct value_pair p;
+    if (!value_pair_open(&p, "val"))
+        return;
+    dlock_client *a = p.a, *b = p.b;
+    dlock_lock *la = p.la, *lb = p.lb;
     EXPECT_RC(dlock_value_set(lb, "x", 1), DLOCK_ENOTOWNER);
     uint64_t t = token_of(la);
     expect_value(b, "val", "", 0); /* never written */
@@ -1554,10 +1583,8 @@ TU_TEST(value_set_get, 60)
         TU_RELEASE_OK(r);
         TU_FREE_LOCKS(r);
     }
-done:
     TU_RELEASE_OK(la);
-    TU_FREE_LOCKS(la, lb);
-    TU_CLOSE_CLIENTS(a, b);
+    value_pair_close(&p);
 }
 
 /* The value outlives the release; the next holder (another client) reads
@@ -1566,13 +1593,11 @@ done:
  * last level clears it (no value, token 0). */
 TU_TEST(value_handed_on, 60)
 {
-    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
-    dlock_lock *la = tu_lock(a, "handoff"), *lb = tu_lock(b, "handoff");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    if (value_unsupported(a, la)) {
-        TU_RELEASE_OK(la);
-        goto done;
-    }
+    struct value_pair p;
+    if (!value_pair_open(&p, "handoff"))
+        return;
+    dlock_client *a = p.a, *b = p.b;
+    dlock_lock *la = p.la, *lb = p.lb;
     uint64_t t1 = token_of(la);
     EXPECT_RC(dlock_value_set(la, "checkpoint 41", 13), DLOCK_OK);
     TU_RELEASE_OK(la);
@@ -1593,9 +1618,7 @@ TU_TEST(value_handed_on, 60)
     TU_ACQUIRE_OK(la, DLOCK_TRY);
     expect_value(a, "handoff", "", 0);
     TU_RELEASE_OK(la);
-done:
-    TU_FREE_LOCKS(la, lb);
-    TU_CLOSE_CLIENTS(a, b);
+    value_pair_close(&p);
 }
 
 /* A write after the hold was lost fails with DLOCK_ELOST in the
@@ -1605,13 +1628,11 @@ done:
  * that ran out: DLOCK_ELOST as well, nothing written. */
 TU_TEST(value_after_loss, 60)
 {
-    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
-    dlock_lock *la = tu_lock(a, "gone"), *lb = tu_lock(b, "gone");
-    TU_ACQUIRE_OK(la, DLOCK_TRY);
-    if (value_unsupported(a, la)) {
-        TU_RELEASE_OK(la);
-        goto done;
-    }
+    struct value_pair p;
+    if (!value_pair_open(&p, "gone"))
+        return;
+    dlock_client *a = p.a, *b = p.b;
+    dlock_lock *la = p.la, *lb = p.lb;
     uint64_t t1 = token_of(la);
     EXPECT_RC(dlock_value_set(la, "before", 6), DLOCK_OK);
     if (has(CT_FORCE_LIVE)) {
@@ -1641,9 +1662,7 @@ TU_TEST(value_after_loss, 60)
         expect_value(b, "gone", "new holder", t2);
         EXPECT_RC(dlock_release(la), DLOCK_ELOST);
     }
-done:
-    TU_FREE_LOCKS(la, lb);
-    TU_CLOSE_CLIENTS(a, b);
+    value_pair_close(&p);
 }
 
 /* The other owner of value_write_races_a_takeover: force-releases the

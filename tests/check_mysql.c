@@ -190,6 +190,12 @@ TU_TEST_IN(server, cancel_ends_the_server_side_wait, 60)
     free(url);
 }
 
+/* DIRECT (url_with()'s) through relay R instead. */
+static char *via_relay(const struct tu_relay *r, const char *direct)
+{
+    return tu_fmt("mysql://root@127.0.0.1:%d/dlock%s", r->port, strchr(direct, '?'));
+}
+
 /* A holder cut off by the network (a relay that swallows everything):
  * its renewals go unanswered, it is told it lost the lock, and the server
  * ends its idle session, so another client gets the lock. */
@@ -198,7 +204,7 @@ TU_TEST_IN(server, relay_cut_holder, 90)
     struct tu_relay r;
     tu_relay_start(&r, M.port, TU_RELAY_PASS);
     char *direct = url_with("lease=2s");
-    char *cut = tu_fmt("mysql://root@127.0.0.1:%d/dlock%s", r.port, strchr(direct, '?'));
+    char *cut = via_relay(&r, direct);
     dlock_client *a = tu_open(cut), *b = tu_open(direct);
     dlock_lock *la = tu_lock(a, "cut"), *lb = tu_lock(b, "cut");
     struct tu_lost lost = {0};
@@ -246,7 +252,7 @@ static void stall_one_of_two(const char *stalled)
                                                       .on_request = mark_stalled});
     atomic_store(&stall_name, stalled);
     char *direct = url_with("lease=3s&timeout=10s");
-    char *via = tu_fmt("mysql://root@127.0.0.1:%d/dlock%s", r.port, strchr(direct, '?'));
+    char *via = via_relay(&r, direct);
     dlock_client *c = tu_open(via);
     dlock_lock *lx = tu_lock(c, "renew-x"), *ly = tu_lock(c, "renew-y");
     struct tu_lost lost_x = {0}, lost_y = {0};
@@ -295,7 +301,7 @@ TU_TEST_IN(server, release_without_reply_times_out, 60)
     struct tu_relay r;
     tu_relay_start(&r, M.port, TU_RELAY_PASS);
     char *direct = url_with("timeout=1s");
-    char *via = tu_fmt("mysql://root@127.0.0.1:%d/dlock%s", r.port, strchr(direct, '?'));
+    char *via = via_relay(&r, direct);
     dlock_client *a = tu_open(via), *b = tu_open(direct);
     dlock_lock *la = tu_lock(a, "slow-release"), *lb = tu_lock(b, "slow-release");
     TU_ACQUIRE_OK(la, DLOCK_TRY);

@@ -216,18 +216,21 @@ TU_TEST_IN(shared, restart_loses_holds_tokens_grow, 120)
 
 /* ===================================================== waits in the server */
 
-/* Sessions of the server waiting for a lock (pg_stat_activity). */
-static long lock_waits(void)
+/* Sessions of server F in pg_stat_activity that match WHERE. */
+static long sessions_where(const struct pgf *f, const char *where)
 {
-    char *out = NULL;
-    ck_assert_int_eq(pgf_psql(&srv,
-                              "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
-                              "'Lock' AND wait_event = 'advisory'",
-                              &out),
-                     0);
+    char *sql = tu_fmt("SELECT count(*) FROM pg_stat_activity WHERE %s", where), *out = NULL;
+    ck_assert_int_eq(pgf_psql(f, sql, &out), 0);
     long n = strtol(out, NULL, 10);
     free(out);
+    free(sql);
     return n;
+}
+
+/* Sessions of the server waiting for a lock. */
+static long lock_waits(void)
+{
+    return sessions_where(&srv, "wait_event_type = 'Lock' AND wait_event = 'advisory'");
 }
 
 /* A wait sleeps in the server (a backend waiting on an advisory lock,
@@ -367,17 +370,10 @@ TU_TEST_IN(shared, cancel_toward_a_stalled_server_returns, 90)
 
 /* ================================================= what a failed wait leaves */
 
-/* Sessions of server F sleeping in pg_sleep (pg_stat_activity). */
+/* Sessions of server F sleeping in pg_sleep. */
 static long sleeping_sessions(const struct pgf *f)
 {
-    char *out = NULL;
-    ck_assert_int_eq(pgf_psql(f,
-                              "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'",
-                              &out),
-                     0);
-    long n = strtol(out, NULL, 10);
-    free(out);
-    return n;
+    return sessions_where(f, "wait_event = 'PgSleep'");
 }
 
 /* A session advisory lock outlives the statement that took it: a wait

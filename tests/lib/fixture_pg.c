@@ -17,8 +17,6 @@
 #include "fixture_pg.h"
 #include "testutil.h"
 
-#define NOBODY 65534
-
 static char *template_dir; /* initdb's output, copied by every server */
 static char template_error[512];
 
@@ -50,39 +48,6 @@ static void give_to_server_user(const char *path)
     tu_run(argv, NULL, NULL, NULL);
 }
 
-/* Fork and exec ARGV with output to LOG, as nobody when root, in a
- * process group of its own, killed when this process dies. */
-static pid_t spawn_as_server(const char *const argv[], const char *log)
-{
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        abort();
-    if (pid == 0) {
-        setpgid(0, 0);
-        if (geteuid() == 0 &&
-            (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0))
-            _exit(126);
-        /* after the setuid: changing credentials clears the death signal */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int null = open("/dev/null", O_RDONLY);
-        dup2(null, 0);
-        int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (out >= 0) {
-            dup2(out, 1);
-            dup2(out, 2);
-        }
-        setenv("HOME", "/tmp", 1);
-        execv(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    setpgid(pid, pid);
-    return pid;
-}
-
 /* initdb once per process into template_dir. */
 static bool make_template(void)
 {
@@ -103,7 +68,7 @@ static bool make_template(void)
     const char *argv[] = {initdb, "-D", data, "-U", "postgres", "--auth=trust", pwopt,
                           "-N", "--locale=C", "-E", "UTF8", NULL};
     /* clang-format on */
-    pid_t pid = spawn_as_server(argv, log);
+    pid_t pid = tu_spawn_as_nobody(argv, log, true);
     int rc = tu_wait_exit(pid);
     if (rc == 0) {
         /* SCRAM costs milliseconds of CPU per connection on each side: only
@@ -143,7 +108,7 @@ static bool run_server(struct pgf *f)
                           "-c", "max_connections=200", "-c", "shared_buffers=16MB",
                           "-c", "log_min_messages=fatal", NULL};
     /* clang-format on */
-    f->pid = spawn_as_server(argv, f->log);
+    f->pid = tu_spawn_as_nobody(argv, f->log, true);
     free(postgres);
     free(port);
     /* up when psql gets an answer through the socket and the port listens */

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -189,7 +190,7 @@ static void child_redirect(const char *log)
     }
 }
 
-pid_t tu_spawn(const char *const argv[], const char *log)
+pid_t tu_spawn_as_nobody(const char *const argv[], const char *log, bool as_nobody)
 {
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -197,18 +198,29 @@ pid_t tu_spawn(const char *const argv[], const char *log)
         abort();
     if (pid == 0) {
         setpgid(0, 0);
+        if (as_nobody && geteuid() == 0 &&
+            (setgroups(0, NULL) != 0 || setgid(TU_NOBODY) != 0 || setuid(TU_NOBODY) != 0))
+            _exit(126);
+        /* after a setuid: changing credentials clears the death signal */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(127);
         int null = open("/dev/null", O_RDONLY);
         dup2(null, 0);
         child_redirect(log);
+        if (as_nobody)
+            setenv("HOME", "/tmp", 1);
         execvp(argv[0], (char *const *)argv);
         fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
     setpgid(pid, pid);
     return pid;
+}
+
+pid_t tu_spawn(const char *const argv[], const char *log)
+{
+    return tu_spawn_as_nobody(argv, log, false);
 }
 
 /* SIGKILL to PID's process group and to PID, then reap it. */

@@ -54,6 +54,10 @@ bool tu_wait_port(int port, int timeout_ms);
 /* Start ARGV (argv[0] looked up in PATH) in the background, stdout and
  * stderr appended to LOG (NULL = /dev/null), killed if we die. */
 pid_t tu_spawn(const char *const argv[], const char *log);
+/* The same, with AS_NOBODY run as nobody (TU_NOBODY, HOME=/tmp) when we
+ * are root: servers that refuse to run as root (PostgreSQL). */
+#define TU_NOBODY 65534
+pid_t tu_spawn_as_nobody(const char *const argv[], const char *log, bool as_nobody);
 /* SIGTERM, then SIGKILL after GRACE_MS; reaps. Returns the wait status. */
 int tu_stop(pid_t pid, int grace_ms);
 /* Stop a server tu_spawn() started with signal SIG: SIGKILL kills its

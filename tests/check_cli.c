@@ -2038,6 +2038,16 @@ static void contended_term_on(const char *u)
     free(started);
 }
 
+#ifdef DLOCK_HAVE_REDIS
+TU_TEST(contended_term_redis, 120)
+{
+    struct fx_redis r;
+    start_redis(&r);
+    contended_term_on(r.url);
+    fx_redis_stop(&r);
+}
+#endif
+
 #ifdef DLOCK_HAVE_ETCD
 TU_TEST(contended_term_etcd, 120)
 {

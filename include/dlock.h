@@ -613,8 +613,8 @@ DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_a
  * for a hold taken through L -- Chubby's conflicting-lock event, libdlm's
  * blocking notice -- so that a coarse lock held for long (a leader, a
  * migration) can be given up gracefully. WHO, valid during the call, is
- * the waiter as the backend names it (its ZooKeeper node, its etcd key,
- * its Redis wait). Once per waiter the backend sees while the hold lasts,
+ * the waiter as the backend names it (its ZooKeeper node, its etcd key
+ * and revision, its Redis owner field "<client uuid>:<thread>"). Once per waiter the backend sees while the hold lasts,
  * those already waiting when it was taken included: a waiter that gave up
  * and waits again, or another one, is told again; one that keeps waiting
  * is not (at most the last 64 waiters are remembered per hold). Nothing is
@@ -638,9 +638,14 @@ DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_a
  * semaphore's permit or a campaign); DLOCK_EMISUSE (after fork or close);
  * DLOCK_ENOMEM (no callback thread). Any thread.
  * How soon it is told (docs/backends.md): pushed, at once, on zk (a
- * child watch on the lock node) and etcd (a watch of the lock's prefix
- * from the hold's revision on, so those already waiting are replayed);
- * others: DLOCK_ENOTSUP. */
+ * child watch on the lock node), etcd (a watch of the lock's prefix from
+ * the hold's revision on, so those already waiting are replayed) and
+ * redis in the Redisson layout (redis://, rediss://, Sentinel, Cluster:
+ * dlock waiters announce themselves on the lock's channel, which the
+ * holder's client subscribes to; those already waiting are read from the
+ * waiting writers' record; Redisson's own waiters announce nothing);
+ * others -- file, postgres, mysql, redlock://, layout=simple,
+ * layout=fair, a DLOCK_LOCK_FAIR handle on redis -- DLOCK_ENOTSUP. */
 typedef void (*dlock_contended_fn)(dlock_lock *l, const char *who, void *arg);
 DLOCK_EXTERN int dlock_lock_on_contended(dlock_lock *l, dlock_contended_fn fn, void *arg);
 

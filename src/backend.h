@@ -449,6 +449,10 @@ struct dlock__contend_ops {
      * lock held, before the acquire registers H (a report meanwhile is
      * kept for it). A failure (a message set) leaves H held and untold. */
     int (*watch)(void *state, struct dlock__hold *h);
+    /* Whether this URL form can watch the holds of a handle (FAIR: a
+     * DLOCK_LOCK_FAIR one): DLOCK_OK, or DLOCK_ENOTSUP with the reason
+     * (dlock_lock_on_contended()'s answer). NULL: every one. */
+    int (*able)(void *state, bool fair);
 };
 
 /* Guarded writes (guard.c; NULL table or member: the core answers

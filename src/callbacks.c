@@ -407,6 +407,8 @@ int dlock_lock_on_contended(dlock_lock *l, dlock_contended_fn fn, void *arg)
                           l->sem     ? "a semaphore's permits"
                           : l->elect ? "a campaign"
                                      : "shared holds");
+    if (fn && c->be->contend->able && c->bstate && (rc = c->be->contend->able(c->bstate, l->fair)))
+        return rc;
     pthread_mutex_lock(&c->mu);
     rc = fn ? callbacks_start(c) : DLOCK_OK;
     if (!rc) {

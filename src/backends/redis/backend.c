@@ -280,5 +280,6 @@ const struct dlock__backend dlock__backend_redis = {
     .admin = &redis_admin_ops,
     .values = &dlock__redis_value_ops,
     .guarded = &dlock__redis_guarded_ops,
+    .contend = &dlock__redis_contend_ops,
 };
 

@@ -19,6 +19,13 @@
  * starting does not wake them (their grant channel's does); such a
  * channel stays subscribed a while after its last waiter left
  * (HUB_LINGER_MS), since fair waits on one name tend to follow each other.
+ *
+ * A holder told of its waiters (contend.c) taps the lock's channel
+ * (dlock__redis_hub_tap): its tap is called, on the hub thread, when the
+ * subscription is confirmed and with every message, and a waiter's
+ * announcement there (REDIS_WAIT_MSG, "dlock-wait <owner>") goes to the
+ * taps alone, waking no waiter. A tap counts as a waiter of the channel
+ * until it answers false.
  */
 #include <errno.h>
 #include <poll.h>
@@ -34,6 +41,12 @@
  * fair lock waited on back to back -- every wait, under contention --
  * then costs no SUBSCRIBE/UNSUBSCRIBE pair per wait. */
 #define HUB_LINGER_MS 1000
+
+/* A tap on a channel (dlock__redis_hub_tap). */
+struct hub_tap {
+    struct redis_tap tap;
+    struct hub_tap *next;
+};
 
 /* A message kept for the wait it names (a fair lock's grant). */
 struct hub_grant {
@@ -57,6 +70,7 @@ struct hub_chan {
     bool lingers;          /* joined quietly once: HUB_LINGER_MS */
     int64_t unwanted_since; /* when nwaiters last fell to 0 */
     struct hub_grant *grants; /* keyed: messages not yet taken */
+    struct hub_tap *taps;     /* holders told of its messages (contend.c) */
     int conn;   /* the connection subscribed on (a cluster: the master's index), -1 none */
     struct dlock__waitset waiters;
     struct dlock__waitset heads; /* joined by dlock__redis_hub_join_head() */
@@ -130,10 +144,35 @@ static void hub_free_chan(struct hub *hb, struct hub_chan *ch)
         ch->grants = g->next;
         free(g);
     }
+    while (ch->taps) {
+        struct hub_tap *t = ch->taps;
+        ch->taps = t->next;
+        t->tap.free(t->tap.arg);
+        free(t);
+    }
     dlock__waitset_destroy(&ch->heads);
     dlock__waitset_destroy(&ch->quiet);
     free(ch->name);
     free(ch);
+}
+
+/* Tell CH's taps of message MSG (LEN bytes; NULL: the subscription
+ * confirmed), dropping those that answer false (hub mutex held). */
+static void hub_tell_taps(struct hub *hb, struct hub_chan *ch, const char *msg, size_t len)
+{
+    for (struct hub_tap **p = &ch->taps, *t; (t = *p);) {
+        if (t->tap.fn(t->tap.arg, msg, len)) {
+            p = &t->next;
+            continue;
+        }
+        *p = t->next;
+        t->tap.free(t->tap.arg);
+        free(t);
+        if (--ch->nwaiters == 0) {
+            ch->unwanted_since = dlock__now_ms();
+            hub_mark(hb, ch);
+        }
+    }
 }
 
 /* A message M on keyed channel CH: wake the waiter it names and keep it
@@ -177,6 +216,11 @@ static void hub_on_reply(struct redis_state *s, struct hub *hb, const redisReply
         dlock__redis_cluster_stale(s); /* the master gave the channel's slot away */
     if (strcmp(kind, "message") == 0) {
         const redisReply *m = r->element[2];
+        bool string = m->type == REDIS_REPLY_STRING;
+        hub_tell_taps(hb, ch, string ? m->str : "", string ? m->len : 0);
+        if (string && m->len >= strlen(REDIS_WAIT_MSG) &&
+            memcmp(m->str, REDIS_WAIT_MSG, strlen(REDIS_WAIT_MSG)) == 0)
+            return; /* a waiter's announcement, for the taps alone */
         if (ch->keyed)
             hub_keep_grant(ch, m);
         else if (m->type == REDIS_REPLY_STRING && m->len == 1 && m->str[0] == '1')
@@ -190,6 +234,7 @@ static void hub_on_reply(struct redis_state *s, struct hub *hb, const redisReply
         ch->subscribed = true;
         ch->sub_sent = false;
         hub_wake_chan(ch); /* waiters that tried before this may have missed a release */
+        hub_tell_taps(hb, ch, NULL, 0);
         if (ch->nwaiters == 0)
             hub_mark(hb, ch);
     } else if (strcmp(kind, "unsubscribe") == 0) {
@@ -443,6 +488,33 @@ int dlock__redis_hub_start(struct redis_state *s)
     return rc;
 }
 
+/* Channel CHAN (LEN bytes), made if it is new (hub mutex held); NULL:
+ * out of memory. */
+static struct hub_chan *hub_chan_get(struct hub *hb, const char *chan, size_t len)
+{
+    struct hub_chan *ch = hub_find(hb, chan, len);
+    if (ch)
+        return ch;
+    ch = calloc(1, sizeof *ch);
+    if (ch)
+        ch->name = malloc(len + 1);
+    if (!ch || !ch->name) {
+        free(ch);
+        return NULL;
+    }
+    dlock__waitset_init(&ch->waiters);
+    dlock__waitset_init(&ch->heads);
+    dlock__waitset_init(&ch->quiet);
+    ch->conn = -1;
+    memcpy(ch->name, chan, len);
+    ch->name[len] = 0;
+    ch->len = len;
+    unsigned b = hub_hash(chan, len);
+    ch->next = hb->buckets[b];
+    hb->buckets[b] = ch;
+    return ch;
+}
+
 /* Register W as a waiter on CHAN (in WAITERS, HEADS or QUIET as KIND
  * says, with KEY when not NULL), subscribing when it is the first. */
 enum hub_kind { HUB_WAITERS, HUB_HEADS, HUB_QUIET };
@@ -456,27 +528,10 @@ static int hub_join(struct redis_state *s, const char *chan, size_t len, struct 
         pthread_mutex_unlock(&hb->mu);
         return rc;
     }
-    struct hub_chan *ch = hub_find(hb, chan, len);
+    struct hub_chan *ch = hub_chan_get(hb, chan, len);
     if (!ch) {
-        ch = calloc(1, sizeof *ch);
-        if (ch)
-            ch->name = malloc(len + 1);
-        if (!ch || !ch->name) {
-            pthread_mutex_unlock(&hb->mu);
-            if (ch)
-                free(ch);
-            return dlock__err(DLOCK_ENOMEM, "out of memory");
-        }
-        dlock__waitset_init(&ch->waiters);
-        dlock__waitset_init(&ch->heads);
-        dlock__waitset_init(&ch->quiet);
-        ch->conn = -1;
-        memcpy(ch->name, chan, len);
-        ch->name[len] = 0;
-        ch->len = len;
-        unsigned b = hub_hash(chan, len);
-        ch->next = hb->buckets[b];
-        hb->buckets[b] = ch;
+        pthread_mutex_unlock(&hb->mu);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     rc = dlock__waitset_add(kind == HUB_HEADS   ? &ch->heads
                             : kind == HUB_QUIET ? &ch->quiet
@@ -524,6 +579,31 @@ int dlock__redis_hub_join_head(struct redis_state *s, const char *chan, size_t l
                                struct dlock__wait *w)
 {
     return hub_join(s, chan, len, w, NULL, HUB_HEADS);
+}
+
+int dlock__redis_hub_tap(struct redis_state *s, const char *chan, size_t len,
+                        const struct redis_tap *tap)
+{
+    struct hub *hb = &s->hub;
+    struct hub_tap *t = malloc(sizeof *t);
+    pthread_mutex_lock(&hb->mu);
+    int rc = t ? hub_start_locked(s) : dlock__err(DLOCK_ENOMEM, "out of memory");
+    struct hub_chan *ch = rc ? NULL : hub_chan_get(hb, chan, len);
+    if (!ch) {
+        pthread_mutex_unlock(&hb->mu);
+        free(t);
+        tap->free(tap->arg);
+        return rc ? rc : dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    t->tap = *tap;
+    t->next = ch->taps;
+    ch->taps = t;
+    if (ch->nwaiters++ == 0 || !ch->subscribed || ch->unsub_sent)
+        hub_mark(hb, ch);
+    if (ch->subscribed && !ch->unsub_sent)
+        t->tap.fn(t->tap.arg, NULL, 0); /* subscribed already (a lingering channel) */
+    pthread_mutex_unlock(&hb->mu);
+    return DLOCK_OK;
 }
 
 /* Whether messages on CHAN reach us now. */

@@ -244,6 +244,7 @@ static int acquire_lock(struct redis_state *s, struct dlock__hold *h, struct dlo
         goto unwait; /* a first try cut short may have recorded a waiting writer */
     if (rc != DLOCK_EBUSY || dlock__wait_try_once(w))
         goto out;
+    dlock__redis_contend_announce(s, h, &k, w); /* to a holder that listens (contend.c) */
 
     /* Contended: subscribe (shared connection), then try, sleep until a
      * release message or the holder's remaining lease, try again. */
@@ -262,6 +263,8 @@ static int acquire_lock(struct redis_state *s, struct dlock__hold *h, struct dlo
         if (!first || dlock__redis_rw_listening(s, h, &k)) {
             dlock__redis_rw_heard(s, h, &k, w);
             rc = dlock__redis_try_acquire(s, h, &k, lease, w, "2", &ttl);
+            if (rc == DLOCK_EBUSY) /* still waiting: a new holder may listen */
+                dlock__redis_contend_announce(s, h, &k, w);
             if (rc == DLOCK_ECONN && !outage.ms &&
                 (rc = cut_by_the_wait(s, w, k.lock, rc)) == DLOCK_ETIMEDOUT)
                 break;

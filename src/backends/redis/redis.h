@@ -14,7 +14,8 @@
  *              semaphore.c, election.c, multi.c, cancel.c (what is owed
  *              after an acquire whose replies were lost), record.c (the
  *              client record: where a holder runs), value.c (a lock's
- *              value, written only while held)
+ *              value, written only while held), contend.c (a holder
+ *              told of its waiters)
  *   hub        hub.c           the subscriber thread that turns release
  *                              messages into wake-ups of waiting threads
  *   scripts    scripts.c       the Lua scripts of scripts/NAME.lua
@@ -773,6 +774,32 @@ void dlock__redis_hub_leave(struct redis_state *s, const char *chan, size_t len,
                      bool acquired);
 /* Stop the hub thread and free every channel. */
 void dlock__redis_hub_stop(struct redis_state *s);
+/* A waiter's announcement on its lock's channel (contend.c): this, then
+ * the waiter's owner field. */
+#define REDIS_WAIT_MSG "dlock-wait "
+/* A tap on a channel: FN(ARG, MSG, LEN) on the hub thread, with the hub's
+ * mutex held, for every message (MSG NULL: the subscription confirmed,
+ * again after each reconnection) until it answers false; FREE(ARG) once
+ * it is dropped (that, or the hub's stop). */
+struct redis_tap {
+    bool (*fn)(void *arg, const char *msg, size_t len);
+    void (*free)(void *arg);
+    void *arg;
+};
+/* Tap CHAN with TAP, subscribing if need be: DLOCK_OK, or the failure
+ * (TAP's argument freed then). */
+int dlock__redis_hub_tap(struct redis_state *s, const char *chan, size_t len,
+                        const struct redis_tap *tap);
+
+/* ---------------------------------------------------------- contend.c */
+
+/* Holders told of the waiters that announce themselves on the lock's
+ * channel (the Redisson layout's exclusive locks). */
+extern const struct dlock__contend_ops dlock__redis_contend_ops;
+/* Waiter H, whose try on keys K was busy, announces itself to the holder
+ * (a PUBLISH on the lock's channel; best effort, within W's budget). */
+void dlock__redis_contend_announce(struct redis_state *s, const struct dlock__hold *h,
+                                   const struct lock_keys *k, struct dlock__wait *w);
 /* The outage a waiter rides out between two tries: the server answered
  * once, so a lost connection is transient until the wait's deadline.
  * MS > 0 while the server cannot be reached (the backoff's next pause);

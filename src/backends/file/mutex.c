@@ -926,4 +926,6 @@ const struct dlock__backend dlock__backend_file = {
     /* docs/protocol-file.md, "Guarded writes" */
     .no_guarded_why = "the file backend has no store (a lock's value is all it keeps beside a "
                       "lock); use redis://, etcd:// or zk:// for guarded writes",
+    .no_contend_why = "the file backend's waiters sleep in the kernel or on inotify, where the "
+                      "holder does not see them (not yet)",
 };

@@ -661,4 +661,6 @@ const struct dlock__backend dlock__backend_mysql = {
     /* docs/protocol-mysql.md, "Guarded writes" */
     .no_guarded_why = "not yet (a table written in the hold's session is the plan); use "
                       "redis://, etcd:// or zk:// for guarded writes",
+    .no_contend_why = "a mysql waiter sleeps in GET_LOCK(), seen only by a query of "
+                      "performance_schema (not yet)",
 };

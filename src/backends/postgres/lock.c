@@ -645,4 +645,6 @@ const struct dlock__backend dlock__backend_postgres = {
     /* docs/protocol-postgres.md, "Guarded writes" */
     .no_guarded_why = "not yet (a table written in the hold's session is the plan); use "
                       "redis://, etcd:// or zk:// for guarded writes",
+    .no_contend_why = "a postgres waiter sleeps in pg_advisory_lock(), seen only by a query of "
+                      "pg_locks (not yet)",
 };

@@ -656,4 +656,6 @@ const struct dlock__backend dlock__backend_redlock = {
     .no_guarded_why = "no one request can check a hold on a majority of nodes, so a key "
                       "could be written by a holder that lost the lock; use redis://, etcd:// "
                       "or zk:// for guarded writes",
+    .no_contend_why = "redlock: a holder over a majority of nodes does not listen to its "
+                      "waiters' announcements (not yet); use redis://, etcd:// or zk://",
 };

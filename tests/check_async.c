@@ -344,6 +344,51 @@ TU_TEST_IN(redis, waits_for_a_blocking_holder, 60)
     contended_close(&x);
 }
 
+static void contended_told(dlock_lock *l, const char *who, void *arg)
+{
+    (void)l;
+    (void)who;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* Wait up to 30 s until *N is 1 or more. */
+static bool told_within(atomic_int *n)
+{
+    for (int i = 0; i < 3000 && !atomic_load(n); i++)
+        tu_sleep_ms(10);
+    return atomic_load(n) > 0;
+}
+
+/* dlock_lock_on_contended() with the asynchronous calls: a parked
+ * asynchronous waiter announces itself, so the blocking holder is told;
+ * a hold taken asynchronously is watched, so it is told of a blocking
+ * waiter. Before: a parked wait announced nothing, an asynchronous hold
+ * was never watched. */
+TU_TEST_IN(redis, contended_both_ways, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "cw", false);
+    atomic_int rival_told = 0, async_told = 0;
+    dlock_lock *l = owned(x.c, "cw");
+    ck_assert_int_eq(dlock_lock_on_contended(x.rival, contended_told, &rival_told), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_on_contended(l, contended_told, &async_told), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 30000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert_msg(told_within(&rival_told), "the holder was not told of a parked waiter");
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    struct tu_waiter w;
+    tu_waiter_start(&w, x.rival, DLOCK_FOREVER);
+    ck_assert_msg(told_within(&async_told), "a hold taken asynchronously was not told");
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+    ck_assert_int_eq(atomic_load(&rival_told), 1);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
 /* The wait's bound: DLOCK_ETIMEDOUT, not before the bound. */
 TU_TEST_IN(redis, wait_bound, 60)
 {

@@ -626,9 +626,10 @@ DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_a
  * keeper; a call still queued for a hold that is released or lost
  * meanwhile is dropped, as are the queued calls of a handle freed.
  * FN (NULL: none) applies to holds taken through L after this call, by
- * dlock_acquire() and dlock_acquire_ex(); set it before acquiring. The
- * backend starts watching as the acquire returns (one request, on the
- * acquiring thread) and stops with the release; a watch it could not set
+ * dlock_acquire(), dlock_acquire_ex() and dlock_acquire_async(); set it
+ * before acquiring. The backend starts watching as the acquire returns
+ * (one request, on the acquiring thread or the asynchronous pool's) and
+ * stops with the release; a watch it could not set
  * up is logged (DLOCK_LOG_WARN) and leaves the hold untold, the acquire
  * still DLOCK_OK. Another thread of the same client waiting its turn in
  * the client's own queue (etcd, zk: one owner per client) is not seen.

@@ -168,6 +168,8 @@ static void acquire_end(struct op *op, int rc)
     op->park = NULL;
     if (!rc && op->h->lease_ms && op->h->valid_until == DLOCK__NEVER)
         dlock__hold_confirmed(c, op->h, dlock__now_ms()); /* a backend that did not */
+    if (!rc)
+        dlock__contend_watch(c, l, op->h);
     if (op->cancel)
         dlock__cancel_detach(op->cancel, &op->cref);
     struct dlock__entry *e = l->e; /* the handle keeps it */

@@ -62,6 +62,7 @@ int dlock__redis_try_armed(void *state, struct dlock__hold *h, struct dlock__wai
         rc = dlock__redis_try_acquire(s, h, &p->k, h->lease_ms, w, "1", &p->ttl);
         if (rc != DLOCK_EBUSY)
             return rc;
+        dlock__redis_contend_announce(s, h, &p->k, w); /* to a holder that listens */
         /* Contended: subscribe; the confirmation wakes W. */
         if ((rc = dlock__redis_rw_listen(s, h, &p->k, w)))
             return rc;
@@ -71,8 +72,10 @@ int dlock__redis_try_armed(void *state, struct dlock__hold *h, struct dlock__wai
     if (!dlock__redis_rw_listening(s, h, &p->k)) /* not confirmed yet: no try */
         return attempt_outcome(p, h, w, DLOCK_EBUSY);
     dlock__redis_rw_heard(s, h, &p->k, w);
-    return attempt_outcome(p, h, w,
-                           dlock__redis_try_acquire(s, h, &p->k, h->lease_ms, w, "2", &p->ttl));
+    int rc = dlock__redis_try_acquire(s, h, &p->k, h->lease_ms, w, "2", &p->ttl);
+    if (rc == DLOCK_EBUSY) /* still waiting: a new holder may listen */
+        dlock__redis_contend_announce(s, h, &p->k, w);
+    return attempt_outcome(p, h, w, rc);
 }
 
 int dlock__redis_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,

@@ -148,7 +148,8 @@ const struct dlock__contend_ops dlock__redis_contend_ops = {
 void dlock__redis_contend_announce(struct redis_state *s, const struct dlock__hold *h,
                                    const struct lock_keys *k, struct dlock__wait *w)
 {
-    if (s->simple || dlock__redis_fair(s, h) || h->mode != DLOCK_EXCLUSIVE)
+    if (s->simple || dlock__redis_fair(s, h) || h->mode != DLOCK_EXCLUSIVE ||
+        dlock__wait_try_once(w))
         return;
     char msg[sizeof REDIS_WAIT_MSG + sizeof h->owner];
     snprintf(msg, sizeof msg, REDIS_WAIT_MSG "%s", h->owner);

@@ -720,12 +720,13 @@ TU_TEST_IN(shared, force_release_refused, 30)
 }
 
 /* The backend (server process) of the session holding NAME under this
- * test's prefix, from dlock_holds. */
+ * test's prefix: the one whose last statement opens with the hold's tag
+ * (docs/protocol-postgres.md, "Locks"). */
 static pid_t holder_backend(const char *name)
 {
-    char *sql = tu_fmt("SELECT h.pid FROM dlock_holds h JOIN pg_locks l ON l.pid = h.pid AND "
-                       "l.granted AND l.locktype = 'advisory' WHERE h.name = "
-                       "convert_to('%d-%s', 'UTF8') LIMIT 1",
+    char *sql = tu_fmt("SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid AND "
+                       "l.granted AND l.locktype = 'advisory' WHERE a.query LIKE '/*dlock:' || "
+                       "encode(convert_to('%d-%s', 'UTF8'), 'hex') || '*/%%' LIMIT 1",
                        (int)getpid(), name);
     char *out = NULL;
     ck_assert_int_eq(pgf_psql(&srv, sql, &out), 0);

@@ -3,10 +3,12 @@
  *
  * pg_locks is the truth of who holds a key and who waits for it;
  * pg_stat_activity names each session (application_name "dlock
- * pid@host" for ours); the rows of dlock_holds beside them give the name
- * and token of each of our holds. A row whose session no longer holds
- * the key is stale and never counts (a session the server ended leaves
- * its row; list deletes the rows of sessions that are gone). Force
+ * pid@host" for ours, "dlock#TOKEN pid@host" while it holds: the token)
+ * and, in the tag that opens every statement of a hold, the name it
+ * holds (list). The rows of dlock_holds, which releases before this one
+ * wrote per hold, still count for their holds: a row whose session no
+ * longer holds the key is stale and never counts (list deletes the rows
+ * of sessions that are gone). Force
  * release ends the holders' sessions with pg_terminate_backend(), which
  * the server allows a superuser, a member of pg_signal_backend or the
  * sessions' own role: anything else is DLOCK_EACCES in the server's words.
@@ -32,7 +34,8 @@ static int key_of(struct pg_backend *b, const char *name, struct pg_key *k, char
     return DLOCK_OK;
 }
 
-/* The rows of pg_locks for NAME: granted, mode, holder, token (-1 none). */
+/* The rows of pg_locks for NAME: granted, mode, holder's application
+ * name, pid, token of an older release's row (-1 none). */
 static int look(struct pg_backend *b, const char *name, PGresult **out)
 {
     struct pg_key k;
@@ -59,10 +62,25 @@ static int look(struct pg_backend *b, const char *name, PGresult **out)
  * server's process) for another client's. */
 static void holder_id(const char *app, const char *pid, char *buf, size_t size)
 {
-    if (strncmp(app, "dlock ", 6) == 0)
+    if (strncmp(app, PG_HOLDING_APP, strlen(PG_HOLDING_APP)) == 0 && strchr(app, ' '))
+        snprintf(buf, size, "%s", strchr(app, ' ') + 1);
+    else if (strncmp(app, "dlock ", 6) == 0)
         snprintf(buf, size, "%s", app + 6);
     else
         snprintf(buf, size, "%s%sbackend %s", app, *app ? " " : "", pid);
+}
+
+/* The token of row I of look()'s rows: the one in the holder's
+ * application_name, else its dlock_holds row's; 0 when neither. */
+static uint64_t token_of(PGresult *r, int i)
+{
+    const char *app = dlock__pq.getvalue(r, i, 2);
+    long long token = 0;
+    if (strncmp(app, PG_HOLDING_APP, strlen(PG_HOLDING_APP)) == 0)
+        token = strtoll(app + strlen(PG_HOLDING_APP), NULL, 10);
+    if (token <= 0)
+        token = strtoll(dlock__pq.getvalue(r, i, 4), NULL, 10);
+    return token > 0 ? (uint64_t)token : 0;
 }
 
 int dlock__pg_inspect(void *state, const char *name, struct dlock_info *info)
@@ -92,9 +110,9 @@ int dlock__pg_inspect(void *state, const char *name, struct dlock_info *info)
             info->held = 1;
             info->mode = strcmp(dlock__pq.getvalue(r, i, 1), "ShareLock") == 0 ? DLOCK_SHARED
                                                                                : DLOCK_EXCLUSIVE;
-            long long token = strtoll(dlock__pq.getvalue(r, i, 4), NULL, 10);
-            if (token > 0 && (uint64_t)token > info->token)
-                info->token = (uint64_t)token;
+            uint64_t token = token_of(r, i);
+            if (token > info->token)
+                info->token = token;
             rc = dlock__info_add_holder(info, id, 1);
         } else {
             rc = dlock__info_add_waiter(info, id);
@@ -116,9 +134,9 @@ int dlock__pg_check(void *state, const char *name, struct dlock__check_view *vie
         if (dlock__pq.getvalue(r, i, 0)[0] != 't')
             continue;
         view->held = true;
-        long long token = strtoll(dlock__pq.getvalue(r, i, 4), NULL, 10);
-        if (token > 0 && (uint64_t)token > view->token)
-            view->token = (uint64_t)token;
+        uint64_t token = token_of(r, i);
+        if (token > view->token)
+            view->token = token;
     }
     dlock__pq.clear(r);
     return DLOCK_OK;
@@ -173,12 +191,19 @@ int dlock__pg_list_names(struct pg_backend *b, const char *sql, const char *what
 
 int dlock__pg_list(void *state, const char *pattern, dlock_list_fn fn, void *arg)
 {
+    /* the name in the tag of the last statement of each session holding
+     * as ours do (its query text: visible to its own role, superusers and
+     * pg_read_all_stats), and the rows of long names and older releases */
     static const char sql[] =
         "DELETE FROM " PG_TABLE " WHERE pid NOT IN (SELECT pid FROM pg_stat_activity); "
-        "SELECT DISTINCT encode(h.name, 'hex') FROM " PG_TABLE " h JOIN pg_locks l ON "
-        "l.locktype = 'advisory' AND l.granted AND l.pid = h.pid AND l.classid::int8 = h.classid "
-        "AND l.objid::int8 = h.objid AND l.objsubid = h.objsubid AND l.database = (SELECT oid "
-        "FROM pg_database WHERE datname = current_database())";
+        "SELECT DISTINCT n FROM (SELECT encode(h.name, 'hex') AS n FROM " PG_TABLE " h JOIN "
+        "pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.pid = h.pid AND "
+        "l.classid::int8 = h.classid AND l.objid::int8 = h.objid AND l.objsubid = h.objsubid AND "
+        "l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) UNION "
+        "SELECT substring(a.query FROM '^/\\*dlock:([0-9a-f]*)\\*/') FROM pg_locks l JOIN "
+        "pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND "
+        "l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND "
+        "a.application_name LIKE '" PG_HOLDING_APP "%') AS held WHERE n IS NOT NULL";
     return dlock__pg_list_names(state, sql, "list locks", pattern, fn, arg);
 }
 

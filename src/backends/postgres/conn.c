@@ -311,8 +311,10 @@ int dlock__pg_finish(struct pg_backend *b, struct pg_conn *pc, const struct pg_q
     int rc = DLOCK_OK;
     *out = NULL;
     pc->sqlstate[0] = '\0';
-    for (;;) {
-        if (!dlock__pq.consumeInput(pc->pq)) {
+    /* what libpq already read is parsed first, then the socket is
+     * polled before it is read: no read that would block (EAGAIN) */
+    for (bool polled = false;; polled = true) {
+        if (polled && !dlock__pq.consumeInput(pc->pq)) {
             pc->broken = true;
             rc = dlock__err(DLOCK_ECONN, "%s: %s: %s", b->label, q->what,
                             first_line(dlock__pq.errorMessage(pc->pq), line, sizeof line));

@@ -12,9 +12,12 @@
  * -- frozen, cut off, dead -- has its session, and its locks, ended by
  * the server one lease after its last statement, while the keeper pings
  * each pinned session every lease/3 (renew()). The fencing token is
- * nextval() of one sequence, taken in the statement that takes the lock;
- * beside it, a row of an unlogged table records the name and the token
- * for inspect and list (pg_locks knows only the key).
+ * nextval() of one sequence, taken in the statement that takes the lock,
+ * which also sets the session's application_name to "dlock#TOKEN
+ * pid@host" for inspect; every statement of a hold opens with a comment
+ * naming it, which pg_stat_activity.query shows for list (pg_locks knows
+ * only the key). No row is written per hold: no transaction id, no
+ * commit to wait for.
  * docs/protocol-postgres.md tells the whole story.
  */
 #include <inttypes.h>
@@ -82,19 +85,43 @@ static void backend_free(struct pg_backend *b)
  * No statement_timeout: a wait is bounded by its own lock_timeout, not by
  * the role's or the database's statement_timeout. synchronous_commit on:
  * the token's sequence is logged ahead only every 32 values, and only a
- * flushed commit keeps it from going back after a crash. */
+ * flushed commit keeps it from going back after a crash. Into BUF as
+ * libpq's `options` ("-c name=value ..."), or AS_SETS as SET statements;
+ * NULL when out of room. */
+char *dlock__pg_lease_settings(long long lease_ms, bool as_sets, char *buf, size_t size)
+{
+    long long third_s = lease_ms / 3000 > 0 ? lease_ms / 3000 : 1;
+    long long check = lease_ms / 3 > 0 ? lease_ms / 3 : 1;
+    char v[6][24];
+    snprintf(v[0], sizeof v[0], "%lld", lease_ms);
+    snprintf(v[1], sizeof v[1], "%lld", third_s);
+    snprintf(v[2], sizeof v[2], "%lld", check);
+    const char *const settings[][2] = {{"idle_session_timeout", v[0]},
+                                       {"statement_timeout", "0"},
+                                       {"synchronous_commit", "on"},
+                                       {"tcp_keepalives_idle", v[1]},
+                                       {"tcp_keepalives_interval", v[1]},
+                                       {"tcp_keepalives_count", "3"},
+                                       {"tcp_user_timeout", v[0]},
+                                       {"client_connection_check_interval", v[2]}};
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof settings / sizeof *settings; i++) {
+        int n = snprintf(buf + len, size - len, as_sets ? "SET %s = %s; " : "-c %s=%s ",
+                         settings[i][0], settings[i][1]);
+        if (n < 0 || (size_t)n >= size - len)
+            return NULL;
+        len += (size_t)n;
+    }
+    return buf;
+}
+
 static char *lease_options(const struct pg_backend *b, const char *user_options)
 {
-    long long lease = b->c->opts.lease_ms;
-    long long third_s = lease / 3000 > 0 ? lease / 3000 : 1;
-    long long check = lease / 3 > 0 ? lease / 3 : 1;
-    return dlock__sprintf("-c idle_session_timeout=%lld -c statement_timeout=0 "
-                          "-c synchronous_commit=on "
-                          "-c tcp_keepalives_idle=%lld "
-                          "-c tcp_keepalives_interval=%lld -c tcp_keepalives_count=3 "
-                          "-c tcp_user_timeout=%lld -c client_connection_check_interval=%lld%s%s",
-                          lease, third_s, third_s, lease, check, user_options ? " " : "",
-                          user_options ? user_options : "");
+    char settings[512];
+    if (!dlock__pg_lease_settings(b->c->opts.lease_ms, false, settings, sizeof settings))
+        return NULL;
+    return dlock__sprintf("%s%s", settings, user_options ? user_options : "");
 }
 
 /* libpq's keywords and values for every dial of B. */
@@ -162,7 +189,8 @@ static int ensure_schema(struct pg_backend *b, struct pg_conn *pc, int64_t deadl
 {
     static const char look[] =
         "SELECT pg_is_in_recovery(), to_regclass('" PG_SEQUENCE "') IS NOT NULL AND "
-        "to_regclass('" PG_TABLE "') IS NOT NULL AND to_regclass('" PG_VALUES "') IS NOT NULL";
+        "to_regclass('" PG_TABLE "') IS NOT NULL AND to_regclass('" PG_VALUES "') IS NOT NULL, "
+        "current_setting('track_activity_query_size')";
     static const char make[] =
         "CREATE SEQUENCE IF NOT EXISTS " PG_SEQUENCE "; "
         "CREATE UNLOGGED TABLE IF NOT EXISTS " PG_TABLE " (classid int8 NOT NULL, objid int8 NOT "
@@ -178,6 +206,10 @@ static int ensure_schema(struct pg_backend *b, struct pg_conn *pc, int64_t deadl
             return rc;
         bool standby = dlock__pq.ntuples(r) == 1 && dlock__pq.getvalue(r, 0, 0)[0] == 't';
         bool ready = dlock__pq.ntuples(r) == 1 && dlock__pq.getvalue(r, 0, 1)[0] == 't';
+        /* "1024" or "1kB": the bytes of a statement pg_stat_activity keeps */
+        char *unit = NULL;
+        long size = dlock__pq.ntuples(r) == 1 ? strtol(dlock__pq.getvalue(r, 0, 2), &unit, 10) : 0;
+        b->query_text_max = unit && *unit == 'k' ? size * 1024 : size;
         dlock__pq.clear(r);
         if (standby)
             return dlock__err(DLOCK_EUNAVAIL,
@@ -233,6 +265,11 @@ static int pg_open(struct dlock_client *c, void **state)
     char who[90];
     dlock__identity(who, sizeof who);
     snprintf(b->ident, sizeof b->ident, "dlock %s", who);
+    /* a quote or a backslash (none in a host name) cannot end the literal */
+    snprintf(b->ident_sql, sizeof b->ident_sql, "%s", who);
+    for (char *p = b->ident_sql; *p; p++)
+        if (*p == '\'' || *p == '\\')
+            *p = '?';
     size_t len = (size_t)snprintf(b->label, sizeof b->label, "postgres");
     for (size_t i = 0; i < c->url.nhosts && len < sizeof b->label; i++)
         len += (size_t)snprintf(b->label + len, sizeof b->label - len,
@@ -271,23 +308,66 @@ static const char *lock_fn(dlock_mode mode, bool try_once)
     return try_once ? "pg_try_advisory_lock" : "pg_advisory_lock";
 }
 
-/* Give up hold HB's lock on its session and forget its row: the
- * statement of release(), and of an acquire canceled as it succeeded. */
+static void hold_free(struct pg_hold *hb)
+{
+    if (hb) {
+        free(hb->tag);
+        free(hb->row_name_hex);
+    }
+    free(hb);
+}
+
+/* The one statement of an acquire: the lock; once granted, the token,
+ * into application_name, which it answers ("dlock#TOKEN pid@host"; no
+ * value when a try found the lock taken). The tag first, so that
+ * pg_stat_activity names the hold; a CASE on the call (it evaluates its
+ * THEN only after the call) costs the server a third of a FROM clause's
+ * planning. A hold whose tag pg_stat_activity would cut short has its
+ * name and token written in a row of dlock_holds instead (one transaction
+ * id and a dead row per cycle: the price of a name that long). */
+static char *acquire_sql(const struct pg_backend *b, const struct pg_hold *hb, dlock_mode mode,
+                         bool try_once, const char *prelude)
+{
+    if (!hb->row_name_hex)
+        return dlock__sprintf("%s%sSELECT CASE WHEN %s(%s)%s THEN set_config('application_name', "
+                              "'" PG_HOLDING_APP "' || nextval('" PG_SEQUENCE "') || ' %s', "
+                              "false) END",
+                              hb->tag, prelude, lock_fn(mode, try_once), hb->key.args,
+                              try_once ? "" : " IS NOT NULL", b->ident_sql);
+    return dlock__sprintf(
+        "%sWITH l AS (SELECT nextval('" PG_SEQUENCE "') AS t FROM %s(%s) AS got%s) "
+        "INSERT INTO " PG_TABLE " SELECT %" PRId64 ", %" PRId64 ", %d, pg_backend_pid(), "
+        "decode('%s', 'hex'), t FROM l ON CONFLICT (classid, objid, objsubid, pid) DO UPDATE "
+        "SET name = excluded.name, token = excluded.token RETURNING set_config("
+        "'application_name', '" PG_HOLDING_APP "' || token || ' %s', false)",
+        prelude, lock_fn(mode, try_once), hb->key.args, try_once ? " WHERE got" : "",
+        hb->key.classid, hb->key.objid, hb->key.objsubid, hb->row_name_hex, b->ident_sql);
+}
+
+/* Give up hold HB's lock on its session and put its application_name
+ * back (no token): the statement of release(), and of an acquire
+ * canceled as it succeeded. */
 static int unlock_on(struct pg_backend *b, struct pg_hold *hb, dlock_mode mode, const char *name,
                      int64_t deadline)
 {
-    char sql[512];
-    snprintf(sql, sizeof sql,
-             "DELETE FROM " PG_TABLE " WHERE classid = %" PRId64 " AND objid = %" PRId64
-             " AND objsubid = %d AND pid = pg_backend_pid(); SELECT %s(%s)",
-             hb->key.classid, hb->key.objid, hb->key.objsubid,
-             mode == DLOCK_SHARED ? "pg_advisory_unlock_shared" : "pg_advisory_unlock",
-             hb->key.args);
+    char forget[256] = ""; /* the row of a hold that has one */
+    if (hb->row_name_hex)
+        snprintf(forget, sizeof forget,
+                 "DELETE FROM " PG_TABLE " WHERE classid = %" PRId64 " AND objid = %" PRId64
+                 " AND objsubid = %d AND pid = pg_backend_pid(); ",
+                 hb->key.classid, hb->key.objid, hb->key.objsubid);
+    char *sql =
+        dlock__sprintf("%sSELECT %s(%s), set_config('application_name', 'dlock %s', false)", forget,
+                       mode == DLOCK_SHARED ? "pg_advisory_unlock_shared" : "pg_advisory_unlock",
+                       hb->key.args, b->ident_sql);
+    if (!sql)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
     char what[300];
     snprintf(what, sizeof what, "release '%s'", name);
     struct pg_query q = {.sql = sql, .what = what, .deadline = deadline};
     PGresult *r = NULL;
     int rc = dlock__pg_exec(b, hb->pc, &q, &r);
+    free(sql);
     if (rc == DLOCK_ECONN)
         return dlock__err(DLOCK_ELOST, "lock '%s': its session on %s has ended", name, b->label);
     if (rc)
@@ -328,6 +408,7 @@ struct grant {
     struct pg_backend *b;
     struct pg_conn *pc;
     const char *name;
+    const char *tag; /* the hold's (pg_hold) */
 };
 
 /* One statement on the session of a grant: the grant may have waited
@@ -340,11 +421,15 @@ static int confirm_grant(void *arg)
     const char *name = g->name;
     char what[300];
     snprintf(what, sizeof what, "confirm '%s'", name);
-    struct pg_query q = {.sql = "SELECT 1",
+    char *sql = dlock__sprintf("%sSELECT 1", g->tag);
+    if (!sql)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    struct pg_query q = {.sql = sql,
                          .what = what,
                          .deadline = dlock__time_budget(DLOCK__NEVER, b->c->opts.op_timeout_ms)};
     PGresult *r = NULL;
     int rc = dlock__pg_exec(b, pc, &q, &r);
+    free(sql);
     if (r)
         dlock__pq.clear(r);
     if (!rc)
@@ -369,21 +454,29 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     struct pg_hold *hb = calloc(1, sizeof *hb);
     char *full = dlock__pg_full_name(b, h->name);
     char *hex = full ? dlock__pg_hex(full) : NULL;
-    if (!hb || !hex) {
-        free(hb);
+    if (hb && hex)
+        hb->tag = dlock__sprintf(PG_TAG_OPEN "%s" PG_TAG_CLOSE, hex);
+    if (!hb || !hb->tag) {
+        hold_free(hb);
         free(full);
         free(hex);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     dlock__pg_key_of(b, full, &hb->key);
     free(full);
+    if (strlen(hb->tag) >= (size_t)b->query_text_max) {
+        /* pg_stat_activity would cut the tag short: a row names the hold */
+        hb->row_name_hex = hex;
+        hex = NULL;
+        hb->tag[0] = '\0';
+    }
+    free(hex);
     int rc = dlock__pg_session(b, w,
                                dlock__time_budget(try_once ? 0 : wait_deadline,
                                                   c->opts.connect_timeout_ms),
                                &hb->pc);
     if (rc) {
-        free(hex);
-        free(hb);
+        hold_free(hb);
         return rc;
     }
     struct pg_conn *pc = hb->pc;
@@ -402,17 +495,10 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     if (!try_once)
         snprintf(prelude + pl, sizeof prelude - pl, "SET lock_timeout = %lld; ",
                  (long long)lock_timeout);
-    char *sql = dlock__sprintf(
-        "%sWITH l AS (SELECT nextval('" PG_SEQUENCE "') AS t FROM %s(%s) AS got%s) "
-        "INSERT INTO " PG_TABLE " SELECT %" PRId64 ", %" PRId64 ", %d, pg_backend_pid(), "
-        "decode('%s', 'hex'), t FROM l ON CONFLICT (classid, objid, objsubid, pid) DO UPDATE "
-        "SET name = excluded.name, token = excluded.token RETURNING token",
-        prelude, lock_fn(h->mode, try_once), hb->key.args, try_once ? " WHERE got" : "",
-        hb->key.classid, hb->key.objid, hb->key.objsubid, hex);
-    free(hex);
+    char *sql = acquire_sql(b, hb, h->mode, try_once, prelude);
     if (!sql) {
         dlock__pg_session_put(b, pc);
-        free(hb);
+        hold_free(hb);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     char what[300];
@@ -430,7 +516,7 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     free(sql);
     /* A session advisory lock outlives the statement that took it: a
      * statement that failed after the grant (a cancel or a timeout during
-     * nextval, the INSERT, a trigger) leaves the session holding it. Only
+     * nextval, waiting for the sequence's lock) leaves the session holding it. Only
      * lock_timeout (55P03, raised only while waiting) surely took nothing;
      * after any other failure the session is closed, which ends the lock. */
     bool took_nothing = false;
@@ -450,10 +536,10 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     }
     if (rc && !took_nothing)
         pc->broken = true;
-    if (!rc && dlock__pq.ntuples(r) != 1) {
+    if (!rc && (dlock__pq.ntuples(r) != 1 || dlock__pq.getisnull(r, 0, 0))) {
         dlock__pq.clear(r);
         dlock__pg_session_put(b, pc);
-        free(hb);
+        hold_free(hb);
         if (waits)
             return dlock__err(DLOCK_ETIMEDOUT,
                               "lock '%s' still held by another session when the "
@@ -463,20 +549,20 @@ static int pg_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
     }
     if (rc) {
         dlock__pg_session_put(b, pc);
-        free(hb);
+        hold_free(hb);
         return rc;
     }
-    h->token = strtoull(dlock__pq.getvalue(r, 0, 0), NULL, 10);
+    h->token = strtoull(dlock__pq.getvalue(r, 0, 0) + strlen(PG_HOLDING_APP), NULL, 10);
     dlock__pq.clear(r);
     pc->idle_timeout_ms = h->lease_ms;
     /* the server's idle clock starts when it grants: after a long wait,
      * a ping first (keeper.c) */
     rc = dlock__hold_granted(c, h, sent, confirm_grant,
-                             &(struct grant){.b = b, .pc = pc, .name = h->name});
+                             &(struct grant){.b = b, .pc = pc, .name = h->name, .tag = hb->tag});
     if (rc) {
         pc->broken = true; /* closed: whatever is left of it ends */
         dlock__pg_session_put(b, pc);
-        free(hb);
+        hold_free(hb);
         return rc;
     }
     snprintf(h->owner, sizeof h->owner, "%s/%d", b->ident + 6, dlock__pq.backendPID(pc->pq));
@@ -502,7 +588,7 @@ static int pg_release(void *state, struct dlock__hold *h)
         hb->pc->broken = true; /* closed: the session, and the lock, end with it */
     pthread_mutex_unlock(&hb->pc->mu);
     dlock__pg_session_put(b, hb->pc);
-    free(hb);
+    hold_free(hb);
     return rc;
 }
 
@@ -532,14 +618,16 @@ static int pg_downgrade(void *state, struct dlock__hold *h)
 {
     struct pg_backend *b = state;
     struct pg_hold *hb = h->bdata;
-    char sql[256] = "", what[300];
+    char *sql = NULL, what[300];
     if (hb) /* without it, dlock__pg_exec_held() answers DLOCK_ELOST */
-        snprintf(sql, sizeof sql,
-                 "SELECT pg_advisory_lock_shared(%s); SELECT pg_advisory_unlock(%s)", hb->key.args,
-                 hb->key.args);
+        sql = dlock__sprintf("%sSELECT pg_advisory_lock_shared(%s); SELECT pg_advisory_unlock(%s)",
+                             hb->tag, hb->key.args, hb->key.args);
+    if (hb && !sql)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
     snprintf(what, sizeof what, "downgrade '%s'", h->name);
     PGresult *r = NULL;
-    int rc = dlock__pg_exec_held(b, h, sql, what, &r);
+    int rc = dlock__pg_exec_held(b, h, sql ? sql : "", what, &r);
+    free(sql);
     if (rc)
         return rc;
     bool released = dlock__pq.ntuples(r) == 1 && dlock__pq.getvalue(r, 0, 0)[0] == 't';
@@ -552,7 +640,8 @@ static int pg_downgrade(void *state, struct dlock__hold *h)
 
 /* ------------------------------------------------------------------ lease */
 
-/* One ping per pinned session, all sent before any answer is read. */
+/* One ping per pinned session, all sent before any answer is read; each
+ * opens with its hold's tag, which stays the session's last statement. */
 static int pg_renew(void *state, struct dlock__renew_batch *batch)
 {
     struct pg_backend *b = state;
@@ -570,9 +659,11 @@ static int pg_renew(void *state, struct dlock__renew_batch *batch)
             continue;
         }
         pthread_mutex_lock(&hb->pc->mu);
-        struct pg_query q = {.sql = "SELECT 1", .what = "renew", .deadline = batch->deadline};
+        char *sql = dlock__sprintf("%sSELECT 1", hb->tag);
+        struct pg_query q = {.sql = sql, .what = "renew", .deadline = batch->deadline};
         sent[k] = dlock__now_ms();
-        int rc = dlock__pg_send(b, hb->pc, &q);
+        int rc = sql ? dlock__pg_send(b, hb->pc, &q) : dlock__err(DLOCK_ENOMEM, "out of memory");
+        free(sql);
         if (rc) {
             sent[k] = -1;
             pthread_mutex_unlock(&hb->pc->mu);

@@ -98,6 +98,8 @@ struct pg_backend {
     bool distributedlock_keys; /* layout=distributedlock: the .NET library's keys */
     char label[256];           /* "postgres host:port/db", for messages */
     char ident[100];           /* "dlock pid@host": every session's application_name */
+    char ident_sql[100];       /* "pid@host" as an SQL string literal's contents */
+    long query_text_max;       /* track_activity_query_size: what pg_stat_activity keeps */
     /* libpq keywords and values of every dial (NULL-ended), the lease's
      * server settings among them */
     const char *keys[48];
@@ -174,7 +176,16 @@ uint64_t dlock__pg_tagged_hash(const char *full, const char *tag);
 struct pg_hold {
     struct pg_conn *pc; /* the pinned session */
     struct pg_key key;
+    char *tag;          /* PG_TAG_OPEN <full name in hex> PG_TAG_CLOSE: opens its statements */
+    char *row_name_hex; /* a name too long for the tag ("" then): its row in PG_TABLE */
 };
+/* What opens a hold's statements: the full name in hex in a comment, so
+ * that the session's pg_stat_activity.query names what it holds (list). */
+#define PG_TAG_OPEN "/*dlock:"
+#define PG_TAG_CLOSE "*/ "
+/* The application_name of a session while it holds: "dlock#TOKEN pid@host"
+ * (inspect reads the token there); "dlock pid@host" otherwise. */
+#define PG_HOLDING_APP "dlock#"
 
 /* SQL (named WHAT in messages) on hold H's pinned session, under its
  * mutex, within the op timeout: as dlock__pg_exec(), but DLOCK_ELOST
@@ -183,6 +194,11 @@ int dlock__pg_exec_held(struct pg_backend *b, struct dlock__hold *h, const char 
                         const char *what, PGresult **out);
 
 extern const struct dlock__admin_ops dlock__pg_admin_ops;
+
+/* The session settings that make the lease LEASE_MS real into BUF: as
+ * libpq's `options`, what every dial passes, or AS_SETS as SET
+ * statements (dlock bench's raw session). NULL when BUF is too small. */
+char *dlock__pg_lease_settings(long long lease_ms, bool as_sets, char *buf, size_t size);
 
 /* ============================================================ schema.c */
 

@@ -31,17 +31,19 @@ static char *hex_bytes(const char *data, size_t len)
 static int pg_value_set(void *state, struct dlock__hold *h, const struct dlock__value *v)
 {
     struct pg_backend *b = state;
+    const struct pg_hold *hb = h->bdata; /* none: dlock__pg_exec_held() answers DLOCK_ELOST */
+    const char *tag = hb ? hb->tag : "";
     char *full = dlock__pg_full_name(b, h->name);
     char *name = full ? dlock__pg_hex(full) : NULL;
     char *value = v ? hex_bytes(v->data ? v->data : "", v->len) : NULL;
     char *sql = NULL;
     if (name && (value || !v))
-        sql =
-            v ? dlock__sprintf("INSERT INTO " PG_VALUES " VALUES (decode('%s', 'hex'), %llu, "
-                               "decode('%s', 'hex')) ON CONFLICT (name) DO UPDATE SET token = "
-                               "excluded.token, value = excluded.value",
-                               name, (unsigned long long)h->token, value)
-              : dlock__sprintf("DELETE FROM " PG_VALUES " WHERE name = decode('%s', 'hex')", name);
+        sql = v ? dlock__sprintf("%sINSERT INTO " PG_VALUES " VALUES (decode('%s', 'hex'), %llu, "
+                                 "decode('%s', 'hex')) ON CONFLICT (name) DO UPDATE SET token = "
+                                 "excluded.token, value = excluded.value",
+                                 tag, name, (unsigned long long)h->token, value)
+                : dlock__sprintf("%sDELETE FROM " PG_VALUES " WHERE name = decode('%s', 'hex')",
+                                 tag, name);
     free(full);
     free(name);
     free(value);

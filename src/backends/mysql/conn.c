@@ -179,15 +179,40 @@ int dlock__my_finish(struct my_backend *s, struct my_conn *k, struct my_sent *se
         return dlock__my_fail(s, k, what);
     }
     MYSQL_RES *r = NULL;
-    rc = DRIVE(s, k, io, mysql_store_result_start(&r, k->db),
-               mysql_store_result_cont(&r, k->db, r_));
-    if (rc) {
-        *broken = true;
-        return rc == DLOCK_ETIMEDOUT ? timed_out(s, what) : rc;
-    }
-    if (!r && mysql_errno(k->db)) {
-        *broken = breaks(mysql_errno(k->db));
-        return dlock__my_fail(s, k, what);
+    for (bool first = true;; first = false) {
+        if (!first) { /* the next statement's result: it ran, or failed */
+            int err = 0;
+            rc = DRIVE(s, k, io, mysql_next_result_start(&err, k->db),
+                       mysql_next_result_cont(&err, k->db, r_));
+            if (!rc && err > 0) {
+                *broken = breaks(mysql_errno(k->db));
+                if (r)
+                    mysql_free_result(r);
+                return dlock__my_fail(s, k, what);
+            }
+        }
+        MYSQL_RES *next = NULL;
+        if (!rc)
+            rc = DRIVE(s, k, io, mysql_store_result_start(&next, k->db),
+                       mysql_store_result_cont(&next, k->db, r_));
+        if (!rc && !next && mysql_errno(k->db)) {
+            *broken = breaks(mysql_errno(k->db));
+            if (r)
+                mysql_free_result(r);
+            return dlock__my_fail(s, k, what);
+        }
+        if (rc) {
+            *broken = true;
+            if (r)
+                mysql_free_result(r);
+            return rc == DLOCK_ETIMEDOUT ? timed_out(s, what) : rc;
+        }
+        if (next && r)
+            mysql_free_result(next); /* the first result set is the answer */
+        else if (next)
+            r = next;
+        if (!mysql_more_results(k->db))
+            break;
     }
     k->idle_since = dlock__now_ms();
     if (res)
@@ -269,7 +294,7 @@ static int dial(struct my_backend *s, int64_t deadline, struct my_conn **out)
     struct my_io io = {.deadline = deadline, .cancel_fd = -1};
     int rc = DRIVE(s, k, &io,
                    mysql_real_connect_start(&ret, k->db, s->host, s->user, s->password, s->db,
-                                            s->port, s->socket, 0),
+                                            s->port, s->socket, CLIENT_MULTI_STATEMENTS),
                    mysql_real_connect_cont(&ret, k->db, r_));
     if (rc || !ret) {
         rc = rc == DLOCK_ETIMEDOUT

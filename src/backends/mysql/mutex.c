@@ -7,9 +7,10 @@
  *   SELECT CASE GET_LOCK(name, timeout) WHEN 1 THEN ... WHEN 0 THEN 0 END
  *
  * -- the wait sleeps in the server -- and its fencing token comes from
- * one row of a MEMORY table, UPDATEd on the same session right after the
- * grant: (epoch << 40) | n, the epoch a durable InnoDB counter bumped
- * once per server lifetime (docs/protocol-mysql.md). The
+ * one row of a MEMORY table, UPDATEd by the next statement of the same
+ * request once the lock is granted (one round trip for both): (epoch <<
+ * 40) | n, the epoch a durable InnoDB counter bumped once per server
+ * lifetime (docs/protocol-mysql.md). The
  * session also keeps the token and the encoded name in user variables
  * (@dlock_token, @dlock_name), where inspect and list read them
  * (performance_schema.user_variables_by_thread: a hashed name is listed
@@ -153,6 +154,18 @@ static int token_query(struct my_backend *s, struct my_hold *mh, const char *sql
     "UPDATE " MYSQL_FENCE_MEM_TABLE " SET tok = LAST_INSERT_ID(tok + 1) WHERE id = 1 AND " \
     "(tok & " MYSQL_EPOCH_MASK ") < " MYSQL_EPOCH_MASK " AND (@dlock_token := tok + 1) > 0"
 
+/* GET_LOCK and, once granted, the next token of this server lifetime in
+ * one request of two statements: GET_LOCK's answer (1, 0, NULL) as a
+ * row, also kept in @dlock_got, then NEXT_IN_EPOCH made conditional on it,
+ * whose reply carries the token (LAST_INSERT_ID, one row changed; none
+ * when the lock was not granted or the MEMORY row is missing or spent).
+ * Format: the encoded name (twice), the GET_LOCK name, its timeout. */
+#define LOCK_AND_TOKEN                                                                                \
+    "SELECT /*dlock-wait:%s*/ @dlock_got := CASE GET_LOCK(%s, %s) WHEN 1 THEN LENGTH(@dlock_name "    \
+    ":= '%s') > 0 WHEN 0 THEN 0 END; UPDATE " MYSQL_FENCE_MEM_TABLE                                   \
+    " SET tok = LAST_INSERT_ID(tok + 1) WHERE @dlock_got = 1 AND id = 1 AND (tok & " MYSQL_EPOCH_MASK \
+    ") < " MYSQL_EPOCH_MASK " AND (@dlock_token := tok + 1) > 0"
+
 /* A new epoch: under the internal user lock MYSQL_EPOCH_LOCK (so that
  * two clients seeding at once cannot write the MEMORY row out of order),
  * look again, and if the row is still missing or spent, bump the durable
@@ -255,9 +268,7 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
     }
     char timeout[32];
     lock_timeout(w, timeout, sizeof timeout);
-    char *sql = dlock__sprintf("SELECT /*dlock-wait:%s*/ CASE GET_LOCK(%s, %s) WHEN 1 THEN "
-                               "LENGTH(@dlock_name := '%s') > 0 WHEN 0 THEN 0 END",
-                               enc, mh->name_sql, timeout, enc);
+    char *sql = dlock__sprintf(LOCK_AND_TOKEN, enc, mh->name_sql, timeout, enc);
     free(enc);
     /* The server answers a wait by its end; the reply gets the op
      * timeout beyond it. */
@@ -271,16 +282,18 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
         io.deadline = DLOCK__NEVER;
     MYSQL_RES *res = NULL;
     bool broken = false, isnull = true;
-    unsigned long long token = 0;
+    unsigned long long got = 0, token = 0;
     rc = sql ? dlock__my_query(s, mh->k, sql, &io, &res, &broken, "GET_LOCK")
              : dlock__err(DLOCK_ENOMEM, "out of memory");
     free(sql);
     if (!rc) {
-        dlock__my_first(res, &token, &isnull);
+        dlock__my_first(res, &got, &isnull);
         mysql_free_result(res);
+        if (mysql_affected_rows(mh->k->db) == 1) /* the UPDATE's: a token */
+            token = mysql_insert_id(mh->k->db);
     }
     if (io.canceled) {
-        if (!rc && token)
+        if (!rc && got)
             give_back(s, mh, &broken);
         else if (rc)
             broken = true; /* KILL QUERY may have landed after the grant (the
@@ -292,15 +305,15 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
                         "%s: lock '%s': GET_LOCK answered NULL (the wait was "
                         "killed by another session, or the server failed)",
                         s->label, h->name);
-    } else if (!rc && !token) {
+    } else if (!rc && !got) {
         rc = dlock__wait_try_once(w)
                  ? dlock__err(DLOCK_EBUSY, "lock '%s' is held by another session", h->name)
                  : dlock__err(DLOCK_ETIMEDOUT,
                               "lock '%s': still held by another session when "
                               "the wait ended",
                               h->name);
-    } else if (!rc) {
-        rc = dlock__my_next_token(s, h, mh, &token, &broken);
+    } else if (!rc && !token) { /* the server's first token, or its epoch spent */
+        rc = new_epoch(s, h, mh, &token, &broken);
     }
     /* the server's idle clock starts when it answers: after a long
      * wait, a check first (keeper.c) */
@@ -476,7 +489,7 @@ static void backend_free(struct my_backend *s)
     free(s);
 }
 
-/* The fencing token's tables (mutex.c's next_token), made when missing.
+/* The fencing token's tables (LOCK_AND_TOKEN, new_epoch()), made when missing.
  * A database a release before the epoch used keeps its one counter in
  * MYSQL_FENCE_TABLE: the epoch then starts at (counter >> 40) + 1, so the
  * first token, >= epoch << 40, is past every token it gave. */

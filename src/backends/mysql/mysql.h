@@ -77,6 +77,9 @@ struct dlock__mariadb_api {
     int (*real_query_cont)(int *ret, MYSQL *m, int status);
     int (*store_result_start)(MYSQL_RES **ret, MYSQL *m);
     int (*store_result_cont)(MYSQL_RES **ret, MYSQL *m, int status);
+    my_bool (*more_results)(MYSQL *m);
+    int (*next_result_start)(int *ret, MYSQL *m);
+    int (*next_result_cont)(int *ret, MYSQL *m, int status);
     MYSQL_ROW (*fetch_row)(MYSQL_RES *r);
     unsigned long *(*fetch_lengths)(MYSQL_RES *r);
     unsigned int (*num_fields)(MYSQL_RES *r);
@@ -110,6 +113,9 @@ int dlock__mariadb_load(void);
 #define mysql_real_query_cont dlock__mariadb.real_query_cont
 #define mysql_store_result_start dlock__mariadb.store_result_start
 #define mysql_store_result_cont dlock__mariadb.store_result_cont
+#define mysql_more_results dlock__mariadb.more_results
+#define mysql_next_result_start dlock__mariadb.next_result_start
+#define mysql_next_result_cont dlock__mariadb.next_result_cont
 #define mysql_fetch_row dlock__mariadb.fetch_row
 #define mysql_fetch_lengths dlock__mariadb.fetch_lengths
 #define mysql_num_fields dlock__mariadb.num_fields
@@ -171,7 +177,10 @@ void dlock__my_conn_close(struct my_conn *k);
 void dlock__my_pool_drain(struct my_backend *s);
 
 /* Run SQL on K as IO says; with RES, the result set (caller frees with
- * mysql_free_result). DLOCK_OK; a server error (K still usable:
+ * mysql_free_result): of several statements (the session speaks
+ * CLIENT_MULTI_STATEMENTS), the first result set, all of them read
+ * (mysql_affected_rows() and mysql_insert_id() tell of the last); the
+ * first statement that fails ends the request. DLOCK_OK; a server error (K still usable:
  * *BROKEN false); or a lost connection, the deadline (DLOCK_ETIMEDOUT),
  * K unusable (*BROKEN true). WHAT names the request in messages. */
 int dlock__my_query(struct my_backend *s, struct my_conn *k, const char *sql, struct my_io *io,

@@ -263,7 +263,7 @@ $(CHAOS_BIN): $(BUILD)/tests/chaos/chaos.o $(CHAOS_OBJ) $(TESTLIB_OBJ) $(STATIC)
 
 SEED ?= 1
 DURATION ?= 300
-CHAOS_BACKENDS ?= file file-election redis redis-simple redis-fair redis-sem sentinel sentinel-sync sentinel-sync2 redlock etcd zk
+CHAOS_BACKENDS ?= file file-election redis redis-simple redis-fair redis-sem sentinel sentinel-sync sentinel-sync2 redlock etcd zk $(filter postgres mysql,$(BUILT_BACKENDS))
 chaos: all $(CHAOS_BIN)
 	$(CHAOS_BIN) -s $(SEED) -d $(DURATION) -j $(BUILD)/chaos.json $(CHAOS_BACKENDS)
 

@@ -12,7 +12,8 @@
  * replicas), redlock (three masters; a server restart is one of them),
  * etcd, etcd3 (a 3-member cluster, with leader kills; -f leader-partition
  * puts each member in a namespace of its own and cuts the leader off),
- * zk, zk3. Each
+ * zk, zk3, postgres, mysql (one server each; a server restart is kill -9
+ * of every process of it, started again on its data). Each
  * backend runs for
  * SECONDS split among its phases (-f: only those faults, e.g.
  * -f none,partition); the table goes to stdout, one JSON
@@ -56,10 +57,12 @@ int main(int argc, char **argv)
         }
     }
     if (optind == argc) {
-        fprintf(stderr,
-                "%s: name the backends (file file-election redis redis-simple redis-fair "
-                "redis-sem sentinel sentinel-sync sentinel-sync2 redlock etcd etcd3 zk zk3)\n",
-                argv[0]);
+        fprintf(
+            stderr,
+            "%s: name the backends (file file-election redis redis-simple redis-fair "
+            "redis-sem sentinel sentinel-sync sentinel-sync2 redlock etcd etcd3 zk zk3 postgres "
+            "mysql)\n",
+            argv[0]);
         return 2;
     }
     FILE *jf = json ? fopen(json, "w") : NULL;

@@ -1,13 +1,13 @@
 /* check_chaos.c -- the short fixed-seed run of the fault harness that
  * `make check` runs: every backend (file, redis in both layouts,
  * redis+sentinel:// without sync, with ?sync=1 and with ?sync=2 -- every
- * replica of the two --, redlock, etcd, zk; a Redis semaphore through
+ * replica of the two --, redlock, etcd, zk, postgres, mysql; a Redis semaphore through
  * data-losing restarts; the file backend's elections, a value file's
  * byte held by another process among their faults) through each of its
  * faults for a couple of
  * seconds, asserting only what each URL form promises whatever the
  * timing (each test's name says it, and the table's "promises:" line):
- * no overlap the fenced store accepted (file, etcd, zk, redlock,
+ * no overlap the fenced store accepted (file, etcd, zk, postgres, mysql, redlock,
  * Sentinel with sync=<every replica>), no token regression and no lost
  * update (all but Sentinel with fewer replicas synced), no repeated
  * semaphore token, no dlock call that hung (all). Sentinel without sync
@@ -122,6 +122,24 @@ TU_TEST(zk, 120)
 {
     run_backend("zk", 18);
 }
+
+#ifdef DLOCK_HAVE_POSTGRES
+/* session advisory locks: a frozen or cut-off holder's session ends by
+ * the server's idle_session_timeout, its token is a sequence's */
+TU_TEST(postgres, 120)
+{
+    run_backend("postgres", 18);
+}
+#endif
+
+#ifdef DLOCK_HAVE_MYSQL
+/* GET_LOCK: a frozen or cut-off holder's session ends by wait_timeout,
+ * its token the durable epoch and the MEMORY row's count */
+TU_TEST(mysql, 120)
+{
+    run_backend("mysql", 18);
+}
+#endif
 
 int main(void)
 {

@@ -45,6 +45,8 @@
 
 #include "chaos.h"
 #include "fixture_etcd.h"
+#include "fixture_mysql.h"
+#include "fixture_pg.h"
 #include "fixture_redis.h"
 #include "fixture_zk.h"
 #include "testutil.h"
@@ -74,7 +76,7 @@ struct slot {
 struct run {
     const struct chaos_config *cfg;
     struct chaos_result *res;
-    const char *kind;   /* file, redis, etcd, zk */
+    const char *kind;   /* file, redis, etcd, zk, postgres, mysql */
     bool net;
     int members;
     int lease;
@@ -104,6 +106,8 @@ struct run {
     int sentinel_port[3];
     struct etcdf etcd;
     struct zkf zk;
+    struct pgf pg;
+    struct fx_mysql my;
     const char *query;  /* the URL's query part */
     bool apart;         /* each ensemble member in a namespace of its own */
     int servers_ns;     /* the servers' namespace (open while apart) */
@@ -382,6 +386,27 @@ static bool servers_start(struct run *r)
         }
         return true;
     }
+    if (strcmp(r->kind, "postgres") == 0) {
+        if (!pgf_start(&r->pg)) {
+            snprintf(r->res->error, sizeof r->res->error, "%s", r->pg.error);
+            return false;
+        }
+        return true;
+    }
+    if (strcmp(r->kind, "mysql") == 0) {
+        /* root from the workers' addresses too (the data directory keeps
+         * the grant through restarts) */
+        char *out = NULL;
+        if (!fx_mysql_start(&r->my) ||
+            !(out = fx_mysql_sql(&r->my, "CREATE USER IF NOT EXISTS root@'%'; "
+                                         "GRANT ALL ON *.* TO root@'%' WITH GRANT OPTION"))) {
+            snprintf(r->res->error, sizeof r->res->error, "%s",
+                     r->my.error[0] ? r->my.error : "mysql: the workers' user was not made");
+            return false;
+        }
+        free(out);
+        return true;
+    }
     if (!zkf_start(&r->zk, r->members)) {
         snprintf(r->res->error, sizeof r->res->error, "%s", r->zk.error);
         return false;
@@ -400,6 +425,10 @@ static void servers_stop(struct run *r)
         etcdf_stop(&r->etcd);
     else if (strcmp(r->kind, "zk") == 0)
         zkf_stop(&r->zk);
+    else if (strcmp(r->kind, "postgres") == 0)
+        pgf_stop(&r->pg);
+    else if (strcmp(r->kind, "mysql") == 0)
+        fx_mysql_stop(&r->my);
 }
 
 /* The process ids of the servers a server-stop freezes, into PIDS; how
@@ -430,6 +459,9 @@ static int server_pids(struct run *r, pid_t *pids)
     for (int i = 0; strcmp(r->kind, "zk") == 0 && i < r->zk.n; i++)
         if (r->zk.s[i].pid > 0)
             pids[n++] = r->zk.s[i].pid;
+    if (strcmp(r->kind, "mysql") == 0 && r->my.pid > 0)
+        pids[n++] = r->my.pid;
+    /* postgres: its backends are sessions of their own (pgf_pause) */
     return n;
 }
 
@@ -473,6 +505,16 @@ static bool member_start(struct run *r, int i)
  * without its AOF). */
 static bool servers_restart(struct run *r, bool empty, int64_t down_ms)
 {
+    if (strcmp(r->kind, "postgres") == 0) {
+        pgf_crash(&r->pg); /* the postmaster and every backend at once */
+        tu_sleep_ms((int)down_ms);
+        return pgf_restart(&r->pg);
+    }
+    if (strcmp(r->kind, "mysql") == 0) {
+        fx_mysql_kill(&r->my, SIGKILL);
+        tu_sleep_ms((int)down_ms);
+        return fx_mysql_restart(&r->my);
+    }
     if (strcmp(r->kind, "redis") == 0) {
         /* redlock: one master of the three, the majority stays */
         int m = (int)between(r, 0, r->members - 1);
@@ -576,6 +618,10 @@ static char *worker_url(struct run *r, const char *host)
 {
     if (strcmp(r->kind, "file") == 0)
         return tu_fmt("file://%s/locks", r->dir);
+    if (strcmp(r->kind, "postgres") == 0)
+        return tu_fmt("postgres://postgres@%s:%d/postgres?%s", host, r->pg.port, r->query);
+    if (strcmp(r->kind, "mysql") == 0)
+        return tu_fmt("mysql://root@%s:%d/dlock?%s", host, r->my.port, r->query);
     char *list = strdup("");
     int n = strcmp(r->kind, "etcd") == 0 ? r->etcd.n : strcmp(r->kind, "zk") == 0 ? r->zk.n : r->members;
     for (int i = 0; i < n; i++) {
@@ -927,6 +973,8 @@ static void fault_start(struct run *r, struct active *a, enum chaos_fault f)
         say(r, "SIGSTOP %d server(s) for %lld ms", a->nservers, (long long)(a->until - now));
         for (int i = 0; i < a->nservers; i++)
             kill(-a->servers[i], SIGSTOP);
+        if (strcmp(r->kind, "postgres") == 0)
+            pgf_pause(&r->pg, true);
         break;
     case FAULT_SERVER_RESTART:
     case FAULT_SERVER_RESTART_EMPTY: {
@@ -1131,6 +1179,8 @@ static void fault_end(struct run *r, struct active *a)
     case FAULT_SERVER_STOP:
         for (int i = 0; i < a->nservers; i++)
             kill(-a->servers[i], SIGCONT);
+        if (strcmp(r->kind, "postgres") == 0)
+            pgf_pause(&r->pg, false);
         for (int k = 0; k < r->nworkers; k++)
             r->w[k].cont_at = chaos_now_ms();
         break;
@@ -1323,6 +1373,8 @@ static void backend_kind(struct run *r, const char *b)
     } else if (strncmp(b, "zk", 2) == 0) {
         r->kind = "zk";
         r->members = b[2] == '3' ? 3 : 1;
+    } else if (strcmp(b, "postgres") == 0 || strcmp(b, "mysql") == 0) {
+        r->kind = b; /* one server: its restarts are kill -9, its data kept */
     } else {
         r->kind = NULL;
     }

@@ -80,13 +80,14 @@ static bool spawn(struct fx_mysql *m)
     char *port = tu_fmt("--port=%d", m->port);
     char *sock = tu_fmt("--socket=%s", m->sock);
     char *pidf = tu_fmt("--pid-file=%s/mariadbd.pid", m->dir);
+    char *bind = tu_fmt("--bind-address=%s", tu_listen_addr());
     const char *argv[] = {"mariadbd",
                           "--no-defaults",
                           datadir,
                           port,
                           sock,
                           pidf,
-                          "--bind-address=127.0.0.1",
+                          bind,
                           "--skip-name-resolve",
                           INNODB_LOG,
                           INNODB_POOL,
@@ -99,6 +100,7 @@ static bool spawn(struct fx_mysql *m)
     free(port);
     free(sock);
     free(pidf);
+    free(bind);
     for (int i = 0; i < 1500; i++) { /* up to 30 s on a loaded machine */
         if (answers(m))
             return true;

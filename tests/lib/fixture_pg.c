@@ -48,6 +48,38 @@ static void give_to_server_user(const char *path)
     tu_run(argv, NULL, NULL, NULL);
 }
 
+/* TEXT into PATH; false when it could not be written. No check
+ * assertion: the fault harness's `make chaos` runs outside any test. */
+static bool write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* The state letter of process PID ('T': stopped), '?' when gone. */
+static char state_of(pid_t pid)
+{
+    char *path = tu_fmt("/proc/%d/stat", (int)pid), buf[512] = "";
+    FILE *fp = fopen(path, "r");
+    free(path);
+    const char *text = fp ? fgets(buf, sizeof buf, fp) : NULL;
+    if (fp)
+        fclose(fp);
+    const char *end = text ? strrchr(text, ')') : NULL; /* "pid (comm) state" */
+    return end && end[1] == ' ' ? end[2] : '?';
+}
+
+/* SIGSTOP PID and wait (up to 10 s) until it is stopped; no assertion. */
+static void pause_process(pid_t pid)
+{
+    kill(pid, SIGSTOP);
+    for (int i = 0; i < 2000 && state_of(pid) != 'T' && state_of(pid) != '?'; i++)
+        tu_sleep_ms(5);
+}
+
 /* initdb once per process into template_dir. */
 static bool make_template(void)
 {
@@ -59,7 +91,7 @@ static bool make_template(void)
     chmod(dir, 0755);
     char *data = tu_fmt("%s/data", dir), *pw = tu_fmt("%s/pw", dir),
          *log = tu_fmt("%s/initdb.log", dir);
-    tu_write_file(pw, PGF_PASSWORD "\n");
+    bool written = write_text(pw, PGF_PASSWORD "\n");
     chmod(pw, 0644);
     give_to_server_user(dir);
     char *initdb = tu_fmt("%sinitdb", bin_dir());
@@ -68,14 +100,19 @@ static bool make_template(void)
     const char *argv[] = {initdb, "-D", data, "-U", "postgres", "--auth=trust", pwopt,
                           "-N", "--locale=C", "-E", "UTF8", NULL};
     /* clang-format on */
-    pid_t pid = tu_spawn_as_nobody(argv, log, true);
-    int rc = tu_wait_exit(pid);
+    pid_t pid = written ? tu_spawn_as_nobody(argv, log, true) : -1;
+    int rc = pid > 0 ? tu_wait_exit(pid) : 1;
     if (rc == 0) {
         /* SCRAM costs milliseconds of CPU per connection on each side: only
          * PGF_PASSWORD_USER's connections over TCP pay for it */
         char *hba = tu_fmt("%s/pg_hba.conf", data), *old = tu_read_file(hba);
-        char *text = tu_fmt("host all " PGF_PASSWORD_USER " 127.0.0.1/32 scram-sha-256\n%s", old);
-        tu_write_file(hba, text);
+        /* every other role trusted from any address: the server listens on
+         * more than loopback only in the fault harness's own namespace */
+        char *text = tu_fmt("host all " PGF_PASSWORD_USER " 127.0.0.1/32 scram-sha-256\n%s"
+                            "host all all 0.0.0.0/0 trust\n",
+                            old);
+        if (!write_text(hba, text))
+            rc = 1;
         give_to_server_user(hba);
         free(hba);
         free(old);
@@ -102,15 +139,17 @@ static bool make_template(void)
 static bool run_server(struct pgf *f)
 {
     char *postgres = tu_fmt("%spostgres", bin_dir()), *port = tu_fmt("%d", f->port);
+    char *listen = tu_fmt("listen_addresses=%s", tu_listen_addr());
     /* clang-format off */
     const char *argv[] = {postgres, "-D", f->data, "-k", f->dir, "-p", port,
-                          "-c", "listen_addresses=127.0.0.1", "-F",
+                          "-c", listen, "-F",
                           "-c", "max_connections=200", "-c", "shared_buffers=16MB",
                           "-c", "log_min_messages=fatal", NULL};
     /* clang-format on */
     f->pid = tu_spawn_as_nobody(argv, f->log, true);
     free(postgres);
     free(port);
+    free(listen);
     /* up when psql gets an answer through the socket and the port listens */
     for (int i = 0; i < 1200; i++) {
         if (pgf_psql(f, "SELECT 1", NULL) == 0 && tu_wait_port(f->port, 100))
@@ -194,14 +233,10 @@ void pgf_stop(struct pgf *f)
     f->dir = f->data = f->log = NULL;
 }
 
-void pgf_pause(const struct pgf *f, bool stop)
+/* Send SIG to each child of the postmaster (every backend is a session
+ * of its own: setsid()). */
+static void signal_children(const struct pgf *f, int sig)
 {
-    if (f->pid <= 0)
-        return;
-    /* the postmaster first, so it forks no backend meanwhile; then each
-     * child (every backend is a process group of its own: setsid()) */
-    if (stop)
-        tu_pause(f->pid);
     DIR *d = opendir("/proc");
     struct dirent *de;
     while (d && (de = readdir(d))) {
@@ -219,16 +254,37 @@ void pgf_pause(const struct pgf *f, bool stop)
         const char *end = text ? strrchr(text, ')') : NULL; /* "pid (comm) state ppid" */
         int ppid = 0;
         if (end && sscanf(end + 1, " %*c %d", &ppid) == 1 && ppid == f->pid) {
-            if (stop)
-                tu_pause(pid);
+            if (sig == SIGSTOP)
+                pause_process(pid);
             else
-                kill(pid, SIGCONT);
+                kill(pid, sig);
         }
     }
     if (d)
         closedir(d);
+}
+
+void pgf_pause(const struct pgf *f, bool stop)
+{
+    if (f->pid <= 0)
+        return;
+    /* the postmaster first, so it forks no backend meanwhile */
+    if (stop)
+        pause_process(f->pid);
+    signal_children(f, stop ? SIGSTOP : SIGCONT);
     if (!stop)
         kill(f->pid, SIGCONT);
+}
+
+void pgf_crash(struct pgf *f)
+{
+    if (f->pid <= 0)
+        return;
+    pause_process(f->pid); /* forks no backend meanwhile */
+    signal_children(f, SIGKILL);
+    kill(f->pid, SIGKILL);
+    waitpid(f->pid, NULL, 0);
+    f->pid = 0;
 }
 
 char *pgf_url(const struct pgf *f, const char *query)

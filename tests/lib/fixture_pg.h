@@ -36,6 +36,10 @@ bool pgf_start(struct pgf *f);
 /* Stop it (SIGQUIT: an immediate shutdown, as a crash) and wait for it;
  * the data stays, for pgf_restart(). */
 void pgf_kill(struct pgf *f);
+/* kill -9 the postmaster and every backend at once (a crash: the
+ * shared memory goes, the next start recovers from the WAL) and reap it;
+ * the data stays, for pgf_restart(). */
+void pgf_crash(struct pgf *f);
 /* Start it again on the same port and data. */
 bool pgf_restart(struct pgf *f);
 /* Stop it and remove its directory. */

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,35 @@ TU_TEST(file_try_takes_and_refuses, 30)
     dlock_lock_free(l2);
     contended_close(&x);
     ck_assert_int_eq(d.n, 3);
+}
+
+/* "One asynchronous call per handle is in flight at a time"
+ * (dlock_acquire_async(3)): a second release started while the first is
+ * queued must be refused (DLOCK_EBUSY), not accepted and answered later. */
+TU_TEST(second_release_while_one_queued_is_busy, 30)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    dlock_lock *l = owned(c, "rel2");
+    struct done_log d = {0};
+    int accepted = 0;
+    for (int round = 0; round < 200; round++) {
+        ck_assert_int_eq(dlock_acquire(l, DLOCK_TRY), DLOCK_OK);
+        d.n = 0;
+        int want = 1;
+        ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_OK);
+        if (dlock_release_async(l, on_done, &d) == DLOCK_OK) {
+            accepted++;
+            want++;
+        }
+        ck_assert(pump_until(c, &d.n, want, 10000));
+        for (int i = 0; i < d.n; i++)
+            ck_assert_msg(accepted || d.rc[i] == DLOCK_OK, "completion %d: %d (%s)", i, d.rc[i],
+                          d.msg[i]);
+    }
+    ck_assert_msg(accepted == 0, "%d of 200 second releases were accepted", accepted);
+    dlock_lock_free(l);
+    dlock_client_close(c);
 }
 
 TU_TEST(start_refusals, 30)
@@ -387,6 +417,41 @@ TU_TEST_IN(redis, contended_both_ways, 60)
     ck_assert_int_eq(atomic_load(&rival_told), 1);
     dlock_lock_free(l);
     contended_close(&x);
+}
+
+/* a wait's bound holds while the pool's two threads are stuck in
+ * other acquires' requests (a stalled server): a 300 ms acquire must end
+ * near 300 ms, as the blocking acquire does, not once a pool thread's
+ * request times out (timeout=10s here). */
+TU_TEST_IN(redis, short_wait_not_held_up_by_stalled_attempts, 60)
+{
+    char *u = tu_fmt("%s?timeout=10s", srv.url);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(u, &c), DLOCK_OK);
+    dlock_lock *a = owned(c, "stall-a"), *b = owned(c, "stall-b"), *s = owned(c, "stall-c");
+    struct done_log dab = {0}, ds = {0};
+    ck_assert_int_ge(dlock_client_fd(c), 0);
+    ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+    ck_assert_int_eq(dlock_acquire_async(a, DLOCK_FOREVER, NULL, on_done, &dab), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(b, DLOCK_FOREVER, NULL, on_done, &dab), DLOCK_OK);
+    usleep(300 * 1000); /* both pool threads are in a request now */
+    int64_t t0 = tu_mono_ms();
+    ck_assert_int_eq(dlock_acquire_async(s, 300, NULL, on_done, &ds), DLOCK_OK);
+    bool ended = pump_until(c, &ds.n, 1, 30000);
+    int64_t took = tu_mono_ms() - t0;
+    ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+    ck_assert(ended);
+    /* Well before the 10 s a pool thread's stalled request takes. */
+    ck_assert_msg(took < 6000 && ds.rc[0] == DLOCK_ETIMEDOUT,
+                  "a 300 ms wait ended after %lld ms (rc %d: %s)", (long long)took, ds.rc[0],
+                  ds.msg[0]);
+    /* The server never answered: the outcome does not say it was held. */
+    ck_assert_msg(!strstr(ds.msg[0], "held by another owner"), "%s", ds.msg[0]);
+    dlock_lock_free(s);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+    free(u);
 }
 
 /* The wait's bound: DLOCK_ETIMEDOUT, not before the bound. */

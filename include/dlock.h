@@ -684,7 +684,8 @@ DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
  * A start call that fails started nothing and no callback runs.
  *
  * What parks: while an acquire waits it holds no thread (the library's
- * small pool -- two threads per client -- resumes it when the backend's
+ * small pool -- two threads per client, more, up to 16, while a slow
+ * server keeps them all inside requests -- resumes it when the backend's
  * push says the lock may be free: a Redis release message; or at the
  * holder's lease end, at the wait's end, or on a cancel). Backends: a
  * waiting acquire parks on redis (redis://, sentinel, cluster) for plain

@@ -23,8 +23,8 @@
  *
  * Locks: the client's mutex (c->mu) before the async state's (a->mu),
  * never the other way; a wait's own mutex is not held when its hook runs.
- * The parked ops' times are found by a scan of the ops when a pool
- * thread idles: fine for hundreds of waiters, a heap for ten thousand.
+ * The parked ops' times are found by the timer thread's scan of the
+ * ops: fine for hundreds of waiters, a heap for ten thousand.
  */
 #include <errno.h>
 #include <signal.h>
@@ -39,7 +39,15 @@
 
 #include "internal.h"
 
-#define POOL_THREADS 2
+/* The pool starts with POOL_MIN threads. An attempt is a request
+ * bounded by its op's deadline, so a slow or stopped server holds a
+ * thread for up to the op timeout. The timer thread, which makes no
+ * request, adds one thread whenever ops queue while every pool thread
+ * has been inside an attempt for STALL_MS, up to POOL_MAX: so a short
+ * wait is not held up by others' stalled requests. */
+#define POOL_MIN 2
+#define POOL_MAX 16
+#define STALL_MS 100
 
 enum op_kind { OP_ACQUIRE, OP_RELEASE };
 enum op_state { OP_RUNNABLE, OP_RUNNING, OP_PARKED, OP_DONE };
@@ -69,14 +77,19 @@ struct op {
 
 struct dlock__async {
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* an op runnable, a parked op's time, stop (monotonic) */
-    pthread_cond_t idle_cv; /* an op ended (close and forget wait on it) */
+    pthread_cond_t cv;       /* an op runnable, stop */
+    pthread_cond_t timer_cv; /* a parked op, ops queued behind busy threads, stop (monotonic) */
+    pthread_cond_t idle_cv;  /* an op ended (close and forget wait on it) */
     struct op *all;
     struct op *run_head, *run_tail;
     struct op *done_head, *done_tail;
     int efd; /* readable while done ops wait */
-    pthread_t threads[POOL_THREADS];
+    pthread_t threads[POOL_MAX];
     unsigned nthreads;
+    unsigned busy;      /* pool threads inside an attempt or a release now */
+    int64_t last_start; /* when the latest of those began (monotonic ms) */
+    pthread_t timer;    /* times parked ops, grows the pool */
+    bool has_timer;
     bool stop;
     bool closing;
     long loop_tid;    /* the thread dispatching; 0: not bound yet */
@@ -113,12 +126,39 @@ static void all_unlink(struct dlock__async *a, struct op *op)
         op->all_next->all_prev = op->all_prev;
 }
 
-/* OP can run: queue it for the pool (a->mu held). */
+static void *pool_main(void *arg);
+
+/* A thread running MAIN on A into *T; 0 or pthread_create's error.
+ * The library's threads take no signals: the program's handlers run in
+ * its own threads. */
+static int thread_start(struct dlock__async *a, pthread_t *t, void *(*main)(void *))
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(t, NULL, main, a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return err;
+}
+
+/* One more pool thread for A (a->mu held, or A not shared yet). */
+static int pool_grow(struct dlock__async *a)
+{
+    int err = thread_start(a, &a->threads[a->nthreads], pool_main);
+    if (!err)
+        a->nthreads++;
+    return err;
+}
+
+/* OP can run: queue it for the pool (a->mu held); if every pool thread
+ * is busy, the timer thread watches how long. */
 static void make_runnable(struct dlock__async *a, struct op *op)
 {
     op->state = OP_RUNNABLE;
     push(&a->run_head, &a->run_tail, op);
     pthread_cond_signal(&a->cv);
+    if (a->busy >= a->nthreads)
+        pthread_cond_signal(&a->timer_cv);
 }
 
 /* Every wake and cancel of a parked op's wait: run it again. */
@@ -198,7 +238,7 @@ static void park(struct op *op, unsigned seq)
         make_runnable(a, op);
     } else {
         op->state = OP_PARKED;
-        pthread_cond_signal(&a->cv); /* an idle thread times it */
+        pthread_cond_signal(&a->timer_cv); /* the timer thread times it */
     }
     pthread_mutex_unlock(&a->mu);
 }
@@ -227,9 +267,10 @@ static void acquire_step(struct op *op)
             park(op, seq);
             return;
         }
+        int got = rc;
         rc = dlock__wait_outcome(&op->w, rc);
-        if (rc == DLOCK_ETIMEDOUT)
-            dlock__msg_clear();
+        if (rc == DLOCK_ETIMEDOUT && got == DLOCK_ETIMEDOUT)
+            dlock__msg_clear(); /* else the words of the failure (no reply) stay */
     }
     acquire_end(op, rc);
 }
@@ -240,7 +281,7 @@ static void release_step(struct op *op)
     op_finish(op, dlock_release(op->l));
 }
 
-/* A pool thread: runs runnable ops, and times the parked ones. */
+/* A pool thread: runs runnable ops. */
 static void *pool_main(void *arg)
 {
     struct dlock__async *a = arg;
@@ -249,16 +290,34 @@ static void *pool_main(void *arg)
         struct op *op = pop(&a->run_head, &a->run_tail);
         if (op) {
             op->state = OP_RUNNING;
+            a->busy++;
+            a->last_start = dlock__now_ms();
             pthread_mutex_unlock(&a->mu);
             if (op->kind == OP_ACQUIRE)
                 acquire_step(op);
             else
                 release_step(op);
             pthread_mutex_lock(&a->mu);
+            a->busy--;
             continue;
         }
         if (a->stop)
             break;
+        pthread_cond_wait(&a->cv, &a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* The timer thread: makes the parked ops runnable at their times, and
+ * adds a pool thread when ops queue behind threads all stuck in
+ * attempts. It never makes a request, so a stalled server cannot hold
+ * up the times it keeps. */
+static void *timer_main(void *arg)
+{
+    struct dlock__async *a = arg;
+    pthread_mutex_lock(&a->mu);
+    while (!a->stop) {
         int64_t now = dlock__now_ms(), next = DLOCK__NEVER;
         for (struct op *p = a->all; p; p = p->all_next) {
             if (p->state != OP_PARKED)
@@ -268,13 +327,18 @@ static void *pool_main(void *arg)
             else if (p->until < next)
                 next = p->until;
         }
-        if (a->run_head)
-            continue;
+        if (a->run_head && a->busy >= a->nthreads && a->nthreads < POOL_MAX) {
+            int64_t stuck_at = a->last_start + STALL_MS;
+            if (stuck_at <= now && !pool_grow(a))
+                continue; /* the new thread takes the queue's head */
+            if (stuck_at > now && stuck_at < next)
+                next = stuck_at;
+        }
         if (next == DLOCK__NEVER) {
-            pthread_cond_wait(&a->cv, &a->mu);
+            pthread_cond_wait(&a->timer_cv, &a->mu);
         } else {
             struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000L};
-            pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+            pthread_cond_timedwait(&a->timer_cv, &a->mu, &ts);
         }
     }
     pthread_mutex_unlock(&a->mu);
@@ -287,10 +351,15 @@ static void *pool_main(void *arg)
 static void pool_stop(struct dlock__async *a)
 {
     pthread_mutex_lock(&a->mu);
-    a->stop = true;
+    a->stop = true; /* no thread is added from now on */
+    unsigned n = a->nthreads;
     pthread_cond_broadcast(&a->cv);
+    pthread_cond_signal(&a->timer_cv);
     pthread_mutex_unlock(&a->mu);
-    for (unsigned i = 0; i < a->nthreads; i++)
+    if (a->has_timer)
+        pthread_join(a->timer, NULL);
+    a->has_timer = false;
+    for (unsigned i = 0; i < n; i++)
         pthread_join(a->threads[i], NULL);
     a->nthreads = 0;
 }
@@ -316,17 +385,13 @@ static int async_get(dlock_client *c, struct dlock__async **out)
     pthread_mutex_init(&a->mu, NULL);
     dlock__cond_init_monotonic(&a->cv);
     dlock__cond_init_monotonic(&a->idle_cv);
-    /* Pool threads take no signals: the program's handlers run in its
-     * own threads. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    dlock__cond_init_monotonic(&a->timer_cv);
     int err = 0;
-    for (; !err && a->nthreads < POOL_THREADS; a->nthreads++)
-        err = pthread_create(&a->threads[a->nthreads], NULL, pool_main, a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    while (!err && a->nthreads < POOL_MIN)
+        err = pool_grow(a);
+    if (!err)
+        a->has_timer = !(err = thread_start(a, &a->timer, timer_main));
     if (err) {
-        a->nthreads--; /* the one that failed */
         int rc =
             dlock__errno(DLOCK_EIO, err, "%s: a thread for asynchronous calls", c->url.redacted);
         pool_stop(a); /* no op was started */
@@ -674,6 +739,7 @@ void dlock__async_free(dlock_client *c)
         return;
     close(a->efd);
     pthread_cond_destroy(&a->cv);
+    pthread_cond_destroy(&a->timer_cv);
     pthread_cond_destroy(&a->idle_cv);
     pthread_mutex_destroy(&a->mu);
     free(a);

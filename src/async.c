@@ -62,6 +62,7 @@ struct op {
     enum op_state state; /* under a->mu */
     int64_t wait_ms;
     int64_t until; /* PARKED: runnable by then (monotonic ms) */
+    int64_t sent;  /* when the latest attempt's request began */
     dlock_cancel *cancel;
     struct dlock__waitref ref, cref; /* on l->waits, on the cancel object */
     struct dlock__hold *h;
@@ -206,9 +207,11 @@ static void acquire_end(struct op *op, int rc)
     if (op->armed)
         rc = c->be->locks->disarm(c->bstate, op->h, &op->w, op->park, rc);
     op->park = NULL;
+    /* A backend that did not confirm: validity from before the request
+     * that took the lock, never later than the truth (as lock.c). */
     if (!rc && op->h->lease_ms && op->h->valid_until == DLOCK__NEVER)
-        dlock__hold_confirmed(c, op->h, dlock__now_ms()); /* a backend that did not */
-    if (!rc)
+        dlock__hold_confirmed(c, op->h, op->sent);
+    if (!rc) /* told of contenders, as a blocking acquire's hold is */
         dlock__contend_watch(c, l, op->h);
     if (op->cancel)
         dlock__cancel_detach(op->cancel, &op->cref);
@@ -253,12 +256,14 @@ static void acquire_step(struct op *op)
     if (dlock__wait_canceled(&op->w)) {
         rc = DLOCK_ECANCELED;
     } else if (op->wait_ms == 0) {
+        op->sent = dlock__now_ms();
         rc = dlock__wait_outcome(&op->w, dlock__backend_acquire(c, op->h, &op->w));
     } else if (op->armed && dlock__now_ms() >= op->w.deadline) {
         rc = DLOCK_ETIMEDOUT; /* acquire_outcome words it */
     } else {
         op->w.retry_at = DLOCK__NEVER;
         op->armed = true;
+        op->sent = dlock__now_ms();
         rc = c->be->locks->try_armed(c->bstate, op->h, &op->w, &op->park);
         int armed = rc == DLOCK_EBUSY && op->cancel ? dlock__cancel_arm(op->cancel) : DLOCK_OK;
         if (armed) /* else a fire from now on reaches the parked wait */

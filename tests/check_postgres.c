@@ -1100,6 +1100,24 @@ TU_TEST_IN(shared, observer_learns_a_killed_leader_at_once, 60)
     free(url);
 }
 
+/* A leader's session is renewed like a lock's: still the leader, able to
+ * proclaim, several leases on (the sleep is the subject). */
+TU_TEST_IN(shared, leader_session_renewed, 60)
+{
+    char *url = url_of(&srv, "lease=900ms");
+    dlock_client *c = open_url(url);
+    dlock_election *e = NULL;
+    EXPECT_RC(dlock_election_new(c, "renewed", 0, &e), DLOCK_OK);
+    EXPECT_RC(dlock_election_campaign(e, "one", DLOCK_TRY, NULL), DLOCK_OK);
+    tu_sleep_ms(2500);
+    ck_assert_int_gt(dlock_election_validity_ms(e), 0);
+    EXPECT_RC(dlock_election_proclaim(e, "two"), DLOCK_OK);
+    EXPECT_RC(dlock_election_resign(e), DLOCK_OK);
+    dlock_election_free(e);
+    dlock_client_close(c);
+    free(url);
+}
+
 int main(void)
 {
     return tu_main("postgres", NULL, NULL);

@@ -698,7 +698,8 @@ DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
  * blocking call would have returned (its message is dlock_errmsg() in the
  * callback). L is NULL when the handle was freed before the completion
  * was dispatched (RC then DLOCK_ECANCELED; a hold taken ended with the
- * handle). Runs in the thread calling dlock_dispatch(), or the one
+ * handle); free a handle with a call in flight in the dispatching thread
+ * (or from a callback), not while another thread dispatches. Runs in the thread calling dlock_dispatch(), or the one
  * calling dlock_client_close(). It may call anything on the client:
  * start another asynchronous call (its own callback comes from a later
  * dispatch), release, free L -- but not dlock_dispatch() or

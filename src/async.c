@@ -174,19 +174,25 @@ static void op_woken(struct dlock__wait *w)
 }
 
 /* OP ended with RC and the calling thread's message: queue its
- * completion for dispatch. */
-static void op_finish(struct op *op, int rc)
+ * completion for dispatch (a->mu held). From here a dispatch may free it. */
+static void op_finish_locked(struct op *op, int rc)
 {
     struct dlock__async *a = op->a;
     op->rc = rc;
     dlock__errmsg_save(op->msg);
-    pthread_mutex_lock(&a->mu);
     op->state = OP_DONE;
     push(&a->done_head, &a->done_tail, op);
     uint64_t one = 1;
     ssize_t n = write(a->efd, &one, sizeof one);
     (void)n; /* an eventfd's counter does not fill up at these numbers */
     pthread_cond_broadcast(&a->idle_cv);
+}
+
+static void op_finish(struct op *op, int rc)
+{
+    struct dlock__async *a = op->a;
+    pthread_mutex_lock(&a->mu);
+    op_finish_locked(op, rc);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -219,12 +225,14 @@ static void acquire_end(struct op *op, int rc)
     pthread_mutex_lock(&c->mu);
     dlock__waitref_remove(&l->waits, &op->ref);
     rc = dlock__acquire_end(l, op->h, rc, op->claimed);
-    pthread_mutex_unlock(&c->mu);
     op->h = NULL;
     if (rc == DLOCK_OK)
         DLOCK__COUNT(c, acquisitions, 1);
     rc = dlock__acquire_outcome(e, rc, op->wait_ms, op->w.delay_until);
+    /* DONE before c->mu is dropped: end_ops(), which cancels the ops it
+     * saw not DONE under c->mu, never touches one a dispatch may free. */
     op_finish(op, rc);
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* Park OP after a busy attempt begun at wake count SEQ: until a wake,
@@ -452,7 +460,8 @@ static struct op *op_new(dlock_lock *l, struct dlock__async *a, enum op_kind kin
     return op;
 }
 
-/* Hand OP to the pool (or, DONE, to the completion queue). */
+/* Hand OP to the pool (or, DONE, to the completion queue: in the same
+ * a->mu section, so end_ops() never sees it not DONE). */
 static void op_start(struct dlock__async *a, struct op *op, bool done)
 {
     pthread_mutex_lock(&a->mu);
@@ -460,11 +469,11 @@ static void op_start(struct dlock__async *a, struct op *op, bool done)
     if (a->all)
         a->all->all_prev = op;
     a->all = op;
-    if (!done)
+    if (done)
+        op_finish_locked(op, DLOCK_OK);
+    else
         make_runnable(a, op);
     pthread_mutex_unlock(&a->mu);
-    if (done)
-        op_finish(op, DLOCK_OK);
 }
 
 int dlock_acquire_async(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dlock_done_fn done,
@@ -673,9 +682,9 @@ static void end_ops(dlock_client *c, struct dlock__async *a, const dlock_lock *o
             cancel = op;
         }
     pthread_mutex_unlock(&a->mu);
-    /* None of these is freed meanwhile: only a delivery frees an op, once
-     * ended; dispatch is refused once closing, and a handle is freed with
-     * no other thread using it (dlock.h), so not while its ops deliver. */
+    /* None of these is freed meanwhile: only a delivery frees an op, and
+     * only once DONE; an acquire becomes DONE under c->mu (acquire_end),
+     * which is held from the collection above to the last cancel. */
     for (struct op *op = cancel; op; op = op->cancel_next)
         dlock__wait_cancel(&op->w);
     pthread_mutex_unlock(&c->mu);

@@ -659,7 +659,7 @@ static int pg_renew(void *state, struct dlock__renew_batch *batch)
             continue;
         }
         pthread_mutex_lock(&hb->pc->mu);
-        char *sql = dlock__sprintf("%sSELECT 1", hb->tag);
+        char *sql = dlock__sprintf("%sSELECT 1", hb->tag ? hb->tag : "");
         struct pg_query q = {.sql = sql, .what = "renew", .deadline = batch->deadline};
         sent[k] = dlock__now_ms();
         int rc = sql ? dlock__pg_send(b, hb->pc, &q) : dlock__err(DLOCK_ENOMEM, "out of memory");

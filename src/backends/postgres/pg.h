@@ -176,7 +176,8 @@ uint64_t dlock__pg_tagged_hash(const char *full, const char *tag);
 struct pg_hold {
     struct pg_conn *pc; /* the pinned session */
     struct pg_key key;
-    char *tag;          /* PG_TAG_OPEN <full name in hex> PG_TAG_CLOSE: opens its statements */
+    char *tag;          /* PG_TAG_OPEN <full name in hex> PG_TAG_CLOSE: opens its statements;
+                           NULL for a permit's or a leader's hold (not listed by it) */
     char *row_name_hex; /* a name too long for the tag ("" then): its row in PG_TABLE */
 };
 /* What opens a hold's statements: the full name in hex in a comment, so

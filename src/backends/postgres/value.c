@@ -32,7 +32,7 @@ static int pg_value_set(void *state, struct dlock__hold *h, const struct dlock__
 {
     struct pg_backend *b = state;
     const struct pg_hold *hb = h->bdata; /* none: dlock__pg_exec_held() answers DLOCK_ELOST */
-    const char *tag = hb ? hb->tag : "";
+    const char *tag = hb && hb->tag ? hb->tag : "";
     char *full = dlock__pg_full_name(b, h->name);
     char *name = full ? dlock__pg_hex(full) : NULL;
     char *value = v ? hex_bytes(v->data ? v->data : "", v->len) : NULL;

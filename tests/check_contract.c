@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1119,6 +1120,46 @@ static bool contended_told(void)
         if (strcmp(CT->name, forms[i]) == 0)
             return true;
     return false;
+}
+
+/* A hold taken by dlock_acquire_async() is a hold like any other: its
+ * handle's contended callback is told when another client waits. Redis
+ * has its own test in check_async; this one covers zk and etcd too. */
+static void async_took(dlock_lock *l, int rc, void *arg)
+{
+    (void)l;
+    *(int *)arg = rc == DLOCK_OK ? 1 : -1;
+}
+
+TU_TEST(contended_async_try, 90)
+{
+    if (!contended_told())
+        return;
+    dlock_client *a = ct_open_test(NULL), *b = ct_open_test(NULL);
+    dlock_lock *la, *lb = tu_lock(b, "contend-async");
+    EXPECT_RC(dlock_lock_new(a, "contend-async", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &la),
+              DLOCK_OK);
+    struct contend_watch w = {0};
+    EXPECT_RC(dlock_lock_on_contended(la, contended_seen, &w), DLOCK_OK);
+    int took = 0;
+    EXPECT_RC(dlock_acquire_async(la, DLOCK_TRY, NULL, async_took, &took), DLOCK_OK);
+    int fd = dlock_client_fd(a);
+    ck_assert_int_ge(fd, 0);
+    for (int i = 0; i < 3000 && !took; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10) > 0)
+            ck_assert_int_ge(dlock_dispatch(a), 0);
+    }
+    ck_assert_int_eq(took, 1);
+    struct tu_waiter wb;
+    tu_waiter_start(&wb, lb, DLOCK_FOREVER);
+    bool told = wait_count(&w.calls, 1, 15000);
+    EXPECT_RC(dlock_release(la), DLOCK_OK);
+    EXPECT_RC(tu_waiter_join(&wb), DLOCK_OK);
+    ck_assert_msg(told, "%s: a hold taken by dlock_acquire_async was never told of a waiter",
+                  CT->name);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
 }
 
 /* dlock_lock_on_contended(): a holder is told once when another client

@@ -614,8 +614,9 @@ DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_a
  * blocking notice -- so that a coarse lock held for long (a leader, a
  * migration) can be given up gracefully. WHO, valid during the call, is
  * the waiter as the backend names it (its ZooKeeper node, its etcd key
- * and revision, its Redis owner field "<client uuid>:<thread>"). Once per waiter the backend sees while the hold lasts,
- * those already waiting when it was taken included: a waiter that gave up
+ * and revision, its Redis owner field "<client uuid>:<thread>"). Once
+ * per waiter the backend sees while the hold lasts, those already
+ * waiting when it was taken included: a waiter that gave up
  * and waits again, or another one, is told again; one that keeps waiting
  * is not (at most the last 64 waiters are remembered per hold). Nothing is
  * said when a waiter leaves, and the call is a hint, never a promise: a
@@ -629,8 +630,8 @@ DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_a
  * dlock_acquire(), dlock_acquire_ex() and dlock_acquire_async(); set it
  * before acquiring. The backend starts watching as the acquire returns
  * (one request, on the acquiring thread or the asynchronous pool's) and
- * stops with the release; a watch it could not set
- * up is logged (DLOCK_LOG_WARN) and leaves the hold untold, the acquire
+ * stops with the release; a watch it could not set up is logged
+ * (DLOCK_LOG_WARN) and leaves the hold untold, the acquire
  * still DLOCK_OK. Another thread of the same client waiting its turn in
  * the client's own queue (etcd, zk: one owner per client) is not seen.
  * Exclusive plain locks only.
@@ -699,8 +700,9 @@ DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
  * callback). L is NULL when the handle was freed before the completion
  * was dispatched (RC then DLOCK_ECANCELED; a hold taken ended with the
  * handle); free a handle with a call in flight in the dispatching thread
- * (or from a callback), not while another thread dispatches. Runs in the thread calling dlock_dispatch(), or the one
- * calling dlock_client_close(). It may call anything on the client:
+ * (or from a callback), not while another thread dispatches. Runs in the
+ * thread calling dlock_dispatch(), or the one calling
+ * dlock_client_close(). It may call anything on the client:
  * start another asynchronous call (its own callback comes from a later
  * dispatch), release, free L -- but not dlock_dispatch() or
  * dlock_client_close(). */

@@ -222,6 +222,9 @@ struct dlock__check_view {
 
 int dlock__info_set_key(struct dlock_info *i, const char *key);
 int dlock__info_add_holder(struct dlock_info *i, const char *id, unsigned count);
+/* One more of ID's units (a semaphore's permits, by permit object): its
+ * holder's count + 1, or a new holder of 1. */
+int dlock__info_count_holder(struct dlock_info *i, const char *id);
 int dlock__info_add_waiter(struct dlock_info *i, const char *id);
 
 /* --------------------------------------------------------------- backends */

@@ -60,6 +60,16 @@ int dlock__info_add_holder(struct dlock_info *i, const char *id, unsigned count)
     return DLOCK_OK;
 }
 
+int dlock__info_count_holder(struct dlock_info *i, const char *id)
+{
+    for (size_t j = 0; j < i->nholders; j++)
+        if (strcmp(i->holders[j].id, id) == 0) {
+            i->holders[j].count++;
+            return DLOCK_OK;
+        }
+    return dlock__info_add_holder(i, id, 1);
+}
+
 int dlock__info_add_waiter(struct dlock_info *i, const char *id)
 {
     long have = i->nwaiters < 0 ? 0 : i->nwaiters;

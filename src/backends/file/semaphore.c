@@ -155,18 +155,6 @@ int dlock__file_sem_release(void *state, struct dlock__hold *hold)
     return DLOCK_OK;
 }
 
-/* Record ID's permit in INFO: a holder per permit object, counting its
- * slots. */
-static int add_permit_holder(struct dlock_info *info, const char *id)
-{
-    for (size_t j = 0; j < info->nholders; j++)
-        if (strcmp(info->holders[j].id, id) == 0) {
-            info->holders[j].count++;
-            return DLOCK_OK;
-        }
-    return dlock__info_add_holder(info, id, 1);
-}
-
 int dlock__file_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
 {
     struct file_state *s = state;
@@ -204,7 +192,7 @@ int dlock__file_sem_inspect(void *state, const char *name, unsigned permits, str
             char rec[REC_SIZE + 1] = {0};
             if (pread(fd, rec, REC_SIZE, REC_OFFSET + (off_t)i * REC_SIZE) <= 0 || !rec[0])
                 snprintf(rec, sizeof rec, "?#%u", i);
-            rc = add_permit_holder(info, rec);
+            rc = dlock__info_count_holder(info, rec); /* a holder per permit object */
         }
         dlock__file_range_lock(fd, F_UNLCK, META_BYTE);
     }

@@ -335,18 +335,6 @@ static int pg_sem_release(void *state, struct dlock__hold *h)
 
 /* ---------------------------------------------------------------- inspect */
 
-/* Count a held permit of session ID in INFO: a holder per permit object
- * (one session each), counting its permits. */
-static int add_permit_holder(struct dlock_info *info, const char *id)
-{
-    for (size_t j = 0; j < info->nholders; j++)
-        if (strcmp(info->holders[j].id, id) == 0) {
-            info->holders[j].count++;
-            return DLOCK_OK;
-        }
-    return dlock__info_add_holder(info, id, 1);
-}
-
 static int pg_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info)
 {
     struct pg_backend *b = state;
@@ -406,7 +394,7 @@ static int pg_sem_inspect(void *state, const char *name, unsigned permits, struc
             info->token = (uint64_t)token;
         info->held = 1;
         info->free_permits--;
-        rc = add_permit_holder(info, id);
+        rc = dlock__info_count_holder(info, id); /* a permit object: one session */
     }
     dlock__pq.clear(res);
     return rc;

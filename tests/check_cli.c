@@ -1925,6 +1925,35 @@ TU_TEST(lost_grace_redis, 120)
     lost_job_end(&j);
 }
 
+/* --lost-grace of more than half the lease is cut to half and said so,
+ * once a renewal has shown the lease: here a 2 s lease renewed every
+ * 0.67 s, a grace of 1.5 s. The counterpart of check_fair's test that a
+ * handed-over lock gives no such warning: the renewal test in run.c must
+ * still see a real renewal. */
+TU_TEST(lost_grace_over_half_the_lease_is_said, 120)
+{
+    struct lost_job j;
+    lost_job_begin(&j);
+    char *go = tu_fmt("%s/go", dir);
+    char *cmd = tu_fmt("touch %s; until [ -e %s ]; do sleep 0.05; done", j.started, go);
+    const char *argv[] = {tu_dlock_bin(), "-u", j.r.url, "run", "--lease", "2", "--lost-grace",
+                          "1.5", "half", "-c", cmd, NULL};
+    pid_t d = lost_job_spawn(&j, argv);
+    char *out = NULL;
+    for (int i = 0; i < 6000; i++) { /* at most 60 s */
+        free(out);
+        out = tu_read_file(j.log);
+        if (out && strstr(out, "more than half the lease"))
+            break;
+        tu_sleep_ms(10);
+    }
+    tu_write_file(go, "");
+    ck_assert_int_eq(tu_wait_exit(d), 0);
+    ck_assert_msg(out && strstr(out, "more than half the lease"), "no warning:\n%s", out);
+    free(out), free(cmd), free(go);
+    lost_job_end(&j);
+}
+
 /* A stopped redis-server (SIGSTOP) still accepts connections (the
  * kernel's backlog) but answers nothing: the keeper's redials after a
  * failed renewal connect, and -v said "reconnected" each time although

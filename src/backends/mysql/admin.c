@@ -107,17 +107,8 @@ int dlock__my_check(void *state, const char *name, struct dlock__check_view *vie
  * free. */
 static int holder_of(struct my_backend *s, const char *nsql, unsigned long long *id)
 {
-    char *sql = dlock__sprintf("SELECT IS_USED_LOCK(%s)", nsql);
-    if (!sql)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    MYSQL_RES *res = NULL;
-    int rc = dlock__my_query_pooled(s, sql, &res, "find a lock's holder");
-    free(sql);
-    if (!rc) {
-        dlock__my_first(res, id, NULL);
-        mysql_free_result(res);
-    }
-    return rc;
+    return dlock__my_select_number(s, dlock__sprintf("SELECT IS_USED_LOCK(%s)", nsql),
+                                   "find a lock's holder", id);
 }
 
 int dlock__my_force_release(void *state, const char *name)

@@ -384,6 +384,22 @@ int dlock__my_query_pooled(struct my_backend *s, const char *sql, MYSQL_RES **re
     return rc;
 }
 
+int dlock__my_select_number(struct my_backend *s, char *sql, const char *what,
+                            unsigned long long *val)
+{
+    *val = 0;
+    if (!sql)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    MYSQL_RES *res = NULL;
+    int rc = dlock__my_query_pooled(s, sql, &res, what);
+    free(sql);
+    if (!rc) {
+        dlock__my_first(res, val, NULL);
+        mysql_free_result(res);
+    }
+    return rc;
+}
+
 MYSQL_ROW dlock__my_first(MYSQL_RES *res, unsigned long long *val, bool *isnull)
 {
     MYSQL_ROW row = res ? mysql_fetch_row(res) : NULL;

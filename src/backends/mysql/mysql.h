@@ -202,6 +202,11 @@ int dlock__my_finish(struct my_backend *s, struct my_conn *k, struct my_sent *se
  * timeout, the result set into *RES when not NULL (caller frees). */
 int dlock__my_query_pooled(struct my_backend *s, const char *sql, MYSQL_RES **res,
                            const char *what);
+/* Run SQL (dlock__sprintf's, freed here; NULL: out of memory) as
+ * dlock__my_query_pooled() does, its first row's first column into *VAL
+ * (0 when no row or NULL). */
+int dlock__my_select_number(struct my_backend *s, char *sql, const char *what,
+                            unsigned long long *val);
 /* The first row of RES (NULL when none) and, when it has one, its first
  * column as a number in *VAL (0 for NULL: *ISNULL). */
 MYSQL_ROW dlock__my_first(MYSQL_RES *res, unsigned long long *val, bool *isnull);

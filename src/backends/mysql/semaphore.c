@@ -362,17 +362,11 @@ static int sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w
 /* The stored count of N into *STORED (0: none). */
 static int stored_count(struct my_backend *s, const struct sem_names *n, unsigned long long *stored)
 {
-    char *sql = dlock__sprintf("SELECT permits FROM " MYSQL_SEM_TABLE " WHERE name = %s", n->base);
-    if (!sql)
-        return dlock__err(DLOCK_ENOMEM, "out of memory");
-    MYSQL_RES *res = NULL;
-    int rc = dlock__my_query_pooled(s, sql, &res, "read a semaphore's count");
-    free(sql);
-    if (!rc) {
-        dlock__my_first(res, stored, NULL);
-        mysql_free_result(res);
-    }
-    return rc;
+    return dlock__my_select_number(s,
+                                   dlock__sprintf("SELECT permits FROM " MYSQL_SEM_TABLE
+                                                  " WHERE name = %s",
+                                                  n->base),
+                                   "read a semaphore's count", stored);
 }
 
 /* The holders of N's PERMITS permits, one row per session: its id, its

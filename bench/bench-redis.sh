@@ -32,3 +32,4 @@ echo "== redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $u
 "$DLOCK_BIN" -u "$url" bench renewal -k 10000 -p 5 -l 3000
 "$DLOCK_BIN" -u "$url" bench readers -R 8 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench multi -K 8 -d "$secs"
+"$DLOCK_BIN" -u "$url" bench async -W 1000

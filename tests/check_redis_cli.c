@@ -101,6 +101,41 @@ TU_TEST(cli_holder_renewed_then_killed, 60)
     stop_server();
 }
 
+/* The number that begins the cell of row ROW in column COL (0: async,
+ * 1: blocking) of `dlock bench async`'s table in OUT (the label 26
+ * columns wide, then cells of 24 and a space); -1 when the row is missing. */
+static long bench_async_cell(const char *out, const char *row, int col)
+{
+    const char *p = strstr(out, row);
+    if (!p || strlen(p) < 27 + 25 * (size_t)col)
+        return -1;
+    return strtol(p + 27 + 25 * col, NULL, 10);
+}
+
+/* dlock bench async: W parked waiters on one client use a few threads
+ * (the pool's, not one each) beside W blocked threads, and every waiter
+ * takes the lock in turn on both sides. (A smoke run: the figures go to
+ * docs/benchmarks.md.) */
+TU_TEST(cli_bench_async, 90)
+{
+    start_server(NULL);
+    char *out = NULL, *err = NULL;
+    int code = TU_DLOCK(&out, &err, NULL, "-u", srv.url, "bench", "async", "-W", "50");
+    ck_assert_msg(code == 0, "exit %d: %s%s", code, out, err);
+    ck_assert_msg(strstr(out, "memory per waiter") && strstr(out, "hand-off p50") &&
+                      strstr(out, "hand-off p99"),
+                  "%s", out);
+    ck_assert_msg(bench_async_cell(out, "waiting, all after", 0) == 50, "%s", out);
+    long threads = bench_async_cell(out, "threads in the process", 0);
+    ck_assert_msg(threads >= 1 && threads <= 16, "async side: %ld threads: %s", threads, out);
+    ck_assert_msg(bench_async_cell(out, "threads in the process", 1) >= 50, "%s", out);
+    ck_assert_msg(bench_async_cell(out, "holds, handed along", 0) == 50, "%s", out);
+    ck_assert_msg(bench_async_cell(out, "holds, handed along", 1) == 50, "%s", out);
+    free(out);
+    free(err);
+    stop_server();
+}
+
 int main(void)
 {
     return tu_main("redis", NULL, NULL);

@@ -822,6 +822,25 @@ TU_TEST(bench_prints_the_raw_floor, 60)
     stop_nodes();
 }
 
+/* dlock bench async on a backend whose waits do not park (redlock):
+ * exit 69 with the library's DLOCK_ENOTSUP message, which names the
+ * backend, and no blocked-thread side started. */
+TU_TEST(bench_async_refused_naming_the_backend, 60)
+{
+    start_nodes(3, NULL);
+    char *url = rl_url(NULL), *out = NULL, *err = NULL;
+    int code = TU_DLOCK(&out, &err, NULL, "-u", url, "bench", "async", "-W", "3");
+    ck_assert_msg(code == 69, "exit %d: %s%s", code, out, err);
+    ck_assert_msg(strstr(err, "bench async (async side): ") && strstr(err, "redlock") &&
+                      strstr(err, "cannot park"),
+                  "%s", err);
+    ck_assert_msg(!strstr(out, "blocking"), "%s", out);
+    free(out);
+    free(err);
+    free(url);
+    stop_nodes();
+}
+
 /* Until no node records a writer waiting for "job" (false after 30 s). */
 static bool no_writer_waits(void)
 {

@@ -22,6 +22,9 @@
 #ifdef DLOCK_HAVE_REDIS
 #include "fixture_redis.h"
 #endif
+#ifdef DLOCK_HAVE_ZK
+#include "fixture_zk.h"
+#endif
 #ifdef DLOCK_HAVE_LIBUV
 #include "dlock/adapters/libuv.h"
 #endif
@@ -617,6 +620,9 @@ TU_TEST_IN(redis, callbacks_release_free_and_start, 60)
     dlock_client_close(ch.c);
 }
 
+#endif
+
+#if defined DLOCK_HAVE_REDIS || defined DLOCK_HAVE_ZK
 /* Two asynchronous waiters and a blocking one on one name: never two
  * holders at once (INSIDE, set by whoever holds), each served. */
 static atomic_int inside;
@@ -676,6 +682,9 @@ static void turn_released(dlock_lock *l, int rc, void *arg)
         t->bad++;
 }
 
+#endif
+
+#ifdef DLOCK_HAVE_REDIS
 TU_TEST_IN(redis, exclusion_async_and_blocking, 60)
 {
     dlock_client *c;
@@ -848,6 +857,338 @@ TU_TEST_IN(redis, libevent_loop_runs_while_acquire_waits, 60)
     rival_end(&r);
     dlock_lock_free(l);
     dlock_client_close(c);
+}
+#endif
+
+/* --------------------------------------------------------- on ZooKeeper */
+
+#ifdef DLOCK_HAVE_ZK
+/* One standalone server for the whole case (a JVM takes seconds to
+ * start); each test uses names of its own. The session timeout (the
+ * lease) is 60 s, and a parked waiter's only timed retry (the safety net
+ * for a lost watch event) comes a session timeout after its watch was
+ * set: a hand-off within the tests' 20 s bounds came through the watch.
+ * On zk the server sees the client as the holder, so a client has one
+ * acquire per name at a time: waiters of one name are on clients of
+ * their own. */
+static struct zkf zk_srv;
+static bool zk_ok;
+
+static void zk_setup(void)
+{
+    zk_ok = zkf_start(&zk_srv, 1);
+    if (!zk_ok)
+        fprintf(stderr, "fixture: %s\n", zk_srv.error);
+}
+
+static void zk_teardown(void)
+{
+    zkf_stop(&zk_srv);
+}
+
+TU_CASE(zk, zk_setup, zk_teardown, TU_AROUND_CASE)
+
+/* The server's URL (sessions of 60 s), once the test saw it started. */
+static char *zk_url(void)
+{
+    ck_assert_msg(zk_ok, "ZooKeeper did not start: %s", zk_srv.error);
+    static char *zk_u;
+    if (!zk_u)
+        zk_u = zkf_url(&zk_srv, NULL, "lease=60s");
+    return zk_u;
+}
+
+static dlock_client *zk_client(void)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(zk_url(), &c), DLOCK_OK);
+    return c;
+}
+
+/* Wait (up to 20 s) until NAME has WANT waiters queued, as C sees it. */
+static void zk_queued(dlock_client *c, const char *name, long want)
+{
+    long n = -2;
+    for (int i = 0; i < 2000 && (n = tu_waiters(c, name)) != want; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(n == want, "'%s': %ld waiters, not %ld", name, n, want);
+}
+
+/* The requests the server received so far ("srvr"). */
+static long zk_received(void)
+{
+    char *srvr = zkf_4lw(zk_srv.s[0].port, "srvr");
+    ck_assert_ptr_nonnull(srvr);
+    const char *at = strstr(srvr, "Received: ");
+    ck_assert_ptr_nonnull(at);
+    long n = strtol(at + strlen("Received: "), NULL, 10);
+    free(srvr);
+    return n;
+}
+
+/* A holder on another client: the asynchronous acquire parks (its node
+ * queued behind the holder's, sending nothing while it waits) until the
+ * release, which the watch on the holder's node brings: it then holds
+ * with a newer token and keeps the other side out. */
+TU_TEST_IN(zk, parked_waiter_is_handed_the_lock_by_the_watch, 60)
+{
+    struct contended x;
+    contended_open(&x, zk_url(), "w", true);
+    dlock_client *c = x.c;
+    dlock_lock *l = owned(c, "w");
+    uint64_t t1, t2;
+    ck_assert_int_eq(dlock_token(x.rival, &t1), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    zk_queued(x.other, "w", 1);
+    long before = zk_received();
+    ck_assert(!pump_until(c, &d.n, 1, 2000)); /* parked */
+    long during = zk_received() - before;
+    /* a poll of even 200 ms would be 20 requests; the sessions' pings
+     * and renewals are one a 20 s at most each (3 sessions) */
+    ck_assert_msg(during <= 6, "%ld requests while one waiter was parked for 2 s", during);
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_token(l, &t2), DLOCK_OK);
+    ck_assert_uint_gt(t2, t1);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 20000));
+    ck_assert_int_eq(d.rc[1], DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
+/* A parked waiter whose server stops answering for longer than its
+ * session timeout (2 s; the holder's is 60 s) rides it out as a
+ * blocking waiter does: its session may expire, taking its node, and a
+ * new one queues it again behind the holder; the release still hands it
+ * the lock. */
+TU_TEST_IN(zk, parked_wait_rides_out_a_server_pause, 60)
+{
+    struct contended x;
+    contended_open(&x, zk_url(), "p", true);
+    dlock_client *c;
+    char *short_url = zkf_url(&zk_srv, NULL, "lease=2s");
+    ck_assert_int_eq(dlock_open(short_url, &c), DLOCK_OK);
+    dlock_lock *l = owned(c, "p");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    zk_queued(x.other, "p", 1);
+    ck_assert_int_eq(kill(zk_srv.s[0].pid, SIGSTOP), 0);
+    bool ended = pump_until(c, &d.n, 1, 5000);
+    ck_assert_int_eq(kill(zk_srv.s[0].pid, SIGCONT), 0);
+    ck_assert_msg(!ended, "%d: %s", d.rc[0], d.msg[0]);
+    zk_queued(x.other, "p", 1); /* its node, or a new one in a new session */
+    ck_assert(!pump_until(c, &d.n, 1, 300));
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(short_url);
+    contended_close(&x);
+}
+
+/* Two parked waiters (on two clients) are served in the order they
+ * queued, each woken by its own predecessor's deletion. */
+TU_TEST_IN(zk, parked_waiters_served_in_order, 60)
+{
+    struct contended x;
+    contended_open(&x, zk_url(), "q", true);
+    dlock_client *c2 = zk_client();
+    dlock_lock *first = owned(x.c, "q"), *second = owned(c2, "q");
+    struct done_log d1 = {0}, d2 = {0};
+    ck_assert_int_eq(dlock_acquire_async(first, DLOCK_FOREVER, NULL, on_done, &d1), DLOCK_OK);
+    zk_queued(x.other, "q", 1);
+    ck_assert_int_eq(dlock_acquire_async(second, DLOCK_FOREVER, NULL, on_done, &d2), DLOCK_OK);
+    zk_queued(x.other, "q", 2);
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d1.n, 1, 20000));
+    ck_assert_msg(d1.rc[0] == DLOCK_OK, "%d: %s", d1.rc[0], d1.msg[0]);
+    ck_assert(!pump_until(c2, &d2.n, 1, 300)); /* still behind the first */
+    uint64_t t1, t2;
+    ck_assert_int_eq(dlock_token(first, &t1), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(first), DLOCK_OK);
+    ck_assert(pump_until(c2, &d2.n, 1, 20000));
+    ck_assert_msg(d2.rc[0] == DLOCK_OK, "%d: %s", d2.rc[0], d2.msg[0]);
+    ck_assert_int_eq(dlock_token(second, &t2), DLOCK_OK);
+    ck_assert_uint_gt(t2, t1);
+    ck_assert_int_eq(dlock_release(second), DLOCK_OK);
+    dlock_lock_free(first);
+    dlock_lock_free(second);
+    dlock_client_close(c2);
+    contended_close(&x);
+}
+
+/* The wait's bound: DLOCK_ETIMEDOUT, not before it, naming the lock; the
+ * waiter's node is given back (the queue is empty again). */
+TU_TEST_IN(zk, wait_bound_gives_the_place_back, 60)
+{
+    struct contended x;
+    contended_open(&x, zk_url(), "b", true);
+    dlock_lock *l = owned(x.c, "b");
+    struct done_log d = {0};
+    int64_t t0 = tu_mono_ms();
+    ck_assert_int_eq(dlock_acquire_async(l, 300, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_int_ge(tu_mono_ms() - t0, 300);
+    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_ptr_nonnull(strstr(d.msg[0], "'b'"));
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    zk_queued(x.other, "b", 0);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
+/* Parked waits canceled by dlock_lock_cancel() and by a cancel object:
+ * DLOCK_ECANCELED each, their nodes given back. */
+TU_TEST_IN(zk, parked_waits_canceled_give_their_place_back, 60)
+{
+    struct contended x;
+    contended_open(&x, zk_url(), "k", true);
+    dlock_lock *rival2;
+    ck_assert_int_eq(dlock_lock_new(x.other, "k2", DLOCK_EXCLUSIVE, 0, &rival2), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(rival2, DLOCK_TRY), DLOCK_OK);
+    dlock_lock *l = owned(x.c, "k"), *l2 = owned(x.c, "k2");
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l2, DLOCK_FOREVER, k, on_done, &d), DLOCK_OK);
+    zk_queued(x.other, "k", 1);
+    zk_queued(x.other, "k2", 1);
+    ck_assert_int_eq(dlock_lock_cancel(l), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_ptr_eq(d.l[0], l);
+    ck_assert_int_eq(d.rc[0], DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 2, 20000));
+    ck_assert_ptr_eq(d.l[1], l2);
+    ck_assert_int_eq(d.rc[1], DLOCK_ECANCELED);
+    zk_queued(x.other, "k", 0);
+    zk_queued(x.other, "k2", 0);
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_TRY, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 3, 20000));
+    ck_assert_int_eq(d.rc[2], DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_lock_free(rival2);
+    dlock_cancel_free(k);
+    contended_close(&x);
+}
+
+/* Shared holds: a reader elsewhere lets an asynchronous reader in at
+ * once; an asynchronous writer (its own client) parks until both went. */
+TU_TEST_IN(zk, readers_share_while_a_writer_parks, 60)
+{
+    struct contended x;
+    x.c = zk_client();
+    x.other = zk_client();
+    dlock_client *wc = zk_client();
+    ck_assert_int_eq(dlock_lock_new(x.other, "rw", DLOCK_SHARED, 0, &x.rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_OK);
+    dlock_lock *reader, *writer = owned(wc, "rw");
+    ck_assert_int_eq(dlock_lock_new(x.c, "rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED, &reader),
+                     DLOCK_OK);
+    struct done_log dr = {0}, dw = {0};
+    ck_assert_int_eq(dlock_acquire_async(reader, 20000, NULL, on_done, &dr), DLOCK_OK);
+    ck_assert(pump_until(x.c, &dr.n, 1, 20000));
+    ck_assert_msg(dr.rc[0] == DLOCK_OK, "%d: %s", dr.rc[0], dr.msg[0]);
+    ck_assert_int_eq(dlock_acquire_async(writer, 30000, NULL, on_done, &dw), DLOCK_OK);
+    zk_queued(x.other, "rw", 1);
+    ck_assert(!pump_until(wc, &dw.n, 1, 300)); /* two readers hold */
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(!pump_until(wc, &dw.n, 1, 300)); /* one reader still holds */
+    ck_assert_int_eq(dlock_release(reader), DLOCK_OK);
+    ck_assert(pump_until(wc, &dw.n, 1, 20000));
+    ck_assert_msg(dw.rc[0] == DLOCK_OK, "%d: %s", dw.rc[0], dw.msg[0]);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(writer), DLOCK_OK);
+    dlock_lock_free(reader);
+    dlock_lock_free(writer);
+    dlock_client_close(wc);
+    contended_close(&x);
+}
+
+#define ZK_PARKED 40
+
+/* Close with acquires parked (one client, ZK_PARKED names held by another
+ * client): each completes exactly once, during the close, with
+ * DLOCK_ECANCELED, and the waiters held no thread meanwhile. */
+TU_TEST_IN(zk, close_ends_parked_waiters_once_few_threads, 60)
+{
+    dlock_client *c = zk_client(), *other = zk_client();
+    dlock_lock *rivals[ZK_PARKED], *ls[ZK_PARKED];
+    char names[ZK_PARKED][16];
+    for (int i = 0; i < ZK_PARKED; i++) {
+        snprintf(names[i], sizeof names[i], "c%d", i);
+        ck_assert_int_eq(dlock_lock_new(other, names[i], DLOCK_EXCLUSIVE, 0, &rivals[i]), DLOCK_OK);
+        ck_assert_int_eq(dlock_acquire(rivals[i], DLOCK_TRY), DLOCK_OK);
+        ls[i] = owned(c, names[i]);
+    }
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(ls[0], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    zk_queued(other, names[0], 1); /* the pool and the timer run now */
+    int before = threads_now();
+    for (int i = 1; i < ZK_PARKED; i++)
+        ck_assert_int_eq(dlock_acquire_async(ls[i], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    for (int i = 1; i < ZK_PARKED; i++)
+        zk_queued(other, names[i], 1);
+    ck_assert(!pump_until(c, &d.n, 1, 300));
+    int during = threads_now();
+    /* the pool may grow while a loaded machine keeps its two threads in
+     * requests, but never by a thread per waiter */
+    ck_assert_msg(during - before <= 4, "%d threads before, %d with %d waiters parked", before,
+                  during, ZK_PARKED);
+    dlock_client_close(c);
+    ck_assert_int_eq(d.n, ZK_PARKED);
+    for (int i = 0; i < ZK_PARKED; i++) {
+        ck_assert_msg(d.rc[i] == DLOCK_ECANCELED, "%d: %s", d.rc[i], d.msg[i]);
+        for (int j = 0; j < i; j++)
+            ck_assert_ptr_ne(d.l[i], d.l[j]);
+    }
+    for (int i = 0; i < ZK_PARKED; i++)
+        dlock_lock_free(ls[i]);
+    ck_assert_int_eq(d.n, ZK_PARKED);
+    for (int i = 0; i < ZK_PARKED; i++) {
+        ck_assert_int_eq(dlock_release(rivals[i]), DLOCK_OK);
+        dlock_lock_free(rivals[i]);
+    }
+    dlock_client_close(other);
+}
+
+/* Two asynchronous waiters (two clients) and a blocking one on one name:
+ * never two holders at once, each served every turn. */
+TU_TEST_IN(zk, excludes_async_and_blocking_holders, 90)
+{
+    dlock_client *cs[2] = {zk_client(), zk_client()};
+    struct blocking_turns b = {zk_url(), 10, 0, 0};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, blocking_main, &b), 0);
+    int idle = 0;
+    struct async_turns t[2] = {{owned(cs[0], "x"), 10, 0, 0}, {owned(cs[1], "x"), 10, 0, 0}};
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(dlock_acquire_async(t[i].l, 20000, NULL, turn_acquired, &t[i]), DLOCK_OK);
+    int64_t end = tu_mono_ms() + 80000;
+    while (!(t[0].done && t[1].done) && tu_mono_ms() < end)
+        for (int i = 0; i < 2; i++)
+            pump_until(cs[i], &idle, 1, 50);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(b.rc, DLOCK_OK);
+    ck_assert_int_eq(b.bad, 0);
+    ck_assert(t[0].done && t[1].done);
+    ck_assert_int_eq(t[0].bad + t[1].bad, 0);
+    for (int i = 0; i < 2; i++) {
+        dlock_lock_free(t[i].l);
+        dlock_client_close(cs[i]);
+    }
 }
 #endif
 

@@ -687,13 +687,15 @@ DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
  * What parks: while an acquire waits it holds no thread (the library's
  * small pool -- two threads per client, more, up to 16, while a slow
  * server keeps them all inside requests -- resumes it when the backend's
- * push says the lock may be free: a Redis release message; or at the
- * holder's lease end, at the wait's end, or on a cancel). Backends: a
- * waiting acquire parks on redis (redis://, sentinel, cluster) for plain
- * locks, exclusive and shared; DLOCK_LOCK_FAIR handles there, and every
- * other backend (file, etcd, zk, postgres, mysql, redlock), answer a
- * waiting acquire with DLOCK_ENOTSUP naming the backend -- DLOCK_TRY is
- * asynchronous on every backend (a pool thread makes the one attempt). */
+ * push says the lock may be free: a Redis release message, a ZooKeeper
+ * watch on the node ahead; or at the holder's lease end, at the wait's
+ * end, or on a cancel). Backends: a waiting acquire parks on redis
+ * (redis://, sentinel, cluster) and zk (its node kept: its place in line
+ * too) for plain locks, exclusive and shared; DLOCK_LOCK_FAIR handles on
+ * redis, and every other backend (file, etcd, postgres, mysql, redlock),
+ * answer a waiting acquire with DLOCK_ENOTSUP naming the backend --
+ * DLOCK_TRY is asynchronous on every backend (a pool thread makes the one
+ * attempt). */
 
 /* The completion of an asynchronous call through handle L: RC is what the
  * blocking call would have returned (its message is dlock_errmsg() in the

@@ -8,7 +8,7 @@
  * with a hook (on_wake) that every wake and cancel of it calls. A small
  * pool of threads per client runs the attempts through the backend's
  * try_armed() (backend.h), which arms the wake-up on its first call (a
- * Redis subscription) and never sleeps. A busy attempt parks the op:
+ * Redis subscription, a ZooKeeper watch) and never sleeps. A busy attempt parks the op:
  * no thread holds it while it waits. A wake, a cancel, the backend's
  * retry time (the holder's lease end) or the wait's deadline makes it
  * runnable again; a pool thread takes it, tries again, and so on. When

@@ -262,7 +262,8 @@ static int find_guid_node(struct zk_backend *zb, struct zk_session *s, const cha
  * whether RQ->kids holds a listing of the children made right after
  * (caller frees it). Retries a lost reply for up to the op timeout, and
  * never past W's deadline (as zk_rq_* take it); the pauses between
- * tries end at W's cancel (DLOCK_ECANCELED). */
+ * tries end at W's cancel (DLOCK_ECANCELED). RQ->once: no pause and no
+ * retry (a lost reply is looked for once, then DLOCK_ECONN). */
 int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s,
                                struct zk_contender *rq, struct dlock__wait *w)
 {
@@ -318,7 +319,7 @@ int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s,
                 rq->out.czxid = found_czxid;
                 break;
             }
-            int r = dlock__wait_retry(w, &backoff, deadline);
+            int r = rq->once ? DLOCK_ETIMEDOUT : dlock__wait_retry(w, &backoff, deadline);
             if (r == DLOCK_OK)
                 continue;
             if (r == DLOCK_ECANCELED) {
@@ -337,22 +338,6 @@ int dlock__zk_create_contender(struct zk_backend *zb, struct zk_session *s,
     return err;
 }
 
-/* Where a contender stands (queue_position): its node MINE under
- * LOCKPATH, the listing GIVEN with its create (NULL: none; taken when
- * it shows MINE), within UNTIL; out: its place, the node to wait for
- * and the first node. */
-struct queue_look {
-    const char *lockpath, *mine;
-    struct String_vector *given;
-    int64_t until;
-    struct {
-        int pos;      /* 0: ours, else our index */
-        char *pred;   /* owned, full path; when not ours */
-        char *holder; /* owned, the first node's name */
-        bool marker;  /* a lock-delay marker is among the children */
-    } out;
-};
-
 /* One pass of the recipe: list the contenders and see where Q->mine
  * stands. Returns ZOK with Q->out.pos = 0 (ours) or the index, and the
  * node to wait for in Q->out.pred when not ours; ZNONODE when our node
@@ -361,7 +346,8 @@ struct queue_look {
  * it, of either kind; a reader ("__READ__") only for the closest writer
  * before it, and holds beside the readers before it (Curator's read
  * lock). */
-static int queue_position(struct zk_backend *zb, struct zk_session *s, struct queue_look *q)
+int dlock__zk_queue_position(struct zk_backend *zb, struct zk_session *s,
+                             struct zk_queue_look *q)
 {
     const char *lockpath = q->lockpath;
     struct String_vector *given = q->given;
@@ -410,6 +396,66 @@ static int queue_position(struct zk_backend *zb, struct zk_session *s, struct qu
     return rc;
 }
 
+int dlock__zk_hold_on(struct zk_backend *zb, struct zk_session *s, struct dlock__hold *h,
+                      struct zk_first *f)
+{
+    struct zk_hold *zh = calloc(1, sizeof *zh);
+    if (!zh)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    zh->path = *f->node;
+    *f->node = NULL;
+    zh->gen = s->gen;
+    zh->czxid = f->czxid;
+    zh->delay_listed = f->marker;
+    h->bdata = zh;
+    h->token = (uint64_t)f->czxid;
+    snprintf(h->owner, sizeof h->owner, "%s", zk_basename_of(zh->path));
+    /* The hold lasts as long as the session: its validity is the
+     * negotiated session timeout, whatever lease was asked. */
+    pthread_mutex_lock(&zb->mu);
+    int64_t session_ms = s->timeout_ms;
+    pthread_mutex_unlock(&zb->mu);
+    dlock__hold_confirmed_lease(zb->c, h, f->sent, session_ms);
+    return DLOCK_OK;
+}
+
+/* Give H back after ERR (its message kept). */
+static void give_back_keeping(struct zk_backend *zb, struct dlock__hold *h, int err)
+{
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    dlock__zk_release(zb, h);
+    dlock__errmsg_restore(err, msg);
+}
+
+int dlock__zk_delay_first(struct zk_backend *zb, struct dlock__hold *h, const char *lockpath,
+                          int64_t *left)
+{
+    struct zk_session *s;
+    *left = 0;
+    int err = dlock__zk_hold_session(zb, h, &s);
+    if (!err && s) {
+        if (((struct zk_hold *)h->bdata)->delay_listed)
+            err = dlock__zk_delay_look(zb, s, lockpath, ZK_DELAY_START, left);
+        dlock__zk_session_put(zb, s);
+    }
+    if (err || *left > 0)
+        give_back_keeping(zb, h, err);
+    return err;
+}
+
+int dlock__zk_delay_held(struct zk_backend *zb, struct dlock__hold *h, const char *lockpath)
+{
+    if (h->mode != DLOCK_EXCLUSIVE || !zb->c->opts.lock_delay_ms)
+        return DLOCK_OK;
+    int err = dlock__zk_delay_arm(zb, h, lockpath);
+    if (err)
+        give_back_keeping(zb, h, err);
+    else
+        ((struct zk_hold *)h->bdata)->delay_armed = true;
+    return err;
+}
+
 /* The acquire of a lock and its lock-delay (delay.c), looked at once the
  * node came first, and only when the listing that said so showed the
  * marker among the lock node's children (an acquire pays no request for
@@ -428,37 +474,16 @@ static int zk_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
         err = dlock__zk_acquire_at(zb, lockpath, dlock__zk_mark(zb, h->mode), h, w);
         if (err)
             break;
-        struct zk_session *s;
-        int64_t left = 0;
+        int64_t left;
         unsigned seq = dlock__wait_seq(w);
-        err = dlock__zk_hold_session(zb, h, &s);
-        if (!err && s) {
-            if (((struct zk_hold *)h->bdata)->delay_listed)
-                err = dlock__zk_delay_look(zb, s, lockpath, ZK_DELAY_START, &left);
-            dlock__zk_session_put(zb, s);
-        }
-        if (err || left > 0) {
-            char msg[DLOCK__MSG_MAX];
-            dlock__errmsg_save(msg);
-            dlock__zk_release(zb, h);
-            dlock__errmsg_restore(err, msg);
-        }
+        err = dlock__zk_delay_first(zb, h, lockpath, &left);
         if (!err && left > 0)
             err = dlock__wait_delay(w, seq, left);
         if (err || left <= 0)
             break;
     }
-    if (!err && h->mode == DLOCK_EXCLUSIVE && zb->c->opts.lock_delay_ms) {
-        err = dlock__zk_delay_arm(zb, h, lockpath);
-        if (err) {
-            char msg[DLOCK__MSG_MAX];
-            dlock__errmsg_save(msg);
-            dlock__zk_release(zb, h);
-            dlock__errmsg_restore(err, msg);
-        } else {
-            ((struct zk_hold *)h->bdata)->delay_armed = true;
-        }
-    }
+    if (!err)
+        err = dlock__zk_delay_held(zb, h, lockpath);
     free(lockpath);
     return err;
 }
@@ -529,9 +554,9 @@ restart:
         dlock__waitset_set_key(&zb->waiters, w, NULL); /* pred is about to be freed */
         free(pred);
         free(holder);
-        struct queue_look look = {
+        struct zk_queue_look look = {
             .lockpath = lockpath, .mine = mine, .given = have_first ? &first : NULL, .until = until};
-        int rc = queue_position(zb, s, &look);
+        int rc = dlock__zk_queue_position(zb, s, &look);
         int pos = look.out.pos;
         pred = look.out.pred;
         holder = look.out.holder;
@@ -562,26 +587,11 @@ restart:
             goto out_delete;
         }
         if (pos == 0) {
-            struct zk_hold *zh = calloc(1, sizeof *zh);
-            if (!zh) {
-                err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+            struct zk_first first_look = {
+                .node = &mine, .czxid = czxid, .sent = sent, .marker = look.out.marker};
+            err = dlock__zk_hold_on(zb, s, h, &first_look);
+            if (err)
                 goto out_delete;
-            }
-            zh->path = mine;
-            mine = NULL;
-            zh->gen = s->gen;
-            zh->czxid = czxid;
-            zh->delay_listed = look.out.marker;
-            h->bdata = zh;
-            h->token = (uint64_t)czxid;
-            snprintf(h->owner, sizeof h->owner, "%s", zk_basename_of(zh->path));
-            /* The hold lasts as long as the session: its validity is the
-             * negotiated session timeout, whatever lease was asked. */
-            pthread_mutex_lock(&zb->mu);
-            int64_t session_ms = s->timeout_ms;
-            pthread_mutex_unlock(&zb->mu);
-            dlock__hold_confirmed_lease(zb->c, h, sent, session_ms);
-            err = DLOCK_OK;
             goto out;
         }
         if (try_once) {
@@ -733,6 +743,8 @@ static const struct dlock__lock_ops zk_lock_ops = {
     .release_within = dlock__zk_release_within,
     .downgrade = dlock__zk_downgrade,
     .share = dlock__zk_share,
+    .try_armed = dlock__zk_try_armed,
+    .disarm = dlock__zk_disarm,
 };
 
 static const struct dlock__sem_ops zk_sem_ops = {

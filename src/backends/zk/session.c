@@ -178,6 +178,25 @@ static void note_node_event_locked(struct zk_backend *zb, const char *path)
         (struct zk_node_event){path_hash(path), ++zb->node_event_seq};
 }
 
+uint64_t dlock__zk_node_event_seq(struct zk_backend *zb)
+{
+    pthread_mutex_lock(&zb->mu);
+    uint64_t seq = zb->node_event_seq;
+    pthread_mutex_unlock(&zb->mu);
+    return seq;
+}
+
+bool dlock__zk_node_event_since(struct zk_backend *zb, const char *path, uint64_t since)
+{
+    uint64_t hash = path_hash(path);
+    pthread_mutex_lock(&zb->mu);
+    bool seen = since < zb->node_events_forgot;
+    for (size_t i = zb->n_node_events; !seen && i-- > 0 && zb->node_events[i].seq > since;)
+        seen = zb->node_events[i].hash == hash;
+    pthread_mutex_unlock(&zb->mu);
+    return seen;
+}
+
 /* Watcher of the session and of predecessor nodes: CTX is the session. */
 void dlock__zk_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
@@ -329,8 +348,11 @@ static int session_start_locked(struct zk_backend *zb, struct zk_session **to_cl
  * its cancel: DLOCK_ETIMEDOUT / DLOCK_ECANCELED. A try-once W does not
  * wait at all: DLOCK_ECONN at once when the session is not connected
  * (reconnecting, or a new one just started), since a wait for the
- * connection could last the connect timeout. */
-int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w)
+ * connection could last the connect timeout. NOW: wait for nothing
+ * either (a parked wait's attempt, which must not sleep: DLOCK_ECONN,
+ * and the session's connection wakes the parked wait). */
+static int session_get(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w,
+                       bool now)
 {
     struct zk_session *to_close[8] = {NULL};
     size_t nclose = 0;
@@ -353,7 +375,7 @@ int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, stru
         s->refs++;
         int64_t deadline = dlock__now_ms() + zb->c->opts.connect_timeout_ms;
         int werr = DLOCK_OK;
-        if (w && dlock__wait_try_once(w) && s->state != ZOO_CONNECTED_STATE &&
+        if ((now || (w && dlock__wait_try_once(w))) && s->state != ZOO_CONNECTED_STATE &&
             dlock__zk_session_usable(s))
             werr = DLOCK_ECONN;
         while (werr == DLOCK_OK && s->state != ZOO_CONNECTED_STATE && dlock__zk_session_usable(s) &&
@@ -385,10 +407,10 @@ int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, stru
             break;
         bool retry = werr == DLOCK_OK && s->expired && !s->auth_failed && starts < 2;
         if (werr == DLOCK_ECONN) {
-            err = dlock__err(DLOCK_ECONN,
-                             "%s: not connected (%s); a try-once acquire does not wait for the "
-                             "session to connect",
-                             zb->servers, zk_state_name(s->state));
+            err = dlock__err(DLOCK_ECONN, "%s: not connected (%s)%s", zb->servers,
+                             zk_state_name(s->state),
+                             now ? "" : "; a try-once acquire does not wait for the session to "
+                                        "connect");
         } else if (werr == DLOCK_ECANCELED) {
             err = dlock__err(DLOCK_ECANCELED, "%s: wait canceled while connecting (%s)",
                              zb->servers, zk_state_name(s->state));
@@ -458,9 +480,19 @@ int dlock__zk_hold_session(struct zk_backend *zb, const struct dlock__hold *h,
     return DLOCK_OK;
 }
 
+int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w)
+{
+    return session_get(zb, out, w, false);
+}
+
+int dlock__zk_session_get_now(struct zk_backend *zb, struct zk_session **out)
+{
+    return session_get(zb, out, NULL, true);
+}
+
 int dlock__zk_session_get(struct zk_backend *zb, struct zk_session **out)
 {
-    return dlock__zk_session_get_w(zb, out, NULL);
+    return session_get(zb, out, NULL, false);
 }
 
 /* Is P /zookeeper or below it: the server's own namespace (its config,

@@ -30,7 +30,9 @@
  * open/close and renewal), cleanup.c (nodes a lost reply may have left:
  * orphans and suspects), fds.c (close-on-exec for the client library's
  * descriptors), mutex.c (the InterProcessMutex recipe, the read and
- * write acquires, and the backend table), rwlock.c (the downgrade),
+ * write acquires, and the backend table), async.c (that acquire's wait
+ * cut into attempts, for a parked asynchronous acquire), rwlock.c (the
+ * downgrade),
  * inspect.c (status, force-release, list), value.c (a lock's value:
  * a child of the lock node, written in a multi guarded by the hold's
  * node), contend.c (the contended signal: a child watch on the lock
@@ -270,6 +272,16 @@ void dlock__zk_watcher(zhandle_t *zh, int type, int state, const char *path, voi
 bool dlock__zk_session_usable(const struct zk_session *s);
 int dlock__zk_session_get(struct zk_backend *zb, struct zk_session **out);
 int dlock__zk_session_get_w(struct zk_backend *zb, struct zk_session **out, struct dlock__wait *w);
+/* The current session only when connected now, never waiting (a parked
+ * wait's attempt): DLOCK_ECONN otherwise (a session that ended is
+ * replaced first; its connection is a session event that wakes the
+ * waiters). */
+int dlock__zk_session_get_now(struct zk_backend *zb, struct zk_session **out);
+/* The number of the last node event the watcher saw, and whether one for
+ * PATH may have come after the one numbered SINCE (older ones dropped
+ * count as may). */
+uint64_t dlock__zk_node_event_seq(struct zk_backend *zb);
+bool dlock__zk_node_event_since(struct zk_backend *zb, const char *path, uint64_t since);
 void dlock__zk_session_put(struct zk_backend *zb, struct zk_session *s);
 /* The current session with a reference when it is the one hold ZH's
  * nodes live in, else NULL (it ended: they went with it). */
@@ -315,6 +327,7 @@ const char *dlock__zk_mark(const struct zk_backend *zb, dlock_mode mode);
 struct zk_contender {
     const char *lockpath, *mark, *data;
     struct String_vector *kids;
+    bool once; /* no retry pauses (a parked wait's attempt): see mutex.c */
     struct {
         char *node;
         int64_t czxid;
@@ -347,6 +360,47 @@ int dlock__zk_create_container(struct zk_backend *zb, struct zk_session *s, cons
  * the release of a hold it gave (frees h->bdata). */
 int dlock__zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char *mark,
                          struct dlock__hold *h, struct dlock__wait *w);
+/* Where a contender stands (dlock__zk_queue_position): its node MINE
+ * under LOCKPATH, the listing GIVEN with its create (NULL: none; taken
+ * when it shows MINE), within UNTIL; out: its place, the node to wait
+ * for and the first node. */
+struct zk_queue_look {
+    const char *lockpath, *mine;
+    struct String_vector *given;
+    int64_t until;
+    struct {
+        int pos;      /* 0: ours, else our index */
+        char *pred;   /* owned, full path; when not ours */
+        char *holder; /* owned, the first node's name */
+        bool marker;  /* a lock-delay marker is among the children */
+    } out;
+};
+/* One look of the recipe (see mutex.c): ZOK with Q->out set, ZNONODE
+ * when our node is gone, or a ZooKeeper error. */
+int dlock__zk_queue_position(struct zk_backend *zb, struct zk_session *s,
+                             struct zk_queue_look *q);
+/* Our contender node came first (dlock__zk_hold_on): *NODE (taken on
+ * success), its CZXID, when the request that showed it first was SENT,
+ * and whether that listing showed a lock-delay MARKER. */
+struct zk_first {
+    char **node;
+    int64_t czxid, sent;
+    bool marker;
+};
+/* H holds on F's node, made in session S: h->bdata, token, owner and
+ * validity (the session timeout from F->sent). DLOCK_ENOMEM leaves the
+ * node to the caller. */
+int dlock__zk_hold_on(struct zk_backend *zb, struct zk_session *s, struct dlock__hold *h,
+                      struct zk_first *f);
+/* H just came first on LOCKPATH: *LEFT the ms of the name's lock-delay
+ * still to run (0: none; looked at only when the listing showed the
+ * marker). A delay under way or a failure gives H back (its place is
+ * lost; the message kept); the caller waits LEFT and starts over. */
+int dlock__zk_delay_first(struct zk_backend *zb, struct dlock__hold *h, const char *lockpath,
+                          int64_t *left);
+/* The end of H's acquire: its lock-delay marker armed when the client
+ * asks for lock-delays (exclusive holds); a failure gives H back. */
+int dlock__zk_delay_held(struct zk_backend *zb, struct dlock__hold *h, const char *lockpath);
 int dlock__zk_release(void *state, struct dlock__hold *h);
 /* The backend's release_within: H's node deleted no later than DEADLINE,
  * what is not done by then owed to the cleanup queue (frees h->bdata). */
@@ -406,6 +460,13 @@ void dlock__zk_share(void *state, struct dlock__hold *h);
 int dlock__zk_downgrade(void *state, struct dlock__hold *h);
 /* Delete an exclusive hold's shadow read node, if any (release). */
 void dlock__zk_shadow_drop(struct zk_backend *zb, struct zk_session *s, struct zk_hold *zh);
+
+/* --------------------------------------------------------------- async.c */
+
+/* The lock ops' try_armed and disarm (backend.h): the recipe's wait cut
+ * into attempts for the core's parked asynchronous acquire. */
+int dlock__zk_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park);
+int dlock__zk_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park, int rc);
 
 /* ------------------------------------------------------------- inspect.c */
 

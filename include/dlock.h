@@ -642,12 +642,12 @@ DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_a
  * How soon it is told (docs/backends.md): pushed, at once, on zk (a
  * child watch on the lock node), etcd (a watch of the lock's prefix from
  * the hold's revision on, so those already waiting are replayed) and
- * redis in the Redisson layout (redis://, rediss://, Sentinel, Cluster:
- * dlock waiters announce themselves on the lock's channel, which the
- * holder's client subscribes to; those already waiting are read from the
- * waiting writers' record; Redisson's own waiters announce nothing);
- * others -- file, postgres, mysql, redlock://, layout=simple,
- * layout=fair, a DLOCK_LOCK_FAIR handle on redis -- DLOCK_ENOTSUP. */
+ * redis in every layout (redis://, rediss://, Sentinel, Cluster: dlock
+ * waiters announce themselves on the lock's channel, which the holder's
+ * client subscribes to -- a fair lock's script does it as it queues one;
+ * those already waiting are read from the waiting writers' record or the
+ * fair queue; Redisson's own waiters announce nothing); others -- file,
+ * postgres, mysql, redlock:// -- DLOCK_ENOTSUP. */
 typedef void (*dlock_contended_fn)(dlock_lock *l, const char *who, void *arg);
 DLOCK_EXTERN int dlock_lock_on_contended(dlock_lock *l, dlock_contended_fn fn, void *arg);
 

@@ -87,8 +87,8 @@ int dlock__redis_disarm(void *state, struct dlock__hold *h, struct dlock__wait *
         return rc;
     if (p->listening)
         dlock__redis_rw_unlisten(s, h, &p->k, w, rc == DLOCK_OK);
-    if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE &&
-        !s->simple) /* let the readers behind us in */
+    if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) &&
+        h->mode == DLOCK_EXCLUSIVE) /* our writer's record goes: the readers behind us in */
         dlock__redis_rw_unwait(s, h, dlock__redis_give_up_deadline(w, rc));
     if (rc == DLOCK_ETIMEDOUT && p->outage.ms > 0)
         rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for '%s' ended)",

@@ -1,26 +1,29 @@
 /* contend.c -- the Redis backend's contended signal: a holder told when a
  * dlock waiter starts waiting for its lock (dlock_lock_on_contended()).
  *
- * Redisson's layout keeps no queue, so waiters announce themselves: a
- * dlock waiter whose try is busy publishes "dlock-wait <owner field>"
- * (REDIS_WAIT_MSG) on the lock's own channel, redisson_lock__channel:{N},
- * after its first try and after each later one that lost to another
- * owner (so a new holder hears those still waiting). Redisson's clients
- * ignore any message there but its unlock messages, and dlock's hub
- * wakes no waiter for one. A holder that asked taps that channel on its
- * client's subscriber connection (hub.c): each announcement is a waiter
- * (the core tells each owner once), and any other message -- the
- * release's "0" among them -- is the moment to ask the core whether the
- * hold still stands, the tap ending when it does not. Since a waiter
- * that announced before the subscription took effect would go unheard,
- * the watch waits for the subscription's confirmation and then reads the
- * writers waiting (dlock_writers:{N}, where every waiting dlock writer
- * records itself for the read-write lock's fairness): one request as the
- * acquire returns besides the SUBSCRIBE, none per renewal. Waiters of
- * other clients (Redisson's, the simple recipe's) announce nothing and
- * are not seen; layout=simple and layout=fair, whose waiters do not
- * announce, and DLOCK_LOCK_FAIR handles are DLOCK_ENOTSUP.
- */
+ * The Redisson and simple layouts keep no queue, so waiters announce
+ * themselves: a dlock waiter whose try is busy publishes "dlock-wait
+ * <owner field>" (REDIS_WAIT_MSG) on the lock's own channel,
+ * redisson_lock__channel:{N}, after its first try and after each later
+ * one that lost to another owner (so a new holder hears those still
+ * waiting). A fair lock (layout=fair, DLOCK_LOCK_FAIR) has a queue, and
+ * the script that queues a waiter publishes the same message there
+ * (fair_lock.lua): no request of its own. Redisson's clients ignore any
+ * message there but its unlock messages, and dlock's hub wakes no waiter
+ * for one. A holder that asked taps that channel on its client's
+ * subscriber connection (hub.c): each announcement is a waiter (the core
+ * tells each owner once), and any other message -- the release's "0"
+ * among them -- is the moment to ask the core whether the hold still
+ * stands, the tap ending when it does not. Since a waiter that announced
+ * before the subscription took effect would go unheard, the watch waits
+ * for the subscription's confirmation and then reads those waiting: the
+ * fair queue, or the writers recorded in dlock_writers:{N} (where every
+ * waiting dlock writer of the other layouts records itself: the Redisson
+ * layout's for the read-write lock's fairness, the simple layout's for
+ * this alone): one request as the acquire returns besides the SUBSCRIBE,
+ * none per renewal. Waiters of other clients (Redisson's, other clients
+ * of the simple recipe) announce nothing and are not seen. Redlock has
+ * its own table (redlock.c), without this one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,14 +81,17 @@ static bool contend_subscribed(struct redis_contend *k, int64_t deadline)
     return yes;
 }
 
-/* Tell the core of the writers recorded as waiting on keys K, the hold
- * H's own owner aside, by DEADLINE. */
+/* Tell the core of the waiters recorded for hold H by DEADLINE, H's own
+ * owner aside: a fair lock's queue (fair.c), else the writers recorded
+ * as waiting on keys K (the Redisson and simple layouts). */
 static int contend_recorded(struct redis_state *s, const struct dlock__hold *h,
                             const struct lock_keys *k, int64_t deadline)
 {
     const char *argv[] = {"ZRANGE", k->writers, "0", "-1"};
     redisReply *r = NULL;
-    int rc = dlock__redis_keyed_command(s, deadline, k->writers, 4, argv, "ZRANGE", &r);
+    int rc = dlock__redis_fair(s, h)
+                 ? dlock__redis_fair_queue(s, h->name, deadline, &r)
+                 : dlock__redis_keyed_command(s, deadline, k->writers, 4, argv, "ZRANGE", &r);
     for (size_t i = 0; !rc && r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
         const redisReply *e = r->element[i];
         if (e->type == REDIS_REPLY_STRING && strcmp(e->str, h->owner) != 0 &&
@@ -128,28 +134,14 @@ static int redis_contend_watch(void *state, struct dlock__hold *h)
     return rc;
 }
 
-static int redis_contend_able(void *state, bool fair)
-{
-    struct redis_state *s = state;
-    if (s->simple || s->fair || fair)
-        return dlock__err(DLOCK_ENOTSUP, "%s: the waiters of %s announce nothing to the holder",
-                          s->where,
-                          s->simple ? "layout=simple"
-                          : s->fair ? "layout=fair"
-                                    : "a fair lock (DLOCK_LOCK_FAIR)");
-    return DLOCK_OK;
-}
-
 const struct dlock__contend_ops dlock__redis_contend_ops = {
     .watch = redis_contend_watch,
-    .able = redis_contend_able,
 };
 
 void dlock__redis_contend_announce(struct redis_state *s, const struct dlock__hold *h,
                                    const struct lock_keys *k, struct dlock__wait *w)
 {
-    if (s->simple || dlock__redis_fair(s, h) || h->mode != DLOCK_EXCLUSIVE ||
-        dlock__wait_try_once(w))
+    if (dlock__redis_fair(s, h) || h->mode != DLOCK_EXCLUSIVE || dlock__wait_try_once(w))
         return;
     char msg[sizeof REDIS_WAIT_MSG + sizeof h->owner];
     snprintf(msg, sizeof msg, REDIS_WAIT_MSG "%s", h->owner);

@@ -347,15 +347,24 @@ out:
     return rc;
 }
 
-int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dlock_info *info)
+int dlock__redis_fair_queue(struct redis_state *s, const char *name, int64_t deadline,
+                            redisReply **reply)
 {
     struct fair_keys f;
     int rc = fair_keys_make(s, name, &f);
     if (rc)
         return rc;
-    struct redis_request rq = {.what = "inspect the queue", .deadline = DLOCK__NEVER};
+    struct redis_request rq = {.what = "inspect the queue", .deadline = deadline};
     rc = fair_eval(s, &f, "", "waiters", &rq);
-    redisReply *r = rq.out.reply;
+    *reply = rq.out.reply;
+    fair_keys_free(&f);
+    return rc;
+}
+
+int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dlock_info *info)
+{
+    redisReply *r = NULL;
+    int rc = dlock__redis_fair_queue(s, name, DLOCK__NEVER, &r);
     if (!rc && r->type == REDIS_REPLY_NIL && s->fair)
         info->nwaiters = 0; /* nobody queued; on another layout: not known */
     if (!rc && r->type == REDIS_REPLY_ARRAY) {
@@ -365,7 +374,6 @@ int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dl
                 rc = dlock__info_add_waiter(info, r->element[i]->str);
     }
     freeReplyObject(r); /* another reply: a key of another type, said by the lock's inspect */
-    fair_keys_free(&f);
     return rc;
 }
 

@@ -279,9 +279,8 @@ static int acquire_lock(struct redis_state *s, struct dlock__hold *h, struct dlo
     }
     dlock__redis_rw_unlisten(s, h, &k, w, rc == DLOCK_OK);
 unwait:
-    if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE &&
-        !s->simple)
-        /* let the readers behind us in */
+    if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) && h->mode == DLOCK_EXCLUSIVE)
+        /* our waiting writer's record goes: the readers behind us in */
         dlock__redis_rw_unwait(s, h, dlock__redis_give_up_deadline(w, rc));
 out:
     dlock__redis_keys_free(&k);

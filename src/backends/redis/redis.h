@@ -794,7 +794,7 @@ int dlock__redis_hub_tap(struct redis_state *s, const char *chan, size_t len,
 /* ---------------------------------------------------------- contend.c */
 
 /* Holders told of the waiters that announce themselves on the lock's
- * channel (the Redisson layout's exclusive locks). */
+ * channel (exclusive locks of every single-server layout). */
 extern const struct dlock__contend_ops dlock__redis_contend_ops;
 /* Waiter H, whose try on keys K was busy, announces itself to the holder
  * (a PUBLISH on the lock's channel; best effort, within W's budget). */
@@ -925,6 +925,10 @@ bool dlock__redis_fair(const struct redis_state *s, const struct dlock__hold *h)
 /* The fair lock's acquire and release of H (h->owner set). */
 int dlock__redis_fair_acquire(struct redis_state *s, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redis_fair_release(struct redis_state *s, struct dlock__hold *h);
+/* NAME's queued waiters (live ones, in order) by DEADLINE: *REPLY an
+ * array of owner fields, nil without a queue (freed by the caller). */
+int dlock__redis_fair_queue(struct redis_state *s, const char *name, int64_t deadline,
+                            redisReply **reply);
 /* Add NAME's queued waiters (live ones, in order) to INFO: its waiter
  * count and their owner ids. */
 int dlock__redis_fair_waiters(struct redis_state *s, const char *name, struct dlock_info *info);

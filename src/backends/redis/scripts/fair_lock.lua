@@ -25,7 +25,9 @@
 -- waiter refreshes it while it waits, a dead one is dropped once it
 -- passes), 'g <token> <wait id>' once the lock was handed to it; 'r:<owner>' = token records a release that
 -- handed the lock on, so a retried release knows it ran. The grant message
--- on the waiter's channel is '<wait id> <token>'.
+-- on the waiter's channel is '<wait id> <token>'. A waiter that joins the
+-- queue says 'dlock-wait <owner>' on the lock's channel (a holder told of
+-- its waiters listens there; waiters and Redisson's clients ignore it).
 -- acquire returns the token (>= 0) when taken or handed over; -3 - MS
 -- (< -1) when busy, MS being the holder's remaining lease (-1: none); -1
 -- when this request was canceled; a type name when the lock key is not a
@@ -138,9 +140,11 @@ if op == 'acquire' then
   end
   if ARGV[9] ~= '0' then
     if not (mine[1] == 'w' and wait_of(mine[4]) == wait_of(ARGV[10])) or not redis.call('zscore', KEYS[4], owner) then
-      -- a new wait goes to the back, whatever an older one of ours left
+      -- a new wait goes to the back, whatever an older one of ours left,
+      -- and says so to a holder that listens (contend.c)
       local last = redis.call('zrange', KEYS[4], -1, -1, 'withscores')
       redis.call('zadd', KEYS[4], last[2] and tonumber(last[2]) + 1 or 1, owner)
+      redis.call('publish', KEYS[6], 'dlock-wait ' .. owner)
     end
     local qlease = tonumber(ARGV[8])
     redis.call('hset', KEYS[5], owner, string.format('w %d %s %s %s %d', now + qlease, ARGV[4], ARGV[10], ARGV[3], qlease))

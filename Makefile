@@ -143,11 +143,12 @@ TESTLIB_SRC := $(wildcard tests/lib/*.c)
 TESTLIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TESTLIB_SRC))
 # A test binary per tests/check_*.c; backend tests (check_BACKEND*.c) only when built.
 TEST_SRC := $(foreach t,$(wildcard tests/check_*.c),$(if $(filter $(MISSING_BACKENDS),$(firstword $(subst _, ,$(patsubst tests/check_%.c,%,$(t))))),,$(t)))
-# The contract, semaphore, election and multi-lock suites run against every backend, and the
+# The contract (blocking and asynchronous), semaphore, election and multi-lock suites run
+# against every backend, and the
 # PostgreSQL fencing recipe needs Redis: built only when all backends are
 # (make check refuses a build that lacks one anyway).
 ifneq ($(MISSING_BACKENDS),)
-TEST_SRC := $(filter-out tests/check_contract.c tests/check_semaphore.c tests/check_election.c tests/check_multi.c tests/check_fair.c tests/check_fencing_pg.c,$(TEST_SRC))
+TEST_SRC := $(filter-out tests/check_contract.c tests/check_contract_async.c tests/check_semaphore.c tests/check_election.c tests/check_multi.c tests/check_fair.c tests/check_fencing_pg.c,$(TEST_SRC))
 endif
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -161,6 +162,10 @@ endif
 # when they are installed.
 ifneq ($(call have,libuv),y)
 EXAMPLE_BIN := $(filter-out %/async_uv,$(EXAMPLE_BIN))
+endif
+# examples/async_event.c, the same program on libevent, needs libevent-dev.
+ifneq ($(call have,libevent),y)
+EXAMPLE_BIN := $(filter-out %/async_event,$(EXAMPLE_BIN))
 endif
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
@@ -297,6 +302,8 @@ $(BUILD)/examples/%: examples/%.c $(SHARED)
 $(BUILD)/examples/fence_pg: private EXAMPLE_CFLAGS = $(shell pkg-config --cflags libpq)
 $(BUILD)/examples/fence_pg: private EXAMPLE_LIBS = $(shell pkg-config --libs libpq)
 $(BUILD)/examples/async_uv: private EXAMPLE_LIBS = $(shell pkg-config --libs libuv)
+$(BUILD)/examples/async_event: private EXAMPLE_CFLAGS = $(shell pkg-config --cflags libevent)
+$(BUILD)/examples/async_event: private EXAMPLE_LIBS = $(shell pkg-config --libs libevent)
 ifeq ($(call have,libuv),y)
 $(BUILD)/tests/check_async: private DEP_CFLAGS += -DDLOCK_HAVE_LIBUV $(shell pkg-config --cflags libuv)
 $(BUILD)/tests/check_async: private LIBS += $(shell pkg-config --libs libuv)
@@ -306,6 +313,14 @@ $(BUILD)/tests/check_async: private DEP_CFLAGS += -DDLOCK_HAVE_LIBEVENT $(shell 
 $(BUILD)/tests/check_async: private LIBS += $(shell pkg-config --libs libevent)
 endif
 $(BUILD)/tests/check_async: $(wildcard include/dlock/adapters/*.h)
+# check_contract_async runs the example programs (those this machine builds).
+$(BUILD)/tests/check_contract_async: $(filter %/async_uv %/async_event,$(EXAMPLE_BIN))
+ifeq ($(call have,libuv),y)
+$(BUILD)/tests/check_contract_async: private DEP_CFLAGS += -DDLOCK_HAVE_LIBUV
+endif
+ifeq ($(call have,libevent),y)
+$(BUILD)/tests/check_contract_async: private DEP_CFLAGS += -DDLOCK_HAVE_LIBEVENT
+endif
 $(BUILD)/tests/check_fencing_pg: private DEP_CFLAGS += $(shell pkg-config --cflags libpq) -Iexamples
 $(BUILD)/tests/check_fencing_pg: private LIBS += $(shell pkg-config --libs libpq)
 $(BUILD)/tests/check_fencing_pg: examples/fence_pg.c

@@ -6,8 +6,9 @@
  *
  * The loop ticks every 50 ms; the acquire waits up to WAIT_MS; once held,
  * the lock is kept 200 ms (a timer, not a sleep) and released. It prints
- * the token, how long the acquire waited and how often the timer fired
- * meanwhile. Exit status 0 when the lock was taken and given back.
+ * a line once the acquire started, then the token, how long the acquire
+ * waited and how often the timer fired meanwhile. Exit status 0 when the
+ * lock was taken and given back.
  * Waits park on redis:// (docs/architecture.md, "Asynchronous calls");
  * elsewhere try with WAIT_MS 0.
  */
@@ -105,6 +106,9 @@ int main(int argc, char **argv)
     if (dlock_acquire_async(a.lock, wait_ms, NULL, on_acquired, &a)) {
         fprintf(stderr, "acquire: %s\n", dlock_errmsg());
         finish(&a, 1);
+    } else {
+        printf("waiting for %s (up to %" PRId64 " ms)\n", dlock_lock_name(a.lock), wait_ms);
+        fflush(stdout); /* now, not at exit: someone may watch for it */
     }
     uv_run(a.loop, UV_RUN_DEFAULT);
     dlock_lock_free(a.lock);

@@ -17,7 +17,7 @@ build=(
   libzookeeper-mt-dev                                 # ZooKeeper backend
   libpq-dev                                           # the postgres:// backend (headers; libpq5 dlopen()ed) and examples/fence_pg.c
   libmariadb-dev                                      # MySQL/MariaDB backend (headers; libmariadb3 dlopen()ed)
-  libuv1-dev libevent-dev                             # the event-loop adapters: examples/async_uv.c, check_async
+  libuv1-dev libevent-dev                             # the event-loop adapters: examples/async_*.c, check_async
 )
 test=(
   check libsubunit-dev                                # test framework

@@ -581,6 +581,52 @@ TU_TEST_IN(server, lost_fence_row_starts_a_new_epoch, 60)
     free(url);
 }
 
+/* The server's global counters NAMES (a comma-separated list of
+ * GLOBAL_STATUS names, upper case), summed. Reading them writes no row
+ * and is one statement. */
+static uint64_t status_sum(const char *names)
+{
+    char *sql = tu_fmt("SELECT SUM(VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS "
+                       "WHERE FIND_IN_SET(VARIABLE_NAME, '%s')",
+                       names);
+    char *out = fx_mysql_sql(&M, sql);
+    ck_assert_msg(out, "%s failed", sql);
+    uint64_t v = strtoull(out, NULL, 10);
+    free(out);
+    free(sql);
+    return v;
+}
+
+/* An uncontended acquire and release is one statement each, as GET_LOCK
+ * and RELEASE_LOCK alone are, and writes no row: the token's source is
+ * read, not written (once the server lifetime's epoch exists). Counted
+ * by the server over 20 pairs; the counters' reader's own statements
+ * are measured first, with no pair between two reads. */
+TU_TEST_IN(server, uncontended_pair_is_two_statements_no_write, 60)
+{
+    char *url = url_with(NULL);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "two-statements");
+    TU_ACQUIRE_OK(l, DLOCK_TRY); /* the lifetime's epoch, if this is the first */
+    TU_RELEASE_OK(l);
+    const char *writes = "HANDLER_WRITE,HANDLER_UPDATE,HANDLER_DELETE";
+    uint64_t q0 = status_sum("QUESTIONS"), q1 = status_sum("QUESTIONS");
+    uint64_t w0 = status_sum(writes);
+    for (int i = 0; i < 20; i++) {
+        TU_ACQUIRE_OK(l, DLOCK_TRY);
+        TU_RELEASE_OK(l);
+    }
+    uint64_t w1 = status_sum(writes), q2 = status_sum("QUESTIONS");
+    uint64_t reader = q1 - q0, statements = q2 - q1 - 3 * reader; /* w0, w1, q2 */
+    ck_assert_msg(statements == 40 && w1 == w0,
+                  "20 pairs made %" PRIu64 " statements and %" PRIu64
+                  " row writes (40 and 0 expected)",
+                  statements, w1 - w0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+
 /* An epoch is committed before its tokens are handed out, even on a
  * server whose sessions start with autocommit off: another session sees
  * it at once (else a restart, or the session's end, would roll it back

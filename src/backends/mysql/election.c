@@ -14,7 +14,7 @@
  *
  * A reader counts the row only while it is the holder's: its connection
  * is the one IS_USED_LOCK names, and its token is of the fencing epoch
- * the server issues now (dlock_fence_mem's row, which a restart empties:
+ * the server issues now (dlock_fence_base's row, which a restart empties:
  * connection ids start again after a restart, epochs do not). What a
  * resigned or dead leader left behind is never read as current, and a
  * new leader that has not written its row yet reads as "not yet"
@@ -119,11 +119,11 @@ static int look(struct my_backend *s, const char *name, struct dlock_leader *out
     free(enc);
     char *sql =
         nsql ? dlock__sprintf(
-                   "SELECT l.id, r.conn, r.token, r.version, r.value, (SELECT f.tok >> %d FROM "
-                   "" MYSQL_FENCE_MEM_TABLE " f WHERE f.id = 1) = r.token >> %d, "
+                   "SELECT l.id, r.conn, r.token, r.version, r.value, (SELECT f.epoch FROM "
+                   "" MYSQL_FENCE_BASE_TABLE " f WHERE f.id = 1) = r.token >> %d, "
                    "" MYSQL_OWNER_ID("l.id") " FROM (SELECT IS_USED_LOCK(%s) AS id) l LEFT JOIN "
                                              "" MYSQL_LEADER_TABLE " r ON r.name = %s",
-                   MYSQL_EPOCH_SHIFT, MYSQL_EPOCH_SHIFT, nsql, nsql)
+                   MYSQL_EPOCH_SHIFT, nsql, nsql)
              : NULL;
     free(nsql);
     if (!sql)

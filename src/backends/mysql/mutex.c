@@ -7,10 +7,11 @@
  *   SELECT CASE GET_LOCK(name, timeout) WHEN 1 THEN ... WHEN 0 THEN 0 END
  *
  * -- the wait sleeps in the server -- and its fencing token comes from
- * one row of a MEMORY table, UPDATEd by the next statement of the same
- * request once the lock is granted (one round trip for both): (epoch <<
- * 40) | n, the epoch a durable InnoDB counter bumped once per server
- * lifetime (docs/protocol-mysql.md). The
+ * the same statement once the lock is granted, with no row written:
+ * (epoch << 40) + (UUID_SHORT() - base), the server's own counter (it
+ * only grows within a server lifetime) read beside one row of a MEMORY
+ * table, the lifetime's epoch (a durable InnoDB counter bumped once per
+ * server lifetime) and base (docs/protocol-mysql.md). The
  * session also keeps the token and the encoded name in user variables
  * (@dlock_token, @dlock_name), where inspect and list read them
  * (performance_schema.user_variables_by_thread: a hashed name is listed
@@ -136,41 +137,50 @@ static void give_back(struct my_backend *s, struct my_hold *mh, bool *broken)
 }
 
 /* Run one statement of the token's on MH's session within the op
- * timeout; its LAST_INSERT_ID() (0 when it set none) into *ID. */
+ * timeout; the first value of its first row (0 for none or NULL) into
+ * *VALUE. */
 static int token_query(struct my_backend *s, struct my_hold *mh, const char *sql,
-                       unsigned long long *id, bool *broken, const char *what)
+                       unsigned long long *value, bool *broken, const char *what)
 {
     struct my_io io = {.deadline = dlock__now_ms() + s->c->opts.op_timeout_ms, .cancel_fd = -1};
-    int rc = dlock__my_query(s, mh->k, sql, &io, NULL, broken, what);
-    if (!rc && id)
-        *id = mysql_insert_id(mh->k->db);
+    MYSQL_RES *res = NULL;
+    int rc = dlock__my_query(s, mh->k, sql, &io, value ? &res : NULL, broken, what);
+    if (!rc && value)
+        *value = number_of(res);
     return rc;
 }
 
-/* The next token of this server lifetime: the MEMORY row's, plus one,
- * unless the row is missing (the server restarted) or its epoch's 2^40
- * are spent -- then 0. Kept in @dlock_token for inspect. */
-#define NEXT_IN_EPOCH                                                                      \
-    "UPDATE " MYSQL_FENCE_MEM_TABLE " SET tok = LAST_INSERT_ID(tok + 1) WHERE id = 1 AND " \
-    "(tok & " MYSQL_EPOCH_MASK ") < " MYSQL_EPOCH_MASK " AND (@dlock_token := tok + 1) > 0"
+/* The next token of this server lifetime, an expression: the epoch's and
+ * the server's UUID_SHORT() (a counter of the server's that only grows
+ * within its lifetime, whatever session calls it) past the lifetime's
+ * base, both read from the MEMORY row; NULL when the row is missing (the
+ * server restarted, or someone emptied it), 0 when its epoch's 2^40 are
+ * spent or the row is not this lifetime's. UUID_SHORT() is called once,
+ * kept in @dlock_u (a user variable holds it signed: CAST gives back its
+ * bits); the token is kept in @dlock_token for inspect. */
+#define NEXT_IN_EPOCH                                                                          \
+    "(SELECT IF(CAST((@dlock_u := UUID_SHORT()) AS UNSIGNED) > f.base AND "                    \
+    "CAST(@dlock_u AS UNSIGNED) - f.base < " MYSQL_EPOCH_SPAN ", @dlock_token := (f.epoch << " \
+    "40) + (CAST(@dlock_u AS UNSIGNED) - f.base), 0) FROM " MYSQL_FENCE_BASE_TABLE             \
+    " f WHERE f.id = 1)"
 
 /* GET_LOCK and, once granted, the next token of this server lifetime in
- * one request of two statements: GET_LOCK's answer (1, 0, NULL) as a
- * row, also kept in @dlock_got, then NEXT_IN_EPOCH made conditional on it,
- * whose reply carries the token (LAST_INSERT_ID, one row changed; none
- * when the lock was not granted or the MEMORY row is missing or spent).
- * Format: the encoded name (twice), the GET_LOCK name, its timeout. */
-#define LOCK_AND_TOKEN                                                                                \
-    "SELECT /*dlock-wait:%s*/ @dlock_got := CASE GET_LOCK(%s, %s) WHEN 1 THEN LENGTH(@dlock_name "    \
-    ":= '%s') > 0 WHEN 0 THEN 0 END; UPDATE " MYSQL_FENCE_MEM_TABLE                                   \
-    " SET tok = LAST_INSERT_ID(tok + 1) WHERE @dlock_got = 1 AND id = 1 AND (tok & " MYSQL_EPOCH_MASK \
-    ") < " MYSQL_EPOCH_MASK " AND (@dlock_token := tok + 1) > 0"
+ * one statement: GET_LOCK's answer (1, 0, NULL), then NEXT_IN_EPOCH's
+ * (NULL when the lock was not granted, or as NEXT_IN_EPOCH), each named
+ * by a letter (a column's name is its expression's text otherwise, and
+ * comes back in every reply). Format: the encoded name (twice), the
+ * GET_LOCK name, its timeout. */
+#define LOCK_AND_TOKEN                                                                             \
+    "SELECT /*dlock-wait:%s*/ @dlock_got := CASE GET_LOCK(%s, %s) WHEN 1 THEN LENGTH(@dlock_name " \
+    ":= '%s') > 0 WHEN 0 THEN 0 END AS g, IF(@dlock_got = 1, " NEXT_IN_EPOCH ", NULL) AS t"
 
 /* A new epoch: under the internal user lock MYSQL_EPOCH_LOCK (so that
  * two clients seeding at once cannot write the MEMORY row out of order),
  * look again, and if the row is still missing or spent, bump the durable
  * epoch (InnoDB, committed before the row is written) and write the row
- * as EPOCH << 40. Then take the next token as usual. */
+ * as the epoch and a base taken from UUID_SHORT() before it (so every
+ * UUID_SHORT() read with the row is past it). Then take the next token
+ * as usual. */
 static int new_epoch(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
                      unsigned long long *token, bool *broken)
 {
@@ -188,12 +198,14 @@ static int new_epoch(struct my_backend *s, struct dlock__hold *h, struct my_hold
                           "%s: lock '%s': the fencing epoch's lock '%s' stayed busy through "
                           "the op timeout",
                           s->label, h->name, MYSQL_EPOCH_LOCK);
-    unsigned long long epoch = 0;
-    rc = token_query(s, mh, NEXT_IN_EPOCH, token, broken, "take the fencing token");
+    unsigned long long epoch = 0, base = 0;
+    rc = token_query(s, mh, "SELECT " NEXT_IN_EPOCH, token, broken, "take the fencing token");
     if (!rc && !*token)
         rc = token_query(s, mh,
                          "UPDATE " MYSQL_EPOCH_TABLE " SET n = LAST_INSERT_ID(n + 1) WHERE id = 1",
-                         &epoch, broken, "start a fencing epoch in " MYSQL_EPOCH_TABLE);
+                         NULL, broken, "start a fencing epoch in " MYSQL_EPOCH_TABLE);
+    if (!rc && !*token)
+        epoch = mysql_insert_id(mh->k->db);
     /* committed before any token of it leaves, autocommit or not (a
      * server may start sessions with autocommit off) */
     if (!rc && !*token)
@@ -206,14 +218,18 @@ static int new_epoch(struct my_backend *s, struct dlock__hold *h, struct my_hold
     if (!rc && !*token && epoch >= MYSQL_EPOCH_MAX)
         rc = dlock__err(DLOCK_EPROTO, "%s: lock '%s': the fencing epoch %llu is past %u", s->label,
                         h->name, epoch, MYSQL_EPOCH_MAX - 1);
+    if (!rc && !*token)
+        rc = token_query(s, mh, "SELECT UUID_SHORT()", &base, broken,
+                         "read the server's UUID_SHORT()");
     if (!rc && !*token) {
-        sql = dlock__sprintf("REPLACE INTO " MYSQL_FENCE_MEM_TABLE " VALUES (1, %llu)",
-                             epoch << MYSQL_EPOCH_SHIFT);
-        rc = sql ? token_query(s, mh, sql, NULL, broken, "seed " MYSQL_FENCE_MEM_TABLE)
+        sql = dlock__sprintf("REPLACE INTO " MYSQL_FENCE_BASE_TABLE " VALUES (1, %llu, %llu)",
+                             epoch, base);
+        rc = sql ? token_query(s, mh, sql, NULL, broken, "seed " MYSQL_FENCE_BASE_TABLE)
                  : dlock__err(DLOCK_ENOMEM, "out of memory");
         free(sql);
         if (!rc)
-            rc = token_query(s, mh, NEXT_IN_EPOCH, token, broken, "take the fencing token");
+            rc = token_query(s, mh, "SELECT " NEXT_IN_EPOCH, token, broken,
+                             "take the fencing token");
     }
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg);
@@ -224,22 +240,22 @@ static int new_epoch(struct my_backend *s, struct dlock__hold *h, struct my_hold
     dlock__errmsg_restore(rc, msg);
     if (!rc && !*token)
         rc = dlock__err(DLOCK_EPROTO,
-                        "%s: lock '%s': " MYSQL_FENCE_MEM_TABLE " has no row after its seeding",
+                        "%s: lock '%s': " MYSQL_FENCE_BASE_TABLE " gives no token after its "
+                        "seeding",
                         s->label, h->name);
     return rc;
 }
 
 /* The fencing token of the hold MH's session was just granted:
- * (epoch << 40) | n, where n counts in a MEMORY row (no disk write; its
- * rows vanish when the server restarts) and the epoch is a durable InnoDB
- * counter bumped only when a server lifetime's first token is asked
- * (docs/protocol-mysql.md). The new value comes back as LAST_INSERT_ID()
- * in the reply. */
+ * (epoch << 40) + (UUID_SHORT() - base), the epoch and base read from a
+ * MEMORY row (no disk write; its rows vanish when the server restarts)
+ * whose epoch is a durable InnoDB counter bumped only when a server
+ * lifetime's first token is asked (docs/protocol-mysql.md). */
 int dlock__my_next_token(struct my_backend *s, struct dlock__hold *h, struct my_hold *mh,
                          unsigned long long *token, bool *broken)
 {
     *token = 0;
-    int rc = token_query(s, mh, NEXT_IN_EPOCH, token, broken, "take the fencing token");
+    int rc = token_query(s, mh, "SELECT " NEXT_IN_EPOCH, token, broken, "take the fencing token");
     if (!rc && !*token)
         rc = new_epoch(s, h, mh, token, broken);
     return rc;
@@ -287,10 +303,10 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
              : dlock__err(DLOCK_ENOMEM, "out of memory");
     free(sql);
     if (!rc) {
-        dlock__my_first(res, &got, &isnull);
+        MYSQL_ROW row = dlock__my_first(res, &got, &isnull);
+        if (row && mysql_num_fields(res) > 1 && row[1])
+            token = strtoull(row[1], NULL, 10);
         mysql_free_result(res);
-        if (mysql_affected_rows(mh->k->db) == 1) /* the UPDATE's: a token */
-            token = mysql_insert_id(mh->k->db);
     }
     if (io.canceled) {
         if (!rc && got)
@@ -312,7 +328,7 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
                               "lock '%s': still held by another session when "
                               "the wait ended",
                               h->name);
-    } else if (!rc && !token) { /* the server's first token, or its epoch spent */
+    } else if (!rc && !token) { /* the lifetime's first token, or its epoch spent */
         rc = new_epoch(s, h, mh, &token, &broken);
     }
     /* the server's idle clock starts when it answers: after a long
@@ -520,10 +536,10 @@ static int create_fence_tables(struct my_backend *s)
             NULL, "seed the fencing epoch " MYSQL_EPOCH_TABLE);
     if (!rc)
         rc = dlock__my_query_pooled(s,
-                                    "CREATE TABLE IF NOT EXISTS " MYSQL_FENCE_MEM_TABLE
-                                    " (id TINYINT PRIMARY KEY, tok BIGINT UNSIGNED NOT NULL) "
-                                    "ENGINE=MEMORY",
-                                    NULL, "create the fencing counter " MYSQL_FENCE_MEM_TABLE);
+                                    "CREATE TABLE IF NOT EXISTS " MYSQL_FENCE_BASE_TABLE
+                                    " (id TINYINT PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL, "
+                                    "base BIGINT UNSIGNED NOT NULL) ENGINE=MEMORY",
+                                    NULL, "create the fencing base " MYSQL_FENCE_BASE_TABLE);
     return rc;
 }
 
@@ -537,7 +553,7 @@ static int check_server(struct my_backend *s)
         "SELECT VERSION(), (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
         "WHERE VARIABLE_NAME = 'WSREP_ON'), (SELECT COUNT(*) FROM information_schema.TABLES "
         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('" MYSQL_EPOCH_TABLE
-        "', '" MYSQL_FENCE_MEM_TABLE "', '" MYSQL_VALUE_TABLE "', '" MYSQL_SEM_TABLE
+        "', '" MYSQL_FENCE_BASE_TABLE "', '" MYSQL_VALUE_TABLE "', '" MYSQL_SEM_TABLE
         "', '" MYSQL_LEADER_TABLE "'))",
         &res, "read the server's version");
     if (rc)

@@ -31,18 +31,21 @@
 #include "backend.h"
 
 #define MYSQL_DEFAULT_PORT 3306
-/* The fencing token, (epoch << 40) | n (mutex.c): the durable epoch in
- * an InnoDB row, n in a MEMORY row (lost at a restart, by design), and
- * the internal user lock that orders the start of an epoch (no encoded
- * lock name starts with '%e': a '%' is followed by two hex digits).
- * dlock_fence is the one-counter table of releases before the epoch: read
- * once, to start the epoch past its tokens. */
+/* The fencing token, (epoch << 40) + (UUID_SHORT() - base) (mutex.c): the
+ * durable epoch in an InnoDB row; the epoch in use and the server
+ * lifetime's base in a MEMORY row (lost at a restart, by design), read
+ * by the acquire's own statement; and the internal user lock that orders
+ * the start of an epoch (no encoded lock name starts with '%e': a '%' is
+ * followed by two hex digits). dlock_fence is the one-counter table of
+ * releases before the epoch: read once, to start the epoch past its
+ * tokens; dlock_fence_mem, the counter row of the releases that wrote a
+ * row per acquire, is no longer used. */
 #define MYSQL_FENCE_TABLE "dlock_fence"
 #define MYSQL_EPOCH_TABLE "dlock_epoch"
-#define MYSQL_FENCE_MEM_TABLE "dlock_fence_mem"
+#define MYSQL_FENCE_BASE_TABLE "dlock_fence_base"
 #define MYSQL_EPOCH_LOCK "%epoch"
 #define MYSQL_EPOCH_SHIFT 40
-#define MYSQL_EPOCH_MASK "1099511627775" /* 2^40 - 1 */
+#define MYSQL_EPOCH_SPAN "1099511627776" /* 2^40: the tokens of one epoch */
 #define MYSQL_EPOCH_MAX (1u << 23)       /* epochs that fit in 63 bits */
 #define MYSQL_VALUE_TABLE "dlock_value"
 #define MYSQL_SEM_TABLE "dlock_semaphore" /* a semaphore's permit count */

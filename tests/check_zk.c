@@ -390,6 +390,80 @@ TU_TEST_IN(standalone, uncontended_pair_is_three_requests, 60)
     }
 }
 
+/* Whether a session other than OWNER's holds a watch on PATH (the
+ * server's "wchp": each path, then a line per session watching it). */
+static bool others_watch(const char *path, int64_t owner)
+{
+    char *wchp = zkf_4lw(F.s[0].port, "wchp");
+    char *line = wchp ? strstr(wchp, path) : NULL;
+    bool watched = false;
+    if (line && line[strlen(path)] == '\n') {
+        char self[32];
+        snprintf(self, sizeof self, "0x%llx", (unsigned long long)owner);
+        for (line = strchr(line, '\n'); line && line[1] == '\t' && !watched;
+             line = strchr(line + 1, '\n'))
+            watched = strncmp(line + 2, self, strlen(self)) != 0 ||
+                      !strchr("\n", line[2 + strlen(self)]);
+    }
+    free(wchp);
+    return watched;
+}
+
+/* The path of the node holding the lock NAME, through C, and its
+ * session in *OWNER (through ZH). */
+static char *holder_path(dlock_client *c, zhandle_t *zh, const char *name, int64_t *owner)
+{
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(c, name, &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_holder_count(info), 1);
+    const char *node = dlock_info_holder(info, 0, NULL); /* "<node> (<its data>)" */
+    char *path = tu_fmt("/dlock/%s/%.*s", name, (int)strcspn(node, " "), node);
+    dlock_info_free(info);
+    struct Stat st;
+    ck_assert_int_eq(zoo_exists(zh, path, 0, &st), ZOK);
+    *owner = st.ephemeralOwner;
+    return path;
+}
+
+/* A hand-off costs the waiter no request: once it has queued and its
+ * watches are set (the node ahead carries one of its session), the
+ * release's delete is the only request until the waiter holds -- the
+ * deletion's event tells it that it is first
+ * (docs/protocol-zookeeper.md, "Hand-off"). Five hand-offs between two
+ * clients; the server counts our own "srvr" too (one per hand-off), and
+ * two requests of slack for pings. */
+TU_TEST_IN(standalone, handoff_costs_the_waiter_no_request, 60)
+{
+    struct zk_frame zt = zk_open(NULL, true);
+    dlock_client *c[2] = {zt.c, tu_open(zt.url)};
+    dlock_lock *l[2] = {tu_lock_mode(c[0], "handoff-count", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED),
+                        tu_lock_mode(c[1], "handoff-count", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED)};
+    ck_assert_int_eq(dlock_acquire(l[0], DLOCK_TRY), DLOCK_OK);
+    long long extra = 0;
+    int handoffs = 5;
+    for (int k = 0; k < handoffs; k++) {
+        int holder = k % 2, next = 1 - holder;
+        int64_t owner = 0;
+        char *path = holder_path(c[holder], zt.zh, "handoff-count", &owner);
+        struct tu_waiter w;
+        tu_waiter_start_ex(&w, l[next], 30000, NULL, true);
+        for (int waited = 0; waited < 20000 && !others_watch(path, owner); waited += 20)
+            tu_sleep_ms(20);
+        ck_assert_msg(others_watch(path, owner), "the waiter never watched %s", path);
+        long long before = zk_received();
+        ck_assert_int_eq(dlock_release(l[holder]), DLOCK_OK);
+        ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+        extra += zk_received() - before - 2;
+        free(path);
+    }
+    ck_assert_msg(extra <= 2, "%d hand-offs made %lld requests besides the releases (0 expected)",
+                  handoffs, extra);
+    ck_assert_int_eq(dlock_release(l[handoffs % 2]), DLOCK_OK);
+    TU_FREE_LOCKS(l[0], l[1]);
+    dlock_client_close(c[1]);
+    zk_close(&zt);
+}
+
 TU_TEST_IN(standalone, acquire_release_token, 90)
 {
     struct zk_frame zt = zk_open(NULL, true);

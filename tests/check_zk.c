@@ -598,6 +598,97 @@ TU_TEST_IN(standalone, waiters_fifo_and_inspect, 90)
     zk_close(&zt);
 }
 
+/* The path of the newest node of NAME's queue (the highest sequence),
+ * through ZH. */
+static char *last_node(zhandle_t *zh, const char *name)
+{
+    char *lockpath = tu_fmt("/dlock/%s", name);
+    int n = 0;
+    char **kids = raw_children(zh, lockpath, &n);
+    ck_assert_int_ge(n, 1);
+    char *last = kids[0];
+    for (int i = 1; i < n; i++) /* the sequence ends each name */
+        if (strcmp(strrchr(kids[i], '-'), strrchr(last, '-')) > 0)
+            last = kids[i];
+    char *path = tu_fmt("%s/%s", lockpath, last);
+    free_strings(kids, n);
+    free(lockpath);
+    return path;
+}
+
+/* A waiter that counts the nodes ahead of it down by their deletions
+ * (ahead.c) must not count one that gave up as the holder's release:
+ * with A holding and B, then C queued, B's timeout leaves C waiting; A's
+ * release lets C in. */
+TU_TEST_IN(standalone, waiter_ahead_giving_up_is_no_handoff, 60)
+{
+    struct zk_frame zt = zk_open(NULL, true);
+    dlock_client *c[3] = {zt.c, tu_open(zt.url), tu_open(zt.url)};
+    dlock_lock *l[3];
+    for (int i = 0; i < 3; i++)
+        l[i] = tu_lock_mode(c[i], "gives-up", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    ck_assert_int_eq(dlock_acquire(l[0], DLOCK_TRY), DLOCK_OK);
+    int64_t owner = 0;
+    char *holder = holder_path(c[0], zt.zh, "gives-up", &owner);
+    struct tu_waiter b, w;
+    tu_waiter_start_ex(&b, l[1], 2000, NULL, true);
+    expect_waiters(c[0], "gives-up", 1, 10000);
+    char *bpath = last_node(zt.zh, "gives-up");
+    tu_waiter_start_ex(&w, l[2], 60000, NULL, true);
+    expect_waiters(c[0], "gives-up", 2, 10000);
+    struct Stat st;
+    for (int waited = 0; waited < 20000 && zoo_exists(zt.zh, bpath, 0, &st) == ZOK &&
+                         !others_watch(bpath, st.ephemeralOwner);
+         waited += 20)
+        tu_sleep_ms(20);
+    ck_assert_int_eq(tu_waiter_join(&b), DLOCK_ETIMEDOUT);
+    expect_waiters(c[0], "gives-up", 1, 10000);
+    ck_assert_msg(!tu_waiter_wait_done(&w, 300), "C held while A did (rc %d)", atomic_load(&w.rc));
+    ck_assert_int_eq(dlock_release(l[0]), DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(l[2]), DLOCK_OK);
+    free(bpath);
+    free(holder);
+    TU_FREE_LOCKS(l[0], l[1], l[2]);
+    dlock_client_close(c[1]);
+    dlock_client_close(c[2]);
+    zk_close(&zt);
+}
+
+/* A waiter whose own node is deleted behind its back while it waits (a
+ * force release of it) must not hold on the holder's release as if it
+ * were still queued: it queues again, and holds on a node that exists. */
+TU_TEST_IN(standalone, waiter_node_deleted_then_handoff_holds_a_node, 60)
+{
+    struct zk_frame zt = zk_open(NULL, true);
+    dlock_client *c2 = tu_open(zt.url);
+    dlock_lock *a = tu_lock_mode(zt.c, "lost-place", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *b = tu_lock_mode(c2, "lost-place", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
+    int64_t owner = 0;
+    char *holder = holder_path(zt.c, zt.zh, "lost-place", &owner);
+    struct tu_waiter w;
+    tu_waiter_start_ex(&w, b, 60000, NULL, true);
+    for (int waited = 0; waited < 20000 && !others_watch(holder, owner); waited += 20)
+        tu_sleep_ms(20);
+    ck_assert_msg(others_watch(holder, owner), "the waiter never watched %s", holder);
+    char *mine = last_node(zt.zh, "lost-place");
+    ck_assert_str_ne(mine, holder);
+    ck_assert_int_eq(zoo_delete(zt.zh, mine, -1), ZOK);
+    ck_assert_int_eq(dlock_release(a), DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&w), DLOCK_OK);
+    int n = 0;
+    char **kids = raw_children(zt.zh, "/dlock/lost-place", &n);
+    ck_assert_msg(n == 1, "the new holder holds on %d nodes", n);
+    free_strings(kids, n);
+    ck_assert_int_eq(dlock_release(b), DLOCK_OK);
+    free(mine);
+    free(holder);
+    TU_FREE_LOCKS(a, b);
+    dlock_client_close(c2);
+    zk_close(&zt);
+}
+
 /* An acquire of L that waits forever in a thread of its own and keeps
  * what it gets. */
 static void forever_waiter(struct tu_waiter *w, dlock_lock *l)

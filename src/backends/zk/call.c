@@ -477,3 +477,35 @@ int dlock__zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const cha
     }
     return rc != ZOK ? rc : lrc;
 }
+
+int dlock__zk_rq_watch_many(struct zk_backend *zb, zhandle_t *zh, struct zk_watch_rq *v, int n,
+                            watcher_fn watcher, void *watch_ctx, int64_t until)
+{
+    struct zk_call **k = calloc((size_t)n, sizeof *k);
+    int rc = k ? zk_calls_start(zb, zh, until, k, n, NULL) : ZSYSTEMERROR;
+    for (int i = 0; i < n; i++)
+        v[i].rc = ZOPERATIONTIMEOUT;
+    if (rc != ZOK) {
+        free(k);
+        return rc;
+    }
+    int sent = 0;
+    while (sent < n && rc == ZOK) {
+        struct zk_call *ki = k[sent];
+        rc = v[sent].exists
+                 ? zoo_awexists(zh, v[sent].path, watcher, watch_ctx, dlock__zk_on_stat, ki)
+                 : zoo_awget(zh, v[sent].path, watcher, watch_ctx, zk_on_data, ki);
+        if (rc == ZOK)
+            sent++;
+    }
+    for (int i = sent; i < n; i++) /* never went out */
+        dlock__zk_call_dead(k[i], rc);
+    int64_t deadline = n ? k[0]->deadline : 0;
+    for (int i = 0; i < sent; i++) {
+        v[i].rc = dlock__zk_call_wait(k[i], deadline, NULL, NULL, NULL);
+        if (rc == ZOK && dlock__zk_rc_transient(v[i].rc))
+            rc = v[i].rc;
+    }
+    free(k);
+    return rc;
+}

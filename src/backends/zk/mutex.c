@@ -390,6 +390,10 @@ int dlock__zk_queue_position(struct zk_backend *zb, struct zk_session *s,
     }
     if (kids.count > 0)
         *holder = dlock__strdup(kids.data[0]);
+    if (q->keep && rc == ZOK && *pos > 0) {
+        *q->keep = kids;
+        kids = (struct String_vector){0, NULL};
+    }
     deallocate_String_vector(&kids);
     if (rc == ZOK && *pos > 0 && !*pred)
         rc = ZSYSTEMERROR;
@@ -548,15 +552,23 @@ restart:
     if (err != DLOCK_OK)
         goto out;
 
+    bool counted_first = false; /* the watches ahead said ours is first (ahead.c) */
+    int64_t counted_sent = 0;   /* when they were set */
     for (;;) {
         unsigned seq = dlock__wait_seq(w);
-        int64_t sent = have_first ? created_at : dlock__now_ms();
+        int64_t sent = counted_first ? counted_sent : have_first ? created_at : dlock__now_ms();
         dlock__waitset_set_key(&zb->waiters, w, NULL); /* pred is about to be freed */
         free(pred);
         free(holder);
-        struct zk_queue_look look = {
-            .lockpath = lockpath, .mine = mine, .given = have_first ? &first : NULL, .until = until};
-        int rc = dlock__zk_queue_position(zb, s, &look);
+        struct String_vector sorted = {0, NULL};
+        struct zk_queue_look look = {.lockpath = lockpath,
+                                     .mine = mine,
+                                     .given = have_first ? &first : NULL,
+                                     .keep = try_once ? NULL : &sorted,
+                                     .until = until};
+        /* no look when the count said it: pos 0, no marker listed (none made since) */
+        int rc = counted_first ? ZOK : dlock__zk_queue_position(zb, s, &look);
+        counted_first = false;
         int pos = look.out.pos;
         pred = look.out.pred;
         holder = look.out.holder;
@@ -599,22 +611,38 @@ restart:
                              h->name, lockpath, holder ? holder : "?");
             goto out_delete;
         }
-        /* Watch only our predecessor; if it is already gone, look again. */
-        dlock__waitset_set_key(&zb->waiters, w, pred);
-        struct Stat st;
-        rc = dlock__zk_rq_exists(zb, s->zh, pred, dlock__zk_watcher, s, &st, until);
-        if (rc == ZNONODE)
-            continue;
-        if (rc != ZOK && !dlock__zk_rc_transient(rc) && !dlock__zk_rc_session_gone(rc)) {
-            err = dlock__zk_fail(zb, rc, "watch", pred);
-            goto out_delete;
-        }
-        /* Sleep until the predecessor goes, the session changes, or a
-         * session timeout passes (safety net for a lost notification). */
         pthread_mutex_lock(&zb->mu); /* the watcher writes it on each connect */
         int64_t timeout = s->timeout_ms > 0 ? s->timeout_ms : zb->c->opts.lease_ms;
         pthread_mutex_unlock(&zb->mu);
-        int r = dlock__wait_sleep(w, seq, dlock__now_ms() + (rc == ZOK ? timeout : 200));
+        /* Few nodes ahead (and no lock-delay marker to read): watch them
+         * all and learn from their deletions that ours is first. */
+        struct zk_ahead *ahead = NULL;
+        if (!look.out.marker && sorted.count) {
+            struct zk_ahead_view v = {
+                .lockpath = lockpath, .mine = mine, .kids = sorted.data, .pos = pos};
+            ahead = dlock__zk_ahead_watch(zb, s, &v, w, until);
+        }
+        deallocate_String_vector(&sorted);
+        int r;
+        if (ahead) {
+            r = dlock__zk_ahead_wait(zb, ahead, timeout, &counted_first);
+            counted_sent = ahead->sent;
+            dlock__zk_ahead_free(zb, ahead);
+        } else {
+            /* Watch only our predecessor; if it is already gone, look again. */
+            dlock__waitset_set_key(&zb->waiters, w, pred);
+            struct Stat st;
+            rc = dlock__zk_rq_exists(zb, s->zh, pred, dlock__zk_watcher, s, &st, until);
+            if (rc == ZNONODE)
+                continue;
+            if (rc != ZOK && !dlock__zk_rc_transient(rc) && !dlock__zk_rc_session_gone(rc)) {
+                err = dlock__zk_fail(zb, rc, "watch", pred);
+                goto out_delete;
+            }
+            /* Sleep until the predecessor goes, the session changes, or a
+             * session timeout passes (safety net for a lost notification). */
+            r = dlock__wait_sleep(w, seq, dlock__now_ms() + (rc == ZOK ? timeout : 200));
+        }
         if (r == DLOCK_ETIMEDOUT) {
             err = dlock__err(DLOCK_ETIMEDOUT, "%s: lock '%s': timed out waiting behind node %s",
                              zb->servers, h->name, pred);

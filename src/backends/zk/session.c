@@ -230,8 +230,10 @@ void dlock__zk_watcher(zhandle_t *zh, int type, int state, const char *path, voi
                 session_lost_locked(zb, s, state);
         }
         pthread_cond_broadcast(&zb->cv);
+        dlock__zk_ahead_event_locked(zb, s, type, NULL);
         dlock__waitset_wake_all(&zb->waiters); /* let them look at the new state */
     } else if (path) {
+        dlock__zk_ahead_event_locked(zb, s, type, path);
         dlock__waitset_wake_key(&zb->waiters, path);
         note_node_event_locked(zb, path);
     }

@@ -31,8 +31,10 @@
  * orphans and suspects), fds.c (close-on-exec for the client library's
  * descriptors), mutex.c (the InterProcessMutex recipe, the read and
  * write acquires, and the backend table), async.c (that acquire's wait
- * cut into attempts, for a parked asynchronous acquire), rwlock.c (the
- * downgrade),
+ * cut into attempts, for a parked asynchronous acquire), ahead.c (a
+ * waiter that counts the nodes ahead of it down by their deletion
+ * events, so that it holds on the release's event without a look),
+ * rwlock.c (the downgrade),
  * inspect.c (status, force-release, list), value.c (a lock's value:
  * a child of the lock node, written in a multi guarded by the hold's
  * node), contend.c (the contended signal: a child watch on the lock
@@ -117,6 +119,7 @@ struct zk_backend {
     uint64_t node_event_seq;     /* the last event's number */
     uint64_t node_events_forgot; /* events up to this number were dropped */
     struct zk_contend *contends; /* holds watched for waiters (contend.c) */
+    struct zk_ahead *aheads;     /* waiters watching every node ahead (ahead.c) */
 };
 
 /* One node event: the hash of its path and its number. */
@@ -218,6 +221,19 @@ struct zk_create_list {
 int dlock__zk_rq_create_and_list(struct zk_backend *zb, zhandle_t *zh, struct zk_create_list *rq);
 int dlock__zk_rq_children_synced(struct zk_backend *zb, zhandle_t *zh, const char *path,
                                  struct String_vector *kids, int64_t until);
+/* Watches left on N nodes in one round trip: V[i].path gets a data
+ * watch (a getData, which leaves none on a node that is gone) or, with
+ * V[i].exists, an exists watch (left on a missing node too: its creation
+ * is the event), each for WATCHER with WATCH_CTX; V[i].rc each one's
+ * code. ZOK when every reply came, else why not (the V[i].rc not come
+ * are ZOPERATIONTIMEOUT). */
+struct zk_watch_rq {
+    const char *path;
+    bool exists;
+    int rc;
+};
+int dlock__zk_rq_watch_many(struct zk_backend *zb, zhandle_t *zh, struct zk_watch_rq *v, int n,
+                            watcher_fn watcher, void *watch_ctx, int64_t until);
 
 /* A failed request as a DLOCK_E* code with a message; the kinds of codes. */
 /* A write guarded by a node (value.c): one multi of "CHECK exists, then
@@ -363,10 +379,12 @@ int dlock__zk_acquire_at(struct zk_backend *zb, const char *lockpath, const char
 /* Where a contender stands (dlock__zk_queue_position): its node MINE
  * under LOCKPATH, the listing GIVEN with its create (NULL: none; taken
  * when it shows MINE), within UNTIL; out: its place, the node to wait
- * for and the first node. */
+ * for and the first node; KEEP (may be NULL) gets the sorted lock nodes
+ * when ours is not first (caller frees), for the watches ahead
+ * (ahead.c). */
 struct zk_queue_look {
     const char *lockpath, *mine;
-    struct String_vector *given;
+    struct String_vector *given, *keep;
     int64_t until;
     struct {
         int pos;      /* 0: ours, else our index */
@@ -475,6 +493,58 @@ int dlock__zk_inspect(void *state, const char *name, struct dlock_info *info);
 int dlock__zk_check(void *state, const char *name, struct dlock__check_view *view);
 int dlock__zk_force_release(void *state, const char *name);
 int dlock__zk_list(void *state, const char *pattern, dlock_list_fn fn, void *arg);
+
+/* --------------------------------------------------------------- ahead.c */
+
+/* At most this many nodes ahead are watched one by one; a waiter behind
+ * more watches only its predecessor and looks again when it goes. */
+#define ZK_AHEAD_MAX 16
+
+/* A waiter that watches every node ahead of its own (the nodes that keep
+ * it out: every lock node before it, or for a reader the writers), its
+ * own node and the lock-delay marker's path: sequence numbers only grow,
+ * so no node can come ahead later, and when the deletion events have
+ * taken them all the waiter is first without a look. Registered in
+ * zb->aheads; its fields after the registration are guarded by zb->mu. */
+struct zk_ahead {
+    struct zk_ahead *next;
+    struct zk_session *s;
+    struct dlock__wait *w;
+    char **paths;  /* the nodes ahead, full paths */
+    bool *gone;    /* paths[i]'s deletion seen */
+    int n, left;   /* how many; how many not yet gone */
+    const char *mine; /* our node (the caller's) */
+    char *marker;  /* the lock-delay marker's path */
+    bool spoiled;  /* an event other than a deletion ahead: look again */
+    int64_t sent;  /* when the watches went out: the server heard us then */
+};
+
+/* Watch the nodes ahead of MINE that LOOK_KIDS (the listing's lock
+ * nodes, sorted, MINE at index POS) shows, for wait W on session S:
+ * NULL when there are more than ZK_AHEAD_MAX or no memory (the caller
+ * watches its predecessor alone), else the registered watcher, its
+ * requests answered (a failure among them spoils it). */
+struct zk_ahead_view {
+    const char *lockpath, *mine;
+    char *const *kids; /* names */
+    int pos;
+};
+struct zk_ahead *dlock__zk_ahead_watch(struct zk_backend *zb, struct zk_session *s,
+                                       const struct zk_ahead_view *v, struct dlock__wait *w,
+                                       int64_t until);
+/* Sleep in W until every node ahead of T is gone (*FIRST true: ours is
+ * first, counted from T's requests) or a look is needed (*FIRST false:
+ * an event spoiled T, the session changed, a safety-net TIMEOUT_MS
+ * passed without a wake, or the server was last heard too long ago).
+ * DLOCK_OK, or the sleep's DLOCK_ETIMEDOUT / DLOCK_ECANCELED. */
+int dlock__zk_ahead_wait(struct zk_backend *zb, struct zk_ahead *t, int64_t timeout_ms,
+                         bool *first);
+/* Unregister and free T (NULL: nothing). */
+void dlock__zk_ahead_free(struct zk_backend *zb, struct zk_ahead *t);
+/* The session watcher's part (zb->mu held): a node event of TYPE on PATH
+ * of session S, or (PATH NULL) a session event of S. */
+void dlock__zk_ahead_event_locked(struct zk_backend *zb, struct zk_session *s, int type,
+                                  const char *path);
 
 /* ------------------------------------------------------------- delay.c */
 

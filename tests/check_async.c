@@ -1117,6 +1117,41 @@ TU_TEST_IN(zk, readers_share_while_a_writer_parks, 60)
     contended_close(&x);
 }
 
+/* Readers parked behind a writer (each its own client, each waiting for
+ * the writer's node alone): its release hands the lock to both at once. */
+TU_TEST_IN(zk, parked_readers_share_once_the_writer_goes, 60)
+{
+    struct contended x;
+    contended_open(&x, zk_url(), "rd", true);
+    dlock_client *c2 = zk_client();
+    dlock_lock *r1, *r2;
+    ck_assert_int_eq(dlock_lock_new(x.c, "rd", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED, &r1),
+                     DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_new(c2, "rd", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED, &r2),
+                     DLOCK_OK);
+    struct done_log d1 = {0}, d2 = {0};
+    ck_assert_int_eq(dlock_acquire_async(r1, DLOCK_FOREVER, NULL, on_done, &d1), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(r2, DLOCK_FOREVER, NULL, on_done, &d2), DLOCK_OK);
+    zk_queued(x.other, "rd", 2);
+    ck_assert(!pump_until(x.c, &d1.n, 1, 300)); /* the writer holds */
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d1.n, 1, 20000));
+    ck_assert(pump_until(c2, &d2.n, 1, 20000));
+    ck_assert_msg(d1.rc[0] == DLOCK_OK && d2.rc[0] == DLOCK_OK, "%d: %s; %d: %s", d1.rc[0],
+                  d1.msg[0], d2.rc[0], d2.msg[0]);
+    ck_assert_uint_eq(dlock_hold_count(r1), 1);
+    ck_assert_uint_eq(dlock_hold_count(r2), 1);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(r1), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(r2), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    dlock_lock_free(r1);
+    dlock_lock_free(r2);
+    dlock_client_close(c2);
+    contended_close(&x);
+}
+
 #define ZK_PARKED 40
 
 /* Close with acquires parked (one client, ZK_PARKED names held by another

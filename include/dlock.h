@@ -1474,6 +1474,45 @@ typedef void (*dlock_multi_lost_fn)(dlock_multi *m, dlock_lock *member, const ch
                                     void *arg);
 DLOCK_EXTERN int dlock_multi_on_lost(dlock_multi *m, dlock_multi_lost_fn fn, void *arg);
 
+/* Asynchronous multi-locks (the rules of "asynchronous calls" above):
+ * the completion of an asynchronous call through M. RC is what the
+ * blocking call would have returned, its message (naming the member that
+ * failed) dlock_errmsg() in the callback; dlock_multi_held(M) and the
+ * members (dlock_multi_lock()) are readable there. Runs in the thread
+ * calling dlock_dispatch() on M's client, or in dlock_client_close()'s;
+ * it may start the next call through M, release, or free M. */
+typedef void (*dlock_multi_done_fn)(dlock_multi *m, int rc, void *arg);
+
+/* dlock_multi_acquire() without blocking: start taking every member of
+ * M, with its rules (the one request where the backend has it, then
+ * member by member in the canonical order, all or nothing, WAIT_MS over
+ * the whole set, CANCEL, a member lost meanwhile taken again). Each
+ * member waits through its own asynchronous acquire, so the set holds no
+ * thread while it waits wherever a lock's wait parks
+ * (dlock_acquire_async()). DONE(M, rc, ARG) comes once with
+ * dlock_multi_acquire()'s codes (DLOCK_ECANCELED also when the client
+ * closes meanwhile); after any failure nothing of the set is held, as
+ * there. Returns DLOCK_OK (started); DLOCK_EINVAL (M or DONE NULL, a bad
+ * WAIT_MS); DLOCK_ENOTSUP (a wait, WAIT_MS != 0, on a backend whose
+ * waits cannot park: the message names it); DLOCK_EMISUSE (M held
+ * already; after close or fork); DLOCK_EBUSY (an asynchronous call
+ * through M has not had its callback yet); DLOCK_ECANCELED (CANCEL fired
+ * already); DLOCK_ENOMEM; DLOCK_EIO (no eventfd, no pool thread). On
+ * failure nothing was started and no callback runs. One call through M
+ * at a time, blocking or not (dlock_multi_acquire() and
+ * dlock_multi_release() meanwhile: DLOCK_EBUSY); free M only when no
+ * asynchronous call through it waits for its callback (from the
+ * callback is fine). Threads: any; DONE as dlock_multi_done_fn says. */
+DLOCK_EXTERN int dlock_multi_acquire_async(dlock_multi *m, int64_t wait_ms, dlock_cancel *cancel,
+                                           dlock_multi_done_fn done, void *arg);
+
+/* dlock_multi_release() on a pool thread: DONE(M, rc, ARG) comes with
+ * its codes. Returns DLOCK_OK (started); DLOCK_EINVAL (M or DONE NULL);
+ * DLOCK_ENOTOWNER (M holds nothing); DLOCK_EBUSY (as above);
+ * DLOCK_EMISUSE (after close or fork); DLOCK_ENOMEM; DLOCK_EIO. On
+ * failure nothing was started and M is unchanged. Threads: any. */
+DLOCK_EXTERN int dlock_multi_release_async(dlock_multi *m, dlock_multi_done_fn done, void *arg);
+
 /* ---------------------------------------------------- observing a client */
 
 /* Levels of the log hook, most severe first. */

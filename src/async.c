@@ -21,6 +21,12 @@
  * cancels what runs or waits, waits for the pool to finish it all, and
  * delivers the rest itself, so no callback runs after close returns.
  *
+ * The core composes its other asynchronous calls (multi-locks,
+ * semaphores) from two pieces at the end of this file: a job, a call of
+ * the core's run on the pool whose completion comes through the same
+ * queue, and an acquire whose end runs a continuation on its pool thread
+ * instead of queuing a completion (internal.h, "jobs").
+ *
  * Locks: the client's mutex (c->mu) before the async state's (a->mu),
  * never the other way; a wait's own mutex is not held when its hook runs.
  * The parked ops' times are found by the timer thread's scan of the
@@ -49,7 +55,7 @@
 #define POOL_MAX 16
 #define STALL_MS 100
 
-enum op_kind { OP_ACQUIRE, OP_RELEASE };
+enum op_kind { OP_ACQUIRE, OP_RELEASE, OP_JOB };
 enum op_state { OP_RUNNABLE, OP_RUNNING, OP_PARKED, OP_DONE };
 
 struct op {
@@ -57,6 +63,8 @@ struct op {
     struct dlock__async *a;
     dlock_lock *l; /* NULL once the handle was freed before delivery */
     dlock_done_fn done;
+    dlock__then_fn then;    /* an acquire of a job: run at its end in place of DONE */
+    struct dlock__job *job; /* OP_JOB: the core's call it runs */
     void *arg;
     enum op_kind kind;
     enum op_state state; /* under a->mu */
@@ -202,6 +210,32 @@ static void op_free(struct op *op)
     free(op);
 }
 
+/* Acquire OP of a job ended with RC: DONE and out of the ops at once, as
+ * no dispatch delivers it (a->mu not held); then_run() frees it. */
+static void op_retire(struct op *op, int rc)
+{
+    struct dlock__async *a = op->a;
+    pthread_mutex_lock(&a->mu);
+    op->rc = rc;
+    op->state = OP_DONE;
+    all_unlink(a, op);
+    pthread_cond_broadcast(&a->idle_cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* Run retired OP's continuation on this pool thread, with its outcome's
+ * message (the thread's now), and free it first: the continuation may
+ * start the next acquire of its handle. */
+static void then_run(struct op *op)
+{
+    dlock__then_fn then = op->then;
+    dlock_lock *l = op->l;
+    void *arg = op->arg;
+    int rc = op->rc;
+    op_free(op);
+    then(l, rc, arg);
+}
+
 /* -------------------------------------------------------------- attempts */
 
 /* The end of acquire OP with RC: the backend's wake-up undone, the hold
@@ -231,8 +265,16 @@ static void acquire_end(struct op *op, int rc)
     rc = dlock__acquire_outcome(e, rc, op->wait_ms, op->w.delay_until);
     /* DONE before c->mu is dropped: end_ops(), which cancels the ops it
      * saw not DONE under c->mu, never touches one a dispatch may free. */
-    op_finish(op, rc);
+    bool then = op->then != NULL; /* a finished op may be freed by a dispatch */
+    if (then) {
+        l->async_call = false; /* the continuation may start the next call */
+        op_retire(op, rc);
+    } else {
+        op_finish(op, rc);
+    }
     pthread_mutex_unlock(&c->mu);
+    if (then)
+        then_run(op);
 }
 
 /* Park OP after a busy attempt begun at wake count SEQ: until a wake,
@@ -294,6 +336,17 @@ static void release_step(struct op *op)
     op_finish(op, dlock_release(op->l));
 }
 
+/* A job's run: its end, or nothing more here when it goes on in the
+ * acquires it started (their continuation ends it: OP may be freed
+ * by then, so it is not touched again). */
+static void job_step(struct op *op)
+{
+    dlock__msg_clear();
+    int rc = op->job->run(op->job);
+    if (rc != DLOCK__LATER)
+        op_finish(op, rc);
+}
+
 /* A pool thread: runs runnable ops. */
 static void *pool_main(void *arg)
 {
@@ -308,8 +361,10 @@ static void *pool_main(void *arg)
             pthread_mutex_unlock(&a->mu);
             if (op->kind == OP_ACQUIRE)
                 acquire_step(op);
-            else
+            else if (op->kind == OP_RELEASE)
                 release_step(op);
+            else
+                job_step(op);
             pthread_mutex_lock(&a->mu);
             a->busy--;
             continue;
@@ -419,10 +474,10 @@ static int async_get(dlock_client *c, struct dlock__async **out)
 
 /* The checks every start call makes of L and DONE; C's async state into
  * *A (c->mu held on success only). */
-static int start_enter(dlock_lock *l, dlock_done_fn done, const char *fn, struct dlock__async **a)
+static int start_enter(dlock_lock *l, bool has_done, const char *fn, struct dlock__async **a)
 {
     dlock__msg_clear();
-    if (!l || !done)
+    if (!l || !has_done)
         return dlock__err(DLOCK_EINVAL, "%s: NULL argument", fn);
     int rc = dlock__check_client(l->c);
     if (rc)
@@ -461,7 +516,9 @@ static struct op *op_new(dlock_lock *l, struct dlock__async *a, enum op_kind kin
 }
 
 /* Hand OP to the pool (or, DONE, to the completion queue: in the same
- * a->mu section, so end_ops() never sees it not DONE). */
+ * a->mu section, so end_ops() never sees it not DONE). Called with c->mu
+ * held, in the section that found the client not closing: once a close
+ * has begun no op joins, so the ops end_ops() collects are all there are. */
 static void op_start(struct dlock__async *a, struct op *op, bool done)
 {
     pthread_mutex_lock(&a->mu);
@@ -476,49 +533,63 @@ static void op_start(struct dlock__async *a, struct op *op, bool done)
     pthread_mutex_unlock(&a->mu);
 }
 
-int dlock_acquire_async(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dlock_done_fn done,
-                        void *arg)
+int dlock__async_can_wait(const dlock_lock *l, int64_t wait_ms, const char *what)
 {
-    dlock__msg_clear();
-    if (l && wait_ms < 0 && wait_ms != DLOCK_FOREVER)
+    if (wait_ms < 0 && wait_ms != DLOCK_FOREVER)
         return dlock__err(DLOCK_EINVAL,
-                          "lock '%s': wait of %lld ms: a wait is DLOCK_TRY (0), a number of ms, "
+                          "%s: wait of %lld ms: a wait is DLOCK_TRY (0), a number of ms, "
                           "or DLOCK_FOREVER (-1)",
-                          l->e->name, (long long)wait_ms);
-    if (l && wait_ms != 0 && !l->c->be->locks->try_armed)
+                          what, (long long)wait_ms);
+    if (wait_ms != 0 && !l->c->be->locks->try_armed)
         return dlock__err(DLOCK_ENOTSUP,
-                          "lock '%s': the %s backend cannot park a waiting acquire yet (an "
-                          "asynchronous acquire there is DLOCK_TRY only: use dlock_acquire() in "
+                          "%s: the %s backend cannot park a waiting acquire yet (an "
+                          "asynchronous acquire there is DLOCK_TRY only: use the blocking call in "
                           "a thread to wait)",
-                          l->e->name, l->c->be->name);
-    if (dlock_cancel_fired(cancel))
-        return dlock__err(DLOCK_ECANCELED, "lock '%s': canceled before the acquire began",
-                          l ? l->e->name : "?");
+                          what, l->c->be->name);
+    return DLOCK_OK;
+}
+
+/* What an acquire op starts with: DONE or THEN (the other NULL), ARG. */
+struct acquire_req {
+    int64_t wait_ms;
+    dlock_cancel *cancel;
+    dlock_done_fn done;
+    dlock__then_fn then;
+    void *arg;
+};
+
+/* Start acquire R through L (checked by the caller: wait, cancel). */
+static int acquire_start(dlock_lock *l, const struct acquire_req *r, const char *fn)
+{
     struct dlock__async *a;
-    int rc = start_enter(l, done, "dlock_acquire_async", &a);
+    int rc = start_enter(l, r->done || r->then, fn, &a);
     if (rc)
         return rc;
     dlock_client *c = l->c;
-    struct op *op = op_new(l, a, OP_ACQUIRE, dlock__deadline(wait_ms));
+    struct op *op = op_new(l, a, OP_ACQUIRE, dlock__deadline(r->wait_ms));
     if (!op) {
         pthread_mutex_unlock(&c->mu);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
-    op->done = done;
-    op->arg = arg;
-    op->wait_ms = wait_ms;
+    op->done = r->done;
+    op->then = r->then;
+    op->arg = r->arg;
+    op->wait_ms = r->wait_ms;
     struct dlock__hold *held = dlock__hold_of(l->e, l->owner);
-    if (held) { /* re-entry: no request, the completion is queued at once */
+    if (held && r->then) /* a job's member is never held when it starts */
+        rc = dlock__err(DLOCK_EMISUSE, "lock '%s': held already", l->e->name);
+    else if (held) /* re-entry: no request, the completion is queued at once */
         rc = dlock__reenter(l, held);
+    if (held) {
         l->async_call = !rc;
+        if (!rc)
+            op_start(a, op, true);
         pthread_mutex_unlock(&c->mu);
-        if (rc) {
+        if (rc)
             op_free(op);
-            return rc;
-        }
-        op_start(a, op, true);
-        return DLOCK_OK;
+        return rc;
     }
+    dlock_cancel *cancel = r->cancel;
     if (cancel && (rc = dlock__cancel_attach(cancel, &op->cref))) {
         pthread_mutex_unlock(&c->mu);
         op_free(op);
@@ -545,32 +616,49 @@ int dlock_acquire_async(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dl
     op->ref.next = l->waits;
     l->waits = &op->ref;
     l->async_call = true;
-    pthread_mutex_unlock(&c->mu);
     op_start(a, op, false);
+    pthread_mutex_unlock(&c->mu);
     return DLOCK_OK;
+}
+
+int dlock_acquire_async(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dlock_done_fn done,
+                        void *arg)
+{
+    dlock__msg_clear();
+    if (l) {
+        char what[DLOCK__MSG_MAX];
+        snprintf(what, sizeof what, "lock '%s'", l->e->name);
+        int rc = dlock__async_can_wait(l, wait_ms, what);
+        if (rc)
+            return rc;
+    }
+    if (dlock_cancel_fired(cancel))
+        return dlock__err(DLOCK_ECANCELED, "lock '%s': canceled before the acquire began",
+                          l ? l->e->name : "?");
+    struct acquire_req r = {wait_ms, cancel, done, NULL, arg};
+    return acquire_start(l, &r, "dlock_acquire_async");
 }
 
 int dlock_release_async(dlock_lock *l, dlock_done_fn done, void *arg)
 {
     struct dlock__async *a;
-    int rc = start_enter(l, done, "dlock_release_async", &a);
+    int rc = start_enter(l, done != NULL, "dlock_release_async", &a);
     if (rc)
         return rc;
     dlock_client *c = l->c;
     struct op *op = NULL;
-    if (!dlock__hold_of(l->e, l->owner))
+    if (!dlock__hold_of(l->e, l->owner)) {
         rc = dlock__not_held(l);
-    else if (!(op = op_new(l, a, OP_RELEASE, DLOCK__NEVER)))
+    } else if (!(op = op_new(l, a, OP_RELEASE, DLOCK__NEVER))) {
         rc = dlock__err(DLOCK_ENOMEM, "out of memory");
-    else
+    } else {
         l->async_call = true;
+        op->done = done;
+        op->arg = arg;
+        op_start(a, op, false);
+    }
     pthread_mutex_unlock(&c->mu);
-    if (rc)
-        return rc;
-    op->done = done;
-    op->arg = arg;
-    op_start(a, op, false);
-    return DLOCK_OK;
+    return rc;
 }
 
 int dlock_client_fd(dlock_client *c)
@@ -597,6 +685,12 @@ int dlock_client_fd(dlock_client *c)
 /* Run OP's callback and free it (a->mu not held). */
 static void deliver(struct op *op)
 {
+    if (op->kind == OP_JOB) {
+        dlock__err(op->rc, "%s", op->msg);
+        op->job->deliver(op->job, op->rc);
+        op_free(op);
+        return;
+    }
     if (op->l) { /* the handle takes calls again, from its callback too */
         pthread_mutex_lock(&op->l->c->mu);
         op->l->async_call = false;
@@ -758,4 +852,53 @@ void dlock__async_free(dlock_client *c)
     pthread_mutex_destroy(&a->mu);
     free(a);
     c->async = NULL;
+}
+
+/* ------------------------------------------------------------------ jobs */
+
+/* J's op, started on C's pool in the section that finds C not closing. */
+int dlock__job_start(dlock_client *c, struct dlock__job *j)
+{
+    struct dlock__async *a;
+    pthread_mutex_lock(&c->mu);
+    int rc = async_get(c, &a);
+    struct op *op = rc ? NULL : op_new(NULL, a, OP_JOB, DLOCK__NEVER);
+    if (!rc && !op)
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    if (op) {
+        op->job = j;
+        j->op = op;
+        op_start(a, op, false);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void dlock__job_end(struct dlock__job *j, int rc)
+{
+    op_finish(j->op, rc);
+}
+
+int dlock__acquire_then(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dlock__then_fn then,
+                        void *arg)
+{
+    struct acquire_req r = {wait_ms, cancel, NULL, then, arg};
+    int rc = acquire_start(l, &r, "an asynchronous call's member");
+    if (rc == DLOCK_EMISUSE && dlock__async_closing(l->c))
+        rc = dlock__err(DLOCK_ECANCELED, "lock '%s': the client is closing", l->e->name);
+    return rc;
+}
+
+bool dlock__async_closing(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    struct dlock__async *a = c->async;
+    bool closing = false;
+    if (a) {
+        pthread_mutex_lock(&a->mu);
+        closing = a->closing;
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return closing;
 }

@@ -153,6 +153,42 @@ void dlock__async_close(dlock_client *c);
 void dlock__async_free(dlock_client *c);
 void dlock__async_forget(dlock_lock *l);
 
+/* Asynchronous calls the core composes (multi.c, semaphore.c): async.c's
+ * jobs. A job is a call run on the client's pool: RUN(J) on a pool
+ * thread returns its code -- the thread's message goes with it -- or
+ * DLOCK__LATER when it goes on in member acquires it started with
+ * dlock__acquire_then(), one of whose continuations ends it with
+ * dlock__job_end(J, RC) (J is not touched by RUN after it returns
+ * that). The completion then runs DELIVER(J, RC) once, in
+ * dlock_dispatch() or the client's close, with RC's message as the
+ * thread's: DELIVER calls the user's callback and frees J. A close
+ * waits for every job to end: the member acquires are canceled, and a
+ * member acquire started after the close began is refused
+ * (DLOCK_ECANCELED, "the client is closing").
+ * dlock__job_start(): DLOCK_OK (started), DLOCK_EMISUSE (closing,
+ * closed), DLOCK_ENOMEM, DLOCK_EIO.
+ * dlock__acquire_then(): dlock_acquire_async() of handle-owned L that
+ * holds nothing yet, whose end runs THEN(L, rc, ARG) on the pool thread
+ * that ended it (no lock held, L's next call allowed, the outcome's
+ * message the thread's) instead of queuing a completion; its start
+ * codes are dlock_acquire_async()'s.
+ * dlock__async_can_wait(): DLOCK_EINVAL for a bad WAIT_MS, DLOCK_ENOTSUP
+ * when the backend of L cannot park a wait (WAIT_MS != 0), each message
+ * beginning with WHAT. */
+#define DLOCK__LATER 1
+struct dlock__job {
+    int (*run)(struct dlock__job *j);
+    void (*deliver)(struct dlock__job *j, int rc);
+    void *op; /* async.c's */
+};
+typedef void (*dlock__then_fn)(dlock_lock *l, int rc, void *arg);
+int dlock__job_start(dlock_client *c, struct dlock__job *j);
+void dlock__job_end(struct dlock__job *j, int rc);
+int dlock__acquire_then(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dlock__then_fn then,
+                        void *arg);
+int dlock__async_can_wait(const dlock_lock *l, int64_t wait_ms, const char *what);
+bool dlock__async_closing(dlock_client *c);
+
 unsigned dlock__hash(const char *s);
 /* Free an entry taken out of the registry (client closing). */
 void dlock__entry_free(struct dlock__entry *e);

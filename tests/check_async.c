@@ -764,6 +764,259 @@ static void loop_acquired(dlock_lock *l, int rc, void *arg)
 }
 #endif
 
+/* -------------------------------------------- asynchronous multi-locks */
+
+/* What multi-lock completions came: their multi-locks and codes. */
+struct multi_log {
+    int n;
+    dlock_multi *m[LOG_MAX];
+    int rc[LOG_MAX];
+    char msg[LOG_MAX][256];
+};
+
+static void on_multi_done(dlock_multi *m, int rc, void *arg)
+{
+    struct multi_log *d = arg;
+    ck_assert_int_lt(d->n, LOG_MAX);
+    d->m[d->n] = m;
+    d->rc[d->n] = rc;
+    snprintf(d->msg[d->n], sizeof d->msg[0], "%s", dlock_errmsg());
+    d->n++;
+}
+
+static dlock_multi *multi_of(dlock_client *c, const char *a, const char *b, const char *cc)
+{
+    const char *names[] = {a, b, cc};
+    dlock_multi *m;
+    ck_assert_int_eq(dlock_multi_new(c, names, 3, DLOCK_EXCLUSIVE, 0, &m), DLOCK_OK);
+    return m;
+}
+
+/* Whether another client can take NAME now (and gives it back). */
+static bool free_elsewhere(dlock_client *other, const char *name)
+{
+    dlock_lock *l;
+    ck_assert_int_eq(dlock_lock_new(other, name, DLOCK_EXCLUSIVE, 0, &l), DLOCK_OK);
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    if (!rc)
+        ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    return rc == DLOCK_OK;
+}
+
+/* Whether NAME is free elsewhere within 10 s: after a cancel the members
+ * go back through the keeper (dlock_multi_acquire(3)), a moment later. */
+static bool freed_soon(dlock_client *other, const char *name)
+{
+    for (int i = 0; i < 1000; i++) {
+        if (free_elsewhere(other, name))
+            return true;
+        tu_sleep_ms(10);
+    }
+    return false;
+}
+
+/* On file, where nothing parks: a try takes the whole set, and a set
+ * with a member held elsewhere is DLOCK_EBUSY with nothing kept; the
+ * refusals of the start call. */
+TU_TEST(multi_try_on_file, 30)
+{
+    struct contended x;
+    contended_open(&x, url, "mc", false);
+    dlock_multi *m = multi_of(x.c, "mc", "ma", "mb");
+    struct multi_log d = {0};
+    ck_assert_int_eq(dlock_multi_acquire_async(m, DLOCK_TRY, NULL, on_multi_done, &d), DLOCK_OK);
+    ck_assert_int_eq(dlock_multi_acquire_async(m, DLOCK_TRY, NULL, on_multi_done, &d), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_multi_acquire(m, DLOCK_TRY, NULL), DLOCK_EBUSY);
+    ck_assert(pump_until(x.c, &d.n, 1, 10000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_ptr_eq(d.m[0], m);
+    ck_assert_int_eq(dlock_multi_held(m), 1);
+    ck_assert(!free_elsewhere(x.other, "ma") && !free_elsewhere(x.other, "mc"));
+    ck_assert_int_eq(dlock_multi_acquire_async(m, DLOCK_TRY, NULL, on_multi_done, &d),
+                     DLOCK_EMISUSE);
+    ck_assert_int_eq(dlock_multi_release_async(m, on_multi_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 2, 10000));
+    ck_assert_int_eq(d.rc[1], DLOCK_OK);
+    ck_assert_int_eq(dlock_multi_held(m), 0);
+    ck_assert_int_eq(dlock_multi_release_async(m, on_multi_done, &d), DLOCK_ENOTOWNER);
+
+    /* "mc", the last member, held elsewhere: busy, "ma" and "mb" not kept */
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_multi_acquire_async(m, DLOCK_TRY, NULL, on_multi_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 3, 10000));
+    ck_assert_msg(d.rc[2] == DLOCK_EBUSY, "%d: %s", d.rc[2], d.msg[2]);
+    ck_assert_ptr_nonnull(strstr(d.msg[2], "'mc'"));
+    ck_assert_int_eq(dlock_multi_held(m), 0);
+    ck_assert(free_elsewhere(x.other, "ma") && free_elsewhere(x.other, "mb"));
+
+    ck_assert_int_eq(dlock_multi_acquire_async(NULL, 0, NULL, on_multi_done, &d), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_multi_acquire_async(m, 0, NULL, NULL, &d), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_multi_acquire_async(m, -5, NULL, on_multi_done, &d), DLOCK_EINVAL);
+    ck_assert_int_eq(d.n, 3);
+    dlock_multi_free(m);
+    contended_close(&x);
+}
+
+#ifdef DLOCK_HAVE_REDIS
+/* A set with a member held elsewhere waits parked (the members before it
+ * held), and is taken once that member is released; exclusion against
+ * the blocking side and against an overlapping asynchronous set. */
+TU_TEST_IN(redis, multi_waits_then_holds_all, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "mb", true);
+    dlock_multi *m = multi_of(x.c, "mc", "ma", "mb"), *m2 = multi_of(x.c, "mc", "md", "me");
+    struct multi_log d = {0};
+    ck_assert_int_eq(dlock_multi_acquire_async(m, 30000, NULL, on_multi_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(x.c, &d.n, 1, 500)); /* "mb" held elsewhere: waits */
+    ck_assert_int_eq(dlock_multi_held(m), 0);
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_multi_held(m), 1);
+    ck_assert(!free_elsewhere(x.other, "ma") && !free_elsewhere(x.other, "mb") &&
+              !free_elsewhere(x.other, "mc"));
+    /* an overlapping set ("mc") waits for this one */
+    ck_assert_int_eq(dlock_multi_acquire_async(m2, 30000, NULL, on_multi_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(x.c, &d.n, 2, 500));
+    ck_assert_int_eq(dlock_multi_release_async(m, on_multi_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 3, 20000));
+    for (int i = 1; i < 3; i++)
+        ck_assert_msg(d.rc[i] == DLOCK_OK, "%d: %s", d.rc[i], d.msg[i]);
+    ck_assert_int_eq(dlock_multi_held(m), 0);
+    ck_assert_int_eq(dlock_multi_held(m2), 1);
+    ck_assert(free_elsewhere(x.other, "ma") && !free_elsewhere(x.other, "mc"));
+    ck_assert_int_eq(dlock_multi_release(m2), DLOCK_OK);
+    dlock_multi_free(m);
+    dlock_multi_free(m2);
+    contended_close(&x);
+}
+
+/* All or nothing: a member held elsewhere for the whole wait is the
+ * set's DLOCK_ETIMEDOUT, naming it, and the members taken before it
+ * ("ma", "mb") are not kept. */
+TU_TEST_IN(redis, multi_timeout_keeps_nothing, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "mc", true);
+    dlock_multi *m = multi_of(x.c, "mc", "ma", "mb");
+    struct multi_log d = {0};
+    int64_t t0 = tu_mono_ms();
+    ck_assert_int_eq(dlock_multi_acquire_async(m, 400, NULL, on_multi_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_int_ge(tu_mono_ms() - t0, 400);
+    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_ptr_nonnull(strstr(d.msg[0], "'mc'"));
+    ck_assert_int_eq(dlock_multi_held(m), 0);
+    for (size_t k = 0; k < dlock_multi_count(m); k++)
+        ck_assert_uint_eq(dlock_hold_count(dlock_multi_lock(m, k)), 0);
+    ck_assert(freed_soon(x.other, "ma") && freed_soon(x.other, "mb"));
+    dlock_multi_free(m);
+    contended_close(&x);
+}
+
+/* A parked set canceled by its cancel object: DLOCK_ECANCELED, nothing
+ * kept, and the same multi-lock is taken afterwards. */
+TU_TEST_IN(redis, multi_cancel_while_parked, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "mc", true);
+    dlock_multi *m = multi_of(x.c, "mc", "ma", "mb");
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct multi_log d = {0};
+    ck_assert_int_eq(dlock_multi_acquire_async(m, DLOCK_FOREVER, k, on_multi_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(x.c, &d.n, 1, 500));
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_ECANCELED, "%d: %s", d.rc[0], d.msg[0]);
+    for (size_t i = 0; i < dlock_multi_count(m); i++)
+        ck_assert_uint_eq(dlock_hold_count(dlock_multi_lock(m, i)), 0);
+    ck_assert(freed_soon(x.other, "ma") && freed_soon(x.other, "mb"));
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_multi_acquire_async(m, 20000, NULL, on_multi_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 2, 20000));
+    ck_assert_msg(d.rc[1] == DLOCK_OK, "%d: %s", d.rc[1], d.msg[1]);
+    dlock_multi_free(m); /* releases the held set */
+    ck_assert(free_elsewhere(x.other, "mc"));
+    dlock_cancel_free(k);
+    contended_close(&x);
+}
+
+/* Close with sets in flight (parked on a member, or queued behind it):
+ * each completes exactly once, during the close, with DLOCK_ECANCELED;
+ * nothing of them is kept. */
+TU_TEST_IN(redis, multi_close_ends_each_once, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "mc", true);
+    dlock_multi *ms[4];
+    struct multi_log d = {0};
+    const char *own[] = {"own0", "own1", "own2", "own3"};
+    for (int i = 0; i < 4; i++) {
+        ms[i] = multi_of(x.c, "mc", i % 2 ? "ma" : "mz", own[i]);
+        ck_assert_int_eq(dlock_multi_acquire_async(ms[i], DLOCK_FOREVER, NULL, on_multi_done, &d),
+                         DLOCK_OK);
+    }
+    ck_assert(!pump_until(x.c, &d.n, 1, 500));
+    dlock_client_close(x.c);
+    ck_assert_int_eq(d.n, 4);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(d.rc[i] == DLOCK_ECANCELED, "%d: %s", d.rc[i], d.msg[i]);
+        for (int j = 0; j < i; j++)
+            ck_assert_ptr_ne(d.m[i], d.m[j]);
+    }
+    ck_assert(freed_soon(x.other, "ma") && freed_soon(x.other, "mz"));
+    for (int i = 0; i < 4; i++)
+        dlock_multi_free(ms[i]);
+    ck_assert_int_eq(d.n, 4);
+    dlock_lock_free(x.rival);
+    dlock_client_close(x.other);
+}
+
+/* Callbacks that go on: each acquire's callback starts the release,
+ * whose callback starts the next acquire, then frees the set. */
+struct multi_chain {
+    dlock_multi *m;
+    int rounds, bad, done;
+};
+
+static void multi_chain_released(dlock_multi *m, int rc, void *arg);
+
+static void multi_chain_acquired(dlock_multi *m, int rc, void *arg)
+{
+    struct multi_chain *ch = arg;
+    ch->bad += rc != DLOCK_OK || !dlock_multi_held(m);
+    ch->bad += dlock_multi_release_async(m, multi_chain_released, ch) != DLOCK_OK;
+}
+
+static void multi_chain_released(dlock_multi *m, int rc, void *arg)
+{
+    struct multi_chain *ch = arg;
+    ch->bad += rc != DLOCK_OK;
+    if (++ch->rounds < 5) {
+        ch->bad += dlock_multi_acquire_async(m, 20000, NULL, multi_chain_acquired, ch) != DLOCK_OK;
+        return;
+    }
+    dlock_multi_free(m);
+    ch->done = 1;
+}
+
+TU_TEST_IN(redis, multi_callbacks_start_the_next, 60)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    struct multi_chain ch = {multi_of(c, "q1", "q2", "q3"), 0, 0, 0};
+    ck_assert_int_eq(dlock_multi_acquire_async(ch.m, 20000, NULL, multi_chain_acquired, &ch),
+                     DLOCK_OK);
+    ck_assert(pump_until(c, &ch.done, 1, 30000));
+    ck_assert_int_eq(ch.rounds, 5);
+    ck_assert_int_eq(ch.bad, 0);
+    dlock_client_close(c);
+}
+#endif
+
 #if defined DLOCK_HAVE_REDIS && defined DLOCK_HAVE_LIBUV
 struct uv_test {
     uv_timer_t tick;

@@ -1,8 +1,10 @@
 /* check_async.c -- the asynchronous calls (src/async.c): acquires that
  * wait without a thread, completions through dlock_client_fd() and
  * dlock_dispatch(), exactly once each, the close and free rules; on the
- * file backend (a try, and the refusal of a wait it cannot park) and on
- * a real redis-server (parked waits woken by release messages). Each
+ * file backend (a try, and the refusal of a wait it cannot park), on
+ * a real redis-server (parked waits woken by release messages) and on a
+ * real etcd (parked waits woken by watches, keeping their place in the
+ * queue). Each
  * test runs in its own process with a time limit; the only times
  * checked are lower bounds or generous ones.
  */
@@ -24,6 +26,9 @@
 #endif
 #ifdef DLOCK_HAVE_ZK
 #include "fixture_zk.h"
+#endif
+#ifdef DLOCK_HAVE_ETCD
+#include "fixture_etcd.h"
 #endif
 #ifdef DLOCK_HAVE_LIBUV
 #include "dlock/adapters/libuv.h"
@@ -96,10 +101,12 @@ static int threads_now(void)
 struct contended {
     dlock_client *c, *other;
     dlock_lock *rival;
+    char *url; /* the server's, when the frame made it (freed with it) */
 };
 
 static void contended_open(struct contended *x, const char *server, const char *name, bool held)
 {
+    x->url = NULL;
     ck_assert_int_eq(dlock_open(server, &x->c), DLOCK_OK);
     ck_assert_int_eq(dlock_open(server, &x->other), DLOCK_OK);
     ck_assert_int_eq(dlock_lock_new(x->other, name, DLOCK_EXCLUSIVE, 0, &x->rival), DLOCK_OK);
@@ -113,6 +120,7 @@ static void contended_close(struct contended *x)
     dlock_lock_free(x->rival);
     dlock_client_close(x->c);
     dlock_client_close(x->other);
+    free(x->url);
 }
 
 /* ------------------------------------------------------ the file backend */
@@ -331,6 +339,91 @@ TU_TEST(handle_freed_before_dispatch, 30)
     contended_close(&x);
 }
 
+/* -------------------------------------------------- on a server (any) */
+
+#if defined DLOCK_HAVE_REDIS || defined DLOCK_HAVE_ETCD
+#define PARKED 40 /* acquires parked at once in the close tests */
+
+/* C has PARKED acquires parked, logged in D: at most MORE threads were
+ * added since BEFORE threads ran; closing C completes each exactly once,
+ * during the close, with DLOCK_ECANCELED. */
+static void close_with_parked(dlock_client *c, struct done_log *d, int before, int more)
+{
+    int during = threads_now();
+    ck_assert_msg(during - before <= more, "%d threads before, %d with %d waiters parked", before,
+                  during, PARKED);
+    dlock_client_close(c);
+    ck_assert_int_eq(d->n, PARKED);
+    for (int i = 0; i < PARKED; i++) {
+        ck_assert_int_eq(d->rc[i], DLOCK_ECANCELED);
+        for (int j = 0; j < i; j++)
+            ck_assert_ptr_ne(d->l[i], d->l[j]);
+    }
+}
+
+#endif
+
+#if defined DLOCK_HAVE_REDIS || defined DLOCK_HAVE_ETCD || defined DLOCK_HAVE_ZK
+/* Whoever holds "x" (the exclusion tests) sets INSIDE while it does. */
+static atomic_int inside;
+
+struct blocking_turns {
+    const char *url;
+    int turns;
+    int rc, bad;
+};
+
+static void *blocking_main(void *arg)
+{
+    struct blocking_turns *b = arg;
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    b->rc = dlock_open(b->url, &c);
+    if (!b->rc)
+        b->rc = dlock_lock_new(c, "x", DLOCK_EXCLUSIVE, 0, &l);
+    for (int i = 0; !b->rc && i < b->turns; i++) {
+        if ((b->rc = dlock_acquire(l, 20000)))
+            break;
+        b->bad += atomic_fetch_add(&inside, 1) != 0;
+        usleep(2000);
+        atomic_fetch_sub(&inside, 1);
+        b->rc = dlock_release(l);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return NULL;
+}
+
+struct async_turns {
+    dlock_lock *l;
+    int left, done, bad;
+};
+
+static void turn_released(dlock_lock *l, int rc, void *arg);
+
+static void turn_acquired(dlock_lock *l, int rc, void *arg)
+{
+    struct async_turns *t = arg;
+    t->bad += rc != DLOCK_OK;
+    t->bad += atomic_fetch_add(&inside, 1) != 0;
+    usleep(1000);
+    atomic_fetch_sub(&inside, 1);
+    if (dlock_release_async(l, turn_released, t))
+        t->bad++;
+}
+
+static void turn_released(dlock_lock *l, int rc, void *arg)
+{
+    struct async_turns *t = arg;
+    t->bad += rc != DLOCK_OK;
+    if (--t->left == 0)
+        t->done = 1;
+    else if (dlock_acquire_async(l, 20000, NULL, turn_acquired, t))
+        t->bad++;
+}
+
+#endif
+
 /* ------------------------------------------------------------- on Redis */
 
 #ifdef DLOCK_HAVE_REDIS
@@ -512,7 +605,7 @@ TU_TEST_IN(redis, cancel_while_parked, 60)
  * once and keeps an asynchronous writer parked until it goes. */
 TU_TEST_IN(redis, shared_readers_and_a_parked_writer, 60)
 {
-    struct contended x;
+    struct contended x = {0};
     ck_assert_int_eq(dlock_open(srv.url, &x.c), DLOCK_OK);
     ck_assert_int_eq(dlock_open(srv.url, &x.other), DLOCK_OK);
     ck_assert_int_eq(dlock_lock_new(x.other, "rw", DLOCK_SHARED, 0, &x.rival), DLOCK_OK);
@@ -538,8 +631,6 @@ TU_TEST_IN(redis, shared_readers_and_a_parked_writer, 60)
     contended_close(&x);
 }
 
-#define PARKED 40
-
 /* Close with acquires parked: each completes exactly once, during the
  * close, with DLOCK_ECANCELED; the waiters held no thread meanwhile. */
 TU_TEST_IN(redis, close_ends_each_once_and_waiters_hold_no_thread, 60)
@@ -560,16 +651,7 @@ TU_TEST_IN(redis, close_ends_each_once_and_waiters_hold_no_thread, 60)
         ck_assert_int_eq(dlock_acquire_async(ls[i], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
     }
     ck_assert(!pump_until(c, &d.n, 1, 500));
-    int during = threads_now();
-    ck_assert_msg(during - before <= 2, "%d threads before, %d with %d waiters parked", before,
-                  during, PARKED);
-    dlock_client_close(c);
-    ck_assert_int_eq(d.n, PARKED);
-    for (int i = 0; i < PARKED; i++) {
-        ck_assert_int_eq(d.rc[i], DLOCK_ECANCELED);
-        for (int j = 0; j < i; j++)
-            ck_assert_ptr_ne(d.l[i], d.l[j]);
-    }
+    close_with_parked(c, &d, before, 2);
     for (int i = 0; i < PARKED; i++)
         dlock_lock_free(ls[i]);
     ck_assert_int_eq(d.n, PARKED);
@@ -620,71 +702,8 @@ TU_TEST_IN(redis, callbacks_release_free_and_start, 60)
     dlock_client_close(ch.c);
 }
 
-#endif
-
-#if defined DLOCK_HAVE_REDIS || defined DLOCK_HAVE_ZK
 /* Two asynchronous waiters and a blocking one on one name: never two
  * holders at once (INSIDE, set by whoever holds), each served. */
-static atomic_int inside;
-
-struct blocking_turns {
-    const char *url;
-    int turns;
-    int rc, bad;
-};
-
-static void *blocking_main(void *arg)
-{
-    struct blocking_turns *b = arg;
-    dlock_client *c = NULL;
-    dlock_lock *l = NULL;
-    b->rc = dlock_open(b->url, &c);
-    if (!b->rc)
-        b->rc = dlock_lock_new(c, "x", DLOCK_EXCLUSIVE, 0, &l);
-    for (int i = 0; !b->rc && i < b->turns; i++) {
-        if ((b->rc = dlock_acquire(l, 20000)))
-            break;
-        b->bad += atomic_fetch_add(&inside, 1) != 0;
-        usleep(2000);
-        atomic_fetch_sub(&inside, 1);
-        b->rc = dlock_release(l);
-    }
-    dlock_lock_free(l);
-    dlock_client_close(c);
-    return NULL;
-}
-
-struct async_turns {
-    dlock_lock *l;
-    int left, done, bad;
-};
-
-static void turn_released(dlock_lock *l, int rc, void *arg);
-
-static void turn_acquired(dlock_lock *l, int rc, void *arg)
-{
-    struct async_turns *t = arg;
-    t->bad += rc != DLOCK_OK;
-    t->bad += atomic_fetch_add(&inside, 1) != 0;
-    usleep(1000);
-    atomic_fetch_sub(&inside, 1);
-    if (dlock_release_async(l, turn_released, t))
-        t->bad++;
-}
-
-static void turn_released(dlock_lock *l, int rc, void *arg)
-{
-    struct async_turns *t = arg;
-    t->bad += rc != DLOCK_OK;
-    if (--t->left == 0)
-        t->done = 1;
-    else if (dlock_acquire_async(l, 20000, NULL, turn_acquired, t))
-        t->bad++;
-}
-
-#endif
-
-#ifdef DLOCK_HAVE_REDIS
 TU_TEST_IN(redis, exclusion_async_and_blocking, 60)
 {
     dlock_client *c;
@@ -761,6 +780,284 @@ static void loop_acquired(dlock_lock *l, int rc, void *arg)
     if (!rc)
         ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     s->done = 1;
+}
+#endif
+
+/* -------------------------------------------------------------- on etcd */
+
+#ifdef DLOCK_HAVE_ETCD
+/* One member for the case's tests, each on names of its own. A client
+ * queues its own handles on one name itself (one key per client and
+ * name), so the waiters that park side by side are on other clients or
+ * other names. */
+static struct etcdf ef;
+static bool ef_ok;
+
+static void etcd_setup(void)
+{
+    if (!(ef_ok = etcdf_start(&ef, 1)))
+        fprintf(stderr, "fixture: %s\n", ef.error);
+}
+
+static void etcd_teardown(void)
+{
+    etcdf_stop(&ef);
+}
+
+TU_CASE(etcd, etcd_setup, etcd_teardown, TU_AROUND_CASE)
+
+/* The case's URL (caller frees), with QUERY (NULL: none). */
+static char *etcd_url(const char *query)
+{
+    ck_assert_msg(ef_ok, "etcd: %s", ef.error);
+    return etcdf_url(&ef, NULL, query);
+}
+
+/* contended_open() on the case's member, the URL with QUERY (NULL: none),
+ * NAME held by the rival. */
+static void etcd_contended(struct contended *x, const char *query, const char *name)
+{
+    char *u = etcd_url(query);
+    contended_open(x, u, name, true);
+    x->url = u;
+}
+
+/* How many keys etcd holds under PREFIX. */
+static int etcd_keys(const char *prefix)
+{
+    char *out = NULL;
+    ck_assert_int_eq(etcdf_ctl(&ef, &out, NULL, "get", "--prefix", "--keys-only", prefix, NULL), 0);
+    int n = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+        n += line[0] != 0;
+    free(out);
+    return n;
+}
+
+/* Wait up to 20 s until N keys are under PREFIX: the contenders queued. */
+static bool etcd_keys_become(const char *prefix, int n)
+{
+    for (int i = 0; i < 800 && etcd_keys(prefix) != n; i++)
+        tu_sleep_ms(25);
+    return etcd_keys(prefix) == n;
+}
+
+/* A holder on another client: the asynchronous acquire waits until the
+ * release, then holds with a greater token; the blocking side is kept
+ * out until the asynchronous release. Before: DLOCK_ENOTSUP. */
+TU_TEST_IN(etcd, etcd_waits_for_a_blocking_holder, 60)
+{
+    struct contended x;
+    etcd_contended(&x, NULL, "w");
+    dlock_lock *rival = x.rival, *l = owned(x.c, "w");
+    uint64_t t1, t2;
+    ck_assert_int_eq(dlock_token(rival, &t1), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 30000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert_msg(etcd_keys_become("w/", 2), "the waiter's key was never queued");
+    ck_assert(!pump_until(x.c, &d.n, 1, 300)); /* held elsewhere: waits */
+    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_token(l, &t2), DLOCK_OK);
+    ck_assert_uint_gt(t2, t1);
+    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 2, 20000));
+    ck_assert_int_eq(d.rc[1], DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
+/* An asynchronous waiter and a blocking one on "x", taking turns: never
+ * two holders at once, each served every turn. */
+TU_TEST_IN(etcd, etcd_exclusion_async_and_blocking, 90)
+{
+    char *u = etcd_url(NULL);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(u, &c), DLOCK_OK);
+    struct blocking_turns b = {u, 15, 0, 0};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, blocking_main, &b), 0);
+    int done = 0;
+    struct async_turns t = {owned(c, "x"), 15, 0, 0};
+    ck_assert_int_eq(dlock_acquire_async(t.l, 20000, NULL, turn_acquired, &t), DLOCK_OK);
+    int64_t end = tu_mono_ms() + 80000;
+    while (!t.done && tu_mono_ms() < end)
+        pump_until(c, &done, 1, 100);
+    pthread_join(th, NULL);
+    ck_assert_msg(b.rc == DLOCK_OK, "%d: %s", b.rc, dlock_strerror(b.rc));
+    ck_assert_int_eq(b.bad, 0);
+    ck_assert(t.done);
+    ck_assert_int_eq(t.bad, 0);
+    dlock_lock_free(t.l);
+    dlock_client_close(c);
+    free(u);
+}
+
+/* The wait's bound: DLOCK_ETIMEDOUT, not before it, naming the lock;
+ * the waiter's key leaves the queue (the holder's successor is not
+ * kept behind it). */
+TU_TEST_IN(etcd, etcd_wait_bound, 60)
+{
+    struct contended x;
+    etcd_contended(&x, NULL, "b");
+    dlock_lock *l = owned(x.c, "b");
+    struct done_log d = {0};
+    int64_t t0 = tu_mono_ms();
+    ck_assert_int_eq(dlock_acquire_async(l, 700, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_int_ge(tu_mono_ms() - t0, 700);
+    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_ptr_nonnull(strstr(d.msg[0], "'b'"));
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    ck_assert_msg(etcd_keys_become("b/", 1), "the timed-out waiter's key stayed queued");
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
+/* A parked wait canceled by dlock_lock_cancel() and by a cancel object:
+ * DLOCK_ECANCELED, and the keys leave the queue. */
+TU_TEST_IN(etcd, etcd_cancel_while_parked, 60)
+{
+    struct contended x;
+    etcd_contended(&x, NULL, "k1");
+    dlock_lock *rival2;
+    ck_assert_int_eq(dlock_lock_new(x.other, "k2", DLOCK_EXCLUSIVE, 0, &rival2), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(rival2, DLOCK_TRY), DLOCK_OK);
+    dlock_lock *l1 = owned(x.c, "k1"), *l2 = owned(x.c, "k2");
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l1, DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l2, DLOCK_FOREVER, k, on_done, &d), DLOCK_OK);
+    ck_assert(etcd_keys_become("k1/", 2) && etcd_keys_become("k2/", 2));
+    ck_assert_msg(!pump_until(x.c, &d.n, 1, 300), "%d: %s", d.rc[0], d.msg[0]); /* parked */
+    ck_assert_int_eq(dlock_lock_cancel(l1), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_ptr_eq(d.l[0], l1);
+    ck_assert_int_eq(d.rc[0], DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 2, 20000));
+    ck_assert_ptr_eq(d.l[1], l2);
+    ck_assert_int_eq(d.rc[1], DLOCK_ECANCELED);
+    ck_assert_msg(etcd_keys_become("k1/", 1) && etcd_keys_become("k2/", 1),
+                  "a canceled waiter's key stayed queued");
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l1, DLOCK_TRY, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 3, 20000));
+    ck_assert_int_eq(d.rc[2], DLOCK_OK);
+    dlock_lock_free(rival2);
+    dlock_lock_free(l1);
+    dlock_lock_free(l2);
+    dlock_cancel_free(k);
+    contended_close(&x);
+}
+
+/* Close with acquires parked (each on a name held elsewhere): each
+ * completes exactly once, during the close, with DLOCK_ECANCELED, and
+ * the waiters held no thread of their own meanwhile. */
+TU_TEST_IN(etcd, etcd_close_ends_each_once_and_waiters_hold_no_thread, 90)
+{
+    char *u = etcd_url(NULL);
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(u, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(u, &other), DLOCK_OK);
+    dlock_lock *rivals[PARKED], *ls[PARKED];
+    for (int i = 0; i < PARKED; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "c%d", i);
+        ck_assert_int_eq(dlock_lock_new(other, name, DLOCK_EXCLUSIVE, 0, &rivals[i]), DLOCK_OK);
+        ck_assert_int_eq(dlock_acquire(rivals[i], DLOCK_TRY), DLOCK_OK);
+        ls[i] = owned(c, name);
+    }
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(ls[0], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(etcd_keys_become("c0/", 2)); /* the pool and the watch thread run now */
+    int before = threads_now();
+    for (int i = 1; i < PARKED; i++)
+        ck_assert_int_eq(dlock_acquire_async(ls[i], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    char last[16];
+    snprintf(last, sizeof last, "c%d/", PARKED - 1);
+    ck_assert(etcd_keys_become(last, 2));
+    ck_assert(!pump_until(c, &d.n, 1, 300));
+    /* the pool may grow on a slow server, up to its bound: never a
+     * thread per waiter */
+    close_with_parked(c, &d, before, 14);
+    for (int i = 0; i < PARKED; i++) {
+        dlock_lock_free(ls[i]);
+        ck_assert_int_eq(dlock_release(rivals[i]), DLOCK_OK);
+        dlock_lock_free(rivals[i]);
+    }
+    ck_assert_int_eq(d.n, PARKED);
+    dlock_client_close(other);
+    free(u);
+}
+
+/* Shared holds: a reader elsewhere lets an asynchronous reader in at
+ * once and keeps an asynchronous writer (a third client) parked until
+ * both readers are gone. */
+TU_TEST_IN(etcd, etcd_shared_readers_and_a_parked_writer, 60)
+{
+    char *u = etcd_url(NULL);
+    struct contended x = {0};
+    ck_assert_int_eq(dlock_open(u, &x.c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(u, &x.other), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_new(x.other, "rw", DLOCK_SHARED, 0, &x.rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_OK);
+    dlock_client *wc;
+    ck_assert_int_eq(dlock_open(u, &wc), DLOCK_OK);
+    dlock_lock *reader, *writer = owned(wc, "rw");
+    ck_assert_int_eq(dlock_lock_new(x.c, "rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED, &reader),
+                     DLOCK_OK);
+    struct done_log d = {0}, dw = {0};
+    ck_assert_int_eq(dlock_acquire_async(reader, 20000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_acquire_async(writer, 30000, NULL, on_done, &dw), DLOCK_OK);
+    ck_assert(etcd_keys_become("rw/", 3));
+    ck_assert(!pump_until(wc, &dw.n, 1, 300)); /* two readers hold */
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(!pump_until(wc, &dw.n, 1, 300)); /* one reader still holds */
+    ck_assert_int_eq(dlock_release(reader), DLOCK_OK);
+    ck_assert(pump_until(wc, &dw.n, 1, 20000));
+    ck_assert_msg(dw.rc[0] == DLOCK_OK, "%d: %s", dw.rc[0], dw.msg[0]);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_lock_free(writer);
+    dlock_lock_free(reader);
+    dlock_client_close(wc);
+    contended_close(&x);
+    free(u);
+}
+
+/* Two parked waiters on two clients keep their order in the queue: the
+ * first to park is handed the lock first, the second after it. */
+TU_TEST_IN(etcd, etcd_parked_waiters_keep_their_order, 60)
+{
+    struct contended x;
+    etcd_contended(&x, NULL, "fifo");
+    dlock_client *c2;
+    ck_assert_int_eq(dlock_open(x.url, &c2), DLOCK_OK);
+    dlock_lock *first = owned(x.c, "fifo"), *second = owned(c2, "fifo");
+    struct done_log d1 = {0}, d2 = {0};
+    ck_assert_int_eq(dlock_acquire_async(first, 30000, NULL, on_done, &d1), DLOCK_OK);
+    ck_assert(etcd_keys_become("fifo/", 2));
+    ck_assert_int_eq(dlock_acquire_async(second, 30000, NULL, on_done, &d2), DLOCK_OK);
+    ck_assert(etcd_keys_become("fifo/", 3));
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d1.n, 1, 20000));
+    ck_assert_msg(d1.rc[0] == DLOCK_OK, "%d: %s", d1.rc[0], d1.msg[0]);
+    ck_assert(!pump_until(c2, &d2.n, 1, 300)); /* still behind the first */
+    ck_assert_int_eq(dlock_release(first), DLOCK_OK);
+    ck_assert(pump_until(c2, &d2.n, 1, 20000));
+    ck_assert_msg(d2.rc[0] == DLOCK_OK, "%d: %s", d2.rc[0], d2.msg[0]);
+    ck_assert_int_eq(dlock_release(second), DLOCK_OK);
+    dlock_lock_free(first);
+    dlock_lock_free(second);
+    dlock_client_close(c2);
+    contended_close(&x);
 }
 #endif
 

@@ -688,14 +688,15 @@ DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
  * small pool -- two threads per client, more, up to 16, while a slow
  * server keeps them all inside requests -- resumes it when the backend's
  * push says the lock may be free: a Redis release message, a ZooKeeper
- * watch on the node ahead; or at the holder's lease end, at the wait's
- * end, or on a cancel). Backends: a waiting acquire parks on redis
- * (redis://, sentinel, cluster) and zk (its node kept: its place in line
- * too) for plain locks, exclusive and shared; DLOCK_LOCK_FAIR handles on
- * redis, and every other backend (file, etcd, postgres, mysql, redlock),
- * answer a waiting acquire with DLOCK_ENOTSUP naming the backend --
- * DLOCK_TRY is asynchronous on every backend (a pool thread makes the one
- * attempt). */
+ * watch on the node ahead, an etcd watch on the key queued ahead; or at
+ * the holder's lease end, a lease keepalive (etcd), at the wait's end, or
+ * on a cancel). Backends: a waiting acquire parks on redis (redis://,
+ * sentinel, cluster), zk and etcd (its node or key kept: its place in
+ * line too) for plain locks, exclusive and shared; DLOCK_LOCK_FAIR
+ * handles on redis, and every other backend (file, postgres, mysql,
+ * redlock), answer a waiting acquire with DLOCK_ENOTSUP naming the
+ * backend -- DLOCK_TRY is asynchronous on every backend (a pool thread
+ * makes the one attempt). */
 
 /* The completion of an asynchronous call through handle L: RC is what the
  * blocking call would have returned (its message is dlock_errmsg() in the

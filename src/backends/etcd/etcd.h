@@ -11,6 +11,7 @@
  *            JSON request builders
  *   mutex.c  the lock recipe (Go's concurrency.Mutex) and the backend
  *            table
+ *   async.c  its wait cut into attempts for the asynchronous acquire
  *   rwmutex.c  shared holds beside it: their keys, values and downgrade
  *   semaphore.c  counting semaphores: a key per permit object
  *   inspect.c  status, force-release and list
@@ -654,6 +655,37 @@ int dlock__etcd_wait_failed(struct dlock__wait *w, int rc, char *msg, bool *answ
  * next look tells. */
 int dlock__etcd_waiter_keepalive(struct etcd_backend *s, struct lease_ref *wl,
                                  struct lease_ref *lr, char *msg, const struct etcd_limits *lim);
+/* A lock's acquire cut into steps (mutex.c): the blocking acquire runs
+ * them in a row and sleeps where they say; the asynchronous one
+ * (async.c) runs one step per attempt and parks its wait instead. */
+struct etcd_acquire;
+#define ETCD_SLEEP 3 /* a step's "wait": until a wake of W or *UNTIL */
+/* An acquire of hold H bounded by W (its deadline and cancel); NULL
+ * with a message when out of memory. */
+struct etcd_acquire *dlock__etcd_acquire_new(struct etcd_backend *s, struct dlock__hold *h,
+                                             struct dlock__wait *w);
+/* Run A on from where it is (after a sleep: the watch's error and the
+ * leases' keepalives first) until H is held (DLOCK_OK), it must wait
+ * (ETCD_SLEEP: its key queued and the key before it watched -- the
+ * watch wakes W -- or stepped out for a lock-delay, until *UNTIL), or it
+ * ended: EBUSY (a try-once), ETIMEDOUT, ECANCELED or a failure, nothing
+ * left queued but what is owed to the keeper. Never sleeps itself; every
+ * request ends by W's deadline or its cancel. */
+int dlock__etcd_acquire_step(struct etcd_acquire *a, struct dlock__wait *w, int64_t *until);
+/* End A, which waits (ETCD_SLEEP) or stepped out, with RC (ETIMEDOUT,
+ * ECANCELED): its queued key withdrawn -- owed to the keeper after a
+ * timeout or a cancel -- RC returned with the failure of the wait's last
+ * request, if any (an outage). After any other end: RC as it is. */
+int dlock__etcd_acquire_give_up(struct etcd_acquire *a, struct dlock__wait *w, int rc);
+/* A, which just ended with a transient failure (given up, nothing
+ * queued), starts over at its next step; its message is kept for a
+ * give-up. */
+void dlock__etcd_acquire_again(struct etcd_acquire *a);
+void dlock__etcd_acquire_free(struct etcd_acquire *a);
+/* async.c: the lock ops' try_armed and disarm (backend.h). */
+int dlock__etcd_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park);
+int dlock__etcd_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                       int rc);
 /* When LR's next keepalive is due (a third of its TTL after the last). */
 int64_t dlock__etcd_keepalive_due(const struct lease_ref *lr);
 /* LR was found expired or revoked: a shared one is granted anew. */

@@ -27,7 +27,9 @@
  * the same queue with a key per thread; they wait only for writers. The
  * transport (JSON gateway over libcurl, watch thread) lives in http.c,
  * the session lease in lease.c, which keys are contenders in queue.c,
- * status/force/list in inspect.c.
+ * status/force/list in inspect.c. The acquire is a row of steps (struct
+ * etcd_acquire) that the blocking acquire runs with sleeps between and
+ * async.c one attempt at a time, parked where the blocking one sleeps.
  * docs/protocol-etcd.md tells the whole story.
  */
 #include "etcd.h"
@@ -502,109 +504,6 @@ static int move_key(struct etcd_backend *s, const struct dlock__hold *h, const c
     return rc == ETCD_KEY_GONE ? RESTART : rc;
 }
 
-/* Sleep until contender C's key (create revision C's my_rev) is the
- * oldest under its prefix.
- * Go's waitDeletes, with a watch created "from now" on the key just before
- * ours: once etcd confirms the watch we look again (a deletion between our
- * look and the watch's creation is seen then), and sleep until the watch
- * fires. (A watch from a past revision would be served by etcd's 100 ms
- * catch-up loop instead of at once.) Our key's lease WL (the waiters'
- * lease) and the lease LR the hold will hang on are kept alive meanwhile;
- * the keepalives also bound every sleep, as a safety net. Returns DLOCK_OK
- * (ours; *TURN says what the look that said so did and saw),
- * RESTART, DLOCK_ETIMEDOUT / DLOCK_ECANCELED, or a failure. MSG
- * keeps the failure of our last request, "" when it was answered. */
-/* What the look that found our turn did and saw (wait_turn). */
-struct turn {
-    bool moved;     /* our key moved to the hold's lease */
-    bool no_marker; /* no lock-delay marker counted */
-};
-
-static int wait_turn(const struct contender *c, struct dlock__wait *w, struct lease_ref *lr,
-                     struct lease_ref *wl, struct turn *turn, char msg[DLOCK__MSG_MAX])
-{
-    struct etcd_backend *s = c->s;
-    struct etcd_watch *wt = NULL;
-    char *watched = NULL;
-    int rc;
-    /* No request outlives the wait's deadline, and a cancel aborts one in
-     * flight: a stalled member must not hold the caller past either. */
-    struct etcd_limits lim = {dlock__wait_deadline(w), w};
-    struct contender looker = *c;
-    looker.lim = &lim;
-    for (;;) {
-        unsigned seq = dlock__wait_seq(w);
-        struct queue_look l = {0};
-        rc = look(&looker, lr->id, &l);
-        char *pred = l.pred; /* ours to free, or to keep as the key watched */
-        turn->moved = l.moved;
-        turn->no_marker = l.no_marker;
-        if (rc == DLOCK_EBACKEND && l.code == GRPC_NOT_FOUND) {
-            /* "requested lease not found": the hold's lease expired */
-            dlock__etcd_lease_dead(s, lr);
-            rc = RESTART;
-            break;
-        }
-        if (rc == DLOCK_OK)
-            msg[0] = 0;
-        if (rc == DLOCK_OK && !l.mine_exists) {
-            /* Our key is gone while we waited: our lease expired (paused
-             * process, long outage) or someone deleted it. Start again at
-             * the end of the queue with a live lease. */
-            int64_t sent;
-            if (dlock__etcd_lease_keepalive(s, wl->id, &sent, NULL, &lim) == DLOCK_ELOST)
-                dlock__etcd_lease_dead(s, wl);
-            free(pred);
-            rc = RESTART;
-            break;
-        }
-        if (rc == DLOCK_OK && !pred)
-            break; /* nobody before us: ours */
-        int64_t now = dlock__now_ms();
-        int64_t until = dlock__etcd_keepalive_due(lr), wl_due = dlock__etcd_keepalive_due(wl);
-        if (wl_due < until)
-            until = wl_due;
-        if (until < now + 200)
-            until = now + 500; /* the last keepalive failed: not in a hot loop */
-        if (rc == DLOCK_OK) /* a watch sent what etcd never sends: no more waits on it */
-            rc = dlock__etcd_watch_error(wt);
-        if (rc == DLOCK_OK) {
-            /* Keep a watch on the same key that etcd confirmed and that
-             * has not fired. One started last turn and still unconfirmed
-             * is replaced: etcd never answers a watch whose auth token
-             * expired on the way, it just leaves it hanging. */
-            bool same = wt && strcmp(watched, pred) == 0 && dlock__etcd_watch_live(wt);
-            if (!same) {
-                dlock__etcd_watch_stop(wt);
-                wt = NULL;
-                free(watched);
-                watched = pred;
-                pred = NULL;
-                /* (a reader also wakes when that writer downgrades) */
-                rc = dlock__etcd_watch_start_for(s->k, watched, 0, c->h->mode == DLOCK_SHARED, w,
-                                                 &wt);
-            }
-        } else if (dlock__etcd_transient(rc) && !dlock__wait_try_once(w)) {
-            /* Outage or election: try again shortly, within our wait. */
-            dlock__errmsg_save(msg);
-            rc = DLOCK_OK;
-            if (until > now + 500)
-                until = now + 500;
-        }
-        free(pred);
-        if (rc)
-            break;
-        rc = dlock__wait_sleep(w, seq, until);
-        if (rc || (rc = dlock__etcd_watch_error(wt))) /* ETIMEDOUT, ECANCELED, EPROTO */
-            break;
-        if ((rc = dlock__etcd_waiter_keepalive(s, wl, lr, msg, &lim)))
-            break;
-    }
-    dlock__etcd_watch_stop(wt);
-    free(watched);
-    return rc;
-}
-
 /* The leases a put of the acquire's key was sent on that may still land
  * later (its reply lost, or sent twice), settled once the acquire is done
  * with the key (dlock__etcd_late_put): SPARE is the create revision of
@@ -633,234 +532,453 @@ static void late_settle(struct etcd_backend *s, struct late_puts *lp, const char
     lp->n = 0;
 }
 
-static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
-{
-    struct etcd_backend *s = state;
-    /* Every request below, and every wait for another thread's request,
-     * ends by the wait's deadline (the request timeout for a try-once) or
-     * at a cancel: wait_ms bounds the whole acquire. */
-    struct etcd_limits lim = {dlock__wait_deadline(w), w};
-    bool own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
-    char *pfx = dlock__etcd_lock_prefix(s, h->name);
-    char *key = NULL;
-    if (!pfx)
-        return dlock__etcd_nomem(s);
-    struct lease_ref lr = {0};
-    int rc = DLOCK_OK, restarts = 0;
-    char msg[DLOCK__MSG_MAX];
-    struct late_puts late = {{0}, 0};
+/* What the look that found our turn did and saw. */
+struct turn {
+    bool moved;     /* our key moved to the hold's lease */
+    bool no_marker; /* no lock-delay marker counted */
+};
 
-restart:
-    if (key)
-        late_settle(s, &late, key, 0);
-    free(key);
-    key = NULL;
-    if (own && lr.id)
-        dlock__etcd_lease_revoke(s, lr.id, &lim); /* starting over: the old lease of our own goes */
-    if (!own) {
-        rc = dlock__etcd_session_lease(s, h->name, &lr, &lim);
-        /* (EBUSY: a try-once found another thread granting it) */
-        own = rc == DLOCK_EBUSY;
+/* Where an acquire is between its steps. */
+enum acquire_phase {
+    PHASE_ENTER, /* to enter the queue: at the start, or starting over */
+    PHASE_WAIT,  /* our key queued on the waiters' lease: look, watch the key before ours */
+    PHASE_DONE,  /* over: held, or given up */
+};
+
+#define TURN 2 /* a step found our key the oldest: the lock is ours */
+
+/* One acquire of hold H, cut into steps (etcd.h: struct etcd_acquire).
+ * Every request ends by the wait's deadline (the request timeout for a
+ * try-once) or at a cancel (LIM): wait_ms bounds the whole acquire. */
+struct etcd_acquire {
+    struct etcd_backend *s;
+    struct dlock__hold *h;
+    struct etcd_limits lim;
+    enum acquire_phase phase;
+    bool slept; /* the last step asked for a sleep */
+    bool own;   /* the hold gets a lease of its own */
+    char *pfx, *key;
+    struct lease_ref lr, wl; /* the hold's lease; the waiters' lease our key waits on */
+    bool on_waiters_lease;
+    int restarts;
+    struct late_puts late;
+    struct contender c;
+    struct turn turn;
+    struct etcd_watch *wt; /* on WATCHED, the key before ours (PHASE_WAIT) */
+    char *watched;
+    unsigned seq;              /* the wait's wake count when the latest look began */
+    char msg[DLOCK__MSG_MAX]; /* the failure of the wait's last request, "" when answered */
+};
+
+static int acquire_init(struct etcd_acquire *a, struct etcd_backend *s, struct dlock__hold *h,
+                        struct dlock__wait *w)
+{
+    *a = (struct etcd_acquire){.s = s, .h = h, .lim = {dlock__wait_deadline(w), w}};
+    a->own = h->fixed_lease || h->lease_ms != s->c->opts.lease_ms;
+    a->pfx = dlock__etcd_lock_prefix(s, h->name);
+    return a->pfx ? DLOCK_OK : dlock__etcd_nomem(s);
+}
+
+static void acquire_clear(struct etcd_acquire *a)
+{
+    dlock__etcd_watch_stop(a->wt);
+    free(a->watched);
+    free(a->pfx);
+    free(a->key);
+}
+
+static int acquire_look(struct etcd_acquire *a, struct dlock__wait *w, int64_t *until);
+
+/* The wait for our turn ended with RC, not ours: start over (RESTART,
+ * with PHASE_ENTER, while the restarts last) or give up -- our key
+ * withdrawn (owed to the keeper after a timeout or a cancel), RC
+ * returned with the failure of the last look (an outage) or its own. */
+static int wait_ended(struct etcd_acquire *a, struct dlock__wait *w, int rc)
+{
+    struct etcd_backend *s = a->s;
+    dlock__etcd_watch_stop(a->wt);
+    a->wt = NULL;
+    if (rc == RESTART) {
+        if (a->on_waiters_lease) /* (a key on the waiters' lease outlives a lost hold lease) */
+            dlock__etcd_delete_key(s, a->key, a->c.out.my_rev, dlock__wait_deadline(w), w);
+        a->phase = PHASE_ENTER;
+        if (a->restarts++ < 5)
+            return RESTART;
+        rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing while we wait",
+                        s->label, a->h->name, a->key);
     }
-    if (own) {
-        rc = dlock__etcd_lease_grant(s, h->name, h->lease_ms, &lr, &lim);
-        lr.own = true;
+    /* (a timeout keeps the reason of the last failed look, if any: an
+     * outage; none says the other owner kept it) */
+    bool answering;
+    rc = dlock__etcd_wait_failed(w, rc, a->msg, &answering);
+    withdraw(s, a->key, a->c.out.my_rev, &a->lr, w, rc,
+             answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
+    late_settle(s, &a->late, a->key, 0);
+    a->phase = PHASE_DONE;
+    return dlock__errmsg_restore(rc, a->msg);
+}
+
+/* Enter the queue (Go's tryAcquire), at the start or starting over: the
+ * lease, our key put -- at once ours when nobody else is there -- and,
+ * when it must wait, on the waiters' short lease (a waiter killed
+ * meanwhile holds the queue up for that lease, not for the hold's: an
+ * exclusive hold that finds the queue busy creates its key there; a
+ * reader, or a race with another contender, creates it on the hold's
+ * lease and moves it), then its first look. TURN, ETCD_SLEEP (waiting,
+ * as acquire_look()), RESTART, or the end (a try-once's EBUSY). */
+static int acquire_enter(struct etcd_acquire *a, struct dlock__wait *w, int64_t *until)
+{
+    struct etcd_backend *s = a->s;
+    struct dlock__hold *h = a->h;
+    int rc = DLOCK_OK;
+restart:
+    if (a->key)
+        late_settle(s, &a->late, a->key, 0);
+    free(a->key);
+    a->key = NULL;
+    if (a->own && a->lr.id) /* starting over: the old lease of our own goes */
+        dlock__etcd_lease_revoke(s, a->lr.id, &a->lim);
+    a->wl = (struct lease_ref){0};
+    a->on_waiters_lease = false;
+    a->turn = (struct turn){false, false};
+    a->msg[0] = 0;
+    a->phase = PHASE_DONE; /* until queued */
+    if (!a->own) {
+        rc = dlock__etcd_session_lease(s, h->name, &a->lr, &a->lim);
+        /* (EBUSY: a try-once found another thread granting it) */
+        a->own = rc == DLOCK_EBUSY;
+    }
+    if (a->own) {
+        rc = dlock__etcd_lease_grant(s, h->name, h->lease_ms, &a->lr, &a->lim);
+        a->lr.own = true;
     }
     if (rc) {
-        free(pfx);
+        a->lr.id = 0; /* none granted */
         return dlock__etcd_timed_out(w, rc);
     }
-    key = dlock__etcd_hold_key(pfx, lr.id, h);
-    if (!key) {
-        free(pfx);
+    if (!(a->key = dlock__etcd_hold_key(a->pfx, a->lr.id, h)))
         return dlock__etcd_nomem(s);
-    }
-    rc = dlock__etcd_orphan_forget(s, key, w);
-    if (rc == DLOCK_EBUSY && !own && restarts++ < 5) {
-        own = true; /* a try-once: another key, on a lease of its own */
+    rc = dlock__etcd_orphan_forget(s, a->key, w);
+    if (rc == DLOCK_EBUSY && !a->own && a->restarts++ < 5) {
+        a->own = true; /* a try-once: another key, on a lease of its own */
         goto restart;
     }
     if (rc) {
-        if (own)
-            dlock__etcd_lease_revoke(s, lr.id, &lim);
-        free(pfx);
-        free(key);
+        if (a->own)
+            dlock__etcd_lease_revoke(s, a->lr.id, &a->lim);
         return dlock__etcd_timed_out(w, rc);
     }
-    struct contender c = {.s = s, .h = h, .key = key, .pfx = pfx, .lim = &lim};
-    /* Our key is on the waiters' short lease whenever it waits
-     * (on_waiters_lease): a waiter killed meanwhile holds the queue up
-     * for that lease, not for the hold's. An exclusive hold that finds
-     * the queue busy creates it there; a reader, or a race with another
-     * contender, creates it on the hold's lease and moves it there. */
-    struct lease_ref wl = {0};
-    bool on_waiters_lease = false;
-    struct turn turn = {false, false};
+    struct contender *c = &a->c;
+    *c = (struct contender){.s = s, .h = h, .key = a->key, .pfx = a->pfx, .lim = &a->lim};
     if (h->mode != DLOCK_SHARED) {
-        rc = put_if_alone(&c, lr.id);
-        late_note(&late, lr.id, rc, c.out.resent);
+        rc = put_if_alone(c, a->lr.id);
+        late_note(&a->late, a->lr.id, rc, c->out.resent);
     }
-    if (!rc && c.out.busy && dlock__wait_try_once(w)) {
-        if (own) /* nothing was put on it */
-            dlock__etcd_lease_revoke_by(s, lr.id, grace_deadline(w));
-        late_settle(s, &late, key, 0);
-        free(pfx);
-        free(key);
+    if (!rc && c->out.busy && dlock__wait_try_once(w)) {
+        if (a->own) /* nothing was put on it */
+            dlock__etcd_lease_revoke_by(s, a->lr.id, grace_deadline(w));
+        late_settle(s, &a->late, a->key, 0);
         return DLOCK_EBUSY;
     }
-    if (!rc && c.out.busy) {
-        msg[0] = 0;
-        rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
-        on_waiters_lease = rc == DLOCK_OK;
+    if (!rc && c->out.busy) {
+        rc = dlock__etcd_waiter_lease(s, h->name, a->lr.ttl_ms, &a->wl, &a->lim);
+        a->on_waiters_lease = rc == DLOCK_OK;
     }
-    if (!rc && c.out.my_rev)
-        c.out.owner_rev = c.out.my_rev; /* put by put_if_alone(): nobody else was there */
-    else if (!rc) {
-        c.out.resent = false;
-        rc = put_and_read_owner(&c, on_waiters_lease ? wl.id : lr.id);
-        late_note(&late, on_waiters_lease ? wl.id : lr.id, rc, c.out.resent);
+    if (!rc && c->out.my_rev) {
+        c->out.owner_rev = c->out.my_rev; /* put by put_if_alone(): nobody else was there */
+    } else if (!rc) {
+        int64_t lease = a->on_waiters_lease ? a->wl.id : a->lr.id;
+        c->out.resent = false;
+        rc = put_and_read_owner(c, lease);
+        late_note(&a->late, lease, rc, c->out.resent);
     }
-    if (rc == DLOCK_EBACKEND && c.out.code == GRPC_NOT_FOUND && restarts++ < 3) {
+    if (rc == DLOCK_EBACKEND && c->out.code == GRPC_NOT_FOUND && a->restarts++ < 3) {
         /* "requested lease not found": it expired under us. */
-        if (on_waiters_lease)
-            dlock__etcd_waiter_lease_dead(s, wl.id);
-        else if (!own)
-            dlock__etcd_session_lease_dead(s, lr.id);
+        if (a->on_waiters_lease)
+            dlock__etcd_waiter_lease_dead(s, a->wl.id);
+        else if (!a->own)
+            dlock__etcd_session_lease_dead(s, a->lr.id);
         goto restart;
     }
     if (rc) {
         /* A put that may have happened: the member did not answer, so it
          * gets no more than a slice for the delete. */
-        if (dlock__etcd_put_failed(w, &rc, msg))
-            withdraw(s, key, c.out.my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
-        else if (own)
-            dlock__etcd_lease_revoke_by(s, lr.id, grace_deadline(w));
-        late_settle(s, &late, key, 0);
-        free(pfx);
-        free(key);
-        return dlock__errmsg_restore(rc, msg);
+        if (dlock__etcd_put_failed(w, &rc, a->msg))
+            withdraw(s, a->key, c->out.my_rev, &a->lr, w, rc, WITHDRAW_SLICE_MS);
+        else if (a->own)
+            dlock__etcd_lease_revoke_by(s, a->lr.id, grace_deadline(w));
+        late_settle(s, &a->late, a->key, 0);
+        return dlock__errmsg_restore(rc, a->msg);
     }
-    if (c.out.owner_rev != c.out.my_rev && dlock__wait_try_once(w)) {
-        withdraw(s, key, c.out.my_rev, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
-        late_settle(s, &late, key, 0);
-        free(pfx);
-        free(key);
+    if (c->out.owner_rev == c->out.my_rev)
+        return TURN;
+    if (dlock__wait_try_once(w)) {
+        withdraw(s, a->key, c->out.my_rev, &a->lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
+        late_settle(s, &a->late, a->key, 0);
         return DLOCK_EBUSY;
     }
-
-    if (c.out.owner_rev != c.out.my_rev) {
-        /* Wait our turn, our key on the waiters' short lease. */
-        if (!on_waiters_lease) {
-            msg[0] = 0;
-            rc = dlock__etcd_waiter_lease(s, h->name, lr.ttl_ms, &wl, &lim);
-            if (!rc) {
-                rc = move_key(s, h, key, c.out.my_rev, wl.id, &c.out.code, &lim);
-                on_waiters_lease = rc == DLOCK_OK;
-                if (rc == DLOCK_EBACKEND && c.out.code == GRPC_NOT_FOUND) {
-                    dlock__etcd_waiter_lease_dead(s, wl.id); /* expired just now */
-                    rc = RESTART;
-                }
+    /* Wait our turn, our key on the waiters' short lease. */
+    a->phase = PHASE_WAIT;
+    if (!a->on_waiters_lease) {
+        rc = dlock__etcd_waiter_lease(s, h->name, a->lr.ttl_ms, &a->wl, &a->lim);
+        if (!rc) {
+            rc = move_key(s, h, a->key, c->out.my_rev, a->wl.id, &c->out.code, &a->lim);
+            a->on_waiters_lease = rc == DLOCK_OK;
+            if (rc == DLOCK_EBACKEND && c->out.code == GRPC_NOT_FOUND) {
+                dlock__etcd_waiter_lease_dead(s, a->wl.id); /* expired just now */
+                rc = RESTART;
             }
         }
-        if (!rc)
-            rc = wait_turn(&c, w, &lr, &wl, &turn, msg);
-        if (rc == RESTART) {
-            if (on_waiters_lease) /* (a key on the waiters' lease outlives a lost hold lease) */
-                dlock__etcd_delete_key(s, key, c.out.my_rev, dlock__wait_deadline(w), w);
-            if (restarts++ < 5)
-                goto restart;
-            rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing while "
-                                            "we wait",
-                            s->label, h->name, key);
-        }
-        if (rc) {
-            /* (a timeout keeps the reason of the last failed look, if
-             * any: an outage; none says the other owner kept it) */
-            bool answering;
-            rc = dlock__etcd_wait_failed(w, rc, msg, &answering);
-            withdraw(s, key, c.out.my_rev, &lr, w, rc,
-                     answering ? WITHDRAW_GRACE_MS : WITHDRAW_SLICE_MS);
-            late_settle(s, &late, key, 0);
-            free(pfx);
-            free(key);
-            return dlock__errmsg_restore(rc, msg);
-        }
     }
+    return rc ? wait_ended(a, w, rc) : acquire_look(a, w, until);
+}
 
-    /* Ours -- unless the name is in a lock-delay (delay.c), or the hold
-     * before ours ended without its clean release and starts one now:
-     * then we step out of the queue, sleep until the delay's end and
-     * start over (our place is lost). The txn that found our key first
-     * counted the marker (delay_probe): only a marker found is looked
-     * at, so an acquire pays no request for the delay when none is
-     * there. */
+/* One turn of the wait for our key (create revision my_rev) to be the
+ * oldest under its prefix: Go's waitDeletes, with a watch created "from
+ * now" on the key just before ours. Once etcd confirms the watch (a wake)
+ * we look again -- a deletion between our look and the watch's creation
+ * is seen then -- and sleep until the watch fires. (A watch from a past
+ * revision would be served by etcd's 100 ms catch-up loop instead of at
+ * once.) The keepalives of our key's lease (the waiters') and of the
+ * lease the hold will hang on bound every sleep, as a safety net; an
+ * outage or election is looked at again shortly, within the wait. TURN
+ * (a->turn says what the look that said so did and saw), ETCD_SLEEP
+ * until a wake of W since a->seq or *UNTIL, RESTART, or the end
+ * (wait_ended). */
+static int acquire_look(struct etcd_acquire *a, struct dlock__wait *w, int64_t *until)
+{
+    struct etcd_backend *s = a->s;
+    a->seq = dlock__wait_seq(w);
+    struct queue_look l = {0};
+    int rc = look(&a->c, a->lr.id, &l);
+    char *pred = l.pred; /* ours to free, or to keep as the key watched */
+    a->turn = (struct turn){l.moved, l.no_marker};
+    if (rc == DLOCK_EBACKEND && l.code == GRPC_NOT_FOUND) {
+        /* "requested lease not found": the hold's lease expired */
+        dlock__etcd_lease_dead(s, &a->lr);
+        return wait_ended(a, w, RESTART);
+    }
+    if (rc == DLOCK_OK)
+        a->msg[0] = 0;
+    if (rc == DLOCK_OK && !l.mine_exists) {
+        /* Our key is gone while we waited: our lease expired (paused
+         * process, long outage) or someone deleted it. Start again at
+         * the end of the queue with a live lease. */
+        int64_t sent;
+        if (dlock__etcd_lease_keepalive(s, a->wl.id, &sent, NULL, &a->lim) == DLOCK_ELOST)
+            dlock__etcd_lease_dead(s, &a->wl);
+        free(pred);
+        return wait_ended(a, w, RESTART);
+    }
+    if (rc == DLOCK_OK && !pred) { /* nobody before us: ours */
+        dlock__etcd_watch_stop(a->wt);
+        a->wt = NULL;
+        return TURN;
+    }
+    int64_t now = dlock__now_ms();
+    int64_t next = dlock__etcd_keepalive_due(&a->lr), wl_due = dlock__etcd_keepalive_due(&a->wl);
+    if (wl_due < next)
+        next = wl_due;
+    if (next < now + 200)
+        next = now + 500; /* the last keepalive failed: not in a hot loop */
+    if (rc == DLOCK_OK) /* a watch sent what etcd never sends: no more waits on it */
+        rc = dlock__etcd_watch_error(a->wt);
+    if (rc == DLOCK_OK) {
+        /* Keep a watch on the same key that etcd confirmed and that has
+         * not fired. One started last turn and still unconfirmed is
+         * replaced: etcd never answers a watch whose auth token expired
+         * on the way, it just leaves it hanging. */
+        bool same = a->wt && strcmp(a->watched, pred) == 0 && dlock__etcd_watch_live(a->wt);
+        if (!same) {
+            dlock__etcd_watch_stop(a->wt);
+            a->wt = NULL;
+            free(a->watched);
+            a->watched = pred;
+            pred = NULL;
+            /* (a reader also wakes when that writer downgrades) */
+            rc = dlock__etcd_watch_start_for(s->k, a->watched, 0, a->h->mode == DLOCK_SHARED, w,
+                                             &a->wt);
+        }
+    } else if (dlock__etcd_transient(rc)) {
+        /* Outage or election: try again shortly, within our wait. */
+        dlock__errmsg_save(a->msg);
+        rc = DLOCK_OK;
+        if (next > now + 500)
+            next = now + 500;
+    }
+    free(pred);
+    if (rc)
+        return wait_ended(a, w, rc);
+    *until = next;
+    return ETCD_SLEEP;
+}
+
+/* Woken, or at the time the wait asked for: the watch's error, the
+ * leases' keepalives. DLOCK_OK to look again, or the end (wait_ended). */
+static int acquire_woke(struct etcd_acquire *a, struct dlock__wait *w)
+{
+    int rc = dlock__etcd_watch_error(a->wt); /* EPROTO */
+    if (!rc)
+        rc = dlock__etcd_waiter_keepalive(a->s, &a->wl, &a->lr, a->msg, &a->lim);
+    return rc ? wait_ended(a, w, rc) : DLOCK_OK;
+}
+
+/* Ours -- unless the name is in a lock-delay (delay.c), or the hold
+ * before ours ended without its clean release and starts one now: then
+ * we step out of the queue and start over at the delay's end (ETCD_SLEEP
+ * until *UNTIL, PHASE_ENTER; our place is lost). The txn that found our
+ * key first counted the marker (delay_probe): only a marker found is
+ * looked at, so an acquire pays no request for the delay when none is
+ * there. Then the hold: DLOCK_OK, RESTART, or the end. */
+static int acquire_finish(struct etcd_acquire *a, struct dlock__wait *w, int64_t *until)
+{
+    struct etcd_backend *s = a->s;
+    struct dlock__hold *h = a->h;
+    struct contender *c = &a->c;
+    const char *key = a->key;
+    int rc = DLOCK_OK;
     int64_t delay_left = 0;
-    unsigned delay_seq = dlock__wait_seq(w);
-    bool no_marker = c.out.owner_rev == c.out.my_rev ? c.out.no_marker : turn.no_marker;
+    a->seq = dlock__wait_seq(w);
+    bool no_marker = c->out.owner_rev == c->out.my_rev ? c->out.no_marker : a->turn.no_marker;
     if (!no_marker)
-        rc = dlock__etcd_delay_look(s, h->name, ETCD_DELAY_START, &delay_left, &lim);
+        rc = dlock__etcd_delay_look(s, h->name, ETCD_DELAY_START, &delay_left, &a->lim);
     if (!rc && delay_left > 0) {
-        withdraw(s, key, c.out.my_rev, &lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
-        rc = dlock__wait_delay(w, delay_seq, delay_left);
-        if (!rc)
-            goto restart;
-        late_settle(s, &late, key, 0);
-        free(pfx);
-        free(key);
-        return rc;
+        withdraw(s, key, c->out.my_rev, &a->lr, w, DLOCK_EBUSY, WITHDRAW_GRACE_MS);
+        dlock__wait_in_delay(w, delay_left);
+        a->phase = PHASE_ENTER;
+        if (dlock__wait_try_once(w)) {
+            late_settle(s, &a->late, key, 0);
+            return DLOCK_EBUSY;
+        }
+        /* until the delay's end as the backend timed it: no event comes then */
+        *until = dlock__now_ms() + delay_left;
+        return ETCD_SLEEP;
     }
     /* Make sure the validity we report starts from a fresh lease
      * confirmation, and hang a key that waited back on the hold's lease
      * (same create revision: same token) unless the look that found it
      * ours did. */
-    if (!rc && dlock__now_ms() - lr.confirmed > lr.ttl_ms / 3)
-        rc = dlock__etcd_lease_refresh(s, &lr, &lim);
-    if (!rc && on_waiters_lease && !turn.moved) {
-        rc = move_key(s, h, key, c.out.my_rev, lr.id, &c.out.code, &lim);
-        if (rc == DLOCK_EBACKEND && c.out.code == GRPC_NOT_FOUND)
+    if (!rc && dlock__now_ms() - a->lr.confirmed > a->lr.ttl_ms / 3)
+        rc = dlock__etcd_lease_refresh(s, &a->lr, &a->lim);
+    if (!rc && a->on_waiters_lease && !a->turn.moved) {
+        rc = move_key(s, h, key, c->out.my_rev, a->lr.id, &c->out.code, &a->lim);
+        if (rc == DLOCK_EBACKEND && c->out.code == GRPC_NOT_FOUND)
             rc = DLOCK_ELOST;
     }
-    if ((rc == DLOCK_ELOST || rc == RESTART) && restarts++ < 5) {
+    if ((rc == DLOCK_ELOST || rc == RESTART) && a->restarts++ < 5) {
         if (rc == DLOCK_ELOST) { /* the hold's lease is gone; our key, maybe not */
-            dlock__etcd_lease_dead(s, &lr);
-            if (on_waiters_lease)
-                dlock__etcd_delete_key(s, key, c.out.my_rev, dlock__wait_deadline(w), w);
+            dlock__etcd_lease_dead(s, &a->lr);
+            if (a->on_waiters_lease)
+                dlock__etcd_delete_key(s, key, c->out.my_rev, dlock__wait_deadline(w), w);
         }
-        goto restart;
+        a->phase = PHASE_ENTER;
+        return RESTART;
     }
+    a->phase = PHASE_DONE;
     if (rc) {
         if (rc == RESTART)
-            rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing",
-                            s->label, h->name, key);
+            rc = dlock__err(DLOCK_EBACKEND, "%s: lock '%s': our key %s keeps vanishing", s->label,
+                            h->name, key);
         rc = dlock__etcd_timed_out(w, rc);
-        dlock__errmsg_save(msg);
-        withdraw(s, key, c.out.my_rev, &lr, w, rc, WITHDRAW_SLICE_MS);
-        late_settle(s, &late, key, 0);
-        free(pfx);
-        free(key);
-        return dlock__errmsg_restore(rc, msg);
+        dlock__errmsg_save(a->msg);
+        withdraw(s, key, c->out.my_rev, &a->lr, w, rc, WITHDRAW_SLICE_MS);
+        late_settle(s, &a->late, key, 0);
+        return dlock__errmsg_restore(rc, a->msg);
     }
-    free(pfx);
     struct etcd_hold *eh = calloc(1, sizeof *eh);
     if (!eh) {
-        withdraw(s, key, c.out.my_rev, &lr, w, DLOCK_ENOMEM, WITHDRAW_GRACE_MS);
-        late_settle(s, &late, key, 0);
-        free(key);
+        withdraw(s, key, c->out.my_rev, &a->lr, w, DLOCK_ENOMEM, WITHDRAW_GRACE_MS);
+        late_settle(s, &a->late, key, 0);
         return dlock__etcd_nomem(s);
     }
-    late_settle(s, &late, key, c.out.my_rev);
-    dlock__etcd_hold_keep(s, h, eh, key, c.out.my_rev, &lr, own, key);
+    late_settle(s, &a->late, key, c->out.my_rev);
+    dlock__etcd_hold_keep(s, h, eh, a->key, c->out.my_rev, &a->lr, a->own, key);
+    a->key = NULL; /* the hold's now */
     if (h->mode == DLOCK_EXCLUSIVE && s->c->opts.lock_delay_ms) {
         /* the marker a clean release deletes (delay.c) */
-        rc = dlock__etcd_delay_arm(s, h, &lim);
+        rc = dlock__etcd_delay_arm(s, h, &a->lim);
         if (rc) {
-            dlock__errmsg_save(msg);
+            dlock__errmsg_save(a->msg);
             dlock__etcd_release(s, h);
-            return dlock__errmsg_restore(dlock__etcd_timed_out(w, rc), msg);
+            return dlock__errmsg_restore(dlock__etcd_timed_out(w, rc), a->msg);
         }
         eh->delay_ms = s->c->opts.lock_delay_ms;
     }
     return DLOCK_OK;
+}
+
+int dlock__etcd_acquire_step(struct etcd_acquire *a, struct dlock__wait *w, int64_t *until)
+{
+    int rc = DLOCK_OK;
+    if (a->slept && a->phase == PHASE_WAIT)
+        rc = acquire_woke(a, w);
+    a->slept = false;
+    if (rc && rc != RESTART)
+        return rc;
+    do {
+        rc = a->phase == PHASE_ENTER ? acquire_enter(a, w, until) : acquire_look(a, w, until);
+        if (rc == TURN)
+            rc = acquire_finish(a, w, until);
+    } while (rc == RESTART);
+    a->slept = rc == ETCD_SLEEP;
+    return rc;
+}
+
+int dlock__etcd_acquire_give_up(struct etcd_acquire *a, struct dlock__wait *w, int rc)
+{
+    if (a->phase == PHASE_DONE)
+        return rc;
+    if (a->phase == PHASE_WAIT)
+        return wait_ended(a, w, rc);
+    if (a->key) /* stepped out of the queue (a delay, an outage) */
+        late_settle(a->s, &a->late, a->key, 0);
+    a->phase = PHASE_DONE;
+    return rc == DLOCK_ETIMEDOUT && a->msg[0] ? dlock__errmsg_restore(rc, a->msg) : rc;
+}
+
+void dlock__etcd_acquire_again(struct etcd_acquire *a)
+{
+    dlock__errmsg_save(a->msg);
+    if (a->own)
+        a->lr.id = 0; /* revoked, or owed, by the give-up */
+    a->phase = PHASE_ENTER;
+}
+
+struct etcd_acquire *dlock__etcd_acquire_new(struct etcd_backend *s, struct dlock__hold *h,
+                                             struct dlock__wait *w)
+{
+    struct etcd_acquire *a = malloc(sizeof *a);
+    if (!a) {
+        dlock__etcd_nomem(s);
+        return NULL;
+    }
+    if (acquire_init(a, s, h, w)) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void dlock__etcd_acquire_free(struct etcd_acquire *a)
+{
+    if (!a)
+        return;
+    acquire_clear(a);
+    free(a);
+}
+
+/* The blocking acquire: its steps in a row, sleeping where they say. */
+static int etcd_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
+{
+    struct etcd_acquire a;
+    int64_t until = 0;
+    int rc = acquire_init(&a, state, h, w);
+    while (!rc && (rc = dlock__etcd_acquire_step(&a, w, &until)) == ETCD_SLEEP) {
+        if ((rc = dlock__wait_sleep(w, a.seq, until)))
+            rc = dlock__etcd_acquire_give_up(&a, w, rc);
+    }
+    acquire_clear(&a);
+    return rc;
 }
 
 void dlock__etcd_hold_keep(struct etcd_backend *s, struct dlock__hold *h, struct etcd_hold *eh,
@@ -997,6 +1115,8 @@ static const struct dlock__lock_ops etcd_lock_ops = {
     .release = dlock__etcd_release,
     .release_within = etcd_release_within,
     .downgrade = dlock__etcd_downgrade,
+    .try_armed = dlock__etcd_try_armed,
+    .disarm = dlock__etcd_disarm,
 };
 
 static const struct dlock__multi_ops etcd_multi_ops = {

@@ -1059,6 +1059,35 @@ TU_TEST_IN(etcd, etcd_parked_waiters_keep_their_order, 60)
     dlock_client_close(c2);
     contended_close(&x);
 }
+
+/* A parked waiter is handed the lock by the watch on the key before its
+ * own, not by looking again at each keepalive: while it is parked the
+ * member answers no transaction (a look is one), though its leases'
+ * keepalives come every ~0.7 s (a third of the waiters' 2 s lease) and
+ * the holder's lease (30 s) is far from over; the release then hands it
+ * the lock. Before: a look at every keepalive, ~4 in the 3 s. */
+TU_TEST_IN(etcd, etcd_parked_waiter_woken_by_the_watch_not_by_looks, 60)
+{
+    struct contended x;
+    etcd_contended(&x, "lease=30s", "h");
+    dlock_lock *l = owned(x.c, "h");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 60000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(etcd_keys_become("h/", 2));
+    ck_assert(!pump_until(x.c, &d.n, 1, 500)); /* its watch confirmed, the look after it made */
+    int port = ef.m[0].client_port;
+    long long txn0 = etcdf_handled(port, "Txn");
+    ck_assert(!pump_until(x.c, &d.n, 1, 3000));
+    long long txn1 = etcdf_handled(port, "Txn");
+    ck_assert_int_ge(txn0, 0);
+    ck_assert_msg(txn1 == txn0, "%lld transactions while one waiter was parked", txn1 - txn0);
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
 #endif
 
 /* -------------------------------------------- asynchronous multi-locks */

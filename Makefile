@@ -455,9 +455,9 @@ check-san-ci:
 	$(MAKE) SAN=1 check-san-ci
 endif
 # The part of `make check TSAN=1` CI runs (.ci/run): the core, the API,
-# the asynchronous calls (16 s: their pool, parking and exactly-once
-# delivery), the multi-lock suite, the contract on the file and redis
-# fixtures, and
+# the asynchronous calls (42 s under load: their pool, parking on Redis,
+# ZooKeeper and etcd, exactly-once delivery), the multi-lock suite, the
+# contract on the file and redis fixtures, and
 # the cluster test whose keeper renews each master's holds in a thread of
 # its own (14 s under load; check_cluster whole is 90 s).
 # The whole suite under TSan takes about 27 minutes on the CI machine,

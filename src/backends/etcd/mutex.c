@@ -40,6 +40,7 @@
 
 #define WITHDRAW_GRACE_MS 1000 /* a give-up's delete (never past the caller's deadline) */
 #define WITHDRAW_SLICE_MS 50   /* the same when the member stopped answering */
+#define SAFETY_LOOK_MS 10000   /* a waiter whose watch is quiet still looks this often */
 
 /* ------------------------------------------------------------------ keys */
 
@@ -567,6 +568,9 @@ struct etcd_acquire {
     struct etcd_watch *wt; /* on WATCHED, the key before ours (PHASE_WAIT) */
     char *watched;
     unsigned seq;              /* the wait's wake count when the latest look began */
+    int64_t looked;            /* when the latest look began */
+    bool settled;              /* it began with the watch on the key it found before ours
+                                  confirmed: until that watch fires, no look sees more */
     char msg[DLOCK__MSG_MAX]; /* the failure of the wait's last request, "" when answered */
 };
 
@@ -588,6 +592,16 @@ static void acquire_clear(struct etcd_acquire *a)
 }
 
 static int acquire_look(struct etcd_acquire *a, struct dlock__wait *w, int64_t *until);
+
+/* When a waiting acquire wakes if nothing wakes it: its leases' next
+ * keepalive (not in a hot loop after a failed one). */
+static int64_t keepalive_time(const struct etcd_acquire *a, int64_t now)
+{
+    int64_t next = dlock__etcd_keepalive_due(&a->lr), wl_due = dlock__etcd_keepalive_due(&a->wl);
+    if (wl_due < next)
+        next = wl_due;
+    return next < now + 200 ? now + 500 : next;
+}
 
 /* The wait for our turn ended with RC, not ours: start over (RESTART,
  * with PHASE_ENTER, while the restarts last) or give up -- our key
@@ -740,8 +754,10 @@ restart:
  * is seen then -- and sleep until the watch fires. (A watch from a past
  * revision would be served by etcd's 100 ms catch-up loop instead of at
  * once.) The keepalives of our key's lease (the waiters') and of the
- * lease the hold will hang on bound every sleep, as a safety net; an
- * outage or election is looked at again shortly, within the wait. TURN
+ * lease the hold will hang on bound every sleep; a look follows only
+ * when it may see something new (acquire_woke), and every
+ * SAFETY_LOOK_MS as a safety net. An outage or election is looked at
+ * again shortly, within the wait. TURN
  * (a->turn says what the look that said so did and saw), ETCD_SLEEP
  * until a wake of W since a->seq or *UNTIL, RESTART, or the end
  * (wait_ended). */
@@ -749,6 +765,9 @@ static int acquire_look(struct etcd_acquire *a, struct dlock__wait *w, int64_t *
 {
     struct etcd_backend *s = a->s;
     a->seq = dlock__wait_seq(w);
+    bool confirmed = a->wt && dlock__etcd_watch_live(a->wt); /* before the look reads */
+    a->looked = dlock__now_ms();
+    a->settled = false;
     struct queue_look l = {0};
     int rc = look(&a->c, a->lr.id, &l);
     char *pred = l.pred; /* ours to free, or to keep as the key watched */
@@ -775,12 +794,7 @@ static int acquire_look(struct etcd_acquire *a, struct dlock__wait *w, int64_t *
         a->wt = NULL;
         return TURN;
     }
-    int64_t now = dlock__now_ms();
-    int64_t next = dlock__etcd_keepalive_due(&a->lr), wl_due = dlock__etcd_keepalive_due(&a->wl);
-    if (wl_due < next)
-        next = wl_due;
-    if (next < now + 200)
-        next = now + 500; /* the last keepalive failed: not in a hot loop */
+    int64_t now = dlock__now_ms(), next = keepalive_time(a, now);
     if (rc == DLOCK_OK) /* a watch sent what etcd never sends: no more waits on it */
         rc = dlock__etcd_watch_error(a->wt);
     if (rc == DLOCK_OK) {
@@ -789,6 +803,7 @@ static int acquire_look(struct etcd_acquire *a, struct dlock__wait *w, int64_t *
          * replaced: etcd never answers a watch whose auth token expired
          * on the way, it just leaves it hanging. */
         bool same = a->wt && strcmp(a->watched, pred) == 0 && dlock__etcd_watch_live(a->wt);
+        a->settled = same && confirmed;
         if (!same) {
             dlock__etcd_watch_stop(a->wt);
             a->wt = NULL;
@@ -814,13 +829,27 @@ static int acquire_look(struct etcd_acquire *a, struct dlock__wait *w, int64_t *
 }
 
 /* Woken, or at the time the wait asked for: the watch's error, the
- * leases' keepalives. DLOCK_OK to look again, or the end (wait_ended). */
-static int acquire_woke(struct etcd_acquire *a, struct dlock__wait *w)
+ * leases' keepalives. DLOCK_OK to look again; ETCD_SLEEP (until a wake
+ * or *UNTIL) when a look would see nothing new -- the last one was
+ * settled (its watch confirmed before it), the watch has not fired since,
+ * no request failed and the safety net's look is not due: a waiter is
+ * woken by its watch, not by polling the queue at each keepalive. Or
+ * the end (wait_ended). */
+static int acquire_woke(struct etcd_acquire *a, struct dlock__wait *w, int64_t *until)
 {
+    unsigned seq = dlock__wait_seq(w); /* a fire from the check below on wakes the sleep */
     int rc = dlock__etcd_watch_error(a->wt); /* EPROTO */
     if (!rc)
         rc = dlock__etcd_waiter_keepalive(a->s, &a->wl, &a->lr, a->msg, &a->lim);
-    return rc ? wait_ended(a, w, rc) : DLOCK_OK;
+    if (rc)
+        return wait_ended(a, w, rc);
+    int64_t now = dlock__now_ms(), safety = a->looked + SAFETY_LOOK_MS;
+    if (!a->settled || a->msg[0] || now >= safety || !dlock__etcd_watch_live(a->wt))
+        return DLOCK_OK;
+    int64_t next = keepalive_time(a, now);
+    *until = next < safety ? next : safety;
+    a->seq = seq;
+    return ETCD_SLEEP;
 }
 
 /* Ours -- unless the name is in a lock-delay (delay.c), or the hold
@@ -911,8 +940,8 @@ int dlock__etcd_acquire_step(struct etcd_acquire *a, struct dlock__wait *w, int6
 {
     int rc = DLOCK_OK;
     if (a->slept && a->phase == PHASE_WAIT)
-        rc = acquire_woke(a, w);
-    a->slept = false;
+        rc = acquire_woke(a, w, until);
+    a->slept = rc == ETCD_SLEEP;
     if (rc && rc != RESTART)
         return rc;
     do {

@@ -396,12 +396,27 @@ int dlock__etcd_wait_failed(struct dlock__wait *w, int rc, char *msg, bool *answ
     return rc;
 }
 
+/* LR's last confirmation as the client knows it: a shared lease (the
+ * session's, the waiters') that another acquire's keepalive confirmed
+ * later is confirmed for this one too, so the waiters of one client send
+ * one keepalive per lease, not one each. */
+static void lease_adopt(struct etcd_backend *s, struct lease_ref *lr)
+{
+    pthread_mutex_lock(&s->mu);
+    if (lr->waiter && s->wlease == lr->id && s->wlease_confirmed > lr->confirmed)
+        lr->confirmed = s->wlease_confirmed;
+    else if (!lr->own && !lr->waiter && s->lease == lr->id && s->lease_confirmed > lr->confirmed)
+        lr->confirmed = s->lease_confirmed;
+    pthread_mutex_unlock(&s->mu);
+}
+
 int dlock__etcd_waiter_keepalive(struct etcd_backend *s, struct lease_ref *wl,
                                  struct lease_ref *lr, char *msg, const struct etcd_limits *lim)
 {
     struct lease_ref *const lrs[2] = {wl, lr};
     int rc = DLOCK_OK;
     for (int i = 0; i < 2 && !rc; i++) {
+        lease_adopt(s, lrs[i]);
         if (dlock__now_ms() < dlock__etcd_keepalive_due(lrs[i]))
             continue;
         rc = dlock__etcd_lease_refresh(s, lrs[i], lim);

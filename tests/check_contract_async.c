@@ -2,7 +2,8 @@
  * dlock_client_fd(), dlock_dispatch()) on the contract fixtures
  * (tests/lib/contract.h), one test case per backend: the example programs
  * examples/async_uv.c and examples/async_event.c run against the
- * fixture's server, their loop's timer firing while their acquire waits.
+ * fixture's server, their loop's timer firing while their acquire waits;
+ * `dlock bench async` where waits park.
  *
  * A backend whose waits do not park yet answers a waiting asynchronous
  * acquire with DLOCK_ENOTSUP naming itself (dlock.h, "asynchronous
@@ -182,6 +183,75 @@ TU_TEST(example_libevent_loop_runs_while_acquire_waits, 60)
     example_runs_its_loop("async_event");
 }
 #endif
+
+/* -------------------------------------------------------- dlock bench async */
+
+/* The completions of two waiters, in the order dispatched. */
+struct two_done {
+    int n;
+    dlock_lock *l[2];
+    int rc[2];
+};
+
+static void on_two_done(dlock_lock *l, int rc, void *arg)
+{
+    struct two_done *d = arg;
+    ck_assert_int_lt(d->n, 2);
+    d->l[d->n] = l;
+    d->rc[d->n++] = rc;
+}
+
+/* Whether a second handle of C may start an asynchronous wait on a name a
+ * first handle of C waits for (etcd, zk: DLOCK_EBUSY, one acquire per
+ * name per client at a time; dlock_acquire_async(3)). Backends that park;
+ * whichever waiter is woken first holds, then the other. */
+static bool waits_share_a_client(dlock_client *c)
+{
+    dlock_client *other = ct_open_test(NULL);
+    dlock_lock *holder = tu_lock(other, "share");
+    TU_ACQUIRE_OK(holder, DLOCK_TRY);
+    dlock_lock *a = tu_lock_mode(c, "share", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *b = tu_lock_mode(c, "share", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    struct two_done d = {0};
+    EXPECT_RC(dlock_acquire_async(a, 30000, NULL, on_two_done, &d), DLOCK_OK);
+    int rc = dlock_acquire_async(b, 30000, NULL, on_two_done, &d);
+    ck_assert_msg(rc == DLOCK_OK || rc == DLOCK_EBUSY, "a second waiter: %s (%s)",
+                  dlock_err_name(rc), dlock_errmsg());
+    TU_RELEASE_OK(holder);
+    for (int i = 0; i < (rc == DLOCK_OK ? 2 : 1); i++) {
+        pump_until(c, &d.n, i + 1);
+        ck_assert_msg(d.rc[i] == DLOCK_OK, "waiter %d: %s", i + 1, dlock_err_name(d.rc[i]));
+        TU_RELEASE_OK(d.l[i]);
+    }
+    TU_FREE_LOCKS(b, a, holder);
+    dlock_client_close(other);
+    return rc == DLOCK_OK;
+}
+
+/* `dlock bench async -W 3` measures where W waiters of one client park
+ * on one name, and elsewhere fails with exit 69 saying why: the
+ * backend's refusal to park, or its one acquire per name per client. */
+TU_TEST(bench_async_where_waits_park, 90)
+{
+    dlock_client *c = ct_open_test(NULL);
+    char why[256];
+    bool parking = parks(c, why, sizeof why), shared = parking && waits_share_a_client(c);
+    dlock_client_close(c);
+    char *url = ct_test_url(NULL), *out = NULL, *err = NULL;
+    int code = TU_DLOCK(&out, &err, NULL, "-u", url, "bench", "async", "-W", "3");
+    if (shared)
+        ck_assert_msg(code == 0 && strstr(out, "hand-off p99") && strstr(out, "memory per waiter"),
+                      "exit %d: %s%s", code, out, err);
+    else if (parking)
+        ck_assert_msg(code == 69 && strstr(err, "lets one client acquire a name once at a time"),
+                      "exit %d: %s%s", code, out, err);
+    else
+        ck_assert_msg(code == 69 && strstr(err, why), "exit %d, not with \"%s\": %s%s", code, why,
+                      out, err);
+    free(out);
+    free(err);
+    free(url);
+}
 
 /* ------------------------------------------------------------------ main */
 

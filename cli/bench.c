@@ -1223,7 +1223,7 @@ static void async_settle(dlock_client *c, int fd, struct async_side *s)
 
 /* Start S's waiters through C (FD >= 0: asynchronous; else a thread
  * each, TH and B theirs) on handles L, each waiting up to WAIT_MS; S->w
- * those started. 0, or the dlock code of a failure. */
+ * those started. 0, or the exit code of a failure (printed). */
 static int async_start(const struct bench_opts *o, dlock_client *c, int fd, dlock_lock **l,
                        pthread_t *th, struct blocked_waiter *b, int64_t wait_ms,
                        struct async_side *s)
@@ -1233,8 +1233,15 @@ static int async_start(const struct bench_opts *o, dlock_client *c, int fd, dloc
         int rc = dlock_lock_new(c, ASYNC_NAME, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &l[i]);
         if (!rc && fd >= 0)
             rc = dlock_acquire_async(l[i], wait_ms, NULL, async_acquired, s);
+        if (rc == DLOCK_EBUSY && i > 0) { /* etcd, zk: dlock_acquire_async(3) */
+            fprintf(stderr,
+                    "dlock: %s: waiter %d: %s: the %s backend lets one client acquire a name "
+                    "once at a time, so it cannot have W waiters on one name\n",
+                    s->what, i + 1, dlock_errmsg(), dlock_client_backend(c));
+            return EXIT_UNAVAILABLE;
+        }
         if (rc)
-            return rc;
+            return cli_fail(rc, s->what);
         if (fd >= 0)
             continue;
         b[i] = (struct blocked_waiter){.s = s, .l = l[i], .wait_ms = wait_ms};
@@ -1261,9 +1268,7 @@ static int async_side_run(const struct bench_opts *o, dlock_client *c, int fd, d
     proc_status(&s->threads0, &s->rss0);
     int64_t t0 = now_ns();
     int rc = async_start(o, c, fd, l, th, b, wait_ms, s);
-    if (rc) {
-        rc = cli_fail(rc, s->what);
-    } else {
+    if (!rc) {
         async_settle(c, fd, s);
         s->settle_s = (double)(now_ns() - t0) / 1e9;
         proc_status(&s->threads, &s->rss);

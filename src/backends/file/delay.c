@@ -112,6 +112,8 @@ int dlock__file_delay_look(struct file_state *s, const struct file_delay_req *q,
     bool found = false;
     *left = 0;
     int rc = dlock__file_read_header(s, q->fd, q->fname, q->full, &h);
+    if (!rc && q->header)
+        *q->header = h;
     if (!rc)
         rc = read_record(s, q->fd, q->fname, &h, &r, &found);
     if (rc || !found)

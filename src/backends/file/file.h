@@ -206,6 +206,8 @@ struct file_delay_req {
     bool start; /* an acquirer holding byte 0: a hold found ended without
                    its clean release starts its delay now (inspect: false,
                    nothing written) */
+    struct header *header; /* not NULL: the file's header, as read, for an
+                              exclusive acquirer's stamp (no second read) */
 };
 /* *LEFT: the ms left of the name's lock-delay (0: none), from the record
  * of the file's last hold. */

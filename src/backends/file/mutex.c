@@ -450,12 +450,19 @@ int dlock__file_open_named(struct file_state *s, const char *full, const char *s
 
 /* ------------------------------------------------------- acquiring */
 
+/* Whether FNAME in the directory is the file whose fstat is OPEN. */
+static bool linked_as(struct file_state *s, const struct stat *open, const char *fname)
+{
+    struct stat b;
+    return fstatat(s->dirfd, fname, &b, AT_SYMLINK_NOFOLLOW) == 0 && open->st_dev == b.st_dev &&
+           open->st_ino == b.st_ino;
+}
+
 /* Whether FNAME in the directory still is the file FD has open. */
 bool dlock__file_still_linked(struct file_state *s, int fd, const char *fname)
 {
-    struct stat a, b;
-    return fstat(fd, &a) == 0 && fstatat(s->dirfd, fname, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    struct stat a;
+    return fstat(fd, &a) == 0 && linked_as(s, &a, fname);
 }
 
 int dlock__file_write_stamp(struct file_state *s, int fd, const char *fname, const char *full,
@@ -506,6 +513,9 @@ int dlock__file_wait_take(struct file_state *s, const char *full, const char *su
 {
     int fd = -1, ifd = -1, wd = -1;
     bool degraded = false; /* no inotify to be had: backoff retries */
+    bool undrained = false; /* a wake's inotify events are still queued */
+    struct stat opened;     /* FD's identity (an open file's never changes) */
+    bool known = false;
     struct file_turn turn = {.fresh = true}; /* the next try is the first on this descriptor */
     struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 100};
     int rc = dlock__file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
@@ -515,11 +525,14 @@ int dlock__file_wait_take(struct file_state *s, const char *full, const char *su
         turn.fresh = false;
         if (rc && rc != DLOCK_EBUSY)
             break;
-        if (!dlock__file_still_linked(s, fd, fname)) {
+        if (!known && fstat(fd, &opened) == 0)
+            known = true;
+        if (!known || !linked_as(s, &opened, fname)) {
             /* Someone deleted or replaced the file: a lock on the old inode
              * excludes nobody. Start over on what the name points to now
              * (closing gives back what the try took). */
             close(fd);
+            known = undrained = false;
             if (ifd >= 0)
                 dlock__file_inotify_return(s, ifd, wd);
             ifd = wd = -1;
@@ -559,10 +572,19 @@ int dlock__file_wait_take(struct file_state *s, const char *full, const char *su
             rc = dlock__wait_sleep(w, dlock__wait_seq(w), next < turn.retry_at ? next : turn.retry_at);
             continue;
         }
+        if (undrained) {
+            /* The last wake's events are read only now that its try failed
+             * (a try that takes the lock leaves them to the pool, which
+             * empties an instance it lends); a release before this read is
+             * seen by the try after it, one after it by the poll. */
+            char buf[4096];
+            ssize_t drained = read(ifd, buf, sizeof buf); /* one read takes all queued */
+            (void)drained;
+            undrained = false;
+            continue;
+        }
         rc = dlock__wait_poll(w, ifd, POLLIN, turn.retry_at); /* a lock-delay: until its end */
-        char buf[4096];
-        ssize_t drained = read(ifd, buf, sizeof buf); /* one read takes all queued */
-        (void)drained;
+        undrained = true;
     }
     if (ifd >= 0)
         dlock__file_inotify_return(s, ifd, wd);
@@ -596,7 +618,9 @@ static int lock_try(struct file_state *s, int fd, const char *fname, const char 
          * its lock-delay (delay.c) keeps the name, gate and all, until its
          * end; a close of the file meanwhile (another try) wakes us early,
          * nothing else does. */
-        struct file_delay_req q = {.fd = fd, .fname = fname, .full = full, .start = true};
+        struct header h;
+        struct file_delay_req q = {.fd = fd, .fname = fname, .full = full, .start = true,
+                                   .header = &h};
         int64_t left = 0;
         int rc = dlock__file_delay_look(s, &q, &left);
         dlock__wait_in_delay(w, left);
@@ -608,7 +632,12 @@ static int lock_try(struct file_state *s, int fd, const char *fname, const char 
         if (t->gated)
             dlock__file_range_lock(fd, F_UNLCK, GATE_BYTE); /* byte 0 keeps readers out now */
         t->gated = false;
-        rc = dlock__file_stamp(s, fd, fname, full, t->mode, w, t->token);
+        if (t->mode == DLOCK_SHARED) { /* other readers stamp too: under the meta lock */
+            rc = dlock__file_stamp(s, fd, fname, full, t->mode, w, t->token);
+        } else { /* alone on byte 0: the header the look read is the file's */
+            rc = dlock__file_write_stamp(s, fd, fname, full, &h, t->mode, 0);
+            *t->token = h.token;
+        }
         if (rc)
             dlock__file_range_lock(fd, F_UNLCK, LOCK_BYTE);
         return rc;

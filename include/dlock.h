@@ -1134,6 +1134,46 @@ DLOCK_EXTERN unsigned dlock_semaphore_permits(const dlock_semaphore *s);
  * twice for one permit nor while another call uses P. */
 DLOCK_EXTERN int dlock_permit_release(dlock_permit *p);
 
+/* Asynchronous semaphores (the rules of "asynchronous calls" above): the
+ * completion of an asynchronous call on S. RC is what the blocking call
+ * would have returned, its message dlock_errmsg() in the callback. P is
+ * the permit an acquire took (DLOCK_OK; its id, token and validity
+ * readable there, and it is the caller's to release), else NULL: after a
+ * failed acquire, and after every release (P was freed, whatever the
+ * outcome). Runs in the thread calling dlock_dispatch() on S's client, or
+ * in dlock_client_close()'s; it may start the next call, release P. */
+typedef void (*dlock_permit_done_fn)(dlock_semaphore *s, dlock_permit *p, int rc, void *arg);
+
+/* dlock_semaphore_acquire() without blocking: start taking K permits of
+ * S, waiting as WAIT_MS says, cancelable by CANCEL and by
+ * dlock_semaphore_cancel(S). While it waits it holds no thread where the
+ * backend parks a permit's wait -- redis (every URL form but redlock,
+ * which has no semaphores): Redisson's channel and the nearest permit
+ * expiry resume it, as they wake the blocking wait. Elsewhere (file,
+ * etcd, zk, postgres, mysql) DLOCK_TRY works (the blocking call's one
+ * try on a pool thread) and a wait is refused with DLOCK_ENOTSUP naming
+ * the backend. DONE(S, P, rc, ARG) comes once with
+ * dlock_semaphore_acquire()'s codes (DLOCK_ECANCELED also when the
+ * client closes meanwhile); after a failure nothing is held. Returns
+ * DLOCK_OK (started); DLOCK_EINVAL (S or DONE NULL, K 0 or above the
+ * count, a bad WAIT_MS); DLOCK_ENOTSUP (a wait where waits cannot park);
+ * DLOCK_ECANCELED (CANCEL fired already); DLOCK_EMISUSE (after close or
+ * fork); DLOCK_ENOMEM; DLOCK_EIO (no eventfd, no pool thread). On
+ * failure nothing was started and no callback runs. Many calls on one S
+ * at once are fine; free S only when none waits for its callback.
+ * Threads: any; DONE as dlock_permit_done_fn says. */
+DLOCK_EXTERN int dlock_semaphore_acquire_async(dlock_semaphore *s, unsigned k, int64_t wait_ms,
+                                               dlock_cancel *cancel, dlock_permit_done_fn done,
+                                               void *arg);
+
+/* dlock_permit_release() on a pool thread: DONE(S, NULL, rc, ARG) comes
+ * with its code, and P is freed whatever it is. Returns DLOCK_OK
+ * (started; P is the call's: do not use it again); DLOCK_EINVAL (P or
+ * DONE NULL); DLOCK_EMISUSE (after close or fork); DLOCK_ENOMEM;
+ * DLOCK_EIO. On failure nothing was started and P is still the
+ * caller's. Threads: any, not while another call uses P. */
+DLOCK_EXTERN int dlock_permit_release_async(dlock_permit *p, dlock_permit_done_fn done, void *arg);
+
 /* How many permits P holds (K of its acquire; 0 for NULL). Any thread. */
 DLOCK_EXTERN unsigned dlock_permit_count(const dlock_permit *p);
 

@@ -245,7 +245,7 @@ static void acquire_end(struct op *op, int rc)
     dlock_lock *l = op->l;
     dlock_client *c = l->c;
     if (op->armed)
-        rc = c->be->locks->disarm(c->bstate, op->h, &op->w, op->park, rc);
+        rc = dlock__backend_disarm(c, op->h, &op->w, op->park, rc);
     op->park = NULL;
     /* A backend that did not confirm: validity from before the request
      * that took the lock, never later than the truth (as lock.c). */
@@ -314,7 +314,7 @@ static void acquire_step(struct op *op)
         op->w.retry_at = DLOCK__NEVER;
         op->armed = true;
         op->sent = dlock__now_ms();
-        rc = c->be->locks->try_armed(c->bstate, op->h, &op->w, &op->park);
+        rc = dlock__backend_try_armed(c, op->h, &op->w, &op->park);
         int armed = rc == DLOCK_EBUSY && op->cancel ? dlock__cancel_arm(op->cancel) : DLOCK_OK;
         if (armed) /* else a fire from now on reaches the parked wait */
             rc = armed;
@@ -540,12 +540,15 @@ int dlock__async_can_wait(const dlock_lock *l, int64_t wait_ms, const char *what
                           "%s: wait of %lld ms: a wait is DLOCK_TRY (0), a number of ms, "
                           "or DLOCK_FOREVER (-1)",
                           what, (long long)wait_ms);
-    if (wait_ms != 0 && !l->c->be->locks->try_armed)
+    if (wait_ms != 0 && !dlock__backend_parks(l->c, l))
         return dlock__err(DLOCK_ENOTSUP,
-                          "%s: the %s backend cannot park a waiting acquire yet (an "
-                          "asynchronous acquire there is DLOCK_TRY only: use the blocking call in "
+                          "%s: the %s backend cannot park a waiting %s yet (an "
+                          "asynchronous one there is DLOCK_TRY only: use the blocking call in "
                           "a thread to wait)",
-                          what, l->c->be->name);
+                          what, l->c->be->name,
+                          l->elect ? "campaign"
+                          : l->sem ? "semaphore acquire"
+                                   : "acquire");
     return DLOCK_OK;
 }
 

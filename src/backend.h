@@ -373,6 +373,12 @@ struct dlock__sem_ops {
      * both), set h->owner to the permit's id and h->token. */
     int (*acquire)(void *state, struct dlock__hold *h, struct dlock__wait *w);
     int (*release)(void *state, struct dlock__hold *h);
+    /* The asynchronous acquire's attempt and its end, for permits: the
+     * lock ops' try_armed() and disarm() rules, H a permit's hold. NULL:
+     * a permit's waiting asynchronous acquire needs a thread (the core
+     * answers it DLOCK_ENOTSUP; DLOCK_TRY goes through acquire()). */
+    int (*try_armed)(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park);
+    int (*disarm)(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park, int rc);
     /* Fill INFO (permits, free_permits, a holder per permit object);
      * PERMITS 0 = no count to check. */
     int (*inspect)(void *state, const char *name, unsigned permits, struct dlock_info *info);

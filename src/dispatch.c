@@ -20,6 +20,33 @@ int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct
     return c->be->locks->acquire(c->bstate, h, w);
 }
 
+/* The asynchronous acquire's ops (async.c): a lock's or a permit's; a
+ * campaign has none yet. */
+bool dlock__backend_parks(const struct dlock_client *c, const struct dlock_lock *l)
+{
+    if (l->elect)
+        return false;
+    if (l->sem)
+        return c->be->semaphores->try_armed != NULL;
+    return c->be->locks->try_armed != NULL;
+}
+
+int dlock__backend_try_armed(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w,
+                             void **park)
+{
+    if (h->sem)
+        return c->be->semaphores->try_armed(c->bstate, h, w, park);
+    return c->be->locks->try_armed(c->bstate, h, w, park);
+}
+
+int dlock__backend_disarm(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w,
+                          void *park, int rc)
+{
+    if (h->sem)
+        return c->be->semaphores->disarm(c->bstate, h, w, park, rc);
+    return c->be->locks->disarm(c->bstate, h, w, park, rc);
+}
+
 int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h)
 {
     if (h->elect)

@@ -13,6 +13,14 @@ int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct
 
 /* The backend's release of H, chosen as dlock__backend_acquire() does. */
 int dlock__backend_release(struct dlock_client *c, struct dlock__hold *h);
+/* The asynchronous acquire's (async.c), chosen the same way: whether
+ * holds of handle L's kind can be parked (a campaign's cannot yet), and
+ * the backend's try_armed() and disarm() of H. */
+bool dlock__backend_parks(const struct dlock_client *c, const struct dlock_lock *l);
+int dlock__backend_try_armed(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w,
+                             void **park);
+int dlock__backend_disarm(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w,
+                          void *park, int rc);
 
 /* Release L (release.c) as dlock_release() does, but a plain hold's last
  * level within DEADLINE where the lock ops have release_within (the rest

@@ -16,6 +16,11 @@
  * entry lives as long as the semaphore does), and the list of its permits
  * being acquired or held: dlock_semaphore_cancel() reaches the waits of
  * the first, dlock_semaphore_free() releases the second.
+ *
+ * The asynchronous acquire (at the end) is the same permit's handle
+ * acquired through async.c with a continuation, inside a job whose
+ * completion hands the permit to the loop: so a permit's wait parks
+ * wherever the backend gives its semaphore ops try_armed() (backend.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,15 +219,11 @@ static int acquire_outcome(dlock_semaphore *s, unsigned k, int rc, int64_t wait_
     return dlock__errmsg_restore(rc, why);
 }
 
-int dlock_semaphore_acquire(dlock_semaphore *s, unsigned k, int64_t wait_ms, dlock_cancel *cancel,
-                            dlock_permit **out)
+/* The checks of an acquire of K permits of S (S not NULL), and a new
+ * permit object for it on S's list into *OUT (its handle not acquiring
+ * yet). */
+static int permit_new(dlock_semaphore *s, unsigned k, dlock_permit **out)
 {
-    dlock__msg_clear();
-    if (!out)
-        return dlock__err(DLOCK_EINVAL, "dlock_semaphore_acquire: out is NULL");
-    *out = NULL;
-    if (!s)
-        return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
     dlock_client *c = s->c;
     const char *name = dlock_lock_name(s->base);
     int rc = dlock__check_client(c);
@@ -247,22 +248,47 @@ int dlock_semaphore_acquire(dlock_semaphore *s, unsigned k, int64_t wait_ms, dlo
     p->next = s->head;
     s->head = p;
     pthread_mutex_unlock(&c->mu);
+    *out = p;
+    return DLOCK_OK;
+}
 
-    rc = dlock_acquire_ex(p->l, wait_ms, cancel);
+/* P's acquire (WAIT_MS) ended with RC: DLOCK_OK with its id read, or
+ * the failure in the semaphore's words with P freed. */
+static int permit_acquired(dlock_permit *p, int rc, int64_t wait_ms)
+{
     if (rc) {
-        rc = acquire_outcome(s, k, rc, wait_ms);
+        rc = acquire_outcome(p->s, p->l->sem_req.k, rc, wait_ms);
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
         permit_free(p);
         return dlock__errmsg_restore(rc, msg);
     }
+    dlock_client *c = p->s->c;
     pthread_mutex_lock(&c->mu);
     for (struct dlock__hold *h = p->l->e->holds; h; h = h->next)
         if (h->tid == p->l->owner)
             memcpy(p->id, h->owner, sizeof p->id);
     pthread_mutex_unlock(&c->mu);
-    *out = p;
     return DLOCK_OK;
+}
+
+int dlock_semaphore_acquire(dlock_semaphore *s, unsigned k, int64_t wait_ms, dlock_cancel *cancel,
+                            dlock_permit **out)
+{
+    dlock__msg_clear();
+    if (!out)
+        return dlock__err(DLOCK_EINVAL, "dlock_semaphore_acquire: out is NULL");
+    *out = NULL;
+    if (!s)
+        return dlock__err(DLOCK_EINVAL, "semaphore is NULL");
+    dlock_permit *p;
+    int rc = permit_new(s, k, &p);
+    if (rc)
+        return rc;
+    rc = permit_acquired(p, dlock_acquire_ex(p->l, wait_ms, cancel), wait_ms);
+    if (!rc)
+        *out = p;
+    return rc;
 }
 
 int dlock_semaphore_cancel(dlock_semaphore *s)
@@ -352,6 +378,125 @@ void dlock_semaphore_free(dlock_semaphore *s)
     dlock_lock_free(s->base);
     free(s);
     dlock__errmsg_restore(DLOCK_OK, msg);
+}
+
+/* ------------------------------------------------------ asynchronous calls */
+
+/* One asynchronous call on a semaphore: a job on the client's pool. */
+struct permit_call {
+    struct dlock__job job;
+    dlock_semaphore *s;
+    dlock_permit *p; /* acquired (the acquire's DLOCK_OK), or to release */
+    dlock_permit_done_fn done;
+    void *arg;
+    int64_t wait_ms;
+    dlock_cancel *cancel;
+};
+
+/* The permit handle's acquire ended (its continuation, a pool thread). */
+static void permit_taken(dlock_lock *l, int rc, void *arg)
+{
+    (void)l;
+    struct permit_call *pc = arg;
+    if ((rc = permit_acquired(pc->p, rc, pc->wait_ms)))
+        pc->p = NULL; /* freed */
+    dlock__job_end(&pc->job, rc);
+}
+
+static int acquire_run(struct dlock__job *j)
+{
+    struct permit_call *pc = (struct permit_call *)j;
+    int rc = dlock__acquire_then(pc->p->l, pc->wait_ms, pc->cancel, permit_taken, pc);
+    if (!rc)
+        return DLOCK__LATER;
+    rc = permit_acquired(pc->p, rc, pc->wait_ms);
+    pc->p = NULL;
+    return rc;
+}
+
+static int release_run(struct dlock__job *j)
+{
+    struct permit_call *pc = (struct permit_call *)j;
+    int rc = dlock_permit_release(pc->p);
+    pc->p = NULL; /* freed, whatever the outcome */
+    return rc;
+}
+
+static void call_deliver(struct dlock__job *j, int rc)
+{
+    struct permit_call *pc = (struct permit_call *)j;
+    struct permit_call copy = *pc;
+    free(pc); /* before the callback, which may start the next call */
+    copy.done(copy.s, copy.p, rc, copy.arg);
+}
+
+/* Start PC (its run set) on S's client; frees PC when it does not start. */
+static int call_start(dlock_semaphore *s, struct permit_call *pc, const char *fn)
+{
+    pc->s = s;
+    pc->job.deliver = call_deliver;
+    int rc = dlock__job_start(s->c, &pc->job);
+    if (rc) {
+        free(pc);
+        char why[DLOCK__MSG_MAX];
+        dlock__errmsg_save(why);
+        return dlock__err(rc, "%s: %s", fn, why);
+    }
+    return DLOCK_OK;
+}
+
+int dlock_semaphore_acquire_async(dlock_semaphore *s, unsigned k, int64_t wait_ms,
+                                  dlock_cancel *cancel, dlock_permit_done_fn done, void *arg)
+{
+    dlock__msg_clear();
+    if (!s || !done)
+        return dlock__err(DLOCK_EINVAL, "dlock_semaphore_acquire_async: NULL argument");
+    const char *name = dlock_lock_name(s->base);
+    char what[DLOCK__MSG_MAX];
+    snprintf(what, sizeof what, "semaphore '%s'", name);
+    struct permit_call *pc = calloc(1, sizeof *pc);
+    if (!pc)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    int rc = permit_new(s, k, &pc->p);
+    if (!rc && !(rc = dlock__async_can_wait(pc->p->l, wait_ms, what)) && dlock_cancel_fired(cancel))
+        rc = dlock__err(DLOCK_ECANCELED, "%s: canceled before the acquire began", what);
+    if (rc) {
+        if (pc->p)
+            permit_free(pc->p);
+        free(pc);
+        return rc;
+    }
+    dlock_permit *p = pc->p;
+    pc->job.run = acquire_run;
+    pc->done = done;
+    pc->arg = arg;
+    pc->wait_ms = wait_ms;
+    pc->cancel = cancel;
+    if ((rc = call_start(s, pc, "dlock_semaphore_acquire_async"))) {
+        char msg[DLOCK__MSG_MAX];
+        dlock__errmsg_save(msg);
+        permit_free(p);
+        dlock__errmsg_restore(rc, msg);
+    }
+    return rc;
+}
+
+int dlock_permit_release_async(dlock_permit *p, dlock_permit_done_fn done, void *arg)
+{
+    dlock__msg_clear();
+    if (!p || !done)
+        return dlock__err(DLOCK_EINVAL, "dlock_permit_release_async: NULL argument");
+    int rc = dlock__check_client(p->s->c);
+    if (rc)
+        return rc;
+    struct permit_call *pc = calloc(1, sizeof *pc);
+    if (!pc)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    pc->job.run = release_run;
+    pc->p = p;
+    pc->done = done;
+    pc->arg = arg;
+    return call_start(p->s, pc, "dlock_permit_release_async");
 }
 
 /* ------------------------------------------------------------ inspecting */

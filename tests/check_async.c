@@ -1379,6 +1379,265 @@ TU_TEST_IN(redis, multi_callbacks_start_the_next, 60)
 }
 #endif
 
+/* ------------------------------------------- asynchronous semaphores */
+
+/* What permit completions came: permits and codes. */
+struct permit_log {
+    int n;
+    dlock_permit *p[LOG_MAX];
+    int rc[LOG_MAX];
+    char msg[LOG_MAX][256];
+};
+
+static void on_permit_done(dlock_semaphore *s, dlock_permit *p, int rc, void *arg)
+{
+    (void)s;
+    struct permit_log *d = arg;
+    ck_assert_int_lt(d->n, LOG_MAX);
+    d->p[d->n] = p;
+    d->rc[d->n] = rc;
+    snprintf(d->msg[d->n], sizeof d->msg[0], "%s", dlock_errmsg());
+    d->n++;
+}
+
+/* On file: a try takes permits and refuses more than are free; a wait
+ * is refused naming the backend (no parked permit there); the release. */
+TU_TEST(semaphore_try_on_file, 30)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    dlock_semaphore *s;
+    ck_assert_int_eq(dlock_semaphore_new(c, "pool", 3, 0, &s), DLOCK_OK);
+    struct permit_log d = {0};
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 2, DLOCK_TRY, NULL, on_permit_done, &d),
+                     DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 10000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_ptr_nonnull(d.p[0]);
+    ck_assert_uint_eq(dlock_permit_count(d.p[0]), 2);
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 2, DLOCK_TRY, NULL, on_permit_done, &d),
+                     DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 10000));
+    ck_assert_msg(d.rc[1] == DLOCK_EBUSY, "%d: %s", d.rc[1], d.msg[1]);
+    ck_assert_ptr_null(d.p[1]);
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, 1000, NULL, on_permit_done, &d),
+                     DLOCK_ENOTSUP);
+    ck_assert_msg(strstr(dlock_errmsg(), "file backend"), "%s", dlock_errmsg());
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 4, DLOCK_TRY, NULL, on_permit_done, &d),
+                     DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, 0, NULL, NULL, &d), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_permit_release_async(d.p[0], on_permit_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 3, 10000));
+    ck_assert_int_eq(d.rc[2], DLOCK_OK);
+    ck_assert_ptr_null(d.p[2]);
+    ck_assert_int_eq(d.n, 3);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+}
+
+#ifdef DLOCK_HAVE_REDIS
+/* Both permits of "slots" held elsewhere: an asynchronous acquire waits
+ * parked until one is released, then holds it with a newer token; the
+ * permits never exceed the count meanwhile. */
+TU_TEST_IN(redis, semaphore_waits_parked_then_takes, 60)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(srv.url, &other), DLOCK_OK);
+    dlock_semaphore *s, *so;
+    ck_assert_int_eq(dlock_semaphore_new(c, "slots", 2, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(other, "slots", 2, 0, &so), DLOCK_OK);
+    dlock_permit *held[2], *extra;
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &held[i]), DLOCK_OK);
+    uint64_t t1, t2;
+    ck_assert_int_eq(dlock_permit_token(held[1], &t1), DLOCK_OK);
+    struct permit_log d = {0};
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, 30000, NULL, on_permit_done, &d),
+                     DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 500)); /* none free: waits */
+    ck_assert_int_eq(dlock_permit_release(held[0]), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_permit_token(d.p[0], &t2), DLOCK_OK);
+    ck_assert_uint_gt(t2, t1);
+    ck_assert_ptr_nonnull(dlock_permit_id(d.p[0]));
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &extra), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_permit_release_async(d.p[0], on_permit_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 20000));
+    ck_assert_int_eq(d.rc[1], DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &extra), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(extra), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(held[1]), DLOCK_OK);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(so);
+    dlock_client_close(c);
+    dlock_client_close(other);
+}
+
+/* Parked permit waits end on dlock_semaphore_cancel() and on a cancel
+ * object (DLOCK_ECANCELED, nothing taken), and a wait bound is
+ * DLOCK_ETIMEDOUT in the semaphore's words. */
+TU_TEST_IN(redis, semaphore_cancel_and_timeout_parked, 60)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(srv.url, &other), DLOCK_OK);
+    dlock_semaphore *s, *so;
+    ck_assert_int_eq(dlock_semaphore_new(c, "one", 1, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(other, "one", 1, 0, &so), DLOCK_OK);
+    dlock_permit *held, *again;
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &held), DLOCK_OK);
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct permit_log d = {0};
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, DLOCK_FOREVER, NULL, on_permit_done, &d),
+                     DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, DLOCK_FOREVER, k, on_permit_done, &d),
+                     DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 500));
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_ECANCELED, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_semaphore_cancel(s), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 20000));
+    ck_assert_msg(d.rc[1] == DLOCK_ECANCELED, "%d: %s", d.rc[1], d.msg[1]);
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, 300, NULL, on_permit_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 3, 20000));
+    ck_assert_msg(d.rc[2] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[2], d.msg[2]);
+    ck_assert_ptr_nonnull(strstr(d.msg[2], "semaphore 'one'"));
+    for (int i = 0; i < 3; i++)
+        ck_assert_ptr_null(d.p[i]);
+    ck_assert_int_eq(dlock_permit_release(held), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &again), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(again), DLOCK_OK);
+    dlock_cancel_free(k);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(so);
+    dlock_client_close(c);
+    dlock_client_close(other);
+}
+
+/* Close with permit waits parked: each completes once, during the
+ * close, with DLOCK_ECANCELED. */
+TU_TEST_IN(redis, semaphore_close_ends_each_once, 60)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(srv.url, &other), DLOCK_OK);
+    dlock_semaphore *s, *so;
+    ck_assert_int_eq(dlock_semaphore_new(c, "full", 1, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(other, "full", 1, 0, &so), DLOCK_OK);
+    dlock_permit *held;
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &held), DLOCK_OK);
+    struct permit_log d = {0};
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, DLOCK_FOREVER, NULL, on_permit_done,
+                                                       &d),
+                         DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 500));
+    dlock_client_close(c);
+    ck_assert_int_eq(d.n, 8);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(d.rc[i] == DLOCK_ECANCELED && !d.p[i], "%d: %s", d.rc[i], d.msg[i]);
+    dlock_semaphore_free(s);
+    ck_assert_int_eq(d.n, 8);
+    ck_assert_int_eq(dlock_permit_release(held), DLOCK_OK);
+    dlock_semaphore_free(so);
+    dlock_client_close(other);
+}
+
+/* Callbacks that go on: two chains on a semaphore of one permit, each
+ * acquire's callback releasing, each release's starting the next
+ * acquire: never two permits at once, every round served. */
+struct permit_chain {
+    dlock_semaphore *s;
+    int left, bad, done;
+};
+
+static atomic_int permits_in;
+
+static void permit_chain_acquired(dlock_semaphore *s, dlock_permit *p, int rc, void *arg);
+
+static void permit_chain_released(dlock_semaphore *s, dlock_permit *p, int rc, void *arg)
+{
+    struct permit_chain *ch = arg;
+    ch->bad += rc != DLOCK_OK || p != NULL;
+    if (--ch->left == 0)
+        ch->done = 1;
+    else
+        ch->bad +=
+            dlock_semaphore_acquire_async(s, 1, 20000, NULL, permit_chain_acquired, ch) != DLOCK_OK;
+}
+
+static void permit_chain_acquired(dlock_semaphore *s, dlock_permit *p, int rc, void *arg)
+{
+    (void)s;
+    struct permit_chain *ch = arg;
+    if (rc != DLOCK_OK || !p) {
+        ch->bad++;
+        ch->done = 1;
+        return;
+    }
+    ch->bad += atomic_fetch_add(&permits_in, 1) != 0;
+    atomic_fetch_sub(&permits_in, 1);
+    ch->bad += dlock_permit_release_async(p, permit_chain_released, ch) != DLOCK_OK;
+}
+
+TU_TEST_IN(redis, semaphore_callbacks_start_the_next, 60)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    dlock_semaphore *s;
+    ck_assert_int_eq(dlock_semaphore_new(c, "turns", 1, 0, &s), DLOCK_OK);
+    struct permit_chain ch[2] = {{s, 10, 0, 0}, {s, 10, 0, 0}};
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, 20000, NULL, permit_chain_acquired,
+                                                       &ch[i]),
+                         DLOCK_OK);
+    int never = 0;
+    int64_t end = tu_mono_ms() + 50000;
+    while (!(ch[0].done && ch[1].done) && tu_mono_ms() < end)
+        pump_until(c, &never, 1, 100);
+    ck_assert(ch[0].done && ch[1].done);
+    ck_assert_int_eq(ch[0].bad + ch[1].bad, 0);
+    ck_assert_int_eq(ch[0].left + ch[1].left, 0);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+}
+
+/* A permits handle (dlock_lock_new_permits) through dlock_acquire_async:
+ * its parked wait takes a permit of the semaphore, not the lock of the
+ * same name. Before, the wait went through the lock's attempt. */
+TU_TEST_IN(redis, permits_handle_waits_for_a_permit, 60)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(srv.url, &other), DLOCK_OK);
+    dlock_semaphore *so;
+    ck_assert_int_eq(dlock_semaphore_new(other, "ph", 1, 0, &so), DLOCK_OK);
+    dlock_permit *held;
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &held), DLOCK_OK);
+    dlock_lock *l;
+    ck_assert_int_eq(dlock_lock_new_permits(c, "ph", 1, 0, &l), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 30000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert_msg(!pump_until(c, &d.n, 1, 500), "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_permit_release(held), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    dlock_info *i;
+    ck_assert_int_eq(dlock_semaphore_inspect(other, "ph", 1, &i), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_free_permits(i), 0);
+    dlock_info_free(i);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_semaphore_free(so);
+    dlock_client_close(c);
+    dlock_client_close(other);
+}
+#endif
+
 #if defined DLOCK_HAVE_REDIS && defined DLOCK_HAVE_LIBUV
 struct uv_test {
     uv_timer_t tick;

@@ -245,6 +245,8 @@ static const struct dlock__multi_ops redis_multi_ops = {
 static const struct dlock__sem_ops redis_sem_ops = {
     .acquire = dlock__redis_sem_acquire,
     .release = dlock__redis_sem_release,
+    .try_armed = dlock__redis_sem_try_armed,
+    .disarm = dlock__redis_sem_disarm,
     .inspect = dlock__redis_sem_inspect,
     .list = dlock__redis_sem_list,
 };

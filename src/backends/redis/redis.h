@@ -1086,6 +1086,11 @@ int dlock__redis_sem_inspect_reply(struct redis_state *s, const struct sem_keys 
 
 int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__redis_sem_release(void *state, struct dlock__hold *h);
+/* The asynchronous acquire's attempt and end for a permit (semaphore.c). */
+int dlock__redis_sem_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                               void **park);
+int dlock__redis_sem_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                            int rc);
 int dlock__redis_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
 /* The semaphore ops' list: the semaphores with a permit held (their
  * {NAME}:timeout ZSETs). */

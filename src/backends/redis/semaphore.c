@@ -365,6 +365,79 @@ int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__w
     return rc;
 }
 
+/* The wait of wait_on() turned inside out for the core's asynchronous
+ * acquire (src/async.c parks W between attempts, as redis/async.c does
+ * for locks): the first attempt is the first try; a busy one joins
+ * Redisson's channel through the hub, whose thread wakes the parked W
+ * on a release message or the subscription's confirmation. Until that
+ * confirmation no try is made (a release before it could be missed);
+ * after it each attempt acknowledges the wake it used and tries, and a
+ * busy try of K > 1 passes the wake on. The retry time is the try's
+ * sleep (the nearest permit expiry), or an outage's backoff, ridden out
+ * until the wait's end as wait_on() does. */
+struct sem_park {
+    struct sem_keys k;
+    struct sem_try_arg a;
+    struct redis_try t;
+    bool joined;
+    struct dlock__redis_outage outage;
+    int outage_rc; /* DLOCK_ECONN or DLOCK_EUNAVAIL: the outage's last failure */
+};
+
+int dlock__redis_sem_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                               void **park)
+{
+    struct redis_state *s = state;
+    struct sem_park *p = *park;
+    int rc;
+    if (!p) {
+        if (!(p = calloc(1, sizeof *p)))
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        if ((rc = sem_keys_make(s, h->name, &p->k))) {
+            free(p);
+            return rc;
+        }
+        p->a = (struct sem_try_arg){h, &p->k};
+        p->outage = (struct dlock__redis_outage)DLOCK__REDIS_OUTAGE_INIT;
+        p->outage_rc = DLOCK_ECONN;
+        *park = p;
+        if ((rc = try_take(s, &p->a, w, &p->t)) != DLOCK_EBUSY)
+            return rc;
+        if ((rc = dlock__redis_hub_join(s, p->k.chan, p->k.chan_len, w)))
+            return rc;
+        p->joined = true;
+    } else if (dlock__redis_hub_subscribed(s, p->k.chan, p->k.chan_len)) {
+        dlock__redis_hub_ack(s, p->k.chan, p->k.chan_len, w);
+        rc = try_take(s, &p->a, w, &p->t);
+        if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL)
+            p->outage_rc = rc;
+        if (!dlock__redis_outage_note(&p->outage, rc, true))
+            return rc;
+        if (rc == DLOCK_EBUSY && h->sem->k > 1)
+            dlock__redis_hub_pass(s, p->k.chan, p->k.chan_len, w);
+    }
+    dlock__wait_retry_at(w, dlock__now_ms() + (p->outage.ms ? p->outage.ms : p->t.sleep_ms));
+    return DLOCK_EBUSY;
+}
+
+int dlock__redis_sem_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                            int rc)
+{
+    (void)h;
+    struct redis_state *s = state;
+    struct sem_park *p = park;
+    if (!p)
+        return rc;
+    if (p->joined)
+        dlock__redis_hub_leave(s, p->k.chan, p->k.chan_len, w, rc == DLOCK_OK && !p->t.pass_on);
+    if (rc == DLOCK_ETIMEDOUT && p->outage.ms > 0)
+        rc = dlock__err(p->outage_rc, "%s (still failing when the wait for semaphore '%s' ended)",
+                        p->outage.msg, p->k.name);
+    sem_keys_free(&p->k);
+    free(p);
+    return rc;
+}
+
 /* ---------------------------------------------------------- release */
 
 int dlock__redis_sem_release(void *state, struct dlock__hold *h)

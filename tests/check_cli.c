@@ -2067,6 +2067,12 @@ static void contended_term_on(const char *u)
     free(started);
 }
 
+/* The file backend: waiters announce themselves in NAME.waiting. */
+TU_TEST(contended_term_file, 120)
+{
+    contended_term_on(url);
+}
+
 #ifdef DLOCK_HAVE_REDIS
 TU_TEST(contended_term_redis, 120)
 {

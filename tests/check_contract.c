@@ -1114,9 +1114,9 @@ static void contended_seen(dlock_lock *l, const char *who, void *arg)
 /* The backends that tell a holder who waits (the others: DLOCK_ENOTSUP). */
 static bool contended_told(void)
 {
-    const char *forms[] = {"zk",          "etcd",           "redis",           "redis-simple",
-                           "redis-fair",  "rediss",         "redis-sentinel",  "rediss-sentinel",
-                           "redis-cluster", "rediss-cluster"};
+    const char *forms[] = {"file",           "zk",           "etcd",           "redis",
+                           "redis-simple",   "redis-fair",   "rediss",         "redis-sentinel",
+                           "rediss-sentinel", "redis-cluster", "rediss-cluster"};
     for (size_t i = 0; i < TU_COUNT(forms); i++)
         if (strcmp(CT->name, forms[i]) == 0)
             return true;

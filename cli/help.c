@@ -50,7 +50,7 @@ static const struct {
      "  --on-contended ACTION when another owner starts waiting for NAME: term sends\n"
      "                        COMMAND's job SIGTERM once and holds NAME until the job\n"
      "                        ends (a leader stepping down); ignore (the default).\n"
-     "                        One exclusive NAME; redis, etcd, zk (others: exit 69)\n"
+     "                        One exclusive NAME; file, redis, etcd, zk (others: 69)\n"
      "  -c, --command CMD     run CMD with $SHELL -c (/bin/sh when unset), as flock(1)\n"
      "  --min-hold SECONDS    keep the lock at least SECONDS after it was taken, even\n"
      "                        when COMMAND ends sooner (SIGTERM ends it early): copies\n"

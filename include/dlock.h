@@ -639,14 +639,16 @@ DLOCK_EXTERN int dlock_lock_on_at_risk(dlock_lock *l, int64_t margin_ms, dlock_a
  * (a backend or URL form that cannot see its waiters, a shared handle, a
  * semaphore's permit or a campaign); DLOCK_EMISUSE (after fork or close);
  * DLOCK_ENOMEM (no callback thread). Any thread.
- * How soon it is told (docs/backends.md): pushed, at once, on zk (a
+ * How soon it is told (docs/backends.md): pushed, at once, on file
+ * (waiters write their id in a slot of NAME.waiting, which the holder's
+ * client watches with inotify; the first 64 waiters of a name), zk (a
  * child watch on the lock node), etcd (a watch of the lock's prefix from
  * the hold's revision on, so those already waiting are replayed) and
  * redis in every layout (redis://, rediss://, Sentinel, Cluster: dlock
  * waiters announce themselves on the lock's channel, which the holder's
  * client subscribes to -- a fair lock's script does it as it queues one;
  * those already waiting are read from the waiting writers' record or the
- * fair queue; Redisson's own waiters announce nothing); others -- file,
+ * fair queue; Redisson's own waiters announce nothing); others --
  * postgres, mysql, redlock:// -- DLOCK_ENOTSUP. */
 typedef void (*dlock_contended_fn)(dlock_lock *l, const char *who, void *arg);
 DLOCK_EXTERN int dlock_lock_on_contended(dlock_lock *l, dlock_contended_fn fn, void *arg);

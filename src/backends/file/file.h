@@ -5,7 +5,8 @@
  * counting semaphore, one .sem file per name; election.c the leader
  * election, a value file beside the lock; value.c the value files (an
  * election's, a lock's value); delay.c the lock-delay, a record after the
- * lock file's name; dir.c the default directory. */
+ * lock file's name; contend.c the contended signal, a file of waiters
+ * beside the lock; dir.c the default directory. */
 #ifndef DLOCK_FILE_H
 #define DLOCK_FILE_H
 
@@ -56,6 +57,7 @@ struct file_state {
     char host[HOST_MAX];
     const char *prefix;
     char boot_id[40]; /* this boot's (delay.c) */
+    struct file_contend *contend; /* holders watched for waiters (contend.c) */
 };
 
 struct file_hold {
@@ -197,6 +199,23 @@ struct file_value {
 int dlock__file_value_read(struct file_state *s, const struct file_value_kind *k, const char *full,
                            struct file_value *out, struct dlock__wait *w);
 extern const struct dlock__value_ops dlock__file_value_ops;
+
+/* contend.c: the contended signal. A wait's slot in NAME.waiting: FD -1
+ * until announced; TRIED once it tried (one announcement per wait). */
+struct file_waiting {
+    int fd;
+    int slot;
+    bool tried;
+};
+#define FILE_WAITING_INIT {.fd = -1}
+/* A waiter of the lock FULL (prefixed name) whose try was busy says so,
+ * once per wait W, for a holder that listens; best effort (logged). */
+void dlock__file_wait_announce(struct file_state *s, const char *full, struct file_waiting *wt);
+/* The wait is over (taken, given up): its slot is freed. */
+void dlock__file_wait_leave(struct file_waiting *wt);
+extern const struct dlock__contend_ops dlock__file_contend_ops;
+/* The watching thread stopped and every watch freed (the client's close). */
+void dlock__file_contend_stop(struct file_state *s);
 
 /* delay.c: the lock-delay record of the lock file FD has open (FNAME,
  * FULL as for dlock__file_read_header). */

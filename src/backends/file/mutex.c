@@ -295,6 +295,7 @@ static void file_close(void *state)
     struct file_state *s = state;
     if (!s)
         return;
+    dlock__file_contend_stop(s);
     while (s->npool)
         close(s->pool[--s->npool]);
     pthread_mutex_destroy(&s->pool_mu);
@@ -603,6 +604,7 @@ struct lock_try {
     dlock_mode mode;
     uint64_t *token; /* the hold's: set once taken */
     bool gated;      /* we hold the gate (a waiting writer) */
+    struct file_waiting waiting; /* announced to a holder (contend.c) */
 };
 
 static int lock_try(struct file_state *s, int fd, const char *fname, const char *full,
@@ -646,6 +648,8 @@ static int lock_try(struct file_state *s, int fd, const char *fname, const char 
         return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s", s->dir, fname);
     if (t->type == F_WRLCK && !t->gated && !dlock__wait_try_once(w))
         t->gated = dlock__file_range_lock(fd, F_WRLCK, GATE_BYTE) == 0; /* else another writer has it */
+    if (!dlock__wait_try_once(w))
+        dlock__file_wait_announce(s, full, &t->waiting); /* to a holder that listens */
     return DLOCK_EBUSY;
 }
 
@@ -694,9 +698,11 @@ static int arm_delay(struct file_state *s, struct dlock__hold *hold)
 static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
 {
     struct lock_try t = {.type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK,
-                         .mode = hold->mode, .token = &hold->token};
+                         .mode = hold->mode, .token = &hold->token,
+                         .waiting = FILE_WAITING_INIT};
     struct file_state *s = state;
     int rc = dlock__file_acquire_by(s, hold, ".lock", w, lock_try, &t);
+    dlock__file_wait_leave(&t.waiting);
     if (!rc && hold->mode == DLOCK_EXCLUSIVE && s->c->opts.lock_delay_ms)
         rc = arm_delay(s, hold);
     if (!rc)
@@ -955,6 +961,5 @@ const struct dlock__backend dlock__backend_file = {
     /* docs/protocol-file.md, "Guarded writes" */
     .no_guarded_why = "the file backend has no store (a lock's value is all it keeps beside a "
                       "lock); use redis://, etcd:// or zk:// for guarded writes",
-    .no_contend_why = "the file backend's waiters sleep in the kernel or on inotify, where the "
-                      "holder does not see them (not yet)",
+    .contend = &dlock__file_contend_ops,
 };

@@ -464,6 +464,37 @@ TU_TEST_IN(standalone, handoff_costs_the_waiter_no_request, 60)
     zk_close(&zt);
 }
 
+/* A lock-delay marker (_dlock_delay under the lock node) goes once its
+ * delay has run out: the contender that finds the delay over deletes it,
+ * so a name does not keep a finished marker (and the lock node a child)
+ * forever. Here the hold of a client with lock_delay ends by a force
+ * release, the next hold is taken after the delay by a client without
+ * the option and released cleanly. Before: the marker stayed, "running",
+ * after every such end. */
+TU_TEST_IN(standalone, finished_lock_delay_marker_deleted, 60)
+{
+    struct zk_frame zt = zk_open(NULL, true);
+    char *url = url_with(NULL, "lock_delay=1s");
+    dlock_client *a = tu_open(url);
+    free(url);
+    dlock_lock *la = tu_lock(a, "delay-gone"), *lb = tu_lock(zt.c, "delay-gone");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    struct Stat st;
+    ck_assert_int_eq(zoo_exists(zt.zh, "/dlock/delay-gone/_dlock_delay", 0, &st), ZOK);
+    ck_assert_int_eq(dlock_force_release(zt.c, "delay-gone"), DLOCK_OK);
+    TU_ACQUIRE_OK(lb, 30000); /* waits out the delay */
+    TU_RELEASE_OK(lb);
+    ck_assert_msg(zoo_exists(zt.zh, "/dlock/delay-gone/_dlock_delay", 0, &st) == ZNONODE,
+                  "the finished lock-delay marker is still there");
+    dlock_info *info = NULL;
+    ck_assert_int_eq(dlock_inspect(zt.c, "delay-gone", &info), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_delay_ms(info), 0);
+    dlock_info_free(info);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a);
+    zk_close(&zt);
+}
+
 TU_TEST_IN(standalone, acquire_release_token, 90)
 {
     struct zk_frame zt = zk_open(NULL, true);

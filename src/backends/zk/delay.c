@@ -15,7 +15,8 @@
  * waits. Every acquirer waits until that start plus the delay, by the
  * same clock read the same way; none by its own clock alone. The delay
  * runs from when a contender first finds the end: later than the
- * session's expiry, never earlier.
+ * session's expiry, never earlier. The head that finds the delay over
+ * deletes the marker, so a finished one does not stay under the name.
  */
 #include "zk.h"
 
@@ -98,6 +99,16 @@ int dlock__zk_delay_look(struct zk_backend *zb, struct zk_session *s, const char
         *left = end > now ? end - now : 0;
         if (*left > m.delay_ms)
             *left = m.delay_ms; /* a clock stepped back: never more than the delay */
+    }
+    if (!rc && m.found && m.start_ms && !*left && how == ZK_DELAY_START) {
+        /* over: the marker goes, so a name keeps no finished one. Only
+         * the queue's head starts or ends a delay and nobody holds before
+         * it, so no newer marker can be there; a failed delete leaves a
+         * finished one, deleted by the next head (logged) */
+        int zrc = dlock__zk_rq_delete(zb, s->zh, path, DLOCK__NEVER);
+        if (zrc != ZOK && zrc != ZNONODE)
+            dlock__log(zb->c, DLOCK_LOG_DEBUG, "%s: the finished lock-delay marker %s stays: %s",
+                       zb->servers, path, zerror(zrc));
     }
     free(path);
     return rc;

@@ -396,7 +396,7 @@ static void redis_pause(const struct ct_fixture *f, bool stop)
 /* What every Redis form does: a server, leases that renew, force. */
 #define REDIS_CAPS (CT_SERVER | CT_WAITERS_EXACT | CT_LEASES | CT_FORCE_LIVE | CT_FIXED_LEASE)
 /* ... and the forms with a lock-delay: one server's scripts or one slot's
- * (not layout=fair, not Redlock: DLOCK_ENOTSUP). */
+ * (not Redlock: DLOCK_ENOTSUP). */
 #define REDIS_DELAY_CAPS (REDIS_CAPS | CT_LOCK_DELAY)
 
 static struct redis_priv redisson_priv, simple_priv = {.query = "layout=simple"},
@@ -407,7 +407,7 @@ static struct ct_fixture fx_redis_simple =
     REDIS_FIXTURE(redis, "redis-simple", "redis", REDIS_DELAY_CAPS, &simple_priv);
 /* The fair layout (waiters queued in arrival order, direct hand-off). */
 static struct ct_fixture fx_redis_fair =
-    REDIS_FIXTURE(redis, "redis-fair", "redis", REDIS_CAPS | CT_FAIR, &fair_priv);
+    REDIS_FIXTURE(redis, "redis-fair", "redis", REDIS_DELAY_CAPS | CT_FAIR, &fair_priv);
 static struct ct_fixture fx_rediss =
     REDIS_FIXTURE(redis, "rediss", "rediss", REDIS_DELAY_CAPS | CT_SHARED | CT_FAIR, &tls_priv);
 static struct ct_fixture fx_redis_sentinel =

@@ -129,11 +129,6 @@ int dlock__redis_open_node(struct dlock_client *c, int node, void **state)
         rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': layout '%s' is unknown (redisson, simple "
                                        "or fair)",
                         url, c->opts.layout);
-    else if (!rc && c->opts.lock_delay_ms && c->opts.layout && strcmp(c->opts.layout, "fair") == 0)
-        rc = dlock__err(DLOCK_ENOTSUP, "%s: lock_delay: layout=fair hands the lock from holder to "
-                                       "waiter in its own scripts, which keep no lock-delay "
-                                       "(redisson or simple have one)",
-                        url);
     else if (!rc && node >= 0 && c->opts.layout && strcmp(c->opts.layout, "fair") == 0)
         rc = dlock__err(DLOCK_EBADURL, "bad URL '%s': layout=fair queues waiters on one server; "
                                        "redlock:// has no fair layout (redisson or simple)",

@@ -82,15 +82,18 @@ static int64_t queue_lease_ms(const struct redis_state *s, int64_t lease_ms)
 static int fair_eval(struct redis_state *s, const struct fair_keys *f, const char *owner,
                      const char *op, struct redis_request *rq)
 {
-    enum { NKEYS = 6, MAX = 16 };
+    enum { NKEYS = 7, MAX = 20 };
     int n = rq->nargs;
     const char **args = rq->args, **retry_args = rq->retry_args;
     const char *a[MAX], *ra[MAX];
     size_t l[MAX], rl[MAX];
-    const char *head[] = {f->k.lock, f->k.token, f->k.canceled, f->k.queue, f->k.waiters, f->k.chan,
-                          op, owner, strcmp(op, "acquire") == 0 ? f->chan : ""};
-    size_t head_len[] = {f->k.lock_len, f->k.token_len, f->k.canceled_len, f->k.queue_len,
-                         f->k.waiters_len, f->k.chan_len, strlen(op), strlen(owner), 0};
+    const char *head[] = {f->k.lock,    f->k.token, f->k.canceled,
+                          f->k.queue,   f->k.waiters, f->k.chan,
+                          f->k.delay,   op,         owner,
+                          strcmp(op, "acquire") == 0 ? f->chan : ""};
+    size_t head_len[] = {f->k.lock_len,  f->k.token_len,   f->k.canceled_len, f->k.queue_len,
+                         f->k.waiters_len, f->k.chan_len,  f->k.delay_len,    strlen(op),
+                         strlen(owner),  0};
     int nh = (int)(sizeof head / sizeof head[0]);
     head_len[nh - 1] = strlen(head[nh - 1]);
     for (int i = 0; i < nh; i++) {
@@ -138,7 +141,7 @@ static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct f
     int rc = dlock__redis_cancel_owed(s, h, deadline, w);
     if (rc)
         return rc;
-    char lease[24], first[24], second[24], life[24], qlease[24];
+    char lease[24], first[24], second[24], life[24], qlease[24], delay[24];
     uint64_t n = __atomic_add_fetch(&s->requests, 2, __ATOMIC_RELAXED) - 1; /* n and n + 1 */
     fw->last = n + 1;
     snprintf(lease, sizeof lease, "%lld", (long long)h->lease_ms);
@@ -146,9 +149,10 @@ static int fair_try(struct redis_state *s, struct dlock__hold *h, const struct f
     snprintf(second, sizeof second, "%llu", (unsigned long long)n + 1);
     snprintf(life, sizeof life, "%lld", (long long)dlock__redis_cancel_life_ms(h->lease_ms));
     snprintf(qlease, sizeof qlease, "%lld", (long long)queue_lease_ms(s, h->lease_ms));
-    const char *args[] = {lease, first, "0", life, qlease, stage, fw->wait_id};
-    const char *retry_args[] = {lease, second, first, life, qlease, stage, fw->wait_id};
-    struct redis_request rq = {.nargs = 7, .args = args, .retry_args = retry_args,
+    snprintf(delay, sizeof delay, "%lld", (long long)s->c->opts.lock_delay_ms);
+    const char *args[] = {lease, first, "0", life, qlease, stage, fw->wait_id, delay};
+    const char *retry_args[] = {lease, second, first, life, qlease, stage, fw->wait_id, delay};
+    struct redis_request rq = {.nargs = 8, .args = args, .retry_args = retry_args,
                                .what = "acquire", .wait = w, .deadline = deadline};
     rc = fair_eval(s, f, h->owner, "acquire", &rq);
     if ((rc == DLOCK_ECONN || rc == DLOCK_ECANCELED) && rq.out.reached)

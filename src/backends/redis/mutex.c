@@ -226,10 +226,6 @@ static int cut_by_the_wait(struct redis_state *s, struct dlock__wait *w, const c
 static int acquire_lock(struct redis_state *s, struct dlock__hold *h, struct dlock__wait *w)
 {
     struct lock_keys k;
-    if (dlock__redis_fair(s, h) && s->c->opts.lock_delay_ms)
-        return dlock__err(DLOCK_ENOTSUP, "%s: lock '%s': a fair lock (DLOCK_LOCK_FAIR) keeps no "
-                                         "lock-delay (lock_delay is set)",
-                          s->where, h->name);
     if (dlock__redis_fair(s, h)) /* waiters in arrival order (fair.c) */
         return dlock__redis_fair_acquire(s, h, w);
     int rc = dlock__redis_rw_check_layout(s, h);

@@ -7,21 +7,23 @@
 -- KEYS: 1 lock, 2 token key, 3 canceled key (dlock_canceled:{N}), 4 queue
 -- (dlock_fair_queue:{N}: a ZSET, owner -> arrival number), 5 waiters
 -- (dlock_fair_waiters:{N}: a HASH, owner -> record), 6 the lock's channel
--- (redisson_lock__channel:{N}).
+-- (redisson_lock__channel:{N}), 7 (optional) the lock-delay marker
+-- (dlock_delay:{N}, lib_acquire.lua).
 -- ARGV: 1 op, 2 owner field, 3 acquire: the channel where the owner's
 -- client hears its grants (dlock_fair__channel:<client uuid>), else '', then
 --   acquire: 4 lease ms, 5 request number, 6 the number of the attempt this
 --            one retries ('0' for a first attempt), 7 life ms of a
 --            cancellation record, 8 queue lease ms, 9 stage ('0' try once,
 --            '1' the first try of a wait, '2' a later one), 10 wait id
---            '<wait>.<try>' (the try's own number, new for every try)
+--            '<wait>.<try>' (the try's own number, new for every try),
+--            11 (optional) the hold's lock-delay ms ('0': none)
 --   release: 4 our token, 5 life ms of the hand-off record
 --   leave:   4 the last request number to cancel ('0': none), 5 life ms of
 --            the cancellation record
 --   waiters: none (read only: the live waiters' owners, in order; nil when
 --            there is no queue)
 -- A waiter's record is 'w <deadline ms> <lease ms> <wait id> <channel>
--- <queue lease ms>' while it waits (the deadline is its queue lease: a
+-- <queue lease ms> <lock-delay ms>' while it waits (the deadline is its queue lease: a
 -- waiter refreshes it while it waits, a dead one is dropped once it
 -- passes), 'g <token> <wait id>' once the lock was handed to it; 'r:<owner>' = token records a release that
 -- handed the lock on, so a retried release knows it ran. The grant message
@@ -63,7 +65,7 @@ local function first_live(now)
     local head = redis.call('zrange', KEYS[4], 0, 0)[1]
     if not head then return nil end
     local w = words(redis.call('hget', KEYS[5], head))
-    if w[1] == 'w' and #w == 6 and tonumber(w[2]) >= now then return head, w end
+    if w[1] == 'w' and #w >= 6 and tonumber(w[2]) >= now then return head, w end
     redis.call('zrem', KEYS[4], head)
     if w[1] == 'w' then redis.call('hdel', KEYS[5], head) end
   end
@@ -83,6 +85,7 @@ local function grant(head, w)
   redis.call('pexpire', KEYS[1], math.min(tonumber(w[3]), tonumber(w[6])))
   redis.call('zrem', KEYS[4], head)
   redis.call('hset', KEYS[5], head, 'g ' .. t .. ' ' .. w[4])
+  delay_arm(KEYS[7], token, w[7])
   redis.call('publish', w[5], w[4] .. ' ' .. t)
   return token
 end
@@ -122,6 +125,10 @@ if op == 'acquire' then
     redis.call('del', KEYS[1])
   end
   local free = redis.call('exists', KEYS[1]) == 0
+  -- free but in a lock-delay: nobody gets it until its end; a waiter
+  -- still queues, in order, and tries again then
+  local left = free and delay_left(KEYS[7]) or 0
+  if left > 0 then free = false end
   local head, hw = first_live(now)
   if free and (head == nil or head == owner) then
     local token = new_token(KEYS[2])
@@ -130,6 +137,7 @@ if op == 'acquire' then
     redis.call('pexpire', KEYS[1], ARGV[4])
     redis.call('zrem', KEYS[4], owner)
     redis.call('hdel', KEYS[5], owner)
+    delay_arm(KEYS[7], token, ARGV[11])
     return token
   end
   if free then
@@ -147,9 +155,10 @@ if op == 'acquire' then
       redis.call('publish', KEYS[6], 'dlock-wait ' .. owner)
     end
     local qlease = tonumber(ARGV[8])
-    redis.call('hset', KEYS[5], owner, string.format('w %d %s %s %s %d', now + qlease, ARGV[4], ARGV[10], ARGV[3], qlease))
+    redis.call('hset', KEYS[5], owner, string.format('w %d %s %s %s %d %s', now + qlease, ARGV[4], ARGV[10], ARGV[3], qlease, ARGV[11] or '0'))
     keep(2 * qlease)
   end
+  if left > 0 then return DELAY_REPLY - left end
   return -3 - redis.call('pttl', KEYS[1])
 elseif op == 'release' then
   -- Our field is our hold only while the token key holds our token (or
@@ -164,6 +173,8 @@ elseif op == 'release' then
   redis.call('hdel', KEYS[5], owner) -- the record of a grant we learned by message
   if redis.call('hdel', KEYS[1], owner) == 1 then
     redis.call('del', KEYS[1])
+    -- a clean release: no lock-delay (a grant below arms the next one's)
+    if KEYS[7] and redis.call('hget', KEYS[7], 'token') == ARGV[4] then redis.call('del', KEYS[7]) end
     local g = hand_off(now_ms())
     if type(g) == 'table' then return g end
     if g then
@@ -189,11 +200,13 @@ elseif op == 'leave' then
   -- was lost: given up, to the next waiter.
   if redis.call('hexists', KEYS[1], owner) == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read' then
     redis.call('del', KEYS[1])
+    if KEYS[7] then redis.call('del', KEYS[7]) end -- its marker (each arm replaces the last): unused
     r = 2
   end
   -- free now (ours given up, or we were the head of a free lock): the
-  -- next waiter's
-  if redis.call('exists', KEYS[1]) == 0 and (r == 2 or redis.call('zcard', KEYS[4]) > 0) then
+  -- next waiter's, unless a hold that ended uncleanly left a lock-delay
+  if redis.call('exists', KEYS[1]) == 0 and (r == 2 or redis.call('zcard', KEYS[4]) > 0) and
+     delay_left(KEYS[7]) == 0 then
     local g = hand_off(now_ms())
     if type(g) == 'table' then return g end
   end

@@ -1,15 +1,16 @@
 /* check_async.c -- the asynchronous calls (src/async.c): acquires that
  * wait without a thread, completions through dlock_client_fd() and
  * dlock_dispatch(), exactly once each, the close and free rules; on the
- * file backend (a try, and the refusal of a wait it cannot park), on
- * a real redis-server (parked waits woken by release messages) and on a
- * real etcd (parked waits woken by watches, keeping their place in the
- * queue). Each
+ * file backend (parked waits woken by inotify: a release, a holder's
+ * death in another process), on a real redis-server (parked waits woken
+ * by release messages) and on a real etcd (parked waits woken by
+ * watches, keeping their place in the queue). Each
  * test runs in its own process with a time limit; the only times
  * checked are lower bounds or generous ones.
  */
 #include <check.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -137,7 +138,7 @@ static void teardown(void)
     tu_file_fixture_end(&dir, &url);
 }
 
-TU_TEST(file_try_takes_and_refuses, 30)
+TU_TEST(file_try_takes_and_a_wait_parks, 30)
 {
     struct contended x;
     contended_open(&x, url, "job", false);
@@ -152,26 +153,27 @@ TU_TEST(file_try_takes_and_refuses, 30)
     ck_assert_int_eq(dlock_token(l, &token), DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_EBUSY);
 
-    /* a wait cannot park on file: refused, naming the backend */
+    /* a wait parks: held by L, it ends at its bound */
     dlock_lock *l2 = owned(c, "job");
-    ck_assert_int_eq(dlock_acquire_async(l2, 1000, NULL, on_done, &d), DLOCK_ENOTSUP);
-    ck_assert_ptr_nonnull(strstr(dlock_errmsg(), "file backend"));
+    ck_assert_int_eq(dlock_acquire_async(l2, 200, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 20000));
+    ck_assert_msg(d.rc[1] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[1], d.msg[1]);
 
     /* a try of another handle is busy */
     ck_assert_int_eq(dlock_acquire_async(l2, DLOCK_TRY, NULL, on_done, &d), DLOCK_OK);
-    ck_assert(pump_until(c, &d.n, 2, 10000));
-    ck_assert_int_eq(d.rc[1], DLOCK_EBUSY);
+    ck_assert(pump_until(c, &d.n, 3, 10000));
+    ck_assert_int_eq(d.rc[2], DLOCK_EBUSY);
 
     ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_OK);
-    ck_assert(pump_until(c, &d.n, 3, 10000));
-    ck_assert_int_eq(d.rc[2], DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 4, 10000));
+    ck_assert_int_eq(d.rc[3], DLOCK_OK);
     ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_OK);
     ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
     ck_assert_int_eq(dlock_release_async(l, on_done, &d), DLOCK_ENOTOWNER);
     dlock_lock_free(l);
     dlock_lock_free(l2);
     contended_close(&x);
-    ck_assert_int_eq(d.n, 3);
+    ck_assert_int_eq(d.n, 4);
 }
 
 /* "One asynchronous call per handle is in flight at a time"
@@ -341,7 +343,6 @@ TU_TEST(handle_freed_before_dispatch, 30)
 
 /* -------------------------------------------------- on a server (any) */
 
-#if defined DLOCK_HAVE_REDIS || defined DLOCK_HAVE_ETCD
 #define PARKED 40 /* acquires parked at once in the close tests */
 
 /* C has PARKED acquires parked, logged in D: at most MORE threads were
@@ -361,9 +362,6 @@ static void close_with_parked(dlock_client *c, struct done_log *d, int before, i
     }
 }
 
-#endif
-
-#if defined DLOCK_HAVE_REDIS || defined DLOCK_HAVE_ETCD || defined DLOCK_HAVE_ZK
 /* Whoever holds "x" (the exclusion tests) sets INSIDE while it does. */
 static atomic_int inside;
 
@@ -422,32 +420,16 @@ static void turn_released(dlock_lock *l, int rc, void *arg)
         t->bad++;
 }
 
-#endif
-
-/* ------------------------------------------------------------- on Redis */
-
-#ifdef DLOCK_HAVE_REDIS
-static struct fx_redis srv;
-
-static void redis_setup(void)
-{
-    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
-}
-
-static void redis_teardown(void)
-{
-    fx_redis_stop(&srv);
-}
-
-TU_CASE(redis, redis_setup, redis_teardown, TU_AROUND_EACH)
+/* The bodies of the parked-wait tests every backend whose waits park
+ * runs (its server's URL). */
 
 /* A holder elsewhere: the asynchronous acquire waits (nothing comes)
  * until the release, then holds with a newer token; the blocking side
  * is kept out until its asynchronous release. */
-TU_TEST_IN(redis, waits_for_a_blocking_holder, 60)
+static void waits_for_a_blocking_holder(const char *server)
 {
     struct contended x;
-    contended_open(&x, srv.url, "w", true);
+    contended_open(&x, server, "w", true);
     dlock_client *c = x.c;
     dlock_lock *rival = x.rival, *l = owned(c, "w");
     uint64_t t1, t2;
@@ -469,6 +451,317 @@ TU_TEST_IN(redis, waits_for_a_blocking_holder, 60)
     dlock_lock_free(l);
     contended_close(&x);
 }
+
+/* The wait's bound: DLOCK_ETIMEDOUT, not before the bound. */
+static void wait_bound(const char *server)
+{
+    struct contended x;
+    contended_open(&x, server, "b", true);
+    dlock_client *c = x.c;
+    dlock_lock *l = owned(c, "b");
+    struct done_log d = {0};
+    int64_t t0 = tu_mono_ms();
+    ck_assert_int_eq(dlock_acquire_async(l, 300, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_int_ge(tu_mono_ms() - t0, 300);
+    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_ptr_nonnull(strstr(d.msg[0], "'b'"));
+    ck_assert_uint_eq(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
+/* A parked wait canceled by dlock_lock_cancel() and by a cancel object. */
+static void cancel_while_parked(const char *server)
+{
+    struct contended x;
+    contended_open(&x, server, "k", true);
+    dlock_client *c = x.c;
+    dlock_lock *rival = x.rival, *l = owned(c, "k"), *l2 = owned(c, "k");
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l2, DLOCK_FOREVER, k, on_done, &d), DLOCK_OK);
+    ck_assert_msg(!pump_until(c, &d.n, 1, 300), "%d: %s", d.rc[0], d.msg[0]); /* both parked */
+    ck_assert_int_eq(dlock_lock_cancel(l), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_ptr_eq(d.l[0], l);
+    ck_assert_int_eq(d.rc[0], DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 20000));
+    ck_assert_ptr_eq(d.l[1], l2);
+    ck_assert_int_eq(d.rc[1], DLOCK_ECANCELED);
+    /* nothing left behind: the rival's release is the only holder's */
+    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_TRY, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 3, 20000));
+    ck_assert_int_eq(d.rc[2], DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_cancel_free(k);
+    contended_close(&x);
+}
+
+/* Shared holds: a reader elsewhere lets an asynchronous reader in at
+ * once and keeps an asynchronous writer parked until it goes. */
+static void shared_readers_and_a_parked_writer(const char *server)
+{
+    struct contended x = {0};
+    ck_assert_int_eq(dlock_open(server, &x.c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(server, &x.other), DLOCK_OK);
+    ck_assert_int_eq(dlock_lock_new(x.other, "rw", DLOCK_SHARED, 0, &x.rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_OK);
+    dlock_lock *reader, *writer = owned(x.c, "rw");
+    ck_assert_int_eq(dlock_lock_new(x.c, "rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED, &reader),
+                     DLOCK_OK);
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(reader, 20000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_acquire_async(writer, 20000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(x.c, &d.n, 2, 500)); /* two readers hold */
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(!pump_until(x.c, &d.n, 2, 300)); /* one reader still holds */
+    ck_assert_int_eq(dlock_release(reader), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 2, 20000));
+    ck_assert_ptr_eq(d.l[1], writer);
+    ck_assert_msg(d.rc[1] == DLOCK_OK, "%d: %s", d.rc[1], d.msg[1]);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_EBUSY);
+    dlock_lock_free(reader);
+    dlock_lock_free(writer);
+    contended_close(&x);
+}
+
+/* Close with acquires parked: each completes exactly once, during the
+ * close, with DLOCK_ECANCELED; the waiters held no thread meanwhile. */
+static void close_ends_each_once_and_waiters_hold_no_thread(const char *server)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(server, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(server, &other), DLOCK_OK);
+    dlock_lock *rival, *ls[PARKED];
+    ck_assert_int_eq(dlock_lock_new(other, "c", DLOCK_EXCLUSIVE, 0, &rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_OK);
+    struct done_log d = {0};
+    ls[0] = owned(c, "c");
+    ck_assert_int_eq(dlock_acquire_async(ls[0], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 300)); /* the pool and the wake-up's thread run now */
+    int before = threads_now();
+    for (int i = 1; i < PARKED; i++) {
+        ls[i] = owned(c, "c");
+        ck_assert_int_eq(dlock_acquire_async(ls[i], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    }
+    ck_assert(!pump_until(c, &d.n, 1, 500));
+    close_with_parked(c, &d, before, 2);
+    for (int i = 0; i < PARKED; i++)
+        dlock_lock_free(ls[i]);
+    ck_assert_int_eq(d.n, PARKED);
+    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
+    dlock_lock_free(rival);
+    dlock_client_close(other);
+}
+
+/* Two asynchronous waiters and a blocking one on one name: never two
+ * holders at once (INSIDE, set by whoever holds), each served. */
+static void exclusion_async_and_blocking(const char *server)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(server, &c), DLOCK_OK);
+    struct blocking_turns b = {server, 20, 0, 0};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, blocking_main, &b), 0);
+    int done = 0;
+    struct async_turns t[2] = {{owned(c, "x"), 20, 0, 0}, {owned(c, "x"), 20, 0, 0}};
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(dlock_acquire_async(t[i].l, 20000, NULL, turn_acquired, &t[i]), DLOCK_OK);
+    int64_t end = tu_mono_ms() + 50000;
+    while (!(t[0].done && t[1].done) && tu_mono_ms() < end)
+        pump_until(c, &done, 1, 100);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(b.rc, DLOCK_OK);
+    ck_assert_int_eq(b.bad, 0);
+    ck_assert(t[0].done && t[1].done);
+    ck_assert_int_eq(t[0].bad + t[1].bad, 0);
+    dlock_lock_free(t[0].l);
+    dlock_lock_free(t[1].l);
+    dlock_client_close(c);
+}
+
+/* Each of the tests above, for PARKED_TESTS(T): T(NAME) registers NAME
+ * on a backend (a test calling NAME(its URL)). */
+#define PARKED_TESTS(T)                                \
+    T(waits_for_a_blocking_holder)                     \
+    T(wait_bound)                                      \
+    T(cancel_while_parked)                             \
+    T(shared_readers_and_a_parked_writer)              \
+    T(close_ends_each_once_and_waiters_hold_no_thread) \
+    T(exclusion_async_and_blocking)
+
+/* ---------------------------------------------- parked waits on file */
+
+#define FILE_PARKED(name)    \
+    TU_TEST(file_##name, 60) \
+    {                        \
+        name(url);           \
+    }
+PARKED_TESTS(FILE_PARKED)
+
+/* A holder in another process, which says so through MARKER and holds
+ * until a byte comes on its pipe (then releases) or it is killed. */
+struct other_process {
+    pid_t pid;
+    int go; /* the pipe's writing end */
+};
+
+static struct other_process other_process_holding(const char *server, const char *name,
+                                                  const char *marker)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    dlock_lock *l;
+    pid_t pid = tu_fork_holding(server, name, DLOCK_EXCLUSIVE, DLOCK_TRY, &l);
+    if (pid == 0) {
+        close(p[1]);
+        close(open(marker, O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+        char byte;
+        _exit(read(p[0], &byte, 1) == 1 && dlock_release(l) == DLOCK_OK ? 0 : 11);
+    }
+    close(p[0]);
+    ck_assert_msg(tu_wait_file(marker, 20000), "the other process did not take '%s'", name);
+    return (struct other_process){pid, p[1]};
+}
+
+/* The other process's clean release; its exit status. */
+static int other_process_release(struct other_process *o)
+{
+    ck_assert_int_eq(write(o->go, "x", 1), 1);
+    close(o->go);
+    return tu_wait_exit(o->pid);
+}
+
+/* A parked acquire waits for a holder in another process and takes the
+ * lock when it releases, with a newer token. */
+TU_TEST(file_waits_for_another_process, 60)
+{
+    char *marker = tu_fmt("%s/held", dir);
+    struct other_process o = other_process_holding(url, "proc", marker);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    dlock_info *before;
+    ck_assert_int_eq(dlock_inspect(c, "proc", &before), DLOCK_OK);
+    ck_assert_int_eq(dlock_info_held(before), 1);
+    dlock_lock *l = owned(c, "proc");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 30000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 500)); /* held there: waits */
+    ck_assert_int_eq(other_process_release(&o), 0);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    uint64_t token;
+    ck_assert_int_eq(dlock_token(l, &token), DLOCK_OK);
+    ck_assert_uint_gt(token, dlock_info_token(before));
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_info_free(before);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(marker);
+}
+
+/* A holder killed with SIGKILL: the kernel drops its lock, and the close
+ * of its file wakes the parked waiter, which takes it. */
+TU_TEST(file_holder_killed_wakes_parked_waiter, 60)
+{
+    char *marker = tu_fmt("%s/held", dir);
+    struct other_process o = other_process_holding(url, "k9", marker);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    dlock_lock *l = owned(c, "k9");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 300)); /* parked */
+    ck_assert_int_eq(kill(o.pid, SIGKILL), 0);
+    tu_wait_exit(o.pid);
+    close(o.go);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(marker);
+}
+
+/* The release's IN_CLOSE_WRITE, not a retry time, runs the parked
+ * attempt: with no lock-delay and inotify at hand the file backend sets
+ * no retry time, so only a wake ends the park before its 60 s bound; the
+ * acquire comes within 20 s of the release. */
+TU_TEST(file_release_wakes_parked_waiter, 60)
+{
+    struct contended x;
+    contended_open(&x, url, "wake", true);
+    dlock_lock *l = owned(x.c, "wake");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 60000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(x.c, &d.n, 1, 500)); /* parked */
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert_msg(pump_until(x.c, &d.n, 1, 20000), "a release did not wake the parked wait");
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
+/* A lock-delay is the retry time no event announces: a holder killed
+ * with lock_delay=1s keeps the name 1 s after its death, and the parked
+ * waiter, woken by the death and then parked until the delay's end, takes
+ * it then -- not at its 30 s bound. */
+TU_TEST(file_lock_delay_is_the_retry_time, 60)
+{
+    char *delayed = tu_fmt("%s?lock_delay=1s", url), *marker = tu_fmt("%s/held", dir);
+    struct other_process o = other_process_holding(delayed, "ld", marker);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(delayed, &c), DLOCK_OK);
+    dlock_lock *l = owned(c, "ld");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 30000, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 300)); /* parked */
+    int64_t killed = tu_mono_ms();
+    ck_assert_int_eq(kill(o.pid, SIGKILL), 0);
+    tu_wait_exit(o.pid);
+    close(o.go);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_ge(tu_mono_ms() - killed, 1000);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(delayed);
+    free(marker);
+}
+
+/* ------------------------------------------------------------- on Redis */
+
+#ifdef DLOCK_HAVE_REDIS
+static struct fx_redis srv;
+
+static void redis_setup(void)
+{
+    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
+}
+
+static void redis_teardown(void)
+{
+    fx_redis_stop(&srv);
+}
+
+TU_CASE(redis, redis_setup, redis_teardown, TU_AROUND_EACH)
+
+#define REDIS_PARKED(name)      \
+    TU_TEST_IN(redis, name, 60) \
+    {                           \
+        name(srv.url);          \
+    }
+PARKED_TESTS(REDIS_PARKED)
 
 static void contended_told(dlock_lock *l, const char *who, void *arg)
 {
@@ -550,116 +843,6 @@ TU_TEST_IN(redis, short_wait_not_held_up_by_stalled_attempts, 60)
     free(u);
 }
 
-/* The wait's bound: DLOCK_ETIMEDOUT, not before the bound. */
-TU_TEST_IN(redis, wait_bound, 60)
-{
-    struct contended x;
-    contended_open(&x, srv.url, "b", true);
-    dlock_client *c = x.c;
-    dlock_lock *l = owned(c, "b");
-    struct done_log d = {0};
-    int64_t t0 = tu_mono_ms();
-    ck_assert_int_eq(dlock_acquire_async(l, 300, NULL, on_done, &d), DLOCK_OK);
-    ck_assert(pump_until(c, &d.n, 1, 20000));
-    ck_assert_int_ge(tu_mono_ms() - t0, 300);
-    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
-    ck_assert_ptr_nonnull(strstr(d.msg[0], "'b'"));
-    ck_assert_uint_eq(dlock_hold_count(l), 0);
-    dlock_lock_free(l);
-    contended_close(&x);
-}
-
-/* A parked wait canceled by dlock_lock_cancel() and by a cancel object. */
-TU_TEST_IN(redis, cancel_while_parked, 60)
-{
-    struct contended x;
-    contended_open(&x, srv.url, "k", true);
-    dlock_client *c = x.c;
-    dlock_lock *rival = x.rival, *l = owned(c, "k"), *l2 = owned(c, "k");
-    dlock_cancel *k;
-    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
-    struct done_log d = {0};
-    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire_async(l2, DLOCK_FOREVER, k, on_done, &d), DLOCK_OK);
-    ck_assert_msg(!pump_until(c, &d.n, 1, 300), "%d: %s", d.rc[0], d.msg[0]); /* both parked */
-    ck_assert_int_eq(dlock_lock_cancel(l), DLOCK_OK);
-    ck_assert(pump_until(c, &d.n, 1, 20000));
-    ck_assert_ptr_eq(d.l[0], l);
-    ck_assert_int_eq(d.rc[0], DLOCK_ECANCELED);
-    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
-    ck_assert(pump_until(c, &d.n, 2, 20000));
-    ck_assert_ptr_eq(d.l[1], l2);
-    ck_assert_int_eq(d.rc[1], DLOCK_ECANCELED);
-    /* nothing left behind: the rival's release is the only holder's */
-    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_TRY, NULL, on_done, &d), DLOCK_OK);
-    ck_assert(pump_until(c, &d.n, 3, 20000));
-    ck_assert_int_eq(d.rc[2], DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_lock_free(l2);
-    dlock_cancel_free(k);
-    contended_close(&x);
-}
-
-/* Shared holds: a reader elsewhere lets an asynchronous reader in at
- * once and keeps an asynchronous writer parked until it goes. */
-TU_TEST_IN(redis, shared_readers_and_a_parked_writer, 60)
-{
-    struct contended x = {0};
-    ck_assert_int_eq(dlock_open(srv.url, &x.c), DLOCK_OK);
-    ck_assert_int_eq(dlock_open(srv.url, &x.other), DLOCK_OK);
-    ck_assert_int_eq(dlock_lock_new(x.other, "rw", DLOCK_SHARED, 0, &x.rival), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_OK);
-    dlock_lock *reader, *writer = owned(x.c, "rw");
-    ck_assert_int_eq(dlock_lock_new(x.c, "rw", DLOCK_SHARED, DLOCK_LOCK_HANDLE_OWNED, &reader),
-                     DLOCK_OK);
-    struct done_log d = {0};
-    ck_assert_int_eq(dlock_acquire_async(reader, 20000, NULL, on_done, &d), DLOCK_OK);
-    ck_assert(pump_until(x.c, &d.n, 1, 20000));
-    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
-    ck_assert_int_eq(dlock_acquire_async(writer, 20000, NULL, on_done, &d), DLOCK_OK);
-    ck_assert(!pump_until(x.c, &d.n, 2, 500)); /* two readers hold */
-    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
-    ck_assert(!pump_until(x.c, &d.n, 2, 300)); /* one reader still holds */
-    ck_assert_int_eq(dlock_release(reader), DLOCK_OK);
-    ck_assert(pump_until(x.c, &d.n, 2, 20000));
-    ck_assert_ptr_eq(d.l[1], writer);
-    ck_assert_msg(d.rc[1] == DLOCK_OK, "%d: %s", d.rc[1], d.msg[1]);
-    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_EBUSY);
-    dlock_lock_free(reader);
-    dlock_lock_free(writer);
-    contended_close(&x);
-}
-
-/* Close with acquires parked: each completes exactly once, during the
- * close, with DLOCK_ECANCELED; the waiters held no thread meanwhile. */
-TU_TEST_IN(redis, close_ends_each_once_and_waiters_hold_no_thread, 60)
-{
-    dlock_client *c, *other;
-    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
-    ck_assert_int_eq(dlock_open(srv.url, &other), DLOCK_OK);
-    dlock_lock *rival, *ls[PARKED];
-    ck_assert_int_eq(dlock_lock_new(other, "c", DLOCK_EXCLUSIVE, 0, &rival), DLOCK_OK);
-    ck_assert_int_eq(dlock_acquire(rival, DLOCK_TRY), DLOCK_OK);
-    struct done_log d = {0};
-    ls[0] = owned(c, "c");
-    ck_assert_int_eq(dlock_acquire_async(ls[0], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
-    ck_assert(!pump_until(c, &d.n, 1, 300)); /* the pool and the hub run now */
-    int before = threads_now();
-    for (int i = 1; i < PARKED; i++) {
-        ls[i] = owned(c, "c");
-        ck_assert_int_eq(dlock_acquire_async(ls[i], DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
-    }
-    ck_assert(!pump_until(c, &d.n, 1, 500));
-    close_with_parked(c, &d, before, 2);
-    for (int i = 0; i < PARKED; i++)
-        dlock_lock_free(ls[i]);
-    ck_assert_int_eq(d.n, PARKED);
-    ck_assert_int_eq(dlock_release(rival), DLOCK_OK);
-    dlock_lock_free(rival);
-    dlock_client_close(other);
-}
-
 /* Callbacks that go on: a taken lock is released from its callback,
  * whose callback frees the handle and starts the next handle's acquire. */
 struct chain {
@@ -700,32 +883,6 @@ TU_TEST_IN(redis, callbacks_release_free_and_start, 60)
     for (int i = 0; i < 6; i++)
         ck_assert_int_eq(ch.rcs[i], DLOCK_OK);
     dlock_client_close(ch.c);
-}
-
-/* Two asynchronous waiters and a blocking one on one name: never two
- * holders at once (INSIDE, set by whoever holds), each served. */
-TU_TEST_IN(redis, exclusion_async_and_blocking, 60)
-{
-    dlock_client *c;
-    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
-    struct blocking_turns b = {srv.url, 20, 0, 0};
-    pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, blocking_main, &b), 0);
-    int done = 0;
-    struct async_turns t[2] = {{owned(c, "x"), 20, 0, 0}, {owned(c, "x"), 20, 0, 0}};
-    for (int i = 0; i < 2; i++)
-        ck_assert_int_eq(dlock_acquire_async(t[i].l, 20000, NULL, turn_acquired, &t[i]), DLOCK_OK);
-    int64_t end = tu_mono_ms() + 50000;
-    while (!(t[0].done && t[1].done) && tu_mono_ms() < end)
-        pump_until(c, &done, 1, 100);
-    pthread_join(th, NULL);
-    ck_assert_int_eq(b.rc, DLOCK_OK);
-    ck_assert_int_eq(b.bad, 0);
-    ck_assert(t[0].done && t[1].done);
-    ck_assert_int_eq(t[0].bad + t[1].bad, 0);
-    dlock_lock_free(t[0].l);
-    dlock_lock_free(t[1].l);
-    dlock_client_close(c);
 }
 
 /* A rival on another client holds NAME for HOLD_MS, then releases. */

@@ -9,9 +9,8 @@
  * a line once the acquire started, then the token, how long the acquire
  * waited and how often the timer fired meanwhile. Exit status 0 when the
  * lock was taken and given back.
- * Waits park on redis://, zk:// and etcd:// (docs/architecture.md,
- * "Asynchronous calls"); on the file backend, until its waits park too,
- * try with WAIT_MS 0.
+ * Waits park on redis://, zk://, etcd:// and file:// (docs/architecture.md,
+ * "Asynchronous calls").
  */
 #define _DEFAULT_SOURCE /* uv.h needs the POSIX types */
 #include <inttypes.h>

@@ -690,13 +690,15 @@ DLOCK_EXTERN dlock_mode dlock_lock_mode(const dlock_lock *l);
  * small pool -- two threads per client, more, up to 16, while a slow
  * server keeps them all inside requests -- resumes it when the backend's
  * push says the lock may be free: a Redis release message, a ZooKeeper
- * watch on the node ahead, an etcd watch on the key queued ahead; or at
- * the holder's lease end, a lease keepalive (etcd), at the wait's end, or
- * on a cancel). Backends: a waiting acquire parks on redis (redis://,
+ * watch on the node ahead, an etcd watch on the key queued ahead, the
+ * close of a lock file (inotify: a release or a holder's death, read by
+ * one thread per client); or at the holder's lease end, a lease
+ * keepalive (etcd), a lock-delay's end, at the wait's end, or on a
+ * cancel). Backends: a waiting acquire parks on redis (redis://,
  * sentinel, cluster), zk and etcd (its node or key kept: its place in
- * line too) for plain locks, exclusive and shared; DLOCK_LOCK_FAIR
- * handles on redis, and every other backend (file, postgres, mysql,
- * redlock), answer a waiting acquire with DLOCK_ENOTSUP naming the
+ * line too) and file (file://) for plain locks, exclusive and shared;
+ * DLOCK_LOCK_FAIR handles on redis, and every other backend (postgres,
+ * mysql, redlock), answer a waiting acquire with DLOCK_ENOTSUP naming the
  * backend -- DLOCK_TRY is asynchronous on every backend (a pool thread
  * makes the one attempt). */
 

@@ -8,10 +8,11 @@
  * with a hook (on_wake) that every wake and cancel of it calls. A small
  * pool of threads per client runs the attempts through the backend's
  * try_armed() (backend.h), which arms the wake-up on its first call (a
- * Redis subscription, a ZooKeeper watch) and never sleeps. A busy attempt parks the op:
- * no thread holds it while it waits. A wake, a cancel, the backend's
- * retry time (the holder's lease end) or the wait's deadline makes it
- * runnable again; a pool thread takes it, tries again, and so on. When
+ * Redis subscription, a ZooKeeper watch, an inotify watch of a lock
+ * file) and never sleeps. A busy attempt parks the op: no thread holds
+ * it while it waits. A wake, a cancel, the backend's retry time (the
+ * holder's lease end, a lock-delay's end) or the wait's deadline makes
+ * it runnable again; a pool thread takes it, tries again, and so on. When
  * it ends, disarm() undoes the wake-up and the op goes on the completion
  * queue, whose eventfd the loop watches; dlock_dispatch() runs the
  * callbacks in the loop's thread.
@@ -33,7 +34,6 @@
  * ops: fine for hundreds of waiters, a heap for ten thousand.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -137,23 +137,11 @@ static void all_unlink(struct dlock__async *a, struct op *op)
 
 static void *pool_main(void *arg);
 
-/* A thread running MAIN on A into *T; 0 or pthread_create's error.
- * The library's threads take no signals: the program's handlers run in
- * its own threads. */
-static int thread_start(struct dlock__async *a, pthread_t *t, void *(*main)(void *))
-{
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(t, NULL, main, a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return err;
-}
-
-/* One more pool thread for A (a->mu held, or A not shared yet). */
+/* One more pool thread for A (a->mu held, or A not shared yet); it
+ * takes no signals (dlock__thread_start). */
 static int pool_grow(struct dlock__async *a)
 {
-    int err = thread_start(a, &a->threads[a->nthreads], pool_main);
+    int err = dlock__thread_start(&a->threads[a->nthreads], pool_main, a);
     if (!err)
         a->nthreads++;
     return err;
@@ -458,7 +446,7 @@ static int async_get(dlock_client *c, struct dlock__async **out)
     while (!err && a->nthreads < POOL_MIN)
         err = pool_grow(a);
     if (!err)
-        a->has_timer = !(err = thread_start(a, &a->timer, timer_main));
+        a->has_timer = !(err = dlock__thread_start(&a->timer, timer_main, a));
     if (err) {
         int rc =
             dlock__errno(DLOCK_EIO, err, "%s: a thread for asynchronous calls", c->url.redacted);

@@ -364,6 +364,10 @@ void dlock__reconnected(struct dlock_client *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* The calling thread's id (Linux tid). */
 long dlock__tid(void);
+/* pthread_create() of MAIN(ARG) into *T with every signal blocked in the
+ * new thread: the program's handlers run in its own threads, never in
+ * the library's. 0 or pthread_create's error. */
+int dlock__thread_start(pthread_t *t, void *(*main)(void *), void *arg);
 /* This process's id, without a system call: cached, and refreshed in a
  * child by a pthread_atfork handler. */
 pid_t dlock__pid(void);

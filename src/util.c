@@ -1,9 +1,10 @@
 /* util.c -- small things several parts of the library need: clocks,
- * durations, thread ids, strings, UUIDs and glob matching. */
+ * durations, thread ids and starts, strings, UUIDs and glob matching. */
 #include <ctype.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,16 @@ static void watch_forks(void)
 {
     __atomic_store_n(&cached_pid, getpid(), __ATOMIC_RELAXED);
     pthread_atfork(NULL, NULL, after_fork_in_child);
+}
+
+int dlock__thread_start(pthread_t *t, void *(*main)(void *), void *arg)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(t, NULL, main, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return err;
 }
 
 long dlock__tid(void)

@@ -11,6 +11,7 @@
 #define DLOCK_FILE_H
 
 #include <limits.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "backend.h"
@@ -58,6 +59,7 @@ struct file_state {
     const char *prefix;
     char boot_id[40]; /* this boot's (delay.c) */
     struct file_contend *contend; /* holders watched for waiters (contend.c) */
+    struct file_parker *parker; /* park.c; made under pool_mu when first needed */
 };
 
 struct file_hold {
@@ -126,16 +128,77 @@ struct file_turn {
  * (not now), or a failure. */
 typedef int (*file_try_fn)(struct file_state *s, int fd, const char *fname, const char *full,
                            struct dlock__wait *w, struct file_turn *turn, void *arg);
-/* Open the file of FULL + SUFFIX for writing (creating it) and call
- * TRY_TAKE until it answers anything but DLOCK_EBUSY, sleeping between
- * tries until a writer closes the file (a release, a holder's death:
- * inotify's IN_CLOSE_WRITE, watched before each try; a backoff of 1 to
- * 100 ms when the user is out of inotify instances) within W's deadline
- * and cancel. A file deleted or replaced meanwhile is closed (giving back
- * what was taken) and the name opened again. On DLOCK_OK *FDP is the
- * descriptor and FNAME its file name; otherwise *FDP is -1. */
-int dlock__file_wait_take(struct file_state *s, const char *full, const char *suffix,
-                   struct dlock__wait *w, file_try_fn try_take, void *arg, char *fname, int *fdp);
+/* One acquire's file between its tries, for the blocking wait
+ * (dlock__file_acquire_by) and a parked asynchronous one (park.c): what
+ * it takes and how, the descriptor it keeps open across tries (its own
+ * close would wake the other waiters, and it holds a waiting writer's
+ * gate), and the watch that tells it the file was closed. The caller
+ * sets the first six members, then dlock__file_take_begin(). */
+struct file_take;
+/* How a take watches its file: watch() arms T->wd on T->fd's file for
+ * what may end the wait (dlock__file_watch_add) on an instance it keeps
+ * in T->ifd, and DLOCK_OK (T->degraded set when the user is out of
+ * inotify instances or watches: tries on a backoff of 1 to 100 ms
+ * instead); unwatch() undoes what watch() did, if anything. */
+struct file_watch_ops {
+    int (*watch)(struct file_take *t);
+    void (*unwatch)(struct file_take *t);
+};
+struct file_take {
+    struct file_state *s;
+    const char *full, *suffix; /* the prefixed name; ".lock", ".sem" */
+    file_try_fn try_take;
+    void *arg; /* TRY_TAKE's */
+    const struct file_watch_ops *ops;
+    char fname[NAME_MAX + 1];
+    int fd;      /* the file; -1 when not open */
+    int ifd, wd; /* the watch's inotify instance and watch; -1: none */
+    bool degraded;
+    bool known;         /* OPENED is FD's identity (an open file's never changes) */
+    struct stat opened;
+    bool undrained;     /* a blocking wake's inotify events are still queued */
+    struct dlock__backoff backoff;
+    struct file_turn turn;
+};
+/* Open T's file for writing (creating it). On a failure T->fd is -1. */
+int dlock__file_take_begin(struct file_take *t);
+/* Tries at T's file until one answers DLOCK_OK (taken: T->fd holds it),
+ * a failure, or DLOCK_EBUSY once the file is watched (the first busy try
+ * arms the watch and tries again, so a release in between is seen; a
+ * try-once W: after one try, no watch). Then the waiter sleeps until the
+ * watch fires, T->turn.retry_at, or with T->degraded a backoff. A file
+ * deleted or replaced meanwhile is closed (giving back what was taken)
+ * and the name opened and watched again. */
+int dlock__file_take_step(struct file_take *t, struct dlock__wait *w);
+/* The end of T: its watch undone, its descriptor (if still T's) closed,
+ * which gives back whatever it locked. */
+void dlock__file_take_end(struct file_take *t);
+/* inotify_add_watch() of T->fd's file on T->ifd (-1: none to be had)
+ * into T->wd, for IN_CLOSE_WRITE (a release, a holder's death), a
+ * downgrade's IN_ATTRIB and the file's deletion or move. DLOCK_OK, with
+ * T->degraded set when the user is out of inotify instances or watches
+ * (per-user limits); else a failure. */
+int dlock__file_watch_add(struct file_take *t);
+
+/* park.c: the parked waits' watch. One inotify instance per client and
+ * one thread reading it wake the parked asynchronous acquires (P->w)
+ * whose file was closed: every waiter of a shared hold and the
+ * longest-waiting exclusive one, which passes the wake on if it leaves
+ * without using it; every waiter on any other event of the file. */
+struct file_park {
+    struct file_take t; /* first: the watch ops find the park from it */
+    struct dlock__wait *w;
+    bool shared;              /* waits for a shared hold */
+    struct park_watch *watch; /* its file's, while watched */
+};
+extern const struct file_watch_ops dlock__file_parked_watch;
+/* P is about to try: a wake it was given is used now. */
+void dlock__file_park_ack(struct file_park *p);
+/* The retry time of a parked take's busy try (backend.h: try_armed):
+ * a lock-delay's end, a degraded take's backoff. */
+void dlock__file_park_busy(struct file_park *p);
+/* Stop the client's watch thread (every park ended before). */
+void dlock__file_parker_free(struct file_state *s);
 
 /* The frame of every acquire: the file of HOLD's name (prefixed) with
  * SUFFIX taken by TRY_TAKE with ARG, waiting as dlock__file_wait_take()

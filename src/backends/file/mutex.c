@@ -19,7 +19,10 @@
  * Waiters sleep in the kernel: before each try they watch the file with
  * inotify for IN_CLOSE_WRITE, which the kernel raises whenever a
  * descriptor opened for writing is closed -- by a release or by the death
- * of its process. A cancel wakes poll() through the wait's eventfd.
+ * of its process. A cancel wakes poll() through the wait's eventfd. A
+ * parked asynchronous acquire (file_try_armed) makes the same tries with
+ * no thread: its watch is on the client's one instance for parked waits,
+ * whose thread wakes it (park.c).
  *
  * The file also keeps the fencing counter and the last holder's identity
  * in a small header, written under a second OFD lock (byte 1) so shared
@@ -296,6 +299,7 @@ static void file_close(void *state)
     if (!s)
         return;
     dlock__file_contend_stop(s);
+    dlock__file_parker_free(s);
     while (s->npool)
         close(s->pool[--s->npool]);
     pthread_mutex_destroy(&s->pool_mu);
@@ -509,89 +513,123 @@ int dlock__file_stamp(struct file_state *s, int fd, const char *fname, const cha
     return rc;
 }
 
-int dlock__file_wait_take(struct file_state *s, const char *full, const char *suffix,
-                   struct dlock__wait *w, file_try_fn try_take, void *arg, char *fname, int *fdp)
+int dlock__file_take_begin(struct file_take *t)
 {
-    int fd = -1, ifd = -1, wd = -1;
-    bool degraded = false; /* no inotify to be had: backoff retries */
-    bool undrained = false; /* a wake's inotify events are still queued */
-    struct stat opened;     /* FD's identity (an open file's never changes) */
-    bool known = false;
-    struct file_turn turn = {.fresh = true}; /* the next try is the first on this descriptor */
-    struct dlock__backoff backoff = {.min_ms = 1, .max_ms = 100};
-    int rc = dlock__file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
-    while (!rc) {
-        turn.retry_at = DLOCK__NEVER;
-        rc = try_take(s, fd, fname, full, w, &turn, arg);
-        turn.fresh = false;
+    t->fd = t->ifd = t->wd = -1;
+    t->degraded = t->known = t->undrained = false;
+    t->backoff = (struct dlock__backoff){.min_ms = 1, .max_ms = 100};
+    t->turn = (struct file_turn){.fresh = true}; /* the next try is the first on this descriptor */
+    return dlock__file_open_named(t->s, t->full, t->suffix, O_RDWR | O_CREAT, t->fname, &t->fd);
+}
+
+int dlock__file_watch_add(struct file_take *t)
+{
+    if (t->ifd >= 0) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", t->fd);
+        t->wd = inotify_add_watch(t->ifd, path,
+                                  IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
+        if (t->wd >= 0)
+            return DLOCK_OK;
+    }
+    /* Out of inotify instances or watches (per-user limits,
+     * fs.inotify.max_user_instances / max_user_watches): rather than
+     * fail, retry on a backoff of 1 to 100 ms. */
+    if (errno != EMFILE && errno != ENFILE && errno != ENOSPC && errno != ENOMEM)
+        return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: inotify", t->s->dir, t->fname);
+    t->degraded = true;
+    return DLOCK_OK;
+}
+
+int dlock__file_take_step(struct file_take *t, struct dlock__wait *w)
+{
+    for (;;) {
+        t->turn.retry_at = DLOCK__NEVER;
+        int rc = t->try_take(t->s, t->fd, t->fname, t->full, w, &t->turn, t->arg);
+        t->turn.fresh = false;
         if (rc && rc != DLOCK_EBUSY)
-            break;
-        if (!known && fstat(fd, &opened) == 0)
-            known = true;
-        if (!known || !linked_as(s, &opened, fname)) {
+            return rc;
+        if (!t->known && fstat(t->fd, &t->opened) == 0)
+            t->known = true;
+        if (!t->known || !linked_as(t->s, &t->opened, t->fname)) {
             /* Someone deleted or replaced the file: a lock on the old inode
              * excludes nobody. Start over on what the name points to now
              * (closing gives back what the try took). */
-            close(fd);
-            known = undrained = false;
-            if (ifd >= 0)
-                dlock__file_inotify_return(s, ifd, wd);
-            ifd = wd = -1;
-            turn.fresh = true;
-            rc = dlock__file_open_named(s, full, suffix, O_RDWR | O_CREAT, fname, &fd);
+            close(t->fd);
+            t->fd = -1;
+            t->known = t->undrained = false;
+            t->ops->unwatch(t);
+            t->turn.fresh = true;
+            rc = dlock__file_open_named(t->s, t->full, t->suffix, O_RDWR | O_CREAT, t->fname,
+                                        &t->fd);
+            if (rc)
+                return rc;
             continue;
         }
-        if (rc == DLOCK_OK || dlock__wait_try_once(w))
-            break;
-        rc = DLOCK_OK;
-        if (ifd == -1 && !degraded) {
-            /* Watch first, then try again: a release in between is seen. */
-            ifd = dlock__file_inotify_borrow(s);
-            if (ifd >= 0) {
-                char path[PATH_MAX];
-                snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-                wd = inotify_add_watch(ifd, path,
-                                       IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
-            }
-            if (ifd < 0 || wd < 0) {
-                /* Out of inotify instances or watches (per-user limits,
-                 * fs.inotify.max_user_instances / max_user_watches): rather
-                 * than fail, retry on a backoff of 1 to 100 ms. */
-                if (errno != EMFILE && errno != ENFILE && errno != ENOSPC && errno != ENOMEM) {
-                    rc = dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: inotify", s->dir, fname);
-                    break;
-                }
-                if (ifd >= 0)
-                    dlock__file_inotify_return(s, ifd, wd);
-                ifd = wd = -1;
-                degraded = true;
-            }
-            continue;
-        }
-        if (degraded) {
-            int64_t next = dlock__now_ms() + dlock__backoff_next(&backoff);
-            rc = dlock__wait_sleep(w, dlock__wait_seq(w), next < turn.retry_at ? next : turn.retry_at);
-            continue;
-        }
-        if (undrained) {
+        if (rc == DLOCK_OK || dlock__wait_try_once(w) || t->wd >= 0 || t->degraded)
+            return rc;
+        /* Watch first, then try again: a release in between is seen. */
+        if ((rc = t->ops->watch(t)))
+            return rc;
+    }
+}
+
+void dlock__file_take_end(struct file_take *t)
+{
+    t->ops->unwatch(t);
+    if (t->fd >= 0)
+        close(t->fd); /* drops the locks if we got them */
+    t->fd = -1;
+}
+
+/* The blocking wait's watch: an instance of its own, borrowed from the
+ * client's idle ones. */
+static int borrowed_watch(struct file_take *t)
+{
+    t->ifd = dlock__file_inotify_borrow(t->s);
+    int rc = dlock__file_watch_add(t);
+    if (t->degraded)
+        t->ops->unwatch(t);
+    return rc;
+}
+
+static void borrowed_unwatch(struct file_take *t)
+{
+    if (t->ifd >= 0)
+        dlock__file_inotify_return(t->s, t->ifd, t->wd);
+    t->ifd = t->wd = -1;
+}
+
+static const struct file_watch_ops borrowed_watch_ops = {borrowed_watch, borrowed_unwatch};
+
+/* The blocking wait: T's tries, sleeping between them in poll() on the
+ * watch (or on a backoff, degraded) within W's deadline and cancel. */
+static int take_wait(struct file_take *t, struct dlock__wait *w)
+{
+    int rc;
+    while ((rc = dlock__file_take_step(t, w)) == DLOCK_EBUSY && !dlock__wait_try_once(w)) {
+        if (t->degraded) {
+            int64_t next = dlock__now_ms() + dlock__backoff_next(&t->backoff);
+            rc = dlock__wait_sleep(w, dlock__wait_seq(w),
+                                   next < t->turn.retry_at ? next : t->turn.retry_at);
+        } else if (t->undrained) {
             /* The last wake's events are read only now that its try failed
              * (a try that takes the lock leaves them to the pool, which
              * empties an instance it lends); a release before this read is
              * seen by the try after it, one after it by the poll. */
             char buf[4096];
-            ssize_t drained = read(ifd, buf, sizeof buf); /* one read takes all queued */
+            ssize_t drained = read(t->ifd, buf, sizeof buf); /* one read takes all queued */
             (void)drained;
-            undrained = false;
+            t->undrained = false;
             continue;
+        } else {
+            /* a lock-delay: until its end */
+            rc = dlock__wait_poll(w, t->ifd, POLLIN, t->turn.retry_at);
+            t->undrained = true;
         }
-        rc = dlock__wait_poll(w, ifd, POLLIN, turn.retry_at); /* a lock-delay: until its end */
-        undrained = true;
+        if (rc)
+            break;
     }
-    if (ifd >= 0)
-        dlock__file_inotify_return(s, ifd, wd);
-    if (rc && fd >= 0)
-        close(fd); /* drops the lock if we got it */
-    *fdp = rc ? -1 : fd;
     return rc;
 }
 
@@ -653,27 +691,38 @@ static int lock_try(struct file_state *s, int fd, const char *fname, const char 
     return DLOCK_EBUSY;
 }
 
-int dlock__file_acquire_by(struct file_state *s, struct dlock__hold *hold, const char *suffix,
-                           struct dlock__wait *w, file_try_fn try_take, void *arg)
+/* HOLD keeps FD, its file's descriptor, until its release; out of
+ * memory, FD is closed, giving back what it locked. */
+static int hold_keep(struct dlock__hold *hold, int fd)
 {
-    char fname[NAME_MAX + 1];
-    char *full = dlock__file_full_name(s, hold->name);
-    if (!full)
+    struct file_hold *fh = calloc(1, sizeof *fh);
+    if (!fh) {
+        close(fd);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
-    int fd = -1;
-    int rc = dlock__file_wait_take(s, full, suffix, w, try_take, arg, fname, &fd);
-    free(full);
-    struct file_hold *fh = NULL;
-    if (!rc && !(fh = calloc(1, sizeof *fh)))
-        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
-    if (rc) {
-        if (fd >= 0)
-            close(fd); /* drops the locks if we got them */
-        return rc;
     }
     fh->fd = fd;
     hold->bdata = fh;
     return DLOCK_OK;
+}
+
+int dlock__file_acquire_by(struct file_state *s, struct dlock__hold *hold, const char *suffix,
+                           struct dlock__wait *w, file_try_fn try_take, void *arg)
+{
+    char *full = dlock__file_full_name(s, hold->name);
+    if (!full)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    struct file_take t = {.s = s, .full = full, .suffix = suffix, .try_take = try_take,
+                          .arg = arg, .ops = &borrowed_watch_ops};
+    int rc = dlock__file_take_begin(&t);
+    if (!rc)
+        rc = take_wait(&t, w);
+    if (!rc) {
+        rc = hold_keep(hold, t.fd);
+        t.fd = -1;
+    }
+    dlock__file_take_end(&t);
+    free(full);
+    return rc;
 }
 
 /* An exclusive hold just taken by a client with a lock-delay: its record
@@ -695,18 +744,91 @@ static int arm_delay(struct file_state *s, struct dlock__hold *hold)
     return rc;
 }
 
-static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
+/* The lock's try (lock_try) for HOLD. */
+static struct lock_try lock_try_of(struct dlock__hold *hold)
 {
-    struct lock_try t = {.type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK,
-                         .mode = hold->mode, .token = &hold->token,
-                         .waiting = FILE_WAITING_INIT};
-    struct file_state *s = state;
-    int rc = dlock__file_acquire_by(s, hold, ".lock", w, lock_try, &t);
-    dlock__file_wait_leave(&t.waiting);
-    if (!rc && hold->mode == DLOCK_EXCLUSIVE && s->c->opts.lock_delay_ms)
+    return (struct lock_try){.type = hold->mode == DLOCK_SHARED ? F_RDLCK : F_WRLCK,
+                             .mode = hold->mode, .token = &hold->token,
+                             .waiting = FILE_WAITING_INIT};
+}
+
+/* What every lock acquire does once its try took HOLD: the lock-delay's
+ * record, the owner. A failure gives the lock back. */
+static int lock_taken(struct file_state *s, struct dlock__hold *hold)
+{
+    int rc = DLOCK_OK;
+    if (hold->mode == DLOCK_EXCLUSIVE && s->c->opts.lock_delay_ms)
         rc = arm_delay(s, hold);
     if (!rc)
         dlock__identity(hold->owner, sizeof hold->owner);
+    return rc;
+}
+
+static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
+{
+    struct lock_try t = lock_try_of(hold);
+    struct file_state *s = state;
+    int rc = dlock__file_acquire_by(s, hold, ".lock", w, lock_try, &t);
+    dlock__file_wait_leave(&t.waiting);
+    return rc ? rc : lock_taken(s, hold);
+}
+
+/* A parked asynchronous acquire's state (try_armed): the take, watched
+ * through the client's parked-wait watch (park.c), and the lock's try. */
+struct lock_park {
+    struct file_park p; /* first */
+    struct lock_try lt;
+    char *full;
+};
+
+/* The blocking wait cut into attempts for the core's asynchronous
+ * acquire (backend.h): one step of the same take, whose watch is the
+ * client's shared one, so a waiting acquire holds neither a thread nor
+ * an inotify instance. A waiting writer keeps its gate between attempts
+ * (its descriptor stays open), so the hand-off to writers is the
+ * blocking wait's. */
+static int file_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park)
+{
+    struct file_state *s = state;
+    struct lock_park *lp = *park;
+    int rc;
+    if (!lp) {
+        if (!(lp = calloc(1, sizeof *lp)))
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        *park = lp;
+        lp->lt = lock_try_of(h);
+        lp->p.w = w;
+        lp->p.shared = h->mode == DLOCK_SHARED;
+        lp->p.t = (struct file_take){.s = s, .suffix = ".lock", .try_take = lock_try,
+                                     .arg = &lp->lt, .ops = &dlock__file_parked_watch,
+                                     .fd = -1, .ifd = -1, .wd = -1}; /* nothing to undo yet */
+        if (!(lp->p.t.full = lp->full = dlock__file_full_name(s, h->name)))
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        if ((rc = dlock__file_take_begin(&lp->p.t)))
+            return rc;
+    }
+    dlock__file_park_ack(&lp->p);
+    rc = dlock__file_take_step(&lp->p.t, w);
+    if (rc == DLOCK_EBUSY)
+        dlock__file_park_busy(&lp->p);
+    if (rc)
+        return rc;
+    rc = hold_keep(h, lp->p.t.fd);
+    lp->p.t.fd = -1;
+    return rc ? rc : lock_taken(s, h);
+}
+
+static int file_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                       int rc)
+{
+    (void)state, (void)h, (void)w;
+    struct lock_park *lp = park;
+    if (lp) {
+        dlock__file_take_end(&lp->p.t); /* a wait given up: its gate goes too */
+        dlock__file_wait_leave(&lp->lt.waiting);
+        free(lp->full);
+        free(lp);
+    }
     return rc;
 }
 
@@ -922,6 +1044,8 @@ static const struct dlock__lock_ops file_lock_ops = {
     .acquire = file_acquire,
     .release = dlock__file_release,
     .downgrade = file_downgrade,
+    .try_armed = file_try_armed,
+    .disarm = file_disarm,
     .inherit_fd = file_inherit_fd,
 };
 

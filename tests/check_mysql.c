@@ -582,6 +582,77 @@ TU_TEST_IN(server, lost_fence_row_starts_a_new_epoch, 60)
     free(url);
 }
 
+/* A try-once acquire, its code returned. */
+static void *try_epoch_kept(void *arg)
+{
+    return (void *)(intptr_t)dlock_acquire(arg, DLOCK_TRY);
+}
+
+/* A grant whose fencing token could not be had (the wait for the epoch's
+ * internal lock ended without it: here a session holds it by hand and
+ * the wait is killed) fails the acquire, and the session that was
+ * granted the name must not go back to the pool holding it: the name is
+ * free afterwards. */
+TU_TEST_IN(server, failed_epoch_start_keeps_no_name_held, 60)
+{
+    char *url = url_with("timeout=20s");
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "epoch-kept"), *lb = tu_lock(b, "epoch-kept");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    TU_RELEASE_OK(la);
+    char *out = fx_mysql_sql(&M, "DELETE FROM dlock.dlock_fence_base");
+    ck_assert_msg(out, "DELETE FROM dlock_fence_base failed");
+    free(out);
+    char *cmd = tu_fmt("mariadb --no-defaults -uroot --socket=%s -e \"DO GET_LOCK('%%epoch', 0); "
+                       "DO SLEEP(15)\" >/dev/null 2>&1 &",
+                       M.sock);
+    ck_assert_int_eq(system(cmd), 0);
+    free(cmd);
+    for (int i = 0; i < 600; i++) { /* the hand's session holds '%epoch' */
+        out = fx_mysql_sql(&M, "SELECT IS_USED_LOCK('%epoch') IS NOT NULL");
+        bool held = out && atoi(out) == 1;
+        free(out);
+        if (held)
+            break;
+        usleep(50 * 1000);
+    }
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, try_epoch_kept, la), 0);
+    bool killed = false;
+    for (int i = 0; i < 600 && !killed; i++) { /* end A's wait for '%epoch' */
+        out = fx_mysql_sql(&M, "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE "
+                               "'SELECT GET_LOCK(''\\%epoch''%' AND STATE = 'User lock'");
+        if (out && atoi(out) > 0) {
+            char *kill = tu_fmt("KILL QUERY %d", atoi(out));
+            char *k = fx_mysql_sql(&M, kill);
+            killed = k != NULL;
+            free(k);
+            free(kill);
+        }
+        free(out);
+        if (!killed)
+            usleep(50 * 1000);
+    }
+    void *rc;
+    pthread_join(t, &rc);
+    ck_assert_msg(killed, "no wait for '%%epoch' seen");
+    ck_assert_msg((intptr_t)rc != DLOCK_OK, "acquired with the epoch's lock held by hand");
+    out = fx_mysql_sql(&M, "SELECT IS_USED_LOCK('%epoch')"); /* the hand lets it go */
+    char *kill = tu_fmt("KILL %d", out ? atoi(out) : 0);
+    free(out);
+    out = fx_mysql_sql(&M, kill);
+    ck_assert_msg(out, "%s failed", kill);
+    free(out);
+    free(kill);
+    int got = dlock_acquire(lb, DLOCK_TRY);
+    ck_assert_msg(got == DLOCK_OK, "the name after a failed epoch start: %d %s", got,
+                  dlock_errmsg());
+    TU_RELEASE_OK(lb);
+    TU_FREE_LOCKS(la, lb);
+    TU_CLOSE_CLIENTS(a, b);
+    free(url);
+}
+
 /* The server's global counters NAMES (a comma-separated list of
  * GLOBAL_STATUS names, upper case), summed. Reading them writes no row
  * and is one statement. */

@@ -333,20 +333,24 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
                               "lock '%s': still held by another session when "
                               "the wait ended",
                               h->name);
-    } else if (!rc && !token) { /* the lifetime's first token, or its epoch spent */
-        rc = new_epoch(s, h, mh, &token, &broken);
     }
+    /* granted: from here a failure must not leave the name locked by a
+     * session that goes back to the pool */
+    bool granted = !rc;
+    if (!rc && !token) /* the lifetime's first token, or its epoch spent */
+        rc = new_epoch(s, h, mh, &token, &broken);
     /* the server's idle clock starts when it answers: after a long
      * wait, a check first (keeper.c) */
     if (!rc)
         rc = dlock__hold_granted(s->c, h, now, still_ours_now,
                                  &(struct grant){.s = s, .h = h, .mh = mh, .broken = &broken});
     if (rc) {
-        /* anything else went wrong after the grant: closing the session
-         * frees the lock */
+        /* anything went wrong after the grant (an epoch's start timed
+         * out too), or anything else: closing the session frees the lock */
         dlock__my_conn_put(s, mh->k,
-                           broken || (rc != DLOCK_EBUSY && rc != DLOCK_ETIMEDOUT &&
-                                      rc != DLOCK_ECANCELED));
+                           broken || granted ||
+                               (rc != DLOCK_EBUSY && rc != DLOCK_ETIMEDOUT &&
+                                rc != DLOCK_ECANCELED));
         mh->k = NULL;
         dlock__my_hold_free(mh);
         return rc;

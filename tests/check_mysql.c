@@ -582,6 +582,56 @@ TU_TEST_IN(server, lost_fence_row_starts_a_new_epoch, 60)
     free(url);
 }
 
+/* A waiter's acquire statement that sleeps in GET_LOCK for "epoch-x". */
+static void *wait_for_epoch_x(void *arg)
+{
+    dlock_lock *l = arg;
+    intptr_t rc = dlock_acquire(l, 60000);
+    if (rc == DLOCK_OK)
+        dlock_release(l);
+    return (void *)rc;
+}
+
+/* Another name's acquire starts the epoch (the row was emptied) while a
+ * waiter sleeps in GET_LOCK: the epoch's REPLACE into the MEMORY row must
+ * not queue behind the waiter's statement (which holds the table's read
+ * lock for as long as it sleeps), nor may a contended name stop every
+ * acquire of the database from getting a token. */
+TU_TEST_IN(server, new_epoch_not_stalled_by_a_waiter, 90)
+{
+    char *url = url_with("timeout=2s");
+    dlock_client *a = tu_open(url), *w = tu_open(url), *b = tu_open(url);
+    dlock_lock *la = tu_lock(a, "epoch-x"), *lw = tu_lock(w, "epoch-x"),
+               *lb = tu_lock(b, "epoch-y");
+    TU_ACQUIRE_OK(la, DLOCK_TRY);
+    char *out = fx_mysql_sql(&M, "DELETE FROM dlock.dlock_fence_base");
+    ck_assert_msg(out, "DELETE FROM dlock_fence_base failed");
+    free(out);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, wait_for_epoch_x, lw), 0);
+    for (int i = 0; i < 600; i++) { /* the waiter's statement sleeps in GET_LOCK */
+        out = fx_mysql_sql(&M, "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                               "WHERE INFO LIKE 'SELECT /*dlock-wait:%' AND STATE = 'User lock'");
+        bool sleeping = out && atoi(out) > 0;
+        free(out);
+        if (sleeping)
+            break;
+        usleep(50 * 1000);
+    }
+    int rc = dlock_acquire(lb, DLOCK_TRY);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    TU_RELEASE_OK(la);
+    void *wrc;
+    pthread_join(t, &wrc);
+    ck_assert_msg(rc == DLOCK_OK, "an acquire of another name beside a waiter: %d %s", rc, msg);
+    TU_RELEASE_OK(lb);
+    ck_assert_msg((intptr_t)wrc == DLOCK_OK, "the waiter: %d", (int)(intptr_t)wrc);
+    TU_FREE_LOCKS(la, lw, lb);
+    TU_CLOSE_CLIENTS(a, w, b);
+    free(url);
+}
+
 /* A try-once acquire, its code returned. */
 static void *try_epoch_kept(void *arg)
 {

@@ -136,6 +136,9 @@ static const char usage_text[] =
     "  -W, --waiters W     contended: threads, one client each, on one name (8);\n"
     "                      async: waiters on one client (1000), parked asynchronous\n"
     "                      acquires beside as many blocked threads\n"
+    "      --spread        async: one name per waiter, released one by one (the\n"
+    "                      default where a client may acquire a name once at a\n"
+    "                      time: etcd, zk)\n"
     "  -k, --locks K       renewal: locks held at once (10000)\n"
     "  -p, --periods P     renewal: renewal periods measured (5)\n"
     "  -l, --lease MS      renewal: lease in ms (3000: one period a second)\n"
@@ -159,6 +162,7 @@ struct bench_opts {
     const struct dlock_bench_baseline *base;
     int threads, names, waiters, locks, periods, readers, writers, permits, members;
     int async_waiters; /* -W for the async mode (ASYNC_DEFAULT_WAITERS without -W) */
+    bool async_spread; /* async: one name per waiter (--spread, or the backend's rule) */
     double duration;
     int64_t lease_ms;
 };
@@ -1079,7 +1083,10 @@ out:
 /* --------------------------------------------------------------- async */
 
 /* `bench async`: W waiters on one name that the bench holds through
- * another client. One side: W handle-owned handles of one client start
+ * another client (spread: on W names, one waiter each, where a client
+ * may have one acquire per name at a time (etcd, zk) or with --spread;
+ * the holder then releases the names one by one, each hand-off from
+ * that release sent to its waiter holding). One side: W handle-owned handles of one client start
  * dlock_acquire_async() and park; the other: the same W through W
  * threads blocked in dlock_acquire() on one client (as many as the
  * machine lets start). Once all wait, the process's threads and RSS are
@@ -1107,6 +1114,8 @@ static void proc_status(int *threads, long *rss_kib)
         fclose(f);
 }
 
+struct async_waiter;
+
 /* What one side measured, and the hand-off state its callbacks or
  * threads share (under MU). */
 struct async_side {
@@ -1123,21 +1132,27 @@ struct async_side {
     char note[160];        /* why fewer than asked waited (blocking) */
     pthread_mutex_t mu;
     int64_t released_at; /* ns: the latest release sent; 0 none */
+    int64_t *released;   /* spread: ns each waiter's name was released at; else NULL */
+    pthread_cond_t took; /* a waiter took its hold or failed (spread: the holder waits) */
+    /* the waiters' callback arguments: freed with the side, after its
+     * client closed (a call still in flight ends ECANCELED there) */
+    struct async_waiter *args;
     struct samples handoff;
     int acquired, ended, failed; /* holds taken; waiters done (released, or failed); failed */
     char err[256];               /* the first failure */
 };
 
-/* A waiter holds now: the hand-off since the latest release sent; its
- * own release is sent next. */
-static void async_took(struct async_side *s)
+/* Waiter INDEX holds now: the hand-off since the latest release sent
+ * (spread: since its name's); its own release is sent next. */
+static void async_took(struct async_side *s, int index)
 {
     pthread_mutex_lock(&s->mu);
-    int64_t now = now_ns();
-    if (s->released_at)
-        sample_add(&s->handoff, now - s->released_at);
+    int64_t now = now_ns(), since = s->released ? s->released[index] : s->released_at;
+    if (since)
+        sample_add(&s->handoff, now - since);
     s->acquired++;
     s->released_at = now_ns();
+    pthread_cond_broadcast(&s->took);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -1148,6 +1163,7 @@ static void async_ended(struct async_side *s, int rc)
     if (rc && !s->failed++)
         snprintf(s->err, sizeof s->err, "%s", dlock_errmsg());
     s->ended++;
+    pthread_cond_broadcast(&s->took);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -1157,29 +1173,32 @@ static void async_released(dlock_lock *l, int rc, void *arg)
     async_ended(arg, rc);
 }
 
-static void async_acquired(dlock_lock *l, int rc, void *arg)
-{
-    struct async_side *s = arg;
-    if (!rc) {
-        async_took(s);
-        rc = dlock_release_async(l, async_released, s);
-    }
-    if (rc)
-        async_ended(s, rc);
-}
-
-struct blocked_waiter {
+/* One waiter: its side, handle, place and wait bound (the argument of
+ * its callback, or of its thread). */
+struct async_waiter {
     struct async_side *s;
     dlock_lock *l;
+    int index;
     int64_t wait_ms;
 };
 
+static void async_acquired(dlock_lock *l, int rc, void *arg)
+{
+    struct async_waiter *b = arg;
+    if (!rc) {
+        async_took(b->s, b->index);
+        rc = dlock_release_async(l, async_released, b->s);
+    }
+    if (rc)
+        async_ended(b->s, rc);
+}
+
 static void *blocked_main(void *arg)
 {
-    struct blocked_waiter *b = arg;
+    struct async_waiter *b = arg;
     int rc = dlock_acquire(b->l, b->wait_ms);
     if (!rc) {
-        async_took(b->s);
+        async_took(b->s, b->index);
         rc = dlock_release(b->l);
     }
     async_ended(b->s, rc);
@@ -1208,6 +1227,30 @@ static void async_pump(dlock_client *c, int fd, struct async_side *s, double sec
     }
 }
 
+/* Spread: until N waiters of S took their hold or failed, or SECS
+ * passed; C's completions dispatched meanwhile (FD >= 0). */
+static void async_await_took(dlock_client *c, int fd, struct async_side *s, int n, double secs)
+{
+    struct timespec end;
+    clock_gettime(CLOCK_REALTIME, &end);
+    end.tv_sec += (time_t)secs;
+    int64_t stop = now_ns() + (int64_t)(secs * 1e9);
+    pthread_mutex_lock(&s->mu);
+    while (s->acquired + s->failed < n && now_ns() < stop) {
+        if (fd < 0) {
+            pthread_cond_timedwait(&s->took, &s->mu, &end);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int broken = poll(&p, 1, 50) > 0 && dlock_dispatch(c) < 0;
+        pthread_mutex_lock(&s->mu);
+        if (broken)
+            break;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Until the waiters of S all wait: the process idle (under 2% of a core
  * in two windows of 250 ms in a row: every first attempt made, every
  * waiter parked or blocked), a waiter failed, or 120 s; C's completions
@@ -1221,30 +1264,42 @@ static void async_settle(dlock_client *c, int fd, struct async_side *s)
     }
 }
 
+/* async_start()'s answer where the backend lets a client acquire a
+ * name once at a time: bench_async() spreads the waiters. */
+#define ASYNC_ONE_PER_CLIENT (-1)
+
+/* The name of waiter I (spread: one each) in NAME. */
+static void async_name(const struct bench_opts *o, int i, char *name, size_t size)
+{
+    if (o->async_spread)
+        snprintf(name, size, "%s:%d", ASYNC_NAME, i);
+    else
+        snprintf(name, size, "%s", ASYNC_NAME);
+}
+
 /* Start S's waiters through C (FD >= 0: asynchronous; else a thread
- * each, TH and B theirs) on handles L, each waiting up to WAIT_MS; S->w
- * those started. 0, or the exit code of a failure (printed). */
+ * each, TH theirs) on handles L, B their arguments, each waiting up to
+ * WAIT_MS; S->w those started. 0, ASYNC_ONE_PER_CLIENT, or the exit
+ * code of a failure (printed). */
 static int async_start(const struct bench_opts *o, dlock_client *c, int fd, dlock_lock **l,
-                       pthread_t *th, struct blocked_waiter *b, int64_t wait_ms,
+                       pthread_t *th, struct async_waiter *b, int64_t wait_ms,
                        struct async_side *s)
 {
     for (; s->w < o->waiters; s->w++) {
         int i = s->w;
-        int rc = dlock_lock_new(c, ASYNC_NAME, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &l[i]);
+        char name[64];
+        async_name(o, i, name, sizeof name);
+        b[i] = (struct async_waiter){.s = s, .index = i, .wait_ms = wait_ms};
+        int rc = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &l[i]);
+        b[i].l = l[i];
         if (!rc && fd >= 0)
-            rc = dlock_acquire_async(l[i], wait_ms, NULL, async_acquired, s);
-        if (rc == DLOCK_EBUSY && i > 0) { /* etcd, zk: dlock_acquire_async(3) */
-            fprintf(stderr,
-                    "dlock: %s: waiter %d: %s: the %s backend lets one client acquire a name "
-                    "once at a time, so it cannot have W waiters on one name\n",
-                    s->what, i + 1, dlock_errmsg(), dlock_client_backend(c));
-            return EXIT_UNAVAILABLE;
-        }
+            rc = dlock_acquire_async(l[i], wait_ms, NULL, async_acquired, &b[i]);
+        if (rc == DLOCK_EBUSY && i > 0 && !o->async_spread) /* etcd, zk: dlock_acquire_async(3) */
+            return ASYNC_ONE_PER_CLIENT;
         if (rc)
             return cli_fail(rc, s->what);
         if (fd >= 0)
             continue;
-        b[i] = (struct blocked_waiter){.s = s, .l = l[i], .wait_ms = wait_ms};
         int e = pthread_create(&th[i], NULL, blocked_main, &b[i]);
         if (e) { /* the machine's limit: measure those that started */
             snprintf(s->note, sizeof s->note, "thread %d of %d did not start: %s", i + 1,
@@ -1255,16 +1310,36 @@ static int async_start(const struct bench_opts *o, dlock_client *c, int fd, dloc
     return 0;
 }
 
+/* Spread: HOLDERS let go of the names one by one, each once the
+ * previous waiter took its hold (each hand-off alone). 0 or the exit
+ * code of a failure. */
+static int async_release_each(dlock_client *c, int fd, dlock_lock **holders, int64_t wait_ms,
+                              struct async_side *s)
+{
+    for (int i = 0; i < s->w; i++) {
+        pthread_mutex_lock(&s->mu);
+        s->released[i] = now_ns();
+        pthread_mutex_unlock(&s->mu);
+        int rc = dlock_release(holders[i]);
+        if (rc)
+            return cli_fail(rc, "bench async: the holder's release");
+        async_await_took(c, fd, s, i + 1, (double)wait_ms / 1000);
+    }
+    return 0;
+}
+
 /* One side: S's waiters through C (FD: C's descriptor, asynchronous;
- * < 0: threads) while HOLDER holds the name, then handed along. 0 or
- * the exit code of a failure. */
-static int async_side_run(const struct bench_opts *o, dlock_client *c, int fd, dlock_lock *holder,
-                          struct async_side *s)
+ * < 0: threads) while HOLDERS hold the names (spread: one each; else
+ * one), then handed along. 0, ASYNC_ONE_PER_CLIENT, or the exit code
+ * of a failure. */
+static int async_side_run(const struct bench_opts *o, dlock_client *c, int fd,
+                          dlock_lock **holders, struct async_side *s)
 {
     int64_t wait_ms = 120000 + 20 * (int64_t)o->waiters; /* the whole line's turn, loaded */
     dlock_lock **l = calloc((size_t)o->waiters, sizeof *l);
     pthread_t *th = fd < 0 ? calloc((size_t)o->waiters, sizeof *th) : NULL;
-    struct blocked_waiter *b = fd < 0 ? calloc((size_t)o->waiters, sizeof *b) : NULL;
+    struct async_waiter *b = s->args = calloc((size_t)o->waiters, sizeof *b);
+    s->released = o->async_spread ? calloc((size_t)o->waiters, sizeof *s->released) : NULL;
     proc_status(&s->threads0, &s->rss0);
     int64_t t0 = now_ns();
     int rc = async_start(o, c, fd, l, th, b, wait_ms, s);
@@ -1276,7 +1351,9 @@ static int async_side_run(const struct bench_opts *o, dlock_client *c, int fd, d
         pthread_mutex_lock(&s->mu);
         s->released_at = released;
         pthread_mutex_unlock(&s->mu);
-        if ((rc = dlock_release(holder)))
+        if (o->async_spread)
+            rc = async_release_each(c, fd, holders, wait_ms, s);
+        else if ((rc = dlock_release(holders[0])))
             rc = cli_fail(rc, "bench async: the holder's release");
         async_pump(c, fd, s, (double)wait_ms / 1000 + 10);
         s->pass_s = (double)(now_ns() - released) / 1e9;
@@ -1295,7 +1372,8 @@ static int async_side_run(const struct bench_opts *o, dlock_client *c, int fd, d
         dlock_lock_free(l[i]); /* a call still in flight (a failure) ends ECANCELED */
     free(l);
     free(th);
-    free(b);
+    free(s->released);
+    s->released = NULL;
     return rc;
 }
 
@@ -1339,21 +1417,23 @@ static void async_print(struct async_side *s)
         printf("  blocking: %d threads, the most this machine allowed (%s)\n", s[1].w, s[1].note);
 }
 
-/* Side S on a client of its own, after HOLDER (of another client) took
- * the name; HOLDER lets go of it before this returns. 0 or the exit code
- * of a failure. */
-static int async_side_on_client(const struct bench_opts *o, dlock_lock *holder, bool async,
+/* Side S on a client of its own, after HOLDERS (of another client; one,
+ * or spread one per waiter) took the names; they let go before this
+ * returns. 0, ASYNC_ONE_PER_CLIENT, or the exit code of a failure. */
+static int async_side_on_client(const struct bench_opts *o, dlock_lock **holders, bool async,
                                 struct async_side *s)
 {
+    int n = o->async_spread ? o->waiters : 1;
     dlock_client *wc = NULL;
     int fd = -1, e = dlock_open(o->url, &wc);
-    if (!e)
-        e = dlock_acquire(holder, DLOCK_TRY);
+    for (int i = 0; !e && i < n; i++)
+        e = dlock_acquire(holders[i], DLOCK_TRY);
     if (!e && async && (fd = dlock_client_fd(wc)) < 0)
         e = fd;
-    int rc = e ? cli_fail(e, s->what) : async_side_run(o, wc, fd, holder, s);
-    if (dlock_hold_count(holder))
-        dlock_release(holder);
+    int rc = e ? cli_fail(e, s->what) : async_side_run(o, wc, fd, holders, s);
+    for (int i = 0; i < n; i++)
+        if (dlock_hold_count(holders[i]))
+            dlock_release(holders[i]);
     dlock_client_close(wc);
 #ifdef __GLIBC__
     malloc_trim(0); /* the next side's RSS grows from what is in use, not from a cache */
@@ -1361,32 +1441,88 @@ static int async_side_on_client(const struct bench_opts *o, dlock_lock *holder, 
     return rc;
 }
 
+/* The holders of the async mode's names on C (spread: one per waiter),
+ * or NULL with the exit code of a failure in *RC. */
+static dlock_lock **async_holders(const struct bench_opts *o, dlock_client *c, int *rc)
+{
+    int n = o->async_spread ? o->waiters : 1;
+    dlock_lock **h = calloc((size_t)n, sizeof *h);
+    for (int i = 0; h && i < n; i++) {
+        char name[64];
+        async_name(o, i, name, sizeof name);
+        int e = dlock_lock_new(c, name, DLOCK_EXCLUSIVE, 0, &h[i]);
+        if (e) {
+            *rc = cli_fail(e, "bench async");
+            return h;
+        }
+    }
+    return h;
+}
+
+static void async_holders_free(const struct bench_opts *o, dlock_lock **h)
+{
+    for (int i = 0; h && i < (o->async_spread ? o->waiters : 1); i++)
+        dlock_lock_free(h[i]);
+    free(h);
+}
+
+static void async_side_init(struct async_side *s, const char *what, bool failures_counted)
+{
+    *s = (struct async_side){.what = what, .failures_counted = failures_counted};
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->took, NULL);
+}
+
+static void async_side_clear(struct async_side *s)
+{
+    free(s->handoff.v);
+    free(s->args);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->took);
+}
+
 static int bench_async(const struct bench_opts *o, dlock_client *c)
 {
-    printf("async: %d waiters on one client, on one name the bench holds (another client), then\n"
-           "  handed along; beside the same waiters as threads blocked in dlock_acquire()\n",
-           o->async_waiters);
     struct bench_opts one = *o;
     one.waiters = o->async_waiters;
-    dlock_lock *holder = NULL;
-    int e = dlock_lock_new(c, ASYNC_NAME, DLOCK_EXCLUSIVE, 0, &holder);
-    int rc = e ? cli_fail(e, "bench async") : 0;
-    struct async_side s[2] = {{.what = "bench async (async side)"},
-                              {.what = "bench async (blocking side)", .failures_counted = true}};
-    for (int i = 0; i < 2; i++)
-        pthread_mutex_init(&s[i].mu, NULL);
-    for (int i = 0; i < 2 && !rc; i++)
-        rc = async_side_on_client(&one, holder, i == 0, &s[i]);
+    int rc = 0;
+    dlock_lock **holders = async_holders(&one, c, &rc);
+    struct async_side s[2];
+    async_side_init(&s[0], "bench async (async side)", false);
+    async_side_init(&s[1], "bench async (blocking side)", true);
+    if (!rc && (rc = async_side_on_client(&one, holders, true, &s[0])) == ASYNC_ONE_PER_CLIENT) {
+        printf("async: the %s backend lets one client acquire a name once at a time, so the "
+               "waiters\n  are spread: one per name\n",
+               dlock_client_backend(c));
+        async_holders_free(&one, holders);
+        one.async_spread = true;
+        rc = 0;
+        holders = async_holders(&one, c, &rc);
+        async_side_clear(&s[0]);
+        async_side_init(&s[0], "bench async (async side)", false);
+        if (!rc)
+            rc = async_side_on_client(&one, holders, true, &s[0]);
+    }
+    if (!rc)
+        rc = async_side_on_client(&one, holders, false, &s[1]);
     if (!rc) {
+        if (one.async_spread)
+            printf("async: %d waiters on one client, each on a name of its own the bench holds "
+                   "(another\n  client), released one by one; beside the same waiters as threads "
+                   "blocked in\n  dlock_acquire()\n",
+                   one.waiters);
+        else
+            printf("async: %d waiters on one client, on one name the bench holds (another "
+                   "client), then\n  handed along; beside the same waiters as threads blocked in "
+                   "dlock_acquire()\n",
+                   one.waiters);
         char cells[2][48] = {"async (1 client)", "blocking (1 client)"};
         async_row("", cells);
         async_print(s);
     }
-    for (int i = 0; i < 2; i++) {
-        free(s[i].handoff.v);
-        pthread_mutex_destroy(&s[i].mu);
-    }
-    dlock_lock_free(holder);
+    for (int i = 0; i < 2; i++)
+        async_side_clear(&s[i]);
+    async_holders_free(&one, holders);
     return rc;
 }
 
@@ -1417,7 +1553,7 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         {"lease", required_argument, NULL, 'l'},    {"help", no_argument, NULL, 'h'},
         {"readers", required_argument, NULL, 'R'},  {"writers", required_argument, NULL, 'X'},
         {"permits", required_argument, NULL, 'P'},  {"members", required_argument, NULL, 'K'},
-        {NULL, 0, NULL, 0}};
+        {"spread", no_argument, NULL, 'S'},         {NULL, 0, NULL, 0}};
     optind = 0; /* GNU: start afresh after the global options' getopt */
     int ch;
     bool waiters_given = false;
@@ -1434,6 +1570,7 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         case 'X': o.writers = atoi(optarg); break;
         case 'P': o.permits = atoi(optarg); break;
         case 'K': o.members = atoi(optarg); break;
+        case 'S': o.async_spread = true; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return EXIT_USAGE;
         }

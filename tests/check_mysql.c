@@ -611,7 +611,7 @@ TU_TEST_IN(server, new_epoch_not_stalled_by_a_waiter, 90)
     ck_assert_int_eq(pthread_create(&t, NULL, wait_for_epoch_x, lw), 0);
     for (int i = 0; i < 600; i++) { /* the waiter's statement sleeps in GET_LOCK */
         out = fx_mysql_sql(&M, "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
-                               "WHERE INFO LIKE 'SELECT /*dlock-wait:%' AND STATE = 'User lock'");
+                               "WHERE INFO LIKE '%/*dlock-wait:%' AND STATE = 'User lock'");
         bool sleeping = out && atoi(out) > 0;
         free(out);
         if (sleeping)

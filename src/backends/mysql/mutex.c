@@ -165,14 +165,24 @@ static int token_query(struct my_backend *s, struct my_hold *mh, const char *sql
     " f WHERE f.id = 1)"
 
 /* GET_LOCK and, once granted, the next token of this server lifetime in
- * one statement: GET_LOCK's answer (1, 0, NULL), then NEXT_IN_EPOCH's
- * (NULL when the lock was not granted, or as NEXT_IN_EPOCH), each named
- * by a letter (a column's name is its expression's text otherwise, and
- * comes back in every reply). Format: the encoded name (twice), the
- * GET_LOCK name, its timeout. */
-#define LOCK_AND_TOKEN                                                                             \
-    "SELECT /*dlock-wait:%s*/ @dlock_got := CASE GET_LOCK(%s, %s) WHEN 1 THEN LENGTH(@dlock_name " \
-    ":= '%s') > 0 WHEN 0 THEN 0 END AS g, IF(@dlock_got = 1, " NEXT_IN_EPOCH ", NULL) AS t"
+ * one request: GET_LOCK's answer (1, 0, NULL), then NEXT_IN_EPOCH's (NULL
+ * when the lock was not granted, or as NEXT_IN_EPOCH), each named by a
+ * letter (a column's name is its expression's text otherwise, and comes
+ * back in every reply). Format: the encoded name (twice), the GET_LOCK
+ * name, its timeout. A try (timeout 0) does both in one statement:
+ * LOCK_AND_TOKEN. A wait may not: a statement opens its tables before it
+ * runs, and would hold the MEMORY table's read lock for as long as
+ * GET_LOCK sleeps -- new_epoch()'s REPLACE, and every acquire behind it,
+ * would queue behind each waiter of any name (check_mysql
+ * new_epoch_not_stalled_by_a_waiter). LOCK_THEN_TOKEN sleeps in a DO
+ * that opens no table, then reads the row in a second statement of the
+ * same request, once GET_LOCK has answered. */
+#define GOT_LOCK                                                                               \
+    "/*dlock-wait:%s*/ @dlock_got := CASE GET_LOCK(%s, %s) WHEN 1 THEN LENGTH(@dlock_name := " \
+    "'%s') > 0 WHEN 0 THEN 0 END"
+#define TOKEN_IF_GOT "IF(@dlock_got = 1, " NEXT_IN_EPOCH ", NULL) AS t"
+#define LOCK_AND_TOKEN "SELECT " GOT_LOCK " AS g, " TOKEN_IF_GOT
+#define LOCK_THEN_TOKEN "DO " GOT_LOCK "; SELECT @dlock_got AS g, " TOKEN_IF_GOT
 
 /* A new epoch: under the internal user lock MYSQL_EPOCH_LOCK (so that
  * two clients seeding at once cannot write the MEMORY row out of order),
@@ -289,7 +299,8 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
     }
     char timeout[32];
     lock_timeout(w, timeout, sizeof timeout);
-    char *sql = dlock__sprintf(LOCK_AND_TOKEN, enc, mh->name_sql, timeout, enc);
+    char *sql = dlock__sprintf(dlock__wait_try_once(w) ? LOCK_AND_TOKEN : LOCK_THEN_TOKEN, enc,
+                               mh->name_sql, timeout, enc);
     free(enc);
     /* The server answers a wait by its end; the reply gets the op
      * timeout beyond it. */

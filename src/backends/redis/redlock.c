@@ -656,6 +656,7 @@ const struct dlock__backend dlock__backend_redlock = {
     .no_guarded_why = "no one request can check a hold on a majority of nodes, so a key "
                       "could be written by a holder that lost the lock; use redis://, etcd:// "
                       "or zk:// for guarded writes",
-    .no_contend_why = "redlock: a holder over a majority of nodes does not listen to its "
-                      "waiters' announcements (not yet); use redis://, etcd:// or zk://",
+    /* docs/backends.md, "contended callback" */
+    .no_contend_why = "redlock: a hold over a majority of nodes has no one channel where its "
+                      "waiters announce themselves; use redis://, etcd:// or zk://",
 };

@@ -598,6 +598,259 @@ static void exclusion_async_and_blocking(const char *server)
     T(close_ends_each_once_and_waiters_hold_no_thread) \
     T(exclusion_async_and_blocking)
 
+/* ---------------------------------------------- asynchronous elections */
+
+/* What campaign and resign completions came: the elections, the codes,
+ * and the token each won campaign's callback read (0: none). */
+struct elect_log {
+    int n;
+    dlock_election *e[LOG_MAX];
+    int rc[LOG_MAX];
+    uint64_t token[LOG_MAX];
+    char msg[LOG_MAX][256];
+};
+
+static void on_elect_done(dlock_election *e, int rc, void *arg)
+{
+    struct elect_log *d = arg;
+    ck_assert_int_lt(d->n, LOG_MAX);
+    d->e[d->n] = e;
+    d->rc[d->n] = rc;
+    snprintf(d->msg[d->n], sizeof d->msg[0], "%s", dlock_errmsg());
+    uint64_t token = 0;
+    if (rc == DLOCK_OK && e && dlock_election_token(e, &token) != DLOCK_OK)
+        token = 0; /* a leader whose token cannot be read: the test sees 0 */
+    d->token[d->n] = token;
+    d->n++;
+}
+
+static dlock_election *election_on(dlock_client *c, const char *name)
+{
+    dlock_election *e;
+    ck_assert_int_eq(dlock_election_new(c, name, 0, &e), DLOCK_OK);
+    return e;
+}
+
+/* The frame of a campaign test: client C campaigns asynchronously, and
+ * LEADER, on client OTHER, leads election NAME (when LEADS). */
+struct contest {
+    dlock_client *c, *other;
+    dlock_election *leader;
+};
+
+static void contest_open(struct contest *x, const char *server, const char *name, bool leads)
+{
+    ck_assert_int_eq(dlock_open(server, &x->c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(server, &x->other), DLOCK_OK);
+    x->leader = election_on(x->other, name);
+    if (leads)
+        ck_assert_int_eq(dlock_election_campaign(x->leader, "old", DLOCK_TRY, NULL), DLOCK_OK);
+}
+
+static void contest_close(struct contest *x)
+{
+    dlock_election_free(x->leader);
+    dlock_client_close(x->c);
+    dlock_client_close(x->other);
+}
+
+/* Another leads: the asynchronous campaign waits (nothing comes) until
+ * the leader resigns, then leads with a newer token, read in its
+ * callback, and its value is the leader's; an asynchronous resign lets
+ * the other side in again. */
+static void campaign_wins_when_the_leader_resigns(const char *server)
+{
+    struct contest x;
+    contest_open(&x, server, "el-win", true);
+    uint64_t t1;
+    ck_assert_int_eq(dlock_election_token(x.leader, &t1), DLOCK_OK);
+    dlock_election *e = election_on(x.c, "el-win");
+    struct elect_log d = {0};
+    ck_assert_int_eq(dlock_election_campaign_async(e, "new", 30000, NULL, on_elect_done, &d),
+                     DLOCK_OK);
+    ck_assert_msg(!pump_until(x.c, &d.n, 1, 500), "%d: %s", d.rc[0], d.msg[0]); /* waits */
+    ck_assert_int_eq(dlock_election_resign(x.leader), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_ptr_eq(d.e[0], e);
+    ck_assert_uint_gt(d.token[0], t1);
+    dlock_leader *now;
+    ck_assert_int_eq(dlock_election_leader(x.other, "el-win", &now), DLOCK_OK);
+    ck_assert_int_eq(dlock_leader_held(now), 1);
+    ck_assert_str_eq(dlock_leader_value(now), "new");
+    ck_assert_uint_eq(dlock_leader_token(now), d.token[0]);
+    dlock_leader_free(now);
+    ck_assert_int_eq(dlock_election_campaign(x.leader, "old", DLOCK_TRY, NULL), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_election_resign_async(e, on_elect_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 2, 20000));
+    ck_assert_msg(d.rc[1] == DLOCK_OK, "%d: %s", d.rc[1], d.msg[1]);
+    ck_assert_int_eq(dlock_election_validity_ms(e), 0);
+    ck_assert_int_eq(dlock_election_campaign(x.leader, "old", DLOCK_TRY, NULL), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_resign_async(e, on_elect_done, &d), DLOCK_ENOTOWNER);
+    dlock_election_free(e);
+    contest_close(&x);
+}
+
+/* The wait's bound: DLOCK_ETIMEDOUT, not before it, in the election's
+ * words; E does not lead and left nothing behind (the next campaigner
+ * leads at once when the leader resigns). */
+static void campaign_wait_bound(const char *server)
+{
+    struct contest x;
+    contest_open(&x, server, "el-bound", true);
+    dlock_election *e = election_on(x.c, "el-bound");
+    struct elect_log d = {0};
+    int64_t t0 = tu_mono_ms();
+    ck_assert_int_eq(dlock_election_campaign_async(e, "v", 300, NULL, on_elect_done, &d), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_int_ge(tu_mono_ms() - t0, 300);
+    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_msg(strstr(d.msg[0], "election 'el-bound'"), "%s", d.msg[0]);
+    ck_assert_int_eq(dlock_election_validity_ms(e), 0);
+    ck_assert_int_eq(dlock_election_resign(x.leader), DLOCK_OK);
+    dlock_election *third = election_on(x.other, "el-bound");
+    ck_assert_int_eq(dlock_election_campaign(third, "t", 10000, NULL), DLOCK_OK);
+    dlock_election_free(third);
+    dlock_election_free(e);
+    contest_close(&x);
+}
+
+/* Parked campaigns canceled by dlock_election_cancel() and by a cancel
+ * object: DLOCK_ECANCELED each, nothing left behind (a try once the
+ * leader resigned wins). */
+static void campaign_canceled_while_parked(const char *server)
+{
+    struct contest x;
+    contest_open(&x, server, "el-k1", true);
+    dlock_election *leader2 = election_on(x.other, "el-k2");
+    ck_assert_int_eq(dlock_election_campaign(leader2, "old", DLOCK_TRY, NULL), DLOCK_OK);
+    dlock_election *e1 = election_on(x.c, "el-k1"), *e2 = election_on(x.c, "el-k2");
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    struct elect_log d = {0};
+    ck_assert_int_eq(dlock_election_campaign_async(e1, "a", DLOCK_FOREVER, NULL, on_elect_done, &d),
+                     DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign_async(e2, "b", DLOCK_FOREVER, k, on_elect_done, &d),
+                     DLOCK_OK);
+    ck_assert_msg(!pump_until(x.c, &d.n, 1, 500), "%d: %s", d.rc[0], d.msg[0]); /* parked */
+    ck_assert_int_eq(dlock_election_cancel(e1), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_ptr_eq(d.e[0], e1);
+    ck_assert_msg(d.rc[0] == DLOCK_ECANCELED, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 2, 20000));
+    ck_assert_ptr_eq(d.e[1], e2);
+    ck_assert_msg(d.rc[1] == DLOCK_ECANCELED, "%d: %s", d.rc[1], d.msg[1]);
+    ck_assert_int_eq(dlock_election_resign(x.leader), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign_async(e1, "a", DLOCK_TRY, NULL, on_elect_done, &d),
+                     DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 3, 20000));
+    ck_assert_msg(d.rc[2] == DLOCK_OK, "%d: %s", d.rc[2], d.msg[2]);
+    ck_assert_int_eq(dlock_election_resign(e1), DLOCK_OK);
+    dlock_election_free(e1);
+    dlock_election_free(e2);
+    dlock_election_free(leader2);
+    dlock_cancel_free(k);
+    contest_close(&x);
+}
+
+#define CAMPAIGNS 8
+
+/* Close with campaigns parked (each on an election led elsewhere): each
+ * completes exactly once, during the close, with DLOCK_ECANCELED; the
+ * elections are freed after it. */
+static void campaign_close_ends_each_once(const char *server)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(server, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(server, &other), DLOCK_OK);
+    dlock_election *leaders[CAMPAIGNS], *es[CAMPAIGNS];
+    struct elect_log d = {0};
+    for (int i = 0; i < CAMPAIGNS; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "el-c%d", i);
+        leaders[i] = election_on(other, name);
+        ck_assert_int_eq(dlock_election_campaign(leaders[i], "l", DLOCK_TRY, NULL), DLOCK_OK);
+        es[i] = election_on(c, name);
+        ck_assert_int_eq(dlock_election_campaign_async(es[i], "w", DLOCK_FOREVER, NULL,
+                                                       on_elect_done, &d),
+                         DLOCK_OK);
+    }
+    ck_assert_msg(!pump_until(c, &d.n, 1, 500), "%d: %s", d.rc[0], d.msg[0]);
+    dlock_client_close(c);
+    ck_assert_int_eq(d.n, CAMPAIGNS);
+    for (int i = 0; i < CAMPAIGNS; i++) {
+        ck_assert_msg(d.rc[i] == DLOCK_ECANCELED, "%d: %s", d.rc[i], d.msg[i]);
+        for (int j = 0; j < i; j++)
+            ck_assert_ptr_ne(d.e[i], d.e[j]);
+    }
+    for (int i = 0; i < CAMPAIGNS; i++) {
+        dlock_election_free(es[i]);
+        ck_assert_int_eq(dlock_election_resign(leaders[i]), DLOCK_OK);
+        dlock_election_free(leaders[i]);
+    }
+    ck_assert_int_eq(d.n, CAMPAIGNS);
+    dlock_client_close(other);
+}
+
+/* Callbacks that go on: each won campaign's callback resigns
+ * asynchronously, and each resign's callback starts the next handle's
+ * campaign: three rounds, every one won with a newer token. */
+struct elect_chain {
+    dlock_election *es[3];
+    int step, done, bad;
+    uint64_t last;
+};
+
+static void elect_chain_resigned(dlock_election *e, int rc, void *arg);
+
+static void elect_chain_won(dlock_election *e, int rc, void *arg)
+{
+    struct elect_chain *ch = arg;
+    uint64_t token = 0;
+    ch->bad += rc != DLOCK_OK || dlock_election_token(e, &token) != DLOCK_OK || token <= ch->last;
+    ch->last = token;
+    ch->step++;
+    ch->bad += dlock_election_resign_async(e, elect_chain_resigned, ch) != DLOCK_OK;
+}
+
+static void elect_chain_resigned(dlock_election *e, int rc, void *arg)
+{
+    (void)e;
+    struct elect_chain *ch = arg;
+    ch->bad += rc != DLOCK_OK;
+    ch->step++;
+    if (++ch->done < 3)
+        ch->bad += dlock_election_campaign_async(ch->es[ch->done], "next", 10000, NULL,
+                                                 elect_chain_won, ch) != DLOCK_OK;
+}
+
+static void campaign_callbacks_start_the_next(const char *server)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(server, &c), DLOCK_OK);
+    struct elect_chain ch = {0};
+    for (int i = 0; i < 3; i++)
+        ch.es[i] = election_on(c, "el-chain");
+    ck_assert_int_eq(dlock_election_campaign_async(ch.es[0], "first", 10000, NULL, elect_chain_won,
+                                                   &ch),
+                     DLOCK_OK);
+    ck_assert(pump_until(c, &ch.done, 3, 30000));
+    ck_assert_int_eq(ch.step, 6);
+    ck_assert_int_eq(ch.bad, 0);
+    for (int i = 0; i < 3; i++)
+        dlock_election_free(ch.es[i]);
+    dlock_client_close(c);
+}
+
+/* Each of the campaign tests, for ELECTION_TESTS(T) as PARKED_TESTS. */
+#define ELECTION_TESTS(T)                    \
+    T(campaign_wins_when_the_leader_resigns) \
+    T(campaign_wait_bound)                   \
+    T(campaign_canceled_while_parked)        \
+    T(campaign_close_ends_each_once)         \
+    T(campaign_callbacks_start_the_next)
+
 /* ---------------------------------------------- parked waits on file */
 
 #define FILE_PARKED(name)    \
@@ -606,6 +859,7 @@ static void exclusion_async_and_blocking(const char *server)
         name(url);           \
     }
 PARKED_TESTS(FILE_PARKED)
+ELECTION_TESTS(FILE_PARKED)
 
 /* A holder in another process, which says so through MARKER and holds
  * until a byte comes on its pipe (then releases) or it is killed. */
@@ -762,6 +1016,7 @@ TU_CASE(redis, redis_setup, redis_teardown, TU_AROUND_EACH)
         name(srv.url);          \
     }
 PARKED_TESTS(REDIS_PARKED)
+ELECTION_TESTS(REDIS_PARKED)
 
 static void contended_told(dlock_lock *l, const char *who, void *arg)
 {
@@ -978,6 +1233,15 @@ static void etcd_contended(struct contended *x, const char *query, const char *n
     contended_open(x, u, name, true);
     x->url = u;
 }
+
+#define ETCD_ELECTION(name)           \
+    TU_TEST_IN(etcd, etcd_##name, 60) \
+    {                                 \
+        char *u = etcd_url(NULL);     \
+        name(u);                      \
+        free(u);                      \
+    }
+ELECTION_TESTS(ETCD_ELECTION)
 
 /* How many keys etcd holds under PREFIX. */
 static int etcd_keys(const char *prefix)
@@ -1592,6 +1856,48 @@ TU_TEST(semaphore_try_on_file, 30)
     dlock_client_close(c);
 }
 
+/* What an asynchronous campaign refuses to start, on file: NULL
+ * arguments, a bad wait, a fired cancel object, a handle that leads
+ * already or has a call in flight; a resign of a handle that does not
+ * lead. None of them has a callback. */
+TU_TEST(campaign_async_refusals, 30)
+{
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    dlock_election *e = election_on(c, "el-ref");
+    struct elect_log d = {0};
+    ck_assert_int_eq(dlock_election_campaign_async(NULL, "v", 0, NULL, on_elect_done, &d),
+                     DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_election_campaign_async(e, NULL, 0, NULL, on_elect_done, &d),
+                     DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_election_campaign_async(e, "v", 0, NULL, NULL, &d), DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_election_campaign_async(e, "v", -7, NULL, on_elect_done, &d),
+                     DLOCK_EINVAL);
+    ck_assert_int_eq(dlock_election_resign_async(e, on_elect_done, &d), DLOCK_ENOTOWNER);
+    ck_assert_int_eq(dlock_election_resign_async(e, NULL, &d), DLOCK_EINVAL);
+    dlock_cancel *k;
+    ck_assert_int_eq(dlock_cancel_new(&k), DLOCK_OK);
+    ck_assert_int_eq(dlock_cancel_fire(k), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign_async(e, "v", 0, k, on_elect_done, &d),
+                     DLOCK_ECANCELED);
+    ck_assert_int_eq(dlock_election_campaign_async(e, "v", 0, NULL, on_elect_done, &d), DLOCK_OK);
+    ck_assert_int_eq(dlock_election_campaign_async(e, "v", 0, NULL, on_elect_done, &d),
+                     DLOCK_EBUSY);
+    ck_assert(pump_until(c, &d.n, 1, 10000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_uint_gt(d.token[0], 0);
+    ck_assert_int_eq(dlock_election_campaign_async(e, "v", 0, NULL, on_elect_done, &d),
+                     DLOCK_EMISUSE);
+    ck_assert_int_eq(dlock_election_resign_async(e, on_elect_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 2, 10000));
+    ck_assert_int_eq(d.rc[1], DLOCK_OK);
+    ck_assert_int_eq(dlock_dispatch(c), 0);
+    ck_assert_int_eq(d.n, 2);
+    dlock_cancel_free(k);
+    dlock_election_free(e);
+    dlock_client_close(c);
+}
+
 #ifdef DLOCK_HAVE_REDIS
 /* Both permits of "slots" held elsewhere: an asynchronous acquire waits
  * parked until one is released, then holds it with a newer token; the
@@ -1935,6 +2241,13 @@ static dlock_client *zk_client(void)
     ck_assert_int_eq(dlock_open(zk_url(), &c), DLOCK_OK);
     return c;
 }
+
+#define ZK_ELECTION(name)         \
+    TU_TEST_IN(zk, zk_##name, 60) \
+    {                             \
+        name(zk_url());           \
+    }
+ELECTION_TESTS(ZK_ELECTION)
 
 /* Wait (up to 20 s) until NAME has WANT waiters queued, as C sees it. */
 static void zk_queued(dlock_client *c, const char *name, long want)

@@ -1364,13 +1364,59 @@ DLOCK_EXTERN int dlock_election_token(dlock_election *e, uint64_t *token);
  * (DLOCK_VALID_FOREVER on file; 0 when not leading or lost). */
 DLOCK_EXTERN int64_t dlock_election_validity_ms(dlock_election *e);
 
+/* Asynchronous elections (the rules of "asynchronous calls" above): the
+ * completion of an asynchronous call through E. RC is what the blocking
+ * call would have returned, its message dlock_errmsg() in the callback;
+ * after a won campaign E leads there (dlock_election_token(),
+ * dlock_election_validity_ms() and dlock_election_proclaim() work in it).
+ * Runs in the thread calling dlock_dispatch() on E's client, or in
+ * dlock_client_close()'s; it may start the next call through E (a
+ * resign, another campaign), or free E. */
+typedef void (*dlock_election_done_fn)(dlock_election *e, int rc, void *arg);
+
+/* dlock_election_campaign() without blocking: start campaigning for E's
+ * election with VALUE (copied), waiting as WAIT_MS says, cancelable by
+ * CANCEL and by dlock_election_cancel(E). While it waits it holds no
+ * thread where the backend parks a campaign's wait -- redis (redis://,
+ * sentinel, cluster: the lock's release channel and the leader's lease
+ * end resume it), etcd (its key queued, a watch on the key before it),
+ * zk (its latch node queued, a watch on the node before it), file
+ * (inotify on the lock file) --; elsewhere (redlock, postgres, mysql)
+ * DLOCK_TRY works (the blocking call's one try on a pool thread) and a
+ * wait is refused with DLOCK_ENOTSUP naming the backend. DONE(E, rc,
+ * ARG) comes once with dlock_election_campaign()'s codes (DLOCK_ECANCELED
+ * also when the client closes meanwhile); after a failure E does not
+ * lead and nothing of the campaign stays on the server, as there.
+ * Returns DLOCK_OK (started); DLOCK_EINVAL (E, VALUE or DONE NULL, a bad
+ * WAIT_MS); DLOCK_ENOTSUP (a wait where waits cannot park); DLOCK_EBUSY
+ * (an asynchronous call through E has not had its callback yet);
+ * DLOCK_EMISUSE (E leads or campaigns already; after close or fork);
+ * DLOCK_ECANCELED (CANCEL fired already); DLOCK_ENOMEM; DLOCK_EIO (no
+ * eventfd, no pool thread). On failure nothing was started, no callback
+ * runs and E's value is unchanged. Free E only when no asynchronous call
+ * through it waits for its callback (from the callback is fine).
+ * Threads: any; DONE as dlock_election_done_fn says. */
+DLOCK_EXTERN int dlock_election_campaign_async(dlock_election *e, const char *value,
+                                               int64_t wait_ms, dlock_cancel *cancel,
+                                               dlock_election_done_fn done, void *arg);
+
+/* dlock_election_resign() on a pool thread: DONE(E, rc, ARG) comes with
+ * its code (E no longer leads, whatever it is). Returns DLOCK_OK
+ * (started); DLOCK_EINVAL (E or DONE NULL); DLOCK_ENOTOWNER (E does not
+ * lead); DLOCK_EBUSY (as above); DLOCK_EMISUSE (after close or fork);
+ * DLOCK_ENOMEM; DLOCK_EIO. On failure nothing was started. Threads:
+ * any. */
+DLOCK_EXTERN int dlock_election_resign_async(dlock_election *e, dlock_election_done_fn done,
+                                             void *arg);
+
 /* A lock handle on election NAME whose holds are campaigns with VALUE
  * (copied): for code written against dlock_lock (the CLI's `dlock
  * elect`). dlock_acquire() / dlock_acquire_ex() campaign (DLOCK_EBUSY /
  * DLOCK_ETIMEDOUT: another leads), dlock_release() resigns,
  * dlock_token(), dlock_validity_ms(), dlock_lock_set_lease(),
- * dlock_lock_on_lost(), dlock_lock_cancel() and dlock_lock_free() work on
- * it with their codes. Leadership belongs to the handle, as with
+ * dlock_lock_on_lost(), dlock_lock_cancel(), dlock_lock_free() and the
+ * asynchronous dlock_acquire_async() / dlock_release_async() (waits park
+ * where dlock_election_campaign_async()'s do) work on it with their codes. Leadership belongs to the handle, as with
  * DLOCK_LOCK_HANDLE_OWNED. FLAGS: reserved, must be 0. Codes and state
  * after failure as dlock_election_new(). Threads: any. */
 DLOCK_EXTERN int dlock_lock_new_campaign(dlock_client *c, const char *name, const char *value,

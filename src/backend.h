@@ -407,6 +407,15 @@ struct dlock__elect_ops {
      * (never on a timer): DLOCK_ETIMEDOUT, DLOCK_ECANCELED as W says. */
     int (*observe)(void *state, const char *name, const struct dlock_leader *known,
                    struct dlock__wait *w, struct dlock_leader *out);
+    /* The asynchronous campaign's attempt and its end: the lock ops'
+     * try_armed() and disarm() rules, H a campaign's hold, and on
+     * DLOCK_OK h->elect->value written as acquire() writes it (a write
+     * that fails gives the hold back: nothing stays). NULL: a waiting
+     * asynchronous campaign needs a thread (the core answers it
+     * DLOCK_ENOTSUP naming the backend; DLOCK_TRY goes through
+     * acquire()). */
+    int (*try_armed)(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park);
+    int (*disarm)(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park, int rc);
 };
 
 /* A lock's value (value.c): what a lock's holder wrote for the name, as

@@ -20,12 +20,12 @@ int dlock__backend_acquire(struct dlock_client *c, struct dlock__hold *h, struct
     return c->be->locks->acquire(c->bstate, h, w);
 }
 
-/* The asynchronous acquire's ops (async.c): a lock's or a permit's; a
- * campaign has none yet. */
+/* The asynchronous acquire's ops (async.c): a lock's, a permit's or a
+ * campaign's. */
 bool dlock__backend_parks(const struct dlock_client *c, const struct dlock_lock *l)
 {
     if (l->elect)
-        return false;
+        return c->be->elections->try_armed != NULL;
     if (l->sem)
         return c->be->semaphores->try_armed != NULL;
     return c->be->locks->try_armed != NULL;
@@ -34,6 +34,8 @@ bool dlock__backend_parks(const struct dlock_client *c, const struct dlock_lock 
 int dlock__backend_try_armed(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w,
                              void **park)
 {
+    if (h->elect)
+        return c->be->elections->try_armed(c->bstate, h, w, park);
     if (h->sem)
         return c->be->semaphores->try_armed(c->bstate, h, w, park);
     return c->be->locks->try_armed(c->bstate, h, w, park);
@@ -42,6 +44,8 @@ int dlock__backend_try_armed(struct dlock_client *c, struct dlock__hold *h, stru
 int dlock__backend_disarm(struct dlock_client *c, struct dlock__hold *h, struct dlock__wait *w,
                           void *park, int rc)
 {
+    if (h->elect)
+        return c->be->elections->disarm(c->bstate, h, w, park, rc);
     if (h->sem)
         return c->be->semaphores->disarm(c->bstate, h, w, park, rc);
     return c->be->locks->disarm(c->bstate, h, w, park, rc);

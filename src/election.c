@@ -8,7 +8,14 @@
  * own: the dispatch (dispatch.c) calls the backend's election ops for
  * such holds. What is new here is the value: proclaimed while leading,
  * and read or followed by anyone through the election ops' observe.
+ *
+ * The asynchronous campaign and resign (at the end) are jobs on the
+ * client's pool, as a semaphore's are: the campaign is the private
+ * handle's acquire through async.c with a continuation, so its wait
+ * parks wherever the backend gives its election ops try_armed()
+ * (backend.h), and the job's completion hands the outcome to the loop.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +26,8 @@ struct dlock_election {
     dlock_lock *l; /* handle-owned: leadership belongs to the handle */
     struct dlock__elect_req req;
     struct dlock__user_lost lost; /* dlock_election_lost_fn */
+    bool calling; /* an asynchronous call through it has not had its
+                     callback yet (client mutex) */
 };
 
 static bool has_elections(const dlock_client *c)
@@ -161,6 +170,25 @@ static int value_call(dlock_election *e, const char *value, const char *fn, char
     return DLOCK_OK;
 }
 
+/* The lock words of a campaign's outcome RC (a wait of WAIT_MS), said of
+ * E's election. */
+static int campaign_outcome(dlock_election *e, int rc, int64_t wait_ms)
+{
+    if (!rc)
+        return DLOCK_OK;
+    const char *name = dlock_lock_name(e->l);
+    char why[DLOCK__MSG_MAX];
+    dlock__errmsg_save(why);
+    if (rc == DLOCK_EBUSY)
+        return dlock__err(rc, "election '%s': another campaigner leads", name);
+    if (rc == DLOCK_ETIMEDOUT)
+        return dlock__err(rc, "election '%s': not elected within %lld ms (%s)", name,
+                          (long long)wait_ms, why);
+    if (rc == DLOCK_ECANCELED)
+        return dlock__err(rc, "election '%s': campaign canceled", name);
+    return dlock__errmsg_restore(rc, why);
+}
+
 int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_ms,
                             dlock_cancel *cancel)
 {
@@ -169,7 +197,7 @@ int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_m
     if (rc)
         return rc;
     const char *name = dlock_lock_name(e->l);
-    bool busy = leadership(e) || e->l->acquiring;
+    bool busy = leadership(e) || e->l->acquiring || e->calling;
     if (!busy) {
         free(e->req.value);
         e->req.value = copy;
@@ -183,19 +211,7 @@ int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_m
                           "new value, or resign first)",
                           name);
     }
-    rc = dlock_acquire_ex(e->l, wait_ms, cancel);
-    if (!rc)
-        return DLOCK_OK;
-    char why[DLOCK__MSG_MAX];
-    dlock__errmsg_save(why);
-    if (rc == DLOCK_EBUSY)
-        return dlock__err(rc, "election '%s': another campaigner leads", name);
-    if (rc == DLOCK_ETIMEDOUT)
-        return dlock__err(rc, "election '%s': not elected within %lld ms (%s)", name,
-                          (long long)wait_ms, why);
-    if (rc == DLOCK_ECANCELED)
-        return dlock__err(rc, "election '%s': campaign canceled", name);
-    return dlock__errmsg_restore(rc, why);
+    return campaign_outcome(e, dlock_acquire_ex(e->l, wait_ms, cancel), wait_ms);
 }
 
 int dlock_election_cancel(dlock_election *e)
@@ -288,6 +304,166 @@ int64_t dlock_election_validity_ms(dlock_election *e)
     }
     int64_t v = dlock_validity_ms(e->l);
     return v == DLOCK_ENOTOWNER ? 0 : v;
+}
+
+/* ------------------------------------------------------ asynchronous calls */
+
+/* One asynchronous call through an election: a job on the client's pool. */
+struct elect_call {
+    struct dlock__job job;
+    dlock_election *e;
+    dlock_election_done_fn done;
+    void *arg;
+    int64_t wait_ms;
+    dlock_cancel *cancel;
+};
+
+/* The campaign's acquire ended (its continuation, a pool thread). */
+static void campaign_ended(dlock_lock *l, int rc, void *arg)
+{
+    (void)l;
+    struct elect_call *ec = arg;
+    dlock__job_end(&ec->job, campaign_outcome(ec->e, rc, ec->wait_ms));
+}
+
+static int campaign_run(struct dlock__job *j)
+{
+    struct elect_call *ec = (struct elect_call *)j;
+    int rc = dlock__acquire_then(ec->e->l, ec->wait_ms, ec->cancel, campaign_ended, ec);
+    return rc ? campaign_outcome(ec->e, rc, ec->wait_ms) : DLOCK__LATER;
+}
+
+static int resign_run(struct dlock__job *j)
+{
+    return dlock_election_resign(((struct elect_call *)j)->e);
+}
+
+static void elect_deliver(struct dlock__job *j, int rc)
+{
+    struct elect_call copy = *(struct elect_call *)j;
+    free(j); /* before the callback, which may start the next call */
+    pthread_mutex_lock(&copy.e->c->mu);
+    copy.e->calling = false;
+    pthread_mutex_unlock(&copy.e->c->mu);
+    copy.done(copy.e, rc, copy.arg);
+}
+
+/* Start EC (its run set) through its election, which the caller marked
+ * calling; frees EC and unmarks it when it does not start. */
+static int elect_call_start(struct elect_call *ec, const char *fn)
+{
+    dlock_election *e = ec->e;
+    ec->job.deliver = elect_deliver;
+    int rc = dlock__job_start(e->c, &ec->job);
+    if (rc) {
+        free(ec);
+        char why[DLOCK__MSG_MAX];
+        dlock__errmsg_save(why);
+        pthread_mutex_lock(&e->c->mu);
+        e->calling = false;
+        pthread_mutex_unlock(&e->c->mu);
+        return dlock__err(rc, "%s: %s", fn, why);
+    }
+    return DLOCK_OK;
+}
+
+/* A new asynchronous call through E with DONE and ARG into *OUT (not
+ * started: the caller marks E calling, sets its run and starts it). */
+static int elect_call_new(dlock_election *e, dlock_election_done_fn done, void *arg,
+                          struct elect_call **out)
+{
+    struct elect_call *ec = calloc(1, sizeof *ec);
+    if (!ec)
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    ec->e = e;
+    ec->done = done;
+    ec->arg = arg;
+    *out = ec;
+    return DLOCK_OK;
+}
+
+int dlock_election_campaign_async(dlock_election *e, const char *value, int64_t wait_ms,
+                                  dlock_cancel *cancel, dlock_election_done_fn done, void *arg)
+{
+    dlock__msg_clear();
+    if (!e || !value || !done)
+        return dlock__err(DLOCK_EINVAL, "dlock_election_campaign_async: NULL argument");
+    const char *name = dlock_lock_name(e->l);
+    char what[DLOCK__MSG_MAX];
+    snprintf(what, sizeof what, "election '%s'", name);
+    int rc = dlock__check_client(e->c);
+    if (!rc)
+        rc = dlock__async_can_wait(e->l, wait_ms, what);
+    if (!rc && dlock_cancel_fired(cancel))
+        rc = dlock__err(DLOCK_ECANCELED, "%s: canceled before the campaign began", what);
+    char *copy = NULL;
+    if (!rc && !(copy = dlock__strdup(value)))
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    struct elect_call *ec = NULL;
+    if (!rc)
+        rc = elect_call_new(e, done, arg, &ec);
+    if (rc) {
+        free(copy);
+        return rc;
+    }
+    pthread_mutex_lock(&e->c->mu);
+    if (e->calling)
+        rc = dlock__err(DLOCK_EBUSY,
+                        "%s: an asynchronous call through this handle has not had its "
+                        "callback yet",
+                        what);
+    else if (leadership(e) || e->l->acquiring)
+        rc = dlock__err(DLOCK_EMISUSE,
+                        "%s: this handle already leads or campaigns (proclaim a new value, or "
+                        "resign first)",
+                        what);
+    if (!rc) {
+        e->calling = true;
+        free(e->req.value);
+        e->req.value = copy;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&e->c->mu);
+    if (rc) {
+        free(copy);
+        free(ec);
+        return rc;
+    }
+    ec->job.run = campaign_run;
+    ec->wait_ms = wait_ms;
+    ec->cancel = cancel;
+    return elect_call_start(ec, "dlock_election_campaign_async");
+}
+
+int dlock_election_resign_async(dlock_election *e, dlock_election_done_fn done, void *arg)
+{
+    dlock__msg_clear();
+    if (!e || !done)
+        return dlock__err(DLOCK_EINVAL, "dlock_election_resign_async: NULL argument");
+    int rc = dlock__check_client(e->c);
+    struct elect_call *ec = NULL;
+    if (!rc)
+        rc = elect_call_new(e, done, arg, &ec);
+    if (rc)
+        return rc;
+    const char *name = dlock_lock_name(e->l);
+    pthread_mutex_lock(&e->c->mu);
+    if (e->calling)
+        rc = dlock__err(DLOCK_EBUSY,
+                        "election '%s': an asynchronous call through this handle has not had "
+                        "its callback yet",
+                        name);
+    else if (!leadership(e))
+        rc = dlock__err(DLOCK_ENOTOWNER, "election '%s': this handle does not lead", name);
+    else
+        e->calling = true;
+    pthread_mutex_unlock(&e->c->mu);
+    if (rc) {
+        free(ec);
+        return rc;
+    }
+    ec->job.run = resign_run;
+    return elect_call_start(ec, "dlock_election_resign_async");
 }
 
 /* ------------------------------------------------------------ observing */

@@ -1180,6 +1180,8 @@ static const struct dlock__elect_ops etcd_elect_ops = {
     .release = dlock__etcd_release,
     .proclaim = dlock__etcd_elect_proclaim,
     .observe = dlock__etcd_elect_observe,
+    .try_armed = dlock__etcd_try_armed, /* the mutex's, its key holding the proposal */
+    .disarm = dlock__etcd_disarm,
 };
 
 static const struct dlock__admin_ops etcd_admin_ops = {

@@ -17,6 +17,9 @@
  * each look: a leader's release or death closes NAME.lock opened for
  * writing (IN_CLOSE_WRITE) and every write of NAME.leader ends with a
  * close too, so no change goes unseen and nobody polls.
+ *
+ * An asynchronous campaign parks as a lock's wait does (mutex.c, park.c:
+ * the client's one inotify watch wakes it when the lock file closes).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -69,13 +72,45 @@ static int campaign_try(struct file_state *s, int fd, const char *fname, const c
     return rc;
 }
 
+/* What a campaign does once its try took the lock: the value written
+ * (a failure gives the lock back: no value, no lead; the message stays
+ * the write's), the owner. */
+static int campaign_won(struct file_state *s, struct dlock__hold *h, struct dlock__wait *w)
+{
+    int rc = write_value(s, h->name, h->token, h->elect->value, w);
+    if (rc)
+        dlock__file_release(s, h);
+    else
+        dlock__identity(h->owner, sizeof h->owner);
+    return rc;
+}
+
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     int rc = dlock__file_acquire_by(state, h, ".lock", w, campaign_try, h);
-    if (!rc && (rc = write_value(state, h->name, h->token, h->elect->value, w)))
-        dlock__file_release(state, h); /* no value, no lead (the message stays the write's) */
-    if (!rc)
-        dlock__identity(h->owner, sizeof h->owner);
+    return rc ? rc : campaign_won(state, h, w);
+}
+
+/* The asynchronous campaign (backend.h): the lock file's parked take
+ * (mutex.c) with the campaign's try, then what the blocking one does. */
+int dlock__file_elect_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                                void **park)
+{
+    struct file_park *p = *park;
+    if (!p && !(p = *park = calloc(1, sizeof *p)))
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    struct file_park_req rq = {".lock", campaign_try, h, false};
+    int rc = dlock__file_park_take(state, h, w, p, &rq);
+    return rc ? rc : campaign_won(state, h, w);
+}
+
+int dlock__file_elect_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                             int rc)
+{
+    (void)state, (void)h, (void)w;
+    if (park)
+        dlock__file_park_end(park);
+    free(park);
     return rc;
 }
 

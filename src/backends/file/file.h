@@ -188,9 +188,29 @@ int dlock__file_watch_add(struct file_take *t);
 struct file_park {
     struct file_take t; /* first: the watch ops find the park from it */
     struct dlock__wait *w;
-    bool shared;              /* waits for a shared hold */
+    bool shared;              /* woken by every close (a shared hold's
+                                 waiter, a permit's), not one at a time */
     struct park_watch *watch; /* its file's, while watched */
+    bool begun;               /* T made (dlock__file_park_take) */
 };
+/* What a parked take takes: the file of the hold's name with SUFFIX,
+ * by TRY_TAKE with ARG; SHARED as in struct file_park. */
+struct file_park_req {
+    const char *suffix;
+    file_try_fn try_take;
+    void *arg;
+    bool shared;
+};
+/* One attempt of the parked take P (zeroed before the first, which makes
+ * its take as RQ says, watched by the client's parked-wait watch) at
+ * hold H within W: dlock__file_take_step() once, W's retry time set when
+ * busy; on DLOCK_OK H keeps the descriptor (h->bdata), as a blocking
+ * acquire's hold does. The try_armed() of every file hold (mutex.c). */
+int dlock__file_park_take(struct file_state *s, struct dlock__hold *h, struct dlock__wait *w,
+                          struct file_park *p, const struct file_park_req *rq);
+/* The end of P (its watch undone, its descriptor closed unless H kept
+ * it, its name freed); P itself is the caller's. */
+void dlock__file_park_end(struct file_park *p);
 extern const struct file_watch_ops dlock__file_parked_watch;
 /* P is about to try: a wake it was given is used now. */
 void dlock__file_park_ack(struct file_park *p);
@@ -307,6 +327,10 @@ void dlock__file_boot_id(char out[40]);
 
 /* election.c */
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
+int dlock__file_elect_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                                void **park);
+int dlock__file_elect_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                             int rc);
 int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
 int dlock__file_elect_observe(void *state, const char *name, const struct dlock_leader *known,
                               struct dlock__wait *w, struct dlock_leader *out);

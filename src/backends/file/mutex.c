@@ -773,12 +773,47 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     return rc ? rc : lock_taken(s, hold);
 }
 
+int dlock__file_park_take(struct file_state *s, struct dlock__hold *h, struct dlock__wait *w,
+                          struct file_park *p, const struct file_park_req *rq)
+{
+    int rc;
+    if (!p->begun) {
+        p->begun = true;
+        p->w = w;
+        p->shared = rq->shared;
+        p->t = (struct file_take){.s = s, .suffix = rq->suffix, .try_take = rq->try_take,
+                                  .arg = rq->arg, .ops = &dlock__file_parked_watch,
+                                  .fd = -1, .ifd = -1, .wd = -1}; /* nothing to undo yet */
+        if (!(p->t.full = dlock__file_full_name(s, h->name)))
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+        if ((rc = dlock__file_take_begin(&p->t)))
+            return rc;
+    }
+    dlock__file_park_ack(p);
+    rc = dlock__file_take_step(&p->t, w);
+    if (rc == DLOCK_EBUSY)
+        dlock__file_park_busy(p);
+    if (rc)
+        return rc;
+    rc = hold_keep(h, p->t.fd);
+    p->t.fd = -1;
+    return rc;
+}
+
+void dlock__file_park_end(struct file_park *p)
+{
+    if (!p->begun)
+        return;
+    dlock__file_take_end(&p->t); /* a wait given up: its gate goes too */
+    free((char *)p->t.full);
+    p->t.full = NULL;
+}
+
 /* A parked asynchronous acquire's state (try_armed): the take, watched
  * through the client's parked-wait watch (park.c), and the lock's try. */
 struct lock_park {
     struct file_park p; /* first */
     struct lock_try lt;
-    char *full;
 };
 
 /* The blocking wait cut into attempts for the core's asynchronous
@@ -789,33 +824,16 @@ struct lock_park {
  * blocking wait's. */
 static int file_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park)
 {
-    struct file_state *s = state;
     struct lock_park *lp = *park;
-    int rc;
     if (!lp) {
         if (!(lp = calloc(1, sizeof *lp)))
             return dlock__err(DLOCK_ENOMEM, "out of memory");
         *park = lp;
         lp->lt = lock_try_of(h);
-        lp->p.w = w;
-        lp->p.shared = h->mode == DLOCK_SHARED;
-        lp->p.t = (struct file_take){.s = s, .suffix = ".lock", .try_take = lock_try,
-                                     .arg = &lp->lt, .ops = &dlock__file_parked_watch,
-                                     .fd = -1, .ifd = -1, .wd = -1}; /* nothing to undo yet */
-        if (!(lp->p.t.full = lp->full = dlock__file_full_name(s, h->name)))
-            return dlock__err(DLOCK_ENOMEM, "out of memory");
-        if ((rc = dlock__file_take_begin(&lp->p.t)))
-            return rc;
     }
-    dlock__file_park_ack(&lp->p);
-    rc = dlock__file_take_step(&lp->p.t, w);
-    if (rc == DLOCK_EBUSY)
-        dlock__file_park_busy(&lp->p);
-    if (rc)
-        return rc;
-    rc = hold_keep(h, lp->p.t.fd);
-    lp->p.t.fd = -1;
-    return rc ? rc : lock_taken(s, h);
+    struct file_park_req rq = {".lock", lock_try, &lp->lt, h->mode == DLOCK_SHARED};
+    int rc = dlock__file_park_take(state, h, w, &lp->p, &rq);
+    return rc ? rc : lock_taken(state, h);
 }
 
 static int file_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
@@ -824,9 +842,8 @@ static int file_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w
     (void)state, (void)h, (void)w;
     struct lock_park *lp = park;
     if (lp) {
-        dlock__file_take_end(&lp->p.t); /* a wait given up: its gate goes too */
+        dlock__file_park_end(&lp->p);
         dlock__file_wait_leave(&lp->lt.waiting);
-        free(lp->full);
         free(lp);
     }
     return rc;
@@ -1061,6 +1078,8 @@ static const struct dlock__elect_ops file_elect_ops = {
     .release = dlock__file_release,
     .proclaim = dlock__file_elect_proclaim,
     .observe = dlock__file_elect_observe,
+    .try_armed = dlock__file_elect_try_armed,
+    .disarm = dlock__file_elect_disarm,
 };
 
 static const struct dlock__admin_ops file_admin_ops = {

@@ -251,6 +251,8 @@ static const struct dlock__elect_ops redis_elect_ops = {
     .release = dlock__redis_elect_release,
     .proclaim = dlock__redis_elect_proclaim,
     .observe = dlock__redis_elect_observe,
+    .try_armed = dlock__redis_elect_try_armed,
+    .disarm = dlock__redis_disarm,
 };
 
 static const struct dlock__admin_ops redis_admin_ops = {

@@ -22,6 +22,9 @@
  * hub hands to every waiter of the channel, not one); a leader whose
  * lease ran out (or a forced release) publishes nothing, so the lock's
  * remaining TTL bounds each sleep as the lock waiters' does.
+ *
+ * An asynchronous campaign parks as a lock's wait does (async.c) and
+ * writes the value once it holds, as the blocking campaign does.
  */
 #include "redis.h"
 
@@ -90,14 +93,13 @@ static int write_value(void *state, struct dlock__hold *h, const char *value, in
     return rc;
 }
 
-int dlock__redis_campaign(void *state, struct dlock__hold *h, struct dlock__wait *w,
+/* The end of a campaign whose lock H just took: its value written by
+ * W's deadline, the lock given back when that fails. */
+static int campaign_write(void *state, struct dlock__hold *h, struct dlock__wait *w,
                           const struct dlock__redis_leader_ops *ops)
 {
-    int rc = ops->acquire(state, h, w);
-    if (rc)
-        return rc;
     int64_t deadline = dlock__wait_deadline(w);
-    rc = ops->write(state, h, h->elect->value, deadline);
+    int rc = ops->write(state, h, h->elect->value, deadline);
     if (rc) {
         char msg[DLOCK__MSG_MAX];
         dlock__errmsg_save(msg);
@@ -105,6 +107,13 @@ int dlock__redis_campaign(void *state, struct dlock__hold *h, struct dlock__wait
         return dlock__errmsg_restore(rc, msg);
     }
     return DLOCK_OK;
+}
+
+int dlock__redis_campaign(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                          const struct dlock__redis_leader_ops *ops)
+{
+    int rc = ops->acquire(state, h, w);
+    return rc ? rc : campaign_write(state, h, w, ops);
 }
 
 int dlock__redis_proclaim(void *state, struct dlock_client *c, struct dlock__hold *h,
@@ -128,6 +137,13 @@ static const struct dlock__redis_leader_ops node_ops = {dlock__redis_acquire, gi
 int dlock__redis_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
 {
     return dlock__redis_campaign(state, h, w, &node_ops);
+}
+
+int dlock__redis_elect_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                                 void **park)
+{
+    int rc = dlock__redis_try_armed(state, h, w, park);
+    return rc ? rc : campaign_write(state, h, w, &node_ops);
 }
 
 int dlock__redis_elect_release(void *state, struct dlock__hold *h)

@@ -984,6 +984,11 @@ struct dlock__redis_leader_ops {
 };
 int dlock__redis_campaign(void *state, struct dlock__hold *h, struct dlock__wait *w,
                           const struct dlock__redis_leader_ops *ops);
+/* The asynchronous campaign's attempt on one node (backend.h): the lock's
+ * parked attempt (async.c), then the value written as a campaign writes
+ * it; its disarm is the lock's. */
+int dlock__redis_elect_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                                 void **park);
 int dlock__redis_proclaim(void *state, struct dlock_client *c, struct dlock__hold *h,
                           const char *value, const struct dlock__redis_leader_ops *ops);
 /* One node's reply R to the read script (WHAT for messages) into OUT

@@ -22,6 +22,9 @@
  * back within the connect timeout ends the wait. disarm() forgets the
  * watch (the wait leaves the set: the event, if it comes, wakes nobody)
  * and gives our node back when the acquire did not succeed.
+ *
+ * A campaign (h->elect) is the same wait with a LeaderLatch node holding
+ * the campaign's value, and no lock-delay, as dlock__zk_elect_acquire.
  */
 #include "zk.h"
 
@@ -129,6 +132,8 @@ static int first_in_line(struct zk_backend *zb, struct dlock__hold *h, struct dl
     int err = dlock__zk_hold_on(zb, p->s, h, &first);
     if (err)
         return err; /* the node stays ours: disarm() gives it back */
+    if (h->elect)
+        return DLOCK_OK; /* a campaign has no lock-delay */
     int64_t left;
     err = dlock__zk_delay_first(zb, h, p->lockpath, &left);
     if (!err && left > 0) { /* our place is lost: queue anew after it */
@@ -185,6 +190,7 @@ static int look_once(struct zk_backend *zb, struct dlock__hold *h, struct dlock_
     if (!p->node) {
         struct zk_contender rq = {.lockpath = p->lockpath,
                                   .mark = p->mark,
+                                  .data = h->elect ? h->elect->value : NULL,
                                   .kids = &listed,
                                   .once = true};
         int err = dlock__zk_create_contender(zb, p->s, &rq, w);
@@ -275,7 +281,7 @@ int dlock__zk_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *
             free(p);
             return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
         }
-        p->mark = dlock__zk_mark(zb, h->mode);
+        p->mark = h->elect ? ZK_LATCH_MARK : dlock__zk_mark(zb, h->mode);
         /* registered before anything is sent: a session event or the
          * deletion of the node ahead from now on is a wake */
         int err = dlock__waitset_add(&zb->waiters, w);

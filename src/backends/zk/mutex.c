@@ -787,6 +787,8 @@ static const struct dlock__elect_ops zk_elect_ops = {
     .release = dlock__zk_release,
     .proclaim = dlock__zk_elect_proclaim,
     .observe = dlock__zk_elect_observe,
+    .try_armed = dlock__zk_try_armed, /* the recipe's, with a latch node (async.c) */
+    .disarm = dlock__zk_disarm,
 };
 
 static const struct dlock__admin_ops zk_admin_ops = {

@@ -2,7 +2,9 @@
 # bench-redis.sh -- the Redis part of `make bench`: starts a throwaway
 # redis-server on a free loopback port (no persistence, temp dir), runs
 # `dlock bench` in each mode beside its raw hiredis baseline, and stops
-# the server. The figures go to docs/benchmarks.md ("## Redis").
+# the server. The figures go to docs/benchmarks.md ("## Redis"). The
+# contended run with 0.5 ms holds has node-redlock beside it (npm, into
+# $BUILD/bench-peers: bench/lib.sh's bench_peer).
 # Knobs: REDIS_BENCH_SECONDS (per measured run, default 3).
 set -euo pipefail
 : "${BUILD:=build}" "${DLOCK_BIN:=$BUILD/dlock}"
@@ -28,6 +30,13 @@ echo "== redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $u
 "$DLOCK_BIN" -u "$url?layout=fair" bench contended -W 8 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench uncontended -t 32 -m 1024 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench contended -W 8 -d "$secs"
+# the issue's contended run (4 processes, 0.5 ms holds) beside its peer,
+# node-redlock, taking turns twice (bench_peer: lib.sh)
+peer_secs=$(awk -v s="$secs" 'BEGIN { print 2 * s }')
+for _ in 1 2; do
+  "$DLOCK_BIN" -u "$url" bench contended -W 4 -H 500 -d "$secs"
+  bench_peer redis "127.0.0.1:$port" 4 500 "$peer_secs"
+done
 "$DLOCK_BIN" -u "$url" bench semaphore -P 4 -W 8 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench renewal -k 10000 -p 5 -l 3000
 "$DLOCK_BIN" -u "$url" bench readers -R 8 -d "$secs"

@@ -4,7 +4,8 @@
 # free loopback port), runs `dlock bench` in each mode beside its raw
 # baseline (EPHEMERAL create + delete with the same C client, see
 # cli/bench_zk.c), and stops the server. Figures go to docs/benchmarks.md
-# ("## ZooKeeper").
+# ("## ZooKeeper"). The contended run with 0.5 ms holds has kazoo's lock
+# recipe on node beside it (bench/lib.sh's bench_peer).
 # Knobs: ZK_BENCH_SECONDS (per measured run, default 3).
 set -euo pipefail
 : "${BUILD:=build}" "${DLOCK_BIN:=$BUILD/dlock}"
@@ -40,5 +41,12 @@ url="zk://127.0.0.1:$port"
 echo "== ZooKeeper standalone on $url"
 "$DLOCK_BIN" -u "$url" bench uncontended -t 1 -m 64 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench contended -W 8 -d "$secs"
+# the contended run (4 processes, 0.5 ms holds) beside kazoo's
+# Lock recipe on node (bench_peer: lib.sh), taking turns twice
+peer_secs=$(awk -v s="$secs" 'BEGIN { print 2 * s }')
+for _ in 1 2; do
+  "$DLOCK_BIN" -u "$url" bench contended -W 4 -H 500 -d "$secs"
+  bench_peer zk "127.0.0.1:$port" 4 500 "$peer_secs"
+done
 "$DLOCK_BIN" -u "$url" bench semaphore -P 4 -W 8 -d "$secs"
 "$DLOCK_BIN" -u "$url" bench renewal -k 10000 -p 5 -l 3000

@@ -41,3 +41,29 @@ bench_serve() {
   tail -n 5 "$log" >&2
   return 1
 }
+
+# bench_peer KIND HOST:PORT PROCS HOLD_US SECS: the peers' contended run
+# (bench/peer_contended.js) beside `dlock bench contended -H`; a line
+# saying why when node or the packages are missing. The packages (the
+# versions pinned here) are installed once with npm into
+# $BUILD/bench-peers: `make bench` only, never CI or the install.
+BENCH_PEER_PACKAGES="redlock@4.2.0 ioredis@5.11.1 node-zookeeper-client@1.1.3"
+bench_peer() {
+  local dir=${BUILD:-build}/bench-peers
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "peer $1: not run (node or npm not installed)"
+    return 0
+  fi
+  if [ ! -e "$dir/.installed" ] || [ "$(cat "$dir/.installed")" != "$BENCH_PEER_PACKAGES" ]; then
+    mkdir -p "$dir"
+    # shellcheck disable=SC2086 # one word per package
+    if ! npm install --prefix "$dir" --no-audit --no-fund --no-save $BENCH_PEER_PACKAGES \
+      >"$dir/npm.log" 2>&1; then
+      echo "peer $1: not run (npm install failed: $dir/npm.log)"
+      return 0
+    fi
+    echo "$BENCH_PEER_PACKAGES" >"$dir/.installed"
+  fi
+  NODE_PATH="$dir/node_modules" node "$(dirname "${BASH_SOURCE[0]}")/peer_contended.js" "$@" ||
+    echo "peer $1: failed"
+}

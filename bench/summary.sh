@@ -4,7 +4,10 @@
 # measured (a ratio to its own baseline, or a cost), the goal, and
 # whether it was met (rows "25": issue 25's SQL backends). LOG is what
 # bench/run-bench.sh printed; a figure the run did not produce (a server
-# not installed, a peer not run) is "-", never a guess.
+# not installed, a peer not run) is "-", never a guess. Row 3 divides
+# dlock's mean acquisitions/s in the contended runs with holds by its
+# peer's in the same run (node-redlock; kazoo's recipe on
+# node-zookeeper-client).
 set -euo pipefail
 log=${1:?usage: summary.sh LOG}
 awk '
@@ -21,6 +24,7 @@ function num(s) { gsub(/[^0-9.]/, "", s); return s + 0 }
 }
 /^uncontended: 1 thread/ { mode = "unc1"; next }
 /^uncontended:/ { mode = "uncN"; next }
+/^contended:.* hold [0-9]+ us/ { mode = "conth"; next }
 /^contended:/ { mode = "cont"; next }
 /^renewal:/ { mode = "renew"; next }
 mode == "unc1" && /rate ratio, median round/ && !(cur in unc) { unc[cur] = num($5); next }
@@ -33,6 +37,12 @@ mode == "cont" && /hand-off p50/ && !(cur in rt) {
     if (match($0, /= [0-9.]+ round trips/)) rt[cur] = num(substr($0, RSTART, RLENGTH - 12))
     next
 }
+/^peer .*acquisitions\/s [0-9.]+$/ {
+    k = $0 ~ /redlock/ ? "redis default" : $0 ~ /zookeeper/ ? "zk" : ""
+    if (k != "") { peer[k] += $NF; npeer[k]++ }
+    next
+}
+mode == "conth" && /^  acquisitions\/s/ { held[cur] += $2; nheld[cur]++; next }
 mode == "renew" && /client CPU per period/ {
     if (match($0, /[(][0-9.]+ us per lock/)) cpu[cur] = num(substr($0, RSTART, RLENGTH - 12))
     next
@@ -55,7 +65,13 @@ END {
     for (i = 1; i <= n; i++)
         row(2, "hand-off p50 (8 waiters), " h[i], h[i] in rt, sprintf("%.2f RT", rt[h[i]]),
             "<= 1.5 RT", rt[h[i]] <= 1.5)
-    row(3, "contended / best peer (not run)", 0, "", ">= 2x", 0)
+    n = split("redis default|zk", p, "|")
+    for (i = 1; i <= n; i++) {
+        have = nheld[p[i]] && npeer[p[i]] && peer[p[i]] > 0
+        x = have ? (held[p[i]] / nheld[p[i]]) / (peer[p[i]] / npeer[p[i]]) : 0
+        row(3, "contended (4, 0.5 ms) / peer, " (p[i] == "zk" ? "zk" : "redis"), have,
+            sprintf("%.2fx", x), ">= 2x", x >= 2)
+    }
     row(4, "redlock pair p50 / parallel floor", redlock > 0,
         sprintf("%.2fx", redlock), "<= 1.2x", redlock <= 1.2)
     n = split("redis default|etcd|zk", r, "|")

@@ -17,6 +17,7 @@
  *                       uncontended mode as 10 rounds taking turns
  *   -W, --waiters W     contended: threads, one client each, on one name (8);
  *                       async: waiters on one client (1000)
+ *   -H, --hold US       contended: each hold lasts US microseconds (0)
  *   -k, --locks K       renewal: locks held at once (10000)
  *   -p, --periods P     renewal: renewal periods measured (5)
  *   -l, --lease MS      renewal: lease in ms (3000: a period of 1 s)
@@ -32,7 +33,9 @@
  *   fight for one name; hand-off latency = from the holder's release call
  *   to another thread's acquire returning, p50/p99, and acquisitions/s;
  *   the baseline is one PING round trip measured meanwhile (same load),
- *   and, for reference, on the idle server before.
+ *   and, for reference, on the idle server before. With -H each holder
+ *   sleeps that long before it releases (the issue's contended run: 4
+ *   processes, 0.5 ms holds, beside its peers: bench/peer_contended.js).
  * renewal: one client holds K locks; over P periods (lease/3), the lock
  *   scripts the server ran per period (each a pipelined batch), the
  *   client's CPU time per period and the renewals' mean latency (send to
@@ -136,6 +139,7 @@ static const char usage_text[] =
     "  -W, --waiters W     contended: threads, one client each, on one name (8);\n"
     "                      async: waiters on one client (1000), parked asynchronous\n"
     "                      acquires beside as many blocked threads\n"
+    "  -H, --hold US       contended: each hold lasts US microseconds (0)\n"
     "      --spread        async: one name per waiter, released one by one (the\n"
     "                      default where a client may acquire a name once at a\n"
     "                      time: etcd, zk)\n"
@@ -161,6 +165,7 @@ struct bench_opts {
     const char *url;
     const struct dlock_bench_baseline *base;
     int threads, names, waiters, locks, periods, readers, writers, permits, members;
+    int hold_us; /* contended: each hold's length */
     int async_waiters; /* -W for the async mode (ASYNC_DEFAULT_WAITERS without -W) */
     bool async_spread; /* async: one name per waiter (--spread, or the backend's rule) */
     double duration;
@@ -461,6 +466,10 @@ static void *con_main(void *arg)
         if (prev != t->index && prev >= 0 && rel > 0)
             sample_add(&sh->handoff, got - rel);
         pthread_mutex_unlock(&sh->mu);
+        if (sh->o->hold_us) {
+            struct timespec held = {sh->o->hold_us / 1000000, (long)(sh->o->hold_us % 1000000) * 1000};
+            nanosleep(&held, NULL);
+        }
         atomic_store(&sh->released_at, now_ns());
         dlock_release(l);
     }
@@ -471,7 +480,10 @@ static void *con_main(void *arg)
 static int bench_contended(const struct bench_opts *o, dlock_client *opened)
 {
     (void)opened; /* its own clients */
-    printf("contended: %d threads (one client each) on one name, 2 x %.1f s\n", o->waiters, o->duration);
+    printf("contended: %d threads (one client each) on one name, ", o->waiters);
+    if (o->hold_us)
+        printf("hold %d us, ", o->hold_us);
+    printf("2 x %.1f s\n", o->duration);
     struct con_shared sh = {.o = o};
     pthread_mutex_init(&sh.mu, NULL);
     atomic_store(&sh.last_holder, -1);
@@ -1553,11 +1565,12 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         {"lease", required_argument, NULL, 'l'},    {"help", no_argument, NULL, 'h'},
         {"readers", required_argument, NULL, 'R'},  {"writers", required_argument, NULL, 'X'},
         {"permits", required_argument, NULL, 'P'},  {"members", required_argument, NULL, 'K'},
-        {"spread", no_argument, NULL, 'S'},         {NULL, 0, NULL, 0}};
+        {"spread", no_argument, NULL, 'S'},         {"hold", required_argument, NULL, 'H'},
+        {NULL, 0, NULL, 0}};
     optind = 0; /* GNU: start afresh after the global options' getopt */
     int ch;
     bool waiters_given = false;
-    while ((ch = getopt_long(argc, argv, "t:m:d:W:k:p:l:R:X:P:K:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "t:m:d:W:k:p:l:R:X:P:K:H:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 't': o.threads = atoi(optarg); break;
         case 'm': o.names = atoi(optarg); break;
@@ -1571,6 +1584,7 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
         case 'P': o.permits = atoi(optarg); break;
         case 'K': o.members = atoi(optarg); break;
         case 'S': o.async_spread = true; break;
+        case 'H': o.hold_us = atoi(optarg); break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return EXIT_USAGE;
         }
@@ -1578,10 +1592,12 @@ int dlock_cli_bench(const char *url, int argc, char **argv)
     o.async_waiters = waiters_given ? o.waiters : ASYNC_DEFAULT_WAITERS;
     if (o.threads < 1 || o.names < o.threads || o.duration <= 0 || o.waiters < 2 || o.locks < 1 ||
         o.periods < 1 || o.lease_ms < 30 || o.readers < 1 || o.writers < 0 || o.permits < 1 ||
-        o.permits > DLOCK_PERMITS_MAX || o.members < 2 || o.members > DLOCK_MULTI_MAX) {
+        o.permits > DLOCK_PERMITS_MAX || o.members < 2 || o.members > DLOCK_MULTI_MAX ||
+        o.hold_us < 0 || o.hold_us > 1000000) {
         fprintf(stderr, "dlock bench: need threads >= 1, names >= threads, duration > 0, waiters >= 2, "
                         "locks >= 1, periods >= 1, lease >= 30 ms, readers >= 1, writers >= 0, "
-                        "permits 1 to %d, members 2 to %d\n", DLOCK_PERMITS_MAX, DLOCK_MULTI_MAX);
+                        "permits 1 to %d, members 2 to %d, hold 0 to 1000000 us\n", DLOCK_PERMITS_MAX,
+                DLOCK_MULTI_MAX);
         return EXIT_USAGE;
     }
     bool want[NMODES] = {false}, all = optind >= argc;

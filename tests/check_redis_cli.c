@@ -136,6 +136,31 @@ TU_TEST(cli_bench_async, 90)
     stop_server();
 }
 
+/* dlock bench contended -H US: each hold lasts at least US, so two
+ * threads make at most 1 / US acquisitions a second (the bound is the
+ * sleep's, not the machine's speed); the header says the hold, which
+ * bench/summary.sh reads for its row 3. */
+TU_TEST(cli_bench_contended_hold, 90)
+{
+    start_server(NULL);
+    char *out = NULL, *err = NULL;
+    int code = TU_DLOCK(&out, &err, NULL, "-u", srv.url, "bench", "contended", "-W", "2", "-H",
+                        "20000", "-d", "0.5");
+    ck_assert_msg(code == 0, "exit %d: %s%s", code, out, err);
+    ck_assert_msg(strstr(out, "on one name, hold 20000 us, 2 x 0.5 s"), "%s", out);
+    const char *rate = strstr(out, "acquisitions/s");
+    ck_assert_msg(rate, "%s", out);
+    double per_s = strtod(rate + strlen("acquisitions/s"), NULL);
+    ck_assert_msg(per_s > 0 && per_s <= 50, "%.1f acquisitions/s with 20 ms holds: %s", per_s, out);
+    free(out);
+    free(err);
+    code = TU_DLOCK(&out, &err, NULL, "-u", srv.url, "bench", "contended", "-H", "-1");
+    ck_assert_msg(code == 64 && strstr(err, "hold 0 to 1000000 us"), "exit %d: %s", code, err);
+    free(out);
+    free(err);
+    stop_server();
+}
+
 int main(void)
 {
     return tu_main("redis", NULL, NULL);

@@ -749,6 +749,32 @@ TU_TEST_IN(server, uncontended_pair_is_two_statements_no_write, 60)
     free(url);
 }
 
+/* A session that took a token keeps its server lifetime's epoch and
+ * base: its later acquires read UUID_SHORT() alone and open no table
+ * (the MEMORY row is read once per session). Counted by the server's
+ * table locks over 20 pairs, the counters' reader's own measured first. */
+TU_TEST_IN(server, cached_epoch_pair_opens_no_table, 60)
+{
+    char *url = url_with(NULL);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "no-table");
+    TU_ACQUIRE_OK(l, DLOCK_TRY); /* the session's first token reads the row */
+    TU_RELEASE_OK(l);
+    const char *locks = "TABLE_LOCKS_IMMEDIATE,TABLE_LOCKS_WAITED";
+    uint64_t t0 = status_sum(locks), t1 = status_sum(locks);
+    for (int i = 0; i < 20; i++) {
+        TU_ACQUIRE_OK(l, DLOCK_TRY);
+        TU_RELEASE_OK(l);
+    }
+    uint64_t t2 = status_sum(locks);
+    uint64_t reader = t1 - t0, opened = t2 - t1 - reader;
+    ck_assert_msg(opened == 0, "20 pairs on one session took %" PRIu64 " table locks (0 expected)",
+                  opened);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(url);
+}
+
 /* An epoch is committed before its tokens are handed out, even on a
  * server whose sessions start with autocommit off: another session sees
  * it at once (else a restart, or the session's end, would roll it back
@@ -837,6 +863,39 @@ TU_TEST(server_restart_token_grows, 120)
     ck_assert_msg(t2 > t1, "token %" PRIu64 " after the restart, %" PRIu64 " before", t2, t1);
     TU_RELEASE_OK(l2);
     TU_FREE_LOCKS(l, l2);
+    TU_CLOSE_CLIENTS(a, b);
+    fx_mysql_stop(&own);
+    free(url);
+}
+
+/* Tokens of holds taken in turn by two clients (two sessions, each
+ * keeping its epoch), ROUNDS times, each checked greater than *LAST. */
+static void interleave(dlock_client *a, dlock_client *b, int rounds, uint64_t *last)
+{
+    for (int i = 0; i < 2 * rounds; i++) {
+        uint64_t t = token_of_a_hold(i % 2 ? b : a, "turns");
+        ck_assert_msg(t > *last, "token %" PRIu64 " after %" PRIu64 " (hold %d)", t, *last, i);
+        *last = t;
+    }
+}
+
+/* Two clients' sessions take the name in turn, a restart ends both
+ * sessions (and the epoch's row) between two series, and the clients go
+ * on: every token is greater than the one before, across the sessions
+ * and across the restart, whose tokens are of a greater epoch. */
+TU_TEST(interleaved_sessions_tokens_grow_across_a_restart, 120)
+{
+    struct fx_mysql own;
+    ck_assert_msg(fx_mysql_start(&own), "%s", own.error);
+    char *url = tu_fmt("%s?lease=2s", own.url);
+    dlock_client *a = tu_open(url), *b = tu_open(url);
+    uint64_t last = 0;
+    interleave(a, b, 5, &last);
+    uint64_t before = last;
+    ck_assert_msg(fx_mysql_restart(&own), "%s", own.error);
+    interleave(a, b, 5, &last);
+    ck_assert_msg(last >> 40 > before >> 40, "epoch %" PRIu64 " after the restart, %" PRIu64,
+                  last >> 40, before >> 40);
     TU_CLOSE_CLIENTS(a, b);
     fx_mysql_stop(&own);
     free(url);

@@ -11,8 +11,9 @@
  * (epoch << 40) + (UUID_SHORT() - base), the server's own counter (it
  * only grows within a server lifetime) read beside one row of a MEMORY
  * table, the lifetime's epoch (a durable InnoDB counter bumped once per
- * server lifetime) and base (docs/protocol-mysql.md). The
- * session also keeps the token and the encoded name in user variables
+ * server lifetime) and base (docs/protocol-mysql.md), which a session
+ * keeps after its first token so that its later acquires open no table.
+ * The session also keeps the token and the encoded name in user variables
  * (@dlock_token, @dlock_name), where inspect and list read them
  * (performance_schema.user_variables_by_thread: a hashed name is listed
  * by its real one). The session then belongs to the hold until its
@@ -180,9 +181,37 @@ static int token_query(struct my_backend *s, struct my_hold *mh, const char *sql
 #define GOT_LOCK                                                                               \
     "/*dlock-wait:%s*/ @dlock_got := CASE GET_LOCK(%s, %s) WHEN 1 THEN LENGTH(@dlock_name := " \
     "'%s') > 0 WHEN 0 THEN 0 END"
-#define TOKEN_IF_GOT "IF(@dlock_got = 1, " NEXT_IN_EPOCH ", NULL) AS t"
+#define TOKEN_IF_GOT "IF(@dlock_got = 1, %s, NULL) AS t"
 #define LOCK_AND_TOKEN "SELECT " GOT_LOCK " AS g, " TOKEN_IF_GOT
 #define LOCK_THEN_TOKEN "DO " GOT_LOCK "; SELECT @dlock_got AS g, " TOKEN_IF_GOT
+
+/* The next token from the epoch and base a session kept (struct
+ * my_conn): UUID_SHORT() alone, no table opened. Format: the epoch, the
+ * base. A token of another epoch (the kept one's 2^40 spent) is not
+ * used: the caller reads the row again (new_epoch()). */
+#define NEXT_IN_KEPT_EPOCH "@dlock_token := (%llu << 40) + (UUID_SHORT() - %llu)"
+
+/* After the session's first token T: keep the lifetime's epoch and base
+ * when the row still is T's epoch (one statement, once per session). A
+ * server's error keeps nothing (the next acquire reads the row again);
+ * a broken session is the acquire's failure. */
+static int keep_epoch(struct my_backend *s, struct my_hold *mh, unsigned long long t, bool *broken)
+{
+    struct my_io io = {.deadline = dlock__now_ms() + s->c->opts.op_timeout_ms, .cancel_fd = -1};
+    MYSQL_RES *res = NULL;
+    int rc =
+        dlock__my_query(s, mh->k, "SELECT epoch, base FROM " MYSQL_FENCE_BASE_TABLE " WHERE id = 1",
+                        &io, &res, broken, "read the fencing epoch");
+    if (rc)
+        return *broken ? rc : DLOCK_OK;
+    MYSQL_ROW row = mysql_fetch_row(res);
+    if (row && row[0] && row[1] && strtoull(row[0], NULL, 10) == t >> 40) {
+        mh->k->epoch = strtoull(row[0], NULL, 10);
+        mh->k->base = strtoull(row[1], NULL, 10);
+    }
+    mysql_free_result(res);
+    return DLOCK_OK;
+}
 
 /* A new epoch: under the internal user lock MYSQL_EPOCH_LOCK (so that
  * two clients seeding at once cannot write the MEMORY row out of order),
@@ -297,10 +326,11 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
         dlock__my_hold_free(mh);
         return rc;
     }
-    char timeout[32];
+    char timeout[32], kept[128];
     lock_timeout(w, timeout, sizeof timeout);
+    snprintf(kept, sizeof kept, NEXT_IN_KEPT_EPOCH, mh->k->epoch, mh->k->base);
     char *sql = dlock__sprintf(dlock__wait_try_once(w) ? LOCK_AND_TOKEN : LOCK_THEN_TOKEN, enc,
-                               mh->name_sql, timeout, enc);
+                               mh->name_sql, timeout, enc, mh->k->epoch ? kept : NEXT_IN_EPOCH);
     free(enc);
     /* The server answers a wait by its end; the reply gets the op
      * timeout beyond it. */
@@ -348,8 +378,12 @@ int dlock__my_lock_acquire(void *state, struct dlock__hold *h, struct dlock__wai
     /* granted: from here a failure must not leave the name locked by a
      * session that goes back to the pool */
     bool granted = !rc;
-    if (!rc && !token) /* the lifetime's first token, or its epoch spent */
+    if (!rc && mh->k->epoch && token >> 40 != mh->k->epoch)
+        token = mh->k->epoch = 0; /* the kept epoch is spent */
+    if (!rc && !token)            /* the lifetime's first token, or its epoch spent */
         rc = new_epoch(s, h, mh, &token, &broken);
+    if (!rc && !mh->k->epoch)
+        rc = keep_epoch(s, mh, token, &broken);
     /* the server's idle clock starts when it answers: after a long
      * wait, a check first (keeper.c) */
     if (!rc)

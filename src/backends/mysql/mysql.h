@@ -140,6 +140,11 @@ struct my_conn {
     unsigned long id;     /* CONNECTION_ID(): what KILL names */
     int64_t wait_timeout; /* the session's wait_timeout (s) */
     int64_t idle_since;   /* monotonic ms of its last reply (the pool's) */
+    /* The server lifetime's fencing epoch and base (the MEMORY row),
+     * kept after the session's first token so that its later acquires
+     * open no table (mutex.c); epoch 0: none kept yet. Only a restart
+     * starts another lifetime, and it ends the session. */
+    unsigned long long epoch, base;
     struct my_conn *next; /* the pool's list */
 };
 

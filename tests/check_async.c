@@ -1018,6 +1018,22 @@ TU_CASE(redis, redis_setup, redis_teardown, TU_AROUND_EACH)
 PARKED_TESTS(REDIS_PARKED)
 ELECTION_TESTS(REDIS_PARKED)
 
+/* Wait until the server has a subscriber on some channel (a parked
+ * waiter's), then pump C a little more: its confirmation read. */
+static void redis_subscribed(dlock_client *c, const int *count)
+{
+    for (int i = 0; i < 400; i++) {
+        redisReply *r = fx_redis_raw_at(srv.port, NULL, "PUBSUB CHANNELS");
+        bool some = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+        if (r)
+            freeReplyObject(r);
+        if (some)
+            break;
+        tu_sleep_ms(25);
+    }
+    ck_assert(!pump_until(c, count, *count + 1, 200));
+}
+
 static void contended_told(dlock_lock *l, const char *who, void *arg)
 {
     (void)l;
@@ -1096,6 +1112,48 @@ TU_TEST_IN(redis, short_wait_not_held_up_by_stalled_attempts, 60)
     dlock_lock_free(b);
     dlock_client_close(c);
     free(u);
+}
+
+/* An outage while a parked wait waits is ridden out until the wait's
+ * end: the server killed under a parked waiter and brought back (empty:
+ * the rival's hold went with it), the waiter takes the lock. */
+TU_TEST_IN(redis, parked_wait_rides_out_a_restart, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "r", true);
+    dlock_lock *l = owned(x.c, "r");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 30000, NULL, on_done, &d), DLOCK_OK);
+    redis_subscribed(x.c, &d.n); /* held elsewhere: parked, listening */
+    fx_redis_kill(&srv);
+    bool ended = pump_until(x.c, &d.n, 1, 1500);
+    ck_assert(fx_redis_restart(&srv));
+    ck_assert_msg(!ended, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    contended_close(&x);
+}
+
+/* A parked wait whose server is down when its bound comes ends with
+ * DLOCK_ETIMEDOUT naming the outage, not "held by another owner". */
+TU_TEST_IN(redis, parked_wait_ending_in_an_outage_names_it, 60)
+{
+    struct contended x;
+    contended_open(&x, srv.url, "r", true);
+    dlock_lock *l = owned(x.c, "r");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, 4000, NULL, on_done, &d), DLOCK_OK);
+    redis_subscribed(x.c, &d.n); /* held elsewhere: parked, listening */
+    fx_redis_kill(&srv);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    ck_assert(fx_redis_restart(&srv));
+    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_msg(strstr(d.msg[0], "still failing") && strstr(d.msg[0], "127.0.0.1"), "%s",
+                  d.msg[0]);
+    dlock_lock_free(l);
+    contended_close(&x);
 }
 
 /* Callbacks that go on: a taken lock is released from its callback,
@@ -1337,6 +1395,39 @@ TU_TEST_IN(etcd, etcd_wait_bound, 60)
     ck_assert_msg(etcd_keys_become("b/", 1), "the timed-out waiter's key stayed queued");
     dlock_lock_free(l);
     contended_close(&x);
+}
+
+/* An outage before the waiter's key is queued (the member down when
+ * the acquire starts), on a member of the test's own (the case's stays
+ * up for the others): a wait that ends during it is DLOCK_ETIMEDOUT
+ * naming it; one that outlasts it is ridden out and holds once the
+ * member is back. */
+TU_TEST_IN(etcd, etcd_outage_before_queueing_ridden_out, 120)
+{
+    struct etcdf own;
+    ck_assert_msg(etcdf_start(&own, 1), "etcd: %s", own.error);
+    char *u = etcdf_url(&own, NULL, NULL);
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(u, &c), DLOCK_OK);
+    dlock_lock *l = owned(c, "o");
+    struct done_log d = {0};
+    etcdf_member_stop(&own, 0, SIGKILL);
+    ck_assert_int_eq(dlock_acquire_async(l, 1500, NULL, on_done, &d), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_msg(strstr(d.msg[0], "still failing") && strstr(d.msg[0], "127.0.0.1"), "%s",
+                  d.msg[0]);
+    ck_assert_int_eq(dlock_acquire_async(l, 60000, NULL, on_done, &d), DLOCK_OK);
+    bool ended = pump_until(c, &d.n, 2, 1500);
+    ck_assert(etcdf_member_start(&own, 0, 30000));
+    ck_assert_msg(!ended, "%d: %s", d.rc[1], d.msg[1]);
+    ck_assert(pump_until(c, &d.n, 2, 40000));
+    ck_assert_msg(d.rc[1] == DLOCK_OK, "%d: %s", d.rc[1], d.msg[1]);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    free(u);
+    etcdf_stop(&own);
 }
 
 /* A parked wait canceled by dlock_lock_cancel() and by a cancel object:
@@ -1932,6 +2023,35 @@ TU_TEST_IN(redis, semaphore_waits_parked_then_takes, 60)
     ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &extra), DLOCK_OK);
     ck_assert_int_eq(dlock_permit_release(extra), DLOCK_OK);
     ck_assert_int_eq(dlock_permit_release(held[1]), DLOCK_OK);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(so);
+    dlock_client_close(c);
+    dlock_client_close(other);
+}
+
+/* A parked permit wait whose server is down when its bound comes ends
+ * with DLOCK_ETIMEDOUT naming the outage (the server's address). */
+TU_TEST_IN(redis, semaphore_wait_ending_in_an_outage_names_it, 60)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(srv.url, &other), DLOCK_OK);
+    dlock_semaphore *s, *so;
+    ck_assert_int_eq(dlock_semaphore_new(c, "down", 1, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(other, "down", 1, 0, &so), DLOCK_OK);
+    dlock_permit *held;
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &held), DLOCK_OK);
+    struct permit_log d = {0};
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, 4000, NULL, on_permit_done, &d), DLOCK_OK);
+    redis_subscribed(c, &d.n); /* none free: parked, listening */
+    fx_redis_kill(&srv);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert(fx_redis_restart(&srv));
+    ck_assert_msg(d.rc[0] == DLOCK_ETIMEDOUT, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_msg(strstr(d.msg[0], "still failing") && strstr(d.msg[0], "127.0.0.1"), "%s",
+                  d.msg[0]);
+    ck_assert_ptr_null(d.p[0]);
+    dlock_permit_release(held); /* the restart took it */
     dlock_semaphore_free(s);
     dlock_semaphore_free(so);
     dlock_client_close(c);

@@ -12,10 +12,13 @@
  * file) and never sleeps. A busy attempt parks the op: no thread holds
  * it while it waits. A wake, a cancel, the backend's retry time (the
  * holder's lease end, a lock-delay's end) or the wait's deadline makes
- * it runnable again; a pool thread takes it, tries again, and so on. When
- * it ends, disarm() undoes the wake-up and the op goes on the completion
- * queue, whose eventfd the loop watches; dlock_dispatch() runs the
- * callbacks in the loop's thread.
+ * it runnable again; a pool thread takes it, tries again, and so on. An
+ * attempt that failed by an outage (dlock__wait_outage) is tried again
+ * after a backoff until the wait's end, which then names the outage:
+ * the one ride-out policy of every backend. When it ends, disarm()
+ * undoes the wake-up and the op goes on the completion queue, whose
+ * eventfd the loop watches; dlock_dispatch() runs the callbacks in the
+ * loop's thread.
  *
  * Every op ends exactly once: the pool finishes it (DONE) and only a
  * dispatch -- or the client's close -- delivers and frees it. Close
@@ -55,6 +58,12 @@
 #define POOL_MAX 16
 #define STALL_MS 100
 
+/* An outage a backend's attempt reports (dlock__wait_outage) is ridden
+ * out: the next attempt after a pause from OUTAGE_FIRST_MS doubling up
+ * to OUTAGE_MAX_MS, until an attempt gets through or the wait ends. */
+#define OUTAGE_FIRST_MS 100
+#define OUTAGE_MAX_MS 2000
+
 enum op_kind { OP_ACQUIRE, OP_RELEASE, OP_JOB };
 enum op_state { OP_RUNNABLE, OP_RUNNING, OP_PARKED, OP_DONE };
 
@@ -79,9 +88,12 @@ struct op {
     void *park;   /* the backend's, between try_armed() and disarm() */
     int rc;
     char msg[DLOCK__MSG_MAX];
-    struct op *next;                /* the run queue or the done queue */
-    struct op *all_prev, *all_next; /* every op not yet delivered */
-    struct op *cancel_next;         /* end_ops()'s list (a->mu) */
+    struct dlock__backoff outage;    /* the pauses of an outage ridden out */
+    bool outage_now;                 /* the latest attempt failed by an outage */
+    char outage_msg[DLOCK__MSG_MAX]; /* the outage's words; "" none now */
+    struct op *next;                 /* the run queue or the done queue */
+    struct op *all_prev, *all_next;  /* every op not yet delivered */
+    struct op *cancel_next;          /* end_ops()'s list (a->mu) */
 };
 
 struct dlock__async {
@@ -235,6 +247,8 @@ static void acquire_end(struct op *op, int rc)
     if (op->armed)
         rc = dlock__backend_disarm(c, op->h, &op->w, op->park, rc);
     op->park = NULL;
+    if (rc == DLOCK_ETIMEDOUT && op->outage_msg[0]) /* the one rule, every backend */
+        dlock__err(rc, "still failing when the wait ended: %s", op->outage_msg);
     /* A backend that did not confirm: validity from before the request
      * that took the lock, never later than the truth (as lock.c). */
     if (!rc && op->h->lease_ms && op->h->valid_until == DLOCK__NEVER)
@@ -302,7 +316,12 @@ static void acquire_step(struct op *op)
         op->w.retry_at = DLOCK__NEVER;
         op->armed = true;
         op->sent = dlock__now_ms();
+        op->outage_now = false;
         rc = dlock__backend_try_armed(c, op->h, &op->w, &op->park);
+        if (rc == DLOCK_EBUSY && !op->outage_now) { /* got through: the outage is over */
+            dlock__backoff_reset(&op->outage);
+            op->outage_msg[0] = 0;
+        }
         int armed = rc == DLOCK_EBUSY && op->cancel ? dlock__cancel_arm(op->cancel) : DLOCK_OK;
         if (armed) /* else a fire from now on reaches the parked wait */
             rc = armed;
@@ -316,6 +335,15 @@ static void acquire_step(struct op *op)
             dlock__msg_clear(); /* else the words of the failure (no reply) stay */
     }
     acquire_end(op, rc);
+}
+
+int dlock__wait_outage(struct dlock__wait *w)
+{
+    struct op *op = (struct op *)w; /* try_armed()'s W is an op's */
+    dlock__errmsg_save(op->outage_msg);
+    op->outage_now = true;
+    dlock__wait_retry_at(w, dlock__now_ms() + dlock__backoff_next(&op->outage));
+    return DLOCK_EBUSY;
 }
 
 static void release_step(struct op *op)
@@ -500,6 +528,7 @@ static struct op *op_new(dlock_lock *l, struct dlock__async *a, enum op_kind kin
     op->l = l;
     op->kind = kind;
     op->ref.w = op->cref.w = &op->w;
+    op->outage = (struct dlock__backoff){.min_ms = OUTAGE_FIRST_MS, .max_ms = OUTAGE_MAX_MS};
     return op;
 }
 

@@ -161,6 +161,15 @@ void dlock__wait_wake(struct dlock__wait *w);
  * lock-delay's end, an outage's next retry), so the core tries again
  * then. Without it the core waits for a wake or the deadline. */
 void dlock__wait_retry_at(struct dlock__wait *w, int64_t until);
+/* For a backend's try_armed() whose attempt failed by an outage (the
+ * server unreachable, a connection lost, a failover under way), the
+ * thread's message naming the server and what failed: returns
+ * DLOCK_EBUSY for try_armed() to return. The core (async.c) rides it
+ * out -- the next attempt after a backoff (100 ms doubling to 2 s), an
+ * attempt that gets through ends the outage -- and a wait that ends
+ * during it is DLOCK_ETIMEDOUT "still failing when the wait ended: "
+ * and that message. The one policy; a backend keeps none of its own. */
+int dlock__wait_outage(struct dlock__wait *w);
 /* Sleep until woken since SEQ, canceled, the wait's deadline, or UNTIL
  * (monotonic ms, a safety net such as the lock's TTL; DLOCK__NEVER for
  * none). Returns DLOCK_OK (woken, or UNTIL passed: try again),

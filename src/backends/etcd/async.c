@@ -11,51 +11,30 @@
  * the key before ours goes; the leases' keepalives and a lock-delay's end
  * are its retry times. Our key stays queued meanwhile, so a parked waiter
  * keeps its place in line. An outage before the key is queued (the
- * blocking acquire fails at once there) is ridden out with backoff until
- * the wait's end; one while it waits is looked at again shortly, as the
- * blocking wait does. disarm() withdraws a key that did not become a
+ * blocking acquire fails at once there) is the core's to ride out
+ * (dlock__wait_outage); one while it waits is looked at again shortly,
+ * as the blocking wait does. disarm() withdraws a key that did not become a
  * hold (owed to the keeper: nothing is sent at a timeout or a cancel)
  * and stops the watch.
  */
-#include <stdlib.h>
-
 #include "etcd.h"
-
-#define OUTAGE_FIRST_MS 100 /* the first pause of an outage ridden out */
-#define OUTAGE_MAX_MS 2000  /* doubling up to this */
-
-struct etcd_park {
-    struct etcd_acquire *a;
-    int64_t backoff_ms; /* the last pause of an outage ridden out; 0: none now */
-};
 
 int dlock__etcd_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park)
 {
     struct etcd_backend *s = state;
-    struct etcd_park *p = *park;
-    if (!p) {
-        if (!(p = calloc(1, sizeof *p)))
-            return dlock__etcd_nomem(s);
-        if (!(p->a = dlock__etcd_acquire_new(s, h, w))) {
-            free(p);
+    struct etcd_acquire *a = *park;
+    if (!a) {
+        if (!(a = dlock__etcd_acquire_new(s, h, w)))
             return DLOCK_ENOMEM;
-        }
-        *park = p;
+        *park = a;
     }
     int64_t until = DLOCK__NEVER;
-    int rc = dlock__etcd_acquire_step(p->a, w, &until);
-    if (rc == ETCD_SLEEP) {
-        p->backoff_ms = 0;
-    } else if (dlock__etcd_transient(rc) && !dlock__wait_canceled(w) &&
-               dlock__time_left(dlock__wait_deadline(w), 1) > 0) {
-        /* An outage (the acquire gave up and owes what it left): again
-         * after a pause, within the wait. */
-        dlock__etcd_acquire_again(p->a);
-        p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : OUTAGE_FIRST_MS;
-        if (p->backoff_ms > OUTAGE_MAX_MS)
-            p->backoff_ms = OUTAGE_MAX_MS;
-        until = dlock__now_ms() + p->backoff_ms;
-        rc = ETCD_SLEEP;
+    int rc = dlock__etcd_acquire_step(a, w, &until);
+    if (dlock__etcd_transient(rc)) {
+        /* An outage (the acquire gave up and owes what it left): the
+         * core rides it out, the acquire enters the queue anew. */
+        dlock__etcd_acquire_again(a);
+        return dlock__wait_outage(w);
     }
     if (rc != ETCD_SLEEP)
         return rc;
@@ -68,12 +47,11 @@ int dlock__etcd_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w
 {
     (void)state;
     (void)h;
-    struct etcd_park *p = park;
-    if (!p)
+    struct etcd_acquire *a = park;
+    if (!a)
         return rc;
     if (rc != DLOCK_OK)
-        rc = dlock__etcd_acquire_give_up(p->a, w, rc);
-    dlock__etcd_acquire_free(p->a);
-    free(p);
+        rc = dlock__etcd_acquire_give_up(a, w, rc);
+    dlock__etcd_acquire_free(a);
     return rc;
 }

@@ -10,8 +10,8 @@
  * made (a release before it could be missed), after it each attempt
  * acknowledges the wake it used and tries ("2"). The holder's lease end
  * is the retry time no message announces. A connection lost while
- * waiting is ridden out with backoff until the wait's end, as the
- * blocking wait does. Fair locks (fair.c) keep their place in a queue
+ * waiting is an outage the core rides out until the wait's end
+ * (dlock__wait_outage), as the blocking wait does. Fair locks (fair.c) keep their place in a queue
  * the blocking wait manages with a thread: not parked yet (DLOCK_ENOTSUP).
  */
 #include <stdlib.h>
@@ -21,18 +21,21 @@
 struct redis_park {
     struct lock_keys k;
     bool listening; /* joined the release channels (rw_listen) */
+    bool confirmed; /* the subscription was confirmed once: each attempt tries */
     int64_t ttl;    /* the holder's lease left as the last try saw it */
-    struct dlock__redis_outage outage;
 };
 
 /* The attempt's answer: RC of a try (DLOCK_EBUSY while the wait goes on,
- * with W's retry time), the outage ridden out as busy. */
+ * with W's retry time), a lost connection or a failover (DLOCK_ECONN,
+ * DLOCK_EUNAVAIL) the core's outage to ride out. */
 static int attempt_outcome(struct redis_park *p, const struct dlock__hold *h, struct dlock__wait *w,
                            int rc)
 {
-    if (!dlock__redis_outage_note(&p->outage, rc, true))
+    if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL)
+        return dlock__wait_outage(w);
+    if (rc != DLOCK_EBUSY)
         return rc;
-    dlock__wait_retry_at(w, dlock__redis_try_again_at(p->ttl, h->lease_ms, p->outage.ms));
+    dlock__wait_retry_at(w, dlock__redis_try_again_at(p->ttl, h->lease_ms, 0));
     return DLOCK_EBUSY;
 }
 
@@ -57,7 +60,6 @@ int dlock__redis_try_armed(void *state, struct dlock__hold *h, struct dlock__wai
             free(p);
             return rc;
         }
-        p->outage = (struct dlock__redis_outage)DLOCK__REDIS_OUTAGE_INIT;
         *park = p;
         rc = dlock__redis_try_acquire(s, h, &p->k, h->lease_ms, w, "1", &p->ttl);
         if (rc != DLOCK_EBUSY)
@@ -69,7 +71,11 @@ int dlock__redis_try_armed(void *state, struct dlock__hold *h, struct dlock__wai
         p->listening = true;
         return attempt_outcome(p, h, w, DLOCK_EBUSY);
     }
-    if (!dlock__redis_rw_listening(s, h, &p->k)) /* not confirmed yet: no try */
+    /* Not confirmed yet: no try (a release before it could be missed).
+     * Once it was, every attempt tries, as the blocking wait does: a
+     * subscription lost in an outage must not keep the wait from
+     * seeing the outage, or its end. */
+    if (!p->confirmed && !(p->confirmed = dlock__redis_rw_listening(s, h, &p->k)))
         return attempt_outcome(p, h, w, DLOCK_EBUSY);
     dlock__redis_rw_heard(s, h, &p->k, w);
     int rc = dlock__redis_try_acquire(s, h, &p->k, h->lease_ms, w, "2", &p->ttl);
@@ -90,9 +96,6 @@ int dlock__redis_disarm(void *state, struct dlock__hold *h, struct dlock__wait *
     if ((rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED) &&
         h->mode == DLOCK_EXCLUSIVE) /* our writer's record goes: the readers behind us in */
         dlock__redis_rw_unwait(s, h, dlock__redis_give_up_deadline(w, rc));
-    if (rc == DLOCK_ETIMEDOUT && p->outage.ms > 0)
-        rc = dlock__err(DLOCK_ECONN, "%s (still failing when the wait for '%s' ended)",
-                        p->outage.msg, p->k.lock);
     if (rc == DLOCK_OK) /* where the new holder runs, for inspect (record.c) */
         dlock__redis_record_touch(s, h->lease_ms, DLOCK__NEVER);
     dlock__redis_keys_free(&p->k);

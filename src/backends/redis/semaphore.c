@@ -371,17 +371,17 @@ int dlock__redis_sem_acquire(void *state, struct dlock__hold *h, struct dlock__w
  * Redisson's channel through the hub, whose thread wakes the parked W
  * on a release message or the subscription's confirmation. Until that
  * confirmation no try is made (a release before it could be missed);
- * after it each attempt acknowledges the wake it used and tries, and a
- * busy try of K > 1 passes the wake on. The retry time is the try's
- * sleep (the nearest permit expiry), or an outage's backoff, ridden out
- * until the wait's end as wait_on() does. */
+ * once it came, each attempt acknowledges the wake it used and tries,
+ * and a busy try of K > 1 passes the wake on. The retry time is the
+ * try's sleep (the nearest permit expiry); a lost connection or a
+ * failover is an outage the core rides out until the wait's end
+ * (dlock__wait_outage), as wait_on() does. */
 struct sem_park {
     struct sem_keys k;
     struct sem_try_arg a;
     struct redis_try t;
     bool joined;
-    struct dlock__redis_outage outage;
-    int outage_rc; /* DLOCK_ECONN or DLOCK_EUNAVAIL: the outage's last failure */
+    bool confirmed; /* the subscription was confirmed once: each attempt tries */
 };
 
 int dlock__redis_sem_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
@@ -398,25 +398,24 @@ int dlock__redis_sem_try_armed(void *state, struct dlock__hold *h, struct dlock_
             return rc;
         }
         p->a = (struct sem_try_arg){h, &p->k};
-        p->outage = (struct dlock__redis_outage)DLOCK__REDIS_OUTAGE_INIT;
-        p->outage_rc = DLOCK_ECONN;
         *park = p;
         if ((rc = try_take(s, &p->a, w, &p->t)) != DLOCK_EBUSY)
             return rc;
         if ((rc = dlock__redis_hub_join(s, p->k.chan, p->k.chan_len, w)))
             return rc;
         p->joined = true;
-    } else if (dlock__redis_hub_subscribed(s, p->k.chan, p->k.chan_len)) {
+    } else if (p->confirmed ||
+               (p->confirmed = dlock__redis_hub_subscribed(s, p->k.chan, p->k.chan_len))) {
         dlock__redis_hub_ack(s, p->k.chan, p->k.chan_len, w);
         rc = try_take(s, &p->a, w, &p->t);
-        if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL)
-            p->outage_rc = rc;
-        if (!dlock__redis_outage_note(&p->outage, rc, true))
+        if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL) /* the core rides it out */
+            return dlock__wait_outage(w);
+        if (rc != DLOCK_EBUSY)
             return rc;
-        if (rc == DLOCK_EBUSY && h->sem->k > 1)
+        if (h->sem->k > 1)
             dlock__redis_hub_pass(s, p->k.chan, p->k.chan_len, w);
     }
-    dlock__wait_retry_at(w, dlock__now_ms() + (p->outage.ms ? p->outage.ms : p->t.sleep_ms));
+    dlock__wait_retry_at(w, dlock__now_ms() + p->t.sleep_ms);
     return DLOCK_EBUSY;
 }
 
@@ -430,9 +429,6 @@ int dlock__redis_sem_disarm(void *state, struct dlock__hold *h, struct dlock__wa
         return rc;
     if (p->joined)
         dlock__redis_hub_leave(s, p->k.chan, p->k.chan_len, w, rc == DLOCK_OK && !p->t.pass_on);
-    if (rc == DLOCK_ETIMEDOUT && p->outage.ms > 0)
-        rc = dlock__err(p->outage_rc, "%s (still failing when the wait for semaphore '%s' ended)",
-                        p->outage.msg, p->k.name);
     sem_keys_free(&p->k);
     free(p);
     return rc;

@@ -15,11 +15,12 @@
  * when it must: an event for the watched node came, the watch could not
  * be set, or a session timeout passed since it was (the blocking wait's
  * safety net for a lost event); a wake for anything else (a session
- * event the same session survived) sends nothing. A disconnect is ridden
- * out until the wait's end as the blocking wait does (the reconnection
- * wakes it, a second later at the latest it looks again), a session that
- * ended takes our node with it and a new one is queued, a connection not
- * back within the connect timeout ends the wait. disarm() forgets the
+ * event the same session survived) sends nothing. A disconnect is an
+ * outage the core rides out until the wait's end (dlock__wait_outage),
+ * as the blocking wait does (the reconnection wakes it sooner than the
+ * core's backoff); a session that ended takes our node with it and a new
+ * one is queued; a connection not back within the connect timeout ends
+ * the wait. disarm() forgets the
  * watch (the wait leaves the set: the event, if it comes, wakes nobody)
  * and gives our node back when the acquire did not succeed.
  *
@@ -32,10 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A disconnected wait looks again this long after the disconnect at the
- * latest (the reconnection wakes it sooner), as the blocking wait's
- * sleep does; a wait whose watch could not be set, this long after. */
-#define RECONNECT_LOOK_MS 1000
+/* A wait whose watch could not be set looks again this long after. */
 #define UNWATCHED_LOOK_MS 200
 /* Looks one attempt makes at most while our node vanishes (its session
  * ended, a force-release) or the node ahead goes before its watch is
@@ -54,7 +52,7 @@ struct zk_park {
     int64_t look_at;          /* look again by then, event or not */
     int64_t delay_until;      /* a lock-delay runs: no node before then */
     int64_t down_since;       /* not connected since (0: connected) */
-    char why[DLOCK__MSG_MAX]; /* the failure ridden out, "" none */
+    char why[DLOCK__MSG_MAX]; /* our node vanished while waiting, "" not */
 };
 
 /* Whether S is still the client's session (the nodes it made live) and,
@@ -91,17 +89,8 @@ static void node_gone(struct zk_backend *zb, struct zk_park *p, struct dlock__wa
     }
 }
 
-/* A failure (its message set) that the wait rides out until its end:
- * still busy, tried again on a wake or LOOK_MS from now. */
-static int ride_out(struct zk_park *p, struct dlock__wait *w, int64_t look_ms)
-{
-    snprintf(p->why, sizeof p->why, "%s", dlock_errmsg());
-    dlock__wait_retry_at(w, dlock__now_ms() + look_ms);
-    return DLOCK_EBUSY;
-}
-
 /* A session for P's next node: the current one when connected. Not
- * connected: ridden out, until no connection came for the connect
+ * connected: an outage the core rides out, until no connection came for the connect
  * timeout (DLOCK_ECONN), as the blocking wait's wait for one does. */
 static int session_for_node(struct zk_backend *zb, struct zk_park *p, struct dlock__wait *w)
 {
@@ -116,7 +105,7 @@ static int session_for_node(struct zk_backend *zb, struct zk_park *p, struct dlo
     else if (now - p->down_since >= zb->c->opts.connect_timeout_ms)
         return dlock__err(err, "%s: no connection within %lld ms (%s)", zb->servers,
                           (long long)zb->c->opts.connect_timeout_ms, dlock_errmsg());
-    return ride_out(p, w, RECONNECT_LOOK_MS);
+    return dlock__wait_outage(w);
 }
 
 /* Our node came first: H holds on it (LOOK the listing that said so,
@@ -197,7 +186,7 @@ static int look_once(struct zk_backend *zb, struct dlock__hold *h, struct dlock_
         if (err) {
             deallocate_String_vector(&listed);
             bool outage = err == DLOCK_ECONN || err == DLOCK_ETIMEDOUT;
-            return outage ? ride_out(p, w, RECONNECT_LOOK_MS) : err;
+            return outage ? dlock__wait_outage(w) : err;
         }
         p->node = rq.out.node;
         p->czxid = rq.out.czxid;
@@ -220,7 +209,7 @@ static int look_once(struct zk_backend *zb, struct dlock__hold *h, struct dlock_
     } else if (dlock__zk_rc_transient(rc)) {
         dlock__err(DLOCK_ECONN, "%s: lock '%s': disconnected: %s", zb->servers, h->name,
                    zerror(rc));
-        err = ride_out(p, w, RECONNECT_LOOK_MS);
+        err = dlock__wait_outage(w);
     } else if (rc != ZOK) {
         err = dlock__zk_fail(zb, rc, "list", p->lockpath);
     } else if (look.out.pos == 0) {
@@ -253,7 +242,7 @@ static int attempt(struct zk_backend *zb, struct dlock__hold *h, struct dlock__w
         node_gone(zb, p, w, true); /* its nodes went with it */
     if (p->s && !connected) {      /* the same session, reconnecting: its watch stays */
         dlock__err(DLOCK_ECONN, "%s: lock '%s': disconnected while waiting", zb->servers, h->name);
-        return ride_out(p, w, RECONNECT_LOOK_MS);
+        return dlock__wait_outage(w);
     }
     if (p->s && nothing_new(zb, p)) {
         p->why[0] = 0;

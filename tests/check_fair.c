@@ -481,6 +481,86 @@ TU_TEST(handoff_costs_the_new_owner_no_request, 120)
     ck_assert_msg(redisson >= 1, "the Redisson layout's waiter ran %lld scripts", redisson);
 }
 
+/* The commands the server ran since its counters were reset, less the
+ * scripts themselves, the counting (INFO, CONFIG) and the hub's
+ * (UNSUBSCRIBE, SUBSCRIBE): what the scripts called inside; *TYPE and *CLOCK get the TYPE and TIME calls among them. */
+static long long commands_inside_scripts(redisContext *ctx, long long *type, long long *clock)
+{
+    redisReply *r = redisCommand(ctx, "INFO commandstats");
+    ck_assert_msg(r && r->type == REDIS_REPLY_STRING, "INFO commandstats: %s", ctx->errstr);
+    long long total = 0;
+    *type = *clock = 0;
+    for (const char *p = strstr(r->str, "cmdstat_"); p; p = strstr(p + 1, "cmdstat_")) {
+        const char *name = p + strlen("cmdstat_"), *calls = strstr(p, ":calls=");
+        ck_assert(calls != NULL);
+        size_t len = (size_t)(calls - name);
+        long long n = strtoll(calls + strlen(":calls="), NULL, 10);
+        if ((len == 7 && !strncmp(name, "evalsha", 7)) || (len == 4 && !strncmp(name, "eval", 4)) ||
+            (len == 4 && !strncmp(name, "info", 4)) || !strncmp(name, "config", 6) ||
+            (len >= 9 && !strncmp(name + len - 9, "subscribe", 9)))
+            continue; /* (the hub's SUBSCRIBE at a client's first wait, sent on its own) */
+        if (len == 4 && !strncmp(name, "type", 4))
+            *type = n;
+        if (len == 4 && !strncmp(name, "time", 4))
+            *clock = n;
+        total += n;
+    }
+    freeReplyObject(r);
+    return total;
+}
+
+/* The calls inside the two scripts of PAIRS uncontended acquire+release
+ * pairs on LAYOUT, asserting there were two scripts a pair; *TYPE and
+ * *CLOCK as commands_inside_scripts() gives them. */
+static long long pair_calls(const char *layout, int pairs, long long *type, long long *clock)
+{
+    ck_assert_msg(fx_redis_start(&srv, NULL), "redis-server could not be started");
+    char *url = tu_fmt("%s?layout=%s", srv.url, layout);
+    dlock_client *c = tu_open(url);
+    dlock_lock *l = tu_lock(c, "u");
+    redisContext *ctx = raw();
+    tu_acquire_release(l, 5000); /* the client record, the scripts loaded */
+    redisReply *r = redisCommand(ctx, "CONFIG RESETSTAT");
+    ck_assert(r != NULL);
+    freeReplyObject(r);
+    for (int i = 0; i < pairs; i++)
+        tu_acquire_release(l, 5000);
+    long long inside = commands_inside_scripts(ctx, type, clock);
+    long long scripts = script_calls(ctx);
+    fprintf(stderr, "uncontended_pair_calls_little: %s: %d pairs: %lld scripts, %lld calls inside "
+                    "(%lld TYPE, %lld TIME)\n", layout, pairs, scripts, inside, *type, *clock);
+    ck_assert_msg(scripts == 2 * pairs, "%s: %lld scripts for %d pairs", layout, scripts, pairs);
+    TU_FREE_LOCKS(l);
+    TU_CLOSE_CLIENTS(c);
+    stop_fair(ctx, url);
+    return inside;
+}
+
+/* An uncontended acquire+release: two scripts, and inside them only what
+ * a free lock (and, fair, an empty queue) needs (issue 28's row 1: each
+ * call a script makes costs the server about a microsecond here, and a
+ * pair ran 24 (fair), 10 (simple) and 16 (Redisson) where SET NX PX +
+ * compare-and-delete runs 3). The fair layout reads no TYPE (the first
+ * hash read says WRONGTYPE) and no TIME (the clock is read only when a
+ * queue record needs it); no layout deletes a lock-delay marker its
+ * acquire just found absent. */
+TU_TEST(uncontended_pair_calls_little, 90)
+{
+    enum { PAIRS = 20 };
+    const struct {
+        const char *layout;
+        long long most; /* calls inside a pair's scripts */
+    } layouts[] = {{"fair", 17}, {"simple", 9}, {"redisson", 15}};
+    for (size_t i = 0; i < TU_COUNT(layouts); i++) {
+        long long type, clock, inside = pair_calls(layouts[i].layout, PAIRS, &type, &clock);
+        ck_assert_msg(type == 0 && clock == 0, "%s: %lld TYPE and %lld TIME calls in %d pairs",
+                      layouts[i].layout, type, clock, PAIRS);
+        ck_assert_msg(inside <= layouts[i].most * PAIRS,
+                      "%s: %lld calls inside the scripts of %d pairs (%lld a pair at most)",
+                      layouts[i].layout, inside, PAIRS, layouts[i].most);
+    }
+}
+
 /* 8 clients, each taking the lock ROUNDS times; every holder waits, before
  * it releases, until every other client that has rounds left is queued.
  * Fair means strict turns then: the holders' sequence repeats with period

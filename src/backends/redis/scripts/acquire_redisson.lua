@@ -37,8 +37,10 @@ if ARGV[6] == 'write' then
   local mine = redis.pcall('hexists', KEYS[1], ARGV[2])
   if type(mine) == 'table' then return redis.call('type', KEYS[1]).ok end
   local free = redis.call('exists', KEYS[1]) == 0
+  local unmarked = false -- no lock-delay marker (delay_left found none)
   if free then
-    local left = delay_left(KEYS[6])
+    local left
+    left, unmarked = delay_left(KEYS[6])
     if left > 0 then return DELAY_REPLY - left end
   end
   if free or (mine == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read') then
@@ -47,7 +49,7 @@ if ARGV[6] == 'write' then
     if type(token) == 'table' then return token end
     redis.call('hset', KEYS[1], ARGV[2], 1, 'mode', 'write')
     redis.call('pexpire', KEYS[1], ARGV[1])
-    delay_arm(KEYS[6], token, ARGV[8])
+    delay_arm(KEYS[6], token, ARGV[8], unmarked)
     if ARGV[7] == '2' then redis.call('zrem', KEYS[4], ARGV[2]) end
     return token
   end

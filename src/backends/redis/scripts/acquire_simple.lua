@@ -22,8 +22,10 @@ end
 -- way it is replaced, with a new token.
 local v = redis.pcall('get', KEYS[1])
 if type(v) == 'table' then return redis.call('type', KEYS[1]).ok end
+local unmarked = false -- no lock-delay marker (delay_left found none)
 if not v then
-  local left = delay_left(KEYS[6])
+  local left
+  left, unmarked = delay_left(KEYS[6])
   if left > 0 then return DELAY_REPLY - left end
 end
 if not v or string.sub(v, 1, #ARGV[2]) == ARGV[2] then
@@ -31,7 +33,7 @@ if not v or string.sub(v, 1, #ARGV[2]) == ARGV[2] then
   local token = new_token(KEYS[2])
   if type(token) == 'table' then return token end
   redis.call('set', KEYS[1], ARGV[2] .. string.format('%d', token), 'px', ARGV[1])
-  delay_arm(KEYS[6], token, ARGV[8])
+  delay_arm(KEYS[6], token, ARGV[8], unmarked)
   if ARGV[7] == '2' then redis.call('zrem', KEYS[4], string.sub(ARGV[2], 1, -2)) end
   return token
 end

@@ -58,14 +58,22 @@ local function keep(ms)
   end
 end
 
+-- The server's clock in ms, read once per call and only when a queue
+-- record needs it (an uncontended pair never does).
+local clock_ms
+local function clock()
+  if not clock_ms then clock_ms = now_ms() end
+  return clock_ms
+end
+
 -- The first waiter whose queue lease has not run out, and its record;
 -- the dead ones before it are dropped.
-local function first_live(now)
+local function first_live()
   while true do
     local head = redis.call('zrange', KEYS[4], 0, 0)[1]
     if not head then return nil end
     local w = words(redis.call('hget', KEYS[5], head))
-    if w[1] == 'w' and #w >= 6 and tonumber(w[2]) >= now then return head, w end
+    if w[1] == 'w' and #w >= 6 and tonumber(w[2]) >= clock() then return head, w end
     redis.call('zrem', KEYS[4], head)
     if w[1] == 'w' then redis.call('hdel', KEYS[5], head) end
   end
@@ -92,26 +100,28 @@ end
 
 -- The lock just became free: to the first live waiter, or, with nobody
 -- queued, Redisson's unlock message for everyone else's waiters.
-local function hand_off(now)
-  local head, w = first_live(now)
+local function hand_off()
+  local head, w = first_live()
   if head then return grant(head, w) end
   redis.call('publish', KEYS[6], '0')
   return nil
 end
 
-local t = redis.call('type', KEYS[1]).ok
-if t ~= 'hash' and t ~= 'none' then return t end
+-- Whether our field is in the lock, which also says the lock key is a
+-- hash or none: any other type answers WRONGTYPE, and its name is our
+-- reply. Nothing below changes the lock key before it is read again.
+local ours = redis.pcall('hexists', KEYS[1], owner)
+if type(ours) == 'table' then return redis.call('type', KEYS[1]).ok end
 
 if op == 'acquire' then
   if ARGV[6] ~= '0' then cancel_upto(KEYS[3], owner, ARGV[6], ARGV[7]) end
   if canceled_upto(KEYS[3], owner) >= tonumber(ARGV[5]) then return -1 end
-  local now = now_ms()
   local mine = words(redis.call('hget', KEYS[5], owner))
   if mine[1] == 'g' then
     -- handed to us: this try learns it (the message was lost or is late),
     -- and, alive, takes the lease it asks for
     redis.call('hdel', KEYS[5], owner)
-    if redis.call('hexists', KEYS[1], owner) == 1 then
+    if ours == 1 then
       redis.call('pexpire', KEYS[1], ARGV[4])
       return tonumber(mine[2])
     end
@@ -121,23 +131,26 @@ if op == 'acquire' then
   -- A field of ours without a grant is a leftover (acquire_redisson.lua):
   -- dropped as the release that never arrived would have; we take the
   -- lock anew (count 1, a new token) or queue like anyone else.
-  if redis.call('hexists', KEYS[1], owner) == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read' then
+  if ours == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read' then
     redis.call('del', KEYS[1])
   end
   local free = redis.call('exists', KEYS[1]) == 0
   -- free but in a lock-delay: nobody gets it until its end; a waiter
   -- still queues, in order, and tries again then
-  local left = free and delay_left(KEYS[7]) or 0
+  local left, unmarked = 0, false
+  if free then left, unmarked = delay_left(KEYS[7]) end
   if left > 0 then free = false end
-  local head, hw = first_live(now)
+  local head, hw = first_live()
   if free and (head == nil or head == owner) then
     local token = new_token(KEYS[2])
     if type(token) == 'table' then return token end
     redis.call('hset', KEYS[1], owner, 1, 'mode', 'write')
     redis.call('pexpire', KEYS[1], ARGV[4])
-    redis.call('zrem', KEYS[4], owner)
-    redis.call('hdel', KEYS[5], owner)
-    delay_arm(KEYS[7], token, ARGV[11])
+    -- our place in the queue and our record, when we had them (a head
+    -- nil: first_live emptied the queue)
+    if head == owner then redis.call('zrem', KEYS[4], owner) end
+    if mine[1] then redis.call('hdel', KEYS[5], owner) end
+    delay_arm(KEYS[7], token, ARGV[11], unmarked)
     return token
   end
   if free then
@@ -155,7 +168,7 @@ if op == 'acquire' then
       redis.call('publish', KEYS[6], 'dlock-wait ' .. owner)
     end
     local qlease = tonumber(ARGV[8])
-    redis.call('hset', KEYS[5], owner, string.format('w %d %s %s %s %d %s', now + qlease, ARGV[4], ARGV[10], ARGV[3], qlease, ARGV[11] or '0'))
+    redis.call('hset', KEYS[5], owner, string.format('w %d %s %s %s %d %s', clock() + qlease, ARGV[4], ARGV[10], ARGV[3], qlease, ARGV[11] or '0'))
     keep(2 * qlease)
   end
   if left > 0 then return DELAY_REPLY - left end
@@ -171,11 +184,11 @@ elseif op == 'release' then
     return 0
   end
   redis.call('hdel', KEYS[5], owner) -- the record of a grant we learned by message
-  if redis.call('hdel', KEYS[1], owner) == 1 then
-    redis.call('del', KEYS[1])
+  if ours == 1 then
+    redis.call('del', KEYS[1]) -- our field with it: an exclusive hold has no other
     -- a clean release: no lock-delay (a grant below arms the next one's)
     if KEYS[7] and redis.call('hget', KEYS[7], 'token') == ARGV[4] then redis.call('del', KEYS[7]) end
-    local g = hand_off(now_ms())
+    local g = hand_off()
     if type(g) == 'table' then return g end
     if g then
       redis.call('hset', KEYS[5], 'r:' .. owner, ARGV[4])
@@ -198,7 +211,7 @@ elseif op == 'leave' then
   local r = 1
   -- A lock handed to us as we gave up, or taken by an attempt whose reply
   -- was lost: given up, to the next waiter.
-  if redis.call('hexists', KEYS[1], owner) == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read' then
+  if ours == 1 and redis.call('hget', KEYS[1], 'mode') ~= 'read' then
     redis.call('del', KEYS[1])
     if KEYS[7] then redis.call('del', KEYS[7]) end -- its marker (each arm replaces the last): unused
     r = 2
@@ -207,7 +220,7 @@ elseif op == 'leave' then
   -- next waiter's, unless a hold that ended uncleanly left a lock-delay
   if redis.call('exists', KEYS[1]) == 0 and (r == 2 or redis.call('zcard', KEYS[4]) > 0) and
      delay_left(KEYS[7]) == 0 then
-    local g = hand_off(now_ms())
+    local g = hand_off()
     if type(g) == 'table' then return g end
   end
   return r
@@ -215,10 +228,10 @@ elseif op == 'waiters' then
   -- read only: the live waiters, first to last; nil without a queue (a
   -- client of another layout then knows nothing of its waiters)
   if redis.call('exists', KEYS[4]) == 0 then return nil end
-  local now, r = now_ms(), {}
+  local r = {}
   for _, o in ipairs(redis.call('zrange', KEYS[4], 0, -1)) do
     local w = words(redis.call('hget', KEYS[5], o))
-    if w[1] == 'w' and tonumber(w[2]) >= now then r[#r + 1] = o end
+    if w[1] == 'w' and tonumber(w[2]) >= clock() then r[#r + 1] = o end
   end
   return r
 end

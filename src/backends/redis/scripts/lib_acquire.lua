@@ -59,30 +59,32 @@ end
 local DELAY_REPLY = -1125899906842624 -- -2^50
 
 -- The ms left of the delay MARKER keeps (0: none; MARKER nil: a script
--- call without one, Redlock's). Found without expiry while the lock key
--- is gone, the marker's hold ended without its clean release (its lease
--- ran out, or someone forced it): its delay starts now, timed by this
--- server's expiry, the same for every acquirer.
+-- call without one, Redlock's), and whether MARKER is known to be gone
+-- (delay_arm need not delete it then). Found without expiry while the
+-- lock key is gone, the marker's hold ended without its clean release
+-- (its lease ran out, or someone forced it): its delay starts now, timed
+-- by this server's expiry, the same for every acquirer.
 local function delay_left(marker)
-  if not marker then return 0 end
+  if not marker then return 0, true end
   local left = redis.call('pttl', marker)
   if left == -1 then
     left = tonumber(redis.call('hget', marker, 'delay') or '0') or 0
     if left <= 0 then
       redis.call('del', marker)
-      return 0
+      return 0, true
     end
     redis.call('pexpire', marker, left)
   end
-  if left < 0 then return 0 end
-  return left
+  if left < 0 then return 0, true end -- -2: no such key
+  return left, false
 end
 
 -- A new exclusive hold of TOKEN: MARKER says so until its clean release
--- when it has a delay (DELAY_MS, '0' or nil: none; any old marker goes).
-local function delay_arm(marker, token, delay_ms)
+-- when it has a delay (DELAY_MS, '0' or nil: none; any old marker goes,
+-- unless GONE says delay_left found none).
+local function delay_arm(marker, token, delay_ms, gone)
   if not marker then return end
-  redis.call('del', marker)
+  if not gone then redis.call('del', marker) end
   if delay_ms and delay_ms ~= '0' then
     redis.call('hset', marker, 'token', string.format('%d', token), 'delay', delay_ms)
   end

@@ -140,6 +140,7 @@ struct dlock__wait {
     unsigned seq;  /* bumped by every wake */
     bool canceled; /* set by dlock_lock_cancel() */
     int cancel_fd; /* eventfd readable once canceled, for poll()ers */
+    uint64_t cancel_fd_gen; /* the fork generation CANCEL_FD was taken in */
     struct dlock_cancel *cancel; /* the acquire's cancel object (core's) */
     struct dlock__wait *next; /* the handle's list of waits */
     bool slept; /* the acquire slept at least once (dlock_stats.waits) */

@@ -6,7 +6,8 @@
  * ZooKeeper watch) sleep on the condition variable and are woken through
  * dlock__wait_wake(); backends whose event is a file descriptor (the file
  * backend's inotify) sleep in poll() beside an eventfd that a cancel makes
- * readable.
+ * readable, taken from a small pool of idle ones and given back unless
+ * the cancel wrote it.
  */
 #include <errno.h>
 #include <poll.h>
@@ -16,6 +17,51 @@
 #include <unistd.h>
 
 #include "internal.h"
+
+/* Idle cancel eventfds, for the waits that sleep in poll(): making one
+ * and closing it per wait cost two system calls, the close on the way
+ * out of every hand-off. A slot holds fd + 1 (0: empty), taken and given
+ * back by atomic exchange (no lock a fork could leave held). A fork's
+ * child inherits copies that share the parent's counter, so a child (a
+ * new fork generation) closes what it finds instead of using it. */
+#define CANCEL_FD_POOL 8
+static int cancel_fd_pool[CANCEL_FD_POOL];
+static uint64_t cancel_fd_pool_gen; /* the fork generation the pool's fds are of */
+
+static int cancel_fd_take(uint64_t gen)
+{
+    if (__atomic_load_n(&cancel_fd_pool_gen, __ATOMIC_ACQUIRE) != gen) {
+        for (int i = 0; i < CANCEL_FD_POOL; i++) {
+            int v = __atomic_exchange_n(&cancel_fd_pool[i], 0, __ATOMIC_ACQ_REL);
+            if (v)
+                close(v - 1); /* our copy of the parent's */
+        }
+        __atomic_store_n(&cancel_fd_pool_gen, gen, __ATOMIC_RELEASE);
+    }
+    for (int i = 0; i < CANCEL_FD_POOL; i++) {
+        int v = __atomic_exchange_n(&cancel_fd_pool[i], 0, __ATOMIC_ACQ_REL);
+        if (v)
+            return v - 1;
+    }
+    return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+/* W's eventfd, unread (never written unless W was canceled), back to
+ * the pool when W's fork generation still is the pool's. */
+static void cancel_fd_give(struct dlock__wait *w)
+{
+    int fd = w->cancel_fd;
+    w->cancel_fd = -1;
+    if (!w->canceled && w->cancel_fd_gen == dlock__fork_gen() &&
+        __atomic_load_n(&cancel_fd_pool_gen, __ATOMIC_ACQUIRE) == w->cancel_fd_gen)
+        for (int i = 0; i < CANCEL_FD_POOL; i++) {
+            int empty = 0;
+            if (__atomic_compare_exchange_n(&cancel_fd_pool[i], &empty, fd + 1, false,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+                return;
+        }
+    close(fd);
+}
 
 void dlock__wait_init(struct dlock__wait *w, int64_t deadline)
 {
@@ -36,7 +82,7 @@ void dlock__wait_init(struct dlock__wait *w, int64_t deadline)
 void dlock__wait_destroy(struct dlock__wait *w)
 {
     if (w->cancel_fd >= 0)
-        close(w->cancel_fd);
+        cancel_fd_give(w);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
 }
@@ -156,8 +202,10 @@ int dlock__wait_cancel_fd(struct dlock__wait *w, int *fd)
             return rc;
     }
     pthread_mutex_lock(&w->mu);
-    if (w->cancel_fd < 0)
-        w->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->cancel_fd < 0) {
+        w->cancel_fd_gen = dlock__fork_gen();
+        w->cancel_fd = cancel_fd_take(w->cancel_fd_gen);
+    }
     bool canceled = w->canceled;
     *fd = w->cancel_fd;
     pthread_mutex_unlock(&w->mu);

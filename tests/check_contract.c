@@ -590,6 +590,29 @@ TU_TEST(cancel, 30)
     tu_pair_close(&p);
 }
 
+/* Waits after a canceled one are not canceled by it: a bounded wait on
+ * a held lock times out, before and after cancels, again and again (the
+ * cancel eventfds of the waits that poll are pooled; a written one must
+ * never be lent again). */
+TU_TEST(cancel_not_carried_over, 30)
+{
+    struct tu_pair p = pair_open(NULL, NULL, "cancel-again");
+    TU_ACQUIRE_OK(p.la, DLOCK_TRY);
+    EXPECT_RC(dlock_acquire(p.lb, 100), DLOCK_ETIMEDOUT);
+    for (int i = 0; i < 3; i++) {
+        struct tu_waiter w;
+        tu_waiter_start(&w, p.lb, DLOCK_FOREVER);
+        tu_waiter_cancel_until_returned(&w);
+        ck_assert_msg(w.rc == DLOCK_ECANCELED, "waiter %d: %s", i, dlock_err_name(w.rc));
+        int rc = dlock_acquire(p.lb, 100);
+        ck_assert_msg(rc == DLOCK_ETIMEDOUT, "the wait after cancel %d: %s (%s)", i,
+                      dlock_err_name(rc), dlock_errmsg());
+    }
+    EXPECT_RC(dlock_release(p.la), DLOCK_OK);
+    tu_acquire_release(p.lb, DLOCK_TRY);
+    tu_pair_close(&p);
+}
+
 /* A child after fork() must not use its parent's client: DLOCK_EMISUSE,
  * and the parent's client goes on working. */
 TU_TEST(fork_misuse, 30)

@@ -644,6 +644,93 @@ TU_TEST(lease_two_handles, 60)
     dlock_client_close(c);
 }
 
+/* A child after fork() does not use the idle cancel eventfds it
+ * inherited (copies share the parent's counter): the child's canceled
+ * wait leaves the parent's wait, made meanwhile on such an eventfd, to
+ * time out. */
+TU_TEST(fork_child_cancel_not_the_parents, 60)
+{
+    dlock_client *c = tu_open(url), *c2 = tu_open(url);
+    dlock_lock *held = tu_lock(c, "forkcancel"), *l = tu_lock(c2, "forkcancel");
+    ck_assert_int_eq(dlock_acquire(held, DLOCK_TRY), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(l, 50), DLOCK_ETIMEDOUT); /* its eventfd now idle */
+    pid_t pid = tu_fork();
+    if (pid == 0) {
+        tu_sleep_ms(300); /* the parent's wait below has begun */
+        dlock_client *cc = tu_open(url);
+        dlock_lock *cl = tu_lock(cc, "forkcancel");
+        struct tu_waiter w;
+        tu_waiter_start(&w, cl, DLOCK_FOREVER);
+        tu_waiter_cancel_until_returned(&w);
+        _exit(w.rc == DLOCK_ECANCELED ? 0 : 1);
+    }
+    int rc = dlock_acquire(l, 3000);
+    ck_assert_int_eq(tu_wait_exit(pid), 0);
+    ck_assert_msg(rc == DLOCK_ETIMEDOUT, "the parent's wait: %s (%s)", dlock_err_name(rc),
+                  dlock_errmsg());
+    ck_assert_int_eq(dlock_release(held), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_lock_free(held);
+    dlock_client_close(c2);
+    dlock_client_close(c);
+}
+
+/* Whether NAME.waiting in the lock directory names a waiter: any slot
+ * with an id (a byte not zero). */
+static bool waiting_file_names_one(const char *name)
+{
+    char *path = tu_fmt("%s/%s.waiting", dir, name), buf[64 * 128];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    free(path);
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf, 0) : 0;
+    if (fd >= 0)
+        close(fd);
+    for (ssize_t i = 0; i < n; i++)
+        if (buf[i])
+            return true;
+    return false;
+}
+
+static void contended_count(dlock_lock *l, const char *who, void *arg)
+{
+    (void)l, (void)who;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* A hold taken after a wait keeps its wait's slot in NAME.waiting until
+ * the release, emptied as the acquire returns: no holder is told of a
+ * waiter that holds, this one not of itself; the next waiter is told. */
+TU_TEST(contended_after_waiting, 60)
+{
+    dlock_client *a = tu_open(url), *b = tu_open(url), *c = tu_open(url);
+    dlock_lock *la = tu_lock(a, "cw"), *lb = NULL, *lc = tu_lock(c, "cw");
+    ck_assert_int_eq(dlock_lock_new(b, "cw", DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED, &lb),
+                     DLOCK_OK); /* taken in a thread, released here */
+    atomic_int calls = 0;
+    ck_assert_int_eq(dlock_lock_on_contended(lb, contended_count, &calls), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(la, DLOCK_TRY), DLOCK_OK);
+    struct tu_waiter wb, wc;
+    tu_waiter_start_ex(&wb, lb, DLOCK_FOREVER, NULL, true);
+    for (int k = 0; k < 3000 && !waiting_file_names_one("cw"); k++)
+        tu_sleep_ms(10);
+    ck_assert_msg(waiting_file_names_one("cw"), "the waiter never announced itself");
+    ck_assert_int_eq(dlock_release(la), DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&wb), DLOCK_OK);
+    ck_assert_msg(!waiting_file_names_one("cw"), "a slot still names the waiter that holds");
+    tu_waiter_start(&wc, lc, DLOCK_FOREVER);
+    for (int k = 0; k < 3000 && atomic_load(&calls) < 1; k++)
+        tu_sleep_ms(10);
+    ck_assert_int_eq(dlock_release(lb), DLOCK_OK);
+    ck_assert_int_eq(tu_waiter_join(&wc), DLOCK_OK);
+    ck_assert_int_eq(atomic_load(&calls), 1);
+    dlock_lock_free(lc);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(c);
+    dlock_client_close(b);
+    dlock_client_close(a);
+}
+
 TU_TEST(no_password, 60)
 {
     dlock_client *c;

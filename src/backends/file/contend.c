@@ -8,8 +8,11 @@
  * first slot whose first byte no other open file has OFD-locked, keeps
  * that lock for as long as it waits, and writes its id there (the
  * kernel drops the lock when it stops waiting or dies, so a locked slot
- * is a live waiter); when it stops waiting it zeroes the slot and closes
- * the file. One open, one lock, two writes per wait, none per try.
+ * with an id is a live waiter); when it stops waiting it zeroes the slot
+ * and closes the file -- a wait that took the lock closes it only at the
+ * release, after the lock file (its slot stays locked, empty, until
+ * then: one call fewer between a release and the next hold). One open,
+ * one lock, two writes per wait, none per try.
  *
  * A holder that asked watches NAME.waiting with inotify (IN_MODIFY, which
  * the lock file's waiters, watching that file for IN_CLOSE_WRITE, never
@@ -93,14 +96,29 @@ void dlock__file_wait_announce(struct file_state *s, const char *full, struct fi
     close(fd);
 }
 
+/* WT's slot zeroed: no holder reads a waiter in it any more. */
+static void slot_clear(struct file_waiting *wt)
+{
+    static const char zero[SLOT_SIZE];
+    ssize_t n = pwrite(wt->fd, zero, sizeof zero, (off_t)wt->slot * SLOT_SIZE);
+    (void)n; /* a slot left written is read once more at most (see above) */
+}
+
 void dlock__file_wait_leave(struct file_waiting *wt)
 {
     if (wt->fd < 0)
         return;
-    static const char zero[SLOT_SIZE];
-    ssize_t n = pwrite(wt->fd, zero, sizeof zero, (off_t)wt->slot * SLOT_SIZE);
-    (void)n;       /* a slot left written is read once more at most (see above) */
+    slot_clear(wt);
     close(wt->fd); /* drops the slot's lock */
+    wt->fd = -1;
+}
+
+void dlock__file_wait_settle(struct file_waiting *wt, struct file_hold *fh)
+{
+    if (wt->fd < 0)
+        return;
+    slot_clear(wt);
+    fh->waiting_fd = wt->fd;
     wt->fd = -1;
 }
 

@@ -56,6 +56,8 @@ struct delay_record {
     char boot_id[40]; /* the boot of SINCE_MS */
 };
 
+_Static_assert(sizeof(struct delay_record) <= FILE_AFTER_MAX, "read with the header");
+
 static off_t record_offset(size_t name_len)
 {
     return (off_t)((sizeof(struct header) + name_len + 7) & ~(size_t)7);
@@ -81,18 +83,13 @@ void dlock__file_boot_id(char out[40])
             out[i] = 0;
 }
 
-/* FD's record for the hold of token H->token, if one was written for it
- * (a record about an older token is another hold's: ignored). */
-static int read_record(struct file_state *s, int fd, const char *fname, const struct header *h,
-                       struct delay_record *r, bool *found)
+/* Whether R (N bytes of it read) is the record of the hold of token
+ * H->token, still to be looked at (a record about an older token is
+ * another hold's: ignored). */
+static bool record_found(const struct header *h, const struct delay_record *r, size_t n)
 {
-    ssize_t n = pread(fd, r, sizeof *r, record_offset(h->name_len));
-    if (n < 0)
-        return dlock__errno(DLOCK_EIO, errno, "lock file %s/%s: read of its lock-delay record",
-                            s->dir, fname);
-    *found = n == (ssize_t)sizeof *r && memcmp(r->magic, DELAY_MAGIC, 8) == 0 && h->token &&
-             r->token == h->token && r->delay_ms > 0 && r->state != DELAY_RELEASED;
-    return DLOCK_OK;
+    return n == sizeof *r && memcmp(r->magic, DELAY_MAGIC, 8) == 0 && h->token &&
+           r->token == h->token && r->delay_ms > 0 && r->state != DELAY_RELEASED;
 }
 
 /* What is left of a running delay R (a record of another boot: all of it,
@@ -109,15 +106,18 @@ int dlock__file_delay_look(struct file_state *s, const struct file_delay_req *q,
 {
     struct header h;
     struct delay_record r;
-    bool found = false;
+    size_t got = 0;
     *left = 0;
-    int rc = dlock__file_read_header(s, q->fd, q->fname, q->full, &h);
-    if (!rc && q->header)
-        *q->header = h;
-    if (!rc)
-        rc = read_record(s, q->fd, q->fname, &h, &r, &found);
-    if (rc || !found)
+    /* One pread for both: the record is where dlock__file_delay_arm()
+     * puts it, after FULL, which the header is checked against (a
+     * hand-off's waiter makes this read on its way to the hold). */
+    int rc = dlock__file_read_header_after(s, q->fd, q->fname, q->full, &h, &r, sizeof r, &got);
+    if (rc)
         return rc;
+    if (q->header)
+        *q->header = h;
+    if (!record_found(&h, &r, got))
+        return DLOCK_OK;
     bool foreign_boot = memcmp(r.boot_id, s->boot_id, sizeof r.boot_id) != 0;
     if (q->start && (r.state == DELAY_HELD || foreign_boot)) {
         /* The hold ended without its clean release, seen now: the
@@ -125,7 +125,7 @@ int dlock__file_delay_look(struct file_state *s, const struct file_delay_req *q,
         r.state = DELAY_RUNNING;
         r.since_ms = boot_ms();
         memcpy(r.boot_id, s->boot_id, sizeof r.boot_id);
-        if (pwrite(q->fd, &r, sizeof r, record_offset(h.name_len)) != (ssize_t)sizeof r)
+        if (pwrite(q->fd, &r, sizeof r, record_offset(strlen(q->full))) != (ssize_t)sizeof r)
             return dlock__errno(dlock__errno_code(errno), errno,
                                 "lock file %s/%s: write of its lock-delay record", s->dir,
                                 q->fname);

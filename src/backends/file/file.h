@@ -64,6 +64,7 @@ struct file_state {
 
 struct file_hold {
     int fd;
+    int waiting_fd; /* its wait's NAME.waiting, slot zeroed, closed after FD (contend.c); -1 */
     bool inherited; /* file_inherit_fd gave children a copy */
     off_t delay_at; /* where its lock-delay record is; 0: it wrote none */
 };
@@ -78,6 +79,10 @@ char *dlock__file_full_name(struct file_state *s, const char *name);
  * file of an untrusted owner. DLOCK_ENOENT (no message) when absent. */
 int dlock__file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
                            char *fname, int *fd);
+/* The same, with the open file's fstat (taken for the checks) in
+ * *OPENED. */
+int dlock__file_open_named_st(struct file_state *s, const char *full, const char *suffix,
+                              int flags, char *fname, int *fd, struct stat *opened);
 /* The start of an inspect of FULL's file with SUFFIX: opened read-only
  * (closing it raises no IN_CLOSE_WRITE for the waiters), INFO's key its
  * path and its ttl DLOCK_VALID_FOREVER; returns dlock__file_open_named()'s
@@ -109,6 +114,13 @@ int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short
  * all zero for a new empty file; DLOCK_EWRONGTYPE for another file. */
 int dlock__file_read_header(struct file_state *s, int fd, const char *path, const char *full,
                             struct header *h);
+/* The same pread going on past the name, 8-aligned, for AFTER_LEN (at
+ * most FILE_AFTER_MAX) bytes more into AFTER (delay.c's record, read
+ * with the header it belongs to); *GOT: how many of them the file had. */
+#define FILE_AFTER_MAX 128
+int dlock__file_read_header_after(struct file_state *s, int fd, const char *path,
+                                  const char *full, struct header *h, void *after,
+                                  size_t after_len, size_t *got);
 /* An inotify instance with no watch and no pending event, and giving it
  * back with its watch WD. */
 int dlock__file_inotify_borrow(struct file_state *s);
@@ -296,6 +308,9 @@ struct file_waiting {
 void dlock__file_wait_announce(struct file_state *s, const char *full, struct file_waiting *wt);
 /* The wait is over (taken, given up): its slot is freed. */
 void dlock__file_wait_leave(struct file_waiting *wt);
+/* The wait is over, the lock taken into FH: its slot is zeroed now and
+ * the file (the slot's lock with it) kept by FH until the release. */
+void dlock__file_wait_settle(struct file_waiting *wt, struct file_hold *fh);
 extern const struct dlock__contend_ops dlock__file_contend_ops;
 /* The watching thread stopped and every watch freed (the client's close). */
 void dlock__file_contend_stop(struct file_state *s);

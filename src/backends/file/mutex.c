@@ -185,13 +185,23 @@ int dlock__file_meta_lock(struct file_state *s, int fd, const char *fname, short
 
 /* Read the header (and, when FULL is given, check the stored name) in
  * one pread; all zero for a new empty file. DLOCK_EWRONGTYPE for a file
- * that is not ours or belongs to another name (hash collision). */
-int dlock__file_read_header(struct file_state *s, int fd, const char *path, const char *full,
-                            struct header *h)
+ * that is not ours or belongs to another name (hash collision). With
+ * AFTER, the same pread goes on past the name, 8-aligned, for AFTER_LEN
+ * bytes more (delay.c's record), and *GOT says how many of them the
+ * file had. */
+int dlock__file_read_header_after(struct file_state *s, int fd, const char *path,
+                                  const char *full, struct header *h, void *after,
+                                  size_t after_len, size_t *got)
 {
     size_t len = full ? strlen(full) : 0;
-    char buf[sizeof *h + DLOCK_NAME_MAX + 512];
-    size_t want = sizeof *h + (len < sizeof buf - sizeof *h ? len : sizeof buf - sizeof *h);
+    char buf[sizeof *h + DLOCK_NAME_MAX + 512 + FILE_AFTER_MAX + 8];
+    size_t room = sizeof buf - sizeof *h - FILE_AFTER_MAX - 8;
+    size_t want = sizeof *h + (len < room ? len : room);
+    size_t at = (want + 7) & ~(size_t)7; /* where AFTER's bytes start */
+    if (after && after_len <= FILE_AFTER_MAX && len < room)
+        want = at + after_len;
+    if (got)
+        *got = 0;
     memset(h, 0, sizeof *h);
     ssize_t n = pread(fd, buf, want, 0);
     if (n < 0)
@@ -203,12 +213,22 @@ int dlock__file_read_header(struct file_state *s, int fd, const char *path, cons
                           path, s->dir);
     memcpy(h, buf, sizeof *h);
     if (full && h->name_len &&
-        (h->name_len != len || (size_t)n != sizeof *h + len || memcmp(buf + sizeof *h, full, len)))
+        (h->name_len != len || (size_t)n < sizeof *h + len || memcmp(buf + sizeof *h, full, len)))
         return dlock__err(DLOCK_EWRONGTYPE,
                           "file lock %s/%s belongs to another name (hash collision); "
                           "rename the lock",
                           s->dir, path);
+    if (got && want > at && (size_t)n > at) {
+        *got = (size_t)n - at;
+        memcpy(after, buf + at, *got);
+    }
     return DLOCK_OK;
+}
+
+int dlock__file_read_header(struct file_state *s, int fd, const char *path, const char *full,
+                            struct header *h)
+{
+    return dlock__file_read_header_after(s, fd, path, full, h, NULL, 0, NULL);
 }
 
 /* ------------------------------------------------------------ open */
@@ -273,8 +293,13 @@ int dlock__file_inotify_borrow(struct file_state *s)
     if (wd >= 0)
         inotify_rm_watch(fd, wd);
     char buf[4096];
-    while (read(fd, buf, sizeof buf) > 0)
-        ; /* IN_IGNORED from the last watch's removal, stale events */
+    ssize_t n;
+    /* IN_IGNORED from the last watch's removal, stale events: a read
+     * that left room for another event took the last of them (the
+     * watch is gone: nothing comes after its IN_IGNORED). */
+    while ((n = read(fd, buf, sizeof buf)) > 0 &&
+           (size_t)n > sizeof buf - sizeof(struct inotify_event) - NAME_MAX - 1)
+        ;
     return fd;
 }
 
@@ -393,6 +418,13 @@ static void set_file_mode(struct file_state *s, int fd, const struct stat *st, b
 int dlock__file_open_named(struct file_state *s, const char *full, const char *suffix, int flags,
                            char *fname, int *fd)
 {
+    struct stat st;
+    return dlock__file_open_named_st(s, full, suffix, flags, fname, fd, &st);
+}
+
+int dlock__file_open_named_st(struct file_state *s, const char *full, const char *suffix,
+                              int flags, char *fname, int *fd, struct stat *opened)
+{
     int rc = file_name(full, suffix, fname);
     if (rc)
         return rc;
@@ -450,6 +482,7 @@ int dlock__file_open_named(struct file_state *s, const char *full, const char *s
     }
     if (created || (st.st_mode & 0777 & ~s->file_mode))
         set_file_mode(s, *fd, &st, created);
+    *opened = st; /* its identity (the mode may have changed since) */
     return DLOCK_OK;
 }
 
@@ -513,13 +546,23 @@ int dlock__file_stamp(struct file_state *s, int fd, const char *fname, const cha
     return rc;
 }
 
+/* Open T's file for writing (creating it), its identity known from
+ * the open's own fstat. */
+static int take_open(struct file_take *t)
+{
+    int rc = dlock__file_open_named_st(t->s, t->full, t->suffix, O_RDWR | O_CREAT, t->fname,
+                                       &t->fd, &t->opened);
+    t->known = rc == DLOCK_OK;
+    return rc;
+}
+
 int dlock__file_take_begin(struct file_take *t)
 {
     t->fd = t->ifd = t->wd = -1;
     t->degraded = t->known = t->undrained = false;
     t->backoff = (struct dlock__backoff){.min_ms = 1, .max_ms = 100};
     t->turn = (struct file_turn){.fresh = true}; /* the next try is the first on this descriptor */
-    return dlock__file_open_named(t->s, t->full, t->suffix, O_RDWR | O_CREAT, t->fname, &t->fd);
+    return take_open(t);
 }
 
 int dlock__file_watch_add(struct file_take *t)
@@ -560,8 +603,7 @@ int dlock__file_take_step(struct file_take *t, struct dlock__wait *w)
             t->known = t->undrained = false;
             t->ops->unwatch(t);
             t->turn.fresh = true;
-            rc = dlock__file_open_named(t->s, t->full, t->suffix, O_RDWR | O_CREAT, t->fname,
-                                        &t->fd);
+            rc = take_open(t);
             if (rc)
                 return rc;
             continue;
@@ -701,6 +743,7 @@ static int hold_keep(struct dlock__hold *hold, int fd)
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }
     fh->fd = fd;
+    fh->waiting_fd = -1;
     hold->bdata = fh;
     return DLOCK_OK;
 }
@@ -769,6 +812,8 @@ static int file_acquire(void *state, struct dlock__hold *hold, struct dlock__wai
     struct lock_try t = lock_try_of(hold);
     struct file_state *s = state;
     int rc = dlock__file_acquire_by(s, hold, ".lock", w, lock_try, &t);
+    if (!rc)
+        dlock__file_wait_settle(&t.waiting, hold->bdata);
     dlock__file_wait_leave(&t.waiting);
     return rc ? rc : lock_taken(s, hold);
 }
@@ -833,6 +878,8 @@ static int file_try_armed(void *state, struct dlock__hold *h, struct dlock__wait
     }
     struct file_park_req rq = {".lock", lock_try, &lp->lt, h->mode == DLOCK_SHARED};
     int rc = dlock__file_park_take(state, h, w, &lp->p, &rq);
+    if (!rc)
+        dlock__file_wait_settle(&lp->lt.waiting, h->bdata);
     return rc ? rc : lock_taken(state, h);
 }
 
@@ -865,6 +912,8 @@ int dlock__file_release(void *state, struct dlock__hold *hold)
     if (!fh->inherited)
         dlock__file_range_lock(fh->fd, F_UNLCK, LOCK_BYTE);
     close(fh->fd);
+    if (fh->waiting_fd >= 0) /* after the wake: off the next holder's way */
+        close(fh->waiting_fd);
     free(fh);
     hold->bdata = NULL;
     return DLOCK_OK;

@@ -32,6 +32,7 @@ test=(
   nftables                                            # fault harness: packet loss and reorder
   postgresql                                          # the postgres:// tests (check_postgres, the contract suites) and check_fencing_pg
   mariadb-server                                      # the mysql:// tests (check_mysql, the contract suites)
+  galera-4                                            # check_mysql galera_node_refused (a one-node Galera)
 )
 case "${1:-}" in
   --build) packages=("${build[@]}") ;;

@@ -874,6 +874,43 @@ TU_TEST(server_restart_token_grows, 120)
     free(url);
 }
 
+#define GALERA_PROVIDER "/usr/lib/galera/libgalera_smm.so" /* Debian's galera-4 */
+
+/* A Galera node (wsrep_on=ON: a one-node cluster bootstrapped on free
+ * loopback ports, its group port included) is refused at open with
+ * DLOCK_ENOTSUP naming Galera: it does not replicate GET_LOCK's locks. */
+TU_TEST(galera_node_refused, 90)
+{
+    ck_assert_msg(access(GALERA_PROVIDER, R_OK) == 0,
+                  "%s missing: install galera-4 (scripts/install-deps.sh)", GALERA_PROVIDER);
+    int group = tu_free_port(), ist = tu_free_port(), sst = tu_free_port();
+    char *options = tu_fmt("--wsrep_provider_options=gmcast.listen_addr=tcp://127.0.0.1:%d;"
+                           "ist.recv_addr=127.0.0.1:%d",
+                           group, ist);
+    char *sst_addr = tu_fmt("--wsrep_sst_receive_address=127.0.0.1:%d", sst);
+    const char *const extra[] = {"--wsrep_on=ON",
+                                 "--wsrep_provider=" GALERA_PROVIDER,
+                                 "--wsrep_cluster_address=gcomm://",
+                                 "--wsrep_node_address=127.0.0.1",
+                                 "--binlog_format=ROW",
+                                 "--innodb_autoinc_lock_mode=2",
+                                 options,
+                                 sst_addr,
+                                 NULL};
+    struct fx_mysql own;
+    ck_assert_msg(fx_mysql_start_with(&own, extra), "%s", own.error);
+    char *on = fx_mysql_sql(&own, "SELECT @@wsrep_on");
+    ck_assert_msg(on && atoi(on) == 1, "wsrep_on is %s", on ? on : "(no answer)");
+    free(on);
+    dlock_client *c = NULL;
+    EXPECT_RC(dlock_open(own.url, &c), DLOCK_ENOTSUP);
+    ck_assert_msg(strstr(dlock_errmsg(), "Galera") && strstr(dlock_errmsg(), "wsrep_on=ON"), "%s",
+                  dlock_errmsg());
+    fx_mysql_stop(&own);
+    free(sst_addr);
+    free(options);
+}
+
 /* Tokens of holds taken in turn by two clients (two sessions, each
  * keeping its epoch), ROUNDS times, each checked greater than *LAST. */
 static void interleave(dlock_client *a, dlock_client *b, int rounds, uint64_t *last)

@@ -81,20 +81,23 @@ static bool spawn(struct fx_mysql *m)
     char *sock = tu_fmt("--socket=%s", m->sock);
     char *pidf = tu_fmt("--pid-file=%s/mariadbd.pid", m->dir);
     char *bind = tu_fmt("--bind-address=%s", tu_listen_addr());
-    const char *argv[] = {"mariadbd",
-                          "--no-defaults",
-                          datadir,
-                          port,
-                          sock,
-                          pidf,
-                          bind,
-                          "--skip-name-resolve",
-                          INNODB_LOG,
-                          INNODB_POOL,
-                          "--performance-schema=ON",
-                          "--performance-schema-instrument=wait/lock/metadata/sql/mdl=ON",
-                          geteuid() == 0 ? "--user=root" : NULL,
-                          NULL};
+    const char *argv[32] = {"mariadbd",
+                            "--no-defaults",
+                            datadir,
+                            port,
+                            sock,
+                            pidf,
+                            bind,
+                            "--skip-name-resolve",
+                            INNODB_LOG,
+                            INNODB_POOL,
+                            "--performance-schema=ON",
+                            "--performance-schema-instrument=wait/lock/metadata/sql/mdl=ON"};
+    size_t n = 12;
+    if (geteuid() == 0)
+        argv[n++] = "--user=root";
+    for (size_t i = 0; m->extra && m->extra[i] && n < 31; i++)
+        argv[n++] = m->extra[i];
     m->pid = tu_spawn(argv, m->log);
     free(datadir);
     free(port);
@@ -117,7 +120,13 @@ static bool spawn(struct fx_mysql *m)
 
 bool fx_mysql_start(struct fx_mysql *m)
 {
+    return fx_mysql_start_with(m, NULL);
+}
+
+bool fx_mysql_start_with(struct fx_mysql *m, const char *const *extra)
+{
     memset(m, 0, sizeof *m);
+    m->extra = extra;
     const char *tpl = template_get(m);
     if (!tpl)
         return false;

@@ -20,12 +20,17 @@ struct fx_mysql {
     int port;  /* on 127.0.0.1 */
     char *dir; /* the temp directory: data/, the socket, the log */
     char *data, *sock, *log;
-    char url[128];   /* "mysql://root@127.0.0.1:PORT/dlock" */
-    char error[512]; /* why a start failed */
+    char url[128];            /* "mysql://root@127.0.0.1:PORT/dlock" */
+    char error[512];          /* why a start failed */
+    const char *const *extra; /* more mariadbd options (fx_mysql_start_with) */
 };
 
 /* Start a server and wait until it answers SQL. False with M->error set. */
 bool fx_mysql_start(struct fx_mysql *m);
+/* The same with EXTRA, a NULL-terminated list of more mariadbd options
+ * (at most 19; the caller keeps it alive for restarts), e.g. a Galera
+ * node's. */
+bool fx_mysql_start_with(struct fx_mysql *m, const char *const *extra);
 /* Stop it with SIG (SIGKILL: a crash; SIGTERM: a clean shutdown), reap it. */
 void fx_mysql_kill(struct fx_mysql *m, int sig);
 /* Start it again on its port and data; wait until it answers. */

@@ -30,6 +30,7 @@
 #endif
 #ifdef DLOCK_HAVE_ETCD
 #include "fixture_etcd.h"
+#include "relay.h"
 #endif
 #ifdef DLOCK_HAVE_LIBUV
 #include "dlock/adapters/libuv.h"
@@ -1572,6 +1573,24 @@ TU_TEST_IN(etcd, etcd_parked_waiters_keep_their_order, 60)
     contended_close(&x);
 }
 
+/* Names STEM0..STEM(N-1) held by X's other client -- RIVALS[0] is X's
+ * rival (on STEM0, held already) -- and LS[i], a handle of C on each. */
+static void etcd_rivals_hold(struct contended *x, dlock_client *c, const char *stem, int n,
+                             dlock_lock **rivals, dlock_lock **ls)
+{
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%s%d", stem, i);
+        rivals[i] = x->rival;
+        if (i) {
+            ck_assert_int_eq(dlock_lock_new(x->other, name, DLOCK_EXCLUSIVE, 0, &rivals[i]),
+                             DLOCK_OK);
+            ck_assert_int_eq(dlock_acquire(rivals[i], DLOCK_TRY), DLOCK_OK);
+        }
+        ls[i] = owned(c, name);
+    }
+}
+
 /* Parked waiters of one client share its leases' keepalives: 10 of them
  * (on 10 names) send about what one does -- a keepalive of the waiters'
  * lease per third of its 2 s -- not one each. Before: ~50 in 3 s. */
@@ -1581,18 +1600,9 @@ TU_TEST_IN(etcd, etcd_parked_waiters_share_their_keepalives, 60)
     etcd_contended(&x, "lease=30s", "ka0");
     dlock_lock *rivals[10], *ls[10];
     struct done_log d = {0};
-    for (int i = 0; i < 10; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "ka%d", i);
-        rivals[i] = x.rival;
-        if (i) {
-            ck_assert_int_eq(dlock_lock_new(x.other, name, DLOCK_EXCLUSIVE, 0, &rivals[i]),
-                             DLOCK_OK);
-            ck_assert_int_eq(dlock_acquire(rivals[i], DLOCK_TRY), DLOCK_OK);
-        }
-        ls[i] = owned(x.c, name);
+    etcd_rivals_hold(&x, x.c, "ka", 10, rivals, ls);
+    for (int i = 0; i < 10; i++)
         ck_assert_int_eq(dlock_acquire_async(ls[i], 60000, NULL, on_done, &d), DLOCK_OK);
-    }
     ck_assert(etcd_keys_become("ka9/", 2));
     ck_assert(!pump_until(x.c, &d.n, 1, 500));
     int port = ef.m[0].client_port;
@@ -1635,6 +1645,171 @@ TU_TEST_IN(etcd, etcd_parked_waiter_woken_by_the_watch_not_by_looks, 60)
     ck_assert_int_eq(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     contended_close(&x);
+}
+
+/* The member's count of the watch streams and watchers now open. */
+static void etcd_watches_now(long long *streams, long long *watchers)
+{
+    int port = ef.m[0].client_port;
+    *streams = etcdf_metric(port, "etcd_debugging_mvcc_watch_stream_total");
+    *watchers = etcdf_metric(port, "etcd_debugging_mvcc_watcher_total");
+    ck_assert(*streams >= 0 && *watchers >= 0);
+}
+
+#define ONE_STREAM_N 8 /* parked waiters, on names of their own */
+
+/* Parked waiters of one client, each on a name of its own, share one
+ * watch stream to etcd -- a registration each on the client's stream of
+ * deletions -- not a stream (a connection, a curl handle) each: the
+ * member counts the streams and watchers it serves. Each is still
+ * handed its lock by its rival's release. Before: 8 streams, 8
+ * watchers. */
+TU_TEST_IN(etcd, etcd_parked_waiters_share_one_watch_stream, 60)
+{
+    struct contended x;
+    etcd_contended(&x, NULL, "one0");
+    dlock_lock *rivals[ONE_STREAM_N], *ls[ONE_STREAM_N];
+    etcd_rivals_hold(&x, x.c, "one", ONE_STREAM_N, rivals, ls);
+    long long s0, w0, s1, w1;
+    etcd_watches_now(&s0, &w0);
+    struct done_log d = {0};
+    for (int i = 0; i < ONE_STREAM_N; i++)
+        ck_assert_int_eq(dlock_acquire_async(ls[i], 60000, NULL, on_done, &d), DLOCK_OK);
+    char last[16];
+    snprintf(last, sizeof last, "one%d/", ONE_STREAM_N - 1);
+    ck_assert(etcd_keys_become(last, 2));
+    etcd_watches_now(&s1, &w1);
+    for (int i = 0; i < 200 && w1 == w0; i++) { /* the stream is opened after the look */
+        pump_until(x.c, &d.n, 1, 100);
+        etcd_watches_now(&s1, &w1);
+    }
+    ck_assert(!pump_until(x.c, &d.n, 1, 500)); /* all parked, their watches made */
+    etcd_watches_now(&s1, &w1);
+    ck_assert_msg(s1 - s0 == 1 && w1 - w0 == 1,
+                  "%lld watch streams and %lld watchers for %d parked waiters of one client",
+                  s1 - s0, w1 - w0, ONE_STREAM_N);
+    for (int i = 0; i < ONE_STREAM_N; i++) {
+        ck_assert_int_eq(dlock_release(rivals[i]), DLOCK_OK);
+        ck_assert(pump_until(x.c, &d.n, i + 1, 20000));
+        ck_assert_msg(d.rc[i] == DLOCK_OK && d.l[i] == ls[i], "%d: %s", d.rc[i], d.msg[i]);
+    }
+    for (int i = 0; i < ONE_STREAM_N; i++) {
+        ck_assert_int_eq(dlock_release(ls[i]), DLOCK_OK);
+        dlock_lock_free(ls[i]);
+    }
+    for (int i = 1; i < ONE_STREAM_N; i++)
+        dlock_lock_free(rivals[i]);
+    contended_close(&x);
+}
+
+/* The relay's callback: armed, it marks the connection of the first look
+ * of the waiter on "late" (a txn comparing the queue's create revisions,
+ * GREATER, under "late/": "bGF0ZS8=" in base64) and freezes it, so that
+ * look's answer waits on the way while the release it predates happens. */
+static atomic_int freeze_late_look;
+
+static enum tu_relay_action freeze_the_look(struct tu_relay *r, struct tu_relay_conn *c,
+                                            const char *req, size_t len)
+{
+    if (atomic_load(&freeze_late_look) && memmem(req, len, "GREATER", 7) &&
+        memmem(req, len, "bGF0ZS8=", 8)) {
+        atomic_store(&freeze_late_look, 0);
+        c->marked = true;
+        atomic_store(&r->mode, TU_RELAY_FREEZE); /* (the relay's own thread: no wait) */
+    }
+    return TU_RELAY_FORWARD;
+}
+
+/* A waiter whose look the client's watch stream has already passed when
+ * it registers -- the key it found before its own was deleted, and the
+ * stream told so, while the look's answer was on the way -- looks again
+ * at once and is handed the lock: a missed delete would leave it parked
+ * until its safety look (10 s), past its 8 s bound. Another waiter of
+ * the client ("early") keeps the stream open meanwhile. */
+TU_TEST_IN(etcd, etcd_waiter_registered_after_the_stream_passed_it, 60)
+{
+    ck_assert_msg(ef_ok, "etcd: %s", ef.error);
+    struct tu_relay rl;
+    tu_relay_start_with(&rl, &(struct tu_relay_config){.target = ef.m[0].client_port,
+                                                       .freeze_marked = true,
+                                                       .on_request = freeze_the_look});
+    char *via = tu_fmt("etcd://127.0.0.1:%d", rl.port);
+    struct contended x;
+    etcd_contended(&x, NULL, "early");
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(via, &c), DLOCK_OK);
+    dlock_lock *late_rival, *early = owned(c, "early"), *late = owned(c, "late");
+    ck_assert_int_eq(dlock_lock_new(x.other, "late", DLOCK_EXCLUSIVE, 0, &late_rival), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(late_rival, DLOCK_TRY), DLOCK_OK);
+    struct done_log de = {0}, dl = {0};
+    ck_assert_int_eq(dlock_acquire_async(early, 60000, NULL, on_done, &de), DLOCK_OK);
+    ck_assert(etcd_keys_become("early/", 2));
+    ck_assert(!pump_until(c, &de.n, 1, 500)); /* parked, the stream open */
+    atomic_store(&freeze_late_look, 1);
+    ck_assert_int_eq(dlock_acquire_async(late, 8000, NULL, on_done, &dl), DLOCK_OK);
+    for (int i = 0; i < 2000 && atomic_load(&rl.frozen) < 1; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(atomic_load(&rl.frozen) >= 1, "the waiter's look never came");
+    ck_assert_int_eq(dlock_release(late_rival), DLOCK_OK);
+    ck_assert(!pump_until(c, &dl.n, 1, 1000)); /* the stream carries the delete meanwhile */
+    tu_relay_set(&rl, TU_RELAY_PASS);
+    ck_assert(pump_until(c, &dl.n, 1, 20000));
+    ck_assert_msg(dl.rc[0] == DLOCK_OK, "%d: %s", dl.rc[0], dl.msg[0]);
+    ck_assert_int_eq(dlock_release(late), DLOCK_OK);
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(c, &de.n, 1, 20000));
+    ck_assert_msg(de.rc[0] == DLOCK_OK, "%d: %s", de.rc[0], de.msg[0]);
+    ck_assert_int_eq(dlock_release(early), DLOCK_OK);
+    TU_FREE_LOCKS(early, late, late_rival);
+    dlock_client_close(c);
+    contended_close(&x);
+    tu_relay_stop(&rl);
+    free(via);
+}
+
+#define OUTAGE_N 3 /* parked waiters through an outage */
+
+/* The client's watch stream cut (the member gone: the relay refuses and
+ * cuts every connection) while waiters are parked on three names, their
+ * rivals releasing meanwhile: once the member is back, each waiter looks
+ * again and is handed its lock. */
+TU_TEST_IN(etcd, etcd_parked_waiters_ride_out_a_cut_stream, 90)
+{
+    ck_assert_msg(ef_ok, "etcd: %s", ef.error);
+    struct tu_relay rl;
+    tu_relay_start(&rl, ef.m[0].client_port, TU_RELAY_PASS);
+    char *via = tu_fmt("etcd://127.0.0.1:%d", rl.port);
+    struct contended x;
+    etcd_contended(&x, NULL, "cut0");
+    dlock_client *c;
+    ck_assert_int_eq(dlock_open(via, &c), DLOCK_OK);
+    dlock_lock *rivals[OUTAGE_N], *ls[OUTAGE_N];
+    struct done_log d = {0};
+    etcd_rivals_hold(&x, c, "cut", OUTAGE_N, rivals, ls);
+    for (int i = 0; i < OUTAGE_N; i++)
+        ck_assert_int_eq(dlock_acquire_async(ls[i], 60000, NULL, on_done, &d), DLOCK_OK);
+    char last[16];
+    snprintf(last, sizeof last, "cut%d/", OUTAGE_N - 1);
+    ck_assert(etcd_keys_become(last, 2));
+    ck_assert(!pump_until(c, &d.n, 1, 500)); /* parked */
+    tu_relay_set(&rl, TU_RELAY_REFUSE);
+    for (int i = 0; i < OUTAGE_N; i++)
+        ck_assert_int_eq(dlock_release(rivals[i]), DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 1000)); /* nobody reaches the member */
+    tu_relay_set(&rl, TU_RELAY_PASS);
+    ck_assert(pump_until(c, &d.n, OUTAGE_N, 40000));
+    for (int i = 0; i < OUTAGE_N; i++) {
+        ck_assert_msg(d.rc[i] == DLOCK_OK, "%d: %s", d.rc[i], d.msg[i]);
+        ck_assert_int_eq(dlock_release(d.l[i]), DLOCK_OK);
+    }
+    for (int i = 0; i < OUTAGE_N; i++)
+        dlock_lock_free(ls[i]);
+    for (int i = 1; i < OUTAGE_N; i++)
+        dlock_lock_free(rivals[i]);
+    dlock_client_close(c);
+    contended_close(&x);
+    tu_relay_stop(&rl);
+    free(via);
 }
 #endif
 

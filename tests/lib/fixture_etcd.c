@@ -390,16 +390,42 @@ char *etcdf_url(const struct etcdf *f, const char *path, const char *query)
                   query ? query : "");
 }
 
-long long etcdf_handled(int port, const char *method)
+/* The /metrics page of the member at 127.0.0.1:PORT (caller frees);
+ * NULL when it cannot be read. */
+static char *metrics_of(int port)
 {
     char *url = tu_fmt("http://127.0.0.1:%d/metrics", port);
     const char *argv[] = {"curl", "-sS", "--max-time", "20", url, NULL};
     char *out = NULL;
     if (tu_run(argv, NULL, &out, NULL) != 0) {
         free(out);
-        free(url);
-        return -1;
+        out = NULL;
     }
+    free(url);
+    return out;
+}
+
+long long etcdf_metric(int port, const char *name)
+{
+    char *out = metrics_of(port);
+    if (!out)
+        return -1;
+    long long sum = 0;
+    size_t n = strlen(name);
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char *sp = strrchr(line, ' ');
+        if (strncmp(line, name, n) == 0 && (line[n] == ' ' || line[n] == '{') && sp)
+            sum += (long long)strtod(sp + 1, NULL);
+    }
+    free(out);
+    return sum;
+}
+
+long long etcdf_handled(int port, const char *method)
+{
+    char *out = metrics_of(port);
+    if (!out)
+        return -1;
     long long sum = 0;
     char *want = tu_fmt("grpc_method=\"%s\"", method);
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
@@ -414,6 +440,5 @@ long long etcdf_handled(int port, const char *method)
     }
     free(want);
     free(out);
-    free(url);
     return sum;
 }

@@ -79,6 +79,11 @@ int etcdf_ctl(const struct etcdf *f, char **out, char **err, ...);
  * -1 when the metrics cannot be read. */
 long long etcdf_handled(int port, const char *method);
 
+/* The value of the gauge or counter NAME ("etcd_debugging_mvcc_watch_stream_total"),
+ * summed over its labels, on the member at 127.0.0.1:PORT, from its
+ * /metrics; -1 when the metrics cannot be read. */
+long long etcdf_metric(int port, const char *name);
+
 /* "etcd://127.0.0.1:p1,...[PATH][?QUERY]" (caller frees). */
 char *etcdf_url(const struct etcdf *f, const char *path, const char *query);
 

@@ -2791,7 +2791,7 @@ struct hostile {
 /* The created message J of a watch whose request is REQUEST, garbled as
  * WHAT says: "created_id" (watch_id -1 without canceled), or followed by
  * a deletion event of the watched key, itself garbled: "no_kv", "key"
- * (another key), "mod_rev" (-5), "header_rev" (going back to 1),
+ * (another key, outside the prefix "hw/"), "mod_rev" (-5), "header_rev" (going back to 1),
  * "not_json". NULL when J is no created message. */
 static char *garble_watch(const char *what, const char *request, json_t *j)
 {
@@ -2867,14 +2867,21 @@ static char *hostile_rewrite(void *arg, const char *path, const char *request, i
 }
 
 /* A client of etcd through a hostile proxy (*H), its rewrite HS. */
-static dlock_client *hostile_open(struct tu_hostile_http *h, struct hostile *hs)
+/* The same, the client's keys under PATH ("/p": "p/"; "": none). */
+static dlock_client *hostile_open_at(struct tu_hostile_http *h, struct hostile *hs,
+                                     const char *path)
 {
     REQUIRE_SERVERS();
     tu_hostile_http_start(h, F.m[0].client_port, hostile_rewrite, hs);
-    char *url = tu_fmt("etcd://127.0.0.1:%d?timeout=5s", h->port);
+    char *url = tu_fmt("etcd://127.0.0.1:%d%s?timeout=5s", h->port, path);
     dlock_client *c = tu_open(url);
     free(url);
     return c;
+}
+
+static dlock_client *hostile_open(struct tu_hostile_http *h, struct hostile *hs)
+{
+    return hostile_open_at(h, hs, "");
 }
 
 /* Set HS's mode under the proxy's lock (its threads read it). */
@@ -3080,8 +3087,10 @@ TU_TEST_IN(single, watch_event_etcd_never_sends_is_an_error, 120)
     for (size_t i = 0; i < sizeof garbles / sizeof *garbles; i++) {
         struct tu_hostile_http h;
         struct hostile hs = {HOSTILE_WATCH, garbles[i][0], 0};
-        dlock_client *b = hostile_open(&h, &hs);
-        char *url = etcdf_url(&F, NULL, NULL);
+        /* (under a prefix: the client's stream of deletions watches all
+         * of it, so only a key outside it is one etcd never sends) */
+        dlock_client *b = hostile_open_at(&h, &hs, "/hw");
+        char *url = etcdf_url(&F, "/hw", NULL);
         dlock_client *a = tu_open(url);
         free(url);
         char *name = tu_fmt("hostile-watch-%zu", i);

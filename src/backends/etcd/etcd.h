@@ -3,7 +3,8 @@
  *   curl.c   libcurl, loaded with dlopen() on first use (why: below)
  *   http.c   the transport: etcd v3's JSON gateway over libcurl
  *   reply.c  every reply checked against its request (DLOCK_EPROTO)
- *   watch.c  watch streams, driven by one thread per client
+ *   watch.c  watch streams, driven by one thread per client; the
+ *            writers' shared stream of deletions
  *   lease.c  open/close, the session lease and its keepalive (renew()),
  *            the waiters' lease, the deletes a lost reply left owing, the
  *            keys a late put may make
@@ -123,6 +124,8 @@ struct etcd_conn_config {
     int64_t connect_timeout_ms, op_timeout_ms;
     size_t max_reply;                /* largest reply taken; 0 = ETCD_MAX_REPLY */
     const char *label;               /* "etcd 127.0.0.1:2379,..." for messages */
+    const char *watch_prefix;        /* the keys the shared stream of deletions
+                                        covers (watch.c); NULL: no such stream */
 };
 
 /* Make a transport (copies what it needs from CFG) and, with a user,
@@ -207,6 +210,19 @@ struct etcd_conn {
     pthread_t thread;
     bool thread_running, quit;
     struct etcd_watch *watches;
+    /* The shared stream (watch.c): one watch of every deletion under
+     * PREFIX, run while waiters are registered on it; each event goes to
+     * the registrations on its key. */
+    struct etcd_hub {
+        char *prefix;                 /* NULL: no shared stream */
+        struct etcd_watch *wt;        /* the stream running; NULL: none */
+        struct etcd_watch **bucket;   /* registrations by key, chained on next */
+        size_t nbucket, nreg;
+        int64_t through;              /* every deletion up to this revision told */
+        int64_t started, idle_since;  /* (ms) when the stream was sent; when the
+                                         last registration went */
+        int64_t restart_at, backoff_ms; /* after the stream ended */
+    } hub;
 };
 
 /* A watch's stream (POST /v3/watch answers with one JSON message per
@@ -242,6 +258,9 @@ struct etcd_watch {
     char bad[200];        /* what was wrong with a message etcd never sends */
     struct dlock__wait *w;
     bool added, done, created, fired, stopped;
+    bool hub; /* the shared stream itself (no waiter: its end wakes every registration) */
+    bool reg; /* a waiter's registration on the shared stream: no request of its own;
+                 st.key and st.start_rev (the first revision it needs) only */
     /* a tapped watch (dlock__etcd_watch_tap): its tap, told every event;
      * NULL: a waiter's watch */
     bool (*tap)(void *arg, const json_t *ev);
@@ -286,6 +305,17 @@ struct etcd_watch;
  * the caller should look again. */
 int dlock__etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_rev,
                             struct dlock__wait *w, struct etcd_watch **out);
+/* Watch KEY for its deletion at revision FROM_REV or later (every
+ * earlier one was seen: a look at FROM_REV - 1). A key under the
+ * transport's watch prefix is served by the client's shared stream of
+ * deletions: a registration, not a request of its own (a waiter costs a
+ * few hundred bytes, not a connection); it fires when the stream tells
+ * KEY's deletion, at once when the stream has passed FROM_REV already
+ * (its deletion may have gone by), and when the stream ends (cut,
+ * compacted, canceled, refused) -- then the caller looks again. Live
+ * (dlock__etcd_watch_live) while the stream is confirmed by etcd. */
+int dlock__etcd_watch_deletes(struct etcd_conn *k, const char *key, int64_t from_rev,
+                              struct dlock__wait *w, struct etcd_watch **out);
 /* The same; with TO_SHARED, a put that makes KEY a shared hold's key (its
  * value starts with ETCD_SHARED_MARK: a downgrade) fires it too. */
 int dlock__etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,

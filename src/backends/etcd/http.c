@@ -680,7 +680,8 @@ int dlock__etcd_conn_new(const struct etcd_conn_config *cfg, struct etcd_conn **
     k->connect_timeout_ms = (long)cfg->connect_timeout_ms;
     k->op_timeout_ms = (long)cfg->op_timeout_ms;
     k->max_reply = cfg->max_reply ? cfg->max_reply : ETCD_MAX_REPLY;
-    if (!k->eps || !k->label) {
+    k->hub.prefix = dup_or_null(cfg->watch_prefix);
+    if (!k->eps || !k->label || (cfg->watch_prefix && !k->hub.prefix)) {
         dlock__etcd_conn_free(k);
         return dlock__err(DLOCK_ENOMEM, "out of memory");
     }

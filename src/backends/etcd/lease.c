@@ -1022,6 +1022,7 @@ int dlock__etcd_open(struct dlock_client *c, void **state)
         .op_timeout_ms = c->opts.op_timeout_ms,
         .max_reply = (size_t)max_reply,
         .label = label,
+        .watch_prefix = s->prefix,
     };
     int rc = s->prefix ? dlock__etcd_conn_new(&cfg, &s->k) : dlock__err(DLOCK_ENOMEM, "out of memory");
     free(env_password); /* the connection keeps its own copy */

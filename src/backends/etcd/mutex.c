@@ -584,8 +584,8 @@ struct etcd_acquire {
     char *watched;
     unsigned seq;              /* the wait's wake count when the latest look began */
     int64_t looked;            /* when the latest look began */
-    bool settled;              /* it began with the watch on the key it found before ours
-                                  confirmed: until that watch fires, no look sees more */
+    bool settled;              /* the watch on the key it found before ours covers all
+                                  after it: until that watch fires, no look sees more */
     char msg[DLOCK__MSG_MAX]; /* the failure of the wait's last request, "" when answered */
 };
 
@@ -763,12 +763,13 @@ restart:
 }
 
 /* One turn of the wait for our key (create revision my_rev) to be the
- * oldest under its prefix: Go's waitDeletes, with a watch created "from
- * now" on the key just before ours. Once etcd confirms the watch (a wake)
- * we look again -- a deletion between our look and the watch's creation
- * is seen then -- and sleep until the watch fires. (A watch from a past
- * revision would be served by etcd's 100 ms catch-up loop instead of at
- * once.) The keepalives of our key's lease (the waiters') and of the
+ * oldest under its prefix: Go's waitDeletes, with a watch on the key
+ * just before ours. A writer's is a registration on the client's shared
+ * stream of deletions (watch.c) from the revision after the look's, and
+ * it sleeps until that fires. A reader's is a watch of its own created
+ * "from now": once etcd confirms it (a wake) the reader looks again -- a
+ * deletion between the look and the watch's creation is seen then --
+ * and sleeps until it fires. The keepalives of our key's lease (the waiters') and of the
  * lease the hold will hang on bound every sleep; a look follows only
  * when it may see something new (acquire_woke), and every
  * SAFETY_LOOK_MS as a safety net. An outage or election is looked at
@@ -825,9 +826,15 @@ static int acquire_look(struct etcd_acquire *a, struct dlock__wait *w, int64_t *
             free(a->watched);
             a->watched = pred;
             pred = NULL;
-            /* (a reader also wakes when that writer downgrades) */
-            rc = dlock__etcd_watch_start_for(s->k, a->watched, 0, a->h->mode == DLOCK_SHARED, w,
-                                             &a->wt);
+            /* A writer registers on the client's stream of deletions from
+             * the revision after this look's: it covers what the look did
+             * not see, so no look follows once the stream is confirmed. A
+             * reader also wakes when that writer downgrades (a put): a
+             * watch of its own from now, looked after once confirmed. */
+            bool reader = a->h->mode == DLOCK_SHARED;
+            rc = reader ? dlock__etcd_watch_start_for(s->k, a->watched, 0, true, w, &a->wt)
+                        : dlock__etcd_watch_deletes(s->k, a->watched, l.at + 1, w, &a->wt);
+            a->settled = rc == DLOCK_OK && !reader;
         }
     } else if (dlock__etcd_transient(rc)) {
         /* Outage or election: try again shortly, within our wait. */
@@ -846,7 +853,8 @@ static int acquire_look(struct etcd_acquire *a, struct dlock__wait *w, int64_t *
 /* Woken, or at the time the wait asked for: the watch's error, the
  * leases' keepalives. DLOCK_OK to look again; ETCD_SLEEP (until a wake
  * or *UNTIL) when a look would see nothing new -- the last one was
- * settled (its watch confirmed before it), the watch has not fired since,
+ * settled (a registration made after it, or a watch confirmed before
+ * it), the watch is live (confirmed) and has not fired since,
  * no request failed and the safety net's look is not due: a waiter is
  * woken by its watch, not by polling the queue at each keepalive. Or
  * the end (wait_ended). */

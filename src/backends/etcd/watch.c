@@ -1,9 +1,27 @@
 /* watch.c -- the etcd backend's watches: long-lived streaming requests
- * (POST /v3/watch), one per waiting acquire, all driven by one thread per
- * client around a curl multi handle. The thread wakes the waiter
- * (dlock__wait_wake) when etcd confirms the watch, when the watched key is
- * deleted (or, for a reader's watch, made shared: a downgrade) and when the
- * stream ends; the waiter then looks again.
+ * (POST /v3/watch), all driven by one thread per client around a curl
+ * multi handle.
+ *
+ * A lock's waiters share one: the client's stream of deletions under its
+ * key prefix (struct etcd_hub), opened while waiters are registered on
+ * it. A waiter's watch of the key before its own is a registration in a
+ * table by key -- a few hundred bytes, not a connection, a curl handle
+ * and a gRPC stream each: 10,000 parked waiters cost 10,000 of those
+ * otherwise (the gateway serves one watch per HTTP request, and Go's
+ * HTTP/1 server may stop reading a request's body once its answer has
+ * begun, so watches cannot be added to a stream already open). Each
+ * deletion the stream tells fires the registrations on its key; the
+ * stream starts at the oldest revision a registration needs, and one
+ * that registers after the stream has told a later deletion fires at
+ * once (its key's deletion may have gone by: it looks again). The end of
+ * the stream -- cut, refused, compacted, canceled, never confirmed --
+ * fires every registration and the stream starts again with backoff.
+ *
+ * Other watches (a reader's, which a downgrade's put fires too; an
+ * election's; a semaphore's) are requests of their own. The thread wakes
+ * their waiter (dlock__wait_wake) when etcd confirms the watch, when the
+ * watched key is deleted (or, for a reader's watch, made shared: a
+ * downgrade) and when the stream ends; the waiter then looks again.
  *
  * A tapped watch (dlock__etcd_watch_tap: a holder's watch for waiters,
  * contend.c) has no waiter: its tap is told each event of the stream, on
@@ -18,16 +36,177 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Mark WT fired and wake its waiter (wmu held); a tapped watch ends. */
+#define HUB_FIRST_BUCKETS 64     /* the registrations' table, grown x4 past 2 a bucket */
+#define HUB_LINGER_MS 5000       /* the shared stream outlives its last registration so long */
+#define HUB_CREATE_MS 10000      /* a stream etcd has not confirmed by then starts again (an
+                                    auth token that expired on the way leaves it hanging) */
+#define HUB_BACKOFF_FIRST_MS 100 /* after the stream ended, doubling up to */
+#define HUB_BACKOFF_MAX_MS 2000
+
+static void hub_fire_all(struct etcd_conn *k, const char *bad, const char *endpoint);
+
+/* Mark WT fired and wake its waiter (wmu held); a tapped watch ends; the
+ * end of the shared stream fires every registration. */
 static void watch_fire(struct etcd_watch *wt)
 {
     if (wt->fired)
         return;
     wt->fired = true;
-    if (wt->tap)
+    if (wt->hub)
+        hub_fire_all(wt->k, wt->bad, wt->endpoint);
+    else if (wt->tap)
         wt->stopped = true; /* the thread frees it on its next turn */
     else if (!wt->stopped)
         dlock__wait_wake(wt->w);
+}
+
+/* ------------------------------------------------------ the shared stream */
+
+static size_t hub_hash(const char *key, size_t len)
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)key[i]) * 1099511628211u;
+    return (size_t)h;
+}
+
+static size_t hub_slot(const struct etcd_hub *hb, const char *key, size_t len)
+{
+    return hub_hash(key, len) % hb->nbucket;
+}
+
+/* Registration R into the table, grown to keep its chains short (wmu
+ * held). False: out of memory. */
+static bool hub_link(struct etcd_hub *hb, struct etcd_watch *r)
+{
+    if (hb->nreg >= hb->nbucket * 2) {
+        size_t n = hb->nbucket ? hb->nbucket * 4 : HUB_FIRST_BUCKETS, old = hb->nbucket;
+        struct etcd_watch **b = calloc(n, sizeof *b), **was = hb->bucket;
+        if (!b && !old)
+            return false;
+        if (b) { /* (else longer chains: still right) */
+            hb->bucket = b;
+            hb->nbucket = n;
+            for (size_t i = 0; i < old; i++)
+                while (was[i]) {
+                    struct etcd_watch *x = was[i];
+                    was[i] = x->next;
+                    size_t j = hub_slot(hb, x->st.key, strlen(x->st.key));
+                    x->next = b[j];
+                    b[j] = x;
+                }
+            free(was);
+        }
+    }
+    size_t j = hub_slot(hb, r->st.key, strlen(r->st.key));
+    r->next = hb->bucket[j];
+    hb->bucket[j] = r;
+    hb->nreg++;
+    return true;
+}
+
+/* A registration left the table (wmu held). */
+static void hub_gone(struct etcd_hub *hb, struct etcd_watch *r)
+{
+    r->next = NULL;
+    if (--hb->nreg == 0)
+        hb->idle_since = dlock__now_ms();
+}
+
+/* Registration R, in the table (not fired), out of it (wmu held). */
+static void hub_unlink(struct etcd_hub *hb, struct etcd_watch *r)
+{
+    for (struct etcd_watch **p = &hb->bucket[hub_slot(hb, r->st.key, strlen(r->st.key))]; *p;
+         p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            hub_gone(hb, r);
+            return;
+        }
+}
+
+/* Every registration fires -- the stream ended: each waiter looks again
+ * -- with BAD (may be empty) as what was wrong with the stream at
+ * ENDPOINT (wmu held). */
+static void hub_fire_all(struct etcd_conn *k, const char *bad, const char *endpoint)
+{
+    struct etcd_hub *hb = &k->hub;
+    for (size_t i = 0; i < hb->nbucket; i++)
+        while (hb->bucket[i]) {
+            struct etcd_watch *r = hb->bucket[i];
+            hb->bucket[i] = r->next;
+            hub_gone(hb, r);
+            if (bad[0]) {
+                memcpy(r->bad, bad, sizeof r->bad);
+                r->endpoint = endpoint;
+            }
+            r->fired = true;
+            dlock__wait_wake(r->w);
+        }
+}
+
+/* The stream told the deletion of KEY (LEN bytes) at revision REV: the
+ * registrations on KEY fire (wmu held). */
+static void hub_deleted(struct etcd_hub *hb, const char *key, size_t len, int64_t rev)
+{
+    if (rev > hb->through)
+        hb->through = rev;
+    if (!hb->nbucket)
+        return;
+    for (struct etcd_watch **p = &hb->bucket[hub_slot(hb, key, len)]; *p;) {
+        struct etcd_watch *r = *p;
+        if (strlen(r->st.key) != len || memcmp(r->st.key, key, len) != 0) {
+            p = &r->next;
+            continue;
+        }
+        *p = r->next;
+        hub_gone(hb, r);
+        r->fired = true;
+        dlock__wait_wake(r->w);
+    }
+}
+
+/* One message of the shared stream WT, checked as any watch's first
+ * (dlock__etcd_watch_message): its deletions fire the registrations on
+ * their keys; etcd's confirmation makes them live; a cancel, a
+ * compaction, a refusal or a message etcd never sends ends the stream
+ * (all fire). */
+static void hub_message(struct etcd_watch *wt, const char *text, size_t len)
+{
+    struct etcd_conn *k = wt->k;
+    char why[sizeof wt->bad];
+    pthread_mutex_lock(&k->wmu);
+    unsigned what = wt->fired ? 0 : dlock__etcd_watch_message(&wt->st, text, len, why, sizeof why);
+    json_t *j = what && !(what & ETCD_WATCH_BAD) ? json_loadb(text, len, 0, NULL) : NULL;
+    json_t *result = json_object_get(j, "result"), *ev;
+    int64_t compact = 0;
+    if (what & ETCD_WATCH_BAD) {
+        memcpy(wt->bad, why, sizeof why);
+        watch_fire(wt);
+    } else if (what && (!json_is_object(result) || json_is_true(json_object_get(result, "canceled")) ||
+                        !dlock__etcd_int_of(result, "compact_revision", &compact) || compact)) {
+        watch_fire(wt); /* (a refusal, out of memory too) */
+    } else if (what) {
+        if (what & ETCD_WATCH_CREATED) {
+            wt->created = true;
+            k->hub.backoff_ms = 0;
+        }
+        size_t i;
+        json_array_foreach(json_object_get(result, "events"), i, ev)
+        {
+            json_t *kv = json_object_get(ev, "kv"); /* a DELETE: puts are filtered out */
+            size_t klen = 0;
+            char *key = dlock__etcd_unb64(json_string_value(json_object_get(kv, "key")), &klen);
+            if (!key) { /* out of memory: every waiter looks again */
+                watch_fire(wt);
+                break;
+            }
+            hub_deleted(&k->hub, key, klen, dlock__etcd_int(kv, "mod_revision"));
+            free(key);
+        }
+    }
+    json_decref(j);
+    pthread_mutex_unlock(&k->wmu);
 }
 
 /* WHY (WHY_SIZE bytes) says what was wrong; a bad message fires. */
@@ -197,6 +376,10 @@ static bool watch_tap(struct etcd_watch *wt, const char *text, size_t len)
 static void watch_message(void *arg, const char *text, size_t len)
 {
     struct etcd_watch *wt = arg;
+    if (wt->hub) {
+        hub_message(wt, text, len);
+        return;
+    }
     char why[sizeof wt->bad];
     pthread_mutex_lock(&wt->k->wmu);
     bool tap = wt->tap && !wt->fired && !wt->stopped;
@@ -242,11 +425,74 @@ static void watch_free(struct etcd_watch *wt)
     free(wt);
 }
 
+static struct etcd_watch *watch_new(struct etcd_conn *k, const struct etcd_watch_state *want);
+
+/* Start the shared stream at the oldest revision a registration needs
+ * (wmu held; some are registered). */
+static void hub_start(struct etcd_conn *k, int64_t now)
+{
+    struct etcd_hub *hb = &k->hub;
+    int64_t from = INT64_MAX;
+    for (size_t i = 0; i < hb->nbucket; i++)
+        for (struct etcd_watch *r = hb->bucket[i]; r; r = r->next)
+            if (r->st.start_rev < from)
+                from = r->st.start_rev;
+    struct etcd_watch_state want = {.key = hb->prefix, .prefix = true, .noput = true,
+                                    .start_rev = from};
+    struct etcd_watch *wt = watch_new(k, &want);
+    hb->started = now;
+    if (!wt) { /* out of memory: every waiter looks again, and again later */
+        hub_fire_all(k, "", NULL);
+        hb->restart_at = now + HUB_BACKOFF_MAX_MS;
+        return;
+    }
+    wt->hub = true;
+    wt->next = k->watches;
+    k->watches = wt;
+    hb->wt = wt;
+    hb->through = from - 1; /* (every deletion before FROM predates every look) */
+}
+
+/* The shared stream's turn of the watch thread (wmu held): one that
+ * ended goes (every registration fired already) and starts again after
+ * a backoff while waiters are registered; one never confirmed ends; one
+ * without registrations for HUB_LINGER_MS stops. The ms until the next
+ * of these is due; -1: none. */
+static int64_t hub_tend(struct etcd_conn *k)
+{
+    struct etcd_hub *hb = &k->hub;
+    int64_t now = dlock__now_ms();
+    if (hb->wt && !hb->wt->fired && !hb->wt->created && now - hb->started >= HUB_CREATE_MS)
+        watch_fire(hb->wt);
+    if (hb->wt && hb->wt->fired) {
+        hb->wt->stopped = true; /* freed by the loop below */
+        hb->wt = NULL;
+        hb->backoff_ms = hb->backoff_ms ? hb->backoff_ms * 2 : HUB_BACKOFF_FIRST_MS;
+        if (hb->backoff_ms > HUB_BACKOFF_MAX_MS)
+            hb->backoff_ms = HUB_BACKOFF_MAX_MS;
+        hb->restart_at = now + hb->backoff_ms;
+    }
+    if (hb->wt && !hb->nreg && now - hb->idle_since >= HUB_LINGER_MS) {
+        hb->wt->stopped = true;
+        hb->wt = NULL;
+    }
+    if (!hb->wt && hb->nreg && now >= hb->restart_at)
+        hub_start(k, now);
+    if (hb->wt && !hb->wt->created)
+        return hb->started + HUB_CREATE_MS - now;
+    if (hb->wt && !hb->nreg)
+        return hb->idle_since + HUB_LINGER_MS - now;
+    if (!hb->wt && hb->nreg)
+        return hb->restart_at > now ? hb->restart_at - now : 0;
+    return -1;
+}
+
 static void *watch_thread(void *arg)
 {
     struct etcd_conn *k = arg;
     pthread_mutex_lock(&k->wmu);
     while (!k->quit) {
+        int64_t hub_due = hub_tend(k);
         for (struct etcd_watch **p = &k->watches; *p;) {
             struct etcd_watch *wt = *p;
             if (wt->stopped) {
@@ -293,6 +539,8 @@ static void *watch_thread(void *arg)
         curl_multi_timeout(k->multi, &timeout);
         if (timeout < 0 || timeout > 60000)
             timeout = 60000;
+        if (hub_due >= 0 && hub_due < timeout)
+            timeout = (long)hub_due;
         curl_multi_poll(k->multi, NULL, 0, (int)timeout, NULL);
         pthread_mutex_lock(&k->wmu);
     }
@@ -306,40 +554,53 @@ int dlock__etcd_watch_start(struct etcd_conn *k, const char *key, int64_t start_
     return dlock__etcd_watch_start_for(k, key, start_rev, false, w, out);
 }
 
-static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
-                       bool prefix, struct dlock__wait *w, struct etcd_watch **out);
+static int watch_start(struct etcd_conn *k, const struct etcd_watch_state *want,
+                       struct dlock__wait *w, struct etcd_watch **out);
+
+/* What a watch of KEY from START_REV asks for: with TO_SHARED, a put
+ * making it shared fires it too; with PREFIX, every key under KEY, any
+ * event firing it; otherwise deletions only. */
+static struct etcd_watch_state watch_want(const char *key, int64_t start_rev, bool to_shared,
+                                          bool prefix)
+{
+    return (struct etcd_watch_state){.key = (char *)key, .prefix = prefix,
+                                     .to_shared = to_shared, .any = prefix,
+                                     .noput = !to_shared && !prefix, .start_rev = start_rev};
+}
 
 int dlock__etcd_watch_start_for(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
                          struct dlock__wait *w, struct etcd_watch **out)
 {
-    return watch_start(k, key, start_rev, to_shared, false, w, out);
+    struct etcd_watch_state want = watch_want(key, start_rev, to_shared, false);
+    return watch_start(k, &want, w, out);
 }
 
 int dlock__etcd_watch_prefix(struct etcd_conn *k, const char *prefix, struct dlock__wait *w,
                              struct etcd_watch **out)
 {
-    return watch_start(k, prefix, 0, false, true, w, out);
+    struct etcd_watch_state want = watch_want(prefix, 0, false, true);
+    return watch_start(k, &want, w, out);
 }
 
-/* A new watch as watch_start() describes it, not running yet; NULL with
- * a message. */
-static struct etcd_watch *watch_new(struct etcd_conn *k, const char *key, int64_t start_rev,
-                                    bool to_shared, bool prefix)
+/* A new watch asking for WANT (its key copied), not running yet; NULL
+ * with a message. */
+static struct etcd_watch *watch_new(struct etcd_conn *k, const struct etcd_watch_state *want)
 {
+    const char *key = want->key;
     struct etcd_watch *wt = calloc(1, sizeof *wt);
     char *kb = dlock__etcd_b64(key, strlen(key));
     json_t *req = kb ? json_pack("{s:{s:s}}", "create_request", "key", kb) : NULL;
     free(kb);
-    char *end = req && prefix ? dlock__etcd_prefix_end_b64(key) : NULL;
+    char *end = req && want->prefix ? dlock__etcd_prefix_end_b64(key) : NULL;
     if (end)
         json_object_set_new(json_object_get(req, "create_request"), "range_end", json_string(end));
     free(end);
-    if (req && !to_shared && !prefix) /* deletions only */
+    if (req && want->noput) /* deletions only */
         json_object_set_new(json_object_get(req, "create_request"), "filters",
                             json_pack("[s]", "NOPUT"));
-    if (req && start_rev > 0) {
+    if (req && want->start_rev > 0) {
         char rev[32];
-        snprintf(rev, sizeof rev, "%lld", (long long)start_rev);
+        snprintf(rev, sizeof rev, "%lld", (long long)want->start_rev);
         json_object_set_new(json_object_get(req, "create_request"), "start_revision",
                             json_string(rev));
     }
@@ -352,9 +613,8 @@ static struct etcd_watch *watch_new(struct etcd_conn *k, const char *key, int64_
     }
     json_decref(req);
     wt->k = k;
-    wt->st = (struct etcd_watch_state){.key = strdup(key), .prefix = prefix,
-                                       .to_shared = to_shared, .any = prefix,
-                                       .noput = !to_shared && !prefix, .start_rev = start_rev};
+    wt->st = *want;
+    wt->st.key = strdup(key);
     if (!wt->st.key) {
         watch_free(wt);
         dlock__err(DLOCK_ENOMEM, "out of memory");
@@ -376,21 +636,27 @@ static struct etcd_watch *watch_new(struct etcd_conn *k, const char *key, int64_
     return wt;
 }
 
+/* K's multi handle and watch thread, made if need be (wmu held):
+ * DLOCK_OK or the failure. */
+static int watch_thread_ensure(struct etcd_conn *k)
+{
+    if (!k->multi && !(k->multi = dlock__curl_multi_new()))
+        return dlock__err(DLOCK_ENOMEM, "%s: cannot make a curl multi handle", k->label);
+    if (!k->thread_running) {
+        int err = pthread_create(&k->thread, NULL, watch_thread, k);
+        if (err)
+            return dlock__errno(DLOCK_ENOMEM, err, "%s: cannot start the watch thread", k->label);
+        k->thread_running = true;
+    }
+    return DLOCK_OK;
+}
+
 /* Run WT, made by watch_new(), on K's watch thread (started if need be):
  * DLOCK_OK, or the failure (WT freed). */
 static int watch_add(struct etcd_conn *k, struct etcd_watch *wt)
 {
     pthread_mutex_lock(&k->wmu);
-    int rc = DLOCK_OK;
-    if (!k->multi && !(k->multi = dlock__curl_multi_new()))
-        rc = dlock__err(DLOCK_ENOMEM, "%s: cannot make a curl multi handle", k->label);
-    if (!rc && !k->thread_running) {
-        int err = pthread_create(&k->thread, NULL, watch_thread, k);
-        if (err)
-            rc = dlock__errno(DLOCK_ENOMEM, err, "%s: cannot start the watch thread", k->label);
-        else
-            k->thread_running = true;
-    }
+    int rc = watch_thread_ensure(k);
     if (rc) {
         pthread_mutex_unlock(&k->wmu);
         watch_free(wt);
@@ -403,11 +669,11 @@ static int watch_add(struct etcd_conn *k, struct etcd_watch *wt)
     return DLOCK_OK;
 }
 
-static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, bool to_shared,
-                       bool prefix, struct dlock__wait *w, struct etcd_watch **out)
+static int watch_start(struct etcd_conn *k, const struct etcd_watch_state *want,
+                       struct dlock__wait *w, struct etcd_watch **out)
 {
     *out = NULL;
-    struct etcd_watch *wt = watch_new(k, key, start_rev, to_shared, prefix);
+    struct etcd_watch *wt = watch_new(k, want);
     if (!wt)
         return DLOCK_ENOMEM;
     wt->w = w;
@@ -420,22 +686,62 @@ static int watch_start(struct etcd_conn *k, const char *key, int64_t start_rev, 
 int dlock__etcd_watch_tap(struct etcd_conn *k, const char *prefix, int64_t start_rev,
                           const struct etcd_tap *tap)
 {
-    struct etcd_watch *wt = watch_new(k, prefix, start_rev, false, true);
+    struct etcd_watch_state want = watch_want(prefix, start_rev, false, true);
+    want.any = false; /* events go to the tap; only the stream's end fires it */
+    struct etcd_watch *wt = watch_new(k, &want);
     if (!wt) {
         tap->free(tap->arg);
         return DLOCK_ENOMEM;
     }
-    wt->st.any = false; /* events go to the tap; only the stream's end fires it */
     wt->tap = tap->fn;
     wt->tap_free = tap->free;
     wt->tap_arg = tap->arg;
     return watch_add(k, wt);
 }
 
+int dlock__etcd_watch_deletes(struct etcd_conn *k, const char *key, int64_t from_rev,
+                              struct dlock__wait *w, struct etcd_watch **out)
+{
+    struct etcd_hub *hb = &k->hub;
+    if (!hb->prefix || strncmp(key, hb->prefix, strlen(hb->prefix)) != 0 || from_rev <= 0)
+        return dlock__etcd_watch_start_for(k, key, from_rev, false, w, out); /* its own */
+    *out = NULL;
+    struct etcd_watch *r = calloc(1, sizeof *r);
+    if (!r || !(r->st.key = strdup(key))) {
+        free(r);
+        return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    r->k = k;
+    r->reg = true;
+    r->w = w;
+    r->st.start_rev = from_rev;
+    pthread_mutex_lock(&k->wmu);
+    int rc = watch_thread_ensure(k);
+    if (rc == DLOCK_OK && hb->wt && !hb->wt->fired && from_rev <= hb->through) {
+        r->fired = true; /* the stream told a later deletion: KEY's may have gone by */
+        dlock__wait_wake(w);
+    } else if (rc == DLOCK_OK && !hub_link(hb, r)) {
+        rc = dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    bool start = rc == DLOCK_OK && !hb->wt;
+    pthread_mutex_unlock(&k->wmu);
+    if (rc) {
+        free(r->st.key);
+        free(r);
+        return rc;
+    }
+    if (start)
+        curl_multi_wakeup(k->multi);
+    *out = r;
+    return DLOCK_OK;
+}
+
 bool dlock__etcd_watch_live(struct etcd_watch *wt)
 {
+    struct etcd_hub *hb = &wt->k->hub;
     pthread_mutex_lock(&wt->k->wmu);
-    bool live = wt->created && !wt->fired;
+    bool live = wt->reg ? !wt->fired && hb->wt && hb->wt->created && !hb->wt->fired
+                        : wt->created && !wt->fired;
     pthread_mutex_unlock(&wt->k->wmu);
     return live;
 }
@@ -469,6 +775,17 @@ void dlock__etcd_watch_stop(struct etcd_watch *wt)
         return;
     struct etcd_conn *k = wt->k;
     pthread_mutex_lock(&k->wmu);
+    if (wt->reg) { /* the thread keeps no pointer to it outside the table */
+        if (!wt->fired)
+            hub_unlink(&k->hub, wt);
+        bool idle = !k->hub.nreg && k->hub.wt;
+        pthread_mutex_unlock(&k->wmu);
+        if (idle) /* (the linger's timer) */
+            curl_multi_wakeup(k->multi);
+        free(wt->st.key);
+        free(wt);
+        return;
+    }
     wt->stopped = true; /* the thread frees it on its next turn */
     pthread_mutex_unlock(&k->wmu);
     curl_multi_wakeup(k->multi);
@@ -493,16 +810,14 @@ void dlock__etcd_watches_end(struct etcd_conn *k)
     }
     if (k->multi)
         curl_multi_cleanup(k->multi);
+    free(k->hub.bucket); /* (empty: every acquire ended before the close) */
+    free(k->hub.prefix);
 }
 
 int dlock__etcd_watch_prefix_deletes(struct etcd_conn *k, const char *prefix, int64_t start_rev,
                                      struct dlock__wait *w, struct etcd_watch **out)
 {
-    int rc = watch_start(k, prefix, start_rev, false, true, w, out);
-    if (rc == DLOCK_OK) {
-        pthread_mutex_lock(&k->wmu);
-        (*out)->st.any = false; /* puts stream by, ignored: deletions fire it */
-        pthread_mutex_unlock(&k->wmu);
-    }
-    return rc;
+    struct etcd_watch_state want = watch_want(prefix, start_rev, false, true);
+    want.any = false; /* puts stream by, ignored: deletions fire it */
+    return watch_start(k, &want, w, out);
 }

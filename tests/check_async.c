@@ -1907,6 +1907,39 @@ TU_TEST(multi_try_on_file, 30)
     contended_close(&x);
 }
 
+/* A multi-lock freed while its asynchronous acquire waits parked on a
+ * member, and one freed with its completion not yet dispatched: as a
+ * lock handle freed so, the call ends (canceled, nothing kept) and its
+ * completion comes once, with a NULL multi-lock and DLOCK_ECANCELED. */
+TU_TEST(multi_freed_with_a_call_in_flight, 30)
+{
+    struct contended x;
+    contended_open(&x, url, "fc", true);
+    dlock_multi *m = multi_of(x.c, "fc", "fa", "fb");
+    struct multi_log d = {0};
+    ck_assert_int_eq(dlock_multi_acquire_async(m, DLOCK_FOREVER, NULL, on_multi_done, &d),
+                     DLOCK_OK);
+    ck_assert(!pump_until(x.c, &d.n, 1, 300)); /* "fa", "fb" taken, parked on "fc" */
+    dlock_multi_free(m);
+    ck_assert(pump_until(x.c, &d.n, 1, 10000));
+    ck_assert_ptr_null(d.m[0]);
+    ck_assert_msg(d.rc[0] == DLOCK_ECANCELED, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert(freed_soon(x.other, "fa") && freed_soon(x.other, "fb"));
+
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    m = multi_of(x.c, "fc", "fa", "fb");
+    ck_assert_int_eq(dlock_multi_acquire_async(m, DLOCK_TRY, NULL, on_multi_done, &d), DLOCK_OK);
+    struct pollfd p = {.fd = dlock_client_fd(x.c), .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, 10000), 1); /* ended, not dispatched */
+    dlock_multi_free(m);
+    ck_assert(pump_until(x.c, &d.n, 2, 10000));
+    ck_assert_ptr_null(d.m[1]);
+    ck_assert_msg(d.rc[1] == DLOCK_ECANCELED, "%d: %s", d.rc[1], d.msg[1]);
+    ck_assert(free_elsewhere(x.other, "fa") && free_elsewhere(x.other, "fc"));
+    ck_assert(!pump_until(x.c, &d.n, 3, 200)); /* each once */
+    contended_close(&x);
+}
+
 #ifdef DLOCK_HAVE_REDIS
 /* A set with a member held elsewhere waits parked (the members before it
  * held), and is taken once that member is released; exclusion against
@@ -2071,6 +2104,7 @@ TU_TEST_IN(redis, multi_callbacks_start_the_next, 60)
 /* What permit completions came: permits and codes. */
 struct permit_log {
     int n;
+    dlock_semaphore *s[LOG_MAX];
     dlock_permit *p[LOG_MAX];
     int rc[LOG_MAX];
     char msg[LOG_MAX][256];
@@ -2078,13 +2112,43 @@ struct permit_log {
 
 static void on_permit_done(dlock_semaphore *s, dlock_permit *p, int rc, void *arg)
 {
-    (void)s;
     struct permit_log *d = arg;
     ck_assert_int_lt(d->n, LOG_MAX);
+    d->s[d->n] = s;
     d->p[d->n] = p;
     d->rc[d->n] = rc;
     snprintf(d->msg[d->n], sizeof d->msg[0], "%s", dlock_errmsg());
     d->n++;
+}
+
+/* A semaphore freed with its asynchronous acquire's completion not yet
+ * dispatched: the completion comes once, with a NULL semaphore and
+ * permit and DLOCK_ECANCELED, and the permit taken went back. */
+TU_TEST(semaphore_freed_with_a_call_in_flight, 30)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(url, &other), DLOCK_OK);
+    dlock_semaphore *s, *so;
+    ck_assert_int_eq(dlock_semaphore_new(c, "pool", 1, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(other, "pool", 1, 0, &so), DLOCK_OK);
+    struct permit_log d = {0};
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, DLOCK_TRY, NULL, on_permit_done, &d),
+                     DLOCK_OK);
+    struct pollfd p = {.fd = dlock_client_fd(c), .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, 10000), 1); /* ended, not dispatched */
+    dlock_semaphore_free(s);
+    ck_assert(pump_until(c, &d.n, 1, 10000));
+    ck_assert_ptr_null(d.s[0]);
+    ck_assert_ptr_null(d.p[0]);
+    ck_assert_msg(d.rc[0] == DLOCK_ECANCELED, "%d: %s", d.rc[0], d.msg[0]);
+    dlock_permit *again;
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &again), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(again), DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 2, 200)); /* once */
+    dlock_semaphore_free(so);
+    dlock_client_close(c);
+    dlock_client_close(other);
 }
 
 /* On file: a try takes permits and refuses more than are free; a wait
@@ -2228,6 +2292,37 @@ TU_TEST_IN(redis, semaphore_wait_ending_in_an_outage_names_it, 60)
     ck_assert_ptr_null(d.p[0]);
     dlock_permit_release(held); /* the restart took it */
     dlock_semaphore_free(s);
+    dlock_semaphore_free(so);
+    dlock_client_close(c);
+    dlock_client_close(other);
+}
+
+/* A semaphore freed while its asynchronous acquire waits parked: the
+ * wait ends, nothing is taken, and the completion comes once with a
+ * NULL semaphore and permit and DLOCK_ECANCELED. */
+TU_TEST_IN(redis, semaphore_freed_while_parked, 60)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(srv.url, &other), DLOCK_OK);
+    dlock_semaphore *s, *so;
+    ck_assert_int_eq(dlock_semaphore_new(c, "gone", 1, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(other, "gone", 1, 0, &so), DLOCK_OK);
+    dlock_permit *held, *again;
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &held), DLOCK_OK);
+    struct permit_log d = {0};
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, DLOCK_FOREVER, NULL, on_permit_done, &d),
+                     DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 1, 300)); /* none free: parked */
+    dlock_semaphore_free(s);
+    ck_assert(pump_until(c, &d.n, 1, 10000));
+    ck_assert_ptr_null(d.s[0]);
+    ck_assert_ptr_null(d.p[0]);
+    ck_assert_msg(d.rc[0] == DLOCK_ECANCELED, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_permit_release(held), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &again), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(again), DLOCK_OK);
+    ck_assert(!pump_until(c, &d.n, 2, 200)); /* once */
     dlock_semaphore_free(so);
     dlock_client_close(c);
     dlock_client_close(other);

@@ -1047,13 +1047,17 @@ typedef struct dlock_permit dlock_permit;
 DLOCK_EXTERN int dlock_semaphore_new(dlock_client *c, const char *name, unsigned permits,
                                      unsigned flags, dlock_semaphore **out);
 
-/* Free a handle. Permits still held through it are released first (best
- * effort; a failed release is not reported and the server's record ends
- * with its lease) and freed: their pointers are invalid afterwards. A
- * running lost callback of one of them is waited for (unless this is
- * called from it). NULL is a no-op. No other thread may use S or its
- * permits then. Also after dlock_client_close() (the permits are gone
- * already). */
+/* Free a handle. Its asynchronous calls still in flight end first, as
+ * dlock_lock_free() ends a handle's: a waiting acquire is canceled, and
+ * each completion comes with a NULL S and P and DLOCK_ECANCELED (free S
+ * with calls in flight in the dispatching thread or from a callback, not
+ * while another thread dispatches). Permits still held through it are
+ * then released (best effort; a failed release is not reported and the
+ * server's record ends with its lease) and freed: their pointers are
+ * invalid afterwards. A running lost callback of one of them is waited
+ * for (unless this is called from it). NULL is a no-op. No other thread
+ * may use S or its permits then. Also after dlock_client_close() (the
+ * permits are gone already). */
 DLOCK_EXTERN void dlock_semaphore_free(dlock_semaphore *s);
 
 /* Lease of permits acquired through S from now on, with the rules and
@@ -1144,8 +1148,10 @@ DLOCK_EXTERN int dlock_permit_release(dlock_permit *p);
  * the permit an acquire took (DLOCK_OK; its id, token and validity
  * readable there, and it is the caller's to release), else NULL: after a
  * failed acquire, and after every release (P was freed, whatever the
- * outcome). Runs in the thread calling dlock_dispatch() on S's client, or
- * in dlock_client_close()'s; it may start the next call, release P. */
+ * outcome). S and P are NULL when S was freed before the completion was
+ * dispatched (RC then DLOCK_ECANCELED; a permit taken went back with S).
+ * Runs in the thread calling dlock_dispatch() on S's client, or in
+ * dlock_client_close()'s; it may start the next call, release P. */
 typedef void (*dlock_permit_done_fn)(dlock_semaphore *s, dlock_permit *p, int rc, void *arg);
 
 /* dlock_semaphore_acquire() without blocking: start taking K permits of
@@ -1164,7 +1170,7 @@ typedef void (*dlock_permit_done_fn)(dlock_semaphore *s, dlock_permit *p, int rc
  * DLOCK_ECANCELED (CANCEL fired already); DLOCK_EMISUSE (after close or
  * fork); DLOCK_ENOMEM; DLOCK_EIO (no eventfd, no pool thread). On
  * failure nothing was started and no callback runs. Many calls on one S
- * at once are fine; free S only when none waits for its callback.
+ * at once are fine; freeing S ends them (dlock_semaphore_free()).
  * Threads: any; DONE as dlock_permit_done_fn says. */
 DLOCK_EXTERN int dlock_semaphore_acquire_async(dlock_semaphore *s, unsigned k, int64_t wait_ms,
                                                dlock_cancel *cancel, dlock_permit_done_fn done,
@@ -1499,7 +1505,12 @@ DLOCK_EXTERN int dlock_multi_new(dlock_client *c, const char *const *names, size
 
 /* Release what M holds (best effort; in one request where
  * dlock_multi_release() would be one) and free it; its member handles go
- * with it. NULL is a no-op. Also after dlock_client_close(). */
+ * with it. An asynchronous call through M still in flight ends first, as
+ * dlock_lock_free() ends a handle's: a waiting acquire is canceled (what
+ * it took goes back), and the completion comes with a NULL M and
+ * DLOCK_ECANCELED. Free M with a call in flight in the dispatching
+ * thread (or from a callback), not while another thread dispatches.
+ * NULL is a no-op. Also after dlock_client_close(). */
 DLOCK_EXTERN void dlock_multi_free(dlock_multi *m);
 
 /* Take every member, in the canonical order, within one wait bound:
@@ -1571,7 +1582,9 @@ DLOCK_EXTERN int dlock_multi_on_lost(dlock_multi *m, dlock_multi_lost_fn fn, voi
  * failed) dlock_errmsg() in the callback; dlock_multi_held(M) and the
  * members (dlock_multi_lock()) are readable there. Runs in the thread
  * calling dlock_dispatch() on M's client, or in dlock_client_close()'s;
- * it may start the next call through M, release, or free M. */
+ * it may start the next call through M, release, or free M. M is NULL
+ * when it was freed before the completion was dispatched (RC then
+ * DLOCK_ECANCELED; what the call took went back with M). */
 typedef void (*dlock_multi_done_fn)(dlock_multi *m, int rc, void *arg);
 
 /* dlock_multi_acquire() without blocking: start taking every member of

@@ -609,6 +609,11 @@ static int acquire_start(dlock_lock *l, const struct acquire_req *r, const char 
             op_free(op);
         return rc;
     }
+    if (r->then && ((const struct dlock__job *)r->arg)->stopping) { /* dlock__job_forget() */
+        pthread_mutex_unlock(&c->mu);
+        op_free(op);
+        return dlock__err(DLOCK_ECANCELED, "lock '%s': its call's object was freed", l->e->name);
+    }
     dlock_cancel *cancel = r->cancel;
     if (cancel && (rc = dlock__cancel_attach(cancel, &op->cref))) {
         pthread_mutex_unlock(&c->mu);
@@ -782,25 +787,34 @@ int dlock_dispatch(dlock_client *c)
 
 /* --------------------------------------------------------- ending calls */
 
-/* Cancel the waits of the acquires not ended yet (all, or ONLY's), and
- * wait until no op (all, or ONLY's) runs or waits any more (no lock
- * held). A release is not canceled: it ends within the op timeout. */
-static void end_ops(dlock_client *c, struct dlock__async *a, const dlock_lock *only)
+/* Cancel the waits of A's acquires not ended yet: all, or handle ONLY's,
+ * or job JOB's members (c->mu held, a->mu not). */
+static void cancel_acquires(struct dlock__async *a, const dlock_lock *only,
+                            const struct dlock__job *job)
 {
-    pthread_mutex_lock(&c->mu);
     pthread_mutex_lock(&a->mu);
     struct op *cancel = NULL;
     for (struct op *op = a->all; op; op = op->all_next)
-        if (op->kind == OP_ACQUIRE && op->state != OP_DONE && (!only || op->l == only)) {
+        if (op->kind == OP_ACQUIRE && op->state != OP_DONE && (!only || op->l == only) &&
+            (!job || (op->then && op->arg == job))) {
             op->cancel_next = cancel;
             cancel = op;
         }
     pthread_mutex_unlock(&a->mu);
     /* None of these is freed meanwhile: only a delivery frees an op, and
      * only once DONE; an acquire becomes DONE under c->mu (acquire_end),
-     * which is held from the collection above to the last cancel. */
+     * which the caller holds from the collection above to the last cancel. */
     for (struct op *op = cancel; op; op = op->cancel_next)
         dlock__wait_cancel(&op->w);
+}
+
+/* Cancel the waits of the acquires not ended yet (all, or ONLY's), and
+ * wait until no op (all, or ONLY's) runs or waits any more (no lock
+ * held). A release is not canceled: it ends within the op timeout. */
+static void end_ops(dlock_client *c, struct dlock__async *a, const dlock_lock *only)
+{
+    pthread_mutex_lock(&c->mu);
+    cancel_acquires(a, only, NULL);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_lock(&a->mu);
     for (;;) {
@@ -921,4 +935,38 @@ bool dlock__async_closing(dlock_client *c)
     }
     pthread_mutex_unlock(&c->mu);
     return closing;
+}
+
+/* Whether OP is still among A's ops (not taken by a dispatch; a->mu). */
+static bool op_listed(const struct dlock__async *a, const struct op *op)
+{
+    for (const struct op *p = a->all; p; p = p->all_next)
+        if (p == op)
+            return true;
+    return false;
+}
+
+void dlock__job_forget(dlock_client *c, struct dlock__job *j, const char *what)
+{
+    pthread_mutex_lock(&c->mu);
+    j->stopping = true; /* acquire_start() refuses its members from now on */
+    struct dlock__async *a = c->async;
+    if (!a) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    cancel_acquires(a, NULL, j); /* its member acquire that waits */
+    pthread_mutex_unlock(&c->mu);
+    /* Its end: the continuation of that member, or its run, ends it. */
+    struct op *jop = j->op;
+    pthread_mutex_lock(&a->mu);
+    bool listed;
+    while ((listed = op_listed(a, jop)) && jop->state != OP_DONE)
+        pthread_cond_wait(&a->idle_cv, &a->mu);
+    if (listed) {
+        jop->rc = DLOCK_ECANCELED;
+        snprintf(jop->msg, sizeof jop->msg, "%s: freed before its completion was dispatched", what);
+        j->forgotten = true;
+    }
+    pthread_mutex_unlock(&a->mu);
 }

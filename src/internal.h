@@ -176,8 +176,9 @@ void dlock__async_forget(dlock_lock *l);
  * dlock__job_start(): DLOCK_OK (started), DLOCK_EMISUSE (closing,
  * closed), DLOCK_ENOMEM, DLOCK_EIO.
  * dlock__acquire_then(): dlock_acquire_async() of handle-owned L that
- * holds nothing yet, whose end runs THEN(L, rc, ARG) on the pool thread
- * that ended it (no lock held, L's next call allowed, the outcome's
+ * holds nothing yet, for the job ARG (the call's struct, which begins
+ * with its struct dlock__job), whose end runs THEN(L, rc, ARG) on the
+ * pool thread that ended it (no lock held, L's next call allowed, the outcome's
  * message the thread's) instead of queuing a completion; its start
  * codes are dlock_acquire_async()'s.
  * dlock__async_can_wait(): DLOCK_EINVAL for a bad WAIT_MS, DLOCK_ENOTSUP
@@ -187,13 +188,24 @@ void dlock__async_forget(dlock_lock *l);
 struct dlock__job {
     int (*run)(struct dlock__job *j);
     void (*deliver)(struct dlock__job *j, int rc);
-    void *op; /* async.c's */
+    void *op;       /* async.c's */
+    bool stopping;  /* dlock__job_forget() began: no member acquire starts (c->mu) */
+    bool forgotten; /* its object was freed: DELIVER must not touch it (a->mu) */
 };
 typedef void (*dlock__then_fn)(dlock_lock *l, int rc, void *arg);
 int dlock__job_start(dlock_client *c, struct dlock__job *j);
 void dlock__job_end(struct dlock__job *j, int rc);
 int dlock__acquire_then(dlock_lock *l, int64_t wait_ms, dlock_cancel *cancel, dlock__then_fn then,
                         void *arg);
+/* The object of job J (a multi-lock, a semaphore) is being freed while
+ * J may be in flight, as dlock_lock_free() frees a handle: from now on
+ * no member acquire of J starts (DLOCK_ECANCELED), the one waiting is
+ * canceled, and J's end is awaited. Its completion, when not dispatched
+ * yet, then comes with DLOCK_ECANCELED, "WHAT: freed before its
+ * completion was dispatched", and J->forgotten set: DELIVER passes NULL
+ * for the object. Call it from the dispatching thread (or a callback),
+ * never while another thread dispatches J's completion. */
+void dlock__job_forget(dlock_client *c, struct dlock__job *j, const char *what);
 int dlock__async_can_wait(const dlock_lock *l, int64_t wait_ms, const char *what);
 bool dlock__async_closing(dlock_client *c);
 

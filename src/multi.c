@@ -51,9 +51,10 @@
 
 struct dlock_multi {
     size_t n;
-    dlock_lock **member; /* canonical order */
-    int held;            /* 1 from a successful acquire to the release (atomic) */
-    int async_call;      /* 1 from an asynchronous call's start to its callback (atomic) */
+    dlock_lock **member;     /* canonical order */
+    int held;                /* 1 from a successful acquire to the release (atomic) */
+    int async_call;          /* 1 from an asynchronous call's start to its callback (atomic) */
+    struct multi_call *call; /* that call (atomic), for dlock_multi_free() */
     dlock_multi_lost_fn lost_fn;
     void *lost_arg;
 };
@@ -130,10 +131,13 @@ int dlock_multi_new(dlock_client *c, const char *const *names, size_t n, dlock_m
     return DLOCK_OK;
 }
 
+static void call_forget(dlock_multi *m);
+
 void dlock_multi_free(dlock_multi *m)
 {
     if (!m)
         return;
+    call_forget(m); /* a call in flight ends first, as a lock handle's does */
     /* A held set goes back in one request where the backend allows it
      * (nothing is done on a closed or forked client: ENOTSUP); then a
      * handle-owned handle releases what it still holds when freed. */
@@ -511,12 +515,35 @@ static int release_run(struct dlock__job *j)
 static void call_deliver(struct dlock__job *j, int rc)
 {
     struct multi_call *mc = (struct multi_call *)j;
-    dlock_multi *m = mc->m;
+    dlock_multi *m = j->forgotten ? NULL : mc->m; /* NULL: freed (call_forget) */
     dlock_multi_done_fn done = mc->done;
     void *arg = mc->arg;
     free(mc); /* before the callback, which may free M or start the next call */
-    __atomic_store_n(&m->async_call, 0, __ATOMIC_RELEASE);
+    if (m) {
+        __atomic_store_n(&m->call, NULL, __ATOMIC_RELEASE);
+        __atomic_store_n(&m->async_call, 0, __ATOMIC_RELEASE);
+    }
     done(m, rc, arg);
+}
+
+/* How M's asynchronous calls name it, in WHAT (returned). */
+static const char *multi_what(const dlock_multi *m, char what[DLOCK__MSG_MAX])
+{
+    snprintf(what, DLOCK__MSG_MAX, "multi-lock of %zu names ('%s' first)", m->n,
+             dlock_lock_name(m->member[0]));
+    return what;
+}
+
+/* M is being freed: its call in flight, if any, is canceled and ended,
+ * and its completion comes with a NULL multi-lock (dlock__job_forget). */
+static void call_forget(dlock_multi *m)
+{
+    struct multi_call *mc = __atomic_load_n(&m->call, __ATOMIC_ACQUIRE);
+    dlock_client *c = m->member[0]->c;
+    if (!mc || dlock__forked(c))
+        return;
+    char what[DLOCK__MSG_MAX];
+    dlock__job_forget(c, &mc->job, multi_what(m, what));
 }
 
 /* Start MC (its run set) through M; frees MC when it does not start. */
@@ -530,8 +557,10 @@ static int call_start(dlock_multi *m, struct multi_call *mc, const char *fn)
         free(mc);
         return busy_refusal(m, fn);
     }
+    __atomic_store_n(&m->call, mc, __ATOMIC_RELEASE);
     int rc = dlock__job_start(m->member[0]->c, &mc->job);
     if (rc) {
+        __atomic_store_n(&m->call, NULL, __ATOMIC_RELEASE);
         __atomic_store_n(&m->async_call, 0, __ATOMIC_RELEASE);
         free(mc);
         char why[DLOCK__MSG_MAX];
@@ -562,9 +591,7 @@ int dlock_multi_acquire_async(dlock_multi *m, int64_t wait_ms, dlock_cancel *can
     if (!m || !done)
         return dlock__err(DLOCK_EINVAL, "%s: NULL argument", fn);
     char what[DLOCK__MSG_MAX];
-    snprintf(what, sizeof what, "multi-lock of %zu names ('%s' first)", m->n,
-             dlock_lock_name(m->member[0]));
-    int rc = dlock__async_can_wait(m->member[0], wait_ms, what);
+    int rc = dlock__async_can_wait(m->member[0], wait_ms, multi_what(m, what));
     if (rc || (rc = acquire_enter(m, fn)))
         return rc;
     if (dlock_cancel_fired(cancel))

@@ -37,6 +37,7 @@ struct dlock_semaphore {
     bool fixed_lease;
     struct dlock__user_lost lost; /* dlock_permit_lost_fn */
     struct dlock_permit *head; /* acquiring or held (client mutex) */
+    struct permit_call *calls; /* asynchronous calls until their callbacks (client mutex) */
 };
 
 struct dlock_permit {
@@ -355,6 +356,8 @@ int64_t dlock_permit_validity_ms(dlock_permit *p)
     return dlock_validity_ms(p->l);
 }
 
+static void calls_forget(dlock_semaphore *s);
+
 void dlock_semaphore_free(dlock_semaphore *s)
 {
     if (!s)
@@ -363,6 +366,8 @@ void dlock_semaphore_free(dlock_semaphore *s)
     char msg[DLOCK__MSG_MAX];
     dlock__errmsg_save(msg); /* freeing leaves the message alone */
     bool ours = !dlock__forked(c);
+    if (ours) /* its calls in flight end first, as a lock handle's do */
+        calls_forget(s);
     for (;;) {
         if (ours)
             pthread_mutex_lock(&c->mu);
@@ -391,6 +396,7 @@ struct permit_call {
     void *arg;
     int64_t wait_ms;
     dlock_cancel *cancel;
+    struct permit_call *next; /* on s->calls */
 };
 
 /* The permit handle's acquire ended (its continuation, a pool thread). */
@@ -422,12 +428,47 @@ static int release_run(struct dlock__job *j)
     return rc;
 }
 
+/* Take PC off its semaphore's calls (no-op when absent). */
+static void call_unlink(struct permit_call *pc)
+{
+    dlock_client *c = pc->s->c;
+    pthread_mutex_lock(&c->mu);
+    struct permit_call **q = &pc->s->calls;
+    while (*q && *q != pc)
+        q = &(*q)->next;
+    if (*q)
+        *q = pc->next;
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void call_deliver(struct dlock__job *j, int rc)
 {
     struct permit_call *pc = (struct permit_call *)j;
     struct permit_call copy = *pc;
+    if (j->forgotten) /* the semaphore was freed, its permits with it */
+        copy.s = NULL, copy.p = NULL;
+    else
+        call_unlink(pc);
     free(pc); /* before the callback, which may start the next call */
     copy.done(copy.s, copy.p, rc, copy.arg);
+}
+
+/* S is being freed: each call in flight is canceled and ended, and its
+ * completion comes with a NULL semaphore and permit (dlock__job_forget). */
+static void calls_forget(dlock_semaphore *s)
+{
+    char what[DLOCK__MSG_MAX];
+    snprintf(what, sizeof what, "semaphore '%s'", dlock_lock_name(s->base));
+    for (;;) {
+        pthread_mutex_lock(&s->c->mu);
+        struct permit_call *pc = s->calls;
+        if (pc)
+            s->calls = pc->next;
+        pthread_mutex_unlock(&s->c->mu);
+        if (!pc)
+            break;
+        dlock__job_forget(s->c, &pc->job, what);
+    }
 }
 
 /* Start PC (its run set) on S's client; frees PC when it does not start. */
@@ -435,8 +476,13 @@ static int call_start(dlock_semaphore *s, struct permit_call *pc, const char *fn
 {
     pc->s = s;
     pc->job.deliver = call_deliver;
+    pthread_mutex_lock(&s->c->mu);
+    pc->next = s->calls;
+    s->calls = pc;
+    pthread_mutex_unlock(&s->c->mu);
     int rc = dlock__job_start(s->c, &pc->job);
     if (rc) {
+        call_unlink(pc);
         free(pc);
         char why[DLOCK__MSG_MAX];
         dlock__errmsg_save(why);

@@ -330,12 +330,20 @@ static int release_lock(struct redis_state *s, struct dlock__hold *h, int64_t de
     int vl = s->simple ? snprintf(value, sizeof value, "%s:%llu", h->owner, (unsigned long long)h->token)
                        : snprintf(value, sizeof value, "%s", h->owner);
     /* the timeout base: a hold our downgrade may have made shared is ours
-     * only while our timeout key holds our token */
+     * only while our timeout key holds our token; the lock-delay marker
+     * only when our holds arm one (a client without lock_delay arms none,
+     * so the script need not look) */
+    bool marker = s->c->opts.lock_delay_ms > 0;
     const char *args[] = {k.lock, k.chan, k.token, k.rwchan, k.tbase, k.delay, value, token};
     size_t lens[] = {k.lock_len,  k.chan_len,  k.token_len, k.rwchan_len,
                      k.tbase_len, k.delay_len, (size_t)vl,  (size_t)tl};
-    struct redis_request rq = {.script = S_RELEASE, .nkeys = 6, .nargs = 8, .args = args,
-                               .lens = lens, .what = "release", .deadline = deadline};
+    if (!marker) { /* the marker's place taken by the arguments */
+        memmove(args + 5, args + 6, 2 * sizeof *args);
+        memmove(lens + 5, lens + 6, 2 * sizeof *lens);
+    }
+    struct redis_request rq = {.script = S_RELEASE, .nkeys = marker ? 6 : 5, .nargs = marker ? 8 : 7,
+                               .args = args, .lens = lens, .what = "release",
+                               .deadline = deadline};
     rc = dlock__redis_eval(s, &rq);
     if (!rc) {
         rc = dlock__redis_release_reply(s, rq.out.reply, h->name, &k, h->token, rq.out.retried);

@@ -2729,6 +2729,38 @@ TU_TEST_IN(zk, parked_wait_rides_out_a_server_pause, 60)
     contended_close(&x);
 }
 
+/* The hand-off to a parked waiter costs it no request: its watches on
+ * the nodes ahead counted them down (ahead.c), so the release's event
+ * alone makes it the holder. The server counts 2 requests from before
+ * the release to after the completion (the release's delete, and one
+ * the count's reading itself shows when nothing else happens); before,
+ * the woken waiter listed the children again (sync + getChildren): 4.
+ * Sessions of 10 minutes here, so that no ping falls in between. */
+TU_TEST_IN(zk, parked_handoff_costs_the_waiter_no_request, 60)
+{
+    (void)zk_url(); /* the server started */
+    struct contended x;
+    char *quiet_url = zkf_url(&zk_srv, NULL, "lease=600s");
+    contended_open(&x, quiet_url, "h", true);
+    dlock_lock *l = owned(x.c, "h");
+    struct done_log d = {0};
+    ck_assert_int_eq(dlock_acquire_async(l, DLOCK_FOREVER, NULL, on_done, &d), DLOCK_OK);
+    zk_queued(x.other, "h", 1);
+    ck_assert(!pump_until(x.c, &d.n, 1, 300)); /* parked, its requests answered */
+    long before = zk_received();
+    ck_assert_int_eq(dlock_release(x.rival), DLOCK_OK);
+    ck_assert(pump_until(x.c, &d.n, 1, 20000));
+    long after = zk_received();
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_msg(after - before <= 2, "%ld requests from the release to the hand-off",
+                  after - before);
+    ck_assert_int_eq(dlock_acquire(x.rival, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    contended_close(&x);
+    free(quiet_url);
+}
+
 /* Two parked waiters (on two clients) are served in the order they
  * queued, each woken by its own predecessor's deletion. */
 TU_TEST_IN(zk, parked_waiters_served_in_order, 60)

@@ -111,22 +111,29 @@ struct zk_ahead *dlock__zk_ahead_watch(struct zk_backend *zb, struct zk_session 
     return t;
 }
 
+enum zk_ahead_state dlock__zk_ahead_state(struct zk_backend *zb, struct zk_ahead *t)
+{
+    pthread_mutex_lock(&zb->mu);
+    bool look = t->spoiled || !dlock__zk_session_usable(t->s) || t->s->state != ZOO_CONNECTED_STATE;
+    int left = t->left;
+    int64_t heard_for = t->s->timeout_ms / 3; /* how long T's requests vouch for us */
+    pthread_mutex_unlock(&zb->mu);
+    if (look)
+        return ZK_AHEAD_LOOK;
+    if (left > 0)
+        return ZK_AHEAD_WAITING;
+    return dlock__now_ms() - t->sent <= heard_for ? ZK_AHEAD_FIRST : ZK_AHEAD_LOOK;
+}
+
 int dlock__zk_ahead_wait(struct zk_backend *zb, struct zk_ahead *t, int64_t timeout_ms, bool *first)
 {
     *first = false;
     int64_t net = dlock__now_ms() + timeout_ms;
     for (;;) {
         unsigned seq = dlock__wait_seq(t->w);
-        pthread_mutex_lock(&zb->mu);
-        bool look =
-            t->spoiled || !dlock__zk_session_usable(t->s) || t->s->state != ZOO_CONNECTED_STATE;
-        int left = t->left;
-        int64_t heard_for = t->s->timeout_ms / 3; /* how long T's requests vouch for us */
-        pthread_mutex_unlock(&zb->mu);
-        if (look)
-            return DLOCK_OK;
-        if (left == 0) {
-            *first = dlock__now_ms() - t->sent <= heard_for;
+        enum zk_ahead_state state = dlock__zk_ahead_state(zb, t);
+        if (state != ZK_AHEAD_WAITING) {
+            *first = state == ZK_AHEAD_FIRST;
             return DLOCK_OK;
         }
         if (dlock__now_ms() >= net)

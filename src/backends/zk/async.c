@@ -8,21 +8,24 @@
  * deletion of the node one watches wakes that one), creates our
  * sequential node and looks where it stands. Not first, it leaves an
  * exists watch on the node it waits for and parks with its node kept:
- * its place in line stays while no thread waits. The watch's event
- * reaches the parked wait through the session watcher
- * (dlock__waitset_wake_key, then dlock__wait_wake). A woken attempt
- * looks again (one listing, and a watch on the next node ahead) only
- * when it must: an event for the watched node came, the watch could not
- * be set, or a session timeout passed since it was (the blocking wait's
- * safety net for a lost event); a wake for anything else (a session
- * event the same session survived) sends nothing. A disconnect is an
- * outage the core rides out until the wait's end (dlock__wait_outage),
- * as the blocking wait does (the reconnection wakes it sooner than the
- * core's backoff); a session that ended takes our node with it and a new
- * one is queued; a connection not back within the connect timeout ends
- * the wait. disarm() forgets the
- * watch (the wait leaves the set: the event, if it comes, wakes nobody)
- * and gives our node back when the acquire did not succeed.
+ * its place in line stays while no thread waits. With few nodes ahead
+ * it watches them all and counts their deletions down (ahead.c, as the
+ * blocking wait does): the release's event alone makes it first, and
+ * it holds without a request. Else it watches the node just before
+ * ours; that event reaches the parked wait through the session watcher
+ * (dlock__waitset_wake_key, then dlock__wait_wake), and the woken
+ * attempt looks again (one listing, and the watches ahead) only when it
+ * must: an event for the watched node came, the watch could not be set,
+ * or a session timeout passed since it was (the blocking wait's safety
+ * net for a lost event); a wake for anything else (a session event the
+ * same session survived) sends nothing. A disconnect is an outage the
+ * core rides out until the wait's end (dlock__wait_outage), as the
+ * blocking wait does (the reconnection wakes it sooner than the core's
+ * backoff); a session that ended takes our node with it and a new one
+ * is queued; a connection not back within the connect timeout ends the
+ * wait. disarm() forgets the watch (the wait leaves the set: the event,
+ * if it comes, wakes nobody) and gives our node back when the acquire
+ * did not succeed.
  *
  * A campaign (h->elect) is the same wait with a LeaderLatch node holding
  * the campaign's value, and no lock-delay, as dlock__zk_elect_acquire.
@@ -47,6 +50,7 @@ struct zk_park {
     char *node;           /* our contender node; NULL: none queued */
     int64_t czxid;
     char *pred;               /* the node we wait for: our key among the waiters */
+    struct zk_ahead *ahead;   /* or the watches on every node ahead (ahead.c) */
     bool watching;            /* an exists watch on PRED stands */
     uint64_t watch_seq;       /* the node events seen before it was set */
     int64_t look_at;          /* look again by then, event or not */
@@ -66,9 +70,12 @@ static bool session_live(struct zk_backend *zb, struct zk_session *s, bool *conn
     return live;
 }
 
-/* Stop waiting for P->pred (W's key goes first: the set borrows it). */
+/* Stop waiting for P->pred (W's key goes first: the set borrows it) or
+ * counting the nodes ahead (before our node goes: it is borrowed). */
 static void unwatch(struct zk_backend *zb, struct zk_park *p, struct dlock__wait *w)
 {
+    dlock__zk_ahead_free(zb, p->ahead);
+    p->ahead = NULL;
     dlock__waitset_set_key(&zb->waiters, w, NULL);
     free(p->pred);
     p->pred = NULL;
@@ -162,6 +169,36 @@ static int watch_ahead(struct zk_backend *zb, struct dlock__wait *w, struct zk_p
     return DLOCK_EBUSY;
 }
 
+/* Few nodes ahead (SORTED, the look's lock nodes; no lock-delay marker
+ * listed): watch them all and count their deletions down (ahead.c), so
+ * the release's event alone makes ours first. True when P counts (busy,
+ * parked until the count ends or a session timeout passed); false: the
+ * caller watches the node just before ours instead. */
+static bool count_ahead(struct zk_backend *zb, struct dlock__wait *w, struct zk_park *p,
+                        const struct zk_queue_look *look, struct String_vector *sorted)
+{
+    if (look->out.marker || !sorted->count)
+        return false;
+    struct zk_ahead_view v = {.lockpath = p->lockpath,
+                              .mine = p->node,
+                              .kids = sorted->data,
+                              .pos = look->out.pos};
+    p->ahead = dlock__zk_ahead_watch(zb, p->s, &v, w, dlock__wait_deadline(w));
+    if (p->ahead && dlock__zk_ahead_state(zb, p->ahead) == ZK_AHEAD_LOOK) {
+        dlock__zk_ahead_free(zb, p->ahead); /* spoiled at once: the old way */
+        p->ahead = NULL;
+    }
+    if (!p->ahead)
+        return false;
+    pthread_mutex_lock(&zb->mu);
+    int64_t timeout = p->s->timeout_ms > 0 ? p->s->timeout_ms : zb->c->opts.lease_ms;
+    pthread_mutex_unlock(&zb->mu);
+    p->look_at = dlock__now_ms() + timeout;
+    p->why[0] = 0;
+    dlock__wait_retry_at(w, p->look_at);
+    return true;
+}
+
 /* One pass: a session, our node (made when there is none), where it
  * stands, and the hold or the watch. *AGAIN: look again at once (our
  * node vanished, or the node ahead went before its watch was set). */
@@ -192,9 +229,11 @@ static int look_once(struct zk_backend *zb, struct dlock__hold *h, struct dlock_
         p->czxid = rq.out.czxid;
     }
     unwatch(zb, p, w);
+    struct String_vector sorted = {0, NULL};
     struct zk_queue_look look = {.lockpath = p->lockpath,
                                  .mine = p->node,
                                  .given = &listed,
+                                 .keep = &sorted,
                                  .until = dlock__wait_deadline(w)};
     int rc = dlock__zk_queue_position(zb, p->s, &look);
     deallocate_String_vector(&listed);
@@ -214,9 +253,10 @@ static int look_once(struct zk_backend *zb, struct dlock__hold *h, struct dlock_
         err = dlock__zk_fail(zb, rc, "list", p->lockpath);
     } else if (look.out.pos == 0) {
         err = first_in_line(zb, h, w, p, &look, sent);
-    } else {
+    } else if (!count_ahead(zb, w, p, &look, &sorted)) {
         err = watch_ahead(zb, w, p, &look, again);
     }
+    deallocate_String_vector(&sorted);
     free(look.out.pred);
     return err;
 }
@@ -244,7 +284,20 @@ static int attempt(struct zk_backend *zb, struct dlock__hold *h, struct dlock__w
         dlock__err(DLOCK_ECONN, "%s: lock '%s': disconnected while waiting", zb->servers, h->name);
         return dlock__wait_outage(w);
     }
-    if (p->s && nothing_new(zb, p)) {
+    if (p->ahead) { /* counting the nodes ahead down */
+        enum zk_ahead_state state = dlock__zk_ahead_state(zb, p->ahead);
+        if (state == ZK_AHEAD_WAITING && dlock__now_ms() < p->look_at) {
+            dlock__wait_retry_at(w, p->look_at);
+            return DLOCK_EBUSY;
+        }
+        if (state == ZK_AHEAD_FIRST) { /* held without a look */
+            int64_t sent = p->ahead->sent;
+            unwatch(zb, p, w);
+            struct zk_queue_look counted = {.out.pos = 0, .out.marker = false};
+            return first_in_line(zb, h, w, p, &counted, sent);
+        }
+        unwatch(zb, p, w); /* spoiled, or no word for a session timeout: look */
+    } else if (p->s && nothing_new(zb, p)) {
         p->why[0] = 0;
         dlock__wait_retry_at(w, p->look_at);
         return DLOCK_EBUSY;
@@ -290,6 +343,7 @@ int dlock__zk_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, 
     struct zk_park *p = park;
     if (!p)
         return rc;
+    dlock__zk_ahead_free(zb, p->ahead);
     dlock__waitset_remove(&zb->waiters, w); /* the watch's event wakes nobody now */
     if (rc == DLOCK_ETIMEDOUT && p->why[0]) /* as the blocking wait words it */
         rc = dlock__err(rc, "%s: lock '%s': timed out waiting (%s)", zb->servers, h->name, p->why);

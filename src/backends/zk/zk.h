@@ -532,6 +532,13 @@ struct zk_ahead_view {
 struct zk_ahead *dlock__zk_ahead_watch(struct zk_backend *zb, struct zk_session *s,
                                        const struct zk_ahead_view *v, struct dlock__wait *w,
                                        int64_t until);
+/* Where T's count stands now, without a request or a sleep (a parked
+ * wait's attempt, async.c): nodes ahead remain (WAITING); none is left
+ * and ours is first, counted from T's requests (FIRST); or a look is
+ * needed (LOOK: an event spoiled T, the session changed, or the server
+ * was last heard too long ago). */
+enum zk_ahead_state { ZK_AHEAD_WAITING, ZK_AHEAD_FIRST, ZK_AHEAD_LOOK };
+enum zk_ahead_state dlock__zk_ahead_state(struct zk_backend *zb, struct zk_ahead *t);
 /* Sleep in W until every node ahead of T is gone (*FIRST true: ours is
  * first, counted from T's requests) or a look is needed (*FIRST false:
  * an event spoiled T, the session changed, a safety-net TIMEOUT_MS

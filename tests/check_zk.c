@@ -1806,6 +1806,65 @@ static void proxied_close(struct proxied *f)
     free(f->url);
 }
 
+/* The blocking waiter's side of check_async's
+ * parked_count_ended_by_the_watch_replies_holds: A holds, B waits, and C
+ * (through the proxy) lists both ahead; its watches on them are kept at
+ * the proxy while B gives up (its wait ends) and, when A_GOES, A
+ * releases. The watches' replies (no node) then count those nodes gone:
+ * with A still there C waits until A's release (its event); with both
+ * gone C holds at once, with no event to come (its safety-net look would
+ * be a session timeout, 60 s, later). */
+static void count_ended_by_replies(const char *name, bool a_goes)
+{
+    struct proxied f;
+    proxied_open(&f, "lease=60s", name);
+    struct zk_frame zt = zk_open("lease=60s", true);
+    dlock_client *cb = tu_open(zt.url);
+    dlock_lock *a = tu_lock_mode(zt.c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *b = tu_lock_mode(cb, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    dlock_lock *c = tu_lock_mode(f.c, name, DLOCK_EXCLUSIVE, DLOCK_LOCK_HANDLE_OWNED);
+    ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_OK);
+    int64_t owner = 0;
+    char *holder = holder_path(zt.c, zt.zh, name, &owner);
+    struct tu_waiter wb, wc;
+    tu_waiter_start_ex(&wb, b, 2000, NULL, true);
+    expect_waiters(zt.c, name, 1, 10000);
+    tu_relay_keep_at(&f.px, strrchr(holder, '/') + 1); /* C's watches name A's node */
+    tu_waiter_start_ex(&wc, c, 60000, NULL, true);
+    for (int i = 0; i < 2000 && atomic_load(&f.px.kept) == 0; i++)
+        tu_sleep_ms(10);
+    ck_assert_msg(atomic_load(&f.px.kept) == 1, "C never watched %s", holder);
+    ck_assert_int_eq(tu_waiter_join(&wb), DLOCK_ETIMEDOUT);
+    expect_waiters(zt.c, name, 1, 10000); /* C's node alone behind A's */
+    if (a_goes)
+        ck_assert_int_eq(dlock_release(a), DLOCK_OK);
+    tu_relay_let_kept(&f.px);
+    if (!a_goes) {
+        ck_assert_msg(!tu_waiter_wait_done(&wc, 300), "C held while A did (rc %d)",
+                      atomic_load(&wc.rc));
+        ck_assert_int_eq(dlock_release(a), DLOCK_OK);
+    }
+    ck_assert_msg(tu_waiter_wait_done(&wc, 20000), "C not handed the lock within 20 s");
+    ck_assert_int_eq(tu_waiter_join(&wc), DLOCK_OK);
+    ck_assert_int_eq(dlock_acquire(a, DLOCK_TRY), DLOCK_EBUSY);
+    ck_assert_int_eq(dlock_release(c), DLOCK_OK);
+    free(holder);
+    TU_FREE_LOCKS(a, b, c);
+    dlock_client_close(cb);
+    zk_close(&zt);
+    proxied_close(&f);
+}
+
+TU_TEST_IN(standalone, waiter_counting_by_replies_waits_for_the_holder, 60)
+{
+    count_ended_by_replies("replies-wait", false);
+}
+
+TU_TEST_IN(standalone, waiter_counted_out_by_replies_holds_at_once, 60)
+{
+    count_ended_by_replies("replies-hold", true);
+}
+
 /* A create whose reply is lost: the node exists on the server but the
  * client never learned its name. dlock must not leave it in the queue
  * (it would block the lock until the session ends): once the connection

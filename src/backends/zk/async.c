@@ -11,7 +11,9 @@
  * its place in line stays while no thread waits. With few nodes ahead
  * it watches them all and counts their deletions down (ahead.c, as the
  * blocking wait does): the release's event alone makes it first, and
- * it holds without a request. Else it watches the node just before
+ * it holds without a request (or the watches' replies, when the nodes
+ * ahead went before them: the attempt that sent them reads the count
+ * too, as no event will come). Else it watches the node just before
  * ours; that event reaches the parked wait through the session watcher
  * (dlock__waitset_wake_key, then dlock__wait_wake), and the woken
  * attempt looks again (one listing, and the watches ahead) only when it
@@ -199,6 +201,32 @@ static bool count_ahead(struct zk_backend *zb, struct dlock__wait *w, struct zk_
     return true;
 }
 
+/* Where P's count of the nodes ahead stands: nodes left (busy, parked
+ * until an event or P->look_at), none left and ours first (H holds on
+ * it, with no request), or a look owed (*LOOK: the count spoiled, or no
+ * word for a session timeout; the watches are dropped). The attempt that
+ * set the watches reads it too: a node ahead that went before its watch
+ * reached the server is counted by the watch's reply (no node), and no
+ * event will wake the parked wait for it. */
+static int count_read(struct zk_backend *zb, struct dlock__hold *h, struct dlock__wait *w,
+                      struct zk_park *p, bool *look)
+{
+    *look = false;
+    enum zk_ahead_state state = dlock__zk_ahead_state(zb, p->ahead);
+    if (state == ZK_AHEAD_WAITING && dlock__now_ms() < p->look_at) {
+        dlock__wait_retry_at(w, p->look_at);
+        return DLOCK_EBUSY;
+    }
+    int64_t sent = p->ahead->sent;
+    unwatch(zb, p, w);
+    if (state != ZK_AHEAD_FIRST) {
+        *look = true;
+        return DLOCK_EBUSY;
+    }
+    struct zk_queue_look counted = {.out.pos = 0, .out.marker = false};
+    return first_in_line(zb, h, w, p, &counted, sent);
+}
+
 /* One pass: a session, our node (made when there is none), where it
  * stands, and the hold or the watch. *AGAIN: look again at once (our
  * node vanished, or the node ahead went before its watch was set). */
@@ -253,7 +281,9 @@ static int look_once(struct zk_backend *zb, struct dlock__hold *h, struct dlock_
         err = dlock__zk_fail(zb, rc, "list", p->lockpath);
     } else if (look.out.pos == 0) {
         err = first_in_line(zb, h, w, p, &look, sent);
-    } else if (!count_ahead(zb, w, p, &look, &sorted)) {
+    } else if (count_ahead(zb, w, p, &look, &sorted)) {
+        err = count_read(zb, h, w, p, again);
+    } else {
         err = watch_ahead(zb, w, p, &look, again);
     }
     deallocate_String_vector(&sorted);
@@ -285,18 +315,10 @@ static int attempt(struct zk_backend *zb, struct dlock__hold *h, struct dlock__w
         return dlock__wait_outage(w);
     }
     if (p->ahead) { /* counting the nodes ahead down */
-        enum zk_ahead_state state = dlock__zk_ahead_state(zb, p->ahead);
-        if (state == ZK_AHEAD_WAITING && dlock__now_ms() < p->look_at) {
-            dlock__wait_retry_at(w, p->look_at);
-            return DLOCK_EBUSY;
-        }
-        if (state == ZK_AHEAD_FIRST) { /* held without a look */
-            int64_t sent = p->ahead->sent;
-            unwatch(zb, p, w);
-            struct zk_queue_look counted = {.out.pos = 0, .out.marker = false};
-            return first_in_line(zb, h, w, p, &counted, sent);
-        }
-        unwatch(zb, p, w); /* spoiled, or no word for a session timeout: look */
+        bool look;
+        int err = count_read(zb, h, w, p, &look);
+        if (!look)
+            return err;
     } else if (p->s && nothing_new(zb, p)) {
         p->why[0] = 0;
         dlock__wait_retry_at(w, p->look_at);

@@ -90,7 +90,6 @@ int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__
     int rc = dlock__file_acquire_by(state, h, ".lock", w, campaign_try, h);
     return rc ? rc : campaign_won(state, h, w);
 }
-
 /* The asynchronous campaign (backend.h): the lock file's parked take
  * (mutex.c) with the campaign's try, then what the blocking one does. */
 int dlock__file_elect_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
@@ -104,15 +103,7 @@ int dlock__file_elect_try_armed(void *state, struct dlock__hold *h, struct dlock
     return rc ? rc : campaign_won(state, h, w);
 }
 
-int dlock__file_elect_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
-                             int rc)
-{
-    (void)state, (void)h, (void)w;
-    if (park)
-        dlock__file_park_end(park);
-    free(park);
-    return rc;
-}
+
 
 int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value)
 {

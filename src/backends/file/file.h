@@ -223,6 +223,10 @@ int dlock__file_park_take(struct file_state *s, struct dlock__hold *h, struct dl
 /* The end of P (its watch undone, its descriptor closed unless H kept
  * it, its name freed); P itself is the caller's. */
 void dlock__file_park_end(struct file_park *p);
+/* The disarm() of a try_armed() whose PARK is a bare struct file_park
+ * (a campaign's, a permit's): its end, and PARK freed. */
+int dlock__file_park_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                            int rc);
 extern const struct file_watch_ops dlock__file_parked_watch;
 /* P is about to try: a wake it was given is used now. */
 void dlock__file_park_ack(struct file_park *p);
@@ -344,8 +348,7 @@ void dlock__file_boot_id(char out[40]);
 int dlock__file_elect_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__file_elect_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
                                 void **park);
-int dlock__file_elect_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
-                             int rc);
+
 int dlock__file_elect_proclaim(void *state, struct dlock__hold *h, const char *value);
 int dlock__file_elect_observe(void *state, const char *name, const struct dlock_leader *known,
                               struct dlock__wait *w, struct dlock_leader *out);
@@ -360,6 +363,8 @@ int dlock__file_make_default_dir(const char *dir);
 /* semaphore.c */
 int dlock__file_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__file_sem_release(void *state, struct dlock__hold *h);
+int dlock__file_sem_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w,
+                              void **park);
 int dlock__file_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
 
 #endif

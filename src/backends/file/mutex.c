@@ -854,6 +854,16 @@ void dlock__file_park_end(struct file_park *p)
     p->t.full = NULL;
 }
 
+int dlock__file_park_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                            int rc)
+{
+    (void)state, (void)h, (void)w;
+    if (park)
+        dlock__file_park_end(park);
+    free(park);
+    return rc;
+}
+
 /* A parked asynchronous acquire's state (try_armed): the take, watched
  * through the client's parked-wait watch (park.c), and the lock's try. */
 struct lock_park {
@@ -1118,6 +1128,8 @@ static const struct dlock__lock_ops file_lock_ops = {
 static const struct dlock__sem_ops file_sem_ops = {
     .acquire = dlock__file_sem_acquire,
     .release = dlock__file_sem_release,
+    .try_armed = dlock__file_sem_try_armed,
+    .disarm = dlock__file_park_disarm,
     .inspect = dlock__file_sem_inspect,
     .list = file_sem_list,
 };
@@ -1128,7 +1140,7 @@ static const struct dlock__elect_ops file_elect_ops = {
     .proclaim = dlock__file_elect_proclaim,
     .observe = dlock__file_elect_observe,
     .try_armed = dlock__file_elect_try_armed,
-    .disarm = dlock__file_elect_disarm,
+    .disarm = dlock__file_park_disarm,
 };
 
 static const struct dlock__admin_ops file_admin_ops = {

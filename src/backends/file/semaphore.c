@@ -19,7 +19,8 @@
  * that is about to fail, and a waiter cannot miss a permit that is
  * coming back. Waiters sleep as lock waiters do (dlock__file_wait_take: an
  * inotify watch for IN_CLOSE_WRITE set before each try, raised when any
- * holder's descriptor closes).
+ * holder's descriptor closes); an asynchronous one parks on the client's
+ * one watch (park.c) and is woken by every such close.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -131,14 +132,42 @@ static int try_take(struct file_state *s, int fd, const char *fname, const char 
     return rc;
 }
 
-int dlock__file_sem_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
+/* Whether HOLD's prefixed name fits below the holder records. */
+static int name_fits(struct file_state *s, const struct dlock__hold *hold)
 {
-    struct file_state *s = state;
     size_t full_len = (s->prefix ? strlen(s->prefix) : 0) + strlen(hold->name);
     if (sizeof(struct header) + full_len > REC_OFFSET)
         return dlock__err(DLOCK_EINVAL, "semaphore '%.40s...': prefix and name are longer than %zu "
                                         "bytes", hold->name, REC_OFFSET - sizeof(struct header));
-    return dlock__file_acquire_by(s, hold, SUFFIX, w, try_take, hold); /* a close gives back the slots */
+    return DLOCK_OK;
+}
+
+int dlock__file_sem_acquire(void *state, struct dlock__hold *hold, struct dlock__wait *w)
+{
+    struct file_state *s = state;
+    int rc = name_fits(s, hold);
+    return rc ? rc : dlock__file_acquire_by(s, hold, SUFFIX, w, try_take, hold); /* a close gives back the slots */
+}
+
+/* The asynchronous acquire (backend.h): the semaphore file's parked take
+ * (mutex.c) with the semaphore's try. Its waiters are woken by every
+ * close of the file (shared, in park.c's words), not one at a time: a
+ * permit object given back may free several permits, and a waiter that
+ * wants more than are free must not swallow the wake of one that wants
+ * fewer. */
+int dlock__file_sem_try_armed(void *state, struct dlock__hold *hold, struct dlock__wait *w,
+                              void **park)
+{
+    struct file_park *p = *park;
+    if (!p) {
+        int rc = name_fits(state, hold);
+        if (rc)
+            return rc;
+        if (!(p = *park = calloc(1, sizeof *p)))
+            return dlock__err(DLOCK_ENOMEM, "out of memory");
+    }
+    struct file_park_req rq = {SUFFIX, try_take, hold, true};
+    return dlock__file_park_take(state, hold, w, p, &rq);
 }
 
 int dlock__file_sem_release(void *state, struct dlock__hold *hold)

@@ -410,6 +410,11 @@ int dlock__redis_sem_try_armed(void *state, struct dlock__hold *h, struct dlock_
         rc = try_take(s, &p->a, w, &p->t);
         if (rc == DLOCK_ECONN || rc == DLOCK_EUNAVAIL) /* the core rides it out */
             return dlock__wait_outage(w);
+        /* Taken with permits left (a permit object of K > 1 given back):
+         * the next waiter may take one too, and the wake this try used
+         * was acknowledged, so leaving passes nothing on: pass it now. */
+        if (rc == DLOCK_OK && p->t.pass_on)
+            dlock__redis_hub_pass(s, p->k.chan, p->k.chan_len, w);
         if (rc != DLOCK_EBUSY)
             return rc;
         if (h->sem->k > 1)

@@ -2266,6 +2266,16 @@ static void semaphore_parked_waits_canceled(const char *server)
     ck_assert_ptr_null(d.p[0]);
     ck_assert_ptr_null(d.p[1]);
     ck_assert_int_eq(dlock_permit_release(held), DLOCK_OK);
+    /* Nothing stays once what a cancel owes is given back (zk: the
+     * keeper deletes a canceled wait's nodes, within seconds). */
+    int rc = DLOCK_EBUSY;
+    for (int i = 0; i < 100 && rc == DLOCK_EBUSY; i++) {
+        rc = dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &held);
+        if (rc == DLOCK_EBUSY)
+            tu_sleep_ms(100);
+    }
+    ck_assert_msg(rc == DLOCK_OK, "%d: %s", rc, dlock_errmsg());
+    ck_assert_int_eq(dlock_permit_release(held), DLOCK_OK);
     ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, DLOCK_TRY, NULL, on_permit_done, &d),
                      DLOCK_OK);
     ck_assert(pump_until(c, &d.n, 3, 20000));
@@ -2808,12 +2818,13 @@ static dlock_client *zk_client(void)
     return c;
 }
 
-#define ZK_ELECTION(name)         \
+#define ZK_TEST(name)             \
     TU_TEST_IN(zk, zk_##name, 60) \
     {                             \
         name(zk_url());           \
     }
-ELECTION_TESTS(ZK_ELECTION)
+ELECTION_TESTS(ZK_TEST)
+SEMAPHORE_TESTS(ZK_TEST)
 
 /* Wait (up to 20 s) until NAME has WANT waiters queued, as C sees it. */
 static void zk_queued(dlock_client *c, const char *name, long want)
@@ -3212,6 +3223,39 @@ TU_TEST_IN(zk, excludes_async_and_blocking_holders, 90)
         dlock_lock_free(t[i].l);
         dlock_client_close(cs[i]);
     }
+}
+/* A parked permit waiter (both permits of "zp" held on another client:
+ * it takes the Curator mutex, makes its lease and watches the leases)
+ * sends nothing while it waits; the child watch brings the release,
+ * which hands it the permit. Before: DLOCK_ENOTSUP at the start. */
+TU_TEST_IN(zk, zk_parked_permit_waiter_woken_by_the_watch, 60)
+{
+    dlock_client *c = zk_client(), *other = zk_client();
+    dlock_semaphore *s, *so;
+    ck_assert_int_eq(dlock_semaphore_new(c, "zp", 2, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(other, "zp", 2, 0, &so), DLOCK_OK);
+    dlock_permit *held[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &held[i]), DLOCK_OK);
+    struct permit_log d = {0};
+    ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, DLOCK_FOREVER, NULL, on_permit_done, &d),
+                     DLOCK_OK);
+    ck_assert_msg(!pump_until(c, &d.n, 1, 1000), "%d: %s", d.rc[0], d.msg[0]); /* parked */
+    long before = zk_received();
+    ck_assert(!pump_until(c, &d.n, 1, 2000));
+    long during = zk_received() - before;
+    /* a poll of even 200 ms would be 10 requests; pings are one per
+     * 20 s at most per session */
+    ck_assert_msg(during <= 6, "%ld requests while one permit waiter was parked for 2 s", during);
+    ck_assert_int_eq(dlock_permit_release(held[0]), DLOCK_OK);
+    ck_assert(pump_until(c, &d.n, 1, 20000));
+    ck_assert_msg(d.rc[0] == DLOCK_OK, "%d: %s", d.rc[0], d.msg[0]);
+    ck_assert_int_eq(dlock_permit_release(d.p[0]), DLOCK_OK);
+    ck_assert_int_eq(dlock_permit_release(held[1]), DLOCK_OK);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(so);
+    dlock_client_close(c);
+    dlock_client_close(other);
 }
 #endif
 

@@ -1161,9 +1161,11 @@ typedef void (*dlock_permit_done_fn)(dlock_semaphore *s, dlock_permit *p, int rc
  * which has no semaphores): Redisson's channel and the nearest permit
  * expiry resume it, as they wake the blocking wait; file: every close of
  * the semaphore file (inotify, one watch per client) resumes the parked
- * permit waits. Elsewhere (etcd, zk, postgres, mysql) DLOCK_TRY works
- * (the blocking call's one try on a pool thread) and a wait is refused
- * with DLOCK_ENOTSUP naming the backend. DONE(S, P, rc, ARG) comes once with
+ * permit waits; zk: the wait keeps its place in the queue of Curator's
+ * mutex (a watch on the node ahead), then a child watch on the leases
+ * resumes it. Elsewhere (etcd, postgres, mysql) DLOCK_TRY works (the
+ * blocking call's one try on a pool thread) and a wait is refused with
+ * DLOCK_ENOTSUP naming the backend. DONE(S, P, rc, ARG) comes once with
  * dlock_semaphore_acquire()'s codes (DLOCK_ECANCELED also when the
  * client closes meanwhile); after a failure nothing is held. Returns
  * DLOCK_OK (started); DLOCK_EINVAL (S or DONE NULL, K 0 or above the

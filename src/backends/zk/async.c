@@ -30,7 +30,9 @@
  * did not succeed.
  *
  * A campaign (h->elect) is the same wait with a LeaderLatch node holding
- * the campaign's value, and no lock-delay, as dlock__zk_elect_acquire.
+ * the campaign's value, and no lock-delay, as dlock__zk_elect_acquire; a
+ * semaphore's Curator mutex (semaphore.c) is the same wait on a lock
+ * path of its own (dlock__zk_park_at), with no lock-delay either.
  */
 #include "zk.h"
 
@@ -48,6 +50,8 @@
 struct zk_park {
     char *lockpath;
     const char *mark;     /* the kind of node we queue (dlock__zk_mark) */
+    bool bare;            /* the recipe alone, no lock-delay (a campaign,
+                             a semaphore's mutex) */
     struct zk_session *s; /* the session NODE lives in (a reference) */
     char *node;           /* our contender node; NULL: none queued */
     int64_t czxid;
@@ -130,8 +134,8 @@ static int first_in_line(struct zk_backend *zb, struct dlock__hold *h, struct dl
     int err = dlock__zk_hold_on(zb, p->s, h, &first);
     if (err)
         return err; /* the node stays ours: disarm() gives it back */
-    if (h->elect)
-        return DLOCK_OK; /* a campaign has no lock-delay */
+    if (p->bare)
+        return DLOCK_OK; /* no lock-delay */
     int64_t left;
     err = dlock__zk_delay_first(zb, h, p->lockpath, &left);
     if (!err && left > 0) { /* our place is lost: queue anew after it */
@@ -335,28 +339,52 @@ static int attempt(struct zk_backend *zb, struct dlock__hold *h, struct dlock__w
     return err;
 }
 
+/* The first attempt's park at LOCKPATH (taken: freed on failure) with
+ * MARK, BARE as in struct zk_park, into *PARK. */
+static int park_new(struct zk_backend *zb, char *lockpath, const char *mark, bool bare,
+                    struct dlock__wait *w, void **park)
+{
+    struct zk_park *p = lockpath ? calloc(1, sizeof *p) : NULL;
+    if (!p) {
+        free(lockpath);
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    }
+    p->lockpath = lockpath;
+    p->mark = mark;
+    p->bare = bare;
+    /* registered before anything is sent: a session event or the
+     * deletion of the node ahead from now on is a wake */
+    int err = dlock__waitset_add(&zb->waiters, w);
+    if (err) {
+        free(p->lockpath);
+        free(p);
+        return err;
+    }
+    *park = p;
+    return DLOCK_OK;
+}
+
 int dlock__zk_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park)
 {
     struct zk_backend *zb = state;
-    struct zk_park *p = *park;
-    if (!p) {
-        p = calloc(1, sizeof *p);
-        if (!p || !(p->lockpath = dlock__zk_lock_path(zb, h->name))) {
-            free(p);
-            return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-        }
-        p->mark = h->elect ? ZK_LATCH_MARK : dlock__zk_mark(zb, h->mode);
-        /* registered before anything is sent: a session event or the
-         * deletion of the node ahead from now on is a wake */
-        int err = dlock__waitset_add(&zb->waiters, w);
-        if (err) {
-            free(p->lockpath);
-            free(p);
+    if (!*park) {
+        const char *mark = h->elect ? ZK_LATCH_MARK : dlock__zk_mark(zb, h->mode);
+        int err = park_new(zb, dlock__zk_lock_path(zb, h->name), mark, h->elect != NULL, w, park);
+        if (err)
             return err;
-        }
-        *park = p;
     }
-    return attempt(zb, h, w, p);
+    return attempt(zb, h, w, *park);
+}
+
+int dlock__zk_park_at(struct zk_backend *zb, const char *lockpath, const char *mark,
+                      struct dlock__hold *h, struct dlock__wait *w, void **park)
+{
+    if (!*park) {
+        int err = park_new(zb, dlock__strdup(lockpath), mark, true, w, park);
+        if (err)
+            return err;
+    }
+    return attempt(zb, h, w, *park);
 }
 
 int dlock__zk_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park, int rc)

@@ -778,6 +778,8 @@ static const struct dlock__lock_ops zk_lock_ops = {
 static const struct dlock__sem_ops zk_sem_ops = {
     .acquire = dlock__zk_sem_acquire,
     .release = dlock__zk_sem_release,
+    .try_armed = dlock__zk_sem_try_armed,
+    .disarm = dlock__zk_sem_disarm,
     .inspect = dlock__zk_sem_inspect,
     .list = dlock__zk_list, /* the base's nodes, locks and semaphores alike */
 };

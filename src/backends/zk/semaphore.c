@@ -19,6 +19,10 @@
  *
  * Curator stores no permit count (each client brings its own maxLeases),
  * so a semaphore used with two counts is not detected here.
+ *
+ * An asynchronous acquire parks both waits (the mutex's queue, the
+ * leases' child watch) instead of sleeping in a thread: see
+ * dlock__zk_sem_try_armed() below.
  */
 #include "zk.h"
 
@@ -78,92 +82,137 @@ static void delete_leases(struct zk_backend *zb, struct zk_session *s, char **pa
     }
 }
 
-/* Under the mutex: create K leases, then wait until they fit in N. */
-static int take_leases(struct zk_backend *zb, struct dlock__hold *h, const char *leases,
-                       struct dlock__wait *w)
+/* The K lease nodes of one acquire, made in session S (a reference). */
+struct zk_leases {
+    struct zk_session *s;
+    char **paths;
+    unsigned made;
+    int64_t czxid; /* the first one's */
+};
+
+/* Create L's K lease nodes under LEASES, one new guid for all, by UNTIL. */
+static int leases_make(struct zk_backend *zb, const char *leases, unsigned k, struct zk_leases *l,
+                       int64_t until)
 {
-    unsigned k = h->sem->k, n = h->sem->permits;
-    int64_t until = dlock__wait_deadline(w);
-    struct zk_session *s = NULL;
-    int err = dlock__zk_session_get_w(zb, &s, w);
-    if (err)
-        return err;
-    char **paths = calloc(k, sizeof *paths);
-    if (!paths) {
-        dlock__zk_session_put(zb, s);
+    if (!(l->paths = calloc(k, sizeof *l->paths)))
         return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    }
     char guid[37];
     dlock__uuid(guid);
-    int64_t czxid = 0, sent = dlock__now_ms();
-    unsigned made = 0;
-    for (; made < k; made++) {
+    for (; l->made < k; l->made++) {
         int64_t z = 0;
-        int rc = create_lease(zb, s, leases, guid, &paths[made], &z, until);
+        int rc = create_lease(zb, l->s, leases, guid, &l->paths[l->made], &z, until);
         if (rc != ZOK) {
             if (dlock__zk_rc_transient(rc)) /* it may exist: sweep our guid later */
-                dlock__zk_suspect_add(zb, s, leases, guid, NULL);
-            err = dlock__zk_fail(zb, rc, "create lease under", leases);
-            break;
+                dlock__zk_suspect_add(zb, l->s, leases, guid, NULL);
+            return dlock__zk_fail(zb, rc, "create lease under", leases);
         }
-        if (made == 0)
-            czxid = z;
+        if (l->made == 0)
+            l->czxid = z;
     }
-    while (!err) {
-        unsigned seq = dlock__wait_seq(w);
-        dlock__waitset_set_key(&zb->waiters, w, leases);
-        struct String_vector kids = {0, NULL};
-        sent = dlock__now_ms(); /* the listing that lets us in confirms the leases */
-        int rc = dlock__zk_rq_children_watch(zb, s->zh, leases, dlock__zk_watcher, s, &kids, until);
-        int32_t count = kids.count;
-        deallocate_String_vector(&kids);
-        if (rc != ZOK) {
-            err = dlock__zk_fail(zb, rc, "list", leases);
-            break;
-        }
-        if (count <= (int32_t)n)
-            break;
-        if (dlock__wait_try_once(w)) {
-            err = dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': %d leases under %s, %u permits",
-                             zb->servers, h->name, count, leases, n);
-            break;
-        }
-        pthread_mutex_lock(&zb->mu);
-        int64_t timeout = s->timeout_ms > 0 ? s->timeout_ms : zb->c->opts.lease_ms;
-        pthread_mutex_unlock(&zb->mu);
-        int r = dlock__wait_sleep(w, seq, dlock__now_ms() + timeout);
-        if (r == DLOCK_ETIMEDOUT || r == DLOCK_ECANCELED)
-            err = dlock__err(r, "%s: semaphore '%s': %s", zb->servers, h->name,
-                             r == DLOCK_ECANCELED ? "wait canceled" : "timed out waiting for a lease");
-        else if (r)
-            err = r;
-    }
-    dlock__waitset_set_key(&zb->waiters, w, NULL);
-    struct zk_sem_hold *sh = err ? NULL : calloc(1, sizeof *sh);
-    if (!err && !sh)
-        err = dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
-    if (err) {
-        delete_leases(zb, s, paths, made, w, err);
-        free(paths);
-        dlock__zk_session_put(zb, s);
-        return err;
-    }
+    return DLOCK_OK;
+}
+
+/* One look whether L's leases fit in H's permits among LEASES' children,
+ * leaving a child watch whose event wakes W (keyed by LEASES): DLOCK_OK
+ * (they fit; *SENT: when the listing that said so was asked),
+ * DLOCK_EBUSY (not yet), or a failure. */
+static int leases_fit(struct zk_backend *zb, const struct dlock__hold *h, const char *leases,
+                      struct dlock__wait *w, struct zk_leases *l, int64_t *sent)
+{
+    unsigned n = h->sem->permits;
+    dlock__waitset_set_key(&zb->waiters, w, leases);
+    struct String_vector kids = {0, NULL};
+    *sent = dlock__now_ms(); /* the listing that lets us in confirms the leases */
+    int rc = dlock__zk_rq_children_watch(zb, l->s->zh, leases, dlock__zk_watcher, l->s, &kids,
+                                         dlock__wait_deadline(w));
+    int32_t count = kids.count;
+    deallocate_String_vector(&kids);
+    if (rc != ZOK)
+        return dlock__zk_fail(zb, rc, "list", leases);
+    if (count <= (int32_t)n)
+        return DLOCK_OK;
+    return dlock__err(DLOCK_EBUSY, "%s: semaphore '%s': %d leases under %s, %u permits",
+                      zb->servers, h->name, count, leases, n);
+}
+
+/* H holds L's leases, confirmed by a listing sent at SENT: its hold data
+ * takes L's paths. */
+static int leases_keep(struct zk_backend *zb, struct dlock__hold *h, struct zk_leases *l,
+                       int64_t sent)
+{
+    struct zk_sem_hold *sh = calloc(1, sizeof *sh);
+    if (!sh)
+        return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+    unsigned k = l->made;
+    char **paths = l->paths;
+    l->paths = NULL;
+    l->made = 0;
     sh->base.path = paths[0];
-    sh->base.gen = s->gen;
-    sh->base.czxid = czxid;
+    sh->base.gen = l->s->gen;
+    sh->base.czxid = l->czxid;
     sh->more = paths; /* paths[1..k) */
     memmove(paths, paths + 1, (k - 1) * sizeof *paths);
     sh->nmore = k - 1;
     h->bdata = sh;
-    h->token = (uint64_t)czxid;
+    h->token = (uint64_t)l->czxid;
     const char *slash = strrchr(sh->base.path, '/');
     snprintf(h->owner, sizeof h->owner, "%s", slash ? slash + 1 : sh->base.path);
     pthread_mutex_lock(&zb->mu);
-    int64_t session_ms = s->timeout_ms;
+    int64_t session_ms = l->s->timeout_ms;
     pthread_mutex_unlock(&zb->mu);
     dlock__hold_confirmed_lease(zb->c, h, sent, session_ms);
-    dlock__zk_session_put(zb, s);
     return DLOCK_OK;
+}
+
+/* The end of L: the leases it still has given back (wait W ended with
+ * ERR), its session let go. */
+static void leases_end(struct zk_backend *zb, struct zk_leases *l, struct dlock__wait *w, int err)
+{
+    if (l->paths)
+        delete_leases(zb, l->s, l->paths, l->made, w, err);
+    free(l->paths);
+    l->paths = NULL;
+    if (l->s)
+        dlock__zk_session_put(zb, l->s);
+    l->s = NULL;
+}
+
+/* How long a wait for leases sleeps without an event: a session timeout
+ * (the blocking wait's safety net for a lost one). */
+static int64_t leases_look_ms(struct zk_backend *zb, const struct zk_session *s)
+{
+    pthread_mutex_lock(&zb->mu);
+    int64_t timeout = s->timeout_ms > 0 ? s->timeout_ms : zb->c->opts.lease_ms;
+    pthread_mutex_unlock(&zb->mu);
+    return timeout;
+}
+
+/* Under the mutex: create K leases, then wait until they fit in N. */
+static int take_leases(struct zk_backend *zb, struct dlock__hold *h, const char *leases,
+                       struct dlock__wait *w)
+{
+    struct zk_leases l = {0};
+    int err = dlock__zk_session_get_w(zb, &l.s, w);
+    if (err)
+        return err;
+    err = leases_make(zb, leases, h->sem->k, &l, dlock__wait_deadline(w));
+    int64_t sent = 0;
+    while (!err) {
+        unsigned seq = dlock__wait_seq(w);
+        err = leases_fit(zb, h, leases, w, &l, &sent);
+        if (err != DLOCK_EBUSY || dlock__wait_try_once(w))
+            break;
+        err = dlock__wait_sleep(w, seq, dlock__now_ms() + leases_look_ms(zb, l.s));
+        if (err == DLOCK_ETIMEDOUT || err == DLOCK_ECANCELED)
+            err = dlock__err(err, "%s: semaphore '%s': %s", zb->servers, h->name,
+                             err == DLOCK_ECANCELED ? "wait canceled"
+                                                    : "timed out waiting for a lease");
+    }
+    dlock__waitset_set_key(&zb->waiters, w, NULL);
+    if (!err)
+        err = leases_keep(zb, h, &l, sent);
+    leases_end(zb, &l, w, err);
+    return err;
 }
 
 int dlock__zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w)
@@ -199,6 +248,99 @@ int dlock__zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait
     free(locks);
     free(leases);
     return err;
+}
+
+/* A parked permit wait (backend.h: try_armed): the blocking acquire's
+ * two waits, each cut into attempts that never sleep. Curator's mutex on
+ * P/locks is queued and waited for as a lock's parked wait is (async.c,
+ * dlock__zk_park_at: its node keeps its place, the watch on the node
+ * ahead wakes it); once it is ours, the K leases are made and each
+ * attempt lists P/leases with a child watch, whose event (a lease
+ * deleted: a release, a session gone) wakes the parked wait, until they
+ * fit. disarm() lets the mutex go (within what is left of the wait when
+ * it failed, as the blocking acquire does) and gives back the leases of
+ * a wait that did not succeed. */
+struct zk_sem_park {
+    struct dlock__hold mutex; /* ours, never registered with the core */
+    void *mutex_park;         /* its wait's (async.c) */
+    bool in;                  /* the mutex is ours, the leases are made */
+    char *locks, *leases;
+    struct zk_leases l;
+};
+
+static void sem_park_free(struct zk_sem_park *p)
+{
+    free(p->locks);
+    free(p->leases);
+    free(p);
+}
+
+int dlock__zk_sem_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park)
+{
+    struct zk_backend *zb = state;
+    struct zk_sem_park *p = *park;
+    if (!p) {
+        char *path = dlock__zk_lock_path(zb, h->name);
+        if ((p = path ? calloc(1, sizeof *p) : NULL)) {
+            p->locks = dlock__sprintf("%s/locks", path);
+            p->leases = dlock__sprintf("%s/leases", path);
+        }
+        free(path);
+        if (!p || !p->locks || !p->leases) {
+            if (p)
+                sem_park_free(p);
+            return dlock__err(DLOCK_ENOMEM, "%s: out of memory", zb->servers);
+        }
+        p->mutex = (struct dlock__hold){.name = h->name, .mode = DLOCK_EXCLUSIVE, .count = 1,
+                                        .lease_ms = h->lease_ms, .valid_until = DLOCK__NEVER,
+                                        .renew_at = DLOCK__NEVER};
+        *park = p;
+    }
+    int err;
+    if (!p->in) {
+        err = dlock__zk_park_at(zb, p->locks, ZK_LOCK_MARK, &p->mutex, w, &p->mutex_park);
+        if (err)
+            return err;
+        p->in = true;
+        if ((err = dlock__zk_session_get_now(zb, &p->l.s)) ||
+            (err = leases_make(zb, p->leases, h->sem->k, &p->l, dlock__wait_deadline(w))))
+            return err;
+    }
+    int64_t sent = 0;
+    err = leases_fit(zb, h, p->leases, w, &p->l, &sent);
+    if (err == DLOCK_EBUSY)
+        dlock__wait_retry_at(w, dlock__now_ms() + leases_look_ms(zb, p->l.s));
+    return err ? err : leases_keep(zb, h, &p->l, sent);
+}
+
+int dlock__zk_sem_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                         int rc)
+{
+    (void)h;
+    struct zk_backend *zb = state;
+    struct zk_sem_park *p = park;
+    if (!p)
+        return rc;
+    char msg[DLOCK__MSG_MAX];
+    dlock__errmsg_save(msg);
+    dlock__waitset_set_key(&zb->waiters, w, NULL);
+    leases_end(zb, &p->l, w, rc);
+    if (p->in && rc)
+        dlock__zk_release_within(zb, &p->mutex, dlock__zk_give_up_deadline(w, rc));
+    else if (p->in)
+        dlock__zk_release(zb, &p->mutex);
+    dlock__errmsg_restore(rc, msg);
+    /* the mutex's wait: its node given back unless it was ours, W out of
+     * the waiters; while it waited for the mutex, its words say why */
+    if (p->mutex_park) {
+        int mrc = dlock__zk_disarm(zb, &p->mutex, w, p->mutex_park, p->in ? DLOCK_OK : rc);
+        if (!p->in)
+            rc = mrc;
+        else
+            dlock__errmsg_restore(rc, msg);
+    }
+    sem_park_free(p);
+    return rc;
 }
 
 int dlock__zk_sem_release(void *state, struct dlock__hold *h)

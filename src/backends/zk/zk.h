@@ -454,6 +454,9 @@ int dlock__zk_elect_observe(void *state, const char *name, const struct dlock_le
 
 int dlock__zk_sem_acquire(void *state, struct dlock__hold *h, struct dlock__wait *w);
 int dlock__zk_sem_release(void *state, struct dlock__hold *h);
+int dlock__zk_sem_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park);
+int dlock__zk_sem_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park,
+                         int rc);
 int dlock__zk_sem_inspect(void *state, const char *name, unsigned permits, struct dlock_info *info);
 /* The keeper's check of a permit of K beyond its first lease node (which
  * session.c checks as a lock's), in two halves so that a renewal batch
@@ -484,6 +487,11 @@ void dlock__zk_shadow_drop(struct zk_backend *zb, struct zk_session *s, struct z
 /* The lock ops' try_armed and disarm (backend.h): the recipe's wait cut
  * into attempts for the core's parked asynchronous acquire. */
 int dlock__zk_try_armed(void *state, struct dlock__hold *h, struct dlock__wait *w, void **park);
+/* dlock__zk_try_armed() of hold H (exclusive or shared by MARK) queued
+ * under LOCKPATH rather than its name's lock path, with no lock-delay (a
+ * semaphore's Curator mutex); its end is dlock__zk_disarm(). */
+int dlock__zk_park_at(struct zk_backend *zb, const char *lockpath, const char *mark,
+                      struct dlock__hold *h, struct dlock__wait *w, void **park);
 int dlock__zk_disarm(void *state, struct dlock__hold *h, struct dlock__wait *w, void *park, int rc);
 
 /* ------------------------------------------------------------- inspect.c */

@@ -2026,6 +2026,31 @@ TU_TEST(close_bounded_on_stalled_server, 90)
                   CT->name, (long long)took, (long long)op_timeout_ms);
 }
 
+/* A try (DLOCK_TRY) whose server does not answer is not "held by another
+ * owner": a failure naming the server (DLOCK_ECONN, DLOCK_EUNAVAIL or
+ * DLOCK_ETIMEDOUT, as the backend words a request not answered), never
+ * DLOCK_EBUSY -- nobody was seen holding the lock. */
+TU_TEST(try_on_stalled_server_is_not_busy, 60)
+{
+    if (!has(CT_SERVER))
+        return;
+    ck_assert_msg(CT->pause, "fixture %s cannot stop its server", CT->name);
+    dlock_client *c = ct_open_test("timeout=1s");
+    dlock_lock *l = tu_lock(c, "stalled-try");
+    TU_ACQUIRE_OK(l, DLOCK_TRY); /* connected, the name known */
+    TU_RELEASE_OK(l);
+    CT->pause(CT, true);
+    int rc = dlock_acquire(l, DLOCK_TRY);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+    CT->pause(CT, false);
+    ck_assert_msg(rc != DLOCK_OK && rc != DLOCK_EBUSY && strstr(msg, "127.0.0.1") &&
+                      !strstr(msg, "held by another owner"),
+                  "%s: a try against a stopped server: %s: %s", CT->name, dlock_err_name(rc), msg);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* A holder of two locks stopped (SIGSTOP) past its lease: another client
  * gets both, with a greater token; the holder, resumed, is told of each
  * loss (a callback each), its releases say DLOCK_ELOST, and its client

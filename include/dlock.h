@@ -384,7 +384,9 @@ DLOCK_EXTERN int dlock_lock_set_lease(dlock_lock *l, int64_t lease_ms, unsigned 
 
 /* Acquire for the calling thread (for the handle when it is
  * handle-owned). WAIT_MS: DLOCK_TRY (0) tries once and returns
- * DLOCK_EBUSY; > 0 waits up to that many milliseconds and returns
+ * DLOCK_EBUSY (held by another owner; a try whose request the server
+ * did not answer in time is a failure naming the server instead, never
+ * DLOCK_EBUSY); > 0 waits up to that many milliseconds and returns
  * DLOCK_ETIMEDOUT; DLOCK_FOREVER waits until acquired. A wait sleeps until
  * the backend reports a release; dlock_lock_cancel() from another thread
  * ends it with DLOCK_ECANCELED (see also dlock_acquire_ex()). If the owner

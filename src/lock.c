@@ -463,7 +463,13 @@ int dlock__acquire_outcome(struct dlock__entry *e, int rc, int64_t wait_ms, int6
                         "lock '%s' is in its lock-delay for %lld ms more (its last hold ended "
                         "without a clean release)",
                         e->name, (long long)delay_left);
-    else if (rc == DLOCK_ETIMEDOUT && wait_ms == 0)
+    else if (rc == DLOCK_ETIMEDOUT && wait_ms == 0 && *dlock_errmsg()) {
+        /* A request not answered in time, in the backend's words (naming
+         * the server): nobody was seen holding the lock. */
+        char why[700];
+        snprintf(why, sizeof why, "%s", dlock_errmsg());
+        rc = dlock__err(DLOCK_ETIMEDOUT, "lock '%s': the try was not answered: %s", e->name, why);
+    } else if (rc == DLOCK_ETIMEDOUT && wait_ms == 0)
         rc = dlock__err(DLOCK_EBUSY, "lock '%s' is held by another owner", e->name);
     else if (rc == DLOCK_ETIMEDOUT && *dlock_errmsg()) {
         /* The backend said why (disconnected, say): keep its words. */

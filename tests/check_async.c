@@ -2365,6 +2365,44 @@ TU_TEST(semaphore_try_on_file, 30)
     dlock_client_close(c);
 }
 
+/* dlock_election_cancel() right after the campaigns started, before
+ * the pool may have run them: each ends DLOCK_ECANCELED anyway (a cancel
+ * that found no wait yet used to be lost, and the campaign waited on
+ * forever). On file, every election led by another client. */
+#define EARLY_CANCELS 8
+TU_TEST(campaign_canceled_before_it_runs, 30)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(url, &other), DLOCK_OK);
+    dlock_election *leaders[EARLY_CANCELS], *es[EARLY_CANCELS];
+    struct elect_log d = {0};
+    for (int i = 0; i < EARLY_CANCELS; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "el-early%d", i);
+        leaders[i] = election_on(other, name);
+        ck_assert_int_eq(dlock_election_campaign(leaders[i], "l", DLOCK_TRY, NULL), DLOCK_OK);
+        es[i] = election_on(c, name);
+    }
+    for (int i = 0; i < EARLY_CANCELS; i++) {
+        ck_assert_int_eq(dlock_election_campaign_async(es[i], "w", DLOCK_FOREVER, NULL,
+                                                       on_elect_done, &d),
+                         DLOCK_OK);
+        ck_assert_int_eq(dlock_election_cancel(es[i]), DLOCK_OK);
+    }
+    bool all = pump_until(c, &d.n, EARLY_CANCELS, 20000);
+    int n = d.n;
+    dlock_client_close(c); /* ends what the cancels missed */
+    ck_assert_msg(all, "%d of %d canceled campaigns completed", n, EARLY_CANCELS);
+    for (int i = 0; i < EARLY_CANCELS; i++)
+        ck_assert_msg(d.rc[i] == DLOCK_ECANCELED, "%d: %s", d.rc[i], d.msg[i]);
+    for (int i = 0; i < EARLY_CANCELS; i++) {
+        dlock_election_free(es[i]);
+        dlock_election_free(leaders[i]);
+    }
+    dlock_client_close(other);
+}
+
 /* What an asynchronous campaign refuses to start, on file: NULL
  * arguments, a bad wait, a fired cancel object, a handle that leads
  * already or has a call in flight; a resign of a handle that does not
@@ -2554,6 +2592,40 @@ TU_TEST_IN(redis, semaphore_cancel_and_timeout_parked, 60)
     dlock_semaphore_free(s);
     dlock_semaphore_free(so);
     dlock_client_close(c);
+    dlock_client_close(other);
+}
+
+/* dlock_semaphore_cancel() right after the acquires started, before the
+ * pool may have run them: each ends DLOCK_ECANCELED anyway (a cancel
+ * that found no wait yet used to be lost: the acquire waited on). */
+TU_TEST_IN(redis, semaphore_canceled_before_it_runs, 60)
+{
+    dlock_client *c, *other;
+    ck_assert_int_eq(dlock_open(srv.url, &c), DLOCK_OK);
+    ck_assert_int_eq(dlock_open(srv.url, &other), DLOCK_OK);
+    dlock_semaphore *s, *so;
+    ck_assert_int_eq(dlock_semaphore_new(c, "early", 1, 0, &s), DLOCK_OK);
+    ck_assert_int_eq(dlock_semaphore_new(other, "early", 1, 0, &so), DLOCK_OK);
+    dlock_permit *held;
+    ck_assert_int_eq(dlock_semaphore_acquire(so, 1, DLOCK_TRY, NULL, &held), DLOCK_OK);
+    struct permit_log d = {0};
+    for (int i = 0; i < EARLY_CANCELS; i++) {
+        ck_assert_int_eq(dlock_semaphore_acquire_async(s, 1, DLOCK_FOREVER, NULL, on_permit_done,
+                                                       &d),
+                         DLOCK_OK);
+        ck_assert_int_eq(dlock_semaphore_cancel(s), DLOCK_OK);
+    }
+    bool all = pump_until(c, &d.n, EARLY_CANCELS, 20000);
+    int n = d.n;
+    dlock_client_close(c); /* ends what the cancels missed */
+    ck_assert_msg(all, "%d of %d canceled acquires completed", n, EARLY_CANCELS);
+    for (int i = 0; i < EARLY_CANCELS; i++) {
+        ck_assert_msg(d.rc[i] == DLOCK_ECANCELED, "%d: %s", d.rc[i], d.msg[i]);
+        ck_assert_ptr_null(d.p[i]);
+    }
+    ck_assert_int_eq(dlock_permit_release(held), DLOCK_OK);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(so);
     dlock_client_close(other);
 }
 

@@ -1122,8 +1122,8 @@ DLOCK_EXTERN int dlock_lock_new_permits(dlock_client *c, const char *name, unsig
                                         unsigned flags, dlock_lock **out);
 
 /* Cancel every acquire in progress on S (they return DLOCK_ECANCELED and
- * take nothing); acquires that start later are not affected (use a
- * cancel object for those). DLOCK_OK or DLOCK_EINVAL (S NULL). Any
+ * take nothing), an asynchronous one from its call's return on; acquires
+ * that start later are not affected (use a cancel object for those). DLOCK_OK or DLOCK_EINVAL (S NULL). Any
  * thread; not async-signal-safe. */
 DLOCK_EXTERN int dlock_semaphore_cancel(dlock_semaphore *s);
 
@@ -1343,8 +1343,9 @@ DLOCK_EXTERN int dlock_election_on_lost(dlock_election *e, dlock_election_lost_f
 DLOCK_EXTERN int dlock_election_campaign(dlock_election *e, const char *value, int64_t wait_ms,
                                          dlock_cancel *cancel);
 
-/* Cancel a campaign in progress through E (it returns DLOCK_ECANCELED).
- * DLOCK_OK or DLOCK_EINVAL (E NULL). Any thread. */
+/* Cancel a campaign in progress through E (it returns DLOCK_ECANCELED),
+ * an asynchronous one from its call's return on. DLOCK_OK or DLOCK_EINVAL
+ * (E NULL). Any thread. */
 DLOCK_EXTERN int dlock_election_cancel(dlock_election *e);
 
 /* Give up leadership: the next campaigner leads (etcd: its key is

@@ -586,6 +586,14 @@ static int acquire_start(dlock_lock *l, const struct acquire_req *r, const char 
     if (rc)
         return rc;
     dlock_client *c = l->c;
+    bool canceled = r->then && l->job_canceled; /* before it began (lock.c) */
+    if (r->then)
+        l->job_ahead = l->job_canceled = false;
+    if (canceled) {
+        pthread_mutex_unlock(&c->mu);
+        return dlock__err(DLOCK_ECANCELED, "lock '%s': canceled before the acquire began",
+                          l->e->name);
+    }
     struct op *op = op_new(l, a, OP_ACQUIRE, dlock__deadline(r->wait_ms));
     if (!op) {
         pthread_mutex_unlock(&c->mu);

@@ -419,6 +419,7 @@ int dlock_election_campaign_async(dlock_election *e, const char *value, int64_t 
                         what);
     if (!rc) {
         e->calling = true;
+        dlock__lock_job_ahead(e->l); /* dlock_election_cancel() from now on ends it */
         free(e->req.value);
         e->req.value = copy;
         copy = NULL;

@@ -107,6 +107,11 @@ struct dlock_lock {
     bool fair; /* DLOCK_LOCK_FAIR */
     bool async_call; /* an asynchronous call through it has not had its
                         callback yet (async.c; client mutex) */
+    /* A job's acquire through it was promised (dlock__lock_job_ahead())
+     * and has not begun: no wait exists yet for a cancel to reach, so a
+     * cancel meanwhile is kept here and refuses that acquire when it
+     * begins (dlock__acquire_then()). Client mutex. */
+    bool job_ahead, job_canceled;
 };
 
 /* The first thing every public call that returns a code does: the
@@ -247,6 +252,10 @@ int dlock__handle_probe(dlock_client *c, const char *name, dlock__kind_check_fn 
  * in progress through L ends with DLOCK_ECANCELED (a semaphore cancels
  * each permit's handle so, all under one lock). */
 void dlock__lock_cancel_waits(dlock_lock *l);
+/* A job will acquire through handle-owned L (dlock__acquire_then()) on
+ * a pool thread: a cancel of L's waits from now until that acquire
+ * begins cancels it (client mutex held). */
+void dlock__lock_job_ahead(dlock_lock *l);
 /* Test hook: threads of L's client queued locally on its name, and
  * (WAKES, may be NULL) how many wakes the local queue has handed out. */
 size_t dlock__local_waiters(dlock_lock *l, uint64_t *wakes);

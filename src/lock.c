@@ -310,6 +310,14 @@ void dlock__lock_cancel_waits(dlock_lock *l)
 {
     for (struct dlock__waitref *r = l->waits; r; r = r->next)
         dlock__wait_cancel(r->w);
+    if (l->job_ahead)
+        l->job_canceled = true;
+}
+
+void dlock__lock_job_ahead(dlock_lock *l)
+{
+    l->job_ahead = true;
+    l->job_canceled = false;
 }
 
 int dlock_lock_cancel(dlock_lock *l)

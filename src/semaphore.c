@@ -513,6 +513,9 @@ int dlock_semaphore_acquire_async(dlock_semaphore *s, unsigned k, int64_t wait_m
         return rc;
     }
     dlock_permit *p = pc->p;
+    pthread_mutex_lock(&s->c->mu);
+    dlock__lock_job_ahead(p->l); /* dlock_semaphore_cancel() from now on ends it */
+    pthread_mutex_unlock(&s->c->mu);
     pc->job.run = acquire_run;
     pc->done = done;
     pc->arg = arg;
